@@ -1,0 +1,52 @@
+# ignite: the entry point. CMake builds and CTest tests underneath.
+#
+#   make               build build/ignite (CUDA objects too when nvcc is found)
+#   make test          build, fetch the model, make the test venv, run ctest
+#   make test LABEL=unit   only one class of tests (unit model tokenizer cli emu cpu gpu fuzz)
+#   make asan          the same tests in an ASan + UBSan build (build-asan/)
+#   make run           run ignite on the default model
+#   make fetch-model   download the default model into the cache (see scripts/)
+#   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
+#   make clean
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+LABEL ?=
+CTEST_ARGS ?= --output-on-failure -j$(JOBS) $(if $(LABEL),-L '$(LABEL)')
+# CI sets CI=true: warnings become errors there.
+ifeq ($(CI),true)
+CMAKE_ARGS += -DIGNITE_WERROR=ON
+endif
+
+.PHONY: all build test asan run fetch-model venv fuzz clean
+
+all: build
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+fetch-model:
+	@scripts/fetch-model.sh
+
+venv:
+	@scripts/venv.sh
+
+test: build fetch-model venv
+	cd $(BUILD) && ctest $(CTEST_ARGS)
+
+asan: fetch-model venv
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DIGNITE_SANITIZE=ON -DIGNITE_CUDA=OFF $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_ARGS)
+
+run: build fetch-model
+	$(BUILD)/ignite info
+
+fuzz:
+	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -1,0 +1,102 @@
+/* cli/opts.c: option tables -> getopt_long and --help; number parsing.
+ * Covered by tests/cli/test_cli.sh. */
+#include "cli/cli.h"
+
+#include "core/paths.h"
+#include "core/status.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cli_parser_init(struct cli_parser *p, const struct cli_option *table)
+{
+    int n = 0;
+    char *s = p->shortopts;
+    *s++ = ':'; /* report a missing argument as ':' so we can word the error */
+    for (; table[n].name; n++) {
+        IG_ASSERT(n < CLI_MAX_OPTIONS);
+        p->longopts[n] = (struct option){table[n].name, table[n].has_arg, NULL, table[n].key};
+        if (table[n].key > 0 && table[n].key < 256) {
+            *s++ = (char)table[n].key;
+            if (table[n].has_arg == required_argument)
+                *s++ = ':';
+        }
+    }
+    *s = '\0';
+    p->longopts[n] = (struct option){0, 0, 0, 0};
+}
+
+void cli_print_help(FILE *out, const char *usage, const char *summary,
+                    const struct cli_option *table)
+{
+    fprintf(out, "usage: %s\n\n%s\n\noptions:\n", usage, summary);
+    for (const struct cli_option *o = table; o->name; o++) {
+        char left[64];
+        if (o->key > 0 && o->key < 256)
+            snprintf(left, sizeof left, "-%c, --%s%s%s", o->key, o->name,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "");
+        else
+            snprintf(left, sizeof left, "    --%s%s%s", o->name,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "");
+        fprintf(out, "  %-28s %s", left, o->help);
+        if (o->def)
+            fprintf(out, " (default: %s)", o->def);
+        fputc('\n', out);
+    }
+}
+
+int cli_usage_error(const char *cmd)
+{
+    return ig_error(IG_E_USAGE, "run 'ignite %s --help' for the options", cmd);
+}
+
+int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < min || v > max)
+        return ig_error(IG_E_USAGE, "%s: expected an integer in [%lld, %lld], got '%s'",
+                        what, (long long)min, (long long)max, s);
+    *out = v;
+    return IG_OK;
+}
+
+int cli_parse_f64(const char *what, const char *s, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || v < min || v > max)
+        return ig_error(IG_E_USAGE, "%s: expected a number in [%g, %g], got '%s'",
+                        what, min, max, s);
+    *out = v;
+    return IG_OK;
+}
+
+int cli_model_path(const char *arg, char *buf, size_t cap)
+{
+    if (arg) {
+        if (strlen(arg) >= cap)
+            return ig_error(IG_E_USAGE, "model path is too long");
+        memcpy(buf, arg, strlen(arg) + 1);
+        return IG_OK;
+    }
+    int st = ig_default_model_path(buf, cap);
+    if (st != IG_OK)
+        return st;
+    if (access(buf, R_OK) != 0)
+        return ig_error(IG_E_USAGE,
+                        "no -m/--model given and the default model is not at %s "
+                        "(run 'make fetch-model')", buf);
+    return IG_OK;
+}
+
+bool cli_stderr_is_tty(void)
+{
+    const char *nc = getenv("NO_COLOR");
+    return isatty(STDERR_FILENO) && !(nc && *nc);
+}

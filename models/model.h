@@ -1,0 +1,93 @@
+/* models/model.h: a Llama-family model as the forward pass sees it.
+ *
+ * model_load opens a GGUF file, reads the architecture's hyper-parameters
+ * (with the spec's defaults), finds every tensor by its llama.cpp name and
+ * checks each shape against the hyper-parameters. Weights stay in their
+ * stored format and point into the mapped file; the forward reads them
+ * through struct model_weight. Covered by tests/models/.
+ *
+ * Shape vocabulary used in comments across ignite:
+ *   n_embd (model width), n_head, n_head_kv, head_dim, n_ff (FFN width),
+ *   n_vocab, n_tokens (tokens in a batch), n_ctx (context positions).
+ * A weight "[rows, cols]" has `rows` output rows of `cols` stored elements:
+ * GGUF's ne[0] = cols (contiguous), ne[1] = rows.
+ */
+#ifndef IGNITE_MODELS_MODEL_H
+#define IGNITE_MODELS_MODEL_H
+
+#include "models/gguf.h"
+#include "models/quant.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* How RoPE pairs the dimensions of a head. */
+enum rope_style {
+    ROPE_ADJACENT,  /* pairs (2i, 2i+1): GGUF "llama" (weights are permuted by the converter) */
+    ROPE_HALF_SPLIT /* pairs (i, i + n_rot/2): "qwen2", NeoX style */
+};
+
+struct model_hparams {
+    char arch[32];        /* general.architecture, e.g. "llama" */
+    int64_t n_layer;
+    int64_t n_embd;
+    int64_t n_head;
+    int64_t n_head_kv;    /* grouped-query attention: n_head % n_head_kv == 0 */
+    int64_t head_dim;     /* n_embd / n_head unless the file says otherwise */
+    int64_t n_ff;
+    int64_t n_vocab;
+    int64_t n_ctx_train;  /* <arch>.context_length */
+    int64_t n_rot;        /* rope.dimension_count, <= head_dim */
+    double rope_base;     /* rope.freq_base, default 10000 */
+    double norm_eps;      /* attention.layer_norm_rms_epsilon, default 1e-5 */
+    enum rope_style rope_style;
+    bool tied_embeddings; /* output.weight absent: logits use token_embd */
+    bool has_qkv_bias;    /* qwen2-style biases on Q, K and V */
+};
+
+/* A 2-D (or 1-D: rows == 1) weight in its stored format. */
+struct model_weight {
+    enum quant_type type;
+    int64_t rows;         /* output features */
+    int64_t cols;         /* input features, contiguous, a multiple of the block */
+    size_t row_bytes;     /* bytes of one stored row */
+    const void *data;     /* rows * row_bytes bytes; NULL for an absent optional weight */
+};
+
+struct model_layer {
+    struct model_weight attn_norm; /* [1, n_embd] f32 */
+    struct model_weight wq;        /* [n_head*head_dim, n_embd] */
+    struct model_weight wk;        /* [n_head_kv*head_dim, n_embd] */
+    struct model_weight wv;        /* [n_head_kv*head_dim, n_embd] */
+    struct model_weight bq, bk, bv;/* [1, ...] f32, only when has_qkv_bias */
+    struct model_weight wo;        /* [n_embd, n_head*head_dim] */
+    struct model_weight ffn_norm;  /* [1, n_embd] f32 */
+    struct model_weight w_gate;    /* [n_ff, n_embd] */
+    struct model_weight w_up;      /* [n_ff, n_embd] */
+    struct model_weight w_down;    /* [n_embd, n_ff] */
+};
+
+struct model {
+    struct model_hparams hp;
+    struct model_weight tok_embd;    /* [n_vocab, n_embd] */
+    struct model_weight output_norm; /* [1, n_embd] f32 */
+    struct model_weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
+    struct model_layer *layers;      /* n_layer entries, owned */
+    struct gguf_file *gguf;          /* owned; metadata for the tokenizer */
+    int64_t n_params;                /* elements over all tensors */
+    char path[4096];                 /* where it was loaded from ("" if synthetic) */
+};
+
+/* Loads and validates the model at `path`. Returns IG_OK and *out (free with
+ * model_free), or IG_E_IO / IG_E_MODEL / IG_E_NOMEM after one line on
+ * stderr naming the file and the problem. */
+int model_load(const char *path, struct model **out);
+
+/* Frees the model and unmaps its file. NULL is fine. */
+void model_free(struct model *m);
+
+/* Bytes of K plus V for one token position, all layers, at `elem_bytes`
+ * per element (4 for f32, 2 for f16/bf16). */
+int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes);
+
+#endif

@@ -1,0 +1,90 @@
+/* models/quant.h: the ggml tensor types and their block formats.
+ *
+ * Layouts are those of ggml (llama.cpp) as stored in GGUF files; a block of
+ * QK elements is stored as one struct, rows are whole numbers of blocks.
+ * This header is the one place that knows a block's bytes: dequantization
+ * (quant.c) and the matmul kernels (ops/) both read these structs.
+ * Covered by tests/models/test_dequant.py (against the gguf package). */
+#ifndef IGNITE_MODELS_QUANT_H
+#define IGNITE_MODELS_QUANT_H
+
+#include "core/half.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Values are ggml's type ids, as written in GGUF tensor infos. */
+enum quant_type {
+    QUANT_F32 = 0,
+    QUANT_F16 = 1,
+    QUANT_Q4_0 = 2,
+    QUANT_Q4_1 = 3,
+    QUANT_Q5_0 = 6,
+    QUANT_Q5_1 = 7,
+    QUANT_Q8_0 = 8,
+    QUANT_Q8_1 = 9,
+    QUANT_Q2_K = 10,
+    QUANT_Q3_K = 11,
+    QUANT_Q4_K = 12,
+    QUANT_Q5_K = 13,
+    QUANT_Q6_K = 14,
+    QUANT_Q8_K = 15,
+    QUANT_BF16 = 30,
+};
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+struct block_q4_0 { ig_f16 d; uint8_t qs[QK4_0 / 2]; };
+struct block_q4_1 { ig_f16 d; ig_f16 m; uint8_t qs[QK4_1 / 2]; };
+struct block_q5_0 { ig_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+struct block_q5_1 { ig_f16 d; ig_f16 m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+struct block_q8_0 { ig_f16 d; int8_t qs[QK8_0]; };
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; ig_f16 d; ig_f16 dmin; };
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; ig_f16 d; };
+struct block_q4_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; ig_f16 d; };
+
+_Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(struct block_q2_K) == 84, "q2_K block");
+_Static_assert(sizeof(struct block_q3_K) == 110, "q3_K block");
+_Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block");
+_Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
+
+/* Facts about a type: elements per block and bytes per block. Both are 0 for
+ * ids that GGUF may contain but ignite does not know. */
+struct quant_traits {
+    const char *name;     /* "Q4_1", as llama.cpp and the gguf package say */
+    int64_t block_elems;  /* elements per block */
+    size_t block_bytes;   /* bytes per block */
+    bool can_dequantize;  /* quant_dequantize_row supports it */
+};
+
+/* Traits of `type`, or NULL if the id is not a ggml type ignite knows. */
+const struct quant_traits *quant_traits_of(uint32_t type);
+
+/* Name of any ggml type id, known or not ("IQ2_XXS", "type 99"). The string
+ * for unknown ids lives in a static buffer. */
+const char *quant_type_name(uint32_t type);
+
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block. */
+size_t quant_row_bytes(enum quant_type type, int64_t n);
+
+/* Dequantizes one row of n elements (n a multiple of the block size) from
+ * `src` (block-aligned, n/block_elems blocks) into dst[0..n). The type must
+ * have can_dequantize. */
+void quant_dequantize_row(enum quant_type type, const void *src, float *dst, int64_t n);
+
+#endif

@@ -1,0 +1,93 @@
+/* tests/unit/test_core.c: core/ primitives: half conversions against exact
+ * arithmetic, status names, the cache-path rule. */
+#include "core/half.h"
+#include "core/paths.h"
+#include "core/status.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Exact value of an f16 bit pattern computed independently with ldexp. */
+static double f16_value(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static void test_f16_all_patterns(void)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        int e = (h >> 10) & 31;
+        float f = ig_f16_to_f32((ig_f16)h);
+        if (e == 31) {
+            CHECKF((h & 1023) ? isnan(f) : isinf(f), "h=%04x", h);
+            if (h & 1023)
+                CHECK((ig_f32_to_f16(f) & 0x7c00) == 0x7c00 && (ig_f32_to_f16(f) & 1023));
+            continue;
+        }
+        CHECKF((double)f == f16_value((uint16_t)h), "h=%04x f=%g", h, f);
+        CHECKF(ig_f32_to_f16(f) == h, "round trip h=%04x", h);
+    }
+}
+
+/* Round to nearest, ties to even, checked at midpoints between neighbours. */
+static void test_f16_rounding(void)
+{
+    for (uint32_t h = 0; h < 0x7bff; h++) {
+        double lo = f16_value((uint16_t)h), hi = f16_value((uint16_t)(h + 1));
+        float mid = (float)((lo + hi) / 2); /* exact in float */
+        uint16_t want = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+        CHECKF(ig_f32_to_f16(mid) == want, "tie h=%04x", h);
+        CHECKF(ig_f32_to_f16(nextafterf(mid, 0)) == h, "below tie h=%04x", h);
+        CHECKF(ig_f32_to_f16(nextafterf(mid, INFINITY)) == h + 1, "above tie h=%04x", h);
+        CHECKF(ig_f32_to_f16(-mid) == (want | 0x8000), "negative tie h=%04x", h);
+    }
+    CHECK(ig_f32_to_f16(65520.0f) == 0x7c00);
+    CHECK(ig_f32_to_f16(65519.99f) == 0x7bff);
+    CHECK(ig_f32_to_f16(1e-9f) == 0);
+}
+
+static void test_bf16(void)
+{
+    CHECK(ig_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(ig_f32_to_bf16(1.0f) == 0x3f80);
+    /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: goes to even (1). */
+    CHECK(ig_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);
+    CHECK(ig_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+    CHECK(ig_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82); /* tie to even upwards */
+    CHECK(isnan(ig_bf16_to_f32(ig_f32_to_bf16(NAN))));
+    CHECK(ig_f32_to_bf16(INFINITY) == 0x7f80);
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ig_bf16_to_f32((ig_bf16)h);
+        if (!isnan(f))
+            CHECKF(ig_f32_to_bf16(f) == h, "bf16 round trip %04x", h);
+    }
+}
+
+static void test_paths(void)
+{
+    char buf[512];
+    setenv("IGNITE_CACHE", "/tmp/ig-cache", 1);
+    CHECK(ig_cache_dir(buf, sizeof buf) == IG_OK && !strcmp(buf, "/tmp/ig-cache"));
+    unsetenv("IGNITE_CACHE");
+    setenv("XDG_CACHE_HOME", "/x", 1);
+    CHECK(ig_default_model_path(buf, sizeof buf) == IG_OK &&
+          !strcmp(buf, "/x/ignite/" IG_DEFAULT_MODEL_FILE));
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/home/u", 1);
+    CHECK(ig_cache_dir(buf, sizeof buf) == IG_OK && !strcmp(buf, "/home/u/.cache/ignite"));
+    CHECK(ig_cache_dir(buf, 4) == IG_E_USAGE);
+}
+
+int main(void)
+{
+    test_f16_all_patterns();
+    test_f16_rounding();
+    test_bf16();
+    test_paths();
+    CHECK(!strcmp(ig_status_name(IG_E_MODEL), "model"));
+    return test_summary("test_core");
+}
