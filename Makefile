@@ -24,8 +24,15 @@ endif
 
 all: build
 
+# configure quietly, but say whether the CUDA backend is built
+define configure
+	@mkdir -p $(1)
+	@cmake -S . -B $(1) $(2) $(CMAKE_ARGS) >$(1)/configure.log 2>&1 || { cat $(1)/configure.log; exit 1; }
+	@grep '^-- ignite:' $(1)/configure.log | sed 's/^-- //' || true
+endef
+
 build:
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=Release)
 	@cmake --build $(BUILD) -j$(JOBS)
 
 fetch-model:
@@ -38,7 +45,7 @@ test: build fetch-model venv
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 
 asan: fetch-model venv
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DIGNITE_SANITIZE=ON -DIGNITE_CUDA=OFF $(CMAKE_ARGS) >/dev/null
+	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DIGNITE_SANITIZE=ON -DIGNITE_CUDA=OFF)
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_ARGS)
 
