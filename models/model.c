@@ -151,8 +151,8 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
     bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!shape_ok)
         return ig_error(IG_E_MODEL,
-                        "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld] (ne), expected "
-                        "[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        "%s: tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
+                        "ne=[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
                         (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
                         (long long)rows);
     const struct quant_traits *q = quant_traits_of(t->type);
