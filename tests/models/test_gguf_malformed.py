@@ -187,6 +187,8 @@ CASES = {
                          .build(), 4, "has type Q8_1, which ignite cannot compute with"),
     "qwen2_no_bias": (lambda: tiny_llama(arch="qwen2").build(), 4,
                       "tensor 'blk.0.attn_q.bias' is missing"),
+    "partial_bias": (lambda: tiny_llama(bias=True, skip=("blk.0.attn_k.bias",)).build(), 4,
+                     "layer 0 has only some of the Q/K/V biases"),
     "rope_dims": (lambda: tiny_llama().add("llama.rope.dimension_count", U32, 17).build(), 4,
                   "rope.dimension_count 17 must be even"),
 }
