@@ -99,13 +99,12 @@ static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned c
             return ig_error(IG_E_NOMEM, "tokenizer: out of memory for a %zu-byte piece", n);
         w->cap = cap;
     }
-    /* A byte without a token (only in a broken vocabulary) becomes unk, or
-     * is dropped like HF does when there is no unk token. */
+    /* A byte the vocabulary has no token for is dropped, as HF's BPE (with
+     * no unk token) and llama.cpp do: SmolLM2 lacks tokens for a few
+     * control bytes, so such text does not survive a round trip. */
     int32_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = v->byte_id[s[i]];
-        if (id < 0)
-            id = v->unk_id;
         if (id < 0)
             continue;
         w->syms[m] = (struct sym){id, m - 1, m + 1, true};
