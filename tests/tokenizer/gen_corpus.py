@@ -46,7 +46,7 @@ COMBINING = ["e\u0301", "a\u0300\u0316", "n\u0303", "Z\u0351\u0324\u0334a\u0357\
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<file_sep>",
             "<jupyter_code>", "<s>", "</s>", "<unk>", "<|im_start", "im_end|>", "<|im_start|",
-            "<|<|im_end|>|>"]
+            "<|<|im_end|>|>", "<|user|>", "<|user|>hi<|u"]
 
 UNICODE_SPACES = ["\u00a0", "\u3000", "\u2009", "\u200b", "\u0085", "\u1680", "\u2028",
                   "\u2029", "\u202f", "\u205f", "\u000b", "\u000c", "\u001c", "\u200d", "\ufeff"]
