@@ -198,7 +198,8 @@ static int cache_put(struct tok_cache *c, struct tok_cache_slot *e, const unsign
         c->ids_cap = cap;
     }
     memcpy(c->keys + c->keys_len, s, n);
-    memcpy(c->ids + c->ids_len, ids, (size_t)n_ids * sizeof *ids);
+    if (n_ids > 0) /* a piece of dropped bytes has no ids at all */
+        memcpy(c->ids + c->ids_len, ids, (size_t)n_ids * sizeof *ids);
     *e = (struct tok_cache_slot){h, (uint32_t)c->keys_len, (uint32_t)n, (uint32_t)c->ids_len,
                                  (uint32_t)n_ids};
     c->keys_len += n;
@@ -224,7 +225,7 @@ int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok
         uint64_t h = tok_hash_bytes(p, n) | 1;
         struct tok_cache_slot *e = cache_slot(c, p, n, h);
         if (e && e->hash) {
-            if (!(rc = tok_ids_reserve(out, e->n_ids))) {
+            if (e->n_ids > 0 && !(rc = tok_ids_reserve(out, e->n_ids))) {
                 memcpy(out->ids + out->n, c->ids + e->ids_off, e->n_ids * sizeof(int32_t));
                 out->n += e->n_ids;
             }

@@ -255,7 +255,8 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     v->str_mask = size - 1;
     char *p = v->arena;
     for (int64_t i = 0; i < v->n_tokens; i++) {
-        memcpy(p, d->tokens[i].ptr, d->tokens[i].len);
+        if (d->tokens[i].len) /* an empty string may come with a NULL pointer */
+            memcpy(p, d->tokens[i].ptr, d->tokens[i].len);
         p[d->tokens[i].len] = '\0';
         v->tokens[i] = (struct tok_str){p, d->tokens[i].len};
         p += d->tokens[i].len + 1;
