@@ -159,6 +159,49 @@ static void test_stream(void)
     tok_vocab_free(v);
 }
 
+/* Random bytes (mostly invalid UTF-8) never fail, come back exactly, and
+ * every splitter covers them. */
+static void test_random_bytes(void)
+{
+    struct tok_vocab *v = gpt2_vocab(NULL, NULL, 0, NULL, 0);
+    if (!v)
+        return;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    char text[300];
+    int bad = 0;
+    for (int iter = 0; iter < 2000; iter++) {
+        size_t len = (size_t)(iter % 300);
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            /* bias towards UTF-8 structure: leads, continuations, ASCII */
+            unsigned r = (unsigned)(x >> 32);
+            text[i] = (char)(r % 4 == 0 ? 0x80 + r % 64 : r % 4 == 1 ? 0xC0 + r % 64
+                             : r % 4 == 2 ? ' ' + r % 95 : r >> 8);
+        }
+        struct tok_ids ids = {0};
+        char *out = NULL;
+        size_t n = 0;
+        if (tok_encode(v, text, len, TOK_ENC_DEFAULT, &ids) != IG_OK ||
+            tok_decode(v, ids.ids, ids.n, true, &out, &n) != IG_OK || n != len ||
+            memcmp(out, text, len))
+            bad++;
+        free(out);
+        tok_ids_free(&ids);
+        /* Every splitter covers the text with non-empty pieces. */
+        for (int pre = TOK_PRE_GPT2; pre <= TOK_PRE_QWEN2; pre++) {
+            struct tok_ids ends = {0};
+            bool ok = tok_pre_split((enum tok_pre)pre, text, len, &ends) == IG_OK;
+            for (int64_t k = 0; ok && k < ends.n; k++)
+                ok = ends.ids[k] > (k ? ends.ids[k - 1] : 0);
+            ok = ok && (ends.n ? (size_t)ends.ids[ends.n - 1] : 0) == len;
+            bad += !ok;
+            tok_ids_free(&ends);
+        }
+    }
+    CHECKF(bad == 0, "%d of 2000 random byte strings did not round-trip or split", bad);
+    tok_vocab_free(v);
+}
+
 static void test_spm(void)
 {
     /* <unk> <s> </s> <0x00>..<0xFF> ▁ a b ▁a ab ▁ab */
@@ -243,6 +286,7 @@ int main(void)
     test_utf8();
     test_bpe();
     test_stream();
+    test_random_bytes();
     test_spm();
     test_errors();
     return test_summary("test_tok_unit");
