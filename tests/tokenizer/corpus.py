@@ -1,6 +1,7 @@
 """Reads tests/tokenizer/corpus.txt (format in gen_corpus.py) and the small
 helpers the tokenizer tests share: running tok_tool, locating things."""
 import os
+import random
 import subprocess
 import sys
 
@@ -87,3 +88,21 @@ def first_diff(a, b):
         if x != y:
             return i
     return min(len(a), len(b))
+
+
+# Characters whose classes meet at the regexes' edges: spaces of every kind,
+# newlines, letters and the contraction letters in both cases (and U+017F,
+# which folds to 's'), numbers of several kinds, marks, punctuation, CJK,
+# emoji and ZWJ, and the pieces of special-token text.
+TRICKY = [" ", " ", "\t", "\n", "\r", "a", "A", "b", "1", "2", "\u0663", "\u00bd", "\u00b2",
+          "!", ".", "'", "'", "s", "S", "t", "l", "L", "e", "r", "R", "v", "m", "d", "D",
+          "\u017f", "\u00a0", "\u3000", "\u0301", "\u65e5", "\U0001f600", "\u200d", "\u0085",
+          "\u000b", "\u2028", "-", "_", "\u1680", "\u00e9", "\u0903", "<|", "|>", "im_start",
+          "<|im_end|>"]
+
+
+def random_strings(n, seed=5):
+    """n short strings of TRICKY characters (deterministic)."""
+    r = random.Random(seed)
+    return ["".join(r.choice(TRICKY) for _ in range(r.randint(1, 16))).encode("utf-8")
+            for _ in range(n)]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ignite's tokenizer vs HF tokenizers on the test model (SmolLM2, gpt2 BPE
-with the smollm pre-tokenizer), over every string of corpus.txt:
+with the smollm pre-tokenizer), over every string of corpus.txt and 5,000 random strings of edge characters:
   - ids identical, with special-token parsing on and off;
   - decode(encode(s)) == s byte for byte, and the streaming decoder agrees
     with it and never emits a partial UTF-8 character;
@@ -18,7 +18,7 @@ def main():
     if not model:
         print("test model not found; skipped")
         return 77
-    records = corpus.load()
+    records = corpus.load() + corpus.random_strings(5000, seed=11)
     failures = 0
     for special in (True, False):
         tk, tokens, types = hfref.smollm_tokenizer(model, specials=special)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """ignite's pre-tokenizers (tokenizer/pretok.c) vs HF tokenizers' own, on the
-valid-UTF-8 strings of corpus.txt: the pre-token boundaries must be identical.
+valid-UTF-8 strings of corpus.txt and 20,000 random strings of characters
+that sit on the regexes' edges (corpus.random_strings): the pre-token
+boundaries must be identical.
   gpt2    ByteLevel(add_prefix_space=False, use_regex=True)
   smollm  Sequence[Digits(individual_digits=True), ByteLevel(...)]
   llama3  Split(<Llama 3 regex>, "isolated")
@@ -40,7 +42,7 @@ def main():
         "llama3": pre_tokenizers.Split(Regex(LLAMA3), "isolated"),
         "qwen2": pre_tokenizers.Split(Regex(QWEN2), "isolated"),
     }
-    records = [r for r in corpus.load() if corpus.is_valid(r)]
+    records = [r for r in corpus.load() if corpus.is_valid(r)] + corpus.random_strings(20000)
     failures = 0
     for name, pre in splitters.items():
         lines = corpus.run_tool(["split", name], records)

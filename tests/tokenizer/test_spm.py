@@ -6,7 +6,8 @@ Trains a small BPE model with byte fallback with the sentencepiece package
 is not rewritten, dummy prefix on, two user-defined symbols), writes its
 pieces, scores and types as a tiny GGUF with tokenizer.ggml.model = "llama"
 (gguf.GGUFWriter), and compares ignite's ids with sentencepiece's own
-encoding on every valid-UTF-8 string of corpus.txt:
+encoding on every valid-UTF-8 string of corpus.txt and 5,000 random strings
+of edge characters (corpus.random_strings):
   - special parsing off: strings without user-defined text (sentencepiece
     always matches user-defined symbols);
   - special parsing on: strings without control-token text (<s>, </s>),
@@ -74,6 +75,7 @@ def main():
     valid = [r for r in records if corpus.is_valid(r)]
     lines = [l for r in valid for l in r.decode("utf-8").split("\n") if l.strip()]
     sp = train(lines)
+    records += corpus.random_strings(5000, seed=13)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spm.gguf")
