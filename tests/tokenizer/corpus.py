@@ -93,12 +93,13 @@ def first_diff(a, b):
 # Characters whose classes meet at the regexes' edges: spaces of every kind,
 # newlines, letters and the contraction letters in both cases (and U+017F,
 # which folds to 's'), numbers of several kinds, marks, punctuation, CJK,
-# emoji and ZWJ, and the pieces of special-token text.
+# emoji and ZWJ, the pieces of special-token text, and letters and digits
+# that Unicode 15.0 and 16.0 added (CJK Ext. H, Todhri, Nag Mundari, Kawi).
 TRICKY = [" ", " ", "\t", "\n", "\r", "a", "A", "b", "1", "2", "\u0663", "\u00bd", "\u00b2",
           "!", ".", "'", "'", "s", "S", "t", "l", "L", "e", "r", "R", "v", "m", "d", "D",
           "\u017f", "\u00a0", "\u3000", "\u0301", "\u65e5", "\U0001f600", "\u200d", "\u0085",
           "\u000b", "\u2028", "-", "_", "\u1680", "\u00e9", "\u0903", "<|", "|>", "im_start",
-          "<|im_end|>"]
+          "<|im_end|>", "\U00031350", "\U000105c0", "\U0001e4f1", "\U00011f04"]
 
 
 def random_strings(n, seed=5):

@@ -37,6 +37,7 @@ static void test_utf8(void)
     CHECK(tok_uc_flags(0x0301) == 0 && tok_uc_class_of(0x0301) == TOK_UC_MARK);
     CHECK(tok_uc_flags(0x1F600) == 0 && tok_uc_class_of(0x1F600) == TOK_UC_SYMBOL);
     CHECK(tok_uc_class_of(0x20000) == TOK_UC_LETTER);
+    CHECK(tok_uc_class_of(0x105C0) == TOK_UC_LETTER); /* Todhri: Unicode 16.0, as HF knows */
     for (int b = 0; b < 256; b++)
         CHECKF(tok_cp_to_byte(tok_byte_to_cp((unsigned char)b)) == b, "byte %d", b);
     CHECK(tok_byte_to_cp(' ') == 0x120 && tok_byte_to_cp('A') == 'A');
