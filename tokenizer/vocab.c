@@ -282,7 +282,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             goto fail;
         }
         /* Duplicate strings happen in real vocabularies (e.g. unused
-         * slots); the first id wins, as in HF's vocab map. */
+         * slots); the last id wins, as in llama.cpp's token map. */
         uint64_t h = tok_hash_bytes(v->tokens[i].ptr, v->tokens[i].len) & v->str_mask;
         for (;; h = (h + 1) & v->str_mask) {
             int32_t id = v->str_slots[h];
@@ -291,8 +291,10 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
                 break;
             }
             if (v->tokens[id].len == v->tokens[i].len &&
-                !memcmp(v->tokens[id].ptr, v->tokens[i].ptr, v->tokens[i].len))
+                !memcmp(v->tokens[id].ptr, v->tokens[i].ptr, v->tokens[i].len)) {
+                v->str_slots[h] = (int32_t)i;
                 break;
+            }
         }
     }
 
