@@ -123,8 +123,8 @@ void tok_ids_free(struct tok_ids *ids);
 #define TOK_ENC_DEFAULT (TOK_ENC_ADD_BOS | TOK_ENC_ADD_EOS | TOK_ENC_PARSE_SPECIAL)
 
 /* Encodes `len` bytes of `text` (any bytes; see the top of this file for
- * invalid UTF-8) and appends the ids to *out. Returns IG_OK or IG_E_NOMEM
- * (nothing printed but that line). */
+ * invalid UTF-8) and appends the ids to *out. Returns IG_OK, IG_E_NOMEM, or
+ * IG_E_INPUT for a text of 2 GiB or more (one line printed on error). */
 int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags,
                struct tok_ids *out);
 
