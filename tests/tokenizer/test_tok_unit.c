@@ -112,6 +112,10 @@ static void test_bpe(void)
     CHECK(n == 4 && ids[0] == 'a' && ids[1] == 260 && ids[2] == 'a' && ids[3] == 256);
     n = encode(v, "<|end|>", TOK_ENC_DEFAULT & ~TOK_ENC_PARSE_SPECIAL, ids, 32);
     CHECK(n > 1 && ids[0] == '<');
+    /* user-defined text (<|end|>x) is matched even as plain text, control
+     * text (<|end|>) is not */
+    n = encode(v, "<|end|>x<|end|>", TOK_ENC_DEFAULT & ~TOK_ENC_PARSE_SPECIAL, ids, 32);
+    CHECK(n > 2 && ids[0] == 260 && ids[1] == '<');
     CHECK(encode(v, "", TOK_ENC_DEFAULT, ids, 32) == 0);
     CHECK(tok_is_eog(v, 256) && !tok_is_eog(v, 257));
 
