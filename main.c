@@ -15,6 +15,7 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
 
 static void print_usage(FILE *out)

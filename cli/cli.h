@@ -60,5 +60,6 @@ bool cli_stderr_is_tty(void);
 
 /* Subcommands. argv[0] is the subcommand's name. */
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif
