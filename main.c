@@ -14,6 +14,7 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
+    {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
 };
 
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
         printf("ignite %s\n", IGNITE_VERSION);
         return IG_OK;
     }
+    if (cmd[0] == '-') /* options first: the run command */
+        return cmd_run(argc, argv);
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         if (!strcmp(cmd, subcommands[i].name))
             return subcommands[i].fn(argc - 1, argv + 1);

@@ -160,7 +160,7 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
         sb_cat(&b, user, " [/INST]", NULL);
         break;
     default:
-        return ig_error(IG_E_INPUT,
+        return ig_error(IG_E_MODEL,
                         "--chat: the model's chat template is not one ignite knows "
                         "(chatml, llama3, llama2, gemma, mistral); run without --chat "
                         "and format the prompt yourself");

@@ -43,8 +43,9 @@ const char *chat_style_name(enum chat_style style);
 /* Renders one user turn plus the generation prompt. `tmpl` is the model's
  * template (used by chatml for its default system message; may be NULL).
  * `system` may be NULL for none. On IG_OK *out is a NUL-terminated string
- * the caller frees. Returns IG_E_INPUT (one line naming the style) for
- * CHAT_UNKNOWN, IG_E_NOMEM when out of memory. */
+ * the caller frees. Returns IG_E_MODEL for CHAT_UNKNOWN (one line listing
+ * the known families: the model's template is unsupported), IG_E_NOMEM when
+ * out of memory. */
 int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
                 const char *system, const char *user, char **out);
 

@@ -79,7 +79,7 @@ static void test_render(void)
     expect(CHAT_MISTRAL, NULL, NULL, "Hi", "[INST] Hi [/INST]");
     expect(CHAT_MISTRAL, NULL, "S", "Hi", "[INST] S\n\nHi [/INST]");
     char *out = (char *)1;
-    CHECK(chat_render(CHAT_UNKNOWN, NULL, 0, NULL, "Hi", &out) == IG_E_INPUT && !out);
+    CHECK(chat_render(CHAT_UNKNOWN, NULL, 0, NULL, "Hi", &out) == IG_E_MODEL && !out);
 }
 
 int main(void)
