@@ -74,6 +74,7 @@ char *cli_utf8_repair(const char *s, size_t n);
 
 /* Subcommands. argv[0] is the subcommand's name. */
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 
 #endif

@@ -1,0 +1,251 @@
+/* cli/cmd_tokenize.c: `ignite tokenize`: text (argument, file or stdin) ->
+ * the model's token ids, one per line, or as JSON, with each token's text or
+ * only the count. Reads only the GGUF's metadata (no weights are touched);
+ * tokenizing is tokenizer/'s job. Covered by tests/tokenizer/test_cli.sh and
+ * the HF comparisons in tests/tokenizer/. */
+#include "cli/cli.h"
+
+#include "core/status.h"
+#include "models/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_JSON = 256, OPT_PIECES, OPT_COUNT, OPT_NO_SPECIAL, OPT_NO_BOS };
+
+static const struct cli_option tokenize_options[] = {
+    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"prompt", 'p', required_argument, "TEXT", "text to tokenize", NULL},
+    {"file", 'f', required_argument, "FILE", "read the text from FILE ('-' = stdin)", NULL},
+    {"json", OPT_JSON, no_argument, NULL, "print one JSON array (of {id, piece} with --pieces)", NULL},
+    {"pieces", OPT_PIECES, no_argument, NULL, "show each token's text next to its id", NULL},
+    {"count", OPT_COUNT, no_argument, NULL, "print only the number of tokens", NULL},
+    {"no-special", OPT_NO_SPECIAL, no_argument, NULL,
+     "treat special-token text (<|im_start|>...) as plain text", NULL},
+    {"no-bos", OPT_NO_BOS, no_argument, NULL, "do not add BOS even if the model asks for it", NULL},
+    {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+/* Reads all of `path` ('-' = stdin) into a malloc'd buffer. */
+static int read_all(const char *path, char **out, size_t *out_len)
+{
+    bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f)
+        return ig_error(IG_E_IO, "cannot open '%s': %s", path, strerror(errno));
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    int rc = IG_OK;
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap)
+            break;
+        char *p = realloc(buf, cap * 2);
+        if (!p) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = p;
+        cap *= 2;
+    }
+    if (!buf)
+        rc = ig_error(IG_E_NOMEM, "out of memory reading '%s'", path);
+    else if (ferror(f))
+        rc = ig_error(IG_E_IO, "cannot read '%s': %s", path, strerror(errno));
+    if (!std_in)
+        fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *out_len = len;
+    return IG_OK;
+}
+
+/* Length of the valid UTF-8 character at s[i], or 0 when s[i] does not start one. */
+static int valid_char(const unsigned char *s, size_t i, size_t n)
+{
+    unsigned char b = s[i];
+    int k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+          : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (k == 0 || n - i < (size_t)k)
+        return 0;
+    for (int j = 1; j < k; j++)
+        if ((s[i + (size_t)j] & 0xC0) != 0x80)
+            return 0;
+    unsigned char c = s[i + 1];
+    if ((b == 0xE0 && c < 0xA0) || (b == 0xED && c > 0x9F) || (b == 0xF0 && c < 0x90) ||
+        (b == 0xF4 && c > 0x8F))
+        return 0;
+    return k;
+}
+
+/* Text form of a piece: control characters, backslash and bytes that are
+ * not valid UTF-8 escaped (\n, \t, \xNN), so one token stays on one line. */
+static void print_escaped(FILE *out, const char *p, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        int k = valid_char(s, i, n);
+        if (k > 1) {
+            fwrite(s + i, 1, (size_t)k, out);
+            i += (size_t)k;
+            continue;
+        }
+        unsigned char c = s[i++];
+        if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c == '\r')
+            fputs("\\r", out);
+        else if (c == '\\')
+            fputs("\\\\", out);
+        else if (k == 0 || c < 0x20 || c == 0x7F)
+            fprintf(out, "\\x%02X", c);
+        else
+            fputc(c, out);
+    }
+}
+
+/* JSON form of a piece: valid UTF-8, each invalid byte replaced by U+FFFD. */
+static char *json_piece(const char *p, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    char *out = malloc(3 * n + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        int k = valid_char(s, i, n);
+        if (k == 1 && s[i] == 0) {
+            k = 0; /* a NUL would end the C string cJSON takes */
+        }
+        if (k > 0) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k;
+            i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static int print_json(const struct tok_vocab *v, const struct tok_ids *ids, bool pieces)
+{
+    cJSON *arr = cJSON_CreateArray();
+    char piece[1024];
+    int rc = IG_OK;
+    for (int64_t i = 0; arr && i < ids->n && !rc; i++) {
+        if (!pieces) {
+            if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids->ids[i])))
+                rc = IG_E_NOMEM;
+            continue;
+        }
+        int64_t n = tok_piece(v, ids->ids[i], true, piece, sizeof piece);
+        char *text = json_piece(piece, n < (int64_t)sizeof piece ? (size_t)n : sizeof piece);
+        cJSON *o = cJSON_CreateObject();
+        if (!text || !o || !cJSON_AddNumberToObject(o, "id", ids->ids[i]) ||
+            !cJSON_AddStringToObject(o, "piece", text) || !cJSON_AddItemToArray(arr, o))
+            rc = IG_E_NOMEM;
+        free(text);
+    }
+    char *s = arr && !rc ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!s)
+        return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
+    puts(s);
+    free(s);
+    return IG_OK;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *usage = "ignite tokenize [-m MODEL] (-p TEXT | -f FILE) [--json] [--pieces] "
+                        "[--count] [--no-special] [--no-bos]";
+    const char *model_arg = NULL, *prompt = NULL, *file = NULL;
+    bool json = false, pieces = false, count = false;
+    unsigned flags = TOK_ENC_DEFAULT;
+    struct cli_parser p;
+    cli_parser_init(&p, tokenize_options);
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
+        switch (c) {
+        case 'm': model_arg = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'f': file = optarg; break;
+        case OPT_JSON: json = true; break;
+        case OPT_PIECES: pieces = true; break;
+        case OPT_COUNT: count = true; break;
+        case OPT_NO_SPECIAL: flags &= ~TOK_ENC_PARSE_SPECIAL; break;
+        case OPT_NO_BOS: flags &= ~TOK_ENC_ADD_BOS; break;
+        case 'h':
+            cli_print_help(stdout, usage,
+                           "Print the token ids the model's tokenizer gives a text, one per line.",
+                           tokenize_options);
+            return IG_OK;
+        default: return cli_usage_error("tokenize");
+        }
+    }
+    if (optind < argc)
+        return ig_error(IG_E_USAGE, "tokenize: unexpected argument '%s' (text goes after -p)",
+                        argv[optind]);
+    if (!prompt == !file)
+        return ig_error(IG_E_USAGE, "tokenize: give exactly one of -p TEXT or -f FILE");
+
+    char path[4096];
+    int rc = cli_model_path(model_arg, path, sizeof path);
+    if (rc)
+        return rc;
+    char *text = NULL;
+    size_t len = 0;
+    if (file) {
+        if ((rc = read_all(file, &text, &len)))
+            return rc;
+    } else {
+        len = strlen(prompt);
+    }
+    struct gguf_file *g = NULL;
+    struct tok_vocab *v = NULL;
+    struct tok_ids ids = {0};
+    if ((rc = gguf_open(path, &g, NULL)) || (rc = tok_load_gguf(g, &v)) ||
+        (rc = tok_encode(v, file ? text : prompt, len, flags, &ids)))
+        goto done;
+    if (count) {
+        if (json)
+            printf("{\"count\":%lld}\n", (long long)ids.n);
+        else
+            printf("%lld\n", (long long)ids.n);
+    } else if (json) {
+        rc = print_json(v, &ids, pieces);
+    } else {
+        char piece[1024];
+        for (int64_t i = 0; i < ids.n; i++) {
+            printf("%d", ids.ids[i]);
+            if (pieces) {
+                int64_t n = tok_piece(v, ids.ids[i], true, piece, sizeof piece);
+                putchar('\t');
+                print_escaped(stdout, piece, n < (int64_t)sizeof piece ? (size_t)n : sizeof piece);
+            }
+            putchar('\n');
+        }
+    }
+    if (fflush(stdout) != 0 && !rc)
+        rc = ig_error(IG_E_IO, "cannot write the output: %s", strerror(errno));
+done:
+    tok_ids_free(&ids);
+    tok_vocab_free(v);
+    gguf_close(g);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,248 @@
+/* tokenizer/bpe.c: byte-level BPE ("gpt2" vocabularies). The text is split
+ * by the pre-tokenizer (pretok.c); each piece starts as one symbol per
+ * byte (the token of the byte's GPT-2 code point) and the adjacent pair
+ * with the lowest merge rank is merged, leftmost first on ties, until no
+ * pair has a merge: HF tokenizers' order exactly. A binary heap over the
+ * candidate pairs and a linked list of symbols make that O(n log n) per
+ * piece; stale heap entries are skipped when popped. Finished pieces are
+ * cached (struct tok_cache), so repeated words cost one hash lookup.
+ * Covered by tests/tokenizer/test_hf_smollm.py. */
+#include "tokenizer/internal.h"
+
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { CACHE_SLOTS = 1 << 16, CACHE_MAX_PIECE = 256 };
+
+struct sym {
+    int32_t id;
+    int32_t prev, next; /* -1 at the ends */
+    bool alive;
+};
+
+struct cand {
+    int32_t rank;
+    int32_t pos; /* left symbol */
+};
+
+struct work {
+    struct sym *syms;
+    struct cand *heap;
+    int64_t cap, n_heap;
+};
+
+static bool cand_less(struct cand a, struct cand b)
+{
+    return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
+}
+
+static void heap_push(struct work *w, struct cand c)
+{
+    int64_t i = w->n_heap++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!cand_less(c, w->heap[p]))
+            break;
+        w->heap[i] = w->heap[p];
+        i = p;
+    }
+    w->heap[i] = c;
+}
+
+static struct cand heap_pop(struct work *w)
+{
+    struct cand top = w->heap[0], last = w->heap[--w->n_heap];
+    int64_t i = 0, n = w->n_heap;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && cand_less(w->heap[c + 1], w->heap[c]))
+            c++;
+        if (!cand_less(w->heap[c], last))
+            break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n > 0)
+        w->heap[i] = last;
+    return top;
+}
+
+static void push_pair(const struct tok_vocab *v, struct work *w, int32_t pos)
+{
+    int32_t next = w->syms[pos].next;
+    if (next < 0)
+        return;
+    const struct tok_merge_slot *m = tok_find_merge(v, w->syms[pos].id, w->syms[next].id);
+    if (m)
+        heap_push(w, (struct cand){m->rank, pos});
+}
+
+/* Merges the bytes of one piece and appends the ids. */
+static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned char *s, size_t n,
+                     struct tok_ids *out)
+{
+    if ((int64_t)n > w->cap) {
+        int64_t cap = w->cap ? w->cap : 256;
+        while (cap < (int64_t)n)
+            cap *= 2;
+        struct sym *syms = realloc(w->syms, (size_t)cap * sizeof *syms);
+        if (syms)
+            w->syms = syms;
+        struct cand *heap = realloc(w->heap, (size_t)cap * 3 * sizeof *heap);
+        if (heap)
+            w->heap = heap;
+        if (!syms || !heap)
+            return ig_error(IG_E_NOMEM, "tokenizer: out of memory for a %zu-byte piece", n);
+        w->cap = cap;
+    }
+    /* A byte without a token (only in a broken vocabulary) becomes unk, or
+     * is dropped like HF does when there is no unk token. */
+    int32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = v->byte_id[s[i]];
+        if (id < 0)
+            id = v->unk_id;
+        if (id < 0)
+            continue;
+        w->syms[m] = (struct sym){id, m - 1, m + 1, true};
+        m++;
+    }
+    if (m == 0)
+        return IG_OK;
+    w->syms[m - 1].next = -1;
+    w->n_heap = 0;
+    for (int32_t i = 0; i + 1 < m; i++)
+        push_pair(v, w, i);
+    while (w->n_heap > 0) {
+        struct cand c = heap_pop(w);
+        struct sym *a = &w->syms[c.pos];
+        if (!a->alive || a->next < 0)
+            continue;
+        struct sym *b = &w->syms[a->next];
+        const struct tok_merge_slot *mg = tok_find_merge(v, a->id, b->id);
+        if (!mg || mg->rank != c.rank)
+            continue; /* stale: one side has been merged since */
+        a->id = mg->id;
+        b->alive = false;
+        a->next = b->next;
+        if (b->next >= 0)
+            w->syms[b->next].prev = c.pos;
+        if (a->prev >= 0)
+            push_pair(v, w, a->prev);
+        push_pair(v, w, c.pos);
+    }
+    int rc = tok_ids_reserve(out, m);
+    if (rc)
+        return rc;
+    for (int32_t i = 0; i >= 0; i = w->syms[i].next)
+        out->ids[out->n++] = w->syms[i].id;
+    return IG_OK;
+}
+
+void tok_cache_free(struct tok_cache *c)
+{
+    free(c->slots);
+    free(c->keys);
+    free(c->ids);
+    *c = (struct tok_cache){0};
+}
+
+static void cache_clear(struct tok_cache *c)
+{
+    memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
+    c->used = 0;
+    c->keys_len = 0;
+    c->ids_len = 0;
+}
+
+/* Returns the slot for the piece: filled (hash != 0) on a hit, empty on a
+ * miss; NULL when the cache cannot be used. */
+static struct tok_cache_slot *cache_slot(struct tok_cache *c, const unsigned char *s, size_t n,
+                                         uint64_t h)
+{
+    if (!c->slots) {
+        c->slots = calloc(CACHE_SLOTS, sizeof *c->slots);
+        if (!c->slots)
+            return NULL;
+        c->mask = CACHE_SLOTS - 1;
+    }
+    for (uint64_t i = h & c->mask;; i = (i + 1) & c->mask) {
+        struct tok_cache_slot *e = &c->slots[i];
+        if (e->hash == 0)
+            return e;
+        if (e->hash == h && e->key_len == n && !memcmp(c->keys + e->key_off, s, n))
+            return e;
+    }
+}
+
+static int cache_put(struct tok_cache *c, struct tok_cache_slot *e, const unsigned char *s,
+                     size_t n, uint64_t h, const int32_t *ids, int64_t n_ids)
+{
+    if (c->keys_len + n > c->keys_cap) {
+        size_t cap = c->keys_cap ? c->keys_cap * 2 : 1 << 20;
+        char *p = realloc(c->keys, cap);
+        if (!p)
+            return IG_E_NOMEM;
+        c->keys = p;
+        c->keys_cap = cap;
+    }
+    if (c->ids_len + n_ids > c->ids_cap) {
+        int64_t cap = c->ids_cap ? c->ids_cap * 2 : 1 << 18;
+        int32_t *p = realloc(c->ids, (size_t)cap * sizeof *p);
+        if (!p)
+            return IG_E_NOMEM;
+        c->ids = p;
+        c->ids_cap = cap;
+    }
+    memcpy(c->keys + c->keys_len, s, n);
+    memcpy(c->ids + c->ids_len, ids, (size_t)n_ids * sizeof *ids);
+    *e = (struct tok_cache_slot){h, (uint32_t)c->keys_len, (uint32_t)n, (uint32_t)c->ids_len,
+                                 (uint32_t)n_ids};
+    c->keys_len += n;
+    c->ids_len += n_ids;
+    c->used++;
+    return IG_OK;
+}
+
+int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok_ids *out)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    struct tok_ids ends = {0};
+    struct work w = {0};
+    struct tok_cache *c = &v->cache;
+    int rc = tok_pre_split(v->pre, text, len, &ends);
+    for (int64_t k = 0, start = 0; !rc && k < ends.n; start = ends.ids[k++]) {
+        const unsigned char *p = s + start;
+        size_t n = (size_t)(ends.ids[k] - start);
+        if (n > CACHE_MAX_PIECE) {
+            rc = bpe_piece(v, &w, p, n, out);
+            continue;
+        }
+        uint64_t h = tok_hash_bytes(p, n) | 1;
+        struct tok_cache_slot *e = cache_slot(c, p, n, h);
+        if (e && e->hash) {
+            if (!(rc = tok_ids_reserve(out, e->n_ids))) {
+                memcpy(out->ids + out->n, c->ids + e->ids_off, e->n_ids * sizeof(int32_t));
+                out->n += e->n_ids;
+            }
+            continue;
+        }
+        int64_t before = out->n;
+        rc = bpe_piece(v, &w, p, n, out);
+        if (!rc && e) {
+            if (c->used * 2 > (int64_t)c->mask) {
+                cache_clear(c);
+                e = cache_slot(c, p, n, h);
+            }
+            cache_put(c, e, p, n, h, out->ids + before, out->n - before);
+        }
+    }
+    tok_ids_free(&ends);
+    free(w.syms);
+    free(w.heap);
+    return rc;
+}

@@ -1,0 +1,60 @@
+/* tokenizer/encode.c: text -> ids. Adds BOS/EOS as the vocabulary says,
+ * cuts the text at special-token text (control and user-defined tokens,
+ * leftmost then longest match, as HF's added-token matcher does) and hands
+ * each plain fragment to byte-level BPE (bpe.c) or SentencePiece-style BPE
+ * (spm.c). For the latter the space prefix goes only in front of a fragment
+ * that starts the text (HF's Metaspace prepend_scheme "first").
+ * Covered by tests/tokenizer/. */
+#include "tokenizer/internal.h"
+
+#include "core/status.h"
+
+#include <string.h>
+
+/* The special token whose text starts at s[i] (longest first), or -1. */
+static int32_t special_at(const struct tok_vocab *v, const char *s, size_t i, size_t len)
+{
+    if (!v->special_first[(unsigned char)s[i]])
+        return -1;
+    for (int64_t k = 0; k < v->n_specials; k++) {
+        const struct tok_str *t = &v->tokens[v->specials[k]];
+        if (t->len <= len - i && !memcmp(s + i, t->ptr, t->len))
+            return v->specials[k];
+    }
+    return -1;
+}
+
+static int encode_plain(struct tok_vocab *v, const char *s, size_t start, size_t end,
+                        struct tok_ids *out)
+{
+    if (start == end)
+        return IG_OK;
+    if (v->model == TOK_MODEL_BPE)
+        return tok_bpe_encode(v, s + start, end - start, out);
+    return tok_spm_encode(v, s + start, end - start, v->add_space_prefix && start == 0, out);
+}
+
+int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags,
+               struct tok_ids *out)
+{
+    int rc = IG_OK;
+    if ((flags & TOK_ENC_ADD_BOS) && v->add_bos && (rc = tok_ids_push(out, v->bos_id)))
+        return rc;
+    size_t start = 0;
+    if ((flags & TOK_ENC_PARSE_SPECIAL) && v->n_specials > 0) {
+        for (size_t i = 0; i < len; i++) {
+            int32_t id = special_at(v, text, i, len);
+            if (id < 0)
+                continue;
+            if ((rc = encode_plain(v, text, start, i, out)) || (rc = tok_ids_push(out, id)))
+                return rc;
+            i += v->tokens[id].len - 1;
+            start = i + 1;
+        }
+    }
+    if ((rc = encode_plain(v, text, start, len, out)))
+        return rc;
+    if ((flags & TOK_ENC_ADD_EOS) && v->add_eos)
+        rc = tok_ids_push(out, v->eos_id);
+    return rc;
+}
