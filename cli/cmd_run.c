@@ -24,7 +24,7 @@
 
 enum {
     OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
-    OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL,
+    OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
 };
 
 /* The one table: getopt_long and --help both come from it. Keep the
@@ -47,6 +47,7 @@ static const struct cli_option run_options[] = {
     {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
     {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
+    {"ignore-eos", OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL},
     {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text", NULL},
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object with text and stats on stdout", NULL},
@@ -101,6 +102,7 @@ static int set_option(struct run_opts *o, int key, const char *arg)
     case OPT_SYSTEM: o->system = arg; return IG_OK;
     case OPT_DEVICE: o->device = arg; return IG_OK;
     case OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
+    case OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;
     case OPT_JSON: o->json = true; return IG_OK;
     }
@@ -311,6 +313,7 @@ int cmd_run(int argc, char **argv)
         .max_batch = n_batch,
         .encode_flags = TOK_ENC_ADD_BOS | (o.no_special && !o.chat ? 0 : TOK_ENC_PARSE_SPECIAL),
         .print_special = false,
+        .ignore_eog = o.ignore_eos,
         .interrupt = &run_interrupted,
         .emit = emit,
         .emit_user = &out,

@@ -19,7 +19,7 @@ struct run_opts {
     int64_t n_predict, n_ctx, n_threads, n_batch;
     int64_t seed;        /* -1 = pick one */
     struct sampler_params sp; /* sp.seed is the seed actually used */
-    bool chat, quiet, json, no_special;
+    bool chat, quiet, json, no_special, ignore_eos;
 };
 
 /* What the report prints besides the stats. */

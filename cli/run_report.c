@@ -33,15 +33,16 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
     const struct generate_stats *s = r->stats;
     char *text = cli_utf8_repair(r->text ? r->text : "", r->text ? r->len : 0);
     cJSON *root = cJSON_CreateObject();
-    cJSON *tok = cJSON_AddObjectToObject(root, "tokens");
-    cJSON *tm = cJSON_AddObjectToObject(root, "timings");
-    cJSON *sm = cJSON_AddObjectToObject(root, "sampling");
-    int st = IG_E_NOMEM;
-    if (!text || !tok || !tm || !sm)
+    if (!text || !root)
         goto fail;
     cJSON_AddStringToObject(root, "text", text);
     cJSON_AddStringToObject(root, "stop", generate_stop_name(s->stop));
     cJSON_AddNumberToObject(root, "status", r->status);
+    cJSON *tok = cJSON_AddObjectToObject(root, "tokens");
+    cJSON *tm = cJSON_AddObjectToObject(root, "timings");
+    cJSON *sm = cJSON_AddObjectToObject(root, "sampling");
+    if (!tok || !tm || !sm)
+        goto fail;
     cJSON_AddNumberToObject(tok, "prompt", (double)s->n_prompt);
     cJSON_AddNumberToObject(tok, "generated", (double)s->n_gen);
     cJSON_AddNumberToObject(tm, "tokenize_ms", s->tokenize_ms);
@@ -64,7 +65,7 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
     char *out = cJSON_PrintUnformatted(root);
     if (!out)
         goto fail;
-    st = IG_OK;
+    int st = IG_OK;
     if (puts(out) == EOF || fflush(stdout) != 0)
         st = ig_error(IG_E_IO, "cannot write the JSON result to stdout");
     cJSON_free(out);

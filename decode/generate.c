@@ -116,7 +116,7 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
     size_t n;
     for (;;) {
         sampler_accept(smp, tok);
-        if (tok_is_eog(vocab, tok)) {
+        if (!p->ignore_eog && tok_is_eog(vocab, tok)) {
             stats->stop = GEN_STOP_EOG;
             break;
         }

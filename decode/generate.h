@@ -48,6 +48,7 @@ struct generate_params {
     int64_t max_batch;      /* prefill chunk: <= the ops context's max_batch */
     unsigned encode_flags;  /* TOK_ENC_* for the prompt */
     bool print_special;     /* render control tokens' text in the output */
+    bool ignore_eog;        /* keep going past end-of-generation tokens */
     volatile sig_atomic_t *interrupt; /* may be NULL; non-zero = stop soon */
     /* Receives generated text in order as it becomes whole UTF-8. Returns 0
      * to go on, non-zero to stop (GEN_STOP_OUTPUT). */
