@@ -1,0 +1,232 @@
+/* cli/cmd_info.c: `ignite info`: loads and validates a model and describes
+ * it (hyper-parameters, tokenizer metadata, tensors by type, KV cache size)
+ * as text or, with --json, as one JSON object on stdout.
+ * Loading and validation are models/'s; this file only formats.
+ * Covered by tests/models/test_info.py and test_gguf_malformed.py. */
+#include "cli/cli.h"
+
+#include "core/status.h"
+#include "models/model.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_JSON = 256 };
+
+static const struct cli_option info_options[] = {
+    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"json", OPT_JSON, no_argument, NULL, "print one JSON object instead of text", NULL},
+    {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+#define N_TYPE_IDS 64
+
+/* What info prints beyond struct model: metadata the tokenizer owns and
+ * per-type tensor totals. Strings are NUL-terminated copies. */
+struct info {
+    char name[256];
+    char tok_model[64];
+    char tok_pre[64];
+    int64_t bos, eos;     /* -1 when absent */
+    int64_t n_tokens;     /* tokenizer.ggml.tokens entries, -1 when absent */
+    bool chat_template;
+    int64_t type_count[N_TYPE_IDS];
+    int64_t type_bytes[N_TYPE_IDS];
+};
+
+static void copy_str(const struct gguf_file *g, const char *key, char *buf, size_t cap)
+{
+    struct gguf_str s;
+    buf[0] = '\0';
+    if (!gguf_get_str(g, key, &s))
+        return;
+    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+    for (size_t i = 0; i < n; i++) /* one line per field, whatever the file says */
+        buf[i] = s.ptr[i] == '\n' || s.ptr[i] == '\r' ? ' ' : s.ptr[i];
+    buf[n] = '\0';
+}
+
+static int64_t get_id(const struct gguf_file *g, const char *key)
+{
+    uint64_t v;
+    return gguf_get_u64(g, key, &v) && v <= INT32_MAX ? (int64_t)v : -1;
+}
+
+static void gather(const struct model *m, struct info *in)
+{
+    const struct gguf_file *g = m->gguf;
+    memset(in, 0, sizeof *in);
+    copy_str(g, "general.name", in->name, sizeof in->name);
+    copy_str(g, "tokenizer.ggml.model", in->tok_model, sizeof in->tok_model);
+    copy_str(g, "tokenizer.ggml.pre", in->tok_pre, sizeof in->tok_pre);
+    in->bos = get_id(g, "tokenizer.ggml.bos_token_id");
+    in->eos = get_id(g, "tokenizer.ggml.eos_token_id");
+    const struct gguf_kv *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    in->n_tokens = tok ? (int64_t)tok->arr_n : -1;
+    in->chat_template = gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        uint32_t t = g->tensors[i].type; /* the parser accepts known ids only */
+        IG_ASSERT(t < N_TYPE_IDS);
+        in->type_count[t]++;
+        in->type_bytes[t] += (int64_t)g->tensors[i].nbytes;
+    }
+}
+
+static const char *rope_style_name(enum rope_style s)
+{
+    return s == ROPE_ADJACENT ? "adjacent" : "half-split";
+}
+
+static const char *or_dash(const char *s)
+{
+    return *s ? s : "-";
+}
+
+static void print_text(const struct model *m, const struct info *in)
+{
+    const struct model_hparams *hp = &m->hp;
+    char bos[24] = "-", eos[24] = "-";
+    if (in->bos >= 0)
+        snprintf(bos, sizeof bos, "%lld", (long long)in->bos);
+    if (in->eos >= 0)
+        snprintf(eos, sizeof eos, "%lld", (long long)in->eos);
+    printf("file            %s\n", m->path);
+    printf("file size       %zu bytes (%.1f MiB), GGUF v%u\n", m->gguf->file_size,
+           (double)m->gguf->file_size / (1 << 20), m->gguf->version);
+    printf("architecture    %s\n", hp->arch);
+    printf("name            %s\n", or_dash(in->name));
+    printf("parameters      %lld (%.1f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
+    printf("layers          %lld\n", (long long)hp->n_layer);
+    printf("embedding       %lld\n", (long long)hp->n_embd);
+    printf("heads           %lld, KV heads %lld\n", (long long)hp->n_head,
+           (long long)hp->n_head_kv);
+    printf("head dim        %lld\n", (long long)hp->head_dim);
+    printf("FFN size        %lld\n", (long long)hp->n_ff);
+    printf("vocab size      %lld\n", (long long)hp->n_vocab);
+    printf("context length  %lld\n", (long long)hp->n_ctx_train);
+    printf("rope            base %g, style %s, %lld dims\n", hp->rope_base,
+           rope_style_name(hp->rope_style), (long long)hp->n_rot);
+    printf("norm epsilon    %g\n", hp->norm_eps);
+    printf("embeddings      %s\n", hp->tied_embeddings ? "tied (output = token_embd)" : "separate output");
+    printf("QKV biases      %s\n", hp->has_qkv_bias ? "yes" : "no");
+    printf("tokenizer       %s, pre-tokenizer %s\n", or_dash(in->tok_model), or_dash(in->tok_pre));
+    printf("BOS / EOS       %s / %s\n", bos, eos);
+    printf("chat template   %s\n", in->chat_template ? "yes" : "no");
+    printf("tensors         %lld\n", (long long)m->gguf->n_tensors);
+    for (uint32_t t = 0; t < N_TYPE_IDS; t++)
+        if (in->type_count[t])
+            printf("  %-8s      %lld tensors, %lld bytes\n", quant_type_name(t),
+                   (long long)in->type_count[t], (long long)in->type_bytes[t]);
+    printf("KV cache        %lld bytes/token f32, %lld bytes/token f16\n",
+           (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
+}
+
+static void add_str_or_null(cJSON *o, const char *k, const char *v)
+{
+    if (*v)
+        cJSON_AddStringToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+static void add_id_or_null(cJSON *o, const char *k, int64_t v)
+{
+    if (v >= 0)
+        cJSON_AddNumberToObject(o, k, (double)v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+static int print_json(const struct model *m, const struct info *in)
+{
+    const struct model_hparams *hp = &m->hp;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", m->path);
+    cJSON_AddNumberToObject(o, "file_size", (double)m->gguf->file_size);
+    cJSON_AddNumberToObject(o, "gguf_version", m->gguf->version);
+    cJSON_AddStringToObject(o, "architecture", hp->arch);
+    add_str_or_null(o, "name", in->name);
+    cJSON_AddNumberToObject(o, "n_params", (double)m->n_params);
+    cJSON_AddNumberToObject(o, "n_layer", (double)hp->n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", (double)hp->n_embd);
+    cJSON_AddNumberToObject(o, "n_head", (double)hp->n_head);
+    cJSON_AddNumberToObject(o, "n_head_kv", (double)hp->n_head_kv);
+    cJSON_AddNumberToObject(o, "head_dim", (double)hp->head_dim);
+    cJSON_AddNumberToObject(o, "n_ff", (double)hp->n_ff);
+    cJSON_AddNumberToObject(o, "n_vocab", (double)hp->n_vocab);
+    cJSON_AddNumberToObject(o, "n_ctx_train", (double)hp->n_ctx_train);
+    cJSON_AddNumberToObject(o, "n_rot", (double)hp->n_rot);
+    cJSON_AddNumberToObject(o, "rope_base", hp->rope_base);
+    cJSON_AddStringToObject(o, "rope_style", rope_style_name(hp->rope_style));
+    cJSON_AddNumberToObject(o, "norm_eps", hp->norm_eps);
+    cJSON_AddBoolToObject(o, "tied_embeddings", hp->tied_embeddings);
+    cJSON_AddBoolToObject(o, "has_qkv_bias", hp->has_qkv_bias);
+    cJSON *tok = cJSON_AddObjectToObject(o, "tokenizer");
+    add_str_or_null(tok, "model", in->tok_model);
+    add_str_or_null(tok, "pre", in->tok_pre);
+    add_id_or_null(tok, "bos_id", in->bos);
+    add_id_or_null(tok, "eos_id", in->eos);
+    add_id_or_null(tok, "n_tokens", in->n_tokens);
+    cJSON_AddBoolToObject(tok, "chat_template", in->chat_template);
+    cJSON_AddNumberToObject(o, "n_tensors", (double)m->gguf->n_tensors);
+    cJSON *types = cJSON_AddObjectToObject(o, "tensor_types");
+    for (uint32_t t = 0; t < N_TYPE_IDS; t++) {
+        if (!in->type_count[t])
+            continue;
+        cJSON *e = cJSON_AddObjectToObject(types, quant_type_name(t));
+        cJSON_AddNumberToObject(e, "count", (double)in->type_count[t]);
+        cJSON_AddNumberToObject(e, "bytes", (double)in->type_bytes[t]);
+    }
+    cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
+    cJSON_AddNumberToObject(kv, "f32", (double)model_kv_bytes_per_token(hp, 4));
+    cJSON_AddNumberToObject(kv, "f16", (double)model_kv_bytes_per_token(hp, 2));
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!s)
+        return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
+    puts(s);
+    free(s);
+    return IG_OK;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    static const char usage[] = "ignite info [-m PATH] [--json]";
+    struct cli_parser p;
+    cli_parser_init(&p, info_options);
+    const char *model_arg = NULL;
+    bool json = false;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
+        switch (c) {
+        case 'm': model_arg = optarg; break;
+        case OPT_JSON: json = true; break;
+        case 'h':
+            cli_print_help(stdout, usage,
+                           "Loads and validates a GGUF model and describes it: architecture,\n"
+                           "shapes, tokenizer metadata, tensors by type, KV cache size.",
+                           info_options);
+            return IG_OK;
+        default: return cli_usage_error("info");
+        }
+    }
+    if (optind < argc)
+        return ig_error(IG_E_USAGE, "info: unexpected argument '%s'", argv[optind]);
+    char path[4096];
+    int st = cli_model_path(model_arg, path, sizeof path);
+    if (st)
+        return st;
+    struct model *m;
+    if ((st = model_load(path, &m)))
+        return st;
+    struct info in;
+    gather(m, &in);
+    if (json)
+        st = print_json(m, &in);
+    else
+        print_text(m, &in);
+    model_free(m);
+    return st;
+}
