@@ -2,12 +2,14 @@
 # the one stats line, stdin, --json, seeds, --chat, prompt over the context,
 # a full context, a closed pipe (SIGPIPE/EPIPE: quiet, status 0) and Ctrl-C
 # (status 130 with the stats so far). Exits 77 without the model.
+# Runs generate only a few tokens each: the ASan build is ~30x slower.
 . "$(dirname "$0")/lib.sh"
 need_model
 run() { "$IGNITE" run -m "$MODEL" -t 2 "$@"; }
 
 # A plain run: text on stdout, exactly one stats line on stderr.
-expect_rc 0 "greedy run" run -p "The capital of France is" -n 8 --temp 0
+expect_rc 0 "greedy run" run -p "The capital of France is" -n 2 --temp 0
+expect_grep "$TMP/out" "Paris" "greedy continuation"
 CHECKS=$((CHECKS + 1)); [ -s "$TMP/out" ] || fail "greedy run printed no text"
 CHECKS=$((CHECKS + 1))
 [ "$(grep -c '^stats: ' "$TMP/err")" = 1 ] && [ "$(wc -l <"$TMP/err")" = 1 ] ||
@@ -15,17 +17,13 @@ CHECKS=$((CHECKS + 1))
 expect_grep "$TMP/err" "prompt [0-9]* tok | ttft [0-9.]* ms | prefill [0-9.]* tok/s | gen [0-9]* tok | decode [0-9.]* ms/tok [0-9.]* tok/s | device cpu | threads 2 | stop " "stats format"
 cp "$TMP/out" "$TMP/greedy.txt"
 
-# -q: nothing on stderr. -f -: the same prompt from stdin gives the same text.
-expect_rc 0 "quiet" run -p "The capital of France is" -n 8 --temp 0 -q
+# -f - with -q: the same prompt from stdin gives the same text, stderr stays empty.
+printf 'The capital of France is' | expect_rc 0 "stdin prompt" run -f - -n 2 --temp 0 -q
 expect_empty "$TMP/err" "-q"
-printf 'The capital of France is' | expect_rc 0 "stdin prompt" run -f - -n 8 --temp 0
 CHECKS=$((CHECKS + 1)); cmp -s "$TMP/out" "$TMP/greedy.txt" || fail "-f - differs from -p"
-printf 'The capital of France is' >"$TMP/prompt.txt"
-expect_rc 0 "file prompt" run -f "$TMP/prompt.txt" -n 8 --temp 0
-CHECKS=$((CHECKS + 1)); cmp -s "$TMP/out" "$TMP/greedy.txt" || fail "-f FILE differs from -p"
 
 # --json: one object on stdout, nothing else; fields and values as documented.
-expect_rc 0 "--json" run -p "Once upon a time" -n 6 -s 42 --json
+expect_rc 0 "--json" run -p "Once upon a time" -n 2 -s 42 --json
 python3 - "$TMP/out" <<'PY' || fail "--json content"
 import json, sys
 raw = open(sys.argv[1], encoding="utf-8").read()
@@ -34,7 +32,7 @@ assert raw.count("\n") == 1 and raw.endswith("}\n"), repr(raw[-40:])
 assert isinstance(obj["text"], str) and obj["text"], obj
 assert obj["stop"] in ("limit", "eog"), obj["stop"]
 assert obj["status"] == 0
-assert obj["tokens"]["generated"] <= 6 and obj["tokens"]["prompt"] >= 4, obj["tokens"]
+assert obj["tokens"]["generated"] <= 2 and obj["tokens"]["prompt"] >= 4, obj["tokens"]
 for k in ("ttft_ms", "prefill_ms", "prefill_tok_s", "decode_ms_per_tok", "decode_tok_s"):
     assert obj["timings"][k] >= 0, k
 s = obj["sampling"]
@@ -45,14 +43,13 @@ CHECKS=$((CHECKS + 1))
 cp "$TMP/out" "$TMP/json1"
 
 # The same seed gives the same text; the run is sampled, not greedy.
-expect_rc 0 "seeded again" run -p "Once upon a time" -n 6 -s 42 --json
+expect_rc 0 "seeded again" run -p "Once upon a time" -n 2 -s 42 --json
 python3 -c 'import json,sys; a,b=(json.load(open(f))["text"] for f in sys.argv[1:]); sys.exit(a!=b)' \
     "$TMP/json1" "$TMP/out" || fail "seed 42 gave different texts"
 CHECKS=$((CHECKS + 1))
 
 # --chat with the model's ChatML template (and a system message).
-expect_rc 0 "--chat" run --chat -p "What is 2+2?" -n 8 --temp 0
-expect_rc 0 "--chat --system" run --chat --system "Answer in French." -p "Hi" -n 4 --temp 0
+expect_rc 0 "--chat --system" run --chat --system "Be brief." -p "Hi" -n 1 --temp 0
 
 # Prompt over the context: status 6 with both numbers, nothing generated.
 long=$(for i in $(seq 1 40); do printf 'word%d ' "$i"; done)
@@ -61,23 +58,24 @@ expect_grep "$TMP/err" "context holds 16" "over-context message"
 expect_empty "$TMP/out" "over-context stdout"
 
 # A full context stops generation with a warning and status 0.
-expect_rc 0 "full context" run -p "Count: 1 2 3" -c 24 -n -1 --ignore-eos --temp 0
+n_prompt=$("$IGNITE" tokenize -m "$MODEL" -p "1 2" --count)
+expect_rc 0 "full context" run -p "1 2" -c $((n_prompt + 2)) -n -1 --ignore-eos --temp 0
 expect_grep "$TMP/err" "context is full" "full context warning"
-expect_grep "$TMP/err" "stop context" "full context stats"
+expect_grep "$TMP/err" "gen 3 tok .* stop context" "full context stats"
 
 # A reader that goes away: ignite ends quietly with status 0.
 CHECKS=$((CHECKS + 1))
-"$IGNITE" run -m "$MODEL" -t 2 -p "Tell me a long story." -n 400 --ignore-eos 2>"$TMP/err" |
-    head -c 20 >"$TMP/out"
+"$IGNITE" run -m "$MODEL" -t 2 -p "Hi" -n 400 --ignore-eos --temp 0 2>"$TMP/err" |
+    head -c 5 >"$TMP/out"
 rcs=("${PIPESTATUS[@]}")
 [ "${rcs[0]}" = 0 ] || fail "closed pipe: ignite exited ${rcs[0]}, want 0"
 grep -q '^ignite: ' "$TMP/err" && fail "closed pipe printed a message: $(cat "$TMP/err")"
 grep -q 'stop output_closed' "$TMP/err" || fail "closed pipe: stop reason: $(cat "$TMP/err")"
-[ "$(wc -c <"$TMP/out")" = 20 ] || fail "head got $(wc -c <"$TMP/out") bytes"
+[ "$(wc -c <"$TMP/out")" = 5 ] || fail "head got $(wc -c <"$TMP/out") bytes"
 
 # Ctrl-C during a long generation: status 130 and the stats so far.
 CHECKS=$((CHECKS + 1))
-"$IGNITE" run -m "$MODEL" -t 2 -p "Tell me a long story." -n -1 -c 4096 --ignore-eos \
+"$IGNITE" run -m "$MODEL" -t 2 -p "Hi" -n -1 -c 4096 --ignore-eos \
     >"$TMP/out" 2>"$TMP/err" &
 pid=$!
 for _ in $(seq 1 300); do [ -s "$TMP/out" ] && break; sleep 0.1; done
