@@ -1,6 +1,7 @@
 /* main.c: ignite's entry point: picks the subcommand and returns its status
  * as the exit code (the codes are listed in core/status.h and docs/cli.md).
- * Each subcommand lives in cli/cmd_<name>.c with its own option table. */
+ * Each subcommand lives in cli/cmd_<name>.c with its own option table; when
+ * the first argument is an option (ignite -p TEXT) the command is run. */
 #include "cli/cli.h"
 #include "core/status.h"
 

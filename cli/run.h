@@ -36,7 +36,8 @@ struct run_result {
 /* The one stats line on stderr (format in docs/cli.md). */
 void run_print_stats(const struct run_opts *o, const struct run_result *r);
 
-/* The --json object on stdout. Returns IG_OK, IG_E_NOMEM or IG_E_IO. */
+/* The --json object on stdout. Returns IG_OK (also when the reader has gone:
+ * EPIPE), IG_E_NOMEM or IG_E_IO. */
 int run_print_json(const struct run_opts *o, const struct run_result *r);
 
 #endif

@@ -7,7 +7,9 @@
 #include "core/status.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Tokens per second, 0 when nothing was timed. */
 static double per_second(int64_t n, double ms) { return ms > 0 ? (double)n * 1000.0 / ms : 0; }
@@ -66,8 +68,9 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
     if (!out)
         goto fail;
     int st = IG_OK;
-    if (puts(out) == EOF || fflush(stdout) != 0)
-        st = ig_error(IG_E_IO, "cannot write the JSON result to stdout");
+    errno = 0;
+    if ((puts(out) == EOF || fflush(stdout) != 0) && errno != EPIPE) /* a gone reader is no error */
+        st = ig_error(IG_E_IO, "cannot write the JSON result to stdout: %s", strerror(errno));
     cJSON_free(out);
     cJSON_Delete(root);
     free(text);

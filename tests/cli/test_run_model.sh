@@ -73,17 +73,28 @@ grep -q '^ignite: ' "$TMP/err" && fail "closed pipe printed a message: $(cat "$T
 grep -q 'stop output_closed' "$TMP/err" || fail "closed pipe: stop reason: $(cat "$TMP/err")"
 [ "$(wc -c <"$TMP/out")" = 5 ] || fail "head got $(wc -c <"$TMP/out") bytes"
 
+# Any other write error on stdout is an I/O error (3) with a message.
+if [ -w /dev/full ]; then
+    CHECKS=$((CHECKS + 1))
+    run -p "Hi" -n 2 >/dev/full 2>"$TMP/err"
+    rc=$?
+    [ "$rc" = 3 ] || fail "stdout on /dev/full: exit $rc, want 3"
+    grep -q "^ignite: cannot write the output" "$TMP/err" || fail "/dev/full: $(cat "$TMP/err")"
+fi
+
 # Ctrl-C during a long generation: status 130 and the stats so far.
 CHECKS=$((CHECKS + 1))
+# Text on stdout means the handler is in place (a SIGINT before that would
+# kill ignite, which a shell also reports as 130: the stats line tells them apart).
 "$IGNITE" run -m "$MODEL" -t 2 -p "Hi" -n -1 -c 4096 --ignore-eos \
-    >"$TMP/out" 2>"$TMP/err" &
+    >"$TMP/int.out" 2>"$TMP/int.err" &
 pid=$!
-for _ in $(seq 1 300); do [ -s "$TMP/out" ] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [ -s "$TMP/int.out" ] && break; sleep 0.1; done
 kill -INT "$pid"
 wait "$pid"
 rc=$?
 [ "$rc" = 130 ] || fail "SIGINT: exit $rc, want 130"
-grep -q '^stats: .*stop interrupted' "$TMP/err" || fail "SIGINT: no stats line: $(cat "$TMP/err")"
-[ -s "$TMP/out" ] || fail "SIGINT: no text before the interrupt"
+grep -q '^stats: .*stop interrupted' "$TMP/int.err" || fail "SIGINT: no stats line: $(cat "$TMP/int.err")"
+[ -s "$TMP/int.out" ] || fail "SIGINT: no text before the interrupt"
 
 finish test_run_model
