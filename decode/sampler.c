@@ -20,6 +20,7 @@ struct sampler {
     uint32_t *seen;    /* [n_vocab] stamp per token: penalise each token once */
     uint32_t stamp;
     int32_t *ids;      /* [n_vocab] candidate ids */
+    int32_t *scratch;  /* [n_vocab] partial selections for top-p */
     float *probs;      /* [n_vocab] candidate probabilities */
 };
 
@@ -100,8 +101,9 @@ int sampler_create(const struct sampler_params *p, int64_t n_vocab, struct sampl
     s->history = malloc((size_t)(p->repeat_last_n ? p->repeat_last_n : 1) * sizeof *s->history);
     s->seen = calloc((size_t)n_vocab, sizeof *s->seen);
     s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
+    s->scratch = malloc((size_t)n_vocab * sizeof *s->scratch);
     s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
-    if (!s->history || !s->seen || !s->ids || !s->probs)
+    if (!s->history || !s->seen || !s->ids || !s->scratch || !s->probs)
         goto fail;
     *out = s;
     return IG_OK;
@@ -116,6 +118,7 @@ void sampler_free(struct sampler *s)
     if (!s)
         return;
     free(s->probs);
+    free(s->scratch);
     free(s->ids);
     free(s->seen);
     free(s->history);
@@ -175,16 +178,19 @@ static void heap_sift(int32_t *h, int64_t n, int64_t i, const float *logits)
     }
 }
 
-/* Puts the k best ids, best first, in ids[0..k): a bounded heap, O(n log k). */
-static void select_top_k(const float *logits, int64_t n, int64_t k, int32_t *ids)
+/* Puts the k best of the n ids src[0..n) (src NULL: the ids 0..n-1), best
+ * first, in ids[0..k): a bounded heap, O(n log k). */
+static void select_best(const float *logits, const int32_t *src, int64_t n, int64_t k,
+                        int32_t *ids)
 {
     for (int64_t i = 0; i < k; i++)
-        ids[i] = (int32_t)i;
+        ids[i] = src ? src[i] : (int32_t)i;
     for (int64_t i = k / 2 - 1; i >= 0; i--)
         heap_sift(ids, k, i, logits);
-    for (int64_t t = k; t < n; t++) {
-        if (ranks_before(logits, (int32_t)t, ids[0])) {
-            ids[0] = (int32_t)t;
+    for (int64_t i = k; i < n; i++) {
+        int32_t t = src ? src[i] : (int32_t)i;
+        if (ranks_before(logits, t, ids[0])) {
+            ids[0] = t;
             heap_sift(ids, k, 0, logits);
         }
     }
@@ -234,7 +240,7 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
     int sorted = 0;
     if (p->top_k > 0 && p->top_k < n) {
         cnt = p->top_k;
-        select_top_k(logits, n, cnt, cand);
+        select_best(logits, NULL, n, cnt, cand);
         sorted = 1;
     } else {
         for (int64_t i = 0; i < n; i++)
@@ -256,6 +262,21 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
             if (logits[cand[i]] >= floor_logit)
                 cand[kept++] = cand[i];
         cnt = kept;
+    }
+    /* top-p needs only the best few: select growing prefixes until one
+     * holds the mass, and sort everything only when none does. */
+    for (int64_t k = 128; !sorted && p->top_p < 1 && k < cnt; k *= 8) {
+        if ((double)k / z < p->top_p) /* k tokens of p <= p_max = 1/z cannot hold it */
+            continue;
+        select_best(logits, cand, cnt, k, s->scratch);
+        double cum = 0;
+        for (int64_t i = 0; i < k && cum < p->top_p; i++)
+            cum += exp(logits[s->scratch[i]] - m) / z;
+        if (cum >= p->top_p) {
+            memcpy(cand, s->scratch, (size_t)k * sizeof *cand);
+            cnt = k;
+            sorted = 1;
+        }
     }
     if (!sorted) {
         sort_logits = logits;
