@@ -141,25 +141,43 @@ static char *json_piece(const char *p, size_t n)
     return out;
 }
 
+/* A token's text (control tokens included) in *buf, grown to fit. Returns
+ * its length, or -1 when out of memory. */
+static int64_t piece_of(const struct tok_vocab *v, int32_t id, char **buf, size_t *cap)
+{
+    int64_t n = tok_piece(v, id, true, *buf, *cap);
+    if (n >= 0 && (size_t)n > *cap) {
+        char *p = realloc(*buf, (size_t)n);
+        if (!p)
+            return -1;
+        *buf = p;
+        *cap = (size_t)n;
+        n = tok_piece(v, id, true, *buf, *cap);
+    }
+    return n;
+}
+
 static int print_json(const struct tok_vocab *v, const struct tok_ids *ids, bool pieces)
 {
     cJSON *arr = cJSON_CreateArray();
-    char piece[1024];
-    int rc = IG_OK;
+    size_t cap = 256;
+    char *piece = malloc(cap);
+    int rc = piece ? IG_OK : IG_E_NOMEM;
     for (int64_t i = 0; arr && i < ids->n && !rc; i++) {
         if (!pieces) {
             if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids->ids[i])))
                 rc = IG_E_NOMEM;
             continue;
         }
-        int64_t n = tok_piece(v, ids->ids[i], true, piece, sizeof piece);
-        char *text = json_piece(piece, n < (int64_t)sizeof piece ? (size_t)n : sizeof piece);
+        int64_t n = piece_of(v, ids->ids[i], &piece, &cap);
+        char *text = n >= 0 ? json_piece(piece, (size_t)n) : NULL;
         cJSON *o = cJSON_CreateObject();
         if (!text || !o || !cJSON_AddNumberToObject(o, "id", ids->ids[i]) ||
             !cJSON_AddStringToObject(o, "piece", text) || !cJSON_AddItemToArray(arr, o))
             rc = IG_E_NOMEM;
         free(text);
     }
+    free(piece);
     char *s = arr && !rc ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
     if (!s)
@@ -229,16 +247,24 @@ int cmd_tokenize(int argc, char **argv)
     } else if (json) {
         rc = print_json(v, &ids, pieces);
     } else {
-        char piece[1024];
-        for (int64_t i = 0; i < ids.n; i++) {
+        size_t cap = 256;
+        char *piece = malloc(cap);
+        for (int64_t i = 0; i < ids.n && piece; i++) {
             printf("%d", ids.ids[i]);
             if (pieces) {
-                int64_t n = tok_piece(v, ids.ids[i], true, piece, sizeof piece);
+                int64_t n = piece_of(v, ids.ids[i], &piece, &cap);
+                if (n < 0) {
+                    rc = ig_error(IG_E_NOMEM, "out of memory");
+                    break;
+                }
                 putchar('\t');
-                print_escaped(stdout, piece, n < (int64_t)sizeof piece ? (size_t)n : sizeof piece);
+                print_escaped(stdout, piece, (size_t)n);
             }
             putchar('\n');
         }
+        if (!piece)
+            rc = ig_error(IG_E_NOMEM, "out of memory");
+        free(piece);
     }
     if (fflush(stdout) != 0 && !rc)
         rc = ig_error(IG_E_IO, "cannot write the output: %s", strerror(errno));

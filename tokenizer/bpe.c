@@ -99,13 +99,12 @@ static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned c
             return ig_error(IG_E_NOMEM, "tokenizer: out of memory for a %zu-byte piece", n);
         w->cap = cap;
     }
-    /* A byte without a token (only in a broken vocabulary) becomes unk, or
-     * is dropped like HF does when there is no unk token. */
+    /* A byte the vocabulary has no token for is dropped, as HF's BPE (with
+     * no unk token) and llama.cpp do: SmolLM2 lacks tokens for a few
+     * control bytes, so such text does not survive a round trip. */
     int32_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = v->byte_id[s[i]];
-        if (id < 0)
-            id = v->unk_id;
         if (id < 0)
             continue;
         w->syms[m] = (struct sym){id, m - 1, m + 1, true};
@@ -199,7 +198,8 @@ static int cache_put(struct tok_cache *c, struct tok_cache_slot *e, const unsign
         c->ids_cap = cap;
     }
     memcpy(c->keys + c->keys_len, s, n);
-    memcpy(c->ids + c->ids_len, ids, (size_t)n_ids * sizeof *ids);
+    if (n_ids > 0) /* a piece of dropped bytes has no ids at all */
+        memcpy(c->ids + c->ids_len, ids, (size_t)n_ids * sizeof *ids);
     *e = (struct tok_cache_slot){h, (uint32_t)c->keys_len, (uint32_t)n, (uint32_t)c->ids_len,
                                  (uint32_t)n_ids};
     c->keys_len += n;
@@ -225,7 +225,7 @@ int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok
         uint64_t h = tok_hash_bytes(p, n) | 1;
         struct tok_cache_slot *e = cache_slot(c, p, n, h);
         if (e && e->hash) {
-            if (!(rc = tok_ids_reserve(out, e->n_ids))) {
+            if (e->n_ids > 0 && !(rc = tok_ids_reserve(out, e->n_ids))) {
                 memcpy(out->ids + out->n, c->ids + e->ids_off, e->n_ids * sizeof(int32_t));
                 out->n += e->n_ids;
             }

@@ -133,14 +133,12 @@ static int append_piece(const struct tok_vocab *v, int32_t id, bool special, boo
 int tok_decode(const struct tok_vocab *v, const int32_t *ids, int64_t n, bool special,
                char **out, size_t *out_len)
 {
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    size_t len = 0, cap = 256;
+    char *buf = malloc(cap);
     bool at_start = true;
-    int rc = IG_OK;
+    int rc = buf ? IG_OK : ig_error(IG_E_NOMEM, "tokenizer: out of memory decoding");
     for (int64_t i = 0; i < n && !rc; i++)
         rc = append_piece(v, ids[i], special, &at_start, &buf, &len, &cap);
-    if (!rc && !buf && !(buf = malloc(1)))
-        rc = ig_error(IG_E_NOMEM, "tokenizer: out of memory decoding");
     if (rc) {
         free(buf);
         return rc;

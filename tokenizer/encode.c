@@ -2,8 +2,8 @@
  * cuts the text at special-token text (control and user-defined tokens,
  * leftmost then longest match, as HF's added-token matcher does) and hands
  * each plain fragment to byte-level BPE (bpe.c) or SentencePiece-style BPE
- * (spm.c). For the latter the space prefix goes only in front of a fragment
- * that starts the text (HF's Metaspace prepend_scheme "first").
+ * (spm.c). For the latter the space prefix goes once, at the start of the
+ * text, as sentencepiece puts it (not after every special token).
  * Covered by tests/tokenizer/. */
 #include "tokenizer/internal.h"
 
@@ -27,11 +27,14 @@ static int32_t special_at(const struct tok_vocab *v, const char *s, size_t i, si
 static int encode_plain(struct tok_vocab *v, const char *s, size_t start, size_t end,
                         struct tok_ids *out)
 {
-    if (start == end)
-        return IG_OK;
     if (v->model == TOK_MODEL_BPE)
-        return tok_bpe_encode(v, s + start, end - start, out);
-    return tok_spm_encode(v, s + start, end - start, v->add_space_prefix && start == 0, out);
+        return start == end ? IG_OK : tok_bpe_encode(v, s + start, end - start, out);
+    /* The prefix belongs to the text's start even when a special token is
+     * there: sentencepiece then gives the lone "▁" its own token. */
+    bool prefix = v->add_space_prefix && start == 0;
+    if (start == end && !prefix)
+        return IG_OK;
+    return tok_spm_encode(v, s + start, end - start, prefix, out);
 }
 
 int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags,
@@ -52,7 +55,7 @@ int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags
             start = i + 1;
         }
     }
-    if ((rc = encode_plain(v, text, start, len, out)))
+    if (len > 0 && (rc = encode_plain(v, text, start, len, out)))
         return rc;
     if ((flags & TOK_ENC_ADD_EOS) && v->add_eos)
         rc = tok_ids_push(out, v->eos_id);

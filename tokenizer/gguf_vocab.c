@@ -51,7 +51,8 @@ static char *get_cstr(const struct gguf_file *g, const char *key)
         return NULL;
     char *c = malloc(s.len + 1);
     if (c) {
-        memcpy(c, s.ptr, s.len);
+        if (s.len)
+            memcpy(c, s.ptr, s.len);
         c[s.len] = '\0';
     }
     return c;

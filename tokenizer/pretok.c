@@ -53,11 +53,15 @@ static inline unsigned lower(unsigned char c)
     return c >= 'A' && c <= 'Z' ? c + 32u : c;
 }
 
-/* 's 't 're 've 'm 'll 'd at i: returns the end, or 0. */
+/* 's 't 're 've 'm 'll 'd at i: returns the end, or 0. With `fold` the
+ * letters match case-insensitively as Unicode case folding has it, which
+ * for these letters adds one character: U+017F (long s) folds to 's'. */
 static size_t contraction(const unsigned char *s, size_t i, size_t end, bool fold)
 {
     if (s[i] != '\'' || i + 1 >= end)
         return 0;
+    if (fold && i + 2 < end && s[i + 1] == 0xC5 && s[i + 2] == 0xBF)
+        return i + 3;
     unsigned a = fold ? lower(s[i + 1]) : s[i + 1];
     if (a == 's' || a == 't' || a == 'm' || a == 'd')
         return i + 2;

@@ -88,7 +88,7 @@ int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space
                    struct tok_ids *out)
 {
     static const char ws[3] = {'\xE2', '\x96', '\x81'}; /* U+2581 */
-    if (len == 0)
+    if (len == 0 && !space_prefix)
         return IG_OK;
     if (len > INT32_MAX / 4)
         return ig_error(IG_E_INPUT, "tokenizer: text of %zu bytes is too long", len);

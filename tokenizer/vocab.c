@@ -161,35 +161,49 @@ static int add_merges(struct tok_vocab *v, const struct tok_vocab_desc *d)
     return IG_OK;
 }
 
-static const struct tok_vocab *sort_vocab; /* qsort has no context argument */
+struct special {
+    size_t len;
+    int32_t id;
+};
 
 static int by_length_desc(const void *a, const void *b)
 {
-    size_t la = sort_vocab->tokens[*(const int32_t *)a].len;
-    size_t lb = sort_vocab->tokens[*(const int32_t *)b].len;
-    if (la != lb)
-        return la < lb ? 1 : -1;
-    return *(const int32_t *)a - *(const int32_t *)b;
+    const struct special *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static bool is_special(const struct tok_vocab *v, int64_t i)
+{
+    return (v->types[i] == TOK_TYPE_CONTROL || v->types[i] == TOK_TYPE_USER_DEFINED) &&
+           v->tokens[i].len > 0;
+}
+
+/* Lists the tokens the encoder looks for in text, longest first so the
+ * first hit at a position is the longest. */
 static int find_specials(struct tok_vocab *v)
 {
     int64_t n = 0;
     for (int64_t i = 0; i < v->n_tokens; i++)
-        n += (v->types[i] == TOK_TYPE_CONTROL || v->types[i] == TOK_TYPE_USER_DEFINED) &&
-             v->tokens[i].len > 0;
+        n += is_special(v, i);
+    struct special *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
     v->specials = malloc((size_t)(n ? n : 1) * sizeof *v->specials);
-    if (!v->specials)
+    if (!tmp || !v->specials) {
+        free(tmp);
         return ig_error(IG_E_NOMEM, "tokenizer: out of memory");
+    }
+    n = 0;
     for (int64_t i = 0; i < v->n_tokens; i++)
-        if ((v->types[i] == TOK_TYPE_CONTROL || v->types[i] == TOK_TYPE_USER_DEFINED) &&
-            v->tokens[i].len > 0) {
-            v->specials[v->n_specials++] = (int32_t)i;
+        if (is_special(v, i)) {
+            tmp[n++] = (struct special){v->tokens[i].len, (int32_t)i};
             v->special_first[(unsigned char)v->tokens[i].ptr[0]] = 1;
         }
-    sort_vocab = v;
-    qsort(v->specials, (size_t)v->n_specials, sizeof *v->specials, by_length_desc);
-    sort_vocab = NULL;
+    qsort(tmp, (size_t)n, sizeof *tmp, by_length_desc);
+    for (int64_t k = 0; k < n; k++)
+        v->specials[k] = tmp[k].id;
+    v->n_specials = n;
+    free(tmp);
     return IG_OK;
 }
 
@@ -255,7 +269,8 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     v->str_mask = size - 1;
     char *p = v->arena;
     for (int64_t i = 0; i < v->n_tokens; i++) {
-        memcpy(p, d->tokens[i].ptr, d->tokens[i].len);
+        if (d->tokens[i].len) /* an empty string may come with a NULL pointer */
+            memcpy(p, d->tokens[i].ptr, d->tokens[i].len);
         p[d->tokens[i].len] = '\0';
         v->tokens[i] = (struct tok_str){p, d->tokens[i].len};
         p += d->tokens[i].len + 1;
@@ -267,7 +282,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             goto fail;
         }
         /* Duplicate strings happen in real vocabularies (e.g. unused
-         * slots); the first id wins, as in HF's vocab map. */
+         * slots); the last id wins, as in llama.cpp's token map. */
         uint64_t h = tok_hash_bytes(v->tokens[i].ptr, v->tokens[i].len) & v->str_mask;
         for (;; h = (h + 1) & v->str_mask) {
             int32_t id = v->str_slots[h];
@@ -276,8 +291,10 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
                 break;
             }
             if (v->tokens[id].len == v->tokens[i].len &&
-                !memcmp(v->tokens[id].ptr, v->tokens[i].ptr, v->tokens[i].len))
+                !memcmp(v->tokens[id].ptr, v->tokens[i].ptr, v->tokens[i].len)) {
+                v->str_slots[h] = (int32_t)i;
                 break;
+            }
         }
     }
 
