@@ -34,17 +34,24 @@ static inline __attribute__((always_inline)) void
 f32_tile(const float *w, int64_t cols, const float *x, int64_t ldx, const int nt, float *y,
          int64_t ldy)
 {
-    float acc[MM_NT][MM_LANES] = {{0}};
+    double dacc[MM_NT][MM_LANES] = {{0}};
     int64_t c = 0;
-    for (; c + MM_LANES <= cols; c += MM_LANES)
+    while (c + MM_LANES <= cols) {
+        int64_t end = c + MM_FLUSH_COLS < cols ? c + MM_FLUSH_COLS : cols;
+        float acc[MM_NT][MM_LANES] = {{0}};
+        for (; c + MM_LANES <= end; c += MM_LANES)
+            for (int t = 0; t < nt; t++)
+                for (int l = 0; l < MM_LANES; l++)
+                    acc[t][l] += w[c + l] * x[t * ldx + c + l];
         for (int t = 0; t < nt; t++)
             for (int l = 0; l < MM_LANES; l++)
-                acc[t][l] += w[c + l] * x[t * ldx + c + l];
+                dacc[t][l] += acc[t][l];
+    }
     for (int t = 0; t < nt; t++) {
-        float s = mm_sum_lanes(acc[t]);
+        double s = mm_sum_lanes_d(dacc[t]);
         for (int64_t cc = c; cc < cols; cc++)
-            s += w[cc] * x[t * ldx + cc];
-        y[t * ldy] = s;
+            s += (double)(w[cc] * x[t * ldx + cc]);
+        y[t * ldy] = (float)s;
     }
 }
 

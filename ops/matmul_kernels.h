@@ -31,6 +31,19 @@ static inline float mm_sum_lanes(const float a[MM_LANES])
 }
 _Static_assert(MM_LANES == 8, "mm_sum_lanes reduces 8 lanes");
 
+static inline double mm_sum_lanes_d(const double a[MM_LANES])
+{
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* Columns summed in f32 before the partial sums are added into f64 lanes.
+ * Long f32 dot products cost accuracy where it hurts: SmolLM2's residual
+ * stream carries values in the thousands that later layers cancel, and plain
+ * f32 sums over 1536 columns put the logits 1e-4 off the fp64 reference; at
+ * 128 columns they stay near 1e-5 for about 9% more time (32 cost 60%). */
+#define MM_FLUSH_COLS 128
+_Static_assert(MM_FLUSH_COLS % 32 == 0, "flush at block boundaries");
+
 /* y[t * ldy] = dot(stored row, x + t * ldx) over `cols` elements, t < nt. */
 typedef void (*mm_dot_tokens_fn)(const void *row, int64_t cols, const float *x, int64_t ldx,
                                  int64_t nt, float *y, int64_t ldy);

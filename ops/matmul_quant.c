@@ -58,18 +58,25 @@ static inline __attribute__((always_inline)) void
 blocks_tile(const uint8_t *row, int64_t n_blocks, size_t block_bytes, block_decode_fn decode,
             const float *x, int64_t ldx, const int nt, float *y, int64_t ldy)
 {
-    float acc[MM_NT][MM_LANES] = {{0}};
-    for (int64_t b = 0; b < n_blocks; b++) {
-        float w[MM_QK];
-        decode(row + (size_t)b * block_bytes, w);
-        const float *xb = x + b * MM_QK;
-        for (int j = 0; j < MM_QK; j += MM_LANES)
-            for (int t = 0; t < nt; t++)
-                for (int l = 0; l < MM_LANES; l++)
-                    acc[t][l] += w[j + l] * xb[t * ldx + j + l];
+    double dacc[MM_NT][MM_LANES] = {{0}};
+    for (int64_t b0 = 0; b0 < n_blocks; b0 += MM_FLUSH_COLS / MM_QK) {
+        int64_t b1 = b0 + MM_FLUSH_COLS / MM_QK < n_blocks ? b0 + MM_FLUSH_COLS / MM_QK : n_blocks;
+        float acc[MM_NT][MM_LANES] = {{0}};
+        for (int64_t b = b0; b < b1; b++) {
+            float w[MM_QK];
+            decode(row + (size_t)b * block_bytes, w);
+            const float *xb = x + b * MM_QK;
+            for (int j = 0; j < MM_QK; j += MM_LANES)
+                for (int t = 0; t < nt; t++)
+                    for (int l = 0; l < MM_LANES; l++)
+                        acc[t][l] += w[j + l] * xb[t * ldx + j + l];
+        }
+        for (int t = 0; t < nt; t++)
+            for (int l = 0; l < MM_LANES; l++)
+                dacc[t][l] += acc[t][l];
     }
     for (int t = 0; t < nt; t++)
-        y[t * ldy] = mm_sum_lanes(acc[t]);
+        y[t * ldy] = (float)mm_sum_lanes_d(dacc[t]);
 }
 
 static inline __attribute__((always_inline)) void
