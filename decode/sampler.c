@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,7 +230,15 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
     *probs = pr;
 
     sampler_apply_penalty(s, logits);
-    if (p->temperature <= 0) {
+    /* A broken forward must not break the sampler: NaN ranks last, +inf
+     * becomes the largest finite value. */
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(logits[i]))
+            logits[i] = -INFINITY;
+        else if (logits[i] == INFINITY)
+            logits[i] = FLT_MAX;
+    }
+    if (p->temperature <= 0 || logits[argmax(logits, n)] == -INFINITY) {
         cand[0] = argmax(logits, n);
         pr[0] = 1.0f;
         return 1;

@@ -16,6 +16,9 @@
  *            reaches top_p (the token that crosses it is kept); 1 = off.
  *   min-p    tokens with p >= min_p * p_max; 0 = off.
  *
+ * Non-finite logits are tamed first: NaN counts as -inf, +inf as the
+ * largest float; when nothing is above -inf the argmax (id 0) is returned.
+ *
  * The random numbers come from our own xoshiro256** seeded by splitmix64, so
  * a seed gives the same tokens on every machine. All buffers are allocated
  * once by sampler_create: nothing is allocated per token.

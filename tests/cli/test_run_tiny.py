@@ -45,7 +45,8 @@ def main():
         tiny = os.path.join(tmp, "tiny.gguf")
         nochat = os.path.join(tmp, "nochat.gguf")
         with open(tiny, "wb") as f:
-            f.write(ggufgen.tiny_llama().build())
+            # f32 weights: random quantized blocks can hold NaN scales.
+            f.write(ggufgen.tiny_llama(mat_type=ggufgen.T_F32, emb_type=ggufgen.T_F32).build())
         with open(nochat, "wb") as f:
             f.write(ggufgen.tiny_llama(skip=("tokenizer.chat_template",)).build())
 

@@ -303,6 +303,29 @@ static void test_seed_repeatability(void)
     sampler_free(c);
 }
 
+/* NaN and infinite logits never yield an id out of range. */
+static void test_non_finite(void)
+{
+    enum { N = 64 };
+    float l[N];
+    struct sampler_params p = sampler_default_params();
+    p.top_k = 0;
+    struct sampler *s = make(p, N);
+    for (int i = 0; i < N; i++)
+        l[i] = NAN;
+    CHECK(sampler_sample(s, l) == 0);
+    for (int i = 0; i < N; i++)
+        l[i] = i == 9 ? 1.0f : NAN;
+    CHECK(sampler_sample(s, l) == 9);
+    for (int i = 0; i < N; i++)
+        l[i] = i % 2 ? -INFINITY : NAN;
+    CHECK(sampler_sample(s, l) == 0);
+    for (int i = 0; i < N; i++)
+        l[i] = i == 33 ? INFINITY : (float)i;
+    CHECK(sampler_sample(s, l) == 33);
+    sampler_free(s);
+}
+
 static void test_bad_params(void)
 {
     struct sampler *s;
@@ -326,6 +349,7 @@ int main(void)
     test_filters_random();
     test_draw_frequencies();
     test_seed_repeatability();
+    test_non_finite();
     test_bad_params();
     return test_summary("test_sampler");
 }
