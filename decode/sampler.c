@@ -210,15 +210,6 @@ static int cmp_rank(const void *a, const void *b)
     return ranks_before(sort_logits, x, y) ? -1 : ranks_before(sort_logits, y, x) ? 1 : 0;
 }
 
-static int32_t argmax(const float *logits, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return (int32_t)best;
-}
-
 int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids,
                            const float **probs)
 {
@@ -232,14 +223,17 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
     sampler_apply_penalty(s, logits);
     /* A broken forward must not break the sampler: NaN ranks last, +inf
      * becomes the largest finite value. */
+    int64_t best = 0;
     for (int64_t i = 0; i < n; i++) {
         if (isnan(logits[i]))
             logits[i] = -INFINITY;
         else if (logits[i] == INFINITY)
             logits[i] = FLT_MAX;
+        if (logits[i] > logits[best])
+            best = i;
     }
-    if (p->temperature <= 0 || logits[argmax(logits, n)] == -INFINITY) {
-        cand[0] = argmax(logits, n);
+    if (p->temperature <= 0 || logits[best] == -INFINITY) {
+        cand[0] = (int32_t)best;
         pr[0] = 1.0f;
         return 1;
     }
@@ -255,7 +249,7 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
         for (int64_t i = 0; i < n; i++)
             cand[i] = (int32_t)i;
     }
-    double m = logits[argmax(logits, n)]; /* the best token always survives top-k */
+    double m = logits[best]; /* the best token always survives top-k */
     double z = 0;
     for (int64_t i = 0; i < cnt; i++)
         z += exp(logits[cand[i]] - m);
