@@ -202,14 +202,6 @@ static void select_best(const float *logits, const int32_t *src, int64_t n, int6
     }
 }
 
-static const float *sort_logits; /* qsort has no user pointer in C11 */
-
-static int cmp_rank(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return ranks_before(sort_logits, x, y) ? -1 : ranks_before(sort_logits, y, x) ? 1 : 0;
-}
-
 int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids,
                            const float **probs)
 {
@@ -281,9 +273,9 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
             sorted = 1;
         }
     }
-    if (!sorted) {
-        sort_logits = logits;
-        qsort(cand, (size_t)cnt, sizeof *cand, cmp_rank);
+    if (!sorted && cnt > 1) { /* a full heap sort: no qsort, whose comparator has no context */
+        select_best(logits, cand, cnt, cnt, s->scratch);
+        memcpy(cand, s->scratch, (size_t)cnt * sizeof *cand);
     }
 
     if (p->top_p < 1) {
