@@ -3,12 +3,14 @@
 pipeline, tests/tokenizer/hfref.py) on ~1 MB each of generated English prose,
 source code and CJK text, in the same run on the same machine.
 
-ignite is timed as the CLI end to end (`ignite tokenize -f FILE --count`,
-best of N) minus its start-up on an empty file (GGUF metadata + vocabulary
-build, reported separately); HF as tk.encode(text) on the whole text (best
+ignite is timed as the CLI end to end (`ignite tokenize -f FILE`, ids
+printed to a pipe, best of N) minus its start-up on an empty file (GGUF
+metadata + vocabulary build, reported separately); HF as tk.encode(text) on the whole text (best
 of N), and HF once more as encode_batch over the text's lines (its usual
 way with large inputs; it uses every core there, ignite one). ignite's ids
-are compared with HF's whole-text encode.
+are compared with HF's whole-text encode. Wall time and CPU time (user +
+system, all threads) are both reported: on a loaded machine the CPU figure
+is the steadier one.
 
 Usage: .venv/bin/python bench/tokenizer_speed.py [--bin build/ignite] [--model PATH] [--runs 5]
 """
@@ -16,6 +18,7 @@ import argparse
 import os
 import platform
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -78,13 +81,22 @@ def cjk(r):
     return "".join(out).encode("utf-8")[:SIZE].decode("utf-8", "ignore")
 
 
+def cpu_now():
+    """CPU seconds (user + system) of this process and its waited-for children."""
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def best(f, runs):
-    t = []
+    """Best wall time, best CPU time, and f's value."""
+    wall, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        c0, t0 = cpu_now(), time.perf_counter()
         v = f()
-        t.append(time.perf_counter() - t0)
-    return min(t), v
+        wall.append(time.perf_counter() - t0)
+        cpu.append(cpu_now() - c0)
+    return min(wall), min(cpu), v
 
 
 def main():
@@ -105,24 +117,27 @@ def main():
         open(empty, "w").close()
         cmd = lambda p: subprocess.run([a.bin, "tokenize", "-m", a.model, "-f", p],
                                        check=True, stdout=subprocess.PIPE).stdout
-        startup, _ = best(lambda: cmd(empty), a.runs)
-        print("ignite start-up (GGUF metadata + vocabulary): %.1f ms" % (startup * 1e3))
-        print("%-14s %6s %8s %12s %9s %14s %s" % ("text", "MB", "tokens", "ignite MB/s", "HF MB/s",
-                                                "HF lines MB/s", "ids"))
+        startup, startup_cpu, _ = best(lambda: cmd(empty), a.runs)
+        print("ignite start-up (GGUF metadata + vocabulary): %.1f ms wall, %.1f ms CPU" %
+              (startup * 1e3, startup_cpu * 1e3))
+        print("MB/s by wall time, and (in brackets) by CPU time summed over threads:")
+        print("%-14s %5s %7s %15s %15s %15s %s" % ("text", "MB", "tokens", "ignite", "HF",
+                                                 "HF lines", "ids"))
         for name, text in texts.items():
             path = os.path.join(tmp, "t.txt")
             data = text.encode("utf-8")
             with open(path, "wb") as f:
                 f.write(data)
-            t_ig, out = best(lambda: cmd(path), a.runs)
+            t_ig, c_ig, out = best(lambda: cmd(path), a.runs)
             ours = [int(x) for x in out.split()]
-            t_hf, enc = best(lambda: tk.encode(text), a.runs)
+            t_hf, c_hf, enc = best(lambda: tk.encode(text), a.runs)
             lines = text.splitlines(keepends=True)
-            t_lines, _ = best(lambda: tk.encode_batch(lines), a.runs)
+            t_ln, c_ln, _ = best(lambda: tk.encode_batch(lines), a.runs)
             mb = len(data) / 1e6
-            print("%-14s %6.2f %8d %12.1f %9.1f %14.1f %s" % (
-                name, mb, len(ours), mb / max(t_ig - startup, 1e-9), mb / t_hf, mb / t_lines,
-                "identical" if ours == enc.ids else "DIFFERENT"))
+            rate = lambda w, c: "%6.1f (%6.1f)" % (mb / max(w, 1e-9), mb / max(c, 1e-9))
+            print("%-14s %5.2f %7d %15s %15s %15s %s" % (
+                name, mb, len(ours), rate(t_ig - startup, c_ig - startup_cpu), rate(t_hf, c_hf),
+                rate(t_ln, c_ln), "identical" if ours == enc.ids else "DIFFERENT"))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ static const struct cli_option tokenize_options[] = {
     {"pieces", OPT_PIECES, no_argument, NULL, "show each token's text next to its id", NULL},
     {"count", OPT_COUNT, no_argument, NULL, "print only the number of tokens", NULL},
     {"no-special", OPT_NO_SPECIAL, no_argument, NULL,
-     "treat special-token text (<|im_start|>...) as plain text", NULL},
+     "treat control-token text (<|im_start|>...) as plain text", NULL},
     {"no-bos", OPT_NO_BOS, no_argument, NULL, "do not add BOS even if the model asks for it", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},

@@ -2,12 +2,15 @@
  * by the pre-tokenizer (pretok.c); each piece starts as one symbol per
  * byte (the token of the byte's GPT-2 code point) and the adjacent pair
  * with the lowest merge rank is merged, leftmost first on ties, until no
- * pair has a merge: HF tokenizers' order exactly. A binary heap over the
- * candidate pairs and a linked list of symbols make that O(n log n) per
- * piece; stale heap entries are skipped when popped. Finished pieces are
- * cached (struct tok_cache), so repeated words cost one hash lookup.
- * Covered by tests/tokenizer/test_hf_smollm.py. */
+ * pair has a merge: HF tokenizers' order exactly (with Llama 3's
+ * ignore_merges, a piece that is itself a token is taken whole first). A
+ * binary heap over the candidate pairs and a linked list of symbols make
+ * that O(n log n) per piece; stale heap entries are skipped when popped.
+ * Finished pieces are cached (struct tok_cache), so repeated words cost one
+ * hash lookup.
+ * Covered by tests/tokenizer/test_hf_smollm.py and test_hf_pretypes.py. */
 #include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 #include "core/status.h"
 
@@ -30,6 +33,7 @@ struct cand {
 struct work {
     struct sym *syms;
     struct cand *heap;
+    char *mapped;       /* the piece in GPT-2 form, for ignore_merges */
     int64_t cap, n_heap;
 };
 
@@ -95,9 +99,20 @@ static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned c
         struct cand *heap = realloc(w->heap, (size_t)cap * 3 * sizeof *heap);
         if (heap)
             w->heap = heap;
-        if (!syms || !heap)
+        char *mapped = realloc(w->mapped, (size_t)cap * 2);
+        if (mapped)
+            w->mapped = mapped;
+        if (!syms || !heap || !mapped)
             return ig_error(IG_E_NOMEM, "tokenizer: out of memory for a %zu-byte piece", n);
         w->cap = cap;
+    }
+    if (v->ignore_merges) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m += (size_t)tok_utf8_put(v->byte_cp[s[i]], w->mapped + m);
+        int32_t id = tok_find(v, w->mapped, m);
+        if (id >= 0)
+            return tok_ids_push(out, id);
     }
     /* A byte the vocabulary has no token for is dropped, as HF's BPE (with
      * no unk token) and llama.cpp do: SmolLM2 lacks tokens for a few
@@ -244,5 +259,6 @@ int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok
     tok_ids_free(&ends);
     free(w.syms);
     free(w.heap);
+    free(w.mapped);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* tokenizer/encode.c: text -> ids. Adds BOS/EOS as the vocabulary says,
- * cuts the text at special-token text (control and user-defined tokens,
- * leftmost then longest match, as HF's added-token matcher does) and hands
+ * cuts the text at special-token text (leftmost then longest match, as HF's
+ * added-token matcher does: user-defined tokens always, as sentencepiece and
+ * llama.cpp do, control tokens when the caller asks for it) and hands
  * each plain fragment to byte-level BPE (bpe.c) or SentencePiece-style BPE
  * (spm.c). For the latter the space prefix goes once, at the start of the
  * text, as sentencepiece puts it (not after every special token).
@@ -11,15 +12,19 @@
 
 #include <string.h>
 
-/* The special token whose text starts at s[i] (longest first), or -1. */
-static int32_t special_at(const struct tok_vocab *v, const char *s, size_t i, size_t len)
+/* The special token whose text starts at s[i] (longest first), or -1;
+ * control tokens only when `control`. */
+static int32_t special_at(const struct tok_vocab *v, const char *s, size_t i, size_t len,
+                          bool control)
 {
     if (!v->special_first[(unsigned char)s[i]])
         return -1;
     for (int64_t k = 0; k < v->n_specials; k++) {
-        const struct tok_str *t = &v->tokens[v->specials[k]];
-        if (t->len <= len - i && !memcmp(s + i, t->ptr, t->len))
-            return v->specials[k];
+        int32_t id = v->specials[k];
+        const struct tok_str *t = &v->tokens[id];
+        if ((control || v->types[id] == TOK_TYPE_USER_DEFINED) && t->len <= len - i &&
+            !memcmp(s + i, t->ptr, t->len))
+            return id;
     }
     return -1;
 }
@@ -44,9 +49,10 @@ int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags
     if ((flags & TOK_ENC_ADD_BOS) && v->add_bos && (rc = tok_ids_push(out, v->bos_id)))
         return rc;
     size_t start = 0;
-    if ((flags & TOK_ENC_PARSE_SPECIAL) && v->n_specials > 0) {
+    bool control = flags & TOK_ENC_PARSE_SPECIAL;
+    if (v->n_specials > 0) {
         for (size_t i = 0; i < len; i++) {
-            int32_t id = special_at(v, text, i, len);
+            int32_t id = special_at(v, text, i, len, control);
             if (id < 0)
                 continue;
             if ((rc = encode_plain(v, text, start, i, out)) || (rc = tok_ids_push(out, id)))

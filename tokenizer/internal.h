@@ -59,6 +59,7 @@ struct tok_vocab {
 
     int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
     bool add_bos, add_eos, add_space_prefix;
+    bool ignore_merges;     /* BPE: a piece that is a token is taken whole (Llama 3) */
 
     struct tok_cache cache;
 };

@@ -165,9 +165,17 @@ int tok_pre_from_name(const char *name, enum tok_pre *out)
         const char *name;
         enum tok_pre pre;
     } names[] = {
-        {"default", TOK_PRE_GPT2}, {"gpt2", TOK_PRE_GPT2},       {"gpt-2", TOK_PRE_GPT2},
-        {"smollm", TOK_PRE_SMOLLM}, {"llama3", TOK_PRE_LLAMA3}, {"llama-bpe", TOK_PRE_LLAMA3},
-        {"llama-v3", TOK_PRE_LLAMA3}, {"qwen2", TOK_PRE_QWEN2},
+        /* the names llama.cpp gives these same pipelines */
+        {"gpt2", TOK_PRE_GPT2},         {"gpt-2", TOK_PRE_GPT2},
+        {"mpt", TOK_PRE_GPT2},          {"olmo", TOK_PRE_GPT2},
+        {"jais", TOK_PRE_GPT2},         {"smollm", TOK_PRE_SMOLLM},
+        {"starcoder", TOK_PRE_SMOLLM},  {"refact", TOK_PRE_SMOLLM},
+        {"command-r", TOK_PRE_SMOLLM},  {"codeshell", TOK_PRE_SMOLLM},
+        {"exaone", TOK_PRE_SMOLLM},     {"llama3", TOK_PRE_LLAMA3},
+        {"llama-bpe", TOK_PRE_LLAMA3},  {"llama-v3", TOK_PRE_LLAMA3},
+        {"falcon3", TOK_PRE_LLAMA3},    {"pixtral", TOK_PRE_LLAMA3},
+        {"qwen2", TOK_PRE_QWEN2},       {"stablelm2", TOK_PRE_QWEN2},
+        {"deepseek-r1-qwen", TOK_PRE_QWEN2},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!strcmp(name, names[k].name)) {
@@ -175,8 +183,8 @@ int tok_pre_from_name(const char *name, enum tok_pre *out)
             return IG_OK;
         }
     return ig_error(IG_E_MODEL, "tokenizer: unsupported pre-tokenizer type '%s' "
-                    "(tokenizer.ggml.pre); supported: gpt2, smollm, llama3, llama-bpe, qwen2",
-                    name);
+                    "(tokenizer.ggml.pre); supported: the gpt2, smollm, llama3 (llama-bpe) "
+                    "and qwen2 families", name);
 }
 
 /* Splits [start, end) with the pre-tokenizer's regex alone. */

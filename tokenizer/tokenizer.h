@@ -7,7 +7,9 @@
  *   "llama" SentencePiece-style BPE: spaces become U+2581, adjacent symbols
  *           are merged by token score, leftovers fall back to <0xXX> bytes.
  * Control and user-defined tokens are found in the text as single tokens
- * (longest match first) unless the caller asks for plain text.
+ * (longest match first); control tokens only when the caller asks for it
+ * (user-defined ones are ordinary vocabulary, matched always, as
+ * sentencepiece and llama.cpp do).
  *
  * The core is built from plain arrays (struct tok_vocab_desc) and knows
  * nothing of files; tok_load_gguf fills those arrays from a GGUF's
@@ -119,12 +121,12 @@ void tok_ids_free(struct tok_ids *ids);
 /* Encoding flags. */
 #define TOK_ENC_ADD_BOS 1u       /* prepend BOS when the vocabulary's metadata says so */
 #define TOK_ENC_ADD_EOS 2u       /* append EOS when the metadata says so */
-#define TOK_ENC_PARSE_SPECIAL 4u /* find control/user-defined token text in the input */
+#define TOK_ENC_PARSE_SPECIAL 4u /* find control-token text in the input (user-defined: always) */
 #define TOK_ENC_DEFAULT (TOK_ENC_ADD_BOS | TOK_ENC_ADD_EOS | TOK_ENC_PARSE_SPECIAL)
 
 /* Encodes `len` bytes of `text` (any bytes; see the top of this file for
- * invalid UTF-8) and appends the ids to *out. Returns IG_OK or IG_E_NOMEM
- * (nothing printed but that line). */
+ * invalid UTF-8) and appends the ids to *out. Returns IG_OK, IG_E_NOMEM, or
+ * IG_E_INPUT for a text of 2 GiB or more (one line printed on error). */
 int tok_encode(struct tok_vocab *v, const char *text, size_t len, unsigned flags,
                struct tok_ids *out);
 

@@ -315,9 +315,14 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             if (v->types[i] == TOK_TYPE_UNKNOWN)
                 v->unk_id = (int32_t)i;
     /* Defaults as llama.cpp has them: SentencePiece models start with BOS
-     * and a space prefix; byte-level BPE models add nothing. */
+     * and a space prefix, Llama 3 with BOS; other byte-level BPE models add
+     * nothing. */
     bool spm = v->model == TOK_MODEL_SPM;
-    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm;
+    bool llama3 = v->model == TOK_MODEL_BPE && v->pre == TOK_PRE_LLAMA3;
+    /* Llama 3's tokenizer.json sets ignore_merges; llama.cpp ties it (and
+     * BOS) to the pre-tokenizer type, as GGUF has no key for it. */
+    v->ignore_merges = llama3;
+    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3;
     v->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix : spm;
     if (v->add_bos && v->bos_id < 0)

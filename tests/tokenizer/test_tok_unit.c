@@ -44,8 +44,9 @@ static void test_utf8(void)
 }
 
 /* A byte-level vocabulary: the 256 byte tokens, then `extra` tokens. */
-static struct tok_vocab *gpt2_vocab(const char *const *extra, const int32_t *extra_types,
-                                    int n_extra, const char *const *merges, int n_merges)
+static struct tok_vocab *bpe_vocab(const char *pre, const char *const *extra,
+                                   const int32_t *extra_types, int n_extra,
+                                   const char *const *merges, int n_merges)
 {
     static char bytes[256][4];
     struct tok_str tokens[300];
@@ -65,7 +66,7 @@ static struct tok_vocab *gpt2_vocab(const char *const *extra, const int32_t *ext
     struct tok_vocab_desc d;
     tok_vocab_desc_init(&d);
     d.model = "gpt2";
-    d.pre = "gpt2";
+    d.pre = pre;
     d.n_tokens = 256 + n_extra;
     d.tokens = tokens;
     d.types = types;
@@ -94,7 +95,7 @@ static void test_bpe(void)
     const int32_t types[] = {TOK_TYPE_CONTROL, 1, 1, 1, TOK_TYPE_USER_DEFINED, 1};
     /* "a a" first: "aaaa" -> aa aa; "aa a" ranks below "a b". */
     const char *merges[] = {"a a", "a b", "aa a", "Ġ a"};
-    struct tok_vocab *v = gpt2_vocab(extra, types, 6, merges, 4);
+    struct tok_vocab *v = bpe_vocab("gpt2", extra, types, 6, merges, 4);
     if (!v)
         return;
     int32_t ids[32];
@@ -111,6 +112,10 @@ static void test_bpe(void)
     CHECK(n == 4 && ids[0] == 'a' && ids[1] == 260 && ids[2] == 'a' && ids[3] == 256);
     n = encode(v, "<|end|>", TOK_ENC_DEFAULT & ~TOK_ENC_PARSE_SPECIAL, ids, 32);
     CHECK(n > 1 && ids[0] == '<');
+    /* user-defined text (<|end|>x) is matched even as plain text, control
+     * text (<|end|>) is not */
+    n = encode(v, "<|end|>x<|end|>", TOK_ENC_DEFAULT & ~TOK_ENC_PARSE_SPECIAL, ids, 32);
+    CHECK(n > 2 && ids[0] == 260 && ids[1] == '<');
     CHECK(encode(v, "", TOK_ENC_DEFAULT, ids, 32) == 0);
     CHECK(tok_is_eog(v, 256) && !tok_is_eog(v, 257));
 
@@ -130,9 +135,27 @@ static void test_bpe(void)
     tok_vocab_free(v);
 }
 
+/* Llama 3 takes a piece that is a token whole, merges or not (HF's
+ * ignore_merges); gpt2 merges. And Llama 3 adds BOS by default. */
+static void test_ignore_merges(void)
+{
+    const char *extra[] = {"<|begin|>", "abc"};
+    const int32_t types[] = {TOK_TYPE_CONTROL, TOK_TYPE_NORMAL};
+    int32_t ids[8];
+    for (int k = 0; k < 2; k++) {
+        struct tok_vocab *v = bpe_vocab(k ? "llama-bpe" : "gpt2", extra, types, 2, NULL, 0);
+        if (!v)
+            return;
+        /* no BOS id set: nothing is added even for llama3 */
+        int n = encode(v, "abc", TOK_ENC_DEFAULT, ids, 8);
+        CHECKF(k ? n == 1 && ids[0] == 257 : n == 3 && ids[0] == 'a', "pre %d: %d ids", k, n);
+        tok_vocab_free(v);
+    }
+}
+
 static void test_stream(void)
 {
-    struct tok_vocab *v = gpt2_vocab(NULL, NULL, 0, NULL, 0);
+    struct tok_vocab *v = bpe_vocab("gpt2", NULL, NULL, 0, NULL, 0);
     if (!v)
         return;
     /* "日" split over three byte tokens, then an invalid byte, then "é" cut
@@ -164,7 +187,7 @@ static void test_stream(void)
  * every splitter covers them. */
 static void test_random_bytes(void)
 {
-    struct tok_vocab *v = gpt2_vocab(NULL, NULL, 0, NULL, 0);
+    struct tok_vocab *v = bpe_vocab("gpt2", NULL, NULL, 0, NULL, 0);
     if (!v)
         return;
     uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -286,6 +309,7 @@ int main(void)
 {
     test_utf8();
     test_bpe();
+    test_ignore_merges();
     test_stream();
     test_random_bytes();
     test_spm();
