@@ -40,15 +40,21 @@ def run_json(model, *args):
     return rc, obj or {}, err
 
 
+def tiny_model(**kw):
+    """tiny_llama with a pre-tokenizer the tokenizer knows (ggufgen writes "default")."""
+    g = ggufgen.tiny_llama(skip=("tokenizer.ggml.pre",) + kw.pop("skip", ()), **kw)
+    return g.add("tokenizer.ggml.pre", ggufgen.STR, "gpt2").build()
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         tiny = os.path.join(tmp, "tiny.gguf")
         nochat = os.path.join(tmp, "nochat.gguf")
         with open(tiny, "wb") as f:
             # f32 weights: random quantized blocks can hold NaN scales.
-            f.write(ggufgen.tiny_llama(mat_type=ggufgen.T_F32, emb_type=ggufgen.T_F32).build())
+            f.write(tiny_model(mat_type=ggufgen.T_F32, emb_type=ggufgen.T_F32))
         with open(nochat, "wb") as f:
-            f.write(ggufgen.tiny_llama(skip=("tokenizer.chat_template",)).build())
+            f.write(tiny_model(skip=("tokenizer.chat_template",)))
 
         rc, obj, err = run_json(tiny, "-p", "abc", "-n", "5", "--ignore-eos", "-s", "7")
         check(rc == 0 and obj.get("stop") == "limit", f"-n 5: rc {rc} {obj} {err}")
