@@ -48,7 +48,7 @@ static const struct cli_option run_options[] = {
     {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
     {"ignore-eos", OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL},
-    {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text", NULL},
+    {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL},
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object with text and stats on stdout", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
