@@ -1,6 +1,7 @@
 /* main.c: ignite's entry point: picks the subcommand and returns its status
  * as the exit code (the codes are listed in core/status.h and docs/cli.md).
- * Each subcommand lives in cli/cmd_<name>.c with its own option table. */
+ * Each subcommand lives in cli/cmd_<name>.c with its own option table; when
+ * the first argument is an option (ignite -p TEXT) the command is run. */
 #include "cli/cli.h"
 #include "core/status.h"
 
@@ -14,6 +15,7 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
+    {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
@@ -45,6 +47,8 @@ int main(int argc, char **argv)
         printf("ignite %s\n", IGNITE_VERSION);
         return IG_OK;
     }
+    if (cmd[0] == '-') /* options first: the run command */
+        return cmd_run(argc, argv);
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         if (!strcmp(cmd, subcommands[i].name))
             return subcommands[i].fn(argc - 1, argv + 1);

@@ -58,8 +58,23 @@ int cli_model_path(const char *arg, char *buf, size_t cap);
 /* True when stderr is a terminal and NO_COLOR is unset: progress is shown. */
 bool cli_stderr_is_tty(void);
 
+/* The prompt from -p `text` or -f `file` ("-" = stdin): exactly one of the
+ * two. On IG_OK *out is a malloc'd NUL-terminated copy of *len bytes.
+ * Returns IG_E_USAGE (none or both given), IG_E_IO (unreadable file),
+ * IG_E_INPUT (empty, a NUL byte, invalid UTF-8: the offset is named). */
+int cli_read_prompt(const char *text, const char *file, char **out, size_t *len);
+
+/* True when s[0..n) is valid UTF-8; else the offset of the first bad byte
+ * goes to *bad_at (may be NULL). */
+bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at);
+
+/* A malloc'd NUL-terminated copy of s[0..n) with each byte that is not part
+ * of valid UTF-8 replaced by U+FFFD; NULL when out of memory. */
+char *cli_utf8_repair(const char *s, size_t n);
+
 /* Subcommands. argv[0] is the subcommand's name. */
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

@@ -32,4 +32,17 @@ void kv_cache_free(struct kv_cache *kv);
 /* Bytes held by K and V together. */
 size_t kv_cache_bytes(const struct kv_cache *kv);
 
+/* Bytes of one element of `dtype` (4 or 2). */
+size_t kv_dtype_bytes(enum kv_dtype dtype);
+
+/* Element offset of k[layer][kv_head][0][0] (the same for v). */
+int64_t kv_cache_head_offset(const struct kv_cache *kv, int64_t layer, int64_t kv_head);
+
+/* Stores the K and V of n_tokens tokens at positions pos0.. of `layer`,
+ * converting to the cache's dtype. k and v are [n_tokens, n_head_kv *
+ * head_dim] f32 (K after RoPE). Requires pos0 + n_tokens <= n_ctx; does not
+ * touch n_pos (the forward that fills every layer sets it). */
+void kv_cache_write(struct kv_cache *kv, int64_t layer, int64_t pos0, int64_t n_tokens,
+                    const float *k, const float *v);
+
 #endif

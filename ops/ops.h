@@ -1,7 +1,10 @@
 /* ops/ops.h: the run state shared by prefill and decode, and the primitives
  * both stages use (matmul over stored-format weights, RMSNorm, RoPE, SwiGLU).
  * The CPU implementation is the reference; the CUDA one sits behind the same
- * table later. Covered by tests/cpu/. */
+ * table later. Covered by tests/cpu/.
+ *
+ * Activations are f32, token-major: a block of n_tokens vectors of width w
+ * is x[n_tokens][w], contiguous. Weights stay in their stored format. */
 #ifndef IGNITE_OPS_OPS_H
 #define IGNITE_OPS_OPS_H
 
@@ -9,9 +12,49 @@
 
 #include <stdint.h>
 
+/* ---- thread pool (ops/threadpool.c) ------------------------------------ */
+
+#define OPS_POOL_MAX_THREADS 256
+
+/* A parallel-for body: handles items [i0, i1) on thread `thread`
+ * (0..n_threads-1; use it to pick per-thread scratch). */
+typedef void (*ops_task_fn)(void *arg, int64_t i0, int64_t i1, int thread);
+
+struct ops_pool;
+
+/* Starts n_threads - 1 workers (the caller of ops_pool_run is thread 0).
+ * n_threads <= 0 means one per online core. Returns IG_OK or IG_E_NOMEM. */
+int ops_pool_create(int n_threads, struct ops_pool **out);
+
+/* Stops and joins the workers. NULL is fine. */
+void ops_pool_free(struct ops_pool *p);
+
+int ops_pool_threads(const struct ops_pool *p);
+
+/* Runs fn over items [0, n_items) in chunks of `grain` items on all threads
+ * and returns when every item is done. One job at a time per pool; not
+ * reentrant (fn must not call ops_pool_run on the same pool). */
+void ops_pool_run(struct ops_pool *p, int64_t n_items, int64_t grain, ops_task_fn fn, void *arg);
+
+/* ---- run state (ops/ctx.c) ------------------------------------------------ */
+
 /* Run state: the model (borrowed), a thread pool, and scratch buffers for
  * batches of up to max_batch tokens. Nothing is allocated on the hot path. */
 struct ops_ctx;
+
+/* Activation buffers of a forward pass, each for max_batch tokens, owned by
+ * the context. Stages use them freely between calls. */
+struct ops_buffers {
+    float *x;        /* [max_batch, n_embd] residual stream */
+    float *xn;       /* [max_batch, n_embd] normalized input of a sub-block */
+    float *proj;     /* [max_batch, n_embd] output of wo / w_down before the residual add */
+    float *q;        /* [max_batch, n_head * head_dim] */
+    float *k, *v;    /* [max_batch, n_head_kv * head_dim] */
+    float *att;      /* [max_batch, n_head * head_dim] attention output */
+    float *gate, *up;/* [max_batch, n_ff] */
+    float *rope_cos; /* [max_batch, n_rot / 2] for the positions of the batch */
+    float *rope_sin; /* [max_batch, n_rot / 2] */
+};
 
 /* Creates the run state. n_threads <= 0 means one per core. Returns IG_OK or
  * IG_E_NOMEM. */
@@ -21,5 +64,60 @@ void ops_ctx_free(struct ops_ctx *ctx);
 
 /* Threads the context actually uses. */
 int ops_ctx_threads(const struct ops_ctx *ctx);
+
+const struct model *ops_ctx_model(const struct ops_ctx *ctx);
+int64_t ops_ctx_max_batch(const struct ops_ctx *ctx);
+struct ops_buffers *ops_ctx_buffers(struct ops_ctx *ctx);
+struct ops_pool *ops_ctx_pool(struct ops_ctx *ctx);
+
+/* Per-thread scratch of ops_ctx_scratch_floats() floats for thread `thread`
+ * (64-byte aligned). Matmul and attention kernels use it during one job. */
+float *ops_ctx_scratch(struct ops_ctx *ctx, int thread);
+int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
+
+/* ---- primitives ----------------------------------------------------------- */
+
+/* Dequantized weight rows a matmul keeps per thread (see ops_matmul_rows). */
+#define OPS_MATMUL_ROW_BUFS 1
+
+/* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens, r < w->rows, on the
+ * context's threads (split by output rows). x is [n_tokens, w->cols], y is
+ * [n_tokens, w->rows]; they must not overlap. The weight is read in its stored
+ * format; every type quant_dequantize_row supports works (ops/matmul.c). */
+void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
+                int64_t n_tokens, float *y);
+
+/* Output rows [r0, r1) of ops_matmul on the calling thread only, with
+ * scratch `row_buf` of at least OPS_MATMUL_ROW_BUFS * w->cols floats (tests,
+ * and callers that split work themselves). */
+void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const float *x,
+                     int64_t n_tokens, float *y, float *row_buf);
+
+/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for t < n_tokens; x and y are
+ * [n_tokens, n], w an f32 weight of n elements. y may equal x. */
+void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
+                 double eps, float *y);
+
+/* Fills rope_cos/rope_sin of the context's buffers for positions
+ * pos0 .. pos0+n_tokens-1: angle(pos, i) = pos * rope_base^(-2i/n_rot). */
+void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens);
+
+/* Rotates the first n_rot dims of each of n_heads heads of every token in
+ * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made,
+ * pairing dims as the model's rope_style says. */
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads);
+
+/* gate[i] = silu(gate[i]) * up[i] for i < n. */
+void ops_swiglu(float *gate, const float *up, int64_t n);
+
+/* x[i] += y[i] for i < n. */
+void ops_add(float *x, const float *y, int64_t n);
+
+/* x[t][i] += bias[i] for a 1-row f32 weight of n elements. */
+void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, int64_t n);
+
+/* x[t] = row tokens[t] of tok_embd, dequantized; x is [n_tokens, n_embd].
+ * Returns IG_OK, or IG_E_INPUT naming the first id outside [0, n_vocab). */
+int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x);
 
 #endif

@@ -1,0 +1,355 @@
+/* cli/cmd_run.c: `ignite run` (also what `ignite -p ...` means): options,
+ * then model -> tokenizer -> optional chat template -> KV cache + run state
+ * -> generate, streaming text to stdout. Owns the signals: SIGINT stops the
+ * loop (stats still printed, exit 130), SIGPIPE is ignored and EPIPE on
+ * stdout ends the run quietly with status 0. The report is run_report.c.
+ * Covered by tests/cli/test_run.sh. */
+#include "cli/cli.h"
+#include "cli/run.h"
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "decode/generate.h"
+#include "models/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RUN_DEFAULT_CTX 4096 /* -c 0: the model's context, capped here */
+
+enum {
+    OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
+    OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
+};
+
+/* The one table: getopt_long and --help both come from it. Keep the
+ * defaults here in step with run_defaults() and docs/cli.md. */
+static const struct cli_option run_options[] = {
+    {"model", 'm', required_argument, "FILE", "GGUF model file", "the fetched default model"},
+    {"prompt", 'p', required_argument, "TEXT", "prompt text", NULL},
+    {"file", 'f', required_argument, "FILE", "read the prompt from FILE ('-' = stdin)", NULL},
+    {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"},
+    {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"},
+    {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},
+    {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
+    {"temp", OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8"},
+    {"top-k", OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40"},
+    {"top-p", OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95"},
+    {"min-p", OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05"},
+    {"repeat-penalty", OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0"},
+    {"repeat-last-n", OPT_REPEAT_LAST_N, required_argument, "N", "tokens the penalty looks back over", "64"},
+    {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},
+    {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
+    {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
+    {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
+    {"ignore-eos", OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL},
+    {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL},
+    {"quiet", 'q', no_argument, NULL, "no stats line", NULL},
+    {"json", OPT_JSON, no_argument, NULL, "print one JSON object with text and stats on stdout", NULL},
+    {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE";
+static const char run_summary[] =
+    "Generates text from a prompt: the text streams to stdout, one stats line goes to stderr.\n"
+    "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 6 bad prompt,\n"
+    "7 device, 130 interrupted.";
+
+static void run_defaults(struct run_opts *o)
+{
+    *o = (struct run_opts){.n_predict = 256, .n_batch = 512, .seed = -1, .device = "auto"};
+    o->sp = sampler_default_params();
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+/* Parses one option's value into `o`. */
+static int set_option(struct run_opts *o, int key, const char *arg)
+{
+    double d;
+    switch (key) {
+    case 'm': o->model = arg; return IG_OK;
+    case 'p': o->prompt = arg; return IG_OK;
+    case 'f': o->file = arg; return IG_OK;
+    case 'n':
+        if (cli_parse_i64("--n-predict", arg, -1, INT32_MAX, &o->n_predict) != IG_OK)
+            return IG_E_USAGE;
+        return o->n_predict ? IG_OK : ig_error(IG_E_USAGE, "--n-predict: 0 generates nothing; use -1 or N >= 1");
+    case 'c': return cli_parse_i64("--ctx-size", arg, 0, 1 << 20, &o->n_ctx);
+    case 't': return cli_parse_i64("--threads", arg, 0, 1024, &o->n_threads);
+    case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
+    case 's': return cli_parse_i64("--seed", arg, -1, UINT32_MAX, &o->seed);
+    case OPT_TEMP: return cli_parse_f64("--temp", arg, 0, 1e6, &o->sp.temperature);
+    case OPT_TOP_K: return cli_parse_i64("--top-k", arg, 0, INT32_MAX, &o->sp.top_k);
+    case OPT_TOP_P:
+        if (cli_parse_f64("--top-p", arg, 0, 1, &d) != IG_OK)
+            return IG_E_USAGE;
+        o->sp.top_p = d > 0 ? d : 1e-9; /* 0 means: only the best token */
+        return IG_OK;
+    case OPT_MIN_P: return cli_parse_f64("--min-p", arg, 0, 1, &o->sp.min_p);
+    case OPT_REPEAT_PENALTY:
+        return cli_parse_f64("--repeat-penalty", arg, 1e-3, 1e3, &o->sp.repeat_penalty);
+    case OPT_REPEAT_LAST_N:
+        return cli_parse_i64("--repeat-last-n", arg, 0, 1 << 20, &o->sp.repeat_last_n);
+    case OPT_CHAT: o->chat = true; return IG_OK;
+    case OPT_SYSTEM: o->system = arg; return IG_OK;
+    case OPT_DEVICE: o->device = arg; return IG_OK;
+    case OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
+    case OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
+    case 'q': o->quiet = true; return IG_OK;
+    case OPT_JSON: o->json = true; return IG_OK;
+    }
+    return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
+}
+
+/* Returns IG_OK to run, -1 after --help/--version (exit 0), or IG_E_USAGE. */
+static int parse_args(int argc, char **argv, struct run_opts *o)
+{
+    struct cli_parser parser;
+    cli_parser_init(&parser, run_options);
+    optind = 1;
+    opterr = 0;
+    int key;
+    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
+        if (key == 'h') {
+            cli_print_help(stdout, run_usage, run_summary, run_options);
+            return -1;
+        }
+        if (key == 'V') {
+            printf("ignite %s\n", IGNITE_VERSION);
+            return -1;
+        }
+        if (key == '?' || key == ':') {
+            const char *bad = argv[optind - 1];
+            if (key == ':')
+                ig_error(IG_E_USAGE, "option %s needs a value", bad);
+            else if (optopt && optopt < 256)
+                ig_error(IG_E_USAGE, "unknown option -%c", optopt);
+            else
+                ig_error(IG_E_USAGE, "unknown option %s", bad);
+            return cli_usage_error("run");
+        }
+        if (set_option(o, key, optarg) != IG_OK)
+            return IG_E_USAGE;
+    }
+    if (optind < argc) {
+        ig_error(IG_E_USAGE, "unexpected argument '%s' (quote the prompt and pass it with -p)",
+                 argv[optind]);
+        return cli_usage_error("run");
+    }
+    if (o->system && !o->chat)
+        return ig_error(IG_E_USAGE, "--system needs --chat");
+    return IG_OK;
+}
+
+/* auto and cpu run on the CPU; cuda[:N] is refused until the CUDA backend
+ * exists. Returns IG_OK, IG_E_USAGE (unknown name) or IG_E_DEVICE. */
+static int check_device(const char *dev)
+{
+    if (!strcmp(dev, "auto") || !strcmp(dev, "cpu"))
+        return IG_OK;
+    if (!strncmp(dev, "cuda", 4)) {
+        int64_t idx;
+        if (dev[4] == ':' && cli_parse_i64("--device cuda:N", dev + 5, 0, 1023, &idx) != IG_OK)
+            return IG_E_USAGE;
+        if (dev[4] == '\0' || dev[4] == ':')
+            return ig_error(IG_E_DEVICE, "--device %s: this build has no CUDA backend yet; "
+                                         "use --device cpu", dev);
+    }
+    return ig_error(IG_E_USAGE, "--device: expected auto, cpu or cuda[:N], got '%s'", dev);
+}
+
+/* ---- signals and output ---------------------------------------------------- */
+
+static volatile sig_atomic_t run_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    run_interrupted = 1;
+}
+
+/* SIGINT sets the flag (a second Ctrl-C kills: SA_RESETHAND); SIGPIPE is
+ * ignored so a closed stdout shows up as EPIPE from write. */
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Where generated text goes: stdout with a flush per token, or a buffer for
+ * --json. */
+struct run_output {
+    bool to_buffer;
+    char *buf;
+    size_t len, cap;
+    int write_errno;  /* errno of a failed stdout write, 0 if none */
+    bool wrote;       /* anything reached stdout */
+};
+
+static int emit(void *user, const char *text, size_t len)
+{
+    struct run_output *out = user;
+    if (out->to_buffer) {
+        if (out->len + len + 1 > out->cap) {
+            size_t cap = (out->len + len + 1) * 2;
+            char *b = realloc(out->buf, cap);
+            if (!b) {
+                out->write_errno = ENOMEM;
+                return 1;
+            }
+            out->buf = b;
+            out->cap = cap;
+        }
+        memcpy(out->buf + out->len, text, len);
+        out->len += len;
+        return 0;
+    }
+    errno = 0;
+    if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+        out->write_errno = errno ? errno : EIO;
+        return 1;
+    }
+    out->wrote = true;
+    return 0;
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+/* The prompt text the tokenizer sees: as given, or wrapped by the model's
+ * chat template. Takes ownership of `user`; *text is malloc'd. */
+static int build_prompt(const struct run_opts *o, const struct model *m, char *user,
+                        char **text)
+{
+    if (!o->chat) {
+        *text = user;
+        return IG_OK;
+    }
+    struct gguf_str t = {0};
+    int st;
+    if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
+        st = ig_error(IG_E_MODEL, "--chat: %s has no tokenizer.chat_template", m->path);
+    else
+        st = chat_render(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len, o->system,
+                         user, text);
+    free(user);
+    return st;
+}
+
+static int64_t context_size(const struct run_opts *o, const struct model *m)
+{
+    if (o->n_ctx > 0) {
+        if (m->hp.n_ctx_train > 0 && o->n_ctx > m->hp.n_ctx_train)
+            ig_warn("--ctx-size %lld is beyond the %lld positions the model was trained on",
+                    (long long)o->n_ctx, (long long)m->hp.n_ctx_train);
+        return o->n_ctx;
+    }
+    int64_t n = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : RUN_DEFAULT_CTX;
+    return n < RUN_DEFAULT_CTX ? n : RUN_DEFAULT_CTX;
+}
+
+static uint64_t pick_seed(int64_t seed)
+{
+    if (seed >= 0)
+        return (uint64_t)seed;
+    uint64_t x = (uint64_t)ig_now_ns() ^ ((uint64_t)getpid() << 32);
+    x ^= x >> 29;
+    return (x * 0x9e3779b97f4a7c15ull) >> 32; /* 32 bits: exact in JSON, easy to retype */
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_opts o;
+    run_defaults(&o);
+    int st = parse_args(argc, argv, &o);
+    if (st != IG_OK)
+        return st < 0 ? IG_OK : st;
+    if ((st = check_device(o.device)) != IG_OK)
+        return st;
+    o.sp.seed = pick_seed(o.seed);
+
+    char path[4096], *user = NULL, *prompt = NULL;
+    size_t prompt_len;
+    struct model *m = NULL;
+    struct tok_vocab *vocab = NULL;
+    struct sampler *smp = NULL;
+    struct kv_cache *kv = NULL;
+    struct ops_ctx *ops = NULL;
+    struct run_output out = {.to_buffer = o.json};
+    struct generate_stats stats = {0};
+
+    if ((st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len)) != IG_OK ||
+        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
+        goto done;
+    if (cli_stderr_is_tty() && !o.quiet)
+        fprintf(stderr, "loading %s\n", path);
+    if ((st = model_load(path, &m)) != IG_OK || (st = tok_load_gguf(m->gguf, &vocab)) != IG_OK)
+        goto done;
+    st = build_prompt(&o, m, user, &prompt);
+    user = NULL; /* build_prompt took it */
+    if (st != IG_OK)
+        goto done;
+    int64_t n_ctx = context_size(&o, m);
+    int64_t n_batch = o.n_batch < n_ctx ? o.n_batch : n_ctx;
+    if ((st = sampler_create(&o.sp, m->hp.n_vocab, &smp)) != IG_OK ||
+        (st = kv_cache_create(&m->hp, n_ctx, KV_F32, &kv)) != IG_OK ||
+        (st = ops_ctx_create(m, (int)o.n_threads, n_batch, &ops)) != IG_OK)
+        goto done;
+
+    struct generate_params gp = {
+        .n_predict = o.n_predict,
+        .max_batch = n_batch,
+        .encode_flags = TOK_ENC_ADD_BOS | (o.no_special && !o.chat ? 0 : TOK_ENC_PARSE_SPECIAL),
+        .print_special = false,
+        .ignore_eog = o.ignore_eos,
+        .interrupt = &run_interrupted,
+        .emit = emit,
+        .emit_user = &out,
+    };
+    install_signals();
+    st = generate_run(ops, kv, vocab, smp, m->hp.n_vocab, prompt, strlen(prompt), &gp, &stats);
+    if (st == IG_OK && stats.stop == GEN_STOP_OUTPUT && out.write_errno != EPIPE)
+        st = ig_error(out.write_errno == ENOMEM ? IG_E_NOMEM : IG_E_IO,
+                      "cannot write the output: %s", strerror(out.write_errno));
+    if (st == IG_OK && stats.stop == GEN_STOP_INTERRUPT)
+        st = IG_E_INTERRUPTED;
+    if (stats.stop == GEN_STOP_CONTEXT)
+        ig_warn("the context is full (%lld positions): generation stopped (raise -c)",
+                (long long)n_ctx);
+    if (out.wrote && stats.stop != GEN_STOP_OUTPUT && fputc('\n', stdout) != EOF)
+        fflush(stdout);
+    if (stats.stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
+        struct run_result r = {
+            .stats = &stats, .device = "cpu", .threads = ops_ctx_threads(ops),
+            .n_ctx = n_ctx, .text = out.buf, .len = out.len, .status = st,
+        };
+        if (!o.quiet)
+            run_print_stats(&o, &r);
+        if (o.json) {
+            int js = run_print_json(&o, &r);
+            st = st == IG_OK ? js : st;
+        }
+    }
+done:
+    free(out.buf);
+    ops_ctx_free(ops);
+    kv_cache_free(kv);
+    sampler_free(smp);
+    tok_vocab_free(vocab);
+    model_free(m);
+    free(prompt);
+    free(user);
+    return st;
+}

@@ -1,0 +1,82 @@
+/* cli/run_report.c: the end of `ignite run`: the stats line on stderr and
+ * the --json object on stdout (both formats are documented in docs/cli.md).
+ * Covered by tests/cli/test_run.sh. */
+#include "cli/cli.h"
+#include "cli/run.h"
+
+#include "core/status.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens per second, 0 when nothing was timed. */
+static double per_second(int64_t n, double ms) { return ms > 0 ? (double)n * 1000.0 / ms : 0; }
+
+static double ms_per_token(const struct generate_stats *s)
+{
+    return s->n_decode ? s->decode_ms / (double)s->n_decode : 0;
+}
+
+void run_print_stats(const struct run_opts *o, const struct run_result *r)
+{
+    const struct generate_stats *s = r->stats;
+    fprintf(stderr,
+            "stats: prompt %lld tok | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
+            "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s\n",
+            (long long)s->n_prompt, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
+            (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
+            r->device, r->threads, generate_stop_name(s->stop));
+}
+
+int run_print_json(const struct run_opts *o, const struct run_result *r)
+{
+    const struct generate_stats *s = r->stats;
+    char *text = cli_utf8_repair(r->text ? r->text : "", r->text ? r->len : 0);
+    cJSON *root = cJSON_CreateObject();
+    if (!text || !root)
+        goto fail;
+    cJSON_AddStringToObject(root, "text", text);
+    cJSON_AddStringToObject(root, "stop", generate_stop_name(s->stop));
+    cJSON_AddNumberToObject(root, "status", r->status);
+    cJSON *tok = cJSON_AddObjectToObject(root, "tokens");
+    cJSON *tm = cJSON_AddObjectToObject(root, "timings");
+    cJSON *sm = cJSON_AddObjectToObject(root, "sampling");
+    if (!tok || !tm || !sm)
+        goto fail;
+    cJSON_AddNumberToObject(tok, "prompt", (double)s->n_prompt);
+    cJSON_AddNumberToObject(tok, "generated", (double)s->n_gen);
+    cJSON_AddNumberToObject(tm, "tokenize_ms", s->tokenize_ms);
+    cJSON_AddNumberToObject(tm, "ttft_ms", s->ttft_ms);
+    cJSON_AddNumberToObject(tm, "prefill_ms", s->prefill_ms);
+    cJSON_AddNumberToObject(tm, "prefill_tok_s", per_second(s->n_prompt, s->prefill_ms));
+    cJSON_AddNumberToObject(tm, "decode_ms", s->decode_ms);
+    cJSON_AddNumberToObject(tm, "decode_ms_per_tok", ms_per_token(s));
+    cJSON_AddNumberToObject(tm, "decode_tok_s", per_second(s->n_decode, s->decode_ms));
+    cJSON_AddNumberToObject(sm, "temperature", o->sp.temperature);
+    cJSON_AddNumberToObject(sm, "top_k", (double)o->sp.top_k);
+    cJSON_AddNumberToObject(sm, "top_p", o->sp.top_p);
+    cJSON_AddNumberToObject(sm, "min_p", o->sp.min_p);
+    cJSON_AddNumberToObject(sm, "repeat_penalty", o->sp.repeat_penalty);
+    cJSON_AddNumberToObject(sm, "repeat_last_n", (double)o->sp.repeat_last_n);
+    cJSON_AddNumberToObject(sm, "seed", (double)o->sp.seed);
+    cJSON_AddStringToObject(root, "device", r->device);
+    cJSON_AddNumberToObject(root, "threads", r->threads);
+    cJSON_AddNumberToObject(root, "n_ctx", (double)r->n_ctx);
+    char *out = cJSON_PrintUnformatted(root);
+    if (!out)
+        goto fail;
+    int st = IG_OK;
+    errno = 0;
+    if ((puts(out) == EOF || fflush(stdout) != 0) && errno != EPIPE) /* a gone reader is no error */
+        st = ig_error(IG_E_IO, "cannot write the JSON result to stdout: %s", strerror(errno));
+    cJSON_free(out);
+    cJSON_Delete(root);
+    free(text);
+    return st;
+fail:
+    cJSON_Delete(root);
+    free(text);
+    return ig_error(IG_E_NOMEM, "out of memory building the JSON result");
+}

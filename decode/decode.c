@@ -1,0 +1,152 @@
+/* decode/decode.c: the one-token forward against the KV cache.
+ *
+ * The same weights path as prefill with a block of one token (ops_matmul
+ * then takes the fused GEMV kernels), and its own attention: one query per
+ * head against every cached position, one head per work item, keys streamed
+ * in chunks with an online softmax. It shares no attention code with
+ * prefill/attn_tiled.c, so the prefill-vs-decode test checks one against the
+ * other. Sampling and the generation loop are elsewhere in decode/.
+ * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
+#include "decode/decode.h"
+
+#include "core/half.h"
+#include "core/status.h"
+
+#include <math.h>
+
+/* Keys scored per step of the online softmax. */
+#define DECODE_KEY_CHUNK 64
+
+/* ---- attention of one query over the cache --------------------------------------- */
+
+struct decode_attn_job {
+    const struct kv_cache *kv;
+    int64_t layer;
+    int64_t n_keys;       /* positions 0 .. n_keys - 1 are visible */
+    const float *q;       /* [n_head, head_dim] after RoPE */
+    float *out;           /* [n_head, head_dim] */
+    int64_t group;        /* query heads per KV head */
+    float scale;
+    struct ops_ctx *ctx;  /* per-thread scratch: o [head_dim] */
+};
+
+static inline float cache_elem(const struct kv_cache *kv, const void *base, int64_t i)
+{
+    return kv->dtype == KV_F32 ? ((const float *)base)[i]
+                               : ig_f16_to_f32(((const ig_f16 *)base)[i]);
+}
+
+static void decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o)
+{
+    const struct kv_cache *kv = job->kv;
+    int64_t hd = kv->head_dim;
+    int64_t base = kv_cache_head_offset(kv, job->layer, h / job->group);
+    const float *q = job->q + h * hd;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t d = 0; d < hd; d++)
+        o[d] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < job->n_keys; k0 += DECODE_KEY_CHUNK) {
+        int64_t nc = job->n_keys - k0 < DECODE_KEY_CHUNK ? job->n_keys - k0 : DECODE_KEY_CHUNK;
+        float s[DECODE_KEY_CHUNK];
+        float mx = m;
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t off = base + (k0 + c) * hd;
+            float dot = 0.0f;
+            for (int64_t d = 0; d < hd; d++)
+                dot += q[d] * cache_elem(kv, kv->k, off + d);
+            s[c] = dot * job->scale;
+            mx = s[c] > mx ? s[c] : mx;
+        }
+        float corr = expf(m - mx);
+        l *= corr;
+        for (int64_t d = 0; d < hd; d++)
+            o[d] *= corr;
+        for (int64_t c = 0; c < nc; c++) {
+            float pc = expf(s[c] - mx);
+            l += pc;
+            int64_t off = base + (k0 + c) * hd;
+            for (int64_t d = 0; d < hd; d++)
+                o[d] += pc * cache_elem(kv, kv->v, off + d);
+        }
+        m = mx;
+    }
+    float *out = job->out + h * hd;
+    for (int64_t d = 0; d < hd; d++)
+        out[d] = o[d] / l;
+}
+
+static void decode_attn_task(void *arg, int64_t h0, int64_t h1, int thread)
+{
+    const struct decode_attn_job *job = arg;
+    float *o = ops_ctx_scratch(job->ctx, thread);
+    for (int64_t h = h0; h < h1; h++)
+        decode_attn_head(job, h, o);
+}
+
+/* ---- the forward --------------------------------------------------------------- */
+
+static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t pos)
+{
+    const struct model *m = ops_ctx_model(ctx);
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *L = &m->layers[il];
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+
+    ops_rmsnorm(b->x, &L->attn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
+    ops_matmul(ctx, &L->wq, b->xn, 1, b->q); /* [n_head * head_dim] */
+    ops_matmul(ctx, &L->wk, b->xn, 1, b->k); /* [n_head_kv * head_dim] */
+    ops_matmul(ctx, &L->wv, b->xn, 1, b->v);
+    if (hp->has_qkv_bias) {
+        ops_add_bias(b->q, &L->bq, 1, hp->n_head * hp->head_dim);
+        ops_add_bias(b->k, &L->bk, 1, hp->n_head_kv * hp->head_dim);
+        ops_add_bias(b->v, &L->bv, 1, hp->n_head_kv * hp->head_dim);
+    }
+    ops_rope_apply(ctx, b->q, 1, hp->n_head);
+    ops_rope_apply(ctx, b->k, 1, hp->n_head_kv);
+    kv_cache_write(kv, il, pos, 1, b->k, b->v);
+
+    struct decode_attn_job job = {
+        .kv = kv, .layer = il, .n_keys = pos + 1, .q = b->q, .out = b->att,
+        .group = hp->n_head / hp->n_head_kv,
+        .scale = (float)(1.0 / sqrt((double)hp->head_dim)), .ctx = ctx,
+    };
+    ops_pool_run(ops_ctx_pool(ctx), hp->n_head, 1, decode_attn_task, &job);
+
+    ops_matmul(ctx, &L->wo, b->att, 1, b->proj); /* [n_embd] */
+    ops_add(b->x, b->proj, hp->n_embd);
+
+    ops_rmsnorm(b->x, &L->ffn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
+    ops_matmul(ctx, &L->w_gate, b->xn, 1, b->gate); /* [n_ff] */
+    ops_matmul(ctx, &L->w_up, b->xn, 1, b->up);
+    ops_swiglu(b->gate, b->up, hp->n_ff);
+    ops_matmul(ctx, &L->w_down, b->gate, 1, b->proj); /* [n_embd] */
+    ops_add(b->x, b->proj, hp->n_embd);
+}
+
+int decode_forward(struct ops_ctx *ctx, struct kv_cache *kv, int32_t token, int64_t pos,
+                   float *logits)
+{
+    const struct model *m = ops_ctx_model(ctx);
+    const struct model_hparams *hp = &m->hp;
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+
+    if (pos != kv->n_pos)
+        return ig_error(IG_E_INTERNAL, "decode at position %lld but the cache holds %lld",
+                        (long long)pos, (long long)kv->n_pos);
+    if (pos >= kv->n_ctx)
+        return ig_error(IG_E_INPUT, "the context of %lld positions is full",
+                        (long long)kv->n_ctx);
+    int st = ops_embed(m, &token, 1, b->x); /* [n_embd] */
+    if (st != IG_OK)
+        return st;
+
+    ops_rope_prepare(ctx, pos, 1);
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        layer_forward(ctx, kv, il, pos);
+    kv->n_pos = pos + 1;
+
+    ops_rmsnorm(b->x, &m->output_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
+    ops_matmul(ctx, &m->output, b->xn, 1, logits); /* [n_vocab] */
+    return IG_OK;
+}

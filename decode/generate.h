@@ -1,0 +1,80 @@
+/* decode/generate.h: the generation loop.
+ *
+ * tokenize the prompt -> prefill (in chunks of max_batch) -> sample the first
+ * token -> { hand its text to the caller, decode one token, sample } until a
+ * stop condition. The caller owns output: text reaches it through `emit`, so
+ * this library code never writes to stdout and works the same for a
+ * terminal, a pipe or a --json buffer. Signals are the caller's too: it
+ * passes the flag its SIGINT handler sets.
+ *
+ * Timing (the definitions docs/cli.md documents):
+ *   TTFT         from the start of tokenization (the model is loaded) to the
+ *                moment the first token has been sampled.
+ *   prefill      the prefill forward calls alone: prefill tok/s = n_prompt /
+ *                prefill time.
+ *   decode       from the first sampled token to the last: decode ms/token =
+ *                that time / the number of one-token forwards.
+ * Covered by tests/cli/ (through `ignite run`).
+ */
+#ifndef IGNITE_DECODE_GENERATE_H
+#define IGNITE_DECODE_GENERATE_H
+
+#include "decode/sampler.h"
+#include "kvcache/kvcache.h"
+#include "ops/ops.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tok_vocab;
+
+/* Why the loop ended. */
+enum generate_stop {
+    GEN_STOP_NONE = 0,   /* it did not start (an error before the first token) */
+    GEN_STOP_EOG,        /* the model produced an end-of-generation token */
+    GEN_STOP_LIMIT,      /* n_predict tokens were generated */
+    GEN_STOP_CONTEXT,    /* the context is full */
+    GEN_STOP_INTERRUPT,  /* *interrupt became non-zero */
+    GEN_STOP_OUTPUT,     /* emit asked to stop (e.g. the reader closed the pipe) */
+};
+
+/* "eog", "limit", "context", "interrupted", "output_closed" ("none"). */
+const char *generate_stop_name(enum generate_stop stop);
+
+struct generate_params {
+    int64_t n_predict;      /* most tokens to generate (>= 1), or -1 for no limit */
+    int64_t max_batch;      /* prefill chunk: <= the ops context's max_batch */
+    unsigned encode_flags;  /* TOK_ENC_* for the prompt */
+    bool print_special;     /* render control tokens' text in the output */
+    bool ignore_eog;        /* keep going past end-of-generation tokens */
+    volatile sig_atomic_t *interrupt; /* may be NULL; non-zero = stop soon */
+    /* Receives generated text in order as it becomes whole UTF-8. Returns 0
+     * to go on, non-zero to stop (GEN_STOP_OUTPUT). */
+    int (*emit)(void *user, const char *text, size_t len);
+    void *emit_user;
+};
+
+struct generate_stats {
+    int64_t n_prompt;       /* prompt tokens (BOS included) */
+    int64_t n_gen;          /* tokens sampled, an end-of-generation token included */
+    int64_t n_decode;       /* one-token forwards run */
+    double tokenize_ms;
+    double prefill_ms;
+    double ttft_ms;
+    double decode_ms;
+    enum generate_stop stop;
+};
+
+/* Runs the loop for `prompt` (len bytes, already checked by the caller)
+ * against an empty `kv`. The sampler sees the prompt and every generated
+ * token. *stats is filled as far as the run got, also on error and on
+ * interrupt. Returns IG_OK (whatever the stop reason), IG_E_INPUT for a
+ * prompt that tokenizes to nothing or to more tokens than the context holds
+ * (one line with both numbers), or the status of a failed forward. */
+int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *vocab,
+                 struct sampler *smp, int64_t n_vocab, const char *prompt, size_t len,
+                 const struct generate_params *p, struct generate_stats *stats);
+
+#endif

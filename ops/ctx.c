@@ -1,0 +1,148 @@
+/* ops/ctx.c: the run state of a forward pass: the borrowed model, the thread
+ * pool and every buffer a pass needs, allocated once here so that prefill
+ * and decode never allocate. What the buffers hold is the stages' business.
+ * Covered by tests/cpu/. */
+#include "ops/ops.h"
+
+#include "core/status.h"
+#include "prefill/attn_tiled.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ops_ctx {
+    const struct model *m;
+    struct ops_pool *pool;
+    int64_t max_batch;
+    struct ops_buffers buf;
+    float *scratch;          /* [n_threads, scratch_floats] */
+    int64_t scratch_floats;  /* per thread, a multiple of 16 (64 bytes) */
+};
+
+/* 64-byte aligned, zeroed array of n floats, or NULL. */
+static float *alloc_floats(int64_t n)
+{
+    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+static int64_t max_i64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Widest weight row: the matmul row buffer must hold one dequantized row. */
+static int64_t max_weight_cols(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    return max_i64(max_i64(hp->n_embd, hp->n_head * hp->head_dim), hp->n_ff);
+}
+
+int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
+                   struct ops_ctx **out)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    if (max_batch < 1)
+        max_batch = 1;
+    struct ops_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return ig_error(IG_E_NOMEM, "out of memory creating the run state");
+    ctx->m = m;
+    ctx->max_batch = max_batch;
+    int st = ops_pool_create(n_threads, &ctx->pool);
+    if (st != IG_OK) {
+        free(ctx);
+        return st;
+    }
+
+    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    int64_t half_rot = hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1;
+    struct ops_buffers *b = &ctx->buf;
+    b->x = alloc_floats(max_batch * hp->n_embd);
+    b->xn = alloc_floats(max_batch * hp->n_embd);
+    b->proj = alloc_floats(max_batch * hp->n_embd);
+    b->q = alloc_floats(max_batch * q_dim);
+    b->k = alloc_floats(max_batch * kv_dim);
+    b->v = alloc_floats(max_batch * kv_dim);
+    b->att = alloc_floats(max_batch * q_dim);
+    b->gate = alloc_floats(max_batch * hp->n_ff);
+    b->up = alloc_floats(max_batch * hp->n_ff);
+    b->rope_cos = alloc_floats(max_batch * half_rot);
+    b->rope_sin = alloc_floats(max_batch * half_rot);
+
+    int64_t per_thread = max_i64(max_weight_cols(m) * OPS_MATMUL_ROW_BUFS,
+                                 attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv,
+                                                           hp->head_dim));
+    ctx->scratch_floats = (per_thread + 15) & ~(int64_t)15;
+    ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
+
+    if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
+        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch) {
+        ops_ctx_free(ctx);
+        return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
+                        (long long)max_batch);
+    }
+    *out = ctx;
+    return IG_OK;
+}
+
+void ops_ctx_free(struct ops_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    free(ctx->scratch);
+    struct ops_buffers *b = &ctx->buf;
+    free(b->rope_sin);
+    free(b->rope_cos);
+    free(b->up);
+    free(b->gate);
+    free(b->att);
+    free(b->v);
+    free(b->k);
+    free(b->q);
+    free(b->proj);
+    free(b->xn);
+    free(b->x);
+    ops_pool_free(ctx->pool);
+    free(ctx);
+}
+
+int ops_ctx_threads(const struct ops_ctx *ctx)
+{
+    return ops_pool_threads(ctx->pool);
+}
+
+const struct model *ops_ctx_model(const struct ops_ctx *ctx)
+{
+    return ctx->m;
+}
+
+int64_t ops_ctx_max_batch(const struct ops_ctx *ctx)
+{
+    return ctx->max_batch;
+}
+
+struct ops_buffers *ops_ctx_buffers(struct ops_ctx *ctx)
+{
+    return &ctx->buf;
+}
+
+struct ops_pool *ops_ctx_pool(struct ops_ctx *ctx)
+{
+    return ctx->pool;
+}
+
+float *ops_ctx_scratch(struct ops_ctx *ctx, int thread)
+{
+    IG_ASSERT(thread >= 0 && thread < ops_pool_threads(ctx->pool));
+    return ctx->scratch + (int64_t)thread * ctx->scratch_floats;
+}
+
+int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx)
+{
+    return ctx->scratch_floats;
+}

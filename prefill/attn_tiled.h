@@ -1,0 +1,46 @@
+/* prefill/attn_tiled.h: causal attention of a block of query tokens against
+ * the KV cache, FlashAttention-style on the CPU: query tiles against K/V
+ * tiles with an online softmax, no n x n buffer. The CPU twin of the CUDA
+ * prefill kernel, and its reference. Covered by tests/cpu/test_attn_tiled.c. */
+#ifndef IGNITE_PREFILL_ATTN_TILED_H
+#define IGNITE_PREFILL_ATTN_TILED_H
+
+#include "kvcache/kvcache.h"
+#include "ops/ops.h"
+
+#include <stdint.h>
+
+/* Query tokens per tile; a work item is one KV head's whole GQA group of
+ * query heads over one query tile, so each K/V tile is loaded once for
+ * n_head / n_head_kv heads. */
+#define ATTN_TILE_Q 16
+/* Keys per K/V tile. */
+#define ATTN_TILE_K 64
+
+struct attn_params {
+    const float *q;         /* [n_tokens, n_head, head_dim] after RoPE */
+    int64_t q_tok_stride;   /* elements between consecutive tokens of q */
+    const void *k;          /* this layer's K: [n_head_kv, n_ctx, head_dim] (kvcache.h) */
+    const void *v;          /* this layer's V, same layout */
+    enum kv_dtype kv_dtype; /* element type of k and v */
+    int64_t kv_head_stride; /* elements between KV heads (n_ctx * head_dim) */
+    float *out;             /* [n_tokens, n_head, head_dim] */
+    int64_t out_tok_stride; /* elements between consecutive tokens of out */
+    int64_t n_tokens;       /* query tokens */
+    int64_t pos0;           /* position of query 0; query i sees keys 0 .. pos0 + i */
+    int64_t n_head, n_head_kv, head_dim;
+    float scale;            /* softmax scale, 1 / sqrt(head_dim) */
+};
+
+/* Floats of per-thread scratch attn_tiled_run needs for these shapes. */
+int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
+
+/* out = softmax(scale * Q K^T + causal mask) V for every query head, with
+ * query head h reading KV head h / (n_head / n_head_kv). Keys and values of
+ * positions 0 .. pos0 + n_tokens - 1 must be in k and v. Work is split over
+ * the pool by (KV head, query tile); thread t uses scratch + t * scratch_stride
+ * (at least attn_tiled_scratch_floats floats). */
+void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *scratch,
+                    int64_t scratch_stride);
+
+#endif

@@ -1,0 +1,58 @@
+# tests/cli/test_run_args.sh: `ignite run` behaviour that needs no model:
+# help and version, bad flags and values, prompt checks (empty, invalid
+# UTF-8, unreadable file), bad model files, --device, and the exit code of
+# each (docs/cli.md lists them).
+. "$(dirname "$0")/lib.sh"
+
+# Help and version go to stdout with status 0.
+expect_rc 0 "run --help" "$IGNITE" run --help && expect_grep "$TMP/out" "--top-k" "run --help"
+expect_empty "$TMP/err" "run --help"
+expect_rc 0 "default command --help" "$IGNITE" --help && expect_grep "$TMP/out" "run" "--help"
+expect_rc 0 "run --version" "$IGNITE" run --version && expect_grep "$TMP/out" "^ignite [0-9]" "--version"
+expect_rc 0 "-V" "$IGNITE" -V && expect_grep "$TMP/out" "^ignite [0-9]" "-V"
+expect_rc 2 "no arguments" "$IGNITE" && expect_grep "$TMP/err" "usage" "no arguments"
+
+# Usage errors: status 2, one line naming the problem.
+expect_rc 2 "unknown long option" "$IGNITE" run --bogus -p hi && expect_grep "$TMP/err" "--bogus" "unknown option"
+expect_rc 2 "unknown short option" "$IGNITE" -Z -p hi
+expect_rc 2 "missing value" "$IGNITE" run -p
+expect_rc 2 "not a number" "$IGNITE" run -p hi -n abc && expect_grep "$TMP/err" "n-predict" "-n abc"
+expect_rc 2 "trailing junk" "$IGNITE" run -p hi -c 12x
+expect_rc 2 "-n 0" "$IGNITE" run -p hi -n 0
+expect_rc 2 "top-p out of range" "$IGNITE" run -p hi --top-p 1.5
+expect_rc 2 "negative temperature" "$IGNITE" run -p hi --temp -1
+expect_rc 2 "min-p nan" "$IGNITE" run -p hi --min-p nan
+expect_rc 2 "seed too large" "$IGNITE" run -p hi -s 99999999999
+expect_rc 2 "positional argument" "$IGNITE" run -p hi extra
+expect_rc 2 "no prompt" "$IGNITE" run -n 3
+expect_rc 2 "-p and -f" "$IGNITE" run -p hi -f -
+expect_rc 2 "--system without --chat" "$IGNITE" run -p hi --system x
+expect_rc 2 "unknown device" "$IGNITE" run -p hi --device tpu
+expect_rc 2 "bad cuda index" "$IGNITE" run -p hi --device cuda:x
+
+# The CUDA backend does not exist yet: a device error.
+expect_rc 7 "--device cuda" "$IGNITE" run -p hi --device cuda && expect_grep "$TMP/err" "cuda" "--device cuda"
+expect_rc 7 "--device cuda:0" "$IGNITE" -p hi --device cuda:0
+
+# Prompt checks come before the model is loaded.
+expect_rc 6 "empty prompt" "$IGNITE" run -p "" && expect_grep "$TMP/err" "empty" "empty prompt"
+: >"$TMP/empty.txt"
+expect_rc 6 "empty file" "$IGNITE" run -f "$TMP/empty.txt"
+expect_rc 6 "empty stdin" "$IGNITE" run -f - </dev/null
+expect_rc 6 "invalid UTF-8" "$IGNITE" run -p $'ab\xffcd' && expect_grep "$TMP/err" "offset 2" "invalid UTF-8"
+printf 'ok \xc0\xaf overlong' >"$TMP/bad.txt"
+expect_rc 6 "overlong UTF-8 in a file" "$IGNITE" run -f "$TMP/bad.txt"
+printf '\xed\xa0\x80' | expect_rc 6 "surrogate on stdin" "$IGNITE" run -f -
+expect_rc 6 "truncated UTF-8" "$IGNITE" run -p $'abc\xe2\x82'
+expect_rc 3 "missing prompt file" "$IGNITE" run -f "$TMP/nope.txt"
+
+# Model files.
+expect_rc 3 "missing model" "$IGNITE" run -m "$TMP/nope.gguf" -p hi
+printf 'GGUF\x03\x00\x00\x00garbage' >"$TMP/bad.gguf"
+expect_rc 4 "malformed model" "$IGNITE" run -m "$TMP/bad.gguf" -p hi
+printf 'not a gguf file at all' >"$TMP/text.gguf"
+expect_rc 4 "not a GGUF file" "$IGNITE" run -m "$TMP/text.gguf" -p hi
+expect_rc 2 "no default model" env IGNITE_CACHE="$TMP/nocache" "$IGNITE" run -p hi
+expect_grep "$TMP/err" "fetch-model" "no default model"
+
+finish test_run_args

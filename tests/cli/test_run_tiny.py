@@ -1,0 +1,93 @@
+"""tests/cli/test_run_tiny.py: `ignite run` on tiny random-weight models made
+by tests/pylib/ggufgen.py, so it needs no downloaded model and stays fast in
+the ASan build: exact token counts at -n and at a full context, the prompt
+over the context, --chat with an unknown or a missing template (exit 4),
+seed repeatability and --json on every stop path."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ggufgen
+
+IGNITE = os.environ["IGNITE_BIN"]
+failures = 0
+checks = 0
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def run(model, *args, stdin=None):
+    r = subprocess.run([IGNITE, "run", "-m", model, "-t", "1", *args], input=stdin,
+                       capture_output=True, timeout=120)
+    return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
+
+
+def run_json(model, *args):
+    rc, out, err = run(model, "--json", *args)
+    try:
+        obj = json.loads(out)
+    except ValueError:
+        obj = None
+    check(obj is not None, f"--json {args}: stdout is not one JSON object: {out[:200]!r} {err}")
+    return rc, obj or {}, err
+
+
+def tiny_model(**kw):
+    """tiny_llama with a pre-tokenizer the tokenizer knows (ggufgen writes "default")."""
+    g = ggufgen.tiny_llama(skip=("tokenizer.ggml.pre",) + kw.pop("skip", ()), **kw)
+    return g.add("tokenizer.ggml.pre", ggufgen.STR, "gpt2").build()
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = os.path.join(tmp, "tiny.gguf")
+        nochat = os.path.join(tmp, "nochat.gguf")
+        with open(tiny, "wb") as f:
+            # f32 weights: random quantized blocks can hold NaN scales.
+            f.write(tiny_model(mat_type=ggufgen.T_F32, emb_type=ggufgen.T_F32))
+        with open(nochat, "wb") as f:
+            f.write(tiny_model(skip=("tokenizer.chat_template",)))
+
+        rc, obj, err = run_json(tiny, "-p", "abc", "-n", "5", "--ignore-eos", "-s", "7")
+        check(rc == 0 and obj.get("stop") == "limit", f"-n 5: rc {rc} {obj} {err}")
+        check(obj.get("tokens", {}).get("generated") == 5, f"-n 5 generated {obj.get('tokens')}")
+        check(err.count("stats: ") == 1, f"one stats line: {err!r}")
+
+        rc, again, _ = run_json(tiny, "-p", "abc", "-n", "5", "--ignore-eos", "-s", "7")
+        check(again.get("text") == obj.get("text"), "the same seed gave different text")
+
+        # A full context: prompt positions + generated tokens fed back = n_ctx,
+        # and the last sampled token is still printed: n_ctx - n_prompt + 1.
+        rc, obj, err = run_json(tiny, "-p", "abc", "-c", "8", "-n", "-1", "--ignore-eos")
+        n_prompt = obj.get("tokens", {}).get("prompt", 0)
+        check(rc == 0 and obj.get("stop") == "context", f"full context: rc {rc} {obj}")
+        check(obj.get("tokens", {}).get("generated") == 8 - n_prompt + 1,
+              f"full context generated {obj.get('tokens')}")
+        check("context is full" in err, f"full context message: {err!r}")
+
+        rc, out, err = run(tiny, "-p", "abcdefgh", "-c", "4")
+        check(rc == 6 and "context holds 4" in err and out == "", f"over context: {rc} {err!r}")
+        rc, out, err = run(tiny, "-p", "abc", "-c", "3", "-n", "1", "-q")
+        check(rc == 0, f"prompt exactly filling the context: {rc} {err!r}")
+
+        rc, out, err = run(tiny, "-p", "abc", "--chat")
+        check(rc == 4 and "not one ignite knows" in err, f"--chat unknown template: {rc} {err!r}")
+        rc, out, err = run(nochat, "-p", "abc", "--chat")
+        check(rc == 4 and "no tokenizer.chat_template" in err, f"--chat no template: {rc} {err!r}")
+
+        rc, out, err = run(tiny, "-f", "-", "-n", "2", "-q", stdin=b"abc")
+        check(rc == 0 and err == "", f"stdin prompt: {rc} {err!r}")
+    print(f"test_run_tiny: {checks} checks, {failures} failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

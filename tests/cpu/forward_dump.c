@@ -1,0 +1,168 @@
+/* tests/cpu/forward_dump.c: a test tool that runs the CPU forward on fixed
+ * token ids and writes the logits for tests/cpu/test_forward_ref.py to
+ * compare with the numpy reference (it also serves as a small benchmark).
+ *
+ *   forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] [-c CHUNK]
+ *                [--f16] PROMPT_IDS
+ *
+ * Prefills PROMPT_IDS (comma-separated; in chunks of CHUNK if given), then
+ * runs one decode step per id of -d, then N greedy decode steps (each feeds
+ * the argmax of the previous logits). OUT receives the float32 logits of the
+ * last prefill position and of every decode step, back to back. The greedy
+ * tokens go to stdout, one line "greedy: a b c"; timings to stderr. */
+#include "core/status.h"
+#include "core/timer.h"
+#include "decode/decode.h"
+#include "kvcache/kvcache.h"
+#include "models/model.h"
+#include "ops/ops.h"
+#include "prefill/prefill.h"
+#include "tests/cpu/model_path.h"
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_IDS 8192
+
+/* Parses "1,2,3" into ids; returns the count or -1. */
+static int64_t parse_ids(const char *s, int32_t *ids, int64_t cap)
+{
+    int64_t n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || n >= cap)
+            return -1;
+        ids[n++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return n;
+}
+
+static int32_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+static int write_logits(FILE *f, const float *logits, int64_t n)
+{
+    if (f && fwrite(logits, sizeof(float), (size_t)n, f) != (size_t)n)
+        return ig_error(IG_E_IO, "short write of logits");
+    return IG_OK;
+}
+
+int main(int argc, char **argv)
+{
+    char model_path[4096] = "";
+    const char *out_path = NULL, *decode_arg = "";
+    int64_t n_greedy = 0, chunk = 0;
+    int n_threads = 0;
+    enum kv_dtype kv_dtype = KV_F32;
+    static const struct option longopts[] = {
+        {"f16", no_argument, NULL, 'f'}, {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:o:d:g:t:c:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': snprintf(model_path, sizeof model_path, "%s", optarg); break;
+        case 'o': out_path = optarg; break;
+        case 'd': decode_arg = optarg; break;
+        case 'g': n_greedy = atoll(optarg); break;
+        case 't': n_threads = atoi(optarg); break;
+        case 'c': chunk = atoll(optarg); break;
+        case 'f': kv_dtype = KV_F16; break;
+        default: return IG_E_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "usage: forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] "
+                        "[-c CHUNK] [--f16] PROMPT_IDS\n");
+        return IG_E_USAGE;
+    }
+    if (!model_path[0] && test_model_path(model_path, sizeof model_path) != 0)
+        return TEST_SKIP;
+
+    static int32_t prompt[MAX_IDS], fixed[MAX_IDS];
+    int64_t n_prompt = parse_ids(argv[optind], prompt, MAX_IDS);
+    int64_t n_fixed = parse_ids(decode_arg, fixed, MAX_IDS);
+    if (n_prompt < 1 || n_fixed < 0)
+        return ig_error(IG_E_USAGE, "bad token id list");
+    if (chunk <= 0 || chunk > n_prompt)
+        chunk = n_prompt;
+
+    struct model *m = NULL;
+    struct ops_ctx *ctx = NULL;
+    struct kv_cache *kv = NULL;
+    float *logits = NULL;
+    FILE *out = NULL;
+    int st = model_load(model_path, &m);
+    if (st != IG_OK)
+        return st;
+    int64_t n_ctx = n_prompt + n_fixed + n_greedy;
+    if ((st = ops_ctx_create(m, n_threads, chunk, &ctx)) != IG_OK ||
+        (st = kv_cache_create(&m->hp, n_ctx, kv_dtype, &kv)) != IG_OK)
+        goto done;
+    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    if (!logits) {
+        st = ig_error(IG_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if (out_path && !(out = fopen(out_path, "wb"))) {
+        st = ig_error(IG_E_IO, "cannot open %s", out_path);
+        goto done;
+    }
+
+    int64_t t0 = ig_now_ns();
+    for (int64_t p = 0; p < n_prompt && st == IG_OK; p += chunk) {
+        int64_t n = n_prompt - p < chunk ? n_prompt - p : chunk;
+        st = prefill_forward(ctx, kv, prompt + p, n, p, logits);
+    }
+    int64_t t1 = ig_now_ns();
+    if (st != IG_OK || (st = write_logits(out, logits, m->hp.n_vocab)) != IG_OK)
+        goto done;
+
+    int64_t pos = n_prompt;
+    int64_t t2 = ig_now_ns();
+    for (int64_t i = 0; i < n_fixed && st == IG_OK; i++, pos++)
+        if ((st = decode_forward(ctx, kv, fixed[i], pos, logits)) == IG_OK)
+            st = write_logits(out, logits, m->hp.n_vocab);
+    if (n_greedy > 0)
+        printf("greedy:");
+    for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
+        int32_t tok = argmax(logits, m->hp.n_vocab);
+        printf(" %ld", (long)tok);
+        if ((st = decode_forward(ctx, kv, tok, pos, logits)) == IG_OK)
+            st = write_logits(out, logits, m->hp.n_vocab);
+    }
+    if (n_greedy > 0)
+        printf("\n");
+    int64_t t3 = ig_now_ns();
+    if (st != IG_OK)
+        goto done;
+
+    int64_t n_dec = n_fixed + n_greedy;
+    fprintf(stderr, "forward_dump: %d threads, prefill %lld tokens in %.3f s (%.1f tok/s)",
+            ops_ctx_threads(ctx), (long long)n_prompt, (double)(t1 - t0) * 1e-9,
+            (double)n_prompt / ((double)(t1 - t0) * 1e-9));
+    if (n_dec > 0)
+        fprintf(stderr, ", decode %lld tokens in %.3f s (%.1f tok/s)", (long long)n_dec,
+                (double)(t3 - t2) * 1e-9, (double)n_dec / ((double)(t3 - t2) * 1e-9));
+    fprintf(stderr, "\n");
+
+done:
+    if (out && fclose(out) != 0 && st == IG_OK)
+        st = ig_error(IG_E_IO, "cannot write %s", out_path);
+    free(logits);
+    kv_cache_free(kv);
+    ops_ctx_free(ctx);
+    model_free(m);
+    return st;
+}

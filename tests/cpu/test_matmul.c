@@ -1,0 +1,175 @@
+/* tests/cpu/test_matmul.c: ops_matmul over every weight type it reads, against
+ * dequantize (quant_dequantize_row, itself checked against the gguf package)
+ * then an fp64 dot product. Seeded random weights in valid block encodings,
+ * ragged row counts, token counts on both sides of the fused-kernel limit and
+ * of the token tile and block (1, 2, 3, 4, 5, 7, 64, 65, 130), on one thread
+ * (ops_matmul_rows) and on the pool (which must agree bit for bit, as every
+ * output is computed by one thread in a fixed order). Bound per output: 1e-5
+ * of sum_c |w x| (so cancellation cannot hide an error). Guard bands catch
+ * writes out of bounds. */
+#include "core/half.h"
+#include "core/status.h"
+#include "models/model.h"
+#include "models/quant.h"
+#include "ops/ops.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 32
+#define SENTINEL -777.0f
+#define ROWS 37
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint64_t next_u64(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Uniform in [-1, 1). */
+static float frand(void)
+{
+    return (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* A type under test and the byte offsets of the f16 scales inside its block
+ * (random bytes elsewhere are valid quants; scales must be finite). */
+struct type_case {
+    enum quant_type type;
+    int64_t cols;
+    int n_scales;
+    int scale_off[2];
+};
+
+static const struct type_case cases[] = {
+    {QUANT_F32, 203, 0, {0}}, /* not a multiple of the lane count: the tail path */
+    {QUANT_F16, 200, 0, {0}},
+    {QUANT_BF16, 200, 0, {0}},
+    {QUANT_Q4_0, 576, 1, {0}},
+    {QUANT_Q4_1, 576, 2, {0, 2}},
+    {QUANT_Q8_0, 1536, 1, {0}},
+    {QUANT_Q5_0, 256, 1, {0}}, /* the generic path from here on */
+    {QUANT_Q5_1, 256, 2, {0, 2}},
+    {QUANT_Q2_K, 512, 2, {80, 82}},
+    {QUANT_Q3_K, 512, 1, {108}},
+    {QUANT_Q4_K, 512, 2, {0, 2}},
+    {QUANT_Q5_K, 512, 2, {0, 2}},
+    {QUANT_Q6_K, 512, 1, {208}},
+};
+
+/* Fills a weight of ROWS rows with random values in its stored format. */
+static struct model_weight make_weight(const struct type_case *tc)
+{
+    const struct quant_traits *tr = quant_traits_of(tc->type);
+    struct model_weight w = {tc->type, ROWS, tc->cols, quant_row_bytes(tc->type, tc->cols), NULL};
+    size_t bytes = w.row_bytes * ROWS;
+    uint8_t *p = malloc(bytes);
+    if (tc->type == QUANT_F32 || tc->type == QUANT_F16 || tc->type == QUANT_BF16) {
+        for (int64_t i = 0; i < ROWS * tc->cols; i++) {
+            float v = frand();
+            if (tc->type == QUANT_F32)
+                ((float *)p)[i] = v;
+            else if (tc->type == QUANT_F16)
+                ((ig_f16 *)p)[i] = ig_f32_to_f16(v);
+            else
+                ((ig_bf16 *)p)[i] = ig_f32_to_bf16(v);
+        }
+    } else {
+        for (size_t i = 0; i < bytes; i++)
+            p[i] = (uint8_t)(next_u64() >> 24);
+        for (size_t b = 0; b < bytes / tr->block_bytes; b++)
+            for (int s = 0; s < tc->n_scales; s++) {
+                ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (frand() + 1.0f));
+                memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
+            }
+    }
+    w.data = p;
+    return w;
+}
+
+/* An ops context sized for weights of `cols` columns; only hp matters. */
+static struct model fake_model(int64_t cols)
+{
+    struct model m;
+    memset(&m, 0, sizeof m);
+    m.hp.n_embd = m.hp.n_ff = cols;
+    m.hp.n_head = m.hp.n_head_kv = 1;
+    m.hp.head_dim = m.hp.n_rot = 64;
+    return m;
+}
+
+static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
+{
+    static const int64_t token_counts[] = {1, 2, 3, 4, 5, 7, 64, 65, 130};
+    const int64_t max_t = 130, cols = tc->cols;
+    struct model_weight w = make_weight(tc);
+    float *x = malloc((size_t)(max_t * cols) * sizeof *x);
+    float *deq = malloc((size_t)(ROWS * cols) * sizeof *deq);
+    float *y1 = malloc((size_t)(max_t * ROWS + 2 * GUARD) * sizeof *y1);
+    float *y2 = malloc((size_t)(max_t * ROWS + 2 * GUARD) * sizeof *y2);
+    float *row_buf = malloc((size_t)(OPS_MATMUL_ROW_BUFS * cols) * sizeof *row_buf);
+    for (int64_t i = 0; i < max_t * cols; i++)
+        x[i] = frand();
+    for (int64_t r = 0; r < ROWS; r++)
+        quant_dequantize_row(tc->type, (const uint8_t *)w.data + r * w.row_bytes,
+                             deq + r * cols, cols);
+
+    for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
+        int64_t nt = token_counts[k];
+        for (int64_t i = 0; i < nt * ROWS + 2 * GUARD; i++)
+            y1[i] = y2[i] = SENTINEL;
+        ops_matmul_rows(&w, 0, ROWS, x, nt, y1 + GUARD, row_buf);
+        ops_matmul(ctx, &w, x, nt, y2 + GUARD);
+
+        int bad = 0, same = 1, guard_ok = 1;
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t r = 0; r < ROWS; r++) {
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    double pr = (double)deq[r * cols + c] * x[t * cols + c];
+                    ref += pr;
+                    mag += fabs(pr);
+                }
+                float got = y1[GUARD + t * ROWS + r];
+                same &= got == y2[GUARD + t * ROWS + r];
+                if (!(fabs(got - ref) <= 1e-5 * mag) && bad++ < 3)
+                    fprintf(stderr, "  %s, %lld tokens: y[%lld][%lld] = %.7g, want %.7g\n",
+                            quant_type_name(tc->type), (long long)nt, (long long)t,
+                            (long long)r, got, ref);
+            }
+        for (int64_t i = 0; i < GUARD; i++)
+            guard_ok &= y1[i] == SENTINEL && y2[i] == SENTINEL &&
+                        y1[GUARD + nt * ROWS + i] == SENTINEL &&
+                        y2[GUARD + nt * ROWS + i] == SENTINEL;
+        CHECKF(bad == 0, "%s, %lld tokens: %d outputs off", quant_type_name(tc->type),
+               (long long)nt, bad);
+        CHECKF(same, "%s, %lld tokens: threaded result differs", quant_type_name(tc->type),
+               (long long)nt);
+        CHECKF(guard_ok, "%s, %lld tokens: write outside y", quant_type_name(tc->type),
+               (long long)nt);
+    }
+    free(row_buf);
+    free(y2);
+    free(y1);
+    free(deq);
+    free(x);
+    free((void *)w.data);
+}
+
+int main(void)
+{
+    struct model m = fake_model(1536);
+    struct ops_ctx *ctx;
+    if (ops_ctx_create(&m, 2, 1, &ctx) != IG_OK)
+        return 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_type(&cases[i], ctx);
+    ops_ctx_free(ctx);
+    return test_summary("test_matmul");
+}

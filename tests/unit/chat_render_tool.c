@@ -1,0 +1,32 @@
+/* tests/unit/chat_render_tool.c: renders a chat prompt with
+ * tokenizer/chat_template.c for test_chat_jinja.py.
+ *   chat_render_tool TEMPLATE_FILE USER [SYSTEM]
+ * Prints the detected style on stderr and the rendered text on stdout. */
+#include "core/status.h"
+#include "tokenizer/chat_template.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv)
+{
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: chat_render_tool TEMPLATE_FILE USER [SYSTEM]\n");
+        return IG_E_USAGE;
+    }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f)
+        return ig_error(IG_E_IO, "cannot open %s", argv[1]);
+    static char tmpl[1 << 16];
+    size_t n = fread(tmpl, 1, sizeof tmpl, f);
+    fclose(f);
+    enum chat_style style = chat_detect(tmpl, n);
+    fprintf(stderr, "%s\n", chat_style_name(style));
+    char *out;
+    int st = chat_render(style, tmpl, n, argc == 4 ? argv[3] : NULL, argv[2], &out);
+    if (st != IG_OK)
+        return st;
+    fputs(out, stdout);
+    free(out);
+    return IG_OK;
+}

@@ -1,0 +1,85 @@
+"""tests/unit/test_chat_jinja.py: tokenizer/chat_template.c against jinja2
+renders (as transformers renders them: trim_blocks off, bos_token "", the
+generation prompt on) of one template per recognised family, and of the test
+model's own template read from the GGUF by the gguf package.
+
+usage: test_chat_jinja.py CHAT_RENDER_TOOL"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import jinja2
+except ImportError:
+    print("jinja2 is missing (pip install -r tests/requirements.txt)", file=sys.stderr)
+    sys.exit(77)
+
+# One representative template per family, as published with the models
+# (Mistral's and Gemma's in the variants that accept a system message).
+TEMPLATES = {
+    "chatml": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "chatml-qwen": "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+    "llama3": "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+    "llama2": "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+    "gemma": "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + '\\n\\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
+    "mistral": "{% if messages[0]['role'] == 'system' %}{% set system_message = messages[0]['content'] %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ bos_token }}{% for message in loop_messages %}{% if message['role'] == 'user' %}{% if loop.first and system_message is defined %}{{ '[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}{% else %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endif %}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token }}{% endif %}{% endfor %}",
+}
+
+USERS = ["Hello!", "What is 2+2?\nAnswer briefly.", "héllo wörld — 日本語 🙂"]
+SYSTEMS = [None, "You are terse.", "Line one.\nLine two."]
+
+
+def jinja_render(template, user, system):
+    env = jinja2.Environment(loader=jinja2.BaseLoader())
+    msgs = ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": user}]
+    return env.from_string(template).render(messages=msgs, add_generation_prompt=True,
+                                            bos_token="", eos_token="</s>")
+
+
+def model_template():
+    path = os.environ.get("IGNITE_MODEL")
+    if not path:
+        cache = os.environ.get("IGNITE_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
+        path = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(path):
+        return None
+    import gguf
+    f = gguf.GGUFReader(path).fields["tokenizer.chat_template"]
+    return bytes(f.parts[f.data[0]]).decode()
+
+
+def main():
+    tool = sys.argv[1]
+    cases = dict(TEMPLATES)
+    smol = model_template()
+    if smol is not None:
+        cases["model"] = smol
+    else:
+        print("note: the test model is absent; its template is not checked", file=sys.stderr)
+    failures = checks = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, template in cases.items():
+            path = os.path.join(tmp, name)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(template)
+            for user in USERS:
+                for system in SYSTEMS:
+                    want = jinja_render(template, user, system)
+                    args = [tool, path, user] + ([system] if system else [])
+                    r = subprocess.run(args, capture_output=True)
+                    got = r.stdout.decode("utf-8")
+                    checks += 1
+                    if r.returncode != 0 or got != want:
+                        failures += 1
+                        print(f"FAIL {name} user={user!r} system={system!r} "
+                              f"rc={r.returncode} style={r.stderr.decode().strip()}\n"
+                              f"  jinja2: {want!r}\n  ignite: {got!r}", file=sys.stderr)
+    print(f"test_chat_jinja: {checks} checks, {failures} failed", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+/* tokenizer/chat_template.c: recognises a chat template's family by its
+ * markers and renders a single-turn conversation in that family's format
+ * (the formats are listed in tokenizer/chat_template.h). Leaves encoding the
+ * result, with its special tokens, to the tokenizer.
+ * Covered by tests/unit/test_chat_template.c and test_chat_jinja.py. */
+#include "tokenizer/chat_template.h"
+
+#include "core/status.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int has(const char *t, size_t len, const char *marker)
+{
+    return memmem(t, len, marker, strlen(marker)) != NULL;
+}
+
+enum chat_style chat_detect(const char *tmpl, size_t len)
+{
+    if (!tmpl || !len)
+        return CHAT_UNKNOWN;
+    if (has(tmpl, len, "<|im_start|>"))
+        return CHAT_CHATML;
+    if (has(tmpl, len, "<|start_header_id|>"))
+        return CHAT_LLAMA3;
+    if (has(tmpl, len, "<start_of_turn>"))
+        return CHAT_GEMMA;
+    if (has(tmpl, len, "[INST]"))
+        return has(tmpl, len, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
+    return CHAT_UNKNOWN;
+}
+
+const char *chat_style_name(enum chat_style style)
+{
+    switch (style) {
+    case CHAT_CHATML: return "chatml";
+    case CHAT_LLAMA3: return "llama3";
+    case CHAT_LLAMA2: return "llama2";
+    case CHAT_GEMMA: return "gemma";
+    case CHAT_MISTRAL: return "mistral";
+    default: return "unknown";
+    }
+}
+
+/* A literal default system message is template text between
+ * "<|im_start|>system" + newline and "<|im_end|>" with no Jinja in it (no
+ * quotes, braces or '+' that would splice in a variable). */
+size_t chat_default_system(const char *tmpl, size_t len, char *buf, size_t cap)
+{
+    static const char head[] = "<|im_start|>system", tail[] = "<|im_end|>";
+    const char *p = tmpl, *end = tmpl ? tmpl + len : NULL;
+    while (p && (p = memmem(p, (size_t)(end - p), head, sizeof head - 1))) {
+        p += sizeof head - 1;
+        if (p < end && *p == '\n')
+            p++;
+        else if (end - p >= 2 && p[0] == '\\' && p[1] == 'n')
+            p += 2;
+        else
+            continue;
+        const char *stop = memmem(p, (size_t)(end - p), tail, sizeof tail - 1);
+        if (!stop)
+            return 0;
+        if (stop == p || memchr(p, '{', (size_t)(stop - p)) ||
+            memchr(p, '}', (size_t)(stop - p)) || memchr(p, '\'', (size_t)(stop - p)) ||
+            memchr(p, '"', (size_t)(stop - p)) || memchr(p, '+', (size_t)(stop - p)))
+            continue;
+        size_t n = 0;
+        for (const char *q = p; q < stop; q++) {
+            char c = *q;
+            if (c == '\\' && q + 1 < stop && q[1] == 'n') {
+                c = '\n';
+                q++;
+            }
+            if (n + 1 >= cap)
+                return 0;
+            buf[n++] = c;
+        }
+        buf[n] = '\0';
+        return n;
+    }
+    return 0;
+}
+
+/* A growing string; `failed` sticks after the first allocation failure. */
+struct strbuf {
+    char *s;
+    size_t len, cap;
+    int failed;
+};
+
+static void sb_add(struct strbuf *b, const char *text)
+{
+    size_t n = strlen(text);
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, text, n + 1);
+    b->len += n;
+}
+
+/* Appends the pieces, a NULL-terminated list. */
+static void sb_cat(struct strbuf *b, ...)
+{
+    va_list ap;
+    va_start(ap, b);
+    for (const char *s; (s = va_arg(ap, const char *));)
+        sb_add(b, s);
+    va_end(ap);
+}
+
+int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
+                const char *system, const char *user, char **out)
+{
+    struct strbuf b = {0};
+    char def[1024];
+    *out = NULL;
+    if (system && !*system)
+        system = NULL;
+    switch (style) {
+    case CHAT_CHATML:
+        if (!system && chat_default_system(tmpl, tmpl_len, def, sizeof def))
+            system = def;
+        if (system)
+            sb_cat(&b, "<|im_start|>system\n", system, "<|im_end|>\n", NULL);
+        sb_cat(&b, "<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n", NULL);
+        break;
+    case CHAT_LLAMA3:
+        if (system)
+            sb_cat(&b, "<|start_header_id|>system<|end_header_id|>\n\n", system, "<|eot_id|>",
+                   NULL);
+        sb_cat(&b, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>",
+               "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+        break;
+    case CHAT_LLAMA2:
+        sb_add(&b, "[INST] ");
+        if (system)
+            sb_cat(&b, "<<SYS>>\n", system, "\n<</SYS>>\n\n", NULL);
+        sb_cat(&b, user, " [/INST]", NULL);
+        break;
+    case CHAT_GEMMA:
+        sb_add(&b, "<start_of_turn>user\n");
+        if (system)
+            sb_cat(&b, system, "\n\n", NULL);
+        sb_cat(&b, user, "<end_of_turn>\n<start_of_turn>model\n", NULL);
+        break;
+    case CHAT_MISTRAL:
+        sb_add(&b, "[INST] ");
+        if (system)
+            sb_cat(&b, system, "\n\n", NULL);
+        sb_cat(&b, user, " [/INST]", NULL);
+        break;
+    default:
+        return ig_error(IG_E_MODEL,
+                        "--chat: the model's chat template is not one ignite knows "
+                        "(chatml, llama3, llama2, gemma, mistral); run without --chat "
+                        "and format the prompt yourself");
+    }
+    if (b.failed || !b.s) {
+        free(b.s);
+        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+    }
+    *out = b.s;
+    return IG_OK;
+}

@@ -1,0 +1,57 @@
+/* tokenizer/chat_template.h: turns a user message (and an optional system
+ * message) into the prompt text a chat model expects.
+ *
+ * We do not run Jinja: the model's `tokenizer.chat_template` is recognised by
+ * its distinctive markers and rendered by a hand-written formatter of that
+ * family, the way llama.cpp's built-in templates work. The result carries the
+ * generation prompt (the assistant header) at the end and never the BOS
+ * token: the tokenizer adds BOS as the model's metadata asks. Special-token
+ * markers in the result must be encoded as special tokens.
+ *
+ *   style     recognised by                          system message
+ *   chatml    "<|im_start|>"                         its own turn; a default
+ *                                                    from the template when
+ *                                                    none is given
+ *   llama3    "<|start_header_id|>"                  its own turn
+ *   llama2    "[INST]" and "<<SYS>>"                 <<SYS>> block in the turn
+ *   gemma     "<start_of_turn>"                      first line(s) of the turn
+ *   mistral   "[INST]" without "<<SYS>>"             first line(s) of the turn
+ *
+ * Covered by tests/unit/test_chat_template.c (expected strings) and
+ * tests/unit/test_chat_jinja.py (against jinja2 renders of the templates). */
+#ifndef IGNITE_TOKENIZER_CHAT_TEMPLATE_H
+#define IGNITE_TOKENIZER_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+
+enum chat_style {
+    CHAT_UNKNOWN = 0,
+    CHAT_CHATML,
+    CHAT_LLAMA3,
+    CHAT_LLAMA2,
+    CHAT_GEMMA,
+    CHAT_MISTRAL,
+};
+
+/* The family of a template text (len bytes, need not be NUL-terminated), or
+ * CHAT_UNKNOWN. A NULL or empty template is unknown. */
+enum chat_style chat_detect(const char *tmpl, size_t len);
+
+/* "chatml", "llama3", ... or "unknown". */
+const char *chat_style_name(enum chat_style style);
+
+/* Renders one user turn plus the generation prompt. `tmpl` is the model's
+ * template (used by chatml for its default system message; may be NULL).
+ * `system` may be NULL for none. On IG_OK *out is a NUL-terminated string
+ * the caller frees. Returns IG_E_MODEL for CHAT_UNKNOWN (one line listing
+ * the known families: the model's template is unsupported), IG_E_NOMEM when
+ * out of memory. */
+int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
+                const char *system, const char *user, char **out);
+
+/* The default system message a ChatML template inserts when none is given,
+ * copied into buf (escapes like "\n" decoded). Returns its length, or 0 when
+ * the template has none (or it does not fit in cap - 1 bytes). */
+size_t chat_default_system(const char *tmpl, size_t len, char *buf, size_t cap);
+
+#endif
