@@ -50,7 +50,7 @@ asan: fetch-model venv
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_ARGS)
 
 run: build fetch-model
-	$(BUILD)/ignite info
+	$(BUILD)/ignite run --chat -p "$(or $(PROMPT),Explain in two sentences what a KV cache is.)" -n 64 --temp 0
 
 fuzz:
 	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600)
