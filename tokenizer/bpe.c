@@ -10,6 +10,7 @@
  * hash lookup.
  * Covered by tests/tokenizer/test_hf_smollm.py and test_hf_pretypes.py. */
 #include "tokenizer/internal.h"
+#include "tokenizer/merge_heap.h"
 #include "tokenizer/unicode.h"
 
 #include "core/status.h"
@@ -25,55 +26,12 @@ struct sym {
     bool alive;
 };
 
-struct cand {
-    int32_t rank;
-    int32_t pos; /* left symbol */
-};
-
 struct work {
     struct sym *syms;
-    struct cand *heap;
+    struct tok_merge_heap heap;
     char *mapped;       /* the piece in GPT-2 form, for ignore_merges */
-    int64_t cap, n_heap;
+    int64_t cap;
 };
-
-static bool cand_less(struct cand a, struct cand b)
-{
-    return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos;
-}
-
-static void heap_push(struct work *w, struct cand c)
-{
-    int64_t i = w->n_heap++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!cand_less(c, w->heap[p]))
-            break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = c;
-}
-
-static struct cand heap_pop(struct work *w)
-{
-    struct cand top = w->heap[0], last = w->heap[--w->n_heap];
-    int64_t i = 0, n = w->n_heap;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && cand_less(w->heap[c + 1], w->heap[c]))
-            c++;
-        if (!cand_less(w->heap[c], last))
-            break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        w->heap[i] = last;
-    return top;
-}
 
 static void push_pair(const struct tok_vocab *v, struct work *w, int32_t pos)
 {
@@ -82,7 +40,7 @@ static void push_pair(const struct tok_vocab *v, struct work *w, int32_t pos)
         return;
     const struct tok_merge_slot *m = tok_find_merge(v, w->syms[pos].id, w->syms[next].id);
     if (m)
-        heap_push(w, (struct cand){m->rank, pos});
+        tok_merge_push(&w->heap, (struct tok_merge_cand){m->rank, pos, 0});
 }
 
 /* Merges the bytes of one piece and appends the ids. */
@@ -96,9 +54,9 @@ static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned c
         struct sym *syms = realloc(w->syms, (size_t)cap * sizeof *syms);
         if (syms)
             w->syms = syms;
-        struct cand *heap = realloc(w->heap, (size_t)cap * 3 * sizeof *heap);
+        struct tok_merge_cand *heap = realloc(w->heap.a, (size_t)cap * 3 * sizeof *heap);
         if (heap)
-            w->heap = heap;
+            w->heap.a = heap;
         char *mapped = realloc(w->mapped, (size_t)cap * 2);
         if (mapped)
             w->mapped = mapped;
@@ -128,17 +86,17 @@ static int bpe_piece(const struct tok_vocab *v, struct work *w, const unsigned c
     if (m == 0)
         return IG_OK;
     w->syms[m - 1].next = -1;
-    w->n_heap = 0;
+    w->heap.n = 0;
     for (int32_t i = 0; i + 1 < m; i++)
         push_pair(v, w, i);
-    while (w->n_heap > 0) {
-        struct cand c = heap_pop(w);
+    while (w->heap.n > 0) {
+        struct tok_merge_cand c = tok_merge_pop(&w->heap);
         struct sym *a = &w->syms[c.pos];
         if (!a->alive || a->next < 0)
             continue;
         struct sym *b = &w->syms[a->next];
         const struct tok_merge_slot *mg = tok_find_merge(v, a->id, b->id);
-        if (!mg || mg->rank != c.rank)
+        if (!mg || (double)mg->rank != c.prio)
             continue; /* stale: one side has been merged since */
         a->id = mg->id;
         b->alive = false;
@@ -258,7 +216,7 @@ int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok
     }
     tok_ids_free(&ends);
     free(w.syms);
-    free(w.heap);
+    free(w.heap.a);
     free(w.mapped);
     return rc;
 }

@@ -7,6 +7,7 @@
  * candidate pairs over a linked list of symbols keeps it O(n log n).
  * Covered by tests/tokenizer/test_spm.py. */
 #include "tokenizer/internal.h"
+#include "tokenizer/merge_heap.h"
 #include "tokenizer/unicode.h"
 
 #include "core/status.h"
@@ -19,57 +20,12 @@ struct sym {
     int32_t prev, next;
 };
 
-struct cand {
-    float score;
-    int32_t pos;
-    uint32_t len; /* left.len + right.len when pushed: detects stale entries */
-};
-
 struct work {
     const struct tok_vocab *v;
     const char *text;
     struct sym *syms;
-    struct cand *heap;
-    int64_t n_heap;
+    struct tok_merge_heap heap;
 };
-
-static bool cand_before(struct cand a, struct cand b)
-{
-    return a.score != b.score ? a.score > b.score : a.pos < b.pos;
-}
-
-static void heap_push(struct work *w, struct cand c)
-{
-    int64_t i = w->n_heap++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!cand_before(c, w->heap[p]))
-            break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = c;
-}
-
-static struct cand heap_pop(struct work *w)
-{
-    struct cand top = w->heap[0], last = w->heap[--w->n_heap];
-    int64_t i = 0, n = w->n_heap;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && cand_before(w->heap[c + 1], w->heap[c]))
-            c++;
-        if (!cand_before(w->heap[c], last))
-            break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        w->heap[i] = last;
-    return top;
-}
 
 static void push_pair(struct work *w, int32_t pos)
 {
@@ -81,7 +37,7 @@ static void push_pair(struct work *w, int32_t pos)
     int32_t id = tok_find(w->v, w->text + a->off, a->len + b->len);
     if (id < 0 || w->v->types[id] == TOK_TYPE_UNUSED)
         return;
-    heap_push(w, (struct cand){w->v->scores[id], pos, a->len + b->len});
+    tok_merge_push(&w->heap, (struct tok_merge_cand){-(double)w->v->scores[id], pos, a->len + b->len});
 }
 
 int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space_prefix,
@@ -95,7 +51,7 @@ int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space
     size_t cap = 3 * len + 3;
     char *norm = malloc(cap);
     struct sym *syms = malloc((cap + 1) * sizeof *syms);
-    struct cand *heap = malloc(3 * (cap + 1) * sizeof *heap);
+    struct tok_merge_cand *heap = malloc(3 * (cap + 1) * sizeof *heap);
     int rc = IG_OK;
     if (!norm || !syms || !heap) {
         rc = ig_error(IG_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
@@ -114,7 +70,7 @@ int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space
             norm[n++] = text[i];
         }
     }
-    struct work w = {v, norm, syms, heap, 0};
+    struct work w = {v, norm, syms, {heap, 0}};
     int32_t m = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
@@ -126,8 +82,8 @@ int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space
     syms[m - 1].next = -1;
     for (int32_t i = 0; i + 1 < m; i++)
         push_pair(&w, i);
-    while (w.n_heap > 0) {
-        struct cand c = heap_pop(&w);
+    while (w.heap.n > 0) {
+        struct tok_merge_cand c = tok_merge_pop(&w.heap);
         struct sym *a = &syms[c.pos];
         if (a->len == 0 || a->next < 0 || a->len + syms[a->next].len != c.len)
             continue;
