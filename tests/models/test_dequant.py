@@ -21,6 +21,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
+from igtest import model_path
 
 # Byte offsets of the f16 scale fields in a block: random bytes there would
 # make infinities and NaNs, so they get sane values instead.
@@ -31,15 +32,6 @@ EXACT = (Q.F32, Q.F16, Q.BF16)
 SUPPORTED = EXACT + tuple(SCALE_OFFSETS)
 
 failures = []
-
-
-def model_path():
-    p = os.environ.get("IGNITE_MODEL")
-    if p:
-        return p
-    cache = os.environ.get("IGNITE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
-    return os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def random_tensor(qtype, rows, cols, rng):

@@ -19,21 +19,13 @@ import tempfile
 import numpy as np
 import gguf
 from gguf import GGUFValueType as V
+from igtest import model_path
 
 failures = []
 NAMES = {V.UINT8: "uint8", V.INT8: "int8", V.UINT16: "uint16", V.INT16: "int16",
          V.UINT32: "uint32", V.INT32: "int32", V.FLOAT32: "float32", V.BOOL: "bool",
          V.STRING: "string", V.ARRAY: "array", V.UINT64: "uint64", V.INT64: "int64",
          V.FLOAT64: "float64"}
-
-
-def model_path():
-    p = os.environ.get("IGNITE_MODEL")
-    if p:
-        return p
-    cache = os.environ.get("IGNITE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
-    return os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def encode(vtype, part):

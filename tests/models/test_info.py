@@ -11,18 +11,10 @@ from collections import Counter
 
 import numpy as np
 import gguf
+from igtest import model_path
 
 BIN = os.environ.get("IGNITE_BIN", "build/ignite")
 failures = []
-
-
-def model_path():
-    p = os.environ.get("IGNITE_MODEL")
-    if p:
-        return p
-    cache = os.environ.get("IGNITE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
-    return os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def field(reader, key, default=None):

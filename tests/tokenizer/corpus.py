@@ -4,6 +4,7 @@ import os
 import random
 import subprocess
 import sys
+from igtest import model_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,19 +69,6 @@ def run_tool(args, records):
     if len(lines) != len(records):
         sys.exit("tok_tool printed %d lines for %d records" % (len(lines), len(records)))
     return lines
-
-
-def model_path():
-    """The test model, or None: $IGNITE_MODEL, else the cache rule of core/paths.c."""
-    p = os.environ.get("IGNITE_MODEL")
-    if not p:
-        cache = os.environ.get("IGNITE_CACHE")
-        if not cache:
-            xdg = os.environ.get("XDG_CACHE_HOME")
-            cache = os.path.join(xdg, "ignite") if xdg else os.path.join(
-                os.path.expanduser("~"), ".cache", "ignite")
-        p = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return p if os.path.exists(p) else None
 
 
 def first_diff(a, b):
