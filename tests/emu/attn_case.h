@@ -154,16 +154,20 @@ static const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk,
     return c->qkv + (pos - c->pos0) * c->qkv_width + (c->n_head + kind * c->n_head_kv + hk) * c->hd;
 }
 
-/* Errors of one output against fp64, max over elements. */
-struct attn_err {
-    double o_max;    /* max |O - O_fp64| */
-    double lse_max;  /* max |lse - lse_fp64| (NaN-aware: NaN counts as inf) */
+/* fp64 attention of a case (from the same rounded inputs), computed once. */
+struct attn_ref {
+    double *o;       /* [n][n_head][hd] */
+    double *lse;     /* [n_head][n] */
+    double naive;    /* max |O_naive - O_fp64| of the naive same-precision baseline */
 };
 
-/* Compares o/lse (case layout, guards included) with fp64; also computes
- * the naive same-precision baseline error when naive != NULL. */
-static void attn_errors(const struct attn_case *c, const uint16_t *o, const float *lse,
-                        struct attn_err *e, double *naive)
+/* Errors of one output against fp64, max over elements. */
+struct attn_err {
+    double o_max;    /* max |O - O_fp64|; a NaN counts as infinite */
+    double lse_max;  /* max |lse - lse_fp64|; a NaN counts as infinite */
+};
+
+static void attn_reference(const struct attn_case *c, struct attn_ref *r)
 {
     const int64_t hd = c->hd, group = c->n_head / c->n_head_kv;
     const double scale = 1.0 / sqrt((double)hd);
@@ -171,22 +175,25 @@ static void attn_errors(const struct attn_case *c, const uint16_t *o, const floa
     float *sf = (float *)malloc(sizeof(float) * (size_t)(c->pos0 + c->n));
     double acc[128];
     float accf[128];
-    e->o_max = e->lse_max = 0;
-    if (naive)
-        *naive = 0;
+    r->o = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head * hd));
+    r->lse = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head));
+    r->naive = 0;
     for (int64_t h = 0; h < c->n_head; h++)
         for (int64_t i = 0; i < c->n; i++) {
             const uint16_t *q = c->qkv + i * c->qkv_width + h * hd;
             int64_t nk = c->pos0 + i + 1;
-            double m = -INFINITY, l = 0;
+            double m = -INFINITY, l = 0, qd[128];
             float mf = -INFINITY, lf = 0;
+            for (int64_t x = 0; x < hd; x++)
+                qd[x] = attn_val(c, q[x]);
             for (int64_t j = 0; j < nk; j++) {
                 const uint16_t *k = attn_key(c, 0, h / group, j);
                 double d = 0;
                 float df = 0;
                 for (int64_t x = 0; x < hd; x++) {
-                    d += attn_val(c, q[x]) * attn_val(c, k[x]);
-                    df += (float)attn_val(c, q[x]) * (float)attn_val(c, k[x]);
+                    double kx = attn_val(c, k[x]);
+                    d += qd[x] * kx;
+                    df += (float)qd[x] * (float)kx;
                 }
                 s[j] = d * scale;
                 sf[j] = df;
@@ -203,23 +210,41 @@ static void attn_errors(const struct attn_case *c, const uint16_t *o, const floa
                 lf += pf;
                 float pr = attn_round(c, pf);
                 for (int64_t x = 0; x < hd; x++) {
-                    acc[x] += p * attn_val(c, v[x]);
-                    accf[x] += pr * (float)attn_val(c, v[x]);
+                    double vx = attn_val(c, v[x]);
+                    acc[x] += p * vx;
+                    accf[x] += pr * (float)vx;
                 }
             }
-            const uint16_t *oi = o + ATTN_GUARD + (i * c->n_head + h) * hd;
+            double *o = r->o + (i * c->n_head + h) * hd;
             for (int64_t x = 0; x < hd; x++) {
-                double want = acc[x] / l, got = attn_val(c, oi[x]);
-                double err = isnan(got) ? INFINITY : fabs(got - want);
-                e->o_max = fmax(e->o_max, err);
-                if (naive)
-                    *naive = fmax(*naive, fabs((double)attn_round(c, accf[x] / lf) - want));
+                o[x] = acc[x] / l;
+                r->naive = fmax(r->naive, fabs((double)attn_round(c, accf[x] / lf) - o[x]));
             }
-            double lse_want = m + log(l), got = lse[ATTN_GUARD + h * c->n + i];
-            e->lse_max = fmax(e->lse_max, isnan(got) ? INFINITY : fabs(got - lse_want));
+            r->lse[h * c->n + i] = m + log(l);
         }
     free(s);
     free(sf);
+}
+
+static void attn_ref_free(struct attn_ref *r)
+{
+    free(r->o);
+    free(r->lse);
+}
+
+/* Compares o/lse (case layout, guards included) with the fp64 reference. */
+static void attn_errors(const struct attn_case *c, const struct attn_ref *r, const uint16_t *o,
+                        const float *lse, struct attn_err *e)
+{
+    e->o_max = e->lse_max = 0;
+    for (int64_t i = 0; i < c->n * c->n_head * c->hd; i++) {
+        double got = attn_val(c, o[ATTN_GUARD + i]);
+        e->o_max = fmax(e->o_max, isnan(got) ? INFINITY : fabs(got - r->o[i]));
+    }
+    for (int64_t i = 0; i < c->n * c->n_head; i++) {
+        double got = lse[ATTN_GUARD + i];
+        e->lse_max = fmax(e->lse_max, isnan(got) ? INFINITY : fabs(got - r->lse[i]));
+    }
 }
 
 /* Sentinels: guard bands of o and lse untouched, every cache row outside the

@@ -56,9 +56,12 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     CK(cudaFree(o));
     CK(cudaFree(lse));
 
+    struct attn_ref ref;
     struct attn_err e;
-    double naive;
-    attn_errors(&c, c.o, c.lse, &e, &naive);
+    attn_reference(&c, &ref);
+    attn_errors(&c, &ref, c.o, c.lse, &e);
+    double naive = ref.naive;
+    attn_ref_free(&ref);
     int bad = attn_check_memory(&c, c.o, c.lse, c.kc, c.vc, "gpu");
     CHECKF(bad == 0, "%s: %d sentinel/cache violations", name, bad);
     CHECKF(e.o_max <= 2 * naive + 1e-7, "%s: max |O err| %.3g > 2 x naive %.3g", name, e.o_max,
