@@ -74,6 +74,11 @@ struct ig_emu_stats {
     uint64_t switches;    /* fiber switches into a thread */
     uint64_t barriers;    /* barrier releases */
     uint64_t collectives; /* warp collectives computed */
+    /* Extra shared-memory wavefronts of ldmatrix: per 8x8 matrix (one phase
+     * of 8 rows x 16 bytes), how many rows beyond one share a 16-byte bank
+     * group ((offset / 16) % 8, allocations being 128-byte aligned). 0 for a
+     * conflict-free layout. */
+    uint64_t ldmatrix_conflicts;
 };
 struct ig_emu_stats ig_emu_last_stats(void);
 

@@ -63,7 +63,9 @@ static void emu_ldmatrix(struct emu_thread *lane0, int num, int trans)
     if (num != 1 && num != 2 && num != 4)
         emu_fail("ldmatrix .x%d", num);
     uint16_t M[4][8][8];
-    for (int m = 0; m < num; m++)
+    for (int m = 0; m < num; m++) {
+        unsigned groups[8] = {0};
+        const void *rows[8];
         for (unsigned r = 0; r < 8; r++) {
             struct emu_thread *src = &lane0[8 * m + r];
             const void *row = src->coll.in[0];
@@ -72,7 +74,21 @@ static void emu_ldmatrix(struct emu_thread *lane0, int num, int trans)
                          8 * m + r);
             emu_smem_check_read(src->tid, row, 16, "ldmatrix");
             memcpy(M[m][r], row, 16);
+            /* Bank group of the row; the same address twice is a broadcast. */
+            rows[r] = row;
+            int dup = 0;
+            for (unsigned q = 0; q < r; q++)
+                dup |= rows[q] == row;
+            if (!dup) {
+                const struct emu_smem *s = emu_smem_find(row, 16, "ldmatrix");
+                groups[((size_t)((const unsigned char *)row - s->data) / 16) % 8]++;
+            }
         }
+        unsigned worst = 0;
+        for (unsigned q = 0; q < 8; q++)
+            worst = groups[q] > worst ? groups[q] : worst;
+        emu.stats.ldmatrix_conflicts += worst - 1;
+    }
     for (unsigned l = 0; l < EMU_WARP; l++) {
         uint32_t *out = (uint32_t *)lane0[l].coll.out;
         unsigned g = l / 4, t = l % 4;

@@ -9,3 +9,10 @@ extern "C" void test_emu_set_seed(uint64_t seed)
 {
     ig_emu_set_seed(seed);
 }
+
+/* For C tests: extra ldmatrix wavefronts (bank conflicts) of the last launch. */
+extern "C" uint64_t test_emu_ldmatrix_conflicts(void);
+extern "C" uint64_t test_emu_ldmatrix_conflicts(void)
+{
+    return ig_emu_last_stats().ldmatrix_conflicts;
+}

@@ -2,7 +2,8 @@
  * arithmetic: mma.m16n8k16 fragments (scattered with the PTX inverse maps)
  * against a plain matrix product of small integers (exact in bf16, f16 and
  * f32), ldmatrix and .trans layouts (including their pairing with mma), and
- * shfl.sync in its modes and widths. Label emu. */
+ * shfl.sync in its modes and widths; the ldmatrix bank-conflict counter.
+ * Label emu. */
 #include "core/half.h"
 #include "devkit/intrinsics.cuh"
 #include "tests/test.h"
@@ -173,6 +174,38 @@ static void test_ldmatrix(void)
     CHECKF(bad == 0, "%d elements of ldmatrix-fed mma wrong", bad);
 }
 
+/* ---- bank conflicts of ldmatrix ------------------------------------------- */
+
+static int pitch_padded;
+
+/* One ldmatrix.x1 over 8 rows of a 128-byte-pitch tile (all rows in one
+ * 16-byte bank group: 8-way conflict) or a 144-byte one (conflict-free). */
+__global__ void conflict_kernel(int unused)
+{
+    (void)unused;
+    IG_SHARED(uint16_t, plain, [8][64]);
+    IG_SHARED(uint16_t, padded, [8][72]);
+    unsigned l = threadIdx.x;
+    for (int i = 0; i < 16; i++) {
+        ig_sts(&plain[l % 8][8 * (l / 8) + i % 8], (uint16_t)i);
+        ig_sts(&padded[l % 8][8 * (l / 8) + i % 8], (uint16_t)i);
+    }
+    ig_syncthreads();
+    uint32_t r[1];
+    ig_ldmatrix_x1(r, pitch_padded ? &padded[l % 8][0] : &plain[l % 8][0]);
+}
+
+static void test_bank_conflicts(void)
+{
+    pitch_padded = 0;
+    CHECK(IG_LAUNCH(conflict_kernel, dim3(1), dim3(32), 0, 0, 0) == 0);
+    CHECKF(ig_emu_last_stats().ldmatrix_conflicts == 7, "%llu",
+           (unsigned long long)ig_emu_last_stats().ldmatrix_conflicts);
+    pitch_padded = 1;
+    CHECK(IG_LAUNCH(conflict_kernel, dim3(1), dim3(32), 0, 0, 0) == 0);
+    CHECK(ig_emu_last_stats().ldmatrix_conflicts == 0);
+}
+
 /* ---- shuffles ------------------------------------------------------------- */
 
 struct shfl_io {
@@ -237,5 +270,6 @@ int main(void)
     test_mma<ig_f16_t>(false);
     test_ldmatrix();
     test_shfl();
+    test_bank_conflicts();
     return test_summary("test_emu_warp");
 }

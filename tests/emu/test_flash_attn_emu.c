@@ -17,7 +17,8 @@
 
 typedef int (*attn_fn)(const struct ig_flash_attn_params *p);
 
-void test_emu_set_seed(uint64_t seed); /* flash_attn_emu.cc */
+void test_emu_set_seed(uint64_t seed);         /* flash_attn_emu.cc */
+uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
 
 /* Runs fn on fresh copies of the case's outputs and caches and checks it. */
 static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
@@ -36,6 +37,9 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     attn_case_name(c, name, sizeof name);
     int rc = fn(&p);
     CHECKF(rc == 0, "%s %s: returned %d", who, name, rc);
+    if (fn == ig_flash_attn_emu) /* the swizzled layout must be conflict-free */
+        CHECKF(test_emu_ldmatrix_conflicts() == 0, "%s: %llu ldmatrix bank conflicts", name,
+               (unsigned long long)test_emu_ldmatrix_conflicts());
     if (rc == 0) {
         struct attn_err e;
         attn_errors(c, ref, o, lse, &e);
