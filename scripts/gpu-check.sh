@@ -11,6 +11,7 @@ BUILD=${BUILD:-build-gpu}
 PYTHON=${PYTHON:-python3}
 JOBS=$(nproc 2>/dev/null || echo 4)
 t0=$(date +%s)
+status=0 # a failed test still lets the timings run; the exit status reports it
 step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
 step "device"
@@ -26,7 +27,7 @@ if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON \
     # The other gpu-labelled tests, if any, are built too when they configure.
     cmake --build "$BUILD" -j"$JOBS" || echo "note: full build failed; gpu tests above still run"
     step "ctest -L gpu"
-    (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 240)
+    (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 240) || status=1
     bench="$BUILD/bench/bench_flash_attn"
 else
     # No CMake configure (e.g. a library the full project needs is missing):
@@ -37,10 +38,11 @@ else
     $nv -o "$BUILD/test_flash_attn_gpu" tests/gpu/test_flash_attn_gpu.c $srcs -lm
     $nv -o "$BUILD/bench_flash_attn" bench/bench_flash_attn.c $srcs -lm
     step "test_flash_attn_gpu"
-    timeout 240 "$BUILD/test_flash_attn_gpu"
+    timeout 240 "$BUILD/test_flash_attn_gpu" || status=1
     bench="$BUILD/bench_flash_attn"
 fi
 
 step "bench vs torch sdpa"
-timeout 240 "$PYTHON" bench/sdpa_compare.py --bin "$bench"
-step "done"
+timeout 240 "$PYTHON" bench/sdpa_compare.py --bin "$bench" || status=1
+step "done (status $status)"
+exit $status
