@@ -15,7 +15,7 @@
 #define EMU_ASAN 0
 #endif
 
-#if defined(__x86_64__)
+#if EMU_FIBER_ASM
 /* emu_switch(&from_sp, to_sp): push the callee-saved state, park rsp in
  * *from_sp, load to_sp, pop its state, return into it. The state block is
  * [mxcsr|x87cw][r15][r14][r13][r12][rbx][rbp][return address]. */
@@ -91,7 +91,7 @@ void emu_fiber_free(struct emu_fiber *f)
     memset(f, 0, sizeof *f);
 }
 
-#if defined(__x86_64__)
+#if EMU_FIBER_ASM
 static void emu_fiber_start(void *arg);
 #endif
 
@@ -104,7 +104,7 @@ void emu_fiber_prepare(struct emu_fiber *f, void (*entry)(void *), void *arg)
     f->entry = entry;
     f->arg = arg;
     f->fake_stack = NULL;
-#if defined(__x86_64__)
+#if EMU_FIBER_ASM
     uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)(top - 64 - 16);
     uint32_t csr[2] = {0x1f80u, 0x037fu}; /* default MXCSR, default x87 control word */
@@ -128,7 +128,7 @@ void emu_fiber_prepare(struct emu_fiber *f, void (*entry)(void *), void *arg)
 #endif
 }
 
-#if defined(__x86_64__)
+#if EMU_FIBER_ASM
 static void emu_fiber_start(void *arg)
 {
     struct emu_fiber *f = (struct emu_fiber *)arg;
@@ -139,7 +139,7 @@ static void emu_fiber_start(void *arg)
 
 static void emu_raw_switch(struct emu_fiber *from, struct emu_fiber *to)
 {
-#if defined(__x86_64__)
+#if EMU_FIBER_ASM
     emu_switch(&from->sp, to->sp);
 #else
     swapcontext(&from->uc, &to->uc);

@@ -11,13 +11,20 @@
 
 #include <stddef.h>
 
-#if !defined(__x86_64__)
+/* The hand-rolled switch on x86-64; -DEMU_FIBER_UCONTEXT forces ucontext. */
+#if defined(__x86_64__) && !defined(EMU_FIBER_UCONTEXT)
+#define EMU_FIBER_ASM 1
+#else
+#define EMU_FIBER_ASM 0
+#endif
+
+#if !EMU_FIBER_ASM
 #include <ucontext.h>
 #endif
 
 struct emu_fiber {
     void *sp;                 /* saved stack pointer while switched out (x86-64) */
-#if !defined(__x86_64__)
+#if !EMU_FIBER_ASM
     ucontext_t uc;
 #endif
     char *stack;              /* mmap'ed region, lowest address is a guard page */
