@@ -67,6 +67,7 @@ struct emu_block {
     unsigned char *dyn;     /* dynamic shared memory (in smem too) */
     std::deque<unsigned> runq;
     std::vector<unsigned> warp_arrived; /* lanes waiting per warp */
+    std::vector<unsigned> order;        /* scratch for the seeded release order */
 };
 
 /* The emulator's one global state (one launch at a time). */
@@ -93,7 +94,7 @@ void emu_block_current(int state);
 /* Makes thread i runnable again (appended to the run queue). */
 void emu_wake(unsigned i);
 /* A seeded permutation of v, in place. */
-void emu_shuffle(std::vector<unsigned> &v);
+void emu_shuffle(unsigned *v, size_t n);
 
 /* Shared memory: the allocation holding [p, p+n), or a fault. */
 struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what);

@@ -76,11 +76,11 @@ static uint64_t emu_rand(void)
     return emu.rng * 0x2545f4914f6cdd1dull;
 }
 
-void emu_shuffle(std::vector<unsigned> &v)
+void emu_shuffle(unsigned *v, size_t n)
 {
     if (!emu_seed)
         return;
-    for (size_t i = v.size(); i > 1; i--) {
+    for (size_t i = n; i > 1; i--) {
         size_t j = (size_t)(emu_rand() % i);
         unsigned tmp = v[i - 1];
         v[i - 1] = v[j];
@@ -143,12 +143,14 @@ void ig_emu_barrier(const char *file, int line)
         b->n_at_barrier = 0;
         b->epoch = ++emu_epoch_counter;
         emu.stats.barriers++;
-        std::vector<unsigned> order(b->n);
+        /* No heap memory may stay live across a switch: a fault abandons
+         * suspended threads, which would leak it. */
+        unsigned *order = b->order.data();
         for (unsigned i = 0; i < b->n; i++)
             order[i] = i;
-        emu_shuffle(order);
-        for (unsigned i : order)
-            emu_wake(i);
+        emu_shuffle(order, b->n);
+        for (unsigned i = 0; i < b->n; i++)
+            emu_wake(order[i]);
     }
     emu_block_current(EMU_AT_BARRIER);
 }
@@ -172,12 +174,12 @@ static void emu_collective(const struct emu_coll *c)
     b->warp_arrived[w] = 0;
     emu.stats.collectives++;
     emu_warp_compute(b, w);
-    std::vector<unsigned> order;
+    unsigned order[EMU_WARP];
     for (unsigned l = 0; l < EMU_WARP; l++)
-        order.push_back(w * EMU_WARP + l);
-    emu_shuffle(order);
-    for (unsigned i : order)
-        emu_wake(i);
+        order[l] = w * EMU_WARP + l;
+    emu_shuffle(order, EMU_WARP);
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        emu_wake(order[l]);
     emu_block_current(EMU_AT_WARP);
 }
 
@@ -266,7 +268,7 @@ static void emu_report_deadlock(struct emu_block *b)
 
 static int emu_run_block(struct emu_block *b)
 {
-    std::vector<unsigned> order(b->n);
+    unsigned *order = b->order.data();
     for (unsigned i = 0; i < b->n; i++) {
         struct emu_thread &t = (*b->threads)[i];
         t.state = EMU_RUNNABLE;
@@ -277,9 +279,9 @@ static int emu_run_block(struct emu_block *b)
         emu_fiber_prepare(&t.fiber, emu_thread_main, &t);
         order[i] = i;
     }
-    emu_shuffle(order);
-    for (unsigned i : order)
-        b->runq.push_back(i);
+    emu_shuffle(order, b->n);
+    for (unsigned i = 0; i < b->n; i++)
+        b->runq.push_back(order[i]);
     while (!b->runq.empty() && !emu.faulted) {
         unsigned i = b->runq.front();
         b->runq.pop_front();
@@ -340,6 +342,7 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                 b.n_done = b.n_at_barrier = 0;
                 b.epoch = ++emu_epoch_counter;
                 b.warp_arrived.assign((b.n + EMU_WARP - 1) / EMU_WARP, 0);
+                b.order.resize(b.n);
                 ig_emu_blockIdx = ig_emu_dim3(x, y, z);
                 emu.blk = &b;
                 b.bar_file = NULL;

@@ -38,37 +38,37 @@ struct attn_case {
     size_t qkv_elems, cache_elems, o_elems, lse_elems;
 };
 
-static uint64_t attn_rng(uint64_t *s)
+static inline uint64_t attn_rng(uint64_t *s)
 {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return *s >> 33;
 }
 
 /* Uniform in [-a, a), rounded to the case's type. */
-static uint16_t attn_rand(struct attn_case *c, uint64_t *s, float a)
+static inline uint16_t attn_rand(struct attn_case *c, uint64_t *s, float a)
 {
     float x = ((float)(attn_rng(s) & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * a;
     return c->dtype == IG_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
 }
 
-static double attn_val(const struct attn_case *c, uint16_t h)
+static inline double attn_val(const struct attn_case *c, uint16_t h)
 {
     return c->dtype == IG_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
-static float attn_round(const struct attn_case *c, float x)
+static inline float attn_round(const struct attn_case *c, float x)
 {
     return c->dtype == IG_ATTN_BF16 ? ig_bf16_to_f32(ig_f32_to_bf16(x))
                                     : ig_f16_to_f32(ig_f32_to_f16(x));
 }
 
-static void attn_fill16(uint16_t *p, size_t n, uint16_t v)
+static inline void attn_fill16(uint16_t *p, size_t n, uint16_t v)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = v;
 }
 
-static void attn_case_init(struct attn_case *c)
+static inline void attn_case_init(struct attn_case *c)
 {
     uint64_t s = c->seed * 0x9e3779b97f4a7c15ull + 17;
     c->qkv_width = (c->n_head + 2 * c->n_head_kv) * c->hd;
@@ -103,7 +103,7 @@ static void attn_case_init(struct attn_case *c)
         c->lse[i] = NAN;
 }
 
-static void attn_case_free(struct attn_case *c)
+static inline void attn_case_free(struct attn_case *c)
 {
     free(c->qkv);
     free(c->kc);
@@ -116,7 +116,7 @@ static void attn_case_free(struct attn_case *c)
 
 /* Params for buffers laid out like the host ones at the given bases (host or
  * device copies of qkv, kc, vc, o, lse including their guard bands). */
-static struct ig_flash_attn_params attn_case_params(const struct attn_case *c, void *qkv,
+static inline struct ig_flash_attn_params attn_case_params(const struct attn_case *c, void *qkv,
                                                     void *kc, void *vc, void *o, float *lse)
 {
     struct ig_flash_attn_params p;
@@ -147,7 +147,7 @@ static struct ig_flash_attn_params attn_case_params(const struct attn_case *c, v
     return p;
 }
 
-static const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk, int64_t pos)
+static inline const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk, int64_t pos)
 {
     if (pos < c->pos0)
         return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + (hk * c->n_ctx + pos) * c->hd;
@@ -167,7 +167,7 @@ struct attn_err {
     double lse_max;  /* max |lse - lse_fp64|; a NaN counts as infinite */
 };
 
-static void attn_reference(const struct attn_case *c, struct attn_ref *r)
+static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
 {
     const int64_t hd = c->hd, group = c->n_head / c->n_head_kv;
     const double scale = 1.0 / sqrt((double)hd);
@@ -226,14 +226,14 @@ static void attn_reference(const struct attn_case *c, struct attn_ref *r)
     free(sf);
 }
 
-static void attn_ref_free(struct attn_ref *r)
+static inline void attn_ref_free(struct attn_ref *r)
 {
     free(r->o);
     free(r->lse);
 }
 
 /* Compares o/lse (case layout, guards included) with the fp64 reference. */
-static void attn_errors(const struct attn_case *c, const struct attn_ref *r, const uint16_t *o,
+static inline void attn_errors(const struct attn_case *c, const struct attn_ref *r, const uint16_t *o,
                         const float *lse, struct attn_err *e)
 {
     e->o_max = e->lse_max = 0;
@@ -250,7 +250,7 @@ static void attn_errors(const struct attn_case *c, const struct attn_ref *r, con
 /* Sentinels: guard bands of o and lse untouched, every cache row outside the
  * chunk untouched, the chunk's rows equal to k/v. Returns the number of
  * violations (first few printed). */
-static int attn_check_memory(const struct attn_case *c, const uint16_t *o, const float *lse,
+static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o, const float *lse,
                              const uint16_t *kc, const uint16_t *vc, const char *who)
 {
     int bad = 0;
@@ -277,7 +277,7 @@ static int attn_check_memory(const struct attn_case *c, const uint16_t *o, const
     return bad;
 }
 
-static void attn_case_name(const struct attn_case *c, char *buf, size_t size)
+static inline void attn_case_name(const struct attn_case *c, char *buf, size_t size)
 {
     snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
              (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
