@@ -142,12 +142,25 @@ flash_attn_kernel(const ig_flash_attn_params p, const float scale_log2)
                 ig_ldmatrix_x4(qf[kk], &sQ[swz<HD, kBlockM>(warp * 16 + lane % 16,
                                                             kk * 16 + 8 * (lane / 16))]);
 
+        /* Tile-relative limits in 32 bits (cheap registers): key k of the tile
+         * is visible to the warp's row r when k <= diag + r and k < n_keys. */
+        const int64_t j0 = (int64_t)tile * kBlockN;
+        const int64_t diag64 = pos0 + row0 - j0;
+        const int diag = diag64 > kBlockN ? kBlockN : (diag64 < -16 ? -16 : (int)diag64);
+        const int n_keys = kv_len - j0 > kBlockN ? kBlockN : (int)(kv_len - j0);
+        /* 16-key slices no row of the warp sees hold only masked scores:
+         * their mma are skipped, in S and in P.V (a warp-uniform branch). */
+        const int live_keys = diag + 16 < n_keys ? diag + 16 : n_keys;
+        const int live = live_keys <= 0 ? 0 : (live_keys + 15) / 16;
+
         /* S = Q K^T for 16 rows x kBlockN keys. */
         const uint16_t *k_s = sK + stage * kBlockN * HD;
         float s[kBlockN / 8][4];
         for (int j = 0; j < kBlockN / 8; j++)
             s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
-        for (int nn = 0; nn < kBlockN / 16; nn++)
+        for (int nn = 0; nn < kBlockN / 16; nn++) {
+            if (nn >= live)
+                continue;
             for (int kk = 0; kk < HD / 16; kk++) {
                 uint32_t kb[4];
                 ig_ldmatrix_x4(kb, &k_s[swz<HD, kBlockN>(nn * 16 + lane % 8 + 8 * (lane / 16),
@@ -155,15 +168,14 @@ flash_attn_kernel(const ig_flash_attn_params p, const float scale_log2)
                 ig_mma_16816<T>(s[2 * nn], qf[kk], &kb[0], s[2 * nn]);
                 ig_mma_16816<T>(s[2 * nn + 1], qf[kk], &kb[2], s[2 * nn + 1]);
             }
+        }
 
         /* Mask only where the tile crosses this warp's diagonal or the end. */
-        const int64_t j0 = (int64_t)tile * kBlockN;
-        if (j0 + kBlockN - 1 > pos0 + row0 || j0 + kBlockN > kv_len) {
+        if (diag < kBlockN - 1 || n_keys < kBlockN) {
             for (int j = 0; j < kBlockN / 8; j++)
                 for (int e = 0; e < 4; e++) {
-                    int64_t key = j0 + j * 8 + 2 * t + (e & 1);
-                    int64_t qpos = pos0 + row0 + g + 8 * (e / 2);
-                    if (key > qpos || key >= kv_len)
+                    int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
+                    if (key > diag + row || key >= n_keys)
                         s[j][e] = -INFINITY;
                 }
         }
@@ -195,6 +207,8 @@ flash_attn_kernel(const ig_flash_attn_params p, const float scale_log2)
          * A fragment of k-step kk once rounded to T. */
         const uint16_t *v_s = sV + stage * kBlockN * HD;
         for (int kk = 0; kk < kBlockN / 16; kk++) {
+            if (kk >= live)
+                continue;
             uint32_t pa[4] = {ig_pack2<T>(s[2 * kk][0], s[2 * kk][1]),
                               ig_pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                               ig_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
