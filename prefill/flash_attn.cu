@@ -8,8 +8,9 @@
  * computes). S = Q K^T and O += P V run on tensor cores (mma.m16n8k16, fp32
  * accumulate) fed by ldmatrix; the online softmax lives in registers, its
  * row reductions are quad shuffles, exp2 with the scale folded in. Tiles past
- * the diagonal are never visited; the mask is applied only to tiles that
- * cross it or the end of the keys. Shared tiles use the 128-byte XOR swizzle
+ * the diagonal are never visited, 16-key slices past a warp's last row are
+ * skipped, and the mask is applied only to tiles that cross the warp's
+ * diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block

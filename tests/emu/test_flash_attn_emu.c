@@ -64,7 +64,7 @@ static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dty
     memset(&c, 0, sizeof c);
     c.n = n;
     c.pos0 = pos0;
-    c.n_head_kv = ratio <= 3 ? 2 : 1;
+    c.n_head_kv = ratio == 8 ? 1 : 2; /* several KV groups, except for the widest */
     c.n_head = ratio * c.n_head_kv;
     c.hd = hd;
     c.dtype = dtype;
