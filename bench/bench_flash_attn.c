@@ -65,17 +65,23 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
         if (ig_flash_attn_cuda(&p, NULL))
             return 1;
     CK(cudaDeviceSynchronize());
-    int iters = 0;
+    /* Back-to-back launches between two events; a first batch of 5 sizes a
+     * batch of about 100 ms. */
     float ms = 0;
-    CK(cudaEventRecord(a, NULL));
-    do {
-        if (ig_flash_attn_cuda(&p, NULL))
-            return 1;
-        iters++;
+    int iters = 5;
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaEventRecord(a, NULL));
+        for (int i = 0; i < iters; i++)
+            if (ig_flash_attn_cuda(&p, NULL))
+                return 1;
         CK(cudaEventRecord(b, NULL));
         CK(cudaEventSynchronize(b));
         CK(cudaEventElapsedTime(&ms, a, b));
-    } while (iters < 10 || (ms < 200.0f && iters < 1000));
+        if (pass == 0) {
+            int want = (int)(100.0f / (ms / (float)iters));
+            iters = want < 5 ? 5 : (want > 2000 ? 2000 : want);
+        }
+    }
     ms /= (float)iters;
     double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
     printf("flash_attn n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f tflops=%.2f\n",
