@@ -78,7 +78,7 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
         CK(cudaEventSynchronize(b));
         CK(cudaEventElapsedTime(&ms, a, b));
         if (pass == 0) {
-            int want = (int)(100.0f / (ms / (float)iters));
+            int want = ms > 0.0f ? (int)(100.0f / (ms / (float)iters)) : 2000;
             iters = want < 5 ? 5 : (want > 2000 ? 2000 : want);
         }
     }

@@ -36,7 +36,7 @@ def torch_tflops(torch, F, n, hd, heads=32, kv_heads=8):
         end.synchronize()
         ms = start.elapsed_time(end)
         if rep == 0:
-            iters = max(5, min(2000, int(100.0 / (ms / iters))))
+            iters = max(5, min(2000, int(100.0 / (ms / iters)))) if ms > 0 else 2000
     ms /= iters
     flops = 4.0 * hd * heads * n * (n + 1) / 2
     return ms, flops / (ms * 1e-3) / 1e12
