@@ -4,7 +4,8 @@
  * write after read without a barrier), a missing cp.async wait (stale data),
  * a cp.async never waited for, a barrier not every thread reaches, threads at
  * different barriers, a collective a lane never reaches, reading
- * uninitialised shared memory. Label emu. */
+ * uninitialised shared memory, a misaligned ldmatrix row, lanes of a warp in
+ * different collectives. Label emu. */
 #include "devkit/intrinsics.cuh"
 #include "tests/test.h"
 
@@ -225,6 +226,20 @@ __global__ void bar_kernel(void *arg)
         ig_syncthreads();
         ig_ldmatrix_x1(r, &s[t % 8][0]); /* columns 1..7 never written */
     }
+    if (bar_mode == 6) {
+        IG_SHARED(uint16_t, s, [8][16]);
+        uint32_t r[1];
+        for (int i = 0; i < 4; i++)
+            ig_sts(&s[t % 8][4 * (t / 8) + i], (uint16_t)i);
+        ig_syncthreads();
+        ig_ldmatrix_x1(r, &s[t % 8][1]); /* rows must be 16-byte aligned */
+    }
+    if (bar_mode == 7) { /* lanes of one warp in different collectives */
+        if (t == 3)
+            ig_shfl_idx(t, 0);
+        else
+            ig_shfl_xor(t, 1);
+    }
 }
 
 static void test_stuck(void)
@@ -241,6 +256,10 @@ static void test_stuck(void)
     EXPECT_FAULT(launch(dim3(1), dim3(64), bar_kernel, NULL), "never written");
     bar_mode = 5;
     EXPECT_FAULT(launch(dim3(1), dim3(32), bar_kernel, NULL), "never written");
+    bar_mode = 6;
+    EXPECT_FAULT(launch(dim3(1), dim3(32), bar_kernel, NULL), "not 16-byte aligned");
+    bar_mode = 7;
+    EXPECT_FAULT(launch(dim3(1), dim3(32), bar_kernel, NULL), "same instruction");
     /* The emulator is usable again after faults. */
     static ids io;
     CHECK(launch(dim3(3, 2), dim3(8, 4, 2), ids_kernel, &io) == 0);
