@@ -1,5 +1,5 @@
 /* bench/bench_flash_attn.c: times the prefill attention kernel
- * (ig_flash_attn_cuda) on the GPU: B = 1, causal, bf16, pos0 = 0, the cache
+ * (prefill_attn_cuda) on the GPU: B = 1, causal, bf16, pos0 = 0, the cache
  * write included. One line per shape on stdout:
  *   flash_attn n_head=32 n_head_kv=8 hd=128 n=4096 ms=... tflops=...
  * FLOPs counted as 4 * hd * n_head * n(n+1)/2 (the causal half of QK^T and PV).
@@ -39,7 +39,7 @@ static void *dev_random(size_t elems, unsigned seed)
 
 static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
 {
-    struct ig_flash_attn_params p = {0};
+    struct prefill_attn_params p = {0};
     p.q = dev_random((size_t)(n * n_head * hd), 1);
     p.k = dev_random((size_t)(n * n_head_kv * hd), 2);
     p.v = dev_random((size_t)(n * n_head_kv * hd), 3);
@@ -56,13 +56,13 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
     p.cache_row_stride = hd, p.cache_head_stride = n * hd;
     p.lse_head_stride = n;
     p.scale = 1.0f / sqrtf((float)hd);
-    p.dtype = IG_ATTN_BF16;
+    p.dtype = PREFILL_ATTN_BF16;
 
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     for (int i = 0; i < 3; i++)
-        if (ig_flash_attn_cuda(&p, NULL))
+        if (prefill_attn_cuda(&p, NULL))
             return 1;
     CK(cudaDeviceSynchronize());
     /* Back-to-back launches between two events; a first batch of 5 sizes a
@@ -72,7 +72,7 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
     for (int pass = 0; pass < 2; pass++) {
         CK(cudaEventRecord(a, NULL));
         for (int i = 0; i < iters; i++)
-            if (ig_flash_attn_cuda(&p, NULL))
+            if (prefill_attn_cuda(&p, NULL))
                 return 1;
         CK(cudaEventRecord(b, NULL));
         CK(cudaEventSynchronize(b));

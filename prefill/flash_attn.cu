@@ -2,8 +2,8 @@
  * (FlashAttention-2 structure) and its launcher; semantics, cache layout and
  * params in prefill/flash_attn.h.
  *
- * One block per (query tile of IG_FA_BLOCK_M rows, query head); each of its
- * warps owns 16 query rows. K/V tiles of IG_FA_BLOCK_N keys stream through
+ * One block per (query tile of PREFILL_ATTN_BLOCK_M rows, query head); each of its
+ * warps owns 16 query rows. K/V tiles of PREFILL_ATTN_BLOCK_N keys stream through
  * shared memory with cp.async, double-buffered (tile t+1 loads while tile t
  * computes). S = Q K^T and O += P V run on tensor cores (mma.m16n8k16, fp32
  * accumulate) fed by ldmatrix; the online softmax lives in registers, its
@@ -16,19 +16,19 @@
  * K and V into the cache (blocks read only cache rows < pos0, so no block
  * depends on another's writes).
  *
- * Built twice: by nvcc for sm_80/sm_90 (ig_flash_attn_cuda) and, as plain C++
+ * Built twice: by nvcc for sm_80/sm_90 (prefill_attn_cuda) and, as plain C++
  * through tests/emu/flash_attn_emu.cc, for the CPU emulator
- * (ig_flash_attn_emu). Covered by tests/emu/test_flash_attn_emu.c and
+ * (prefill_attn_emu). Covered by tests/emu/test_flash_attn_emu.c and
  * tests/gpu/test_flash_attn_gpu.c. */
 #include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
 
 namespace {
 
-constexpr int kWarps = IG_FA_WARPS;
+constexpr int kWarps = PREFILL_ATTN_WARPS;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockM = IG_FA_BLOCK_M; /* query rows per block */
-constexpr int kBlockN = IG_FA_BLOCK_N; /* keys per K/V tile */
+constexpr int kBlockM = PREFILL_ATTN_BLOCK_M; /* query rows per block */
+constexpr int kBlockN = PREFILL_ATTN_BLOCK_N; /* keys per K/V tile */
 static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows (one m16 tile)");
 static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_tile(uint16_t *tile, const uint16_t *any, S
 
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads)
-flash_attn_kernel(const ig_flash_attn_params p, const float scale_log2)
+flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 {
     IG_DYN_SHARED(uint16_t, smem);
     uint16_t *sQ = smem;                         /* [kBlockM][HD] */
@@ -243,7 +243,7 @@ flash_attn_kernel(const ig_flash_attn_params p, const float scale_log2)
 }
 
 template <class T, int HD>
-int launch(const ig_flash_attn_params &p, const ig_flash_attn_tile &tile, cudaStream_t stream)
+int launch(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
     dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(kThreads);
@@ -259,23 +259,23 @@ int launch(const ig_flash_attn_params &p, const ig_flash_attn_tile &tile, cudaSt
 } /* namespace */
 
 #if defined(IG_EMU)
-#define IG_FLASH_ATTN_ENTRY ig_flash_attn_emu
-extern "C" int IG_FLASH_ATTN_ENTRY(const struct ig_flash_attn_params *p)
+#define PREFILL_ATTN_ENTRY prefill_attn_emu
+extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p)
 {
     cudaStream_t stream = nullptr;
 #else
-#define IG_FLASH_ATTN_ENTRY ig_flash_attn_cuda
-extern "C" int IG_FLASH_ATTN_ENTRY(const struct ig_flash_attn_params *p, void *stream_)
+#define PREFILL_ATTN_ENTRY prefill_attn_cuda
+extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p, void *stream_)
 {
     cudaStream_t stream = (cudaStream_t)stream_;
 #endif
-    ig_flash_attn_tile tile;
-    int st = ig_flash_attn_choose(p, &tile);
+    prefill_attn_tile tile;
+    int st = prefill_attn_choose(p, &tile);
     if (st)
         return st;
     if (tile.block_m != kBlockM || tile.block_n != kBlockN || tile.warps != kWarps)
         return ig_error(IG_E_INTERNAL, "flash attention: chooser and kernel disagree on tiles");
-    const bool bf16 = p->dtype == IG_ATTN_BF16;
+    const bool bf16 = p->dtype == PREFILL_ATTN_BF16;
     if (p->head_dim == 64)
         return bf16 ? launch<ig_bf16_t, 64>(*p, tile, stream) : launch<ig_f16_t, 64>(*p, tile, stream);
     return bf16 ? launch<ig_bf16_t, 128>(*p, tile, stream) : launch<ig_f16_t, 128>(*p, tile, stream);

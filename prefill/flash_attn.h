@@ -15,9 +15,9 @@
  * KV cache layout (per layer, K and V alike): [n_head_kv][n_ctx][head_dim],
  * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d.
  *
- * Two twins share the params struct: ig_flash_attn_ref (CPU, plain C, the
- * reference) and ig_flash_attn_cuda (prefill/flash_attn.cu, tensor cores).
- * The same .cu built for the CPU emulator gives ig_flash_attn_emu (tests).
+ * Two twins share the params struct: prefill_attn_ref (CPU, plain C, the
+ * reference) and prefill_attn_cuda (prefill/flash_attn.cu, tensor cores).
+ * The same .cu built for the CPU emulator gives prefill_attn_emu (tests).
  * Covered by tests/emu/test_flash_attn_emu.c and tests/gpu/test_flash_attn_gpu.c. */
 #ifndef IGNITE_PREFILL_FLASH_ATTN_H
 #define IGNITE_PREFILL_FLASH_ATTN_H
@@ -29,12 +29,12 @@
 extern "C" {
 #endif
 
-enum ig_attn_dtype { IG_ATTN_BF16 = 0, IG_ATTN_F16 = 1 };
+enum prefill_attn_dtype { PREFILL_ATTN_BF16 = 0, PREFILL_ATTN_F16 = 1 };
 
 /* One call's pointers, sizes and strides. Strides count elements (not bytes)
  * and are 64-bit. For the CUDA kernel every pointer is 16-byte aligned and
- * every stride a multiple of 8 (16-byte rows); ig_flash_attn_choose checks. */
-struct ig_flash_attn_params {
+ * every stride a multiple of 8 (16-byte rows); prefill_attn_choose checks. */
+struct prefill_attn_params {
     const void *q;     /* [n_tokens][n_head][head_dim], post-RoPE queries */
     const void *k;     /* [n_tokens][n_head_kv][head_dim], the chunk's post-RoPE keys */
     const void *v;     /* [n_tokens][n_head_kv][head_dim], the chunk's values */
@@ -59,11 +59,11 @@ struct ig_flash_attn_params {
     int64_t lse_head_stride;             /* lse: head (token stride is 1) */
 
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
-    int dtype;         /* enum ig_attn_dtype of q, k, v, caches and o */
+    int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
 };
 
 /* The CUDA kernel's tile configuration. */
-struct ig_flash_attn_tile {
+struct prefill_attn_tile {
     int block_m;       /* query rows per block (16 per warp) */
     int block_n;       /* keys per K/V tile */
     int warps;         /* warps per block */
@@ -71,26 +71,26 @@ struct ig_flash_attn_tile {
     size_t smem_bytes; /* dynamic shared memory per block */
 };
 
-#define IG_FA_BLOCK_M 64
-#define IG_FA_BLOCK_N 64
-#define IG_FA_WARPS 4
+#define PREFILL_ATTN_BLOCK_M 64
+#define PREFILL_ATTN_BLOCK_N 64
+#define PREFILL_ATTN_WARPS 4
 
 /* The one chooser: whether the CUDA kernel supports p and with which tiles.
  * Dispatch, shared-memory sizing and tests all ask it. Returns 0 and fills
  * *t, or IG_E_INTERNAL after printing what is unsupported. */
-int ig_flash_attn_choose(const struct ig_flash_attn_params *p, struct ig_flash_attn_tile *t);
+int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t);
 
 /* CPU reference. Returns 0, or IG_E_INTERNAL for inconsistent sizes. */
-int ig_flash_attn_ref(const struct ig_flash_attn_params *p);
+int prefill_attn_ref(const struct prefill_attn_params *p);
 
 /* CUDA kernel on `stream` (a cudaStream_t; NULL = default). Pointers are
  * device pointers. Returns 0, IG_E_INTERNAL for unsupported parameters or
  * IG_E_DEVICE for a CUDA error (reported). Asynchronous. */
-int ig_flash_attn_cuda(const struct ig_flash_attn_params *p, void *stream);
+int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 
 /* The same kernel source run by the CPU emulator (emu/), host pointers.
  * Only in test programs that link tests/emu/flash_attn_emu.cc. */
-int ig_flash_attn_emu(const struct ig_flash_attn_params *p);
+int prefill_attn_emu(const struct prefill_attn_params *p);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu and the
  * tile chooser both share. Written for clarity: per head and query row, an
- * online softmax over tiles of IG_FA_BLOCK_N keys in fp32, exactly the
+ * online softmax over tiles of PREFILL_ATTN_BLOCK_N keys in fp32, exactly the
  * algorithm the kernel runs, without its parallel structure (P is not
  * rounded to the input type here, so this is the more accurate of the two).
  * Covered by tests/emu/test_flash_attn_emu.c (against fp64). */
@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ig_flash_attn_choose(const struct ig_flash_attn_params *p, struct ig_flash_attn_tile *t)
+int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
 {
     if (p->head_dim != 64 && p->head_dim != 128)
         return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64 or 128",
                         (long long)p->head_dim);
-    if (p->dtype != IG_ATTN_BF16 && p->dtype != IG_ATTN_F16)
+    if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
         return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
                         p->dtype);
     if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
@@ -40,9 +40,9 @@ int ig_flash_attn_choose(const struct ig_flash_attn_params *p, struct ig_flash_a
         if (strides[i] % 8)
             return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
                             "multiple of 8 elements", i, (long long)strides[i]);
-    t->block_m = IG_FA_BLOCK_M;
-    t->block_n = IG_FA_BLOCK_N;
-    t->warps = IG_FA_WARPS;
+    t->block_m = PREFILL_ATTN_BLOCK_M;
+    t->block_n = PREFILL_ATTN_BLOCK_N;
+    t->warps = PREFILL_ATTN_WARPS;
     t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
     /* Q tile plus two stages of K and V tiles, 2-byte elements. */
     t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2;
@@ -52,16 +52,16 @@ int ig_flash_attn_choose(const struct ig_flash_attn_params *p, struct ig_flash_a
 static float load(const void *base, int64_t i, int dtype)
 {
     uint16_t h = ((const uint16_t *)base)[i];
-    return dtype == IG_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+    return dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
 static uint16_t round_to(float x, int dtype)
 {
-    return dtype == IG_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
+    return dtype == PREFILL_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
 }
 
 /* Key `pos` of kv head hk: the cache below pos0, the chunk from there. */
-static const uint16_t *key_row(const struct ig_flash_attn_params *p, const void *cache,
+static const uint16_t *key_row(const struct prefill_attn_params *p, const void *cache,
                                const void *chunk, int64_t row_stride, int64_t head_stride,
                                int64_t hk, int64_t pos)
 {
@@ -70,7 +70,7 @@ static const uint16_t *key_row(const struct ig_flash_attn_params *p, const void 
     return (const uint16_t *)chunk + (pos - p->pos0) * row_stride + hk * head_stride;
 }
 
-int ig_flash_attn_ref(const struct ig_flash_attn_params *p)
+int prefill_attn_ref(const struct prefill_attn_params *p)
 {
     if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
         p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx)
@@ -87,9 +87,11 @@ int ig_flash_attn_ref(const struct ig_flash_attn_params *p)
                 acc[d] = 0;
             }
             float m = -INFINITY, l = 0;
-            for (int64_t j0 = 0; j0 <= last; j0 += IG_FA_BLOCK_N) {
-                int64_t j1 = j0 + IG_FA_BLOCK_N <= last ? j0 + IG_FA_BLOCK_N : last + 1;
-                float s[IG_FA_BLOCK_N], m_tile = -INFINITY;
+            for (int64_t j0 = 0; j0 <= last; j0 += PREFILL_ATTN_BLOCK_N) {
+                int64_t j1 = j0 + PREFILL_ATTN_BLOCK_N;
+                if (j1 > last + 1)
+                    j1 = last + 1;
+                float s[PREFILL_ATTN_BLOCK_N], m_tile = -INFINITY;
                 for (int64_t j = j0; j < j1; j++) {
                     const uint16_t *k = key_row(p, p->k_cache, p->k, p->k_row_stride,
                                                 p->k_head_stride, hk, j);

@@ -48,17 +48,17 @@ static inline uint64_t attn_rng(uint64_t *s)
 static inline uint16_t attn_rand(struct attn_case *c, uint64_t *s, float a)
 {
     float x = ((float)(attn_rng(s) & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * a;
-    return c->dtype == IG_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
 }
 
 static inline double attn_val(const struct attn_case *c, uint16_t h)
 {
-    return c->dtype == IG_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
 static inline float attn_round(const struct attn_case *c, float x)
 {
-    return c->dtype == IG_ATTN_BF16 ? ig_bf16_to_f32(ig_f32_to_bf16(x))
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(ig_f32_to_bf16(x))
                                     : ig_f16_to_f32(ig_f32_to_f16(x));
 }
 
@@ -116,10 +116,10 @@ static inline void attn_case_free(struct attn_case *c)
 
 /* Params for buffers laid out like the host ones at the given bases (host or
  * device copies of qkv, kc, vc, o, lse including their guard bands). */
-static inline struct ig_flash_attn_params attn_case_params(const struct attn_case *c, void *qkv,
+static inline struct prefill_attn_params attn_case_params(const struct attn_case *c, void *qkv,
                                                     void *kc, void *vc, void *o, float *lse)
 {
-    struct ig_flash_attn_params p;
+    struct prefill_attn_params p;
     memset(&p, 0, sizeof p);
     int64_t hd = c->hd;
     p.q = qkv;
@@ -281,7 +281,7 @@ static inline void attn_case_name(const struct attn_case *c, char *buf, size_t s
 {
     snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
              (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
-             (long long)c->hd, c->dtype == IG_ATTN_BF16 ? "bf16" : "f16");
+             (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
 }
 
 #endif

@@ -1,6 +1,6 @@
 /* tests/emu/flash_attn_emu.cc: prefill/flash_attn.cu, the very source nvcc
  * builds, compiled as host C++ for the CPU emulator: defines
- * ig_flash_attn_emu() (and test_emu_set_seed()). */
+ * prefill_attn_emu() (and test_emu_set_seed()). */
 #include "prefill/flash_attn.cu"
 
 /* For C tests: the emulator's barrier-order seed (emu.h is C++). */

@@ -1,6 +1,6 @@
 /* tests/emu/test_flash_attn_emu.c: the prefill attention kernel
  * (prefill/flash_attn.cu) run by the CPU emulator, and its CPU twin
- * (ig_flash_attn_ref), against fp64 over ragged shapes: n = 1, 17, 64, 65,
+ * (prefill_attn_ref), against fp64 over ragged shapes: n = 1, 17, 64, 65,
  * 300, 1024; pos0 = 0 and > 0; GQA ratios 1, 3, 4, 8; head_dim 64 and 128;
  * bf16 and f16. Each must stay within twice the naive same-precision error
  * (defined in attn_case.h), write every output element (NaN sentinels), touch
@@ -15,7 +15,7 @@
 
 #include <stdlib.h>
 
-typedef int (*attn_fn)(const struct ig_flash_attn_params *p);
+typedef int (*attn_fn)(const struct prefill_attn_params *p);
 
 void test_emu_set_seed(uint64_t seed);         /* flash_attn_emu.cc */
 uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
@@ -32,12 +32,12 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     memcpy(lse, c->lse, c->lse_elems * sizeof(float));
     memcpy(kc, c->kc0, c->cache_elems * 2);
     memcpy(vc, c->vc0, c->cache_elems * 2);
-    struct ig_flash_attn_params p = attn_case_params(c, c->qkv, kc, vc, o, lse);
+    struct prefill_attn_params p = attn_case_params(c, c->qkv, kc, vc, o, lse);
     char name[128];
     attn_case_name(c, name, sizeof name);
     int rc = fn(&p);
     CHECKF(rc == 0, "%s %s: returned %d", who, name, rc);
-    if (fn == ig_flash_attn_emu) /* the swizzled layout must be conflict-free */
+    if (fn == prefill_attn_emu) /* the swizzled layout must be conflict-free */
         CHECKF(test_emu_ldmatrix_conflicts() == 0, "%s: %llu ldmatrix bank conflicts", name,
                (unsigned long long)test_emu_ldmatrix_conflicts());
     if (rc == 0) {
@@ -72,9 +72,9 @@ static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dty
     attn_case_init(&c);
     struct attn_ref ref;
     attn_reference(&c, &ref);
-    run_one(&c, &ref, ig_flash_attn_ref, "ref");
+    run_one(&c, &ref, prefill_attn_ref, "ref");
     test_emu_set_seed(c.seed); /* a different barrier order per case */
-    run_one(&c, &ref, ig_flash_attn_emu, "emu");
+    run_one(&c, &ref, prefill_attn_emu, "emu");
     attn_ref_free(&ref);
     attn_case_free(&c);
 }
@@ -101,12 +101,12 @@ int main(void)
                         for (int dt = 0; dt < 2; dt++)
                             run_case(big_n[a], pos0, ratios[r], hd, dt);
     } else {
-        run_case(300, 0, 3, 128, IG_ATTN_BF16);
-        run_case(300, 100, 4, 64, IG_ATTN_F16);
-        run_case(300, 229, 8, 128, IG_ATTN_F16);
-        run_case(300, 1, 1, 64, IG_ATTN_BF16);
-        run_case(1024, 0, 4, 128, IG_ATTN_BF16);
-        run_case(1024, 333, 1, 64, IG_ATTN_F16);
+        run_case(300, 0, 3, 128, PREFILL_ATTN_BF16);
+        run_case(300, 100, 4, 64, PREFILL_ATTN_F16);
+        run_case(300, 229, 8, 128, PREFILL_ATTN_F16);
+        run_case(300, 1, 1, 64, PREFILL_ATTN_BF16);
+        run_case(1024, 0, 4, 128, PREFILL_ATTN_BF16);
+        run_case(1024, 333, 1, 64, PREFILL_ATTN_F16);
     }
     fprintf(stderr, "large shapes: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
     return test_summary("test_flash_attn_emu");

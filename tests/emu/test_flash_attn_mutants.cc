@@ -9,19 +9,19 @@
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
-extern "C" int ig_flash_attn_emu_no_wait(const struct ig_flash_attn_params *p);
-extern "C" int ig_flash_attn_emu_no_barrier(const struct ig_flash_attn_params *p);
-extern "C" int ig_flash_attn_emu_no_swizzle(const struct ig_flash_attn_params *p);
+extern "C" int prefill_attn_emu_no_wait(const struct prefill_attn_params *p);
+extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p);
+extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p);
 
 /* Runs a mutant on a case long enough (3+ K/V tiles) for each bug to bite. */
-static int run(int (*fn)(const struct ig_flash_attn_params *))
+static int run(int (*fn)(const struct prefill_attn_params *))
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
-    c.n = 150, c.pos0 = 50, c.n_head = 1, c.n_head_kv = 1, c.hd = 64, c.dtype = IG_ATTN_BF16;
+    c.n = 150, c.pos0 = 50, c.n_head = 1, c.n_head_kv = 1, c.hd = 64, c.dtype = PREFILL_ATTN_BF16;
     c.seed = 5;
     attn_case_init(&c);
-    struct ig_flash_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
     ig_emu_set_quiet(1);
     int rc = fn(&p);
     ig_emu_set_quiet(0);
@@ -31,11 +31,11 @@ static int run(int (*fn)(const struct ig_flash_attn_params *))
 
 int main(void)
 {
-    CHECK(run(ig_flash_attn_emu_no_wait) != 0);
+    CHECK(run(prefill_attn_emu_no_wait) != 0);
     CHECKF(strstr(ig_emu_last_error(), "still in flight") != NULL, "%s", ig_emu_last_error());
-    CHECK(run(ig_flash_attn_emu_no_barrier) != 0);
+    CHECK(run(prefill_attn_emu_no_barrier) != 0);
     CHECKF(strstr(ig_emu_last_error(), "race") != NULL, "%s", ig_emu_last_error());
-    CHECK(run(ig_flash_attn_emu_no_swizzle) == 0);
+    CHECK(run(prefill_attn_emu_no_swizzle) == 0);
     CHECKF(ig_emu_last_stats().ldmatrix_conflicts > 0, "%llu",
            (unsigned long long)ig_emu_last_stats().ldmatrix_conflicts);
     return test_summary("test_flash_attn_mutants");

@@ -1,5 +1,5 @@
 /* tests/gpu/test_flash_attn_gpu.c: the prefill attention kernel on a real GPU
- * (ig_flash_attn_cuda) against fp64 and the CPU twin, with the same cases,
+ * (prefill_attn_cuda) against fp64 and the CPU twin, with the same cases,
  * sentinels and tolerance rule as the emulated test (tests/emu/attn_case.h),
  * plus longer sequences the emulator cannot afford. Exits 77 (skipped) when
  * no CUDA device is present. Label gpu. */
@@ -42,8 +42,8 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     void *kc = to_device(c.kc0, c.cache_elems * 2), *vc = to_device(c.vc0, c.cache_elems * 2);
     void *o = to_device(c.o, c.o_elems * 2);
     float *lse = (float *)to_device(c.lse, c.lse_elems * sizeof(float));
-    struct ig_flash_attn_params p = attn_case_params(&c, qkv, kc, vc, o, lse);
-    int rc = ig_flash_attn_cuda(&p, NULL);
+    struct prefill_attn_params p = attn_case_params(&c, qkv, kc, vc, o, lse);
+    int rc = prefill_attn_cuda(&p, NULL);
     CHECKF(rc == 0, "%s: launch returned %d", name, rc);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(c.o, o, c.o_elems * 2, cudaMemcpyDeviceToHost));
@@ -88,7 +88,7 @@ int main(void)
                     for (int dt = 0; dt < 2; dt++)
                         run_case(ns[a], pos0, ratios[r] * (ratios[r] <= 3 ? 2 : 1),
                                  ratios[r] <= 3 ? 2 : 1, hd, dt);
-    run_case(4096, 0, 8, 2, 128, IG_ATTN_BF16);
-    run_case(2000, 2096, 4, 1, 64, IG_ATTN_F16);
+    run_case(4096, 0, 8, 2, 128, PREFILL_ATTN_BF16);
+    run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
     return test_summary("test_flash_attn_gpu");
 }
