@@ -236,6 +236,18 @@ __device__ __forceinline__ uint32_t ig_shfl_idx(uint32_t v, int src_lane)
 #endif
 }
 
+/* Lane l gets lane l + delta's value (its own when l + delta > 31). */
+__device__ __forceinline__ uint32_t ig_shfl_down(uint32_t v, int delta)
+{
+#if defined(__CUDA_ARCH__)
+    return __shfl_down_sync(0xffffffffu, v, delta);
+#elif defined(__CUDACC__)
+    return v;
+#else
+    return ig_emu_shfl(IG_EMU_SHFL_DOWN, 0xffffffffu, v, (uint32_t)delta, 0x1fu);
+#endif
+}
+
 __device__ __forceinline__ float ig_shfl_xor_f32(float v, int lane_mask)
 {
     uint32_t u;

@@ -228,7 +228,7 @@ __global__ void shfl_kernel(shfl_io *io)
     for (int m = 0; m < 8; m++)
         io->xw8[l][m] = ig_emu_shfl(IG_EMU_SHFL_BFLY, ~0u, v, (uint32_t)m * 3, (24u << 8) | 31u);
     io->up[l] = ig_emu_shfl(IG_EMU_SHFL_UP, ~0u, v, 3, 0);
-    io->down[l] = ig_emu_shfl(IG_EMU_SHFL_DOWN, ~0u, v, 5, 31);
+    io->down[l] = ig_shfl_down(v, 5);
     io->idx8[l] = ig_emu_shfl(IG_EMU_SHFL_IDX, ~0u, v, 9, (24u << 8) | 31u);
     /* The FA2 quad reduction: rows shared by lanes 4g..4g+3. */
     float x = (float)(v % 1000);
