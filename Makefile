@@ -7,6 +7,7 @@
 #   make run           run ignite on the default model
 #   make fetch-model   download the default model into the cache (see scripts/)
 #   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
+#   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
 #   make clean
 
 BUILD ?= build
@@ -20,7 +21,7 @@ ifeq ($(CI),true)
 CMAKE_ARGS += -DIGNITE_WERROR=ON
 endif
 
-.PHONY: all build test asan run fetch-model venv fuzz clean
+.PHONY: all build test asan run fetch-model venv fuzz gpu-check clean
 
 all: build
 
@@ -54,6 +55,9 @@ run: build fetch-model
 
 fuzz:
 	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600)
+
+gpu-check:
+	@scripts/gpu-check.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

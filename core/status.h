@@ -10,6 +10,14 @@
 
 #include <stdarg.h>
 
+/* Usable from C++ (CUDA sources and the kernel emulator include it). */
+#ifdef __cplusplus
+extern "C" {
+#define IG_NORETURN [[noreturn]]
+#else
+#define IG_NORETURN _Noreturn
+#endif
+
 enum ig_status {
     IG_OK = 0,
     IG_E_INTERNAL = 1,     /* a bug: an invariant of ours did not hold */
@@ -42,6 +50,10 @@ const char *ig_status_name(int status);
             ig_assert_fail(#cond, __FILE__, __LINE__);                         \
     } while (0)
 
-_Noreturn void ig_assert_fail(const char *expr, const char *file, int line);
+IG_NORETURN void ig_assert_fail(const char *expr, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,118 @@
+/* bench/bench_flash_attn.c: times the prefill attention kernel
+ * (prefill_attn_cuda) on the GPU: B = 1, causal, bf16, pos0 = 0, the cache
+ * write included. One line per shape on stdout:
+ *   flash_attn n_head=32 n_head_kv=8 hd=128 n=4096 ms=... tflops=...
+ * FLOPs counted as 4 * hd * n_head * n(n+1)/2 (the causal half of QK^T and PV).
+ * Usage: bench_flash_attn [n_head n_head_kv hd n...]; without arguments a
+ * default sweep. Exits 77 without a GPU. Driven by bench/sdpa_compare.py. */
+#include "prefill/flash_attn.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CK(call)                                                                \
+    do {                                                                        \
+        cudaError_t e_ = (call);                                                \
+        if (e_ != cudaSuccess) {                                                \
+            fprintf(stderr, "bench_flash_attn: %s: %s (%s:%d)\n", #call,        \
+                    cudaGetErrorString(e_), __FILE__, __LINE__);                \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+static void *dev_random(size_t elems, unsigned seed)
+{
+    uint16_t *h = (uint16_t *)malloc(elems * 2);
+    for (size_t i = 0; i < elems; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        /* bf16 in about [-1, 1]: sign, exponent 0x7e or 0x7d, random mantissa */
+        h[i] = (uint16_t)((seed >> 16 & 0x8000u) | (0x3e80u + (seed >> 8 & 0x17fu)));
+    }
+    void *d = NULL;
+    CK(cudaMalloc(&d, elems * 2));
+    CK(cudaMemcpy(d, h, elems * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
+{
+    struct prefill_attn_params p = {0};
+    p.q = dev_random((size_t)(n * n_head * hd), 1);
+    p.k = dev_random((size_t)(n * n_head_kv * hd), 2);
+    p.v = dev_random((size_t)(n * n_head_kv * hd), 3);
+    p.k_cache = dev_random((size_t)(n * n_head_kv * hd), 4);
+    p.v_cache = dev_random((size_t)(n * n_head_kv * hd), 5);
+    p.o = dev_random((size_t)(n * n_head * hd), 6);
+    CK(cudaMalloc((void **)&p.lse, (size_t)(n * n_head) * sizeof(float)));
+    p.n_tokens = n, p.pos0 = 0, p.n_ctx = n, p.n_head = n_head, p.n_head_kv = n_head_kv;
+    p.head_dim = hd;
+    p.q_row_stride = n_head * hd, p.q_head_stride = hd;
+    p.k_row_stride = p.v_row_stride = n_head_kv * hd;
+    p.k_head_stride = p.v_head_stride = hd;
+    p.o_row_stride = n_head * hd, p.o_head_stride = hd;
+    p.cache_row_stride = hd, p.cache_head_stride = n * hd;
+    p.lse_head_stride = n;
+    p.scale = 1.0f / sqrtf((float)hd);
+    p.dtype = PREFILL_ATTN_BF16;
+
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (prefill_attn_cuda(&p, NULL))
+            return 1;
+    CK(cudaDeviceSynchronize());
+    /* Back-to-back launches between two events; a first batch of 5 sizes a
+     * batch of about 100 ms. */
+    float ms = 0;
+    int iters = 5;
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaEventRecord(a, NULL));
+        for (int i = 0; i < iters; i++)
+            if (prefill_attn_cuda(&p, NULL))
+                return 1;
+        CK(cudaEventRecord(b, NULL));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (pass == 0) {
+            int want = ms > 0.0f ? (int)(100.0f / (ms / (float)iters)) : 2000;
+            iters = want < 5 ? 5 : (want > 2000 ? 2000 : want);
+        }
+    }
+    ms /= (float)iters;
+    double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
+    printf("flash_attn n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f tflops=%.2f\n",
+           (long long)n_head, (long long)n_head_kv, (long long)hd, (long long)n, ms,
+           flops / (ms * 1e-3) / 1e12);
+    fflush(stdout);
+    const void *bufs[] = {p.q, p.k, p.v, p.k_cache, p.v_cache, p.o, p.lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(cudaFree((void *)bufs[i]));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        fprintf(stderr, "bench_flash_attn: no CUDA device\n");
+        return 77;
+    }
+    if (argc >= 5) {
+        for (int i = 4; i < argc; i++)
+            if (bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i])))
+                return 1;
+        return 0;
+    }
+    static const int64_t hds[] = {128, 64}, ns[] = {512, 1024, 2048, 4096, 8192, 16384};
+    for (size_t h = 0; h < 2; h++)
+        for (size_t i = 0; i < 6; i++)
+            if (bench(32, 8, hds[h], ns[i]))
+                return 1;
+    return 0;
+}

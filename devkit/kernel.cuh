@@ -1,0 +1,92 @@
+/* devkit/kernel.cuh: the conventions that let one kernel source compile with
+ * nvcc for the GPU and with a host C++ compiler for the emulator (emu/).
+ *
+ * A kernel source includes this and devkit/intrinsics.cuh and then:
+ *   - declares static shared arrays with IG_SHARED(type, name, [dims]) and the
+ *     dynamic area with IG_DYN_SHARED(type, name) (on the host they become
+ *     per-block heap buffers);
+ *   - touches shared memory only through the wrappers of intrinsics.cuh
+ *     (cp.async, ldmatrix, ig_lds/ig_sts), so the emulator sees every access;
+ *   - launches with IG_LAUNCH(kernel, grid, block, smem, stream, args...),
+ *     which returns 0 or a failure (checked and reported on both sides);
+ *   - checks every CUDA runtime call with IG_CUDA_CHECK (device builds).
+ * IG_EMU is defined in host (emulator) builds, never under nvcc.
+ * Covered by tests/emu (host) and the CUDA build (device). */
+#ifndef IGNITE_DEVKIT_KERNEL_CUH
+#define IGNITE_DEVKIT_KERNEL_CUH
+
+#include <stdint.h>
+
+#include "core/status.h"
+
+#if defined(__CUDACC__)
+
+#include <cuda_runtime.h>
+
+#define IG_SHARED(type, name, dims) __shared__ __align__(16) type name dims
+#define IG_DYN_SHARED(type, name) extern __shared__ __align__(16) type name[]
+
+/* Prints one line naming the failed statement, file:line and the device, and
+ * returns IG_E_DEVICE. */
+static inline int ig_cuda_fail(cudaError_t err, const char *stmt, const char *file, int line)
+{
+    int dev = -1;
+    cudaGetDevice(&dev);
+    return ig_error(IG_E_DEVICE, "CUDA error %s (%s) in `%s` at %s:%d (device %d)",
+                    cudaGetErrorName(err), cudaGetErrorString(err), stmt, file, line, dev);
+}
+
+/* Evaluates a CUDA call; on failure reports it and returns IG_E_DEVICE from
+ * the enclosing function. */
+#define IG_CUDA_CHECK(call)                                                     \
+    do {                                                                        \
+        cudaError_t ig_err_ = (call);                                           \
+        if (ig_err_ != cudaSuccess)                                             \
+            return ig_cuda_fail(ig_err_, #call, __FILE__, __LINE__);            \
+    } while (0)
+
+/* The launch's own error (bad configuration, too much shared memory). */
+static inline int ig_cuda_launched(const char *what, const char *file, int line)
+{
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? 0 : ig_cuda_fail(err, what, file, line);
+}
+
+#define IG_LAUNCH(kernel, grid, block, smem, stream, ...)                       \
+    (kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__),                \
+     ig_cuda_launched(#kernel "<<<...>>>", __FILE__, __LINE__))
+
+#else /* host build: the emulator */
+
+#define IG_EMU 1
+#include "emu/emu.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+#define __launch_bounds__(...)
+#define threadIdx ig_emu_threadIdx
+#define blockIdx ig_emu_blockIdx
+#define blockDim ig_emu_blockDim
+#define gridDim ig_emu_gridDim
+typedef ig_emu_dim3 dim3;
+typedef void *cudaStream_t;
+
+/* The address of a function-local static is the declaration's identity. */
+#define IG_SHARED(type, name, dims)                                             \
+    static char ig_shared_key_##name;                                           \
+    type(&name) dims = *reinterpret_cast<type(*) dims>(                         \
+        ig_emu_static_shared(&ig_shared_key_##name, sizeof(type dims)))
+#define IG_DYN_SHARED(type, name) type *name = static_cast<type *>(ig_emu_dynamic_shared())
+
+#define IG_LAUNCH(kernel, grid, block, smem, stream, ...)                       \
+    (ig_emu_launch_fn((grid), (block), (smem), [&] { kernel(__VA_ARGS__); })    \
+         ? ig_error(IG_E_INTERNAL, "emulated %s failed: %s", #kernel,           \
+                    ig_emu_last_error())                                        \
+         : 0)
+
+#endif
+#endif

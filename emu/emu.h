@@ -1,0 +1,117 @@
+/* emu/emu.h: runs a CUDA kernel's grid on the CPU, so the kernel source that
+ * ships is exercised in CI on machines without a GPU.
+ *
+ * Blocks run one after another. The threads of a block are cooperative fibers
+ * that switch at barriers and warp collectives. Warp collectives (mma,
+ * ldmatrix, shfl) are computed once all 32 lanes have arrived, with the PTX
+ * fragment layouts (docs: /work/shared/notes/ptx-fragments.md, restated in
+ * emu/warp.cc). cp.async copies land at the wait that covers them, not at
+ * issue. Shared memory is one exact-size heap buffer per declaration and
+ * block (so ASan sees overruns) with a shadow that reports races between
+ * barriers, reads of uninitialised bytes and reads of copies not yet waited
+ * for. The order in which threads leave a barrier is shuffled by a seed. A
+ * barrier or collective that cannot complete is reported, never a hang.
+ *
+ * Kernel sources do not include this header themselves: devkit/kernel.cuh and
+ * devkit/intrinsics.cuh map CUDA's names onto it in host builds.
+ * Not thread-safe: one launch at a time per process.
+ * Covered by tests/emu/test_emu_*.cc. */
+#ifndef IGNITE_EMU_EMU_H
+#define IGNITE_EMU_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+struct ig_emu_dim3 {
+    unsigned x, y, z;
+    constexpr ig_emu_dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1)
+        : x(x_), y(y_), z(z_) {}
+};
+
+/* What threadIdx/blockIdx/blockDim/gridDim read in an emulated kernel. The
+ * scheduler sets them before it switches into a thread. */
+extern ig_emu_dim3 ig_emu_threadIdx, ig_emu_blockIdx, ig_emu_blockDim, ig_emu_gridDim;
+
+/* ---- launching ----------------------------------------------------------- */
+
+typedef void (*ig_emu_kernel_fn)(void *ctx);
+
+/* Runs fn(ctx) once per thread of every block of `grid`, with `dyn_smem`
+ * bytes of dynamic shared memory per block. Returns 0 when every thread of
+ * every block ran to its end without a reported fault, else -1 with the first
+ * fault in ig_emu_last_error() (and printed on stderr); the launch stops at
+ * the first fault. */
+int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,
+                  ig_emu_kernel_fn fn, void *ctx);
+
+/* The same for a callable, typically [&] { kernel(args...); }. */
+template <class F>
+static inline int ig_emu_launch_fn(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,
+                                   F &&f)
+{
+    using Fn = typename std::remove_reference<F>::type;
+    return ig_emu_launch(
+        grid, block, dyn_smem, [](void *c) { (*static_cast<Fn *>(c))(); },
+        const_cast<void *>(static_cast<const void *>(&f)));
+}
+
+/* Seed for the thread order at block start and at every barrier and
+ * collective release (0 keeps launch order). Default 1. */
+void ig_emu_set_seed(uint64_t seed);
+
+/* The first fault of the last failed launch ("" after a clean one). */
+const char *ig_emu_last_error(void);
+
+/* When quiet, faults are only recorded, not printed (for tests that provoke
+ * them on purpose). */
+void ig_emu_set_quiet(int quiet);
+
+/* Counters of the last launch, for tests and curiosity. */
+struct ig_emu_stats {
+    uint64_t blocks;      /* blocks run */
+    uint64_t switches;    /* fiber switches into a thread */
+    uint64_t barriers;    /* barrier releases */
+    uint64_t collectives; /* warp collectives computed */
+    /* Extra shared-memory wavefronts of ldmatrix: per 8x8 matrix (one phase
+     * of 8 rows x 16 bytes), how many rows beyond one share a 16-byte bank
+     * group ((offset / 16) % 8, allocations being 128-byte aligned). 0 for a
+     * conflict-free layout. */
+    uint64_t ldmatrix_conflicts;
+};
+struct ig_emu_stats ig_emu_last_stats(void);
+
+/* ---- hooks the devkit wrappers call (host builds only) -------------------- */
+
+enum ig_emu_mma_kind { IG_EMU_MMA_BF16 = 1, IG_EMU_MMA_F16 = 2 };
+enum ig_emu_shfl_mode { IG_EMU_SHFL_UP, IG_EMU_SHFL_DOWN, IG_EMU_SHFL_BFLY, IG_EMU_SHFL_IDX };
+
+/* Per-block storage of the static __shared__ declaration identified by key
+ * (the address of a static in the declaring function); same size every call. */
+void *ig_emu_static_shared(const void *key, size_t bytes);
+/* The block's dynamic shared memory (launch's dyn_smem bytes). */
+void *ig_emu_dynamic_shared(void);
+
+/* __syncthreads(); where = call site for messages. */
+void ig_emu_barrier(const char *file, int line);
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (d may alias c). */
+void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
+                      const float c[4]);
+/* ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16: r gets num registers. */
+void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row);
+/* shfl.sync.{mode}.b32 with operands b and c as in PTX; only the full mask. */
+uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c);
+
+/* cp.async.cg.shared.global [dst], [src], 16, src_size (src_size 0 or 16). */
+void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size);
+void ig_emu_cp_async_commit(void);
+void ig_emu_cp_async_wait(int n);
+
+/* A plain shared-memory access of n bytes at p (checked against the shadow;
+ * the caller then does the access itself). */
+void ig_emu_shared_read(const void *p, size_t n);
+void ig_emu_shared_write(const void *p, size_t n);
+
+#endif

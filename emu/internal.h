@@ -1,0 +1,112 @@
+/* emu/internal.h: the emulator's state shared by its files (scheduler, shared
+ * memory, warp collectives). Not for kernels or tests. */
+#ifndef IGNITE_EMU_INTERNAL_H
+#define IGNITE_EMU_INTERNAL_H
+
+#include "emu/emu.h"
+#include "emu/fiber.h"
+
+#include <deque>
+#include <vector>
+
+enum emu_state { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
+enum emu_op { EMU_OP_MMA = 1, EMU_OP_LDSM, EMU_OP_SHFL };
+
+/* What a lane brings to a warp collective. */
+struct emu_coll {
+    int op, kind;          /* emu_op; mma kind, ldmatrix num|trans<<4, shfl mode */
+    const void *in[3];     /* mma: a, b, c; ldmatrix: row address */
+    void *out;             /* mma: d; ldmatrix: registers; shfl: result */
+    uint32_t v, b, c, mask; /* shfl operands */
+};
+
+struct emu_copy {
+    unsigned char *dst;
+    const unsigned char *src;
+    uint32_t src_size;
+};
+
+struct emu_thread {
+    struct emu_fiber fiber;
+    unsigned tid;          /* linear thread index in the block */
+    ig_emu_dim3 idx;
+    int state;
+    const char *bar_file;  /* barrier call site while AT_BARRIER */
+    int bar_line;
+    struct emu_coll coll;  /* while AT_WARP */
+    std::vector<emu_copy> uncommitted;           /* cp.async not yet committed */
+    std::deque<std::vector<emu_copy>> groups;    /* committed, oldest first */
+};
+
+/* One byte of shared memory as the race detector sees it. */
+struct emu_shadow {
+    uint32_t w_epoch;  /* epoch of the last write; 0 = never written */
+    uint32_t r_epoch;  /* epoch of the last read */
+    int16_t writer;    /* thread of the last write */
+    int16_t reader;    /* thread of the last read, or EMU_MANY */
+    uint16_t pending;  /* cp.async in flight to this byte */
+    int16_t pender;    /* thread whose cp.async is in flight */
+};
+#define EMU_MANY (-2)
+
+struct emu_smem {
+    const void *key;        /* static declaration's key; NULL for dynamic */
+    unsigned char *data;    /* exact-size heap buffer */
+    size_t bytes;
+    struct emu_shadow *shadow;
+};
+
+struct emu_block {
+    std::vector<emu_thread> *threads;
+    std::vector<emu_smem> smem;
+    size_t smem_total;
+    unsigned n, n_done, n_at_barrier;
+    uint32_t epoch;         /* current barrier epoch (unique across blocks) */
+    const char *bar_file;   /* site of the barrier threads wait at */
+    int bar_line;
+    unsigned char *dyn;     /* dynamic shared memory (in smem too) */
+    std::deque<unsigned> runq;
+    std::vector<unsigned> warp_arrived; /* lanes waiting per warp */
+    std::vector<unsigned> order;        /* scratch for the seeded release order */
+};
+
+/* The emulator's one global state (one launch at a time). */
+struct emu_ctx {
+    struct emu_fiber sched;
+    struct emu_block *blk;
+    struct emu_thread *cur;
+    ig_emu_kernel_fn fn;
+    void *fn_ctx;
+    uint64_t rng;
+    int faulted;
+    struct ig_emu_stats stats;
+};
+extern struct emu_ctx emu;
+
+/* Records a fault in the current thread (first one wins), then leaves the
+ * thread for good: the launch stops. Called only from a running thread. */
+[[noreturn]] void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Records a fault seen by the scheduler itself (deadlock). */
+void emu_fault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Current thread waits (switches out) until the scheduler runs it again. */
+void emu_block_current(int state);
+/* Makes thread i runnable again (appended to the run queue). */
+void emu_wake(unsigned i);
+/* A seeded permutation of v, in place. */
+void emu_shuffle(unsigned *v, size_t n);
+
+/* Shared memory: the allocation holding [p, p+n), or a fault. */
+struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what);
+void emu_smem_check_read(unsigned tid, const void *p, size_t n, const char *what);
+void emu_smem_check_write(unsigned tid, const void *p, size_t n, const char *what);
+/* Completes all groups but the newest n of thread t (the copies land now). */
+void emu_cp_async_complete(struct emu_thread *t, size_t keep);
+void emu_smem_free_all(struct emu_block *b);
+/* Allocates the block's dynamic shared memory; 0, or -1 after a fault. */
+int emu_smem_alloc_dynamic(struct emu_block *b, size_t bytes);
+
+/* Warp collectives: computes the result for all 32 lanes of warp w. */
+void emu_warp_compute(struct emu_block *b, unsigned w);
+
+#endif

@@ -1,0 +1,362 @@
+/* emu/sched.cc: the emulator's launch loop and scheduler: blocks one after
+ * another, a block's threads as fibers, barriers, the arrival side of warp
+ * collectives, deadlock reports and the seeded thread order.
+ * Leaves shared memory to emu/smem.cc and collective math to emu/warp.cc.
+ * Covered by tests/emu/test_emu_sched.cc. */
+#include "emu/internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ig_emu_dim3 ig_emu_threadIdx, ig_emu_blockIdx, ig_emu_blockDim, ig_emu_gridDim;
+
+struct emu_ctx emu;
+
+static char emu_error[1024];
+static uint64_t emu_seed = 1;
+static int emu_quiet;
+static uint32_t emu_epoch_counter = 1;
+static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
+
+/* Big enough for a kernel's register arrays with ASan's redzones. */
+#define EMU_STACK_BYTES (256u * 1024u)
+#define EMU_MAX_THREADS 1024u
+#define EMU_WARP 32u
+
+void ig_emu_set_seed(uint64_t seed) { emu_seed = seed; }
+void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
+const char *ig_emu_last_error(void) { return emu_error; }
+struct ig_emu_stats ig_emu_last_stats(void) { return emu.stats; }
+
+static void emu_vfault(const char *fmt, va_list ap)
+{
+    if (emu.faulted)
+        return;
+    emu.faulted = 1;
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (emu.cur)
+        snprintf(emu_error, sizeof emu_error, "block (%u,%u,%u) thread (%u,%u,%u): %s",
+                 ig_emu_blockIdx.x, ig_emu_blockIdx.y, ig_emu_blockIdx.z, emu.cur->idx.x,
+                 emu.cur->idx.y, emu.cur->idx.z, msg);
+    else
+        snprintf(emu_error, sizeof emu_error, "block (%u,%u,%u): %s", ig_emu_blockIdx.x,
+                 ig_emu_blockIdx.y, ig_emu_blockIdx.z, msg);
+    if (!emu_quiet)
+        fprintf(stderr, "emu: %s\n", emu_error);
+}
+
+void emu_fault(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfault(fmt, ap);
+    va_end(ap);
+}
+
+void emu_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfault(fmt, ap);
+    va_end(ap);
+    struct emu_thread *t = emu.cur;
+    t->state = EMU_DONE;
+    emu_fiber_exit(&t->fiber, &emu.sched);
+}
+
+/* xorshift64*: small, seeded, good enough to permute thread orders. */
+static uint64_t emu_rand(void)
+{
+    emu.rng ^= emu.rng >> 12;
+    emu.rng ^= emu.rng << 25;
+    emu.rng ^= emu.rng >> 27;
+    return emu.rng * 0x2545f4914f6cdd1dull;
+}
+
+void emu_shuffle(unsigned *v, size_t n)
+{
+    if (!emu_seed)
+        return;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(emu_rand() % i);
+        unsigned tmp = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = tmp;
+    }
+}
+
+void emu_wake(unsigned i)
+{
+    (*emu.blk->threads)[i].state = EMU_RUNNABLE;
+    emu.blk->runq.push_back(i);
+}
+
+void emu_block_current(int state)
+{
+    struct emu_thread *t = emu.cur;
+    t->state = state;
+    emu_fiber_yield(&t->fiber, &emu.sched);
+}
+
+/* ---- a thread's life ------------------------------------------------------ */
+
+static void emu_thread_main(void *arg)
+{
+    struct emu_thread *t = (struct emu_thread *)arg;
+    emu_fiber_entered(&t->fiber, &emu.sched);
+    emu.fn(emu.fn_ctx);
+    size_t left = t->uncommitted.size();
+    for (auto &g : t->groups)
+        left += g.size();
+    if (left)
+        emu_fail("exits with %zu cp.async not waited for (missing cp.async.wait_group?)", left);
+    t->state = EMU_DONE;
+    emu.blk->n_done++;
+    if (emu.blk->n_at_barrier)
+        emu_fault("exits while %u threads wait at the barrier at %s:%d: a barrier not all "
+                  "threads reach", emu.blk->n_at_barrier, emu.blk->bar_file, emu.blk->bar_line);
+    emu_fiber_exit(&t->fiber, &emu.sched);
+}
+
+/* ---- barriers ------------------------------------------------------------- */
+
+void ig_emu_barrier(const char *file, int line)
+{
+    struct emu_block *b = emu.blk;
+    struct emu_thread *t = emu.cur;
+    if (b->n_done)
+        emu_fail("barrier at %s:%d reached after %u threads of the block exited", file, line,
+                 b->n_done);
+    if (b->n_at_barrier == 0) {
+        b->bar_file = file;
+        b->bar_line = line;
+    } else if (b->bar_line != line || strcmp(b->bar_file, file)) {
+        emu_fail("waits at barrier %s:%d while other threads wait at %s:%d", file, line,
+                 b->bar_file, b->bar_line);
+    }
+    t->bar_file = file;
+    t->bar_line = line;
+    if (++b->n_at_barrier == b->n) {
+        b->n_at_barrier = 0;
+        b->epoch = ++emu_epoch_counter;
+        emu.stats.barriers++;
+        /* No heap memory may stay live across a switch: a fault abandons
+         * suspended threads, which would leak it. */
+        unsigned *order = b->order.data();
+        for (unsigned i = 0; i < b->n; i++)
+            order[i] = i;
+        emu_shuffle(order, b->n);
+        for (unsigned i = 0; i < b->n; i++)
+            emu_wake(order[i]);
+    }
+    emu_block_current(EMU_AT_BARRIER);
+}
+
+/* ---- warp collectives: arrival ------------------------------------------- */
+
+/* Lane arrives with its operands; the last lane of the warp computes the
+ * collective for all 32 and releases them in a seeded order. */
+static void emu_collective(const struct emu_coll *c)
+{
+    struct emu_block *b = emu.blk;
+    struct emu_thread *t = emu.cur;
+    if (b->n % EMU_WARP)
+        emu_fail("warp collective in a block of %u threads (not whole warps)", b->n);
+    unsigned w = t->tid / EMU_WARP;
+    t->coll = *c;
+    if (++b->warp_arrived[w] < EMU_WARP) {
+        emu_block_current(EMU_AT_WARP);
+        return;
+    }
+    b->warp_arrived[w] = 0;
+    emu.stats.collectives++;
+    emu_warp_compute(b, w);
+    unsigned order[EMU_WARP];
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        order[l] = w * EMU_WARP + l;
+    emu_shuffle(order, EMU_WARP);
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        emu_wake(order[l]);
+    emu_block_current(EMU_AT_WARP);
+}
+
+void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
+                      const float c[4])
+{
+    struct emu_coll k = {};
+    k.op = EMU_OP_MMA;
+    k.kind = kind;
+    k.in[0] = a;
+    k.in[1] = b;
+    k.in[2] = c;
+    k.out = d;
+    emu_collective(&k);
+}
+
+void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
+{
+    struct emu_coll k = {};
+    k.op = EMU_OP_LDSM;
+    k.kind = num | (trans ? 16 : 0);
+    k.in[0] = row;
+    k.out = r;
+    emu_collective(&k);
+}
+
+uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c)
+{
+    uint32_t out = 0;
+    struct emu_coll k = {};
+    k.op = EMU_OP_SHFL;
+    k.kind = mode;
+    k.v = v;
+    k.b = b;
+    k.c = c;
+    k.mask = mask;
+    k.out = &out;
+    emu_collective(&k);
+    return out;
+}
+
+/* ---- the launch ----------------------------------------------------------- */
+
+static const char *emu_state_name(int s)
+{
+    switch (s) {
+    case EMU_AT_BARRIER: return "at a barrier";
+    case EMU_AT_WARP: return "in a warp collective";
+    case EMU_DONE: return "exited";
+    default: return "runnable";
+    }
+}
+
+/* Nothing can run but not every thread has exited: say who waits where. */
+static void emu_report_deadlock(struct emu_block *b)
+{
+    unsigned at_bar = 0, at_warp = 0, done = 0;
+    const struct emu_thread *other = NULL, *warp = NULL;
+    for (auto &t : *b->threads) {
+        if (t.state == EMU_AT_BARRIER) {
+            at_bar++;
+            continue;
+        }
+        if (!other)
+            other = &t;
+        if (t.state == EMU_AT_WARP) {
+            at_warp++;
+            if (!warp)
+                warp = &t;
+        } else if (t.state == EMU_DONE) {
+            done++;
+        }
+    }
+    if (at_bar)
+        emu_fault("deadlock: the barrier at %s:%d is reached by %u of %u threads (%u wait in "
+                  "warp collectives, %u exited; thread %u is %s)",
+                  b->bar_file, b->bar_line, at_bar, b->n, at_warp, done, other->tid,
+                  emu_state_name(other->state));
+    else if (warp)
+        emu_fault("deadlock: warp %u waits in a collective that %u of its lanes never reach "
+                  "(%u threads exited)",
+                  warp->tid / EMU_WARP, EMU_WARP - b->warp_arrived[warp->tid / EMU_WARP], done);
+    else
+        emu_fault("deadlock: %u threads neither runnable nor exited", b->n - done);
+}
+
+static int emu_run_block(struct emu_block *b)
+{
+    unsigned *order = b->order.data();
+    for (unsigned i = 0; i < b->n; i++) {
+        struct emu_thread &t = (*b->threads)[i];
+        t.state = EMU_RUNNABLE;
+        t.bar_file = NULL;
+        t.bar_line = 0;
+        t.uncommitted.clear();
+        t.groups.clear();
+        emu_fiber_prepare(&t.fiber, emu_thread_main, &t);
+        order[i] = i;
+    }
+    emu_shuffle(order, b->n);
+    for (unsigned i = 0; i < b->n; i++)
+        b->runq.push_back(order[i]);
+    while (!b->runq.empty() && !emu.faulted) {
+        unsigned i = b->runq.front();
+        b->runq.pop_front();
+        struct emu_thread *t = &(*b->threads)[i];
+        emu.cur = t;
+        ig_emu_threadIdx = t->idx;
+        emu.stats.switches++;
+        emu_fiber_resume(&emu.sched, &t->fiber);
+        emu.cur = NULL;
+    }
+    if (!emu.faulted && b->n_done != b->n)
+        emu_report_deadlock(b);
+    return emu.faulted ? -1 : 0;
+}
+
+int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_kernel_fn fn,
+                  void *ctx)
+{
+    emu_error[0] = 0;
+    memset(&emu.stats, 0, sizeof emu.stats);
+    emu.faulted = 0;
+    emu.cur = NULL;
+    uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    if (!grid.x || !grid.y || !grid.z || !nthreads || nthreads > EMU_MAX_THREADS ||
+        block.z > 64 || grid.y > 65535 || grid.z > 65535) {
+        emu_fault("invalid launch: grid (%u,%u,%u), block (%u,%u,%u)", grid.x, grid.y, grid.z,
+                  block.x, block.y, block.z);
+        return -1;
+    }
+    while (emu_pool.size() < nthreads) {
+        emu_pool.emplace_back();
+        if (emu_fiber_alloc(&emu_pool.back(), EMU_STACK_BYTES)) {
+            emu_pool.pop_back();
+            emu_fault("cannot allocate fiber stacks for %llu threads",
+                      (unsigned long long)nthreads);
+            return -1;
+        }
+    }
+    std::vector<emu_thread> threads(nthreads);
+    for (unsigned i = 0; i < nthreads; i++) {
+        threads[i].fiber = emu_pool[i];
+        threads[i].tid = i;
+        threads[i].idx = ig_emu_dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+    }
+    emu.fn = fn;
+    emu.fn_ctx = ctx;
+    emu.rng = emu_seed * 0x9e3779b97f4a7c15ull + 1;
+    ig_emu_blockDim = block;
+    ig_emu_gridDim = grid;
+    int rc = 0;
+    for (unsigned z = 0; z < grid.z && !rc; z++)
+        for (unsigned y = 0; y < grid.y && !rc; y++)
+            for (unsigned x = 0; x < grid.x && !rc; x++) {
+                struct emu_block b;
+                b.threads = &threads;
+                b.smem_total = 0;
+                b.n = (unsigned)nthreads;
+                b.n_done = b.n_at_barrier = 0;
+                b.epoch = ++emu_epoch_counter;
+                b.warp_arrived.assign((b.n + EMU_WARP - 1) / EMU_WARP, 0);
+                b.order.resize(b.n);
+                ig_emu_blockIdx = ig_emu_dim3(x, y, z);
+                emu.blk = &b;
+                b.bar_file = NULL;
+                b.bar_line = 0;
+                b.dyn = NULL;
+                rc = emu_smem_alloc_dynamic(&b, dyn_smem);
+                if (!rc)
+                    rc = emu_run_block(&b);
+                emu_smem_free_all(&b);
+                emu.blk = NULL;
+                emu.stats.blocks++;
+            }
+    /* Give the stacks back to the pool (the thread structs are dropped). */
+    for (unsigned i = 0; i < nthreads; i++)
+        emu_pool[i] = threads[i].fiber;
+    return rc;
+}

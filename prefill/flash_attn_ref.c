@@ -1,0 +1,137 @@
+/* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu and the
+ * tile chooser both share. Written for clarity: per head and query row, an
+ * online softmax over tiles of PREFILL_ATTN_BLOCK_N keys in fp32, exactly the
+ * algorithm the kernel runs, without its parallel structure (P is not
+ * rounded to the input type here, so this is the more accurate of the two).
+ * Covered by tests/emu/test_flash_attn_emu.c (against fp64). */
+#include "prefill/flash_attn.h"
+
+#include "core/half.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
+{
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64 or 128",
+                        (long long)p->head_dim);
+    if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
+        return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
+                        p->dtype);
+    if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
+        p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535)
+        return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
+                        "n_ctx %lld, n_head %lld, n_head_kv %lld)", (long long)p->n_tokens,
+                        (long long)p->pos0, (long long)p->n_ctx, (long long)p->n_head,
+                        (long long)p->n_head_kv);
+    const void *ptrs[] = {p->q, p->k, p->v, p->k_cache, p->v_cache, p->o};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
+            return ig_error(IG_E_INTERNAL, "flash attention: pointer %zu is NULL or not "
+                            "16-byte aligned", i);
+    int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
+                         p->k_head_stride, p->v_row_stride,   p->v_head_stride,
+                         p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
+                         p->cache_head_stride};
+    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
+        if (strides[i] % 8)
+            return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
+                            "multiple of 8 elements", i, (long long)strides[i]);
+    t->block_m = PREFILL_ATTN_BLOCK_M;
+    t->block_n = PREFILL_ATTN_BLOCK_N;
+    t->warps = PREFILL_ATTN_WARPS;
+    t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
+    /* Q tile plus two stages of K and V tiles, 2-byte elements. */
+    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2;
+    return 0;
+}
+
+static float load(const void *base, int64_t i, int dtype)
+{
+    uint16_t h = ((const uint16_t *)base)[i];
+    return dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+}
+
+static uint16_t round_to(float x, int dtype)
+{
+    return dtype == PREFILL_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
+}
+
+/* Key `pos` of kv head hk: the cache below pos0, the chunk from there. */
+static const uint16_t *key_row(const struct prefill_attn_params *p, const void *cache,
+                               const void *chunk, int64_t row_stride, int64_t head_stride,
+                               int64_t hk, int64_t pos)
+{
+    if (pos < p->pos0)
+        return (const uint16_t *)cache + hk * p->cache_head_stride + pos * p->cache_row_stride;
+    return (const uint16_t *)chunk + (pos - p->pos0) * row_stride + hk * head_stride;
+}
+
+int prefill_attn_ref(const struct prefill_attn_params *p)
+{
+    if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx)
+        return ig_error(IG_E_INTERNAL, "flash attention reference: inconsistent sizes");
+    const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    float q[256], acc[256];
+
+    for (int64_t h = 0; h < p->n_head; h++) {
+        const int64_t hk = h / group;
+        for (int64_t i = 0; i < p->n_tokens; i++) {
+            const int64_t last = p->pos0 + i; /* the last key query i sees */
+            for (int64_t d = 0; d < hd; d++) {
+                q[d] = load(p->q, i * p->q_row_stride + h * p->q_head_stride + d, p->dtype);
+                acc[d] = 0;
+            }
+            float m = -INFINITY, l = 0;
+            for (int64_t j0 = 0; j0 <= last; j0 += PREFILL_ATTN_BLOCK_N) {
+                int64_t j1 = j0 + PREFILL_ATTN_BLOCK_N;
+                if (j1 > last + 1)
+                    j1 = last + 1;
+                float s[PREFILL_ATTN_BLOCK_N], m_tile = -INFINITY;
+                for (int64_t j = j0; j < j1; j++) {
+                    const uint16_t *k = key_row(p, p->k_cache, p->k, p->k_row_stride,
+                                                p->k_head_stride, hk, j);
+                    float dot = 0;
+                    for (int64_t d = 0; d < hd; d++)
+                        dot += q[d] * load(k, d, p->dtype);
+                    s[j - j0] = dot * p->scale;
+                    m_tile = fmaxf(m_tile, s[j - j0]);
+                }
+                float m_new = fmaxf(m, m_tile), corr = expf(m - m_new);
+                l *= corr;
+                for (int64_t d = 0; d < hd; d++)
+                    acc[d] *= corr;
+                for (int64_t j = j0; j < j1; j++) {
+                    float pj = expf(s[j - j0] - m_new);
+                    const uint16_t *v = key_row(p, p->v_cache, p->v, p->v_row_stride,
+                                                p->v_head_stride, hk, j);
+                    l += pj;
+                    for (int64_t d = 0; d < hd; d++)
+                        acc[d] += pj * load(v, d, p->dtype);
+                }
+                m = m_new;
+            }
+            uint16_t *o = (uint16_t *)p->o + i * p->o_row_stride + h * p->o_head_stride;
+            for (int64_t d = 0; d < hd; d++)
+                o[d] = round_to(acc[d] / l, p->dtype);
+            if (p->lse)
+                p->lse[h * p->lse_head_stride + i] = m + logf(l);
+        }
+    }
+    /* The chunk's K and V into the cache, after every read of the cache. */
+    for (int64_t hk = 0; hk < p->n_head_kv; hk++)
+        for (int64_t i = 0; i < p->n_tokens; i++) {
+            int64_t c = hk * p->cache_head_stride + (p->pos0 + i) * p->cache_row_stride;
+            memcpy((uint16_t *)p->k_cache + c,
+                   (const uint16_t *)p->k + i * p->k_row_stride + hk * p->k_head_stride,
+                   (size_t)hd * 2);
+            memcpy((uint16_t *)p->v_cache + c,
+                   (const uint16_t *)p->v + i * p->v_row_stride + hk * p->v_head_stride,
+                   (size_t)hd * 2);
+        }
+    return 0;
+}

@@ -1,0 +1,287 @@
+/* tests/emu/attn_case.h: one prefill-attention test case, shared by the
+ * emulated (tests/emu) and GPU (tests/gpu) kernel tests: seeded inputs in a
+ * fused QKV buffer, a KV cache with earlier rows filled, sentinel-filled
+ * outputs with guard bands, an fp64 reference, the naive same-precision
+ * baseline that sets the error budget, and the checks.
+ *
+ * "Naive same-precision" (the baseline of the tolerance rule): inputs rounded
+ * to bf16/f16 (the test's inputs already are); S = q.k accumulated in fp32;
+ * m = row max; p_j = exp(scale*(s_j - m)) in fp32; l = sum p_j in fp32; P
+ * rounded to bf16/f16 before P.V; O = (sum_j p_j v_j accumulated in fp32) / l,
+ * rounded to bf16/f16. The kernel's max abs error against fp64 may be at most
+ * twice the baseline's. */
+#ifndef IGNITE_TESTS_EMU_ATTN_CASE_H
+#define IGNITE_TESTS_EMU_ATTN_CASE_H
+
+#include "core/half.h"
+#include "prefill/flash_attn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATTN_SENTINEL 0x7fffu /* NaN in bf16 and in f16 */
+#define ATTN_GUARD 256        /* elements of guard band around every output */
+
+struct attn_case {
+    int64_t n, pos0, n_head, n_head_kv, hd;
+    int dtype;
+    uint64_t seed;
+    /* host buffers, guard bands included */
+    int64_t qkv_width, n_ctx;
+    uint16_t *qkv;       /* [n][(n_head + 2 n_head_kv) hd] */
+    uint16_t *kc, *vc;   /* GUARD + [n_head_kv][n_ctx][hd] + GUARD */
+    uint16_t *kc0, *vc0; /* the caches before the call */
+    uint16_t *o;         /* GUARD + [n][n_head][hd] + GUARD */
+    float *lse;          /* GUARD + [n_head][n] + GUARD */
+    size_t qkv_elems, cache_elems, o_elems, lse_elems;
+};
+
+static inline uint64_t attn_rng(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Uniform in [-a, a), rounded to the case's type. */
+static inline uint16_t attn_rand(struct attn_case *c, uint64_t *s, float a)
+{
+    float x = ((float)(attn_rng(s) & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * a;
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
+}
+
+static inline double attn_val(const struct attn_case *c, uint16_t h)
+{
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+}
+
+static inline float attn_round(const struct attn_case *c, float x)
+{
+    return c->dtype == PREFILL_ATTN_BF16 ? ig_bf16_to_f32(ig_f32_to_bf16(x))
+                                    : ig_f16_to_f32(ig_f32_to_f16(x));
+}
+
+static inline void attn_fill16(uint16_t *p, size_t n, uint16_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+}
+
+static inline void attn_case_init(struct attn_case *c)
+{
+    uint64_t s = c->seed * 0x9e3779b97f4a7c15ull + 17;
+    c->qkv_width = (c->n_head + 2 * c->n_head_kv) * c->hd;
+    c->n_ctx = c->pos0 + c->n + 3; /* rows past the chunk must stay untouched */
+    c->qkv_elems = (size_t)(c->n * c->qkv_width);
+    c->cache_elems = (size_t)(c->n_head_kv * c->n_ctx * c->hd) + 2 * ATTN_GUARD;
+    c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
+    c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
+    c->qkv = (uint16_t *)aligned_alloc(64, (c->qkv_elems * 2 + 63) / 64 * 64);
+    size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
+    c->kc = (uint16_t *)aligned_alloc(64, cb);
+    c->vc = (uint16_t *)aligned_alloc(64, cb);
+    c->kc0 = (uint16_t *)malloc(cb);
+    c->vc0 = (uint16_t *)malloc(cb);
+    c->o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
+    c->lse = (float *)malloc(c->lse_elems * sizeof(float));
+    for (size_t i = 0; i < c->qkv_elems; i++)
+        c->qkv[i] = attn_rand(c, &s, 2.0f);
+    attn_fill16(c->kc, c->cache_elems, ATTN_SENTINEL);
+    attn_fill16(c->vc, c->cache_elems, ATTN_SENTINEL);
+    for (int64_t hk = 0; hk < c->n_head_kv; hk++)
+        for (int64_t pos = 0; pos < c->pos0; pos++)
+            for (int64_t d = 0; d < c->hd; d++) {
+                size_t i = ATTN_GUARD + (size_t)((hk * c->n_ctx + pos) * c->hd + d);
+                c->kc[i] = attn_rand(c, &s, 2.0f);
+                c->vc[i] = attn_rand(c, &s, 2.0f);
+            }
+    memcpy(c->kc0, c->kc, c->cache_elems * 2);
+    memcpy(c->vc0, c->vc, c->cache_elems * 2);
+    attn_fill16(c->o, c->o_elems, ATTN_SENTINEL);
+    for (size_t i = 0; i < c->lse_elems; i++)
+        c->lse[i] = NAN;
+}
+
+static inline void attn_case_free(struct attn_case *c)
+{
+    free(c->qkv);
+    free(c->kc);
+    free(c->vc);
+    free(c->kc0);
+    free(c->vc0);
+    free(c->o);
+    free(c->lse);
+}
+
+/* Params for buffers laid out like the host ones at the given bases (host or
+ * device copies of qkv, kc, vc, o, lse including their guard bands). */
+static inline struct prefill_attn_params attn_case_params(const struct attn_case *c, void *qkv,
+                                                    void *kc, void *vc, void *o, float *lse)
+{
+    struct prefill_attn_params p;
+    memset(&p, 0, sizeof p);
+    int64_t hd = c->hd;
+    p.q = qkv;
+    p.k = (uint16_t *)qkv + c->n_head * hd;
+    p.v = (uint16_t *)qkv + (c->n_head + c->n_head_kv) * hd;
+    p.k_cache = (uint16_t *)kc + ATTN_GUARD;
+    p.v_cache = (uint16_t *)vc + ATTN_GUARD;
+    p.o = (uint16_t *)o + ATTN_GUARD;
+    p.lse = lse + ATTN_GUARD;
+    p.n_tokens = c->n;
+    p.pos0 = c->pos0;
+    p.n_ctx = c->n_ctx;
+    p.n_head = c->n_head;
+    p.n_head_kv = c->n_head_kv;
+    p.head_dim = hd;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = c->qkv_width;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = hd;
+    p.o_row_stride = c->n_head * hd;
+    p.o_head_stride = hd;
+    p.cache_row_stride = hd;
+    p.cache_head_stride = c->n_ctx * hd;
+    p.lse_head_stride = c->n;
+    p.scale = 1.0f / sqrtf((float)hd);
+    p.dtype = c->dtype;
+    return p;
+}
+
+static inline const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk, int64_t pos)
+{
+    if (pos < c->pos0)
+        return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + (hk * c->n_ctx + pos) * c->hd;
+    return c->qkv + (pos - c->pos0) * c->qkv_width + (c->n_head + kind * c->n_head_kv + hk) * c->hd;
+}
+
+/* fp64 attention of a case (from the same rounded inputs), computed once. */
+struct attn_ref {
+    double *o;       /* [n][n_head][hd] */
+    double *lse;     /* [n_head][n] */
+    double naive;    /* max |O_naive - O_fp64| of the naive same-precision baseline */
+};
+
+/* Errors of one output against fp64, max over elements. */
+struct attn_err {
+    double o_max;    /* max |O - O_fp64|; a NaN counts as infinite */
+    double lse_max;  /* max |lse - lse_fp64|; a NaN counts as infinite */
+};
+
+static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
+{
+    const int64_t hd = c->hd, group = c->n_head / c->n_head_kv;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *s = (double *)malloc(sizeof(double) * (size_t)(c->pos0 + c->n));
+    float *sf = (float *)malloc(sizeof(float) * (size_t)(c->pos0 + c->n));
+    double acc[128];
+    float accf[128];
+    r->o = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head * hd));
+    r->lse = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head));
+    r->naive = 0;
+    for (int64_t h = 0; h < c->n_head; h++)
+        for (int64_t i = 0; i < c->n; i++) {
+            const uint16_t *q = c->qkv + i * c->qkv_width + h * hd;
+            int64_t nk = c->pos0 + i + 1;
+            double m = -INFINITY, l = 0, qd[128];
+            float mf = -INFINITY, lf = 0;
+            for (int64_t x = 0; x < hd; x++)
+                qd[x] = attn_val(c, q[x]);
+            for (int64_t j = 0; j < nk; j++) {
+                const uint16_t *k = attn_key(c, 0, h / group, j);
+                double d = 0;
+                float df = 0;
+                for (int64_t x = 0; x < hd; x++) {
+                    double kx = attn_val(c, k[x]);
+                    d += qd[x] * kx;
+                    df += (float)qd[x] * (float)kx;
+                }
+                s[j] = d * scale;
+                sf[j] = df;
+                m = fmax(m, s[j]);
+                mf = fmaxf(mf, df);
+            }
+            for (int64_t x = 0; x < hd; x++)
+                acc[x] = 0, accf[x] = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                const uint16_t *v = attn_key(c, 1, h / group, j);
+                double p = exp(s[j] - m);
+                float pf = expf((float)scale * (sf[j] - mf));
+                l += p;
+                lf += pf;
+                float pr = attn_round(c, pf);
+                for (int64_t x = 0; x < hd; x++) {
+                    double vx = attn_val(c, v[x]);
+                    acc[x] += p * vx;
+                    accf[x] += pr * (float)vx;
+                }
+            }
+            double *o = r->o + (i * c->n_head + h) * hd;
+            for (int64_t x = 0; x < hd; x++) {
+                o[x] = acc[x] / l;
+                r->naive = fmax(r->naive, fabs((double)attn_round(c, accf[x] / lf) - o[x]));
+            }
+            r->lse[h * c->n + i] = m + log(l);
+        }
+    free(s);
+    free(sf);
+}
+
+static inline void attn_ref_free(struct attn_ref *r)
+{
+    free(r->o);
+    free(r->lse);
+}
+
+/* Compares o/lse (case layout, guards included) with the fp64 reference. */
+static inline void attn_errors(const struct attn_case *c, const struct attn_ref *r, const uint16_t *o,
+                        const float *lse, struct attn_err *e)
+{
+    e->o_max = e->lse_max = 0;
+    for (int64_t i = 0; i < c->n * c->n_head * c->hd; i++) {
+        double got = attn_val(c, o[ATTN_GUARD + i]);
+        e->o_max = fmax(e->o_max, isnan(got) ? INFINITY : fabs(got - r->o[i]));
+    }
+    for (int64_t i = 0; i < c->n * c->n_head; i++) {
+        double got = lse[ATTN_GUARD + i];
+        e->lse_max = fmax(e->lse_max, isnan(got) ? INFINITY : fabs(got - r->lse[i]));
+    }
+}
+
+/* Sentinels: guard bands of o and lse untouched, every cache row outside the
+ * chunk untouched, the chunk's rows equal to k/v. Returns the number of
+ * violations (first few printed). */
+static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o, const float *lse,
+                             const uint16_t *kc, const uint16_t *vc, const char *who)
+{
+    int bad = 0;
+    for (size_t i = 0; i < ATTN_GUARD; i++) {
+        bad += o[i] != ATTN_SENTINEL || o[c->o_elems - 1 - i] != ATTN_SENTINEL;
+        bad += !isnan(lse[i]) || !isnan(lse[c->lse_elems - 1 - i]);
+    }
+    if (bad)
+        fprintf(stderr, "%s: output guard bands overwritten (%d)\n", who, bad);
+    for (int kind = 0; kind < 2; kind++) {
+        const uint16_t *now = kind ? vc : kc, *before = kind ? c->vc0 : c->kc0;
+        for (size_t i = 0; i < c->cache_elems; i++) {
+            int64_t e = (int64_t)i - ATTN_GUARD;
+            int64_t row = e / c->hd % c->n_ctx, hk = e / c->hd / c->n_ctx;
+            int in_chunk = e >= 0 && (size_t)e < c->cache_elems - 2 * ATTN_GUARD &&
+                           row >= c->pos0 && row < c->pos0 + c->n;
+            uint16_t want = in_chunk ? attn_key(c, kind, hk, row)[e % c->hd] : before[i];
+            if (now[i] != want && bad++ < 5)
+                fprintf(stderr, "%s: %s cache element %lld (row %lld, kv head %lld) = %04x, "
+                        "want %04x\n", who, kind ? "V" : "K", (long long)e, (long long)row,
+                        (long long)hk, now[i], want);
+        }
+    }
+    return bad;
+}
+
+static inline void attn_case_name(const struct attn_case *c, char *buf, size_t size)
+{
+    snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
+             (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
+             (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+}
+
+#endif

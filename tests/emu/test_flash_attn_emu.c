@@ -1,0 +1,113 @@
+/* tests/emu/test_flash_attn_emu.c: the prefill attention kernel
+ * (prefill/flash_attn.cu) run by the CPU emulator, and its CPU twin
+ * (prefill_attn_ref), against fp64 over ragged shapes: n = 1, 17, 64, 65,
+ * 300, 1024; pos0 = 0 and > 0; GQA ratios 1, 3, 4, 8; head_dim 64 and 128;
+ * bf16 and f16. Each must stay within twice the naive same-precision error
+ * (defined in attn_case.h), write every output element (NaN sentinels), touch
+ * exactly the chunk's cache rows (guard bands), and agree on the log-sum-exp.
+ * The full product runs on the small n; n = 300 and 1024 on a few
+ * combinations (emulation under ASan costs ~10^4x the GPU).
+ * IGNITE_EMU_FULL=1 runs the full product on every n. Label emu. */
+#include "tests/emu/attn_case.h"
+#include "tests/test.h"
+
+#include "core/timer.h"
+
+#include <stdlib.h>
+
+typedef int (*attn_fn)(const struct prefill_attn_params *p);
+
+void test_emu_set_seed(uint64_t seed);         /* flash_attn_emu.cc */
+uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
+
+/* Runs fn on fresh copies of the case's outputs and caches and checks it. */
+static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
+                    const char *who)
+{
+    uint16_t *o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
+    float *lse = (float *)malloc(c->lse_elems * sizeof(float));
+    size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
+    uint16_t *kc = (uint16_t *)aligned_alloc(64, cb), *vc = (uint16_t *)aligned_alloc(64, cb);
+    memcpy(o, c->o, c->o_elems * 2);
+    memcpy(lse, c->lse, c->lse_elems * sizeof(float));
+    memcpy(kc, c->kc0, c->cache_elems * 2);
+    memcpy(vc, c->vc0, c->cache_elems * 2);
+    struct prefill_attn_params p = attn_case_params(c, c->qkv, kc, vc, o, lse);
+    char name[128];
+    attn_case_name(c, name, sizeof name);
+    int rc = fn(&p);
+    CHECKF(rc == 0, "%s %s: returned %d", who, name, rc);
+    if (fn == prefill_attn_emu) /* the swizzled layout must be conflict-free */
+        CHECKF(test_emu_ldmatrix_conflicts() == 0, "%s: %llu ldmatrix bank conflicts", name,
+               (unsigned long long)test_emu_ldmatrix_conflicts());
+    if (rc == 0) {
+        struct attn_err e;
+        attn_errors(c, ref, o, lse, &e);
+        int bad = attn_check_memory(c, o, lse, kc, vc, who);
+        CHECKF(bad == 0, "%s %s: %d sentinel/cache violations", who, name, bad);
+        CHECKF(e.o_max <= 2 * ref->naive + 1e-7, "%s %s: max |O err| %.3g > 2 x naive %.3g",
+               who, name, e.o_max, ref->naive);
+        CHECKF(e.lse_max <= 1e-3, "%s %s: max |lse err| %.3g", who, name, e.lse_max);
+        if (getenv("IGNITE_TEST_VERBOSE"))
+            fprintf(stderr, "%-4s %-40s O err %.3g (naive %.3g) lse err %.3g\n", who, name,
+                    e.o_max, ref->naive, e.lse_max);
+    }
+    free(o);
+    free(lse);
+    free(kc);
+    free(vc);
+}
+
+static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype)
+{
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = n;
+    c.pos0 = pos0;
+    c.n_head_kv = ratio == 8 ? 1 : 2; /* several KV groups, except for the widest */
+    c.n_head = ratio * c.n_head_kv;
+    c.hd = hd;
+    c.dtype = dtype;
+    c.seed = (uint64_t)(n * 131 + pos0 * 7 + ratio * 3 + hd + dtype);
+    attn_case_init(&c);
+    struct attn_ref ref;
+    attn_reference(&c, &ref);
+    run_one(&c, &ref, prefill_attn_ref, "ref");
+    test_emu_set_seed(c.seed); /* a different barrier order per case */
+    run_one(&c, &ref, prefill_attn_emu, "emu");
+    attn_ref_free(&ref);
+    attn_case_free(&c);
+}
+
+int main(void)
+{
+    static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
+    int full = getenv("IGNITE_EMU_FULL") != NULL;
+    int64_t t0 = ig_now_ns();
+    for (size_t a = 0; a < 4; a++)
+        for (int64_t pos0 = 0; pos0 <= 37; pos0 += 37)
+            for (size_t r = 0; r < 4; r++)
+                for (int64_t hd = 64; hd <= 128; hd += 64)
+                    for (int dt = 0; dt < 2; dt++)
+                        run_case(small_n[a], pos0, ratios[r], hd, dt);
+    fprintf(stderr, "small shapes: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
+    t0 = ig_now_ns();
+    if (full) {
+        static const int64_t big_n[] = {300, 1024};
+        for (size_t a = 0; a < 2; a++)
+            for (int64_t pos0 = 0; pos0 <= 100; pos0 += 100)
+                for (size_t r = 0; r < 4; r++)
+                    for (int64_t hd = 64; hd <= 128; hd += 64)
+                        for (int dt = 0; dt < 2; dt++)
+                            run_case(big_n[a], pos0, ratios[r], hd, dt);
+    } else {
+        run_case(300, 0, 3, 128, PREFILL_ATTN_BF16);
+        run_case(300, 100, 4, 64, PREFILL_ATTN_F16);
+        run_case(300, 229, 8, 128, PREFILL_ATTN_F16);
+        run_case(300, 1, 1, 64, PREFILL_ATTN_BF16);
+        run_case(1024, 0, 4, 128, PREFILL_ATTN_BF16);
+        run_case(1024, 333, 1, 64, PREFILL_ATTN_F16);
+    }
+    fprintf(stderr, "large shapes: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
+    return test_summary("test_flash_attn_emu");
+}

@@ -1,0 +1,94 @@
+/* tests/gpu/test_flash_attn_gpu.c: the prefill attention kernel on a real GPU
+ * (prefill_attn_cuda) against fp64 and the CPU twin, with the same cases,
+ * sentinels and tolerance rule as the emulated test (tests/emu/attn_case.h),
+ * plus longer sequences the emulator cannot afford. Exits 77 (skipped) when
+ * no CUDA device is present. Label gpu. */
+#include "tests/emu/attn_case.h"
+#include "tests/test.h"
+
+#include <cuda_runtime_api.h>
+
+#define CK(call)                                                                \
+    do {                                                                        \
+        cudaError_t e_ = (call);                                                \
+        if (e_ != cudaSuccess) {                                                \
+            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,  \
+                    cudaGetErrorString(e_));                                    \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+static void *to_device(const void *host, size_t bytes)
+{
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes));
+    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                     int dtype)
+{
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = n, c.pos0 = pos0, c.n_head = n_head, c.n_head_kv = n_head_kv, c.hd = hd;
+    c.dtype = dtype;
+    c.seed = (uint64_t)(n * 131 + pos0 * 7 + n_head + hd + dtype);
+    attn_case_init(&c);
+    char name[128];
+    attn_case_name(&c, name, sizeof name);
+
+    void *qkv = to_device(c.qkv, c.qkv_elems * 2);
+    void *kc = to_device(c.kc0, c.cache_elems * 2), *vc = to_device(c.vc0, c.cache_elems * 2);
+    void *o = to_device(c.o, c.o_elems * 2);
+    float *lse = (float *)to_device(c.lse, c.lse_elems * sizeof(float));
+    struct prefill_attn_params p = attn_case_params(&c, qkv, kc, vc, o, lse);
+    int rc = prefill_attn_cuda(&p, NULL);
+    CHECKF(rc == 0, "%s: launch returned %d", name, rc);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(c.o, o, c.o_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c.lse, lse, c.lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c.kc, kc, c.cache_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c.vc, vc, c.cache_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaFree(qkv));
+    CK(cudaFree(kc));
+    CK(cudaFree(vc));
+    CK(cudaFree(o));
+    CK(cudaFree(lse));
+
+    struct attn_ref ref;
+    struct attn_err e;
+    attn_reference(&c, &ref);
+    attn_errors(&c, &ref, c.o, c.lse, &e);
+    double naive = ref.naive;
+    attn_ref_free(&ref);
+    int bad = attn_check_memory(&c, c.o, c.lse, c.kc, c.vc, "gpu");
+    CHECKF(bad == 0, "%s: %d sentinel/cache violations", name, bad);
+    CHECKF(e.o_max <= 2 * naive + 1e-7, "%s: max |O err| %.3g > 2 x naive %.3g", name, e.o_max,
+           naive);
+    CHECKF(e.lse_max <= 1e-3, "%s: max |lse err| %.3g", name, e.lse_max);
+    fprintf(stderr, "gpu %-40s O err %.3g (naive %.3g) lse err %.3g\n", name, e.o_max, naive,
+            e.lse_max);
+    attn_case_free(&c);
+}
+
+int main(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        fprintf(stderr, "test_flash_attn_gpu: no CUDA device, skipped\n");
+        return 77;
+    }
+    static const int64_t ns[] = {1, 17, 64, 65, 300, 1024};
+    static const int64_t ratios[] = {1, 3, 4, 8};
+    for (size_t a = 0; a < 6; a++)
+        for (int64_t pos0 = 0; pos0 <= 100; pos0 += 100)
+            for (size_t r = 0; r < 4; r++)
+                for (int64_t hd = 64; hd <= 128; hd += 64)
+                    for (int dt = 0; dt < 2; dt++)
+                        run_case(ns[a], pos0, ratios[r] * (ratios[r] <= 3 ? 2 : 1),
+                                 ratios[r] <= 3 ? 2 : 1, hd, dt);
+    run_case(4096, 0, 8, 2, 128, PREFILL_ATTN_BF16);
+    run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
+    return test_summary("test_flash_attn_gpu");
+}
