@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command set-up on a fresh Debian/Ubuntu machine:
 #   scripts/setup.sh run    install what is missing, build, run ignite on the default model
-#   scripts/setup.sh test   install what is missing, build, run the whole test suite
+#   scripts/setup.sh test   install what is missing, build, run the whole test suite,
+#                           then the same tests in an ASan + UBSan build
 # Installs system packages with apt-get (through sudo when not root), the
 # Python test packages into .venv, and the default model into the cache.
 # Everything already present is left alone. Further arguments go to make.
@@ -38,4 +39,7 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-exec make "$what" "$@"
+case "$what" in
+test) exec make test asan "$@" ;;
+*) exec make "$what" "$@" ;;
+esac
