@@ -17,9 +17,19 @@
 
 /* Tokens per register tile: each decoded weight value is used MM_NT times. */
 #define MM_NT 4
+/* Weight rows per register tile of the dense (prefill) kernel. */
+#define MM_MR 2
 /* Independent partial sums per dot product. Summing lanes separately lets the
  * compiler vectorize without reassociating (no fast-math on reference paths). */
 #define MM_LANES 8
+
+/* Fully unrolls a register-tile loop so its accumulators stay in registers
+ * (GCC leaves them in memory otherwise). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MM_UNROLL _Pragma("GCC unroll 32")
+#else
+#define MM_UNROLL
+#endif
 
 /* Sum of one accumulator's lanes, in a fixed order. */
 static inline float mm_sum_lanes(const float a[MM_LANES])

@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "ops/simd.h"
 
 #include <math.h>
 
@@ -92,6 +93,7 @@ static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, i
 /* ---- one work item ----------------------------------------------------------- */
 
 /* s[r][0..ATTN_TILE_K) = q[r] . K tile, register-blocked over columns. */
+OPS_SIMD_CLONES
 static void scores(const struct attn_scratch *sc, int64_t rows, int64_t hd)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -129,6 +131,7 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
 }
 
 /* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c]. */
+OPS_SIMD_CLONES
 static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t hd)
 {
     const float *s = sc->s + r * ATTN_TILE_K;
