@@ -4,10 +4,14 @@
  * Two paths, both reading every weight row once per block of tokens:
  *  - few tokens (decode): the format's fused kernel reads the stored blocks
  *    and multiplies each decoded block with up to MM_NT tokens at once;
- *  - many tokens (prefill): each row is dequantized once into a per-thread
- *    buffer and multiplied with the tokens MM_NT at a time by the dense
- *    kernel below, over token blocks small enough to stay in cache.
- * Per-format block decoding lives in ops/matmul_quant.c.
+ *  - many tokens (prefill): rows are dequantized MM_MR at a time into a
+ *    per-thread buffer and multiplied with the tokens in MM_MR x MM_NT
+ *    register tiles by the dense kernel below, over token blocks small
+ *    enough to stay in cache.
+ * Dot products run in f32 lanes that are added into f64 every MM_FLUSH_COLS
+ * columns (see matmul_kernels.h for why). Kernels are plain C that the
+ * compiler vectorizes, cloned for AVX2 (ops/simd.h). Per-format block
+ * decoding lives in ops/matmul_quant.c.
  * Covered by tests/cpu/test_matmul.c. */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
