@@ -14,12 +14,6 @@
 
 #include <string.h>
 
-/* The decoders below return 32-byte vectors. They are static and inlined, so
- * no call crosses an ABI boundary; GCC's note that such a return would pass
- * differently with and without AVX does not apply. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 /* Every block format here has 32 elements per block. */
 #define MM_QK 32
@@ -45,17 +39,19 @@ struct blk_scale {
 };
 
 typedef struct blk_scale (*block_scale_fn)(const void *blk);
-/* Elements g*MM_LANES .. g*MM_LANES+7 of the block. */
-typedef mm_v8f (*group_decode_fn)(const void *blk, struct blk_scale s, int g);
+/* *w = elements g*MM_LANES .. g*MM_LANES+7 of the block. (Vectors travel
+ * through pointers: a vector argument or return value would change the ABI
+ * between the AVX2 clone and the baseline.) */
+typedef void (*group_decode_fn)(const void *blk, struct blk_scale s, int g, mm_v8f *w);
 
 /* The 4-bit formats: elements 0..15 are the low nibbles of qs[0..15], 16..31
  * the high ones, so group g is byte half g % 2, nibble g / 2. */
-static inline mm_v8f nibbles(const uint8_t *qs, int g)
+static inline void nibbles(const uint8_t *qs, int g, mm_v8f *w)
 {
     mm_v8u8 q;
     memcpy(&q, qs + (g % 2) * MM_LANES, sizeof q);
     q = g < 2 ? (q & 0x0f) : (q >> 4);
-    return __builtin_convertvector(__builtin_convertvector(q, mm_v8i), mm_v8f);
+    *w = __builtin_convertvector(__builtin_convertvector(q, mm_v8i), mm_v8f);
 }
 
 static inline struct blk_scale scale_q4_0(const void *blk)
@@ -64,10 +60,11 @@ static inline struct blk_scale scale_q4_0(const void *blk)
     return (struct blk_scale){ig_f16_to_f32(b->d), 0.0f};
 }
 
-static inline mm_v8f group_q4_0(const void *blk, struct blk_scale s, int g)
+static inline void group_q4_0(const void *blk, struct blk_scale s, int g, mm_v8f *w)
 {
     const struct block_q4_0 *b = blk;
-    return s.d * (nibbles(b->qs, g) - 8.0f);
+    nibbles(b->qs, g, w);
+    *w = s.d * (*w - 8.0f);
 }
 
 static inline struct blk_scale scale_q4_1(const void *blk)
@@ -76,10 +73,11 @@ static inline struct blk_scale scale_q4_1(const void *blk)
     return (struct blk_scale){ig_f16_to_f32(b->d), ig_f16_to_f32(b->m)};
 }
 
-static inline mm_v8f group_q4_1(const void *blk, struct blk_scale s, int g)
+static inline void group_q4_1(const void *blk, struct blk_scale s, int g, mm_v8f *w)
 {
     const struct block_q4_1 *b = blk;
-    return s.d * nibbles(b->qs, g) + s.m;
+    nibbles(b->qs, g, w);
+    *w = s.d * *w + s.m;
 }
 
 static inline struct blk_scale scale_q8_0(const void *blk)
@@ -88,12 +86,12 @@ static inline struct blk_scale scale_q8_0(const void *blk)
     return (struct blk_scale){ig_f16_to_f32(b->d), 0.0f};
 }
 
-static inline mm_v8f group_q8_0(const void *blk, struct blk_scale s, int g)
+static inline void group_q8_0(const void *blk, struct blk_scale s, int g, mm_v8f *w)
 {
     const struct block_q8_0 *b = blk;
     mm_v8i8 q;
     memcpy(&q, b->qs + g * MM_LANES, sizeof q);
-    return __builtin_convertvector(__builtin_convertvector(q, mm_v8i), mm_v8f) * s.d;
+    *w = __builtin_convertvector(__builtin_convertvector(q, mm_v8i), mm_v8f) * s.d;
 }
 _Static_assert(MM_QK / 2 == 2 * MM_LANES, "a 4-bit block is two lane groups of bytes");
 
@@ -101,13 +99,6 @@ _Static_assert(MM_QK / 2 == 2 * MM_LANES, "a 4-bit block is two lane groups of b
 
 /* Lane groups per block. */
 #define MM_GROUPS (MM_QK / MM_LANES)
-
-static inline mm_v8f load_v8f(const float *p)
-{
-    mm_v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 /* nt is a constant at each call site (see blocks_dot_tokens), so the
  * accumulators stay in registers; each decoded group is used nt times. With
@@ -132,9 +123,12 @@ blocks_tile(const uint8_t *row, int64_t n_blocks, size_t block_bytes, block_scal
             struct blk_scale sc = scale(blk);
             const float *xb = x + b * MM_QK;
             MM_UNROLL for (int j = 0; j < MM_GROUPS; j++) {
-                mm_v8f w = group(blk, sc, j);
-                MM_UNROLL for (int t = 0; t < nt; t++)
-                    acc[t][j % sets] += w * load_v8f(xb + t * ldx + j * MM_LANES);
+                mm_v8f w, xv;
+                group(blk, sc, j, &w);
+                MM_UNROLL for (int t = 0; t < nt; t++) {
+                    memcpy(&xv, xb + t * ldx + j * MM_LANES, sizeof xv);
+                    acc[t][j % sets] += w * xv;
+                }
             }
         }
         MM_UNROLL for (int t = 0; t < nt; t++)
@@ -206,7 +200,8 @@ decode_blocks_row(const void *row, size_t block_bytes, block_scale_fn scale, gro
         const uint8_t *blk = p + (size_t)b * block_bytes;
         struct blk_scale sc = scale(blk);
         MM_UNROLL for (int j = 0; j < MM_GROUPS; j++) {
-            mm_v8f w = group(blk, sc, j);
+            mm_v8f w;
+            group(blk, sc, j, &w);
             memcpy(dst + b * MM_QK + j * MM_LANES, &w, sizeof w);
         }
     }
