@@ -80,8 +80,8 @@ static int read_u32(struct reader *r, const char *what, uint32_t *out)
 static int read_u64(struct reader *r, const char *what, uint64_t *out)
 {
     uint32_t lo = 0, hi = 0;
-    int st = read_u32(r, what, &lo);
-    if (!st)
+    int st = need(r, 8, what);
+    if (!st && !(st = read_u32(r, what, &lo)))
         st = read_u32(r, what, &hi);
     *out = (uint64_t)hi << 32 | lo;
     return st;
@@ -250,9 +250,12 @@ static int parse_tensor_info(struct reader *r, int64_t i, struct gguf_tensor *t)
         return st;
     t->type = type;
     const struct quant_traits *q = quant_traits_of(type);
-    if (!q)
-        return gguf_fail(r->err, GGUF_ERR_TENSOR_TYPE, "%s: unknown tensor type id %u (%s)",
-                         r->ctx, type, quant_type_name(type));
+    if (!q) {
+        const char *known = quant_type_name(type); /* "type N" when never assigned */
+        bool named = strncmp(known, "type ", 5) != 0;
+        return gguf_fail(r->err, GGUF_ERR_TENSOR_TYPE, "%s: unknown tensor type id %u%s%s%s",
+                         r->ctx, type, named ? " (" : "", named ? known : "", named ? ")" : "");
+    }
     if (t->ne[0] % q->block_elems)
         return gguf_fail(r->err, GGUF_ERR_ROW_BLOCKS,
                          "%s: row length %lld is not a multiple of %s's block of %lld",

@@ -137,9 +137,10 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *g, const char
 
 /* Typed getters for scalar metadata. Each returns true and sets *out when the
  * key exists with a compatible type (any integer type that fits for the
- * integer getters, FLOAT32/FLOAT64 for the float one); false when absent.
- * A present key of an incompatible type is reported by gguf_check_known_keys,
- * which model loading runs first. */
+ * integer getters, FLOAT32/FLOAT64 for the float one); false when absent
+ * or of another type. The keys ignite reads (general.*, tokenizer.*,
+ * <arch>.* hyper-parameters; list in docs/gguf.md) have had their types
+ * checked by the parser (GGUF_ERR_KEY_TYPE), so for them false means absent. */
 bool gguf_get_u64(const struct gguf_file *g, const char *key, uint64_t *out);
 bool gguf_get_f64(const struct gguf_file *g, const char *key, double *out);
 bool gguf_get_bool(const struct gguf_file *g, const char *key, bool *out);
@@ -154,7 +155,8 @@ int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i); /* any integer type 
 /* True when the string view equals the NUL-terminated `s`. */
 bool gguf_str_eq(struct gguf_str a, const char *s);
 
-/* Name of a value type ("uint32", "array[string]" is not produced). */
+/* Name of a value type ("uint32", "array"; element types are named
+ * separately). */
 const char *gguf_type_name(enum gguf_type t);
 
 #endif

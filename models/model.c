@@ -151,8 +151,8 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
     bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!shape_ok)
         return ig_error(IG_E_MODEL,
-                        "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld] (ne), expected "
-                        "[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        "%s: tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
+                        "ne=[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
                         (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
                         (long long)rows);
     const struct quant_traits *q = quant_traits_of(t->type);
@@ -226,13 +226,17 @@ static int load_weights(const struct loader *L, struct model *m, bool bias)
     for (int64_t i = 0; i < hp->n_layer; i++)
         if ((st = load_layer(L, i, &m->layers[i], bias)))
             return st;
-    hp->has_qkv_bias = m->layers[0].bq.data && m->layers[0].bk.data && m->layers[0].bv.data;
-    for (int64_t i = 1; i < hp->n_layer; i++)
-        if ((m->layers[i].bq.data != NULL) != hp->has_qkv_bias ||
-            (m->layers[i].bk.data != NULL) != hp->has_qkv_bias ||
-            (m->layers[i].bv.data != NULL) != hp->has_qkv_bias)
-            return ig_error(IG_E_MODEL, "%s: Q/K/V biases are present in some layers only",
-                            L->path);
+    hp->has_qkv_bias = m->layers[0].bq.data != NULL;
+    for (int64_t i = 0; i < hp->n_layer; i++) {
+        const struct model_layer *ly = &m->layers[i];
+        if ((ly->bq.data != NULL) != hp->has_qkv_bias || (ly->bk.data != NULL) != hp->has_qkv_bias ||
+            (ly->bv.data != NULL) != hp->has_qkv_bias)
+            return ig_error(IG_E_MODEL, "%s: layer %lld has only some of the Q/K/V biases "
+                            "(all layers need all three or none)", L->path, (long long)i);
+    }
+    if (gguf_find_tensor(L->g, "rope_freqs.weight"))
+        ig_warn("%s: tensor 'rope_freqs.weight' (Llama 3 RoPE scaling) is not supported and "
+                "is ignored; outputs will differ from llama.cpp", L->path);
     return IG_OK;
 }
 
