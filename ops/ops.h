@@ -78,7 +78,7 @@ int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
 /* ---- primitives ----------------------------------------------------------- */
 
 /* Dequantized weight rows a matmul keeps per thread (see ops_matmul_rows). */
-#define OPS_MATMUL_ROW_BUFS 1
+#define OPS_MATMUL_ROW_BUFS 2
 
 /* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens, r < w->rows, on the
  * context's threads (split by output rows). x is [n_tokens, w->cols], y is
@@ -86,6 +86,12 @@ int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
  * format; every type quant_dequantize_row supports works (ops/matmul.c). */
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y);
+
+/* ops_matmul of n weights with the same cols and the same input x, as one
+ * job on the pool (fewer synchronizations: Q/K/V, gate/up): y[i] is
+ * [n_tokens, w[i]->rows]. */
+void ops_matmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                      const float *x, int64_t n_tokens, float *const *y);
 
 /* Output rows [r0, r1) of ops_matmul on the calling thread only, with
  * scratch `row_buf` of at least OPS_MATMUL_ROW_BUFS * w->cols floats (tests,
