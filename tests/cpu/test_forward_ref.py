@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_forward import RefModel  # noqa: E402
+from igtest import model_path
 
 SKIP = 77
 
@@ -70,15 +71,6 @@ def sanitized_build():
             return any(line.startswith("IGNITE_SANITIZE:BOOL=ON") for line in f)
     except OSError:
         return False
-
-
-def model_path():
-    p = os.environ.get("IGNITE_MODEL")
-    if not p:
-        cache = os.environ.get("IGNITE_CACHE") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
-        p = os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return p if os.path.exists(p) else None
 
 
 def run_ours(tool, model, prompt, opts, fixed, n_greedy, out):
@@ -151,7 +143,7 @@ def main():
         raise SystemExit("usage: test_forward_ref.py FORWARD_DUMP")
     tool = sys.argv[1]
     model = model_path()
-    if not model:
+    if not os.path.exists(model):
         print("skip: model not found (make fetch-model)")
         return SKIP
     t0 = time.time()
