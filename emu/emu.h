@@ -4,7 +4,7 @@
  * Blocks run one after another. The threads of a block are cooperative fibers
  * that switch at barriers and warp collectives. Warp collectives (mma,
  * ldmatrix, shfl) are computed once all 32 lanes have arrived, with the PTX
- * fragment layouts (docs: /work/shared/notes/ptx-fragments.md, restated in
+ * fragment layouts (docs: ../shared/notes/ptx-fragments.md, restated in
  * emu/warp.cc). cp.async copies land at the wait that covers them, not at
  * issue. Shared memory is one exact-size heap buffer per declaration and
  * block (so ASan sees overruns) with a shadow that reports races between
