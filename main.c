@@ -23,7 +23,7 @@ static const struct subcommand subcommands[] = {
 static void print_usage(FILE *out)
 {
     fprintf(out, "usage: ignite <command> [options]\n\n"
-                 "ignite runs Llama-family GGUF models: prefill on the GPU or CPU, then decode.\n\n"
+                 "ignite runs Llama-family GGUF models: a batched prefill of the prompt, then decode.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);

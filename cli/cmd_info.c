@@ -9,6 +9,7 @@
 #include "models/model.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,5 +229,7 @@ int cmd_info(int argc, char **argv)
     else
         print_text(m, &in);
     model_free(m);
+    if (st == IG_OK && (fflush(stdout) != 0 || ferror(stdout)))
+        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
     return st;
 }

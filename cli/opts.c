@@ -1,5 +1,5 @@
 /* cli/opts.c: option tables -> getopt_long and --help; number parsing.
- * Covered by tests/cli/test_cli.sh. */
+ * Covered by tests/cli/test_run_args.sh. */
 #include "cli/cli.h"
 
 #include "core/paths.h"

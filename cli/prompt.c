@@ -1,7 +1,7 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
  * stdin) and the checks it must pass before tokenization: not empty, valid
  * UTF-8. Also the UTF-8 repair --json needs for its text field.
- * Covered by tests/cli/test_run.sh. */
+ * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
 #include "cli/cli.h"
 
 #include "core/status.h"

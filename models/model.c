@@ -11,6 +11,7 @@
 #include "core/status.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,9 @@
 /* A dimension larger than this is not a model ignite can run (and products
  * of two such stay far from overflow). */
 #define MODEL_MAX_DIM (INT64_C(1) << 24)
+
+/* Weights are read in place; every tensor must start on this boundary. */
+#define MODEL_DATA_ALIGN 4
 
 struct arch_info {
     const char *name;
@@ -164,6 +168,15 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
                         "%s: tensor '%s' has type %s, which ignite cannot compute with "
                         "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K)",
                         L->path, name, quant_type_name(t->type));
+    /* The kernels read F32 rows as floats and block fields as 16-bit
+     * halves in place: a file laid out with general.alignment 1 or 2 can
+     * put them at addresses the CPU must not load them from. */
+    if ((uintptr_t)t->data % MODEL_DATA_ALIGN != 0)
+        return ig_error(IG_E_MODEL,
+                        "%s: tensor '%s' starts at a file offset that is not a multiple of "
+                        "%d bytes (general.alignment %llu); re-convert the file with the "
+                        "default alignment of 32", L->path, name, MODEL_DATA_ALIGN,
+                        (unsigned long long)L->g->alignment);
     w->type = (enum quant_type)t->type;
     w->rows = rows;
     w->cols = cols;
@@ -176,11 +189,11 @@ static int load_layer(const struct loader *L, int64_t i, struct model_layer *ly,
 {
     const struct model_hparams *hp = L->hp;
     int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    char n[10][64];
-    static const char *const parts[10] = {
+    char n[9][64];
+    static const char *const parts[9] = {
         "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
         "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-        "ffn_down.weight", "",
+        "ffn_down.weight",
     };
     for (int k = 0; k < 9; k++)
         snprintf(n[k], sizeof n[k], "blk.%lld.%s", (long long)i, parts[k]);

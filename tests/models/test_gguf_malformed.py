@@ -84,6 +84,18 @@ def alignment(v, vtype=U32):
     return make
 
 
+def misaligned_for_cpu():
+    """general.alignment 2 with the data section two bytes past a multiple of
+    4: the parser accepts it, but the kernels cannot read floats there."""
+    for pad in ("", "xx"):  # a two-byte longer header moves the data by two
+        g = tiny_llama(alignment=2).add("general.alignment", U32, 2).add("test.pad", STR, pad)
+        data = g.build()
+        start = len(data) - max(t["_off"] + len(t["data"]) for t in g.tensors)
+        if start % 4 == 2:
+            return data
+    raise AssertionError("could not place the data section at 2 mod 4")
+
+
 def duplicate_tensor():
     g = base()
     g.tensor("output_norm.weight", [32], T_F32)
@@ -189,6 +201,8 @@ CASES = {
                       "tensor 'blk.0.attn_q.bias' is missing"),
     "partial_bias": (lambda: tiny_llama(bias=True, skip=("blk.0.attn_k.bias",)).build(), 4,
                      "layer 0 has only some of the Q/K/V biases"),
+    "misaligned_for_cpu": (misaligned_for_cpu, 4,
+                           "is not a multiple of 4 bytes (general.alignment 2)"),
     "rope_dims": (lambda: tiny_llama().add("llama.rope.dimension_count", U32, 17).build(), 4,
                   "rope.dimension_count 17 must be even"),
 }
