@@ -58,6 +58,11 @@ int cli_model_path(const char *arg, char *buf, size_t cap);
 /* True when stderr is a terminal and NO_COLOR is unset: progress is shown. */
 bool cli_stderr_is_tty(void);
 
+/* Reads all of `path` ('-' = stdin) into a malloc'd, NUL-terminated buffer
+ * (the caller frees it); *len excludes the NUL. Returns IG_OK, IG_E_IO or
+ * IG_E_NOMEM after one line on stderr. */
+int cli_read_file(const char *path, char **out, size_t *len);
+
 /* The prompt from -p `text` or -f `file` ("-" = stdin): exactly one of the
  * two. On IG_OK *out is a malloc'd NUL-terminated copy of *len bytes.
  * Returns IG_E_USAGE (none or both given), IG_E_IO (unreadable file),
@@ -68,8 +73,9 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
  * goes to *bad_at (may be NULL). */
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at);
 
-/* A malloc'd NUL-terminated copy of s[0..n) with each byte that is not part
- * of valid UTF-8 replaced by U+FFFD; NULL when out of memory. */
+/* A malloc'd NUL-terminated copy of s[0..n) with each NUL byte and each byte
+ * that is not part of valid UTF-8 replaced by U+FFFD (safe for cJSON); NULL
+ * when out of memory. */
 char *cli_utf8_repair(const char *s, size_t n);
 
 /* Subcommands. argv[0] is the subcommand's name. */

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "core/utf8.h"
 #include "models/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,69 +31,13 @@ static const struct cli_option tokenize_options[] = {
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
-/* Reads all of `path` ('-' = stdin) into a malloc'd buffer. */
-static int read_all(const char *path, char **out, size_t *out_len)
-{
-    bool std_in = !strcmp(path, "-");
-    FILE *f = std_in ? stdin : fopen(path, "rb");
-    if (!f)
-        return ig_error(IG_E_IO, "cannot open '%s': %s", path, strerror(errno));
-    size_t len = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    int rc = IG_OK;
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        char *p = realloc(buf, cap * 2);
-        if (!p) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = p;
-        cap *= 2;
-    }
-    if (!buf)
-        rc = ig_error(IG_E_NOMEM, "out of memory reading '%s'", path);
-    else if (ferror(f))
-        rc = ig_error(IG_E_IO, "cannot read '%s': %s", path, strerror(errno));
-    if (!std_in)
-        fclose(f);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    *out_len = len;
-    return IG_OK;
-}
-
-/* Length of the valid UTF-8 character at s[i], or 0 when s[i] does not start one. */
-static int valid_char(const unsigned char *s, size_t i, size_t n)
-{
-    unsigned char b = s[i];
-    int k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
-          : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
-    if (k == 0 || n - i < (size_t)k)
-        return 0;
-    for (int j = 1; j < k; j++)
-        if ((s[i + (size_t)j] & 0xC0) != 0x80)
-            return 0;
-    unsigned char c = s[i + 1];
-    if ((b == 0xE0 && c < 0xA0) || (b == 0xED && c > 0x9F) || (b == 0xF0 && c < 0x90) ||
-        (b == 0xF4 && c > 0x8F))
-        return 0;
-    return k;
-}
-
 /* Text form of a piece: control characters, backslash and bytes that are
  * not valid UTF-8 escaped (\n, \t, \xNN), so one token stays on one line. */
 static void print_escaped(FILE *out, const char *p, size_t n)
 {
     const unsigned char *s = (const unsigned char *)p;
     for (size_t i = 0; i < n;) {
-        int k = valid_char(s, i, n);
+        int k = (int)ig_utf8_char_len(s + i, n - i);
         if (k > 1) {
             fwrite(s + i, 1, (size_t)k, out);
             i += (size_t)k;
@@ -114,32 +59,6 @@ static void print_escaped(FILE *out, const char *p, size_t n)
     }
 }
 
-/* JSON form of a piece: valid UTF-8, each invalid byte replaced by U+FFFD. */
-static char *json_piece(const char *p, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)p;
-    char *out = malloc(3 * n + 1);
-    if (!out)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        int k = valid_char(s, i, n);
-        if (k == 1 && s[i] == 0) {
-            k = 0; /* a NUL would end the C string cJSON takes */
-        }
-        if (k > 0) {
-            memcpy(out + o, s + i, (size_t)k);
-            o += (size_t)k;
-            i += (size_t)k;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
 
 /* A token's text (control tokens included) in *buf, grown to fit. Returns
  * its length, or -1 when out of memory. */
@@ -170,7 +89,7 @@ static int print_json(const struct tok_vocab *v, const struct tok_ids *ids, bool
             continue;
         }
         int64_t n = piece_of(v, ids->ids[i], &piece, &cap);
-        char *text = n >= 0 ? json_piece(piece, (size_t)n) : NULL;
+        char *text = n >= 0 ? cli_utf8_repair(piece, (size_t)n) : NULL;
         cJSON *o = cJSON_CreateObject();
         if (!text || !o || !cJSON_AddNumberToObject(o, "id", ids->ids[i]) ||
             !cJSON_AddStringToObject(o, "piece", text) || !cJSON_AddItemToArray(arr, o))
@@ -228,7 +147,7 @@ int cmd_tokenize(int argc, char **argv)
     char *text = NULL;
     size_t len = 0;
     if (file) {
-        if ((rc = read_all(file, &text, &len)))
+        if ((rc = cli_read_file(file, &text, &len)))
             return rc;
     } else {
         len = strlen(prompt);

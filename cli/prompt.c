@@ -5,42 +5,18 @@
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "core/utf8.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one
- * (overlong forms, surrogates and code points above U+10FFFF are invalid). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; min = 0x80; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; min = 0x800; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(u + i, n - i);
+        size_t k = ig_utf8_char_len(u + i, n - i);
         if (!k) {
             if (bad_at)
                 *bad_at = i;
@@ -59,8 +35,8 @@ char *cli_utf8_repair(const char *s, size_t n)
         return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(u + i, n - i);
-        if (k) {
+        size_t k = ig_utf8_char_len(u + i, n - i);
+        if (k && s[i] != '\0') { /* a NUL would end the C string cJSON takes */
             memcpy(out + o, s + i, k);
             o += k;
             i += k;
@@ -75,7 +51,7 @@ char *cli_utf8_repair(const char *s, size_t n)
 }
 
 /* Reads all of `f` into a NUL-terminated buffer. */
-static int read_all(FILE *f, const char *name, char **out, size_t *len)
+static int read_stream(FILE *f, const char *name, char **out, size_t *len)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -103,6 +79,18 @@ static int read_all(FILE *f, const char *name, char **out, size_t *len)
     return IG_OK;
 }
 
+int cli_read_file(const char *path, char **out, size_t *len)
+{
+    if (!strcmp(path, "-"))
+        return read_stream(stdin, "standard input", out, len);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ig_error(IG_E_IO, "cannot open %s: %s", path, strerror(errno));
+    int st = read_stream(f, path, out, len);
+    fclose(f);
+    return st;
+}
+
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
 {
     int st;
@@ -115,14 +103,8 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
         *len = strlen(text);
         *out = strdup(text);
         st = *out ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
-    } else if (!strcmp(file, "-")) {
-        st = read_all(stdin, "standard input", out, len);
     } else {
-        FILE *f = fopen(file, "rb");
-        if (!f)
-            return ig_error(IG_E_IO, "cannot open prompt file %s: %s", file, strerror(errno));
-        st = read_all(f, file, out, len);
-        fclose(f);
+        st = cli_read_file(file, out, len);
     }
     if (st != IG_OK)
         return st;

@@ -3,6 +3,7 @@
 #include "core/half.h"
 #include "core/paths.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -67,6 +68,29 @@ static void test_bf16(void)
     }
 }
 
+/* Strict UTF-8 against the RFC 3629 table, boundary by boundary. */
+static void test_utf8(void)
+{
+#define LEN(str) ig_utf8_char_len((const unsigned char *)(str), sizeof(str) - 1)
+    CHECK(LEN("a") == 1);
+    CHECK(LEN("\x7f") == 1);
+    CHECK(LEN("\xc2\x80") == 2);          /* U+0080 */
+    CHECK(LEN("\xc1\xbf") == 0);          /* overlong */
+    CHECK(LEN("\xe0\xa0\x80") == 3);      /* U+0800 */
+    CHECK(LEN("\xe0\x9f\xbf") == 0);      /* overlong */
+    CHECK(LEN("\xed\x9f\xbf") == 3);      /* U+D7FF */
+    CHECK(LEN("\xed\xa0\x80") == 0);      /* surrogate U+D800 */
+    CHECK(LEN("\xef\xbf\xbf") == 3);      /* U+FFFF */
+    CHECK(LEN("\xf0\x90\x80\x80") == 4); /* U+10000 */
+    CHECK(LEN("\xf0\x8f\xbf\xbf") == 0); /* overlong */
+    CHECK(LEN("\xf4\x8f\xbf\xbf") == 4); /* U+10FFFF */
+    CHECK(LEN("\xf4\x90\x80\x80") == 0); /* above U+10FFFF */
+    CHECK(LEN("\xe2\x82") == 0);          /* truncated */
+    CHECK(LEN("\x80") == 0 && LEN("\xff") == 0);
+    CHECK(ig_utf8_char_len((const unsigned char *)"a", 0) == 0);
+#undef LEN
+}
+
 static void test_paths(void)
 {
     char buf[512];
@@ -87,6 +111,7 @@ int main(void)
     test_f16_all_patterns();
     test_f16_rounding();
     test_bf16();
+    test_utf8();
     test_paths();
     CHECK(!strcmp(ig_status_name(IG_E_MODEL), "model"));
     return test_summary("test_core");
