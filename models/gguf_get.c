@@ -4,34 +4,22 @@
  * little-endian, possibly unaligned in the file, so they are read with
  * memcpy), string comparison and type names. Lookup is gguf_index.c's.
  * Covered by tests/models/ and tests/fuzz/. */
-#include "models/gguf.h"
+#include "models/gguf_impl.h"
 
 #include "core/status.h"
 
 #include <string.h>
-
-static bool is_unsigned(enum gguf_type t)
-{
-    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 ||
-           t == GGUF_TYPE_UINT64;
-}
-
-static bool is_signed(enum gguf_type t)
-{
-    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
-           t == GGUF_TYPE_INT64;
-}
 
 bool gguf_get_u64(const struct gguf_file *g, const char *key, uint64_t *out)
 {
     const struct gguf_kv *kv = gguf_find_kv(g, key);
     if (!kv)
         return false;
-    if (is_unsigned(kv->type)) {
+    if (gguf_type_is_unsigned(kv->type)) {
         *out = kv->v.u64;
         return true;
     }
-    if (is_signed(kv->type) && kv->v.i64 >= 0) {
+    if (gguf_type_is_signed(kv->type) && kv->v.i64 >= 0) {
         *out = (uint64_t)kv->v.i64;
         return true;
     }
@@ -82,7 +70,7 @@ float gguf_arr_f32(const struct gguf_kv *kv, uint64_t i)
 int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i)
 {
     IG_ASSERT(kv->type == GGUF_TYPE_ARRAY && i < kv->arr_n &&
-              (is_signed(kv->arr_type) || is_unsigned(kv->arr_type)));
+              gguf_type_is_int(kv->arr_type));
     const unsigned char *p = kv->arr_data;
     switch (kv->arr_type) {
     case GGUF_TYPE_UINT8: return p[i];

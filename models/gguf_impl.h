@@ -7,6 +7,23 @@
 
 #include "models/gguf.h"
 
+static inline bool gguf_type_is_unsigned(enum gguf_type t)
+{
+    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 ||
+           t == GGUF_TYPE_UINT64;
+}
+
+static inline bool gguf_type_is_signed(enum gguf_type t)
+{
+    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
+           t == GGUF_TYPE_INT64;
+}
+
+static inline bool gguf_type_is_int(enum gguf_type t)
+{
+    return gguf_type_is_signed(t) || gguf_type_is_unsigned(t);
+}
+
 /* Fills err with `code` and a formatted message; returns IG_E_MODEL. */
 int gguf_fail(struct gguf_error *err, enum gguf_err code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -76,28 +76,17 @@ static const char *kind_name(enum kind k)
     }
 }
 
-static bool is_int(enum gguf_type t)
-{
-    return t <= GGUF_TYPE_INT32 || t == GGUF_TYPE_UINT64 || t == GGUF_TYPE_INT64;
-}
-
-static bool is_signed(enum gguf_type t)
-{
-    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
-           t == GGUF_TYPE_INT64;
-}
-
 static bool matches(const struct gguf_kv *kv, enum kind k)
 {
     bool arr = kv->type == GGUF_TYPE_ARRAY;
     switch (k) {
-    case K_UINT: return is_int(kv->type) && !(is_signed(kv->type) && kv->v.i64 < 0);
+    case K_UINT: return gguf_type_is_int(kv->type) && !(gguf_type_is_signed(kv->type) && kv->v.i64 < 0);
     case K_FLOAT: return kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64;
     case K_STR: return kv->type == GGUF_TYPE_STRING;
     case K_BOOL: return kv->type == GGUF_TYPE_BOOL;
     case K_ARR_STR: return arr && kv->arr_type == GGUF_TYPE_STRING;
     case K_ARR_F32: return arr && kv->arr_type == GGUF_TYPE_FLOAT32;
-    default: return arr && is_int(kv->arr_type);
+    default: return arr && gguf_type_is_int(kv->arr_type);
     }
 }
 
@@ -108,7 +97,7 @@ static int check(const struct gguf_kv *kv, const struct known_key *k, struct ggu
     char name[64], found[32];
     if (kv->type == GGUF_TYPE_ARRAY)
         snprintf(found, sizeof found, "array of %s", gguf_type_name(kv->arr_type));
-    else if (is_signed(kv->type) && kv->v.i64 < 0)
+    else if (gguf_type_is_signed(kv->type) && kv->v.i64 < 0)
         snprintf(found, sizeof found, "%s %lld", gguf_type_name(kv->type), (long long)kv->v.i64);
     else
         snprintf(found, sizeof found, "%s", gguf_type_name(kv->type));

@@ -8,6 +8,8 @@
  * Covered by tests/models/test_info.py and test_gguf_malformed.py. */
 #include "models/model.h"
 
+#include "models/gguf_impl.h"
+
 #include "core/status.h"
 
 #include <math.h>
@@ -87,13 +89,9 @@ static int read_arch(const struct loader *L, const struct arch_info **ai)
             return IG_OK;
         }
     char buf[48];
-    size_t n = a.len < sizeof buf - 1 ? (size_t)a.len : sizeof buf - 1;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = a.ptr[i] >= 0x20 && a.ptr[i] < 0x7f ? a.ptr[i] : '?';
-    buf[n] = '\0';
     return ig_error(IG_E_MODEL,
                     "%s: architecture '%s' is not supported (supported: llama, qwen2)",
-                    L->path, buf);
+                    L->path, gguf_printable(buf, sizeof buf, a));
 }
 
 static int read_hparams(const struct loader *L, const struct arch_info *ai)
