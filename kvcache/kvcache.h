@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Positions per block: a multiple of every attention tile (64). */
 #define KV_BLOCK 256
@@ -96,5 +97,58 @@ static inline void *kv_cache_rows(const struct kv_cache *kv, void *const *table,
  * layer sets it). */
 void kv_cache_write(struct kv_cache *kv, int64_t layer, int64_t pos0, int64_t n_tokens,
                     const float *k, const float *v);
+
+/* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
+
+#define KV_FILE_VERSION 1
+#define KV_MODEL_ID_BYTES 32
+
+/* The identity a saved cache is bound to: SHA-256 over the architecture, the
+ * hyperparameters, every weight's type and shape, and 3 x 64 sampled bytes of
+ * every weight (start, middle, end); cheap however large the model is. */
+void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES]);
+
+/* The fixed-size head of a saved cache. */
+struct kv_file_header {
+    uint32_t version;
+    enum kv_dtype dtype;
+    unsigned char model_id[KV_MODEL_ID_BYTES];
+    int64_t n_layer, n_head_kv, head_dim;
+    int64_t n_tokens;   /* positions saved, >= 1 */
+    int64_t n_vocab;    /* logits saved after the tokens: n_vocab, or 0 for none */
+};
+
+/* Writes the n_pos positions of `kv` with their token ids tokens[0..n_pos)
+ * and, unless NULL, the logits[0..n_vocab) after the last token, to `f` in
+ * one sequential pass (pipes work). `name` is for messages. Returns IG_OK or
+ * IG_E_IO. */
+int kv_file_write(FILE *f, const char *name, const struct kv_cache *kv,
+                  const unsigned char id[KV_MODEL_ID_BYTES], const int32_t *tokens,
+                  const float *logits, int64_t n_vocab);
+
+/* A read in progress: the header is read and checked first so the caller can
+ * size its cache, then the body. */
+struct kv_file_reader {
+    FILE *f;
+    const char *name;
+    uint32_t crc;       /* CRC-32C of the bytes read so far */
+    uint64_t n_read;    /* bytes read so far */
+    int64_t model_vocab;/* token ids must be below this */
+    struct kv_file_header hdr;
+};
+
+/* Reads and checks the header from `f` against the model (`hp` and its
+ * identity `id`). Returns IG_OK, or IG_E_KVFILE (not a cache file, another
+ * version, another model, a bad field, truncated) or IG_E_IO, in one line. */
+int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
+                        const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES]);
+
+/* Reads the rest into the empty cache `kv` (dtype hdr.dtype, n_ctx >=
+ * hdr.n_tokens), tokens[0..hdr.n_tokens) and, when hdr.n_vocab > 0,
+ * logits[0..n_vocab), then verifies the checksum. Sets kv->n_pos on success.
+ * Returns IG_OK, IG_E_KVFILE (truncated, a token out of range, checksum
+ * mismatch), IG_E_IO or IG_E_NOMEM. */
+int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *tokens,
+                      float *logits);
 
 #endif
