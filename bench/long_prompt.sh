@@ -5,6 +5,12 @@
 # per run (the table of docs/benchmarks.md).
 #
 #   bench/long_prompt.sh [-m MODEL] [-t THREADS] N...      e.g. 1024 2048 4096
+#   bench/long_prompt.sh -d DEPTH [-m MODEL] [-t THREADS] N...
+#
+# With -d, prefill at depth: a DEPTH-token prompt is prefilled and saved once
+# (--save-kv), then each run loads it (--load-kv) and prefills N more tokens
+# (default chunk), reporting the prefill speed with DEPTH tokens already in the
+# cache (load time excluded).
 #
 # The prompt is English-like text of N tokens exactly (built from a word list
 # and cut with `ignite tokenize`). Peak memory is the max RSS /usr/bin/time
@@ -13,8 +19,10 @@ set -eu
 IGNITE=${IGNITE:-build/ignite}
 MODEL=()
 THREADS=2
-while getopts "m:t:" o; do
+DEPTH=0
+while getopts "d:m:t:" o; do
     case $o in
+    d) DEPTH=$OPTARG ;;
     m) MODEL=(-m "$OPTARG") ;;
     t) THREADS=$OPTARG ;;
     *) exit 2 ;;
@@ -47,6 +55,30 @@ pieces = [t["piece"] for t in toks[start:]]
 print("".join(pieces[:n - start]), end="")
 PY
 }
+
+if [ "$DEPTH" -gt 0 ]; then
+    make_prompt "$DEPTH" "$TMP/depth"
+    "$IGNITE" run "${MODEL[@]}" -t "$THREADS" -q -f "$TMP/depth" -c $((DEPTH + 64)) \
+        --prompt-only --save-kv "$TMP/depth.kv"
+    echo "| depth | new tokens | prefill s | prefill tok/s | peak RSS MiB | KV MiB |"
+    echo "|---:|---:|---:|---:|---:|---:|"
+    for n in "$@"; do
+        make_prompt "$n" "$TMP/p$n"
+        sed -i '1s/^/ /' "$TMP/p$n" # continue the text after a word
+        /usr/bin/time -v "$IGNITE" run "${MODEL[@]}" -t "$THREADS" -f "$TMP/p$n" \
+            --load-kv "$TMP/depth.kv" -c $((DEPTH + n + 64)) --prompt-only --json \
+            >"$TMP/out.json" 2>"$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
+        rss=$(awk -F: '/Maximum resident/ {print $2}' "$TMP/err")
+        python3 - "$TMP/out.json" "$rss" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+t, kv, tok = o["timings"], o["kv_cache"], o["tokens"]
+print(f"| {tok['cached']} | {tok['prompt']} | {t['prefill_ms'] / 1000:.1f} | "
+      f"{t['prefill_tok_s']:.1f} | {int(sys.argv[2]) / 1024:.0f} | {kv['bytes'] / 2**20:.0f} |")
+PY
+    done
+    exit 0
+fi
 
 echo "| prompt tokens | chunk | TTFT s | prefill tok/s | peak RSS MiB | KV MiB |"
 echo "|---:|---:|---:|---:|---:|---:|"
