@@ -2,42 +2,50 @@
 # model through the CLI: byte-identical text greedy and with the default
 # sampler at a fixed seed (repeat penalty on), through a file and through a
 # pipe; prefix reuse at a word boundary gives the text of the whole prompt;
-# --chunk 7 gives the unchunked text. Exits 77 without the model.
+# --chunk 7 gives the unchunked text. Exits 77 without the model. A sanitizer
+# build (~30x slower) checks the sampled case only, with 4 tokens.
 . "$(dirname "$0")/../cli/lib.sh"
 need_model
 
 P1="The old lighthouse keeper climbed the stairs every evening."
 P2=" He lit the lamp and watched the ships pass by in the dark"
 run() { "$IGNITE" run -m "$MODEL" -t 2 -q "$@"; }
+if grep -q '^IGNITE_SANITIZE:BOOL=ON' "${IGNITE_BUILD_DIR:-.}/CMakeCache.txt" 2>/dev/null; then
+    SAMPLINGS=("--temp 0.8 -s 42 --repeat-penalty 1.3")
+    N=4
+else
+    SAMPLINGS=("--temp 0" "--temp 0.8 -s 42 --repeat-penalty 1.3")
+    N=20
+fi
 
 same() { # same WHAT FILE_A FILE_B
     CHECKS=$((CHECKS + 1))
     cmp -s "$2" "$3" || fail "$1: '$(head -c 200 "$2")' vs '$(head -c 200 "$3")'"
 }
 
-for sampling in "--temp 0" "--temp 0.8 -s 42 --repeat-penalty 1.3"; do
+for sampling in "${SAMPLINGS[@]}"; do
     # shellcheck disable=SC2086
-    run -p "$P1$P2" -n 20 --ignore-eos $sampling >"$TMP/full.txt" 2>"$TMP/full.err" ||
+    run -p "$P1$P2" -n "$N" --ignore-eos $sampling >"$TMP/full.txt" 2>"$TMP/full.err" ||
         fail "full run: $(cat "$TMP/full.err")"
     expect_rc 0 "save" run -p "$P1$P2" --prompt-only --save-kv "$TMP/p.kv"
     # shellcheck disable=SC2086
-    run --load-kv "$TMP/p.kv" -n 20 --ignore-eos $sampling >"$TMP/res.txt" 2>"$TMP/res.err" ||
+    run --load-kv "$TMP/p.kv" -n "$N" --ignore-eos $sampling >"$TMP/res.txt" 2>"$TMP/res.err" ||
         fail "resumed run: $(cat "$TMP/res.err")"
     same "resumed ($sampling)" "$TMP/res.txt" "$TMP/full.txt"
 
     # shellcheck disable=SC2086
-    run -p "$P1$P2" --prompt-only --save-kv - | run --load-kv - -n 20 --ignore-eos $sampling \
+    run -p "$P1$P2" --prompt-only --save-kv - | run --load-kv - -n "$N" --ignore-eos $sampling \
         >"$TMP/pipe.txt" 2>"$TMP/pipe.err" || fail "pipe: $(cat "$TMP/pipe.err")"
     same "piped ($sampling)" "$TMP/pipe.txt" "$TMP/full.txt"
 
     expect_rc 0 "save prefix" run -p "$P1" --prompt-only --save-kv "$TMP/p1.kv"
     # shellcheck disable=SC2086
-    run --load-kv "$TMP/p1.kv" -p "$P2" -n 20 --ignore-eos $sampling >"$TMP/more.txt" \
+    run --load-kv "$TMP/p1.kv" -p "$P2" -n "$N" --ignore-eos $sampling >"$TMP/more.txt" \
         2>"$TMP/more.err" || fail "prefix reuse: $(cat "$TMP/more.err")"
     same "prefix reuse ($sampling)" "$TMP/more.txt" "$TMP/full.txt"
 
     # shellcheck disable=SC2086
-    run -p "$P1$P2" --chunk 7 -n 20 --ignore-eos $sampling >"$TMP/chunk.txt" 2>&1 ||
+    run -p "$P1$P2" --chunk 7 -n "$N" --ignore-eos $sampling >"$TMP/chunk.txt" 2>&1 ||
         fail "--chunk 7: $(cat "$TMP/chunk.txt")"
     same "--chunk 7 ($sampling)" "$TMP/chunk.txt" "$TMP/full.txt"
 done
