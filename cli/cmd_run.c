@@ -25,6 +25,7 @@
 enum {
     OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
     OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
+    OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV,
 };
 
 /* The one table: getopt_long and --help both come from it. Keep the
@@ -36,7 +37,9 @@ static const struct cli_option run_options[] = {
     {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"},
     {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"},
     {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},
-    {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
+    {"chunk", 'b', required_argument, "N", "prompt tokens per prefill chunk (bounds activation memory)", "512"},
+    {"ubatch", OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},
+    {"batch-size", OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},
     {"temp", OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8"},
     {"top-k", OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40"},
     {"top-p", OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95"},
@@ -47,6 +50,9 @@ static const struct cli_option run_options[] = {
     {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
     {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
+    {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
+    {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "with --prompt-only: write the KV cache to FILE ('-' = stdout)", NULL},
+    {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text", NULL},
     {"ignore-eos", OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL},
     {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL},
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL},
@@ -60,7 +66,7 @@ static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE";
 static const char run_summary[] =
     "Generates text from a prompt: the text streams to stdout, one stats line goes to stderr.\n"
     "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 6 bad prompt,\n"
-    "7 device, 130 interrupted.";
+    "7 device, 8 bad KV cache file, 130 interrupted.";
 
 static void run_defaults(struct run_opts *o)
 {
@@ -82,9 +88,14 @@ static int set_option(struct run_opts *o, int key, const char *arg)
         if (cli_parse_i64("--n-predict", arg, -1, INT32_MAX, &o->n_predict) != IG_OK)
             return IG_E_USAGE;
         return o->n_predict ? IG_OK : ig_error(IG_E_USAGE, "--n-predict: 0 generates nothing; use -1 or N >= 1");
-    case 'c': return cli_parse_i64("--ctx-size", arg, 0, 1 << 20, &o->n_ctx);
+    case 'c': return cli_parse_i64("--ctx-size", arg, 0, (int64_t)1 << 30, &o->n_ctx);
     case 't': return cli_parse_i64("--threads", arg, 0, 1024, &o->n_threads);
-    case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
+    case 'b':
+    case OPT_UBATCH:
+    case OPT_BATCH_SIZE: return cli_parse_i64("--chunk", arg, 1, 1 << 20, &o->n_batch);
+    case OPT_PROMPT_ONLY: o->prompt_only = true; return IG_OK;
+    case OPT_SAVE_KV: o->save_kv = arg; return IG_OK;
+    case OPT_LOAD_KV: o->load_kv = arg; return IG_OK;
     case 's': return cli_parse_i64("--seed", arg, -1, UINT32_MAX, &o->seed);
     case OPT_TEMP: return cli_parse_f64("--temp", arg, 0, 1e6, &o->sp.temperature);
     case OPT_TOP_K: return cli_parse_i64("--top-k", arg, 0, INT32_MAX, &o->sp.top_k);
@@ -146,6 +157,16 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
+    if (o->save_kv && !o->prompt_only)
+        return ig_error(IG_E_USAGE, "--save-kv needs --prompt-only (the cache is saved after "
+                                    "the prompt)");
+    if (o->save_kv && !strcmp(o->save_kv, "-") && o->json)
+        return ig_error(IG_E_USAGE, "--save-kv - and --json both want stdout");
+    if (o->load_kv && !strcmp(o->load_kv, "-") && o->file && !strcmp(o->file, "-"))
+        return ig_error(IG_E_USAGE, "--load-kv - and -f - both want stdin");
+    if (o->load_kv && o->chat)
+        return ig_error(IG_E_USAGE, "--chat cannot continue a loaded cache (the template "
+                                    "renders a whole conversation); pass the text with -p");
     return IG_OK;
 }
 
@@ -269,6 +290,61 @@ static uint64_t pick_seed(int64_t seed)
     return (x * 0x9e3779b97f4a7c15ull) >> 32; /* 32 bits: exact in JSON, easy to retype */
 }
 
+/* ---- saved caches ---------------------------------------------------------- */
+
+/* Reads --load-kv into a new cache of n_ctx positions (at least the file's
+ * tokens) and the history. Returns IG_OK, IG_E_IO, IG_E_KVFILE, IG_E_INPUT
+ * (the file holds more tokens than the context) or IG_E_NOMEM. */
+static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
+                      struct kv_cache **kv, struct generate_history *hist)
+{
+    bool is_stdin = !strcmp(file, "-");
+    const char *name = is_stdin ? "stdin" : file;
+    FILE *f = is_stdin ? stdin : fopen(file, "rb");
+    if (!f)
+        return ig_error(IG_E_IO, "cannot open %s: %s", file, strerror(errno));
+    unsigned char id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, id);
+    struct kv_file_reader r;
+    int st = kv_file_read_header(&r, f, name, &m->hp, id);
+    if (st == IG_OK && r.hdr.n_tokens > n_ctx)
+        st = ig_error(IG_E_INPUT, "%s holds %lld tokens but the context holds %lld (raise "
+                      "-c/--ctx-size)", name, (long long)r.hdr.n_tokens, (long long)n_ctx);
+    if (st == IG_OK)
+        st = kv_cache_create(&m->hp, n_ctx, r.hdr.dtype, kv);
+    if (st == IG_OK && !(hist->tokens = malloc((size_t)r.hdr.n_tokens * sizeof *hist->tokens)))
+        st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)r.hdr.n_tokens);
+    if (st == IG_OK && (st = kv_file_read_body(&r, *kv, hist->tokens, hist->logits)) == IG_OK) {
+        hist->n = r.hdr.n_tokens;
+        hist->have_logits = r.hdr.n_vocab > 0;
+    }
+    if (!is_stdin)
+        fclose(f);
+    return st;
+}
+
+/* Writes the cache and its history to --save-kv. A file that cannot be
+ * completed is removed. Returns IG_OK or IG_E_IO. */
+static int save_cache(const char *file, const struct model *m, const struct kv_cache *kv,
+                      const struct generate_history *hist)
+{
+    bool is_stdout = !strcmp(file, "-");
+    FILE *f = is_stdout ? stdout : fopen(file, "wb");
+    if (!f)
+        return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
+    unsigned char id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, id);
+    int st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
+                           hist->have_logits ? hist->logits : NULL, m->hp.n_vocab);
+    if (!is_stdout) {
+        if (fclose(f) != 0 && st == IG_OK)
+            st = ig_error(IG_E_IO, "cannot write %s: %s", file, strerror(errno));
+        if (st != IG_OK)
+            remove(file);
+    }
+    return st;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -289,9 +365,17 @@ int cmd_run(int argc, char **argv)
     struct ops_ctx *ops = NULL;
     struct run_output out = {.to_buffer = o.json};
     struct generate_stats stats = {0};
+    struct generate_history hist = {0};
+    double load_ms = 0, save_ms = 0;
 
-    if ((st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len)) != IG_OK ||
-        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
+    if (o.load_kv && !o.prompt && !o.file) { /* continue the saved prompt as it is */
+        user = calloc(1, 1);
+        st = user ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
+        prompt_len = 0;
+    } else {
+        st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len);
+    }
+    if (st != IG_OK || (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
         goto done;
     if (cli_stderr_is_tty() && !o.quiet)
         fprintf(stderr, "loading %s\n", path);
@@ -304,13 +388,22 @@ int cmd_run(int argc, char **argv)
     int64_t n_ctx = context_size(&o, m);
     int64_t n_batch = o.n_batch < n_ctx ? o.n_batch : n_ctx;
     if ((st = sampler_create(&o.sp, m->hp.n_vocab, &smp)) != IG_OK ||
-        (st = kv_cache_create(&m->hp, n_ctx, KV_F32, &kv)) != IG_OK ||
-        (st = ops_ctx_create(m, (int)o.n_threads, n_batch, &ops)) != IG_OK)
+        (st = generate_history_init(&hist, m->hp.n_vocab)) != IG_OK)
+        goto done;
+    if (o.load_kv) {
+        int64_t t_load = ig_now_ns();
+        st = load_cache(o.load_kv, m, n_ctx, &kv, &hist);
+        load_ms = (double)(ig_now_ns() - t_load) / 1e6;
+    } else {
+        st = kv_cache_create(&m->hp, n_ctx, KV_F32, &kv);
+    }
+    if (st != IG_OK || (st = ops_ctx_create(m, (int)o.n_threads, n_batch, &ops)) != IG_OK)
         goto done;
 
     struct generate_params gp = {
         .n_predict = o.n_predict,
         .max_batch = n_batch,
+        .prompt_only = o.prompt_only,
         .encode_flags = TOK_ENC_ADD_BOS | (o.no_special && !o.chat ? 0 : TOK_ENC_PARSE_SPECIAL),
         .print_special = false,
         .ignore_eog = o.ignore_eos,
@@ -319,7 +412,12 @@ int cmd_run(int argc, char **argv)
         .emit_user = &out,
     };
     install_signals();
-    st = generate_run(ops, kv, vocab, smp, m->hp.n_vocab, prompt, strlen(prompt), &gp, &stats);
+    st = generate_run(ops, kv, vocab, smp, prompt, strlen(prompt), &gp, &hist, &stats);
+    if (st == IG_OK && stats.stop == GEN_STOP_PROMPT && o.save_kv) {
+        int64_t t_save = ig_now_ns();
+        st = save_cache(o.save_kv, m, kv, &hist);
+        save_ms = (double)(ig_now_ns() - t_save) / 1e6;
+    }
     if (st == IG_OK && stats.stop == GEN_STOP_OUTPUT && out.write_errno != EPIPE)
         st = ig_error(out.write_errno == ENOMEM ? IG_E_NOMEM : IG_E_IO,
                       "cannot write the output: %s", strerror(out.write_errno));
@@ -333,7 +431,10 @@ int cmd_run(int argc, char **argv)
     if (stats.stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
         struct run_result r = {
             .stats = &stats, .device = "cpu", .threads = ops_ctx_threads(ops),
-            .n_ctx = n_ctx, .text = out.buf, .len = out.len, .status = st,
+            .n_ctx = n_ctx, .kv_bytes = kv_cache_bytes(kv),
+            .kv_max_bytes = kv_cache_bytes_for(&m->hp, n_ctx, kv->dtype),
+            .kv_load_ms = load_ms, .kv_save_ms = save_ms,
+            .text = out.buf, .len = out.len, .status = st,
         };
         if (!o.quiet)
             run_print_stats(&o, &r);
@@ -344,6 +445,7 @@ int cmd_run(int argc, char **argv)
     }
 done:
     free(out.buf);
+    generate_history_free(&hist);
     ops_ctx_free(ops);
     kv_cache_free(kv);
     sampler_free(smp);

@@ -16,10 +16,13 @@ struct run_opts {
     const char *file;    /* -f, "-" = stdin */
     const char *system;  /* --system, needs --chat */
     const char *device;  /* --device as given */
-    int64_t n_predict, n_ctx, n_threads, n_batch;
+    const char *save_kv; /* --save-kv FILE, "-" = stdout; needs prompt_only */
+    const char *load_kv; /* --load-kv FILE, "-" = stdin */
+    int64_t n_predict, n_ctx, n_threads;
+    int64_t n_batch;     /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;        /* -1 = pick one */
     struct sampler_params sp; /* sp.seed is the seed actually used */
-    bool chat, quiet, json, no_special, ignore_eos;
+    bool chat, quiet, json, no_special, ignore_eos, prompt_only;
 };
 
 /* What the report prints besides the stats. */
@@ -28,6 +31,10 @@ struct run_result {
     const char *device;  /* "cpu" */
     int threads;
     int64_t n_ctx;
+    size_t kv_bytes;     /* KV cache memory held at the end */
+    double kv_max_bytes; /* what the whole context would need */
+    double kv_load_ms;   /* reading --load-kv, 0 if none */
+    double kv_save_ms;   /* writing --save-kv, 0 if none */
     const char *text;    /* generated text (--json), len bytes, any bytes */
     size_t len;
     int status;          /* the exit status the run ends with */

@@ -22,12 +22,16 @@ static double ms_per_token(const struct generate_stats *s)
 void run_print_stats(const struct run_opts *o, const struct run_result *r)
 {
     const struct generate_stats *s = r->stats;
+    char cached[48] = "";
+    if (s->n_cached)
+        snprintf(cached, sizeof cached, " (+%lld cached)", (long long)s->n_cached);
     fprintf(stderr,
-            "stats: prompt %lld tok | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
-            "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s\n",
-            (long long)s->n_prompt, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
+            "stats: prompt %lld tok%s | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
+            "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s | "
+            "kv %.1f MiB\n",
+            (long long)s->n_prompt, cached, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
             (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
-            r->device, r->threads, generate_stop_name(s->stop));
+            r->device, r->threads, generate_stop_name(s->stop), (double)r->kv_bytes / 1048576.0);
 }
 
 int run_print_json(const struct run_opts *o, const struct run_result *r)
@@ -47,6 +51,7 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
         goto fail;
     cJSON_AddNumberToObject(tok, "prompt", (double)s->n_prompt);
     cJSON_AddNumberToObject(tok, "generated", (double)s->n_gen);
+    cJSON_AddNumberToObject(tok, "cached", (double)s->n_cached);
     cJSON_AddNumberToObject(tm, "tokenize_ms", s->tokenize_ms);
     cJSON_AddNumberToObject(tm, "ttft_ms", s->ttft_ms);
     cJSON_AddNumberToObject(tm, "prefill_ms", s->prefill_ms);
@@ -64,6 +69,13 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
     cJSON_AddStringToObject(root, "device", r->device);
     cJSON_AddNumberToObject(root, "threads", r->threads);
     cJSON_AddNumberToObject(root, "n_ctx", (double)r->n_ctx);
+    cJSON *kvo = cJSON_AddObjectToObject(root, "kv_cache");
+    if (!kvo)
+        goto fail;
+    cJSON_AddNumberToObject(kvo, "bytes", (double)r->kv_bytes);
+    cJSON_AddNumberToObject(kvo, "max_bytes", r->kv_max_bytes);
+    cJSON_AddNumberToObject(kvo, "load_ms", r->kv_load_ms);
+    cJSON_AddNumberToObject(kvo, "save_ms", r->kv_save_ms);
     char *out = cJSON_PrintUnformatted(root);
     if (!out)
         goto fail;

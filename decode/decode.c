@@ -17,6 +17,7 @@
 
 /* Keys scored per step of the online softmax. */
 #define DECODE_KEY_CHUNK 64
+_Static_assert(KV_BLOCK % DECODE_KEY_CHUNK == 0, "a key chunk never straddles a cache block");
 
 /* ---- attention of one query over the cache --------------------------------------- */
 
@@ -46,7 +47,9 @@ decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const e
 {
     const struct kv_cache *kv = job->kv;
     int64_t hd = kv->head_dim;
-    int64_t base = kv_cache_head_offset(kv, job->layer, h / job->group);
+    int64_t kvh = h / job->group;
+    void *const *kt = kv_cache_k_table(kv, job->layer);
+    void *const *vt = kv_cache_v_table(kv, job->layer);
     const float *q = job->q + h * hd;
     float m = -INFINITY, l = 0.0f;
     for (int64_t d = 0; d < hd; d++)
@@ -55,19 +58,21 @@ decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const e
     for (int64_t k0 = 0; k0 < job->n_keys; k0 += DECODE_KEY_CHUNK) {
         int64_t nc = job->n_keys - k0 < DECODE_KEY_CHUNK ? job->n_keys - k0 : DECODE_KEY_CHUNK;
         float s[DECODE_KEY_CHUNK];
+        /* The chunk lies inside one cache block: its rows are contiguous. */
+        const void *kb = kv_cache_rows(kv, kt, kvh, k0), *vb = kv_cache_rows(kv, vt, kvh, k0);
         float mx = m;
         for (int64_t c = 0; c < nc; c++) {
-            int64_t off = base + (k0 + c) * hd;
+            int64_t off = c * hd;
             float lanes[DECODE_LANES] = {0};
             int64_t d = 0;
             for (; d + DECODE_LANES <= hd; d += DECODE_LANES)
                 for (int j = 0; j < DECODE_LANES; j++)
-                    lanes[j] += q[d + j] * cache_elem(dt, kv->k, off + d + j);
+                    lanes[j] += q[d + j] * cache_elem(dt, kb, off + d + j);
             float dot = 0.0f;
             for (int j = 0; j < DECODE_LANES; j++)
                 dot += lanes[j];
             for (; d < hd; d++)
-                dot += q[d] * cache_elem(dt, kv->k, off + d);
+                dot += q[d] * cache_elem(dt, kb, off + d);
             s[c] = dot * job->scale;
             mx = s[c] > mx ? s[c] : mx;
         }
@@ -78,9 +83,9 @@ decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const e
         for (int64_t c = 0; c < nc; c++) {
             float pc = expf(s[c] - mx);
             l += pc;
-            int64_t off = base + (k0 + c) * hd;
+            int64_t off = c * hd;
             for (int64_t d = 0; d < hd; d++)
-                o[d] += pc * cache_elem(dt, kv->v, off + d);
+                o[d] += pc * cache_elem(dt, vb, off + d);
         }
         m = mx;
     }
@@ -167,8 +172,10 @@ int decode_forward(struct ops_ctx *ctx, struct kv_cache *kv, int32_t token, int6
     if (pos >= kv->n_ctx)
         return ig_error(IG_E_INPUT, "the context of %lld positions is full",
                         (long long)kv->n_ctx);
-    int st = ops_embed(m, &token, 1, b->x); /* [n_embd] */
+    int st = kv_cache_reserve(kv, pos + 1);
     if (st != IG_OK)
+        return st;
+    if ((st = ops_embed(m, &token, 1, b->x)) != IG_OK) /* [n_embd] */
         return st;
 
     ops_rope_prepare(ctx, pos, 1);

@@ -10,8 +10,9 @@
 #include <stdint.h>
 
 /* Runs `token` at position `pos` (== kv->n_pos, < kv->n_ctx), appends its K/V
- * to the cache and writes logits[0..n_vocab). Same weights path as prefill.
- * Returns IG_OK or an error status. */
+ * to the cache (growing it by a block when needed) and writes
+ * logits[0..n_vocab). Same weights path as prefill. Returns IG_OK or an error
+ * status (IG_E_NOMEM when the cache cannot grow). */
 int decode_forward(struct ops_ctx *ctx, struct kv_cache *kv, int32_t token, int64_t pos,
                    float *logits);
 

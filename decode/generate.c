@@ -1,5 +1,6 @@
-/* decode/generate.c: tokenize, prefill, then sample/stream/decode until a
- * stop condition, timing each phase (definitions in decode/generate.h).
+/* decode/generate.c: continue from the cache's history, tokenize, prefill in
+ * chunks, then sample/stream/decode until a stop condition, timing each
+ * phase (definitions and the resume rule in decode/generate.h).
  * Leaves the forward math to prefill/ and decode/decode.c, the choice of
  * token to the sampler and all output to the caller's emit callback.
  * Covered by tests/cli/ (through `ignite run`). */
@@ -21,6 +22,7 @@ const char *generate_stop_name(enum generate_stop stop)
     case GEN_STOP_CONTEXT: return "context";
     case GEN_STOP_INTERRUPT: return "interrupted";
     case GEN_STOP_OUTPUT: return "output_closed";
+    case GEN_STOP_PROMPT: return "prompt_only";
     default: return "none";
     }
 }
@@ -32,33 +34,71 @@ static int interrupted(const struct generate_params *p)
     return p->interrupt && *p->interrupt;
 }
 
-/* Tokenizes and checks the prompt against the context. */
-static int encode_prompt(struct tok_vocab *vocab, const char *prompt, size_t len,
-                         const struct generate_params *p, const struct kv_cache *kv,
-                         struct tok_ids *ids)
+int generate_history_init(struct generate_history *h, int64_t n_vocab)
 {
-    int st = tok_encode(vocab, prompt, len, p->encode_flags, ids);
-    if (st != IG_OK)
-        return st;
-    if (ids->n == 0)
-        return ig_error(IG_E_INPUT, "the prompt encodes to no tokens");
-    if (ids->n > kv->n_ctx)
-        return ig_error(IG_E_INPUT,
-                        "the prompt is %lld tokens but the context holds %lld "
-                        "(raise -c/--ctx-size or shorten the prompt)",
-                        (long long)ids->n, (long long)kv->n_ctx);
+    *h = (struct generate_history){0};
+    h->logits = malloc((size_t)n_vocab * sizeof *h->logits);
+    if (!h->logits)
+        return ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)n_vocab);
     return IG_OK;
 }
 
-/* Runs the prompt through prefill in chunks; logits of the last token. */
+void generate_history_free(struct generate_history *h)
+{
+    free(h->tokens);
+    free(h->logits);
+    *h = (struct generate_history){0};
+}
+
+/* Tokenizes the prompt (BOS only at the start of the cache) and checks it
+ * against the context. */
+static int encode_prompt(struct tok_vocab *vocab, const char *prompt, size_t len,
+                         const struct generate_params *p, const struct kv_cache *kv,
+                         const struct generate_history *hist, struct tok_ids *ids)
+{
+    unsigned flags = p->encode_flags & (hist->n ? ~(unsigned)TOK_ENC_ADD_BOS : ~0u);
+    int st = len || !hist->n ? tok_encode(vocab, prompt, len, flags, ids) : IG_OK;
+    if (st != IG_OK)
+        return st;
+    if (ids->n == 0 && !hist->have_logits)
+        return ig_error(IG_E_INPUT, hist->n ? "nothing to continue from: the cache has no "
+                                              "logits and the prompt encodes to no tokens"
+                                            : "the prompt encodes to no tokens");
+    if (hist->n + ids->n > kv->n_ctx)
+        return ig_error(IG_E_INPUT,
+                        "the prompt is %lld tokens but the context holds %lld "
+                        "(raise -c/--ctx-size or shorten the prompt)",
+                        (long long)(hist->n + ids->n), (long long)kv->n_ctx);
+    return IG_OK;
+}
+
+/* Appends the prompt's ids to the history. */
+static int extend_history(struct generate_history *hist, const struct tok_ids *ids)
+{
+    if (!ids->n)
+        return IG_OK;
+    int32_t *t = realloc(hist->tokens, (size_t)(hist->n + ids->n) * sizeof *t);
+    if (!t)
+        return ig_error(IG_E_NOMEM, "out of memory for %lld token ids",
+                        (long long)(hist->n + ids->n));
+    for (int64_t i = 0; i < ids->n; i++)
+        t[hist->n + i] = ids->ids[i];
+    hist->tokens = t;
+    hist->n += ids->n;
+    return IG_OK;
+}
+
+/* Runs the prompt through prefill in chunks after what the cache holds;
+ * logits of the last token. Activation memory is bounded by the chunk. */
 static int prefill_prompt(struct ops_ctx *ops, struct kv_cache *kv, const struct tok_ids *ids,
                           const struct generate_params *p, float *logits)
 {
-    for (int64_t pos = 0; pos < ids->n; pos += p->max_batch) {
+    int64_t pos0 = kv->n_pos;
+    for (int64_t i = 0; i < ids->n; i += p->max_batch) {
         if (interrupted(p))
             return IG_E_INTERRUPTED;
-        int64_t n = ids->n - pos < p->max_batch ? ids->n - pos : p->max_batch;
-        int st = prefill_forward(ops, kv, ids->ids + pos, n, pos, logits);
+        int64_t n = ids->n - i < p->max_batch ? ids->n - i : p->max_batch;
+        int st = prefill_forward(ops, kv, ids->ids + i, n, pos0 + i, logits);
         if (st != IG_OK)
             return st;
     }
@@ -72,32 +112,35 @@ static int emit_text(const struct generate_params *p, const char *text, size_t l
 }
 
 int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *vocab,
-                 struct sampler *smp, int64_t n_vocab, const char *prompt, size_t len,
-                 const struct generate_params *p, struct generate_stats *stats)
+                 struct sampler *smp, const char *prompt, size_t len,
+                 const struct generate_params *p, struct generate_history *hist,
+                 struct generate_stats *stats)
 {
     *stats = (struct generate_stats){0};
     IG_ASSERT(p->max_batch >= 1 && (p->n_predict >= 1 || p->n_predict == -1));
+    IG_ASSERT(hist->n == kv->n_pos && hist->logits);
     struct tok_ids ids = {0};
     struct tok_stream stream;
     tok_stream_init(&stream, vocab, p->print_special);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    int st = IG_E_NOMEM;
-    if (!logits) {
-        ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)n_vocab);
-        goto done;
-    }
+    float *logits = hist->logits;
+    int st;
 
     /* TTFT starts here: the model is loaded, the prompt is text. */
     int64_t t0 = ig_now_ns();
-    st = encode_prompt(vocab, prompt, len, p, kv, &ids);
+    st = encode_prompt(vocab, prompt, len, p, kv, hist, &ids);
     stats->tokenize_ms = ms_since(t0);
     if (st != IG_OK)
         goto done;
     stats->n_prompt = ids.n;
+    stats->n_cached = hist->n;
+    for (int64_t i = 0; i < hist->n; i++)
+        sampler_accept(smp, hist->tokens[i]);
     for (int64_t i = 0; i < ids.n; i++)
         sampler_accept(smp, ids.ids[i]);
 
     int64_t t_prefill = ig_now_ns();
+    if (ids.n)
+        hist->have_logits = false; /* until the prefill completes */
     st = prefill_prompt(ops, kv, &ids, p, logits);
     stats->prefill_ms = ms_since(t_prefill);
     if (st == IG_E_INTERRUPTED) {
@@ -105,9 +148,16 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
         st = IG_OK;
         goto done;
     }
-    if (st != IG_OK)
+    if (st != IG_OK || (st = extend_history(hist, &ids)) != IG_OK)
         goto done;
+    hist->have_logits = true;
+    if (p->prompt_only) {
+        stats->ttft_ms = ms_since(t0);
+        stats->stop = GEN_STOP_PROMPT;
+        goto done;
+    }
 
+    hist->have_logits = false; /* the sampler works on them in place */
     int32_t tok = sampler_sample(smp, logits);
     int64_t t_first = ig_now_ns();
     stats->ttft_ms = (double)(t_first - t0) / 1e6;
@@ -152,6 +202,5 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
 done:
     tok_stream_free(&stream);
     tok_ids_free(&ids);
-    free(logits);
     return st;
 }

@@ -1,11 +1,19 @@
 /* decode/generate.h: the generation loop.
  *
- * tokenize the prompt -> prefill (in chunks of max_batch) -> sample the first
- * token -> { hand its text to the caller, decode one token, sample } until a
- * stop condition. The caller owns output: text reaches it through `emit`, so
+ * [the tokens already in the cache, e.g. loaded from a file] -> tokenize the
+ * prompt -> prefill it (in chunks of max_batch) -> sample the first token ->
+ * { hand its text to the caller, decode one token, sample } until a stop
+ * condition, or stop after the prefill (prompt_only) for the caller to save
+ * the cache. The caller owns output: text reaches it through `emit`, so
  * this library code never writes to stdout and works the same for a
  * terminal, a pipe or a --json buffer. Signals are the caller's too: it
  * passes the flag its SIGINT handler sets.
+ *
+ * Resuming: a run that starts from a history (tokens + the logits after the
+ * last one) gives the sampler the same state an uninterrupted run has at its
+ * first sample: it accepts the history's tokens, and the seeded generator
+ * has drawn nothing yet in either case. So the same seed and sampling options
+ * give the same tokens.
  *
  * Timing (the definitions docs/cli.md documents):
  *   TTFT         from the start of tokenization (the model is loaded) to the
@@ -38,14 +46,17 @@ enum generate_stop {
     GEN_STOP_CONTEXT,    /* the context is full */
     GEN_STOP_INTERRUPT,  /* *interrupt became non-zero */
     GEN_STOP_OUTPUT,     /* emit asked to stop (e.g. the reader closed the pipe) */
+    GEN_STOP_PROMPT,     /* prompt_only: the prompt is in the cache, nothing sampled */
 };
 
-/* "eog", "limit", "context", "interrupted", "output_closed" ("none"). */
+/* "eog", "limit", "context", "interrupted", "output_closed", "prompt_only"
+ * ("none"). */
 const char *generate_stop_name(enum generate_stop stop);
 
 struct generate_params {
     int64_t n_predict;      /* most tokens to generate (>= 1), or -1 for no limit */
     int64_t max_batch;      /* prefill chunk: <= the ops context's max_batch */
+    bool prompt_only;       /* stop after the prefill (GEN_STOP_PROMPT) */
     unsigned encode_flags;  /* TOK_ENC_* for the prompt */
     bool print_special;     /* render control tokens' text in the output */
     bool ignore_eog;        /* keep going past end-of-generation tokens */
@@ -57,7 +68,8 @@ struct generate_params {
 };
 
 struct generate_stats {
-    int64_t n_prompt;       /* prompt tokens (BOS included) */
+    int64_t n_prompt;       /* prompt tokens prefilled by this run (BOS included) */
+    int64_t n_cached;       /* tokens that were already in the cache (history) */
     int64_t n_gen;          /* tokens sampled, an end-of-generation token included */
     int64_t n_decode;       /* one-token forwards run */
     double tokenize_ms;
@@ -67,14 +79,33 @@ struct generate_stats {
     enum generate_stop stop;
 };
 
-/* Runs the loop for `prompt` (len bytes, already checked by the caller)
- * against an empty `kv`. The sampler sees the prompt and every generated
- * token. *stats is filled as far as the run got, also on error and on
- * interrupt. Returns IG_OK (whatever the stop reason), IG_E_INPUT for a
- * prompt that tokenizes to nothing or to more tokens than the context holds
- * (one line with both numbers), or the status of a failed forward. */
+/* What the cache holds: its tokens and the logits after the last one. A run
+ * starts from it (empty, or a loaded cache) and leaves the prompt's state in
+ * it (to save with prompt_only). */
+struct generate_history {
+    int32_t *tokens;   /* [n] the tokens in the cache, in order; malloc'd, owned */
+    int64_t n;         /* == kv->n_pos */
+    float *logits;     /* [n_vocab] malloc'd, owned; see have_logits */
+    bool have_logits;  /* logits are those after tokens[n - 1] */
+};
+
+/* Allocates the logits of an empty history. Returns IG_OK or IG_E_NOMEM. */
+int generate_history_init(struct generate_history *h, int64_t n_vocab);
+void generate_history_free(struct generate_history *h);
+
+/* Runs the loop for `prompt` (len bytes, already checked by the caller; may
+ * be empty when the history has logits) after the tokens of `hist` already
+ * in `kv`. BOS is added only when the history is empty. The sampler sees the
+ * history, the prompt and every generated token. On return `hist` holds the
+ * history plus the prompt, with the logits after it until the first sample
+ * (have_logits is false once sampling has used them). *stats is filled as
+ * far as the run got, also on error and on interrupt. Returns IG_OK
+ * (whatever the stop reason), IG_E_INPUT for a prompt that tokenizes to
+ * nothing (with nothing to continue from) or to more tokens than the context
+ * holds (one line with both numbers), or the status of a failed forward. */
 int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *vocab,
-                 struct sampler *smp, int64_t n_vocab, const char *prompt, size_t len,
-                 const struct generate_params *p, struct generate_stats *stats);
+                 struct sampler *smp, const char *prompt, size_t len,
+                 const struct generate_params *p, struct generate_history *hist,
+                 struct generate_stats *stats);
 
 #endif

@@ -73,18 +73,24 @@ static inline float kv_elem(const void *base, enum kv_dtype dt, int64_t i)
 }
 
 /* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c < nc; columns
- * nc..ATTN_TILE_K of kt are zeroed so score blocks can run full width. */
+ * nc..ATTN_TILE_K of kt are zeroed so score blocks can run full width. Rows
+ * are found through the block table; a tile inside one block (block_size a
+ * multiple of ATTN_TILE_K, as in the KV cache) reads one contiguous run. */
 static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, int64_t nc,
                          struct attn_scratch *sc)
 {
-    int64_t hd = p->head_dim;
-    const void *kb = p->k, *vb = p->v;
-    int64_t base = kvh * p->kv_head_stride + k0 * hd;
-    for (int64_t c = 0; c < nc; c++)
+    int64_t hd = p->head_dim, bs = p->block_size;
+    size_t eb = kv_dtype_bytes(p->kv_dtype);
+    for (int64_t c = 0; c < nc; c++) {
+        int64_t pos = k0 + c;
+        size_t off = (size_t)(kvh * p->kv_head_stride + (pos % bs) * hd) * eb;
+        const char *kr = (const char *)p->k_blocks[pos / bs] + off;
+        const char *vr = (const char *)p->v_blocks[pos / bs] + off;
         for (int64_t d = 0; d < hd; d++) {
-            sc->kt[d * ATTN_TILE_K + c] = kv_elem(kb, p->kv_dtype, base + c * hd + d);
-            sc->v[c * hd + d] = kv_elem(vb, p->kv_dtype, base + c * hd + d);
+            sc->kt[d * ATTN_TILE_K + c] = kv_elem(kr, p->kv_dtype, d);
+            sc->v[c * hd + d] = kv_elem(vr, p->kv_dtype, d);
         }
+    }
     for (int64_t d = 0; d < hd; d++)
         for (int64_t c = nc; c < ATTN_TILE_K; c++)
             sc->kt[d * ATTN_TILE_K + c] = 0.0f;
@@ -242,7 +248,7 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
 {
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
-    IG_ASSERT(p->pos0 >= 0 && p->n_tokens >= 0);
+    IG_ASSERT(p->pos0 >= 0 && p->n_tokens >= 0 && p->block_size > 0);
     struct attn_job job = {p, scratch, scratch_stride,
                            (p->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q};
     ops_pool_run(pool, job.n_qtiles * p->n_head_kv, 1, attn_task, &job);

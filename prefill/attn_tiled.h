@@ -20,10 +20,12 @@
 struct attn_params {
     const float *q;         /* [n_tokens, n_head, head_dim] after RoPE */
     int64_t q_tok_stride;   /* elements between consecutive tokens of q */
-    const void *k;          /* this layer's K: [n_head_kv, n_ctx, head_dim] (kvcache.h) */
-    const void *v;          /* this layer's V, same layout */
-    enum kv_dtype kv_dtype; /* element type of k and v */
-    int64_t kv_head_stride; /* elements between KV heads (n_ctx * head_dim) */
+    void *const *k_blocks;  /* this layer's K block table: block b holds positions
+                               b * block_size .., [n_head_kv, block_size, head_dim] (kvcache.h) */
+    void *const *v_blocks;  /* this layer's V block table, same layout */
+    int64_t block_size;     /* positions per block (KV_BLOCK for the cache) */
+    enum kv_dtype kv_dtype; /* element type of the blocks */
+    int64_t kv_head_stride; /* elements between KV heads in a block (block_size * head_dim) */
     float *out;             /* [n_tokens, n_head, head_dim] */
     int64_t out_tok_stride; /* elements between consecutive tokens of out */
     int64_t n_tokens;       /* query tokens */

@@ -11,6 +11,8 @@
 #include "core/status.h"
 #include "prefill/attn_tiled.h"
 
+_Static_assert(KV_BLOCK % ATTN_TILE_K == 0, "a key tile never straddles a cache block");
+
 #include <math.h>
 
 /* One transformer block over n tokens; b->x holds the residual stream. */
@@ -37,15 +39,14 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
     ops_rope_apply(ctx, b->k, n, hp->n_head_kv);
     kv_cache_write(kv, il, pos0, n, b->k, b->v);
 
-    int64_t off = kv_cache_head_offset(kv, il, 0);
-    size_t eb = kv_dtype_bytes(kv->dtype);
     struct attn_params ap = {
         .q = b->q,
         .q_tok_stride = q_dim,
-        .k = (const char *)kv->k + (size_t)off * eb,
-        .v = (const char *)kv->v + (size_t)off * eb,
+        .k_blocks = kv_cache_k_table(kv, il),
+        .v_blocks = kv_cache_v_table(kv, il),
+        .block_size = KV_BLOCK,
         .kv_dtype = kv->dtype,
-        .kv_head_stride = kv->n_ctx * kv->head_dim,
+        .kv_head_stride = KV_BLOCK * kv->head_dim,
         .out = b->att,
         .out_tok_stride = q_dim,
         .n_tokens = n,
@@ -86,8 +87,10 @@ int prefill_forward(struct ops_ctx *ctx, struct kv_cache *kv, const int32_t *tok
     if (pos0 + n > kv->n_ctx)
         return ig_error(IG_E_INPUT, "%lld tokens at position %lld exceed the context of %lld",
                         (long long)n, (long long)pos0, (long long)kv->n_ctx);
-    int st = ops_embed(m, tokens, n, b->x); /* [n, n_embd] */
+    int st = kv_cache_reserve(kv, pos0 + n);
     if (st != IG_OK)
+        return st;
+    if ((st = ops_embed(m, tokens, n, b->x)) != IG_OK) /* [n, n_embd] */
         return st;
 
     ops_rope_prepare(ctx, pos0, n);

@@ -18,8 +18,9 @@
  * logits[0..n_vocab). Requires pos0 + n <= kv->n_ctx and n <= the context's
  * max_batch (a longer prompt is prefilled in chunks, pos0 advancing by n).
  * pos0 below kv->n_pos rewrites the positions from pos0 on. Sets kv->n_pos =
- * pos0 + n. Returns IG_OK or an error status (IG_E_INPUT for a token id out
- * of range or a block past the context). */
+ * pos0 + n. Allocates the cache blocks the new positions need first. Returns
+ * IG_OK or an error status (IG_E_INPUT for a token id out of range or a block
+ * past the context, IG_E_NOMEM when the cache cannot grow). */
 int prefill_forward(struct ops_ctx *ctx, struct kv_cache *kv, const int32_t *tokens,
                     int64_t n, int64_t pos0, float *logits);
 

@@ -141,8 +141,8 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
         out[i] = SENTINEL;
 
     struct attn_params p = {
-        .q = q, .q_tok_stride = n_head * hd, .k = k, .v = v, .kv_dtype = s->dtype,
-        .kv_head_stride = n_ctx * hd, .out = out + GUARD, .out_tok_stride = n_head * hd,
+        .q = q, .q_tok_stride = n_head * hd, .k_blocks = &k, .v_blocks = &v,
+        .block_size = n_ctx, .kv_dtype = s->dtype, .kv_head_stride = n_ctx * hd, .out = out + GUARD, .out_tok_stride = n_head * hd,
         .n_tokens = s->n, .pos0 = s->pos0, .n_head = n_head, .n_head_kv = s->n_head_kv,
         .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
     };

@@ -1,0 +1,271 @@
+/* kvcache/kvfile.c: saving a KV cache to a stream and reading it back, and
+ * the model identity a saved cache is bound to. Sequential both ways (no
+ * seeks), so `-` through a pipe works. The format (docs/kvcache.md):
+ *
+ *   "IGNITEKV" | u32 version | u32 dtype | u8[32] model id |
+ *   i64 n_layer, n_head_kv, head_dim, n_tokens, n_vocab |
+ *   i32 tokens[n_tokens] | f32 logits[n_vocab] |
+ *   rows: for layer, for K then V, for KV head: n_tokens x head_dim of dtype |
+ *   u32 CRC-32C of every byte before it
+ *
+ * all little-endian. What the cache means for generation (the sampler, the
+ * prompt) is decode/generate.c's; the CLI options are cli/cmd_run.c's.
+ * Covered by tests/kvcache/test_kvcache.c and tests/kvcache/test_kv_cli.py. */
+#include "kvcache/kvcache.h"
+
+#include "core/checksum.h"
+#include "core/status.h"
+
+#include <errno.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the KV file stores rows in host order, which must be little-endian"
+#endif
+
+static const char kv_magic[8] = {'I', 'G', 'N', 'I', 'T', 'E', 'K', 'V'};
+#define KV_HEADER_BYTES 88
+
+/* ---- model identity ------------------------------------------------------------ */
+
+static void hash_i64(struct ig_sha256 *s, int64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    ig_sha256_update(s, b, 8);
+}
+
+static void hash_weight(struct ig_sha256 *s, const struct model_weight *w)
+{
+    hash_i64(s, w->type);
+    hash_i64(s, w->rows);
+    hash_i64(s, w->cols);
+    size_t bytes = w->data ? (size_t)w->rows * w->row_bytes : 0;
+    hash_i64(s, (int64_t)bytes);
+    if (!bytes)
+        return;
+    /* Samples, not the whole weight: a run must not read gigabytes to start. */
+    size_t n = bytes < 64 ? bytes : 64;
+    const unsigned char *p = w->data;
+    ig_sha256_update(s, p, n);
+    ig_sha256_update(s, p + (bytes - n) / 2, n);
+    ig_sha256_update(s, p + bytes - n, n);
+}
+
+void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES])
+{
+    const struct model_hparams *hp = &m->hp;
+    struct ig_sha256 s;
+    ig_sha256_init(&s);
+    ig_sha256_update(&s, "ignite-kv-model-id-1", 21);
+    ig_sha256_update(&s, hp->arch, strnlen(hp->arch, sizeof hp->arch));
+    int64_t ints[] = {hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
+                      hp->n_ff, hp->n_vocab, hp->n_rot, hp->rope_style, hp->tied_embeddings,
+                      hp->has_qkv_bias};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        hash_i64(&s, ints[i]);
+    int64_t bits;
+    memcpy(&bits, &hp->rope_base, 8);
+    hash_i64(&s, bits);
+    memcpy(&bits, &hp->norm_eps, 8);
+    hash_i64(&s, bits);
+    hash_weight(&s, &m->tok_embd);
+    hash_weight(&s, &m->output_norm);
+    hash_weight(&s, &m->output);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
+                                           &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
+                                           &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            hash_weight(&s, ws[i]);
+    }
+    ig_sha256_final(&s, id);
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+struct writer {
+    FILE *f;
+    const char *name;
+    uint32_t crc;
+    int failed;
+};
+
+static void put(struct writer *w, const void *p, size_t n)
+{
+    if (w->failed || !n)
+        return;
+    w->crc = ig_crc32c(w->crc, p, n);
+    if (fwrite(p, 1, n, w->f) != n)
+        w->failed = errno ? errno : EIO;
+}
+
+static void put_u32(struct writer *w, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void put_i64(struct writer *w, int64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    put(w, b, 8);
+}
+
+int kv_file_write(FILE *f, const char *name, const struct kv_cache *kv,
+                  const unsigned char id[KV_MODEL_ID_BYTES], const int32_t *tokens,
+                  const float *logits, int64_t n_vocab)
+{
+    IG_ASSERT(kv->n_pos >= 1);
+    struct writer w = {.f = f, .name = name};
+    errno = 0;
+    put(&w, kv_magic, sizeof kv_magic);
+    put_u32(&w, KV_FILE_VERSION);
+    put_u32(&w, kv->dtype);
+    put(&w, id, KV_MODEL_ID_BYTES);
+    put_i64(&w, kv->n_layer);
+    put_i64(&w, kv->n_head_kv);
+    put_i64(&w, kv->head_dim);
+    put_i64(&w, kv->n_pos);
+    put_i64(&w, logits ? n_vocab : 0);
+    put(&w, tokens, (size_t)kv->n_pos * sizeof *tokens);
+    if (logits)
+        put(&w, logits, (size_t)n_vocab * sizeof *logits);
+    size_t row = (size_t)kv->head_dim * kv_dtype_bytes(kv->dtype);
+    for (int64_t l = 0; l < kv->n_layer; l++)
+        for (int kind = 0; kind < 2; kind++) {
+            void *const *t = kind ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
+            for (int64_t h = 0; h < kv->n_head_kv; h++)
+                for (int64_t p = 0; p < kv->n_pos; p += KV_BLOCK) {
+                    int64_t run = kv->n_pos - p < KV_BLOCK ? kv->n_pos - p : KV_BLOCK;
+                    put(&w, kv_cache_rows(kv, t, h, p), (size_t)run * row);
+                }
+        }
+    put_u32(&w, w.crc);
+    if (!w.failed && fflush(f) != 0)
+        w.failed = errno ? errno : EIO;
+    if (w.failed)
+        return ig_error(IG_E_IO, "cannot write the KV cache to %s: %s", name, strerror(w.failed));
+    return IG_OK;
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+/* Reads exactly n bytes; IG_E_KVFILE at a premature end, IG_E_IO on an error. */
+static int get(struct kv_file_reader *r, void *p, size_t n)
+{
+    size_t got = fread(p, 1, n, r->f);
+    r->crc = ig_crc32c(r->crc, p, got);
+    r->n_read += got;
+    if (got == n)
+        return IG_OK;
+    if (ferror(r->f))
+        return ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
+    return ig_error(IG_E_KVFILE, "%s: truncated KV cache file (it ends after %llu bytes)",
+                    r->name, (unsigned long long)r->n_read);
+}
+
+static uint32_t le_u32(const unsigned char *b)
+{
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static int64_t le_i64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+    return (int64_t)v;
+}
+
+int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
+                        const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES])
+{
+    *r = (struct kv_file_reader){.f = f, .name = name, .model_vocab = hp->n_vocab};
+    unsigned char b[KV_HEADER_BYTES];
+    int st = get(r, b, 16);
+    if (st != IG_OK)
+        return st;
+    if (memcmp(b, kv_magic, sizeof kv_magic) != 0)
+        return ig_error(IG_E_KVFILE, "%s is not an ignite KV cache file (no IGNITEKV magic)",
+                        name);
+    struct kv_file_header *h = &r->hdr;
+    h->version = le_u32(b + 8);
+    if (h->version != KV_FILE_VERSION)
+        return ig_error(IG_E_KVFILE, "%s is a version %u KV cache file; this ignite reads "
+                        "version %d (save it again with this version)",
+                        name, h->version, KV_FILE_VERSION);
+    if ((st = get(r, b + 16, KV_HEADER_BYTES - 16)) != IG_OK)
+        return st;
+    uint32_t dtype = le_u32(b + 12);
+    if (dtype != KV_F32 && dtype != KV_F16)
+        return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, dtype);
+    h->dtype = (enum kv_dtype)dtype;
+    memcpy(h->model_id, b + 16, KV_MODEL_ID_BYTES);
+    h->n_layer = le_i64(b + 48);
+    h->n_head_kv = le_i64(b + 56);
+    h->head_dim = le_i64(b + 64);
+    h->n_tokens = le_i64(b + 72);
+    h->n_vocab = le_i64(b + 80);
+    if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0)
+        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld KV "
+                        "heads x %lld; model identity differs): load it with the model that "
+                        "wrote it", name, (long long)h->n_layer, (long long)h->n_head_kv,
+                        (long long)h->head_dim);
+    if (h->n_layer != hp->n_layer || h->n_head_kv != hp->n_head_kv ||
+        h->head_dim != hp->head_dim)
+        return ig_error(IG_E_KVFILE, "%s: shape %lld x %lld x %lld does not match the model's "
+                        "%lld x %lld x %lld", name, (long long)h->n_layer,
+                        (long long)h->n_head_kv, (long long)h->head_dim, (long long)hp->n_layer,
+                        (long long)hp->n_head_kv, (long long)hp->head_dim);
+    if (h->n_tokens < 1 || h->n_tokens > (int64_t)1 << 40 ||
+        (h->n_vocab != 0 && h->n_vocab != hp->n_vocab))
+        return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
+                        (long long)h->n_tokens, (long long)h->n_vocab);
+    return IG_OK;
+}
+
+int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *tokens,
+                      float *logits)
+{
+    const struct kv_file_header *h = &r->hdr;
+    IG_ASSERT(kv->n_pos == 0 && kv->dtype == h->dtype && kv->n_ctx >= h->n_tokens);
+    IG_ASSERT(kv->n_layer == h->n_layer && kv->n_head_kv == h->n_head_kv &&
+              kv->head_dim == h->head_dim);
+    int st = get(r, tokens, (size_t)h->n_tokens * sizeof *tokens);
+    if (st != IG_OK)
+        return st;
+    for (int64_t i = 0; i < h->n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= r->model_vocab)
+            return ig_error(IG_E_KVFILE, "%s: token %lld is id %d, outside the vocabulary",
+                            r->name, (long long)i, tokens[i]);
+    if (h->n_vocab && (st = get(r, logits, (size_t)h->n_vocab * sizeof *logits)) != IG_OK)
+        return st;
+    if ((st = kv_cache_reserve(kv, h->n_tokens)) != IG_OK)
+        return st;
+    size_t row = (size_t)kv->head_dim * kv_dtype_bytes(kv->dtype);
+    for (int64_t l = 0; l < kv->n_layer; l++)
+        for (int kind = 0; kind < 2; kind++) {
+            void *const *t = kind ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
+            for (int64_t hh = 0; hh < kv->n_head_kv; hh++)
+                for (int64_t p = 0; p < h->n_tokens; p += KV_BLOCK) {
+                    int64_t run = h->n_tokens - p < KV_BLOCK ? h->n_tokens - p : KV_BLOCK;
+                    if ((st = get(r, kv_cache_rows(kv, t, hh, p), (size_t)run * row)) != IG_OK)
+                        return st;
+                }
+        }
+    uint32_t want = r->crc;
+    unsigned char b[4];
+    if ((st = get(r, b, 4)) != IG_OK)
+        return st;
+    if (le_u32(b) != want)
+        return ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
+                        "file is corrupted", r->name, le_u32(b), want);
+    kv->n_pos = h->n_tokens;
+    return IG_OK;
+}
