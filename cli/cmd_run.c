@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "decode/generate.h"
 #include "models/model.h"
+#include "ops/ops.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -89,7 +90,7 @@ static int set_option(struct run_opts *o, int key, const char *arg)
             return IG_E_USAGE;
         return o->n_predict ? IG_OK : ig_error(IG_E_USAGE, "--n-predict: 0 generates nothing; use -1 or N >= 1");
     case 'c': return cli_parse_i64("--ctx-size", arg, 0, (int64_t)1 << 30, &o->n_ctx);
-    case 't': return cli_parse_i64("--threads", arg, 0, 1024, &o->n_threads);
+    case 't': return cli_parse_i64("--threads", arg, 0, OPS_POOL_MAX_THREADS, &o->n_threads);
     case 'b':
     case OPT_UBATCH:
     case OPT_BATCH_SIZE: return cli_parse_i64("--chunk", arg, 1, 1 << 20, &o->n_batch);
@@ -197,14 +198,15 @@ static void on_sigint(int sig)
     run_interrupted = 1;
 }
 
-/* SIGINT sets the flag (a second Ctrl-C kills: SA_RESETHAND); SIGPIPE is
- * ignored so a closed stdout shows up as EPIPE from write. */
+/* SIGINT sets the flag (a second Ctrl-C kills: SA_RESETHAND); SA_RESTART
+ * keeps a write blocked on a slow reader (`| less`) from failing with EINTR.
+ * SIGPIPE is ignored so a closed stdout shows up as EPIPE from write. */
 static void install_signals(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
@@ -381,13 +383,21 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "loading %s\n", path);
     if ((st = model_load(path, &m)) != IG_OK || (st = tok_load_gguf(m->gguf, &vocab)) != IG_OK)
         goto done;
+    /* Output rows past the vocabulary are padding (some models round the
+     * embedding up): the sampler only ever sees the first n_tokens logits. */
+    int64_t n_tokens = tok_n_tokens(vocab);
+    if (n_tokens > m->hp.n_vocab) {
+        st = ig_error(IG_E_MODEL, "%s: the tokenizer has %lld tokens but the model has only "
+                      "%lld embedding rows", path, (long long)n_tokens, (long long)m->hp.n_vocab);
+        goto done;
+    }
     st = build_prompt(&o, m, user, &prompt);
     user = NULL; /* build_prompt took it */
     if (st != IG_OK)
         goto done;
     int64_t n_ctx = context_size(&o, m);
     int64_t n_batch = o.n_batch < n_ctx ? o.n_batch : n_ctx;
-    if ((st = sampler_create(&o.sp, m->hp.n_vocab, &smp)) != IG_OK ||
+    if ((st = sampler_create(&o.sp, n_tokens, &smp)) != IG_OK ||
         (st = generate_history_init(&hist, m->hp.n_vocab)) != IG_OK)
         goto done;
     if (o.load_kv) {

@@ -20,6 +20,7 @@
 #include "core/status.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -109,8 +110,10 @@ static void *worker_main(void *varg)
 int ops_pool_create(int n_threads, struct ops_pool **out)
 {
     *out = NULL;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads <= 0) { /* the CPUs this process may run on (taskset, cgroups) */
+        cpu_set_t set;
+        long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
     }
     if (n_threads > OPS_POOL_MAX_THREADS)
