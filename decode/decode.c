@@ -11,6 +11,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "ops/simd.h"
 
 #include <math.h>
 
@@ -30,13 +31,18 @@ struct decode_attn_job {
     struct ops_ctx *ctx;  /* per-thread scratch: o [head_dim] */
 };
 
-static inline float cache_elem(const struct kv_cache *kv, const void *base, int64_t i)
+/* Lanes of a q.k dot product: independent partial sums the compiler can
+ * vectorize without reassociating. */
+#define DECODE_LANES 8
+
+static inline float cache_elem(enum kv_dtype dt, const void *base, int64_t i)
 {
-    return kv->dtype == KV_F32 ? ((const float *)base)[i]
-                               : ig_f16_to_f32(((const ig_f16 *)base)[i]);
+    return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
 }
 
-static void decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o)
+/* dt is a constant at both call sites, so each instance has straight loops. */
+static inline __attribute__((always_inline)) void
+decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const enum kv_dtype dt)
 {
     const struct kv_cache *kv = job->kv;
     int64_t hd = kv->head_dim;
@@ -52,9 +58,16 @@ static void decode_attn_head(const struct decode_attn_job *job, int64_t h, float
         float mx = m;
         for (int64_t c = 0; c < nc; c++) {
             int64_t off = base + (k0 + c) * hd;
+            float lanes[DECODE_LANES] = {0};
+            int64_t d = 0;
+            for (; d + DECODE_LANES <= hd; d += DECODE_LANES)
+                for (int j = 0; j < DECODE_LANES; j++)
+                    lanes[j] += q[d + j] * cache_elem(dt, kv->k, off + d + j);
             float dot = 0.0f;
-            for (int64_t d = 0; d < hd; d++)
-                dot += q[d] * cache_elem(kv, kv->k, off + d);
+            for (int j = 0; j < DECODE_LANES; j++)
+                dot += lanes[j];
+            for (; d < hd; d++)
+                dot += q[d] * cache_elem(dt, kv->k, off + d);
             s[c] = dot * job->scale;
             mx = s[c] > mx ? s[c] : mx;
         }
@@ -67,7 +80,7 @@ static void decode_attn_head(const struct decode_attn_job *job, int64_t h, float
             l += pc;
             int64_t off = base + (k0 + c) * hd;
             for (int64_t d = 0; d < hd; d++)
-                o[d] += pc * cache_elem(kv, kv->v, off + d);
+                o[d] += pc * cache_elem(dt, kv->v, off + d);
         }
         m = mx;
     }
@@ -76,12 +89,28 @@ static void decode_attn_head(const struct decode_attn_job *job, int64_t h, float
         out[d] = o[d] / l;
 }
 
+OPS_SIMD_CLONES
+static void decode_attn_head_f32(const struct decode_attn_job *job, int64_t h, float *o)
+{
+    decode_attn_head(job, h, o, KV_F32);
+}
+
+OPS_SIMD_CLONES
+static void decode_attn_head_f16(const struct decode_attn_job *job, int64_t h, float *o)
+{
+    decode_attn_head(job, h, o, KV_F16);
+}
+
 static void decode_attn_task(void *arg, int64_t h0, int64_t h1, int thread)
 {
     const struct decode_attn_job *job = arg;
     float *o = ops_ctx_scratch(job->ctx, thread);
-    for (int64_t h = h0; h < h1; h++)
-        decode_attn_head(job, h, o);
+    for (int64_t h = h0; h < h1; h++) {
+        if (job->kv->dtype == KV_F32)
+            decode_attn_head_f32(job, h, o);
+        else
+            decode_attn_head_f16(job, h, o);
+    }
 }
 
 /* ---- the forward --------------------------------------------------------------- */

@@ -4,13 +4,18 @@
  * Two paths, both reading every weight row once per block of tokens:
  *  - few tokens (decode): the format's fused kernel reads the stored blocks
  *    and multiplies each decoded block with up to MM_NT tokens at once;
- *  - many tokens (prefill): each row is dequantized once into a per-thread
- *    buffer and multiplied with the tokens MM_NT at a time by the dense
- *    kernel below, over token blocks small enough to stay in cache.
- * Per-format block decoding lives in ops/matmul_quant.c.
+ *  - many tokens (prefill): rows are dequantized MM_MR at a time into a
+ *    per-thread buffer and multiplied with the tokens in MM_MR x MM_NT
+ *    register tiles by the dense kernel below, over token blocks small
+ *    enough to stay in cache.
+ * Dot products run in f32 lanes that are added into f64 every MM_FLUSH_COLS
+ * columns (see matmul_kernels.h for why). Kernels are plain C that the
+ * compiler vectorizes, cloned for AVX2 (ops/simd.h). Per-format block
+ * decoding lives in ops/matmul_quant.c.
  * Covered by tests/cpu/test_matmul.c. */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
+#include "ops/simd.h"
 
 #include "core/status.h"
 
@@ -24,52 +29,85 @@
 /* Row chunks handed to a thread: about this many per thread, for balance. */
 #define MM_CHUNKS_PER_THREAD 4
 
-_Static_assert(OPS_MATMUL_ROW_BUFS >= 1, "matmul needs a row buffer");
+_Static_assert(OPS_MATMUL_ROW_BUFS >= MM_MR, "matmul decodes MM_MR rows at a time");
 
-/* ---- the dense kernel: one f32 row times nt tokens ------------------------ */
+/* ---- the dense kernel: MR f32 rows times nt tokens ------------------------ */
 
-/* NT is a compile-time constant at every call site, so acc lives in
- * registers and the lane loop vectorizes. */
+/* mr and nt are compile-time constants at every call site, so acc lives in
+ * registers and the lane loop vectorizes: each loaded weight is used nt
+ * times and each loaded token value mr times. */
 static inline __attribute__((always_inline)) void
-f32_tile(const float *w, int64_t cols, const float *x, int64_t ldx, const int nt, float *y,
-         int64_t ldy)
+f32_tile(const float *const *w, const int mr, int64_t cols, const float *x, int64_t ldx,
+         const int nt, float *y, int64_t ldy)
 {
-    double dacc[MM_NT][MM_LANES] = {{0}};
+    double dacc[MM_MR][MM_NT][MM_LANES] = {{{0}}};
     int64_t c = 0;
     while (c + MM_LANES <= cols) {
         int64_t end = c + MM_FLUSH_COLS < cols ? c + MM_FLUSH_COLS : cols;
-        float acc[MM_NT][MM_LANES] = {{0}};
+        float acc[MM_MR][MM_NT][MM_LANES] = {{{0}}};
         for (; c + MM_LANES <= end; c += MM_LANES)
+            MM_UNROLL for (int r = 0; r < mr; r++)
+                MM_UNROLL for (int t = 0; t < nt; t++)
+                    for (int l = 0; l < MM_LANES; l++)
+                        acc[r][t][l] += w[r][c + l] * x[t * ldx + c + l];
+        for (int r = 0; r < mr; r++)
             for (int t = 0; t < nt; t++)
                 for (int l = 0; l < MM_LANES; l++)
-                    acc[t][l] += w[c + l] * x[t * ldx + c + l];
-        for (int t = 0; t < nt; t++)
-            for (int l = 0; l < MM_LANES; l++)
-                dacc[t][l] += acc[t][l];
+                    dacc[r][t][l] += acc[r][t][l];
     }
-    for (int t = 0; t < nt; t++) {
-        double s = mm_sum_lanes_d(dacc[t]);
-        for (int64_t cc = c; cc < cols; cc++)
-            s += (double)(w[cc] * x[t * ldx + cc]);
-        y[t * ldy] = (float)s;
-    }
+    for (int r = 0; r < mr; r++)
+        for (int t = 0; t < nt; t++) {
+            double s = mm_sum_lanes_d(dacc[r][t]);
+            for (int64_t cc = c; cc < cols; cc++)
+                s += (double)(w[r][cc] * x[t * ldx + cc]);
+            y[t * ldy + r] = (float)s;
+        }
 }
 
-void ops_mm_f32_dot_tokens(const float *w, int64_t cols, const float *x, int64_t ldx, int64_t nt,
-                           float *y, int64_t ldy)
+static inline __attribute__((always_inline)) void
+f32_rows(const float *const *w, const int mr, int64_t cols, const float *x, int64_t ldx,
+         int64_t nt, float *y, int64_t ldy)
 {
     int64_t t = 0;
     for (; t + MM_NT <= nt; t += MM_NT)
-        f32_tile(w, cols, x + t * ldx, ldx, MM_NT, y + t * ldy, ldy);
+        f32_tile(w, mr, cols, x + t * ldx, ldx, MM_NT, y + t * ldy, ldy);
     switch (nt - t) {
-    case 3: f32_tile(w, cols, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
-    case 2: f32_tile(w, cols, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
-    case 1: f32_tile(w, cols, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    case 3: f32_tile(w, mr, cols, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
+    case 2: f32_tile(w, mr, cols, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
+    case 1: f32_tile(w, mr, cols, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
     default: break;
     }
 }
+_Static_assert(MM_NT == 4 && MM_MR == 2, "f32_rows and ops_matmul_rows instantiate these");
+
+OPS_SIMD_CLONES
+void ops_mm_f32_dot_tokens(const float *w, int64_t cols, const float *x, int64_t ldx, int64_t nt,
+                           float *y, int64_t ldy)
+{
+    f32_rows(&w, 1, cols, x, ldx, nt, y, ldy);
+}
+
+/* Two rows at once: y[t * ldy + r] for r < 2. */
+OPS_SIMD_CLONES
+static void f32_dot_tokens2(const float *w0, const float *w1, int64_t cols, const float *x,
+                            int64_t ldx, int64_t nt, float *y, int64_t ldy)
+{
+    const float *w[2] = {w0, w1};
+    f32_rows(w, 2, cols, x, ldx, nt, y, ldy);
+}
 
 /* ---- rows r0..r1 on the calling thread -------------------------------------- */
+
+/* Row r as f32: the stored row itself for F32 weights, else decoded into buf. */
+static const float *f32_row(const struct model_weight *w, const struct mm_format *f, int64_t r,
+                            float *buf)
+{
+    const void *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    if (w->type == QUANT_F32)
+        return row;
+    f->decode_row(w->type, row, buf, w->cols);
+    return buf;
+}
 
 void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const float *x,
                      int64_t n_tokens, float *y, float *row_buf)
@@ -86,15 +124,16 @@ void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += MM_TOKEN_BLOCK) {
         int64_t nt = n_tokens - t0 < MM_TOKEN_BLOCK ? n_tokens - t0 : MM_TOKEN_BLOCK;
-        for (int64_t r = r0; r < r1; r++) {
-            const void *row = data + (size_t)r * w->row_bytes;
-            const float *wr = row;
-            if (w->type != QUANT_F32) {
-                f->decode_row(w->type, row, row_buf, cols);
-                wr = row_buf;
-            }
-            ops_mm_f32_dot_tokens(wr, cols, x + t0 * cols, cols, nt, y + t0 * rows + r, rows);
+        const float *xt = x + t0 * cols;
+        float *yt = y + t0 * rows;
+        int64_t r = r0;
+        for (; r + MM_MR <= r1; r += MM_MR) {
+            const float *w0 = f32_row(w, f, r, row_buf);
+            const float *w1 = f32_row(w, f, r + 1, row_buf + cols);
+            f32_dot_tokens2(w0, w1, cols, xt, cols, nt, yt + r, rows);
         }
+        if (r < r1)
+            ops_mm_f32_dot_tokens(f32_row(w, f, r, row_buf), cols, xt, cols, nt, yt + r, rows);
     }
 }
 
@@ -118,7 +157,7 @@ static void mm_task(void *arg, int64_t r0, int64_t r1, int thread)
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y)
 {
-    IG_ASSERT(ops_ctx_scratch_floats(ctx) >= w->cols);
+    IG_ASSERT(ops_ctx_scratch_floats(ctx) >= OPS_MATMUL_ROW_BUFS * w->cols);
     struct mm_job job = {ctx, w, x, n_tokens, y};
     int64_t chunks = (int64_t)ops_ctx_threads(ctx) * MM_CHUNKS_PER_THREAD;
     int64_t grain = (w->rows + chunks - 1) / chunks;

@@ -6,7 +6,8 @@
  * to a block of tokens), and optionally `dot_tokens`, a fused kernel that
  * reads the stored blocks directly and multiplies them with up to MM_NT
  * tokens (the decode path; no row buffer traffic). SIMD variants slot in as
- * other tables returned by ops_mm_format_of for the same type.
+ * other tables returned by ops_mm_format_of for the same type (today the
+ * same C is compiled twice, baseline and AVX2, see ops/simd.h).
  * Covered by tests/cpu/test_matmul.c. */
 #ifndef IGNITE_OPS_MATMUL_KERNELS_H
 #define IGNITE_OPS_MATMUL_KERNELS_H
@@ -17,30 +18,33 @@
 
 /* Tokens per register tile: each decoded weight value is used MM_NT times. */
 #define MM_NT 4
+/* Weight rows per register tile of the dense (prefill) kernel. */
+#define MM_MR 2
 /* Independent partial sums per dot product. Summing lanes separately lets the
  * compiler vectorize without reassociating (no fast-math on reference paths). */
 #define MM_LANES 8
 
-/* Sum of one accumulator's lanes, in a fixed order. */
-static inline float mm_sum_lanes(const float a[MM_LANES])
-{
-    float s[MM_LANES / 2];
-    for (int l = 0; l < MM_LANES / 2; l++)
-        s[l] = a[l] + a[l + MM_LANES / 2];
-    return (s[0] + s[2]) + (s[1] + s[3]);
-}
-_Static_assert(MM_LANES == 8, "mm_sum_lanes reduces 8 lanes");
+/* Fully unrolls a register-tile loop so its accumulators stay in registers
+ * (GCC leaves them in memory otherwise). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MM_UNROLL _Pragma("GCC unroll 32")
+#else
+#define MM_UNROLL
+#endif
 
+/* Sum of one accumulator's f64 lanes, in a fixed order. */
 static inline double mm_sum_lanes_d(const double a[MM_LANES])
 {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
+_Static_assert(MM_LANES == 8, "mm_sum_lanes_d reduces 8 lanes");
 
 /* Columns summed in f32 before the partial sums are added into f64 lanes.
  * Long f32 dot products cost accuracy where it hurts: SmolLM2's residual
  * stream carries values in the thousands that later layers cancel, and plain
- * f32 sums over 1536 columns put the logits 1e-4 off the fp64 reference; at
- * 128 columns they stay near 1e-5 for about 9% more time (32 cost 60%). */
+ * f32 sums over 1536 columns put some logits up to 1e-4 off the fp64
+ * reference; flushed every 128 columns they stay near 1e-5 at a small cost
+ * (flushing every block of 32 cost far more). */
 #define MM_FLUSH_COLS 128
 _Static_assert(MM_FLUSH_COLS % 32 == 0, "flush at block boundaries");
 

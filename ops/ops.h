@@ -78,7 +78,7 @@ int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
 /* ---- primitives ----------------------------------------------------------- */
 
 /* Dequantized weight rows a matmul keeps per thread (see ops_matmul_rows). */
-#define OPS_MATMUL_ROW_BUFS 1
+#define OPS_MATMUL_ROW_BUFS 2
 
 /* y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens, r < w->rows, on the
  * context's threads (split by output rows). x is [n_tokens, w->cols], y is

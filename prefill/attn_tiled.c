@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "ops/simd.h"
 
 #include <math.h>
 
@@ -92,6 +93,7 @@ static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, i
 /* ---- one work item ----------------------------------------------------------- */
 
 /* s[r][0..ATTN_TILE_K) = q[r] . K tile, register-blocked over columns. */
+OPS_SIMD_CLONES
 static void scores(const struct attn_scratch *sc, int64_t rows, int64_t hd)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -128,29 +130,33 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
     sc->corr[r] = corr;
 }
 
-/* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c]. */
+/* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c], a column block of o
+ * at a time held in registers while the keys stream past. */
+OPS_SIMD_CLONES
 static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t hd)
 {
     const float *s = sc->s + r * ATTN_TILE_K;
     float *o = sc->o + r * hd;
     float corr = sc->corr[r];
-    for (int64_t db = 0; db < hd; db += ATTN_COL_BLOCK) {
-        int64_t w = hd - db < ATTN_COL_BLOCK ? hd - db : ATTN_COL_BLOCK;
+    int64_t db = 0;
+    for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
         float acc[ATTN_COL_BLOCK];
         for (int j = 0; j < ATTN_COL_BLOCK; j++)
-            acc[j] = j < w ? o[db + j] * corr : 0.0f;
+            acc[j] = o[db + j] * corr;
         for (int64_t c = 0; c < nvis; c++) {
             const float *v = sc->v + c * hd + db;
             float pc = s[c];
-            if (w == ATTN_COL_BLOCK)
-                for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                    acc[j] += pc * v[j];
-            else
-                for (int j = 0; j < w; j++)
-                    acc[j] += pc * v[j];
+            for (int j = 0; j < ATTN_COL_BLOCK; j++)
+                acc[j] += pc * v[j];
         }
-        for (int j = 0; j < w; j++)
+        for (int j = 0; j < ATTN_COL_BLOCK; j++)
             o[db + j] = acc[j];
+    }
+    for (; db < hd; db++) {
+        float acc = o[db] * corr;
+        for (int64_t c = 0; c < nvis; c++)
+            acc += s[c] * sc->v[c * hd + db];
+        o[db] = acc;
     }
 }
 

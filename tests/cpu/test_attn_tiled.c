@@ -43,20 +43,22 @@ static double cache_value(const void *base, enum kv_dtype dt, int64_t i)
     return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
 }
 
-/* Reference: out[t][h] over keys 0..pos0+t, in double (want_f32 = 0) or with
- * the naive f32 arithmetic a straightforward kernel would use. */
+/* References in one pass: ref = the exact result in double, naive = what a
+ * straightforward f32 kernel computes (the yardstick of the error bound). */
 static void reference(const struct shape *s, const float *q, const void *k, const void *v,
-                      int64_t n_ctx, int want_f32, double *out)
+                      int64_t n_ctx, double *ref, float *naive)
 {
     int64_t n_head = s->n_head_kv * s->group, hd = s->head_dim;
     int64_t n_keys_max = s->pos0 + s->n;
     double *p = malloc((size_t)n_keys_max * sizeof *p);
+    float *pf = malloc((size_t)n_keys_max * sizeof *pf);
     for (int64_t t = 0; t < s->n; t++) {
         int64_t nk = s->pos0 + t + 1;
         for (int64_t h = 0; h < n_head; h++) {
             int64_t base = (h / s->group) * n_ctx * hd;
             const float *qv = q + (t * n_head + h) * hd;
             double mx = -INFINITY;
+            float mxf = -INFINITY;
             for (int64_t j = 0; j < nk; j++) {
                 double dot = 0;
                 float dotf = 0;
@@ -65,19 +67,18 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
                     dot += (double)qv[d] * kv;
                     dotf += qv[d] * (float)kv;
                 }
-                p[j] = want_f32 ? (double)(dotf / sqrtf((float)hd)) : dot / sqrt((double)hd);
-                mx = p[j] > mx ? p[j] : mx;
+                p[j] = dot / sqrt((double)hd);
+                pf[j] = dotf / sqrtf((float)hd);
+                mx = fmax(mx, p[j]);
+                mxf = fmaxf(mxf, pf[j]);
             }
             double sum = 0;
             float sumf = 0;
             for (int64_t j = 0; j < nk; j++) {
-                if (want_f32) {
-                    p[j] = expf((float)(p[j] - mx));
-                    sumf += (float)p[j];
-                } else {
-                    p[j] = exp(p[j] - mx);
-                    sum += p[j];
-                }
+                p[j] = exp(p[j] - mx);
+                pf[j] = expf(pf[j] - mxf);
+                sum += p[j];
+                sumf += pf[j];
             }
             for (int64_t d = 0; d < hd; d++) {
                 double acc = 0;
@@ -85,12 +86,14 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
                 for (int64_t j = 0; j < nk; j++) {
                     double vv = cache_value(v, s->dtype, base + j * hd + d);
                     acc += p[j] * vv;
-                    accf += (float)p[j] * (float)vv;
+                    accf += pf[j] * (float)vv;
                 }
-                out[(t * n_head + h) * hd + d] = want_f32 ? (double)(accf / sumf) : acc / sum;
+                ref[(t * n_head + h) * hd + d] = acc / sum;
+                naive[(t * n_head + h) * hd + d] = accf / sumf;
             }
         }
     }
+    free(pf);
     free(p);
 }
 
@@ -116,7 +119,6 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     void *k = malloc((size_t)kv_elems * eb), *v = malloc((size_t)kv_elems * eb);
     float *out = malloc((size_t)(q_elems + 2 * GUARD) * sizeof *out);
     double *ref = malloc((size_t)q_elems * sizeof *ref);
-    double *naive = malloc((size_t)q_elems * sizeof *naive);
     float *naive_f = malloc((size_t)q_elems * sizeof *naive_f);
     int threads = ops_pool_threads(pool);
     int64_t stride = attn_tiled_scratch_floats(n_head, s->n_head_kv, hd);
@@ -146,10 +148,7 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     };
     attn_tiled_run(&p, pool, scratch, stride);
 
-    reference(s, q, k, v, n_ctx, 0, ref);
-    reference(s, q, k, v, n_ctx, 1, naive);
-    for (int64_t i = 0; i < q_elems; i++)
-        naive_f[i] = (float)naive[i];
+    reference(s, q, k, v, n_ctx, ref, naive_f);
 
     double ref_max, naive_max;
     double err = max_abs_diff(ref, out + GUARD, q_elems, &ref_max) / ref_max;
@@ -176,7 +175,6 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
 
     free(scratch);
     free(naive_f);
-    free(naive);
     free(ref);
     free(out);
     free(v);
@@ -203,8 +201,7 @@ int main(void)
     /* Long blocks: many K/V tiles, the diagonal inside and across tiles. */
     struct shape big[] = {
         {1000, 0, 1, 3, 64, KV_F32},
-        {1000, 129, 1, 4, 64, KV_F16},
-        {1000, 5, 2, 1, 64, KV_F32},
+        {1000, 129, 1, 1, 64, KV_F16},
         {70, 200, 2, 3, 40, KV_F32}, /* head_dim not a multiple of the column block */
         {1, 1000, 3, 3, 64, KV_F32}, /* one query continuing a long cache */
     };

@@ -17,7 +17,15 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* Sanitizer builds run the kernels unvectorized and checked, ~30x slower:
+ * there a shorter prompt (still across query tiles) and the f32 cache only. */
+#if defined(__SANITIZE_ADDRESS__)
+#define N_PROMPT 18
+#define CHECK_F16 0
+#else
 #define N_PROMPT 70
+#define CHECK_F16 1
+#endif
 /* An f16 cache rounds K and V; the two paths' f32 values differ in the last
  * bits, so a few elements round to neighbouring f16 values (5e-4 apart). */
 #define BOUND_F32 1e-5
@@ -73,24 +81,28 @@ static void check_dtype(struct ops_ctx *ctx, const struct model *m, enum kv_dtyp
     CHECK(kv->n_pos == N_PROMPT);
     kv_cache_free(kv);
 
+    /* Lengths around the query tile (16) and the key tile (64); the last is
+     * the whole prompt, kept in `whole` for the chunked runs below. */
     static const int64_t lens_f32[] = {1, 17, 64, 65, N_PROMPT}, lens_f16[] = {17, N_PROMPT};
     const int64_t *lens = dt == KV_F32 ? lens_f32 : lens_f16;
     size_t n_lens = dt == KV_F32 ? sizeof lens_f32 / sizeof lens_f32[0] : 2;
     for (size_t j = 0; j < n_lens; j++) {
         int64_t n = lens[j];
-        CHECK(prefill_chunks(ctx, m, dt, prompt, n, n, pre) == IG_OK);
-        double e = rel_err(pre, dec + (n - 1) * nv, nv);
+        if (n > N_PROMPT || (n == N_PROMPT && j + 1 < n_lens))
+            continue;
+        float *dst = n == N_PROMPT ? whole : pre;
+        CHECK(prefill_chunks(ctx, m, dt, prompt, n, n, dst) == IG_OK);
+        double e = rel_err(dst, dec + (n - 1) * nv, nv);
         CHECKF(e <= bound, "%s cache: prefill of %lld tokens vs %lld decode steps: "
                "relative error %.3e", dname, (long long)n, (long long)n, e);
-        CHECKF(argmax(pre, nv) == argmax(dec + (n - 1) * nv, nv), "%s cache, n=%lld: top-1 "
-               "%lld vs %lld", dname, (long long)n, (long long)argmax(pre, nv),
+        CHECKF(argmax(dst, nv) == argmax(dec + (n - 1) * nv, nv), "%s cache, n=%lld: top-1 "
+               "%lld vs %lld", dname, (long long)n, (long long)argmax(dst, nv),
                (long long)argmax(dec + (n - 1) * nv, nv));
         fprintf(stderr, "%s cache, n=%lld: prefill vs decode %.2e\n", dname, (long long)n, e);
     }
 
-    CHECK(prefill_chunks(ctx, m, dt, prompt, N_PROMPT, N_PROMPT, whole) == IG_OK);
     static const int64_t chunks[] = {7, 64};
-    for (size_t j = 0; j < (dt == KV_F32 ? 2u : 1u); j++) {
+    for (size_t j = 0; j < (dt == KV_F32 ? 2u : 1u) && chunks[j] < N_PROMPT; j++) {
         CHECK(prefill_chunks(ctx, m, dt, prompt, N_PROMPT, chunks[j], pre) == IG_OK);
         double e = rel_err(pre, whole, nv);
         CHECKF(e <= bound, "%s cache: prefill in chunks of %lld vs one block: %.3e", dname,
@@ -136,7 +148,8 @@ int main(void)
         prompt[i] = (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
     }
     check_dtype(ctx, m, KV_F32, prompt);
-    check_dtype(ctx, m, KV_F16, prompt);
+    if (CHECK_F16)
+        check_dtype(ctx, m, KV_F16, prompt);
     check_errors(ctx, m);
 
     ops_ctx_free(ctx);
