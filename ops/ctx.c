@@ -5,6 +5,7 @@
 #include "ops/ops.h"
 
 #include "core/status.h"
+#include "ops/qmatmul.h"
 #include "prefill/attn_tiled.h"
 
 #include <stdlib.h>
@@ -17,6 +18,8 @@ struct ops_ctx {
     struct ops_buffers buf;
     float *scratch;          /* [n_threads, scratch_floats] */
     int64_t scratch_floats;  /* per thread, a multiple of 16 (64 bytes) */
+    struct qmm_q8 *qbuf;     /* [max_batch, widest row / QMM_QK] int8 activations */
+    bool exact;              /* every matmul on the exact f32 path */
 };
 
 /* 64-byte aligned, zeroed array of n floats, or NULL. */
@@ -79,9 +82,13 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
                                                            hp->head_dim));
     ctx->scratch_floats = (per_thread + 15) & ~(int64_t)15;
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
+    int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);
+    ctx->qbuf = (struct qmm_q8 *)alloc_floats(qbytes / (int64_t)sizeof(float));
+    const char *mode = getenv("IGNITE_MATMUL");
+    ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch) {
+        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch || !ctx->qbuf) {
         ops_ctx_free(ctx);
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
@@ -94,6 +101,7 @@ void ops_ctx_free(struct ops_ctx *ctx)
 {
     if (!ctx)
         return;
+    free(ctx->qbuf);
     free(ctx->scratch);
     struct ops_buffers *b = &ctx->buf;
     free(b->rope_sin);
@@ -145,4 +153,19 @@ float *ops_ctx_scratch(struct ops_ctx *ctx, int thread)
 int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx)
 {
     return ctx->scratch_floats;
+}
+
+struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx)
+{
+    return ctx->qbuf;
+}
+
+void ops_ctx_set_exact(struct ops_ctx *ctx, bool exact)
+{
+    ctx->exact = exact;
+}
+
+bool ops_ctx_exact(const struct ops_ctx *ctx)
+{
+    return ctx->exact;
 }

@@ -15,6 +15,7 @@
  * Covered by tests/cpu/test_matmul.c. */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
+#include "ops/qmatmul.h"
 #include "ops/simd.h"
 
 #include "core/status.h"
@@ -157,6 +158,10 @@ static void mm_task(void *arg, int64_t r0, int64_t r1, int thread)
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y)
 {
+    if (ops_qmatmul_handles(ctx, w)) { /* the int8 path, unless exact is asked for */
+        ops_qmatmul(ctx, w, x, n_tokens, y);
+        return;
+    }
     IG_ASSERT(ops_ctx_scratch_floats(ctx) >= OPS_MATMUL_ROW_BUFS * w->cols);
     struct mm_job job = {ctx, w, x, n_tokens, y};
     int64_t chunks = (int64_t)ops_ctx_threads(ctx) * MM_CHUNKS_PER_THREAD;

@@ -1,0 +1,267 @@
+/* ops/qmatmul_avx2.c: the AVX2 (+FMA, F16C) kernels of the int8 path. The
+ * functions carry target attributes, so the rest of the binary stays
+ * baseline x86-64; ops/qmatmul.c calls them only when the CPU has AVX2, FMA
+ * and F16C. Elsewhere (other architectures, other compilers) the table is
+ * empty and the scalar kernels run.
+ *
+ * One register tile is up to QMM_MR weight rows times QMM_NT tokens: a
+ * weight block is unpacked to 32 bytes once and multiplied with every token
+ * of the tile (vpmaddubsw + vpmaddwd: u8 x s8 -> s32), and each token block
+ * is loaded once per row. Every (row, token) pair keeps its own f32
+ * accumulator (one ymm), updated in the same order whatever the tile size.
+ * Covered by tests/cpu/test_qmatmul.c (against ops/qmatmul_scalar.c). */
+#include "ops/qmatmul.h"
+
+#include "core/half.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+AVX2 INLINE float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* sum over pairs of u8 x s8, as 8 f32 lanes */
+AVX2 INLINE __m256 dot_us(__m256i u, __m256i s)
+{
+    __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+AVX2 INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high. */
+AVX2 INLINE __m256i nib32(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+AVX2 INLINE __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* ---- 32-element block formats ----------------------------------------------- */
+
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
+
+AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                        float *y, int64_t ldy)
+{
+    const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
+                    : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                                     : sizeof(struct block_q8_0);
+    __m256 acc[QMM_MR][QMM_NT];
+    float add[QMM_MR][QMM_NT];
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            add[r][t] = 0;
+        }
+    for (int64_t b = 0; b < n_blk; b++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
+            float d = f16_at(blk), m = 0;
+            __m256i q, qa = _mm256_setzero_si256();
+            if (kind == K_Q8_0) {
+                q = load32(blk + 2);
+                qa = _mm256_sign_epi8(q, q);
+            } else if (kind == K_Q4_1) {
+                q = nib32(blk + 4);
+                m = f16_at(blk + 2);
+            } else {
+                q = nib32(blk + 2);
+                m = -8.0f * d;
+            }
+            UNROLL for (int t = 0; t < nt; t++) {
+                const struct qmm_q8 *xb = x + t * ldx + b;
+                __m256i xv = load32(xb->qs);
+                __m256 p = kind == K_Q8_0 ? dot_us(qa, _mm256_sign_epi8(xv, q)) : dot_us(q, xv);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), p, acc[r][t]);
+                if (kind != K_Q8_0)
+                    add[r][t] += m * xb->s;
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]) + add[r][t];
+}
+
+/* ---- Q4_K: 8 sub-blocks of 32 per super-block --------------------------------- */
+
+static void k4_scales(const uint8_t *s, int sc[8], int mn[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    float add[QMM_MR][QMM_NT];
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            add[r][t] = 0;
+        }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q4_K *blk =
+                (const struct block_q4_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+            int sc[8], mn[8];
+            k4_scales(blk->scales, sc, mn);
+            for (int i = 0; i < 4; i++) {
+                __m256i bytes = load32(blk->qs + 32 * i);
+                __m256i lo = _mm256_and_si256(bytes, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+                float d0 = d * (float)sc[2 * i], d1 = d * (float)sc[2 * i + 1];
+                float m0 = dmin * (float)mn[2 * i], m1 = dmin * (float)mn[2 * i + 1];
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const struct qmm_q8 *xb = x + t * ldx + sb * 8 + 2 * i;
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb[0].d),
+                                                dot_us(lo, load32(xb[0].qs)), acc[r][t]);
+                    add[r][t] -= m0 * xb[0].s;
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xb[1].d),
+                                                dot_us(hi, load32(xb[1].qs)), acc[r][t]);
+                    add[r][t] -= m1 * xb[1].s;
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]) + add[r][t];
+}
+
+/* ---- Q6_K: 16 sub-blocks of 16 per super-block -------------------------------- */
+
+AVX2 INLINE void tile_k6(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i c32 = _mm256_set1_epi8(32);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q6_K *blk =
+                (const struct block_q6_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d);
+            for (int n = 0; n < 2; n++) {
+                __m256i q0 = load32(blk->ql + 64 * n), q1 = load32(blk->ql + 64 * n + 32);
+                __m256i h = load32(blk->qh + 32 * n);
+                __m256i u[4];
+                u[0] = _mm256_or_si256(_mm256_and_si256(q0, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+                u[1] = _mm256_or_si256(_mm256_and_si256(q1, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                       _mm256_and_si256(h, m30));
+                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+                for (int k = 0; k < 4; k++) {
+                    int j = 4 * n + k;
+                    __m256i scv = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]),
+                                                   _mm_set1_epi16(blk->scales[2 * j]));
+                    UNROLL for (int t = 0; t < nt; t++) {
+                        const struct qmm_q8 *xb = x + t * ldx + sb * 8 + j;
+                        __m256i xv = load32(xb->qs);
+                        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u[k], xv),
+                                                     _mm256_maddubs_epi16(c32, xv));
+                        __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv));
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), s, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+/* ---- instantiation: every (mr, nt) a constant ------------------------------------ */
+
+#define DISPATCH(call)                                                                       \
+    switch ((mr - 1) * QMM_NT + (nt - 1)) {                                                  \
+    case 0: call(1, 1); break;                                                               \
+    case 1: call(1, 2); break;                                                               \
+    case 2: call(1, 3); break;                                                               \
+    case 3: call(1, 4); break;                                                               \
+    case 4: call(2, 1); break;                                                               \
+    case 5: call(2, 2); break;                                                               \
+    case 6: call(2, 3); break;                                                               \
+    default: call(2, 4); break;                                                              \
+    }
+_Static_assert(QMM_MR == 2 && QMM_NT == 4, "DISPATCH instantiates 2 x 4 tiles");
+
+#define CALL32_q4_0(a, b) tile32(K_Q4_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL32_q4_1(a, b) tile32(K_Q4_1, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL32_q8_0(a, b) tile32(K_Q8_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL_q4_K(a, b) tile_k4(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL_q6_K(a, b) tile_k6(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+
+#define TILE(name, call)                                                                     \
+    AVX2 static void tile_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,          \
+                                 const struct qmm_q8 *x, int64_t ldx, int mr, int nt,       \
+                                 float *y, int64_t ldy)                                     \
+    {                                                                                       \
+        DISPATCH(call)                                                                       \
+    }
+TILE(q4_0, CALL32_q4_0)
+TILE(q4_1, CALL32_q4_1)
+TILE(q8_0, CALL32_q8_0)
+TILE(q4_K, CALL_q4_K)
+TILE(q6_K, CALL_q6_K)
+
+qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return tile_q4_0;
+    case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q6_K: return tile_q6_K;
+    default: return NULL;
+    }
+}
+
+#else
+
+qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+#endif
