@@ -9,8 +9,8 @@
 #include "ops/qmatmul.h"
 
 #include "core/status.h"
+#include "ops/simd.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,17 +59,22 @@ qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 
 /* ---- activations -------------------------------------------------------------- */
 
+/* Plain C the compiler vectorizes (no libm calls in the loops), cloned for
+ * AVX2; both clones round the same way (to nearest even), so they agree. */
+OPS_SIMD_CLONES
 void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
 {
     for (int64_t b = 0; b < cols / QMM_QK; b++) {
         const float *xb = x + b * QMM_QK;
         float amax = 0;
-        for (int j = 0; j < QMM_QK; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < QMM_QK; j++) {
+            float a = xb[j] < 0 ? -xb[j] : xb[j];
+            amax = amax > a ? amax : a;
+        }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
         int32_t sum = 0;
         for (int j = 0; j < QMM_QK; j++) {
-            int32_t q = (int32_t)nearbyintf(xb[j] * id);
+            int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
             out[b].qs[j] = (int8_t)q;
             sum += q;
         }

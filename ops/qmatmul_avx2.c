@@ -62,6 +62,29 @@ AVX2 INLINE __m256i load32(const void *p)
 
 enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
 
+/* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
+ * the token side of every per-block scale is then one vector op per row. */
+#define TOKEN_VEC(f, xb0, ldx, nt)                                                            \
+    _mm_set_ps(nt > 3 ? (xb0)[3 * (ldx)].f : 0.0f, nt > 2 ? (xb0)[2 * (ldx)].f : 0.0f,         \
+               nt > 1 ? (xb0)[(ldx)].f : 0.0f, (xb0)[0].f)
+
+/* Lane t of v, in every lane. */
+AVX2 INLINE __m256 lane(__m128 v, int t)
+{
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(t));
+}
+
+AVX2 INLINE void store_tile(__m256 acc[QMM_MR][QMM_NT], __m128 add[QMM_MR], const int mr,
+                            const int nt, float *y, int64_t ldy)
+{
+    UNROLL for (int r = 0; r < mr; r++) {
+        float a[4];
+        _mm_storeu_ps(a, add[r]);
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]) + a[t];
+    }
+}
+
 AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
                         float *y, int64_t ldy)
@@ -70,40 +93,39 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
                     : kind == K_Q4_1 ? sizeof(struct block_q4_1)
                                      : sizeof(struct block_q8_0);
     __m256 acc[QMM_MR][QMM_NT];
-    float add[QMM_MR][QMM_NT];
-    UNROLL for (int r = 0; r < mr; r++)
-        UNROLL for (int t = 0; t < nt; t++) {
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
             acc[r][t] = _mm256_setzero_ps();
-            add[r][t] = 0;
-        }
+    }
     for (int64_t b = 0; b < n_blk; b++) {
+        const struct qmm_q8 *xb = x + b;
+        __m128 dx = TOKEN_VEC(d, xb, ldx, nt);
+        __m128 sx = kind == K_Q8_0 ? _mm_setzero_ps() : TOKEN_VEC(s, xb, ldx, nt);
         UNROLL for (int r = 0; r < mr; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
-            float d = f16_at(blk), m = 0;
+            float d = f16_at(blk);
             __m256i q, qa = _mm256_setzero_si256();
             if (kind == K_Q8_0) {
                 q = load32(blk + 2);
                 qa = _mm256_sign_epi8(q, q);
             } else if (kind == K_Q4_1) {
                 q = nib32(blk + 4);
-                m = f16_at(blk + 2);
+                add[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(blk + 2)), sx, add[r]);
             } else {
                 q = nib32(blk + 2);
-                m = -8.0f * d;
+                add[r] = _mm_fmadd_ps(_mm_set1_ps(-8.0f * d), sx, add[r]);
             }
+            __m128 dd = _mm_mul_ps(_mm_set1_ps(d), dx);
             UNROLL for (int t = 0; t < nt; t++) {
-                const struct qmm_q8 *xb = x + t * ldx + b;
-                __m256i xv = load32(xb->qs);
+                __m256i xv = load32(xb[t * ldx].qs);
                 __m256 p = kind == K_Q8_0 ? dot_us(qa, _mm256_sign_epi8(xv, q)) : dot_us(q, xv);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), p, acc[r][t]);
-                if (kind != K_Q8_0)
-                    add[r][t] += m * xb->s;
+                acc[r][t] = _mm256_fmadd_ps(lane(dd, t), p, acc[r][t]);
             }
         }
     }
-    UNROLL for (int r = 0; r < mr; r++)
-        UNROLL for (int t = 0; t < nt; t++)
-            y[t * ldy + r] = hsum(acc[r][t]) + add[r][t];
+    store_tile(acc, add, mr, nt, y, ldy);
 }
 
 /* ---- Q4_K: 8 sub-blocks of 32 per super-block --------------------------------- */
@@ -123,12 +145,12 @@ AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                          float *y, int64_t ldy)
 {
     __m256 acc[QMM_MR][QMM_NT];
-    float add[QMM_MR][QMM_NT];
-    UNROLL for (int r = 0; r < mr; r++)
-        UNROLL for (int t = 0; t < nt; t++) {
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
             acc[r][t] = _mm256_setzero_ps();
-            add[r][t] = 0;
-        }
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t sb = 0; sb < n_blk / 8; sb++) {
         UNROLL for (int r = 0; r < mr; r++) {
@@ -139,25 +161,23 @@ AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
             k4_scales(blk->scales, sc, mn);
             for (int i = 0; i < 4; i++) {
                 __m256i bytes = load32(blk->qs + 32 * i);
-                __m256i lo = _mm256_and_si256(bytes, m4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
-                float d0 = d * (float)sc[2 * i], d1 = d * (float)sc[2 * i + 1];
-                float m0 = dmin * (float)mn[2 * i], m1 = dmin * (float)mn[2 * i + 1];
-                UNROLL for (int t = 0; t < nt; t++) {
-                    const struct qmm_q8 *xb = x + t * ldx + sb * 8 + 2 * i;
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xb[0].d),
-                                                dot_us(lo, load32(xb[0].qs)), acc[r][t]);
-                    add[r][t] -= m0 * xb[0].s;
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xb[1].d),
-                                                dot_us(hi, load32(xb[1].qs)), acc[r][t]);
-                    add[r][t] -= m1 * xb[1].s;
+                __m256i h[2] = {_mm256_and_si256(bytes, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4)};
+                for (int k = 0; k < 2; k++) {
+                    int j = 2 * i + k;
+                    const struct qmm_q8 *xb = x + sb * 8 + j;
+                    __m128 dd = _mm_mul_ps(_mm_set1_ps(d * (float)sc[j]), TOKEN_VEC(d, xb, ldx, nt));
+                    add[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * (float)mn[j]),
+                                          TOKEN_VEC(s, xb, ldx, nt), add[r]);
+                    UNROLL for (int t = 0; t < nt; t++)
+                        acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
+                                                    dot_us(h[k], load32(xb[t * ldx].qs)),
+                                                    acc[r][t]);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < mr; r++)
-        UNROLL for (int t = 0; t < nt; t++)
-            y[t * ldy + r] = hsum(acc[r][t]) + add[r][t];
+    store_tile(acc, add, mr, nt, y, ldy);
 }
 
 /* ---- Q6_K: 16 sub-blocks of 16 per super-block -------------------------------- */
