@@ -158,7 +158,7 @@ static void mm_task(void *arg, int64_t r0, int64_t r1, int thread)
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y)
 {
-    if (ops_qmatmul_handles(ctx, w)) { /* the int8 path, unless exact is asked for */
+    if (ops_qmatmul_handles(ctx, w, n_tokens)) { /* the int8 path, unless exact is asked for */
         ops_qmatmul(ctx, w, x, n_tokens, y);
         return;
     }

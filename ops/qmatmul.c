@@ -122,9 +122,10 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     }
 }
 
-bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w)
+bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w,
+                         int64_t n_tokens)
 {
-    if (ops_ctx_exact(ctx) || w->cols % QMM_QK != 0)
+    if (ops_ctx_exact(ctx) || w->cols % QMM_QK != 0 || n_tokens > ops_ctx_max_batch(ctx))
         return false;
     if ((w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) && w->cols % QK_K != 0)
         return false;
@@ -134,7 +135,7 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
 void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                  int64_t n_tokens, float *y)
 {
-    IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx) || n_tokens == 1);
+    IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx));
     struct qmm_job job = {w, x, ops_ctx_qbuf(ctx), n_tokens, y,
                           ops_qmm_tile(w->type, ops_qmm_best_isa())};
     struct ops_pool *pool = ops_ctx_pool(ctx);

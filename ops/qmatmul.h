@@ -58,8 +58,11 @@ const char *ops_qmm_isa_name(enum qmm_isa isa);
  * d = max|x| / 127, qs = round-to-nearest-even(x / d). */
 void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
 
-/* True when ops_matmul should take the int8 path for w on this context. */
-bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w);
+/* True when ops_matmul should take the int8 path for w on this context: not
+ * exact, a kernel for the type, and at most max_batch tokens (the size of
+ * the context's quantized-activation buffer). */
+bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w,
+                         int64_t n_tokens);
 
 /* y = x W^T like ops_matmul, through int8 activations. */
 void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
