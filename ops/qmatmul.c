@@ -4,7 +4,8 @@
  * QMM_MR at a time against token blocks of QMM_TOKEN_BLOCK, in register
  * tiles of QMM_MR x QMM_NT (prefill), or streams its rows once against the
  * single token (decode). The kernels are in ops/qmatmul_scalar.c and
- * ops/qmatmul_avx2.c; the ISA is picked once per process from the CPU.
+ * ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; the ISA is picked once per
+ * process from the CPU.
  * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
 #include "ops/qmatmul.h"
 
@@ -38,6 +39,10 @@ static void detect_isa(void)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         ops_qmm_tile_avx2(QUANT_Q4_0) != NULL)
         best_isa = QMM_AVX2; /* every AVX2 CPU has F16C */
+    if (best_isa == QMM_AVX2 && !(env && strcmp(env, "avx2") == 0) &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni") && ops_qmm_tile_vnni(QUANT_Q4_0) != NULL)
+        best_isa = QMM_VNNI;
 #endif
 }
 
@@ -49,12 +54,16 @@ enum qmm_isa ops_qmm_best_isa(void)
 
 const char *ops_qmm_isa_name(enum qmm_isa isa)
 {
-    return isa == QMM_AVX2 ? "avx2" : "scalar";
+    return isa == QMM_VNNI ? "avx512vnni" : isa == QMM_AVX2 ? "avx2" : "scalar";
 }
 
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
-    return isa == QMM_AVX2 ? ops_qmm_tile_avx2(type) : ops_qmm_tile_scalar(type);
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_tile_vnni(type);
+    case QMM_AVX2: return ops_qmm_tile_avx2(type);
+    default: return ops_qmm_tile_scalar(type);
+    }
 }
 
 /* ---- activations -------------------------------------------------------------- */

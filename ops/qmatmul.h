@@ -3,7 +3,8 @@
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
  * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
- * an AVX2 set picked at run time (ops/qmatmul_avx2.c).
+ * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
+ * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice).
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
@@ -42,15 +43,16 @@ typedef void (*qmm_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                             const struct qmm_q8 *x, int64_t ldx, int mr, int nt, float *y,
                             int64_t ldy);
 
-enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_N_ISA };
+enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
 
 /* The tile kernel for weights of `type` on `isa`, or NULL when the type has
  * no integer kernel there (or the ISA was not built in). */
 qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type);
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type);
+qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type);
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
 
-/* The best ISA this CPU runs (IGNITE_SIMD=scalar forces the scalar path). */
+/* The best ISA this CPU runs; IGNITE_SIMD=scalar or avx2 caps it. */
 enum qmm_isa ops_qmm_best_isa(void);
 const char *ops_qmm_isa_name(enum qmm_isa isa);
 

@@ -1,0 +1,268 @@
+/* ops/qmatmul_x86.h: the body of the x86 int8 tile kernels, included by
+ * ops/qmatmul_avx2.c (AVX2 + FMA + F16C) and ops/qmatmul_vnni.c (the same
+ * plus AVX512-VL/VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd, and 32 ymm
+ * registers). The includer defines QMM_X86_TARGET (a target attribute) and
+ * QMM_X86_VNNI (0 or 1); every function here is static to that file.
+ *
+ * One register tile is up to QMM_MR weight rows times QMM_NT tokens: a
+ * weight block is unpacked to 32 bytes once and multiplied with every token
+ * of the tile (u8 x s8 -> s32), and each token block is loaded once per row.
+ * Every (row, token) pair keeps its own f32 accumulator (one ymm), updated
+ * in the same order whatever the tile size. The token side of the per-block
+ * scales (d, and s for the formats with an offset) is gathered into one xmm
+ * per block, so each row's scales cost one vector multiply. */
+#ifndef IGNITE_OPS_QMATMUL_X86_H
+#define IGNITE_OPS_QMATMUL_X86_H
+
+#include <immintrin.h>
+
+#define AVX2 QMM_X86_TARGET
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+AVX2 INLINE float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* sum over groups of u8 x s8, as 8 f32 lanes */
+AVX2 INLINE __m256 dot_us(__m256i u, __m256i s)
+{
+#if QMM_X86_VNNI
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+#else
+    __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+AVX2 INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high. */
+AVX2 INLINE __m256i nib32(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+AVX2 INLINE __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* ---- 32-element block formats ----------------------------------------------- */
+
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
+
+/* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
+ * the token side of every per-block scale is then one vector op per row. */
+#define TOKEN_VEC(f, xb0, ldx, nt)                                                            \
+    _mm_set_ps(nt > 3 ? (xb0)[3 * (ldx)].f : 0.0f, nt > 2 ? (xb0)[2 * (ldx)].f : 0.0f,         \
+               nt > 1 ? (xb0)[(ldx)].f : 0.0f, (xb0)[0].f)
+
+/* Lane t of v, in every lane. */
+AVX2 INLINE __m256 lane(__m128 v, int t)
+{
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(t));
+}
+
+AVX2 INLINE void store_tile(__m256 acc[QMM_MR][QMM_NT], __m128 add[QMM_MR], const int mr,
+                            const int nt, float *y, int64_t ldy)
+{
+    UNROLL for (int r = 0; r < mr; r++) {
+        float a[4];
+        _mm_storeu_ps(a, add[r]);
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]) + a[t];
+    }
+}
+
+AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                        float *y, int64_t ldy)
+{
+    const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
+                    : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                                     : sizeof(struct block_q8_0);
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct qmm_q8 *xb = x + b;
+        __m128 dx = TOKEN_VEC(d, xb, ldx, nt);
+        __m128 sx = kind == K_Q8_0 ? _mm_setzero_ps() : TOKEN_VEC(s, xb, ldx, nt);
+        UNROLL for (int r = 0; r < mr; r++) {
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
+            float d = f16_at(blk);
+            __m256i q, qa = _mm256_setzero_si256();
+            if (kind == K_Q8_0) {
+                q = load32(blk + 2);
+                qa = _mm256_sign_epi8(q, q);
+            } else if (kind == K_Q4_1) {
+                q = nib32(blk + 4);
+                add[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(blk + 2)), sx, add[r]);
+            } else {
+                q = nib32(blk + 2);
+                add[r] = _mm_fmadd_ps(_mm_set1_ps(-8.0f * d), sx, add[r]);
+            }
+            __m128 dd = _mm_mul_ps(_mm_set1_ps(d), dx);
+            UNROLL for (int t = 0; t < nt; t++) {
+                __m256i xv = load32(xb[t * ldx].qs);
+                __m256 p = kind == K_Q8_0 ? dot_us(qa, _mm256_sign_epi8(xv, q)) : dot_us(q, xv);
+                acc[r][t] = _mm256_fmadd_ps(lane(dd, t), p, acc[r][t]);
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q4_K: 8 sub-blocks of 32 per super-block --------------------------------- */
+
+static void k4_scales(const uint8_t *s, int sc[8], int mn[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q4_K *blk =
+                (const struct block_q4_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+            int sc[8], mn[8];
+            k4_scales(blk->scales, sc, mn);
+            for (int i = 0; i < 4; i++) {
+                __m256i bytes = load32(blk->qs + 32 * i);
+                __m256i h[2] = {_mm256_and_si256(bytes, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4)};
+                for (int k = 0; k < 2; k++) {
+                    int j = 2 * i + k;
+                    const struct qmm_q8 *xb = x + sb * 8 + j;
+                    __m128 dd = _mm_mul_ps(_mm_set1_ps(d * (float)sc[j]), TOKEN_VEC(d, xb, ldx, nt));
+                    add[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * (float)mn[j]),
+                                          TOKEN_VEC(s, xb, ldx, nt), add[r]);
+                    UNROLL for (int t = 0; t < nt; t++)
+                        acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
+                                                    dot_us(h[k], load32(xb[t * ldx].qs)),
+                                                    acc[r][t]);
+                }
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q6_K: 16 sub-blocks of 16 per super-block -------------------------------- */
+
+AVX2 INLINE void tile_k6(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i c32 = _mm256_set1_epi8(32);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q6_K *blk =
+                (const struct block_q6_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d);
+            for (int n = 0; n < 2; n++) {
+                __m256i q0 = load32(blk->ql + 64 * n), q1 = load32(blk->ql + 64 * n + 32);
+                __m256i h = load32(blk->qh + 32 * n);
+                __m256i u[4];
+                u[0] = _mm256_or_si256(_mm256_and_si256(q0, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+                u[1] = _mm256_or_si256(_mm256_and_si256(q1, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                       _mm256_and_si256(h, m30));
+                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+                for (int k = 0; k < 4; k++) {
+                    int j = 4 * n + k;
+                    __m256i scv = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]),
+                                                   _mm_set1_epi16(blk->scales[2 * j]));
+                    UNROLL for (int t = 0; t < nt; t++) {
+                        const struct qmm_q8 *xb = x + t * ldx + sb * 8 + j;
+                        __m256i xv = load32(xb->qs);
+                        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u[k], xv),
+                                                     _mm256_maddubs_epi16(c32, xv));
+                        __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv));
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), s, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+/* ---- instantiation: every (mr, nt) a constant ------------------------------------ */
+
+#define DISPATCH(call)                                                                       \
+    switch ((mr - 1) * QMM_NT + (nt - 1)) {                                                  \
+    case 0: call(1, 1); break;                                                               \
+    case 1: call(1, 2); break;                                                               \
+    case 2: call(1, 3); break;                                                               \
+    case 3: call(1, 4); break;                                                               \
+    case 4: call(2, 1); break;                                                               \
+    case 5: call(2, 2); break;                                                               \
+    case 6: call(2, 3); break;                                                               \
+    default: call(2, 4); break;                                                              \
+    }
+_Static_assert(QMM_MR == 2 && QMM_NT == 4, "DISPATCH instantiates 2 x 4 tiles");
+
+#define CALL32_q4_0(a, b) tile32(K_Q4_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL32_q4_1(a, b) tile32(K_Q4_1, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL32_q8_0(a, b) tile32(K_Q8_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL_q4_K(a, b) tile_k4(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL_q6_K(a, b) tile_k6(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+
+#define TILE(name, call)                                                                     \
+    AVX2 static void tile_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,          \
+                                 const struct qmm_q8 *x, int64_t ldx, int mr, int nt,       \
+                                 float *y, int64_t ldy)                                     \
+    {                                                                                       \
+        DISPATCH(call)                                                                       \
+    }
+TILE(q4_0, CALL32_q4_0)
+TILE(q4_1, CALL32_q4_1)
+TILE(q8_0, CALL32_q8_0)
+TILE(q4_K, CALL_q4_K)
+TILE(q6_K, CALL_q6_K)
+
+#endif
