@@ -31,7 +31,7 @@ struct qmm_q8 {
 };
 
 /* Rows and tokens of the largest register tile. */
-#define QMM_MR 2
+#define QMM_MR 4
 #define QMM_NT 4
 
 /* y[t * ldy + r] = dot(weight row r, activation t) for r < mr <= QMM_MR,

@@ -18,7 +18,7 @@
 
 #define AVX2 QMM_X86_TARGET
 #define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL _Pragma("GCC unroll 16")
 
 AVX2 INLINE float f16_at(const uint8_t *p)
 {
@@ -242,9 +242,17 @@ AVX2 INLINE void tile_k6(const uint8_t *w, size_t row_bytes, int64_t n_blk,
     case 4: call(2, 1); break;                                                               \
     case 5: call(2, 2); break;                                                               \
     case 6: call(2, 3); break;                                                               \
-    default: call(2, 4); break;                                                              \
+    case 7: call(2, 4); break;                                                               \
+    case 8: call(3, 1); break;                                                               \
+    case 9: call(3, 2); break;                                                               \
+    case 10: call(3, 3); break;                                                               \
+    case 11: call(3, 4); break;                                                               \
+    case 12: call(4, 1); break;                                                               \
+    case 13: call(4, 2); break;                                                               \
+    case 14: call(4, 3); break;                                                               \
+    default: call(4, 4); break;                                                               \
     }
-_Static_assert(QMM_MR == 2 && QMM_NT == 4, "DISPATCH instantiates 2 x 4 tiles");
+_Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH instantiates 4 x 4 tiles");
 
 #define CALL32_q4_0(a, b) tile32(K_Q4_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
 #define CALL32_q4_1(a, b) tile32(K_Q4_1, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
