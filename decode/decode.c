@@ -123,9 +123,9 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
     struct ops_buffers *b = ops_ctx_buffers(ctx);
 
     ops_rmsnorm(b->x, &L->attn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &L->wq, b->xn, 1, b->q); /* [n_head * head_dim] */
-    ops_matmul(ctx, &L->wk, b->xn, 1, b->k); /* [n_head_kv * head_dim] */
-    ops_matmul(ctx, &L->wv, b->xn, 1, b->v);
+    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[3] = {b->q, b->k, b->v}; /* [1, n_head (or n_head_kv) * head_dim] */
+    ops_matmul_multi(ctx, 3, qkv_w, b->xn, 1, qkv_y);
     if (hp->has_qkv_bias) {
         ops_add_bias(b->q, &L->bq, 1, hp->n_head * hp->head_dim);
         ops_add_bias(b->k, &L->bk, 1, hp->n_head_kv * hp->head_dim);
@@ -146,8 +146,9 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
     ops_add(b->x, b->proj, hp->n_embd);
 
     ops_rmsnorm(b->x, &L->ffn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &L->w_gate, b->xn, 1, b->gate); /* [n_ff] */
-    ops_matmul(ctx, &L->w_up, b->xn, 1, b->up);
+    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
+    float *ff_y[2] = {b->gate, b->up}; /* [1, n_ff] */
+    ops_matmul_multi(ctx, 2, ff_w, b->xn, 1, ff_y);
     ops_swiglu(b->gate, b->up, hp->n_ff);
     ops_matmul(ctx, &L->w_down, b->gate, 1, b->proj); /* [n_embd] */
     ops_add(b->x, b->proj, hp->n_embd);

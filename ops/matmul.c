@@ -140,31 +140,55 @@ void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const
 
 /* ---- the parallel driver ---------------------------------------------------- */
 
+/* Several weights applied to the same input in one pool job: their output
+ * rows are numbered one after the other, and a chunk that crosses from one
+ * weight into the next is split there. */
 struct mm_job {
     struct ops_ctx *ctx;
-    const struct model_weight *w;
-    const float *x; /* [n_tokens, cols] */
+    int n;                             /* weights */
+    const struct model_weight *const *w;
+    float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
+    const float *x;                    /* [n_tokens, cols], shared */
     int64_t n_tokens;
-    float *y;       /* [n_tokens, rows] */
 };
 
 static void mm_task(void *arg, int64_t r0, int64_t r1, int thread)
 {
     const struct mm_job *job = arg;
-    ops_matmul_rows(job->w, r0, r1, job->x, job->n_tokens, job->y,
-                    ops_ctx_scratch(job->ctx, thread));
+    int64_t base = 0; /* first global row of weight i */
+    for (int i = 0; i < job->n && r0 < r1; i++) {
+        int64_t rows = job->w[i]->rows;
+        if (r0 < base + rows) {
+            int64_t end = r1 < base + rows ? r1 : base + rows;
+            ops_matmul_rows(job->w[i], r0 - base, end - base, job->x, job->n_tokens, job->y[i],
+                            ops_ctx_scratch(job->ctx, thread));
+            r0 = end;
+        }
+        base += rows;
+    }
+}
+
+void ops_matmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                      const float *x, int64_t n_tokens, float *const *y)
+{
+    if (ops_qmatmul_handles_all(ctx, n, w, n_tokens)) { /* int8 path unless exact */
+        ops_qmatmul_multi(ctx, n, w, x, n_tokens, y);
+        return;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        IG_ASSERT(w[i]->cols == w[0]->cols);
+        IG_ASSERT(ops_ctx_scratch_floats(ctx) >= OPS_MATMUL_ROW_BUFS * w[i]->cols);
+        total += w[i]->rows;
+    }
+    struct mm_job job = {ctx, n, w, y, x, n_tokens};
+    int64_t chunks = (int64_t)ops_ctx_threads(ctx) * MM_CHUNKS_PER_THREAD;
+    int64_t grain = (total + chunks - 1) / chunks;
+    ops_pool_run(ops_ctx_pool(ctx), total, grain, mm_task, &job);
 }
 
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y)
 {
-    if (ops_qmatmul_handles(ctx, w, n_tokens)) { /* the int8 path, unless exact is asked for */
-        ops_qmatmul(ctx, w, x, n_tokens, y);
-        return;
-    }
-    IG_ASSERT(ops_ctx_scratch_floats(ctx) >= OPS_MATMUL_ROW_BUFS * w->cols);
-    struct mm_job job = {ctx, w, x, n_tokens, y};
-    int64_t chunks = (int64_t)ops_ctx_threads(ctx) * MM_CHUNKS_PER_THREAD;
-    int64_t grain = (w->rows + chunks - 1) / chunks;
-    ops_pool_run(ops_ctx_pool(ctx), w->rows, grain, mm_task, &job);
+    ops_matmul_multi(ctx, 1, &w, x, n_tokens, &y);
 }

@@ -87,6 +87,12 @@ int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
 void ops_matmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                 int64_t n_tokens, float *y);
 
+/* ops_matmul of n weights with the same cols and the same input x, as one
+ * job on the pool (fewer synchronizations: Q/K/V, gate/up): y[i] is
+ * [n_tokens, w[i]->rows]. */
+void ops_matmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                      const float *x, int64_t n_tokens, float *const *y);
+
 /* Output rows [r0, r1) of ops_matmul on the calling thread only, with
  * scratch `row_buf` of at least OPS_MATMUL_ROW_BUFS * w->cols floats (tests,
  * and callers that split work themselves). */

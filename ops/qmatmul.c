@@ -94,29 +94,43 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
 
 /* ---- the driver ------------------------------------------------------------------ */
 
+/* Up to this many weights share one job (Q, K, V). */
+#define QMM_MAX_WEIGHTS 4
+
+/* n weights with the same cols applied to one quantized input; their rows
+ * are numbered one after the other, each weight's padded to a multiple of
+ * QMM_MR so that every chunk starts on a tile boundary. */
 struct qmm_job {
-    const struct model_weight *w;
-    const float *x;          /* [n_tokens, cols] */
-    struct qmm_q8 *xq;       /* [n_tokens, cols / QMM_QK] */
+    int n;
+    const struct model_weight *const *w;
+    float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
+    qmm_tile_fn tile[QMM_MAX_WEIGHTS];
+    int64_t cols;
+    const float *x;                    /* [n_tokens, cols] */
+    struct qmm_q8 *xq;                 /* [n_tokens, cols / QMM_QK] */
     int64_t n_tokens;
-    float *y;                /* [n_tokens, rows] */
-    qmm_tile_fn tile;
 };
+
+static int64_t padded_rows(const struct model_weight *w)
+{
+    return (w->rows + QMM_MR - 1) / QMM_MR * QMM_MR;
+}
 
 static void quant_task(void *arg, int64_t t0, int64_t t1, int thread)
 {
     const struct qmm_job *job = arg;
-    int64_t cols = job->w->cols, nb = cols / QMM_QK;
+    int64_t cols = job->cols, nb = cols / QMM_QK;
     for (int64_t t = t0; t < t1; t++)
         ops_qmm_quantize(job->x + t * cols, cols, job->xq + t * nb);
 }
 
-static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
+/* Rows [r0, r1) of weight i, r0 a multiple of QMM_MR. */
+static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1)
 {
-    const struct qmm_job *job = arg;
-    const struct model_weight *w = job->w;
-    int64_t nb = w->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
+    const struct model_weight *w = job->w[i];
+    int64_t nb = job->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
     const uint8_t *data = w->data;
+    float *y = job->y[i];
     for (int64_t t0 = 0; t0 < n; t0 += QMM_TOKEN_BLOCK) {
         int64_t t1 = t0 + QMM_TOKEN_BLOCK < n ? t0 + QMM_TOKEN_BLOCK : n;
         for (int64_t r = r0; r < r1; r += QMM_MR) {
@@ -124,10 +138,29 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
             const uint8_t *wr = data + (size_t)r * w->row_bytes;
             for (int64_t t = t0; t < t1; t += QMM_NT) {
                 int nt = t1 - t < QMM_NT ? (int)(t1 - t) : QMM_NT;
-                job->tile(wr, w->row_bytes, nb, job->xq + t * nb, nb, mr, nt,
-                          job->y + t * rows + r, rows);
+                job->tile[i](wr, w->row_bytes, nb, job->xq + t * nb, nb, mr, nt,
+                             y + t * rows + r, rows);
             }
         }
+    }
+}
+
+static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
+{
+    const struct qmm_job *job = arg;
+    int64_t base = 0;
+    for (int i = 0; i < job->n && r0 < r1; i++) {
+        int64_t pr = padded_rows(job->w[i]);
+        if (r0 < base + pr) {
+            int64_t end = r1 < base + pr ? r1 : base + pr;
+            int64_t a = r0 - base, b = end - base;
+            if (b > job->w[i]->rows)
+                b = job->w[i]->rows;
+            if (a < b)
+                weight_rows(job, i, a, b);
+            r0 = end;
+        }
+        base += pr;
     }
 }
 
@@ -141,12 +174,27 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
     return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;
 }
 
-void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
-                 int64_t n_tokens, float *y)
+bool ops_qmatmul_handles_all(const struct ops_ctx *ctx, int n,
+                             const struct model_weight *const *w, int64_t n_tokens)
 {
-    IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {w, x, ops_ctx_qbuf(ctx), n_tokens, y,
-                          ops_qmm_tile(w->type, ops_qmm_best_isa())};
+    if (n < 1 || n > QMM_MAX_WEIGHTS)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (w[i]->cols != w[0]->cols || !ops_qmatmul_handles(ctx, w[i], n_tokens))
+            return false;
+    return true;
+}
+
+void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                       const float *x, int64_t n_tokens, float *const *y)
+{
+    IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
+    struct qmm_job job = {n, w, y, {NULL}, w[0]->cols, x, ops_ctx_qbuf(ctx), n_tokens};
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
+        total += padded_rows(w[i]);
+    }
     struct ops_pool *pool = ops_ctx_pool(ctx);
     int threads = ops_ctx_threads(ctx);
     if (n_tokens < QMM_PAR_QUANT_TOKENS)
@@ -155,7 +203,13 @@ void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float 
         ops_pool_run(pool, n_tokens, (n_tokens + 2 * threads - 1) / (2 * threads), quant_task,
                      &job);
     int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;
-    int64_t grain = (w->rows + chunks - 1) / chunks;
+    int64_t grain = (total + chunks - 1) / chunks;
     grain = (grain + QMM_MR - 1) / QMM_MR * QMM_MR;
-    ops_pool_run(pool, w->rows, grain, rows_task, &job);
+    ops_pool_run(pool, total, grain, rows_task, &job);
+}
+
+void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
+                 int64_t n_tokens, float *y)
+{
+    ops_qmatmul_multi(ctx, 1, &w, x, n_tokens, &y);
 }

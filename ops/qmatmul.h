@@ -66,9 +66,18 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
 bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w,
                          int64_t n_tokens);
 
+/* ops_qmatmul_handles for each of n weights (and they share cols). */
+bool ops_qmatmul_handles_all(const struct ops_ctx *ctx, int n,
+                             const struct model_weight *const *w, int64_t n_tokens);
+
 /* y = x W^T like ops_matmul, through int8 activations. */
 void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
                  int64_t n_tokens, float *y);
+
+/* ops_matmul_multi through int8 activations: x is quantized once and the
+ * rows of all n weights are split over the pool in one job. */
+void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                       const float *x, int64_t n_tokens, float *const *y);
 
 /* ---- context support (ops/ctx.c) --------------------------------------- */
 

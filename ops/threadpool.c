@@ -7,6 +7,13 @@
  * Waiting spins briefly (a forward pass issues jobs back to back) and then
  * sleeps on a condition variable, so an idle pool costs no CPU. Nothing is
  * allocated per job. What the items are is the caller's business.
+ *
+ * A job is open while thread 0 works through it; a worker joins by counting
+ * itself `active` and then checking that the job is still open. Once thread 0
+ * has run out of items it closes the job and waits only for the workers that
+ * joined. A worker the OS has not scheduled yet (machines with more threads
+ * than cores: parallel ctest, shared CI) is thus never waited for; it finds
+ * the job closed, or joins whatever job is open when it does run.
  * Covered by every tests/cpu/ test (they all run on the pool). */
 #include "ops/ops.h"
 
@@ -26,12 +33,13 @@ struct ops_pool {
     pthread_t *workers; /* n_threads - 1 */
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new job (or stop) was posted */
-    pthread_cond_t done; /* the last worker finished the job */
+    pthread_cond_t done; /* the last active worker left the job */
     _Atomic uint64_t generation; /* bumped once per job */
-    _Atomic int pending;         /* workers still inside the current job */
+    _Atomic bool open;           /* the current job accepts workers */
+    _Atomic int active;          /* workers inside the current job */
     bool stop;
 
-    /* The current job; written by thread 0 before `generation` is bumped. */
+    /* The current job; written by thread 0 before `open` is set. */
     ops_task_fn fn;
     void *arg;
     int64_t n_items, grain;
@@ -85,9 +93,12 @@ static void *worker_main(void *varg)
         if (stop)
             return NULL;
 
-        run_items(p, wa.thread);
-
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+        /* Count in first, then look: thread 0 closes first, then counts
+         * (all seq_cst), so one of the two always sees the other. */
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->open))
+            run_items(p, wa.thread);
+        if (atomic_fetch_sub(&p->active, 1) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->mu);
@@ -169,26 +180,29 @@ void ops_pool_run(struct ops_pool *p, int64_t n_items, int64_t grain, ops_task_f
         fn(arg, 0, n_items, 0);
         return;
     }
+    /* No worker is active here: the previous job ended with active == 0 and a
+     * late joiner only reads the fields below after seeing open == true. */
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
     p->n_items = n_items;
     p->grain = grain;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_store(&p->open, true);
+    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 
     run_items(p, 0);
 
+    atomic_store(&p->open, false);
     for (int i = 0; i < POOL_SPIN; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
+        if (atomic_load(&p->active) == 0)
             return;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->pending) != 0)
+    while (atomic_load(&p->active) != 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

@@ -25,9 +25,9 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
 
     /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
     ops_rmsnorm(b->x, &L->attn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &L->wq, b->xn, n, b->q); /* [n, n_head * head_dim] */
-    ops_matmul(ctx, &L->wk, b->xn, n, b->k); /* [n, n_head_kv * head_dim] */
-    ops_matmul(ctx, &L->wv, b->xn, n, b->v);
+    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
+    ops_matmul_multi(ctx, 3, qkv_w, b->xn, n, qkv_y);
     if (hp->has_qkv_bias) {
         ops_add_bias(b->q, &L->bq, n, q_dim);
         ops_add_bias(b->k, &L->bk, n, kv_dim);
@@ -62,8 +62,9 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
 
     /* feed-forward: x += W_down (silu(xn W_gate^T) * (xn W_up^T)) */
     ops_rmsnorm(b->x, &L->ffn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &L->w_gate, b->xn, n, b->gate); /* [n, n_ff] */
-    ops_matmul(ctx, &L->w_up, b->xn, n, b->up);
+    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
+    float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
+    ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
     ops_swiglu(b->gate, b->up, n * hp->n_ff);
     ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
     ops_add(b->x, b->proj, n * hp->n_embd);

@@ -9,7 +9,8 @@
  *    the 1 x 1 tile bit for bit (a token's result must not depend on the
  *    tile it lands in: prefill and decode then agree);
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
- *    the same fp64 reference, and ops_ctx_set_exact switching it off.
+ *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
+ *    like ops_matmul, and ops_ctx_set_exact switching the path off.
  * Guard values catch writes outside the tile. */
 #include "core/half.h"
 #include "core/status.h"
@@ -115,7 +116,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
     double *fref = malloc((size_t)(MAX_T * ROWS) * sizeof *fref); /* float-x reference */
     double *fmag = malloc((size_t)(MAX_T * ROWS) * sizeof *fmag);
     float *y = malloc((size_t)(MAX_T * ROWS) * sizeof *y);
-    float *y1 = malloc((size_t)(MAX_T * ROWS) * sizeof *y1);
+    float *y1 = malloc((size_t)(2 * MAX_T * ROWS) * sizeof *y1);
     make_x(x, MAX_T * cols);
     for (int64_t t = 0; t < MAX_T; t++)
         ops_qmm_quantize(x + t * cols, cols, xq + t * nb);
@@ -206,6 +207,13 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
         }
         CHECKF(bad == 0, "%s ops_matmul fast, %lld tokens: %d outputs off", name, (long long)n,
                bad);
+        /* two weights in one job (37 rows each: chunks cross between them) */
+        const struct model_weight *ws[2] = {&w, &w};
+        float *ys[2] = {y1, y1 + n * ROWS};
+        ops_matmul_multi(ctx, 2, ws, x, n, ys);
+        CHECKF(memcmp(y1, y, (size_t)(n * ROWS) * sizeof *y) == 0 &&
+                   memcmp(y1 + n * ROWS, y, (size_t)(n * ROWS) * sizeof *y) == 0,
+               "%s ops_matmul_multi, %lld tokens: differs from ops_matmul", name, (long long)n);
         ops_ctx_set_exact(ctx, true);
         CHECK(!ops_qmatmul_handles(ctx, &w, n));
         ops_matmul(ctx, &w, x, n, y);
