@@ -19,6 +19,8 @@ struct ops_ctx {
     float *scratch;          /* [n_threads, scratch_floats] */
     int64_t scratch_floats;  /* per thread, a multiple of 16 (64 bytes) */
     struct qmm_q8 *qbuf;     /* [max_batch, widest row / QMM_QK] int8 activations */
+    struct qmm_pack8 *qpack; /* [n_threads, qpack_n] repacked weight rows */
+    int64_t qpack_n;
     bool exact;              /* every matmul on the exact f32 path */
 };
 
@@ -84,11 +86,15 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
     int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);
     ctx->qbuf = (struct qmm_q8 *)alloc_floats(qbytes / (int64_t)sizeof(float));
+    ctx->qpack_n = max_weight_cols(m) / QMM_QK + 1;
+    ctx->qpack = aligned_alloc(64, (size_t)(ctx->qpack_n * ops_pool_threads(ctx->pool)) *
+                                       sizeof(struct qmm_pack8));
     const char *mode = getenv("IGNITE_MATMUL");
     ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch || !ctx->qbuf) {
+        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch || !ctx->qbuf ||
+        !ctx->qpack) {
         ops_ctx_free(ctx);
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
@@ -101,6 +107,7 @@ void ops_ctx_free(struct ops_ctx *ctx)
 {
     if (!ctx)
         return;
+    free(ctx->qpack);
     free(ctx->qbuf);
     free(ctx->scratch);
     struct ops_buffers *b = &ctx->buf;
@@ -168,4 +175,10 @@ void ops_ctx_set_exact(struct ops_ctx *ctx, bool exact)
 bool ops_ctx_exact(const struct ops_ctx *ctx)
 {
     return ctx->exact;
+}
+
+struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread)
+{
+    IG_ASSERT(thread >= 0 && thread < ops_pool_threads(ctx->pool));
+    return ctx->qpack + (int64_t)thread * ctx->qpack_n;
 }

@@ -21,6 +21,9 @@
 #define QMM_TOKEN_BLOCK 64
 /* Row chunks per thread, for balance; a chunk is a multiple of QMM_MR rows. */
 #define QMM_CHUNKS_PER_THREAD 4
+/* Token blocks at least this long go through the 8-row GEMM (repacking 8
+ * rows costs about as much as 2 tokens' worth of tiles). */
+#define QMM_GEMM8_MIN_TOKENS 8
 /* Quantizing fewer tokens than this stays on the calling thread. */
 #define QMM_PAR_QUANT_TOKENS 8
 
@@ -55,6 +58,15 @@ enum qmm_isa ops_qmm_best_isa(void)
 const char *ops_qmm_isa_name(enum qmm_isa isa)
 {
     return isa == QMM_VNNI ? "avx512vnni" : isa == QMM_AVX2 ? "avx2" : "scalar";
+}
+
+qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemm8_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemm8_avx2(type);
+    default: return NULL;
+    }
 }
 
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
@@ -105,15 +117,21 @@ struct qmm_job {
     const struct model_weight *const *w;
     float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
     qmm_tile_fn tile[QMM_MAX_WEIGHTS];
+    qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
+    struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
     struct qmm_q8 *xq;                 /* [n_tokens, cols / QMM_QK] */
     int64_t n_tokens;
 };
 
+/* Rows are handed out in multiples of this: whole 8-row GEMM groups. */
+#define QMM_ROW_ALIGN 8
+_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0, "chunks hold whole tiles");
+
 static int64_t padded_rows(const struct model_weight *w)
 {
-    return (w->rows + QMM_MR - 1) / QMM_MR * QMM_MR;
+    return (w->rows + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
 }
 
 static void quant_task(void *arg, int64_t t0, int64_t t1, int thread)
@@ -125,7 +143,7 @@ static void quant_task(void *arg, int64_t t0, int64_t t1, int thread)
 }
 
 /* Rows [r0, r1) of weight i, r0 a multiple of QMM_MR. */
-static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1)
+static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1, int thread)
 {
     const struct model_weight *w = job->w[i];
     int64_t nb = job->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
@@ -133,7 +151,14 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
     float *y = job->y[i];
     for (int64_t t0 = 0; t0 < n; t0 += QMM_TOKEN_BLOCK) {
         int64_t t1 = t0 + QMM_TOKEN_BLOCK < n ? t0 + QMM_TOKEN_BLOCK : n;
-        for (int64_t r = r0; r < r1; r += QMM_MR) {
+        int64_t r = r0;
+        if (job->gemm8[i] && t1 - t0 >= QMM_GEMM8_MIN_TOKENS) {
+            struct qmm_pack8 *pack = ops_ctx_qpack(job->ctx, thread);
+            for (; r + 8 <= r1; r += 8)
+                job->gemm8[i](data + (size_t)r * w->row_bytes, w->row_bytes, nb,
+                              job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        for (; r < r1; r += QMM_MR) {
             int mr = r1 - r < QMM_MR ? (int)(r1 - r) : QMM_MR;
             const uint8_t *wr = data + (size_t)r * w->row_bytes;
             for (int64_t t = t0; t < t1; t += QMM_NT) {
@@ -157,7 +182,7 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
             if (b > job->w[i]->rows)
                 b = job->w[i]->rows;
             if (a < b)
-                weight_rows(job, i, a, b);
+                weight_rows(job, i, a, b, thread);
             r0 = end;
         }
         base += pr;
@@ -189,10 +214,12 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                        const float *x, int64_t n_tokens, float *const *y)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n, w, y, {NULL}, w[0]->cols, x, ops_ctx_qbuf(ctx), n_tokens};
+    struct qmm_job job = {n, w, y, {NULL}, {NULL}, ctx, w[0]->cols, x, ops_ctx_qbuf(ctx),
+                          n_tokens};
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
+        job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
         total += padded_rows(w[i]);
     }
     struct ops_pool *pool = ops_ctx_pool(ctx);
@@ -204,7 +231,7 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                      &job);
     int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;
     int64_t grain = (total + chunks - 1) / chunks;
-    grain = (grain + QMM_MR - 1) / QMM_MR * QMM_MR;
+    grain = (grain + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
     ops_pool_run(pool, total, grain, rows_task, &job);
 }
 

@@ -43,6 +43,19 @@ typedef void (*qmm_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                             const struct qmm_q8 *x, int64_t ldx, int mr, int nt, float *y,
                             int64_t ldy);
 
+/* 8 weight rows of one 32-element block, repacked for the prefill GEMM. */
+struct qmm_pack8 {
+    uint8_t q[8][32] __attribute__((aligned(32))); /* q[k] lane j: row j, quants 4k..4k+3 */
+    float d[8] __attribute__((aligned(32)));       /* w = d q + m, per row */
+    float m[8] __attribute__((aligned(32)));
+};
+
+/* y[t * ldy + j] = dot(weight row j, activation t) for j < 8 and any nt,
+ * through `pack` (n_blk entries of scratch). For many tokens. */
+typedef void (*qmm_gemm8_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                             int64_t ldy, struct qmm_pack8 *pack);
+
 enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
 
 /* The tile kernel for weights of `type` on `isa`, or NULL when the type has
@@ -51,6 +64,11 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type);
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type);
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type);
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
+
+/* The 8-row GEMM for `type` on `isa`, or NULL (then tiles do prefill too). */
+qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa);
 
 /* The best ISA this CPU runs; IGNITE_SIMD=scalar or avx2 caps it. */
 enum qmm_isa ops_qmm_best_isa(void);
@@ -84,6 +102,9 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
 /* The context's buffer for quantized activations: max_batch tokens of the
  * widest weight row. */
 struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx);
+
+/* Thread `thread`'s repacking scratch: widest row / QMM_QK entries. */
+struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread);
 
 /* The exact f32 path for every matmul of this context (true), or the fast
  * int8 path where a kernel exists (false, the default unless the environment

@@ -27,9 +27,20 @@ qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
     }
 }
 
+qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
+{
+    return gemm8_of(type);
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
 {
     (void)type;
     return NULL;

@@ -29,9 +29,20 @@ qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
     }
 }
 
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
+{
+    return gemm8_of(type);
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
 {
     (void)type;
     return NULL;

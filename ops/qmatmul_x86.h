@@ -231,6 +231,147 @@ AVX2 INLINE void tile_k6(const uint8_t *w, size_t row_bytes, int64_t n_blk,
             y[t * ldy + r] = hsum(acc[r][t]);
 }
 
+/* ---- prefill GEMM: 8 rows as the 8 lanes ------------------------------------- */
+
+/* For many tokens, 8 rows of a 32-element block format are first repacked
+ * (struct qmm_pack8: each row's block unpacked to u8 quants and transposed,
+ * so 32-bit lane j of w[k] holds row j's quants 4k..4k+3), then every token
+ * costs per block 8 u8 x s8 dot-accumulates whose lanes are already the 8
+ * rows' sums: no horizontal work and one scale FMA per 8 rows. Weights are
+ * w = d q + m with q unsigned: Q4_0 has m = -8 d, Q4_1 its m, Q8_0 stores
+ * q + 128 with m = -128 d (VNNI only: vpmaddubsw would saturate). */
+
+/* 8 rows x 32 dwords -> 8 columns, in place. */
+AVX2 INLINE void transpose8(__m256i r[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        r[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                       struct qmm_pack8 *p)
+{
+    const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
+                    : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                                     : sizeof(struct block_q8_0);
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256i r[8];
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *blk = w + (size_t)j * row_bytes + (size_t)b * bb;
+            float d = f16_at(blk);
+            p[b].d[j] = d;
+            if (kind == K_Q8_0) {
+                r[j] = _mm256_xor_si256(load32(blk + 2), _mm256_set1_epi8((char)0x80));
+                p[b].m[j] = -128.0f * d;
+            } else if (kind == K_Q4_1) {
+                r[j] = nib32(blk + 4);
+                p[b].m[j] = f16_at(blk + 2);
+            } else {
+                r[j] = nib32(blk + 2);
+                p[b].m[j] = -8.0f * d;
+            }
+        }
+        transpose8(r);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)p[b].q[k], r[k]);
+    }
+}
+
+/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows. */
+AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
+                              int64_t ldx, const int nt, float *y, int64_t ldy)
+{
+    __m256 acc[QMM_NT], add[QMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        add[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256 d = _mm256_load_ps(p[b].d), m = _mm256_load_ps(p[b].m);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const struct qmm_q8 *xb = x + t * ldx + b;
+            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
+#if QMM_X86_VNNI
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k += 2) {
+                s0 = _mm256_dpbusd_epi32(s0, _mm256_load_si256((const __m256i *)p[b].q[k]),
+                                         _mm256_set1_epi32(xq[k]));
+                s1 = _mm256_dpbusd_epi32(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
+                                         _mm256_set1_epi32(xq[k + 1]));
+            }
+            __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+#else
+            /* 4-bit quants only: 8 pair sums of <= 2 * 15 * 128 fit in int16 */
+            __m256i s = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++)
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
+                                            _mm256_load_si256((const __m256i *)p[b].q[k]),
+                                            _mm256_set1_epi32(xq[k])));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+#endif
+            acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
+            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+}
+
+AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                       const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                       struct qmm_pack8 *pack)
+{
+    pack8(kind, w, row_bytes, n_blk, pack);
+    int64_t t = 0;
+    for (; t + QMM_NT <= nt; t += QMM_NT)
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+    switch (nt - t) {
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    default: break;
+    }
+}
+_Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
+
+#define GEMM8(name, kind)                                                                    \
+    AVX2 static void gemm8_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,         \
+                                  const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, \
+                                  int64_t ldy, struct qmm_pack8 *pack)                       \
+    {                                                                                       \
+        gemm8(kind, w, row_bytes, n_blk, x, ldx, nt, y, ldy, pack);                          \
+    }
+GEMM8(q4_0, K_Q4_0)
+GEMM8(q4_1, K_Q4_1)
+#if QMM_X86_VNNI
+GEMM8(q8_0, K_Q8_0)
+#endif
+
+static qmm_gemm8_fn gemm8_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemm8_q4_0;
+    case QUANT_Q4_1: return gemm8_q4_1;
+#if QMM_X86_VNNI
+    case QUANT_Q8_0: return gemm8_q8_0;
+#endif
+    default: return NULL;
+    }
+}
+
 /* ---- instantiation: every (mr, nt) a constant ------------------------------------ */
 
 #define DISPATCH(call)                                                                       \

@@ -8,6 +8,8 @@
  *    for every tile shape (mr 1..2 x nt 1..4), and each tile shape against
  *    the 1 x 1 tile bit for bit (a token's result must not depend on the
  *    tile it lands in: prefill and decode then agree);
+ *  - the 8-row prefill GEMM (repacked rows) of each ISA against the same
+ *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
  *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
  *    like ops_matmul, and ops_ctx_set_exact switching the path off.
@@ -189,6 +191,44 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
                        ops_qmm_isa_name(isa), mr, nt, diff);
             }
     }
+
+    /* the 8-row prefill GEMM, for every token count mod 4 */
+    struct qmm_pack8 *pack = aligned_alloc(64, (size_t)nb * sizeof *pack);
+    for (int isa = 0; isa < QMM_N_ISA; isa++) {
+        qmm_gemm8_fn g = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
+        if (!g || (int)ops_qmm_best_isa() < isa)
+            continue;
+        static const int64_t nts[] = {1, 2, 3, 4, 8, 13};
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            int64_t n = nts[k];
+            int bad = 0;
+            for (int64_t r = 0; r + 8 <= ROWS; r += 8) {
+                float out[13 * 9];
+                for (int i = 0; i < 13 * 9; i++)
+                    out[i] = SENTINEL;
+                g((const uint8_t *)w.data + r * w.row_bytes, w.row_bytes, nb, xq, nb, n, out, 9,
+                  pack);
+                for (int64_t t = 0; t < 13; t++)
+                    for (int j = 0; j < 9; j++) {
+                        float v = out[t * 9 + j];
+                        if (t >= n || j == 8) {
+                            if (v != SENTINEL && bad++ < 3)
+                                fprintf(stderr, "%s gemm8 %s: wrote outside\n", name,
+                                        ops_qmm_isa_name(isa));
+                            continue;
+                        }
+                        int64_t q = t * ROWS + r + j;
+                        if (fabs(v - ref[q]) > 1e-5 * mag[q] + 1e-30 && bad++ < 3)
+                            fprintf(stderr, "%s gemm8 %s n=%lld row %lld tok %lld: %.9g vs %.9g\n",
+                                    name, ops_qmm_isa_name(isa), (long long)n,
+                                    (long long)(r + j), (long long)t, v, ref[q]);
+                    }
+            }
+            CHECKF(bad == 0, "%s gemm8 %s, %lld tokens: %d outputs off", name,
+                   ops_qmm_isa_name(isa), (long long)n, bad);
+        }
+    }
+    free(pack);
 
     /* through ops_matmul: the fast path, then exact */
     static const int64_t token_counts[] = {1, 2, 3, 5, 64, 65, 130};
