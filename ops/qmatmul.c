@@ -1,11 +1,13 @@
 /* ops/qmatmul.c: the int8 matmul path: quantize the token block once
  * (struct qmm_q8, split by tokens over the pool when it is large), then
- * split the weight's output rows over the pool; each thread walks its rows
- * QMM_MR at a time against token blocks of QMM_TOKEN_BLOCK, in register
- * tiles of QMM_MR x QMM_NT (prefill), or streams its rows once against the
- * single token (decode). The kernels are in ops/qmatmul_scalar.c and
- * ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; the ISA is picked once per
- * process from the CPU.
+ * split the output rows of one or more weights over the pool (one job, rows
+ * handed out in groups of 8). Each thread walks its rows against token
+ * blocks that fit in L2: with many tokens, 8 rows at a time through the
+ * repacking GEMM where the format has one; otherwise (decode, other formats,
+ * leftover rows) in register tiles of QMM_MR rows x QMM_NT tokens, which for
+ * one token stream every weight row once. The kernels are in
+ * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c and ops/qmatmul_vnni.c (bodies in
+ * ops/qmatmul_x86.h); the ISA is picked once per process from the CPU.
  * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
 #include "ops/qmatmul.h"
 
@@ -16,9 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokens per pass over a thread's rows: 64 quantized tokens of n_ff 1536
- * are 120 KiB and stay in L2 while the rows stream past. */
-#define QMM_TOKEN_BLOCK 64
+/* Tokens per pass over a thread's rows: as many quantized tokens as fit in
+ * QMM_X_BLOCK_BYTES (they stay in L2 while the rows stream past; each 8-row
+ * repack is used for all of them), within [16, 256]. */
+#define QMM_X_BLOCK_BYTES (256 << 10)
 /* Row chunks per thread, for balance; a chunk is a multiple of QMM_MR rows. */
 #define QMM_CHUNKS_PER_THREAD 4
 /* Token blocks at least this long go through the 8-row GEMM (repacking 8
@@ -149,8 +152,10 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
     int64_t nb = job->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
     const uint8_t *data = w->data;
     float *y = job->y[i];
-    for (int64_t t0 = 0; t0 < n; t0 += QMM_TOKEN_BLOCK) {
-        int64_t t1 = t0 + QMM_TOKEN_BLOCK < n ? t0 + QMM_TOKEN_BLOCK : n;
+    int64_t tb = QMM_X_BLOCK_BYTES / (nb * (int64_t)sizeof(struct qmm_q8));
+    tb = tb < 16 ? 16 : tb > 256 ? 256 : tb & ~(int64_t)3;
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        int64_t t1 = t0 + tb < n ? t0 + tb : n;
         int64_t r = r0;
         if (job->gemm8[i] && t1 - t0 >= QMM_GEMM8_MIN_TOKENS) {
             struct qmm_pack8 *pack = ops_ctx_qpack(job->ctx, thread);
