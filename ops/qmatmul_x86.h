@@ -106,19 +106,23 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
         __m128 sx = kind == K_Q8_0 ? _mm_setzero_ps() : TOKEN_VEC(s, xb, ldx, nt);
         UNROLL for (int r = 0; r < mr; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
-            float d = f16_at(blk);
+            /* the f16 scales, converted together: lane 0 d, lane 1 m (Q4_1) */
+            int32_t dm32;
+            memcpy(&dm32, blk, sizeof dm32);
+            __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm32));
+            __m128 dv = _mm_broadcastss_ps(dm);
             __m256i q, qa = _mm256_setzero_si256();
             if (kind == K_Q8_0) {
                 q = load32(blk + 2);
                 qa = _mm256_sign_epi8(q, q);
             } else if (kind == K_Q4_1) {
                 q = nib32(blk + 4);
-                add[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(blk + 2)), sx, add[r]);
+                add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
             } else {
                 q = nib32(blk + 2);
-                add[r] = _mm_fmadd_ps(_mm_set1_ps(-8.0f * d), sx, add[r]);
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-8.0f), dv), sx, add[r]);
             }
-            __m128 dd = _mm_mul_ps(_mm_set1_ps(d), dx);
+            __m128 dd = _mm_mul_ps(dv, dx);
             UNROLL for (int t = 0; t < nt; t++) {
                 __m256i xv = load32(xb[t * ldx].qs);
                 __m256 p = kind == K_Q8_0 ? dot_us(qa, _mm256_sign_epi8(xv, q)) : dot_us(q, xv);
