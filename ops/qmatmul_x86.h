@@ -376,41 +376,42 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     }
 }
 
-/* ---- instantiation: every (mr, nt) a constant ------------------------------------ */
+/* ---- instantiation: (mr, nt) constants ------------------------------------------ */
 
-#define DISPATCH(call)                                                                       \
-    switch ((mr - 1) * QMM_NT + (nt - 1)) {                                                  \
-    case 0: call(1, 1); break;                                                               \
-    case 1: call(1, 2); break;                                                               \
-    case 2: call(1, 3); break;                                                               \
-    case 3: call(1, 4); break;                                                               \
-    case 4: call(2, 1); break;                                                               \
-    case 5: call(2, 2); break;                                                               \
-    case 6: call(2, 3); break;                                                               \
-    case 7: call(2, 4); break;                                                               \
-    case 8: call(3, 1); break;                                                               \
-    case 9: call(3, 2); break;                                                               \
-    case 10: call(3, 3); break;                                                               \
-    case 11: call(3, 4); break;                                                               \
-    case 12: call(4, 1); break;                                                               \
-    case 13: call(4, 2); break;                                                               \
-    case 14: call(4, 3); break;                                                               \
-    default: call(4, 4); break;                                                               \
+/* Tiles of QMM_MR or 1 rows times 1..QMM_NT tokens are instantiated (8
+ * bodies per format: compile time matters in sanitizer builds); 2 or 3 rows
+ * (the end of a weight) run as single rows, in the same order per output. */
+#define DISPATCH_NT(call, MR)                                                                \
+    switch (nt) {                                                                           \
+    case 1: call(MR, 1); break;                                                             \
+    case 2: call(MR, 2); break;                                                             \
+    case 3: call(MR, 3); break;                                                             \
+    default: call(MR, 4); break;                                                            \
     }
-_Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH instantiates 4 x 4 tiles");
+_Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 tiles");
 
-#define CALL32_q4_0(a, b) tile32(K_Q4_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
-#define CALL32_q4_1(a, b) tile32(K_Q4_1, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
-#define CALL32_q8_0(a, b) tile32(K_Q8_0, w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
-#define CALL_q4_K(a, b) tile_k4(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
-#define CALL_q6_K(a, b) tile_k6(w, row_bytes, n_blk, x, ldx, a, b, y, ldy)
+#define CALL32_q4_0(a, b) tile32(K_Q4_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q4_1(a, b) tile32(K_Q4_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q8_0(a, b) tile32(K_Q8_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q4_K(a, b) tile_k4(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q6_K(a, b) tile_k6(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 
 #define TILE(name, call)                                                                     \
     AVX2 static void tile_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,          \
                                  const struct qmm_q8 *x, int64_t ldx, int mr, int nt,       \
                                  float *y, int64_t ldy)                                     \
     {                                                                                       \
-        DISPATCH(call)                                                                       \
+        if (mr == QMM_MR) {                                                                 \
+            const uint8_t *wr = w;                                                          \
+            float *yr = y;                                                                  \
+            DISPATCH_NT(call, QMM_MR)                                                       \
+            return;                                                                         \
+        }                                                                                   \
+        for (int r = 0; r < mr; r++) {                                                      \
+            const uint8_t *wr = w + (size_t)r * row_bytes;                                  \
+            float *yr = y + r;                                                              \
+            DISPATCH_NT(call, 1)                                                            \
+        }                                                                                   \
     }
 TILE(q4_0, CALL32_q4_0)
 TILE(q4_1, CALL32_q4_1)
