@@ -72,7 +72,7 @@ llama = {key(r["model_filename"], r["n_prompt"], r["n_gen"], r["n_threads"]): r
 print(f"| model | test | t | llama.cpp t/s | ignite t/s | ratio |")
 print(f"| --- | --- | ---: | ---: | ---: | ---: |")
 for r in rows(sys.argv[2]):
-    k = key(r["model_path"], r["n_prompt"], r["n_gen"], r["n_threads"])
+    k = key(r["model_filename"], r["n_prompt"], r["n_gen"], r["n_threads"])
     test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
     l = llama.get(k)
     if l is None:

@@ -72,6 +72,17 @@ qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa)
     }
 }
 
+static bool is_float_type(enum quant_type type)
+{
+    return type == QUANT_F32 || type == QUANT_F16 || type == QUANT_BF16;
+}
+
+qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type)
+{
+    return is_float_type(type) && ops_qmm_best_isa() != QMM_SCALAR ? ops_qmm_fgemm8_avx2()
+                                                                    : NULL;
+}
+
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
@@ -121,6 +132,7 @@ struct qmm_job {
     float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
     qmm_tile_fn tile[QMM_MAX_WEIGHTS];
     qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
+    qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
     struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
@@ -152,6 +164,20 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
     int64_t nb = job->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
     const uint8_t *data = w->data;
     float *y = job->y[i];
+    if (job->fgemm8[i]) {
+        int64_t cols = job->cols;
+        int64_t ftb = QMM_X_BLOCK_BYTES / (cols * (int64_t)sizeof(float));
+        ftb = ftb < 16 ? 16 : ftb > 256 ? 256 : ftb & ~(int64_t)7;
+        float *pack = (float *)(void *)ops_ctx_qpack(job->ctx, thread);
+        for (int64_t t0 = 0; t0 < n; t0 += ftb) {
+            int64_t t1 = t0 + ftb < n ? t0 + ftb : n;
+            for (int64_t r = r0; r < r1; r += 8)
+                job->fgemm8[i](w->type, data + (size_t)r * w->row_bytes, w->row_bytes,
+                               r1 - r < 8 ? (int)(r1 - r) : 8, cols, job->x + t0 * cols, cols,
+                               t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        return;
+    }
     int64_t tb = QMM_X_BLOCK_BYTES / (nb * (int64_t)sizeof(struct qmm_q8));
     tb = tb < 16 ? 16 : tb > 256 ? 256 : tb & ~(int64_t)3;
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
@@ -199,6 +225,8 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
 {
     if (ops_ctx_exact(ctx) || w->cols % QMM_QK != 0 || n_tokens > ops_ctx_max_batch(ctx))
         return false;
+    if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
+        return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
     if ((w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) && w->cols % QK_K != 0)
         return false;
     return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;
@@ -219,19 +247,25 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                        const float *x, int64_t n_tokens, float *const *y)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n, w, y, {NULL}, {NULL}, ctx, w[0]->cols, x, ops_ctx_qbuf(ctx),
-                          n_tokens};
+    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
+                          ops_ctx_qbuf(ctx), n_tokens};
     int64_t total = 0;
+    bool quantize = false;
     for (int i = 0; i < n; i++) {
-        job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
-        job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+        job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
+        if (!job.fgemm8[i]) {
+            job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
+            job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+            quantize = true;
+        }
         total += padded_rows(w[i]);
     }
     struct ops_pool *pool = ops_ctx_pool(ctx);
     int threads = ops_ctx_threads(ctx);
-    if (n_tokens < QMM_PAR_QUANT_TOKENS)
+    /* (float weights read x as it is) */
+    if (quantize && n_tokens < QMM_PAR_QUANT_TOKENS)
         quant_task(&job, 0, n_tokens, 0);
-    else
+    else if (quantize)
         ops_pool_run(pool, n_tokens, (n_tokens + 2 * threads - 1) / (2 * threads), quant_task,
                      &job);
     int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;

@@ -56,6 +56,13 @@ typedef void (*qmm_gemm8_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                              const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
                              int64_t ldy, struct qmm_pack8 *pack);
 
+/* y[t * ldy + j] = dot(row j of w, x + t * ldx) for j < nr (<= 8), t < nt,
+ * for F32, F16 or BF16 rows of `cols` (a multiple of 8) f32 columns; `pack`
+ * holds 8 * cols floats (64-byte aligned). */
+typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                              int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
+                              int64_t ldy, float *pack);
+
 enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
 
 /* The tile kernel for weights of `type` on `isa`, or NULL when the type has
@@ -69,6 +76,10 @@ qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa);
+
+/* The float-weight GEMM (F32, F16, BF16) of the best ISA, or NULL. */
+qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
+qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);
 
 /* The best ISA this CPU runs; IGNITE_SIMD=scalar or avx2 caps it. */
 enum qmm_isa ops_qmm_best_isa(void);
@@ -103,7 +114,8 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
  * widest weight row. */
 struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx);
 
-/* Thread `thread`'s repacking scratch: widest row / QMM_QK entries. */
+/* Thread `thread`'s repacking scratch: 4 entries per 32 columns of the
+ * widest row (also 8 rows x the widest row of f32 for the float GEMM). */
 struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread);
 
 /* The exact f32 path for every matmul of this context (true), or the fast

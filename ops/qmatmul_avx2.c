@@ -32,6 +32,11 @@ qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
     return gemm8_of(type);
 }
 
+qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
+{
+    return fgemm8;
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
@@ -43,6 +48,11 @@ qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
 {
     (void)type;
+    return NULL;
+}
+
+qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
+{
     return NULL;
 }
 

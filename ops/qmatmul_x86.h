@@ -376,6 +376,87 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     }
 }
 
+/* ---- f32, f16, bf16 weights: 8 rows as lanes, f32 FMA ----------------------------- */
+
+/* With many tokens, 8 rows are converted to f32 and transposed once
+ * (p[c * 8 + j] = row j, column c), then each token costs one FMA per column
+ * for all 8 rows, FGEMM_NT tokens at a time (the accumulators fill the
+ * registers; each packed column is loaded once per FGEMM_NT tokens). Plain
+ * f32 sums: the fast path; the exact path (ops/matmul.c) flushes into f64. */
+#if !QMM_X86_VNNI /* built once, in the AVX2 file */
+#define FGEMM_NT 8
+
+AVX2 INLINE __m256 load8_as_f32(enum quant_type type, const uint8_t *row, int64_t c)
+{
+    if (type == QUANT_F32)
+        return _mm256_loadu_ps((const float *)(const void *)row + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * c));
+    if (type == QUANT_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
+/* Packs rows [0, nr) (nr <= 8; missing rows repeat the last) of cols columns. */
+AVX2 static void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                        int64_t cols, float *p)
+{
+    for (int64_t c = 0; c < cols; c += 8) {
+        __m256i r[8];
+        for (int j = 0; j < 8; j++)
+            r[j] = _mm256_castps_si256(
+                load8_as_f32(type, w + (size_t)(j < nr ? j : nr - 1) * row_bytes, c));
+        transpose8(r);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(void *)(p + (c + k) * 8), r[k]);
+    }
+}
+
+AVX2 INLINE void fgemm8_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
+                               const int nt, float *y, int64_t ldy)
+{
+    __m256 acc[FGEMM_NT];
+    UNROLL for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c++) {
+        __m256 wv = _mm256_load_ps(p + c * 8);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + t * ldx + c), acc[t]);
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* y[t * ldy + j] for j < nr (<= 8), t < nt: rows of w against f32 tokens x. */
+AVX2 static void fgemm8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                        int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
+                        int64_t ldy, float *pack)
+{
+    fpack8(type, w, row_bytes, nr, cols, pack);
+    float tmp[FGEMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += FGEMM_NT) {
+        int n = nt - t < FGEMM_NT ? (int)(nt - t) : FGEMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp;
+        int64_t ld = nr == 8 ? ldy : 8;
+        const float *xt = x + t * ldx;
+        switch (n) {
+        case 1: fgemm8_tokens(pack, cols, xt, ldx, 1, yt, ld); break;
+        case 2: fgemm8_tokens(pack, cols, xt, ldx, 2, yt, ld); break;
+        case 3: fgemm8_tokens(pack, cols, xt, ldx, 3, yt, ld); break;
+        case 4: fgemm8_tokens(pack, cols, xt, ldx, 4, yt, ld); break;
+        case 5: fgemm8_tokens(pack, cols, xt, ldx, 5, yt, ld); break;
+        case 6: fgemm8_tokens(pack, cols, xt, ldx, 6, yt, ld); break;
+        case 7: fgemm8_tokens(pack, cols, xt, ldx, 7, yt, ld); break;
+        default: fgemm8_tokens(pack, cols, xt, ldx, 8, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
+}
+_Static_assert(FGEMM_NT == 8, "fgemm8 instantiates 1..8 tokens");
+#endif
+
 /* ---- instantiation: (mr, nt) constants ------------------------------------------ */
 
 /* Tiles of QMM_MR or 1 rows times 1..QMM_NT tokens are instantiated (8

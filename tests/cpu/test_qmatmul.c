@@ -10,6 +10,8 @@
  *    tile it lands in: prefill and decode then agree);
  *  - the 8-row prefill GEMM (repacked rows) of each ISA against the same
  *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
+ *  - F32, F16 and BF16 weights through the float FMA GEMM (fast path, 8..130
+ *    tokens, a ragged last row group) against fp64;
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
  *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
  *    like ops_matmul, and ops_ctx_set_exact switching the path off.
@@ -277,6 +279,61 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
     free((void *)w.data);
 }
 
+/* F32, F16 and BF16 weights through the FMA GEMM (prefill sizes) against
+ * an fp64 dot of the stored values, 1e-5 of sum |w x|. */
+static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
+{
+    const int64_t cols = 576;
+    struct model_weight w = {type, ROWS, cols, quant_row_bytes(type, cols), NULL};
+    uint8_t *p = malloc(w.row_bytes * ROWS);
+    float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
+    for (int64_t i = 0; i < ROWS * cols; i++) {
+        float v = frand();
+        if (type == QUANT_F32) {
+            ((float *)(void *)p)[i] = v;
+        } else if (type == QUANT_F16) {
+            ((ig_f16 *)(void *)p)[i] = ig_f32_to_f16(v);
+            v = ig_f16_to_f32(ig_f32_to_f16(v));
+        } else {
+            ((ig_bf16 *)(void *)p)[i] = ig_f32_to_bf16(v);
+            v = ig_bf16_to_f32(ig_f32_to_bf16(v));
+        }
+        wd[i] = v;
+    }
+    w.data = p;
+    float *x = malloc((size_t)(MAX_T * cols) * sizeof *x);
+    float *y = malloc((size_t)(MAX_T * ROWS) * sizeof *y);
+    make_x(x, MAX_T * cols);
+    ops_ctx_set_exact(ctx, false);
+    bool fast = ops_qmm_best_isa() != QMM_SCALAR;
+    CHECKF(ops_qmatmul_handles(ctx, &w, 64) == fast, "%s: fast path for 64 tokens",
+           quant_type_name(type));
+    static const int64_t token_counts[] = {8, 9, 15, 64, 130};
+    for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
+        int64_t n = token_counts[k];
+        ops_matmul(ctx, &w, x, n, y);
+        int bad = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < ROWS; r++) {
+                double s = 0, m = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    s += (double)wd[r * cols + c] * x[t * cols + c];
+                    m += fabs((double)wd[r * cols + c] * x[t * cols + c]);
+                }
+                if (fabs(y[t * ROWS + r] - s) > 1e-5 * m + 1e-30 && bad++ < 3)
+                    fprintf(stderr, "%s n=%lld row %lld tok %lld: %.9g vs %.9g\n",
+                            quant_type_name(type), (long long)n, (long long)r, (long long)t,
+                            y[t * ROWS + r], s);
+            }
+        CHECKF(bad == 0, "%s float GEMM, %lld tokens: %d outputs off", quant_type_name(type),
+               (long long)n, bad);
+    }
+    free(y);
+    free(x);
+    free(wd);
+    free(p);
+}
+
 int main(void)
 {
     struct model m;
@@ -290,6 +347,9 @@ int main(void)
     printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], ctx);
+    check_float_type(QUANT_F32, ctx);
+    check_float_type(QUANT_F16, ctx);
+    check_float_type(QUANT_BF16, ctx);
     ops_ctx_free(ctx);
     return test_summary("test_qmatmul");
 }
