@@ -38,6 +38,7 @@ __attribute__((target("avx2,fma"))) static void *run_avx2(void *arg)
     for (int i = 0; i < CHAINS; i++)
         a[i] = _mm256_set1_ps((float)i);
     for (long n = 0; n < ITERS; n++)
+#pragma GCC unroll 16 /* keep a[] in registers */
         for (int i = 0; i < CHAINS; i++)
             a[i] = _mm256_fmadd_ps(a[i], m, c);
     __m256 s = a[0];
@@ -55,6 +56,7 @@ __attribute__((target("avx512f"))) static void *run_avx512(void *arg)
     for (int i = 0; i < CHAINS; i++)
         a[i] = _mm512_set1_ps((float)i);
     for (long n = 0; n < ITERS; n++)
+#pragma GCC unroll 16
         for (int i = 0; i < CHAINS; i++)
             a[i] = _mm512_fmadd_ps(a[i], m, c);
     __m512 s = a[0];
