@@ -17,6 +17,7 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
+    {"bench", cmd_bench, "measure prefill and decode speed, like llama-bench"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
 

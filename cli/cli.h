@@ -82,5 +82,6 @@ char *cli_utf8_repair(const char *s, size_t n);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
 #include "ops/ops.h"
 
 #include "core/status.h"
+#include "ops/qmatmul.h"
 #include "prefill/attn_tiled.h"
 
 #include <stdlib.h>
@@ -17,6 +18,10 @@ struct ops_ctx {
     struct ops_buffers buf;
     float *scratch;          /* [n_threads, scratch_floats] */
     int64_t scratch_floats;  /* per thread, a multiple of 16 (64 bytes) */
+    struct qmm_q8 *qbuf;     /* [max_batch, widest row / QMM_QK] int8 activations */
+    struct qmm_pack8 *qpack; /* [n_threads, qpack_n] repacked weight rows */
+    int64_t qpack_n;
+    bool exact;              /* every matmul on the exact f32 path */
 };
 
 /* 64-byte aligned, zeroed array of n floats, or NULL. */
@@ -79,9 +84,17 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
                                                            hp->head_dim));
     ctx->scratch_floats = (per_thread + 15) & ~(int64_t)15;
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
+    int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);
+    ctx->qbuf = (struct qmm_q8 *)alloc_floats(qbytes / (int64_t)sizeof(float));
+    ctx->qpack_n = 4 * (max_weight_cols(m) / QMM_QK + 1);
+    ctx->qpack = aligned_alloc(64, (size_t)(ctx->qpack_n * ops_pool_threads(ctx->pool)) *
+                                       sizeof(struct qmm_pack8));
+    const char *mode = getenv("IGNITE_MATMUL");
+    ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch) {
+        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch || !ctx->qbuf ||
+        !ctx->qpack) {
         ops_ctx_free(ctx);
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
@@ -94,6 +107,8 @@ void ops_ctx_free(struct ops_ctx *ctx)
 {
     if (!ctx)
         return;
+    free(ctx->qpack);
+    free(ctx->qbuf);
     free(ctx->scratch);
     struct ops_buffers *b = &ctx->buf;
     free(b->rope_sin);
@@ -145,4 +160,25 @@ float *ops_ctx_scratch(struct ops_ctx *ctx, int thread)
 int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx)
 {
     return ctx->scratch_floats;
+}
+
+struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx)
+{
+    return ctx->qbuf;
+}
+
+void ops_ctx_set_exact(struct ops_ctx *ctx, bool exact)
+{
+    ctx->exact = exact;
+}
+
+bool ops_ctx_exact(const struct ops_ctx *ctx)
+{
+    return ctx->exact;
+}
+
+struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread)
+{
+    IG_ASSERT(thread >= 0 && thread < ops_pool_threads(ctx->pool));
+    return ctx->qpack + (int64_t)thread * ctx->qpack_n;
 }

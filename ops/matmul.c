@@ -15,6 +15,7 @@
  * Covered by tests/cpu/test_matmul.c. */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
+#include "ops/qmatmul.h"
 #include "ops/simd.h"
 
 #include "core/status.h"
@@ -170,6 +171,10 @@ static void mm_task(void *arg, int64_t r0, int64_t r1, int thread)
 void ops_matmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
                       const float *x, int64_t n_tokens, float *const *y)
 {
+    if (ops_qmatmul_handles_all(ctx, n, w, n_tokens)) { /* int8 path unless exact */
+        ops_qmatmul_multi(ctx, n, w, x, n_tokens, y);
+        return;
+    }
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         IG_ASSERT(w[i]->cols == w[0]->cols);

@@ -1,0 +1,530 @@
+/* cli/cmd_bench.c: `ignite bench`, a llama-bench look-alike: prefill tests
+ * (-p, tokens/s and TTFT) and decode tests (-n, tokens/s) for every model
+ * (-m, files or synthetic:NAME[:TYPE]) and thread count (-t), -r timed
+ * repetitions after one warm-up run each, as a markdown table, csv, json or
+ * jsonl rows that carry the model, its size and parameters, the device and
+ * the ignite version. Prompts are random token ids, as llama-bench's are.
+ * The timing loops call prefill_forward / decode_forward directly.
+ * Covered by tests/cli/test_bench.py. */
+#include "cli/cli.h"
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "decode/decode.h"
+#include "kvcache/kvcache.h"
+#include "models/model.h"
+#include "models/synthetic.h"
+#include "ops/ops.h"
+#include "ops/qmatmul.h"
+#include "prefill/prefill.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_MAX_LIST 16
+
+enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT };
+
+static const struct cli_option bench_options[] = {
+    {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
+    {"n-prompt", 'p', required_argument, "N,..", "prefill tests: prompt lengths, 0 = none", "512"},
+    {"n-gen", 'n', required_argument, "N,..", "decode tests: tokens generated, 0 = none", "128"},
+    {"repetitions", 'r', required_argument, "N", "timed runs per test (after one warm-up run)", "5"},
+    {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
+    {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
+    {"device", OPT_DEVICE, required_argument, "DEV", "auto or cpu", "auto"},
+    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "KV cache element type: f16 or f32", "f16"},
+    {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
+    {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
+    {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static const char bench_usage[] = "ignite bench [options]";
+static const char bench_summary[] =
+    "Measures prefill (ppN: N prompt tokens, tokens/s and time to first token) and decode\n"
+    "(tgN: N generated tokens, tokens/s), like llama-bench. Synthetic models: "
+    "synthetic:NAME[:TYPE]\nwith NAME one of SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, "
+    "Llama-3.2-3B, Llama-3-8B\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), Q8_0, "
+    "Q4_K, Q6_K.";
+
+struct bench_opts {
+    const char *models[BENCH_MAX_LIST];
+    int n_models;
+    int64_t prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
+    int n_prompts, n_gens, n_threads;
+    int64_t reps, n_batch;
+    const char *device, *format;
+    enum kv_dtype kv;
+    bool exact;
+};
+
+/* "512,2048" -> list. Returns IG_OK or IG_E_USAGE. */
+static int parse_list(const char *what, const char *arg, int64_t min, int64_t *out, int *n)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (*n == BENCH_MAX_LIST)
+            return ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
+        if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
+            return IG_E_USAGE;
+        (*n)++;
+    }
+    return *n ? IG_OK : ig_error(IG_E_USAGE, "%s: expected a list of numbers", what);
+}
+
+static int set_option(struct bench_opts *o, int key, const char *arg)
+{
+    switch (key) {
+    case 'm':
+        if (o->n_models == BENCH_MAX_LIST)
+            return ig_error(IG_E_USAGE, "-m: at most %d models", BENCH_MAX_LIST);
+        o->models[o->n_models++] = arg;
+        return IG_OK;
+    case 'p': return parse_list("--n-prompt", arg, 0, o->prompts, &o->n_prompts);
+    case 'n': return parse_list("--n-gen", arg, 0, o->gens, &o->n_gens);
+    case 't': return parse_list("--threads", arg, 0, o->threads, &o->n_threads);
+    case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
+    case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
+    case OPT_DEVICE:
+        o->device = arg;
+        if (strcmp(arg, "auto") && strcmp(arg, "cpu"))
+            return ig_error(!strncmp(arg, "cuda", 4) ? IG_E_DEVICE : IG_E_USAGE,
+                            "--device %s: ignite bench runs on the CPU only for now (auto, cpu)",
+                            arg);
+        return IG_OK;
+    case OPT_CACHE_TYPE:
+        if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
+            o->kv = arg[1] == '1' ? KV_F16 : KV_F32;
+            return IG_OK;
+        }
+        return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
+    case OPT_EXACT: o->exact = true; return IG_OK;
+    case 'o':
+        if (strcmp(arg, "md") && strcmp(arg, "csv") && strcmp(arg, "json") && strcmp(arg, "jsonl"))
+            return ig_error(IG_E_USAGE, "--output: expected md, csv, json or jsonl, got '%s'", arg);
+        o->format = arg;
+        return IG_OK;
+    }
+    return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
+}
+
+/* Returns IG_OK to run, -1 after --help, or IG_E_USAGE / IG_E_DEVICE. */
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+    *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
+                             .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
+                             .device = "auto", .format = "md", .kv = KV_F16};
+    struct cli_parser parser;
+    cli_parser_init(&parser, bench_options);
+    optind = 1;
+    opterr = 0;
+    int key;
+    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
+        if (key == 'h') {
+            cli_print_help(stdout, bench_usage, bench_summary, bench_options);
+            return -1;
+        }
+        if (key == '?' || key == ':') {
+            const char *bad = argv[optind - 1];
+            if (key == ':')
+                ig_error(IG_E_USAGE, "option %s needs a value", bad);
+            else if (optopt && optopt < 256)
+                ig_error(IG_E_USAGE, "unknown option -%c", optopt);
+            else
+                ig_error(IG_E_USAGE, "unknown option %s", bad);
+            return cli_usage_error("bench");
+        }
+        int st = set_option(o, key, optarg);
+        if (st != IG_OK)
+            return st;
+    }
+    if (optind < argc) {
+        ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
+        return cli_usage_error("bench");
+    }
+    return IG_OK;
+}
+
+/* ---- one result row --------------------------------------------------------- */
+
+struct bench_row {
+    const char *model;      /* file path or synthetic spec */
+    char model_type[96];    /* "llama 135M Q4_1" */
+    size_t model_size;
+    int64_t n_params;
+    int threads;
+    int64_t n_prompt, n_gen;
+    double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
+    double samples_ts[1000];
+    int64_t reps;
+};
+
+struct bench_env {
+    const struct bench_opts *o;
+    char cpu[128];
+    const char *isa;
+    int rows_out;
+};
+
+static void cpu_name(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *v = strchr(line, ':');
+            if (v) {
+                v += 1 + (v[1] == ' ');
+                snprintf(buf, cap, "%.*s", (int)strcspn(v, "\n"), v);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void test_name(const struct bench_row *r, char *buf, size_t cap)
+{
+    if (r->n_prompt)
+        snprintf(buf, cap, "pp%lld", (long long)r->n_prompt);
+    else
+        snprintf(buf, cap, "tg%lld", (long long)r->n_gen);
+}
+
+static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
+{
+    char test[32];
+    test_name(r, test, sizeof test);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "ignite_version", IGNITE_VERSION);
+    cJSON_AddStringToObject(j, "cpu_info", e->cpu);
+    cJSON_AddStringToObject(j, "device", "cpu");
+    cJSON_AddStringToObject(j, "isa", e->isa);
+    cJSON_AddStringToObject(j, "matmul", e->o->exact ? "exact" : "int8");
+    cJSON_AddStringToObject(j, "model_filename", r->model);
+    cJSON_AddStringToObject(j, "model_type", r->model_type);
+    cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
+    cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
+    cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
+    cJSON_AddNumberToObject(j, "n_threads", r->threads);
+    cJSON_AddStringToObject(j, "type_kv", e->o->kv == KV_F16 ? "f16" : "f32");
+    cJSON_AddNumberToObject(j, "n_prompt", (double)r->n_prompt);
+    cJSON_AddNumberToObject(j, "n_gen", (double)r->n_gen);
+    cJSON_AddStringToObject(j, "test", test);
+    cJSON_AddNumberToObject(j, "repetitions", (double)r->reps);
+    cJSON_AddNumberToObject(j, "avg_ns", r->avg_ns);
+    cJSON_AddNumberToObject(j, "stddev_ns", r->sd_ns);
+    cJSON_AddNumberToObject(j, "avg_ts", r->avg_ts);
+    cJSON_AddNumberToObject(j, "stddev_ts", r->sd_ts);
+    if (r->n_prompt)
+        cJSON_AddNumberToObject(j, "ttft_ms", r->ttft_ms);
+    else
+        cJSON_AddNullToObject(j, "ttft_ms");
+    cJSON *s = cJSON_AddArrayToObject(j, "samples_ts");
+    for (int64_t i = 0; i < r->reps; i++)
+        cJSON_AddItemToArray(s, cJSON_CreateNumber(r->samples_ts[i]));
+    return j;
+}
+
+static void csv_field(const char *s, bool last)
+{
+    bool quote = strpbrk(s, ",\"\n") != NULL;
+    if (quote) {
+        putchar('"');
+        for (; *s; s++) {
+            if (*s == '"')
+                putchar('"');
+            putchar(*s);
+        }
+        putchar('"');
+    } else {
+        fputs(s, stdout);
+    }
+    putchar(last ? '\n' : ',');
+}
+
+static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "isa", "matmul",
+                                 "model_filename", "model_type", "model_size", "model_n_params",
+                                 "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "test",
+                                 "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
+                                 "ttft_ms"};
+#define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
+
+static void print_size(char *buf, size_t cap, size_t bytes)
+{
+    snprintf(buf, cap, "%.2f MiB", (double)bytes / (1 << 20));
+    if (bytes >= (size_t)1 << 30)
+        snprintf(buf, cap, "%.2f GiB", (double)bytes / (1 << 30));
+}
+
+static void print_params(char *buf, size_t cap, int64_t n)
+{
+    if (n >= 1000000000)
+        snprintf(buf, cap, "%.2f B", (double)n / 1e9);
+    else
+        snprintf(buf, cap, "%.2f M", (double)n / 1e6);
+}
+
+static void emit_row(struct bench_env *e, const struct bench_row *r)
+{
+    const char *fmt = e->o->format;
+    char test[32];
+    test_name(r, test, sizeof test);
+    if (!strcmp(fmt, "md")) {
+        if (e->rows_out == 0) {
+            printf("| model | size | params | device | isa | threads | test | t/s | ttft ms |\n");
+            printf("| --- | ---: | ---: | --- | --- | ---: | --- | ---: | ---: |\n");
+        }
+        char size[32], params[32], ttft[32] = "-";
+        print_size(size, sizeof size, r->model_size);
+        print_params(params, sizeof params, r->n_params);
+        if (r->n_prompt)
+            snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
+        printf("| %s | %s | %s | cpu | %s%s | %d | %s | %.2f ± %.2f | %s |\n", r->model_type,
+               size, params, e->isa, e->o->exact ? " exact" : "", r->threads, test, r->avg_ts,
+               r->sd_ts, ttft);
+    } else if (!strcmp(fmt, "csv")) {
+        if (e->rows_out == 0)
+            for (size_t i = 0; i < N_CSV_COLS; i++)
+                csv_field(csv_cols[i], i + 1 == N_CSV_COLS);
+        cJSON *j = row_json(e, r);
+        for (size_t i = 0; i < N_CSV_COLS; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, csv_cols[i]);
+            char num[64];
+            const char *s = "";
+            if (cJSON_IsString(v)) {
+                s = v->valuestring;
+            } else if (cJSON_IsNumber(v)) {
+                double d = v->valuedouble;
+                if (d == floor(d) && fabs(d) < 1e15)
+                    snprintf(num, sizeof num, "%.0f", d);
+                else
+                    snprintf(num, sizeof num, "%.6g", d);
+                s = num;
+            }
+            csv_field(s, i + 1 == N_CSV_COLS);
+        }
+        cJSON_Delete(j);
+    } else {
+        cJSON *j = row_json(e, r);
+        char *txt = cJSON_PrintUnformatted(j);
+        bool json = !strcmp(fmt, "json");
+        if (json)
+            printf("%s  %s", e->rows_out == 0 ? "[\n" : ",\n", txt ? txt : "{}");
+        else
+            printf("%s\n", txt ? txt : "{}");
+        free(txt);
+        cJSON_Delete(j);
+    }
+    e->rows_out++;
+    fflush(stdout);
+}
+
+/* ---- the measurements -------------------------------------------------------- */
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+struct bench_run {
+    const struct model *m;
+    struct ops_ctx *ops;
+    struct kv_cache *kv;
+    int32_t *tokens;  /* random ids, as many as the longest test */
+    float *logits;
+    int64_t n_batch;
+};
+
+/* One prefill of n tokens from an empty cache; *ns is its wall time. */
+static int run_prefill(struct bench_run *b, int64_t n, int64_t *ns)
+{
+    b->kv->n_pos = 0;
+    int64_t t0 = ig_now_ns();
+    for (int64_t i = 0; i < n; i += b->n_batch) {
+        int64_t len = n - i < b->n_batch ? n - i : b->n_batch;
+        int st = prefill_forward(b->ops, b->kv, b->tokens + i, len, i, b->logits);
+        if (st != IG_OK)
+            return st;
+    }
+    *ns = ig_now_ns() - t0;
+    return IG_OK;
+}
+
+/* n one-token decode steps from an empty cache. */
+static int run_decode(struct bench_run *b, int64_t n, int64_t *ns)
+{
+    b->kv->n_pos = 0;
+    int64_t t0 = ig_now_ns();
+    for (int64_t i = 0; i < n; i++) {
+        int st = decode_forward(b->ops, b->kv, b->tokens[i], i, b->logits);
+        if (st != IG_OK)
+            return st;
+    }
+    *ns = ig_now_ns() - t0;
+    return IG_OK;
+}
+
+static void progress(const struct bench_env *e, const char *model, int threads, const char *test,
+                     int64_t rep, int64_t reps)
+{
+    if (!cli_stderr_is_tty())
+        return;
+    if (!model) {
+        fprintf(stderr, "\r\033[K");
+        return;
+    }
+    fprintf(stderr, "\r\033[Kbench: %s | %d threads | %s | %s %lld/%lld", model, threads, test,
+            rep == 0 ? "warm-up" : "run", (long long)rep, (long long)reps);
+    fflush(stderr);
+}
+
+/* Runs one test (n_prompt or n_gen, the other 0) and fills r. */
+static int run_test(struct bench_env *e, struct bench_run *b, struct bench_row *r)
+{
+    char test[32];
+    test_name(r, test, sizeof test);
+    int64_t n = r->n_prompt ? r->n_prompt : r->n_gen;
+    double sum = 0, sum_ns = 0;
+    for (int64_t rep = 0; rep <= e->o->reps; rep++) {
+        progress(e, r->model, r->threads, test, rep, e->o->reps);
+        int64_t ns = 0;
+        int st = r->n_prompt ? run_prefill(b, n, &ns) : run_decode(b, n, &ns);
+        if (st != IG_OK)
+            return st;
+        if (rep == 0)
+            continue; /* warm-up */
+        double ts = (double)n * 1e9 / (double)(ns > 0 ? ns : 1);
+        r->samples_ts[rep - 1] = ts;
+        sum += ts;
+        sum_ns += (double)ns;
+    }
+    progress(e, NULL, 0, NULL, 0, 0);
+    int64_t k = e->o->reps;
+    r->reps = k;
+    r->avg_ts = sum / (double)k;
+    r->avg_ns = sum_ns / (double)k;
+    double v = 0, vns = 0;
+    for (int64_t i = 0; i < k; i++) {
+        double d = r->samples_ts[i] - r->avg_ts, dn = (double)n * 1e9 / r->samples_ts[i] - r->avg_ns;
+        v += d * d;
+        vns += dn * dn;
+    }
+    r->sd_ts = k > 1 ? sqrt(v / (double)(k - 1)) : 0;
+    r->sd_ns = k > 1 ? sqrt(vns / (double)(k - 1)) : 0;
+    r->ttft_ms = r->n_prompt ? r->avg_ns / 1e6 : 0;
+    return IG_OK;
+}
+
+static int64_t max_list(const int64_t *v, int n)
+{
+    int64_t m = 0;
+    for (int i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static int bench_model(struct bench_env *e, const char *spec)
+{
+    const struct bench_opts *o = e->o;
+    struct model *m = NULL;
+    char path[4096];
+    int st;
+    if (spec && !strncmp(spec, "synthetic:", 10)) {
+        st = model_synthetic_spec(spec, &m);
+    } else {
+        if ((st = cli_model_path(spec, path, sizeof path)) != IG_OK)
+            return st;
+        st = model_load(path, &m);
+        spec = path;
+    }
+    if (st != IG_OK)
+        return st;
+
+    struct bench_row *r = calloc(1, sizeof *r);
+    int64_t n_max = max_list(o->prompts, o->n_prompts);
+    int64_t g_max = max_list(o->gens, o->n_gens);
+    int64_t n_ctx = (n_max > g_max ? n_max : g_max) + 1;
+    struct bench_run b = {.m = m, .n_batch = o->n_batch};
+    b.tokens = malloc((size_t)n_ctx * sizeof *b.tokens);
+    b.logits = malloc((size_t)m->hp.n_vocab * sizeof *b.logits);
+    if (!r || !b.tokens || !b.logits) {
+        st = ig_error(IG_E_NOMEM, "out of memory setting up the benchmark");
+        goto done;
+    }
+    uint64_t seed = 0x2545F4914F6CDD1DULL;
+    for (int64_t i = 0; i < n_ctx; i++)
+        b.tokens[i] = (int32_t)(xorshift(&seed) % (uint64_t)m->hp.n_vocab);
+    if ((st = kv_cache_create(&m->hp, n_ctx, o->kv, &b.kv)) != IG_OK)
+        goto done;
+
+    r->model = spec;
+    char params[32];
+    print_params(params, sizeof params, m->n_params);
+    snprintf(r->model_type, sizeof r->model_type, "%s %s %s", m->hp.arch, params,
+             quant_type_name((uint32_t)m->layers[0].wq.type));
+    r->model_size = model_weight_bytes(m);
+    r->n_params = m->n_params;
+
+    for (int it = 0; it < o->n_threads && st == IG_OK; it++) {
+        int64_t batch = n_max < o->n_batch ? (n_max > 0 ? n_max : 1) : o->n_batch;
+        if ((st = ops_ctx_create(m, (int)o->threads[it], batch, &b.ops)) != IG_OK)
+            break;
+        ops_ctx_set_exact(b.ops, o->exact);
+        r->threads = ops_ctx_threads(b.ops);
+        for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
+            if (!o->prompts[i])
+                continue;
+            r->n_prompt = o->prompts[i];
+            r->n_gen = 0;
+            if ((st = run_test(e, &b, r)) == IG_OK)
+                emit_row(e, r);
+        }
+        for (int i = 0; i < o->n_gens && st == IG_OK; i++) {
+            if (!o->gens[i])
+                continue;
+            r->n_prompt = 0;
+            r->n_gen = o->gens[i];
+            if ((st = run_test(e, &b, r)) == IG_OK)
+                emit_row(e, r);
+        }
+        ops_ctx_free(b.ops);
+        b.ops = NULL;
+    }
+done:
+    kv_cache_free(b.kv);
+    free(b.logits);
+    free(b.tokens);
+    free(r);
+    model_free(m);
+    return st;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_opts o;
+    int st = parse_args(argc, argv, &o);
+    if (st != IG_OK)
+        return st < 0 ? IG_OK : st;
+    if (o.n_models == 0)
+        o.models[o.n_models++] = NULL; /* the default model */
+    struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};
+    cpu_name(e.cpu, sizeof e.cpu);
+    for (int i = 0; i < o.n_models && st == IG_OK; i++)
+        st = bench_model(&e, o.models[i]);
+    if (!strcmp(o.format, "json"))
+        printf(e.rows_out ? "\n]\n" : "[]\n");
+    return st;
+}

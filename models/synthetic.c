@@ -1,0 +1,288 @@
+/* models/synthetic.c: builds a struct model of random weights in memory for
+ * a known shape (SmolLM2-135M, Llama-3.2-1B, Llama-3-8B, ...). All weight
+ * bytes live in one aligned allocation that hangs off m->layers, so
+ * model_free releases them. Quantized blocks get random quants and scales
+ * chosen so every weight lies within about +-1/sqrt(cols).
+ * Covered by tests/cli/test_bench.py. */
+#include "models/synthetic.h"
+
+#include "core/half.h"
+#include "core/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct shape {
+    const char *name;
+    int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    double rope_base;
+    bool tied;
+};
+
+static const struct shape shapes[] = {
+    {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0, true},
+    {"SmolLM2-360M", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0, true},
+    {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, true},
+    {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 500000.0, true},
+    {"Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0, false},
+};
+#define N_SHAPES (sizeof shapes / sizeof shapes[0])
+
+const char *model_synthetic_names(void)
+{
+    return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B";
+}
+
+static bool type_ok(enum quant_type t)
+{
+    switch (t) {
+    case QUANT_F32: case QUANT_F16: case QUANT_BF16: case QUANT_Q4_0: case QUANT_Q4_1:
+    case QUANT_Q8_0: case QUANT_Q4_K: case QUANT_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ---- random numbers: xorshift64*, fast and good enough for weights ------- */
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+/* uniform in [-1, 1) */
+static float rnd_f(uint64_t *s)
+{
+    return (float)(rnd(s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* ---- filling one weight --------------------------------------------------- */
+
+static void put_f16(uint8_t *p, float v)
+{
+    ig_f16 h = ig_f32_to_f16(v);
+    memcpy(p, &h, sizeof h);
+}
+
+/* Random stored values for w (rows x cols of w->type) with |weight| <~ a. */
+static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
+{
+    size_t bytes = (size_t)w->rows * w->row_bytes;
+    float a = 1.0f / sqrtf((float)w->cols);
+    w->data = data;
+    switch (w->type) {
+    case QUANT_F32:
+        for (size_t i = 0; i < bytes / 4; i++) {
+            float v = a * rnd_f(s);
+            memcpy(data + 4 * i, &v, 4);
+        }
+        return;
+    case QUANT_F16:
+        for (size_t i = 0; i < bytes / 2; i++)
+            put_f16(data + 2 * i, a * rnd_f(s));
+        return;
+    case QUANT_BF16:
+        for (size_t i = 0; i < bytes / 2; i++) {
+            uint32_t u = ig_f32_to_bits(a * rnd_f(s)) >> 16;
+            memcpy(data + 2 * i, &(uint16_t){(uint16_t)u}, 2);
+        }
+        return;
+    default:
+        break;
+    }
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t r = rnd(s);
+        memcpy(data + i, &r, 8);
+    }
+    for (size_t i = bytes & ~(size_t)7; i < bytes; i++)
+        data[i] = (uint8_t)rnd(s);
+    const struct quant_traits *tr = quant_traits_of((uint32_t)w->type);
+    size_t n_blk = bytes / tr->block_bytes;
+    for (size_t b = 0; b < n_blk; b++) {
+        uint8_t *blk = data + b * tr->block_bytes;
+        switch (w->type) {
+        case QUANT_Q4_0: put_f16(blk, a / 8); break;
+        case QUANT_Q4_1: put_f16(blk, 2 * a / 15); put_f16(blk + 2, -a); break;
+        case QUANT_Q8_0: put_f16(blk, a / 127); break;
+        case QUANT_Q4_K: /* d * sc (<= 63) * q (<= 15), minus dmin * m (<= 63) */
+            put_f16(blk + offsetof(struct block_q4_K, d), 2 * a / (15 * 63));
+            put_f16(blk + offsetof(struct block_q4_K, dmin), a / 63);
+            break;
+        case QUANT_Q6_K: /* d * sc (|sc| <= 128) * (q - 32) */
+            put_f16(blk + offsetof(struct block_q6_K, d), a / (32 * 128));
+            break;
+        default: break;
+        }
+    }
+}
+
+/* ---- the model -------------------------------------------------------------- */
+
+static struct model_weight mat(enum quant_type t, int64_t rows, int64_t cols)
+{
+    return (struct model_weight){t, rows, cols, quant_row_bytes(t, cols), NULL};
+}
+
+static size_t padded(const struct model_weight *w)
+{
+    return ((size_t)w->rows * w->row_bytes + 63) & ~(size_t)63;
+}
+
+int model_synthetic(const char *name, enum quant_type type, struct model **out)
+{
+    *out = NULL;
+    const struct shape *sh = NULL;
+    for (size_t i = 0; i < N_SHAPES; i++)
+        if (strcasecmp(shapes[i].name, name) == 0)
+            sh = &shapes[i];
+    if (!sh)
+        return ig_error(IG_E_USAGE, "synthetic model '%s': known are %s", name,
+                        model_synthetic_names());
+    if (!type_ok(type))
+        return ig_error(IG_E_USAGE, "synthetic model: type %s is not supported "
+                        "(F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                        quant_type_name((uint32_t)type));
+    int64_t blk = quant_traits_of((uint32_t)type)->block_elems;
+    int64_t q_dim = sh->n_head * sh->head_dim, kv_dim = sh->n_head_kv * sh->head_dim;
+    if (sh->n_embd % blk || sh->n_ff % blk || q_dim % blk)
+        return ig_error(IG_E_USAGE, "synthetic model %s: its widths are not multiples of %s's "
+                        "block of %lld", sh->name, quant_type_name((uint32_t)type),
+                        (long long)blk);
+
+    struct model *m = calloc(1, sizeof *m);
+    if (!m)
+        return ig_error(IG_E_NOMEM, "out of memory building synthetic %s", sh->name);
+    struct model_hparams *hp = &m->hp;
+    snprintf(hp->arch, sizeof hp->arch, "llama");
+    hp->n_layer = sh->n_layer;
+    hp->n_embd = sh->n_embd;
+    hp->n_head = sh->n_head;
+    hp->n_head_kv = sh->n_head_kv;
+    hp->head_dim = sh->head_dim;
+    hp->n_ff = sh->n_ff;
+    hp->n_vocab = sh->n_vocab;
+    hp->n_ctx_train = sh->n_ctx;
+    hp->n_rot = sh->head_dim;
+    hp->rope_base = sh->rope_base;
+    hp->norm_eps = 1e-5;
+    hp->rope_style = ROPE_ADJACENT;
+    hp->tied_embeddings = sh->tied;
+
+    /* Shapes first, then one allocation for every weight. */
+    struct model_layer proto = {
+        .attn_norm = mat(QUANT_F32, 1, sh->n_embd),
+        .wq = mat(type, q_dim, sh->n_embd),
+        .wk = mat(type, kv_dim, sh->n_embd),
+        .wv = mat(type, kv_dim, sh->n_embd),
+        .wo = mat(type, sh->n_embd, q_dim),
+        .ffn_norm = mat(QUANT_F32, 1, sh->n_embd),
+        .w_gate = mat(type, sh->n_ff, sh->n_embd),
+        .w_up = mat(type, sh->n_ff, sh->n_embd),
+        .w_down = mat(type, sh->n_embd, sh->n_ff),
+    };
+    struct model_weight *pw[] = {&proto.attn_norm, &proto.wq, &proto.wk, &proto.wv, &proto.wo,
+                                 &proto.ffn_norm, &proto.w_gate, &proto.w_up, &proto.w_down};
+    size_t layer_bytes = 0;
+    int64_t layer_params = 0;
+    for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
+        layer_bytes += padded(pw[i]);
+        layer_params += pw[i]->rows * pw[i]->cols;
+    }
+    m->tok_embd = mat(type, sh->n_vocab, sh->n_embd);
+    m->output_norm = mat(QUANT_F32, 1, sh->n_embd);
+    m->output = m->tok_embd;
+    size_t head = ((size_t)sh->n_layer * sizeof(struct model_layer) + 63) & ~(size_t)63;
+    size_t total = head + (size_t)sh->n_layer * layer_bytes + padded(&m->tok_embd) +
+                   padded(&m->output_norm) + (sh->tied ? 0 : padded(&m->output));
+    uint8_t *mem = aligned_alloc(64, total);
+    if (!mem) {
+        free(m);
+        return ig_error(IG_E_NOMEM, "out of memory: synthetic %s %s needs %.1f GiB", sh->name,
+                        quant_type_name((uint32_t)type), (double)total / (1 << 30));
+    }
+    m->layers = (struct model_layer *)mem;
+    uint8_t *p = mem + head;
+    uint64_t seed = 0x9E3779B97F4A7C15ULL;
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        *L = proto;
+        struct model_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
+                                     &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            fill(lw[i], p, &seed);
+            p += padded(lw[i]);
+        }
+        for (int64_t c = 0; c < sh->n_embd; c++) { /* norms near 1 */
+            ((float *)L->attn_norm.data)[c] = 1.0f + 0.1f * rnd_f(&seed);
+            ((float *)L->ffn_norm.data)[c] = 1.0f + 0.1f * rnd_f(&seed);
+        }
+    }
+    fill(&m->tok_embd, p, &seed);
+    p += padded(&m->tok_embd);
+    fill(&m->output_norm, p, &seed);
+    for (int64_t c = 0; c < sh->n_embd; c++)
+        ((float *)m->output_norm.data)[c] = 1.0f;
+    p += padded(&m->output_norm);
+    if (sh->tied) {
+        m->output = m->tok_embd;
+    } else {
+        fill(&m->output, p, &seed);
+    }
+    m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
+                  sh->n_embd;
+    snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
+             quant_type_name((uint32_t)type));
+    *out = m;
+    return IG_OK;
+}
+
+int model_synthetic_spec(const char *spec, struct model **out)
+{
+    *out = NULL;
+    static const char prefix[] = "synthetic:";
+    if (strncmp(spec, prefix, sizeof prefix - 1) != 0)
+        return ig_error(IG_E_USAGE, "'%s' is not a synthetic model spec", spec);
+    char name[64];
+    snprintf(name, sizeof name, "%s", spec + sizeof prefix - 1);
+    enum quant_type type = QUANT_Q4_1;
+    char *colon = strchr(name, ':');
+    if (colon) {
+        *colon = 0;
+        bool found = false;
+        for (uint32_t t = 0; t < 64 && !found; t++) {
+            const struct quant_traits *tr = quant_traits_of(t);
+            if (tr && strcasecmp(tr->name, colon + 1) == 0) {
+                type = (enum quant_type)t;
+                found = true;
+            }
+        }
+        if (!found)
+            return ig_error(IG_E_USAGE, "synthetic model: unknown type '%s'", colon + 1);
+    }
+    return model_synthetic(name, type, out);
+}
+
+size_t model_weight_bytes(const struct model *m)
+{
+    size_t n = (size_t)m->tok_embd.rows * m->tok_embd.row_bytes +
+               (size_t)m->output_norm.rows * m->output_norm.row_bytes;
+    if (!m->hp.tied_embeddings)
+        n += (size_t)m->output.rows * m->output.row_bytes;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct model_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
+                                           &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                                           &L->bq, &L->bk, &L->bv};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
+            if (lw[i]->data)
+                n += (size_t)lw[i]->rows * lw[i]->row_bytes;
+    }
+    return n;
+}

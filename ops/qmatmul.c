@@ -1,0 +1,281 @@
+/* ops/qmatmul.c: the int8 matmul path: quantize the token block once
+ * (struct qmm_q8, split by tokens over the pool when it is large), then
+ * split the output rows of one or more weights over the pool (one job, rows
+ * handed out in groups of 8). Each thread walks its rows against token
+ * blocks that fit in L2: with many tokens, 8 rows at a time through the
+ * repacking GEMM where the format has one; otherwise (decode, other formats,
+ * leftover rows) in register tiles of QMM_MR rows x QMM_NT tokens, which for
+ * one token stream every weight row once. The kernels are in
+ * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c and ops/qmatmul_vnni.c (bodies in
+ * ops/qmatmul_x86.h); the ISA is picked once per process from the CPU.
+ * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
+#include "ops/qmatmul.h"
+
+#include "core/status.h"
+#include "ops/simd.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens per pass over a thread's rows: as many quantized tokens as fit in
+ * QMM_X_BLOCK_BYTES (they stay in L2 while the rows stream past; each 8-row
+ * repack is used for all of them), within [16, 256]. */
+#define QMM_X_BLOCK_BYTES (256 << 10)
+/* Row chunks per thread, for balance; a chunk is a multiple of QMM_MR rows. */
+#define QMM_CHUNKS_PER_THREAD 4
+/* Token blocks at least this long go through the 8-row GEMM (repacking 8
+ * rows costs about as much as 2 tokens' worth of tiles). */
+#define QMM_GEMM8_MIN_TOKENS 8
+/* Quantizing fewer tokens than this stays on the calling thread. */
+#define QMM_PAR_QUANT_TOKENS 8
+
+/* ---- the ISA ---------------------------------------------------------------- */
+
+static enum qmm_isa best_isa = QMM_SCALAR;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void detect_isa(void)
+{
+    const char *env = getenv("IGNITE_SIMD");
+    if (env && strcmp(env, "scalar") == 0)
+        return;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        ops_qmm_tile_avx2(QUANT_Q4_0) != NULL)
+        best_isa = QMM_AVX2; /* every AVX2 CPU has F16C */
+    if (best_isa == QMM_AVX2 && !(env && strcmp(env, "avx2") == 0) &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni") && ops_qmm_tile_vnni(QUANT_Q4_0) != NULL)
+        best_isa = QMM_VNNI;
+#endif
+}
+
+enum qmm_isa ops_qmm_best_isa(void)
+{
+    pthread_once(&isa_once, detect_isa);
+    return best_isa;
+}
+
+const char *ops_qmm_isa_name(enum qmm_isa isa)
+{
+    return isa == QMM_VNNI ? "avx512vnni" : isa == QMM_AVX2 ? "avx2" : "scalar";
+}
+
+qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemm8_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemm8_avx2(type);
+    default: return NULL;
+    }
+}
+
+static bool is_float_type(enum quant_type type)
+{
+    return type == QUANT_F32 || type == QUANT_F16 || type == QUANT_BF16;
+}
+
+qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type)
+{
+    return is_float_type(type) && ops_qmm_best_isa() != QMM_SCALAR ? ops_qmm_fgemm8_avx2()
+                                                                    : NULL;
+}
+
+qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_tile_vnni(type);
+    case QMM_AVX2: return ops_qmm_tile_avx2(type);
+    default: return ops_qmm_tile_scalar(type);
+    }
+}
+
+/* ---- activations -------------------------------------------------------------- */
+
+/* Plain C the compiler vectorizes (no libm calls in the loops), cloned for
+ * AVX2; both clones round the same way (to nearest even), so they agree. */
+OPS_SIMD_CLONES
+void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
+{
+    for (int64_t b = 0; b < cols / QMM_QK; b++) {
+        const float *xb = x + b * QMM_QK;
+        float amax = 0;
+        for (int j = 0; j < QMM_QK; j++) {
+            float a = xb[j] < 0 ? -xb[j] : xb[j];
+            amax = amax > a ? amax : a;
+        }
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < QMM_QK; j++) {
+            int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
+            out[b].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        out[b].d = d;
+        out[b].s = d * (float)sum;
+    }
+}
+
+/* ---- the driver ------------------------------------------------------------------ */
+
+/* Up to this many weights share one job (Q, K, V). */
+#define QMM_MAX_WEIGHTS 4
+
+/* n weights with the same cols applied to one quantized input; their rows
+ * are numbered one after the other, each weight's padded to a multiple of
+ * QMM_MR so that every chunk starts on a tile boundary. */
+struct qmm_job {
+    int n;
+    const struct model_weight *const *w;
+    float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
+    qmm_tile_fn tile[QMM_MAX_WEIGHTS];
+    qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
+    qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
+    struct ops_ctx *ctx;
+    int64_t cols;
+    const float *x;                    /* [n_tokens, cols] */
+    struct qmm_q8 *xq;                 /* [n_tokens, cols / QMM_QK] */
+    int64_t n_tokens;
+};
+
+/* Rows are handed out in multiples of this: whole 8-row GEMM groups. */
+#define QMM_ROW_ALIGN 8
+_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0, "chunks hold whole tiles");
+
+static int64_t padded_rows(const struct model_weight *w)
+{
+    return (w->rows + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
+}
+
+static void quant_task(void *arg, int64_t t0, int64_t t1, int thread)
+{
+    const struct qmm_job *job = arg;
+    int64_t cols = job->cols, nb = cols / QMM_QK;
+    for (int64_t t = t0; t < t1; t++)
+        ops_qmm_quantize(job->x + t * cols, cols, job->xq + t * nb);
+}
+
+/* Rows [r0, r1) of weight i, r0 a multiple of QMM_MR. */
+static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1, int thread)
+{
+    const struct model_weight *w = job->w[i];
+    int64_t nb = job->cols / QMM_QK, rows = w->rows, n = job->n_tokens;
+    const uint8_t *data = w->data;
+    float *y = job->y[i];
+    if (job->fgemm8[i]) {
+        int64_t cols = job->cols;
+        int64_t ftb = QMM_X_BLOCK_BYTES / (cols * (int64_t)sizeof(float));
+        ftb = ftb < 16 ? 16 : ftb > 256 ? 256 : ftb & ~(int64_t)7;
+        float *pack = (float *)(void *)ops_ctx_qpack(job->ctx, thread);
+        for (int64_t t0 = 0; t0 < n; t0 += ftb) {
+            int64_t t1 = t0 + ftb < n ? t0 + ftb : n;
+            for (int64_t r = r0; r < r1; r += 8)
+                job->fgemm8[i](w->type, data + (size_t)r * w->row_bytes, w->row_bytes,
+                               r1 - r < 8 ? (int)(r1 - r) : 8, cols, job->x + t0 * cols, cols,
+                               t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        return;
+    }
+    int64_t tb = QMM_X_BLOCK_BYTES / (nb * (int64_t)sizeof(struct qmm_q8));
+    tb = tb < 16 ? 16 : tb > 256 ? 256 : tb & ~(int64_t)3;
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+        int64_t t1 = t0 + tb < n ? t0 + tb : n;
+        int64_t r = r0;
+        if (job->gemm8[i] && t1 - t0 >= QMM_GEMM8_MIN_TOKENS) {
+            struct qmm_pack8 *pack = ops_ctx_qpack(job->ctx, thread);
+            for (; r + 8 <= r1; r += 8)
+                job->gemm8[i](data + (size_t)r * w->row_bytes, w->row_bytes, nb,
+                              job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        for (; r < r1; r += QMM_MR) {
+            int mr = r1 - r < QMM_MR ? (int)(r1 - r) : QMM_MR;
+            const uint8_t *wr = data + (size_t)r * w->row_bytes;
+            for (int64_t t = t0; t < t1; t += QMM_NT) {
+                int nt = t1 - t < QMM_NT ? (int)(t1 - t) : QMM_NT;
+                job->tile[i](wr, w->row_bytes, nb, job->xq + t * nb, nb, mr, nt,
+                             y + t * rows + r, rows);
+            }
+        }
+    }
+}
+
+static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
+{
+    const struct qmm_job *job = arg;
+    int64_t base = 0;
+    for (int i = 0; i < job->n && r0 < r1; i++) {
+        int64_t pr = padded_rows(job->w[i]);
+        if (r0 < base + pr) {
+            int64_t end = r1 < base + pr ? r1 : base + pr;
+            int64_t a = r0 - base, b = end - base;
+            if (b > job->w[i]->rows)
+                b = job->w[i]->rows;
+            if (a < b)
+                weight_rows(job, i, a, b, thread);
+            r0 = end;
+        }
+        base += pr;
+    }
+}
+
+bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w,
+                         int64_t n_tokens)
+{
+    if (ops_ctx_exact(ctx) || w->cols % QMM_QK != 0 || n_tokens > ops_ctx_max_batch(ctx))
+        return false;
+    if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
+        return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
+    if ((w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) && w->cols % QK_K != 0)
+        return false;
+    return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;
+}
+
+bool ops_qmatmul_handles_all(const struct ops_ctx *ctx, int n,
+                             const struct model_weight *const *w, int64_t n_tokens)
+{
+    if (n < 1 || n > QMM_MAX_WEIGHTS)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (w[i]->cols != w[0]->cols || !ops_qmatmul_handles(ctx, w[i], n_tokens))
+            return false;
+    return true;
+}
+
+void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                       const float *x, int64_t n_tokens, float *const *y)
+{
+    IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
+    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
+                          ops_ctx_qbuf(ctx), n_tokens};
+    int64_t total = 0;
+    bool quantize = false;
+    for (int i = 0; i < n; i++) {
+        job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
+        if (!job.fgemm8[i]) {
+            job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
+            job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+            quantize = true;
+        }
+        total += padded_rows(w[i]);
+    }
+    struct ops_pool *pool = ops_ctx_pool(ctx);
+    int threads = ops_ctx_threads(ctx);
+    /* (float weights read x as it is) */
+    if (quantize && n_tokens < QMM_PAR_QUANT_TOKENS)
+        quant_task(&job, 0, n_tokens, 0);
+    else if (quantize)
+        ops_pool_run(pool, n_tokens, (n_tokens + 2 * threads - 1) / (2 * threads), quant_task,
+                     &job);
+    int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;
+    int64_t grain = (total + chunks - 1) / chunks;
+    grain = (grain + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
+    ops_pool_run(pool, total, grain, rows_task, &job);
+}
+
+void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
+                 int64_t n_tokens, float *y)
+{
+    ops_qmatmul_multi(ctx, 1, &w, x, n_tokens, &y);
+}

@@ -1,0 +1,127 @@
+/* ops/qmatmul.h: the fast matmul path for block-quantized weights, the way
+ * the fastest CPU engines do it: each token vector is quantized per block of
+ * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
+ * dot products of weight and activation quants, scaled once per block.
+ * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
+ * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
+ * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice).
+ *
+ * int8 activations cost accuracy (about 0.4% of a block's largest value per
+ * element), so this path is the default but not the reference: the exact f32
+ * path of ops/matmul.c stays selectable (IGNITE_MATMUL=exact, or
+ * ops_ctx_set_exact) and is what the fp64 reference tests use.
+ * Private to ops/; covered by tests/cpu/test_qmatmul.c and test_fast_forward. */
+#ifndef IGNITE_OPS_QMATMUL_H
+#define IGNITE_OPS_QMATMUL_H
+
+#include "models/model.h"
+#include "ops/ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define QMM_QK 32 /* activation elements per block */
+
+/* One block of a quantized activation: x[i] ~= d * qs[i]; s = d * sum(qs). */
+struct qmm_q8 {
+    float d;
+    float s;
+    int8_t qs[QMM_QK];
+};
+
+/* Rows and tokens of the largest register tile. */
+#define QMM_MR 4
+#define QMM_NT 4
+
+/* y[t * ldy + r] = dot(weight row r, activation t) for r < mr <= QMM_MR,
+ * t < nt <= QMM_NT. Row r starts at w + r * row_bytes; token t's blocks at
+ * x + t * ldx; n_blk is the number of 32-element blocks of a row. The
+ * accumulation order of one (r, t) does not depend on mr or nt, so a token
+ * gets the same result in a prefill tile as in a one-token decode. */
+typedef void (*qmm_tile_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                            const struct qmm_q8 *x, int64_t ldx, int mr, int nt, float *y,
+                            int64_t ldy);
+
+/* 8 weight rows of one 32-element block, repacked for the prefill GEMM. */
+struct qmm_pack8 {
+    uint8_t q[8][32] __attribute__((aligned(32))); /* q[k] lane j: row j, quants 4k..4k+3 */
+    float d[8] __attribute__((aligned(32)));       /* w = d q + m, per row */
+    float m[8] __attribute__((aligned(32)));
+};
+
+/* y[t * ldy + j] = dot(weight row j, activation t) for j < 8 and any nt,
+ * through `pack` (n_blk entries of scratch). For many tokens. */
+typedef void (*qmm_gemm8_fn)(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                             int64_t ldy, struct qmm_pack8 *pack);
+
+/* y[t * ldy + j] = dot(row j of w, x + t * ldx) for j < nr (<= 8), t < nt,
+ * for F32, F16 or BF16 rows of `cols` (a multiple of 8) f32 columns; `pack`
+ * holds 8 * cols floats (64-byte aligned). */
+typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                              int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
+                              int64_t ldy, float *pack);
+
+enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
+
+/* The tile kernel for weights of `type` on `isa`, or NULL when the type has
+ * no integer kernel there (or the ISA was not built in). */
+qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type);
+qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type);
+qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type);
+qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
+
+/* The 8-row GEMM for `type` on `isa`, or NULL (then tiles do prefill too). */
+qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa);
+
+/* The float-weight GEMM (F32, F16, BF16) of the best ISA, or NULL. */
+qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
+qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);
+
+/* The best ISA this CPU runs; IGNITE_SIMD=scalar or avx2 caps it. */
+enum qmm_isa ops_qmm_best_isa(void);
+const char *ops_qmm_isa_name(enum qmm_isa isa);
+
+/* Quantizes x[0..cols) (cols a multiple of QMM_QK) into cols / QMM_QK blocks:
+ * d = max|x| / 127, qs = round-to-nearest-even(x / d). */
+void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
+
+/* True when ops_matmul should take the int8 path for w on this context: not
+ * exact, a kernel for the type, and at most max_batch tokens (the size of
+ * the context's quantized-activation buffer). */
+bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w,
+                         int64_t n_tokens);
+
+/* ops_qmatmul_handles for each of n weights (and they share cols). */
+bool ops_qmatmul_handles_all(const struct ops_ctx *ctx, int n,
+                             const struct model_weight *const *w, int64_t n_tokens);
+
+/* y = x W^T like ops_matmul, through int8 activations. */
+void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,
+                 int64_t n_tokens, float *y);
+
+/* ops_matmul_multi through int8 activations: x is quantized once and the
+ * rows of all n weights are split over the pool in one job. */
+void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                       const float *x, int64_t n_tokens, float *const *y);
+
+/* ---- context support (ops/ctx.c) --------------------------------------- */
+
+/* The context's buffer for quantized activations: max_batch tokens of the
+ * widest weight row. */
+struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx);
+
+/* Thread `thread`'s repacking scratch: 4 entries per 32 columns of the
+ * widest row (also 8 rows x the widest row of f32 for the float GEMM). */
+struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread);
+
+/* The exact f32 path for every matmul of this context (true), or the fast
+ * int8 path where a kernel exists (false, the default unless the environment
+ * says IGNITE_MATMUL=exact when the context is created). */
+void ops_ctx_set_exact(struct ops_ctx *ctx, bool exact);
+bool ops_ctx_exact(const struct ops_ctx *ctx);
+
+#endif

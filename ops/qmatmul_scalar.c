@@ -1,0 +1,158 @@
+/* ops/qmatmul_scalar.c: the portable integer kernels of the int8 path: one
+ * weight row times one quantized token, block by block, with an int32 dot
+ * product per block and one f32 scale per block. Every ISA's kernels must
+ * agree with these (tests/cpu/test_qmatmul.c); the driver is ops/qmatmul.c. */
+#include "ops/qmatmul.h"
+
+#include "core/half.h"
+
+#include <stddef.h>
+
+/* Sum over the block of q4 (low or high nibbles of qs[0..15]) * x. */
+static int32_t dot_q4_block(const uint8_t *qs, const int8_t *x)
+{
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++)
+        s += (qs[j] & 0x0f) * x[j] + (qs[j] >> 4) * x[j + 16];
+    return s;
+}
+
+/* Q4_0: w = d * (q - 8), so dot = d * (dx * sum(q x) - 8 * s). */
+static float row_q4_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q4_0 *blk = (const struct block_q4_0 *)w + b;
+        float d = ig_f16_to_f32(blk->d);
+        acc += d * x[b].d * (float)dot_q4_block(blk->qs, x[b].qs) - 8.0f * d * x[b].s;
+    }
+    return acc;
+}
+
+/* Q4_1: w = d * q + m, so dot = d * dx * sum(q x) + m * s. */
+static float row_q4_1(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q4_1 *blk = (const struct block_q4_1 *)w + b;
+        float d = ig_f16_to_f32(blk->d), m = ig_f16_to_f32(blk->m);
+        acc += d * x[b].d * (float)dot_q4_block(blk->qs, x[b].qs) + m * x[b].s;
+    }
+    return acc;
+}
+
+static float row_q8_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q8_0 *blk = (const struct block_q8_0 *)w + b;
+        int32_t s = 0;
+        for (int j = 0; j < QMM_QK; j++)
+            s += blk->qs[j] * x[b].qs[j];
+        acc += ig_f16_to_f32(blk->d) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K super-block (ggml's
+ * get_scale_min_k4). */
+static void k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K: 8 sub-blocks of 32, w = d * sc_j * q - dmin * m_j. Sub-blocks 2i and
+ * 2i + 1 are the low and high nibbles of qs[32 i .. 32 i + 31]. */
+static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q4_K *blk = (const struct block_q4_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            const uint8_t *q = blk->qs + 32 * (j / 2);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++)
+                s += (j % 2 ? q[l] >> 4 : q[l] & 0x0f) * xb->qs[l];
+            int sc, mn;
+            k4_scale_min(blk->scales, j, &sc, &mn);
+            acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
+        }
+    }
+    return acc;
+}
+
+/* The 6-bit quant of element e (0..255) of a Q6_K super-block, 0..63. */
+static int q6_at(const struct block_q6_K *blk, int e)
+{
+    int n = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
+    int lo = (k % 2 ? ql[l + 32] : ql[l]);
+    lo = k < 2 ? lo & 0x0f : lo >> 4;
+    return lo | ((qh[l] >> (2 * k)) & 3) << 4;
+}
+
+/* Q6_K: 16 sub-blocks of 16, w = d * sc_i * (q - 32). */
+static float row_q6_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q6_K *blk = (const struct block_q6_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            int32_t s = 0;
+            for (int h = 0; h < 2; h++) {
+                int32_t sh = 0;
+                for (int l = 16 * h; l < 16 * h + 16; l++)
+                    sh += (q6_at(blk, 32 * j + l) - 32) * xb->qs[l];
+                s += blk->scales[2 * j + h] * sh;
+            }
+            acc += d * xb->d * (float)s;
+        }
+    }
+    return acc;
+}
+
+typedef float (*row_fn)(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x);
+
+static inline void tile(row_fn f, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, int mr, int nt, float *y,
+                        int64_t ldy)
+{
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < mr; r++)
+            y[t * ldy + r] = f(w + (size_t)r * row_bytes, n_blk, x + t * ldx);
+}
+
+#define SCALAR_TILE(name)                                                                    \
+    static void tile_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,              \
+                            const struct qmm_q8 *x, int64_t ldx, int mr, int nt, float *y,  \
+                            int64_t ldy)                                                    \
+    {                                                                                       \
+        tile(row_##name, w, row_bytes, n_blk, x, ldx, mr, nt, y, ldy);                      \
+    }
+SCALAR_TILE(q4_0)
+SCALAR_TILE(q4_1)
+SCALAR_TILE(q8_0)
+SCALAR_TILE(q4_K)
+SCALAR_TILE(q6_K)
+
+qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return tile_q4_0;
+    case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q6_K: return tile_q6_K;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,51 @@
+/* ops/qmatmul_vnni.c: the int8 tile kernels for CPUs with AVX512-VNNI and
+ * AVX512-VL (Intel Ice Lake and later, AMD Zen 4 and later): 256-bit
+ * vectors, vpdpbusd for the u8 x s8 dot products. The functions carry target
+ * attributes, so the rest of the binary stays baseline x86-64; ops/qmatmul.c
+ * calls them only when the CPU has these features. Elsewhere (other architectures, other compilers) the table is
+ * empty and the scalar kernels run. The kernel bodies are in
+ * ops/qmatmul_x86.h. Covered by tests/cpu/test_qmatmul.c. */
+#include "ops/qmatmul.h"
+
+#include "core/half.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QMM_X86_TARGET \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define QMM_X86_VNNI 1
+#include "ops/qmatmul_x86.h"
+
+qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return tile_q4_0;
+    case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q6_K: return tile_q6_K;
+    default: return NULL;
+    }
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
+{
+    return gemm8_of(type);
+}
+
+#else
+
+qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+#endif

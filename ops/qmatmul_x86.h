@@ -1,0 +1,503 @@
+/* ops/qmatmul_x86.h: the body of the x86 int8 tile kernels, included by
+ * ops/qmatmul_avx2.c (AVX2 + FMA + F16C) and ops/qmatmul_vnni.c (the same
+ * plus AVX512-VL/VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd, and 32 ymm
+ * registers). The includer defines QMM_X86_TARGET (a target attribute) and
+ * QMM_X86_VNNI (0 or 1); every function here is static to that file.
+ *
+ * One register tile is up to QMM_MR weight rows times QMM_NT tokens: a
+ * weight block is unpacked to 32 bytes once and multiplied with every token
+ * of the tile (u8 x s8 -> s32), and each token block is loaded once per row.
+ * Every (row, token) pair keeps its own f32 accumulator (one ymm), updated
+ * in the same order whatever the tile size. The token side of the per-block
+ * scales (d, and s for the formats with an offset) is gathered into one xmm
+ * per block, so each row's scales cost one vector multiply. */
+#ifndef IGNITE_OPS_QMATMUL_X86_H
+#define IGNITE_OPS_QMATMUL_X86_H
+
+#include <immintrin.h>
+
+#define AVX2 QMM_X86_TARGET
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+AVX2 INLINE float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* sum over groups of u8 x s8, as 8 f32 lanes */
+AVX2 INLINE __m256 dot_us(__m256i u, __m256i s)
+{
+#if QMM_X86_VNNI
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+#else
+    __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+AVX2 INLINE float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high. */
+AVX2 INLINE __m256i nib32(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+AVX2 INLINE __m256i load32(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* ---- 32-element block formats ----------------------------------------------- */
+
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
+
+/* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
+ * the token side of every per-block scale is then one vector op per row. */
+#define TOKEN_VEC(f, xb0, ldx, nt)                                                            \
+    _mm_set_ps(nt > 3 ? (xb0)[3 * (ldx)].f : 0.0f, nt > 2 ? (xb0)[2 * (ldx)].f : 0.0f,         \
+               nt > 1 ? (xb0)[(ldx)].f : 0.0f, (xb0)[0].f)
+
+/* Lane t of v, in every lane. */
+AVX2 INLINE __m256 lane(__m128 v, int t)
+{
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(t));
+}
+
+AVX2 INLINE void store_tile(__m256 acc[QMM_MR][QMM_NT], __m128 add[QMM_MR], const int mr,
+                            const int nt, float *y, int64_t ldy)
+{
+    UNROLL for (int r = 0; r < mr; r++) {
+        float a[4];
+        _mm_storeu_ps(a, add[r]);
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]) + a[t];
+    }
+}
+
+AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                        float *y, int64_t ldy)
+{
+    const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
+                    : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                                     : sizeof(struct block_q8_0);
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct qmm_q8 *xb = x + b;
+        __m128 dx = TOKEN_VEC(d, xb, ldx, nt);
+        __m128 sx = kind == K_Q8_0 ? _mm_setzero_ps() : TOKEN_VEC(s, xb, ldx, nt);
+        UNROLL for (int r = 0; r < mr; r++) {
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
+            /* the f16 scales, converted together: lane 0 d, lane 1 m (Q4_1) */
+            int32_t dm32;
+            memcpy(&dm32, blk, sizeof dm32);
+            __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm32));
+            __m128 dv = _mm_broadcastss_ps(dm);
+            __m256i q, qa = _mm256_setzero_si256();
+            if (kind == K_Q8_0) {
+                q = load32(blk + 2);
+                qa = _mm256_sign_epi8(q, q);
+            } else if (kind == K_Q4_1) {
+                q = nib32(blk + 4);
+                add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
+            } else {
+                q = nib32(blk + 2);
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-8.0f), dv), sx, add[r]);
+            }
+            __m128 dd = _mm_mul_ps(dv, dx);
+            UNROLL for (int t = 0; t < nt; t++) {
+                __m256i xv = load32(xb[t * ldx].qs);
+                __m256 p = kind == K_Q8_0 ? dot_us(qa, _mm256_sign_epi8(xv, q)) : dot_us(q, xv);
+                acc[r][t] = _mm256_fmadd_ps(lane(dd, t), p, acc[r][t]);
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q4_K: 8 sub-blocks of 32 per super-block --------------------------------- */
+
+static void k4_scales(const uint8_t *s, int sc[8], int mn[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q4_K *blk =
+                (const struct block_q4_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+            int sc[8], mn[8];
+            k4_scales(blk->scales, sc, mn);
+            for (int i = 0; i < 4; i++) {
+                __m256i bytes = load32(blk->qs + 32 * i);
+                __m256i h[2] = {_mm256_and_si256(bytes, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4)};
+                for (int k = 0; k < 2; k++) {
+                    int j = 2 * i + k;
+                    const struct qmm_q8 *xb = x + sb * 8 + j;
+                    __m128 dd = _mm_mul_ps(_mm_set1_ps(d * (float)sc[j]), TOKEN_VEC(d, xb, ldx, nt));
+                    add[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * (float)mn[j]),
+                                          TOKEN_VEC(s, xb, ldx, nt), add[r]);
+                    UNROLL for (int t = 0; t < nt; t++)
+                        acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
+                                                    dot_us(h[k], load32(xb[t * ldx].qs)),
+                                                    acc[r][t]);
+                }
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q6_K: 16 sub-blocks of 16 per super-block -------------------------------- */
+
+AVX2 INLINE void tile_k6(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i c32 = _mm256_set1_epi8(32);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q6_K *blk =
+                (const struct block_q6_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d);
+            for (int n = 0; n < 2; n++) {
+                __m256i q0 = load32(blk->ql + 64 * n), q1 = load32(blk->ql + 64 * n + 32);
+                __m256i h = load32(blk->qh + 32 * n);
+                __m256i u[4];
+                u[0] = _mm256_or_si256(_mm256_and_si256(q0, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+                u[1] = _mm256_or_si256(_mm256_and_si256(q1, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+                u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                                       _mm256_and_si256(h, m30));
+                u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+                for (int k = 0; k < 4; k++) {
+                    int j = 4 * n + k;
+                    __m256i scv = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]),
+                                                   _mm_set1_epi16(blk->scales[2 * j]));
+                    UNROLL for (int t = 0; t < nt; t++) {
+                        const struct qmm_q8 *xb = x + t * ldx + sb * 8 + j;
+                        __m256i xv = load32(xb->qs);
+                        __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u[k], xv),
+                                                     _mm256_maddubs_epi16(c32, xv));
+                        __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv));
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb->d), s, acc[r][t]);
+                    }
+                }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < mr; r++)
+        UNROLL for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+/* ---- prefill GEMM: 8 rows as the 8 lanes ------------------------------------- */
+
+/* For many tokens, 8 rows of a 32-element block format are first repacked
+ * (struct qmm_pack8: each row's block unpacked to u8 quants and transposed,
+ * so 32-bit lane j of w[k] holds row j's quants 4k..4k+3), then every token
+ * costs per block 8 u8 x s8 dot-accumulates whose lanes are already the 8
+ * rows' sums: no horizontal work and one scale FMA per 8 rows. Weights are
+ * w = d q + m with q unsigned: Q4_0 has m = -8 d, Q4_1 its m, Q8_0 stores
+ * q + 128 with m = -128 d (VNNI only: vpmaddubsw would saturate). */
+
+/* 8 rows x 32 dwords -> 8 columns, in place. */
+AVX2 INLINE void transpose8(__m256i r[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        r[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
+AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                       struct qmm_pack8 *p)
+{
+    const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
+                    : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                                     : sizeof(struct block_q8_0);
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256i r[8];
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *blk = w + (size_t)j * row_bytes + (size_t)b * bb;
+            float d = f16_at(blk);
+            p[b].d[j] = d;
+            if (kind == K_Q8_0) {
+                r[j] = _mm256_xor_si256(load32(blk + 2), _mm256_set1_epi8((char)0x80));
+                p[b].m[j] = -128.0f * d;
+            } else if (kind == K_Q4_1) {
+                r[j] = nib32(blk + 4);
+                p[b].m[j] = f16_at(blk + 2);
+            } else {
+                r[j] = nib32(blk + 2);
+                p[b].m[j] = -8.0f * d;
+            }
+        }
+        transpose8(r);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)p[b].q[k], r[k]);
+    }
+}
+
+/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows. */
+AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
+                              int64_t ldx, const int nt, float *y, int64_t ldy)
+{
+    __m256 acc[QMM_NT], add[QMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        add[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256 d = _mm256_load_ps(p[b].d), m = _mm256_load_ps(p[b].m);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const struct qmm_q8 *xb = x + t * ldx + b;
+            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
+#if QMM_X86_VNNI
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k += 2) {
+                s0 = _mm256_dpbusd_epi32(s0, _mm256_load_si256((const __m256i *)p[b].q[k]),
+                                         _mm256_set1_epi32(xq[k]));
+                s1 = _mm256_dpbusd_epi32(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
+                                         _mm256_set1_epi32(xq[k + 1]));
+            }
+            __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+#else
+            /* 4-bit quants only: 8 pair sums of <= 2 * 15 * 128 fit in int16 */
+            __m256i s = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++)
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
+                                            _mm256_load_si256((const __m256i *)p[b].q[k]),
+                                            _mm256_set1_epi32(xq[k])));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+#endif
+            acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
+            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+}
+
+AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                       const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                       struct qmm_pack8 *pack)
+{
+    pack8(kind, w, row_bytes, n_blk, pack);
+    int64_t t = 0;
+    for (; t + QMM_NT <= nt; t += QMM_NT)
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+    switch (nt - t) {
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    default: break;
+    }
+}
+_Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
+
+#define GEMM8(name, kind)                                                                    \
+    AVX2 static void gemm8_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,         \
+                                  const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, \
+                                  int64_t ldy, struct qmm_pack8 *pack)                       \
+    {                                                                                       \
+        gemm8(kind, w, row_bytes, n_blk, x, ldx, nt, y, ldy, pack);                          \
+    }
+GEMM8(q4_0, K_Q4_0)
+GEMM8(q4_1, K_Q4_1)
+#if QMM_X86_VNNI
+GEMM8(q8_0, K_Q8_0)
+#endif
+
+static qmm_gemm8_fn gemm8_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemm8_q4_0;
+    case QUANT_Q4_1: return gemm8_q4_1;
+#if QMM_X86_VNNI
+    case QUANT_Q8_0: return gemm8_q8_0;
+#endif
+    default: return NULL;
+    }
+}
+
+/* ---- f32, f16, bf16 weights: 8 rows as lanes, f32 FMA ----------------------------- */
+
+/* With many tokens, 8 rows are converted to f32 and transposed once
+ * (p[c * 8 + j] = row j, column c), then each token costs one FMA per column
+ * for all 8 rows, FGEMM_NT tokens at a time (the accumulators fill the
+ * registers; each packed column is loaded once per FGEMM_NT tokens). Plain
+ * f32 sums: the fast path; the exact path (ops/matmul.c) flushes into f64. */
+#if !QMM_X86_VNNI /* built once, in the AVX2 file */
+#define FGEMM_NT 8
+
+AVX2 INLINE __m256 load8_as_f32(enum quant_type type, const uint8_t *row, int64_t c)
+{
+    if (type == QUANT_F32)
+        return _mm256_loadu_ps((const float *)(const void *)row + c);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * c));
+    if (type == QUANT_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
+/* Packs rows [0, nr) (nr <= 8; missing rows repeat the last) of cols columns. */
+AVX2 static void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                        int64_t cols, float *p)
+{
+    for (int64_t c = 0; c < cols; c += 8) {
+        __m256i r[8];
+        for (int j = 0; j < 8; j++)
+            r[j] = _mm256_castps_si256(
+                load8_as_f32(type, w + (size_t)(j < nr ? j : nr - 1) * row_bytes, c));
+        transpose8(r);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(void *)(p + (c + k) * 8), r[k]);
+    }
+}
+
+AVX2 INLINE void fgemm8_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
+                               const int nt, float *y, int64_t ldy)
+{
+    __m256 acc[FGEMM_NT];
+    UNROLL for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c++) {
+        __m256 wv = _mm256_load_ps(p + c * 8);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + t * ldx + c), acc[t]);
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* y[t * ldy + j] for j < nr (<= 8), t < nt: rows of w against f32 tokens x. */
+AVX2 static void fgemm8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                        int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
+                        int64_t ldy, float *pack)
+{
+    fpack8(type, w, row_bytes, nr, cols, pack);
+    float tmp[FGEMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += FGEMM_NT) {
+        int n = nt - t < FGEMM_NT ? (int)(nt - t) : FGEMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp;
+        int64_t ld = nr == 8 ? ldy : 8;
+        const float *xt = x + t * ldx;
+        switch (n) {
+        case 1: fgemm8_tokens(pack, cols, xt, ldx, 1, yt, ld); break;
+        case 2: fgemm8_tokens(pack, cols, xt, ldx, 2, yt, ld); break;
+        case 3: fgemm8_tokens(pack, cols, xt, ldx, 3, yt, ld); break;
+        case 4: fgemm8_tokens(pack, cols, xt, ldx, 4, yt, ld); break;
+        case 5: fgemm8_tokens(pack, cols, xt, ldx, 5, yt, ld); break;
+        case 6: fgemm8_tokens(pack, cols, xt, ldx, 6, yt, ld); break;
+        case 7: fgemm8_tokens(pack, cols, xt, ldx, 7, yt, ld); break;
+        default: fgemm8_tokens(pack, cols, xt, ldx, 8, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
+}
+_Static_assert(FGEMM_NT == 8, "fgemm8 instantiates 1..8 tokens");
+#endif
+
+/* ---- instantiation: (mr, nt) constants ------------------------------------------ */
+
+/* Tiles of QMM_MR or 1 rows times 1..QMM_NT tokens are instantiated (8
+ * bodies per format: compile time matters in sanitizer builds); 2 or 3 rows
+ * (the end of a weight) run as single rows, in the same order per output. */
+#define DISPATCH_NT(call, MR)                                                                \
+    switch (nt) {                                                                           \
+    case 1: call(MR, 1); break;                                                             \
+    case 2: call(MR, 2); break;                                                             \
+    case 3: call(MR, 3); break;                                                             \
+    default: call(MR, 4); break;                                                            \
+    }
+_Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 tiles");
+
+#define CALL32_q4_0(a, b) tile32(K_Q4_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q4_1(a, b) tile32(K_Q4_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q8_0(a, b) tile32(K_Q8_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q4_K(a, b) tile_k4(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q6_K(a, b) tile_k6(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+
+#define TILE(name, call)                                                                     \
+    AVX2 static void tile_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,          \
+                                 const struct qmm_q8 *x, int64_t ldx, int mr, int nt,       \
+                                 float *y, int64_t ldy)                                     \
+    {                                                                                       \
+        if (mr == QMM_MR) {                                                                 \
+            const uint8_t *wr = w;                                                          \
+            float *yr = y;                                                                  \
+            DISPATCH_NT(call, QMM_MR)                                                       \
+            return;                                                                         \
+        }                                                                                   \
+        for (int r = 0; r < mr; r++) {                                                      \
+            const uint8_t *wr = w + (size_t)r * row_bytes;                                  \
+            float *yr = y + r;                                                              \
+            DISPATCH_NT(call, 1)                                                            \
+        }                                                                                   \
+    }
+TILE(q4_0, CALL32_q4_0)
+TILE(q4_1, CALL32_q4_1)
+TILE(q8_0, CALL32_q8_0)
+TILE(q4_K, CALL_q4_K)
+TILE(q6_K, CALL_q6_K)
+
+#endif

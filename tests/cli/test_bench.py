@@ -1,0 +1,136 @@
+"""tests/cli/test_bench.py: `ignite bench` on a synthetic SmolLM2-135M (random
+weights in memory, nothing downloaded) with tiny tests: csv, json and jsonl
+parse, md has its header and one row per test, every row carries the model,
+its size and parameters, the device, the version and the test's numbers; two
+thread counts and two prompt lengths give one row each; a GGUF model made by
+tests/pylib/ggufgen.py works too; bad options exit 2, --device cuda exits 7.
+No timing asserts."""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ggufgen
+
+IGNITE = os.environ["IGNITE_BIN"]
+MODEL = "synthetic:SmolLM2-135M:Q4_1"
+failures = 0
+checks = 0
+
+FIELDS = ["ignite_version", "cpu_info", "device", "isa", "matmul", "model_filename",
+          "model_type", "model_size", "model_n_params", "n_batch", "n_threads", "type_kv",
+          "n_prompt", "n_gen", "test", "repetitions", "avg_ns", "stddev_ns", "avg_ts",
+          "stddev_ts", "ttft_ms"]
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def bench(*args, model=MODEL):
+    r = subprocess.run([IGNITE, "bench", "-m", model, "-r", "2", *args], capture_output=True,
+                       timeout=300)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def check_row(row, what, n_prompt, n_gen, threads=None):
+    for f in FIELDS:
+        check(f in row, f"{what}: field {f} missing")
+    if any(f not in row for f in FIELDS):
+        return
+    check(row["ignite_version"] and row["device"] == "cpu", f"{what}: version/device {row}")
+    check(str(row["model_filename"]).startswith("synthetic:SmolLM2-135M") or
+          str(row["model_filename"]).endswith(".gguf"), f"{what}: model {row['model_filename']}")
+    check(float(row["model_size"]) > 0 and float(row["model_n_params"]) > 0,
+          f"{what}: size/params {row['model_size']} {row['model_n_params']}")
+    check(int(float(row["n_prompt"])) == n_prompt and int(float(row["n_gen"])) == n_gen,
+          f"{what}: n_prompt/n_gen {row['n_prompt']} {row['n_gen']}")
+    test = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+    check(row["test"] == test, f"{what}: test {row['test']} != {test}")
+    check(float(row["avg_ts"]) > 0 and float(row["avg_ns"]) > 0, f"{what}: speed {row['avg_ts']}")
+    if threads is not None:
+        check(int(float(row["n_threads"])) == threads, f"{what}: threads {row['n_threads']}")
+    ttft = row["ttft_ms"]
+    if n_prompt:
+        check(ttft not in (None, "") and float(ttft) > 0, f"{what}: ttft {ttft!r}")
+    else:
+        check(ttft in (None, ""), f"{what}: tg row has a ttft {ttft!r}")
+
+
+def main():
+    # csv: a header and one row per (threads, test)
+    rc, out, err = bench("-p", "8,16", "-n", "4", "-t", "1,2", "-o", "csv")
+    check(rc == 0, f"csv: exit {rc}: {err}")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    check(len(rows) == 6, f"csv: {len(rows)} rows, expected 6:\n{out}")
+    want = [(8, 0, 1), (16, 0, 1), (0, 4, 1), (8, 0, 2), (16, 0, 2), (0, 4, 2)]
+    for row, (p, n, t) in zip(rows, want):
+        check_row(row, f"csv row {row.get('test')}", p, n, t)
+
+    # json: one array
+    rc, out, err = bench("-p", "8", "-n", "4", "-t", "1", "-o", "json")
+    check(rc == 0, f"json: exit {rc}: {err}")
+    try:
+        arr = json.loads(out)
+    except ValueError:
+        arr = None
+    check(isinstance(arr, list) and len(arr) == 2, f"json: not an array of 2 rows: {out[:300]}")
+    for row, (p, n) in zip(arr or [], [(8, 0), (0, 4)]):
+        check_row(row, "json row", p, n, 1)
+        check(len(row.get("samples_ts", [])) == 2, f"json: samples {row.get('samples_ts')}")
+
+    # jsonl: one object per line
+    rc, out, err = bench("-p", "8", "-n", "0", "-t", "1", "-o", "jsonl")
+    check(rc == 0, f"jsonl: exit {rc}: {err}")
+    lines = [l for l in out.splitlines() if l.strip()]
+    check(len(lines) == 1, f"jsonl: {len(lines)} lines")
+    for l in lines:
+        try:
+            check_row(json.loads(l), "jsonl row", 8, 0, 1)
+        except ValueError:
+            check(False, f"jsonl: bad line {l!r}")
+
+    # md: header, separator, one row per test; stdout only (no progress off a TTY)
+    rc, out, err = bench("-p", "8", "-n", "4", "-t", "1")
+    md = out.splitlines()
+    check(rc == 0 and len(md) == 4 and md[0].startswith("| model"), f"md: {out!r} {err}")
+    check(any("pp8" in l for l in md) and any("tg4" in l for l in md), f"md rows: {out}")
+    check("\r" not in err, f"progress written when stderr is not a TTY: {err!r}")
+
+    # a GGUF file and the exact path
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tiny.gguf")
+        with open(path, "wb") as f:
+            f.write(ggufgen.tiny_llama().build())
+        rc, out, err = bench("-p", "4", "-n", "2", "-t", "1", "--exact", "-o", "jsonl",
+                             model=path)
+        check(rc == 0, f"gguf: exit {rc}: {err}")
+        for l, (p, n) in zip(out.splitlines(), [(4, 0), (0, 2)]):
+            row = json.loads(l)
+            check_row(row, "gguf row", p, n, 1)
+            check(row.get("matmul") == "exact", f"gguf: matmul {row.get('matmul')}")
+
+    # errors
+    for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda"], 7),
+                       (["--device", "tpu"], 2)]:
+        rc, out, err = bench(*args)
+        check(rc == code, f"{args}: exit {rc}, expected {code}: {err}")
+        check(err.count("\n") >= 1 and out == "", f"{args}: output {out!r} {err!r}")
+    rc, out, err = bench(model="synthetic:NoSuchModel")
+    check(rc == 2 and "SmolLM2-135M" in err, f"unknown synthetic model: exit {rc}: {err}")
+    rc, out, err = bench(model="synthetic:SmolLM2-135M:Q4_K")
+    check(rc == 2, f"Q4_K on 576-wide SmolLM2: exit {rc}: {err}")
+
+    print(f"test_bench: {checks} checks, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+/* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q8_0, Q4_K
+ * and Q6_K weights of random valid blocks and random activations:
+ *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q);
+ *  - the scalar tile kernel against an fp64 dot of the dequantized weight
+ *    (quant_dequantize_row, checked against the gguf package elsewhere) and
+ *    the dequantized activation, within 1e-5 of sum |w x|;
+ *  - every SIMD kernel this CPU runs against the scalar kernel, same bound,
+ *    for every tile shape (mr 1..2 x nt 1..4), and each tile shape against
+ *    the 1 x 1 tile bit for bit (a token's result must not depend on the
+ *    tile it lands in: prefill and decode then agree);
+ *  - the 8-row prefill GEMM (repacked rows) of each ISA against the same
+ *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
+ *  - F32, F16 and BF16 weights through the float FMA GEMM (fast path, 8..130
+ *    tokens, a ragged last row group) against fp64;
+ *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
+ *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
+ *    like ops_matmul, and ops_ctx_set_exact switching the path off.
+ * Guard values catch writes outside the tile. */
+#include "core/half.h"
+#include "core/status.h"
+#include "models/model.h"
+#include "models/quant.h"
+#include "ops/ops.h"
+#include "ops/qmatmul.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS 37
+#define MAX_T 130
+#define SENTINEL -777.0f
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next_u64(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static float frand(void)
+{
+    return (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+struct type_case {
+    enum quant_type type;
+    int64_t cols;
+    int n_scales;
+    int scale_off[2];
+};
+
+static const struct type_case cases[] = {
+    {QUANT_Q4_0, 576, 1, {0}},
+    {QUANT_Q4_1, 576, 2, {0, 2}},
+    {QUANT_Q8_0, 1536, 1, {0}},
+    {QUANT_Q4_K, 512, 2, {0, 2}},
+    {QUANT_Q6_K, 768, 1, {208}},
+};
+
+static struct model_weight make_weight(const struct type_case *tc)
+{
+    const struct quant_traits *tr = quant_traits_of(tc->type);
+    struct model_weight w = {tc->type, ROWS, tc->cols, quant_row_bytes(tc->type, tc->cols), NULL};
+    size_t bytes = w.row_bytes * ROWS;
+    uint8_t *p = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(next_u64() >> 24);
+    for (size_t b = 0; b < bytes / tr->block_bytes; b++)
+        for (int s = 0; s < tc->n_scales; s++) {
+            ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (frand() + 1.0f));
+            memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
+        }
+    w.data = p;
+    return w;
+}
+
+/* Activations of very different scales per block, some zero blocks. */
+static void make_x(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += QMM_QK) {
+        float scale = (next_u64() % 7 == 0) ? 0.0f : powf(10.0f, 3.0f * frand());
+        for (int j = 0; j < QMM_QK; j++)
+            x[i + j] = scale * frand();
+    }
+}
+
+static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
+{
+    int bad = 0;
+    for (int64_t b = 0; b < cols / QMM_QK; b++) {
+        int32_t sum = 0;
+        for (int j = 0; j < QMM_QK; j++) {
+            double e = fabs((double)x[b * QMM_QK + j] - (double)q[b].d * q[b].qs[j]);
+            if (e > q[b].d * 0.5 * (1 + 1e-5) && bad++ < 3)
+                fprintf(stderr, "quantize: block %lld elem %d: x %g d %g q %d\n", (long long)b,
+                        j, x[b * QMM_QK + j], q[b].d, q[b].qs[j]);
+            sum += q[b].qs[j];
+        }
+        if (q[b].s != q[b].d * (float)sum && bad++ < 3)
+            fprintf(stderr, "quantize: block %lld: s %g != d * %d\n", (long long)b, q[b].s, sum);
+    }
+    CHECKF(bad == 0, "activation quantization: %d bad elements", bad);
+}
+
+static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
+{
+    const char *name = quant_type_name(tc->type);
+    int64_t cols = tc->cols, nb = cols / QMM_QK;
+    struct model_weight w = make_weight(tc);
+    float *x = malloc((size_t)(MAX_T * cols) * sizeof *x);
+    struct qmm_q8 *xq = malloc((size_t)(MAX_T * nb) * sizeof *xq);
+    float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
+    double *ref = malloc((size_t)(MAX_T * ROWS) * sizeof *ref);
+    double *mag = malloc((size_t)(MAX_T * ROWS) * sizeof *mag);
+    double *fref = malloc((size_t)(MAX_T * ROWS) * sizeof *fref); /* float-x reference */
+    double *fmag = malloc((size_t)(MAX_T * ROWS) * sizeof *fmag);
+    float *y = malloc((size_t)(MAX_T * ROWS) * sizeof *y);
+    float *y1 = malloc((size_t)(2 * MAX_T * ROWS) * sizeof *y1);
+    make_x(x, MAX_T * cols);
+    for (int64_t t = 0; t < MAX_T; t++)
+        ops_qmm_quantize(x + t * cols, cols, xq + t * nb);
+    check_quantize(x, MAX_T * cols, xq);
+    for (int64_t r = 0; r < ROWS; r++)
+        quant_dequantize_row(tc->type, (const uint8_t *)w.data + r * w.row_bytes, wd + r * cols,
+                             cols);
+    for (int64_t t = 0; t < MAX_T; t++)
+        for (int64_t r = 0; r < ROWS; r++) {
+            double s = 0, m = 0, fs = 0, fm = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                const struct qmm_q8 *b = &xq[t * nb + c / QMM_QK];
+                double xv = (double)b->d * b->qs[c % QMM_QK];
+                s += (double)wd[r * cols + c] * xv;
+                m += fabs((double)wd[r * cols + c] * xv);
+                fs += (double)wd[r * cols + c] * x[t * cols + c];
+                fm += fabs((double)wd[r * cols + c] * x[t * cols + c]);
+            }
+            ref[t * ROWS + r] = s;
+            mag[t * ROWS + r] = m;
+            fref[t * ROWS + r] = fs;
+            fmag[t * ROWS + r] = fm;
+        }
+
+    for (int isa = 0; isa < QMM_N_ISA; isa++) {
+        qmm_tile_fn tile = ops_qmm_tile(tc->type, (enum qmm_isa)isa);
+        if (!tile || (isa != QMM_SCALAR && (int)ops_qmm_best_isa() < isa))
+            continue;
+        /* every tile shape, over a block of 8 tokens x the rows */
+        for (int mr = 1; mr <= QMM_MR; mr++)
+            for (int nt = 1; nt <= QMM_NT; nt++) {
+                int bad = 0, diff = 0;
+                for (int64_t r = 0; r + mr <= ROWS; r += mr)
+                    for (int64_t t = 0; t + nt <= 8; t += nt) {
+                        float out[QMM_NT][QMM_MR + 1];
+                        for (int i = 0; i < QMM_NT; i++)
+                            for (int j = 0; j <= QMM_MR; j++)
+                                out[i][j] = SENTINEL;
+                        tile((const uint8_t *)w.data + r * w.row_bytes, w.row_bytes, nb,
+                             xq + t * nb, nb, mr, nt, &out[0][0], QMM_MR + 1);
+                        for (int i = 0; i < QMM_NT; i++)
+                            for (int j = 0; j <= QMM_MR; j++) {
+                                bool inside = i < nt && j < mr;
+                                if (!inside) {
+                                    if (out[i][j] != SENTINEL && bad++ < 3)
+                                        fprintf(stderr, "%s %s %dx%d: wrote outside the tile\n",
+                                                name, ops_qmm_isa_name(isa), mr, nt);
+                                    continue;
+                                }
+                                int64_t k = (t + i) * ROWS + r + j;
+                                double e = fabs(out[i][j] - ref[k]);
+                                if (e > 1e-5 * mag[k] + 1e-30 && bad++ < 3)
+                                    fprintf(stderr, "%s %s %dx%d row %lld tok %lld: %.9g vs "
+                                            "%.9g (err %.3g, bound %.3g)\n", name,
+                                            ops_qmm_isa_name(isa), mr, nt, (long long)(r + j),
+                                            (long long)(t + i), out[i][j], ref[k], e,
+                                            1e-5 * mag[k]);
+                                if (mr == 1 && nt == 1)
+                                    y1[k] = out[i][j];
+                                else if (out[i][j] != y1[k] && diff++ < 3)
+                                    fprintf(stderr, "%s %s %dx%d row %lld tok %lld: %.9g but "
+                                            "the 1x1 tile gave %.9g\n", name,
+                                            ops_qmm_isa_name(isa), mr, nt, (long long)(r + j),
+                                            (long long)(t + i), out[i][j], y1[k]);
+                            }
+                    }
+                CHECKF(bad == 0, "%s %s tile %dx%d: %d outputs off the fp64 reference", name,
+                       ops_qmm_isa_name(isa), mr, nt, bad);
+                CHECKF(diff == 0, "%s %s tile %dx%d: %d outputs differ from the 1x1 tile", name,
+                       ops_qmm_isa_name(isa), mr, nt, diff);
+            }
+    }
+
+    /* the 8-row prefill GEMM, for every token count mod 4 */
+    struct qmm_pack8 *pack = aligned_alloc(64, (size_t)nb * sizeof *pack);
+    for (int isa = 0; isa < QMM_N_ISA; isa++) {
+        qmm_gemm8_fn g = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
+        if (!g || (int)ops_qmm_best_isa() < isa)
+            continue;
+        static const int64_t nts[] = {1, 2, 3, 4, 8, 13};
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            int64_t n = nts[k];
+            int bad = 0;
+            for (int64_t r = 0; r + 8 <= ROWS; r += 8) {
+                float out[13 * 9];
+                for (int i = 0; i < 13 * 9; i++)
+                    out[i] = SENTINEL;
+                g((const uint8_t *)w.data + r * w.row_bytes, w.row_bytes, nb, xq, nb, n, out, 9,
+                  pack);
+                for (int64_t t = 0; t < 13; t++)
+                    for (int j = 0; j < 9; j++) {
+                        float v = out[t * 9 + j];
+                        if (t >= n || j == 8) {
+                            if (v != SENTINEL && bad++ < 3)
+                                fprintf(stderr, "%s gemm8 %s: wrote outside\n", name,
+                                        ops_qmm_isa_name(isa));
+                            continue;
+                        }
+                        int64_t q = t * ROWS + r + j;
+                        if (fabs(v - ref[q]) > 1e-5 * mag[q] + 1e-30 && bad++ < 3)
+                            fprintf(stderr, "%s gemm8 %s n=%lld row %lld tok %lld: %.9g vs %.9g\n",
+                                    name, ops_qmm_isa_name(isa), (long long)n,
+                                    (long long)(r + j), (long long)t, v, ref[q]);
+                    }
+            }
+            CHECKF(bad == 0, "%s gemm8 %s, %lld tokens: %d outputs off", name,
+                   ops_qmm_isa_name(isa), (long long)n, bad);
+        }
+    }
+    free(pack);
+
+    /* through ops_matmul: the fast path, then exact */
+    static const int64_t token_counts[] = {1, 2, 3, 5, 64, 65, 130};
+    for (size_t i = 0; i < sizeof token_counts / sizeof token_counts[0]; i++) {
+        int64_t n = token_counts[i];
+        ops_ctx_set_exact(ctx, false);
+        CHECKF(ops_qmatmul_handles(ctx, &w, n), "%s: the fast path takes %lld tokens", name,
+               (long long)n);
+        ops_matmul(ctx, &w, x, n, y);
+        int bad = 0;
+        for (int64_t k = 0; k < n * ROWS; k++) {
+            double e = fabs(y[k] - ref[k]);
+            if (e > 1e-5 * mag[k] + 1e-30 && bad++ < 3)
+                fprintf(stderr, "%s ops_matmul n=%lld out %lld: %.9g vs %.9g\n", name,
+                        (long long)n, (long long)k, y[k], ref[k]);
+        }
+        CHECKF(bad == 0, "%s ops_matmul fast, %lld tokens: %d outputs off", name, (long long)n,
+               bad);
+        /* two weights in one job (37 rows each: chunks cross between them) */
+        const struct model_weight *ws[2] = {&w, &w};
+        float *ys[2] = {y1, y1 + n * ROWS};
+        ops_matmul_multi(ctx, 2, ws, x, n, ys);
+        CHECKF(memcmp(y1, y, (size_t)(n * ROWS) * sizeof *y) == 0 &&
+                   memcmp(y1 + n * ROWS, y, (size_t)(n * ROWS) * sizeof *y) == 0,
+               "%s ops_matmul_multi, %lld tokens: differs from ops_matmul", name, (long long)n);
+        ops_ctx_set_exact(ctx, true);
+        CHECK(!ops_qmatmul_handles(ctx, &w, n));
+        ops_matmul(ctx, &w, x, n, y);
+        bad = 0;
+        for (int64_t k = 0; k < n * ROWS; k++)
+            if (fabs(y[k] - fref[k]) > 1e-5 * fmag[k] + 1e-30 && bad++ < 3)
+                fprintf(stderr, "%s ops_matmul exact n=%lld out %lld: %.9g vs %.9g\n", name,
+                        (long long)n, (long long)k, y[k], fref[k]);
+        CHECKF(bad == 0, "%s ops_matmul exact, %lld tokens: %d outputs off", name, (long long)n,
+               bad);
+    }
+    free(y1);
+    free(y);
+    free(fmag);
+    free(fref);
+    free(mag);
+    free(ref);
+    free(wd);
+    free(xq);
+    free(x);
+    free((void *)w.data);
+}
+
+/* F32, F16 and BF16 weights through the FMA GEMM (prefill sizes) against
+ * an fp64 dot of the stored values, 1e-5 of sum |w x|. */
+static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
+{
+    const int64_t cols = 576;
+    struct model_weight w = {type, ROWS, cols, quant_row_bytes(type, cols), NULL};
+    uint8_t *p = malloc(w.row_bytes * ROWS);
+    float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
+    for (int64_t i = 0; i < ROWS * cols; i++) {
+        float v = frand();
+        if (type == QUANT_F32) {
+            ((float *)(void *)p)[i] = v;
+        } else if (type == QUANT_F16) {
+            ((ig_f16 *)(void *)p)[i] = ig_f32_to_f16(v);
+            v = ig_f16_to_f32(ig_f32_to_f16(v));
+        } else {
+            ((ig_bf16 *)(void *)p)[i] = ig_f32_to_bf16(v);
+            v = ig_bf16_to_f32(ig_f32_to_bf16(v));
+        }
+        wd[i] = v;
+    }
+    w.data = p;
+    float *x = malloc((size_t)(MAX_T * cols) * sizeof *x);
+    float *y = malloc((size_t)(MAX_T * ROWS) * sizeof *y);
+    make_x(x, MAX_T * cols);
+    ops_ctx_set_exact(ctx, false);
+    bool fast = ops_qmm_best_isa() != QMM_SCALAR;
+    CHECKF(ops_qmatmul_handles(ctx, &w, 64) == fast, "%s: fast path for 64 tokens",
+           quant_type_name(type));
+    static const int64_t token_counts[] = {8, 9, 15, 64, 130};
+    for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
+        int64_t n = token_counts[k];
+        ops_matmul(ctx, &w, x, n, y);
+        int bad = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < ROWS; r++) {
+                double s = 0, m = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    s += (double)wd[r * cols + c] * x[t * cols + c];
+                    m += fabs((double)wd[r * cols + c] * x[t * cols + c]);
+                }
+                if (fabs(y[t * ROWS + r] - s) > 1e-5 * m + 1e-30 && bad++ < 3)
+                    fprintf(stderr, "%s n=%lld row %lld tok %lld: %.9g vs %.9g\n",
+                            quant_type_name(type), (long long)n, (long long)r, (long long)t,
+                            y[t * ROWS + r], s);
+            }
+        CHECKF(bad == 0, "%s float GEMM, %lld tokens: %d outputs off", quant_type_name(type),
+               (long long)n, bad);
+    }
+    free(y);
+    free(x);
+    free(wd);
+    free(p);
+}
+
+int main(void)
+{
+    struct model m;
+    memset(&m, 0, sizeof m);
+    m.hp.n_embd = m.hp.n_ff = 1536;
+    m.hp.n_head = m.hp.n_head_kv = 1;
+    m.hp.head_dim = m.hp.n_rot = 64;
+    struct ops_ctx *ctx;
+    if (ops_ctx_create(&m, 2, MAX_T, &ctx) != IG_OK)
+        return 1;
+    printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_type(&cases[i], ctx);
+    check_float_type(QUANT_F32, ctx);
+    check_float_type(QUANT_F16, ctx);
+    check_float_type(QUANT_BF16, ctx);
+    ops_ctx_free(ctx);
+    return test_summary("test_qmatmul");
+}
