@@ -31,6 +31,7 @@ static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
     {"n-prompt", 'p', required_argument, "N,..", "prefill tests: prompt lengths, 0 = none", "512"},
     {"n-gen", 'n', required_argument, "N,..", "decode tests: tokens generated, 0 = none", "128"},
+    {"n-depth", 'd', required_argument, "N,..", "tokens already in the KV cache before each test", "0"},
     {"repetitions", 'r', required_argument, "N", "timed runs per test (after one warm-up run)", "5"},
     {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
     {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
@@ -54,7 +55,8 @@ struct bench_opts {
     const char *models[BENCH_MAX_LIST];
     int n_models;
     int64_t prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
-    int n_prompts, n_gens, n_threads;
+    int64_t depths[BENCH_MAX_LIST];
+    int n_prompts, n_gens, n_threads, n_depths;
     int64_t reps, n_batch;
     const char *device, *format;
     enum kv_dtype kv;
@@ -88,6 +90,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         return IG_OK;
     case 'p': return parse_list("--n-prompt", arg, 0, o->prompts, &o->n_prompts);
     case 'n': return parse_list("--n-gen", arg, 0, o->gens, &o->n_gens);
+    case 'd': return parse_list("--n-depth", arg, 0, o->depths, &o->n_depths);
     case 't': return parse_list("--threads", arg, 0, o->threads, &o->n_threads);
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
     case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
@@ -118,6 +121,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
+                             .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
                              .device = "auto", .format = "md", .kv = KV_F16};
     struct cli_parser parser;
@@ -160,6 +164,7 @@ struct bench_row {
     int64_t n_params;
     int threads;
     int64_t n_prompt, n_gen;
+    int64_t n_depth;        /* tokens in the cache before the timed part */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
     double samples_ts[1000];
     int64_t reps;
@@ -192,12 +197,13 @@ static void cpu_name(char *buf, size_t cap)
     fclose(f);
 }
 
+/* "pp512", "tg128", with " @ d4096" at a depth (llama-bench's names). */
 static void test_name(const struct bench_row *r, char *buf, size_t cap)
 {
-    if (r->n_prompt)
-        snprintf(buf, cap, "pp%lld", (long long)r->n_prompt);
-    else
-        snprintf(buf, cap, "tg%lld", (long long)r->n_gen);
+    int k = snprintf(buf, cap, "%s%lld", r->n_prompt ? "pp" : "tg",
+                     (long long)(r->n_prompt ? r->n_prompt : r->n_gen));
+    if (r->n_depth && k > 0 && (size_t)k < cap)
+        snprintf(buf + k, cap - (size_t)k, " @ d%lld", (long long)r->n_depth);
 }
 
 static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
@@ -219,6 +225,7 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddStringToObject(j, "type_kv", e->o->kv == KV_F16 ? "f16" : "f32");
     cJSON_AddNumberToObject(j, "n_prompt", (double)r->n_prompt);
     cJSON_AddNumberToObject(j, "n_gen", (double)r->n_gen);
+    cJSON_AddNumberToObject(j, "n_depth", (double)r->n_depth);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "repetitions", (double)r->reps);
     cJSON_AddNumberToObject(j, "avg_ns", r->avg_ns);
@@ -254,7 +261,7 @@ static void csv_field(const char *s, bool last)
 
 static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
-                                 "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "test",
+                                 "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
 #define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
@@ -348,27 +355,35 @@ struct bench_run {
     int64_t n_batch;
 };
 
-/* One prefill of n tokens from an empty cache; *ns is its wall time. */
-static int run_prefill(struct bench_run *b, int64_t n, int64_t *ns)
+/* Prefills tokens [pos0, pos0 + n) in chunks of n_batch, the cache holding
+ * pos0 tokens before. */
+static int prefill_span(struct bench_run *b, int64_t pos0, int64_t n)
 {
-    b->kv->n_pos = 0;
-    int64_t t0 = ig_now_ns();
-    for (int64_t i = 0; i < n; i += b->n_batch) {
-        int64_t len = n - i < b->n_batch ? n - i : b->n_batch;
+    b->kv->n_pos = pos0; /* later positions are rewritten */
+    for (int64_t i = pos0; i < pos0 + n; i += b->n_batch) {
+        int64_t len = pos0 + n - i < b->n_batch ? pos0 + n - i : b->n_batch;
         int st = prefill_forward(b->ops, b->kv, b->tokens + i, len, i, b->logits);
         if (st != IG_OK)
             return st;
     }
-    *ns = ig_now_ns() - t0;
     return IG_OK;
 }
 
-/* n one-token decode steps from an empty cache. */
-static int run_decode(struct bench_run *b, int64_t n, int64_t *ns)
+/* One prefill of n tokens after `depth` cached ones; *ns is its wall time. */
+static int run_prefill(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns)
 {
-    b->kv->n_pos = 0;
     int64_t t0 = ig_now_ns();
-    for (int64_t i = 0; i < n; i++) {
+    int st = prefill_span(b, depth, n);
+    *ns = ig_now_ns() - t0;
+    return st;
+}
+
+/* n one-token decode steps after `depth` cached tokens. */
+static int run_decode(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns)
+{
+    b->kv->n_pos = depth;
+    int64_t t0 = ig_now_ns();
+    for (int64_t i = depth; i < depth + n; i++) {
         int st = decode_forward(b->ops, b->kv, b->tokens[i], i, b->logits);
         if (st != IG_OK)
             return st;
@@ -398,10 +413,14 @@ static int run_test(struct bench_env *e, struct bench_run *b, struct bench_row *
     test_name(r, test, sizeof test);
     int64_t n = r->n_prompt ? r->n_prompt : r->n_gen;
     double sum = 0, sum_ns = 0;
+    int st = prefill_span(b, 0, r->n_depth); /* untimed; each run rewrites what follows it */
+    if (st != IG_OK)
+        return st;
     for (int64_t rep = 0; rep <= e->o->reps; rep++) {
         progress(e, r->model, r->threads, test, rep, e->o->reps);
         int64_t ns = 0;
-        int st = r->n_prompt ? run_prefill(b, n, &ns) : run_decode(b, n, &ns);
+        st = r->n_prompt ? run_prefill(b, r->n_depth, n, &ns)
+                         : run_decode(b, r->n_depth, n, &ns);
         if (st != IG_OK)
             return st;
         if (rep == 0)
@@ -456,7 +475,7 @@ static int bench_model(struct bench_env *e, const char *spec)
     struct bench_row *r = calloc(1, sizeof *r);
     int64_t n_max = max_list(o->prompts, o->n_prompts);
     int64_t g_max = max_list(o->gens, o->n_gens);
-    int64_t n_ctx = (n_max > g_max ? n_max : g_max) + 1;
+    int64_t n_ctx = max_list(o->depths, o->n_depths) + (n_max > g_max ? n_max : g_max) + 1;
     struct bench_run b = {.m = m, .n_batch = o->n_batch};
     b.tokens = malloc((size_t)n_ctx * sizeof *b.tokens);
     b.logits = malloc((size_t)m->hp.n_vocab * sizeof *b.logits);
@@ -479,26 +498,31 @@ static int bench_model(struct bench_env *e, const char *spec)
     r->n_params = m->n_params;
 
     for (int it = 0; it < o->n_threads && st == IG_OK; it++) {
-        int64_t batch = n_max < o->n_batch ? (n_max > 0 ? n_max : 1) : o->n_batch;
+        int64_t d_max = max_list(o->depths, o->n_depths);
+        int64_t longest = n_max > d_max ? n_max : d_max;
+        int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         if ((st = ops_ctx_create(m, (int)o->threads[it], batch, &b.ops)) != IG_OK)
             break;
         ops_ctx_set_exact(b.ops, o->exact);
         r->threads = ops_ctx_threads(b.ops);
-        for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
-            if (!o->prompts[i])
-                continue;
-            r->n_prompt = o->prompts[i];
-            r->n_gen = 0;
-            if ((st = run_test(e, &b, r)) == IG_OK)
-                emit_row(e, r);
-        }
-        for (int i = 0; i < o->n_gens && st == IG_OK; i++) {
-            if (!o->gens[i])
-                continue;
-            r->n_prompt = 0;
-            r->n_gen = o->gens[i];
-            if ((st = run_test(e, &b, r)) == IG_OK)
-                emit_row(e, r);
+        for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
+            r->n_depth = o->depths[id];
+            for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
+                if (!o->prompts[i])
+                    continue;
+                r->n_prompt = o->prompts[i];
+                r->n_gen = 0;
+                if ((st = run_test(e, &b, r)) == IG_OK)
+                    emit_row(e, r);
+            }
+            for (int i = 0; i < o->n_gens && st == IG_OK; i++) {
+                if (!o->gens[i])
+                    continue;
+                r->n_prompt = 0;
+                r->n_gen = o->gens[i];
+                if ((st = run_test(e, &b, r)) == IG_OK)
+                    emit_row(e, r);
+            }
         }
         ops_ctx_free(b.ops);
         b.ops = NULL;

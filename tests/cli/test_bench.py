@@ -22,7 +22,7 @@ checks = 0
 
 FIELDS = ["ignite_version", "cpu_info", "device", "isa", "matmul", "model_filename",
           "model_type", "model_size", "model_n_params", "n_batch", "n_threads", "type_kv",
-          "n_prompt", "n_gen", "test", "repetitions", "avg_ns", "stddev_ns", "avg_ts",
+          "n_prompt", "n_gen", "n_depth", "test", "repetitions", "avg_ns", "stddev_ns", "avg_ts",
           "stddev_ts", "ttft_ms"]
 
 
@@ -53,6 +53,7 @@ def check_row(row, what, n_prompt, n_gen, threads=None):
     check(int(float(row["n_prompt"])) == n_prompt and int(float(row["n_gen"])) == n_gen,
           f"{what}: n_prompt/n_gen {row['n_prompt']} {row['n_gen']}")
     test = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+    check(int(float(row.get("n_depth", -1))) == 0, f"{what}: n_depth {row.get('n_depth')}")
     check(row["test"] == test, f"{what}: test {row['test']} != {test}")
     check(float(row["avg_ts"]) > 0 and float(row["avg_ns"]) > 0, f"{what}: speed {row['avg_ts']}")
     if threads is not None:
@@ -116,6 +117,14 @@ def main():
             row = json.loads(l)
             check_row(row, "gguf row", p, n, 1)
             check(row.get("matmul") == "exact", f"gguf: matmul {row.get('matmul')}")
+
+    # depth: each test after N tokens already in the cache, named like llama-bench
+    rc, out, err = bench("-p", "8", "-n", "4", "-d", "0,16", "-t", "1", "-o", "jsonl")
+    check(rc == 0, f"depth: exit {rc}: {err}")
+    rows = [json.loads(l) for l in out.splitlines() if l.strip()]
+    got = [(r.get("test"), r.get("n_depth")) for r in rows]
+    check(got == [("pp8", 0), ("tg4", 0), ("pp8 @ d16", 16), ("tg4 @ d16", 16)],
+          f"depth rows: {got}")
 
     # errors
     for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda"], 7),
