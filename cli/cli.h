@@ -45,6 +45,10 @@ void cli_print_help(FILE *out, const char *usage, const char *summary,
  * already named it) with a hint to run --help; returns IG_E_USAGE. */
 int cli_usage_error(const char *cmd);
 
+/* For getopt_long's '?' (unknown option) and ':' (missing value) returns:
+ * one line naming the option, with the --help hint; returns IG_E_USAGE. */
+int cli_option_error(const char *cmd, int key, char **argv);
+
 /* Full-string, range-checked parsing. `what` names the option in the error
  * ("--ctx-size"). Return IG_OK, or IG_E_USAGE after one line on stderr. */
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out);

@@ -134,16 +134,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             cli_print_help(stdout, bench_usage, bench_summary, bench_options);
             return -1;
         }
-        if (key == '?' || key == ':') {
-            const char *bad = argv[optind - 1];
-            if (key == ':')
-                ig_error(IG_E_USAGE, "option %s needs a value", bad);
-            else if (optopt && optopt < 256)
-                ig_error(IG_E_USAGE, "unknown option -%c", optopt);
-            else
-                ig_error(IG_E_USAGE, "unknown option %s", bad);
-            return cli_usage_error("bench");
-        }
+        if (key == '?' || key == ':')
+            return cli_option_error("bench", key, argv);
         int st = set_option(o, key, optarg);
         if (st != IG_OK)
             return st;

@@ -210,7 +210,7 @@ int cmd_info(int argc, char **argv)
                            "shapes, tokenizer metadata, tensors by type, KV cache size.",
                            info_options);
             return IG_OK;
-        default: return cli_usage_error("info");
+        default: return cli_option_error("info", c, argv);
         }
     }
     if (optind < argc)

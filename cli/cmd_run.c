@@ -138,16 +138,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             printf("ignite %s\n", IGNITE_VERSION);
             return -1;
         }
-        if (key == '?' || key == ':') {
-            const char *bad = argv[optind - 1];
-            if (key == ':')
-                ig_error(IG_E_USAGE, "option %s needs a value", bad);
-            else if (optopt && optopt < 256)
-                ig_error(IG_E_USAGE, "unknown option -%c", optopt);
-            else
-                ig_error(IG_E_USAGE, "unknown option %s", bad);
-            return cli_usage_error("run");
-        }
+        if (key == '?' || key == ':')
+            return cli_option_error("run", key, argv);
         if (set_option(o, key, optarg) != IG_OK)
             return IG_E_USAGE;
     }

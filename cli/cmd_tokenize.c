@@ -131,7 +131,7 @@ int cmd_tokenize(int argc, char **argv)
                            "Print the token ids the model's tokenizer gives a text, one per line.",
                            tokenize_options);
             return IG_OK;
-        default: return cli_usage_error("tokenize");
+        default: return cli_option_error("tokenize", c, argv);
         }
     }
     if (optind < argc)

@@ -53,6 +53,16 @@ int cli_usage_error(const char *cmd)
     return ig_error(IG_E_USAGE, "run 'ignite %s --help' for the options", cmd);
 }
 
+int cli_option_error(const char *cmd, int key, char **argv)
+{
+    const char *bad = optind > 0 ? argv[optind - 1] : "?";
+    char opt[3] = {'-', (char)optopt, '\0'};
+    if (key != ':' && optopt > 0 && optopt < 256)
+        bad = opt; /* an unknown short option inside a group such as -qx */
+    return ig_error(IG_E_USAGE, "%s option %s (run 'ignite %s --help' for the options)",
+                    key == ':' ? "missing value for" : "unknown", bad, cmd);
+}
+
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out)
 {
     char *end;
