@@ -3,7 +3,7 @@
  * -> generate, streaming text to stdout. Owns the signals: SIGINT stops the
  * loop (stats still printed, exit 130), SIGPIPE is ignored and EPIPE on
  * stdout ends the run quietly with status 0. The report is run_report.c.
- * Covered by tests/cli/test_run.sh. */
+ * Covered by tests/cli/test_run_args.sh, test_run_model.sh and tests/kvcache/test_kv_cli.py. */
 #include "cli/cli.h"
 #include "cli/run.h"
 

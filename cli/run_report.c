@@ -1,6 +1,6 @@
 /* cli/run_report.c: the end of `ignite run`: the stats line on stderr and
  * the --json object on stdout (both formats are documented in docs/cli.md).
- * Covered by tests/cli/test_run.sh. */
+ * Covered by tests/cli/test_run_model.sh and tests/kvcache/test_kv_cli.py. */
 #include "cli/cli.h"
 #include "cli/run.h"
 
