@@ -1,7 +1,7 @@
 /* decode/decode.c: the one-token forward against the KV cache.
  *
- * The same weights path as prefill with a block of one token (ops_matmul
- * then takes the fused GEMV kernels), and its own attention: one query per
+ * The same transformer block as prefill (ops/layer.c) with a block of one
+ * token, and its own attention step: one query per
  * head against every cached position, one head per work item, keys streamed
  * in chunks with an online softmax. It shares no attention code with
  * prefill/attn_tiled.c, so the prefill-vs-decode test checks one against the
@@ -11,6 +11,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "ops/layer.h"
 #include "ops/simd.h"
 
 #include <math.h>
@@ -127,43 +128,20 @@ static void decode_attn_task(void *arg, int64_t h0, int64_t h1, int thread)
 
 /* ---- the forward --------------------------------------------------------------- */
 
-static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t pos)
+/* Decode's attention step (ops_attention_fn): one query per head against
+ * every cached position, one head per work item. */
+static void decode_attention(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t n,
+                             int64_t pos)
 {
-    const struct model *m = ops_ctx_model(ctx);
-    const struct model_hparams *hp = &m->hp;
-    const struct model_layer *L = &m->layers[il];
+    const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-
-    ops_rmsnorm(b->x, &L->attn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_y[3] = {b->q, b->k, b->v}; /* [1, n_head (or n_head_kv) * head_dim] */
-    ops_matmul_multi(ctx, 3, qkv_w, b->xn, 1, qkv_y);
-    if (hp->has_qkv_bias) {
-        ops_add_bias(b->q, &L->bq, 1, hp->n_head * hp->head_dim);
-        ops_add_bias(b->k, &L->bk, 1, hp->n_head_kv * hp->head_dim);
-        ops_add_bias(b->v, &L->bv, 1, hp->n_head_kv * hp->head_dim);
-    }
-    ops_rope_apply(ctx, b->q, 1, hp->n_head);
-    ops_rope_apply(ctx, b->k, 1, hp->n_head_kv);
-    kv_cache_write(kv, il, pos, 1, b->k, b->v);
-
+    IG_ASSERT(n == 1);
     struct decode_attn_job job = {
         .kv = kv, .layer = il, .n_keys = pos + 1, .q = b->q, .out = b->att,
         .group = hp->n_head / hp->n_head_kv,
         .scale = (float)(1.0 / sqrt((double)hp->head_dim)), .ctx = ctx,
     };
     ops_pool_run(ops_ctx_pool(ctx), hp->n_head, 1, decode_attn_task, &job);
-
-    ops_matmul(ctx, &L->wo, b->att, 1, b->proj); /* [n_embd] */
-    ops_add(b->x, b->proj, hp->n_embd);
-
-    ops_rmsnorm(b->x, &L->ffn_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
-    float *ff_y[2] = {b->gate, b->up}; /* [1, n_ff] */
-    ops_matmul_multi(ctx, 2, ff_w, b->xn, 1, ff_y);
-    ops_swiglu(b->gate, b->up, hp->n_ff);
-    ops_matmul(ctx, &L->w_down, b->gate, 1, b->proj); /* [n_embd] */
-    ops_add(b->x, b->proj, hp->n_embd);
 }
 
 int decode_forward(struct ops_ctx *ctx, struct kv_cache *kv, int32_t token, int64_t pos,
@@ -187,10 +165,9 @@ int decode_forward(struct ops_ctx *ctx, struct kv_cache *kv, int32_t token, int6
 
     ops_rope_prepare(ctx, pos, 1);
     for (int64_t il = 0; il < hp->n_layer; il++)
-        layer_forward(ctx, kv, il, pos);
+        ops_layer_forward(ctx, kv, il, 1, pos, decode_attention);
     kv->n_pos = pos + 1;
 
-    ops_rmsnorm(b->x, &m->output_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &m->output, b->xn, 1, logits); /* [n_vocab] */
+    ops_output_head(ctx, b->x, logits);
     return IG_OK;
 }

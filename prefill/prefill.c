@@ -1,44 +1,29 @@
 /* prefill/prefill.c: the batched forward over a block of prompt tokens.
  *
- * Every weight is applied to the whole token block at once (ops_matmul reads
- * each stored row once per block), attention is the tiled kernel of
- * prefill/attn_tiled.c over the cache, and only the last position goes
+ * Every weight is applied to the whole token block at once (the block is
+ * ops/layer.c; ops_matmul reads each stored row once per block), attention
+ * is the tiled kernel of prefill/attn_tiled.c over the cache, and only the last position goes
  * through the output head. Chunking a long prompt into blocks of max_batch
  * is the caller's loop (pos0 carries on where the cache ends).
  * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
 #include "prefill/prefill.h"
 
 #include "core/status.h"
+#include "ops/layer.h"
 #include "prefill/attn_tiled.h"
 
 _Static_assert(KV_BLOCK % ATTN_TILE_K == 0, "a key tile never straddles a cache block");
 
 #include <math.h>
 
-/* One transformer block over n tokens; b->x holds the residual stream. */
-static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t n,
-                          int64_t pos0)
+/* Prefill's attention step (ops_attention_fn): the tiled kernel over the
+ * cache, all n queries at once. */
+static void prefill_attention(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t n,
+                              int64_t pos0)
 {
-    const struct model *m = ops_ctx_model(ctx);
-    const struct model_hparams *hp = &m->hp;
-    const struct model_layer *L = &m->layers[il];
+    const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-
-    /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
-    ops_rmsnorm(b->x, &L->attn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
-    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
-    ops_matmul_multi(ctx, 3, qkv_w, b->xn, n, qkv_y);
-    if (hp->has_qkv_bias) {
-        ops_add_bias(b->q, &L->bq, n, q_dim);
-        ops_add_bias(b->k, &L->bk, n, kv_dim);
-        ops_add_bias(b->v, &L->bv, n, kv_dim);
-    }
-    ops_rope_apply(ctx, b->q, n, hp->n_head);
-    ops_rope_apply(ctx, b->k, n, hp->n_head_kv);
-    kv_cache_write(kv, il, pos0, n, b->k, b->v);
-
+    int64_t q_dim = hp->n_head * hp->head_dim;
     struct attn_params ap = {
         .q = b->q,
         .q_tok_stride = q_dim,
@@ -57,18 +42,6 @@ static void layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, 
         .scale = (float)(1.0 / sqrt((double)hp->head_dim)),
     };
     attn_tiled_run(&ap, ops_ctx_pool(ctx), ops_ctx_scratch(ctx, 0), ops_ctx_scratch_floats(ctx));
-
-    ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
-    ops_add(b->x, b->proj, n * hp->n_embd);
-
-    /* feed-forward: x += W_down (silu(xn W_gate^T) * (xn W_up^T)) */
-    ops_rmsnorm(b->x, &L->ffn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
-    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
-    float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
-    ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
-    ops_swiglu(b->gate, b->up, n * hp->n_ff);
-    ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
-    ops_add(b->x, b->proj, n * hp->n_embd);
 }
 
 int prefill_forward(struct ops_ctx *ctx, struct kv_cache *kv, const int32_t *tokens,
@@ -95,12 +68,9 @@ int prefill_forward(struct ops_ctx *ctx, struct kv_cache *kv, const int32_t *tok
 
     ops_rope_prepare(ctx, pos0, n);
     for (int64_t il = 0; il < hp->n_layer; il++)
-        layer_forward(ctx, kv, il, n, pos0);
+        ops_layer_forward(ctx, kv, il, n, pos0, prefill_attention);
     kv->n_pos = pos0 + n;
 
-    /* logits of the last position only */
-    const float *last = b->x + (n - 1) * hp->n_embd;
-    ops_rmsnorm(last, &m->output_norm, 1, hp->n_embd, hp->norm_eps, b->xn);
-    ops_matmul(ctx, &m->output, b->xn, 1, logits); /* [n_vocab] */
+    ops_output_head(ctx, b->x + (n - 1) * hp->n_embd, logits); /* the last position only */
     return IG_OK;
 }

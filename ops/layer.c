@@ -1,0 +1,50 @@
+/* ops/layer.c: one transformer block (RMSNorm, Q/K/V, RoPE, the stage's
+ * attention, output projection, SwiGLU FFN, residuals) and the output head.
+ * The attention itself is the stage's: prefill/attn_tiled.c or decode.c.
+ * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
+#include "ops/layer.h"
+
+void ops_layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t n,
+                       int64_t pos0, ops_attention_fn attention)
+{
+    const struct model *m = ops_ctx_model(ctx);
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *L = &m->layers[il];
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+
+    /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
+    ops_rmsnorm(b->x, &L->attn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
+    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
+    ops_matmul_multi(ctx, 3, qkv_w, b->xn, n, qkv_y);
+    if (hp->has_qkv_bias) {
+        ops_add_bias(b->q, &L->bq, n, q_dim);
+        ops_add_bias(b->k, &L->bk, n, kv_dim);
+        ops_add_bias(b->v, &L->bv, n, kv_dim);
+    }
+    ops_rope_apply(ctx, b->q, n, hp->n_head);
+    ops_rope_apply(ctx, b->k, n, hp->n_head_kv);
+    kv_cache_write(kv, il, pos0, n, b->k, b->v);
+    attention(ctx, kv, il, n, pos0);
+
+    ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
+    ops_add(b->x, b->proj, n * hp->n_embd);
+
+    /* feed-forward: x += W_down (silu(xn W_gate^T) * (xn W_up^T)) */
+    ops_rmsnorm(b->x, &L->ffn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
+    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
+    float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
+    ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
+    ops_swiglu(b->gate, b->up, n * hp->n_ff);
+    ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
+    ops_add(b->x, b->proj, n * hp->n_embd);
+}
+
+void ops_output_head(struct ops_ctx *ctx, const float *x, float *logits)
+{
+    const struct model *m = ops_ctx_model(ctx);
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    ops_rmsnorm(x, &m->output_norm, 1, m->hp.n_embd, m->hp.norm_eps, b->xn);
+    ops_matmul(ctx, &m->output, b->xn, 1, logits); /* [n_vocab] */
+}
