@@ -2,8 +2,8 @@
  *
  * Every weight is applied to the whole token block at once (the block is
  * ops/layer.c; ops_matmul reads each stored row once per block), attention
- * is the tiled kernel of prefill/attn_tiled.c over the cache, and only the last position goes
- * through the output head. Chunking a long prompt into blocks of max_batch
+ * is the tiled kernel of prefill/attn_tiled.c over the cache, and only the
+ * last position goes through the output head. Chunking a long prompt into blocks of max_batch
  * is the caller's loop (pos0 carries on where the cache ends).
  * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
 #include "prefill/prefill.h"
