@@ -3,6 +3,8 @@
 #ifndef IGNITE_TESTS_TEST_H
 #define IGNITE_TESTS_TEST_H
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 static int test_failures_;
@@ -27,6 +29,42 @@ static int test_checks_;
             fputc('\n', stderr);                                                \
         }                                                                       \
     } while (0)
+
+/* A seeded xorshift64 stream for test data: the same numbers on every machine. */
+static inline uint64_t test_rand_u64(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* Uniform in [-1, 1), from the top 53 bits of the stream. */
+static inline float test_rand_f(uint64_t *state)
+{
+    return (float)((double)(test_rand_u64(state) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* max |a - ref| / max |ref|: the relative error the forward tests bound. */
+static inline double test_rel_err(const float *a, const float *ref, int64_t n)
+{
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)a[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return e / m;
+}
+
+/* Index of the largest element (the first one on ties). */
+static inline int64_t test_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
 
 static inline int test_summary(const char *name)
 {

@@ -21,16 +21,7 @@
 #define GUARD 64
 #define SENTINEL 12345.0f
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-/* Uniform in [-1, 1). */
-static float frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull; /* test_rand_f's stream */
 
 struct shape {
     int64_t n, pos0, n_head_kv, group, head_dim;
@@ -126,9 +117,9 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
 
     /* Scores of a few units make the softmax neither flat nor one-hot. */
     for (int64_t i = 0; i < q_elems; i++)
-        q[i] = 2.0f * frand();
+        q[i] = 2.0f * test_rand_f(&rng_state);
     for (int64_t i = 0; i < kv_elems; i++) {
-        float kx = 2.0f * frand(), vx = frand();
+        float kx = 2.0f * test_rand_f(&rng_state), vx = test_rand_f(&rng_state);
         if (s->dtype == KV_F32) {
             ((float *)k)[i] = kx;
             ((float *)v)[i] = vx;

@@ -24,20 +24,6 @@
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-static uint64_t next_u64(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* Uniform in [-1, 1). */
-static float frand(void)
-{
-    return (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
 /* A type under test and the byte offsets of the f16 scales inside its block
  * (random bytes elsewhere are valid quants; scales must be finite). */
 struct type_case {
@@ -72,7 +58,7 @@ static struct model_weight make_weight(const struct type_case *tc)
     uint8_t *p = malloc(bytes);
     if (tc->type == QUANT_F32 || tc->type == QUANT_F16 || tc->type == QUANT_BF16) {
         for (int64_t i = 0; i < ROWS * tc->cols; i++) {
-            float v = frand();
+            float v = test_rand_f(&rng_state);
             if (tc->type == QUANT_F32)
                 ((float *)p)[i] = v;
             else if (tc->type == QUANT_F16)
@@ -82,10 +68,10 @@ static struct model_weight make_weight(const struct type_case *tc)
         }
     } else {
         for (size_t i = 0; i < bytes; i++)
-            p[i] = (uint8_t)(next_u64() >> 24);
+            p[i] = (uint8_t)(test_rand_u64(&rng_state) >> 24);
         for (size_t b = 0; b < bytes / tr->block_bytes; b++)
             for (int s = 0; s < tc->n_scales; s++) {
-                ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (frand() + 1.0f));
+                ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (test_rand_f(&rng_state) + 1.0f));
                 memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
             }
     }
@@ -115,7 +101,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
     float *y2 = malloc((size_t)(max_t * ROWS + 2 * GUARD) * sizeof *y2);
     float *row_buf = malloc((size_t)(OPS_MATMUL_ROW_BUFS * cols) * sizeof *row_buf);
     for (int64_t i = 0; i < max_t * cols; i++)
-        x[i] = frand();
+        x[i] = test_rand_f(&rng_state);
     for (int64_t r = 0; r < ROWS; r++)
         quant_dequantize_row(tc->type, (const uint8_t *)w.data + r * w.row_bytes,
                              deq + r * cols, cols);

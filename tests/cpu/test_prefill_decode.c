@@ -31,25 +31,6 @@
 #define BOUND_F32 1e-5
 #define BOUND_F16 1e-3
 
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double e = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return e / m;
-}
-
-static int64_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* Prefills prompt[0..n) in chunks of `chunk` into a fresh cache. */
 static int prefill_chunks(struct ops_ctx *ctx, const struct model *m, enum kv_dtype dt,
                           const int32_t *prompt, int64_t n, int64_t chunk, float *logits)
@@ -92,19 +73,19 @@ static void check_dtype(struct ops_ctx *ctx, const struct model *m, enum kv_dtyp
             continue;
         float *dst = n == N_PROMPT ? whole : pre;
         CHECK(prefill_chunks(ctx, m, dt, prompt, n, n, dst) == IG_OK);
-        double e = rel_err(dst, dec + (n - 1) * nv, nv);
+        double e = test_rel_err(dst, dec + (n - 1) * nv, nv);
         CHECKF(e <= bound, "%s cache: prefill of %lld tokens vs %lld decode steps: "
                "relative error %.3e", dname, (long long)n, (long long)n, e);
-        CHECKF(argmax(dst, nv) == argmax(dec + (n - 1) * nv, nv), "%s cache, n=%lld: top-1 "
-               "%lld vs %lld", dname, (long long)n, (long long)argmax(dst, nv),
-               (long long)argmax(dec + (n - 1) * nv, nv));
+        CHECKF(test_argmax(dst, nv) == test_argmax(dec + (n - 1) * nv, nv), "%s cache, n=%lld: top-1 "
+               "%lld vs %lld", dname, (long long)n, (long long)test_argmax(dst, nv),
+               (long long)test_argmax(dec + (n - 1) * nv, nv));
         fprintf(stderr, "%s cache, n=%lld: prefill vs decode %.2e\n", dname, (long long)n, e);
     }
 
     static const int64_t chunks[] = {7, 64};
     for (size_t j = 0; j < (dt == KV_F32 ? 2u : 1u) && chunks[j] < N_PROMPT; j++) {
         CHECK(prefill_chunks(ctx, m, dt, prompt, N_PROMPT, chunks[j], pre) == IG_OK);
-        double e = rel_err(pre, whole, nv);
+        double e = test_rel_err(pre, whole, nv);
         CHECKF(e <= bound, "%s cache: prefill in chunks of %lld vs one block: %.3e", dname,
                (long long)chunks[j], e);
     }

@@ -34,19 +34,6 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t next_u64(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static float frand(void)
-{
-    return (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
 struct type_case {
     enum quant_type type;
     int64_t cols;
@@ -69,10 +56,10 @@ static struct model_weight make_weight(const struct type_case *tc)
     size_t bytes = w.row_bytes * ROWS;
     uint8_t *p = malloc(bytes);
     for (size_t i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(next_u64() >> 24);
+        p[i] = (uint8_t)(test_rand_u64(&rng_state) >> 24);
     for (size_t b = 0; b < bytes / tr->block_bytes; b++)
         for (int s = 0; s < tc->n_scales; s++) {
-            ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (frand() + 1.0f));
+            ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (test_rand_f(&rng_state) + 1.0f));
             memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
         }
     w.data = p;
@@ -83,9 +70,9 @@ static struct model_weight make_weight(const struct type_case *tc)
 static void make_x(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i += QMM_QK) {
-        float scale = (next_u64() % 7 == 0) ? 0.0f : powf(10.0f, 3.0f * frand());
+        float scale = (test_rand_u64(&rng_state) % 7 == 0) ? 0.0f : powf(10.0f, 3.0f * test_rand_f(&rng_state));
         for (int j = 0; j < QMM_QK; j++)
-            x[i + j] = scale * frand();
+            x[i + j] = scale * test_rand_f(&rng_state);
     }
 }
 
@@ -288,7 +275,7 @@ static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
     uint8_t *p = malloc(w.row_bytes * ROWS);
     float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
     for (int64_t i = 0; i < ROWS * cols; i++) {
-        float v = frand();
+        float v = test_rand_f(&rng_state);
         if (type == QUANT_F32) {
             ((float *)(void *)p)[i] = v;
         } else if (type == QUANT_F16) {

@@ -32,25 +32,6 @@
 #define N_DECODE 4
 #define BOUND 1e-5
 
-static double rel_err(const float *a, const float *b, int64_t n)
-{
-    double e = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return e / m;
-}
-
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
-
 /* Prefills tokens[0..n) after what kv holds, in chunks of `chunk`. */
 static int prefill(struct ops_ctx *ctx, struct kv_cache *kv, const int32_t *tokens, int64_t n,
                    int64_t chunk, float *logits)
@@ -69,7 +50,7 @@ static void greedy(struct ops_ctx *ctx, struct kv_cache *kv, const float *logits
 {
     const float *cur = logits;
     for (int i = 0; i < N_DECODE; i++) {
-        tok[i] = argmax(cur, nv);
+        tok[i] = test_argmax(cur, nv);
         CHECK(decode_forward(ctx, kv, tok[i], kv->n_pos, step_logits + i * nv) == IG_OK);
         cur = step_logits + i * nv;
     }
@@ -109,7 +90,7 @@ int main(void)
         struct kv_cache *kv;
         CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, &kv) == IG_OK);
         CHECK(prefill(ctx, kv, prompt, N_PROMPT, chunks[j], part) == IG_OK);
-        double e = rel_err(part, whole, nv);
+        double e = test_rel_err(part, whole, nv);
         CHECKF(e <= BOUND, "chunks of %lld vs one block of %d: relative error %.3e",
                (long long)chunks[j], N_PROMPT, e);
         fprintf(stderr, "chunks of %lld vs one block: %.2e\n", (long long)chunks[j], e);
@@ -141,7 +122,7 @@ int main(void)
     CHECK(back->n_pos == n_head && !memcmp(loaded, prompt, (size_t)n_head * sizeof *loaded));
     CHECK(!memcmp(loaded_logits, part, (size_t)nv * sizeof *part));
     CHECK(prefill(ctx, back, prompt + n_head, N_TAIL, N_TAIL, part) == IG_OK);
-    double e = rel_err(part, whole, nv);
+    double e = test_rel_err(part, whole, nv);
     CHECKF(e <= BOUND, "prefix reuse (%lld loaded + %d) vs full prefill: %.3e",
            (long long)n_head, N_TAIL, e);
     fprintf(stderr, "prefix reuse vs full prefill: %.2e\n", e);
@@ -152,7 +133,7 @@ int main(void)
     CHECKF(!memcmp(tok_a, tok_b, sizeof tok_a), "greedy tokens after resume: %d %d %d %d vs "
            "%d %d %d %d", tok_b[0], tok_b[1], tok_b[2], tok_b[3], tok_a[0], tok_a[1], tok_a[2],
            tok_a[3]);
-    e = rel_err(dec_b, dec_a, N_DECODE * nv);
+    e = test_rel_err(dec_b, dec_a, N_DECODE * nv);
     CHECKF(e <= BOUND, "decode after resume vs uninterrupted: %.3e", e);
 
     free(loaded_logits);
