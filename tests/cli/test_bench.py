@@ -14,24 +14,16 @@ import sys
 import tempfile
 
 import ggufgen
+from igtest import check, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = "synthetic:SmolLM2-135M:Q4_1"
-failures = 0
-checks = 0
 
 FIELDS = ["ignite_version", "cpu_info", "device", "isa", "matmul", "model_filename",
           "model_type", "model_size", "model_n_params", "n_batch", "n_threads", "type_kv",
           "n_prompt", "n_gen", "n_depth", "test", "repetitions", "avg_ns", "stddev_ns", "avg_ts",
           "stddev_ts", "ttft_ms"]
 
-
-def check(cond, what):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 def bench(*args, model=MODEL):
@@ -137,8 +129,7 @@ def main():
     rc, out, err = bench(model="synthetic:SmolLM2-135M:Q4_K")
     check(rc == 2, f"Q4_K on 576-wide SmolLM2: exit {rc}: {err}")
 
-    print(f"test_bench: {checks} checks, {failures} failed")
-    return 1 if failures else 0
+    return summary("test_bench")
 
 
 if __name__ == "__main__":

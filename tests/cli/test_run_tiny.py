@@ -10,18 +10,10 @@ import sys
 import tempfile
 
 import ggufgen
+from igtest import check, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
-failures = 0
-checks = 0
 
-
-def check(cond, what):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 def run(model, *args, stdin=None):
@@ -85,8 +77,7 @@ def main():
 
         rc, out, err = run(tiny, "-f", "-", "-n", "2", "-q", stdin=b"abc")
         check(rc == 0 and err == "", f"stdin prompt: {rc} {err!r}")
-    print(f"test_run_tiny: {checks} checks, {failures} failed", file=sys.stderr)
-    return 1 if failures else 0
+    return summary("test_run_tiny")
 
 
 if __name__ == "__main__":

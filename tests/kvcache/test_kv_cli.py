@@ -20,18 +20,10 @@ import sys
 import tempfile
 
 import ggufgen
+from igtest import check, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
-failures = 0
-checks = 0
 
-
-def check(cond, what):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 def run(model, *args, stdin=None):
@@ -165,8 +157,7 @@ def main():
             rc, out, err = run(tiny, "-p", "ab", "-c", str(n_ctx))
             check(rc == 5 and "MiB of KV cache" in err and "available" in err,
                   f"context beyond memory: rc {rc} {err!r}")
-    print(f"test_kv_cli: {checks} checks, {failures} failed", file=sys.stderr)
-    return 1 if failures else 0
+    return summary("test_kv_cli")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""What the Python tests share: where the test model is, the same rule as
-core/paths.c and scripts/fetch-model.sh."""
+"""What the Python tests share: where the test model is (the same rule as
+core/paths.c and scripts/fetch-model.sh) and a check counter."""
 import os
+import sys
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -13,3 +14,22 @@ def model_path():
     cache = os.environ.get("IGNITE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
     return os.path.join(cache, DEFAULT_MODEL_FILE)
+
+
+_checks = 0
+_failures = 0
+
+
+def check(cond, what):
+    """Counts a check; prints FAIL and what was wrong when cond is false."""
+    global _checks, _failures
+    _checks += 1
+    if not cond:
+        _failures += 1
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def summary(name):
+    """Prints the tally on stderr; returns the exit status (1 if any failed)."""
+    print(f"{name}: {_checks} checks, {_failures} failed", file=sys.stderr)
+    return 1 if _failures else 0
