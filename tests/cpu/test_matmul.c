@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "models/quant.h"
 #include "ops/ops.h"
+#include "tests/cpu/random_weight.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -26,13 +27,6 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 /* A type under test and the byte offsets of the f16 scales inside its block
  * (random bytes elsewhere are valid quants; scales must be finite). */
-struct type_case {
-    enum quant_type type;
-    int64_t cols;
-    int n_scales;
-    int scale_off[2];
-};
-
 static const struct type_case cases[] = {
     {QUANT_F32, 203, 0, {0}}, /* not a multiple of the lane count: the tail path */
     {QUANT_F16, 200, 0, {0}},
@@ -49,36 +43,6 @@ static const struct type_case cases[] = {
     {QUANT_Q6_K, 512, 1, {208}},
 };
 
-/* Fills a weight of ROWS rows with random values in its stored format. */
-static struct model_weight make_weight(const struct type_case *tc)
-{
-    const struct quant_traits *tr = quant_traits_of(tc->type);
-    struct model_weight w = {tc->type, ROWS, tc->cols, quant_row_bytes(tc->type, tc->cols), NULL};
-    size_t bytes = w.row_bytes * ROWS;
-    uint8_t *p = malloc(bytes);
-    if (tc->type == QUANT_F32 || tc->type == QUANT_F16 || tc->type == QUANT_BF16) {
-        for (int64_t i = 0; i < ROWS * tc->cols; i++) {
-            float v = test_rand_f(&rng_state);
-            if (tc->type == QUANT_F32)
-                ((float *)p)[i] = v;
-            else if (tc->type == QUANT_F16)
-                ((ig_f16 *)p)[i] = ig_f32_to_f16(v);
-            else
-                ((ig_bf16 *)p)[i] = ig_f32_to_bf16(v);
-        }
-    } else {
-        for (size_t i = 0; i < bytes; i++)
-            p[i] = (uint8_t)(test_rand_u64(&rng_state) >> 24);
-        for (size_t b = 0; b < bytes / tr->block_bytes; b++)
-            for (int s = 0; s < tc->n_scales; s++) {
-                ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (test_rand_f(&rng_state) + 1.0f));
-                memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
-            }
-    }
-    w.data = p;
-    return w;
-}
-
 /* An ops context sized for weights of `cols` columns; only hp matters. */
 static struct model fake_model(int64_t cols)
 {
@@ -94,7 +58,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
 {
     static const int64_t token_counts[] = {1, 2, 3, 4, 5, 7, 64, 65, 130};
     const int64_t max_t = 130, cols = tc->cols;
-    struct model_weight w = make_weight(tc);
+    struct model_weight w = random_weight(tc, ROWS, &rng_state);
     float *x = malloc((size_t)(max_t * cols) * sizeof *x);
     float *deq = malloc((size_t)(ROWS * cols) * sizeof *deq);
     float *y1 = malloc((size_t)(max_t * ROWS + 2 * GUARD) * sizeof *y1);

@@ -22,6 +22,7 @@
 #include "models/quant.h"
 #include "ops/ops.h"
 #include "ops/qmatmul.h"
+#include "tests/cpu/random_weight.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -34,13 +35,6 @@
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-struct type_case {
-    enum quant_type type;
-    int64_t cols;
-    int n_scales;
-    int scale_off[2];
-};
-
 static const struct type_case cases[] = {
     {QUANT_Q4_0, 576, 1, {0}},
     {QUANT_Q4_1, 576, 2, {0, 2}},
@@ -48,23 +42,6 @@ static const struct type_case cases[] = {
     {QUANT_Q4_K, 512, 2, {0, 2}},
     {QUANT_Q6_K, 768, 1, {208}},
 };
-
-static struct model_weight make_weight(const struct type_case *tc)
-{
-    const struct quant_traits *tr = quant_traits_of(tc->type);
-    struct model_weight w = {tc->type, ROWS, tc->cols, quant_row_bytes(tc->type, tc->cols), NULL};
-    size_t bytes = w.row_bytes * ROWS;
-    uint8_t *p = malloc(bytes);
-    for (size_t i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(test_rand_u64(&rng_state) >> 24);
-    for (size_t b = 0; b < bytes / tr->block_bytes; b++)
-        for (int s = 0; s < tc->n_scales; s++) {
-            ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (test_rand_f(&rng_state) + 1.0f));
-            memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);
-        }
-    w.data = p;
-    return w;
-}
 
 /* Activations of very different scales per block, some zero blocks. */
 static void make_x(float *x, int64_t n)
@@ -98,7 +75,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
 {
     const char *name = quant_type_name(tc->type);
     int64_t cols = tc->cols, nb = cols / QMM_QK;
-    struct model_weight w = make_weight(tc);
+    struct model_weight w = random_weight(tc, ROWS, &rng_state);
     float *x = malloc((size_t)(MAX_T * cols) * sizeof *x);
     struct qmm_q8 *xq = malloc((size_t)(MAX_T * nb) * sizeof *xq);
     float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
