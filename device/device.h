@@ -1,0 +1,98 @@
+/* device/device.h: the thin device layer under the CUDA backend: pick a
+ * device, allocate, copy, synchronize, time, capture a graph, and the one
+ * matrix product the backend does not write itself (cuBLAS).
+ *
+ * Two implementations with the same functions (devkit/dev_entry.h):
+ * device_cuda.c over the CUDA runtime and cuBLAS, and device_emu.cc over
+ * host memory, where "device" pointers are host pointers, the stream is
+ * synchronous, kernels run under the emulator (emu/) and the GEMM is a plain
+ * CPU loop with the same rounding contract. The backend's orchestration
+ * (buffer sizes, offsets, kernel order, cache indexing) thus runs end to end
+ * in CI. Every function returns IG_OK or an error status after one line on
+ * stderr (IG_E_DEVICE for a device failure, IG_E_NOMEM when memory runs
+ * out). Covered by tests/emu/test_device_emu.c and tests/gpu/. */
+#ifndef IGNITE_DEVICE_DEVICE_H
+#define IGNITE_DEVICE_DEVICE_H
+
+#include "devkit/dev_entry.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dev;        /* an open device: its stream, BLAS handle, workspace */
+struct dev_graph;  /* a captured sequence of launches, replayable */
+
+struct dev_info {
+    char name[128];      /* "NVIDIA H200", "emulator" */
+    int index;
+    int cc_major, cc_minor;
+    int n_sm;
+    size_t mem_total, mem_free; /* bytes */
+};
+
+/* Usable devices (0 when there is no driver, no device, or an error; never
+ * prints). */
+int IG_DEV(dev_count)(void);
+
+/* Opens device `index`: sets it current, creates a stream and the BLAS
+ * handle. IG_E_DEVICE, naming the index and the reason, when it is absent or
+ * unusable. */
+int IG_DEV(dev_open)(int index, struct dev **out);
+void IG_DEV(dev_close)(struct dev *d);
+void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info);
+
+/* The stream every launch of the backend goes to (a cudaStream_t). */
+void *IG_DEV(dev_stream)(struct dev *d);
+
+/* Device memory; *p is 256-byte aligned. IG_E_NOMEM names the bytes asked
+ * for and those free. Freeing NULL is fine. */
+int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p);
+void IG_DEV(dev_free)(struct dev *d, void *p);
+
+/* Page-locked host memory for copies that a graph replays (NULL-safe free). */
+int IG_DEV(dev_alloc_host)(struct dev *d, size_t bytes, void **p);
+void IG_DEV(dev_free_host)(struct dev *d, void *p);
+
+/* Copies on the stream, in stream order. The upload returns once src may be
+ * reused; the download once dst holds the data. */
+int IG_DEV(dev_upload)(struct dev *d, void *dst, const void *src, size_t bytes);
+int IG_DEV(dev_download)(struct dev *d, void *dst, const void *src, size_t bytes);
+/* Asynchronous host->device copy from page-locked memory (may be captured). */
+int IG_DEV(dev_upload_async)(struct dev *d, void *dst, const void *src, size_t bytes);
+int IG_DEV(dev_copy)(struct dev *d, void *dst, const void *src, size_t bytes); /* device->device */
+int IG_DEV(dev_memset)(struct dev *d, void *p, int byte, size_t bytes);
+
+/* Waits for everything queued on the stream; reports a failed kernel. */
+int IG_DEV(dev_sync)(struct dev *d);
+
+/* Milliseconds of device time between two points of the stream: call
+ * dev_timer_start, queue work, then dev_timer_stop (synchronizes). */
+int IG_DEV(dev_timer_start)(struct dev *d);
+int IG_DEV(dev_timer_stop)(struct dev *d, double *ms);
+
+/* Graph capture of the stream's launches between begin and end; replay with
+ * dev_graph_launch. The emulator has no graphs: begin returns IG_E_DEVICE
+ * without a message and callers run their launches directly instead. */
+int IG_DEV(dev_graph_begin)(struct dev *d);
+int IG_DEV(dev_graph_end)(struct dev *d, struct dev_graph **g);
+int IG_DEV(dev_graph_launch)(struct dev *d, struct dev_graph *g);
+void IG_DEV(dev_graph_free)(struct dev_graph *g);
+
+/* y[t][r] = sum_c w[r][c] * x[t][c] + beta * y[t][r] for t < n, r < rows:
+ * w f16 [rows][cols] row-major (a weight), x f16 [n][cols], y f32 [n][rows];
+ * products of f16 inputs summed in f32 (cuBLAS, CUBLAS_COMPUTE_32F). beta is
+ * 0 (y is overwritten, never read) or 1 (accumulate: a residual add).
+ * ld_x / ld_y are the row strides of x and y in elements (>= cols / rows). */
+int IG_DEV(dev_gemm_f16)(struct dev *d, const uint16_t *w, const uint16_t *x, float *y,
+                         int64_t rows, int64_t cols, int64_t n, int64_t ld_x, int64_t ld_y,
+                         float beta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

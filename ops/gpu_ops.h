@@ -1,0 +1,113 @@
+/* ops/gpu_ops.h: the CUDA kernels of the primitives both stages use on the
+ * GPU, each with a CPU twin (the same name with _ref, plain C, host
+ * pointers) that defines its result. Activations: the residual stream and
+ * every GEMM output are f32; what feeds a GEMM or attention is f16 (raw
+ * IEEE binary16 bits, uint16_t), as are the weights and the KV cache.
+ *
+ * Launchers take device pointers and a cudaStream_t (`stream`) and return
+ * IG_OK, IG_E_INTERNAL for unsupported sizes (reported), or IG_E_DEVICE for
+ * a launch failure. They only queue work: nothing synchronizes, nothing is
+ * allocated, so a captured decode step replays them. Positions come from
+ * device memory (`pos`) for the same reason.
+ *
+ * Every .cu compiles twice (devkit/dev_entry.h): name_cuda for the GPU,
+ * name_emu under the emulator. Covered by tests/emu/test_gpu_ops_emu.c (each
+ * emulated kernel against its twin) and tests/gpu/ (on a GPU). */
+#ifndef IGNITE_OPS_GPU_OPS_H
+#define IGNITE_OPS_GPU_OPS_H
+
+#include "devkit/dev_entry.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ops/gpu_elementwise.cu -------------------------------------------- */
+
+/* x[t][i] = table[tokens[t]][i] for t < n, i < n_embd: table f16
+ * [n_vocab][n_embd], tokens int32 [n] (checked by the caller), x f32. */
+int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
+                     float *x, void *stream);
+void gk_embed_ref(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
+                  float *x);
+
+/* y[t] = f16(x[t] * w / sqrt(mean(x[t]^2) + eps)) for t < n: x f32 [n][dim]
+ * (row stride ld_x), w f32 [dim], y f16 [n][dim] (contiguous). Sums in f32. */
+int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                       float eps, uint16_t *y, void *stream);
+void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                    float eps, uint16_t *y);
+
+/* After the fused QKV GEMM: bias, RoPE, conversion to f16, and where K and V
+ * go. Token t of the block is at position *pos + t. */
+struct gk_qkv_params {
+    const float *qkv;        /* [n][(n_head + 2 * n_head_kv) * head_dim]: q | k | v */
+    const float *bias;       /* the same width (one row), or NULL */
+    const double *inv_freq;  /* [n_rot / 2]: rope_base^(-2i / n_rot) */
+    const int32_t *pos;      /* one int32: position of token 0 */
+    int64_t n, n_head, n_head_kv, head_dim, n_rot;
+    int rope_style;          /* enum rope_style (models/model.h) */
+    uint16_t *q;             /* out [n][n_head][head_dim], rotated */
+    /* K (rotated) and V out, either to the block's buffers
+     *   k, v: [n][n_head_kv][head_dim]
+     * or, when k is NULL, straight into the cache (decode):
+     *   k_cache, v_cache: [n_head_kv][n_ctx][head_dim], rows *pos .. *pos+n-1. */
+    uint16_t *k, *v;
+    uint16_t *k_cache, *v_cache;
+    int64_t n_ctx;
+};
+/* Angles in double, as the CPU path (ops_rope_prepare): the pair (a, b) at
+ * dims per rope_style becomes (a cos - b sin, a sin + b cos), theta =
+ * pos * inv_freq[i]; dims >= n_rot pass through. */
+int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream);
+void gk_qkv_rope_ref(const struct gk_qkv_params *p);
+
+/* h[t][i] = f16(silu(g) * u), g = gate_up[t][i], u = gate_up[t][n_ff + i]:
+ * gate_up f32 [n][2 * n_ff] (the fused gate|up GEMM), h f16 [n][n_ff]. */
+int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream);
+void gk_swiglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h);
+
+/* ---- ops/gpu_weights.cu: weights onto the device -------------------------- */
+
+/* Whether gk_dequant_f16 reads `type` (enum quant_type): F32, F16, BF16,
+ * Q8_0, Q4_0, Q4_1. Others are dequantized on the host by the caller. */
+bool gk_dequant_supported(int type);
+
+/* dst[r][c] = f16(value of stored weight row r, column c) for rows x cols:
+ * src holds rows * row_bytes bytes in the GGUF block format of `type` (the
+ * same values as quant_dequantize_row, rounded once to f16). */
+int IG_DEV(gk_dequant_f16)(int type, const void *src, int64_t rows, int64_t cols,
+                           size_t row_bytes, uint16_t *dst, void *stream);
+void gk_dequant_f16_ref(int type, const void *src, int64_t rows, int64_t cols,
+                        size_t row_bytes, uint16_t *dst);
+
+/* dst[i] = f16(center + scale * u(seed, i)), u uniform in [-1, 1) from a
+ * counter-based hash (the same on host and device, any launch shape): random
+ * weights made on the device for synthetic models. */
+int IG_DEV(gk_random_f16)(uint16_t *dst, int64_t n, uint64_t seed, float center, float scale,
+                          void *stream);
+void gk_random_f16_ref(uint16_t *dst, int64_t n, uint64_t seed, float center, float scale);
+/* The same in f32 (norm weights). */
+int IG_DEV(gk_random_f32)(float *dst, int64_t n, uint64_t seed, float center, float scale,
+                          void *stream);
+void gk_random_f32_ref(float *dst, int64_t n, uint64_t seed, float center, float scale);
+
+/* ---- ops/gpu_gemv.cu: one-token matrix-vector product (decode) ----------- */
+
+/* y[r] = sum_c w[r][c] * x[c] + beta * y[r] for r < rows: w f16 [rows][cols]
+ * (cols a multiple of 8, rows 16-byte aligned), x f16 [cols], y f32; f32
+ * sums. beta 0 (y not read) or 1. Streams w once with 16-byte loads: it is
+ * the decode step's memory-bound core. */
+int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
+                        int64_t cols, float beta, void *stream);
+void gk_gemv_f16_ref(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
+                     float beta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
