@@ -31,7 +31,7 @@ struct backend_device {
 int backend_parse_device(const char *spec, struct backend_device *dev);
 
 /* Resolves "auto" (and checks an explicit cuda:N): the kind and index the run
- * will use. IG_E_DEVICE, naming why, for a CUDA device asked for that this
+ * will use; is_auto is false after it. IG_E_DEVICE, naming why, for a CUDA device asked for that this
  * build or this machine cannot give. */
 int backend_resolve_device(struct backend_device *dev);
 
@@ -41,7 +41,8 @@ struct backend_opts {
     int64_t n_ctx;        /* positions the cache may hold */
     int64_t max_batch;    /* most tokens per prefill call */
     enum kv_dtype kv_dtype; /* CPU cache element type; the CUDA cache is f16 */
-    bool exact;           /* CPU: f32 matmuls instead of the int8 fast path */
+    bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
+                           * IGNITE_MATMUL decides, see ops/qmatmul.h) */
 };
 
 struct backend;
@@ -62,6 +63,10 @@ int backend_prefill(struct backend *b, const int32_t *tokens, int64_t n, int64_t
 
 /* One token at position pos == n_pos < n_ctx; logits as prefill. */
 int backend_decode(struct backend *b, int32_t token, int64_t pos, float *logits);
+
+/* Forgets positions n_pos.. (n_pos <= backend_n_pos): benchmarks rerun a
+ * test over the same positions. */
+void backend_truncate(struct backend *b, int64_t n_pos);
 
 enum backend_kind backend_kind_of(const struct backend *b);
 int64_t backend_n_pos(const struct backend *b);

@@ -4,19 +4,18 @@
  * repetitions after one warm-up run each, as a markdown table, csv, json or
  * jsonl rows that carry the model, its size and parameters, the device and
  * the ignite version. Prompts are random token ids, as llama-bench's are.
- * The timing loops call prefill_forward / decode_forward directly.
+ * The timing loops call the backend (CPU or CUDA) directly; on CUDA a
+ * synthetic model's random weights are made on the device.
  * Covered by tests/cli/test_bench.py. */
 #include "cli/cli.h"
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "decode/decode.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
-#include "ops/ops.h"
 #include "ops/qmatmul.h"
-#include "prefill/prefill.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -35,8 +34,8 @@ static const struct cli_option bench_options[] = {
     {"repetitions", 'r', required_argument, "N", "timed runs per test (after one warm-up run)", "5"},
     {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
     {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
-    {"device", OPT_DEVICE, required_argument, "DEV", "auto or cpu", "auto"},
-    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "KV cache element type: f16 or f32", "f16"},
+    {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
+    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
@@ -58,7 +57,8 @@ struct bench_opts {
     int64_t depths[BENCH_MAX_LIST];
     int n_prompts, n_gens, n_threads, n_depths;
     int64_t reps, n_batch;
-    const char *device, *format;
+    const char *format;
+    struct backend_device device;
     enum kv_dtype kv;
     bool exact;
 };
@@ -94,13 +94,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     case 't': return parse_list("--threads", arg, 0, o->threads, &o->n_threads);
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
     case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
-    case OPT_DEVICE:
-        o->device = arg;
-        if (strcmp(arg, "auto") && strcmp(arg, "cpu"))
-            return ig_error(!strncmp(arg, "cuda", 4) ? IG_E_DEVICE : IG_E_USAGE,
-                            "--device %s: ignite bench runs on the CPU only for now (auto, cpu)",
-                            arg);
-        return IG_OK;
+    case OPT_DEVICE: return backend_parse_device(arg, &o->device);
     case OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv = arg[1] == '1' ? KV_F16 : KV_F32;
@@ -123,7 +117,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
                              .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
-                             .device = "auto", .format = "md", .kv = KV_F16};
+                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16};
     struct cli_parser parser;
     cli_parser_init(&parser, bench_options);
     optind = 1;
@@ -144,7 +138,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
         return cli_usage_error("bench");
     }
-    return IG_OK;
+    return backend_resolve_device(&o->device);
 }
 
 /* ---- one result row --------------------------------------------------------- */
@@ -155,6 +149,8 @@ struct bench_row {
     size_t model_size;
     int64_t n_params;
     int threads;
+    const char *device;     /* "cpu", "cuda:0" */
+    const char *device_name;/* "cpu (avx2)", "NVIDIA H200" */
     int64_t n_prompt, n_gen;
     int64_t n_depth;        /* tokens in the cache before the timed part */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
@@ -203,18 +199,20 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     char test[32];
     test_name(r, test, sizeof test);
     cJSON *j = cJSON_CreateObject();
+    bool cpu = !strcmp(r->device, "cpu");
     cJSON_AddStringToObject(j, "ignite_version", IGNITE_VERSION);
     cJSON_AddStringToObject(j, "cpu_info", e->cpu);
-    cJSON_AddStringToObject(j, "device", "cpu");
+    cJSON_AddStringToObject(j, "device", r->device);
+    cJSON_AddStringToObject(j, "device_name", r->device_name);
     cJSON_AddStringToObject(j, "isa", e->isa);
-    cJSON_AddStringToObject(j, "matmul", e->o->exact ? "exact" : "int8");
+    cJSON_AddStringToObject(j, "matmul", !cpu ? "f16" : e->o->exact ? "exact" : "int8");
     cJSON_AddStringToObject(j, "model_filename", r->model);
     cJSON_AddStringToObject(j, "model_type", r->model_type);
     cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
-    cJSON_AddStringToObject(j, "type_kv", e->o->kv == KV_F16 ? "f16" : "f32");
+    cJSON_AddStringToObject(j, "type_kv", !cpu || e->o->kv == KV_F16 ? "f16" : "f32");
     cJSON_AddNumberToObject(j, "n_prompt", (double)r->n_prompt);
     cJSON_AddNumberToObject(j, "n_gen", (double)r->n_gen);
     cJSON_AddNumberToObject(j, "n_depth", (double)r->n_depth);
@@ -251,7 +249,7 @@ static void csv_field(const char *s, bool last)
     putchar(last ? '\n' : ',');
 }
 
-static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "isa", "matmul",
+static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
@@ -288,9 +286,10 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
         print_params(params, sizeof params, r->n_params);
         if (r->n_prompt)
             snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
-        printf("| %s | %s | %s | cpu | %s%s | %d | %s | %.2f ± %.2f | %s |\n", r->model_type,
-               size, params, e->isa, e->o->exact ? " exact" : "", r->threads, test, r->avg_ts,
-               r->sd_ts, ttft);
+        bool cpu = !strcmp(r->device, "cpu");
+        printf("| %s | %s | %s | %s | %s%s | %d | %s | %.2f ± %.2f | %s |\n", r->model_type,
+               size, params, cpu ? "cpu" : r->device_name, cpu ? e->isa : "f16",
+               cpu && e->o->exact ? " exact" : "", r->threads, test, r->avg_ts, r->sd_ts, ttft);
     } else if (!strcmp(fmt, "csv")) {
         if (e->rows_out == 0)
             for (size_t i = 0; i < N_CSV_COLS; i++)
@@ -340,8 +339,7 @@ static uint64_t xorshift(uint64_t *s)
 
 struct bench_run {
     const struct model *m;
-    struct ops_ctx *ops;
-    struct kv_cache *kv;
+    struct backend *be;
     int32_t *tokens;  /* random ids, as many as the longest test */
     float *logits;
     int64_t n_batch;
@@ -351,10 +349,11 @@ struct bench_run {
  * pos0 tokens before. */
 static int prefill_span(struct bench_run *b, int64_t pos0, int64_t n)
 {
-    b->kv->n_pos = pos0; /* later positions are rewritten */
+    if (backend_n_pos(b->be) > pos0)
+        backend_truncate(b->be, pos0); /* later positions are rewritten */
     for (int64_t i = pos0; i < pos0 + n; i += b->n_batch) {
         int64_t len = pos0 + n - i < b->n_batch ? pos0 + n - i : b->n_batch;
-        int st = prefill_forward(b->ops, b->kv, b->tokens + i, len, i, b->logits);
+        int st = backend_prefill(b->be, b->tokens + i, len, i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -373,10 +372,10 @@ static int run_prefill(struct bench_run *b, int64_t depth, int64_t n, int64_t *n
 /* n one-token decode steps after `depth` cached tokens. */
 static int run_decode(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns)
 {
-    b->kv->n_pos = depth;
+    backend_truncate(b->be, depth);
     int64_t t0 = ig_now_ns();
     for (int64_t i = depth; i < depth + n; i++) {
-        int st = decode_forward(b->ops, b->kv, b->tokens[i], i, b->logits);
+        int st = backend_decode(b->be, b->tokens[i], i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -453,8 +452,10 @@ static int bench_model(struct bench_env *e, const char *spec)
     struct model *m = NULL;
     char path[4096];
     int st;
+    bool cuda = o->device.kind == BACKEND_CUDA;
     if (spec && !strncmp(spec, "synthetic:", 10)) {
-        st = model_synthetic_spec(spec, &m);
+        /* On CUDA the weights are made on the device: only shapes here. */
+        st = cuda ? model_synthetic_spec_shapes(spec, &m) : model_synthetic_spec(spec, &m);
     } else {
         if ((st = cli_model_path(spec, path, sizeof path)) != IG_OK)
             return st;
@@ -478,8 +479,6 @@ static int bench_model(struct bench_env *e, const char *spec)
     uint64_t seed = 0x2545F4914F6CDD1DULL;
     for (int64_t i = 0; i < n_ctx; i++)
         b.tokens[i] = (int32_t)(xorshift(&seed) % (uint64_t)m->hp.n_vocab);
-    if ((st = kv_cache_create(&m->hp, n_ctx, o->kv, &b.kv)) != IG_OK)
-        goto done;
 
     r->model = spec;
     char params[32];
@@ -489,14 +488,20 @@ static int bench_model(struct bench_env *e, const char *spec)
     r->model_size = model_weight_bytes(m);
     r->n_params = m->n_params;
 
-    for (int it = 0; it < o->n_threads && st == IG_OK; it++) {
+    /* Thread counts are the CPU's: one pass on CUDA. */
+    int n_passes = cuda ? 1 : o->n_threads;
+    for (int it = 0; it < n_passes && st == IG_OK; it++) {
         int64_t d_max = max_list(o->depths, o->n_depths);
         int64_t longest = n_max > d_max ? n_max : d_max;
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
-        if ((st = ops_ctx_create(m, (int)o->threads[it], batch, &b.ops)) != IG_OK)
+        struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
+                                  .n_ctx = n_ctx, .max_batch = batch, .kv_dtype = o->kv,
+                                  .exact = o->exact};
+        if ((st = backend_create(m, &bo, &b.be)) != IG_OK)
             break;
-        ops_ctx_set_exact(b.ops, o->exact);
-        r->threads = ops_ctx_threads(b.ops);
+        r->threads = backend_threads(b.be);
+        r->device = backend_device(b.be);
+        r->device_name = backend_device_name(b.be);
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
@@ -516,11 +521,10 @@ static int bench_model(struct bench_env *e, const char *spec)
                     emit_row(e, r);
             }
         }
-        ops_ctx_free(b.ops);
-        b.ops = NULL;
+        backend_free(b.be);
+        b.be = NULL;
     }
 done:
-    kv_cache_free(b.kv);
     free(b.logits);
     free(b.tokens);
     free(r);

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "decode/generate.h"
 #include "models/model.h"
+#include "backend/backend.h"
 #include "ops/ops.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -163,23 +164,6 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     return IG_OK;
 }
 
-/* auto and cpu run on the CPU; cuda[:N] is refused until the CUDA backend
- * exists. Returns IG_OK, IG_E_USAGE (unknown name) or IG_E_DEVICE. */
-static int check_device(const char *dev)
-{
-    if (!strcmp(dev, "auto") || !strcmp(dev, "cpu"))
-        return IG_OK;
-    if (!strncmp(dev, "cuda", 4)) {
-        int64_t idx;
-        if (dev[4] == ':' && cli_parse_i64("--device cuda:N", dev + 5, 0, 1023, &idx) != IG_OK)
-            return IG_E_USAGE;
-        if (dev[4] == '\0' || dev[4] == ':')
-            return ig_error(IG_E_DEVICE, "--device %s: this build has no CUDA backend yet; "
-                                         "use --device cpu", dev);
-    }
-    return ig_error(IG_E_USAGE, "--device: expected auto, cpu or cuda[:N], got '%s'", dev);
-}
-
 /* ---- signals and output ---------------------------------------------------- */
 
 static volatile sig_atomic_t run_interrupted;
@@ -286,9 +270,9 @@ static uint64_t pick_seed(int64_t seed)
 
 /* ---- saved caches ---------------------------------------------------------- */
 
-/* Reads --load-kv into a new cache of n_ctx positions (at least the file's
- * tokens) and the history. Returns IG_OK, IG_E_IO, IG_E_KVFILE, IG_E_INPUT
- * (the file holds more tokens than the context) or IG_E_NOMEM. */
+/* Reads --load-kv into a new host cache of n_ctx positions (at least the
+ * file's tokens) and the history. Returns IG_OK, IG_E_IO, IG_E_KVFILE,
+ * IG_E_INPUT (the file holds more tokens than the context) or IG_E_NOMEM. */
 static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
                       struct kv_cache **kv, struct generate_history *hist)
 {
@@ -319,16 +303,20 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
 
 /* Writes the cache and its history to --save-kv. A file that cannot be
  * completed is removed. Returns IG_OK or IG_E_IO. */
-static int save_cache(const char *file, const struct model *m, const struct kv_cache *kv,
+static int save_cache(const char *file, const struct model *m, struct backend *be,
                       const struct generate_history *hist)
 {
+    const struct kv_cache *kv;
+    int st = backend_kv_export(be, &kv);
+    if (st != IG_OK)
+        return st;
     bool is_stdout = !strcmp(file, "-");
     FILE *f = is_stdout ? stdout : fopen(file, "wb");
     if (!f)
         return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id);
-    int st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
+    st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
                            hist->have_logits ? hist->logits : NULL, m->hp.n_vocab);
     if (!is_stdout) {
         if (fclose(f) != 0 && st == IG_OK)
@@ -346,7 +334,9 @@ int cmd_run(int argc, char **argv)
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
         return st < 0 ? IG_OK : st;
-    if ((st = check_device(o.device)) != IG_OK)
+    struct backend_device dev;
+    if ((st = backend_parse_device(o.device, &dev)) != IG_OK ||
+        (st = backend_resolve_device(&dev)) != IG_OK)
         return st;
     o.sp.seed = pick_seed(o.seed);
 
@@ -355,8 +345,8 @@ int cmd_run(int argc, char **argv)
     struct model *m = NULL;
     struct tok_vocab *vocab = NULL;
     struct sampler *smp = NULL;
-    struct kv_cache *kv = NULL;
-    struct ops_ctx *ops = NULL;
+    struct kv_cache *kv = NULL; /* --load-kv's cache, until the backend has it */
+    struct backend *be = NULL;
     struct run_output out = {.to_buffer = o.json};
     struct generate_stats stats = {0};
     struct generate_history hist = {0};
@@ -392,15 +382,23 @@ int cmd_run(int argc, char **argv)
     if ((st = sampler_create(&o.sp, n_tokens, &smp)) != IG_OK ||
         (st = generate_history_init(&hist, m->hp.n_vocab)) != IG_OK)
         goto done;
-    if (o.load_kv) {
-        int64_t t_load = ig_now_ns();
-        st = load_cache(o.load_kv, m, n_ctx, &kv, &hist);
-        load_ms = (double)(ig_now_ns() - t_load) / 1e6;
-    } else {
-        st = kv_cache_create(&m->hp, n_ctx, KV_F32, &kv);
-    }
-    if (st != IG_OK || (st = ops_ctx_create(m, (int)o.n_threads, n_batch, &ops)) != IG_OK)
+    int64_t t_load = ig_now_ns();
+    if (o.load_kv && (st = load_cache(o.load_kv, m, n_ctx, &kv, &hist)) != IG_OK)
         goto done;
+    struct backend_opts bo = {
+        .device = dev, .n_threads = (int)o.n_threads, .n_ctx = n_ctx, .max_batch = n_batch,
+        .kv_dtype = kv ? kv->dtype : KV_F32, /* a loaded cache keeps its type */
+    };
+    if ((st = backend_create(m, &bo, &be)) != IG_OK)
+        goto done;
+    if (kv) {
+        st = backend_kv_import(be, kv);
+        kv_cache_free(kv);
+        kv = NULL;
+        load_ms = (double)(ig_now_ns() - t_load) / 1e6;
+        if (st != IG_OK)
+            goto done;
+    }
 
     struct generate_params gp = {
         .n_predict = o.n_predict,
@@ -414,10 +412,10 @@ int cmd_run(int argc, char **argv)
         .emit_user = &out,
     };
     install_signals();
-    st = generate_run(ops, kv, vocab, smp, prompt, strlen(prompt), &gp, &hist, &stats);
+    st = generate_run(be, vocab, smp, prompt, strlen(prompt), &gp, &hist, &stats);
     if (st == IG_OK && stats.stop == GEN_STOP_PROMPT && o.save_kv) {
         int64_t t_save = ig_now_ns();
-        st = save_cache(o.save_kv, m, kv, &hist);
+        st = save_cache(o.save_kv, m, be, &hist);
         save_ms = (double)(ig_now_ns() - t_save) / 1e6;
     }
     if (st == IG_OK && stats.stop == GEN_STOP_OUTPUT && out.write_errno != EPIPE)
@@ -432,9 +430,9 @@ int cmd_run(int argc, char **argv)
         fflush(stdout);
     if (stats.stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
         struct run_result r = {
-            .stats = &stats, .device = "cpu", .threads = ops_ctx_threads(ops),
-            .n_ctx = n_ctx, .kv_bytes = kv_cache_bytes(kv),
-            .kv_max_bytes = kv_cache_bytes_for(&m->hp, n_ctx, kv->dtype),
+            .stats = &stats, .device = backend_device(be), .threads = backend_threads(be),
+            .n_ctx = n_ctx, .kv_bytes = backend_kv_bytes(be),
+            .kv_max_bytes = backend_kv_max_bytes(be),
             .kv_load_ms = load_ms, .kv_save_ms = save_ms,
             .text = out.buf, .len = out.len, .status = st,
         };
@@ -448,7 +446,7 @@ int cmd_run(int argc, char **argv)
 done:
     free(out.buf);
     generate_history_free(&hist);
-    ops_ctx_free(ops);
+    backend_free(be);
     kv_cache_free(kv);
     sampler_free(smp);
     tok_vocab_free(vocab);

@@ -8,8 +8,6 @@
 
 #include "core/status.h"
 #include "core/timer.h"
-#include "decode/decode.h"
-#include "prefill/prefill.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
@@ -53,7 +51,7 @@ void generate_history_free(struct generate_history *h)
 /* Tokenizes the prompt (BOS only at the start of the cache) and checks it
  * against the context. */
 static int encode_prompt(struct tok_vocab *vocab, const char *prompt, size_t len,
-                         const struct generate_params *p, const struct kv_cache *kv,
+                         const struct generate_params *p, const struct backend *be,
                          const struct generate_history *hist, struct tok_ids *ids)
 {
     unsigned flags = p->encode_flags & (hist->n ? ~(unsigned)TOK_ENC_ADD_BOS : ~0u);
@@ -64,11 +62,11 @@ static int encode_prompt(struct tok_vocab *vocab, const char *prompt, size_t len
         return ig_error(IG_E_INPUT, hist->n ? "nothing to continue from: the cache has no "
                                               "logits and the prompt encodes to no tokens"
                                             : "the prompt encodes to no tokens");
-    if (hist->n + ids->n > kv->n_ctx)
+    if (hist->n + ids->n > backend_n_ctx(be))
         return ig_error(IG_E_INPUT,
                         "the prompt is %lld tokens but the context holds %lld "
                         "(raise -c/--ctx-size or shorten the prompt)",
-                        (long long)(hist->n + ids->n), (long long)kv->n_ctx);
+                        (long long)(hist->n + ids->n), (long long)backend_n_ctx(be));
     return IG_OK;
 }
 
@@ -90,15 +88,15 @@ static int extend_history(struct generate_history *hist, const struct tok_ids *i
 
 /* Runs the prompt through prefill in chunks after what the cache holds;
  * logits of the last token. Activation memory is bounded by the chunk. */
-static int prefill_prompt(struct ops_ctx *ops, struct kv_cache *kv, const struct tok_ids *ids,
+static int prefill_prompt(struct backend *be, const struct tok_ids *ids,
                           const struct generate_params *p, float *logits)
 {
-    int64_t pos0 = kv->n_pos;
+    int64_t pos0 = backend_n_pos(be);
     for (int64_t i = 0; i < ids->n; i += p->max_batch) {
         if (interrupted(p))
             return IG_E_INTERRUPTED;
         int64_t n = ids->n - i < p->max_batch ? ids->n - i : p->max_batch;
-        int st = prefill_forward(ops, kv, ids->ids + i, n, pos0 + i, logits);
+        int st = backend_prefill(be, ids->ids + i, n, pos0 + i, logits);
         if (st != IG_OK)
             return st;
     }
@@ -111,14 +109,14 @@ static int emit_text(const struct generate_params *p, const char *text, size_t l
     return len && p->emit ? p->emit(p->emit_user, text, len) != 0 : 0;
 }
 
-int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *vocab,
+int generate_run(struct backend *be, struct tok_vocab *vocab,
                  struct sampler *smp, const char *prompt, size_t len,
                  const struct generate_params *p, struct generate_history *hist,
                  struct generate_stats *stats)
 {
     *stats = (struct generate_stats){0};
     IG_ASSERT(p->max_batch >= 1 && (p->n_predict >= 1 || p->n_predict == -1));
-    IG_ASSERT(hist->n == kv->n_pos && hist->logits);
+    IG_ASSERT(hist->n == backend_n_pos(be) && hist->logits);
     struct tok_ids ids = {0};
     struct tok_stream stream;
     tok_stream_init(&stream, vocab, p->print_special);
@@ -127,7 +125,7 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
 
     /* TTFT starts here: the model is loaded, the prompt is text. */
     int64_t t0 = ig_now_ns();
-    st = encode_prompt(vocab, prompt, len, p, kv, hist, &ids);
+    st = encode_prompt(vocab, prompt, len, p, be, hist, &ids);
     stats->tokenize_ms = ms_since(t0);
     if (st != IG_OK)
         goto done;
@@ -141,7 +139,7 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
     int64_t t_prefill = ig_now_ns();
     if (ids.n)
         hist->have_logits = false; /* until the prefill completes */
-    st = prefill_prompt(ops, kv, &ids, p, logits);
+    st = prefill_prompt(be, &ids, p, logits);
     stats->prefill_ms = ms_since(t_prefill);
     if (st == IG_E_INTERRUPTED) {
         stats->stop = GEN_STOP_INTERRUPT;
@@ -184,11 +182,11 @@ int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *voc
             stats->stop = GEN_STOP_LIMIT;
             break;
         }
-        if (kv->n_pos >= kv->n_ctx) {
+        if (backend_n_pos(be) >= backend_n_ctx(be)) {
             stats->stop = GEN_STOP_CONTEXT;
             break;
         }
-        if ((st = decode_forward(ops, kv, tok, kv->n_pos, logits)) != IG_OK)
+        if ((st = backend_decode(be, tok, backend_n_pos(be), logits)) != IG_OK)
             goto done;
         stats->n_decode++;
         tok = sampler_sample(smp, logits);

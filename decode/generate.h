@@ -27,9 +27,8 @@
 #ifndef IGNITE_DECODE_GENERATE_H
 #define IGNITE_DECODE_GENERATE_H
 
+#include "backend/backend.h"
 #include "decode/sampler.h"
-#include "kvcache/kvcache.h"
-#include "ops/ops.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -55,7 +54,7 @@ const char *generate_stop_name(enum generate_stop stop);
 
 struct generate_params {
     int64_t n_predict;      /* most tokens to generate (>= 1), or -1 for no limit */
-    int64_t max_batch;      /* prefill chunk: <= the ops context's max_batch */
+    int64_t max_batch;      /* prefill chunk: <= the backend's max_batch */
     bool prompt_only;       /* stop after the prefill (GEN_STOP_PROMPT) */
     unsigned encode_flags;  /* TOK_ENC_* for the prompt */
     bool print_special;     /* render control tokens' text in the output */
@@ -84,7 +83,7 @@ struct generate_stats {
  * it (to save with prompt_only). */
 struct generate_history {
     int32_t *tokens;   /* [n] the tokens in the cache, in order; malloc'd, owned */
-    int64_t n;         /* == kv->n_pos */
+    int64_t n;         /* == the backend's n_pos */
     float *logits;     /* [n_vocab] malloc'd, owned; see have_logits */
     bool have_logits;  /* logits are those after tokens[n - 1] */
 };
@@ -95,7 +94,7 @@ void generate_history_free(struct generate_history *h);
 
 /* Runs the loop for `prompt` (len bytes, already checked by the caller; may
  * be empty when the history has logits) after the tokens of `hist` already
- * in `kv`. BOS is added only when the history is empty. The sampler sees the
+ * in the backend's cache. BOS is added only when the history is empty. The sampler sees the
  * history, the prompt and every generated token. On return `hist` holds the
  * history plus the prompt, with the logits after it until the first sample
  * (have_logits is false once sampling has used them). *stats is filled as
@@ -103,7 +102,7 @@ void generate_history_free(struct generate_history *h);
  * (whatever the stop reason), IG_E_INPUT for a prompt that tokenizes to
  * nothing (with nothing to continue from) or to more tokens than the context
  * holds (one line with both numbers), or the status of a failed forward. */
-int generate_run(struct ops_ctx *ops, struct kv_cache *kv, struct tok_vocab *vocab,
+int generate_run(struct backend *be, struct tok_vocab *vocab,
                  struct sampler *smp, const char *prompt, size_t len,
                  const struct generate_params *p, struct generate_history *hist,
                  struct generate_stats *stats);

@@ -150,3 +150,14 @@ void kv_cache_write(struct kv_cache *kv, int64_t layer, int64_t pos0, int64_t n_
             store(kv, kv_cache_rows(kv, vt, h, pos0 + t), v + t * kv_dim + h * kv->head_dim);
         }
 }
+
+void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst)
+{
+    if (dtype == KV_F32) {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+        return;
+    }
+    const ig_f16 *h = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ig_f16_to_f32(h[i]);
+}

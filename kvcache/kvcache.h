@@ -98,6 +98,9 @@ static inline void *kv_cache_rows(const struct kv_cache *kv, void *const *table,
 void kv_cache_write(struct kv_cache *kv, int64_t layer, int64_t pos0, int64_t n_tokens,
                     const float *k, const float *v);
 
+/* dst[i] = element i of n elements of `dtype` at src, as f32 (exact). */
+void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst);
+
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
 #define KV_FILE_VERSION 1

@@ -75,6 +75,7 @@ struct model {
     struct model_layer *layers;      /* n_layer entries, owned */
     struct gguf_file *gguf;          /* owned; metadata for the tokenizer */
     int64_t n_params;                /* elements over all tensors */
+    bool virtual_weights;            /* shapes only, data NULL (models/synthetic.h) */
     char path[4096];                 /* where it was loaded from ("" if synthetic) */
 };
 

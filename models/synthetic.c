@@ -135,7 +135,8 @@ static size_t padded(const struct model_weight *w)
     return ((size_t)w->rows * w->row_bytes + 63) & ~(size_t)63;
 }
 
-int model_synthetic(const char *name, enum quant_type type, struct model **out)
+/* Builds the model; with materialize false only the shapes (data NULL). */
+static int build(const char *name, enum quant_type type, bool materialize, struct model **out)
 {
     *out = NULL;
     const struct shape *sh = NULL;
@@ -201,6 +202,8 @@ int model_synthetic(const char *name, enum quant_type type, struct model **out)
     size_t head = ((size_t)sh->n_layer * sizeof(struct model_layer) + 63) & ~(size_t)63;
     size_t total = head + (size_t)sh->n_layer * layer_bytes + padded(&m->tok_embd) +
                    padded(&m->output_norm) + (sh->tied ? 0 : padded(&m->output));
+    if (!materialize)
+        total = head;
     uint8_t *mem = aligned_alloc(64, total);
     if (!mem) {
         free(m);
@@ -208,6 +211,19 @@ int model_synthetic(const char *name, enum quant_type type, struct model **out)
                         quant_type_name((uint32_t)type), (double)total / (1 << 30));
     }
     m->layers = (struct model_layer *)mem;
+    m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
+                  sh->n_embd;
+    snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
+             quant_type_name((uint32_t)type));
+    if (!materialize) {
+        for (int64_t il = 0; il < sh->n_layer; il++)
+            m->layers[il] = proto;
+        if (!sh->tied)
+            m->output = mat(type, sh->n_vocab, sh->n_embd);
+        m->virtual_weights = true;
+        *out = m;
+        return IG_OK;
+    }
     uint8_t *p = mem + head;
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
     for (int64_t il = 0; il < sh->n_layer; il++) {
@@ -235,15 +251,16 @@ int model_synthetic(const char *name, enum quant_type type, struct model **out)
     } else {
         fill(&m->output, p, &seed);
     }
-    m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
-                  sh->n_embd;
-    snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
-             quant_type_name((uint32_t)type));
     *out = m;
     return IG_OK;
 }
 
-int model_synthetic_spec(const char *spec, struct model **out)
+int model_synthetic(const char *name, enum quant_type type, struct model **out)
+{
+    return build(name, type, true, out);
+}
+
+static int from_spec(const char *spec, bool materialize, struct model **out)
 {
     *out = NULL;
     static const char prefix[] = "synthetic:";
@@ -266,7 +283,17 @@ int model_synthetic_spec(const char *spec, struct model **out)
         if (!found)
             return ig_error(IG_E_USAGE, "synthetic model: unknown type '%s'", colon + 1);
     }
-    return model_synthetic(name, type, out);
+    return build(name, type, materialize, out);
+}
+
+int model_synthetic_spec(const char *spec, struct model **out)
+{
+    return from_spec(spec, true, out);
+}
+
+int model_synthetic_spec_shapes(const char *spec, struct model **out)
+{
+    return from_spec(spec, false, out);
 }
 
 size_t model_weight_bytes(const struct model *m)
@@ -281,7 +308,7 @@ size_t model_weight_bytes(const struct model *m)
                                            &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
                                            &L->bq, &L->bk, &L->bv};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
-            if (lw[i]->data)
+            if (lw[i]->data || (m->virtual_weights && lw[i]->rows))
                 n += (size_t)lw[i]->rows * lw[i]->row_bytes;
     }
     return n;

@@ -21,6 +21,11 @@ int model_synthetic(const char *name, enum quant_type type, struct model **out);
  * does not start with "synthetic:". */
 int model_synthetic_spec(const char *spec, struct model **out);
 
+/* The same shapes without any weight bytes: every data pointer is NULL and
+ * m->virtual_weights is set. Only a device backend that makes its own random
+ * weights (backend/gpu.h) runs such a model; it costs no host memory. */
+int model_synthetic_spec_shapes(const char *spec, struct model **out);
+
 /* The known names, comma-separated, for help text. */
 const char *model_synthetic_names(void);
 

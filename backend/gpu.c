@@ -1,0 +1,636 @@
+/* backend/gpu.c: the CUDA backend's orchestration: what lives in device
+ * memory, and the order of launches for a prefill block and a decode step.
+ *
+ * Device memory: weights as f16, Q|K|V and gate|up concatenated so each is
+ * one GEMM; norms and biases f32; the KV cache f16, per layer
+ * [n_head_kv][n_ctx][head_dim] (the layout both attention kernels read);
+ * activations for max_batch tokens. Per block of n tokens at pos0:
+ *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE -> fused flash
+ *   attention (writes the cache) -> wo GEMM += x -> rmsnorm -> gate|up GEMM
+ *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the last row -> logits.
+ * The residual adds are the GEMMs' beta = 1. In the last layer only the last
+ * row goes on past attention: no other row's output is ever read.
+ * A decode step is the same with GEMVs and split-KV attention, the position
+ * and token read from device memory so the step is captured once as a graph
+ * and replayed.
+ *
+ * Compiled twice (backend/gpu.h): over the CUDA device layer and over the
+ * emulated one. Covered by tests/emu/test_backend_emu.c and tests/gpu/. */
+#include "backend/gpu.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "decode/decode_attn.h"
+#include "device/device.h"
+#include "ops/gpu_ops.h"
+#include "prefill/flash_attn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The attention kernel's two entry points differ by the stream argument. */
+#if defined(IG_EMU_BACKEND)
+#define prefill_attn_dev(p, stream) prefill_attn_emu(p)
+#else
+#define prefill_attn_dev(p, stream) prefill_attn_cuda(p, stream)
+#endif
+
+struct gpu_layer {
+    uint16_t *wqkv;            /* [qkv_rows][n_embd] */
+    uint16_t *wo;              /* [n_embd][q_dim] */
+    uint16_t *wgu;             /* [2 * n_ff][n_embd]: gate rows, then up rows */
+    uint16_t *wdown;           /* [n_embd][n_ff] */
+    float *attn_norm, *ffn_norm;
+    float *bqkv;               /* [qkv_rows] or NULL */
+    uint16_t *k_cache, *v_cache; /* [n_head_kv][n_ctx][head_dim] */
+};
+
+struct gpu_backend {
+    struct dev *dev;
+    struct dev_info info;
+    void *stream;
+    const struct model *m;
+    struct model_hparams hp;
+    int64_t n_ctx, max_batch, n_pos;
+    int64_t q_dim, kv_dim, qkv_rows;
+    struct gpu_layer *layers;
+    uint16_t *tok_embd, *output;
+    float *output_norm;
+    double *inv_freq;
+    /* activations for max_batch tokens */
+    float *x, *qkv, *gu, *logits;
+    uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
+    int32_t *tokens, *pos;     /* device: the block's ids; its first position */
+    int32_t *step;             /* pinned host: token, position of a decode step */
+    float *attn_work;
+    int n_splits;
+    struct dev_graph *graph;   /* the decode step, once captured */
+    bool no_graph;             /* capture unavailable (the emulator) or failed */
+    void **allocs;             /* every device allocation, for free */
+    size_t n_allocs, cap_allocs;
+    size_t weight_bytes, kv_bytes, device_bytes;
+};
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static int galloc(struct gpu_backend *g, size_t bytes, void *out, size_t *account)
+{
+    void **p = out;
+    *p = NULL;
+    if (g->n_allocs == g->cap_allocs) {
+        size_t cap = g->cap_allocs ? 2 * g->cap_allocs : 64;
+        void **a = realloc(g->allocs, cap * sizeof *a);
+        if (!a)
+            return ig_error(IG_E_NOMEM, "out of memory");
+        g->allocs = a;
+        g->cap_allocs = cap;
+    }
+    int st = IG_DEV(dev_alloc)(g->dev, bytes ? bytes : 16, p);
+    if (st != IG_OK)
+        return st;
+    g->allocs[g->n_allocs++] = *p;
+    g->device_bytes += bytes;
+    if (account)
+        *account += bytes;
+    return IG_OK;
+}
+
+struct gpu_sizes {
+    double weights, kv, acts;
+};
+
+static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
+{
+    const struct model_hparams *hp = &g->hp;
+    double e = hp->n_embd, ff = hp->n_ff, B = (double)g->max_batch;
+    double layer = 2.0 * (g->qkv_rows * e + e * g->q_dim + 2 * ff * e + e * ff) + 8.0 * e +
+                   (hp->has_qkv_bias ? 4.0 * g->qkv_rows : 0);
+    s->weights = hp->n_layer * layer + 2.0 * hp->n_vocab * e * (hp->tied_embeddings ? 1 : 2) +
+                 4.0 * e;
+    s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim;
+    s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
+                   4.0 * 2 * ff + 2.0 * ff) +
+              4.0 * hp->n_vocab + 4.0 * B;
+}
+
+/* ---- weights ------------------------------------------------------------------- */
+
+/* Per-weight seed for synthetic weights: distinct and stable. */
+static uint64_t weight_seed(int64_t layer, int which)
+{
+    return 0x9E3779B97F4A7C15ULL * (uint64_t)(layer * 16 + which + 1);
+}
+
+/* Writes weight w as f16 into dst ([rows][cols]): random on the device for a
+ * shapes-only model, dequantized on the device for the common block types,
+ * else on the host. `staging` holds any raw weight. */
+static int put_weight(struct gpu_backend *g, const struct model_weight *w, uint16_t *dst,
+                      void *staging, uint64_t seed)
+{
+    size_t raw = (size_t)w->rows * w->row_bytes;
+    if (!w->data)
+        return IG_DEV(gk_random_f16)(dst, w->rows * w->cols, seed, 0.0f,
+                                     1.0f / sqrtf((float)w->cols), g->stream);
+    if (gk_dequant_supported((int)w->type)) {
+        int st = IG_DEV(dev_upload)(g->dev, staging, w->data, raw);
+        if (st == IG_OK)
+            st = IG_DEV(gk_dequant_f16)((int)w->type, staging, w->rows, w->cols, w->row_bytes,
+                                        dst, g->stream);
+        return st;
+    }
+    /* Other block types: a few rows at a time through the host. */
+    int64_t rows_per = ((int64_t)1 << 20) / w->cols; /* ~2 MiB of f16 per copy */
+    rows_per = rows_per < 1 ? 1 : rows_per;
+    float *f = malloc((size_t)w->cols * sizeof *f);
+    uint16_t *h = malloc((size_t)(rows_per * w->cols) * sizeof *h);
+    int st = f && h ? IG_OK : ig_error(IG_E_NOMEM, "out of memory converting weights");
+    for (int64_t r0 = 0; r0 < w->rows && st == IG_OK; r0 += rows_per) {
+        int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
+        for (int64_t r = 0; r < nr; r++) {
+            quant_dequantize_row(w->type, (const char *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                                 f, w->cols);
+            for (int64_t c = 0; c < w->cols; c++)
+                h[r * w->cols + c] = ig_f32_to_f16(f[c]);
+        }
+        st = IG_DEV(dev_upload)(g->dev, dst + r0 * w->cols, h,
+                                (size_t)(nr * w->cols) * sizeof *h);
+    }
+    free(f);
+    free(h);
+    return st;
+}
+
+/* An f32 vector weight (norm, bias) of n elements into dst. */
+static int put_vector(struct gpu_backend *g, const struct model_weight *w, float *dst, int64_t n,
+                      float center, uint64_t seed)
+{
+    if (!w->data)
+        return IG_DEV(gk_random_f32)(dst, n, seed, center, center ? 0.1f : 0.02f, g->stream);
+    IG_ASSERT(w->type == QUANT_F32 && w->rows * w->cols == n);
+    return IG_DEV(dev_upload)(g->dev, dst, w->data, (size_t)n * sizeof(float));
+}
+
+static size_t raw_bytes(const struct model_weight *w)
+{
+    return w->data ? (size_t)w->rows * w->row_bytes : 0;
+}
+
+static int upload_weights(struct gpu_backend *g)
+{
+    const struct model *m = g->m;
+    const struct model_hparams *hp = &g->hp;
+    int64_t e = hp->n_embd, ff = hp->n_ff;
+    size_t staging_bytes = raw_bytes(&m->tok_embd) > raw_bytes(&m->output)
+                               ? raw_bytes(&m->tok_embd) : raw_bytes(&m->output);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                           &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            staging_bytes = raw_bytes(ws[i]) > staging_bytes ? raw_bytes(ws[i]) : staging_bytes;
+    }
+    void *staging = NULL;
+    int st = IG_DEV(dev_alloc)(g->dev, staging_bytes ? staging_bytes : 16, &staging);
+    if (st != IG_OK)
+        return st;
+
+    size_t *wb = &g->weight_bytes;
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
+        const struct model_layer *L = &m->layers[l];
+        struct gpu_layer *G = &g->layers[l];
+        if ((st = galloc(g, (size_t)(g->qkv_rows * e) * 2, &G->wqkv, wb)) ||
+            (st = galloc(g, (size_t)(e * g->q_dim) * 2, &G->wo, wb)) ||
+            (st = galloc(g, (size_t)(2 * ff * e) * 2, &G->wgu, wb)) ||
+            (st = galloc(g, (size_t)(e * ff) * 2, &G->wdown, wb)) ||
+            (st = galloc(g, (size_t)e * 4, &G->attn_norm, wb)) ||
+            (st = galloc(g, (size_t)e * 4, &G->ffn_norm, wb)))
+            break;
+        if ((st = put_weight(g, &L->wq, G->wqkv, staging, weight_seed(l, 0))) ||
+            (st = put_weight(g, &L->wk, G->wqkv + g->q_dim * e, staging, weight_seed(l, 1))) ||
+            (st = put_weight(g, &L->wv, G->wqkv + (g->q_dim + g->kv_dim) * e, staging,
+                             weight_seed(l, 2))) ||
+            (st = put_weight(g, &L->wo, G->wo, staging, weight_seed(l, 3))) ||
+            (st = put_weight(g, &L->w_gate, G->wgu, staging, weight_seed(l, 4))) ||
+            (st = put_weight(g, &L->w_up, G->wgu + ff * e, staging, weight_seed(l, 5))) ||
+            (st = put_weight(g, &L->w_down, G->wdown, staging, weight_seed(l, 6))) ||
+            (st = put_vector(g, &L->attn_norm, G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
+            (st = put_vector(g, &L->ffn_norm, G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
+            break;
+        if (hp->has_qkv_bias) {
+            if ((st = galloc(g, (size_t)g->qkv_rows * 4, &G->bqkv, wb)) ||
+                (st = put_vector(g, &L->bq, G->bqkv, g->q_dim, 0.0f, weight_seed(l, 9))) ||
+                (st = put_vector(g, &L->bk, G->bqkv + g->q_dim, g->kv_dim, 0.0f,
+                                 weight_seed(l, 10))) ||
+                (st = put_vector(g, &L->bv, G->bqkv + g->q_dim + g->kv_dim, g->kv_dim, 0.0f,
+                                 weight_seed(l, 11))))
+                break;
+        }
+        /* The staging buffer is reused by the next layer's copies: stream
+         * order keeps them behind this layer's dequantization kernels. */
+    }
+    if (st == IG_OK && !(st = galloc(g, (size_t)(hp->n_vocab * e) * 2, &g->tok_embd, wb)) &&
+        !(st = put_weight(g, &m->tok_embd, g->tok_embd, staging, weight_seed(-1, 0))) &&
+        !(st = galloc(g, (size_t)e * 4, &g->output_norm, wb)))
+        st = put_vector(g, &m->output_norm, g->output_norm, e, 1.0f, weight_seed(-1, 1));
+    if (st == IG_OK) {
+        if (hp->tied_embeddings) {
+            g->output = g->tok_embd;
+        } else if (!(st = galloc(g, (size_t)(hp->n_vocab * e) * 2, &g->output, wb))) {
+            st = put_weight(g, &m->output, g->output, staging, weight_seed(-1, 2));
+        }
+    }
+    if (st == IG_OK)
+        st = IG_DEV(dev_sync)(g->dev);
+    IG_DEV(dev_free)(g->dev, staging);
+    return st;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int check_model(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->head_dim != 64 && hp->head_dim != 128)
+        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; %s has %lld "
+                        "(use --device cpu)", m->path, (long long)hp->head_dim);
+    if (hp->n_head / hp->n_head_kv > 8)
+        return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV head; "
+                        "%s has %lld (use --device cpu)", m->path,
+                        (long long)(hp->n_head / hp->n_head_kv));
+    if (hp->n_embd % 8 || hp->n_ff % 8)
+        return ig_error(IG_E_MODEL, "the CUDA backend needs widths that are multiples of 8");
+    return IG_OK;
+}
+
+/* Refuses up front, with the numbers, a model that does not fit. */
+static int check_fits(const struct gpu_backend *g)
+{
+    struct gpu_sizes s;
+    plan_sizes(g, &s);
+    double need = s.weights + s.kv + s.acts, slack = 512.0 * 1024 * 1024; /* cuBLAS, context */
+    if (g->info.mem_free == 0 || need + slack <= (double)g->info.mem_free)
+        return IG_OK;
+    return ig_error(IG_E_NOMEM, "the model needs %.2f GiB on cuda:%d (weights %.2f, KV cache "
+                    "%.2f for %lld positions, activations %.2f) but %s has %.2f GiB free "
+                    "(lower -c/--ctx-size or --chunk, or use --device cpu)",
+                    (need + slack) / GIB, g->info.index, s.weights / GIB, s.kv / GIB,
+                    (long long)g->n_ctx, s.acts / GIB, g->info.name,
+                    (double)g->info.mem_free / GIB);
+}
+
+static int alloc_state(struct gpu_backend *g)
+{
+    const struct model_hparams *hp = &g->hp;
+    size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
+    size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2;
+    int st;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if ((st = galloc(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
+            (st = galloc(g, cache, &g->layers[l].v_cache, &g->kv_bytes)))
+            return st;
+    struct decode_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                                    .head_dim = hp->head_dim, .n_ctx = g->n_ctx,
+                                    .n_splits = g->n_splits};
+    if ((st = galloc(g, B * e * 4, &g->x, NULL)) || (st = galloc(g, B * e * 2, &g->xn, NULL)) ||
+        (st = galloc(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
+        (st = galloc(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
+        (st = galloc(g, B * (size_t)g->kv_dim * 2, &g->k16, NULL)) ||
+        (st = galloc(g, B * (size_t)g->kv_dim * 2, &g->v16, NULL)) ||
+        (st = galloc(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
+        (st = galloc(g, B * 2 * ff * 4, &g->gu, NULL)) ||
+        (st = galloc(g, B * ff * 2, &g->h16, NULL)) ||
+        (st = galloc(g, (size_t)hp->n_vocab * 4, &g->logits, NULL)) ||
+        (st = galloc(g, B * 4, &g->tokens, NULL)) || (st = galloc(g, 16, &g->pos, NULL)) ||
+        (st = galloc(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
+        return st;
+    size_t half = (size_t)(hp->n_rot / 2);
+    double *inv = malloc((half ? half : 1) * sizeof *inv);
+    if (!inv)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < half; i++)
+        inv[i] = pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+    st = galloc(g, (half ? half : 1) * sizeof *inv, &g->inv_freq, NULL);
+    if (st == IG_OK)
+        st = IG_DEV(dev_upload)(g->dev, g->inv_freq, inv, half * sizeof *inv);
+    free(inv);
+    if (st == IG_OK)
+        st = IG_DEV(dev_alloc_host)(g->dev, 2 * sizeof(int32_t), (void **)&g->step);
+    return st;
+}
+
+int IG_DEV(gpu_device_count)(void)
+{
+    return IG_DEV(dev_count)();
+}
+
+int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts *o,
+                               struct gpu_backend **out)
+{
+    *out = NULL;
+    int st = check_model(m);
+    if (st != IG_OK)
+        return st;
+    struct gpu_backend *g = calloc(1, sizeof *g);
+    if (!g || !(g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers))) {
+        free(g);
+        return ig_error(IG_E_NOMEM, "out of memory");
+    }
+    const struct model_hparams *hp = &m->hp;
+    g->m = m;
+    g->hp = *hp;
+    g->n_ctx = o->n_ctx;
+    g->max_batch = o->max_batch;
+    g->q_dim = hp->n_head * hp->head_dim;
+    g->kv_dim = hp->n_head_kv * hp->head_dim;
+    g->qkv_rows = g->q_dim + 2 * g->kv_dim;
+    if ((st = IG_DEV(dev_open)(o->device.index, &g->dev)) == IG_OK) {
+        IG_DEV(dev_get_info)(g->dev, &g->info);
+        g->stream = IG_DEV(dev_stream)(g->dev);
+        g->n_splits = decode_attn_choose_splits(g->n_ctx, hp->n_head_kv, g->info.n_sm);
+        st = check_fits(g);
+    }
+    if (st == IG_OK && (st = upload_weights(g)) == IG_OK)
+        st = alloc_state(g);
+    if (st != IG_OK) {
+        IG_DEV(gpu_backend_free)(g);
+        return st;
+    }
+    *out = g;
+    return IG_OK;
+}
+
+void IG_DEV(gpu_backend_free)(struct gpu_backend *g)
+{
+    if (!g)
+        return;
+    if (g->dev) {
+        IG_DEV(dev_graph_free)(g->graph);
+        for (size_t i = 0; i < g->n_allocs; i++)
+            IG_DEV(dev_free)(g->dev, g->allocs[i]);
+        IG_DEV(dev_free_host)(g->dev, g->step);
+        IG_DEV(dev_close)(g->dev);
+    }
+    free(g->allocs);
+    free(g->layers);
+    free(g);
+}
+
+/* ---- the forwards ------------------------------------------------------------------ */
+
+/* Final norm of residual row x and the output head into g->logits. */
+static int head(struct gpu_backend *g, const float *x)
+{
+    const struct model_hparams *hp = &g->hp;
+    int st = IG_DEV(gk_rmsnorm)(x, hp->n_embd, g->output_norm, 1, hp->n_embd,
+                                (float)hp->norm_eps, g->xn, g->stream);
+    if (st == IG_OK)
+        st = IG_DEV(gk_gemv_f16)(g->output, g->xn, g->logits, hp->n_vocab, hp->n_embd, 0.0f,
+                                 g->stream);
+    return st;
+}
+
+/* Everything after attention in one layer, for `rows` rows starting at
+ * `row`: wo GEMM into the residual, norm, gate|up GEMM, SwiGLU, down GEMM. */
+static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t row, int64_t rows)
+{
+    const struct model_hparams *hp = &g->hp;
+    int64_t e = hp->n_embd, ff = hp->n_ff;
+    float *x = g->x + row * e;
+    const uint16_t *att = g->att16 + row * g->q_dim;
+    int st;
+    if ((st = IG_DEV(dev_gemm_f16)(g->dev, L->wo, att, x, e, g->q_dim, rows, g->q_dim, e, 1.0f)) ||
+        (st = IG_DEV(gk_rmsnorm)(x, e, L->ffn_norm, rows, e, (float)hp->norm_eps, g->xn,
+                                 g->stream)) ||
+        (st = IG_DEV(dev_gemm_f16)(g->dev, L->wgu, g->xn, g->gu, 2 * ff, e, rows, e, 2 * ff,
+                                   0.0f)) ||
+        (st = IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
+        return st;
+    return IG_DEV(dev_gemm_f16)(g->dev, L->wdown, g->h16, x, e, ff, rows, ff, e, 1.0f);
+}
+
+static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t pos0)
+{
+    const struct model_hparams *hp = &g->hp;
+    const struct gpu_layer *L = &g->layers[l];
+    int64_t e = hp->n_embd, hd = hp->head_dim;
+    int st;
+    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, (float)hp->norm_eps, g->xn,
+                                 g->stream)) ||
+        (st = IG_DEV(dev_gemm_f16)(g->dev, L->wqkv, g->xn, g->qkv, g->qkv_rows, e, n, e,
+                                   g->qkv_rows, 0.0f)))
+        return st;
+    struct gk_qkv_params qp = {
+        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = n,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_rot = hp->n_rot,
+        .rope_style = (int)hp->rope_style, .q = g->q16, .k = g->k16, .v = g->v16,
+    };
+    if ((st = IG_DEV(gk_qkv_rope)(&qp, g->stream)))
+        return st;
+    struct prefill_attn_params ap = {
+        .q = g->q16, .k = g->k16, .v = g->v16, .k_cache = L->k_cache, .v_cache = L->v_cache,
+        .o = g->att16, .lse = NULL, .n_tokens = n, .pos0 = pos0, .n_ctx = g->n_ctx,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .q_row_stride = g->q_dim, .q_head_stride = hd,
+        .k_row_stride = g->kv_dim, .k_head_stride = hd,
+        .v_row_stride = g->kv_dim, .v_head_stride = hd,
+        .o_row_stride = g->q_dim, .o_head_stride = hd,
+        .cache_row_stride = hd, .cache_head_stride = g->n_ctx * hd,
+        .scale = 1.0f / sqrtf((float)hd), .dtype = PREFILL_ATTN_F16,
+    };
+    if ((st = prefill_attn_dev(&ap, g->stream)))
+        return st;
+    /* Past attention, the last layer matters for the last row only. */
+    bool last = l == hp->n_layer - 1;
+    return ffn_block(g, L, last ? n - 1 : 0, last ? 1 : n);
+}
+
+static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->hp.n_vocab)
+            return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",
+                            tokens[i], (long long)g->hp.n_vocab - 1);
+    return IG_OK;
+}
+
+int IG_DEV(gpu_prefill)(struct gpu_backend *g, const int32_t *tokens, int64_t n, int64_t pos0,
+                        float *logits)
+{
+    IG_ASSERT(n >= 1 && n <= g->max_batch);
+    if (pos0 < 0 || pos0 > g->n_pos || pos0 + n > g->n_ctx)
+        return ig_error(IG_E_INPUT, "prefill of %lld tokens at position %lld: the cache holds "
+                        "%lld of %lld positions", (long long)n, (long long)pos0,
+                        (long long)g->n_pos, (long long)g->n_ctx);
+    int st = check_tokens(g, tokens, n);
+    int32_t pos32 = (int32_t)pos0;
+    if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
+        !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
+        st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, n, g->hp.n_embd, g->x, g->stream);
+    for (int64_t l = 0; l < g->hp.n_layer && st == IG_OK; l++)
+        st = prefill_layer(g, l, n, pos0);
+    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->hp.n_embd)))
+        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->hp.n_vocab * 4);
+    g->n_pos = st == IG_OK ? pos0 + n : (pos0 < g->n_pos ? pos0 : g->n_pos);
+    return st;
+}
+
+/* One token's forward, reading token and position from device memory (so
+ * a graph of it replays at any position). */
+static int decode_step(struct gpu_backend *g)
+{
+    const struct model_hparams *hp = &g->hp;
+    int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->head_dim;
+    float eps = (float)hp->norm_eps;
+    int st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, 1, e, g->x, g->stream);
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
+        const struct gpu_layer *L = &g->layers[l];
+        struct gk_qkv_params qp = {
+            .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = 1,
+            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+            .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
+            .k_cache = L->k_cache, .v_cache = L->v_cache, .n_ctx = g->n_ctx,
+        };
+        struct decode_attn_params ap = {
+            .q = g->q16, .k_cache = L->k_cache, .v_cache = L->v_cache, .pos = g->pos,
+            .o = g->att16, .work = g->attn_work, .n_head = hp->n_head,
+            .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_ctx = g->n_ctx,
+            .n_splits = g->n_splits, .scale = 1.0f / sqrtf((float)hd),
+        };
+        if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, 1, e, eps, g->xn, g->stream)) ||
+            (st = IG_DEV(gk_gemv_f16)(L->wqkv, g->xn, g->qkv, g->qkv_rows, e, 0.0f,
+                                      g->stream)) ||
+            (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
+            (st = IG_DEV(decode_attn)(&ap, g->stream)) ||
+            (st = IG_DEV(gk_gemv_f16)(L->wo, g->att16, g->x, e, g->q_dim, 1.0f, g->stream)) ||
+            (st = IG_DEV(gk_rmsnorm)(g->x, e, L->ffn_norm, 1, e, eps, g->xn, g->stream)) ||
+            (st = IG_DEV(gk_gemv_f16)(L->wgu, g->xn, g->gu, 2 * ff, e, 0.0f, g->stream)) ||
+            (st = IG_DEV(gk_swiglu)(g->gu, 1, ff, g->h16, g->stream)))
+            break;
+        st = IG_DEV(gk_gemv_f16)(L->wdown, g->h16, g->x, e, ff, 1.0f, g->stream);
+    }
+    return st == IG_OK ? head(g, g->x) : st;
+}
+
+/* Runs the decode step: the first call captures it as a graph where the
+ * device layer can, later calls replay it. */
+static int run_decode_step(struct gpu_backend *g)
+{
+    if (g->graph)
+        return IG_DEV(dev_graph_launch)(g->dev, g->graph);
+    if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
+        g->no_graph = true;
+        return decode_step(g);
+    }
+    int st = decode_step(g);
+    struct dev_graph *graph = NULL;
+    int st_end = IG_DEV(dev_graph_end)(g->dev, &graph);
+    if (st != IG_OK || st_end != IG_OK) {
+        IG_DEV(dev_graph_free)(graph);
+        return st != IG_OK ? st : st_end;
+    }
+    g->graph = graph;
+    return IG_DEV(dev_graph_launch)(g->dev, g->graph);
+}
+
+int IG_DEV(gpu_decode)(struct gpu_backend *g, int32_t token, int64_t pos, float *logits)
+{
+    if (pos != g->n_pos || pos >= g->n_ctx)
+        return ig_error(IG_E_INPUT, "decode at position %lld: the cache holds %lld of %lld "
+                        "positions", (long long)pos, (long long)g->n_pos, (long long)g->n_ctx);
+    int st = check_tokens(g, &token, 1);
+    if (st != IG_OK)
+        return st;
+    g->step[0] = token;
+    g->step[1] = (int32_t)pos;
+    if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, &g->step[0], 4)) ||
+        (st = IG_DEV(dev_upload_async)(g->dev, g->pos, &g->step[1], 4)) ||
+        (st = run_decode_step(g)) ||
+        (st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->hp.n_vocab * 4)))
+        return st;
+    g->n_pos = pos + 1;
+    return IG_OK;
+}
+
+/* ---- state ---------------------------------------------------------------------------- */
+
+int64_t IG_DEV(gpu_n_pos)(const struct gpu_backend *g) { return g->n_pos; }
+
+void IG_DEV(gpu_truncate)(struct gpu_backend *g, int64_t n_pos)
+{
+    IG_ASSERT(n_pos >= 0 && n_pos <= g->n_pos);
+    g->n_pos = n_pos;
+}
+
+void IG_DEV(gpu_get_info)(const struct gpu_backend *g, struct gpu_backend_info *info)
+{
+    *info = (struct gpu_backend_info){.device_bytes = g->device_bytes, .kv_bytes = g->kv_bytes,
+                                      .weight_bytes = g->weight_bytes,
+                                      .graphs = g->graph != NULL};
+    snprintf(info->device, sizeof info->device, "cuda:%d", g->info.index);
+    snprintf(info->name, sizeof info->name, "%s", g->info.name);
+}
+
+/* ---- moving the cache ----------------------------------------------------------------- */
+
+int IG_DEV(gpu_kv_download)(struct gpu_backend *g, struct kv_cache *kv)
+{
+    IG_ASSERT(kv->dtype == KV_F16 && kv->n_ctx >= g->n_pos);
+    const struct model_hparams *hp = &g->hp;
+    int64_t hd = hp->head_dim, n = g->n_pos;
+    int st = kv_cache_reserve(kv, n);
+    uint16_t *rows = malloc((size_t)((n ? n : 1) * hd) * sizeof *rows);
+    if (!rows)
+        st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
+        for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
+            const uint16_t *src = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
+            void *const *table = kv_i ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
+            for (int64_t h = 0; h < hp->n_head_kv && st == IG_OK; h++) {
+                st = IG_DEV(dev_download)(g->dev, rows, src + h * g->n_ctx * hd,
+                                          (size_t)(n * hd) * sizeof *rows);
+                for (int64_t p = 0; p < n && st == IG_OK; p += KV_BLOCK) {
+                    int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
+                    memcpy(kv_cache_rows(kv, table, h, p), rows + p * hd,
+                           (size_t)(run * hd) * sizeof *rows);
+                }
+            }
+        }
+    free(rows);
+    if (st == IG_OK)
+        kv->n_pos = n;
+    return st;
+}
+
+int IG_DEV(gpu_kv_upload)(struct gpu_backend *g, const struct kv_cache *kv)
+{
+    const struct model_hparams *hp = &g->hp;
+    IG_ASSERT(kv->n_pos <= g->n_ctx && kv->head_dim == hp->head_dim &&
+              kv->n_head_kv == hp->n_head_kv && kv->n_layer == hp->n_layer);
+    int64_t hd = hp->head_dim, n = kv->n_pos;
+    uint16_t *rows = malloc((size_t)((n ? n : 1) * hd) * sizeof *rows);
+    float *f = malloc((size_t)hd * sizeof *f);
+    int st = rows && f ? IG_OK : ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
+        for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
+            uint16_t *dst = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
+            void *const *table = kv_i ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
+            for (int64_t h = 0; h < hp->n_head_kv && st == IG_OK; h++) {
+                for (int64_t p = 0; p < n; p++) {
+                    kv_row_to_f32(kv->dtype, kv_cache_rows(kv, table, h, p), hd, f);
+                    for (int64_t d = 0; d < hd; d++)
+                        rows[p * hd + d] = ig_f32_to_f16(f[d]);
+                }
+                st = IG_DEV(dev_upload)(g->dev, dst + h * g->n_ctx * hd, rows,
+                                        (size_t)(n * hd) * sizeof *rows);
+            }
+        }
+    free(rows);
+    free(f);
+    if (st == IG_OK)
+        g->n_pos = n;
+    return st;
+}
