@@ -1,0 +1,228 @@
+/* device/device_emu.cc: the device layer (device/device.h) on the host, for
+ * the emulator build (names end in _emu). "Device" memory is host memory
+ * (256-byte aligned, exact size so ASan bounds it), the stream is
+ * synchronous (copies are memcpy, kernels run to completion at launch), there
+ * are no graphs (dev_graph_begin fails silently and callers launch
+ * directly), timers measure host wall time, and the GEMM is a plain CPU loop.
+ * Covered by tests/emu/test_device_emu.c. */
+#include "device/device.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "core/timer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct dev {
+    int64_t t0_ns;
+    bool timer_running;
+};
+
+struct dev_graph {
+    int unused;
+};
+
+/* Host memory the emulated device may hand out: the machine's RAM, so an
+ * absurd request fails with IG_E_NOMEM as on a GPU (and never reaches the
+ * allocator, which ASan would abort on). */
+static void host_memory(size_t *total, size_t *free_b)
+{
+    long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    *total = page > 0 && phys > 0 ? (size_t)page * (size_t)phys : 0;
+    *free_b = page > 0 && avail > 0 ? (size_t)page * (size_t)avail : 0;
+}
+
+extern "C" {
+
+int IG_DEV(dev_count)(void)
+{
+    return 1;
+}
+
+int IG_DEV(dev_open)(int index, struct dev **out)
+{
+    *out = NULL;
+    if (index != 0)
+        return ig_error(IG_E_DEVICE, "emulated device %d: not present (the emulator has one, 0)",
+                        index);
+    struct dev *d = (struct dev *)calloc(1, sizeof *d);
+    if (!d)
+        return ig_error(IG_E_NOMEM, "out of host memory opening the emulated device");
+    *out = d;
+    return IG_OK;
+}
+
+void IG_DEV(dev_close)(struct dev *d)
+{
+    free(d);
+}
+
+void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info)
+{
+    (void)d;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "emulator");
+    info->n_sm = 1;
+    host_memory(&info->mem_total, &info->mem_free);
+}
+
+/* Launches under the emulator ignore the stream: everything is synchronous. */
+void *IG_DEV(dev_stream)(struct dev *d)
+{
+    (void)d;
+    return NULL;
+}
+
+int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
+{
+    (void)d;
+    *p = NULL;
+    size_t total, free_b;
+    host_memory(&total, &free_b);
+    void *q = NULL;
+    /* posix_memalign, not aligned_alloc: no rounding of the size to the
+     * alignment, so ASan reports an overrun by a single byte. */
+    if ((total && bytes > total) || posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
+        return ig_error(IG_E_NOMEM, "emulated device: out of memory: %zu bytes asked for, "
+                        "%zu of %zu host bytes free", bytes, free_b, total);
+    *p = q;
+    return IG_OK;
+}
+
+void IG_DEV(dev_free)(struct dev *d, void *p)
+{
+    (void)d;
+    free(p);
+}
+
+int IG_DEV(dev_alloc_host)(struct dev *d, size_t bytes, void **p)
+{
+    return IG_DEV(dev_alloc)(d, bytes, p);
+}
+
+void IG_DEV(dev_free_host)(struct dev *d, void *p)
+{
+    free(p);
+}
+
+/* memcpy with a zero size and a NULL pointer is undefined: skip it. */
+static int copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return IG_OK;
+}
+
+int IG_DEV(dev_upload)(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    return copy(dst, src, bytes);
+}
+
+int IG_DEV(dev_download)(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    return copy(dst, src, bytes);
+}
+
+int IG_DEV(dev_upload_async)(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    return copy(dst, src, bytes);
+}
+
+int IG_DEV(dev_copy)(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    /* cudaMemcpy between overlapping ranges is undefined too; memmove makes
+     * the emulator forgiving where it cannot check. */
+    if (bytes)
+        memmove(dst, src, bytes);
+    return IG_OK;
+}
+
+int IG_DEV(dev_memset)(struct dev *d, void *p, int byte, size_t bytes)
+{
+    if (bytes)
+        memset(p, byte, bytes);
+    return IG_OK;
+}
+
+int IG_DEV(dev_sync)(struct dev *d)
+{
+    return IG_OK;
+}
+
+int IG_DEV(dev_timer_start)(struct dev *d)
+{
+    d->t0_ns = ig_now_ns();
+    d->timer_running = true;
+    return IG_OK;
+}
+
+int IG_DEV(dev_timer_stop)(struct dev *d, double *ms)
+{
+    *ms = 0;
+    if (!d->timer_running)
+        return ig_error(IG_E_INTERNAL, "emulated device: timer stopped without a start");
+    d->timer_running = false;
+    *ms = (double)(ig_now_ns() - d->t0_ns) / 1e6;
+    return IG_OK;
+}
+
+/* No graphs: silently refused, callers run their launches directly. */
+int IG_DEV(dev_graph_begin)(struct dev *d)
+{
+    return IG_E_DEVICE;
+}
+
+int IG_DEV(dev_graph_end)(struct dev *d, struct dev_graph **g)
+{
+    *g = NULL;
+    return ig_error(IG_E_INTERNAL, "emulated device: dev_graph_end without a capture");
+}
+
+int IG_DEV(dev_graph_launch)(struct dev *d, struct dev_graph *g)
+{
+    return ig_error(IG_E_INTERNAL, "emulated device: dev_graph_launch of a graph never made");
+}
+
+void IG_DEV(dev_graph_free)(struct dev_graph *g)
+{
+    free(g);
+}
+
+/* Products of f16 values are exact in f32 (11 + 11 significant bits), so each
+ * step rounds only the f32 sum, summed in column order; beta y is added last,
+ * as cuBLAS does with alpha AB + beta C. */
+int IG_DEV(dev_gemm_f16)(struct dev *d, const uint16_t *w, const uint16_t *x, float *y,
+                         int64_t rows, int64_t cols, int64_t n, int64_t ld_x, int64_t ld_y,
+                         float beta)
+{
+    if (rows < 0 || cols < 0 || n < 0 || ld_x < cols || ld_y < rows ||
+        (beta != 0.0f && beta != 1.0f))
+        return ig_error(IG_E_INTERNAL,
+                        "dev_gemm_f16: bad shape rows %lld cols %lld n %lld ld_x %lld ld_y %lld "
+                        "beta %g (emulated device)", (long long)rows, (long long)cols,
+                        (long long)n, (long long)ld_x, (long long)ld_y, (double)beta);
+    float *xf = (float *)malloc((size_t)(cols ? cols : 1) * sizeof(float));
+    if (!xf)
+        return ig_error(IG_E_NOMEM, "dev_gemm_f16: out of host memory (%lld floats)",
+                        (long long)cols);
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t c = 0; c < cols; c++)
+            xf[c] = ig_f16_to_f32(x[t * ld_x + c]);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint16_t *wr = w + r * cols;
+            float sum = 0.0f;
+            for (int64_t c = 0; c < cols; c++)
+                sum += ig_f16_to_f32(wr[c]) * xf[c];
+            float *out = &y[t * ld_y + r];
+            *out = beta == 0.0f ? sum : sum + *out; /* beta 0: y never read */
+        }
+    }
+    free(xf);
+    return IG_OK;
+}
+
+} /* extern "C" */
