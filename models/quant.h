@@ -41,6 +41,13 @@ enum quant_type {
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
+/* The CUDA kernels (C++) include this header too. */
+#ifdef __cplusplus
+#define QUANT_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define QUANT_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
 struct block_q4_0 { ig_f16 d; uint8_t qs[QK4_0 / 2]; };
 struct block_q4_1 { ig_f16 d; ig_f16 m; uint8_t qs[QK4_1 / 2]; };
 struct block_q5_0 { ig_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
@@ -52,16 +59,16 @@ struct block_q4_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t
 struct block_q5_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; ig_f16 d; };
 
-_Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
-_Static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block");
-_Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block");
-_Static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block");
-_Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
-_Static_assert(sizeof(struct block_q2_K) == 84, "q2_K block");
-_Static_assert(sizeof(struct block_q3_K) == 110, "q3_K block");
-_Static_assert(sizeof(struct block_q4_K) == 144, "q4_K block");
-_Static_assert(sizeof(struct block_q5_K) == 176, "q5_K block");
-_Static_assert(sizeof(struct block_q6_K) == 210, "q6_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q4_0) == 18, "q4_0 block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q4_1) == 20, "q4_1 block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q5_0) == 22, "q5_0 block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q5_1) == 24, "q5_1 block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q8_0) == 34, "q8_0 block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q2_K) == 84, "q2_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q3_K) == 110, "q3_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q4_K) == 144, "q4_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q5_K) == 176, "q5_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_q6_K) == 210, "q6_K block");
 
 /* Facts about a type: elements per block and bytes per block. Both are 0 for
  * ids that GGUF may contain but ignite does not know. */

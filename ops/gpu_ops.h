@@ -19,6 +19,7 @@
 #include "devkit/dev_entry.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus

@@ -1,0 +1,348 @@
+/* ops/gpu_elementwise.cu: the element-wise kernels of a Llama block on the
+ * GPU (embedding lookup, RMSNorm, QKV bias + RoPE + K/V placement, SwiGLU)
+ * and their launchers; contracts in ops/gpu_ops.h, results defined by the
+ * CPU twins in ops/gpu_ops_ref.c.
+ *
+ * All are memory-bound: rows are read and written once, with 16-byte (or
+ * 8-byte) accesses where the row length and pointers allow, consecutive
+ * threads on consecutive chunks. RMSNorm is one block per row (warp shuffles,
+ * then one shared slot per warp, summed in a fixed order). RoPE is one block
+ * per (token, range of heads): the token's cos/sin are computed once per
+ * block, in double as on the CPU, into shared memory.
+ *
+ * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
+ * ops/gpu_elementwise_emu.cc (name_emu). Covered by
+ * tests/emu/test_gpu_ops_emu.c and tests/gpu/. */
+#include "ops/gpu_math.cuh"
+#include "ops/gpu_ops.h"
+
+#include "models/model.h"
+
+namespace {
+
+constexpr int kThreads = 256;      /* embed, swiglu, rmsnorm (at most) */
+constexpr int kMaxWarps = kThreads / 32;
+constexpr int kRopeThreads = 128;
+constexpr int kRopeSlotsPerThread = 4; /* pairs per thread and block: the grid's y */
+
+/* ---- embedding ------------------------------------------------------------ */
+
+/* Block (t, chunk range): VEC moves 8 elements per thread (16-byte f16 load,
+ * two 16-byte f32 stores); otherwise one element. */
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tokens,
+             int64_t n_embd, float *__restrict__ x)
+{
+    const int64_t t = blockIdx.x;
+    const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    const uint16_t *src = table + (int64_t)tokens[t] * n_embd;
+    float *dst = x + t * n_embd;
+    if (VEC) {
+        if (c >= n_embd / 8)
+            return;
+        const gk_u32x4 h = ((const gk_u32x4 *)src)[c];
+        gk_f32x4 lo, hi;
+        lo.x = gk_f16_to_f32((uint16_t)h.w[0]), lo.y = gk_f16_to_f32((uint16_t)(h.w[0] >> 16));
+        lo.z = gk_f16_to_f32((uint16_t)h.w[1]), lo.w = gk_f16_to_f32((uint16_t)(h.w[1] >> 16));
+        hi.x = gk_f16_to_f32((uint16_t)h.w[2]), hi.y = gk_f16_to_f32((uint16_t)(h.w[2] >> 16));
+        hi.z = gk_f16_to_f32((uint16_t)h.w[3]), hi.w = gk_f16_to_f32((uint16_t)(h.w[3] >> 16));
+        ((gk_f32x4 *)dst)[2 * c] = lo;
+        ((gk_f32x4 *)dst)[2 * c + 1] = hi;
+    } else if (c < n_embd) {
+        dst[c] = gk_f16_to_f32(src[c]);
+    }
+}
+
+/* ---- RMSNorm ---------------------------------------------------------------- */
+
+/* Sum over the block of every thread's v; all threads get the same value
+ * (the per-warp sums are added in warp order, so it is deterministic). */
+__device__ __forceinline__ float block_sum(float v)
+{
+    IG_SHARED(float, part, [kMaxWarps]);
+    for (int m = 16; m > 0; m >>= 1)
+        v += ig_shfl_xor_f32(v, m);
+    const int warp = (int)threadIdx.x / 32, n_warps = (int)blockDim.x / 32;
+    if (threadIdx.x % 32 == 0)
+        ig_sts(&part[warp], v);
+    ig_syncthreads();
+    float s = 0;
+    for (int w = 0; w < n_warps; w++)
+        s += ig_lds(&part[w]);
+    return s;
+}
+
+/* One block per row. VEC: 4 elements per access (f32x4 in, 4 f16 out); the
+ * row is read twice, the second time from L1/L2. */
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restrict__ w,
+               int64_t dim, float eps, uint16_t *__restrict__ y)
+{
+    const int64_t t = blockIdx.x;
+    const float *xr = x + t * ld_x;
+    uint16_t *yr = y + t * dim;
+    const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
+    float ss = 0;
+    if (VEC) {
+        for (int64_t c = tid; c < dim / 4; c += nt) {
+            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    } else {
+        for (int64_t i = tid; i < dim; i += nt)
+            ss += xr[i] * xr[i];
+    }
+    ss = block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+    if (VEC) {
+        for (int64_t c = tid; c < dim / 4; c += nt) {
+            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c], g = ((const gk_f32x4 *)w)[c];
+            gk_u32x2 o;
+            o.lo = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.x, r), g.x), gk_mul(gk_mul(v.y, r), g.y));
+            o.hi = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.z, r), g.z), gk_mul(gk_mul(v.w, r), g.w));
+            ((gk_u32x2 *)yr)[c] = o;
+        }
+    } else {
+        for (int64_t i = tid; i < dim; i += nt)
+            yr[i] = gk_f32_to_f16(gk_mul(gk_mul(xr[i], r), w[i]));
+    }
+}
+
+/* ---- QKV: bias, RoPE, f16, K/V placement ------------------------------------ */
+
+/* Where the pair (e0, e0 + gap) of slot j lives and whether it turns: each
+ * head has head_dim / 2 slots; the first n_rot / 2 are rotated pairs (angle
+ * j), the rest pass through as adjacent pairs after the rotated dims. */
+struct rope_slot {
+    int e0, gap;
+    bool rotate;
+};
+
+__device__ __forceinline__ rope_slot slot_of(int j, int half, int rope_style)
+{
+    rope_slot s;
+    s.rotate = j < half;
+    if (!s.rotate) {
+        s.e0 = 2 * half + 2 * (j - half);
+        s.gap = 1;
+    } else if (rope_style == ROPE_ADJACENT) {
+        s.e0 = 2 * j;
+        s.gap = 1;
+    } else {
+        s.e0 = j;
+        s.gap = half;
+    }
+    return s;
+}
+
+/* Block (t, slot range): slot s of the token is head s / (head_dim / 2), pair
+ * s % (head_dim / 2); heads are q | k | v as in the GEMM output. */
+__global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_params p)
+{
+    IG_DYN_SHARED(float, cs); /* [n_rot / 2] cos, then [n_rot / 2] sin */
+    const int64_t t = blockIdx.x;
+    const int64_t pos = (int64_t)*p.pos + t;
+    const int half = (int)(p.n_rot / 2), hd = (int)p.head_dim, pairs = hd / 2;
+    const int n_heads = (int)(p.n_head + 2 * p.n_head_kv);
+    for (int i = (int)threadIdx.x; i < half; i += kRopeThreads) {
+        /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
+        double sn, c;
+        sincos((double)pos * p.inv_freq[i], &sn, &c);
+        ig_sts(&cs[i], (float)c);
+        ig_sts(&cs[half + i], (float)sn);
+    }
+    ig_syncthreads();
+
+    const int64_t width = (int64_t)n_heads * hd;
+    const float *row = p.qkv + t * width;
+    const int s_end = n_heads * pairs;
+    const int s0 = (int)blockIdx.y * kRopeThreads * kRopeSlotsPerThread + (int)threadIdx.x;
+    for (int k = 0; k < kRopeSlotsPerThread; k++) {
+        const int s = s0 + k * kRopeThreads;
+        if (s >= s_end)
+            break;
+        const int h = s / pairs, j = s % pairs;
+        const rope_slot sl = slot_of(j, half, p.rope_style);
+        const int e0 = h * hd + sl.e0, e1 = e0 + sl.gap;
+        float a, b;
+        if (sl.gap == 1) {
+            const gk_f32x2 v = *(const gk_f32x2 *)(row + e0);
+            a = v.x, b = v.y;
+        } else {
+            a = row[e0], b = row[e1];
+        }
+        if (p.bias) {
+            if (sl.gap == 1) {
+                const gk_f32x2 v = *(const gk_f32x2 *)(p.bias + e0);
+                a += v.x, b += v.y;
+            } else {
+                a += p.bias[e0], b += p.bias[e1];
+            }
+        }
+        if (sl.rotate && h < p.n_head + p.n_head_kv) {
+            const float c = ig_lds(&cs[j]), sn = ig_lds(&cs[half + j]);
+            const float a2 = gk_sub(gk_mul(a, c), gk_mul(b, sn));
+            b = gk_add(gk_mul(a, sn), gk_mul(b, c));
+            a = a2;
+        }
+        uint16_t *dst; /* this head's row of head_dim outputs */
+        if (h < p.n_head) {
+            dst = p.q + (t * p.n_head + h) * hd;
+        } else {
+            const int64_t kh = h < p.n_head + p.n_head_kv ? h - p.n_head
+                                                          : h - p.n_head - p.n_head_kv;
+            const bool is_k = h < p.n_head + p.n_head_kv;
+            if (p.k) {
+                dst = (is_k ? p.k : p.v) + (t * p.n_head_kv + kh) * hd;
+            } else {
+                if (pos < 0 || pos >= p.n_ctx) /* the caller's bug: never write outside */
+                    continue;
+                dst = (is_k ? p.k_cache : p.v_cache) + (kh * p.n_ctx + pos) * hd;
+            }
+        }
+        const int d0 = sl.e0;
+        if (sl.gap == 1) {
+            *(uint32_t *)(dst + d0) = ig_pack2<ig_f16_t>(a, b);
+        } else {
+            dst[d0] = gk_f32_to_f16(a);
+            dst[d0 + sl.gap] = gk_f32_to_f16(b);
+        }
+    }
+}
+
+/* ---- SwiGLU ----------------------------------------------------------------- */
+
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* Block (t, chunk range): VEC does 4 elements (two f32x4 loads, 8-byte store). */
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+swiglu_kernel(const float *__restrict__ gate_up, int64_t n_ff, uint16_t *__restrict__ h)
+{
+    const int64_t t = blockIdx.x;
+    const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    const float *gr = gate_up + t * 2 * n_ff, *ur = gr + n_ff;
+    uint16_t *hr = h + t * n_ff;
+    if (VEC) {
+        if (c >= n_ff / 4)
+            return;
+        const gk_f32x4 g = ((const gk_f32x4 *)gr)[c], u = ((const gk_f32x4 *)ur)[c];
+        gk_u32x2 o;
+        o.lo = ig_pack2<ig_f16_t>(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
+        o.hi = ig_pack2<ig_f16_t>(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+        ((gk_u32x2 *)hr)[c] = o;
+    } else if (c < n_ff) {
+        hr[c] = gk_f32_to_f16(silu_mul(gr[c], ur[c]));
+    }
+}
+
+/* Threads per block for rows of `items` vector items: whole warps, at most
+ * kThreads, so short rows (decode) do not launch idle warps. */
+int threads_for(int64_t items)
+{
+    return items >= kThreads ? kThreads : (int)((items + 31) / 32 * 32);
+}
+
+/* Blocks for a row's items on the grid's y (at most 65535: reported by the
+ * launcher as unsupported; rows of millions of elements are). */
+unsigned blocks_for(int64_t items, int64_t per_block)
+{
+    const int64_t b = (items + per_block - 1) / per_block;
+    return b > 65535 ? 0 : (unsigned)b;
+}
+
+} /* namespace */
+
+extern "C" {
+
+int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
+                     float *x, void *stream_)
+{
+    if (n < 0 || n_embd < 1 || n > 0x7fffffff || !table || !tokens || !x)
+        return ig_error(IG_E_INTERNAL, "gk_embed: bad sizes (n %lld, n_embd %lld) or NULL",
+                        (long long)n, (long long)n_embd);
+    if (n == 0)
+        return IG_OK;
+    const bool vec = n_embd % 8 == 0 && gk_aligned(table, 16) && gk_aligned(x, 16);
+    const int64_t items = vec ? n_embd / 8 : n_embd;
+    const int threads = threads_for(items);
+    dim3 grid((unsigned)n, blocks_for(items, threads)), block((unsigned)threads);
+    if (grid.y == 0)
+        return ig_error(IG_E_INTERNAL, "gk_embed: n_embd %lld too wide", (long long)n_embd);
+    auto *kernel = vec ? embed_kernel<true> : embed_kernel<false>;
+    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, table, tokens, n_embd, x);
+}
+
+int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                       float eps, uint16_t *y, void *stream_)
+{
+    if (n < 0 || dim < 1 || ld_x < dim || n > 0x7fffffff || !x || !w || !y)
+        return ig_error(IG_E_INTERNAL, "gk_rmsnorm: bad sizes (n %lld, dim %lld, ld_x %lld) "
+                        "or NULL", (long long)n, (long long)dim, (long long)ld_x);
+    if (n == 0)
+        return IG_OK;
+    const bool vec = dim % 4 == 0 && ld_x % 4 == 0 && gk_aligned(x, 16) && gk_aligned(w, 16) &&
+                     gk_aligned(y, 8);
+    const int64_t items = vec ? dim / 4 : dim;
+    const int threads = threads_for(items);
+    dim3 grid((unsigned)n), block((unsigned)threads);
+    auto *kernel = vec ? rmsnorm_kernel<true> : rmsnorm_kernel<false>;
+    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y);
+}
+
+int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)
+{
+    const int64_t n_heads = p->n_head + 2 * p->n_head_kv;
+    const bool to_cache = p->k == NULL;
+    if (p->n < 0 || p->n > 0x7fffffff || p->n_head < 1 || p->n_head_kv < 1 ||
+        p->head_dim < 2 || p->head_dim % 2 || p->n_rot < 0 || p->n_rot % 2 ||
+        p->n_rot > p->head_dim || n_heads * p->head_dim > 0x7fffffff ||
+        (p->rope_style != ROPE_ADJACENT && p->rope_style != ROPE_HALF_SPLIT) ||
+        (to_cache && p->n_ctx < 1))
+        return ig_error(IG_E_INTERNAL, "gk_qkv_rope: bad sizes (n %lld, heads %lld/%lld, "
+                        "head_dim %lld, n_rot %lld, style %d, n_ctx %lld)", (long long)p->n,
+                        (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
+                        (long long)p->n_rot, p->rope_style, (long long)p->n_ctx);
+    const void *outs[] = {p->q, to_cache ? p->k_cache : p->k, to_cache ? p->v_cache : p->v};
+    if (!p->qkv || !p->pos || (p->n_rot && !p->inv_freq) || !gk_aligned(p->qkv, 8) ||
+        (p->bias && !gk_aligned(p->bias, 8)))
+        return ig_error(IG_E_INTERNAL, "gk_qkv_rope: qkv, pos or inv_freq NULL, or qkv/bias "
+                        "not 8-byte aligned");
+    for (const void *o : outs)
+        if (!o || !gk_aligned(o, 4))
+            return ig_error(IG_E_INTERNAL, "gk_qkv_rope: an output is NULL or not 4-byte "
+                            "aligned");
+    if (p->n == 0)
+        return IG_OK;
+    const int64_t slots = n_heads * (p->head_dim / 2);
+    dim3 grid((unsigned)p->n, blocks_for(slots, kRopeThreads * kRopeSlotsPerThread));
+    dim3 block(kRopeThreads);
+    if (grid.y == 0)
+        return ig_error(IG_E_INTERNAL, "gk_qkv_rope: %lld heads too many", (long long)n_heads);
+    const size_t smem = (size_t)(p->n_rot > 0 ? p->n_rot : 1) * sizeof(float);
+    return IG_LAUNCH(qkv_rope_kernel, grid, block, smem, (cudaStream_t)stream_, *p);
+}
+
+int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream_)
+{
+    if (n < 0 || n_ff < 1 || n > 0x7fffffff || !gate_up || !h)
+        return ig_error(IG_E_INTERNAL, "gk_swiglu: bad sizes (n %lld, n_ff %lld) or NULL",
+                        (long long)n, (long long)n_ff);
+    if (n == 0)
+        return IG_OK;
+    const bool vec = n_ff % 4 == 0 && gk_aligned(gate_up, 16) && gk_aligned(h, 8);
+    const int64_t items = vec ? n_ff / 4 : n_ff;
+    const int threads = threads_for(items);
+    dim3 grid((unsigned)n, blocks_for(items, threads)), block((unsigned)threads);
+    if (grid.y == 0)
+        return ig_error(IG_E_INTERNAL, "gk_swiglu: n_ff %lld too wide", (long long)n_ff);
+    auto *kernel = vec ? swiglu_kernel<true> : swiglu_kernel<false>;
+    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, gate_up, n_ff, h);
+}
+
+} /* extern "C" */

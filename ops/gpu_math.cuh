@@ -1,0 +1,78 @@
+/* ops/gpu_math.cuh: the scalar helpers the ops kernels share, so that a
+ * kernel computes bit for bit what its CPU twin (ops/gpu_ops_ref.c) does:
+ * f16 <-> f32 conversions (round to nearest even in both builds) and f32
+ * products/differences that nvcc may not fuse into an FMA (the twins, built
+ * without FMA contraction, round after every operation). Also the vector
+ * types of the 16- and 8-byte accesses.
+ * Covered by tests/emu/test_gpu_ops_emu.c (emulated) and tests/gpu/. */
+#ifndef IGNITE_OPS_GPU_MATH_CUH
+#define IGNITE_OPS_GPU_MATH_CUH
+
+#include "devkit/intrinsics.cuh"
+
+#if !defined(IG_EMU)
+#include <cuda_fp16.h>
+#endif
+
+namespace {
+
+struct alignas(16) gk_f32x4 { float x, y, z, w; };   /* 4 f32, one 16-byte access */
+struct alignas(8) gk_f32x2 { float x, y; };          /* 2 f32, one 8-byte access */
+struct alignas(16) gk_u32x4 { uint32_t w[4]; };      /* 8 f16, one 16-byte access */
+struct alignas(8) gk_u32x2 { uint32_t lo, hi; };     /* 4 f16, one 8-byte access */
+
+__device__ __forceinline__ float gk_f16_to_f32(uint16_t h)
+{
+#if defined(IG_EMU)
+    return ig_f16_to_f32(h);
+#else
+    return __half2float(__ushort_as_half(h));
+#endif
+}
+
+__device__ __forceinline__ uint16_t gk_f32_to_f16(float f)
+{
+#if defined(IG_EMU)
+    return ig_f32_to_f16(f);
+#else
+    return __half_as_ushort(__float2half_rn(f));
+#endif
+}
+
+/* a * b and a - b, each rounded: never contracted into an FMA on the device. */
+__device__ __forceinline__ float gk_mul(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+__device__ __forceinline__ float gk_sub(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
+__device__ __forceinline__ float gk_add(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+/* Launchers pick the vector path only for aligned pointers. */
+inline bool gk_aligned(const void *p, uintptr_t bytes)
+{
+    return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+
+} /* namespace */
+
+#endif

@@ -1,0 +1,180 @@
+/* ops/gpu_ops_ref.c: the CPU twins (_ref) of the element-wise and weight
+ * kernels of ops/gpu_ops.h (ops/gpu_elementwise.cu, ops/gpu_weights.cu):
+ * plain loops over host pointers that define each kernel's result. They
+ * round after every f32 operation (built without FMA contraction, as the
+ * kernels are), so where the order of operations is the same the kernel
+ * must match them bit for bit; RMSNorm's sum is the one place the orders
+ * differ. Also gk_dequant_supported, shared by both builds of the kernels.
+ * Covered by tests/emu/test_gpu_ops_emu.c (against the emulated kernels,
+ * quant_dequantize_row and double-precision formulas). */
+#include "ops/gpu_ops.h"
+#include "ops/gpu_random.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "models/model.h"
+#include "models/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+void gk_embed_ref(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
+                  float *x)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < n_embd; i++)
+            x[t * n_embd + i] = ig_f16_to_f32(table[(int64_t)tokens[t] * n_embd + i]);
+}
+
+void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                    float eps, uint16_t *y)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * ld_x;
+        float ss = 0;
+        for (int64_t i = 0; i < dim; i++)
+            ss += xt[i] * xt[i];
+        const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int64_t i = 0; i < dim; i++)
+            y[t * dim + i] = ig_f32_to_f16(xt[i] * r * w[i]);
+    }
+}
+
+/* The destination row of head h (q | k | v) of token t. */
+static uint16_t *qkv_dst(const struct gk_qkv_params *p, int64_t t, int64_t h)
+{
+    if (h < p->n_head)
+        return p->q + (t * p->n_head + h) * p->head_dim;
+    const int is_k = h < p->n_head + p->n_head_kv;
+    const int64_t kh = is_k ? h - p->n_head : h - p->n_head - p->n_head_kv;
+    if (p->k)
+        return (is_k ? p->k : p->v) + (t * p->n_head_kv + kh) * p->head_dim;
+    return (is_k ? p->k_cache : p->v_cache) + (kh * p->n_ctx + *p->pos + t) * p->head_dim;
+}
+
+void gk_qkv_rope_ref(const struct gk_qkv_params *p)
+{
+    const int64_t n_heads = p->n_head + 2 * p->n_head_kv, hd = p->head_dim;
+    const int64_t half = p->n_rot / 2;
+    /* Distance between the two dims of a pair, and between pairs. */
+    const int64_t gap = p->rope_style == ROPE_ADJACENT ? 1 : half;
+    const int64_t step = p->rope_style == ROPE_ADJACENT ? 2 : 1;
+    for (int64_t t = 0; t < p->n; t++) {
+        const double pos = (double)(*p->pos + t);
+        for (int64_t h = 0; h < n_heads; h++) {
+            const float *in = p->qkv + (t * n_heads + h) * hd;
+            const float *b = p->bias ? p->bias + h * hd : NULL;
+            uint16_t *out = qkv_dst(p, t, h);
+            /* Every dim as is, then the rotated pairs of q and k over them. */
+            for (int64_t d = 0; d < hd; d++)
+                out[d] = ig_f32_to_f16(b ? in[d] + b[d] : in[d]);
+            if (h >= p->n_head + p->n_head_kv)
+                continue;
+            for (int64_t i = 0; i < half; i++) {
+                const double theta = pos * p->inv_freq[i];
+                const float c = (float)cos(theta), s = (float)sin(theta);
+                const int64_t d0 = i * step, d1 = d0 + gap;
+                const float x0 = b ? in[d0] + b[d0] : in[d0];
+                const float x1 = b ? in[d1] + b[d1] : in[d1];
+                out[d0] = ig_f32_to_f16(x0 * c - x1 * s);
+                out[d1] = ig_f32_to_f16(x0 * s + x1 * c);
+            }
+        }
+    }
+}
+
+void gk_swiglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *g = gate_up + t * 2 * n_ff, *u = g + n_ff;
+        for (int64_t i = 0; i < n_ff; i++)
+            h[t * n_ff + i] = ig_f32_to_f16(g[i] / (1.0f + expf(-g[i])) * u[i]);
+    }
+}
+
+/* ---- weights ---------------------------------------------------------------- */
+
+bool gk_dequant_supported(int type)
+{
+    switch (type) {
+    case QUANT_F32: case QUANT_F16: case QUANT_BF16:
+    case QUANT_Q8_0: case QUANT_Q4_0: case QUANT_Q4_1:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static float f16_at(const uint8_t *p)
+{
+    ig_f16 h;
+    memcpy(&h, p, 2);
+    return ig_f16_to_f32(h);
+}
+
+/* Element c of a stored row, as quant_dequantize_row computes it (F16 aside,
+ * which gk_dequant_f16_ref copies bit for bit). */
+static float stored_value(int type, const uint8_t *row, int64_t c)
+{
+    switch (type) {
+    case QUANT_F32: {
+        float f;
+        memcpy(&f, row + 4 * c, 4);
+        return f;
+    }
+    case QUANT_BF16: {
+        ig_bf16 h;
+        memcpy(&h, row + 2 * c, 2);
+        return ig_bf16_to_f32(h);
+    }
+    case QUANT_Q8_0: {
+        const uint8_t *b = row + (c / QK8_0) * sizeof(struct block_q8_0);
+        return (float)(int8_t)b[offsetof(struct block_q8_0, qs) + c % QK8_0] *
+               f16_at(b + offsetof(struct block_q8_0, d));
+    }
+    case QUANT_Q4_0: {
+        const uint8_t *b = row + (c / QK4_0) * sizeof(struct block_q4_0);
+        const int j = (int)(c % QK4_0);
+        const uint8_t q = b[offsetof(struct block_q4_0, qs) + j % (QK4_0 / 2)];
+        const int nib = j < QK4_0 / 2 ? (q & 0x0f) : (q >> 4);
+        return (float)(nib - 8) * f16_at(b + offsetof(struct block_q4_0, d));
+    }
+    default: { /* QUANT_Q4_1 */
+        const uint8_t *b = row + (c / QK4_1) * sizeof(struct block_q4_1);
+        const int j = (int)(c % QK4_1);
+        const uint8_t q = b[offsetof(struct block_q4_1, qs) + j % (QK4_1 / 2)];
+        const int nib = j < QK4_1 / 2 ? (q & 0x0f) : (q >> 4);
+        return (float)nib * f16_at(b + offsetof(struct block_q4_1, d)) +
+               f16_at(b + offsetof(struct block_q4_1, m));
+    }
+    }
+}
+
+void gk_dequant_f16_ref(int type, const void *src, int64_t rows, int64_t cols,
+                        size_t row_bytes, uint16_t *dst)
+{
+    IG_ASSERT(gk_dequant_supported(type));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = (const uint8_t *)src + (size_t)r * row_bytes;
+        for (int64_t c = 0; c < cols; c++) {
+            if (type == QUANT_F16)
+                memcpy(&dst[r * cols + c], row + 2 * c, 2);
+            else
+                dst[r * cols + c] = ig_f32_to_f16(stored_value(type, row, c));
+        }
+    }
+}
+
+void gk_random_f16_ref(uint16_t *dst, int64_t n, uint64_t seed, float center, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ig_f32_to_f16(gk_random_value(seed, (uint64_t)i, center, scale));
+}
+
+void gk_random_f32_ref(float *dst, int64_t n, uint64_t seed, float center, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = gk_random_value(seed, (uint64_t)i, center, scale);
+}

@@ -1,0 +1,478 @@
+/* tests/emu/test_gpu_ops_emu.c: the element-wise and weight kernels of
+ * ops/gpu_ops.h (ops/gpu_elementwise.cu, ops/gpu_weights.cu) run by the CPU
+ * emulator against their CPU twins (ops/gpu_ops_ref.c), and the twins against
+ * independent computations (double-precision formulas, quant_dequantize_row).
+ *
+ * Ragged sizes (rows not multiples of a vector or a block; 1, 7 and 33
+ * tokens), both RoPE styles, n_rot < head_dim, bias or none, K/V to buffers or
+ * straight into the cache, every dequantized type with padded rows and an
+ * unaligned destination. Outputs are poisoned (NaN) and framed by guard
+ * elements: every element must be written, nothing outside. Bit equality
+ * where the kernel and twin do the same operations in the same order;
+ * RMSNorm sums in another order (1 f16 ulp). Label emu. */
+#include "ops/gpu_ops.h"
+
+#include "core/half.h"
+#include "models/model.h"
+#include "models/quant.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 16 /* elements before and after every output (keeps 16-byte alignment) */
+#define POISON 0xff
+#define GUARD_BYTE 0xa5
+
+/* An output of `bytes` bytes inside a poisoned block framed by guards. */
+struct out_buf {
+    unsigned char *base;
+    size_t bytes, guard;
+};
+
+static void *out_init(struct out_buf *o, size_t bytes, size_t elem)
+{
+    o->guard = GUARD * elem;
+    o->bytes = bytes;
+    size_t total = (2 * o->guard + bytes + 63) / 64 * 64;
+    o->base = aligned_alloc(64, total);
+    memset(o->base, GUARD_BYTE, total);
+    memset(o->base + o->guard, POISON, bytes);
+    return o->base + o->guard;
+}
+
+/* Whether the guards are intact; frees the buffer. */
+static int out_guards_ok(struct out_buf *o)
+{
+    int ok = 1;
+    for (size_t i = 0; i < o->guard; i++)
+        ok &= o->base[i] == GUARD_BYTE && o->base[o->guard + o->bytes + i] == GUARD_BYTE;
+    free(o->base);
+    return ok;
+}
+
+/* Distance in f16 ulps between two finite f16 values (sign-magnitude order). */
+static int f16_ulps(uint16_t a, uint16_t b)
+{
+    int ka = a & 0x8000 ? -(int)(a & 0x7fff) : (int)(a & 0x7fff);
+    int kb = b & 0x8000 ? -(int)(b & 0x7fff) : (int)(b & 0x7fff);
+    return abs(ka - kb);
+}
+
+/* Largest ulp distance over n elements; -1 if either side has a NaN. */
+static int max_ulps(const uint16_t *a, const uint16_t *b, int64_t n)
+{
+    int m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if ((a[i] & 0x7c00) == 0x7c00 && (a[i] & 0x3ff))
+            return -1;
+        if ((b[i] & 0x7c00) == 0x7c00 && (b[i] & 0x3ff))
+            return -1;
+        int u = f16_ulps(a[i], b[i]);
+        m = u > m ? u : m;
+    }
+    return m;
+}
+
+static float *rand_floats(uint64_t *st, int64_t n, float lo, float hi)
+{
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float) + 64);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * (0.5f * test_rand_f(st) + 0.5f);
+    return x;
+}
+
+static const int64_t k_ns[] = {1, 7, 33};
+
+/* ---- embed ------------------------------------------------------------------ */
+
+static void test_embed(uint64_t *st)
+{
+    const int64_t dims[] = {576, 64 * 3, 100, 7}, n_vocab = 50;
+    for (size_t di = 0; di < 4; di++)
+        for (size_t ni = 0; ni < 3; ni++) {
+            int64_t d = dims[di], n = k_ns[ni];
+            uint16_t *table = aligned_alloc(64, (size_t)(n_vocab * d * 2 + 63) / 64 * 64);
+            for (int64_t i = 0; i < n_vocab * d; i++)
+                table[i] = ig_f32_to_f16(4.0f * test_rand_f(st));
+            int32_t tok[33];
+            for (int64_t t = 0; t < n; t++)
+                tok[t] = (int32_t)(test_rand_u64(st) % n_vocab);
+            struct out_buf ob;
+            float *x = out_init(&ob, (size_t)(n * d) * 4, 4);
+            float *ref = malloc((size_t)(n * d) * 4);
+            gk_embed_ref(table, tok, n, d, ref);
+            int rc = IG_DEV(gk_embed)(table, tok, n, d, x, NULL);
+            CHECKF(rc == 0, "embed d %lld n %lld: rc %d", (long long)d, (long long)n, rc);
+            CHECKF(memcmp(x, ref, (size_t)(n * d) * 4) == 0, "embed d %lld n %lld: differs",
+                   (long long)d, (long long)n);
+            int ok = 1; /* the twin: the table row, exactly */
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t i = 0; i < d; i++)
+                    ok &= ref[t * d + i] == ig_f16_to_f32(table[tok[t] * d + i]);
+            CHECK(ok);
+            CHECKF(out_guards_ok(&ob), "embed d %lld n %lld: guards", (long long)d,
+                   (long long)n);
+            free(table);
+            free(ref);
+        }
+}
+
+/* ---- rmsnorm ---------------------------------------------------------------- */
+
+static void test_rmsnorm(uint64_t *st)
+{
+    const int64_t dims[] = {576, 64 * 3, 70, 7};
+    const int64_t pads[] = {0, 4, 3};
+    for (size_t di = 0; di < 4; di++)
+        for (size_t ni = 0; ni < 3; ni++) {
+            int64_t d = dims[di], n = k_ns[ni], ld = d + pads[(di + ni) % 3];
+            float *x = rand_floats(st, n * ld, -3.0f, 3.0f);
+            float *w = rand_floats(st, d, 0.5f, 1.5f);
+            const float eps = 1e-5f;
+            struct out_buf ob;
+            uint16_t *y = out_init(&ob, (size_t)(n * d) * 2, 2);
+            uint16_t *ref = malloc((size_t)(n * d) * 2), *dbl = malloc((size_t)(n * d) * 2);
+            gk_rmsnorm_ref(x, ld, w, n, d, eps, ref);
+            int rc = IG_DEV(gk_rmsnorm)(x, ld, w, n, d, eps, y, NULL);
+            CHECKF(rc == 0, "rmsnorm: rc %d", rc);
+            for (int64_t t = 0; t < n; t++) { /* the formula in double */
+                double ss = 0;
+                for (int64_t i = 0; i < d; i++)
+                    ss += (double)x[t * ld + i] * x[t * ld + i];
+                double r = 1.0 / sqrt(ss / (double)d + eps);
+                for (int64_t i = 0; i < d; i++)
+                    dbl[t * d + i] = ig_f32_to_f16((float)(x[t * ld + i] * r * w[i]));
+            }
+            int ue = max_ulps(y, ref, n * d), ud = max_ulps(ref, dbl, n * d);
+            CHECKF(ue >= 0 && ue <= 1, "rmsnorm d %lld ld %lld n %lld: emu vs ref %d ulps",
+                   (long long)d, (long long)ld, (long long)n, ue);
+            CHECKF(ud >= 0 && ud <= 1, "rmsnorm d %lld n %lld: ref vs double %d ulps",
+                   (long long)d, (long long)n, ud);
+            CHECKF(out_guards_ok(&ob), "rmsnorm d %lld n %lld: guards", (long long)d,
+                   (long long)n);
+            free(x);
+            free(w);
+            free(ref);
+            free(dbl);
+        }
+}
+
+/* ---- qkv + rope ------------------------------------------------------------- */
+
+struct rope_shape {
+    int64_t n_head, n_head_kv, head_dim, n_rot;
+};
+
+/* One head row in double, the independent check of the twin: the f16 of the
+ * exact rotation must be within 1 ulp plus the f32 cancellation error. */
+static int rope_row_ok(const float *in, const float *bias, const double *inv_freq,
+                       double pos, int64_t hd, int64_t n_rot, int style, int rotate,
+                       const uint16_t *got)
+{
+    int64_t half = n_rot / 2;
+    for (int64_t d = 0; d < hd; d++) {
+        double v = in[d] + (bias ? bias[d] : 0.0f), bound = 0;
+        if (rotate && d < n_rot) {
+            int64_t i = style == ROPE_ADJACENT ? d / 2 : d % half;
+            int64_t d0 = style == ROPE_ADJACENT ? 2 * i : i;
+            int64_t d1 = style == ROPE_ADJACENT ? d0 + 1 : d0 + half;
+            double a = (double)(in[d0] + (bias ? bias[d0] : 0.0f));
+            double b = (double)(in[d1] + (bias ? bias[d1] : 0.0f));
+            double th = pos * inv_freq[i];
+            v = d == d0 ? a * cos(th) - b * sin(th) : a * sin(th) + b * cos(th);
+            bound = 4e-7 * (fabs(a) + fabs(b));
+        }
+        double g = ig_f16_to_f32(got[d]);
+        double ulp = ldexp(1.0, (int)floor(log2(fmax(fabs(v), 6.1e-5))) - 10);
+        if (fabs(g - v) > ulp + bound)
+            return 0;
+    }
+    return 1;
+}
+
+static void test_qkv_rope(uint64_t *st)
+{
+    const struct rope_shape shapes[] = {{3, 1, 64, 64}, {4, 2, 64, 32}, {2, 2, 128, 128},
+                                        {2, 1, 32, 12}};
+    int case_no = 0;
+    for (size_t si = 0; si < 4; si++)
+        for (int style = ROPE_ADJACENT; style <= ROPE_HALF_SPLIT; style++)
+            for (int with_bias = 0; with_bias < 2; with_bias++)
+                for (int to_cache = 0; to_cache < 2; to_cache++) {
+                    const struct rope_shape *s = &shapes[si];
+                    int64_t n = k_ns[case_no++ % 3], hd = s->head_dim;
+                    int32_t pos0 = (int32_t)(case_no * 97 % 3000);
+                    int64_t n_heads = s->n_head + 2 * s->n_head_kv, w = n_heads * hd;
+                    int64_t n_ctx = pos0 + n + 5;
+                    float *qkv = rand_floats(st, n * w, -2.0f, 2.0f);
+                    float *bias = with_bias ? rand_floats(st, w, -0.5f, 0.5f) : NULL;
+                    double inv_freq[64];
+                    for (int64_t i = 0; i < s->n_rot / 2; i++)
+                        inv_freq[i] = pow(10000.0, -2.0 * (double)i / (double)s->n_rot);
+                    int64_t qn = n * s->n_head * hd, kn = n * s->n_head_kv * hd;
+                    int64_t cn = s->n_head_kv * n_ctx * hd;
+                    struct gk_qkv_params p = {
+                        .qkv = qkv, .bias = bias, .inv_freq = inv_freq, .pos = &pos0, .n = n,
+                        .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = hd,
+                        .n_rot = s->n_rot, .rope_style = style, .n_ctx = n_ctx};
+                    /* The twin writes into plain buffers, the kernel into guarded ones. */
+                    struct gk_qkv_params r = p;
+                    struct out_buf oq, ok_, ov;
+                    r.q = malloc((size_t)qn * 2);
+                    p.q = out_init(&oq, (size_t)qn * 2, 2);
+                    uint16_t *cache0 = malloc((size_t)cn * 2);
+                    for (int64_t i = 0; i < cn; i++)
+                        cache0[i] = (uint16_t)(test_rand_u64(st) & 0x7bff);
+                    int64_t on = to_cache ? cn : kn;
+                    if (to_cache) {
+                        r.k_cache = malloc((size_t)cn * 2), r.v_cache = malloc((size_t)cn * 2);
+                        memcpy(r.k_cache, cache0, (size_t)cn * 2);
+                        memcpy(r.v_cache, cache0, (size_t)cn * 2);
+                        p.k_cache = out_init(&ok_, (size_t)cn * 2, 2);
+                        p.v_cache = out_init(&ov, (size_t)cn * 2, 2);
+                        memcpy(p.k_cache, cache0, (size_t)cn * 2);
+                        memcpy(p.v_cache, cache0, (size_t)cn * 2);
+                    } else {
+                        r.k = malloc((size_t)kn * 2), r.v = malloc((size_t)kn * 2);
+                        p.k = out_init(&ok_, (size_t)kn * 2, 2);
+                        p.v = out_init(&ov, (size_t)kn * 2, 2);
+                    }
+                    uint16_t *pk = to_cache ? p.k_cache : p.k, *pv = to_cache ? p.v_cache : p.v;
+                    uint16_t *rk = to_cache ? r.k_cache : r.k, *rv = to_cache ? r.v_cache : r.v;
+                    gk_qkv_rope_ref(&r);
+                    int rc = IG_DEV(gk_qkv_rope)(&p, NULL);
+                    char name[160];
+                    snprintf(name, sizeof name, "qkv h %lld/%lld hd %lld rot %lld style %d "
+                             "bias %d cache %d n %lld pos %d", (long long)s->n_head,
+                             (long long)s->n_head_kv, (long long)hd, (long long)s->n_rot, style,
+                             with_bias, to_cache, (long long)n, pos0);
+                    CHECKF(rc == 0, "%s: rc %d", name, rc);
+                    CHECKF(max_ulps(p.q, r.q, qn) == 0, "%s: q differs (%d ulps)", name,
+                           max_ulps(p.q, r.q, qn));
+                    CHECKF(max_ulps(pk, rk, on) == 0, "%s: k differs (%d ulps)", name,
+                           max_ulps(pk, rk, on));
+                    CHECKF(max_ulps(pv, rv, on) == 0, "%s: v differs (%d ulps)", name,
+                           max_ulps(pv, rv, on));
+                    if (to_cache) { /* rows outside pos0 .. pos0+n-1 untouched */
+                        int same = 1;
+                        for (int64_t h = 0; h < s->n_head_kv; h++)
+                            for (int64_t j = 0; j < n_ctx; j++) {
+                                if (j >= pos0 && j < pos0 + n)
+                                    continue;
+                                size_t off = (size_t)((h * n_ctx + j) * hd);
+                                same &= memcmp(pk + off, cache0 + off, (size_t)hd * 2) == 0;
+                                same &= memcmp(pv + off, cache0 + off, (size_t)hd * 2) == 0;
+                            }
+                        CHECKF(same, "%s: cache rows outside the block changed", name);
+                    }
+                    /* The twin against the rotation in double. */
+                    int good = 1;
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t h = 0; h < n_heads; h++) {
+                            const uint16_t *got;
+                            if (h < s->n_head) {
+                                got = r.q + (t * s->n_head + h) * hd;
+                            } else {
+                                int is_k = h < s->n_head + s->n_head_kv;
+                                int64_t kh = is_k ? h - s->n_head : h - s->n_head - s->n_head_kv;
+                                got = (is_k ? rk : rv) +
+                                      (to_cache ? (kh * n_ctx + pos0 + t) * hd
+                                                : (t * s->n_head_kv + kh) * hd);
+                            }
+                            good &= rope_row_ok(qkv + (t * n_heads + h) * hd,
+                                                bias ? bias + h * hd : NULL, inv_freq,
+                                                (double)(pos0 + t), hd, s->n_rot, style,
+                                                h < s->n_head + s->n_head_kv, got);
+                        }
+                    CHECKF(good, "%s: twin vs double rotation", name);
+                    CHECKF(out_guards_ok(&oq) && out_guards_ok(&ok_) && out_guards_ok(&ov),
+                           "%s: guards", name);
+                    free(qkv);
+                    free(bias);
+                    free(cache0);
+                    free(r.q);
+                    free(rk);
+                    free(rv);
+                }
+}
+
+/* ---- swiglu ----------------------------------------------------------------- */
+
+static void test_swiglu(uint64_t *st)
+{
+    const int64_t dims[] = {576, 64 * 3, 100, 7};
+    for (size_t di = 0; di < 4; di++)
+        for (size_t ni = 0; ni < 3; ni++) {
+            int64_t f = dims[di], n = k_ns[ni];
+            float *gu = rand_floats(st, n * 2 * f, -8.0f, 8.0f);
+            struct out_buf ob;
+            uint16_t *h = out_init(&ob, (size_t)(n * f) * 2, 2);
+            uint16_t *ref = malloc((size_t)(n * f) * 2), *dbl = malloc((size_t)(n * f) * 2);
+            gk_swiglu_ref(gu, n, f, ref);
+            int rc = IG_DEV(gk_swiglu)(gu, n, f, h, NULL);
+            CHECKF(rc == 0, "swiglu: rc %d", rc);
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t i = 0; i < f; i++) {
+                    double g = gu[t * 2 * f + i], u = gu[t * 2 * f + f + i];
+                    dbl[t * f + i] = ig_f32_to_f16((float)(g / (1.0 + exp(-g)) * u));
+                }
+            CHECKF(max_ulps(h, ref, n * f) == 0, "swiglu f %lld n %lld: emu vs ref differs",
+                   (long long)f, (long long)n);
+            int ud = max_ulps(ref, dbl, n * f);
+            CHECKF(ud >= 0 && ud <= 1, "swiglu f %lld n %lld: ref vs double %d ulps",
+                   (long long)f, (long long)n, ud);
+            CHECKF(out_guards_ok(&ob), "swiglu f %lld n %lld: guards", (long long)f,
+                   (long long)n);
+            free(gu);
+            free(ref);
+            free(dbl);
+        }
+}
+
+/* ---- dequantization --------------------------------------------------------- */
+
+/* A random finite f16 scale of either sign, magnitudes 2^-14 .. 2. */
+static uint16_t rand_scale(uint64_t *st)
+{
+    float m = ldexpf(1.0f + 0.5f * test_rand_f(st), -(int)(test_rand_u64(st) % 15));
+    return ig_f32_to_f16(test_rand_u64(st) & 1 ? -m : m);
+}
+
+/* Fills a row of `cols` elements of `type` with random but finite values. */
+static void fill_row(uint64_t *st, int type, unsigned char *row, int64_t cols)
+{
+    const struct quant_traits *t = quant_traits_of((uint32_t)type);
+    size_t bytes = (size_t)(cols / t->block_elems) * t->block_bytes;
+    for (size_t i = 0; i < bytes; i++)
+        row[i] = (unsigned char)test_rand_u64(st);
+    for (int64_t c = 0; c < cols / t->block_elems; c++) {
+        unsigned char *b = row + (size_t)c * t->block_bytes;
+        uint16_t h;
+        switch (type) {
+        case QUANT_F32: { /* up to past the f16 range, down to f16 subnormals */
+            float f = ldexpf(test_rand_f(st), (int)(test_rand_u64(st) % 44) - 26);
+            memcpy(b, &f, 4);
+            break;
+        }
+        case QUANT_F16: case QUANT_BF16:
+            memcpy(&h, b, 2);
+            if (((h >> (type == QUANT_F16 ? 10 : 7)) & (type == QUANT_F16 ? 0x1f : 0xff)) ==
+                (type == QUANT_F16 ? 0x1f : 0xff))
+                h ^= 0x4000; /* clears the top exponent bit: no inf/NaN */
+            memcpy(b, &h, 2);
+            break;
+        case QUANT_Q4_1:
+            h = rand_scale(st);
+            memcpy(b + offsetof(struct block_q4_1, m), &h, 2);
+            /* fall through */
+        default: /* Q8_0, Q4_0, Q4_1: d first */
+            h = rand_scale(st);
+            memcpy(b, &h, 2);
+        }
+    }
+}
+
+static void test_dequant(uint64_t *st)
+{
+    const int types[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q8_0, QUANT_Q4_0, QUANT_Q4_1};
+    const int64_t rows_s[] = {1, 3, 7}, cols_s[] = {32, 96, 576};
+    for (size_t ti = 0; ti < 6; ti++) {
+        CHECK(gk_dequant_supported(types[ti]));
+        const struct quant_traits *t = quant_traits_of((uint32_t)types[ti]);
+        for (size_t ri = 0; ri < 3; ri++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                int type = types[ti];
+                int64_t rows = rows_s[ri], cols = cols_s[ci];
+                /* Padded rows (kept 4-byte aligned); one case writes to an unaligned dst. */
+                size_t row_bytes = (size_t)(cols / t->block_elems) * t->block_bytes + 4 * ci;
+                int shift = ri == 1 && ci == 1;
+                unsigned char *src = malloc(row_bytes * (size_t)rows);
+                memset(src, 0x5a, row_bytes * (size_t)rows);
+                for (int64_t r = 0; r < rows; r++)
+                    fill_row(st, type, src + (size_t)r * row_bytes, cols);
+                int64_t n = rows * cols;
+                struct out_buf ob;
+                uint16_t *dst = (uint16_t *)out_init(&ob, (size_t)(n + shift) * 2, 2) + shift;
+                uint16_t *ref = malloc((size_t)n * 2), *deq = malloc((size_t)n * 2);
+                float *row = malloc((size_t)cols * 4);
+                gk_dequant_f16_ref(type, src, rows, cols, row_bytes, ref);
+                int rc = IG_DEV(gk_dequant_f16)(type, src, rows, cols, row_bytes, dst, NULL);
+                for (int64_t r = 0; r < rows; r++) {
+                    quant_dequantize_row(type, src + (size_t)r * row_bytes, row, cols);
+                    for (int64_t c = 0; c < cols; c++)
+                        deq[r * cols + c] = ig_f32_to_f16(row[c]);
+                }
+                CHECKF(rc == 0, "dequant %s: rc %d", t->name, rc);
+                CHECKF(memcmp(dst, ref, (size_t)n * 2) == 0,
+                       "dequant %s rows %lld cols %lld shift %d: emu vs ref differs", t->name,
+                       (long long)rows, (long long)cols, shift);
+                CHECKF(memcmp(ref, deq, (size_t)n * 2) == 0,
+                       "dequant %s rows %lld cols %lld: ref vs quant_dequantize_row differs",
+                       t->name, (long long)rows, (long long)cols);
+                if (shift) /* the first element of the shifted output is the last poison */
+                    CHECK(dst[-1] == 0xffff);
+                CHECKF(out_guards_ok(&ob), "dequant %s: guards", t->name);
+                free(src);
+                free(ref);
+                free(deq);
+                free(row);
+            }
+    }
+    CHECK(!gk_dequant_supported(QUANT_Q4_K) && !gk_dequant_supported(QUANT_Q6_K) &&
+          !gk_dequant_supported(QUANT_Q5_0));
+}
+
+/* ---- random fill ------------------------------------------------------------ */
+
+static void test_random(void)
+{
+    const int64_t ns[] = {1, 1000, 20001};
+    for (size_t i = 0; i < 3; i++) {
+        int64_t n = ns[i];
+        uint64_t seed = 0x1234567ull * (i + 1);
+        const float center = i == 2 ? 1.0f : 0.0f, scale = 0.02f * (float)(i + 1);
+        struct out_buf oh, of;
+        uint16_t *h = out_init(&oh, (size_t)n * 2, 2);
+        float *f = out_init(&of, (size_t)n * 4, 4);
+        uint16_t *rh = malloc((size_t)n * 2);
+        float *rf = malloc((size_t)n * 4);
+        gk_random_f16_ref(rh, n, seed, center, scale);
+        gk_random_f32_ref(rf, n, seed, center, scale);
+        CHECK(IG_DEV(gk_random_f16)(h, n, seed, center, scale, NULL) == 0);
+        CHECK(IG_DEV(gk_random_f32)(f, n, seed, center, scale, NULL) == 0);
+        CHECKF(memcmp(h, rh, (size_t)n * 2) == 0, "random f16 n %lld differs", (long long)n);
+        CHECKF(memcmp(f, rf, (size_t)n * 4) == 0, "random f32 n %lld differs", (long long)n);
+        double sum = 0;
+        int in_range = 1, same_f16 = 1;
+        for (int64_t j = 0; j < n; j++) {
+            in_range &= rf[j] >= center - scale && rf[j] < center + scale;
+            same_f16 &= rh[j] == ig_f32_to_f16(rf[j]);
+            sum += rf[j];
+        }
+        CHECK(in_range && same_f16);
+        if (n > 1000) /* uniform: the mean within ~5 sigma */
+            CHECKF(fabs(sum / (double)n - center) < 5 * scale / sqrt(3.0 * (double)n),
+                   "random mean %g", sum / (double)n);
+        CHECK(out_guards_ok(&oh) && out_guards_ok(&of));
+        free(rh);
+        free(rf);
+    }
+    float a[4], b[4]; /* another seed, another stream */
+    gk_random_f32_ref(a, 4, 1, 0.0f, 1.0f);
+    gk_random_f32_ref(b, 4, 2, 0.0f, 1.0f);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+}
+
+int main(void)
+{
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    test_embed(&st);
+    test_rmsnorm(&st);
+    test_qkv_rope(&st);
+    test_swiglu(&st);
+    test_dequant(&st);
+    test_random();
+    return test_summary("test_gpu_ops_emu");
+}
