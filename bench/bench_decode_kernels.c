@@ -1,0 +1,273 @@
+/* bench/bench_decode_kernels.c: memory bandwidth of the decode kernels on
+ * the GPU against a device-to-device cudaMemcpy measured in the same run:
+ * gk_gemv_f16 (4096x4096, 14336x4096, 4096x14336, 128256x4096) and
+ * decode_attn (Llama-3-8B shapes: 32 query / 8 KV heads, hd 128, n_ctx 4096
+ * and 32768, pos = n_ctx - 1). Random data; the operands rotate over copies
+ * totalling > 256 MiB so the 50 MiB L2 does not serve them. One line each:
+ *   gemv rows=4096 cols=4096 us=... GBps=... of_copy=0.87
+ * Bytes counted: what the kernel must read and write once (copy: read +
+ * write). First one launch of each shape is checked against its CPU twin
+ * (exit 1 on a mismatch). Exits 77 without a GPU. */
+#include "decode/decode_attn.h"
+#include "ops/gpu_ops.h"
+
+#include "core/half.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(call)                                                                \
+    do {                                                                        \
+        cudaError_t e_ = (call);                                                \
+        if (e_ != cudaSuccess) {                                                \
+            fprintf(stderr, "bench_decode_kernels: %s: %s (%s:%d)\n", #call,    \
+                    cudaGetErrorString(e_), __FILE__, __LINE__);                \
+            exit(1);                                                            \
+        }                                                                       \
+    } while (0)
+
+#define ROTATE_BYTES ((size_t)256 << 20)
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static uint16_t rand_f16(float amp)
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return ig_f32_to_f16(amp * (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2 - 1));
+}
+
+/* Host copy (returned) and device copy (*dev) of n random f16. */
+static uint16_t *make_f16(size_t n, float amp, uint16_t **dev)
+{
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        h[i] = rand_f16(amp);
+    CK(cudaMalloc((void **)dev, n * 2));
+    CK(cudaMemcpy(*dev, h, n * 2, cudaMemcpyHostToDevice));
+    return h;
+}
+
+/* Copies of a device buffer until they total ROTATE_BYTES (at least 1). */
+static int replicate(void *src, size_t bytes, void **copies, int max)
+{
+    int n = (int)((ROTATE_BYTES + bytes - 1) / bytes);
+    n = n < 1 ? 1 : (n > max ? max : n);
+    copies[0] = src;
+    for (int i = 1; i < n; i++) {
+        CK(cudaMalloc(&copies[i], bytes));
+        CK(cudaMemcpy(copies[i], src, bytes, cudaMemcpyDeviceToDevice));
+    }
+    return n;
+}
+
+typedef int (*launch_fn)(void *ctx, int copy);
+
+/* Average ms of one launch, about 100 ms of back-to-back launches. */
+static float time_ms(launch_fn fn, void *ctx, int n_copies)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (fn(ctx, i % n_copies))
+            exit(1);
+    CK(cudaDeviceSynchronize());
+    float ms = 0;
+    int iters = 10;
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaEventRecord(a, NULL));
+        for (int i = 0; i < iters; i++)
+            if (fn(ctx, i % n_copies))
+                exit(1);
+        CK(cudaEventRecord(b, NULL));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (pass == 0) {
+            int want = ms > 0 ? (int)(100.0f / (ms / (float)iters)) : 1000;
+            iters = want < 10 ? 10 : (want > 5000 ? 5000 : want);
+        }
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ms / (float)iters;
+}
+
+/* ---- device-to-device copy: the reference bandwidth ------------------------ */
+
+struct copy_ctx {
+    void *dst, *src;
+    size_t bytes;
+};
+
+static int copy_launch(void *ctx, int copy)
+{
+    struct copy_ctx *c = ctx;
+    (void)copy;
+    CK(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, NULL));
+    return 0;
+}
+
+static double copy_gbps(void)
+{
+    struct copy_ctx c = {NULL, NULL, (size_t)1 << 30};
+    CK(cudaMalloc(&c.dst, c.bytes));
+    CK(cudaMalloc(&c.src, c.bytes));
+    CK(cudaMemset(c.src, 1, c.bytes));
+    float ms = time_ms(copy_launch, &c, 1);
+    CK(cudaFree(c.dst));
+    CK(cudaFree(c.src));
+    double gbps = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
+    printf("copy bytes=%zu us=%.1f GBps=%.0f\n", c.bytes, ms * 1e3, gbps);
+    return gbps;
+}
+
+/* ---- gk_gemv_f16 ----------------------------------------------------------- */
+
+struct gemv_ctx {
+    void *w[64];
+    uint16_t *x;
+    float *y;
+    int64_t rows, cols;
+};
+
+static int gemv_launch(void *ctx, int copy)
+{
+    struct gemv_ctx *g = ctx;
+    return gk_gemv_f16_cuda(g->w[copy], g->x, g->y, g->rows, g->cols, 0.0f, NULL);
+}
+
+static int bench_gemv(int64_t rows, int64_t cols, double copy)
+{
+    struct gemv_ctx g = {.rows = rows, .cols = cols};
+    uint16_t *w0, *hw = make_f16((size_t)(rows * cols), 1.0f, &w0);
+    uint16_t *hx = make_f16((size_t)cols, 1.0f, &g.x);
+    CK(cudaMalloc((void **)&g.y, (size_t)rows * sizeof(float)));
+    const size_t wbytes = (size_t)(rows * cols) * 2;
+    int n = replicate(w0, wbytes, g.w, 64);
+
+    /* One launch against the twin. */
+    float *y = malloc((size_t)rows * sizeof(float)), *y_ref = malloc((size_t)rows * sizeof(float));
+    if (gemv_launch(&g, 0))
+        return 1;
+    CK(cudaMemcpy(y, g.y, (size_t)rows * sizeof(float), cudaMemcpyDeviceToHost));
+    gk_gemv_f16_ref(hw, hx, y_ref, rows, cols, 0.0f);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mag = 0;
+        for (int64_t c = 0; c < cols; c++)
+            mag += fabs((double)ig_f16_to_f32(hw[r * cols + c]) * ig_f16_to_f32(hx[c]));
+        if (!(fabs((double)y[r] - y_ref[r]) <= 1e-5 * mag) && bad++ < 3)
+            fprintf(stderr, "gemv %lldx%lld: y[%lld] gpu %.9g ref %.9g\n", (long long)rows,
+                    (long long)cols, (long long)r, y[r], y_ref[r]);
+    }
+
+    float ms = time_ms(gemv_launch, &g, n);
+    double bytes = (double)wbytes + 2.0 * (double)cols + 4.0 * (double)rows;
+    double gbps = bytes / (ms * 1e-3) / 1e9;
+    printf("gemv rows=%lld cols=%lld us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", (long long)rows,
+           (long long)cols, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
+    fflush(stdout);
+    for (int i = 0; i < n; i++)
+        CK(cudaFree(g.w[i]));
+    CK(cudaFree(g.x));
+    CK(cudaFree(g.y));
+    free(hw), free(hx), free(y), free(y_ref);
+    return bad != 0;
+}
+
+/* ---- decode_attn ------------------------------------------------------------ */
+
+struct attn_ctx {
+    struct decode_attn_params p;
+    void *k[64], *v[64];
+};
+
+static int attn_launch(void *ctx, int copy)
+{
+    struct attn_ctx *a = ctx;
+    struct decode_attn_params p = a->p;
+    p.k_cache = a->k[copy];
+    p.v_cache = a->v[copy];
+    return decode_attn_cuda(&p, NULL);
+}
+
+static int bench_attn(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_ctx, int n_sm,
+                      double copy)
+{
+    struct attn_ctx a;
+    memset(&a, 0, sizeof a);
+    struct decode_attn_params *p = &a.p;
+    const size_t cache = (size_t)(n_head_kv * n_ctx * hd);
+    uint16_t *q, *k0, *v0, *o;
+    uint16_t *hq = make_f16((size_t)(n_head * hd), 2.0f, &q);
+    uint16_t *hk = make_f16(cache, 1.0f, &k0), *hv = make_f16(cache, 1.0f, &v0);
+    CK(cudaMalloc((void **)&o, (size_t)(n_head * hd) * 2));
+    int32_t pos = (int32_t)(n_ctx - 1), *dpos;
+    CK(cudaMalloc((void **)&dpos, sizeof pos));
+    CK(cudaMemcpy(dpos, &pos, sizeof pos, cudaMemcpyHostToDevice));
+    *p = (struct decode_attn_params){
+        .q = q, .pos = dpos, .o = o, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd,
+        .n_ctx = n_ctx, .n_splits = decode_attn_choose_splits(n_ctx, n_head_kv, n_sm),
+        .scale = 1.0f / sqrtf((float)hd)};
+    CK(cudaMalloc((void **)&p->work, decode_attn_work_floats(p) * sizeof(float)));
+    int n = replicate(k0, cache * 2, a.k, 32);
+    replicate(v0, cache * 2, a.v, n);
+
+    uint16_t *ho = malloc((size_t)(n_head * hd) * 2), *ho_ref = malloc((size_t)(n_head * hd) * 2);
+    if (attn_launch(&a, 0))
+        return 1;
+    CK(cudaMemcpy(ho, o, (size_t)(n_head * hd) * 2, cudaMemcpyDeviceToHost));
+    struct decode_attn_params pr = *p;
+    pr.q = hq, pr.k_cache = hk, pr.v_cache = hv, pr.pos = &pos, pr.o = ho_ref;
+    if (decode_attn_ref(&pr))
+        return 1;
+    int bad = 0;
+    for (int64_t i = 0; i < n_head * hd; i++) {
+        double g = ig_f16_to_f32(ho[i]), r = ig_f16_to_f32(ho_ref[i]);
+        if (!(fabs(g - r) <= 2e-3 * fmax(fabs(r), 0.05)) && bad++ < 3)
+            fprintf(stderr, "attn n_ctx=%lld: o[%lld] gpu %.6g ref %.6g\n", (long long)n_ctx,
+                    (long long)i, g, r);
+    }
+
+    float ms = time_ms(attn_launch, &a, n);
+    double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)(n_head * hd);
+    double gbps = bytes / (ms * 1e-3) / 1e9;
+    printf("decode_attn n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d us=%.2f "
+           "GBps=%.0f of_copy=%.3f check=%s\n",
+           (long long)n_head, (long long)n_head_kv, (long long)hd, (long long)n_ctx,
+           p->n_splits, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
+    fflush(stdout);
+    for (int i = 0; i < n; i++) {
+        CK(cudaFree(a.k[i]));
+        CK(cudaFree(a.v[i]));
+    }
+    CK(cudaFree(q));
+    CK(cudaFree(o));
+    CK(cudaFree(dpos));
+    CK(cudaFree(p->work));
+    free(hq), free(hk), free(hv), free(ho), free(ho_ref);
+    return bad != 0;
+}
+
+int main(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        fprintf(stderr, "bench_decode_kernels: no CUDA device\n");
+        return 77;
+    }
+    int n_sm = 0;
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    const double copy = copy_gbps();
+    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336},
+                                        {128256, 4096}};
+    int fail = 0;
+    for (int i = 0; i < 4; i++)
+        fail |= bench_gemv(shapes[i][0], shapes[i][1], copy);
+    fail |= bench_attn(32, 8, 128, 4096, n_sm, copy);
+    fail |= bench_attn(32, 8, 128, 32768, n_sm, copy);
+    return fail;
+}

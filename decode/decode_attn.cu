@@ -1,0 +1,307 @@
+/* decode/decode_attn.cu: split-KV (flash-decoding) attention of one query
+ * token against the f16 KV cache, and the kernel that combines the splits;
+ * semantics and params in decode/decode_attn.h.
+ *
+ * Split kernel: one block per (split, KV head), 4 warps. It computes every
+ * query head of the KV head's group (up to 8), so each K/V row is read once
+ * for the whole group. A key row of head_dim halves is read by head_dim / 8
+ * lanes with 16-byte loads (2 rows per warp load at hd 128, 4 at hd 64), U
+ * rows per lane in flight. Scores are reduced across those lanes with
+ * shuffles; each lane keeps an online softmax (running max, sum, its 8 output
+ * dims) per query head, in the log2 domain (scale * log2(e) folded into q).
+ * At the end the lane groups merge by shuffles, the warps through shared
+ * memory, and the block writes its partial (o unnormalized, max, sum) per
+ * query head to `work`. Splits that start past pos exit at once; the
+ * combine kernel reads pos and never looks at them. Keys past pos are never
+ * loaded (the cache there may hold anything).
+ *
+ * Combine kernel: one block per query head, one thread per dim.
+ *
+ * Built twice: nvcc (decode_attn_cuda) and the emulator through
+ * decode/decode_attn_emu.cc (decode_attn_emu). Covered by
+ * tests/emu/test_decode_attn_emu.c and bench/bench_decode_kernels.c. */
+#include "devkit/intrinsics.cuh"
+#include "decode/decode_attn.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+struct alignas(16) chunk16 {
+    uint32_t w[4];
+};
+
+/* A 16-byte global load that is read once (no L1 allocation). */
+__device__ __forceinline__ chunk16 ld_stream(const uint16_t *p)
+{
+    chunk16 c;
+#if defined(__CUDA_ARCH__)
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
+        : "l"(p));
+#else
+    c = *(const chunk16 *)p;
+#endif
+    return c;
+}
+
+__device__ __forceinline__ float h2f(uint32_t bits)
+{
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
+    return f;
+#elif defined(__CUDACC__)
+    return (float)bits; /* host pass of nvcc: never called */
+#else
+    return ig_f16_to_f32((uint16_t)bits);
+#endif
+}
+
+__device__ __forceinline__ uint16_t f2h(float f)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#elif defined(__CUDACC__)
+    return (uint16_t)f;
+#else
+    return ig_f32_to_f16(f);
+#endif
+}
+
+__device__ __forceinline__ void unpack8(const chunk16 &c, float f[8])
+{
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = h2f(c.w[i] & 0xffffu);
+        f[2 * i + 1] = h2f(c.w[i] >> 16);
+    }
+}
+
+/* exp2(m - M), 0 for an empty state (m = -inf), without -inf - -inf. */
+__device__ __forceinline__ float rescale(float m, float M)
+{
+    return m == -INFINITY ? 0.0f : ig_exp2(m - M);
+}
+
+/* Floats of one partial in `work`: o[hd], max, sum (decode_attn_work_floats
+ * in decode/decode_attn_ref.c counts the same). */
+__device__ __host__ __forceinline__ int64_t partial_floats(int64_t hd)
+{
+    return hd + 2;
+}
+
+/* HD: head_dim; GM: query heads per block rounded up to a power of two (the
+ * last real head is computed again for the padding); U: key rows per lane in
+ * flight. */
+template <int HD, int GM, int U>
+__global__ void __launch_bounds__(kThreads)
+decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const float scale_log2)
+{
+    constexpr int L = HD / 8;        /* lanes per key row */
+    constexpr int KPW = 32 / L;      /* rows per warp load */
+    constexpr int KB = kWarps * KPW * U; /* rows per block iteration */
+    IG_SHARED(float, red, [kWarps][GM][HD + 2]);
+
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int sub = lane / L, dl = lane % L;
+    const int split = (int)blockIdx.x;
+    const int64_t hk = blockIdx.y, G = p.n_head / p.n_head_kv;
+    const int64_t pos = *p.pos;
+    const int64_t k0 = (int64_t)split * chunk;
+    if (k0 > pos || k0 >= p.n_ctx)
+        return; /* nothing to attend to: the combine skips this split */
+    int64_t k_end = k0 + chunk;
+    k_end = k_end < pos + 1 ? k_end : pos + 1;
+    k_end = k_end < p.n_ctx ? k_end : p.n_ctx;
+
+    float q[GM][8];
+    for (int g = 0; g < GM; g++) {
+        const int64_t h = hk * G + (g < G ? g : G - 1);
+        unpack8(*(const chunk16 *)(p.q + h * HD + dl * 8), q[g]);
+        for (int i = 0; i < 8; i++)
+            q[g][i] *= scale_log2;
+    }
+    float m[GM], l[GM], o[GM][8];
+    for (int g = 0; g < GM; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0;
+        for (int i = 0; i < 8; i++)
+            o[g][i] = 0;
+    }
+
+    const uint16_t *kc = p.k_cache + hk * p.n_ctx * HD + dl * 8;
+    const uint16_t *vc = p.v_cache + hk * p.n_ctx * HD + dl * 8;
+    for (int64_t jb = k0; jb < k_end; jb += KB) {
+        chunk16 kr[U], vr[U];
+        bool ok[U];
+        for (int u = 0; u < U; u++) {
+            const int64_t j = jb + (u * kWarps + warp) * KPW + sub;
+            ok[u] = j < k_end;
+            if (ok[u]) {
+                kr[u] = ld_stream(kc + j * HD);
+                vr[u] = ld_stream(vc + j * HD);
+            } else {
+                kr[u] = vr[u] = chunk16{{0, 0, 0, 0}};
+            }
+        }
+        /* s[u][g] = this lane's 8 dims of q[g] . k[u], then the row's sum. */
+        float s[U][GM];
+        for (int u = 0; u < U; u++) {
+            float kf[8];
+            unpack8(kr[u], kf);
+            for (int g = 0; g < GM; g++) {
+                float acc = 0;
+                for (int i = 0; i < 8; i++)
+                    acc = fmaf(q[g][i], kf[i], acc);
+                s[u][g] = acc;
+            }
+        }
+        for (int off = 1; off < L; off <<= 1)
+            for (int u = 0; u < U; u++)
+                for (int g = 0; g < GM; g++)
+                    s[u][g] += ig_shfl_xor_f32(s[u][g], off);
+        /* Online softmax: s becomes p = exp2(s - new max). */
+        for (int g = 0; g < GM; g++) {
+            float mx = m[g];
+            for (int u = 0; u < U; u++)
+                if (ok[u])
+                    mx = fmaxf(mx, s[u][g]);
+            if (mx == -INFINITY) /* no key yet for this lane group */
+                continue;
+            const float corr = rescale(m[g], mx);
+            m[g] = mx;
+            l[g] *= corr;
+            for (int i = 0; i < 8; i++)
+                o[g][i] *= corr;
+            for (int u = 0; u < U; u++) {
+                s[u][g] = ok[u] ? ig_exp2(s[u][g] - mx) : 0.0f;
+                l[g] += s[u][g];
+            }
+        }
+        for (int u = 0; u < U; u++) {
+            if (!ok[u])
+                continue;
+            float vf[8];
+            unpack8(vr[u], vf);
+            for (int g = 0; g < GM; g++)
+                for (int i = 0; i < 8; i++)
+                    o[g][i] = fmaf(s[u][g], vf[i], o[g][i]);
+        }
+    }
+
+    /* Merge the warp's lane groups (same dims at lane ^ L, ^ 2L, ...). */
+    for (int off = L; off < 32; off <<= 1)
+        for (int g = 0; g < GM; g++) {
+            const float mo = ig_shfl_xor_f32(m[g], off), lo = ig_shfl_xor_f32(l[g], off);
+            const float M = fmaxf(m[g], mo);
+            const float fa = rescale(m[g], M), fb = rescale(mo, M);
+            l[g] = l[g] * fa + lo * fb;
+            for (int i = 0; i < 8; i++) {
+                const float oo = ig_shfl_xor_f32(o[g][i], off);
+                o[g][i] = o[g][i] * fa + oo * fb;
+            }
+            m[g] = M;
+        }
+    if (sub == 0)
+        for (int g = 0; g < GM; g++) {
+            for (int i = 0; i < 8; i++)
+                ig_sts(&red[warp][g][dl * 8 + i], o[g][i]);
+            if (dl == 0) {
+                ig_sts(&red[warp][g][HD], m[g]);
+                ig_sts(&red[warp][g][HD + 1], l[g]);
+            }
+        }
+    ig_syncthreads();
+
+    /* Merge the warps; one (query head, dim) per thread. */
+    for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads) {
+        const int g = idx / HD, d = idx % HD;
+        float M = -INFINITY;
+        for (int w = 0; w < kWarps; w++)
+            M = fmaxf(M, ig_lds(&red[w][g][HD]));
+        float acc = 0, sum = 0;
+        for (int w = 0; w < kWarps; w++) {
+            const float f = rescale(ig_lds(&red[w][g][HD]), M);
+            acc += ig_lds(&red[w][g][d]) * f;
+            sum += ig_lds(&red[w][g][HD + 1]) * f;
+        }
+        float *part = p.work + ((hk * G + g) * p.n_splits + split) * partial_floats(HD);
+        part[d] = acc;
+        if (d == 0) {
+            part[HD] = M;
+            part[HD + 1] = sum;
+        }
+    }
+}
+
+/* o[h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over the
+ * splits that start at or before pos (each holds at least one key). */
+template <int HD>
+__global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p,
+                                                                 const int64_t chunk)
+{
+    const int64_t h = blockIdx.x, d = threadIdx.x;
+    const int64_t pos = *p.pos;
+    int64_t n_used = pos / chunk + 1;
+    n_used = n_used < p.n_splits ? n_used : p.n_splits;
+    const float *part = p.work + h * p.n_splits * partial_floats(HD);
+    float M = -INFINITY;
+    for (int64_t s = 0; s < n_used; s++)
+        M = fmaxf(M, part[s * partial_floats(HD) + HD]);
+    float acc = 0, sum = 0;
+    for (int64_t s = 0; s < n_used; s++) {
+        const float *ps = part + s * partial_floats(HD);
+        const float f = ig_exp2(ps[HD] - M);
+        acc += ps[d] * f;
+        sum += ps[HD + 1] * f;
+    }
+    p.o[h * HD + d] = f2h(acc / sum);
+}
+
+template <int HD, int GM>
+int launch(const decode_attn_params &p, int64_t chunk, cudaStream_t stream)
+{
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv), block(kThreads);
+    auto *split = decode_attn_split_kernel<HD, GM, 4>;
+    int st = IG_LAUNCH(split, grid, block, 0, stream, p, chunk, scale_log2);
+    if (st)
+        return st;
+    auto *combine = decode_attn_combine_kernel<HD>;
+    return IG_LAUNCH(combine, dim3((unsigned)p.n_head), dim3(HD), 0, stream, p, chunk);
+}
+
+template <int HD>
+int launch_hd(const decode_attn_params &p, int64_t chunk, cudaStream_t stream)
+{
+    const int64_t G = p.n_head / p.n_head_kv;
+    if (G == 1)
+        return launch<HD, 1>(p, chunk, stream);
+    if (G == 2)
+        return launch<HD, 2>(p, chunk, stream);
+    if (G <= 4)
+        return launch<HD, 4>(p, chunk, stream);
+    return launch<HD, 8>(p, chunk, stream);
+}
+
+} /* namespace */
+
+extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *stream)
+{
+    if (!p->q || !p->k_cache || !p->v_cache || !p->pos || !p->o || !p->work)
+        return ig_error(IG_E_INTERNAL, "decode attention: missing buffer");
+    if ((p->head_dim != 64 && p->head_dim != 128) || p->n_head_kv < 1 || p->n_head < 1 ||
+        p->n_head % p->n_head_kv || p->n_head / p->n_head_kv > 8 || p->n_ctx < 1 ||
+        p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535)
+        return ig_error(IG_E_INTERNAL,
+                        "decode attention: unsupported sizes (heads %lld/%lld, hd %lld, "
+                        "n_ctx %lld, splits %d)",
+                        (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
+                        (long long)p->n_ctx, p->n_splits);
+    const int64_t chunk = (p->n_ctx + p->n_splits - 1) / p->n_splits;
+    cudaStream_t s = (cudaStream_t)stream;
+    return p->head_dim == 64 ? launch_hd<64>(*p, chunk, s) : launch_hd<128>(*p, chunk, s);
+}

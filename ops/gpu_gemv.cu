@@ -1,0 +1,161 @@
+/* ops/gpu_gemv.cu: y = W x + beta y for one token (decode), W f16 row-major,
+ * x f16, y f32 (semantics in ops/gpu_ops.h, section gpu_gemv). The decode
+ * step's memory-bound core: W is streamed once with 16-byte loads.
+ *
+ * Block of 8 warps, each warp owns 2 rows. x is converted once per block to
+ * f32 in shared memory (cols * 4 bytes), while the first W loads are in
+ * flight. A lane walks its rows' 16-byte
+ * chunks lane, lane + 32, ... with kUnroll chunks of each row in flight
+ * (2 * kUnroll independent loads), f32 FMAs, one butterfly reduction per row
+ * at the end; no atomics, each row written by one lane.
+ *
+ * Built twice: nvcc (gk_gemv_f16_cuda) and the emulator through
+ * ops/gpu_gemv_emu.cc (gk_gemv_f16_emu). Covered by tests/emu/test_gemv_emu.c
+ * and bench/bench_decode_kernels.c. */
+#include "devkit/intrinsics.cuh"
+#include "ops/gpu_ops.h"
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kUnroll = 4;              /* chunks per row per lane in flight */
+constexpr int64_t kMaxCols = 48 * 1024; /* x in shared memory: 192 KiB */
+
+struct alignas(16) chunk16 {
+    uint32_t w[4];
+};
+struct alignas(16) float4s {
+    float v[4];
+};
+
+/* A 16-byte global load of data read once (no L1 allocation). */
+__device__ __forceinline__ chunk16 ld_stream(const uint16_t *p)
+{
+    chunk16 c;
+#if defined(__CUDA_ARCH__)
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
+        : "l"(p));
+#else
+    c = *(const chunk16 *)p;
+#endif
+    return c;
+}
+
+__device__ __forceinline__ float h2f(uint32_t bits)
+{
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
+    return f;
+#elif defined(__CUDACC__)
+    return (float)bits; /* host pass of nvcc: never called */
+#else
+    return ig_f16_to_f32((uint16_t)bits);
+#endif
+}
+
+/* acc += the 8 halves of c times xs[0..7]. */
+__device__ __forceinline__ float dot8(const chunk16 &c, const float4s &x0, const float4s &x1,
+                                      float acc)
+{
+    acc = fmaf(h2f(c.w[0] & 0xffffu), x0.v[0], acc);
+    acc = fmaf(h2f(c.w[0] >> 16), x0.v[1], acc);
+    acc = fmaf(h2f(c.w[1] & 0xffffu), x0.v[2], acc);
+    acc = fmaf(h2f(c.w[1] >> 16), x0.v[3], acc);
+    acc = fmaf(h2f(c.w[2] & 0xffffu), x1.v[0], acc);
+    acc = fmaf(h2f(c.w[2] >> 16), x1.v[1], acc);
+    acc = fmaf(h2f(c.w[3] & 0xffffu), x1.v[2], acc);
+    acc = fmaf(h2f(c.w[3] >> 16), x1.v[3], acc);
+    return acc;
+}
+
+__global__ void __launch_bounds__(kThreads)
+gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
+                float *__restrict__ y, const int64_t rows, const int64_t cols, const float beta)
+{
+    IG_DYN_SHARED(float4s, xs); /* [cols / 4] */
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int64_t n_chunks = cols / 8;
+    const int64_t r0 = ((int64_t)blockIdx.x * kWarps + warp) * kRowsPerWarp;
+    const bool live = r0 < rows; /* else this warp only helps stage x */
+    /* A missing second row reads the first again and is not written. */
+    const int64_t r1 = r0 + 1 < rows ? r0 + 1 : r0;
+    const uint16_t *w0 = w + (live ? r0 : 0) * cols, *w1 = w + (live ? r1 : 0) * cols;
+
+    /* The first loads of W go out before x is staged, hiding its latency. */
+    chunk16 a[kUnroll], b[kUnroll];
+    auto load = [&](int64_t c) {
+        for (int u = 0; u < kUnroll; u++) {
+            const int64_t cc = c + 32 * u;
+            if (cc < n_chunks) {
+                a[u] = ld_stream(w0 + cc * 8);
+                b[u] = ld_stream(w1 + cc * 8);
+            }
+        }
+    };
+    if (live)
+        load(lane);
+
+    for (int64_t c = threadIdx.x; c < n_chunks; c += kThreads) {
+        const chunk16 v = *(const chunk16 *)(x + c * 8);
+        float4s lo, hi;
+        for (int i = 0; i < 2; i++) {
+            lo.v[2 * i] = h2f(v.w[i] & 0xffffu);
+            lo.v[2 * i + 1] = h2f(v.w[i] >> 16);
+            hi.v[2 * i] = h2f(v.w[2 + i] & 0xffffu);
+            hi.v[2 * i + 1] = h2f(v.w[2 + i] >> 16);
+        }
+        ig_sts(&xs[2 * c], lo);
+        ig_sts(&xs[2 * c + 1], hi);
+    }
+    ig_syncthreads();
+    if (!live)
+        return;
+
+    float acc0 = 0, acc1 = 0;
+    for (int64_t c = lane; c < n_chunks; c += 32 * kUnroll) {
+        if (c != lane)
+            load(c);
+        for (int u = 0; u < kUnroll; u++) {
+            const int64_t cc = c + 32 * u;
+            if (cc < n_chunks) {
+                const float4s x0 = ig_lds(&xs[2 * cc]), x1 = ig_lds(&xs[2 * cc + 1]);
+                acc0 = dot8(a[u], x0, x1, acc0);
+                acc1 = dot8(b[u], x0, x1, acc1);
+            }
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        acc0 += ig_shfl_xor_f32(acc0, off);
+        acc1 += ig_shfl_xor_f32(acc1, off);
+    }
+    if (lane == 0) {
+        y[r0] = beta != 0 ? acc0 + beta * y[r0] : acc0;
+        if (r1 != r0)
+            y[r1] = beta != 0 ? acc1 + beta * y[r1] : acc1;
+    }
+}
+
+} /* namespace */
+
+extern "C" int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
+                                   int64_t cols, float beta, void *stream)
+{
+    if (!w || !x || !y || rows < 1 || cols < 8 || cols % 8 || cols > kMaxCols ||
+        (rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff)
+        return ig_error(IG_E_INTERNAL, "gemv: unsupported sizes %lld x %lld", (long long)rows,
+                        (long long)cols);
+    const size_t smem = (size_t)cols * sizeof(float);
+#if defined(__CUDACC__)
+    if (smem > 48 * 1024)
+        IG_CUDA_CHECK(cudaFuncSetAttribute(&gemv_f16_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+#endif
+    const dim3 grid((unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock)), block(kThreads);
+    return IG_LAUNCH(gemv_f16_kernel, grid, block, smem, (cudaStream_t)stream, w, x, y, rows,
+                     cols, beta);
+}
