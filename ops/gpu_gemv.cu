@@ -4,10 +4,11 @@
  *
  * Block of 8 warps, each warp owns 2 rows. x is converted once per block to
  * f32 in shared memory (cols * 4 bytes), while the first W loads are in
- * flight. A lane walks its rows' 16-byte
- * chunks lane, lane + 32, ... with kUnroll chunks of each row in flight
- * (2 * kUnroll independent loads), f32 FMAs, one butterfly reduction per row
- * at the end; no atomics, each row written by one lane.
+ * flight. A lane walks its rows' 16-byte chunks lane, lane + 32, ... with
+ * kUnroll chunks of each row in flight (2 * kUnroll independent loads), f32
+ * FMAs, one butterfly reduction per row at the end; no atomics, each row
+ * written by one lane. Limits: cols <= kMaxCols (x must fit shared memory
+ * on sm_80 too), x 16-byte aligned like the rows of W.
  *
  * Built twice: nvcc (gk_gemv_f16_cuda) and the emulator through
  * ops/gpu_gemv_emu.cc (gk_gemv_f16_emu). Covered by tests/emu/test_gemv_emu.c
@@ -22,7 +23,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kUnroll = 4;              /* chunks per row per lane in flight */
-constexpr int64_t kMaxCols = 48 * 1024; /* x in shared memory: 192 KiB */
+constexpr int64_t kMaxCols = 40 * 1024; /* x in shared memory: 160 KiB (A100: 163) */
 
 struct alignas(16) chunk16 {
     uint32_t w[4];
