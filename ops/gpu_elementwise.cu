@@ -23,7 +23,7 @@ namespace {
 constexpr int kThreads = 256;      /* embed, swiglu, rmsnorm (at most) */
 constexpr int kMaxWarps = kThreads / 32;
 constexpr int kRopeThreads = 128;
-constexpr int kRopeSlotsPerThread = 4; /* pairs per thread and block: the grid's y */
+constexpr int kRopeSlotsPerThread = 4; /* pairs per thread; a block covers 512 pairs */
 
 /* ---- embedding ------------------------------------------------------------ */
 
@@ -248,8 +248,8 @@ int threads_for(int64_t items)
     return items >= kThreads ? kThreads : (int)((items + 31) / 32 * 32);
 }
 
-/* Blocks for a row's items on the grid's y (at most 65535: reported by the
- * launcher as unsupported; rows of millions of elements are). */
+/* Blocks for a row's items on the grid's y; 0 past CUDA's 65535 (the
+ * launcher reports such a row as unsupported). */
 unsigned blocks_for(int64_t items, int64_t per_block)
 {
     const int64_t b = (items + per_block - 1) / per_block;
