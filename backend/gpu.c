@@ -32,6 +32,22 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+/* The emulated backend does its matrix products on the CPU: the device
+ * layer's GEMM there is a CPU loop, and so is the GEMV (its kernel runs under
+ * the emulator in tests/emu/test_gemv_emu.c); emulating every thread of a
+ * 135M-weight GEMV would take tens of seconds per token. */
+#if defined(IG_EMU_BACKEND)
+static int gemv_dev(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
+                    float beta, void *stream)
+{
+    (void)stream;
+    gk_gemv_f16_ref(w, x, y, rows, cols, beta);
+    return IG_OK;
+}
+#else
+#define gemv_dev gk_gemv_f16_cuda
+#endif
+
 /* The attention kernel's two entry points differ by the stream argument. */
 #if defined(IG_EMU_BACKEND)
 #define prefill_attn_dev(p, stream) prefill_attn_emu(p)
@@ -388,7 +404,7 @@ static int head(struct gpu_backend *g, const float *x)
     int st = IG_DEV(gk_rmsnorm)(x, hp->n_embd, g->output_norm, 1, hp->n_embd,
                                 (float)hp->norm_eps, g->xn, g->stream);
     if (st == IG_OK)
-        st = IG_DEV(gk_gemv_f16)(g->output, g->xn, g->logits, hp->n_vocab, hp->n_embd, 0.0f,
+        st = gemv_dev(g->output, g->xn, g->logits, hp->n_vocab, hp->n_embd, 0.0f,
                                  g->stream);
     return st;
 }
@@ -501,16 +517,16 @@ static int decode_step(struct gpu_backend *g)
             .n_splits = g->n_splits, .scale = 1.0f / sqrtf((float)hd),
         };
         if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gk_gemv_f16)(L->wqkv, g->xn, g->qkv, g->qkv_rows, e, 0.0f,
+            (st = gemv_dev(L->wqkv, g->xn, g->qkv, g->qkv_rows, e, 0.0f,
                                       g->stream)) ||
             (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
             (st = IG_DEV(decode_attn)(&ap, g->stream)) ||
-            (st = IG_DEV(gk_gemv_f16)(L->wo, g->att16, g->x, e, g->q_dim, 1.0f, g->stream)) ||
+            (st = gemv_dev(L->wo, g->att16, g->x, e, g->q_dim, 1.0f, g->stream)) ||
             (st = IG_DEV(gk_rmsnorm)(g->x, e, L->ffn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gk_gemv_f16)(L->wgu, g->xn, g->gu, 2 * ff, e, 0.0f, g->stream)) ||
+            (st = gemv_dev(L->wgu, g->xn, g->gu, 2 * ff, e, 0.0f, g->stream)) ||
             (st = IG_DEV(gk_swiglu)(g->gu, 1, ff, g->h16, g->stream)))
             break;
-        st = IG_DEV(gk_gemv_f16)(L->wdown, g->h16, g->x, e, ff, 1.0f, g->stream);
+        st = gemv_dev(L->wdown, g->h16, g->x, e, ff, 1.0f, g->stream);
     }
     return st == IG_OK ? head(g, g->x) : st;
 }

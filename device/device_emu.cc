@@ -205,18 +205,24 @@ int IG_DEV(dev_gemm_f16)(struct dev *d, const uint16_t *w, const uint16_t *x, fl
                         "dev_gemm_f16: bad shape rows %lld cols %lld n %lld ld_x %lld ld_y %lld "
                         "beta %g (emulated device)", (long long)rows, (long long)cols,
                         (long long)n, (long long)ld_x, (long long)ld_y, (double)beta);
-    float *xf = (float *)malloc((size_t)(cols ? cols : 1) * sizeof(float));
+    /* Each operand converted to f32 once (the conversions dominated); the
+     * sums still run in column order. */
+    float *xf = (float *)malloc((size_t)(n * cols + cols + 1) * sizeof(float));
     if (!xf)
         return ig_error(IG_E_NOMEM, "dev_gemm_f16: out of host memory (%lld floats)",
-                        (long long)cols);
-    for (int64_t t = 0; t < n; t++) {
+                        (long long)(n * cols + cols));
+    float *wf = xf + n * cols;
+    for (int64_t t = 0; t < n; t++)
         for (int64_t c = 0; c < cols; c++)
-            xf[c] = ig_f16_to_f32(x[t * ld_x + c]);
-        for (int64_t r = 0; r < rows; r++) {
-            const uint16_t *wr = w + r * cols;
+            xf[t * cols + c] = ig_f16_to_f32(x[t * ld_x + c]);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            wf[c] = ig_f16_to_f32(w[r * cols + c]);
+        for (int64_t t = 0; t < n; t++) {
+            const float *xt = xf + t * cols;
             float sum = 0.0f;
             for (int64_t c = 0; c < cols; c++)
-                sum += ig_f16_to_f32(wr[c]) * xf[c];
+                sum += wf[c] * xt[c];
             float *out = &y[t * ld_y + r];
             *out = beta == 0.0f ? sum : sum + *out; /* beta 0: y never read */
         }

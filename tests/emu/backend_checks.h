@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -54,16 +55,22 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
     char what[96];
     for (int64_t i = 0; i < n; i += chunk) {
         int64_t len = n - i < chunk ? n - i : chunk;
+        int64_t t0 = ig_now_ns();
         CHECK(backend_prefill(p->cpu, ids + i, len, i, p->lc) == IG_OK);
+        int64_t t1 = ig_now_ns();
         CHECK(IG_DEV(gpu_prefill)(p->dev, ids + i, len, i, p->le) == IG_OK);
+        fprintf(stderr, "prefill %lld: cpu %.0f ms, dev %.0f ms\n", (long long)len, (t1 - t0) / 1e6, (ig_now_ns() - t1) / 1e6);
     }
     snprintf(what, sizeof what, "%s prefill (%lld tokens)", name, (long long)n);
     compare(p, what);
     for (int s = 0; s < N_STEPS; s++) {
         int32_t tok = (int32_t)test_argmax(p->lc, p->n_vocab);
         int64_t pos = n + s;
+        int64_t t0 = ig_now_ns();
         CHECK(backend_decode(p->cpu, tok, pos, p->lc) == IG_OK);
+        int64_t t1 = ig_now_ns();
         CHECK(IG_DEV(gpu_decode)(p->dev, tok, pos, p->le) == IG_OK);
+        fprintf(stderr, "decode: cpu %.0f ms, dev %.0f ms\n", (t1 - t0) / 1e6, (ig_now_ns() - t1) / 1e6);
         snprintf(what, sizeof what, "%s decode step %d", name, s + 1);
         compare(p, what);
     }

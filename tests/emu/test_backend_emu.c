@@ -38,7 +38,9 @@ int main(void)
         "Once upon a time, in a small village by the sea, there lived an old fisherman who "
         "went out every morning before dawn. One day his net brought up something he had "
         "never seen before: a small wooden box, sealed with wax, with letters carved into "
-        "its lid that nobody in the village could read. He",
+        "its lid that nobody in the village could read. He carried it home under his coat, "
+        "set it on the kitchen table, and sat looking at it for a long time while the "
+        "fire burned low and the wind rattled the shutters. At last he",
     };
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
         struct tok_ids ids = {0};
