@@ -83,6 +83,15 @@ qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type)
                                                                     : NULL;
 }
 
+qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemv8_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemv8_avx2(type);
+    default: return ops_qmm_gemv8_scalar(type);
+    }
+}
+
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
@@ -133,6 +142,8 @@ struct qmm_job {
     qmm_tile_fn tile[QMM_MAX_WEIGHTS];
     qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
+    qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
+    const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the context's packed copy of w[i] */
     struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
@@ -142,7 +153,8 @@ struct qmm_job {
 
 /* Rows are handed out in multiples of this: whole 8-row GEMM groups. */
 #define QMM_ROW_ALIGN 8
-_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0, "chunks hold whole tiles");
+_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0 && QMM_ROW_ALIGN % QMM_PR == 0,
+               "chunks hold whole tiles and packed groups");
 
 static int64_t padded_rows(const struct model_weight *w)
 {
@@ -188,6 +200,14 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
             for (; r + 8 <= r1; r += 8)
                 job->gemm8[i](data + (size_t)r * w->row_bytes, w->row_bytes, nb,
                               job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        if (job->gemv8[i]) { /* the packed copy, 8 rows at a time */
+            size_t group_bytes = (size_t)nb * ops_qmm_packed_block_bytes(w->type);
+            for (; r < r1; r += QMM_PR)
+                job->gemv8[i](job->packed[i] + (size_t)(r / QMM_PR) * group_bytes, nb,
+                              job->xq + t0 * nb, nb, t1 - t0,
+                              r1 - r < QMM_PR ? (int)(r1 - r) : QMM_PR, y + t0 * rows + r,
+                              rows);
         }
         for (; r < r1; r += QMM_MR) {
             int mr = r1 - r < QMM_MR ? (int)(r1 - r) : QMM_MR;
@@ -247,7 +267,7 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                        const float *x, int64_t n_tokens, float *const *y)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
+    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
                           ops_ctx_qbuf(ctx), n_tokens};
     int64_t total = 0;
     bool quantize = false;
@@ -256,6 +276,9 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
         if (!job.fgemm8[i]) {
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+            job.packed[i] = ops_ctx_packed(ctx, w[i]);
+            if (job.packed[i])
+                job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
             quantize = true;
         }
         total += padded_rows(w[i]);

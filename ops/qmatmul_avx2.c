@@ -32,6 +32,11 @@ qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
     return gemm8_of(type);
 }
 
+qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type)
+{
+    return gemv8_of(type);
+}
+
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
 {
     return fgemm8;
@@ -46,6 +51,12 @@ qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
 }
 
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type)
 {
     (void)type;
     return NULL;

@@ -34,6 +34,11 @@ qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
     return gemm8_of(type);
 }
 
+qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
+{
+    return gemv8_of(type);
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
@@ -43,6 +48,12 @@ qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
 }
 
 qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
 {
     (void)type;
     return NULL;
