@@ -107,7 +107,7 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
     }
-    /* The matrices in the decode layout (once; prefill reads the stored rows). */
+    /* The matrices in the packed layout, once: every int8 matmul of them reads it. */
     for (int64_t il = 0; il < hp->n_layer && !ctx->exact; il++) {
         const struct model_layer *L = &m->layers[il];
         const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo,

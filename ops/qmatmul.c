@@ -2,10 +2,13 @@
  * (struct qmm_q8, split by tokens over the pool when it is large), then
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
- * blocks that fit in L2: with many tokens, 8 rows at a time through the
- * repacking GEMM where the format has one; otherwise (decode, other formats,
- * leftover rows) in register tiles of QMM_MR rows x QMM_NT tokens, which for
- * one token stream every weight row once. The kernels are in
+ * blocks that fit in L2. A weight the context holds in the packed layout
+ * (Q4_0, Q4_1, Q8_0; ops_ctx_pack_weight) is read only there: with many
+ * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
+ * rows) through the packed GEMV, one sequential stream for 8 rows; both give
+ * a token the same sums. Other weights: the repacking GEMM on stored rows
+ * where the format has one, else register tiles of QMM_MR rows x QMM_NT
+ * tokens, which for one token stream every weight row once. The kernels are in
  * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c and ops/qmatmul_vnni.c (bodies in
  * ops/qmatmul_x86.h); the ISA is picked once per process from the CPU.
  * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
@@ -81,6 +84,15 @@ qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type)
 {
     return is_float_type(type) && ops_qmm_best_isa() != QMM_SCALAR ? ops_qmm_fgemm8_avx2()
                                                                     : NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemm8_packed_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemm8_packed_avx2(type);
+    default: return NULL;
+    }
 }
 
 qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
@@ -197,8 +209,12 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
         int64_t r = r0;
         if (job->gemm8[i] && t1 - t0 >= QMM_GEMM8_MIN_TOKENS) {
             struct qmm_pack8 *pack = ops_ctx_qpack(job->ctx, thread);
+            /* 8 stored rows, or one packed group */
+            size_t step = job->packed[i] ? (size_t)nb * ops_qmm_packed_block_bytes(w->type)
+                                         : 8 * w->row_bytes;
+            const uint8_t *base = job->packed[i] ? job->packed[i] : data;
             for (; r + 8 <= r1; r += 8)
-                job->gemm8[i](data + (size_t)r * w->row_bytes, w->row_bytes, nb,
+                job->gemm8[i](base + (size_t)(r / 8) * step, w->row_bytes, nb,
                               job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
         }
         if (job->gemv8[i]) { /* the packed copy, 8 rows at a time */
@@ -277,8 +293,10 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
             job.packed[i] = ops_ctx_packed(ctx, w[i]);
-            if (job.packed[i])
+            if (job.packed[i]) { /* the packed copy only: the stored rows stay cold */
                 job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
+                job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
+            }
             quantize = true;
         }
         total += padded_rows(w[i]);

@@ -117,6 +117,12 @@ qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type);
 qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type);
 qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa);
 
+/* The 8-row GEMM reading a packed group (w = the group, row_bytes unused)
+ * instead of stored rows, or NULL; the same sums as ops_qmm_gemm8's. */
+qmm_gemm8_fn ops_qmm_gemm8_packed_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
+
 /* The float-weight GEMM (F32, F16, BF16) of the best ISA, or NULL. */
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
 qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);

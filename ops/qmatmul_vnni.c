@@ -39,6 +39,11 @@ qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
     return gemv8_of(type);
 }
 
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
+{
+    return gemm8p_of(type);
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
@@ -54,6 +59,12 @@ qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
 }
 
 qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
 {
     (void)type;
     return NULL;

@@ -470,6 +470,79 @@ GEMV8(q4_1, K_Q4_1)
 GEMV8(q8_0, K_Q8_0)
 #endif
 
+/* The prefill GEMM on a packed group: its blocks are already 8 rows
+ * interleaved, so the repacking is only the nibble split (no transpose). */
+AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
+                         struct qmm_pack8 *out)
+{
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
+    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *blk = p + (size_t)b * pb;
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
+        __m256 m = kind == K_Q4_1
+                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
+                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+        _mm256_store_ps(out[b].d, d);
+        _mm256_store_ps(out[b].m, m);
+        if (kind == K_Q8_0) {
+            UNROLL for (int k = 0; k < 8; k++)
+                _mm256_store_si256((__m256i *)out[b].q[k], load32(blk + qoff + 32 * k));
+        } else {
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m256i V = load32(blk + qoff + 32 * v);
+                _mm256_store_si256((__m256i *)out[b].q[2 * v], _mm256_and_si256(V, m4));
+                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1],
+                                   _mm256_and_si256(_mm256_srli_epi16(V, 4), m4));
+            }
+        }
+    }
+}
+
+/* gemm8 with w a packed group (row_bytes unused). */
+AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                        struct qmm_pack8 *pack)
+{
+    unpack8(kind, w, n_blk, pack);
+    int64_t t = 0;
+    for (; t + QMM_NT <= nt; t += QMM_NT)
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+    switch (nt - t) {
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    default: break;
+    }
+}
+
+#define GEMM8P(name, kind)                                                                   \
+    AVX2 static void gemm8p_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,        \
+                                   const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, \
+                                   int64_t ldy, struct qmm_pack8 *pack)                      \
+    {                                                                                       \
+        (void)row_bytes;                                                                    \
+        gemm8p(kind, w, n_blk, x, ldx, nt, y, ldy, pack);                                    \
+    }
+GEMM8P(q4_0, K_Q4_0)
+GEMM8P(q4_1, K_Q4_1)
+#if QMM_X86_VNNI
+GEMM8P(q8_0, K_Q8_0)
+#endif
+
+static qmm_gemm8_fn gemm8p_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemm8p_q4_0;
+    case QUANT_Q4_1: return gemm8p_q4_1;
+#if QMM_X86_VNNI
+    case QUANT_Q8_0: return gemm8p_q8_0;
+#endif
+    default: return NULL;
+    }
+}
+
 /* (Q8_0 needs VNNI: stored as q + 128, vpmaddubsw's pair sums would saturate.) */
 static qmm_gemv8_fn gemv8_of(enum quant_type type)
 {

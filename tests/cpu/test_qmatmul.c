@@ -14,7 +14,8 @@
  *    tokens, a ragged last row group) against fp64;
  *  - the packed decode layout (ops_qmm_repack, 8 rows interleaved, a ragged
  *    last group) through each ISA's kernel for 1..13 tokens against the same
- *    reference, writing only its outputs, and bit for bit like the GEMM;
+ *    reference, writing only its outputs, and bit for bit like the GEMM
+ *    (which gives the same from the packed group as from the stored rows);
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
  *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
  *    like ops_matmul, and ops_ctx_set_exact switching the path off; again on
@@ -213,6 +214,9 @@ static void check_type(const struct type_case *tc, const struct model *model,
             if (!g || (int)ops_qmm_best_isa() < isa)
                 continue;
             qmm_gemm8_fn g8 = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
+            qmm_gemm8_fn g8p = ops_qmm_gemm8_packed(tc->type, (enum qmm_isa)isa);
+            CHECKF(!g8p == !g8, "%s %s: a packed GEMM exactly where there is a GEMM", name,
+                   ops_qmm_isa_name(isa));
             static const int64_t nts[] = {1, 2, 3, 4, 5, 8, 13};
             for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
                 int64_t n = nts[k];
@@ -223,9 +227,13 @@ static void check_type(const struct type_case *tc, const struct model *model,
                     for (int i = 0; i < 13 * 9; i++)
                         out[i] = SENTINEL;
                     g(packed + (size_t)(r / QMM_PR) * group_bytes, nb, xq, nb, n, nr, out, 9);
-                    if (g8 && nr == QMM_PR)
+                    float o8p[13 * 9];
+                    if (g8 && nr == QMM_PR) {
                         g8((const uint8_t *)w.data + r * w.row_bytes, w.row_bytes, nb, xq, nb, n,
                            o8, 9, pack);
+                        g8p(packed + (size_t)(r / QMM_PR) * group_bytes, 0, nb, xq, nb, n, o8p,
+                            9, pack);
+                    }
                     for (int64_t t = 0; t < 13; t++)
                         for (int j = 0; j < 9; j++) {
                             float v = out[t * 9 + j];
@@ -240,6 +248,12 @@ static void check_type(const struct type_case *tc, const struct model *model,
                                 fprintf(stderr, "%s gemv8 %s n=%lld row %lld tok %lld: %.9g vs "
                                         "%.9g\n", name, ops_qmm_isa_name(isa), (long long)n,
                                         (long long)(r + j), (long long)t, v, ref[q]);
+                            if (g8 && nr == QMM_PR && o8p[t * 9 + j] != o8[t * 9 + j] &&
+                                diff++ < 3)
+                                fprintf(stderr, "%s gemm8 %s packed n=%lld row %lld tok %lld: "
+                                        "%.9g but from stored rows %.9g\n", name,
+                                        ops_qmm_isa_name(isa), (long long)n, (long long)(r + j),
+                                        (long long)t, o8p[t * 9 + j], o8[t * 9 + j]);
                             if (g8 && nr == QMM_PR && v != o8[t * 9 + j] && diff++ < 3)
                                 fprintf(stderr, "%s gemv8 %s n=%lld row %lld tok %lld: %.9g but "
                                         "gemm8 gave %.9g\n", name, ops_qmm_isa_name(isa),
