@@ -27,29 +27,31 @@ size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols)
     return (size_t)(groups * (cols / QMM_QK)) * ops_qmm_packed_block_bytes(type);
 }
 
-/* Row `blk`'s quants as unsigned values u[0..31] (w = d u + m) and its raw
- * f16 d and m (m only for Q4_1). */
-static void unpack_block(enum quant_type type, const uint8_t *blk, uint8_t u[QMM_QK],
-                         uint16_t *d, uint16_t *m)
+/* Row j's block `blk` into packed block p (see ops/qmatmul.h for the
+ * layout); qoff is where p's quants start. Written as plain byte moves the
+ * compiler can vectorize: repacking a large model must take well under a
+ * second. */
+static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint8_t *p,
+                           int qoff)
 {
-    const uint8_t *qs;
-    memcpy(d, blk, sizeof *d);
-    *m = 0;
+    memcpy(p + 2 * j, blk, 2); /* d */
+    uint8_t *q = p + qoff + 4 * j;
     if (type == QUANT_Q8_0) {
-        for (int i = 0; i < QMM_QK; i++)
-            u[i] = (uint8_t)(blk[2 + i] ^ 0x80); /* q + 128 */
+        for (int k = 0; k < QMM_QK / 4; k++)
+            for (int i = 0; i < 4; i++)
+                q[32 * k + i] = (uint8_t)(blk[2 + 4 * k + i] ^ 0x80); /* q + 128 */
         return;
     }
-    if (type == QUANT_Q4_1) {
-        memcpy(m, blk + 2, sizeof *m);
-        qs = blk + 4;
-    } else {
-        qs = blk + 2;
-    }
-    for (int i = 0; i < QMM_QK / 2; i++) {
-        u[i] = qs[i] & 0x0f;
-        u[i + QMM_QK / 2] = qs[i] >> 4;
-    }
+    if (type == QUANT_Q4_1)
+        memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
+    const uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
+    /* quants 0..15 are the low nibbles of qs[0..15], 16..31 the high ones */
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < 4; i++) {
+            uint8_t a = qs[8 * v + i], b = qs[8 * v + 4 + i];
+            q[32 * v + i] = (uint8_t)((a & 0x0f) | (b << 4));
+            q[32 * (v + 2) + i] = (uint8_t)((a >> 4) | (b & 0xf0));
+        }
 }
 
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
@@ -60,38 +62,16 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
                                       : sizeof(struct block_q8_0);
     IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
     int64_t n_blk = w->cols / QMM_QK;
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t b = 0; b < n_blk; b++) {
-            uint8_t *p = dst + (size_t)(g * n_blk + b) * pb;
-            uint8_t u[QMM_PR][QMM_QK];
-            uint16_t d[QMM_PR], m[QMM_PR];
-            for (int j = 0; j < QMM_PR; j++) {
-                int64_t r = g * QMM_PR + j;
-                if (r < w->rows) {
-                    unpack_block(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes +
-                                              (size_t)b * bb, u[j], &d[j], &m[j]);
-                } else { /* padding rows: zero scales, so zero outputs */
-                    memset(u[j], 0, sizeof u[j]);
-                    d[j] = m[j] = 0;
-                }
-            }
-            memcpy(p, d, sizeof d);
-            p += sizeof d;
-            if (w->type == QUANT_Q4_1) {
-                memcpy(p, m, sizeof m);
-                p += sizeof m;
-            }
-            if (w->type == QUANT_Q8_0) {
-                for (int k = 0; k < QMM_QK / 4; k++)
-                    for (int j = 0; j < QMM_PR; j++)
-                        for (int i = 0; i < 4; i++)
-                            p[32 * k + 4 * j + i] = u[j][4 * k + i];
-            } else {
-                for (int v = 0; v < QMM_QK / 8; v++)
-                    for (int j = 0; j < QMM_PR; j++)
-                        for (int i = 0; i < 4; i++)
-                            p[32 * v + 4 * j + i] =
-                                (uint8_t)(u[j][8 * v + i] | u[j][8 * v + 4 + i] << 4);
-            }
+    int qoff = (w->type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *p = dst + (size_t)(g * n_blk) * pb;
+        int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
+        if (rows < QMM_PR) /* padding rows: zero scales and quants, zero outputs */
+            memset(p, 0, (size_t)n_blk * pb);
+        for (int j = 0; j < rows; j++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;
+            for (int64_t b = 0; b < n_blk; b++)
+                pack_row_block(w->type, row + (size_t)b * bb, j, p + (size_t)b * pb, qoff);
         }
+    }
 }
