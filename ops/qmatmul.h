@@ -4,7 +4,10 @@
  * dot products of weight and activation quants, scaled once per block.
  * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
  * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
- * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice).
+ * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice). Q4_0, Q4_1
+ * and Q8_0 weights are read from a copy in a packed 8-row layout the
+ * context makes once (below; ops/qmatmul_pack.c) where the ISA has kernels
+ * for it.
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
