@@ -1,6 +1,8 @@
 /* ops/ctx.c: the run state of a forward pass: the borrowed model, the thread
  * pool and every buffer a pass needs, allocated once here so that prefill
  * and decode never allocate. What the buffers hold is the stages' business.
+ * It also owns the packed copies of the model's Q4_0/Q4_1/Q8_0 matrices that
+ * the int8 matmul reads (ops/qmatmul.h), made once here.
  * Covered by tests/cpu/. */
 #include "ops/ops.h"
 
@@ -14,6 +16,8 @@
 /* A weight's copy in the decode layout of ops/qmatmul.h. */
 struct packed_weight {
     const void *src; /* the stored weight's data: the key */
+    enum quant_type type;
+    int64_t rows, cols; /* (a lookup checks them too) */
     uint8_t *data;   /* ops_qmm_packed_bytes, 64-byte aligned */
 };
 
@@ -263,7 +267,7 @@ int ops_ctx_pack_weight(struct ops_ctx *ctx, const struct model_weight *w)
     ops_pool_run(ctx->pool, groups, 16, repack_task, &job);
     memmove(ctx->packed + at + 1, ctx->packed + at,
             (size_t)(ctx->n_packed - at) * sizeof *ctx->packed);
-    ctx->packed[at] = (struct packed_weight){w->data, data};
+    ctx->packed[at] = (struct packed_weight){w->data, w->type, w->rows, w->cols, data};
     ctx->n_packed++;
     return IG_OK;
 }
@@ -271,5 +275,10 @@ int ops_ctx_pack_weight(struct ops_ctx *ctx, const struct model_weight *w)
 const uint8_t *ops_ctx_packed(const struct ops_ctx *ctx, const struct model_weight *w)
 {
     int64_t at = packed_lower_bound(ctx, w->data);
-    return at < ctx->n_packed && ctx->packed[at].src == w->data ? ctx->packed[at].data : NULL;
+    if (at == ctx->n_packed)
+        return NULL;
+    const struct packed_weight *e = &ctx->packed[at];
+    return e->src == w->data && e->type == w->type && e->rows == w->rows && e->cols == w->cols
+               ? e->data
+               : NULL;
 }
