@@ -381,7 +381,8 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 /* One sequential stream of packed groups, 8 rows in the 8 lanes: per block
  * the quants need at most a mask and a shift, the int32 sums are those of
  * gemm8_tokens and the f32 updates the same operations in the same order,
- * so the result equals the prefill GEMM's bit for bit. */
+ * so the result equals the prefill GEMM's bit for bit. (Q8_0 without VNNI
+ * has no GEMM: there this kernel serves every token count.) */
 AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_blk,
                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
                               int64_t ldy)
@@ -404,6 +405,14 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
                 q[k] = load32(blk + qoff + 32 * k);
+#if !QMM_X86_VNNI
+            /* vpmaddubsw's pair sums of (q + 128) x would saturate int16:
+             * back to signed q, summed as |q| x sign(x, q) (pairs of at most
+             * 2 * 128 * 127), so the sums are of q x and there is no offset */
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
+            m = _mm256_setzero_ps();
+#endif
         } else {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
@@ -422,10 +431,21 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
             }
             __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
 #else
-            __m256i s = _mm256_setzero_si256();
-            UNROLL for (int k = 0; k < 8; k++)
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+            __m256 f;
+            if (kind == K_Q8_0) {
+                __m256i s = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++) {
+                    __m256i pr = _mm256_maddubs_epi16(
+                        _mm256_abs_epi8(q[k]), _mm256_sign_epi8(_mm256_set1_epi32(xq[k]), q[k]));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+                }
+                f = _mm256_cvtepi32_ps(s);
+            } else {
+                __m256i s = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++)
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
+                f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+            }
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
             add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
@@ -466,9 +486,7 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 GEMV8(q4_0, K_Q4_0)
 GEMV8(q4_1, K_Q4_1)
-#if QMM_X86_VNNI
 GEMV8(q8_0, K_Q8_0)
-#endif
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
@@ -543,15 +561,12 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     }
 }
 
-/* (Q8_0 needs VNNI: stored as q + 128, vpmaddubsw's pair sums would saturate.) */
 static qmm_gemv8_fn gemv8_of(enum quant_type type)
 {
     switch (type) {
     case QUANT_Q4_0: return gemv8_q4_0;
     case QUANT_Q4_1: return gemv8_q4_1;
-#if QMM_X86_VNNI
     case QUANT_Q8_0: return gemv8_q8_0;
-#endif
     default: return NULL;
     }
 }
