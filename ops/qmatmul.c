@@ -2,10 +2,13 @@
  * (struct qmm_q8, split by tokens over the pool when it is large), then
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
- * blocks that fit in L2: with many tokens, 8 rows at a time through the
- * repacking GEMM where the format has one; otherwise (decode, other formats,
- * leftover rows) in register tiles of QMM_MR rows x QMM_NT tokens, which for
- * one token stream every weight row once. The kernels are in
+ * blocks that fit in L2. A weight the context holds in the packed layout
+ * (Q4_0, Q4_1, Q8_0; ops_ctx_pack_weight) is read only there: with many
+ * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
+ * rows) through the packed GEMV, one sequential stream for 8 rows; both give
+ * a token the same sums. Other weights: the repacking GEMM on stored rows
+ * where the format has one, else register tiles of QMM_MR rows x QMM_NT
+ * tokens, which for one token stream every weight row once. The kernels are in
  * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c and ops/qmatmul_vnni.c (bodies in
  * ops/qmatmul_x86.h); the ISA is picked once per process from the CPU.
  * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
@@ -83,6 +86,24 @@ qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type)
                                                                     : NULL;
 }
 
+qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemm8_packed_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemm8_packed_avx2(type);
+    default: return NULL;
+    }
+}
+
+qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
+{
+    switch (isa) {
+    case QMM_VNNI: return ops_qmm_gemv8_vnni(type);
+    case QMM_AVX2: return ops_qmm_gemv8_avx2(type);
+    default: return ops_qmm_gemv8_scalar(type);
+    }
+}
+
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
@@ -133,6 +154,8 @@ struct qmm_job {
     qmm_tile_fn tile[QMM_MAX_WEIGHTS];
     qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
+    qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
+    const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the context's packed copy of w[i] */
     struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
@@ -142,7 +165,8 @@ struct qmm_job {
 
 /* Rows are handed out in multiples of this: whole 8-row GEMM groups. */
 #define QMM_ROW_ALIGN 8
-_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0, "chunks hold whole tiles");
+_Static_assert(QMM_ROW_ALIGN % QMM_MR == 0 && QMM_ROW_ALIGN % QMM_PR == 0,
+               "chunks hold whole tiles and packed groups");
 
 static int64_t padded_rows(const struct model_weight *w)
 {
@@ -185,9 +209,21 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
         int64_t r = r0;
         if (job->gemm8[i] && t1 - t0 >= QMM_GEMM8_MIN_TOKENS) {
             struct qmm_pack8 *pack = ops_ctx_qpack(job->ctx, thread);
+            /* 8 stored rows, or one packed group */
+            size_t step = job->packed[i] ? (size_t)nb * ops_qmm_packed_block_bytes(w->type)
+                                         : 8 * w->row_bytes;
+            const uint8_t *base = job->packed[i] ? job->packed[i] : data;
             for (; r + 8 <= r1; r += 8)
-                job->gemm8[i](data + (size_t)r * w->row_bytes, w->row_bytes, nb,
+                job->gemm8[i](base + (size_t)(r / 8) * step, w->row_bytes, nb,
                               job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
+        }
+        if (job->gemv8[i]) { /* the packed copy, 8 rows at a time */
+            size_t group_bytes = (size_t)nb * ops_qmm_packed_block_bytes(w->type);
+            for (; r < r1; r += QMM_PR)
+                job->gemv8[i](job->packed[i] + (size_t)(r / QMM_PR) * group_bytes, nb,
+                              job->xq + t0 * nb, nb, t1 - t0,
+                              r1 - r < QMM_PR ? (int)(r1 - r) : QMM_PR, y + t0 * rows + r,
+                              rows);
         }
         for (; r < r1; r += QMM_MR) {
             int mr = r1 - r < QMM_MR ? (int)(r1 - r) : QMM_MR;
@@ -247,7 +283,7 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                        const float *x, int64_t n_tokens, float *const *y)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
+    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
                           ops_ctx_qbuf(ctx), n_tokens};
     int64_t total = 0;
     bool quantize = false;
@@ -256,6 +292,11 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
         if (!job.fgemm8[i]) {
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+            job.packed[i] = ops_ctx_packed(ctx, w[i]);
+            if (job.packed[i]) { /* the packed copy only: the stored rows stay cold */
+                job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
+                job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
+            }
             quantize = true;
         }
         total += padded_rows(w[i]);

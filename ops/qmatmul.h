@@ -4,7 +4,10 @@
  * dot products of weight and activation quants, scaled once per block.
  * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
  * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
- * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice).
+ * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice). Q4_0, Q4_1
+ * and Q8_0 weights are read from a copy in a packed 8-row layout the
+ * context makes once (below; ops/qmatmul_pack.c) where the ISA has kernels
+ * for it.
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
@@ -63,6 +66,40 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
                               int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
                               int64_t ldy, float *pack);
 
+/* ---- the decode layout: 8 rows interleaved ------------------------------- *
+ *
+ * Q4_0, Q4_1 and Q8_0 weights are repacked once (ops_qmm_repack, at context
+ * creation) so that decode reads one sequential stream with no unpacking
+ * shuffles. Rows go in groups of QMM_PR (the last group padded with zero
+ * rows); a group stores its blocks one after the other, each as
+ *   f16 d[8]; f16 m[8] (Q4_1 only); quants,
+ * where for 4-bit formats the quants are 4 x 32 bytes: byte 4 j + i of
+ * vector v holds row j's quant 8 v + i in its low nibble and 8 v + 4 + i in
+ * its high one; for Q8_0 they are 8 x 32 bytes: byte 4 j + i of vector k is
+ * row j's quant 4 k + i plus 128 (unsigned). So 32-bit lane j of every
+ * unpacked vector k (k = 0..7: low, high nibbles of v = k / 2) holds row j's
+ * quants 4 k .. 4 k + 3: one u8 x s8 dot-accumulate against the token's
+ * quants 4 k .. 4 k + 3 serves 8 rows. Weights are w = d q + m with q
+ * unsigned: m = -8 d (Q4_0), the stored m (Q4_1), -128 d (Q8_0). The sums
+ * are those of the prefill GEMM (struct qmm_pack8), in the same order, so a
+ * token's output does not depend on the path it takes. */
+#define QMM_PR 8
+
+/* Bytes of one packed block of QMM_PR rows, or 0 for a type without the layout. */
+size_t ops_qmm_packed_block_bytes(enum quant_type type);
+
+/* Bytes of the packed copy of a rows x cols weight of `type`. */
+size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols);
+
+/* Packs row groups [g0, g1) of w into `dst` (the whole packed copy, of
+ * ops_qmm_packed_bytes). */
+void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst);
+
+/* y[t * ldy + j] = dot(row j of the packed group p, activation t) for
+ * j < nr <= QMM_PR and t < nt, any nt; n_blk blocks per row. */
+typedef void (*qmm_gemv8_fn)(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy);
+
 enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
 
 /* The tile kernel for weights of `type` on `isa`, or NULL when the type has
@@ -76,6 +113,18 @@ qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa);
+
+/* The packed-layout kernel for `type` on `isa`, or NULL. */
+qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type);
+qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type);
+qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type);
+qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa);
+
+/* The 8-row GEMM reading a packed group (w = the group, row_bytes unused)
+ * instead of stored rows, or NULL; the same sums as ops_qmm_gemm8's. */
+qmm_gemm8_fn ops_qmm_gemm8_packed_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
 
 /* The float-weight GEMM (F32, F16, BF16) of the best ISA, or NULL. */
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
@@ -117,6 +166,15 @@ struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx);
 /* Thread `thread`'s repacking scratch: 4 entries per 32 columns of the
  * widest row (also 8 rows x the widest row of f32 for the float GEMM). */
 struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread);
+
+/* Makes a packed copy of w (the decode layout above) owned by the context,
+ * when the context's ISA has a packed kernel for w's type; matmuls of w then
+ * read the copy. Weights are told apart by their data pointer. Returns IG_OK
+ * (also when w's type has no such kernel) or IG_E_NOMEM. */
+int ops_ctx_pack_weight(struct ops_ctx *ctx, const struct model_weight *w);
+
+/* The packed copy of w, or NULL. */
+const uint8_t *ops_ctx_packed(const struct ops_ctx *ctx, const struct model_weight *w);
 
 /* The exact f32 path for every matmul of this context (true), or the fast
  * int8 path where a kernel exists (false, the default unless the environment

@@ -7,6 +7,7 @@
 #include "core/half.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* Sum over the block of q4 (low or high nibbles of qs[0..15]) * x. */
 static int32_t dot_q4_block(const uint8_t *qs, const int8_t *x)
@@ -153,6 +154,69 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     case QUANT_Q8_0: return tile_q8_0;
     case QUANT_Q4_K: return tile_q4_K;
     case QUANT_Q6_K: return tile_q6_K;
+    default: return NULL;
+    }
+}
+
+/* ---- the packed decode layout (ops/qmatmul.h) ------------------------------ */
+
+/* Row j's quant e of a packed block's quants q. */
+static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
+{
+    if (type == QUANT_Q8_0)
+        return q[32 * (e / 4) + 4 * j + e % 4];
+    int v = e / 8, i = e % 8;
+    uint8_t byte = q[32 * v + 4 * j + i % 4];
+    return i < 4 ? byte & 0x0f : byte >> 4;
+}
+
+/* w = d u + m, so dot = d dx sum(u x) + m s. */
+static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr, float *y,
+                         int64_t ldy)
+{
+    size_t pb = ops_qmm_packed_block_bytes(type);
+    for (int64_t t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++) {
+            float acc = 0, add = 0;
+            for (int64_t b = 0; b < n_blk; b++) {
+                const uint8_t *blk = p + (size_t)b * pb;
+                const struct qmm_q8 *xb = x + t * ldx + b;
+                uint16_t dh, mh = 0;
+                memcpy(&dh, blk + 2 * j, sizeof dh);
+                if (type == QUANT_Q4_1)
+                    memcpy(&mh, blk + 2 * QMM_PR + 2 * j, sizeof mh);
+                float d = ig_f16_to_f32(dh);
+                float m = type == QUANT_Q4_1 ? ig_f16_to_f32(mh)
+                        : type == QUANT_Q4_0 ? -8.0f * d
+                                             : -128.0f * d;
+                const uint8_t *q = blk + (type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+                int32_t s = 0;
+                for (int e = 0; e < QMM_QK; e++)
+                    s += packed_quant(type, q, j, e) * xb->qs[e];
+                acc += d * xb->d * (float)s;
+                add += m * xb->s;
+            }
+            y[t * ldy + j] = acc + add;
+        }
+}
+
+#define SCALAR_GEMV8(name, type)                                                             \
+    static void gemv8_##name(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,       \
+                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)       \
+    {                                                                                       \
+        gemv8_packed(type, p, n_blk, x, ldx, nt, nr, y, ldy);                               \
+    }
+SCALAR_GEMV8(q4_0, QUANT_Q4_0)
+SCALAR_GEMV8(q4_1, QUANT_Q4_1)
+SCALAR_GEMV8(q8_0, QUANT_Q8_0)
+
+qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemv8_q4_0;
+    case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q8_0: return gemv8_q8_0;
     default: return NULL;
     }
 }

@@ -34,6 +34,16 @@ qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
     return gemm8_of(type);
 }
 
+qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
+{
+    return gemv8_of(type);
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
+{
+    return gemm8p_of(type);
+}
+
 #else
 
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
@@ -43,6 +53,18 @@ qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
 }
 
 qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
+{
+    (void)type;
+    return NULL;
+}
+
+qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
 {
     (void)type;
     return NULL;

@@ -376,6 +376,201 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     }
 }
 
+/* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
+
+/* One sequential stream of packed groups, 8 rows in the 8 lanes: per block
+ * the quants need at most a mask and a shift, the int32 sums are those of
+ * gemm8_tokens and the f32 updates the same operations in the same order,
+ * so the result equals the prefill GEMM's bit for bit. (Q8_0 without VNNI
+ * has no GEMM: there this kernel serves every token count.) */
+AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_blk,
+                              const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
+                              int64_t ldy)
+{
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
+    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[QMM_NT], add[QMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        add[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *blk = p + (size_t)b * pb;
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
+        __m256 m = kind == K_Q4_1
+                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
+                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+        __m256i q[8];
+        if (kind == K_Q8_0) {
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = load32(blk + qoff + 32 * k);
+#if !QMM_X86_VNNI
+            /* vpmaddubsw's pair sums of (q + 128) x would saturate int16:
+             * back to signed q, summed as |q| x sign(x, q) (pairs of at most
+             * 2 * 128 * 127), so the sums are of q x and there is no offset */
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
+            m = _mm256_setzero_ps();
+#endif
+        } else {
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m256i V = load32(blk + qoff + 32 * v);
+                q[2 * v] = _mm256_and_si256(V, m4);
+                q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
+            }
+        }
+        UNROLL for (int t = 0; t < nt; t++) {
+            const struct qmm_q8 *xb = x + t * ldx + b;
+            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
+#if QMM_X86_VNNI
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k += 2) {
+                s0 = _mm256_dpbusd_epi32(s0, q[k], _mm256_set1_epi32(xq[k]));
+                s1 = _mm256_dpbusd_epi32(s1, q[k + 1], _mm256_set1_epi32(xq[k + 1]));
+            }
+            __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+#else
+            __m256 f;
+            if (kind == K_Q8_0) {
+                __m256i s = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++) {
+                    __m256i pr = _mm256_maddubs_epi16(
+                        _mm256_abs_epi8(q[k]), _mm256_sign_epi8(_mm256_set1_epi32(xq[k]), q[k]));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+                }
+                f = _mm256_cvtepi32_ps(s);
+            } else {
+                __m256i s = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++)
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
+                f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+            }
+#endif
+            acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
+            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+}
+
+AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
+                       const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr, float *y,
+                       int64_t ldy)
+{
+    float tmp[QMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += QMM_NT) {
+        int n = nt - t < QMM_NT ? (int)(nt - t) : QMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp; /* ragged groups go through tmp */
+        int64_t ld = nr == 8 ? ldy : 8;
+        const struct qmm_q8 *xt = x + t * ldx;
+        switch (n) {
+        case 1: gemv8_tokens(kind, p, n_blk, xt, ldx, 1, yt, ld); break;
+        case 2: gemv8_tokens(kind, p, n_blk, xt, ldx, 2, yt, ld); break;
+        case 3: gemv8_tokens(kind, p, n_blk, xt, ldx, 3, yt, ld); break;
+        default: gemv8_tokens(kind, p, n_blk, xt, ldx, 4, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
+}
+
+#define GEMV8(name, kind)                                                                    \
+    AVX2 static void gemv8_##name(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,  \
+                                  int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)  \
+    {                                                                                       \
+        gemv8(kind, p, n_blk, x, ldx, nt, nr, y, ldy);                                      \
+    }
+GEMV8(q4_0, K_Q4_0)
+GEMV8(q4_1, K_Q4_1)
+GEMV8(q8_0, K_Q8_0)
+
+/* The prefill GEMM on a packed group: its blocks are already 8 rows
+ * interleaved, so the repacking is only the nibble split (no transpose). */
+AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
+                         struct qmm_pack8 *out)
+{
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
+    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *blk = p + (size_t)b * pb;
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
+        __m256 m = kind == K_Q4_1
+                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
+                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+        _mm256_store_ps(out[b].d, d);
+        _mm256_store_ps(out[b].m, m);
+        if (kind == K_Q8_0) {
+            UNROLL for (int k = 0; k < 8; k++)
+                _mm256_store_si256((__m256i *)out[b].q[k], load32(blk + qoff + 32 * k));
+        } else {
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m256i V = load32(blk + qoff + 32 * v);
+                _mm256_store_si256((__m256i *)out[b].q[2 * v], _mm256_and_si256(V, m4));
+                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1],
+                                   _mm256_and_si256(_mm256_srli_epi16(V, 4), m4));
+            }
+        }
+    }
+}
+
+/* gemm8 with w a packed group (row_bytes unused). */
+AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
+                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                        struct qmm_pack8 *pack)
+{
+    unpack8(kind, w, n_blk, pack);
+    int64_t t = 0;
+    for (; t + QMM_NT <= nt; t += QMM_NT)
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+    switch (nt - t) {
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    default: break;
+    }
+}
+
+#define GEMM8P(name, kind)                                                                   \
+    AVX2 static void gemm8p_##name(const uint8_t *w, size_t row_bytes, int64_t n_blk,        \
+                                   const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, \
+                                   int64_t ldy, struct qmm_pack8 *pack)                      \
+    {                                                                                       \
+        (void)row_bytes;                                                                    \
+        gemm8p(kind, w, n_blk, x, ldx, nt, y, ldy, pack);                                    \
+    }
+GEMM8P(q4_0, K_Q4_0)
+GEMM8P(q4_1, K_Q4_1)
+#if QMM_X86_VNNI
+GEMM8P(q8_0, K_Q8_0)
+#endif
+
+static qmm_gemm8_fn gemm8p_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemm8p_q4_0;
+    case QUANT_Q4_1: return gemm8p_q4_1;
+#if QMM_X86_VNNI
+    case QUANT_Q8_0: return gemm8p_q8_0;
+#endif
+    default: return NULL;
+    }
+}
+
+static qmm_gemv8_fn gemv8_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return gemv8_q4_0;
+    case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q8_0: return gemv8_q8_0;
+    default: return NULL;
+    }
+}
+
 /* ---- f32, f16, bf16 weights: 8 rows as lanes, f32 FMA ----------------------------- */
 
 /* With many tokens, 8 rows are converted to f32 and transposed once

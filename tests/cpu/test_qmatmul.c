@@ -12,9 +12,15 @@
  *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
  *  - F32, F16 and BF16 weights through the float FMA GEMM (fast path, 8..130
  *    tokens, a ragged last row group) against fp64;
+ *  - the packed decode layout (ops_qmm_repack, 8 rows interleaved, a ragged
+ *    last group) through each ISA's kernel for 1..13 tokens against the same
+ *    reference, writing only its outputs, and bit for bit like the GEMM
+ *    (which gives the same from the packed group as from the stored rows);
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
  *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
- *    like ops_matmul, and ops_ctx_set_exact switching the path off.
+ *    like ops_matmul, and ops_ctx_set_exact switching the path off; again on
+ *    a context holding a packed copy, where a token's result must also be
+ *    the same for any number of tokens.
  * Guard values catch writes outside the tile. */
 #include "core/half.h"
 #include "core/status.h"
@@ -71,7 +77,8 @@ static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
     CHECKF(bad == 0, "activation quantization: %d bad elements", bad);
 }
 
-static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
+static void check_type(const struct type_case *tc, const struct model *model,
+                       struct ops_ctx *ctx)
 {
     const char *name = quant_type_name(tc->type);
     int64_t cols = tc->cols, nb = cols / QMM_QK;
@@ -194,12 +201,103 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
                    ops_qmm_isa_name(isa), (long long)n, bad);
         }
     }
+    /* the packed decode layout (8 rows interleaved, 37 rows: a ragged last
+     * group) through every ISA's kernel: against the reference, only its
+     * nr x nt outputs written, and bit for bit like the prefill GEMM */
+    if (ops_qmm_packed_block_bytes(tc->type) != 0) {
+        size_t pbytes = ops_qmm_packed_bytes(tc->type, ROWS, cols);
+        uint8_t *packed = malloc(pbytes);
+        ops_qmm_repack(&w, 0, (ROWS + QMM_PR - 1) / QMM_PR, packed);
+        size_t group_bytes = (size_t)nb * ops_qmm_packed_block_bytes(tc->type);
+        for (int isa = 0; isa < QMM_N_ISA; isa++) {
+            qmm_gemv8_fn g = ops_qmm_gemv8(tc->type, (enum qmm_isa)isa);
+            if (!g || (int)ops_qmm_best_isa() < isa)
+                continue;
+            qmm_gemm8_fn g8 = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
+            qmm_gemm8_fn g8p = ops_qmm_gemm8_packed(tc->type, (enum qmm_isa)isa);
+            CHECKF(!g8p == !g8, "%s %s: a packed GEMM exactly where there is a GEMM", name,
+                   ops_qmm_isa_name(isa));
+            static const int64_t nts[] = {1, 2, 3, 4, 5, 8, 13};
+            for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+                int64_t n = nts[k];
+                int bad = 0, diff = 0;
+                for (int64_t r = 0; r < ROWS; r += QMM_PR) {
+                    int nr = ROWS - r < QMM_PR ? (int)(ROWS - r) : QMM_PR;
+                    float out[13 * 9], o8[13 * 9];
+                    for (int i = 0; i < 13 * 9; i++)
+                        out[i] = SENTINEL;
+                    g(packed + (size_t)(r / QMM_PR) * group_bytes, nb, xq, nb, n, nr, out, 9);
+                    float o8p[13 * 9];
+                    if (g8 && nr == QMM_PR) {
+                        g8((const uint8_t *)w.data + r * w.row_bytes, w.row_bytes, nb, xq, nb, n,
+                           o8, 9, pack);
+                        g8p(packed + (size_t)(r / QMM_PR) * group_bytes, 0, nb, xq, nb, n, o8p,
+                            9, pack);
+                    }
+                    for (int64_t t = 0; t < 13; t++)
+                        for (int j = 0; j < 9; j++) {
+                            float v = out[t * 9 + j];
+                            if (t >= n || j >= nr) {
+                                if (v != SENTINEL && bad++ < 3)
+                                    fprintf(stderr, "%s gemv8 %s: wrote outside\n", name,
+                                            ops_qmm_isa_name(isa));
+                                continue;
+                            }
+                            int64_t q = t * ROWS + r + j;
+                            if (fabs(v - ref[q]) > 1e-5 * mag[q] + 1e-30 && bad++ < 3)
+                                fprintf(stderr, "%s gemv8 %s n=%lld row %lld tok %lld: %.9g vs "
+                                        "%.9g\n", name, ops_qmm_isa_name(isa), (long long)n,
+                                        (long long)(r + j), (long long)t, v, ref[q]);
+                            if (g8 && nr == QMM_PR && o8p[t * 9 + j] != o8[t * 9 + j] &&
+                                diff++ < 3)
+                                fprintf(stderr, "%s gemm8 %s packed n=%lld row %lld tok %lld: "
+                                        "%.9g but from stored rows %.9g\n", name,
+                                        ops_qmm_isa_name(isa), (long long)n, (long long)(r + j),
+                                        (long long)t, o8p[t * 9 + j], o8[t * 9 + j]);
+                            if (g8 && nr == QMM_PR && v != o8[t * 9 + j] && diff++ < 3)
+                                fprintf(stderr, "%s gemv8 %s n=%lld row %lld tok %lld: %.9g but "
+                                        "gemm8 gave %.9g\n", name, ops_qmm_isa_name(isa),
+                                        (long long)n, (long long)(r + j), (long long)t, v,
+                                        o8[t * 9 + j]);
+                        }
+                }
+                CHECKF(bad == 0, "%s gemv8 %s, %lld tokens: %d outputs off", name,
+                       ops_qmm_isa_name(isa), (long long)n, bad);
+                CHECKF(diff == 0, "%s gemv8 %s, %lld tokens: %d outputs differ from gemm8", name,
+                       ops_qmm_isa_name(isa), (long long)n, diff);
+            }
+        }
+        free(packed);
+    }
+
     free(pack);
 
-    /* through ops_matmul: the fast path, then exact */
+    /* through ops_matmul: the fast path, then exact; on a context with the
+     * stored rows only, then on one that holds a packed copy of w (where its
+     * result for a token must not depend on the number of tokens) */
+    struct ops_ctx *pctx = NULL;
+    CHECK(ops_ctx_create(model, 2, MAX_T, &pctx) == IG_OK && pctx);
+    CHECK(ops_ctx_pack_weight(pctx, &w) == IG_OK);
+    bool has_packed = ops_ctx_packed(pctx, &w) != NULL;
+    CHECKF(has_packed == (ops_qmm_best_isa() != QMM_SCALAR &&
+                          ops_qmm_gemv8(tc->type, ops_qmm_best_isa()) != NULL),
+           "%s: a packed copy exactly where the ISA has a packed kernel", name);
+    float first[ROWS];
     static const int64_t token_counts[] = {1, 2, 3, 5, 64, 65, 130};
-    for (size_t i = 0; i < sizeof token_counts / sizeof token_counts[0]; i++) {
+    for (size_t run = 0; run < 2 * sizeof token_counts / sizeof token_counts[0]; run++) {
+        size_t i = run % (sizeof token_counts / sizeof token_counts[0]);
         int64_t n = token_counts[i];
+        if (run == sizeof token_counts / sizeof token_counts[0])
+            ctx = pctx;
+        if (ctx == pctx && has_packed) {
+            ops_ctx_set_exact(ctx, false);
+            ops_matmul(ctx, &w, x, n, y);
+            if (n == 1)
+                memcpy(first, y, sizeof first);
+            CHECKF(memcmp(first, y, sizeof first) == 0,
+                   "%s packed: token 0 of %lld differs from the one-token result", name,
+                   (long long)n);
+        }
         ops_ctx_set_exact(ctx, false);
         CHECKF(ops_qmatmul_handles(ctx, &w, n), "%s: the fast path takes %lld tokens", name,
                (long long)n);
@@ -231,6 +329,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
         CHECKF(bad == 0, "%s ops_matmul exact, %lld tokens: %d outputs off", name, (long long)n,
                bad);
     }
+    ops_ctx_free(pctx);
     free(y1);
     free(y);
     free(fmag);
@@ -310,7 +409,7 @@ int main(void)
         return 1;
     printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        check_type(&cases[i], ctx);
+        check_type(&cases[i], &m, ctx);
     check_float_type(QUANT_F32, ctx);
     check_float_type(QUANT_F16, ctx);
     check_float_type(QUANT_BF16, ctx);

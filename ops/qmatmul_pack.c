@@ -1,0 +1,77 @@
+/* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
+ * interleaved per block, scales first): its sizes and the repacking of a
+ * stored Q4_0, Q4_1 or Q8_0 weight into it. Plain C, run once per weight
+ * when a context is created (ops/ctx.c). The kernels that read the layout
+ * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
+ * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
+ * rows' reference) and every model test on the fast path. */
+#include "ops/qmatmul.h"
+
+#include "core/status.h"
+
+#include <string.h>
+
+size_t ops_qmm_packed_block_bytes(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2;
+    case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
+    case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
+    default: return 0;
+    }
+}
+
+size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols)
+{
+    int64_t groups = (rows + QMM_PR - 1) / QMM_PR;
+    return (size_t)(groups * (cols / QMM_QK)) * ops_qmm_packed_block_bytes(type);
+}
+
+/* Row j's block `blk` into packed block p (see ops/qmatmul.h for the
+ * layout); qoff is where p's quants start. Written as plain byte moves the
+ * compiler can vectorize: repacking a large model must take well under a
+ * second. */
+static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint8_t *p,
+                           int qoff)
+{
+    memcpy(p + 2 * j, blk, 2); /* d */
+    uint8_t *q = p + qoff + 4 * j;
+    if (type == QUANT_Q8_0) {
+        for (int k = 0; k < QMM_QK / 4; k++)
+            for (int i = 0; i < 4; i++)
+                q[32 * k + i] = (uint8_t)(blk[2 + 4 * k + i] ^ 0x80); /* q + 128 */
+        return;
+    }
+    if (type == QUANT_Q4_1)
+        memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
+    const uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
+    /* quants 0..15 are the low nibbles of qs[0..15], 16..31 the high ones */
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < 4; i++) {
+            uint8_t a = qs[8 * v + i], b = qs[8 * v + 4 + i];
+            q[32 * v + i] = (uint8_t)((a & 0x0f) | (b << 4));
+            q[32 * (v + 2) + i] = (uint8_t)((a >> 4) | (b & 0xf0));
+        }
+}
+
+void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
+{
+    size_t pb = ops_qmm_packed_block_bytes(w->type);
+    size_t bb = w->type == QUANT_Q4_0 ? sizeof(struct block_q4_0)
+              : w->type == QUANT_Q4_1 ? sizeof(struct block_q4_1)
+                                      : sizeof(struct block_q8_0);
+    IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
+    int64_t n_blk = w->cols / QMM_QK;
+    int qoff = (w->type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *p = dst + (size_t)(g * n_blk) * pb;
+        int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
+        if (rows < QMM_PR) /* padding rows: zero scales and quants, zero outputs */
+            memset(p, 0, (size_t)n_blk * pb);
+        for (int j = 0; j < rows; j++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;
+            for (int64_t b = 0; b < n_blk; b++)
+                pack_row_block(w->type, row + (size_t)b * bb, j, p + (size_t)b * pb, qoff);
+        }
+    }
+}
