@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh: the checks that need a GPU, in one run (< 8 minutes on
 # an A100/H100-class machine): build the CUDA pieces for this GPU only, run the
-# ctest label `gpu` (kernels on the GPU against the CPU reference), then time
-# the prefill attention kernel against PyTorch's scaled_dot_product_attention
-# (bench/sdpa_compare.py). `make gpu-check` runs it.
+# ctest label `gpu` (kernels on the GPU against the CPU reference, every
+# attention variant), then time every variant of the prefill attention kernel
+# against PyTorch's scaled_dot_product_attention (bench/sdpa_compare.py, one
+# table per head dim). `make gpu-check` runs it.
 #   BUILD=build-gpu  build directory      PYTHON=python3  Python with torch
 # Libraries the machine lacks (cJSON) come from .devdeps/root when present
 # (scripts/device-deps.sh makes it).
@@ -41,7 +42,7 @@ else
     # build the attention pieces directly with nvcc.
     echo "cmake configure failed (see $BUILD/configure.log); building with nvcc directly"
     nv="nvcc -O2 -std=c++17 -arch=sm_$arch -I."
-    srcs="prefill/flash_attn.cu prefill/flash_attn_ref.c core/status.c"
+    srcs="prefill/flash_attn.cu prefill/flash_attn_ref.c prefill/flash_attn_choose.c core/status.c"
     $nv -o "$BUILD/test_flash_attn_gpu" tests/gpu/test_flash_attn_gpu.c $srcs -lm
     $nv -o "$BUILD/bench_flash_attn" bench/bench_flash_attn.c $srcs -lm
     step "test_flash_attn_gpu"
