@@ -7,9 +7,11 @@
  * stream through shared memory with cp.async, double-buffered (tile t+1
  * loads while tile t computes). The tile sizes are a template parameter:
  * every variant of PREFILL_ATTN_VARIANTS (prefill/flash_attn.h) is compiled,
- * prefill_attn_choose picks one per call. S = Q K^T and O += P V run on tensor cores (mma.m16n8k16, fp32
- * accumulate) fed by ldmatrix; the online softmax lives in registers, its
- * row reductions are quad shuffles, exp2 with the scale folded in. Tiles past
+ * prefill_attn_choose picks one per call. S = Q K^T and O += P V run on
+ * tensor cores (mma.m16n8k16, fp32 accumulate) fed by ldmatrix (Q kept in
+ * registers, or reloaded from shared memory every k-step where registers are
+ * short); the online softmax lives in registers, its row reductions are quad
+ * shuffles, exp2 with the scale folded in. Tiles past
  * the diagonal are never visited, 16-key slices past a warp's last row are
  * skipped, and the mask is applied only to tiles that cross the warp's
  * diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
@@ -187,7 +189,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
             o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0;
     }
     /* Lanes' ldmatrix rows: Q and V (rows lane % 16, column half lane / 16),
-     * K (two n8 tiles: rows lane % 8 + 8 (lane / 16), column half (lane / 8) % 2). */
+     * K (two n8 tiles: rows lane % 8 + 8 (lane / 16), column half (lane / 8) % 2).
+     * Within the first 64 columns swz does not depend on ROWS, so one z serves
+     * Q and V. */
     const int z_qv = lane_swz<HD, kBlockM>(lane % 16, lane / 16);
     const int z_k = lane_swz<HD, kBlockN>(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
     const uint16_t *sQw = sQ + warp * kRowsW * 64; /* this warp's rows, page 0 */

@@ -9,9 +9,9 @@
  * combinations (emulation under ASan costs ~10^4x the GPU).
  * IGNITE_EMU_FULL=1 runs the full product on every n.
  * That is for the chooser's variant (PREFILL_ATTN_DEFAULT_VARIANT, or the one
- * IGNITE_FLASH_VARIANT names); with the argument --variants every other
- * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (a second
- * ctest entry, so the two run in parallel). Label emu. */
+ * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
+ * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
+ * entry per other variant, test_flash_attn_emu_NAME). Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -130,35 +130,33 @@ static void check_chooser(void)
     attn_case_free(&c);
 }
 
-/* Every variant but the chooser's own (covered in full by main) on a
- * reduced list: ragged n, pos0 = 0 and > 0, several query tiles and K/V
- * tiles, every GQA ratio, both head dims and types. */
-static void run_variants(void)
+/* One variant on a reduced list: ragged n, pos0 = 0 and > 0, several query
+ * and K/V tiles, every GQA ratio, both head dims (those it is built for)
+ * and both types. */
+static void run_variant(int v)
 {
-    const int own = PREFILL_ATTN_DEFAULT_VARIANT;
-    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
-        if (v == own)
+    int64_t t0 = ig_now_ns();
+    for (int64_t hd = 64; hd <= 128; hd += 64) {
+        if (!prefill_attn_variant_supports(v, hd))
             continue;
-        int64_t t0 = ig_now_ns();
-        for (int64_t hd = 64; hd <= 128; hd += 64) {
-            if (!prefill_attn_variant_supports(v, hd))
-                continue;
-            run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
-            run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
-            run_case_v(65, 37, 4, hd, hd == 64 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16, v);
-            run_case_v(300, 100, 1, hd, hd == 64 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16, v);
-        }
-        fprintf(stderr, "variant %s: %.1f s\n", prefill_attn_variant_name(v),
-                (double)(ig_now_ns() - t0) * 1e-9);
+        run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
+        run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
+        run_case_v(65, 37, 4, hd, hd == 64 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16, v);
+        run_case_v(300, 100, 1, hd, hd == 64 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16, v);
     }
+    fprintf(stderr, "variant %s: %.1f s\n", prefill_attn_variant_name(v),
+            (double)(ig_now_ns() - t0) * 1e-9);
 }
 
 int main(int argc, char **argv)
 {
     static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
-    if (argc > 1 && strcmp(argv[1], "--variants") == 0) {
-        run_variants();
-        return test_summary("test_flash_attn_emu --variants");
+    if (argc > 2 && strcmp(argv[1], "--variant") == 0) {
+        int v = prefill_attn_variant_find(argv[2]);
+        CHECKF(v != PREFILL_ATTN_AUTO, "no variant %s", argv[2]);
+        if (v != PREFILL_ATTN_AUTO)
+            run_variant(v);
+        return test_summary("test_flash_attn_emu --variant");
     }
     check_chooser();
     int full = getenv("IGNITE_EMU_FULL") != NULL;
