@@ -94,6 +94,7 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int v
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = PREFILL_ATTN_BF16;
 
+    int failed = 0;
     const double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
     int first = variant < 0 ? PREFILL_ATTN_AUTO + 1 : variant;
     int last = variant < 0 ? PREFILL_ATTN_N_VARIANTS - 1 : variant;
@@ -101,11 +102,14 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int v
         if (v != PREFILL_ATTN_AUTO && !prefill_attn_variant_supports(v, hd))
             continue;
         float ms = time_variant(&p, v);
-        if (ms < 0)
-            return 1;
         struct prefill_attn_tile t;
-        if (prefill_attn_choose(&p, &t))
-            return 1;
+        if (ms < 0 || prefill_attn_choose(&p, &t)) {
+            /* a launch the chooser or the runtime refused: the other variants still run */
+            fprintf(stderr, "bench_flash_attn: variant %s failed (hd %lld, n %lld)\n",
+                    v ? prefill_attn_variant_name(v) : "auto", (long long)hd, (long long)n);
+            failed = 1;
+            continue;
+        }
         printf("flash_attn variant=%s n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f "
                "tflops=%.2f\n", prefill_attn_variant_name(t.variant), (long long)n_head,
                (long long)n_head_kv, (long long)hd, (long long)n, ms,
@@ -115,7 +119,7 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int v
     const void *bufs[] = {p.q, p.k, p.v, p.k_cache, p.v_cache, p.o, p.lse};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         CK(cudaFree((void *)bufs[i]));
-    return 0;
+    return failed;
 }
 
 int main(int argc, char **argv)
@@ -136,16 +140,16 @@ int main(int argc, char **argv)
         }
         argc -= 2, argv += 2;
     }
+    int failed = 0; /* a failed variant is reported; the sweep goes on */
     if (argc >= 5) {
         for (int i = 4; i < argc; i++)
-            if (bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i]), variant))
-                return 1;
-        return 0;
+            failed |= bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i]),
+                            variant);
+        return failed;
     }
     static const int64_t hds[] = {128, 64}, ns[] = {512, 1024, 2048, 4096, 8192, 16384};
     for (size_t h = 0; h < 2; h++)
         for (size_t i = 0; i < 6; i++)
-            if (bench(32, 8, hds[h], ns[i], variant))
-                return 1;
-    return 0;
+            failed |= bench(32, 8, hds[h], ns[i], variant);
+    return failed;
 }

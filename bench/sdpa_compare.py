@@ -60,18 +60,21 @@ def main():
         return 77
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     ns = [n for n in (512, 1024, 2048, 4096, 8192, 16384) if n <= args.max_n]
+    status = 0
     for hd in (128, 64):
         out = subprocess.run([args.bin, "--variant", args.variant, "32", "8", str(hd)] +
                              [str(n) for n in ns], capture_output=True, text=True)
-        if out.returncode != 0:
+        if out.returncode != 0:  # report, and still print what was timed
             print(out.stderr, file=sys.stderr)
-            return 1
+            status = 1
         ours = {}  # variant -> n -> TFLOP/s
         for line in out.stdout.splitlines():
             m = re.search(r"variant=(\S+) .*n=(\d+) ms=([\d.]+) tflops=([\d.]+)", line)
             if m:
                 ours.setdefault(m.group(1), {})[int(m.group(2))] = float(m.group(4))
         names = list(ours)
+        if not names:
+            continue
         w = max([7] + [len(v) for v in names])
         print(f"\nhd {hd}: TFLOP/s")
         print(f"{'n':>6} " + " ".join(f"{v:>{w}}" for v in names) +
@@ -79,14 +82,14 @@ def main():
         for n in ns:
             _, t_tf = torch_tflops(torch, F, n, hd)
             row = {v: ours[v].get(n, float("nan")) for v in names}
-            best = max(names, key=lambda v: row[v])
+            best = max(names, key=lambda v: row[v] if row[v] == row[v] else -1.0)  # NaN: failed
             print(f"{n:>6} " + " ".join(f"{row[v]:>{w}.1f}" for v in names) +
                   f" {t_tf:>7.1f} {best:>{w}} {row[best] / t_tf:>10.2f}", flush=True)
         mean = {v: sum(ours[v].get(n, 0.0) for n in ns) / len(ns) for v in names}
         top = max(names, key=lambda v: mean[v])
         print(f"hd {hd}: best mean over n: {top} ({mean[top]:.1f} TFLOP/s); at n={ns[-1]}: "
               f"{max(names, key=lambda v: ours[v].get(ns[-1], 0.0))}", flush=True)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

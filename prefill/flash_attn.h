@@ -64,7 +64,7 @@ struct prefill_attn_params {
 };
 
 /* The CUDA kernel's tile configurations ("variants"), compiled side by side.
- * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims):
+ * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks):
  *   block_m   query rows per block = warps * 16 * m_tiles
  *   block_n   keys per K/V tile
  *   m_tiles   m16 tiles per warp: with 2, every K/V fragment feeds 4 mma
@@ -73,14 +73,17 @@ struct prefill_attn_params {
  *             registers for the O accumulator)
  *   head_dims which head dims it is built for: 1 = 64, 2 = 128, 3 = both
  *             (a tile that would spill at 128 is built for 64 only)
+ *   min_blocks blocks per SM the register allocation must allow
+ *             (__launch_bounds__; 1 = no constraint beyond the block size)
  * The one table: the chooser, the kernel templates and the tests read it. */
 #define PREFILL_ATTN_VARIANTS(X)                                               \
-    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3)                                   \
-    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3)                                \
-    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3)                             \
-    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1)                                 \
-    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2)                           \
-    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3)
+    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 1)                                \
+    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1)                             \
+    X(M128W8N32R, "m128w8n32r", 128, 32, 8, 1, 0, 3, 2)                       \
+    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3)                          \
+    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 1)                              \
+    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 1)                        \
+    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 1)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */

@@ -18,7 +18,8 @@ struct variant_row {
 
 static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
     [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0},
-#define ROW_(id, name, bm, bn, w, mt, qhd, hds) [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds},
+#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb) \
+    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds},
     PREFILL_ATTN_VARIANTS(ROW_)
 #undef ROW_
 };
