@@ -11,10 +11,10 @@
  * tensor cores (mma.m16n8k16, fp32 accumulate) fed by ldmatrix (Q kept in
  * registers, or reloaded from shared memory every k-step where registers are
  * short); the online softmax lives in registers, its row reductions are quad
- * shuffles, exp2 with the scale folded in. Tiles past
- * the diagonal are never visited, 16-key slices past a warp's last row are
- * skipped, and the mask is applied only to tiles that cross the warp's
- * diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
+ * shuffles, exp2 (the bare MUFU.EX2, ig_exp2_approx) with the scale folded
+ * in. Tiles past the diagonal are never visited, 16-key slices past a warp's
+ * last row are skipped, and the mask is applied only to tiles that cross the
+ * warp's diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block
@@ -97,12 +97,8 @@ __device__ __forceinline__ void load_tile(uint16_t *tile, const uint16_t *any, S
     }
 }
 
-/* min_blocks 1 is passed as 0 (unspecified): an explicit 1 makes ptxas
- * allocate differently (m64w4: 171 -> 203 registers at hd 128, 127 -> 141
- * at hd 64, one block per SM less). */
 template <class T, int HD, int V>
-__global__ void __launch_bounds__(32 * variant<V>::warps,
-                                  variant<V>::min_blocks > 1 ? variant<V>::min_blocks : 0)
+__global__ void __launch_bounds__(32 * variant<V>::warps, variant<V>::min_blocks)
 flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 {
     constexpr int kWarps = variant<V>::warps, kThreads = 32 * kWarps;
@@ -300,7 +296,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 mx = fmaxf(mx, ig_shfl_xor_f32(mx, 2));
                 /* A row with every key masked so far keeps a zero offset (no NaN). */
                 const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
-                const float corr = ig_exp2(m[mt][r] * scale_log2 - base);
+                const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - base);
                 m[mt][r] = mx;
                 l[mt][r] *= corr;
                 IG_UNROLL
@@ -311,7 +307,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 IG_UNROLL
                 for (int j = 0; j < kBlockN / 8; j++)
                     for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        s[mt][j][e] = ig_exp2(s[mt][j][e] * scale_log2 - base);
+                        s[mt][j][e] = ig_exp2_approx(s[mt][j][e] * scale_log2 - base);
                         l[mt][r] += s[mt][j][e];
                     }
             }

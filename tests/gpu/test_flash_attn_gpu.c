@@ -1,8 +1,8 @@
 /* tests/gpu/test_flash_attn_gpu.c: the prefill attention kernel on a real GPU
  * (prefill_attn_cuda), every variant of PREFILL_ATTN_VARIANTS, against fp64,
  * with the same cases, sentinels and tolerance rule as the emulated test
- * (tests/emu/attn_case.h), plus longer sequences the emulator cannot afford. Exits 77 (skipped) when
- * no CUDA device is present. Label gpu. */
+ * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
+ * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
