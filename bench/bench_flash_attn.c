@@ -1,16 +1,19 @@
 /* bench/bench_flash_attn.c: times the prefill attention kernel
  * (prefill_attn_cuda) on the GPU: B = 1, causal, bf16, pos0 = 0, the cache
- * write included. One line per shape on stdout:
- *   flash_attn n_head=32 n_head_kv=8 hd=128 n=4096 ms=... tflops=...
+ * write included. One line per shape and variant on stdout:
+ *   flash_attn variant=m64w4 n_head=32 n_head_kv=8 hd=128 n=4096 ms=... tflops=...
  * FLOPs counted as 4 * hd * n_head * n(n+1)/2 (the causal half of QK^T and PV).
- * Usage: bench_flash_attn [n_head n_head_kv hd n...]; without arguments a
- * default sweep. Exits 77 without a GPU. Driven by bench/sdpa_compare.py. */
+ * Usage: bench_flash_attn [--variant NAME|all|auto] [n_head n_head_kv hd n...];
+ * without sizes a default sweep; without --variant the chooser's pick
+ * ("auto"); "all" times every variant built for the head dim on the same
+ * buffers. Exits 77 without a GPU. Driven by bench/sdpa_compare.py. */
 #include "prefill/flash_attn.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CK(call)                                                                \
     do {                                                                        \
@@ -37,7 +40,40 @@ static void *dev_random(size_t elems, unsigned seed)
     return d;
 }
 
-static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
+/* Back-to-back launches between two events, after 3 warm-up calls; a first
+ * batch of 5 sizes a batch of about 40 ms. Returns ms per call, or < 0. */
+static float time_variant(struct prefill_attn_params *p, int variant)
+{
+    p->variant = variant;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (prefill_attn_cuda(p, NULL))
+            return -1;
+    CK(cudaDeviceSynchronize());
+    float ms = 0;
+    int iters = 5;
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaEventRecord(a, NULL));
+        for (int i = 0; i < iters; i++)
+            if (prefill_attn_cuda(p, NULL))
+                return -1;
+        CK(cudaEventRecord(b, NULL));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (pass == 0) {
+            int want = ms > 0.0f ? (int)(40.0f / (ms / (float)iters)) : 1000;
+            iters = want < 5 ? 5 : (want > 1000 ? 1000 : want);
+        }
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ms / (float)iters;
+}
+
+/* variant: an enum prefill_attn_variant, or -1 for every one built for hd. */
+static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int variant)
 {
     struct prefill_attn_params p = {0};
     p.q = dev_random((size_t)(n * n_head * hd), 1);
@@ -58,42 +94,32 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n)
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = PREFILL_ATTN_BF16;
 
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++)
-        if (prefill_attn_cuda(&p, NULL))
-            return 1;
-    CK(cudaDeviceSynchronize());
-    /* Back-to-back launches between two events; a first batch of 5 sizes a
-     * batch of about 100 ms. */
-    float ms = 0;
-    int iters = 5;
-    for (int pass = 0; pass < 2; pass++) {
-        CK(cudaEventRecord(a, NULL));
-        for (int i = 0; i < iters; i++)
-            if (prefill_attn_cuda(&p, NULL))
-                return 1;
-        CK(cudaEventRecord(b, NULL));
-        CK(cudaEventSynchronize(b));
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (pass == 0) {
-            int want = ms > 0.0f ? (int)(100.0f / (ms / (float)iters)) : 2000;
-            iters = want < 5 ? 5 : (want > 2000 ? 2000 : want);
+    int failed = 0;
+    const double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
+    int first = variant < 0 ? PREFILL_ATTN_AUTO + 1 : variant;
+    int last = variant < 0 ? PREFILL_ATTN_N_VARIANTS - 1 : variant;
+    for (int v = first; v <= last; v++) {
+        if (v != PREFILL_ATTN_AUTO && !prefill_attn_variant_supports(v, hd))
+            continue;
+        float ms = time_variant(&p, v);
+        struct prefill_attn_tile t;
+        if (ms < 0 || prefill_attn_choose(&p, &t)) {
+            /* a launch the chooser or the runtime refused: the other variants still run */
+            fprintf(stderr, "bench_flash_attn: variant %s failed (hd %lld, n %lld)\n",
+                    v ? prefill_attn_variant_name(v) : "auto", (long long)hd, (long long)n);
+            failed = 1;
+            continue;
         }
+        printf("flash_attn variant=%s n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f "
+               "tflops=%.2f\n", prefill_attn_variant_name(t.variant), (long long)n_head,
+               (long long)n_head_kv, (long long)hd, (long long)n, ms,
+               flops / (ms * 1e-3) / 1e12);
+        fflush(stdout);
     }
-    ms /= (float)iters;
-    double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
-    printf("flash_attn n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f tflops=%.2f\n",
-           (long long)n_head, (long long)n_head_kv, (long long)hd, (long long)n, ms,
-           flops / (ms * 1e-3) / 1e12);
-    fflush(stdout);
     const void *bufs[] = {p.q, p.k, p.v, p.k_cache, p.v_cache, p.o, p.lse};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         CK(cudaFree((void *)bufs[i]));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    return 0;
+    return failed;
 }
 
 int main(int argc, char **argv)
@@ -103,16 +129,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_flash_attn: no CUDA device\n");
         return 77;
     }
+    int variant = PREFILL_ATTN_AUTO;
+    if (argc >= 3 && strcmp(argv[1], "--variant") == 0) {
+        if (strcmp(argv[2], "all") == 0)
+            variant = -1;
+        else if (strcmp(argv[2], "auto") != 0 &&
+                 (variant = prefill_attn_variant_find(argv[2])) == PREFILL_ATTN_AUTO) {
+            fprintf(stderr, "bench_flash_attn: no variant %s\n", argv[2]);
+            return 2;
+        }
+        argc -= 2, argv += 2;
+    }
+    int failed = 0; /* a failed variant is reported; the sweep goes on */
     if (argc >= 5) {
         for (int i = 4; i < argc; i++)
-            if (bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i])))
-                return 1;
-        return 0;
+            failed |= bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i]),
+                            variant);
+        return failed;
     }
     static const int64_t hds[] = {128, 64}, ns[] = {512, 1024, 2048, 4096, 8192, 16384};
     for (size_t h = 0; h < 2; h++)
         for (size_t i = 0; i < 6; i++)
-            if (bench(32, 8, hds[h], ns[i]))
-                return 1;
-    return 0;
+            failed |= bench(32, 8, hds[h], ns[i], variant);
+    return failed;
 }

@@ -67,6 +67,22 @@ __device__ __forceinline__ float ig_exp2(float x)
     return exp2f(x);
 }
 
+/* 2^x as the one MUFU.EX2 instruction (ex2.approx.ftz.f32: about 2 ulp,
+ * results below 2^-126 flushed to 0). exp2f wraps the same instruction in a
+ * 3-instruction range fix-up for denormal results, which costs issue slots
+ * in a softmax. The emulator computes exp2f (it differs only on those tiny
+ * results). */
+__device__ __forceinline__ float ig_exp2_approx(float x)
+{
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 /* ---- mma.sync m16n8k16, f32 accumulate ------------------------------------ */
 
 /* d = a * b + c for a 16x16 A (4 regs), a 16x8 B (2 regs) and 16x8 f32 C/D

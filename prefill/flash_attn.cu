@@ -2,15 +2,19 @@
  * (FlashAttention-2 structure) and its launcher; semantics, cache layout and
  * params in prefill/flash_attn.h.
  *
- * One block per (query tile of PREFILL_ATTN_BLOCK_M rows, query head); each of its
- * warps owns 16 query rows. K/V tiles of PREFILL_ATTN_BLOCK_N keys stream through
- * shared memory with cp.async, double-buffered (tile t+1 loads while tile t
- * computes). S = Q K^T and O += P V run on tensor cores (mma.m16n8k16, fp32
- * accumulate) fed by ldmatrix; the online softmax lives in registers, its
- * row reductions are quad shuffles, exp2 with the scale folded in. Tiles past
- * the diagonal are never visited, 16-key slices past a warp's last row are
- * skipped, and the mask is applied only to tiles that cross the warp's
- * diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
+ * One block per (query tile of block_m rows, query head); each of its warps
+ * owns m_tiles m16 tiles (16 or 32 query rows). K/V tiles of block_n keys
+ * stream through shared memory with cp.async, double-buffered (tile t+1
+ * loads while tile t computes). The tile sizes are a template parameter:
+ * every variant of PREFILL_ATTN_VARIANTS (prefill/flash_attn.h) is compiled,
+ * prefill_attn_choose picks one per call. S = Q K^T and O += P V run on
+ * tensor cores (mma.m16n8k16, fp32 accumulate) fed by ldmatrix (Q kept in
+ * registers, or reloaded from shared memory every k-step where registers are
+ * short); the online softmax lives in registers, its row reductions are quad
+ * shuffles, exp2 (the bare MUFU.EX2, ig_exp2_approx) with the scale folded
+ * in. Tiles past the diagonal are never visited, 16-key slices past a warp's
+ * last row are skipped, and the mask is applied only to tiles that cross the
+ * warp's diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block
@@ -23,14 +27,25 @@
 #include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
 
+/* Full unrolling keeps the fragment arrays in registers (a loop left rolled
+ * indexes them at run time and moves them to the stack). */
+#if defined(__CUDACC__)
+#define IG_UNROLL _Pragma("unroll")
+#else
+#define IG_UNROLL
+#endif
+
 namespace {
 
-constexpr int kWarps = PREFILL_ATTN_WARPS;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockM = PREFILL_ATTN_BLOCK_M; /* query rows per block */
-constexpr int kBlockN = PREFILL_ATTN_BLOCK_N; /* keys per K/V tile */
-static_assert(kBlockM == 16 * kWarps, "each warp owns 16 query rows (one m16 tile)");
-static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
+/* The variant table as compile-time constants: variant<V>::block_m etc. */
+template <int V> struct variant;
+#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb)            \
+    template <> struct variant<PREFILL_ATTN_##id> {                             \
+        static constexpr int block_m = bm, block_n = bn, warps = w, m_tiles = mt; \
+        static constexpr int q_regs_max_hd = qhd, head_dims = hds, min_blocks = minb; \
+    };
+PREFILL_ATTN_VARIANTS(IG_FLASH_VARIANT_)
+#undef IG_FLASH_VARIANT_
 
 /* 16-byte-aligned chunk of 8 elements, for global-to-global copies. */
 struct alignas(16) chunk16 {
@@ -47,23 +62,55 @@ __device__ __forceinline__ int swz(int row, int col)
     return (col / 64) * ROWS * 64 + row * 64 + ((((col / 8) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
+/* ldmatrix addressing of 16x16 blocks: a lane addresses row rl (0..15) and
+ * 8-column half cl (0/1) of each block. With z = swz(rl, 8 cl) (the lane's
+ * offset in the first block), the block at row r16 and column c16
+ * (multiples of 16, compile-time after unrolling, or warp-uniform) has
+ *   swz(r16 + rl, c16 + 8 cl) = (c16 / 64) * ROWS * 64 + r16 * 64
+ *                               + (z ^ (((c16 % 64) / 8) << 3))
+ * since r16 % 8 == 0, z's chunk bits are cl ^ rl % 8 and an even chunk index
+ * plus cl is the same as XOR with cl. One register and one XOR per
+ * ldmatrix, instead of address math the compiler hoisted out of the K/V
+ * loop (and spilled). */
+template <int HD, int ROWS>
+__device__ __forceinline__ int lane_swz(int rl, int cl)
+{
+    return swz<HD, ROWS>(rl, 8 * cl);
+}
+
+template <int ROWS>
+__device__ __forceinline__ int blk_off(int z, int r16, int c16)
+{
+    return (c16 / 64) * ROWS * 64 + r16 * 64 + (z ^ (((c16 % 64) / 8) << 3));
+}
+
 /* Issues the cp.async of a [ROWS][HD] tile whose row r comes from src(r)
  * (NULL = past the end: zero-filled). */
-template <int HD, int ROWS, class Src>
+template <int HD, int ROWS, int THREADS, class Src>
 __device__ __forceinline__ void load_tile(uint16_t *tile, const uint16_t *any, Src src)
 {
     constexpr int kChunks = ROWS * HD / 8;
-    for (int c = (int)threadIdx.x; c < kChunks; c += kThreads) {
+    for (int c = (int)threadIdx.x; c < kChunks; c += THREADS) {
         int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
         const uint16_t *row = src(r);
         ig_cp_async16(&tile[swz<HD, ROWS>(r, col)], row ? row + col : any, row != nullptr);
     }
 }
 
-template <class T, int HD>
-__global__ void __launch_bounds__(kThreads)
+template <class T, int HD, int V>
+__global__ void __launch_bounds__(32 * variant<V>::warps, variant<V>::min_blocks)
 flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 {
+    constexpr int kWarps = variant<V>::warps, kThreads = 32 * kWarps;
+    constexpr int kBlockM = variant<V>::block_m; /* query rows per block */
+    constexpr int kBlockN = variant<V>::block_n; /* keys per K/V tile */
+    constexpr int kMT = variant<V>::m_tiles;     /* m16 tiles per warp */
+    constexpr int kRowsW = 16 * kMT;             /* query rows per warp */
+    constexpr bool kQRegs = HD <= variant<V>::q_regs_max_hd;
+    static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
+    static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
+    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
+
     IG_DYN_SHARED(uint16_t, smem);
     uint16_t *sQ = smem;                         /* [kBlockM][HD] */
     uint16_t *sK = sQ + kBlockM * HD;            /* [2][kBlockN][HD] */
@@ -71,18 +118,18 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    /* Heaviest tiles (most keys) first: better tail balance. */
-    const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * kBlockM;
-    const int64_t h = blockIdx.y, group = p.n_head / p.n_head_kv, hk = h / group;
-    const int64_t n = p.n_tokens, pos0 = p.pos0, kv_len = pos0 + n;
+    /* Positions fit in 32 bits (the chooser checks pos0 + n_tokens < 2^31):
+     * 32-bit loop state leaves registers to the accumulators. Heaviest tiles
+     * (most keys) first: better tail balance. */
+    const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
+    const int h = (int)blockIdx.y, group = (int)(p.n_head / p.n_head_kv), hk = h / group;
+    const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
     const uint16_t *q = (const uint16_t *)p.q + h * p.q_head_stride;
-    const uint16_t *kc = (const uint16_t *)p.k_cache + hk * p.cache_head_stride;
-    const uint16_t *vc = (const uint16_t *)p.v_cache + hk * p.cache_head_stride;
-    const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride;
-    const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride;
 
     /* Fused cache write: this block's rows of the chunk, by one head per group. */
     if (h % group == 0) {
+        const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride;
+        const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride;
         const int64_t rows = n - q0 < kBlockM ? n - q0 : kBlockM;
         for (int64_t c = threadIdx.x; c < rows * (HD / 8); c += kThreads) {
             int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8;
@@ -95,39 +142,64 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     }
 
     /* Keys of the last query of the tile bound the tiles to visit. */
-    const int64_t q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
+    const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
     const int n_tiles = (int)((pos0 + q_last) / kBlockN + 1);
 
     auto load_kv = [&](int tile, int stage) {
-        const int64_t j0 = (int64_t)tile * kBlockN;
+        const int j0 = tile * kBlockN;
         auto row_of = [&](const uint16_t *cache, const uint16_t *chunk, int64_t stride) {
             return [=](int r) -> const uint16_t * {
-                int64_t pos = j0 + r;
+                int pos = j0 + r;
                 if (pos < pos0)
                     return cache + pos * p.cache_row_stride;
-                return pos < kv_len ? chunk + (pos - pos0) * stride : nullptr;
+                return pos < kv_len ? chunk + (int64_t)(pos - pos0) * stride : nullptr;
             };
         };
-        load_tile<HD, kBlockN>(sK + stage * kBlockN * HD, kc,
-                               row_of(kc, kn, p.k_row_stride));
-        load_tile<HD, kBlockN>(sV + stage * kBlockN * HD, vc,
-                               row_of(vc, vn, p.v_row_stride));
+        /* Bases recomputed from p (constant bank) rather than kept live
+         * through the loop: registers go to the accumulators. */
+        const int64_t cache_off = hk * p.cache_head_stride;
+        const uint16_t *kc_t = (const uint16_t *)p.k_cache + cache_off;
+        const uint16_t *vc_t = (const uint16_t *)p.v_cache + cache_off;
+        load_tile<HD, kBlockN, kThreads>(sK + stage * kBlockN * HD, kc_t,
+                                         row_of(kc_t, (const uint16_t *)p.k + hk * p.k_head_stride,
+                                                p.k_row_stride));
+        load_tile<HD, kBlockN, kThreads>(sV + stage * kBlockN * HD, vc_t,
+                                         row_of(vc_t, (const uint16_t *)p.v + hk * p.v_head_stride,
+                                                p.v_row_stride));
     };
 
-    load_tile<HD, kBlockM>(sQ, q, [&](int r) -> const uint16_t * {
+    load_tile<HD, kBlockM, kThreads>(sQ, q, [&](int r) -> const uint16_t * {
         return q0 + r < n ? q + (q0 + r) * p.q_row_stride : nullptr;
     });
     load_kv(0, 0);
     ig_cp_async_commit();
 
-    uint32_t qf[HD / 16][4];      /* this warp's 16 query rows, A fragments */
-    float o[HD / 8][4];           /* O accumulator, C fragments (rows g, g+8) */
-    float m[2] = {-INFINITY, -INFINITY}; /* running max of rows g, g+8 (raw scores) */
-    float l[2] = {0, 0};          /* this lane's part of the running sums */
-    for (int d = 0; d < HD / 8; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0;
+    /* This warp's query rows as A fragments: all of them (kQRegs), or one
+     * k-step's worth reloaded from sQ each time. */
+    uint32_t qf[kMT][kQRegs ? HD / 16 : 1][4];
+    float o[kMT][HD / 8][4];      /* O accumulator, C fragments (rows g, g+8 of each m16) */
+    float m[kMT][2];              /* running max of rows g, g+8 (raw scores) */
+    float l[kMT][2];              /* this lane's part of the running sums */
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0;
+        IG_UNROLL
+        for (int d = 0; d < HD / 8; d++)
+            o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0;
+    }
+    /* Lanes' ldmatrix rows: Q and V (rows lane % 16, column half lane / 16),
+     * K (two n8 tiles: rows lane % 8 + 8 (lane / 16), column half (lane / 8) % 2).
+     * Within the first 64 columns swz does not depend on ROWS, so one z serves
+     * Q and V. */
+    const int z_qv = lane_swz<HD, kBlockM>(lane % 16, lane / 16);
+    const int z_k = lane_swz<HD, kBlockN>(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+    const uint16_t *sQw = sQ + warp * kRowsW * 64; /* this warp's rows, page 0 */
+    auto q_frag = [&](uint32_t a[4], int mt, int kk) {
+        ig_ldmatrix_x4(a, &sQw[blk_off<kBlockM>(z_qv, mt * 16, kk * 16)]);
+    };
 
-    const int64_t row0 = q0 + warp * 16;     /* first query row of this warp */
+    const int row0 = q0 + warp * kRowsW; /* first query row of this warp */
     for (int tile = 0; tile < n_tiles; tile++) {
         const int stage = tile & 1;
         if (tile + 1 < n_tiles) {
@@ -138,122 +210,195 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
             ig_cp_async_wait<0>();
         }
         ig_syncthreads();
-        if (tile == 0)
-            for (int kk = 0; kk < HD / 16; kk++)
-                ig_ldmatrix_x4(qf[kk], &sQ[swz<HD, kBlockM>(warp * 16 + lane % 16,
-                                                            kk * 16 + 8 * (lane / 16))]);
+        if (kQRegs && tile == 0)
+            for (int mt = 0; mt < kMT; mt++)
+                for (int kk = 0; kk < (kQRegs ? HD / 16 : 0); kk++)
+                    q_frag(qf[mt][kk], mt, kk);
 
         /* Tile-relative limits in 32 bits (cheap registers): key k of the tile
          * is visible to the warp's row r when k <= diag + r and k < n_keys. */
-        const int64_t j0 = (int64_t)tile * kBlockN;
-        const int64_t diag64 = pos0 + row0 - j0;
-        const int diag = diag64 > kBlockN ? kBlockN : (diag64 < -16 ? -16 : (int)diag64);
-        const int n_keys = kv_len - j0 > kBlockN ? kBlockN : (int)(kv_len - j0);
+        const int j0 = tile * kBlockN;
+        const int diag_raw = pos0 + row0 - j0;
+        const int diag = diag_raw > kBlockN ? kBlockN : (diag_raw < -kRowsW ? -kRowsW : diag_raw);
+        const int n_keys = kv_len - j0 > kBlockN ? kBlockN : kv_len - j0;
         /* 16-key slices no row of the warp sees hold only masked scores:
          * their mma are skipped, in S and in P.V (a warp-uniform branch). */
-        const int live_keys = diag + 16 < n_keys ? diag + 16 : n_keys;
+        const int live_keys = diag + kRowsW < n_keys ? diag + kRowsW : n_keys;
         const int live = live_keys <= 0 ? 0 : (live_keys + 15) / 16;
 
-        /* S = Q K^T for 16 rows x kBlockN keys. */
+        /* S = Q K^T for kRowsW rows x kBlockN keys; each K fragment feeds kMT
+         * m16 tiles. */
         const uint16_t *k_s = sK + stage * kBlockN * HD;
-        float s[kBlockN / 8][4];
-        for (int j = 0; j < kBlockN / 8; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
-        for (int nn = 0; nn < kBlockN / 16; nn++) {
-            if (nn >= live)
-                continue;
+        float s[kMT][kBlockN / 8][4];
+        IG_UNROLL
+        for (int mt = 0; mt < kMT; mt++)
+            for (int j = 0; j < kBlockN / 8; j++)
+                s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0;
+        auto qk_step = [&](int nn, int kk, const uint32_t (*a)[4]) {
+            uint32_t kb[4];
+            ig_ldmatrix_x4(kb, &k_s[blk_off<kBlockN>(z_k, nn * 16, kk * 16)]);
+            IG_UNROLL
+            for (int mt = 0; mt < kMT; mt++) {
+                ig_mma_16816<T>(s[mt][2 * nn], a[mt], &kb[0], s[mt][2 * nn]);
+                ig_mma_16816<T>(s[mt][2 * nn + 1], a[mt], &kb[2], s[mt][2 * nn + 1]);
+            }
+        };
+        if constexpr (kQRegs) {
+            IG_UNROLL
+            for (int nn = 0; nn < kBlockN / 16; nn++) {
+                if (nn >= live)
+                    continue;
+                IG_UNROLL
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    uint32_t a[kMT][4];
+                    IG_UNROLL
+                    for (int mt = 0; mt < kMT; mt++)
+                        for (int i = 0; i < 4; i++)
+                            a[mt][i] = qf[mt][kk][i];
+                    qk_step(nn, kk, a);
+                }
+            }
+        } else if (live > 0) {
+            IG_UNROLL
             for (int kk = 0; kk < HD / 16; kk++) {
-                uint32_t kb[4];
-                ig_ldmatrix_x4(kb, &k_s[swz<HD, kBlockN>(nn * 16 + lane % 8 + 8 * (lane / 16),
-                                                         kk * 16 + 8 * ((lane / 8) % 2))]);
-                ig_mma_16816<T>(s[2 * nn], qf[kk], &kb[0], s[2 * nn]);
-                ig_mma_16816<T>(s[2 * nn + 1], qf[kk], &kb[2], s[2 * nn + 1]);
+                uint32_t a[kMT][4];
+                IG_UNROLL
+                for (int mt = 0; mt < kMT; mt++)
+                    q_frag(a[mt], mt, kk);
+                IG_UNROLL
+                for (int nn = 0; nn < kBlockN / 16; nn++)
+                    if (nn < live)
+                        qk_step(nn, kk, a);
             }
         }
 
         /* Mask only where the tile crosses this warp's diagonal or the end. */
         if (diag < kBlockN - 1 || n_keys < kBlockN) {
-            for (int j = 0; j < kBlockN / 8; j++)
-                for (int e = 0; e < 4; e++) {
-                    int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
-                    if (key > diag + row || key >= n_keys)
-                        s[j][e] = -INFINITY;
-                }
+            IG_UNROLL
+            for (int mt = 0; mt < kMT; mt++)
+                for (int j = 0; j < kBlockN / 8; j++)
+                    for (int e = 0; e < 4; e++) {
+                        int key = j * 8 + 2 * t + (e & 1), row = mt * 16 + g + 8 * (e / 2);
+                        if (key > diag + row || key >= n_keys)
+                            s[mt][j][e] = -INFINITY;
+                    }
         }
 
-        /* Online softmax; rows g (r = 0) and g + 8 (r = 1) of the warp. */
-        for (int r = 0; r < 2; r++) {
-            float mx = m[r];
-            for (int j = 0; j < kBlockN / 8; j++)
-                mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-            mx = fmaxf(mx, ig_shfl_xor_f32(mx, 1));
-            mx = fmaxf(mx, ig_shfl_xor_f32(mx, 2));
-            /* A row with every key masked so far keeps a zero offset (no NaN). */
-            const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
-            const float corr = ig_exp2(m[r] * scale_log2 - base);
-            m[r] = mx;
-            l[r] *= corr;
-            for (int d = 0; d < HD / 8; d++) {
-                o[d][2 * r] *= corr;
-                o[d][2 * r + 1] *= corr;
-            }
-            for (int j = 0; j < kBlockN / 8; j++)
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    s[j][e] = ig_exp2(s[j][e] * scale_log2 - base);
-                    l[r] += s[j][e];
+        /* Online softmax; rows g (r = 0) and g + 8 (r = 1) of each m16 tile. */
+        IG_UNROLL
+        for (int mt = 0; mt < kMT; mt++)
+            for (int r = 0; r < 2; r++) {
+                float mx = m[mt][r];
+                IG_UNROLL
+                for (int j = 0; j < kBlockN / 8; j++)
+                    mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+                mx = fmaxf(mx, ig_shfl_xor_f32(mx, 1));
+                mx = fmaxf(mx, ig_shfl_xor_f32(mx, 2));
+                /* A row with every key masked so far keeps a zero offset (no NaN). */
+                const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
+                const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - base);
+                m[mt][r] = mx;
+                l[mt][r] *= corr;
+                IG_UNROLL
+                for (int d = 0; d < HD / 8; d++) {
+                    o[mt][d][2 * r] *= corr;
+                    o[mt][d][2 * r + 1] *= corr;
                 }
-        }
+                IG_UNROLL
+                for (int j = 0; j < kBlockN / 8; j++)
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        s[mt][j][e] = ig_exp2_approx(s[mt][j][e] * scale_log2 - base);
+                        l[mt][r] += s[mt][j][e];
+                    }
+            }
 
         /* O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are exactly the
-         * A fragment of k-step kk once rounded to T. */
+         * A fragment of k-step kk once rounded to T (packed at once: half the
+         * registers of S); each V fragment feeds kMT m16 tiles. */
+        uint32_t pa[kBlockN / 16][kMT][4];
+        IG_UNROLL
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+            for (int mt = 0; mt < kMT; mt++) {
+                pa[kk][mt][0] = ig_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[kk][mt][1] = ig_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[kk][mt][2] = ig_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[kk][mt][3] = ig_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
         const uint16_t *v_s = sV + stage * kBlockN * HD;
+        IG_UNROLL
         for (int kk = 0; kk < kBlockN / 16; kk++) {
             if (kk >= live)
                 continue;
-            uint32_t pa[4] = {ig_pack2<T>(s[2 * kk][0], s[2 * kk][1]),
-                              ig_pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              ig_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              ig_pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            IG_UNROLL
             for (int dn = 0; dn < HD / 16; dn++) {
                 uint32_t vb[4];
-                ig_ldmatrix_x4_trans(vb, &v_s[swz<HD, kBlockN>(kk * 16 + lane % 16,
-                                                               dn * 16 + 8 * (lane / 16))]);
-                ig_mma_16816<T>(o[2 * dn], pa, &vb[0], o[2 * dn]);
-                ig_mma_16816<T>(o[2 * dn + 1], pa, &vb[2], o[2 * dn + 1]);
+                ig_ldmatrix_x4_trans(vb, &v_s[blk_off<kBlockN>(z_qv, kk * 16, dn * 16)]);
+                IG_UNROLL
+                for (int mt = 0; mt < kMT; mt++) {
+                    ig_mma_16816<T>(o[mt][2 * dn], pa[kk][mt], &vb[0], o[mt][2 * dn]);
+                    ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[2], o[mt][2 * dn + 1]);
+                }
             }
         }
         ig_syncthreads(); /* the next iteration's cp.async overwrites this stage */
     }
 
     /* O / l, rounded to T; the log-sum-exp in natural log. */
-    for (int r = 0; r < 2; r++) {
-        l[r] += ig_shfl_xor_f32(l[r], 1);
-        l[r] += ig_shfl_xor_f32(l[r], 2);
-        const int64_t row = row0 + g + 8 * r;
-        if (row >= n)
-            continue;
-        const float inv = 1.0f / l[r];
-        uint16_t *out = (uint16_t *)p.o + row * p.o_row_stride + h * p.o_head_stride;
-        for (int d = 0; d < HD / 8; d++)
-            *(uint32_t *)&out[d * 8 + 2 * t] = ig_pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-        if (p.lse && t == 0)
-            p.lse[h * p.lse_head_stride + row] =
-                (m[r] * scale_log2 + log2f(l[r])) * 0.6931471805599453f;
-    }
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++)
+        for (int r = 0; r < 2; r++) {
+            float lr = l[mt][r];
+            lr += ig_shfl_xor_f32(lr, 1);
+            lr += ig_shfl_xor_f32(lr, 2);
+            const int row = row0 + mt * 16 + g + 8 * r;
+            if (row >= n)
+                continue;
+            const float inv = 1.0f / lr;
+            uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
+            IG_UNROLL
+            for (int d = 0; d < HD / 8; d++)
+                *(uint32_t *)&out[d * 8 + 2 * t] =
+                    ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
+            if (p.lse && t == 0)
+                p.lse[(int64_t)h * p.lse_head_stride + row] =
+                    (m[mt][r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
+        }
 }
 
-template <class T, int HD>
+template <class T, int HD, int V>
 int launch(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(kThreads);
+    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * variant<V>::warps);
 #if defined(__CUDACC__)
-    IG_CUDA_CHECK(cudaFuncSetAttribute(&flash_attn_kernel<T, HD>,
+    IG_CUDA_CHECK(cudaFuncSetAttribute(&flash_attn_kernel<T, HD, V>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)tile.smem_bytes));
 #endif
-    auto *flash_attn = flash_attn_kernel<T, HD>;
+    auto *flash_attn = flash_attn_kernel<T, HD, V>;
     return IG_LAUNCH(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
+}
+
+/* One variant: dtype and head_dim (only those the variant is built for). */
+template <int V>
+int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
+                   cudaStream_t stream)
+{
+    if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||
+        tile.warps != variant<V>::warps || tile.m_tiles != variant<V>::m_tiles ||
+        tile.q_in_regs != (p.head_dim <= variant<V>::q_regs_max_hd))
+        return ig_error(IG_E_INTERNAL, "flash attention: chooser and kernel disagree on tiles");
+    const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
+    if constexpr ((variant<V>::head_dims & 1) != 0)
+        if (p.head_dim == 64)
+            return bf16 ? launch<ig_bf16_t, 64, V>(p, tile, stream)
+                        : launch<ig_f16_t, 64, V>(p, tile, stream);
+    if constexpr ((variant<V>::head_dims & 2) != 0)
+        if (p.head_dim == 128)
+            return bf16 ? launch<ig_bf16_t, 128, V>(p, tile, stream)
+                        : launch<ig_f16_t, 128, V>(p, tile, stream);
+    return ig_error(IG_E_INTERNAL, "flash attention: variant not built for head_dim %lld",
+                    (long long)p.head_dim);
 }
 
 } /* namespace */
@@ -273,10 +418,13 @@ extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p, void *str
     int st = prefill_attn_choose(p, &tile);
     if (st)
         return st;
-    if (tile.block_m != kBlockM || tile.block_n != kBlockN || tile.warps != kWarps)
-        return ig_error(IG_E_INTERNAL, "flash attention: chooser and kernel disagree on tiles");
-    const bool bf16 = p->dtype == PREFILL_ATTN_BF16;
-    if (p->head_dim == 64)
-        return bf16 ? launch<ig_bf16_t, 64>(*p, tile, stream) : launch<ig_f16_t, 64>(*p, tile, stream);
-    return bf16 ? launch<ig_bf16_t, 128>(*p, tile, stream) : launch<ig_f16_t, 128>(*p, tile, stream);
+    switch (tile.variant) {
+#define IG_FLASH_CASE_(id, ...)                                                 \
+    case PREFILL_ATTN_##id:                                                     \
+        return launch_variant<PREFILL_ATTN_##id>(*p, tile, stream);
+        PREFILL_ATTN_VARIANTS(IG_FLASH_CASE_)
+#undef IG_FLASH_CASE_
+    default:
+        return ig_error(IG_E_INTERNAL, "flash attention: no variant %d", tile.variant);
+    }
 }

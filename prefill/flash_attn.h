@@ -60,25 +60,73 @@ struct prefill_attn_params {
 
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
     int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
+    int variant;       /* enum prefill_attn_variant: 0 = the chooser's pick */
 };
 
-/* The CUDA kernel's tile configuration. */
+/* The CUDA kernel's tile configurations ("variants"), compiled side by side.
+ * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks):
+ *   block_m   query rows per block = warps * 16 * m_tiles
+ *   block_n   keys per K/V tile
+ *   m_tiles   m16 tiles per warp: with 2, every K/V fragment feeds 4 mma
+ *   q_regs_max_hd  Q stays in registers for head_dim <= this; above, its
+ *             fragments are reloaded from shared memory every k-step (frees
+ *             registers for the O accumulator)
+ *   head_dims which head dims it is built for: 1 = 64, 2 = 128, 3 = both
+ *             (a tile that would spill at 128 is built for 64 only)
+ *   min_blocks blocks per SM the register allocation must allow
+ *             (__launch_bounds__); 0 = unspecified, ptxas's own choice,
+ *             which is not the same as 1 (it differs per variant which is
+ *             better: 1 made m64w4 take 203 instead of 171 registers at hd
+ *             128, 0 made m128w8 spill at hd 64)
+ * The one table: the chooser, the kernel templates and the tests read it. */
+#define PREFILL_ATTN_VARIANTS(X)                                               \
+    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0)                                \
+    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1)                             \
+    X(M128W8N32R, "m128w8n32r", 128, 32, 8, 1, 0, 3, 2)                       \
+    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3)                          \
+    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0)                              \
+    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0)                        \
+    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0)
+
+enum prefill_attn_variant {
+    PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
+#define PREFILL_ATTN_ENUM_(id, ...) PREFILL_ATTN_##id,
+    PREFILL_ATTN_VARIANTS(PREFILL_ATTN_ENUM_)
+#undef PREFILL_ATTN_ENUM_
+    PREFILL_ATTN_N_VARIANTS /* one past the last */
+};
+
+/* The chooser's pick when nothing forces a variant (until timings say otherwise). */
+#define PREFILL_ATTN_DEFAULT_VARIANT PREFILL_ATTN_M64W4
+
+/* One launch's resolved configuration. */
 struct prefill_attn_tile {
-    int block_m;       /* query rows per block (16 per warp) */
+    int variant;       /* enum prefill_attn_variant, never AUTO */
+    int block_m;       /* query rows per block */
     int block_n;       /* keys per K/V tile */
     int warps;         /* warps per block */
+    int m_tiles;       /* m16 tiles (16 query rows each) per warp */
+    int q_in_regs;     /* 1: Q fragments stay in registers; 0: reloaded per k-step */
     int n_q_tiles;     /* blocks along the queries; grid = (n_q_tiles, n_head) */
     size_t smem_bytes; /* dynamic shared memory per block */
 };
 
-#define PREFILL_ATTN_BLOCK_M 64
-#define PREFILL_ATTN_BLOCK_N 64
-#define PREFILL_ATTN_WARPS 4
-
 /* The one chooser: whether the CUDA kernel supports p and with which tiles.
- * Dispatch, shared-memory sizing and tests all ask it. Returns 0 and fills
- * *t, or IG_E_INTERNAL after printing what is unsupported. */
+ * Dispatch, shared-memory sizing and tests all ask it. The variant is
+ * p->variant when set, else the one named by the environment variable
+ * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else PREFILL_ATTN_DEFAULT_VARIANT.
+ * Returns 0 and fills *t, or IG_E_INTERNAL after printing what is
+ * unsupported (an unknown variant included). */
 int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t);
+
+/* A variant's name ("m64w4"), or NULL for AUTO and out-of-range values. */
+const char *prefill_attn_variant_name(int variant);
+
+/* The variant called `name`, or PREFILL_ATTN_AUTO when there is none. */
+int prefill_attn_variant_find(const char *name);
+
+/* Whether `variant` is built for head_dim (0 for AUTO and unknown values). */
+int prefill_attn_variant_supports(int variant, int64_t head_dim);
 
 /* CPU reference. Returns 0, or IG_E_INTERNAL for inconsistent sizes. */
 int prefill_attn_ref(const struct prefill_attn_params *p);

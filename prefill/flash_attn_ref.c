@@ -1,8 +1,9 @@
-/* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu and the
- * tile chooser both share. Written for clarity: per head and query row, an
- * online softmax over tiles of PREFILL_ATTN_BLOCK_N keys in fp32, exactly the
- * algorithm the kernel runs, without its parallel structure (P is not
- * rounded to the input type here, so this is the more accurate of the two).
+/* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu.
+ * Written for clarity: per head and query row, an online softmax over tiles
+ * of REF_BLOCK_N keys in fp32, the algorithm the kernel runs (whose tile
+ * width depends on its variant; the result does not), without its parallel
+ * structure (P is not rounded to the input type here, so this is the more
+ * accurate of the two). The tile chooser is in prefill/flash_attn_choose.c.
  * Covered by tests/emu/test_flash_attn_emu.c (against fp64). */
 #include "prefill/flash_attn.h"
 
@@ -13,41 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
-{
-    if (p->head_dim != 64 && p->head_dim != 128)
-        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64 or 128",
-                        (long long)p->head_dim);
-    if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
-        return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
-                        p->dtype);
-    if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
-        p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535)
-        return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
-                        "n_ctx %lld, n_head %lld, n_head_kv %lld)", (long long)p->n_tokens,
-                        (long long)p->pos0, (long long)p->n_ctx, (long long)p->n_head,
-                        (long long)p->n_head_kv);
-    const void *ptrs[] = {p->q, p->k, p->v, p->k_cache, p->v_cache, p->o};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
-        if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
-            return ig_error(IG_E_INTERNAL, "flash attention: pointer %zu is NULL or not "
-                            "16-byte aligned", i);
-    int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
-                         p->k_head_stride, p->v_row_stride,   p->v_head_stride,
-                         p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
-                         p->cache_head_stride};
-    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
-        if (strides[i] % 8)
-            return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
-                            "multiple of 8 elements", i, (long long)strides[i]);
-    t->block_m = PREFILL_ATTN_BLOCK_M;
-    t->block_n = PREFILL_ATTN_BLOCK_N;
-    t->warps = PREFILL_ATTN_WARPS;
-    t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
-    /* Q tile plus two stages of K and V tiles, 2-byte elements. */
-    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2;
-    return 0;
-}
+enum { REF_BLOCK_N = 64 }; /* keys per online-softmax step */
 
 static float load(const void *base, int64_t i, int dtype)
 {
@@ -87,11 +54,11 @@ int prefill_attn_ref(const struct prefill_attn_params *p)
                 acc[d] = 0;
             }
             float m = -INFINITY, l = 0;
-            for (int64_t j0 = 0; j0 <= last; j0 += PREFILL_ATTN_BLOCK_N) {
-                int64_t j1 = j0 + PREFILL_ATTN_BLOCK_N;
+            for (int64_t j0 = 0; j0 <= last; j0 += REF_BLOCK_N) {
+                int64_t j1 = j0 + REF_BLOCK_N;
                 if (j1 > last + 1)
                     j1 = last + 1;
-                float s[PREFILL_ATTN_BLOCK_N], m_tile = -INFINITY;
+                float s[REF_BLOCK_N], m_tile = -INFINITY;
                 for (int64_t j = j0; j < j1; j++) {
                     const uint16_t *k = key_row(p, p->k_cache, p->k, p->k_row_stride,
                                                 p->k_head_stride, hk, j);

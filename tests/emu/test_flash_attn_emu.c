@@ -7,7 +7,11 @@
  * exactly the chunk's cache rows (guard bands), and agree on the log-sum-exp.
  * The full product runs on the small n; n = 300 and 1024 on a few
  * combinations (emulation under ASan costs ~10^4x the GPU).
- * IGNITE_EMU_FULL=1 runs the full product on every n. Label emu. */
+ * IGNITE_EMU_FULL=1 runs the full product on every n.
+ * That is for the chooser's variant (PREFILL_ATTN_DEFAULT_VARIANT, or the one
+ * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
+ * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
+ * entry per other variant, test_flash_attn_emu_NAME). Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -22,7 +26,7 @@ uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
 
 /* Runs fn on fresh copies of the case's outputs and caches and checks it. */
 static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
-                    const char *who)
+                    const char *who, int variant)
 {
     uint16_t *o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
     float *lse = (float *)malloc(c->lse_elems * sizeof(float));
@@ -33,8 +37,13 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     memcpy(kc, c->kc0, c->cache_elems * 2);
     memcpy(vc, c->vc0, c->cache_elems * 2);
     struct prefill_attn_params p = attn_case_params(c, c->qkv, kc, vc, o, lse);
-    char name[128];
+    p.variant = variant;
+    char name[160];
     attn_case_name(c, name, sizeof name);
+    if (variant != PREFILL_ATTN_AUTO) {
+        size_t len = strlen(name);
+        snprintf(name + len, sizeof name - len, " %s", prefill_attn_variant_name(variant));
+    }
     int rc = fn(&p);
     CHECKF(rc == 0, "%s %s: returned %d", who, name, rc);
     if (fn == prefill_attn_emu) /* the swizzled layout must be conflict-free */
@@ -58,7 +67,9 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     free(vc);
 }
 
-static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype)
+/* The case on the CPU twin and on the emulated kernel (variant, or AUTO). */
+static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
@@ -72,16 +83,82 @@ static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dty
     attn_case_init(&c);
     struct attn_ref ref;
     attn_reference(&c, &ref);
-    run_one(&c, &ref, prefill_attn_ref, "ref");
+    run_one(&c, &ref, prefill_attn_ref, "ref", PREFILL_ATTN_AUTO);
     test_emu_set_seed(c.seed); /* a different barrier order per case */
-    run_one(&c, &ref, prefill_attn_emu, "emu");
+    run_one(&c, &ref, prefill_attn_emu, "emu", variant);
     attn_ref_free(&ref);
     attn_case_free(&c);
 }
 
-int main(void)
+static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype)
+{
+    run_case_v(n, pos0, ratio, hd, dtype, PREFILL_ATTN_AUTO);
+}
+
+/* The chooser honours p->variant and IGNITE_FLASH_VARIANT and rejects
+ * unknown names and head dims a variant is not built for. */
+static void check_chooser(void)
+{
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 17, c.pos0 = 0, c.n_head = 2, c.n_head_kv = 1, c.hd = 128, c.dtype = PREFILL_ATTN_BF16;
+    c.seed = 1;
+    attn_case_init(&c);
+    struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    struct prefill_attn_tile t;
+    const char *env = getenv("IGNITE_FLASH_VARIANT");
+    if (!env || !*env) {
+        CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_DEFAULT_VARIANT);
+        setenv("IGNITE_FLASH_VARIANT", "m128w8", 1);
+        CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_M128W8 &&
+              t.block_m == 128 && t.warps == 8);
+        setenv("IGNITE_FLASH_VARIANT", "no-such-variant", 1);
+        CHECK(prefill_attn_choose(&p, &t) != 0);
+        unsetenv("IGNITE_FLASH_VARIANT");
+    }
+    p.variant = PREFILL_ATTN_M128W4N32;
+    CHECK(prefill_attn_choose(&p, &t) == 0 && t.block_n == 32 && t.m_tiles == 2 &&
+          t.q_in_regs == 0 && t.n_q_tiles == 1);
+    p.variant = PREFILL_ATTN_N_VARIANTS;
+    CHECK(prefill_attn_choose(&p, &t) != 0);
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
+        CHECK(prefill_attn_variant_find(prefill_attn_variant_name(v)) == v);
+        p.variant = v;
+        int ok = prefill_attn_choose(&p, &t) == 0;
+        CHECKF(ok == prefill_attn_variant_supports(v, 128), "%s", prefill_attn_variant_name(v));
+    }
+    attn_case_free(&c);
+}
+
+/* One variant on a reduced list: ragged n, pos0 = 0 and > 0, several query
+ * and K/V tiles, every GQA ratio, both head dims (those it is built for)
+ * and both types. */
+static void run_variant(int v)
+{
+    int64_t t0 = ig_now_ns();
+    for (int64_t hd = 64; hd <= 128; hd += 64) {
+        if (!prefill_attn_variant_supports(v, hd))
+            continue;
+        run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
+        run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
+        run_case_v(65, 37, 4, hd, hd == 64 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16, v);
+        run_case_v(300, 100, 1, hd, hd == 64 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16, v);
+    }
+    fprintf(stderr, "variant %s: %.1f s\n", prefill_attn_variant_name(v),
+            (double)(ig_now_ns() - t0) * 1e-9);
+}
+
+int main(int argc, char **argv)
 {
     static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
+    if (argc > 2 && strcmp(argv[1], "--variant") == 0) {
+        int v = prefill_attn_variant_find(argv[2]);
+        CHECKF(v != PREFILL_ATTN_AUTO, "no variant %s", argv[2]);
+        if (v != PREFILL_ATTN_AUTO)
+            run_variant(v);
+        return test_summary("test_flash_attn_emu --variant");
+    }
+    check_chooser();
     int full = getenv("IGNITE_EMU_FULL") != NULL;
     int64_t t0 = ig_now_ns();
     for (size_t a = 0; a < 4; a++)

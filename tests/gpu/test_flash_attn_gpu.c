@@ -1,8 +1,8 @@
 /* tests/gpu/test_flash_attn_gpu.c: the prefill attention kernel on a real GPU
- * (prefill_attn_cuda) against fp64 and the CPU twin, with the same cases,
- * sentinels and tolerance rule as the emulated test (tests/emu/attn_case.h),
- * plus longer sequences the emulator cannot afford. Exits 77 (skipped) when
- * no CUDA device is present. Label gpu. */
+ * (prefill_attn_cuda), every variant of PREFILL_ATTN_VARIANTS, against fp64,
+ * with the same cases, sentinels and tolerance rule as the emulated test
+ * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
+ * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -26,6 +26,32 @@ static void *to_device(const void *host, size_t bytes)
     return d;
 }
 
+/* One variant on the GPU: fresh device copies of the case's buffers, the
+ * kernel, the results back into the case's host buffers (o, lse, kc, vc). */
+static int run_variant(struct attn_case *c, int variant)
+{
+    void *qkv = to_device(c->qkv, c->qkv_elems * 2);
+    void *kc = to_device(c->kc0, c->cache_elems * 2), *vc = to_device(c->vc0, c->cache_elems * 2);
+    void *o = to_device(c->o, c->o_elems * 2);
+    float *lse = (float *)to_device(c->lse, c->lse_elems * sizeof(float));
+    struct prefill_attn_params p = attn_case_params(c, qkv, kc, vc, o, lse);
+    p.variant = variant;
+    int rc = prefill_attn_cuda(&p, NULL);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c->lse, lse, c->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c->kc, kc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c->vc, vc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
+    CK(cudaFree(qkv));
+    CK(cudaFree(kc));
+    CK(cudaFree(vc));
+    CK(cudaFree(o));
+    CK(cudaFree(lse));
+    return rc;
+}
+
+/* The case on every variant built for its head_dim, against one fp64
+ * reference (the CPU reference dominates the run time). */
 static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
                      int dtype)
 {
@@ -37,38 +63,34 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     attn_case_init(&c);
     char name[128];
     attn_case_name(&c, name, sizeof name);
-
-    void *qkv = to_device(c.qkv, c.qkv_elems * 2);
-    void *kc = to_device(c.kc0, c.cache_elems * 2), *vc = to_device(c.vc0, c.cache_elems * 2);
-    void *o = to_device(c.o, c.o_elems * 2);
-    float *lse = (float *)to_device(c.lse, c.lse_elems * sizeof(float));
-    struct prefill_attn_params p = attn_case_params(&c, qkv, kc, vc, o, lse);
-    int rc = prefill_attn_cuda(&p, NULL);
-    CHECKF(rc == 0, "%s: launch returned %d", name, rc);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(c.o, o, c.o_elems * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(c.lse, lse, c.lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(c.kc, kc, c.cache_elems * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(c.vc, vc, c.cache_elems * 2, cudaMemcpyDeviceToHost));
-    CK(cudaFree(qkv));
-    CK(cudaFree(kc));
-    CK(cudaFree(vc));
-    CK(cudaFree(o));
-    CK(cudaFree(lse));
-
+    uint16_t *o0 = (uint16_t *)malloc(c.o_elems * 2);
+    float *lse0 = (float *)malloc(c.lse_elems * sizeof(float));
+    memcpy(o0, c.o, c.o_elems * 2); /* the sentinels, restored before each variant */
+    memcpy(lse0, c.lse, c.lse_elems * sizeof(float));
     struct attn_ref ref;
-    struct attn_err e;
     attn_reference(&c, &ref);
-    attn_errors(&c, &ref, c.o, c.lse, &e);
-    double naive = ref.naive;
+
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
+        if (!prefill_attn_variant_supports(v, hd))
+            continue;
+        const char *vn = prefill_attn_variant_name(v);
+        memcpy(c.o, o0, c.o_elems * 2);
+        memcpy(c.lse, lse0, c.lse_elems * sizeof(float));
+        int rc = run_variant(&c, v);
+        CHECKF(rc == 0, "%s %s: launch returned %d", name, vn, rc);
+        struct attn_err e;
+        attn_errors(&c, &ref, c.o, c.lse, &e);
+        int bad = attn_check_memory(&c, c.o, c.lse, c.kc, c.vc, "gpu");
+        CHECKF(bad == 0, "%s %s: %d sentinel/cache violations", name, vn, bad);
+        CHECKF(e.o_max <= 2 * ref.naive + 1e-7, "%s %s: max |O err| %.3g > 2 x naive %.3g", name,
+               vn, e.o_max, ref.naive);
+        CHECKF(e.lse_max <= 1e-3, "%s %s: max |lse err| %.3g", name, vn, e.lse_max);
+        fprintf(stderr, "gpu %-40s %-10s O err %.3g (naive %.3g) lse err %.3g\n", name, vn,
+                e.o_max, ref.naive, e.lse_max);
+    }
     attn_ref_free(&ref);
-    int bad = attn_check_memory(&c, c.o, c.lse, c.kc, c.vc, "gpu");
-    CHECKF(bad == 0, "%s: %d sentinel/cache violations", name, bad);
-    CHECKF(e.o_max <= 2 * naive + 1e-7, "%s: max |O err| %.3g > 2 x naive %.3g", name, e.o_max,
-           naive);
-    CHECKF(e.lse_max <= 1e-3, "%s: max |lse err| %.3g", name, e.lse_max);
-    fprintf(stderr, "gpu %-40s O err %.3g (naive %.3g) lse err %.3g\n", name, e.o_max, naive,
-            e.lse_max);
+    free(o0);
+    free(lse0);
     attn_case_free(&c);
 }
 

@@ -1,0 +1,114 @@
+/* prefill/flash_attn_choose.c: the one chooser of the prefill attention
+ * kernel's configuration (prefill_attn_choose) and the variant names; the
+ * variant table itself is PREFILL_ATTN_VARIANTS in prefill/flash_attn.h.
+ * Plain C, in ignite_core: the launcher, tests and bench all ask it.
+ * Covered by tests/emu/test_flash_attn_emu.c (every variant, and a forced
+ * variant through IGNITE_FLASH_VARIANT). */
+#include "prefill/flash_attn.h"
+
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct variant_row {
+    const char *name;
+    int block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims;
+};
+
+static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
+    [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0},
+#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb) \
+    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds},
+    PREFILL_ATTN_VARIANTS(ROW_)
+#undef ROW_
+};
+
+const char *prefill_attn_variant_name(int variant)
+{
+    return variant > PREFILL_ATTN_AUTO && variant < PREFILL_ATTN_N_VARIANTS
+               ? variants[variant].name
+               : NULL;
+}
+
+int prefill_attn_variant_find(const char *name)
+{
+    for (int v = PREFILL_ATTN_AUTO + 1; name && v < PREFILL_ATTN_N_VARIANTS; v++)
+        if (strcmp(variants[v].name, name) == 0)
+            return v;
+    return PREFILL_ATTN_AUTO;
+}
+
+int prefill_attn_variant_supports(int variant, int64_t head_dim)
+{
+    if (!prefill_attn_variant_name(variant))
+        return 0;
+    int bit = head_dim == 64 ? 1 : head_dim == 128 ? 2 : 0;
+    return (variants[variant].head_dims & bit) != 0;
+}
+
+/* p->variant, else IGNITE_FLASH_VARIANT, else the default; AUTO when the
+ * one asked for does not exist (reported). */
+static int pick_variant(const struct prefill_attn_params *p)
+{
+    if (p->variant != PREFILL_ATTN_AUTO) {
+        if (!prefill_attn_variant_name(p->variant))
+            ig_error(IG_E_INTERNAL, "flash attention: no variant %d", p->variant);
+        return prefill_attn_variant_name(p->variant) ? p->variant : PREFILL_ATTN_AUTO;
+    }
+    const char *env = getenv("IGNITE_FLASH_VARIANT");
+    if (!env || !*env)
+        return PREFILL_ATTN_DEFAULT_VARIANT;
+    int v = prefill_attn_variant_find(env);
+    if (v == PREFILL_ATTN_AUTO)
+        ig_error(IG_E_INTERNAL, "flash attention: IGNITE_FLASH_VARIANT=%s names no variant "
+                 "(see PREFILL_ATTN_VARIANTS in prefill/flash_attn.h)", env);
+    return v;
+}
+
+int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
+{
+    if (p->head_dim != 64 && p->head_dim != 128)
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64 or 128",
+                        (long long)p->head_dim);
+    if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
+        return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
+                        p->dtype);
+    if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
+        p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535 ||
+        p->n_ctx > INT32_MAX) /* the kernel keeps positions in 32 bits */
+        return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
+                        "n_ctx %lld, n_head %lld, n_head_kv %lld)", (long long)p->n_tokens,
+                        (long long)p->pos0, (long long)p->n_ctx, (long long)p->n_head,
+                        (long long)p->n_head_kv);
+    const void *ptrs[] = {p->q, p->k, p->v, p->k_cache, p->v_cache, p->o};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
+            return ig_error(IG_E_INTERNAL, "flash attention: pointer %zu is NULL or not "
+                            "16-byte aligned", i);
+    int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
+                         p->k_head_stride, p->v_row_stride,   p->v_head_stride,
+                         p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
+                         p->cache_head_stride};
+    for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
+        if (strides[i] % 8)
+            return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
+                            "multiple of 8 elements", i, (long long)strides[i]);
+    const int v = pick_variant(p);
+    if (v == PREFILL_ATTN_AUTO)
+        return IG_E_INTERNAL;
+    if (!prefill_attn_variant_supports(v, p->head_dim))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s is not built for head_dim "
+                        "%lld", variants[v].name, (long long)p->head_dim);
+    const struct variant_row *r = &variants[v];
+    t->variant = v;
+    t->block_m = r->block_m;
+    t->block_n = r->block_n;
+    t->warps = r->warps;
+    t->m_tiles = r->m_tiles;
+    t->q_in_regs = p->head_dim <= r->q_regs_max_hd;
+    t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
+    /* Q tile plus two stages of K and V tiles, 2-byte elements. */
+    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2;
+    return 0;
+}
