@@ -96,8 +96,10 @@ enum prefill_attn_variant {
     PREFILL_ATTN_N_VARIANTS /* one past the last */
 };
 
-/* The chooser's pick when nothing forces a variant (until timings say otherwise). */
-#define PREFILL_ATTN_DEFAULT_VARIANT PREFILL_ATTN_M64W4
+/* The chooser's pick per head_dim when nothing forces a variant: the fastest
+ * mean over n = 512..16384 on an H200 (docs/gpu.md, "Tile variants measured"). */
+#define PREFILL_ATTN_DEFAULT_VARIANT(head_dim) \
+    ((head_dim) == 128 ? PREFILL_ATTN_M128W4N48 : PREFILL_ATTN_M128W4)
 
 /* One launch's resolved configuration. */
 struct prefill_attn_tile {
@@ -114,7 +116,7 @@ struct prefill_attn_tile {
 /* The one chooser: whether the CUDA kernel supports p and with which tiles.
  * Dispatch, shared-memory sizing and tests all ask it. The variant is
  * p->variant when set, else the one named by the environment variable
- * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else PREFILL_ATTN_DEFAULT_VARIANT.
+ * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else PREFILL_ATTN_DEFAULT_VARIANT(hd).
  * Returns 0 and fills *t, or IG_E_INTERNAL after printing what is
  * unsupported (an unknown variant included). */
 int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t);

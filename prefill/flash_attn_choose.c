@@ -58,7 +58,7 @@ static int pick_variant(const struct prefill_attn_params *p)
     }
     const char *env = getenv("IGNITE_FLASH_VARIANT");
     if (!env || !*env)
-        return PREFILL_ATTN_DEFAULT_VARIANT;
+        return PREFILL_ATTN_DEFAULT_VARIANT(p->head_dim);
     int v = prefill_attn_variant_find(env);
     if (v == PREFILL_ATTN_AUTO)
         ig_error(IG_E_INTERNAL, "flash attention: IGNITE_FLASH_VARIANT=%s names no variant "

@@ -8,7 +8,7 @@
  * The full product runs on the small n; n = 300 and 1024 on a few
  * combinations (emulation under ASan costs ~10^4x the GPU).
  * IGNITE_EMU_FULL=1 runs the full product on every n.
- * That is for the chooser's variant (PREFILL_ATTN_DEFAULT_VARIANT, or the one
+ * That is for the chooser's variant (PREFILL_ATTN_DEFAULT_VARIANT(hd), or the one
  * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
  * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
  * entry per other variant, test_flash_attn_emu_NAME). Label emu. */
@@ -108,7 +108,7 @@ static void check_chooser(void)
     struct prefill_attn_tile t;
     const char *env = getenv("IGNITE_FLASH_VARIANT");
     if (!env || !*env) {
-        CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_DEFAULT_VARIANT);
+        CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_DEFAULT_VARIANT(128));
         setenv("IGNITE_FLASH_VARIANT", "m128w8", 1);
         CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_M128W8 &&
               t.block_m == 128 && t.warps == 8);
