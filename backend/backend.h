@@ -37,10 +37,10 @@ int backend_resolve_device(struct backend_device *dev);
 
 struct backend_opts {
     struct backend_device device;
-    int n_threads;        /* CPU threads (<= 0: one per core); the CUDA backend's host side ignores it */
+    int n_threads;        /* CPU threads (<= 0: one per core); CUDA ignores it */
     int64_t n_ctx;        /* positions the cache may hold */
     int64_t max_batch;    /* most tokens per prefill call */
-    enum kv_dtype kv_dtype; /* CPU cache element type; the CUDA cache is f16 */
+    enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
 };

@@ -14,14 +14,14 @@
  * and token read from device memory so the step is captured once as a graph
  * and replayed.
  *
- * Compiled twice (backend/gpu.h): over the CUDA device layer and over the
- * emulated one. Covered by tests/emu/test_backend_emu.c and tests/gpu/. */
-#include "backend/gpu.h"
+ * Weights go up in gpu_weights.c, the cache to and from the host in
+ * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
+ * over the emulated one. Covered by tests/emu/test_backend_emu.c and tests/gpu/. */
+#include "backend/gpu_impl.h"
 
 #include "core/half.h"
 #include "core/status.h"
 #include "decode/decode_attn.h"
-#include "device/device.h"
 #include "ops/gpu_ops.h"
 #include "prefill/flash_attn.h"
 
@@ -55,45 +55,9 @@ static int gemv_dev(const uint16_t *w, const uint16_t *x, float *y, int64_t rows
 #define prefill_attn_dev(p, stream) prefill_attn_cuda(p, stream)
 #endif
 
-struct gpu_layer {
-    uint16_t *wqkv;            /* [qkv_rows][n_embd] */
-    uint16_t *wo;              /* [n_embd][q_dim] */
-    uint16_t *wgu;             /* [2 * n_ff][n_embd]: gate rows, then up rows */
-    uint16_t *wdown;           /* [n_embd][n_ff] */
-    float *attn_norm, *ffn_norm;
-    float *bqkv;               /* [qkv_rows] or NULL */
-    uint16_t *k_cache, *v_cache; /* [n_head_kv][n_ctx][head_dim] */
-};
-
-struct gpu_backend {
-    struct dev *dev;
-    struct dev_info info;
-    void *stream;
-    const struct model *m;
-    struct model_hparams hp;
-    int64_t n_ctx, max_batch, n_pos;
-    int64_t q_dim, kv_dim, qkv_rows;
-    struct gpu_layer *layers;
-    uint16_t *tok_embd, *output;
-    float *output_norm;
-    double *inv_freq;
-    /* activations for max_batch tokens */
-    float *x, *qkv, *gu, *logits;
-    uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
-    int32_t *tokens, *pos;     /* device: the block's ids; its first position */
-    int32_t *step;             /* pinned host: token, position of a decode step */
-    float *attn_work;
-    int n_splits;
-    struct dev_graph *graph;   /* the decode step, once captured */
-    bool no_graph;             /* capture unavailable (the emulator) or failed */
-    void **allocs;             /* every device allocation, for free */
-    size_t n_allocs, cap_allocs;
-    size_t weight_bytes, kv_bytes, device_bytes;
-};
-
 /* ---- memory ------------------------------------------------------------------- */
 
-static int galloc(struct gpu_backend *g, size_t bytes, void *out, size_t *account)
+int IG_DEV(gpu_alloc)(struct gpu_backend *g, size_t bytes, void *out, size_t *account)
 {
     void **p = out;
     *p = NULL;
@@ -133,138 +97,6 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
               4.0 * hp->n_vocab + 4.0 * B;
 }
 
-/* ---- weights ------------------------------------------------------------------- */
-
-/* Per-weight seed for synthetic weights: distinct and stable. */
-static uint64_t weight_seed(int64_t layer, int which)
-{
-    return 0x9E3779B97F4A7C15ULL * (uint64_t)(layer * 16 + which + 1);
-}
-
-/* Writes weight w as f16 into dst ([rows][cols]): random on the device for a
- * shapes-only model, dequantized on the device for the common block types,
- * else on the host. `staging` holds any raw weight. */
-static int put_weight(struct gpu_backend *g, const struct model_weight *w, uint16_t *dst,
-                      void *staging, uint64_t seed)
-{
-    size_t raw = (size_t)w->rows * w->row_bytes;
-    if (!w->data)
-        return IG_DEV(gk_random_f16)(dst, w->rows * w->cols, seed, 0.0f,
-                                     1.0f / sqrtf((float)w->cols), g->stream);
-    if (gk_dequant_supported((int)w->type)) {
-        int st = IG_DEV(dev_upload)(g->dev, staging, w->data, raw);
-        if (st == IG_OK)
-            st = IG_DEV(gk_dequant_f16)((int)w->type, staging, w->rows, w->cols, w->row_bytes,
-                                        dst, g->stream);
-        return st;
-    }
-    /* Other block types: a few rows at a time through the host. */
-    int64_t rows_per = ((int64_t)1 << 20) / w->cols; /* ~2 MiB of f16 per copy */
-    rows_per = rows_per < 1 ? 1 : rows_per;
-    float *f = malloc((size_t)w->cols * sizeof *f);
-    uint16_t *h = malloc((size_t)(rows_per * w->cols) * sizeof *h);
-    int st = f && h ? IG_OK : ig_error(IG_E_NOMEM, "out of memory converting weights");
-    for (int64_t r0 = 0; r0 < w->rows && st == IG_OK; r0 += rows_per) {
-        int64_t nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
-        for (int64_t r = 0; r < nr; r++) {
-            quant_dequantize_row(w->type, (const char *)w->data + (size_t)(r0 + r) * w->row_bytes,
-                                 f, w->cols);
-            for (int64_t c = 0; c < w->cols; c++)
-                h[r * w->cols + c] = ig_f32_to_f16(f[c]);
-        }
-        st = IG_DEV(dev_upload)(g->dev, dst + r0 * w->cols, h,
-                                (size_t)(nr * w->cols) * sizeof *h);
-    }
-    free(f);
-    free(h);
-    return st;
-}
-
-/* An f32 vector weight (norm, bias) of n elements into dst. */
-static int put_vector(struct gpu_backend *g, const struct model_weight *w, float *dst, int64_t n,
-                      float center, uint64_t seed)
-{
-    if (!w->data)
-        return IG_DEV(gk_random_f32)(dst, n, seed, center, center ? 0.1f : 0.02f, g->stream);
-    IG_ASSERT(w->type == QUANT_F32 && w->rows * w->cols == n);
-    return IG_DEV(dev_upload)(g->dev, dst, w->data, (size_t)n * sizeof(float));
-}
-
-static size_t raw_bytes(const struct model_weight *w)
-{
-    return w->data ? (size_t)w->rows * w->row_bytes : 0;
-}
-
-static int upload_weights(struct gpu_backend *g)
-{
-    const struct model *m = g->m;
-    const struct model_hparams *hp = &g->hp;
-    int64_t e = hp->n_embd, ff = hp->n_ff;
-    size_t staging_bytes = raw_bytes(&m->tok_embd) > raw_bytes(&m->output)
-                               ? raw_bytes(&m->tok_embd) : raw_bytes(&m->output);
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                           &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            staging_bytes = raw_bytes(ws[i]) > staging_bytes ? raw_bytes(ws[i]) : staging_bytes;
-    }
-    void *staging = NULL;
-    int st = IG_DEV(dev_alloc)(g->dev, staging_bytes ? staging_bytes : 16, &staging);
-    if (st != IG_OK)
-        return st;
-
-    size_t *wb = &g->weight_bytes;
-    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
-        const struct model_layer *L = &m->layers[l];
-        struct gpu_layer *G = &g->layers[l];
-        if ((st = galloc(g, (size_t)(g->qkv_rows * e) * 2, &G->wqkv, wb)) ||
-            (st = galloc(g, (size_t)(e * g->q_dim) * 2, &G->wo, wb)) ||
-            (st = galloc(g, (size_t)(2 * ff * e) * 2, &G->wgu, wb)) ||
-            (st = galloc(g, (size_t)(e * ff) * 2, &G->wdown, wb)) ||
-            (st = galloc(g, (size_t)e * 4, &G->attn_norm, wb)) ||
-            (st = galloc(g, (size_t)e * 4, &G->ffn_norm, wb)))
-            break;
-        if ((st = put_weight(g, &L->wq, G->wqkv, staging, weight_seed(l, 0))) ||
-            (st = put_weight(g, &L->wk, G->wqkv + g->q_dim * e, staging, weight_seed(l, 1))) ||
-            (st = put_weight(g, &L->wv, G->wqkv + (g->q_dim + g->kv_dim) * e, staging,
-                             weight_seed(l, 2))) ||
-            (st = put_weight(g, &L->wo, G->wo, staging, weight_seed(l, 3))) ||
-            (st = put_weight(g, &L->w_gate, G->wgu, staging, weight_seed(l, 4))) ||
-            (st = put_weight(g, &L->w_up, G->wgu + ff * e, staging, weight_seed(l, 5))) ||
-            (st = put_weight(g, &L->w_down, G->wdown, staging, weight_seed(l, 6))) ||
-            (st = put_vector(g, &L->attn_norm, G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
-            (st = put_vector(g, &L->ffn_norm, G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
-            break;
-        if (hp->has_qkv_bias) {
-            if ((st = galloc(g, (size_t)g->qkv_rows * 4, &G->bqkv, wb)) ||
-                (st = put_vector(g, &L->bq, G->bqkv, g->q_dim, 0.0f, weight_seed(l, 9))) ||
-                (st = put_vector(g, &L->bk, G->bqkv + g->q_dim, g->kv_dim, 0.0f,
-                                 weight_seed(l, 10))) ||
-                (st = put_vector(g, &L->bv, G->bqkv + g->q_dim + g->kv_dim, g->kv_dim, 0.0f,
-                                 weight_seed(l, 11))))
-                break;
-        }
-        /* The staging buffer is reused by the next layer's copies: stream
-         * order keeps them behind this layer's dequantization kernels. */
-    }
-    if (st == IG_OK && !(st = galloc(g, (size_t)(hp->n_vocab * e) * 2, &g->tok_embd, wb)) &&
-        !(st = put_weight(g, &m->tok_embd, g->tok_embd, staging, weight_seed(-1, 0))) &&
-        !(st = galloc(g, (size_t)e * 4, &g->output_norm, wb)))
-        st = put_vector(g, &m->output_norm, g->output_norm, e, 1.0f, weight_seed(-1, 1));
-    if (st == IG_OK) {
-        if (hp->tied_embeddings) {
-            g->output = g->tok_embd;
-        } else if (!(st = galloc(g, (size_t)(hp->n_vocab * e) * 2, &g->output, wb))) {
-            st = put_weight(g, &m->output, g->output, staging, weight_seed(-1, 2));
-        }
-    }
-    if (st == IG_OK)
-        st = IG_DEV(dev_sync)(g->dev);
-    IG_DEV(dev_free)(g->dev, staging);
-    return st;
-}
-
 /* ---- setup ------------------------------------------------------------------------ */
 
 static int check_model(const struct model *m)
@@ -279,6 +111,9 @@ static int check_model(const struct model *m)
                         (long long)(hp->n_head / hp->n_head_kv));
     if (hp->n_embd % 8 || hp->n_ff % 8)
         return ig_error(IG_E_MODEL, "the CUDA backend needs widths that are multiples of 8");
+    if (hp->n_ff > 40960 || hp->n_embd > 40960 || hp->n_head * hp->head_dim > 40960)
+        return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
+                        "40960 elements; %s is wider (use --device cpu)", m->path);
     return IG_OK;
 }
 
@@ -305,23 +140,23 @@ static int alloc_state(struct gpu_backend *g)
     size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2;
     int st;
     for (int64_t l = 0; l < hp->n_layer; l++)
-        if ((st = galloc(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
-            (st = galloc(g, cache, &g->layers[l].v_cache, &g->kv_bytes)))
+        if ((st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
+            (st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].v_cache, &g->kv_bytes)))
             return st;
     struct decode_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                                     .head_dim = hp->head_dim, .n_ctx = g->n_ctx,
                                     .n_splits = g->n_splits};
-    if ((st = galloc(g, B * e * 4, &g->x, NULL)) || (st = galloc(g, B * e * 2, &g->xn, NULL)) ||
-        (st = galloc(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
-        (st = galloc(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
-        (st = galloc(g, B * (size_t)g->kv_dim * 2, &g->k16, NULL)) ||
-        (st = galloc(g, B * (size_t)g->kv_dim * 2, &g->v16, NULL)) ||
-        (st = galloc(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
-        (st = galloc(g, B * 2 * ff * 4, &g->gu, NULL)) ||
-        (st = galloc(g, B * ff * 2, &g->h16, NULL)) ||
-        (st = galloc(g, (size_t)hp->n_vocab * 4, &g->logits, NULL)) ||
-        (st = galloc(g, B * 4, &g->tokens, NULL)) || (st = galloc(g, 16, &g->pos, NULL)) ||
-        (st = galloc(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
+    if ((st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->x, NULL)) || (st = IG_DEV(gpu_alloc)(g, B * e * 2, &g->xn, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->k16, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->v16, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (size_t)hp->n_vocab * 4, &g->logits, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) || (st = IG_DEV(gpu_alloc)(g, 16, &g->pos, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
         return st;
     size_t half = (size_t)(hp->n_rot / 2);
     double *inv = malloc((half ? half : 1) * sizeof *inv);
@@ -329,7 +164,7 @@ static int alloc_state(struct gpu_backend *g)
         return ig_error(IG_E_NOMEM, "out of memory");
     for (size_t i = 0; i < half; i++)
         inv[i] = pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
-    st = galloc(g, (half ? half : 1) * sizeof *inv, &g->inv_freq, NULL);
+    st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq, NULL);
     if (st == IG_OK)
         st = IG_DEV(dev_upload)(g->dev, g->inv_freq, inv, half * sizeof *inv);
     free(inv);
@@ -369,7 +204,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
         g->n_splits = decode_attn_choose_splits(g->n_ctx, hp->n_head_kv, g->info.n_sm);
         st = check_fits(g);
     }
-    if (st == IG_OK && (st = upload_weights(g)) == IG_OK)
+    if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
         st = alloc_state(g);
     if (st != IG_OK) {
         IG_DEV(gpu_backend_free)(g);
@@ -588,65 +423,4 @@ void IG_DEV(gpu_get_info)(const struct gpu_backend *g, struct gpu_backend_info *
                                       .graphs = g->graph != NULL};
     snprintf(info->device, sizeof info->device, "cuda:%d", g->info.index);
     snprintf(info->name, sizeof info->name, "%s", g->info.name);
-}
-
-/* ---- moving the cache ----------------------------------------------------------------- */
-
-int IG_DEV(gpu_kv_download)(struct gpu_backend *g, struct kv_cache *kv)
-{
-    IG_ASSERT(kv->dtype == KV_F16 && kv->n_ctx >= g->n_pos);
-    const struct model_hparams *hp = &g->hp;
-    int64_t hd = hp->head_dim, n = g->n_pos;
-    int st = kv_cache_reserve(kv, n);
-    uint16_t *rows = malloc((size_t)((n ? n : 1) * hd) * sizeof *rows);
-    if (!rows)
-        st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
-    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
-        for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
-            const uint16_t *src = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
-            void *const *table = kv_i ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
-            for (int64_t h = 0; h < hp->n_head_kv && st == IG_OK; h++) {
-                st = IG_DEV(dev_download)(g->dev, rows, src + h * g->n_ctx * hd,
-                                          (size_t)(n * hd) * sizeof *rows);
-                for (int64_t p = 0; p < n && st == IG_OK; p += KV_BLOCK) {
-                    int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
-                    memcpy(kv_cache_rows(kv, table, h, p), rows + p * hd,
-                           (size_t)(run * hd) * sizeof *rows);
-                }
-            }
-        }
-    free(rows);
-    if (st == IG_OK)
-        kv->n_pos = n;
-    return st;
-}
-
-int IG_DEV(gpu_kv_upload)(struct gpu_backend *g, const struct kv_cache *kv)
-{
-    const struct model_hparams *hp = &g->hp;
-    IG_ASSERT(kv->n_pos <= g->n_ctx && kv->head_dim == hp->head_dim &&
-              kv->n_head_kv == hp->n_head_kv && kv->n_layer == hp->n_layer);
-    int64_t hd = hp->head_dim, n = kv->n_pos;
-    uint16_t *rows = malloc((size_t)((n ? n : 1) * hd) * sizeof *rows);
-    float *f = malloc((size_t)hd * sizeof *f);
-    int st = rows && f ? IG_OK : ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
-    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
-        for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
-            uint16_t *dst = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
-            void *const *table = kv_i ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
-            for (int64_t h = 0; h < hp->n_head_kv && st == IG_OK; h++) {
-                for (int64_t p = 0; p < n; p++) {
-                    kv_row_to_f32(kv->dtype, kv_cache_rows(kv, table, h, p), hd, f);
-                    for (int64_t d = 0; d < hd; d++)
-                        rows[p * hd + d] = ig_f32_to_f16(f[d]);
-                }
-                st = IG_DEV(dev_upload)(g->dev, dst + h * g->n_ctx * hd, rows,
-                                        (size_t)(n * hd) * sizeof *rows);
-            }
-        }
-    free(rows);
-    free(f);
-    if (st == IG_OK)
-        g->n_pos = n;
-    return st;
 }

@@ -99,8 +99,9 @@ void gk_random_f32_ref(float *dst, int64_t n, uint64_t seed, float center, float
 /* ---- ops/gpu_gemv.cu: one-token matrix-vector product (decode) ----------- */
 
 /* y[r] = sum_c w[r][c] * x[c] + beta * y[r] for r < rows: w f16 [rows][cols]
- * (cols a multiple of 8, rows 16-byte aligned), x f16 [cols], y f32; f32
- * sums. beta 0 (y not read) or 1. Streams w once with 16-byte loads: it is
+ * (cols a multiple of 8 and at most 40960: x is staged in shared memory;
+ * rows 16-byte aligned), x f16 [cols] 16-byte aligned, y f32; f32 sums.
+ * beta 0 (y not read) or 1. Streams w once with 16-byte loads: it is
  * the decode step's memory-bound core. */
 int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
                         int64_t cols, float beta, void *stream);

@@ -59,7 +59,8 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
         CHECK(backend_prefill(p->cpu, ids + i, len, i, p->lc) == IG_OK);
         int64_t t1 = ig_now_ns();
         CHECK(IG_DEV(gpu_prefill)(p->dev, ids + i, len, i, p->le) == IG_OK);
-        fprintf(stderr, "prefill %lld: cpu %.0f ms, dev %.0f ms\n", (long long)len, (t1 - t0) / 1e6, (ig_now_ns() - t1) / 1e6);
+        fprintf(stderr, "prefill %lld: cpu %.0f ms, dev %.0f ms\n", (long long)len,
+                (double)(t1 - t0) / 1e6, (double)(ig_now_ns() - t1) / 1e6);
     }
     snprintf(what, sizeof what, "%s prefill (%lld tokens)", name, (long long)n);
     compare(p, what);
@@ -70,7 +71,8 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
         CHECK(backend_decode(p->cpu, tok, pos, p->lc) == IG_OK);
         int64_t t1 = ig_now_ns();
         CHECK(IG_DEV(gpu_decode)(p->dev, tok, pos, p->le) == IG_OK);
-        fprintf(stderr, "decode: cpu %.0f ms, dev %.0f ms\n", (t1 - t0) / 1e6, (ig_now_ns() - t1) / 1e6);
+        fprintf(stderr, "decode: cpu %.0f ms, dev %.0f ms\n", (double)(t1 - t0) / 1e6,
+                (double)(ig_now_ns() - t1) / 1e6);
         snprintf(what, sizeof what, "%s decode step %d", name, s + 1);
         compare(p, what);
     }

@@ -7,9 +7,28 @@
  * CPU cache; a cache uploaded into a fresh backend continues with the same
  * logits. Exits 77 without the model. */
 #include "models/model.h"
+#include "models/synthetic.h"
 #include "tests/cpu/model_path.h"
 #include "tests/emu/backend_checks.h"
 #include "tokenizer/tokenizer.h"
+
+/* A model and context that cannot fit are refused up front (IG_E_NOMEM),
+ * before anything is allocated: the emulated device reports the host's
+ * memory, and an 8B model with a 16M-position cache needs terabytes. */
+static void check_too_big(void)
+{
+    struct model *big = NULL;
+    struct gpu_backend *g = NULL;
+    CHECK(model_synthetic_spec_shapes("synthetic:Llama-3-8B", &big) == IG_OK);
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = (int64_t)1 << 24,
+                             .max_batch = 512};
+    if (big) {
+        fprintf(stderr, "(an out-of-memory line is expected next)\n");
+        CHECK(gpu_backend_create_emu(big, &o, &g) == IG_E_NOMEM && g == NULL);
+    }
+    gpu_backend_free_emu(g);
+    model_free(big);
+}
 
 int main(void)
 {
@@ -53,6 +72,7 @@ int main(void)
         tok_ids_free(&ids);
     }
     compare_caches(&p, m);
+    check_too_big();
     check_upload(&p, m, &oe);
 
     backend_free(p.cpu);
