@@ -22,61 +22,18 @@
  * tests/emu/test_decode_attn_emu.c and bench/bench_decode_kernels.c. */
 #include "devkit/intrinsics.cuh"
 #include "decode/decode_attn.h"
+#include "ops/gpu_math.cuh"
 
 namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 
-struct alignas(16) chunk16 {
-    uint32_t w[4];
-};
-
-/* A 16-byte global load that is read once (no L1 allocation). */
-__device__ __forceinline__ chunk16 ld_stream(const uint16_t *p)
-{
-    chunk16 c;
-#if defined(__CUDA_ARCH__)
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
-        : "l"(p));
-#else
-    c = *(const chunk16 *)p;
-#endif
-    return c;
-}
-
-__device__ __forceinline__ float h2f(uint32_t bits)
-{
-#if defined(__CUDA_ARCH__)
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
-    return f;
-#elif defined(__CUDACC__)
-    return (float)bits; /* host pass of nvcc: never called */
-#else
-    return ig_f16_to_f32((uint16_t)bits);
-#endif
-}
-
-__device__ __forceinline__ uint16_t f2h(float f)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#elif defined(__CUDACC__)
-    return (uint16_t)f;
-#else
-    return ig_f32_to_f16(f);
-#endif
-}
-
-__device__ __forceinline__ void unpack8(const chunk16 &c, float f[8])
+__device__ __forceinline__ void unpack8(const gk_u32x4 &c, float f[8])
 {
     for (int i = 0; i < 4; i++) {
-        f[2 * i] = h2f(c.w[i] & 0xffffu);
-        f[2 * i + 1] = h2f(c.w[i] >> 16);
+        f[2 * i] = gk_f16_bits_to_f32(c.w[i] & 0xffffu);
+        f[2 * i + 1] = gk_f16_bits_to_f32(c.w[i] >> 16);
     }
 }
 
@@ -120,7 +77,7 @@ decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const 
     float q[GM][8];
     for (int g = 0; g < GM; g++) {
         const int64_t h = hk * G + (g < G ? g : G - 1);
-        unpack8(*(const chunk16 *)(p.q + h * HD + dl * 8), q[g]);
+        unpack8(*(const gk_u32x4 *)(p.q + h * HD + dl * 8), q[g]);
         for (int i = 0; i < 8; i++)
             q[g][i] *= scale_log2;
     }
@@ -135,16 +92,16 @@ decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const 
     const uint16_t *kc = p.k_cache + hk * p.n_ctx * HD + dl * 8;
     const uint16_t *vc = p.v_cache + hk * p.n_ctx * HD + dl * 8;
     for (int64_t jb = k0; jb < k_end; jb += KB) {
-        chunk16 kr[U], vr[U];
+        gk_u32x4 kr[U], vr[U];
         bool ok[U];
         for (int u = 0; u < U; u++) {
             const int64_t j = jb + (u * kWarps + warp) * KPW + sub;
             ok[u] = j < k_end;
             if (ok[u]) {
-                kr[u] = ld_stream(kc + j * HD);
-                vr[u] = ld_stream(vc + j * HD);
+                kr[u] = gk_ld_stream16(kc + j * HD);
+                vr[u] = gk_ld_stream16(vc + j * HD);
             } else {
-                kr[u] = vr[u] = chunk16{{0, 0, 0, 0}};
+                kr[u] = vr[u] = gk_u32x4{{0, 0, 0, 0}};
             }
         }
         /* s[u][g] = this lane's 8 dims of q[g] . k[u], then the row's sum. */
@@ -258,7 +215,7 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
         acc += ps[d] * f;
         sum += ps[HD + 1] * f;
     }
-    p.o[h * HD + d] = f2h(acc / sum);
+    p.o[h * HD + d] = gk_f32_to_f16(acc / sum);
 }
 
 template <int HD, int GM>

@@ -14,6 +14,7 @@
  * ops/gpu_gemv_emu.cc (gk_gemv_f16_emu). Covered by tests/emu/test_gemv_emu.c
  * and bench/bench_decode_kernels.c. */
 #include "devkit/intrinsics.cuh"
+#include "ops/gpu_math.cuh"
 #include "ops/gpu_ops.h"
 
 namespace {
@@ -25,52 +26,22 @@ constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kUnroll = 4;              /* chunks per row per lane in flight */
 constexpr int64_t kMaxCols = 40 * 1024; /* x in shared memory: 160 KiB (A100: 163) */
 
-struct alignas(16) chunk16 {
-    uint32_t w[4];
-};
 struct alignas(16) float4s {
     float v[4];
 };
 
-/* A 16-byte global load of data read once (no L1 allocation). */
-__device__ __forceinline__ chunk16 ld_stream(const uint16_t *p)
-{
-    chunk16 c;
-#if defined(__CUDA_ARCH__)
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
-        : "l"(p));
-#else
-    c = *(const chunk16 *)p;
-#endif
-    return c;
-}
-
-__device__ __forceinline__ float h2f(uint32_t bits)
-{
-#if defined(__CUDA_ARCH__)
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
-    return f;
-#elif defined(__CUDACC__)
-    return (float)bits; /* host pass of nvcc: never called */
-#else
-    return ig_f16_to_f32((uint16_t)bits);
-#endif
-}
-
 /* acc += the 8 halves of c times xs[0..7]. */
-__device__ __forceinline__ float dot8(const chunk16 &c, const float4s &x0, const float4s &x1,
+__device__ __forceinline__ float dot8(const gk_u32x4 &c, const float4s &x0, const float4s &x1,
                                       float acc)
 {
-    acc = fmaf(h2f(c.w[0] & 0xffffu), x0.v[0], acc);
-    acc = fmaf(h2f(c.w[0] >> 16), x0.v[1], acc);
-    acc = fmaf(h2f(c.w[1] & 0xffffu), x0.v[2], acc);
-    acc = fmaf(h2f(c.w[1] >> 16), x0.v[3], acc);
-    acc = fmaf(h2f(c.w[2] & 0xffffu), x1.v[0], acc);
-    acc = fmaf(h2f(c.w[2] >> 16), x1.v[1], acc);
-    acc = fmaf(h2f(c.w[3] & 0xffffu), x1.v[2], acc);
-    acc = fmaf(h2f(c.w[3] >> 16), x1.v[3], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[0] & 0xffffu), x0.v[0], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[0] >> 16), x0.v[1], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[1] & 0xffffu), x0.v[2], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[1] >> 16), x0.v[3], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[2] & 0xffffu), x1.v[0], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[2] >> 16), x1.v[1], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[3] & 0xffffu), x1.v[2], acc);
+    acc = fmaf(gk_f16_bits_to_f32(c.w[3] >> 16), x1.v[3], acc);
     return acc;
 }
 
@@ -88,13 +59,13 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
     const uint16_t *w0 = w + (live ? r0 : 0) * cols, *w1 = w + (live ? r1 : 0) * cols;
 
     /* The first loads of W go out before x is staged, hiding its latency. */
-    chunk16 a[kUnroll], b[kUnroll];
+    gk_u32x4 a[kUnroll], b[kUnroll];
     auto load = [&](int64_t c) {
         for (int u = 0; u < kUnroll; u++) {
             const int64_t cc = c + 32 * u;
             if (cc < n_chunks) {
-                a[u] = ld_stream(w0 + cc * 8);
-                b[u] = ld_stream(w1 + cc * 8);
+                a[u] = gk_ld_stream16(w0 + cc * 8);
+                b[u] = gk_ld_stream16(w1 + cc * 8);
             }
         }
     };
@@ -102,13 +73,13 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
         load(lane);
 
     for (int64_t c = threadIdx.x; c < n_chunks; c += kThreads) {
-        const chunk16 v = *(const chunk16 *)(x + c * 8);
+        const gk_u32x4 v = *(const gk_u32x4 *)(x + c * 8);
         float4s lo, hi;
         for (int i = 0; i < 2; i++) {
-            lo.v[2 * i] = h2f(v.w[i] & 0xffffu);
-            lo.v[2 * i + 1] = h2f(v.w[i] >> 16);
-            hi.v[2 * i] = h2f(v.w[2 + i] & 0xffffu);
-            hi.v[2 * i + 1] = h2f(v.w[2 + i] >> 16);
+            lo.v[2 * i] = gk_f16_bits_to_f32(v.w[i] & 0xffffu);
+            lo.v[2 * i + 1] = gk_f16_bits_to_f32(v.w[i] >> 16);
+            hi.v[2 * i] = gk_f16_bits_to_f32(v.w[2 + i] & 0xffffu);
+            hi.v[2 * i + 1] = gk_f16_bits_to_f32(v.w[2 + i] >> 16);
         }
         ig_sts(&xs[2 * c], lo);
         ig_sts(&xs[2 * c + 1], hi);

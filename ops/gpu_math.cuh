@@ -39,6 +39,27 @@ __device__ __forceinline__ uint16_t gk_f32_to_f16(float f)
 #endif
 }
 
+/* The f16 in the low 16 bits of `bits` (one half of a packed pair). */
+__device__ __forceinline__ float gk_f16_bits_to_f32(uint32_t bits)
+{
+    return gk_f16_to_f32((uint16_t)(bits & 0xffffu));
+}
+
+/* A 16-byte global load of data read once (no L1 allocation): the weight
+ * and KV-cache streams of the decode kernels. */
+__device__ __forceinline__ gk_u32x4 gk_ld_stream16(const uint16_t *p)
+{
+    gk_u32x4 c;
+#if defined(__CUDA_ARCH__)
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
+        : "l"(p));
+#else
+    c = *(const gk_u32x4 *)p;
+#endif
+    return c;
+}
+
 /* a * b and a - b, each rounded: never contracted into an FMA on the device. */
 __device__ __forceinline__ float gk_mul(float a, float b)
 {
