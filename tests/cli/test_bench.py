@@ -3,7 +3,7 @@ weights in memory, nothing downloaded) with tiny tests: csv, json and jsonl
 parse, md has its header and one row per test, every row carries the model,
 its size and parameters, the device, the version and the test's numbers; two
 thread counts and two prompt lengths give one row each; a GGUF model made by
-tests/pylib/ggufgen.py works too; bad options exit 2, --device cuda exits 7.
+tests/pylib/ggufgen.py works too; bad options exit 2, a CUDA device that is not there exits 7.
 No timing asserts."""
 import csv
 import io
@@ -119,7 +119,7 @@ def main():
           f"depth rows: {got}")
 
     # errors
-    for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda"], 7),
+    for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda:1023"], 7),
                        (["--device", "tpu"], 2)]:
         rc, out, err = bench(*args)
         check(rc == code, f"{args}: exit {rc}, expected {code}: {err}")

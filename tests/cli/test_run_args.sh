@@ -30,9 +30,14 @@ expect_rc 2 "--system without --chat" "$IGNITE" run -p hi --system x
 expect_rc 2 "unknown device" "$IGNITE" run -p hi --device tpu
 expect_rc 2 "bad cuda index" "$IGNITE" run -p hi --device cuda:x
 
-# The CUDA backend does not exist yet: a device error.
-expect_rc 7 "--device cuda" "$IGNITE" run -p hi --device cuda && expect_grep "$TMP/err" "cuda" "--device cuda"
-expect_rc 7 "--device cuda:0" "$IGNITE" -p hi --device cuda:0
+# A CUDA device that is not there (no GPU, no driver, a build without CUDA,
+# an index past the count) is a device error naming why, before any work.
+expect_rc 7 "--device cuda:1023" "$IGNITE" run -p hi --device cuda:1023 &&
+    expect_grep "$TMP/err" "cuda:1023" "--device cuda:1023"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    expect_rc 7 "--device cuda" "$IGNITE" run -p hi --device cuda && expect_grep "$TMP/err" "cuda" "--device cuda"
+    expect_rc 7 "--device cuda:0" "$IGNITE" -p hi --device cuda:0
+fi
 
 # Prompt checks come before the model is loaded.
 expect_rc 6 "empty prompt" "$IGNITE" run -p "" && expect_grep "$TMP/err" "empty" "empty prompt"
