@@ -85,7 +85,7 @@ struct gpu_sizes {
 
 static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     double e = hp->n_embd, ff = hp->n_ff, B = (double)g->max_batch;
     double layer = 2.0 * (g->qkv_rows * e + e * g->q_dim + 2 * ff * e + e * ff) + 8.0 * e +
                    (hp->has_qkv_bias ? 4.0 * g->qkv_rows : 0);
@@ -135,7 +135,7 @@ static int check_fits(const struct gpu_backend *g)
 
 static int alloc_state(struct gpu_backend *g)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
     size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2;
     int st;
@@ -192,7 +192,6 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     }
     const struct model_hparams *hp = &m->hp;
     g->m = m;
-    g->hp = *hp;
     g->n_ctx = o->n_ctx;
     g->max_batch = o->max_batch;
     g->q_dim = hp->n_head * hp->head_dim;
@@ -235,7 +234,7 @@ void IG_DEV(gpu_backend_free)(struct gpu_backend *g)
 /* Final norm of residual row x and the output head into g->logits. */
 static int head(struct gpu_backend *g, const float *x)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     int st = IG_DEV(gk_rmsnorm)(x, hp->n_embd, g->output_norm, 1, hp->n_embd,
                                 (float)hp->norm_eps, g->xn, g->stream);
     if (st == IG_OK)
@@ -248,7 +247,7 @@ static int head(struct gpu_backend *g, const float *x)
  * `row`: wo GEMM into the residual, norm, gate|up GEMM, SwiGLU, down GEMM. */
 static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t row, int64_t rows)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, ff = hp->n_ff;
     float *x = g->x + row * e;
     const uint16_t *att = g->att16 + row * g->q_dim;
@@ -265,7 +264,7 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
 
 static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t pos0)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
     int64_t e = hp->n_embd, hd = hp->head_dim;
     int st;
@@ -302,9 +301,9 @@ static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t po
 static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= g->hp.n_vocab)
+        if (tokens[i] < 0 || tokens[i] >= g->m->hp.n_vocab)
             return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",
-                            tokens[i], (long long)g->hp.n_vocab - 1);
+                            tokens[i], (long long)g->m->hp.n_vocab - 1);
     return IG_OK;
 }
 
@@ -320,12 +319,12 @@ int IG_DEV(gpu_prefill)(struct gpu_backend *g, const int32_t *tokens, int64_t n,
     int32_t pos32 = (int32_t)pos0;
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
         !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
-        st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, n, g->hp.n_embd, g->x, g->stream);
-    for (int64_t l = 0; l < g->hp.n_layer && st == IG_OK; l++)
+        st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, n, g->m->hp.n_embd, g->x, g->stream);
+    for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
         st = prefill_layer(g, l, n, pos0);
-    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->hp.n_embd)))
-        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->hp.n_vocab * 4);
-    g->n_pos = st == IG_OK ? pos0 + n : (pos0 < g->n_pos ? pos0 : g->n_pos);
+    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->m->hp.n_embd)))
+        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4);
+    g->n_pos = st == IG_OK ? pos0 + n : pos0; /* a failed block leaves what came before */
     return st;
 }
 
@@ -333,7 +332,7 @@ int IG_DEV(gpu_prefill)(struct gpu_backend *g, const int32_t *tokens, int64_t n,
  * a graph of it replays at any position). */
 static int decode_step(struct gpu_backend *g)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->head_dim;
     float eps = (float)hp->norm_eps;
     int st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, 1, e, g->x, g->stream);
@@ -400,7 +399,7 @@ int IG_DEV(gpu_decode)(struct gpu_backend *g, int32_t token, int64_t pos, float 
     if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, &g->step[0], 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->pos, &g->step[1], 4)) ||
         (st = run_decode_step(g)) ||
-        (st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->hp.n_vocab * 4)))
+        (st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4)))
         return st;
     g->n_pos = pos + 1;
     return IG_OK;

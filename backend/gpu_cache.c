@@ -12,7 +12,7 @@
 int IG_DEV(gpu_kv_download)(struct gpu_backend *g, struct kv_cache *kv)
 {
     IG_ASSERT(kv->dtype == KV_F16 && kv->n_ctx >= g->n_pos);
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     int64_t hd = hp->head_dim, n = g->n_pos;
     int st = kv_cache_reserve(kv, n);
     uint16_t *rows = malloc((size_t)((n ? n : 1) * hd) * sizeof *rows);
@@ -40,7 +40,7 @@ int IG_DEV(gpu_kv_download)(struct gpu_backend *g, struct kv_cache *kv)
 
 int IG_DEV(gpu_kv_upload)(struct gpu_backend *g, const struct kv_cache *kv)
 {
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     IG_ASSERT(kv->n_pos <= g->n_ctx && kv->head_dim == hp->head_dim &&
               kv->n_head_kv == hp->n_head_kv && kv->n_layer == hp->n_layer);
     int64_t hd = hp->head_dim, n = kv->n_pos;

@@ -28,7 +28,6 @@ struct gpu_backend {
     struct dev_info info;
     void *stream;
     const struct model *m;
-    struct model_hparams hp;
     int64_t n_ctx, max_batch, n_pos;
     int64_t q_dim, kv_dim, qkv_rows;
     struct gpu_layer *layers;

@@ -75,7 +75,7 @@ static size_t raw_bytes(const struct model_weight *w)
 int IG_DEV(gpu_upload_weights)(struct gpu_backend *g)
 {
     const struct model *m = g->m;
-    const struct model_hparams *hp = &g->hp;
+    const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, ff = hp->n_ff;
     size_t staging_bytes = raw_bytes(&m->tok_embd) > raw_bytes(&m->output)
                                ? raw_bytes(&m->tok_embd) : raw_bytes(&m->output);

@@ -334,11 +334,10 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
 
-AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
-                       const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
-                       struct qmm_pack8 *pack)
+/* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
+AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
+                           int64_t ldx, int64_t nt, float *y, int64_t ldy)
 {
-    pack8(kind, w, row_bytes, n_blk, pack);
     int64_t t = 0;
     for (; t + QMM_NT <= nt; t += QMM_NT)
         gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
@@ -348,6 +347,14 @@ AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
     default: break;
     }
+}
+
+AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                       const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                       struct qmm_pack8 *pack)
+{
+    pack8(kind, w, row_bytes, n_blk, pack);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -524,15 +531,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         struct qmm_pack8 *pack)
 {
     unpack8(kind, w, n_blk, pack);
-    int64_t t = 0;
-    for (; t + QMM_NT <= nt; t += QMM_NT)
-        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
-    switch (nt - t) {
-    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
-    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
-    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
-    default: break;
-    }
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
 }
 
 #define GEMM8P(name, kind)                                                                   \

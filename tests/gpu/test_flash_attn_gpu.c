@@ -4,36 +4,18 @@
  * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
  * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu. */
 #include "tests/emu/attn_case.h"
+#include "tests/gpu/cuda_check.h"
 #include "tests/test.h"
-
-#include <cuda_runtime_api.h>
-
-#define CK(call)                                                                \
-    do {                                                                        \
-        cudaError_t e_ = (call);                                                \
-        if (e_ != cudaSuccess) {                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,  \
-                    cudaGetErrorString(e_));                                    \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
-
-static void *to_device(const void *host, size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes));
-    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
 
 /* One variant on the GPU: fresh device copies of the case's buffers, the
  * kernel, the results back into the case's host buffers (o, lse, kc, vc). */
 static int run_variant(struct attn_case *c, int variant)
 {
-    void *qkv = to_device(c->qkv, c->qkv_elems * 2);
-    void *kc = to_device(c->kc0, c->cache_elems * 2), *vc = to_device(c->vc0, c->cache_elems * 2);
-    void *o = to_device(c->o, c->o_elems * 2);
-    float *lse = (float *)to_device(c->lse, c->lse_elems * sizeof(float));
+    void *qkv = test_to_device(c->qkv, c->qkv_elems * 2);
+    void *kc = test_to_device(c->kc0, c->cache_elems * 2);
+    void *vc = test_to_device(c->vc0, c->cache_elems * 2);
+    void *o = test_to_device(c->o, c->o_elems * 2);
+    float *lse = (float *)test_to_device(c->lse, c->lse_elems * sizeof(float));
     struct prefill_attn_params p = attn_case_params(c, qkv, kc, vc, o, lse);
     p.variant = variant;
     int rc = prefill_attn_cuda(&p, NULL);

@@ -10,31 +10,12 @@
 #include "core/half.h"
 #include "models/model.h"
 #include "models/quant.h"
+#include "tests/gpu/cuda_check.h"
 #include "tests/test.h"
-
-#include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(call)                                                                \
-    do {                                                                        \
-        cudaError_t e_ = (call);                                                \
-        if (e_ != cudaSuccess) {                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,  \
-                    cudaGetErrorString(e_));                                    \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
-
 static int g_bench;
-
-static void *dev_copy(const void *host, size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes));
-    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
 
 /* A device buffer filled with 0xff (NaN in f16/f32): unwritten elements show. */
 static void *dev_poison(size_t bytes)
@@ -117,8 +98,8 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     int32_t *tok = malloc((size_t)n * 4);
     for (int64_t t = 0; t < n; t++)
         tok[t] = (int32_t)(test_rand_u64(st) % n_vocab);
-    uint16_t *dtable = dev_copy(table, (size_t)(n_vocab * d) * 2);
-    int32_t *dtok = dev_copy(tok, (size_t)n * 4);
+    uint16_t *dtable = test_to_device(table, (size_t)(n_vocab * d) * 2);
+    int32_t *dtok = test_to_device(tok, (size_t)n * 4);
     float *dx = dev_poison((size_t)(n * d) * 4);
     float *xref = malloc((size_t)(n * d) * 4);
     gk_embed_ref(table, tok, n, d, xref);
@@ -133,7 +114,7 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
         x[i] *= 3.0f;
     CK(cudaMemcpy(dx, x, (size_t)(n * d) * 4, cudaMemcpyHostToDevice));
     float *w = rand_floats(st, d, 0.5f, 1.5f);
-    float *dw = dev_copy(w, (size_t)d * 4);
+    float *dw = test_to_device(w, (size_t)d * 4);
     uint16_t *dy = dev_poison((size_t)(n * d) * 2), *yref = malloc((size_t)(n * d) * 2);
     gk_rmsnorm_ref(x, d, w, n, d, 1e-5f, yref);
     CHECK(gk_rmsnorm_cuda(dx, d, dw, n, d, 1e-5f, dy, NULL) == 0);
@@ -151,9 +132,10 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     for (int64_t i = 0; i < hd / 2; i++)
         inv_freq[i] = pow(500000.0, -2.0 * (double)i / (double)hd);
     int32_t pos0 = 2047;
-    float *dqkv = dev_copy(qkv, (size_t)(n * wd) * 4), *dbias = dev_copy(bias, (size_t)wd * 4);
-    double *dfreq = dev_copy(inv_freq, sizeof inv_freq);
-    int32_t *dpos = dev_copy(&pos0, 4);
+    float *dqkv = test_to_device(qkv, (size_t)(n * wd) * 4);
+    float *dbias = test_to_device(bias, (size_t)wd * 4);
+    double *dfreq = test_to_device(inv_freq, sizeof inv_freq);
+    int32_t *dpos = test_to_device(&pos0, 4);
     for (int to_cache = 0; to_cache < 2; to_cache++) {
         struct gk_qkv_params r = {.qkv = qkv, .bias = to_cache ? NULL : bias,
                                   .inv_freq = inv_freq, .pos = &pos0, .n = n, .n_head = nh,
@@ -195,7 +177,7 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     /* swiglu */
     const int64_t f = m->n_ff;
     float *gu = rand_floats(st, n * 2 * f, -8.0f, 8.0f);
-    float *dgu = dev_copy(gu, (size_t)(n * 2 * f) * 4);
+    float *dgu = test_to_device(gu, (size_t)(n * 2 * f) * 4);
     uint16_t *dh = dev_poison((size_t)(n * f) * 2), *href = malloc((size_t)(n * f) * 2);
     gk_swiglu_ref(gu, n, f, href);
     CHECK(gk_swiglu_cuda(dgu, n, f, dh, NULL) == 0);
@@ -242,7 +224,7 @@ static void test_weights(uint64_t *st)
                     src[i + 3] &= 0xbf;
             }
         }
-        void *dsrc = dev_copy(src, bytes);
+        void *dsrc = test_to_device(src, bytes);
         uint16_t *ddst = dev_poison((size_t)(rows * cols) * 2);
         uint16_t *ref = malloc((size_t)(rows * cols) * 2);
         gk_dequant_f16_ref(types[ti], src, rows, cols, row_bytes, ref);
