@@ -48,12 +48,6 @@ static int gemv_dev(const uint16_t *w, const uint16_t *x, float *y, int64_t rows
 #define gemv_dev gk_gemv_f16_cuda
 #endif
 
-/* The attention kernel's two entry points differ by the stream argument. */
-#if defined(IG_EMU_BACKEND)
-#define prefill_attn_dev(p, stream) prefill_attn_emu(p)
-#else
-#define prefill_attn_dev(p, stream) prefill_attn_cuda(p, stream)
-#endif
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -291,7 +285,7 @@ static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t po
         .cache_row_stride = hd, .cache_head_stride = g->n_ctx * hd,
         .scale = 1.0f / sqrtf((float)hd), .dtype = PREFILL_ATTN_F16,
     };
-    if ((st = prefill_attn_dev(&ap, g->stream)))
+    if ((st = IG_DEV(prefill_attn)(&ap, g->stream)))
         return st;
     /* Past attention, the last layer matters for the last row only. */
     bool last = l == hp->n_layer - 1;

@@ -405,15 +405,12 @@ int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
 
 #if defined(IG_EMU)
 #define PREFILL_ATTN_ENTRY prefill_attn_emu
-extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p)
-{
-    cudaStream_t stream = nullptr;
 #else
 #define PREFILL_ATTN_ENTRY prefill_attn_cuda
+#endif
 extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p, void *stream_)
 {
     cudaStream_t stream = (cudaStream_t)stream_;
-#endif
     prefill_attn_tile tile;
     int st = prefill_attn_choose(p, &tile);
     if (st)

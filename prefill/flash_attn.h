@@ -140,7 +140,7 @@ int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 
 /* The same kernel source run by the CPU emulator (emu/), host pointers.
  * Only in test programs that link tests/emu/flash_attn_emu.cc. */
-int prefill_attn_emu(const struct prefill_attn_params *p);
+int prefill_attn_emu(const struct prefill_attn_params *p, void *stream);
 
 #ifdef __cplusplus
 }

@@ -9,12 +9,12 @@
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
-extern "C" int prefill_attn_emu_no_wait(const struct prefill_attn_params *p);
-extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p);
-extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p);
+extern "C" int prefill_attn_emu_no_wait(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, void *stream);
 
 /* Runs a mutant on a case long enough (3+ K/V tiles) for each bug to bite. */
-static int run(int (*fn)(const struct prefill_attn_params *))
+static int run(int (*fn)(const struct prefill_attn_params *, void *))
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
@@ -23,7 +23,7 @@ static int run(int (*fn)(const struct prefill_attn_params *))
     attn_case_init(&c);
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
     ig_emu_set_quiet(1);
-    int rc = fn(&p);
+    int rc = fn(&p, NULL);
     ig_emu_set_quiet(0);
     attn_case_free(&c);
     return rc;
