@@ -17,14 +17,7 @@
 
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
 {
-    switch (type) {
-    case QUANT_Q4_0: return tile_q4_0;
-    case QUANT_Q4_1: return tile_q4_1;
-    case QUANT_Q8_0: return tile_q8_0;
-    case QUANT_Q4_K: return tile_q4_K;
-    case QUANT_Q6_K: return tile_q6_K;
-    default: return NULL;
-    }
+    return tile_of(type);
 }
 
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)

@@ -694,4 +694,17 @@ TILE(q8_0, CALL32_q8_0)
 TILE(q4_K, CALL_q4_K)
 TILE(q6_K, CALL_q6_K)
 
+/* The tile kernel of this build for `type`, NULL where it has none. */
+static qmm_tile_fn tile_of(enum quant_type type)
+{
+    switch (type) {
+    case QUANT_Q4_0: return tile_q4_0;
+    case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q6_K: return tile_q6_K;
+    default: return NULL;
+    }
+}
+
 #endif
