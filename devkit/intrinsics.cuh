@@ -30,6 +30,20 @@ struct ig_f16_t {};  /* IEEE binary16 elements */
 #define ig_syncthreads() ig_emu_barrier(__FILE__, __LINE__)
 #endif
 
+/* threadIdx.x read anew at each call: values derived from it are then
+ * recomputed where used (a few integer instructions) instead of being hoisted
+ * out of a loop and kept in registers the accumulators need. */
+__device__ __forceinline__ int ig_thread_index_fresh()
+{
+#if defined(__CUDA_ARCH__)
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+#else
+    return (int)threadIdx.x;
+#endif
+}
+
 /* ---- format conversion ---------------------------------------------------- */
 
 /* Two floats rounded to nearest even and packed: lo in bits 15:0. */
@@ -271,6 +285,33 @@ __device__ __forceinline__ float ig_shfl_xor_f32(float v, int lane_mask)
     u = ig_shfl_xor(u, lane_mask);
     memcpy(&v, &u, 4);
     return v;
+}
+
+/* ---- warp votes (full warp) ----------------------------------------------- */
+
+/* Whether pred holds in any lane of the warp (the same answer in every lane:
+ * a branch on it is warp-uniform). */
+__device__ __forceinline__ bool ig_vote_any(bool pred)
+{
+#if defined(__CUDA_ARCH__)
+    return __any_sync(0xffffffffu, pred) != 0;
+#elif defined(__CUDACC__)
+    return pred;
+#else
+    return ig_emu_vote(IG_EMU_VOTE_ANY, 0xffffffffu, pred) != 0;
+#endif
+}
+
+/* Bit l set when pred holds in lane l. */
+__device__ __forceinline__ uint32_t ig_vote_ballot(bool pred)
+{
+#if defined(__CUDA_ARCH__)
+    return __ballot_sync(0xffffffffu, pred);
+#elif defined(__CUDACC__)
+    return pred;
+#else
+    return ig_emu_vote(IG_EMU_VOTE_BALLOT, 0xffffffffu, pred);
+#endif
 }
 
 /* ---- plain shared-memory access ------------------------------------------- */

@@ -86,6 +86,7 @@ struct ig_emu_stats ig_emu_last_stats(void);
 
 enum ig_emu_mma_kind { IG_EMU_MMA_BF16 = 1, IG_EMU_MMA_F16 = 2 };
 enum ig_emu_shfl_mode { IG_EMU_SHFL_UP, IG_EMU_SHFL_DOWN, IG_EMU_SHFL_BFLY, IG_EMU_SHFL_IDX };
+enum ig_emu_vote_mode { IG_EMU_VOTE_ANY, IG_EMU_VOTE_ALL, IG_EMU_VOTE_BALLOT };
 
 /* Per-block storage of the static __shared__ declaration identified by key
  * (the address of a static in the declaring function); same size every call. */
@@ -103,6 +104,9 @@ void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t 
 void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row);
 /* shfl.sync.{mode}.b32 with operands b and c as in PTX; only the full mask. */
 uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c);
+/* vote.sync.{any,all,ballot} over the full warp: any/all give 0 or 1, ballot
+ * the mask of lanes whose pred is set. */
+uint32_t ig_emu_vote(int mode, uint32_t mask, int pred);
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_size (src_size 0 or 16). */
 void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size);

@@ -10,14 +10,14 @@
 #include <vector>
 
 enum emu_state { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
-enum emu_op { EMU_OP_MMA = 1, EMU_OP_LDSM, EMU_OP_SHFL };
+enum emu_op { EMU_OP_MMA = 1, EMU_OP_LDSM, EMU_OP_SHFL, EMU_OP_VOTE };
 
 /* What a lane brings to a warp collective. */
 struct emu_coll {
-    int op, kind;          /* emu_op; mma kind, ldmatrix num|trans<<4, shfl mode */
+    int op, kind;          /* emu_op; mma kind, ldmatrix num|trans<<4, shfl/vote mode */
     const void *in[3];     /* mma: a, b, c; ldmatrix: row address */
-    void *out;             /* mma: d; ldmatrix: registers; shfl: result */
-    uint32_t v, b, c, mask; /* shfl operands */
+    void *out;             /* mma: d; ldmatrix: registers; shfl, vote: result */
+    uint32_t v, b, c, mask; /* shfl operands; vote: v = the predicate */
 };
 
 struct emu_copy {

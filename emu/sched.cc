@@ -221,6 +221,19 @@ uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c
     return out;
 }
 
+uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
+{
+    uint32_t out = 0;
+    struct emu_coll k = {};
+    k.op = EMU_OP_VOTE;
+    k.kind = mode;
+    k.v = pred != 0;
+    k.mask = mask;
+    k.out = &out;
+    emu_collective(&k);
+    return out;
+}
+
 /* ---- the launch ----------------------------------------------------------- */
 
 static const char *emu_state_name(int s)

@@ -135,11 +135,24 @@ static void emu_shfl(struct emu_thread *lane0, int mode)
     }
 }
 
+/* vote.sync over the warp: every lane gets the same answer. */
+static void emu_vote(struct emu_thread *lane0, int mode)
+{
+    uint32_t ballot = 0;
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        ballot |= (lane0[l].coll.v & 1u) << l;
+    uint32_t r = mode == IG_EMU_VOTE_BALLOT ? ballot
+                 : mode == IG_EMU_VOTE_ANY  ? (uint32_t)(ballot != 0)
+                                            : (uint32_t)(ballot == 0xffffffffu);
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        *(uint32_t *)lane0[l].coll.out = r;
+}
+
 void emu_warp_compute(struct emu_block *b, unsigned w)
 {
     struct emu_thread *lane0 = &(*b->threads)[w * EMU_WARP];
     const struct emu_coll *k0 = &lane0[0].coll;
-    static const char *names[] = {"?", "mma", "ldmatrix", "shfl"};
+    static const char *names[] = {"?", "mma", "ldmatrix", "shfl", "vote"};
     for (unsigned l = 1; l < EMU_WARP; l++) {
         const struct emu_coll *k = &lane0[l].coll;
         if (k->op != k0->op || k->kind != k0->kind || k->mask != k0->mask)
@@ -157,6 +170,11 @@ void emu_warp_compute(struct emu_block *b, unsigned w)
         if (k0->mask != 0xffffffffu)
             emu_fail("shfl.sync with mask %08x: only the full mask is emulated", k0->mask);
         emu_shfl(lane0, k0->kind);
+        break;
+    case EMU_OP_VOTE:
+        if (k0->mask != 0xffffffffu)
+            emu_fail("vote.sync with mask %08x: only the full mask is emulated", k0->mask);
+        emu_vote(lane0, k0->kind);
         break;
     default:
         emu_fail("unknown collective %d", k0->op);

@@ -89,12 +89,37 @@ __device__ __forceinline__ int blk_off(int z, int r16, int c16)
 template <int HD, int ROWS, int THREADS, class Src>
 __device__ __forceinline__ void load_tile(uint16_t *tile, const uint16_t *any, Src src)
 {
+    /* The general case (tiles that straddle the cache and the chunk, or run
+     * past the end): per-chunk source choice, a few dozen instructions per
+     * 16 bytes. Full tiles take load_rows. */
     constexpr int kChunks = ROWS * HD / 8;
     for (int c = (int)threadIdx.x; c < kChunks; c += THREADS) {
         int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
         const uint16_t *row = src(r);
         ig_cp_async16(&tile[swz<HD, ROWS>(r, col)], row ? row + col : any, row != nullptr);
     }
+}
+
+/* Issues the cp.async of a full [ROWS][HD] tile whose row r is
+ * base + r * stride. Each thread copies one column chunk of rows r0,
+ * r0 + kRows, ...: kRows is a multiple of 8, so the swizzle is the same for
+ * all of them and both addresses advance by constants (an add and the copy
+ * per 16 bytes). */
+template <int HD, int ROWS, int THREADS>
+__device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, int stride)
+{
+    constexpr int kChunksPerRow = HD / 8, kRows = THREADS / kChunksPerRow;
+    static_assert(THREADS % kChunksPerRow == 0 && kRows % 8 == 0 && ROWS % kRows == 0,
+                  "every thread copies the same column of rows kRows apart");
+    const int tid = ig_thread_index_fresh();
+    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+    /* 32-bit offsets (the chooser bounds rows * stride below 2^31): fewer
+     * registers live across the K/V loop than 64-bit ones. */
+    const uint16_t *src = base + (r0 * stride + col);
+    uint16_t *dst = &tile[swz<HD, ROWS>(r0, col)];
+    IG_UNROLL
+    for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
+        ig_cp_async16(dst + i * kRows * 64, src, true);
 }
 
 template <class T, int HD, int V>
@@ -147,6 +172,28 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 
     auto load_kv = [&](int tile, int stage) {
         const int j0 = tile * kBlockN;
+        uint16_t *k_dst = sK + stage * kBlockN * HD, *v_dst = sV + stage * kBlockN * HD;
+        /* Bases recomputed from p (constant bank) rather than kept live
+         * through the loop: registers go to the accumulators. */
+        const int64_t cache_off = hk * p.cache_head_stride;
+        const uint16_t *kc_t = (const uint16_t *)p.k_cache + cache_off;
+        const uint16_t *vc_t = (const uint16_t *)p.v_cache + cache_off;
+        if (j0 + kBlockN <= pos0) { /* all from the cache */
+            const int64_t off = (int64_t)j0 * p.cache_row_stride;
+            load_rows<HD, kBlockN, kThreads>(k_dst, kc_t + off, (int)p.cache_row_stride);
+            load_rows<HD, kBlockN, kThreads>(v_dst, vc_t + off, (int)p.cache_row_stride);
+            return;
+        }
+        if (j0 >= pos0 && j0 + kBlockN <= kv_len) { /* all from the chunk */
+            const int64_t i0 = j0 - pos0;
+            load_rows<HD, kBlockN, kThreads>(
+                k_dst, (const uint16_t *)p.k + hk * p.k_head_stride + i0 * p.k_row_stride,
+                (int)p.k_row_stride);
+            load_rows<HD, kBlockN, kThreads>(
+                v_dst, (const uint16_t *)p.v + hk * p.v_head_stride + i0 * p.v_row_stride,
+                (int)p.v_row_stride);
+            return;
+        }
         auto row_of = [&](const uint16_t *cache, const uint16_t *chunk, int64_t stride) {
             return [=](int r) -> const uint16_t * {
                 int pos = j0 + r;
@@ -155,22 +202,20 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 return pos < kv_len ? chunk + (int64_t)(pos - pos0) * stride : nullptr;
             };
         };
-        /* Bases recomputed from p (constant bank) rather than kept live
-         * through the loop: registers go to the accumulators. */
-        const int64_t cache_off = hk * p.cache_head_stride;
-        const uint16_t *kc_t = (const uint16_t *)p.k_cache + cache_off;
-        const uint16_t *vc_t = (const uint16_t *)p.v_cache + cache_off;
-        load_tile<HD, kBlockN, kThreads>(sK + stage * kBlockN * HD, kc_t,
+        load_tile<HD, kBlockN, kThreads>(k_dst, kc_t,
                                          row_of(kc_t, (const uint16_t *)p.k + hk * p.k_head_stride,
                                                 p.k_row_stride));
-        load_tile<HD, kBlockN, kThreads>(sV + stage * kBlockN * HD, vc_t,
+        load_tile<HD, kBlockN, kThreads>(v_dst, vc_t,
                                          row_of(vc_t, (const uint16_t *)p.v + hk * p.v_head_stride,
                                                 p.v_row_stride));
     };
 
-    load_tile<HD, kBlockM, kThreads>(sQ, q, [&](int r) -> const uint16_t * {
-        return q0 + r < n ? q + (q0 + r) * p.q_row_stride : nullptr;
-    });
+    if (q0 + kBlockM <= n)
+        load_rows<HD, kBlockM, kThreads>(sQ, q + (int64_t)q0 * p.q_row_stride, (int)p.q_row_stride);
+    else
+        load_tile<HD, kBlockM, kThreads>(sQ, q, [&](int r) -> const uint16_t * {
+            return q0 + r < n ? q + (q0 + r) * p.q_row_stride : nullptr;
+        });
     load_kv(0, 0);
     ig_cp_async_commit();
 
@@ -284,26 +329,46 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                     }
         }
 
-        /* Online softmax; rows g (r = 0) and g + 8 (r = 1) of each m16 tile. */
+        /* Online softmax; rows g (r = 0) and g + 8 (r = 1) of each m16 tile.
+         * The new row maxima first: O and l need rescaling only when one of
+         * the warp's rows has a new maximum (else every factor is exactly 1),
+         * which past the first tiles of a long row is the rare case. */
+        float mx[kMT][2];
+        bool grew = false;
         IG_UNROLL
         for (int mt = 0; mt < kMT; mt++)
             for (int r = 0; r < 2; r++) {
-                float mx = m[mt][r];
+                float x = m[mt][r];
                 IG_UNROLL
                 for (int j = 0; j < kBlockN / 8; j++)
-                    mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
-                mx = fmaxf(mx, ig_shfl_xor_f32(mx, 1));
-                mx = fmaxf(mx, ig_shfl_xor_f32(mx, 2));
-                /* A row with every key masked so far keeps a zero offset (no NaN). */
-                const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
-                const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - base);
-                m[mt][r] = mx;
-                l[mt][r] *= corr;
-                IG_UNROLL
-                for (int d = 0; d < HD / 8; d++) {
-                    o[mt][d][2 * r] *= corr;
-                    o[mt][d][2 * r + 1] *= corr;
+                    x = fmaxf(x, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+                x = fmaxf(x, ig_shfl_xor_f32(x, 1));
+                x = fmaxf(x, ig_shfl_xor_f32(x, 2));
+                mx[mt][r] = x;
+                grew |= x != m[mt][r];
+            }
+        /* A row with every key masked so far keeps a zero offset (no NaN). */
+        auto offset = [&](float row_max) {
+            return row_max == -INFINITY ? 0.0f : row_max * scale_log2;
+        };
+        if (ig_vote_any(grew)) {
+            IG_UNROLL
+            for (int mt = 0; mt < kMT; mt++)
+                for (int r = 0; r < 2; r++) {
+                    const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - offset(mx[mt][r]));
+                    l[mt][r] *= corr;
+                    IG_UNROLL
+                    for (int d = 0; d < HD / 8; d++) {
+                        o[mt][d][2 * r] *= corr;
+                        o[mt][d][2 * r + 1] *= corr;
+                    }
                 }
+        }
+        IG_UNROLL
+        for (int mt = 0; mt < kMT; mt++)
+            for (int r = 0; r < 2; r++) {
+                m[mt][r] = mx[mt][r];
+                const float base = offset(mx[mt][r]);
                 IG_UNROLL
                 for (int j = 0; j < kBlockN / 8; j++)
                     for (int e = 2 * r; e < 2 * r + 2; e++) {

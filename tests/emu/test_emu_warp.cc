@@ -264,12 +264,49 @@ static void test_shfl(void)
     CHECKF(bad == 0, "%d shuffle results wrong", bad);
 }
 
+/* ---- votes ---------------------------------------------------------------- */
+
+struct vote_io {
+    uint32_t pattern[4];             /* which lanes of warp 0 vote true, per round */
+    uint32_t any[2][4][32], ballot[2][4][32];
+};
+
+/* Warp 1 votes the complement of warp 0: votes must not mix warps. */
+__global__ void vote_kernel(vote_io *io)
+{
+    unsigned l = threadIdx.x % 32, w = threadIdx.x / 32;
+    for (int r = 0; r < 4; r++) {
+        bool pred = (((io->pattern[r] >> l) & 1u) != 0) != (w == 1);
+        io->any[w][r][l] = ig_vote_any(pred);
+        io->ballot[w][r][l] = ig_vote_ballot(pred);
+    }
+}
+
+static void test_vote(void)
+{
+    static vote_io io;
+    const uint32_t patterns[4] = {0u, 1u << 17, 0xffffffffu, 0x0f0f1234u};
+    memcpy(io.pattern, patterns, sizeof patterns);
+    CHECK(IG_LAUNCH(vote_kernel, dim3(1), dim3(64), 0, 0, &io) == 0);
+    int bad = 0;
+    for (int w = 0; w < 2; w++)
+        for (int r = 0; r < 4; r++) {
+            uint32_t want = w ? ~patterns[r] : patterns[r];
+            for (int l = 0; l < 32; l++) {
+                bad += io.any[w][r][l] != (uint32_t)(want != 0);
+                bad += io.ballot[w][r][l] != want;
+            }
+        }
+    CHECKF(bad == 0, "%d vote results wrong", bad);
+}
+
 int main(void)
 {
     test_mma<ig_bf16_t>(true);
     test_mma<ig_f16_t>(false);
     test_ldmatrix();
     test_shfl();
+    test_vote();
     test_bank_conflicts();
     return test_summary("test_emu_warp");
 }

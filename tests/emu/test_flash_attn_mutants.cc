@@ -3,7 +3,10 @@
  * must be caught by the emulator: without its cp.async wait it reads data
  * still in flight; without the barrier that ends an iteration, cp.async
  * overwrites a stage other warps still read; without the swizzle, ldmatrix
- * has bank conflicts. Label emu. */
+ * has bank conflicts. Bugs the emulator cannot see, only the numbers can,
+ * must fail the fp64 comparison: full K/V tiles copied from the wrong rows;
+ * the running output rescaled when no row maximum grew instead of when one
+ * did. Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -12,9 +15,14 @@
 extern "C" int prefill_attn_emu_no_wait(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_row_step(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p, void *stream);
 
-/* Runs a mutant on a case long enough (3+ K/V tiles) for each bug to bite. */
-static int run(int (*fn)(const struct prefill_attn_params *, void *))
+/* Runs a mutant on a case long enough (3+ K/V tiles, full and partial, from
+ * the cache and from the chunk) for each bug to bite. When err is given, it
+ * gets the output's max error against fp64 in units of the naive
+ * same-precision error (the kernels pass at <= 2). */
+static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
@@ -25,6 +33,14 @@ static int run(int (*fn)(const struct prefill_attn_params *, void *))
     ig_emu_set_quiet(1);
     int rc = fn(&p, NULL);
     ig_emu_set_quiet(0);
+    if (err) {
+        struct attn_ref r;
+        struct attn_err e;
+        attn_reference(&c, &r);
+        attn_errors(&c, &r, c.o, c.lse, &e);
+        *err = e.o_max / r.naive;
+        attn_ref_free(&r);
+    }
     attn_case_free(&c);
     return rc;
 }
@@ -38,5 +54,12 @@ int main(void)
     CHECK(run(prefill_attn_emu_no_swizzle) == 0);
     CHECKF(ig_emu_last_stats().ldmatrix_conflicts > 0, "%llu",
            (unsigned long long)ig_emu_last_stats().ldmatrix_conflicts);
+    double err = 0;
+    CHECK(run(prefill_attn_emu, &err) == 0);
+    CHECKF(err <= 2, "the kernel itself: error %.2f x naive", err);
+    CHECK(run(prefill_attn_emu_row_step, &err) == 0);
+    CHECKF(err > 10, "row_step mutant: error only %.2f x naive", err);
+    CHECK(run(prefill_attn_emu_rescale_skip, &err) == 0);
+    CHECKF(err > 10, "rescale_skip mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }
