@@ -108,6 +108,26 @@ uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c
  * the mask of lanes whose pred is set. */
 uint32_t ig_emu_vote(int mode, uint32_t mask, int pred);
 
+/* wgmma: warpgroup collectives (the 128 threads of 4 consecutive warps
+ * starting at a multiple of 4). ig_emu_wgmma is wgmma.mma_async.m64n{n}k16
+ * with f32 accumulators: d = this thread's n/2 accumulators; A from the
+ * descriptor a_desc when a_regs is NULL, else this thread's 4 registers;
+ * B from b_desc; trans_a/trans_b 0 = K-major, 1 = M-/N-major. It is only
+ * recorded at issue: operands are read from shared memory and d written at
+ * the ig_emu_wgmma_wait that completes its group (as PTX allows), so a
+ * kernel that reads d early or overwrites operands early gets wrong numbers.
+ * Descriptor addresses are ig_emu_shared_address values. */
+enum ig_emu_wgmma_kind { IG_EMU_WGMMA_BF16 = 1, IG_EMU_WGMMA_F16 = 2 };
+void ig_emu_wgmma(int kind, int n, float *d, uint64_t a_desc, const uint32_t *a_regs,
+                  uint64_t b_desc, int accumulate, int trans_a, int trans_b);
+void ig_emu_wgmma_fence(void);
+void ig_emu_wgmma_commit(void);
+void ig_emu_wgmma_wait(int n);
+/* fence.proxy.async.shared::cta by this thread. */
+void ig_emu_fence_proxy_async(void);
+/* p's offset in the block's dynamic shared memory (a fault when p is not in it). */
+uint32_t ig_emu_shared_address(const void *p);
+
 /* cp.async.cg.shared.global [dst], [src], 16, src_size (src_size 0 or 16). */
 void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size);
 void ig_emu_cp_async_commit(void);
