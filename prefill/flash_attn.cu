@@ -24,43 +24,12 @@
  * through tests/emu/flash_attn_emu.cc, for the CPU emulator
  * (prefill_attn_emu). Covered by tests/emu/test_flash_attn_emu.c and
  * tests/gpu/test_flash_attn_gpu.c. */
+#include "devkit/dev_entry.h"
 #include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
-
-/* Full unrolling keeps the fragment arrays in registers (a loop left rolled
- * indexes them at run time and moves them to the stack). */
-#if defined(__CUDACC__)
-#define IG_UNROLL _Pragma("unroll")
-#else
-#define IG_UNROLL
-#endif
+#include "prefill/flash_tiles.cuh"
 
 namespace {
-
-/* The variant table as compile-time constants: variant<V>::block_m etc. */
-template <int V> struct variant;
-#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb)            \
-    template <> struct variant<PREFILL_ATTN_##id> {                             \
-        static constexpr int block_m = bm, block_n = bn, warps = w, m_tiles = mt; \
-        static constexpr int q_regs_max_hd = qhd, head_dims = hds, min_blocks = minb; \
-    };
-PREFILL_ATTN_VARIANTS(IG_FLASH_VARIANT_)
-#undef IG_FLASH_VARIANT_
-
-/* 16-byte-aligned chunk of 8 elements, for global-to-global copies. */
-struct alignas(16) chunk16 {
-    uint32_t w[4];
-};
-
-/* Element offset of (row, col) in a swizzled [rows][HD] tile: columns come in
- * 64-wide pages of 128-byte rows; within a row the 16-byte chunks are
- * permuted by XOR with row % 8 (cute::Swizzle<3,3,3>). col % 8 == 0 for
- * every caller, so a chunk stays contiguous. */
-template <int HD, int ROWS>
-__device__ __forceinline__ int swz(int row, int col)
-{
-    return (col / 64) * ROWS * 64 + row * 64 + ((((col / 8) & 7) ^ (row & 7)) << 3) + (col & 7);
-}
 
 /* ldmatrix addressing of 16x16 blocks: a lane addresses row rl (0..15) and
  * 8-column half cl (0/1) of each block. With z = swz(rl, 8 cl) (the lane's
@@ -82,44 +51,6 @@ template <int ROWS>
 __device__ __forceinline__ int blk_off(int z, int r16, int c16)
 {
     return (c16 / 64) * ROWS * 64 + r16 * 64 + (z ^ (((c16 % 64) / 8) << 3));
-}
-
-/* Issues the cp.async of a [ROWS][HD] tile whose row r comes from src(r)
- * (NULL = past the end: zero-filled). */
-template <int HD, int ROWS, int THREADS, class Src>
-__device__ __forceinline__ void load_tile(uint16_t *tile, const uint16_t *any, Src src)
-{
-    /* The general case (tiles that straddle the cache and the chunk, or run
-     * past the end): per-chunk source choice, a few dozen instructions per
-     * 16 bytes. Full tiles take load_rows. */
-    constexpr int kChunks = ROWS * HD / 8;
-    for (int c = (int)threadIdx.x; c < kChunks; c += THREADS) {
-        int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
-        const uint16_t *row = src(r);
-        ig_cp_async16(&tile[swz<HD, ROWS>(r, col)], row ? row + col : any, row != nullptr);
-    }
-}
-
-/* Issues the cp.async of a full [ROWS][HD] tile whose row r is
- * base + r * stride. Each thread copies one column chunk of rows r0,
- * r0 + kRows, ...: kRows is a multiple of 8, so the swizzle is the same for
- * all of them and both addresses advance by constants (an add and the copy
- * per 16 bytes). */
-template <int HD, int ROWS, int THREADS>
-__device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, int stride)
-{
-    constexpr int kChunksPerRow = HD / 8, kRows = THREADS / kChunksPerRow;
-    static_assert(THREADS % kChunksPerRow == 0 && kRows % 8 == 0 && ROWS % kRows == 0,
-                  "every thread copies the same column of rows kRows apart");
-    const int tid = ig_thread_index_fresh();
-    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
-    /* 32-bit offsets (the chooser bounds rows * stride below 2^31): fewer
-     * registers live across the K/V loop than 64-bit ones. */
-    const uint16_t *src = base + (r0 * stride + col);
-    uint16_t *dst = &tile[swz<HD, ROWS>(r0, col)];
-    IG_UNROLL
-    for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
-        ig_cp_async16(dst + i * kRows * 64, src, true);
 }
 
 template <class T, int HD, int V>
@@ -149,74 +80,20 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
     const int h = (int)blockIdx.y, group = (int)(p.n_head / p.n_head_kv), hk = h / group;
     const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
-    const uint16_t *q = (const uint16_t *)p.q + h * p.q_head_stride;
 
-    /* Fused cache write: this block's rows of the chunk, by one head per group. */
-    if (h % group == 0) {
-        const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride;
-        const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride;
-        const int64_t rows = n - q0 < kBlockM ? n - q0 : kBlockM;
-        for (int64_t c = threadIdx.x; c < rows * (HD / 8); c += kThreads) {
-            int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8;
-            int64_t dst = (pos0 + i) * p.cache_row_stride + col;
-            *(chunk16 *)((uint16_t *)p.k_cache + hk * p.cache_head_stride + dst) =
-                *(const chunk16 *)(kn + i * p.k_row_stride + col);
-            *(chunk16 *)((uint16_t *)p.v_cache + hk * p.cache_head_stride + dst) =
-                *(const chunk16 *)(vn + i * p.v_row_stride + col);
-        }
-    }
+    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0);
 
     /* Keys of the last query of the tile bound the tiles to visit. */
     const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
     const int n_tiles = (int)((pos0 + q_last) / kBlockN + 1);
 
-    auto load_kv = [&](int tile, int stage) {
-        const int j0 = tile * kBlockN;
-        uint16_t *k_dst = sK + stage * kBlockN * HD, *v_dst = sV + stage * kBlockN * HD;
-        /* Bases recomputed from p (constant bank) rather than kept live
-         * through the loop: registers go to the accumulators. */
-        const int64_t cache_off = hk * p.cache_head_stride;
-        const uint16_t *kc_t = (const uint16_t *)p.k_cache + cache_off;
-        const uint16_t *vc_t = (const uint16_t *)p.v_cache + cache_off;
-        if (j0 + kBlockN <= pos0) { /* all from the cache */
-            const int64_t off = (int64_t)j0 * p.cache_row_stride;
-            load_rows<HD, kBlockN, kThreads>(k_dst, kc_t + off, (int)p.cache_row_stride);
-            load_rows<HD, kBlockN, kThreads>(v_dst, vc_t + off, (int)p.cache_row_stride);
-            return;
-        }
-        if (j0 >= pos0 && j0 + kBlockN <= kv_len) { /* all from the chunk */
-            const int64_t i0 = j0 - pos0;
-            load_rows<HD, kBlockN, kThreads>(
-                k_dst, (const uint16_t *)p.k + hk * p.k_head_stride + i0 * p.k_row_stride,
-                (int)p.k_row_stride);
-            load_rows<HD, kBlockN, kThreads>(
-                v_dst, (const uint16_t *)p.v + hk * p.v_head_stride + i0 * p.v_row_stride,
-                (int)p.v_row_stride);
-            return;
-        }
-        auto row_of = [&](const uint16_t *cache, const uint16_t *chunk, int64_t stride) {
-            return [=](int r) -> const uint16_t * {
-                int pos = j0 + r;
-                if (pos < pos0)
-                    return cache + pos * p.cache_row_stride;
-                return pos < kv_len ? chunk + (int64_t)(pos - pos0) * stride : nullptr;
-            };
-        };
-        load_tile<HD, kBlockN, kThreads>(k_dst, kc_t,
-                                         row_of(kc_t, (const uint16_t *)p.k + hk * p.k_head_stride,
-                                                p.k_row_stride));
-        load_tile<HD, kBlockN, kThreads>(v_dst, vc_t,
-                                         row_of(vc_t, (const uint16_t *)p.v + hk * p.v_head_stride,
-                                                p.v_row_stride));
+    auto load_kv_stage = [&](int tile, int stage) {
+        load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
+                                       tile * kBlockN, pos0, kv_len);
     };
 
-    if (q0 + kBlockM <= n)
-        load_rows<HD, kBlockM, kThreads>(sQ, q + (int64_t)q0 * p.q_row_stride, (int)p.q_row_stride);
-    else
-        load_tile<HD, kBlockM, kThreads>(sQ, q, [&](int r) -> const uint16_t * {
-            return q0 + r < n ? q + (q0 + r) * p.q_row_stride : nullptr;
-        });
-    load_kv(0, 0);
+    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
+    load_kv_stage(0, 0);
     ig_cp_async_commit();
 
     /* This warp's query rows as A fragments: all of them (kQRegs), or one
@@ -248,7 +125,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     for (int tile = 0; tile < n_tiles; tile++) {
         const int stage = tile & 1;
         if (tile + 1 < n_tiles) {
-            load_kv(tile + 1, stage ^ 1);
+            load_kv_stage(tile + 1, stage ^ 1);
             ig_cp_async_commit();
             ig_cp_async_wait<1>();
         } else {
@@ -444,9 +321,9 @@ int launch(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStre
     return IG_LAUNCH(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
 }
 
-/* One variant: dtype and head_dim (only those the variant is built for). */
+/* One mma.sync variant: dtype and head_dim (only those the variant is built for). */
 template <int V>
-int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
+int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
                    cudaStream_t stream)
 {
     if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||
@@ -464,6 +341,17 @@ int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
                         : launch<ig_f16_t, 128, V>(p, tile, stream);
     return ig_error(IG_E_INTERNAL, "flash attention: variant not built for head_dim %lld",
                     (long long)p.head_dim);
+}
+
+/* One variant of either kernel. */
+template <int V>
+int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
+                   cudaStream_t stream)
+{
+    if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WGMMA)
+        return IG_DEV(prefill_attn_wgmma)(&p, &tile, stream);
+    else
+        return launch_mma_variant<V>(p, tile, stream);
 }
 
 } /* namespace */

@@ -63,8 +63,8 @@ struct prefill_attn_params {
     int variant;       /* enum prefill_attn_variant: 0 = the chooser's pick */
 };
 
-/* The CUDA kernel's tile configurations ("variants"), compiled side by side.
- * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks):
+/* The CUDA kernels' tile configurations ("variants"), compiled side by side.
+ * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks, isa):
  *   block_m   query rows per block = warps * 16 * m_tiles
  *   block_n   keys per K/V tile
  *   m_tiles   m16 tiles per warp: with 2, every K/V fragment feeds 4 mma
@@ -78,15 +78,24 @@ struct prefill_attn_params {
  *             which is not the same as 1 (it differs per variant which is
  *             better: 1 made m64w4 take 203 instead of 171 registers at hd
  *             128, 0 made m128w8 spill at hd 64)
+ *   isa       PREFILL_ATTN_ISA_MMA: prefill/flash_attn.cu, mma.sync + ldmatrix,
+ *             any sm_80+ GPU; PREFILL_ATTN_ISA_WGMMA: prefill/flash_attn_wgmma.cu,
+ *             one warpgroup (4 warps) per 64 query rows, wgmma with Q and K/V
+ *             read from shared memory by the tensor cores, compute capability
+ *             9.0 only (sm_90a code)
  * The one table: the chooser, the kernel templates and the tests read it. */
+#define PREFILL_ATTN_ISA_MMA 0
+#define PREFILL_ATTN_ISA_WGMMA 1
 #define PREFILL_ATTN_VARIANTS(X)                                               \
-    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0)                                \
-    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1)                             \
-    X(M128W8N32R, "m128w8n32r", 128, 32, 8, 1, 0, 3, 2)                       \
-    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3)                          \
-    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0)                              \
-    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0)                        \
-    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0)
+    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0, PREFILL_ATTN_ISA_MMA)           \
+    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1, PREFILL_ATTN_ISA_MMA)        \
+    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3, PREFILL_ATTN_ISA_MMA)     \
+    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0, PREFILL_ATTN_ISA_MMA)         \
+    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0, PREFILL_ATTN_ISA_MMA)   \
+    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0, PREFILL_ATTN_ISA_MMA)   \
+    X(WG128N128, "wg128n128", 128, 128, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA) \
+    X(WG128N64, "wg128n64", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA)    \
+    X(WG64N64, "wg64n64", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
@@ -109,6 +118,7 @@ struct prefill_attn_tile {
     int warps;         /* warps per block */
     int m_tiles;       /* m16 tiles (16 query rows each) per warp */
     int q_in_regs;     /* 1: Q fragments stay in registers; 0: reloaded per k-step */
+    int isa;           /* PREFILL_ATTN_ISA_MMA or PREFILL_ATTN_ISA_WGMMA */
     int n_q_tiles;     /* blocks along the queries; grid = (n_q_tiles, n_head) */
     size_t smem_bytes; /* dynamic shared memory per block */
 };
@@ -141,6 +151,16 @@ int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 /* The same kernel source run by the CPU emulator (emu/), host pointers.
  * Only in test programs that link tests/emu/flash_attn_emu.cc. */
 int prefill_attn_emu(const struct prefill_attn_params *p, void *stream);
+
+/* The wgmma kernel's launcher (prefill/flash_attn_wgmma.cu) for a tile the
+ * chooser resolved to a PREFILL_ATTN_ISA_WGMMA variant: called by
+ * prefill_attn_cuda / prefill_attn_emu, not directly. Returns 0,
+ * IG_E_INTERNAL or IG_E_DEVICE (also when the GPU is not compute
+ * capability 9.0: wgmma is Hopper's). */
+int prefill_attn_wgmma_cuda(const struct prefill_attn_params *p,
+                            const struct prefill_attn_tile *t, void *stream);
+int prefill_attn_wgmma_emu(const struct prefill_attn_params *p,
+                           const struct prefill_attn_tile *t, void *stream);
 
 #ifdef __cplusplus
 }

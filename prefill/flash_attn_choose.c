@@ -13,13 +13,13 @@
 
 struct variant_row {
     const char *name;
-    int block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims;
+    int block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, isa;
 };
 
 static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
-    [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0},
-#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb) \
-    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds},
+    [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0, 0},
+#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb, isa) \
+    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds, isa},
     PREFILL_ATTN_VARIANTS(ROW_)
 #undef ROW_
 };
@@ -94,6 +94,17 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
         if (strides[i] % 8)
             return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
                             "multiple of 8 elements", i, (long long)strides[i]);
+    /* Full tiles are copied with 32-bit row offsets within a head. */
+    const int64_t row_strides[] = {p->q_row_stride, p->k_row_stride, p->v_row_stride};
+    for (size_t i = 0; i < 3; i++)
+        if (row_strides[i] > INT32_MAX / p->n_tokens)
+            return ig_error(IG_E_INTERNAL, "flash attention: %lld tokens x row stride %lld "
+                            "elements does not fit in 32 bits", (long long)p->n_tokens,
+                            (long long)row_strides[i]);
+    if (p->cache_row_stride > INT32_MAX / p->n_ctx)
+        return ig_error(IG_E_INTERNAL, "flash attention: %lld cache rows x row stride %lld "
+                        "elements does not fit in 32 bits", (long long)p->n_ctx,
+                        (long long)p->cache_row_stride);
     const int v = pick_variant(p);
     if (v == PREFILL_ATTN_AUTO)
         return IG_E_INTERNAL;
@@ -107,8 +118,12 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
     t->warps = r->warps;
     t->m_tiles = r->m_tiles;
     t->q_in_regs = p->head_dim <= r->q_regs_max_hd;
+    t->isa = r->isa;
     t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
-    /* Q tile plus two stages of K and V tiles, 2-byte elements. */
-    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2;
+    /* Q tile plus two stages of K and V tiles, 2-byte elements; the wgmma
+     * kernel aligns its tiles to 1024 bytes of shared address (the 128-byte
+     * swizzle's period) inside a slightly larger area. */
+    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2 +
+                    (r->isa == PREFILL_ATTN_ISA_WGMMA ? 1024 : 0);
     return 0;
 }

@@ -1,7 +1,9 @@
-/* tests/emu/flash_attn_emu.cc: prefill/flash_attn.cu, the very source nvcc
- * builds, compiled as host C++ for the CPU emulator: defines
- * prefill_attn_emu() (and test_emu_set_seed()). */
+/* tests/emu/flash_attn_emu.cc: prefill/flash_attn.cu and
+ * prefill/flash_attn_wgmma.cu, the very sources nvcc builds, compiled as
+ * host C++ for the CPU emulator: defines prefill_attn_emu() and
+ * prefill_attn_wgmma_emu() (and test_emu_set_seed()). */
 #include "prefill/flash_attn.cu"
+#include "prefill/flash_attn_wgmma.cu"
 
 /* For C tests: the emulator's barrier-order seed (emu.h is C++). */
 extern "C" void test_emu_set_seed(uint64_t seed);

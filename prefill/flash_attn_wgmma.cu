@@ -1,0 +1,313 @@
+/* prefill/flash_attn_wgmma.cu: the fused causal prefill attention kernel on
+ * Hopper's warpgroup MMA (wgmma, sm_90a); semantics, cache layout and params
+ * in prefill/flash_attn.h, the variants (isa PREFILL_ATTN_ISA_WGMMA) in its
+ * PREFILL_ATTN_VARIANTS table, which prefill_attn_cuda dispatches here.
+ *
+ * Same structure as the mma.sync kernel (prefill/flash_attn.cu): one block
+ * per (query tile, head), K/V tiles double-buffered through shared memory
+ * with cp.async, online softmax in registers, tiles past the diagonal never
+ * visited, the fused cache write; the shared parts are in
+ * prefill/flash_tiles.cuh. What differs is the MMA: each warpgroup (4 warps)
+ * owns 64 query rows and computes S = Q K^T with wgmma reading Q and K
+ * straight from shared memory (no ldmatrix, no fragment registers), then
+ * O += P V with P from registers (the S accumulators rounded, the same
+ * layout trick as FlashAttention-2) and V from shared memory, N-major (the
+ * tile as loaded, no transpose). The tiles keep flash_tiles.cuh's swizzled
+ * layout, which at a 1024-byte-aligned shared address is wgmma's 128-byte
+ * swizzle (docs/wgmma.md).
+ *
+ * Not yet: TMA loads, warp specialization (a producer warpgroup) and the
+ * overlap of one warpgroup's softmax with another's MMA (FlashAttention-3).
+ *
+ * Built for sm_90a only (ignite_gpu_sm90a in CMakeLists.txt) and, as plain
+ * C++, for the CPU emulator, which implements wgmma (emu/wgmma.cc). Covered
+ * by tests/emu/test_flash_attn_emu.c (--variant wg...) and
+ * tests/gpu/test_flash_attn_gpu.c. */
+#include "devkit/dev_entry.h"
+#include "devkit/wgmma.cuh"
+#include "prefill/flash_attn.h"
+#include "prefill/flash_tiles.cuh"
+
+namespace {
+
+/* Shared-memory descriptors of the tiles (flash_tiles.cuh's layout at a
+ * 1024-byte-aligned shared address; docs/wgmma.md). A descriptor's start
+ * address is its low 14 bits in 16-byte units and shared addresses stay
+ * below 2^18, so stepping through a tile is adding a constant to the
+ * descriptor made once (no carry can leave the field).
+ *
+ * K-major operands (Q as A, K as B; rows of a [ROWS][HD] tile): a row is
+ * 128 bytes of a 64-column page, 8 rows make one 1024-byte swizzle atom (the
+ * stride-dimension offset), the leading offset is unused; k-step kk moves 32
+ * bytes along the row (the hardware swizzles the address, so a start inside
+ * the atom is fine) and every 4 k-steps to the next page. */
+__device__ __forceinline__ uint64_t k_major_desc(uint32_t addr)
+{
+    return ig_wgmma_desc(addr, 16, 1024, IG_WGMMA_SWIZZLE_128B);
+}
+
+template <int ROWS> __device__ __forceinline__ constexpr uint64_t k_step(int kk)
+{
+    return (uint64_t)(((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4);
+}
+
+/* V as the N-major B operand of P V: 8 keys per 1024-byte atom (the
+ * stride-dimension offset), 64 columns per page of ROWS * 128 bytes (the
+ * leading-dimension offset); k-step kk (keys 16 kk ..) starts 16 rows on. */
+template <int ROWS> __device__ __forceinline__ uint64_t n_major_desc(uint32_t addr)
+{
+    return ig_wgmma_desc(addr, ROWS * 128, 1024, IG_WGMMA_SWIZZLE_128B);
+}
+
+__device__ __forceinline__ constexpr uint64_t v_step(int kk)
+{
+    return (uint64_t)((kk * 16 * 128) >> 4);
+}
+
+template <class T, int HD, int V>
+__global__ void __launch_bounds__(32 * variant<V>::warps, variant<V>::min_blocks)
+flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
+{
+    constexpr int kThreads = 32 * variant<V>::warps;
+    constexpr int kBlockM = variant<V>::block_m; /* query rows per block */
+    constexpr int kBlockN = variant<V>::block_n; /* keys per K/V tile */
+    static_assert(kThreads % 128 == 0 && kBlockM == 64 * (kThreads / 128),
+                  "a warpgroup per 64 query rows");
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N for S = Q K^T");
+    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
+
+    /* Tiles at a multiple of 1024 bytes of shared address: the swizzle
+     * pattern's period (the chooser adds the slack). */
+    IG_DYN_SHARED(uint16_t, smem_raw);
+    const uint32_t raw = ig_shared_address(smem_raw);
+    const uint32_t pad = (1024u - raw % 1024u) % 1024u;
+    uint16_t *sQ = smem_raw + pad / 2;           /* [kBlockM][HD] */
+    uint16_t *sK = sQ + kBlockM * HD;            /* [2][kBlockN][HD] */
+    uint16_t *sV = sK + 2 * kBlockN * HD;        /* [2][kBlockN][HD] */
+    const uint32_t aQ = raw + pad;
+    const uint32_t aK = aQ + kBlockM * HD * 2, aV = aK + 2 * kBlockN * HD * 2;
+
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4, wg = warp / 4;
+    /* Heaviest tiles (most keys) first: better tail balance. */
+    const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
+    const int h = (int)blockIdx.y, hk = h / (int)(p.n_head / p.n_head_kv);
+    const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
+
+    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0);
+
+    /* Tiles the block visits (its last row's keys) and the ones this
+     * warpgroup computes (its own last row's; none for rows past n). */
+    const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
+    const int n_tiles = (pos0 + q_last) / kBlockN + 1;
+    const int wg_row0 = q0 + 64 * wg, wg_last = wg_row0 + 63 < n ? wg_row0 + 63 : n - 1;
+    const int wg_tiles = wg_row0 < n ? (pos0 + wg_last) / kBlockN + 1 : 0;
+    const int row0 = wg_row0 + 16 * (warp % 4); /* this warp's first row */
+
+    auto load_kv_stage = [&](int tile, int stage) {
+        load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
+                                       tile * kBlockN, pos0, kv_len);
+    };
+    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
+    load_kv_stage(0, 0);
+    ig_cp_async_commit();
+
+    /* This warpgroup's Q rows; stage 0 of K and V (+ stage_step for 1). */
+    const uint64_t dq = k_major_desc(aQ + (uint32_t)(64 * wg * 128));
+    const uint64_t dk = k_major_desc(aK), dv = n_major_desc<kBlockN>(aV);
+
+    float o[HD / 2]; /* this thread's part of the warpgroup's 64 x HD O (rows g, g+8) */
+    float m[2] = {-INFINITY, -INFINITY}; /* running max of rows g, g+8 (raw scores) */
+    float l[2] = {0, 0};                 /* this lane's part of the running sums */
+    IG_UNROLL
+    for (int i = 0; i < HD / 2; i++)
+        o[i] = 0;
+
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const int stage = tile & 1;
+        /* This thread's copies of the tile have landed; the fence makes them
+         * visible to wgmma (async proxy); the barrier, everyone's. It also
+         * orders every wgmma of the previous tile (waited for) before the
+         * copies below overwrite its stage. */
+        ig_cp_async_wait<0>();
+        ig_fence_proxy_async();
+        ig_syncthreads();
+        if (tile + 1 < n_tiles) {
+            load_kv_stage(tile + 1, stage ^ 1);
+            ig_cp_async_commit();
+        }
+        if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
+            continue;
+
+        /* S = Q K^T: 64 rows x kBlockN keys, HD / 16 k-steps. */
+        const uint64_t stage_step = (uint64_t)(stage * kBlockN * HD * 2 / 16);
+        float s[kBlockN / 2];
+        ig_wgmma_fence();
+        IG_UNROLL
+        for (int kk = 0; kk < HD / 16; kk++)
+            ig_wgmma_ss<T, kBlockN, 0, 0>(s, dq + k_step<kBlockM>(kk),
+                                          dk + stage_step + k_step<kBlockN>(kk), kk > 0);
+        ig_wgmma_commit();
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(s);
+
+        /* Mask only where the tile crosses this warp's diagonal or the end:
+         * key k of the tile is visible to the warp's row r when
+         * k <= diag + r and k < n_keys. */
+        const int j0 = tile * kBlockN;
+        const int diag = pos0 + row0 - j0;
+        const int n_keys = kv_len - j0 > kBlockN ? kBlockN : kv_len - j0;
+        if (diag < kBlockN - 1 || n_keys < kBlockN) {
+            IG_UNROLL
+            for (int j = 0; j < kBlockN / 8; j++)
+                for (int e = 0; e < 4; e++) {
+                    int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
+                    if (key > diag + row || key >= n_keys)
+                        s[4 * j + e] = -INFINITY;
+                }
+        }
+
+        /* Online softmax, rows g (r = 0) and g + 8 (r = 1); O and l are
+         * rescaled only when a row maximum of the warp grew (else every
+         * factor is exactly 1). */
+        float mx[2];
+        bool grew = false;
+        IG_UNROLL
+        for (int r = 0; r < 2; r++) {
+            float x = m[r];
+            IG_UNROLL
+            for (int j = 0; j < kBlockN / 8; j++)
+                x = fmaxf(x, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            x = fmaxf(x, ig_shfl_xor_f32(x, 1));
+            x = fmaxf(x, ig_shfl_xor_f32(x, 2));
+            mx[r] = x;
+            grew |= x != m[r];
+        }
+        /* A row with every key masked so far keeps a zero offset (no NaN). */
+        auto offset = [&](float row_max) {
+            return row_max == -INFINITY ? 0.0f : row_max * scale_log2;
+        };
+        if (ig_vote_any(grew)) {
+            IG_UNROLL
+            for (int r = 0; r < 2; r++) {
+                const float corr = ig_exp2_approx(m[r] * scale_log2 - offset(mx[r]));
+                l[r] *= corr;
+                IG_UNROLL
+                for (int d = 0; d < HD / 8; d++) {
+                    o[4 * d + 2 * r] *= corr;
+                    o[4 * d + 2 * r + 1] *= corr;
+                }
+            }
+        }
+        /* P rounded to T and packed as the A registers of the P V k-steps:
+         * n8 blocks 2kk and 2kk+1 of S are exactly k-step kk's A. */
+        uint32_t pa[kBlockN / 16][4];
+        IG_UNROLL
+        for (int r = 0; r < 2; r++) {
+            m[r] = mx[r];
+            const float base = offset(mx[r]);
+            IG_UNROLL
+            for (int j = 0; j < kBlockN / 8; j++) {
+                const float p0 = ig_exp2_approx(s[4 * j + 2 * r] * scale_log2 - base);
+                const float p1 = ig_exp2_approx(s[4 * j + 2 * r + 1] * scale_log2 - base);
+                l[r] += p0 + p1;
+                pa[j / 2][(j % 2) * 2 + r] = ig_pack2<T>(p0, p1);
+            }
+        }
+
+        /* O += P V: kBlockN / 16 k-steps of 64 rows x HD columns. */
+        ig_wgmma_fence();
+        IG_UNROLL
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+            ig_wgmma_rs<T, HD, 1>(o, pa[kk], dv + stage_step + v_step(kk), 1);
+        ig_wgmma_commit();
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(o);
+    }
+
+    /* O / l, rounded to T; the log-sum-exp in natural log. */
+    IG_UNROLL
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += ig_shfl_xor_f32(lr, 1);
+        lr += ig_shfl_xor_f32(lr, 2);
+        const int row = row0 + g + 8 * r;
+        if (row >= n)
+            continue;
+        const float inv = 1.0f / lr;
+        uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
+        IG_UNROLL
+        for (int d = 0; d < HD / 8; d++)
+            *(uint32_t *)&out[d * 8 + 2 * t] =
+                ig_pack2<T>(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
+        if (p.lse && t == 0)
+            p.lse[(int64_t)h * p.lse_head_stride + row] =
+                (m[r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
+    }
+}
+
+template <class T, int HD, int V>
+int launch_wgmma(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStream_t stream)
+{
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * variant<V>::warps);
+#if defined(__CUDACC__)
+    int dev = 0, major = 0, minor = 0;
+    IG_CUDA_CHECK(cudaGetDevice(&dev));
+    IG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    IG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major != 9 || minor != 0)
+        return ig_error(IG_E_DEVICE, "flash attention: variant %s uses wgmma, which needs a "
+                        "compute capability 9.0 GPU; device %d is %d.%d",
+                        prefill_attn_variant_name(V), dev, major, minor);
+    IG_CUDA_CHECK(cudaFuncSetAttribute(&flash_attn_wgmma_kernel<T, HD, V>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tile.smem_bytes));
+#endif
+    auto *kernel = flash_attn_wgmma_kernel<T, HD, V>;
+    return IG_LAUNCH(kernel, grid, block, tile.smem_bytes, stream, p, scale_log2);
+}
+
+/* One wgmma variant: dtype and head_dim (only those the variant is built for). */
+template <int V>
+int launch_wgmma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
+                         cudaStream_t stream)
+{
+    if constexpr (variant<V>::isa != PREFILL_ATTN_ISA_WGMMA) {
+        return ig_error(IG_E_INTERNAL, "flash attention: %s is not a wgmma variant",
+                        prefill_attn_variant_name(V));
+    } else {
+        if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||
+            tile.warps != variant<V>::warps)
+            return ig_error(IG_E_INTERNAL,
+                            "flash attention: chooser and kernel disagree on tiles");
+        const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
+        if constexpr ((variant<V>::head_dims & 1) != 0)
+            if (p.head_dim == 64)
+                return bf16 ? launch_wgmma<ig_bf16_t, 64, V>(p, tile, stream)
+                            : launch_wgmma<ig_f16_t, 64, V>(p, tile, stream);
+        if constexpr ((variant<V>::head_dims & 2) != 0)
+            if (p.head_dim == 128)
+                return bf16 ? launch_wgmma<ig_bf16_t, 128, V>(p, tile, stream)
+                            : launch_wgmma<ig_f16_t, 128, V>(p, tile, stream);
+        return ig_error(IG_E_INTERNAL, "flash attention: variant not built for head_dim %lld",
+                        (long long)p.head_dim);
+    }
+}
+
+} /* namespace */
+
+extern "C" int IG_DEV(prefill_attn_wgmma)(const struct prefill_attn_params *p,
+                                          const struct prefill_attn_tile *t, void *stream_)
+{
+    cudaStream_t stream = (cudaStream_t)stream_;
+    switch (t->variant) {
+#define IG_WGMMA_CASE_(id, ...)                                                 \
+    case PREFILL_ATTN_##id:                                                     \
+        return launch_wgmma_variant<PREFILL_ATTN_##id>(*p, *t, stream);
+        PREFILL_ATTN_VARIANTS(IG_WGMMA_CASE_)
+#undef IG_WGMMA_CASE_
+    default:
+        return ig_error(IG_E_INTERNAL, "flash attention: no variant %d", t->variant);
+    }
+}
