@@ -5,12 +5,14 @@
  * that switch at barriers and warp collectives. Warp collectives (mma,
  * ldmatrix, shfl) are computed once all 32 lanes have arrived, with the PTX
  * fragment layouts (docs: ../shared/notes/ptx-fragments.md, restated in
- * emu/warp.cc). cp.async copies land at the wait that covers them, not at
- * issue. Shared memory is one exact-size heap buffer per declaration and
- * block (so ASan sees overruns) with a shadow that reports races between
- * barriers, reads of uninitialised bytes and reads of copies not yet waited
- * for. The order in which threads leave a barrier is shuffled by a seed. A
- * barrier or collective that cannot complete is reported, never a hang.
+ * emu/warp.cc); wgmma is a warpgroup collective of 128 threads computed at
+ * its wait_group (emu/wgmma.cc, docs/wgmma.md). cp.async copies land at the
+ * wait that covers them, not at issue. Shared memory is one exact-size heap
+ * buffer per declaration and block (so ASan sees overruns) with a shadow that
+ * reports races between barriers, reads of uninitialised bytes and reads of
+ * copies not yet waited for. The order in which threads leave a barrier is
+ * shuffled by a seed. A barrier or collective that cannot complete is
+ * reported, never a hang.
  *
  * Kernel sources do not include this header themselves: devkit/kernel.cuh and
  * devkit/intrinsics.cuh map CUDA's names onto it in host builds.

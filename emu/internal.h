@@ -1,5 +1,5 @@
 /* emu/internal.h: the emulator's state shared by its files (scheduler, shared
- * memory, warp collectives). Not for kernels or tests. */
+ * memory, warp and warpgroup collectives). Not for kernels or tests. */
 #ifndef IGNITE_EMU_INTERNAL_H
 #define IGNITE_EMU_INTERNAL_H
 
@@ -9,7 +9,7 @@
 #include <deque>
 #include <vector>
 
-enum emu_state { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_DONE };
+enum emu_state { EMU_RUNNABLE, EMU_AT_BARRIER, EMU_AT_WARP, EMU_AT_WARPGROUP, EMU_DONE };
 enum emu_op { EMU_OP_MMA = 1, EMU_OP_LDSM, EMU_OP_SHFL, EMU_OP_VOTE };
 
 /* What a lane brings to a warp collective. */
@@ -18,6 +18,32 @@ struct emu_coll {
     const void *in[3];     /* mma: a, b, c; ldmatrix: row address */
     void *out;             /* mma: d; ldmatrix: registers; shfl, vote: result */
     uint32_t v, b, c, mask; /* shfl operands; vote: v = the predicate */
+};
+
+/* What a thread brings to a warpgroup collective (wgmma and its fence,
+ * commit, wait). */
+enum emu_wg_op { EMU_WG_MMA = 1, EMU_WG_FENCE, EMU_WG_COMMIT, EMU_WG_WAIT };
+struct emu_wgcoll {
+    int op, kind, n;          /* emu_wg_op; mma: kind and N; wait: groups kept */
+    int accumulate, trans_a, trans_b, a_in_regs;
+    uint64_t a_desc, b_desc;
+    float *d;                 /* this thread's n/2 accumulators */
+    uint32_t a[4];            /* A registers, copied at issue */
+};
+
+/* One issued wgmma of a warpgroup, waiting for its wait_group. */
+struct emu_wgmma_op {
+    int kind, n, accumulate, trans_a, trans_b, a_in_regs;
+    uint64_t a_desc, b_desc;
+    float *d[128];            /* per thread of the warpgroup */
+    uint32_t a[128][4];
+};
+
+/* A warpgroup's wgmma not yet completed: the open group and the committed
+ * ones, oldest first. */
+struct emu_wg {
+    std::vector<emu_wgmma_op> uncommitted;
+    std::deque<std::vector<emu_wgmma_op>> groups;
 };
 
 struct emu_copy {
@@ -34,6 +60,8 @@ struct emu_thread {
     const char *bar_file;  /* barrier call site while AT_BARRIER */
     int bar_line;
     struct emu_coll coll;  /* while AT_WARP */
+    struct emu_wgcoll wgc; /* while AT_WARPGROUP */
+    uint32_t proxy_fences; /* fence.proxy.async executed in this block */
     std::vector<emu_copy> uncommitted;           /* cp.async not yet committed */
     std::deque<std::vector<emu_copy>> groups;    /* committed, oldest first */
 };
@@ -46,6 +74,7 @@ struct emu_shadow {
     int16_t reader;    /* thread of the last read, or EMU_MANY */
     uint16_t pending;  /* cp.async in flight to this byte */
     int16_t pender;    /* thread whose cp.async is in flight */
+    uint32_t w_fences; /* the writer's proxy_fences at the write */
 };
 #define EMU_MANY (-2)
 
@@ -67,6 +96,8 @@ struct emu_block {
     unsigned char *dyn;     /* dynamic shared memory (in smem too) */
     std::deque<unsigned> runq;
     std::vector<unsigned> warp_arrived; /* lanes waiting per warp */
+    std::vector<unsigned> wg_arrived;   /* threads waiting per warpgroup */
+    std::vector<emu_wg> wg;             /* wgmma in flight per warpgroup */
     std::vector<unsigned> order;        /* scratch for the seeded release order */
 };
 
@@ -108,5 +139,13 @@ int emu_smem_alloc_dynamic(struct emu_block *b, size_t bytes);
 
 /* Warp collectives: computes the result for all 32 lanes of warp w. */
 void emu_warp_compute(struct emu_block *b, unsigned w);
+
+/* The current thread arrives at a warpgroup collective (emu/sched.cc). */
+void emu_wg_collective(const struct emu_wgcoll *c);
+/* Warpgroup collectives (emu/wgmma.cc): all 128 threads of warpgroup g have
+ * arrived; checks they agree and does the operation. */
+void emu_warpgroup_compute(struct emu_block *b, unsigned g);
+/* Faults when thread t exits while its warpgroup has wgmma not waited for. */
+void emu_wgmma_check_exit(struct emu_thread *t);
 
 #endif

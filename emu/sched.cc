@@ -1,7 +1,8 @@
 /* emu/sched.cc: the emulator's launch loop and scheduler: blocks one after
  * another, a block's threads as fibers, barriers, the arrival side of warp
- * collectives, deadlock reports and the seeded thread order.
- * Leaves shared memory to emu/smem.cc and collective math to emu/warp.cc.
+ * and warpgroup collectives, deadlock reports and the seeded thread order.
+ * Leaves shared memory to emu/smem.cc and collective math to emu/warp.cc and
+ * emu/wgmma.cc.
  * Covered by tests/emu/test_emu_sched.cc. */
 #include "emu/internal.h"
 
@@ -24,6 +25,7 @@ static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 #define EMU_STACK_BYTES (256u * 1024u)
 #define EMU_MAX_THREADS 1024u
 #define EMU_WARP 32u
+#define EMU_WARPGROUP 128u
 
 void ig_emu_set_seed(uint64_t seed) { emu_seed = seed; }
 void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
@@ -113,6 +115,7 @@ static void emu_thread_main(void *arg)
         left += g.size();
     if (left)
         emu_fail("exits with %zu cp.async not waited for (missing cp.async.wait_group?)", left);
+    emu_wgmma_check_exit(t);
     t->state = EMU_DONE;
     emu.blk->n_done++;
     if (emu.blk->n_at_barrier)
@@ -183,6 +186,32 @@ static void emu_collective(const struct emu_coll *c)
     emu_block_current(EMU_AT_WARP);
 }
 
+/* The same for the 128 threads of a warpgroup (wgmma and its fence, commit
+ * and wait). */
+void emu_wg_collective(const struct emu_wgcoll *c)
+{
+    struct emu_block *b = emu.blk;
+    struct emu_thread *t = emu.cur;
+    if (b->n % EMU_WARPGROUP)
+        emu_fail("wgmma in a block of %u threads (not whole warpgroups of 128)", b->n);
+    unsigned g = t->tid / EMU_WARPGROUP;
+    t->wgc = *c;
+    if (++b->wg_arrived[g] < EMU_WARPGROUP) {
+        emu_block_current(EMU_AT_WARPGROUP);
+        return;
+    }
+    b->wg_arrived[g] = 0;
+    emu.stats.collectives++;
+    emu_warpgroup_compute(b, g);
+    unsigned order[EMU_WARPGROUP];
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        order[l] = g * EMU_WARPGROUP + l;
+    emu_shuffle(order, EMU_WARPGROUP);
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        emu_wake(order[l]);
+    emu_block_current(EMU_AT_WARPGROUP);
+}
+
 void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
                       const float c[4])
 {
@@ -241,6 +270,7 @@ static const char *emu_state_name(int s)
     switch (s) {
     case EMU_AT_BARRIER: return "at a barrier";
     case EMU_AT_WARP: return "in a warp collective";
+    case EMU_AT_WARPGROUP: return "in a warpgroup collective";
     case EMU_DONE: return "exited";
     default: return "runnable";
     }
@@ -250,7 +280,7 @@ static const char *emu_state_name(int s)
 static void emu_report_deadlock(struct emu_block *b)
 {
     unsigned at_bar = 0, at_warp = 0, done = 0;
-    const struct emu_thread *other = NULL, *warp = NULL;
+    const struct emu_thread *other = NULL, *warp = NULL, *group = NULL;
     for (auto &t : *b->threads) {
         if (t.state == EMU_AT_BARRIER) {
             at_bar++;
@@ -262,19 +292,28 @@ static void emu_report_deadlock(struct emu_block *b)
             at_warp++;
             if (!warp)
                 warp = &t;
+        } else if (t.state == EMU_AT_WARPGROUP) {
+            at_warp++;
+            if (!group)
+                group = &t;
         } else if (t.state == EMU_DONE) {
             done++;
         }
     }
     if (at_bar)
         emu_fault("deadlock: the barrier at %s:%d is reached by %u of %u threads (%u wait in "
-                  "warp collectives, %u exited; thread %u is %s)",
+                  "warp or warpgroup collectives, %u exited; thread %u is %s)",
                   b->bar_file, b->bar_line, at_bar, b->n, at_warp, done, other->tid,
                   emu_state_name(other->state));
     else if (warp)
         emu_fault("deadlock: warp %u waits in a collective that %u of its lanes never reach "
                   "(%u threads exited)",
                   warp->tid / EMU_WARP, EMU_WARP - b->warp_arrived[warp->tid / EMU_WARP], done);
+    else if (group)
+        emu_fault("deadlock: warpgroup %u waits in a wgmma collective that %u of its threads "
+                  "never reach (%u threads exited)",
+                  group->tid / EMU_WARPGROUP,
+                  EMU_WARPGROUP - b->wg_arrived[group->tid / EMU_WARPGROUP], done);
     else
         emu_fault("deadlock: %u threads neither runnable nor exited", b->n - done);
 }
@@ -289,6 +328,7 @@ static int emu_run_block(struct emu_block *b)
         t.bar_line = 0;
         t.uncommitted.clear();
         t.groups.clear();
+        t.proxy_fences = 0;
         emu_fiber_prepare(&t.fiber, emu_thread_main, &t);
         order[i] = i;
     }
@@ -355,6 +395,8 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                 b.n_done = b.n_at_barrier = 0;
                 b.epoch = ++emu_epoch_counter;
                 b.warp_arrived.assign((b.n + EMU_WARP - 1) / EMU_WARP, 0);
+                b.wg_arrived.assign((b.n + EMU_WARPGROUP - 1) / EMU_WARPGROUP, 0);
+                b.wg.resize(b.wg_arrived.size());
                 b.order.resize(b.n);
                 ig_emu_blockIdx = ig_emu_dim3(x, y, z);
                 emu.blk = &b;

@@ -8,7 +8,10 @@
  * to a byte another thread read or wrote since then, is a race; reading a
  * byte never written, or one a cp.async is still in flight to, is a fault.
  * cp.async copies land at the wait that covers them: a missing wait reads
- * stale data and is reported. Covered by tests/emu/test_emu_sched.cc. */
+ * stale data and is reported. Each write also records how many
+ * fence.proxy.async its thread had executed, for wgmma's check that the
+ * writer fenced since (emu/wgmma.cc). Covered by tests/emu/test_emu_sched.cc
+ * and tests/emu/test_emu_wgmma.cc. */
 #include "emu/internal.h"
 
 #include <stdlib.h>
@@ -137,6 +140,7 @@ void emu_smem_check_write(unsigned tid, const void *p, size_t n, const char *wha
     struct emu_smem *s = emu_smem_find(p, n, what);
     size_t off = (size_t)((const unsigned char *)p - s->data);
     uint32_t e = emu.blk->epoch;
+    uint32_t fences = (*emu.blk->threads)[tid].proxy_fences;
     for (size_t i = off; i < off + n; i++) {
         struct emu_shadow *h = &s->shadow[i];
         if (h->pending)
@@ -150,6 +154,7 @@ void emu_smem_check_write(unsigned tid, const void *p, size_t n, const char *wha
                      what, i, h->reader == EMU_MANY ? "other threads" : "another thread");
         h->w_epoch = e;
         h->writer = (int16_t)tid;
+        h->w_fences = fences;
     }
 }
 

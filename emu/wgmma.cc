@@ -1,0 +1,285 @@
+/* emu/wgmma.cc: Hopper's warpgroup MMA under the emulator: the hooks of
+ * devkit/wgmma.cuh (wgmma.mma_async m64nNk16 with f32 accumulators, its
+ * fence, commit_group and wait_group, the async proxy fence, shared-memory
+ * addresses) and what a warpgroup collective does once its 128 threads have
+ * arrived (the arrival itself is emu/sched.cc's).
+ *
+ * An MMA is only recorded at issue (descriptors, flags, each thread's d
+ * pointer, A registers copied); its operands are read from shared memory and
+ * its results written through the d pointers at the wait_group that completes
+ * its group, so early reads of d and early overwrites of operands give wrong
+ * numbers as they may on the device. Layouts, descriptor bits and swizzles:
+ * docs/wgmma.md (PTX ISA 9.7.15.5.1). Products of bf16/f16 are exact in
+ * double; each sum is taken in k order and rounded to f32 once.
+ * Shared-memory operands must have been written (st.shared, or cp.async at
+ * its wait) by a thread that executed fence.proxy.async afterwards: each
+ * thread counts its fences and each written byte keeps its writer's count.
+ * wgmma.fence is a warpgroup collective with no effect besides checking that
+ * all 128 threads reach it.
+ * Covered by tests/emu/test_emu_wgmma.cc. */
+#include "core/half.h"
+#include "emu/internal.h"
+
+#include <string.h>
+
+#define EMU_WARPGROUP 128u
+
+static const char *emu_wg_name(const struct emu_wgcoll *c)
+{
+    static const char *names[] = {"?", "wgmma.mma_async", "wgmma.fence", "wgmma.commit_group",
+                                  "wgmma.wait_group"};
+    return names[c->op >= EMU_WG_MMA && c->op <= EMU_WG_WAIT ? c->op : 0];
+}
+
+/* ---- hooks ---------------------------------------------------------------- */
+
+void ig_emu_wgmma(int kind, int n, float *d, uint64_t a_desc, const uint32_t *a_regs,
+                  uint64_t b_desc, int accumulate, int trans_a, int trans_b)
+{
+    struct emu_wgcoll c = {};
+    c.op = EMU_WG_MMA;
+    c.kind = kind;
+    c.n = n;
+    c.d = d;
+    c.a_desc = a_regs ? 0 : a_desc;
+    c.a_in_regs = a_regs != NULL;
+    if (a_regs)
+        memcpy(c.a, a_regs, sizeof c.a);
+    c.b_desc = b_desc;
+    c.accumulate = accumulate != 0;
+    c.trans_a = a_regs ? 0 : trans_a;
+    c.trans_b = trans_b;
+    emu_wg_collective(&c);
+}
+
+static void emu_wg_simple(int op, int n)
+{
+    struct emu_wgcoll c = {};
+    c.op = op;
+    c.n = n;
+    emu_wg_collective(&c);
+}
+
+void ig_emu_wgmma_fence(void) { emu_wg_simple(EMU_WG_FENCE, 0); }
+void ig_emu_wgmma_commit(void) { emu_wg_simple(EMU_WG_COMMIT, 0); }
+void ig_emu_wgmma_wait(int n) { emu_wg_simple(EMU_WG_WAIT, n); }
+
+/* Makes this thread's shared-memory writes so far visible to wgmma. */
+void ig_emu_fence_proxy_async(void) { emu.cur->proxy_fences++; }
+
+static const struct emu_smem *emu_dyn_smem(const char *what)
+{
+    if (!emu.blk->dyn)
+        emu_fail("%s without dynamic shared memory (the launch gave none)", what);
+    return emu_smem_find(emu.blk->dyn, 1, what);
+}
+
+uint32_t ig_emu_shared_address(const void *p)
+{
+    const struct emu_smem *s = emu_dyn_smem("shared address");
+    const unsigned char *c = (const unsigned char *)p;
+    if (c < s->data || c >= s->data + s->bytes)
+        emu_fail("shared address of %p, which is not in the block's dynamic shared memory "
+                 "(only that has descriptor addresses here)", p);
+    return (uint32_t)(c - s->data);
+}
+
+/* ---- operands from shared memory ------------------------------------------ */
+
+/* A decoded matrix descriptor (PTX ISA 9.7.15.5.1.2.2). */
+struct emu_desc {
+    uint32_t start, lbo, sbo; /* bytes */
+    int swizzle;              /* ig_wgmma_swizzle: 0 none, 1 128B, 2 64B, 3 32B */
+};
+
+static struct emu_desc emu_desc_decode(uint64_t v, char which)
+{
+    struct emu_desc d;
+    d.start = (uint32_t)(v & 0x3fff) << 4;
+    d.lbo = (uint32_t)((v >> 16) & 0x3fff) << 4;
+    d.sbo = (uint32_t)((v >> 32) & 0x3fff) << 4;
+    d.swizzle = (int)(v >> 62);
+    unsigned base = (unsigned)((v >> 49) & 7);
+    if (base)
+        emu_fail("wgmma %c descriptor with base offset %u: only 0 is emulated (swizzled "
+                 "tiles must start their pattern at a multiple of its repeat)", which, base);
+    return d;
+}
+
+/* Swizzle width in bytes of a mode (the row length of its pattern). */
+static uint32_t emu_swizzle_bytes(int mode)
+{
+    return mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 16;
+}
+
+/* Byte address of element (x, k) of a 16-bit operand: x runs along M (A) or
+ * N (B), k along K; mn_major = the transposed layout. docs/wgmma.md. */
+static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x, uint32_t k)
+{
+    uint32_t a;
+    if (d->swizzle == 0) {
+        /* Core matrices of 8 rows x 16 bytes. */
+        if (mn_major)
+            a = d->start + (x % 8) * 2 + (x / 8) * d->sbo + (k % 8) * 16 + (k / 8) * d->lbo;
+        else
+            a = d->start + (x % 8) * 16 + (x / 8) * d->sbo + (k % 8) * 2 + (k / 8) * d->lbo;
+        return a;
+    }
+    uint32_t w = emu_swizzle_bytes(d->swizzle);
+    if (mn_major)
+        a = d->start + (x % (w / 2)) * 2 + (x / (w / 2)) * d->lbo + (k % 8) * w + (k / 8) * d->sbo;
+    else
+        a = d->start + (x % 8) * w + (x / 8) * d->sbo + k * 2;
+    /* 16-byte chunk bits [4, 4+b) ^= row bits [7, 7+b), b = log2(w / 16). */
+    uint32_t mask = w / 16 - 1;
+    return a ^ (((a >> 7) & mask) << 4);
+}
+
+/* One 16-bit operand element at a shared address, checked against the
+ * dynamic area's bounds and the shadow (uninitialised, cp.async in flight). */
+static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned tid,
+                           char which)
+{
+    if ((size_t)addr + 2 > s->bytes)
+        emu_fail("wgmma reads %c at shared address %u, outside the %zu bytes of dynamic shared "
+                 "memory (wrong descriptor?)", which, addr, s->bytes);
+    const unsigned char *p = s->data + addr;
+    emu_smem_check_read(tid, p, 2, which == 'A' ? "wgmma (A operand)" : "wgmma (B operand)");
+    for (uint32_t i = addr; i < addr + 2; i++) {
+        const struct emu_shadow *h = &s->shadow[i];
+        if (h->w_fences == (*emu.blk->threads)[(unsigned)h->writer].proxy_fences)
+            emu_fail("wgmma reads %c at shared address %u, which thread %d wrote (st.shared or "
+                     "cp.async) without a fence.proxy.async after it (missing "
+                     "ig_fence_proxy_async before the barrier?)", which, i, h->writer);
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kind == IG_EMU_WGMMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+}
+
+static float emu_reg_half(int kind, uint32_t reg, int hi)
+{
+    uint16_t h = (uint16_t)(reg >> (hi ? 16 : 0));
+    return kind == IG_EMU_WGMMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+}
+
+/* One MMA at its completion; tid = the thread the shared reads are charged to. */
+static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
+{
+    static float A[64][16], B[16][256];
+    const struct emu_smem *s = emu_dyn_smem("wgmma");
+    if (op->a_in_regs) {
+        /* Per warp w its rows 16w..16w+15 in the mma.m16n8k16 A layout. */
+        for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
+            unsigned row = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
+            for (unsigned e = 0; e < 8; e++)
+                A[row + 8 * ((e / 2) % 2)][2 * t + e % 2 + 8 * (e / 4)] =
+                    emu_reg_half(op->kind, op->a[l][e / 2], e % 2);
+        }
+    } else {
+        struct emu_desc da = emu_desc_decode(op->a_desc, 'A');
+        for (uint32_t m = 0; m < 64; m++)
+            for (uint32_t k = 0; k < 16; k++)
+                A[m][k] = emu_read_half(op->kind, emu_elem_addr(&da, op->trans_a, m, k), s, tid,
+                                        'A');
+    }
+    struct emu_desc db = emu_desc_decode(op->b_desc, 'B');
+    for (uint32_t k = 0; k < 16; k++)
+        for (uint32_t nn = 0; nn < (uint32_t)op->n; nn++)
+            B[k][nn] = emu_read_half(op->kind, emu_elem_addr(&db, op->trans_b, nn, k), s, tid, 'B');
+    /* Thread l of warp w: d[4j + e] = D[16w + g + 8(e/2)][8j + 2t + e%2]. */
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
+        float *d = op->d[l];
+        unsigned g = (l % 32) / 4, t = l % 4;
+        for (int i = 0; i < op->n / 2; i++) {
+            unsigned row = 16 * (l / 32) + g + 8 * ((i % 4) / 2);
+            unsigned col = 8 * (i / 4) + 2 * t + i % 2;
+            double sum = op->accumulate ? (double)d[i] : 0.0;
+            for (unsigned k = 0; k < 16; k++)
+                sum += (double)A[row][k] * (double)B[k][col];
+            d[i] = (float)sum;
+        }
+    }
+}
+
+/* ---- the warpgroup collective once all 128 threads are there --------------- */
+
+static int emu_wg_same(const struct emu_wgcoll *a, const struct emu_wgcoll *b)
+{
+    if (a->op != b->op || a->n != b->n)
+        return 0;
+    if (a->op != EMU_WG_MMA)
+        return 1;
+    return a->kind == b->kind && a->accumulate == b->accumulate && a->trans_a == b->trans_a &&
+           a->trans_b == b->trans_b && a->a_in_regs == b->a_in_regs && a->a_desc == b->a_desc &&
+           a->b_desc == b->b_desc;
+}
+
+void emu_warpgroup_compute(struct emu_block *b, unsigned g)
+{
+    struct emu_thread *t0 = &(*b->threads)[g * EMU_WARPGROUP];
+    const struct emu_wgcoll *c0 = &t0->wgc;
+    for (unsigned l = 1; l < EMU_WARPGROUP; l++) {
+        const struct emu_wgcoll *c = &t0[l].wgc;
+        if (!emu_wg_same(c, c0))
+            emu_fail("warpgroup %u: thread %u is in %s (n %d) while thread %u is in %s (n %d) "
+                     "(a wgmma collective must be the same instruction, shape, descriptors and "
+                     "flags in all 128 threads)",
+                     g, t0[l].tid, emu_wg_name(c), c->n, t0->tid, emu_wg_name(c0), c0->n);
+    }
+    struct emu_wg *wg = &b->wg[g];
+    switch (c0->op) {
+    case EMU_WG_MMA: {
+        if (c0->kind != IG_EMU_WGMMA_BF16 && c0->kind != IG_EMU_WGMMA_F16)
+            emu_fail("wgmma of kind %d (only bf16 and f16 are emulated)", c0->kind);
+        if (c0->n < 8 || c0->n > 256 || c0->n % 8)
+            emu_fail("wgmma m64n%dk16: N must be a multiple of 8 from 8 to 256", c0->n);
+        wg->uncommitted.emplace_back();
+        struct emu_wgmma_op *op = &wg->uncommitted.back();
+        op->kind = c0->kind;
+        op->n = c0->n;
+        op->accumulate = c0->accumulate;
+        op->trans_a = c0->trans_a;
+        op->trans_b = c0->trans_b;
+        op->a_in_regs = c0->a_in_regs;
+        op->a_desc = c0->a_desc;
+        op->b_desc = c0->b_desc;
+        for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
+            op->d[l] = t0[l].wgc.d;
+            memcpy(op->a[l], t0[l].wgc.a, sizeof op->a[l]);
+        }
+        break;
+    }
+    case EMU_WG_FENCE:
+        break;
+    case EMU_WG_COMMIT:
+        wg->groups.push_back(std::move(wg->uncommitted));
+        wg->uncommitted.clear();
+        break;
+    case EMU_WG_WAIT: {
+        size_t keep = c0->n < 0 ? 0 : (size_t)c0->n;
+        while (wg->groups.size() > keep) {
+            for (const emu_wgmma_op &op : wg->groups.front())
+                emu_wgmma_run(&op, emu.cur->tid);
+            wg->groups.pop_front();
+        }
+        break;
+    }
+    default:
+        emu_fail("unknown warpgroup collective %d", c0->op);
+    }
+}
+
+void emu_wgmma_check_exit(struct emu_thread *t)
+{
+    struct emu_block *b = emu.blk;
+    if (b->n % EMU_WARPGROUP)
+        return; /* no warpgroup ever formed */
+    const struct emu_wg *wg = &b->wg[t->tid / EMU_WARPGROUP];
+    size_t left = wg->uncommitted.size();
+    for (auto &grp : wg->groups)
+        left += grp.size();
+    if (left)
+        emu_fail("exits with %zu wgmma not waited for (missing wgmma.commit_group / "
+                 "wgmma.wait_group?)", left);
+}

@@ -1,0 +1,446 @@
+/* tests/emu/test_emu_wgmma.cc: the emulator's wgmma (emu/wgmma.cc) through
+ * the devkit wrappers (devkit/wgmma.cuh) against plain matrix products of
+ * small integers (exact in bf16, f16 and f32): bf16 and f16, N = 24, 64, 128,
+ * A from shared memory (K- and M-major) or registers, B K- and N-major,
+ * 128-, 64-, 32-byte swizzle and none, K stepped through a 64-wide tile by advancing
+ * the descriptor's start address (+32 bytes inside a swizzled row), chains
+ * with accumulate 0 then 1 and accumulate onto given values; the async
+ * semantics (results only at the wait that covers them, two groups completed
+ * in order, operands read at the wait); and the faults: a warp of the
+ * warpgroup in a different shape, a block that is not whole warpgroups, an
+ * MMA never waited for, an operand outside the dynamic shared memory, one
+ * never written, one written without fence.proxy.async after the write.
+ * The host placements below restate docs/wgmma.md. Label emu. */
+#include "core/half.h"
+#include "devkit/wgmma.cuh"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPECT_FAULT(launch, needle)                                            \
+    do {                                                                        \
+        ig_emu_set_quiet(1);                                                    \
+        int rc_ = (launch);                                                     \
+        ig_emu_set_quiet(0);                                                    \
+        CHECKF(rc_ != 0 && strstr(ig_emu_last_error(), needle),                 \
+               "expected a fault with \"%s\", got rc %d: %s", needle, rc_,      \
+               ig_emu_last_error());                                            \
+    } while (0)
+
+enum { KMAJ = 0, MNMAJ = 1, REGS = 2 };
+enum { KDIM = 64, A_OFF = 0, B_OFF = 8192, IMG_BYTES = 24576 };
+#define POISON 7.5f
+
+/* ---- host side: operands in shared-memory layouts ------------------------- */
+
+struct tile_fmt {
+    uint32_t lbo, sbo;          /* descriptor offsets */
+    uint32_t koff[KDIM / 16];   /* start-address offset of each 16-K step */
+    int swizzle;
+};
+
+/* Byte offset of element (x, k) of an X x 64 (K) operand in the layout
+ * (x along M or N), and the descriptor fields that go with it. Swizzled:
+ * rows of W bytes; 16-byte chunk c of row r of an 8-row atom is stored at
+ * chunk c ^ (bits 7.. of r*W), i.e. r, r/2 or r/4 for W = 128, 64, 32. */
+static uint32_t place(int major, int swizzle, int x, int k, int X, tile_fmt *f)
+{
+    f->swizzle = swizzle;
+    if (swizzle == IG_WGMMA_SWIZZLE_NONE && major == KMAJ) {
+        /* Core matrices of 8 rows (x) x 8 k, 128 bytes; LBO steps k. */
+        f->lbo = 128;
+        f->sbo = KDIM / 8 * 128;
+        for (int s = 0; s < KDIM / 16; s++)
+            f->koff[s] = 256 * s;
+        return (x / 8) * (KDIM / 8 * 128) + (k / 8) * 128 + (x % 8) * 16 + (k % 8) * 2;
+    }
+    if (swizzle == IG_WGMMA_SWIZZLE_NONE) {
+        /* Core matrices of 8 k x 8 x (x contiguous); SBO steps x, LBO k. */
+        f->sbo = 128;
+        f->lbo = (uint32_t)X / 8 * 128;
+        for (int s = 0; s < KDIM / 16; s++)
+            f->koff[s] = 2 * f->lbo * s;
+        return (k / 8) * (X / 8 * 128) + (x / 8) * 128 + (k % 8) * 16 + (x % 8) * 2;
+    }
+    int W = swizzle == IG_WGMMA_SWIZZLE_128B ? 128 : swizzle == IG_WGMMA_SWIZZLE_64B ? 64 : 32;
+    int E = W / 2; /* elements per row */
+    auto sw = [W](int r) { return (r * W / 128) % (W / 16); };
+    if (major == KMAJ) {
+        /* Atoms of X rows x E k one after another; inside, 8-row groups at
+         * SBO = 8W; a step inside a row advances the start by 32 bytes. */
+        f->lbo = 16; /* unused ("assumed 1") */
+        f->sbo = 8 * (uint32_t)W;
+        for (int s = 0; s < KDIM / 16; s++)
+            f->koff[s] = (uint32_t)((16 * s / E) * X * W + (16 * s % E) * 2);
+        return (uint32_t)((k / E) * X * W + (x / 8) * 8 * W + (x % 8) * W +
+                          ((((k % E) / 8) ^ sw(x % 8)) * 16) + (k % 8) * 2);
+    }
+    /* Atoms of E x by 8 k: k groups at SBO = 8W, x atoms at LBO = KDIM*W. */
+    f->sbo = 8 * (uint32_t)W;
+    f->lbo = KDIM * (uint32_t)W;
+    for (int s = 0; s < KDIM / 16; s++)
+        f->koff[s] = 2 * f->sbo * s;
+    return (uint32_t)((x / E) * KDIM * W + (k / 8) * 8 * W + (k % 8) * W +
+                      ((((x % E) / 8) ^ sw(k % 8)) * 16) + (x % 8) * 2);
+}
+
+static uint16_t to_half(bool bf16, float v) { return bf16 ? ig_f32_to_bf16(v) : ig_f32_to_f16(v); }
+
+/* Element of D held by thread l's accumulator i (the layout of wgmma.cuh). */
+static void d_pos(int l, int i, int *row, int *col)
+{
+    *row = 16 * (l / 32) + (l % 32) / 4 + 8 * ((i % 4) / 2);
+    *col = 8 * (i / 4) + 2 * (l % 4) + i % 2;
+}
+
+struct wg_io {
+    uint32_t img[IMG_BYTES / 4], img2[IMG_BYTES / 4]; /* img2: B overwritten after issue */
+    uint32_t a_regs[KDIM / 16][128][4];
+    tile_fmt fa, fb;
+    int steps;      /* 16-K steps in the chain */
+    int acc_first;  /* accumulate onto c at the first step */
+    float c[128][128], out[128][128], early[128][128], mid[128][128];
+};
+
+struct wg_case {
+    bool bf16;
+    int n, a_major, b_major, a_swz, b_swz;
+    float A[64][KDIM], B[KDIM][128];
+};
+
+static void build(wg_io *io, wg_case *c, unsigned seed)
+{
+    srand(seed);
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < KDIM; k++)
+            c->A[m][k] = (float)(rand() % 9 - 4);
+    for (int k = 0; k < KDIM; k++)
+        for (int n = 0; n < 128; n++)
+            c->B[k][n] = (float)(rand() % 9 - 4);
+    memset(io->img, 0, sizeof io->img);
+    uint16_t *img = (uint16_t *)io->img;
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < KDIM; k++) {
+            uint32_t o = place(c->a_major == REGS ? KMAJ : c->a_major, c->a_swz, m, k, 64, &io->fa);
+            img[(A_OFF + o) / 2] = to_half(c->bf16, c->A[m][k]);
+        }
+    for (int k = 0; k < KDIM; k++)
+        for (int n = 0; n < c->n; n++) {
+            uint32_t o = place(c->b_major, c->b_swz, n, k, c->n, &io->fb);
+            CHECK(B_OFF + o + 2 <= IMG_BYTES);
+            img[(B_OFF + o) / 2] = to_half(c->bf16, c->B[k][n]);
+        }
+    for (int s = 0; s < KDIM / 16; s++)
+        for (int l = 0; l < 128; l++)
+            for (int r = 0; r < 4; r++) {
+                int row = 16 * (l / 32) + (l % 32) / 4 + 8 * (r % 2);
+                int col = 16 * s + 2 * (l % 4) + 8 * (r / 2);
+                io->a_regs[s][l][r] = (uint32_t)to_half(c->bf16, c->A[row][col]) |
+                                      (uint32_t)to_half(c->bf16, c->A[row][col + 1]) << 16;
+            }
+    for (int l = 0; l < 128; l++)
+        for (int i = 0; i < 128; i++) {
+            io->c[l][i] = (float)(rand() % 21 - 10);
+            io->out[l][i] = io->early[l][i] = io->mid[l][i] = NAN;
+        }
+}
+
+/* D = (acc_first ? C : 0) + A[:, k0..k1) * B[k0..k1, :], compared with what
+ * thread l's accumulators hold in got (all n/2 of them). */
+static int compare(const wg_io *io, const wg_case *c, const float (*got)[128], int k0, int k1,
+                   int acc, const char *what)
+{
+    int bad = 0;
+    for (int l = 0; l < 128; l++)
+        for (int i = 0; i < c->n / 2; i++) {
+            int row, col;
+            d_pos(l, i, &row, &col);
+            float want = acc ? io->c[l][i] : 0.0f;
+            for (int k = k0; k < k1; k++)
+                want += c->A[row][k] * c->B[k][col];
+            if (!(got[l][i] == want) && bad++ < 4)
+                fprintf(stderr, "%s (%s n %d A %d/%d B %d/%d): D[%d][%d] = %g, want %g\n", what,
+                        c->bf16 ? "bf16" : "f16", c->n, c->a_major, c->a_swz, c->b_major,
+                        c->b_swz, row, col, got[l][i], want);
+        }
+    return bad;
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+__device__ void copy_in(uint32_t *sm, const uint32_t *img)
+{
+    for (unsigned i = threadIdx.x; i < IMG_BYTES / 4; i += blockDim.x)
+        ig_sts(&sm[i], img[i]);
+    ig_fence_proxy_async();
+    ig_syncthreads();
+}
+
+__device__ uint64_t desc_of(const unsigned char *tile, const tile_fmt &f, int step)
+{
+    return ig_wgmma_desc(ig_shared_address(tile + f.koff[step]), f.lbo, f.sbo, f.swizzle);
+}
+
+/* A chain of io->steps MMAs over K in one group. */
+template <class T, int N, int TA, int TB, int RS> __global__ void chain_kernel(wg_io *io)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    unsigned l = threadIdx.x;
+    copy_in(sm, io->img);
+    float d[N / 2];
+    for (int i = 0; i < N / 2; i++)
+        d[i] = io->acc_first ? io->c[l][i] : POISON;
+    ig_wgmma_fence();
+    for (int s = 0; s < io->steps; s++) {
+        uint64_t bd = desc_of(base + B_OFF, io->fb, s);
+        int acc = s > 0 || io->acc_first;
+        if (RS)
+            ig_wgmma_rs<T, N, TB>(d, io->a_regs[s][l], bd, acc);
+        else
+            ig_wgmma_ss<T, N, TA, TB>(d, desc_of(base + A_OFF, io->fa, s), bd, acc);
+    }
+    ig_wgmma_commit();
+    for (int i = 0; i < N / 2; i++)
+        io->early[l][i] = d[i]; /* before the wait: untouched */
+    ig_wgmma_wait<0>();
+    ig_wgmma_fence_operand(d);
+    for (int i = 0; i < N / 2; i++)
+        io->out[l][i] = d[i];
+}
+
+template <class T, int N, int TA, int TB, int RS> static void run_chain(wg_case *c, int acc_first)
+{
+    static wg_io io;
+    CHECK(c->b_major == TB && c->a_major == (RS ? REGS : TA));
+    build(&io, c, (unsigned)(c->n * 7 + c->a_major * 3 + c->b_major + c->a_swz * 11 + c->bf16));
+    io.steps = KDIM / 16;
+    io.acc_first = acc_first;
+    CHECK(IG_LAUNCH((chain_kernel<T, N, TA, TB, RS>), dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    CHECKF(compare(&io, c, io.out, 0, KDIM, acc_first, "chain") == 0, "chain wrong");
+    int early_ok = 1;
+    for (int l = 0; l < 128; l++)
+        for (int i = 0; i < N / 2; i++)
+            early_ok &= io.early[l][i] == (acc_first ? io.c[l][i] : POISON);
+    CHECKF(early_ok, "accumulators changed before the wait");
+}
+
+static wg_case *make_case(bool bf16, int n, int a_major, int b_major, int a_swz, int b_swz)
+{
+    static wg_case c;
+    c = {};
+    c.bf16 = bf16;
+    c.n = n;
+    c.a_major = a_major;
+    c.b_major = b_major;
+    c.a_swz = a_swz;
+    c.b_swz = b_swz;
+    return &c;
+}
+
+static void test_layouts(void)
+{
+    const int S = IG_WGMMA_SWIZZLE_128B, Z = IG_WGMMA_SWIZZLE_NONE;
+    run_chain<ig_bf16_t, 64, 0, 0, 0>(make_case(true, 64, KMAJ, KMAJ, S, S), 0);
+    run_chain<ig_f16_t, 128, 0, 1, 0>(make_case(false, 128, KMAJ, MNMAJ, S, S), 0);
+    run_chain<ig_bf16_t, 128, 1, 0, 0>(make_case(true, 128, MNMAJ, KMAJ, S, Z), 1);
+    run_chain<ig_f16_t, 64, 0, 1, 1>(make_case(false, 64, REGS, MNMAJ, S, Z), 0);
+    run_chain<ig_bf16_t, 24, 0, 1, 0>(make_case(true, 24, KMAJ, MNMAJ, Z, S), 1);
+    run_chain<ig_f16_t, 64, 1, 0, 0>(make_case(false, 64, MNMAJ, KMAJ, Z, S), 0);
+    run_chain<ig_bf16_t, 128, 0, 0, 1>(make_case(true, 128, REGS, KMAJ, Z, S), 1);
+    const int S64 = IG_WGMMA_SWIZZLE_64B, S32 = IG_WGMMA_SWIZZLE_32B;
+    run_chain<ig_bf16_t, 64, 0, 1, 0>(make_case(true, 64, KMAJ, MNMAJ, S64, S32), 0);
+    run_chain<ig_f16_t, 128, 1, 0, 0>(make_case(false, 128, MNMAJ, KMAJ, S32, S64), 0);
+    run_chain<ig_bf16_t, 128, 0, 1, 0>(make_case(true, 128, KMAJ, MNMAJ, S32, S64), 1);
+}
+
+/* Two groups in flight: wait<1> completes the older only, wait<0> the other. */
+__global__ void groups_kernel(wg_io *io)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    unsigned l = threadIdx.x;
+    copy_in(sm, io->img);
+    float d1[32], d2[32];
+    for (int i = 0; i < 32; i++)
+        d1[i] = d2[i] = POISON;
+    ig_wgmma_fence();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d1, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 0);
+    ig_wgmma_commit();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d2, desc_of(base + A_OFF, io->fa, 1),
+                                     desc_of(base + B_OFF, io->fb, 1), 0);
+    ig_wgmma_commit();
+    for (int i = 0; i < 32; i++)
+        io->early[l][i] = d1[i];
+    ig_wgmma_wait<1>();
+    for (int i = 0; i < 32; i++) {
+        io->out[l][i] = d1[i];
+        io->mid[l][i] = d2[i];
+    }
+    ig_wgmma_wait<0>();
+    for (int i = 0; i < 32; i++)
+        io->c[l][i] = d2[i];
+}
+
+/* B is overwritten (after a barrier) between the issue and the wait. */
+__global__ void overwrite_kernel(wg_io *io)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    unsigned l = threadIdx.x;
+    copy_in(sm, io->img);
+    float d[32];
+    ig_wgmma_fence();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 0);
+    ig_wgmma_commit();
+    ig_syncthreads();
+    for (unsigned i = B_OFF / 4 + l; i < IMG_BYTES / 4; i += blockDim.x)
+        ig_sts(&sm[i], io->img2[i]);
+    ig_fence_proxy_async();
+    ig_syncthreads();
+    ig_wgmma_wait<0>();
+    for (int i = 0; i < 32; i++)
+        io->out[l][i] = d[i];
+}
+
+static void test_async(void)
+{
+    static wg_io io;
+    static wg_case c, c2;
+    const int S = IG_WGMMA_SWIZZLE_128B;
+    c = *make_case(true, 64, KMAJ, KMAJ, S, S);
+    build(&io, &c, 5);
+    CHECK(IG_LAUNCH(groups_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    CHECKF(compare(&io, &c, io.out, 0, 16, 0, "first group at wait<1>") == 0, "first group");
+    CHECKF(compare(&io, &c, io.c, 16, 32, 0, "second group at wait<0>") == 0, "second group");
+    int early_ok = 1, mid_ok = 1;
+    for (int l = 0; l < 128; l++)
+        for (int i = 0; i < 32; i++) {
+            early_ok &= io.early[l][i] == POISON;
+            mid_ok &= io.mid[l][i] == POISON;
+        }
+    CHECKF(early_ok, "accumulators written before any wait");
+    CHECKF(mid_ok, "wait<1> completed the newer group too");
+
+    /* The MMA reads B at the wait: it multiplies the overwritten B. */
+    c2 = c;
+    build(&io, &c2, 6); /* c2.A, c2.B and io.img from seed 6 */
+    memcpy(io.img2, io.img, sizeof io.img);
+    build(&io, &c, 5);  /* the launch starts with seed 5's tiles */
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < KDIM; k++)
+            c2.A[m][k] = c.A[m][k]; /* A stays; img2's A half is never copied */
+    CHECK(IG_LAUNCH(overwrite_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    CHECKF(compare(&io, &c2, io.out, 0, 16, 0, "overwritten B") == 0,
+           "the MMA did not read B at the wait");
+}
+
+/* ---- faults --------------------------------------------------------------- */
+
+__global__ void shape_mismatch_kernel(wg_io *io)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    copy_in(sm, io->img);
+    float d[64];
+    uint64_t ad = desc_of(base + A_OFF, io->fa, 0), bd = desc_of(base + B_OFF, io->fb, 0);
+    if (threadIdx.x / 32 == 2)
+        ig_wgmma_ss<ig_bf16_t, 64, 0, 0>((float(&)[32])d, ad, bd, 0);
+    else
+        ig_wgmma_ss<ig_bf16_t, 128, 0, 0>(d, ad, bd, 0);
+    ig_wgmma_commit();
+    ig_wgmma_wait<0>();
+}
+
+__global__ void fence_kernel(wg_io *io)
+{
+    (void)io;
+    ig_wgmma_fence();
+}
+
+__global__ void no_wait_kernel(wg_io *io, int commit)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    copy_in(sm, io->img);
+    float d[32];
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 0);
+    if (commit)
+        ig_wgmma_commit();
+}
+
+/* B's descriptor starts `at` bytes into the area; skip_b leaves B unwritten. */
+__global__ void bad_b_kernel(wg_io *io, uint32_t at, int skip_b)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    unsigned l = threadIdx.x;
+    for (unsigned i = l; i < (unsigned)(skip_b ? B_OFF : IMG_BYTES) / 4; i += blockDim.x)
+        ig_sts(&sm[i], io->img[i]);
+    ig_fence_proxy_async();
+    ig_syncthreads();
+    float d[32];
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(
+        d, desc_of(base + A_OFF, io->fa, 0),
+        ig_wgmma_desc(ig_shared_address(base) + at, io->fb.lbo, io->fb.sbo, io->fb.swizzle), 0);
+    ig_wgmma_commit();
+    ig_wgmma_wait<0>();
+}
+
+/* The tiles are written with the proxy fence missing or before the writes. */
+__global__ void unfenced_kernel(wg_io *io, int fence_first)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    const unsigned char *base = (const unsigned char *)sm;
+    if (fence_first)
+        ig_fence_proxy_async();
+    for (unsigned i = threadIdx.x; i < IMG_BYTES / 4; i += blockDim.x)
+        ig_sts(&sm[i], io->img[i]);
+    ig_syncthreads();
+    float d[32];
+    ig_wgmma_fence();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 0);
+    ig_wgmma_commit();
+    ig_wgmma_wait<0>();
+}
+
+static void test_faults(void)
+{
+    static wg_io io;
+    static wg_case c;
+    const int S = IG_WGMMA_SWIZZLE_128B;
+    c = *make_case(true, 64, KMAJ, KMAJ, S, S);
+    build(&io, &c, 9);
+    EXPECT_FAULT(IG_LAUNCH(shape_mismatch_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io),
+                 "same instruction, shape");
+    EXPECT_FAULT(IG_LAUNCH(fence_kernel, dim3(1), dim3(96), 0, 0, &io), "not whole warpgroups");
+    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 1),
+                 "wgmma not waited for");
+    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 0),
+                 "wgmma not waited for");
+    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io,
+                           (uint32_t)IMG_BYTES - 1024, 0),
+                 "outside the");
+    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, (uint32_t)B_OFF, 1),
+                 "never written");
+    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 0),
+                 "without a fence.proxy.async");
+    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 1),
+                 "without a fence.proxy.async");
+    /* Two warpgroups, both fine: the collectives are per warpgroup. */
+    CHECK(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(256), IMG_BYTES, 0, &io, (uint32_t)B_OFF, 0) == 0);
+}
+
+int main(void)
+{
+    test_layouts();
+    test_async();
+    test_faults();
+    return test_summary("test_emu_wgmma");
+}
