@@ -6,7 +6,8 @@
  * has bank conflicts. Bugs the emulator cannot see, only the numbers can,
  * must fail the fp64 comparison: full K/V tiles copied from the wrong rows;
  * the running output rescaled when no row maximum grew instead of when one
- * did. Label emu. */
+ * did; in the wgmma kernel, V's descriptor offsets swapped, S read before
+ * its wgmma completed. Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -17,19 +18,34 @@ extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p, 
 extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_row_step(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
+                                                 const struct prefill_attn_tile *t, void *stream);
+extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
+                                                 const struct prefill_attn_tile *t, void *stream);
+
+/* A wgmma launcher behind the public signature (p->variant picks the tiles). */
+template <int (*F)(const struct prefill_attn_params *, const struct prefill_attn_tile *, void *)>
+static int via_tile(const struct prefill_attn_params *p, void *stream)
+{
+    struct prefill_attn_tile t;
+    int st = prefill_attn_choose(p, &t);
+    return st ? st : F(p, &t, stream);
+}
 
 /* Runs a mutant on a case long enough (3+ K/V tiles, full and partial, from
  * the cache and from the chunk) for each bug to bite. When err is given, it
  * gets the output's max error against fp64 in units of the naive
  * same-precision error (the kernels pass at <= 2). */
-static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL)
+static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL,
+               int variant = PREFILL_ATTN_AUTO, int64_t hd = 64)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
-    c.n = 150, c.pos0 = 50, c.n_head = 1, c.n_head_kv = 1, c.hd = 64, c.dtype = PREFILL_ATTN_BF16;
+    c.n = 150, c.pos0 = 50, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
     c.seed = 5;
     attn_case_init(&c);
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    p.variant = variant;
     ig_emu_set_quiet(1);
     int rc = fn(&p, NULL);
     ig_emu_set_quiet(0);
@@ -61,5 +77,11 @@ int main(void)
     CHECKF(err > 10, "row_step mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu_rescale_skip, &err) == 0);
     CHECKF(err > 10, "rescale_skip mutant: error only %.2f x naive", err);
+    CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64, 128) == 0);
+    CHECKF(err <= 2, "the wgmma kernel itself: error %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_lbo_sbo>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
+    CHECKF(err > 10, "wg_lbo_sbo mutant: error only %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_no_wait>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
+    CHECKF(err > 10, "wg_no_wait mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }
