@@ -99,7 +99,7 @@ if want 5; then
     step "5a. decode kernels"
     timeout 60 "$(bin bench_decode_kernels)" || fail "bench_decode_kernels"
     step "5b. prefill attention vs torch SDPA"
-    PYTHONUNBUFFERED=1 timeout 150 "$PYTHON" bench/sdpa_compare.py \
+    PYTHONUNBUFFERED=1 timeout 200 "$PYTHON" bench/sdpa_compare.py \
         --bin "$(bin bench_flash_attn)" || fail "sdpa_compare"
     step "5c. prefill attention kernel vs its CPU twin"
     timeout 150 "$(bin test_flash_attn_gpu)" 2>&1 | tail -5 || fail "test_flash_attn_gpu"
