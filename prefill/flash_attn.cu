@@ -63,6 +63,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr int kMT = variant<V>::m_tiles;     /* m16 tiles per warp */
     constexpr int kRowsW = 16 * kMT;             /* query rows per warp */
     constexpr bool kQRegs = HD <= variant<V>::q_regs_max_hd;
+    constexpr bool kPrefetch = variant<V>::min_blocks <= 1; /* see "A full tile" */
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
     static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
@@ -165,7 +166,43 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 ig_mma_16816<T>(s[mt][2 * nn + 1], a[mt], &kb[2], s[mt][2 * nn + 1]);
             }
         };
-        if constexpr (kQRegs) {
+        /* A full tile (no 16-key slice past the warp's rows): one straight
+         * sequence of steps (kk major), each step's fragments loaded while
+         * the previous step's mma run, so ldmatrix latency hides behind
+         * tensor work. Diagonal tiles take the slice-skipping loops, and so
+         * does every tile of a variant that forces 2+ blocks per SM: it has
+         * no registers for a second set of fragments (m64w4n32 spilled) and
+         * hides latency with more warps instead. */
+        const bool full = kPrefetch && live == kBlockN / 16;
+        if (full) {
+            constexpr int kNN = kBlockN / 16, kSteps = kNN * (HD / 16);
+            uint32_t kb[2][4];
+            uint32_t qa[kQRegs ? 1 : 2][kMT][4];
+            auto k_load = [&](uint32_t r[4], int i) { /* step i = kk * kNN + nn */
+                ig_ldmatrix_x4(r, &k_s[blk_off<kBlockN>(z_k, (i % kNN) * 16, (i / kNN) * 16)]);
+            };
+            if constexpr (!kQRegs)
+                for (int mt = 0; mt < kMT; mt++)
+                    q_frag(qa[0][mt], mt, 0);
+            k_load(kb[0], 0);
+            IG_UNROLL
+            for (int i = 0; i < kSteps; i++) {
+                const int kk = i / kNN, nn = i % kNN;
+                if (i + 1 < kSteps) {
+                    if constexpr (!kQRegs)
+                        if ((i + 1) % kNN == 0)
+                            for (int mt = 0; mt < kMT; mt++)
+                                q_frag(qa[(kk + 1) & 1][mt], mt, kk + 1);
+                    k_load(kb[(i + 1) & 1], i + 1);
+                }
+                IG_UNROLL
+                for (int mt = 0; mt < kMT; mt++) {
+                    const uint32_t *a = kQRegs ? qf[mt][kQRegs ? kk : 0] : qa[kk & 1][mt];
+                    ig_mma_16816<T>(s[mt][2 * nn], a, &kb[i & 1][0], s[mt][2 * nn]);
+                    ig_mma_16816<T>(s[mt][2 * nn + 1], a, &kb[i & 1][2], s[mt][2 * nn + 1]);
+                }
+            }
+        } else if constexpr (kQRegs) {
             IG_UNROLL
             for (int nn = 0; nn < kBlockN / 16; nn++) {
                 if (nn >= live)
@@ -267,18 +304,39 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 pa[kk][mt][3] = ig_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
             }
         const uint16_t *v_s = sV + stage * kBlockN * HD;
-        IG_UNROLL
-        for (int kk = 0; kk < kBlockN / 16; kk++) {
-            if (kk >= live)
-                continue;
+        if (full) { /* the same one-step-ahead fragment loads as in S */
+            constexpr int kDN = HD / 16, kSteps = (kBlockN / 16) * kDN;
+            uint32_t vb[2][4];
+            auto v_load = [&](uint32_t r[4], int i) { /* step i = kk * kDN + dn */
+                ig_ldmatrix_x4_trans(r, &v_s[blk_off<kBlockN>(z_qv, (i / kDN) * 16, (i % kDN) * 16)]);
+            };
+            v_load(vb[0], 0);
             IG_UNROLL
-            for (int dn = 0; dn < HD / 16; dn++) {
-                uint32_t vb[4];
-                ig_ldmatrix_x4_trans(vb, &v_s[blk_off<kBlockN>(z_qv, kk * 16, dn * 16)]);
+            for (int i = 0; i < kSteps; i++) {
+                const int kk = i / kDN, dn = i % kDN;
+                if (i + 1 < kSteps)
+                    v_load(vb[(i + 1) & 1], i + 1);
                 IG_UNROLL
                 for (int mt = 0; mt < kMT; mt++) {
-                    ig_mma_16816<T>(o[mt][2 * dn], pa[kk][mt], &vb[0], o[mt][2 * dn]);
-                    ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[2], o[mt][2 * dn + 1]);
+                    ig_mma_16816<T>(o[mt][2 * dn], pa[kk][mt], &vb[i & 1][0], o[mt][2 * dn]);
+                    ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[i & 1][2], o[mt][2 * dn + 1]);
+                }
+            }
+        } else {
+            IG_UNROLL
+            for (int kk = 0; kk < kBlockN / 16; kk++) {
+                if (kk >= live)
+                    continue;
+                IG_UNROLL
+                for (int dn = 0; dn < HD / 16; dn++) {
+                    uint32_t vb[4];
+                    ig_ldmatrix_x4_trans(vb, &v_s[blk_off<kBlockN>(z_qv, kk * 16, dn * 16)]);
+                    IG_UNROLL
+                    for (int mt = 0; mt < kMT; mt++) {
+                        ig_mma_16816<T>(o[mt][2 * dn], pa[kk][mt], &vb[0], o[mt][2 * dn]);
+                        ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[2],
+                                        o[mt][2 * dn + 1]);
+                    }
                 }
             }
         }
