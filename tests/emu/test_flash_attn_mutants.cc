@@ -6,7 +6,7 @@
  * has bank conflicts. Bugs the emulator cannot see, only the numbers can,
  * must fail the fp64 comparison: full K/V tiles copied from the wrong rows;
  * the running output rescaled when no row maximum grew instead of when one
- * did; in the wgmma kernel, V's descriptor offsets swapped, S read before
+ * did; the mma of a full tile fed the fragment being prefetched; in the wgmma kernel, V's descriptor offsets swapped, S read before
  * its wgmma completed. Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
@@ -18,6 +18,7 @@ extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p, 
 extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_row_step(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_prefetch_slot(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
@@ -77,6 +78,8 @@ int main(void)
     CHECKF(err > 10, "row_step mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu_rescale_skip, &err) == 0);
     CHECKF(err > 10, "rescale_skip mutant: error only %.2f x naive", err);
+    CHECK(run(prefill_attn_emu_prefetch_slot, &err) == 0);
+    CHECKF(err > 10, "prefetch_slot mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64, 128) == 0);
     CHECKF(err <= 2, "the wgmma kernel itself: error %.2f x naive", err);
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_lbo_sbo>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
