@@ -66,6 +66,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr bool kPrefetch = variant<V>::min_blocks <= 1; /* see "A full tile" */
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
+    static_assert(variant<V>::stages == 2, "double-buffered K/V");
     static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
 
     IG_DYN_SHARED(uint16_t, smem);

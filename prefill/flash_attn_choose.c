@@ -13,13 +13,13 @@
 
 struct variant_row {
     const char *name;
-    int block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, isa;
+    int block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, isa, stages;
 };
 
 static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
-    [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0, 0},
-#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb, isa) \
-    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds, isa},
+    [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0, 0, 0},
+#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb, isa, stages) \
+    [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds, isa, stages},
     PREFILL_ATTN_VARIANTS(ROW_)
 #undef ROW_
 };
@@ -119,11 +119,12 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
     t->m_tiles = r->m_tiles;
     t->q_in_regs = p->head_dim <= r->q_regs_max_hd;
     t->isa = r->isa;
+    t->stages = r->stages;
     t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
-    /* Q tile plus two stages of K and V tiles, 2-byte elements; the wgmma
+    /* Q tile plus the stages of K and V tiles, 2-byte elements; the wgmma
      * kernel aligns its tiles to 1024 bytes of shared address (the 128-byte
      * swizzle's period) inside a slightly larger area. */
-    t->smem_bytes = (size_t)(t->block_m + 4 * t->block_n) * (size_t)p->head_dim * 2 +
+    t->smem_bytes = (size_t)(t->block_m + 2 * r->stages * t->block_n) * (size_t)p->head_dim * 2 +
                     (r->isa == PREFILL_ATTN_ISA_WGMMA ? 1024 : 0);
     return 0;
 }

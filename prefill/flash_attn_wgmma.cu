@@ -71,9 +71,11 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr int kThreads = 32 * variant<V>::warps;
     constexpr int kBlockM = variant<V>::block_m; /* query rows per block */
     constexpr int kBlockN = variant<V>::block_n; /* keys per K/V tile */
+    constexpr int kStages = variant<V>::stages;  /* K/V tiles in shared memory */
     static_assert(kThreads % 128 == 0 && kBlockM == 64 * (kThreads / 128),
                   "a warpgroup per 64 query rows");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N for S = Q K^T");
+    static_assert(kStages == 2 || kStages == 3, "double buffering, or S one tile ahead");
     static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
 
     /* Tiles at a multiple of 1024 bytes of shared address: the swizzle
@@ -82,10 +84,10 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const uint32_t raw = ig_shared_address(smem_raw);
     const uint32_t pad = (1024u - raw % 1024u) % 1024u;
     uint16_t *sQ = smem_raw + pad / 2;           /* [kBlockM][HD] */
-    uint16_t *sK = sQ + kBlockM * HD;            /* [2][kBlockN][HD] */
-    uint16_t *sV = sK + 2 * kBlockN * HD;        /* [2][kBlockN][HD] */
+    uint16_t *sK = sQ + kBlockM * HD;            /* [kStages][kBlockN][HD] */
+    uint16_t *sV = sK + kStages * kBlockN * HD;  /* [kStages][kBlockN][HD] */
     const uint32_t aQ = raw + pad;
-    const uint32_t aK = aQ + kBlockM * HD * 2, aV = aK + 2 * kBlockN * HD * 2;
+    const uint32_t aK = aQ + kBlockM * HD * 2, aV = aK + kStages * kBlockN * HD * 2;
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4, wg = warp / 4;
@@ -104,17 +106,19 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const int wg_tiles = wg_row0 < n ? (pos0 + wg_last) / kBlockN + 1 : 0;
     const int row0 = wg_row0 + 16 * (warp % 4); /* this warp's first row */
 
-    auto load_kv_stage = [&](int tile, int stage) {
+    /* Tile t lives in stage t % kStages. */
+    auto load_tile_kv = [&](int tile) {
+        const int stage = tile % kStages;
         load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
                                        tile * kBlockN, pos0, kv_len);
     };
-    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
-    load_kv_stage(0, 0);
-    ig_cp_async_commit();
-
-    /* This warpgroup's Q rows; stage 0 of K and V (+ stage_step for 1). */
+    /* This warpgroup's Q rows; stage 0 of K and V (a stage further on is
+     * a constant away). */
     const uint64_t dq = k_major_desc(aQ + (uint32_t)(64 * wg * 128));
     const uint64_t dk = k_major_desc(aK), dv = n_major_desc<kBlockN>(aV);
+    auto stage_step = [&](int tile) {
+        return (uint64_t)((tile % kStages) * (kBlockN * HD * 2 / 16));
+    };
 
     float o[HD / 2]; /* this thread's part of the warpgroup's 64 x HD O (rows g, g+8) */
     float m[2] = {-INFINITY, -INFINITY}; /* running max of rows g, g+8 (raw scores) */
@@ -123,34 +127,21 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     for (int i = 0; i < HD / 2; i++)
         o[i] = 0;
 
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const int stage = tile & 1;
-        /* This thread's copies of the tile have landed; the fence makes them
-         * visible to wgmma (async proxy); the barrier, everyone's. It also
-         * orders every wgmma of the previous tile (waited for) before the
-         * copies below overwrite its stage. */
-        ig_cp_async_wait<0>();
-        ig_fence_proxy_async();
-        ig_syncthreads();
-        if (tile + 1 < n_tiles) {
-            load_kv_stage(tile + 1, stage ^ 1);
-            ig_cp_async_commit();
-        }
-        if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
-            continue;
-
-        /* S = Q K^T: 64 rows x kBlockN keys, HD / 16 k-steps. */
-        const uint64_t stage_step = (uint64_t)(stage * kBlockN * HD * 2 / 16);
-        float s[kBlockN / 2];
+    /* S = Q K^T of a tile, 64 rows x kBlockN keys in HD / 16 k-steps:
+     * issued and committed, not waited for. */
+    auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {
+        const uint64_t st = stage_step(tile);
         ig_wgmma_fence();
         IG_UNROLL
         for (int kk = 0; kk < HD / 16; kk++)
             ig_wgmma_ss<T, kBlockN, 0, 0>(s, dq + k_step<kBlockM>(kk),
-                                          dk + stage_step + k_step<kBlockN>(kk), kk > 0);
+                                          dk + st + k_step<kBlockN>(kk), kk > 0);
         ig_wgmma_commit();
-        ig_wgmma_wait<0>();
-        ig_wgmma_fence_operand(s);
+    };
 
+    /* A tile's mask, online softmax and P: from S (waited for) to the A
+     * registers of the P V k-steps. */
+    auto softmax = [&](float (&s)[kBlockN / 2], uint32_t (&pa)[kBlockN / 16][4], int tile) {
         /* Mask only where the tile crosses this warp's diagonal or the end:
          * key k of the tile is visible to the warp's row r when
          * k <= diag + r and k < n_keys. */
@@ -166,10 +157,8 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
                         s[4 * j + e] = -INFINITY;
                 }
         }
-
-        /* Online softmax, rows g (r = 0) and g + 8 (r = 1); O and l are
-         * rescaled only when a row maximum of the warp grew (else every
-         * factor is exactly 1). */
+        /* Rows g (r = 0) and g + 8 (r = 1); O and l are rescaled only when a
+         * row maximum of the warp grew (else every factor is exactly 1). */
         float mx[2];
         bool grew = false;
         IG_UNROLL
@@ -201,7 +190,6 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         }
         /* P rounded to T and packed as the A registers of the P V k-steps:
          * n8 blocks 2kk and 2kk+1 of S are exactly k-step kk's A. */
-        uint32_t pa[kBlockN / 16][4];
         IG_UNROLL
         for (int r = 0; r < 2; r++) {
             m[r] = mx[r];
@@ -214,15 +202,96 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
                 pa[j / 2][(j % 2) * 2 + r] = ig_pack2<T>(p0, p1);
             }
         }
+    };
 
-        /* O += P V: kBlockN / 16 k-steps of 64 rows x HD columns. */
-        ig_wgmma_fence();
+    /* O += P V of a tile: kBlockN / 16 k-steps of 64 rows x HD columns;
+     * issued and committed, not waited for. */
+    auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int tile) {
+        const uint64_t st = stage_step(tile);
+        ig_wgmma_fence(); /* O was rescaled and P written by ordinary instructions */
         IG_UNROLL
         for (int kk = 0; kk < kBlockN / 16; kk++)
-            ig_wgmma_rs<T, HD, 1>(o, pa[kk], dv + stage_step + v_step(kk), 1);
+            ig_wgmma_rs<T, HD, 1>(o, pa[kk], dv + st + v_step(kk), 1);
         ig_wgmma_commit();
-        ig_wgmma_wait<0>();
-        ig_wgmma_fence_operand(o);
+    };
+
+    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
+    load_tile_kv(0);
+    ig_cp_async_commit();
+
+    if constexpr (kStages == 2) {
+        for (int tile = 0; tile < n_tiles; tile++) {
+            /* This thread's copies of the tile have landed; the fence makes
+             * them visible to wgmma (async proxy); the barrier, everyone's.
+             * It also orders every wgmma of the previous tile (waited for)
+             * before the copies below overwrite its stage. */
+            ig_cp_async_wait<0>();
+            ig_fence_proxy_async();
+            ig_syncthreads();
+            if (tile + 1 < n_tiles) {
+                load_tile_kv(tile + 1);
+                ig_cp_async_commit();
+            }
+            if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
+                continue;
+            float s[kBlockN / 2];
+            issue_s(s, tile);
+            ig_wgmma_wait<0>();
+            ig_wgmma_fence_operand(s);
+            uint32_t pa[kBlockN / 16][4];
+            softmax(s, pa, tile);
+            issue_pv(pa, tile);
+            ig_wgmma_wait<0>();
+            ig_wgmma_fence_operand(o);
+        }
+    } else {
+        /* Tiles t and t + 1 in flight from the start; S of the first tile
+         * computed before the loop. (An empty group when there is no second
+         * tile keeps the wait below counting right.) */
+        if (1 < n_tiles)
+            load_tile_kv(1);
+        ig_cp_async_commit();
+        ig_cp_async_wait<1>();
+        ig_fence_proxy_async();
+        ig_syncthreads();
+        float s[kBlockN / 2];
+        if (0 < wg_tiles) {
+            issue_s(s, 0);
+            ig_wgmma_wait<0>();
+            ig_wgmma_fence_operand(s);
+        }
+        for (int tile = 0; tile < n_tiles; tile++) {
+            /* Tile + 1 has landed (this thread's copies, made visible to
+             * wgmma, then everyone's). The barrier also orders the wgmma of
+             * tile - 1 (waited for) before the copies below overwrite its
+             * stage with tile + 2. */
+            ig_cp_async_wait<0>();
+            ig_fence_proxy_async();
+            ig_syncthreads();
+            if (tile + 2 < n_tiles) {
+                load_tile_kv(tile + 2);
+                ig_cp_async_commit();
+            }
+            if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
+                continue;
+            /* The next tile's S runs on the tensor cores while this one's
+             * softmax runs on the warpgroup's ALUs. */
+            const bool ahead = tile + 1 < wg_tiles;
+            float s_next[kBlockN / 2];
+            if (ahead)
+                issue_s(s_next, tile + 1);
+            uint32_t pa[kBlockN / 16][4];
+            softmax(s, pa, tile);
+            issue_pv(pa, tile);
+            ig_wgmma_wait<0>();
+            ig_wgmma_fence_operand(o);
+            if (ahead) {
+                ig_wgmma_fence_operand(s_next);
+                IG_UNROLL
+                for (int i = 0; i < kBlockN / 2; i++)
+                    s[i] = s_next[i];
+            }
+        }
     }
 
     /* O / l, rounded to T; the log-sum-exp in natural log. */

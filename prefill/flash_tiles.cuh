@@ -22,11 +22,11 @@ namespace {
 
 /* The variant table as compile-time constants: variant<V>::block_m etc. */
 template <int V> struct variant;
-#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb, isa_)       \
+#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb, isa_, st)   \
     template <> struct variant<PREFILL_ATTN_##id> {                             \
         static constexpr int block_m = bm, block_n = bn, warps = w, m_tiles = mt; \
         static constexpr int q_regs_max_hd = qhd, head_dims = hds, min_blocks = minb; \
-        static constexpr int isa = isa_;                                        \
+        static constexpr int isa = isa_, stages = st;                           \
     };
 PREFILL_ATTN_VARIANTS(IG_FLASH_VARIANT_)
 #undef IG_FLASH_VARIANT_

@@ -1,13 +1,14 @@
-/* tests/emu/test_flash_attn_mutants.cc: the prefill kernel with one bug
+/* tests/emu/test_flash_attn_mutants.cc: the prefill kernels with one bug
  * planted at a time (copies made by tests/emu/mutate.cmake at build time)
- * must be caught by the emulator: without its cp.async wait it reads data
- * still in flight; without the barrier that ends an iteration, cp.async
- * overwrites a stage other warps still read; without the swizzle, ldmatrix
- * has bank conflicts. Bugs the emulator cannot see, only the numbers can,
- * must fail the fp64 comparison: full K/V tiles copied from the wrong rows;
- * the running output rescaled when no row maximum grew instead of when one
- * did; the mma of a full tile fed the fragment being prefetched; in the wgmma kernel, V's descriptor offsets swapped, S read before
- * its wgmma completed. Label emu. */
+ * must be caught. By the emulator: without its cp.async wait the kernel
+ * reads data still in flight; without the barrier that ends an iteration,
+ * cp.async overwrites a stage other warps still read; without the swizzle,
+ * ldmatrix has bank conflicts. By the fp64 comparison (bugs only the
+ * numbers show): full K/V tiles copied from the wrong rows; the running
+ * output rescaled when no row maximum grew instead of when one did; a full
+ * tile's mma fed the fragment being prefetched; in the wgmma kernel, V's
+ * descriptor offsets swapped, S read before its wgmma completed, and (three
+ * stages) the next tile's S dropped. Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -22,6 +23,8 @@ extern "C" int prefill_attn_emu_prefetch_slot(const struct prefill_attn_params *
 extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
+                                                 const struct prefill_attn_tile *t, void *stream);
+extern "C" int prefill_attn_wgmma_emu_wg_stale_s(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 
 /* A wgmma launcher behind the public signature (p->variant picks the tiles). */
@@ -86,5 +89,9 @@ int main(void)
     CHECKF(err > 10, "wg_lbo_sbo mutant: error only %.2f x naive", err);
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_no_wait>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
     CHECKF(err > 10, "wg_no_wait mutant: error only %.2f x naive", err);
+    CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
+    CHECKF(err <= 2, "the three-stage wgmma kernel itself: error %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_stale_s>, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
+    CHECKF(err > 10, "wg_stale_s mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }
