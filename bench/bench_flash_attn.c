@@ -101,6 +101,11 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int v
     for (int v = first; v <= last; v++) {
         if (v != PREFILL_ATTN_AUTO && !prefill_attn_variant_supports(v, hd))
             continue;
+        if (v != PREFILL_ATTN_AUTO && !prefill_attn_cuda_supports(v)) {
+            fprintf(stderr, "bench_flash_attn: variant %s cannot run on this device or build, "
+                    "skipped\n", prefill_attn_variant_name(v));
+            continue;
+        }
         float ms = time_variant(&p, v);
         struct prefill_attn_tile t;
         if (ms < 0 || prefill_attn_choose(&p, &t)) {

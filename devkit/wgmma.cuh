@@ -55,9 +55,9 @@ __device__ __forceinline__ uint64_t ig_wgmma_desc(uint32_t addr, uint32_t lbo, u
            (uint64_t)((sbo >> 4) & 0x3fffu) << 32 | (uint64_t)(swizzle & 3) << 62;
 }
 
-/* wgmma.fence: orders this warpgroup's register and shared-memory accesses
- * before the wgmma that follow (before the first MMA on accumulators or A
- * registers written since). */
+/* wgmma.fence: orders this warpgroup's earlier accesses of accumulator and
+ * A registers before the wgmma that follow (needed before the first MMA on
+ * registers written since; shared memory needs ig_fence_proxy_async). */
 __device__ __forceinline__ void ig_wgmma_fence()
 {
 #if IG_HAVE_WGMMA
@@ -100,8 +100,12 @@ __device__ __forceinline__ void ig_fence_proxy_async()
 #endif
 }
 
-/* Keeps the compiler from moving accesses of accumulator registers across
- * an MMA's issue and its wait (it sees neither as touching them). */
+/* Pins register operands in place: the compiler sees the wait (and
+ * wgmma.fence) as touching memory only, so without this it could move an
+ * access of an accumulator above the wait that completes it, or a write of
+ * an accumulator or A register below the fence that must follow it. Used
+ * after every wait on the accumulators it completes, and before every
+ * ig_wgmma_fence on the registers written since the last one. */
 template <int N> __device__ __forceinline__ void ig_wgmma_fence_operand(float (&d)[N])
 {
 #if defined(__CUDA_ARCH__)
@@ -112,6 +116,28 @@ template <int N> __device__ __forceinline__ void ig_wgmma_fence_operand(float (&
     (void)d;
 #endif
 }
+
+template <int N, int M>
+__device__ __forceinline__ void ig_wgmma_fence_operand(uint32_t (&a)[N][M])
+{
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int j = 0; j < M; j++)
+            asm volatile("" : "+r"(a[i][j])::"memory");
+#else
+    (void)a;
+#endif
+}
+
+/* The emulator's own tests define IG_WGMMA_EMU_ANY_N to 1 to try shapes no
+ * kernel uses; kernels get only the N the device code has. */
+#if defined(IG_WGMMA_EMU_ANY_N) && !defined(__CUDACC__)
+#define IG_WGMMA_ANY_N_OK_ 1
+#else
+#define IG_WGMMA_ANY_N_OK_ 0
+#endif
 
 #if !defined(__CUDACC__)
 static inline int ig_emu_wgmma_kind_of(ig_bf16_t *) { return IG_EMU_WGMMA_BF16; }
@@ -128,12 +154,15 @@ template <class T, int N> struct ig_wgmma_op;
  * 4). d: this thread's N/2 accumulators, the mma.m16n8 C layout of its
  * warp's 16 rows repeated over N/8 column blocks (d[4j..4j+3]: rows g, g+8,
  * columns 8j + 2t, +1). ss: A and B from descriptors; TA, TB: 0 = K-major,
- * 1 = M-/N-major (transposed). N: 64 or 128 on the device (see
- * scripts/gen_wgmma.py), any multiple of 8 up to 256 emulated. */
+ * 1 = M-/N-major (transposed). N: 64 or 128, the shapes
+ * scripts/gen_wgmma.py generates (the emulator's own hook takes any
+ * multiple of 8 up to 256). */
 template <class T, int N, int TA, int TB>
 __device__ __forceinline__ void ig_wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
                                             int accumulate)
 {
+    static_assert(N == 64 || N == 128 || IG_WGMMA_ANY_N_OK_,
+                  "no device code for this N: add it to scripts/gen_wgmma.py");
 #if IG_HAVE_WGMMA
     ig_wgmma_op<T, N>::template ss<TA, TB>(d, a_desc, b_desc, accumulate);
 #elif defined(__CUDA_ARCH__)
@@ -151,6 +180,8 @@ template <class T, int N, int TB>
 __device__ __forceinline__ void ig_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                             uint64_t b_desc, int accumulate)
 {
+    static_assert(N == 64 || N == 128 || IG_WGMMA_ANY_N_OK_,
+                  "no device code for this N: add it to scripts/gen_wgmma.py");
 #if IG_HAVE_WGMMA
     ig_wgmma_op<T, N>::template rs<TB>(d, a, b_desc, accumulate);
 #elif defined(__CUDA_ARCH__)

@@ -402,18 +402,60 @@ int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &ti
                     (long long)p.head_dim);
 }
 
+/* Whether this build has the wgmma kernel: always under the emulator; in
+ * the CUDA build when nvcc could target sm_90a (CMakeLists.txt). */
+#if defined(IG_EMU) || IGNITE_HAVE_SM90A
+#define IG_FLASH_HAVE_WGMMA 1
+#else
+#define IG_FLASH_HAVE_WGMMA 0
+#endif
+
 /* One variant of either kernel. */
 template <int V>
 int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
                    cudaStream_t stream)
 {
-    if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WGMMA)
+    if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WGMMA) {
+#if IG_FLASH_HAVE_WGMMA
         return IG_DEV(prefill_attn_wgmma)(&p, &tile, stream);
-    else
+#else
+        (void)p, (void)tile, (void)stream;
+        return ig_error(IG_E_DEVICE, "flash attention: variant %s needs sm_90a code, which this "
+                        "build lacks (nvcc older than 12.0)", prefill_attn_variant_name(V));
+#endif
+    } else {
         return launch_mma_variant<V>(p, tile, stream);
+    }
 }
 
 } /* namespace */
+
+#if !defined(IG_EMU)
+extern "C" int prefill_attn_cuda_supports(int variant)
+{
+    int isa = -1;
+    switch (variant) {
+#define IG_FLASH_ISA_(id, name, bm, bn, w, mt, qhd, hds, minb, isa_, st)         \
+    case PREFILL_ATTN_##id:                                                     \
+        isa = isa_;                                                             \
+        break;
+        PREFILL_ATTN_VARIANTS(IG_FLASH_ISA_)
+#undef IG_FLASH_ISA_
+    default:
+        return 0;
+    }
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError(); /* no device: nothing runs (and the error is not left behind) */
+        return 0;
+    }
+    if (isa == PREFILL_ATTN_ISA_WGMMA)
+        return IG_FLASH_HAVE_WGMMA && major == 9 && minor == 0;
+    return major >= 8;
+}
+#endif
 
 #if defined(IG_EMU)
 #define PREFILL_ATTN_ENTRY prefill_attn_emu

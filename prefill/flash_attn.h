@@ -156,6 +156,12 @@ int prefill_attn_ref(const struct prefill_attn_params *p);
  * IG_E_DEVICE for a CUDA error (reported). Asynchronous. */
 int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 
+/* Whether the current CUDA device and this build can run `variant`: mma
+ * variants on compute capability 8.0 and up, wgmma ones on 9.0 with sm_90a
+ * code built. 0 for unknown variants and without a device. Tests and
+ * benchmarks skip what it refuses; prefill_attn_cuda reports it. */
+int prefill_attn_cuda_supports(int variant);
+
 /* The same kernel source run by the CPU emulator (emu/), host pointers.
  * Only in test programs that link tests/emu/flash_attn_emu.cc. */
 int prefill_attn_emu(const struct prefill_attn_params *p, void *stream);

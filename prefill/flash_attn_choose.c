@@ -94,17 +94,15 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
         if (strides[i] % 8)
             return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
                             "multiple of 8 elements", i, (long long)strides[i]);
-    /* Full tiles are copied with 32-bit row offsets within a head. */
-    const int64_t row_strides[] = {p->q_row_stride, p->k_row_stride, p->v_row_stride};
-    for (size_t i = 0; i < 3; i++)
-        if (row_strides[i] > INT32_MAX / p->n_tokens)
-            return ig_error(IG_E_INTERNAL, "flash attention: %lld tokens x row stride %lld "
-                            "elements does not fit in 32 bits", (long long)p->n_tokens,
-                            (long long)row_strides[i]);
-    if (p->cache_row_stride > INT32_MAX / p->n_ctx)
-        return ig_error(IG_E_INTERNAL, "flash attention: %lld cache rows x row stride %lld "
-                        "elements does not fit in 32 bits", (long long)p->n_ctx,
-                        (long long)p->cache_row_stride);
+    /* A tile's row offsets (up to MAX_TILE_ROWS rows from its 64-bit base)
+     * are 32-bit in load_rows. */
+    enum { MAX_TILE_ROWS = 256 };
+    const int64_t row_strides[] = {p->q_row_stride, p->k_row_stride, p->v_row_stride,
+                                   p->cache_row_stride};
+    for (size_t i = 0; i < 4; i++)
+        if (row_strides[i] > INT32_MAX / MAX_TILE_ROWS)
+            return ig_error(IG_E_INTERNAL, "flash attention: row stride %lld elements is over "
+                            "the kernel's 32-bit tile offsets", (long long)row_strides[i]);
     const int v = pick_variant(p);
     if (v == PREFILL_ATTN_AUTO)
         return IG_E_INTERNAL;

@@ -28,6 +28,10 @@
 #include "prefill/flash_attn.h"
 #include "prefill/flash_tiles.cuh"
 
+#if defined(__CUDA_ARCH__) && !IG_HAVE_WGMMA
+#error "prefill/flash_attn_wgmma.cu is compiled for sm_90a only (-gencode=arch=compute_90a,code=sm_90a)"
+#endif
+
 namespace {
 
 /* Shared-memory descriptors of the tiles (flash_tiles.cuh's layout at a
@@ -206,9 +210,13 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
 
     /* O += P V of a tile: kBlockN / 16 k-steps of 64 rows x HD columns;
      * issued and committed, not waited for. */
-    auto issue_pv = [&](const uint32_t (&pa)[kBlockN / 16][4], int tile) {
+    auto issue_pv = [&](uint32_t (&pa)[kBlockN / 16][4], int tile) {
         const uint64_t st = stage_step(tile);
-        ig_wgmma_fence(); /* O was rescaled and P written by ordinary instructions */
+        /* O was rescaled and P written by ordinary instructions: pinned
+         * above the fence, which orders them before the MMAs. */
+        ig_wgmma_fence_operand(o);
+        ig_wgmma_fence_operand(pa);
+        ig_wgmma_fence();
         IG_UNROLL
         for (int kk = 0; kk < kBlockN / 16; kk++)
             ig_wgmma_rs<T, HD, 1>(o, pa[kk], dv + st + v_step(kk), 1);

@@ -127,7 +127,8 @@ static void check_chooser(void)
           t.q_in_regs == 0 && t.n_q_tiles == 1);
     p.variant = PREFILL_ATTN_N_VARIANTS;
     CHECK(prefill_attn_choose(&p, &t) != 0);
-    /* Row offsets past 32 bits are refused (full tiles use 32-bit offsets). */
+    /* Row strides a tile's 32-bit offsets cannot step are refused; long
+     * sequences at ordinary strides are not. */
     p.variant = PREFILL_ATTN_AUTO;
     struct prefill_attn_params wide = p;
     wide.k_row_stride = ((int64_t)1 << 31) / 16 + 8;
@@ -135,6 +136,9 @@ static void check_chooser(void)
     wide = p;
     wide.cache_row_stride = (int64_t)1 << 32;
     CHECK(prefill_attn_choose(&wide, &t) != 0);
+    wide = p;
+    wide.n_tokens = wide.n_ctx = (int64_t)1 << 20, wide.q_row_stride = 4096;
+    CHECK(prefill_attn_choose(&wide, &t) == 0);
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
         CHECK(prefill_attn_variant_find(prefill_attn_variant_name(v)) == v);
         p.variant = v;

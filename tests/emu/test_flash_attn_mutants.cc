@@ -7,8 +7,10 @@
  * numbers show): full K/V tiles copied from the wrong rows; the running
  * output rescaled when no row maximum grew instead of when one did; a full
  * tile's mma fed the fragment being prefetched; in the wgmma kernel, V's
- * descriptor offsets swapped, S read before its wgmma completed, and (three
- * stages) the next tile's S dropped. Label emu. */
+ * descriptor offsets swapped, Q/K k-steps that never reach the second
+ * 64-column page, S read before its wgmma completed, and (three stages) the
+ * next tile's S dropped; and, by the emulator again, the wgmma kernel
+ * without fence.proxy.async after its cp.async. Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -24,6 +26,11 @@ extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_param
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
+extern "C" int prefill_attn_wgmma_emu_wg_no_proxy_fence(const struct prefill_attn_params *p,
+                                                        const struct prefill_attn_tile *t,
+                                                        void *stream);
+extern "C" int prefill_attn_wgmma_emu_wg_k_page(const struct prefill_attn_params *p,
+                                                const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_stale_s(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 
@@ -37,19 +44,21 @@ static int via_tile(const struct prefill_attn_params *p, void *stream)
 }
 
 /* Runs a mutant on a case long enough (3+ K/V tiles, full and partial, from
- * the cache and from the chunk) for each bug to bite. When err is given, it
- * gets the output's max error against fp64 in units of the naive
- * same-precision error (the kernels pass at <= 2). */
+ * the cache and from the chunk) for each bug to bite, on the given variant
+ * (AUTO: the default one for the head dim, pinned so the environment cannot
+ * change what is tested). When err is given, it gets the output's max error
+ * against fp64 in units of the naive same-precision error (the kernels pass
+ * at <= 2). */
 static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL,
                int variant = PREFILL_ATTN_AUTO, int64_t hd = 64)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
-    c.n = 150, c.pos0 = 50, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
+    c.n = 150, c.pos0 = 100, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
     c.seed = 5;
     attn_case_init(&c);
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
-    p.variant = variant;
+    p.variant = variant == PREFILL_ATTN_AUTO ? PREFILL_ATTN_DEFAULT_VARIANT(hd) : variant;
     ig_emu_set_quiet(1);
     int rc = fn(&p, NULL);
     ig_emu_set_quiet(0);
@@ -89,6 +98,11 @@ int main(void)
     CHECKF(err > 10, "wg_lbo_sbo mutant: error only %.2f x naive", err);
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_no_wait>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
     CHECKF(err > 10, "wg_no_wait mutant: error only %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_k_page>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
+    CHECKF(err > 10, "wg_k_page mutant: error only %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_no_proxy_fence>, NULL, PREFILL_ATTN_WG128N64,
+              128) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "fence") != NULL, "%s", ig_emu_last_error());
     CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
     CHECKF(err <= 2, "the three-stage wgmma kernel itself: error %.2f x naive", err);
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_stale_s>, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
