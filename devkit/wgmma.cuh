@@ -117,15 +117,17 @@ template <int N> __device__ __forceinline__ void ig_wgmma_fence_operand(float (&
 #endif
 }
 
-template <int N, int M>
-__device__ __forceinline__ void ig_wgmma_fence_operand(uint32_t (&a)[N][M])
+template <int N, int M, int K>
+__device__ __forceinline__ void ig_wgmma_fence_operand(uint32_t (&a)[N][M][K])
 {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
     for (int i = 0; i < N; i++)
 #pragma unroll
         for (int j = 0; j < M; j++)
-            asm volatile("" : "+r"(a[i][j])::"memory");
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                asm volatile("" : "+r"(a[i][j][k])::"memory");
 #else
     (void)a;
 #endif

@@ -63,7 +63,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr int kMT = variant<V>::m_tiles;     /* m16 tiles per warp */
     constexpr int kRowsW = 16 * kMT;             /* query rows per warp */
     constexpr bool kQRegs = HD <= variant<V>::q_regs_max_hd;
-    constexpr bool kPrefetch = variant<V>::min_blocks <= 1; /* see "A full tile" */
+    /* Fragments prefetched on full tiles (see "A full tile"): not for the
+     * variants that force 2+ blocks per SM (min_blocks), short of registers. */
+    constexpr bool kPrefetch = variant<V>::min_blocks <= 1;
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
     static_assert(variant<V>::stages == 2, "double-buffered K/V");
@@ -182,23 +184,32 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
             auto k_load = [&](uint32_t r[4], int i) { /* step i = kk * kNN + nn */
                 ig_ldmatrix_x4(r, &k_s[blk_off<kBlockN>(z_k, (i % kNN) * 16, (i / kNN) * 16)]);
             };
-            if constexpr (!kQRegs)
+            if constexpr (!kQRegs) {
+                IG_UNROLL
                 for (int mt = 0; mt < kMT; mt++)
                     q_frag(qa[0][mt], mt, 0);
+            }
             k_load(kb[0], 0);
             IG_UNROLL
             for (int i = 0; i < kSteps; i++) {
                 const int kk = i / kNN, nn = i % kNN;
                 if (i + 1 < kSteps) {
-                    if constexpr (!kQRegs)
-                        if ((i + 1) % kNN == 0)
+                    if constexpr (!kQRegs) {
+                        if ((i + 1) % kNN == 0) {
+                            IG_UNROLL
                             for (int mt = 0; mt < kMT; mt++)
                                 q_frag(qa[(kk + 1) & 1][mt], mt, kk + 1);
+                        }
+                    }
                     k_load(kb[(i + 1) & 1], i + 1);
                 }
                 IG_UNROLL
                 for (int mt = 0; mt < kMT; mt++) {
-                    const uint32_t *a = kQRegs ? qf[mt][kQRegs ? kk : 0] : qa[kk & 1][mt];
+                    const uint32_t *a;
+                    if constexpr (kQRegs)
+                        a = qf[mt][kk];
+                    else
+                        a = qa[kk & 1][mt];
                     ig_mma_16816<T>(s[mt][2 * nn], a, &kb[i & 1][0], s[mt][2 * nn]);
                     ig_mma_16816<T>(s[mt][2 * nn + 1], a, &kb[i & 1][2], s[mt][2 * nn + 1]);
                 }
@@ -232,78 +243,12 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
             }
         }
 
-        /* Mask only where the tile crosses this warp's diagonal or the end. */
-        if (diag < kBlockN - 1 || n_keys < kBlockN) {
-            IG_UNROLL
-            for (int mt = 0; mt < kMT; mt++)
-                for (int j = 0; j < kBlockN / 8; j++)
-                    for (int e = 0; e < 4; e++) {
-                        int key = j * 8 + 2 * t + (e & 1), row = mt * 16 + g + 8 * (e / 2);
-                        if (key > diag + row || key >= n_keys)
-                            s[mt][j][e] = -INFINITY;
-                    }
-        }
+        mask_scores<kMT, kBlockN>(s, diag, n_keys, g, t);
+        online_softmax<kMT, kBlockN, HD>(s, o, m, l, scale_log2);
 
-        /* Online softmax; rows g (r = 0) and g + 8 (r = 1) of each m16 tile.
-         * The new row maxima first: O and l need rescaling only when one of
-         * the warp's rows has a new maximum (else every factor is exactly 1),
-         * which past the first tiles of a long row is the rare case. */
-        float mx[kMT][2];
-        bool grew = false;
-        IG_UNROLL
-        for (int mt = 0; mt < kMT; mt++)
-            for (int r = 0; r < 2; r++) {
-                float x = m[mt][r];
-                IG_UNROLL
-                for (int j = 0; j < kBlockN / 8; j++)
-                    x = fmaxf(x, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
-                x = fmaxf(x, ig_shfl_xor_f32(x, 1));
-                x = fmaxf(x, ig_shfl_xor_f32(x, 2));
-                mx[mt][r] = x;
-                grew |= x != m[mt][r];
-            }
-        /* A row with every key masked so far keeps a zero offset (no NaN). */
-        auto offset = [&](float row_max) {
-            return row_max == -INFINITY ? 0.0f : row_max * scale_log2;
-        };
-        if (ig_vote_any(grew)) {
-            IG_UNROLL
-            for (int mt = 0; mt < kMT; mt++)
-                for (int r = 0; r < 2; r++) {
-                    const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - offset(mx[mt][r]));
-                    l[mt][r] *= corr;
-                    IG_UNROLL
-                    for (int d = 0; d < HD / 8; d++) {
-                        o[mt][d][2 * r] *= corr;
-                        o[mt][d][2 * r + 1] *= corr;
-                    }
-                }
-        }
-        IG_UNROLL
-        for (int mt = 0; mt < kMT; mt++)
-            for (int r = 0; r < 2; r++) {
-                m[mt][r] = mx[mt][r];
-                const float base = offset(mx[mt][r]);
-                IG_UNROLL
-                for (int j = 0; j < kBlockN / 8; j++)
-                    for (int e = 2 * r; e < 2 * r + 2; e++) {
-                        s[mt][j][e] = ig_exp2_approx(s[mt][j][e] * scale_log2 - base);
-                        l[mt][r] += s[mt][j][e];
-                    }
-            }
-
-        /* O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are exactly the
-         * A fragment of k-step kk once rounded to T (packed at once: half the
-         * registers of S); each V fragment feeds kMT m16 tiles. */
+        /* O += P V; each V fragment feeds kMT m16 tiles. */
         uint32_t pa[kBlockN / 16][kMT][4];
-        IG_UNROLL
-        for (int kk = 0; kk < kBlockN / 16; kk++)
-            for (int mt = 0; mt < kMT; mt++) {
-                pa[kk][mt][0] = ig_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[kk][mt][1] = ig_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[kk][mt][2] = ig_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[kk][mt][3] = ig_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
+        pack_p<T, kMT, kBlockN>(s, pa);
         const uint16_t *v_s = sV + stage * kBlockN * HD;
         if (full) { /* the same one-step-ahead fragment loads as in S */
             constexpr int kDN = HD / 16, kSteps = (kBlockN / 16) * kDN;
@@ -344,26 +289,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         ig_syncthreads(); /* the next iteration's cp.async overwrites this stage */
     }
 
-    /* O / l, rounded to T; the log-sum-exp in natural log. */
-    IG_UNROLL
-    for (int mt = 0; mt < kMT; mt++)
-        for (int r = 0; r < 2; r++) {
-            float lr = l[mt][r];
-            lr += ig_shfl_xor_f32(lr, 1);
-            lr += ig_shfl_xor_f32(lr, 2);
-            const int row = row0 + mt * 16 + g + 8 * r;
-            if (row >= n)
-                continue;
-            const float inv = 1.0f / lr;
-            uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
-            IG_UNROLL
-            for (int d = 0; d < HD / 8; d++)
-                *(uint32_t *)&out[d * 8 + 2 * t] =
-                    ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
-            if (p.lse && t == 0)
-                p.lse[(int64_t)h * p.lse_head_stride + row] =
-                    (m[mt][r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
-        }
+    store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2);
 }
 
 template <class T, int HD, int V>

@@ -78,7 +78,9 @@ struct prefill_attn_params {
  *             (__launch_bounds__); 0 = unspecified, ptxas's own choice,
  *             which is not the same as 1 (it differs per variant which is
  *             better: 1 made m64w4 take 203 instead of 171 registers at hd
- *             128, 0 made m128w8 spill at hd 64)
+ *             128, 0 made m128w8 spill at hd 64). Also decides whether the
+ *             mma kernel prefetches fragments on full tiles: only at 0 or 1,
+ *             where registers allow a second set
  *   isa       PREFILL_ATTN_ISA_MMA: prefill/flash_attn.cu, mma.sync + ldmatrix,
  *             any sm_80+ GPU; PREFILL_ATTN_ISA_WGMMA: prefill/flash_attn_wgmma.cu,
  *             one warpgroup (4 warps) per 64 query rows, wgmma with Q and K/V

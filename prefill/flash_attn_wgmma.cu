@@ -68,6 +68,14 @@ __device__ __forceinline__ constexpr uint64_t v_step(int kk)
     return (uint64_t)((kk * 16 * 128) >> 4);
 }
 
+/* One m16 tile of C fragments ([1][N/8][4], the shape of flash_tiles.cuh's
+ * softmax and output steps) as the N/2 accumulators of a wgmma: the same
+ * registers in the same order (d[4j + e] = block j, element e). */
+template <int A> __device__ __forceinline__ float (&flat(float (&x)[1][A][4]))[4 * A]
+{
+    return reinterpret_cast<float (&)[4 * A]>(x);
+}
+
 template <class T, int HD, int V>
 __global__ void __launch_bounds__(32 * variant<V>::warps, variant<V>::min_blocks)
 flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
@@ -124,102 +132,51 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         return (uint64_t)((tile % kStages) * (kBlockN * HD * 2 / 16));
     };
 
-    float o[HD / 2]; /* this thread's part of the warpgroup's 64 x HD O (rows g, g+8) */
-    float m[2] = {-INFINITY, -INFINITY}; /* running max of rows g, g+8 (raw scores) */
-    float l[2] = {0, 0};                 /* this lane's part of the running sums */
+    /* This thread's part of the warpgroup's 64 x HD O, its running row
+     * maxima (raw scores) and its part of the row sums: rows g and g + 8 of
+     * its warp's 16. */
+    float o[1][HD / 8][4];
+    float m[1][2] = {{-INFINITY, -INFINITY}};
+    float l[1][2] = {{0, 0}};
     IG_UNROLL
-    for (int i = 0; i < HD / 2; i++)
-        o[i] = 0;
+    for (int d = 0; d < HD / 8; d++)
+        o[0][d][0] = o[0][d][1] = o[0][d][2] = o[0][d][3] = 0;
 
     /* S = Q K^T of a tile, 64 rows x kBlockN keys in HD / 16 k-steps:
      * issued and committed, not waited for. */
-    auto issue_s = [&](float (&s)[kBlockN / 2], int tile) {
+    auto issue_s = [&](float (&s)[1][kBlockN / 8][4], int tile) {
         const uint64_t st = stage_step(tile);
         ig_wgmma_fence();
         IG_UNROLL
         for (int kk = 0; kk < HD / 16; kk++)
-            ig_wgmma_ss<T, kBlockN, 0, 0>(s, dq + k_step<kBlockM>(kk),
+            ig_wgmma_ss<T, kBlockN, 0, 0>(flat(s), dq + k_step<kBlockM>(kk),
                                           dk + st + k_step<kBlockN>(kk), kk > 0);
         ig_wgmma_commit();
     };
 
-    /* A tile's mask, online softmax and P: from S (waited for) to the A
+    /* A tile's mask, online softmax and P, from S (waited for) to the A
      * registers of the P V k-steps. */
-    auto softmax = [&](float (&s)[kBlockN / 2], uint32_t (&pa)[kBlockN / 16][4], int tile) {
-        /* Mask only where the tile crosses this warp's diagonal or the end:
-         * key k of the tile is visible to the warp's row r when
-         * k <= diag + r and k < n_keys. */
+    auto softmax = [&](float (&s)[1][kBlockN / 8][4], uint32_t (&pa)[kBlockN / 16][1][4],
+                       int tile) {
         const int j0 = tile * kBlockN;
-        const int diag = pos0 + row0 - j0;
         const int n_keys = kv_len - j0 > kBlockN ? kBlockN : kv_len - j0;
-        if (diag < kBlockN - 1 || n_keys < kBlockN) {
-            IG_UNROLL
-            for (int j = 0; j < kBlockN / 8; j++)
-                for (int e = 0; e < 4; e++) {
-                    int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
-                    if (key > diag + row || key >= n_keys)
-                        s[4 * j + e] = -INFINITY;
-                }
-        }
-        /* Rows g (r = 0) and g + 8 (r = 1); O and l are rescaled only when a
-         * row maximum of the warp grew (else every factor is exactly 1). */
-        float mx[2];
-        bool grew = false;
-        IG_UNROLL
-        for (int r = 0; r < 2; r++) {
-            float x = m[r];
-            IG_UNROLL
-            for (int j = 0; j < kBlockN / 8; j++)
-                x = fmaxf(x, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            x = fmaxf(x, ig_shfl_xor_f32(x, 1));
-            x = fmaxf(x, ig_shfl_xor_f32(x, 2));
-            mx[r] = x;
-            grew |= x != m[r];
-        }
-        /* A row with every key masked so far keeps a zero offset (no NaN). */
-        auto offset = [&](float row_max) {
-            return row_max == -INFINITY ? 0.0f : row_max * scale_log2;
-        };
-        if (ig_vote_any(grew)) {
-            IG_UNROLL
-            for (int r = 0; r < 2; r++) {
-                const float corr = ig_exp2_approx(m[r] * scale_log2 - offset(mx[r]));
-                l[r] *= corr;
-                IG_UNROLL
-                for (int d = 0; d < HD / 8; d++) {
-                    o[4 * d + 2 * r] *= corr;
-                    o[4 * d + 2 * r + 1] *= corr;
-                }
-            }
-        }
-        /* P rounded to T and packed as the A registers of the P V k-steps:
-         * n8 blocks 2kk and 2kk+1 of S are exactly k-step kk's A. */
-        IG_UNROLL
-        for (int r = 0; r < 2; r++) {
-            m[r] = mx[r];
-            const float base = offset(mx[r]);
-            IG_UNROLL
-            for (int j = 0; j < kBlockN / 8; j++) {
-                const float p0 = ig_exp2_approx(s[4 * j + 2 * r] * scale_log2 - base);
-                const float p1 = ig_exp2_approx(s[4 * j + 2 * r + 1] * scale_log2 - base);
-                l[r] += p0 + p1;
-                pa[j / 2][(j % 2) * 2 + r] = ig_pack2<T>(p0, p1);
-            }
-        }
+        mask_scores<1, kBlockN>(s, pos0 + row0 - j0, n_keys, g, t);
+        online_softmax<1, kBlockN, HD>(s, o, m, l, scale_log2);
+        pack_p<T, 1, kBlockN>(s, pa);
     };
 
     /* O += P V of a tile: kBlockN / 16 k-steps of 64 rows x HD columns;
      * issued and committed, not waited for. */
-    auto issue_pv = [&](uint32_t (&pa)[kBlockN / 16][4], int tile) {
+    auto issue_pv = [&](uint32_t (&pa)[kBlockN / 16][1][4], int tile) {
         const uint64_t st = stage_step(tile);
         /* O was rescaled and P written by ordinary instructions: pinned
          * above the fence, which orders them before the MMAs. */
-        ig_wgmma_fence_operand(o);
+        ig_wgmma_fence_operand(flat(o));
         ig_wgmma_fence_operand(pa);
         ig_wgmma_fence();
         IG_UNROLL
         for (int kk = 0; kk < kBlockN / 16; kk++)
-            ig_wgmma_rs<T, HD, 1>(o, pa[kk], dv + st + v_step(kk), 1);
+            ig_wgmma_rs<T, HD, 1>(flat(o), pa[kk][0], dv + st + v_step(kk), 1);
         ig_wgmma_commit();
     };
 
@@ -242,15 +199,15 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             }
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
-            float s[kBlockN / 2];
+            float s[1][kBlockN / 8][4];
             issue_s(s, tile);
             ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(s);
-            uint32_t pa[kBlockN / 16][4];
+            ig_wgmma_fence_operand(flat(s));
+            uint32_t pa[kBlockN / 16][1][4];
             softmax(s, pa, tile);
             issue_pv(pa, tile);
             ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(o);
+            ig_wgmma_fence_operand(flat(o));
         }
     } else {
         /* Tiles t and t + 1 in flight from the start; S of the first tile
@@ -262,11 +219,11 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         ig_cp_async_wait<1>();
         ig_fence_proxy_async();
         ig_syncthreads();
-        float s[kBlockN / 2];
+        float s[1][kBlockN / 8][4];
         if (0 < wg_tiles) {
             issue_s(s, 0);
             ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(s);
+            ig_wgmma_fence_operand(flat(s));
         }
         for (int tile = 0; tile < n_tiles; tile++) {
             /* Tile + 1 has landed (this thread's copies, made visible to
@@ -285,42 +242,24 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             /* The next tile's S runs on the tensor cores while this one's
              * softmax runs on the warpgroup's ALUs. */
             const bool ahead = tile + 1 < wg_tiles;
-            float s_next[kBlockN / 2];
+            float s_next[1][kBlockN / 8][4];
             if (ahead)
                 issue_s(s_next, tile + 1);
-            uint32_t pa[kBlockN / 16][4];
+            uint32_t pa[kBlockN / 16][1][4];
             softmax(s, pa, tile);
             issue_pv(pa, tile);
             ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(o);
+            ig_wgmma_fence_operand(flat(o));
             if (ahead) {
-                ig_wgmma_fence_operand(s_next);
+                ig_wgmma_fence_operand(flat(s_next));
                 IG_UNROLL
                 for (int i = 0; i < kBlockN / 2; i++)
-                    s[i] = s_next[i];
+                    flat(s)[i] = flat(s_next)[i];
             }
         }
     }
 
-    /* O / l, rounded to T; the log-sum-exp in natural log. */
-    IG_UNROLL
-    for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += ig_shfl_xor_f32(lr, 1);
-        lr += ig_shfl_xor_f32(lr, 2);
-        const int row = row0 + g + 8 * r;
-        if (row >= n)
-            continue;
-        const float inv = 1.0f / lr;
-        uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
-        IG_UNROLL
-        for (int d = 0; d < HD / 8; d++)
-            *(uint32_t *)&out[d * 8 + 2 * t] =
-                ig_pack2<T>(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
-        if (p.lse && t == 0)
-            p.lse[(int64_t)h * p.lse_head_stride + row] =
-                (m[r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
-    }
+    store_rows<T, 1, HD>(p, o, m, l, row0, h, g, t, scale_log2);
 }
 
 template <class T, int HD, int V>

@@ -1,9 +1,12 @@
 /* prefill/flash_tiles.cuh: what both prefill attention kernels (the
  * mma.sync one, prefill/flash_attn.cu, and the wgmma one,
  * prefill/flash_attn_wgmma.cu) do the same way: the swizzled shared-memory
- * tile layout, issuing the cp.async of Q and K/V tiles, and the fused write
- * of the chunk's K and V into the cache. Device code only; included once
- * per kernel source (internal linkage). Covered by the kernels' tests. */
+ * tile layout, issuing the cp.async of Q and K/V tiles, the fused write of
+ * the chunk's K and V into the cache, and the per-thread softmax and output
+ * steps on accumulators in the mma C-fragment layout (both kernels' S and O
+ * are in it: rows g and g+8 of each 16-row tile, columns 2t, 2t+1 of each
+ * 8-column block). Device code only; included once per kernel source
+ * (internal linkage). Covered by the kernels' tests. */
 #ifndef IGNITE_PREFILL_FLASH_TILES_CUH
 #define IGNITE_PREFILL_FLASH_TILES_CUH
 
@@ -166,6 +169,128 @@ __device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, i
         *(chunk16 *)((uint16_t *)p.v_cache + hk * p.cache_head_stride + dst) =
             *(const chunk16 *)(vn + i * p.v_row_stride + col);
     }
+}
+
+/* Masks the scores a row may not see, where the tile crosses this warp's
+ * diagonal or the end of the keys: key k of the tile is visible to the
+ * warp's row r when k <= diag + r and k < n_keys. s[mt][j][e]: row
+ * 16 mt + g + 8 (e / 2), key 8 j + 2 t + e % 2. */
+template <int kMT, int kBlockN>
+__device__ __forceinline__ void mask_scores(float (&s)[kMT][kBlockN / 8][4], int diag,
+                                            int n_keys, int g, int t)
+{
+    if (diag >= kBlockN - 1 && n_keys >= kBlockN)
+        return;
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++)
+        for (int j = 0; j < kBlockN / 8; j++)
+            for (int e = 0; e < 4; e++) {
+                int key = j * 8 + 2 * t + (e & 1), row = mt * 16 + g + 8 * (e / 2);
+                if (key > diag + row || key >= n_keys)
+                    s[mt][j][e] = -INFINITY;
+            }
+}
+
+/* One tile's online softmax step on this thread's rows g (r = 0) and g + 8
+ * (r = 1) of each m16 tile: the new row maxima m, O and the sums l
+ * rescaled, and the scores s replaced by exp2(s * scale_log2 - offset) with
+ * their sums added to l (this lane's part; the quad's parts are summed at
+ * the end). O and l are rescaled only when one of the warp's rows has a new
+ * maximum (else every factor is exactly 1), which past the first tiles of a
+ * long row is the rare case. A row with every key masked so far keeps a
+ * zero offset (no NaN). */
+template <int kMT, int kBlockN, int HD>
+__device__ __forceinline__ void online_softmax(float (&s)[kMT][kBlockN / 8][4],
+                                               float (&o)[kMT][HD / 8][4], float (&m)[kMT][2],
+                                               float (&l)[kMT][2], float scale_log2)
+{
+    float mx[kMT][2];
+    bool grew = false;
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++)
+        for (int r = 0; r < 2; r++) {
+            float x = m[mt][r];
+            IG_UNROLL
+            for (int j = 0; j < kBlockN / 8; j++)
+                x = fmaxf(x, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+            x = fmaxf(x, ig_shfl_xor_f32(x, 1));
+            x = fmaxf(x, ig_shfl_xor_f32(x, 2));
+            mx[mt][r] = x;
+            grew |= x != m[mt][r];
+        }
+    auto offset = [&](float row_max) { return row_max == -INFINITY ? 0.0f : row_max * scale_log2; };
+    if (ig_vote_any(grew)) {
+        IG_UNROLL
+        for (int mt = 0; mt < kMT; mt++)
+            for (int r = 0; r < 2; r++) {
+                const float corr = ig_exp2_approx(m[mt][r] * scale_log2 - offset(mx[mt][r]));
+                l[mt][r] *= corr;
+                IG_UNROLL
+                for (int d = 0; d < HD / 8; d++) {
+                    o[mt][d][2 * r] *= corr;
+                    o[mt][d][2 * r + 1] *= corr;
+                }
+            }
+    }
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++)
+        for (int r = 0; r < 2; r++) {
+            m[mt][r] = mx[mt][r];
+            const float base = offset(mx[mt][r]);
+            IG_UNROLL
+            for (int j = 0; j < kBlockN / 8; j++)
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    s[mt][j][e] = ig_exp2_approx(s[mt][j][e] * scale_log2 - base);
+                    l[mt][r] += s[mt][j][e];
+                }
+        }
+}
+
+/* P (the exponentials left in s) rounded to T and packed as the A operand
+ * of the P V k-steps: the accumulators of n8 blocks 2kk and 2kk+1 are
+ * exactly k-step kk's A fragment (mma.m16n8k16 and wgmma's A-in-registers
+ * share the layout), at half the registers of S. */
+template <class T, int kMT, int kBlockN>
+__device__ __forceinline__ void pack_p(const float (&s)[kMT][kBlockN / 8][4],
+                                       uint32_t (&pa)[kBlockN / 16][kMT][4])
+{
+    IG_UNROLL
+    for (int kk = 0; kk < kBlockN / 16; kk++)
+        for (int mt = 0; mt < kMT; mt++) {
+            pa[kk][mt][0] = ig_pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            pa[kk][mt][1] = ig_pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            pa[kk][mt][2] = ig_pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            pa[kk][mt][3] = ig_pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+}
+
+/* The epilogue: O / l rounded to T into the rows of this warp (from row0)
+ * that exist, and their log-sum-exp in natural log. */
+template <class T, int kMT, int HD>
+__device__ __forceinline__ void store_rows(const prefill_attn_params &p,
+                                           const float (&o)[kMT][HD / 8][4],
+                                           const float (&m)[kMT][2], const float (&l)[kMT][2],
+                                           int row0, int h, int g, int t, float scale_log2)
+{
+    IG_UNROLL
+    for (int mt = 0; mt < kMT; mt++)
+        for (int r = 0; r < 2; r++) {
+            float lr = l[mt][r];
+            lr += ig_shfl_xor_f32(lr, 1);
+            lr += ig_shfl_xor_f32(lr, 2);
+            const int row = row0 + mt * 16 + g + 8 * r;
+            if (row >= p.n_tokens)
+                continue;
+            const float inv = 1.0f / lr;
+            uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
+            IG_UNROLL
+            for (int d = 0; d < HD / 8; d++)
+                *(uint32_t *)&out[d * 8 + 2 * t] =
+                    ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
+            if (p.lse && t == 0)
+                p.lse[(int64_t)h * p.lse_head_stride + row] =
+                    (m[mt][r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
+        }
 }
 
 } /* namespace */
