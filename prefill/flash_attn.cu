@@ -254,7 +254,8 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
             constexpr int kDN = HD / 16, kSteps = (kBlockN / 16) * kDN;
             uint32_t vb[2][4];
             auto v_load = [&](uint32_t r[4], int i) { /* step i = kk * kDN + dn */
-                ig_ldmatrix_x4_trans(r, &v_s[blk_off<kBlockN>(z_qv, (i / kDN) * 16, (i % kDN) * 16)]);
+                const int off = blk_off<kBlockN>(z_qv, (i / kDN) * 16, (i % kDN) * 16);
+                ig_ldmatrix_x4_trans(r, &v_s[off]);
             };
             v_load(vb[0], 0);
             IG_UNROLL
@@ -265,7 +266,8 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 IG_UNROLL
                 for (int mt = 0; mt < kMT; mt++) {
                     ig_mma_16816<T>(o[mt][2 * dn], pa[kk][mt], &vb[i & 1][0], o[mt][2 * dn]);
-                    ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[i & 1][2], o[mt][2 * dn + 1]);
+                    ig_mma_16816<T>(o[mt][2 * dn + 1], pa[kk][mt], &vb[i & 1][2],
+                                    o[mt][2 * dn + 1]);
                 }
             }
         } else {

@@ -29,7 +29,7 @@
 #include "prefill/flash_tiles.cuh"
 
 #if defined(__CUDA_ARCH__) && !IG_HAVE_WGMMA
-#error "prefill/flash_attn_wgmma.cu is compiled for sm_90a only (-gencode=arch=compute_90a,code=sm_90a)"
+#error "prefill/flash_attn_wgmma.cu is for sm_90a only: -gencode=arch=compute_90a,code=sm_90a"
 #endif
 
 namespace {

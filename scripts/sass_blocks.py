@@ -11,27 +11,44 @@ the path one loop iteration takes can be added up by hand. Used for the
 instruction counts in docs/gpu.md.
 
   python3 scripts/sass_blocks.py prefill/flash_attn.cu --arch 90 \\
-      --filter 'I9ig_bf16_tLi128ELi5E' --blocks
-  (pip install nvidia-cuda-cuobjdump, into any environment, first)
+      --variant m128w4n48 --hd 128 --blocks
+  (pip install nvidia-cuda-cuobjdump, into any environment, first; or point
+  --cuobjdump / $CUOBJDUMP at one)
 """
 import argparse
 import collections
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 
-def find_cuobjdump():
-    for root in sys.path + [os.path.expanduser("~/.local/lib")]:
+def find_cuobjdump(given):
+    """--cuobjdump, $CUOBJDUMP, the PATH, then the PyPI package's copy in
+    this Python's site-packages."""
+    for cand in (given, os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")):
+        if cand:
+            return cand
+    for root in sys.path:
         hits = glob.glob(os.path.join(root, "nvidia", "*", "bin", "cuobjdump"))
         if hits:
             return hits[0]
-    for cand in glob.glob("/tmp/*/lib/python3*/site-packages/nvidia/*/bin/cuobjdump"):
-        return cand
-    sys.exit("sass_blocks: cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    sys.exit("sass_blocks: cuobjdump not found: pip install nvidia-cuda-cuobjdump, "
+             "or pass --cuobjdump PATH")
+
+
+def variant_filter(root, name, hd, dtype):
+    """The mangled-name fragment of a prefill attention kernel instantiation:
+    the variant's enum value is its row in PREFILL_ATTN_VARIANTS (AUTO = 0)."""
+    with open(os.path.join(root, "prefill", "flash_attn.h")) as f:
+        names = re.findall(r'X\([A-Z0-9]+, "([a-z0-9]+)"', f.read())
+    if name not in names:
+        sys.exit(f"sass_blocks: no variant {name} (have {', '.join(names)})")
+    tag = "9ig_bf16_t" if dtype == "bf16" else "8ig_f16_t"
+    return f"I{tag}Li{hd}ELi{names.index(name) + 1}E"
 
 
 def opcode(text):
@@ -75,9 +92,15 @@ def main():
     ap.add_argument("source")
     ap.add_argument("--arch", default="90", help="90, 90a, 80 ...")
     ap.add_argument("--filter", default="", help="substring of the mangled kernel name")
+    ap.add_argument("--variant", help="a prefill attention variant (sets --filter)")
+    ap.add_argument("--hd", type=int, default=128, help="head dim, with --variant")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"], help="with --variant")
     ap.add_argument("--blocks", action="store_true", help="list basic blocks")
+    ap.add_argument("--cuobjdump", help="path of cuobjdump")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if args.variant:
+        args.filter = variant_filter(root, args.variant, args.hd, args.dtype)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
         cc = subprocess.run(["nvcc", "-std=c++17", "-O3", "-I" + root,
@@ -86,7 +109,7 @@ def main():
                             capture_output=True, text=True)
         if cc.returncode:
             sys.exit(cc.stderr)
-        sass = subprocess.run([find_cuobjdump(), "-sass", cubin], capture_output=True,
+        sass = subprocess.run([find_cuobjdump(args.cuobjdump), "-sass", cubin], capture_output=True,
                               text=True, check=True).stdout
     report, name = {}, None
     for line in cc.stderr.splitlines():

@@ -105,7 +105,8 @@ int main(void)
     CHECKF(strstr(ig_emu_last_error(), "fence") != NULL, "%s", ig_emu_last_error());
     CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
     CHECKF(err <= 2, "the three-stage wgmma kernel itself: error %.2f x naive", err);
-    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_stale_s>, &err, PREFILL_ATTN_WG128N64S3, 128) == 0);
+    CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_stale_s>, &err, PREFILL_ATTN_WG128N64S3, 128) ==
+          0);
     CHECKF(err > 10, "wg_stale_s mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }
