@@ -311,23 +311,15 @@ int launch(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStre
 /* One mma.sync variant: dtype and head_dim (only those the variant is built for). */
 template <int V>
 int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
-                   cudaStream_t stream)
+                       cudaStream_t stream)
 {
     if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||
         tile.warps != variant<V>::warps || tile.m_tiles != variant<V>::m_tiles ||
         tile.q_in_regs != (p.head_dim <= variant<V>::q_regs_max_hd))
         return ig_error(IG_E_INTERNAL, "flash attention: chooser and kernel disagree on tiles");
-    const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
-    if constexpr ((variant<V>::head_dims & 1) != 0)
-        if (p.head_dim == 64)
-            return bf16 ? launch<ig_bf16_t, 64, V>(p, tile, stream)
-                        : launch<ig_f16_t, 64, V>(p, tile, stream);
-    if constexpr ((variant<V>::head_dims & 2) != 0)
-        if (p.head_dim == 128)
-            return bf16 ? launch<ig_bf16_t, 128, V>(p, tile, stream)
-                        : launch<ig_f16_t, 128, V>(p, tile, stream);
-    return ig_error(IG_E_INTERNAL, "flash attention: variant not built for head_dim %lld",
-                    (long long)p.head_dim);
+    return for_type_and_head_dim<V>(p, [&](auto type, auto hd) {
+        return launch<decltype(type), decltype(hd)::value, V>(p, tile, stream);
+    });
 }
 
 /* Whether this build has the wgmma kernel: always under the emulator; in

@@ -297,17 +297,9 @@ int launch_wgmma_variant(const prefill_attn_params &p, const prefill_attn_tile &
             tile.warps != variant<V>::warps)
             return ig_error(IG_E_INTERNAL,
                             "flash attention: chooser and kernel disagree on tiles");
-        const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
-        if constexpr ((variant<V>::head_dims & 1) != 0)
-            if (p.head_dim == 64)
-                return bf16 ? launch_wgmma<ig_bf16_t, 64, V>(p, tile, stream)
-                            : launch_wgmma<ig_f16_t, 64, V>(p, tile, stream);
-        if constexpr ((variant<V>::head_dims & 2) != 0)
-            if (p.head_dim == 128)
-                return bf16 ? launch_wgmma<ig_bf16_t, 128, V>(p, tile, stream)
-                            : launch_wgmma<ig_f16_t, 128, V>(p, tile, stream);
-        return ig_error(IG_E_INTERNAL, "flash attention: variant not built for head_dim %lld",
-                        (long long)p.head_dim);
+        return for_type_and_head_dim<V>(p, [&](auto type, auto hd) {
+            return launch_wgmma<decltype(type), decltype(hd)::value, V>(p, tile, stream);
+        });
     }
 }
 

@@ -13,6 +13,8 @@
 #include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
 
+#include <type_traits>
+
 /* Full unrolling keeps fragment arrays in registers (a loop left rolled
  * indexes them at run time and moves them to the stack). */
 #if defined(__CUDACC__)
@@ -169,6 +171,25 @@ __device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, i
         *(chunk16 *)((uint16_t *)p.v_cache + hk * p.cache_head_stride + dst) =
             *(const chunk16 *)(vn + i * p.v_row_stride + col);
     }
+}
+
+/* Calls launch(T{}, std::integral_constant<int, HD>{}) for p's element type
+ * and head dim, those variant V is built for (the launchers' instantiation
+ * of their kernel templates); a head dim V lacks is an internal error. */
+template <int V, class Launch>
+int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
+{
+    const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
+    if constexpr ((variant<V>::head_dims & 1) != 0)
+        if (p.head_dim == 64)
+            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 64>{})
+                        : launch(ig_f16_t{}, std::integral_constant<int, 64>{});
+    if constexpr ((variant<V>::head_dims & 2) != 0)
+        if (p.head_dim == 128)
+            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 128>{})
+                        : launch(ig_f16_t{}, std::integral_constant<int, 128>{});
+    return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld",
+                    prefill_attn_variant_name(V), (long long)p.head_dim);
 }
 
 /* Masks the scores a row may not see, where the tile crosses this warp's
