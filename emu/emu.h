@@ -60,7 +60,8 @@ static inline int ig_emu_launch_fn(ig_emu_dim3 grid, ig_emu_dim3 block, size_t d
 }
 
 /* Seed for the thread order at block start and at every barrier and
- * collective release (0 keeps launch order). Default 1. */
+ * collective release (0 keeps launch order), and for the shared address of
+ * the dynamic area (ig_emu_shared_address). Default 1. */
 void ig_emu_set_seed(uint64_t seed);
 
 /* The first fault of the last failed launch ("" after a clean one). */
@@ -118,7 +119,10 @@ uint32_t ig_emu_vote(int mode, uint32_t mask, int pred);
  * recorded at issue: operands are read from shared memory and d written at
  * the ig_emu_wgmma_wait that completes its group (as PTX allows), so a
  * kernel that reads d early or overwrites operands early gets wrong numbers.
- * Descriptor addresses are ig_emu_shared_address values. */
+ * Its operands are checked at issue and at completion; it needs a preceding
+ * ig_emu_wgmma_fence unless its registers are as a wgmma left them; d must
+ * not be written until its wait. Descriptor addresses are
+ * ig_emu_shared_address values. */
 enum ig_emu_wgmma_kind { IG_EMU_WGMMA_BF16 = 1, IG_EMU_WGMMA_F16 = 2 };
 void ig_emu_wgmma(int kind, int n, float *d, uint64_t a_desc, const uint32_t *a_regs,
                   uint64_t b_desc, int accumulate, int trans_a, int trans_b);
@@ -127,7 +131,9 @@ void ig_emu_wgmma_commit(void);
 void ig_emu_wgmma_wait(int n);
 /* fence.proxy.async.shared::cta by this thread. */
 void ig_emu_fence_proxy_async(void);
-/* p's offset in the block's dynamic shared memory (a fault when p is not in it). */
+/* p's .shared::cta address: its offset in the block's dynamic shared memory
+ * plus a per-launch base, a multiple of 16 but never of 1024, from the seed
+ * (a fault when p is not in that memory). */
 uint32_t ig_emu_shared_address(const void *p);
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_size (src_size 0 or 16). */

@@ -28,6 +28,7 @@ struct emu_wgcoll {
     int accumulate, trans_a, trans_b, a_in_regs;
     uint64_t a_desc, b_desc;
     float *d;                 /* this thread's n/2 accumulators */
+    const uint32_t *a_ptr;    /* A registers (NULL: A from shared memory) */
     uint32_t a[4];            /* A registers, copied at issue */
 };
 
@@ -37,13 +38,30 @@ struct emu_wgmma_op {
     uint64_t a_desc, b_desc;
     float *d[128];            /* per thread of the warpgroup */
     uint32_t a[128][4];
+    /* What each thread's accumulators must hold at completion: the values at
+     * issue, updated when an earlier MMA on the same registers completes
+     * (128 x n/2 bits; a difference means the thread wrote them meanwhile). */
+    std::vector<uint32_t> d_expect;
+};
+
+/* Registers of a warpgroup (each thread's accumulators or A fragment) as a
+ * wgmma last saw them: at its issue, or as it left them at completion. An
+ * MMA issued with no wgmma.fence since the last wait_group may use them only
+ * while no other instruction has written them since (PTX ISA 9.7.15.7.1). */
+struct emu_wg_regs {
+    int words;                  /* 32-bit registers per thread */
+    const void *p[128];         /* per thread of the warpgroup */
+    std::vector<uint32_t> v;    /* 128 x words */
 };
 
 /* A warpgroup's wgmma not yet completed: the open group and the committed
- * ones, oldest first. */
+ * ones, oldest first; whether a wgmma.fence came since the last wait_group
+ * (set by the fence, cleared by the wait), and the registers the MMAs know. */
 struct emu_wg {
     std::vector<emu_wgmma_op> uncommitted;
     std::deque<std::vector<emu_wgmma_op>> groups;
+    int fenced, ever_fenced;
+    std::vector<emu_wg_regs> known;
 };
 
 struct emu_copy {
@@ -109,6 +127,7 @@ struct emu_ctx {
     ig_emu_kernel_fn fn;
     void *fn_ctx;
     uint64_t rng;
+    uint32_t smem_base;     /* shared address of the dynamic area (launch seed) */
     int faulted;
     struct ig_emu_stats stats;
 };

@@ -382,6 +382,9 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
     emu.fn = fn;
     emu.fn_ctx = ctx;
     emu.rng = emu_seed * 0x9e3779b97f4a7c15ull + 1;
+    /* Dynamic shared memory starts at a multiple of 16 that is never one of
+     * 1024, so kernels must align their swizzled wgmma tiles themselves. */
+    emu.smem_base = 16u * (uint32_t)(1 + emu_seed % 63);
     ig_emu_blockDim = block;
     ig_emu_gridDim = grid;
     int rc = 0;

@@ -4,18 +4,27 @@
  * addresses) and what a warpgroup collective does once its 128 threads have
  * arrived (the arrival itself is emu/sched.cc's).
  *
- * An MMA is only recorded at issue (descriptors, flags, each thread's d
- * pointer, A registers copied); its operands are read from shared memory and
- * its results written through the d pointers at the wait_group that completes
+ * An MMA is recorded at issue (descriptors, flags, each thread's d pointer,
+ * A registers copied); its operands are read from shared memory and its
+ * results written through the d pointers at the wait_group that completes
  * its group, so early reads of d and early overwrites of operands give wrong
  * numbers as they may on the device. Layouts, descriptor bits and swizzles:
  * docs/wgmma.md (PTX ISA 9.7.15.5.1). Products of bf16/f16 are exact in
  * double; each sum is taken in k order and rounded to f32 once.
- * Shared-memory operands must have been written (st.shared, or cp.async at
- * its wait) by a thread that executed fence.proxy.async afterwards: each
- * thread counts its fences and each written byte keeps its writer's count.
- * wgmma.fence is a warpgroup collective with no effect besides checking that
- * all 128 threads reach it.
+ *
+ * Shared addresses are the offset in the dynamic area plus a per-launch base
+ * that is a multiple of 16 but never of 1024 (emu.smem_base), and swizzles
+ * apply to those addresses, so a kernel that does not align its swizzled
+ * tiles reads the wrong bytes, as on the device.
+ * The faults, besides shapes and descriptors: an MMA with no wgmma.fence
+ * since the last wait_group whose accumulators or A registers another
+ * instruction wrote since a wgmma last used them (or that no wgmma has used:
+ * the first MMA needs a fence); a thread writing an MMA's accumulators
+ * between its issue and its completion; operands that, at issue or at
+ * completion, are still in flight from cp.async, never written, written by
+ * another thread since the last barrier, or written (st.shared or cp.async)
+ * by a thread that executed no fence.proxy.async afterwards (each thread
+ * counts its proxy fences and each written byte keeps its writer's count).
  * Covered by tests/emu/test_emu_wgmma.cc. */
 #include "core/half.h"
 #include "emu/internal.h"
@@ -43,6 +52,7 @@ void ig_emu_wgmma(int kind, int n, float *d, uint64_t a_desc, const uint32_t *a_
     c.d = d;
     c.a_desc = a_regs ? 0 : a_desc;
     c.a_in_regs = a_regs != NULL;
+    c.a_ptr = a_regs;
     if (a_regs)
         memcpy(c.a, a_regs, sizeof c.a);
     c.b_desc = b_desc;
@@ -81,7 +91,7 @@ uint32_t ig_emu_shared_address(const void *p)
     if (c < s->data || c >= s->data + s->bytes)
         emu_fail("shared address of %p, which is not in the block's dynamic shared memory "
                  "(only that has descriptor addresses here)", p);
-    return (uint32_t)(c - s->data);
+    return emu.smem_base + (uint32_t)(c - s->data);
 }
 
 /* ---- operands from shared memory ------------------------------------------ */
@@ -136,21 +146,27 @@ static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x
 }
 
 /* One 16-bit operand element at a shared address, checked against the
- * dynamic area's bounds and the shadow (uninitialised, cp.async in flight). */
+ * dynamic area's bounds and the shadow (uninitialised, cp.async in flight,
+ * races, no proxy fence); at_issue says which check this is in messages. */
 static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned tid,
-                           char which)
+                           char which, int at_issue)
 {
-    if ((size_t)addr + 2 > s->bytes)
-        emu_fail("wgmma reads %c at shared address %u, outside the %zu bytes of dynamic shared "
-                 "memory (wrong descriptor?)", which, addr, s->bytes);
-    const unsigned char *p = s->data + addr;
-    emu_smem_check_read(tid, p, 2, which == 'A' ? "wgmma (A operand)" : "wgmma (B operand)");
-    for (uint32_t i = addr; i < addr + 2; i++) {
+    const uint32_t base = emu.smem_base;
+    if (addr < base || (size_t)(addr - base) + 2 > s->bytes)
+        emu_fail("wgmma reads %c at shared address %u, outside the dynamic shared memory at "
+                 "[%u, %zu) (wrong descriptor, or a swizzled tile not aligned to its pattern?)",
+                 which, addr, base, base + s->bytes);
+    const uint32_t off = addr - base;
+    const unsigned char *p = s->data + off;
+    static const char *what[2][2] = {{"wgmma (A operand)", "wgmma (B operand)"},
+                                     {"wgmma issue (A operand)", "wgmma issue (B operand)"}};
+    emu_smem_check_read(tid, p, 2, what[at_issue != 0][which != 'A']);
+    for (uint32_t i = off; i < off + 2; i++) {
         const struct emu_shadow *h = &s->shadow[i];
         if (h->w_fences == (*emu.blk->threads)[(unsigned)h->writer].proxy_fences)
-            emu_fail("wgmma reads %c at shared address %u, which thread %d wrote (st.shared or "
-                     "cp.async) without a fence.proxy.async after it (missing "
-                     "ig_fence_proxy_async before the barrier?)", which, i, h->writer);
+            emu_fail("%s reads shared offset %u, which thread %d wrote (st.shared or cp.async) "
+                     "without a fence.proxy.async after it (missing ig_fence_proxy_async before "
+                     "the barrier?)", what[at_issue != 0][which != 'A'], i, h->writer);
     }
     uint16_t h;
     memcpy(&h, p, 2);
@@ -163,10 +179,11 @@ static float emu_reg_half(int kind, uint32_t reg, int hi)
     return kind == IG_EMU_WGMMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
-/* One MMA at its completion; tid = the thread the shared reads are charged to. */
-static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
+/* An MMA's A and B (64 x 16, 16 x N) with every shared-memory check, at its
+ * issue or its completion; tid = the thread the shared reads are charged to. */
+static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned tid, int at_issue,
+                               float (*A)[16], float (*B)[256])
 {
-    static float A[64][16], B[16][256];
     const struct emu_smem *s = emu_dyn_smem("wgmma");
     if (op->a_in_regs) {
         /* Per warp w its rows 16w..16w+15 in the mma.m16n8k16 A layout. */
@@ -181,12 +198,20 @@ static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
         for (uint32_t m = 0; m < 64; m++)
             for (uint32_t k = 0; k < 16; k++)
                 A[m][k] = emu_read_half(op->kind, emu_elem_addr(&da, op->trans_a, m, k), s, tid,
-                                        'A');
+                                        'A', at_issue);
     }
     struct emu_desc db = emu_desc_decode(op->b_desc, 'B');
     for (uint32_t k = 0; k < 16; k++)
         for (uint32_t nn = 0; nn < (uint32_t)op->n; nn++)
-            B[k][nn] = emu_read_half(op->kind, emu_elem_addr(&db, op->trans_b, nn, k), s, tid, 'B');
+            B[k][nn] = emu_read_half(op->kind, emu_elem_addr(&db, op->trans_b, nn, k), s, tid,
+                                     'B', at_issue);
+}
+
+/* One MMA at its completion: operands read now, D written. */
+static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
+{
+    static float A[64][16], B[16][256];
+    emu_wgmma_operands(op, tid, 0, A, B);
     /* Thread l of warp w: d[4j + e] = D[16w + g + 8(e/2)][8j + 2t + e%2]. */
     for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
         float *d = op->d[l];
@@ -200,6 +225,106 @@ static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
             d[i] = (float)sum;
         }
     }
+}
+
+/* ---- registers a wgmma knows ----------------------------------------------- */
+
+/* The record of these registers (same pointers and size in every thread). */
+static struct emu_wg_regs *emu_known_find(struct emu_wg *wg, const void *const *p, int words)
+{
+    for (auto &r : wg->known)
+        if (r.words == words && !memcmp(r.p, p, sizeof r.p))
+            return &r;
+    return NULL;
+}
+
+/* Records what the registers hold now (each thread's p[l], words of them). */
+static void emu_known_set(struct emu_wg *wg, const void *const *p, int words)
+{
+    struct emu_wg_regs *r = emu_known_find(wg, p, words);
+    if (!r) {
+        wg->known.emplace_back();
+        r = &wg->known.back();
+        r->words = words;
+        memcpy(r->p, p, sizeof r->p);
+        r->v.resize((size_t)EMU_WARPGROUP * (size_t)words);
+    }
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        memcpy(&r->v[(size_t)l * (size_t)words], p[l], (size_t)words * 4);
+}
+
+/* The first thread whose registers differ from the record; 128 when none. */
+static unsigned emu_known_changed(const struct emu_wg_regs *r)
+{
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        if (memcmp(&r->v[(size_t)l * (size_t)r->words], r->p[l], (size_t)r->words * 4))
+            return l;
+    return EMU_WARPGROUP;
+}
+
+/* An MMA issued with no wgmma.fence since the last wait_group: the ISA
+ * (9.7.15.7.1) asks for a fence between any other access to its accumulators
+ * or A registers and the MMA, except between MMAs of the same shape on the
+ * same accumulators. Writes are what can be seen here: the registers must
+ * hold what a wgmma last saw in them (registers no wgmma has used count as
+ * written). Reads by the thread in between cannot be seen. */
+static void emu_wgmma_check_unfenced(struct emu_wg *wg, const void *const *p, int words,
+                                     const char *what)
+{
+    if (!wg->ever_fenced)
+        emu_fail("wgmma.mma_async without a wgmma.fence before the warpgroup's first one");
+    const struct emu_wg_regs *r = emu_known_find(wg, p, words);
+    if (!r)
+        emu_fail("wgmma.mma_async without a wgmma.fence since the last wait_group, on %s no "
+                 "wgmma used before (a fence must order the instructions that set them)", what);
+    unsigned l = emu_known_changed(r);
+    if (l < EMU_WARPGROUP)
+        emu_fail("wgmma.mma_async without a wgmma.fence since the last wait_group, on %s that "
+                 "thread %u of the warpgroup wrote after a wgmma last used them", what, l);
+}
+
+/* ---- completion ----------------------------------------------------------- */
+
+/* Every MMA of the warpgroup not yet completed, oldest first. */
+template <class F> static void emu_wg_each_pending(struct emu_wg *wg, F &&f)
+{
+    for (auto &grp : wg->groups)
+        for (auto &op : grp)
+            f(op);
+    for (auto &op : wg->uncommitted)
+        f(op);
+}
+
+/* Completes op, the oldest pending MMA: its accumulators must be as the
+ * thread left them at issue (or as an earlier MMA on them completed). */
+static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsigned tid)
+{
+    const int words = op->n / 2;
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
+        const uint32_t *want = &op->d_expect[(size_t)l * (size_t)words];
+        for (int i = 0; i < words; i++) {
+            uint32_t got;
+            memcpy(&got, &op->d[l][i], 4);
+            if (got != want[i])
+                emu_fail("accumulator written while its wgmma was in flight: thread %u of the "
+                         "warpgroup changed d[%d] between the wgmma.mma_async and the "
+                         "wgmma.wait_group that completes it", l, i);
+        }
+    }
+    emu_wgmma_run(op, tid);
+    const void *p[EMU_WARPGROUP];
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        p[l] = op->d[l];
+    emu_known_set(wg, p, words);
+    /* Later MMAs on the same registers start from these results. */
+    emu_wg_each_pending(wg, [&](emu_wgmma_op &o) {
+        if (&o == op)
+            return;
+        int w = o.n / 2 < words ? o.n / 2 : words;
+        for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+            if (o.d[l] == op->d[l])
+                memcpy(&o.d_expect[(size_t)l * (size_t)(o.n / 2)], op->d[l], (size_t)w * 4);
+    });
 }
 
 /* ---- the warpgroup collective once all 128 threads are there --------------- */
@@ -234,6 +359,16 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
             emu_fail("wgmma of kind %d (only bf16 and f16 are emulated)", c0->kind);
         if (c0->n < 8 || c0->n > 256 || c0->n % 8)
             emu_fail("wgmma m64n%dk16: N must be a multiple of 8 from 8 to 256", c0->n);
+        const void *dp[EMU_WARPGROUP], *ap[EMU_WARPGROUP];
+        for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
+            dp[l] = t0[l].wgc.d;
+            ap[l] = t0[l].wgc.a_ptr;
+        }
+        if (!wg->fenced) {
+            emu_wgmma_check_unfenced(wg, dp, c0->n / 2, "accumulators");
+            if (c0->a_in_regs)
+                emu_wgmma_check_unfenced(wg, ap, 4, "A registers");
+        }
         wg->uncommitted.emplace_back();
         struct emu_wgmma_op *op = &wg->uncommitted.back();
         op->kind = c0->kind;
@@ -244,13 +379,24 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
         op->a_in_regs = c0->a_in_regs;
         op->a_desc = c0->a_desc;
         op->b_desc = c0->b_desc;
+        op->d_expect.resize((size_t)EMU_WARPGROUP * (size_t)(c0->n / 2));
         for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
             op->d[l] = t0[l].wgc.d;
             memcpy(op->a[l], t0[l].wgc.a, sizeof op->a[l]);
+            memcpy(&op->d_expect[(size_t)l * (size_t)(c0->n / 2)], op->d[l],
+                   (size_t)(c0->n / 2) * 4);
         }
+        emu_known_set(wg, dp, c0->n / 2);
+        if (c0->a_in_regs)
+            emu_known_set(wg, ap, 4);
+        /* The MMA may read shared memory any time from now to its wait: its
+         * operands must be valid already. */
+        static float A[64][16], B[16][256];
+        emu_wgmma_operands(op, emu.cur->tid, 1, A, B);
         break;
     }
     case EMU_WG_FENCE:
+        wg->fenced = wg->ever_fenced = 1;
         break;
     case EMU_WG_COMMIT:
         wg->groups.push_back(std::move(wg->uncommitted));
@@ -259,10 +405,11 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
     case EMU_WG_WAIT: {
         size_t keep = c0->n < 0 ? 0 : (size_t)c0->n;
         while (wg->groups.size() > keep) {
-            for (const emu_wgmma_op &op : wg->groups.front())
-                emu_wgmma_run(&op, emu.cur->tid);
+            for (emu_wgmma_op &op : wg->groups.front())
+                emu_wgmma_complete(wg, &op, emu.cur->tid);
             wg->groups.pop_front();
         }
+        wg->fenced = 0; /* the thread may now access the registers */
         break;
     }
     default:

@@ -6,10 +6,16 @@
  * the descriptor's start address (+32 bytes inside a swizzled row), chains
  * with accumulate 0 then 1 and accumulate onto given values; the async
  * semantics (results only at the wait that covers them, two groups completed
- * in order, operands read at the wait); and the faults: a warp of the
+ * in order, operands read at the wait); shared addresses (a per-launch base,
+ * a multiple of 16 but not of 1024: tiles are copied to an aligned address,
+ * and a swizzled tile left unaligned multiplies wrong bytes); the wgmma.fence
+ * rule (needed before the first MMA and after other writes to its registers,
+ * not after a wait that left them alone); and the faults: a warp of the
  * warpgroup in a different shape, a block that is not whole warpgroups, an
  * MMA never waited for, an operand outside the dynamic shared memory, one
- * never written, one written without fence.proxy.async after the write.
+ * never written, one written without fence.proxy.async after the write, an
+ * MMA issued before the barrier, proxy fence or cp.async wait that makes its
+ * operands valid, accumulators written while their MMA is in flight.
  * The host placements below restate docs/wgmma.md. Label emu. */
 #include "core/half.h"
 #define IG_WGMMA_EMU_ANY_N 1 /* N = 24 too: the emulator itself is under test */
@@ -19,6 +25,17 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define EXPECT_FAULT2(launch, needle, needle2)                                  \
+    do {                                                                        \
+        ig_emu_set_quiet(1);                                                    \
+        int rc_ = (launch);                                                     \
+        ig_emu_set_quiet(0);                                                    \
+        CHECKF(rc_ != 0 && strstr(ig_emu_last_error(), needle) &&               \
+                   strstr(ig_emu_last_error(), needle2),                        \
+               "expected a fault with \"%s\" and \"%s\", got rc %d: %s", needle,  \
+               needle2, rc_, ig_emu_last_error());                              \
+    } while (0)
 
 #define EXPECT_FAULT(launch, needle)                                            \
     do {                                                                        \
@@ -31,7 +48,10 @@
     } while (0)
 
 enum { KMAJ = 0, MNMAJ = 1, REGS = 2 };
-enum { KDIM = 64, A_OFF = 0, B_OFF = 8192, IMG_BYTES = 24576 };
+/* The image of A and B is copied to the first 1024-byte-aligned shared
+ * address of the dynamic area (whose start is not aligned: the emulator's
+ * base), so the area has 1024 bytes of slack. */
+enum { KDIM = 64, A_OFF = 0, B_OFF = 8192, IMG_BYTES = 24576, SMEM_BYTES = IMG_BYTES + 1024 };
 #define POISON 7.5f
 
 /* ---- host side: operands in shared-memory layouts ------------------------- */
@@ -97,11 +117,13 @@ static void d_pos(int l, int i, int *row, int *col)
 }
 
 struct wg_io {
-    uint32_t img[IMG_BYTES / 4], img2[IMG_BYTES / 4]; /* img2: B overwritten after issue */
+    alignas(16) uint32_t img[IMG_BYTES / 4]; /* 16-byte aligned for cp.async */
+    uint32_t img2[IMG_BYTES / 4];            /* B overwritten after issue */
     uint32_t a_regs[KDIM / 16][128][4];
     tile_fmt fa, fb;
     int steps;      /* 16-K steps in the chain */
     int acc_first;  /* accumulate onto c at the first step */
+    int unpadded;   /* copy the image to the area's start, not aligned */
     float c[128][128], out[128][128], early[128][128], mid[128][128];
 };
 
@@ -149,7 +171,8 @@ static void build(wg_io *io, wg_case *c, unsigned seed)
 }
 
 /* D = (acc_first ? C : 0) + A[:, k0..k1) * B[k0..k1, :], compared with what
- * thread l's accumulators hold in got (all n/2 of them). */
+ * thread l's accumulators hold in got (all n/2 of them); the first
+ * differences are printed unless what is NULL (differences expected). */
 static int compare(const wg_io *io, const wg_case *c, const float (*got)[128], int k0, int k1,
                    int acc, const char *what)
 {
@@ -161,7 +184,7 @@ static int compare(const wg_io *io, const wg_case *c, const float (*got)[128], i
             float want = acc ? io->c[l][i] : 0.0f;
             for (int k = k0; k < k1; k++)
                 want += c->A[row][k] * c->B[k][col];
-            if (!(got[l][i] == want) && bad++ < 4)
+            if (!(got[l][i] == want) && bad++ < 4 && what)
                 fprintf(stderr, "%s (%s n %d A %d/%d B %d/%d): D[%d][%d] = %g, want %g\n", what,
                         c->bf16 ? "bf16" : "f16", c->n, c->a_major, c->a_swz, c->b_major,
                         c->b_swz, row, col, got[l][i], want);
@@ -171,12 +194,23 @@ static int compare(const wg_io *io, const wg_case *c, const float (*got)[128], i
 
 /* ---- kernels -------------------------------------------------------------- */
 
-__device__ void copy_in(uint32_t *sm, const uint32_t *img)
+/* The first word of the area at a multiple of 1024 bytes of shared address
+ * (the kernels' pad: the swizzle patterns repeat every 1024 bytes there). */
+__device__ uint32_t *aligned_tiles(uint32_t *sm)
 {
+    return sm + (1024u - ig_shared_address(sm) % 1024u) % 1024u / 4;
+}
+
+/* The image (swizzled as if its start were 1024-aligned) at the aligned
+ * start, or, unpadded, at the area's start; returns where. */
+__device__ const unsigned char *copy_in(uint32_t *sm, const uint32_t *img, int unpadded = 0)
+{
+    uint32_t *t = unpadded ? sm : aligned_tiles(sm);
     for (unsigned i = threadIdx.x; i < IMG_BYTES / 4; i += blockDim.x)
-        ig_sts(&sm[i], img[i]);
+        ig_sts(&t[i], img[i]);
     ig_fence_proxy_async();
     ig_syncthreads();
+    return (const unsigned char *)t;
 }
 
 __device__ uint64_t desc_of(const unsigned char *tile, const tile_fmt &f, int step)
@@ -188,9 +222,8 @@ __device__ uint64_t desc_of(const unsigned char *tile, const tile_fmt &f, int st
 template <class T, int N, int TA, int TB, int RS> __global__ void chain_kernel(wg_io *io)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
     unsigned l = threadIdx.x;
-    copy_in(sm, io->img);
+    const unsigned char *base = copy_in(sm, io->img, io->unpadded);
     float d[N / 2];
     for (int i = 0; i < N / 2; i++)
         d[i] = io->acc_first ? io->c[l][i] : POISON;
@@ -219,7 +252,8 @@ template <class T, int N, int TA, int TB, int RS> static void run_chain(wg_case 
     build(&io, c, (unsigned)(c->n * 7 + c->a_major * 3 + c->b_major + c->a_swz * 11 + c->bf16));
     io.steps = KDIM / 16;
     io.acc_first = acc_first;
-    CHECK(IG_LAUNCH((chain_kernel<T, N, TA, TB, RS>), dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    io.unpadded = 0;
+    CHECK(IG_LAUNCH((chain_kernel<T, N, TA, TB, RS>), dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
     CHECKF(compare(&io, c, io.out, 0, KDIM, acc_first, "chain") == 0, "chain wrong");
     int early_ok = 1;
     for (int l = 0; l < 128; l++)
@@ -261,9 +295,8 @@ static void test_layouts(void)
 __global__ void groups_kernel(wg_io *io)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
     unsigned l = threadIdx.x;
-    copy_in(sm, io->img);
+    const unsigned char *base = copy_in(sm, io->img);
     float d1[32], d2[32];
     for (int i = 0; i < 32; i++)
         d1[i] = d2[i] = POISON;
@@ -290,17 +323,17 @@ __global__ void groups_kernel(wg_io *io)
 __global__ void overwrite_kernel(wg_io *io)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
     unsigned l = threadIdx.x;
-    copy_in(sm, io->img);
+    const unsigned char *base = copy_in(sm, io->img);
     float d[32];
     ig_wgmma_fence();
     ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
                                      desc_of(base + B_OFF, io->fb, 0), 0);
     ig_wgmma_commit();
     ig_syncthreads();
+    uint32_t *tiles = (uint32_t *)base;
     for (unsigned i = B_OFF / 4 + l; i < IMG_BYTES / 4; i += blockDim.x)
-        ig_sts(&sm[i], io->img2[i]);
+        ig_sts(&tiles[i], io->img2[i]);
     ig_fence_proxy_async();
     ig_syncthreads();
     ig_wgmma_wait<0>();
@@ -315,7 +348,7 @@ static void test_async(void)
     const int S = IG_WGMMA_SWIZZLE_128B;
     c = *make_case(true, 64, KMAJ, KMAJ, S, S);
     build(&io, &c, 5);
-    CHECK(IG_LAUNCH(groups_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    CHECK(IG_LAUNCH(groups_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
     CHECKF(compare(&io, &c, io.out, 0, 16, 0, "first group at wait<1>") == 0, "first group");
     CHECKF(compare(&io, &c, io.c, 16, 32, 0, "second group at wait<0>") == 0, "second group");
     int early_ok = 1, mid_ok = 1;
@@ -335,9 +368,259 @@ static void test_async(void)
     for (int m = 0; m < 64; m++)
         for (int k = 0; k < KDIM; k++)
             c2.A[m][k] = c.A[m][k]; /* A stays; img2's A half is never copied */
-    CHECK(IG_LAUNCH(overwrite_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io) == 0);
+    CHECK(IG_LAUNCH(overwrite_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
     CHECKF(compare(&io, &c2, io.out, 0, 16, 0, "overwritten B") == 0,
            "the MMA did not read B at the wait");
+}
+
+/* ---- shared addresses ------------------------------------------------------ */
+
+__global__ void address_kernel(uint32_t *out)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    if (threadIdx.x == 0) {
+        out[0] = ig_shared_address(sm);
+        out[1] = ig_shared_address(sm + 4);
+    }
+}
+
+/* The dynamic area's shared address: a multiple of 16, never of 1024, and
+ * different across seeds; then a 128B-swizzled chain whose image (swizzled
+ * as if it started at address 0, the pattern taken from the buffer offset)
+ * is copied to the area's start gives wrong products (under a seed whose
+ * start is a multiple of 128, so that every read stays inside the image),
+ * and the same image at the aligned address gives right ones. */
+static void test_addresses(void)
+{
+    uint32_t got[2];
+    unsigned distinct = 0;
+    uint32_t seen[64];
+    uint64_t seed128 = 0;
+    for (uint64_t seed = 0; seed < 130; seed++) {
+        ig_emu_set_seed(seed);
+        got[0] = got[1] = 1;
+        CHECK(IG_LAUNCH(address_kernel, dim3(1), dim3(32), 64, 0, got) == 0);
+        CHECKF(got[0] % 16 == 0 && got[0] % 1024 != 0 && got[1] == got[0] + 16,
+               "seed %llu: area at shared address %u (+16 bytes at %u)",
+               (unsigned long long)seed, got[0], got[1]);
+        unsigned i = 0;
+        while (i < distinct && seen[i] != got[0])
+            i++;
+        if (i == distinct && distinct < 64)
+            seen[distinct++] = got[0];
+        if (!seed128 && got[0] % 128 == 0)
+            seed128 = seed;
+    }
+    CHECKF(distinct >= 32, "only %u distinct shared addresses over 130 seeds", distinct);
+    CHECKF(seed128 != 0, "no seed puts the area at a multiple of 128");
+
+    static wg_io io;
+    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
+    build(&io, c, 21);
+    io.steps = KDIM / 16;
+    io.acc_first = 0;
+    ig_emu_set_seed(seed128);
+    io.unpadded = 1;
+    CHECK(IG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), dim3(1), dim3(128), SMEM_BYTES, 0,
+                    &io) == 0);
+    CHECKF(compare(&io, c, io.out, 0, KDIM, 0, NULL) > 0,
+           "a swizzled tile not aligned to 1024 bytes of shared address gave right products");
+    io.unpadded = 0;
+    CHECK(IG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), dim3(1), dim3(128), SMEM_BYTES, 0,
+                    &io) == 0);
+    CHECKF(compare(&io, c, io.out, 0, KDIM, 0, "aligned tile") == 0, "aligned tile wrong");
+    ig_emu_set_seed(1);
+}
+
+/* ---- wgmma.fence ----------------------------------------------------------- */
+
+enum {
+    FENCE_NONE,          /* no fence before the first MMA: fault */
+    FENCE_WRITTEN,       /* d written after a wait, then an MMA on it, unfenced: fault */
+    FENCE_UNTOUCHED,     /* d untouched after the wait, unfenced chain: fine */
+    FENCE_TWICE,         /* fence, MMAs, commit, fence, MMAs, commit, wait: fine */
+    FENCE_A_WRITTEN,     /* A registers rewritten after a wait, unfenced rs MMA: fault */
+    FENCE_FRESH,         /* a new accumulator after a wait, unfenced: fault */
+};
+
+__global__ void fence_rule_kernel(wg_io *io, int mode)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    unsigned l = threadIdx.x;
+    const unsigned char *base = copy_in(sm, io->img);
+    float d[32], d2[32];
+    uint32_t a[4];
+    for (int r = 0; r < 4; r++)
+        a[r] = io->a_regs[0][l][r];
+    auto mma = [&](float (&acc)[32], int step, int accumulate) {
+        ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(acc, desc_of(base + A_OFF, io->fa, step),
+                                         desc_of(base + B_OFF, io->fb, step), accumulate);
+    };
+    if (mode != FENCE_NONE)
+        ig_wgmma_fence();
+    if (mode == FENCE_A_WRITTEN)
+        ig_wgmma_rs<ig_bf16_t, 64, 0>(d, a, desc_of(base + B_OFF, io->fb, 0), 0);
+    else
+        mma(d, 0, 0);
+    if (mode == FENCE_TWICE) {
+        mma(d, 1, 1);
+        ig_wgmma_commit();
+        ig_wgmma_fence();
+        mma(d, 2, 1);
+        mma(d, 3, 1);
+    }
+    ig_wgmma_commit();
+    ig_wgmma_wait<0>();
+    if (mode == FENCE_WRITTEN)
+        d[5] += 1.0f;
+    if (mode == FENCE_A_WRITTEN) {
+        for (int r = 0; r < 4; r++)
+            a[r] = io->a_regs[1][l][r];
+        ig_wgmma_rs<ig_bf16_t, 64, 0>(d, a, desc_of(base + B_OFF, io->fb, 1), 1);
+    } else if (mode == FENCE_FRESH) {
+        mma(d2, 1, 0);
+    } else if (mode != FENCE_TWICE) {
+        mma(d, 1, 1);
+    }
+    ig_wgmma_commit();
+    ig_wgmma_wait<0>();
+    for (int i = 0; i < 32; i++)
+        io->out[l][i] = d[i];
+}
+
+/* The ISA asks for a fence between other accesses to an MMA's accumulators
+ * or A registers and the MMA (and before the first), not after every wait. */
+static void test_fence_rule(void)
+{
+    static wg_io io;
+    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
+    build(&io, c, 23);
+    EXPECT_FAULT(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_NONE),
+                 "without a wgmma.fence before the warpgroup's first one");
+    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            FENCE_WRITTEN),
+                  "without a wgmma.fence since the last wait_group", "accumulators that thread");
+    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            FENCE_A_WRITTEN),
+                  "without a wgmma.fence since the last wait_group", "A registers that thread");
+    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            FENCE_FRESH),
+                  "without a wgmma.fence since the last wait_group", "no wgmma used before");
+    CHECK(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_UNTOUCHED) ==
+          0);
+    CHECKF(compare(&io, c, io.out, 0, 32, 0, "unfenced chain across a wait") == 0,
+           "unfenced chain across a wait");
+    CHECK(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_TWICE) == 0);
+    CHECKF(compare(&io, c, io.out, 0, KDIM, 0, "two fenced groups") == 0, "two fenced groups");
+}
+
+/* ---- accumulators in flight -------------------------------------------------- */
+
+enum {
+    INFLIGHT_WRITE,      /* d written between issue and wait: fault */
+    INFLIGHT_TWO_GROUPS, /* two groups on d, wait<1> then wait<0>: fine */
+    INFLIGHT_WRITE_MID,  /* ... d written after wait<1>, the second in flight: fault */
+};
+
+__global__ void inflight_kernel(wg_io *io, int mode)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    unsigned l = threadIdx.x;
+    const unsigned char *base = copy_in(sm, io->img);
+    float d[32];
+    for (int i = 0; i < 32; i++)
+        d[i] = io->c[l][i];
+    ig_wgmma_fence();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 1);
+    ig_wgmma_commit();
+    if (mode == INFLIGHT_WRITE && l == 77)
+        d[3] = 1.0f;
+    if (mode != INFLIGHT_WRITE) {
+        ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 1),
+                                         desc_of(base + B_OFF, io->fb, 1), 1);
+        ig_wgmma_commit();
+        ig_wgmma_wait<1>();
+        if (mode == INFLIGHT_WRITE_MID)
+            d[0] = 0.0f;
+    }
+    ig_wgmma_wait<0>();
+    for (int i = 0; i < 32; i++)
+        io->out[l][i] = d[i];
+}
+
+static void test_inflight(void)
+{
+    static wg_io io;
+    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
+    build(&io, c, 25);
+    EXPECT_FAULT2(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            INFLIGHT_WRITE),
+                  "accumulator written while its wgmma was in flight", "thread 77 ");
+    EXPECT_FAULT(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                           INFLIGHT_WRITE_MID),
+                 "accumulator written while its wgmma was in flight");
+    CHECK(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                    INFLIGHT_TWO_GROUPS) == 0);
+    CHECKF(compare(&io, c, io.out, 0, 32, 1, "two groups on one accumulator") == 0,
+           "two groups on one accumulator");
+}
+
+/* ---- operands checked at issue ---------------------------------------------- */
+
+enum {
+    EARLY_BEFORE_BARRIER, /* issued before the barrier after the writes: race */
+    EARLY_BEFORE_FENCE,   /* issued before the writers' fence.proxy.async */
+    EARLY_CP_ASYNC,       /* issued while the cp.async of the tiles are in flight */
+};
+
+/* The MMA is issued before what makes its operands valid, which all happens
+ * before its wait: caught at issue. */
+__global__ void early_issue_kernel(wg_io *io, int mode)
+{
+    IG_DYN_SHARED(uint32_t, sm);
+    uint32_t *tiles = aligned_tiles(sm);
+    const unsigned char *base = (const unsigned char *)tiles;
+    for (unsigned i = 4 * threadIdx.x; i < IMG_BYTES / 4; i += 4 * blockDim.x) {
+        if (mode == EARLY_CP_ASYNC) {
+            ig_cp_async16(&tiles[i], &io->img[i], true);
+        } else {
+            for (unsigned j = 0; j < 4; j++)
+                ig_sts(&tiles[i + j], io->img[i + j]);
+        }
+    }
+    ig_cp_async_commit();
+    if (mode == EARLY_BEFORE_BARRIER)
+        ig_fence_proxy_async();
+    if (mode == EARLY_BEFORE_FENCE)
+        ig_syncthreads();
+    float d[32];
+    ig_wgmma_fence();
+    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                     desc_of(base + B_OFF, io->fb, 0), 0);
+    ig_wgmma_commit();
+    ig_cp_async_wait<0>();
+    ig_fence_proxy_async();
+    ig_syncthreads();
+    ig_wgmma_wait<0>();
+    for (int i = 0; i < 32; i++)
+        io->out[threadIdx.x][i] = d[i];
+}
+
+static void test_early_issue(void)
+{
+    static wg_io io;
+    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
+    build(&io, c, 27);
+    EXPECT_FAULT(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                           EARLY_BEFORE_BARRIER),
+                 "race: wgmma issue (A operand)");
+    EXPECT_FAULT2(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            EARLY_BEFORE_FENCE),
+                  "wgmma issue (A operand)", "without a fence.proxy.async");
+    EXPECT_FAULT2(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                            EARLY_CP_ASYNC),
+                  "wgmma issue (A operand)", "still in flight");
 }
 
 /* ---- faults --------------------------------------------------------------- */
@@ -345,9 +628,9 @@ static void test_async(void)
 __global__ void shape_mismatch_kernel(wg_io *io)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
-    copy_in(sm, io->img);
+    const unsigned char *base = copy_in(sm, io->img);
     float d[64];
+    ig_wgmma_fence();
     uint64_t ad = desc_of(base + A_OFF, io->fa, 0), bd = desc_of(base + B_OFF, io->fb, 0);
     if (threadIdx.x / 32 == 2)
         ig_wgmma_ss<ig_bf16_t, 64, 0, 0>((float(&)[32])d, ad, bd, 0);
@@ -366,26 +649,28 @@ __global__ void fence_kernel(wg_io *io)
 __global__ void no_wait_kernel(wg_io *io, int commit)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
-    copy_in(sm, io->img);
+    const unsigned char *base = copy_in(sm, io->img);
     float d[32];
+    ig_wgmma_fence();
     ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
                                      desc_of(base + B_OFF, io->fb, 0), 0);
     if (commit)
         ig_wgmma_commit();
 }
 
-/* B's descriptor starts `at` bytes into the area; skip_b leaves B unwritten. */
+/* B's descriptor starts `at` bytes after the aligned tiles; skip_b leaves B unwritten. */
 __global__ void bad_b_kernel(wg_io *io, uint32_t at, int skip_b)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
+    uint32_t *tiles = aligned_tiles(sm);
+    const unsigned char *base = (const unsigned char *)tiles;
     unsigned l = threadIdx.x;
     for (unsigned i = l; i < (unsigned)(skip_b ? B_OFF : IMG_BYTES) / 4; i += blockDim.x)
-        ig_sts(&sm[i], io->img[i]);
+        ig_sts(&tiles[i], io->img[i]);
     ig_fence_proxy_async();
     ig_syncthreads();
     float d[32];
+    ig_wgmma_fence();
     ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(
         d, desc_of(base + A_OFF, io->fa, 0),
         ig_wgmma_desc(ig_shared_address(base) + at, io->fb.lbo, io->fb.sbo, io->fb.swizzle), 0);
@@ -397,11 +682,12 @@ __global__ void bad_b_kernel(wg_io *io, uint32_t at, int skip_b)
 __global__ void unfenced_kernel(wg_io *io, int fence_first)
 {
     IG_DYN_SHARED(uint32_t, sm);
-    const unsigned char *base = (const unsigned char *)sm;
+    uint32_t *tiles = aligned_tiles(sm);
+    const unsigned char *base = (const unsigned char *)tiles;
     if (fence_first)
         ig_fence_proxy_async();
     for (unsigned i = threadIdx.x; i < IMG_BYTES / 4; i += blockDim.x)
-        ig_sts(&sm[i], io->img[i]);
+        ig_sts(&tiles[i], io->img[i]);
     ig_syncthreads();
     float d[32];
     ig_wgmma_fence();
@@ -418,30 +704,34 @@ static void test_faults(void)
     const int S = IG_WGMMA_SWIZZLE_128B;
     c = *make_case(true, 64, KMAJ, KMAJ, S, S);
     build(&io, &c, 9);
-    EXPECT_FAULT(IG_LAUNCH(shape_mismatch_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io),
+    EXPECT_FAULT(IG_LAUNCH(shape_mismatch_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io),
                  "same instruction, shape");
     EXPECT_FAULT(IG_LAUNCH(fence_kernel, dim3(1), dim3(96), 0, 0, &io), "not whole warpgroups");
-    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 1),
+    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 1),
                  "wgmma not waited for");
-    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 0),
+    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 0),
                  "wgmma not waited for");
-    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io,
-                           (uint32_t)IMG_BYTES - 1024, 0),
+    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
+                           (uint32_t)SMEM_BYTES, 0),
                  "outside the");
-    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, (uint32_t)B_OFF, 1),
+    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, (uint32_t)B_OFF, 1),
                  "never written");
-    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 0),
+    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 0),
                  "without a fence.proxy.async");
-    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), IMG_BYTES, 0, &io, 1),
+    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 1),
                  "without a fence.proxy.async");
     /* Two warpgroups, both fine: the collectives are per warpgroup. */
-    CHECK(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(256), IMG_BYTES, 0, &io, (uint32_t)B_OFF, 0) == 0);
+    CHECK(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(256), SMEM_BYTES, 0, &io, (uint32_t)B_OFF, 0) == 0);
 }
 
 int main(void)
 {
     test_layouts();
     test_async();
+    test_addresses();
+    test_fence_rule();
+    test_inflight();
+    test_early_issue();
     test_faults();
     return test_summary("test_emu_wgmma");
 }
