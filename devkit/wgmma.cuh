@@ -33,7 +33,9 @@ enum ig_wgmma_swizzle {
 
 /* The .shared::cta address of p: what descriptors carry and what the swizzle
  * patterns are computed from (a 128-byte swizzled tile starts on a multiple
- * of 1024). Emulated: p's offset in the block's dynamic shared memory. */
+ * of 1024). Emulated: p's offset in the block's dynamic shared memory plus
+ * a per-launch base that is a multiple of 16 but never of 1024, so a kernel
+ * that does not align its tiles reads the wrong bytes there too. */
 __device__ __forceinline__ uint32_t ig_shared_address(const void *p)
 {
 #if defined(__CUDA_ARCH__)

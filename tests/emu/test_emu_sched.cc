@@ -7,20 +7,11 @@
  * uninitialised shared memory, a misaligned ldmatrix row, lanes of a warp in
  * different collectives. Label emu. */
 #include "devkit/intrinsics.cuh"
+#include "tests/emu/expect_fault.h"
 #include "tests/test.h"
 
 #include <string.h>
 
-/* Runs a launch expected to fault and checks the message names the fault. */
-#define EXPECT_FAULT(launch, needle)                                            \
-    do {                                                                        \
-        ig_emu_set_quiet(1);                                                    \
-        int rc_ = (launch);                                                     \
-        ig_emu_set_quiet(0);                                                    \
-        CHECKF(rc_ != 0 && strstr(ig_emu_last_error(), needle),                 \
-               "expected a fault with \"%s\", got rc %d: %s", needle, rc_,      \
-               ig_emu_last_error());                                            \
-    } while (0)
 
 static int launch(ig_emu_dim3 grid, ig_emu_dim3 block, void (*fn)(void *), void *arg)
 {

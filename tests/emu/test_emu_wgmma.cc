@@ -2,8 +2,8 @@
  * the devkit wrappers (devkit/wgmma.cuh) against plain matrix products of
  * small integers (exact in bf16, f16 and f32): bf16 and f16, N = 24, 64, 128,
  * A from shared memory (K- and M-major) or registers, B K- and N-major,
- * 128-, 64-, 32-byte swizzle and none, K stepped through a 64-wide tile by advancing
- * the descriptor's start address (+32 bytes inside a swizzled row), chains
+ * 128-, 64-, 32-byte swizzle and none, K stepped through a 64-wide tile by
+ * advancing the descriptor's start address (+32 bytes inside a swizzled row), chains
  * with accumulate 0 then 1 and accumulate onto given values; the async
  * semantics (results only at the wait that covers them, two groups completed
  * in order, operands read at the wait); shared addresses (a per-launch base,
@@ -16,10 +16,14 @@
  * never written, one written without fence.proxy.async after the write, an
  * MMA issued before the barrier, proxy fence or cp.async wait that makes its
  * operands valid, accumulators written while their MMA is in flight.
- * The host placements below restate docs/wgmma.md. Label emu. */
+ * The host placements below restate docs/wgmma.md, which emu/wgmma.cc
+ * implements too: their agreement shows the two consistent, not that the
+ * reading of the ISA is right; only the kernels' GPU test
+ * (tests/gpu/test_flash_attn_gpu.c) judges that. Label emu. */
 #include "core/half.h"
 #define IG_WGMMA_EMU_ANY_N 1 /* N = 24 too: the emulator itself is under test */
 #include "devkit/wgmma.cuh"
+#include "tests/emu/expect_fault.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -37,15 +41,6 @@
                needle2, rc_, ig_emu_last_error());                              \
     } while (0)
 
-#define EXPECT_FAULT(launch, needle)                                            \
-    do {                                                                        \
-        ig_emu_set_quiet(1);                                                    \
-        int rc_ = (launch);                                                     \
-        ig_emu_set_quiet(0);                                                    \
-        CHECKF(rc_ != 0 && strstr(ig_emu_last_error(), needle),                 \
-               "expected a fault with \"%s\", got rc %d: %s", needle, rc_,      \
-               ig_emu_last_error());                                            \
-    } while (0)
 
 enum { KMAJ = 0, MNMAJ = 1, REGS = 2 };
 /* The image of A and B is copied to the first 1024-byte-aligned shared
