@@ -5,7 +5,9 @@
  *
  * Same structure as the mma.sync kernel (prefill/flash_attn.cu): one block
  * per (query tile, head), K/V tiles double-buffered through shared memory
- * with cp.async, online softmax in registers, tiles past the diagonal never
+ * with cp.async (three stages in the variants with stages = 3, which also
+ * issue the next tile's S before this tile's softmax, so the tensor cores
+ * and the warpgroup's ALUs overlap), online softmax in registers, tiles past the diagonal never
  * visited, the fused cache write; the shared parts are in
  * prefill/flash_tiles.cuh. What differs is the MMA: each warpgroup (4 warps)
  * owns 64 query rows and computes S = Q K^T with wgmma reading Q and K
@@ -16,8 +18,9 @@
  * layout, which at a 1024-byte-aligned shared address is wgmma's 128-byte
  * swizzle (docs/wgmma.md).
  *
- * Not yet: TMA loads, warp specialization (a producer warpgroup) and the
- * overlap of one warpgroup's softmax with another's MMA (FlashAttention-3).
+ * Not yet, of FlashAttention-3: TMA loads, warp specialization (a producer
+ * warpgroup) and ping-pong between warpgroups (one's softmax during the
+ * other's MMA).
  *
  * Built for sm_90a only (ignite_gpu_sm90a in CMakeLists.txt) and, as plain
  * C++, for the CPU emulator, which implements wgmma (emu/wgmma.cc). Covered
