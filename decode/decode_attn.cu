@@ -11,8 +11,9 @@
  * dims) per query head, in the log2 domain (scale * log2(e) folded into q).
  * At the end the lane groups merge by shuffles, the warps through shared
  * memory, and the block writes its partial (o unnormalized, max, sum) per
- * query head to `work`. Splits that start past pos exit at once; the
- * combine kernel reads pos and never looks at them. Keys past pos are never
+ * query head to `work`. The keys 0..pos are spread over the splits at run
+ * time (split_chunk); splits that start past pos exit at once and the
+ * combine kernel never looks at them. Keys past pos are never
  * loaded (the cache there may hold anything).
  *
  * Combine kernel: one block per query head, one thread per dim.
@@ -43,6 +44,17 @@ __device__ __forceinline__ float rescale(float m, float M)
     return m == -INFINITY ? 0.0f : ig_exp2(m - M);
 }
 
+/* Keys per split at position pos: the pos + 1 live keys spread over the
+ * splits, at least 64 a split (a short context uses few splits). Read from
+ * pos at run time, so at any context length in any window every split that
+ * has work has an even share (a range fixed by n_ctx left most splits idle
+ * early in a long window). The split and combine kernels agree on it. */
+__device__ __forceinline__ int64_t split_chunk(int64_t pos, int n_splits)
+{
+    const int64_t c = (pos + n_splits) / n_splits; /* ceil((pos + 1) / n_splits) */
+    return c < 64 ? 64 : c;
+}
+
 /* Floats of one partial in `work`: o[hd], max, sum (decode_attn_work_floats
  * in decode/decode_attn_ref.c counts the same). */
 __device__ __host__ __forceinline__ int64_t partial_floats(int64_t hd)
@@ -55,7 +67,7 @@ __device__ __host__ __forceinline__ int64_t partial_floats(int64_t hd)
  * flight. */
 template <int HD, int GM, int U>
 __global__ void __launch_bounds__(kThreads)
-decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const float scale_log2)
+decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
 {
     constexpr int L = HD / 8;        /* lanes per key row */
     constexpr int KPW = 32 / L;      /* rows per warp load */
@@ -67,6 +79,7 @@ decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const 
     const int split = (int)blockIdx.x;
     const int64_t hk = blockIdx.y, G = p.n_head / p.n_head_kv;
     const int64_t pos = *p.pos;
+    const int64_t chunk = split_chunk(pos, p.n_splits);
     const int64_t k0 = (int64_t)split * chunk;
     if (k0 > pos || k0 >= p.n_ctx)
         return; /* nothing to attend to: the combine skips this split */
@@ -197,12 +210,11 @@ decode_attn_split_kernel(const decode_attn_params p, const int64_t chunk, const 
 /* o[h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over the
  * splits that start at or before pos (each holds at least one key). */
 template <int HD>
-__global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p,
-                                                                 const int64_t chunk)
+__global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p)
 {
     const int64_t h = blockIdx.x, d = threadIdx.x;
     const int64_t pos = *p.pos;
-    int64_t n_used = pos / chunk + 1;
+    int64_t n_used = pos / split_chunk(pos, p.n_splits) + 1;
     n_used = n_used < p.n_splits ? n_used : p.n_splits;
     const float *part = p.work + h * p.n_splits * partial_floats(HD);
     float M = -INFINITY;
@@ -219,29 +231,29 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
 }
 
 template <int HD, int GM>
-int launch(const decode_attn_params &p, int64_t chunk, cudaStream_t stream)
+int launch(const decode_attn_params &p, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
     dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv), block(kThreads);
     auto *split = decode_attn_split_kernel<HD, GM, 4>;
-    int st = IG_LAUNCH(split, grid, block, 0, stream, p, chunk, scale_log2);
+    int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2);
     if (st)
         return st;
     auto *combine = decode_attn_combine_kernel<HD>;
-    return IG_LAUNCH(combine, dim3((unsigned)p.n_head), dim3(HD), 0, stream, p, chunk);
+    return IG_LAUNCH(combine, dim3((unsigned)p.n_head), dim3(HD), 0, stream, p);
 }
 
 template <int HD>
-int launch_hd(const decode_attn_params &p, int64_t chunk, cudaStream_t stream)
+int launch_hd(const decode_attn_params &p, cudaStream_t stream)
 {
     const int64_t G = p.n_head / p.n_head_kv;
     if (G == 1)
-        return launch<HD, 1>(p, chunk, stream);
+        return launch<HD, 1>(p, stream);
     if (G == 2)
-        return launch<HD, 2>(p, chunk, stream);
+        return launch<HD, 2>(p, stream);
     if (G <= 4)
-        return launch<HD, 4>(p, chunk, stream);
-    return launch<HD, 8>(p, chunk, stream);
+        return launch<HD, 4>(p, stream);
+    return launch<HD, 8>(p, stream);
 }
 
 } /* namespace */
@@ -258,7 +270,6 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
                         "n_ctx %lld, splits %d)",
                         (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
                         (long long)p->n_ctx, p->n_splits);
-    const int64_t chunk = (p->n_ctx + p->n_splits - 1) / p->n_splits;
     cudaStream_t s = (cudaStream_t)stream;
-    return p->head_dim == 64 ? launch_hd<64>(*p, chunk, s) : launch_hd<128>(*p, chunk, s);
+    return p->head_dim == 64 ? launch_hd<64>(*p, s) : launch_hd<128>(*p, s);
 }

@@ -9,9 +9,10 @@
  *
  * The launch shape depends only on n_ctx and n_splits, never on pos, and
  * pos is read from device memory: a captured graph replays it at every
- * position. Keys are split into n_splits ranges of ceil(n_ctx / n_splits);
- * splits past pos contribute nothing; a second kernel combines the partial
- * results (in `work`). Covered by tests/emu/test_decode_attn_emu.c and
+ * position. The live keys 0..pos are split into ranges of
+ * max(64, ceil((pos + 1) / n_splits)), so every split has an even share at
+ * any position; splits past pos contribute nothing; a second kernel
+ * combines the partial results (in `work`). Covered by tests/emu/test_decode_attn_emu.c and
  * tests/gpu/. */
 #ifndef IGNITE_DECODE_DECODE_ATTN_H
 #define IGNITE_DECODE_DECODE_ATTN_H
