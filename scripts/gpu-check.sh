@@ -78,6 +78,14 @@ if want 2; then
         tail -12 "$LOG/$t.log"
         [ $rc = 0 ] || fail "$t (exit $rc)"
     done
+    if [ "$arch" = 90 ]; then
+        # Hopper: the whole backend once more on the wgmma prefill kernel.
+        echo "-- test_backend_gpu, IGNITE_FLASH_VARIANT=wg128n64"
+        IGNITE_FLASH_VARIANT=wg128n64 timeout 120 "$(bin test_backend_gpu)" \
+            >"$LOG/test_backend_gpu_wgmma.log" 2>&1; rc=$?
+        tail -4 "$LOG/test_backend_gpu_wgmma.log"
+        [ $rc = 0 ] || fail "test_backend_gpu with wg128n64 (exit $rc)"
+    fi
 fi
 
 if want 3; then
