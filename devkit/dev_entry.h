@@ -5,7 +5,9 @@
  * that calls them (the CUDA backend, tests) writes IG_DEV(name) and is
  * compiled once per library: with IG_EMU_BACKEND defined it reaches the
  * emulated twins, otherwise the CUDA ones. Kernel sources see IG_EMU from
- * devkit/kernel.cuh. The two never meet in one program. */
+ * devkit/kernel.cuh, so they include it (or devkit/intrinsics.cuh) before
+ * this header: the choice is made where this header is first read. The two
+ * never meet in one program. */
 #ifndef IGNITE_DEVKIT_DEV_ENTRY_H
 #define IGNITE_DEVKIT_DEV_ENTRY_H
 

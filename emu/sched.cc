@@ -160,56 +160,49 @@ void ig_emu_barrier(const char *file, int line)
 
 /* ---- warp collectives: arrival ------------------------------------------- */
 
-/* Lane arrives with its operands; the last lane of the warp computes the
- * collective for all 32 and releases them in a seeded order. */
-static void emu_collective(const struct emu_coll *c)
+/* The calling thread arrives at a collective of the `size` consecutive
+ * threads its group spans (a warp or a warpgroup), its operands already
+ * stored; the last to arrive computes it for the whole group and releases
+ * them in a seeded order. */
+static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
+                             void (*compute)(struct emu_block *, unsigned), const char *what,
+                             const char *unit)
 {
     struct emu_block *b = emu.blk;
-    struct emu_thread *t = emu.cur;
-    if (b->n % EMU_WARP)
-        emu_fail("warp collective in a block of %u threads (not whole warps)", b->n);
-    unsigned w = t->tid / EMU_WARP;
-    t->coll = *c;
-    if (++b->warp_arrived[w] < EMU_WARP) {
-        emu_block_current(EMU_AT_WARP);
+    if (b->n % size)
+        emu_fail("%s in a block of %u threads (not whole %s)", what, b->n, unit);
+    unsigned g = emu.cur->tid / size;
+    if (++arrived[g] < size) {
+        emu_block_current(state);
         return;
     }
-    b->warp_arrived[w] = 0;
+    arrived[g] = 0;
     emu.stats.collectives++;
-    emu_warp_compute(b, w);
-    unsigned order[EMU_WARP];
-    for (unsigned l = 0; l < EMU_WARP; l++)
-        order[l] = w * EMU_WARP + l;
-    emu_shuffle(order, EMU_WARP);
-    for (unsigned l = 0; l < EMU_WARP; l++)
+    compute(b, g);
+    unsigned order[EMU_WARPGROUP];
+    for (unsigned l = 0; l < size; l++)
+        order[l] = g * size + l;
+    emu_shuffle(order, size);
+    for (unsigned l = 0; l < size; l++)
         emu_wake(order[l]);
-    emu_block_current(EMU_AT_WARP);
+    emu_block_current(state);
 }
 
-/* The same for the 128 threads of a warpgroup (wgmma and its fence, commit
+/* A lane arrives at a warp collective (mma, ldmatrix, shfl, vote). */
+static void emu_collective(const struct emu_coll *c)
+{
+    emu.cur->coll = *c;
+    emu_group_arrive(EMU_WARP, emu.blk->warp_arrived.data(), EMU_AT_WARP, emu_warp_compute,
+                     "warp collective", "warps");
+}
+
+/* A thread arrives at a warpgroup collective (wgmma and its fence, commit
  * and wait). */
 void emu_wg_collective(const struct emu_wgcoll *c)
 {
-    struct emu_block *b = emu.blk;
-    struct emu_thread *t = emu.cur;
-    if (b->n % EMU_WARPGROUP)
-        emu_fail("wgmma in a block of %u threads (not whole warpgroups of 128)", b->n);
-    unsigned g = t->tid / EMU_WARPGROUP;
-    t->wgc = *c;
-    if (++b->wg_arrived[g] < EMU_WARPGROUP) {
-        emu_block_current(EMU_AT_WARPGROUP);
-        return;
-    }
-    b->wg_arrived[g] = 0;
-    emu.stats.collectives++;
-    emu_warpgroup_compute(b, g);
-    unsigned order[EMU_WARPGROUP];
-    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
-        order[l] = g * EMU_WARPGROUP + l;
-    emu_shuffle(order, EMU_WARPGROUP);
-    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
-        emu_wake(order[l]);
-    emu_block_current(EMU_AT_WARPGROUP);
+    emu.cur->wgc = *c;
+    emu_group_arrive(EMU_WARPGROUP, emu.blk->wg_arrived.data(), EMU_AT_WARPGROUP,
+                     emu_warpgroup_compute, "wgmma", "warpgroups of 128");
 }
 
 void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],

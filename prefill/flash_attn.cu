@@ -24,8 +24,8 @@
  * through tests/emu/flash_attn_emu.cc, for the CPU emulator
  * (prefill_attn_emu). Covered by tests/emu/test_flash_attn_emu.c and
  * tests/gpu/test_flash_attn_gpu.c. */
+#include "devkit/intrinsics.cuh" /* first: it defines IG_EMU, which dev_entry.h reads */
 #include "devkit/dev_entry.h"
-#include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
 #include "prefill/flash_tiles.cuh"
 
@@ -294,20 +294,6 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2);
 }
 
-template <class T, int HD, int V>
-int launch(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStream_t stream)
-{
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * variant<V>::warps);
-#if defined(__CUDACC__)
-    IG_CUDA_CHECK(cudaFuncSetAttribute(&flash_attn_kernel<T, HD, V>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)tile.smem_bytes));
-#endif
-    auto *flash_attn = flash_attn_kernel<T, HD, V>;
-    return IG_LAUNCH(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
-}
-
 /* One mma.sync variant: dtype and head_dim (only those the variant is built for). */
 template <int V>
 int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
@@ -318,7 +304,8 @@ int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &ti
         tile.q_in_regs != (p.head_dim <= variant<V>::q_regs_max_hd))
         return ig_error(IG_E_INTERNAL, "flash attention: chooser and kernel disagree on tiles");
     return for_type_and_head_dim<V>(p, [&](auto type, auto hd) {
-        return launch<decltype(type), decltype(hd)::value, V>(p, tile, stream);
+        return launch_attention(flash_attn_kernel<decltype(type), decltype(hd)::value, V>, p,
+                                tile, stream);
     });
 }
 
@@ -339,9 +326,8 @@ int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
 #if IG_FLASH_HAVE_WGMMA
         return IG_DEV(prefill_attn_wgmma)(&p, &tile, stream);
 #else
-        (void)p, (void)tile, (void)stream;
-        return ig_error(IG_E_DEVICE, "flash attention: variant %s needs sm_90a code, which this "
-                        "build lacks (nvcc older than 12.0)", prefill_attn_variant_name(V));
+        (void)p, (void)tile, (void)stream; /* the entry refuses it (isa_runs_on) */
+        return ig_error(IG_E_INTERNAL, "flash attention: no wgmma kernel in this build");
 #endif
     } else {
         return launch_mma_variant<V>(p, tile, stream);
@@ -351,44 +337,54 @@ int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
 } /* namespace */
 
 #if !defined(IG_EMU)
+/* The current device's compute capability as major * 10 + minor (its
+ * number in *dev), or -1 without a device. */
+static int device_cc(int *dev)
+{
+    int major = 0, minor = 0;
+    *dev = 0;
+    if (cudaGetDevice(dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, *dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, *dev) != cudaSuccess) {
+        cudaGetLastError(); /* nothing runs; the error is not left behind */
+        return -1;
+    }
+    return major * 10 + minor;
+}
+
+/* Whether a kernel of this isa runs on compute capability cc in this build. */
+static int isa_runs_on(int isa, int cc)
+{
+    if (isa == PREFILL_ATTN_ISA_WGMMA)
+        return IG_FLASH_HAVE_WGMMA && cc == 90;
+    return isa == PREFILL_ATTN_ISA_MMA && cc >= 80;
+}
+
 extern "C" int prefill_attn_cuda_supports(int variant)
 {
-    int isa = -1;
-    switch (variant) {
-#define IG_FLASH_ISA_(id, name, bm, bn, w, mt, qhd, hds, minb, isa_, st)         \
-    case PREFILL_ATTN_##id:                                                     \
-        isa = isa_;                                                             \
-        break;
-        PREFILL_ATTN_VARIANTS(IG_FLASH_ISA_)
-#undef IG_FLASH_ISA_
-    default:
-        return 0;
-    }
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError(); /* no device: nothing runs (and the error is not left behind) */
-        return 0;
-    }
-    if (isa == PREFILL_ATTN_ISA_WGMMA)
-        return IG_FLASH_HAVE_WGMMA && major == 9 && minor == 0;
-    return major >= 8;
+    int dev;
+    return isa_runs_on(prefill_attn_variant_isa(variant), device_cc(&dev));
 }
 #endif
 
-#if defined(IG_EMU)
-#define PREFILL_ATTN_ENTRY prefill_attn_emu
-#else
-#define PREFILL_ATTN_ENTRY prefill_attn_cuda
-#endif
-extern "C" int PREFILL_ATTN_ENTRY(const struct prefill_attn_params *p, void *stream_)
+extern "C" int IG_DEV(prefill_attn)(const struct prefill_attn_params *p, void *stream_)
 {
     cudaStream_t stream = (cudaStream_t)stream_;
     prefill_attn_tile tile;
     int st = prefill_attn_choose(p, &tile);
     if (st)
         return st;
+#if !defined(IG_EMU)
+    int dev;
+    const int cc = device_cc(&dev);
+    if (!isa_runs_on(tile.isa, cc))
+        return ig_error(IG_E_DEVICE, "flash attention: variant %s cannot run on device %d "
+                        "(compute capability %d.%d): %s", prefill_attn_variant_name(tile.variant),
+                        dev, cc / 10, cc % 10,
+                        tile.isa == PREFILL_ATTN_ISA_WGMMA
+                            ? "wgmma needs 9.0 and sm_90a code in the build"
+                            : "mma.sync needs 8.0 or newer");
+#endif
     switch (tile.variant) {
 #define IG_FLASH_CASE_(id, ...)                                                 \
     case PREFILL_ATTN_##id:                                                     \

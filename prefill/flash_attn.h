@@ -147,6 +147,9 @@ const char *prefill_attn_variant_name(int variant);
 /* The variant called `name`, or PREFILL_ATTN_AUTO when there is none. */
 int prefill_attn_variant_find(const char *name);
 
+/* A variant's isa (PREFILL_ATTN_ISA_*), or -1 for AUTO and unknown values. */
+int prefill_attn_variant_isa(int variant);
+
 /* Whether `variant` is built for head_dim (0 for AUTO and unknown values). */
 int prefill_attn_variant_supports(int variant, int64_t head_dim);
 
@@ -155,7 +158,8 @@ int prefill_attn_ref(const struct prefill_attn_params *p);
 
 /* CUDA kernel on `stream` (a cudaStream_t; NULL = default). Pointers are
  * device pointers. Returns 0, IG_E_INTERNAL for unsupported parameters or
- * IG_E_DEVICE for a CUDA error (reported). Asynchronous. */
+ * IG_E_DEVICE for a CUDA error or a variant the device cannot run
+ * (prefill_attn_cuda_supports; reported). Asynchronous. */
 int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 
 /* Whether the current CUDA device and this build can run `variant`: mma
@@ -170,9 +174,8 @@ int prefill_attn_emu(const struct prefill_attn_params *p, void *stream);
 
 /* The wgmma kernel's launcher (prefill/flash_attn_wgmma.cu) for a tile the
  * chooser resolved to a PREFILL_ATTN_ISA_WGMMA variant: called by
- * prefill_attn_cuda / prefill_attn_emu, not directly. Returns 0,
- * IG_E_INTERNAL or IG_E_DEVICE (also when the GPU is not compute
- * capability 9.0: wgmma is Hopper's). */
+ * prefill_attn_cuda / prefill_attn_emu (which check the device first), not
+ * directly. Returns 0, IG_E_INTERNAL or IG_E_DEVICE. */
 int prefill_attn_wgmma_cuda(const struct prefill_attn_params *p,
                             const struct prefill_attn_tile *t, void *stream);
 int prefill_attn_wgmma_emu(const struct prefill_attn_params *p,

@@ -39,6 +39,11 @@ int prefill_attn_variant_find(const char *name)
     return PREFILL_ATTN_AUTO;
 }
 
+int prefill_attn_variant_isa(int variant)
+{
+    return prefill_attn_variant_name(variant) ? variants[variant].isa : -1;
+}
+
 int prefill_attn_variant_supports(int variant, int64_t head_dim)
 {
     if (!prefill_attn_variant_name(variant))

@@ -26,8 +26,8 @@
  * C++, for the CPU emulator, which implements wgmma (emu/wgmma.cc). Covered
  * by tests/emu/test_flash_attn_emu.c (--variant wg...) and
  * tests/gpu/test_flash_attn_gpu.c. */
+#include "devkit/wgmma.cuh" /* first: it defines IG_EMU, which dev_entry.h reads */
 #include "devkit/dev_entry.h"
-#include "devkit/wgmma.cuh"
 #include "prefill/flash_attn.h"
 #include "prefill/flash_tiles.cuh"
 
@@ -183,23 +183,27 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         ig_wgmma_commit();
     };
 
+    /* The top of every iteration: this thread's copies so far have landed,
+     * the fence makes them visible to wgmma (async proxy), the barrier makes
+     * everyone's visible and orders every wgmma of the stage the next copies
+     * overwrite (all waited for) before them; then tile `next` is issued. */
+    auto land_and_issue = [&](int next) {
+        ig_cp_async_wait<0>();
+        ig_fence_proxy_async();
+        ig_syncthreads();
+        if (next < n_tiles) {
+            load_tile_kv(next);
+            ig_cp_async_commit();
+        }
+    };
+
     load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
     load_tile_kv(0);
     ig_cp_async_commit();
 
     if constexpr (kStages == 2) {
         for (int tile = 0; tile < n_tiles; tile++) {
-            /* This thread's copies of the tile have landed; the fence makes
-             * them visible to wgmma (async proxy); the barrier, everyone's.
-             * It also orders every wgmma of the previous tile (waited for)
-             * before the copies below overwrite its stage. */
-            ig_cp_async_wait<0>();
-            ig_fence_proxy_async();
-            ig_syncthreads();
-            if (tile + 1 < n_tiles) {
-                load_tile_kv(tile + 1);
-                ig_cp_async_commit();
-            }
+            land_and_issue(tile + 1); /* tile landed; tile + 1 into tile - 1's stage */
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
             float s[1][kBlockN / 8][4];
@@ -229,17 +233,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             ig_wgmma_fence_operand(flat(s));
         }
         for (int tile = 0; tile < n_tiles; tile++) {
-            /* Tile + 1 has landed (this thread's copies, made visible to
-             * wgmma, then everyone's). The barrier also orders the wgmma of
-             * tile - 1 (waited for) before the copies below overwrite its
-             * stage with tile + 2. */
-            ig_cp_async_wait<0>();
-            ig_fence_proxy_async();
-            ig_syncthreads();
-            if (tile + 2 < n_tiles) {
-                load_tile_kv(tile + 2);
-                ig_cp_async_commit();
-            }
+            land_and_issue(tile + 2); /* tile + 1 landed; tile + 2 into tile - 1's stage */
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
             /* The next tile's S runs on the tensor cores while this one's
@@ -265,28 +259,6 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     store_rows<T, 1, HD>(p, o, m, l, row0, h, g, t, scale_log2);
 }
 
-template <class T, int HD, int V>
-int launch_wgmma(const prefill_attn_params &p, const prefill_attn_tile &tile, cudaStream_t stream)
-{
-    const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * variant<V>::warps);
-#if defined(__CUDACC__)
-    int dev = 0, major = 0, minor = 0;
-    IG_CUDA_CHECK(cudaGetDevice(&dev));
-    IG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    IG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major != 9 || minor != 0)
-        return ig_error(IG_E_DEVICE, "flash attention: variant %s uses wgmma, which needs a "
-                        "compute capability 9.0 GPU; device %d is %d.%d",
-                        prefill_attn_variant_name(V), dev, major, minor);
-    IG_CUDA_CHECK(cudaFuncSetAttribute(&flash_attn_wgmma_kernel<T, HD, V>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)tile.smem_bytes));
-#endif
-    auto *kernel = flash_attn_wgmma_kernel<T, HD, V>;
-    return IG_LAUNCH(kernel, grid, block, tile.smem_bytes, stream, p, scale_log2);
-}
-
 /* One wgmma variant: dtype and head_dim (only those the variant is built for). */
 template <int V>
 int launch_wgmma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
@@ -301,7 +273,8 @@ int launch_wgmma_variant(const prefill_attn_params &p, const prefill_attn_tile &
             return ig_error(IG_E_INTERNAL,
                             "flash attention: chooser and kernel disagree on tiles");
         return for_type_and_head_dim<V>(p, [&](auto type, auto hd) {
-            return launch_wgmma<decltype(type), decltype(hd)::value, V>(p, tile, stream);
+            return launch_attention(flash_attn_wgmma_kernel<decltype(type), decltype(hd)::value, V>,
+                                    p, tile, stream);
         });
     }
 }

@@ -192,6 +192,23 @@ int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
                     prefill_attn_variant_name(V), (long long)p.head_dim);
 }
 
+/* Launches an attention kernel (an instantiation of either kernel, taking
+ * the params and scale * log2 e) on tile's grid and block with its dynamic
+ * shared memory, raising the kernel's limit past the 48 KB default first on
+ * the device. */
+template <class Kernel>
+int launch_attention(Kernel *flash_attn, const prefill_attn_params &p,
+                     const prefill_attn_tile &tile, cudaStream_t stream)
+{
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * (unsigned)tile.warps);
+#if defined(__CUDACC__)
+    IG_CUDA_CHECK(cudaFuncSetAttribute(flash_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tile.smem_bytes));
+#endif
+    return IG_LAUNCH(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
+}
+
 /* Masks the scores a row may not see, where the tile crosses this warp's
  * diagonal or the end of the keys: key k of the tile is visible to the
  * warp's row r when k <= diag + r and k < n_keys. s[mt][j][e]: row

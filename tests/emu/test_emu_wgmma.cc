@@ -30,17 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPECT_FAULT2(launch, needle, needle2)                                  \
-    do {                                                                        \
-        ig_emu_set_quiet(1);                                                    \
-        int rc_ = (launch);                                                     \
-        ig_emu_set_quiet(0);                                                    \
-        CHECKF(rc_ != 0 && strstr(ig_emu_last_error(), needle) &&               \
-                   strstr(ig_emu_last_error(), needle2),                        \
-               "expected a fault with \"%s\" and \"%s\", got rc %d: %s", needle,  \
-               needle2, rc_, ig_emu_last_error());                              \
-    } while (0)
 
+
+/* A test kernel on one warpgroup (one block of 128 threads) with the test's
+ * shared memory. */
+#define WG_LAUNCH(kernel, ...) IG_LAUNCH(kernel, dim3(1), dim3(128), SMEM_BYTES, 0, __VA_ARGS__)
 
 enum { KMAJ = 0, MNMAJ = 1, REGS = 2 };
 /* The image of A and B is copied to the first 1024-byte-aligned shared
@@ -248,7 +242,7 @@ template <class T, int N, int TA, int TB, int RS> static void run_chain(wg_case 
     io.steps = KDIM / 16;
     io.acc_first = acc_first;
     io.unpadded = 0;
-    CHECK(IG_LAUNCH((chain_kernel<T, N, TA, TB, RS>), dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
+    CHECK(WG_LAUNCH((chain_kernel<T, N, TA, TB, RS>), &io) == 0);
     CHECKF(compare(&io, c, io.out, 0, KDIM, acc_first, "chain") == 0, "chain wrong");
     int early_ok = 1;
     for (int l = 0; l < 128; l++)
@@ -343,7 +337,7 @@ static void test_async(void)
     const int S = IG_WGMMA_SWIZZLE_128B;
     c = *make_case(true, 64, KMAJ, KMAJ, S, S);
     build(&io, &c, 5);
-    CHECK(IG_LAUNCH(groups_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
+    CHECK(WG_LAUNCH(groups_kernel, &io) == 0);
     CHECKF(compare(&io, &c, io.out, 0, 16, 0, "first group at wait<1>") == 0, "first group");
     CHECKF(compare(&io, &c, io.c, 16, 32, 0, "second group at wait<0>") == 0, "second group");
     int early_ok = 1, mid_ok = 1;
@@ -363,7 +357,7 @@ static void test_async(void)
     for (int m = 0; m < 64; m++)
         for (int k = 0; k < KDIM; k++)
             c2.A[m][k] = c.A[m][k]; /* A stays; img2's A half is never copied */
-    CHECK(IG_LAUNCH(overwrite_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io) == 0);
+    CHECK(WG_LAUNCH(overwrite_kernel, &io) == 0);
     CHECKF(compare(&io, &c2, io.out, 0, 16, 0, "overwritten B") == 0,
            "the MMA did not read B at the wait");
 }
@@ -416,13 +410,11 @@ static void test_addresses(void)
     io.acc_first = 0;
     ig_emu_set_seed(seed128);
     io.unpadded = 1;
-    CHECK(IG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), dim3(1), dim3(128), SMEM_BYTES, 0,
-                    &io) == 0);
+    CHECK(WG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), &io) == 0);
     CHECKF(compare(&io, c, io.out, 0, KDIM, 0, NULL) > 0,
            "a swizzled tile not aligned to 1024 bytes of shared address gave right products");
     io.unpadded = 0;
-    CHECK(IG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), dim3(1), dim3(128), SMEM_BYTES, 0,
-                    &io) == 0);
+    CHECK(WG_LAUNCH((chain_kernel<ig_bf16_t, 64, 0, 0, 0>), &io) == 0);
     CHECKF(compare(&io, c, io.out, 0, KDIM, 0, "aligned tile") == 0, "aligned tile wrong");
     ig_emu_set_seed(1);
 }
@@ -490,22 +482,18 @@ static void test_fence_rule(void)
     static wg_io io;
     wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
     build(&io, c, 23);
-    EXPECT_FAULT(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_NONE),
+    EXPECT_FAULT(WG_LAUNCH(fence_rule_kernel, &io, FENCE_NONE),
                  "without a wgmma.fence before the warpgroup's first one");
-    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            FENCE_WRITTEN),
+    EXPECT_FAULT2(WG_LAUNCH(fence_rule_kernel, &io, FENCE_WRITTEN),
                   "without a wgmma.fence since the last wait_group", "accumulators that thread");
-    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            FENCE_A_WRITTEN),
+    EXPECT_FAULT2(WG_LAUNCH(fence_rule_kernel, &io, FENCE_A_WRITTEN),
                   "without a wgmma.fence since the last wait_group", "A registers that thread");
-    EXPECT_FAULT2(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            FENCE_FRESH),
+    EXPECT_FAULT2(WG_LAUNCH(fence_rule_kernel, &io, FENCE_FRESH),
                   "without a wgmma.fence since the last wait_group", "no wgmma used before");
-    CHECK(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_UNTOUCHED) ==
-          0);
+    CHECK(WG_LAUNCH(fence_rule_kernel, &io, FENCE_UNTOUCHED) == 0);
     CHECKF(compare(&io, c, io.out, 0, 32, 0, "unfenced chain across a wait") == 0,
            "unfenced chain across a wait");
-    CHECK(IG_LAUNCH(fence_rule_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, FENCE_TWICE) == 0);
+    CHECK(WG_LAUNCH(fence_rule_kernel, &io, FENCE_TWICE) == 0);
     CHECKF(compare(&io, c, io.out, 0, KDIM, 0, "two fenced groups") == 0, "two fenced groups");
 }
 
@@ -549,14 +537,11 @@ static void test_inflight(void)
     static wg_io io;
     wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
     build(&io, c, 25);
-    EXPECT_FAULT2(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            INFLIGHT_WRITE),
+    EXPECT_FAULT2(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_WRITE),
                   "accumulator written while its wgmma was in flight", "thread 77 ");
-    EXPECT_FAULT(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                           INFLIGHT_WRITE_MID),
+    EXPECT_FAULT(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_WRITE_MID),
                  "accumulator written while its wgmma was in flight");
-    CHECK(IG_LAUNCH(inflight_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                    INFLIGHT_TWO_GROUPS) == 0);
+    CHECK(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_TWO_GROUPS) == 0);
     CHECKF(compare(&io, c, io.out, 0, 32, 1, "two groups on one accumulator") == 0,
            "two groups on one accumulator");
 }
@@ -607,14 +592,11 @@ static void test_early_issue(void)
     static wg_io io;
     wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
     build(&io, c, 27);
-    EXPECT_FAULT(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                           EARLY_BEFORE_BARRIER),
+    EXPECT_FAULT(WG_LAUNCH(early_issue_kernel, &io, EARLY_BEFORE_BARRIER),
                  "race: wgmma issue (A operand)");
-    EXPECT_FAULT2(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            EARLY_BEFORE_FENCE),
+    EXPECT_FAULT2(WG_LAUNCH(early_issue_kernel, &io, EARLY_BEFORE_FENCE),
                   "wgmma issue (A operand)", "without a fence.proxy.async");
-    EXPECT_FAULT2(IG_LAUNCH(early_issue_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                            EARLY_CP_ASYNC),
+    EXPECT_FAULT2(WG_LAUNCH(early_issue_kernel, &io, EARLY_CP_ASYNC),
                   "wgmma issue (A operand)", "still in flight");
 }
 
@@ -699,22 +681,14 @@ static void test_faults(void)
     const int S = IG_WGMMA_SWIZZLE_128B;
     c = *make_case(true, 64, KMAJ, KMAJ, S, S);
     build(&io, &c, 9);
-    EXPECT_FAULT(IG_LAUNCH(shape_mismatch_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io),
-                 "same instruction, shape");
+    EXPECT_FAULT(WG_LAUNCH(shape_mismatch_kernel, &io), "same instruction, shape");
     EXPECT_FAULT(IG_LAUNCH(fence_kernel, dim3(1), dim3(96), 0, 0, &io), "not whole warpgroups");
-    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 1),
-                 "wgmma not waited for");
-    EXPECT_FAULT(IG_LAUNCH(no_wait_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 0),
-                 "wgmma not waited for");
-    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io,
-                           (uint32_t)SMEM_BYTES, 0),
-                 "outside the");
-    EXPECT_FAULT(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, (uint32_t)B_OFF, 1),
-                 "never written");
-    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 0),
-                 "without a fence.proxy.async");
-    EXPECT_FAULT(IG_LAUNCH(unfenced_kernel, dim3(1), dim3(128), SMEM_BYTES, 0, &io, 1),
-                 "without a fence.proxy.async");
+    EXPECT_FAULT(WG_LAUNCH(no_wait_kernel, &io, 1), "wgmma not waited for");
+    EXPECT_FAULT(WG_LAUNCH(no_wait_kernel, &io, 0), "wgmma not waited for");
+    EXPECT_FAULT(WG_LAUNCH(bad_b_kernel, &io, (uint32_t)SMEM_BYTES, 0), "outside the");
+    EXPECT_FAULT(WG_LAUNCH(bad_b_kernel, &io, (uint32_t)B_OFF, 1), "never written");
+    EXPECT_FAULT(WG_LAUNCH(unfenced_kernel, &io, 0), "without a fence.proxy.async");
+    EXPECT_FAULT(WG_LAUNCH(unfenced_kernel, &io, 1), "without a fence.proxy.async");
     /* Two warpgroups, both fine: the collectives are per warpgroup. */
     CHECK(IG_LAUNCH(bad_b_kernel, dim3(1), dim3(256), SMEM_BYTES, 0, &io, (uint32_t)B_OFF, 0) == 0);
 }
