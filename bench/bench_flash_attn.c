@@ -6,7 +6,11 @@
  * Usage: bench_flash_attn [--variant NAME|all|auto] [n_head n_head_kv hd n...];
  * without sizes a default sweep; without --variant the chooser's pick
  * ("auto"); "all" times every variant built for the head dim on the same
- * buffers. Exits 77 without a GPU. Driven by bench/sdpa_compare.py. */
+ * buffers. `bench_flash_attn --list HD` prints the variants built for head
+ * dim HD that this device can run, one name a line (a script runs each in a
+ * process of its own, so one that faults the context cannot cost the
+ * others their figures). Exits 77 without a GPU. Driven by
+ * bench/sdpa_compare.py. */
 #include "prefill/flash_attn.h"
 
 #include <cuda_runtime_api.h>
@@ -133,6 +137,12 @@ int main(int argc, char **argv)
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         fprintf(stderr, "bench_flash_attn: no CUDA device\n");
         return 77;
+    }
+    if (argc == 3 && strcmp(argv[1], "--list") == 0) {
+        for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
+            if (prefill_attn_variant_supports(v, atoll(argv[2])) && prefill_attn_cuda_supports(v))
+                printf("%s\n", prefill_attn_variant_name(v));
+        return 0;
     }
     int variant = PREFILL_ATTN_AUTO;
     if (argc >= 3 && strcmp(argv[1], "--variant") == 0) {

@@ -9,8 +9,10 @@
 #   4. bench/cuda_vs_hf.py: `ignite bench --device cuda` on synthetic
 #      Llama-3-8B shapes against transformers + SDPA, with the GEMM floor and
 #      the copy bandwidth measured in the same run;
-#   5. bench_decode_kernels (GEMV and split-KV attention bandwidth) and
-#      bench/sdpa_compare.py (the prefill kernel against torch SDPA).
+#   5. bench_decode_kernels (GEMV and split-KV attention bandwidth),
+#      bench/sdpa_compare.py (every prefill attention variant against torch
+#      SDPA, its own pick and its flash backend) and test_flash_attn_gpu (every
+#      variant against fp64), a process per variant.
 # Every step has a time box; a failed step is reported and the rest still
 # run; the exit status is 1 if any failed. Logs go to $OUT when it is set.
 #   BUILD=build-gpu  build directory      PYTHON=python3  Python with torch
@@ -107,10 +109,24 @@ if want 5; then
     step "5a. decode kernels"
     timeout 60 "$(bin bench_decode_kernels)" || fail "bench_decode_kernels"
     step "5b. prefill attention vs torch SDPA"
-    PYTHONUNBUFFERED=1 timeout 200 "$PYTHON" bench/sdpa_compare.py \
+    PYTHONUNBUFFERED=1 timeout 240 "$PYTHON" bench/sdpa_compare.py \
         --bin "$(bin bench_flash_attn)" || fail "sdpa_compare"
-    step "5c. prefill attention kernel vs its CPU twin"
-    timeout 150 "$(bin test_flash_attn_gpu)" 2>&1 | tail -5 || fail "test_flash_attn_gpu"
+    step "5c. prefill attention kernel vs its CPU twin, a process per variant"
+    # In parallel (the fp64 reference is CPU time); apart, so a variant that
+    # faults the CUDA context fails alone.
+    variants=$({ "$(bin bench_flash_attn)" --list 128; "$(bin bench_flash_attn)" --list 64; } |
+        sort -u)
+    pids=()
+    for v in $variants; do
+        timeout 200 "$(bin test_flash_attn_gpu)" "$v" >"$LOG/test_flash_attn_gpu.$v.log" 2>&1 &
+        pids+=($!)
+    done
+    i=0
+    for v in $variants; do
+        wait "${pids[i]}"; rc=$?; i=$((i + 1))
+        echo "-- $v: $(tail -1 "$LOG/test_flash_attn_gpu.$v.log")"
+        [ $rc = 0 ] || { tail -6 "$LOG/test_flash_attn_gpu.$v.log"; fail "test_flash_attn_gpu $v (exit $rc)"; }
+    done
 fi
 step "done (status $status)"
 exit $status

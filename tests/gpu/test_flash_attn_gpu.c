@@ -2,7 +2,10 @@
  * (prefill_attn_cuda), every variant of PREFILL_ATTN_VARIANTS, against fp64,
  * with the same cases, sentinels and tolerance rule as the emulated test
  * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
- * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu. */
+ * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu.
+ * Usage: test_flash_attn_gpu [VARIANT...]: only those variants (default all);
+ * scripts/gpu-check.sh runs one process per variant, so a variant that
+ * faults the CUDA context fails alone. */
 #include "tests/emu/attn_case.h"
 #include "tests/gpu/cuda_check.h"
 #include "tests/test.h"
@@ -32,11 +35,25 @@ static int run_variant(struct attn_case *c, int variant)
     return rc;
 }
 
-/* The case on every variant built for its head_dim, against one fp64
- * reference (the CPU reference dominates the run time). */
+static int chosen[PREFILL_ATTN_N_VARIANTS]; /* from the command line */
+
+/* Whether variant v is chosen, built for hd and runnable here (wgmma variants
+ * off Hopper are not: listed once in main). */
+static int wanted(int v, int64_t hd)
+{
+    return chosen[v] && prefill_attn_variant_supports(v, hd) && prefill_attn_cuda_supports(v);
+}
+
+/* The case on every wanted variant, against one fp64 reference (the CPU
+ * reference dominates the run time: a case no variant wants is not made). */
 static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
                      int dtype)
 {
+    int any = 0;
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
+        any |= wanted(v, hd);
+    if (!any)
+        return;
     struct attn_case c;
     memset(&c, 0, sizeof c);
     c.n = n, c.pos0 = pos0, c.n_head = n_head, c.n_head_kv = n_head_kv, c.hd = hd;
@@ -53,8 +70,8 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     attn_reference(&c, &ref);
 
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
-        if (!prefill_attn_variant_supports(v, hd) || !prefill_attn_cuda_supports(v))
-            continue; /* wgmma variants off Hopper (listed once in main) */
+        if (!wanted(v, hd))
+            continue;
         const char *vn = prefill_attn_variant_name(v);
         memcpy(c.o, o0, c.o_elems * 2);
         memcpy(c.lse, lse0, c.lse_elems * sizeof(float));
@@ -76,15 +93,25 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     attn_case_free(&c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
+        chosen[v] = argc == 1;
+    for (int i = 1; i < argc; i++) {
+        int v = prefill_attn_variant_find(argv[i]);
+        if (v == PREFILL_ATTN_AUTO) {
+            fprintf(stderr, "test_flash_attn_gpu: no variant %s\n", argv[i]);
+            return 2;
+        }
+        chosen[v] = 1;
+    }
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         fprintf(stderr, "test_flash_attn_gpu: no CUDA device, skipped\n");
         return 77;
     }
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        if (!prefill_attn_cuda_supports(v))
+        if (chosen[v] && !prefill_attn_cuda_supports(v))
             fprintf(stderr, "test_flash_attn_gpu: variant %s cannot run on this device or "
                     "build, skipped\n", prefill_attn_variant_name(v));
     static const int64_t ns[] = {1, 17, 64, 65, 300, 1024};
