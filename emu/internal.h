@@ -37,7 +37,8 @@ struct emu_wgmma_op {
     int kind, n, accumulate, trans_a, trans_b, a_in_regs;
     uint64_t a_desc, b_desc;
     float *d[128];            /* per thread of the warpgroup */
-    uint32_t a[128][4];
+    uint32_t a[128][4];       /* A registers at issue (a_in_regs) ... */
+    const uint32_t *a_ptr[128]; /* ... and where they are: unchanged until completion */
     /* What each thread's accumulators must hold at completion: the values at
      * issue, updated when an earlier MMA on the same registers completes
      * (128 x n/2 bits; a difference means the thread wrote them meanwhile). */

@@ -19,8 +19,8 @@
  * The faults, besides shapes and descriptors: an MMA with no wgmma.fence
  * since the last wait_group whose accumulators or A registers another
  * instruction wrote since a wgmma last used them (or that no wgmma has used:
- * the first MMA needs a fence); a thread writing an MMA's accumulators
- * between its issue and its completion; operands that, at issue or at
+ * the first MMA needs a fence); a thread writing an MMA's accumulators or
+ * A registers between its issue and its completion; operands that, at issue or at
  * completion, are still in flight from cp.async, never written, written by
  * another thread since the last barrier, or written (st.shared or cp.async)
  * by a thread that executed no fence.proxy.async afterwards (each thread
@@ -296,7 +296,8 @@ template <class F> static void emu_wg_each_pending(struct emu_wg *wg, F &&f)
 }
 
 /* Completes op, the oldest pending MMA: its accumulators must be as the
- * thread left them at issue (or as an earlier MMA on them completed). */
+ * thread left them at issue (or as an earlier MMA on them completed), and
+ * its A registers as at issue (the device may read them until completion). */
 static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsigned tid)
 {
     const int words = op->n / 2;
@@ -310,6 +311,10 @@ static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsig
                          "warpgroup changed d[%d] between the wgmma.mma_async and the "
                          "wgmma.wait_group that completes it", l, i);
         }
+        if (op->a_in_regs && memcmp(op->a_ptr[l], op->a[l], sizeof op->a[l]) != 0)
+            emu_fail("A registers written while their wgmma was in flight: thread %u of the "
+                     "warpgroup changed them between the wgmma.mma_async and the "
+                     "wgmma.wait_group that completes it", l);
     }
     emu_wgmma_run(op, tid);
     const void *p[EMU_WARPGROUP];
@@ -382,6 +387,7 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
         op->d_expect.resize((size_t)EMU_WARPGROUP * (size_t)(c0->n / 2));
         for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
             op->d[l] = t0[l].wgc.d;
+            op->a_ptr[l] = t0[l].wgc.a_ptr;
             memcpy(op->a[l], t0[l].wgc.a, sizeof op->a[l]);
             memcpy(&op->d_expect[(size_t)l * (size_t)(c0->n / 2)], op->d[l],
                    (size_t)(c0->n / 2) * 4);

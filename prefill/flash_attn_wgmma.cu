@@ -215,6 +215,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             issue_pv(pa, tile);
             ig_wgmma_wait<0>();
             ig_wgmma_fence_operand(flat(o));
+            ig_wgmma_fence_operand(pa);
         }
     } else {
         /* Tiles t and t + 1 in flight from the start; S of the first tile
@@ -247,6 +248,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             issue_pv(pa, tile);
             ig_wgmma_wait<0>();
             ig_wgmma_fence_operand(flat(o));
+            ig_wgmma_fence_operand(pa);
             if (ahead) {
                 ig_wgmma_fence_operand(flat(s_next));
                 IG_UNROLL

@@ -497,12 +497,14 @@ static void test_fence_rule(void)
     CHECKF(compare(&io, c, io.out, 0, KDIM, 0, "two fenced groups") == 0, "two fenced groups");
 }
 
-/* ---- accumulators in flight -------------------------------------------------- */
+/* ---- registers in flight ---------------------------------------------------- */
 
 enum {
     INFLIGHT_WRITE,      /* d written between issue and wait: fault */
     INFLIGHT_TWO_GROUPS, /* two groups on d, wait<1> then wait<0>: fine */
     INFLIGHT_WRITE_MID,  /* ... d written after wait<1>, the second in flight: fault */
+    INFLIGHT_A_WRITE,    /* A registers (RS form) written between issue and wait: fault */
+    INFLIGHT_A_KEPT,     /* ... written after the wait: fine */
 };
 
 __global__ void inflight_kernel(wg_io *io, int mode)
@@ -513,13 +515,21 @@ __global__ void inflight_kernel(wg_io *io, int mode)
     float d[32];
     for (int i = 0; i < 32; i++)
         d[i] = io->c[l][i];
+    uint32_t a[4];
+    for (int r = 0; r < 4; r++)
+        a[r] = io->a_regs[0][l][r];
     ig_wgmma_fence();
-    ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
-                                     desc_of(base + B_OFF, io->fb, 0), 1);
+    if (mode == INFLIGHT_A_WRITE || mode == INFLIGHT_A_KEPT)
+        ig_wgmma_rs<ig_bf16_t, 64, 0>(d, a, desc_of(base + B_OFF, io->fb, 0), 1);
+    else
+        ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 0),
+                                         desc_of(base + B_OFF, io->fb, 0), 1);
     ig_wgmma_commit();
     if (mode == INFLIGHT_WRITE && l == 77)
         d[3] = 1.0f;
-    if (mode != INFLIGHT_WRITE) {
+    if (mode == INFLIGHT_A_WRITE && l == 9)
+        a[2] ^= 1u;
+    if (mode == INFLIGHT_TWO_GROUPS || mode == INFLIGHT_WRITE_MID) {
         ig_wgmma_ss<ig_bf16_t, 64, 0, 0>(d, desc_of(base + A_OFF, io->fa, 1),
                                          desc_of(base + B_OFF, io->fb, 1), 1);
         ig_wgmma_commit();
@@ -528,6 +538,8 @@ __global__ void inflight_kernel(wg_io *io, int mode)
             d[0] = 0.0f;
     }
     ig_wgmma_wait<0>();
+    if (mode == INFLIGHT_A_KEPT)
+        a[2] ^= 1u;
     for (int i = 0; i < 32; i++)
         io->out[l][i] = d[i];
 }
@@ -544,6 +556,9 @@ static void test_inflight(void)
     CHECK(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_TWO_GROUPS) == 0);
     CHECKF(compare(&io, c, io.out, 0, 32, 1, "two groups on one accumulator") == 0,
            "two groups on one accumulator");
+    EXPECT_FAULT2(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_A_WRITE),
+                  "A registers written while their wgmma was in flight", "thread 9 ");
+    CHECK(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_A_KEPT) == 0);
 }
 
 /* ---- operands checked at issue ---------------------------------------------- */
