@@ -4,8 +4,9 @@
  *
  * One block per (query tile of block_m rows, query head); each of its warps
  * owns m_tiles m16 tiles (16 or 32 query rows). K/V tiles of block_n keys
- * stream through shared memory with cp.async, double-buffered (tile t+1
- * loads while tile t computes). The tile sizes are a template parameter:
+ * stream through shared memory with cp.async in `stages` buffers (tiles
+ * t+1 .. t+stages-1 load while tile t computes; one barrier per tile, see
+ * kv_pipeline in flash_tiles.cuh). The tile sizes are a template parameter:
  * every variant of PREFILL_ATTN_VARIANTS (prefill/flash_attn.h) is compiled,
  * prefill_attn_choose picks one per call. S = Q K^T and O += P V run on
  * tensor cores (mma.m16n8k16, fp32 accumulate) fed by ldmatrix (Q kept in
@@ -68,13 +69,14 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr bool kPrefetch = variant<V>::min_blocks <= 1;
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
-    static_assert(variant<V>::stages == 2, "double-buffered K/V");
+    static_assert(variant<V>::s_ahead == 0, "S one tile ahead is the wgmma kernel's");
     static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
 
+    constexpr int kStages = variant<V>::stages;  /* K/V tiles in shared memory */
     IG_DYN_SHARED(uint16_t, smem);
     uint16_t *sQ = smem;                         /* [kBlockM][HD] */
-    uint16_t *sK = sQ + kBlockM * HD;            /* [2][kBlockN][HD] */
-    uint16_t *sV = sK + 2 * kBlockN * HD;        /* [2][kBlockN][HD] */
+    uint16_t *sK = sQ + kBlockM * HD;            /* [kStages][kBlockN][HD] */
+    uint16_t *sV = sK + kStages * kBlockN * HD;  /* [kStages][kBlockN][HD] */
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -91,14 +93,13 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
     const int n_tiles = (int)((pos0 + q_last) / kBlockN + 1);
 
-    auto load_kv_stage = [&](int tile, int stage) {
+    /* Q with the first K/V tile, then the next stages - 2 tiles. */
+    const auto kv = make_kv_pipeline<V>(n_tiles, [&](int tile, int stage) {
         load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
                                        tile * kBlockN, pos0, kv_len);
-    };
-
+    });
     load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
-    load_kv_stage(0, 0);
-    ig_cp_async_commit();
+    kv.start();
 
     /* This warp's query rows as A fragments: all of them (kQRegs), or one
      * k-step's worth reloaded from sQ each time. */
@@ -127,15 +128,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 
     const int row0 = q0 + warp * kRowsW; /* first query row of this warp */
     for (int tile = 0; tile < n_tiles; tile++) {
-        const int stage = tile & 1;
-        if (tile + 1 < n_tiles) {
-            load_kv_stage(tile + 1, stage ^ 1);
-            ig_cp_async_commit();
-            ig_cp_async_wait<1>();
-        } else {
-            ig_cp_async_wait<0>();
-        }
-        ig_syncthreads();
+        const int stage = kv.land(tile);
         if (kQRegs && tile == 0)
             for (int mt = 0; mt < kMT; mt++)
                 for (int kk = 0; kk < (kQRegs ? HD / 16 : 0); kk++)
@@ -288,7 +281,6 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 }
             }
         }
-        ig_syncthreads(); /* the next iteration's cp.async overwrites this stage */
     }
 
     store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2);

@@ -65,7 +65,7 @@ struct prefill_attn_params {
 
 /* The CUDA kernels' tile configurations ("variants"), compiled side by side.
  * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks, isa,
- *   stages):
+ *   stages, s_ahead):
  *   block_m   query rows per block = warps * 16 * m_tiles
  *   block_n   keys per K/V tile
  *   m_tiles   m16 tiles per warp: with 2, every K/V fragment feeds 4 mma
@@ -86,25 +86,31 @@ struct prefill_attn_params {
  *             one warpgroup (4 warps) per 64 query rows, wgmma with Q and K/V
  *             read from shared memory by the tensor cores, compute capability
  *             9.0 only (sm_90a code)
- *   stages    K/V tiles in shared memory: 2 = double buffering (tile t+1
- *             loads while t computes); 3 (wgmma kernel) = also S of tile t+1
- *             issued before tile t's softmax, so the tensor cores work on it
- *             while the warpgroup computes exponentials (FlashAttention-3's
- *             intra-warpgroup overlap)
+ *   stages    K/V tiles in shared memory (2..4): tile t computes while the
+ *             next stages - 1 - s_ahead tiles load (2 = double buffering; 3
+ *             keeps two tiles in flight, more latency hidden)
+ *   s_ahead   1 (wgmma kernel): S of tile t+1 issued before tile t's softmax,
+ *             so the tensor cores work on it while the warpgroup computes
+ *             exponentials (FlashAttention-3's intra-warpgroup overlap); tile
+ *             t+1 must then be resident, so one stage more
  * The one table: the chooser, the kernel templates and the tests read it. */
 #define PREFILL_ATTN_ISA_MMA 0
 #define PREFILL_ATTN_ISA_WGMMA 1
-#define PREFILL_ATTN_VARIANTS(X)                                                   \
-    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0, PREFILL_ATTN_ISA_MMA, 2)            \
-    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1, PREFILL_ATTN_ISA_MMA, 2)         \
-    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3, PREFILL_ATTN_ISA_MMA, 2)      \
-    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0, PREFILL_ATTN_ISA_MMA, 2)          \
-    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0, PREFILL_ATTN_ISA_MMA, 2)    \
-    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0, PREFILL_ATTN_ISA_MMA, 2)    \
-    X(WG128N128, "wg128n128", 128, 128, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 2)  \
-    X(WG128N64, "wg128n64", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 2)     \
-    X(WG64N64, "wg64n64", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 2)        \
-    X(WG128N64S3, "wg128n64s3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3)
+#define PREFILL_ATTN_VARIANTS(X)                                                      \
+    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0, PREFILL_ATTN_ISA_MMA, 2, 0)            \
+    X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1, PREFILL_ATTN_ISA_MMA, 2, 0)         \
+    X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3, PREFILL_ATTN_ISA_MMA, 2, 0)      \
+    X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0, PREFILL_ATTN_ISA_MMA, 2, 0)          \
+    X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0, PREFILL_ATTN_ISA_MMA, 2, 0)    \
+    X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0, PREFILL_ATTN_ISA_MMA, 2, 0)    \
+    X(M128W4K3, "m128w4k3", 128, 64, 4, 2, 64, 1, 0, PREFILL_ATTN_ISA_MMA, 3, 0)      \
+    X(M128W4N48K3, "m128w4n48k3", 128, 48, 4, 2, 64, 2, 0, PREFILL_ATTN_ISA_MMA, 3, 0) \
+    X(WG128N128, "wg128n128", 128, 128, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 2, 0)  \
+    X(WG128N64, "wg128n64", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 2, 0)     \
+    X(WG64N64, "wg64n64", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 2, 0)        \
+    X(WG128N64K3, "wg128n64k3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 0) \
+    X(WG64N64K3, "wg64n64k3", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 3, 0)    \
+    X(WG128N64S3, "wg128n64s3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 1)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
@@ -128,7 +134,7 @@ struct prefill_attn_tile {
     int m_tiles;       /* m16 tiles (16 query rows each) per warp */
     int q_in_regs;     /* 1: Q fragments stay in registers; 0: reloaded per k-step */
     int isa;           /* PREFILL_ATTN_ISA_MMA or PREFILL_ATTN_ISA_WGMMA */
-    int stages;        /* K/V tiles in shared memory (2 or 3) */
+    int stages;        /* K/V tiles in shared memory (2..4) */
     int n_q_tiles;     /* blocks along the queries; grid = (n_q_tiles, n_head) */
     size_t smem_bytes; /* dynamic shared memory per block */
 };

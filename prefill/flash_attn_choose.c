@@ -18,7 +18,7 @@ struct variant_row {
 
 static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
     [PREFILL_ATTN_AUTO] = {NULL, 0, 0, 0, 0, 0, 0, 0, 0},
-#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb, isa, stages) \
+#define ROW_(id, name, bm, bn, w, mt, qhd, hds, minb, isa, stages, s_ahead) \
     [PREFILL_ATTN_##id] = {name, bm, bn, w, mt, qhd, hds, isa, stages},
     PREFILL_ATTN_VARIANTS(ROW_)
 #undef ROW_

@@ -4,11 +4,11 @@
  * PREFILL_ATTN_VARIANTS table, which prefill_attn_cuda dispatches here.
  *
  * Same structure as the mma.sync kernel (prefill/flash_attn.cu): one block
- * per (query tile, head), K/V tiles double-buffered through shared memory
- * with cp.async (three stages in the variants with stages = 3, which also
+ * per (query tile, head), K/V tiles through `stages` shared-memory buffers
+ * with cp.async (flash_tiles.cuh's kv_pipeline; the s_ahead variants also
  * issue the next tile's S before this tile's softmax, so the tensor cores
- * and the warpgroup's ALUs overlap), online softmax in registers, tiles past the diagonal never
- * visited, the fused cache write; the shared parts are in
+ * and the warpgroup's ALUs overlap), online softmax in registers, tiles
+ * past the diagonal never visited, the fused cache write; the shared parts are in
  * prefill/flash_tiles.cuh. What differs is the MMA: each warpgroup (4 warps)
  * owns 64 query rows and computes S = Q K^T with wgmma reading Q and K
  * straight from shared memory (no ldmatrix, no fragment registers), then
@@ -90,7 +90,6 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     static_assert(kThreads % 128 == 0 && kBlockM == 64 * (kThreads / 128),
                   "a warpgroup per 64 query rows");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma N for S = Q K^T");
-    static_assert(kStages == 2 || kStages == 3, "double buffering, or S one tile ahead");
     static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
 
     /* Tiles at a multiple of 1024 bytes of shared address: the swizzle
@@ -121,12 +120,16 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const int wg_tiles = wg_row0 < n ? (pos0 + wg_last) / kBlockN + 1 : 0;
     const int row0 = wg_row0 + 16 * (warp % 4); /* this warp's first row */
 
-    /* Tile t lives in stage t % kStages. */
-    auto load_tile_kv = [&](int tile) {
-        const int stage = tile % kStages;
+    /* Tile t lives in stage t % kStages (flash_tiles.cuh's kv_pipeline). */
+    const auto kv = make_kv_pipeline<V>(n_tiles, [&](int tile, int stage) {
         load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
                                        tile * kBlockN, pos0, kv_len);
-    };
+    });
+    /* Between a thread's copies landing and the barrier: the fence that
+     * makes them visible to wgmma (the async proxy). After the barrier,
+     * every wgmma on the stage the next copies overwrite has been waited
+     * for. */
+    const auto to_async_proxy = [] { ig_fence_proxy_async(); };
     /* This warpgroup's Q rows; stage 0 of K and V (a stage further on is
      * a constant away). */
     const uint64_t dq = k_major_desc(aQ + (uint32_t)(64 * wg * 128));
@@ -183,27 +186,12 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         ig_wgmma_commit();
     };
 
-    /* The top of every iteration: this thread's copies so far have landed,
-     * the fence makes them visible to wgmma (async proxy), the barrier makes
-     * everyone's visible and orders every wgmma of the stage the next copies
-     * overwrite (all waited for) before them; then tile `next` is issued. */
-    auto land_and_issue = [&](int next) {
-        ig_cp_async_wait<0>();
-        ig_fence_proxy_async();
-        ig_syncthreads();
-        if (next < n_tiles) {
-            load_tile_kv(next);
-            ig_cp_async_commit();
-        }
-    };
-
     load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
-    load_tile_kv(0);
-    ig_cp_async_commit();
+    kv.start();
 
-    if constexpr (kStages == 2) {
+    if constexpr (!variant<V>::s_ahead) {
         for (int tile = 0; tile < n_tiles; tile++) {
-            land_and_issue(tile + 1); /* tile landed; tile + 1 into tile - 1's stage */
+            kv.land(tile, to_async_proxy);
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
             float s[1][kBlockN / 8][4];
@@ -218,15 +206,9 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             ig_wgmma_fence_operand(pa);
         }
     } else {
-        /* Tiles t and t + 1 in flight from the start; S of the first tile
-         * computed before the loop. (An empty group when there is no second
-         * tile keeps the wait below counting right.) */
-        if (1 < n_tiles)
-            load_tile_kv(1);
-        ig_cp_async_commit();
-        ig_cp_async_wait<1>();
-        ig_fence_proxy_async();
-        ig_syncthreads();
+        /* S of the first tile computed before the loop; at the top of tile
+         * t, tile t + 1 is resident too. */
+        kv.template wait_tile<0>(to_async_proxy);
         float s[1][kBlockN / 8][4];
         if (0 < wg_tiles) {
             issue_s(s, 0);
@@ -234,7 +216,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             ig_wgmma_fence_operand(flat(s));
         }
         for (int tile = 0; tile < n_tiles; tile++) {
-            land_and_issue(tile + 2); /* tile + 1 landed; tile + 2 into tile - 1's stage */
+            kv.land(tile, to_async_proxy);
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
             /* The next tile's S runs on the tensor cores while this one's

@@ -27,11 +27,11 @@ namespace {
 
 /* The variant table as compile-time constants: variant<V>::block_m etc. */
 template <int V> struct variant;
-#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb, isa_, st)   \
+#define IG_FLASH_VARIANT_(id, name_, bm, bn, w, mt, qhd, hds, minb, isa_, st, sa) \
     template <> struct variant<PREFILL_ATTN_##id> {                             \
         static constexpr int block_m = bm, block_n = bn, warps = w, m_tiles = mt; \
         static constexpr int q_regs_max_hd = qhd, head_dims = hds, min_blocks = minb; \
-        static constexpr int isa = isa_, stages = st;                           \
+        static constexpr int isa = isa_, stages = st, s_ahead = sa;             \
     };
 PREFILL_ATTN_VARIANTS(IG_FLASH_VARIANT_)
 #undef IG_FLASH_VARIANT_
@@ -148,6 +148,68 @@ __device__ __forceinline__ void load_kv(const prefill_attn_params &p, uint16_t *
     };
     load_tile<HD, ROWS, THREADS>(k_dst, kc, row_of(kc, kn, p.k_row_stride));
     load_tile<HD, ROWS, THREADS>(v_dst, vc, row_of(vc, vn, p.v_row_stride));
+}
+
+/* The K/V tiles' way through shared memory, the same in both kernels:
+ * variant<V>::stages buffers, tile t in stage t % stages; while tile t
+ * computes, tiles up to t + stages - 1 are loading, so stages - 1 - s_ahead
+ * tiles of copies hide behind compute (s_ahead: tile t + 1 must be resident
+ * as well, for its S issued during tile t). One barrier per tile: at the top
+ * of tile t, once this thread's copies of tile t (and t + s_ahead) have
+ * landed, the barrier makes everyone's visible and shows that no warp still
+ * reads tile t - 1's stage, which the copies issued right after refill with
+ * tile t + stages - 1. Every step commits a group, empty past the last
+ * tile, so the wait counts stay constant. */
+template <int V, class Load> struct kv_pipeline {
+    static constexpr int kStages = variant<V>::stages, kAhead = variant<V>::s_ahead;
+    static_assert(kStages >= 2 + kAhead && kStages <= 4, "stages: 2..4, one more for s_ahead");
+    int n_tiles;
+    Load load; /* load(tile, stage): the tile's cp.async, not committed */
+
+    /* Before the loop, after the Q copies (which join tile 0's group):
+     * tiles 0 .. stages - 2. */
+    __device__ __forceinline__ void start() const
+    {
+        IG_UNROLL
+        for (int t = 0; t < kStages - 1; t++) {
+            if (t < n_tiles)
+                load(t, t);
+            ig_cp_async_commit();
+        }
+    }
+
+    /* With tile t current (tiles up to t + stages - 2 issued): waits until
+     * this thread's copies up to tile t + kMore have landed, runs landed()
+     * (the wgmma kernel's proxy fence), then the barrier. */
+    template <int kMore, class Landed>
+    __device__ __forceinline__ void wait_tile(Landed landed) const
+    {
+        ig_cp_async_wait<kStages - 2 - kMore>();
+        landed();
+        ig_syncthreads();
+    }
+
+    /* The top of tile t: tile t (and t + s_ahead) resident for every thread,
+     * tile t + stages - 1 issued into tile t - 1's stage. Returns t's stage. */
+    template <class Landed> __device__ __forceinline__ int land(int tile, Landed landed) const
+    {
+        const int stage = (int)((unsigned)tile % kStages);
+        wait_tile<kAhead>(landed);
+        if (tile + kStages - 1 < n_tiles) /* into tile - 1's stage */
+            load(tile + kStages - 1, stage == 0 ? kStages - 1 : stage - 1);
+        ig_cp_async_commit();
+        return stage;
+    }
+    __device__ __forceinline__ int land(int tile) const
+    {
+        return land(tile, [] {});
+    }
+};
+
+template <int V, class Load>
+__device__ __forceinline__ kv_pipeline<V, Load> make_kv_pipeline(int n_tiles, Load load)
+{
+    return kv_pipeline<V, Load>{n_tiles, load};
 }
 
 /* The fused cache write: the chunk's K and V rows q0 .. q0 + ROWS - 1 (those

@@ -1,8 +1,10 @@
 /* tests/emu/test_flash_attn_mutants.cc: the prefill kernels with one bug
  * planted at a time (copies made by tests/emu/mutate.cmake at build time)
  * must be caught. By the emulator: without its cp.async wait the kernel
- * reads data still in flight; without the barrier that ends an iteration,
- * cp.async overwrites a stage other warps still read; without the swizzle,
+ * reads data still in flight; without the barrier at the top of a tile, it
+ * reads other threads' copies unsynchronised; with the refill of the last
+ * tile's stage issued before that barrier, cp.async overwrites a stage
+ * other warps still read (two and three stages); without the swizzle,
  * ldmatrix has bank conflicts. By the fp64 comparison (bugs only the
  * numbers show): full K/V tiles copied from the wrong rows; the running
  * output rescaled when no row maximum grew instead of when one did; a full
@@ -19,6 +21,7 @@
 
 extern "C" int prefill_attn_emu_no_wait(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_no_barrier(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_refill_early(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_row_step(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p, void *stream);
@@ -81,6 +84,13 @@ int main(void)
     CHECKF(strstr(ig_emu_last_error(), "still in flight") != NULL, "%s", ig_emu_last_error());
     CHECK(run(prefill_attn_emu_no_barrier) != 0);
     CHECKF(strstr(ig_emu_last_error(), "race") != NULL, "%s", ig_emu_last_error());
+    CHECK(run(prefill_attn_emu_no_wait, NULL, PREFILL_ATTN_M128W4N48K3, 128) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "still in flight") != NULL, "%s", ig_emu_last_error());
+    static const int stage_variants[] = {PREFILL_ATTN_AUTO, PREFILL_ATTN_M128W4N48K3};
+    for (int v : stage_variants) {
+        CHECK(run(prefill_attn_emu_refill_early, NULL, v, 128) != 0);
+        CHECKF(strstr(ig_emu_last_error(), "race") != NULL, "%s", ig_emu_last_error());
+    }
     CHECK(run(prefill_attn_emu_no_swizzle) == 0);
     CHECKF(ig_emu_last_stats().ldmatrix_conflicts > 0, "%llu",
            (unsigned long long)ig_emu_last_stats().ldmatrix_conflicts);
