@@ -110,7 +110,8 @@ struct prefill_attn_params {
     X(WG64N64, "wg64n64", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 2, 0)        \
     X(WG128N64K3, "wg128n64k3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 0) \
     X(WG64N64K3, "wg64n64k3", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 3, 0)    \
-    X(WG128N64S3, "wg128n64s3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 1)
+    X(WG128N64S3, "wg128n64s3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 1) \
+    X(WG128N64S4, "wg128n64s4", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 4, 1)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
