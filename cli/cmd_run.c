@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RUN_DEFAULT_CTX 4096 /* -c 0: the model's context, capped here */
@@ -301,8 +302,17 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
     return st;
 }
 
-/* Writes the cache and its history to --save-kv. A file that cannot be
- * completed is removed. Returns IG_OK or IG_E_IO. */
+/* True when `path` itself (not a link's target) is a regular file: only
+ * such a file is removed after a failed save, never a device such as
+ * /dev/full, a FIFO or a symlink the user pointed --save-kv at. */
+static bool is_plain_file(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Writes the cache and its history to --save-kv. A regular file that cannot
+ * be completed is removed. Returns IG_OK or IG_E_IO. */
 static int save_cache(const char *file, const struct model *m, struct backend *be,
                       const struct generate_history *hist)
 {
@@ -321,7 +331,7 @@ static int save_cache(const char *file, const struct model *m, struct backend *b
     if (!is_stdout) {
         if (fclose(f) != 0 && st == IG_OK)
             st = ig_error(IG_E_IO, "cannot write %s: %s", file, strerror(errno));
-        if (st != IG_OK)
+        if (st != IG_OK && is_plain_file(file))
             remove(file);
     }
     return st;

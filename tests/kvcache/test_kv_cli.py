@@ -10,7 +10,8 @@ needs no download and stays fast under ASan:
   - every refused file exits 8 with its reason: another model, truncated
     (several lengths), another version, a corrupted byte, not a cache file;
   - a context smaller than the file (6), usage conflicts (2), an unwritable
-    --save-kv path (3), a context that cannot fit in memory (5, both numbers).
+    --save-kv path (3; a symlink or device there is not removed), a context
+    that cannot fit in memory (5, both numbers).
 """
 import json
 import os
@@ -145,6 +146,15 @@ def main():
         rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv",
                            os.path.join(tmp, "no", "such", "dir.kv"))
         check(rc == 3, f"unwritable --save-kv: rc {rc} {err!r}")
+        # a failed save removes only a regular file it wrote: never a link or
+        # a device (as root, removing /dev/full itself)
+        if os.access("/dev/full", os.W_OK):
+            link = os.path.join(tmp, "full.kv")
+            os.symlink("/dev/full", link)
+            rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv", link)
+            check(rc == 3 and "No space left" in err, f"--save-kv to /dev/full: rc {rc} {err!r}")
+            check(os.path.islink(link) and os.path.exists("/dev/full"),
+                  "a failed --save-kv removed a symlink (or /dev/full)")
 
         # 2 layers x 2 KV heads x 8 dims x (K, V) x 4 bytes = 256 B a position
         avail = 0
