@@ -19,6 +19,7 @@ static const struct cli_option info_options[] = {
     {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object instead of text", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -210,6 +211,7 @@ int cmd_info(int argc, char **argv)
                            "shapes, tokenizer metadata, tensors by type, KV cache size.",
                            info_options);
             return IG_OK;
+        case 'V': printf("ignite %s\n", IGNITE_VERSION); return IG_OK;
         default: return cli_option_error("info", c, argv);
         }
     }

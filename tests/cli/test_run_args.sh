@@ -1,6 +1,7 @@
 # tests/cli/test_run_args.sh: `ignite run` behaviour that needs no model:
-# help and version, bad flags and values, prompt checks (empty, invalid
-# UTF-8, unreadable file), bad model files, --device, and the exit code of
+# help and version (also after info, tokenize, bench), bad flags and values,
+# prompt checks (empty, invalid UTF-8, unreadable file), bad model files,
+# --device, and the exit code of
 # each (docs/cli.md lists them).
 . "$(dirname "$0")/lib.sh"
 
@@ -11,6 +12,12 @@ expect_rc 0 "default command --help" "$IGNITE" --help && expect_grep "$TMP/out" 
 expect_rc 0 "run --version" "$IGNITE" run --version && expect_grep "$TMP/out" "^ignite [0-9]" "--version"
 expect_rc 0 "-V" "$IGNITE" -V && expect_grep "$TMP/out" "^ignite [0-9]" "-V"
 expect_rc 2 "no arguments" "$IGNITE" && expect_grep "$TMP/err" "usage" "no arguments"
+# ... and after every command (docs/cli.md).
+for cmd in info tokenize bench; do
+    expect_rc 0 "$cmd --version" "$IGNITE" $cmd --version && expect_grep "$TMP/out" "^ignite [0-9]" "$cmd --version"
+    expect_rc 0 "$cmd -V" "$IGNITE" $cmd -V && expect_grep "$TMP/out" "^ignite [0-9]" "$cmd -V"
+    expect_rc 0 "$cmd --help" "$IGNITE" $cmd --help && expect_grep "$TMP/out" "--version" "$cmd --help"
+done
 
 # Usage errors: status 2, one line naming the problem.
 expect_rc 2 "unknown long option" "$IGNITE" run --bogus -p hi && expect_grep "$TMP/err" "--bogus" "unknown option"
