@@ -64,6 +64,9 @@ printf 'GGUF\x03\x00\x00\x00garbage' >"$TMP/bad.gguf"
 expect_rc 4 "malformed model" "$IGNITE" run -m "$TMP/bad.gguf" -p hi
 printf 'not a gguf file at all' >"$TMP/text.gguf"
 expect_rc 4 "not a GGUF file" "$IGNITE" run -m "$TMP/text.gguf" -p hi
+mkfifo "$TMP/fifo.gguf"
+expect_rc 3 "a FIFO as the model (no hang)" timeout 60 "$IGNITE" run -m "$TMP/fifo.gguf" -p hi &&
+    expect_grep "$TMP/err" "not a regular file" "FIFO model"
 expect_rc 2 "no default model" env IGNITE_CACHE="$TMP/nocache" "$IGNITE" run -p hi
 expect_grep "$TMP/err" "fetch-model" "no default model"
 
