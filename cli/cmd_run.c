@@ -248,6 +248,17 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
     return st;
 }
 
+/* --system becomes part of the prompt, so it passes the prompt's UTF-8
+ * check (exit 6 naming the offset). */
+static int check_system(const char *system)
+{
+    size_t bad;
+    if (!system || cli_utf8_valid(system, strlen(system), &bad))
+        return IG_OK;
+    return ig_error(IG_E_INPUT, "--system is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                    (unsigned char)system[bad], bad);
+}
+
 static int64_t context_size(const struct run_opts *o, const struct model *m)
 {
     if (o->n_ctx > 0) {
@@ -369,7 +380,8 @@ int cmd_run(int argc, char **argv)
     } else {
         st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len);
     }
-    if (st != IG_OK || (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
+    if (st != IG_OK || (st = check_system(o.system)) != IG_OK ||
+        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
         goto done;
     if (cli_stderr_is_tty() && !o.quiet)
         fprintf(stderr, "loading %s\n", path);

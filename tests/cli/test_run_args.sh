@@ -56,6 +56,8 @@ printf 'ok \xc0\xaf overlong' >"$TMP/bad.txt"
 expect_rc 6 "overlong UTF-8 in a file" "$IGNITE" run -f "$TMP/bad.txt"
 printf '\xed\xa0\x80' | expect_rc 6 "surrogate on stdin" "$IGNITE" run -f -
 expect_rc 6 "truncated UTF-8" "$IGNITE" run -p $'abc\xe2\x82'
+expect_rc 6 "invalid UTF-8 in --system" "$IGNITE" run --chat --system $'ab\xffc' -p hi &&
+    expect_grep "$TMP/err" "--system is not valid UTF-8.*offset 2" "invalid --system"
 expect_rc 3 "missing prompt file" "$IGNITE" run -f "$TMP/nope.txt"
 
 # Model files.
