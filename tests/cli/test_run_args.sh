@@ -62,6 +62,10 @@ expect_rc 3 "missing prompt file" "$IGNITE" run -f "$TMP/nope.txt"
 
 # Model files.
 expect_rc 3 "missing model" "$IGNITE" run -m "$TMP/nope.gguf" -p hi
+# A diagnostic is one line whatever it quotes: control bytes print as '?'.
+expect_rc 3 "model path with a newline and an escape" "$IGNITE" info -m "$TMP/a"$'\n\e[2J'"b.gguf"
+CHECKS=$((CHECKS + 1))
+[ "$(wc -l <"$TMP/err")" = 1 ] && ! grep -q $'\e' "$TMP/err" || fail "diagnostic not one clean line: $(od -c "$TMP/err" | head -5)"
 printf 'GGUF\x03\x00\x00\x00garbage' >"$TMP/bad.gguf"
 expect_rc 4 "malformed model" "$IGNITE" run -m "$TMP/bad.gguf" -p hi
 printf 'not a gguf file at all' >"$TMP/text.gguf"
