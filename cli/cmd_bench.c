@@ -542,7 +542,7 @@ int cmd_bench(int argc, char **argv)
     struct bench_opts o;
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
-        return st < 0 ? IG_OK : st;
+        return st < 0 ? cli_flush_stdout() : st;
     if (o.n_models == 0)
         o.models[o.n_models++] = NULL; /* the default model */
     struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};

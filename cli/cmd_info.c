@@ -216,8 +216,8 @@ int cmd_info(int argc, char **argv)
                            "Loads and validates a GGUF model and describes it: architecture,\n"
                            "shapes, tokenizer metadata, tensors by type, KV cache size.",
                            info_options);
-            return IG_OK;
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return IG_OK;
+            return cli_flush_stdout();
+        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
         default: return cli_option_error("info", c, argv);
         }
     }

@@ -354,7 +354,7 @@ int cmd_run(int argc, char **argv)
     run_defaults(&o);
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
-        return st < 0 ? IG_OK : st;
+        return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     if ((st = backend_parse_device(o.device, &dev)) != IG_OK ||
         (st = backend_resolve_device(&dev)) != IG_OK)

@@ -131,8 +131,8 @@ int cmd_tokenize(int argc, char **argv)
             cli_print_help(stdout, usage,
                            "Print the token ids the model's tokenizer gives a text, one per line.",
                            tokenize_options);
-            return IG_OK;
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return IG_OK;
+            return cli_flush_stdout();
+        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
         default: return cli_option_error("tokenize", c, argv);
         }
     }

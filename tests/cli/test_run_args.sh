@@ -19,6 +19,17 @@ for cmd in info tokenize bench; do
     expect_rc 0 "$cmd --help" "$IGNITE" $cmd --help && expect_grep "$TMP/out" "--version" "$cmd --help"
 done
 
+# Help or version that cannot be written is an I/O error (3), not success.
+if [ -w /dev/full ]; then
+    for args in "--help" "--version" "run --help" "run -V" "info --help" "tokenize -V" "bench --help"; do
+        CHECKS=$((CHECKS + 1))
+        "$IGNITE" $args >/dev/full 2>"$TMP/err"
+        rc=$?
+        [ "$rc" = 3 ] && grep -q "cannot write to stdout" "$TMP/err" ||
+            fail "$args >/dev/full: exit $rc, want 3: $(cat "$TMP/err")"
+    done
+fi
+
 # Usage errors: status 2, one line naming the problem.
 expect_rc 2 "unknown long option" "$IGNITE" run --bogus -p hi && expect_grep "$TMP/err" "--bogus" "unknown option"
 expect_rc 2 "unknown short option" "$IGNITE" -Z -p hi
