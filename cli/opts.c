@@ -5,6 +5,7 @@
 #include "core/paths.h"
 #include "core/status.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -68,7 +69,9 @@ int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE || v < min || v > max)
+    /* whole strings only: strtoll would skip leading white space */
+    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE || v < min ||
+        v > max)
         return ig_error(IG_E_USAGE, "%s: expected an integer in [%lld, %lld], got '%s'",
                         what, (long long)min, (long long)max, s);
     *out = v;
@@ -80,7 +83,8 @@ int cli_parse_f64(const char *what, const char *s, double min, double max, doubl
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || v < min || v > max)
+    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE ||
+        !isfinite(v) || v < min || v > max)
         return ig_error(IG_E_USAGE, "%s: expected a number in [%g, %g], got '%s'",
                         what, min, max, s);
     *out = v;

@@ -36,6 +36,8 @@ expect_rc 2 "unknown short option" "$IGNITE" -Z -p hi
 expect_rc 2 "missing value" "$IGNITE" run -p
 expect_rc 2 "not a number" "$IGNITE" run -p hi -n abc && expect_grep "$TMP/err" "n-predict" "-n abc"
 expect_rc 2 "trailing junk" "$IGNITE" run -p hi -c 12x
+expect_rc 2 "leading space" "$IGNITE" run -p hi -n " 5"
+expect_rc 2 "leading newline in a float" "$IGNITE" run -p hi --temp $'\n0.5'
 expect_rc 2 "-n 0" "$IGNITE" run -p hi -n 0
 expect_rc 2 "top-p out of range" "$IGNITE" run -p hi --top-p 1.5
 expect_rc 2 "negative temperature" "$IGNITE" run -p hi --temp -1
