@@ -551,5 +551,5 @@ int cmd_bench(int argc, char **argv)
         st = bench_model(&e, o.models[i]);
     if (!strcmp(o.format, "json"))
         printf(e.rows_out ? "\n]\n" : "[]\n");
-    return st;
+    return st == IG_OK ? cli_flush_stdout() : st; /* rows that never arrived are a failure */
 }
