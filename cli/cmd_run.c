@@ -322,6 +322,17 @@ static bool is_plain_file(const char *path)
     return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* --save-kv must not name the model: opening it for writing would truncate
+ * the weights the run has mapped (and still reads for the model id). */
+static int check_save_path(const char *save, const char *model)
+{
+    struct stat a, b;
+    if (!save || !strcmp(save, "-") || stat(save, &a) != 0 || stat(model, &b) != 0 ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return IG_OK;
+    return ig_error(IG_E_USAGE, "--save-kv %s is the model file; name another file", save);
+}
+
 /* Writes the cache and its history to --save-kv. A regular file that cannot
  * be completed is removed. Returns IG_OK or IG_E_IO. */
 static int save_cache(const char *file, const struct model *m, struct backend *be,
@@ -331,12 +342,12 @@ static int save_cache(const char *file, const struct model *m, struct backend *b
     int st = backend_kv_export(be, &kv);
     if (st != IG_OK)
         return st;
+    unsigned char id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, id); /* before the file is opened: it reads the mapped weights */
     bool is_stdout = !strcmp(file, "-");
     FILE *f = is_stdout ? stdout : fopen(file, "wb");
     if (!f)
         return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
-    unsigned char id[KV_MODEL_ID_BYTES];
-    kv_model_id(m, id);
     st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
                            hist->have_logits ? hist->logits : NULL, m->hp.n_vocab);
     if (!is_stdout) {
@@ -381,7 +392,8 @@ int cmd_run(int argc, char **argv)
         st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len);
     }
     if (st != IG_OK || (st = check_system(o.system)) != IG_OK ||
-        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
+        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK ||
+        (st = check_save_path(o.save_kv, path)) != IG_OK)
         goto done;
     if (cli_stderr_is_tty() && !o.quiet)
         fprintf(stderr, "loading %s\n", path);
