@@ -42,11 +42,11 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         print_usage(stdout);
-        return IG_OK;
+        return cli_flush_stdout();
     }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
         printf("ignite %s\n", IGNITE_VERSION);
-        return IG_OK;
+        return cli_flush_stdout();
     }
     if (cmd[0] == '-') /* options first: the run command */
         return cmd_run(argc, argv);

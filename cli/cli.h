@@ -59,6 +59,11 @@ int cli_parse_f64(const char *what, const char *s, double min, double max, doubl
  * given and the default model is not there. */
 int cli_model_path(const char *arg, char *buf, size_t cap);
 
+/* At the end of a command's output (--help, --version, bench's rows): IG_OK
+ * when stdout took it all (or the reader went away: EPIPE), else IG_E_IO
+ * after one line (`ignite --help >/dev/full`). */
+int cli_flush_stdout(void);
+
 /* True when stderr is a terminal and NO_COLOR is unset: progress is shown. */
 bool cli_stderr_is_tty(void);
 

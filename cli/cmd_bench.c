@@ -39,6 +39,7 @@ static const struct cli_option bench_options[] = {
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -111,7 +112,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
 }
 
-/* Returns IG_OK to run, -1 after --help, or IG_E_USAGE / IG_E_DEVICE. */
+/* Returns IG_OK to run, -1 after --help/--version, or IG_E_USAGE / IG_E_DEVICE. */
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
@@ -126,6 +127,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
         if (key == 'h') {
             cli_print_help(stdout, bench_usage, bench_summary, bench_options);
+            return -1;
+        }
+        if (key == 'V') {
+            printf("ignite %s\n", IGNITE_VERSION);
             return -1;
         }
         if (key == '?' || key == ':')
@@ -537,7 +542,7 @@ int cmd_bench(int argc, char **argv)
     struct bench_opts o;
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
-        return st < 0 ? IG_OK : st;
+        return st < 0 ? cli_flush_stdout() : st;
     if (o.n_models == 0)
         o.models[o.n_models++] = NULL; /* the default model */
     struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};
@@ -546,5 +551,5 @@ int cmd_bench(int argc, char **argv)
         st = bench_model(&e, o.models[i]);
     if (!strcmp(o.format, "json"))
         printf(e.rows_out ? "\n]\n" : "[]\n");
-    return st;
+    return st == IG_OK ? cli_flush_stdout() : st; /* rows that never arrived are a failure */
 }

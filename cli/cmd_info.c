@@ -19,6 +19,7 @@ static const struct cli_option info_options[] = {
     {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object instead of text", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -44,8 +45,10 @@ static void copy_str(const struct gguf_file *g, const char *key, char *buf, size
     if (!gguf_get_str(g, key, &s))
         return;
     size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
-    for (size_t i = 0; i < n; i++) /* one line per field, whatever the file says */
-        buf[i] = s.ptr[i] == '\n' || s.ptr[i] == '\r' ? ' ' : s.ptr[i];
+    for (size_t i = 0; i < n; i++) { /* one line per field and no terminal escapes */
+        unsigned char c = (unsigned char)s.ptr[i];
+        buf[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    }
     buf[n] = '\0';
 }
 
@@ -124,12 +127,16 @@ static void print_text(const struct model *m, const struct info *in)
            (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
 }
 
+/* v as a JSON string: a file's metadata (or a path) need not be UTF-8, so
+ * bad bytes become U+FFFD. Empty (or out of memory) gives null. */
 static void add_str_or_null(cJSON *o, const char *k, const char *v)
 {
-    if (*v)
-        cJSON_AddStringToObject(o, k, v);
+    char *u = *v ? cli_utf8_repair(v, strlen(v)) : NULL;
+    if (u)
+        cJSON_AddStringToObject(o, k, u);
     else
         cJSON_AddNullToObject(o, k);
+    free(u);
 }
 
 static void add_id_or_null(cJSON *o, const char *k, int64_t v)
@@ -144,7 +151,7 @@ static int print_json(const struct model *m, const struct info *in)
 {
     const struct model_hparams *hp = &m->hp;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "path", m->path);
+    add_str_or_null(o, "path", m->path);
     cJSON_AddNumberToObject(o, "file_size", (double)m->gguf->file_size);
     cJSON_AddNumberToObject(o, "gguf_version", m->gguf->version);
     cJSON_AddStringToObject(o, "architecture", hp->arch);
@@ -209,7 +216,8 @@ int cmd_info(int argc, char **argv)
                            "Loads and validates a GGUF model and describes it: architecture,\n"
                            "shapes, tokenizer metadata, tensors by type, KV cache size.",
                            info_options);
-            return IG_OK;
+            return cli_flush_stdout();
+        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
         default: return cli_option_error("info", c, argv);
         }
     }

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RUN_DEFAULT_CTX 4096 /* -c 0: the model's context, capped here */
@@ -247,6 +248,17 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
     return st;
 }
 
+/* --system becomes part of the prompt, so it passes the prompt's UTF-8
+ * check (exit 6 naming the offset). */
+static int check_system(const char *system)
+{
+    size_t bad;
+    if (!system || cli_utf8_valid(system, strlen(system), &bad))
+        return IG_OK;
+    return ig_error(IG_E_INPUT, "--system is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                    (unsigned char)system[bad], bad);
+}
+
 static int64_t context_size(const struct run_opts *o, const struct model *m)
 {
     if (o->n_ctx > 0) {
@@ -301,8 +313,28 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
     return st;
 }
 
-/* Writes the cache and its history to --save-kv. A file that cannot be
- * completed is removed. Returns IG_OK or IG_E_IO. */
+/* True when `path` itself (not a link's target) is a regular file: only
+ * such a file is removed after a failed save, never a device such as
+ * /dev/full, a FIFO or a symlink the user pointed --save-kv at. */
+static bool is_plain_file(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* --save-kv must not name the model: opening it for writing would truncate
+ * the weights the run has mapped (and still reads for the model id). */
+static int check_save_path(const char *save, const char *model)
+{
+    struct stat a, b;
+    if (!save || !strcmp(save, "-") || stat(save, &a) != 0 || stat(model, &b) != 0 ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return IG_OK;
+    return ig_error(IG_E_USAGE, "--save-kv %s is the model file; name another file", save);
+}
+
+/* Writes the cache and its history to --save-kv. A regular file that cannot
+ * be completed is removed. Returns IG_OK or IG_E_IO. */
 static int save_cache(const char *file, const struct model *m, struct backend *be,
                       const struct generate_history *hist)
 {
@@ -310,18 +342,18 @@ static int save_cache(const char *file, const struct model *m, struct backend *b
     int st = backend_kv_export(be, &kv);
     if (st != IG_OK)
         return st;
+    unsigned char id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, id); /* before the file is opened: it reads the mapped weights */
     bool is_stdout = !strcmp(file, "-");
     FILE *f = is_stdout ? stdout : fopen(file, "wb");
     if (!f)
         return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
-    unsigned char id[KV_MODEL_ID_BYTES];
-    kv_model_id(m, id);
     st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
                            hist->have_logits ? hist->logits : NULL, m->hp.n_vocab);
     if (!is_stdout) {
         if (fclose(f) != 0 && st == IG_OK)
             st = ig_error(IG_E_IO, "cannot write %s: %s", file, strerror(errno));
-        if (st != IG_OK)
+        if (st != IG_OK && is_plain_file(file))
             remove(file);
     }
     return st;
@@ -333,7 +365,7 @@ int cmd_run(int argc, char **argv)
     run_defaults(&o);
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
-        return st < 0 ? IG_OK : st;
+        return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     if ((st = backend_parse_device(o.device, &dev)) != IG_OK ||
         (st = backend_resolve_device(&dev)) != IG_OK)
@@ -359,7 +391,9 @@ int cmd_run(int argc, char **argv)
     } else {
         st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len);
     }
-    if (st != IG_OK || (st = cli_model_path(o.model, path, sizeof path)) != IG_OK)
+    if (st != IG_OK || (st = check_system(o.system)) != IG_OK ||
+        (st = cli_model_path(o.model, path, sizeof path)) != IG_OK ||
+        (st = check_save_path(o.save_kv, path)) != IG_OK)
         goto done;
     if (cli_stderr_is_tty() && !o.quiet)
         fprintf(stderr, "loading %s\n", path);

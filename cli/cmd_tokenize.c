@@ -28,6 +28,7 @@ static const struct cli_option tokenize_options[] = {
      "treat control-token text (<|im_start|>...) as plain text", NULL},
     {"no-bos", OPT_NO_BOS, no_argument, NULL, "do not add BOS even if the model asks for it", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -130,7 +131,8 @@ int cmd_tokenize(int argc, char **argv)
             cli_print_help(stdout, usage,
                            "Print the token ids the model's tokenizer gives a text, one per line.",
                            tokenize_options);
-            return IG_OK;
+            return cli_flush_stdout();
+        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
         default: return cli_option_error("tokenize", c, argv);
         }
     }

@@ -5,6 +5,7 @@
 #include "core/paths.h"
 #include "core/status.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -68,7 +69,9 @@ int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE || v < min || v > max)
+    /* whole strings only: strtoll would skip leading white space */
+    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE || v < min ||
+        v > max)
         return ig_error(IG_E_USAGE, "%s: expected an integer in [%lld, %lld], got '%s'",
                         what, (long long)min, (long long)max, s);
     *out = v;
@@ -80,7 +83,8 @@ int cli_parse_f64(const char *what, const char *s, double min, double max, doubl
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || v < min || v > max)
+    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE ||
+        !isfinite(v) || v < min || v > max)
         return ig_error(IG_E_USAGE, "%s: expected a number in [%g, %g], got '%s'",
                         what, min, max, s);
     *out = v;
@@ -103,6 +107,15 @@ int cli_model_path(const char *arg, char *buf, size_t cap)
                         "no -m/--model given and the default model is not at %s "
                         "(run 'make fetch-model')", buf);
     return IG_OK;
+}
+
+int cli_flush_stdout(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return IG_OK;
+    int e = errno ? errno : EIO;
+    return e == EPIPE ? IG_OK : ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(e));
 }
 
 bool cli_stderr_is_tty(void)

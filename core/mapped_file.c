@@ -15,7 +15,9 @@
 int ig_map_file(const char *path, struct ig_mapped_file *out)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever
+     * before the check below could refuse it; a regular file ignores it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ig_error(IG_E_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;

@@ -5,13 +5,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Writes "ignite: <prefix><message>\n". Messages quote paths and strings
+ * from model files, which may hold any byte: a control byte becomes '?', so
+ * a diagnostic stays one line and cannot carry a terminal escape. */
+__attribute__((format(printf, 2, 0)))
+static void print_line(const char *prefix, const char *fmt, va_list ap)
+{
+    char buf[8192];
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    buf[len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+            buf[i] = '?';
+    fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+}
+
 int ig_error(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("ignite: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_line("", fmt, ap);
     va_end(ap);
     return status;
 }
@@ -20,9 +34,7 @@ void ig_warn(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("ignite: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_line("warning: ", fmt, ap);
     va_end(ap);
 }
 

@@ -31,12 +31,13 @@ enum ig_status {
     IG_E_INTERRUPTED = 130 /* stopped by SIGINT (128 + 2, as shells do) */
 };
 
-/* Prints "ignite: <message>\n" to stderr. Returns `status` so a caller can
- * write `return ig_error(IG_E_MODEL, "...")`. */
+/* Prints "ignite: <message>\n" to stderr, always one line: control bytes in
+ * the message (a path, a string from a model file) print as '?'. Returns
+ * `status` so a caller can write `return ig_error(IG_E_MODEL, "...")`. */
 int ig_error(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Prints "ignite: warning: <message>\n" to stderr. */
+/* Prints "ignite: warning: <message>\n" to stderr, one line as ig_error's. */
 void ig_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Short name of a status for --json and tests ("model", "usage", ...). */

@@ -87,11 +87,13 @@ static int extend_history(struct generate_history *hist, const struct tok_ids *i
 }
 
 /* Runs the prompt through prefill in chunks after what the cache holds;
- * logits of the last token. Activation memory is bounded by the chunk. */
+ * logits of the last token. Activation memory is bounded by the chunk.
+ * *n_done: the tokens prefilled, fewer than ids->n after an interrupt. */
 static int prefill_prompt(struct backend *be, const struct tok_ids *ids,
-                          const struct generate_params *p, float *logits)
+                          const struct generate_params *p, float *logits, int64_t *n_done)
 {
     int64_t pos0 = backend_n_pos(be);
+    *n_done = 0;
     for (int64_t i = 0; i < ids->n; i += p->max_batch) {
         if (interrupted(p))
             return IG_E_INTERRUPTED;
@@ -99,6 +101,7 @@ static int prefill_prompt(struct backend *be, const struct tok_ids *ids,
         int st = backend_prefill(be, ids->ids + i, n, pos0 + i, logits);
         if (st != IG_OK)
             return st;
+        *n_done = i + n;
     }
     return IG_OK;
 }
@@ -129,7 +132,6 @@ int generate_run(struct backend *be, struct tok_vocab *vocab,
     stats->tokenize_ms = ms_since(t0);
     if (st != IG_OK)
         goto done;
-    stats->n_prompt = ids.n;
     stats->n_cached = hist->n;
     for (int64_t i = 0; i < hist->n; i++)
         sampler_accept(smp, hist->tokens[i]);
@@ -139,7 +141,7 @@ int generate_run(struct backend *be, struct tok_vocab *vocab,
     int64_t t_prefill = ig_now_ns();
     if (ids.n)
         hist->have_logits = false; /* until the prefill completes */
-    st = prefill_prompt(be, &ids, p, logits);
+    st = prefill_prompt(be, &ids, p, logits, &stats->n_prompt);
     stats->prefill_ms = ms_since(t_prefill);
     if (st == IG_E_INTERRUPTED) {
         stats->stop = GEN_STOP_INTERRUPT;

@@ -67,7 +67,8 @@ struct generate_params {
 };
 
 struct generate_stats {
-    int64_t n_prompt;       /* prompt tokens prefilled by this run (BOS included) */
+    int64_t n_prompt;       /* prompt tokens prefilled by this run (BOS included; after an
+                             * interrupt in the prefill, the chunks done) */
     int64_t n_cached;       /* tokens that were already in the cache (history) */
     int64_t n_gen;          /* tokens sampled, an end-of-generation token included */
     int64_t n_decode;       /* one-token forwards run */

@@ -17,6 +17,8 @@
 #include "core/status.h"
 #include "ops/simd.h"
 
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,9 +125,18 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
     for (int64_t b = 0; b < cols / QMM_QK; b++) {
         const float *xb = x + b * QMM_QK;
         float amax = 0;
+        int finite = 1;
         for (int j = 0; j < QMM_QK; j++) {
             float a = xb[j] < 0 ? -xb[j] : xb[j];
             amax = amax > a ? amax : a;
+            finite &= a <= FLT_MAX; /* 0 for inf and NaN (which amax can skip) */
+        }
+        if (!finite) {
+            /* An inf or NaN would reach the int conversion (undefined) and
+             * could vanish from the result; the f32 product is NaN, so is this. */
+            memset(out[b].qs, 0, sizeof out[b].qs);
+            out[b].d = out[b].s = NAN;
+            continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
         int32_t sum = 0;

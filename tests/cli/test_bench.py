@@ -3,7 +3,8 @@ weights in memory, nothing downloaded) with tiny tests: csv, json and jsonl
 parse, md has its header and one row per test, every row carries the model,
 its size and parameters, the device, the version and the test's numbers; two
 thread counts and two prompt lengths give one row each; a GGUF model made by
-tests/pylib/ggufgen.py works too; bad options exit 2, a CUDA device that is not there exits 7.
+tests/pylib/ggufgen.py works too; bad options exit 2, a CUDA device that is not there exits 7,
+a stdout that cannot take the rows exits 3.
 No timing asserts."""
 import csv
 import io
@@ -128,6 +129,13 @@ def main():
     check(rc == 2 and "SmolLM2-135M" in err, f"unknown synthetic model: exit {rc}: {err}")
     rc, out, err = bench(model="synthetic:SmolLM2-135M:Q4_K")
     check(rc == 2, f"Q4_K on 576-wide SmolLM2: exit {rc}: {err}")
+    # rows stdout cannot take are an I/O error, not success
+    if os.access("/dev/full", os.W_OK):
+        with open("/dev/full", "wb") as full:
+            r = subprocess.run([IGNITE, "bench", "-m", MODEL, "-r", "1", "-p", "4", "-n", "0",
+                                "-t", "1"], stdout=full, stderr=subprocess.PIPE, timeout=300)
+        check(r.returncode == 3 and b"cannot write" in r.stderr,
+              f"bench >/dev/full: exit {r.returncode}: {r.stderr!r}")
 
     return summary("test_bench")
 

@@ -1,6 +1,7 @@
 # tests/cli/test_run_args.sh: `ignite run` behaviour that needs no model:
-# help and version, bad flags and values, prompt checks (empty, invalid
-# UTF-8, unreadable file), bad model files, --device, and the exit code of
+# help and version (also after info, tokenize, bench), bad flags and values,
+# prompt checks (empty, invalid UTF-8, unreadable file), bad model files,
+# --device, and the exit code of
 # each (docs/cli.md lists them).
 . "$(dirname "$0")/lib.sh"
 
@@ -11,6 +12,23 @@ expect_rc 0 "default command --help" "$IGNITE" --help && expect_grep "$TMP/out" 
 expect_rc 0 "run --version" "$IGNITE" run --version && expect_grep "$TMP/out" "^ignite [0-9]" "--version"
 expect_rc 0 "-V" "$IGNITE" -V && expect_grep "$TMP/out" "^ignite [0-9]" "-V"
 expect_rc 2 "no arguments" "$IGNITE" && expect_grep "$TMP/err" "usage" "no arguments"
+# ... and after every command (docs/cli.md).
+for cmd in info tokenize bench; do
+    expect_rc 0 "$cmd --version" "$IGNITE" $cmd --version && expect_grep "$TMP/out" "^ignite [0-9]" "$cmd --version"
+    expect_rc 0 "$cmd -V" "$IGNITE" $cmd -V && expect_grep "$TMP/out" "^ignite [0-9]" "$cmd -V"
+    expect_rc 0 "$cmd --help" "$IGNITE" $cmd --help && expect_grep "$TMP/out" "--version" "$cmd --help"
+done
+
+# Help or version that cannot be written is an I/O error (3), not success.
+if [ -w /dev/full ]; then
+    for args in "--help" "--version" "run --help" "run -V" "info --help" "tokenize -V" "bench --help"; do
+        CHECKS=$((CHECKS + 1))
+        "$IGNITE" $args >/dev/full 2>"$TMP/err"
+        rc=$?
+        [ "$rc" = 3 ] && grep -q "cannot write to stdout" "$TMP/err" ||
+            fail "$args >/dev/full: exit $rc, want 3: $(cat "$TMP/err")"
+    done
+fi
 
 # Usage errors: status 2, one line naming the problem.
 expect_rc 2 "unknown long option" "$IGNITE" run --bogus -p hi && expect_grep "$TMP/err" "--bogus" "unknown option"
@@ -18,6 +36,8 @@ expect_rc 2 "unknown short option" "$IGNITE" -Z -p hi
 expect_rc 2 "missing value" "$IGNITE" run -p
 expect_rc 2 "not a number" "$IGNITE" run -p hi -n abc && expect_grep "$TMP/err" "n-predict" "-n abc"
 expect_rc 2 "trailing junk" "$IGNITE" run -p hi -c 12x
+expect_rc 2 "leading space" "$IGNITE" run -p hi -n " 5"
+expect_rc 2 "leading newline in a float" "$IGNITE" run -p hi --temp $'\n0.5'
 expect_rc 2 "-n 0" "$IGNITE" run -p hi -n 0
 expect_rc 2 "top-p out of range" "$IGNITE" run -p hi --top-p 1.5
 expect_rc 2 "negative temperature" "$IGNITE" run -p hi --temp -1
@@ -49,14 +69,23 @@ printf 'ok \xc0\xaf overlong' >"$TMP/bad.txt"
 expect_rc 6 "overlong UTF-8 in a file" "$IGNITE" run -f "$TMP/bad.txt"
 printf '\xed\xa0\x80' | expect_rc 6 "surrogate on stdin" "$IGNITE" run -f -
 expect_rc 6 "truncated UTF-8" "$IGNITE" run -p $'abc\xe2\x82'
+expect_rc 6 "invalid UTF-8 in --system" "$IGNITE" run --chat --system $'ab\xffc' -p hi &&
+    expect_grep "$TMP/err" "--system is not valid UTF-8.*offset 2" "invalid --system"
 expect_rc 3 "missing prompt file" "$IGNITE" run -f "$TMP/nope.txt"
 
 # Model files.
 expect_rc 3 "missing model" "$IGNITE" run -m "$TMP/nope.gguf" -p hi
+# A diagnostic is one line whatever it quotes: control bytes print as '?'.
+expect_rc 3 "model path with a newline and an escape" "$IGNITE" info -m "$TMP/a"$'\n\e[2J'"b.gguf"
+CHECKS=$((CHECKS + 1))
+[ "$(wc -l <"$TMP/err")" = 1 ] && ! grep -q $'\e' "$TMP/err" || fail "diagnostic not one clean line: $(od -c "$TMP/err" | head -5)"
 printf 'GGUF\x03\x00\x00\x00garbage' >"$TMP/bad.gguf"
 expect_rc 4 "malformed model" "$IGNITE" run -m "$TMP/bad.gguf" -p hi
 printf 'not a gguf file at all' >"$TMP/text.gguf"
 expect_rc 4 "not a GGUF file" "$IGNITE" run -m "$TMP/text.gguf" -p hi
+mkfifo "$TMP/fifo.gguf"
+expect_rc 3 "a FIFO as the model (no hang)" timeout 60 "$IGNITE" run -m "$TMP/fifo.gguf" -p hi &&
+    expect_grep "$TMP/err" "not a regular file" "FIFO model"
 expect_rc 2 "no default model" env IGNITE_CACHE="$TMP/nocache" "$IGNITE" run -p hi
 expect_grep "$TMP/err" "fetch-model" "no default model"
 

@@ -1,7 +1,8 @@
 # tests/cli/test_run_model.sh: `ignite run` on the test model: streaming,
 # the one stats line, stdin, --json, seeds, --chat, prompt over the context,
 # a full context, a closed pipe (SIGPIPE/EPIPE: quiet, status 0) and Ctrl-C
-# (status 130 with the stats so far). Exits 77 without the model.
+# (status 130 with the stats so far, also in the prefill). Exits 77 without
+# the model.
 # Runs generate only a few tokens each: the ASan build is ~30x slower.
 . "$(dirname "$0")/lib.sh"
 need_model
@@ -96,5 +97,31 @@ rc=$?
 [ "$rc" = 130 ] || fail "SIGINT: exit $rc, want 130"
 grep -q '^stats: .*stop interrupted' "$TMP/int.err" || fail "SIGINT: no stats line: $(cat "$TMP/int.err")"
 [ -s "$TMP/int.out" ] || fail "SIGINT: no text before the interrupt"
+
+# Ctrl-C during the prefill: the stats count only the chunks prefilled (not
+# the whole prompt, which made prefill tok/s too high). The signal goes once
+# the handler is in place (SigCgt in /proc, bit 2 = SIGINT).
+CHECKS=$((CHECKS + 1))
+long=$(for i in $(seq 1 1000); do printf 'w%d ' "$i"; done)
+n_long=$("$IGNITE" tokenize -m "$MODEL" -p "$long" --count)
+"$IGNITE" run -m "$MODEL" -t 2 -p "$long" -b 4 -n 1 --json >"$TMP/pint.out" 2>"$TMP/pint.err" &
+pid=$!
+for _ in $(seq 1 600); do
+    mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$mask" ] && [ $((0x$mask & 2)) != 0 ] && break
+    sleep 0.1
+done
+sleep 0.5
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" = 130 ] || fail "SIGINT in the prefill: exit $rc, want 130: $(cat "$TMP/pint.err")"
+python3 - "$TMP/pint.out" "$n_long" <<'PY' || fail "SIGINT in the prefill: $(cat "$TMP/pint.out")"
+import json, sys
+obj = json.load(open(sys.argv[1]))
+n, full = obj["tokens"]["prompt"], int(sys.argv[2])
+assert obj["stop"] == "interrupted" and obj["tokens"]["generated"] == 0, obj
+assert n < full and n % 4 == 0, (n, full)  # whole chunks of -b 4, not the whole prompt
+PY
 
 finish test_run_model

@@ -1,6 +1,7 @@
 /* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q8_0, Q4_K
  * and Q6_K weights of random valid blocks and random activations:
- *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q);
+ *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
+ *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
  *  - the scalar tile kernel against an fp64 dot of the dequantized weight
  *    (quant_dequantize_row, checked against the gguf package elsewhere) and
  *    the dequantized activation, within 1e-5 of sum |w x|;
@@ -75,6 +76,30 @@ static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
             fprintf(stderr, "quantize: block %lld: s %g != d * %d\n", (long long)b, q[b].s, sum);
     }
     CHECKF(bad == 0, "activation quantization: %d bad elements", bad);
+}
+
+/* A block holding an inf or NaN quantizes to d = s = NaN and zero quants
+ * (the f32 product would be NaN) with no undefined int conversion; a NaN
+ * after a larger finite value must not be lost. Its neighbour is unharmed. */
+static void check_quantize_nonfinite(void)
+{
+    const float bad[3] = {INFINITY, -INFINITY, NAN};
+    for (int k = 0; k < 3; k++) {
+        float x[2 * QMM_QK];
+        for (int j = 0; j < 2 * QMM_QK; j++)
+            x[j] = (float)(j % 7) - 3.0f;
+        x[0] = 100.0f; /* the NaN comes after the block's largest value */
+        x[17] = bad[k];
+        struct qmm_q8 q[2];
+        memset(q, 0x5a, sizeof q);
+        ops_qmm_quantize(x, 2 * QMM_QK, q);
+        int nonzero = 0;
+        for (int j = 0; j < QMM_QK; j++)
+            nonzero += q[0].qs[j] != 0;
+        CHECKF(isnan(q[0].d) && isnan(q[0].s) && nonzero == 0,
+               "x[17] = %g: d %g s %g, %d quants not 0", bad[k], q[0].d, q[0].s, nonzero);
+        check_quantize(x + QMM_QK, QMM_QK, q + 1);
+    }
 }
 
 static void check_type(const struct type_case *tc, const struct model *model,
@@ -408,6 +433,7 @@ int main(void)
     if (ops_ctx_create(&m, 2, MAX_T, &ctx) != IG_OK)
         return 1;
     printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
+    check_quantize_nonfinite();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], &m, ctx);
     check_float_type(QUANT_F32, ctx);

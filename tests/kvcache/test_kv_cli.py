@@ -9,8 +9,10 @@ needs no download and stays fast under ASan:
   - --chunk and its aliases give the unchunked text;
   - every refused file exits 8 with its reason: another model, truncated
     (several lengths), another version, a corrupted byte, not a cache file;
-  - a context smaller than the file (6), usage conflicts (2), an unwritable
-    --save-kv path (3), a context that cannot fit in memory (5, both numbers).
+  - a context smaller than the file (6), usage conflicts (2; also --save-kv
+    naming the model, which stays intact), an unwritable --save-kv path (3;
+    a symlink or device there is not removed), a context that cannot fit in
+    memory (5, both numbers).
 """
 import json
 import os
@@ -145,6 +147,26 @@ def main():
         rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv",
                            os.path.join(tmp, "no", "such", "dir.kv"))
         check(rc == 3, f"unwritable --save-kv: rc {rc} {err!r}")
+        # --save-kv naming the model (or a link to it) is refused before the
+        # weights it maps are truncated (that crashed with SIGBUS)
+        with open(tiny, "rb") as f:
+            weights = f.read()
+        link = os.path.join(tmp, "model-link.gguf")
+        os.symlink(tiny, link)
+        for target in (tiny, link):
+            rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv", target)
+            check(rc == 2 and "is the model file" in err, f"--save-kv {target}: rc {rc} {err!r}")
+        with open(tiny, "rb") as f:
+            check(f.read() == weights, "--save-kv onto the model changed the model file")
+        # a failed save removes only a regular file it wrote: never a link or
+        # a device (as root, removing /dev/full itself)
+        if os.access("/dev/full", os.W_OK):
+            link = os.path.join(tmp, "full.kv")
+            os.symlink("/dev/full", link)
+            rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv", link)
+            check(rc == 3 and "No space left" in err, f"--save-kv to /dev/full: rc {rc} {err!r}")
+            check(os.path.islink(link) and os.path.exists("/dev/full"),
+                  "a failed --save-kv removed a symlink (or /dev/full)")
 
         # 2 layers x 2 KV heads x 8 dims x (K, V) x 4 bytes = 256 B a position
         avail = 0

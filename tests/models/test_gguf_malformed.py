@@ -5,8 +5,9 @@ Starts from a small valid model (tests/pylib/ggufgen.py, checked against
 gguf.GGUFReader), breaks one thing per case and expects exit code 4, one
 line on stderr naming the file and that specific problem, nothing on
 stdout, and no crash (run it in the ASan build too). Also: valid variants
-load (v2, other alignment, qwen2 with biases, untied output), a missing
-file gives exit 3.
+load (v2, other alignment, qwen2 with biases, untied output), metadata
+strings that are not UTF-8 or hold control bytes keep --json valid UTF-8
+and the text form free of control bytes, a missing file gives exit 3.
 """
 import json
 import os
@@ -249,8 +250,33 @@ def check_valid(tmp, name, g, expect):
             failures.append(f"{name}: {k} = {info[k]!r}, want {v!r}")
 
 
+def check_untrusted_strings(tmp):
+    """Metadata strings are the file's bytes: --json must stay valid UTF-8
+    JSON and the text form must not pass control bytes (a terminal escape)
+    through."""
+    g = tiny_llama(skip=("general.name", "tokenizer.ggml.pre"))
+    g.add("general.name", STR, b"bad \xff\xfe name \x1b[31m red")
+    g.add("tokenizer.ggml.pre", STR, b"gp\xfft2")
+    path = os.path.join(tmp, "strings.gguf")
+    with open(path, "wb") as f:
+        f.write(g.build())
+    r = subprocess.run([BIN, "info", "-m", path, "--json"], capture_output=True, timeout=60)
+    try:
+        info = json.loads(r.stdout.decode("utf-8"))
+        if r.returncode != 0 or info["name"] != "bad \ufffd\ufffd name  [31m red" or \
+                info["tokenizer"]["pre"] != "gp\ufffdt2":
+            failures.append(f"untrusted strings --json: exit {r.returncode}, {info.get('name')!r}")
+    except ValueError as e:
+        failures.append(f"untrusted strings --json: not UTF-8 JSON ({e}): {r.stdout[:300]!r}")
+    r = subprocess.run([BIN, "info", "-m", path], capture_output=True, timeout=60)
+    ctrl = [c for c in r.stdout if c < 0x20 and c != 0x0a or c == 0x7f]
+    if r.returncode != 0 or ctrl:
+        failures.append(f"untrusted strings text: exit {r.returncode}, control bytes {ctrl}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        check_untrusted_strings(tmp)
         wants = [w for _, _, w in CASES.values()]
         assert len(set(wants)) == len(wants), "two cases expect the same message"
         for name, (make, rc, want) in CASES.items():
