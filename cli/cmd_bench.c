@@ -64,21 +64,29 @@ struct bench_opts {
     bool exact;
 };
 
-/* "512,2048" -> list. Returns IG_OK or IG_E_USAGE. */
+/* "512,2048" -> list. Returns IG_OK, IG_E_USAGE or IG_E_NOMEM. */
 static int parse_list(const char *what, const char *arg, int64_t min, int64_t *out, int *n)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
+    size_t len = strlen(arg);
+    char *buf = malloc(len + 1); /* a copy of any length: a fixed one cut long lists short */
+    if (!buf)
+        return ig_error(IG_E_NOMEM, "%s: out of memory for a list of %zu characters", what, len);
+    memcpy(buf, arg, len + 1);
+    int st = IG_OK;
     *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && st == IG_OK;
          tok = strtok_r(NULL, ",", &save)) {
         if (*n == BENCH_MAX_LIST)
-            return ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
-        if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
-            return IG_E_USAGE;
-        (*n)++;
+            st = ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
+        else if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
+            st = IG_E_USAGE;
+        else
+            (*n)++;
     }
-    return *n ? IG_OK : ig_error(IG_E_USAGE, "%s: expected a list of numbers", what);
+    free(buf);
+    if (st == IG_OK && !*n)
+        st = ig_error(IG_E_USAGE, "%s: expected a list of numbers", what);
+    return st;
 }
 
 static int set_option(struct bench_opts *o, int key, const char *arg)

@@ -3,7 +3,7 @@ weights in memory, nothing downloaded) with tiny tests: csv, json and jsonl
 parse, md has its header and one row per test, every row carries the model,
 its size and parameters, the device, the version and the test's numbers; two
 thread counts and two prompt lengths give one row each; a GGUF model made by
-tests/pylib/ggufgen.py works too; bad options exit 2, a CUDA device that is not there exits 7,
+tests/pylib/ggufgen.py works too; a list longer than 255 characters is read whole; bad options exit 2, a CUDA device that is not there exits 7,
 a stdout that cannot take the rows exits 3.
 No timing asserts."""
 import csv
@@ -118,6 +118,13 @@ def main():
     got = [(r.get("test"), r.get("n_depth")) for r in rows]
     check(got == [("pp8", 0), ("tg4", 0), ("pp8 @ d16", 16), ("tg4 @ d16", 16)],
           f"depth rows: {got}")
+
+    # a list of any length is read whole (a 255-byte copy once cut this to 4,0: pp4 alone)
+    rc, out, err = bench("-p", "4," + "0" * 300 + "8", "-n", "0", "-t", "1", "-o", "jsonl")
+    got = [json.loads(l).get("test") for l in out.splitlines() if l.strip()]
+    check(rc == 0 and got == ["pp4", "pp8"], f"long -p list: exit {rc}, rows {got}: {err}")
+    rc, out, err = bench("-n", ",".join(["0" * 20 + "1"] * 17))
+    check(rc == 2 and "at most 16" in err and out == "", f"17 long values: exit {rc}: {err}")
 
     # errors
     for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda:1023"], 7),
