@@ -95,7 +95,7 @@ int backend_resolve_device(struct backend_device *dev)
 
 static int create_cpu(struct backend *b, const struct backend_opts *o)
 {
-    int st = kv_cache_create(&b->m->hp, o->n_ctx, o->kv_dtype, &b->kv);
+    int st = kv_cache_create_hint(&b->m->hp, o->n_ctx, o->kv_dtype, o->oom_hint, &b->kv);
     if (st == IG_OK)
         st = ops_ctx_create(b->m, o->n_threads, o->max_batch, &b->ops);
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */

@@ -43,6 +43,8 @@ struct backend_opts {
     enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
+    const char *oom_hint; /* what the user can do when n_ctx or max_batch does not fit,
+                           * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
 };
 
 struct backend;

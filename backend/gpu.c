@@ -111,8 +111,9 @@ static int check_model(const struct model *m)
     return IG_OK;
 }
 
-/* Refuses up front, with the numbers, a model that does not fit. */
-static int check_fits(const struct gpu_backend *g)
+/* Refuses up front, with the numbers, a model that does not fit; `hint`
+ * (backend_opts.oom_hint) ends the line. */
+static int check_fits(const struct gpu_backend *g, const char *hint)
 {
     struct gpu_sizes s;
     plan_sizes(g, &s);
@@ -121,10 +122,10 @@ static int check_fits(const struct gpu_backend *g)
         return IG_OK;
     return ig_error(IG_E_NOMEM, "the model needs %.2f GiB on cuda:%d (weights %.2f, KV cache "
                     "%.2f for %lld positions, activations %.2f) but %s has %.2f GiB free "
-                    "(lower -c/--ctx-size or --chunk, or use --device cpu)",
-                    (need + slack) / GIB, g->info.index, s.weights / GIB, s.kv / GIB,
+                    "(%s)", (need + slack) / GIB, g->info.index, s.weights / GIB, s.kv / GIB,
                     (long long)g->n_ctx, s.acts / GIB, g->info.name,
-                    (double)g->info.mem_free / GIB);
+                    (double)g->info.mem_free / GIB,
+                    hint ? hint : "lower -c/--ctx-size or --chunk, or use --device cpu");
 }
 
 static int alloc_state(struct gpu_backend *g)
@@ -195,7 +196,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
         IG_DEV(dev_get_info)(g->dev, &g->info);
         g->stream = IG_DEV(dev_stream)(g->dev);
         g->n_splits = decode_attn_choose_splits(g->n_ctx, hp->n_head_kv, g->info.n_sm);
-        st = check_fits(g);
+        st = check_fits(g, o->oom_hint);
     }
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
         st = alloc_state(g);

@@ -509,7 +509,10 @@ static int bench_model(struct bench_env *e, const char *spec)
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
                                   .n_ctx = n_ctx, .max_batch = batch, .kv_dtype = o->kv,
-                                  .exact = o->exact};
+                                  .exact = o->exact,
+                                  /* bench's context is the longest -d plus -p or -n */
+                                  .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"
+                                                   : "lower -p, -n or -d"};
         if ((st = backend_create(m, &bo, &b.be)) != IG_OK)
             break;
         r->threads = backend_threads(b.be);

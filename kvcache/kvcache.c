@@ -55,6 +55,12 @@ double kv_mem_available(void)
 int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
                     struct kv_cache **out)
 {
+    return kv_cache_create_hint(hp, n_ctx, dtype, NULL, out);
+}
+
+int kv_cache_create_hint(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
+                         const char *hint, struct kv_cache **out)
+{
     *out = NULL;
     if (n_ctx < 1 || hp->n_layer < 1 || hp->n_head_kv < 1 || hp->head_dim < 1)
         return ig_error(IG_E_INTERNAL, "KV cache: bad shape (n_ctx %lld, %lld layers)",
@@ -63,8 +69,8 @@ int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype
     if (need > (double)(SIZE_MAX / 4) || (avail > 0 && need > avail))
         return ig_error(IG_E_NOMEM,
                         "a context of %lld positions needs %.1f MiB of KV cache but %.1f MiB "
-                        "of memory is available (lower -c/--ctx-size)",
-                        (long long)n_ctx, need / 1048576.0, avail / 1048576.0);
+                        "of memory is available (%s)", (long long)n_ctx, need / 1048576.0,
+                        avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
 
     struct kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv)

@@ -49,6 +49,11 @@ struct kv_cache {
 int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
                     struct kv_cache **out);
 
+/* kv_cache_create whose out-of-memory line ends with `hint`, what the user
+ * can do ("lower -c/--ctx-size" when NULL): commands set n_ctx differently. */
+int kv_cache_create_hint(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
+                         const char *hint, struct kv_cache **out);
+
 void kv_cache_free(struct kv_cache *kv);
 
 /* Makes positions 0 .. n_pos - 1 backed by memory, allocating blocks as

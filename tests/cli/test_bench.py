@@ -3,8 +3,9 @@ weights in memory, nothing downloaded) with tiny tests: csv, json and jsonl
 parse, md has its header and one row per test, every row carries the model,
 its size and parameters, the device, the version and the test's numbers; two
 thread counts and two prompt lengths give one row each; a GGUF model made by
-tests/pylib/ggufgen.py works too; a list longer than 255 characters is read whole; bad options exit 2, a CUDA device that is not there exits 7,
-a stdout that cannot take the rows exits 3.
+tests/pylib/ggufgen.py works too; a list longer than 255 characters is read whole; bad options exit 2, a CUDA device that is not
+there exits 7, a context beyond memory exits 5 naming -p, -n and -d, a stdout that cannot
+take the rows exits 3.
 No timing asserts."""
 import csv
 import io
@@ -125,6 +126,23 @@ def main():
     check(rc == 0 and got == ["pp4", "pp8"], f"long -p list: exit {rc}, rows {got}: {err}")
     rc, out, err = bench("-n", ",".join(["0" * 20 + "1"] * 17))
     check(rc == 2 and "at most 16" in err and out == "", f"17 long values: exit {rc}: {err}")
+
+    # a context beyond memory names bench's options, not run's -c
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "wide.gguf")
+        with open(path, "wb") as f:  # 16 layers x 512 x (K, V) x f32 = 64 KiB a position
+            f.write(ggufgen.tiny_llama(n_layer=16, n_embd=512, n_head=4, n_head_kv=4).build())
+        avail = 0
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+        n_ctx = 2 * (1 << 20) + 1
+        if avail and n_ctx * 65536 > avail:
+            rc, out, err = bench("-p", str(1 << 20), "-d", str(1 << 20), "-n", "0",
+                                 "--cache-type", "f32", "--device", "cpu", model=path)
+            check(rc == 5 and "lower -p, -n or -d" in err and "-c" not in err and out == "",
+                  f"context beyond memory: exit {rc}: {err!r}")
 
     # errors
     for args, code in [(["-o", "xml"], 2), (["-p", "x"], 2), (["--device", "cuda:1023"], 7),
