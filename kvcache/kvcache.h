@@ -153,9 +153,10 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
 
 /* Reads the rest into the empty cache `kv` (dtype hdr.dtype, n_ctx >=
  * hdr.n_tokens), tokens[0..hdr.n_tokens) and, when hdr.n_vocab > 0,
- * logits[0..n_vocab), then verifies the checksum. Sets kv->n_pos on success.
- * Returns IG_OK, IG_E_KVFILE (truncated, a token out of range, checksum
- * mismatch), IG_E_IO or IG_E_NOMEM. */
+ * logits[0..n_vocab), then verifies the checksum and that the stream ends
+ * there. Sets kv->n_pos on success. Returns IG_OK, IG_E_KVFILE (truncated, a
+ * token out of range, checksum mismatch, trailing bytes), IG_E_IO or
+ * IG_E_NOMEM. */
 int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *tokens,
                       float *logits);
 

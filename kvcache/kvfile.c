@@ -6,7 +6,7 @@
  *   i64 n_layer, n_head_kv, head_dim, n_tokens, n_vocab |
  *   i32 tokens[n_tokens] | f32 logits[n_vocab] |
  *   rows: for layer, for K then V, for KV head: n_tokens x head_dim of dtype |
- *   u32 CRC-32C of every byte before it
+ *   u32 CRC-32C of every byte before it | end of the stream
  *
  * all little-endian. What the cache means for generation (the sampler, the
  * prompt) is decode/generate.c's; the CLI options are cli/cmd_run.c's.
@@ -266,6 +266,16 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *to
     if (le_u32(b) != want)
         return ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
                         "file is corrupted", r->name, le_u32(b), want);
+    /* The file ends at the checksum: bytes after it (two files joined with
+     * cat) are not ours to ignore. Through a pipe this waits for the writer
+     * to close it. */
+    errno = 0;
+    if (fgetc(r->f) != EOF)
+        return ig_error(IG_E_KVFILE, "%s: trailing bytes after the KV cache's checksum (at byte "
+                        "%llu): not one KV cache file", r->name,
+                        (unsigned long long)r->n_read);
+    if (ferror(r->f))
+        return ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
     kv->n_pos = h->n_tokens;
     return IG_OK;
 }

@@ -8,7 +8,8 @@ needs no download and stays fast under ASan:
     the new tokens are prefilled;
   - --chunk and its aliases give the unchunked text;
   - every refused file exits 8 with its reason: another model, truncated
-    (several lengths), another version, a corrupted byte, not a cache file;
+    (several lengths), another version, a corrupted byte, not a cache file,
+    bytes after the checksum (two files joined; a file or stdin);
   - a context smaller than the file (6), usage conflicts (2; also --save-kv
     naming the model, which stays intact), an unwritable --save-kv path (3;
     a symlink or device there is not removed), a context that cannot fit in
@@ -134,6 +135,11 @@ def main():
         mid = len(good) // 2
         refused(good[:mid] + bytes([good[mid] ^ 1]) + good[mid + 1:], "flipped byte", "checksum")
         refused(b"hello, this is not a cache" * 10, "text file", "not an ignite KV")
+        refused(good + good, "two files joined", "trailing bytes")
+        refused(good + b"\n", "a byte after the checksum", "trailing bytes")
+        rc, out, err = run(tiny, "--load-kv", "-", "-n", "2", stdin=good + b"x")
+        check(rc == 8 and "stdin: trailing bytes" in err and out == b"",
+              f"trailing bytes on stdin: rc {rc} {err!r}")
         rc, out, err = run(tiny, "--load-kv", os.path.join(tmp, "missing.kv"))
         check(rc == 3, f"missing file: rc {rc} {err!r}")
 

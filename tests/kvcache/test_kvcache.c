@@ -5,7 +5,8 @@
  * scattered blocks equal (bit for bit) to the same keys in one contiguous
  * block; a saved cache read back exactly (also with n_pos on a block edge),
  * and every refused file: bad magic, another version, another model, a bad
- * token id, a flipped byte (checksum), and truncation at many lengths. */
+ * token id, a flipped byte (checksum), truncation at many lengths, and
+ * bytes after the checksum. */
 #include "core/checksum.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -270,6 +271,13 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
                "a file cut at %zu bytes was not refused", cuts[i]);
     CHECK(load(&hp, id, s.data, s.len / 2, &back, tok2, logits2) == IG_E_KVFILE);
     CHECK(load(&hp, id, s.data, s.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
+    /* bytes after the checksum: one, and a whole second file (cat a b) */
+    unsigned char *two = malloc(2 * s.len);
+    memcpy(two, s.data, s.len);
+    memcpy(two + s.len, s.data, s.len);
+    CHECK(load(&hp, id, two, s.len + 1, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(&hp, id, two, 2 * s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    free(two);
     struct model_hparams hp2 = hp;
     hp2.n_vocab = 50; /* the logits no longer fit this model */
     CHECK(load(&hp2, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
