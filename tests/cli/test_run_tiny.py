@@ -1,7 +1,7 @@
 """tests/cli/test_run_tiny.py: `ignite run` on tiny random-weight models made
 by tests/pylib/ggufgen.py, so it needs no downloaded model and stays fast in
 the ASan build: exact token counts at -n and at a full context, the prompt
-over the context, --chat with an unknown or a missing template (exit 4),
+over the context (its error line alone, no stats line), --chat with an unknown or a missing template (exit 4),
 seed repeatability and --json on every stop path."""
 import json
 import os
@@ -67,6 +67,7 @@ def main():
 
         rc, out, err = run(tiny, "-p", "abcdefgh", "-c", "4")
         check(rc == 6 and "context holds 4" in err and out == "", f"over context: {rc} {err!r}")
+        check(err.count("\n") == 1 and "stats:" not in err, f"over context: not one line {err!r}")
         rc, out, err = run(tiny, "-p", "abc", "-c", "3", "-n", "1", "-q")
         check(rc == 0, f"prompt exactly filling the context: {rc} {err!r}")
 
