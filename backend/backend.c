@@ -95,7 +95,7 @@ int backend_resolve_device(struct backend_device *dev)
 
 static int create_cpu(struct backend *b, const struct backend_opts *o)
 {
-    int st = kv_cache_create_hint(&b->m->hp, o->n_ctx, o->kv_dtype, o->oom_hint, &b->kv);
+    int st = kv_cache_create(&b->m->hp, o->n_ctx, o->kv_dtype, o->oom_hint, &b->kv);
     if (st == IG_OK)
         st = ops_ctx_create(b->m, o->n_threads, o->max_batch, &b->ops);
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */
@@ -252,7 +252,7 @@ int backend_kv_export(struct backend *b, const struct kv_cache **out)
 #if IGNITE_HAVE_CUDA
     kv_cache_free(b->host_kv);
     b->host_kv = NULL;
-    int st = kv_cache_create(&b->m->hp, b->n_ctx, KV_F16, &b->host_kv);
+    int st = kv_cache_create(&b->m->hp, b->n_ctx, KV_F16, NULL, &b->host_kv);
     if (st == IG_OK)
         st = gpu_kv_download_cuda(b->gpu, b->host_kv);
     if (st == IG_OK)

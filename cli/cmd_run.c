@@ -301,7 +301,7 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
         st = ig_error(IG_E_INPUT, "%s holds %lld tokens but the context holds %lld (raise "
                       "-c/--ctx-size)", name, (long long)r.hdr.n_tokens, (long long)n_ctx);
     if (st == IG_OK)
-        st = kv_cache_create(&m->hp, n_ctx, r.hdr.dtype, kv);
+        st = kv_cache_create(&m->hp, n_ctx, r.hdr.dtype, NULL, kv);
     if (st == IG_OK && !(hist->tokens = malloc((size_t)r.hdr.n_tokens * sizeof *hist->tokens)))
         st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)r.hdr.n_tokens);
     if (st == IG_OK && (st = kv_file_read_body(&r, *kv, hist->tokens, hist->logits)) == IG_OK) {

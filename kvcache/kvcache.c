@@ -53,13 +53,7 @@ double kv_mem_available(void)
 }
 
 int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
-                    struct kv_cache **out)
-{
-    return kv_cache_create_hint(hp, n_ctx, dtype, NULL, out);
-}
-
-int kv_cache_create_hint(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
-                         const char *hint, struct kv_cache **out)
+                    const char *hint, struct kv_cache **out)
 {
     *out = NULL;
     if (n_ctx < 1 || hp->n_layer < 1 || hp->n_head_kv < 1 || hp->head_dim < 1)

@@ -45,14 +45,11 @@ struct kv_cache {
 /* Creates an empty cache that may grow to n_ctx positions of the model `hp`
  * (no block is allocated yet). Returns IG_OK; IG_E_NOMEM, with the bytes the
  * full context needs and the bytes available, when n_ctx positions could
- * never fit in memory; IG_E_INTERNAL for a bad shape. */
+ * never fit in memory, the line ending with `hint`, what the user can do
+ * ("lower -c/--ctx-size" when NULL: commands set n_ctx differently);
+ * IG_E_INTERNAL for a bad shape. */
 int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
-                    struct kv_cache **out);
-
-/* kv_cache_create whose out-of-memory line ends with `hint`, what the user
- * can do ("lower -c/--ctx-size" when NULL): commands set n_ctx differently. */
-int kv_cache_create_hint(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
-                         const char *hint, struct kv_cache **out);
+                    const char *hint, struct kv_cache **out);
 
 void kv_cache_free(struct kv_cache *kv);
 

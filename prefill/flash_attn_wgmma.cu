@@ -186,6 +186,27 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         ig_wgmma_commit();
     };
 
+    /* S of a tile, waited for and ready for the softmax. */
+    auto compute_s = [&](float (&s)[1][kBlockN / 8][4], int tile) {
+        issue_s(s, tile);
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(flat(s));
+    };
+
+    /* The rest of a tile once its S is in: softmax, P, O += P V, waited
+     * for (P's registers stay untouched until then). */
+    /* P's A fragments (named: g++ 12 crashes on the array spelled out in
+     * the lambda below) */
+    using p_frags = uint32_t[kBlockN / 16][1][4];
+    auto softmax_pv = [&](float (&s)[1][kBlockN / 8][4], int tile) {
+        p_frags pa;
+        softmax(s, pa, tile);
+        issue_pv(pa, tile);
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(flat(o));
+        ig_wgmma_fence_operand(pa);
+    };
+
     load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
     kv.start();
 
@@ -195,26 +216,16 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
                 continue;
             float s[1][kBlockN / 8][4];
-            issue_s(s, tile);
-            ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(flat(s));
-            uint32_t pa[kBlockN / 16][1][4];
-            softmax(s, pa, tile);
-            issue_pv(pa, tile);
-            ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(flat(o));
-            ig_wgmma_fence_operand(pa);
+            compute_s(s, tile);
+            softmax_pv(s, tile);
         }
     } else {
         /* S of the first tile computed before the loop; at the top of tile
          * t, tile t + 1 is resident too. */
         kv.template wait_tile<0>(to_async_proxy);
         float s[1][kBlockN / 8][4];
-        if (0 < wg_tiles) {
-            issue_s(s, 0);
-            ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(flat(s));
-        }
+        if (0 < wg_tiles)
+            compute_s(s, 0);
         for (int tile = 0; tile < n_tiles; tile++) {
             kv.land(tile, to_async_proxy);
             if (tile >= wg_tiles) /* warpgroup-uniform: past all of its rows' keys */
@@ -225,12 +236,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
             float s_next[1][kBlockN / 8][4];
             if (ahead)
                 issue_s(s_next, tile + 1);
-            uint32_t pa[kBlockN / 16][1][4];
-            softmax(s, pa, tile);
-            issue_pv(pa, tile);
-            ig_wgmma_wait<0>();
-            ig_wgmma_fence_operand(flat(o));
-            ig_wgmma_fence_operand(pa);
+            softmax_pv(s, tile);
             if (ahead) {
                 ig_wgmma_fence_operand(flat(s_next));
                 IG_UNROLL

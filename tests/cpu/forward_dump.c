@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         return st;
     int64_t n_ctx = n_prompt + n_fixed + n_greedy;
     if ((st = ops_ctx_create(m, n_threads, chunk, &ctx)) != IG_OK ||
-        (st = kv_cache_create(&m->hp, n_ctx, kv_dtype, &kv)) != IG_OK)
+        (st = kv_cache_create(&m->hp, n_ctx, kv_dtype, NULL, &kv)) != IG_OK)
         goto done;
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!logits) {

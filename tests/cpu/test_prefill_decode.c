@@ -36,7 +36,7 @@ static int prefill_chunks(struct ops_ctx *ctx, const struct model *m, enum kv_dt
                           const int32_t *prompt, int64_t n, int64_t chunk, float *logits)
 {
     struct kv_cache *kv;
-    int st = kv_cache_create(&m->hp, N_PROMPT, dt, &kv);
+    int st = kv_cache_create(&m->hp, N_PROMPT, dt, NULL, &kv);
     for (int64_t p = 0; p < n && st == IG_OK; p += chunk)
         st = prefill_forward(ctx, kv, prompt + p, n - p < chunk ? n - p : chunk, p, logits);
     if (st == IG_OK)
@@ -56,7 +56,7 @@ static void check_dtype(struct ops_ctx *ctx, const struct model *m, enum kv_dtyp
     float *whole = malloc((size_t)nv * sizeof *whole);
 
     struct kv_cache *kv;
-    CHECK(kv_cache_create(&m->hp, N_PROMPT, dt, &kv) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, N_PROMPT, dt, NULL, &kv) == IG_OK);
     for (int64_t i = 0; i < N_PROMPT; i++)
         CHECK(decode_forward(ctx, kv, prompt[i], i, dec + i * nv) == IG_OK);
     CHECK(kv->n_pos == N_PROMPT);
@@ -98,7 +98,7 @@ static void check_errors(struct ops_ctx *ctx, const struct model *m)
 {
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     struct kv_cache *kv;
-    CHECK(kv_cache_create(&m->hp, 4, KV_F32, &kv) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, 4, KV_F32, NULL, &kv) == IG_OK);
     int32_t bad[2] = {5, (int32_t)m->hp.n_vocab};
     fprintf(stderr, "(two error lines expected)\n");
     CHECK(prefill_forward(ctx, kv, bad, 2, 0, logits) == IG_E_INPUT);

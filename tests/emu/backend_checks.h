@@ -84,7 +84,7 @@ static void compare_caches(struct pair *p, const struct model *m)
     const struct kv_cache *ref;
     struct kv_cache *dl = NULL;
     CHECK(backend_kv_export(p->cpu, &ref) == IG_OK);
-    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, &dl) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, NULL, &dl) == IG_OK);
     if (!dl)
         return;
     CHECK(IG_DEV(gpu_kv_download)(p->dev, dl) == IG_OK);
@@ -115,7 +115,7 @@ static void check_upload(struct pair *p, const struct model *m, const struct bac
 {
     struct kv_cache *dl = NULL;
     struct gpu_backend *fresh = NULL;
-    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, &dl) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, NULL, &dl) == IG_OK);
     CHECK(IG_DEV(gpu_kv_download)(p->dev, dl) == IG_OK);
     CHECK(IG_DEV(gpu_backend_create)(m, o, &fresh) == IG_OK);
     if (!dl || !fresh)

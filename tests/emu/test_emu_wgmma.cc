@@ -264,6 +264,15 @@ static wg_case *make_case(bool bf16, int n, int a_major, int b_major, int a_swz,
     return &c;
 }
 
+/* The case the protocol tests share: bf16, N = 64, both operands K-major
+ * with the 128-byte swizzle, built into io. */
+static wg_case *plain_case(wg_io *io, unsigned seed)
+{
+    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
+    build(io, c, seed);
+    return c;
+}
+
 static void test_layouts(void)
 {
     const int S = IG_WGMMA_SWIZZLE_128B, Z = IG_WGMMA_SWIZZLE_NONE;
@@ -404,8 +413,7 @@ static void test_addresses(void)
     CHECKF(seed128 != 0, "no seed puts the area at a multiple of 128");
 
     static wg_io io;
-    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
-    build(&io, c, 21);
+    wg_case *c = plain_case(&io, 21);
     io.steps = KDIM / 16;
     io.acc_first = 0;
     ig_emu_set_seed(seed128);
@@ -480,8 +488,7 @@ __global__ void fence_rule_kernel(wg_io *io, int mode)
 static void test_fence_rule(void)
 {
     static wg_io io;
-    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
-    build(&io, c, 23);
+    wg_case *c = plain_case(&io, 23);
     EXPECT_FAULT(WG_LAUNCH(fence_rule_kernel, &io, FENCE_NONE),
                  "without a wgmma.fence before the warpgroup's first one");
     EXPECT_FAULT2(WG_LAUNCH(fence_rule_kernel, &io, FENCE_WRITTEN),
@@ -547,8 +554,7 @@ __global__ void inflight_kernel(wg_io *io, int mode)
 static void test_inflight(void)
 {
     static wg_io io;
-    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
-    build(&io, c, 25);
+    wg_case *c = plain_case(&io, 25);
     EXPECT_FAULT2(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_WRITE),
                   "accumulator written while its wgmma was in flight", "thread 77 ");
     EXPECT_FAULT(WG_LAUNCH(inflight_kernel, &io, INFLIGHT_WRITE_MID),
@@ -605,8 +611,7 @@ __global__ void early_issue_kernel(wg_io *io, int mode)
 static void test_early_issue(void)
 {
     static wg_io io;
-    wg_case *c = make_case(true, 64, KMAJ, KMAJ, IG_WGMMA_SWIZZLE_128B, IG_WGMMA_SWIZZLE_128B);
-    build(&io, c, 27);
+    plain_case(&io, 27);
     EXPECT_FAULT(WG_LAUNCH(early_issue_kernel, &io, EARLY_BEFORE_BARRIER),
                  "race: wgmma issue (A operand)");
     EXPECT_FAULT2(WG_LAUNCH(early_issue_kernel, &io, EARLY_BEFORE_FENCE),

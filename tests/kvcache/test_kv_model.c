@@ -80,7 +80,7 @@ int main(void)
 
     /* the reference: one block of N_PROMPT tokens */
     struct kv_cache *ref;
-    CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, &ref) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, NULL, &ref) == IG_OK);
     CHECK(prefill(ctx, ref, prompt, N_PROMPT, N_PROMPT, whole) == IG_OK);
 
     static const int64_t chunks[] = {256, 100, 33};
@@ -88,7 +88,7 @@ int main(void)
         if (chunks[j] >= N_PROMPT)
             continue;
         struct kv_cache *kv;
-        CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, &kv) == IG_OK);
+        CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, NULL, &kv) == IG_OK);
         CHECK(prefill(ctx, kv, prompt, N_PROMPT, chunks[j], part) == IG_OK);
         double e = test_rel_err(part, whole, nv);
         CHECKF(e <= BOUND, "chunks of %lld vs one block of %d: relative error %.3e",
@@ -100,7 +100,7 @@ int main(void)
     /* save after N - N_TAIL tokens, load into a fresh cache, prefill the tail */
     struct kv_cache *head, *back;
     int64_t n_head = N_PROMPT - N_TAIL;
-    CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, &head) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, n_ctx, KV_F32, NULL, &head) == IG_OK);
     CHECK(prefill(ctx, head, prompt, n_head, 64, part) == IG_OK);
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id);
@@ -116,7 +116,7 @@ int main(void)
     int32_t loaded[N_PROMPT];
     float *loaded_logits = malloc((size_t)nv * sizeof *loaded_logits);
     CHECK(kv_file_read_header(&r, f, "mem", &m->hp, id) == IG_OK);
-    CHECK(kv_cache_create(&m->hp, n_ctx, r.hdr.dtype, &back) == IG_OK);
+    CHECK(kv_cache_create(&m->hp, n_ctx, r.hdr.dtype, NULL, &back) == IG_OK);
     CHECK(kv_file_read_body(&r, back, loaded, loaded_logits) == IG_OK);
     fclose(f);
     CHECK(back->n_pos == n_head && !memcmp(loaded, prompt, (size_t)n_head * sizeof *loaded));

@@ -84,7 +84,7 @@ static void check_growth(void)
 {
     struct model_hparams hp = small_hp();
     struct kv_cache *kv;
-    CHECK(kv_cache_create(&hp, 600, KV_F32, &kv) == IG_OK);
+    CHECK(kv_cache_create(&hp, 600, KV_F32, NULL, &kv) == IG_OK);
     size_t per_block = (size_t)(2 * hp.n_layer * hp.n_head_kv * KV_BLOCK * hp.head_dim) * 4;
     CHECK(kv->max_blocks == 3 && kv->n_blocks == 0 && kv_cache_bytes(kv) == 0);
     CHECK(kv_cache_bytes_for(&hp, 600, KV_F32) == 3.0 * (double)per_block);
@@ -113,7 +113,7 @@ static void check_growth(void)
     /* a context that could never fit is refused before anything is allocated */
     fprintf(stderr, "(one error line expected)\n");
     hp.n_layer = 1000, hp.n_head_kv = 64, hp.head_dim = 256;
-    CHECK(kv_cache_create(&hp, (int64_t)1 << 30, KV_F32, &kv) == IG_E_NOMEM && kv == NULL);
+    CHECK(kv_cache_create(&hp, (int64_t)1 << 30, KV_F32, NULL, &kv) == IG_E_NOMEM && kv == NULL);
 }
 
 /* Attention over a paged cache (blocks allocated in scattered order by the
@@ -124,7 +124,7 @@ static void check_paged_attention(struct ops_pool *pool)
     hp.n_layer = 1;
     int64_t n_pos = 2 * KV_BLOCK + 70, n_q = 37, hd = hp.head_dim;
     struct kv_cache *kv;
-    CHECK(kv_cache_create(&hp, n_pos, KV_F32, &kv) == IG_OK);
+    CHECK(kv_cache_create(&hp, n_pos, KV_F32, NULL, &kv) == IG_OK);
     CHECK(kv_cache_reserve(kv, n_pos) == IG_OK);
     fill(kv, n_pos);
 
@@ -197,7 +197,8 @@ static int load(const struct model_hparams *hp, const unsigned char *id, const v
         fgetc(f); /* fmemopen needs a size >= 1: consume it for an empty stream */
     struct kv_file_reader r;
     int st = kv_file_read_header(&r, f, "mem", hp, id);
-    if (st == IG_OK && (st = kv_cache_create(hp, r.hdr.n_tokens + 5, r.hdr.dtype, out)) == IG_OK)
+    if (st == IG_OK &&
+        (st = kv_cache_create(hp, r.hdr.n_tokens + 5, r.hdr.dtype, NULL, out)) == IG_OK)
         st = kv_file_read_body(&r, *out, tok, logits);
     fclose(f);
     if (st != IG_OK) {
@@ -228,7 +229,8 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     for (int i = 0; i < 32; i++)
         id[i] = (unsigned char)i, other[i] = (unsigned char)(i + 1);
     struct kv_cache *kv, *back;
-    CHECK(kv_cache_create(&hp, n_pos, dt, &kv) == IG_OK && kv_cache_reserve(kv, n_pos) == IG_OK);
+    CHECK(kv_cache_create(&hp, n_pos, dt, NULL, &kv) == IG_OK &&
+          kv_cache_reserve(kv, n_pos) == IG_OK);
     fill(kv, n_pos);
     int32_t *tok = malloc((size_t)n_pos * sizeof *tok), *tok2 = malloc((size_t)n_pos * sizeof *tok);
     float logits[100], logits2[100];
