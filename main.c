@@ -16,6 +16,7 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
+    {"batch", cmd_batch, "run many prompts at once (JSON Lines in and out, continuous batching)"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
     {"bench", cmd_bench, "measure prefill and decode speed, like llama-bench"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
@@ -30,7 +31,8 @@ static void print_usage(FILE *out)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nRun 'ignite <command> --help' for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
-                 "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 130 interrupted.\n");
+                 "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"
+                 "failed, 130 interrupted.\n");
 }
 
 int main(int argc, char **argv)

@@ -92,5 +92,6 @@ int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@
  * The timing loops call the backend (CPU or CUDA) directly; on CUDA a
  * synthetic model's random weights are made on the device.
  * Covered by tests/cli/test_bench.py. */
+#include "cli/bench_requests.h"
 #include "cli/cli.h"
 
 #include "backend/backend.h"
@@ -24,7 +25,7 @@
 
 #define BENCH_MAX_LIST 16
 
-enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT };
+enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -38,6 +39,11 @@ static const struct cli_option bench_options[] = {
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
+    {"requests", OPT_REQUESTS, required_argument, "N", "throughput test: N requests through the batch engine", NULL},
+    {"parallel", 'P', required_argument, "N", "--requests: sequences in flight", "8"},
+    {"input-len", OPT_INPUT_LEN, required_argument, "MEAN[:SD]", "--requests: prompt tokens, normal (clipped to >= 1)", "128"},
+    {"output-len", OPT_OUTPUT_LEN, required_argument, "MEAN[:SD]", "--requests: tokens generated, normal", "128"},
+    {"seed", 's', required_argument, "N", "--requests: seed of the lengths and token ids", "0"},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -62,6 +68,7 @@ struct bench_opts {
     struct backend_device device;
     enum kv_dtype kv;
     bool exact;
+    struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
 };
 
 /* "512,2048" -> list. Returns IG_OK, IG_E_USAGE or IG_E_NOMEM. */
@@ -111,6 +118,17 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
+    case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
+    case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
+    case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
+    case OPT_OUTPUT_LEN: return bench_parse_len("--output-len", arg, &o->req.out_mean, &o->req.out_sd);
+    case 's': {
+        int64_t seed;
+        if (cli_parse_i64("--seed", arg, 0, UINT32_MAX, &seed) != IG_OK)
+            return IG_E_USAGE;
+        o->req.seed = (uint64_t)seed;
+        return IG_OK;
+    }
     case 'o':
         if (strcmp(arg, "md") && strcmp(arg, "csv") && strcmp(arg, "json") && strcmp(arg, "jsonl"))
             return ig_error(IG_E_USAGE, "--output: expected md, csv, json or jsonl, got '%s'", arg);
@@ -126,7 +144,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
                              .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
-                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16};
+                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16,
+                             .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
     cli_parser_init(&parser, bench_options);
     optind = 1;
@@ -354,19 +373,18 @@ struct bench_run {
     const struct model *m;
     struct backend *be;
     int32_t *tokens;  /* random ids, as many as the longest test */
+    int32_t *table;   /* the one sequence's blocks: 0, 1, 2, ... */
     float *logits;
     int64_t n_batch;
 };
 
-/* Prefills tokens [pos0, pos0 + n) in chunks of n_batch, the cache holding
- * pos0 tokens before. */
+/* Prefills tokens [pos0, pos0 + n) in chunks of n_batch after pos0 cached
+ * ones (later positions are rewritten). */
 static int prefill_span(struct bench_run *b, int64_t pos0, int64_t n)
 {
-    if (backend_n_pos(b->be) > pos0)
-        backend_truncate(b->be, pos0); /* later positions are rewritten */
     for (int64_t i = pos0; i < pos0 + n; i += b->n_batch) {
         int64_t len = pos0 + n - i < b->n_batch ? pos0 + n - i : b->n_batch;
-        int st = backend_prefill(b->be, b->tokens + i, len, i, b->logits);
+        int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, len, i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -385,10 +403,9 @@ static int run_prefill(struct bench_run *b, int64_t depth, int64_t n, int64_t *n
 /* n one-token decode steps after `depth` cached tokens. */
 static int run_decode(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns)
 {
-    backend_truncate(b->be, depth);
     int64_t t0 = ig_now_ns();
     for (int64_t i = depth; i < depth + n; i++) {
-        int st = backend_decode(b->be, b->tokens[i], i, b->logits);
+        int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, 1, i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -484,11 +501,13 @@ static int bench_model(struct bench_env *e, const char *spec)
     int64_t n_ctx = max_list(o->depths, o->n_depths) + (n_max > g_max ? n_max : g_max) + 1;
     struct bench_run b = {.m = m, .n_batch = o->n_batch};
     b.tokens = malloc((size_t)n_ctx * sizeof *b.tokens);
+    b.table = malloc((size_t)kv_blocks_for(n_ctx) * sizeof *b.table);
     b.logits = malloc((size_t)m->hp.n_vocab * sizeof *b.logits);
-    if (!r || !b.tokens || !b.logits) {
+    if (!r || !b.tokens || !b.table || !b.logits) {
         st = ig_error(IG_E_NOMEM, "out of memory setting up the benchmark");
         goto done;
     }
+    kv_identity_table(b.table, kv_blocks_for(n_ctx));
     uint64_t seed = 0x2545F4914F6CDD1DULL;
     for (int64_t i = 0; i < n_ctx; i++)
         b.tokens[i] = (int32_t)(xorshift(&seed) % (uint64_t)m->hp.n_vocab);
@@ -508,16 +527,17 @@ static int bench_model(struct bench_env *e, const char *spec)
         int64_t longest = n_max > d_max ? n_max : d_max;
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
-                                  .n_ctx = n_ctx, .max_batch = batch, .kv_dtype = o->kv,
+                                  .n_ctx = n_ctx, .max_rows = batch, .n_slots = 1,
+                                  .kv_dtype = o->kv,
                                   .exact = o->exact,
                                   /* bench's context is the longest -d plus -p or -n */
                                   .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"
                                                    : "lower -p, -n or -d"};
         if ((st = backend_create(m, &bo, &b.be)) != IG_OK)
             break;
-        r->threads = backend_threads(b.be);
-        r->device = backend_device(b.be);
-        r->device_name = backend_device_name(b.be);
+        r->threads = b.be->threads;
+        r->device = b.be->device;
+        r->device_name = b.be->device_name;
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
@@ -542,6 +562,7 @@ static int bench_model(struct bench_env *e, const char *spec)
     }
 done:
     free(b.logits);
+    free(b.table);
     free(b.tokens);
     free(r);
     model_free(m);
@@ -556,6 +577,18 @@ int cmd_bench(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     if (o.n_models == 0)
         o.models[o.n_models++] = NULL; /* the default model */
+    if (o.req.n_requests) {
+        struct bench_requests_opts *rq = &o.req;
+        rq->n_batch = o.n_batch;
+        rq->n_threads = (int)o.threads[0];
+        rq->device = o.device;
+        rq->kv = o.kv;
+        rq->exact = o.exact;
+        rq->format = o.format;
+        for (int i = 0; i < o.n_models && st == IG_OK; i++)
+            st = bench_requests(rq, o.models[i]);
+        return st;
+    }
     struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};
     cpu_name(e.cpu, sizeof e.cpu);
     for (int i = 0; i < o.n_models && st == IG_OK; i++)
