@@ -29,6 +29,7 @@ enum {
     OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
     OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
     OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV,
+    OPT_GRAMMAR, OPT_GRAMMAR_FILE, OPT_JSON_SCHEMA, OPT_JSON_SCHEMA_FILE, OPT_FORMAT,
 };
 
 /* The one table: getopt_long and --help both come from it. Keep the
@@ -56,6 +57,11 @@ static const struct cli_option run_options[] = {
     {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
     {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "with --prompt-only: write the KV cache to FILE ('-' = stdout)", NULL},
     {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text", NULL},
+    {"grammar", OPT_GRAMMAR, required_argument, "TEXT", "constrain the output to a GBNF grammar (docs/grammar.md)", NULL},
+    {"grammar-file", OPT_GRAMMAR_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL},
+    {"json-schema", OPT_JSON_SCHEMA, required_argument, "TEXT", "constrain the output to JSON valid for a JSON schema", NULL},
+    {"json-schema-file", OPT_JSON_SCHEMA_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL},
+    {"format", OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL},
     {"ignore-eos", OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL},
     {"no-special", OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL},
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL},
@@ -119,6 +125,11 @@ static int set_option(struct run_opts *o, int key, const char *arg)
     case OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;
     case OPT_JSON: o->json = true; return IG_OK;
+    case OPT_GRAMMAR: o->grammar = arg; return IG_OK;
+    case OPT_GRAMMAR_FILE: o->grammar_file = arg; return IG_OK;
+    case OPT_JSON_SCHEMA: o->json_schema = arg; return IG_OK;
+    case OPT_JSON_SCHEMA_FILE: o->json_schema_file = arg; return IG_OK;
+    case OPT_FORMAT: o->format = arg; return IG_OK;
     }
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
 }
@@ -162,7 +173,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     if (o->load_kv && o->chat)
         return ig_error(IG_E_USAGE, "--chat cannot continue a loaded cache (the template "
                                     "renders a whole conversation); pass the text with -p");
-    return IG_OK;
+    return run_grammar_check_opts(o);
 }
 
 /* ---- signals and output ---------------------------------------------------- */
@@ -382,6 +393,7 @@ int cmd_run(int argc, char **argv)
     struct run_output out = {.to_buffer = o.json};
     struct generate_stats stats = {0};
     struct generate_history hist = {0};
+    struct run_grammar rg = {0};
     double load_ms = 0, save_ms = 0;
 
     if (o.load_kv && !o.prompt && !o.file) { /* continue the saved prompt as it is */
@@ -392,6 +404,7 @@ int cmd_run(int argc, char **argv)
         st = cli_read_prompt(o.prompt, o.file, &user, &prompt_len);
     }
     if (st != IG_OK || (st = check_system(o.system)) != IG_OK ||
+        (st = run_grammar_compile(&o, &rg)) != IG_OK ||
         (st = cli_model_path(o.model, path, sizeof path)) != IG_OK ||
         (st = check_save_path(o.save_kv, path)) != IG_OK)
         goto done;
@@ -414,6 +427,7 @@ int cmd_run(int argc, char **argv)
     int64_t n_ctx = context_size(&o, m);
     int64_t n_batch = o.n_batch < n_ctx ? o.n_batch : n_ctx;
     if ((st = sampler_create(&o.sp, n_tokens, &smp)) != IG_OK ||
+        (st = run_grammar_attach(&rg, vocab, smp, !o.ignore_eos)) != IG_OK ||
         (st = generate_history_init(&hist, m->hp.n_vocab)) != IG_OK)
         goto done;
     int64_t t_load = ig_now_ns();
@@ -444,6 +458,7 @@ int cmd_run(int argc, char **argv)
         .interrupt = &run_interrupted,
         .emit = emit,
         .emit_user = &out,
+        .grammar = rg.m,
     };
     install_signals();
     st = generate_run(be, vocab, smp, prompt, strlen(prompt), &gp, &hist, &stats);
@@ -460,6 +475,12 @@ int cmd_run(int argc, char **argv)
     if (stats.stop == GEN_STOP_CONTEXT)
         ig_warn("the context is full (%lld positions): generation stopped (raise -c)",
                 (long long)n_ctx);
+    if (rg.m && stats.stop != GEN_STOP_NONE && !stats.grammar_complete)
+        ig_warn(stats.stop == GEN_STOP_GRAMMAR
+                    ? "no token of the model's vocabulary can continue the grammar here: the "
+                      "output is incomplete"
+                    : "the output is incomplete: generation stopped (%s) before the grammar "
+                      "was complete", generate_stop_name(stats.stop));
     if (out.wrote && stats.stop != GEN_STOP_OUTPUT && fputc('\n', stdout) != EOF)
         fflush(stdout);
     if (stats.stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
@@ -468,7 +489,7 @@ int cmd_run(int argc, char **argv)
             .n_ctx = n_ctx, .kv_bytes = backend_kv_bytes(be),
             .kv_max_bytes = backend_kv_max_bytes(be),
             .kv_load_ms = load_ms, .kv_save_ms = save_ms,
-            .text = out.buf, .len = out.len, .status = st,
+            .text = out.buf, .len = out.len, .status = st, .grammar = rg.m != NULL,
         };
         if (!o.quiet)
             run_print_stats(&o, &r);
@@ -479,6 +500,7 @@ int cmd_run(int argc, char **argv)
     }
 done:
     free(out.buf);
+    run_grammar_free(&rg);
     generate_history_free(&hist);
     backend_free(be);
     kv_cache_free(kv);

@@ -5,6 +5,7 @@
 
 #include "decode/generate.h"
 #include "decode/sampler.h"
+#include "grammar/grammar.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +19,8 @@ struct run_opts {
     const char *device;  /* --device as given */
     const char *save_kv; /* --save-kv FILE, "-" = stdout; needs prompt_only */
     const char *load_kv; /* --load-kv FILE, "-" = stdin */
+    /* constraints, at most one (cli/run_grammar.c) */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     int64_t n_predict, n_ctx, n_threads;
     int64_t n_batch;     /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;        /* -1 = pick one */
@@ -38,6 +41,7 @@ struct run_result {
     const char *text;    /* generated text (--json), len bytes, any bytes */
     size_t len;
     int status;          /* the exit status the run ends with */
+    bool grammar;        /* the run had a grammar: report whether it is complete */
 };
 
 /* The one stats line on stderr (format in docs/cli.md). */
@@ -46,5 +50,27 @@ void run_print_stats(const struct run_opts *o, const struct run_result *r);
 /* The --json object on stdout. Returns IG_OK (also when the reader has gone:
  * EPIPE), IG_E_NOMEM or IG_E_IO. */
 int run_print_json(const struct run_opts *o, const struct run_result *r);
+
+/* ---- constraints (cli/run_grammar.c) ---- */
+
+/* A run's grammar: compiled from the options, then bound to the vocabulary. */
+struct run_grammar {
+    struct grammar *g;
+    struct grammar_vocab *gv;
+    struct grammar_matcher *m; /* installed as the sampler's mask hook */
+};
+
+bool run_has_grammar(const struct run_opts *o);
+/* At most one constraint option; --format's value. IG_OK or IG_E_USAGE. */
+int run_grammar_check_opts(const struct run_opts *o);
+/* Compiles the constraint option, if any (files read here). IG_OK (rg->g
+ * NULL without one), IG_E_USAGE (a bad grammar or schema), IG_E_IO,
+ * IG_E_NOMEM. */
+int run_grammar_compile(const struct run_opts *o, struct run_grammar *rg);
+/* Builds the matcher over the vocabulary and installs it in the sampler
+ * (nothing without a grammar). IG_OK or IG_E_NOMEM. */
+int run_grammar_attach(struct run_grammar *rg, const struct tok_vocab *vocab,
+                       struct sampler *smp, bool allow_eog);
+void run_grammar_free(struct run_grammar *rg);
 
 #endif

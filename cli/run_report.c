@@ -28,10 +28,12 @@ void run_print_stats(const struct run_opts *o, const struct run_result *r)
     fprintf(stderr,
             "stats: prompt %lld tok%s | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
             "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s | "
-            "kv %.1f MiB\n",
+            "kv %.1f MiB%s\n",
             (long long)s->n_prompt, cached, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
             (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
-            r->device, r->threads, generate_stop_name(s->stop), (double)r->kv_bytes / 1048576.0);
+            r->device, r->threads, generate_stop_name(s->stop), (double)r->kv_bytes / 1048576.0,
+            !r->grammar ? "" : s->grammar_complete ? " | grammar complete"
+                                                   : " | grammar incomplete");
 }
 
 int run_print_json(const struct run_opts *o, const struct run_result *r)
@@ -43,6 +45,8 @@ int run_print_json(const struct run_opts *o, const struct run_result *r)
         goto fail;
     cJSON_AddStringToObject(root, "text", text);
     cJSON_AddStringToObject(root, "stop", generate_stop_name(s->stop));
+    if (r->grammar)
+        cJSON_AddBoolToObject(root, "grammar_complete", s->grammar_complete);
     cJSON_AddNumberToObject(root, "status", r->status);
     cJSON *tok = cJSON_AddObjectToObject(root, "tokens");
     cJSON *tm = cJSON_AddObjectToObject(root, "timings");

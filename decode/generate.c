@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
@@ -21,6 +22,7 @@ const char *generate_stop_name(enum generate_stop stop)
     case GEN_STOP_INTERRUPT: return "interrupted";
     case GEN_STOP_OUTPUT: return "output_closed";
     case GEN_STOP_PROMPT: return "prompt_only";
+    case GEN_STOP_GRAMMAR: return "grammar";
     default: return "none";
     }
 }
@@ -166,6 +168,14 @@ int generate_run(struct backend *be, struct tok_vocab *vocab,
     size_t n;
     for (;;) {
         sampler_accept(smp, tok);
+        /* grammar: a mask that allowed nothing leaves a meaningless token */
+        if (p->grammar && grammar_matcher_last_allowed(p->grammar) == 0) {
+            stats->n_gen--;
+            stats->stop = GEN_STOP_GRAMMAR;
+            break;
+        }
+        if (p->grammar && (st = grammar_matcher_accept(p->grammar, tok)) != IG_OK)
+            goto done;
         if (!p->ignore_eog && tok_is_eog(vocab, tok)) {
             stats->stop = GEN_STOP_EOG;
             break;
@@ -174,6 +184,10 @@ int generate_run(struct backend *be, struct tok_vocab *vocab,
             goto done;
         if (emit_text(p, text, n)) {
             stats->stop = GEN_STOP_OUTPUT;
+            break;
+        }
+        if (p->grammar && grammar_matcher_done(p->grammar)) { /* grammar: nothing may follow */
+            stats->stop = GEN_STOP_GRAMMAR;
             break;
         }
         if (interrupted(p)) {
@@ -200,6 +214,8 @@ int generate_run(struct backend *be, struct tok_vocab *vocab,
         emit_text(p, text, n))
         stats->stop = GEN_STOP_OUTPUT;
 done:
+    if (p->grammar)
+        stats->grammar_complete = grammar_matcher_complete(p->grammar);
     tok_stream_free(&stream);
     tok_ids_free(&ids);
     return st;

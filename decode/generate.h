@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 struct tok_vocab;
+struct grammar_matcher;
 
 /* Why the loop ended. */
 enum generate_stop {
@@ -46,10 +47,12 @@ enum generate_stop {
     GEN_STOP_INTERRUPT,  /* *interrupt became non-zero */
     GEN_STOP_OUTPUT,     /* emit asked to stop (e.g. the reader closed the pipe) */
     GEN_STOP_PROMPT,     /* prompt_only: the prompt is in the cache, nothing sampled */
+    GEN_STOP_GRAMMAR,    /* the grammar is complete and nothing may follow (or, with
+                          * grammar_complete false, no token can continue it) */
 };
 
-/* "eog", "limit", "context", "interrupted", "output_closed", "prompt_only"
- * ("none"). */
+/* "eog", "limit", "context", "interrupted", "output_closed", "prompt_only",
+ * "grammar" ("none"). */
 const char *generate_stop_name(enum generate_stop stop);
 
 struct generate_params {
@@ -64,6 +67,10 @@ struct generate_params {
      * to go on, non-zero to stop (GEN_STOP_OUTPUT). */
     int (*emit)(void *user, const char *text, size_t len);
     void *emit_user;
+    /* A constraint (grammar/grammar.h), or NULL. Its mask is the sampler's
+     * hook (the caller installs it); the loop follows each token with it and
+     * stops when it is done. */
+    struct grammar_matcher *grammar;
 };
 
 struct generate_stats {
@@ -77,6 +84,7 @@ struct generate_stats {
     double ttft_ms;
     double decode_ms;
     enum generate_stop stop;
+    bool grammar_complete;  /* with a grammar: the output is a whole sentence of it */
 };
 
 /* What the cache holds: its tokens and the logits after the last one. A run
