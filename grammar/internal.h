@@ -163,8 +163,22 @@ struct gv_node {
     uint8_t pad;
 };
 
+/* What the tokens of a trie node's subtree are made of from the node's own
+ * byte on, read as UTF-8 starting at its parent, for skipping subtrees
+ * whole (mask.c); GV_INVALID when the parent's prefix ends inside a
+ * character. */
+#define GV_NONASCII 1u /* a complete character beyond ASCII */
+#define GV_PARTIAL 2u  /* a token ends inside a character */
+#define GV_INVALID 4u  /* bytes that are not UTF-8 (or the node is mid-character) */
+struct gv_below {
+    uint64_t ascii[2];  /* the ASCII bytes that occur */
+    uint16_t max_chars; /* characters after the parent in the longest token (a final partial one counts) */
+    uint8_t flags;      /* GV_* */
+};
+
 struct grammar_vocab {
     int64_t n_tokens;      /* the vocabulary's size: the masks' length */
+    struct gv_below *incl; /* [n_nodes] */
     struct gv_node *nodes; /* [n_nodes + 1]: node 0 is the root (empty prefix), the last a sentinel */
     int32_t n_nodes;
     int32_t *order;        /* token ids in trie order; node i's own: [tok_begin(i), tok_begin(i + 1)) */
@@ -173,11 +187,16 @@ struct grammar_vocab {
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */
     uint8_t *pieces;
     uint8_t *in_trie;      /* [n_tokens] 1 when the token is text (it may match) */
+    uint64_t *text_bits;   /* the same as a bit mask */
     int32_t *eog;          /* end-of-generation ids */
     int32_t n_eog;
     int32_t *strip;        /* tokens that lose a leading space as the first token */
     int32_t n_strip;
 };
+
+/* Sets the bytes a matcher's tables may hold before they are dropped and
+ * rebuilt from the current state (mask.c; tests use a tiny budget). */
+void gr_matcher_set_budget(struct grammar_matcher *m, size_t bytes);
 
 /* Parses GBNF into a builder (gbnf.c). */
 int gr_parse_gbnf(const char *text, size_t len, const char *source, struct gr_builder *b);

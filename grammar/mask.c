@@ -48,11 +48,35 @@ struct grammar_matcher {
     int32_t n_cuts, cap_cuts;
     int32_t *roots;
     int64_t n_roots, cap_roots;
+    /* per state id: how it reads plain text (chain_info) */
+    struct chain *chain;
+    int32_t n_chain;
+    /* a walk's subtrees decided whole: [begin, end) ranges of trie order */
+    int32_t *ranges;        /* pairs */
+    int64_t n_allowed_r, n_denied_r, cap_ranges; /* allowed from the front, denied from the back */
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;
     uint64_t *scratch;      /* [n_words] */
 };
+
+/* How a state reads "plain" characters, for skipping trie subtrees whole:
+ * the ASCII bytes in `plain` all lead to the same next state `next` (and,
+ * when `nonascii`, so does every valid character beyond ASCII). A run of
+ * such characters keeps being read that way for `run[0]` characters
+ * (ASCII only) or `run[1]` (beyond ASCII too): INT32_MAX inside a JSON
+ * string, k in a string with k characters left before its maximum. A
+ * subtree whose suffixes use only such characters, at most that many, is
+ * allowed whole. Computed on demand: `nonascii` and the runs cost steps. */
+struct chain {
+    uint64_t plain[2];
+    int32_t next;      /* GR_DEAD: no plain characters */
+    int32_t run[2];    /* -1: not computed; -2: being computed */
+    int8_t nonascii;   /* -1: not computed */
+    bool have_base;    /* plain and next computed */
+};
+
+#define CHAIN_MAX 128 /* runs are followed this far at most (tokens are shorter) */
 
 static int nomem(void) { return ig_error(IG_E_NOMEM, "grammar: out of memory"); }
 
@@ -82,10 +106,15 @@ static int cover_states(struct grammar_matcher *m)
     int32_t *c = realloc(m->cut_of, (size_t)n * sizeof *c);
     if (c)
         m->cut_of = c;
-    if (!e || !c)
+    struct chain *ch = realloc(m->chain, (size_t)n * sizeof *ch);
+    if (ch)
+        m->chain = ch;
+    if (!e || !c || !ch)
         return nomem();
     memset(e + m->n_of, 0xff, (size_t)(n - m->n_of) * sizeof *e);
     memset(c + m->n_of, 0xff, (size_t)(n - m->n_of) * sizeof *c);
+    for (int32_t i = m->n_of; i < n; i++)
+        ch[i] = (struct chain){.run = {-1, -1}, .nonascii = -1};
     m->n_of = n;
     return IG_OK;
 }
@@ -109,7 +138,7 @@ static int32_t new_mask(uint64_t **pool, int32_t *n, int32_t *cap, int64_t n_wor
 static size_t matcher_bytes(const struct grammar_matcher *m)
 {
     return gr_pda_bytes(&m->pda) + ((size_t)m->cap_masks + (size_t)m->cap_cuts) *
-           (size_t)m->n_words * 8 + (size_t)m->cap_roots * 4 + (size_t)m->n_of * 8;
+           (size_t)m->n_words * 8 + (size_t)m->cap_roots * 4 + (size_t)m->n_of * (8 + sizeof(struct chain));
 }
 
 /* Drops every table when they hold more than the budget; the state
@@ -123,6 +152,8 @@ static int keep_in_budget(struct grammar_matcher *m)
         return st;
     memset(m->exact_of, 0xff, (size_t)m->n_of * sizeof *m->exact_of);
     memset(m->cut_of, 0xff, (size_t)m->n_of * sizeof *m->cut_of);
+    for (int32_t i = 0; i < m->n_of; i++)
+        m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1};
     m->n_masks = m->n_cuts = 0;
     m->n_roots = 0;
     return IG_OK;
@@ -144,6 +175,246 @@ static int push_root(struct grammar_matcher *m, int32_t node)
     return IG_OK;
 }
 
+/* The state after every valid UTF-8 character beyond ASCII from s when they
+ * all agree (else GR_DEAD); -1 when out of memory. Walks the encoding's
+ * byte ranges by byte class, so only distinct classes are stepped. */
+static int32_t after_nonascii(struct grammar_matcher *m, int32_t s, int need, uint8_t lo,
+                              uint8_t hi, int32_t want)
+{
+    const uint8_t *cls = m->g->byte_class;
+    bool seen[256] = {false};
+    for (unsigned b = lo; b <= hi; b++) {
+        if (seen[cls[b]])
+            continue;
+        seen[cls[b]] = true;
+        int32_t t = gr_pda_step(&m->pda, s, cls[b]);
+        if (t < 0)
+            return -1;
+        if (t == GR_DEAD)
+            return GR_DEAD;
+        if (need > 1) {
+            t = after_nonascii(m, t, need - 1, 0x80, 0xBF, want);
+            if (t <= GR_DEAD)
+                return t;
+        } else if (t != want) {
+            return GR_DEAD;
+        }
+    }
+    return want;
+}
+
+static bool all_nonascii_to(struct grammar_matcher *m, int32_t s, int32_t want, int *err)
+{
+    static const struct { uint8_t lead_lo, lead_hi, lo, hi, len; } U[] = {
+        {0xC2, 0xDF, 0x80, 0xBF, 2}, {0xE0, 0xE0, 0xA0, 0xBF, 3}, {0xE1, 0xEC, 0x80, 0xBF, 3},
+        {0xED, 0xED, 0x80, 0x9F, 3}, {0xEE, 0xEF, 0x80, 0xBF, 3}, {0xF0, 0xF0, 0x90, 0xBF, 4},
+        {0xF1, 0xF3, 0x80, 0xBF, 4}, {0xF4, 0xF4, 0x80, 0x8F, 4},
+    };
+    const uint8_t *cls = m->g->byte_class;
+    for (size_t u = 0; u < sizeof U / sizeof U[0]; u++) {
+        bool seen[256] = {false};
+        for (unsigned b = U[u].lead_lo; b <= U[u].lead_hi; b++) {
+            if (seen[cls[b]])
+                continue;
+            seen[cls[b]] = true;
+            int32_t t = gr_pda_step(&m->pda, s, cls[b]);
+            if (t > GR_DEAD)
+                t = after_nonascii(m, t, U[u].len - 1, U[u].lo, U[u].hi, want);
+            if (t < 0)
+                *err = 1;
+            if (t != want)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* plain and next of state x. IG_OK or IG_E_NOMEM. */
+static int chain_base(struct grammar_matcher *m, int32_t x)
+{
+    if (cover_states(m) != IG_OK)
+        return IG_E_NOMEM;
+    if (m->chain[x].have_base)
+        return IG_OK;
+    const struct grammar *g = m->g;
+    int32_t succ[256];
+    int64_t weight[256] = {0};
+    for (int k = 0; k < g->n_classes; k++)
+        succ[k] = -2;
+    for (unsigned b = 0; b < 128; b++) {
+        int k = g->byte_class[b];
+        if (succ[k] == -2 && (succ[k] = gr_pda_step(&m->pda, x, k)) < 0)
+            return IG_E_NOMEM;
+        weight[k]++;
+    }
+    int32_t best = GR_DEAD;
+    int64_t best_w = 0;
+    for (int k = 0; k < g->n_classes; k++) {
+        if (succ[k] <= GR_DEAD || weight[k] == 0)
+            continue;
+        int64_t w = 0; /* the bytes of all classes with this successor */
+        for (int j = 0; j < g->n_classes; j++)
+            if (succ[j] == succ[k])
+                w += weight[j];
+        if (w > best_w)
+            best = succ[k], best_w = w;
+    }
+    if (cover_states(m) != IG_OK) /* the steps may have made states */
+        return IG_E_NOMEM;
+    struct chain *c = &m->chain[x];
+    c->plain[0] = c->plain[1] = 0;
+    c->next = GR_DEAD;
+    /* a cut state's run stops before it leaves the part it knows */
+    if (best > GR_DEAD && !gr_pda_has_bottom(&m->pda, best)) {
+        for (unsigned b = 0; b < 128; b++)
+            if (succ[g->byte_class[b]] == best)
+                c->plain[b >> 6] |= 1ull << (b & 63);
+        c->next = best;
+    }
+    c->have_base = true;
+    return IG_OK;
+}
+
+static int chain_nonascii(struct grammar_matcher *m, int32_t x)
+{
+    struct chain *c = &m->chain[x];
+    if (c->nonascii >= 0)
+        return IG_OK;
+    int err = 0;
+    bool na = c->next > GR_DEAD && all_nonascii_to(m, x, c->next, &err);
+    if (err || cover_states(m) != IG_OK)
+        return IG_E_NOMEM;
+    m->chain[x].nonascii = na;
+    return IG_OK;
+}
+
+/* Computes m->chain[x].run[na] by following the chain (at most CHAIN_MAX
+ * states; a cycle is an endless run). IG_OK or IG_E_NOMEM. */
+static int chain_run(struct grammar_matcher *m, int32_t x, int na)
+{
+    int32_t path[CHAIN_MAX + 1];
+    int n = 0;
+    int64_t tail = 0; /* the run after the last state on the path */
+    for (int32_t cur = x;;) {
+        if (chain_base(m, cur) != IG_OK || (na && chain_nonascii(m, cur) != IG_OK))
+            return IG_E_NOMEM;
+        struct chain *c = &m->chain[cur];
+        if (c->run[na] >= 0) {
+            tail = c->run[na];
+            break;
+        }
+        if (c->next == GR_DEAD || (na && !c->nonascii)) {
+            c->run[na] = 0;
+            tail = 0;
+            break;
+        }
+        if (c->run[na] == -2 || c->next == cur) { /* a cycle: endless */
+            tail = INT32_MAX;
+            if (c->run[na] != -2)
+                path[n++] = cur, tail = INT32_MAX - 1;
+            break;
+        }
+        c->run[na] = -2;
+        path[n++] = cur;
+        if (n == CHAIN_MAX) {
+            tail = 0;
+            break;
+        }
+        if (chain_base(m, c->next) != IG_OK || (na && chain_nonascii(m, c->next) != IG_OK))
+            return IG_E_NOMEM;
+        const struct chain *a = &m->chain[cur], *b = &m->chain[a->next];
+        bool same = (b->plain[0] & a->plain[0]) == a->plain[0] &&
+                    (b->plain[1] & a->plain[1]) == a->plain[1] && (!na || b->nonascii);
+        if (!same) {
+            tail = 0;
+            break;
+        }
+        cur = a->next;
+    }
+    /* unwind: each state reads one more than the one after it */
+    for (int i = n - 1; i >= 0; i--) {
+        if (tail < INT32_MAX)
+            tail++;
+        m->chain[path[i]].run[na] = (int32_t)(tail > INT32_MAX ? INT32_MAX : tail);
+    }
+    return IG_OK;
+}
+
+/* True when every token of trie node i's subtree is allowed from state s,
+ * the state at i's parent: all their characters from i's byte on are
+ * plain for s, no more of them than s's run. */
+static bool skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int *err)
+{
+    const struct gv_below *b = &m->gv->incl[i];
+    if (b->flags & GV_INVALID || b->max_chars == 0)
+        return false;
+    if (chain_base(m, s) != IG_OK) {
+        *err = 1;
+        return false;
+    }
+    const struct chain *c = &m->chain[s];
+    if ((b->ascii[0] & ~c->plain[0]) || (b->ascii[1] & ~c->plain[1]))
+        return false;
+    int na = (b->flags & (GV_NONASCII | GV_PARTIAL)) != 0;
+    if (c->run[na] == -1 && chain_run(m, s, na) != IG_OK) {
+        *err = 1;
+        return false;
+    }
+    return b->max_chars <= m->chain[s].run[na];
+}
+
+/* Records the tokens of trie node i's subtree as allowed (or denied)
+ * whole; applied by finish_walk. */
+static int push_range(struct grammar_matcher *m, int32_t i, bool allowed)
+{
+    if ((m->n_allowed_r + m->n_denied_r + 1) * 2 > m->cap_ranges) {
+        int64_t cap = m->cap_ranges ? 2 * m->cap_ranges : 1024;
+        int32_t *r = malloc((size_t)cap * sizeof *r);
+        if (!r)
+            return nomem();
+        /* allowed pairs at the front, denied pairs at the back */
+        memcpy(r, m->ranges, (size_t)m->n_allowed_r * 2 * sizeof *r);
+        memcpy(r + cap - m->n_denied_r * 2, m->ranges + m->cap_ranges - m->n_denied_r * 2,
+               (size_t)m->n_denied_r * 2 * sizeof *r);
+        free(m->ranges);
+        m->ranges = r;
+        m->cap_ranges = cap;
+    }
+    const struct gv_node *nd = m->gv->nodes;
+    int32_t *at = allowed ? m->ranges + 2 * m->n_allowed_r++
+                          : m->ranges + m->cap_ranges - 2 * ++m->n_denied_r;
+    at[0] = nd[i].tok_begin;
+    at[1] = nd[nd[i].next].tok_begin;
+    return IG_OK;
+}
+
+/* Applies the recorded ranges to bits. A walk from the trie's root (whole:
+ * every text token is in an allowed or a denied range or was marked) sets
+ * whichever side is smaller: inside a JSON string nearly everything is
+ * allowed and only the denied tokens are touched. */
+static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
+{
+    const int32_t *order = m->gv->order;
+    int64_t allowed = 0, denied = 0;
+    for (int64_t r = 0; r < m->n_allowed_r; r++)
+        allowed += m->ranges[2 * r + 1] - m->ranges[2 * r];
+    const int32_t *den = m->ranges + m->cap_ranges - 2 * m->n_denied_r;
+    for (int64_t r = 0; r < m->n_denied_r; r++)
+        denied += den[2 * r + 1] - den[2 * r];
+    if (whole && denied < allowed) {
+        for (int64_t w = 0; w < m->n_words; w++)
+            bits[w] |= m->gv->text_bits[w];
+        for (int64_t r = 0; r < m->n_denied_r; r++)
+            for (int32_t k = den[2 * r]; k < den[2 * r + 1]; k++)
+                bits[order[k] >> 6] &= ~(1ull << (order[k] & 63));
+    } else {
+        for (int64_t r = 0; r < m->n_allowed_r; r++)
+            for (int32_t k = m->ranges[2 * r]; k < m->ranges[2 * r + 1]; k++)
+                set_bit(bits, order[k]);
+    }
+    m->n_allowed_r = m->n_denied_r = 0;
+}
+
 /* Sets in bits every token below trie node `top` (not top's own) whose
  * bytes after top's prefix keep state s alive. cut_mode: a node whose state
  * reaches GR_BOTTOM is pushed to the roots list instead of walked. */
@@ -159,6 +430,17 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
     for (int32_t i = top + 1, end = nd[top].next; i < end;) {
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
+        if (nd[i].next > i + 1) { /* a subtree: maybe allowed whole */
+            int err = 0;
+            if (skip_whole(m, i, m->wstate[d - 1], &err)) {
+                if (push_range(m, i, true) != IG_OK)
+                    return IG_E_NOMEM;
+                i = nd[i].next;
+                continue;
+            }
+            if (err)
+                return IG_E_NOMEM;
+        }
         if (m->wrow[d - 1] < 0) { /* the parent's first child: give it a row */
             if (gr_pda_ensure_row(p, m->wstate[d - 1]) != IG_OK)
                 return IG_E_NOMEM;
@@ -168,11 +450,13 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         if (t == GR_UNKNOWN && (t = gr_pda_step_slow(p, m->wstate[d - 1], c)) < 0)
             return IG_E_NOMEM;
         if (t == GR_DEAD) {
+            if (push_range(m, i, false) != IG_OK)
+                return IG_E_NOMEM;
             i = nd[i].next;
             continue;
         }
-        if (cut_mode && gr_pda_has_bottom(p, t)) {
-            if (push_root(m, i) != IG_OK)
+        if (cut_mode && gr_pda_has_bottom(p, t)) { /* not decided here: denied for now */
+            if (push_root(m, i) != IG_OK || push_range(m, i, false) != IG_OK)
                 return IG_E_NOMEM;
             i = nd[i].next;
             continue;
@@ -182,6 +466,7 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         mark_node(gv, i, bits);
         i++;
     }
+    finish_walk(m, bits, top == 0);
     return IG_OK;
 }
 
@@ -327,8 +612,8 @@ void grammar_matcher_free(struct grammar_matcher *m)
     if (!m)
         return;
     gr_pda_free(&m->pda);
-    free(m->exact_of), free(m->cut_of), free(m->masks), free(m->cut_bits), free(m->roots_off);
-    free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch);
+    free(m->chain), free(m->exact_of), free(m->cut_of), free(m->masks), free(m->cut_bits), free(m->roots_off);
+    free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch), free(m->ranges);
     free(m);
 }
 
@@ -455,5 +740,7 @@ bool grammar_matcher_done(const struct grammar_matcher *m)
 {
     return gr_pda_done(&m->pda, m->state);
 }
+
+void gr_matcher_set_budget(struct grammar_matcher *m, size_t bytes) { m->budget = bytes; }
 
 int64_t grammar_matcher_last_allowed(const struct grammar_matcher *m) { return m->last_allowed; }

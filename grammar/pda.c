@@ -282,14 +282,66 @@ static int32_t compute_step(struct gr_pda *p, int32_t s, unsigned b)
     return n < 0 ? -1 : state_of(p, p->out, n);
 }
 
+/* Advances the stacks of s picked by `adv` (bit i: stack i), then expands. */
+static int32_t step_picked(struct gr_pda *p, int32_t s, uint64_t adv)
+{
+    const struct grammar *g = p->g;
+    if (++p->stamp == 0) {
+        memset(p->visited, 0, (size_t)p->cap_frames * sizeof *p->visited);
+        p->stamp = 1;
+    }
+    int64_t n_work = 0;
+    for (int32_t i = 0; i < p->len[s]; i++) {
+        if (!(adv >> i & 1))
+            continue;
+        int32_t f = p->pool[p->off[s] + i], at = p->pos[f];
+        int32_t next = GR_ENDS_SEQ(g->elems[at + 1]) ? p->parent[f] : frame(p, at + 1, p->parent[f]);
+        if (next < 0 || reserve(&p->work, &p->work_cap, n_work + 1) != IG_OK)
+            return -1;
+        p->work[n_work++] = next;
+    }
+    int32_t n = expand(p, n_work);
+    return n < 0 ? -1 : state_of(p, p->out, n);
+}
+
+/* Fills state s's whole row at once: byte classes that advance the same
+ * stacks share one expansion (inside a JSON string every ordinary
+ * character does), so a new state costs a few expansions, not one per
+ * class. States of more than 64 stacks go class by class. */
 int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
 {
     if (gr_pda_ensure_row(p, s) != IG_OK)
         return -1;
-    int32_t t = compute_step(p, s, p->g->class_byte[c]);
-    if (t >= 0)
-        p->trans[p->row[s] + c] = t;
-    return t;
+    const struct grammar *g = p->g;
+    int32_t n = p->len[s];
+    if (n > 64) {
+        int32_t t = compute_step(p, s, g->class_byte[c]);
+        if (t >= 0)
+            p->trans[p->row[s] + c] = t;
+        return t;
+    }
+    uint64_t sig[256];
+    for (int k = 0; k < g->n_classes; k++) {
+        unsigned b = g->class_byte[k];
+        uint64_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t f = p->pool[p->off[s] + i];
+            if (f > GR_BOTTOM && gr_byteset_has(&g->sets[GR_VALUE(g->elems[p->pos[f]])], b))
+                m |= 1ull << i;
+        }
+        sig[k] = m;
+    }
+    for (int k = 0; k < g->n_classes; k++) {
+        if (p->trans[p->row[s] + k] != GR_UNKNOWN)
+            continue;
+        int32_t t = sig[k] ? step_picked(p, s, sig[k]) : GR_DEAD;
+        if (t < 0)
+            return -1;
+        for (int j = k; j < g->n_classes; j++) /* every class with the same stacks */
+            if (sig[j] == sig[k])
+                p->trans[p->row[s] + j] = t;
+    }
+    return p->trans[p->row[s] + c];
 }
 
 int32_t gr_pda_step_uncached(struct gr_pda *p, int32_t s, int c)

@@ -107,6 +107,131 @@ static int build_trie(struct grammar_vocab *gv)
     return IG_OK;
 }
 
+/* Length of the UTF-8 sequence lead byte b starts (2..4), 0 when b cannot
+ * lead one; *lo and *hi: the range of the byte after it. */
+static int lead_len(uint8_t b, uint8_t *lo, uint8_t *hi)
+{
+    *lo = 0x80, *hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF)
+        return 2;
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (b == 0xE0)
+            *lo = 0xA0;
+        if (b == 0xED)
+            *hi = 0x9F;
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (b == 0xF0)
+            *lo = 0x90;
+        if (b == 0xF4)
+            *hi = 0x8F;
+        return 4;
+    }
+    return 0;
+}
+
+static void merge_below(struct gv_below *into, const struct gv_below *b, int chars_before)
+{
+    into->ascii[0] |= b->ascii[0];
+    into->ascii[1] |= b->ascii[1];
+    into->flags |= b->flags;
+    int m = chars_before + b->max_chars;
+    if (m > into->max_chars)
+        into->max_chars = (uint16_t)(m > 65535 ? 65535 : m);
+}
+
+/* The rest of a character led at node c (`need` more continuation bytes,
+ * the first in [lo, hi]) and what follows it, into *out; below[] holds
+ * the summaries of the boundary nodes after it. */
+static void below_char(const struct grammar_vocab *gv, const struct gv_below *below, int32_t c,
+                       int need, uint8_t lo, uint8_t hi, struct gv_below *out)
+{
+    const struct gv_node *nd = gv->nodes;
+    if (nd[c].tok_begin < nd[c + 1].tok_begin) /* a token ends inside the character */
+        merge_below(out, &(struct gv_below){.flags = GV_PARTIAL, .max_chars = 1}, 0);
+    for (int32_t k = c + 1; k < nd[c].next; k = nd[k].next) {
+        uint8_t b = nd[k].byte;
+        if (b < lo || b > hi) {
+            out->flags |= GV_INVALID;
+        } else if (need > 1) {
+            below_char(gv, below, k, need - 1, 0x80, 0xBF, out);
+        } else {
+            out->flags |= GV_NONASCII;
+            merge_below(out, &below[k], 1);
+            if (out->max_chars < 1)
+                out->max_chars = 1;
+        }
+    }
+}
+
+/* Whether each node's prefix ends at a character boundary. */
+static bool *boundaries(const struct grammar_vocab *gv)
+{
+    const struct gv_node *nd = gv->nodes;
+    bool *at = calloc((size_t)gv->n_nodes + 1, sizeof *at);
+    if (!at)
+        return NULL;
+    at[0] = true;
+    for (int32_t i = 1; i < gv->n_nodes; i++) {
+        int32_t tok = gv->order[nd[i].tok_begin];
+        const uint8_t *p = gv->pieces + gv->piece_off[tok];
+        int d = nd[i].depth, j = 0;
+        while (j < d) {
+            uint8_t lo, hi;
+            int n = p[j] < 0x80 ? 1 : lead_len(p[j], &lo, &hi);
+            j += n ? n : 1; /* an invalid byte is a character of its own, as the matcher sees it */
+        }
+        at[i] = j == d;
+    }
+    return at;
+}
+
+/* Fills gv->incl from the summaries of the boundary nodes below each
+ * node; children come after their parent, so backwards. */
+static int summarize(struct grammar_vocab *gv)
+{
+    const struct gv_node *nd = gv->nodes;
+    gv->incl = calloc((size_t)gv->n_nodes + 1, sizeof *gv->incl);
+    struct gv_below *below = calloc((size_t)gv->n_nodes + 1, sizeof *below);
+    bool *at = boundaries(gv);
+    if (!gv->incl || !below || !at) {
+        free(below), free(at);
+        return nomem();
+    }
+    for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
+        if (!at[i])
+            continue;
+        for (int32_t c = i + 1; c < nd[i].next; c = nd[c].next) {
+            uint8_t b = nd[c].byte, lo, hi;
+            struct gv_below *in = &gv->incl[c];
+            if (b < 0x80) {
+                in->ascii[b >> 6] |= 1ull << (b & 63);
+                merge_below(in, &below[c], 1);
+                if (in->max_chars < 1)
+                    in->max_chars = 1;
+            } else {
+                int n = lead_len(b, &lo, &hi);
+                if (n)
+                    below_char(gv, below, c, n - 1, lo, hi, in);
+                else
+                    in->flags |= GV_INVALID;
+            }
+            merge_below(&below[i], in, 0);
+        }
+    }
+    int32_t last[GR_MAX_TOKEN_BYTES + 1]; /* the last node seen at each depth */
+    last[0] = 0;
+    for (int32_t i = 1; i < gv->n_nodes; i++) {
+        int d = nd[i].depth;
+        if (!at[last[d - 1]]) /* the parent ends inside a character */
+            gv->incl[i].flags |= GV_INVALID;
+        last[d] = i;
+    }
+    free(below), free(at);
+    return IG_OK;
+}
+
 int grammar_vocab_build(const struct tok_vocab *v, struct grammar_vocab **out)
 {
     *out = NULL;
@@ -150,7 +275,13 @@ int grammar_vocab_build(const struct tok_vocab *v, struct grammar_vocab **out)
             gv->max_depth = (int32_t)len;
     }
     gv->piece_off[n] = at;
-    if (build_trie(gv) != IG_OK)
+    gv->text_bits = calloc(((size_t)n + 63) / 64 + 1, sizeof *gv->text_bits);
+    if (!gv->text_bits)
+        goto fail;
+    for (int64_t id = 0; id < n; id++)
+        if (gv->in_trie[id])
+            gv->text_bits[id >> 6] |= 1ull << (id & 63);
+    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK)
         goto fail_quiet;
     *out = gv;
     return IG_OK;
@@ -166,10 +297,12 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     if (!gv)
         return;
     free(gv->nodes);
+    free(gv->incl);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
     free(gv->in_trie);
+    free(gv->text_bits);
     free(gv->eog);
     free(gv->strip);
     free(gv);
