@@ -173,6 +173,7 @@ struct gv_node {
 struct gv_below {
     uint64_t ascii[2];  /* the ASCII bytes that occur */
     uint16_t max_chars; /* characters after the parent in the longest token (a final partial one counts) */
+    uint16_t parent_chars; /* characters in the parent's prefix */
     uint8_t flags;      /* GV_* */
 };
 
@@ -182,6 +183,7 @@ struct grammar_vocab {
     struct gv_node *nodes; /* [n_nodes + 1]: node 0 is the root (empty prefix), the last a sentinel */
     int32_t n_nodes;
     int32_t *order;        /* token ids in trie order; node i's own: [tok_begin(i), tok_begin(i + 1)) */
+    uint16_t *chars;       /* [n_order] characters in each token's text, in trie order */
     int32_t n_order;
     int32_t max_depth;
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */

@@ -54,6 +54,8 @@ struct grammar_matcher {
     /* a walk's subtrees decided whole: [begin, end) ranges of trie order */
     int32_t *ranges;        /* pairs */
     int64_t n_allowed_r, n_denied_r, cap_ranges; /* allowed from the front, denied from the back */
+    int32_t *len_ranges;    /* triples: [begin, end) of trie order, and the most characters allowed */
+    int64_t n_len_r, cap_len_r;
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;
@@ -73,6 +75,7 @@ struct chain {
     int32_t next;      /* GR_DEAD: no plain characters */
     int32_t run[2];    /* -1: not computed; -2: being computed */
     int8_t nonascii;   /* -1: not computed */
+    int8_t end_dead[2];/* after a finite run, no plain character is read at all; -1: unknown */
     bool have_base;    /* plain and next computed */
 };
 
@@ -114,7 +117,7 @@ static int cover_states(struct grammar_matcher *m)
     memset(e + m->n_of, 0xff, (size_t)(n - m->n_of) * sizeof *e);
     memset(c + m->n_of, 0xff, (size_t)(n - m->n_of) * sizeof *c);
     for (int32_t i = m->n_of; i < n; i++)
-        ch[i] = (struct chain){.run = {-1, -1}, .nonascii = -1};
+        ch[i] = (struct chain){.run = {-1, -1}, .nonascii = -1, .end_dead = {-1, -1}};
     m->n_of = n;
     return IG_OK;
 }
@@ -153,7 +156,7 @@ static int keep_in_budget(struct grammar_matcher *m)
     memset(m->exact_of, 0xff, (size_t)m->n_of * sizeof *m->exact_of);
     memset(m->cut_of, 0xff, (size_t)m->n_of * sizeof *m->cut_of);
     for (int32_t i = 0; i < m->n_of; i++)
-        m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1};
+        m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1, .end_dead = {-1, -1}};
     m->n_masks = m->n_cuts = 0;
     m->n_roots = 0;
     return IG_OK;
@@ -340,27 +343,74 @@ static int chain_run(struct grammar_matcher *m, int32_t x, int na)
     return IG_OK;
 }
 
-/* True when every token of trie node i's subtree is allowed from state s,
- * the state at i's parent: all their characters from i's byte on are
- * plain for s, no more of them than s's run. */
-static bool skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int *err)
+/* Whether the state a finite run of s ends in reads none of s's plain
+ * characters (then a token of more plain characters than the run dies).
+ * IG_OK or IG_E_NOMEM. */
+static int chain_end_dead(struct grammar_matcher *m, int32_t s, int na)
+{
+    if (m->chain[s].end_dead[na] >= 0)
+        return IG_OK;
+    int32_t e = s;
+    for (int32_t k = m->chain[s].run[na]; k > 0 && e > GR_DEAD; k--)
+        e = m->chain[e].next; /* run > 0: every state on the way has its base */
+    bool dead = true;
+    if (e > GR_DEAD) {
+        const struct chain *c = &m->chain[s];
+        uint64_t plain[2] = {c->plain[0], c->plain[1]};
+        for (unsigned b = 0; b < 128 && dead; b++) {
+            if (!(plain[b >> 6] >> (b & 63) & 1))
+                continue;
+            int32_t t = gr_pda_step(&m->pda, e, m->g->byte_class[b]);
+            if (t < 0)
+                return IG_E_NOMEM;
+            dead = t == GR_DEAD;
+        }
+        for (unsigned b = 0xC2; b <= 0xF4 && dead && na; b++) {
+            int32_t t = gr_pda_step(&m->pda, e, m->g->byte_class[b]);
+            if (t < 0)
+                return IG_E_NOMEM;
+            dead = t == GR_DEAD;
+        }
+    }
+    if (cover_states(m) != IG_OK)
+        return IG_E_NOMEM;
+    m->chain[s].end_dead[na] = dead;
+    return IG_OK;
+}
+
+enum skip { SKIP_NO, SKIP_ALL, SKIP_BY_LENGTH };
+
+/* How trie node i's subtree can be decided without walking it, from state
+ * s (the state at i's parent): SKIP_ALL when all its characters from i's
+ * byte on are plain for s and no more of them than s's run; SKIP_BY_LENGTH
+ * (*limit: the run) when they are plain but some tokens are longer and the
+ * run's end reads no plain character: then exactly the tokens of at most
+ * *limit characters are allowed. *err on out of memory. */
+static enum skip skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int32_t *limit,
+                            int *err)
 {
     const struct gv_below *b = &m->gv->incl[i];
     if (b->flags & GV_INVALID || b->max_chars == 0)
-        return false;
+        return SKIP_NO;
     if (chain_base(m, s) != IG_OK) {
         *err = 1;
-        return false;
+        return SKIP_NO;
     }
     const struct chain *c = &m->chain[s];
     if ((b->ascii[0] & ~c->plain[0]) || (b->ascii[1] & ~c->plain[1]))
-        return false;
+        return SKIP_NO;
     int na = (b->flags & (GV_NONASCII | GV_PARTIAL)) != 0;
     if (c->run[na] == -1 && chain_run(m, s, na) != IG_OK) {
         *err = 1;
-        return false;
+        return SKIP_NO;
     }
-    return b->max_chars <= m->chain[s].run[na];
+    int32_t run = m->chain[s].run[na];
+    if (b->max_chars <= run)
+        return SKIP_ALL;
+    if (run <= 0 || run >= CHAIN_MAX - 1 || chain_end_dead(m, s, na) != IG_OK)
+        return SKIP_NO; /* (a run cut at CHAIN_MAX has no known end) */
+    *limit = run;
+    return m->chain[s].end_dead[na] ? SKIP_BY_LENGTH : SKIP_NO;
 }
 
 /* Records the tokens of trie node i's subtree as allowed (or denied)
@@ -388,6 +438,26 @@ static int push_range(struct grammar_matcher *m, int32_t i, bool allowed)
     return IG_OK;
 }
 
+/* Records trie node i's subtree as decided by token length: the tokens of
+ * at most `limit` characters after i's parent are allowed. */
+static int push_len_range(struct grammar_matcher *m, int32_t i, int32_t limit)
+{
+    if (m->n_len_r == m->cap_len_r) {
+        int64_t cap = m->cap_len_r ? 2 * m->cap_len_r : 256;
+        int32_t *r = realloc(m->len_ranges, (size_t)cap * 3 * sizeof *r);
+        if (!r)
+            return nomem();
+        m->len_ranges = r;
+        m->cap_len_r = cap;
+    }
+    const struct gv_node *nd = m->gv->nodes;
+    int32_t *at = m->len_ranges + 3 * m->n_len_r++;
+    at[0] = nd[i].tok_begin;
+    at[1] = nd[nd[i].next].tok_begin;
+    at[2] = limit + m->gv->incl[i].parent_chars;
+    return IG_OK;
+}
+
 /* Applies the recorded ranges to bits. A walk from the trie's root (whole:
  * every text token is in an allowed or a denied range or was marked) sets
  * whichever side is smaller: inside a JSON string nearly everything is
@@ -401,18 +471,33 @@ static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
     const int32_t *den = m->ranges + m->cap_ranges - 2 * m->n_denied_r;
     for (int64_t r = 0; r < m->n_denied_r; r++)
         denied += den[2 * r + 1] - den[2 * r];
+    for (int64_t r = 0; r < m->n_len_r; r++) /* counted as denied: the scan touches all */
+        denied += m->len_ranges[3 * r + 1] - m->len_ranges[3 * r];
+    const uint16_t *chars = m->gv->chars;
     if (whole && denied < allowed) {
         for (int64_t w = 0; w < m->n_words; w++)
             bits[w] |= m->gv->text_bits[w];
         for (int64_t r = 0; r < m->n_denied_r; r++)
             for (int32_t k = den[2 * r]; k < den[2 * r + 1]; k++)
                 bits[order[k] >> 6] &= ~(1ull << (order[k] & 63));
+        for (int64_t r = 0; r < m->n_len_r; r++) {
+            const int32_t *l = m->len_ranges + 3 * r;
+            for (int32_t k = l[0]; k < l[1]; k++)
+                if (chars[k] > l[2])
+                    bits[order[k] >> 6] &= ~(1ull << (order[k] & 63));
+        }
     } else {
         for (int64_t r = 0; r < m->n_allowed_r; r++)
             for (int32_t k = m->ranges[2 * r]; k < m->ranges[2 * r + 1]; k++)
                 set_bit(bits, order[k]);
+        for (int64_t r = 0; r < m->n_len_r; r++) {
+            const int32_t *l = m->len_ranges + 3 * r;
+            for (int32_t k = l[0]; k < l[1]; k++)
+                if (chars[k] <= l[2])
+                    set_bit(bits, order[k]);
+        }
     }
-    m->n_allowed_r = m->n_denied_r = 0;
+    m->n_allowed_r = m->n_denied_r = m->n_len_r = 0;
 }
 
 /* Sets in bits every token below trie node `top` (not top's own) whose
@@ -430,16 +515,18 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
     for (int32_t i = top + 1, end = nd[top].next; i < end;) {
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
-        if (nd[i].next > i + 1) { /* a subtree: maybe allowed whole */
+        if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
             int err = 0;
-            if (skip_whole(m, i, m->wstate[d - 1], &err)) {
-                if (push_range(m, i, true) != IG_OK)
+            int32_t limit;
+            enum skip how = skip_whole(m, i, m->wstate[d - 1], &limit, &err);
+            if (err)
+                return IG_E_NOMEM;
+            if (how != SKIP_NO) {
+                if ((how == SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
                     return IG_E_NOMEM;
                 i = nd[i].next;
                 continue;
             }
-            if (err)
-                return IG_E_NOMEM;
         }
         if (m->wrow[d - 1] < 0) { /* the parent's first child: give it a row */
             if (gr_pda_ensure_row(p, m->wstate[d - 1]) != IG_OK)
@@ -613,7 +700,7 @@ void grammar_matcher_free(struct grammar_matcher *m)
         return;
     gr_pda_free(&m->pda);
     free(m->chain), free(m->exact_of), free(m->cut_of), free(m->masks), free(m->cut_bits), free(m->roots_off);
-    free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch), free(m->ranges);
+    free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch), free(m->ranges), free(m->len_ranges);
     free(m);
 }
 

@@ -165,24 +165,44 @@ static void below_char(const struct grammar_vocab *gv, const struct gv_below *be
     }
 }
 
-/* Whether each node's prefix ends at a character boundary. */
-static bool *boundaries(const struct grammar_vocab *gv)
+/* Characters in p[0..d) (a final partial one and each invalid byte count
+ * one); *whole: the prefix ends at a character boundary. */
+static int count_chars(const uint8_t *p, int d, bool *whole)
+{
+    int j = 0, n = 0;
+    while (j < d) {
+        uint8_t lo, hi;
+        int len = p[j] < 0x80 ? 1 : lead_len(p[j], &lo, &hi);
+        j += len ? len : 1;
+        n++;
+    }
+    *whole = j == d;
+    return n;
+}
+
+/* Whether each node's prefix ends at a character boundary, and its
+ * characters (cdepth); each token's characters (gv->chars). */
+static bool *boundaries(struct grammar_vocab *gv, uint16_t *cdepth)
 {
     const struct gv_node *nd = gv->nodes;
     bool *at = calloc((size_t)gv->n_nodes + 1, sizeof *at);
-    if (!at)
+    gv->chars = malloc((size_t)(gv->n_order ? gv->n_order : 1) * sizeof *gv->chars);
+    if (!at || !gv->chars) {
+        free(at);
         return NULL;
+    }
     at[0] = true;
+    cdepth[0] = 0;
     for (int32_t i = 1; i < gv->n_nodes; i++) {
         int32_t tok = gv->order[nd[i].tok_begin];
-        const uint8_t *p = gv->pieces + gv->piece_off[tok];
-        int d = nd[i].depth, j = 0;
-        while (j < d) {
-            uint8_t lo, hi;
-            int n = p[j] < 0x80 ? 1 : lead_len(p[j], &lo, &hi);
-            j += n ? n : 1; /* an invalid byte is a character of its own, as the matcher sees it */
-        }
-        at[i] = j == d;
+        cdepth[i] = (uint16_t)count_chars(gv->pieces + gv->piece_off[tok], nd[i].depth, &at[i]);
+    }
+    for (int32_t k = 0; k < gv->n_order; k++) {
+        int32_t tok = gv->order[k];
+        bool whole;
+        gv->chars[k] = (uint16_t)count_chars(gv->pieces + gv->piece_off[tok],
+                                             (int)(gv->piece_off[tok + 1] - gv->piece_off[tok]),
+                                             &whole);
     }
     return at;
 }
@@ -194,9 +214,10 @@ static int summarize(struct grammar_vocab *gv)
     const struct gv_node *nd = gv->nodes;
     gv->incl = calloc((size_t)gv->n_nodes + 1, sizeof *gv->incl);
     struct gv_below *below = calloc((size_t)gv->n_nodes + 1, sizeof *below);
-    bool *at = boundaries(gv);
+    uint16_t *cdepth = malloc(((size_t)gv->n_nodes + 1) * sizeof *cdepth);
+    bool *at = cdepth ? boundaries(gv, cdepth) : NULL;
     if (!gv->incl || !below || !at) {
-        free(below), free(at);
+        free(below), free(at), free(cdepth);
         return nomem();
     }
     for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
@@ -226,9 +247,10 @@ static int summarize(struct grammar_vocab *gv)
         int d = nd[i].depth;
         if (!at[last[d - 1]]) /* the parent ends inside a character */
             gv->incl[i].flags |= GV_INVALID;
+        gv->incl[i].parent_chars = cdepth[last[d - 1]];
         last[d] = i;
     }
-    free(below), free(at);
+    free(below), free(at), free(cdepth);
     return IG_OK;
 }
 
@@ -298,6 +320,7 @@ void grammar_vocab_free(struct grammar_vocab *gv)
         return;
     free(gv->nodes);
     free(gv->incl);
+    free(gv->chars);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
