@@ -45,18 +45,18 @@ static const char *kind_word(enum gr_rule_kind k)
     }
 }
 
-/* "rule 'x' (3:1)" or "the group at 3:7 in rule 'x'", for messages. */
+/* "rule 'x'" or "the group in rule 'x'", for messages (the position is
+ * the message's prefix). */
 static void describe(const struct gr_builder *b, int32_t r, char *buf, size_t cap)
 {
     const struct gr_rule *rule = &b->rules[r];
     if (rule->kind == GR_RULE_USER) {
-        snprintf(buf, cap, "rule '%s' (%d:%d)", rule->name, rule->line, rule->col);
+        snprintf(buf, cap, "rule '%s'", rule->name);
         return;
     }
     const char *us = strrchr(rule->name, '_');
     int owner_len = us ? (int)(us - rule->name) : (int)strlen(rule->name);
-    snprintf(buf, cap, "%s at %d:%d in rule '%.*s'", kind_word(rule->kind), rule->line, rule->col,
-             owner_len, rule->name);
+    snprintf(buf, cap, "%s in rule '%.*s'", kind_word(rule->kind), owner_len, rule->name);
 }
 
 static int collect_alts(struct checker *c)
@@ -294,9 +294,12 @@ static int left_recursion(struct checker *c, const bool *nullable)
             char what[160], via[160];
             describe(c->b, (int32_t)r, what, sizeof what);
             describe(c->b, e->to, via, sizeof via);
-            st = ig_error(IG_E_USAGE, "%s: left recursion: %s can begin with itself again "
-                          "(through %s) without reading any text; write the recursion on the "
-                          "right, e.g. 'list ::= item (\",\" item)*'", c->b->source, what, via);
+            const struct gr_rule *rr = &c->b->rules[r];
+            st = ig_error(IG_E_USAGE, "%s:%d:%d: left recursion: %s can begin with itself "
+                          "again (through %s at %d:%d) without reading any text; write the "
+                          "recursion on the right, e.g. 'list ::= item (\",\" item)*'",
+                          c->b->source, rr->line, rr->col, what, via,
+                          c->b->rules[e->to].line, c->b->rules[e->to].col);
             break;
         }
     }
@@ -416,15 +419,25 @@ int gr_finalize(struct gr_builder *b, struct grammar **out)
         (st = fixpoint(&c, bytes_nonempty, productive)) != IG_OK ||
         (st = fixpoint(&c, bytes_never, nullable)) != IG_OK)
         goto done;
-    /* Report a user rule before the groups and repetitions inside it. */
-    for (int pass = 0; pass < 2; pass++)
+    /* Report the cause first: a user rule that needs itself or an empty
+     * class, then any user rule, then the groups and repetitions. */
+    for (int pass = 0; pass < 3; pass++)
         for (int64_t r = 0; r < b->n_rules; r++) {
-            if (!c.reach[r] || productive[r] || (pass == 0 && b->rules[r].kind != GR_RULE_USER))
+            if (!c.reach[r] || productive[r] || (pass < 2 && b->rules[r].kind != GR_RULE_USER))
+                continue;
+            bool cause = false;
+            for (int64_t i = 0; i < b->rules[r].n_elems && pass == 0; i++) {
+                uint32_t e = b->rules[r].elems[i];
+                cause |= (GR_TYPE(e) == GR_RULE && GR_VALUE(e) == r) ||
+                         (GR_TYPE(e) == GR_BYTES && !bytes_nonempty(b, e));
+            }
+            if (pass == 0 && !cause)
                 continue;
             char what[160];
             describe(b, (int32_t)r, what, sizeof what);
-            st = ig_error(IG_E_USAGE, "%s: %s can match no text: each of its alternatives needs "
-                          "itself again or an empty character class%s", b->source, what,
+            st = ig_error(IG_E_USAGE, "%s:%d:%d: %s can match no text: each of its "
+                          "alternatives needs itself again or an empty character class%s",
+                          b->source, b->rules[r].line, b->rules[r].col, what,
                           r == root ? " (so the grammar matches nothing)" : "");
             goto done;
         }

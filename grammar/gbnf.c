@@ -443,8 +443,8 @@ static int parse_braces(struct parser *p, bool nested, uint64_t *min, int64_t *m
     }
     if (peek(p, 0) != '}') {
         char buf[16];
-        return perr(p, p->pos, "expected ',' or '}' in the repetition opened at %s, got %s",
-                    "'{'", show(peek(p, 0), buf));
+        return perr(p, p->pos, "expected ',' or '}' in the repetition, got %s",
+                    show(peek(p, 0), buf));
     }
     p->pos++;
     if (*max >= 0 && (uint64_t)*max < *min)
