@@ -353,7 +353,8 @@ static int build(struct gr_builder *b, const struct checker *c, int32_t root, st
         grammar_free(g);
         return nomem();
     }
-    memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
+    if (b->n_sets)
+        memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
     int64_t pos = 0, a = 0;
     for (int32_t r = 0; r < g->n_rules; r++) {
         const struct gr_rule *rule = &b->rules[r];

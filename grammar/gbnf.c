@@ -369,7 +369,8 @@ static int repeat(struct parser *p, int32_t owner, int32_t r, int64_t start, uin
     uint32_t *item = malloc((size_t)(n ? n : 1) * sizeof *item);
     if (!item)
         return nomem();
-    memcpy(item, rule->elems + start, (size_t)n * sizeof *item);
+    if (n)
+        memcpy(item, rule->elems + start, (size_t)n * sizeof *item);
     int st = IG_OK;
     if (min == 0) {
         p->b->total_elems -= n;

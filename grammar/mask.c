@@ -423,9 +423,11 @@ static int push_range(struct grammar_matcher *m, int32_t i, bool allowed)
         if (!r)
             return nomem();
         /* allowed pairs at the front, denied pairs at the back */
-        memcpy(r, m->ranges, (size_t)m->n_allowed_r * 2 * sizeof *r);
-        memcpy(r + cap - m->n_denied_r * 2, m->ranges + m->cap_ranges - m->n_denied_r * 2,
-               (size_t)m->n_denied_r * 2 * sizeof *r);
+        if (m->n_allowed_r)
+            memcpy(r, m->ranges, (size_t)m->n_allowed_r * 2 * sizeof *r);
+        if (m->n_denied_r)
+            memcpy(r + cap - m->n_denied_r * 2, m->ranges + m->cap_ranges - m->n_denied_r * 2,
+                   (size_t)m->n_denied_r * 2 * sizeof *r);
         free(m->ranges);
         m->ranges = r;
         m->cap_ranges = cap;

@@ -205,7 +205,7 @@ int gr_utf8_class(struct gr_builder *b, int32_t r, const struct gr_cprange *rang
     uint64_t h = ranges_hash(ranges, n);
     for (int64_t i = 0; i < b->n_classes; i++) {
         const struct gr_class_memo *c = &b->classes[i];
-        if (c->hash == h && c->n == n && !memcmp(c->ranges, ranges, (size_t)n * sizeof *ranges))
+        if (c->hash == h && c->n == n && (!n || !memcmp(c->ranges, ranges, (size_t)n * sizeof *ranges)))
             return gr_builder_push(b, r, GR_ELEM(GR_RULE, c->rule));
     }
 
@@ -243,7 +243,8 @@ int gr_utf8_class(struct gr_builder *b, int32_t r, const struct gr_cprange *rang
     struct gr_cprange *copy = malloc((size_t)(n ? n : 1) * sizeof *copy);
     if (!copy)
         return ig_error(IG_E_NOMEM, "grammar: out of memory");
-    memcpy(copy, ranges, (size_t)n * sizeof *copy);
+    if (n)
+        memcpy(copy, ranges, (size_t)n * sizeof *copy);
     b->classes[b->n_classes++] = (struct gr_class_memo){.hash = h, .rule = cr, .n = n, .ranges = copy};
     return gr_builder_push(b, r, GR_ELEM(GR_RULE, cr));
 }
