@@ -153,8 +153,10 @@ static int keep_in_budget(struct grammar_matcher *m)
     int st = gr_pda_rebase(&m->pda, &m->state);
     if (st != IG_OK)
         return st;
-    memset(m->exact_of, 0xff, (size_t)m->n_of * sizeof *m->exact_of);
-    memset(m->cut_of, 0xff, (size_t)m->n_of * sizeof *m->cut_of);
+    if (m->n_of) {
+        memset(m->exact_of, 0xff, (size_t)m->n_of * sizeof *m->exact_of);
+        memset(m->cut_of, 0xff, (size_t)m->n_of * sizeof *m->cut_of);
+    }
     for (int32_t i = 0; i < m->n_of; i++)
         m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1, .end_dead = {-1, -1}};
     m->n_masks = m->n_cuts = 0;
