@@ -177,6 +177,8 @@ struct gv_below {
     uint8_t flags;      /* GV_* */
 };
 
+#define GV_MAX_CHARS 128 /* chars_upto's reach; longer tokens are counted in the last entry */
+
 struct grammar_vocab {
     int64_t n_tokens;      /* the vocabulary's size: the masks' length */
     struct gv_below *incl; /* [n_nodes] */
@@ -184,6 +186,12 @@ struct grammar_vocab {
     int32_t n_nodes;
     int32_t *order;        /* token ids in trie order; node i's own: [tok_begin(i), tok_begin(i + 1)) */
     uint16_t *chars;       /* [n_order] characters in each token's text, in trie order */
+    /* Under each child of the root, its tokens' positions in `order` sorted
+     * by characters (by_chars, [n_order]) and, per child, how many have at
+     * most c characters (chars_upto[child byte][c], c < GV_MAX_CHARS): a
+     * string near its maxLength takes the short ones without a scan. */
+    int32_t *by_chars;
+    int32_t (*chars_upto)[GV_MAX_CHARS];
     int32_t n_order;
     int32_t max_depth;
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */

@@ -462,30 +462,61 @@ static int push_len_range(struct grammar_matcher *m, int32_t i, int32_t limit)
     return IG_OK;
 }
 
+/* A length range under a child of the root with a limit below
+ * GV_MAX_CHARS - 1 is read from the sorted index: its first *n_short
+ * sorted positions are the allowed tokens. */
+static bool sorted_range(const struct grammar_vocab *gv, const int32_t *l, int32_t *n_short)
+{
+    if (l[2] >= GV_MAX_CHARS - 1 || l[0] >= gv->n_order)
+        return false;
+    /* the root's child whose tokens these are: only all of its tokens are
+     * indexed (a range of the same size under it is the same range) */
+    const int32_t *upto = gv->chars_upto[gv->pieces[gv->piece_off[gv->order[l[0]]]]];
+    if (l[1] - l[0] != upto[GV_MAX_CHARS - 1])
+        return false;
+    *n_short = upto[l[2]]; /* limits count characters from the token's start */
+    return true;
+}
+
 /* Applies the recorded ranges to bits. A walk from the trie's root (whole:
  * every text token is in an allowed or a denied range or was marked) sets
  * whichever side is smaller: inside a JSON string nearly everything is
  * allowed and only the denied tokens are touched. */
 static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
 {
-    const int32_t *order = m->gv->order;
+    const struct grammar_vocab *gv = m->gv;
+    const int32_t *order = gv->order, *by = gv->by_chars;
+    const uint16_t *chars = gv->chars;
     int64_t allowed = 0, denied = 0;
     for (int64_t r = 0; r < m->n_allowed_r; r++)
         allowed += m->ranges[2 * r + 1] - m->ranges[2 * r];
     const int32_t *den = m->ranges + m->cap_ranges - 2 * m->n_denied_r;
     for (int64_t r = 0; r < m->n_denied_r; r++)
         denied += den[2 * r + 1] - den[2 * r];
-    for (int64_t r = 0; r < m->n_len_r; r++) /* counted as denied: the scan touches all */
-        denied += m->len_ranges[3 * r + 1] - m->len_ranges[3 * r];
-    const uint16_t *chars = m->gv->chars;
+    for (int64_t r = 0; r < m->n_len_r; r++) {
+        int32_t *l = m->len_ranges + 3 * r, n_short;
+        if (sorted_range(gv, l, &n_short)) {
+            allowed += n_short;
+            denied += l[1] - l[0] - n_short;
+        } else { /* scanned whole either way */
+            allowed += l[1] - l[0];
+            denied += l[1] - l[0];
+        }
+    }
     if (whole && denied < allowed) {
         for (int64_t w = 0; w < m->n_words; w++)
-            bits[w] |= m->gv->text_bits[w];
+            bits[w] |= gv->text_bits[w];
         for (int64_t r = 0; r < m->n_denied_r; r++)
             for (int32_t k = den[2 * r]; k < den[2 * r + 1]; k++)
                 bits[order[k] >> 6] &= ~(1ull << (order[k] & 63));
         for (int64_t r = 0; r < m->n_len_r; r++) {
             const int32_t *l = m->len_ranges + 3 * r;
+            int32_t n_short;
+            if (sorted_range(gv, l, &n_short)) {
+                for (int32_t k = l[0] + n_short; k < l[1]; k++)
+                    bits[order[by[k]] >> 6] &= ~(1ull << (order[by[k]] & 63));
+                continue;
+            }
             for (int32_t k = l[0]; k < l[1]; k++)
                 if (chars[k] > l[2])
                     bits[order[k] >> 6] &= ~(1ull << (order[k] & 63));
@@ -496,6 +527,12 @@ static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
                 set_bit(bits, order[k]);
         for (int64_t r = 0; r < m->n_len_r; r++) {
             const int32_t *l = m->len_ranges + 3 * r;
+            int32_t n_short;
+            if (sorted_range(gv, l, &n_short)) {
+                for (int32_t k = l[0]; k < l[0] + n_short; k++)
+                    set_bit(bits, order[by[k]]);
+                continue;
+            }
             for (int32_t k = l[0]; k < l[1]; k++)
                 if (chars[k] <= l[2])
                     set_bit(bits, order[k]);

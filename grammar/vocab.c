@@ -207,6 +207,32 @@ static bool *boundaries(struct grammar_vocab *gv, uint16_t *cdepth)
     return at;
 }
 
+/* gv->by_chars and gv->chars_upto: a counting sort of each root child's
+ * tokens by their characters. */
+static int sort_by_chars(struct grammar_vocab *gv)
+{
+    gv->by_chars = malloc((size_t)(gv->n_order ? gv->n_order : 1) * sizeof *gv->by_chars);
+    gv->chars_upto = calloc(256, sizeof *gv->chars_upto);
+    if (!gv->by_chars || !gv->chars_upto)
+        return nomem();
+    const struct gv_node *nd = gv->nodes;
+    for (int32_t c = 1; c < gv->n_nodes; c = nd[c].next) {
+        int32_t *upto = gv->chars_upto[nd[c].byte];
+        int32_t a = nd[c].tok_begin, b = nd[nd[c].next].tok_begin;
+        for (int32_t k = a; k < b; k++)
+            upto[gv->chars[k] < GV_MAX_CHARS ? gv->chars[k] : GV_MAX_CHARS - 1]++;
+        int32_t fill[GV_MAX_CHARS], sum = 0;
+        for (int j = 0; j < GV_MAX_CHARS; j++) {
+            fill[j] = a + sum;
+            sum += upto[j];
+            upto[j] = sum;
+        }
+        for (int32_t k = a; k < b; k++)
+            gv->by_chars[fill[gv->chars[k] < GV_MAX_CHARS ? gv->chars[k] : GV_MAX_CHARS - 1]++] = k;
+    }
+    return IG_OK;
+}
+
 /* Fills gv->incl from the summaries of the boundary nodes below each
  * node; children come after their parent, so backwards. */
 static int summarize(struct grammar_vocab *gv)
@@ -303,7 +329,7 @@ int grammar_vocab_build(const struct tok_vocab *v, struct grammar_vocab **out)
     for (int64_t id = 0; id < n; id++)
         if (gv->in_trie[id])
             gv->text_bits[id >> 6] |= 1ull << (id & 63);
-    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK)
+    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK || sort_by_chars(gv) != IG_OK)
         goto fail_quiet;
     *out = gv;
     return IG_OK;
@@ -321,6 +347,8 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     free(gv->nodes);
     free(gv->incl);
     free(gv->chars);
+    free(gv->by_chars);
+    free(gv->chars_upto);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
