@@ -26,6 +26,12 @@ int run_grammar_check_opts(const struct run_opts *o)
                         "--json-schema, --json-schema-file and --format");
     if (o->format && strcmp(o->format, "json") != 0)
         return ig_error(IG_E_USAGE, "--format: expected 'json', got '%s'", o->format);
+    const char *gfile = o->grammar_file ? o->grammar_file : o->json_schema_file;
+    if (gfile && !strcmp(gfile, "-") && ((o->file && !strcmp(o->file, "-")) ||
+                                         (o->load_kv && !strcmp(o->load_kv, "-"))))
+        return ig_error(IG_E_USAGE, "%s - and %s - both want stdin",
+                        o->grammar_file ? "--grammar-file" : "--json-schema-file",
+                        o->file && !strcmp(o->file, "-") ? "-f" : "--load-kv");
     if (n && o->prompt_only)
         return ig_error(IG_E_USAGE, "a grammar constrains generated text; --prompt-only "
                         "generates none");

@@ -41,6 +41,9 @@ expect_err 2 "/properties/x: the schema false matches nothing" "false schema" --
 expect_err 2 "at most one of --grammar" "two constraints" --grammar 'root ::= "a"' --format json
 expect_err 2 "format: expected 'json', got 'xml'" "format value" --format xml
 expect_err 2 "prompt-only generates none" "prompt-only" --format json --prompt-only
+CHECKS=$((CHECKS + 1))
+"$IGNITE" run -f - --grammar-file - </dev/null >"$TMP/out" 2>"$TMP/err"
+[ $? = 2 ] && grep -q -- "--grammar-file - and -f - both want stdin" "$TMP/err" || fail "two stdins: $(cat "$TMP/err")"
 
 # annotations are ignored: this compiles and fails only later, on the model
 expect_rc 3 "annotations" "$IGNITE" run -p hi -m "$TMP/none.gguf" \
