@@ -11,14 +11,16 @@
  * where a token leaves it (reaches GR_BOTTOM). Only those nodes' subtrees
  * are walked again from the real state. Inside a JSON string, say, the cut
  * mask is the whole vocabulary minus a few hundred tokens with a quote in
- * them, computed once per run for every string property.
+ * them, computed once per run for every string property. Subtrees whose
+ * tokens a state reads as a run of "plain" characters are decided without
+ * walking them (runs.c). The masks' bits: whichever of the allowed and the
+ * denied side is smaller is written.
  *
  * When the tables outgrow GR_MATCHER_BUDGET they are dropped and rebuilt
  * from the current state.
  * Covered by tests/grammar/test_mask.c (every token against a byte-by-byte
  * check on random states) and the generation tests. */
-#include "grammar/internal.h"
-#include "grammar/pda.h"
+#include "grammar/matcher.h"
 
 #include "core/status.h"
 
@@ -27,59 +29,6 @@
 #include <string.h>
 
 #define GR_MATCHER_BUDGET ((size_t)512 << 20)
-
-struct grammar_matcher {
-    const struct grammar *g;
-    const struct grammar_vocab *gv;
-    struct gr_pda pda;
-    int32_t state;
-    bool allow_eog;
-    bool at_start;          /* no text yet: the first token's piece rule applies */
-    int64_t last_allowed;
-    int64_t n_words;        /* 64-bit words in a mask */
-    size_t budget;
-    /* per state id: its mask in masks[], and (cut states) its cut mask */
-    int32_t *exact_of, *cut_of;
-    int32_t n_of;
-    uint64_t *masks;        /* exact masks, n_words each */
-    int32_t n_masks, cap_masks;
-    uint64_t *cut_bits;     /* cut masks, n_words each */
-    int64_t *roots_off;     /* [n_cuts + 1] cut mask k's trie nodes: roots[roots_off[k]..roots_off[k+1]) */
-    int32_t n_cuts, cap_cuts;
-    int32_t *roots;
-    int64_t n_roots, cap_roots;
-    /* per state id: how it reads plain text (chain_info) */
-    struct chain *chain;
-    int32_t n_chain;
-    /* a walk's subtrees decided whole: [begin, end) ranges of trie order */
-    int32_t *ranges;        /* pairs */
-    int64_t n_allowed_r, n_denied_r, cap_ranges; /* allowed from the front, denied from the back */
-    int32_t *len_ranges;    /* triples: [begin, end) of trie order, and the most characters allowed */
-    int64_t n_len_r, cap_len_r;
-    /* walk scratch, one entry per depth */
-    int32_t *wstate;
-    int64_t *wrow;
-    uint64_t *scratch;      /* [n_words] */
-};
-
-/* How a state reads "plain" characters, for skipping trie subtrees whole:
- * the ASCII bytes in `plain` all lead to the same next state `next` (and,
- * when `nonascii`, so does every valid character beyond ASCII). A run of
- * such characters keeps being read that way for `run[0]` characters
- * (ASCII only) or `run[1]` (beyond ASCII too): INT32_MAX inside a JSON
- * string, k in a string with k characters left before its maximum. A
- * subtree whose suffixes use only such characters, at most that many, is
- * allowed whole. Computed on demand: `nonascii` and the runs cost steps. */
-struct chain {
-    uint64_t plain[2];
-    int32_t next;      /* GR_DEAD: no plain characters */
-    int32_t run[2];    /* -1: not computed; -2: being computed */
-    int8_t nonascii;   /* -1: not computed */
-    int8_t end_dead[2];/* after a finite run, no plain character is read at all; -1: unknown */
-    bool have_base;    /* plain and next computed */
-};
-
-#define CHAIN_MAX 128 /* runs are followed this far at most (tokens are shorter) */
 
 static int nomem(void) { return ig_error(IG_E_NOMEM, "grammar: out of memory"); }
 
@@ -94,8 +43,7 @@ static inline void mark_node(const struct grammar_vocab *gv, int32_t i, uint64_t
 
 /* ---- caches ------------------------------------------------------------------ */
 
-/* exact_of / cut_of cover every state id the automaton has. */
-static int cover_states(struct grammar_matcher *m)
+int gr_cover_states(struct grammar_matcher *m)
 {
     int32_t need = m->pda.n_states;
     if (need <= m->n_of)
@@ -140,8 +88,9 @@ static int32_t new_mask(uint64_t **pool, int32_t *n, int32_t *cap, int64_t n_wor
 
 static size_t matcher_bytes(const struct grammar_matcher *m)
 {
-    return gr_pda_bytes(&m->pda) + ((size_t)m->cap_masks + (size_t)m->cap_cuts) *
-           (size_t)m->n_words * 8 + (size_t)m->cap_roots * 4 + (size_t)m->n_of * (8 + sizeof(struct chain));
+    return gr_pda_bytes(&m->pda) +
+           ((size_t)m->cap_masks + (size_t)m->cap_cuts) * (size_t)m->n_words * 8 +
+           (size_t)m->cap_roots * 4 + (size_t)m->n_of * (8 + sizeof(struct chain));
 }
 
 /* Drops every table when they hold more than the budget; the state
@@ -178,241 +127,6 @@ static int push_root(struct grammar_matcher *m, int32_t node)
     }
     m->roots[m->n_roots++] = node;
     return IG_OK;
-}
-
-/* The state after every valid UTF-8 character beyond ASCII from s when they
- * all agree (else GR_DEAD); -1 when out of memory. Walks the encoding's
- * byte ranges by byte class, so only distinct classes are stepped. */
-static int32_t after_nonascii(struct grammar_matcher *m, int32_t s, int need, uint8_t lo,
-                              uint8_t hi, int32_t want)
-{
-    const uint8_t *cls = m->g->byte_class;
-    bool seen[256] = {false};
-    for (unsigned b = lo; b <= hi; b++) {
-        if (seen[cls[b]])
-            continue;
-        seen[cls[b]] = true;
-        int32_t t = gr_pda_step(&m->pda, s, cls[b]);
-        if (t < 0)
-            return -1;
-        if (t == GR_DEAD)
-            return GR_DEAD;
-        if (need > 1) {
-            t = after_nonascii(m, t, need - 1, 0x80, 0xBF, want);
-            if (t <= GR_DEAD)
-                return t;
-        } else if (t != want) {
-            return GR_DEAD;
-        }
-    }
-    return want;
-}
-
-static bool all_nonascii_to(struct grammar_matcher *m, int32_t s, int32_t want, int *err)
-{
-    static const struct { uint8_t lead_lo, lead_hi, lo, hi, len; } U[] = {
-        {0xC2, 0xDF, 0x80, 0xBF, 2}, {0xE0, 0xE0, 0xA0, 0xBF, 3}, {0xE1, 0xEC, 0x80, 0xBF, 3},
-        {0xED, 0xED, 0x80, 0x9F, 3}, {0xEE, 0xEF, 0x80, 0xBF, 3}, {0xF0, 0xF0, 0x90, 0xBF, 4},
-        {0xF1, 0xF3, 0x80, 0xBF, 4}, {0xF4, 0xF4, 0x80, 0x8F, 4},
-    };
-    const uint8_t *cls = m->g->byte_class;
-    for (size_t u = 0; u < sizeof U / sizeof U[0]; u++) {
-        bool seen[256] = {false};
-        for (unsigned b = U[u].lead_lo; b <= U[u].lead_hi; b++) {
-            if (seen[cls[b]])
-                continue;
-            seen[cls[b]] = true;
-            int32_t t = gr_pda_step(&m->pda, s, cls[b]);
-            if (t > GR_DEAD)
-                t = after_nonascii(m, t, U[u].len - 1, U[u].lo, U[u].hi, want);
-            if (t < 0)
-                *err = 1;
-            if (t != want)
-                return false;
-        }
-    }
-    return true;
-}
-
-/* plain and next of state x. IG_OK or IG_E_NOMEM. */
-static int chain_base(struct grammar_matcher *m, int32_t x)
-{
-    if (cover_states(m) != IG_OK)
-        return IG_E_NOMEM;
-    if (m->chain[x].have_base)
-        return IG_OK;
-    const struct grammar *g = m->g;
-    int32_t succ[256];
-    int64_t weight[256] = {0};
-    for (int k = 0; k < g->n_classes; k++)
-        succ[k] = -2;
-    for (unsigned b = 0; b < 128; b++) {
-        int k = g->byte_class[b];
-        if (succ[k] == -2 && (succ[k] = gr_pda_step(&m->pda, x, k)) < 0)
-            return IG_E_NOMEM;
-        weight[k]++;
-    }
-    int32_t best = GR_DEAD;
-    int64_t best_w = 0;
-    for (int k = 0; k < g->n_classes; k++) {
-        if (succ[k] <= GR_DEAD || weight[k] == 0)
-            continue;
-        int64_t w = 0; /* the bytes of all classes with this successor */
-        for (int j = 0; j < g->n_classes; j++)
-            if (succ[j] == succ[k])
-                w += weight[j];
-        if (w > best_w)
-            best = succ[k], best_w = w;
-    }
-    if (cover_states(m) != IG_OK) /* the steps may have made states */
-        return IG_E_NOMEM;
-    struct chain *c = &m->chain[x];
-    c->plain[0] = c->plain[1] = 0;
-    c->next = GR_DEAD;
-    /* a cut state's run stops before it leaves the part it knows */
-    if (best > GR_DEAD && !gr_pda_has_bottom(&m->pda, best)) {
-        for (unsigned b = 0; b < 128; b++)
-            if (succ[g->byte_class[b]] == best)
-                c->plain[b >> 6] |= 1ull << (b & 63);
-        c->next = best;
-    }
-    c->have_base = true;
-    return IG_OK;
-}
-
-static int chain_nonascii(struct grammar_matcher *m, int32_t x)
-{
-    struct chain *c = &m->chain[x];
-    if (c->nonascii >= 0)
-        return IG_OK;
-    int err = 0;
-    bool na = c->next > GR_DEAD && all_nonascii_to(m, x, c->next, &err);
-    if (err || cover_states(m) != IG_OK)
-        return IG_E_NOMEM;
-    m->chain[x].nonascii = na;
-    return IG_OK;
-}
-
-/* Computes m->chain[x].run[na] by following the chain (at most CHAIN_MAX
- * states; a cycle is an endless run). IG_OK or IG_E_NOMEM. */
-static int chain_run(struct grammar_matcher *m, int32_t x, int na)
-{
-    int32_t path[CHAIN_MAX + 1];
-    int n = 0;
-    int64_t tail = 0; /* the run after the last state on the path */
-    for (int32_t cur = x;;) {
-        if (chain_base(m, cur) != IG_OK || (na && chain_nonascii(m, cur) != IG_OK))
-            return IG_E_NOMEM;
-        struct chain *c = &m->chain[cur];
-        if (c->run[na] >= 0) {
-            tail = c->run[na];
-            break;
-        }
-        if (c->next == GR_DEAD || (na && !c->nonascii)) {
-            c->run[na] = 0;
-            tail = 0;
-            break;
-        }
-        if (c->run[na] == -2 || c->next == cur) { /* a cycle: endless */
-            tail = INT32_MAX;
-            if (c->run[na] != -2)
-                path[n++] = cur, tail = INT32_MAX - 1;
-            break;
-        }
-        c->run[na] = -2;
-        path[n++] = cur;
-        if (n == CHAIN_MAX) {
-            tail = 0;
-            break;
-        }
-        if (chain_base(m, c->next) != IG_OK || (na && chain_nonascii(m, c->next) != IG_OK))
-            return IG_E_NOMEM;
-        const struct chain *a = &m->chain[cur], *b = &m->chain[a->next];
-        bool same = (b->plain[0] & a->plain[0]) == a->plain[0] &&
-                    (b->plain[1] & a->plain[1]) == a->plain[1] && (!na || b->nonascii);
-        if (!same) {
-            tail = 0;
-            break;
-        }
-        cur = a->next;
-    }
-    /* unwind: each state reads one more than the one after it */
-    for (int i = n - 1; i >= 0; i--) {
-        if (tail < INT32_MAX)
-            tail++;
-        m->chain[path[i]].run[na] = (int32_t)(tail > INT32_MAX ? INT32_MAX : tail);
-    }
-    return IG_OK;
-}
-
-/* Whether the state a finite run of s ends in reads none of s's plain
- * characters (then a token of more plain characters than the run dies).
- * IG_OK or IG_E_NOMEM. */
-static int chain_end_dead(struct grammar_matcher *m, int32_t s, int na)
-{
-    if (m->chain[s].end_dead[na] >= 0)
-        return IG_OK;
-    int32_t e = s;
-    for (int32_t k = m->chain[s].run[na]; k > 0 && e > GR_DEAD; k--)
-        e = m->chain[e].next; /* run > 0: every state on the way has its base */
-    bool dead = true;
-    if (e > GR_DEAD) {
-        const struct chain *c = &m->chain[s];
-        uint64_t plain[2] = {c->plain[0], c->plain[1]};
-        for (unsigned b = 0; b < 128 && dead; b++) {
-            if (!(plain[b >> 6] >> (b & 63) & 1))
-                continue;
-            int32_t t = gr_pda_step(&m->pda, e, m->g->byte_class[b]);
-            if (t < 0)
-                return IG_E_NOMEM;
-            dead = t == GR_DEAD;
-        }
-        for (unsigned b = 0xC2; b <= 0xF4 && dead && na; b++) {
-            int32_t t = gr_pda_step(&m->pda, e, m->g->byte_class[b]);
-            if (t < 0)
-                return IG_E_NOMEM;
-            dead = t == GR_DEAD;
-        }
-    }
-    if (cover_states(m) != IG_OK)
-        return IG_E_NOMEM;
-    m->chain[s].end_dead[na] = dead;
-    return IG_OK;
-}
-
-enum skip { SKIP_NO, SKIP_ALL, SKIP_BY_LENGTH };
-
-/* How trie node i's subtree can be decided without walking it, from state
- * s (the state at i's parent): SKIP_ALL when all its characters from i's
- * byte on are plain for s and no more of them than s's run; SKIP_BY_LENGTH
- * (*limit: the run) when they are plain but some tokens are longer and the
- * run's end reads no plain character: then exactly the tokens of at most
- * *limit characters are allowed. *err on out of memory. */
-static enum skip skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int32_t *limit,
-                            int *err)
-{
-    const struct gv_below *b = &m->gv->incl[i];
-    if (b->flags & GV_INVALID || b->max_chars == 0)
-        return SKIP_NO;
-    if (chain_base(m, s) != IG_OK) {
-        *err = 1;
-        return SKIP_NO;
-    }
-    const struct chain *c = &m->chain[s];
-    if ((b->ascii[0] & ~c->plain[0]) || (b->ascii[1] & ~c->plain[1]))
-        return SKIP_NO;
-    int na = (b->flags & (GV_NONASCII | GV_PARTIAL)) != 0;
-    if (c->run[na] == -1 && chain_run(m, s, na) != IG_OK) {
-        *err = 1;
-        return SKIP_NO;
-    }
-    int32_t run = m->chain[s].run[na];
-    if (b->max_chars <= run)
-        return SKIP_ALL;
-    if (run <= 0 || run >= CHAIN_MAX - 1 || chain_end_dead(m, s, na) != IG_OK)
-        return SKIP_NO; /* (a run cut at CHAIN_MAX has no known end) */
-    *limit = run;
-    return m->chain[s].end_dead[na] ? SKIP_BY_LENGTH : SKIP_NO;
 }
 
 /* Records the tokens of trie node i's subtree as allowed (or denied)
@@ -559,11 +273,11 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
             int err = 0;
             int32_t limit;
-            enum skip how = skip_whole(m, i, m->wstate[d - 1], &limit, &err);
+            enum gr_skip how = gr_skip_whole(m, i, m->wstate[d - 1], &limit, &err);
             if (err)
                 return IG_E_NOMEM;
-            if (how != SKIP_NO) {
-                if ((how == SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
+            if (how != GR_SKIP_NO) {
+                if ((how == GR_SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
                     return IG_E_NOMEM;
                 i = nd[i].next;
                 continue;
@@ -632,7 +346,7 @@ static int32_t cut_mask(struct grammar_matcher *m, int32_t t)
         return -1;
     m->roots_off[k + 1] = m->n_roots;
     m->n_cuts++;
-    if (cover_states(m) != IG_OK)
+    if (gr_cover_states(m) != IG_OK)
         return -1;
     m->cut_of[t] = k;
     return k;
@@ -642,7 +356,7 @@ static int32_t cut_mask(struct grammar_matcher *m, int32_t t)
  * computed on first use. Returns a pointer into the cache, or NULL. */
 static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
 {
-    if (cover_states(m) != IG_OK)
+    if (gr_cover_states(m) != IG_OK)
         return NULL;
     if (m->exact_of[s] >= 0)
         return m->masks + (size_t)m->exact_of[s] * (size_t)m->n_words;
@@ -678,7 +392,7 @@ static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
     if (m->allow_eog && gr_pda_complete(&m->pda, s))
         for (int32_t i = 0; i < gv->n_eog; i++)
             set_bit(bits, gv->eog[i]);
-    if (cover_states(m) != IG_OK)
+    if (gr_cover_states(m) != IG_OK)
         return NULL;
     m->exact_of[s] = idx;
     return bits;
