@@ -3,7 +3,7 @@
  * a compiled grammar, checked before the model loads so a bad grammar costs
  * nothing; then, with the model's vocabulary, the matcher installed in the
  * sampler. The grammar room does the work (grammar/grammar.h).
- * Covered by tests/grammar/test_run_grammar.py and test_schema_errors.sh. */
+ * Covered by tests/grammar/test_run_grammar_args.sh and test_schema_corpus.py. */
 #include "cli/cli.h"
 #include "cli/run.h"
 

@@ -11,8 +11,10 @@
  * into grammar is refused with its JSON pointer, so a grammar is never
  * silently looser or stricter than the schema (oneOf is generated as anyOf:
  * its alternatives must not overlap, docs/grammar.md).
- * Covered by tests/grammar/test_schema_py.py (jsonschema validates sampled
- * generations) and test_schema_errors.sh; fuzzed by tests/fuzz/fuzz_schema.c. */
+ * Covered by tests/grammar/test_schema_corpus.py (jsonschema validates
+ * sampled generations), test_run_grammar_args.sh (refusals with their JSON
+ * pointers) and test_mask.c; fuzzed by tests/fuzz/fuzz_grammar.c
+ * (fuzz_schema). */
 #include "grammar/internal.h"
 
 #include "core/status.h"
