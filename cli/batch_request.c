@@ -14,6 +14,8 @@ void batch_request_free(struct batch_request *r)
     cJSON_Delete(r->id);
     free(r->prompt);
     free(r->system);
+    free(r->grammar);
+    free(r->json_schema);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     *r = (struct batch_request){0};
@@ -147,9 +149,20 @@ static int apply_key(const cJSON *v, struct batch_request *r)
         return copy_text(v, k, false, &r->system);
     if (!strcmp(k, "stop"))
         return get_stop(v, r);
+    if (!strcmp(k, "grammar"))
+        return copy_text(v, k, true, &r->grammar);
+    if (!strcmp(k, "json_schema")) {
+        if (cJSON_IsString(v))
+            return copy_text(v, k, true, &r->json_schema);
+        if (!cJSON_IsObject(v))
+            return ig_error(IG_E_INPUT, "\"json_schema\" must be an object (or its JSON text)");
+        if (!(r->json_schema = cJSON_PrintUnformatted(v)))
+            return ig_error(IG_E_NOMEM, "out of memory");
+        return IG_OK;
+    }
     return ig_error(IG_E_INPUT, "unknown key \"%s\" (known: prompt, id, n_predict, temperature, "
                     "top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, ignore_eos, "
-                    "chat, system, stop)", k);
+                    "chat, system, stop, grammar, json_schema)", k);
 }
 
 static int parse_json(const char *line, size_t len, struct batch_request *r)
@@ -180,6 +193,8 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
     }
     if (st == IG_OK && !r->prompt)
         st = ig_error(IG_E_INPUT, "no \"prompt\"");
+    if (st == IG_OK && r->grammar && r->json_schema)
+        st = ig_error(IG_E_INPUT, "give \"grammar\" or \"json_schema\", not both");
     cJSON_Delete(root);
     return st;
 }

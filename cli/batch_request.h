@@ -6,8 +6,9 @@
  * UTF-8 without NUL), "id" (any JSON value, echoed back), and run's options
  * by their --json names: "n_predict", "temperature", "top_k", "top_p",
  * "min_p", "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "chat",
- * "system", "stop" (a string or an array of strings). Absent keys take the
- * command line's values. A key that is unknown or of the wrong type, a
+ * "system", "stop" (a string or an array of strings), and a constraint:
+ * "grammar" (GBNF text) or "json_schema" (a schema object, or its text).
+ * Absent keys take the command line's values. A key that is unknown or of the wrong type, a
  * value out of range, a line that is not one JSON object: refused with one
  * line naming the cause. With --lines the line is the prompt itself. */
 #ifndef IGNITE_CLI_BATCH_REQUEST_H
@@ -26,6 +27,8 @@ struct batch_request {
     char *system;          /* owned; NULL: the command line's */
     char *stop[GEN_CLI_MAX_STOP]; /* owned */
     int n_stop;
+    char *grammar;         /* the line's GBNF, owned; NULL: none given */
+    char *json_schema;     /* the line's schema as JSON text, owned; NULL: none given */
     struct gen_cli opts;   /* the command line's options with the line's keys applied
                             * (opts.system and opts.stop point into this request) */
 };

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
+#include "grammar/grammar.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -95,7 +96,9 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
                  argv[optind]);
         return cli_usage_error("batch");
     }
-    return gen_cli_check(&o->g) == IG_OK ? IG_OK : IG_E_USAGE;
+    if (gen_cli_check(&o->g) != IG_OK)
+        return IG_E_USAGE;
+    return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);
 }
 
 /* ---- signals ----------------------------------------------------------------------- */
@@ -126,6 +129,7 @@ struct job {
     int64_t line;           /* 1-based line number */
     struct batch_request in;
     struct tok_ids ids;
+    struct grammar *grammar; /* the line's own constraint, owned; NULL: the command line's */
     struct gen_request r;
     char *text;             /* generated text */
     size_t len, cap;
@@ -137,6 +141,7 @@ struct batch {
     const struct model *m;
     struct tok_vocab *vocab;
     struct engine *engine;
+    struct grammar *grammar; /* the command line's constraint, shared; NULL: none */
     struct job **jobs;      /* ring by seq: jobs not yet written */
     int64_t cap, next_seq, next_out;
     int64_t n_open;         /* jobs read and not yet written */
@@ -153,6 +158,7 @@ static void job_free(struct job *j)
     if (!j)
         return;
     batch_request_free(&j->in);
+    grammar_free(j->grammar);
     tok_ids_free(&j->ids);
     free(j->text);
     free(j->out);
@@ -324,7 +330,16 @@ static int make_request(struct batch *b, struct job *j)
 {
     const struct gen_cli *o = &j->in.opts;
     char *text = NULL;
-    int st = run_render_prompt(b->m, o->chat, o->system, j->in.prompt, &text);
+    char source[48];
+    snprintf(source, sizeof source, "line %lld", (long long)j->line);
+    int st = IG_OK;
+    if (j->in.grammar)
+        st = grammar_from_gbnf(j->in.grammar, strlen(j->in.grammar), source, &j->grammar);
+    else if (j->in.json_schema)
+        st = grammar_from_json_schema(j->in.json_schema, strlen(j->in.json_schema), source,
+                                      &j->grammar);
+    if (st == IG_OK)
+        st = run_render_prompt(b->m, o->chat, o->system, j->in.prompt, &text);
     if (st == IG_OK)
         st = tok_encode(b->vocab, text, strlen(text), run_encode_flags(o), &j->ids);
     free(text);
@@ -334,7 +349,8 @@ static int make_request(struct batch *b, struct job *j)
     j->in.opts.sp.seed = gen_cli_pick_seed(o->seed);
     j->r.params = (struct gen_params){.n_predict = o->n_predict, .sp = j->in.opts.sp,
                                       .ignore_eog = o->ignore_eos, .stop = o->stop,
-                                      .n_stop = o->n_stop};
+                                      .n_stop = o->n_stop,
+                                      .grammar = j->grammar ? j->grammar : b->grammar};
     j->r.user = j;
     if (st == IG_OK)
         st = engine_submit(b->engine, &j->r);
@@ -492,7 +508,8 @@ int cmd_batch(int argc, char **argv)
         st = ig_error(IG_E_IO, "cannot open %s: %s", o.file, strerror(errno));
         goto done;
     }
-    if ((st = cli_model_path(o.g.model, path, sizeof path)) != IG_OK)
+    if ((st = gen_cli_compile_grammar(&o.g, &b.grammar)) != IG_OK ||
+        (st = cli_model_path(o.g.model, path, sizeof path)) != IG_OK)
         goto done;
     if (cli_stderr_is_tty() && !o.g.quiet)
         fprintf(stderr, "loading %s\n", path);
@@ -536,6 +553,7 @@ done:
     for (int64_t s = b.next_out; b.jobs && s < b.next_seq; s++)
         job_free(b.jobs[s % b.cap]);
     free(b.jobs);
+    grammar_free(b.grammar);
     free(b.ttft);
     free(b.tpot);
     backend_free(be);

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
+#include "grammar/grammar.h"
 #include "models/model.h"
 #include "backend/backend.h"
 #include "tokenizer/chat_template.h"
@@ -112,7 +113,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     if (o->load_kv && o->g.chat)
         return ig_error(IG_E_USAGE, "--chat cannot continue a loaded cache (the template "
                                     "renders a whole conversation); pass the text with -p");
-    return IG_OK;
+    const char *stdin_user = o->file && !strcmp(o->file, "-") ? "-f"
+                             : o->load_kv && !strcmp(o->load_kv, "-") ? "--load-kv" : NULL;
+    return gen_cli_check_grammar(&o->g, stdin_user, o->prompt_only);
 }
 
 /* ---- signals and output ---------------------------------------------------- */
@@ -320,7 +323,7 @@ static int read_user_text(const struct run_opts *o, char **user)
 /* Runs the one request to its end and reports it. */
 static int generate(const struct run_opts *o, struct model *m, struct tok_vocab *vocab,
                     struct backend *be, int64_t n_ctx, struct loaded_cache *lc,
-                    const char *prompt, double load_ms)
+                    const char *prompt, const struct grammar *grammar, double load_ms)
 {
     struct run_state rs = {.o = o, .m = m, .to_buffer = o->json};
     struct tok_ids ids = {0};
@@ -347,7 +350,7 @@ static int generate(const struct run_opts *o, struct model *m, struct tok_vocab 
     r.n_tokens = ids.n;
     r.params = (struct gen_params){.n_predict = o->g.n_predict, .sp = o->g.sp,
                                    .ignore_eog = o->g.ignore_eos, .prompt_only = o->prompt_only,
-                                   .stop = o->g.stop, .n_stop = o->g.n_stop};
+                                   .stop = o->g.stop, .n_stop = o->g.n_stop, .grammar = grammar};
     r.logits_out = rs.logits;
     if (st == IG_OK)
         st = engine_submit(engine, &r);
@@ -366,6 +369,12 @@ static int generate(const struct run_opts *o, struct model *m, struct tok_vocab 
     if (res->stop == GEN_STOP_CONTEXT)
         ig_warn("the context is full (%lld positions): generation stopped (raise -c)",
                 (long long)n_ctx);
+    if (res->grammar && res->stop != GEN_STOP_NONE && !res->grammar_complete)
+        ig_warn(res->stop == GEN_STOP_GRAMMAR
+                    ? "no token of the model's vocabulary can continue the grammar here: the "
+                      "output is incomplete"
+                    : "the output is incomplete: generation stopped (%s) before the grammar "
+                      "was complete", gen_stop_name(res->stop));
     if (rs.wrote && res->stop != GEN_STOP_OUTPUT && fputc('\n', stdout) != EOF)
         fflush(stdout);
     if (res->stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
@@ -405,12 +414,14 @@ int cmd_run(int argc, char **argv)
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
 
     char path[4096], *user = NULL, *prompt = NULL;
+    struct grammar *grammar = NULL;
     struct model *m = NULL;
     struct tok_vocab *vocab = NULL;
     struct backend *be = NULL;
     struct loaded_cache lc = {0};
-    /* The prompt is read before the model: a bad one costs no load. */
+    /* The prompt and the grammar come before the model: bad ones cost no load. */
     if ((st = read_user_text(&o, &user)) != IG_OK || (st = check_system(o.g.system)) != IG_OK ||
+        (st = gen_cli_compile_grammar(&o.g, &grammar)) != IG_OK ||
         (st = cli_model_path(o.g.model, path, sizeof path)) != IG_OK ||
         (st = check_save_path(o.save_kv, path)) != IG_OK)
         goto done;
@@ -431,8 +442,9 @@ int cmd_run(int argc, char **argv)
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
-    st = generate(&o, m, vocab, be, n_ctx, &lc, prompt, load_ms);
+    st = generate(&o, m, vocab, be, n_ctx, &lc, prompt, grammar, load_ms);
 done:
+    grammar_free(grammar);
     loaded_free(&lc);
     backend_free(be);
     tok_vocab_free(vocab);

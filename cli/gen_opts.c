@@ -63,6 +63,11 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
             return IG_OK;
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f32 or f16, got '%s'", arg);
+    case GEN_OPT_GRAMMAR: o->grammar = arg; return IG_OK;
+    case GEN_OPT_GRAMMAR_FILE: o->grammar_file = arg; return IG_OK;
+    case GEN_OPT_JSON_SCHEMA: o->json_schema = arg; return IG_OK;
+    case GEN_OPT_JSON_SCHEMA_FILE: o->json_schema_file = arg; return IG_OK;
+    case GEN_OPT_FORMAT: o->format = arg; return IG_OK;
     case GEN_OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
     case GEN_OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;

@@ -18,7 +18,8 @@ enum {
     GEN_OPT_TEMP = 256, GEN_OPT_TOP_K, GEN_OPT_TOP_P, GEN_OPT_MIN_P, GEN_OPT_REPEAT_PENALTY,
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
-    GEN_OPT_END
+    GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
+    GEN_OPT_FORMAT, GEN_OPT_END
 };
 
 /* The shared rows of an option table (struct cli_option). */
@@ -38,6 +39,11 @@ enum {
     {"repeat-last-n", GEN_OPT_REPEAT_LAST_N, required_argument, "N", "tokens the penalty looks back over", "64"}, \
     {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},        \
     {"stop", GEN_OPT_STOP, required_argument, "TEXT", "end generation where TEXT appears (repeatable; TEXT is cut)", NULL}, \
+    {"grammar", GEN_OPT_GRAMMAR, required_argument, "TEXT", "constrain the output to a GBNF grammar (docs/grammar.md)", NULL}, \
+    {"grammar-file", GEN_OPT_GRAMMAR_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL}, \
+    {"json-schema", GEN_OPT_JSON_SCHEMA, required_argument, "TEXT", "constrain the output to JSON valid for a JSON schema", NULL}, \
+    {"json-schema-file", GEN_OPT_JSON_SCHEMA_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL}, \
+    {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
     {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
@@ -60,6 +66,8 @@ struct gen_cli {
     const char *stop[GEN_CLI_MAX_STOP]; /* --stop, borrowed from argv */
     int n_stop;
     enum kv_dtype kv_dtype;
+    /* constraints, at most one (cli/gen_grammar.c) */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     bool chat, quiet, no_special, ignore_eos;
 };
 
@@ -81,5 +89,23 @@ int64_t gen_cli_context(const struct gen_cli *o, int64_t n_ctx_train);
 /* A seed: `seed` itself, or (-1) one picked from the clock and the process
  * (32 bits: exact in JSON, easy to retype). */
 uint64_t gen_cli_pick_seed(int64_t seed);
+
+/* ---- constraints (cli/gen_grammar.c) ---- */
+
+struct grammar;
+
+/* True when a constraint option was given. */
+bool gen_cli_has_grammar(const struct gen_cli *o);
+
+/* The rules between constraint options: at most one, --format's value,
+ * not with prompt_only, a file read from stdin ('-') not when `stdin_user`
+ * (the option that already reads stdin, NULL: none) does. IG_OK or
+ * IG_E_USAGE. */
+int gen_cli_check_grammar(const struct gen_cli *o, const char *stdin_user, bool prompt_only);
+
+/* Compiles the constraint option into *g (NULL without one; files read
+ * here). IG_OK, IG_E_USAGE (a bad grammar or schema, one line with its
+ * position), IG_E_IO, IG_E_NOMEM. */
+int gen_cli_compile_grammar(const struct gen_cli *o, struct grammar **g);
 
 #endif

@@ -29,10 +29,12 @@ void run_print_stats(const struct run_report *r)
     fprintf(stderr,
             "stats: prompt %lld tok%s | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
             "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s | "
-            "kv %.1f MiB\n",
+            "kv %.1f MiB%s\n",
             (long long)s->n_prompt, cached, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
             (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
-            r->device, r->threads, gen_stop_name(s->stop), (double)r->kv_bytes / 1048576.0);
+            r->device, r->threads, gen_stop_name(s->stop), (double)r->kv_bytes / 1048576.0,
+            !s->grammar ? "" : s->grammar_complete ? " | grammar complete"
+                                                   : " | grammar incomplete");
 }
 
 cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *sp,
@@ -43,6 +45,7 @@ cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *
     cJSON *tok = NULL, *tm = NULL, *sm = NULL;
     if (!text || !root || !cJSON_AddStringToObject(root, "text", text) ||
         !cJSON_AddStringToObject(root, "stop", gen_stop_name(s->stop)) ||
+        (s->grammar && !cJSON_AddBoolToObject(root, "grammar_complete", s->grammar_complete)) ||
         !cJSON_AddNumberToObject(root, "status", status) ||
         !(tok = cJSON_AddObjectToObject(root, "tokens")) ||
         !(tm = cJSON_AddObjectToObject(root, "timings")) ||

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/stop.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdlib.h>
@@ -24,6 +25,7 @@ const char *gen_stop_name(enum gen_stop stop)
     case GEN_STOP_OUTPUT: return "output_closed";
     case GEN_STOP_PROMPT: return "prompt_only";
     case GEN_STOP_STRING: return "stop";
+    case GEN_STOP_GRAMMAR: return "grammar";
     default: return "none";
     }
 }
@@ -42,6 +44,7 @@ struct seq {
     int64_t order;           /* admission number: prefill goes in this order */
     struct kv_seq kv;
     struct sampler *smp;
+    struct grammar_matcher *grammar; /* NULL without a constraint */
     struct tok_stream stream;
     struct stop_matcher stop;
     int32_t *tokens;         /* [n_ctx] the history, the prompt, then sampled tokens */
@@ -62,6 +65,7 @@ struct engine {
     int n_slots;
     int64_t n_ctx, n_vocab, max_rows;
     struct seq *seqs;        /* [n_slots] */
+    struct grammar_vocab *gvocab; /* the vocabulary's trie, built for the first grammar */
     /* the queue: a ring of requests not admitted yet */
     struct gen_request **queue;
     int64_t q_head, q_len, q_cap;
@@ -124,6 +128,7 @@ void engine_free(struct engine *e)
         struct seq *s = &e->seqs[i];
         if (s->phase != SEQ_FREE) {
             sampler_free(s->smp);
+            grammar_matcher_free(s->grammar);
             if (e->vocab)
                 tok_stream_free(&s->stream);
             stop_free(&s->stop);
@@ -138,6 +143,7 @@ void engine_free(struct engine *e)
     free(e->bseqs);
     free(e->order);
     free(e->logits);
+    grammar_vocab_free(e->gvocab);
     kv_pool_free(e->pool);
     free(e);
 }
@@ -176,6 +182,8 @@ int engine_submit(struct engine *e, struct gen_request *r)
         if (r->tokens[i] < 0 || r->tokens[i] >= e->n_vocab)
             return ig_error(IG_E_INPUT, "token id %d at index %lld is outside the vocabulary "
                             "[0, %lld)", r->tokens[i], (long long)i, (long long)e->n_vocab);
+    if (r->params.grammar && !e->vocab)
+        return ig_error(IG_E_USAGE, "a grammar needs the model's vocabulary");
     struct sampler *probe = NULL; /* the parameters are checked now, not at admission */
     int st = sampler_create(&r->params.sp, e->n_vocab, &probe);
     sampler_free(probe);
@@ -278,14 +286,18 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
     }
     if (res->t_first_ns)
         res->decode_ms = ms_between(res->t_first_ns, res->t_last_ns);
+    if (s->grammar)
+        res->grammar_complete = grammar_matcher_complete(s->grammar);
     if (e->o.cb.on_done)
         e->o.cb.on_done(e->o.cb.user, r);
     kv_pool_release(e->pool, &s->kv);
     sampler_free(s->smp);
+    grammar_matcher_free(s->grammar);
     if (e->vocab)
         tok_stream_free(&s->stream);
     stop_free(&s->stop);
     s->smp = NULL;
+    s->grammar = NULL;
     s->r = NULL;
     s->phase = SEQ_FREE;
 }
@@ -293,6 +305,23 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
 /* ---- admission -------------------------------------------------------------------- */
 
 static void sample(struct engine *e, struct seq *s, float *logits);
+
+/* The matcher of r's grammar for sequence s, its mask installed in the
+ * sampler. The vocabulary's trie is built once, for the first grammar. */
+static int attach_grammar(struct engine *e, struct seq *s, struct gen_request *r)
+{
+    int st = e->gvocab ? IG_OK : grammar_vocab_build(e->vocab, &e->gvocab);
+    if (st == IG_OK)
+        st = grammar_matcher_create(r->params.grammar, e->gvocab, !r->params.ignore_eog,
+                                    &s->grammar);
+    if (st != IG_OK)
+        return st;
+    /* The matchers of the slots share what one would hold alone. */
+    grammar_matcher_set_budget(s->grammar, ((size_t)512 << 20) / (size_t)e->n_slots);
+    sampler_set_mask(s->smp, grammar_mask_hook, s->grammar);
+    r->result.grammar = true;
+    return IG_OK;
+}
 
 /* Starts r in the free slot s: its blocks (shared or reserved), the cached
  * history, its sampler. IG_E_NOMEM (no message) when the pool cannot take
@@ -325,7 +354,8 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     if (e->vocab)
         tok_stream_init(&s->stream, e->vocab, e->o.print_special);
     stop_init(&s->stop, r->params.stop, r->params.n_stop);
-    if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK)
+    if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK ||
+        (r->params.grammar && (st = attach_grammar(e, s, r)) != IG_OK))
         return st;
     for (int64_t i = 0; i < s->n_all_prompt; i++)
         sampler_accept(s->smp, s->tokens[i]);
@@ -391,6 +421,19 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
     if (e->o.cb.on_token)
         e->o.cb.on_token(e->o.cb.user, r, tok, t_ns);
     sampler_accept(s->smp, tok);
+    if (s->grammar) {
+        /* a mask that allowed nothing leaves a meaningless token */
+        if (grammar_matcher_last_allowed(s->grammar) == 0) {
+            res->n_gen--;
+            finish(e, s, GEN_STOP_GRAMMAR, IG_OK);
+            return;
+        }
+        int st = grammar_matcher_accept(s->grammar, tok);
+        if (st != IG_OK) {
+            finish(e, s, GEN_STOP_NONE, st);
+            return;
+        }
+    }
     if (!r->params.ignore_eog && e->vocab && tok_is_eog(e->vocab, tok)) {
         finish(e, s, GEN_STOP_EOG, IG_OK);
         return;
@@ -410,6 +453,10 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
     }
     if (found) {
         finish(e, s, found == 1 ? GEN_STOP_STRING : GEN_STOP_OUTPUT, IG_OK);
+        return;
+    }
+    if (s->grammar && grammar_matcher_done(s->grammar)) { /* nothing may follow */
+        finish(e, s, GEN_STOP_GRAMMAR, IG_OK);
         return;
     }
     if (e->o.interrupt && *e->o.interrupt) {

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 struct tok_vocab;
+struct grammar;
 
 /* Why a request ended. */
 enum gen_stop {
@@ -52,10 +53,12 @@ enum gen_stop {
     GEN_STOP_OUTPUT,     /* on_text asked to stop (e.g. the reader closed the pipe) */
     GEN_STOP_PROMPT,     /* prompt_only: the prompt is in the cache, nothing sampled */
     GEN_STOP_STRING,     /* a stop string appeared in the text */
+    GEN_STOP_GRAMMAR,    /* the grammar is complete and nothing may follow (or, with
+                          * grammar_complete false, no token can continue it) */
 };
 
 /* "eog", "limit", "context", "interrupted", "output_closed", "prompt_only",
- * "stop" ("none"). */
+ * "stop", "grammar" ("none"). */
 const char *gen_stop_name(enum gen_stop stop);
 
 /* How to continue a prompt. */
@@ -66,6 +69,10 @@ struct gen_params {
     bool prompt_only;           /* stop after the prefill (GEN_STOP_PROMPT) */
     const char *const *stop;    /* stop strings (borrowed), n_stop of them */
     int n_stop;
+    /* A constraint (grammar/grammar.h, borrowed), or NULL: each sequence gets
+     * its own matcher, whose mask the sampler applies first; generation
+     * stops when the grammar is done. */
+    const struct grammar *grammar;
 };
 
 /* What the cache holds before the prompt (--load-kv): its tokens and rows. */
@@ -89,6 +96,8 @@ struct gen_result {
     double queue_ms;            /* arrival to admission */
     double prefill_ms, ttft_ms, decode_ms;
     int64_t t_first_ns, t_last_ns; /* first and last sampled token (ig_now_ns), 0 = none */
+    bool grammar;               /* the request had a grammar ... */
+    bool grammar_complete;      /* ... and its output is a whole sentence of it */
 };
 
 struct gen_request {
@@ -140,7 +149,8 @@ void engine_free(struct engine *e);
 /* Queues r (borrowed until its on_done). Refuses, with one line and without
  * queueing, a request that can never run: no tokens and nothing to continue
  * from, more tokens than the context holds (IG_E_INPUT), more KV blocks than
- * the whole pool has (IG_E_NOMEM), bad sampling parameters (IG_E_USAGE). */
+ * the whole pool has (IG_E_NOMEM), bad sampling parameters (IG_E_USAGE), a
+ * grammar without a vocabulary (IG_E_USAGE). */
 int engine_submit(struct engine *e, struct gen_request *r);
 
 /* Runs one step (admission, one batch, sampling; requests that end get

@@ -170,6 +170,9 @@ struct tok_stream {
 };
 
 void tok_stream_init(struct tok_stream *s, const struct tok_vocab *v, bool special);
+/* True when token id, as the first token a stream (or tok_decode) prints,
+ * loses the leading space of its piece (SentencePiece's space prefix). */
+bool tok_first_piece_drops_space(const struct tok_vocab *v, int32_t id);
 /* Adds one token; *text and *len receive the bytes that are now complete (valid
  * until the next call). Returns IG_OK, IG_E_INPUT (bad id) or IG_E_NOMEM. */
 int tok_stream_push(struct tok_stream *s, int32_t id, const char **text, size_t *len);

@@ -60,6 +60,10 @@ def run_alone(model, req, env=None, extra=()):
             args += [opt, str(req[k])]
     if req.get("ignore_eos"):
         args.append("--ignore-eos")
+    if "json_schema" in req:
+        args += ["--json-schema", json.dumps(req["json_schema"])]
+    if "grammar" in req:
+        args += ["--grammar", req["grammar"]]
     r = subprocess.run(args, capture_output=True, timeout=300, env=env)
     check(r.returncode == 0, f"run alone: rc {r.returncode} {r.stderr[-300:]!r}")
     try:
@@ -91,6 +95,12 @@ def requests():
          "the quick brown fox jumps over the lazy dog; " * 6, "n_predict": 10,
          "temperature": 0},
         {"prompt": "Hello", "n_predict": 8, "temperature": 1.2, "seed": 99, "ignore_eos": True},
+        {"prompt": "A person as JSON:", "n_predict": 40, "temperature": 0.7, "seed": 5,
+         "json_schema": {"type": "object", "properties": {"name": {"type": "string"},
+                                                          "age": {"type": "integer"}},
+                         "required": ["name", "age"]}},
+        {"prompt": "Today's date:", "n_predict": 20, "temperature": 0,
+         "grammar": 'root ::= [0-9]{4} "-" [0-9]{2} "-" [0-9]{2}'},
     ]
     for i, r in enumerate(reqs):
         r["id"] = f"r{i}"
@@ -110,6 +120,15 @@ def check_same(model, reqs, args, env, what, common=()):
               got.get("tokens", {}).get("generated") == want.get("tokens", {}).get("generated"),
               f"{what}, {r['id']}: stop/tokens {got.get('stop')} {got.get('tokens')} vs "
               f"{want.get('stop')} {want.get('tokens')}")
+        if "json_schema" in r or "grammar" in r:
+            check(got.get("grammar_complete") is True and got.get("stop") in ("grammar", "eog"),
+                  f"{what}, {r['id']}: constrained output incomplete: {got}")
+        if "json_schema" in r and got.get("grammar_complete"):
+            try:
+                import jsonschema
+                jsonschema.validate(json.loads(got.get("text", "")), r["json_schema"])
+            except Exception as e:  # a failed validation or an unparsable text
+                check(False, f"{what}, {r['id']}: output does not validate: {e}")
         if r.get("stop") and got.get("stop") == "stop":
             check(not any(s in got.get("text", "") for s in r["stop"]),
                   f"{what}, {r['id']}: the stop string is in the text {got.get('text')!r}")
