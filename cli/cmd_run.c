@@ -34,7 +34,7 @@ enum {
 /* The one table: getopt_long and --help both come from it. Keep the
  * defaults here in step with run_defaults() and docs/cli.md. */
 static const struct cli_option run_options[] = {
-    {"model", 'm', required_argument, "FILE", "GGUF model file", "the fetched default model"},
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched default model"},
     {"prompt", 'p', required_argument, "TEXT", "prompt text", NULL},
     {"file", 'f', required_argument, "FILE", "read the prompt from FILE ('-' = stdin)", NULL},
     {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"},
@@ -43,11 +43,11 @@ static const struct cli_option run_options[] = {
     {"chunk", 'b', required_argument, "N", "prompt tokens per prefill chunk (bounds activation memory)", "512"},
     {"ubatch", OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},
     {"batch-size", OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},
-    {"temp", OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8"},
-    {"top-k", OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40"},
-    {"top-p", OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95"},
-    {"min-p", OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05"},
-    {"repeat-penalty", OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0"},
+    {"temp", OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8 or the model's"},
+    {"top-k", OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40 or the model's"},
+    {"top-p", OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95 or the model's"},
+    {"min-p", OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05 or the model's"},
+    {"repeat-penalty", OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0 or the model's"},
     {"repeat-last-n", OPT_REPEAT_LAST_N, required_argument, "N", "tokens the penalty looks back over", "64"},
     {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},
     {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
@@ -83,6 +83,9 @@ static void run_defaults(struct run_opts *o)
 static int set_option(struct run_opts *o, int key, const char *arg)
 {
     double d;
+    o->sp_given |= key == OPT_TEMP ? RUN_SP_TEMP : key == OPT_TOP_K ? RUN_SP_TOP_K
+                 : key == OPT_TOP_P ? RUN_SP_TOP_P : key == OPT_MIN_P ? RUN_SP_MIN_P
+                 : key == OPT_REPEAT_PENALTY ? RUN_SP_REPEAT : 0u;
     switch (key) {
     case 'm': o->model = arg; return IG_OK;
     case 'p': o->prompt = arg; return IG_OK;
@@ -237,13 +240,15 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
         *text = user;
         return IG_OK;
     }
-    struct gguf_str t = {0};
+    const char *t;
+    size_t len;
     int st;
-    if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
-        st = ig_error(IG_E_MODEL, "--chat: %s has no tokenizer.chat_template", m->path);
+    if (!model_chat_template(m, &t, &len))
+        st = ig_error(IG_E_MODEL, "--chat: %s has no chat template (%s)", m->path,
+                      model_is_folder(m) ? "tokenizer_config.json chat_template"
+                                         : "tokenizer.chat_template");
     else
-        st = chat_render(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len, o->system,
-                         user, text);
+        st = chat_render(chat_detect(t, len), t, len, o->system, user, text);
     free(user);
     return st;
 }
@@ -257,6 +262,23 @@ static int check_system(const char *system)
         return IG_OK;
     return ig_error(IG_E_INPUT, "--system is not valid UTF-8 (byte 0x%02x at offset %zu)",
                     (unsigned char)system[bad], bad);
+}
+
+/* The model's sampling defaults (generation_config.json) for the options
+ * the user did not give. */
+static void model_sampling_defaults(struct run_opts *o, const struct model *m)
+{
+    const struct model_sampling *ms = &m->sampling;
+    if (ms->has_temperature && !(o->sp_given & RUN_SP_TEMP))
+        o->sp.temperature = ms->temperature;
+    if (ms->has_top_k && !(o->sp_given & RUN_SP_TOP_K))
+        o->sp.top_k = ms->top_k;
+    if (ms->has_top_p && !(o->sp_given & RUN_SP_TOP_P))
+        o->sp.top_p = ms->top_p > 0 ? ms->top_p : 1e-9;
+    if (ms->has_min_p && !(o->sp_given & RUN_SP_MIN_P))
+        o->sp.min_p = ms->min_p;
+    if (ms->has_repeat_penalty && !(o->sp_given & RUN_SP_REPEAT))
+        o->sp.repeat_penalty = ms->repeat_penalty;
 }
 
 static int64_t context_size(const struct run_opts *o, const struct model *m)
@@ -397,8 +419,9 @@ int cmd_run(int argc, char **argv)
         goto done;
     if (cli_stderr_is_tty() && !o.quiet)
         fprintf(stderr, "loading %s\n", path);
-    if ((st = model_load(path, &m)) != IG_OK || (st = tok_load_gguf(m->gguf, &vocab)) != IG_OK)
+    if ((st = model_load(path, &m)) != IG_OK || (st = tok_load_model(m, &vocab)) != IG_OK)
         goto done;
+    model_sampling_defaults(&o, m);
     /* Output rows past the vocabulary are padding (some models round the
      * embedding up): the sampler only ever sees the first n_tokens logits. */
     int64_t n_tokens = tok_n_tokens(vocab);

@@ -22,8 +22,13 @@ struct run_opts {
     int64_t n_batch;     /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;        /* -1 = pick one */
     struct sampler_params sp; /* sp.seed is the seed actually used */
+    unsigned sp_given;   /* RUN_SP_* bits: sampling options the user set */
     bool chat, quiet, json, no_special, ignore_eos, prompt_only;
 };
+
+/* Sampling options given on the command line; the others may take the
+ * model's defaults (generation_config.json). */
+enum { RUN_SP_TEMP = 1, RUN_SP_TOP_K = 2, RUN_SP_TOP_P = 4, RUN_SP_MIN_P = 8, RUN_SP_REPEAT = 16 };
 
 /* What the report prints besides the stats. */
 struct run_result {
