@@ -289,3 +289,144 @@ def read_folder(folder):
     for fn in files:
         tensors.update(read_safetensors(os.path.join(folder, fn)))
     return cfg, tensors
+
+
+# ---- tiny synthetic folders (unit tests, fuzz corpus) -----------------------
+
+def gpt2_bytes():
+    """GPT-2's byte -> printable character table."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+TINY_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                 "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def tiny_tokenizer(pre="smollm"):
+    """A byte-level BPE of the 256 bytes, a few merges and two control tokens,
+    with the pre-tokenizer pipeline tokenizer.json files of that family use."""
+    enc = gpt2_bytes()
+    vocab = {enc[b]: b for b in range(256)}
+    merges = []
+    for word in ["the", "he", "in", "an", "er", "on", " the", " a"]:
+        w = "".join(enc[b] for b in word.encode())
+        cur = [w[0]]
+        for c in w[1:]:
+            left = "".join(cur)
+            if left + c not in vocab:
+                merges.append((left, c))
+                vocab[left + c] = len(vocab)
+            cur = [left + c]
+    from tokenizers import Regex
+    tk = Tokenizer(models.BPE(vocab, merges, ignore_merges=(pre == "llama3")))
+    if pre == "smollm":
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    elif pre == "gpt2":
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(SPLIT_REGEX[pre]), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    return tk
+
+
+SPLIT_REGEX = {
+    "llama3": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "qwen2": (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+}
+
+
+def tiny_config(arch="LlamaForCausalLM", n_vocab=280, tied=True, **over):
+    cfg = {"architectures": [arch], "hidden_size": 64, "intermediate_size": 96,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": n_vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "rope_scaling": None, "hidden_act": "silu",
+           "tie_word_embeddings": tied}
+    cfg.update(over)
+    return cfg
+
+
+def tiny_tensors(cfg, seed=0):
+    """Random f32 weights for a tiny config, HF names."""
+    rng = np.random.default_rng(seed)
+    e, ff, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or e // nh
+    qwen2 = cfg["architectures"][0] == "Qwen2ForCausalLM"
+
+    def m(r, c):
+        return (rng.standard_normal((r, c)) / np.sqrt(c)).astype(np.float32)
+
+    t = {"model.embed_tokens.weight": m(v, e),
+         "model.norm.weight": (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)}
+    if not cfg["tie_word_embeddings"]:
+        t["lm_head.weight"] = m(v, e)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)
+        t[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)
+        t[p + "self_attn.q_proj.weight"] = m(nh * hd, e)
+        t[p + "self_attn.k_proj.weight"] = m(nkv * hd, e)
+        t[p + "self_attn.v_proj.weight"] = m(nkv * hd, e)
+        t[p + "self_attn.o_proj.weight"] = m(e, nh * hd)
+        if qwen2:
+            for k, n in (("q", nh), ("k", nkv), ("v", nkv)):
+                t[p + f"self_attn.{k}_proj.bias"] = (0.5 * rng.standard_normal(n * hd)).astype(np.float32)
+        t[p + "mlp.gate_proj.weight"] = m(ff, e)
+        t[p + "mlp.up_proj.weight"] = m(ff, e)
+        t[p + "mlp.down_proj.weight"] = m(e, ff)
+    return t
+
+
+def write_tiny(out, arch="LlamaForCausalLM", dtype="F32", tied=True, shards=1, pre="smollm",
+               generation=None, seed=0, **over):
+    """A complete tiny folder (random weights, a tiny byte-level tokenizer);
+    returns its path."""
+    os.makedirs(out, exist_ok=True)
+    tk = tiny_tokenizer(pre)
+    cfg = tiny_config(arch, n_vocab=tk.get_vocab_size(), tied=tied, **over)
+    tensors = tiny_tensors(cfg, seed)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if shards == 1:
+        save_safetensors(tensors, os.path.join(out, "model.safetensors"), dtype)
+    else:
+        names = sorted(tensors)
+        wmap = {}
+        for k in range(shards):
+            fn = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+            save_safetensors({n: tensors[n] for n in names[k::shards]}, os.path.join(out, fn), dtype)
+            wmap.update({n: fn for n in names[k::shards]})
+        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": wmap}, f)
+    tk.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                   "chat_template": TINY_TEMPLATE}, f)
+    if generation is not None:
+        with open(os.path.join(out, "generation_config.json"), "w") as f:
+            json.dump(generation, f)
+    return out
+
+
+def raw_safetensors(header, data=b"", size=None):
+    """A safetensors image from a header (dict or raw bytes) and data bytes;
+    `size` overrides the 8-byte header size."""
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h) if size is None else size) + h + data
