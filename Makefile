@@ -6,7 +6,8 @@
 #   make asan          the same tests in an ASan + UBSan build (build-asan/)
 #   make run           run ignite on the default model
 #   make fetch-model   download the default model into the cache (see scripts/)
-#   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
+#   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
+#                      safetensors or hf_json)
 #   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
 #   make clean
 
@@ -54,7 +55,7 @@ run: build fetch-model
 	$(BUILD)/ignite run --chat -p "$(or $(PROMPT),Explain in two sentences what a KV cache is.)" -n 64 --temp 0
 
 fuzz:
-	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600)
+	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600) $(or $(FUZZ_TARGET),gguf)
 
 gpu-check:
 	@scripts/gpu-check.sh

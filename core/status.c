@@ -8,6 +8,13 @@
 /* Writes "ignite: <prefix><message>\n". Messages quote paths and strings
  * from model files, which may hold any byte: a control byte becomes '?', so
  * a diagnostic stays one line and cannot carry a terminal escape. */
+static int quiet;
+
+void ig_status_quiet(int on)
+{
+    quiet = on;
+}
+
 __attribute__((format(printf, 2, 0)))
 static void print_line(const char *prefix, const char *fmt, va_list ap)
 {
@@ -18,7 +25,8 @@ static void print_line(const char *prefix, const char *fmt, va_list ap)
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
             buf[i] = '?';
-    fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+    if (!quiet)
+        fprintf(stderr, "ignite: %s%s\n", prefix, buf);
 }
 
 int ig_error(int status, const char *fmt, ...)

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF parser with libFuzzer for SECONDS (default 600):
-#   scripts/fuzz.sh [SECONDS]
-# Builds tests/fuzz/fuzz_gguf.c with clang -fsanitize=fuzzer,address,undefined
-# into $FUZZ_BUILD (default build-fuzz/), seeds from tests/fuzz/corpus/ and
-# writes new inputs to $FUZZ_BUILD/corpus-run/ (the committed corpus stays as
-# it is). A crash leaves its input in $FUZZ_BUILD/crash-* and exits non-zero.
+# Fuzzes a parser with libFuzzer for SECONDS (default 600):
+#   scripts/fuzz.sh [SECONDS] [TARGET]
+# TARGET is gguf (the GGUF parser, the default), safetensors (the safetensors
+# header parser) or hf_json (the readers of config.json, tokenizer.json,
+# tokenizer_config.json and generation_config.json).
+# Builds tests/fuzz/fuzz_TARGET.c with clang -fsanitize=fuzzer,address,undefined
+# into $FUZZ_BUILD (default build-fuzz/), seeds from the target's committed
+# corpus (tests/fuzz/corpus/, corpus_st/, corpus_json/) and writes new inputs
+# to $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
+# crash leaves its input in $FUZZ_BUILD/crash-* and exits non-zero.
 # Exits 77 (skipped) when clang or libFuzzer is not available.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-600}
+target=${2:-gguf}
 out=${FUZZ_BUILD:-$root/build-fuzz}
 cc=${FUZZ_CC:-clang}
 
@@ -17,7 +22,8 @@ if ! command -v "$cc" >/dev/null 2>&1; then
     echo "fuzz: $cc not found; skipped" >&2
     exit 77
 fi
-mkdir -p "$out/corpus-run"
+run="$out/corpus-run-$target"
+mkdir -p "$run"
 probe="$out/probe.c"
 echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return d && n; }' >"$probe"
 if ! "$cc" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1; then
@@ -25,13 +31,33 @@ if ! "$cc" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1; then
     exit 77
 fi
 
-srcs=(core/status.c core/mapped_file.c models/gguf.c models/gguf_index.c models/gguf_get.c models/gguf_keys.c
-      models/quant.c tests/fuzz/fuzz_gguf.c)
+libs=()
+case "$target" in
+gguf)
+    srcs=(core/status.c core/mapped_file.c models/gguf.c models/gguf_index.c models/gguf_get.c
+          models/gguf_keys.c models/quant.c)
+    corpus=corpus max_len=65536 ;;
+safetensors)
+    srcs=(core/status.c core/mapped_file.c core/utf8.c models/safetensors.c)
+    corpus=corpus_st max_len=65536 libs=(-lcjson) ;;
+hf_json)
+    srcs=(core/status.c core/mapped_file.c core/utf8.c core/json.c models/gguf.c
+          models/gguf_index.c models/gguf_get.c models/gguf_keys.c models/quant.c
+          models/model.c models/safetensors.c models/hf_config.c models/hf_model.c
+          tokenizer/unicode.c tokenizer/unicode_tables.c tokenizer/vocab.c tokenizer/pretok.c
+          tokenizer/bpe.c tokenizer/spm.c tokenizer/encode.c tokenizer/decode.c
+          tokenizer/gguf_vocab.c tokenizer/hf_vocab.c)
+    corpus=corpus_json max_len=262144 libs=(-lcjson -lm) ;;
+*)
+    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json)" >&2
+    exit 2 ;;
+esac
+srcs+=("tests/fuzz/fuzz_$target.c")
 "$cc" -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root" "${srcs[@]/#/$root/}" -o "$out/fuzz_gguf"
+    -I"$root" "${srcs[@]/#/$root/}" "${libs[@]}" -o "$out/fuzz_$target"
 
-echo "fuzz: running $out/fuzz_gguf for ${secs}s" >&2
-"$out/fuzz_gguf" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+echo "fuzz: running $out/fuzz_$target for ${secs}s" >&2
+"$out/fuzz_$target" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$out/" \
-    "$out/corpus-run" "$root/tests/fuzz/corpus"
+    "$run" "$root/tests/fuzz/$corpus"
