@@ -13,7 +13,7 @@
  *   -style BPE       Metaspace pre-tokenizer; byte_fallback -> model
  *                    "llama" with the merges (merged by rank, as HF does).
  * Token types: added tokens are control ("special": true) or user-defined;
- * the unk token is unknown; <0xXX> tokens are bytes when byte_fallback is
+ * the unk token is unknown unless added; <0xXX> tokens are bytes when byte_fallback is
  * set. BOS/EOS are added as the post-processor's template says; their ids
  * come from the template, tokenizer_config.json's bos_token / eos_token, and
  * generation_config.json's eos_token_id (a list adds end-of-generation ids).
@@ -48,7 +48,7 @@ struct hf_tok {
     const char *name;         /* tokenizer.json's path, for messages */
     bool byte_level;
     bool spm;                 /* SentencePiece-style: ▁ for spaces */
-    int space_prefix;         /* spm: -1 unknown, 0/1 */
+    int space_prefix;         /* spm: -1 unknown, else tok_vocab_desc's space_prefix_hf */
     const char *pre;          /* byte-level pre-tokenizer family */
     bool digits;              /* a Digits(individual_digits) before ByteLevel */
 };
@@ -93,7 +93,7 @@ static int read_normalizer(struct hf_tok *h, const cJSON *norm)
         const char *prepend = ig_json_str(s, "prepend");
         if (t && !strcmp(t, "Prepend") && prepend && !strcmp(prepend, "\xe2\x96\x81")) {
             h->spm = true;
-            h->space_prefix = 1;
+            h->space_prefix = 2; /* normalizers run on each piece between added tokens */
             continue;
         }
         if (t && !strcmp(t, "Replace")) {
@@ -163,7 +163,10 @@ static int read_pre_tokenizer(struct hf_tok *h, const cJSON *pre)
                 return ig_error(IG_E_MODEL, "%s: Metaspace other than U+2581 without splitting "
                                 "is not supported", h->name);
             h->spm = true;
-            h->space_prefix = scheme ? strcmp(scheme, "never") != 0 : json_true(s, "add_prefix_space");
+            if (scheme)
+                h->space_prefix = !strcmp(scheme, "never") ? 0 : !strcmp(scheme, "first") ? 1 : 3;
+            else
+                h->space_prefix = json_true(s, "add_prefix_space") ? 3 : 0;
         } else {
             st = ig_error(IG_E_MODEL, "%s: pre-tokenizer '%.40s' in this place matches none of "
                           "the known pipelines", h->name, t);
@@ -412,7 +415,8 @@ int tok_hf_build(const char *name, const cJSON *tok, const cJSON *cfg, const cJS
     int32_t unk_id = unk ? find_id(a.tokens, a.n, unk) : -1;
     if (unk_id >= 0) {
         d.unk_id = unk_id;
-        a.types[unk_id] = TOK_TYPE_UNKNOWN;
+        if (a.types[unk_id] == TOK_TYPE_NORMAL) /* an added token stays one: HF matches it in text */
+            a.types[unk_id] = TOK_TYPE_UNKNOWN;
     }
     if (h.spm && json_true(model, "byte_fallback"))
         for (int b = 0; b < 256; b++) {
@@ -433,6 +437,7 @@ int tok_hf_build(const char *name, const cJSON *tok, const cJSON *cfg, const cJS
     d.merges = a.merges;
     d.merges_right = a.right;
     d.add_space_prefix = h.spm ? h.space_prefix > 0 : 0;
+    d.space_prefix_hf = h.spm ? h.space_prefix : 0;
     st = tok_vocab_build(&d, out);
 done:
     free(a.tokens);

@@ -61,6 +61,7 @@ struct tok_vocab {
     int32_t eog_ids[TOK_MAX_EOG];
     int n_eog;
     bool add_bos, add_eos, add_space_prefix;
+    int space_prefix_hf;    /* tok_vocab_desc's */
     bool ignore_merges;     /* BPE: a piece that is a token is taken whole (Llama 3) */
 
     struct tok_cache cache;

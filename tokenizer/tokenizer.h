@@ -91,6 +91,13 @@ struct tok_vocab_desc {
     int n_eog;
     int add_bos, add_eos;          /* 1, 0, or -1 for the model's default */
     int add_space_prefix;          /* 1, 0, or -1 for the default ("llama": 1) */
+    int space_prefix_hf;           /* "llama" with the prefix, where HF's rules apply instead
+                                      of sentencepiece's: 0 no (GGUF); 1 only the piece of
+                                      text that starts the input, unless it starts with a
+                                      space (Metaspace "first"); 2 every piece between special
+                                      tokens (the Prepend normalizer); 3 every piece that does
+                                      not start with a space (Metaspace "always"). An empty
+                                      piece gets none */
     int ignore_merges;             /* 1, 0, or -1 for the default (llama3 pre-tokenizer) */
 };
 

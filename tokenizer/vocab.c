@@ -345,6 +345,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3;
     v->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix : spm;
+    v->space_prefix_hf = d->space_prefix_hf;
     if (v->add_bos && v->bos_id < 0)
         v->add_bos = false;
     if (v->add_eos && v->eos_id < 0)
