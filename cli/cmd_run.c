@@ -244,8 +244,9 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
     size_t len;
     int st;
     if (!model_chat_template(m, &t, &len))
-        st = ig_error(IG_E_MODEL, "--chat: %s has no chat template (%s)", m->path,
-                      model_is_folder(m) ? "tokenizer_config.json chat_template"
+        st = ig_error(IG_E_MODEL, "--chat: %s has no %s", m->path,
+                      model_is_folder(m) ? "chat template (tokenizer_config.json chat_template "
+                                           "or chat_template.jinja)"
                                          : "tokenizer.chat_template");
     else
         st = chat_render(chat_detect(t, len), t, len, o->system, user, text);
