@@ -6,8 +6,8 @@
 #   make asan          the same tests in an ASan + UBSan build (build-asan/)
 #   make run           run ignite on the default model
 #   make fetch-model   download the default model into the cache (see scripts/)
-#   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600;
-#                      FUZZ_TARGET=grammar or schema for the grammar room)
+#   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
+#                      safetensors, hf_json, grammar, schema or batch)
 #   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
 #   make clean
 

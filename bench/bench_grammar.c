@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         return 2;
     struct model *m;
     struct tok_vocab *vocab;
-    if (model_load(path, &m) != IG_OK || tok_load_gguf(m->gguf, &vocab) != IG_OK)
+    if (model_load(path, &m) != IG_OK || tok_load_model(m, &vocab) != IG_OK)
         return 4;
     struct grammar_vocab *gv;
     IG_ASSERT(grammar_vocab_build(vocab, &gv) == IG_OK);

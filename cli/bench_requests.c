@@ -194,7 +194,7 @@ static int load(const struct bench_requests_opts *o, const char *spec, struct mo
     }
     int st = cli_model_path(spec, path, cap);
     if (st == IG_OK && (st = model_load(path, m)) == IG_OK)
-        st = tok_load_gguf((*m)->gguf, vocab);
+        st = tok_load_model(*m, vocab);
     return st;
 }
 

@@ -515,6 +515,7 @@ int cmd_batch(int argc, char **argv)
         fprintf(stderr, "loading %s\n", path);
     if ((st = run_load_model(path, &m, &b.vocab)) != IG_OK)
         goto done;
+    gen_cli_model_defaults(&o.g, m); /* the lines' defaults */
     b.m = m;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     struct backend_opts bo = {

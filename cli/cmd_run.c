@@ -427,8 +427,10 @@ int cmd_run(int argc, char **argv)
         goto done;
     if (cli_stderr_is_tty() && !o.g.quiet)
         fprintf(stderr, "loading %s\n", path);
-    if ((st = run_load_model(path, &m, &vocab)) != IG_OK ||
-        (st = run_render_prompt(m, o.g.chat, o.g.system, user, &prompt)) != IG_OK)
+    if ((st = run_load_model(path, &m, &vocab)) != IG_OK)
+        goto done;
+    gen_cli_model_defaults(&o.g, m);
+    if ((st = run_render_prompt(m, o.g.chat, o.g.system, user, &prompt)) != IG_OK)
         goto done;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     int64_t t_load = ig_now_ns();

@@ -1,13 +1,13 @@
 /* cli/cmd_tokenize.c: `ignite tokenize`: text (argument, file or stdin) ->
  * the model's token ids, one per line, or as JSON, with each token's text or
- * only the count. Reads only the GGUF's metadata (no weights are touched);
+ * only the count. Reads only the GGUF's metadata or a folder's tokenizer
+ * files (no weights are touched);
  * tokenizing is tokenizer/'s job. Covered by tests/tokenizer/test_cli.sh and
  * the HF comparisons in tests/tokenizer/. */
 #include "cli/cli.h"
 
 #include "core/status.h"
 #include "core/utf8.h"
-#include "models/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -18,7 +18,7 @@
 enum { OPT_JSON = 256, OPT_PIECES, OPT_COUNT, OPT_NO_SPECIAL, OPT_NO_BOS };
 
 static const struct cli_option tokenize_options[] = {
-    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched SmolLM2-135M"},
     {"prompt", 'p', required_argument, "TEXT", "text to tokenize", NULL},
     {"file", 'f', required_argument, "FILE", "read the text from FILE ('-' = stdin)", NULL},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON array (of {id, piece} with --pieces)", NULL},
@@ -154,10 +154,9 @@ int cmd_tokenize(int argc, char **argv)
     } else {
         len = strlen(prompt);
     }
-    struct gguf_file *g = NULL;
     struct tok_vocab *v = NULL;
     struct tok_ids ids = {0};
-    if ((rc = gguf_open(path, &g, NULL)) || (rc = tok_load_gguf(g, &v)) ||
+    if ((rc = tok_load_path(path, &v)) ||
         (rc = tok_encode(v, file ? text : prompt, len, flags, &ids)))
         goto done;
     if (count) {
@@ -192,7 +191,6 @@ int cmd_tokenize(int argc, char **argv)
 done:
     tok_ids_free(&ids);
     tok_vocab_free(v);
-    gguf_close(g);
     free(text);
     return rc;
 }

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "models/model.h"
 #include "ops/ops.h"
 
 #include <string.h>
@@ -22,6 +23,9 @@ void gen_cli_defaults(struct gen_cli *o)
 int gen_cli_set(struct gen_cli *o, int key, const char *arg)
 {
     double d;
+    o->sp_given |= key == GEN_OPT_TEMP ? GEN_SP_TEMP : key == GEN_OPT_TOP_K ? GEN_SP_TOP_K
+                 : key == GEN_OPT_TOP_P ? GEN_SP_TOP_P : key == GEN_OPT_MIN_P ? GEN_SP_MIN_P
+                 : key == GEN_OPT_REPEAT_PENALTY ? GEN_SP_REPEAT : 0u;
     switch (key) {
     case 'm': o->model = arg; return IG_OK;
     case 'n':
@@ -73,6 +77,21 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case 'q': o->quiet = true; return IG_OK;
     }
     return 1;
+}
+
+void gen_cli_model_defaults(struct gen_cli *o, const struct model *m)
+{
+    const struct model_sampling *ms = &m->sampling;
+    if (ms->has_temperature && !(o->sp_given & GEN_SP_TEMP))
+        o->sp.temperature = ms->temperature;
+    if (ms->has_top_k && !(o->sp_given & GEN_SP_TOP_K))
+        o->sp.top_k = ms->top_k;
+    if (ms->has_top_p && !(o->sp_given & GEN_SP_TOP_P))
+        o->sp.top_p = ms->top_p > 0 ? ms->top_p : 1e-9;
+    if (ms->has_min_p && !(o->sp_given & GEN_SP_MIN_P))
+        o->sp.min_p = ms->min_p;
+    if (ms->has_repeat_penalty && !(o->sp_given & GEN_SP_REPEAT))
+        o->sp.repeat_penalty = ms->repeat_penalty;
 }
 
 int gen_cli_check(const struct gen_cli *o)

@@ -24,18 +24,18 @@ enum {
 
 /* The shared rows of an option table (struct cli_option). */
 #define GEN_CLI_OPTIONS                                                                            \
-    {"model", 'm', required_argument, "FILE", "GGUF model file", "the fetched default model"},    \
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched default model"}, \
     {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"}, \
     {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"}, \
     {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},             \
     {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory)", "512"}, \
     {"ubatch", GEN_OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},            \
     {"batch-size", GEN_OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},    \
-    {"temp", GEN_OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8"},           \
-    {"top-k", GEN_OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40"}, \
-    {"top-p", GEN_OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95"}, \
-    {"min-p", GEN_OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05"}, \
-    {"repeat-penalty", GEN_OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0"}, \
+    {"temp", GEN_OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8 or the model's"},           \
+    {"top-k", GEN_OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40 or the model's"}, \
+    {"top-p", GEN_OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95 or the model's"}, \
+    {"min-p", GEN_OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05 or the model's"}, \
+    {"repeat-penalty", GEN_OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0 or the model's"}, \
     {"repeat-last-n", GEN_OPT_REPEAT_LAST_N, required_argument, "N", "tokens the penalty looks back over", "64"}, \
     {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},        \
     {"stop", GEN_OPT_STOP, required_argument, "TEXT", "end generation where TEXT appears (repeatable; TEXT is cut)", NULL}, \
@@ -63,6 +63,7 @@ struct gen_cli {
     int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;          /* -1 = pick one */
     struct sampler_params sp;
+    unsigned sp_given;     /* GEN_SP_* bits: sampling options the user set */
     const char *stop[GEN_CLI_MAX_STOP]; /* --stop, borrowed from argv */
     int n_stop;
     enum kv_dtype kv_dtype;
@@ -71,8 +72,18 @@ struct gen_cli {
     bool chat, quiet, no_special, ignore_eos;
 };
 
+/* Sampling options given on the command line; the others may take the
+ * model's defaults (generation_config.json). */
+enum { GEN_SP_TEMP = 1, GEN_SP_TOP_K = 2, GEN_SP_TOP_P = 4, GEN_SP_MIN_P = 8, GEN_SP_REPEAT = 16 };
+
 /* The defaults the rows document. */
 void gen_cli_defaults(struct gen_cli *o);
+
+struct model;
+
+/* The model's sampling defaults (a Hugging Face folder's
+ * generation_config.json) for the options the user did not give. */
+void gen_cli_model_defaults(struct gen_cli *o, const struct model *m);
 
 /* Parses the value of a shared option. Returns IG_OK, IG_E_USAGE (one
  * line), or 1 when `key` is not a shared option. */

@@ -18,7 +18,7 @@ int run_load_model(const char *path, struct model **m, struct tok_vocab **vocab)
     *vocab = NULL;
     int st = model_load(path, m);
     if (st == IG_OK)
-        st = tok_load_gguf((*m)->gguf, vocab);
+        st = tok_load_model(*m, vocab);
     /* Output rows past the vocabulary are padding (some models round the
      * embedding up): the sampler only ever sees the first n_tokens logits. */
     if (st == IG_OK && tok_n_tokens(*vocab) > (*m)->hp.n_vocab)
@@ -42,11 +42,14 @@ int run_render_prompt(const struct model *m, bool chat, const char *system, cons
         *text = strdup(user);
         return *text ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
     }
-    struct gguf_str t = {0};
-    if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
-        return ig_error(IG_E_MODEL, "--chat: %s has no tokenizer.chat_template", m->path);
-    return chat_render(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len, system, user,
-                       text);
+    const char *t;
+    size_t len;
+    if (!model_chat_template(m, &t, &len))
+        return ig_error(IG_E_MODEL, "--chat: %s has no %s", m->path,
+                        model_is_folder(m) ? "chat template (tokenizer_config.json chat_template "
+                                             "or chat_template.jinja)"
+                                           : "tokenizer.chat_template");
+    return chat_render(chat_detect(t, len), t, len, system, user, text);
 }
 
 unsigned run_encode_flags(const struct gen_cli *o)

@@ -7,6 +7,12 @@
 
 static char *capture_buf; /* ig_error_capture's */
 static size_t capture_cap;
+static int quiet;          /* ig_status_quiet's */
+
+void ig_status_quiet(int on)
+{
+    quiet = on;
+}
 
 /* Formats the message into buf[cap]: a control byte becomes '?'. Messages
  * quote paths and strings from model files, which may hold any byte, so a
@@ -22,13 +28,14 @@ static void format_line(char *buf, size_t cap, const char *fmt, va_list ap)
             buf[i] = '?';
 }
 
-/* Writes "ignite: <prefix><message>\n" to stderr. */
+/* Writes "ignite: <prefix><message>\n" to stderr (not when quiet). */
 __attribute__((format(printf, 2, 0)))
 static void print_line(const char *prefix, const char *fmt, va_list ap)
 {
     char buf[8192];
     format_line(buf, sizeof buf, fmt, ap);
-    fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+    if (!quiet)
+        fprintf(stderr, "ignite: %s%s\n", prefix, buf);
 }
 
 void ig_error_capture(char *buf, size_t cap)

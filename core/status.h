@@ -48,6 +48,11 @@ void ig_error_capture(char *buf, size_t cap);
 /* Prints "ignite: warning: <message>\n" to stderr, one line as ig_error's. */
 void ig_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Fuzz targets of readers that report through ig_error (JSON files) turn
+ * the lines off: messages are still formatted, not printed. Not for
+ * library code. */
+void ig_status_quiet(int on);
+
 /* Short name of a status for --json and tests ("model", "usage", ...). */
 const char *ig_status_name(int status);
 

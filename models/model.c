@@ -1,4 +1,6 @@
-/* models/model.c: a parsed GGUF -> struct model for Llama-family archs.
+/* models/model.c: a parsed GGUF -> struct model for Llama-family archs
+ * (a directory goes to hf_model.c instead), and the accessors that answer
+ * for either format.
  *
  * Reads <arch>.* hyper-parameters with the spec's defaults, checks them for
  * sense, then finds every tensor by its llama.cpp name and checks its shape
@@ -9,6 +11,7 @@
 #include "models/model.h"
 
 #include "models/gguf_impl.h"
+#include "models/hf.h"
 
 #include "core/status.h"
 
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A dimension larger than this is not a model ignite can run (and products
  * of two such stay far from overflow). */
@@ -258,8 +262,15 @@ int model_load(const char *path, struct model **out)
     if (!m)
         return ig_error(IG_E_NOMEM, "out of memory loading %s", path);
     snprintf(m->path, sizeof m->path, "%s", path);
-    int st = gguf_open(path, &m->gguf, NULL);
-    if (st)
+    struct stat sb;
+    int st;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if ((st = hf_load(path, m)))
+            goto fail;
+        *out = m;
+        return IG_OK;
+    }
+    if ((st = gguf_open(path, &m->gguf, NULL)))
         goto fail;
     struct loader L = {path, m->gguf, &m->hp};
     const struct arch_info *ai = NULL;
@@ -274,6 +285,8 @@ int model_load(const char *path, struct model **out)
         goto fail;
     for (int64_t i = 0; i < m->gguf->n_tensors; i++)
         m->n_params += m->gguf->tensors[i].n_elems;
+    m->n_tensors = m->gguf->n_tensors;
+    m->file_bytes = m->gguf->file_size;
     *out = m;
     return IG_OK;
 fail:
@@ -287,10 +300,60 @@ void model_free(struct model *m)
         return;
     free(m->layers);
     gguf_close(m->gguf);
+    hf_folder_free(m->hf);
     free(m);
 }
 
 int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes)
 {
     return 2 * hp->n_layer * hp->n_head_kv * hp->head_dim * (int64_t)elem_bytes;
+}
+
+bool model_is_folder(const struct model *m)
+{
+    return m->hf != NULL;
+}
+
+int model_folder_files(const struct model *m)
+{
+    return m->hf ? m->hf->n_shards : 0;
+}
+
+bool model_chat_template(const struct model *m, const char **text, size_t *len)
+{
+    if (m->hf) {
+        *text = m->hf->chat_template;
+        *len = *text ? strlen(*text) : 0;
+        return *len > 0;
+    }
+    struct gguf_str t;
+    if (!m->gguf || !gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
+        return false;
+    *text = t.ptr;
+    *len = (size_t)t.len;
+    return true;
+}
+
+static void count_type(int64_t *count, int64_t *bytes, int n, uint32_t type, size_t nbytes)
+{
+    if (type < (uint32_t)n) {
+        count[type]++;
+        bytes[type] += (int64_t)nbytes;
+    }
+}
+
+void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, int n)
+{
+    memset(count, 0, (size_t)n * sizeof *count);
+    memset(bytes, 0, (size_t)n * sizeof *bytes);
+    if (m->gguf)
+        for (int64_t i = 0; i < m->gguf->n_tensors; i++)
+            count_type(count, bytes, n, m->gguf->tensors[i].type, m->gguf->tensors[i].nbytes);
+    for (int64_t i = 0; m->hf && i < m->hf->n_tensors; i++) {
+        const struct st_tensor *t = m->hf->by_name[i];
+        int type = t->dtype == ST_F32 ? QUANT_F32 : t->dtype == ST_F16 ? QUANT_F16
+                 : t->dtype == ST_BF16 ? QUANT_BF16 : -1;
+        if (type >= 0)
+            count_type(count, bytes, n, (uint32_t)type, t->nbytes);
+    }
 }

@@ -37,7 +37,7 @@ int main(void)
         return TEST_SKIP;
     struct model *m = NULL;
     struct tok_vocab *vocab = NULL;
-    if (model_load(path, &m) != IG_OK || tok_load_gguf(m->gguf, &vocab) != IG_OK)
+    if (model_load(path, &m) != IG_OK || tok_load_model(m, &vocab) != IG_OK)
         return 1;
 
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
