@@ -302,9 +302,10 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     const struct gen_history *h = r->history;
     int64_t n_hist = h ? h->n : 0;
     s->n_tokens = 0;
-    if (h)
+    if (n_hist)
         memcpy(s->tokens, h->tokens, (size_t)n_hist * sizeof *s->tokens);
-    memcpy(s->tokens + n_hist, r->tokens, (size_t)r->n_tokens * sizeof *s->tokens);
+    if (r->n_tokens) /* none after --load-kv without a prompt */
+        memcpy(s->tokens + n_hist, r->tokens, (size_t)r->n_tokens * sizeof *s->tokens);
     s->n_all_prompt = n_hist + r->n_tokens;
     s->max_pos = max_positions(e, r);
     /* Blocks computed here before may be shared, but never the one with the

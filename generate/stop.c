@@ -53,6 +53,8 @@ int stop_push(struct stop_matcher *m, const char *text, size_t len, stop_emit_fn
 {
     if (!m->n) /* nothing to look for: straight through */
         return len && emit(user, text, len) ? -1 : 0;
+    if (!len) /* (a token that prints nothing) */
+        return 0;
     if (m->len + len > m->cap) {
         size_t cap = (m->len + len) * 2 + 16;
         char *b = realloc(m->buf, cap);

@@ -20,7 +20,7 @@
 
 /* Sanitizer builds run ~30x slower: a shorter prompt there (still across a block edge). */
 #if defined(__SANITIZE_ADDRESS__)
-#define N_PROMPT 90
+#define N_PROMPT 70
 #else
 #define N_PROMPT 300
 #endif
