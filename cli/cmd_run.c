@@ -68,8 +68,8 @@ static const struct cli_option run_options[] = {
 static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE";
 static const char run_summary[] =
     "Generates text from a prompt: the text streams to stdout, one stats line goes to stderr.\n"
-    "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 6 bad prompt,\n"
-    "7 device, 8 bad KV cache file, 130 interrupted.";
+    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model, 5 out of memory,\n"
+    "6 bad prompt, 7 device, 8 bad KV cache file, 130 interrupted.";
 
 static void run_defaults(struct run_opts *o)
 {
@@ -128,6 +128,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     struct cli_parser parser;
     cli_parser_init(&parser, run_options);
+    if (cli_check_args("run", argc, argv, run_options) != IG_OK)
+        return IG_E_USAGE;
     optind = 1;
     opterr = 0;
     int key;
@@ -137,7 +139,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             return -1;
         }
         if (key == 'V') {
-            printf("ignite %s\n", IGNITE_VERSION);
+            cli_print_version();
             return -1;
         }
         if (key == '?' || key == ':')
@@ -152,6 +154,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
+    if (o->no_special && o->chat)
+        return ig_error(IG_E_USAGE, "--no-special does not go with --chat (the template's "
+                                    "special tokens must be parsed)");
     if (o->save_kv && !o->prompt_only)
         return ig_error(IG_E_USAGE, "--save-kv needs --prompt-only (the cache is saved after "
                                     "the prompt)");
@@ -240,7 +245,7 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
     struct gguf_str t = {0};
     int st;
     if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
-        st = ig_error(IG_E_MODEL, "--chat: %s has no tokenizer.chat_template", m->path);
+        st = ig_error(IG_E_MODEL, "--chat: '%s' has no tokenizer.chat_template", m->path);
     else
         st = chat_render(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len, o->system,
                          user, text);
@@ -289,10 +294,11 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
                       struct kv_cache **kv, struct generate_history *hist)
 {
     bool is_stdin = !strcmp(file, "-");
-    const char *name = is_stdin ? "stdin" : file;
+    char name[4096]; /* as messages show it (kvcache/ prints it as given) */
+    snprintf(name, sizeof name, "'%s'", is_stdin ? "stdin" : file);
     FILE *f = is_stdin ? stdin : fopen(file, "rb");
     if (!f)
-        return ig_error(IG_E_IO, "cannot open %s: %s", file, strerror(errno));
+        return ig_error(IG_E_IO, "cannot open %s: %s", name, strerror(errno));
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id);
     struct kv_file_reader r;
@@ -330,7 +336,7 @@ static int check_save_path(const char *save, const char *model)
     if (!save || !strcmp(save, "-") || stat(save, &a) != 0 || stat(model, &b) != 0 ||
         a.st_dev != b.st_dev || a.st_ino != b.st_ino)
         return IG_OK;
-    return ig_error(IG_E_USAGE, "--save-kv %s is the model file; name another file", save);
+    return ig_error(IG_E_USAGE, "--save-kv '%s' is the model file; name another file", save);
 }
 
 /* Writes the cache and its history to --save-kv. A regular file that cannot
@@ -345,14 +351,16 @@ static int save_cache(const char *file, const struct model *m, struct backend *b
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id); /* before the file is opened: it reads the mapped weights */
     bool is_stdout = !strcmp(file, "-");
+    char name[4096]; /* as messages show it (kvcache/ prints it as given) */
+    snprintf(name, sizeof name, "'%s'", is_stdout ? "stdout" : file);
     FILE *f = is_stdout ? stdout : fopen(file, "wb");
     if (!f)
-        return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
-    st = kv_file_write(f, is_stdout ? "stdout" : file, kv, id, hist->tokens,
+        return ig_error(IG_E_IO, "cannot create %s: %s", name, strerror(errno));
+    st = kv_file_write(f, name, kv, id, hist->tokens,
                            hist->have_logits ? hist->logits : NULL, m->hp.n_vocab);
     if (!is_stdout) {
         if (fclose(f) != 0 && st == IG_OK)
-            st = ig_error(IG_E_IO, "cannot write %s: %s", file, strerror(errno));
+            st = ig_error(IG_E_IO, "cannot write %s: %s", name, strerror(errno));
         if (st != IG_OK && is_plain_file(file))
             remove(file);
     }
@@ -403,7 +411,7 @@ int cmd_run(int argc, char **argv)
      * embedding up): the sampler only ever sees the first n_tokens logits. */
     int64_t n_tokens = tok_n_tokens(vocab);
     if (n_tokens > m->hp.n_vocab) {
-        st = ig_error(IG_E_MODEL, "%s: the tokenizer has %lld tokens but the model has only "
+        st = ig_error(IG_E_MODEL, "'%s': the tokenizer has %lld tokens but the model has only "
                       "%lld embedding rows", path, (long long)n_tokens, (long long)m->hp.n_vocab);
         goto done;
     }
