@@ -99,17 +99,17 @@ static int check_model(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
     if (hp->head_dim != 64 && hp->head_dim != 128)
-        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; %s has %lld "
+        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; '%s' has %lld "
                         "(use --device cpu)", m->path, (long long)hp->head_dim);
     if (hp->n_head / hp->n_head_kv > 8)
         return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV head; "
-                        "%s has %lld (use --device cpu)", m->path,
+                        "'%s' has %lld (use --device cpu)", m->path,
                         (long long)(hp->n_head / hp->n_head_kv));
     if (hp->n_embd % 8 || hp->n_ff % 8)
         return ig_error(IG_E_MODEL, "the CUDA backend needs widths that are multiples of 8");
     if (hp->n_ff > 40960 || hp->n_embd > 40960 || hp->n_head * hp->head_dim > 40960)
         return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
-                        "40960 elements; %s is wider (use --device cpu)", m->path);
+                        "40960 elements; '%s' is wider (use --device cpu)", m->path);
     return IG_OK;
 }
 

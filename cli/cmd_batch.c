@@ -63,6 +63,8 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
 {
     struct cli_parser parser;
     cli_parser_init(&parser, batch_options);
+    if (cli_check_args("batch", argc, argv, batch_options) != IG_OK)
+        return IG_E_USAGE;
     optind = 1;
     opterr = 0;
     int key;
@@ -72,7 +74,7 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
             return -1;
         }
         if (key == 'V') {
-            printf("ignite %s\n", IGNITE_VERSION);
+            cli_print_version();
             return -1;
         }
         if (key == '?' || key == ':')

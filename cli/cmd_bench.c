@@ -3,9 +3,11 @@
  * (-m, files or synthetic:NAME[:TYPE]) and thread count (-t), -r timed
  * repetitions after one warm-up run each, as a markdown table, csv, json or
  * jsonl rows that carry the model, its size and parameters, the device and
- * the ignite version. Prompts are random token ids, as llama-bench's are.
- * The timing loops call the backend (CPU or CUDA) directly; on CUDA a
- * synthetic model's random weights are made on the device.
+ * the build (version, commit, compiler, CUDA). Prompts are random token ids,
+ * as llama-bench's are. The timing loops call the backend (CPU or CUDA)
+ * directly; on CUDA a synthetic model's random weights are made on the
+ * device. Ctrl-C ends at once with the rows so far (a json array closed); a
+ * reader that closes stdout ends it quietly.
  * Covered by tests/cli/test_bench.py. */
 #include "cli/bench_requests.h"
 #include "cli/cli.h"
@@ -20,8 +22,11 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BENCH_MAX_LIST 16
 
@@ -71,7 +76,9 @@ struct bench_opts {
     struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
 };
 
-/* "512,2048" -> list. Returns IG_OK, IG_E_USAGE or IG_E_NOMEM. */
+/* "512,2048" -> list. Every item must be a number: an empty one ("64,,8",
+ * "64,", ",8") is refused, not skipped. Returns IG_OK, IG_E_USAGE or
+ * IG_E_NOMEM. */
 static int parse_list(const char *what, const char *arg, int64_t min, int64_t *out, int *n)
 {
     size_t len = strlen(arg);
@@ -81,9 +88,14 @@ static int parse_list(const char *what, const char *arg, int64_t min, int64_t *o
     memcpy(buf, arg, len + 1);
     int st = IG_OK;
     *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && st == IG_OK;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (*n == BENCH_MAX_LIST)
+    for (char *tok = buf, *end; tok && st == IG_OK; tok = end ? end + 1 : NULL) {
+        end = strchr(tok, ',');
+        if (end)
+            *end = '\0';
+        if (!*tok)
+            st = ig_error(IG_E_USAGE, "%s: empty item in the list '%s' (write numbers between "
+                          "the commas)", what, arg);
+        else if (*n == BENCH_MAX_LIST)
             st = ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
         else if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
             st = IG_E_USAGE;
@@ -91,8 +103,6 @@ static int parse_list(const char *what, const char *arg, int64_t min, int64_t *o
             (*n)++;
     }
     free(buf);
-    if (st == IG_OK && !*n)
-        st = ig_error(IG_E_USAGE, "%s: expected a list of numbers", what);
     return st;
 }
 
@@ -138,6 +148,18 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
 }
 
+/* True when some -p or -n value is not 0: there is a test to run. */
+static bool any_test(const struct bench_opts *o)
+{
+    for (int i = 0; i < o->n_prompts; i++)
+        if (o->prompts[i])
+            return true;
+    for (int i = 0; i < o->n_gens; i++)
+        if (o->gens[i])
+            return true;
+    return false;
+}
+
 /* Returns IG_OK to run, -1 after --help/--version, or IG_E_USAGE / IG_E_DEVICE. */
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
@@ -148,6 +170,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
     cli_parser_init(&parser, bench_options);
+    int st = cli_check_args("bench", argc, argv, bench_options);
+    if (st != IG_OK)
+        return st;
     optind = 1;
     opterr = 0;
     int key;
@@ -157,19 +182,20 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             return -1;
         }
         if (key == 'V') {
-            printf("ignite %s\n", IGNITE_VERSION);
+            cli_print_version();
             return -1;
         }
         if (key == '?' || key == ':')
             return cli_option_error("bench", key, argv);
-        int st = set_option(o, key, optarg);
-        if (st != IG_OK)
+        if ((st = set_option(o, key, optarg)) != IG_OK)
             return st;
     }
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
         return cli_usage_error("bench");
     }
+    if (!any_test(o) && !o->req.n_requests)
+        return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
     return backend_resolve_device(&o->device);
 }
 
@@ -194,6 +220,7 @@ struct bench_env {
     const struct bench_opts *o;
     char cpu[128];
     const char *isa;
+    struct cli_build build;
     int rows_out;
 };
 
@@ -233,6 +260,10 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON *j = cJSON_CreateObject();
     bool cpu = !strcmp(r->device, "cpu");
     cJSON_AddStringToObject(j, "ignite_version", IGNITE_VERSION);
+    cJSON_AddStringToObject(j, "build_commit", e->build.commit);
+    cJSON_AddNumberToObject(j, "build_number", (double)e->build.number);
+    cJSON_AddStringToObject(j, "build_compiler", e->build.compiler);
+    cJSON_AddStringToObject(j, "build_cuda", e->build.cuda);
     cJSON_AddStringToObject(j, "cpu_info", e->cpu);
     cJSON_AddStringToObject(j, "device", r->device);
     cJSON_AddStringToObject(j, "device_name", r->device_name);
@@ -250,8 +281,9 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "n_depth", (double)r->n_depth);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "repetitions", (double)r->reps);
-    cJSON_AddNumberToObject(j, "avg_ns", r->avg_ns);
-    cJSON_AddNumberToObject(j, "stddev_ns", r->sd_ns);
+    /* whole nanoseconds, as llama-bench writes them */
+    cJSON_AddNumberToObject(j, "avg_ns", (double)llround(r->avg_ns));
+    cJSON_AddNumberToObject(j, "stddev_ns", (double)llround(r->sd_ns));
     cJSON_AddNumberToObject(j, "avg_ts", r->avg_ts);
     cJSON_AddNumberToObject(j, "stddev_ts", r->sd_ts);
     if (r->n_prompt)
@@ -281,12 +313,26 @@ static void csv_field(const char *s, bool last)
     putchar(last ? '\n' : ',');
 }
 
-static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "device_name", "isa", "matmul",
+static const char *csv_cols[] = {"ignite_version", "build_commit", "build_number",
+                                 "build_compiler", "build_cuda", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
 #define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
+
+/* A number as csv holds it: an integer whole (avg_ns 181937412, never
+ * 1.81937e+08), any other value with the digits that read back the same. */
+static void csv_number(double d, char *buf, size_t cap)
+{
+    if (d == floor(d) && fabs(d) < 9007199254740992.0) { /* 2^53: exact in a double */
+        snprintf(buf, cap, "%.0f", d);
+        return;
+    }
+    snprintf(buf, cap, "%.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, cap, "%.17g", d);
+}
 
 static void print_size(char *buf, size_t cap, size_t bytes)
 {
@@ -303,7 +349,8 @@ static void print_params(char *buf, size_t cap, int64_t n)
         snprintf(buf, cap, "%.2f M", (double)n / 1e6);
 }
 
-static void emit_row(struct bench_env *e, const struct bench_row *r)
+/* The row as text in the chosen format, to stdout's buffer. */
+static void print_row(struct bench_env *e, const struct bench_row *r)
 {
     const char *fmt = e->o->format;
     char test[32];
@@ -334,11 +381,7 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
             if (cJSON_IsString(v)) {
                 s = v->valuestring;
             } else if (cJSON_IsNumber(v)) {
-                double d = v->valuedouble;
-                if (d == floor(d) && fabs(d) < 1e15)
-                    snprintf(num, sizeof num, "%.0f", d);
-                else
-                    snprintf(num, sizeof num, "%.6g", d);
+                csv_number(v->valuedouble, num, sizeof num);
                 s = num;
             }
             csv_field(s, i + 1 == N_CSV_COLS);
@@ -356,7 +399,102 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
         cJSON_Delete(j);
     }
     e->rows_out++;
-    fflush(stdout);
+}
+
+/* ---- Ctrl-C and the end of the output ------------------------------------------ */
+
+/* Ctrl-C ends bench at once with status 130, leaving the rows written so
+ * far as a whole document: a json array is closed. The handler may run on
+ * any thread (the CPU backend's workers too) while the main thread writes a
+ * row, so the two agree through sequentially consistent atomics (plain
+ * lock-free ints, safe in a handler): a handler that finds a row being
+ * written leaves the ending to emit_row, which looks again when the row is
+ * out. Whoever ends first closes; a second caller waits for the exit. */
+static atomic_int bench_json_state; /* -o json: 1 before the first row, 2 after; else 0 */
+static atomic_int bench_emitting;   /* the main thread is writing to stdout */
+static atomic_int bench_interrupted;
+static atomic_int bench_ending;
+static atomic_int bench_tty;        /* stderr shows a progress line to clear */
+
+static void bench_end_interrupted(void)
+{
+    if (atomic_exchange(&bench_ending, 1))
+        for (;;)
+            pause();
+    int js = atomic_load(&bench_json_state);
+    if (js)
+        (void)!write(STDOUT_FILENO, js == 2 ? "\n]\n" : "[]\n", 3);
+    if (atomic_load(&bench_tty))
+        (void)!write(STDERR_FILENO, "\r\033[K", 4);
+    _exit(IG_E_INTERRUPTED);
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    atomic_store(&bench_interrupted, 1);
+    if (!atomic_load(&bench_emitting))
+        bench_end_interrupted();
+}
+
+/* SIGINT as above; a second Ctrl-C kills at once (SA_RESETHAND). */
+static void install_sigint(bool json)
+{
+    atomic_store(&bench_json_state, json ? 1 : 0);
+    atomic_store(&bench_tty, cli_stderr_is_tty());
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+enum { BENCH_READER_GONE = -2 }; /* stdout's reader has gone: stop, status 0 */
+
+/* Marks the start and end of a write to stdout (see on_sigint). */
+static void output_begin(void)
+{
+    atomic_store(&bench_emitting, 1);
+    if (atomic_load(&bench_interrupted))
+        bench_end_interrupted();
+}
+
+static void output_end(void)
+{
+    atomic_store(&bench_emitting, 0);
+    if (atomic_load(&bench_interrupted))
+        bench_end_interrupted();
+}
+
+/* Writes one row and flushes it. Returns IG_OK, BENCH_READER_GONE, or
+ * IG_E_IO naming the write's own error (after one line). */
+static int emit_row(struct bench_env *e, const struct bench_row *r)
+{
+    output_begin();
+    print_row(e, r);
+    bool ok = cli_stdout_ok(true);
+    if (atomic_load(&bench_json_state))
+        atomic_store(&bench_json_state, 2);
+    output_end();
+    if (ok)
+        return IG_OK;
+    return cli_stdout_gone() ? BENCH_READER_GONE : cli_flush_stdout();
+}
+
+/* After the last row: the json array's end, md's build line. */
+static int end_output(struct bench_env *e)
+{
+    output_begin();
+    if (!strcmp(e->o->format, "json"))
+        printf(e->rows_out ? "\n]\n" : "[]\n");
+    else if (!strcmp(e->o->format, "md") && e->rows_out)
+        printf("\nbuild: %s (%lld), %s, CUDA %s\n", e->build.commit,
+               (long long)e->build.number, e->build.compiler, e->build.cuda);
+    int st = cli_flush_stdout();
+    atomic_store(&bench_json_state, 0); /* closed */
+    output_end();
+    return st;
 }
 
 /* ---- the measurements -------------------------------------------------------- */
@@ -546,7 +684,7 @@ static int bench_model(struct bench_env *e, const char *spec)
                 r->n_prompt = o->prompts[i];
                 r->n_gen = 0;
                 if ((st = run_test(e, &b, r)) == IG_OK)
-                    emit_row(e, r);
+                    st = emit_row(e, r);
             }
             for (int i = 0; i < o->n_gens && st == IG_OK; i++) {
                 if (!o->gens[i])
@@ -554,7 +692,7 @@ static int bench_model(struct bench_env *e, const char *spec)
                 r->n_prompt = 0;
                 r->n_gen = o->gens[i];
                 if ((st = run_test(e, &b, r)) == IG_OK)
-                    emit_row(e, r);
+                    st = emit_row(e, r);
             }
         }
         backend_free(b.be);
@@ -591,9 +729,14 @@ int cmd_bench(int argc, char **argv)
     }
     struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};
     cpu_name(e.cpu, sizeof e.cpu);
+    cli_build_info(&e.build);
+    install_sigint(!strcmp(o.format, "json"));
     for (int i = 0; i < o.n_models && st == IG_OK; i++)
         st = bench_model(&e, o.models[i]);
-    if (!strcmp(o.format, "json"))
-        printf(e.rows_out ? "\n]\n" : "[]\n");
-    return st == IG_OK ? cli_flush_stdout() : st; /* rows that never arrived are a failure */
+    if (st == BENCH_READER_GONE)
+        return IG_OK;
+    if (!cli_stdout_ok(false))
+        return st; /* stdout failed: that error has been said */
+    int out = end_output(&e); /* a json array is closed after a failure too */
+    return st == IG_OK ? out : st; /* rows that never arrived are a failure */
 }

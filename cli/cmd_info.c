@@ -3,8 +3,8 @@
  * metadata, tensors by type, KV cache size) as text or, with --json, as one
  * JSON object on stdout, the same keys for both formats.
  * Loading and validation are models/'s and tokenizer/'s; this file only
- * formats. Covered by tests/models/test_info.py, test_gguf_malformed.py and
- * test_hf_folder.py. */
+ * formats. Covered by tests/models/test_info.py, test_gguf_malformed.py,
+ * test_hf_folder.py and tests/cli/test_args.sh (write errors). */
 #include "cli/cli.h"
 
 #include "core/status.h"
@@ -12,7 +12,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,6 +242,7 @@ static int print_json(const struct model *m, const struct info *in)
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
+    cli_stdout_ok(false); /* keeps a failed write's errno */
     free(s);
     return IG_OK;
 }
@@ -254,6 +254,9 @@ int cmd_info(int argc, char **argv)
     cli_parser_init(&p, info_options);
     const char *model_arg = NULL;
     bool json = false;
+    int st = cli_check_args("info", argc, argv, info_options);
+    if (st)
+        return st;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
         switch (c) {
@@ -266,14 +269,14 @@ int cmd_info(int argc, char **argv)
                            "type, KV cache size.",
                            info_options);
             return cli_flush_stdout();
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
+        case 'V': cli_print_version(); return cli_flush_stdout();
         default: return cli_option_error("info", c, argv);
         }
     }
     if (optind < argc)
         return ig_error(IG_E_USAGE, "info: unexpected argument '%s'", argv[optind]);
     char path[4096];
-    int st = cli_model_path(model_arg, path, sizeof path);
+    st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
     struct model *m;
@@ -288,8 +291,7 @@ int cmd_info(int argc, char **argv)
         st = print_json(m, &in);
     else
         print_text(m, &in);
+    cli_stdout_ok(true); /* before model_free, while errno is the write's */
     model_free(m);
-    if (st == IG_OK && (fflush(stdout) != 0 || ferror(stdout)))
-        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
-    return st;
+    return st == IG_OK ? cli_flush_stdout() : st;
 }

@@ -44,8 +44,8 @@ static const struct cli_option run_options[] = {
 static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE";
 static const char run_summary[] =
     "Generates text from a prompt: the text streams to stdout, one stats line goes to stderr.\n"
-    "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 6 bad prompt,\n"
-    "7 device, 8 bad KV cache file, 130 interrupted.";
+    "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model, 5 out of memory,\n"
+    "6 bad prompt, 7 device, 8 bad KV cache file, 130 interrupted.";
 
 struct run_opts {
     struct gen_cli g;
@@ -79,6 +79,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     struct cli_parser parser;
     cli_parser_init(&parser, run_options);
+    if (cli_check_args("run", argc, argv, run_options) != IG_OK)
+        return IG_E_USAGE;
     optind = 1;
     opterr = 0;
     int key;
@@ -88,7 +90,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             return -1;
         }
         if (key == 'V') {
-            printf("ignite %s\n", IGNITE_VERSION);
+            cli_print_version();
             return -1;
         }
         if (key == '?' || key == ':')
@@ -211,10 +213,11 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
                       struct loaded_cache *lc)
 {
     bool is_stdin = !strcmp(file, "-");
-    const char *name = is_stdin ? "stdin" : file;
+    char name[4096]; /* as messages show it (kvcache/ prints it as given) */
+    snprintf(name, sizeof name, "'%s'", is_stdin ? "stdin" : file);
     FILE *f = is_stdin ? stdin : fopen(file, "rb");
     if (!f)
-        return ig_error(IG_E_IO, "cannot open %s: %s", file, strerror(errno));
+        return ig_error(IG_E_IO, "cannot open %s: %s", name, strerror(errno));
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id);
     struct kv_file_reader r;
@@ -255,7 +258,7 @@ static int check_save_path(const char *save, const char *model)
     if (!save || !strcmp(save, "-") || stat(save, &a) != 0 || stat(model, &b) != 0 ||
         a.st_dev != b.st_dev || a.st_ino != b.st_ino)
         return IG_OK;
-    return ig_error(IG_E_USAGE, "--save-kv %s is the model file; name another file", save);
+    return ig_error(IG_E_USAGE, "--save-kv '%s' is the model file; name another file", save);
 }
 
 /* Writes the request's cache (in the engine still) to --save-kv. A regular
@@ -272,14 +275,15 @@ static int save_cache(struct run_state *rs, const struct gen_request *r)
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(rs->m, id); /* before the file is opened: it reads the mapped weights */
     bool is_stdout = !strcmp(file, "-");
+    char name[4096]; /* as messages show it (kvcache/ prints it as given) */
+    snprintf(name, sizeof name, "'%s'", is_stdout ? "stdout" : file);
     FILE *f = is_stdout ? stdout : fopen(file, "wb");
     if (!f)
-        return ig_error(IG_E_IO, "cannot create %s: %s", file, strerror(errno));
-    st = kv_file_write(f, is_stdout ? "stdout" : file, kv, table, n, id, tokens, rs->logits,
-                       rs->m->hp.n_vocab);
+        return ig_error(IG_E_IO, "cannot create %s: %s", name, strerror(errno));
+    st = kv_file_write(f, name, kv, table, n, id, tokens, rs->logits, rs->m->hp.n_vocab);
     if (!is_stdout) {
         if (fclose(f) != 0 && st == IG_OK)
-            st = ig_error(IG_E_IO, "cannot write %s: %s", file, strerror(errno));
+            st = ig_error(IG_E_IO, "cannot write %s: %s", name, strerror(errno));
         if (st != IG_OK && is_plain_file(file))
             remove(file);
     }

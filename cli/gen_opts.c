@@ -98,6 +98,9 @@ int gen_cli_check(const struct gen_cli *o)
 {
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
+    if (o->no_special && o->chat)
+        return ig_error(IG_E_USAGE, "--no-special does not go with --chat (the template's "
+                                    "special tokens must be parsed)");
     return IG_OK;
 }
 

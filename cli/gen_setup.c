@@ -22,7 +22,7 @@ int run_load_model(const char *path, struct model **m, struct tok_vocab **vocab)
     /* Output rows past the vocabulary are padding (some models round the
      * embedding up): the sampler only ever sees the first n_tokens logits. */
     if (st == IG_OK && tok_n_tokens(*vocab) > (*m)->hp.n_vocab)
-        st = ig_error(IG_E_MODEL, "%s: the tokenizer has %lld tokens but the model has only "
+        st = ig_error(IG_E_MODEL, "'%s': the tokenizer has %lld tokens but the model has only "
                       "%lld embedding rows", path, (long long)tok_n_tokens(*vocab),
                       (long long)(*m)->hp.n_vocab);
     if (st != IG_OK) {
@@ -45,7 +45,7 @@ int run_render_prompt(const struct model *m, bool chat, const char *system, cons
     const char *t;
     size_t len;
     if (!model_chat_template(m, &t, &len))
-        return ig_error(IG_E_MODEL, "--chat: %s has no %s", m->path,
+        return ig_error(IG_E_MODEL, "--chat: '%s' has no %s", m->path,
                         model_is_folder(m) ? "chat template (tokenizer_config.json chat_template "
                                              "or chat_template.jinja)"
                                            : "tokenizer.chat_template");

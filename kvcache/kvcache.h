@@ -220,7 +220,8 @@ struct kv_file_header {
 /* Writes positions [0, n_pos) of a sequence (table `table` into `st`) with
  * their token ids tokens[0..n_pos) and, unless NULL, the logits[0..n_vocab)
  * after the last token, to `f` in one sequential pass (pipes work). `name` is
- * for messages. Returns IG_OK or IG_E_IO. */
+ * for messages, printed as given: callers quote a file name ('c.kv',
+ * 'stdout'), as every message does. Returns IG_OK or IG_E_IO. */
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
                   int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab);
@@ -237,7 +238,8 @@ struct kv_file_reader {
 };
 
 /* Reads and checks the header from `f` against the model (`hp` and its
- * identity `id`). Returns IG_OK, or IG_E_KVFILE (not a cache file, another
+ * identity `id`); `name` as for kv_file_write, kept for the body's
+ * messages. Returns IG_OK, or IG_E_KVFILE (not a cache file, another
  * version, another model, a bad field, truncated) or IG_E_IO, in one line. */
 int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
                         const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES]);

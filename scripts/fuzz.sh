@@ -9,6 +9,7 @@
 #   grammar      the GBNF parser (fuzz_grammar.c; corpus_grammar/)
 #   schema       the JSON-schema converter (fuzz_grammar.c with FUZZ_SCHEMA; corpus_schema/)
 #   batch        ignite batch's request parser (fuzz_batch_line.c; corpus_batch/)
+#   tokenizer    the tokenizer: any bytes in (fuzz_tokenizer.c; corpus-tok/)
 # Builds the target's entry with clang -fsanitize=fuzzer,address,undefined
 # into $FUZZ_BUILD (default build-fuzz/) and writes new inputs to
 # $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
@@ -34,6 +35,7 @@ if ! "$cc" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1; then
     echo "fuzz: $cc cannot link libFuzzer (-fsanitize=fuzzer); skipped" >&2
     exit 77
 fi
+rm -f "$probe.c" "$probe"
 
 gguf=(core/status.c core/mapped_file.c models/gguf.c models/gguf_index.c models/gguf_get.c
       models/gguf_keys.c models/quant.c)
@@ -60,8 +62,13 @@ batch)
     srcs=(core/status.c core/utf8.c core/paths.c cli/opts.c cli/prompt.c
           cli/gen_opts.c cli/batch_request.c decode/sampler.c)
     entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 libs=(-lcjson -lm) ;;
+tokenizer)
+    srcs=(core/status.c core/utf8.c tokenizer/unicode.c tokenizer/unicode_tables.c
+          tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c tokenizer/spm.c
+          tokenizer/encode.c tokenizer/decode.c)
+    corpus=corpus-tok max_len=4096 ;;
 *)
-    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch)" >&2
+    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer)" >&2
     exit 2 ;;
 esac
 srcs+=("$entry")

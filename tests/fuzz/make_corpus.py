@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/fuzz/make_corpus.py: writes the fuzzing seed corpora (committed;
-rerun after changing tests/pylib/ggufgen.py or hfgen.py):
+rerun after changing tests/pylib/ggufgen.py, hfgen.py or the texts below):
   corpus/       GGUF: small valid files that between them use every metadata
                 value type, arrays of every element type, GGUF v2 and v3,
                 several alignments, both supported architectures and a tensor
@@ -9,7 +9,11 @@ rerun after changing tests/pylib/ggufgen.py or hfgen.py):
                 header padding, a tiny model's weights;
   corpus_json/  the JSON files of Hugging Face folders: config.json of each
                 architecture, generation_config.json, tokenizer_config.json,
-                the index, and tokenizer.json of each pre-tokenizer family."""
+                the index, and tokenizer.json of each pre-tokenizer family;
+  corpus-tok/   texts for fuzz_tokenizer.c, each behind the byte that picks
+                the vocabulary (0-3 byte-level BPE with the gpt2, smollm,
+                llama3, qwen2 pre-tokenizers, 4 SentencePiece-style) and, with
+                0x80 set, parsing of control-token text."""
 import json
 import os
 import sys
@@ -55,7 +59,44 @@ def all_types():
     return g
 
 
+OUT_TOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus-tok")
+# name -> (selector byte, text)
+TEXTS = {
+    "english": (0, "The quick brown fox jumps over the lazy dog. It's 2024, isn't it?\n"),
+    "code": (1, "def f(x):\n    return {'a': x ** 2 + 3.14159}  # 12345678\n\tif a==b: pass\n"),
+    "numbers": (2, "1 12 123 1234 12345 3.14 -7 1e10 2024-01-01 0x1F 1,000,000"),
+    "contractions": (3, "I'm sure you'll see: DON'T, we'd, they've, HE'LL 's 't 're"),
+    "scripts": (0, "日本語のテキスト, café, naïve, Привет мир, مرحبا, हिन्दी, 👍🏽👨‍👩‍👧 e\u0301"),
+    "whitespace": (3, "  \t\n\n   x  \r\n\u00a0\u3000y \n\n\n z   "),
+    "chatml": (0x80, "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"),
+    "chatml_plain": (1, "<|im_start|>user\nnot parsed<|im_end|><|endoftext|>"),
+    "user_defined": (2, "call <tool> then <tool><tool> and <too"),
+    "spm_english": (4, "The theory and the thing in an ending: café 123"),
+    "spm_spaces": (4, "  leading  and trailing spaces  "),
+    "spm_scripts": (4, "日本 と é and 👍 \u2581 kept"),
+    "spm_special": (0x84, "<s>hello</s> world"),
+    "empty": (0, ""),
+}
+RAW = {  # bytes that are not UTF-8
+    "invalid_utf8": bytes([2]) + b"ok \xc0\xaf \xed\xa0\x80 \xff\xfe \xe2\x82 end\x80",
+    "nul_bytes": bytes([0]) + b"a\x00b\x00\x00c",
+    "spm_invalid": bytes([4]) + b"\xf5\x80 x \xc3",
+}
+
+
+def write_tok_corpus():
+    os.makedirs(OUT_TOK, exist_ok=True)
+    for name, (sel, text) in TEXTS.items():
+        with open(os.path.join(OUT_TOK, name + ".txt"), "wb") as f:
+            f.write(bytes([sel]) + text.encode("utf-8"))
+    for name, b in RAW.items():
+        with open(os.path.join(OUT_TOK, name + ".bin"), "wb") as f:
+            f.write(b)
+    print(f"corpus-tok: {len(TEXTS) + len(RAW)} files")
+
+
 def main():
+    write_tok_corpus()
     os.makedirs(OUT, exist_ok=True)
     v2 = tiny_llama()
     v2.version = 2

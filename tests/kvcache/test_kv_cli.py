@@ -138,7 +138,7 @@ def main():
         refused(good + good, "two files joined", "trailing bytes")
         refused(good + b"\n", "a byte after the checksum", "trailing bytes")
         rc, out, err = run(tiny, "--load-kv", "-", "-n", "2", stdin=good + b"x")
-        check(rc == 8 and "stdin: trailing bytes" in err and out == b"",
+        check(rc == 8 and "'stdin': trailing bytes" in err and out == b"",
               f"trailing bytes on stdin: rc {rc} {err!r}")
         rc, out, err = run(tiny, "--load-kv", os.path.join(tmp, "missing.kv"))
         check(rc == 3, f"missing file: rc {rc} {err!r}")

@@ -226,8 +226,8 @@ def check_case(tmp, name, make, want_rc, want):
         problems.append(f"{len(lines)} stderr lines, want 1")
     if want not in r.stderr:
         problems.append(f"message lacks {want!r}")
-    if path + ":" not in r.stderr:
-        problems.append("message does not name the file")
+    if f"'{path}':" not in r.stderr:  # file names are quoted in every message
+        problems.append("message does not name the file, quoted")
     if r.stdout:
         problems.append("wrote to stdout")
     if problems:
