@@ -123,8 +123,10 @@ static const struct cli_option *find_long(const struct cli_option *table, const 
     for (const struct cli_option *o = table; o->name; o++) {
         if (strncmp(o->name, name, len))
             continue;
-        if (strlen(o->name) == len)
+        if (strlen(o->name) == len) { /* an exact name wins over the names it begins */
+            *ambiguous = false;
             return o;
+        }
         if (hit && hit->key != o->key)
             *ambiguous = true;
         hit = o;

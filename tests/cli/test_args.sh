@@ -72,6 +72,10 @@ expect_rc 2 "tokenise" "$IGNITE" tokenise -p hi && expect_grep "$TMP/err" "did y
 expect_rc 2 "no near command" "$IGNITE" frobnicate && expect_grep "$TMP/err" "unknown command 'frobnicate' (run 'ignite --help')" "frobnicate"
 expect_rc 2 "ambiguous prefix" "$IGNITE" -p hi --top 5 && expect_grep "$TMP/err" "ambiguous option '--top': --top-k, --top-p" "--top"
 expect_rc 2 "a value for a flag" "$IGNITE" -p hi --json=yes && expect_grep "$TMP/err" "--json takes no value" "--json=yes"
+# An exact name wins over the longer names it begins (--json beside --json-schema,
+# --json-schema-file): the run goes on to fail on the missing model.
+expect_rc 3 "an exact name that begins others" "$IGNITE" -m "$NOPE" -p hi --json
+expect_rc 3 "the same in batch" "$IGNITE" batch -m "$NOPE" --json-schema "{}" --lines
 expect_rc 2 "missing value" "$IGNITE" -p && expect_grep "$TMP/err" "missing value for -p" "-p at the end"
 expect_rc 2 "missing long value" "$IGNITE" -p hi --seed && expect_grep "$TMP/err" "missing value for --seed" "--seed at the end"
 
