@@ -1,4 +1,6 @@
-/* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu.
+/* prefill/flash_attn_ref.c: the CPU twin of the prefill attention kernels
+ * (prefill/flash_attn.cu, flash_attn_wgmma.cu, flash_attn_ws.cu), with the
+ * sliding window.
  * Written for clarity: per head and query row, an online softmax over tiles
  * of REF_BLOCK_N keys in fp32, the algorithm the kernel runs (whose tile
  * width depends on its variant; the result does not), without its parallel
@@ -40,7 +42,7 @@ static const uint16_t *key_row(const struct prefill_attn_params *p, const void *
 int prefill_attn_ref(const struct prefill_attn_params *p)
 {
     if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
-        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx)
+        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx || p->window < 0)
         return ig_error(IG_E_INTERNAL, "flash attention reference: inconsistent sizes");
     const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     float q[256], acc[256];
@@ -48,13 +50,16 @@ int prefill_attn_ref(const struct prefill_attn_params *p)
     for (int64_t h = 0; h < p->n_head; h++) {
         const int64_t hk = h / group;
         for (int64_t i = 0; i < p->n_tokens; i++) {
-            const int64_t last = p->pos0 + i; /* the last key query i sees */
+            const int64_t last = p->pos0 + i; /* the last key query i sees ... */
+            const int64_t first = p->window > 0 && last - p->window + 1 > 0
+                                      ? last - p->window + 1
+                                      : 0; /* ... and the first */
             for (int64_t d = 0; d < hd; d++) {
                 q[d] = load(p->q, i * p->q_row_stride + h * p->q_head_stride + d, p->dtype);
                 acc[d] = 0;
             }
             float m = -INFINITY, l = 0;
-            for (int64_t j0 = 0; j0 <= last; j0 += REF_BLOCK_N) {
+            for (int64_t j0 = first; j0 <= last; j0 += REF_BLOCK_N) {
                 int64_t j1 = j0 + REF_BLOCK_N;
                 if (j1 > last + 1)
                     j1 = last + 1;

@@ -26,6 +26,7 @@
 
 struct attn_case {
     int64_t n, pos0, n_head, n_head_kv, hd;
+    int64_t window;      /* 0, or a sliding window (keys pos - window + 1 .. pos) */
     int dtype;
     uint64_t seed;
     /* host buffers, guard bands included */
@@ -144,6 +145,7 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
     p.lse_head_stride = c->n;
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = c->dtype;
+    p.window = c->window;
     return p;
 }
 
@@ -173,20 +175,21 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
     const double scale = 1.0 / sqrt((double)hd);
     double *s = (double *)malloc(sizeof(double) * (size_t)(c->pos0 + c->n));
     float *sf = (float *)malloc(sizeof(float) * (size_t)(c->pos0 + c->n));
-    double acc[128];
-    float accf[128];
+    double acc[256];
+    float accf[256];
     r->o = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head * hd));
     r->lse = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head));
     r->naive = 0;
     for (int64_t h = 0; h < c->n_head; h++)
         for (int64_t i = 0; i < c->n; i++) {
             const uint16_t *q = c->qkv + i * c->qkv_width + h * hd;
-            int64_t nk = c->pos0 + i + 1;
-            double m = -INFINITY, l = 0, qd[128];
+            int64_t nk = c->pos0 + i + 1; /* keys j0 .. nk - 1 */
+            int64_t j0 = c->window > 0 && nk - c->window > 0 ? nk - c->window : 0;
+            double m = -INFINITY, l = 0, qd[256];
             float mf = -INFINITY, lf = 0;
             for (int64_t x = 0; x < hd; x++)
                 qd[x] = attn_val(c, q[x]);
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 const uint16_t *k = attn_key(c, 0, h / group, j);
                 double d = 0;
                 float df = 0;
@@ -202,7 +205,7 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
             }
             for (int64_t x = 0; x < hd; x++)
                 acc[x] = 0, accf[x] = 0;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 const uint16_t *v = attn_key(c, 1, h / group, j);
                 double p = exp(s[j] - m);
                 float pf = expf((float)scale * (sf[j] - mf));
@@ -279,9 +282,11 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
 
 static inline void attn_case_name(const struct attn_case *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
-             (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
-             (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+    int len = snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
+                       (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
+                       (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+    if (c->window && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)c->window);
 }
 
 #endif
