@@ -7,7 +7,8 @@
 #   make run           run ignite on the default model
 #   make fetch-model   download the default model into the cache (see scripts/)
 #   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
-#   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
+#   make gpu-check     on a GPU machine: the GPU check (scripts/gpu-steps.txt) from the
+#                      programs scripts/gpu-prebuild.sh built beforehand into .gpubin
 #   make clean
 
 BUILD ?= build
