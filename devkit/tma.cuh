@@ -29,8 +29,15 @@
 #include <cudaTypedefs.h>
 #endif
 
-/* A CUtensorMap (device) or the emulator's map, by value. */
-struct alignas(64) ig_tma_map {
+/* A CUtensorMap (device: 64-byte aligned, as TMA requires) or the
+ * emulator's map (8: a 64-byte-aligned kernel argument would only change
+ * the host ABI of passing it, which g++ notes at every kernel), by value. */
+#if defined(__CUDACC__)
+#define IG_TMA_MAP_ALIGN 64
+#else
+#define IG_TMA_MAP_ALIGN 8
+#endif
+struct alignas(IG_TMA_MAP_ALIGN) ig_tma_map {
     unsigned char bytes[128];
 };
 

@@ -14,7 +14,12 @@
  * K and V (no other cache row is touched).
  *
  * KV cache layout (per layer, K and V alike): [n_head_kv][n_ctx][head_dim],
- * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d.
+ * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d;
+ * or paged (block_table set; the batch engine's pool, ws variants only):
+ * blocks of block_rows positions, element (hk, pos, d) at
+ * block_table[pos / block_rows]*cache_block_stride + hk*cache_head_stride +
+ * (pos % block_rows)*cache_row_stride + d (the pool's block b is
+ * [n_head_kv][block_rows][head_dim]).
  *
  * Two twins share the params struct: prefill_attn_ref (CPU, plain C, the
  * reference) and prefill_attn_cuda (prefill/flash_attn.cu, tensor cores;
@@ -47,7 +52,8 @@ struct prefill_attn_params {
 
     int64_t n_tokens;  /* queries in the chunk, >= 1 */
     int64_t pos0;      /* position of the chunk's first token = cache rows before it */
-    int64_t n_ctx;     /* cache rows per head; pos0 + n_tokens <= n_ctx */
+    int64_t n_ctx;     /* cache rows per head (paged: positions the block table
+                          covers); pos0 + n_tokens <= n_ctx */
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
     int64_t head_dim;  /* 64, 128 or 256 (256: the ws variants only) */
@@ -58,9 +64,17 @@ struct prefill_attn_params {
     int64_t k_row_stride, k_head_stride; /* k: token, kv head */
     int64_t v_row_stride, v_head_stride; /* v: token, kv head */
     int64_t o_row_stride, o_head_stride; /* o: token, head */
-    int64_t cache_row_stride;            /* caches: position */
+    int64_t cache_row_stride;            /* caches: position (within a block when paged) */
     int64_t cache_head_stride;           /* caches: kv head */
     int64_t lse_head_stride;             /* lse: head (token stride is 1) */
+
+    /* Paged caches (NULL: the contiguous layout above): the sequence's
+     * block ids, [ceil((pos0 + n_tokens) / block_rows)] (device memory for
+     * the CUDA kernel), int32 each, < n_blocks. */
+    const int32_t *block_table;
+    int64_t block_rows;                  /* positions per block (64) */
+    int64_t cache_block_stride;          /* caches: block */
+    int64_t n_blocks;                    /* blocks in the pool */
 
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
     int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
@@ -186,10 +200,11 @@ struct prefill_attn_tile {
  * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else the fastest measured one
  * (prefill_attn_pick_measured on the built-in table), else
  * PREFILL_ATTN_DEFAULT_VARIANT(hd) when it fits p, else the first variant
- * that does (head dim 256 and windows: a ws variant). Returns 0 and fills
- * *t, or IG_E_INTERNAL after printing what is unsupported (an unknown
- * variant, a variant not built for the head dim or without windows, no
- * variant for the device). */
+ * that does (head dim 256, windows, paged caches: a ws variant). Returns 0
+ * and fills *t, or IG_E_INTERNAL after printing what is unsupported (an
+ * unknown variant, a variant not built for the head dim, without windows or
+ * paged caches, a paged cache not of 64-position blocks, no variant for the
+ * device). */
 int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
                             struct prefill_attn_tile *t);
 

@@ -6,7 +6,7 @@
  * Plain C, in ignite_core: the launchers, tests and bench all ask it.
  * Covered by tests/emu/test_flash_attn_emu.c (every variant, the pick by
  * measured speed on a table of its own, a forced variant through
- * IGNITE_FLASH_VARIANT). */
+ * IGNITE_FLASH_VARIANT, windows and paged caches only where supported). */
 #include "prefill/flash_attn.h"
 
 #include "core/status.h"
@@ -74,11 +74,19 @@ int prefill_attn_isa_runs_on(int isa, int cc, int have_sm90a)
     return isa == PREFILL_ATTN_ISA_MMA && (cc == 0 || cc >= 80);
 }
 
-/* Whether variant v can run p (head dim, window) on cc. */
+/* Whether variant v reads a paged cache: the ws kernel with K/V tiles of
+ * whole 64-position blocks (two TMA boxes per 128-key tile). */
+static int pages(int v)
+{
+    return variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0;
+}
+
+/* Whether variant v can run p (head dim, window, paged cache) on cc. */
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     return prefill_attn_variant_supports(v, p->head_dim) &&
            (p->window == 0 || variants[v].isa == PREFILL_ATTN_ISA_WS) &&
+           (!p->block_table || pages(v)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
 
@@ -138,9 +146,10 @@ static int pick_variant(const struct prefill_attn_params *p, int cc, int have_sm
     for (v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
         if (fits(v, p, cc, have_sm90a))
             return v;
-    ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s on compute "
+    ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s%s on compute "
              "capability %d.%d%s", (long long)p->head_dim, p->window ? " with a window" : "",
-             cc / 10, cc % 10, have_sm90a ? "" : " (no sm_90a kernels built)");
+             p->block_table ? " with a paged cache" : "", cc / 10, cc % 10,
+             have_sm90a ? "" : " (no sm_90a kernels built)");
     return PREFILL_ATTN_AUTO;
 }
 
@@ -165,10 +174,16 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
         if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
             return ig_error(IG_E_INTERNAL, "flash attention: pointer %zu is NULL or not "
                             "16-byte aligned", i);
+    if (p->block_table && (p->block_rows != 64 || p->n_blocks < 1 || p->n_blocks > INT32_MAX ||
+                           p->cache_block_stride < 1))
+        return ig_error(IG_E_INTERNAL, "flash attention: a paged cache of blocks of %lld "
+                        "positions (64 expected), %lld blocks, block stride %lld",
+                        (long long)p->block_rows, (long long)p->n_blocks,
+                        (long long)p->cache_block_stride);
     int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
                          p->k_head_stride, p->v_row_stride,   p->v_head_stride,
                          p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
-                         p->cache_head_stride};
+                         p->cache_head_stride, p->block_table ? p->cache_block_stride : 8};
     for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
         if (strides[i] % 8)
             return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
@@ -191,6 +206,10 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (p->window && variants[v].isa != PREFILL_ATTN_ISA_WS)
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no sliding window "
                         "(the ws variants do)", variants[v].name);
+    if (p->block_table && !pages(v))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
+                        "(the ws variants with tiles of whole 64-position blocks do)",
+                        variants[v].name);
     const struct variant_row *r = &variants[v];
     t->variant = v;
     t->block_m = r->block_m;

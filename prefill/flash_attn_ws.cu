@@ -28,8 +28,10 @@
  * grid, ...; an item is (query tile, head), longest causal tiles first and
  * the heads of one KV group next to each other (their K and V stay in L2).
  * A sliding window skips the K/V tiles wholly outside it and masks the
- * rest. The first head of each KV group also copies the chunk's K and V
- * rows into the cache (blocks read only cache rows < pos0).
+ * rest. A paged cache (the batch engine's pool of 64-position blocks) is
+ * read one block per TMA box (see ws_item). The first head of each KV group
+ * also copies the chunk's K and V rows into the cache (blocks read only
+ * cache rows < pos0).
  *
  * Everything reaches the hardware through devkit/ (wgmma.cuh, tma.cuh,
  * sync.cuh). Built for sm_90a only (ignite_gpu_sm90a in CMakeLists.txt)
@@ -73,26 +75,45 @@ template <int V> struct ws_cfg {
 
 /* The kernel's one argument: the tensor maps (by value, for TMA), the
  * params and what the launcher derived. Bit i of swap: map i has its head
- * dimension before its row dimension (strides kept increasing). */
-enum { MAP_Q, MAP_K, MAP_V, MAP_KC, MAP_VC, MAP_O };
-struct alignas(64) ws_args {
-    ig_tma_map maps[6];
+ * dimension before its row dimension (strides kept increasing). A paged
+ * cache's maps (KC, VC) are 4-D (hd, block_rows, n_head_kv, n_blocks) over
+ * the pool, and KT, VT the same with only the first pos0 % 64 rows of each
+ * block inside (the block holding pos0: its later rows are the chunk's,
+ * which this launch writes, and read as zeros). */
+enum { MAP_Q, MAP_K, MAP_V, MAP_KC, MAP_VC, MAP_O, MAP_KT, MAP_VT, N_MAPS };
+struct ws_args { /* aligned as its maps */
+    ig_tma_map maps[N_MAPS];
     prefill_attn_params p;
     float scale_log2;
     int n_items, n_q_tiles, window;
+    int paged;         /* a paged cache: block-aligned cache tiles */
+    int n_cache_tiles; /* paged: tiles of cache keys, -n_cache_tiles .. -1 */
     uint32_t swap;
 };
 
 /* One work item: query rows q0 .., head h (KV head hk), K/V tiles t_lo..t_hi.
- * K/V tiles are aligned to pos0, not to 0: tile t holds keys pos0 + t bn ..
- * (bn = block_n), so tiles t < 0 come wholly from the cache (the first
- * one's keys below 0 read as zeros and are masked) and tiles t >= 0
- * wholly from the chunk (keys past the end zeros, masked): no tile
- * straddles the two, every tile is TMA boxes, and chunk tile t is the
- * diagonal of query tile t when block_m = block_n. */
+ * Tiles t >= 0 hold keys pos0 + t bn .. (bn = block_n) from the chunk (keys
+ * past the end read as zeros and are masked), tiles t < 0 keys of the
+ * cache: with a contiguous cache aligned to pos0 as well (keys pos0 + t bn
+ * ..; the first one's keys below 0 read as zeros, masked), with a paged
+ * one aligned to its 64-position blocks (cache tile c = t + n_cache_tiles
+ * holds keys c bn .., two boxes of one block each at bn = 128; keys at and
+ * past pos0 masked). No tile mixes cache and chunk, every tile is TMA
+ * boxes, and chunk tile t is the diagonal of query tile t when
+ * block_m = block_n. */
 struct ws_item {
     int q0, h, hk, t_lo, t_hi;
 };
+
+/* The first key of tile t. */
+template <int V> __device__ __forceinline__ int ws_tile_j0(const ws_args &a, int t)
+{
+    constexpr int kBlockN = ws_cfg<V>::kBlockN;
+    const int pos0 = (int)a.p.pos0;
+    if (t < 0 && a.paged)
+        return (t + a.n_cache_tiles) * kBlockN;
+    return pos0 + t * kBlockN;
+}
 
 /* floor(a / b) for b > 0. */
 __device__ __forceinline__ int ws_floor_div(int a, int b)
@@ -112,7 +133,10 @@ template <int V> __device__ __forceinline__ ws_item ws_item_at(const ws_args &a,
     const int q_last = (it.q0 + kBlockM < n ? it.q0 + kBlockM : n) - 1;
     int lo = a.window > 0 ? pos0 + it.q0 - a.window + 1 : 0; /* the first key any row sees */
     lo = lo > 0 ? lo : 0;
-    it.t_lo = ws_floor_div(lo - pos0, kBlockN);
+    if (a.paged && lo < pos0)
+        it.t_lo = lo / kBlockN - a.n_cache_tiles;
+    else
+        it.t_lo = ws_floor_div(lo - pos0, kBlockN);
     it.t_hi = q_last / kBlockN;
     return it;
 }
@@ -190,15 +214,36 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
     constexpr int kStages = ws_cfg<V>::kStages, kBox = ws_cfg<V>::kBoxRows;
     const int pos0 = (int)a.p.pos0;
 
-    /* K or V of tile t (keys pos0 + t kBlockN ..) from the cache (t < 0)
-     * or the chunk. */
+    /* K or V of tile t from the cache (t < 0) or the chunk (ws_item). */
     auto fill_stage = [&](int t, int hk, int stage, bool is_v, uint32_t free_parity) {
         ig_mbarrier *full = is_v ? sm.full_v(stage) : sm.full_k(stage);
         uint16_t *tile = (is_v ? sm.v() : sm.k()) + stage * kBlockN * HD;
-        const int map = t < 0 ? (is_v ? MAP_VC : MAP_KC) : (is_v ? MAP_V : MAP_K);
-        const int row = t < 0 ? pos0 + t * kBlockN : t * kBlockN;
+        const int j0 = ws_tile_j0<V>(a, t);
         ig_mbarrier_wait(is_v ? sm.empty_v(stage) : sm.empty_k(stage), free_parity);
         ig_mbarrier_arrive_expect_tx(full, kBlockN * HD * 2);
+        if (t < 0 && a.paged) {
+            if constexpr (kBox == 64) {
+                /* One box per block: whole blocks below pos0 from the pool,
+                 * the block holding pos0 through the tail map (its rows from
+                 * pos0 on read as zeros), blocks past it as zeros (a block
+                 * index past the pool is out of bounds). */
+                IG_UNROLL
+                for (int rb = 0; rb < kBlockN / 64; rb++) {
+                    const int b = j0 / 64 + rb;
+                    const bool whole = (b + 1) * 64 <= pos0, part = !whole && b * 64 < pos0;
+                    const int blk = whole || part ? a.p.block_table[b] : (int)a.p.n_blocks;
+                    const int map = whole || !part ? (is_v ? MAP_VC : MAP_KC)
+                                                   : (is_v ? MAP_VT : MAP_KT);
+                    IG_UNROLL
+                    for (int pg = 0; pg < HD / 64; pg++)
+                        ig_tma_load_4d(&a.maps[map], tile + pg * kBlockN * 64 + rb * 64 * 64, full,
+                                       pg * 64, 0, hk, blk);
+                }
+            }
+            return;
+        }
+        const int map = t < 0 ? (is_v ? MAP_VC : MAP_KC) : (is_v ? MAP_V : MAP_K);
+        const int row = t < 0 ? j0 : j0 - pos0;
         IG_UNROLL
         for (int rb = 0; rb < kBlockN / kBox; rb++)
             IG_UNROLL
@@ -358,18 +403,24 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
          * than held through the tile loop. */
         auto it = [&] { return ws_item_at<V>(a, item); };
         const int t_lo = it().t_lo, t_hi = it().t_hi;
-        if (it().h % group == 0)
-            write_cache_rows<HD, kBlockM, 128 * C>(p, it().h, it().q0,
-                                                   ig_thread_index_fresh() - 128);
+        if (it().h % group == 0) {
+            if (a.paged)
+                write_cache_rows<HD, kBlockM, 128 * C, true>(p, it().h, it().q0,
+                                                             ig_thread_index_fresh() - 128);
+            else
+                write_cache_rows<HD, kBlockM, 128 * C>(p, it().h, it().q0,
+                                                       ig_thread_index_fresh() - 128);
+        }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
         IG_UNROLL
         for (int d = 0; d < HD / 8; d++)
             o[0][d][0] = o[0][d][1] = o[0][d][2] = o[0][d][3] = 0;
         auto softmax = [&](int t) {
-            const int j0 = pos0 + t * kBlockN, c = ct(), lane = c % 32;
+            const int j0 = ws_tile_j0<V>(a, t), c = ct(), lane = c % 32;
             const int row0 = it().q0 + 64 * wg() + 16 * (c / 32); /* this warp's first row */
-            ws_mask<kBlockN>(s, pos0 + row0 - j0, kv_len - j0 > kBlockN ? kBlockN : kv_len - j0,
-                             j0, a.window, lane / 4, lane % 4);
+            const int end = t < 0 ? pos0 : kv_len; /* a cache tile's keys stop at pos0 */
+            ws_mask<kBlockN>(s, pos0 + row0 - j0, end - j0 > kBlockN ? kBlockN : end - j0, j0,
+                             a.window, lane / 4, lane % 4);
             ws_softmax<kBlockN>(s, m, corr, l, a.scale_log2);
         };
         ig_mbarrier_wait(sm.full_q(), (uint32_t)(q_fill & 1));
@@ -520,6 +571,22 @@ int ws_map(ig_tma_map *m, uint32_t *swap, int which, const void *base, int64_t h
     return ig_tma_encode(m, base, 3, dim, stride, box, IG_TMA_SWIZZLE_128B);
 }
 
+/* A paged pool (p's k_cache or v_cache at base) as a 4-D map (hd,
+ * block_rows, n_head_kv, n_blocks) with boxes of 64 columns x 64 rows of one
+ * block; rows: how many of each block's rows are inside (64, or pos0 % 64
+ * for the tail map). */
+int ws_pool_map(ig_tma_map *m, const void *base, const prefill_attn_params &p, int64_t hd,
+                int64_t rows)
+{
+    const uint64_t dim[4] = {(uint64_t)hd, (uint64_t)rows, (uint64_t)p.n_head_kv,
+                             (uint64_t)p.n_blocks};
+    const uint64_t stride[3] = {(uint64_t)(2 * p.cache_row_stride),
+                                (uint64_t)(2 * p.cache_head_stride),
+                                (uint64_t)(2 * p.cache_block_stride)};
+    const uint32_t box[4] = {64, 64, 1, 1};
+    return ig_tma_encode(m, base, 4, dim, stride, box, IG_TMA_SWIZZLE_128B);
+}
+
 /* Streaming multiprocessors of the current device (the persistent grid). */
 int ws_sm_count(void)
 {
@@ -568,12 +635,26 @@ int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &til
             if (!st)
                 st = ws_map(&a.maps[MAP_V], &a.swap, MAP_V, p.v, HD, p.n_tokens, p.n_head_kv,
                             p.v_row_stride, p.v_head_stride, box);
-            if (!st && p.pos0 > 0) /* only rows < pos0: the chunk's go in meanwhile */
-                st = ws_map(&a.maps[MAP_KC], &a.swap, MAP_KC, p.k_cache, HD, p.pos0, p.n_head_kv,
-                            p.cache_row_stride, p.cache_head_stride, box);
-            if (!st && p.pos0 > 0)
-                st = ws_map(&a.maps[MAP_VC], &a.swap, MAP_VC, p.v_cache, HD, p.pos0, p.n_head_kv,
-                            p.cache_row_stride, p.cache_head_stride, box);
+            if (p.block_table) { /* the pool: whole blocks, and the block holding pos0 */
+                a.paged = 1;
+                a.n_cache_tiles = (int)((p.pos0 + ws_cfg<V>::kBlockN - 1) / ws_cfg<V>::kBlockN);
+                const int64_t tail = p.pos0 % 64;
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_KC], p.k_cache, p, HD, 64);
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_VC], p.v_cache, p, HD, 64);
+                if (!st && tail)
+                    st = ws_pool_map(&a.maps[MAP_KT], p.k_cache, p, HD, tail);
+                if (!st && tail)
+                    st = ws_pool_map(&a.maps[MAP_VT], p.v_cache, p, HD, tail);
+            } else { /* only rows < pos0: the chunk's go in meanwhile */
+                if (!st && p.pos0 > 0)
+                    st = ws_map(&a.maps[MAP_KC], &a.swap, MAP_KC, p.k_cache, HD, p.pos0,
+                                p.n_head_kv, p.cache_row_stride, p.cache_head_stride, box);
+                if (!st && p.pos0 > 0)
+                    st = ws_map(&a.maps[MAP_VC], &a.swap, MAP_VC, p.v_cache, HD, p.pos0,
+                                p.n_head_kv, p.cache_row_stride, p.cache_head_stride, box);
+            }
             if (!st)
                 st = ws_map(&a.maps[MAP_O], &a.swap, MAP_O, p.o, HD, p.n_tokens, p.n_head,
                             p.o_row_stride, p.o_head_stride, 64);

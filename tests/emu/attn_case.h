@@ -24,15 +24,22 @@
 #define ATTN_SENTINEL 0x7fffu /* NaN in bf16 and in f16 */
 #define ATTN_GUARD 256        /* elements of guard band around every output */
 
+#define ATTN_BLOCK 64   /* positions per block of a paged cache */
+
 struct attn_case {
     int64_t n, pos0, n_head, n_head_kv, hd;
     int64_t window;      /* 0, or a sliding window (keys pos - window + 1 .. pos) */
+    int paged;           /* the caches as a pool of ATTN_BLOCK-position blocks: block
+                            b [n_head_kv][ATTN_BLOCK][hd], found through `table` */
     int dtype;
     uint64_t seed;
     /* host buffers, guard bands included */
     int64_t qkv_width, n_ctx;
     uint16_t *qkv;       /* [n][(n_head + 2 n_head_kv) hd] */
-    uint16_t *kc, *vc;   /* GUARD + [n_head_kv][n_ctx][hd] + GUARD */
+    uint16_t *kc, *vc;   /* GUARD + [n_head_kv][n_ctx][hd] + GUARD, or paged
+                            GUARD + [n_blocks][n_head_kv][ATTN_BLOCK][hd] + GUARD */
+    int64_t n_blocks;    /* paged: blocks in the pool (more than the table uses) */
+    int32_t *table;      /* paged: [n_ctx / ATTN_BLOCK] the pool block of each */
     uint16_t *kc0, *vc0; /* the caches before the call */
     uint16_t *o;         /* GUARD + [n][n_head][hd] + GUARD */
     float *lse;          /* GUARD + [n_head][n] + GUARD */
@@ -69,6 +76,15 @@ static inline void attn_fill16(uint16_t *p, size_t n, uint16_t v)
         p[i] = v;
 }
 
+/* Offset (guard band excluded) of element 0 of cache row pos of kv head hk. */
+static inline int64_t attn_cache_at(const struct attn_case *c, int64_t hk, int64_t pos)
+{
+    if (!c->paged)
+        return (hk * c->n_ctx + pos) * c->hd;
+    return (((int64_t)c->table[pos / ATTN_BLOCK] * c->n_head_kv + hk) * ATTN_BLOCK +
+            pos % ATTN_BLOCK) * c->hd;
+}
+
 static inline void attn_case_init(struct attn_case *c)
 {
     uint64_t s = c->seed * 0x9e3779b97f4a7c15ull + 17;
@@ -76,6 +92,18 @@ static inline void attn_case_init(struct attn_case *c)
     c->n_ctx = c->pos0 + c->n + 3; /* rows past the chunk must stay untouched */
     c->qkv_elems = (size_t)(c->n * c->qkv_width);
     c->cache_elems = (size_t)(c->n_head_kv * c->n_ctx * c->hd) + 2 * ATTN_GUARD;
+    c->table = NULL;
+    if (c->paged) {
+        /* The table covers n_ctx rounded up; the pool has two blocks more,
+         * and the table takes them in another order. */
+        const int64_t used = (c->n_ctx + ATTN_BLOCK - 1) / ATTN_BLOCK;
+        c->n_ctx = used * ATTN_BLOCK;
+        c->n_blocks = used + 2;
+        c->table = (int32_t *)malloc(sizeof(int32_t) * (size_t)used);
+        for (int64_t i = 0; i < used; i++) /* backwards from the last: 0 and 1 unused */
+            c->table[i] = (int32_t)(c->n_blocks - 1 - i);
+        c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
+    }
     c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
     c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
     c->qkv = (uint16_t *)aligned_alloc(64, (c->qkv_elems * 2 + 63) / 64 * 64);
@@ -93,7 +121,7 @@ static inline void attn_case_init(struct attn_case *c)
     for (int64_t hk = 0; hk < c->n_head_kv; hk++)
         for (int64_t pos = 0; pos < c->pos0; pos++)
             for (int64_t d = 0; d < c->hd; d++) {
-                size_t i = ATTN_GUARD + (size_t)((hk * c->n_ctx + pos) * c->hd + d);
+                size_t i = ATTN_GUARD + (size_t)(attn_cache_at(c, hk, pos) + d);
                 c->kc[i] = attn_rand(c, &s, 2.0f);
                 c->vc[i] = attn_rand(c, &s, 2.0f);
             }
@@ -113,6 +141,7 @@ static inline void attn_case_free(struct attn_case *c)
     free(c->vc0);
     free(c->o);
     free(c->lse);
+    free(c->table);
 }
 
 /* Params for buffers laid out like the host ones at the given bases (host or
@@ -142,6 +171,13 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
     p.o_head_stride = hd;
     p.cache_row_stride = hd;
     p.cache_head_stride = c->n_ctx * hd;
+    if (c->paged) {
+        p.cache_head_stride = ATTN_BLOCK * hd;
+        p.block_table = c->table; /* host memory: the GPU test copies it */
+        p.block_rows = ATTN_BLOCK;
+        p.cache_block_stride = c->n_head_kv * ATTN_BLOCK * hd;
+        p.n_blocks = c->n_blocks;
+    }
     p.lse_head_stride = c->n;
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = c->dtype;
@@ -152,7 +188,7 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
 static inline const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk, int64_t pos)
 {
     if (pos < c->pos0)
-        return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + (hk * c->n_ctx + pos) * c->hd;
+        return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + attn_cache_at(c, hk, pos);
     return c->qkv + (pos - c->pos0) * c->qkv_width + (c->n_head + kind * c->n_head_kv + hk) * c->hd;
 }
 
@@ -263,11 +299,25 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
     }
     if (bad)
         fprintf(stderr, "%s: output guard bands overwritten (%d)\n", who, bad);
+    /* Paged: the position each pool block holds (-1: a block the table skips). */
+    int64_t *first = NULL;
+    if (c->paged) {
+        first = (int64_t *)malloc(sizeof(int64_t) * (size_t)c->n_blocks);
+        for (int64_t b = 0; b < c->n_blocks; b++)
+            first[b] = -1;
+        for (int64_t i = 0; i < c->n_ctx / ATTN_BLOCK; i++)
+            first[c->table[i]] = i * ATTN_BLOCK;
+    }
     for (int kind = 0; kind < 2; kind++) {
         const uint16_t *now = kind ? vc : kc, *before = kind ? c->vc0 : c->kc0;
         for (size_t i = 0; i < c->cache_elems; i++) {
             int64_t e = (int64_t)i - ATTN_GUARD;
             int64_t row = e / c->hd % c->n_ctx, hk = e / c->hd / c->n_ctx;
+            if (c->paged && e >= 0) { /* [block][kv head][ATTN_BLOCK][hd] */
+                const int64_t b = e / c->hd / ATTN_BLOCK / c->n_head_kv;
+                hk = e / c->hd / ATTN_BLOCK % c->n_head_kv;
+                row = b < c->n_blocks && first[b] >= 0 ? first[b] + e / c->hd % ATTN_BLOCK : -1;
+            }
             int in_chunk = e >= 0 && (size_t)e < c->cache_elems - 2 * ATTN_GUARD &&
                            row >= c->pos0 && row < c->pos0 + c->n;
             uint16_t want = in_chunk ? attn_key(c, kind, hk, row)[e % c->hd] : before[i];
@@ -277,6 +327,7 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
                         (long long)hk, now[i], want);
         }
     }
+    free(first);
     return bad;
 }
 
@@ -286,7 +337,9 @@ static inline void attn_case_name(const struct attn_case *c, char *buf, size_t s
                        (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
                        (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
     if (c->window && len > 0 && (size_t)len < size)
-        snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)c->window);
+        len += snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)c->window);
+    if (c->paged && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " paged");
 }
 
 #endif

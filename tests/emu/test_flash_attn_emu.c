@@ -12,7 +12,7 @@
  * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
  * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
  * entry per other variant, test_flash_attn_emu_NAME; the ws variants add
- * head dim 256, windows and persistent blocks). The chooser's pick by
+ * head dim 256, windows, persistent blocks and paged caches). The chooser's pick by
  * measured speed is checked on a table of the test's own. Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
@@ -77,9 +77,10 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     free(vc);
 }
 
-/* The case on the CPU twin and on the emulated kernel (variant, or AUTO). */
-static void run_case_w(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
-                       int variant, int64_t window)
+/* The case on the CPU twin and on the emulated kernel (variant, or AUTO),
+ * with a window and a paged cache if asked. */
+static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant, int64_t window, int paged)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
@@ -90,6 +91,7 @@ static void run_case_w(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     c.hd = hd;
     c.dtype = dtype;
     c.window = window;
+    c.paged = paged;
     c.seed = (uint64_t)(n * 131 + pos0 * 7 + ratio * 3 + hd + dtype + window * 11);
     attn_case_init(&c);
     struct attn_ref ref;
@@ -99,6 +101,12 @@ static void run_case_w(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     run_one(&c, &ref, emu_entry, "emu", variant);
     attn_ref_free(&ref);
     attn_case_free(&c);
+}
+
+static void run_case_w(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant, int64_t window)
+{
+    run_case_p(n, pos0, ratio, hd, dtype, variant, window, 0);
 }
 
 static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
@@ -178,6 +186,18 @@ static void check_chooser(void)
         q.window = 0, q.head_dim = 256;
         CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N64);
         CHECK(prefill_attn_choose_for(&q, 80, 1, &t) != 0);
+        /* A paged cache: a ws variant with whole-block tiles; blocks of 64. */
+        static const int32_t blocks[] = {3, 1, 2};
+        q = p;
+        q.block_table = blocks, q.block_rows = 64, q.n_blocks = 4;
+        q.cache_head_stride = 64 * 128, q.cache_block_stride = 64 * 128;
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N128);
+        q.variant = PREFILL_ATTN_WS128N160; /* 160-key tiles are not whole blocks */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_M128W4N48;
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO, q.block_rows = 32;
+        CHECK(prefill_attn_choose(&q, &t) != 0);
     }
     p.variant = PREFILL_ATTN_M128W4N32;
     CHECK(prefill_attn_choose(&p, &t) == 0 && t.block_n == 32 && t.m_tiles == 2 &&
@@ -210,10 +230,13 @@ static void check_chooser(void)
 
 /* One variant on a reduced list: ragged n, pos0 = 0 and > 0, several query
  * and K/V tiles, every GQA ratio, each head dim it is built for and both
- * types. The ws variants also: K/V tiles wholly from the cache, from the
- * chunk and straddling pos0 (TMA and the producer's cp.async path),
- * sliding windows (tiles skipped), and grids of 1 and 2 SMs so that a
- * block runs several work items (phases and the Q buffer reused). */
+ * types. The ws variants also K/V tiles wholly from the cache and the chunk
+ * with a grid of 1 SM (a block runs several work items: ring phases and the
+ * Q buffer reused) and 2 SMs; the two that the chooser falls back to
+ * (ws128n128, and ws128n64 at head dim 256) also sliding windows and paged
+ * caches (whole blocks, the block holding pos0, windows over the pool): the
+ * other ws variants share all that code, so their list stays short (the CI
+ * runs this twice under ASan). */
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
@@ -222,6 +245,7 @@ static void run_variant(int v)
         if (!prefill_attn_variant_supports(v, hd))
             continue;
         const int dt = hd == 128 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16;
+        const int full = v == PREFILL_ATTN_WS128N128 || (v == PREFILL_ATTN_WS128N64 && hd == 256);
         run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
         run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
         run_case_v(65, 37, 4, hd, dt, v);
@@ -233,8 +257,15 @@ static void run_variant(int v)
             test_emu_set_sm_count(1);
             run_case_v(100, 200, 2, hd, dt, v);
             test_emu_set_sm_count(3);
+        }
+        if (ws && full) {
             run_case_w(300, 0, 2, hd, dt, v, 100);
             run_case_w(150, 200, 4, hd, PREFILL_ATTN_F16, v, 64);
+            run_case_p(65, 37, 4, hd, dt, v, 0, 1);
+            test_emu_set_sm_count(1);
+            run_case_p(100, 200, 2, hd, PREFILL_ATTN_F16, v, 0, 1);
+            test_emu_set_sm_count(3);
+            run_case_p(150, 200, 4, hd, PREFILL_ATTN_BF16, v, 64, 1);
         }
     }
     fprintf(stderr, "variant %s: %.1f s\n", prefill_attn_variant_name(v),

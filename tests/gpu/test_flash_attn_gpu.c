@@ -2,8 +2,9 @@
  * (prefill_attn_cuda), every variant of PREFILL_ATTN_VARIANTS, against fp64,
  * with the same cases, sentinels and tolerance rule as the emulated test
  * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
- * afford; the ws variants also head dim 256, sliding windows and K/V from
- * cache and chunk on either side of pos0. Exits 77 (skipped) when no CUDA
+ * afford; the ws variants also head dim 256, sliding windows, paged caches
+ * (a block table in device memory) and K/V from cache and chunk on either
+ * side of pos0. Exits 77 (skipped) when no CUDA
  * device is present. Label gpu.
  * Usage: test_flash_attn_gpu [--quick] [VARIANT...]: only those variants
  * (default all); --quick: the GPU check's list, small n first, then a few
@@ -26,6 +27,10 @@ static int run_variant(struct attn_case *c, int variant)
     float *lse = (float *)test_to_device(c->lse, c->lse_elems * sizeof(float));
     struct prefill_attn_params p = attn_case_params(c, qkv, kc, vc, o, lse);
     p.variant = variant;
+    void *table = NULL;
+    if (c->paged) /* the kernel reads the block table from device memory */
+        p.block_table = (const int32_t *)(table = test_to_device(
+                            c->table, sizeof(int32_t) * (size_t)(c->n_ctx / ATTN_BLOCK)));
     int rc = prefill_attn_cuda(&p, NULL);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
@@ -37,6 +42,8 @@ static int run_variant(struct attn_case *c, int variant)
     CK(cudaFree(vc));
     CK(cudaFree(o));
     CK(cudaFree(lse));
+    if (table)
+        CK(cudaFree(table));
     return rc;
 }
 
@@ -51,12 +58,27 @@ static int wanted(int v, int64_t hd)
 
 /* The case on every wanted variant, against one fp64 reference (the CPU
  * reference dominates the run time: a case no variant wants is not made). */
-static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                       int dtype, int64_t window)
+/* Whether variant v can run the case (windows and paged caches: the chooser
+ * says). */
+static int fits(int v, const struct attn_case *c)
+{
+    if (!wanted(v, c->hd))
+        return 0;
+    if (!c->window && !c->paged)
+        return 1;
+    struct prefill_attn_params p = attn_case_params(c, c->qkv, c->kc, c->vc, c->o, c->lse);
+    struct prefill_attn_tile t;
+    p.variant = v;
+    return prefill_attn_choose(&p, &t) == 0;
+}
+
+static void run_case_p(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                       int dtype, int64_t window, int paged)
 {
     int any = 0;
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        any |= wanted(v, hd) && (!window || prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS);
+        any |= wanted(v, hd) && ((!window && !paged) ||
+                                 prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS);
     if (!any)
         return;
     struct attn_case c;
@@ -64,6 +86,7 @@ static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_k
     c.n = n, c.pos0 = pos0, c.n_head = n_head, c.n_head_kv = n_head_kv, c.hd = hd;
     c.dtype = dtype;
     c.window = window;
+    c.paged = paged;
     c.seed = (uint64_t)(n * 131 + pos0 * 7 + n_head + hd + dtype + window * 11);
     attn_case_init(&c);
     char name[128];
@@ -76,7 +99,7 @@ static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_k
     attn_reference(&c, &ref);
 
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
-        if (!wanted(v, hd) || (window && prefill_attn_variant_isa(v) != PREFILL_ATTN_ISA_WS))
+        if (!fits(v, &c))
             continue;
         const char *vn = prefill_attn_variant_name(v);
         memcpy(c.o, o0, c.o_elems * 2);
@@ -97,6 +120,12 @@ static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_k
     free(o0);
     free(lse0);
     attn_case_free(&c);
+}
+
+static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                       int dtype, int64_t window)
+{
+    run_case_p(n, pos0, n_head, n_head_kv, hd, dtype, window, 0);
 }
 
 static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
@@ -121,6 +150,9 @@ static void quick_cases(void)
     for (int64_t hd = 64; hd <= 256; hd *= 2) {
         run_case_w(300, 0, 4, 2, hd, PREFILL_ATTN_BF16, 100);
         run_case_w(150, 200, 8, 2, hd, PREFILL_ATTN_F16, 64);
+        run_case_p(65, 37, 8, 2, hd, PREFILL_ATTN_BF16, 0, 1); /* paged caches */
+        run_case_p(300, 200, 4, 1, hd, PREFILL_ATTN_F16, 0, 1);
+        run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
     }
     run_case(1024, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(1024, 333, 4, 1, 64, PREFILL_ATTN_F16);
