@@ -13,8 +13,8 @@
  *     buffers, each guarded by a full mbarrier (armed with the tile's bytes,
  *     completed by the TMA) and an empty one (one arrival per consumer warp
  *     once its wgmma has read the buffer); K and V are released separately;
- *     K/V tiles are aligned to pos0, so each comes whole from the cache or
- *     from the chunk (see ws_item);
+ *     each K/V tile comes whole from the cache or from the chunk (see
+ *     ws_item);
  *   - each consumer warpgroup computes S = Q K^T and O += P V with wgmma
  *     (Q, K, V from shared memory, P from registers), issues S of tile t
  *     while P V of tile t - 1 is in flight (wgmma.wait_group 1), and runs
