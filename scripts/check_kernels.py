@@ -135,12 +135,13 @@ def main():
         print("check_kernels: no cuobjdump (pip install " + CUOBJDUMP_PKG + ")", file=sys.stderr)
         return 77
     problems, n_ws = [], 0
-    for path in args.lib:
+    paths = [x for arg in args.lib for x in arg.split(";") if x]  # a CMake list, from ctest
+    for path in paths:
         more, n = check(tool, path, set(args.archs.split(",")))
         problems += more
         n_ws += n
     if n_ws == 0:
-        problems.append("no flash_attn_ws_kernel in " + " ".join(args.lib))
+        problems.append("no flash_attn_ws_kernel in " + " ".join(paths))
     for p in problems:
         print("check_kernels: " + p)
     return 1 if problems else 0
