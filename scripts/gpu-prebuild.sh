@@ -44,4 +44,4 @@ if [ "$mib" -gt "$MAX_MIB" ]; then
     echo "gpu-prebuild: .gpubin is ${mib} MiB, over ${MAX_MIB}" >&2
     exit 1
 fi
-echo "gpu-prebuild: .gpubin is ${mib} MiB; carry it: run(command=\"scripts/gpu-check.sh\", carry=[\".gpubin\"])"
+echo "gpu-prebuild: .gpubin is ${mib} MiB; carry it: run(command=\"make gpu-check\", carry=[\".gpubin\"], timeout_s=540)"
