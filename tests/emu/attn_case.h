@@ -15,6 +15,7 @@
 
 #include "core/half.h"
 #include "prefill/flash_attn.h"
+#include "prefill/flash_attn_pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 #define ATTN_SENTINEL 0x7fffu /* NaN in bf16 and in f16 */
 #define ATTN_GUARD 256        /* elements of guard band around every output */
 
-#define ATTN_BLOCK 64   /* positions per block of a paged cache */
+#define ATTN_BLOCK KV_BLOCK /* positions per block of a paged cache: the KV pool's */
 
 struct attn_case {
     int64_t n, pos0, n_head, n_head_kv, hd;
@@ -40,6 +41,8 @@ struct attn_case {
                             GUARD + [n_blocks][n_head_kv][ATTN_BLOCK][hd] + GUARD */
     int64_t n_blocks;    /* paged: blocks in the pool (more than the table uses) */
     int32_t *table;      /* paged: [n_ctx / ATTN_BLOCK] the pool block of each */
+    struct kv_layout pool; /* paged: the KV pool's layout of one layer of this shape
+                              (kv_store_layout's strides; k and v unused) */
     uint16_t *kc0, *vc0; /* the caches before the call */
     uint16_t *o;         /* GUARD + [n][n_head][hd] + GUARD */
     float *lse;          /* GUARD + [n_head][n] + GUARD */
@@ -81,8 +84,7 @@ static inline int64_t attn_cache_at(const struct attn_case *c, int64_t hk, int64
 {
     if (!c->paged)
         return (hk * c->n_ctx + pos) * c->hd;
-    return (((int64_t)c->table[pos / ATTN_BLOCK] * c->n_head_kv + hk) * ATTN_BLOCK +
-            pos % ATTN_BLOCK) * c->hd;
+    return kv_row_offset(&c->pool, c->table, hk, pos);
 }
 
 static inline void attn_case_init(struct attn_case *c)
@@ -103,6 +105,19 @@ static inline void attn_case_init(struct attn_case *c)
         for (int64_t i = 0; i < used; i++) /* backwards from the last: 0 and 1 unused */
             c->table[i] = (int32_t)(c->n_blocks - 1 - i);
         c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
+        /* The strides the batch engine's pool has (kvcache/), from its own
+         * definition: a store of one layer, no page of it touched. */
+        struct kv_shape shape;
+        shape.dtype = KV_F16, shape.n_layer = 1, shape.n_head_kv = c->n_head_kv;
+        shape.head_dim = c->hd; /* (no designated initializers: C++ includes this too) */
+        struct kv_store *st = NULL;
+        if (kv_store_create(&shape, c->n_blocks, NULL, &st) != 0) {
+            fprintf(stderr, "attn_case: kv_store_create failed\n");
+            abort();
+        }
+        c->pool = kv_store_layout(st, 0);
+        c->pool.k = c->pool.v = NULL;
+        kv_store_free(st);
     }
     c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
     c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
@@ -171,12 +186,13 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
     p.o_head_stride = hd;
     p.cache_row_stride = hd;
     p.cache_head_stride = c->n_ctx * hd;
-    if (c->paged) {
-        p.cache_head_stride = ATTN_BLOCK * hd;
-        p.block_table = c->table; /* host memory: the GPU test copies it */
-        p.block_rows = ATTN_BLOCK;
-        p.cache_block_stride = c->n_head_kv * ATTN_BLOCK * hd;
-        p.n_blocks = c->n_blocks;
+    if (c->paged) { /* host table: the GPU test copies it */
+        struct kv_layout L = c->pool;
+        L.k = p.k_cache, L.v = p.v_cache;
+        if (prefill_attn_use_pool(&p, &L, c->table, c->n_ctx / ATTN_BLOCK, c->n_blocks) != 0) {
+            fprintf(stderr, "attn_case: prefill_attn_use_pool refused an f16 pool\n");
+            abort();
+        }
     }
     p.lse_head_stride = c->n;
     p.scale = 1.0f / sqrtf((float)hd);
