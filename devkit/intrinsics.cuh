@@ -314,6 +314,34 @@ __device__ __forceinline__ uint32_t ig_vote_ballot(bool pred)
 #endif
 }
 
+/* ---- integer SIMD within a register --------------------------------------- */
+
+/* c + the dot product of the four signed bytes of a and of b (dp4a.s32.s32). */
+__device__ __forceinline__ int ig_dp4a(int a, int b, int c)
+{
+#if defined(__CUDA_ARCH__)
+    return __dp4a(a, b, c);
+#else
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(uint8_t)((uint32_t)a >> (8 * i)) *
+             (int)(int8_t)(uint8_t)((uint32_t)b >> (8 * i));
+    return c;
+#endif
+}
+
+/* Byte-wise a - b modulo 256 (no borrow between bytes): __vsub4. */
+__device__ __forceinline__ uint32_t ig_vsub4(uint32_t a, uint32_t b)
+{
+#if defined(__CUDA_ARCH__)
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= ((((a >> (8 * i)) & 0xffu) - ((b >> (8 * i)) & 0xffu)) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
 /* ---- plain shared-memory access ------------------------------------------- */
 
 template <class T> __device__ __forceinline__ T ig_lds(const T *p)

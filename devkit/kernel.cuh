@@ -19,6 +19,14 @@
 
 #include "core/status.h"
 
+/* Full unrolling of a loop over a register array (left rolled, the array is
+ * indexed at run time and moves to the stack); nothing for the host compiler. */
+#if defined(__CUDACC__)
+#define IG_UNROLL _Pragma("unroll")
+#else
+#define IG_UNROLL
+#endif
+
 #if defined(__CUDACC__)
 
 #include <cuda_runtime.h>
