@@ -38,6 +38,8 @@ static const int k_types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1,
                               QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 #define GUARD 64 /* bytes of guard around outputs */
+
+uint64_t test_qmm_ldmatrix_conflicts(void); /* qmm_emu_stats.cc */
 #define GUARD_BYTE 0xa5
 
 static const char *tname(int type)
@@ -368,6 +370,77 @@ static void test_gemv_refusals(void)
     free(buf);
 }
 
+/* ---- tensor cores ------------------------------------------------------------------------- */
+
+static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float beta, uint64_t *st)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    const int64_t ld_x = cols + 8, ld_y = rows + 1;
+    uint16_t *x = rand_x(n, cols, ld_x, st);
+    struct out_buf ob;
+    float *y = out_init(&ob, (size_t)(n * ld_y) * 4);
+    float *y0 = malloc((size_t)(n * ld_y) * 4), *yr = malloc((size_t)(n * ld_y) * 4);
+    for (int64_t i = 0; i < n * ld_y; i++)
+        y0[i] = beta != 0 ? test_rand_f(st) : NAN;
+    memcpy(y, y0, (size_t)(n * ld_y) * 4);
+    memcpy(yr, y0, (size_t)(n * ld_y) * 4);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = ld_x, .n = n, .y = y, .ld_y = ld_y,
+                                .beta = beta};
+    CHECKF(IG_DEV(gk_qmma)(&p, NULL) == IG_OK, "%s qmma %lld x %lld n %lld: launch", tname(type),
+           (long long)rows, (long long)cols, (long long)n);
+    p.y = yr;
+    gk_qmma_ref(&p);
+    float *wf = malloc((size_t)cols * sizeof *wf);
+    int bad_k = 0, bad_t = 0, bad_keep = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_dequantize_row((enum quant_type)type, src + r * rb, wf, cols);
+        for (int64_t t = 0; t < n; t++) {
+            double exact = beta != 0 ? (double)y0[t * ld_y + r] : 0, mag = fabs(exact);
+            for (int64_t c = 0; c < cols; c++) {
+                double pr = (double)ig_f16_to_f32(ig_f32_to_f16(wf[c])) *
+                            ig_f16_to_f32(x[t * ld_x + c]);
+                exact += pr;
+                mag += fabs(pr);
+            }
+            double k = y[t * ld_y + r], tw = yr[t * ld_y + r];
+            if (!(fabs(k - tw) <= 1e-5 * mag + 1e-30) && bad_k++ < 3)
+                fprintf(stderr, "%s qmma %lldx%lld n %lld: y[%lld][%lld] kernel %.9g twin %.9g\n",
+                        tname(type), (long long)rows, (long long)cols, (long long)n,
+                        (long long)t, (long long)r, k, tw);
+            bad_t += !(fabs(tw - exact) <= 1e-7 * mag + 1e-30);
+        }
+    }
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = rows; r < ld_y; r++)
+            bad_keep += memcmp(&y[t * ld_y + r], &y0[t * ld_y + r], 4) != 0;
+    CHECKF(bad_k == 0, "%s qmma %lld x %lld n %lld beta %g: %d outputs off the twin", tname(type),
+           (long long)rows, (long long)cols, (long long)n, beta, bad_k);
+    CHECKF(bad_t == 0, "%s qmma: %d twin outputs off fp64", tname(type), bad_t);
+    CHECKF(bad_keep == 0, "%s qmma: wrote %d elements of y past the rows", tname(type), bad_keep);
+    CHECKF(out_guards_ok(&ob), "%s qmma: wrote outside y", tname(type));
+    CHECKF(test_qmm_ldmatrix_conflicts() == 0, "%s qmma: ldmatrix bank conflicts",
+           tname(type));
+    free(wf), free(y0), free(yr), free(x), free(buf), free(src);
+}
+
+static void test_qmma(int type, uint64_t *st)
+{
+    struct gk_qlayout l;
+    gk_qlayout_of(type, &l);
+    const bool k = l.block == 256;
+    /* rows past a 64-row tile, columns ending in half a k-tile (32-element
+     * types), tokens past one and two 64-token tiles */
+    qmma_case(type, 1, l.block, 1, 0, st);
+    qmma_case(type, 70, k ? 512 : 96, 9, 1, st);
+    qmma_case(type, 64, k ? 256 : 544, 65, 0, st);
+    if (type == QUANT_Q4_K || type == QUANT_Q8_0)
+        qmma_case(type, 130, k ? 768 : 160, 130, 1, st);
+}
+
 /* ---- the chooser ----------------------------------------------------------------------- */
 
 static void test_choose(void)
@@ -423,6 +496,7 @@ int main(void)
     for (size_t i = 0; i < N_TYPES; i++) {
         test_layout_and_rows(k_types[i], &st);
         test_gemv(k_types[i], &st);
+        test_qmma(k_types[i], &st);
     }
     test_gemv_refusals();
     test_choose();
