@@ -240,6 +240,19 @@ size_t backend_device_bytes(const struct backend *b)
     return 0;
 }
 
+size_t backend_weight_bytes(const struct backend *b)
+{
+#if IGNITE_HAVE_CUDA
+    if (b->gpu) {
+        struct gpu_backend_info info;
+        gpu_get_info_cuda(b->gpu, &info);
+        return info.weight_bytes;
+    }
+#endif
+    (void)b;
+    return 0;
+}
+
 /* ---- moving the cache ------------------------------------------------------------- */
 
 int backend_kv_export(struct backend *b, const struct kv_cache **out)

@@ -35,6 +35,20 @@ int backend_parse_device(const char *spec, struct backend_device *dev);
  * build or this machine cannot give. */
 int backend_resolve_device(struct backend_device *dev);
 
+/* --gpu-weights: how the CUDA backend holds the weights. NATIVE keeps the
+ * quantized types the kernels read (ops/gpu_qmm.h) in their blocks and
+ * converts the others to f16; F16 converts every weight (3-4x the bytes of
+ * a 4-bit file, the path before the quantized kernels). */
+enum backend_gpu_weights { BACKEND_GPU_NATIVE, BACKEND_GPU_F16 };
+
+/* Parses native | f16; IG_E_USAGE (one line) otherwise. */
+int backend_parse_gpu_weights(const char *spec, enum backend_gpu_weights *out);
+const char *backend_gpu_weights_name(enum backend_gpu_weights mode);
+
+/* Device bytes the CUDA backend's weights of m take in `mode` (computed on
+ * the host, in every build: backend/gpu_plan.c). */
+size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode);
+
 struct backend_opts {
     struct backend_device device;
     int n_threads;        /* CPU threads (<= 0: one per core); CUDA ignores it */
@@ -43,6 +57,7 @@ struct backend_opts {
     enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
+    enum backend_gpu_weights gpu_weights; /* CUDA: native (the default) or f16 */
     const char *oom_hint; /* what the user can do when n_ctx or max_batch does not fit,
                            * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
 };
@@ -81,8 +96,9 @@ const char *backend_device_name(const struct backend *b);
 /* Cache bytes held now, and what n_ctx positions need. */
 size_t backend_kv_bytes(const struct backend *b);
 double backend_kv_max_bytes(const struct backend *b);
-/* Device memory the backend holds (0 for the CPU). */
+/* Device memory the backend holds (0 for the CPU), and of it the weights. */
 size_t backend_device_bytes(const struct backend *b);
+size_t backend_weight_bytes(const struct backend *b);
 
 /* The cache as a host kv_cache of n_pos positions, for --save-kv: the CPU
  * backend's own, or a host copy of the device cache (f16), owned by the
