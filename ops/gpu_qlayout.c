@@ -80,6 +80,24 @@ void gk_qmat_carve(struct gk_qmat *w, int type, int64_t rows, int64_t cols, void
     w->s = p + align256(blocks * l.h);
 }
 
+struct gk_qmat gk_qmat_rows(const struct gk_qmat *w, int64_t r0, int64_t nr)
+{
+    IG_ASSERT(r0 >= 0 && nr >= 0 && r0 + nr <= w->rows);
+    struct gk_qmat v = *w;
+    v.rows = nr;
+    if (w->type == QUANT_F16) {
+        v.q = w->q + (size_t)(r0 * w->cols) * 2;
+        return v;
+    }
+    struct gk_qlayout l;
+    IG_ASSERT(gk_qlayout_of(w->type, &l));
+    size_t blocks = (size_t)(r0 * (w->cols / l.block));
+    v.q = w->q + blocks * l.q;
+    v.h = w->h ? w->h + blocks * l.h : NULL;
+    v.s = w->s + blocks * l.s;
+    return v;
+}
+
 /* ---- the high bits ------------------------------------------------------------ */
 
 /* One bit per element, 32 elements: bit e of `bits` to bit 8 (e % 4) + e / 4. */

@@ -71,6 +71,10 @@ size_t gk_qmat_bytes(int type, int64_t rows, int64_t cols);
 /* Sets w's type, shape and plane pointers inside `base` (gk_qmat_bytes). */
 void gk_qmat_carve(struct gk_qmat *w, int type, int64_t rows, int64_t cols, void *base);
 
+/* Rows [r0, r0 + nr) of w as a matrix of their own (planes are row-major,
+ * so the view shares w's memory). */
+struct gk_qmat gk_qmat_rows(const struct gk_qmat *w, int64_t r0, int64_t nr);
+
 /* The twin of gk_qrepack: fills w's planes (host memory) from rows of the
  * file's blocks (`src`, rows x row_bytes). */
 void gk_qrepack_ref(const struct gk_qmat *w, const void *src, size_t row_bytes);
