@@ -24,7 +24,7 @@
 
 #define BENCH_MAX_LIST 16
 
-enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT };
+enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_GPU_WEIGHTS };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -37,6 +37,7 @@ static const struct cli_option bench_options[] = {
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
+    {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
@@ -48,8 +49,8 @@ static const char bench_summary[] =
     "Measures prefill (ppN: N prompt tokens, tokens/s and time to first token) and decode\n"
     "(tgN: N generated tokens, tokens/s), like llama-bench. Synthetic models: "
     "synthetic:NAME[:TYPE]\nwith NAME one of SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, "
-    "Llama-3.2-3B, Llama-3-8B\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), Q8_0, "
-    "Q4_K, Q6_K.";
+    "Llama-3.2-3B, Llama-3-8B, Llama-tiny\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), "
+    "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,\nQ6_K, Q4_K_M.";
 
 struct bench_opts {
     const char *models[BENCH_MAX_LIST];
@@ -62,6 +63,7 @@ struct bench_opts {
     struct backend_device device;
     enum kv_dtype kv;
     bool exact;
+    enum backend_gpu_weights gpu_weights;
 };
 
 /* "512,2048" -> list. Returns IG_OK, IG_E_USAGE or IG_E_NOMEM. */
@@ -111,6 +113,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
+    case OPT_GPU_WEIGHTS: return backend_parse_gpu_weights(arg, &o->gpu_weights);
     case 'o':
         if (strcmp(arg, "md") && strcmp(arg, "csv") && strcmp(arg, "json") && strcmp(arg, "jsonl"))
             return ig_error(IG_E_USAGE, "--output: expected md, csv, json or jsonl, got '%s'", arg);
@@ -166,6 +169,7 @@ struct bench_row {
     const char *device_name;/* "cpu (avx2)", "NVIDIA H200" */
     int64_t n_prompt, n_gen;
     int64_t n_depth;        /* tokens in the cache before the timed part */
+    size_t device_weight_bytes; /* the weights on the device (CUDA; 0 on the CPU) */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
     double samples_ts[1000];
     int64_t reps;
@@ -218,11 +222,13 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddStringToObject(j, "device", r->device);
     cJSON_AddStringToObject(j, "device_name", r->device_name);
     cJSON_AddStringToObject(j, "isa", e->isa);
-    cJSON_AddStringToObject(j, "matmul", !cpu ? "f16" : e->o->exact ? "exact" : "int8");
+    cJSON_AddStringToObject(j, "matmul", !cpu ? backend_gpu_weights_name(e->o->gpu_weights)
+                                              : e->o->exact ? "exact" : "int8");
     cJSON_AddStringToObject(j, "model_filename", r->model);
     cJSON_AddStringToObject(j, "model_type", r->model_type);
     cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
+    cJSON_AddNumberToObject(j, "device_weight_bytes", (double)r->device_weight_bytes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
     cJSON_AddStringToObject(j, "type_kv", !cpu || e->o->kv == KV_F16 ? "f16" : "f32");
@@ -264,6 +270,7 @@ static void csv_field(const char *s, bool last)
 
 static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
+                                 "device_weight_bytes",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
@@ -301,7 +308,8 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
             snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
         bool cpu = !strcmp(r->device, "cpu");
         printf("| %s | %s | %s | %s | %s%s | %d | %s | %.2f ± %.2f | %s |\n", r->model_type,
-               size, params, cpu ? "cpu" : r->device_name, cpu ? e->isa : "f16",
+               size, params, cpu ? "cpu" : r->device_name,
+               cpu ? e->isa : backend_gpu_weights_name(e->o->gpu_weights),
                cpu && e->o->exact ? " exact" : "", r->threads, test, r->avg_ts, r->sd_ts, ttft);
     } else if (!strcmp(fmt, "csv")) {
         if (e->rows_out == 0)
@@ -509,7 +517,7 @@ static int bench_model(struct bench_env *e, const char *spec)
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
                                   .n_ctx = n_ctx, .max_batch = batch, .kv_dtype = o->kv,
-                                  .exact = o->exact,
+                                  .exact = o->exact, .gpu_weights = o->gpu_weights,
                                   /* bench's context is the longest -d plus -p or -n */
                                   .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"
                                                    : "lower -p, -n or -d"};
@@ -518,6 +526,7 @@ static int bench_model(struct bench_env *e, const char *spec)
         r->threads = backend_threads(b.be);
         r->device = backend_device(b.be);
         r->device_name = backend_device_name(b.be);
+        r->device_weight_bytes = backend_weight_bytes(b.be);
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {

@@ -28,7 +28,7 @@
 enum {
     OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
     OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
-    OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV,
+    OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV, OPT_GPU_WEIGHTS,
 };
 
 /* The one table: getopt_long and --help both come from it. Keep the
@@ -53,6 +53,7 @@ static const struct cli_option run_options[] = {
     {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
     {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
+    {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
     {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
     {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "with --prompt-only: write the KV cache to FILE ('-' = stdout)", NULL},
     {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text", NULL},
@@ -115,6 +116,7 @@ static int set_option(struct run_opts *o, int key, const char *arg)
     case OPT_CHAT: o->chat = true; return IG_OK;
     case OPT_SYSTEM: o->system = arg; return IG_OK;
     case OPT_DEVICE: o->device = arg; return IG_OK;
+    case OPT_GPU_WEIGHTS: return backend_parse_gpu_weights(arg, &o->gpu_weights);
     case OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
     case OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;
@@ -422,6 +424,7 @@ int cmd_run(int argc, char **argv)
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.n_threads, .n_ctx = n_ctx, .max_batch = n_batch,
         .kv_dtype = kv ? kv->dtype : KV_F32, /* a loaded cache keeps its type */
+        .gpu_weights = o.gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
@@ -468,6 +471,9 @@ int cmd_run(int argc, char **argv)
             .n_ctx = n_ctx, .kv_bytes = backend_kv_bytes(be),
             .kv_max_bytes = backend_kv_max_bytes(be),
             .kv_load_ms = load_ms, .kv_save_ms = save_ms,
+            .device_bytes = backend_device_bytes(be), .weight_bytes = backend_weight_bytes(be),
+            .gpu_weights = backend_kind_of(be) == BACKEND_CUDA
+                               ? backend_gpu_weights_name(o.gpu_weights) : NULL,
             .text = out.buf, .len = out.len, .status = st,
         };
         if (!o.quiet)

@@ -3,6 +3,7 @@
 #ifndef IGNITE_CLI_RUN_H
 #define IGNITE_CLI_RUN_H
 
+#include "backend/backend.h"
 #include "decode/generate.h"
 #include "decode/sampler.h"
 
@@ -22,6 +23,7 @@ struct run_opts {
     int64_t n_batch;     /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;        /* -1 = pick one */
     struct sampler_params sp; /* sp.seed is the seed actually used */
+    enum backend_gpu_weights gpu_weights; /* --gpu-weights */
     bool chat, quiet, json, no_special, ignore_eos, prompt_only;
 };
 
@@ -35,6 +37,9 @@ struct run_result {
     double kv_max_bytes; /* what the whole context would need */
     double kv_load_ms;   /* reading --load-kv, 0 if none */
     double kv_save_ms;   /* writing --save-kv, 0 if none */
+    size_t device_bytes; /* device memory held (CUDA; 0 on the CPU) */
+    size_t weight_bytes; /* of which the weights */
+    const char *gpu_weights; /* "native" or "f16" on CUDA, NULL on the CPU */
     const char *text;    /* generated text (--json), len bytes, any bytes */
     size_t len;
     int status;          /* the exit status the run ends with */
