@@ -22,7 +22,8 @@
  * key=value. Written over the device layer (device/device.h), so the same
  * source runs on the emulator at toy sizes: `bench_qmm --smoke` is a CI
  * test of this program (bench_qmm_emu, label emu), not a measurement.
- * Usage: bench_qmm [--types Q4_0,Q4_K,...] [--smoke]. Exits 77 without a GPU. */
+ * Usage: bench_qmm [--types Q4_0,Q4_K,...] [--copy-only] [--smoke]
+ * (--copy-only: the copy line alone). Exits 77 without a GPU. */
 #include "device/device.h"
 #include "ops/gpu_ops.h"
 #include "ops/gpu_qmm.h"
@@ -420,13 +421,16 @@ static int parse_type(const char *name)
 int main(int argc, char **argv)
 {
     char types_arg[256] = "Q4_0,Q4_K,Q6_K,Q8_0,Q5_K";
+    bool copy_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--smoke")) {
             g_smoke = true;
+        } else if (!strcmp(argv[i], "--copy-only")) {
+            copy_only = true;
         } else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
             snprintf(types_arg, sizeof types_arg, "%s", argv[++i]);
         } else {
-            fprintf(stderr, "usage: bench_qmm [--types Q4_0,Q4_K,...] [--smoke]\n");
+            fprintf(stderr, "usage: bench_qmm [--types Q4_0,Q4_K,...] [--copy-only] [--smoke]\n");
             return 2;
         }
     }
@@ -437,6 +441,10 @@ int main(int argc, char **argv)
     OK(IG_DEV(dev_open)(0, &g_dev));
     g_stream = IG_DEV(dev_stream)(g_dev);
     double copy = copy_gbps();
+    if (copy_only) {
+        IG_DEV(dev_close)(g_dev);
+        return 0;
+    }
     bench_gemv(QUANT_F16, copy);
     for (char *save = NULL, *t = strtok_r(types_arg, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int type = parse_type(t);
