@@ -48,6 +48,9 @@ const char *backend_gpu_weights_name(enum backend_gpu_weights mode);
 /* Device bytes the CUDA backend's weights of m take in `mode` (computed on
  * the host, in every build: backend/gpu_plan.c). */
 size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode);
+/* Of them, what one decode step reads: all but an untied embedding table,
+ * of which it reads one row (the bandwidth figures of `ignite bench`). */
+size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode);
 
 struct backend_opts {
     struct backend_device device;

@@ -85,15 +85,26 @@ static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64
         *(size_t *)ctx += gk_qmat_bytes(parts[i].type, parts[i].rows, cols);
 }
 
-size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode)
+/* The weights' bytes, with (all) or without an untied embedding table. */
+static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode, bool all)
 {
     const struct model_hparams *hp = &m->hp;
     size_t bytes = 0;
-    each_matrix(m, mode, false, add_bytes, &bytes);
+    each_matrix(m, mode, !all, add_bytes, &bytes);
     int64_t qkv_rows = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     bytes += (size_t)hp->n_layer * ((size_t)(2 * hp->n_embd) * 4 +
                                     (hp->has_qkv_bias ? (size_t)qkv_rows * 4 : 0));
     return bytes + (size_t)hp->n_embd * 4; /* output norm */
+}
+
+size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode)
+{
+    return weight_bytes(m, mode, true);
+}
+
+size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode)
+{
+    return weight_bytes(m, mode, false);
 }
 
 struct scratch_ctx {

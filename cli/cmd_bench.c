@@ -170,6 +170,7 @@ struct bench_row {
     int64_t n_prompt, n_gen;
     int64_t n_depth;        /* tokens in the cache before the timed part */
     size_t device_weight_bytes; /* the weights on the device (CUDA; 0 on the CPU) */
+    size_t device_step_bytes;   /* of them, what a decode step reads (CUDA; 0 on the CPU) */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
     double samples_ts[1000];
     int64_t reps;
@@ -229,6 +230,7 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
     cJSON_AddNumberToObject(j, "device_weight_bytes", (double)r->device_weight_bytes);
+    cJSON_AddNumberToObject(j, "device_step_bytes", (double)r->device_step_bytes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
     cJSON_AddStringToObject(j, "type_kv", !cpu || e->o->kv == KV_F16 ? "f16" : "f32");
@@ -270,7 +272,7 @@ static void csv_field(const char *s, bool last)
 
 static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
-                                 "device_weight_bytes",
+                                 "device_weight_bytes", "device_step_bytes",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
@@ -527,6 +529,7 @@ static int bench_model(struct bench_env *e, const char *spec)
         r->device = backend_device(b.be);
         r->device_name = backend_device_name(b.be);
         r->device_weight_bytes = backend_weight_bytes(b.be);
+        r->device_step_bytes = cuda ? backend_gpu_step_bytes(m, o->gpu_weights) : 0;
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {

@@ -13,9 +13,9 @@
 #                           n = 1..2048 and their crossovers (gk_qmm_choose)
 #   qdecode   180 s  40 s   ignite bench tg128 of synthetic Llama-3-8B Q4_0, Q4_K
 #                           and F16 (same shapes): tokens/s, the ratio to F16,
-#                           the whole step's bandwidth (device weight bytes x
-#                           tokens/s) as a fraction of the copy, and the step
-#                           time the GEMVs do not explain
+#                           the whole step's bandwidth (the weight bytes a step
+#                           reads x tokens/s) as a fraction of the copy, and the
+#                           GEMVs' time alone (qkernels' step lines)
 #   qprefill  180 s  40 s   ignite bench pp512/pp2048 (-b 2048) of the same three,
 #                           TTFT ratio to F16; pp2048 again with every product
 #                           on the tensor cores (IGNITE_QMM_PATH=qmma)
@@ -70,8 +70,8 @@ for r in rows:
         if ref:
             line += f"  ({r['ttft_ms'] / ref['ttft_ms']:.3f} x F16)"
     else:
-        gbps = r["device_weight_bytes"] * r["avg_ts"] / 1e9
-        line += f"  {1e3 / r['avg_ts']:.3f} ms/tok  weights {r['device_weight_bytes'] / 2**30:.2f} GiB"
+        gbps = r["device_step_bytes"] * r["avg_ts"] / 1e9
+        line += f"  {1e3 / r['avg_ts']:.3f} ms/tok  reads {r['device_step_bytes'] / 1e9:.2f} GB"
         line += f"  step {gbps:.0f} GB/s"
         if copy:
             line += f" = {gbps / copy:.2f} of the copy"
