@@ -1,8 +1,9 @@
 /* backend/gpu.c: the CUDA backend's orchestration: what lives in device
  * memory, and the order of launches for a prefill block and a decode step.
  *
- * Device memory: weights as f16, Q|K|V and gate|up concatenated so each is
- * one GEMM; norms and biases f32; the KV cache f16, per layer
+ * Device memory: weights in their quantized blocks or f16 (gpu_plan.c), Q|K|V
+ * and gate|up concatenated so each is one product (gpu_matmul.c); norms and
+ * biases f32; the KV cache f16, per layer
  * [n_head_kv][n_ctx][head_dim] (the layout both attention kernels read);
  * activations for max_batch tokens. Per block of n tokens at pos0:
  *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE -> fused flash
