@@ -104,13 +104,18 @@ __device__ __forceinline__ void stage_x(const uint16_t *__restrict__ x, int64_t 
 
 /* ---- one chunk of weights -------------------------------------------------------- */
 
-/* Elements per chunk and chunks loaded ahead per row, per type. */
-template <int TYPE> struct qchunk_shape {
+/* Elements per chunk, and chunks of each row loaded ahead for one row of x:
+ * 4 of the 16-byte 4/5-bit blocks, 2 of the larger chunks. With NMAX rows
+ * of x a chunk does NMAX times the work, so fewer loads in flight cover the
+ * same latency: the unroll is divided by NMAX (at least 1), which also keeps
+ * every instance's code about the same size. */
+template <int TYPE, int NMAX> struct qchunk_shape {
     static constexpr int kElems = qtraits<TYPE>::kBlock == 256 ? 64 : 32;
-    static constexpr int kUnroll = TYPE == QUANT_Q4_0 || TYPE == QUANT_Q4_1 ||
-                                           TYPE == QUANT_Q5_0 || TYPE == QUANT_Q5_1
-                                       ? 4
-                                       : 2;
+    static constexpr int kBase = TYPE == QUANT_Q4_0 || TYPE == QUANT_Q4_1 ||
+                                         TYPE == QUANT_Q5_0 || TYPE == QUANT_Q5_1
+                                     ? 4
+                                     : 2;
+    static constexpr int kUnroll = kBase / NMAX > 1 ? kBase / NMAX : 1;
 };
 
 /* The registers of one chunk of one row (the union of what the types need;
@@ -183,7 +188,7 @@ __device__ __forceinline__ xchunk load_x(const int8_t *xq, const gk_f32x2 *xds, 
     x.a0 = ig_lds((const gk_u32x4 *)(xq + 32 * xa));
     x.a1 = ig_lds((const gk_u32x4 *)(xq + 32 * xa + 16));
     x.da = ig_lds(&xds[xa]);
-    if (qchunk_shape<TYPE>::kElems == 64) {
+    if (qtraits<TYPE>::kBlock == 256) { /* 64-element chunks */
         x.b0 = ig_lds((const gk_u32x4 *)(xq + 32 * xb));
         x.b1 = ig_lds((const gk_u32x4 *)(xq + 32 * xb + 16));
         x.db = ig_lds(&xds[xb]);
@@ -289,12 +294,14 @@ __device__ __forceinline__ float dot_chunk(const qchunk &k, const xchunk &x, int
 
 /* ---- the kernel ------------------------------------------------------------------------- */
 
+/* 2 blocks (16 warps) an SM: up to 128 registers (ptxas, left alone, aimed at
+ * 64 for some instances and spilled). */
 template <int TYPE, int NMAX>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
 qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x, const int n,
              float *__restrict__ y, const int64_t ld_y, const float beta, const int64_t slab)
 {
-    constexpr int E = qchunk_shape<TYPE>::kElems, U = qchunk_shape<TYPE>::kUnroll;
+    constexpr int E = qchunk_shape<TYPE, NMAX>::kElems, U = qchunk_shape<TYPE, NMAX>::kUnroll;
     IG_DYN_SHARED(int8_t, smem);
     int8_t *xq = smem;                              /* [NMAX][slab] */
     gk_f32x2 *xds = (gk_f32x2 *)(smem + NMAX * slab); /* [NMAX][slab / 32] */
