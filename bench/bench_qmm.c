@@ -22,8 +22,10 @@
  * key=value. Written over the device layer (device/device.h), so the same
  * source runs on the emulator at toy sizes: `bench_qmm --smoke` is a CI
  * test of this program (bench_qmm_emu, label emu), not a measurement.
- * Usage: bench_qmm [--types Q4_0,Q4_K,...] [--copy-only] [--smoke]
- * (--copy-only: the copy line alone). Exits 77 without a GPU. */
+ * Usage: bench_qmm [--types Q4_0,Q4_K,...] [--quick] [--copy-only] [--smoke]
+ * (--quick: 1 and 8 rows for the GEMV lines, n = 8..2048 for the rows
+ * lines, about 10 s a type; --copy-only: the copy line alone). Exits 77
+ * without a GPU. */
 #include "device/device.h"
 #include "ops/gpu_ops.h"
 #include "ops/gpu_qmm.h"
@@ -43,7 +45,7 @@
 
 static struct dev *g_dev;
 static void *g_stream;
-static bool g_smoke;
+static bool g_smoke, g_quick;
 static int g_bad;
 
 static void die(const char *what)
@@ -305,8 +307,8 @@ static void bench_gemv(int type, double copy)
         uint16_t *x = make_x(GK_QGEMV_MAX_N, s.cols, &hx);
         float *y = dalloc((size_t)(GK_QGEMV_MAX_N * s.rows) * 4);
         for (int64_t n = 1; n <= GK_QGEMV_MAX_N; n *= 2) {
-            if (type == QUANT_F16 && n > 1)
-                break;
+            if ((type == QUANT_F16 && n > 1) || (g_quick && n > 1 && n < GK_QGEMV_MAX_N))
+                continue;
             struct prod_ctx c = {.path = P_QGEMV, .wt = &wt, .x = x, .n = n, .y = y};
             char what[96];
             snprintf(what, sizeof what, "gemv %s %s n=%lld", quant_type_name((uint32_t)type),
@@ -338,7 +340,11 @@ static void bench_rows(int type)
     struct weight wt, wf;
     make_weight(&wt, type, s.rows, s.cols);
     make_weight(&wf, QUANT_F16, s.rows, s.cols);
-    static const int64_t ns[] = {1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    static const int64_t all_ns[] = {1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    static const int64_t quick_ns[] = {8, 16, 64, 256, 1024, 2048};
+    const int64_t *ns = g_quick ? quick_ns : all_ns;
+    const size_t n_ns = g_quick ? sizeof quick_ns / sizeof quick_ns[0]
+                                : sizeof all_ns / sizeof all_ns[0];
     const int64_t n_max = g_smoke ? 70 : 2048;
     uint16_t *hx;
     uint16_t *x = make_x(n_max, s.cols, &hx);
@@ -348,7 +354,7 @@ static void bench_rows(int type)
     int64_t slab = g_smoke ? 7 : plan.slab_rows;
     uint16_t *scratch = dalloc((size_t)(slab * s.cols) * 2);
     int64_t qmma_from = 0, dequant_from = 0;
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0] && ns[i] <= n_max; i++) {
+    for (size_t i = 0; i < n_ns && ns[i] <= n_max; i++) {
         int64_t n = ns[i];
         double ms[4] = {0, 0, 0, 0};
         for (int p = 0; p < 4; p++) {
@@ -359,7 +365,7 @@ static void bench_rows(int type)
             char what[96];
             snprintf(what, sizeof what, "%s %s n=%lld", k_path_names[p],
                      quant_type_name((uint32_t)type), (long long)n);
-            if (n == 1 || n == 9 || n == 64)
+            if (n == 1 || n == 8 || n == 9 || n == 64)
                 check(&c, hx, what);
             ms[p] = time_ms(prod_launch, &c, c.wt->n);
         }
@@ -427,10 +433,13 @@ int main(int argc, char **argv)
             g_smoke = true;
         } else if (!strcmp(argv[i], "--copy-only")) {
             copy_only = true;
+        } else if (!strcmp(argv[i], "--quick")) {
+            g_quick = true;
         } else if (!strcmp(argv[i], "--types") && i + 1 < argc) {
             snprintf(types_arg, sizeof types_arg, "%s", argv[++i]);
         } else {
-            fprintf(stderr, "usage: bench_qmm [--types Q4_0,Q4_K,...] [--copy-only] [--smoke]\n");
+            fprintf(stderr,
+                    "usage: bench_qmm [--types Q4_0,Q4_K,...] [--quick] [--copy-only] [--smoke]\n");
             return 2;
         }
     }

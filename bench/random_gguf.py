@@ -4,7 +4,7 @@ Llama shape, stored as F16, Q4_0, Q4_K, Q6_K or Q4_K_M (llama.cpp's recipe:
 Q4_K, with attn_v and ffn_down in Q6_K on the layers its use_more_bits
 picks and the output head in Q6_K), so that ignite and llama.cpp can be
 timed on the same file on a machine that can download nothing (the GPU
-check: scripts/gpu-quant-check.sh). numpy only (no gguf package there).
+check's quant step, scripts/gpu/quant.sh). numpy only (no gguf package there).
 
 Weights are random blocks (quant bytes random, scales set so that
 |w| <~ 1/sqrt(cols), as models/synthetic.c makes them); f16 and f32 tensors

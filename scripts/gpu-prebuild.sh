@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 ARCH=${ARCH:-90}
 BUILD=${BUILD:-build-sm$ARCH}
 TARGETS="ignite test_device_gpu test_backend_gpu test_gpu_ops_gpu test_flash_attn_gpu
-         bench_decode_kernels bench_flash_attn test_qmm_gpu bench_qmm"
+         bench_decode_kernels bench_flash_attn test_qmm_gpu test_backend_qgpu bench_qmm"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >/dev/null
 # shellcheck disable=SC2086
