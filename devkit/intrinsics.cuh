@@ -30,6 +30,17 @@ struct ig_f16_t {};  /* IEEE binary16 elements */
 #define ig_syncthreads() ig_emu_barrier(__FILE__, __LINE__)
 #endif
 
+/* griddepcontrol.wait: returns once the kernels this grid depends on have
+ * completed and their writes are visible. A kernel launched with
+ * IG_LAUNCH_PDL calls it before reading what they wrote; launched plainly
+ * (or below sm_90, or emulated) it returns at once. */
+__device__ __forceinline__ void ig_grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* threadIdx.x read anew at each call: values derived from it are then
  * recomputed where used (a few integer instructions) instead of being hoisted
  * out of a loop and kept in registers the accumulators need. */

@@ -27,6 +27,8 @@
 #include "ops/gpu_qblocks.cuh"
 
 #include <float.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -327,6 +329,9 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
         }
     }
 
+    /* x (and y, with beta) may come from the previous kernel: launched with
+     * IG_LAUNCH_PDL, this grid may have started before it ended. */
+    ig_grid_dependency_wait();
     for (int64_t s0 = 0; s0 < w.cols; s0 += slab) {
         const int64_t len = w.cols - s0 < slab ? w.cols - s0 : slab;
         if (s0)
@@ -380,6 +385,27 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
     }
 }
 
+/* IGNITE_PDL=1 on compute capability 9.0+: programmatic dependent launch, so
+ * the first weight loads overlap the previous kernel's tail (off by default
+ * until the GPU check has measured it; docs/gpu.md). */
+bool use_pdl()
+{
+#if defined(__CUDACC__)
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("IGNITE_PDL");
+        int dev = 0, major = 0;
+        on = e && !strcmp(e, "1") && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             major >= 9;
+    }
+    return on == 1;
+#else
+    return false;
+#endif
+}
+
 template <int TYPE, int NMAX>
 int launch(const gk_qgemv_params &p, cudaStream_t stream)
 {
@@ -387,6 +413,9 @@ int launch(const gk_qgemv_params &p, cudaStream_t stream)
     const size_t smem = (size_t)(NMAX * slab) + (size_t)(NMAX * (slab / 32)) * sizeof(gk_f32x2);
     const dim3 grid((unsigned)((p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock)), block(kThreads);
     auto *kernel = qgemv_kernel<TYPE, NMAX>;
+    if (use_pdl())
+        return IG_LAUNCH_PDL(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y,
+                             p.ld_y, p.beta, slab);
     return IG_LAUNCH(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y, p.ld_y,
                      p.beta, slab);
 }

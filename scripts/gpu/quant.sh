@@ -10,8 +10,9 @@
 #   kernels  10 s   bench_qmm --quick --types Q4_K: GEMV GB/s at Llama-3-8B shapes
 #                   against the copy and the f16 GEMV, a decode step's GEMVs added
 #                   up, the product paths for n = 8..2048 and their crossovers
-#   decode   10 s   ignite bench tg64 of synthetic Llama-3-8B Q4_0, Q4_K and F16:
-#                   tokens/s, x F16, the bytes a step reads x tokens/s against the copy
+#   decode   12 s   ignite bench tg64 of synthetic Llama-3-8B Q4_0, Q4_K and F16:
+#                   tokens/s, x F16, the bytes a step reads x tokens/s against the copy;
+#                   Q4_K again with the GEMVs' programmatic dependent launch (IGNITE_PDL=1)
 #   prefill  10 s   pp2048 (-b 2048) of the same three: TTFT and x F16
 #   full     +60 s  (not by default) bench_qmm on Q4_0, Q4_K, Q6_K with every row
 #                   count, pp512 too, and pp2048 with IGNITE_QMM_PATH=qmma
@@ -96,6 +97,10 @@ part_decode() {
     done
     echo "copy $copy GB/s" | tee -a "$TABLE"
     summarize "$WORK/decode.jsonl" "$copy" | tee -a "$TABLE"
+    # The GEMVs launched with programmatic dependent launch (IGNITE_PDL=1).
+    IGNITE_PDL=1 timeout 30 "$BIN/ignite" bench --device cuda -m "$M8:Q4_K" -p 0 -n 64 -r 2 \
+        -o jsonl >"$WORK/decode_pdl.jsonl" || fail "ignite bench tg64 Q4_K, IGNITE_PDL=1"
+    summarize "$WORK/decode_pdl.jsonl" "$copy" | sed 's/^/IGNITE_PDL=1: /' | tee -a "$TABLE"
 }
 
 part_prefill() {
