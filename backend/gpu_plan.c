@@ -2,8 +2,9 @@
  * backend/gpu_plan.h): device types, parts of the fused matrices, bytes.
  * Built into every ignite (no device code), so `ignite info` reports what
  * a model takes on a GPU on any machine.
- * Covered by tests/emu/test_backend_qemu.c (the bytes the emulated backend
- * allocates equal the plan's) and tests/models/test_info.py. */
+ * Covered by tests/unit/test_gpu_plan.c, tests/emu/test_backend_qemu.c (the
+ * bytes the emulated backend allocates equal the plan's) and
+ * tests/models/test_info.py. */
 #include "backend/gpu_plan.h"
 
 #include "core/status.h"

@@ -4,7 +4,8 @@
  * fused matrices (Q|K|V, gate|up) split into parts of one type, the bytes
  * of the weights and of the matmul scratch. The upload (gpu_weights.c),
  * the memory check (gpu.c) and the report all read this one plan.
- * Private to backend/. Covered by tests/emu/test_backend_qemu.c. */
+ * Private to backend/. Covered by tests/unit/test_gpu_plan.c and
+ * tests/emu/test_backend_qemu.c. */
 #ifndef IGNITE_BACKEND_GPU_PLAN_H
 #define IGNITE_BACKEND_GPU_PLAN_H
 
