@@ -1,25 +1,27 @@
-/* cli/cmd_info.c: `ignite info`: loads and validates a model and describes
- * it (hyper-parameters, tokenizer metadata, tensors by type, KV cache size,
- * the weights' bytes on a CUDA device in either --gpu-weights mode) as
- * text or, with --json, as one JSON object on stdout.
- * Loading and validation are models/'s, the device plan backend/'s; this
- * file only formats.
- * Covered by tests/models/test_info.py and test_gguf_malformed.py. */
+/* cli/cmd_info.c: `ignite info`: loads and validates a model (a GGUF file or
+ * a Hugging Face folder) and describes it (hyper-parameters, tokenizer
+ * metadata, tensors by type, KV cache size, the weights' bytes on a CUDA
+ * device in either --gpu-weights mode) as text or, with --json, as one JSON
+ * object on stdout, the same keys for both formats.
+ * Loading and validation are models/'s and tokenizer/'s, the device plan
+ * backend/'s; this file only formats. Covered by tests/models/test_info.py,
+ * test_gguf_malformed.py, test_hf_folder.py and tests/cli/test_args.sh
+ * (write errors). */
 #include "cli/cli.h"
 
 #include "backend/backend.h"
 #include "core/status.h"
 #include "models/model.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { OPT_JSON = 256 };
 
 static const struct cli_option info_options[] = {
-    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched SmolLM2-135M"},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object instead of text", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
@@ -61,10 +63,41 @@ static int64_t get_id(const struct gguf_file *g, const char *key)
     return gguf_get_u64(g, key, &v) && v <= INT32_MAX ? (int64_t)v : -1;
 }
 
-static void gather(const struct model *m, struct info *in)
+/* A folder's tokenizer facts come from its built vocabulary (tokenizer.json
+ * has no such summary keys); its name is the folder's. */
+static int gather_folder(const struct model *m, struct info *in)
 {
-    const struct gguf_file *g = m->gguf;
+    const char *end = m->path + strlen(m->path);
+    while (end > m->path + 1 && end[-1] == '/')
+        end--;
+    const char *base = end;
+    while (base > m->path && base[-1] != '/')
+        base--;
+    snprintf(in->name, sizeof in->name, "%.*s", (int)(end - base), base);
+    struct tok_vocab *v;
+    int st = tok_load_model(m, &v);
+    if (st)
+        return st;
+    snprintf(in->tok_model, sizeof in->tok_model, "%s", tok_model_name(tok_model_of(v)));
+    if (tok_model_of(v) == TOK_MODEL_BPE)
+        snprintf(in->tok_pre, sizeof in->tok_pre, "%s", tok_pre_name(tok_pre_of(v)));
+    in->bos = tok_bos(v);
+    in->eos = tok_eos(v);
+    in->n_tokens = tok_n_tokens(v);
+    tok_vocab_free(v);
+    return IG_OK;
+}
+
+static int gather(const struct model *m, struct info *in)
+{
     memset(in, 0, sizeof *in);
+    const char *tmpl;
+    size_t len;
+    in->chat_template = model_chat_template(m, &tmpl, &len);
+    model_tensor_types(m, in->type_count, in->type_bytes, N_TYPE_IDS);
+    if (!m->gguf)
+        return gather_folder(m, in);
+    const struct gguf_file *g = m->gguf;
     copy_str(g, "general.name", in->name, sizeof in->name);
     copy_str(g, "tokenizer.ggml.model", in->tok_model, sizeof in->tok_model);
     copy_str(g, "tokenizer.ggml.pre", in->tok_pre, sizeof in->tok_pre);
@@ -72,13 +105,20 @@ static void gather(const struct model *m, struct info *in)
     in->eos = get_id(g, "tokenizer.ggml.eos_token_id");
     const struct gguf_kv *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
     in->n_tokens = tok ? (int64_t)tok->arr_n : -1;
-    in->chat_template = gguf_find_kv(g, "tokenizer.chat_template") != NULL;
-    for (int64_t i = 0; i < g->n_tensors; i++) {
-        uint32_t t = g->tensors[i].type; /* the parser accepts known ids only */
-        IG_ASSERT(t < N_TYPE_IDS);
-        in->type_count[t]++;
-        in->type_bytes[t] += (int64_t)g->tensors[i].nbytes;
+    /* an empty template counts, as the key is there */
+    in->chat_template |= gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+    return IG_OK;
+}
+
+/* "GGUF v3" or "safetensors, 2 files" */
+static void format_name(const struct model *m, char *buf, size_t cap)
+{
+    if (m->gguf) {
+        snprintf(buf, cap, "GGUF v%u", m->gguf->version);
+        return;
     }
+    int n = m->hf ? model_folder_files(m) : 0;
+    snprintf(buf, cap, "safetensors, %d file%s", n, n == 1 ? "" : "s");
 }
 
 static const char *rope_style_name(enum rope_style s)
@@ -99,9 +139,11 @@ static void print_text(const struct model *m, const struct info *in)
         snprintf(bos, sizeof bos, "%lld", (long long)in->bos);
     if (in->eos >= 0)
         snprintf(eos, sizeof eos, "%lld", (long long)in->eos);
+    char fmt[48];
+    format_name(m, fmt, sizeof fmt);
     printf("file            %s\n", m->path);
-    printf("file size       %zu bytes (%.1f MiB), GGUF v%u\n", m->gguf->file_size,
-           (double)m->gguf->file_size / (1 << 20), m->gguf->version);
+    printf("file size       %zu bytes (%.1f MiB), %s\n", m->file_bytes,
+           (double)m->file_bytes / (1 << 20), fmt);
     printf("architecture    %s\n", hp->arch);
     printf("name            %s\n", or_dash(in->name));
     printf("parameters      %lld (%.1f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
@@ -121,7 +163,7 @@ static void print_text(const struct model *m, const struct info *in)
     printf("tokenizer       %s, pre-tokenizer %s\n", or_dash(in->tok_model), or_dash(in->tok_pre));
     printf("BOS / EOS       %s / %s\n", bos, eos);
     printf("chat template   %s\n", in->chat_template ? "yes" : "no");
-    printf("tensors         %lld\n", (long long)m->gguf->n_tensors);
+    printf("tensors         %lld\n", (long long)m->n_tensors);
     for (uint32_t t = 0; t < N_TYPE_IDS; t++)
         if (in->type_count[t])
             printf("  %-8s      %lld tensors, %lld bytes\n", quant_type_name(t),
@@ -159,8 +201,13 @@ static int print_json(const struct model *m, const struct info *in)
     const struct model_hparams *hp = &m->hp;
     cJSON *o = cJSON_CreateObject();
     add_str_or_null(o, "path", m->path);
-    cJSON_AddNumberToObject(o, "file_size", (double)m->gguf->file_size);
-    cJSON_AddNumberToObject(o, "gguf_version", m->gguf->version);
+    cJSON_AddStringToObject(o, "format", m->gguf ? "gguf" : "safetensors");
+    cJSON_AddNumberToObject(o, "file_size", (double)m->file_bytes);
+    if (m->gguf)
+        cJSON_AddNumberToObject(o, "gguf_version", m->gguf->version);
+    else
+        cJSON_AddNullToObject(o, "gguf_version");
+    cJSON_AddNumberToObject(o, "n_files", m->gguf ? 1 : model_folder_files(m));
     cJSON_AddStringToObject(o, "architecture", hp->arch);
     add_str_or_null(o, "name", in->name);
     cJSON_AddNumberToObject(o, "n_params", (double)m->n_params);
@@ -185,7 +232,7 @@ static int print_json(const struct model *m, const struct info *in)
     add_id_or_null(tok, "eos_id", in->eos);
     add_id_or_null(tok, "n_tokens", in->n_tokens);
     cJSON_AddBoolToObject(tok, "chat_template", in->chat_template);
-    cJSON_AddNumberToObject(o, "n_tensors", (double)m->gguf->n_tensors);
+    cJSON_AddNumberToObject(o, "n_tensors", (double)m->n_tensors);
     cJSON *types = cJSON_AddObjectToObject(o, "tensor_types");
     for (uint32_t t = 0; t < N_TYPE_IDS; t++) {
         if (!in->type_count[t])
@@ -205,6 +252,7 @@ static int print_json(const struct model *m, const struct info *in)
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
+    cli_stdout_ok(false); /* keeps a failed write's errno */
     free(s);
     return IG_OK;
 }
@@ -216,6 +264,9 @@ int cmd_info(int argc, char **argv)
     cli_parser_init(&p, info_options);
     const char *model_arg = NULL;
     bool json = false;
+    int st = cli_check_args("info", argc, argv, info_options);
+    if (st)
+        return st;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
         switch (c) {
@@ -223,32 +274,35 @@ int cmd_info(int argc, char **argv)
         case OPT_JSON: json = true; break;
         case 'h':
             cli_print_help(stdout, usage,
-                           "Loads and validates a GGUF model and describes it: architecture,\n"
-                           "shapes, tokenizer metadata, tensors by type, KV cache size, the weights'\n"
-                           "bytes on a CUDA device (--gpu-weights native and f16).",
+                           "Loads and validates a model (GGUF file or Hugging Face folder) and\n"
+                           "describes it: architecture, shapes, tokenizer metadata, tensors by\n"
+                           "type, KV cache size, the weights' bytes on a CUDA device\n"
+                           "(--gpu-weights native and f16).",
                            info_options);
             return cli_flush_stdout();
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
+        case 'V': cli_print_version(); return cli_flush_stdout();
         default: return cli_option_error("info", c, argv);
         }
     }
     if (optind < argc)
         return ig_error(IG_E_USAGE, "info: unexpected argument '%s'", argv[optind]);
     char path[4096];
-    int st = cli_model_path(model_arg, path, sizeof path);
+    st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
     struct model *m;
     if ((st = model_load(path, &m)))
         return st;
     struct info in;
-    gather(m, &in);
+    if ((st = gather(m, &in))) {
+        model_free(m);
+        return st;
+    }
     if (json)
         st = print_json(m, &in);
     else
         print_text(m, &in);
+    cli_stdout_ok(true); /* before model_free, while errno is the write's */
     model_free(m);
-    if (st == IG_OK && (fflush(stdout) != 0 || ferror(stdout)))
-        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
-    return st;
+    return st == IG_OK ? cli_flush_stdout() : st;
 }

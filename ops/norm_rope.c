@@ -53,17 +53,17 @@ void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, i
             x[t * n + i] += b[i];
 }
 
-void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens)
+void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     int64_t half = hp->n_rot / 2;
     IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx));
     for (int64_t t = 0; t < n_tokens; t++) {
-        double pos = (double)(pos0 + t);
         for (int64_t i = 0; i < half; i++) {
             /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
-            double theta = pos * pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+            double theta = (double)pos[t] *
+                           pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
             b->rope_cos[t * half + i] = (float)cos(theta);
             b->rope_sin[t * half + i] = (float)sin(theta);
         }

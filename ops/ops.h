@@ -39,7 +39,7 @@ void ops_pool_run(struct ops_pool *p, int64_t n_items, int64_t grain, ops_task_f
 /* ---- run state (ops/ctx.c) ------------------------------------------------ */
 
 /* Run state: the model (borrowed), a thread pool, and scratch buffers for
- * batches of up to max_batch tokens. Nothing is allocated on the hot path. */
+ * steps of up to max_batch rows. Nothing is allocated on the hot path. */
 struct ops_ctx;
 
 /* Activation buffers of a forward pass, each for max_batch tokens, owned by
@@ -104,9 +104,9 @@ void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y);
 
-/* Fills rope_cos/rope_sin of the context's buffers for positions
- * pos0 .. pos0+n_tokens-1: angle(pos, i) = pos * rope_base^(-2i/n_rot). */
-void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens);
+/* Fills rope_cos/rope_sin of the context's buffers for rows at positions
+ * pos[0..n_tokens): angle(pos, i) = pos * rope_base^(-2i/n_rot). */
+void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens);
 
 /* Rotates the first n_rot dims of each of n_heads heads of every token in
  * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made,

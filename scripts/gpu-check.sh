@@ -12,11 +12,14 @@
 #   5. bench_decode_kernels (GEMV and split-KV attention bandwidth),
 #      bench/sdpa_compare.py (every prefill attention variant against torch
 #      SDPA, its own pick and its flash backend) and test_flash_attn_gpu (every
-#      variant against fp64), a process per variant.
+#      variant against fp64), a process per variant;
+#   6. quantized weights (scripts/gpu/quant.sh's default parts, about a
+#      minute): their kernels' and backend's GPU tests, the GEMV's GB/s, decode
+#      and prefill of synthetic Llama-3-8B Q4_0/Q4_K against F16.
 # Every step has a time box; a failed step is reported and the rest still
 # run; the exit status is 1 if any failed. Logs go to $OUT when it is set.
 #   BUILD=build-gpu  build directory      PYTHON=python3  Python with torch
-#   STEPS="1 2 3 4 5"                      which steps to run
+#   STEPS="1 2 3 4 5 6"                    which steps to run
 # Programs built ahead by scripts/gpu-prebuild.sh (.gpubin/, carried to the
 # machine) are used when they start there; step 1 then builds nothing.
 # Libraries the machine lacks (cJSON) come from .devdeps/root when present
@@ -25,7 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-1 2 3 4 5}
+STEPS=${STEPS:-1 2 3 4 5 6}
 LOG=${OUT:-$BUILD}
 JOBS=$(nproc 2>/dev/null || echo 4)
 t0=$(date +%s)
@@ -127,6 +130,21 @@ if want 5; then
         echo "-- $v: $(tail -1 "$LOG/test_flash_attn_gpu.$v.log")"
         [ $rc = 0 ] || { tail -6 "$LOG/test_flash_attn_gpu.$v.log"; fail "test_flash_attn_gpu $v (exit $rc)"; }
     done
+fi
+
+if want 6; then
+    step "6. quantized weights (scripts/gpu/quant.sh)"
+    qbin=$PWD/.gpubin
+    if [ $prebuilt = 0 ]; then # the programs of this build, where quant.sh looks
+        mkdir -p "$BUILD/quant-bin"
+        qbin=$(readlink -f "$BUILD/quant-bin")
+        for t in ignite test_qmm_gpu test_backend_qgpu bench_qmm; do
+            ln -sf "$(readlink -f "$(bin $t)")" "$qbin/$t"
+        done
+    fi
+    mkdir -p "$LOG/quant"
+    BIN=$qbin WORK=$(readlink -f "$LOG/quant") PY=$PYTHON timeout 180 scripts/gpu/quant.sh ||
+        fail "quant (scripts/gpu/quant.sh)"
 fi
 step "done (status $status)"
 exit $status

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/llamacpp-cuda.sh: builds llama.cpp's CUDA llama-bench and
 # llama-quantize for sm_90 alone on a machine without a GPU (nvcc needs none)
-# and stages what the GPU check's quant step (part llama) needs into .gpubin/llama.cpp/
+# and stages what the GPU check's quant step (scripts/gpu/quant.sh, part llama) needs into .gpubin/llama.cpp/
 # (bin/ and lib/; ignored by git, carried to the GPU machine), then prints
 # its size. Nothing of llama.cpp enters the repository: the source is the
 # PyPI sdist of llama-cpp-python (it vendors llama.cpp), built under

@@ -211,7 +211,8 @@ int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok
                 cache_clear(c);
                 e = cache_slot(c, p, n, h);
             }
-            cache_put(c, e, p, n, h, out->ids + before, out->n - before);
+            /* no ids at all (every byte lacks a token) leaves out->ids NULL */
+            cache_put(c, e, p, n, h, out->n > before ? out->ids + before : NULL, out->n - before);
         }
     }
     tok_ids_free(&ends);

@@ -58,7 +58,10 @@ struct tok_vocab {
     uint8_t special_first[256]; /* 1 when some special token starts with this byte */
 
     int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
+    int32_t eog_ids[TOK_MAX_EOG];
+    int n_eog;
     bool add_bos, add_eos, add_space_prefix;
+    int space_prefix_hf;    /* tok_vocab_desc's */
     bool ignore_merges;     /* BPE: a piece that is a token is taken whole (Llama 3) */
 
     struct tok_cache cache;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu/quant.sh: step quant of the GPU check (the quantized-weight slot of
-# scripts/gpu-steps.txt; ops/gpu_qmm.h, docs/gpu.md "Quantized weights"). Its
+# scripts/gpu/quant.sh: step 6 of the GPU check (scripts/gpu-check.sh; the
+# quantized weights of ops/gpu_qmm.h, docs/gpu.md "Quantized weights"). Its
 # parts, in order (QUANT_PARTS picks; the default fits the step's slot):
 #
 #   part     about  what

@@ -13,8 +13,9 @@
  * cpu| / max |cpu| <= 3e-2 and NMSE <= 1e-3 (random weights have no
  * outlier blocks: int8 activations cost about 1e-2 here, the f16 path 1e-3),
  * top-1 compared where the CPU's top two differ by more than twice the
- * largest logit error. The device cache against the CPU's, an uploaded
- * cache continuing bit for bit.
+ * largest logit error. The device cache against the CPU's, an imported
+ * cache continuing bit for bit; for Q4_K_M, two sequences sharing steps
+ * (one decoding while the other prefills, then both decoding).
  * Memory: the weights the backend allocates are the plan's
  * (backend_gpu_weight_bytes) and within 5% of the model's tensor bytes;
  * --gpu-weights f16 holds 2 bytes a weight. A shapes-only model gets random
@@ -27,8 +28,9 @@
 #define QNMSE 1e-3
 
 /* The checks on one model; `path` forces every product's path (NULL: the
- * chooser's), set before the backend is made so its scratch is sized for it. */
-static void run_model(const char *spec, const char *path)
+ * chooser's), set before the backend is made so its scratch is sized for it;
+ * `two`: also two sequences sharing steps. */
+static void run_model(const char *spec, const char *path, bool two)
 {
     struct model *m = NULL;
     CHECK(model_synthetic_spec(spec, &m) == IG_OK);
@@ -38,13 +40,13 @@ static void run_model(const char *spec, const char *path)
     if (path)
         setenv("IGNITE_QMM_PATH", path, 1);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
-                             .max_batch = 64, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab, .tol = QTOL, .nmse_tol = QNMSE,
                      .allow_ties = true};
-    p.lc = malloc((size_t)p.n_vocab * sizeof *p.lc);
-    p.le = malloc((size_t)p.n_vocab * sizeof *p.le);
+    pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_emu(m, &og, &p.dev) == IG_OK);
     if (p.cpu && p.dev && p.lc && p.le) {
@@ -66,14 +68,18 @@ static void run_model(const char *spec, const char *path)
             run_prompt(&p, ids, 12, 12, path);
         } else {
             run_prompt(&p, ids, 40, 33, "tensor cores + GEMV");
-            compare_caches(&p, m);
-            check_upload(&p, m, &og);
+            compare_caches(&p, m, 40 + N_STEPS);
+            check_upload(&p, m, &og, 40 + N_STEPS);
+            /* slot 0 decodes while slot 1 prefills 12 ids in chunks of 6, then both
+             * decode (one model: CI time) */
+            if (two)
+                run_two(&p, ids, 12, 6, 40 + N_STEPS);
         }
         fprintf(stderr, "%s: worst rel err %.2e, NMSE %.2e\n", spec, p.worst, p.worst_nmse);
     }
     unsetenv("IGNITE_QMM_PATH");
     backend_free(p.cpu);
-    gpu_backend_free_emu(p.dev);
+    backend_free(p.dev);
     free(p.lc);
     free(p.le);
     model_free(m);
@@ -87,12 +93,12 @@ static void run_f16(const char *spec)
     if (!m)
         return;
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
-                             .max_batch = 64, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab, .allow_ties = true};
-    p.lc = malloc((size_t)p.n_vocab * sizeof *p.lc);
-    p.le = malloc((size_t)p.n_vocab * sizeof *p.le);
+    pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
     og.gpu_weights = BACKEND_GPU_F16;
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_emu(m, &og, &p.dev) == IG_OK);
@@ -108,7 +114,7 @@ static void run_f16(const char *spec)
         run_prompt(&p, ids, 20, 20, "f16 weights");
     }
     backend_free(p.cpu);
-    gpu_backend_free_emu(p.dev);
+    backend_free(p.dev);
     free(p.lc);
     free(p.le);
     model_free(m);
@@ -118,14 +124,15 @@ static void run_f16(const char *spec)
 static void run_shapes_only(void)
 {
     struct model *m = NULL;
-    struct gpu_backend *g = NULL;
+    struct backend *g = NULL;
     CHECK(model_synthetic_spec_shapes("synthetic:Llama-tiny:Q4_K_M", &m) == IG_OK);
-    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_batch = 16};
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 16,
+                             .n_slots = 1, .n_blocks = 1};
     if (m && gpu_backend_create_emu(m, &o, &g) == IG_OK) {
         float *l = malloc((size_t)m->hp.n_vocab * sizeof *l);
-        int32_t ids[16] = {1, 2, 3, 999};
-        CHECK(l && gpu_prefill_emu(g, ids, 16, 0, l) == IG_OK);
-        CHECK(gpu_decode_emu(g, 5, 16, l) == IG_OK);
+        int32_t ids[16] = {1, 2, 3, 999}, table[1] = {0}, tok = 5;
+        CHECK(l && backend_run_seq(g, table, 0, ids, 16, 0, l) == IG_OK);
+        CHECK(l && backend_run_seq(g, table, 0, &tok, 1, 16, l) == IG_OK);
         bool finite = true, nonzero = false;
         for (int64_t i = 0; l && i < m->hp.n_vocab; i++)
             finite &= isfinite(l[i]), nonzero |= l[i] != 0;
@@ -137,17 +144,17 @@ static void run_shapes_only(void)
     } else {
         CHECK(!"shapes-only model: backend creation failed");
     }
-    gpu_backend_free_emu(g);
+    backend_free(g);
     model_free(m);
 }
 
 int main(void)
 {
     setenv("IGNITE_EMU_MATMUL", "kernels", 1);
-    run_model("synthetic:Llama-tiny:Q4_K", NULL);
-    run_model("synthetic:Llama-tiny:Q6_K", NULL);
-    run_model("synthetic:Llama-tiny:Q4_K_M", NULL);
-    run_model("synthetic:Llama-tiny:Q4_K_M", "dequant");
+    run_model("synthetic:Llama-tiny:Q4_K", NULL, false);
+    run_model("synthetic:Llama-tiny:Q6_K", NULL, false);
+    run_model("synthetic:Llama-tiny:Q4_K_M", NULL, true);
+    run_model("synthetic:Llama-tiny:Q4_K_M", "dequant", false);
     run_f16("synthetic:Llama-tiny:Q4_K");
     run_shapes_only();
     return test_summary("test_backend_qemu");

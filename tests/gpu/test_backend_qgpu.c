@@ -10,7 +10,8 @@
  * plan's bytes on the device, within 5% of the model's tensor bytes.
  * (test_backend_gpu.c runs the default mode on larger models.) The weights
  * are random, so a top-1 within the error of the runner-up counts as a tie.
- * Exits 77 without a GPU. Label gpu; run by the GPU check's quant step. */
+ * Exits 77 without a GPU. Label gpu; run by the GPU check's step 6
+ * (scripts/gpu/quant.sh). */
 #include "models/synthetic.h"
 #include "tests/emu/backend_checks.h"
 
@@ -25,14 +26,14 @@ static void check_model(const char *spec, enum backend_gpu_weights mode, const c
     if (path)
         setenv("IGNITE_QMM_PATH", path, 1);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 0, .n_ctx = N_CTX,
-                             .max_batch = 128, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab, .allow_ties = true};
     if (mode == BACKEND_GPU_NATIVE)
         p.tol = 3e-2, p.nmse_tol = 1e-3; /* random weights: test_backend_qemu.c's bounds */
-    p.lc = malloc((size_t)p.n_vocab * sizeof *p.lc);
-    p.le = malloc((size_t)p.n_vocab * sizeof *p.le);
+    pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
     og.gpu_weights = mode;
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_cuda(m, &og, &p.dev) == IG_OK);
@@ -45,16 +46,15 @@ static void check_model(const char *spec, enum backend_gpu_weights mode, const c
         gpu_get_info_cuda(p.dev, &info);
         CHECK(info.weight_bytes == backend_gpu_weight_bytes(m, mode));
         run_prompt(&p, ids, 5, 5, "short");
-        backend_truncate(p.cpu, 0);
-        gpu_truncate_cuda(p.dev, 0);
         run_prompt(&p, ids, 150, 100, "long, 2 chunks");
-        compare_caches(&p, m);
-        check_upload(&p, m, &og);
+        compare_caches(&p, m, 150 + N_STEPS);
+        check_upload(&p, m, &og, 150 + N_STEPS);
+        run_two(&p, ids, 40, 16, 150 + N_STEPS);
         fprintf(stderr, "%s: worst rel err %.2e, NMSE %.2e\n", spec, p.worst, p.worst_nmse);
     }
     unsetenv("IGNITE_QMM_PATH");
     backend_free(p.cpu);
-    gpu_backend_free_cuda(p.dev);
+    backend_free(p.dev);
     free(p.lc);
     free(p.le);
     model_free(m);
@@ -65,14 +65,15 @@ static void check_model(const char *spec, enum backend_gpu_weights mode, const c
 static void check_shapes_only(const char *spec)
 {
     struct model *m = NULL;
-    struct gpu_backend *g = NULL;
+    struct backend *g = NULL;
     CHECK(model_synthetic_spec_shapes(spec, &m) == IG_OK);
-    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_batch = 32};
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 32,
+                             .n_slots = 1, .n_blocks = 1};
     if (m && gpu_backend_create_cuda(m, &o, &g) == IG_OK) {
         float *l = malloc((size_t)m->hp.n_vocab * sizeof *l);
-        int32_t ids[32] = {1, 2, 3};
-        CHECK(l && gpu_prefill_cuda(g, ids, 32, 0, l) == IG_OK);
-        CHECK(gpu_decode_cuda(g, 5, 32, l) == IG_OK);
+        int32_t ids[32] = {1, 2, 3}, table[1] = {0}, five = 5;
+        CHECK(l && backend_run_seq(g, table, 0, ids, 32, 0, l) == IG_OK);
+        CHECK(l && backend_run_seq(g, table, 0, &five, 1, 32, l) == IG_OK);
         int finite = 1;
         for (int64_t i = 0; l && i < m->hp.n_vocab; i++)
             finite &= isfinite(l[i]);
@@ -84,12 +85,12 @@ static void check_shapes_only(const char *spec)
         CHECKF(ratio <= 1.05, "%s: device weights %.3f x the model's", spec, ratio);
         fprintf(stderr, "%s: %.2f GiB of weights on the device (%.4f x the model's tensors), "
                 "%.2f GiB in all\n", spec, (double)info.weight_bytes / (1 << 30), ratio,
-                (double)info.device_bytes / (1 << 30));
+                (double)backend_device_bytes(g) / (1 << 30));
         free(l);
     } else {
         CHECKF(0, "%s: backend creation failed", spec);
     }
-    gpu_backend_free_cuda(g);
+    backend_free(g);
     model_free(m);
 }
 
