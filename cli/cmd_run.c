@@ -415,7 +415,9 @@ int cmd_run(int argc, char **argv)
     if (st != IG_OK)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
+    enum backend_gpu_weights gpu_weights;
     if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
+        (st = backend_parse_gpu_weights(o.g.gpu_weights, &gpu_weights)) != IG_OK ||
         (st = backend_resolve_device(&dev)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
@@ -448,7 +450,7 @@ int cmd_run(int argc, char **argv)
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx,
         .kv_dtype = lc.kv ? lc.kv->shape.dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
-        .gpu_weights = o.g.gpu_weights,
+        .gpu_weights = gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;

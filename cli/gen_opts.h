@@ -6,7 +6,6 @@
 #ifndef IGNITE_CLI_GEN_OPTS_H
 #define IGNITE_CLI_GEN_OPTS_H
 
-#include "backend/backend.h"
 #include "cli/cli.h"
 #include "decode/sampler.h"
 #include "kvcache/kvcache.h"
@@ -61,6 +60,7 @@ struct gen_cli {
     const char *model;     /* -m, NULL = the default model */
     const char *system;    /* --system, needs --chat */
     const char *device;    /* --device as given */
+    const char *gpu_weights; /* --gpu-weights as given (backend_parse_gpu_weights) */
     int64_t n_predict, n_ctx, n_threads;
     int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;          /* -1 = pick one */
@@ -69,7 +69,6 @@ struct gen_cli {
     const char *stop[GEN_CLI_MAX_STOP]; /* --stop, borrowed from argv */
     int n_stop;
     enum kv_dtype kv_dtype;
-    enum backend_gpu_weights gpu_weights; /* --gpu-weights */
     /* constraints, at most one (cli/gen_grammar.c) */
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     bool chat, quiet, no_special, ignore_eos;
