@@ -134,6 +134,11 @@ size_t backend_device_bytes(const struct backend *b)
     return b->ops->device_bytes(b);
 }
 
+size_t backend_weight_bytes(const struct backend *b)
+{
+    return b->weight_bytes;
+}
+
 struct kv_shape backend_kv_shape(const struct backend *b)
 {
     return kv_shape_of(&b->m->hp, b->o.device.kind == BACKEND_CUDA ? KV_F16 : b->o.kv_dtype);

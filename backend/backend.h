@@ -45,6 +45,23 @@ int backend_parse_device(const char *spec, struct backend_device *dev);
  * build or this machine cannot give. */
 int backend_resolve_device(struct backend_device *dev);
 
+/* --gpu-weights: how the CUDA backend holds the weights. NATIVE keeps the
+ * quantized types the kernels read (ops/gpu_qmm.h) in their blocks and
+ * converts the others to f16; F16 converts every weight (3-4x the bytes of
+ * a 4-bit file, the path before the quantized kernels). */
+enum backend_gpu_weights { BACKEND_GPU_NATIVE, BACKEND_GPU_F16 };
+
+/* Parses native | f16; IG_E_USAGE (one line) otherwise. */
+int backend_parse_gpu_weights(const char *spec, enum backend_gpu_weights *out);
+const char *backend_gpu_weights_name(enum backend_gpu_weights mode);
+
+/* Device bytes the CUDA backend's weights of m take in `mode` (computed on
+ * the host, in every build: backend/gpu_plan.c). */
+size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode);
+/* Of them, what one decode step reads: all but an untied embedding table,
+ * of which it reads one row (the bandwidth figures of `ignite bench`). */
+size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode);
+
 struct backend_opts {
     struct backend_device device;
     int n_threads;        /* CPU threads (<= 0: one per core); CUDA ignores it */
@@ -55,6 +72,7 @@ struct backend_opts {
     enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
+    enum backend_gpu_weights gpu_weights; /* CUDA: native (the default) or f16 */
     const char *oom_hint; /* what the user can do when the cache or the rows do not fit,
                            * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
 };
@@ -107,6 +125,7 @@ struct backend {
     char device[32];           /* "cpu", "cuda:0" */
     char device_name[128];     /* "cpu (avx2)", "NVIDIA H200" */
     int threads;               /* CPU threads used (1 on CUDA) */
+    size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
 };
 
 /* Builds the backend for model m (borrowed; outlives the backend): uploads
@@ -133,6 +152,8 @@ int backend_kv_export(struct backend *b, const struct backend_seq *seq, int64_t 
 int backend_kv_import(struct backend *b, const struct backend_seq *seq,
                       const struct kv_store *src, int64_t n_pos);
 size_t backend_device_bytes(const struct backend *b);
+/* Of the device memory, the weights' (b->weight_bytes). */
+size_t backend_weight_bytes(const struct backend *b);
 
 /* The pool's cache shape and the bytes of one block (K and V, all layers). */
 struct kv_shape backend_kv_shape(const struct backend *b);

@@ -1,8 +1,9 @@
 /* backend/gpu.c: the CUDA backend's orchestration: what lives in device
  * memory, and the order of launches for a prefill block and a decode step.
  *
- * Device memory: weights as f16, Q|K|V and gate|up concatenated so each is
- * one GEMM; norms and biases f32; the KV cache f16, per layer and slot
+ * Device memory: weights in their quantized blocks or f16 (gpu_plan.c), Q|K|V
+ * and gate|up concatenated so each is one product (gpu_matmul.c); norms and
+ * biases f32; the KV cache f16, per layer and slot
  * [n_head_kv][n_ctx][head_dim] (the layout both attention kernels read);
  * activations for max_batch tokens. A step runs its sequences one after the
  * other (backend/gpu.h). Per block of n tokens at pos0:
@@ -32,23 +33,6 @@
 #include <string.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-
-/* The emulated backend does its matrix products on the CPU: the device
- * layer's GEMM there is a CPU loop, and so is the GEMV (its kernel runs under
- * the emulator in tests/emu/test_gemv_emu.c); emulating every thread of a
- * 135M-weight GEMV would take tens of seconds per token. */
-#if defined(IG_EMU_BACKEND)
-static int gemv_dev(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
-                    float beta, void *stream)
-{
-    (void)stream;
-    gk_gemv_f16_ref(w, x, y, rows, cols, beta);
-    return IG_OK;
-}
-#else
-#define gemv_dev gk_gemv_f16_cuda
-#endif
-
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -82,15 +66,13 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 {
     const struct model_hparams *hp = &g->m->hp;
     double e = hp->n_embd, ff = hp->n_ff, B = (double)g->max_batch;
-    double layer = 2.0 * (g->qkv_rows * e + e * g->q_dim + 2 * ff * e + e * ff) + 8.0 * e +
-                   (hp->has_qkv_bias ? 4.0 * g->qkv_rows : 0);
-    s->weights = hp->n_layer * layer + 2.0 * hp->n_vocab * e * (hp->tied_embeddings ? 1 : 2) +
-                 4.0 * e;
+    s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
     s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim *
             g->n_slots;
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff) +
-              4.0 * hp->n_vocab + 4.0 * B;
+              4.0 * hp->n_vocab + 4.0 * B +
+              (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
 
 /* ---- setup ------------------------------------------------------------------------ */
@@ -201,6 +183,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     g->n_ctx = o->n_ctx;
     g->max_batch = o->max_rows;
     g->n_slots = o->n_slots;
+    g->weights_mode = o->gpu_weights;
     g->q_dim = hp->n_head * hp->head_dim;
     g->kv_dim = hp->n_head_kv * hp->head_dim;
     g->qkv_rows = g->q_dim + 2 * g->kv_dim;
@@ -216,6 +199,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
         gpu_ops.destroy(&g->base);
         return st;
     }
+    g->base.weight_bytes = g->weight_bytes;
     snprintf(g->base.device, sizeof g->base.device, "cuda:%d", g->info.index);
     snprintf(g->base.device_name, sizeof g->base.device_name, "%s", g->info.name);
     *out = &g->base;
@@ -251,8 +235,8 @@ static int head(struct gpu_backend *g, const float *x)
     int st = IG_DEV(gk_rmsnorm)(x, hp->n_embd, g->output_norm, 1, hp->n_embd,
                                 (float)hp->norm_eps, g->xn, g->stream);
     if (st == IG_OK)
-        st = gemv_dev(g->output, g->xn, g->logits, hp->n_vocab, hp->n_embd, 0.0f,
-                                 g->stream);
+        st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, hp->n_embd, 1, g->logits, hp->n_vocab,
+                                0.0f);
     return st;
 }
 
@@ -265,14 +249,13 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     float *x = g->x + row * e;
     const uint16_t *att = g->att16 + row * g->q_dim;
     int st;
-    if ((st = IG_DEV(dev_gemm_f16)(g->dev, L->wo, att, x, e, g->q_dim, rows, g->q_dim, e, 1.0f)) ||
+    if ((st = IG_DEV(gpu_matmul)(g, &L->wo, att, g->q_dim, rows, x, e, 1.0f)) ||
         (st = IG_DEV(gk_rmsnorm)(x, e, L->ffn_norm, rows, e, (float)hp->norm_eps, g->xn,
                                  g->stream)) ||
-        (st = IG_DEV(dev_gemm_f16)(g->dev, L->wgu, g->xn, g->gu, 2 * ff, e, rows, e, 2 * ff,
-                                   0.0f)) ||
+        (st = IG_DEV(gpu_matmul)(g, &L->wgu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) ||
         (st = IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
         return st;
-    return IG_DEV(dev_gemm_f16)(g->dev, L->wdown, g->h16, x, e, ff, rows, ff, e, 1.0f);
+    return IG_DEV(gpu_matmul)(g, &L->wdown, g->h16, ff, rows, x, e, 1.0f);
 }
 
 static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, int64_t pos0)
@@ -283,8 +266,7 @@ static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, 
     int st;
     if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, (float)hp->norm_eps, g->xn,
                                  g->stream)) ||
-        (st = IG_DEV(dev_gemm_f16)(g->dev, L->wqkv, g->xn, g->qkv, g->qkv_rows, e, n, e,
-                                   g->qkv_rows, 0.0f)))
+        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)))
         return st;
     struct gk_qkv_params qp = {
         .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = n,
@@ -330,7 +312,7 @@ static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, i
     int32_t pos32 = (int32_t)pos0;
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
         !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
-        st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, n, g->m->hp.n_embd, g->x, g->stream);
+        st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
     for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
         st = prefill_layer(g, slot, l, n, pos0);
     if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->m->hp.n_embd)) && logits)
@@ -345,7 +327,7 @@ static int decode_step(struct gpu_backend *g, int slot)
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->head_dim;
     float eps = (float)hp->norm_eps;
-    int st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, 1, e, g->x, g->stream);
+    int st = IG_DEV(gpu_embed)(g, g->tokens, 1, g->x);
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
         const struct gpu_layer *L = &g->layers[l];
         struct gk_qkv_params qp = {
@@ -363,16 +345,15 @@ static int decode_step(struct gpu_backend *g, int slot)
             .n_splits = g->n_splits, .scale = 1.0f / sqrtf((float)hd),
         };
         if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = gemv_dev(L->wqkv, g->xn, g->qkv, g->qkv_rows, e, 0.0f,
-                                      g->stream)) ||
+            (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, 1, g->qkv, g->qkv_rows, 0.0f)) ||
             (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
             (st = IG_DEV(decode_attn)(&ap, g->stream)) ||
-            (st = gemv_dev(L->wo, g->att16, g->x, e, g->q_dim, 1.0f, g->stream)) ||
+            (st = IG_DEV(gpu_matmul)(g, &L->wo, g->att16, g->q_dim, 1, g->x, e, 1.0f)) ||
             (st = IG_DEV(gk_rmsnorm)(g->x, e, L->ffn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = gemv_dev(L->wgu, g->xn, g->gu, 2 * ff, e, 0.0f, g->stream)) ||
+            (st = IG_DEV(gpu_matmul)(g, &L->wgu, g->xn, e, 1, g->gu, 2 * ff, 0.0f)) ||
             (st = IG_DEV(gk_swiglu)(g->gu, 1, ff, g->h16, g->stream)))
             break;
-        st = gemv_dev(L->wdown, g->h16, g->x, e, ff, 1.0f, g->stream);
+        st = IG_DEV(gpu_matmul)(g, &L->wdown, g->h16, ff, 1, g->x, e, 1.0f);
     }
     return st == IG_OK ? head(g, g->x) : st;
 }

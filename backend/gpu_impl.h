@@ -1,23 +1,36 @@
 /* backend/gpu_impl.h: what the files of the CUDA backend share (gpu.c: setup
- * and the forwards; gpu_weights.c: weights onto the device; gpu_cache.c: the
- * cache to and from the host). Private to backend/. Functions shared between
- * the files carry IG_DEV names like the public ones: the CUDA and emulated
- * builds meet in one test program. */
+ * and the forwards; gpu_weights.c: weights onto the device; gpu_matmul.c:
+ * the one matrix-product dispatch; gpu_cache.c: the cache to and from the
+ * host). Private to backend/. Functions shared between the files carry
+ * IG_DEV names like the public ones: the CUDA and emulated builds meet in
+ * one test program. */
 #ifndef IGNITE_BACKEND_GPU_IMPL_H
 #define IGNITE_BACKEND_GPU_IMPL_H
 
 #include "backend/gpu.h"
+#include "backend/gpu_plan.h"
 #include "device/device.h"
+#include "ops/gpu_qmm.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+/* A weight matrix on the device: its rows in parts of one type each
+ * (quantized blocks or f16; backend/gpu_plan.h), e.g. Q|K in Q4_K then V in
+ * Q6_K. Read only through gpu_matmul and gpu_embed. */
+struct gpu_matrix {
+    int64_t rows, cols;
+    int n_parts;
+    struct gk_qmat part[GPU_PLAN_MAX_PARTS];
+    int64_t row0[GPU_PLAN_MAX_PARTS]; /* first row of each part */
+};
+
 struct gpu_layer {
-    uint16_t *wqkv;            /* [qkv_rows][n_embd] */
-    uint16_t *wo;              /* [n_embd][q_dim] */
-    uint16_t *wgu;             /* [2 * n_ff][n_embd]: gate rows, then up rows */
-    uint16_t *wdown;           /* [n_embd][n_ff] */
+    struct gpu_matrix wqkv;    /* [qkv_rows][n_embd] */
+    struct gpu_matrix wo;      /* [n_embd][q_dim] */
+    struct gpu_matrix wgu;     /* [2 * n_ff][n_embd]: gate rows, then up rows */
+    struct gpu_matrix wdown;   /* [n_embd][n_ff] */
     float *attn_norm, *ffn_norm;
     float *bqkv;               /* [qkv_rows] or NULL */
     uint16_t *k_cache, *v_cache; /* [n_slots][n_head_kv][n_ctx][head_dim] */
@@ -33,8 +46,9 @@ struct gpu_backend {
     int n_slots;
     int64_t *n_pos;            /* [n_slots] positions cached per slot */
     int64_t q_dim, kv_dim, qkv_rows;
+    enum backend_gpu_weights weights_mode;
     struct gpu_layer *layers;
-    uint16_t *tok_embd, *output;
+    struct gpu_matrix tok_embd, output; /* output == tok_embd when tied */
     float *output_norm;
     double *inv_freq;
     /* activations for max_batch tokens */
@@ -43,6 +57,9 @@ struct gpu_backend {
     int32_t *tokens, *pos;     /* device: the block's ids; its first position */
     int32_t *step;             /* pinned host: token, position of a decode step */
     float *attn_work;
+    uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
+    size_t mm_scratch_bytes;
+    bool emu_kernels;          /* emulated build: products by the emulated kernels, not the twins */
     int n_splits;
     struct dev_graph **graphs; /* [n_slots] each slot's decode step, once captured */
     bool no_graph;             /* capture unavailable (the emulator) or failed */
@@ -69,7 +86,23 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
 int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                           const struct kv_store *src, int64_t n_pos);
 
-/* Allocates and fills every weight (gpu_weights.c). */
+/* Allocates and fills every weight, and the matmul scratch for max_batch
+ * rows (gpu_weights.c). */
 int IG_DEV(gpu_upload_weights)(struct gpu_backend *g);
+
+/* y[t][r] = sum_c w[r][c] x[t][c] + beta y[t][r] for t < n, r < w->rows:
+ * x f16 [n][ld_x], y f32 [n][ld_y], beta 0 or 1 (gpu_matmul.c). Each part
+ * goes the way gk_qmm_choose says for n rows (GEMV, tensor cores, or f16
+ * slabs for the device GEMM); queues work only, so a decode step captures. */
+int IG_DEV(gpu_matmul)(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *x,
+                       int64_t ld_x, int64_t n, float *y, int64_t ld_y, float beta);
+
+/* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
+int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);
+
+/* Reads the matmul settings of the environment once per backend:
+ * IGNITE_QMM_PATH (checked, ops/gpu_qmm.h) and, in the emulated build,
+ * IGNITE_EMU_MATMUL=kernels (gpu_matmul.c). */
+int IG_DEV(gpu_matmul_setup)(struct gpu_backend *g);
 
 #endif

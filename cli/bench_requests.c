@@ -236,6 +236,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     struct backend_opts bo = {
         .device = o->device, .n_threads = o->n_threads, .n_ctx = n_ctx,
         .n_slots = (int)o->parallel, .kv_dtype = o->kv, .exact = o->exact,
+        .gpu_weights = o->gpu_weights,
         .max_rows = o->n_batch > o->parallel ? o->n_batch : o->parallel,
         .oom_hint = "lower --parallel, --input-len or --output-len",
     };
@@ -285,7 +286,8 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     cJSON_AddStringToObject(j, "model_filename", path);
     cJSON_AddStringToObject(j, "device", be->device);
     cJSON_AddStringToObject(j, "device_name", be->device_name);
-    cJSON_AddStringToObject(j, "matmul", be->o.device.kind == BACKEND_CUDA ? "f16"
+    cJSON_AddStringToObject(j, "matmul", be->o.device.kind == BACKEND_CUDA
+                                             ? backend_gpu_weights_name(o->gpu_weights)
                                          : o->exact ? "exact" : "int8");
     cJSON_AddNumberToObject(j, "n_threads", be->threads);
     cJSON_AddNumberToObject(j, "n_batch", (double)bo.max_rows);

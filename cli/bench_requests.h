@@ -19,6 +19,7 @@ struct bench_requests_opts {
     struct backend_device device;
     enum kv_dtype kv;
     bool exact;
+    enum backend_gpu_weights gpu_weights;
     const char *format;         /* md, csv, json, jsonl */
 };
 

@@ -488,7 +488,9 @@ int cmd_batch(int argc, char **argv)
     if (st != IG_OK)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
+    enum backend_gpu_weights gpu_weights;
     if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
+        (st = backend_parse_gpu_weights(o.g.gpu_weights, &gpu_weights)) != IG_OK ||
         (st = backend_resolve_device(&dev)) != IG_OK)
         return st;
 
@@ -516,7 +518,7 @@ int cmd_batch(int argc, char **argv)
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
-        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype,
+        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype, .gpu_weights = gpu_weights,
         /* every running sequence's decode row fits a step */
         .max_rows = o.g.n_batch > o.parallel ? o.g.n_batch : o.parallel,
         .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",

@@ -30,7 +30,8 @@
 
 #define BENCH_MAX_LIST 16
 
-enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN };
+enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
+       OPT_GPU_WEIGHTS };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -43,6 +44,7 @@ static const struct cli_option bench_options[] = {
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
+    {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
     {"requests", OPT_REQUESTS, required_argument, "N", "throughput test: N requests through the batch engine", NULL},
     {"parallel", 'P', required_argument, "N", "--requests: sequences in flight", "8"},
@@ -59,8 +61,8 @@ static const char bench_summary[] =
     "Measures prefill (ppN: N prompt tokens, tokens/s and time to first token) and decode\n"
     "(tgN: N generated tokens, tokens/s), like llama-bench. Synthetic models: "
     "synthetic:NAME[:TYPE]\nwith NAME one of SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, "
-    "Llama-3.2-3B, Llama-3-8B\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), Q8_0, "
-    "Q4_K, Q6_K.";
+    "Llama-3.2-3B, Llama-3-8B, Llama-tiny\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), "
+    "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,\nQ6_K, Q4_K_M.";
 
 struct bench_opts {
     const char *models[BENCH_MAX_LIST];
@@ -73,6 +75,7 @@ struct bench_opts {
     struct backend_device device;
     enum kv_dtype kv;
     bool exact;
+    enum backend_gpu_weights gpu_weights;
     struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
 };
 
@@ -128,6 +131,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
+    case OPT_GPU_WEIGHTS: return backend_parse_gpu_weights(arg, &o->gpu_weights);
     case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
     case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
     case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
@@ -211,6 +215,8 @@ struct bench_row {
     const char *device_name;/* "cpu (avx2)", "NVIDIA H200" */
     int64_t n_prompt, n_gen;
     int64_t n_depth;        /* tokens in the cache before the timed part */
+    size_t device_weight_bytes; /* the weights on the device (CUDA; 0 on the CPU) */
+    size_t device_step_bytes;   /* of them, what a decode step reads (CUDA; 0 on the CPU) */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
     double samples_ts[1000];
     int64_t reps;
@@ -268,11 +274,14 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddStringToObject(j, "device", r->device);
     cJSON_AddStringToObject(j, "device_name", r->device_name);
     cJSON_AddStringToObject(j, "isa", e->isa);
-    cJSON_AddStringToObject(j, "matmul", !cpu ? "f16" : e->o->exact ? "exact" : "int8");
+    cJSON_AddStringToObject(j, "matmul", !cpu ? backend_gpu_weights_name(e->o->gpu_weights)
+                                              : e->o->exact ? "exact" : "int8");
     cJSON_AddStringToObject(j, "model_filename", r->model);
     cJSON_AddStringToObject(j, "model_type", r->model_type);
     cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
+    cJSON_AddNumberToObject(j, "device_weight_bytes", (double)r->device_weight_bytes);
+    cJSON_AddNumberToObject(j, "device_step_bytes", (double)r->device_step_bytes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
     cJSON_AddStringToObject(j, "type_kv", !cpu || e->o->kv == KV_F16 ? "f16" : "f32");
@@ -316,6 +325,7 @@ static void csv_field(const char *s, bool last)
 static const char *csv_cols[] = {"ignite_version", "build_commit", "build_number",
                                  "build_compiler", "build_cuda", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
+                                 "device_weight_bytes", "device_step_bytes",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
@@ -367,7 +377,8 @@ static void print_row(struct bench_env *e, const struct bench_row *r)
             snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
         bool cpu = !strcmp(r->device, "cpu");
         printf("| %s | %s | %s | %s | %s%s | %d | %s | %.2f ± %.2f | %s |\n", r->model_type,
-               size, params, cpu ? "cpu" : r->device_name, cpu ? e->isa : "f16",
+               size, params, cpu ? "cpu" : r->device_name,
+               cpu ? e->isa : backend_gpu_weights_name(e->o->gpu_weights),
                cpu && e->o->exact ? " exact" : "", r->threads, test, r->avg_ts, r->sd_ts, ttft);
     } else if (!strcmp(fmt, "csv")) {
         if (e->rows_out == 0)
@@ -667,7 +678,7 @@ static int bench_model(struct bench_env *e, const char *spec)
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
                                   .n_ctx = n_ctx, .max_rows = batch, .n_slots = 1,
                                   .kv_dtype = o->kv,
-                                  .exact = o->exact,
+                                  .exact = o->exact, .gpu_weights = o->gpu_weights,
                                   /* bench's context is the longest -d plus -p or -n */
                                   .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"
                                                    : "lower -p, -n or -d"};
@@ -676,6 +687,8 @@ static int bench_model(struct bench_env *e, const char *spec)
         r->threads = b.be->threads;
         r->device = b.be->device;
         r->device_name = b.be->device_name;
+        r->device_weight_bytes = backend_weight_bytes(b.be);
+        r->device_step_bytes = cuda ? backend_gpu_step_bytes(m, o->gpu_weights) : 0;
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
@@ -722,6 +735,7 @@ int cmd_bench(int argc, char **argv)
         rq->device = o.device;
         rq->kv = o.kv;
         rq->exact = o.exact;
+        rq->gpu_weights = o.gpu_weights;
         rq->format = o.format;
         for (int i = 0; i < o.n_models && st == IG_OK; i++)
             st = bench_requests(rq, o.models[i]);

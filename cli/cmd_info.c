@@ -1,12 +1,15 @@
 /* cli/cmd_info.c: `ignite info`: loads and validates a model (a GGUF file or
  * a Hugging Face folder) and describes it (hyper-parameters, tokenizer
- * metadata, tensors by type, KV cache size) as text or, with --json, as one
- * JSON object on stdout, the same keys for both formats.
- * Loading and validation are models/'s and tokenizer/'s; this file only
- * formats. Covered by tests/models/test_info.py, test_gguf_malformed.py,
- * test_hf_folder.py and tests/cli/test_args.sh (write errors). */
+ * metadata, tensors by type, KV cache size, the weights' bytes on a CUDA
+ * device in either --gpu-weights mode) as text or, with --json, as one JSON
+ * object on stdout, the same keys for both formats.
+ * Loading and validation are models/'s and tokenizer/'s, the device plan
+ * backend/'s; this file only formats. Covered by tests/models/test_info.py,
+ * test_gguf_malformed.py, test_hf_folder.py and tests/cli/test_args.sh
+ * (write errors). */
 #include "cli/cli.h"
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -167,6 +170,10 @@ static void print_text(const struct model *m, const struct info *in)
                    (long long)in->type_count[t], (long long)in->type_bytes[t]);
     printf("KV cache        %lld bytes/token f32, %lld bytes/token f16\n",
            (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
+    size_t native = backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE);
+    size_t f16 = backend_gpu_weight_bytes(m, BACKEND_GPU_F16);
+    printf("CUDA weights    native %zu bytes (%.2f GiB), f16 %zu bytes (%.2f GiB)\n", native,
+           (double)native / (1 << 30), f16, (double)f16 / (1 << 30));
 }
 
 /* v as a JSON string: a file's metadata (or a path) need not be UTF-8, so
@@ -237,6 +244,9 @@ static int print_json(const struct model *m, const struct info *in)
     cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
     cJSON_AddNumberToObject(kv, "f32", (double)model_kv_bytes_per_token(hp, 4));
     cJSON_AddNumberToObject(kv, "f16", (double)model_kv_bytes_per_token(hp, 2));
+    cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
+    cJSON_AddNumberToObject(cw, "native", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
+    cJSON_AddNumberToObject(cw, "f16", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     if (!s)
@@ -266,7 +276,8 @@ int cmd_info(int argc, char **argv)
             cli_print_help(stdout, usage,
                            "Loads and validates a model (GGUF file or Hugging Face folder) and\n"
                            "describes it: architecture, shapes, tokenizer metadata, tensors by\n"
-                           "type, KV cache size.",
+                           "type, KV cache size, the weights' bytes on a CUDA device\n"
+                           "(--gpu-weights native and f16).",
                            info_options);
             return cli_flush_stdout();
         case 'V': cli_print_version(); return cli_flush_stdout();

@@ -388,6 +388,9 @@ static int generate(const struct run_opts *o, struct model *m, struct tok_vocab 
             .n_ctx = n_ctx, .kv_bytes = rs.kv_bytes,
             .kv_max_bytes = kv_bytes_for_blocks(&shape, kv_blocks_for(n_ctx)),
             .kv_load_ms = load_ms, .kv_save_ms = rs.save_ms,
+            .device_bytes = backend_device_bytes(be), .weight_bytes = backend_weight_bytes(be),
+            .gpu_weights = be->o.device.kind == BACKEND_CUDA
+                               ? backend_gpu_weights_name(be->o.gpu_weights) : NULL,
             .text = rs.buf, .len = rs.len, .status = st,
         };
         if (!o->g.quiet)
@@ -412,7 +415,9 @@ int cmd_run(int argc, char **argv)
     if (st != IG_OK)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
+    enum backend_gpu_weights gpu_weights;
     if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
+        (st = backend_parse_gpu_weights(o.g.gpu_weights, &gpu_weights)) != IG_OK ||
         (st = backend_resolve_device(&dev)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
@@ -445,6 +450,7 @@ int cmd_run(int argc, char **argv)
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx,
         .kv_dtype = lc.kv ? lc.kv->shape.dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
+        .gpu_weights = gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;

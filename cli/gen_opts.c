@@ -16,6 +16,7 @@
 void gen_cli_defaults(struct gen_cli *o)
 {
     *o = (struct gen_cli){.n_predict = 256, .n_batch = 512, .seed = -1, .device = "auto",
+                          .gpu_weights = "native",
                           .kv_dtype = KV_F32};
     o->sp = sampler_default_params();
 }
@@ -61,6 +62,7 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_CHAT: o->chat = true; return IG_OK;
     case GEN_OPT_SYSTEM: o->system = arg; return IG_OK;
     case GEN_OPT_DEVICE: o->device = arg; return IG_OK;
+    case GEN_OPT_GPU_WEIGHTS: o->gpu_weights = arg; return IG_OK;
     case GEN_OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;

@@ -1,5 +1,5 @@
 /* cli/gen_opts.h: the options `run` and `batch` share (private to cli/):
- * the model, the device and context, the prefill chunk, sampling, the chat
+ * the model, the device (and how CUDA holds the weights) and context, the prefill chunk, sampling, the chat
  * template, stop strings. One vocabulary for both commands: a batch
  * request's keys default to these. The rows below go into each command's
  * option table; gen_cli_set parses their values. */
@@ -19,7 +19,7 @@ enum {
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
-    GEN_OPT_FORMAT, GEN_OPT_END
+    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_END
 };
 
 /* The shared rows of an option table (struct cli_option). */
@@ -47,6 +47,7 @@ enum {
     {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
+    {"gpu-weights", GEN_OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"}, \
     {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
     {"ignore-eos", GEN_OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL}, \
     {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}, \
@@ -59,6 +60,7 @@ struct gen_cli {
     const char *model;     /* -m, NULL = the default model */
     const char *system;    /* --system, needs --chat */
     const char *device;    /* --device as given */
+    const char *gpu_weights; /* --gpu-weights as given (backend_parse_gpu_weights) */
     int64_t n_predict, n_ctx, n_threads;
     int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
     int64_t seed;          /* -1 = pick one */

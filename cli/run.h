@@ -26,6 +26,9 @@ struct run_report {
     double kv_max_bytes; /* what the whole context would need */
     double kv_load_ms;   /* reading --load-kv, 0 if none */
     double kv_save_ms;   /* writing --save-kv, 0 if none */
+    size_t device_bytes; /* device memory held (CUDA; 0 on the CPU) */
+    size_t weight_bytes; /* of which the weights */
+    const char *gpu_weights; /* "native" or "f16" on CUDA, NULL on the CPU */
     const char *text;    /* generated text (--json), len bytes, any bytes */
     size_t len;
     int status;          /* the exit status the run ends with */

@@ -26,15 +26,21 @@ void run_print_stats(const struct run_report *r)
     char cached[48] = "";
     if (s->n_cached)
         snprintf(cached, sizeof cached, " (+%lld cached)", (long long)s->n_cached);
+    char mem[96] = ""; /* the device's memory, on CUDA */
+    if (r->gpu_weights)
+        snprintf(mem, sizeof mem, " | gpu mem %.2f GiB, weights %s %.2f GiB",
+                 (double)r->device_bytes / 1073741824.0, r->gpu_weights,
+                 (double)r->weight_bytes / 1073741824.0);
     fprintf(stderr,
             "stats: prompt %lld tok%s | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
             "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s | "
-            "kv %.1f MiB%s\n",
+            "kv %.1f MiB%s%s\n",
             (long long)s->n_prompt, cached, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
             (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
             r->device, r->threads, gen_stop_name(s->stop), (double)r->kv_bytes / 1048576.0,
             !s->grammar ? "" : s->grammar_complete ? " | grammar complete"
-                                                   : " | grammar incomplete");
+                                                   : " | grammar incomplete",
+            mem);
 }
 
 cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *sp,
@@ -89,6 +95,15 @@ int run_print_json(const struct run_report *r)
     cJSON_AddNumberToObject(kvo, "max_bytes", r->kv_max_bytes);
     cJSON_AddNumberToObject(kvo, "load_ms", r->kv_load_ms);
     cJSON_AddNumberToObject(kvo, "save_ms", r->kv_save_ms);
+    cJSON *dm = cJSON_AddObjectToObject(root, "device_memory");
+    if (!dm)
+        goto fail;
+    cJSON_AddNumberToObject(dm, "bytes", (double)r->device_bytes);
+    cJSON_AddNumberToObject(dm, "weight_bytes", (double)r->weight_bytes);
+    if (r->gpu_weights)
+        cJSON_AddStringToObject(dm, "weights", r->gpu_weights);
+    else
+        cJSON_AddNullToObject(dm, "weights");
     char *out = cJSON_PrintUnformatted(root);
     if (!out)
         goto fail;

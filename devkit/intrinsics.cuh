@@ -30,6 +30,17 @@ struct ig_f16_t {};  /* IEEE binary16 elements */
 #define ig_syncthreads() ig_emu_barrier(__FILE__, __LINE__)
 #endif
 
+/* griddepcontrol.wait: returns once the kernels this grid depends on have
+ * completed and their writes are visible. A kernel launched with
+ * IG_LAUNCH_PDL calls it before reading what they wrote; launched plainly
+ * (or below sm_90, or emulated) it returns at once. */
+__device__ __forceinline__ void ig_grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* threadIdx.x read anew at each call: values derived from it are then
  * recomputed where used (a few integer instructions) instead of being hoisted
  * out of a loop and kept in registers the accumulators need. */
@@ -311,6 +322,34 @@ __device__ __forceinline__ uint32_t ig_vote_ballot(bool pred)
     return pred;
 #else
     return ig_emu_vote(IG_EMU_VOTE_BALLOT, 0xffffffffu, pred);
+#endif
+}
+
+/* ---- integer SIMD within a register --------------------------------------- */
+
+/* c + the dot product of the four signed bytes of a and of b (dp4a.s32.s32). */
+__device__ __forceinline__ int ig_dp4a(int a, int b, int c)
+{
+#if defined(__CUDA_ARCH__)
+    return __dp4a(a, b, c);
+#else
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(uint8_t)((uint32_t)a >> (8 * i)) *
+             (int)(int8_t)(uint8_t)((uint32_t)b >> (8 * i));
+    return c;
+#endif
+}
+
+/* Byte-wise a - b modulo 256 (no borrow between bytes): __vsub4. */
+__device__ __forceinline__ uint32_t ig_vsub4(uint32_t a, uint32_t b)
+{
+#if defined(__CUDA_ARCH__)
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= ((((a >> (8 * i)) & 0xffu) - ((b >> (8 * i)) & 0xffu)) & 0xffu) << (8 * i);
+    return r;
 #endif
 }
 

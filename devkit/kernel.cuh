@@ -8,7 +8,9 @@
  *   - touches shared memory only through the wrappers of intrinsics.cuh
  *     (cp.async, ldmatrix, ig_lds/ig_sts), so the emulator sees every access;
  *   - launches with IG_LAUNCH(kernel, grid, block, smem, stream, args...),
- *     which returns 0 or a failure (checked and reported on both sides);
+ *     which returns 0 or a failure (checked and reported on both sides), or
+ *     IG_LAUNCH_PDL (programmatic dependent launch on sm_90+, the kernel
+ *     calling ig_grid_dependency_wait first: devkit/intrinsics.cuh);
  *   - checks every CUDA runtime call with IG_CUDA_CHECK (device builds).
  * IG_EMU is defined in host (emulator) builds, never under nvcc.
  * Covered by tests/emu (host) and the CUDA build (device). */
@@ -18,6 +20,14 @@
 #include <stdint.h>
 
 #include "core/status.h"
+
+/* Full unrolling of a loop over a register array (left rolled, the array is
+ * indexed at run time and moves to the stack); nothing for the host compiler. */
+#if defined(__CUDACC__)
+#define IG_UNROLL _Pragma("unroll")
+#else
+#define IG_UNROLL
+#endif
 
 #if defined(__CUDACC__)
 
@@ -56,6 +66,39 @@ static inline int ig_cuda_launched(const char *what, const char *file, int line)
     (kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__),                \
      ig_cuda_launched(#kernel "<<<...>>>", __FILE__, __LINE__))
 
+/* A launch with programmatic dependent launch (compute capability 9.0+): the
+ * kernel's blocks may start before the previous kernel on the stream has
+ * finished, so it must call ig_grid_dependency_wait() before it reads
+ * anything that kernel wrote (work before that, such as loading weights,
+ * overlaps the previous kernel's tail). Also in stream capture. */
+template <class... Params, class... Args>
+static inline cudaError_t ig_launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                        size_t smem, cudaStream_t stream, Args... args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+#define IG_LAUNCH_PDL(kernel, grid, block, smem, stream, ...)                   \
+    ig_cuda_check_launch(ig_launch_pdl(kernel, (grid), (block), (smem), (stream), __VA_ARGS__), \
+                         #kernel " (programmatic dependent launch)", __FILE__, __LINE__)
+
+static inline int ig_cuda_check_launch(cudaError_t err, const char *what, const char *file,
+                                       int line)
+{
+    return err == cudaSuccess ? ig_cuda_launched(what, file, line)
+                              : ig_cuda_fail(err, what, file, line);
+}
+
 #else /* host build: the emulator */
 
 #define IG_EMU 1
@@ -88,6 +131,8 @@ typedef void *cudaStream_t;
          ? ig_error(IG_E_INTERNAL, "emulated %s failed: %s", #kernel,           \
                     ig_emu_last_error())                                        \
          : 0)
+/* The emulator runs launches one after another: nothing to overlap. */
+#define IG_LAUNCH_PDL IG_LAUNCH
 
 #endif
 #endif

@@ -28,19 +28,23 @@ static const struct shape shapes[] = {
     {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, true},
     {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 500000.0, true},
     {"Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0, false},
+    /* Not a real model: two layers 256 wide (whole K-type super-blocks), GQA
+     * 2, a separate output head, for tests that run every kernel emulated. */
+    {"Llama-tiny", 2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0, false},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 const char *model_synthetic_names(void)
 {
-    return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B";
+    return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B, Llama-tiny";
 }
 
 static bool type_ok(enum quant_type t)
 {
     switch (t) {
     case QUANT_F32: case QUANT_F16: case QUANT_BF16: case QUANT_Q4_0: case QUANT_Q4_1:
-    case QUANT_Q8_0: case QUANT_Q4_K: case QUANT_Q6_K:
+    case QUANT_Q5_0: case QUANT_Q5_1: case QUANT_Q8_0: case QUANT_Q4_K: case QUANT_Q5_K:
+    case QUANT_Q6_K:
         return true;
     default:
         return false;
@@ -110,10 +114,16 @@ static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
         switch (w->type) {
         case QUANT_Q4_0: put_f16(blk, a / 8); break;
         case QUANT_Q4_1: put_f16(blk, 2 * a / 15); put_f16(blk + 2, -a); break;
+        case QUANT_Q5_0: put_f16(blk, a / 16); break;
+        case QUANT_Q5_1: put_f16(blk, 2 * a / 31); put_f16(blk + 2, -a); break;
         case QUANT_Q8_0: put_f16(blk, a / 127); break;
         case QUANT_Q4_K: /* d * sc (<= 63) * q (<= 15), minus dmin * m (<= 63) */
             put_f16(blk + offsetof(struct block_q4_K, d), 2 * a / (15 * 63));
             put_f16(blk + offsetof(struct block_q4_K, dmin), a / 63);
+            break;
+        case QUANT_Q5_K: /* q <= 31 */
+            put_f16(blk + offsetof(struct block_q5_K, d), 2 * a / (31 * 63));
+            put_f16(blk + offsetof(struct block_q5_K, dmin), a / 63);
             break;
         case QUANT_Q6_K: /* d * sc (|sc| <= 128) * (q - 32) */
             put_f16(blk + offsetof(struct block_q6_K, d), a / (32 * 128));
@@ -135,8 +145,12 @@ static size_t padded(const struct model_weight *w)
     return ((size_t)w->rows * w->row_bytes + 63) & ~(size_t)63;
 }
 
-/* Builds the model; with materialize false only the shapes (data NULL). */
-static int build(const char *name, enum quant_type type, bool materialize, struct model **out)
+/* Builds the model; with materialize false only the shapes (data NULL).
+ * `mixed` (TYPE Q4_K_M, type Q4_K) stores V, the FFN's down projection and
+ * the output head as Q6_K, as llama.cpp's Q4_K_M files mostly do: one
+ * model with matrices of two types. */
+static int build(const char *name, enum quant_type type, bool mixed, bool materialize,
+                 struct model **out)
 {
     *out = NULL;
     const struct shape *sh = NULL;
@@ -148,7 +162,8 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
                         model_synthetic_names());
     if (!type_ok(type))
         return ig_error(IG_E_USAGE, "synthetic model: type %s is not supported "
-                        "(F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                        "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, "
+                        "Q4_K_M)",
                         quant_type_name((uint32_t)type));
     int64_t blk = quant_traits_of((uint32_t)type)->block_elems;
     int64_t q_dim = sh->n_head * sh->head_dim, kv_dim = sh->n_head_kv * sh->head_dim;
@@ -157,6 +172,7 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
                         "block of %lld", sh->name, quant_type_name((uint32_t)type),
                         (long long)blk);
 
+    const enum quant_type heavy = mixed ? QUANT_Q6_K : type; /* V, down, output */
     struct model *m = calloc(1, sizeof *m);
     if (!m)
         return ig_error(IG_E_NOMEM, "out of memory building synthetic %s", sh->name);
@@ -181,12 +197,12 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
         .attn_norm = mat(QUANT_F32, 1, sh->n_embd),
         .wq = mat(type, q_dim, sh->n_embd),
         .wk = mat(type, kv_dim, sh->n_embd),
-        .wv = mat(type, kv_dim, sh->n_embd),
+        .wv = mat(heavy, kv_dim, sh->n_embd),
         .wo = mat(type, sh->n_embd, q_dim),
         .ffn_norm = mat(QUANT_F32, 1, sh->n_embd),
         .w_gate = mat(type, sh->n_ff, sh->n_embd),
         .w_up = mat(type, sh->n_ff, sh->n_embd),
-        .w_down = mat(type, sh->n_embd, sh->n_ff),
+        .w_down = mat(heavy, sh->n_embd, sh->n_ff),
     };
     struct model_weight *pw[] = {&proto.attn_norm, &proto.wq, &proto.wk, &proto.wv, &proto.wo,
                                  &proto.ffn_norm, &proto.w_gate, &proto.w_up, &proto.w_down};
@@ -198,7 +214,7 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
     }
     m->tok_embd = mat(type, sh->n_vocab, sh->n_embd);
     m->output_norm = mat(QUANT_F32, 1, sh->n_embd);
-    m->output = m->tok_embd;
+    m->output = sh->tied ? m->tok_embd : mat(heavy, sh->n_vocab, sh->n_embd);
     size_t head = ((size_t)sh->n_layer * sizeof(struct model_layer) + 63) & ~(size_t)63;
     size_t total = head + (size_t)sh->n_layer * layer_bytes + padded(&m->tok_embd) +
                    padded(&m->output_norm) + (sh->tied ? 0 : padded(&m->output));
@@ -214,12 +230,10 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
     m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
                   sh->n_embd;
     snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
-             quant_type_name((uint32_t)type));
+             mixed ? "Q4_K_M" : quant_type_name((uint32_t)type));
     if (!materialize) {
         for (int64_t il = 0; il < sh->n_layer; il++)
             m->layers[il] = proto;
-        if (!sh->tied)
-            m->output = mat(type, sh->n_vocab, sh->n_embd);
         m->virtual_weights = true;
         *out = m;
         return IG_OK;
@@ -257,7 +271,7 @@ static int build(const char *name, enum quant_type type, bool materialize, struc
 
 int model_synthetic(const char *name, enum quant_type type, struct model **out)
 {
-    return build(name, type, true, out);
+    return build(name, type, false, true, out);
 }
 
 static int from_spec(const char *spec, bool materialize, struct model **out)
@@ -269,8 +283,13 @@ static int from_spec(const char *spec, bool materialize, struct model **out)
     char name[64];
     snprintf(name, sizeof name, "%s", spec + sizeof prefix - 1);
     enum quant_type type = QUANT_Q4_1;
+    bool mixed = false;
     char *colon = strchr(name, ':');
-    if (colon) {
+    if (colon && strcasecmp(colon + 1, "Q4_K_M") == 0) {
+        *colon = 0;
+        type = QUANT_Q4_K;
+        mixed = true;
+    } else if (colon) {
         *colon = 0;
         bool found = false;
         for (uint32_t t = 0; t < 64 && !found; t++) {
@@ -283,7 +302,7 @@ static int from_spec(const char *spec, bool materialize, struct model **out)
         if (!found)
             return ig_error(IG_E_USAGE, "synthetic model: unknown type '%s'", colon + 1);
     }
-    return build(name, type, materialize, out);
+    return build(name, type, mixed, materialize, out);
 }
 
 int model_synthetic_spec(const char *spec, struct model **out)

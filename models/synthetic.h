@@ -11,13 +11,15 @@
 #include <stddef.h>
 
 /* Builds model `name` (see model_synthetic_names) with every matrix stored
- * as `type` (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; the K types need
- * widths that are multiples of 256) and f32 norms. Free with model_free.
+ * as `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K;
+ * the K types need widths that are multiples of 256) and f32 norms. Free
+ * with model_free.
  * Returns IG_OK, IG_E_USAGE (unknown name or type) or IG_E_NOMEM. */
 int model_synthetic(const char *name, enum quant_type type, struct model **out);
 
-/* Parses "synthetic:NAME[:TYPE]" (TYPE defaults to Q4_1, case-insensitive)
- * and builds it. Returns as model_synthetic, or IG_E_USAGE for a spec that
+/* Parses "synthetic:NAME[:TYPE]" (TYPE defaults to Q4_1, case-insensitive;
+ * Q4_K_M: Q4_K with V, the FFN's down projection and an untied output head
+ * in Q6_K, as llama.cpp's Q4_K_M mostly is) and builds it. Returns as model_synthetic, or IG_E_USAGE for a spec that
  * does not start with "synthetic:". */
 int model_synthetic_spec(const char *spec, struct model **out);
 

@@ -88,6 +88,35 @@ __device__ __forceinline__ float gk_add(float a, float b)
 #endif
 }
 
+/* a / b and 1 / a, correctly rounded (IEEE), as the CPU computes them. */
+__device__ __forceinline__ float gk_div(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+__device__ __forceinline__ float gk_rcp(float a)
+{
+#if defined(__CUDA_ARCH__)
+    return __frcp_rn(a);
+#else
+    return 1.0f / a;
+#endif
+}
+
+/* x rounded to the nearest integer, ties to even (rintf), as an int. */
+__device__ __forceinline__ int gk_rint(float x)
+{
+#if defined(__CUDA_ARCH__)
+    return __float2int_rn(x);
+#else
+    return (int)rintf(x);
+#endif
+}
+
 /* Launchers pick the vector path only for aligned pointers. */
 inline bool gk_aligned(const void *p, uintptr_t bytes)
 {

@@ -39,6 +39,7 @@ for k in ("ttft_ms", "prefill_ms", "prefill_tok_s", "decode_ms_per_tok", "decode
 s = obj["sampling"]
 assert s["seed"] == 42 and s["temperature"] == 0.8 and s["top_k"] == 40, s
 assert obj["device"] == "cpu" and obj["threads"] == 2 and obj["n_ctx"] > 0
+assert obj["device_memory"] == {"bytes": 0, "weight_bytes": 0, "weights": None}, obj
 PY
 CHECKS=$((CHECKS + 1))
 cp "$TMP/out" "$TMP/json1"

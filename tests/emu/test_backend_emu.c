@@ -1,11 +1,17 @@
 /* tests/emu/test_backend_emu.c: the CUDA backend end to end under the
  * emulator (backend/gpu.c over device/device_emu.cc and the kernels' own
- * sources) against the CPU backend (exact f32 matmuls) on the real test
- * model: every greedy step of two prompts (one longer than an attention
- * tile, prefilled in two chunks) must pick the CPU's token, with logits
- * within f16 tolerance, and so must two sequences sharing steps; the cache
+ * sources; the matrix products by their CPU twins, backend/gpu_matmul.c)
+ * against the CPU backend (exact f32 matmuls) on the real test model:
+ * every greedy step of two prompts (one longer than an attention tile,
+ * prefilled in two chunks) must pick the CPU's token, with logits within
+ * the bound of the weights' mode (backend_checks.h: f16 tolerance with
+ * `--gpu-weights f16`; with native weights, the default, the bounds of the
+ * CPU's int8-activation path, a top-1 within the error of the runner-up
+ * counting as a tie), and so must two sequences sharing steps; the cache
  * exported from the device matches the CPU cache; a cache imported into a
- * fresh backend continues with the same logits. Exits 77 without the model. */
+ * fresh backend continues with the same logits.
+ * Usage: test_backend_emu [--gpu-weights native|f16]. Exits 77 without the
+ * model. */
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/cpu/model_path.h"
@@ -30,8 +36,15 @@ static void check_too_big(void)
     model_free(big);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    enum backend_gpu_weights mode = BACKEND_GPU_NATIVE;
+    if (argc == 3 && !strcmp(argv[1], "--gpu-weights") &&
+        backend_parse_gpu_weights(argv[2], &mode) == IG_OK) {
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16]\n");
+        return 2;
+    }
     char path[4096];
     if (test_model_path(path, sizeof path) != 0)
         return TEST_SKIP;
@@ -43,10 +56,13 @@ int main(void)
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
                              .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab};
+    if (mode == BACKEND_GPU_NATIVE)
+        p.tol = LOGIT_TOL_INT8, p.nmse_tol = NMSE_TOL_INT8, p.allow_ties = true;
     pair_init(&p, &o);
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     struct backend_opts oe = o;
     oe.device.kind = BACKEND_CUDA;
+    oe.gpu_weights = mode;
     oe.n_blocks = 2 * (N_CTX / KV_BLOCK);
     CHECK(gpu_backend_create_emu(m, &oe, &p.dev) == IG_OK);
     if (!p.cpu || !p.dev || !p.lc || !p.le)
@@ -75,6 +91,8 @@ int main(void)
     /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
     run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
+    fprintf(stderr, "%s weights: worst rel err %.2e, NMSE %.2e\n",
+            backend_gpu_weights_name(mode), p.worst, p.worst_nmse);
     for (int i = 0; i < 2; i++)
         tok_ids_free(&ids[i]);
 

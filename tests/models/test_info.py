@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tests/models/test_info.py: `ignite info --json` on the real model against
 what gguf.GGUFReader reads from the same file, plus the text form and the
-spec defaults/derivations (head_dim, tied output, KV bytes) computed here
-from the reader's fields. Exit 77 when the model is absent."""
+spec defaults/derivations (head_dim, tied output, KV bytes, the weights'
+bytes on a CUDA device) computed here from the reader's fields. Exit 77 when
+the model is absent."""
 import json
 import os
 import subprocess
@@ -83,6 +84,18 @@ def main():
         sizes[t.tensor_type.name] += int(t.n_bytes)
     want_types = {k: {"count": counts[k], "bytes": sizes[k]} for k in counts}
     expect("tensor_types", info["tensor_types"], want_types)
+    # On a CUDA device (computed on the host): native keeps the file's blocks
+    # (Q6_K: 2 bytes more a block, each allocation's planes 256-aligned), so
+    # within 5% of the file's tensor bytes; f16 is 2 bytes a matrix element
+    # and f32 norms. Tensors the device layout lacks (none here) go f16.
+    tensor_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    f16_bytes = sum((2 if len(t.shape) >= 2 else 4) * int(np.prod(t.shape))
+                    for t in reader.tensors)
+    cw = info["cuda_weight_bytes"]
+    if not tensor_bytes <= cw["native"] <= 1.05 * tensor_bytes:
+        failures.append(f"cuda_weight_bytes.native {cw['native']}: the tensors hold {tensor_bytes}")
+    if not f16_bytes <= cw["f16"] <= 1.001 * f16_bytes:
+        failures.append(f"cuda_weight_bytes.f16 {cw['f16']}: 2 bytes a weight make {f16_bytes}")
     n_kv = a("attention.head_count_kv", a("attention.head_count"))
     per = 2 * a("block_count") * n_kv * head_dim
     expect("kv_bytes_per_token", info["kv_bytes_per_token"], {"f32": per * 4, "f16": per * 2})

@@ -1,0 +1,41 @@
+/* backend/gpu_plan.h: what the CUDA backend puts on the device for a model,
+ * computed on the host (backend/gpu_plan.c, in every build, so `ignite
+ * info` can say it without a GPU): the device type of each weight, how the
+ * fused matrices (Q|K|V, gate|up) split into parts of one type, the bytes
+ * of the weights and of the matmul scratch. The upload (gpu_weights.c),
+ * the memory check (gpu.c) and the report all read this one plan.
+ * Private to backend/. Covered by tests/unit/test_gpu_plan.c and
+ * tests/emu/test_backend_qemu.c. */
+#ifndef IGNITE_BACKEND_GPU_PLAN_H
+#define IGNITE_BACKEND_GPU_PLAN_H
+
+#include "backend/backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The most parts a fused matrix has (one per weight: Q, K, V). */
+#define GPU_PLAN_MAX_PARTS 3
+
+/* A run of consecutive weights of a fused matrix with one device type. */
+struct gpu_plan_part {
+    int type;      /* enum quant_type on the device: a block type or QUANT_F16 */
+    int64_t rows;  /* the weights' rows together */
+    int first, count; /* weights [first, first + count) of the list */
+};
+
+/* The device type of w: its own where the device layout and kernels take it
+ * and the mode is native, else f16 (ops/gpu_qmm.h, gk_qmm_native). */
+int gpu_plan_type(const struct model_weight *w, enum backend_gpu_weights mode);
+
+/* Splits the n weights ws (same cols, rows stacked in order) into parts;
+ * returns their number (1..n). */
+int gpu_plan_parts(const struct model_weight *const *ws, int n, enum backend_gpu_weights mode,
+                   struct gpu_plan_part parts[GPU_PLAN_MAX_PARTS]);
+
+/* Bytes of the f16 scratch the matmul dispatch needs for up to max_n
+ * activation rows (gk_qmm_choose's plans of every part). */
+size_t gpu_plan_scratch_bytes(const struct model *m, enum backend_gpu_weights mode,
+                              int64_t max_n);
+
+#endif

@@ -1,0 +1,504 @@
+/* tests/emu/test_qmm_emu.c: the quantized-weight kernels of ops/gpu_qmm.h
+ * (ops/gpu_qweights.cu, ops/gpu_qgemv.cu, ops/gpu_qgemm.cu) run by the CPU
+ * emulator against their twins, and the twins against independent
+ * references: quant_dequantize_row (checked against the gguf package by
+ * tests/models/test_dequant.py) on the file's blocks as they were before
+ * the repack, and fp64 sums. Every device type: Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, Q4_K, Q5_K, Q6_K.
+ *
+ * - layout: the host repack and its inverse give back the file's bytes; the
+ *   device repack writes the host's planes byte for byte;
+ * - dequantization to f16 and the embedding lookup: bit for bit
+ *   quant_dequantize_row's values (f16-rounded for the former);
+ * - random blocks: byte for byte the twin's;
+ * - GEMV (1..8 activation rows, ragged rows, one and two slabs of x, beta 0
+ *   and 1, strided x and y): the kernel within (16 + blocks) 2^-24 of
+ *   M = sum_i A_i |x_i| of its twin (A_i bounds every f32 term of element
+ *   i's block: |d| 128 + |m| for 32-element blocks, |d| 63 * 63 + |dmin| 63
+ *   for Q4_K/Q5_K, |d| 128 * 64 for Q6_K); the twin within
+ *   sum_i |w_i| (0.5 + 4e-5) dx_i + 1e-6 M of the fp64 product of the
+ *   dequantized weights and x, dx_i being the int8 scale of x's block: the
+ *   error int8 activations may make, and no more;
+ * - tensor-core product: the kernel within 2^-20 sum |w x| of its twin, the
+ *   twin (the f16 GEMM of the dequantized rows) exact to fp64 rounding;
+ * - the chooser: paths by row count, their order, scratch, refusals.
+ * Outputs are poisoned and framed by guards. Label emu. */
+#include "ops/gpu_qmm.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "models/quant.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int k_types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1,
+                              QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+#define GUARD 64 /* bytes of guard around outputs */
+
+uint64_t test_qmm_ldmatrix_conflicts(void); /* qmm_emu_stats.cc */
+#define GUARD_BYTE 0xa5
+
+static const char *tname(int type)
+{
+    return quant_type_name((uint32_t)type);
+}
+
+/* ---- test data --------------------------------------------------------------- */
+
+static void put_f16(uint8_t *p, float v)
+{
+    uint16_t h = ig_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* rows x cols of `type` in the file's format: random quants and scale
+ * bytes, f16 scales of either sign around `a`. */
+static uint8_t *rand_rows(int type, int64_t rows, int64_t cols, float a, uint64_t *st)
+{
+    const struct quant_traits *t = quant_traits_of((uint32_t)type);
+    size_t bytes = (size_t)rows * quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *r = malloc(bytes + 8);
+    for (size_t i = 0; i < bytes; i++)
+        r[i] = (uint8_t)test_rand_u64(st);
+    for (size_t b = 0; b < bytes / t->block_bytes; b++) {
+        uint8_t *blk = r + b * t->block_bytes;
+        float d = a * (0.5f + 0.5f * fabsf(test_rand_f(st))) * (test_rand_f(st) < 0 ? -1 : 1);
+        switch (type) {
+        case QUANT_Q4_0: case QUANT_Q5_0: case QUANT_Q8_0: put_f16(blk, d); break;
+        case QUANT_Q4_1: case QUANT_Q5_1: put_f16(blk, d), put_f16(blk + 2, -8 * fabsf(d)); break;
+        case QUANT_Q4_K: case QUANT_Q5_K:
+            put_f16(blk, d / 32), put_f16(blk + 2, fabsf(d) / 16);
+            break;
+        case QUANT_Q6_K: put_f16(blk + offsetof(struct block_q6_K, d), d / 64); break;
+        default: break;
+        }
+    }
+    return r;
+}
+
+/* n rows of f16 activations (ld elements apart, 16-byte aligned), values in
+ * [-2, 2] with an outlier now and then and one all-zero block. */
+static uint16_t *rand_x(int64_t n, int64_t cols, int64_t ld, uint64_t *st)
+{
+    uint16_t *x = aligned_alloc(64, ((size_t)(n * ld) * 2 + 63) / 64 * 64);
+    for (int64_t i = 0; i < n * ld; i++) {
+        float v = 2.0f * test_rand_f(st);
+        if (test_rand_u64(st) % 97 == 0)
+            v *= 300.0f;
+        x[i] = ig_f32_to_f16(v);
+    }
+    if (cols >= 64)
+        memset(x + 32, 0, 64); /* row 0, block 1: amax 0 */
+    return x;
+}
+
+/* A host matrix of the device layout, its planes in one buffer. */
+static struct gk_qmat host_mat(int type, int64_t rows, int64_t cols, void **buf)
+{
+    size_t bytes = gk_qmat_bytes(type, rows, cols);
+    *buf = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    memset(*buf, 0x5a, bytes);
+    struct gk_qmat w;
+    gk_qmat_carve(&w, type, rows, cols, *buf);
+    return w;
+}
+
+static bool same_planes(const struct gk_qmat *a, const struct gk_qmat *b)
+{
+    struct gk_qlayout l;
+    gk_qlayout_of(a->type, &l);
+    size_t blocks = (size_t)(a->rows * (a->cols / l.block));
+    return memcmp(a->q, b->q, blocks * l.q) == 0 && memcmp(a->s, b->s, blocks * l.s) == 0 &&
+           (!l.h || memcmp(a->h, b->h, blocks * l.h) == 0);
+}
+
+/* Guarded output buffer. */
+struct out_buf {
+    uint8_t *base;
+    size_t bytes;
+};
+
+static void *out_init(struct out_buf *o, size_t bytes)
+{
+    o->bytes = bytes;
+    o->base = aligned_alloc(64, (2 * GUARD + bytes + 63) / 64 * 64);
+    memset(o->base, GUARD_BYTE, 2 * GUARD + bytes);
+    memset(o->base + GUARD, 0xff, bytes);
+    return o->base + GUARD;
+}
+
+static bool out_guards_ok(struct out_buf *o)
+{
+    bool ok = true;
+    for (size_t i = 0; i < GUARD; i++)
+        ok &= o->base[i] == GUARD_BYTE && o->base[GUARD + o->bytes + i] == GUARD_BYTE;
+    free(o->base);
+    return ok;
+}
+
+/* ---- layout, repack, rows ------------------------------------------------------ */
+
+static void test_layout_and_rows(int type, uint64_t *st)
+{
+    struct gk_qlayout l;
+    CHECK(gk_qlayout_of(type, &l));
+    const struct quant_traits *tr = quant_traits_of((uint32_t)type);
+    /* the planes hold the file's bytes (Q6_K: 2 more per block) */
+    CHECKF(l.q + l.h + l.s == tr->block_bytes + (type == QUANT_Q6_K ? 2 : 0), "%s: %u bytes",
+           tname(type), l.q + l.h + l.s);
+    const int64_t rows = 13, cols = l.block * 3;
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.01f, st);
+    void *b1, *b2;
+    struct gk_qmat ref = host_mat(type, rows, cols, &b1), dev = host_mat(type, rows, cols, &b2);
+    gk_qrepack_ref(&ref, src, rb);
+    uint8_t *back = malloc(rb);
+    bool round = true;
+    for (int64_t r = 0; r < rows; r++) {
+        gk_qunpack_row_ref(&ref, r, back);
+        round &= memcmp(back, src + r * rb, rb) == 0;
+    }
+    CHECKF(round, "%s: repack and unpack do not give back the file's bytes", tname(type));
+    CHECK(IG_DEV(gk_qrepack)(&dev, src, rb, NULL) == IG_OK);
+    CHECKF(same_planes(&ref, &dev), "%s: device repack differs from the twin", tname(type));
+
+    /* dequantization to f16: rows 2..11, bit for bit */
+    const int64_t r0 = 2, nr = 9;
+    struct out_buf ob;
+    uint16_t *dq = out_init(&ob, (size_t)(nr * cols) * 2);
+    uint16_t *dq_ref = malloc((size_t)(nr * cols) * 2);
+    CHECK(IG_DEV(gk_qdequant_f16)(&dev, r0, nr, dq, NULL) == IG_OK);
+    gk_qdequant_f16_ref(&ref, r0, nr, dq_ref);
+    float *f = malloc((size_t)cols * sizeof *f);
+    bool exact = true;
+    for (int64_t r = 0; r < nr; r++) {
+        quant_dequantize_row((enum quant_type)type, src + (r0 + r) * rb, f, cols);
+        for (int64_t c = 0; c < cols; c++)
+            exact &= dq_ref[r * cols + c] == ig_f32_to_f16(f[c]);
+    }
+    CHECKF(exact, "%s: twin dequantization differs from quant_dequantize_row", tname(type));
+    CHECKF(memcmp(dq, dq_ref, (size_t)(nr * cols) * 2) == 0, "%s: dequantization kernel",
+           tname(type));
+    CHECKF(out_guards_ok(&ob), "%s: dequantization wrote outside", tname(type));
+
+    /* embedding: f32, bit for bit; tokens repeat and come in any order */
+    const int32_t tok[] = {12, 0, 5, 5, 7};
+    const int64_t n = 5;
+    float *x = out_init(&ob, (size_t)(n * cols) * 4);
+    CHECK(IG_DEV(gk_qembed)(&dev, tok, n, x, NULL) == IG_OK);
+    float *x_ref = malloc((size_t)(n * cols) * 4);
+    gk_qembed_ref(&ref, tok, n, x_ref);
+    exact = true;
+    for (int64_t t = 0; t < n; t++) {
+        quant_dequantize_row((enum quant_type)type, src + tok[t] * rb, f, cols);
+        exact &= memcmp(f, x_ref + t * cols, (size_t)cols * 4) == 0;
+    }
+    CHECKF(exact, "%s: twin embedding differs from quant_dequantize_row", tname(type));
+    CHECKF(memcmp(x, x_ref, (size_t)(n * cols) * 4) == 0, "%s: embedding kernel", tname(type));
+    CHECKF(out_guards_ok(&ob), "%s: embedding wrote outside", tname(type));
+
+    /* random blocks */
+    CHECK(IG_DEV(gk_qrandom)(&dev, 77, NULL) == IG_OK);
+    gk_qrandom_ref(&ref, 77);
+    CHECKF(same_planes(&ref, &dev), "%s: random blocks differ from the twin", tname(type));
+    float amax = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        gk_qunpack_row_ref(&ref, r, back);
+        quant_dequantize_row((enum quant_type)type, back, f, cols);
+        for (int64_t c = 0; c < cols; c++)
+            amax = fmaxf(amax, isfinite(f[c]) ? fabsf(f[c]) : INFINITY);
+    }
+    CHECKF(amax > 0.3f / sqrtf((float)cols) && amax <= 2.5f / sqrtf((float)cols),
+           "%s: random weights up to %g for %lld columns", tname(type), amax, (long long)cols);
+
+    /* refusals */
+    CHECK(IG_DEV(gk_qdequant_f16)(&dev, 10, 4, dq_ref, NULL) != IG_OK);     /* past the rows */
+    CHECK(IG_DEV(gk_qdequant_f16)(&dev, 0, 1, dq_ref + 1, NULL) != IG_OK); /* misaligned */
+    struct gk_qmat bad = dev;
+    bad.cols = l.block + 16;
+    CHECK(IG_DEV(gk_qembed)(&bad, tok, 1, x_ref, NULL) != IG_OK);
+    free(f), free(x_ref), free(dq_ref), free(back), free(src), free(b1), free(b2);
+}
+
+/* ---- GEMV ---------------------------------------------------------------------------- */
+
+/* A_i of the header for the block of element c of a file row. */
+static double term_bound(int type, const uint8_t *row, int64_t c)
+{
+    const struct quant_traits *tr = quant_traits_of((uint32_t)type);
+    const uint8_t *blk = row + (size_t)(c / tr->block_elems) * tr->block_bytes;
+    uint16_t h0, h1;
+    if (type == QUANT_Q6_K) {
+        memcpy(&h0, blk + offsetof(struct block_q6_K, d), 2);
+        return fabs(ig_f16_to_f32(h0)) * 128 * 64;
+    }
+    memcpy(&h0, blk, 2);
+    memcpy(&h1, blk + 2, 2);
+    double d = fabs(ig_f16_to_f32(h0)), m = fabs(ig_f16_to_f32(h1));
+    switch (type) {
+    case QUANT_Q4_1: case QUANT_Q5_1: return d * 128 + m;
+    case QUANT_Q4_K: case QUANT_Q5_K: return d * 63 * 63 + m * 63;
+    default: return d * 128;
+    }
+}
+
+/* The int8 scale of x's block holding column c: max |x| / 127. */
+static double x_scale(const uint16_t *x, int64_t c)
+{
+    double m = 0;
+    for (int64_t i = c / 32 * 32; i < c / 32 * 32 + 32; i++)
+        m = fmax(m, fabs(ig_f16_to_f32(x[i])));
+    return m / 127;
+}
+
+static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float beta, uint64_t *st,
+                      bool poison_inf)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    const int64_t ld_x = cols + 8 * (n % 2), ld_y = rows + 3;
+    uint16_t *x = rand_x(n, cols, ld_x, st);
+    if (poison_inf)
+        x[(n - 1) * ld_x + cols - 5] = 0x7c00; /* +inf: that block's products are NaN */
+    struct out_buf ob;
+    float *y = out_init(&ob, (size_t)(n * ld_y) * 4);
+    float *y0 = malloc((size_t)(n * ld_y) * 4), *yr = malloc((size_t)(n * ld_y) * 4);
+    for (int64_t i = 0; i < n * ld_y; i++)
+        y0[i] = beta != 0 ? test_rand_f(st) : NAN; /* beta 0: never read */
+    memcpy(y, y0, (size_t)(n * ld_y) * 4);
+    memcpy(yr, y0, (size_t)(n * ld_y) * 4);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = ld_x, .n = n, .y = y, .ld_y = ld_y,
+                                .beta = beta};
+    int rc = IG_DEV(gk_qgemv)(&p, NULL);
+    CHECKF(rc == IG_OK, "%s gemv %lld x %lld n %lld: launch", tname(type), (long long)rows,
+           (long long)cols, (long long)n);
+    p.y = yr;
+    gk_qgemv_ref(&p);
+
+    float *wf = malloc((size_t)cols * sizeof *wf);
+    int bad_k = 0, bad_t = 0, bad_keep = 0;
+    double worst_k = 0, worst_t = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_dequantize_row((enum quant_type)type, src + r * rb, wf, cols);
+        for (int64_t t = 0; t < n; t++) {
+            const uint16_t *xt = x + t * ld_x;
+            double exact = beta != 0 ? (double)y0[t * ld_y + r] : 0, mag = 0, qerr = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                double xv = ig_f16_to_f32(xt[c]);
+                exact += (double)wf[c] * xv;
+                mag += term_bound(type, src + r * rb, c) * fabs(xv);
+                qerr += fabs((double)wf[c]) * (0.5 + 4e-5) * x_scale(xt, c);
+            }
+            double k = y[t * ld_y + r], tw = yr[t * ld_y + r];
+            if (poison_inf && t == n - 1) {
+                bad_k += !isnan(k) || !isnan(tw);
+                continue;
+            }
+            double tol_k = (16 + cols / 32) * ldexp(mag, -24) + 1e-30;
+            double tol_t = qerr + 1e-6 * mag + 1e-30;
+            if (!(fabs(k - tw) <= tol_k) && bad_k++ < 3)
+                fprintf(stderr, "%s gemv %lldx%lld n %lld: y[%lld][%lld] kernel %.9g twin %.9g "
+                        "(tol %.3g)\n", tname(type), (long long)rows, (long long)cols,
+                        (long long)n, (long long)t, (long long)r, k, tw, tol_k);
+            if (!(fabs(tw - exact) <= tol_t) && bad_t++ < 3)
+                fprintf(stderr, "%s gemv %lldx%lld n %lld: y[%lld][%lld] twin %.9g fp64 %.9g "
+                        "(tol %.3g)\n", tname(type), (long long)rows, (long long)cols,
+                        (long long)n, (long long)t, (long long)r, tw, exact, tol_t);
+            worst_k = fmax(worst_k, fabs(k - tw) / (tol_k));
+            worst_t = fmax(worst_t, fabs(tw - exact) / (tol_t));
+        }
+    }
+    for (int64_t t = 0; t < n; t++) /* the padding of y between rows is untouched */
+        for (int64_t r = rows; r < ld_y; r++)
+            bad_keep += memcmp(&y[t * ld_y + r], &y0[t * ld_y + r], 4) != 0;
+    CHECKF(bad_k == 0, "%s gemv %lld x %lld n %lld beta %g: %d outputs off the twin",
+           tname(type), (long long)rows, (long long)cols, (long long)n, beta, bad_k);
+    CHECKF(bad_t == 0, "%s gemv %lld x %lld n %lld: %d twin outputs off fp64", tname(type),
+           (long long)rows, (long long)cols, (long long)n, bad_t);
+    CHECKF(bad_keep == 0, "%s gemv: wrote %d elements of y past the rows", tname(type), bad_keep);
+    CHECKF(out_guards_ok(&ob), "%s gemv: wrote outside y", tname(type));
+    if (getenv("IGNITE_TEST_VERBOSE"))
+        fprintf(stderr, "%s %lldx%lld n %lld: worst kernel/tol %.3f twin/tol %.3f\n", tname(type),
+                (long long)rows, (long long)cols, (long long)n, worst_k, worst_t);
+    free(wf), free(y0), free(yr), free(x), free(buf), free(src);
+}
+
+static void test_gemv(int type, uint64_t *st)
+{
+    struct gk_qlayout l;
+    gk_qlayout_of(type, &l);
+    const bool k = l.block == 256;
+    /* rows: one, an odd number, past one block of 16 rows; cols: one block,
+     * a ragged count of chunks; n: every instance (1, 2, 4, 8) with ragged n */
+    gemv_case(type, 1, l.block, 1, 0, st, false);
+    gemv_case(type, 17, k ? 768 : 544, 1, 1, st, false);
+    gemv_case(type, 33, k ? 512 : 96, 2, 0, st, false);
+    gemv_case(type, 7, k ? 256 : 1056, 3, 1, st, false);
+    gemv_case(type, 18, k ? 768 : 160, 5, 0, st, false);
+    gemv_case(type, 3, k ? 256 : 64, 8, 1, st, true);
+    /* two slabs of x: 8 rows take 4096 columns at a time */
+    gemv_case(type, 5, k ? 4352 : 4128, 6, 0, st, false);
+}
+
+static void test_gemv_refusals(void)
+{
+    void *buf;
+    struct gk_qmat w = host_mat(QUANT_Q4_K, 4, 256, &buf);
+    uint16_t *x = aligned_alloc(64, 2 * 512 * 2);
+    float y[64];
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = 256, .n = 1, .y = y, .ld_y = 4};
+    p.n = 0;
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    p.n = GK_QGEMV_MAX_N + 1;
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    p.n = 1, p.x = x + 1; /* misaligned */
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    p.x = x, p.ld_x = 260; /* row stride not a multiple of 8 */
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    p.ld_x = 256, p.w.cols = 288; /* not whole super-blocks */
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    p.w.cols = 256, p.beta = 0.5f;
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    free(x);
+    free(buf);
+}
+
+/* ---- tensor cores ------------------------------------------------------------------------- */
+
+static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float beta, uint64_t *st)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    const int64_t ld_x = cols + 8, ld_y = rows + 1;
+    uint16_t *x = rand_x(n, cols, ld_x, st);
+    struct out_buf ob;
+    float *y = out_init(&ob, (size_t)(n * ld_y) * 4);
+    float *y0 = malloc((size_t)(n * ld_y) * 4), *yr = malloc((size_t)(n * ld_y) * 4);
+    for (int64_t i = 0; i < n * ld_y; i++)
+        y0[i] = beta != 0 ? test_rand_f(st) : NAN;
+    memcpy(y, y0, (size_t)(n * ld_y) * 4);
+    memcpy(yr, y0, (size_t)(n * ld_y) * 4);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = ld_x, .n = n, .y = y, .ld_y = ld_y,
+                                .beta = beta};
+    CHECKF(IG_DEV(gk_qmma)(&p, NULL) == IG_OK, "%s qmma %lld x %lld n %lld: launch", tname(type),
+           (long long)rows, (long long)cols, (long long)n);
+    p.y = yr;
+    gk_qmma_ref(&p);
+    float *wf = malloc((size_t)cols * sizeof *wf);
+    int bad_k = 0, bad_t = 0, bad_keep = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_dequantize_row((enum quant_type)type, src + r * rb, wf, cols);
+        for (int64_t t = 0; t < n; t++) {
+            double exact = beta != 0 ? (double)y0[t * ld_y + r] : 0, mag = fabs(exact);
+            for (int64_t c = 0; c < cols; c++) {
+                double pr = (double)ig_f16_to_f32(ig_f32_to_f16(wf[c])) *
+                            ig_f16_to_f32(x[t * ld_x + c]);
+                exact += pr;
+                mag += fabs(pr);
+            }
+            double k = y[t * ld_y + r], tw = yr[t * ld_y + r];
+            if (!(fabs(k - tw) <= 1e-5 * mag + 1e-30) && bad_k++ < 3)
+                fprintf(stderr, "%s qmma %lldx%lld n %lld: y[%lld][%lld] kernel %.9g twin %.9g\n",
+                        tname(type), (long long)rows, (long long)cols, (long long)n,
+                        (long long)t, (long long)r, k, tw);
+            bad_t += !(fabs(tw - exact) <= 1e-7 * mag + 1e-30);
+        }
+    }
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = rows; r < ld_y; r++)
+            bad_keep += memcmp(&y[t * ld_y + r], &y0[t * ld_y + r], 4) != 0;
+    CHECKF(bad_k == 0, "%s qmma %lld x %lld n %lld beta %g: %d outputs off the twin", tname(type),
+           (long long)rows, (long long)cols, (long long)n, beta, bad_k);
+    CHECKF(bad_t == 0, "%s qmma: %d twin outputs off fp64", tname(type), bad_t);
+    CHECKF(bad_keep == 0, "%s qmma: wrote %d elements of y past the rows", tname(type), bad_keep);
+    CHECKF(out_guards_ok(&ob), "%s qmma: wrote outside y", tname(type));
+    CHECKF(test_qmm_ldmatrix_conflicts() == 0, "%s qmma: ldmatrix bank conflicts",
+           tname(type));
+    free(wf), free(y0), free(yr), free(x), free(buf), free(src);
+}
+
+static void test_qmma(int type, uint64_t *st)
+{
+    struct gk_qlayout l;
+    gk_qlayout_of(type, &l);
+    const bool k = l.block == 256;
+    /* rows past a 64-row tile, columns ending in half a k-tile (32-element
+     * types), tokens past one and two 64-token tiles */
+    qmma_case(type, 1, l.block, 1, 0, st);
+    qmma_case(type, 70, k ? 512 : 96, 9, 1, st);
+    qmma_case(type, 64, k ? 256 : 544, 65, 0, st);
+    if (type == QUANT_Q4_K || type == QUANT_Q8_0)
+        qmma_case(type, 130, k ? 768 : 160, 130, 1, st);
+}
+
+/* ---- the chooser ----------------------------------------------------------------------- */
+
+static void test_choose(void)
+{
+    struct gk_qmm_plan p;
+    CHECK(gk_qmm_choose(QUANT_F16, 64, 64, 1, &p) == IG_OK && p.path == GK_QMM_GEMV_F16);
+    CHECK(gk_qmm_choose(QUANT_F16, 64, 64, 2, &p) == IG_OK && p.path == GK_QMM_GEMM_F16);
+    for (size_t i = 0; i < N_TYPES; i++) {
+        int type = k_types[i];
+        enum gk_qmm_path last = GK_QMM_QGEMV;
+        bool ordered = true, gemv_ok = true;
+        for (int64_t n = 1; n <= 4096; n += n < 64 ? 1 : 61) {
+            CHECK(gk_qmm_choose(type, 4096, 4096, n, &p) == IG_OK);
+            ordered &= p.path >= last;
+            gemv_ok &= p.path != GK_QMM_QGEMV || n <= GK_QGEMV_MAX_N;
+            last = p.path;
+            if (p.path == GK_QMM_DEQUANT)
+                CHECK(p.scratch_bytes == (size_t)(p.slab_rows * 4096) * 2 && p.slab_rows >= 1 &&
+                      p.slab_rows <= 4096);
+        }
+        CHECKF(ordered && gemv_ok, "%s: paths out of order", tname(type));
+        CHECK(gk_qmm_choose(type, 4096, 4096, 1, &p) == IG_OK && p.path == GK_QMM_QGEMV);
+        CHECK(gk_qmm_choose(type, 128256, 4096, 4096, &p) == IG_OK &&
+              p.path == GK_QMM_DEQUANT && p.slab_rows < 128256); /* the head in slabs */
+        CHECK(gk_qmm_native(type, 8, 256) && !gk_qmm_native(type, 8, 16) &&
+              !gk_qmm_native(type, 0, 256));
+    }
+    fprintf(stderr, "(two gk_qmm_choose errors are expected next)\n");
+    CHECK(gk_qmm_choose(QUANT_Q4_K, 8, 288, 1, &p) != IG_OK && p.path == GK_QMM_UNSUPPORTED);
+    CHECK(gk_qmm_choose(QUANT_Q2_K, 8, 256, 1, &p) != IG_OK);
+    CHECK(!gk_qmm_native(QUANT_Q3_K, 8, 256) && !gk_qmm_native(QUANT_BF16, 8, 256));
+
+    /* IGNITE_QMM_PATH forces a path where it is supported */
+    setenv("IGNITE_QMM_PATH", "dequant", 1);
+    CHECK(gk_qmm_check_env() == IG_OK);
+    CHECK(gk_qmm_choose(QUANT_Q4_0, 64, 64, 1, &p) == IG_OK && p.path == GK_QMM_DEQUANT);
+    setenv("IGNITE_QMM_PATH", "qgemv", 1);
+    CHECK(gk_qmm_choose(QUANT_Q4_0, 64, 64, 8, &p) == IG_OK && p.path == GK_QMM_QGEMV);
+    CHECK(gk_qmm_choose(QUANT_Q4_0, 64, 64, 9, &p) == IG_OK && p.path != GK_QMM_QGEMV);
+    setenv("IGNITE_QMM_PATH", "qmma", 1);
+    CHECK(gk_qmm_choose(QUANT_Q6_K, 64, 256, 1, &p) == IG_OK && p.path == GK_QMM_QMMA);
+    CHECK(gk_qmm_choose(QUANT_F16, 64, 256, 1, &p) == IG_OK && p.path == GK_QMM_GEMV_F16);
+    setenv("IGNITE_QMM_PATH", "fast", 1);
+    fprintf(stderr, "(an IGNITE_QMM_PATH error is expected next)\n");
+    CHECK(gk_qmm_check_env() == IG_E_USAGE);
+    unsetenv("IGNITE_QMM_PATH");
+    CHECK(gk_qmm_check_env() == IG_OK);
+}
+
+int main(void)
+{
+    uint64_t st = 0x1234567;
+    for (size_t i = 0; i < N_TYPES; i++) {
+        test_layout_and_rows(k_types[i], &st);
+        test_gemv(k_types[i], &st);
+        test_qmma(k_types[i], &st);
+    }
+    test_gemv_refusals();
+    test_choose();
+    return test_summary("test_qmm_emu");
+}

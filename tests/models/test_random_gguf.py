@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""tests/models/test_random_gguf.py: bench/random_gguf.py, the writer of the
+random-weight GGUF files the GPU check times ignite and llama.cpp on, checked
+on its small shape (Llama-tiny) in every type it writes: the gguf package
+reads the file back (tensor names, shapes, types, byte counts; the metadata
+llama.cpp needs: architecture, sizes, a "no_vocab" tokenizer with
+vocab_size), the weights it dequantizes are finite and within 2.5 /
+sqrt(cols), the Q4_K_M recipe puts Q6_K where llama.cpp's does; then ignite
+loads the file (`ignite info`) and runs `ignite bench` on it."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import gguf
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import random_gguf  # noqa: E402
+
+BIN = os.environ.get("IGNITE_BIN", "build/ignite")
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def field(reader, key):
+    f = reader.fields.get(key)
+    return None if f is None else f.contents()
+
+
+def check_file(path, qtype):
+    r = gguf.GGUFReader(path)
+    layers, e, h, kvh, hd, ff, vocab = random_gguf.SHAPES["Llama-tiny"][:7]
+    check(field(r, "general.architecture") == "llama", f"{qtype}: architecture")
+    check(field(r, "llama.block_count") == layers and field(r, "llama.embedding_length") == e
+          and field(r, "llama.attention.head_count_kv") == kvh, f"{qtype}: sizes")
+    check(field(r, "tokenizer.ggml.model") == "no_vocab" and field(r, "llama.vocab_size") == vocab,
+          f"{qtype}: tokenizer")
+    want = random_gguf.tensors(random_gguf.SHAPES["Llama-tiny"], qtype)
+    check(len(r.tensors) == len(want), f"{qtype}: {len(r.tensors)} tensors")
+    for t, (name, ttype, dims) in zip(r.tensors, want):
+        check(t.name == name and t.tensor_type.name == ttype and list(t.shape) == dims,
+              f"{qtype}: {t.name} {t.tensor_type.name} {list(t.shape)}, want {name} {ttype} {dims}")
+        check(int(t.n_bytes) == random_gguf.nbytes(ttype, dims), f"{qtype}: {name} bytes")
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        lim = 2.5 / np.sqrt(dims[0]) if len(dims) == 2 else 1.2
+        check(np.all(np.isfinite(w)) and np.abs(w).max() <= lim and np.abs(w).max() > 0.2 * lim,
+              f"{qtype}: {name} weights up to {np.abs(w).max():.3g} (limit {lim:.3g})")
+    if qtype == "Q4_K_M":  # of 2 layers, use_more_bits picks layer 1 (i >= 7 n / 8)
+        types = {t.name: t.tensor_type.name for t in r.tensors}
+        check(types["blk.1.attn_v.weight"] == "Q6_K" and types["blk.1.ffn_down.weight"] == "Q6_K"
+              and types["blk.0.attn_v.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
+              and types["blk.1.attn_q.weight"] == "Q4_K", f"Q4_K_M recipe: {types}")
+        # llama.cpp's rule on 32 layers: the first and last 4, and every third between
+        more = [i for i in range(32) if random_gguf.use_more_bits(i, 32)]
+        check(more == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31],
+              f"use_more_bits: {more}")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for qtype in ("Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "F16"):
+            path = os.path.join(tmp, f"tiny-{qtype}.gguf")
+            random_gguf.write(path, "Llama-tiny", qtype)
+            check_file(path, qtype)
+            info = subprocess.run([BIN, "info", "-m", path], capture_output=True, text=True,
+                                  timeout=60)
+            check(info.returncode == 0 and "layers          2" in info.stdout,
+                  f"{qtype}: ignite info: exit {info.returncode}: {info.stderr}")
+            b = subprocess.run([BIN, "bench", "-m", path, "-p", "8", "-n", "2", "-r", "1",
+                                "-t", "1", "--device", "cpu", "-o", "csv"], capture_output=True,
+                               text=True, timeout=120)
+            check(b.returncode == 0 and b.stdout.count("\n") == 3,
+                  f"{qtype}: ignite bench: exit {b.returncode}: {b.stderr}")
+    for f in failures:
+        print("FAIL", f, file=sys.stderr)
+    print(f"test_random_gguf: {len(failures)} failures", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
