@@ -3,7 +3,8 @@
  * sources) against the CPU backend (exact f32 matmuls) on the real test
  * model: every greedy step of two prompts (one longer than an attention
  * tile, prefilled in two chunks) must pick the CPU's token, with logits
- * within f16 tolerance, and so must two sequences sharing steps; the cache
+ * within f16 tolerance, and so must two sequences sharing steps and every
+ * row of a prompt that wants logits (as `ignite perplexity` asks); the cache
  * exported from the device matches the CPU cache; a cache imported into a
  * fresh backend continues with the same logits. Exits 77 without the model. */
 #include "models/model.h"
@@ -75,6 +76,7 @@ int main(void)
     /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
     run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
+    run_all_rows(&p, ids[1].ids, ids[1].n, 100);
     for (int i = 0; i < 2; i++)
         tok_ids_free(&ids[i]);
 
