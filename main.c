@@ -22,6 +22,7 @@ static const struct subcommand subcommands[] = {
     {"batch", cmd_batch, "run many prompts at once (JSON Lines in and out, continuous batching)"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
     {"bench", cmd_bench, "measure prefill and decode speed, like llama-bench"},
+    {"perplexity", cmd_perplexity, "score a text: perplexity and KL divergence, like llama-perplexity"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
@@ -32,7 +33,7 @@ static void print_usage(FILE *out)
                  "ignite runs Llama-family GGUF models: a batched prefill of the prompt, then decode.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+        fprintf(out, "  %-11s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nRun 'ignite help <command>' (or 'ignite <command> --help') for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
                  "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"

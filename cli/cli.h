@@ -132,6 +132,10 @@ int cli_read_file(const char *path, char **out, size_t *len);
  * byte-order mark is dropped. */
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len);
 
+/* A text from `file` ("-" = stdin) with cli_read_prompt's checks, named
+ * `noun` ("the text") in their messages. */
+int cli_read_text(const char *file, const char *noun, char **out, size_t *len);
+
 /* True when s[0..n) is valid UTF-8; else the offset of the first bad byte
  * goes to *bad_at (may be NULL). */
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at);
@@ -147,5 +151,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 #endif

@@ -1,7 +1,7 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
  * stdin) and the checks it must pass before tokenization: not empty, no NUL
  * byte, at most CLI_TEXT_MAX_BYTES, valid UTF-8 (a file's byte-order mark
- * is dropped). Also the UTF-8 repair --json needs for its text field.
+ * is dropped); the same for perplexity's text (cli_read_text). Also the UTF-8 repair --json needs for its text field.
  * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
 #include "cli/cli.h"
 
@@ -58,8 +58,8 @@ char *cli_utf8_repair(const char *s, size_t n)
  * `no_nul` the first NUL byte stops it too. A leading byte-order mark is
  * dropped; *skipped says how many bytes that was, so offsets found later
  * can still be named in the file's own counting. `name` is quoted already. */
-static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_t *len,
-                       size_t *skipped)
+static int read_stream(FILE *f, const char *name, const char *noun, bool no_nul, char **out,
+                       size_t *len, size_t *skipped)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -72,7 +72,7 @@ static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_
         if (nul) {
             size_t at = (size_t)(nul - buf);
             free(buf);
-            return ig_error(IG_E_INPUT, "the prompt contains a NUL byte (offset %zu of %s)", at,
+            return ig_error(IG_E_INPUT, "%s contains a NUL byte (offset %zu of %s)", noun, at,
                             name);
         }
         if (n > CLI_TEXT_MAX_BYTES) {
@@ -110,17 +110,19 @@ static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_
     return IG_OK;
 }
 
-/* cli_read_file with the choice of refusing NUL bytes. */
-static int read_path(const char *path, bool no_nul, char **out, size_t *len, size_t *skipped)
+/* cli_read_file with the choice of refusing NUL bytes (`noun` names the
+ * text in that message). */
+static int read_path(const char *path, const char *noun, bool no_nul, char **out, size_t *len,
+                     size_t *skipped)
 {
     if (!strcmp(path, "-"))
-        return read_stream(stdin, "'stdin'", no_nul, out, len, skipped);
+        return read_stream(stdin, "'stdin'", noun, no_nul, out, len, skipped);
     char name[4096];
     snprintf(name, sizeof name, "'%s'", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return ig_error(IG_E_IO, "cannot open %s: %s", name, strerror(errno));
-    int st = read_stream(f, name, no_nul, out, len, skipped);
+    int st = read_stream(f, name, noun, no_nul, out, len, skipped);
     fclose(f);
     return st;
 }
@@ -128,7 +130,33 @@ static int read_path(const char *path, bool no_nul, char **out, size_t *len, siz
 int cli_read_file(const char *path, char **out, size_t *len)
 {
     size_t skipped;
-    return read_path(path, false, out, len, &skipped);
+    return read_path(path, "the file", false, out, len, &skipped);
+}
+
+/* The checks of a prompt or text (`noun` names it): not empty, valid UTF-8.
+ * Frees *out on failure. */
+static int check_text(const char *noun, size_t skipped, char **out, size_t len)
+{
+    size_t bad;
+    int st = IG_OK;
+    if (len == 0)
+        st = ig_error(IG_E_INPUT, "%s is empty", noun);
+    else if (!cli_utf8_valid(*out, len, &bad))
+        st = ig_error(IG_E_INPUT, "%s is not valid UTF-8 (byte 0x%02x at offset %zu)", noun,
+                      (unsigned char)(*out)[bad], bad + skipped);
+    if (st != IG_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int cli_read_text(const char *file, const char *noun, char **out, size_t *len)
+{
+    size_t skipped = 0;
+    *out = NULL;
+    int st = read_path(file, noun, true, out, len, &skipped);
+    return st == IG_OK ? check_text(noun, skipped, out, *len) : st;
 }
 
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
@@ -145,19 +173,7 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
         *out = strdup(text);
         st = *out ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
     } else {
-        st = read_path(file, true, out, len, &skipped);
+        st = read_path(file, "the prompt", true, out, len, &skipped);
     }
-    if (st != IG_OK)
-        return st;
-    size_t bad;
-    if (*len == 0)
-        st = ig_error(IG_E_INPUT, "the prompt is empty");
-    else if (!cli_utf8_valid(*out, *len, &bad))
-        st = ig_error(IG_E_INPUT, "the prompt is not valid UTF-8 (byte 0x%02x at offset %zu)",
-                      (unsigned char)(*out)[bad], bad + skipped);
-    if (st != IG_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return st;
+    return st == IG_OK ? check_text("the prompt", skipped, out, *len) : st;
 }
