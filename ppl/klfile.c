@@ -179,7 +179,7 @@ int ppl_file_read_head(FILE *f, const char *name, int64_t model_vocab,
     int64_t n = h->n_chunk * h->n_ctx, have = 0, cap = 0;
     int32_t *t = NULL;
     while (have < n && st == IG_OK) {
-        int64_t want = n - have < ((int64_t)1 << 20) ? n - have : (int64_t)1 << 20;
+        int64_t want = n - have < ((int64_t)1 << 16) ? n - have : (int64_t)1 << 16;
         if (have + want > cap) {
             int64_t nc = cap ? 2 * cap : want;
             nc = nc < have + want ? have + want : nc > n ? n : nc;
