@@ -1,5 +1,6 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
- * stdin) and the checks it must pass before tokenization: not empty, no NUL
+ * stdin, or stdin itself when it is piped and nothing else names the
+ * prompt) and the checks it must pass before tokenization: not empty, no NUL
  * byte, at most CLI_TEXT_MAX_BYTES, valid UTF-8 (a file's byte-order mark
  * is dropped). Also the UTF-8 repair --json needs for its text field.
  * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
@@ -9,9 +10,11 @@
 #include "core/utf8.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
@@ -131,6 +134,24 @@ int cli_read_file(const char *path, char **out, size_t *len)
     return read_path(path, false, out, len, &skipped);
 }
 
+/* The checks a prompt read into *out (len bytes) must pass; frees it on
+ * failure. `skipped`: a byte-order mark dropped before it. */
+static int check_prompt(char **out, size_t len, size_t skipped)
+{
+    int st = IG_OK;
+    size_t bad;
+    if (len == 0)
+        st = ig_error(IG_E_INPUT, "the prompt is empty");
+    else if (!cli_utf8_valid(*out, len, &bad))
+        st = ig_error(IG_E_INPUT, "the prompt is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                      (unsigned char)(*out)[bad], bad + skipped);
+    if (st != IG_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
 {
     int st;
@@ -139,7 +160,8 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
     if (text && file)
         return ig_error(IG_E_USAGE, "give the prompt with -p or -f, not both");
     if (!text && !file)
-        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for stdin)");
+        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for "
+                                    "stdin), or pipe it to stdin");
     if (text) {
         *len = strlen(text);
         *out = strdup(text);
@@ -147,17 +169,22 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
     } else {
         st = read_path(file, true, out, len, &skipped);
     }
-    if (st != IG_OK)
-        return st;
-    size_t bad;
-    if (*len == 0)
-        st = ig_error(IG_E_INPUT, "the prompt is empty");
-    else if (!cli_utf8_valid(*out, *len, &bad))
-        st = ig_error(IG_E_INPUT, "the prompt is not valid UTF-8 (byte 0x%02x at offset %zu)",
-                      (unsigned char)(*out)[bad], bad + skipped);
-    if (st != IG_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return st;
+    return st != IG_OK ? st : check_prompt(out, *len, skipped);
+}
+
+bool cli_stdin_has_input(void)
+{
+    return fcntl(STDIN_FILENO, F_GETFD) != -1 && !isatty(STDIN_FILENO);
+}
+
+int cli_read_prompt_stdin(char **out, size_t *len)
+{
+    size_t skipped = 0;
+    *out = NULL;
+    int st = read_path("-", true, out, len, &skipped);
+    if (st != IG_OK || *len)
+        return st != IG_OK ? st : check_prompt(out, *len, skipped);
+    free(*out); /* empty: no prompt */
+    *out = NULL;
+    return IG_OK;
 }
