@@ -167,17 +167,17 @@ static void job_free(struct job *j)
     free(j);
 }
 
-/* Writes finished jobs that may go out now: all of them, or in order. */
+/* Writes the finished jobs whose turn has come and moves the ring's start
+ * past them. The start stops at a job still running, in either order, so
+ * the ring always holds every open job (it grows over a slow one). */
 static void flush_jobs(struct batch *b)
 {
-    while (b->next_out < b->next_seq) {
+    for (; b->next_out < b->next_seq; b->next_out++) {
         struct job *j = b->jobs[b->next_out % b->cap];
-        if (!j || !j->out) {
-            if (b->o->ordered)
-                return;
-            b->next_out++; /* out of order: written already, or still running */
-            continue;
-        }
+        if (!j)
+            continue; /* written already (out of order) */
+        if (!j->out)
+            return;
         if (!b->out_errno) {
             errno = 0;
             if (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout))
@@ -186,10 +186,6 @@ static void flush_jobs(struct batch *b)
         b->jobs[b->next_out % b->cap] = NULL;
         job_free(j);
         b->n_open--;
-        if (b->o->ordered)
-            b->next_out++;
-        else
-            break;
     }
 }
 
@@ -471,17 +467,15 @@ static int run_batch(struct batch *b, struct backend *be, struct line_reader *in
         }
         st = engine_step(b->engine);
     }
-    /* After Ctrl-C the requests that never started leave gaps: the finished
-     * ones go out in order anyway. */
-    for (; b->next_out < b->next_seq; b->next_out++) {
-        struct job *j = b->jobs[b->next_out % b->cap];
-        if (!j)
-            continue;
-        if (j->out && !b->out_errno && (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF ||
-                                        fflush(stdout)))
+    /* After Ctrl-C or a closed stdout the requests that never ended leave
+     * gaps: the finished ones go out in order anyway. The jobs are freed
+     * after the engine, which may still hold them. */
+    for (int64_t s = b->next_out; s < b->next_seq && !b->out_errno; s++) {
+        struct job *j = b->jobs[s % b->cap];
+        errno = 0;
+        if (j && j->out && (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF ||
+                            fflush(stdout)))
             b->out_errno = errno ? errno : EIO;
-        b->jobs[b->next_out % b->cap] = NULL;
-        job_free(j);
     }
     return st;
 }
@@ -522,7 +516,7 @@ int cmd_batch(int argc, char **argv)
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
-        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype,
+        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype, .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
         .max_rows = o.g.n_batch > o.parallel ? o.g.n_batch : o.parallel,
         .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",

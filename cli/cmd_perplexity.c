@@ -7,10 +7,11 @@
  * to FILE (beside it first, renamed at the end; created before any work);
  * with --kl-divergence a later run reads them back and reports the KL
  * divergence and top-1 agreement of this run against that one.
- * On a terminal a progress line (windows, tokens/s, time left) on stderr.
+ * On a terminal a progress line (windows, tokens/s, time left) on stderr
+ * (cli/progress.c), erased before each window's line and any diagnostic.
  * Ctrl-C ends after the step in progress: the windows done are reported
  * (and kept in the base file), the status is 130.
- * Covered by tests/cli/test_perplexity.py. */
+ * Covered by tests/cli/test_perplexity.py (the progress line: test_tty.py). */
 #include "cli/cli.h"
 #include "cli/ppl_report.h"
 #include "cli/run.h"
@@ -176,22 +177,27 @@ static void install_sigint(void)
     sigaction(SIGINT, &sa, NULL);
 }
 
-static void progress(bool shown, int64_t done_tok, int64_t total_tok, int64_t w, int64_t n_w,
-                     double secs)
+/* The progress line (cli/progress.c): the window, tokens done of the
+ * text's, the rate and the time left. */
+static void progress(struct cli_progress *pg, int64_t done_tok, int64_t total_tok, int64_t w,
+                     int64_t n_w, double secs)
 {
-    if (!shown)
+    if (!cli_progress_due(pg))
         return;
-    if (done_tok < 0) {
-        fprintf(stderr, "\r\033[K");
-        return;
-    }
     double rate = secs > 0 ? (double)done_tok / secs : 0;
-    fprintf(stderr, "\r\033[Kperplexity: window %lld/%lld, %lld/%lld tokens", (long long)w + 1,
-            (long long)n_w, (long long)done_tok, (long long)total_tok);
     if (rate > 0)
-        fprintf(stderr, ", %.0f tokens/s, %.0f s left", rate,
-                (double)(total_tok - done_tok) / rate);
-    fflush(stderr);
+        cli_progress_draw(pg, "perplexity: window %lld/%lld, %lld/%lld tokens, %.0f tokens/s, "
+                          "%.0f s left", (long long)w + 1, (long long)n_w, (long long)done_tok,
+                          (long long)total_tok, rate, (double)(total_tok - done_tok) / rate);
+    else
+        cli_progress_draw(pg, "perplexity: window %lld/%lld, %lld/%lld tokens", (long long)w + 1,
+                          (long long)n_w, (long long)done_tok, (long long)total_tok);
+}
+
+/* A diagnostic starts on a line of its own: the progress line goes first. */
+static void clear_progress(void *pg)
+{
+    cli_progress_clear(pg);
 }
 
 /* ---- the run ------------------------------------------------------------------------- */
@@ -246,7 +252,8 @@ static void score_step(struct ppl_run *r, int64_t w, int64_t r0, int64_t n)
 
 /* Runs window w in steps of max_rows; false when interrupted before its
  * end (what it did is dropped). */
-static int run_window(struct ppl_run *r, int64_t w, bool *complete, bool tty, int64_t t0)
+static int run_window(struct ppl_run *r, int64_t w, bool *complete, struct cli_progress *pg,
+                      int64_t t0)
 {
     const struct ppl_plan *p = &r->plan;
     int64_t rows = r->be->o.max_rows;
@@ -268,7 +275,7 @@ static int run_window(struct ppl_run *r, int64_t w, bool *complete, bool tty, in
             return st;
         score_step(r, w, r0, n);
         double secs = (double)(ig_now_ns() - t0) / 1e9;
-        progress(tty, w * p->n_ctx + r0 + n, p->n_chunk * p->n_ctx, w, p->n_chunk, secs);
+        progress(pg, w * p->n_ctx + r0 + n, p->n_chunk * p->n_ctx, w, p->n_chunk, secs);
     }
     if (r->base && !r->o->kl)
         st = ppl_file_write_records(r->base, r->base_name, &r->fh, r->recs, p->n_scored);
@@ -278,24 +285,27 @@ static int run_window(struct ppl_run *r, int64_t w, bool *complete, bool tty, in
 
 static int run_windows(struct ppl_run *r, struct ppl_report *rep)
 {
-    bool tty = cli_stderr_is_tty();
+    struct cli_progress pg;
     int64_t t0 = ig_now_ns();
     int st = IG_OK;
     ppl_report_head(rep, r->o->json);
+    cli_progress_start(&pg, true);
+    ig_set_diag_hook(clear_progress, &pg);
     /* A reader that has gone (or a full disk) ends the run after the line
      * that found it. */
     for (int64_t w = 0; w < r->plan.n_chunk && st == IG_OK && !ppl_interrupted &&
                         cli_stdout_ok(false); w++) {
         bool complete;
-        st = run_window(r, w, &complete, tty, t0);
+        st = run_window(r, w, &complete, &pg, t0);
         if (!complete)
             break;
         r->n_done = w + 1;
         ppl_acc_merge(&r->total, &r->windows[w].acc);
-        progress(tty, -1, 0, 0, 0, 0);
+        cli_progress_clear(&pg);
         ppl_report_window(rep, w, r->o->json);
     }
-    progress(tty, -1, 0, 0, 0, 0);
+    cli_progress_clear(&pg);
+    ig_set_diag_hook(NULL, NULL);
     r->seconds = (double)(ig_now_ns() - t0) / 1e9;
     return st;
 }

@@ -1,7 +1,9 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
- * stdin) and the checks it must pass before tokenization: not empty, no NUL
+ * stdin, or stdin itself when it is piped and nothing else names the
+ * prompt) and the checks it must pass before tokenization: not empty, no NUL
  * byte, at most CLI_TEXT_MAX_BYTES, valid UTF-8 (a file's byte-order mark
- * is dropped); the same for perplexity's text (cli_read_text). Also the UTF-8 repair --json needs for its text field.
+ * is dropped); the same for perplexity's text (cli_read_text). Also the
+ * UTF-8 repair --json needs for its text field.
  * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
 #include "cli/cli.h"
 
@@ -9,9 +11,11 @@
 #include "core/utf8.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
@@ -167,7 +171,8 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
     if (text && file)
         return ig_error(IG_E_USAGE, "give the prompt with -p or -f, not both");
     if (!text && !file)
-        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for stdin)");
+        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for "
+                                    "stdin), or pipe it to stdin");
     if (text) {
         *len = strlen(text);
         *out = strdup(text);
@@ -175,5 +180,22 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
     } else {
         st = read_path(file, "the prompt", true, out, len, &skipped);
     }
-    return st == IG_OK ? check_text("the prompt", skipped, out, *len) : st;
+    return st != IG_OK ? st : check_text("the prompt", skipped, out, *len);
+}
+
+bool cli_stdin_has_input(void)
+{
+    return fcntl(STDIN_FILENO, F_GETFD) != -1 && !isatty(STDIN_FILENO);
+}
+
+int cli_read_prompt_stdin(char **out, size_t *len)
+{
+    size_t skipped = 0;
+    *out = NULL;
+    int st = read_path("-", "the prompt", true, out, len, &skipped);
+    if (st != IG_OK || *len)
+        return st != IG_OK ? st : check_text("the prompt", skipped, out, *len);
+    free(*out); /* empty: no prompt */
+    *out = NULL;
+    return IG_OK;
 }

@@ -8,7 +8,8 @@ sequences decode), a shared system prompt (its blocks shared: the summary
 counts them), stop strings, on the default int8 path and the exact path,
 f32 and f16 caches. On a tiny random model (fast, also in the ASan build):
 every kind of bad line gets one error object and the rest runs (exit 9),
---ordered and -P 1 keep input order, --lines, a pipe that delivers requests
+--ordered and -P 1 keep input order, a slow request outlives many
+quick ones (the ring of open requests keeps it), --lines, a pipe that delivers requests
 over time is served before it closes, a closed stdout ends quietly, Ctrl-C
 ends the requests in flight as "interrupted" after the finished ones were
 written (exit 130), --kv-mem too small for a request refuses that request.
@@ -208,6 +209,14 @@ def order_and_modes(tiny):
     rc, objs, err = batch(tiny, lines, "-P", "1", "--ignore-eos", "-q")
     check(rc == 0 and [o.get("id") for o in objs] == list(range(12)) and err == "",
           f"-P 1 keeps order, -q: {[o.get('id') for o in objs]} {err!r}")
+    # one slow request while more than a ring's worth (64) of short ones pass it
+    lines = [json.dumps({"prompt": "abc", "n_predict": 200 if i == 0 else 1, "id": i})
+             for i in range(200)]
+    rc, objs, err = batch(tiny, lines, "-P", "2", "--ignore-eos", "-q")
+    ids = sorted(o.get("id") for o in objs)
+    slow = [o for o in objs if o.get("id") == 0]
+    check(rc == 0 and ids == list(range(200)) and slow and slow[0].get("stop") == "limit",
+          f"a slow request among many: rc {rc}, {len(objs)} results, {slow[:1]} {err[-200:]!r}")
     rc, objs, err = batch(tiny, ["abc", "", "bca"], "--lines", "-n", "2")
     check(rc == 0 and [o.get("line") for o in objs] == [1, 3], f"--lines: {objs} {err}")
     rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc", "n_predict": 20000})],
