@@ -354,6 +354,16 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
         res->decode_ms = ms_between(res->t_first_ns, res->t_last_ns);
     if (s->grammar)
         res->grammar_complete = grammar_matcher_complete(s->grammar);
+    /* What becomes of the sequence is decided before on_done, which may free
+     * r (ignite batch frees its job there): r is not touched after it. */
+    bool keep = r->params.keep && status == IG_OK && stop != GEN_STOP_NONE &&
+                s->kv.n_pos >= s->n_all_prompt;
+    bool restore = !keep && s->kept_id && !s->logits_taken;
+    if (keep && !s->kept_id)
+        s->kept_id = ++e->n_kept_ids;
+    else if (!keep && !restore)
+        s->kept_id = 0;
+    res->kept = s->kept_id;
     if (e->o.cb.on_done)
         e->o.cb.on_done(e->o.cb.user, r);
     sampler_free(s->smp);
@@ -365,24 +375,19 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
     s->grammar = NULL;
     s->r = NULL;
     s->phase = SEQ_FREE;
-    if (r->params.keep && status == IG_OK && stop != GEN_STOP_NONE &&
-        s->kv.n_pos >= s->n_all_prompt) {
+    if (keep) {
         /* the whole prompt is in the cache and kept_logits are after it */
         s->n_tokens = s->kv.n_pos; /* (a last token with no position left is not) */
         kv_pool_shrink(e->pool, &s->kv, s->kv.n_pos); /* the unused promise goes back */
-        if (!s->kept_id)
-            s->kept_id = ++e->n_kept_ids;
-    } else if (s->kept_id && !s->logits_taken) {
+    } else if (restore) {
         /* a continuation that sampled nothing: the kept sequence as it was */
         kv_pool_shrink(e->pool, &s->kv, s->n_kept);
         s->n_tokens = s->n_kept;
     } else {
         kv_pool_release(e->pool, &s->kv);
-        s->kept_id = 0;
     }
     if (s->kept_id)
         s->phase = SEQ_KEPT;
-    r->result.kept = s->kept_id;
 }
 
 /* Ends r's request with `stop` after a sampled token that is real (it is in
