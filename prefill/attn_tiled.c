@@ -10,8 +10,11 @@
  *   o' = o e^(m - m') + sum_c e^(s_c - m') v_c,   out = o / l at the end.
  * On a tile that crosses the diagonal each row simply stops at its own
  * position, so there is no mask value and no n x n buffer.
- * A K/V tile is one cache block, found through the sequence's block table.
- * Writing K/V into the cache is the caller's (ops/layer.c).
+ * A K/V tile is one cache block, found through the sequence's block table:
+ * read in place from an f32 cache, converted once per item from f16. Each
+ * score is a dot product over head_dim in a fixed order, so a row's result
+ * does not depend on the other rows of its item (a decode row alone, or one
+ * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V into the cache is the caller's (ops/layer.c).
  * Covered by tests/cpu/test_attn_tiled.c. */
 #include "prefill/attn_tiled.h"
 
@@ -20,17 +23,28 @@
 #include "ops/simd.h"
 
 #include <math.h>
+#include <string.h>
 
-/* Score and output columns handled per register block (vectorizable). */
+/* Output columns handled per register block (two vectors of 8). */
 #define ATTN_COL_BLOCK 16
-_Static_assert(ATTN_TILE_K % ATTN_COL_BLOCK == 0, "key tile is whole column blocks");
+
+/* Eight floats; unaligned loads and stores through the _u type. Macros, not
+ * functions: a function passing 32-byte vectors would change its ABI between
+ * the baseline and the AVX2 clone. */
+typedef float attn_v8 __attribute__((vector_size(32)));
+typedef float attn_v8u __attribute__((vector_size(32), aligned(4)));
+#define v8_load(p) (*(const attn_v8u *)(const void *)(p))
+#define v8_store(p, v) (*(attn_v8u *)(void *)(p) = (v))
+/* The lanes' sum in one fixed order, whatever the caller. */
+#define v8_sum(a)                                                                          \
+    ((((a)[0] + (a)[4]) + ((a)[2] + (a)[6])) + (((a)[1] + (a)[5]) + ((a)[3] + (a)[7])))
 
 /* ---- per-thread scratch -------------------------------------------------------- */
 
 struct attn_scratch {
     float *q;  /* [rows, head_dim] queries of the item, pre-multiplied by scale */
-    float *kt; /* [head_dim, ATTN_TILE_K] K tile, transposed */
-    float *v;  /* [ATTN_TILE_K, head_dim] V tile */
+    float *k;  /* [ATTN_TILE_K, head_dim] K tile converted to f32 (f16 caches) */
+    float *v;  /* [ATTN_TILE_K, head_dim] V tile converted to f32 */
     float *s;  /* [rows, ATTN_TILE_K] scores, then probabilities */
     float *o;  /* [rows, head_dim] unnormalized output */
     float *m;  /* [rows] running max */
@@ -46,17 +60,15 @@ static int64_t max_rows(int64_t n_head, int64_t n_head_kv)
 int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t head_dim)
 {
     int64_t rows = max_rows(n_head, n_head_kv);
-    int64_t hd = (head_dim + ATTN_COL_BLOCK - 1) / ATTN_COL_BLOCK * ATTN_COL_BLOCK;
-    return rows * hd * 2 + hd * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3;
+    return rows * head_dim * 2 + head_dim * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3;
 }
 
 static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, int64_t head_dim)
 {
-    int64_t rows = max_rows(n_head, n_head_kv);
-    int64_t hd = (head_dim + ATTN_COL_BLOCK - 1) / ATTN_COL_BLOCK * ATTN_COL_BLOCK;
+    int64_t rows = max_rows(n_head, n_head_kv), hd = head_dim;
     struct attn_scratch s;
     s.q = p, p += rows * hd;
-    s.kt = p, p += hd * ATTN_TILE_K;
+    s.k = p, p += hd * ATTN_TILE_K;
     s.v = p, p += ATTN_TILE_K * hd;
     s.s = p, p += rows * ATTN_TILE_K;
     s.o = p, p += rows * hd;
@@ -68,50 +80,69 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
 
 /* ---- loading a K/V tile ------------------------------------------------------- */
 
-static inline float kv_elem(const void *base, enum kv_dtype dt, int64_t i)
-{
-    return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
-}
-
-/* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c < nc; columns
- * nc..ATTN_TILE_K of kt are zeroed so score blocks can run full width. The
- * tile is one cache block (k0 a multiple of KV_BLOCK): one contiguous run of
- * rows per KV head. */
+/* The K and V rows k0 .. k0 + nc - 1 in f32: the cache's own rows for an f32
+ * cache, else converted into the scratch. The tile is one cache block (k0 a
+ * multiple of KV_BLOCK): one contiguous run of rows per KV head. */
 static void load_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
-                         int64_t k0, int64_t nc, struct attn_scratch *sc)
+                         int64_t k0, int64_t nc, struct attn_scratch *sc, const float **k,
+                         const float **v)
 {
-    int64_t hd = p->head_dim;
-    enum kv_dtype dt = p->kv.dtype;
-    const char *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
-    const char *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
-    size_t row = (size_t)hd * kv_dtype_bytes(dt);
-    for (int64_t c = 0; c < nc; c++, kr += row, vr += row)
-        for (int64_t d = 0; d < hd; d++) {
-            sc->kt[d * ATTN_TILE_K + c] = kv_elem(kr, dt, d);
-            sc->v[c * hd + d] = kv_elem(vr, dt, d);
-        }
-    for (int64_t d = 0; d < hd; d++)
-        for (int64_t c = nc; c < ATTN_TILE_K; c++)
-            sc->kt[d * ATTN_TILE_K + c] = 0.0f;
+    const void *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
+    const void *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
+    if (p->kv.dtype == KV_F32) {
+        *k = kr, *v = vr;
+        return;
+    }
+    ig_f16_to_f32_row(kr, sc->k, nc * p->head_dim);
+    ig_f16_to_f32_row(vr, sc->v, nc * p->head_dim);
+    *k = sc->k, *v = sc->v;
 }
 
 /* ---- one work item ----------------------------------------------------------- */
 
-/* s[r][0..ATTN_TILE_K) = q[r] . K tile, register-blocked over columns. */
+/* s[r][c] = q[r] . k[c] for c < nc. Each score is one dot product in a fixed
+ * order (eight lanes over d, then v8_sum), four columns sharing each load of
+ * q: a score never depends on the other rows or columns of the item. */
 OPS_SIMD_CLONES
-static void scores(const struct attn_scratch *sc, int64_t rows, int64_t hd)
+static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t nc,
+                   int64_t hd)
 {
+    int64_t hd8 = hd / 8 * 8;
     for (int64_t r = 0; r < rows; r++) {
         const float *q = sc->q + r * hd;
-        for (int64_t cb = 0; cb < ATTN_TILE_K; cb += ATTN_COL_BLOCK) {
-            float acc[ATTN_COL_BLOCK] = {0};
-            for (int64_t d = 0; d < hd; d++) {
-                const float *kt = sc->kt + d * ATTN_TILE_K + cb;
-                for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                    acc[j] += q[d] * kt[j];
+        float *s = sc->s + r * ATTN_TILE_K;
+        int64_t c = 0;
+        for (; c + 4 <= nc; c += 4) {
+            const float *k = kt + c * hd;
+            attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t d = 0; d < hd8; d += 8) {
+                attn_v8 qv = v8_load(q + d);
+                a0 += qv * v8_load(k + d);
+                a1 += qv * v8_load(k + hd + d);
+                a2 += qv * v8_load(k + 2 * hd + d);
+                a3 += qv * v8_load(k + 3 * hd + d);
             }
-            for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                sc->s[r * ATTN_TILE_K + cb + j] = acc[j];
+            float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+            for (int64_t d = hd8; d < hd; d++) {
+                t0 += q[d] * k[d];
+                t1 += q[d] * k[hd + d];
+                t2 += q[d] * k[2 * hd + d];
+                t3 += q[d] * k[3 * hd + d];
+            }
+            s[c] = v8_sum(a0) + t0;
+            s[c + 1] = v8_sum(a1) + t1;
+            s[c + 2] = v8_sum(a2) + t2;
+            s[c + 3] = v8_sum(a3) + t3;
+        }
+        for (; c < nc; c++) {
+            const float *k = kt + c * hd;
+            attn_v8 a = {0};
+            for (int64_t d = 0; d < hd8; d += 8)
+                a += v8_load(q + d) * v8_load(k + d);
+            float t = 0;
+            for (int64_t d = hd8; d < hd; d++)
+                t += q[d] * k[d];
+            s[c] = v8_sum(a) + t;
         }
     }
 }
@@ -138,29 +169,27 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
 /* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c], a column block of o
  * at a time held in registers while the keys stream past. */
 OPS_SIMD_CLONES
-static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t hd)
+static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int64_t nvis,
+                       int64_t hd)
 {
     const float *s = sc->s + r * ATTN_TILE_K;
     float *o = sc->o + r * hd;
     float corr = sc->corr[r];
     int64_t db = 0;
     for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
-        float acc[ATTN_COL_BLOCK];
-        for (int j = 0; j < ATTN_COL_BLOCK; j++)
-            acc[j] = o[db + j] * corr;
+        attn_v8 a0 = v8_load(o + db) * corr, a1 = v8_load(o + db + 8) * corr;
         for (int64_t c = 0; c < nvis; c++) {
-            const float *v = sc->v + c * hd + db;
-            float pc = s[c];
-            for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                acc[j] += pc * v[j];
+            const float *v = vt + c * hd + db;
+            a0 += s[c] * v8_load(v);
+            a1 += s[c] * v8_load(v + 8);
         }
-        for (int j = 0; j < ATTN_COL_BLOCK; j++)
-            o[db + j] = acc[j];
+        v8_store(o + db, a0);
+        v8_store(o + db + 8, a1);
     }
     for (; db < hd; db++) {
         float acc = o[db] * corr;
         for (int64_t c = 0; c < nvis; c++)
-            acc += s[c] * sc->v[c * hd + db];
+            acc += s[c] * vt[c * hd + db];
         o[db] = acc;
     }
 }
@@ -191,8 +220,9 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
     int64_t kend = s->pos0 + t0 + nq;
     for (int64_t k0 = 0; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
-        load_kv_tile(p, s->table, kvh, k0, nc, sc);
-        scores(sc, rows, hd);
+        const float *kt, *vt;
+        load_kv_tile(p, s->table, kvh, k0, nc, sc, &kt, &vt);
+        scores(sc, kt, rows, nc, hd);
         for (int64_t r = 0; r < rows; r++) {
             /* Query token i sees keys up to position pos0 + t0 + i. */
             int64_t i = r % nq;
@@ -202,7 +232,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
             if (nvis > nc)
                 nvis = nc;
             softmax_update(sc, r, nvis);
-            accumulate(sc, r, nvis, hd);
+            accumulate(sc, vt, r, nvis, hd);
         }
     }
 
