@@ -1,7 +1,8 @@
 /* main.c: ignite's entry point: picks the subcommand and returns its status
  * as the exit code (the codes are listed in core/status.h and docs/cli.md).
  * Each subcommand lives in cli/cmd_<name>.c with its own option table; when
- * the first argument is an option (ignite -p TEXT) the command is run.
+ * the first argument is an option (ignite -p TEXT), or there is none and a
+ * prompt is piped to stdin (cat p.txt | ignite), the command is run.
  * `ignite help CMD` is `ignite CMD --help`; a mistyped command gets "did you
  * mean". Covered by tests/cli/test_args.sh. */
 #include "cli/cli.h"
@@ -19,9 +20,11 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
+    {"chat", cmd_chat, "talk with a chat model, turn by turn (a terminal, or one message a line)"},
     {"batch", cmd_batch, "run many prompts at once (JSON Lines in and out, continuous batching)"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
     {"bench", cmd_bench, "measure prefill and decode speed, like llama-bench"},
+    {"perplexity", cmd_perplexity, "score a text: perplexity and KL divergence, like llama-perplexity"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
 #define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
@@ -32,7 +35,7 @@ static void print_usage(FILE *out)
                  "ignite runs Llama-family GGUF models: a batched prefill of the prompt, then decode.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
+        fprintf(out, "  %-11s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nRun 'ignite help <command>' (or 'ignite <command> --help') for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
                  "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"
@@ -64,6 +67,8 @@ int main(int argc, char **argv)
 {
     cli_stdout_init();
     if (argc < 2) {
+        if (cli_stdin_has_input()) /* cat prompt.txt | ignite */
+            return cmd_run(argc, argv);
         print_usage(stderr);
         return IG_E_USAGE;
     }

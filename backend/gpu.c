@@ -9,9 +9,12 @@
  * other (backend/gpu.h). Per block of n tokens at pos0:
  *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE -> fused flash
  *   attention (writes the cache) -> wo GEMM += x -> rmsnorm -> gate|up GEMM
- *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the last row -> logits.
- * The residual adds are the GEMMs' beta = 1. In the last layer only the last
- * row goes on past attention: no other row's output is ever read.
+ *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the rows that want
+ *   logits -> output head (a GEMV for one row, GEMMs of up to GPU_HEAD_ROWS
+ *   rows for several: `ignite perplexity` wants half a window's) -> logits.
+ * The residual adds are the GEMMs' beta = 1. In the last layer only the rows
+ * from the first that wants logits go on past attention: no earlier row's
+ * output is ever read.
  * A sequence's lone row at the end of its cache is a decode step: the same
  * with GEMVs and split-KV attention, the position and token read from device
  * memory so the step is captured once per slot as a graph and replayed.
@@ -62,6 +65,12 @@ struct gpu_sizes {
     double weights, kv, acts;
 };
 
+/* Rows the logits buffer holds. */
+static int64_t head_cap(const struct gpu_backend *g)
+{
+    return g->max_batch < GPU_HEAD_ROWS ? g->max_batch : GPU_HEAD_ROWS;
+}
+
 static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 {
     const struct model_hparams *hp = &g->m->hp;
@@ -71,7 +80,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
             g->n_slots;
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff) +
-              4.0 * hp->n_vocab + 4.0 * B +
+              4.0 * hp->n_vocab * (double)head_cap(g) + 4.0 * B +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
 
@@ -133,7 +142,7 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, (size_t)hp->n_vocab * 4, &g->logits, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (size_t)(hp->n_vocab * head_cap(g)) * 4, &g->logits, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) || (st = IG_DEV(gpu_alloc)(g, 16, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
         return st;
@@ -240,6 +249,25 @@ static int head(struct gpu_backend *g, const float *x)
     return st;
 }
 
+/* Logits of the block's rows [r0, r0 + k) (residuals in g->x) into host
+ * `logits` [k][n_vocab]: final norm and the output head as one GEMM per
+ * GPU_HEAD_ROWS rows, each downloaded before the next reuses the buffer. */
+static int head_rows(struct gpu_backend *g, int64_t r0, int64_t k, float *logits)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t e = hp->n_embd, nv = hp->n_vocab, cap = head_cap(g);
+    int st = IG_OK;
+    for (int64_t i = 0; i < k && st == IG_OK; i += cap) {
+        int64_t n = k - i < cap ? k - i : cap;
+        if ((st = IG_DEV(gk_rmsnorm)(g->x + (r0 + i) * e, e, g->output_norm, n, e,
+                                     (float)hp->norm_eps, g->xn, g->stream)) ||
+            (st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f)))
+            break;
+        st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
+    }
+    return st;
+}
+
 /* Everything after attention in one layer, for `rows` rows starting at
  * `row`: wo GEMM into the residual, norm, gate|up GEMM, SwiGLU, down GEMM. */
 static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t row, int64_t rows)
@@ -258,7 +286,10 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     return IG_DEV(gpu_matmul)(g, &L->wdown, g->h16, ff, rows, x, e, 1.0f);
 }
 
-static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, int64_t pos0)
+/* Layer l over the block's n rows; in the last layer only rows keep0.. go on
+ * past attention. */
+static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, int64_t pos0,
+                         int64_t keep0)
 {
     const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
@@ -288,9 +319,9 @@ static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, 
     };
     if ((st = IG_DEV(prefill_attn)(&ap, g->stream)))
         return st;
-    /* Past attention, the last layer matters for the last row only. */
+    /* Past attention, the last layer matters for the rows that want logits. */
     bool last = l == hp->n_layer - 1;
-    return ffn_block(g, L, last ? n - 1 : 0, last ? 1 : n);
+    return ffn_block(g, L, last ? keep0 : 0, last ? n - keep0 : n);
 }
 
 static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int64_t n)
@@ -302,21 +333,52 @@ static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int6
     return IG_OK;
 }
 
-/* Tokens [0, n) of slot `slot` at positions pos0..: the logits of the last
- * into logits (device memory, then host). */
+/* Whether row i of a block of n wants logits (want NULL: the last row). */
+static bool row_wanted(const bool *want, int64_t i, int64_t n)
+{
+    return want ? want[i] : i == n - 1;
+}
+
+/* Tokens [0, n) of slot `slot` at positions pos0..: the logits of the rows
+ * that want them (row_wanted), in row order, into host `logits`; *n_out
+ * says how many. One row goes through the decode GEMV as it always has;
+ * each run of consecutive rows through head_rows. */
 static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, int64_t n,
-                       int64_t pos0, float *logits)
+                       int64_t pos0, const bool *want, float *logits, int64_t *n_out)
 {
     IG_ASSERT(n >= 1 && n <= g->max_batch);
+    int64_t keep0 = n - 1, n_want = 0, e = g->m->hp.n_embd, nv = g->m->hp.n_vocab;
+    for (int64_t i = n - 1; i >= 0; i--)
+        if (row_wanted(want, i, n)) {
+            keep0 = i;
+            n_want++;
+        }
+    *n_out = 0;
     int st = check_tokens(g, tokens, n);
     int32_t pos32 = (int32_t)pos0;
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
         !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
         st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
     for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
-        st = prefill_layer(g, slot, l, n, pos0);
-    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->m->hp.n_embd)) && logits)
-        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4);
+        st = prefill_layer(g, slot, l, n, pos0, keep0);
+    if (st != IG_OK || n_want == 0)
+        return st;
+    if (n_want == 1) {
+        if (!(st = head(g, g->x + keep0 * e)))
+            st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)nv * 4);
+        *n_out = st == IG_OK;
+        return st;
+    }
+    for (int64_t i = keep0; i < n && st == IG_OK;) {
+        int64_t k = 0;
+        while (i + k < n && row_wanted(want, i + k, n))
+            k++;
+        if (k) {
+            st = head_rows(g, i, k, logits + *n_out * nv);
+            *n_out += st == IG_OK ? k : 0;
+        }
+        i += k ? k : 1;
+    }
     return st;
 }
 
@@ -406,25 +468,25 @@ static int gpu_step(struct backend *b, const struct backend_batch *batch)
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];
         IG_ASSERT(s->slot >= 0 && s->slot < g->n_slots && s->n_rows >= 1);
-        for (int64_t r = 0; r < s->n_rows - 1 && batch->want_logits; r++)
-            if (batch->want_logits[s->row0 + r])
-                return ig_error(IG_E_INTERNAL, "the CUDA backend returns the logits of a "
-                                "sequence's last row only");
         if (s->pos0 > g->n_pos[s->slot] || s->pos0 + s->n_rows > g->n_ctx)
             return ig_error(IG_E_INPUT, "%lld tokens at position %lld: slot %d holds %lld of "
                             "%lld positions", (long long)s->n_rows, (long long)s->pos0, s->slot,
                             (long long)g->n_pos[s->slot], (long long)g->n_ctx);
-        bool want = !batch->want_logits || batch->want_logits[s->row0 + s->n_rows - 1];
+        const bool *want = batch->want_logits ? batch->want_logits + s->row0 : NULL;
         const int32_t *tokens = batch->tokens + s->row0;
-        int st = s->n_rows == 1
-                     ? decode_seq(g, s->slot, tokens[0], s->pos0, want ? logits : NULL)
-                     : prefill_seq(g, s->slot, tokens, s->n_rows, s->pos0, want ? logits : NULL);
+        int64_t n_out = 0;
+        int st;
+        if (s->n_rows == 1) {
+            n_out = row_wanted(want, 0, 1);
+            st = decode_seq(g, s->slot, tokens[0], s->pos0, n_out ? logits : NULL);
+        } else {
+            st = prefill_seq(g, s->slot, tokens, s->n_rows, s->pos0, want, logits, &n_out);
+        }
         /* a failed block leaves what came before */
         g->n_pos[s->slot] = st == IG_OK ? s->pos0 + s->n_rows : s->pos0;
         if (st != IG_OK)
             return st;
-        if (want)
-            logits += g->m->hp.n_vocab;
+        logits += n_out * g->m->hp.n_vocab;
     }
     return IG_OK;
 }

@@ -51,7 +51,7 @@ struct gpu_backend {
     struct gpu_matrix tok_embd, output; /* output == tok_embd when tied */
     float *output_norm;
     double *inv_freq;
-    /* activations for max_batch tokens */
+    /* activations for max_batch tokens; logits for GPU_HEAD_ROWS rows */
     float *x, *qkv, *gu, *logits;
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
     int32_t *tokens, *pos;     /* device: the block's ids; its first position */
@@ -69,6 +69,10 @@ struct gpu_backend {
     struct kv_store *host_kv;  /* the last export's host copy */
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
 };
+
+/* Rows of one output-head GEMM when several rows of a block want logits
+ * (the logits buffer holds this many rows). */
+#define GPU_HEAD_ROWS 64
 
 /* Elements from a layer's cache to slot `slot`'s part of it. */
 static inline int64_t gpu_slot_offset(const struct gpu_backend *g, int slot)

@@ -109,8 +109,57 @@ struct cli_build {
 };
 void cli_build_info(struct cli_build *b);
 
+/* Text with control characters, backslash and bytes that are not valid
+ * UTF-8 escaped (\n, \t, \xNN), so it stays on one line (a token's piece,
+ * a prompt). */
+void cli_print_escaped(FILE *out, const char *p, size_t n);
+
 /* True when stderr is a terminal and NO_COLOR is unset: progress is shown. */
 bool cli_stderr_is_tty(void);
+
+/* A progress line on stderr for work that takes a while (cli/progress.c):
+ * only on a terminal (cli_stderr_is_tty), first once the work has lasted
+ * IGNITE_PROGRESS_MS (default 1000 ms), then redrawn at most every 0.1 s
+ * (or IGNITE_PROGRESS_MS, when less); cleared before anything else is
+ * printed. */
+struct cli_progress {
+    bool on;          /* drawn at all: `on` and stderr is a terminal */
+    bool shown;       /* a line is on the screen now */
+    int64_t t0, last; /* ig_now_ns: the work's start, the last draw */
+    int64_t delay_ns; /* before the first draw */
+};
+void cli_progress_start(struct cli_progress *p, bool on);
+/* True when a line should be drawn now. */
+bool cli_progress_due(const struct cli_progress *p);
+/* Replaces the line with the formatted text (no newline). */
+void cli_progress_draw(struct cli_progress *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Erases the line, if one is shown. */
+void cli_progress_clear(struct cli_progress *p);
+
+/* An output file that is never left half-written (cli/outfile.c): made
+ * before any work, under a temporary name beside the target (".NAME.ignite-
+ * XXXXXX", with the mode the target has or a new file would get), renamed
+ * over the target by cli_outfile_commit after an fsync; cli_outfile_abort
+ * removes it and leaves the target as it was. "-" is stdout, refused when it
+ * is a terminal (the output is binary). A path naming something other than
+ * a regular file (a device, a FIFO) is opened and written in place; a
+ * symlink is followed (the file it names is replaced, the link stays). */
+struct cli_outfile {
+    const char *path;     /* as given */
+    char name[4200];      /* quoted, for messages: 'c.kv' */
+    char target[4096];    /* the file renamed over, "" when written in place */
+    char tmp[4200];       /* the temporary file, "" when none */
+    FILE *f;              /* where to write; NULL after commit or abort */
+    bool is_stdout;
+};
+/* IG_OK, IG_E_USAGE ('-' on a terminal; `what` names the option) or
+ * IG_E_IO (cannot be made: the reason named). */
+int cli_outfile_open(struct cli_outfile *o, const char *path, const char *what);
+/* Flushes, syncs and renames into place. IG_OK or IG_E_IO (then aborted). */
+int cli_outfile_commit(struct cli_outfile *o);
+/* Closes and removes the temporary file (no-op after commit). */
+void cli_outfile_abort(struct cli_outfile *o);
 
 /* The most bytes a prompt or text file may hold (64 MiB, far beyond any
  * context): reading stops there, so `-f /dev/zero` or an endless pipe
@@ -132,6 +181,18 @@ int cli_read_file(const char *path, char **out, size_t *len);
  * byte-order mark is dropped. */
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len);
 
+/* A text from `file` ("-" = stdin) with cli_read_prompt's checks, named
+ * `noun` ("the text") in their messages. */
+int cli_read_text(const char *file, const char *noun, char **out, size_t *len);
+
+/* True when stdin is open and not a terminal: a prompt may be piped in. */
+bool cli_stdin_has_input(void);
+
+/* The prompt piped to stdin when neither -p nor -f was given (`cat p.txt |
+ * ignite`): read and checked as -f -, except that an empty stdin is no
+ * prompt: IG_OK with *out NULL (the caller decides what that means). */
+int cli_read_prompt_stdin(char **out, size_t *len);
+
 /* True when s[0..n) is valid UTF-8; else the offset of the first bad byte
  * goes to *bad_at (may be NULL). */
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at);
@@ -147,5 +208,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 #endif

@@ -519,6 +519,7 @@ int cmd_batch(int argc, char **argv)
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
         .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype, .gpu_weights = gpu_weights,
+        .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
         .max_rows = o.g.n_batch > o.parallel ? o.g.n_batch : o.parallel,
         .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",

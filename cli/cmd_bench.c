@@ -525,7 +525,19 @@ struct bench_run {
     int32_t *table;   /* the one sequence's blocks: 0, 1, 2, ... */
     float *logits;
     int64_t n_batch;
+    /* progress within a long run (cli/progress.c): drawn at most 10 times a
+     * second from the loops below, a clock read per chunk or token otherwise */
+    struct cli_progress pg;
+    char label[160];  /* "bench: model | 2 threads | pp512 | run 1/5" */
 };
+
+/* The progress line within a run: `done` of `total` tokens. */
+static void tick(struct bench_run *b, int64_t done, int64_t total)
+{
+    if (cli_progress_due(&b->pg))
+        cli_progress_draw(&b->pg, "%s | %lld/%lld tok", b->label, (long long)done,
+                          (long long)total);
+}
 
 /* Prefills tokens [pos0, pos0 + n) in chunks of n_batch after pos0 cached
  * ones (later positions are rewritten). */
@@ -536,6 +548,7 @@ static int prefill_span(struct bench_run *b, int64_t pos0, int64_t n)
         int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, len, i, b->logits);
         if (st != IG_OK)
             return st;
+        tick(b, i + len - pos0, n);
     }
     return IG_OK;
 }
@@ -557,23 +570,29 @@ static int run_decode(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns
         int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, 1, i, b->logits);
         if (st != IG_OK)
             return st;
+        tick(b, i + 1 - depth, n);
     }
     *ns = ig_now_ns() - t0;
     return IG_OK;
 }
 
-static void progress(const struct bench_env *e, const char *model, int threads, const char *test,
-                     int64_t rep, int64_t reps)
+/* The progress line between runs (at once), and the label the line within
+ * a run (tick) starts with. NULL model: the line is erased. */
+static void progress(struct bench_run *b, const char *model, int threads, const char *test,
+                     const char *what, int64_t rep, int64_t reps)
 {
-    if (!cli_stderr_is_tty())
-        return;
     if (!model) {
-        fprintf(stderr, "\r\033[K");
+        cli_progress_clear(&b->pg);
         return;
     }
-    fprintf(stderr, "\r\033[Kbench: %s | %d threads | %s | %s %lld/%lld", model, threads, test,
-            rep == 0 ? "warm-up" : "run", (long long)rep, (long long)reps);
-    fflush(stderr);
+    snprintf(b->label, sizeof b->label, "bench: %s | %d threads | %s | %s", model, threads,
+             test, what);
+    if (rep >= 0)
+        snprintf(b->label + strlen(b->label), sizeof b->label - strlen(b->label),
+                 " %lld/%lld", (long long)rep, (long long)reps);
+    cli_progress_start(&b->pg, true);
+    if (b->pg.on)
+        cli_progress_draw(&b->pg, "%s", b->label);
 }
 
 /* Runs one test (n_prompt or n_gen, the other 0) and fills r. */
@@ -583,11 +602,13 @@ static int run_test(struct bench_env *e, struct bench_run *b, struct bench_row *
     test_name(r, test, sizeof test);
     int64_t n = r->n_prompt ? r->n_prompt : r->n_gen;
     double sum = 0, sum_ns = 0;
+    if (r->n_depth)
+        progress(b, r->model, r->threads, test, "filling the cache", -1, 0);
     int st = prefill_span(b, 0, r->n_depth); /* untimed; each run rewrites what follows it */
     if (st != IG_OK)
         return st;
     for (int64_t rep = 0; rep <= e->o->reps; rep++) {
-        progress(e, r->model, r->threads, test, rep, e->o->reps);
+        progress(b, r->model, r->threads, test, rep == 0 ? "warm-up" : "run", rep, e->o->reps);
         int64_t ns = 0;
         st = r->n_prompt ? run_prefill(b, r->n_depth, n, &ns)
                          : run_decode(b, r->n_depth, n, &ns);
@@ -600,7 +621,7 @@ static int run_test(struct bench_env *e, struct bench_run *b, struct bench_row *
         sum += ts;
         sum_ns += (double)ns;
     }
-    progress(e, NULL, 0, NULL, 0, 0);
+    progress(b, NULL, 0, NULL, NULL, 0, 0);
     int64_t k = e->o->reps;
     r->reps = k;
     r->avg_ts = sum / (double)k;

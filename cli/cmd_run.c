@@ -1,10 +1,15 @@
-/* cli/cmd_run.c: `ignite run` (also what `ignite -p ...` means): options,
- * then model -> tokenizer -> optional chat template -> backend -> the
- * generation engine with one request, streaming text to stdout. Owns the
- * signals: SIGINT stops the request (stats still printed, exit 130),
- * SIGPIPE is ignored and EPIPE on stdout ends the run quietly with status 0.
- * The report is run_report.c; the saved-cache options live here.
- * Covered by tests/cli/test_run_args.sh, test_run_model.sh and tests/kvcache/test_kv_cli.py. */
+/* cli/cmd_run.c: `ignite run` (also what `ignite -p ...` means, and what
+ * `cat prompt.txt | ignite` means): options, then model -> tokenizer ->
+ * optional chat template -> backend -> the generation engine with one
+ * request, streaming text to stdout (cli/stream.c). Owns the signals: SIGINT
+ * stops the request (stats still printed, exit 130), SIGPIPE is ignored and
+ * EPIPE on stdout ends the run quietly with status 0. Also the saved caches:
+ * --load-kv before the prompt (a continued chat renders only its next turn)
+ * and --save-kv after the prompt or the answer (the request keeps its
+ * sequence, generate.h; the file is made before any work and renamed into
+ * place at the end, cli/outfile.c). The report is run_report.c.
+ * Covered by tests/cli/test_run_args.sh, test_run_model.sh, test_run_tiny.py,
+ * test_tty.py, test_conversation.py and tests/kvcache/test_kv_cli.py. */
 #include "cli/cli.h"
 #include "cli/run.h"
 
@@ -14,7 +19,6 @@
 #include "grammar/grammar.h"
 #include "models/model.h"
 #include "backend/backend.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 #include <errno.h>
@@ -24,24 +28,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { OPT_JSON = 300, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV };
+enum { OPT_JSON = 300, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV, OPT_VERBOSE_PROMPT };
 
 /* The one table: getopt_long and --help both come from it. Keep the
  * defaults in step with gen_cli_defaults() and docs/cli.md. */
 static const struct cli_option run_options[] = {
     {"prompt", 'p', required_argument, "TEXT", "prompt text", NULL},
-    {"file", 'f', required_argument, "FILE", "read the prompt from FILE ('-' = stdin)", NULL},
+    {"file", 'f', required_argument, "FILE", "read the prompt from FILE ('-' = stdin)", "stdin when it is piped"},
     GEN_CLI_OPTIONS,
     {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
-    {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "with --prompt-only: write the KV cache to FILE ('-' = stdout)", NULL},
-    {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text", NULL},
+    {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "write the KV cache (prompt and answer) to FILE at the end ('-' = stdout, with --prompt-only)", NULL},
+    {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text (with --chat: the next turn)", NULL},
+    {"verbose-prompt", OPT_VERBOSE_PROMPT, no_argument, NULL, "print the prompt as rendered and its token ids to stderr", NULL},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object with text and stats on stdout", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
-static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE";
+static const char run_usage[] = "ignite [run] [options] -p TEXT | -f FILE | < FILE";
 static const char run_summary[] =
     "Generates text from a prompt: the text streams to stdout, one stats line goes to stderr.\n"
     "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model, 5 out of memory,\n"
@@ -51,9 +56,9 @@ struct run_opts {
     struct gen_cli g;
     const char *prompt;  /* -p */
     const char *file;    /* -f, "-" = stdin */
-    const char *save_kv; /* --save-kv FILE, "-" = stdout; needs prompt_only */
+    const char *save_kv; /* --save-kv FILE, "-" = stdout (with prompt_only) */
     const char *load_kv; /* --load-kv FILE, "-" = stdin */
-    bool json, prompt_only;
+    bool json, prompt_only, verbose_prompt;
 };
 
 /* ---- options ------------------------------------------------------------- */
@@ -69,9 +74,20 @@ static int set_option(struct run_opts *o, int key, const char *arg)
     case OPT_PROMPT_ONLY: o->prompt_only = true; return IG_OK;
     case OPT_SAVE_KV: o->save_kv = arg; return IG_OK;
     case OPT_LOAD_KV: o->load_kv = arg; return IG_OK;
+    case OPT_VERBOSE_PROMPT: o->verbose_prompt = true; return IG_OK;
     case OPT_JSON: o->json = true; return IG_OK;
     }
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
+}
+
+static bool is_dash(const char *s) { return s && !strcmp(s, "-"); }
+
+/* The option that already reads stdin, or NULL. */
+static const char *stdin_user(const struct run_opts *o)
+{
+    return is_dash(o->file) ? "-f" : is_dash(o->load_kv) ? "--load-kv"
+           : is_dash(o->g.grammar_file) ? "--grammar-file"
+           : is_dash(o->g.json_schema_file) ? "--json-schema-file" : NULL;
 }
 
 /* Returns IG_OK to run, -1 after --help/--version (exit 0), or IG_E_USAGE. */
@@ -105,22 +121,21 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (gen_cli_check(&o->g) != IG_OK)
         return IG_E_USAGE;
-    if (o->save_kv && !o->prompt_only)
-        return ig_error(IG_E_USAGE, "--save-kv needs --prompt-only (the cache is saved after "
-                                    "the prompt)");
-    if (o->save_kv && !strcmp(o->save_kv, "-") && o->json)
+    if (is_dash(o->save_kv) && !o->prompt_only)
+        return ig_error(IG_E_USAGE, "--save-kv - needs --prompt-only (the generated text goes "
+                                    "to stdout)");
+    if (is_dash(o->save_kv) && o->json)
         return ig_error(IG_E_USAGE, "--save-kv - and --json both want stdout");
-    if (o->load_kv && !strcmp(o->load_kv, "-") && o->file && !strcmp(o->file, "-"))
+    if (is_dash(o->load_kv) && is_dash(o->file))
         return ig_error(IG_E_USAGE, "--load-kv - and -f - both want stdin");
-    if (o->load_kv && o->g.chat)
-        return ig_error(IG_E_USAGE, "--chat cannot continue a loaded cache (the template "
-                                    "renders a whole conversation); pass the text with -p");
-    const char *stdin_user = o->file && !strcmp(o->file, "-") ? "-f"
-                             : o->load_kv && !strcmp(o->load_kv, "-") ? "--load-kv" : NULL;
-    return gen_cli_check_grammar(&o->g, stdin_user, o->prompt_only);
+    if (o->load_kv && o->g.system)
+        return ig_error(IG_E_USAGE, "--system with --load-kv: the system message belongs to "
+                                    "the conversation's first turn, in the saved cache");
+    const char *reader = is_dash(o->file) ? "-f" : is_dash(o->load_kv) ? "--load-kv" : NULL;
+    return gen_cli_check_grammar(&o->g, reader, o->prompt_only);
 }
 
-/* ---- signals and output ---------------------------------------------------- */
+/* ---- signals ------------------------------------------------------------------- */
 
 static volatile sig_atomic_t run_interrupted;
 
@@ -144,20 +159,16 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* ---- the run's output -------------------------------------------------------- */
+
 /* The run in progress, as the engine's callbacks see it. */
 struct run_state {
     const struct run_opts *o;
-    const struct model *m;
-    struct engine *engine;
-    bool to_buffer;   /* --json: the text is kept for the object */
+    struct run_stream out; /* stdout, the progress line */
+    bool to_buffer;        /* --json: the text is kept for the object */
     char *buf;
     size_t len, cap;
-    int write_errno;  /* errno of a failed stdout write, 0 if none */
-    bool wrote;       /* anything reached stdout */
-    float *logits;    /* --prompt-only: the logits after the prompt */
-    size_t kv_bytes;  /* the cache the request held at most */
-    double save_ms;
-    int save_status;
+    int buf_errno;         /* ENOMEM growing the buffer */
 };
 
 /* on_text: stdout with a flush per token, or the buffer of --json. */
@@ -165,28 +176,29 @@ static int on_text(void *user, struct gen_request *r, const char *text, size_t l
 {
     struct run_state *rs = user;
     (void)r;
-    if (rs->to_buffer) {
-        if (rs->len + len + 1 > rs->cap) {
-            size_t cap = (rs->len + len + 1) * 2;
-            char *b = realloc(rs->buf, cap);
-            if (!b) {
-                rs->write_errno = ENOMEM;
-                return 1;
-            }
-            rs->buf = b;
-            rs->cap = cap;
+    if (!rs->to_buffer)
+        return run_stream_write(&rs->out, text, len);
+    if (rs->len + len + 1 > rs->cap) {
+        size_t cap = (rs->len + len + 1) * 2;
+        char *b = realloc(rs->buf, cap);
+        if (!b) {
+            rs->buf_errno = ENOMEM;
+            return 1;
         }
-        memcpy(rs->buf + rs->len, text, len);
-        rs->len += len;
-        return 0;
+        rs->buf = b;
+        rs->cap = cap;
     }
-    errno = 0;
-    if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
-        rs->write_errno = errno ? errno : EIO;
-        return 1;
-    }
-    rs->wrote = true;
+    memcpy(rs->buf + rs->len, text, len);
+    rs->len += len;
     return 0;
+}
+
+/* on_token: the first token ends the prefill's progress line. */
+static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns)
+{
+    struct run_state *rs = user;
+    (void)r, (void)token, (void)t_ns;
+    cli_progress_clear(&rs->out.progress);
 }
 
 /* ---- saved caches ---------------------------------------------------------- */
@@ -212,7 +224,7 @@ static void loaded_free(struct loaded_cache *lc)
 static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
                       struct loaded_cache *lc)
 {
-    bool is_stdin = !strcmp(file, "-");
+    bool is_stdin = is_dash(file);
     char name[4096]; /* as messages show it (kvcache/ prints it as given) */
     snprintf(name, sizeof name, "'%s'", is_stdin ? "stdin" : file);
     FILE *f = is_stdin ? stdin : fopen(file, "rb");
@@ -241,67 +253,40 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
     return st;
 }
 
-/* True when `path` itself (not a link's target) is a regular file: only
- * such a file is removed after a failed save, never a device such as
- * /dev/full, a FIFO or a symlink the user pointed --save-kv at. */
-static bool is_plain_file(const char *path)
-{
-    struct stat sb;
-    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-/* --save-kv must not name the model: opening it for writing would truncate
- * the weights the run has mapped (and still reads for the model id). */
+/* --save-kv must not name the model: writing it would replace the weights
+ * the run has mapped (and still reads for the model id). */
 static int check_save_path(const char *save, const char *model)
 {
     struct stat a, b;
-    if (!save || !strcmp(save, "-") || stat(save, &a) != 0 || stat(model, &b) != 0 ||
+    if (!save || is_dash(save) || stat(save, &a) != 0 || stat(model, &b) != 0 ||
         a.st_dev != b.st_dev || a.st_ino != b.st_ino)
         return IG_OK;
     return ig_error(IG_E_USAGE, "--save-kv '%s' is the model file; name another file", save);
 }
 
-/* Writes the request's cache (in the engine still) to --save-kv. A regular
- * file that cannot be completed is removed. Returns IG_OK or IG_E_IO. */
-static int save_cache(struct run_state *rs, const struct gen_request *r)
+/* Writes the kept sequence `id` (every token of prompt and answer, the
+ * logits after the last) to the open --save-kv file and puts it in place.
+ * Returns IG_OK or IG_E_IO. */
+static int save_cache(struct engine *e, int64_t id, const struct model *m,
+                      struct cli_outfile *out)
 {
-    const char *file = rs->o->save_kv;
     const struct kv_store *kv;
     const int32_t *table, *tokens;
+    const float *logits;
     int64_t n;
-    int st = engine_export(rs->engine, r, &kv, &table, &tokens, &n);
+    int st = engine_kept(e, id, &tokens, &n, &logits);
+    if (st == IG_OK)
+        st = engine_kept_export(e, id, &kv, &table);
     if (st != IG_OK)
         return st;
-    unsigned char id[KV_MODEL_ID_BYTES];
-    kv_model_id(rs->m, id); /* before the file is opened: it reads the mapped weights */
-    bool is_stdout = !strcmp(file, "-");
-    char name[4096]; /* as messages show it (kvcache/ prints it as given) */
-    snprintf(name, sizeof name, "'%s'", is_stdout ? "stdout" : file);
-    FILE *f = is_stdout ? stdout : fopen(file, "wb");
-    if (!f)
-        return ig_error(IG_E_IO, "cannot create %s: %s", name, strerror(errno));
-    st = kv_file_write(f, name, kv, table, n, id, tokens, rs->logits, rs->m->hp.n_vocab);
-    if (!is_stdout) {
-        if (fclose(f) != 0 && st == IG_OK)
-            st = ig_error(IG_E_IO, "cannot write %s: %s", name, strerror(errno));
-        if (st != IG_OK && is_plain_file(file))
-            remove(file);
-    }
-    return st;
+    unsigned char model_id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, model_id);
+    const char *name = out->is_stdout ? "'stdout'" : out->name;
+    st = kv_file_write(out->f, name, kv, table, n, model_id, tokens, logits, m->hp.n_vocab);
+    return st == IG_OK ? cli_outfile_commit(out) : st;
 }
 
-/* on_done: the cache is still the request's here, so it is saved now. */
-static void on_done(void *user, struct gen_request *r)
-{
-    struct run_state *rs = user;
-    if (r->result.stop == GEN_STOP_PROMPT && rs->o->save_kv) {
-        int64_t t = ig_now_ns();
-        rs->save_status = save_cache(rs, r);
-        rs->save_ms = (double)(ig_now_ns() - t) / 1e6;
-    }
-}
-
-/* ---- the run ------------------------------------------------------------------ */
+/* ---- the prompt ---------------------------------------------------------------- */
 
 /* --system becomes part of the prompt, so it passes the prompt's UTF-8
  * check (exit 6 naming the offset). */
@@ -314,83 +299,145 @@ static int check_system(const char *system)
                     (unsigned char)system[bad], bad);
 }
 
-/* The user's text: -p or -f, or nothing (an empty string) after --load-kv
- * without them: the saved prompt continues as it is. */
+/* The user's text: -p or -f; else stdin when it is piped and no other
+ * option reads it; else, after --load-kv, nothing (an empty string: the
+ * saved text continues as it is). An empty stdin is no prompt. */
 static int read_user_text(const struct run_opts *o, char **user)
 {
-    if (o->load_kv && !o->prompt && !o->file)
-        return (*user = calloc(1, 1)) ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
     size_t len;
+    *user = NULL;
+    if (!o->prompt && !o->file && !stdin_user(o) && cli_stdin_has_input()) {
+        int st = cli_read_prompt_stdin(user, &len);
+        if (st != IG_OK || *user)
+            return st;
+        if (!o->load_kv)
+            return ig_error(IG_E_USAGE, "no prompt: stdin was empty (give one with -p TEXT "
+                                        "or -f FILE)");
+    }
+    if (o->load_kv && !o->prompt && !o->file) {
+        if (o->g.chat)
+            return ig_error(IG_E_USAGE, "--chat with --load-kv needs the next message (-p, "
+                                        "-f or stdin)");
+        return (*user = calloc(1, 1)) ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
+    }
     return cli_read_prompt(o->prompt, o->file, user, &len);
 }
 
-/* Runs the one request to its end and reports it. */
-static int generate(const struct run_opts *o, struct model *m, struct tok_vocab *vocab,
-                    struct backend *be, int64_t n_ctx, struct loaded_cache *lc,
-                    const char *prompt, const struct grammar *grammar, double load_ms)
+/* The text to encode: the user's, wrapped by the chat template (a continued
+ * chat: only its next turn). */
+static int render(const struct run_opts *o, const struct model *m, const struct tok_vocab *v,
+                  const struct loaded_cache *lc, const char *user, char **prompt)
 {
-    struct run_state rs = {.o = o, .m = m, .to_buffer = o->json};
-    struct tok_ids ids = {0};
-    struct engine *engine = NULL;
-    struct gen_request r = {.history = lc->kv ? &lc->h : NULL};
-    int st = IG_OK;
-    if (o->prompt_only && !(rs.logits = malloc((size_t)m->hp.n_vocab * sizeof *rs.logits)))
-        st = ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)m->hp.n_vocab);
-    struct engine_opts eo = {
-        .max_rows = be->o.max_rows, .interrupt = &run_interrupted,
-        .cb = {.on_text = on_text, .on_done = on_done, .user = &rs},
-    };
-    if (st == IG_OK)
-        st = engine_create(be, vocab, &eo, &engine);
-    rs.engine = engine;
-    install_signals();
-    /* TTFT starts here: the model is loaded, the prompt is text. */
-    r.t_arrival_ns = ig_now_ns();
-    unsigned flags = run_encode_flags(&o->g) & (lc->kv ? ~(unsigned)TOK_ENC_ADD_BOS : ~0u);
-    if (st == IG_OK && *prompt)
-        st = tok_encode(vocab, prompt, strlen(prompt), flags, &ids);
-    r.result.tokenize_ms = (double)(ig_now_ns() - r.t_arrival_ns) / 1e6;
-    r.tokens = ids.ids;
-    r.n_tokens = ids.n;
-    r.params = (struct gen_params){.n_predict = o->g.n_predict, .sp = o->g.sp,
-                                   .ignore_eog = o->g.ignore_eos, .prompt_only = o->prompt_only,
-                                   .stop = o->g.stop, .n_stop = o->g.n_stop, .grammar = grammar};
-    r.logits_out = rs.logits;
-    if (st == IG_OK)
-        st = engine_submit(engine, &r);
-    while (st == IG_OK && engine_pending(engine))
-        st = engine_step(engine);
-    const struct gen_result *res = &r.result;
-    if (engine)
-        rs.kv_bytes = (size_t)kv_pool_peak(engine_pool(engine)) * backend_block_bytes(be);
-    if (st == IG_OK)
-        st = res->status != IG_OK ? res->status : rs.save_status;
-    if (st == IG_OK && res->stop == GEN_STOP_OUTPUT && rs.write_errno != EPIPE)
-        st = ig_error(rs.write_errno == ENOMEM ? IG_E_NOMEM : IG_E_IO,
-                      "cannot write the output: %s", strerror(rs.write_errno));
-    if (st == IG_OK && res->stop == GEN_STOP_INTERRUPT)
-        st = IG_E_INTERRUPTED;
+    if (o->g.chat && lc->kv)
+        return run_render_next(m, v, lc->tokens[lc->h.n - 1], user, prompt);
+    return run_render_prompt(m, o->g.chat, o->g.system, user, prompt);
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+/* The warnings of a request's end, after its text's line is ended. */
+static void warn_end(const struct gen_result *res, int64_t n_ctx, bool saving)
+{
     if (res->stop == GEN_STOP_CONTEXT)
-        ig_warn("the context is full (%lld positions): generation stopped (raise -c)",
-                (long long)n_ctx);
+        ig_warn("the context is full (%lld positions): generation stopped (raise -c)%s",
+                (long long)n_ctx, saving ? "; the last token printed is not in the saved cache"
+                                         : "");
     if (res->grammar && res->stop != GEN_STOP_NONE && !res->grammar_complete)
         ig_warn(res->stop == GEN_STOP_GRAMMAR
                     ? "no token of the model's vocabulary can continue the grammar here: the "
                       "output is incomplete"
                     : "the output is incomplete: generation stopped (%s) before the grammar "
                       "was complete", gen_stop_name(res->stop));
-    if (rs.wrote && res->stop != GEN_STOP_OUTPUT && fputc('\n', stdout) != EOF)
-        fflush(stdout);
+}
+
+/* What generate() needs besides the options. */
+struct run_inputs {
+    struct model *m;
+    struct tok_vocab *vocab;
+    struct backend *be;
+    int64_t n_ctx;
+    struct loaded_cache *lc;
+    const char *prompt;   /* the text to encode */
+    const struct grammar *grammar;
+    struct cli_outfile *save; /* --save-kv, open; NULL without */
+    double load_ms;
+};
+
+/* Runs the one request to its end and reports it. */
+static int generate(const struct run_opts *o, const struct run_inputs *in)
+{
+    struct run_state rs = {.o = o, .to_buffer = o->json};
+    struct tok_ids ids = {0};
+    struct engine *engine = NULL;
+    struct loaded_cache *lc = in->lc;
+    struct gen_request r = {.history = lc->kv ? &lc->h : NULL};
+    double save_ms = 0;
+    size_t kv_bytes = 0;
+    struct engine_opts eo = {
+        .max_rows = in->be->o.max_rows, .interrupt = &run_interrupted,
+        .cb = {.on_text = on_text, .on_token = on_token, .user = &rs},
+    };
+    run_stream_init(&rs.out, !o->g.quiet);
+    int st = engine_create(in->be, in->vocab, &eo, &engine);
+    install_signals();
+    /* TTFT starts here: the model is loaded, the prompt is text. */
+    r.t_arrival_ns = ig_now_ns();
+    unsigned flags = run_encode_flags(&o->g) & (lc->kv ? ~(unsigned)TOK_ENC_ADD_BOS : ~0u);
+    if (st == IG_OK && *in->prompt)
+        st = tok_encode(in->vocab, in->prompt, strlen(in->prompt), flags, &ids);
+    r.result.tokenize_ms = (double)(ig_now_ns() - r.t_arrival_ns) / 1e6;
+    if (st == IG_OK && o->verbose_prompt)
+        run_print_prompt(in->vocab, in->prompt, ids.ids, ids.n);
+    if (st == IG_OK)
+        run_warn_train_ctx(in->m, lc->h.n + ids.n);
+    r.tokens = ids.ids;
+    r.n_tokens = ids.n;
+    r.params = (struct gen_params){.n_predict = o->g.n_predict, .sp = o->g.sp,
+                                   .ignore_eog = o->g.ignore_eos, .prompt_only = o->prompt_only,
+                                   .keep = in->save != NULL, .stop = o->g.stop,
+                                   .n_stop = o->g.n_stop, .grammar = in->grammar};
+    if (st == IG_OK)
+        st = engine_submit(engine, &r);
+    while (st == IG_OK && engine_pending(engine)) {
+        st = engine_step(engine);
+        run_stream_prefill(&rs.out, &r.result, r.n_tokens);
+    }
+    cli_progress_clear(&rs.out.progress);
+    const struct gen_result *res = &r.result;
+    if (engine)
+        kv_bytes = (size_t)kv_pool_peak(engine_pool(engine)) * backend_block_bytes(in->be);
+    if (st == IG_OK)
+        st = res->status;
+    int write_errno = rs.out.write_errno ? rs.out.write_errno : rs.buf_errno;
+    if (st == IG_OK && res->stop == GEN_STOP_OUTPUT && write_errno != EPIPE)
+        st = ig_error(write_errno == ENOMEM ? IG_E_NOMEM : IG_E_IO,
+                      "cannot write the output: %s", strerror(write_errno));
+    if (st == IG_OK && res->stop == GEN_STOP_INTERRUPT)
+        st = IG_E_INTERRUPTED;
+    if (res->stop != GEN_STOP_OUTPUT)
+        run_stream_end_line(&rs.out); /* diagnostics start on a line of their own */
+    warn_end(res, in->n_ctx, in->save != NULL);
+    /* Saved only after a request that ended well: Ctrl-C or an error leaves
+     * the file as it was. */
+    if (in->save && st == IG_E_INTERRUPTED)
+        ig_warn("interrupted: nothing was written to '%s'",
+                in->save->is_stdout ? "stdout" : in->save->path);
+    if (in->save && st == IG_OK && res->kept) {
+        int64_t t = ig_now_ns();
+        st = save_cache(engine, res->kept, in->m, in->save);
+        save_ms = (double)(ig_now_ns() - t) / 1e6;
+    }
     if (res->stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
-        struct kv_shape shape = backend_kv_shape(be);
+        struct kv_shape shape = backend_kv_shape(in->be);
         struct run_report rep = {
-            .res = res, .sp = &o->g.sp, .device = be->device, .threads = be->threads,
-            .n_ctx = n_ctx, .kv_bytes = rs.kv_bytes,
-            .kv_max_bytes = kv_bytes_for_blocks(&shape, kv_blocks_for(n_ctx)),
-            .kv_load_ms = load_ms, .kv_save_ms = rs.save_ms,
-            .device_bytes = backend_device_bytes(be), .weight_bytes = backend_weight_bytes(be),
-            .gpu_weights = be->o.device.kind == BACKEND_CUDA
-                               ? backend_gpu_weights_name(be->o.gpu_weights) : NULL,
+            .res = res, .sp = &o->g.sp, .device = in->be->device, .threads = in->be->threads,
+            .n_ctx = in->n_ctx, .kv_bytes = kv_bytes,
+            .kv_max_bytes = kv_bytes_for_blocks(&shape, kv_blocks_for(in->n_ctx)),
+            .kv_load_ms = in->load_ms, .kv_save_ms = save_ms,
+            .device_bytes = backend_device_bytes(in->be),
+            .weight_bytes = backend_weight_bytes(in->be),
+            .gpu_weights = in->be->o.device.kind == BACKEND_CUDA
+                               ? backend_gpu_weights_name(in->be->o.gpu_weights) : NULL,
             .text = rs.buf, .len = rs.len, .status = st,
         };
         if (!o->g.quiet)
@@ -400,9 +447,9 @@ static int generate(const struct run_opts *o, struct model *m, struct tok_vocab 
             st = st == IG_OK ? js : st;
         }
     }
+    run_stream_done(&rs.out);
     engine_free(engine);
     tok_ids_free(&ids);
-    free(rs.logits);
     free(rs.buf);
     return st;
 }
@@ -428,34 +475,41 @@ int cmd_run(int argc, char **argv)
     struct tok_vocab *vocab = NULL;
     struct backend *be = NULL;
     struct loaded_cache lc = {0};
-    /* The prompt and the grammar come before the model: bad ones cost no load. */
+    struct cli_outfile save = {0};
+    /* The prompt, the grammar and the file to save come before the model:
+     * bad ones cost no load. */
     if ((st = read_user_text(&o, &user)) != IG_OK || (st = check_system(o.g.system)) != IG_OK ||
         (st = gen_cli_compile_grammar(&o.g, &grammar)) != IG_OK ||
         (st = cli_model_path(o.g.model, path, sizeof path)) != IG_OK ||
-        (st = check_save_path(o.save_kv, path)) != IG_OK)
+        (st = check_save_path(o.save_kv, path)) != IG_OK ||
+        (o.save_kv && (st = cli_outfile_open(&save, o.save_kv, "--save-kv")) != IG_OK))
         goto done;
     if (cli_stderr_is_tty() && !o.g.quiet)
         fprintf(stderr, "loading %s\n", path);
     if ((st = run_load_model(path, &m, &vocab)) != IG_OK)
         goto done;
     gen_cli_model_defaults(&o.g, m);
-    if ((st = run_render_prompt(m, o.g.chat, o.g.system, user, &prompt)) != IG_OK)
-        goto done;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     int64_t t_load = ig_now_ns();
     if (o.load_kv && (st = load_cache(o.load_kv, m, n_ctx, &lc)) != IG_OK)
         goto done;
     double load_ms = o.load_kv ? (double)(ig_now_ns() - t_load) / 1e6 : 0;
+    if ((st = render(&o, m, vocab, &lc, user, &prompt)) != IG_OK)
+        goto done;
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
-        .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx,
+        .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx, .exact = o.g.exact,
         .kv_dtype = lc.kv ? lc.kv->shape.dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
         .gpu_weights = gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
-    st = generate(&o, m, vocab, be, n_ctx, &lc, prompt, grammar, load_ms);
+    struct run_inputs in = {.m = m, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
+                            .prompt = prompt, .grammar = grammar,
+                            .save = o.save_kv ? &save : NULL, .load_ms = load_ms};
+    st = generate(&o, &in);
 done:
+    cli_outfile_abort(&save); /* (after a commit: nothing left to remove) */
     grammar_free(grammar);
     loaded_free(&lc);
     backend_free(be);

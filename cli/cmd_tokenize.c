@@ -8,7 +8,6 @@
 #include "cli/cli.h"
 
 #include "core/status.h"
-#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -31,35 +30,6 @@ static const struct cli_option tokenize_options[] = {
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
-
-/* Text form of a piece: control characters, backslash and bytes that are
- * not valid UTF-8 escaped (\n, \t, \xNN), so one token stays on one line. */
-static void print_escaped(FILE *out, const char *p, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)p;
-    for (size_t i = 0; i < n;) {
-        int k = (int)ig_utf8_char_len(s + i, n - i);
-        if (k > 1) {
-            fwrite(s + i, 1, (size_t)k, out);
-            i += (size_t)k;
-            continue;
-        }
-        unsigned char c = s[i++];
-        if (c == '\n')
-            fputs("\\n", out);
-        else if (c == '\t')
-            fputs("\\t", out);
-        else if (c == '\r')
-            fputs("\\r", out);
-        else if (c == '\\')
-            fputs("\\\\", out);
-        else if (k == 0 || c < 0x20 || c == 0x7F)
-            fprintf(out, "\\x%02X", c);
-        else
-            fputc(c, out);
-    }
-}
-
 
 /* A token's text (control tokens included) in *buf, grown to fit. Returns
  * its length, or -1 when out of memory. */
@@ -184,7 +154,7 @@ int cmd_tokenize(int argc, char **argv)
                     break;
                 }
                 putchar('\t');
-                print_escaped(stdout, piece, (size_t)n);
+                cli_print_escaped(stdout, piece, (size_t)n);
             }
             putchar('\n');
         }

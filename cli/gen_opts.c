@@ -76,6 +76,7 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_FORMAT: o->format = arg; return IG_OK;
     case GEN_OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
     case GEN_OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
+    case GEN_OPT_EXACT: o->exact = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;
     }
     return 1;

@@ -19,7 +19,7 @@ enum {
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
-    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_END
+    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_END
 };
 
 /* The shared rows of an option table (struct cli_option). */
@@ -49,6 +49,7 @@ enum {
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
     {"gpu-weights", GEN_OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"}, \
     {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
+    {"exact", GEN_OPT_EXACT, no_argument, NULL, "CPU: exact f32 matmuls instead of int8 activations (slower, closer to the reference)", NULL}, \
     {"ignore-eos", GEN_OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL}, \
     {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}, \
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL}
@@ -72,6 +73,7 @@ struct gen_cli {
     /* constraints, at most one (cli/gen_grammar.c) */
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     bool chat, quiet, no_special, ignore_eos;
+    bool exact;            /* --exact: the CPU's f32-activation matmuls */
 };
 
 /* Sampling options given on the command line; the others may take the

@@ -5,11 +5,12 @@
  * reports a failure late (a later fflush finds only the error flag, the
  * errno of the write long overwritten), so the errno is taken right after
  * each piece of output and the first one is kept. Also whether stderr is a
- * terminal that may show progress.
+ * terminal that may show progress, and text escaped onto one line.
  * Covered by tests/cli/test_args.sh (>/dev/full, closed pipes). */
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "core/utf8.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -59,4 +60,30 @@ bool cli_stderr_is_tty(void)
 {
     const char *nc = getenv("NO_COLOR");
     return isatty(STDERR_FILENO) && !(nc && *nc);
+}
+
+void cli_print_escaped(FILE *out, const char *p, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        int k = (int)ig_utf8_char_len(s + i, n - i);
+        if (k > 1) {
+            fwrite(s + i, 1, (size_t)k, out);
+            i += (size_t)k;
+            continue;
+        }
+        unsigned char c = s[i++];
+        if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c == '\r')
+            fputs("\\r", out);
+        else if (c == '\\')
+            fputs("\\\\", out);
+        else if (k == 0 || c < 0x20 || c == 0x7F)
+            fprintf(out, "\\x%02X", c);
+        else
+            fputc(c, out);
+    }
 }

@@ -1,7 +1,9 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
- * stdin) and the checks it must pass before tokenization: not empty, no NUL
+ * stdin, or stdin itself when it is piped and nothing else names the
+ * prompt) and the checks it must pass before tokenization: not empty, no NUL
  * byte, at most CLI_TEXT_MAX_BYTES, valid UTF-8 (a file's byte-order mark
- * is dropped). Also the UTF-8 repair --json needs for its text field.
+ * is dropped); the same for perplexity's text (cli_read_text). Also the
+ * UTF-8 repair --json needs for its text field.
  * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
 #include "cli/cli.h"
 
@@ -9,9 +11,11 @@
 #include "core/utf8.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 bool cli_utf8_valid(const char *s, size_t n, size_t *bad_at)
 {
@@ -58,8 +62,8 @@ char *cli_utf8_repair(const char *s, size_t n)
  * `no_nul` the first NUL byte stops it too. A leading byte-order mark is
  * dropped; *skipped says how many bytes that was, so offsets found later
  * can still be named in the file's own counting. `name` is quoted already. */
-static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_t *len,
-                       size_t *skipped)
+static int read_stream(FILE *f, const char *name, const char *noun, bool no_nul, char **out,
+                       size_t *len, size_t *skipped)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -72,7 +76,7 @@ static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_
         if (nul) {
             size_t at = (size_t)(nul - buf);
             free(buf);
-            return ig_error(IG_E_INPUT, "the prompt contains a NUL byte (offset %zu of %s)", at,
+            return ig_error(IG_E_INPUT, "%s contains a NUL byte (offset %zu of %s)", noun, at,
                             name);
         }
         if (n > CLI_TEXT_MAX_BYTES) {
@@ -110,17 +114,19 @@ static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_
     return IG_OK;
 }
 
-/* cli_read_file with the choice of refusing NUL bytes. */
-static int read_path(const char *path, bool no_nul, char **out, size_t *len, size_t *skipped)
+/* cli_read_file with the choice of refusing NUL bytes (`noun` names the
+ * text in that message). */
+static int read_path(const char *path, const char *noun, bool no_nul, char **out, size_t *len,
+                     size_t *skipped)
 {
     if (!strcmp(path, "-"))
-        return read_stream(stdin, "'stdin'", no_nul, out, len, skipped);
+        return read_stream(stdin, "'stdin'", noun, no_nul, out, len, skipped);
     char name[4096];
     snprintf(name, sizeof name, "'%s'", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return ig_error(IG_E_IO, "cannot open %s: %s", name, strerror(errno));
-    int st = read_stream(f, name, no_nul, out, len, skipped);
+    int st = read_stream(f, name, noun, no_nul, out, len, skipped);
     fclose(f);
     return st;
 }
@@ -128,7 +134,33 @@ static int read_path(const char *path, bool no_nul, char **out, size_t *len, siz
 int cli_read_file(const char *path, char **out, size_t *len)
 {
     size_t skipped;
-    return read_path(path, false, out, len, &skipped);
+    return read_path(path, "the file", false, out, len, &skipped);
+}
+
+/* The checks of a prompt or text (`noun` names it): not empty, valid UTF-8.
+ * Frees *out on failure. */
+static int check_text(const char *noun, size_t skipped, char **out, size_t len)
+{
+    size_t bad;
+    int st = IG_OK;
+    if (len == 0)
+        st = ig_error(IG_E_INPUT, "%s is empty", noun);
+    else if (!cli_utf8_valid(*out, len, &bad))
+        st = ig_error(IG_E_INPUT, "%s is not valid UTF-8 (byte 0x%02x at offset %zu)", noun,
+                      (unsigned char)(*out)[bad], bad + skipped);
+    if (st != IG_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int cli_read_text(const char *file, const char *noun, char **out, size_t *len)
+{
+    size_t skipped = 0;
+    *out = NULL;
+    int st = read_path(file, noun, true, out, len, &skipped);
+    return st == IG_OK ? check_text(noun, skipped, out, *len) : st;
 }
 
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
@@ -139,25 +171,31 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
     if (text && file)
         return ig_error(IG_E_USAGE, "give the prompt with -p or -f, not both");
     if (!text && !file)
-        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for stdin)");
+        return ig_error(IG_E_USAGE, "no prompt: give one with -p TEXT or -f FILE (- for "
+                                    "stdin), or pipe it to stdin");
     if (text) {
         *len = strlen(text);
         *out = strdup(text);
         st = *out ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
     } else {
-        st = read_path(file, true, out, len, &skipped);
+        st = read_path(file, "the prompt", true, out, len, &skipped);
     }
-    if (st != IG_OK)
-        return st;
-    size_t bad;
-    if (*len == 0)
-        st = ig_error(IG_E_INPUT, "the prompt is empty");
-    else if (!cli_utf8_valid(*out, *len, &bad))
-        st = ig_error(IG_E_INPUT, "the prompt is not valid UTF-8 (byte 0x%02x at offset %zu)",
-                      (unsigned char)(*out)[bad], bad + skipped);
-    if (st != IG_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return st;
+    return st != IG_OK ? st : check_text("the prompt", skipped, out, *len);
+}
+
+bool cli_stdin_has_input(void)
+{
+    return fcntl(STDIN_FILENO, F_GETFD) != -1 && !isatty(STDIN_FILENO);
+}
+
+int cli_read_prompt_stdin(char **out, size_t *len)
+{
+    size_t skipped = 0;
+    *out = NULL;
+    int st = read_path("-", "the prompt", true, out, len, &skipped);
+    if (st != IG_OK || *len)
+        return st != IG_OK ? st : check_text("the prompt", skipped, out, *len);
+    free(*out); /* empty: no prompt */
+    *out = NULL;
+    return IG_OK;
 }

@@ -59,4 +59,42 @@ int run_render_prompt(const struct model *m, bool chat, const char *system, cons
 /* Encoding flags for a prompt of these options. */
 unsigned run_encode_flags(const struct gen_cli *o);
 
+/* The next user turn of a chat continued from a cache (--load-kv --chat,
+ * `ignite chat`) in the model's template family: *text is malloc'd, to be
+ * encoded without adding BOS (where the family wants one inside the
+ * conversation, its text is in *text); `last` is the last token in the
+ * cache (an end-of-generation token: the model closed its answer). IG_OK,
+ * IG_E_MODEL (no or an unknown template), IG_E_NOMEM. */
+int run_render_next(const struct model *m, const struct tok_vocab *vocab, int32_t last,
+                    const char *user, char **text);
+
+/* --verbose-prompt: the text the tokenizer sees (escaped, one line) and its
+ * token ids with their pieces, to stderr. */
+void run_print_prompt(const struct tok_vocab *vocab, const char *text, const int32_t *ids,
+                      int64_t n);
+
+/* A warning when `n` tokens pass the positions the model was trained on. */
+void run_warn_train_ctx(const struct model *m, int64_t n);
+
+/* Generated text on its way to stdout (cli/stream.c): a flush per token,
+ * the first write error kept; on a terminal the prefill's progress line
+ * (stderr) and a newline before any diagnostic while the text's line is
+ * open (run_stream_init installs that hook, run_stream_done removes it). */
+struct run_stream {
+    bool tty;          /* stdout is a terminal */
+    bool wrote;        /* some text reached stdout */
+    bool mid_line;     /* the last byte written was not a newline */
+    bool owe_newline;  /* the newline after the text is still to come */
+    int write_errno;   /* of the first failed write, 0 if none */
+    struct cli_progress progress;
+};
+void run_stream_init(struct run_stream *s, bool progress);
+void run_stream_done(struct run_stream *s);
+/* Writes and flushes text; 0, or 1 after a failed write (write_errno). */
+int run_stream_write(struct run_stream *s, const char *text, size_t len);
+/* The newline after the text, when one is owed. */
+void run_stream_end_line(struct run_stream *s);
+/* After a step: the progress line of a prefill of `total` tokens, when due. */
+void run_stream_prefill(struct run_stream *s, const struct gen_result *res, int64_t total);
+
 #endif

@@ -12,18 +12,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokens per second, 0 when nothing was timed. */
-static double per_second(int64_t n, double ms) { return ms > 0 ? (double)n * 1000.0 / ms : 0; }
+/* What was measured: a quantity that was not (Ctrl-C in the prefill has no
+ * TTFT; a run that fed no token back has no decode speed) is left out of
+ * the stats line and null in JSON, never shown as 0. */
+static bool has_prefill(const struct gen_result *s) { return s->n_prompt > 0 && s->prefill_ms > 0; }
+static bool has_decode(const struct gen_result *s) { return s->n_decode > 0 && s->decode_ms > 0; }
 
-static double ms_per_token(const struct gen_result *s)
+static double prefill_tok_s(const struct gen_result *s)
 {
-    return s->n_decode ? s->decode_ms / (double)s->n_decode : 0;
+    return (double)s->n_prompt * 1000.0 / s->prefill_ms;
+}
+
+static double decode_tok_s(const struct gen_result *s)
+{
+    return (double)s->n_decode * 1000.0 / s->decode_ms;
 }
 
 void run_print_stats(const struct run_report *r)
 {
     const struct gen_result *s = r->res;
-    char cached[48] = "";
+    char cached[48] = "", ttft[48] = "", prefill[48] = "", decode[64] = "", seed[40] = "";
     if (s->n_cached)
         snprintf(cached, sizeof cached, " (+%lld cached)", (long long)s->n_cached);
     char mem[96] = ""; /* the device's memory, on CUDA */
@@ -31,16 +39,33 @@ void run_print_stats(const struct run_report *r)
         snprintf(mem, sizeof mem, " | gpu mem %.2f GiB, weights %s %.2f GiB",
                  (double)r->device_bytes / 1073741824.0, r->gpu_weights,
                  (double)r->weight_bytes / 1073741824.0);
+    if (s->ttft_set)
+        snprintf(ttft, sizeof ttft, " | ttft %.1f ms", s->ttft_ms);
+    if (has_prefill(s))
+        snprintf(prefill, sizeof prefill, " | prefill %.1f tok/s", prefill_tok_s(s));
+    if (has_decode(s))
+        snprintf(decode, sizeof decode, " | decode %.2f ms/tok %.1f tok/s",
+                 s->decode_ms / (double)s->n_decode, decode_tok_s(s));
+    if (r->sp->temperature > 0) /* a sampled run: this seed repeats it */
+        snprintf(seed, sizeof seed, " | seed %llu", (unsigned long long)r->sp->seed);
     fprintf(stderr,
-            "stats: prompt %lld tok%s | ttft %.1f ms | prefill %.1f tok/s | gen %lld tok | "
-            "decode %.2f ms/tok %.1f tok/s | device %s | threads %d | stop %s | "
-            "kv %.1f MiB%s%s\n",
-            (long long)s->n_prompt, cached, s->ttft_ms, per_second(s->n_prompt, s->prefill_ms),
-            (long long)s->n_gen, ms_per_token(s), per_second(s->n_decode, s->decode_ms),
+            "stats: prompt %lld tok%s%s%s | gen %lld tok%s | device %s | threads %d | stop %s | "
+            "kv %.1f MiB%s%s%s\n",
+            (long long)s->n_prompt, cached, ttft, prefill, (long long)s->n_gen, decode,
             r->device, r->threads, gen_stop_name(s->stop), (double)r->kv_bytes / 1048576.0,
+            seed,
             !s->grammar ? "" : s->grammar_complete ? " | grammar complete"
                                                    : " | grammar incomplete",
             mem);
+}
+
+/* key: v when measured, else null. */
+static void add_measured(cJSON *o, const char *key, bool measured, double v)
+{
+    if (measured)
+        cJSON_AddNumberToObject(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
 }
 
 cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *sp,
@@ -64,14 +89,15 @@ cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *
     cJSON_AddNumberToObject(tok, "prompt", (double)s->n_prompt);
     cJSON_AddNumberToObject(tok, "generated", (double)s->n_gen);
     cJSON_AddNumberToObject(tok, "cached", (double)s->n_cached);
+    bool pf = has_prefill(s), dc = has_decode(s);
     cJSON_AddNumberToObject(tm, "tokenize_ms", s->tokenize_ms);
     cJSON_AddNumberToObject(tm, "queue_ms", s->queue_ms);
-    cJSON_AddNumberToObject(tm, "ttft_ms", s->ttft_ms);
+    add_measured(tm, "ttft_ms", s->ttft_set, s->ttft_ms);
     cJSON_AddNumberToObject(tm, "prefill_ms", s->prefill_ms);
-    cJSON_AddNumberToObject(tm, "prefill_tok_s", per_second(s->n_prompt, s->prefill_ms));
+    add_measured(tm, "prefill_tok_s", pf, pf ? prefill_tok_s(s) : 0);
     cJSON_AddNumberToObject(tm, "decode_ms", s->decode_ms);
-    cJSON_AddNumberToObject(tm, "decode_ms_per_tok", ms_per_token(s));
-    cJSON_AddNumberToObject(tm, "decode_tok_s", per_second(s->n_decode, s->decode_ms));
+    add_measured(tm, "decode_ms_per_tok", dc, dc ? s->decode_ms / (double)s->n_decode : 0);
+    add_measured(tm, "decode_tok_s", dc, dc ? decode_tok_s(s) : 0);
     cJSON_AddNumberToObject(sm, "temperature", sp->temperature);
     cJSON_AddNumberToObject(sm, "top_k", (double)sp->top_k);
     cJSON_AddNumberToObject(sm, "top_p", sp->top_p);

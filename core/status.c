@@ -8,6 +8,14 @@
 static char *capture_buf; /* ig_error_capture's */
 static size_t capture_cap;
 static int quiet;          /* ig_status_quiet's */
+static void (*diag_hook)(void *user); /* ig_set_diag_hook's */
+static void *diag_user;
+
+void ig_set_diag_hook(void (*fn)(void *user), void *user)
+{
+    diag_hook = fn;
+    diag_user = user;
+}
 
 void ig_status_quiet(int on)
 {
@@ -34,8 +42,11 @@ static void print_line(const char *prefix, const char *fmt, va_list ap)
 {
     char buf[8192];
     format_line(buf, sizeof buf, fmt, ap);
-    if (!quiet)
-        fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+    if (quiet)
+        return;
+    if (diag_hook)
+        diag_hook(diag_user);
+    fprintf(stderr, "ignite: %s%s\n", prefix, buf);
 }
 
 void ig_error_capture(char *buf, size_t cap)

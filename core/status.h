@@ -48,6 +48,13 @@ void ig_error_capture(char *buf, size_t cap);
 /* Prints "ignite: warning: <message>\n" to stderr, one line as ig_error's. */
 void ig_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* `fn(user)` runs before every diagnostic line is printed (ig_error and
+ * ig_warn, not while captured or quiet): a command streaming text to a
+ * terminal ends the text's line there, one drawing a progress line clears
+ * it, so a diagnostic always starts on a line of its own. NULL: none. Not
+ * for library code. */
+void ig_set_diag_hook(void (*fn)(void *user), void *user);
+
 /* Fuzz targets of readers that report through ig_error (JSON files) turn
  * the lines off: messages are still formatted, not printed. Not for
  * library code. */

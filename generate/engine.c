@@ -1,6 +1,7 @@
 /* generate/engine.c: the scheduler of generate/generate.h: the queue, the
  * slots, admission over the KV pool, the batch of each step, sampling,
- * streaming through stop strings and the end of each request.
+ * streaming through stop strings, the end of each request, and sequences
+ * kept across requests (conversations).
  * Leaves the forward to the backend, the choice of token to each request's
  * sampler and all output to the caller's callbacks.
  * Covered by tests/generate/ and tests/cli/ (run, batch, bench --requests). */
@@ -36,6 +37,8 @@ enum seq_phase {
     SEQ_FREE,     /* the slot is empty */
     SEQ_PREFILL,  /* prompt tokens left to run */
     SEQ_DECODE,   /* a sampled token to feed back */
+    SEQ_CLOSING,  /* params.keep: the last sampled token to feed, then the request ends */
+    SEQ_KEPT,     /* no request: a kept sequence waiting to be continued */
 };
 
 struct seq {
@@ -55,6 +58,12 @@ struct seq {
     int64_t step_row0, step_rows; /* this step's rows, 0 when none */
     int64_t logits_row;      /* this step's logits row, -1 when none */
     bool stopped;            /* a stop reason was found while handling text */
+    /* conversations (params.keep) */
+    int64_t kept_id;         /* the id it is (or will be) kept under, 0 none yet */
+    int64_t n_kept;          /* tokens kept before the request in flight */
+    float *kept_logits;      /* [n_vocab] after the last token fed (or the prompt's) */
+    bool logits_taken;       /* the request in flight has overwritten kept_logits */
+    enum gen_stop closing;   /* SEQ_CLOSING: how the request ends */
 };
 
 struct engine {
@@ -70,6 +79,7 @@ struct engine {
     struct gen_request **queue;
     int64_t q_head, q_len, q_cap;
     int64_t n_admitted;
+    int64_t n_kept_ids;      /* kept sequences so far: ids are 1, 2, ... */
     /* the step */
     int32_t *tokens;         /* [max_rows] */
     bool *want;              /* [max_rows] */
@@ -126,7 +136,7 @@ void engine_free(struct engine *e)
         return;
     for (int i = 0; e->seqs && i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
-        if (s->phase != SEQ_FREE) {
+        if (s->phase != SEQ_FREE && s->phase != SEQ_KEPT) {
             sampler_free(s->smp);
             grammar_matcher_free(s->grammar);
             if (e->vocab)
@@ -134,6 +144,7 @@ void engine_free(struct engine *e)
             stop_free(&s->stop);
         }
         free(s->tokens);
+        free(s->kept_logits);
         kv_seq_destroy(&s->kv);
     }
     free(e->seqs);
@@ -150,21 +161,59 @@ void engine_free(struct engine *e)
 
 /* ---- the queue ------------------------------------------------------------------ */
 
+/* The slot of kept sequence `id`, or NULL. */
+static struct seq *kept_seq(const struct engine *e, int64_t id)
+{
+    for (int i = 0; id > 0 && i < e->n_slots; i++)
+        if (e->seqs[i].phase == SEQ_KEPT && e->seqs[i].kept_id == id)
+            return &e->seqs[i];
+    return NULL;
+}
+
+/* Tokens in the cache before r's prompt: its history or the kept sequence
+ * it follows (checked by engine_submit). */
+static int64_t history_len(const struct engine *e, const struct gen_request *r)
+{
+    const struct seq *k = r->follows ? kept_seq(e, r->follows) : NULL;
+    return r->history ? r->history->n : k ? k->kv.n_pos : 0;
+}
+
 /* Positions a request may use: its history, its prompt and, but for the
- * last sampled token (never fed back), its most generated tokens. */
+ * last sampled token (fed back only to be kept), its most generated tokens. */
 static int64_t max_positions(const struct engine *e, const struct gen_request *r)
 {
-    int64_t n = (r->history ? r->history->n : 0) + r->n_tokens;
+    int64_t n = history_len(e, r) + r->n_tokens;
     const struct gen_params *p = &r->params;
-    int64_t more = p->prompt_only ? 0 : p->n_predict > 0 ? p->n_predict - 1 : e->n_ctx;
+    int64_t more = p->prompt_only ? 0 : p->n_predict > 0 ? p->n_predict - !p->keep : e->n_ctx;
     return n + more < e->n_ctx ? n + more : e->n_ctx;
+}
+
+/* The checks of r->follows: a kept sequence no queued request follows. */
+static int check_follows(const struct engine *e, const struct gen_request *r)
+{
+    if (!r->follows)
+        return IG_OK;
+    if (r->history)
+        return ig_error(IG_E_USAGE, "a request cannot both follow a kept sequence and "
+                                    "bring a history");
+    if (!kept_seq(e, r->follows))
+        return ig_error(IG_E_USAGE, "no sequence %lld is kept to continue",
+                        (long long)r->follows);
+    for (int64_t i = 0; i < e->q_len; i++)
+        if (e->queue[(e->q_head + i) % e->q_cap]->follows == r->follows)
+            return ig_error(IG_E_USAGE, "another queued request already continues sequence "
+                            "%lld", (long long)r->follows);
+    return IG_OK;
 }
 
 int engine_submit(struct engine *e, struct gen_request *r)
 {
     r->result = (struct gen_result){.tokenize_ms = r->result.tokenize_ms};
-    int64_t n_hist = r->history ? r->history->n : 0;
-    if (r->n_tokens == 0 && !(r->history && r->history->logits))
+    int st = check_follows(e, r);
+    if (st != IG_OK)
+        return st;
+    int64_t n_hist = history_len(e, r);
+    if (r->n_tokens == 0 && !(r->history && r->history->logits) && !r->follows)
         return ig_error(IG_E_INPUT, n_hist ? "nothing to continue from: the cache has no "
                                              "logits and the prompt encodes to no tokens"
                                            : "the prompt encodes to no tokens");
@@ -185,7 +234,7 @@ int engine_submit(struct engine *e, struct gen_request *r)
     if (r->params.grammar && !e->vocab)
         return ig_error(IG_E_USAGE, "a grammar needs the model's vocabulary");
     struct sampler *probe = NULL; /* the parameters are checked now, not at admission */
-    int st = sampler_create(&r->params.sp, e->n_vocab, &probe);
+    st = sampler_create(&r->params.sp, e->n_vocab, &probe);
     sampler_free(probe);
     if (st != IG_OK)
         return st;
@@ -214,7 +263,7 @@ int engine_running(const struct engine *e)
 {
     int n = 0;
     for (int i = 0; i < e->n_slots; i++)
-        n += e->seqs[i].phase != SEQ_FREE;
+        n += e->seqs[i].phase != SEQ_FREE && e->seqs[i].phase != SEQ_KEPT;
     return n;
 }
 
@@ -235,21 +284,36 @@ static struct backend_seq seq_view(const struct engine *e, const struct seq *s)
     return (struct backend_seq){.table = s->kv.table, .slot = slot_of(e, s)};
 }
 
-int engine_export(struct engine *e, const struct gen_request *r, const struct kv_store **st,
-                  const int32_t **table, const int32_t **tokens, int64_t *n)
+int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int64_t *n,
+                const float **logits)
 {
-    for (int i = 0; i < e->n_slots; i++) {
-        struct seq *s = &e->seqs[i];
-        if (s->phase == SEQ_FREE || s->r != r)
-            continue;
-        if (s->kv.n_pos < 1)
-            return ig_error(IG_E_INPUT, "nothing is in the cache to save");
-        struct backend_seq v = seq_view(e, s);
-        *tokens = s->tokens;
-        *n = s->kv.n_pos;
-        return backend_kv_export(e->be, &v, s->kv.n_pos, st, table);
-    }
-    return ig_error(IG_E_INTERNAL, "engine_export: the request is not in flight");
+    const struct seq *s = kept_seq(e, id);
+    if (!s)
+        return ig_error(IG_E_USAGE, "no sequence %lld is kept", (long long)id);
+    *tokens = s->tokens;
+    *n = s->kv.n_pos;
+    *logits = s->kept_logits;
+    return IG_OK;
+}
+
+int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
+                       const int32_t **table)
+{
+    struct seq *s = kept_seq(e, id);
+    if (!s)
+        return ig_error(IG_E_USAGE, "no sequence %lld is kept", (long long)id);
+    struct backend_seq v = seq_view(e, s);
+    return backend_kv_export(e->be, &v, s->kv.n_pos, st, table);
+}
+
+void engine_drop(struct engine *e, int64_t id)
+{
+    struct seq *s = kept_seq(e, id);
+    if (!s)
+        return;
+    kv_pool_release(e->pool, &s->kv);
+    s->kept_id = 0;
+    s->phase = SEQ_FREE;
 }
 
 struct emit_ctx {
@@ -266,7 +330,9 @@ static int emit_text(void *user, const char *text, size_t len)
 
 /* Ends the request of s: the text held back goes out (unless output or a
  * stop string ended it), the caller hears on_done, the slot and its blocks
- * are free again. */
+ * are free again, or kept (params.keep: the whole prompt is in the cache),
+ * or, for a continuation that sampled nothing, kept as they were before it
+ * (generate.h, "Conversations"). */
 static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int status)
 {
     struct gen_request *r = s->r;
@@ -288,9 +354,18 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
         res->decode_ms = ms_between(res->t_first_ns, res->t_last_ns);
     if (s->grammar)
         res->grammar_complete = grammar_matcher_complete(s->grammar);
+    /* What becomes of the sequence is decided before on_done, which may free
+     * r (ignite batch frees its job there): r is not touched after it. */
+    bool keep = r->params.keep && status == IG_OK && stop != GEN_STOP_NONE &&
+                s->kv.n_pos >= s->n_all_prompt;
+    bool restore = !keep && s->kept_id && !s->logits_taken;
+    if (keep && !s->kept_id)
+        s->kept_id = ++e->n_kept_ids;
+    else if (!keep && !restore)
+        s->kept_id = 0;
+    res->kept = s->kept_id;
     if (e->o.cb.on_done)
         e->o.cb.on_done(e->o.cb.user, r);
-    kv_pool_release(e->pool, &s->kv);
     sampler_free(s->smp);
     grammar_matcher_free(s->grammar);
     if (e->vocab)
@@ -300,6 +375,34 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
     s->grammar = NULL;
     s->r = NULL;
     s->phase = SEQ_FREE;
+    if (keep) {
+        /* the whole prompt is in the cache and kept_logits are after it */
+        s->n_tokens = s->kv.n_pos; /* (a last token with no position left is not) */
+        kv_pool_shrink(e->pool, &s->kv, s->kv.n_pos); /* the unused promise goes back */
+    } else if (restore) {
+        /* a continuation that sampled nothing: the kept sequence as it was */
+        kv_pool_shrink(e->pool, &s->kv, s->n_kept);
+        s->n_tokens = s->n_kept;
+    } else {
+        kv_pool_release(e->pool, &s->kv);
+    }
+    if (s->kept_id)
+        s->phase = SEQ_KEPT;
+}
+
+/* Ends r's request with `stop` after a sampled token that is real (it is in
+ * s->tokens' future): a kept request feeds it first (SEQ_CLOSING), when a
+ * position is left for it. */
+static void end_request(struct engine *e, struct seq *s, int32_t tok, enum gen_stop stop)
+{
+    if (!s->r->params.keep || s->kv.n_pos >= e->n_ctx) {
+        finish(e, s, stop, IG_OK);
+        return;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    s->next = tok;
+    s->closing = stop;
+    s->phase = SEQ_CLOSING;
 }
 
 /* ---- admission -------------------------------------------------------------------- */
@@ -329,23 +432,37 @@ static int attach_grammar(struct engine *e, struct seq *s, struct gen_request *r
 static int admit(struct engine *e, struct seq *s, struct gen_request *r)
 {
     const struct gen_history *h = r->history;
-    int64_t n_hist = h ? h->n : 0;
-    s->n_tokens = 0;
-    if (n_hist)
-        memcpy(s->tokens, h->tokens, (size_t)n_hist * sizeof *s->tokens);
+    bool cont = s->phase == SEQ_KEPT; /* r follows it */
+    int64_t n_hist = cont ? s->kv.n_pos : h ? h->n : 0;
+    int64_t max_pos = max_positions(e, r), n_shared = 0;
+    int st;
+    if (cont) {
+        if ((st = kv_pool_reserve(e->pool, &s->kv, max_pos)) != IG_OK)
+            return st;
+    } else {
+        s->n_tokens = 0;
+        if (n_hist)
+            memcpy(s->tokens, h->tokens, (size_t)n_hist * sizeof *s->tokens);
+    }
     if (r->n_tokens) /* none after --load-kv without a prompt */
         memcpy(s->tokens + n_hist, r->tokens, (size_t)r->n_tokens * sizeof *s->tokens);
     s->n_all_prompt = n_hist + r->n_tokens;
-    s->max_pos = max_positions(e, r);
-    /* Blocks computed here before may be shared, but never the one with the
-     * last prompt token: its logits must be computed. A loaded history is
-     * not this process's forward: nothing is shared then. */
-    int64_t n_shared = h ? 0 : kv_pool_match(e->pool, s->tokens, s->n_all_prompt,
-                                             (s->n_all_prompt - 1) / KV_BLOCK);
-    int st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos);
-    if (st != IG_OK)
-        return st;
+    s->max_pos = max_pos;
+    if (!cont) {
+        /* Blocks computed here before may be shared, but never the one with
+         * the last prompt token: its logits must be computed. A loaded
+         * history is not this process's forward: nothing is shared then. */
+        n_shared = h ? 0 : kv_pool_match(e->pool, s->tokens, s->n_all_prompt,
+                                         (s->n_all_prompt - 1) / KV_BLOCK);
+        if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) != IG_OK)
+            return st;
+        s->kept_id = 0;
+        if (r->params.keep) /* it may go back and write its blocks again */
+            s->kv.n_registered = s->kv.max_blocks;
+    }
     s->r = r;
+    s->n_kept = n_hist;
+    s->logits_taken = false;
     s->n_tokens = s->n_all_prompt;
     s->order = e->n_admitted++;
     s->phase = SEQ_PREFILL;
@@ -355,12 +472,15 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     if (e->vocab)
         tok_stream_init(&s->stream, e->vocab, e->o.print_special);
     stop_init(&s->stop, r->params.stop, r->params.n_stop);
+    if (r->params.keep && !s->kept_logits &&
+        !(s->kept_logits = malloc((size_t)e->n_vocab * sizeof *s->kept_logits)))
+        return ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)e->n_vocab);
     if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK ||
         (r->params.grammar && (st = attach_grammar(e, s, r)) != IG_OK))
         return st;
     for (int64_t i = 0; i < s->n_all_prompt; i++)
         sampler_accept(s->smp, s->tokens[i]);
-    if (h) {
+    if (h && !cont) {
         kv_pool_grow(e->pool, &s->kv, n_hist);
         struct backend_seq v = seq_view(e, s);
         if ((st = backend_kv_import(e->be, &v, h->kv, n_hist)) != IG_OK)
@@ -374,13 +494,13 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
 static void admit_waiting(struct engine *e)
 {
     while (e->q_len) {
-        struct seq *s = NULL;
-        for (int i = 0; i < e->n_slots && !s; i++)
+        struct gen_request *r = e->queue[e->q_head];
+        struct seq *s = r->follows ? kept_seq(e, r->follows) : NULL;
+        for (int i = 0; i < e->n_slots && !s && !r->follows; i++)
             if (e->seqs[i].phase == SEQ_FREE)
                 s = &e->seqs[i];
         if (!s)
             return;
-        struct gen_request *r = e->queue[e->q_head];
         int st = admit(e, s, r);
         if (st == IG_E_NOMEM && !s->r)
             return; /* the pool cannot promise its blocks yet: it waits, and so do later ones */
@@ -398,9 +518,11 @@ static void admit_waiting(struct engine *e)
             continue;
         }
         if (s->n_all_prompt == s->kv.n_pos) {
-            /* Nothing to prefill: the history's logits give the first token
-             * (the step's logits are free until the batch is built). */
-            memcpy(e->logits, r->history->logits, (size_t)e->n_vocab * sizeof *e->logits);
+            /* Nothing to prefill: the history's (or the kept) logits give the
+             * first token (the step's logits are free until the batch is
+             * built; sample() may overwrite kept_logits). */
+            memcpy(e->logits, r->follows ? s->kept_logits : r->history->logits,
+                   (size_t)e->n_vocab * sizeof *e->logits);
             sample(e, s, e->logits);
         }
     }
@@ -416,6 +538,7 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
     if (!res->t_first_ns) {
         res->t_first_ns = t_ns;
         res->ttft_ms = ms_between(r->t_arrival_ns, t_ns);
+        res->ttft_set = true;
     }
     res->t_last_ns = t_ns;
     res->n_gen++;
@@ -436,7 +559,7 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
         }
     }
     if (!r->params.ignore_eog && e->vocab && tok_is_eog(e->vocab, tok)) {
-        finish(e, s, GEN_STOP_EOG, IG_OK);
+        end_request(e, s, tok, GEN_STOP_EOG);
         return;
     }
     const char *text = "";
@@ -453,19 +576,19 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
         return;
     }
     if (found) {
-        finish(e, s, found == 1 ? GEN_STOP_STRING : GEN_STOP_OUTPUT, IG_OK);
+        end_request(e, s, tok, found == 1 ? GEN_STOP_STRING : GEN_STOP_OUTPUT);
         return;
     }
     if (s->grammar && grammar_matcher_done(s->grammar)) { /* nothing may follow */
-        finish(e, s, GEN_STOP_GRAMMAR, IG_OK);
+        end_request(e, s, tok, GEN_STOP_GRAMMAR);
         return;
     }
     if (e->o.interrupt && *e->o.interrupt) {
-        finish(e, s, GEN_STOP_INTERRUPT, IG_OK);
+        end_request(e, s, tok, GEN_STOP_INTERRUPT);
         return;
     }
     if (r->params.n_predict > 0 && res->n_gen >= r->params.n_predict) {
-        finish(e, s, GEN_STOP_LIMIT, IG_OK);
+        end_request(e, s, tok, GEN_STOP_LIMIT);
         return;
     }
     if (s->kv.n_pos >= e->n_ctx) {
@@ -482,10 +605,17 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
 static void sample(struct engine *e, struct seq *s, float *logits)
 {
     struct gen_request *r = s->r;
+    if (r->params.keep) { /* the logits after the last token fed, whatever comes next */
+        memcpy(s->kept_logits, logits, (size_t)e->n_vocab * sizeof *logits);
+        s->logits_taken = true;
+    }
+    if (s->phase == SEQ_CLOSING) {
+        finish(e, s, s->closing, IG_OK);
+        return;
+    }
     if (r->params.prompt_only) {
         r->result.ttft_ms = ms_between(r->t_arrival_ns, ig_now_ns());
-        if (r->logits_out)
-            memcpy(r->logits_out, logits, (size_t)e->n_vocab * sizeof *logits);
+        r->result.ttft_set = true;
         finish(e, s, GEN_STOP_PROMPT, IG_OK);
         return;
     }
@@ -501,7 +631,8 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
                         int64_t *n_logits)
 {
     int64_t pos0 = s->kv.n_pos, n;
-    if (s->phase == SEQ_DECODE) {
+    bool fed = s->phase == SEQ_DECODE || s->phase == SEQ_CLOSING;
+    if (fed) {
         n = 1;
         e->tokens[row0] = s->next;
     } else {
@@ -511,7 +642,7 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
     kv_pool_grow(e->pool, &s->kv, pos0 + n);
     for (int64_t i = 0; i < n; i++)
         e->want[row0 + i] = false;
-    bool logits = s->phase == SEQ_DECODE || pos0 + n == s->n_all_prompt;
+    bool logits = fed || pos0 + n == s->n_all_prompt;
     e->want[row0 + n - 1] = logits;
     s->logits_row = logits ? (*n_logits)++ : -1;
     s->step_row0 = row0;
@@ -519,30 +650,42 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
     return n;
 }
 
-/* Ends every request in flight and in the queue (Ctrl-C, a failed step). */
-static void end_all(struct engine *e, enum gen_stop stop, int status)
+/* Ends every request in flight and in the queue (Ctrl-C, a failed step).
+ * After Ctrl-C a kept request still feeds its last token (SEQ_CLOSING): the
+ * text the user saw is what is kept. Returns the requests left closing. */
+static int end_all(struct engine *e, enum gen_stop stop, int status)
 {
-    for (int i = 0; i < e->n_slots; i++)
-        if (e->seqs[i].phase != SEQ_FREE)
-            finish(e, &e->seqs[i], stop, status);
+    int closing = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        struct seq *s = &e->seqs[i];
+        if (s->phase == SEQ_DECODE && s->r->params.keep && status == IG_OK) {
+            s->closing = stop; /* s->next is in s->tokens already */
+            s->phase = SEQ_CLOSING;
+        }
+        if (s->phase == SEQ_CLOSING && status == IG_OK)
+            closing++;
+        else if (s->phase != SEQ_FREE && s->phase != SEQ_KEPT)
+            finish(e, s, stop, status);
+    }
     e->q_len = 0; /* queued requests never started: nothing to report */
+    return closing;
 }
 
 int engine_step(struct engine *e)
 {
-    if (e->o.interrupt && *e->o.interrupt) {
-        end_all(e, GEN_STOP_INTERRUPT, IG_OK);
+    bool interrupted = e->o.interrupt && *e->o.interrupt;
+    if (interrupted && !end_all(e, GEN_STOP_INTERRUPT, IG_OK))
         return IG_OK;
-    }
     for (int i = 0; i < e->n_slots; i++)
         e->seqs[i].step_rows = 0, e->seqs[i].logits_row = -1;
-    admit_waiting(e);
+    if (!interrupted)
+        admit_waiting(e);
 
     /* The batch: decode rows, then prompt chunks in admission order. */
     int n_seqs = 0;
     int64_t rows = 0, n_logits = 0;
     for (int i = 0; i < e->n_slots; i++)
-        if (e->seqs[i].phase == SEQ_DECODE) {
+        if (e->seqs[i].phase == SEQ_DECODE || e->seqs[i].phase == SEQ_CLOSING) {
             e->order[n_seqs++] = &e->seqs[i];
             rows += add_rows(e, &e->seqs[i], rows, 1, &n_logits);
         }
@@ -586,7 +729,7 @@ int engine_step(struct engine *e)
         if (prefill) {
             res->n_prompt += s->step_rows;
             res->prefill_ms += step_ms;
-        } else {
+        } else if (s->phase == SEQ_DECODE) { /* (a closing row is no decode step) */
             res->n_decode++;
         }
         if (s->logits_row >= 0)

@@ -28,6 +28,21 @@
  *   prefill      the steps that ran the request's prompt rows.
  *   decode       first sampled token to the last; decode ms/token = that /
  *                the number of rows fed back.
+ *
+ * Conversations (`ignite chat`, `run --save-kv` after generation): a request
+ * with params.keep leaves its sequence in the engine when it ends. Its last
+ * sampled token is fed first (one more row, not counted as decode), so the
+ * cache holds every token and the logits after the last one; only at a full
+ * context, where there is no position for it, is it left out. The kept
+ * sequence holds its slot and blocks; result.kept names it. A later request
+ * with `follows` = that id continues it: its prompt is prefilled after the
+ * kept tokens (only the new tokens run), the kept logits give its first
+ * token when the prompt is empty. A continued request that ends before its
+ * prompt is all in the cache (Ctrl-C in the prefill) leaves the kept
+ * sequence as it was: the turn is undone; one that fails after sampling
+ * drops it. engine_kept / engine_kept_export read a kept sequence (to save
+ * it), engine_drop frees it. A kept sequence never offers its blocks to
+ * other requests (it may go back and write them again).
  * Covered by tests/generate/ and tests/cli/ (through `ignite run`, `batch`). */
 #ifndef IGNITE_GENERATE_GENERATE_H
 #define IGNITE_GENERATE_GENERATE_H
@@ -67,6 +82,7 @@ struct gen_params {
     struct sampler_params sp;   /* sp.seed: this request's random stream */
     bool ignore_eog;            /* keep going past end-of-generation tokens */
     bool prompt_only;           /* stop after the prefill (GEN_STOP_PROMPT) */
+    bool keep;                  /* keep the sequence when the request ends (above) */
     const char *const *stop;    /* stop strings (borrowed), n_stop of them */
     int n_stop;
     /* A constraint (grammar/grammar.h, borrowed), or NULL: each sequence gets
@@ -95,6 +111,11 @@ struct gen_result {
     double tokenize_ms;         /* set by the caller */
     double queue_ms;            /* arrival to admission */
     double prefill_ms, ttft_ms, decode_ms;
+    bool ttft_set;              /* ttft_ms was measured: a token was sampled (or a
+                                 * prompt_only prefill ended); not after Ctrl-C in the
+                                 * prefill. prefill_ms is measured when n_prompt > 0,
+                                 * decode_ms when n_decode > 0. */
+    int64_t kept;               /* params.keep: the kept sequence's id, 0 when none */
     int64_t t_first_ns, t_last_ns; /* first and last sampled token (ig_now_ns), 0 = none */
     bool grammar;               /* the request had a grammar ... */
     bool grammar_complete;      /* ... and its output is a whole sentence of it */
@@ -105,10 +126,9 @@ struct gen_request {
     const int32_t *tokens;      /* [n_tokens] the prompt's ids (BOS included where wanted) */
     int64_t n_tokens;
     const struct gen_history *history; /* NULL: an empty cache */
+    int64_t follows;            /* 0, or a kept sequence to continue (not with history) */
     struct gen_params params;
     int64_t t_arrival_ns;       /* ig_now_ns() when it was read */
-    float *logits_out;          /* prompt_only: receives the logits after the prompt
-                                 * [n_vocab] (may be NULL) */
     void *user;                 /* the caller's */
     /* out */
     struct gen_result result;
@@ -122,8 +142,7 @@ struct gen_callbacks {
     int (*on_text)(void *user, struct gen_request *r, const char *text, size_t len);
     /* Token `token` of r was sampled at time t_ns (ig_now_ns). May be NULL. */
     void (*on_token)(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
-    /* r ended: r->result is complete. Called while r's cache is still held,
-     * so engine_export works; r's blocks are freed after it returns. */
+    /* r ended: r->result is complete (result.kept is set after it returns). */
     void (*on_done)(void *user, struct gen_request *r);
     void *user;
 };
@@ -150,7 +169,9 @@ void engine_free(struct engine *e);
  * queueing, a request that can never run: no tokens and nothing to continue
  * from, more tokens than the context holds (IG_E_INPUT), more KV blocks than
  * the whole pool has (IG_E_NOMEM), bad sampling parameters (IG_E_USAGE), a
- * grammar without a vocabulary (IG_E_USAGE). */
+ * grammar without a vocabulary (IG_E_USAGE), `follows` naming no kept
+ * sequence or one another queued request follows, or with a history
+ * (IG_E_USAGE). */
 int engine_submit(struct engine *e, struct gen_request *r);
 
 /* Runs one step (admission, one batch, sampling; requests that end get
@@ -163,10 +184,18 @@ int64_t engine_pending(const struct engine *e);
 /* Requests in flight. */
 int engine_running(const struct engine *e);
 
-/* Inside on_done: r's cache as a host store and table (backend_kv_export),
- * the token ids in it and how many. */
-int engine_export(struct engine *e, const struct gen_request *r, const struct kv_store **st,
-                  const int32_t **table, const int32_t **tokens, int64_t *n);
+/* The kept sequence `id`: the token ids in its cache, how many, and the
+ * logits after the last [n_vocab] (pointers valid until it is continued or
+ * dropped). IG_OK, or IG_E_USAGE when no sequence of that id is kept. */
+int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int64_t *n,
+                const float **logits);
+
+/* Its cache as a host store and table (backend_kv_export), to save it. */
+int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
+                       const int32_t **table);
+
+/* Frees the kept sequence `id` (no-op when none is kept). */
+void engine_drop(struct engine *e, int64_t id);
 
 /* KV pool figures: blocks, the most in use at once, blocks shared. */
 const struct kv_pool *engine_pool(const struct engine *e);

@@ -515,3 +515,41 @@ void kv_pool_release(struct kv_pool *p, struct kv_seq *s)
     p->reserved -= s->reserved;
     s->reserved = s->n_blocks = s->n_pos = s->n_registered = 0;
 }
+
+void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)
+{
+    IG_ASSERT(n_pos >= 0 && n_pos <= s->n_pos);
+    int64_t keep = kv_blocks_for(n_pos);
+    for (int64_t i = s->n_blocks - 1; i >= keep; i--) {
+        int32_t id = s->table[i];
+        IG_ASSERT(p->refs[id] == 1); /* written by this sequence alone */
+        p->refs[id] = 0;
+        list_append(p, id);
+        p->used--;
+    }
+    s->n_blocks = keep;
+    if (n_pos % KV_BLOCK) {
+        int32_t id = s->table[keep - 1];
+        IG_ASSERT(p->refs[id] == 1);
+        if (p->indexed[id])
+            index_remove(p, id);
+    }
+    if (s->n_registered > n_pos / KV_BLOCK && s->n_registered < s->max_blocks)
+        s->n_registered = n_pos / KV_BLOCK; /* (max_blocks: never registers) */
+    p->reserved -= s->reserved;
+    s->reserved = 0;
+    s->n_pos = n_pos;
+}
+
+int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos)
+{
+    IG_ASSERT(kv_blocks_for(max_pos) <= s->max_blocks);
+    int64_t need = kv_blocks_for(max_pos) - s->n_blocks - s->reserved;
+    if (need <= 0)
+        return IG_OK;
+    if (need > kv_pool_available(p))
+        return IG_E_NOMEM;
+    s->reserved += need;
+    p->reserved += need;
+    return IG_OK;
+}

@@ -197,6 +197,17 @@ void kv_pool_register(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens
 /* Drops the sequence's blocks and reservation; the sequence is empty after. */
 void kv_pool_release(struct kv_pool *p, struct kv_seq *s);
 
+/* Sequences that live on after a request (a conversation, generate/):
+ * kv_pool_shrink forgets positions [n_pos, s->n_pos): the blocks wholly past
+ * n_pos go back to the pool, the block holding position n_pos leaves the
+ * prefix index (it will be written again) and must not be shared with
+ * another sequence; the reservation is dropped. kv_pool_reserve then
+ * promises the blocks to grow to max_pos positions (within the table):
+ * IG_OK, or IG_E_NOMEM without a message or any change when the pool cannot
+ * promise them now. */
+void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
+int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos);
+
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
 #define KV_FILE_VERSION 1

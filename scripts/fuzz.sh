@@ -10,6 +10,7 @@
 #   schema       the JSON-schema converter (fuzz_grammar.c with FUZZ_SCHEMA; corpus_schema/)
 #   batch        ignite batch's request parser (fuzz_batch_line.c; corpus_batch/)
 #   tokenizer    the tokenizer: any bytes in (fuzz_tokenizer.c; corpus-tok/)
+#   klfile       the perplexity base file reader (fuzz_klfile.c; corpus_klfile/)
 # Builds the target's entry with clang -fsanitize=fuzzer,address,undefined
 # into $FUZZ_BUILD (default build-fuzz/) and writes new inputs to
 # $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
@@ -68,8 +69,11 @@ tokenizer)
           tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c tokenizer/spm.c
           tokenizer/encode.c tokenizer/decode.c)
     corpus=corpus-tok max_len=4096 ;;
+klfile)
+    srcs=(core/status.c ppl/klfile.c ppl/score.c)
+    corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
 *)
-    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer)" >&2
+    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile)" >&2
     exit 2 ;;
 esac
 srcs+=("$entry")

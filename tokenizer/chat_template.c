@@ -1,6 +1,7 @@
 /* tokenizer/chat_template.c: recognises a chat template's family by its
- * markers and renders a single-turn conversation in that family's format
- * (the formats are listed in tokenizer/chat_template.h). Leaves encoding the
+ * markers and renders a single-turn conversation in that family's format,
+ * or the next turn of a continued one (the formats are listed in
+ * tokenizer/chat_template.h). Leaves encoding the
  * result, with its special tokens, to the tokenizer.
  * Covered by tests/unit/test_chat_template.c and test_chat_jinja.py. */
 #include "tokenizer/chat_template.h"
@@ -118,6 +119,14 @@ static void sb_cat(struct strbuf *b, ...)
     va_end(ap);
 }
 
+/* The error for a template of no known family. */
+static int unknown_style(void)
+{
+    return ig_error(IG_E_MODEL, "--chat: the model's chat template is not one ignite knows "
+                                "(chatml, llama3, llama2, gemma, mistral); run without --chat "
+                                "and format the prompt yourself");
+}
+
 int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
                 const char *system, const char *user, char **out)
 {
@@ -160,10 +169,45 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
         sb_cat(&b, user, " [/INST]", NULL);
         break;
     default:
-        return ig_error(IG_E_MODEL,
-                        "--chat: the model's chat template is not one ignite knows "
-                        "(chatml, llama3, llama2, gemma, mistral); run without --chat "
-                        "and format the prompt yourself");
+        return unknown_style();
+    }
+    if (b.failed || !b.s) {
+        free(b.s);
+        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+    }
+    *out = b.s;
+    return IG_OK;
+}
+
+int chat_render_next(enum chat_style style, const char *user, int closed, const char *bos,
+                     char **out)
+{
+    struct strbuf b = {0};
+    *out = NULL;
+    bos = bos ? bos : "";
+    /* after the answer: the family's end-of-turn marker (when the model's own
+     * token did not end it), then what the template puts before a user turn */
+    switch (style) {
+    case CHAT_CHATML:
+        sb_cat(&b, closed ? "" : "<|im_end|>", "\n<|im_start|>user\n", user,
+               "<|im_end|>\n<|im_start|>assistant\n", NULL);
+        break;
+    case CHAT_LLAMA3:
+        sb_cat(&b, closed ? "" : "<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
+               user, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+        break;
+    case CHAT_LLAMA2: /* bos_token + '[INST] ' for every user turn */
+        sb_cat(&b, closed ? "" : "</s>", bos, "[INST] ", user, " [/INST]", NULL);
+        break;
+    case CHAT_GEMMA:
+        sb_cat(&b, closed ? "" : "<end_of_turn>", "\n<start_of_turn>user\n", user,
+               "<end_of_turn>\n<start_of_turn>model\n", NULL);
+        break;
+    case CHAT_MISTRAL:
+        sb_cat(&b, closed ? "" : "</s>", "[INST] ", user, " [/INST]", NULL);
+        break;
+    default:
+        return unknown_style();
     }
     if (b.failed || !b.s) {
         free(b.s);

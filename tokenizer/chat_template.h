@@ -17,6 +17,9 @@
  *   gemma     "<start_of_turn>"                      first line(s) of the turn
  *   mistral   "[INST]" without "<<SYS>>"             first line(s) of the turn
  *
+ * A continued conversation renders only its next turn (chat_render_next),
+ * after the answer already in the cache.
+ *
  * Covered by tests/unit/test_chat_template.c (expected strings) and
  * tests/unit/test_chat_jinja.py (against jinja2 renders of the templates). */
 #ifndef IGNITE_TOKENIZER_CHAT_TEMPLATE_H
@@ -48,6 +51,20 @@ const char *chat_style_name(enum chat_style style);
  * out of memory. */
 int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
                 const char *system, const char *user, char **out);
+
+/* Renders the next user turn of a conversation whose text so far ends with
+ * the assistant's answer (a continued chat: the cache holds the earlier
+ * turns), plus the generation prompt: exactly what the template renders
+ * between that answer's end-of-turn marker and the next answer. `closed`:
+ * the answer ended with the model's end-of-turn token (it is in the cache);
+ * when false (the answer was cut short: -n, a stop string, Ctrl-C) the
+ * family's end-of-turn marker comes first. `bos` is the BOS token's text
+ * (NULL: none), written where the family's template puts bos_token inside
+ * a conversation (llama2: before every user turn); the result is encoded
+ * with special tokens parsed and without adding BOS. The system message
+ * belongs to the first turn: there is none here. Returns as chat_render. */
+int chat_render_next(enum chat_style style, const char *user, int closed, const char *bos,
+                     char **out);
 
 /* The default system message a ChatML template inserts when none is given,
  * copied into buf (escapes like "\n" decoded). Returns its length, or 0 when

@@ -149,6 +149,8 @@ const char *tok_model_name(enum tok_model m);
 /* "gpt2", "smollm", "llama3", "qwen2": the family's tokenizer.ggml.pre name. */
 const char *tok_pre_name(enum tok_pre p);
 int32_t tok_bos(const struct tok_vocab *v); /* -1 when absent */
+/* True when TOK_ENC_ADD_BOS prepends BOS (the vocabulary's add_bos setting). */
+bool tok_adds_bos(const struct tok_vocab *v);
 int32_t tok_eos(const struct tok_vocab *v);
 int32_t tok_eot(const struct tok_vocab *v);
 /* True for EOS, EOT, EOM and the extra EOG ids: generation stops there. */

@@ -379,6 +379,7 @@ void tok_vocab_free(struct tok_vocab *v)
 int64_t tok_n_tokens(const struct tok_vocab *v) { return v->n_tokens; }
 enum tok_model tok_model_of(const struct tok_vocab *v) { return v->model; }
 int32_t tok_bos(const struct tok_vocab *v) { return v->bos_id; }
+bool tok_adds_bos(const struct tok_vocab *v) { return v->add_bos; }
 int32_t tok_eos(const struct tok_vocab *v) { return v->eos_id; }
 int32_t tok_eot(const struct tok_vocab *v) { return v->eot_id; }
 

@@ -51,6 +51,7 @@ refused "bench -mmp" -mmp "memory" "$IGNITE" bench -mmp 0
 refused "-ub" -ub "spelling is --batch-size" "$IGNITE" -p hi -ub 64
 refused "bench -ub" -ub "spelling is -b, --batch-size" "$IGNITE" bench -ub 64
 refused "tokenize -hf" -hf "-m FILE" "$IGNITE" tokenize -hf foo/bar -p hi
+refused "perplexity -ngl" -ngl "--device cuda" "$IGNITE" perplexity -m "$NOPE" -f x -ngl 99
 refused "info -ngl" -ngl "" "$IGNITE" info -ngl 99
 # An option known to ignite bundled with letters that are not its value.
 refused "-qx" -qx "" "$IGNITE" -p hi -qx
@@ -94,7 +95,7 @@ expect_rc 3 "info -m -x" "$IGNITE" info -m -x
 expect_rc 2 "-- ends the options" "$IGNITE" run -p hi -- -ngl && expect_grep "$TMP/err" "unexpected argument '-ngl'" "--"
 
 # help CMD is CMD --help.
-for cmd in run info tokenize bench; do
+for cmd in run info tokenize bench perplexity; do
     expect_rc 0 "help $cmd" "$IGNITE" help $cmd && expect_grep "$TMP/out" "^usage: ignite" "help $cmd"
     CHECKS=$((CHECKS + 1))
     "$IGNITE" $cmd --help >"$TMP/direct" 2>&1
@@ -136,6 +137,8 @@ expect_rc 6 "-f /dev/zero" timeout 60 "$IGNITE" -m "$NOPE" -f /dev/zero &&
 printf 'ab\0cd' >"$TMP/nul.txt"
 expect_rc 6 "NUL in a file" "$IGNITE" -m "$NOPE" -f "$TMP/nul.txt" && expect_grep "$TMP/err" "offset 2 of" "NUL offset"
 printf 'ab\0cd' | expect_rc 6 "NUL on stdin" "$IGNITE" -m "$NOPE" -f - && expect_grep "$TMP/err" "offset 2 of 'stdin'" "NUL on stdin"
+expect_rc 6 "perplexity -f /dev/zero" timeout 60 "$IGNITE" perplexity -m "$NOPE" -f /dev/zero &&
+    expect_grep "$TMP/err" "the text contains a NUL byte (offset 0 of '/dev/zero')" "perplexity /dev/zero"
 yes | expect_rc 6 "an endless pipe" timeout 120 "$IGNITE" -m "$NOPE" -f - &&
     expect_grep "$TMP/err" "more than 64 MiB.*offset 67108864" "endless pipe"
 yes | expect_rc 6 "tokenize: an endless pipe" timeout 120 "$IGNITE" tokenize -m "$NOPE" -f - 

@@ -11,7 +11,10 @@ expect_empty "$TMP/err" "run --help"
 expect_rc 0 "default command --help" "$IGNITE" --help && expect_grep "$TMP/out" "run" "--help"
 expect_rc 0 "run --version" "$IGNITE" run --version && expect_grep "$TMP/out" "^ignite [0-9]" "--version"
 expect_rc 0 "-V" "$IGNITE" -V && expect_grep "$TMP/out" "^ignite [0-9]" "-V"
-expect_rc 2 "no arguments" "$IGNITE" && expect_grep "$TMP/err" "usage" "no arguments"
+# (no arguments on a terminal prints the usage: tests/cli/test_tty.py; with
+# stdin not a terminal the prompt is read from it, and an empty one is none)
+expect_rc 2 "no arguments, empty stdin" "$IGNITE" </dev/null &&
+    expect_grep "$TMP/err" "no prompt: stdin was empty" "no arguments"
 # ... and after every command (docs/cli.md).
 for cmd in info tokenize bench; do
     expect_rc 0 "$cmd --version" "$IGNITE" $cmd --version && expect_grep "$TMP/out" "^ignite [0-9]" "$cmd --version"
@@ -44,7 +47,7 @@ expect_rc 2 "negative temperature" "$IGNITE" run -p hi --temp -1
 expect_rc 2 "min-p nan" "$IGNITE" run -p hi --min-p nan
 expect_rc 2 "seed too large" "$IGNITE" run -p hi -s 99999999999
 expect_rc 2 "positional argument" "$IGNITE" run -p hi extra
-expect_rc 2 "no prompt" "$IGNITE" run -n 3
+expect_rc 2 "no prompt" "$IGNITE" run -n 3 </dev/null
 expect_rc 2 "-p and -f" "$IGNITE" run -p hi -f -
 expect_rc 2 "--system without --chat" "$IGNITE" run -p hi --system x
 expect_rc 2 "unknown device" "$IGNITE" run -p hi --device tpu

@@ -34,8 +34,11 @@ assert isinstance(obj["text"], str) and obj["text"], obj
 assert obj["stop"] in ("limit", "eog"), obj["stop"]
 assert obj["status"] == 0
 assert obj["tokens"]["generated"] <= 2 and obj["tokens"]["prompt"] >= 4, obj["tokens"]
-for k in ("ttft_ms", "prefill_ms", "prefill_tok_s", "decode_ms_per_tok", "decode_tok_s"):
+for k in ("ttft_ms", "prefill_ms", "prefill_tok_s"):
     assert obj["timings"][k] >= 0, k
+for k in ("decode_ms_per_tok", "decode_tok_s"):  # measured once a token was fed back
+    v = obj["timings"][k]
+    assert v >= 0 if obj["tokens"]["generated"] >= 2 else v is None, (k, v)
 s = obj["sampling"]
 assert s["seed"] == 42 and s["temperature"] == 0.8 and s["top_k"] == 40, s
 assert obj["device"] == "cpu" and obj["threads"] == 2 and obj["n_ctx"] > 0
@@ -100,8 +103,9 @@ grep -q '^stats: .*stop interrupted' "$TMP/int.err" || fail "SIGINT: no stats li
 [ -s "$TMP/int.out" ] || fail "SIGINT: no text before the interrupt"
 
 # Ctrl-C during the prefill: the stats count only the chunks prefilled (not
-# the whole prompt, which made prefill tok/s too high). The signal goes once
-# the handler is in place (SigCgt in /proc, bit 2 = SIGINT).
+# the whole prompt, which made prefill tok/s too high), and what was not
+# measured is left out (no "ttft 0.0 ms", null in --json). The signal goes
+# once the handler is in place (SigCgt in /proc, bit 2 = SIGINT).
 CHECKS=$((CHECKS + 1))
 long=$(for i in $(seq 1 1000); do printf 'w%d ' "$i"; done)
 n_long=$("$IGNITE" tokenize -m "$MODEL" -p "$long" --count)
@@ -123,6 +127,11 @@ obj = json.load(open(sys.argv[1]))
 n, full = obj["tokens"]["prompt"], int(sys.argv[2])
 assert obj["stop"] == "interrupted" and obj["tokens"]["generated"] == 0, obj
 assert n < full and n % 4 == 0, (n, full)  # whole chunks of -b 4, not the whole prompt
+t = obj["timings"]
+assert t["ttft_ms"] is None and t["decode_ms_per_tok"] is None and t["decode_tok_s"] is None, t
+assert t["prefill_tok_s"] is None if n == 0 else t["prefill_tok_s"] > 0, t
 PY
+grep '^stats: ' "$TMP/pint.err" | grep -q 'ttft\|decode' &&
+    fail "SIGINT in the prefill: figures not measured in the stats: $(cat "$TMP/pint.err")"
 
 finish test_run_model

@@ -2,9 +2,13 @@
 by tests/pylib/ggufgen.py, so it needs no downloaded model and stays fast in
 the ASan build: exact token counts at -n and at a full context, the prompt
 over the context (its error line alone, no stats line), --chat with an unknown or a missing template (exit 4),
-seed repeatability and --json on every stop path."""
+seed repeatability and --json on every stop path; the prompt piped to stdin
+without -p/-f (`cat prompt.txt | ignite`), unless another option reads stdin;
+the seed in the stats line of a sampled run; a warning for a prompt past the
+trained context."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -16,7 +20,7 @@ IGNITE = os.environ["IGNITE_BIN"]
 
 
 
-def run(model, *args, stdin=None):
+def run(model, *args, stdin=b""):
     r = subprocess.run([IGNITE, "run", "-m", model, "-t", "1", *args], input=stdin,
                        capture_output=True, timeout=120)
     return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
@@ -78,6 +82,47 @@ def main():
 
         rc, out, err = run(tiny, "-f", "-", "-n", "2", "-q", stdin=b"abc")
         check(rc == 0 and err == "", f"stdin prompt: {rc} {err!r}")
+
+        # No -p or -f: the prompt is stdin when it is piped.
+        gen = ["-n", "4", "--ignore-eos", "--temp", "0", "-q"]
+        rc, want, err = run(tiny, "-p", "abc", *gen)
+        rc2, out, err2 = run(tiny, *gen, stdin=b"abc")
+        check(rc == rc2 == 0 and out == want, f"piped prompt: {rc2} {out!r} vs {want!r} {err2!r}")
+        r = subprocess.run([IGNITE, "-m", tiny, "-t", "1", *gen], input=b"\xef\xbb\xbfabc",
+                           capture_output=True, timeout=120)
+        check(r.returncode == 0 and r.stdout.decode() == want,
+              f"ignite -m ... < prompt (no 'run', a BOM): {r.returncode} {r.stderr!r}")
+        # `cat prompt.txt | ignite`: no arguments at all (the default model
+        # is looked up in IGNITE_CACHE)
+        os.symlink(tiny, os.path.join(tmp, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+        r = subprocess.run([IGNITE], input=b"abc", capture_output=True, timeout=120,
+                           env={**os.environ, "IGNITE_CACHE": tmp, "IGNITE_MODEL": ""})
+        # (sampled with a clock seed: the first token may end the text, so
+        # the prompt's 3 tokens in the stats line show that stdin was read)
+        check(r.returncode == 0 and b"stats: prompt 3 tok" in r.stderr,
+              f"cat prompt | ignite: {r.returncode} {r.stderr!r}")
+        rc, out, err = run(tiny, *gen, stdin=b"")
+        check(rc == 2 and "stdin was empty" in err, f"empty stdin, no -p: {rc} {err!r}")
+        rc, out, err = run(tiny, *gen, stdin=b"ab\x00c")
+        check(rc == 6 and "NUL" in err, f"a NUL on stdin: {rc} {err!r}")
+        rc, out, err = run(tiny, *gen, "--grammar-file", "-", stdin=b'root ::= "a"')
+        check(rc == 2 and "no prompt" in err, f"--grammar-file - takes stdin: {rc} {err!r}")
+
+        # The seed is in the stats line of a sampled run (and repeats it).
+        rc, out, err = run(tiny, "-p", "abc", "-n", "6", "--ignore-eos", "--temp", "0.9")
+        m = re.search(r"\| seed (\d+)", err)
+        check(rc == 0 and m is not None, f"no seed in the stats line: {err!r}")
+        if m:
+            rc, again, _ = run(tiny, "-p", "abc", "-n", "6", "--ignore-eos", "--temp", "0.9",
+                               "-s", m.group(1))
+            check(again == out, f"seed {m.group(1)} repeated gives {again!r}, not {out!r}")
+        rc, out, err = run(tiny, "-p", "abc", "-n", "2", "--temp", "0")
+        check(rc == 0 and "seed" not in err, f"a greedy run names a seed: {err!r}")
+
+        # A prompt past the trained context (256 positions) runs with a warning.
+        rc, out, err = run(tiny, "-p", "abc" * 100, "-c", "512", "-n", "1")
+        check(rc == 0 and "more than the 256 positions the model was trained on" in err,
+              f"prompt past the trained context: {rc} {err!r}")
     return summary("test_run_tiny")
 
 

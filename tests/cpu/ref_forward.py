@@ -85,9 +85,10 @@ class RefModel:
             y[..., half:self.n_rot] = a * s + b * c
         return y
 
-    def forward(self, tokens, cache):
+    def forward(self, tokens, cache, all_rows=False):
         """Runs tokens at the positions after those in `cache` (which grows) and
-        returns the logits of the last token, float64 [n_vocab]."""
+        returns the logits of the last token, float64 [n_vocab] (all_rows:
+        of every token, [n, n_vocab])."""
         n = len(tokens)
         pos0 = cache["k"][0].shape[0]
         pos = np.arange(pos0, pos0 + n)
@@ -114,4 +115,4 @@ class RefModel:
             h = self._rmsnorm(x, L["ffn_norm"])
             gate, up = h @ L["w_gate"].T, h @ L["w_up"].T
             x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
-        return self._rmsnorm(x[-1], self.output_norm) @ self.output.T
+        return self._rmsnorm(x if all_rows else x[-1], self.output_norm) @ self.output.T

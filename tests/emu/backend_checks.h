@@ -5,7 +5,8 @@
  * models): greedy steps fed with the CPU's choice (teacher forcing) must
  * give logits within the pair's bound and pick the same token unless the
  * CPU's top two are closer than twice the largest logit error (allow_ties);
- * two sequences in one step do the same; the exported
+ * two sequences in one step do the same; every row that wants logits gets
+ * its own (run_all_rows); the exported
  * cache matches the CPU's; an imported cache continues exactly. Both sides
  * are a struct backend: the CUDA one built by IG_DEV(gpu_backend_create),
  * the emulated or the real entry. */
@@ -157,6 +158,56 @@ static void run_two(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk
         pos0++;
         done += k;
     }
+}
+
+/* Every row that wants logits gets its own (what `ignite perplexity` asks):
+ * slot 0 refilled with ids from position 0 in two steps (the first of
+ * `split` rows), a lone wanted row early, a run of 71 rows in the first
+ * step (more than one GPU_HEAD_ROWS head GEMM), a run crossing into the
+ * second step and the last row not wanted; each row against the CPU's. */
+static void run_all_rows(struct pair *p, const int32_t *ids, int64_t n, int64_t split)
+{
+    bool want[N_CTX] = {false};
+    int64_t n_want = 0;
+    for (int64_t i = 0; i < n - 1; i++) {
+        want[i] = i == 3 || (i >= 20 && i <= 90) || i >= split - 4;
+        n_want += want[i];
+    }
+    IG_ASSERT(n <= N_CTX && split > 95 && split < n - 2);
+    float *lc = malloc((size_t)(n_want * p->n_vocab) * sizeof *lc);
+    float *le = malloc((size_t)(n_want * p->n_vocab) * sizeof *le);
+    CHECK(lc && le);
+    if (!lc || !le)
+        goto done;
+    int64_t out = 0;
+    for (int step = 0; step < 2; step++) {
+        int64_t r0 = step ? split : 0, rows = step ? n - split : split, kw = 0;
+        for (int64_t i = r0; i < r0 + rows; i++)
+            kw += want[i];
+        struct backend_seq s = {.table = p->table[0], .slot = 0, .row0 = 0, .n_rows = rows,
+                                .pos0 = r0};
+        struct backend_batch b = {.tokens = ids + r0, .want_logits = want + r0, .n_rows = rows,
+                                  .seqs = &s, .n_seqs = 1};
+        b.logits = lc + out * p->n_vocab;
+        CHECK(backend_step(p->cpu, &b) == IG_OK);
+        b.logits = le + out * p->n_vocab;
+        CHECK(backend_step(p->dev, &b) == IG_OK);
+        out += kw;
+    }
+    char what[96];
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!want[i])
+            continue;
+        snprintf(what, sizeof what, "every row's logits: row %lld of %lld", (long long)i,
+                 (long long)n);
+        compare_rows(le + k * p->n_vocab, lc + k * p->n_vocab, p, what);
+        k++;
+    }
+    CHECK(k == out && k == n_want);
+done:
+    free(lc);
+    free(le);
 }
 
 /* Slot 0's cache exported from the device against the CPU's f32 cache. */

@@ -7,7 +7,8 @@
  * the bound of the weights' mode (backend_checks.h: f16 tolerance with
  * `--gpu-weights f16`; with native weights, the default, the bounds of the
  * CPU's int8-activation path, a top-1 within the error of the runner-up
- * counting as a tie), and so must two sequences sharing steps; the cache
+ * counting as a tie), and so must two sequences sharing steps and every
+ * row of a prompt that wants logits (as `ignite perplexity` asks); the cache
  * exported from the device matches the CPU cache; a cache imported into a
  * fresh backend continues with the same logits.
  * Usage: test_backend_emu [--gpu-weights native|f16]. Exits 77 without the
@@ -91,6 +92,7 @@ int main(int argc, char **argv)
     /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
     run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
+    run_all_rows(&p, ids[1].ids, ids[1].n, 100);
     fprintf(stderr, "%s weights: worst rel err %.2e, NMSE %.2e\n",
             backend_gpu_weights_name(mode), p.worst, p.worst_nmse);
     for (int i = 0; i < 2; i++)

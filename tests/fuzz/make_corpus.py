@@ -13,7 +13,10 @@ rerun after changing tests/pylib/ggufgen.py, hfgen.py or the texts below):
   corpus-tok/   texts for fuzz_tokenizer.c, each behind the byte that picks
                 the vocabulary (0-3 byte-level BPE with the gpt2, smollm,
                 llama3, qwen2 pre-tokenizers, 4 SentencePiece-style) and, with
-                0x80 set, parsing of control-token text."""
+                0x80 set, parsing of control-token text;
+  corpus_klfile/ perplexity base files (llama.cpp's _logits_ layout, written
+                here from its description): even and odd windows and
+                vocabularies, a record of equal logits (scale 0)."""
 import json
 import os
 import sys
@@ -168,7 +171,36 @@ def json_corpus():
     print(f"corpus_json: {len(files) + 4} files")
 
 
+def klfile(n_ctx, n_vocab, n_chunk, seed, flat=False):
+    """A base file: header, tokens, then each window's records."""
+    import struct
+    rng = np.random.default_rng(seed)
+    nv, n_scored = 2 * ((n_vocab + 1) // 2) + 4, n_ctx - 1 - n_ctx // 2
+    out = b"_logits_" + struct.pack("<iii", n_ctx, n_vocab, n_chunk)
+    out += rng.integers(0, n_vocab, n_chunk * n_ctx).astype("<i4").tobytes()
+    for _ in range(n_chunk * n_scored):
+        l = np.zeros(n_vocab) if flat else rng.normal(0, 4, n_vocab)
+        mx, mn = l.max(), max(l.min(), l.max() - 16)
+        lse = np.log(np.exp(l - mx).sum())
+        scale = (mx - mn) / 65535
+        words = np.zeros(nv - 4, dtype="<u2")
+        if scale > 0:
+            words[:n_vocab] = np.where(l > mn, np.rint((l - mn) / scale), 0)
+        out += struct.pack("<ff", scale, mn - mx - lse) + words.tobytes()
+    return out
+
+
+def klfile_corpus():
+    out = os.path.join(HERE, "corpus_klfile")
+    os.makedirs(out, exist_ok=True)
+    for name, data in [("even.kl", klfile(8, 6, 2, 1)), ("odd.kl", klfile(7, 5, 3, 2)),
+                       ("smallest.kl", klfile(3, 1, 1, 3)), ("flat.kl", klfile(4, 4, 1, 4, True))]:
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
 if __name__ == "__main__":
     main()
     safetensors_corpus()
     json_corpus()
+    klfile_corpus()

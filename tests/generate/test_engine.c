@@ -11,7 +11,13 @@
  *   - prefix blocks are shared (the pool counts hits), and a request that
  *     can never fit is refused at submission;
  *   - with one slot requests end in submission order;
- *   - stop reasons: limit, context, interrupt. */
+ *   - stop reasons: limit, context, interrupt;
+ *   - conversations (params.keep, follows): a turn continuing a kept
+ *     sequence prefills only its new tokens and samples what one request over
+ *     the whole conversation samples; the kept tokens and logits are the
+ *     history's (the last sampled token fed); Ctrl-C in a turn's prefill
+ *     leaves the kept sequence as it was, in its answer keeps what was
+ *     printed; a full context keeps no last token; bad `follows` refused. */
 #include "backend/backend.h"
 #include "core/status.h"
 #include "generate/generate.h"
@@ -128,7 +134,7 @@ static void fake_init(struct fake *f, int n_slots, int64_t max_rows, int64_t n_b
 struct req {
     struct gen_request r;
     int32_t prompt[200];
-    int32_t out[300];
+    int32_t out[600];
     int64_t n_out;
     int order; /* the order it ended in */
 };
@@ -139,7 +145,7 @@ static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t
 {
     struct req *q = r->user;
     (void)user, (void)t;
-    if (q->n_out < 300)
+    if (q->n_out < 600)
         q->out[q->n_out++] = token;
 }
 
@@ -187,6 +193,194 @@ static void run(struct req *q, int n, int n_slots, int64_t max_rows, int64_t n_b
         CHECK(engine_step(e) == IG_OK);
     CHECK(!engine_pending(e));
     *hits = kv_pool_hits(engine_pool(e));
+    engine_free(e);
+}
+
+/* ---- conversations ---------------------------------------------------------------- */
+
+/* The logits the fake gives after tokens[0..n) (its hash of the history). */
+static void fake_logits(const int32_t *tokens, int64_t n, float *l)
+{
+    uint64_t h = 1;
+    for (int64_t p = 0; p < n; p++)
+        h = mix(h, (uint64_t)tokens[p]);
+    for (int v = 0; v < VOCAB; v++)
+        l[v] = (float)(mix(h, (uint64_t)v) % 1000);
+}
+
+struct turn {
+    struct req q;
+    int32_t all[N_CTX]; /* the whole conversation up to its answer */
+    int64_t n_all;
+};
+
+/* Runs request q (after the conversation so far in conv[0..*n_conv), kept
+ * as `follows`, 0 for none) to its end on e; appends its prompt and tokens
+ * to conv. Returns the kept id. */
+static int64_t run_turn(struct engine *e, struct req *q, int64_t follows, int32_t *conv,
+                        int64_t *n_conv)
+{
+    q->r.follows = follows;
+    q->n_out = 0;
+    CHECK(engine_submit(e, &q->r) == IG_OK);
+    int guard = 0;
+    while (engine_pending(e) && guard++ < 10000)
+        CHECK(engine_step(e) == IG_OK);
+    memcpy(conv + *n_conv, q->r.tokens, (size_t)q->r.n_tokens * sizeof *conv);
+    *n_conv += q->r.n_tokens;
+    memcpy(conv + *n_conv, q->out, (size_t)q->n_out * sizeof *conv);
+    *n_conv += q->n_out;
+    return q->r.result.kept;
+}
+
+/* One fresh request over prompt[0..n) (the conversation as one prompt). */
+static void run_whole(struct req *ref, const int32_t *prompt, int64_t n, const struct req *like)
+{
+    static struct fake f;
+    *ref = *like;
+    memcpy(ref->prompt, prompt, (size_t)n * sizeof *prompt); /* (n <= 200 here) */
+    ref->r.tokens = ref->prompt;
+    ref->r.n_tokens = n;
+    ref->r.user = ref;
+    ref->r.follows = 0;
+    ref->r.params.keep = false;
+    ref->n_out = 0;
+    int64_t hits;
+    run(ref, 1, 1, 64, N_BLOCKS, &f, &hits);
+}
+
+static void check_conversation(void)
+{
+    static struct fake f;
+    static volatile sig_atomic_t stop_now;
+    struct engine *e = NULL;
+    fake_init(&f, 2, 64, N_BLOCKS);
+    struct engine_opts o = {.max_rows = 64, .share_prefixes = true, .interrupt = &stop_now,
+                            .cb = {.on_token = on_token, .on_done = on_done}};
+    CHECK(engine_create(&f.base, NULL, &o, &e) == IG_OK);
+    if (!e)
+        return;
+    static struct req t[N_REQ], ref; /* (make_requests fills N_REQ) */
+    make_requests(t);
+    static int32_t conv[2 * N_CTX];
+    int64_t n_conv = 0;
+    for (int i = 0; i < 6; i++) {
+        t[i].r.params.keep = true;
+        t[i].r.params.n_predict = 4 + i;
+        t[i].r.n_tokens = 20 + 7 * i;
+    }
+    /* turn 1: a fresh kept sequence; its answer's last token is fed */
+    int64_t id = run_turn(e, &t[0], 0, conv, &n_conv);
+    CHECKF(id > 0 && t[0].r.result.stop == GEN_STOP_LIMIT && t[0].n_out == 4, "turn 1: kept %lld, stop %d, %lld tokens", (long long)id, t[0].r.result.stop, (long long)t[0].n_out);
+    CHECKF(t[0].r.result.n_decode == 3, "closing row counted as decode: %lld",
+           (long long)t[0].r.result.n_decode);
+    const int32_t *kt;
+    const float *kl;
+    int64_t kn = 0;
+    float want[VOCAB];
+    CHECK(engine_kept(e, id, &kt, &kn, &kl) == IG_OK && kn == n_conv &&
+          !memcmp(kt, conv, (size_t)n_conv * sizeof *kt));
+    fake_logits(conv, n_conv, want);
+    CHECK(kl && !memcmp(kl, want, sizeof want));
+    CHECK(!engine_pending(e) && engine_running(e) == 0);
+
+    /* turn 2 continues it: only its own tokens are prefilled, and it samples
+     * what one request over the whole conversation samples */
+    int64_t before = n_conv;
+    CHECK(run_turn(e, &t[1], id, conv, &n_conv) == id);
+    CHECKF(t[1].r.result.n_cached == before && t[1].r.result.n_prompt == t[1].r.n_tokens,
+           "turn 2: %lld cached, %lld prefilled", (long long)t[1].r.result.n_cached,
+           (long long)t[1].r.result.n_prompt);
+    run_whole(&ref, conv, before + t[1].r.n_tokens, &t[1]);
+    CHECKF(ref.n_out == t[1].n_out && !memcmp(ref.out, t[1].out, (size_t)ref.n_out * 4),
+           "turn 2 differs from the conversation run as one prompt");
+    /* an empty turn samples its first token from the kept logits */
+    t[2].r.n_tokens = 0;
+    before = n_conv;
+    CHECK(run_turn(e, &t[2], id, conv, &n_conv) == id && t[2].r.result.n_prompt == 0);
+    run_whole(&ref, conv, before, &t[2]);
+    CHECK(ref.n_out == t[2].n_out && !memcmp(ref.out, t[2].out, (size_t)ref.n_out * 4));
+
+    /* another request runs beside the kept sequence in the second slot */
+    static struct req other[N_REQ];
+    make_requests(other);
+    CHECK(engine_submit(e, &other[0].r) == IG_OK);
+    while (engine_pending(e))
+        CHECK(engine_step(e) == IG_OK);
+    CHECK(other[0].r.result.stop == GEN_STOP_LIMIT && other[0].r.result.kept == 0);
+
+    /* bad follows: unknown, with a history, twice in the queue */
+    fprintf(stderr, "(three error lines expected)\n");
+    t[3].r.follows = id + 7;
+    CHECK(engine_submit(e, &t[3].r) == IG_E_USAGE);
+    struct gen_history h = {.tokens = conv, .n = 1};
+    t[3].r.follows = id;
+    t[3].r.history = &h;
+    CHECK(engine_submit(e, &t[3].r) == IG_E_USAGE);
+    t[3].r.history = NULL;
+    t[3].r.n_tokens = 200;
+    t[4].r.follows = id;
+    CHECK(engine_submit(e, &t[3].r) == IG_OK && engine_submit(e, &t[4].r) == IG_E_USAGE);
+    /* Ctrl-C in t[3]'s prefill (200 tokens, 64 rows a step): the turn is undone */
+    n_done = 0;
+    CHECK(engine_step(e) == IG_OK);
+    stop_now = 1;
+    CHECK(engine_step(e) == IG_OK && !engine_pending(e));
+    stop_now = 0;
+    CHECK(t[3].r.result.stop == GEN_STOP_INTERRUPT && t[3].r.result.kept == id &&
+          !t[3].r.result.ttft_set && t[3].r.result.n_prompt == 64);
+    CHECK(engine_kept(e, id, &kt, &kn, &kl) == IG_OK && kn == n_conv &&
+          !memcmp(kt, conv, (size_t)n_conv * sizeof *kt));
+    fake_logits(conv, n_conv, want);
+    CHECK(!memcmp(kl, want, sizeof want));
+    /* the next turn writes over the undone rows and still sees the right history */
+    before = n_conv;
+    CHECK(run_turn(e, &t[4], id, conv, &n_conv) == id);
+    run_whole(&ref, conv, before + t[4].r.n_tokens, &t[4]);
+    CHECK(ref.n_out == t[4].n_out && !memcmp(ref.out, t[4].out, (size_t)ref.n_out * 4));
+    /* Ctrl-C in the answer: what was sampled is kept, its last token fed */
+    t[5].r.params.n_predict = -1;
+    t[5].r.follows = id;
+    t[5].n_out = 0;
+    CHECK(engine_submit(e, &t[5].r) == IG_OK);
+    for (int i = 0; i < 4; i++)
+        CHECK(engine_step(e) == IG_OK);
+    stop_now = 1;
+    while (engine_pending(e))
+        CHECK(engine_step(e) == IG_OK);
+    stop_now = 0;
+    memcpy(conv + n_conv, t[5].r.tokens, (size_t)t[5].r.n_tokens * 4);
+    n_conv += t[5].r.n_tokens;
+    memcpy(conv + n_conv, t[5].out, (size_t)t[5].n_out * 4);
+    n_conv += t[5].n_out;
+    CHECK(t[5].r.result.stop == GEN_STOP_INTERRUPT && t[5].n_out > 0 && t[5].r.result.kept == id);
+    CHECK(engine_kept(e, id, &kt, &kn, &kl) == IG_OK && kn == n_conv &&
+          !memcmp(kt, conv, (size_t)n_conv * sizeof *kt));
+    fake_logits(conv, n_conv, want);
+    CHECK(!memcmp(kl, want, sizeof want));
+    engine_drop(e, id);
+    fprintf(stderr, "(an error line expected)\n");
+    CHECK(engine_kept(e, id, &kt, &kn, &kl) == IG_E_USAGE);
+    engine_free(e);
+
+    /* a full context: the last sampled token has no position and is not kept */
+    fake_init(&f, 1, 64, N_CTX / KV_BLOCK);
+    CHECK(engine_create(&f.base, NULL, &o, &e) == IG_OK);
+    make_requests(t);
+    t[0].r.params.keep = true;
+    t[0].r.params.n_predict = -1;
+    t[0].r.n_tokens = 100;
+    n_conv = 0;
+    id = run_turn(e, &t[0], 0, conv, &n_conv);
+    CHECK(t[0].r.result.stop == GEN_STOP_CONTEXT && t[0].n_out == N_CTX - 100 + 1);
+    CHECK(engine_kept(e, id, &kt, &kn, &kl) == IG_OK && kn == N_CTX &&
+          !memcmp(kt, conv, N_CTX * sizeof *kt));
+    fake_logits(conv, N_CTX, want);
+    CHECK(!memcmp(kl, want, sizeof want));
+    fprintf(stderr, "(an error line expected)\n");
+    t[1].r.n_tokens = 1;
+    t[1].r.follows = id;
+    CHECK(engine_submit(e, &t[1].r) == IG_E_INPUT); /* no room left */
     engine_free(e);
 }
 
@@ -262,5 +456,7 @@ int main(void)
     CHECK(engine_step(e) == IG_OK);
     CHECK(two[0].r.result.stop == GEN_STOP_INTERRUPT && n_done == 1 && !engine_pending(e));
     engine_free(e);
+
+    check_conversation();
     return test_summary("test_engine");
 }

@@ -37,6 +37,7 @@ static void check_model(const char *spec)
         compare_caches(&p, m, 150 + N_STEPS);
         check_upload(&p, m, &og, 150 + N_STEPS);
         run_two(&p, ids, 40, 16, 150 + N_STEPS);
+        run_all_rows(&p, ids, 150, 100);
     }
     backend_free(p.cpu);
     backend_free(p.dev);

@@ -13,10 +13,20 @@ needs no download and stays fast under ASan:
   - a context smaller than the file (6), usage conflicts (2; also --save-kv
     naming the model, which stays intact), an unwritable --save-kv path (3;
     a symlink or device there is not removed), a context that cannot fit in
-    memory (5, both numbers).
+    memory (5, both numbers);
+  - --save-kv after generation: the cache of prompt and answer (the last
+    token fed), from which a greedy run continues as an uninterrupted one;
+  - --save-kv is made before any work: a path that cannot be created fails
+    before the model loads (a broken model is not even read); the file is
+    written beside the target and renamed at the end, so a failed run (a
+    write past RLIMIT_FSIZE, Ctrl-C, a prompt over the context) leaves the
+    old file and no temporary one; the new file has the mode a created file
+    gets (or the old file's), and a symlink stays a link to the new file.
 """
 import json
 import os
+import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -29,9 +39,9 @@ IGNITE = os.environ["IGNITE_BIN"]
 
 
 
-def run(model, *args, stdin=None):
+def run(model, *args, stdin=b"", preexec=None):
     r = subprocess.run([IGNITE, "run", "-m", model, "-t", "1", *args], input=stdin,
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120, preexec_fn=preexec)
     return r.returncode, r.stdout, r.stderr.decode("utf-8", "replace")
 
 
@@ -51,6 +61,98 @@ def tiny_model(**kw):
 
 
 GEN = ["-n", "12", "--ignore-eos"]
+
+
+def check_save_after_generation(tiny, tmp):
+    """--save-kv after an answer: prompt and answer in the cache, the last
+    token fed; greedy, the continuation is the uninterrupted run's."""
+    kvf = os.path.join(tmp, "gen.kv")
+    greedy = ["--temp", "0", "--ignore-eos"]
+    rc, full, err = run_json(tiny, "-p", "abcdef", "-n", "14", *greedy)
+    rc2, first, err2 = run_json(tiny, "-p", "abcdef", "-n", "9", "--save-kv", kvf, *greedy)
+    check(rc == rc2 == 0 and first.get("stop") == "limit", f"save after generation: {err2}")
+    with open(kvf, "rb") as f:
+        n_saved = struct.unpack_from("<q", f.read(80), 72)[0]
+    t = first.get("tokens", {})
+    check(n_saved == t.get("prompt", 0) + 9, f"{n_saved} tokens saved, {t}: the last one not fed")
+    rc, rest, err = run_json(tiny, "--load-kv", kvf, "-n", "5", *greedy)
+    check(rc == 0 and first.get("text", "") + rest.get("text", "") == full.get("text"),
+          f"continued: {first.get('text')!r} + {rest.get('text')!r} vs {full.get('text')!r} {err}")
+    check(rest.get("tokens", {}).get("cached") == n_saved, f"continued: {rest.get('tokens')}")
+    # at a full context the last token has no position: saved without it
+    rc, obj, err = run_json(tiny, "-p", "abcdef", "-c", "12", "-n", "-1", "--save-kv", kvf,
+                            *greedy)
+    with open(kvf, "rb") as f:
+        n_saved = struct.unpack_from("<q", f.read(80), 72)[0]
+    check(rc == 0 and obj.get("stop") == "context" and n_saved == 12 and
+          "not in the saved cache" in err, f"full context saved {n_saved}: {err!r}")
+
+
+def check_save_file(tiny, tmp):
+    """The --save-kv file: made before any work, replaced whole or not at all."""
+    bad_model = os.path.join(tmp, "bad.gguf")
+    with open(bad_model, "wb") as f:
+        f.write(b"GGUF not really")
+    nowhere = os.path.join(tmp, "no", "such", "dir.kv")
+    rc, out, err = run(bad_model, "-p", "ab", "--save-kv", nowhere)
+    check(rc == 3 and "cannot create" in err and "dir.kv" in err,
+          f"--save-kv checked before the model: rc {rc} {err!r}")
+    os.mkdir(os.path.join(tmp, "ro"))
+    os.chmod(os.path.join(tmp, "ro"), 0o500)
+    if not os.access(os.path.join(tmp, "ro"), os.W_OK):  # (root writes anyway)
+        rc, out, err = run(bad_model, "-p", "ab", "--save-kv", os.path.join(tmp, "ro", "c.kv"))
+        check(rc == 3 and "Permission denied" in err, f"read-only directory: rc {rc} {err!r}")
+
+    conv = os.path.join(tmp, "conv")
+    os.mkdir(conv)
+    kvf = os.path.join(conv, "c.kv")
+    old_mask = os.umask(0o027)
+    rc, _, err = run(tiny, "-p", "abcdef", "-n", "3", "--save-kv", kvf)
+    os.umask(old_mask)
+    check(rc == 0 and (os.stat(kvf).st_mode & 0o777) == 0o640,
+          f"a new file's mode {oct(os.stat(kvf).st_mode & 0o777)}, want 0o640 (umask 027)")
+    os.chmod(kvf, 0o600)
+    with open(kvf, "rb") as f:
+        saved = f.read()
+
+    def unchanged(what):
+        with open(kvf, "rb") as f:
+            check(f.read() == saved, f"{what}: the old file changed")
+        check(os.listdir(conv) == ["c.kv"], f"{what}: files left: {os.listdir(conv)}")
+
+    # a write that fails midway (past RLIMIT_FSIZE: EFBIG)
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    rc, _, err = run(tiny, "--load-kv", kvf, "-p", "gh", "-n", "3", "--save-kv", kvf,
+                     preexec=small_files)
+    check(rc == 3 and "File too large" in err, f"a failed write: rc {rc} {err!r}")
+    unchanged("a failed write")
+    # a prompt over the context
+    rc, _, err = run(tiny, "--load-kv", kvf, "-p", "g" * 300, "--save-kv", kvf)
+    check(rc == 6, f"over the context: rc {rc} {err!r}")
+    unchanged("a prompt over the context")
+    # Ctrl-C: a long run, interrupted once it streams
+    p = subprocess.Popen([IGNITE, "run", "-m", tiny, "-t", "1", "--load-kv", kvf, "-p", "gh",
+                          "-n", "-1", "--ignore-eos", "-c", "200000", "--save-kv", kvf],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.read(1)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    check(p.returncode == 130 and b"nothing was written" in err,
+          f"Ctrl-C: rc {p.returncode} {err!r}")
+    unchanged("Ctrl-C")
+    # a good turn replaces it, keeping its mode; through a symlink the link stays
+    link = os.path.join(tmp, "link.kv")
+    os.symlink(kvf, link)
+    rc, _, err = run(tiny, "--load-kv", link, "-p", "gh", "-n", "3", "--save-kv", link)
+    with open(kvf, "rb") as f:
+        new = f.read()
+    check(rc == 0 and new != saved and len(new) > len(saved), f"a good turn: rc {rc} {err!r}")
+    check(os.path.islink(link) and (os.stat(kvf).st_mode & 0o777) == 0o600,
+          f"the link or the mode was not kept: {oct(os.stat(kvf).st_mode & 0o777)}")
+    check(os.listdir(conv) == ["c.kv"], f"files left: {os.listdir(conv)}")
 
 
 def main():
@@ -145,11 +247,13 @@ def main():
 
         rc, out, err = run(tiny, "--load-kv", kvf, "-c", "3")
         check(rc == 6 and "raise -c" in err, f"context below the file: rc {rc} {err!r}")
-        for args in (["-p", "ab", "--save-kv", kvf],
+        for args in (["-p", "ab", "--save-kv", "-"],
                      ["-p", "ab", "--prompt-only", "--save-kv", "-", "--json"],
-                     ["--load-kv", kvf, "-p", "ab", "--chat"]):
+                     ["--load-kv", kvf, "-p", "ab", "--chat", "--system", "x"]):
             rc, out, err = run(tiny, *args)
             check(rc == 2, f"usage {args}: rc {rc} {err!r}")
+        check_save_after_generation(tiny, tmp)
+        check_save_file(tiny, tmp)
         rc, out, err = run(tiny, "-p", "ab", "--prompt-only", "--save-kv",
                            os.path.join(tmp, "no", "such", "dir.kv"))
         check(rc == 3, f"unwritable --save-kv: rc {rc} {err!r}")

@@ -29,7 +29,7 @@ for sampling in "${SAMPLINGS[@]}"; do
         fail "full run: $(cat "$TMP/full.err")"
     expect_rc 0 "save" run -p "$P1$P2" --prompt-only --save-kv "$TMP/p.kv"
     # shellcheck disable=SC2086
-    run --load-kv "$TMP/p.kv" -n "$N" --ignore-eos $sampling >"$TMP/res.txt" 2>"$TMP/res.err" ||
+    run --load-kv "$TMP/p.kv" -n "$N" --ignore-eos $sampling </dev/null >"$TMP/res.txt" 2>"$TMP/res.err" ||
         fail "resumed run: $(cat "$TMP/res.err")"
     same "resumed ($sampling)" "$TMP/res.txt" "$TMP/full.txt"
 

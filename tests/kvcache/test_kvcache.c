@@ -258,6 +258,34 @@ static void check_pool(void)
     kv_pool_release(ns, &a);
     kv_pool_free(ns);
 
+    /* A sequence that goes back (a turn undone): blocks past the new end go
+     * back to the pool, the block the end falls in leaves the index (it will
+     * be written again), the blocks before it stay shareable; a new
+     * reservation is promised or refused whole. */
+    struct kv_pool *sh;
+    CHECK(kv_pool_create(6, true, &sh) == IG_OK);
+    CHECK(kv_pool_admit(sh, &a, ta, 0, 4 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(sh, &a, 3 * KV_BLOCK + 10);
+    a.n_pos = 3 * KV_BLOCK + 10;
+    kv_pool_register(sh, &a, ta);
+    CHECK(kv_pool_match(sh, ta, 4 * KV_BLOCK, 4) == 3);
+    kv_pool_shrink(sh, &a, KV_BLOCK + 5);
+    CHECK(a.n_pos == KV_BLOCK + 5 && a.n_blocks == 2 && a.reserved == 0);
+    CHECK(kv_pool_used(sh) == 2 && kv_pool_available(sh) == 4);
+    CHECK(kv_pool_match(sh, ta, 4 * KV_BLOCK, 4) == 1);
+    CHECK(kv_pool_reserve(sh, &a, 7 * KV_BLOCK) == IG_E_NOMEM && a.reserved == 0);
+    CHECK(kv_pool_reserve(sh, &a, 6 * KV_BLOCK) == IG_OK && a.reserved == 4);
+    CHECK(kv_pool_available(sh) == 0);
+    CHECK(kv_pool_reserve(sh, &a, 3 * KV_BLOCK) == IG_OK && a.reserved == 4); /* already */
+    kv_pool_grow(sh, &a, 4 * KV_BLOCK);
+    a.n_pos = 4 * KV_BLOCK;
+    kv_pool_shrink(sh, &a, 2 * KV_BLOCK); /* on a block edge: both kept blocks stay */
+    CHECK(a.n_blocks == 2 && kv_pool_used(sh) == 2 && kv_pool_available(sh) == 4);
+    kv_pool_shrink(sh, &a, 0);
+    CHECK(a.n_blocks == 0 && kv_pool_used(sh) == 0 && kv_pool_available(sh) == 6);
+    kv_pool_release(sh, &a);
+    kv_pool_free(sh);
+
     kv_seq_destroy(&a);
     kv_seq_destroy(&b);
     kv_seq_destroy(&c);

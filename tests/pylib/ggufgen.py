@@ -154,3 +154,49 @@ def tiny_llama(arch="llama", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=3
         ne, t = override.get(name, (ne, t))
         g.tensor(name, ne, t)
     return g
+
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHAT_TOKENS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "\u010a", "\u0120"] + \
+    [chr(ord("a") + i) for i in range(26)]
+IM_END = 4
+
+
+def tiny_chat_llama(n_ctx=256, **kw):
+    """tiny_llama that can chat: a ChatML template and a vocabulary of the
+    ChatML control tokens (<|im_end|> is the end-of-generation token), the
+    newline and the space (byte-level 'Ċ', 'Ġ') and a..z, one token each (no
+    merges apply); f32 weights (random quantized blocks can hold NaN
+    scales). Returns the file's bytes."""
+    skip = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+            "tokenizer.ggml.eos_token_id", "tokenizer.chat_template", "tokenizer.ggml.pre",
+            "llama.context_length")
+    g = tiny_llama(n_vocab=len(CHAT_TOKENS), skip=skip, mat_type=T_F32, emb_type=T_F32, **kw)
+    g.add("llama.context_length", U32, n_ctx)
+    g.add("tokenizer.ggml.pre", STR, "gpt2")
+    g.add("tokenizer.ggml.tokens", ARR, CHAT_TOKENS, STR)
+    g.add("tokenizer.ggml.token_type", ARR, [3] * 5 + [1] * (len(CHAT_TOKENS) - 5), I32)
+    g.add("tokenizer.ggml.merges", ARR, ["x y"], STR)
+    g.add("tokenizer.ggml.eos_token_id", U32, IM_END)
+    g.add("tokenizer.chat_template", STR, CHATML)
+    return g.build()
+
+
+def chat_encode(text):
+    """The ids tiny_chat_llama's tokenizer gives text (one per control token
+    or character; the merge 'x y' has no token, so 'xy' stays two)."""
+    ids = []
+    i = 0
+    while i < len(text):
+        for sp in ("<|im_start|>", "<|im_end|>"):
+            if text.startswith(sp, i):
+                ids.append(CHAT_TOKENS.index(sp))
+                i += len(sp)
+                break
+        else:
+            c = {"\n": "\u010a", " ": "\u0120"}.get(text[i], text[i])
+            ids.append(CHAT_TOKENS.index(c))
+            i += 1
+    return ids

@@ -3,6 +3,13 @@ renders (as transformers renders them: trim_blocks off, bos_token "", the
 generation prompt on) of one template per recognised family, and of the test
 model's own template read from the GGUF by the gguf package.
 
+The next turn of a continued chat (chat_render_next) against jinja2 renders
+of the whole conversation (system?, user, assistant, user): what follows the
+first turn's render is the answer, the family's end-of-turn marker (the
+model's end-of-generation token), then exactly the next turn; a cut-short
+answer gets the marker first. Rendered with bos_token "<s>" too: a family
+that puts BOS before every user turn (llama2) writes it there.
+
 usage: test_chat_jinja.py CHAT_RENDER_TOOL"""
 import os
 import subprocess
@@ -36,6 +43,51 @@ def jinja_render(template, user, system):
         [{"role": "user", "content": user}]
     return env.from_string(template).render(messages=msgs, add_generation_prompt=True,
                                             bos_token="", eos_token="</s>")
+
+
+# The text of the end-of-turn token the model generates, per family.
+END_OF_TURN = {"chatml": "<|im_end|>", "llama3": "<|eot_id|>", "llama2": "</s>",
+               "gemma": "<end_of_turn>", "mistral": "</s>"}
+ANSWERS = ["Sure: 4.", "Line one.\nLine two — ok 🙂"]
+
+
+def jinja_conversation(template, msgs, bos):
+    env = jinja2.Environment(loader=jinja2.BaseLoader())
+    return env.from_string(template).render(messages=msgs, add_generation_prompt=True,
+                                            bos_token=bos, eos_token="</s>")
+
+
+def check_next(tool, path, name, template, family):
+    """Returns (checks, failures) of the next-turn renders of one template."""
+    checks = failures = 0
+    eot = END_OF_TURN[family]
+    for system in SYSTEMS:
+        for answer in ANSWERS:
+            for u1, u2 in zip(USERS, USERS[1:] + USERS[:1]):
+                for bos in ("", "<s>"):
+                    first = ([{"role": "system", "content": system}] if system else []) + \
+                        [{"role": "user", "content": u1}]
+                    conv = first + [{"role": "assistant", "content": answer},
+                                    {"role": "user", "content": u2}]
+                    prefix = jinja_conversation(template, first, bos)
+                    full = jinja_conversation(template, conv, bos)
+                    rest = full[len(prefix):]
+                    cut = rest.find(eot)
+                    want = rest[cut + len(eot):] if full.startswith(prefix) and cut >= 0 and \
+                        answer.strip() in rest[:cut] else None
+                    for closed in ("closed", "open"):
+                        r = subprocess.run([tool, "--next", closed, path, u2, bos],
+                                           capture_output=True)
+                        got = r.stdout.decode("utf-8")
+                        expect = None if want is None else \
+                            (want if closed == "closed" else eot + want)
+                        checks += 1
+                        if r.returncode != 0 or got != expect:
+                            failures += 1
+                            print(f"FAIL next turn {name} ({closed}) system={system!r} "
+                                  f"bos={bos!r} u2={u2!r} rc={r.returncode}\n"
+                                  f"  jinja2: {expect!r}\n  ignite: {got!r}", file=sys.stderr)
+    return checks, failures
 
 
 def model_template():
@@ -77,6 +129,10 @@ def main():
                         print(f"FAIL {name} user={user!r} system={system!r} "
                               f"rc={r.returncode} style={r.stderr.decode().strip()}\n"
                               f"  jinja2: {want!r}\n  ignite: {got!r}", file=sys.stderr)
+            family = subprocess.run([tool, path, "x"], capture_output=True).stderr.decode().split()[0]
+            c, f = check_next(tool, path, name, template, family)
+            checks += c
+            failures += f
     print(f"test_chat_jinja: {checks} checks, {failures} failed", file=sys.stderr)
     return 1 if failures else 0
 

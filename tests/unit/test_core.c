@@ -1,5 +1,6 @@
 /* tests/unit/test_core.c: core/ primitives: half conversions against exact
- * arithmetic, status names, the cache-path rule. */
+ * arithmetic, status names, the cache-path rule, the hook that runs before
+ * each diagnostic line. */
 #include "core/half.h"
 #include "core/paths.h"
 #include "core/status.h"
@@ -126,8 +127,37 @@ static void test_paths(void)
     CHECK(ig_cache_dir(buf, 4) == IG_E_USAGE);
 }
 
+static int hook_calls;
+
+static void count_hook(void *user)
+{
+    hook_calls += *(int *)user;
+}
+
+/* The hook runs once before each printed line, never for a captured or a
+ * quiet one. */
+static void test_diag_hook(void)
+{
+    int one = 1;
+    char buf[64];
+    ig_set_diag_hook(count_hook, &one);
+    fprintf(stderr, "(two diagnostic lines expected)\n");
+    ig_warn("a warning for test_diag_hook");
+    CHECK(hook_calls == 1);
+    CHECK(ig_error(IG_E_IO, "an error for test_diag_hook") == IG_E_IO && hook_calls == 2);
+    ig_error_capture(buf, sizeof buf);
+    ig_error(IG_E_IO, "captured");
+    ig_error_capture(NULL, 0);
+    ig_status_quiet(1);
+    ig_warn("quiet");
+    ig_status_quiet(0);
+    CHECK(hook_calls == 2 && !strcmp(buf, "captured"));
+    ig_set_diag_hook(NULL, NULL);
+}
+
 int main(void)
 {
+    test_diag_hook();
     test_f16_all_patterns();
     test_f16_rows();
     test_f16_rounding();
