@@ -2,8 +2,8 @@
  *
  * The same transformer block as prefill (ops/layer.c) with a block of one
  * token, and its own attention step: one query per
- * head against every cached position, one head per work item, keys streamed
- * in chunks with an online softmax. It shares no attention code with
+ * head against every cached position (a local layer's: its window's), one
+ * head per work item, keys streamed in chunks with an online softmax. It shares no attention code with
  * prefill/attn_tiled.c, so the prefill-vs-decode test checks one against the
  * other. Sampling and the generation loop are elsewhere in decode/.
  * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
@@ -25,11 +25,13 @@ _Static_assert(KV_BLOCK % DECODE_KEY_CHUNK == 0, "a key chunk never straddles a 
 struct decode_attn_job {
     const struct kv_cache *kv;
     int64_t layer;
-    int64_t n_keys;       /* positions 0 .. n_keys - 1 are visible */
+    int64_t n_keys;       /* positions k_first .. n_keys - 1 are visible */
+    int64_t k_first;      /* 0, or the first key of a sliding window */
     const float *q;       /* [n_head, head_dim] after RoPE */
     float *out;           /* [n_head, head_dim] */
     int64_t group;        /* query heads per KV head */
     float scale;
+    float softcap;        /* scores become softcap * tanh(s / softcap); 0 = off */
     struct ops_ctx *ctx;  /* per-thread scratch: o [head_dim] */
 };
 
@@ -63,13 +65,17 @@ decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const e
     for (int64_t d = 0; d < hd; d++)
         o[d] = 0.0f;
 
-    for (int64_t k0 = 0; k0 < job->n_keys; k0 += DECODE_KEY_CHUNK) {
+    /* Chunks start on a multiple of the chunk (one cache block each); the
+     * first one of a window skips the keys before the window's edge. */
+    for (int64_t k0 = job->k_first / DECODE_KEY_CHUNK * DECODE_KEY_CHUNK; k0 < job->n_keys;
+         k0 += DECODE_KEY_CHUNK) {
         int64_t nc = job->n_keys - k0 < DECODE_KEY_CHUNK ? job->n_keys - k0 : DECODE_KEY_CHUNK;
+        int64_t c0 = job->k_first > k0 ? job->k_first - k0 : 0;
         float s[DECODE_KEY_CHUNK];
         /* The chunk lies inside one cache block: its rows are contiguous. */
         const void *kb = kv_cache_rows(kv, kt, kvh, k0), *vb = kv_cache_rows(kv, vt, kvh, k0);
         float mx = m;
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c = c0; c < nc; c++) {
             int64_t off = c * hd;
             float lanes[DECODE_LANES] = {0};
             int64_t d = 0;
@@ -82,13 +88,15 @@ decode_attn_head(const struct decode_attn_job *job, int64_t h, float *o, const e
             for (; d < hd; d++)
                 dot += q[d] * cache_elem(dt, kb, off + d);
             s[c] = dot * job->scale;
+            if (job->softcap > 0)
+                s[c] = job->softcap * tanhf(s[c] / job->softcap);
             mx = s[c] > mx ? s[c] : mx;
         }
         float corr = expf(m - mx);
         l *= corr;
         for (int64_t d = 0; d < hd; d++)
             o[d] *= corr;
-        for (int64_t c = 0; c < nc; c++) {
+        for (int64_t c = c0; c < nc; c++) {
             float pc = expf(s[c] - mx);
             l += pc;
             int64_t off = c * hd;
@@ -136,10 +144,12 @@ static void decode_attention(struct ops_ctx *ctx, struct kv_cache *kv, int64_t i
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     IG_ASSERT(n == 1);
+    int64_t window = ops_ctx_model(ctx)->layers[il].window;
     struct decode_attn_job job = {
         .kv = kv, .layer = il, .n_keys = pos + 1, .q = b->q, .out = b->att,
+        .k_first = window > 0 && pos + 1 > window ? pos + 1 - window : 0,
         .group = hp->n_head / hp->n_head_kv,
-        .scale = (float)(1.0 / sqrt((double)hp->head_dim)), .ctx = ctx,
+        .scale = (float)hp->attn_scale, .softcap = (float)hp->attn_softcap, .ctx = ctx,
     };
     ops_pool_run(ops_ctx_pool(ctx), hp->n_head, 1, decode_attn_task, &job);
 }

@@ -1,6 +1,8 @@
-/* ops/norm_rope.c: the element-wise primitives of a Llama block, in the
- * order a token meets them: embedding lookup, RMSNorm, bias, RoPE, SwiGLU,
- * residual add. All run on the calling thread (they are a few percent of a
+/* ops/norm_rope.c: the element-wise primitives of a transformer block, in
+ * the order a token meets them: embedding lookup (and Gemma's scale),
+ * RMSNorm (of rows or of heads: the same call over more, shorter rows),
+ * bias, RoPE, SwiGLU or GeGLU, residual add, soft-capping. A stored norm
+ * weight is the multiplier as it is: Gemma's converter already wrote 1 + w. All run on the calling thread (they are a few percent of a
  * forward pass); the matmuls are in ops/matmul.c.
  * Covered by tests/cpu/ (the forward against the numpy reference). */
 #include "ops/matmul_kernels.h"
@@ -20,9 +22,14 @@ int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, fl
             return ig_error(IG_E_INPUT, "token id %ld at index %lld is outside the vocabulary [0, %lld)",
                             (long)tokens[t], (long long)t, (long long)e->rows);
     }
+    float scale = (float)m->hp.embd_scale;
     for (int64_t t = 0; t < n_tokens; t++) {
         const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes;
-        f->decode_row(e->type, row, x + t * e->cols, e->cols);
+        float *xt = x + t * e->cols;
+        f->decode_row(e->type, row, xt, e->cols);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < e->cols; i++)
+                xt[i] *= scale;
     }
     return IG_OK;
 }
@@ -57,29 +64,37 @@ void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t half = hp->n_rot / 2;
-    IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx));
-    for (int64_t t = 0; t < n_tokens; t++) {
-        double pos = (double)(pos0 + t);
-        for (int64_t i = 0; i < half; i++) {
-            /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
-            double theta = pos * pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
-            b->rope_cos[t * half + i] = (float)cos(theta);
-            b->rope_sin[t * half + i] = (float)sin(theta);
+    int64_t half = hp->n_rot / 2, max_batch = ops_ctx_max_batch(ctx);
+    IG_ASSERT(n_tokens <= max_batch);
+    for (int r = 0; r < ops_ctx_n_rope(ctx); r++) {
+        double mscale;
+        const double *inv = ops_ctx_rope_freqs(ctx, r, &mscale);
+        float *cs = b->rope_cos + r * max_batch * half, *sn = b->rope_sin + r * max_batch * half;
+        for (int64_t t = 0; t < n_tokens; t++) {
+            double pos = (double)(pos0 + t);
+            for (int64_t i = 0; i < half; i++) {
+                /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
+                double theta = pos * inv[i];
+                cs[t * half + i] = (float)(cos(theta) * mscale);
+                sn[t * half + i] = (float)(sin(theta) * mscale);
+            }
         }
     }
 }
 
-void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads)
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads, int rope)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     const struct ops_buffers *b = ops_ctx_buffers(ctx);
+    IG_ASSERT(rope >= 0 && rope < ops_ctx_n_rope(ctx));
     int64_t half = hp->n_rot / 2, hd = hp->head_dim;
+    const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * half;
+    const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * half;
     /* Distance between the two dims of a pair, and between pairs. */
     int64_t pair_gap = hp->rope_style == ROPE_ADJACENT ? 1 : half;
     int64_t pair_step = hp->rope_style == ROPE_ADJACENT ? 2 : 1;
     for (int64_t t = 0; t < n_tokens; t++) {
-        const float *cs = b->rope_cos + t * half, *sn = b->rope_sin + t * half;
+        const float *cs = cos_t + t * half, *sn = sin_t + t * half;
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (t * n_heads + h) * hd;
             for (int64_t i = 0; i < half; i++) {
@@ -98,6 +113,22 @@ void ops_swiglu(float *gate, const float *up, int64_t n)
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void ops_geglu(float *gate, const float *up, int64_t n)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void ops_softcap(float *x, int64_t n, double cap)
+{
+    float c = (float)cap, inv = (float)(1.0 / cap);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = c * tanhf(x[i] * inv);
 }
 
 void ops_add(float *x, const float *y, int64_t n)

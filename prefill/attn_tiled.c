@@ -9,7 +9,9 @@
  *   m' = max(m, max_c s_c),  l' = l e^(m - m') + sum_c e^(s_c - m'),
  *   o' = o e^(m - m') + sum_c e^(s_c - m') v_c,   out = o / l at the end.
  * On a tile that crosses the diagonal each row simply stops at its own
- * position, so there is no mask value and no n x n buffer.
+ * position, so there is no mask value and no n x n buffer. A sliding window
+ * starts the walk at the first tile the tile's first query can see; on the
+ * tile that crosses a row's window edge the columns before it score -inf.
  * Writing K/V into the cache is the caller's (prefill/prefill.c).
  * Covered by tests/cpu/test_attn_tiled.c. */
 #include "prefill/attn_tiled.h"
@@ -117,8 +119,17 @@ static void scores(const struct attn_scratch *sc, int64_t rows, int64_t hd)
     }
 }
 
+/* s = cap * tanh(s / cap) over the rows' scores (Gemma 2 style soft-capping). */
+static void softcap_scores(struct attn_scratch *sc, int64_t rows, float cap)
+{
+    float inv = 1.0f / cap;
+    for (int64_t i = 0; i < rows * ATTN_TILE_K; i++)
+        sc->s[i] = cap * tanhf(sc->s[i] * inv);
+}
+
 /* Online-softmax update of row r over its visible columns [0, nvis):
- * turns s[r] into probabilities relative to the new max and sets corr[r]. */
+ * turns s[r] into probabilities relative to the new max and sets corr[r].
+ * Columns scored -inf (before a window's edge) become 0. */
 static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
 {
     float *s = sc->s + r * ATTN_TILE_K;
@@ -187,20 +198,33 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
         }
     }
 
-    /* Keys 0 .. kend - 1 are visible to at least the last query of the tile. */
+    /* Keys kbegin .. kend - 1 are visible to at least one query of the
+     * tile: the last query sees up to kend - 1, the first from kbegin on. */
     int64_t kend = p->pos0 + t0 + nq;
-    for (int64_t k0 = 0; k0 < kend; k0 += ATTN_TILE_K) {
+    int64_t kbegin = p->window > 0 ? p->pos0 + t0 - p->window + 1 : 0;
+    kbegin = kbegin > 0 ? kbegin / ATTN_TILE_K * ATTN_TILE_K : 0;
+    for (int64_t k0 = kbegin; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
         load_kv_tile(p, kvh, k0, nc, sc);
         scores(sc, rows, hd);
+        if (p->softcap > 0)
+            softcap_scores(sc, rows, p->softcap);
         for (int64_t r = 0; r < rows; r++) {
-            /* Query token i sees keys up to position pos0 + t0 + i. */
+            /* Query token i sees keys up to position pos0 + t0 + i, and
+             * with a window from pos0 + t0 + i - window + 1 on. */
             int64_t i = r % nq;
             int64_t nvis = p->pos0 + t0 + i + 1 - k0;
             if (nvis <= 0)
                 continue; /* the whole tile is in this row's future */
             if (nvis > nc)
                 nvis = nc;
+            if (p->window > 0) {
+                int64_t first = p->pos0 + t0 + i - p->window + 1 - k0;
+                if (first >= nvis)
+                    continue; /* the whole tile is behind this row's window */
+                for (int64_t c = 0; c < first; c++)
+                    sc->s[r * ATTN_TILE_K + c] = -INFINITY;
+            }
             softmax_update(sc, r, nvis);
             accumulate(sc, r, nvis, hd);
         }
@@ -248,7 +272,7 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
 {
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
-    IG_ASSERT(p->pos0 >= 0 && p->n_tokens >= 0 && p->block_size > 0);
+    IG_ASSERT(p->pos0 >= 0 && p->n_tokens >= 0 && p->block_size > 0 && p->window >= 0);
     struct attn_job job = {p, scratch, scratch_stride,
                            (p->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q};
     ops_pool_run(pool, job.n_qtiles * p->n_head_kv, 1, attn_task, &job);

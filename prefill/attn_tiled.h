@@ -31,15 +31,20 @@ struct attn_params {
     int64_t n_tokens;       /* query tokens */
     int64_t pos0;           /* position of query 0; query i sees keys 0 .. pos0 + i */
     int64_t n_head, n_head_kv, head_dim;
-    float scale;            /* softmax scale, 1 / sqrt(head_dim) */
+    float scale;            /* softmax scale: the model's (1 / sqrt(head_dim) for most) */
+    int64_t window;         /* sliding window: query i sees only keys
+                               pos0 + i - window + 1 .. pos0 + i; 0 = no window */
+    float softcap;          /* scores (after scale) become softcap * tanh(s / softcap); 0 = off */
 };
 
 /* Floats of per-thread scratch attn_tiled_run needs for these shapes. */
 int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
 /* out = softmax(scale * Q K^T + causal mask) V for every query head, with
- * query head h reading KV head h / (n_head / n_head_kv). Keys and values of
- * positions 0 .. pos0 + n_tokens - 1 must be in k and v. Work is split over
+ * query head h reading KV head h / (n_head / n_head_kv); with a window the
+ * mask also hides keys window or more positions back, and key tiles no query
+ * of a tile can see are not read. Keys and values of positions
+ * max(0, pos0 - window + 1) .. pos0 + n_tokens - 1 must be in k and v. Work is split over
  * the pool by (KV head, query tile); thread t uses scratch + t * scratch_stride
  * (at least attn_tiled_scratch_floats floats). */
 void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *scratch,

@@ -39,7 +39,9 @@ static void prefill_attention(struct ops_ctx *ctx, struct kv_cache *kv, int64_t 
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim,
-        .scale = (float)(1.0 / sqrt((double)hp->head_dim)),
+        .scale = (float)hp->attn_scale,
+        .window = ops_ctx_model(ctx)->layers[il].window,
+        .softcap = (float)hp->attn_softcap,
     };
     attn_tiled_run(&ap, ops_ctx_pool(ctx), ops_ctx_scratch(ctx, 0), ops_ctx_scratch_floats(ctx));
 }

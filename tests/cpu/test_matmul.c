@@ -51,6 +51,8 @@ static struct model fake_model(int64_t cols)
     m.hp.n_embd = m.hp.n_ff = cols;
     m.hp.n_head = m.hp.n_head_kv = 1;
     m.hp.head_dim = m.hp.n_rot = 64;
+    m.hp.rope_base = 10000.0;
+    model_hparams_set_defaults(&m.hp);
     return m;
 }
 

@@ -429,6 +429,8 @@ int main(void)
     m.hp.n_embd = m.hp.n_ff = 1536;
     m.hp.n_head = m.hp.n_head_kv = 1;
     m.hp.head_dim = m.hp.n_rot = 64;
+    m.hp.rope_base = 10000.0;
+    model_hparams_set_defaults(&m.hp);
     struct ops_ctx *ctx;
     if (ops_ctx_create(&m, 2, MAX_T, &ctx) != IG_OK)
         return 1;
