@@ -11,7 +11,7 @@
  * On a tile that crosses the diagonal each row simply stops at its own
  * position, so there is no mask value and no n x n buffer. A sliding window
  * starts the walk at the first tile the tile's first query can see; on the
- * tile that crosses a row's window edge the columns before it score -inf.
+ * tile that crosses a row's window edge the row starts at its edge.
  * Writing K/V into the cache is the caller's (prefill/prefill.c).
  * Covered by tests/cpu/test_attn_tiled.c. */
 #include "prefill/attn_tiled.h"
@@ -74,16 +74,21 @@ static inline float kv_elem(const void *base, enum kv_dtype dt, int64_t i)
     return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
 }
 
-/* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c < nc; columns
- * nc..ATTN_TILE_K of kt are zeroed so score blocks can run full width. Rows
- * are found through the block table; a tile inside one block (block_size a
- * multiple of ATTN_TILE_K, as in the KV cache) reads one contiguous run. */
-static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, int64_t nc,
-                         struct attn_scratch *sc)
+/* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c0 <= c < nc;
+ * the other columns of kt are zeroed so score blocks can run full width
+ * (columns before c0 are behind every row's window: their positions are
+ * never read, so a cache may have dropped them). Rows are found through the
+ * block table; a tile inside one block (block_size a multiple of
+ * ATTN_TILE_K, as in the KV cache) reads one contiguous run. */
+static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, int64_t c0,
+                         int64_t nc, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, bs = p->block_size;
     size_t eb = kv_dtype_bytes(p->kv_dtype);
-    for (int64_t c = 0; c < nc; c++) {
+    for (int64_t d = 0; d < hd; d++)
+        for (int64_t c = 0; c < c0; c++)
+            sc->kt[d * ATTN_TILE_K + c] = 0.0f;
+    for (int64_t c = c0; c < nc; c++) {
         int64_t pos = k0 + c;
         size_t off = (size_t)(kvh * p->kv_head_stride + (pos % bs) * hd) * eb;
         const char *kr = (const char *)p->k_blocks[pos / bs] + off;
@@ -127,18 +132,19 @@ static void softcap_scores(struct attn_scratch *sc, int64_t rows, float cap)
         sc->s[i] = cap * tanhf(sc->s[i] * inv);
 }
 
-/* Online-softmax update of row r over its visible columns [0, nvis):
- * turns s[r] into probabilities relative to the new max and sets corr[r].
- * Columns scored -inf (before a window's edge) become 0. */
-static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
+/* Online-softmax update of row r over its visible columns [c0, c1): turns
+ * s[r][c0..c1) into probabilities relative to the new max and sets corr[r].
+ * Columns outside are never read (before a window's edge they may hold
+ * anything the cache held). */
+static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t c0, int64_t c1)
 {
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = sc->m[r];
-    for (int64_t c = 0; c < nvis; c++)
+    for (int64_t c = c0; c < c1; c++)
         mx = s[c] > mx ? s[c] : mx;
     float corr = expf(sc->m[r] - mx); /* 0 on the first tile: m = -inf */
     float sum = 0.0f;
-    for (int64_t c = 0; c < nvis; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         s[c] = expf(s[c] - mx);
         sum += s[c];
     }
@@ -147,10 +153,10 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
     sc->corr[r] = corr;
 }
 
-/* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c], a column block of o
- * at a time held in registers while the keys stream past. */
+/* o[r] = o[r] * corr[r] + sum_{c0 <= c < c1} s[r][c] v[c], a column block of
+ * o at a time held in registers while the keys stream past. */
 OPS_SIMD_CLONES
-static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t hd)
+static void accumulate(struct attn_scratch *sc, int64_t r, int64_t c0, int64_t c1, int64_t hd)
 {
     const float *s = sc->s + r * ATTN_TILE_K;
     float *o = sc->o + r * hd;
@@ -160,7 +166,7 @@ static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t
         float acc[ATTN_COL_BLOCK];
         for (int j = 0; j < ATTN_COL_BLOCK; j++)
             acc[j] = o[db + j] * corr;
-        for (int64_t c = 0; c < nvis; c++) {
+        for (int64_t c = c0; c < c1; c++) {
             const float *v = sc->v + c * hd + db;
             float pc = s[c];
             for (int j = 0; j < ATTN_COL_BLOCK; j++)
@@ -171,7 +177,7 @@ static void accumulate(struct attn_scratch *sc, int64_t r, int64_t nvis, int64_t
     }
     for (; db < hd; db++) {
         float acc = o[db] * corr;
-        for (int64_t c = 0; c < nvis; c++)
+        for (int64_t c = c0; c < c1; c++)
             acc += s[c] * sc->v[c * hd + db];
         o[db] = acc;
     }
@@ -202,10 +208,10 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
      * tile: the last query sees up to kend - 1, the first from kbegin on. */
     int64_t kend = p->pos0 + t0 + nq;
     int64_t kbegin = p->window > 0 ? p->pos0 + t0 - p->window + 1 : 0;
-    kbegin = kbegin > 0 ? kbegin / ATTN_TILE_K * ATTN_TILE_K : 0;
-    for (int64_t k0 = kbegin; k0 < kend; k0 += ATTN_TILE_K) {
+    kbegin = kbegin > 0 ? kbegin : 0;
+    for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
-        load_kv_tile(p, kvh, k0, nc, sc);
+        load_kv_tile(p, kvh, k0, kbegin > k0 ? kbegin - k0 : 0, nc, sc);
         scores(sc, rows, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, p->softcap);
@@ -218,15 +224,15 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
                 continue; /* the whole tile is in this row's future */
             if (nvis > nc)
                 nvis = nc;
+            int64_t first = 0;
             if (p->window > 0) {
-                int64_t first = p->pos0 + t0 + i - p->window + 1 - k0;
+                first = p->pos0 + t0 + i - p->window + 1 - k0;
                 if (first >= nvis)
                     continue; /* the whole tile is behind this row's window */
-                for (int64_t c = 0; c < first; c++)
-                    sc->s[r * ATTN_TILE_K + c] = -INFINITY;
+                first = first > 0 ? first : 0;
             }
-            softmax_update(sc, r, nvis);
-            accumulate(sc, r, nvis, hd);
+            softmax_update(sc, r, first, nvis);
+            accumulate(sc, r, first, nvis, hd);
         }
     }
 
