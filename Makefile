@@ -5,7 +5,7 @@
 #   make test LABEL=unit   only one class of tests (unit model tokenizer cli emu cpu gpu fuzz)
 #   make asan          the same tests in an ASan + UBSan build (build-asan/)
 #   make run           run ignite on the default model
-#   make fetch-model   download the default model into the cache (see scripts/)
+#   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
 #   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
 #   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
 #   make clean
@@ -37,7 +37,7 @@ build:
 	@cmake --build $(BUILD) -j$(JOBS)
 
 fetch-model:
-	@scripts/fetch-model.sh
+	@scripts/fetch-model.sh all
 
 venv:
 	@scripts/venv.sh
