@@ -2,7 +2,8 @@
  * the fastest CPU engines do it: each token vector is quantized per block of
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
- * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights (Q5_x and the K
+ * formats through register tiles only); a scalar kernel set everywhere and
  * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
  * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice). Q4_0, Q4_1
  * and Q8_0 weights are read from a copy in a packed 8-row layout the

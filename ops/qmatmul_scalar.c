@@ -42,6 +42,46 @@ static float row_q4_1(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* Sum over a 5-bit block of q * x: element j < 16 is the low nibble of
+ * qs[j] with bit j of qh as its fifth bit, element j + 16 the high nibble
+ * with bit j + 16 (ggml's Q5_0/Q5_1 layout). */
+static int32_t dot_q5_block(const uint8_t *qh4, const uint8_t *qs, const int8_t *x)
+{
+    uint32_t qh;
+    memcpy(&qh, qh4, sizeof qh);
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        s += lo * x[j] + hi * x[j + 16];
+    }
+    return s;
+}
+
+/* Q5_0: w = d * (q - 16), so dot = d * (dx * sum(q x) - 16 * s). */
+static float row_q5_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q5_0 *blk = (const struct block_q5_0 *)w + b;
+        float d = ig_f16_to_f32(blk->d);
+        acc += d * x[b].d * (float)dot_q5_block(blk->qh, blk->qs, x[b].qs) - 16.0f * d * x[b].s;
+    }
+    return acc;
+}
+
+/* Q5_1: w = d * q + m. */
+static float row_q5_1(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q5_1 *blk = (const struct block_q5_1 *)w + b;
+        float d = ig_f16_to_f32(blk->d), m = ig_f16_to_f32(blk->m);
+        acc += d * x[b].d * (float)dot_q5_block(blk->qh, blk->qs, x[b].qs) + m * x[b].s;
+    }
+    return acc;
+}
+
 static float row_q8_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
 {
     float acc = 0;
@@ -82,6 +122,29 @@ static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
             int32_t s = 0;
             for (int l = 0; l < 32; l++)
                 s += (j % 2 ? q[l] >> 4 : q[l] & 0x0f) * xb->qs[l];
+            int sc, mn;
+            k4_scale_min(blk->scales, j, &sc, &mn);
+            acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
+        }
+    }
+    return acc;
+}
+
+/* Q5_K: Q4_K with a fifth bit: bit j of qh[l] for element l of sub-block j. */
+static float row_q5_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q5_K *blk = (const struct block_q5_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            const uint8_t *q = blk->qs + 32 * (j / 2);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) {
+                int u = (j % 2 ? q[l] >> 4 : q[l] & 0x0f) | ((blk->qh[l] >> j) & 1) << 4;
+                s += u * xb->qs[l];
+            }
             int sc, mn;
             k4_scale_min(blk->scales, j, &sc, &mn);
             acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
@@ -142,8 +205,11 @@ static inline void tile(row_fn f, const uint8_t *w, size_t row_bytes, int64_t n_
     }
 SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
+SCALAR_TILE(q5_0)
+SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
 SCALAR_TILE(q4_K)
+SCALAR_TILE(q5_K)
 SCALAR_TILE(q6_K)
 
 qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
@@ -151,8 +217,11 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return tile_q4_0;
     case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q5_0: return tile_q5_0;
+    case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q8_0: return tile_q8_0;
     case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
     default: return NULL;
     }

@@ -61,7 +61,22 @@ AVX2 INLINE __m256i load32(const void *p)
 
 /* ---- 32-element block formats ----------------------------------------------- */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1 };
+
+/* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
+ * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
+ * shuffle works within 128-bit lanes, both of which hold qh) and tests bit
+ * i % 8 of it. */
+AVX2 INLINE __m256i fifth_bits(const uint8_t *qh4)
+{
+    int32_t qh;
+    memcpy(&qh, qh4, sizeof qh);
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(qh), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
 
 /* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
  * the token side of every per-block scale is then one vector op per row. */
@@ -92,6 +107,8 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
 {
     const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
                     : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                    : kind == K_Q5_0 ? sizeof(struct block_q5_0)
+                    : kind == K_Q5_1 ? sizeof(struct block_q5_1)
                                      : sizeof(struct block_q8_0);
     __m256 acc[QMM_MR][QMM_NT];
     __m128 add[QMM_MR];
@@ -117,6 +134,12 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
                 qa = _mm256_sign_epi8(q, q);
             } else if (kind == K_Q4_1) {
                 q = nib32(blk + 4);
+                add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
+            } else if (kind == K_Q5_0) { /* d, qh, qs: w = d (q - 16) */
+                q = _mm256_or_si256(nib32(blk + 6), fifth_bits(blk + 2));
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-16.0f), dv), sx, add[r]);
+            } else if (kind == K_Q5_1) { /* d, m, qh, qs: w = d q + m */
+                q = _mm256_or_si256(nib32(blk + 8), fifth_bits(blk + 4));
                 add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
             } else {
                 q = nib32(blk + 2);
@@ -177,6 +200,51 @@ AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                     UNROLL for (int t = 0; t < nt; t++)
                         acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
                                                     dot_us(h[k], load32(xb[t * ldx].qs)),
+                                                    acc[r][t]);
+                }
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q5_K: Q4_K with a fifth bit per quant in qh ------------------------------- */
+
+AVX2 INLINE void tile_k5(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q5_K *blk =
+                (const struct block_q5_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+            int sc[8], mn[8];
+            k4_scales(blk->scales, sc, mn);
+            __m256i qh = load32(blk->qh); /* bit j of byte l: element l of sub-block j */
+            for (int i = 0; i < 4; i++) {
+                __m256i bytes = load32(blk->qs + 32 * i);
+                __m256i h[2] = {_mm256_and_si256(bytes, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4)};
+                for (int k = 0; k < 2; k++) {
+                    int j = 2 * i + k;
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, j), one);
+                    __m256i u = _mm256_or_si256(h[k], _mm256_slli_epi16(hi, 4));
+                    const struct qmm_q8 *xb = x + sb * 8 + j;
+                    __m128 dd = _mm_mul_ps(_mm_set1_ps(d * (float)sc[j]), TOKEN_VEC(d, xb, ldx, nt));
+                    add[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * (float)mn[j]),
+                                          TOKEN_VEC(s, xb, ldx, nt), add[r]);
+                    UNROLL for (int t = 0; t < nt; t++)
+                        acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
+                                                    dot_us(u, load32(xb[t * ldx].qs)),
                                                     acc[r][t]);
                 }
             }
@@ -668,7 +736,10 @@ _Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 ti
 #define CALL32_q4_0(a, b) tile32(K_Q4_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL32_q4_1(a, b) tile32(K_Q4_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL32_q8_0(a, b) tile32(K_Q8_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q5_0(a, b) tile32(K_Q5_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q5_1(a, b) tile32(K_Q5_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL_q4_K(a, b) tile_k4(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q5_K(a, b) tile_k5(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL_q6_K(a, b) tile_k6(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 
 #define TILE(name, call)                                                                     \
@@ -691,7 +762,10 @@ _Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 ti
 TILE(q4_0, CALL32_q4_0)
 TILE(q4_1, CALL32_q4_1)
 TILE(q8_0, CALL32_q8_0)
+TILE(q5_0, CALL32_q5_0)
+TILE(q5_1, CALL32_q5_1)
 TILE(q4_K, CALL_q4_K)
+TILE(q5_K, CALL_q5_K)
 TILE(q6_K, CALL_q6_K)
 
 /* The tile kernel of this build for `type`, NULL where it has none. */
@@ -701,7 +775,10 @@ static qmm_tile_fn tile_of(enum quant_type type)
     case QUANT_Q4_0: return tile_q4_0;
     case QUANT_Q4_1: return tile_q4_1;
     case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q5_0: return tile_q5_0;
+    case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
     default: return NULL;
     }

@@ -1,5 +1,6 @@
-/* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q8_0, Q4_K
- * and Q6_K weights of random valid blocks and random activations:
+/* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights of random valid blocks and random
+ * activations:
  *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
  *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
  *  - the scalar tile kernel against an fp64 dot of the dequantized weight
@@ -45,8 +46,11 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static const struct type_case cases[] = {
     {QUANT_Q4_0, 576, 1, {0}},
     {QUANT_Q4_1, 576, 2, {0, 2}},
+    {QUANT_Q5_0, 640, 1, {0}},
+    {QUANT_Q5_1, 576, 2, {0, 2}},
     {QUANT_Q8_0, 1536, 1, {0}},
     {QUANT_Q4_K, 512, 2, {0, 2}},
+    {QUANT_Q5_K, 768, 2, {0, 2}},
     {QUANT_Q6_K, 768, 1, {208}},
 };
 
