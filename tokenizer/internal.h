@@ -77,6 +77,7 @@ int tok_ids_reserve(struct tok_ids *ids, int64_t more);
 int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok_ids *out);
 int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space_prefix,
                    struct tok_ids *out);
+int tok_bpe_utf8_encode(struct tok_vocab *v, const char *text, size_t len, struct tok_ids *out);
 
 void tok_cache_free(struct tok_cache *c);
 

@@ -136,7 +136,8 @@ static int add_merges(struct tok_vocab *v, const struct tok_vocab_desc *d)
     for (int64_t r = 0; r < d->n_merges; r++) {
         struct tok_str m = d->merges[r];
         /* "left right": split at the first space after the first byte (a
-         * GPT-2-form token never contains a plain space). */
+         * GPT-2-form token never contains a plain space, nor does a
+         * Gemma 4 one: its spaces are U+2581). */
         const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
         if (!sp)
             return ig_error(IG_E_MODEL, "tokenizer: merge %lld ('%.*s') is not 'left right'",
@@ -241,9 +242,11 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             goto fail;
     } else if (!strcmp(d->model, "llama")) {
         v->model = TOK_MODEL_SPM;
+    } else if (!strcmp(d->model, "gemma4")) {
+        v->model = TOK_MODEL_BPE_UTF8;
     } else {
-        rc = ig_error(IG_E_MODEL, "tokenizer: unsupported tokenizer model '%s' (expected 'gpt2' "
-                      "or 'llama')", d->model);
+        rc = ig_error(IG_E_MODEL, "tokenizer: unsupported tokenizer model '%s' (expected 'gpt2', "
+                      "'llama' or 'gemma4')", d->model);
         goto fail;
     }
     if (d->n_tokens <= 0 || d->n_tokens > INT32_MAX / 2 || !d->tokens) {
@@ -315,14 +318,17 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             if (v->types[i] == TOK_TYPE_UNKNOWN)
                 v->unk_id = (int32_t)i;
     /* Defaults as llama.cpp has them: SentencePiece models start with BOS
-     * and a space prefix, Llama 3 with BOS; other byte-level BPE models add
-     * nothing. */
+     * and a space prefix, Llama 3 and Gemma 4 with BOS; other byte-level BPE
+     * models add nothing. (llama.cpp forces Gemma 4's BOS on even when the
+     * file says false; here the file's word stands.) */
     bool spm = v->model == TOK_MODEL_SPM;
-    bool llama3 = v->model == TOK_MODEL_BPE && v->pre == TOK_PRE_LLAMA3;
-    /* Llama 3's tokenizer.json sets ignore_merges; llama.cpp ties it (and
-     * BOS) to the pre-tokenizer type, as GGUF has no key for it. */
+    bool llama3 = v->model == TOK_MODEL_BPE &&
+                  (v->pre == TOK_PRE_LLAMA3 || v->pre == TOK_PRE_TEKKEN);
+    /* Llama 3's and Mistral's tekken tokenizer.json set ignore_merges;
+     * llama.cpp ties it (and BOS) to the pre-tokenizer type, as GGUF has no
+     * key for it. */
     v->ignore_merges = llama3;
-    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3;
+    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3 || v->model == TOK_MODEL_BPE_UTF8;
     v->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix : spm;
     if (v->add_bos && v->bos_id < 0)

@@ -25,7 +25,11 @@ static void test_utf8(void)
         int n = tok_utf8_next((const unsigned char *)bad[i], 0, strlen(bad[i]), &cp);
         CHECKF(n == 1 && cp == TOK_CP_INVALID, "case %zu: n=%d cp=%x", i, n, cp);
     }
-    CHECK(tok_uc_flags('a') == TOK_CF_LETTER);
+    CHECK(tok_uc_flags('a') == (TOK_CF_LETTER | TOK_CF_LOWER));
+    CHECK(tok_uc_flags('A') == (TOK_CF_LETTER | TOK_CF_UPPER));
+    CHECK(tok_uc_flags(0x01C5) == (TOK_CF_LETTER | TOK_CF_UPPER)); /* Dz: title case */
+    CHECK(tok_uc_flags(0x02B0) == TOK_CF_LETTER);                  /* modifier letter h */
+    CHECK(tok_uc_flags('!') == TOK_CF_PUNCT && tok_uc_flags('$') == 0);
     CHECK(tok_uc_flags('7') == TOK_CF_NUMBER);
     CHECK(tok_uc_flags(' ') == TOK_CF_SPACE);
     CHECK(tok_uc_flags('\n') == (TOK_CF_SPACE | TOK_CF_NL));
@@ -33,8 +37,8 @@ static void test_utf8(void)
     CHECK(tok_uc_flags(0x00A0) == TOK_CF_SPACE);
     CHECK(tok_uc_flags(0x200B) == 0); /* zero-width space is not White_Space */
     CHECK(tok_uc_flags(0x0663) == TOK_CF_NUMBER);
-    CHECK(tok_uc_flags(0x00E9) == TOK_CF_LETTER);
-    CHECK(tok_uc_flags(0x0301) == 0 && tok_uc_class_of(0x0301) == TOK_UC_MARK);
+    CHECK(tok_uc_flags(0x00E9) == (TOK_CF_LETTER | TOK_CF_LOWER));
+    CHECK(tok_uc_flags(0x0301) == TOK_CF_MARK && tok_uc_class_of(0x0301) == TOK_UC_MARK);
     CHECK(tok_uc_flags(0x1F600) == 0 && tok_uc_class_of(0x1F600) == TOK_UC_SYMBOL);
     CHECK(tok_uc_class_of(0x20000) == TOK_UC_LETTER);
     CHECK(tok_uc_class_of(0x105C0) == TOK_UC_LETTER); /* Todhri: Unicode 16.0, as HF knows */
@@ -295,7 +299,7 @@ static void test_errors(void)
     d.model = "wordpiece";
     CHECK(tok_vocab_build(&d, &v) == IG_E_MODEL && !v);
     d.model = "gpt2";
-    d.pre = "deepseek-coder";
+    d.pre = "chatglm-bpe"; /* a pre-tokenizer ignite does not have */
     CHECK(tok_vocab_build(&d, &v) == IG_E_MODEL && !v);
     d.pre = NULL;
     d.bos_id = 5;
