@@ -28,7 +28,7 @@
 enum {
     OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N,
     OPT_CHAT, OPT_SYSTEM, OPT_DEVICE, OPT_JSON, OPT_NO_SPECIAL, OPT_IGNORE_EOS,
-    OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV,
+    OPT_UBATCH, OPT_BATCH_SIZE, OPT_PROMPT_ONLY, OPT_SAVE_KV, OPT_LOAD_KV, OPT_NO_THINK,
 };
 
 /* The one table: getopt_long and --help both come from it. Keep the
@@ -52,6 +52,7 @@ static const struct cli_option run_options[] = {
     {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},
     {"chat", OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL},
     {"system", OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"},
+    {"no-think", OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
     {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
     {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "with --prompt-only: write the KV cache to FILE ('-' = stdout)", NULL},
@@ -114,6 +115,7 @@ static int set_option(struct run_opts *o, int key, const char *arg)
         return cli_parse_i64("--repeat-last-n", arg, 0, 1 << 20, &o->sp.repeat_last_n);
     case OPT_CHAT: o->chat = true; return IG_OK;
     case OPT_SYSTEM: o->system = arg; return IG_OK;
+    case OPT_NO_THINK: o->no_think = true; return IG_OK;
     case OPT_DEVICE: o->device = arg; return IG_OK;
     case OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
     case OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
@@ -152,6 +154,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
+    if (o->no_think && !o->chat)
+        return ig_error(IG_E_USAGE, "--no-think needs --chat");
     if (o->save_kv && !o->prompt_only)
         return ig_error(IG_E_USAGE, "--save-kv needs --prompt-only (the cache is saved after "
                                     "the prompt)");
@@ -242,8 +246,9 @@ static int build_prompt(const struct run_opts *o, const struct model *m, char *u
     if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
         st = ig_error(IG_E_MODEL, "--chat: %s has no tokenizer.chat_template", m->path);
     else
-        st = chat_render(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len, o->system,
-                         user, text);
+        st = chat_render_opts(chat_detect(t.ptr, (size_t)t.len), t.ptr, (size_t)t.len,
+                              o->system, user, &(struct chat_opts){.no_thinking = o->no_think},
+                              text);
     free(user);
     return st;
 }

@@ -23,6 +23,7 @@ struct run_opts {
     int64_t seed;        /* -1 = pick one */
     struct sampler_params sp; /* sp.seed is the seed actually used */
     bool chat, quiet, json, no_special, ignore_eos, prompt_only;
+    bool no_think;       /* --no-think: the template's thinking switch off (Qwen3) */
 };
 
 /* What the report prints besides the stats. */

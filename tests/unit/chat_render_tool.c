@@ -1,17 +1,24 @@
 /* tests/unit/chat_render_tool.c: renders a chat prompt with
  * tokenizer/chat_template.c for test_chat_jinja.py.
- *   chat_render_tool TEMPLATE_FILE USER [SYSTEM]
+ *   chat_render_tool [--no-think] TEMPLATE_FILE USER [SYSTEM]
  * Prints the detected style on stderr and the rendered text on stdout. */
 #include "core/status.h"
 #include "tokenizer/chat_template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
+    struct chat_opts opts = {0};
+    if (argc > 1 && !strcmp(argv[1], "--no-think")) {
+        opts.no_thinking = 1;
+        argv++;
+        argc--;
+    }
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: chat_render_tool TEMPLATE_FILE USER [SYSTEM]\n");
+        fprintf(stderr, "usage: chat_render_tool [--no-think] TEMPLATE_FILE USER [SYSTEM]\n");
         return IG_E_USAGE;
     }
     FILE *f = fopen(argv[1], "rb");
@@ -23,7 +30,7 @@ int main(int argc, char **argv)
     enum chat_style style = chat_detect(tmpl, n);
     fprintf(stderr, "%s\n", chat_style_name(style));
     char *out;
-    int st = chat_render(style, tmpl, n, argc == 4 ? argv[3] : NULL, argv[2], &out);
+    int st = chat_render_opts(style, tmpl, n, argc == 4 ? argv[3] : NULL, argv[2], &opts, &out);
     if (st != IG_OK)
         return st;
     fputs(out, stdout);
