@@ -1,6 +1,6 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1 or Q8_0 weight into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 size_t ops_qmm_packed_block_bytes(enum quant_type type)
@@ -16,6 +17,8 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2;
     case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
+    case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
+    case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
     default: return 0;
     }
@@ -42,9 +45,24 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
                 q[32 * k + i] = (uint8_t)(blk[2 + 4 * k + i] ^ 0x80); /* q + 128 */
         return;
     }
-    if (type == QUANT_Q4_1)
+    bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
+    if (has_m)
         memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
-    const uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
+    const uint8_t *qs = blk + (type == QUANT_Q4_0 ? 2 : type == QUANT_Q4_1 ? 4
+                               : type == QUANT_Q5_0 ? 6 : 8);
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
+        /* the fifth bits: bit e of qh is quant e's; word k of the block's
+         * bit plane holds quants 4k..4k+3 of row j at bits 4j..4j+3 */
+        uint32_t qh;
+        memcpy(&qh, blk + (type == QUANT_Q5_0 ? 2 : 4), 4);
+        uint8_t *hb = p + qoff + QMM_PR * QMM_QK / 2;
+        for (int k = 0; k < QMM_QK / 4; k++) {
+            uint32_t word;
+            memcpy(&word, hb + 4 * k, 4);
+            word |= ((qh >> (4 * k)) & 0x0f) << (4 * j);
+            memcpy(hb + 4 * k, &word, 4);
+        }
+    }
     /* quants 0..15 are the low nibbles of qs[0..15], 16..31 the high ones */
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < 4; i++) {
@@ -59,14 +77,18 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
     size_t pb = ops_qmm_packed_block_bytes(w->type);
     size_t bb = w->type == QUANT_Q4_0 ? sizeof(struct block_q4_0)
               : w->type == QUANT_Q4_1 ? sizeof(struct block_q4_1)
+              : w->type == QUANT_Q5_0 ? sizeof(struct block_q5_0)
+              : w->type == QUANT_Q5_1 ? sizeof(struct block_q5_1)
                                       : sizeof(struct block_q8_0);
     IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
     int64_t n_blk = w->cols / QMM_QK;
-    int qoff = (w->type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+    int qoff = (w->type == QUANT_Q4_1 || w->type == QUANT_Q5_1 ? 4 : 2) * QMM_PR;
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *p = dst + (size_t)(g * n_blk) * pb;
         int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
-        if (rows < QMM_PR) /* padding rows: zero scales and quants, zero outputs */
+        /* padding rows: zero scales and quants, zero outputs; the fifth-bit
+         * words are OR-ed row by row, so they start at zero too */
+        if (rows < QMM_PR || w->type == QUANT_Q5_0 || w->type == QUANT_Q5_1)
             memset(p, 0, (size_t)n_blk * pb);
         for (int j = 0; j < rows; j++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;

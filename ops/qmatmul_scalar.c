@@ -6,6 +6,7 @@
 
 #include "core/half.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -236,7 +237,13 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
         return q[32 * (e / 4) + 4 * j + e % 4];
     int v = e / 8, i = e % 8;
     uint8_t byte = q[32 * v + 4 * j + i % 4];
-    return i < 4 ? byte & 0x0f : byte >> 4;
+    int u = i < 4 ? byte & 0x0f : byte >> 4;
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) { /* the bit plane after the nibbles */
+        uint32_t word;
+        memcpy(&word, q + 128 + 4 * (e / 4), 4);
+        u |= (int)((word >> (4 * j + e % 4)) & 1) << 4;
+    }
+    return u;
 }
 
 /* w = d u + m, so dot = d dx sum(u x) + m s. */
@@ -253,13 +260,15 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, blk + 2 * j, sizeof dh);
-                if (type == QUANT_Q4_1)
+                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
+                if (has_m)
                     memcpy(&mh, blk + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
-                float m = type == QUANT_Q4_1 ? ig_f16_to_f32(mh)
+                float m = has_m                ? ig_f16_to_f32(mh)
                         : type == QUANT_Q4_0 ? -8.0f * d
+                        : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
-                const uint8_t *q = blk + (type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+                const uint8_t *q = blk + (has_m ? 4 : 2) * QMM_PR;
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)
                     s += packed_quant(type, q, j, e) * xb->qs[e];
@@ -278,6 +287,8 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
     }
 SCALAR_GEMV8(q4_0, QUANT_Q4_0)
 SCALAR_GEMV8(q4_1, QUANT_Q4_1)
+SCALAR_GEMV8(q5_0, QUANT_Q5_0)
+SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
 
 qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
@@ -285,6 +296,8 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemv8_q4_0;
     case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q5_0: return gemv8_q5_0;
+    case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
     default: return NULL;
     }

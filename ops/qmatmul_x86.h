@@ -338,6 +338,8 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
 {
     const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
                     : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                    : kind == K_Q5_0 ? sizeof(struct block_q5_0)
+                    : kind == K_Q5_1 ? sizeof(struct block_q5_1)
                                      : sizeof(struct block_q8_0);
     for (int64_t b = 0; b < n_blk; b++) {
         __m256i r[8];
@@ -351,6 +353,12 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
             } else if (kind == K_Q4_1) {
                 r[j] = nib32(blk + 4);
                 p[b].m[j] = f16_at(blk + 2);
+            } else if (kind == K_Q5_0) {
+                r[j] = _mm256_or_si256(nib32(blk + 6), fifth_bits(blk + 2));
+                p[b].m[j] = -16.0f * d;
+            } else if (kind == K_Q5_1) {
+                r[j] = _mm256_or_si256(nib32(blk + 8), fifth_bits(blk + 4));
+                p[b].m[j] = f16_at(blk + 2);
             } else {
                 r[j] = nib32(blk + 2);
                 p[b].m[j] = -8.0f * d;
@@ -362,9 +370,10 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     }
 }
 
-/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows. */
+/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows; `wide`
+ * for 5-bit quants (the AVX2 int16 sums then go to int32 every 4 steps). */
 AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
-                              int64_t ldx, const int nt, float *y, int64_t ldy)
+                              int64_t ldx, const int nt, float *y, int64_t ldy, const bool wide)
 {
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -386,13 +395,20 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
             }
             __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
 #else
-            /* 4-bit quants only: 8 pair sums of <= 2 * 15 * 128 fit in int16 */
-            __m256i s = _mm256_setzero_si256();
-            UNROLL for (int k = 0; k < 8; k++)
+            /* 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; 5-bit
+             * ones (<= 2 * 31 * 128 each) 4 at a time */
+            __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++) {
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
                                             _mm256_load_si256((const __m256i *)p[b].q[k]),
                                             _mm256_set1_epi32(xq[k])));
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+                if (wide && k == 3) {
+                    s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+                    s = _mm256_setzero_si256();
+                }
+            }
+            __m256 f = _mm256_cvtepi32_ps(
+                _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
             add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
@@ -404,25 +420,28 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 
 /* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
 AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
-                           int64_t ldx, int64_t nt, float *y, int64_t ldy)
+                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const bool wide)
 {
     int64_t t = 0;
     for (; t + QMM_NT <= nt; t += QMM_NT)
-        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy, wide);
     switch (nt - t) {
-    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
-    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
-    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy, wide); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy, wide); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy, wide); break;
     default: break;
     }
 }
+
+/* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
+#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1)
 
 AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
                        struct qmm_pack8 *pack)
 {
     pack8(kind, w, row_bytes, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -435,6 +454,8 @@ _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
     }
 GEMM8(q4_0, K_Q4_0)
 GEMM8(q4_1, K_Q4_1)
+GEMM8(q5_0, K_Q5_0)
+GEMM8(q5_1, K_Q5_1)
 #if QMM_X86_VNNI
 GEMM8(q8_0, K_Q8_0)
 #endif
@@ -444,6 +465,8 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemm8_q4_0;
     case QUANT_Q4_1: return gemm8_q4_1;
+    case QUANT_Q5_0: return gemm8_q5_0;
+    case QUANT_Q5_1: return gemm8_q5_1;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8_q8_0;
 #endif
@@ -462,8 +485,10 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
                               int64_t ldy)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
-    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
+                    : kind == K_Q5_1 ? 192 : 272;
+    const int qoff = kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+    const bool wide = KIND_WIDE(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -473,9 +498,11 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1
+        __m256 m = kind == K_Q4_1 || kind == K_Q5_1
                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
+                                                         : kind == K_Q5_0 ? -16.0f
+                                                                          : -128.0f));
         __m256i q[8];
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
@@ -494,6 +521,9 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 q[2 * v] = _mm256_and_si256(V, m4);
                 q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
             }
+            if (wide) /* the fifth bits: word k holds quants 4k..4k+3 of the 8 rows */
+                UNROLL for (int k = 0; k < 8; k++)
+                    q[k] = _mm256_or_si256(q[k], fifth_bits(blk + qoff + 128 + 4 * k));
         }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
@@ -516,10 +546,17 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 }
                 f = _mm256_cvtepi32_ps(s);
             } else {
-                __m256i s = _mm256_setzero_si256();
-                UNROLL for (int k = 0; k < 8; k++)
+                /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits */
+                __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++) {
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
-                f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+                    if (wide && k == 3) {
+                        s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+                        s = _mm256_setzero_si256();
+                    }
+                }
+                f = _mm256_cvtepi32_ps(
+                    _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
             }
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
@@ -561,6 +598,8 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 GEMV8(q4_0, K_Q4_0)
 GEMV8(q4_1, K_Q4_1)
+GEMV8(q5_0, K_Q5_0)
+GEMV8(q5_1, K_Q5_1)
 GEMV8(q8_0, K_Q8_0)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
@@ -568,15 +607,18 @@ GEMV8(q8_0, K_Q8_0)
 AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                          struct qmm_pack8 *out)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
-    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
+                    : kind == K_Q5_1 ? 192 : 272;
+    const int qoff = kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1
+        __m256 m = kind == K_Q4_1 || kind == K_Q5_1
                        ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
+                                                         : kind == K_Q5_0 ? -16.0f
+                                                                          : -128.0f));
         _mm256_store_ps(out[b].d, d);
         _mm256_store_ps(out[b].m, m);
         if (kind == K_Q8_0) {
@@ -585,9 +627,14 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
         } else {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
-                _mm256_store_si256((__m256i *)out[b].q[2 * v], _mm256_and_si256(V, m4));
-                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1],
-                                   _mm256_and_si256(_mm256_srli_epi16(V, 4), m4));
+                __m256i lo = _mm256_and_si256(V, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
+                if (KIND_WIDE(kind)) {
+                    lo = _mm256_or_si256(lo, fifth_bits(blk + qoff + 128 + 8 * v));
+                    hi = _mm256_or_si256(hi, fifth_bits(blk + qoff + 128 + 8 * v + 4));
+                }
+                _mm256_store_si256((__m256i *)out[b].q[2 * v], lo);
+                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1], hi);
             }
         }
     }
@@ -599,7 +646,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         struct qmm_pack8 *pack)
 {
     unpack8(kind, w, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
 }
 
 #define GEMM8P(name, kind)                                                                   \
@@ -612,6 +659,8 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
     }
 GEMM8P(q4_0, K_Q4_0)
 GEMM8P(q4_1, K_Q4_1)
+GEMM8P(q5_0, K_Q5_0)
+GEMM8P(q5_1, K_Q5_1)
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
 #endif
@@ -621,6 +670,8 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemm8p_q4_0;
     case QUANT_Q4_1: return gemm8p_q4_1;
+    case QUANT_Q5_0: return gemm8p_q5_0;
+    case QUANT_Q5_1: return gemm8p_q5_1;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
 #endif
@@ -633,6 +684,8 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemv8_q4_0;
     case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q5_0: return gemv8_q5_0;
+    case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
     default: return NULL;
     }
