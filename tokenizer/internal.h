@@ -58,6 +58,8 @@ struct tok_vocab {
     uint8_t special_first[256]; /* 1 when some special token starts with this byte */
 
     int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
+    int32_t eog_ids[12];    /* end-of-turn tokens found by their text (vocab.c) */
+    int n_eog;
     bool add_bos, add_eos, add_space_prefix;
     bool ignore_merges;     /* BPE: a piece that is a token is taken whole (Llama 3) */
 

@@ -115,7 +115,9 @@ enum tok_model tok_model_of(const struct tok_vocab *v);
 int32_t tok_bos(const struct tok_vocab *v); /* -1 when absent */
 int32_t tok_eos(const struct tok_vocab *v);
 int32_t tok_eot(const struct tok_vocab *v);
-/* True for EOS, EOT and EOM: generation stops there. */
+/* True for EOS, EOT and EOM, and for the control tokens that end a turn in
+ * the chat formats (<end_of_turn>, <|eot_id|>, <|im_end|>, ... found by
+ * their text, as llama.cpp does): generation stops there. */
 bool tok_is_eog(const struct tok_vocab *v, int32_t id);
 enum tok_type tok_type_of(const struct tok_vocab *v, int32_t id);
 /* The token's string as stored in the vocabulary (GPT-2 form, U+2581...). */

@@ -226,6 +226,25 @@ static void map_bytes(struct tok_vocab *v)
     }
 }
 
+/* The tokens that end a turn in the chat formats of the models ignite runs,
+ * found by their text as llama.cpp finds them (GGUF has one EOS id, while
+ * Gemma's instruct models end a turn with <end_of_turn>, Llama 3's with
+ * <|eot_id|>, ChatML's with <|im_end|>). Only control tokens count. */
+static void find_eog(struct tok_vocab *v)
+{
+    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
+                                        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+                                        "<EOT>", "<|end_of_text|>", "<turn|>", "<eos>"};
+    _Static_assert(sizeof names / sizeof names[0] <= sizeof v->eog_ids / sizeof v->eog_ids[0],
+                   "room for every name");
+    v->n_eog = 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        int32_t id = tok_find(v, names[k], strlen(names[k]));
+        if (id >= 0 && v->types[id] == TOK_TYPE_CONTROL)
+            v->eog_ids[v->n_eog++] = id;
+    }
+}
+
 int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
 {
     *out = NULL;
@@ -339,6 +358,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     if ((rc = add_merges(v, d)) || (rc = find_specials(v)))
         goto fail;
     map_bytes(v);
+    find_eog(v);
     *out = v;
     return IG_OK;
 fail:
@@ -369,8 +389,16 @@ int32_t tok_eot(const struct tok_vocab *v) { return v->eot_id; }
 
 bool tok_is_eog(const struct tok_vocab *v, int32_t id)
 {
-    return id >= 0 && (id == v->eos_id || id == v->eot_id || id == v->eom_id);
+    if (id < 0)
+        return false;
+    if (id == v->eos_id || id == v->eot_id || id == v->eom_id)
+        return true;
+    for (int k = 0; k < v->n_eog; k++)
+        if (id == v->eog_ids[k])
+            return true;
+    return false;
 }
+
 
 enum tok_type tok_type_of(const struct tok_vocab *v, int32_t id)
 {

@@ -288,6 +288,21 @@ static void test_spm(void)
     tok_vocab_free(v);
 }
 
+/* Turn-ending control tokens are end-of-generation by their text (Gemma's
+ * <end_of_turn> beside EOS); the same text as a normal token is not. */
+static void test_eog_by_text(void)
+{
+    const char *extra[] = {"</s>", "<end_of_turn>", "<|im_end|>", "<start_of_turn>"};
+    const int32_t types[] = {TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_NORMAL,
+                             TOK_TYPE_CONTROL};
+    struct tok_vocab *v = bpe_vocab("gpt2", extra, types, 4, NULL, 0);
+    if (!v)
+        return;
+    CHECK(tok_is_eog(v, 256) && tok_is_eog(v, 257));   /* EOS, <end_of_turn> */
+    CHECK(!tok_is_eog(v, 258) && !tok_is_eog(v, 259)); /* normal-typed, not an end */
+    tok_vocab_free(v);
+}
+
 static void test_errors(void)
 {
     struct tok_str t = {"a", 1};
@@ -317,6 +332,7 @@ int main(void)
     test_stream();
     test_random_bytes();
     test_spm();
+    test_eog_by_text();
     test_errors();
     return test_summary("test_tok_unit");
 }
