@@ -117,12 +117,13 @@ static int check_model(const struct model *m)
         return ig_error(IG_E_NOMEM, "out of memory");
     ops_rope_freqs(&hp->rope[MODEL_ROPE_GLOBAL], hp->n_rot, inv, &mscale);
     free(inv);
+    bool plain_scale = hp->attn_scale == 1.0 / sqrt((double)hp->head_dim);
     const char *missing = hp->n_swa_layers ? "sliding-window attention"
                           : hp->has_qk_norm ? "Q/K head norms"
                           : hp->has_post_norms ? "post-attention and post-FFN norms"
                           : hp->ffn_act != MODEL_ACT_SILU ? "the GELU FFN"
                           : hp->embd_scale != 1.0 ? "scaled embeddings"
-                          : hp->attn_scale != 1.0 / sqrt((double)hp->head_dim) ? "its attention scale"
+                          : !plain_scale ? "its attention scale"
                           : hp->attn_softcap > 0 || hp->final_softcap > 0 ? "logit soft-capping"
                           : mscale != 1.0 ? "YaRN's attention factor"
                           : NULL;
