@@ -115,12 +115,14 @@ void ops_swiglu(float *gate, const float *up, int64_t n)
     }
 }
 
+/* 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)): the tanh form of GELU through one
+ * expf, the cost of SwiGLU's sigmoid (tanhf was a fifth of a prefill). */
 void ops_geglu(float *gate, const float *up, int64_t n)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+        gate[i] = g / (1.0f + expf(-k2 * (g + 0.044715f * g * g * g))) * up[i];
     }
 }
 

@@ -133,7 +133,8 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_h
 void ops_swiglu(float *gate, const float *up, int64_t n);
 
 /* gate[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh form:
- * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's gelu_pytorch_tanh). */
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's gelu_pytorch_tanh),
+ * computed as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))), the same function. */
 void ops_geglu(float *gate, const float *up, int64_t n);
 
 /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */

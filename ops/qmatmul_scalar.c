@@ -246,6 +246,32 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
     return u;
 }
 
+/* Q6_K's packed blocks: w = d_h (u - 32) on each 16-element half h, so
+ * dot = sum_h d_h dx (sum_h(u x) - 32 hs_h). */
+static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                              int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    size_t pb = ops_qmm_packed_block_bytes(QUANT_Q6_K);
+    for (int64_t t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++) {
+            float acc = 0, add = 0;
+            for (int64_t b = 0; b < n_blk; b++) {
+                const uint8_t *blk = p + (size_t)b * pb;
+                const struct qmm_q8 *xb = x + t * ldx + b;
+                for (int h = 0; h < 2; h++) {
+                    float d;
+                    memcpy(&d, blk + 4 * QMM_PR * h + 4 * j, 4);
+                    int32_t s = 0;
+                    for (int e = 16 * h; e < 16 * h + 16; e++)
+                        s += blk[8 * QMM_PR + 32 * (e / 4) + 4 * j + e % 4] * xb->qs[e];
+                    acc += d * xb->d * (float)s;
+                    add += d * (-32.0f * xb->d * (float)xb->hs[h]);
+                }
+            }
+            y[t * ldy + j] = acc + add;
+        }
+}
+
 /* w = d u + m, so dot = d dx sum(u x) + m s. */
 static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                          const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr, float *y,
@@ -269,6 +295,11 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                         : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
                 const uint8_t *q = blk + (has_m ? 4 : 2) * QMM_PR;
+                if (type == QUANT_Q4_K) { /* f32 scales and offsets */
+                    memcpy(&d, blk + 4 * j, 4);
+                    memcpy(&m, blk + 4 * QMM_PR + 4 * j, 4);
+                    q = blk + 8 * QMM_PR;
+                }
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)
                     s += packed_quant(type, q, j, e) * xb->qs[e];
@@ -290,6 +321,7 @@ SCALAR_GEMV8(q4_1, QUANT_Q4_1)
 SCALAR_GEMV8(q5_0, QUANT_Q5_0)
 SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
+SCALAR_GEMV8(q4_K, QUANT_Q4_K)
 
 qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
 {
@@ -299,6 +331,8 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q5_0: return gemv8_q5_0;
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q6_K: return gemv8_packed_q6_K;
     default: return NULL;
     }
 }

@@ -61,7 +61,7 @@ AVX2 INLINE __m256i load32(const void *p)
 
 /* ---- 32-element block formats ----------------------------------------------- */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1 };
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K };
 
 /* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
  * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
@@ -476,6 +476,24 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 
 /* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
 
+/* A packed block's 8 scales and offsets (w = d q + m): f16 d (and m) for
+ * the 32-element formats, m derived from d where it is fixed; f32 both for
+ * Q4_K, whose sub-block scales d * sc and -dmin * m are kept exact. */
+AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, __m256 *d, __m256 *m)
+{
+    if (kind == K_Q4_K) {
+        *d = _mm256_loadu_ps((const float *)(const void *)blk);
+        *m = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        return;
+    }
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
+    *m = kind == K_Q4_1 || kind == K_Q5_1
+             ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
+             : _mm256_mul_ps(*d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
+                                                : kind == K_Q5_0 ? -16.0f
+                                                                 : -128.0f));
+}
+
 /* One sequential stream of packed groups, 8 rows in the 8 lanes: per block
  * the quants need at most a mask and a shift, the int32 sums are those of
  * gemm8_tokens and the f32 updates the same operations in the same order,
@@ -486,8 +504,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                               int64_t ldy)
 {
     const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 ? 192 : 272;
-    const int qoff = kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
+    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
     const bool wide = KIND_WIDE(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
@@ -497,12 +515,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
     }
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1 || kind == K_Q5_1
-                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
-                                                         : kind == K_Q5_0 ? -16.0f
-                                                                          : -128.0f));
+        __m256 d, m;
+        packed_scales(kind, blk, &d, &m);
         __m256i q[8];
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
@@ -590,6 +604,73 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 }
 
+/* Q6_K's packed blocks (ops/qmatmul.h): a scale per row and 16-element
+ * half, the quants bytes 0..63 used as they are; the -32 comes from the
+ * token's half sums. Its only kernel, so prefill and decode agree. The
+ * AVX2 pair sums (<= 2 * 63 * 128) fit in int16; each goes to int32 at once. */
+AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                                 int64_t ldx, const int nt, float *y, int64_t ldy)
+{
+    const size_t pb = 8 * QMM_PR + QMM_PR * QMM_QK;
+    __m256 acc[QMM_NT], add[QMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        add[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *blk = p + (size_t)b * pb;
+        __m256 d0 = _mm256_loadu_ps((const float *)(const void *)blk);
+        __m256 d1 = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        __m256i q[8];
+        UNROLL for (int k = 0; k < 8; k++)
+            q[k] = load32(blk + 64 + 32 * k);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const struct qmm_q8 *xb = x + t * ldx + b;
+            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            UNROLL for (int k = 0; k < 8; k++) {
+#if QMM_X86_VNNI
+                s[k / 4] = _mm256_dpbusd_epi32(s[k / 4], q[k], _mm256_set1_epi32(xq[k]));
+#else
+                __m256i pr = _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k]));
+                s[k / 4] = _mm256_add_epi32(s[k / 4], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+#endif
+            }
+            __m256 xd = _mm256_set1_ps(xb->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
+            add[t] = _mm256_fmadd_ps(d0, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[0]),
+                                     add[t]);
+            add[t] = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]),
+                                     add[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+}
+
+AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                            int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    float tmp[QMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += QMM_NT) {
+        int n = nt - t < QMM_NT ? (int)(nt - t) : QMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp; /* ragged groups go through tmp */
+        int64_t ld = nr == 8 ? ldy : 8;
+        const struct qmm_q8 *xt = x + t * ldx;
+        switch (n) {
+        case 1: gemv8_k6_tokens(p, n_blk, xt, ldx, 1, yt, ld); break;
+        case 2: gemv8_k6_tokens(p, n_blk, xt, ldx, 2, yt, ld); break;
+        case 3: gemv8_k6_tokens(p, n_blk, xt, ldx, 3, yt, ld); break;
+        default: gemv8_k6_tokens(p, n_blk, xt, ldx, 4, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
+}
+
 #define GEMV8(name, kind)                                                                    \
     AVX2 static void gemv8_##name(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,  \
                                   int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)  \
@@ -601,6 +682,7 @@ GEMV8(q4_1, K_Q4_1)
 GEMV8(q5_0, K_Q5_0)
 GEMV8(q5_1, K_Q5_1)
 GEMV8(q8_0, K_Q8_0)
+GEMV8(q4_K, K_Q4_K)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
@@ -608,17 +690,13 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                          struct qmm_pack8 *out)
 {
     const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 ? 192 : 272;
-    const int qoff = kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
+    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1 || kind == K_Q5_1
-                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
-                                                         : kind == K_Q5_0 ? -16.0f
-                                                                          : -128.0f));
+        __m256 d, m;
+        packed_scales(kind, blk, &d, &m);
         _mm256_store_ps(out[b].d, d);
         _mm256_store_ps(out[b].m, m);
         if (kind == K_Q8_0) {
@@ -661,6 +739,7 @@ GEMM8P(q4_0, K_Q4_0)
 GEMM8P(q4_1, K_Q4_1)
 GEMM8P(q5_0, K_Q5_0)
 GEMM8P(q5_1, K_Q5_1)
+GEMM8P(q4_K, K_Q4_K)
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
 #endif
@@ -672,6 +751,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q4_1: return gemm8p_q4_1;
     case QUANT_Q5_0: return gemm8p_q5_0;
     case QUANT_Q5_1: return gemm8p_q5_1;
+    case QUANT_Q4_K: return gemm8p_q4_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
 #endif
@@ -687,6 +767,8 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q5_0: return gemv8_q5_0;
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q6_K: return gemv8_q6_K;
     default: return NULL;
     }
 }
