@@ -21,6 +21,7 @@
 #include "ops/simd.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 /* Score and output columns handled per register block (vectorizable). */
 #define ATTN_COL_BLOCK 16
@@ -37,6 +38,8 @@ struct attn_scratch {
     float *m;  /* [rows] running max */
     float *l;  /* [rows] running sum */
     float *corr; /* [rows] e^(m_old - m_new) of the current tile */
+    float *krow; /* [head_dim] one K row in f32, before it is transposed */
+    int32_t *lo, *hi; /* [rows] each row's visible columns of the current tile */
 };
 
 static int64_t max_rows(int64_t n_head, int64_t n_head_kv)
@@ -48,7 +51,7 @@ int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t hea
 {
     int64_t rows = max_rows(n_head, n_head_kv);
     int64_t hd = (head_dim + ATTN_COL_BLOCK - 1) / ATTN_COL_BLOCK * ATTN_COL_BLOCK;
-    return rows * hd * 2 + hd * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3;
+    return rows * hd * 2 + hd * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 5 + hd;
 }
 
 static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, int64_t head_dim)
@@ -63,15 +66,34 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
     s.o = p, p += rows * hd;
     s.m = p, p += rows;
     s.l = p, p += rows;
-    s.corr = p;
+    s.corr = p, p += rows;
+    s.krow = p, p += hd;
+    s.lo = (int32_t *)(void *)p, p += rows;
+    s.hi = (int32_t *)(void *)p;
     return s;
 }
 
 /* ---- loading a K/V tile ------------------------------------------------------- */
 
-static inline float kv_elem(const void *base, enum kv_dtype dt, int64_t i)
+/* dst[0..n) = the cache's row at src as f32: plain loops the AVX2 clone turns
+ * into vcvtph2ps (through the compiler's _Float16 where it has one). */
+static inline void row_to_f32(enum kv_dtype dt, const void *src, float *dst, int64_t n)
 {
-    return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
+    if (dt == KV_F32) {
+        const float *f = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = f[i];
+        return;
+    }
+#if defined(__FLT16_MAX__) && defined(__x86_64__)
+    const _Float16 *h = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (float)h[i];
+#else
+    const ig_f16 *h = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ig_f16_to_f32(h[i]);
+#endif
 }
 
 /* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c0 <= c < nc;
@@ -80,6 +102,7 @@ static inline float kv_elem(const void *base, enum kv_dtype dt, int64_t i)
  * never read, so a cache may have dropped them). Rows are found through the
  * block table; a tile inside one block (block_size a multiple of
  * ATTN_TILE_K, as in the KV cache) reads one contiguous run. */
+OPS_SIMD_CLONES
 static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, int64_t c0,
                          int64_t nc, struct attn_scratch *sc)
 {
@@ -91,12 +114,10 @@ static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, i
     for (int64_t c = c0; c < nc; c++) {
         int64_t pos = k0 + c;
         size_t off = (size_t)(kvh * p->kv_head_stride + (pos % bs) * hd) * eb;
-        const char *kr = (const char *)p->k_blocks[pos / bs] + off;
-        const char *vr = (const char *)p->v_blocks[pos / bs] + off;
-        for (int64_t d = 0; d < hd; d++) {
-            sc->kt[d * ATTN_TILE_K + c] = kv_elem(kr, p->kv_dtype, d);
-            sc->v[c * hd + d] = kv_elem(vr, p->kv_dtype, d);
-        }
+        row_to_f32(p->kv_dtype, (const char *)p->k_blocks[pos / bs] + off, sc->krow, hd);
+        row_to_f32(p->kv_dtype, (const char *)p->v_blocks[pos / bs] + off, sc->v + c * hd, hd);
+        for (int64_t d = 0; d < hd; d++)
+            sc->kt[d * ATTN_TILE_K + c] = sc->krow[d];
     }
     for (int64_t d = 0; d < hd; d++)
         for (int64_t c = nc; c < ATTN_TILE_K; c++)
@@ -105,21 +126,62 @@ static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, i
 
 /* ---- one work item ----------------------------------------------------------- */
 
-/* s[r][0..ATTN_TILE_K) = q[r] . K tile, register-blocked over columns. */
+/* Rows of queries whose scores are computed together: each loaded column
+ * block of the K tile serves ATTN_ROW_BLOCK rows. */
+#define ATTN_ROW_BLOCK 4
+
+/* Eight floats; unaligned loads and stores through the _u type. */
+typedef float attn_v8 __attribute__((vector_size(32)));
+typedef float attn_v8u __attribute__((vector_size(32), aligned(4)));
+
+/* (macros: a function passing 32-byte vectors would have another ABI in
+ * the baseline clone) */
+#define v8_load(p) (*(const attn_v8u *)(const void *)(p))
+#define v8_store(p, v) (*(attn_v8u *)(void *)(p) = (v))
+
+_Static_assert(ATTN_COL_BLOCK == 16, "a column block is two vectors of 8");
+
+/* The row loops must unroll (-O2 does not): the accumulators then live in
+ * registers instead of an array on the stack. */
+#define ATTN_UNROLL _Pragma("GCC unroll 8")
+
+/* s[r][0..ATTN_TILE_K) = q[r] . K tile, register-blocked over columns and
+ * rows. Each score sums over d in order, whatever its row block: a row's
+ * scores do not depend on how the rows are grouped. */
 OPS_SIMD_CLONES
 static void scores(const struct attn_scratch *sc, int64_t rows, int64_t hd)
 {
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t r = 0;
+    for (; r + ATTN_ROW_BLOCK <= rows; r += ATTN_ROW_BLOCK) {
         const float *q = sc->q + r * hd;
         for (int64_t cb = 0; cb < ATTN_TILE_K; cb += ATTN_COL_BLOCK) {
-            float acc[ATTN_COL_BLOCK] = {0};
+            attn_v8 acc[ATTN_ROW_BLOCK][2] = {{{0}}};
             for (int64_t d = 0; d < hd; d++) {
                 const float *kt = sc->kt + d * ATTN_TILE_K + cb;
-                for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                    acc[j] += q[d] * kt[j];
+                attn_v8 k0 = v8_load(kt), k1 = v8_load(kt + 8);
+                ATTN_UNROLL for (int i = 0; i < ATTN_ROW_BLOCK; i++) {
+                    float qv = q[i * hd + d];
+                    acc[i][0] += qv * k0;
+                    acc[i][1] += qv * k1;
+                }
             }
-            for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                sc->s[r * ATTN_TILE_K + cb + j] = acc[j];
+            ATTN_UNROLL for (int i = 0; i < ATTN_ROW_BLOCK; i++) {
+                v8_store(sc->s + (r + i) * ATTN_TILE_K + cb, acc[i][0]);
+                v8_store(sc->s + (r + i) * ATTN_TILE_K + cb + 8, acc[i][1]);
+            }
+        }
+    }
+    for (; r < rows; r++) {
+        const float *q = sc->q + r * hd;
+        for (int64_t cb = 0; cb < ATTN_TILE_K; cb += ATTN_COL_BLOCK) {
+            attn_v8 acc0 = {0}, acc1 = {0};
+            for (int64_t d = 0; d < hd; d++) {
+                const float *kt = sc->kt + d * ATTN_TILE_K + cb;
+                acc0 += q[d] * v8_load(kt);
+                acc1 += q[d] * v8_load(kt + 8);
+            }
+            v8_store(sc->s + r * ATTN_TILE_K + cb, acc0);
+            v8_store(sc->s + r * ATTN_TILE_K + cb + 8, acc1);
         }
     }
 }
@@ -163,17 +225,14 @@ static void accumulate(struct attn_scratch *sc, int64_t r, int64_t c0, int64_t c
     float corr = sc->corr[r];
     int64_t db = 0;
     for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
-        float acc[ATTN_COL_BLOCK];
-        for (int j = 0; j < ATTN_COL_BLOCK; j++)
-            acc[j] = o[db + j] * corr;
+        attn_v8 a0 = v8_load(o + db) * corr, a1 = v8_load(o + db + 8) * corr;
         for (int64_t c = c0; c < c1; c++) {
             const float *v = sc->v + c * hd + db;
-            float pc = s[c];
-            for (int j = 0; j < ATTN_COL_BLOCK; j++)
-                acc[j] += pc * v[j];
+            a0 += s[c] * v8_load(v);
+            a1 += s[c] * v8_load(v + 8);
         }
-        for (int j = 0; j < ATTN_COL_BLOCK; j++)
-            o[db + j] = acc[j];
+        v8_store(o + db, a0);
+        v8_store(o + db + 8, a1);
     }
     for (; db < hd; db++) {
         float acc = o[db] * corr;
@@ -181,6 +240,44 @@ static void accumulate(struct attn_scratch *sc, int64_t r, int64_t c0, int64_t c
             acc += s[c] * sc->v[c * hd + db];
         o[db] = acc;
     }
+}
+
+/* accumulate() for rows r .. r + ATTN_ROW_BLOCK - 1, which share the
+ * columns [c0, c1): each V column block is loaded once for all of them. The
+ * sums run in accumulate's order, so a row gets the same bits either way. */
+OPS_SIMD_CLONES
+static void accumulate_rows(struct attn_scratch *sc, int64_t r, int64_t c0, int64_t c1,
+                            int64_t hd)
+{
+    int64_t db = 0;
+    for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
+        attn_v8 acc[ATTN_ROW_BLOCK][2];
+        ATTN_UNROLL for (int i = 0; i < ATTN_ROW_BLOCK; i++) {
+            const float *o = sc->o + (r + i) * hd + db;
+            acc[i][0] = v8_load(o) * sc->corr[r + i];
+            acc[i][1] = v8_load(o + 8) * sc->corr[r + i];
+        }
+        for (int64_t c = c0; c < c1; c++) {
+            const float *v = sc->v + c * hd + db;
+            attn_v8 v0 = v8_load(v), v1 = v8_load(v + 8);
+            ATTN_UNROLL for (int i = 0; i < ATTN_ROW_BLOCK; i++) {
+                float pc = sc->s[(r + i) * ATTN_TILE_K + c];
+                acc[i][0] += pc * v0;
+                acc[i][1] += pc * v1;
+            }
+        }
+        ATTN_UNROLL for (int i = 0; i < ATTN_ROW_BLOCK; i++) {
+            v8_store(sc->o + (r + i) * hd + db, acc[i][0]);
+            v8_store(sc->o + (r + i) * hd + db + 8, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < ATTN_ROW_BLOCK; i++)
+        for (int64_t d = db; d < hd; d++) {
+            float acc = sc->o[(r + i) * hd + d] * sc->corr[r + i];
+            for (int64_t c = c0; c < c1; c++)
+                acc += sc->s[(r + i) * ATTN_TILE_K + c] * sc->v[c * hd + d];
+            sc->o[(r + i) * hd + d] = acc;
+        }
 }
 
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i. */
@@ -215,24 +312,36 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
         scores(sc, rows, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, p->softcap);
+        /* Each row's visible columns [lo, hi): query token i sees keys up to
+         * position pos0 + t0 + i, and with a window from pos0 + t0 + i -
+         * window + 1 on; hi = 0 when the tile is in its future or behind its
+         * window. */
+        int32_t *lo = sc->lo, *hi = sc->hi;
         for (int64_t r = 0; r < rows; r++) {
-            /* Query token i sees keys up to position pos0 + t0 + i, and
-             * with a window from pos0 + t0 + i - window + 1 on. */
             int64_t i = r % nq;
             int64_t nvis = p->pos0 + t0 + i + 1 - k0;
-            if (nvis <= 0)
-                continue; /* the whole tile is in this row's future */
-            if (nvis > nc)
-                nvis = nc;
             int64_t first = 0;
-            if (p->window > 0) {
+            if (p->window > 0)
                 first = p->pos0 + t0 + i - p->window + 1 - k0;
-                if (first >= nvis)
-                    continue; /* the whole tile is behind this row's window */
-                first = first > 0 ? first : 0;
+            first = first > 0 ? first : 0;
+            nvis = nvis > nc ? nc : nvis;
+            lo[r] = (int32_t)first;
+            hi[r] = (int32_t)(nvis > first ? nvis : 0);
+            if (hi[r])
+                softmax_update(sc, r, lo[r], hi[r]);
+        }
+        for (int64_t r = 0; r < rows;) {
+            bool same = r + ATTN_ROW_BLOCK <= rows && hi[r];
+            for (int k = 1; same && k < ATTN_ROW_BLOCK; k++)
+                same = lo[r + k] == lo[r] && hi[r + k] == hi[r];
+            if (same) {
+                accumulate_rows(sc, r, lo[r], hi[r], hd);
+                r += ATTN_ROW_BLOCK;
+                continue;
             }
-            softmax_update(sc, r, first, nvis);
-            accumulate(sc, r, first, nvis, hd);
+            if (hi[r])
+                accumulate(sc, r, lo[r], hi[r], hd);
+            r++;
         }
     }
 
