@@ -1,12 +1,15 @@
 # ignite: the entry point. CMake builds and CTest tests underneath.
 #
-#   make               build build/ignite (CUDA objects too when nvcc is found)
-#   make test          build, fetch the model, make the test venv, run ctest
+#   make               build build/ignite alone (CUDA objects too when nvcc is found):
+#                      what `run` needs, not the test programs
+#   make build-all     build ignite and every test program
+#   make test          build-all, fetch the model, make the test venv, run ctest
 #   make test LABEL=unit   only one class of tests (unit model tokenizer cli emu cpu gpu fuzz)
 #   make asan          the same tests in an ASan + UBSan build (build-asan/)
 #   make run           run ignite on the default model
 #   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
-#   make fuzz          a long fuzzing run of the GGUF parser (FUZZ_SECONDS=600)
+#   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
+#                      safetensors, hf_json, grammar, schema, batch or tokenizer)
 #   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
 #   make clean
 
@@ -21,7 +24,7 @@ ifeq ($(CI),true)
 CMAKE_ARGS += -DIGNITE_WERROR=ON
 endif
 
-.PHONY: all build test asan run fetch-model venv fuzz gpu-check clean
+.PHONY: all build build-all test asan run fetch-model venv fuzz gpu-check clean
 
 all: build
 
@@ -34,6 +37,10 @@ endef
 
 build:
 	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=Release)
+	@cmake --build $(BUILD) -j$(JOBS) --target ignite
+
+build-all:
+	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=Release)
 	@cmake --build $(BUILD) -j$(JOBS)
 
 fetch-model:
@@ -42,7 +49,7 @@ fetch-model:
 venv:
 	@scripts/venv.sh
 
-test: build fetch-model venv
+test: build-all fetch-model venv
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 
 asan: fetch-model venv
@@ -54,7 +61,7 @@ run: build fetch-model
 	$(BUILD)/ignite run --chat -p "$(or $(PROMPT),Explain in two sentences what a KV cache is.)" -n 64 --temp 0
 
 fuzz:
-	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600)
+	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600) $(or $(FUZZ_TARGET),gguf)
 
 gpu-check:
 	@scripts/gpu-check.sh

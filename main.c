@@ -1,10 +1,13 @@
 /* main.c: ignite's entry point: picks the subcommand and returns its status
  * as the exit code (the codes are listed in core/status.h and docs/cli.md).
  * Each subcommand lives in cli/cmd_<name>.c with its own option table; when
- * the first argument is an option (ignite -p TEXT) the command is run. */
+ * the first argument is an option (ignite -p TEXT) the command is run.
+ * `ignite help CMD` is `ignite CMD --help`; a mistyped command gets "did you
+ * mean". Covered by tests/cli/test_args.sh. */
 #include "cli/cli.h"
 #include "core/status.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,42 +19,77 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"run", cmd_run, "generate text from a prompt (the default: 'ignite -p TEXT')"},
+    {"batch", cmd_batch, "run many prompts at once (JSON Lines in and out, continuous batching)"},
     {"info", cmd_info, "describe a model file: architecture, shapes, tensors, tokenizer"},
     {"bench", cmd_bench, "measure prefill and decode speed, like llama-bench"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (or their count, or pieces)"},
 };
+#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
 static void print_usage(FILE *out)
 {
     fprintf(out, "usage: ignite <command> [options]\n\n"
                  "ignite runs Llama-family GGUF models: a batched prefill of the prompt, then decode.\n\n"
                  "commands:\n");
-    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
-    fprintf(out, "\nRun 'ignite <command> --help' for a command's options.\n"
+    fprintf(out, "\nRun 'ignite help <command>' (or 'ignite <command> --help') for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
-                 "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 130 interrupted.\n");
+                 "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"
+                 "failed, 130 interrupted.\n");
+}
+
+static const struct subcommand *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        if (!strcmp(name, subcommands[i].name))
+            return &subcommands[i];
+    return NULL;
+}
+
+/* One line for a word that is no command, with the nearest one if any. */
+static int unknown_command(const char *cmd)
+{
+    const char *names[N_SUBCOMMANDS + 1];
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        names[i] = subcommands[i].name;
+    names[N_SUBCOMMANDS] = "help";
+    const char *near = cli_suggest(cmd, strlen(cmd), names, N_SUBCOMMANDS + 1);
+    if (near)
+        return ig_error(IG_E_USAGE, "unknown command '%s' (did you mean '%s'?)", cmd, near);
+    return ig_error(IG_E_USAGE, "unknown command '%s' (run 'ignite --help')", cmd);
 }
 
 int main(int argc, char **argv)
 {
+    cli_stdout_init();
     if (argc < 2) {
         print_usage(stderr);
         return IG_E_USAGE;
     }
     const char *cmd = argv[1];
+    bool help_help = argc > 2 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"));
+    if (!strcmp(cmd, "help") && argc > 2 && !help_help) { /* ignite help run */
+        if (argc > 3)
+            return ig_error(IG_E_USAGE, "help: one command at a time, got '%s' after '%s'",
+                            argv[3], argv[2]);
+        const struct subcommand *s = find_command(argv[2]);
+        if (!s)
+            return unknown_command(argv[2]);
+        char help[] = "--help";
+        char *args[] = {argv[2], help, NULL};
+        return s->fn(2, args);
+    }
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         print_usage(stdout);
         return cli_flush_stdout();
     }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        printf("ignite %s\n", IGNITE_VERSION);
+        cli_print_version();
         return cli_flush_stdout();
     }
     if (cmd[0] == '-') /* options first: the run command */
         return cmd_run(argc, argv);
-    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-        if (!strcmp(cmd, subcommands[i].name))
-            return subcommands[i].fn(argc - 1, argv + 1);
-    return ig_error(IG_E_USAGE, "unknown command '%s' (run 'ignite --help')", cmd);
+    const struct subcommand *s = find_command(cmd);
+    return s ? s->fn(argc - 1, argv + 1) : unknown_command(cmd);
 }

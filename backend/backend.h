@@ -1,13 +1,23 @@
-/* backend/backend.h: where the forward pass runs, chosen once per run.
+/* backend/backend.h: where a step of the forward pass runs, chosen once per
+ * run.
  *
- * A backend owns the run state and the KV cache of one sequence and does the
- * two forwards generation needs: a prefill of a block of prompt tokens and a
- * one-token decode step, each returning the logits of its last token (host
- * memory, f32). The CPU backend wraps ops/ + kvcache/ (prefill_forward,
- * decode_forward); the CUDA backend (backend/gpu.c) keeps weights, cache and
- * activations on the device. generate_run and `ignite bench` see only this.
- * Covered by tests/cli/ (CPU), tests/emu/test_backend_emu.c (the CUDA
- * backend under the emulator) and tests/gpu/. */
+ * A step is a batch of rows: each row is a token of some sequence at some
+ * position, and the rows of one sequence are consecutive and in position
+ * order (a prompt chunk, or the one token a decoding sequence feeds back).
+ * The backend runs every row through the model at once (each weight read
+ * once per step), stores each row's K/V in its sequence's blocks of the KV
+ * pool (kvcache.h: the engine hands out the blocks, the backend owns the
+ * memory they live in) and returns the logits of the rows that want them.
+ * Attention lets a row see its own sequence's positions up to its own, so a
+ * row's result does not depend on the other rows of the step.
+ *
+ * A backend is a small table of functions (struct backend_ops): the CPU in
+ * backend/cpu.c (ops/ + prefill/attn_tiled.c over a host kv_store), CUDA in
+ * backend/gpu.c (device memory; until its kernels read block tables it keeps
+ * one contiguous cache per slot and runs a step one sequence at a time:
+ * backend_shares_blocks() says so). generate/ and `ignite bench` see only
+ * this header. Covered by tests/cpu/, tests/cli/, tests/emu/test_backend_emu.c
+ * (the CUDA backend under the emulator) and tests/gpu/. */
 #ifndef IGNITE_BACKEND_BACKEND_H
 #define IGNITE_BACKEND_BACKEND_H
 
@@ -38,59 +48,94 @@ int backend_resolve_device(struct backend_device *dev);
 struct backend_opts {
     struct backend_device device;
     int n_threads;        /* CPU threads (<= 0: one per core); CUDA ignores it */
-    int64_t n_ctx;        /* positions the cache may hold */
-    int64_t max_batch;    /* most tokens per prefill call */
+    int64_t n_ctx;        /* positions one sequence may hold */
+    int64_t max_rows;     /* most rows in a step (the token budget, --chunk) */
+    int n_slots;          /* sequences in flight at most (>= 1) */
+    int64_t n_blocks;     /* blocks of the KV pool; 0: n_slots full contexts */
     enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
-    const char *oom_hint; /* what the user can do when n_ctx or max_batch does not fit,
+    const char *oom_hint; /* what the user can do when the cache or the rows do not fit,
                            * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
+};
+
+/* One sequence's rows in a step. */
+struct backend_seq {
+    const int32_t *table; /* its block table: positions 0 .. pos0 + n_rows - 1 have blocks */
+    int slot;             /* which sequence in flight (0 .. n_slots - 1) */
+    int64_t row0, n_rows; /* its rows: [row0, row0 + n_rows) of the step */
+    int64_t pos0;         /* position of its first row; positions 0 .. pos0 - 1 are cached */
+};
+
+/* A step. The sequences' rows tile [0, n_rows) in order. */
+struct backend_batch {
+    const int32_t *tokens;          /* [n_rows] */
+    const bool *want_logits;        /* [n_rows] rows whose logits are returned; NULL: the
+                                     * last row of each sequence */
+    int64_t n_rows;
+    const struct backend_seq *seqs; /* [n_seqs] */
+    int64_t n_seqs;
+    float *logits;                  /* [rows wanting logits, n_vocab], in row order */
 };
 
 struct backend;
 
+/* What a backend is made of: the table every backend fills. */
+struct backend_ops {
+    /* Runs a step (backend_step's contract). */
+    int (*step)(struct backend *b, const struct backend_batch *batch);
+    /* The cache of `seq` (slot and table; n_pos positions) as a host store
+     * and table: the CPU's own, or a host copy of the device's (owned by
+     * the backend until the next call). */
+    int (*kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
+                     const struct kv_store **st, const int32_t **table);
+    /* Fills positions [0, n_pos) of `seq` from a host store holding them in
+     * blocks 0, 1, ... (a file read: kv_file_read_body), any dtype. */
+    int (*kv_import)(struct backend *b, const struct backend_seq *seq,
+                     const struct kv_store *src, int64_t n_pos);
+    /* Device memory held (0 on the CPU). */
+    size_t (*device_bytes)(const struct backend *b);
+    void (*destroy)(struct backend *b);
+};
+
+/* What every backend shares; each embeds it first. */
+struct backend {
+    const struct backend_ops *ops;
+    const struct model *m;
+    struct backend_opts o;     /* n_blocks resolved */
+    bool shares_blocks;        /* its attention reads block tables: prefixes can be shared */
+    char device[32];           /* "cpu", "cuda:0" */
+    char device_name[128];     /* "cpu (avx2)", "NVIDIA H200" */
+    int threads;               /* CPU threads used (1 on CUDA) */
+};
+
 /* Builds the backend for model m (borrowed; outlives the backend): uploads
- * weights for CUDA. Returns IG_OK, or IG_E_NOMEM (with the bytes needed and
- * free), IG_E_DEVICE or another status after one line on stderr. */
+ * weights for CUDA and allocates the KV pool's memory (refused up front,
+ * with both numbers, when it cannot fit). Returns IG_OK, or IG_E_NOMEM,
+ * IG_E_DEVICE or another status after one line on stderr. */
 int backend_create(const struct model *m, const struct backend_opts *o, struct backend **out);
 void backend_free(struct backend *b);
 
-/* Tokens [0, n) at positions pos0.. (pos0 <= n_pos; the cache must hold
- * 0..pos0-1), n <= max_batch, pos0 + n <= n_ctx: extends the cache, sets
- * n_pos = pos0 + n, writes logits[0..n_vocab) of the last token. Returns
- * IG_OK, IG_E_INPUT (a token id out of range, past the context), IG_E_NOMEM
- * or IG_E_DEVICE. */
-int backend_prefill(struct backend *b, const int32_t *tokens, int64_t n, int64_t pos0,
-                    float *logits);
+/* Runs the step: n_rows <= max_rows, n_seqs <= n_slots, each sequence's
+ * positions below pos0 cached, pos0 + n_rows <= n_ctx, and its table
+ * covering its rows. Writes the logits of the rows that want them. Returns
+ * IG_OK, IG_E_INPUT (a token id out of range), IG_E_NOMEM or IG_E_DEVICE. */
+int backend_step(struct backend *b, const struct backend_batch *batch);
 
-/* One token at position pos == n_pos < n_ctx; logits as prefill. */
-int backend_decode(struct backend *b, int32_t token, int64_t pos, float *logits);
+/* Tokens [0, n) of one sequence at positions pos0.. in one step (n <=
+ * max_rows); the logits of the last into logits [n_vocab]. */
+int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int32_t *tokens,
+                    int64_t n, int64_t pos0, float *logits);
 
-/* Forgets positions n_pos.. (n_pos <= backend_n_pos): benchmarks rerun a
- * test over the same positions. */
-void backend_truncate(struct backend *b, int64_t n_pos);
-
-enum backend_kind backend_kind_of(const struct backend *b);
-int64_t backend_n_pos(const struct backend *b);
-int64_t backend_n_ctx(const struct backend *b);
-int64_t backend_max_batch(const struct backend *b);
-int backend_threads(const struct backend *b);
-/* "cpu", or "cuda:0" with the device's name in device_name(). */
-const char *backend_device(const struct backend *b);
-const char *backend_device_name(const struct backend *b);
-/* Cache bytes held now, and what n_ctx positions need. */
-size_t backend_kv_bytes(const struct backend *b);
-double backend_kv_max_bytes(const struct backend *b);
-/* Device memory the backend holds (0 for the CPU). */
+/* The backend_ops of the same name. */
+int backend_kv_export(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
+                      const struct kv_store **st, const int32_t **table);
+int backend_kv_import(struct backend *b, const struct backend_seq *seq,
+                      const struct kv_store *src, int64_t n_pos);
 size_t backend_device_bytes(const struct backend *b);
 
-/* The cache as a host kv_cache of n_pos positions, for --save-kv: the CPU
- * backend's own, or a host copy of the device cache (f16), owned by the
- * backend until the next call. */
-int backend_kv_export(struct backend *b, const struct kv_cache **out);
-
-/* Replaces the cache with the n_pos positions of `kv` (--load-kv), converting
- * to the backend's cache type. kv->n_pos <= n_ctx. */
-int backend_kv_import(struct backend *b, const struct kv_cache *kv);
+/* The pool's cache shape and the bytes of one block (K and V, all layers). */
+struct kv_shape backend_kv_shape(const struct backend *b);
+size_t backend_block_bytes(const struct backend *b);
 
 #endif

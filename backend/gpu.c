@@ -2,17 +2,18 @@
  * memory, and the order of launches for a prefill block and a decode step.
  *
  * Device memory: weights as f16, Q|K|V and gate|up concatenated so each is
- * one GEMM; norms and biases f32; the KV cache f16, per layer
+ * one GEMM; norms and biases f32; the KV cache f16, per layer and slot
  * [n_head_kv][n_ctx][head_dim] (the layout both attention kernels read);
- * activations for max_batch tokens. Per block of n tokens at pos0:
+ * activations for max_batch tokens. A step runs its sequences one after the
+ * other (backend/gpu.h). Per block of n tokens at pos0:
  *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE -> fused flash
  *   attention (writes the cache) -> wo GEMM += x -> rmsnorm -> gate|up GEMM
  *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the last row -> logits.
  * The residual adds are the GEMMs' beta = 1. In the last layer only the last
  * row goes on past attention: no other row's output is ever read.
- * A decode step is the same with GEMVs and split-KV attention, the position
- * and token read from device memory so the step is captured once as a graph
- * and replayed.
+ * A sequence's lone row at the end of its cache is a decode step: the same
+ * with GEMVs and split-KV attention, the position and token read from device
+ * memory so the step is captured once per slot as a graph and replayed.
  *
  * Weights go up in gpu_weights.c, the cache to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
@@ -86,7 +87,8 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
                    (hp->has_qkv_bias ? 4.0 * g->qkv_rows : 0);
     s->weights = hp->n_layer * layer + 2.0 * hp->n_vocab * e * (hp->tied_embeddings ? 1 : 2) +
                  4.0 * e;
-    s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim;
+    s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim *
+            g->n_slots;
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff) +
               4.0 * hp->n_vocab + 4.0 * B;
@@ -98,17 +100,17 @@ static int check_model(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
     if (hp->head_dim != 64 && hp->head_dim != 128)
-        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; %s has %lld "
+        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; '%s' has %lld "
                         "(use --device cpu)", m->path, (long long)hp->head_dim);
     if (hp->n_head / hp->n_head_kv > 8)
         return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV head; "
-                        "%s has %lld (use --device cpu)", m->path,
+                        "'%s' has %lld (use --device cpu)", m->path,
                         (long long)(hp->n_head / hp->n_head_kv));
     if (hp->n_embd % 8 || hp->n_ff % 8)
         return ig_error(IG_E_MODEL, "the CUDA backend needs widths that are multiples of 8");
     if (hp->n_ff > 40960 || hp->n_embd > 40960 || hp->n_head * hp->head_dim > 40960)
         return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
-                        "40960 elements; %s is wider (use --device cpu)", m->path);
+                        "40960 elements; '%s' is wider (use --device cpu)", m->path);
     /* The Llama block only, with RoPE scalings that are frequencies alone
      * (rope_freqs, linear; YaRN's cos/sin scale is not in the kernel). */
     double mscale;
@@ -143,9 +145,9 @@ static int check_fits(const struct gpu_backend *g, const char *hint)
     if (g->info.mem_free == 0 || need + slack <= (double)g->info.mem_free)
         return IG_OK;
     return ig_error(IG_E_NOMEM, "the model needs %.2f GiB on cuda:%d (weights %.2f, KV cache "
-                    "%.2f for %lld positions, activations %.2f) but %s has %.2f GiB free "
+                    "%.2f for %d x %lld positions, activations %.2f) but %s has %.2f GiB free "
                     "(%s)", (need + slack) / GIB, g->info.index, s.weights / GIB, s.kv / GIB,
-                    (long long)g->n_ctx, s.acts / GIB, g->info.name,
+                    g->n_slots, (long long)g->n_ctx, s.acts / GIB, g->info.name,
                     (double)g->info.mem_free / GIB,
                     hint ? hint : "lower -c/--ctx-size or --chunk, or use --device cpu");
 }
@@ -154,7 +156,7 @@ static int alloc_state(struct gpu_backend *g)
 {
     const struct model_hparams *hp = &g->m->hp;
     size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
-    size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2;
+    size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2 * (size_t)g->n_slots;
     int st;
     for (int64_t l = 0; l < hp->n_layer; l++)
         if ((st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
@@ -195,22 +197,32 @@ int IG_DEV(gpu_device_count)(void)
     return IG_DEV(dev_count)();
 }
 
+static const struct backend_ops gpu_ops;
+
 int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts *o,
-                               struct gpu_backend **out)
+                               struct backend **out)
 {
     *out = NULL;
     int st = check_model(m);
     if (st != IG_OK)
         return st;
     struct gpu_backend *g = calloc(1, sizeof *g);
-    if (!g || !(g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers))) {
+    if (!g || !(g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers)) ||
+        !(g->n_pos = calloc((size_t)o->n_slots, sizeof *g->n_pos)) ||
+        !(g->graphs = calloc((size_t)o->n_slots, sizeof *g->graphs))) {
+        if (g) {
+            free(g->n_pos);
+            free(g->layers);
+        }
         free(g);
         return ig_error(IG_E_NOMEM, "out of memory");
     }
     const struct model_hparams *hp = &m->hp;
+    g->base = (struct backend){.ops = &gpu_ops, .m = m, .o = *o, .threads = 1};
     g->m = m;
     g->n_ctx = o->n_ctx;
-    g->max_batch = o->max_batch;
+    g->max_batch = o->max_rows;
+    g->n_slots = o->n_slots;
     g->q_dim = hp->n_head * hp->head_dim;
     g->kv_dim = hp->n_head_kv * hp->head_dim;
     g->qkv_rows = g->q_dim + 2 * g->kv_dim;
@@ -223,24 +235,30 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
         st = alloc_state(g);
     if (st != IG_OK) {
-        IG_DEV(gpu_backend_free)(g);
+        gpu_ops.destroy(&g->base);
         return st;
     }
-    *out = g;
+    snprintf(g->base.device, sizeof g->base.device, "cuda:%d", g->info.index);
+    snprintf(g->base.device_name, sizeof g->base.device_name, "%s", g->info.name);
+    *out = &g->base;
     return IG_OK;
 }
 
-void IG_DEV(gpu_backend_free)(struct gpu_backend *g)
+static void gpu_destroy(struct backend *b)
 {
-    if (!g)
-        return;
+    struct gpu_backend *g = (struct gpu_backend *)b;
     if (g->dev) {
-        IG_DEV(dev_graph_free)(g->graph);
+        for (int i = 0; i < g->n_slots; i++)
+            IG_DEV(dev_graph_free)(g->graphs[i]);
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->step);
         IG_DEV(dev_close)(g->dev);
     }
+    kv_store_free(g->host_kv);
+    free(g->host_table);
+    free(g->graphs);
+    free(g->n_pos);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -279,7 +297,7 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     return IG_DEV(dev_gemm_f16)(g->dev, L->wdown, g->h16, x, e, ff, rows, ff, e, 1.0f);
 }
 
-static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t pos0)
+static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, int64_t pos0)
 {
     const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
@@ -298,8 +316,8 @@ static int prefill_layer(struct gpu_backend *g, int64_t l, int64_t n, int64_t po
     if ((st = IG_DEV(gk_qkv_rope)(&qp, g->stream)))
         return st;
     struct prefill_attn_params ap = {
-        .q = g->q16, .k = g->k16, .v = g->v16, .k_cache = L->k_cache, .v_cache = L->v_cache,
-        .o = g->att16, .lse = NULL, .n_tokens = n, .pos0 = pos0, .n_ctx = g->n_ctx,
+        .q = g->q16, .k = g->k16, .v = g->v16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
+        .v_cache = L->v_cache + gpu_slot_offset(g, slot), .o = g->att16, .lse = NULL, .n_tokens = n, .pos0 = pos0, .n_ctx = g->n_ctx,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .q_row_stride = g->q_dim, .q_head_stride = hd,
         .k_row_stride = g->kv_dim, .k_head_stride = hd,
@@ -324,30 +342,27 @@ static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int6
     return IG_OK;
 }
 
-int IG_DEV(gpu_prefill)(struct gpu_backend *g, const int32_t *tokens, int64_t n, int64_t pos0,
-                        float *logits)
+/* Tokens [0, n) of slot `slot` at positions pos0..: the logits of the last
+ * into logits (device memory, then host). */
+static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, int64_t n,
+                       int64_t pos0, float *logits)
 {
     IG_ASSERT(n >= 1 && n <= g->max_batch);
-    if (pos0 < 0 || pos0 > g->n_pos || pos0 + n > g->n_ctx)
-        return ig_error(IG_E_INPUT, "prefill of %lld tokens at position %lld: the cache holds "
-                        "%lld of %lld positions", (long long)n, (long long)pos0,
-                        (long long)g->n_pos, (long long)g->n_ctx);
     int st = check_tokens(g, tokens, n);
     int32_t pos32 = (int32_t)pos0;
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
         !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
         st = IG_DEV(gk_embed)(g->tok_embd, g->tokens, n, g->m->hp.n_embd, g->x, g->stream);
     for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
-        st = prefill_layer(g, l, n, pos0);
-    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->m->hp.n_embd)))
+        st = prefill_layer(g, slot, l, n, pos0);
+    if (st == IG_OK && !(st = head(g, g->x + (n - 1) * g->m->hp.n_embd)) && logits)
         st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4);
-    g->n_pos = st == IG_OK ? pos0 + n : pos0; /* a failed block leaves what came before */
     return st;
 }
 
 /* One token's forward, reading token and position from device memory (so
  * a graph of it replays at any position). */
-static int decode_step(struct gpu_backend *g)
+static int decode_step(struct gpu_backend *g, int slot)
 {
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->head_dim;
@@ -359,10 +374,12 @@ static int decode_step(struct gpu_backend *g)
             .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = 1,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
             .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
-            .k_cache = L->k_cache, .v_cache = L->v_cache, .n_ctx = g->n_ctx,
+            .k_cache = L->k_cache + gpu_slot_offset(g, slot),
+            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .n_ctx = g->n_ctx,
         };
         struct decode_attn_params ap = {
-            .q = g->q16, .k_cache = L->k_cache, .v_cache = L->v_cache, .pos = g->pos,
+            .q = g->q16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
+            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .pos = g->pos,
             .o = g->att16, .work = g->attn_work, .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_ctx = g->n_ctx,
             .n_splits = g->n_splits, .scale = 1.0f / sqrtf((float)hd),
@@ -382,32 +399,29 @@ static int decode_step(struct gpu_backend *g)
     return st == IG_OK ? head(g, g->x) : st;
 }
 
-/* Runs the decode step: the first call captures it as a graph where the
+/* Runs slot's decode step: the first call captures it as a graph where the
  * device layer can, later calls replay it. */
-static int run_decode_step(struct gpu_backend *g)
+static int run_decode_step(struct gpu_backend *g, int slot)
 {
-    if (g->graph)
-        return IG_DEV(dev_graph_launch)(g->dev, g->graph);
+    if (g->graphs[slot])
+        return IG_DEV(dev_graph_launch)(g->dev, g->graphs[slot]);
     if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
         g->no_graph = true;
-        return decode_step(g);
+        return decode_step(g, slot);
     }
-    int st = decode_step(g);
+    int st = decode_step(g, slot);
     struct dev_graph *graph = NULL;
     int st_end = IG_DEV(dev_graph_end)(g->dev, &graph);
     if (st != IG_OK || st_end != IG_OK) {
         IG_DEV(dev_graph_free)(graph);
         return st != IG_OK ? st : st_end;
     }
-    g->graph = graph;
-    return IG_DEV(dev_graph_launch)(g->dev, g->graph);
+    g->graphs[slot] = graph;
+    return IG_DEV(dev_graph_launch)(g->dev, g->graphs[slot]);
 }
 
-int IG_DEV(gpu_decode)(struct gpu_backend *g, int32_t token, int64_t pos, float *logits)
+static int decode_seq(struct gpu_backend *g, int slot, int32_t token, int64_t pos, float *logits)
 {
-    if (pos != g->n_pos || pos >= g->n_ctx)
-        return ig_error(IG_E_INPUT, "decode at position %lld: the cache holds %lld of %lld "
-                        "positions", (long long)pos, (long long)g->n_pos, (long long)g->n_ctx);
     int st = check_tokens(g, &token, 1);
     if (st != IG_OK)
         return st;
@@ -415,28 +429,66 @@ int IG_DEV(gpu_decode)(struct gpu_backend *g, int32_t token, int64_t pos, float 
     g->step[1] = (int32_t)pos;
     if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, &g->step[0], 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->pos, &g->step[1], 4)) ||
-        (st = run_decode_step(g)) ||
-        (st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4)))
+        (st = run_decode_step(g, slot)))
         return st;
-    g->n_pos = pos + 1;
+    if (logits)
+        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4);
+    else
+        st = IG_DEV(dev_sync)(g->dev);
+    return st;
+}
+
+/* ---- the step: one sequence at a time ---------------------------------------------- */
+
+static int gpu_step(struct backend *b, const struct backend_batch *batch)
+{
+    struct gpu_backend *g = (struct gpu_backend *)b;
+    float *logits = batch->logits;
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        IG_ASSERT(s->slot >= 0 && s->slot < g->n_slots && s->n_rows >= 1);
+        for (int64_t r = 0; r < s->n_rows - 1 && batch->want_logits; r++)
+            if (batch->want_logits[s->row0 + r])
+                return ig_error(IG_E_INTERNAL, "the CUDA backend returns the logits of a "
+                                "sequence's last row only");
+        if (s->pos0 > g->n_pos[s->slot] || s->pos0 + s->n_rows > g->n_ctx)
+            return ig_error(IG_E_INPUT, "%lld tokens at position %lld: slot %d holds %lld of "
+                            "%lld positions", (long long)s->n_rows, (long long)s->pos0, s->slot,
+                            (long long)g->n_pos[s->slot], (long long)g->n_ctx);
+        bool want = !batch->want_logits || batch->want_logits[s->row0 + s->n_rows - 1];
+        const int32_t *tokens = batch->tokens + s->row0;
+        int st = s->n_rows == 1
+                     ? decode_seq(g, s->slot, tokens[0], s->pos0, want ? logits : NULL)
+                     : prefill_seq(g, s->slot, tokens, s->n_rows, s->pos0, want ? logits : NULL);
+        /* a failed block leaves what came before */
+        g->n_pos[s->slot] = st == IG_OK ? s->pos0 + s->n_rows : s->pos0;
+        if (st != IG_OK)
+            return st;
+        if (want)
+            logits += g->m->hp.n_vocab;
+    }
     return IG_OK;
 }
 
 /* ---- state ---------------------------------------------------------------------------- */
 
-int64_t IG_DEV(gpu_n_pos)(const struct gpu_backend *g) { return g->n_pos; }
-
-void IG_DEV(gpu_truncate)(struct gpu_backend *g, int64_t n_pos)
+static size_t gpu_device_bytes(const struct backend *b)
 {
-    IG_ASSERT(n_pos >= 0 && n_pos <= g->n_pos);
-    g->n_pos = n_pos;
+    return ((const struct gpu_backend *)b)->device_bytes;
 }
 
-void IG_DEV(gpu_get_info)(const struct gpu_backend *g, struct gpu_backend_info *info)
+void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info)
 {
-    *info = (struct gpu_backend_info){.device_bytes = g->device_bytes, .kv_bytes = g->kv_bytes,
-                                      .weight_bytes = g->weight_bytes,
-                                      .graphs = g->graph != NULL};
-    snprintf(info->device, sizeof info->device, "cuda:%d", g->info.index);
-    snprintf(info->name, sizeof info->name, "%s", g->info.name);
+    const struct gpu_backend *g = (const struct gpu_backend *)b;
+    *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes};
+    for (int i = 0; i < g->n_slots; i++)
+        info->graphs += g->graphs[i] != NULL;
 }
+
+static const struct backend_ops gpu_ops = {
+    .step = gpu_step,
+    .kv_export = IG_DEV(gpu_kv_export),
+    .kv_import = IG_DEV(gpu_kv_import),
+    .device_bytes = gpu_device_bytes,
+    .destroy = gpu_destroy,
+};

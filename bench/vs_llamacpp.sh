@@ -4,8 +4,9 @@
 # ignite / llama.cpp per test. A benchmark, not a test: not part of CI.
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (it vendors
-# llama.cpp's source); it is built for the CPU (GGML_NATIVE, Release) under
-# $IGNITE_CACHE/llama.cpp-build, outside the repository.
+# llama.cpp's source); bench/llamacpp_build.sh builds it for the CPU
+# (GGML_NATIVE, Release) under $IGNITE_CACHE/llama.cpp-build, outside the
+# repository.
 #
 # usage: bench/vs_llamacpp.sh [-m model.gguf]... [-p 512,2048] [-n 128]
 #                             [-r 3] [-t 2] [--build-only]
@@ -15,10 +16,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
-ver=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 ignite=${IGNITE:-$here/build/ignite}
-src=$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp
-bld=$cache/llama.cpp-build/$ver
 models=() prompt=512,2048 gen=128 reps=3 threads=$(nproc) build_only=0
 
 while [ $# -gt 0 ]; do
@@ -35,27 +33,15 @@ done
 [ ${#models[@]} -gt 0 ] || models=("$cache/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 # ---- get and build llama.cpp ------------------------------------------------
-if [ ! -x "$bld/bin/llama-bench" ]; then
-    if [ ! -f "$src/CMakeLists.txt" ]; then
-        mkdir -p "$cache/llama-src"
-        (cd "$cache/llama-src" &&
-         python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$ver" &&
-         tar xzf "llama_cpp_python-$ver.tar.gz")
-    fi
-    cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=ON \
-        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
-    cmake --build "$bld" --target llama-bench -j "$(nproc)"
-fi
-[ "$build_only" = 1 ] && { echo "llama-bench: $bld/bin/llama-bench"; exit 0; }
+bin=$("$here/bench/llamacpp_build.sh" llama-bench)
+[ "$build_only" = 1 ] && { echo "llama-bench: $bin/llama-bench"; exit 0; }
 
 # ---- run both, then the ratios ----------------------------------------------
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for m in "${models[@]}"; do
-    "$bld/bin/llama-bench" -m "$m" -p "$prompt" -n "$gen" -r "$reps" -t "$threads" -o jsonl \
+    "$bin/llama-bench" -m "$m" -p "$prompt" -n "$gen" -r "$reps" -t "$threads" -o jsonl \
         >>"$out/llama.jsonl"
     "$ignite" bench -m "$m" -p "$prompt" -n "$gen" -r "$reps" -t "$threads" -o jsonl \
         >>"$out/ignite.jsonl"

@@ -41,6 +41,20 @@ void cli_parser_init(struct cli_parser *p, const struct cli_option *table);
 void cli_print_help(FILE *out, const char *usage, const char *summary,
                     const struct cli_option *table);
 
+/* Checks every word of argv[1..argc) against `table` before getopt_long
+ * sees them (cli/args.c): a word with one dash must be a known short option
+ * alone, or one that takes a value with a number attached (-n64, -s-1);
+ * unknown long options get "did you mean", llama.cpp's words what ignite
+ * has instead. The word after an option that takes a value is that value,
+ * whatever it looks like (-p -x). Returns IG_OK, or IG_E_USAGE after one
+ * line naming the word. `cmd` names the command in hints. */
+int cli_check_args(const char *cmd, int argc, char **argv, const struct cli_option *table);
+
+/* The candidate closest to word[0..n) by edit distance (a candidate that
+ * begins the word counts as one edit), or NULL when none is within a third
+ * of the shorter length (at least 1). */
+const char *cli_suggest(const char *word, size_t n, const char *const *cands, size_t n_cands);
+
 /* Prints the one line for an unknown option or missing argument (getopt has
  * already named it) with a hint to run --help; returns IG_E_USAGE. */
 int cli_usage_error(const char *cmd);
@@ -59,23 +73,63 @@ int cli_parse_f64(const char *what, const char *s, double min, double max, doubl
  * given and the default model is not there. */
 int cli_model_path(const char *arg, char *buf, size_t cap);
 
+/* stdout for commands that print results (cli/output.c). After
+ * cli_stdout_init (SIGPIPE ignored) a reader that goes away shows up as
+ * EPIPE, and that ends the command quietly with status 0. stdio reports a
+ * failed write late (a later fflush finds the error flag, errno long
+ * gone), so cli_stdout_ok is called right after each piece of output: it
+ * keeps the errno of the first failure. */
+void cli_stdout_init(void);
+
+/* False once a write to stdout has failed (`flush`: flush first). */
+bool cli_stdout_ok(bool flush);
+
+/* True when the failure was EPIPE: the reader has gone, stop quietly. */
+bool cli_stdout_gone(void);
+
 /* At the end of a command's output (--help, --version, bench's rows): IG_OK
  * when stdout took it all (or the reader went away: EPIPE), else IG_E_IO
- * after one line (`ignite --help >/dev/full`). */
+ * after one line naming the first failure's reason (`ignite --help
+ * >/dev/full`: "No space left on device"). */
 int cli_flush_stdout(void);
+
+/* `ignite --version`: the version, then what the build is made of (git
+ * commit and number, compiler, CUDA) and the CPU's int8 kernels, to stdout
+ * (cli/version.c). */
+void cli_print_version(void);
+
+/* The build, as bench's rows and --version name it. Strings are static. */
+struct cli_build {
+    const char *version;  /* IGNITE_VERSION */
+    const char *commit;   /* short git commit, "unknown" outside git */
+    int64_t number;       /* commits in the history (llama.cpp's build_number), -1 unknown */
+    const char *compiler; /* "gcc 12.2.0" */
+    const char *cuda;     /* CUDA toolkit version the build used, "none" without CUDA */
+    const char *isa;      /* the int8 kernels chosen on this CPU: avx512vnni, avx2, scalar */
+};
+void cli_build_info(struct cli_build *b);
 
 /* True when stderr is a terminal and NO_COLOR is unset: progress is shown. */
 bool cli_stderr_is_tty(void);
 
+/* The most bytes a prompt or text file may hold (64 MiB, far beyond any
+ * context): reading stops there, so `-f /dev/zero` or an endless pipe
+ * cannot take all memory. */
+#define CLI_TEXT_MAX_BYTES ((size_t)64 << 20)
+
 /* Reads all of `path` ('-' = stdin) into a malloc'd, NUL-terminated buffer
- * (the caller frees it); *len excludes the NUL. Returns IG_OK, IG_E_IO or
- * IG_E_NOMEM after one line on stderr. */
+ * (the caller frees it); *len excludes the NUL. A UTF-8 byte-order mark at
+ * the start is dropped. Returns IG_OK, IG_E_IO, IG_E_NOMEM, or IG_E_INPUT
+ * (more than CLI_TEXT_MAX_BYTES: the offset is named), after one line on
+ * stderr. */
 int cli_read_file(const char *path, char **out, size_t *len);
 
 /* The prompt from -p `text` or -f `file` ("-" = stdin): exactly one of the
  * two. On IG_OK *out is a malloc'd NUL-terminated copy of *len bytes.
  * Returns IG_E_USAGE (none or both given), IG_E_IO (unreadable file),
- * IG_E_INPUT (empty, a NUL byte, invalid UTF-8: the offset is named). */
+ * IG_E_INPUT (empty, a NUL byte, too long, invalid UTF-8: the offset is
+ * named; a NUL byte stops the reading of a file at once). A file's
+ * byte-order mark is dropped. */
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len);
 
 /* True when s[0..n) is valid UTF-8; else the offset of the first bad byte
@@ -92,5 +146,6 @@ int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

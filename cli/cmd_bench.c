@@ -3,10 +3,13 @@
  * (-m, files or synthetic:NAME[:TYPE]) and thread count (-t), -r timed
  * repetitions after one warm-up run each, as a markdown table, csv, json or
  * jsonl rows that carry the model, its size and parameters, the device and
- * the ignite version. Prompts are random token ids, as llama-bench's are.
- * The timing loops call the backend (CPU or CUDA) directly; on CUDA a
- * synthetic model's random weights are made on the device.
+ * the build (version, commit, compiler, CUDA). Prompts are random token ids,
+ * as llama-bench's are. The timing loops call the backend (CPU or CUDA)
+ * directly; on CUDA a synthetic model's random weights are made on the
+ * device. Ctrl-C ends at once with the rows so far (a json array closed); a
+ * reader that closes stdout ends it quietly.
  * Covered by tests/cli/test_bench.py. */
+#include "cli/bench_requests.h"
 #include "cli/cli.h"
 
 #include "backend/backend.h"
@@ -19,12 +22,15 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BENCH_MAX_LIST 16
 
-enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT };
+enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -38,6 +44,11 @@ static const struct cli_option bench_options[] = {
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
+    {"requests", OPT_REQUESTS, required_argument, "N", "throughput test: N requests through the batch engine", NULL},
+    {"parallel", 'P', required_argument, "N", "--requests: sequences in flight", "8"},
+    {"input-len", OPT_INPUT_LEN, required_argument, "MEAN[:SD]", "--requests: prompt tokens, normal (clipped to >= 1)", "128"},
+    {"output-len", OPT_OUTPUT_LEN, required_argument, "MEAN[:SD]", "--requests: tokens generated, normal", "128"},
+    {"seed", 's', required_argument, "N", "--requests: seed of the lengths and token ids", "0"},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -62,9 +73,12 @@ struct bench_opts {
     struct backend_device device;
     enum kv_dtype kv;
     bool exact;
+    struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
 };
 
-/* "512,2048" -> list. Returns IG_OK, IG_E_USAGE or IG_E_NOMEM. */
+/* "512,2048" -> list. Every item must be a number: an empty one ("64,,8",
+ * "64,", ",8") is refused, not skipped. Returns IG_OK, IG_E_USAGE or
+ * IG_E_NOMEM. */
 static int parse_list(const char *what, const char *arg, int64_t min, int64_t *out, int *n)
 {
     size_t len = strlen(arg);
@@ -74,9 +88,14 @@ static int parse_list(const char *what, const char *arg, int64_t min, int64_t *o
     memcpy(buf, arg, len + 1);
     int st = IG_OK;
     *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && st == IG_OK;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (*n == BENCH_MAX_LIST)
+    for (char *tok = buf, *end; tok && st == IG_OK; tok = end ? end + 1 : NULL) {
+        end = strchr(tok, ',');
+        if (end)
+            *end = '\0';
+        if (!*tok)
+            st = ig_error(IG_E_USAGE, "%s: empty item in the list '%s' (write numbers between "
+                          "the commas)", what, arg);
+        else if (*n == BENCH_MAX_LIST)
             st = ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
         else if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
             st = IG_E_USAGE;
@@ -84,8 +103,6 @@ static int parse_list(const char *what, const char *arg, int64_t min, int64_t *o
             (*n)++;
     }
     free(buf);
-    if (st == IG_OK && !*n)
-        st = ig_error(IG_E_USAGE, "%s: expected a list of numbers", what);
     return st;
 }
 
@@ -111,6 +128,17 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
+    case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
+    case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
+    case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
+    case OPT_OUTPUT_LEN: return bench_parse_len("--output-len", arg, &o->req.out_mean, &o->req.out_sd);
+    case 's': {
+        int64_t seed;
+        if (cli_parse_i64("--seed", arg, 0, UINT32_MAX, &seed) != IG_OK)
+            return IG_E_USAGE;
+        o->req.seed = (uint64_t)seed;
+        return IG_OK;
+    }
     case 'o':
         if (strcmp(arg, "md") && strcmp(arg, "csv") && strcmp(arg, "json") && strcmp(arg, "jsonl"))
             return ig_error(IG_E_USAGE, "--output: expected md, csv, json or jsonl, got '%s'", arg);
@@ -120,15 +148,31 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
 }
 
+/* True when some -p or -n value is not 0: there is a test to run. */
+static bool any_test(const struct bench_opts *o)
+{
+    for (int i = 0; i < o->n_prompts; i++)
+        if (o->prompts[i])
+            return true;
+    for (int i = 0; i < o->n_gens; i++)
+        if (o->gens[i])
+            return true;
+    return false;
+}
+
 /* Returns IG_OK to run, -1 after --help/--version, or IG_E_USAGE / IG_E_DEVICE. */
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
                              .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
-                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16};
+                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16,
+                             .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
     cli_parser_init(&parser, bench_options);
+    int st = cli_check_args("bench", argc, argv, bench_options);
+    if (st != IG_OK)
+        return st;
     optind = 1;
     opterr = 0;
     int key;
@@ -138,19 +182,20 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             return -1;
         }
         if (key == 'V') {
-            printf("ignite %s\n", IGNITE_VERSION);
+            cli_print_version();
             return -1;
         }
         if (key == '?' || key == ':')
             return cli_option_error("bench", key, argv);
-        int st = set_option(o, key, optarg);
-        if (st != IG_OK)
+        if ((st = set_option(o, key, optarg)) != IG_OK)
             return st;
     }
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
         return cli_usage_error("bench");
     }
+    if (!any_test(o) && !o->req.n_requests)
+        return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
     return backend_resolve_device(&o->device);
 }
 
@@ -175,6 +220,7 @@ struct bench_env {
     const struct bench_opts *o;
     char cpu[128];
     const char *isa;
+    struct cli_build build;
     int rows_out;
 };
 
@@ -214,6 +260,10 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON *j = cJSON_CreateObject();
     bool cpu = !strcmp(r->device, "cpu");
     cJSON_AddStringToObject(j, "ignite_version", IGNITE_VERSION);
+    cJSON_AddStringToObject(j, "build_commit", e->build.commit);
+    cJSON_AddNumberToObject(j, "build_number", (double)e->build.number);
+    cJSON_AddStringToObject(j, "build_compiler", e->build.compiler);
+    cJSON_AddStringToObject(j, "build_cuda", e->build.cuda);
     cJSON_AddStringToObject(j, "cpu_info", e->cpu);
     cJSON_AddStringToObject(j, "device", r->device);
     cJSON_AddStringToObject(j, "device_name", r->device_name);
@@ -231,8 +281,9 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "n_depth", (double)r->n_depth);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "repetitions", (double)r->reps);
-    cJSON_AddNumberToObject(j, "avg_ns", r->avg_ns);
-    cJSON_AddNumberToObject(j, "stddev_ns", r->sd_ns);
+    /* whole nanoseconds, as llama-bench writes them */
+    cJSON_AddNumberToObject(j, "avg_ns", (double)llround(r->avg_ns));
+    cJSON_AddNumberToObject(j, "stddev_ns", (double)llround(r->sd_ns));
     cJSON_AddNumberToObject(j, "avg_ts", r->avg_ts);
     cJSON_AddNumberToObject(j, "stddev_ts", r->sd_ts);
     if (r->n_prompt)
@@ -262,12 +313,26 @@ static void csv_field(const char *s, bool last)
     putchar(last ? '\n' : ',');
 }
 
-static const char *csv_cols[] = {"ignite_version", "cpu_info", "device", "device_name", "isa", "matmul",
+static const char *csv_cols[] = {"ignite_version", "build_commit", "build_number",
+                                 "build_compiler", "build_cuda", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
                                  "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
 #define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
+
+/* A number as csv holds it: an integer whole (avg_ns 181937412, never
+ * 1.81937e+08), any other value with the digits that read back the same. */
+static void csv_number(double d, char *buf, size_t cap)
+{
+    if (d == floor(d) && fabs(d) < 9007199254740992.0) { /* 2^53: exact in a double */
+        snprintf(buf, cap, "%.0f", d);
+        return;
+    }
+    snprintf(buf, cap, "%.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, cap, "%.17g", d);
+}
 
 static void print_size(char *buf, size_t cap, size_t bytes)
 {
@@ -284,7 +349,8 @@ static void print_params(char *buf, size_t cap, int64_t n)
         snprintf(buf, cap, "%.2f M", (double)n / 1e6);
 }
 
-static void emit_row(struct bench_env *e, const struct bench_row *r)
+/* The row as text in the chosen format, to stdout's buffer. */
+static void print_row(struct bench_env *e, const struct bench_row *r)
 {
     const char *fmt = e->o->format;
     char test[32];
@@ -315,11 +381,7 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
             if (cJSON_IsString(v)) {
                 s = v->valuestring;
             } else if (cJSON_IsNumber(v)) {
-                double d = v->valuedouble;
-                if (d == floor(d) && fabs(d) < 1e15)
-                    snprintf(num, sizeof num, "%.0f", d);
-                else
-                    snprintf(num, sizeof num, "%.6g", d);
+                csv_number(v->valuedouble, num, sizeof num);
                 s = num;
             }
             csv_field(s, i + 1 == N_CSV_COLS);
@@ -337,7 +399,102 @@ static void emit_row(struct bench_env *e, const struct bench_row *r)
         cJSON_Delete(j);
     }
     e->rows_out++;
-    fflush(stdout);
+}
+
+/* ---- Ctrl-C and the end of the output ------------------------------------------ */
+
+/* Ctrl-C ends bench at once with status 130, leaving the rows written so
+ * far as a whole document: a json array is closed. The handler may run on
+ * any thread (the CPU backend's workers too) while the main thread writes a
+ * row, so the two agree through sequentially consistent atomics (plain
+ * lock-free ints, safe in a handler): a handler that finds a row being
+ * written leaves the ending to emit_row, which looks again when the row is
+ * out. Whoever ends first closes; a second caller waits for the exit. */
+static atomic_int bench_json_state; /* -o json: 1 before the first row, 2 after; else 0 */
+static atomic_int bench_emitting;   /* the main thread is writing to stdout */
+static atomic_int bench_interrupted;
+static atomic_int bench_ending;
+static atomic_int bench_tty;        /* stderr shows a progress line to clear */
+
+static void bench_end_interrupted(void)
+{
+    if (atomic_exchange(&bench_ending, 1))
+        for (;;)
+            pause();
+    int js = atomic_load(&bench_json_state);
+    if (js)
+        (void)!write(STDOUT_FILENO, js == 2 ? "\n]\n" : "[]\n", 3);
+    if (atomic_load(&bench_tty))
+        (void)!write(STDERR_FILENO, "\r\033[K", 4);
+    _exit(IG_E_INTERRUPTED);
+}
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    atomic_store(&bench_interrupted, 1);
+    if (!atomic_load(&bench_emitting))
+        bench_end_interrupted();
+}
+
+/* SIGINT as above; a second Ctrl-C kills at once (SA_RESETHAND). */
+static void install_sigint(bool json)
+{
+    atomic_store(&bench_json_state, json ? 1 : 0);
+    atomic_store(&bench_tty, cli_stderr_is_tty());
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+enum { BENCH_READER_GONE = -2 }; /* stdout's reader has gone: stop, status 0 */
+
+/* Marks the start and end of a write to stdout (see on_sigint). */
+static void output_begin(void)
+{
+    atomic_store(&bench_emitting, 1);
+    if (atomic_load(&bench_interrupted))
+        bench_end_interrupted();
+}
+
+static void output_end(void)
+{
+    atomic_store(&bench_emitting, 0);
+    if (atomic_load(&bench_interrupted))
+        bench_end_interrupted();
+}
+
+/* Writes one row and flushes it. Returns IG_OK, BENCH_READER_GONE, or
+ * IG_E_IO naming the write's own error (after one line). */
+static int emit_row(struct bench_env *e, const struct bench_row *r)
+{
+    output_begin();
+    print_row(e, r);
+    bool ok = cli_stdout_ok(true);
+    if (atomic_load(&bench_json_state))
+        atomic_store(&bench_json_state, 2);
+    output_end();
+    if (ok)
+        return IG_OK;
+    return cli_stdout_gone() ? BENCH_READER_GONE : cli_flush_stdout();
+}
+
+/* After the last row: the json array's end, md's build line. */
+static int end_output(struct bench_env *e)
+{
+    output_begin();
+    if (!strcmp(e->o->format, "json"))
+        printf(e->rows_out ? "\n]\n" : "[]\n");
+    else if (!strcmp(e->o->format, "md") && e->rows_out)
+        printf("\nbuild: %s (%lld), %s, CUDA %s\n", e->build.commit,
+               (long long)e->build.number, e->build.compiler, e->build.cuda);
+    int st = cli_flush_stdout();
+    atomic_store(&bench_json_state, 0); /* closed */
+    output_end();
+    return st;
 }
 
 /* ---- the measurements -------------------------------------------------------- */
@@ -354,19 +511,18 @@ struct bench_run {
     const struct model *m;
     struct backend *be;
     int32_t *tokens;  /* random ids, as many as the longest test */
+    int32_t *table;   /* the one sequence's blocks: 0, 1, 2, ... */
     float *logits;
     int64_t n_batch;
 };
 
-/* Prefills tokens [pos0, pos0 + n) in chunks of n_batch, the cache holding
- * pos0 tokens before. */
+/* Prefills tokens [pos0, pos0 + n) in chunks of n_batch after pos0 cached
+ * ones (later positions are rewritten). */
 static int prefill_span(struct bench_run *b, int64_t pos0, int64_t n)
 {
-    if (backend_n_pos(b->be) > pos0)
-        backend_truncate(b->be, pos0); /* later positions are rewritten */
     for (int64_t i = pos0; i < pos0 + n; i += b->n_batch) {
         int64_t len = pos0 + n - i < b->n_batch ? pos0 + n - i : b->n_batch;
-        int st = backend_prefill(b->be, b->tokens + i, len, i, b->logits);
+        int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, len, i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -385,10 +541,9 @@ static int run_prefill(struct bench_run *b, int64_t depth, int64_t n, int64_t *n
 /* n one-token decode steps after `depth` cached tokens. */
 static int run_decode(struct bench_run *b, int64_t depth, int64_t n, int64_t *ns)
 {
-    backend_truncate(b->be, depth);
     int64_t t0 = ig_now_ns();
     for (int64_t i = depth; i < depth + n; i++) {
-        int st = backend_decode(b->be, b->tokens[i], i, b->logits);
+        int st = backend_run_seq(b->be, b->table, 0, b->tokens + i, 1, i, b->logits);
         if (st != IG_OK)
             return st;
     }
@@ -484,11 +639,13 @@ static int bench_model(struct bench_env *e, const char *spec)
     int64_t n_ctx = max_list(o->depths, o->n_depths) + (n_max > g_max ? n_max : g_max) + 1;
     struct bench_run b = {.m = m, .n_batch = o->n_batch};
     b.tokens = malloc((size_t)n_ctx * sizeof *b.tokens);
+    b.table = malloc((size_t)kv_blocks_for(n_ctx) * sizeof *b.table);
     b.logits = malloc((size_t)m->hp.n_vocab * sizeof *b.logits);
-    if (!r || !b.tokens || !b.logits) {
+    if (!r || !b.tokens || !b.table || !b.logits) {
         st = ig_error(IG_E_NOMEM, "out of memory setting up the benchmark");
         goto done;
     }
+    kv_identity_table(b.table, kv_blocks_for(n_ctx));
     uint64_t seed = 0x2545F4914F6CDD1DULL;
     for (int64_t i = 0; i < n_ctx; i++)
         b.tokens[i] = (int32_t)(xorshift(&seed) % (uint64_t)m->hp.n_vocab);
@@ -508,16 +665,17 @@ static int bench_model(struct bench_env *e, const char *spec)
         int64_t longest = n_max > d_max ? n_max : d_max;
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
-                                  .n_ctx = n_ctx, .max_batch = batch, .kv_dtype = o->kv,
+                                  .n_ctx = n_ctx, .max_rows = batch, .n_slots = 1,
+                                  .kv_dtype = o->kv,
                                   .exact = o->exact,
                                   /* bench's context is the longest -d plus -p or -n */
                                   .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"
                                                    : "lower -p, -n or -d"};
         if ((st = backend_create(m, &bo, &b.be)) != IG_OK)
             break;
-        r->threads = backend_threads(b.be);
-        r->device = backend_device(b.be);
-        r->device_name = backend_device_name(b.be);
+        r->threads = b.be->threads;
+        r->device = b.be->device;
+        r->device_name = b.be->device_name;
         for (int id = 0; id < o->n_depths && st == IG_OK; id++) {
             r->n_depth = o->depths[id];
             for (int i = 0; i < o->n_prompts && st == IG_OK; i++) {
@@ -526,7 +684,7 @@ static int bench_model(struct bench_env *e, const char *spec)
                 r->n_prompt = o->prompts[i];
                 r->n_gen = 0;
                 if ((st = run_test(e, &b, r)) == IG_OK)
-                    emit_row(e, r);
+                    st = emit_row(e, r);
             }
             for (int i = 0; i < o->n_gens && st == IG_OK; i++) {
                 if (!o->gens[i])
@@ -534,7 +692,7 @@ static int bench_model(struct bench_env *e, const char *spec)
                 r->n_prompt = 0;
                 r->n_gen = o->gens[i];
                 if ((st = run_test(e, &b, r)) == IG_OK)
-                    emit_row(e, r);
+                    st = emit_row(e, r);
             }
         }
         backend_free(b.be);
@@ -542,6 +700,7 @@ static int bench_model(struct bench_env *e, const char *spec)
     }
 done:
     free(b.logits);
+    free(b.table);
     free(b.tokens);
     free(r);
     model_free(m);
@@ -556,11 +715,28 @@ int cmd_bench(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     if (o.n_models == 0)
         o.models[o.n_models++] = NULL; /* the default model */
+    if (o.req.n_requests) {
+        struct bench_requests_opts *rq = &o.req;
+        rq->n_batch = o.n_batch;
+        rq->n_threads = (int)o.threads[0];
+        rq->device = o.device;
+        rq->kv = o.kv;
+        rq->exact = o.exact;
+        rq->format = o.format;
+        for (int i = 0; i < o.n_models && st == IG_OK; i++)
+            st = bench_requests(rq, o.models[i]);
+        return st;
+    }
     struct bench_env e = {.o = &o, .isa = ops_qmm_isa_name(ops_qmm_best_isa())};
     cpu_name(e.cpu, sizeof e.cpu);
+    cli_build_info(&e.build);
+    install_sigint(!strcmp(o.format, "json"));
     for (int i = 0; i < o.n_models && st == IG_OK; i++)
         st = bench_model(&e, o.models[i]);
-    if (!strcmp(o.format, "json"))
-        printf(e.rows_out ? "\n]\n" : "[]\n");
-    return st == IG_OK ? cli_flush_stdout() : st; /* rows that never arrived are a failure */
+    if (st == BENCH_READER_GONE)
+        return IG_OK;
+    if (!cli_stdout_ok(false))
+        return st; /* stdout failed: that error has been said */
+    int out = end_output(&e); /* a json array is closed after a failure too */
+    return st == IG_OK ? out : st; /* rows that never arrived are a failure */
 }

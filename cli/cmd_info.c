@@ -1,25 +1,29 @@
-/* cli/cmd_info.c: `ignite info`: loads and validates a model and describes
- * it (hyper-parameters, the architecture's features: RoPE scaling, sliding
- * window, norms, activation; tokenizer metadata, tensors by type, KV cache
- * size) as text or, with --json, as one JSON object on stdout. A file of an
- * architecture `run` does not know is described as far as the file goes
- * (metadata, tokenizer, tensors) and says so, rather than refused.
- * Loading and validation are models/'s; this file only formats.
- * Covered by tests/models/test_info.py and test_gguf_malformed.py. */
+/* cli/cmd_info.c: `ignite info`: loads and validates a model (a GGUF file or
+ * a Hugging Face folder) and describes it (hyper-parameters, the
+ * architecture's features: RoPE scaling, sliding window, norms, activation;
+ * tokenizer metadata, tensors by type, KV cache size) as text or, with
+ * --json, as one JSON object on stdout, the same keys for both formats. A
+ * GGUF file of an architecture `run` does not know is described as far as
+ * the file goes (metadata, tokenizer, tensors) and says so, rather than
+ * refused. Loading and validation are models/'s and tokenizer/'s; this file
+ * only formats. Covered by tests/models/test_info.py, test_gguf_malformed.py,
+ * test_arch_load.py, test_hf_folder.py and tests/cli/test_args.sh (write
+ * errors). */
 #include "cli/cli.h"
 
 #include "core/status.h"
 #include "models/model.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { OPT_JSON = 256 };
 
 static const struct cli_option info_options[] = {
-    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched SmolLM2-135M"},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON object instead of text", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
@@ -39,6 +43,10 @@ struct info {
     int64_t n_tokens;     /* tokenizer.ggml.tokens entries, -1 when absent */
     bool chat_template;
     int64_t n_params;     /* elements over all tensors */
+    int64_t n_tensors;
+    size_t file_bytes;
+    char format[48];      /* "GGUF v3" or "safetensors, 2 files" */
+    int n_files;
     int64_t type_count[N_TYPE_IDS];
     int64_t type_bytes[N_TYPE_IDS];
 };
@@ -63,9 +71,37 @@ static int64_t get_id(const struct gguf_file *g, const char *key)
     return gguf_get_u64(g, key, &v) && v <= INT32_MAX ? (int64_t)v : -1;
 }
 
-static void gather(const struct gguf_file *g, struct info *in)
+/* A folder's tokenizer facts come from its built vocabulary (tokenizer.json
+ * has no such summary keys); its name is the folder's. */
+static int gather_folder(const struct model *m, struct info *in)
 {
-    memset(in, 0, sizeof *in);
+    const char *end = m->path + strlen(m->path);
+    while (end > m->path + 1 && end[-1] == '/')
+        end--;
+    const char *base = end;
+    while (base > m->path && base[-1] != '/')
+        base--;
+    snprintf(in->name, sizeof in->name, "%.*s", (int)(end - base), base);
+    struct tok_vocab *v;
+    int st = tok_load_model(m, &v);
+    if (st)
+        return st;
+    snprintf(in->tok_model, sizeof in->tok_model, "%s", tok_model_name(tok_model_of(v)));
+    if (tok_model_of(v) == TOK_MODEL_BPE)
+        snprintf(in->tok_pre, sizeof in->tok_pre, "%s", tok_pre_name(tok_pre_of(v)));
+    in->bos = tok_bos(v);
+    in->eos = tok_eos(v);
+    in->n_tokens = tok_n_tokens(v);
+    tok_vocab_free(v);
+    return IG_OK;
+}
+
+/* What a GGUF file's metadata says, whether ignite runs its architecture
+ * or not. */
+static void gather_gguf(const struct gguf_file *g, struct info *in)
+{
+    snprintf(in->format, sizeof in->format, "GGUF v%u", g->version);
+    in->n_files = 1;
     copy_str(g, "general.architecture", in->arch, sizeof in->arch);
     copy_str(g, "general.name", in->name, sizeof in->name);
     copy_str(g, "tokenizer.ggml.model", in->tok_model, sizeof in->tok_model);
@@ -74,7 +110,15 @@ static void gather(const struct gguf_file *g, struct info *in)
     in->eos = get_id(g, "tokenizer.ggml.eos_token_id");
     const struct gguf_kv *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
     in->n_tokens = tok ? (int64_t)tok->arr_n : -1;
-    in->chat_template = gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+    /* an empty template counts, as the key is there */
+    in->chat_template |= gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+}
+
+/* A GGUF file of an architecture ignite does not run: no struct model. */
+static void gather_unknown(const struct gguf_file *g, struct info *in)
+{
+    memset(in, 0, sizeof *in);
+    gather_gguf(g, in);
     for (int64_t i = 0; i < g->n_tensors; i++) {
         uint32_t t = g->tensors[i].type; /* the parser accepts known ids only */
         IG_ASSERT(t < N_TYPE_IDS);
@@ -82,6 +126,30 @@ static void gather(const struct gguf_file *g, struct info *in)
         in->type_bytes[t] += (int64_t)g->tensors[i].nbytes;
         in->n_params += g->tensors[i].n_elems;
     }
+    in->n_tensors = g->n_tensors;
+    in->file_bytes = g->file_size;
+}
+
+static int gather(const struct model *m, struct info *in)
+{
+    memset(in, 0, sizeof *in);
+    const char *tmpl;
+    size_t len;
+    in->chat_template = model_chat_template(m, &tmpl, &len);
+    model_tensor_types(m, in->type_count, in->type_bytes, N_TYPE_IDS);
+    in->n_params = m->n_params;
+    in->n_tensors = m->n_tensors;
+    in->file_bytes = m->file_bytes;
+    snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
+    if (m->gguf) {
+        gather_gguf(m->gguf, in);
+        snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
+        return IG_OK;
+    }
+    in->n_files = m->hf ? model_folder_files(m) : 0;
+    snprintf(in->format, sizeof in->format, "safetensors, %d file%s", in->n_files,
+             in->n_files == 1 ? "" : "s");
+    return gather_folder(m, in);
 }
 
 static const char *scaling_name(enum rope_scaling s)
@@ -109,13 +177,12 @@ static const char *or_dash(const char *s)
     return *s ? s : "-";
 }
 
-/* The lines every GGUF file has, whether ignite runs its architecture or not. */
-static void print_file_text(const char *path, const struct gguf_file *g, const struct info *in,
-                            bool supported)
+/* The lines every model has, whether ignite runs its architecture or not. */
+static void print_file_text(const char *path, const struct info *in, bool supported)
 {
     printf("file            %s\n", path);
-    printf("file size       %zu bytes (%.1f MiB), GGUF v%u\n", g->file_size,
-           (double)g->file_size / (1 << 20), g->version);
+    printf("file size       %zu bytes (%.1f MiB), %s\n", in->file_bytes,
+           (double)in->file_bytes / (1 << 20), in->format);
     if (supported)
         printf("architecture    %s\n", or_dash(in->arch));
     else
@@ -125,7 +192,7 @@ static void print_file_text(const char *path, const struct gguf_file *g, const s
     printf("parameters      %lld (%.1f M)\n", (long long)in->n_params, (double)in->n_params / 1e6);
 }
 
-static void print_tokenizer_text(const struct gguf_file *g, const struct info *in)
+static void print_tokenizer_text(const struct info *in)
 {
     char bos[24] = "-", eos[24] = "-";
     if (in->bos >= 0)
@@ -135,7 +202,7 @@ static void print_tokenizer_text(const struct gguf_file *g, const struct info *i
     printf("tokenizer       %s, pre-tokenizer %s\n", or_dash(in->tok_model), or_dash(in->tok_pre));
     printf("BOS / EOS       %s / %s\n", bos, eos);
     printf("chat template   %s\n", in->chat_template ? "yes" : "no");
-    printf("tensors         %lld\n", (long long)g->n_tensors);
+    printf("tensors         %lld\n", (long long)in->n_tensors);
     for (uint32_t t = 0; t < N_TYPE_IDS; t++)
         if (in->type_count[t])
             printf("  %-8s      %lld tensors, %lld bytes\n", quant_type_name(t),
@@ -175,7 +242,7 @@ static void print_features_text(const struct model *m)
 static void print_text(const struct model *m, const struct info *in)
 {
     const struct model_hparams *hp = &m->hp;
-    print_file_text(m->path, m->gguf, in, true);
+    print_file_text(m->path, in, true);
     printf("layers          %lld\n", (long long)hp->n_layer);
     printf("embedding       %lld\n", (long long)hp->n_embd);
     printf("heads           %lld, KV heads %lld\n", (long long)hp->n_head,
@@ -190,7 +257,7 @@ static void print_text(const struct model *m, const struct info *in)
     printf("norm epsilon    %g\n", hp->norm_eps);
     printf("embeddings      %s\n", hp->tied_embeddings ? "tied (output = token_embd)" : "separate output");
     printf("QKV biases      %s\n", hp->has_qkv_bias ? "yes" : "no");
-    print_tokenizer_text(m->gguf, in);
+    print_tokenizer_text(in);
     printf("KV cache        %lld bytes/token f32, %lld bytes/token f16\n",
            (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
 }
@@ -239,15 +306,21 @@ static void add_features_json(cJSON *o, const struct model_hparams *hp)
     cJSON_AddNumberToObject(f, "final_logit_softcapping", hp->final_softcap);
 }
 
-/* m is NULL for an architecture ignite does not run: then only what the
- * file says (metadata, tokenizer, tensors) and "supported": false. */
+/* m is NULL for a GGUF file of an architecture ignite does not run: then
+ * only what the file says (metadata, tokenizer, tensors) and "supported":
+ * false; g is the file (NULL for a folder). */
 static int print_json(const char *path, const struct gguf_file *g, const struct model *m,
                       const struct info *in)
 {
     cJSON *o = cJSON_CreateObject();
     add_str_or_null(o, "path", path);
-    cJSON_AddNumberToObject(o, "file_size", (double)g->file_size);
-    cJSON_AddNumberToObject(o, "gguf_version", g->version);
+    cJSON_AddStringToObject(o, "format", g ? "gguf" : "safetensors");
+    cJSON_AddNumberToObject(o, "file_size", (double)in->file_bytes);
+    if (g)
+        cJSON_AddNumberToObject(o, "gguf_version", g->version);
+    else
+        cJSON_AddNullToObject(o, "gguf_version");
+    cJSON_AddNumberToObject(o, "n_files", in->n_files);
     add_str_or_null(o, "architecture", in->arch);
     cJSON_AddBoolToObject(o, "supported", m != NULL);
     add_str_or_null(o, "name", in->name);
@@ -277,7 +350,7 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
     add_id_or_null(tok, "eos_id", in->eos);
     add_id_or_null(tok, "n_tokens", in->n_tokens);
     cJSON_AddBoolToObject(tok, "chat_template", in->chat_template);
-    cJSON_AddNumberToObject(o, "n_tensors", (double)g->n_tensors);
+    cJSON_AddNumberToObject(o, "n_tensors", (double)in->n_tensors);
     cJSON *types = cJSON_AddObjectToObject(o, "tensor_types");
     for (uint32_t t = 0; t < N_TYPE_IDS; t++) {
         if (!in->type_count[t])
@@ -296,6 +369,7 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
+    cli_stdout_ok(false); /* keeps a failed write's errno */
     free(s);
     return IG_OK;
 }
@@ -307,6 +381,9 @@ int cmd_info(int argc, char **argv)
     cli_parser_init(&p, info_options);
     const char *model_arg = NULL;
     bool json = false;
+    int st = cli_check_args("info", argc, argv, info_options);
+    if (st)
+        return st;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
         switch (c) {
@@ -314,45 +391,57 @@ int cmd_info(int argc, char **argv)
         case OPT_JSON: json = true; break;
         case 'h':
             cli_print_help(stdout, usage,
-                           "Loads and validates a GGUF model and describes it: architecture,\n"
-                           "shapes, features (RoPE scaling, sliding window, norms, activation),\n"
-                           "tokenizer metadata, tensors by type, KV cache size. A file of an\n"
-                           "architecture ignite cannot run is described as far as its\n"
-                           "metadata, tokenizer and tensors go.",
+                           "Loads and validates a model (GGUF file or Hugging Face folder) and\n"
+                           "describes it: architecture, shapes, features (RoPE scaling, sliding\n"
+                           "window, norms, activation), tokenizer metadata, tensors by type, KV\n"
+                           "cache size. A GGUF file of an architecture ignite cannot run is\n"
+                           "described as far as its metadata, tokenizer and tensors go.",
                            info_options);
             return cli_flush_stdout();
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
+        case 'V': cli_print_version(); return cli_flush_stdout();
         default: return cli_option_error("info", c, argv);
         }
     }
     if (optind < argc)
         return ig_error(IG_E_USAGE, "info: unexpected argument '%s'", argv[optind]);
     char path[4096];
-    int st = cli_model_path(model_arg, path, sizeof path);
+    st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
-    struct gguf_file *g = NULL;
-    if ((st = gguf_open(path, &g, NULL)))
-        return st;
     struct info in;
-    gather(g, &in);
+    struct stat sb;
     struct model *m = NULL;
-    if (!model_arch_known(g)) { /* describe the file, do not refuse it */
-        if (json) {
-            st = print_json(path, g, NULL, &in);
-        } else {
-            print_file_text(path, g, &in, false);
-            print_tokenizer_text(g, &in);
+    if (!(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        struct gguf_file *g = NULL;
+        if ((st = gguf_open(path, &g, NULL)))
+            return st;
+        if (!model_arch_known(g)) { /* describe the file, do not refuse it */
+            gather_unknown(g, &in);
+            if (json) {
+                st = print_json(path, g, NULL, &in);
+            } else {
+                print_file_text(path, &in, false);
+                print_tokenizer_text(&in);
+            }
+            cli_stdout_ok(true);
+            gguf_close(g);
+            return st == IG_OK ? cli_flush_stdout() : st;
         }
-        gguf_close(g);
-    } else if ((st = model_from_gguf(path, g, &m)) == IG_OK) {
-        if (json)
-            st = print_json(path, m->gguf, m, &in);
-        else
-            print_text(m, &in);
-        model_free(m);
+        st = model_from_gguf(path, g, &m); /* takes g */
+    } else {
+        st = model_load(path, &m);
     }
-    if (st == IG_OK && (fflush(stdout) != 0 || ferror(stdout)))
-        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
-    return st;
+    if (st)
+        return st;
+    if ((st = gather(m, &in))) {
+        model_free(m);
+        return st;
+    }
+    if (json)
+        st = print_json(m->path, m->gguf, m, &in);
+    else
+        print_text(m, &in);
+    cli_stdout_ok(true); /* before model_free, while errno is the write's */
+    model_free(m);
+    return st == IG_OK ? cli_flush_stdout() : st;
 }

@@ -1,24 +1,24 @@
 /* cli/cmd_tokenize.c: `ignite tokenize`: text (argument, file or stdin) ->
  * the model's token ids, one per line, or as JSON, with each token's text or
- * only the count. Reads only the GGUF's metadata (no weights are touched);
- * tokenizing is tokenizer/'s job. Covered by tests/tokenizer/test_cli.sh and
- * the HF comparisons in tests/tokenizer/. */
+ * only the count. Reads only the GGUF's metadata or a folder's tokenizer
+ * files (no weights are touched); tokenizing is tokenizer/'s job. A reader
+ * that closes stdout early ends it quietly (status 0), as for every command
+ * (cli/output.c). Covered by tests/tokenizer/test_cli.sh,
+ * tests/cli/test_args.sh and the HF comparisons in tests/tokenizer/. */
 #include "cli/cli.h"
 
 #include "core/status.h"
 #include "core/utf8.h"
-#include "models/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { OPT_JSON = 256, OPT_PIECES, OPT_COUNT, OPT_NO_SPECIAL, OPT_NO_BOS };
 
 static const struct cli_option tokenize_options[] = {
-    {"model", 'm', required_argument, "PATH", "GGUF model file", "the fetched SmolLM2-135M"},
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched SmolLM2-135M"},
     {"prompt", 'p', required_argument, "TEXT", "text to tokenize", NULL},
     {"file", 'f', required_argument, "FILE", "read the text from FILE ('-' = stdin)", NULL},
     {"json", OPT_JSON, no_argument, NULL, "print one JSON array (of {id, piece} with --pieces)", NULL},
@@ -103,6 +103,7 @@ static int print_json(const struct tok_vocab *v, const struct tok_ids *ids, bool
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
+    cli_stdout_ok(false); /* keeps a failed write's errno */
     free(s);
     return IG_OK;
 }
@@ -116,6 +117,9 @@ int cmd_tokenize(int argc, char **argv)
     unsigned flags = TOK_ENC_DEFAULT;
     struct cli_parser p;
     cli_parser_init(&p, tokenize_options);
+    int rc = cli_check_args("tokenize", argc, argv, tokenize_options);
+    if (rc)
+        return rc;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, p.shortopts, p.longopts, NULL)) != -1;) {
         switch (c) {
@@ -132,7 +136,7 @@ int cmd_tokenize(int argc, char **argv)
                            "Print the token ids the model's tokenizer gives a text, one per line.",
                            tokenize_options);
             return cli_flush_stdout();
-        case 'V': printf("ignite %s\n", IGNITE_VERSION); return cli_flush_stdout();
+        case 'V': cli_print_version(); return cli_flush_stdout();
         default: return cli_option_error("tokenize", c, argv);
         }
     }
@@ -143,7 +147,7 @@ int cmd_tokenize(int argc, char **argv)
         return ig_error(IG_E_USAGE, "tokenize: give exactly one of -p TEXT or -f FILE");
 
     char path[4096];
-    int rc = cli_model_path(model_arg, path, sizeof path);
+    rc = cli_model_path(model_arg, path, sizeof path);
     if (rc)
         return rc;
     char *text = NULL;
@@ -154,10 +158,9 @@ int cmd_tokenize(int argc, char **argv)
     } else {
         len = strlen(prompt);
     }
-    struct gguf_file *g = NULL;
     struct tok_vocab *v = NULL;
     struct tok_ids ids = {0};
-    if ((rc = gguf_open(path, &g, NULL)) || (rc = tok_load_gguf(g, &v)) ||
+    if ((rc = tok_load_path(path, &v)) ||
         (rc = tok_encode(v, file ? text : prompt, len, flags, &ids)))
         goto done;
     if (count) {
@@ -170,7 +173,9 @@ int cmd_tokenize(int argc, char **argv)
     } else {
         size_t cap = 256;
         char *piece = malloc(cap);
-        for (int64_t i = 0; i < ids.n && piece; i++) {
+        /* each line checked as it goes: a reader that has gone ends the
+         * loop, and a failed write keeps its own errno */
+        for (int64_t i = 0; i < ids.n && piece && cli_stdout_ok(false); i++) {
             printf("%d", ids.ids[i]);
             if (pieces) {
                 int64_t n = piece_of(v, ids.ids[i], &piece, &cap);
@@ -187,12 +192,11 @@ int cmd_tokenize(int argc, char **argv)
             rc = ig_error(IG_E_NOMEM, "out of memory");
         free(piece);
     }
-    if (fflush(stdout) != 0 && !rc)
-        rc = ig_error(IG_E_IO, "cannot write the output: %s", strerror(errno));
+    if (!rc)
+        rc = cli_flush_stdout();
 done:
     tok_ids_free(&ids);
     tok_vocab_free(v);
-    gguf_close(g);
     free(text);
     return rc;
 }

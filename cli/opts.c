@@ -104,22 +104,7 @@ int cli_model_path(const char *arg, char *buf, size_t cap)
         return st;
     if (access(buf, R_OK) != 0)
         return ig_error(IG_E_USAGE,
-                        "no -m/--model given and the default model is not at %s "
+                        "no -m/--model given and the default model is not at '%s' "
                         "(run 'make fetch-model')", buf);
     return IG_OK;
-}
-
-int cli_flush_stdout(void)
-{
-    errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout))
-        return IG_OK;
-    int e = errno ? errno : EIO;
-    return e == EPIPE ? IG_OK : ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(e));
-}
-
-bool cli_stderr_is_tty(void)
-{
-    const char *nc = getenv("NO_COLOR");
-    return isatty(STDERR_FILENO) && !(nc && *nc);
 }

@@ -1,6 +1,7 @@
 /* cli/prompt.c: where the prompt comes from (-p text, -f file, -f - for
- * stdin) and the checks it must pass before tokenization: not empty, valid
- * UTF-8. Also the UTF-8 repair --json needs for its text field.
+ * stdin) and the checks it must pass before tokenization: not empty, no NUL
+ * byte, at most CLI_TEXT_MAX_BYTES, valid UTF-8 (a file's byte-order mark
+ * is dropped). Also the UTF-8 repair --json needs for its text field.
  * Covered by tests/cli/test_run_args.sh and test_run_model.sh. */
 #include "cli/cli.h"
 
@@ -50,28 +51,58 @@ char *cli_utf8_repair(const char *s, size_t n)
     return out;
 }
 
-/* Reads all of `f` into a NUL-terminated buffer. */
-static int read_stream(FILE *f, const char *name, char **out, size_t *len)
+#define UTF8_BOM "\xef\xbb\xbf"
+
+/* Reads all of `f` into a NUL-terminated buffer, at most CLI_TEXT_MAX_BYTES
+ * (an endless source such as /dev/zero or `yes |` is stopped there). With
+ * `no_nul` the first NUL byte stops it too. A leading byte-order mark is
+ * dropped; *skipped says how many bytes that was, so offsets found later
+ * can still be named in the file's own counting. `name` is quoted already. */
+static int read_stream(FILE *f, const char *name, bool no_nul, char **out, size_t *len,
+                       size_t *skipped)
 {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     for (;;) {
         if (!buf)
             return ig_error(IG_E_NOMEM, "out of memory reading %s", name);
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (ferror(f)) {
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        const char *nul = no_nul ? memchr(buf + n, '\0', got) : NULL;
+        n += got;
+        if (nul) {
+            size_t at = (size_t)(nul - buf);
             free(buf);
-            return ig_error(IG_E_IO, "cannot read %s: %s", name, strerror(errno));
+            return ig_error(IG_E_INPUT, "the prompt contains a NUL byte (offset %zu of %s)", at,
+                            name);
+        }
+        if (n > CLI_TEXT_MAX_BYTES) {
+            free(buf);
+            return ig_error(IG_E_INPUT, "%s holds more than %zu MiB, the most a text may be "
+                            "(reading stopped at offset %zu)", name, CLI_TEXT_MAX_BYTES >> 20,
+                            CLI_TEXT_MAX_BYTES);
+        }
+        if (ferror(f)) {
+            int e = errno;
+            free(buf);
+            return ig_error(IG_E_IO, "cannot read %s: %s", name, strerror(e ? e : EIO));
         }
         if (feof(f))
             break;
         if (n == cap - 1) {
-            char *b = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+            /* one byte past the limit is enough to know it was passed */
+            size_t want = cap * 2 < CLI_TEXT_MAX_BYTES + 2 ? cap * 2 : CLI_TEXT_MAX_BYTES + 2;
+            char *b = realloc(buf, want);
             if (!b)
                 free(buf);
             buf = b;
-            cap *= 2;
+            cap = want;
         }
+    }
+    *skipped = 0;
+    if (n >= 3 && !memcmp(buf, UTF8_BOM, 3)) {
+        memmove(buf, buf + 3, n - 3);
+        n -= 3;
+        *skipped = 3;
     }
     buf[n] = '\0';
     *out = buf;
@@ -79,21 +110,31 @@ static int read_stream(FILE *f, const char *name, char **out, size_t *len)
     return IG_OK;
 }
 
-int cli_read_file(const char *path, char **out, size_t *len)
+/* cli_read_file with the choice of refusing NUL bytes. */
+static int read_path(const char *path, bool no_nul, char **out, size_t *len, size_t *skipped)
 {
     if (!strcmp(path, "-"))
-        return read_stream(stdin, "standard input", out, len);
+        return read_stream(stdin, "'stdin'", no_nul, out, len, skipped);
+    char name[4096];
+    snprintf(name, sizeof name, "'%s'", path);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ig_error(IG_E_IO, "cannot open %s: %s", path, strerror(errno));
-    int st = read_stream(f, path, out, len);
+        return ig_error(IG_E_IO, "cannot open %s: %s", name, strerror(errno));
+    int st = read_stream(f, name, no_nul, out, len, skipped);
     fclose(f);
     return st;
+}
+
+int cli_read_file(const char *path, char **out, size_t *len)
+{
+    size_t skipped;
+    return read_path(path, false, out, len, &skipped);
 }
 
 int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
 {
     int st;
+    size_t skipped = 0; /* a file's byte-order mark, for offsets in its counting */
     *out = NULL;
     if (text && file)
         return ig_error(IG_E_USAGE, "give the prompt with -p or -f, not both");
@@ -104,18 +145,16 @@ int cli_read_prompt(const char *text, const char *file, char **out, size_t *len)
         *out = strdup(text);
         st = *out ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
     } else {
-        st = cli_read_file(file, out, len);
+        st = read_path(file, true, out, len, &skipped);
     }
     if (st != IG_OK)
         return st;
     size_t bad;
     if (*len == 0)
         st = ig_error(IG_E_INPUT, "the prompt is empty");
-    else if (memchr(*out, '\0', *len))
-        st = ig_error(IG_E_INPUT, "the prompt contains a NUL byte");
     else if (!cli_utf8_valid(*out, *len, &bad))
         st = ig_error(IG_E_INPUT, "the prompt is not valid UTF-8 (byte 0x%02x at offset %zu)",
-                      (unsigned char)(*out)[bad], bad);
+                      (unsigned char)(*out)[bad], bad + skipped);
     if (st != IG_OK) {
         free(*out);
         *out = NULL;

@@ -1,38 +1,28 @@
-/* cli/run.h: what cmd_run.c and run_report.c share (private to cli/): the
- * run's settings as parsed, and the end-of-run report. */
+/* cli/run.h: what the generating commands share inside cli/ (cmd_run.c,
+ * cmd_batch.c, run_report.c): the request's report, the prompt a request
+ * renders to, and the model a command runs. */
 #ifndef IGNITE_CLI_RUN_H
 #define IGNITE_CLI_RUN_H
 
-#include "decode/generate.h"
-#include "decode/sampler.h"
+#include "cli/gen_opts.h"
+#include "generate/generate.h"
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct run_opts {
-    const char *model;   /* -m, NULL = the default model */
-    const char *prompt;  /* -p */
-    const char *file;    /* -f, "-" = stdin */
-    const char *system;  /* --system, needs --chat */
-    const char *device;  /* --device as given */
-    const char *save_kv; /* --save-kv FILE, "-" = stdout; needs prompt_only */
-    const char *load_kv; /* --load-kv FILE, "-" = stdin */
-    int64_t n_predict, n_ctx, n_threads;
-    int64_t n_batch;     /* --chunk (-b, --ubatch, --batch-size) */
-    int64_t seed;        /* -1 = pick one */
-    struct sampler_params sp; /* sp.seed is the seed actually used */
-    bool chat, quiet, json, no_special, ignore_eos, prompt_only;
-    bool no_think;       /* --no-think: the template's thinking switch off (Qwen3) */
-};
+struct model;
+struct tok_vocab;
 
-/* What the report prints besides the stats. */
-struct run_result {
-    const struct generate_stats *stats;
+/* What the run report prints besides a request's result. */
+struct run_report {
+    const struct gen_result *res;
+    const struct sampler_params *sp; /* sp->seed is the seed used */
     const char *device;  /* "cpu" */
     int threads;
     int64_t n_ctx;
-    size_t kv_bytes;     /* KV cache memory held at the end */
+    size_t kv_bytes;     /* KV cache memory the request held */
     double kv_max_bytes; /* what the whole context would need */
     double kv_load_ms;   /* reading --load-kv, 0 if none */
     double kv_save_ms;   /* writing --save-kv, 0 if none */
@@ -42,10 +32,30 @@ struct run_result {
 };
 
 /* The one stats line on stderr (format in docs/cli.md). */
-void run_print_stats(const struct run_opts *o, const struct run_result *r);
+void run_print_stats(const struct run_report *r);
+
+/* The keys a run's --json object and a batch line share: text, stop,
+ * status, tokens, timings, sampling. NULL when out of memory. */
+cJSON *run_result_json(const struct gen_result *res, const struct sampler_params *sp,
+                       const char *text, size_t len, int status);
 
 /* The --json object on stdout. Returns IG_OK (also when the reader has gone:
  * EPIPE), IG_E_NOMEM or IG_E_IO. */
-int run_print_json(const struct run_opts *o, const struct run_result *r);
+int run_print_json(const struct run_report *r);
+
+/* The model and vocabulary a generating command runs: `path` loaded, its
+ * tokenizer, the vocabulary size checked against the embedding rows. */
+int run_load_model(const char *path, struct model **m, struct tok_vocab **vocab);
+
+/* The text the tokenizer sees for `user` (len bytes): as given, or wrapped
+ * by the model's chat template with `system` (may be NULL) and, with
+ * no_think, its thinking switch off (Qwen3). *text is malloc'd. Returns
+ * IG_OK, IG_E_MODEL (no or an unknown template) or IG_E_USAGE (no_think on a
+ * template without the switch). */
+int run_render_prompt(const struct model *m, bool chat, bool no_think, const char *system,
+                      const char *user, char **text);
+
+/* Encoding flags for a prompt of these options. */
+unsigned run_encode_flags(const struct gen_cli *o);
 
 #endif

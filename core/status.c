@@ -5,27 +5,53 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Writes "ignite: <prefix><message>\n". Messages quote paths and strings
- * from model files, which may hold any byte: a control byte becomes '?', so
- * a diagnostic stays one line and cannot carry a terminal escape. */
-__attribute__((format(printf, 2, 0)))
-static void print_line(const char *prefix, const char *fmt, va_list ap)
+static char *capture_buf; /* ig_error_capture's */
+static size_t capture_cap;
+static int quiet;          /* ig_status_quiet's */
+
+void ig_status_quiet(int on)
 {
-    char buf[8192];
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    quiet = on;
+}
+
+/* Formats the message into buf[cap]: a control byte becomes '?'. Messages
+ * quote paths and strings from model files, which may hold any byte, so a
+ * diagnostic stays one line and cannot carry a terminal escape. */
+__attribute__((format(printf, 3, 0)))
+static void format_line(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(buf, cap, fmt, ap);
+    size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
     buf[len] = '\0';
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
             buf[i] = '?';
-    fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+}
+
+/* Writes "ignite: <prefix><message>\n" to stderr (not when quiet). */
+__attribute__((format(printf, 2, 0)))
+static void print_line(const char *prefix, const char *fmt, va_list ap)
+{
+    char buf[8192];
+    format_line(buf, sizeof buf, fmt, ap);
+    if (!quiet)
+        fprintf(stderr, "ignite: %s%s\n", prefix, buf);
+}
+
+void ig_error_capture(char *buf, size_t cap)
+{
+    capture_buf = cap ? buf : NULL;
+    capture_cap = cap;
 }
 
 int ig_error(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    print_line("", fmt, ap);
+    if (capture_buf)
+        format_line(capture_buf, capture_cap, fmt, ap);
+    else
+        print_line("", fmt, ap);
     va_end(ap);
     return status;
 }
@@ -50,6 +76,7 @@ const char *ig_status_name(int status)
     case IG_E_INPUT: return "input";
     case IG_E_DEVICE: return "device";
     case IG_E_KVFILE: return "kvfile";
+    case IG_E_PARTIAL: return "partial";
     case IG_E_INTERRUPTED: return "interrupted";
     default: return "unknown";
     }

@@ -9,6 +9,7 @@
 #define IGNITE_CORE_STATUS_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* Usable from C++ (CUDA sources and the kernel emulator include it). */
 #ifdef __cplusplus
@@ -28,6 +29,7 @@ enum ig_status {
     IG_E_INPUT = 6,        /* bad prompt: empty, invalid UTF-8, over the context */
     IG_E_DEVICE = 7,       /* the requested device is missing or failed */
     IG_E_KVFILE = 8,       /* a saved KV cache file is malformed or foreign */
+    IG_E_PARTIAL = 9,      /* ignite batch: some requests failed, the others ran */
     IG_E_INTERRUPTED = 130 /* stopped by SIGINT (128 + 2, as shells do) */
 };
 
@@ -37,8 +39,19 @@ enum ig_status {
 int ig_error(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* While `buf` is set (cap > 0), ig_error writes its message (without the
+ * "ignite: " prefix, control bytes as '?') into buf instead of stderr, so a
+ * caller can put it elsewhere (a batch request's error object); NULL
+ * restores stderr. Not for use from several threads. */
+void ig_error_capture(char *buf, size_t cap);
+
 /* Prints "ignite: warning: <message>\n" to stderr, one line as ig_error's. */
 void ig_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Fuzz targets of readers that report through ig_error (JSON files) turn
+ * the lines off: messages are still formatted, not printed. Not for
+ * library code. */
+void ig_status_quiet(int on);
 
 /* Short name of a status for --json and tests ("model", "usage", ...). */
 const char *ig_status_name(int status);

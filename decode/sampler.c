@@ -23,6 +23,8 @@ struct sampler {
     int32_t *ids;      /* [n_vocab] candidate ids */
     int32_t *scratch;  /* [n_vocab] partial selections for top-p */
     float *probs;      /* [n_vocab] candidate probabilities */
+    sampler_mask_fn mask; /* a constraint's hook, or NULL */
+    void *mask_user;
 };
 
 struct sampler_params sampler_default_params(void)
@@ -137,6 +139,12 @@ void sampler_accept(struct sampler *s, int32_t token)
         s->hist_len++;
 }
 
+void sampler_set_mask(struct sampler *s, sampler_mask_fn fn, void *user)
+{
+    s->mask = fn;
+    s->mask_user = fn ? user : NULL;
+}
+
 /* ---- the chain --------------------------------------------------------------- */
 
 void sampler_apply_penalty(struct sampler *s, float *logits)
@@ -212,6 +220,8 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
     *ids = cand;
     *probs = pr;
 
+    if (s->mask)
+        s->mask(s->mask_user, logits, n);
     sampler_apply_penalty(s, logits);
     /* A broken forward must not break the sampler: NaN ranks last, +inf
      * becomes the largest finite value. */
@@ -233,13 +243,19 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
     /* top-k, or the whole vocabulary. */
     int64_t cnt = n;
     int sorted = 0;
+    /* Tokens at -inf (masked, or NaN) are no candidates: a draw that lands
+     * in the rounding slack must not pick one. */
     if (p->top_k > 0 && p->top_k < n) {
         cnt = p->top_k;
         select_best(logits, NULL, n, cnt, cand);
+        while (cnt > 1 && logits[cand[cnt - 1]] == -INFINITY)
+            cnt--;
         sorted = 1;
     } else {
+        cnt = 0;
         for (int64_t i = 0; i < n; i++)
-            cand[i] = (int32_t)i;
+            if (logits[i] > -INFINITY)
+                cand[cnt++] = (int32_t)i;
     }
     double m = logits[best]; /* the best token always survives top-k */
     double z = 0;

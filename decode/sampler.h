@@ -18,6 +18,12 @@
  *
  * Non-finite logits are tamed first: NaN counts as -inf, +inf as the
  * largest float; when nothing is above -inf the argmax (id 0) is returned.
+ * A token at -inf is never drawn while any token is above it.
+ *
+ * A mask hook (sampler_set_mask), when installed, runs before everything
+ * else: it sets the logits of the tokens a constraint (a grammar) forbids to
+ * -inf, so the penalty, top-k, top-p, min-p and temperature work among the
+ * allowed tokens only, with their usual meaning.
  *
  * The random numbers come from our own xoshiro256** seeded by splitmix64, so
  * a seed gives the same tokens on every machine. All buffers are allocated
@@ -57,8 +63,8 @@ void sampler_accept(struct sampler *s, int32_t token);
  * sampler_sample; exposed for tests. */
 void sampler_apply_penalty(struct sampler *s, float *logits);
 
-/* Runs penalty, top-k, top-p, min-p and temperature on `logits` (modified in
- * place by the penalty) and returns the number of candidates left. Their ids
+/* Runs the mask hook, penalty, top-k, top-p, min-p and temperature on
+ * `logits` (modified in place by the hook and the penalty) and returns the number of candidates left. Their ids
  * go to *ids and their final probabilities (summing to 1, descending) to
  * *probs: both point into the sampler's own buffers, valid until the next
  * call. Greedy (temperature 0) yields the one argmax with probability 1. */
@@ -68,6 +74,14 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
 /* Picks the next token from logits[0..n_vocab) (modified in place). Does not
  * accept it: call sampler_accept with the token actually used. */
 int32_t sampler_sample(struct sampler *s, float *logits);
+
+/* A constraint on the next token: sets logits[id] = -inf for each token id
+ * in [0, n_vocab) that may not come next. */
+typedef void (*sampler_mask_fn)(void *user, float *logits, int64_t n_vocab);
+
+/* Installs the mask hook sampler_candidates (and so sampler_sample) calls
+ * first, with `user`; fn NULL removes it. */
+void sampler_set_mask(struct sampler *s, sampler_mask_fn fn, void *user);
 
 /* A uniform double in [0, 1) from the sampler's generator (53 random bits). */
 double sampler_uniform(struct sampler *s);

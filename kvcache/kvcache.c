@@ -1,34 +1,46 @@
-/* kvcache/kvcache.c: the paged host cache kvcache.h describes: block tables,
- * growth a block at a time, the up-front memory check, and the one function
- * that stores new positions. Attention reads the blocks directly
- * (prefill/attn_tiled.c, decode/decode.c); the file format is kvfile.c.
+/* kvcache/kvcache.c: the sizes, the host store of blocks, the one function
+ * that writes new rows, and the block allocator with its prefix index
+ * (kvcache.h). Attention reads the blocks through kv_layout
+ * (prefill/attn_tiled.c, the CUDA kernels); the file format is kvfile.c.
  * Covered by tests/kvcache/test_kvcache.c and tests/cpu/. */
 #include "kvcache/kvcache.h"
 
 #include "core/half.h"
 #include "core/status.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+/* ---- sizes ------------------------------------------------------------------------ */
+
+struct kv_shape kv_shape_of(const struct model_hparams *hp, enum kv_dtype dtype)
+{
+    return (struct kv_shape){.dtype = dtype, .n_layer = hp->n_layer,
+                             .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim};
+}
 
 size_t kv_dtype_bytes(enum kv_dtype dtype)
 {
     return dtype == KV_F16 ? 2 : 4;
 }
 
-/* Bytes of one block's K (or V) for one layer. */
-static size_t layer_block_bytes(const struct kv_cache *kv)
+/* Elements of one layer's K (or V) block. */
+static int64_t layer_block_elems(const struct kv_shape *s)
 {
-    return (size_t)(kv->n_head_kv * KV_BLOCK * kv->head_dim) * kv_dtype_bytes(kv->dtype);
+    return s->n_head_kv * KV_BLOCK * s->head_dim;
 }
 
-double kv_cache_bytes_for(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype)
+size_t kv_block_bytes(const struct kv_shape *s)
 {
-    double blocks = (double)((n_ctx + KV_BLOCK - 1) / KV_BLOCK);
-    return blocks * KV_BLOCK * 2.0 * (double)hp->n_layer * (double)hp->n_head_kv *
-           (double)hp->head_dim * (double)kv_dtype_bytes(dtype);
+    return (size_t)layer_block_elems(s) * kv_dtype_bytes(s->dtype) * 2 * (size_t)s->n_layer;
+}
+
+double kv_bytes_for_blocks(const struct kv_shape *s, int64_t n_blocks)
+{
+    return (double)n_blocks * 2.0 * (double)s->n_layer * (double)layer_block_elems(s) *
+           (double)kv_dtype_bytes(s->dtype);
 }
 
 double kv_mem_available(void)
@@ -52,102 +64,31 @@ double kv_mem_available(void)
     return 0;
 }
 
-int kv_cache_create(const struct model_hparams *hp, int64_t n_ctx, enum kv_dtype dtype,
-                    const char *hint, struct kv_cache **out)
-{
-    *out = NULL;
-    if (n_ctx < 1 || hp->n_layer < 1 || hp->n_head_kv < 1 || hp->head_dim < 1)
-        return ig_error(IG_E_INTERNAL, "KV cache: bad shape (n_ctx %lld, %lld layers)",
-                        (long long)n_ctx, (long long)hp->n_layer);
-    double need = kv_cache_bytes_for(hp, n_ctx, dtype), avail = kv_mem_available();
-    if (need > (double)(SIZE_MAX / 4) || (avail > 0 && need > avail))
-        return ig_error(IG_E_NOMEM,
-                        "a context of %lld positions needs %.1f MiB of KV cache but %.1f MiB "
-                        "of memory is available (%s)", (long long)n_ctx, need / 1048576.0,
-                        avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
-
-    struct kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv)
-        return ig_error(IG_E_NOMEM, "out of memory allocating the KV cache");
-    kv->dtype = dtype;
-    kv->n_layer = hp->n_layer;
-    kv->n_head_kv = hp->n_head_kv;
-    kv->head_dim = hp->head_dim;
-    kv->n_ctx = n_ctx;
-    kv->max_blocks = (n_ctx + KV_BLOCK - 1) / KV_BLOCK;
-    kv->k_blocks = calloc((size_t)(kv->n_layer * kv->max_blocks), sizeof *kv->k_blocks);
-    kv->v_blocks = calloc((size_t)(kv->n_layer * kv->max_blocks), sizeof *kv->v_blocks);
-    kv->mem = calloc((size_t)kv->max_blocks, sizeof *kv->mem);
-    if (!kv->k_blocks || !kv->v_blocks || !kv->mem) {
-        kv_cache_free(kv);
-        return ig_error(IG_E_NOMEM, "out of memory allocating the KV block tables");
-    }
-    *out = kv;
-    return IG_OK;
-}
-
-void kv_cache_free(struct kv_cache *kv)
-{
-    if (!kv)
-        return;
-    if (kv->mem)
-        for (int64_t b = 0; b < kv->n_blocks; b++)
-            free(kv->mem[b]);
-    free(kv->mem);
-    free(kv->v_blocks);
-    free(kv->k_blocks);
-    free(kv);
-}
-
-int kv_cache_reserve(struct kv_cache *kv, int64_t n_pos)
-{
-    IG_ASSERT(n_pos >= 0 && n_pos <= kv->n_ctx);
-    size_t lb = layer_block_bytes(kv);
-    while (kv->n_blocks * KV_BLOCK < n_pos) {
-        int64_t b = kv->n_blocks;
-        char *mem = malloc(lb * 2 * (size_t)kv->n_layer);
-        if (!mem)
-            return ig_error(IG_E_NOMEM, "out of memory growing the KV cache to %lld positions "
-                            "(%.1f MiB held)", (long long)((b + 1) * KV_BLOCK),
-                            (double)kv_cache_bytes(kv) / 1048576.0);
-        kv->mem[b] = mem;
-        for (int64_t l = 0; l < kv->n_layer; l++) {
-            kv->k_blocks[l * kv->max_blocks + b] = mem + (size_t)(2 * l) * lb;
-            kv->v_blocks[l * kv->max_blocks + b] = mem + (size_t)(2 * l + 1) * lb;
-        }
-        kv->n_blocks = b + 1;
-    }
-    return IG_OK;
-}
-
-size_t kv_cache_bytes(const struct kv_cache *kv)
-{
-    return layer_block_bytes(kv) * 2 * (size_t)kv->n_layer * (size_t)kv->n_blocks;
-}
+/* ---- rows ------------------------------------------------------------------------- */
 
 /* One [head_dim] vector into the cache at `dst`. */
-static void store(const struct kv_cache *kv, void *dst, const float *src)
+static void store_row(enum kv_dtype dtype, void *dst, const float *src, int64_t n)
 {
-    if (kv->dtype == KV_F32) {
-        memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
+    if (dtype == KV_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
     } else {
         ig_f16 *d = dst;
-        for (int64_t i = 0; i < kv->head_dim; i++)
+        for (int64_t i = 0; i < n; i++)
             d[i] = ig_f32_to_f16(src[i]);
     }
 }
 
-void kv_cache_write(struct kv_cache *kv, int64_t layer, int64_t pos0, int64_t n_tokens,
-                    const float *k, const float *v)
+void kv_write_rows(const struct kv_layout *L, const int32_t *table, int64_t n_head_kv,
+                   int64_t pos0, int64_t n, const float *k, const float *v)
 {
-    IG_ASSERT(layer >= 0 && layer < kv->n_layer);
-    IG_ASSERT(pos0 >= 0 && n_tokens >= 0 && pos0 + n_tokens <= kv->n_blocks * KV_BLOCK);
-    int64_t kv_dim = kv->n_head_kv * kv->head_dim;
-    void *const *kt = kv_cache_k_table(kv, layer), *const *vt = kv_cache_v_table(kv, layer);
-    for (int64_t h = 0; h < kv->n_head_kv; h++)
-        for (int64_t t = 0; t < n_tokens; t++) {
-            store(kv, kv_cache_rows(kv, kt, h, pos0 + t), k + t * kv_dim + h * kv->head_dim);
-            store(kv, kv_cache_rows(kv, vt, h, pos0 + t), v + t * kv_dim + h * kv->head_dim);
+    IG_ASSERT(pos0 >= 0 && n >= 0);
+    int64_t kv_dim = n_head_kv * L->head_dim;
+    for (int64_t h = 0; h < n_head_kv; h++)
+        for (int64_t t = 0; t < n; t++) {
+            const float *ks = k + t * kv_dim + h * L->head_dim;
+            const float *vs = v + t * kv_dim + h * L->head_dim;
+            store_row(L->dtype, kv_row(L, L->k, table, h, pos0 + t), ks, L->head_dim);
+            store_row(L->dtype, kv_row(L, L->v, table, h, pos0 + t), vs, L->head_dim);
         }
 }
 
@@ -160,4 +101,417 @@ void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst)
     const ig_f16 *h = src;
     for (int64_t i = 0; i < n; i++)
         dst[i] = ig_f16_to_f32(h[i]);
+}
+
+/* ---- the host store ------------------------------------------------------------------ */
+
+int kv_store_create(const struct kv_shape *s, int64_t n_blocks, const char *hint,
+                    struct kv_store **out)
+{
+    *out = NULL;
+    if (n_blocks < 1 || s->n_layer < 1 || s->n_head_kv < 1 || s->head_dim < 1)
+        return ig_error(IG_E_INTERNAL, "KV cache: bad shape (%lld blocks, %lld layers)",
+                        (long long)n_blocks, (long long)s->n_layer);
+    double need = kv_bytes_for_blocks(s, n_blocks), avail = kv_mem_available();
+    if (need > (double)(SIZE_MAX / 4) || (avail > 0 && need > avail))
+        return ig_error(IG_E_NOMEM,
+                        "%lld positions of KV cache need %.1f MiB but %.1f MiB of memory is "
+                        "available (%s)", (long long)(n_blocks * KV_BLOCK), need / 1048576.0,
+                        avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
+    struct kv_store *st = calloc(1, sizeof *st);
+    if (!st)
+        return ig_error(IG_E_NOMEM, "out of memory allocating the KV cache");
+    st->shape = *s;
+    st->n_blocks = n_blocks;
+    st->bytes = (size_t)need;
+    /* Reserved, not committed: a page costs memory when a row is first written. */
+    void *mem = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mem == MAP_FAILED) {
+        free(st);
+        return ig_error(IG_E_NOMEM, "cannot reserve %.1f MiB of address space for the KV cache",
+                        need / 1048576.0);
+    }
+    st->mem = mem;
+    *out = st;
+    return IG_OK;
+}
+
+void kv_store_free(struct kv_store *st)
+{
+    if (!st)
+        return;
+    munmap(st->mem, st->bytes);
+    free(st);
+}
+
+struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer)
+{
+    IG_ASSERT(layer >= 0 && layer < st->shape.n_layer);
+    size_t array = (size_t)(st->n_blocks * layer_block_elems(&st->shape)) *
+                   kv_dtype_bytes(st->shape.dtype);
+    return (struct kv_layout){
+        .k = st->mem + (size_t)(2 * layer) * array,
+        .v = st->mem + (size_t)(2 * layer + 1) * array,
+        .dtype = st->shape.dtype,
+        .block_stride = layer_block_elems(&st->shape),
+        .head_stride = KV_BLOCK * st->shape.head_dim,
+        .head_dim = st->shape.head_dim,
+    };
+}
+
+void kv_copy_rows(const struct kv_store *dst, const int32_t *dst_table,
+                  const struct kv_store *src, const int32_t *src_table, int64_t n_pos)
+{
+    const struct kv_shape *s = &src->shape;
+    IG_ASSERT(dst->shape.n_layer == s->n_layer && dst->shape.n_head_kv == s->n_head_kv &&
+              dst->shape.head_dim == s->head_dim);
+    float *row = malloc((size_t)s->head_dim * sizeof *row);
+    IG_ASSERT(row != NULL);
+    for (int64_t l = 0; l < s->n_layer; l++) {
+        struct kv_layout ls = kv_store_layout(src, l), ld = kv_store_layout(dst, l);
+        for (int64_t h = 0; h < s->n_head_kv; h++)
+            for (int64_t p = 0; p < n_pos; p++) {
+                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.k, src_table, h, p), s->head_dim, row);
+                store_row(ld.dtype, kv_row(&ld, ld.k, dst_table, h, p), row, s->head_dim);
+                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.v, src_table, h, p), s->head_dim, row);
+                store_row(ld.dtype, kv_row(&ld, ld.v, dst_table, h, p), row, s->head_dim);
+            }
+    }
+    free(row);
+}
+
+void kv_identity_table(int32_t *table, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        table[i] = (int32_t)i;
+}
+
+/* ---- the allocator --------------------------------------------------------------------- */
+
+/* A prefix index entry is keyed by the block's tokens and the block before it
+ * in the chain (id and generation: a block handed out again gets a new
+ * generation, so entries that hang off its old content never match). */
+struct kv_pool {
+    int64_t n_blocks;
+    bool share;
+    int32_t *refs;        /* [n_blocks] sequences holding the block */
+    int32_t *prev, *next; /* [n_blocks] the free list, least recently freed first; -1 ends */
+    int32_t head, tail;
+    int64_t n_free;       /* blocks on the free list (refs == 0) */
+    int64_t reserved;     /* blocks promised to admitted sequences, not yet taken */
+    int64_t used, peak, hits;
+    /* prefix index */
+    uint32_t *gen;        /* [n_blocks] bumped when a block is handed out anew */
+    int32_t *parent;      /* [n_blocks] the indexed block's predecessor, -1 for the first */
+    uint32_t *parent_gen; /* [n_blocks] */
+    int32_t *tokens;      /* [n_blocks][KV_BLOCK] the indexed block's tokens */
+    bool *indexed;        /* [n_blocks] */
+    int32_t *slots;       /* [n_slots] block ids by hash, -1 empty; linear probing */
+    int64_t n_slots;      /* a power of two >= 2 n_blocks */
+};
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+static uint64_t block_key(int32_t parent, uint32_t parent_gen, const int32_t *tokens)
+{
+    uint64_t h = mix(0x243f6a8885a308d3ull, (uint64_t)(uint32_t)parent << 32 | parent_gen);
+    for (int i = 0; i < KV_BLOCK; i++)
+        h = mix(h, (uint32_t)tokens[i]);
+    return h ^ (h >> 29);
+}
+
+static bool entry_is(const struct kv_pool *p, int32_t id, int32_t parent, uint32_t parent_gen,
+                     const int32_t *tokens)
+{
+    return p->parent[id] == parent && p->parent_gen[id] == parent_gen &&
+           !memcmp(p->tokens + (int64_t)id * KV_BLOCK, tokens, KV_BLOCK * sizeof *tokens);
+}
+
+/* The indexed block holding `tokens` after (parent, parent_gen), or -1. */
+static int32_t index_find(const struct kv_pool *p, int32_t parent, uint32_t parent_gen,
+                          const int32_t *tokens)
+{
+    uint64_t mask = (uint64_t)p->n_slots - 1;
+    for (uint64_t i = block_key(parent, parent_gen, tokens) & mask;; i = (i + 1) & mask) {
+        int32_t id = p->slots[i];
+        if (id < 0)
+            return -1;
+        if (entry_is(p, id, parent, parent_gen, tokens))
+            return id;
+    }
+}
+
+static uint64_t slot_home(const struct kv_pool *p, int32_t id)
+{
+    return block_key(p->parent[id], p->parent_gen[id], p->tokens + (int64_t)id * KV_BLOCK) &
+           ((uint64_t)p->n_slots - 1);
+}
+
+static void index_insert(struct kv_pool *p, int32_t id, int32_t parent, uint32_t parent_gen,
+                         const int32_t *tokens)
+{
+    p->parent[id] = parent;
+    p->parent_gen[id] = parent_gen;
+    memcpy(p->tokens + (int64_t)id * KV_BLOCK, tokens, KV_BLOCK * sizeof *tokens);
+    uint64_t mask = (uint64_t)p->n_slots - 1, i = slot_home(p, id);
+    while (p->slots[i] >= 0)
+        i = (i + 1) & mask;
+    p->slots[i] = id;
+    p->indexed[id] = true;
+}
+
+/* Removes block id from the index (backward-shift deletion keeps every
+ * remaining entry reachable from its home slot). */
+static void index_remove(struct kv_pool *p, int32_t id)
+{
+    uint64_t mask = (uint64_t)p->n_slots - 1, i = slot_home(p, id);
+    while (p->slots[i] != id)
+        i = (i + 1) & mask;
+    for (uint64_t j = (i + 1) & mask; p->slots[j] >= 0; j = (j + 1) & mask) {
+        uint64_t home = slot_home(p, p->slots[j]);
+        /* Move entry j into the hole at i unless its home lies in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            p->slots[i] = p->slots[j];
+            i = j;
+        }
+    }
+    p->slots[i] = -1;
+    p->indexed[id] = false;
+}
+
+static void list_unlink(struct kv_pool *p, int32_t id)
+{
+    if (p->prev[id] >= 0)
+        p->next[p->prev[id]] = p->next[id];
+    else
+        p->head = p->next[id];
+    if (p->next[id] >= 0)
+        p->prev[p->next[id]] = p->prev[id];
+    else
+        p->tail = p->prev[id];
+    p->prev[id] = p->next[id] = -1;
+    p->n_free--;
+}
+
+static void list_append(struct kv_pool *p, int32_t id)
+{
+    p->prev[id] = p->tail;
+    p->next[id] = -1;
+    if (p->tail >= 0)
+        p->next[p->tail] = id;
+    else
+        p->head = id;
+    p->tail = id;
+    p->n_free++;
+}
+
+int kv_pool_create(int64_t n_blocks, bool share_prefixes, struct kv_pool **out)
+{
+    *out = NULL;
+    IG_ASSERT(n_blocks >= 1 && n_blocks <= INT32_MAX / 4);
+    struct kv_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return ig_error(IG_E_NOMEM, "out of memory for the KV block table");
+    p->n_blocks = n_blocks;
+    p->share = share_prefixes;
+    p->n_slots = 2;
+    while (p->n_slots < 2 * n_blocks)
+        p->n_slots *= 2;
+    size_t n = (size_t)n_blocks;
+    p->refs = calloc(n, sizeof *p->refs);
+    p->prev = malloc(n * sizeof *p->prev);
+    p->next = malloc(n * sizeof *p->next);
+    p->gen = calloc(n, sizeof *p->gen);
+    p->parent = malloc(n * sizeof *p->parent);
+    p->parent_gen = calloc(n, sizeof *p->parent_gen);
+    p->indexed = calloc(n, sizeof *p->indexed);
+    p->tokens = share_prefixes ? malloc(n * KV_BLOCK * sizeof *p->tokens) : NULL;
+    p->slots = malloc((size_t)p->n_slots * sizeof *p->slots);
+    if (!p->refs || !p->prev || !p->next || !p->gen || !p->parent || !p->parent_gen ||
+        !p->indexed || (share_prefixes && !p->tokens) || !p->slots) {
+        kv_pool_free(p);
+        return ig_error(IG_E_NOMEM, "out of memory for the KV block table (%lld blocks)",
+                        (long long)n_blocks);
+    }
+    memset(p->slots, 0xff, (size_t)p->n_slots * sizeof *p->slots);
+    p->head = p->tail = -1;
+    for (int64_t b = 0; b < n_blocks; b++)
+        list_append(p, (int32_t)b);
+    *out = p;
+    return IG_OK;
+}
+
+void kv_pool_free(struct kv_pool *p)
+{
+    if (!p)
+        return;
+    free(p->slots);
+    free(p->tokens);
+    free(p->indexed);
+    free(p->parent_gen);
+    free(p->parent);
+    free(p->gen);
+    free(p->next);
+    free(p->prev);
+    free(p->refs);
+    free(p);
+}
+
+int64_t kv_pool_n_blocks(const struct kv_pool *p) { return p->n_blocks; }
+int64_t kv_pool_available(const struct kv_pool *p) { return p->n_free - p->reserved; }
+int64_t kv_pool_used(const struct kv_pool *p) { return p->used; }
+int64_t kv_pool_peak(const struct kv_pool *p) { return p->peak; }
+int64_t kv_pool_hits(const struct kv_pool *p) { return p->hits; }
+
+int kv_seq_init(struct kv_seq *s, int64_t max_pos)
+{
+    *s = (struct kv_seq){.max_blocks = kv_blocks_for(max_pos > 0 ? max_pos : 1)};
+    s->table = malloc((size_t)s->max_blocks * sizeof *s->table);
+    if (!s->table)
+        return ig_error(IG_E_NOMEM, "out of memory for a block table of %lld entries",
+                        (long long)s->max_blocks);
+    return IG_OK;
+}
+
+void kv_seq_destroy(struct kv_seq *s)
+{
+    free(s->table);
+    *s = (struct kv_seq){0};
+}
+
+/* Walks the index along tokens: ids[i] for the first blocks found, at most
+ * max_blocks; returns how many. ids may be NULL. */
+static int64_t walk(const struct kv_pool *p, const int32_t *tokens, int64_t n, int64_t max_blocks,
+                    int32_t *ids)
+{
+    if (!p->share)
+        return 0;
+    int32_t parent = -1;
+    uint32_t parent_gen = 0;
+    int64_t i = 0;
+    for (; i < max_blocks && (i + 1) * KV_BLOCK <= n; i++) {
+        int32_t id = index_find(p, parent, parent_gen, tokens + i * KV_BLOCK);
+        if (id < 0)
+            break;
+        if (ids)
+            ids[i] = id;
+        parent = id;
+        parent_gen = p->gen[id];
+    }
+    return i;
+}
+
+int64_t kv_pool_match(const struct kv_pool *p, const int32_t *tokens, int64_t n,
+                      int64_t max_blocks)
+{
+    return walk(p, tokens, n, max_blocks, NULL);
+}
+
+/* Blocks an admission takes off the free list: the new ones it reserves and
+ * the shared ones nobody holds now. */
+static int64_t admission_cost(const struct kv_pool *p, const int32_t *tokens, int64_t n_shared,
+                              int64_t max_pos)
+{
+    int64_t need = kv_blocks_for(max_pos);
+    IG_ASSERT(n_shared >= 0 && n_shared <= need);
+    int64_t cost = need - n_shared;
+    int32_t parent = -1;
+    uint32_t parent_gen = 0;
+    for (int64_t i = 0; i < n_shared; i++) {
+        int32_t id = index_find(p, parent, parent_gen, tokens + i * KV_BLOCK);
+        IG_ASSERT(id >= 0); /* n_shared came from kv_pool_match */
+        cost += p->refs[id] == 0;
+        parent = id;
+        parent_gen = p->gen[id];
+    }
+    return cost;
+}
+
+bool kv_pool_can_admit(const struct kv_pool *p, const int32_t *tokens, int64_t n_shared,
+                       int64_t max_pos)
+{
+    return admission_cost(p, tokens, n_shared, max_pos) <= kv_pool_available(p);
+}
+
+int kv_pool_admit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int64_t n_shared,
+                  int64_t max_pos)
+{
+    IG_ASSERT(s->n_blocks == 0 && s->reserved == 0 && kv_blocks_for(max_pos) <= s->max_blocks);
+    if (!kv_pool_can_admit(p, tokens, n_shared, max_pos))
+        return IG_E_NOMEM;
+    int64_t got = walk(p, tokens, n_shared * KV_BLOCK, n_shared, s->table);
+    IG_ASSERT(got == n_shared);
+    for (int64_t i = 0; i < n_shared; i++) {
+        int32_t id = s->table[i];
+        if (p->refs[id]++ == 0) {
+            list_unlink(p, id);
+            p->used++;
+        }
+    }
+    p->hits += n_shared;
+    s->n_blocks = s->n_registered = n_shared;
+    s->n_pos = n_shared * KV_BLOCK;
+    s->reserved = kv_blocks_for(max_pos) - n_shared;
+    p->reserved += s->reserved;
+    p->peak = p->used > p->peak ? p->used : p->peak;
+    return IG_OK;
+}
+
+void kv_pool_grow(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)
+{
+    while (s->n_blocks * KV_BLOCK < n_pos) {
+        IG_ASSERT(s->reserved > 0 && p->head >= 0 && s->n_blocks < s->max_blocks);
+        int32_t id = p->head;
+        list_unlink(p, id);
+        if (p->indexed[id])
+            index_remove(p, id);
+        p->gen[id]++;
+        p->refs[id] = 1;
+        p->used++;
+        s->table[s->n_blocks++] = id;
+        s->reserved--;
+        p->reserved--;
+    }
+    p->peak = p->used > p->peak ? p->used : p->peak;
+}
+
+void kv_pool_register(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens)
+{
+    if (!p->share)
+        return;
+    for (int64_t i = s->n_registered; (i + 1) * KV_BLOCK <= s->n_pos && i < s->n_blocks; i++) {
+        int32_t parent = i ? s->table[i - 1] : -1;
+        uint32_t parent_gen = i ? p->gen[parent] : 0;
+        const int32_t *t = tokens + i * KV_BLOCK;
+        if (index_find(p, parent, parent_gen, t) >= 0) {
+            /* Another sequence entered the same block first: later blocks of
+             * this one hang off a block the index does not know. */
+            s->n_registered = s->max_blocks;
+            return;
+        }
+        index_insert(p, s->table[i], parent, parent_gen, t);
+        s->n_registered = i + 1;
+    }
+}
+
+void kv_pool_release(struct kv_pool *p, struct kv_seq *s)
+{
+    /* The last blocks go back first, so they are handed out again before the
+     * prefix blocks that other requests are likelier to share. */
+    for (int64_t i = s->n_blocks - 1; i >= 0; i--) {
+        int32_t id = s->table[i];
+        IG_ASSERT(p->refs[id] > 0);
+        if (--p->refs[id] == 0) {
+            list_append(p, id);
+            p->used--;
+        }
+    }
+    p->reserved -= s->reserved;
+    s->reserved = s->n_blocks = s->n_pos = s->n_registered = 0;
 }

@@ -9,7 +9,7 @@
  *   u32 CRC-32C of every byte before it | end of the stream
  *
  * all little-endian. What the cache means for generation (the sampler, the
- * prompt) is decode/generate.c's; the CLI options are cli/cmd_run.c's.
+ * prompt) is generate/engine.c's; the CLI options are cli/cmd_run.c's.
  * Covered by tests/kvcache/test_kvcache.c and tests/kvcache/test_kv_cli.py. */
 #include "kvcache/kvcache.h"
 
@@ -165,35 +165,36 @@ static void put_i64(struct writer *w, int64_t v)
     put(w, b, 8);
 }
 
-int kv_file_write(FILE *f, const char *name, const struct kv_cache *kv,
-                  const unsigned char id[KV_MODEL_ID_BYTES], const int32_t *tokens,
-                  const float *logits, int64_t n_vocab)
+int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
+                  int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
+                  const int32_t *tokens, const float *logits, int64_t n_vocab)
 {
-    IG_ASSERT(kv->n_pos >= 1);
+    IG_ASSERT(n_pos >= 1);
+    const struct kv_shape *s = &st->shape;
     struct writer w = {.f = f, .name = name};
     errno = 0;
     put(&w, kv_magic, sizeof kv_magic);
     put_u32(&w, KV_FILE_VERSION);
-    put_u32(&w, kv->dtype);
+    put_u32(&w, s->dtype);
     put(&w, id, KV_MODEL_ID_BYTES);
-    put_i64(&w, kv->n_layer);
-    put_i64(&w, kv->n_head_kv);
-    put_i64(&w, kv->head_dim);
-    put_i64(&w, kv->n_pos);
+    put_i64(&w, s->n_layer);
+    put_i64(&w, s->n_head_kv);
+    put_i64(&w, s->head_dim);
+    put_i64(&w, n_pos);
     put_i64(&w, logits ? n_vocab : 0);
-    put(&w, tokens, (size_t)kv->n_pos * sizeof *tokens);
+    put(&w, tokens, (size_t)n_pos * sizeof *tokens);
     if (logits)
         put(&w, logits, (size_t)n_vocab * sizeof *logits);
-    size_t row = (size_t)kv->head_dim * kv_dtype_bytes(kv->dtype);
-    for (int64_t l = 0; l < kv->n_layer; l++)
-        for (int kind = 0; kind < 2; kind++) {
-            void *const *t = kind ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
-            for (int64_t h = 0; h < kv->n_head_kv; h++)
-                for (int64_t p = 0; p < kv->n_pos; p += KV_BLOCK) {
-                    int64_t run = kv->n_pos - p < KV_BLOCK ? kv->n_pos - p : KV_BLOCK;
-                    put(&w, kv_cache_rows(kv, t, h, p), (size_t)run * row);
+    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
+    for (int64_t l = 0; l < s->n_layer; l++) {
+        struct kv_layout L = kv_store_layout(st, l);
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t h = 0; h < s->n_head_kv; h++)
+                for (int64_t p = 0; p < n_pos; p += KV_BLOCK) {
+                    int64_t run = n_pos - p < KV_BLOCK ? n_pos - p : KV_BLOCK;
+                    put(&w, kv_row(&L, kind ? L.v : L.k, table, h, p), (size_t)run * row);
                 }
-        }
+    }
     put_u32(&w, w.crc);
     if (!w.failed && fflush(f) != 0)
         w.failed = errno ? errno : EIO;
@@ -278,13 +279,14 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
     return IG_OK;
 }
 
-int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *tokens,
+int kv_file_read_body(struct kv_file_reader *r, struct kv_store *store, int32_t *tokens,
                       float *logits)
 {
     const struct kv_file_header *h = &r->hdr;
-    IG_ASSERT(kv->n_pos == 0 && kv->dtype == h->dtype && kv->n_ctx >= h->n_tokens);
-    IG_ASSERT(kv->n_layer == h->n_layer && kv->n_head_kv == h->n_head_kv &&
-              kv->head_dim == h->head_dim);
+    const struct kv_shape *s = &store->shape;
+    IG_ASSERT(s->dtype == h->dtype && store->n_blocks >= kv_blocks_for(h->n_tokens));
+    IG_ASSERT(s->n_layer == h->n_layer && s->n_head_kv == h->n_head_kv &&
+              s->head_dim == h->head_dim);
     int st = get(r, tokens, (size_t)h->n_tokens * sizeof *tokens);
     if (st != IG_OK)
         return st;
@@ -294,19 +296,22 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *to
                             r->name, (long long)i, tokens[i]);
     if (h->n_vocab && (st = get(r, logits, (size_t)h->n_vocab * sizeof *logits)) != IG_OK)
         return st;
-    if ((st = kv_cache_reserve(kv, h->n_tokens)) != IG_OK)
-        return st;
-    size_t row = (size_t)kv->head_dim * kv_dtype_bytes(kv->dtype);
-    for (int64_t l = 0; l < kv->n_layer; l++)
-        for (int kind = 0; kind < 2; kind++) {
-            void *const *t = kind ? kv_cache_v_table(kv, l) : kv_cache_k_table(kv, l);
-            for (int64_t hh = 0; hh < kv->n_head_kv; hh++)
+    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
+    for (int64_t l = 0; l < s->n_layer; l++) {
+        struct kv_layout L = kv_store_layout(store, l);
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t hh = 0; hh < s->n_head_kv; hh++)
                 for (int64_t p = 0; p < h->n_tokens; p += KV_BLOCK) {
                     int64_t run = h->n_tokens - p < KV_BLOCK ? h->n_tokens - p : KV_BLOCK;
-                    if ((st = get(r, kv_cache_rows(kv, t, hh, p), (size_t)run * row)) != IG_OK)
+                    /* The store's blocks are the file's positions in order. */
+                    int32_t block = (int32_t)(p / KV_BLOCK);
+                    void *dst = (char *)(kind ? L.v : L.k) +
+                                (size_t)(block * L.block_stride + hh * L.head_stride) *
+                                    kv_dtype_bytes(L.dtype);
+                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
                         return st;
                 }
-        }
+    }
     uint32_t want = r->crc;
     unsigned char b[4];
     if ((st = get(r, b, 4)) != IG_OK)
@@ -324,6 +329,5 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_cache *kv, int32_t *to
                         (unsigned long long)r->n_read);
     if (ferror(r->f))
         return ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
-    kv->n_pos = h->n_tokens;
     return IG_OK;
 }

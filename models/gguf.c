@@ -447,7 +447,7 @@ int gguf_open(const char *path, struct gguf_file **out, struct gguf_error *err)
     st = gguf_parse(map.data, map.size, out, err);
     if (st) {
         ig_unmap_file(&map);
-        return ig_error(st, "%s: %s", path, err->msg);
+        return ig_error(st, "'%s': %s", path, err->msg);
     }
     (*out)->map = map;
     return IG_OK;

@@ -1,5 +1,6 @@
 /* models/model.c: a parsed GGUF -> struct model for the architectures of
- * models/arch.c.
+ * models/arch.c (a directory goes to hf_model.c instead), and the accessors
+ * that answer for either format.
  *
  * Reads <arch>.* hyper-parameters (the file's, else the architecture's
  * defaults), checks them for sense, finds every tensor by its llama.cpp name
@@ -14,6 +15,7 @@
 
 #include "models/arch.h"
 #include "models/gguf_impl.h"
+#include "models/hf.h"
 
 #include "core/status.h"
 
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A dimension larger than this is not a model ignite can run (and products
  * of two such stay far from overflow). */
@@ -50,24 +53,24 @@ static int hp_int(const struct loader *L, const char *suffix, int64_t def, int64
     if (kv && kv->type == GGUF_TYPE_ARRAY) {
         /* gguf_keys.c let only arrays of integers through */
         if (kv->arr_n == 0)
-            return ig_error(IG_E_MODEL, "%s: metadata key '%s' is an empty array", L->path, key);
+            return ig_error(IG_E_MODEL, "'%s': metadata key '%s' is an empty array", L->path, key);
         int64_t first = gguf_arr_int(kv, 0);
         for (uint64_t i = 1; i < kv->arr_n; i++)
             if (gguf_arr_int(kv, i) != first)
                 return ig_error(IG_E_MODEL,
-                                "%s: %s differs between layers (%lld, then %lld at layer %llu); "
+                                "'%s': %s differs between layers (%lld, then %lld at layer %llu); "
                                 "per-layer shapes are not supported", L->path, key,
                                 (long long)first, (long long)gguf_arr_int(kv, i),
                                 (unsigned long long)i);
         v = first < 0 ? UINT64_MAX : (uint64_t)first;
     } else if (!gguf_get_u64(L->g, key, &v)) {
         if (def < 0)
-            return ig_error(IG_E_MODEL, "%s: metadata key '%s' is missing", L->path, key);
+            return ig_error(IG_E_MODEL, "'%s': metadata key '%s' is missing", L->path, key);
         *out = def;
         return IG_OK;
     }
     if (v < 1 || v > (uint64_t)MODEL_MAX_DIM)
-        return ig_error(IG_E_MODEL, "%s: %s is %llu, expected 1 to %lld", L->path, key,
+        return ig_error(IG_E_MODEL, "'%s': %s is %llu, expected 1 to %lld", L->path, key,
                         (unsigned long long)v, (long long)MODEL_MAX_DIM);
     *out = (int64_t)v;
     return IG_OK;
@@ -81,7 +84,7 @@ static int hp_float(const struct loader *L, const char *suffix, double def, doub
     if (!gguf_get_f64(L->g, key, out))
         *out = def;
     if (!isfinite(*out) || *out <= 0)
-        return ig_error(IG_E_MODEL, "%s: %s is %g, expected a positive number", L->path,
+        return ig_error(IG_E_MODEL, "'%s': %s is %g, expected a positive number", L->path,
                         key, *out);
     return IG_OK;
 }
@@ -94,7 +97,7 @@ static int hp_float0(const struct loader *L, const char *suffix, double *out)
     if (!gguf_get_f64(L->g, key, out))
         *out = 0;
     if (!isfinite(*out) || *out < 0)
-        return ig_error(IG_E_MODEL, "%s: %s is %g, expected 0 or a positive number", L->path,
+        return ig_error(IG_E_MODEL, "'%s': %s is %g, expected 0 or a positive number", L->path,
                         key, *out);
     return IG_OK;
 }
@@ -103,7 +106,7 @@ static int read_arch(struct loader *L)
 {
     struct gguf_str a;
     if (!gguf_get_str(L->g, "general.architecture", &a))
-        return ig_error(IG_E_MODEL, "%s: metadata key 'general.architecture' is missing",
+        return ig_error(IG_E_MODEL, "'%s': metadata key 'general.architecture' is missing",
                         L->path);
     L->ai = model_arch_find(a);
     if (L->ai) {
@@ -112,7 +115,7 @@ static int read_arch(struct loader *L)
         return IG_OK;
     }
     char buf[48];
-    return ig_error(IG_E_MODEL, "%s: architecture '%s' is not supported (supported: %s)",
+    return ig_error(IG_E_MODEL, "'%s': architecture '%s' is not supported (supported: %s)",
                     L->path, gguf_printable(buf, sizeof buf, a), model_arch_list());
 }
 
@@ -129,7 +132,7 @@ static int read_hparams(const struct loader *L)
         (st = hp_int(L, "context_length", -1, &hp->n_ctx_train)))
         return st;
     if (hp->n_head % hp->n_head_kv)
-        return ig_error(IG_E_MODEL, "%s: %lld heads are not a multiple of %lld KV heads",
+        return ig_error(IG_E_MODEL, "'%s': %lld heads are not a multiple of %lld KV heads",
                         L->path, (long long)hp->n_head, (long long)hp->n_head_kv);
     int64_t def_head_dim = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;
     if ((st = hp_int(L, "attention.key_length", def_head_dim, &hp->head_dim)))
@@ -139,14 +142,14 @@ static int read_hparams(const struct loader *L)
         return st;
     if (v_len != hp->head_dim)
         return ig_error(IG_E_MODEL,
-                        "%s: %s.attention.value_length %lld differs from key_length %lld "
+                        "'%s': %s.attention.value_length %lld differs from key_length %lld "
                         "(not supported)", L->path, hp->arch, (long long)v_len,
                         (long long)hp->head_dim);
     if ((st = hp_int(L, "rope.dimension_count", hp->head_dim, &hp->n_rot)))
         return st;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ig_error(IG_E_MODEL,
-                        "%s: %s.rope.dimension_count %lld must be even and at most "
+                        "'%s': %s.rope.dimension_count %lld must be even and at most "
                         "head_dim %lld", L->path, hp->arch, (long long)hp->n_rot,
                         (long long)hp->head_dim);
     if ((st = hp_float(L, "rope.freq_base", 10000.0, &hp->rope_base)) ||
@@ -166,7 +169,7 @@ static int read_hparams(const struct loader *L)
     hp->attn_scale = 1.0 / sqrt(qpas);
     /* Each layer needs 9 tensors: reject absurd counts before allocating. */
     if (hp->n_layer > L->g->n_tensors / 9)
-        return ig_error(IG_E_MODEL, "%s: %s.block_count %lld but the file has only %lld tensors",
+        return ig_error(IG_E_MODEL, "'%s': %s.block_count %lld but the file has only %lld tensors",
                         L->path, hp->arch, (long long)hp->n_layer, (long long)L->g->n_tensors);
     return IG_OK;
 }
@@ -182,22 +185,22 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
     if (!t) {
         if (optional)
             return IG_OK;
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing", L->path, name);
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->path, name);
     }
     bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!shape_ok)
         return ig_error(IG_E_MODEL,
-                        "%s: tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
+                        "'%s': tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
                         "ne=[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
                         (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
                         (long long)rows);
     const struct quant_traits *q = quant_traits_of(t->type);
     if (f32_only && t->type != QUANT_F32)
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' has type %s, expected F32", L->path,
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' has type %s, expected F32", L->path,
                         name, quant_type_name(t->type));
     if (!q || !q->can_dequantize)
         return ig_error(IG_E_MODEL,
-                        "%s: tensor '%s' has type %s, which ignite cannot compute with "
+                        "'%s': tensor '%s' has type %s, which ignite cannot compute with "
                         "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K)",
                         L->path, name, quant_type_name(t->type));
     /* The kernels read F32 rows as floats and block fields as 16-bit
@@ -205,7 +208,7 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
      * put them at addresses the CPU must not load them from. */
     if ((uintptr_t)t->data % MODEL_DATA_ALIGN != 0)
         return ig_error(IG_E_MODEL,
-                        "%s: tensor '%s' starts at a file offset that is not a multiple of "
+                        "'%s': tensor '%s' starts at a file offset that is not a multiple of "
                         "%d bytes (general.alignment %llu); re-convert the file with the "
                         "default alignment of 32", L->path, name, MODEL_DATA_ALIGN,
                         (unsigned long long)L->g->alignment);
@@ -278,7 +281,7 @@ static int scaling_from_name(const struct loader *L, struct gguf_str s, enum rop
             return IG_OK;
         }
     char buf[48];
-    return ig_error(IG_E_MODEL, "%s: %s.rope.scaling.type '%s' is not supported (supported: "
+    return ig_error(IG_E_MODEL, "'%s': %s.rope.scaling.type '%s' is not supported (supported: "
                     "none, linear, yarn, longrope)", L->path, L->hp->arch,
                     gguf_printable(buf, sizeof buf, s));
 }
@@ -296,7 +299,7 @@ static int read_factors(const struct loader *L, const char *name, const float **
         float f;
         memcpy(&f, (const char *)w.data + 4 * i, 4);
         if (!(isfinite(f) && f > 0))
-            return ig_error(IG_E_MODEL, "%s: tensor '%s' holds %g at %lld, expected positive "
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' holds %g at %lld, expected positive "
                             "frequency factors", L->path, name, (double)f, (long long)i);
     }
     return IG_OK;
@@ -335,7 +338,7 @@ static int read_rope(const struct loader *L)
         r->scaling = ROPE_SCALING_LINEAR;
     if (has_factor && factor != 0 && r->scaling != ROPE_SCALING_NONE) {
         if (!isfinite(factor) || factor < 0)
-            return ig_error(IG_E_MODEL, "%s: %s is %g, expected a positive number", L->path,
+            return ig_error(IG_E_MODEL, "'%s': %s is %g, expected a positive number", L->path,
                             key, factor);
         r->factor = factor;
     }
@@ -347,18 +350,18 @@ static int read_rope(const struct loader *L)
     double ext = 1.0, log_mul = 0;
     snprintf(key, sizeof key, "%s.rope.scaling.yarn_ext_factor", hp->arch);
     if (gguf_get_f64(L->g, key, &ext) && !(isfinite(ext) && ext >= 0))
-        return ig_error(IG_E_MODEL, "%s: %s is %g, expected 0 or a positive number", L->path,
+        return ig_error(IG_E_MODEL, "'%s': %s is %g, expected 0 or a positive number", L->path,
                         key, ext);
     r->yarn_ext_factor = ext;
     snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", hp->arch);
     if (r->scaling == ROPE_SCALING_YARN && gguf_get_f64(L->g, key, &log_mul) && log_mul != 0)
-        return ig_error(IG_E_MODEL, "%s: %s (YaRN with mscale_all_dim) is not supported",
+        return ig_error(IG_E_MODEL, "'%s': %s (YaRN with mscale_all_dim) is not supported",
                         L->path, key);
     /* LongRoPE picks one of two factor tensors by the run's context length
      * (llama.cpp) or the sequence's length (transformers); no architecture
      * ignite runs ships it. */
     if (r->scaling == ROPE_SCALING_LONGROPE)
-        return ig_error(IG_E_MODEL, "%s: %s.rope.scaling.type 'longrope' is not supported "
+        return ig_error(IG_E_MODEL, "'%s': %s.rope.scaling.type 'longrope' is not supported "
                         "(supported: none, linear, yarn, and Llama 3's rope_freqs)", L->path,
                         hp->arch);
     if ((st = read_factors(L, "rope_freqs.weight", &r->freq_factors)))
@@ -386,7 +389,7 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
     snprintf(key, sizeof key, "%s.attention.sliding_window", hp->arch);
     bool has_window = gguf_get_u64(L->g, key, &window);
     if (has_window && window > (uint64_t)MODEL_MAX_DIM)
-        return ig_error(IG_E_MODEL, "%s: %s is %llu, expected 0 to %lld", L->path, key,
+        return ig_error(IG_E_MODEL, "'%s': %s is %llu, expected 0 to %lld", L->path, key,
                         (unsigned long long)window, (long long)MODEL_MAX_DIM);
     /* An architecture without local layers ignores a window key, as
      * llama.cpp does (Mistral's converted files may carry one). */
@@ -398,13 +401,13 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
     if (window && pat && pat->type == GGUF_TYPE_ARRAY) {
         if (pat->arr_n != (uint64_t)hp->n_layer ||
             (pat->arr_type != GGUF_TYPE_BOOL && !gguf_type_is_int(pat->arr_type)))
-            return ig_error(IG_E_MODEL, "%s: %s should be %lld bools (one per layer), found "
+            return ig_error(IG_E_MODEL, "'%s': %s should be %lld bools (one per layer), found "
                             "%llu of type %s", L->path, key, (long long)hp->n_layer,
                             (unsigned long long)pat->arr_n, gguf_type_name(pat->arr_type));
     } else if (window && pat) {
         uint64_t v;
         if (!gguf_get_u64(L->g, key, &v) || v > (uint64_t)MODEL_MAX_DIM)
-            return ig_error(IG_E_MODEL, "%s: %s should be a layer count or an array of bools",
+            return ig_error(IG_E_MODEL, "'%s': %s should be a layer count or an array of bools",
                             L->path, key);
         every = (int64_t)v;
         pat = NULL;
@@ -432,7 +435,7 @@ static int load_weights(const struct loader *L, struct model *m)
     struct model_hparams *hp = &m->hp;
     const struct gguf_tensor *emb = gguf_find_tensor(L->g, "token_embd.weight");
     if (!emb)
-        return ig_error(IG_E_MODEL, "%s: tensor 'token_embd.weight' is missing", L->path);
+        return ig_error(IG_E_MODEL, "'%s': tensor 'token_embd.weight' is missing", L->path);
     int st = hp_int(L, "vocab_size", emb->ne[1] <= MODEL_MAX_DIM ? emb->ne[1] : -1, &hp->n_vocab);
     if (st)
         return st;
@@ -452,7 +455,7 @@ static int load_weights(const struct loader *L, struct model *m)
         const struct model_layer *ly = &m->layers[i];
         if ((ly->bq.data != NULL) != hp->has_qkv_bias || (ly->bk.data != NULL) != hp->has_qkv_bias ||
             (ly->bv.data != NULL) != hp->has_qkv_bias)
-            return ig_error(IG_E_MODEL, "%s: layer %lld has only some of the Q/K/V biases "
+            return ig_error(IG_E_MODEL, "'%s': layer %lld has only some of the Q/K/V biases "
                             "(all layers need all three or none)", L->path, (long long)i);
     }
     return IG_OK;
@@ -464,7 +467,7 @@ int model_from_gguf(const char *path, struct gguf_file *g, struct model **out)
     struct model *m = calloc(1, sizeof *m);
     if (!m) {
         gguf_close(g);
-        return ig_error(IG_E_NOMEM, "out of memory loading %s", path);
+        return ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
     }
     snprintf(m->path, sizeof m->path, "%s", path);
     m->gguf = g;
@@ -474,13 +477,15 @@ int model_from_gguf(const char *path, struct gguf_file *g, struct model **out)
         goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
-        st = ig_error(IG_E_NOMEM, "out of memory loading %s", path);
+        st = ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
         goto fail;
     }
     if ((st = load_weights(&L, m)) || (st = read_rope(&L)) || (st = read_layer_kinds(&L, m)))
         goto fail;
     for (int64_t i = 0; i < m->gguf->n_tensors; i++)
         m->n_params += m->gguf->tensors[i].n_elems;
+    m->n_tensors = m->gguf->n_tensors;
+    m->file_bytes = m->gguf->file_size;
     *out = m;
     return IG_OK;
 fail:
@@ -491,6 +496,20 @@ fail:
 int model_load(const char *path, struct model **out)
 {
     *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        struct model *m = calloc(1, sizeof *m);
+        if (!m)
+            return ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
+        snprintf(m->path, sizeof m->path, "%s", path);
+        int st = hf_load(path, m);
+        if (st) {
+            model_free(m);
+            return st;
+        }
+        *out = m;
+        return IG_OK;
+    }
     struct gguf_file *g = NULL;
     int st = gguf_open(path, &g, NULL);
     if (st)
@@ -527,10 +546,60 @@ void model_free(struct model *m)
         return;
     free(m->layers);
     gguf_close(m->gguf);
+    hf_folder_free(m->hf);
     free(m);
 }
 
 int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes)
 {
     return 2 * hp->n_layer * hp->n_head_kv * hp->head_dim * (int64_t)elem_bytes;
+}
+
+bool model_is_folder(const struct model *m)
+{
+    return m->hf != NULL;
+}
+
+int model_folder_files(const struct model *m)
+{
+    return m->hf ? m->hf->n_shards : 0;
+}
+
+bool model_chat_template(const struct model *m, const char **text, size_t *len)
+{
+    if (m->hf) {
+        *text = m->hf->chat_template;
+        *len = *text ? strlen(*text) : 0;
+        return *len > 0;
+    }
+    struct gguf_str t;
+    if (!m->gguf || !gguf_get_str(m->gguf, "tokenizer.chat_template", &t) || !t.len)
+        return false;
+    *text = t.ptr;
+    *len = (size_t)t.len;
+    return true;
+}
+
+static void count_type(int64_t *count, int64_t *bytes, int n, uint32_t type, size_t nbytes)
+{
+    if (type < (uint32_t)n) {
+        count[type]++;
+        bytes[type] += (int64_t)nbytes;
+    }
+}
+
+void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, int n)
+{
+    memset(count, 0, (size_t)n * sizeof *count);
+    memset(bytes, 0, (size_t)n * sizeof *bytes);
+    if (m->gguf)
+        for (int64_t i = 0; i < m->gguf->n_tensors; i++)
+            count_type(count, bytes, n, m->gguf->tensors[i].type, m->gguf->tensors[i].nbytes);
+    for (int64_t i = 0; m->hf && i < m->hf->n_tensors; i++) {
+        const struct st_tensor *t = m->hf->by_name[i];
+        int type = t->dtype == ST_F32 ? QUANT_F32 : t->dtype == ST_F16 ? QUANT_F16
+                 : t->dtype == ST_BF16 ? QUANT_BF16 : -1;
+        if (type >= 0)
+            count_type(count, bytes, n, (uint32_t)type, t->nbytes);
+    }
 }

@@ -4,11 +4,15 @@
  * model_load opens a GGUF file, reads the architecture's hyper-parameters
  * (from the file, else from the architecture's definition), finds every
  * tensor by its llama.cpp name and checks each shape against the
- * hyper-parameters. Weights stay in their stored format and point into the
- * mapped file; the forward reads them through struct model_weight. What
- * differs between layers (a sliding window, a RoPE variant) is in struct
- * model_layer, so the block reads one layer's facts in one place.
- * Covered by tests/models/.
+ * hyper-parameters. Given a directory it loads a Hugging Face folder instead
+ * (models/hf.h): config.json and the safetensors files, into the same
+ * struct. Weights stay in their stored format and point into the mapped
+ * files; the forward reads them through struct model_weight. What differs
+ * between layers (a sliding window, a RoPE variant) is in struct
+ * model_layer, so the block reads one layer's facts in one place. What the
+ * CLI needs beyond the weights (chat template, sampling defaults, tensor
+ * counts) comes from the accessors at the end, whichever format the model
+ * came from. Covered by tests/models/.
  *
  * Shape vocabulary used in comments across ignite:
  *   n_embd (model width), n_head, n_head_kv, head_dim, n_ff (FFN width),
@@ -86,7 +90,7 @@ struct model_hparams {
     double rope_base;     /* rope.freq_base, default 10000 (== rope[MODEL_ROPE_GLOBAL].base) */
     double norm_eps;      /* attention.layer_norm_rms_epsilon, default 1e-5 (gemma3 1e-6) */
     enum rope_style rope_style;
-    bool tied_embeddings; /* output.weight absent: logits use token_embd */
+    bool tied_embeddings; /* output.weight absent (tie_word_embeddings): logits use token_embd */
     bool has_qkv_bias;    /* qwen2-style biases on Q, K and V */
     /* What the architectures after Llama 2 added (models/arch.c says which
      * has what; the defaults are the Llama block). */
@@ -130,19 +134,35 @@ struct model_layer {
     int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
 };
 
+/* Sampling settings a model ships with (generation_config.json); each
+ * applies only where its has_ flag is set and the user gave none. */
+struct model_sampling {
+    bool has_temperature, has_top_k, has_top_p, has_min_p, has_repeat_penalty;
+    double temperature;   /* 0 = greedy (also what do_sample: false means) */
+    int64_t top_k;
+    double top_p, min_p, repeat_penalty;
+};
+
+struct hf_folder;
+
 struct model {
     struct model_hparams hp;
     struct model_weight tok_embd;    /* [n_vocab, n_embd] */
     struct model_weight output_norm; /* [1, n_embd] f32 */
     struct model_weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
     struct model_layer *layers;      /* n_layer entries, owned */
-    struct gguf_file *gguf;          /* owned; metadata for the tokenizer */
+    struct gguf_file *gguf;          /* owned; metadata for the tokenizer; NULL for a folder */
+    struct hf_folder *hf;            /* owned; a Hugging Face folder's files, else NULL */
+    struct model_sampling sampling;  /* the model's sampling defaults (folders only for now) */
+    int64_t n_tensors;               /* tensors in the file(s), used or not */
+    size_t file_bytes;               /* bytes of the file(s) */
     int64_t n_params;                /* elements over all tensors */
     bool virtual_weights;            /* shapes only, data NULL (models/synthetic.h) */
     char path[4096];                 /* where it was loaded from ("" if synthetic) */
 };
 
-/* Loads and validates the model at `path`. Returns IG_OK and *out (free with
+/* Loads and validates the model at `path`: a GGUF file, or a directory
+ * holding a Hugging Face folder. Returns IG_OK and *out (free with
  * model_free), or IG_E_IO / IG_E_MODEL / IG_E_NOMEM after one line on
  * stderr naming the file and the problem. */
 int model_load(const char *path, struct model **out);
@@ -169,5 +189,23 @@ void model_free(struct model *m);
 /* Bytes of K plus V for one token position, all layers, at `elem_bytes`
  * per element (4 for f32, 2 for f16/bf16). */
 int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes);
+
+/* ---- what the model says besides its weights, in either format ---------- */
+
+/* True for a model loaded from a Hugging Face folder. */
+bool model_is_folder(const struct model *m);
+
+/* The safetensors files a folder's weights are in (0 for a GGUF). */
+int model_folder_files(const struct model *m);
+
+/* The chat template text (GGUF tokenizer.chat_template, or the folder's
+ * tokenizer_config.json / chat_template.jinja): true and *text, *len (not
+ * NUL-terminated, owned by m) when the model has one. */
+bool model_chat_template(const struct model *m, const char **text, size_t *len);
+
+/* Counts and bytes of the tensors by stored type, indexed by enum
+ * quant_type id < n (tensors of types outside F32..BF16 in a folder, such
+ * as integer buffers, are counted in n_tensors only). */
+void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, int n);
 
 #endif

@@ -1,15 +1,27 @@
 /* ops/layer.c: one transformer block (RMSNorm, Q/K/V, the Q/K head norms,
- * RoPE with the layer's variant, the stage's attention, output projection,
+ * RoPE with the layer's variant, the caller's attention, output projection,
  * the post-attention norm, SwiGLU or GeGLU FFN, the post-FFN norm,
- * residuals) and the output head (with final soft-capping). Which of the
- * optional steps run is the model's (models/arch.c); what differs between
- * layers (RoPE variant, sliding window) is struct model_layer's, and the
- * attention itself is the stage's: prefill/attn_tiled.c or decode.c.
- * Covered by tests/cpu/ (numpy reference; prefill vs decode). */
+ * residuals) and the output head (with final soft-capping), over every row
+ * of a step at once: each weight is read once per step whatever mix of
+ * sequences the rows belong to. Which of the optional steps run is the
+ * model's (models/arch.c); what differs between layers (RoPE variant,
+ * sliding window) is struct model_layer's, and the attention (window
+ * included) is the caller's: backend/cpu.c through prefill/attn_tiled.c.
+ * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
 #include "ops/layer.h"
 
-void ops_layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int64_t n,
-                       int64_t pos0, ops_attention_fn attention)
+#include <string.h>
+
+/* Moves rows keep[i] of the [n, w] array a to row i (keep ascending). */
+static void compact_rows(float *a, int64_t w, const int64_t *keep, int64_t n_keep)
+{
+    for (int64_t i = 0; i < n_keep; i++)
+        if (keep[i] != i)
+            memmove(a + i * w, a + keep[i] * w, (size_t)w * sizeof *a);
+}
+
+void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
+                       const struct ops_attention *attn, const int64_t *keep, int64_t n_keep)
 {
     const struct model *m = ops_ctx_model(ctx);
     const struct model_hparams *hp = &m->hp;
@@ -33,9 +45,13 @@ void ops_layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int
     }
     ops_rope_apply(ctx, b->q, n, hp->n_head, L->rope);
     ops_rope_apply(ctx, b->k, n, hp->n_head_kv, L->rope);
-    kv_cache_write(kv, il, pos0, n, b->k, b->v);
-    attention(ctx, kv, il, n, pos0);
+    attn->run(attn->user, il, n);
 
+    if (keep) { /* only these rows are read after this block */
+        compact_rows(b->x, hp->n_embd, keep, n_keep);
+        compact_rows(b->att, q_dim, keep, n_keep);
+        n = n_keep;
+    }
     ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
     if (hp->has_post_norms)
         ops_rmsnorm(b->proj, &L->attn_post_norm, n, hp->n_embd, hp->norm_eps, b->proj);
@@ -56,12 +72,12 @@ void ops_layer_forward(struct ops_ctx *ctx, struct kv_cache *kv, int64_t il, int
     ops_add(b->x, b->proj, n * hp->n_embd);
 }
 
-void ops_output_head(struct ops_ctx *ctx, const float *x, float *logits)
+void ops_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits)
 {
     const struct model *m = ops_ctx_model(ctx);
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    ops_rmsnorm(x, &m->output_norm, 1, m->hp.n_embd, m->hp.norm_eps, b->xn);
-    ops_matmul(ctx, &m->output, b->xn, 1, logits); /* [n_vocab] */
+    ops_rmsnorm(x, &m->output_norm, n, m->hp.n_embd, m->hp.norm_eps, b->xn);
+    ops_matmul(ctx, &m->output, b->xn, n, logits); /* [n, n_vocab] */
     if (m->hp.final_softcap > 0)
-        ops_softcap(logits, m->hp.n_vocab, m->hp.final_softcap);
+        ops_softcap(logits, n * m->hp.n_vocab, m->hp.final_softcap);
 }

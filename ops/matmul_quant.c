@@ -101,23 +101,24 @@ _Static_assert(MM_QK / 2 == 2 * MM_LANES, "a 4-bit block is two lane groups of b
 #define MM_GROUPS (MM_QK / MM_LANES)
 
 /* nt is a constant at each call site (see blocks_dot_tokens), so the
- * accumulators stay in registers; each decoded group is used nt times. With
- * fewer than MM_GROUPS tokens each token gets several accumulators (one per
- * lane group of the block, modulo `sets`), so the additions of a block do not
- * wait on each other. */
+ * accumulators stay in registers; each decoded group is used nt times. A
+ * token's sum is built exactly as the dense kernel of ops/matmul.c builds it
+ * (MM_LANES f32 lanes over the columns, added into f64 lanes every
+ * MM_FLUSH_COLS columns), whatever nt is: a token's result does not depend
+ * on how many tokens share the call, so a request's logits are the same in
+ * any batch (a second accumulator per token would hide the add latency but
+ * sum in another order). */
 static inline __attribute__((always_inline)) void
 blocks_tile(const uint8_t *row, int64_t n_blocks, size_t block_bytes, block_scale_fn scale,
             group_decode_fn group, const float *x, int64_t ldx, const int nt, float *y,
             int64_t ldy)
 {
-    const int sets = nt >= MM_GROUPS ? 1 : MM_GROUPS / nt;
     double dacc[MM_NT][MM_LANES] = {{0}};
     for (int64_t b0 = 0; b0 < n_blocks; b0 += MM_FLUSH_COLS / MM_QK) {
         int64_t b1 = b0 + MM_FLUSH_COLS / MM_QK < n_blocks ? b0 + MM_FLUSH_COLS / MM_QK : n_blocks;
-        mm_v8f acc[MM_NT][MM_GROUPS];
+        mm_v8f acc[MM_NT];
         MM_UNROLL for (int t = 0; t < nt; t++)
-            MM_UNROLL for (int k = 0; k < sets; k++)
-                acc[t][k] = (mm_v8f){0};
+            acc[t] = (mm_v8f){0};
         for (int64_t b = b0; b < b1; b++) {
             const uint8_t *blk = row + (size_t)b * block_bytes;
             struct blk_scale sc = scale(blk);
@@ -127,14 +128,13 @@ blocks_tile(const uint8_t *row, int64_t n_blocks, size_t block_bytes, block_scal
                 group(blk, sc, j, &w);
                 MM_UNROLL for (int t = 0; t < nt; t++) {
                     memcpy(&xv, xb + t * ldx + j * MM_LANES, sizeof xv);
-                    acc[t][j % sets] += w * xv;
+                    acc[t] += w * xv;
                 }
             }
         }
         MM_UNROLL for (int t = 0; t < nt; t++)
-            MM_UNROLL for (int k = 0; k < sets; k++)
-                for (int l = 0; l < MM_LANES; l++)
-                    dacc[t][l] += acc[t][k][l];
+            for (int l = 0; l < MM_LANES; l++)
+                dacc[t][l] += acc[t][l];
     }
     for (int t = 0; t < nt; t++)
         y[t * ldy] = (float)mm_sum_lanes_d(dacc[t]);

@@ -82,7 +82,7 @@ void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, i
             x[t * n + i] += b[i];
 }
 
-void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens)
+void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
@@ -93,10 +93,10 @@ void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens)
         const double *inv = ops_ctx_rope_freqs(ctx, r, &mscale);
         float *cs = b->rope_cos + r * max_batch * half, *sn = b->rope_sin + r * max_batch * half;
         for (int64_t t = 0; t < n_tokens; t++) {
-            double pos = (double)(pos0 + t);
+            double p = (double)pos[t];
             for (int64_t i = 0; i < half; i++) {
                 /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
-                double theta = pos * inv[i];
+                double theta = p * inv[i];
                 cs[t * half + i] = (float)(cos(theta) * mscale);
                 sn[t * half + i] = (float)(sin(theta) * mscale);
             }

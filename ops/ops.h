@@ -40,7 +40,7 @@ void ops_pool_run(struct ops_pool *p, int64_t n_items, int64_t grain, ops_task_f
 /* ---- run state (ops/ctx.c) ------------------------------------------------ */
 
 /* Run state: the model (borrowed), a thread pool, and scratch buffers for
- * batches of up to max_batch tokens. Nothing is allocated on the hot path. */
+ * steps of up to max_batch rows. Nothing is allocated on the hot path. */
 struct ops_ctx;
 
 /* Activation buffers of a forward pass, each for max_batch tokens, owned by
@@ -118,10 +118,10 @@ void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens,
  * p turns by p * inv_freq[i], its cos and sin multiplied by *mscale. */
 void ops_rope_freqs(const struct model_rope *r, int64_t n_rot, double *inv_freq, double *mscale);
 
-/* Fills rope_cos/rope_sin of the context's buffers for positions
- * pos0 .. pos0+n_tokens-1, for every RoPE variant the model's layers use:
+/* Fills rope_cos/rope_sin of the context's buffers for rows at positions
+ * pos[0..n_tokens), for every RoPE variant the model's layers use:
  * cos(pos * inv_freq[i]) * mscale (ops_rope_freqs, made once per context). */
-void ops_rope_prepare(struct ops_ctx *ctx, int64_t pos0, int64_t n_tokens);
+void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens);
 
 /* Rotates the first n_rot dims of each of n_heads heads of every token in
  * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made for

@@ -1,7 +1,7 @@
 /* prefill/attn_tiled.c: tiled causal attention with an online softmax (the
- * CPU twin of the CUDA prefill kernel).
+ * CPU twin of the CUDA prefill kernel), for every row of a step.
  *
- * A work item is (KV head, query tile): the rows of the item are the
+ * A work item is (sequence, KV head, query tile): the rows of the item are the
  * ATTN_TILE_Q query tokens of every query head in the KV head's group. The
  * item walks the K/V tiles from position 0 to the last position its queries
  * can see (tiles above the causal diagonal are never touched), and keeps per
@@ -11,8 +11,10 @@
  * On a tile that crosses the diagonal each row simply stops at its own
  * position, so there is no mask value and no n x n buffer. A sliding window
  * starts the walk at the first tile the tile's first query can see; on the
- * tile that crosses a row's window edge the row starts at its edge.
- * Writing K/V into the cache is the caller's (prefill/prefill.c).
+ * tile that crosses a row's window edge the row starts at its edge, so the
+ * blocks before the window of the tile's first query are never read.
+ * A K/V tile is one cache block, found through the sequence's block table.
+ * Writing K/V into the cache is the caller's (backend/cpu.c).
  * Covered by tests/cpu/test_attn_tiled.c. */
 #include "prefill/attn_tiled.h"
 
@@ -99,23 +101,23 @@ static inline void row_to_f32(enum kv_dtype dt, const void *src, float *dst, int
 /* kt[d][c] = K[k0 + c][d] and v[c][d] = V[k0 + c][d] for c0 <= c < nc;
  * the other columns of kt are zeroed so score blocks can run full width
  * (columns before c0 are behind every row's window: their positions are
- * never read, so a cache may have dropped them). Rows are found through the
- * block table; a tile inside one block (block_size a multiple of
- * ATTN_TILE_K, as in the KV cache) reads one contiguous run. */
+ * never read, so a cache may have dropped them). The tile is one cache
+ * block (k0 a multiple of KV_BLOCK): one contiguous run of rows per KV head. */
 OPS_SIMD_CLONES
-static void load_kv_tile(const struct attn_params *p, int64_t kvh, int64_t k0, int64_t c0,
-                         int64_t nc, struct attn_scratch *sc)
+static void load_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
+                         int64_t k0, int64_t c0, int64_t nc, struct attn_scratch *sc)
 {
-    int64_t hd = p->head_dim, bs = p->block_size;
-    size_t eb = kv_dtype_bytes(p->kv_dtype);
+    int64_t hd = p->head_dim;
+    enum kv_dtype dt = p->kv.dtype;
+    size_t row = (size_t)hd * kv_dtype_bytes(dt);
+    const char *kr = (const char *)kv_row(&p->kv, p->kv.k, table, kvh, k0) + (size_t)c0 * row;
+    const char *vr = (const char *)kv_row(&p->kv, p->kv.v, table, kvh, k0) + (size_t)c0 * row;
     for (int64_t d = 0; d < hd; d++)
         for (int64_t c = 0; c < c0; c++)
             sc->kt[d * ATTN_TILE_K + c] = 0.0f;
-    for (int64_t c = c0; c < nc; c++) {
-        int64_t pos = k0 + c;
-        size_t off = (size_t)(kvh * p->kv_head_stride + (pos % bs) * hd) * eb;
-        row_to_f32(p->kv_dtype, (const char *)p->k_blocks[pos / bs] + off, sc->krow, hd);
-        row_to_f32(p->kv_dtype, (const char *)p->v_blocks[pos / bs] + off, sc->v + c * hd, hd);
+    for (int64_t c = c0; c < nc; c++, kr += row, vr += row) {
+        row_to_f32(dt, kr, sc->krow, hd);
+        row_to_f32(dt, vr, sc->v + c * hd, hd);
         for (int64_t d = 0; d < hd; d++)
             sc->kt[d * ATTN_TILE_K + c] = sc->krow[d];
     }
@@ -280,9 +282,10 @@ static void accumulate_rows(struct attn_scratch *sc, int64_t r, int64_t c0, int6
         }
 }
 
-/* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i. */
-static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64_t nq,
-                     struct attn_scratch *sc)
+/* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
+ * of sequence s. */
+static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
+                     int64_t t0, int64_t nq, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
@@ -291,7 +294,7 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
         int64_t h = kvh * group + g;
         for (int64_t i = 0; i < nq; i++) {
             int64_t r = g * nq + i;
-            const float *q = p->q + (t0 + i) * p->q_tok_stride + h * hd;
+            const float *q = s->q + (t0 + i) * p->q_tok_stride + h * hd;
             for (int64_t d = 0; d < hd; d++) {
                 sc->q[r * hd + d] = q[d] * p->scale;
                 sc->o[r * hd + d] = 0.0f;
@@ -303,12 +306,12 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
 
     /* Keys kbegin .. kend - 1 are visible to at least one query of the
      * tile: the last query sees up to kend - 1, the first from kbegin on. */
-    int64_t kend = p->pos0 + t0 + nq;
-    int64_t kbegin = p->window > 0 ? p->pos0 + t0 - p->window + 1 : 0;
+    int64_t kend = s->pos0 + t0 + nq;
+    int64_t kbegin = p->window > 0 ? s->pos0 + t0 - p->window + 1 : 0;
     kbegin = kbegin > 0 ? kbegin : 0;
     for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
-        load_kv_tile(p, kvh, k0, kbegin > k0 ? kbegin - k0 : 0, nc, sc);
+        load_kv_tile(p, s->table, kvh, k0, kbegin > k0 ? kbegin - k0 : 0, nc, sc);
         scores(sc, rows, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, p->softcap);
@@ -319,10 +322,10 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
         int32_t *lo = sc->lo, *hi = sc->hi;
         for (int64_t r = 0; r < rows; r++) {
             int64_t i = r % nq;
-            int64_t nvis = p->pos0 + t0 + i + 1 - k0;
+            int64_t nvis = s->pos0 + t0 + i + 1 - k0;
             int64_t first = 0;
             if (p->window > 0)
-                first = p->pos0 + t0 + i - p->window + 1 - k0;
+                first = s->pos0 + t0 + i - p->window + 1 - k0;
             first = first > 0 ? first : 0;
             nvis = nvis > nc ? nc : nvis;
             lo[r] = (int32_t)first;
@@ -350,7 +353,7 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
         for (int64_t i = 0; i < nq; i++) {
             int64_t r = g * nq + i;
             float inv = 1.0f / sc->l[r];
-            float *out = p->out + (t0 + i) * p->out_tok_stride + h * hd;
+            float *out = s->out + (t0 + i) * p->out_tok_stride + h * hd;
             for (int64_t d = 0; d < hd; d++)
                 out[d] = sc->o[r * hd + d] * inv;
         }
@@ -359,12 +362,19 @@ static void run_item(const struct attn_params *p, int64_t kvh, int64_t t0, int64
 
 /* ---- the parallel driver ----------------------------------------------------- */
 
+/* Work items are numbered sequence by sequence; first_item[i] is sequence
+ * i's first, first_item[n_seqs] the total. */
 struct attn_job {
     const struct attn_params *p;
     float *scratch;
     int64_t scratch_stride;
-    int64_t n_qtiles;
+    const int64_t *first_item;
 };
+
+static int64_t n_qtiles(const struct attn_seq *s)
+{
+    return (s->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q;
+}
 
 static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
@@ -372,13 +382,18 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
     const struct attn_params *p = job->p;
     struct attn_scratch sc = carve(job->scratch + thread * job->scratch_stride, p->n_head,
                                    p->n_head_kv, p->head_dim);
+    int64_t si = 0;
     for (int64_t item = i0; item < i1; item++) {
+        while (item >= job->first_item[si + 1])
+            si++;
+        const struct attn_seq *s = &p->seqs[si];
+        int64_t local = item - job->first_item[si];
         /* Latest query tiles (the most keys) first, so the tail balances. */
-        int64_t kvh = item % p->n_head_kv;
-        int64_t qt = job->n_qtiles - 1 - item / p->n_head_kv;
+        int64_t kvh = local % p->n_head_kv;
+        int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
-        int64_t nq = p->n_tokens - t0 < ATTN_TILE_Q ? p->n_tokens - t0 : ATTN_TILE_Q;
-        run_item(p, kvh, t0, nq, &sc);
+        int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
+        run_item(p, s, kvh, t0, nq, &sc);
     }
 }
 
@@ -387,8 +402,13 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
 {
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
-    IG_ASSERT(p->pos0 >= 0 && p->n_tokens >= 0 && p->block_size > 0 && p->window >= 0);
-    struct attn_job job = {p, scratch, scratch_stride,
-                           (p->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q};
-    ops_pool_run(pool, job.n_qtiles * p->n_head_kv, 1, attn_task, &job);
+    IG_ASSERT(p->window >= 0);
+    int64_t *first = p->item_offsets;
+    first[0] = 0;
+    for (int64_t i = 0; i < p->n_seqs; i++) {
+        IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
+        first[i + 1] = first[i] + n_qtiles(&p->seqs[i]) * p->n_head_kv;
+    }
+    struct attn_job job = {p, scratch, scratch_stride, first};
+    ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-command set-up on a fresh Debian/Ubuntu machine:
-#   scripts/setup.sh run    install what is missing, build, run ignite on the default model
+#   scripts/setup.sh run    install what is missing, build ignite alone (not the test
+#                           programs), run it on the default model
 #   scripts/setup.sh test   install what is missing, build, run the whole test suite,
 #                           then the same tests in an ASan + UBSan build
 # Installs system packages with apt-get (through sudo when not root), the

@@ -273,7 +273,8 @@ static int encode_pieces(struct tok_vocab *v, const unsigned char *s, const stru
                 cache_clear(c);
                 e = cache_slot(c, p, n, h);
             }
-            cache_put(c, e, p, n, h, out->ids + before, out->n - before);
+            /* no ids at all (every byte lacks a token) leaves out->ids NULL */
+            cache_put(c, e, p, n, h, out->n > before ? out->ids + before : NULL, out->n - before);
         }
     }
     free(w.syms);

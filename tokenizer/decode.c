@@ -99,6 +99,11 @@ static bool strips_prefix(const struct tok_vocab *v, int32_t id)
            v->tokens[id].len >= 3 && !memcmp(v->tokens[id].ptr, "\xE2\x96\x81", 3);
 }
 
+bool tok_first_piece_drops_space(const struct tok_vocab *v, int32_t id)
+{
+    return id >= 0 && id < v->n_tokens && strips_prefix(v, id);
+}
+
 /* Appends token id's piece to *buf (grown as needed), dropping the space
  * prefix when *at_start. */
 static int append_piece(const struct tok_vocab *v, int32_t id, bool special, bool *at_start,

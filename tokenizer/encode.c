@@ -37,8 +37,14 @@ static int encode_plain(struct tok_vocab *v, const char *s, size_t start, size_t
     if (v->model == TOK_MODEL_BPE_UTF8)
         return start == end ? IG_OK : tok_bpe_utf8_encode(v, s + start, end - start, out);
     /* The prefix belongs to the text's start even when a special token is
-     * there: sentencepiece then gives the lone "▁" its own token. */
+     * there: sentencepiece then gives the lone "▁" its own token. HF's
+     * tokenizer.json pipelines prefix non-empty pieces only: the one at the
+     * start or each one, and Metaspace not one that starts with a space
+     * (tokenizer.h, space_prefix_hf). */
     bool prefix = v->add_space_prefix && start == 0;
+    int hf = v->space_prefix_hf;
+    if (v->add_space_prefix && hf)
+        prefix = start < end && (start == 0 || hf >= 2) && (hf == 2 || s[start] != ' ');
     if (start == end && !prefix)
         return IG_OK;
     return tok_spm_encode(v, s + start, end - start, prefix, out);

@@ -2,7 +2,9 @@
  * become U+2581 ("▁"), one is prefixed when the vocabulary asks for it, the
  * text starts as one symbol per UTF-8 character, and the adjacent pair whose
  * concatenation is the highest-scoring token is merged (leftmost first on
- * ties), as sentencepiece's bpe_model does. Symbols that are not tokens at
+ * ties), as sentencepiece's bpe_model does; a vocabulary that came with
+ * merges (tokenizer.json's BPE) merges the pair of lowest merge rank
+ * instead, as HF's BPE model does. Symbols that are not tokens at
  * the end fall back to their bytes' <0xXX> tokens, else to unk. A heap of
  * candidate pairs over a linked list of symbols keeps it O(n log n).
  * Covered by tests/tokenizer/test_spm.py. */
@@ -34,6 +36,14 @@ static void push_pair(struct work *w, int32_t pos)
         return;
     const struct sym *b = &w->syms[a->next];
     IG_ASSERT(a->off + a->len == b->off);
+    if (w->v->merge_slots) {
+        int32_t l = tok_find(w->v, w->text + a->off, a->len);
+        int32_t r = l < 0 ? -1 : tok_find(w->v, w->text + b->off, b->len);
+        const struct tok_merge_slot *m = r < 0 ? NULL : tok_find_merge(w->v, l, r);
+        if (m)
+            tok_merge_push(&w->heap, (struct tok_merge_cand){(double)m->rank, pos, a->len + b->len});
+        return;
+    }
     int32_t id = tok_find(w->v, w->text + a->off, a->len + b->len);
     if (id < 0 || w->v->types[id] == TOK_TYPE_UNUSED)
         return;

@@ -17,7 +17,11 @@
  *
  * The core is built from plain arrays (struct tok_vocab_desc) and knows
  * nothing of files; tok_load_gguf fills those arrays from a GGUF's
- * tokenizer.ggml.* metadata. A struct tok_vocab is not thread-safe: encode
+ * tokenizer.ggml.* metadata, tok_load_hf from a Hugging Face folder's
+ * tokenizer.json (hf_vocab.c), and tok_load_model picks whichever the
+ * loaded model came from. A SentencePiece-style vocabulary given merges
+ * (tokenizer.json's BPE with byte fallback) merges by merge rank, as HF
+ * does, instead of by token score. A struct tok_vocab is not thread-safe: encode
  * keeps a cache of pre-tokens in it, so use one per thread.
  *
  * Invalid UTF-8 in the input never fails: each byte that does not start a
@@ -36,6 +40,8 @@
 #include <stdint.h>
 
 struct gguf_file;
+struct model;
+struct cJSON;
 
 enum tok_model {
     TOK_MODEL_BPE, /* "gpt2": byte-level BPE with merges */
@@ -69,6 +75,9 @@ enum tok_type {
     TOK_TYPE_BYTE = 6,
 };
 
+/* End-of-generation ids beyond EOS/EOT/EOM (generation_config.json lists). */
+#define TOK_MAX_EOG 8
+
 /* A byte string that need not be NUL-terminated. */
 struct tok_str {
     const char *ptr;
@@ -85,10 +94,22 @@ struct tok_vocab_desc {
     const float *scores;           /* n_tokens, or NULL (all 0); used by "llama" */
     const int32_t *types;          /* n_tokens enum tok_type, or NULL (all normal) */
     int64_t n_merges;
-    const struct tok_str *merges;  /* "left right", highest priority first; "gpt2" only */
+    const struct tok_str *merges;  /* "left right", highest priority first */
+    const struct tok_str *merges_right; /* NULL, or the right halves: merges[] then holds
+                                           the left ones (tokenizer.json's pair form) */
     int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id; /* -1 when absent */
+    int32_t eog_ids[TOK_MAX_EOG];  /* more ids that end generation */
+    int n_eog;
     int add_bos, add_eos;          /* 1, 0, or -1 for the model's default */
     int add_space_prefix;          /* 1, 0, or -1 for the default ("llama": 1) */
+    int space_prefix_hf;           /* "llama" with the prefix, where HF's rules apply instead
+                                      of sentencepiece's: 0 no (GGUF); 1 only the piece of
+                                      text that starts the input, unless it starts with a
+                                      space (Metaspace "first"); 2 every piece between special
+                                      tokens (the Prepend normalizer); 3 every piece that does
+                                      not start with a space (Metaspace "always"). An empty
+                                      piece gets none */
+    int ignore_merges;             /* 1, 0, or -1 for the default (llama3 pre-tokenizer) */
 };
 
 /* Sets every id to -1 and every flag to -1 (defaults); zeroes the rest. */
@@ -107,17 +128,44 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out);
  * IG_E_MODEL. */
 int tok_load_gguf(const struct gguf_file *g, struct tok_vocab **out);
 
+/* Reads a Hugging Face folder's tokenizer.json (BPE: byte-level, or
+ * SentencePiece-style with byte fallback), tokenizer_config.json (BOS/EOS
+ * names) and generation_config.json (more EOS ids); the last two are
+ * optional. Same returns as tok_vocab_build, plus IG_E_IO for an unreadable
+ * file; IG_E_MODEL (naming the file) for a missing tokenizer.json, bad JSON,
+ * a model type other than BPE, or a normalizer or pre-tokenizer that none of
+ * the known pipelines matches. */
+int tok_load_hf(const char *dir, struct tok_vocab **out);
+
+/* tok_load_hf on parsed JSON (`name` names tokenizer.json in messages;
+ * cfg and gen may be NULL). No I/O: fuzzed by tests/fuzz/fuzz_hf_json.c. */
+int tok_hf_build(const char *name, const struct cJSON *tok, const struct cJSON *cfg,
+                 const struct cJSON *gen, struct tok_vocab **out);
+
+/* The vocabulary of a loaded model, GGUF or folder. */
+int tok_load_model(const struct model *m, struct tok_vocab **out);
+
+/* The vocabulary at `path` without loading weights: a folder's tokenizer
+ * files, or a GGUF's metadata. */
+int tok_load_path(const char *path, struct tok_vocab **out);
+
 void tok_vocab_free(struct tok_vocab *v);
 
 /* Facts about a built vocabulary. */
 int64_t tok_n_tokens(const struct tok_vocab *v);
 enum tok_model tok_model_of(const struct tok_vocab *v);
+enum tok_pre tok_pre_of(const struct tok_vocab *v);
+/* "gpt2", "llama" or "gemma4", as tokenizer.ggml.model names them. */
+const char *tok_model_name(enum tok_model m);
+/* "gpt2", "smollm", "llama3", "qwen2", "qwen35", "tekken", ...: the
+ * family's tokenizer.ggml.pre name. */
+const char *tok_pre_name(enum tok_pre p);
 int32_t tok_bos(const struct tok_vocab *v); /* -1 when absent */
 int32_t tok_eos(const struct tok_vocab *v);
 int32_t tok_eot(const struct tok_vocab *v);
-/* True for EOS, EOT and EOM, and for the control tokens that end a turn in
- * the chat formats (<end_of_turn>, <|eot_id|>, <|im_end|>, ... found by
- * their text, as llama.cpp does): generation stops there. */
+/* True for EOS, EOT, EOM, the extra EOG ids, and the control tokens that
+ * end a turn in the chat formats (<end_of_turn>, <|eot_id|>, <|im_end|>, ...
+ * found by their text, as llama.cpp does): generation stops there. */
 bool tok_is_eog(const struct tok_vocab *v, int32_t id);
 enum tok_type tok_type_of(const struct tok_vocab *v, int32_t id);
 /* The token's string as stored in the vocabulary (GPT-2 form, U+2581...). */
@@ -183,6 +231,9 @@ struct tok_stream {
 };
 
 void tok_stream_init(struct tok_stream *s, const struct tok_vocab *v, bool special);
+/* True when token id, as the first token a stream (or tok_decode) prints,
+ * loses the leading space of its piece (SentencePiece's space prefix). */
+bool tok_first_piece_drops_space(const struct tok_vocab *v, int32_t id);
 /* Adds one token; *text and *len receive the bytes that are now complete (valid
  * until the next call). Returns IG_OK, IG_E_INPUT (bad id) or IG_E_NOMEM. */
 int tok_stream_push(struct tok_stream *s, int32_t id, const char **text, size_t *len);

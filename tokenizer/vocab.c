@@ -16,7 +16,7 @@ void tok_vocab_desc_init(struct tok_vocab_desc *d)
 {
     memset(d, 0, sizeof *d);
     d->bos_id = d->eos_id = d->eot_id = d->eom_id = d->unk_id = d->pad_id = -1;
-    d->add_bos = d->add_eos = d->add_space_prefix = -1;
+    d->add_bos = d->add_eos = d->add_space_prefix = d->ignore_merges = -1;
 }
 
 /* 64-bit FNV-1a over 8 bytes at a time with a final mix: fast on the short
@@ -135,19 +135,29 @@ static int add_merges(struct tok_vocab *v, const struct tok_vocab_desc *d)
     char tmp[512];
     for (int64_t r = 0; r < d->n_merges; r++) {
         struct tok_str m = d->merges[r];
-        /* "left right": split at the first space after the first byte (a
-         * GPT-2-form token never contains a plain space, nor does a
-         * Gemma 4 one: its spaces are U+2581). */
-        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
-        if (!sp)
-            return ig_error(IG_E_MODEL, "tokenizer: merge %lld ('%.*s') is not 'left right'",
-                            (long long)r, (int)(m.len < 60 ? m.len : 60), m.ptr);
-        size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
-        if (ll + rl > sizeof tmp)
+        const char *lp = m.ptr, *rp;
+        size_t ll, rl;
+        if (d->merges_right) {
+            ll = m.len;
+            rp = d->merges_right[r].ptr;
+            rl = d->merges_right[r].len;
+        } else {
+            /* "left right": split at the first space after the first byte (a
+             * GPT-2-form token never contains a plain space, nor does a
+             * Gemma 4 one: its spaces are U+2581). */
+            const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+            if (!sp)
+                return ig_error(IG_E_MODEL, "tokenizer: merge %lld ('%.*s') is not 'left right'",
+                                (long long)r, (int)(m.len < 60 ? m.len : 60), m.ptr);
+            ll = (size_t)(sp - m.ptr);
+            rp = sp + 1;
+            rl = m.len - ll - 1;
+        }
+        if (ll + rl > sizeof tmp || !ll || !rl)
             continue;
-        int32_t left = tok_find(v, m.ptr, ll), right = tok_find(v, sp + 1, rl);
-        memcpy(tmp, m.ptr, ll);
-        memcpy(tmp + ll, sp + 1, rl);
+        int32_t left = tok_find(v, lp, ll), right = tok_find(v, rp, rl);
+        memcpy(tmp, lp, ll);
+        memcpy(tmp + ll, rp, rl);
         int32_t id = tok_find(v, tmp, ll + rl);
         if (left < 0 || right < 0 || id < 0)
             continue; /* HF refuses such files; we skip the merge */
@@ -229,18 +239,17 @@ static void map_bytes(struct tok_vocab *v)
 /* The tokens that end a turn in the chat formats of the models ignite runs,
  * found by their text as llama.cpp finds them (GGUF has one EOS id, while
  * Gemma's instruct models end a turn with <end_of_turn>, Llama 3's with
- * <|eot_id|>, ChatML's with <|im_end|>). Only control tokens count. */
+ * <|eot_id|>, ChatML's with <|im_end|>). Only control tokens count; they
+ * follow the ids the file listed. */
 static void find_eog(struct tok_vocab *v)
 {
     static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
                                         "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
                                         "<EOT>", "<|end_of_text|>", "<turn|>", "<eos>"};
-    _Static_assert(sizeof names / sizeof names[0] <= sizeof v->eog_ids / sizeof v->eog_ids[0],
-                   "room for every name");
-    v->n_eog = 0;
+    _Static_assert(sizeof names / sizeof names[0] == TOK_EOG_NAMES, "room for every name");
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int32_t id = tok_find(v, names[k], strlen(names[k]));
-        if (id >= 0 && v->types[id] == TOK_TYPE_CONTROL)
+        if (id >= 0 && v->types[id] == TOK_TYPE_CONTROL && !tok_is_eog(v, id))
             v->eog_ids[v->n_eog++] = id;
     }
 }
@@ -332,6 +341,16 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     v->eom_id = d->eom_id;
     v->unk_id = d->unk_id;
     v->pad_id = d->pad_id;
+    if (d->n_eog < 0 || d->n_eog > TOK_MAX_EOG) {
+        rc = ig_error(IG_E_MODEL, "tokenizer: %d end-of-generation ids, at most %d", d->n_eog,
+                      TOK_MAX_EOG);
+        goto fail;
+    }
+    for (int k = 0; k < d->n_eog; k++)
+        if ((rc = check_id("end-of-generation id", d->eog_ids[k], v->n_tokens)))
+            goto fail;
+    memcpy(v->eog_ids, d->eog_ids, sizeof d->eog_ids);
+    v->n_eog = d->n_eog;
     if (v->model == TOK_MODEL_SPM && v->unk_id < 0)
         for (int64_t i = 0; i < v->n_tokens && v->unk_id < 0; i++)
             if (v->types[i] == TOK_TYPE_UNKNOWN)
@@ -346,10 +365,11 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     /* Llama 3's and Mistral's tekken tokenizer.json set ignore_merges;
      * llama.cpp ties it (and BOS) to the pre-tokenizer type, as GGUF has no
      * key for it. */
-    v->ignore_merges = llama3;
+    v->ignore_merges = d->ignore_merges >= 0 ? d->ignore_merges : llama3;
     v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3 || v->model == TOK_MODEL_BPE_UTF8;
     v->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix : spm;
+    v->space_prefix_hf = d->space_prefix_hf;
     if (v->add_bos && v->bos_id < 0)
         v->add_bos = false;
     if (v->add_eos && v->eos_id < 0)
@@ -391,14 +411,34 @@ bool tok_is_eog(const struct tok_vocab *v, int32_t id)
 {
     if (id < 0)
         return false;
-    if (id == v->eos_id || id == v->eot_id || id == v->eom_id)
-        return true;
     for (int k = 0; k < v->n_eog; k++)
         if (id == v->eog_ids[k])
             return true;
-    return false;
+    return id == v->eos_id || id == v->eot_id || id == v->eom_id;
 }
 
+enum tok_pre tok_pre_of(const struct tok_vocab *v) { return v->pre; }
+
+const char *tok_model_name(enum tok_model m)
+{
+    return m == TOK_MODEL_BPE ? "gpt2" : m == TOK_MODEL_BPE_UTF8 ? "gemma4" : "llama";
+}
+
+const char *tok_pre_name(enum tok_pre p)
+{
+    switch (p) {
+    case TOK_PRE_GPT2: return "gpt2";
+    case TOK_PRE_SMOLLM: return "smollm";
+    case TOK_PRE_LLAMA3: return "llama3";
+    case TOK_PRE_QWEN2: return "qwen2";
+    case TOK_PRE_QWEN35: return "qwen35";
+    case TOK_PRE_TEKKEN: return "tekken";
+    case TOK_PRE_DEEPSEEK_LLM: return "deepseek-llm";
+    case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
+    case TOK_PRE_FALCON: return "falcon";
+    }
+    return "?";
+}
 
 enum tok_type tok_type_of(const struct tok_vocab *v, int32_t id)
 {

@@ -5,15 +5,19 @@ its size and parameters, the device, the version and the test's numbers; two
 thread counts and two prompt lengths give one row each; a GGUF model made by
 tests/pylib/ggufgen.py works too; a list longer than 255 characters is read whole; bad options exit 2, a CUDA device that is not
 there exits 7, a context beyond memory exits 5 naming -p, -n and -d, a stdout that cannot
-take the rows exits 3.
+take the rows exits 3 naming why, a closed stdout ends it with 0, Ctrl-C leaves a
+closed json array (exit 130). Rows name the build (its commit checked with git);
+avg_ns and stddev_ns are whole numbers; nothing to run or an empty list item is exit 2.
 No timing asserts."""
 import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import ggufgen
 from igtest import check, summary
@@ -21,11 +25,23 @@ from igtest import check, summary
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = "synthetic:SmolLM2-135M:Q4_1"
 
-FIELDS = ["ignite_version", "cpu_info", "device", "isa", "matmul", "model_filename",
+FIELDS = ["ignite_version", "build_commit", "build_number", "build_compiler", "build_cuda",
+          "cpu_info", "device", "isa", "matmul", "model_filename",
           "model_type", "model_size", "model_n_params", "n_batch", "n_threads", "type_kv",
           "n_prompt", "n_gen", "n_depth", "test", "repetitions", "avg_ns", "stddev_ns", "avg_ts",
           "stddev_ts", "ttft_ms"]
 
+
+
+SRC = os.environ.get("IGNITE_SOURCE_DIR", ".")
+
+
+def git_ok():
+    try:
+        return subprocess.run(["git", "-C", SRC, "rev-parse", "--git-dir"],
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
 
 
 def bench(*args, model=MODEL):
@@ -50,6 +66,21 @@ def check_row(row, what, n_prompt, n_gen, threads=None):
     check(int(float(row.get("n_depth", -1))) == 0, f"{what}: n_depth {row.get('n_depth')}")
     check(row["test"] == test, f"{what}: test {row['test']} != {test}")
     check(float(row["avg_ts"]) > 0 and float(row["avg_ns"]) > 0, f"{what}: speed {row['avg_ts']}")
+    # whole nanoseconds, written out in full as llama-bench does (never 1.81937e+08)
+    for f in ("avg_ns", "stddev_ns"):
+        v = row[f]
+        check(isinstance(v, int) if not isinstance(v, str) else v.isdigit(),
+              f"{what}: {f} is not an integer: {v!r}")
+    check(row["build_cuda"] == "none" or row["build_cuda"][:1].isdigit(),
+          f"{what}: build_cuda {row['build_cuda']!r}")
+    commit = row["build_commit"]
+    if git_ok():
+        r = subprocess.run(["git", "-C", SRC, "cat-file", "-e", f"{commit}^{{commit}}"],
+                           capture_output=True)
+        check(r.returncode == 0, f"{what}: build_commit {commit!r} is not a commit of {SRC}")
+        check(int(float(row["build_number"])) > 0, f"{what}: build_number {row['build_number']}")
+    else:
+        check(commit == "unknown", f"{what}: build_commit {commit!r} outside git")
     if threads is not None:
         check(int(float(row["n_threads"])) == threads, f"{what}: threads {row['n_threads']}")
     ttft = row["ttft_ms"]
@@ -57,6 +88,33 @@ def check_row(row, what, n_prompt, n_gen, threads=None):
         check(ttft not in (None, "") and float(ttft) > 0, f"{what}: ttft {ttft!r}")
     else:
         check(ttft in (None, ""), f"{what}: tg row has a ttft {ttft!r}")
+
+
+def interrupted_json(args, n_rows):
+    """Starts `bench -o json ARGS`, waits for n_rows rows (0: for the warm-up
+    to begin), sends SIGINT and checks that stdout parses as an array of
+    those rows and the status is 130. The second test must outlast the wait:
+    a long prefill on 1 thread."""
+    p = subprocess.Popen([IGNITE, "bench", "-m", MODEL, "-r", "3", "-t", "1", "-o", "json",
+                          *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got = b""
+    while got.count(b"}") < n_rows:  # a row arrives whole, flushed
+        chunk = os.read(p.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        got += chunk
+    if n_rows == 0:
+        time.sleep(2)
+    p.send_signal(signal.SIGINT)
+    rest, err = p.communicate(timeout=120)
+    out = (got + rest).decode()
+    try:
+        arr = json.loads(out)
+    except ValueError:
+        arr = None
+    check(p.returncode == 130, f"Ctrl-C {args}: exit {p.returncode}, want 130: {err!r}")
+    check(isinstance(arr, list) and len(arr) == n_rows,
+          f"Ctrl-C {args}: stdout is not a closed array of {n_rows} rows: {out!r}")
 
 
 def main():
@@ -92,10 +150,12 @@ def main():
         except ValueError:
             check(False, f"jsonl: bad line {l!r}")
 
-    # md: header, separator, one row per test; stdout only (no progress off a TTY)
+    # md: header, separator, one row per test, then the build's line as
+    # llama-bench ends its table; stdout only (no progress off a TTY)
     rc, out, err = bench("-p", "8", "-n", "4", "-t", "1")
     md = out.splitlines()
-    check(rc == 0 and len(md) == 4 and md[0].startswith("| model"), f"md: {out!r} {err}")
+    check(rc == 0 and len(md) == 6 and md[0].startswith("| model") and md[4] == "" and
+          md[5].startswith("build: "), f"md: {out!r} {err}")
     check(any("pp8" in l for l in md) and any("tg4" in l for l in md), f"md rows: {out}")
     check("\r" not in err, f"progress written when stderr is not a TTY: {err!r}")
 
@@ -119,6 +179,32 @@ def main():
     got = [(r.get("test"), r.get("n_depth")) for r in rows]
     check(got == [("pp8", 0), ("tg4", 0), ("pp8 @ d16", 16), ("tg4 @ d16", 16)],
           f"depth rows: {got}")
+
+    # csv numbers keep their precision: the fractions read back the same
+    rc, out, err = bench("-p", "8", "-n", "0", "-t", "1", "-o", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    check(rc == 0 and len(rows) == 1 and "e+" not in out, f"csv precision: {out!r}")
+
+    # nothing to run, or an empty item in a list, is a usage error
+    for args in (["-p", "0", "-n", "0"], ["-p", "64,,8"], ["-n", "8,"], ["-d", ",0"]):
+        rc, out, err = bench(*args)
+        check(rc == 2 and out == "" and err.count("\n") == 1, f"{args}: exit {rc}: {err!r}")
+
+    # a reader that closes stdout ends bench quietly with 0, at once
+    rd, wr = os.pipe()
+    os.close(rd)
+    try:
+        r = subprocess.run([IGNITE, "bench", "-m", MODEL, "-r", "1", "-p", "4", "-n", "0",
+                            "-t", "1", "-o", "jsonl"], stdout=wr, stderr=subprocess.PIPE,
+                           timeout=300)
+    finally:
+        os.close(wr)
+    check(r.returncode == 0 and r.stderr == b"", f"bench | (closed): exit {r.returncode}: "
+          f"{r.stderr!r}")
+
+    # Ctrl-C: the rows so far as a whole json document (the array closed), exit 130
+    interrupted_json(["-p", "4,8192", "-n", "0"], 1)
+    interrupted_json(["-p", "8192", "-n", "0"], 0)
 
     # a list of any length is read whole (a 255-byte copy once cut this to 4,0: pp4 alone)
     rc, out, err = bench("-p", "4," + "0" * 300 + "8", "-n", "0", "-t", "1", "-o", "jsonl")
@@ -166,8 +252,8 @@ def main():
         with open("/dev/full", "wb") as full:
             r = subprocess.run([IGNITE, "bench", "-m", MODEL, "-r", "1", "-p", "4", "-n", "0",
                                 "-t", "1"], stdout=full, stderr=subprocess.PIPE, timeout=300)
-        check(r.returncode == 3 and b"cannot write" in r.stderr,
-              f"bench >/dev/full: exit {r.returncode}: {r.stderr!r}")
+        check(r.returncode == 3 and b"No space left on device" in r.stderr and
+              r.stderr.count(b"\n") == 1, f"bench >/dev/full: exit {r.returncode}: {r.stderr!r}")
 
     return summary("test_bench")
 

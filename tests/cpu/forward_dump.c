@@ -5,18 +5,16 @@
  *   forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] [-c CHUNK]
  *                [--f16] PROMPT_IDS
  *
- * Prefills PROMPT_IDS (comma-separated; in chunks of CHUNK if given), then
- * runs one decode step per id of -d, then N greedy decode steps (each feeds
+ * Runs the CPU backend: prefills PROMPT_IDS (comma-separated; in chunks of
+ * CHUNK if given), then one decode step per id of -d, then N greedy decode steps (each feeds
  * the argmax of the previous logits). OUT receives the float32 logits of the
  * last prefill position and of every decode step, back to back. The greedy
  * tokens go to stdout, one line "greedy: a b c"; timings to stderr. */
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "decode/decode.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
-#include "ops/ops.h"
-#include "prefill/prefill.h"
 #include "tests/cpu/model_path.h"
 
 #include <getopt.h>
@@ -99,19 +97,22 @@ int main(int argc, char **argv)
         chunk = n_prompt;
 
     struct model *m = NULL;
-    struct ops_ctx *ctx = NULL;
-    struct kv_cache *kv = NULL;
+    struct backend *be = NULL;
+    int32_t *table = NULL;
     float *logits = NULL;
     FILE *out = NULL;
     int st = model_load(model_path, &m);
     if (st != IG_OK)
         return st;
     int64_t n_ctx = n_prompt + n_fixed + n_greedy;
-    if ((st = ops_ctx_create(m, n_threads, chunk, &ctx)) != IG_OK ||
-        (st = kv_cache_create(&m->hp, n_ctx, kv_dtype, NULL, &kv)) != IG_OK)
+    struct backend_opts bo = {.device = {.kind = BACKEND_CPU}, .n_threads = n_threads,
+                              .n_ctx = n_ctx, .max_rows = chunk, .n_slots = 1,
+                              .kv_dtype = kv_dtype};
+    if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    if (!logits) {
+    table = malloc((size_t)kv_blocks_for(n_ctx) * sizeof *table);
+    if (!logits || !table) {
         st = ig_error(IG_E_NOMEM, "out of memory");
         goto done;
     }
@@ -120,10 +121,11 @@ int main(int argc, char **argv)
         goto done;
     }
 
+    kv_identity_table(table, kv_blocks_for(n_ctx));
     int64_t t0 = ig_now_ns();
     for (int64_t p = 0; p < n_prompt && st == IG_OK; p += chunk) {
         int64_t n = n_prompt - p < chunk ? n_prompt - p : chunk;
-        st = prefill_forward(ctx, kv, prompt + p, n, p, logits);
+        st = backend_run_seq(be, table, 0, prompt + p, n, p, logits);
     }
     int64_t t1 = ig_now_ns();
     if (st != IG_OK || (st = write_logits(out, logits, m->hp.n_vocab)) != IG_OK)
@@ -132,14 +134,14 @@ int main(int argc, char **argv)
     int64_t pos = n_prompt;
     int64_t t2 = ig_now_ns();
     for (int64_t i = 0; i < n_fixed && st == IG_OK; i++, pos++)
-        if ((st = decode_forward(ctx, kv, fixed[i], pos, logits)) == IG_OK)
+        if ((st = backend_run_seq(be, table, 0, &fixed[i], 1, pos, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     if (n_greedy > 0)
         printf("greedy:");
     for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
         int32_t tok = argmax(logits, m->hp.n_vocab);
         printf(" %ld", (long)tok);
-        if ((st = decode_forward(ctx, kv, tok, pos, logits)) == IG_OK)
+        if ((st = backend_run_seq(be, table, 0, &tok, 1, pos, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     }
     if (n_greedy > 0)
@@ -150,7 +152,7 @@ int main(int argc, char **argv)
 
     int64_t n_dec = n_fixed + n_greedy;
     fprintf(stderr, "forward_dump: %d threads, prefill %lld tokens in %.3f s (%.1f tok/s)",
-            ops_ctx_threads(ctx), (long long)n_prompt, (double)(t1 - t0) * 1e-9,
+            be->threads, (long long)n_prompt, (double)(t1 - t0) * 1e-9,
             (double)n_prompt / ((double)(t1 - t0) * 1e-9));
     if (n_dec > 0)
         fprintf(stderr, ", decode %lld tokens in %.3f s (%.1f tok/s)", (long long)n_dec,
@@ -161,8 +163,8 @@ done:
     if (out && fclose(out) != 0 && st == IG_OK)
         st = ig_error(IG_E_IO, "cannot write %s", out_path);
     free(logits);
-    kv_cache_free(kv);
-    ops_ctx_free(ctx);
+    free(table);
+    backend_free(be);
     model_free(m);
     return st;
 }

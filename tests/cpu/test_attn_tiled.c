@@ -1,13 +1,17 @@
-/* tests/cpu/test_attn_tiled.c: the tiled prefill attention against a plain
- * fp64 softmax(Q K^T / sqrt(d)) V with a causal mask, on seeded random inputs
- * over ragged shapes: query counts around the tile sizes (1, 2, 63, 64, 65,
+/* tests/cpu/test_attn_tiled.c: the tiled attention against a plain fp64
+ * softmax(Q K^T / sqrt(d)) V with a causal mask, on seeded random inputs over
+ * ragged shapes: query counts around the tile sizes (1, 2, 63, 64, 65,
  * 1000), GQA ratios 1, 3 and 4, an empty and a non-empty cache (pos0 > 0),
  * f32 and f16 caches, and a head_dim that is not a multiple of the column
- * block; sliding windows shorter and longer than a key tile, crossing tiles
- * and chunk edges (the keys behind every query's window are NaN, so a kernel
- * that reads them fails), and soft-capped scores. The bound is flash-attention's rule: at most twice the error of a
- * naive f32 implementation against fp64 (plus a floor of 1e-6 relative).
- * Guard bands around the output catch writes out of bounds. */
+ * block, K/V read through a block table of scattered blocks; sliding windows
+ * shorter and longer than a key tile, crossing tiles and sequence edges (the
+ * keys behind every query's window are NaN, and the table entries of the
+ * blocks wholly behind it point at a block of NaN, so a kernel that reads
+ * them fails), and soft-capped scores. The bound is flash-attention's rule:
+ * at most twice the error of a naive f32 implementation against fp64 (plus a
+ * floor of 1e-6 relative). Guard bands around the output catch writes out of
+ * bounds. Several sequences in one call give each exactly (bit for bit) its
+ * result alone. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -32,16 +36,25 @@ struct shape {
     float softcap;  /* 0: none */
 };
 
-/* K or V element as the kernel sees it (f16-rounded for an f16 cache). */
-static double cache_value(const void *base, enum kv_dtype dt, int64_t i)
+/* One sequence's cache: n_ctx positions in scattered blocks of a store. */
+struct cache {
+    struct kv_store *st;
+    struct kv_layout L;
+    int32_t *table;
+};
+
+/* K or V element d of position j, KV head h, as the kernel sees it
+ * (f16-rounded for an f16 cache). */
+static double cache_value(const struct cache *c, void *base, int64_t h, int64_t j, int64_t d)
 {
-    return dt == KV_F32 ? ((const float *)base)[i] : ig_f16_to_f32(((const ig_f16 *)base)[i]);
+    const void *row = kv_row(&c->L, base, c->table, h, j);
+    return c->L.dtype == KV_F32 ? ((const float *)row)[d] : ig_f16_to_f32(((const ig_f16 *)row)[d]);
 }
 
 /* References in one pass: ref = the exact result in double, naive = what a
  * straightforward f32 kernel computes (the yardstick of the error bound). */
-static void reference(const struct shape *s, const float *q, const void *k, const void *v,
-                      int64_t n_ctx, double *ref, float *naive)
+static void reference(const struct shape *s, const float *q, const struct cache *c, double *ref,
+                      float *naive)
 {
     int64_t n_head = s->n_head_kv * s->group, hd = s->head_dim;
     int64_t n_keys_max = s->pos0 + s->n;
@@ -51,7 +64,7 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
         int64_t nk = s->pos0 + t + 1;
         int64_t j0 = s->window && nk > s->window ? nk - s->window : 0;
         for (int64_t h = 0; h < n_head; h++) {
-            int64_t base = (h / s->group) * n_ctx * hd;
+            int64_t kvh = h / s->group;
             const float *qv = q + (t * n_head + h) * hd;
             double mx = -INFINITY;
             float mxf = -INFINITY;
@@ -59,7 +72,7 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
                 double dot = 0;
                 float dotf = 0;
                 for (int64_t d = 0; d < hd; d++) {
-                    double kv = cache_value(k, s->dtype, base + j * hd + d);
+                    double kv = cache_value(c, c->L.k, kvh, j, d);
                     dot += (double)qv[d] * kv;
                     dotf += qv[d] * (float)kv;
                 }
@@ -84,7 +97,7 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
                 double acc = 0;
                 float accf = 0;
                 for (int64_t j = j0; j < nk; j++) {
-                    double vv = cache_value(v, s->dtype, base + j * hd + d);
+                    double vv = cache_value(c, c->L.v, kvh, j, d);
                     acc += p[j] * vv;
                     accf += pf[j] * (float)vv;
                 }
@@ -95,6 +108,49 @@ static void reference(const struct shape *s, const float *q, const void *k, cons
     }
     free(pf);
     free(p);
+}
+
+/* A cache of n_ctx random positions whose blocks lie in reverse order (and
+ * one spare, block 0) in the store. With a window, the positions behind the
+ * first query's window are NaN, and the blocks wholly behind it are
+ * replaced in the table by block 0, all NaN: no query may read them. */
+static struct cache make_cache(const struct shape *s, int64_t n_ctx)
+{
+    struct cache c;
+    int64_t nb = kv_blocks_for(n_ctx);
+    struct kv_shape sh = {.dtype = s->dtype, .n_layer = 1, .n_head_kv = s->n_head_kv,
+                          .head_dim = s->head_dim};
+    CHECK(kv_store_create(&sh, nb + 1, NULL, &c.st) == IG_OK);
+    c.L = kv_store_layout(c.st, 0);
+    c.table = malloc((size_t)nb * sizeof *c.table);
+    for (int64_t b = 0; b < nb; b++)
+        c.table[b] = (int32_t)(nb - b);
+    int64_t kv_dim = s->n_head_kv * s->head_dim;
+    float *k = malloc((size_t)kv_dim * sizeof *k), *v = malloc((size_t)kv_dim * sizeof *v);
+    for (int64_t p = 0; p < n_ctx; p++) {
+        for (int64_t i = 0; i < kv_dim; i++)
+            k[i] = 2.0f * test_rand_f(&rng_state), v[i] = test_rand_f(&rng_state);
+        kv_write_rows(&c.L, c.table, s->n_head_kv, p, 1, k, v);
+    }
+    int64_t hidden = s->window && s->pos0 + 1 > s->window ? s->pos0 + 1 - s->window : 0;
+    for (int64_t i = 0; i < kv_dim; i++)
+        k[i] = v[i] = NAN;
+    int32_t spare[1] = {0};
+    for (int64_t p = 0; p < KV_BLOCK; p++)
+        kv_write_rows(&c.L, spare, s->n_head_kv, p, 1, k, v);
+    for (int64_t p = 0; p < hidden; p++)
+        kv_write_rows(&c.L, c.table, s->n_head_kv, p, 1, k, v);
+    for (int64_t b = 0; (b + 1) * KV_BLOCK <= hidden; b++)
+        c.table[b] = 0;
+    free(k);
+    free(v);
+    return c;
+}
+
+static void free_cache(struct cache *c)
+{
+    kv_store_free(c->st);
+    free(c->table);
 }
 
 static double max_abs_diff(const double *ref, const float *x, int64_t n, double *ref_max)
@@ -108,16 +164,17 @@ static double max_abs_diff(const double *ref, const float *x, int64_t n, double 
     return e;
 }
 
+/* The kernel on one sequence, then its rows as two sequences of one call. */
 static void run_shape(struct ops_pool *pool, const struct shape *s)
 {
     int64_t n_head = s->n_head_kv * s->group, hd = s->head_dim;
-    int64_t n_ctx = s->pos0 + s->n + 3; /* slack: the kernel must not read it */
-    int64_t q_elems = s->n * n_head * hd, kv_elems = s->n_head_kv * n_ctx * hd;
-    size_t eb = kv_dtype_bytes(s->dtype);
+    int64_t n_ctx = s->pos0 + s->n;
+    int64_t q_elems = s->n * n_head * hd;
 
+    struct cache c = make_cache(s, n_ctx);
     float *q = malloc((size_t)q_elems * sizeof *q);
-    void *k = malloc((size_t)kv_elems * eb), *v = malloc((size_t)kv_elems * eb);
     float *out = malloc((size_t)(q_elems + 2 * GUARD) * sizeof *out);
+    float *out2 = malloc((size_t)(q_elems + 2 * GUARD) * sizeof *out2);
     double *ref = malloc((size_t)q_elems * sizeof *ref);
     float *naive_f = malloc((size_t)q_elems * sizeof *naive_f);
     int threads = ops_pool_threads(pool);
@@ -127,46 +184,28 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     /* Scores of a few units make the softmax neither flat nor one-hot. */
     for (int64_t i = 0; i < q_elems; i++)
         q[i] = 2.0f * test_rand_f(&rng_state);
-    for (int64_t i = 0; i < kv_elems; i++) {
-        float kx = 2.0f * test_rand_f(&rng_state), vx = test_rand_f(&rng_state);
-        if (s->dtype == KV_F32) {
-            ((float *)k)[i] = kx;
-            ((float *)v)[i] = vx;
-        } else {
-            ((ig_f16 *)k)[i] = ig_f32_to_f16(kx);
-            ((ig_f16 *)v)[i] = ig_f32_to_f16(vx);
-        }
-    }
-    /* Keys behind the first query's window: no query may read them. */
-    int64_t hidden = s->window && s->pos0 + 1 > s->window ? s->pos0 + 1 - s->window : 0;
-    for (int64_t h = 0; h < s->n_head_kv; h++)
-        for (int64_t i = h * n_ctx * hd; i < (h * n_ctx + hidden) * hd; i++) {
-            if (s->dtype == KV_F32) {
-                ((float *)k)[i] = ((float *)v)[i] = NAN;
-            } else {
-                ((ig_f16 *)k)[i] = ((ig_f16 *)v)[i] = ig_f32_to_f16(NAN);
-            }
-        }
     for (int64_t i = 0; i < q_elems + 2 * GUARD; i++)
-        out[i] = SENTINEL;
+        out[i] = out2[i] = SENTINEL;
 
+    struct attn_seq seq = {.q = q, .out = out + GUARD, .table = c.table, .n_tokens = s->n,
+                           .pos0 = s->pos0};
+    int64_t items[3];
     struct attn_params p = {
-        .q = q, .q_tok_stride = n_head * hd, .k_blocks = &k, .v_blocks = &v,
-        .block_size = n_ctx, .kv_dtype = s->dtype, .kv_head_stride = n_ctx * hd, .out = out + GUARD, .out_tok_stride = n_head * hd,
-        .n_tokens = s->n, .pos0 = s->pos0, .n_head = n_head, .n_head_kv = s->n_head_kv,
-        .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)), .window = s->window,
-        .softcap = s->softcap,
+        .kv = c.L, .seqs = &seq, .n_seqs = 1, .item_offsets = items,
+        .q_tok_stride = n_head * hd, .out_tok_stride = n_head * hd, .n_head = n_head,
+        .n_head_kv = s->n_head_kv, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
+        .window = s->window, .softcap = s->softcap,
     };
     attn_tiled_run(&p, pool, scratch, stride);
 
-    reference(s, q, k, v, n_ctx, ref, naive_f);
+    reference(s, q, &c, ref, naive_f);
 
     double ref_max, naive_max;
     double err = max_abs_diff(ref, out + GUARD, q_elems, &ref_max) / ref_max;
     double naive_err = max_abs_diff(ref, naive_f, q_elems, &naive_max) / ref_max;
     double bound = 2.0 * naive_err + 1e-6;
-    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld %s window %lld "
-           "softcap %g: relative error %.3e > %.3e (naive f32 %.3e)", (long long)s->n,
+    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld %s window=%lld "
+           "softcap=%g: relative error %.3e > %.3e (naive f32 %.3e)", (long long)s->n,
            (long long)s->pos0, (long long)s->n_head_kv, (long long)s->group, (long long)hd,
            s->dtype == KV_F32 ? "f32" : "f16", (long long)s->window, (double)s->softcap, err,
            bound, naive_err);
@@ -185,13 +224,31 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
         guard_ok &= out[i] == SENTINEL && out[GUARD + q_elems + i] == SENTINEL;
     CHECKF(guard_ok, "n=%lld: write outside the output", (long long)s->n);
 
+    /* The same rows split into two sequences over the same cache, in one call:
+     * the first half's queries as a sequence of its own, then the rest. Each
+     * row must come out bit for bit as in the single call. */
+    if (s->n >= 2) {
+        int64_t h1 = s->n / 2;
+        struct attn_seq two[2] = {
+            {.q = q, .out = out2 + GUARD, .table = c.table, .n_tokens = h1, .pos0 = s->pos0},
+            {.q = q + h1 * n_head * hd, .out = out2 + GUARD + h1 * n_head * hd,
+             .table = c.table, .n_tokens = s->n - h1, .pos0 = s->pos0 + h1},
+        };
+        p.seqs = two;
+        p.n_seqs = 2;
+        attn_tiled_run(&p, pool, scratch, stride);
+        CHECKF(!memcmp(out, out2, (size_t)(q_elems + 2 * GUARD) * sizeof *out),
+               "n=%lld: rows split over two sequences of one call differ from one sequence",
+               (long long)s->n);
+    }
+
     free(scratch);
     free(naive_f);
     free(ref);
+    free(out2);
     free(out);
-    free(v);
-    free(k);
     free(q);
+    free_cache(&c);
 }
 
 int main(void)

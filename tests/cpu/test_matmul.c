@@ -6,12 +6,15 @@
  * (ops_matmul_rows) and on the pool (which must agree bit for bit, as every
  * output is computed by one thread in a fixed order). Bound per output: 1e-5
  * of sum_c |w x| (so cancellation cannot hide an error). Guard bands catch
- * writes out of bounds. */
+ * writes out of bounds. On the exact path and on the default int8 path, a
+ * token's outputs do not depend on how many tokens share the call (bit for
+ * bit): what lets a request give the same logits in any batch. */
 #include "core/half.h"
 #include "core/status.h"
 #include "models/model.h"
 #include "models/quant.h"
 #include "ops/ops.h"
+#include "ops/qmatmul.h"
 #include "tests/cpu/random_weight.h"
 #include "tests/test.h"
 
@@ -114,6 +117,41 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
     free((void *)w.data);
 }
 
+/* Each token of a call of nt tokens against the same token alone, on the
+ * exact path or on the int8 path, where the weight is packed as a model's
+ * are (ops_ctx_pack_weight: the GEMV and the 8-token GEMM then read the same
+ * copy and sum alike). */
+static void check_token_invariance(const struct type_case *tc, bool exact)
+{
+    static const int64_t counts[] = {2, 5, 8, 9, 130};
+    const int64_t max_t = 130, cols = tc->cols;
+    struct model m = fake_model(1536);
+    struct ops_ctx *ctx;
+    CHECK(ops_ctx_create(&m, 2, max_t, &ctx) == IG_OK);
+    ops_ctx_set_exact(ctx, exact);
+    struct model_weight w = random_weight(tc, ROWS, &rng_state);
+    CHECK(exact || ops_ctx_pack_weight(ctx, &w) == IG_OK);
+    float *x = malloc((size_t)(max_t * cols) * sizeof *x);
+    float *alone = malloc((size_t)(max_t * ROWS) * sizeof *alone);
+    float *y = malloc((size_t)(max_t * ROWS) * sizeof *y);
+    for (int64_t i = 0; i < max_t * cols; i++)
+        x[i] = test_rand_f(&rng_state);
+    for (int64_t t = 0; t < max_t; t++)
+        ops_matmul(ctx, &w, x + t * cols, 1, alone + t * ROWS);
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        int64_t nt = counts[k];
+        ops_matmul(ctx, &w, x, nt, y);
+        CHECKF(!memcmp(y, alone, (size_t)(nt * ROWS) * sizeof *y), "%s path, %s: a token among "
+               "%lld differs from the same token alone", exact ? "exact" : "int8",
+               quant_type_name(tc->type), (long long)nt);
+    }
+    free(y);
+    free(alone);
+    free(x);
+    free((void *)w.data);
+    ops_ctx_free(ctx);
+}
+
 int main(void)
 {
     struct model m = fake_model(1536);
@@ -123,5 +161,8 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], ctx);
     ops_ctx_free(ctx);
+    for (int exact = 0; exact < 2; exact++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_token_invariance(&cases[i], exact);
     return test_summary("test_matmul");
 }

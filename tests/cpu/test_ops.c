@@ -47,7 +47,10 @@ static void test_rope(enum rope_style style)
     float x[5 * 3 * 64], y[5 * 3 * 64];
     for (int64_t i = 0; i < n * n_heads * hd; i++)
         x[i] = y[i] = frand();
-    ops_rope_prepare(ctx, pos0, n);
+    int64_t pos[16];
+    for (int64_t t = 0; t < n; t++)
+        pos[t] = pos0 + t;
+    ops_rope_prepare(ctx, pos, n);
     ops_rope_apply(ctx, y, n, n_heads, MODEL_ROPE_GLOBAL);
 
     double worst = 0;

@@ -1,112 +1,158 @@
-/* tests/cpu/test_prefill_decode.c: the batched prefill against one-token
- * decode steps on the real model. Both fill the cache the same way but share
- * no attention code, so the logits of the last position must agree to
- * <= 1e-5 relative (max|a - b| / max|b|) with an f32 cache: prefill of the
- * first n tokens vs n decode steps, for several n, and prefill in chunks vs
- * in one block; the same with an f16 cache within 1e-3 and the same top-1. Also checks the errors: a token id outside the vocabulary
- * and a block past the context. Exits 77 when the model is absent. */
+/* tests/cpu/test_prefill_decode.c: a row's logits do not depend on the step
+ * it runs in, on the real model and the CPU backend, bit for bit:
+ *   - a prompt as one block, in chunks (7, 64), and as one-row steps (what
+ *     decode does) give the same logits at every position checked;
+ *   - three sequences whose rows share steps in a ragged interleaving
+ *     (prompt chunks beside decode rows, blocks of the pool in any order)
+ *     give each the logits it gets alone;
+ * with an f32 and an f16 cache, on the exact f32 path and on the default
+ * int8 path. That is what makes `ignite batch` give every request the
+ * tokens `ignite run` gives it alone. Also checks the errors: a token id
+ * outside the vocabulary. Exits 77 when the model is absent. */
+#include "backend/backend.h"
 #include "core/status.h"
-#include "decode/decode.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
-#include "ops/ops.h"
-#include "prefill/prefill.h"
 #include "tests/cpu/model_path.h"
 #include "tests/test.h"
 
-#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Sanitizer builds run the kernels unvectorized and checked, ~30x slower:
- * there a shorter prompt (still across query tiles) and the f32 cache only. */
+ * there a shorter prompt (still across query tiles and a block edge). */
 #if defined(__SANITIZE_ADDRESS__)
-#define N_PROMPT 18
-#define CHECK_F16 0
-#else
 #define N_PROMPT 70
-#define CHECK_F16 1
+#define N_SEQ_TOKENS 40
+#else
+#define N_PROMPT 140
+#define N_SEQ_TOKENS 90
 #endif
-/* An f16 cache rounds K and V; the two paths' f32 values differ in the last
- * bits, so a few elements round to neighbouring f16 values (5e-4 apart). */
-#define BOUND_F32 1e-5
-#define BOUND_F16 1e-3
+#define N_SLOTS 3
 
-/* Prefills prompt[0..n) in chunks of `chunk` into a fresh cache. */
-static int prefill_chunks(struct ops_ctx *ctx, const struct model *m, enum kv_dtype dt,
-                          const int32_t *prompt, int64_t n, int64_t chunk, float *logits)
+struct fixture {
+    const struct model *m;
+    struct backend *be;
+    int64_t nv;
+    int32_t table[N_SLOTS][8]; /* each slot's blocks, scattered over the pool */
+};
+
+static int make_backend(struct fixture *f, enum kv_dtype dt, bool exact, int64_t max_rows)
 {
-    struct kv_cache *kv;
-    int st = kv_cache_create(&m->hp, N_PROMPT, dt, NULL, &kv);
-    for (int64_t p = 0; p < n && st == IG_OK; p += chunk)
-        st = prefill_forward(ctx, kv, prompt + p, n - p < chunk ? n - p : chunk, p, logits);
-    if (st == IG_OK)
-        CHECK(kv->n_pos == n);
-    kv_cache_free(kv);
-    return st;
+    backend_free(f->be);
+    struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2,
+                             .n_ctx = 8 * KV_BLOCK, .max_rows = max_rows, .n_slots = N_SLOTS,
+                             .kv_dtype = dt, .exact = exact};
+    return backend_create(f->m, &o, &f->be);
 }
 
-static void check_dtype(struct ops_ctx *ctx, const struct model *m, enum kv_dtype dt,
-                        const int32_t *prompt)
+/* Logits after prompt[0..n) for slot 0, fed in chunks of `chunk` rows. */
+static void run_chunks(struct fixture *f, const int32_t *prompt, int64_t n, int64_t chunk,
+                       float *logits)
 {
-    int64_t nv = m->hp.n_vocab;
-    const char *dname = dt == KV_F32 ? "f32" : "f16";
-    double bound = dt == KV_F32 ? BOUND_F32 : BOUND_F16;
-    float *dec = malloc((size_t)(N_PROMPT * nv) * sizeof *dec); /* decode logits per step */
-    float *pre = malloc((size_t)nv * sizeof *pre);
-    float *whole = malloc((size_t)nv * sizeof *whole);
+    for (int64_t p = 0; p < n; p += chunk)
+        CHECK(backend_run_seq(f->be, f->table[0], 0, prompt + p, n - p < chunk ? n - p : chunk,
+                              p, logits) == IG_OK);
+}
 
-    struct kv_cache *kv;
-    CHECK(kv_cache_create(&m->hp, N_PROMPT, dt, NULL, &kv) == IG_OK);
+static bool same(const float *a, const float *b, int64_t n)
+{
+    return !memcmp(a, b, (size_t)n * sizeof *a);
+}
+
+/* One prompt: one block, chunks, one-row steps. */
+static void check_chunking(struct fixture *f, const int32_t *prompt, const char *what)
+{
+    int64_t nv = f->nv;
+    float *steps = malloc((size_t)(N_PROMPT * nv) * sizeof *steps);
+    float *got = malloc((size_t)nv * sizeof *got);
     for (int64_t i = 0; i < N_PROMPT; i++)
-        CHECK(decode_forward(ctx, kv, prompt[i], i, dec + i * nv) == IG_OK);
-    CHECK(kv->n_pos == N_PROMPT);
-    kv_cache_free(kv);
-
-    /* Lengths around the query tile (16) and the key tile (64); the last is
-     * the whole prompt, kept in `whole` for the chunked runs below. */
-    static const int64_t lens_f32[] = {1, 17, 64, 65, N_PROMPT}, lens_f16[] = {17, N_PROMPT};
-    const int64_t *lens = dt == KV_F32 ? lens_f32 : lens_f16;
-    size_t n_lens = dt == KV_F32 ? sizeof lens_f32 / sizeof lens_f32[0] : 2;
-    for (size_t j = 0; j < n_lens; j++) {
+        CHECK(backend_run_seq(f->be, f->table[0], 0, prompt + i, 1, i, steps + i * nv) == IG_OK);
+    /* Lengths around the query tile (16) and the key tile / block (64). */
+    static const int64_t lens[] = {1, 17, 64, 65, N_PROMPT};
+    for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
         int64_t n = lens[j];
-        if (n > N_PROMPT || (n == N_PROMPT && j + 1 < n_lens))
-            continue;
-        float *dst = n == N_PROMPT ? whole : pre;
-        CHECK(prefill_chunks(ctx, m, dt, prompt, n, n, dst) == IG_OK);
-        double e = test_rel_err(dst, dec + (n - 1) * nv, nv);
-        CHECKF(e <= bound, "%s cache: prefill of %lld tokens vs %lld decode steps: "
-               "relative error %.3e", dname, (long long)n, (long long)n, e);
-        CHECKF(test_argmax(dst, nv) == test_argmax(dec + (n - 1) * nv, nv), "%s cache, n=%lld: top-1 "
-               "%lld vs %lld", dname, (long long)n, (long long)test_argmax(dst, nv),
-               (long long)test_argmax(dec + (n - 1) * nv, nv));
-        fprintf(stderr, "%s cache, n=%lld: prefill vs decode %.2e\n", dname, (long long)n, e);
+        run_chunks(f, prompt, n, n, got);
+        CHECKF(same(got, steps + (n - 1) * nv, nv), "%s: one block of %lld tokens vs %lld "
+               "one-row steps differ (relative %.3e)", what, (long long)n, (long long)n,
+               test_rel_err(got, steps + (n - 1) * nv, nv));
     }
-
     static const int64_t chunks[] = {7, 64};
-    for (size_t j = 0; j < (dt == KV_F32 ? 2u : 1u) && chunks[j] < N_PROMPT; j++) {
-        CHECK(prefill_chunks(ctx, m, dt, prompt, N_PROMPT, chunks[j], pre) == IG_OK);
-        double e = test_rel_err(pre, whole, nv);
-        CHECKF(e <= bound, "%s cache: prefill in chunks of %lld vs one block: %.3e", dname,
-               (long long)chunks[j], e);
+    for (size_t j = 0; j < 2; j++) {
+        run_chunks(f, prompt, N_PROMPT, chunks[j], got);
+        CHECKF(same(got, steps + (N_PROMPT - 1) * nv, nv), "%s: chunks of %lld differ from "
+               "one-row steps (relative %.3e)", what, (long long)chunks[j],
+               test_rel_err(got, steps + (N_PROMPT - 1) * nv, nv));
     }
-    free(whole);
-    free(pre);
-    free(dec);
+    free(got);
+    free(steps);
 }
 
-static void check_errors(struct ops_ctx *ctx, const struct model *m)
+/* Three sequences, each alone and then interleaved in shared steps. */
+static void check_interleaved(struct fixture *f, int32_t prompts[N_SLOTS][N_SEQ_TOKENS],
+                              const char *what)
 {
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    struct kv_cache *kv;
-    CHECK(kv_cache_create(&m->hp, 4, KV_F32, NULL, &kv) == IG_OK);
-    int32_t bad[2] = {5, (int32_t)m->hp.n_vocab};
-    fprintf(stderr, "(two error lines expected)\n");
-    CHECK(prefill_forward(ctx, kv, bad, 2, 0, logits) == IG_E_INPUT);
-    int32_t ok[5] = {1, 2, 3, 4, 5};
-    CHECK(prefill_forward(ctx, kv, ok, 5, 0, logits) == IG_E_INPUT); /* past n_ctx */
-    CHECK(prefill_forward(ctx, kv, ok, 4, 0, logits) == IG_OK);
-    CHECK(kv->n_pos == 4);
-    kv_cache_free(kv);
+    int64_t nv = f->nv;
+    float *alone = malloc((size_t)(N_SLOTS * N_SEQ_TOKENS * nv) * sizeof *alone);
+    float *logits = malloc((size_t)(N_SLOTS * 64 * nv) * sizeof *logits);
+    for (int s = 0; s < N_SLOTS; s++)
+        for (int64_t i = 0; i < N_SEQ_TOKENS; i++) /* one-row steps: every position's logits */
+            CHECK(backend_run_seq(f->be, f->table[s], s, prompts[s] + i, 1, i,
+                                  alone + (s * N_SEQ_TOKENS + i) * nv) == IG_OK);
+
+    /* Each step, sequence s takes a ragged number of rows (a prompt chunk or
+     * a lone row) until it has all its tokens; every row wants logits. */
+    int64_t done[N_SLOTS] = {0}, step = 0;
+    int mismatches = 0;
+    for (;;) {
+        int32_t tokens[64];
+        bool want[64];
+        struct backend_seq seqs[N_SLOTS];
+        int64_t rows = 0, n_seqs = 0;
+        for (int s = 0; s < N_SLOTS; s++) {
+            int64_t k = (step * 5 + s * 3) % 11 + (s == 1 ? 0 : 1); /* 0..11 rows */
+            if (k > N_SEQ_TOKENS - done[s])
+                k = N_SEQ_TOKENS - done[s];
+            if (!k)
+                continue;
+            seqs[n_seqs++] = (struct backend_seq){.table = f->table[s], .slot = s, .row0 = rows,
+                                                  .n_rows = k, .pos0 = done[s]};
+            for (int64_t i = 0; i < k; i++) {
+                tokens[rows + i] = prompts[s][done[s] + i];
+                want[rows + i] = true;
+            }
+            rows += k;
+        }
+        if (!n_seqs)
+            break;
+        struct backend_batch b = {.tokens = tokens, .want_logits = want, .n_rows = rows,
+                                  .seqs = seqs, .n_seqs = n_seqs, .logits = logits};
+        CHECK(backend_step(f->be, &b) == IG_OK);
+        for (int64_t i = 0; i < n_seqs; i++) {
+            int s = seqs[i].slot;
+            for (int64_t r = 0; r < seqs[i].n_rows; r++) {
+                const float *a = logits + (seqs[i].row0 + r) * nv;
+                const float *e = alone + (s * N_SEQ_TOKENS + seqs[i].pos0 + r) * nv;
+                if (!same(a, e, nv) && mismatches++ < 5)
+                    CHECKF(0, "%s: step %lld, sequence %d, position %lld: the logits differ "
+                           "from its run alone (relative %.3e)", what, (long long)step, s,
+                           (long long)(seqs[i].pos0 + r), test_rel_err(a, e, nv));
+            }
+            done[s] += seqs[i].n_rows;
+        }
+        step++;
+    }
+    CHECKF(mismatches == 0, "%s: %d rows differ in all", what, mismatches);
+    free(logits);
+    free(alone);
+}
+
+static void check_errors(struct fixture *f)
+{
+    float *logits = malloc((size_t)f->nv * sizeof *logits);
+    int32_t bad[2] = {5, (int32_t)f->nv};
+    fprintf(stderr, "(an error line expected)\n");
+    CHECK(backend_run_seq(f->be, f->table[0], 0, bad, 2, 0, logits) == IG_E_INPUT);
     free(logits);
 }
 
@@ -118,22 +164,38 @@ int main(void)
     struct model *m;
     if (model_load(path, &m) != IG_OK)
         return 1;
-    struct ops_ctx *ctx;
-    if (ops_ctx_create(m, 2, N_PROMPT, &ctx) != IG_OK)
-        return 1;
+    struct fixture f = {.m = m, .nv = m->hp.n_vocab};
+    /* Blocks of the three slots interleaved and out of order in the pool. */
+    for (int s = 0; s < N_SLOTS; s++)
+        for (int b = 0; b < 8; b++)
+            f.table[s][b] = (int32_t)((7 - b) * N_SLOTS + (s + b) % N_SLOTS);
 
-    int32_t prompt[N_PROMPT];
+    int32_t prompt[N_PROMPT], prompts[N_SLOTS][N_SEQ_TOKENS];
     uint32_t x = 12345;
     for (int i = 0; i < N_PROMPT; i++) {
         x = x * 1664525u + 1013904223u;
         prompt[i] = (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
     }
-    check_dtype(ctx, m, KV_F32, prompt);
-    if (CHECK_F16)
-        check_dtype(ctx, m, KV_F16, prompt);
-    check_errors(ctx, m);
+    for (int s = 0; s < N_SLOTS; s++)
+        for (int i = 0; i < N_SEQ_TOKENS; i++) {
+            x = x * 1664525u + 1013904223u;
+            prompts[s][i] = (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
+        }
 
-    ops_ctx_free(ctx);
+    static const struct {
+        enum kv_dtype dt;
+        bool exact;
+        const char *name;
+    } modes[] = {{KV_F32, true, "exact, f32 cache"}, {KV_F32, false, "int8, f32 cache"},
+                 {KV_F16, false, "int8, f16 cache"}, {KV_F16, true, "exact, f16 cache"}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        CHECK(make_backend(&f, modes[i].dt, modes[i].exact, N_PROMPT) == IG_OK);
+        check_chunking(&f, prompt, modes[i].name);
+        check_interleaved(&f, prompts, modes[i].name);
+    }
+    check_errors(&f);
+
+    backend_free(f.be);
     model_free(m);
     return test_summary("test_prefill_decode");
 }

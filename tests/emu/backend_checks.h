@@ -2,8 +2,11 @@
  * by tests/emu/test_backend_emu.c (emulated, the real model) and
  * tests/gpu/test_backend_gpu.c (a GPU, synthetic models): greedy steps fed
  * with the CPU's choice must pick the same token with logits within f16
- * tolerance; the downloaded cache matches the CPU's; an uploaded cache
- * continues exactly. IG_DEV picks the emulated or the CUDA entry points. */
+ * tolerance (top-1 compared only where the CPU's margin exceeds the error,
+ * for random weights); two sequences in one step do the same; the exported
+ * cache matches the CPU's; an imported cache continues exactly. Both sides
+ * are a struct backend: the CUDA one built by IG_DEV(gpu_backend_create),
+ * the emulated or the real entry. */
 #ifndef IGNITE_TESTS_EMU_BACKEND_CHECKS_H
 #define IGNITE_TESTS_EMU_BACKEND_CHECKS_H
 
@@ -26,29 +29,47 @@
 #define N_CTX 256
 
 struct pair {
-    struct backend *cpu;
-    struct gpu_backend *dev;
+    struct backend *cpu, *dev;
+    int32_t table[2][N_CTX / KV_BLOCK]; /* the two slots' blocks, the same on both */
     float *lc, *le;
     int64_t n_vocab;
     bool allow_ties; /* random weights: a top-1 within the error of the runner-up is a tie */
 };
 
-static void compare(const struct pair *p, const char *what)
+/* Both backends over the same options but the device; slot 1's blocks after
+ * slot 0's, in reverse. */
+static void pair_init(struct pair *p, const struct backend_opts *cpu)
 {
-    double e = test_rel_err(p->le, p->lc, p->n_vocab);
-    int64_t ac = test_argmax(p->lc, p->n_vocab), ae = test_argmax(p->le, p->n_vocab);
+    for (int b = 0; b < N_CTX / KV_BLOCK; b++) {
+        p->table[0][b] = b;
+        p->table[1][b] = 2 * (N_CTX / KV_BLOCK) - 1 - b;
+    }
+    p->lc = malloc((size_t)(2 * p->n_vocab) * sizeof *p->lc);
+    p->le = malloc((size_t)(2 * p->n_vocab) * sizeof *p->le);
+    (void)cpu;
+}
+
+static void compare_rows(const float *le, const float *lc, const struct pair *p, const char *what)
+{
+    double e = test_rel_err(le, lc, p->n_vocab);
+    int64_t ac = test_argmax(lc, p->n_vocab), ae = test_argmax(le, p->n_vocab);
     CHECKF(e <= LOGIT_TOL, "%s: logits relative error %.3e > %.1e", what, e, LOGIT_TOL);
     double max_diff = 0;
     for (int64_t i = 0; i < p->n_vocab; i++)
-        max_diff = fmax(max_diff, fabs((double)p->le[i] - p->lc[i]));
-    bool tie = p->allow_ties && p->lc[ae] >= p->lc[ac] - 2 * max_diff;
+        max_diff = fmax(max_diff, fabs((double)le[i] - lc[i]));
+    bool tie = p->allow_ties && lc[ae] >= lc[ac] - 2 * max_diff;
     CHECKF(ac == ae || tie, "%s: top-1 %lld (CUDA backend) vs %lld (CPU)", what, (long long)ae,
            (long long)ac);
     fprintf(stderr, "%s: rel err %.2e, top-1 %lld\n", what, e, (long long)ac);
 }
 
-/* Prefills ids in chunks of `chunk` on both, then N_STEPS greedy steps fed
- * with the CPU's choice (so both see the same tokens). */
+static void compare(const struct pair *p, const char *what)
+{
+    compare_rows(p->le, p->lc, p, what);
+}
+
+/* Prefills ids in chunks of `chunk` into slot 0 of both, then N_STEPS greedy
+ * steps fed with the CPU's choice (so both see the same tokens). */
 static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk,
                        const char *name)
 {
@@ -56,9 +77,9 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
     for (int64_t i = 0; i < n; i += chunk) {
         int64_t len = n - i < chunk ? n - i : chunk;
         int64_t t0 = ig_now_ns();
-        CHECK(backend_prefill(p->cpu, ids + i, len, i, p->lc) == IG_OK);
+        CHECK(backend_run_seq(p->cpu, p->table[0], 0, ids + i, len, i, p->lc) == IG_OK);
         int64_t t1 = ig_now_ns();
-        CHECK(IG_DEV(gpu_prefill)(p->dev, ids + i, len, i, p->le) == IG_OK);
+        CHECK(backend_run_seq(p->dev, p->table[0], 0, ids + i, len, i, p->le) == IG_OK);
         fprintf(stderr, "prefill %lld: cpu %.0f ms, dev %.0f ms\n", (long long)len,
                 (double)(t1 - t0) / 1e6, (double)(ig_now_ns() - t1) / 1e6);
     }
@@ -68,9 +89,9 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
         int32_t tok = (int32_t)test_argmax(p->lc, p->n_vocab);
         int64_t pos = n + s;
         int64_t t0 = ig_now_ns();
-        CHECK(backend_decode(p->cpu, tok, pos, p->lc) == IG_OK);
+        CHECK(backend_run_seq(p->cpu, p->table[0], 0, &tok, 1, pos, p->lc) == IG_OK);
         int64_t t1 = ig_now_ns();
-        CHECK(IG_DEV(gpu_decode)(p->dev, tok, pos, p->le) == IG_OK);
+        CHECK(backend_run_seq(p->dev, p->table[0], 0, &tok, 1, pos, p->le) == IG_OK);
         fprintf(stderr, "decode: cpu %.0f ms, dev %.0f ms\n", (double)(t1 - t0) / 1e6,
                 (double)(ig_now_ns() - t1) / 1e6);
         snprintf(what, sizeof what, "%s decode step %d", name, s + 1);
@@ -78,63 +99,100 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
     }
 }
 
-/* The device cache, downloaded, against the CPU's f32 cache. */
-static void compare_caches(struct pair *p, const struct model *m)
+/* Two sequences in every step: slot 1 prefills `ids` in chunks while slot 0
+ * (holding n0 positions after run_prompt) decodes; then both decode
+ * together. Each row's logits against the CPU's. */
+static void run_two(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk, int64_t n0)
 {
-    const struct kv_cache *ref;
-    struct kv_cache *dl = NULL;
-    CHECK(backend_kv_export(p->cpu, &ref) == IG_OK);
-    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, NULL, &dl) == IG_OK);
-    if (!dl)
-        return;
-    CHECK(IG_DEV(gpu_kv_download)(p->dev, dl) == IG_OK);
-    CHECK(dl->n_pos == ref->n_pos);
+    int64_t done = 0, pos0 = n0;
+    int32_t tok0 = (int32_t)test_argmax(p->lc, p->n_vocab), tok1 = 0;
+    char what[96];
+    for (int step = 0; step < 6 && pos0 < N_CTX; step++) {
+        int32_t tokens[N_CTX];
+        struct backend_seq seqs[2];
+        int64_t k = done < n ? (n - done < chunk ? n - done : chunk) : 1;
+        tokens[0] = tok0;
+        if (done < n)
+            memcpy(tokens + 1, ids + done, (size_t)k * sizeof *tokens);
+        else
+            tokens[1] = tok1;
+        seqs[0] = (struct backend_seq){.table = p->table[0], .slot = 0, .row0 = 0, .n_rows = 1,
+                                       .pos0 = pos0};
+        seqs[1] = (struct backend_seq){.table = p->table[1], .slot = 1, .row0 = 1, .n_rows = k,
+                                       .pos0 = done};
+        struct backend_batch b = {.tokens = tokens, .n_rows = 1 + k, .seqs = seqs, .n_seqs = 2};
+        b.logits = p->lc;
+        CHECK(backend_step(p->cpu, &b) == IG_OK);
+        b.logits = p->le;
+        CHECK(backend_step(p->dev, &b) == IG_OK);
+        snprintf(what, sizeof what, "two sequences, step %d: decoding one", step);
+        compare_rows(p->le, p->lc, p, what);
+        snprintf(what, sizeof what, "two sequences, step %d: %s", step,
+                 done < n ? "prefilling the other" : "decoding the other");
+        compare_rows(p->le + p->n_vocab, p->lc + p->n_vocab, p, what);
+        tok0 = (int32_t)test_argmax(p->lc, p->n_vocab);
+        tok1 = (int32_t)test_argmax(p->lc + p->n_vocab, p->n_vocab);
+        pos0++;
+        done += k;
+    }
+}
+
+/* Slot 0's cache exported from the device against the CPU's f32 cache. */
+static void compare_caches(struct pair *p, const struct model *m, int64_t n_pos)
+{
+    struct backend_seq s = {.table = p->table[0], .slot = 0};
+    const struct kv_store *ref, *dl;
+    const int32_t *tr, *td;
+    CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td) == IG_OK);
     double max_err = 0, max_ref = 0;
-    float a[128], b[128];
-    for (int64_t l = 0; l < ref->n_layer; l++)
-        for (int64_t h = 0; h < ref->n_head_kv; h++)
-            for (int64_t pos = 0; pos < ref->n_pos; pos++) {
-                kv_row_to_f32(ref->dtype, kv_cache_rows(ref, kv_cache_k_table(ref, l), h, pos),
-                              ref->head_dim, a);
-                kv_row_to_f32(dl->dtype, kv_cache_rows(dl, kv_cache_k_table(dl, l), h, pos),
-                              dl->head_dim, b);
-                for (int64_t d = 0; d < ref->head_dim; d++) {
+    float a[256], b[256];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        struct kv_layout lr = kv_store_layout(ref, l), ld = kv_store_layout(dl, l);
+        for (int64_t h = 0; h < m->hp.n_head_kv; h++)
+            for (int64_t pos = 0; pos < n_pos; pos++) {
+                kv_row_to_f32(lr.dtype, kv_row(&lr, lr.k, tr, h, pos), m->hp.head_dim, a);
+                kv_row_to_f32(ld.dtype, kv_row(&ld, ld.k, td, h, pos), m->hp.head_dim, b);
+                for (int64_t d = 0; d < m->hp.head_dim; d++) {
                     max_err = fmax(max_err, fabs((double)a[d] - b[d]));
                     max_ref = fmax(max_ref, fabs((double)a[d]));
                 }
             }
-    CHECKF(max_err <= LOGIT_TOL * max_ref, "downloaded K cache: max error %.3e of %.3e", max_err,
+    }
+    CHECKF(max_err <= LOGIT_TOL * max_ref, "exported K cache: max error %.3e of %.3e", max_err,
            max_ref);
     fprintf(stderr, "K cache: max error %.2e of max |K| %.2e\n", max_err, max_ref);
-    kv_cache_free(dl);
 }
 
-/* A fresh emulated backend given the downloaded cache continues exactly as
- * the original does. */
-static void check_upload(struct pair *p, const struct model *m, const struct backend_opts *o)
+/* A fresh device backend given slot 0's exported cache (in slot 1)
+ * continues exactly as the original does. */
+static void check_upload(struct pair *p, const struct model *m, const struct backend_opts *o,
+                         int64_t n_pos)
 {
-    struct kv_cache *dl = NULL;
-    struct gpu_backend *fresh = NULL;
-    CHECK(kv_cache_create(&m->hp, N_CTX, KV_F16, NULL, &dl) == IG_OK);
-    CHECK(IG_DEV(gpu_kv_download)(p->dev, dl) == IG_OK);
+    struct backend *fresh = NULL;
+    struct backend_seq s0 = {.table = p->table[0], .slot = 0};
+    struct backend_seq s1 = {.table = p->table[1], .slot = 1};
+    const struct kv_store *dl;
+    const int32_t *td;
+    struct kv_store *copy = NULL;
+    struct kv_shape sh = kv_shape_of(&m->hp, KV_F16);
     CHECK(IG_DEV(gpu_backend_create)(m, o, &fresh) == IG_OK);
-    if (!dl || !fresh)
+    CHECK(backend_kv_export(p->dev, &s0, n_pos, &dl, &td) == IG_OK);
+    CHECK(kv_store_create(&sh, kv_blocks_for(n_pos), NULL, &copy) == IG_OK);
+    if (!fresh || !copy)
         goto done;
-    CHECK(IG_DEV(gpu_kv_upload)(fresh, dl) == IG_OK);
-    CHECK(IG_DEV(gpu_n_pos)(fresh) == IG_DEV(gpu_n_pos)(p->dev));
-    int64_t pos = IG_DEV(gpu_n_pos)(p->dev);
-    float *lf = malloc((size_t)p->n_vocab * sizeof *lf);
-    CHECK(lf != NULL);
-    if (lf) {
-        CHECK(IG_DEV(gpu_decode)(p->dev, 42, pos, p->le) == IG_OK);
-        CHECK(IG_DEV(gpu_decode)(fresh, 42, pos, lf) == IG_OK);
-        CHECKF(memcmp(lf, p->le, (size_t)p->n_vocab * sizeof *lf) == 0,
-               "uploaded cache: logits differ (rel err %.3e)", test_rel_err(lf, p->le, p->n_vocab));
-    }
-    free(lf);
+    int32_t ident[N_CTX / KV_BLOCK];
+    kv_identity_table(ident, kv_blocks_for(n_pos));
+    kv_copy_rows(copy, ident, dl, td, n_pos);
+    CHECK(backend_kv_import(fresh, &s1, copy, n_pos) == IG_OK);
+    int32_t tok = 42;
+    CHECK(backend_run_seq(p->dev, p->table[0], 0, &tok, 1, n_pos, p->le) == IG_OK);
+    CHECK(backend_run_seq(fresh, p->table[1], 1, &tok, 1, n_pos, p->lc) == IG_OK);
+    CHECKF(memcmp(p->lc, p->le, (size_t)p->n_vocab * sizeof *p->lc) == 0,
+           "imported cache: logits differ (rel err %.3e)", test_rel_err(p->lc, p->le, p->n_vocab));
 done:
-    IG_DEV(gpu_backend_free)(fresh);
-    kv_cache_free(dl);
+    kv_store_free(copy);
+    backend_free(fresh);
 }
 
 #endif

@@ -3,9 +3,9 @@
  * sources) against the CPU backend (exact f32 matmuls) on the real test
  * model: every greedy step of two prompts (one longer than an attention
  * tile, prefilled in two chunks) must pick the CPU's token, with logits
- * within f16 tolerance; the cache downloaded from the device matches the
- * CPU cache; a cache uploaded into a fresh backend continues with the same
- * logits. Exits 77 without the model. */
+ * within f16 tolerance, and so must two sequences sharing steps; the cache
+ * exported from the device matches the CPU cache; a cache imported into a
+ * fresh backend continues with the same logits. Exits 77 without the model. */
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/cpu/model_path.h"
@@ -18,15 +18,15 @@
 static void check_too_big(void)
 {
     struct model *big = NULL;
-    struct gpu_backend *g = NULL;
+    struct backend *g = NULL;
     CHECK(model_synthetic_spec_shapes("synthetic:Llama-3-8B", &big) == IG_OK);
     struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = (int64_t)1 << 24,
-                             .max_batch = 512};
+                             .max_rows = 512, .n_slots = 1, .n_blocks = ((int64_t)1 << 24) / KV_BLOCK};
     if (big) {
         fprintf(stderr, "(an out-of-memory line is expected next)\n");
         CHECK(gpu_backend_create_emu(big, &o, &g) == IG_E_NOMEM && g == NULL);
     }
-    gpu_backend_free_emu(g);
+    backend_free(g);
     model_free(big);
 }
 
@@ -37,16 +37,16 @@ static void check_refused_archs(void)
     static const char *const specs[] = {"synthetic:Gemma-3-1B", "synthetic:Qwen3-8B"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         struct model *mm = NULL;
-        struct gpu_backend *g = NULL;
+        struct backend *g = NULL;
         CHECK(model_synthetic_spec_shapes(specs[i], &mm) == IG_OK);
         struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64,
-                                 .max_batch = 16};
+                                 .max_rows = 16, .n_slots = 1, .n_blocks = 1};
         if (mm) {
             fprintf(stderr, "(a refusal naming %s is expected next)\n", mm->hp.arch);
             CHECKF(gpu_backend_create_emu(mm, &o, &g) == IG_E_MODEL && g == NULL, "%s",
                    specs[i]);
         }
-        gpu_backend_free_emu(g);
+        backend_free(g);
         model_free(mm);
     }
 }
@@ -58,17 +58,17 @@ int main(void)
         return TEST_SKIP;
     struct model *m = NULL;
     struct tok_vocab *vocab = NULL;
-    if (model_load(path, &m) != IG_OK || tok_load_gguf(m->gguf, &vocab) != IG_OK)
+    if (model_load(path, &m) != IG_OK || tok_load_model(m, &vocab) != IG_OK)
         return 1;
 
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
-                             .max_batch = 128, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab};
-    p.lc = malloc((size_t)p.n_vocab * sizeof *p.lc);
-    p.le = malloc((size_t)p.n_vocab * sizeof *p.le);
+    pair_init(&p, &o);
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     struct backend_opts oe = o;
     oe.device.kind = BACKEND_CUDA;
+    oe.n_blocks = 2 * (N_CTX / KV_BLOCK);
     CHECK(gpu_backend_create_emu(m, &oe, &p.dev) == IG_OK);
     if (!p.cpu || !p.dev || !p.lc || !p.le)
         return test_summary("test_backend_emu");
@@ -82,23 +82,26 @@ int main(void)
         "set it on the kitchen table, and sat looking at it for a long time while the "
         "fire burned low and the wind rattled the shutters. At last he",
     };
+    int64_t n_pos = 0;
+    struct tok_ids ids[2] = {{0}};
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
-        struct tok_ids ids = {0};
-        CHECK(tok_encode(vocab, prompts[i], strlen(prompts[i]), TOK_ENC_ADD_BOS, &ids) == IG_OK);
+        CHECK(tok_encode(vocab, prompts[i], strlen(prompts[i]), TOK_ENC_ADD_BOS, &ids[i]) == IG_OK);
         /* The long prompt crosses a 64-key tile and goes in two chunks. */
-        int64_t chunk = ids.n > 64 ? ids.n - 7 : ids.n;
-        backend_truncate(p.cpu, 0);
-        gpu_truncate_emu(p.dev, 0);
-        run_prompt(&p, ids.ids, ids.n, chunk, i ? "long" : "short");
-        tok_ids_free(&ids);
+        int64_t chunk = ids[i].n > 64 ? ids[i].n - 7 : ids[i].n;
+        run_prompt(&p, ids[i].ids, ids[i].n, chunk, i ? "long" : "short");
+        n_pos = ids[i].n + N_STEPS;
     }
-    compare_caches(&p, m);
+    compare_caches(&p, m, n_pos);
+    check_upload(&p, m, &oe, n_pos);
+    /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
+    run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
     check_refused_archs();
-    check_upload(&p, m, &oe);
+    for (int i = 0; i < 2; i++)
+        tok_ids_free(&ids[i]);
 
     backend_free(p.cpu);
-    gpu_backend_free_emu(p.dev);
+    backend_free(p.dev);
     free(p.lc);
     free(p.le);
     tok_vocab_free(vocab);

@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""tests/fuzz/make_corpus.py: writes the GGUF fuzzing seed corpus into
-tests/fuzz/corpus/ (committed; rerun after changing tests/pylib/ggufgen.py).
-Small valid files that between them use every metadata value type, arrays
-of every element type, GGUF v2 and v3, several alignments, both supported
-architectures and a tensor of every ggml type ignite dequantizes."""
+"""tests/fuzz/make_corpus.py: writes the fuzzing seed corpora (committed;
+rerun after changing tests/pylib/ggufgen.py, hfgen.py or the texts below):
+  corpus/       GGUF: small valid files that between them use every metadata
+                value type, arrays of every element type, GGUF v2 and v3,
+                several alignments, both supported architectures and a tensor
+                of every ggml type ignite dequantizes;
+  corpus_st/    safetensors: every dtype, scalars and empty tensors, metadata,
+                header padding, a tiny model's weights;
+  corpus_json/  the JSON files of Hugging Face folders: config.json of each
+                architecture, generation_config.json, tokenizer_config.json,
+                the index, and tokenizer.json of each pre-tokenizer family;
+  corpus-tok/   texts for fuzz_tokenizer.c, each behind the byte that picks
+                the vocabulary (0-3 byte-level BPE with the gpt2, smollm,
+                llama3, qwen2 pre-tokenizers, 4 SentencePiece-style) and, with
+                0x80 set, parsing of control-token text."""
+import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+import hfgen  # noqa: E402
 from ggufgen import (ARR, BOOL, F32, F64, I8, I16, I32, I64, STR, U8, U16, U32, U64,  # noqa: E402
                      Gguf, tiny_llama)
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus")
 # ggml id -> (block elems, block bytes) for every type quant.c dequantizes
 TYPES = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22),
          7: (32, 24), 8: (32, 34), 10: (256, 84), 11: (256, 110), 12: (256, 144),
@@ -46,7 +59,44 @@ def all_types():
     return g
 
 
+OUT_TOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus-tok")
+# name -> (selector byte, text)
+TEXTS = {
+    "english": (0, "The quick brown fox jumps over the lazy dog. It's 2024, isn't it?\n"),
+    "code": (1, "def f(x):\n    return {'a': x ** 2 + 3.14159}  # 12345678\n\tif a==b: pass\n"),
+    "numbers": (2, "1 12 123 1234 12345 3.14 -7 1e10 2024-01-01 0x1F 1,000,000"),
+    "contractions": (3, "I'm sure you'll see: DON'T, we'd, they've, HE'LL 's 't 're"),
+    "scripts": (0, "日本語のテキスト, café, naïve, Привет мир, مرحبا, हिन्दी, 👍🏽👨‍👩‍👧 e\u0301"),
+    "whitespace": (3, "  \t\n\n   x  \r\n\u00a0\u3000y \n\n\n z   "),
+    "chatml": (0x80, "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"),
+    "chatml_plain": (1, "<|im_start|>user\nnot parsed<|im_end|><|endoftext|>"),
+    "user_defined": (2, "call <tool> then <tool><tool> and <too"),
+    "spm_english": (4, "The theory and the thing in an ending: café 123"),
+    "spm_spaces": (4, "  leading  and trailing spaces  "),
+    "spm_scripts": (4, "日本 と é and 👍 \u2581 kept"),
+    "spm_special": (0x84, "<s>hello</s> world"),
+    "empty": (0, ""),
+}
+RAW = {  # bytes that are not UTF-8
+    "invalid_utf8": bytes([2]) + b"ok \xc0\xaf \xed\xa0\x80 \xff\xfe \xe2\x82 end\x80",
+    "nul_bytes": bytes([0]) + b"a\x00b\x00\x00c",
+    "spm_invalid": bytes([4]) + b"\xf5\x80 x \xc3",
+}
+
+
+def write_tok_corpus():
+    os.makedirs(OUT_TOK, exist_ok=True)
+    for name, (sel, text) in TEXTS.items():
+        with open(os.path.join(OUT_TOK, name + ".txt"), "wb") as f:
+            f.write(bytes([sel]) + text.encode("utf-8"))
+    for name, b in RAW.items():
+        with open(os.path.join(OUT_TOK, name + ".bin"), "wb") as f:
+            f.write(b)
+    print(f"corpus-tok: {len(TEXTS) + len(RAW)} files")
+
+
 def main():
+    write_tok_corpus()
     os.makedirs(OUT, exist_ok=True)
     v2 = tiny_llama()
     v2.version = 2
@@ -66,5 +116,59 @@ def main():
         print(f"{name}: {len(b)} bytes")
 
 
+def safetensors_corpus():
+    out = os.path.join(HERE, "corpus_st")
+    os.makedirs(out, exist_ok=True)
+    raw = hfgen.raw_safetensors
+    dtypes = [("BOOL", 1), ("U8", 1), ("I8", 1), ("F8_E5M2", 1), ("F8_E4M3", 1), ("I16", 2),
+              ("U16", 2), ("F16", 2), ("BF16", 2), ("I32", 4), ("U32", 4), ("F32", 4),
+              ("F64", 8), ("I64", 8), ("U64", 8)]
+    header, off = {"__metadata__": {"format": "pt", "note": "all dtypes"}}, 0
+    for i, (dt, size) in enumerate(dtypes):
+        shape = [[], [0], [3], [2, 3], [1, 2, 2]][i % 5]
+        n = int(np.prod(shape)) if shape else 1
+        header[f"t.{dt.lower()}"] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n * size]}
+        off += n * size
+    files = {"all_dtypes.safetensors": raw(header, bytes(range(256)) * (off // 256) + bytes(off % 256))}
+    padded = json.dumps({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
+    padded += b" " * (-len(padded) % 8)
+    files["padded.safetensors"] = raw(padded, np.arange(4, dtype=np.float32).tobytes())
+    files["empty.safetensors"] = raw(b"{}      ")
+    t = hfgen.tiny_tensors(hfgen.tiny_config(n_vocab=8, hidden_size=8, intermediate_size=8,
+                                             num_attention_heads=2, num_key_value_heads=1,
+                                             num_hidden_layers=1))
+    path = os.path.join(out, "tiny_model.safetensors")
+    hfgen.save_safetensors(t, path, "BF16")
+    for name, b in files.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(b)
+    print(f"corpus_st: {len(files) + 1} files")
+
+
+def json_corpus():
+    out = os.path.join(HERE, "corpus_json")
+    os.makedirs(out, exist_ok=True)
+    files = {}
+    for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"):
+        files[f"config_{arch}.json"] = hfgen.tiny_config(arch, head_dim=16, rope_scaling=None)
+    files["generation_config.json"] = {"do_sample": True, "temperature": 0.6, "top_p": 0.9,
+                                       "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.05,
+                                       "bos_token_id": 1, "eos_token_id": [2, 3]}
+    files["tokenizer_config.json"] = {"bos_token": {"content": "<|im_start|>"},
+                                      "eos_token": "<|im_end|>",
+                                      "chat_template": [{"name": "default",
+                                                         "template": hfgen.TINY_TEMPLATE}]}
+    files["index.json"] = {"metadata": {"total_size": 16},
+                           "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    for name, j in files.items():
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(j, f)
+    for pre in ("smollm", "gpt2", "llama3", "qwen2"):
+        hfgen.tiny_tokenizer(pre).save(os.path.join(out, f"tokenizer_{pre}.json"), pretty=False)
+    print(f"corpus_json: {len(files) + 4} files")
+
+
 if __name__ == "__main__":
     main()
+    safetensors_corpus()
+    json_corpus()

@@ -16,12 +16,12 @@ static void check_model(const char *spec)
         return;
     fprintf(stderr, "== %s\n", spec);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 0, .n_ctx = N_CTX,
-                             .max_batch = 128, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab, .allow_ties = true};
-    p.lc = malloc((size_t)p.n_vocab * sizeof *p.lc);
-    p.le = malloc((size_t)p.n_vocab * sizeof *p.le);
+    pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_cuda(m, &og, &p.dev) == IG_OK);
     int32_t ids[150];
@@ -30,14 +30,13 @@ static void check_model(const char *spec)
         ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
     if (p.cpu && p.dev && p.lc && p.le) {
         run_prompt(&p, ids, 5, 5, "short");
-        backend_truncate(p.cpu, 0);
-        gpu_truncate_cuda(p.dev, 0);
         run_prompt(&p, ids, 150, 100, "long, 2 chunks");
-        compare_caches(&p, m);
-        check_upload(&p, m, &og);
+        compare_caches(&p, m, 150 + N_STEPS);
+        check_upload(&p, m, &og, 150 + N_STEPS);
+        run_two(&p, ids, 40, 16, 150 + N_STEPS);
     }
     backend_free(p.cpu);
-    gpu_backend_free_cuda(p.dev);
+    backend_free(p.dev);
     free(p.lc);
     free(p.le);
     model_free(m);
@@ -54,14 +53,16 @@ int main(void)
 
     /* Weights made on the device: finite logits. */
     struct model *m = NULL;
-    struct gpu_backend *g = NULL;
+    struct backend *g = NULL;
     CHECK(model_synthetic_spec_shapes("synthetic:Llama-3.2-1B", &m) == IG_OK);
-    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_batch = 32};
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 32,
+                             .n_slots = 1, .n_blocks = 1};
+    int32_t table[1] = {0};
     if (m && gpu_backend_create_cuda(m, &o, &g) == IG_OK) {
         float *l = malloc((size_t)m->hp.n_vocab * sizeof *l);
-        int32_t ids[32] = {1, 2, 3};
-        CHECK(l && gpu_prefill_cuda(g, ids, 32, 0, l) == IG_OK);
-        CHECK(gpu_decode_cuda(g, 5, 32, l) == IG_OK);
+        int32_t ids[32] = {1, 2, 3}, five = 5;
+        CHECK(l && backend_run_seq(g, table, 0, ids, 32, 0, l) == IG_OK);
+        CHECK(backend_run_seq(g, table, 0, &five, 1, 32, l) == IG_OK);
         int finite = 1;
         for (int64_t i = 0; l && i < m->hp.n_vocab; i++)
             finite &= isfinite(l[i]);
@@ -70,7 +71,7 @@ int main(void)
     } else {
         CHECK(!"device-made weights: backend creation failed");
     }
-    gpu_backend_free_cuda(g);
+    backend_free(g);
     model_free(m);
     return test_summary("test_backend_gpu");
 }

@@ -1,12 +1,14 @@
-/* tests/kvcache/test_kvcache.c: the paged cache and the file format without a
- * model: CRC-32C and SHA-256 against published vectors; growth a block at a
- * time with rows across block edges read back; the up-front refusal of a
- * context that cannot fit; tiled attention through a block table of
- * scattered blocks equal (bit for bit) to the same keys in one contiguous
- * block; a saved cache read back exactly (also with n_pos on a block edge),
- * and every refused file: bad magic, another version, another model, a bad
- * token id, a flipped byte (checksum), truncation at many lengths, and
- * bytes after the checksum. */
+/* tests/kvcache/test_kvcache.c: the KV pool and the file format without a
+ * model: CRC-32C and SHA-256 against published vectors; the bytes formula;
+ * rows across a block edge through a table of scattered blocks read back;
+ * the up-front refusal of a pool that cannot fit; the block allocator
+ * (reservation, growth, release, least-recently-freed reuse, prefix sharing
+ * with reference counts, a block handed out anew invalidating what hung off
+ * it); tiled attention through a table of scattered blocks equal (bit for
+ * bit) to the same rows in blocks in order; a saved cache read back exactly
+ * (also with n_pos on a block edge), and every refused file: bad magic,
+ * another version, another model, a bad token id, a flipped byte
+ * (checksum), truncation at many lengths, and bytes after the checksum. */
 #include "core/checksum.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -65,79 +67,217 @@ static void check_digests(void)
     }
 }
 
-/* Fills positions [0, n) of every layer with random K and V (f32 rows). */
-static void fill(struct kv_cache *kv, int64_t n)
+/* A store of n_blocks blocks of small_hp's shape. */
+static struct kv_store *make_store(enum kv_dtype dt, int64_t n_blocks)
 {
-    int64_t kv_dim = kv->n_head_kv * kv->head_dim;
+    struct model_hparams hp = small_hp();
+    struct kv_shape sh = kv_shape_of(&hp, dt);
+    struct kv_store *st = NULL;
+    CHECK(kv_store_create(&sh, n_blocks, NULL, &st) == IG_OK);
+    return st;
+}
+
+/* Fills positions [0, n) of every layer through `table` with random K, V. */
+static void fill(struct kv_store *st, const int32_t *table, int64_t n)
+{
+    int64_t kv_dim = st->shape.n_head_kv * st->shape.head_dim;
     float *k = malloc((size_t)(n * kv_dim) * sizeof *k), *v = malloc((size_t)(n * kv_dim) * sizeof *v);
-    for (int64_t l = 0; l < kv->n_layer; l++) {
+    for (int64_t l = 0; l < st->shape.n_layer; l++) {
         for (int64_t i = 0; i < n * kv_dim; i++)
             k[i] = frand(), v[i] = frand();
-        kv_cache_write(kv, l, 0, n, k, v);
+        struct kv_layout L = kv_store_layout(st, l);
+        kv_write_rows(&L, table, st->shape.n_head_kv, 0, n, k, v);
     }
-    kv->n_pos = n;
     free(k);
     free(v);
 }
 
-static void check_growth(void)
+/* True when positions [0, n) of every layer are the same bytes in both. */
+static int same_rows(const struct kv_store *a, const int32_t *ta, const struct kv_store *b,
+                     const int32_t *tb, int64_t n)
+{
+    size_t row = (size_t)a->shape.head_dim * kv_dtype_bytes(a->shape.dtype);
+    for (int64_t l = 0; l < a->shape.n_layer; l++) {
+        struct kv_layout la = kv_store_layout(a, l), lb = kv_store_layout(b, l);
+        for (int64_t h = 0; h < a->shape.n_head_kv; h++)
+            for (int64_t p = 0; p < n; p++)
+                if (memcmp(kv_row(&la, la.k, ta, h, p), kv_row(&lb, lb.k, tb, h, p), row) ||
+                    memcmp(kv_row(&la, la.v, ta, h, p), kv_row(&lb, lb.v, tb, h, p), row))
+                    return 0;
+    }
+    return 1;
+}
+
+static void check_store(void)
 {
     struct model_hparams hp = small_hp();
-    struct kv_cache *kv;
-    CHECK(kv_cache_create(&hp, 600, KV_F32, NULL, &kv) == IG_OK);
+    struct kv_shape sh = kv_shape_of(&hp, KV_F32);
     size_t per_block = (size_t)(2 * hp.n_layer * hp.n_head_kv * KV_BLOCK * hp.head_dim) * 4;
-    CHECK(kv->max_blocks == 3 && kv->n_blocks == 0 && kv_cache_bytes(kv) == 0);
-    CHECK(kv_cache_bytes_for(&hp, 600, KV_F32) == 3.0 * (double)per_block);
-    CHECK(kv_cache_reserve(kv, 1) == IG_OK && kv_cache_bytes(kv) == per_block);
-    CHECK(kv_cache_reserve(kv, KV_BLOCK) == IG_OK && kv->n_blocks == 1);
-    CHECK(kv_cache_reserve(kv, KV_BLOCK + 1) == IG_OK && kv_cache_bytes(kv) == 2 * per_block);
+    CHECK(kv_block_bytes(&sh) == per_block);
+    CHECK(kv_bytes_for_blocks(&sh, 3) == 3.0 * (double)per_block);
+    CHECK(kv_blocks_for(1) == 1 && kv_blocks_for(KV_BLOCK) == 1 && kv_blocks_for(KV_BLOCK + 1) == 2);
 
-    /* rows straddling the block edge, written in one call, read back */
+    /* rows straddling a block edge, written in one call through a table of
+     * blocks out of order, read back */
+    struct kv_store *st = make_store(KV_F32, 4);
+    int32_t table[2] = {3, 1};
+    struct kv_layout L = kv_store_layout(st, 1);
     int64_t kv_dim = hp.n_head_kv * hp.head_dim, p0 = KV_BLOCK - 3, n = 6;
     float k[6 * 48], v[6 * 48];
     for (int64_t i = 0; i < n * kv_dim; i++)
         k[i] = (float)i, v[i] = (float)-i;
-    kv_cache_write(kv, 1, p0, n, k, v);
+    kv_write_rows(&L, table, hp.n_head_kv, p0, n, k, v);
     int bad = 0;
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < hp.n_head_kv; h++) {
-            const float *kr = kv_cache_rows(kv, kv_cache_k_table(kv, 1), h, p0 + t);
-            const float *vr = kv_cache_rows(kv, kv_cache_v_table(kv, 1), h, p0 + t);
+            const float *kr = kv_row(&L, L.k, table, h, p0 + t);
+            const float *vr = kv_row(&L, L.v, table, h, p0 + t);
             for (int64_t d = 0; d < hp.head_dim; d++)
                 bad += kr[d] != k[t * kv_dim + h * hp.head_dim + d] ||
                        vr[d] != v[t * kv_dim + h * hp.head_dim + d];
         }
     CHECKF(bad == 0, "%d elements differ across the block edge", bad);
-    kv_cache_free(kv);
+    /* position p0 is row KV_BLOCK - 3 of block 3, KV head 2 */
+    CHECK((const float *)kv_row(&L, L.k, table, 2, p0) ==
+          (const float *)L.k + 3 * L.block_stride + 2 * L.head_stride + (KV_BLOCK - 3) * hp.head_dim);
+    kv_store_free(st);
 
-    /* a context that could never fit is refused before anything is allocated */
+    /* a pool that could never fit is refused before anything is mapped */
     fprintf(stderr, "(one error line expected)\n");
     hp.n_layer = 1000, hp.n_head_kv = 64, hp.head_dim = 256;
-    CHECK(kv_cache_create(&hp, (int64_t)1 << 30, KV_F32, NULL, &kv) == IG_E_NOMEM && kv == NULL);
+    sh = kv_shape_of(&hp, KV_F32);
+    st = NULL;
+    CHECK(kv_store_create(&sh, (int64_t)1 << 24, NULL, &st) == IG_E_NOMEM && st == NULL);
 }
 
-/* Attention over a paged cache (blocks allocated in scattered order by the
- * allocator) equals attention over the same rows copied into one block. */
+/* ---- the allocator ----------------------------------------------------------------- */
+
+static void tokens_of(int32_t *t, int64_t n, int32_t seed)
+{
+    for (int64_t i = 0; i < n; i++)
+        t[i] = (int32_t)((i * 31 + seed) % 1000);
+}
+
+static void check_pool(void)
+{
+    struct kv_pool *p;
+    CHECK(kv_pool_create(10, true, &p) == IG_OK);
+    int32_t ta[6 * KV_BLOCK], tb[6 * KV_BLOCK];
+    tokens_of(ta, 6 * KV_BLOCK, 1);
+    memcpy(tb, ta, sizeof tb);
+    tb[3 * KV_BLOCK + 5] = 999999; /* b shares a's first three blocks */
+    struct kv_seq a, b, c;
+    CHECK(kv_seq_init(&a, 8 * KV_BLOCK) == IG_OK && kv_seq_init(&b, 8 * KV_BLOCK) == IG_OK &&
+          kv_seq_init(&c, 8 * KV_BLOCK) == IG_OK);
+
+    /* a reserves 5 blocks, takes them as it grows */
+    CHECK(kv_pool_match(p, ta, 6 * KV_BLOCK, 5) == 0);
+    CHECK(kv_pool_admit(p, &a, ta, 0, 5 * KV_BLOCK) == IG_OK);
+    CHECK(kv_pool_available(p) == 5 && kv_pool_used(p) == 0);
+    kv_pool_grow(p, &a, 3 * KV_BLOCK + 1);
+    CHECK(a.n_blocks == 4 && a.reserved == 1 && kv_pool_used(p) == 4);
+    CHECK(kv_pool_available(p) == 5); /* taking reserved blocks changes nothing for others */
+    /* a cannot reserve 6 more: refused without a change */
+    CHECK(!kv_pool_can_admit(p, tb, 0, 6 * KV_BLOCK));
+    CHECK(kv_pool_admit(p, &b, tb, 0, 6 * KV_BLOCK) == IG_E_NOMEM && b.n_blocks == 0);
+    CHECK(kv_pool_available(p) == 5);
+
+    /* a has written 3 full blocks and part of a fourth: three enter the index */
+    a.n_pos = 3 * KV_BLOCK + 1;
+    kv_pool_register(p, &a, ta);
+    CHECK(kv_pool_match(p, tb, 6 * KV_BLOCK, 5) == 3);
+    CHECK(kv_pool_match(p, tb, 6 * KV_BLOCK, 2) == 2); /* capped */
+    CHECK(kv_pool_match(p, tb, 2 * KV_BLOCK + 10, 5) == 2); /* whole blocks of the prompt only */
+    int32_t other[KV_BLOCK];
+    tokens_of(other, KV_BLOCK, 7);
+    CHECK(kv_pool_match(p, other, KV_BLOCK, 1) == 0);
+
+    /* b shares them: one new block reserved, the shared ones referenced twice */
+    CHECK(kv_pool_admit(p, &b, tb, 3, 4 * KV_BLOCK) == IG_OK);
+    CHECK(b.n_pos == 3 * KV_BLOCK && b.n_blocks == 3 && b.reserved == 1);
+    CHECK(!memcmp(a.table, b.table, 3 * sizeof *a.table));
+    CHECK(kv_pool_hits(p) == 3 && kv_pool_used(p) == 4 && kv_pool_available(p) == 4);
+    kv_pool_grow(p, &b, 4 * KV_BLOCK);
+    CHECK(b.table[3] != a.table[3]);
+
+    /* a ends: the shared blocks stay with b, a's fourth goes back */
+    int32_t a3 = a.table[3];
+    kv_pool_release(p, &a);
+    CHECK(a.n_blocks == 0 && kv_pool_used(p) == 4 && kv_pool_available(p) == 6);
+    /* b ends: its blocks are free but stay shareable until handed out */
+    int32_t shared0 = b.table[0];
+    kv_pool_release(p, &b);
+    CHECK(kv_pool_used(p) == 0 && kv_pool_available(p) == 10);
+    CHECK(kv_pool_match(p, ta, 6 * KV_BLOCK, 5) == 3);
+
+    /* c, a different prompt, takes 6 blocks: the never-used ones first, then
+     * the least recently freed: a's fourth (not indexed), b's last, ... */
+    int32_t tc[6 * KV_BLOCK];
+    tokens_of(tc, 6 * KV_BLOCK, 3);
+    CHECK(kv_pool_admit(p, &c, tc, 0, 6 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(p, &c, 6 * KV_BLOCK);
+    int took_a3 = 0, took_shared0 = 0;
+    for (int64_t i = 0; i < c.n_blocks; i++)
+        took_a3 |= c.table[i] == a3, took_shared0 |= c.table[i] == shared0;
+    CHECK(took_a3 && !took_shared0);
+    /* the prefix survives: the first shared block was freed last */
+    CHECK(kv_pool_match(p, ta, 6 * KV_BLOCK, 5) >= 1);
+    kv_pool_release(p, &c);
+
+    /* A block handed out anew drops out of the index, and what hung off it
+     * never matches again, even when the new content is entered. */
+    struct kv_pool *q;
+    CHECK(kv_pool_create(2, true, &q) == IG_OK);
+    CHECK(kv_pool_admit(q, &a, ta, 0, 2 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(q, &a, 2 * KV_BLOCK);
+    a.n_pos = 2 * KV_BLOCK;
+    kv_pool_register(q, &a, ta);
+    CHECK(kv_pool_match(q, ta, 2 * KV_BLOCK, 2) == 2);
+    kv_pool_release(q, &a); /* block 1 goes back first, then block 0 */
+    CHECK(kv_pool_admit(q, &b, tc, 0, KV_BLOCK) == IG_OK);
+    kv_pool_grow(q, &b, KV_BLOCK); /* takes a's second block */
+    CHECK(kv_pool_match(q, ta, 2 * KV_BLOCK, 2) == 1);
+    kv_pool_release(q, &b);
+    CHECK(kv_pool_admit(q, &b, tc, 0, 2 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(q, &b, 2 * KV_BLOCK); /* both of a's blocks, with other tokens */
+    b.n_pos = 2 * KV_BLOCK;
+    kv_pool_register(q, &b, tc);
+    CHECK(kv_pool_match(q, ta, 2 * KV_BLOCK, 2) == 0);
+    CHECK(kv_pool_match(q, tc, 2 * KV_BLOCK, 2) == 2);
+    kv_pool_release(q, &b);
+    kv_pool_free(q);
+
+    /* without sharing, nothing is matched or entered */
+    struct kv_pool *ns;
+    CHECK(kv_pool_create(4, false, &ns) == IG_OK);
+    CHECK(kv_pool_admit(ns, &a, ta, 0, 2 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(ns, &a, 2 * KV_BLOCK);
+    a.n_pos = 2 * KV_BLOCK;
+    kv_pool_register(ns, &a, ta);
+    CHECK(kv_pool_match(ns, ta, 2 * KV_BLOCK, 2) == 0);
+    kv_pool_release(ns, &a);
+    kv_pool_free(ns);
+
+    kv_seq_destroy(&a);
+    kv_seq_destroy(&b);
+    kv_seq_destroy(&c);
+    kv_pool_free(p);
+}
+
+/* Attention through a table of scattered blocks equals attention over the
+ * same rows in blocks in order. */
 static void check_paged_attention(struct ops_pool *pool)
 {
     struct model_hparams hp = small_hp();
-    hp.n_layer = 1;
-    int64_t n_pos = 2 * KV_BLOCK + 70, n_q = 37, hd = hp.head_dim;
-    struct kv_cache *kv;
-    CHECK(kv_cache_create(&hp, n_pos, KV_F32, NULL, &kv) == IG_OK);
-    CHECK(kv_cache_reserve(kv, n_pos) == IG_OK);
-    fill(kv, n_pos);
+    int64_t n_pos = 2 * KV_BLOCK + 70, n_q = 37, hd = hp.head_dim, nb = kv_blocks_for(n_pos);
+    struct kv_store *st = make_store(KV_F32, 2 * nb);
+    int32_t scattered[8], in_order[8];
+    for (int64_t b = 0; b < nb; b++)
+        scattered[b] = (int32_t)(2 * nb - 1 - b), in_order[b] = (int32_t)b;
+    fill(st, scattered, n_pos);
+    kv_copy_rows(st, in_order, st, scattered, n_pos);
+    CHECK(same_rows(st, in_order, st, scattered, n_pos));
 
-    size_t head = (size_t)(n_pos * hd);
-    float *kc = malloc(head * (size_t)hp.n_head_kv * sizeof *kc);
-    float *vc = malloc(head * (size_t)hp.n_head_kv * sizeof *vc);
-    for (int64_t h = 0; h < hp.n_head_kv; h++)
-        for (int64_t p = 0; p < n_pos; p++) {
-            memcpy(kc + (size_t)h * head + (size_t)(p * hd),
-                   kv_cache_rows(kv, kv_cache_k_table(kv, 0), h, p), (size_t)hd * 4);
-            memcpy(vc + (size_t)h * head + (size_t)(p * hd),
-                   kv_cache_rows(kv, kv_cache_v_table(kv, 0), h, p), (size_t)hd * 4);
-        }
     int64_t q_dim = hp.n_head * hd;
     float *q = malloc((size_t)(n_q * q_dim) * sizeof *q);
     float *o1 = malloc((size_t)(n_q * q_dim) * sizeof *o1);
@@ -146,27 +286,25 @@ static void check_paged_attention(struct ops_pool *pool)
         q[i] = 2.0f * frand();
     int64_t stride = attn_tiled_scratch_floats(hp.n_head, hp.n_head_kv, hd);
     float *scratch = malloc((size_t)(stride * ops_pool_threads(pool)) * sizeof *scratch);
+    struct attn_seq seq = {.q = q, .out = o1, .table = scattered, .n_tokens = n_q,
+                           .pos0 = n_pos - n_q};
+    int64_t items[2];
     struct attn_params p = {
-        .q = q, .q_tok_stride = q_dim, .k_blocks = kv_cache_k_table(kv, 0),
-        .v_blocks = kv_cache_v_table(kv, 0), .block_size = KV_BLOCK, .kv_dtype = KV_F32,
-        .kv_head_stride = KV_BLOCK * hd, .out = o1, .out_tok_stride = q_dim, .n_tokens = n_q,
-        .pos0 = n_pos - n_q, .n_head = hp.n_head, .n_head_kv = hp.n_head_kv, .head_dim = hd,
-        .scale = 0.25f,
+        .kv = kv_store_layout(st, 1), .seqs = &seq, .n_seqs = 1, .item_offsets = items,
+        .q_tok_stride = q_dim, .out_tok_stride = q_dim, .n_head = hp.n_head,
+        .n_head_kv = hp.n_head_kv, .head_dim = hd, .scale = 0.25f,
     };
     attn_tiled_run(&p, pool, scratch, stride);
-    void *kcp = kc, *vcp = vc;
-    p.k_blocks = &kcp, p.v_blocks = &vcp, p.block_size = n_pos, p.kv_head_stride = n_pos * hd;
-    p.out = o2;
+    seq.table = in_order;
+    seq.out = o2;
     attn_tiled_run(&p, pool, scratch, stride);
     CHECKF(memcmp(o1, o2, (size_t)(n_q * q_dim) * sizeof *o1) == 0,
-           "paged vs contiguous attention differ (first %g vs %g)", o1[0], o2[0]);
+           "scattered vs in-order blocks: attention differs (first %g vs %g)", o1[0], o2[0]);
     free(scratch);
     free(o2);
     free(o1);
     free(q);
-    free(vc);
-    free(kc);
-    kv_cache_free(kv);
+    kv_store_free(st);
 }
 
 /* ---- the file format ------------------------------------------------------------ */
@@ -176,20 +314,21 @@ struct saved {
     size_t len;
 };
 
-static struct saved save(const struct kv_cache *kv, const unsigned char *id, const int32_t *tok,
-                         const float *logits, int64_t n_vocab)
+static struct saved save(const struct kv_store *st, const int32_t *table, int64_t n_pos,
+                         const unsigned char *id, const int32_t *tok, const float *logits,
+                         int64_t n_vocab)
 {
     struct saved s = {0};
     FILE *f = open_memstream((char **)&s.data, &s.len);
-    CHECK(f && kv_file_write(f, "mem", kv, id, tok, logits, n_vocab) == IG_OK);
+    CHECK(f && kv_file_write(f, "mem", st, table, n_pos, id, tok, logits, n_vocab) == IG_OK);
     fclose(f);
     return s;
 }
 
-/* Reads `len` bytes of `data` as a cache file into a fresh cache; returns the
- * status and, on success, the cache in *out. */
+/* Reads `len` bytes of `data` as a cache file into a fresh store; returns
+ * the status and, on success, the store in *out. */
 static int load(const struct model_hparams *hp, const unsigned char *id, const void *data,
-                size_t len, struct kv_cache **out, int32_t *tok, float *logits)
+                size_t len, struct kv_store **out, int32_t *tok, float *logits)
 {
     *out = NULL;
     FILE *f = fmemopen((void *)data, len ? len : 1, "rb");
@@ -197,29 +336,15 @@ static int load(const struct model_hparams *hp, const unsigned char *id, const v
         fgetc(f); /* fmemopen needs a size >= 1: consume it for an empty stream */
     struct kv_file_reader r;
     int st = kv_file_read_header(&r, f, "mem", hp, id);
-    if (st == IG_OK &&
-        (st = kv_cache_create(hp, r.hdr.n_tokens + 5, r.hdr.dtype, NULL, out)) == IG_OK)
+    struct kv_shape sh = kv_shape_of(hp, r.hdr.dtype);
+    if (st == IG_OK && (st = kv_store_create(&sh, kv_blocks_for(r.hdr.n_tokens), NULL, out)) == IG_OK)
         st = kv_file_read_body(&r, *out, tok, logits);
     fclose(f);
     if (st != IG_OK) {
-        kv_cache_free(*out);
+        kv_store_free(*out);
         *out = NULL;
     }
     return st;
-}
-
-static int same_rows(const struct kv_cache *a, const struct kv_cache *b)
-{
-    size_t row = (size_t)a->head_dim * kv_dtype_bytes(a->dtype);
-    for (int64_t l = 0; l < a->n_layer; l++)
-        for (int64_t h = 0; h < a->n_head_kv; h++)
-            for (int64_t p = 0; p < a->n_pos; p++)
-                if (memcmp(kv_cache_rows(a, kv_cache_k_table(a, l), h, p),
-                           kv_cache_rows(b, kv_cache_k_table(b, l), h, p), row) ||
-                    memcmp(kv_cache_rows(a, kv_cache_v_table(a, l), h, p),
-                           kv_cache_rows(b, kv_cache_v_table(b, l), h, p), row))
-                    return 0;
-    return a->n_pos == b->n_pos;
 }
 
 static void check_file(enum kv_dtype dt, int64_t n_pos)
@@ -228,26 +353,28 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     unsigned char id[32], other[32];
     for (int i = 0; i < 32; i++)
         id[i] = (unsigned char)i, other[i] = (unsigned char)(i + 1);
-    struct kv_cache *kv, *back;
-    CHECK(kv_cache_create(&hp, n_pos, dt, NULL, &kv) == IG_OK &&
-          kv_cache_reserve(kv, n_pos) == IG_OK);
-    fill(kv, n_pos);
+    int64_t nb = kv_blocks_for(n_pos);
+    struct kv_store *kv = make_store(dt, nb + 2), *back;
+    int32_t *table = malloc((size_t)nb * sizeof *table), *ident = malloc((size_t)nb * sizeof *ident);
+    for (int64_t b = 0; b < nb; b++)
+        table[b] = (int32_t)(nb + 1 - b); /* out of order: the file is in position order */
+    kv_identity_table(ident, nb);
+    fill(kv, table, n_pos);
     int32_t *tok = malloc((size_t)n_pos * sizeof *tok), *tok2 = malloc((size_t)n_pos * sizeof *tok);
     float logits[100], logits2[100];
     for (int64_t i = 0; i < n_pos; i++)
         tok[i] = (int32_t)(i * 7 % hp.n_vocab);
     for (int i = 0; i < 100; i++)
         logits[i] = frand();
-    struct saved s = save(kv, id, tok, logits, hp.n_vocab);
+    struct saved s = save(kv, table, n_pos, id, tok, logits, hp.n_vocab);
     size_t want = 88 + (size_t)n_pos * 4 + 400 + 4 +
                   (size_t)(2 * hp.n_layer * hp.n_head_kv * n_pos * hp.head_dim) * kv_dtype_bytes(dt);
     CHECKF(s.len == want, "file of %zu bytes, want %zu", s.len, want);
 
     CHECK(load(&hp, id, s.data, s.len, &back, tok2, logits2) == IG_OK);
-    CHECK(back && same_rows(kv, back) && !memcmp(tok, tok2, (size_t)n_pos * 4) &&
-          !memcmp(logits, logits2, sizeof logits));
-    kv_cache_free(back);
-
+    CHECK(back && same_rows(kv, table, back, ident, n_pos) &&
+          !memcmp(tok, tok2, (size_t)n_pos * 4) && !memcmp(logits, logits2, sizeof logits));
+    kv_store_free(back);
     fprintf(stderr, "(error lines expected below)\n");
     unsigned char *bad = malloc(s.len);
     memcpy(bad, s.data, s.len);
@@ -287,13 +414,17 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     free(s.data);
     free(tok2);
     free(tok);
-    kv_cache_free(kv);
+    free(ident);
+    free(table);
+    kv_store_free(kv);
 }
+
 
 int main(void)
 {
     check_digests();
-    check_growth();
+    check_store();
+    check_pool();
     struct ops_pool *pool;
     if (ops_pool_create(2, &pool) != IG_OK)
         return 1;
@@ -301,6 +432,6 @@ int main(void)
     ops_pool_free(pool);
     check_file(KV_F32, 3);
     check_file(KV_F32, KV_BLOCK);
-    check_file(KV_F16, KV_BLOCK + 9);
+    check_file(KV_F16, 4 * KV_BLOCK + 9);
     return test_summary("test_kvcache");
 }

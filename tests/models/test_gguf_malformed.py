@@ -226,8 +226,8 @@ def check_case(tmp, name, make, want_rc, want):
         problems.append(f"{len(lines)} stderr lines, want 1")
     if want not in r.stderr:
         problems.append(f"message lacks {want!r}")
-    if path + ":" not in r.stderr:
-        problems.append("message does not name the file")
+    if f"'{path}':" not in r.stderr:  # file names are quoted in every message
+        problems.append("message does not name the file, quoted")
     if r.stdout:
         problems.append("wrote to stdout")
     if problems:
@@ -301,8 +301,8 @@ def main():
         r = run(["-m", os.path.join(tmp, "absent.gguf")])
         if r.returncode != 3 or len(r.stderr.splitlines()) != 1:
             failures.append(f"missing file: exit {r.returncode}, stderr {r.stderr!r}")
-        r = run(["-m", tmp])
-        if r.returncode != 3:
+        r = run(["-m", tmp])  # a directory is a Hugging Face folder (docs/hf.md)
+        if r.returncode != 4 or "config.json is missing" not in r.stderr:
             failures.append(f"directory: exit {r.returncode}, stderr {r.stderr!r}")
     for f in failures[:20]:
         print("FAIL", f, file=sys.stderr)

@@ -1,7 +1,7 @@
 /* tests/tokenizer/tok_tool.c: the tokenizer as the Python tests see it.
  * Reads records "<length>\n<bytes>" from stdin and prints one line each:
  *
- *   tok_tool encode MODEL.gguf [--no-special] [--no-bos]
+ *   tok_tool encode MODEL [--no-special] [--no-bos]   (a GGUF or an HF folder)
  *       "<rt> <st> id id ...": rt = 1 when decoding the ids (control tokens
  *       rendered) gives back the input bytes exactly; st = 1 when the
  *       streaming decoder's output, chunk by chunk, concatenates to the same
@@ -11,7 +11,6 @@
  *
  * Used by test_hf_smollm.py, test_spm.py, test_splitters.py. */
 #include "core/status.h"
-#include "models/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -80,10 +79,9 @@ static int check_stream(const struct tok_vocab *v, const struct tok_ids *ids, co
 
 static int encode(const char *path, unsigned flags)
 {
-    struct gguf_file *g = NULL;
     struct tok_vocab *v = NULL;
-    int rc = gguf_open(path, &g, NULL);
-    if (rc || (rc = tok_load_gguf(g, &v)))
+    int rc = tok_load_path(path, &v);
+    if (rc)
         goto done;
     char *buf = NULL;
     size_t cap = 0, len;
@@ -106,7 +104,6 @@ static int encode(const char *path, unsigned flags)
     free(buf);
 done:
     tok_vocab_free(v);
-    gguf_close(g);
     return rc;
 }
 
@@ -147,6 +144,6 @@ int main(int argc, char **argv)
     }
     if (argc == 3 && !strcmp(argv[1], "split"))
         return split(argv[2]);
-    fprintf(stderr, "usage: tok_tool encode MODEL.gguf [--no-special] [--no-bos] | split PRE\n");
+    fprintf(stderr, "usage: tok_tool encode MODEL [--no-special] [--no-bos] | split PRE\n");
     return IG_E_USAGE;
 }

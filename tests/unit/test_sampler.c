@@ -326,6 +326,75 @@ static void test_non_finite(void)
     sampler_free(s);
 }
 
+/* The mask hook: every third token allowed. */
+static void mask_thirds(void *user, float *logits, int64_t n)
+{
+    (void)user;
+    for (int64_t i = 0; i < n; i++)
+        if (i % 3)
+            logits[i] = -INFINITY;
+}
+
+/* With a mask hook the samplers work among the allowed tokens: top-k keeps
+ * the k best allowed ones, min-p judges against the best allowed one, and no
+ * draw (greedy or not, whatever u) returns a masked token. References are
+ * brute force over the allowed ids. */
+static void test_mask_hook(void)
+{
+    enum { N = 300 };
+    float base[N], l[N];
+    uint64_t seed = 77;
+    for (int i = 0; i < N; i++)
+        base[i] = 4 * test_rand_f(&seed);
+    struct sampler_params p = off();
+    p.top_k = 5;
+    struct sampler *s = make(p, N);
+    sampler_set_mask(s, mask_thirds, NULL);
+    const int32_t *ids;
+    const float *probs;
+    memcpy(l, base, sizeof l);
+    int64_t cnt = sampler_candidates(s, l, &ids, &probs);
+    CHECK(cnt == 5);
+    for (int64_t k = 0; k < cnt; k++) { /* the k-th best allowed, by brute force */
+        int better = 0;
+        for (int j = 0; j < N; j += 3)
+            better += base[j] > base[ids[k]];
+        CHECKF(ids[k] % 3 == 0 && better == k, "top-k candidate %lld: id %d", (long long)k, ids[k]);
+    }
+    sampler_free(s);
+
+    p = off();
+    p.min_p = 0.2;
+    s = make(p, N);
+    sampler_set_mask(s, mask_thirds, NULL);
+    memcpy(l, base, sizeof l);
+    cnt = sampler_candidates(s, l, &ids, &probs);
+    float best = -INFINITY;
+    for (int j = 0; j < N; j += 3)
+        best = base[j] > best ? base[j] : best;
+    int want = 0;
+    for (int j = 0; j < N; j += 3)
+        want += exp((double)base[j] - best) >= 0.2;
+    CHECKF(cnt == want, "min-p among allowed: %lld candidates, want %d", (long long)cnt, want);
+    for (int64_t k = 0; k < cnt; k++)
+        CHECK(ids[k] % 3 == 0);
+    sampler_free(s);
+
+    for (int t = 0; t < 3; t++) { /* no candidate filter at all, greedy, defaults */
+        p = t == 0 ? off() : sampler_default_params();
+        p.temperature = t == 1 ? 0 : p.temperature;
+        s = make(p, N);
+        sampler_set_mask(s, mask_thirds, NULL);
+        int bad = 0;
+        for (int d = 0; d < 2000; d++) {
+            memcpy(l, base, sizeof l);
+            bad += sampler_sample(s, l) % 3 != 0;
+        }
+        CHECKF(bad == 0, "setting %d: %d draws of masked tokens", t, bad);
+        sampler_free(s);
+    }
+}
+
 static void test_bad_params(void)
 {
     struct sampler *s;
@@ -350,6 +419,7 @@ int main(void)
     test_draw_frequencies();
     test_seed_repeatability();
     test_non_finite();
+    test_mask_hook();
     test_bad_params();
     return test_summary("test_sampler");
 }

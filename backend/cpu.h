@@ -1,0 +1,11 @@
+/* backend/cpu.h: the CPU backend's constructor (backend/cpu.c); everything
+ * else is reached through backend.h. */
+#ifndef IGNITE_BACKEND_CPU_H
+#define IGNITE_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+/* backend_create for the CPU, with o->n_blocks resolved. */
+int backend_cpu_create(const struct model *m, const struct backend_opts *o, struct backend **out);
+
+#endif

@@ -1,0 +1,76 @@
+/* bench/load_time.c: how long model_load and the tokenizer take, and the
+ * resident memory after touching every weight byte once, for a GGUF file or
+ * a Hugging Face folder (docs/benchmarks.md, "Hugging Face folders").
+ *
+ *   load_time MODEL [REPS]
+ *
+ * Prints, per repetition: model_load ms, tok_load_model ms, the ms to read
+ * one byte of every 4 KiB page of every weight (first touch of the
+ * mapping), and VmRSS / VmHWM from /proc/self/status after it. */
+#include "core/status.h"
+#include "core/timer.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key)))
+            v = atol(line + strlen(key) + 1);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static volatile unsigned sink;
+
+static void touch(const struct model_weight *w)
+{
+    const unsigned char *p = w->data;
+    size_t n = w->data ? (size_t)w->rows * w->row_bytes : 0;
+    for (size_t i = 0; i < n; i += 4096)
+        sink += p[i];
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return fprintf(stderr, "usage: load_time MODEL [REPS]\n"), IG_E_USAGE;
+    int reps = argc > 2 ? atoi(argv[2]) : 5;
+    printf("load_ms tokenizer_ms touch_ms rss_mib hwm_mib\n");
+    for (int r = 0; r < reps; r++) {
+        struct model *m;
+        struct tok_vocab *v;
+        int64_t t0 = ig_now_ns();
+        int st = model_load(argv[1], &m);
+        if (st)
+            return st;
+        int64_t t1 = ig_now_ns();
+        if ((st = tok_load_model(m, &v)))
+            return st;
+        int64_t t2 = ig_now_ns();
+        touch(&m->tok_embd);
+        for (int64_t l = 0; l < m->hp.n_layer; l++) {
+            const struct model_layer *L = &m->layers[l];
+            const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate,
+                                               &L->w_up, &L->w_down};
+            for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+                touch(ws[k]);
+        }
+        if (!m->hp.tied_embeddings)
+            touch(&m->output);
+        int64_t t3 = ig_now_ns();
+        printf("%.2f %.2f %.2f %.1f %.1f\n", (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6,
+               (double)(t3 - t2) / 1e6, status_kb("VmRSS:") / 1024.0, status_kb("VmHWM:") / 1024.0);
+        tok_vocab_free(v);
+        model_free(m);
+    }
+    return 0;
+}

@@ -1,0 +1,241 @@
+/* cli/batch_request.c: a line of batch input into a request's prompt and
+ * options (cli/batch_request.h), every key checked for its type and range.
+ * Covered by tests/cli/test_batch.py and tests/fuzz/fuzz_batch_line.c. */
+#include "cli/batch_request.h"
+
+#include "core/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void batch_request_free(struct batch_request *r)
+{
+    cJSON_Delete(r->id);
+    free(r->prompt);
+    free(r->system);
+    free(r->grammar);
+    free(r->json_schema);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    *r = (struct batch_request){0};
+}
+
+/* True when a JSON string escape in line[0..len) decodes to NUL (\u0000):
+ * cJSON would end the C string there and drop the rest silently. */
+static bool has_nul_escape(const char *s, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_string) {
+            in_string = s[i] == '"';
+            continue;
+        }
+        if (s[i] == '"')
+            in_string = false;
+        else if (s[i] == '\\' && i + 1 < len) {
+            if (s[i + 1] == 'u' && i + 5 < len && !strncmp(s + i + 2, "0000", 4))
+                return true;
+            i++; /* skip the escaped character */
+        }
+    }
+    return false;
+}
+
+/* A malloc'd copy of string key `key`, checked: valid UTF-8, no NUL. */
+static int copy_text(const cJSON *v, const char *key, bool non_empty, char **out)
+{
+    *out = NULL;
+    if (!cJSON_IsString(v))
+        return ig_error(IG_E_INPUT, "\"%s\" must be a string", key);
+    size_t n = strlen(v->valuestring), bad;
+    if (non_empty && n == 0)
+        return ig_error(IG_E_INPUT, "\"%s\" is empty", key);
+    if (!cli_utf8_valid(v->valuestring, n, &bad))
+        return ig_error(IG_E_INPUT, "\"%s\" is not valid UTF-8 (byte 0x%02x at offset %zu)", key,
+                        (unsigned char)v->valuestring[bad], bad);
+    if (!(*out = strdup(v->valuestring)))
+        return ig_error(IG_E_NOMEM, "out of memory");
+    return IG_OK;
+}
+
+static int get_int(const cJSON *v, const char *key, double min, double max, int64_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        !(v->valuedouble >= min && v->valuedouble <= max))
+        return ig_error(IG_E_INPUT, "\"%s\" must be an integer in [%.0f, %.0f]", key, min, max);
+    *out = (int64_t)v->valuedouble;
+    return IG_OK;
+}
+
+static int get_num(const cJSON *v, const char *key, double min, double max, double *out)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= min && v->valuedouble <= max))
+        return ig_error(IG_E_INPUT, "\"%s\" must be a number in [%g, %g]", key, min, max);
+    *out = v->valuedouble;
+    return IG_OK;
+}
+
+static int get_bool(const cJSON *v, const char *key, bool *out)
+{
+    if (!cJSON_IsBool(v))
+        return ig_error(IG_E_INPUT, "\"%s\" must be true or false", key);
+    *out = cJSON_IsTrue(v);
+    return IG_OK;
+}
+
+static int get_stop(const cJSON *v, struct batch_request *r)
+{
+    if (cJSON_IsString(v)) {
+        r->n_stop = 1;
+        return copy_text(v, "stop", true, &r->stop[0]);
+    }
+    if (!cJSON_IsArray(v))
+        return ig_error(IG_E_INPUT, "\"stop\" must be a string or an array of strings");
+    if (cJSON_GetArraySize(v) > GEN_CLI_MAX_STOP)
+        return ig_error(IG_E_INPUT, "\"stop\" holds %d strings; at most %d",
+                        cJSON_GetArraySize(v), GEN_CLI_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        int st = copy_text(e, "stop", true, &r->stop[r->n_stop]);
+        if (st != IG_OK)
+            return st;
+        r->n_stop++;
+    }
+    return IG_OK;
+}
+
+/* Applies one key of the object to r. */
+static int apply_key(const cJSON *v, struct batch_request *r)
+{
+    const char *k = v->string;
+    struct gen_cli *o = &r->opts;
+    double d = 1;
+    if (!strcmp(k, "prompt"))
+        return copy_text(v, k, true, &r->prompt);
+    if (!strcmp(k, "id")) {
+        if (!(r->id = cJSON_Duplicate(v, true)))
+            return ig_error(IG_E_NOMEM, "out of memory");
+        return IG_OK;
+    }
+    if (!strcmp(k, "n_predict")) {
+        int st = get_int(v, k, -1, INT32_MAX, &o->n_predict);
+        return st != IG_OK || o->n_predict
+                   ? st : ig_error(IG_E_INPUT, "\"n_predict\": 0 generates nothing; use -1 or N >= 1");
+    }
+    if (!strcmp(k, "temperature"))
+        return get_num(v, k, 0, 1e6, &o->sp.temperature);
+    if (!strcmp(k, "top_k"))
+        return get_int(v, k, 0, INT32_MAX, &o->sp.top_k);
+    if (!strcmp(k, "top_p")) {
+        int st = get_num(v, k, 0, 1, &d);
+        if (st == IG_OK)
+            o->sp.top_p = d > 0 ? d : 1e-9; /* 0 means: only the best token, as --top-p 0 */
+        return st;
+    }
+    if (!strcmp(k, "min_p"))
+        return get_num(v, k, 0, 1, &o->sp.min_p);
+    if (!strcmp(k, "repeat_penalty"))
+        return get_num(v, k, 1e-3, 1e3, &o->sp.repeat_penalty);
+    if (!strcmp(k, "repeat_last_n"))
+        return get_int(v, k, 0, 1 << 20, &o->sp.repeat_last_n);
+    if (!strcmp(k, "seed"))
+        return get_int(v, k, -1, UINT32_MAX, &o->seed);
+    if (!strcmp(k, "ignore_eos"))
+        return get_bool(v, k, &o->ignore_eos);
+    if (!strcmp(k, "chat"))
+        return get_bool(v, k, &o->chat);
+    if (!strcmp(k, "system"))
+        return copy_text(v, k, false, &r->system);
+    if (!strcmp(k, "stop"))
+        return get_stop(v, r);
+    if (!strcmp(k, "grammar"))
+        return copy_text(v, k, true, &r->grammar);
+    if (!strcmp(k, "json_schema")) {
+        if (cJSON_IsString(v))
+            return copy_text(v, k, true, &r->json_schema);
+        if (!cJSON_IsObject(v))
+            return ig_error(IG_E_INPUT, "\"json_schema\" must be an object (or its JSON text)");
+        if (!(r->json_schema = cJSON_PrintUnformatted(v)))
+            return ig_error(IG_E_NOMEM, "out of memory");
+        return IG_OK;
+    }
+    return ig_error(IG_E_INPUT, "unknown key \"%s\" (known: prompt, id, n_predict, temperature, "
+                    "top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, ignore_eos, "
+                    "chat, system, stop, grammar, json_schema)", k);
+}
+
+static int parse_json(const char *line, size_t len, struct batch_request *r)
+{
+    if (has_nul_escape(line, len))
+        return ig_error(IG_E_INPUT, "a string holds a NUL character (\\u0000)");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
+    if (!root)
+        return ig_error(IG_E_INPUT, "not valid JSON (near byte %zu)",
+                        end ? (size_t)(end - line) : (size_t)0);
+    while (end && (size_t)(end - line) < len &&
+           (*end == ' ' || *end == '\t' || *end == '\r'))
+        end++;
+    int st = IG_OK;
+    if (end && (size_t)(end - line) < len)
+        st = ig_error(IG_E_INPUT, "text after the JSON object (at byte %zu)",
+                      (size_t)(end - line));
+    else if (!cJSON_IsObject(root))
+        st = ig_error(IG_E_INPUT, "a request must be a JSON object");
+    const cJSON *v;
+    for (v = root->child; v && st == IG_OK; v = v->next) {
+        for (const cJSON *w = root->child; w != v && st == IG_OK; w = w->next)
+            if (!strcmp(w->string, v->string))
+                st = ig_error(IG_E_INPUT, "key \"%s\" appears twice", v->string);
+        if (st == IG_OK)
+            st = apply_key(v, r);
+    }
+    if (st == IG_OK && !r->prompt)
+        st = ig_error(IG_E_INPUT, "no \"prompt\"");
+    if (st == IG_OK && r->grammar && r->json_schema)
+        st = ig_error(IG_E_INPUT, "give \"grammar\" or \"json_schema\", not both");
+    cJSON_Delete(root);
+    return st;
+}
+
+int batch_request_parse(const char *line, size_t len, bool plain, const struct gen_cli *defaults,
+                        struct batch_request *r)
+{
+    *r = (struct batch_request){.opts = *defaults};
+    int st;
+    if (plain) {
+        size_t bad;
+        if (!len)
+            st = ig_error(IG_E_INPUT, "the line is empty");
+        else if (memchr(line, '\0', len))
+            st = ig_error(IG_E_INPUT, "the line holds a NUL byte");
+        else if (!cli_utf8_valid(line, len, &bad))
+            st = ig_error(IG_E_INPUT, "the line is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                          (unsigned char)line[bad], bad);
+        else if (!(r->prompt = strndup(line, len)))
+            st = ig_error(IG_E_NOMEM, "out of memory");
+        else
+            st = IG_OK;
+    } else {
+        st = parse_json(line, len, r);
+    }
+    if (st == IG_OK && r->system && !r->opts.chat)
+        st = ig_error(IG_E_INPUT, "\"system\" needs \"chat\": true (or --chat)");
+    /* --system applies to the lines that are chats */
+    if (st == IG_OK && !r->system && r->opts.chat && r->opts.system &&
+        !(r->system = strdup(r->opts.system)))
+        st = ig_error(IG_E_NOMEM, "out of memory");
+    if (st != IG_OK) {
+        batch_request_free(r);
+        return st;
+    }
+    /* The line's own stop strings replace the command line's. */
+    r->opts.system = r->system;
+    if (r->n_stop) {
+        for (int i = 0; i < r->n_stop; i++)
+            r->opts.stop[i] = r->stop[i];
+        r->opts.n_stop = r->n_stop;
+    }
+    return IG_OK;
+}

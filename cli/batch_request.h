@@ -1,0 +1,43 @@
+/* cli/batch_request.h: one line of `ignite batch`'s input, parsed and
+ * checked (private to cli/; the parser is separate from I/O so it can be
+ * fuzzed: tests/fuzz/fuzz_batch_line.c).
+ *
+ * A JSON line is an object: "prompt" (required, a non-empty string of valid
+ * UTF-8 without NUL), "id" (any JSON value, echoed back), and run's options
+ * by their --json names: "n_predict", "temperature", "top_k", "top_p",
+ * "min_p", "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "chat",
+ * "system", "stop" (a string or an array of strings), and a constraint:
+ * "grammar" (GBNF text) or "json_schema" (a schema object, or its text).
+ * Absent keys take the command line's values. A key that is unknown or of the wrong type, a
+ * value out of range, a line that is not one JSON object: refused with one
+ * line naming the cause. With --lines the line is the prompt itself. */
+#ifndef IGNITE_CLI_BATCH_REQUEST_H
+#define IGNITE_CLI_BATCH_REQUEST_H
+
+#include "cli/gen_opts.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct batch_request {
+    cJSON *id;             /* the line's "id", detached and owned; NULL: none given */
+    char *prompt;          /* owned */
+    char *system;          /* owned; NULL: the command line's */
+    char *stop[GEN_CLI_MAX_STOP]; /* owned */
+    int n_stop;
+    char *grammar;         /* the line's GBNF, owned; NULL: none given */
+    char *json_schema;     /* the line's schema as JSON text, owned; NULL: none given */
+    struct gen_cli opts;   /* the command line's options with the line's keys applied
+                            * (opts.system and opts.stop point into this request) */
+};
+
+/* Parses line[0..len) (no newline) into *r, starting from `defaults`. With
+ * `plain` the line is the prompt. Returns IG_OK, or IG_E_INPUT with the
+ * cause in one line (through ig_error) and *r empty. */
+int batch_request_parse(const char *line, size_t len, bool plain, const struct gen_cli *defaults,
+                        struct batch_request *r);
+void batch_request_free(struct batch_request *r);
+
+#endif

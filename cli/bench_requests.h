@@ -1,0 +1,33 @@
+/* cli/bench_requests.h: `ignite bench --requests N`: a throughput benchmark
+ * of the generation engine (cli/bench_requests.c), private to cli/. */
+#ifndef IGNITE_CLI_BENCH_REQUESTS_H
+#define IGNITE_CLI_BENCH_REQUESTS_H
+
+#include "backend/backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct bench_requests_opts {
+    int64_t n_requests;         /* --requests */
+    int64_t parallel;           /* --parallel: sequences in flight */
+    double in_mean, in_sd;      /* --input-len MEAN[:SD] (prompt tokens) */
+    double out_mean, out_sd;    /* --output-len MEAN[:SD] (generated tokens) */
+    uint64_t seed;              /* -s: lengths and token ids */
+    int64_t n_batch;            /* -b: the row budget of a step */
+    int n_threads;              /* the first -t */
+    struct backend_device device;
+    enum kv_dtype kv;
+    bool exact;
+    const char *format;         /* md, csv, json, jsonl */
+};
+
+/* Parses "MEAN" or "MEAN:SD" (`what` names the option). Returns IG_OK or
+ * IG_E_USAGE (one line). */
+int bench_parse_len(const char *what, const char *arg, double *mean, double *sd);
+
+/* Runs the benchmark on model `spec` (a file, synthetic:NAME[:TYPE], or
+ * NULL for the default model) and prints its report on stdout. */
+int bench_requests(const struct bench_requests_opts *o, const char *spec);
+
+#endif

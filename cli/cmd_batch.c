@@ -1,0 +1,563 @@
+/* cli/cmd_batch.c: `ignite batch`: requests as JSON Lines (or plain lines)
+ * from a file or stdin, run by the generation engine with up to -P
+ * sequences in flight over one KV pool, one JSON object per request on
+ * stdout the moment it ends (or in input order with --ordered), a summary
+ * line on stderr. A bad line gets an error object and loses nothing else.
+ * Signals as run's: Ctrl-C ends the requests in flight ("interrupted"),
+ * after everything finished was written (exit 130); a closed stdout ends
+ * the run quietly. Formats and exit codes: docs/cli.md.
+ * Covered by tests/cli/test_batch.py. */
+#include "cli/batch_request.h"
+#include "cli/cli.h"
+#include "cli/lines.h"
+#include "cli/run.h"
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "generate/generate.h"
+#include "grammar/grammar.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BATCH_DEFAULT_PARALLEL 8
+
+enum { OPT_LINES = 300, OPT_ORDERED, OPT_KV_MEM };
+
+static const struct cli_option batch_options[] = {
+    {"file", 'f', required_argument, "FILE", "requests, one JSON object per line ('-' = stdin)", "-"},
+    {"lines", OPT_LINES, no_argument, NULL, "each line is a prompt (plain text, not JSON)", NULL},
+    {"parallel", 'P', required_argument, "N", "sequences in flight at once", "8"},
+    {"kv-mem", OPT_KV_MEM, required_argument, "MIB", "KV cache memory, MiB (0 = -P full contexts)", "0"},
+    {"ordered", OPT_ORDERED, no_argument, NULL, "write the results in input order", NULL},
+    GEN_CLI_OPTIONS,
+    {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
+    {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static const char batch_usage[] = "ignite batch [options] [-f FILE]";
+static const char batch_summary[] =
+    "Runs many requests at once (continuous batching): one JSON object per input line in,\n"
+    "one JSON object per request out (stdout), a summary line on stderr. A line's keys\n"
+    "default to these options: {\"prompt\": \"...\", \"id\": 1, \"n_predict\": 64, \"temperature\": 0}.\n"
+    "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 7 device,\n"
+    "9 some requests failed (the others ran), 130 interrupted.";
+
+struct batch_opts {
+    struct gen_cli g;
+    const char *file;
+    int64_t parallel, kv_mem_mib;
+    bool lines, ordered;
+};
+
+static int parse_args(int argc, char **argv, struct batch_opts *o)
+{
+    struct cli_parser parser;
+    cli_parser_init(&parser, batch_options);
+    if (cli_check_args("batch", argc, argv, batch_options) != IG_OK)
+        return IG_E_USAGE;
+    optind = 1;
+    opterr = 0;
+    int key;
+    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
+        if (key == 'h') {
+            cli_print_help(stdout, batch_usage, batch_summary, batch_options);
+            return -1;
+        }
+        if (key == 'V') {
+            cli_print_version();
+            return -1;
+        }
+        if (key == '?' || key == ':')
+            return cli_option_error("batch", key, argv);
+        int st = gen_cli_set(&o->g, key, optarg);
+        if (st == 1) {
+            switch (key) {
+            case 'f': o->file = optarg; st = IG_OK; break;
+            case 'P': st = cli_parse_i64("--parallel", optarg, 1, 4096, &o->parallel); break;
+            case OPT_KV_MEM: st = cli_parse_i64("--kv-mem", optarg, 0, (int64_t)1 << 30, &o->kv_mem_mib); break;
+            case OPT_LINES: o->lines = true; st = IG_OK; break;
+            case OPT_ORDERED: o->ordered = true; st = IG_OK; break;
+            default: st = ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
+            }
+        }
+        if (st != IG_OK)
+            return IG_E_USAGE;
+    }
+    if (optind < argc) {
+        ig_error(IG_E_USAGE, "unexpected argument '%s' (requests come from -f FILE or stdin)",
+                 argv[optind]);
+        return cli_usage_error("batch");
+    }
+    if (gen_cli_check(&o->g) != IG_OK)
+        return IG_E_USAGE;
+    return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);
+}
+
+/* ---- signals ----------------------------------------------------------------------- */
+
+static volatile sig_atomic_t batch_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    batch_interrupted = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- jobs: a request from its line to its output ------------------------------- */
+
+struct job {
+    int64_t seq;            /* 0-based order of the request among the lines */
+    int64_t line;           /* 1-based line number */
+    struct batch_request in;
+    struct tok_ids ids;
+    struct grammar *grammar; /* the line's own constraint, owned; NULL: the command line's */
+    struct gen_request r;
+    char *text;             /* generated text */
+    size_t len, cap;
+    char *out;              /* the finished JSON line (--ordered: until its turn) */
+};
+
+struct batch {
+    const struct batch_opts *o;
+    const struct model *m;
+    struct tok_vocab *vocab;
+    struct engine *engine;
+    struct grammar *grammar; /* the command line's constraint, shared; NULL: none */
+    struct job **jobs;      /* ring by seq: jobs not yet written */
+    int64_t cap, next_seq, next_out;
+    int64_t n_open;         /* jobs read and not yet written */
+    char err[1024];         /* a request's error message (ig_error_capture) */
+    int out_errno;          /* stdout failed: EPIPE ends quietly */
+    /* the summary */
+    int64_t n_done, n_failed, n_prompt, n_gen;
+    double *ttft, *tpot;    /* ms, for the quantiles */
+    int64_t n_ttft, n_tpot, n_stats_cap;
+};
+
+static void job_free(struct job *j)
+{
+    if (!j)
+        return;
+    batch_request_free(&j->in);
+    grammar_free(j->grammar);
+    tok_ids_free(&j->ids);
+    free(j->text);
+    free(j->out);
+    free(j);
+}
+
+/* Writes the finished jobs whose turn has come and moves the ring's start
+ * past them. The start stops at a job still running, in either order, so
+ * the ring always holds every open job (it grows over a slow one). */
+static void flush_jobs(struct batch *b)
+{
+    for (; b->next_out < b->next_seq; b->next_out++) {
+        struct job *j = b->jobs[b->next_out % b->cap];
+        if (!j)
+            continue; /* written already (out of order) */
+        if (!j->out)
+            return;
+        if (!b->out_errno) {
+            errno = 0;
+            if (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout))
+                b->out_errno = errno ? errno : EIO;
+        }
+        b->jobs[b->next_out % b->cap] = NULL;
+        job_free(j);
+        b->n_open--;
+    }
+}
+
+/* A job's output is ready: written now, or when its turn comes. */
+static void job_finish(struct batch *b, struct job *j, cJSON *obj)
+{
+    if (j->in.id)
+        cJSON_AddItemReferenceToObject(obj, "id", j->in.id);
+    else
+        cJSON_AddNumberToObject(obj, "id", (double)j->line);
+    cJSON_AddNumberToObject(obj, "line", (double)j->line);
+    /* "id" and "line" first, as people read them */
+    cJSON *id = cJSON_DetachItemFromObject(obj, "id"), *line = cJSON_DetachItemFromObject(obj, "line");
+    if (id && line) {
+        line->next = obj->child;
+        if (obj->child)
+            obj->child->prev = line;
+        id->next = line;
+        line->prev = id;
+        obj->child = id;
+    }
+    j->out = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!j->out)
+        j->out = strdup("{\"error\": \"out of memory building the result\"}");
+    if (!b->o->ordered) {
+        if (!b->out_errno) {
+            errno = 0;
+            if (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout))
+                b->out_errno = errno ? errno : EIO;
+        }
+        b->jobs[j->seq % b->cap] = NULL;
+        job_free(j);
+        b->n_open--;
+    }
+    flush_jobs(b);
+}
+
+/* The error object of a request that did not run (or failed). */
+static void job_error(struct batch *b, struct job *j, int status)
+{
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddStringToObject(obj, "error", b->err[0] ? b->err : ig_status_name(status));
+    cJSON_AddNumberToObject(obj, "status", status);
+    b->err[0] = '\0';
+    b->n_failed++;
+    job_finish(b, j, obj);
+}
+
+static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
+{
+    struct job *j = r->user;
+    (void)user;
+    if (j->len + len > j->cap) {
+        size_t cap = (j->len + len) * 2 + 64;
+        char *t = realloc(j->text, cap);
+        if (!t)
+            return 1;
+        j->text = t;
+        j->cap = cap;
+    }
+    memcpy(j->text + j->len, text, len);
+    j->len += len;
+    return 0;
+}
+
+static void on_done(void *user, struct gen_request *r)
+{
+    struct batch *b = user;
+    struct job *j = r->user;
+    const struct gen_result *res = &r->result;
+    if (res->status != IG_OK) {
+        job_error(b, j, res->status);
+        return;
+    }
+    b->n_done++;
+    b->n_prompt += res->n_prompt;
+    b->n_gen += res->n_gen;
+    if (res->t_first_ns)
+        b->ttft[b->n_ttft++] = res->ttft_ms;
+    if (res->n_gen >= 2)
+        b->tpot[b->n_tpot++] = res->decode_ms / (double)(res->n_gen - 1);
+    cJSON *obj = run_result_json(res, &j->in.opts.sp, j->text, j->len,
+                                 res->stop == GEN_STOP_INTERRUPT ? IG_E_INTERRUPTED : IG_OK);
+    if (!obj) {
+        job_error(b, j, ig_error(IG_E_NOMEM, "out of memory building the result"));
+        return;
+    }
+    job_finish(b, j, obj);
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+/* A job for line `line_no` (the next request in order), in the ring. */
+static int new_job(struct batch *b, int64_t line_no, struct job **out)
+{
+    *out = NULL;
+    if (b->next_seq - b->next_out >= b->cap) { /* grow the ring, keeping positions by seq */
+        int64_t cap = b->cap ? 2 * b->cap : 64;
+        struct job **jobs = calloc((size_t)cap, sizeof *jobs);
+        if (!jobs)
+            return ig_error(IG_E_NOMEM, "out of memory");
+        for (int64_t s = b->next_out; s < b->next_seq; s++)
+            jobs[s % cap] = b->jobs[s % b->cap];
+        free(b->jobs);
+        b->jobs = jobs;
+        b->cap = cap;
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    j->seq = b->next_seq++;
+    j->line = line_no;
+    b->jobs[j->seq % b->cap] = j;
+    b->n_open++;
+    *out = j;
+    return IG_OK;
+}
+
+/* Room for one more result in the summary's arrays. */
+static int grow_stats(struct batch *b)
+{
+    if (b->n_stats_cap > b->n_done + b->n_failed)
+        return IG_OK;
+    int64_t cap = b->n_stats_cap ? 2 * b->n_stats_cap : 256;
+    double *t = realloc(b->ttft, (size_t)cap * sizeof *t);
+    if (t)
+        b->ttft = t;
+    double *u = t ? realloc(b->tpot, (size_t)cap * sizeof *u) : NULL;
+    if (u)
+        b->tpot = u;
+    if (!t || !u)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    b->n_stats_cap = cap;
+    return IG_OK;
+}
+
+/* The request of a parsed line: prompt rendered and tokenized, options. */
+static int make_request(struct batch *b, struct job *j)
+{
+    const struct gen_cli *o = &j->in.opts;
+    char *text = NULL;
+    char source[48];
+    snprintf(source, sizeof source, "line %lld", (long long)j->line);
+    int st = IG_OK;
+    if (j->in.grammar)
+        st = grammar_from_gbnf(j->in.grammar, strlen(j->in.grammar), source, &j->grammar);
+    else if (j->in.json_schema)
+        st = grammar_from_json_schema(j->in.json_schema, strlen(j->in.json_schema), source,
+                                      &j->grammar);
+    if (st == IG_OK)
+        st = run_render_prompt(b->m, o->chat, o->no_think, o->system, j->in.prompt, &text);
+    if (st == IG_OK)
+        st = tok_encode(b->vocab, text, strlen(text), run_encode_flags(o), &j->ids);
+    free(text);
+    j->r.result.tokenize_ms = (double)(ig_now_ns() - j->r.t_arrival_ns) / 1e6;
+    j->r.tokens = j->ids.ids;
+    j->r.n_tokens = j->ids.n;
+    j->in.opts.sp.seed = gen_cli_pick_seed(o->seed);
+    j->r.params = (struct gen_params){.n_predict = o->n_predict, .sp = j->in.opts.sp,
+                                      .ignore_eog = o->ignore_eos, .stop = o->stop,
+                                      .n_stop = o->n_stop,
+                                      .grammar = j->grammar ? j->grammar : b->grammar};
+    j->r.user = j;
+    if (st == IG_OK)
+        st = engine_submit(b->engine, &j->r);
+    return st;
+}
+
+/* A line: a request in the engine, or an error object. Blank lines are no
+ * requests. Returns IG_OK, or IG_E_NOMEM when the batch cannot go on. */
+static int take_line(struct batch *b, int64_t line_no, const char *line, size_t len,
+                     bool too_long)
+{
+    size_t i = 0;
+    while (!too_long && i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    if (!too_long && i == len)
+        return IG_OK;
+    struct job *j;
+    int st = new_job(b, line_no, &j);
+    if (st != IG_OK || (st = grow_stats(b)) != IG_OK)
+        return st;
+    j->r.t_arrival_ns = ig_now_ns();
+    ig_error_capture(b->err, sizeof b->err);
+    if (too_long)
+        st = ig_error(IG_E_INPUT, "the line is longer than %u bytes", LINES_MAX);
+    else if ((st = batch_request_parse(line, len, b->o->lines, &b->o->g, &j->in)) == IG_OK)
+        st = make_request(b, j);
+    ig_error_capture(NULL, 0);
+    if (st != IG_OK)
+        job_error(b, j, st);
+    return IG_OK;
+}
+
+/* Reads what is there (waiting only when nothing else can go on) and turns
+ * the whole lines into requests, keeping at most `ahead` requests open. */
+static int read_requests(struct batch *b, struct line_reader *in, int64_t ahead)
+{
+    const char *line;
+    size_t len;
+    bool too_long;
+    int st = IG_OK;
+    while (st == IG_OK && b->n_open < ahead && !lines_done(in) && !batch_interrupted) {
+        if (lines_next(in, &line, &len, &too_long)) {
+            st = take_line(b, in->line_no, line, len, too_long);
+            continue;
+        }
+        bool idle = engine_pending(b->engine) == 0;
+        size_t before = in->len - in->start;
+        if ((st = lines_fill(in, idle)) != IG_OK || (!idle && in->len - in->start == before &&
+                                                     !in->eof))
+            break; /* nothing more for now: back to generating */
+    }
+    return st;
+}
+
+/* ---- the summary ----------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of v[0..n), interpolated as numpy's default; sorts v. */
+static double quantile(double *v, int64_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double at = q * (double)(n - 1);
+    int64_t lo = (int64_t)at;
+    return lo + 1 < n ? v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]) : v[lo];
+}
+
+static void print_summary(struct batch *b, double secs, const struct backend *be)
+{
+    double s = secs > 0 ? secs : 1e-9;
+    const struct kv_pool *pool = engine_pool(b->engine);
+    fprintf(stderr,
+            "batch: %lld requests (%lld failed) in %.2f s | %.2f req/s | prompt %.1f tok/s | "
+            "output %.1f tok/s | ttft median %.1f ms p99 %.1f ms | tpot median %.2f ms p99 "
+            "%.2f ms | parallel %d | kv peak %.1f MiB, %lld blocks shared\n",
+            (long long)(b->n_done + b->n_failed), (long long)b->n_failed, secs,
+            (double)b->n_done / s, (double)b->n_prompt / s, (double)b->n_gen / s,
+            quantile(b->ttft, b->n_ttft, 0.5), quantile(b->ttft, b->n_ttft, 0.99),
+            quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
+            be->o.n_slots,
+            (double)kv_pool_peak(pool) * (double)backend_block_bytes(be) / 1048576.0,
+            (long long)kv_pool_hits(pool));
+}
+
+/* ---- the command ------------------------------------------------------------------------ */
+
+/* Runs the requests of `in` to the end of input (or Ctrl-C, or a closed
+ * stdout). Returns the batch's status before the per-request failures. */
+static int run_batch(struct batch *b, struct backend *be, struct line_reader *in)
+{
+    struct engine_opts eo = {
+        .max_rows = be->o.max_rows, .share_prefixes = true, .interrupt = &batch_interrupted,
+        .cb = {.on_text = on_text, .on_done = on_done, .user = b},
+    };
+    int st = engine_create(be, b->vocab, &eo, &b->engine);
+    if (st != IG_OK)
+        return st;
+    int64_t ahead = 2 * (int64_t)be->o.n_slots + 64;
+    while (st == IG_OK && !b->out_errno) {
+        if (!batch_interrupted)
+            st = read_requests(b, in, ahead);
+        if (st != IG_OK)
+            break;
+        if (batch_interrupted || !engine_pending(b->engine)) {
+            if (batch_interrupted || lines_done(in)) {
+                st = engine_step(b->engine); /* ends what is in flight */
+                break;
+            }
+            continue;
+        }
+        st = engine_step(b->engine);
+    }
+    /* After Ctrl-C or a closed stdout the requests that never ended leave
+     * gaps: the finished ones go out in order anyway. The jobs are freed
+     * after the engine, which may still hold them. */
+    for (int64_t s = b->next_out; s < b->next_seq && !b->out_errno; s++) {
+        struct job *j = b->jobs[s % b->cap];
+        errno = 0;
+        if (j && j->out && (fputs(j->out, stdout) == EOF || fputc('\n', stdout) == EOF ||
+                            fflush(stdout)))
+            b->out_errno = errno ? errno : EIO;
+    }
+    return st;
+}
+
+int cmd_batch(int argc, char **argv)
+{
+    struct batch_opts o = {.file = "-", .parallel = BATCH_DEFAULT_PARALLEL};
+    gen_cli_defaults(&o.g);
+    int st = parse_args(argc, argv, &o);
+    if (st != IG_OK)
+        return st < 0 ? cli_flush_stdout() : st;
+    struct backend_device dev;
+    if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
+        (st = backend_resolve_device(&dev)) != IG_OK)
+        return st;
+
+    char path[4096];
+    struct batch b = {.o = &o};
+    struct model *m = NULL;
+    struct backend *be = NULL;
+    struct line_reader in;
+    bool is_stdin = !strcmp(o.file, "-");
+    int fd = is_stdin ? 0 : open(o.file, O_RDONLY | O_CLOEXEC);
+    lines_init(&in, fd, is_stdin ? "standard input" : o.file);
+    if (fd < 0) {
+        st = ig_error(IG_E_IO, "cannot open %s: %s", o.file, strerror(errno));
+        goto done;
+    }
+    if ((st = gen_cli_compile_grammar(&o.g, &b.grammar)) != IG_OK ||
+        (st = cli_model_path(o.g.model, path, sizeof path)) != IG_OK)
+        goto done;
+    if (cli_stderr_is_tty() && !o.g.quiet)
+        fprintf(stderr, "loading %s\n", path);
+    if ((st = run_load_model(path, &m, &b.vocab)) != IG_OK)
+        goto done;
+    gen_cli_model_defaults(&o.g, m); /* the lines' defaults */
+    b.m = m;
+    int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
+    struct backend_opts bo = {
+        .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
+        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype,
+        /* every running sequence's decode row fits a step */
+        .max_rows = o.g.n_batch > o.parallel ? o.g.n_batch : o.parallel,
+        .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",
+    };
+    if (o.kv_mem_mib) {
+        struct kv_shape shape = kv_shape_of(&m->hp, dev.kind == BACKEND_CUDA ? KV_F16 : o.g.kv_dtype);
+        bo.n_blocks = (o.kv_mem_mib << 20) / (int64_t)kv_block_bytes(&shape);
+        if (bo.n_blocks < 1) {
+            st = ig_error(IG_E_USAGE, "--kv-mem %lld MiB holds no block of %d positions (%.2f "
+                          "MiB)", (long long)o.kv_mem_mib, KV_BLOCK,
+                          (double)kv_block_bytes(&shape) / 1048576.0);
+            goto done;
+        }
+    }
+    if ((st = backend_create(m, &bo, &be)) != IG_OK)
+        goto done;
+    install_signals();
+    int64_t t0 = ig_now_ns();
+    st = run_batch(&b, be, &in);
+    double secs = (double)(ig_now_ns() - t0) / 1e9;
+    if (!o.g.quiet)
+        print_summary(&b, secs, be);
+    if (st == IG_OK && b.out_errno && b.out_errno != EPIPE)
+        st = ig_error(IG_E_IO, "cannot write the results: %s", strerror(b.out_errno));
+    if (st == IG_OK && batch_interrupted)
+        st = IG_E_INTERRUPTED;
+    if (st == IG_OK && b.n_failed && b.out_errno != EPIPE)
+        st = IG_E_PARTIAL;
+done:
+    engine_free(b.engine);
+    for (int64_t s = b.next_out; b.jobs && s < b.next_seq; s++)
+        job_free(b.jobs[s % b.cap]);
+    free(b.jobs);
+    grammar_free(b.grammar);
+    free(b.ttft);
+    free(b.tpot);
+    backend_free(be);
+    tok_vocab_free(b.vocab);
+    model_free(m);
+    if (fd > 0)
+        close(fd);
+    lines_free(&in);
+    return st;
+}

@@ -1,0 +1,125 @@
+/* cli/gen_opts.h: the options `run` and `batch` share (private to cli/):
+ * the model, the device and context, the prefill chunk, sampling, the chat
+ * template, stop strings. One vocabulary for both commands: a batch
+ * request's keys default to these. The rows below go into each command's
+ * option table; gen_cli_set parses their values. */
+#ifndef IGNITE_CLI_GEN_OPTS_H
+#define IGNITE_CLI_GEN_OPTS_H
+
+#include "cli/cli.h"
+#include "decode/sampler.h"
+#include "kvcache/kvcache.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Long-only option keys of the shared rows (a command's own start at 300). */
+enum {
+    GEN_OPT_TEMP = 256, GEN_OPT_TOP_K, GEN_OPT_TOP_P, GEN_OPT_MIN_P, GEN_OPT_REPEAT_PENALTY,
+    GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
+    GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
+    GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
+    GEN_OPT_FORMAT, GEN_OPT_NO_THINK, GEN_OPT_END
+};
+
+/* The shared rows of an option table (struct cli_option). */
+#define GEN_CLI_OPTIONS                                                                            \
+    {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched default model"}, \
+    {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"}, \
+    {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"}, \
+    {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},             \
+    {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory)", "512"}, \
+    {"ubatch", GEN_OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},            \
+    {"batch-size", GEN_OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},    \
+    {"temp", GEN_OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8 or the model's"},           \
+    {"top-k", GEN_OPT_TOP_K, required_argument, "K", "keep the K most likely tokens, 0 = off", "40 or the model's"}, \
+    {"top-p", GEN_OPT_TOP_P, required_argument, "P", "nucleus: smallest set with mass >= P, 1 = off", "0.95 or the model's"}, \
+    {"min-p", GEN_OPT_MIN_P, required_argument, "P", "drop tokens below P * the top probability, 0 = off", "0.05 or the model's"}, \
+    {"repeat-penalty", GEN_OPT_REPEAT_PENALTY, required_argument, "X", "penalise recent tokens, 1 = off", "1.0 or the model's"}, \
+    {"repeat-last-n", GEN_OPT_REPEAT_LAST_N, required_argument, "N", "tokens the penalty looks back over", "64"}, \
+    {"seed", 's', required_argument, "N", "sampling seed, -1 = random (reported)", "-1"},        \
+    {"stop", GEN_OPT_STOP, required_argument, "TEXT", "end generation where TEXT appears (repeatable; TEXT is cut)", NULL}, \
+    {"grammar", GEN_OPT_GRAMMAR, required_argument, "TEXT", "constrain the output to a GBNF grammar (docs/grammar.md)", NULL}, \
+    {"grammar-file", GEN_OPT_GRAMMAR_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL}, \
+    {"json-schema", GEN_OPT_JSON_SCHEMA, required_argument, "TEXT", "constrain the output to JSON valid for a JSON schema", NULL}, \
+    {"json-schema-file", GEN_OPT_JSON_SCHEMA_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL}, \
+    {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
+    {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
+    {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
+    {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
+    {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
+    {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
+    {"ignore-eos", GEN_OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL}, \
+    {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}, \
+    {"quiet", 'q', no_argument, NULL, "no stats line", NULL}
+
+/* The most --stop strings. */
+#define GEN_CLI_MAX_STOP 16
+
+struct gen_cli {
+    const char *model;     /* -m, NULL = the default model */
+    const char *system;    /* --system, needs --chat */
+    const char *device;    /* --device as given */
+    int64_t n_predict, n_ctx, n_threads;
+    int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
+    int64_t seed;          /* -1 = pick one */
+    struct sampler_params sp;
+    unsigned sp_given;     /* GEN_SP_* bits: sampling options the user set */
+    const char *stop[GEN_CLI_MAX_STOP]; /* --stop, borrowed from argv */
+    int n_stop;
+    enum kv_dtype kv_dtype;
+    /* constraints, at most one (cli/gen_grammar.c) */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
+    bool chat, quiet, no_special, ignore_eos;
+    bool no_think;         /* --no-think: the template's thinking switch off (Qwen3) */
+};
+
+/* Sampling options given on the command line; the others may take the
+ * model's defaults (generation_config.json). */
+enum { GEN_SP_TEMP = 1, GEN_SP_TOP_K = 2, GEN_SP_TOP_P = 4, GEN_SP_MIN_P = 8, GEN_SP_REPEAT = 16 };
+
+/* The defaults the rows document. */
+void gen_cli_defaults(struct gen_cli *o);
+
+struct model;
+
+/* The model's sampling defaults (a Hugging Face folder's
+ * generation_config.json) for the options the user did not give. */
+void gen_cli_model_defaults(struct gen_cli *o, const struct model *m);
+
+/* Parses the value of a shared option. Returns IG_OK, IG_E_USAGE (one
+ * line), or 1 when `key` is not a shared option. */
+int gen_cli_set(struct gen_cli *o, int key, const char *arg);
+
+/* The checks between shared options after parsing (--system and
+ * --no-think need --chat).
+ * Returns IG_OK or IG_E_USAGE. */
+int gen_cli_check(const struct gen_cli *o);
+
+/* The context: -c, or the model's training context capped at 4096 (with a
+ * warning past the training context). */
+int64_t gen_cli_context(const struct gen_cli *o, int64_t n_ctx_train);
+
+/* A seed: `seed` itself, or (-1) one picked from the clock and the process
+ * (32 bits: exact in JSON, easy to retype). */
+uint64_t gen_cli_pick_seed(int64_t seed);
+
+/* ---- constraints (cli/gen_grammar.c) ---- */
+
+struct grammar;
+
+/* True when a constraint option was given. */
+bool gen_cli_has_grammar(const struct gen_cli *o);
+
+/* The rules between constraint options: at most one, --format's value,
+ * not with prompt_only, a file read from stdin ('-') not when `stdin_user`
+ * (the option that already reads stdin, NULL: none) does. IG_OK or
+ * IG_E_USAGE. */
+int gen_cli_check_grammar(const struct gen_cli *o, const char *stdin_user, bool prompt_only);
+
+/* Compiles the constraint option into *g (NULL without one; files read
+ * here). IG_OK, IG_E_USAGE (a bad grammar or schema, one line with its
+ * position), IG_E_IO, IG_E_NOMEM. */
+int gen_cli_compile_grammar(const struct gen_cli *o, struct grammar **g);
+
+#endif

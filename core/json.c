@@ -1,0 +1,61 @@
+/* core/json.c: JSON files -> cJSON trees with one-line errors.
+ * Covered by tests/models/test_hf_malformed.py (bad JSON in each file). */
+#include "core/json.h"
+
+#include "core/mapped_file.h"
+#include "core/status.h"
+
+#include <string.h>
+
+int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJSON **out)
+{
+    const char *end = NULL;
+    *out = len ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
+    size_t at = len;
+    if (*out) {
+        for (; end < text + len; end++)
+            if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
+                break;
+        if (end == text + len)
+            return IG_OK;
+        at = (size_t)(end - text);
+        cJSON_Delete(*out);
+        *out = NULL;
+    } else if (len) {
+        const char *e = cJSON_GetErrorPtr();
+        at = e && e >= text && e <= text + len ? (size_t)(e - text) : 0;
+    }
+    if (quiet)
+        return IG_E_MODEL;
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at && i < len; i++, col++)
+        if (text[i] == '\n')
+            line++, col = 0;
+    if (!len)
+        return ig_error(IG_E_MODEL, "%s: empty file, expected JSON", name);
+    return ig_error(IG_E_MODEL, "%s: invalid JSON at line %zu, column %zu (byte %zu)", name,
+                    line, col, at);
+}
+
+int ig_json_load(const char *path, cJSON **out)
+{
+    *out = NULL;
+    struct ig_mapped_file map;
+    int st = ig_map_file(path, &map);
+    if (st)
+        return st;
+    if (map.size > IG_JSON_MAX_BYTES) {
+        ig_unmap_file(&map);
+        return ig_error(IG_E_IO, "%s: %zu bytes is too large for a JSON file (at most %zu)",
+                        path, map.size, IG_JSON_MAX_BYTES);
+    }
+    st = ig_json_parse(path, (const char *)map.data, map.size, 0, out);
+    ig_unmap_file(&map);
+    return st;
+}
+
+const char *ig_json_str(const cJSON *obj, const char *key)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(j) ? j->valuestring : NULL;
+}

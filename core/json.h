@@ -1,0 +1,30 @@
+/* core/json.h: reading a whole JSON file (config.json, tokenizer.json, ...)
+ * into a cJSON tree, with the one-line errors every reader of such files
+ * shares. The readers of each format (models/hf_config.c,
+ * tokenizer/hf_vocab.c) work on the tree and never see the file.
+ * Covered by tests/models/test_hf_malformed.py. */
+#ifndef IGNITE_CORE_JSON_H
+#define IGNITE_CORE_JSON_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* Larger JSON files than this are refused (a tokenizer.json of a 256k
+ * vocabulary is about 30 MB). */
+#define IG_JSON_MAX_BYTES ((size_t)512 << 20)
+
+/* Parses text[0..len) (need not be NUL-terminated) as one JSON value with
+ * nothing but white space after it. `name` names the source in the message.
+ * Returns IG_OK and *out (free with cJSON_Delete), or IG_E_MODEL naming the
+ * byte offset, line and column of the error, or IG_E_NOMEM; one line on
+ * stderr when `quiet` is 0. */
+int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJSON **out);
+
+/* Maps and parses the file at `path` as ig_json_parse does. IG_E_IO (one
+ * line) when it cannot be opened or is over IG_JSON_MAX_BYTES. */
+int ig_json_load(const char *path, cJSON **out);
+
+/* The string member `key` of `obj`, or NULL when absent or not a string. */
+const char *ig_json_str(const cJSON *obj, const char *key);
+
+#endif

@@ -1,0 +1,596 @@
+/* generate/engine.c: the scheduler of generate/generate.h: the queue, the
+ * slots, admission over the KV pool, the batch of each step, sampling,
+ * streaming through stop strings and the end of each request.
+ * Leaves the forward to the backend, the choice of token to each request's
+ * sampler and all output to the caller's callbacks.
+ * Covered by tests/generate/ and tests/cli/ (run, batch, bench --requests). */
+#include "generate/generate.h"
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "generate/stop.h"
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *gen_stop_name(enum gen_stop stop)
+{
+    switch (stop) {
+    case GEN_STOP_EOG: return "eog";
+    case GEN_STOP_LIMIT: return "limit";
+    case GEN_STOP_CONTEXT: return "context";
+    case GEN_STOP_INTERRUPT: return "interrupted";
+    case GEN_STOP_OUTPUT: return "output_closed";
+    case GEN_STOP_PROMPT: return "prompt_only";
+    case GEN_STOP_STRING: return "stop";
+    case GEN_STOP_GRAMMAR: return "grammar";
+    default: return "none";
+    }
+}
+
+/* ---- state ---------------------------------------------------------------------- */
+
+enum seq_phase {
+    SEQ_FREE,     /* the slot is empty */
+    SEQ_PREFILL,  /* prompt tokens left to run */
+    SEQ_DECODE,   /* a sampled token to feed back */
+};
+
+struct seq {
+    enum seq_phase phase;
+    struct gen_request *r;
+    int64_t order;           /* admission number: prefill goes in this order */
+    struct kv_seq kv;
+    struct sampler *smp;
+    struct grammar_matcher *grammar; /* NULL without a constraint */
+    struct tok_stream stream;
+    struct stop_matcher stop;
+    int32_t *tokens;         /* [n_ctx] the history, the prompt, then sampled tokens */
+    int64_t n_tokens;        /* tokens known (in the cache or to be fed) */
+    int64_t n_all_prompt;    /* history + prompt */
+    int64_t max_pos;         /* positions the request may use */
+    int32_t next;            /* SEQ_DECODE: the token to feed */
+    int64_t step_row0, step_rows; /* this step's rows, 0 when none */
+    int64_t logits_row;      /* this step's logits row, -1 when none */
+    bool stopped;            /* a stop reason was found while handling text */
+};
+
+struct engine {
+    struct backend *be;
+    struct tok_vocab *vocab;
+    struct engine_opts o;
+    struct kv_pool *pool;
+    int n_slots;
+    int64_t n_ctx, n_vocab, max_rows;
+    struct seq *seqs;        /* [n_slots] */
+    struct grammar_vocab *gvocab; /* the vocabulary's trie, built for the first grammar */
+    /* the queue: a ring of requests not admitted yet */
+    struct gen_request **queue;
+    int64_t q_head, q_len, q_cap;
+    int64_t n_admitted;
+    /* the step */
+    int32_t *tokens;         /* [max_rows] */
+    bool *want;              /* [max_rows] */
+    struct backend_seq *bseqs; /* [n_slots] */
+    struct seq **order;      /* [n_slots] the sequences of the step */
+    float *logits;           /* [n_slots, n_vocab] a row per sequence at most */
+};
+
+static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
+
+int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engine_opts *o,
+                  struct engine **out)
+{
+    *out = NULL;
+    struct engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    e->be = be;
+    e->vocab = vocab;
+    e->o = *o;
+    e->n_slots = be->o.n_slots;
+    e->n_ctx = be->o.n_ctx;
+    e->n_vocab = be->m->hp.n_vocab;
+    e->max_rows = o->max_rows < be->o.max_rows ? o->max_rows : be->o.max_rows;
+    IG_ASSERT(e->max_rows >= e->n_slots); /* room for every decode row */
+    int st = kv_pool_create(be->o.n_blocks, o->share_prefixes && be->shares_blocks, &e->pool);
+    size_t ns = (size_t)e->n_slots;
+    e->seqs = calloc(ns, sizeof *e->seqs);
+    e->tokens = malloc((size_t)e->max_rows * sizeof *e->tokens);
+    e->want = malloc((size_t)e->max_rows * sizeof *e->want);
+    e->bseqs = malloc(ns * sizeof *e->bseqs);
+    e->order = malloc(ns * sizeof *e->order);
+    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    if (st == IG_OK && (!e->seqs || !e->tokens || !e->want || !e->bseqs || !e->order ||
+                        !e->logits))
+        st = ig_error(IG_E_NOMEM, "out of memory for %d sequences", e->n_slots);
+    for (int i = 0; i < e->n_slots && st == IG_OK; i++) {
+        struct seq *s = &e->seqs[i];
+        if ((st = kv_seq_init(&s->kv, e->n_ctx)) == IG_OK &&
+            !(s->tokens = malloc((size_t)e->n_ctx * sizeof *s->tokens)))
+            st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)e->n_ctx);
+    }
+    if (st != IG_OK) {
+        engine_free(e);
+        return st;
+    }
+    *out = e;
+    return IG_OK;
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; e->seqs && i < e->n_slots; i++) {
+        struct seq *s = &e->seqs[i];
+        if (s->phase != SEQ_FREE) {
+            sampler_free(s->smp);
+            grammar_matcher_free(s->grammar);
+            if (e->vocab)
+                tok_stream_free(&s->stream);
+            stop_free(&s->stop);
+        }
+        free(s->tokens);
+        kv_seq_destroy(&s->kv);
+    }
+    free(e->seqs);
+    free(e->queue);
+    free(e->tokens);
+    free(e->want);
+    free(e->bseqs);
+    free(e->order);
+    free(e->logits);
+    grammar_vocab_free(e->gvocab);
+    kv_pool_free(e->pool);
+    free(e);
+}
+
+/* ---- the queue ------------------------------------------------------------------ */
+
+/* Positions a request may use: its history, its prompt and, but for the
+ * last sampled token (never fed back), its most generated tokens. */
+static int64_t max_positions(const struct engine *e, const struct gen_request *r)
+{
+    int64_t n = (r->history ? r->history->n : 0) + r->n_tokens;
+    const struct gen_params *p = &r->params;
+    int64_t more = p->prompt_only ? 0 : p->n_predict > 0 ? p->n_predict - 1 : e->n_ctx;
+    return n + more < e->n_ctx ? n + more : e->n_ctx;
+}
+
+int engine_submit(struct engine *e, struct gen_request *r)
+{
+    r->result = (struct gen_result){.tokenize_ms = r->result.tokenize_ms};
+    int64_t n_hist = r->history ? r->history->n : 0;
+    if (r->n_tokens == 0 && !(r->history && r->history->logits))
+        return ig_error(IG_E_INPUT, n_hist ? "nothing to continue from: the cache has no "
+                                             "logits and the prompt encodes to no tokens"
+                                           : "the prompt encodes to no tokens");
+    if (n_hist + r->n_tokens > e->n_ctx)
+        return ig_error(IG_E_INPUT, "the prompt is %lld tokens but the context holds %lld "
+                        "(raise -c/--ctx-size or shorten the prompt)",
+                        (long long)(n_hist + r->n_tokens), (long long)e->n_ctx);
+    int64_t blocks = kv_blocks_for(max_positions(e, r));
+    if (blocks > kv_pool_n_blocks(e->pool))
+        return ig_error(IG_E_NOMEM, "the request may use %lld positions (%lld KV blocks of %d) "
+                        "but the KV pool holds %lld blocks (raise --kv-mem, or lower -n)",
+                        (long long)max_positions(e, r), (long long)blocks, KV_BLOCK,
+                        (long long)kv_pool_n_blocks(e->pool));
+    for (int64_t i = 0; i < r->n_tokens; i++)
+        if (r->tokens[i] < 0 || r->tokens[i] >= e->n_vocab)
+            return ig_error(IG_E_INPUT, "token id %d at index %lld is outside the vocabulary "
+                            "[0, %lld)", r->tokens[i], (long long)i, (long long)e->n_vocab);
+    if (r->params.grammar && !e->vocab)
+        return ig_error(IG_E_USAGE, "a grammar needs the model's vocabulary");
+    struct sampler *probe = NULL; /* the parameters are checked now, not at admission */
+    int st = sampler_create(&r->params.sp, e->n_vocab, &probe);
+    sampler_free(probe);
+    if (st != IG_OK)
+        return st;
+    if (e->q_len == e->q_cap) {
+        int64_t cap = e->q_cap ? 2 * e->q_cap : 64;
+        struct gen_request **q = malloc((size_t)cap * sizeof *q);
+        if (!q)
+            return ig_error(IG_E_NOMEM, "out of memory queueing a request");
+        for (int64_t i = 0; i < e->q_len; i++)
+            q[i] = e->queue[(e->q_head + i) % e->q_cap];
+        free(e->queue);
+        e->queue = q;
+        e->q_head = 0;
+        e->q_cap = cap;
+    }
+    e->queue[(e->q_head + e->q_len++) % e->q_cap] = r;
+    return IG_OK;
+}
+
+int64_t engine_pending(const struct engine *e)
+{
+    return e->q_len + engine_running(e);
+}
+
+int engine_running(const struct engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n += e->seqs[i].phase != SEQ_FREE;
+    return n;
+}
+
+const struct kv_pool *engine_pool(const struct engine *e)
+{
+    return e->pool;
+}
+
+/* ---- the end of a request --------------------------------------------------------- */
+
+static int slot_of(const struct engine *e, const struct seq *s)
+{
+    return (int)(s - e->seqs);
+}
+
+static struct backend_seq seq_view(const struct engine *e, const struct seq *s)
+{
+    return (struct backend_seq){.table = s->kv.table, .slot = slot_of(e, s)};
+}
+
+int engine_export(struct engine *e, const struct gen_request *r, const struct kv_store **st,
+                  const int32_t **table, const int32_t **tokens, int64_t *n)
+{
+    for (int i = 0; i < e->n_slots; i++) {
+        struct seq *s = &e->seqs[i];
+        if (s->phase == SEQ_FREE || s->r != r)
+            continue;
+        if (s->kv.n_pos < 1)
+            return ig_error(IG_E_INPUT, "nothing is in the cache to save");
+        struct backend_seq v = seq_view(e, s);
+        *tokens = s->tokens;
+        *n = s->kv.n_pos;
+        return backend_kv_export(e->be, &v, s->kv.n_pos, st, table);
+    }
+    return ig_error(IG_E_INTERNAL, "engine_export: the request is not in flight");
+}
+
+struct emit_ctx {
+    struct engine *e;
+    struct seq *s;
+};
+
+static int emit_text(void *user, const char *text, size_t len)
+{
+    struct emit_ctx *c = user;
+    const struct gen_callbacks *cb = &c->e->o.cb;
+    return cb->on_text ? cb->on_text(cb->user, c->s->r, text, len) : 0;
+}
+
+/* Ends the request of s: the text held back goes out (unless output or a
+ * stop string ended it), the caller hears on_done, the slot and its blocks
+ * are free again. */
+static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int status)
+{
+    struct gen_request *r = s->r;
+    struct gen_result *res = &r->result;
+    res->stop = stop;
+    res->status = status;
+    if (stop != GEN_STOP_OUTPUT && stop != GEN_STOP_STRING && status == IG_OK) {
+        const char *text;
+        size_t n;
+        struct emit_ctx c = {e, s};
+        /* An incomplete UTF-8 sequence at the very end still goes out. */
+        if (e->vocab && tok_stream_flush(&s->stream, &text, &n) == IG_OK &&
+            stop_push(&s->stop, text, n, emit_text, &c) == -1)
+            res->stop = GEN_STOP_OUTPUT;
+        else if (stop_finish(&s->stop, emit_text, &c) == -1)
+            res->stop = GEN_STOP_OUTPUT;
+    }
+    if (res->t_first_ns)
+        res->decode_ms = ms_between(res->t_first_ns, res->t_last_ns);
+    if (s->grammar)
+        res->grammar_complete = grammar_matcher_complete(s->grammar);
+    if (e->o.cb.on_done)
+        e->o.cb.on_done(e->o.cb.user, r);
+    kv_pool_release(e->pool, &s->kv);
+    sampler_free(s->smp);
+    grammar_matcher_free(s->grammar);
+    if (e->vocab)
+        tok_stream_free(&s->stream);
+    stop_free(&s->stop);
+    s->smp = NULL;
+    s->grammar = NULL;
+    s->r = NULL;
+    s->phase = SEQ_FREE;
+}
+
+/* ---- admission -------------------------------------------------------------------- */
+
+static void sample(struct engine *e, struct seq *s, float *logits);
+
+/* The matcher of r's grammar for sequence s, its mask installed in the
+ * sampler. The vocabulary's trie is built once, for the first grammar. */
+static int attach_grammar(struct engine *e, struct seq *s, struct gen_request *r)
+{
+    int st = e->gvocab ? IG_OK : grammar_vocab_build(e->vocab, &e->gvocab);
+    if (st == IG_OK)
+        st = grammar_matcher_create(r->params.grammar, e->gvocab, !r->params.ignore_eog,
+                                    &s->grammar);
+    if (st != IG_OK)
+        return st;
+    /* The matchers of the slots share what one would hold alone. */
+    grammar_matcher_set_budget(s->grammar, ((size_t)512 << 20) / (size_t)e->n_slots);
+    sampler_set_mask(s->smp, grammar_mask_hook, s->grammar);
+    r->result.grammar = true;
+    return IG_OK;
+}
+
+/* Starts r in the free slot s: its blocks (shared or reserved), the cached
+ * history, its sampler. IG_E_NOMEM (no message) when the pool cannot take
+ * it now; another error ends r. */
+static int admit(struct engine *e, struct seq *s, struct gen_request *r)
+{
+    const struct gen_history *h = r->history;
+    int64_t n_hist = h ? h->n : 0;
+    s->n_tokens = 0;
+    if (n_hist)
+        memcpy(s->tokens, h->tokens, (size_t)n_hist * sizeof *s->tokens);
+    if (r->n_tokens) /* none after --load-kv without a prompt */
+        memcpy(s->tokens + n_hist, r->tokens, (size_t)r->n_tokens * sizeof *s->tokens);
+    s->n_all_prompt = n_hist + r->n_tokens;
+    s->max_pos = max_positions(e, r);
+    /* Blocks computed here before may be shared, but never the one with the
+     * last prompt token: its logits must be computed. A loaded history is
+     * not this process's forward: nothing is shared then. */
+    int64_t n_shared = h ? 0 : kv_pool_match(e->pool, s->tokens, s->n_all_prompt,
+                                             (s->n_all_prompt - 1) / KV_BLOCK);
+    int st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos);
+    if (st != IG_OK)
+        return st;
+    s->r = r;
+    s->n_tokens = s->n_all_prompt;
+    s->order = e->n_admitted++;
+    s->phase = SEQ_PREFILL;
+    s->stopped = false;
+    r->result.n_cached = n_hist + n_shared * KV_BLOCK;
+    r->result.queue_ms = ms_between(r->t_arrival_ns, ig_now_ns());
+    if (e->vocab)
+        tok_stream_init(&s->stream, e->vocab, e->o.print_special);
+    stop_init(&s->stop, r->params.stop, r->params.n_stop);
+    if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK ||
+        (r->params.grammar && (st = attach_grammar(e, s, r)) != IG_OK))
+        return st;
+    for (int64_t i = 0; i < s->n_all_prompt; i++)
+        sampler_accept(s->smp, s->tokens[i]);
+    if (h) {
+        kv_pool_grow(e->pool, &s->kv, n_hist);
+        struct backend_seq v = seq_view(e, s);
+        if ((st = backend_kv_import(e->be, &v, h->kv, n_hist)) != IG_OK)
+            return st;
+        s->kv.n_pos = n_hist;
+        s->kv.n_registered = s->kv.max_blocks; /* loaded rows are never shared */
+    }
+    return IG_OK;
+}
+
+static void admit_waiting(struct engine *e)
+{
+    while (e->q_len) {
+        struct seq *s = NULL;
+        for (int i = 0; i < e->n_slots && !s; i++)
+            if (e->seqs[i].phase == SEQ_FREE)
+                s = &e->seqs[i];
+        if (!s)
+            return;
+        struct gen_request *r = e->queue[e->q_head];
+        int st = admit(e, s, r);
+        if (st == IG_E_NOMEM && !s->r)
+            return; /* the pool cannot promise its blocks yet: it waits, and so do later ones */
+        e->q_head = (e->q_head + 1) % e->q_cap;
+        e->q_len--;
+        if (st != IG_OK) {
+            if (!s->r) { /* nothing was taken */
+                r->result.stop = GEN_STOP_NONE;
+                r->result.status = st;
+                if (e->o.cb.on_done)
+                    e->o.cb.on_done(e->o.cb.user, r);
+            } else {
+                finish(e, s, GEN_STOP_NONE, st);
+            }
+            continue;
+        }
+        if (s->n_all_prompt == s->kv.n_pos) {
+            /* Nothing to prefill: the history's logits give the first token
+             * (the step's logits are free until the batch is built). */
+            memcpy(e->logits, r->history->logits, (size_t)e->n_vocab * sizeof *e->logits);
+            sample(e, s, e->logits);
+        }
+    }
+}
+
+/* ---- after a forward ------------------------------------------------------------------- */
+
+/* Handles a sampled token of s: the stop conditions and the text. */
+static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_ns)
+{
+    struct gen_request *r = s->r;
+    struct gen_result *res = &r->result;
+    if (!res->t_first_ns) {
+        res->t_first_ns = t_ns;
+        res->ttft_ms = ms_between(r->t_arrival_ns, t_ns);
+    }
+    res->t_last_ns = t_ns;
+    res->n_gen++;
+    if (e->o.cb.on_token)
+        e->o.cb.on_token(e->o.cb.user, r, tok, t_ns);
+    sampler_accept(s->smp, tok);
+    if (s->grammar) {
+        /* a mask that allowed nothing leaves a meaningless token */
+        if (grammar_matcher_last_allowed(s->grammar) == 0) {
+            res->n_gen--;
+            finish(e, s, GEN_STOP_GRAMMAR, IG_OK);
+            return;
+        }
+        int st = grammar_matcher_accept(s->grammar, tok);
+        if (st != IG_OK) {
+            finish(e, s, GEN_STOP_NONE, st);
+            return;
+        }
+    }
+    if (!r->params.ignore_eog && e->vocab && tok_is_eog(e->vocab, tok)) {
+        finish(e, s, GEN_STOP_EOG, IG_OK);
+        return;
+    }
+    const char *text = "";
+    size_t n = 0;
+    int st = e->vocab ? tok_stream_push(&s->stream, tok, &text, &n) : IG_OK;
+    if (st != IG_OK) {
+        finish(e, s, GEN_STOP_NONE, st);
+        return;
+    }
+    struct emit_ctx c = {e, s};
+    int found = stop_push(&s->stop, text, n, emit_text, &c);
+    if (found == -2) {
+        finish(e, s, GEN_STOP_NONE, ig_error(IG_E_NOMEM, "out of memory matching stop strings"));
+        return;
+    }
+    if (found) {
+        finish(e, s, found == 1 ? GEN_STOP_STRING : GEN_STOP_OUTPUT, IG_OK);
+        return;
+    }
+    if (s->grammar && grammar_matcher_done(s->grammar)) { /* nothing may follow */
+        finish(e, s, GEN_STOP_GRAMMAR, IG_OK);
+        return;
+    }
+    if (e->o.interrupt && *e->o.interrupt) {
+        finish(e, s, GEN_STOP_INTERRUPT, IG_OK);
+        return;
+    }
+    if (r->params.n_predict > 0 && res->n_gen >= r->params.n_predict) {
+        finish(e, s, GEN_STOP_LIMIT, IG_OK);
+        return;
+    }
+    if (s->kv.n_pos >= e->n_ctx) {
+        finish(e, s, GEN_STOP_CONTEXT, IG_OK);
+        return;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    s->next = tok;
+    s->phase = SEQ_DECODE;
+}
+
+/* The logits of s are ready (its last prompt row, its decode row, or the
+ * history's): the prompt-only end, or a sample. */
+static void sample(struct engine *e, struct seq *s, float *logits)
+{
+    struct gen_request *r = s->r;
+    if (r->params.prompt_only) {
+        r->result.ttft_ms = ms_between(r->t_arrival_ns, ig_now_ns());
+        if (r->logits_out)
+            memcpy(r->logits_out, logits, (size_t)e->n_vocab * sizeof *logits);
+        finish(e, s, GEN_STOP_PROMPT, IG_OK);
+        return;
+    }
+    int32_t tok = sampler_sample(s->smp, logits);
+    take_token(e, s, tok, ig_now_ns());
+}
+
+/* ---- the step ----------------------------------------------------------------------------- */
+
+/* Appends s's rows for this step: its decode row, or up to `room` prompt
+ * tokens. Returns the rows added. */
+static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t room,
+                        int64_t *n_logits)
+{
+    int64_t pos0 = s->kv.n_pos, n;
+    if (s->phase == SEQ_DECODE) {
+        n = 1;
+        e->tokens[row0] = s->next;
+    } else {
+        n = s->n_all_prompt - pos0 < room ? s->n_all_prompt - pos0 : room;
+        memcpy(e->tokens + row0, s->tokens + pos0, (size_t)n * sizeof *e->tokens);
+    }
+    kv_pool_grow(e->pool, &s->kv, pos0 + n);
+    for (int64_t i = 0; i < n; i++)
+        e->want[row0 + i] = false;
+    bool logits = s->phase == SEQ_DECODE || pos0 + n == s->n_all_prompt;
+    e->want[row0 + n - 1] = logits;
+    s->logits_row = logits ? (*n_logits)++ : -1;
+    s->step_row0 = row0;
+    s->step_rows = n;
+    return n;
+}
+
+/* Ends every request in flight and in the queue (Ctrl-C, a failed step). */
+static void end_all(struct engine *e, enum gen_stop stop, int status)
+{
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->seqs[i].phase != SEQ_FREE)
+            finish(e, &e->seqs[i], stop, status);
+    e->q_len = 0; /* queued requests never started: nothing to report */
+}
+
+int engine_step(struct engine *e)
+{
+    if (e->o.interrupt && *e->o.interrupt) {
+        end_all(e, GEN_STOP_INTERRUPT, IG_OK);
+        return IG_OK;
+    }
+    for (int i = 0; i < e->n_slots; i++)
+        e->seqs[i].step_rows = 0, e->seqs[i].logits_row = -1;
+    admit_waiting(e);
+
+    /* The batch: decode rows, then prompt chunks in admission order. */
+    int n_seqs = 0;
+    int64_t rows = 0, n_logits = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->seqs[i].phase == SEQ_DECODE) {
+            e->order[n_seqs++] = &e->seqs[i];
+            rows += add_rows(e, &e->seqs[i], rows, 1, &n_logits);
+        }
+    for (;;) {
+        struct seq *next = NULL;
+        for (int i = 0; i < e->n_slots; i++) {
+            struct seq *s = &e->seqs[i];
+            if (s->phase == SEQ_PREFILL && !s->step_rows && s->kv.n_pos < s->n_all_prompt &&
+                (!next || s->order < next->order))
+                next = s;
+        }
+        if (!next || rows == e->max_rows)
+            break;
+        e->order[n_seqs++] = next;
+        rows += add_rows(e, next, rows, e->max_rows - rows, &n_logits);
+    }
+    if (!rows)
+        return IG_OK;
+
+    for (int i = 0; i < n_seqs; i++) {
+        struct seq *s = e->order[i];
+        e->bseqs[i] = (struct backend_seq){.table = s->kv.table, .slot = slot_of(e, s),
+                                           .row0 = s->step_row0, .n_rows = s->step_rows,
+                                           .pos0 = s->kv.n_pos};
+    }
+    struct backend_batch batch = {.tokens = e->tokens, .want_logits = e->want, .n_rows = rows,
+                                  .seqs = e->bseqs, .n_seqs = n_seqs, .logits = e->logits};
+    int64_t t0 = ig_now_ns();
+    int st = backend_step(e->be, &batch);
+    double step_ms = ms_between(t0, ig_now_ns());
+    if (st != IG_OK) {
+        end_all(e, GEN_STOP_NONE, st);
+        return st;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        struct seq *s = e->order[i];
+        struct gen_result *res = &s->r->result;
+        bool prefill = s->phase == SEQ_PREFILL;
+        s->kv.n_pos += s->step_rows;
+        kv_pool_register(e->pool, &s->kv, s->tokens);
+        if (prefill) {
+            res->n_prompt += s->step_rows;
+            res->prefill_ms += step_ms;
+        } else {
+            res->n_decode++;
+        }
+        if (s->logits_row >= 0)
+            sample(e, s, e->logits + s->logits_row * e->n_vocab);
+    }
+    return IG_OK;
+}

@@ -1,0 +1,174 @@
+/* generate/generate.h: the generation engine: requests, the scheduler,
+ * sequence state, stop strings and streaming, above the backends.
+ *
+ * A request is a prompt (token ids, already tokenized by the caller; maybe
+ * after a history already in the cache, --load-kv) and how to continue it.
+ * The engine keeps up to n_slots sequences in flight over one KV pool
+ * (kvcache.h). Each step (engine_step) it
+ *   - admits waiting requests in submission order while a slot is free and
+ *     the pool can promise every block the request may grow into (prompt +
+ *     n_predict); a request that must wait holds back every later one, so
+ *     none waits for one that came after it; prompt blocks another sequence
+ *     already computed (the same tokens from the start) are shared;
+ *   - builds one batch: the decode row of every sequence that has a sampled
+ *     token to feed back, then prompt chunks of admitted sequences in
+ *     admission order within the row budget (max_rows, run's --chunk: the
+ *     chunked prefill of Sarathi/vLLM);
+ *   - runs it on the backend and, per sequence, samples (its own sampler and
+ *     random stream: a request's tokens do not depend on the batch it ran in),
+ *     streams text through the stop strings, and ends it on a stop reason,
+ *     freeing its slot and blocks at once.
+ * `ignite run` is this engine with one request; `ignite batch` and `ignite
+ * bench --requests` with many.
+ *
+ * Timing (the definitions docs/cli.md documents), per request:
+ *   arrival      when the request was read (set by the caller, before it
+ *                tokenizes): TTFT counts from here, so queueing shows.
+ *   TTFT         arrival to the moment the first token has been sampled.
+ *   prefill      the steps that ran the request's prompt rows.
+ *   decode       first sampled token to the last; decode ms/token = that /
+ *                the number of rows fed back.
+ * Covered by tests/generate/ and tests/cli/ (through `ignite run`, `batch`). */
+#ifndef IGNITE_GENERATE_GENERATE_H
+#define IGNITE_GENERATE_GENERATE_H
+
+#include "backend/backend.h"
+#include "decode/sampler.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tok_vocab;
+struct grammar;
+
+/* Why a request ended. */
+enum gen_stop {
+    GEN_STOP_NONE = 0,   /* it did not end (an error) */
+    GEN_STOP_EOG,        /* the model produced an end-of-generation token */
+    GEN_STOP_LIMIT,      /* n_predict tokens were generated */
+    GEN_STOP_CONTEXT,    /* the context is full */
+    GEN_STOP_INTERRUPT,  /* the interrupt flag was raised */
+    GEN_STOP_OUTPUT,     /* on_text asked to stop (e.g. the reader closed the pipe) */
+    GEN_STOP_PROMPT,     /* prompt_only: the prompt is in the cache, nothing sampled */
+    GEN_STOP_STRING,     /* a stop string appeared in the text */
+    GEN_STOP_GRAMMAR,    /* the grammar is complete and nothing may follow (or, with
+                          * grammar_complete false, no token can continue it) */
+};
+
+/* "eog", "limit", "context", "interrupted", "output_closed", "prompt_only",
+ * "stop", "grammar" ("none"). */
+const char *gen_stop_name(enum gen_stop stop);
+
+/* How to continue a prompt. */
+struct gen_params {
+    int64_t n_predict;          /* most tokens to generate (>= 1), or -1 for no limit */
+    struct sampler_params sp;   /* sp.seed: this request's random stream */
+    bool ignore_eog;            /* keep going past end-of-generation tokens */
+    bool prompt_only;           /* stop after the prefill (GEN_STOP_PROMPT) */
+    const char *const *stop;    /* stop strings (borrowed), n_stop of them */
+    int n_stop;
+    /* A constraint (grammar/grammar.h, borrowed), or NULL: each sequence gets
+     * its own matcher, whose mask the sampler applies first; generation
+     * stops when the grammar is done. */
+    const struct grammar *grammar;
+};
+
+/* What the cache holds before the prompt (--load-kv): its tokens and rows. */
+struct gen_history {
+    const int32_t *tokens;      /* [n] */
+    int64_t n;
+    const float *logits;        /* [n_vocab] after tokens[n - 1], or NULL */
+    const struct kv_store *kv;  /* the rows, in blocks 0.. in order (kv_file_read_body) */
+};
+
+/* What happened to a request (filled by the engine as it goes). */
+struct gen_result {
+    enum gen_stop stop;
+    int status;                 /* IG_OK, or the error that ended it */
+    int64_t n_prompt;           /* prompt tokens prefilled by this request (BOS included;
+                                 * after an interrupt in the prefill, the rows done) */
+    int64_t n_cached;           /* tokens in the cache before it: history or shared blocks */
+    int64_t n_gen;              /* tokens sampled, an end-of-generation token included */
+    int64_t n_decode;           /* rows fed back */
+    double tokenize_ms;         /* set by the caller */
+    double queue_ms;            /* arrival to admission */
+    double prefill_ms, ttft_ms, decode_ms;
+    int64_t t_first_ns, t_last_ns; /* first and last sampled token (ig_now_ns), 0 = none */
+    bool grammar;               /* the request had a grammar ... */
+    bool grammar_complete;      /* ... and its output is a whole sentence of it */
+};
+
+struct gen_request {
+    /* in (the caller's; borrowed until on_done) */
+    const int32_t *tokens;      /* [n_tokens] the prompt's ids (BOS included where wanted) */
+    int64_t n_tokens;
+    const struct gen_history *history; /* NULL: an empty cache */
+    struct gen_params params;
+    int64_t t_arrival_ns;       /* ig_now_ns() when it was read */
+    float *logits_out;          /* prompt_only: receives the logits after the prompt
+                                 * [n_vocab] (may be NULL) */
+    void *user;                 /* the caller's */
+    /* out */
+    struct gen_result result;
+};
+
+/* What the engine tells its caller. */
+struct gen_callbacks {
+    /* Text of request r, in order, as it becomes final (whole UTF-8, not
+     * part of a possible stop string). Returns 0 to go on, non-zero to stop
+     * r (GEN_STOP_OUTPUT). May be NULL. */
+    int (*on_text)(void *user, struct gen_request *r, const char *text, size_t len);
+    /* Token `token` of r was sampled at time t_ns (ig_now_ns). May be NULL. */
+    void (*on_token)(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
+    /* r ended: r->result is complete. Called while r's cache is still held,
+     * so engine_export works; r's blocks are freed after it returns. */
+    void (*on_done)(void *user, struct gen_request *r);
+    void *user;
+};
+
+struct engine_opts {
+    int64_t max_rows;           /* the row budget of a step (<= the backend's) */
+    bool share_prefixes;        /* share prompt blocks between requests */
+    bool print_special;         /* render control tokens' text */
+    volatile sig_atomic_t *interrupt; /* may be NULL; non-zero ends everything soon */
+    struct gen_callbacks cb;
+};
+
+struct engine;
+
+/* An engine over backend `be` (its slots, context and pool size) and the
+ * model's vocabulary; without one (NULL: a synthetic model in a benchmark)
+ * it runs on token ids alone: no text, no end-of-generation token. Returns
+ * IG_OK or IG_E_NOMEM. */
+int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engine_opts *o,
+                  struct engine **out);
+void engine_free(struct engine *e);
+
+/* Queues r (borrowed until its on_done). Refuses, with one line and without
+ * queueing, a request that can never run: no tokens and nothing to continue
+ * from, more tokens than the context holds (IG_E_INPUT), more KV blocks than
+ * the whole pool has (IG_E_NOMEM), bad sampling parameters (IG_E_USAGE), a
+ * grammar without a vocabulary (IG_E_USAGE). */
+int engine_submit(struct engine *e, struct gen_request *r);
+
+/* Runs one step (admission, one batch, sampling; requests that end get
+ * on_done). Returns IG_OK, or the backend's error (every request in flight
+ * then ends with it). */
+int engine_step(struct engine *e);
+
+/* Requests queued or in flight. */
+int64_t engine_pending(const struct engine *e);
+/* Requests in flight. */
+int engine_running(const struct engine *e);
+
+/* Inside on_done: r's cache as a host store and table (backend_kv_export),
+ * the token ids in it and how many. */
+int engine_export(struct engine *e, const struct gen_request *r, const struct kv_store **st,
+                  const int32_t **table, const int32_t **tokens, int64_t *n);
+
+/* KV pool figures: blocks, the most in use at once, blocks shared. */
+const struct kv_pool *engine_pool(const struct engine *e);
+
+#endif

@@ -1,0 +1,1234 @@
+/* grammar/schema.c: JSON schema -> GBNF, then compiled like any grammar.
+ * The subset and its meaning are in docs/grammar.md; in short, following
+ * llama.cpp's json-schema-to-grammar: objects list their required
+ * properties first, then any subset of the optional ones, in the order of
+ * `properties`; an absent `additionalProperties` means false when
+ * `properties` is given (llama.cpp's choice: fewer hallucinated keys) and
+ * any object when nothing is said about properties at all. Whitespace
+ * (llama.cpp's `space`) may follow every `{ [ , :` and every value inside a
+ * container, never the whole value, so generation ends at its last byte.
+ * Annotations are ignored; any other keyword the converter does not turn
+ * into grammar is refused with its JSON pointer, so a grammar is never
+ * silently looser or stricter than the schema (oneOf is generated as anyOf:
+ * its alternatives must not overlap, docs/grammar.md).
+ * Covered by tests/grammar/test_schema_corpus.py (jsonschema validates
+ * sampled generations), test_run_grammar_args.sh (refusals with their JSON
+ * pointers) and test_mask.c; fuzzed by tests/fuzz/fuzz_grammar.c
+ * (fuzz_schema). */
+#include "grammar/internal.h"
+
+#include "core/status.h"
+#include "core/utf8.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCHEMA_MAX_DEPTH 64
+#define INT_MAX_DIGITS 18 /* unbounded integers: at most this many digits (int64 range) */
+
+/* A growable NUL-terminated string. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool nomem;
+};
+
+static void sb_putn(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->nomem)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->nomem = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(struct sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    IG_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
+    sb_putn(b, tmp, (size_t)n);
+}
+
+/* ---- the converter ------------------------------------------------------------ */
+
+struct ref_rule {
+    char *ref;  /* the $ref string */
+    char *name; /* its rule */
+};
+
+struct conv {
+    const char *source;
+    const cJSON *doc;
+    struct sbuf rules;     /* "name ::= body\n" lines */
+    char **names;          /* rule names in use */
+    int64_t n_names, cap_names;
+    struct ref_rule *refs;
+    int64_t n_refs, cap_refs;
+    unsigned prims;        /* PRIM_* rules already emitted */
+    int depth;
+    int st;                /* the first error */
+    char ptr[1024];        /* JSON pointer of the node being converted */
+};
+
+enum {
+    PRIM_SPACE = 1 << 0, PRIM_VALUE = 1 << 1, PRIM_OBJECT = 1 << 2, PRIM_ARRAY = 1 << 3,
+    PRIM_STRING = 1 << 4, PRIM_CHAR = 1 << 5, PRIM_NUMBER = 1 << 6, PRIM_INTEGER = 1 << 7,
+    PRIM_BOOLEAN = 1 << 8, PRIM_NULL = 1 << 9, PRIM_DATE = 1 << 10, PRIM_TIME = 1 << 11,
+    PRIM_UUID = 1 << 12, PRIM_KEYCHAR = 1 << 13, PRIM_FRAC = 1 << 14,
+};
+
+static int fail(struct conv *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct conv *c, const char *fmt, ...)
+{
+    if (c->st != IG_OK)
+        return c->st;
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->st = ig_error(IG_E_USAGE, "%s: %s: %s", c->source, c->ptr[0] ? c->ptr : "(root)", msg);
+    return c->st;
+}
+
+static int nomem(struct conv *c)
+{
+    if (c->st == IG_OK)
+        c->st = ig_error(IG_E_NOMEM, "grammar: out of memory converting the JSON schema");
+    return c->st;
+}
+
+/* Appends "/key" (escaped as RFC 6901 says) to the pointer; returns the old
+ * length to restore. */
+static size_t ptr_push(struct conv *c, const char *key)
+{
+    size_t old = strlen(c->ptr), n = old;
+    if (n + 1 < sizeof c->ptr)
+        c->ptr[n++] = '/';
+    for (const char *k = key; *k && n + 3 < sizeof c->ptr; k++) {
+        if (*k == '~' || *k == '/') {
+            c->ptr[n++] = '~';
+            c->ptr[n++] = *k == '~' ? '0' : '1';
+        } else {
+            c->ptr[n++] = *k;
+        }
+    }
+    c->ptr[n] = '\0';
+    return old;
+}
+
+static void ptr_pop(struct conv *c, size_t old) { c->ptr[old] = '\0'; }
+
+/* A fresh rule name from `base` (letters, digits, '-' only), or NULL. */
+static char *new_name(struct conv *c, const char *base)
+{
+    char clean[80];
+    size_t n = 0;
+    for (const char *s = base; *s && n + 1 < 64; s++) {
+        char ch = *s;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (ok)
+            clean[n++] = ch;
+        else if (n && clean[n - 1] != '-')
+            clean[n++] = '-';
+    }
+    while (n && clean[n - 1] == '-')
+        n--;
+    if (!n)
+        clean[n++] = 'r';
+    clean[n] = '\0';
+    char cand[96];
+    snprintf(cand, sizeof cand, "%s", clean);
+    for (int64_t k = 1;; k++) {
+        bool used = false;
+        for (int64_t i = 0; i < c->n_names && !used; i++)
+            used = !strcmp(c->names[i], cand);
+        if (!used)
+            break;
+        snprintf(cand, sizeof cand, "%s-%lld", clean, (long long)k);
+    }
+    if (c->n_names == c->cap_names) {
+        int64_t cap = c->cap_names ? 2 * c->cap_names : 32;
+        char **p = realloc(c->names, (size_t)cap * sizeof *p);
+        if (!p)
+            return nomem(c), NULL;
+        c->names = p;
+        c->cap_names = cap;
+    }
+    char *name = strdup(cand);
+    if (!name)
+        return nomem(c), NULL;
+    c->names[c->n_names++] = name;
+    return name;
+}
+
+static void add_rule(struct conv *c, const char *name, const char *body)
+{
+    sb_printf(&c->rules, "%s ::= ", name);
+    sb_puts(&c->rules, body);
+    sb_puts(&c->rules, "\n");
+    if (c->rules.nomem)
+        nomem(c);
+}
+
+/* The built-in rules, emitted once each with what they use. Names are
+ * reserved: schema-derived names start with "root" or "def-". */
+static const char *prim(struct conv *c, unsigned which)
+{
+    static const struct {
+        unsigned bit, deps;
+        const char *name, *body;
+    } P[] = {
+        {PRIM_SPACE, 0, "space", "| \" \" | \"\\n\"{1,2} [ \\t]{0,20}"},
+        {PRIM_VALUE, PRIM_OBJECT | PRIM_ARRAY | PRIM_STRING | PRIM_NUMBER | PRIM_BOOLEAN | PRIM_NULL,
+         "value", "object | array | string | number | boolean | null"},
+        {PRIM_OBJECT, PRIM_SPACE | PRIM_STRING | PRIM_VALUE, "object",
+         "\"{\" space ( string space \":\" space value space ( \",\" space string space \":\" "
+         "space value space )* )? \"}\""},
+        {PRIM_ARRAY, PRIM_SPACE | PRIM_VALUE, "array",
+         "\"[\" space ( value space ( \",\" space value space )* )? \"]\""},
+        {PRIM_STRING, PRIM_CHAR, "string", "\"\\\"\" char* \"\\\"\""},
+        {PRIM_CHAR, 0, "char",
+         "[^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-CefEF] "
+         "[0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) )"},
+        {PRIM_FRAC, 0, "frac", "\".\" [0-9]{1,16}"},
+        {PRIM_NUMBER, PRIM_FRAC, "number",
+         "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) frac? ( [eE] [-+]? ( \"0\" | [1-9] [0-9]{0,2} ) )?"},
+        {PRIM_INTEGER, 0, "integer", "\"-\"? ( \"0\" | [1-9] [0-9]{0,17} )"},
+        {PRIM_BOOLEAN, 0, "boolean", "\"true\" | \"false\""},
+        {PRIM_NULL, 0, "null", "\"null\""},
+        {PRIM_DATE, 0, "date",
+         "( [0-9]{3} [1-9] | [0-9]{2} [1-9] \"0\" | [0-9] [1-9] \"00\" | [1-9] \"000\" ) \"-\" ( "
+         "( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
+         "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
+         "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | "
+         "( [0-9]{2} ( \"0\" [48] | [2468] [048] | [13579] [26] ) | "
+         "( \"0\" [48] | [2468] [048] | [13579] [26] ) \"00\" ) \"-02-29\""},
+        {PRIM_TIME, 0, "time",
+         "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
+         "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
+        {PRIM_UUID, 0, "uuid",
+         "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
+         "[0-9a-fA-F]{12}"},
+        {PRIM_KEYCHAR, 0, "keychar", "[^\"\\\\\\x7F\\x00-\\x1F]"},
+    };
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) {
+        if (P[i].bit != which)
+            continue;
+        if (!(c->prims & which)) {
+            c->prims |= which;
+            add_rule(c, P[i].name, P[i].body);
+            for (unsigned d = 1; d; d <<= 1)
+                if (P[i].deps & d)
+                    prim(c, d);
+        }
+        return P[i].name;
+    }
+    IG_ASSERT(!"unknown primitive rule");
+    return NULL;
+}
+
+/* s as a GBNF string literal (quotes added). */
+static void gbnf_literal(struct sbuf *b, const char *s)
+{
+    sb_puts(b, "\"");
+    for (; *s; s++) {
+        switch (*s) {
+        case '"': sb_puts(b, "\\\""); break;
+        case '\\': sb_puts(b, "\\\\"); break;
+        case '\n': sb_puts(b, "\\n"); break;
+        case '\r': sb_puts(b, "\\r"); break;
+        case '\t': sb_puts(b, "\\t"); break;
+        default:
+            if ((unsigned char)*s < 0x20)
+                sb_printf(b, "\\x%02X", (unsigned char)*s);
+            else
+                sb_putn(b, s, 1);
+        }
+    }
+    sb_puts(b, "\"");
+}
+
+/* A JSON value as the exact text the model must write (compact JSON). */
+static int json_literal(struct conv *c, const cJSON *v, struct sbuf *b)
+{
+    char *text = cJSON_PrintUnformatted(v);
+    if (!text)
+        return nomem(c);
+    gbnf_literal(b, text);
+    cJSON_free(text);
+    return IG_OK;
+}
+
+/* ---- keywords ---------------------------------------------------------------- */
+
+static bool is_annotation(const char *k)
+{
+    static const char *const A[] = {"title", "description", "examples", "default", "$comment",
+                                    "$schema", "$id"};
+    for (size_t i = 0; i < sizeof A / sizeof A[0]; i++)
+        if (!strcmp(k, A[i]))
+            return true;
+    return false;
+}
+
+static bool is_known(const char *k)
+{
+    static const char *const K[] = {
+        "type", "properties", "required", "additionalProperties", "items", "minItems",
+        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs",
+        "definitions", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "uniqueItems"};
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+        if (!strcmp(k, K[i]))
+            return true;
+    return is_annotation(k);
+}
+
+/* Refuses unknown keywords and (except those in `also_ok`, a
+ * NULL-terminated list) every non-annotation keyword beside `what`. */
+static int only_annotations_beside(struct conv *c, const cJSON *node, const char *what,
+                                   const char *const *also_ok)
+{
+    for (const cJSON *k = node->child; k; k = k->next) {
+        if (!strcmp(k->string, what) || is_annotation(k->string) ||
+            !strcmp(k->string, "$defs") || !strcmp(k->string, "definitions"))
+            continue;
+        bool ok = false;
+        for (const char *const *a = also_ok; a && *a && !ok; a++)
+            ok = !strcmp(k->string, *a);
+        if (!ok)
+            return fail(c, "'%s' beside '%s' is not supported (only annotations may stand "
+                        "beside it)", k->string, what);
+    }
+    return IG_OK;
+}
+
+/* A non-negative integer keyword (at most `max`), or def when absent. */
+static int get_count(struct conv *c, const cJSON *node, const char *key, int64_t max, int64_t def,
+                     int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(node, key);
+    *out = def;
+    if (!v)
+        return IG_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+        return fail(c, "'%s' must be a non-negative integer", key);
+    if (v->valuedouble > (double)max)
+        return fail(c, "'%s' above %lld is not supported (repetitions are unrolled into the "
+                    "grammar)", key, (long long)max);
+    *out = (int64_t)v->valuedouble;
+    return IG_OK;
+}
+
+/* ---- integers in a range ------------------------------------------------------- */
+
+/* Digits of equal-length decimal strings lo..hi (lo <= hi) as GBNF. */
+static void digit_range(struct sbuf *b, const char *lo, const char *hi, size_t n)
+{
+    if (n == 1) {
+        if (lo[0] == hi[0])
+            sb_printf(b, "\"%c\"", lo[0]);
+        else
+            sb_printf(b, "[%c-%c]", lo[0], hi[0]);
+        return;
+    }
+    if (lo[0] == hi[0]) {
+        sb_printf(b, "\"%c\" ", lo[0]);
+        digit_range(b, lo + 1, hi + 1, n - 1);
+        return;
+    }
+    bool lo_zeros = strspn(lo + 1, "0") >= n - 1, hi_nines = strspn(hi + 1, "9") >= n - 1;
+    char first = lo_zeros ? lo[0] : (char)(lo[0] + 1);
+    char last = hi_nines ? hi[0] : (char)(hi[0] - 1);
+    sb_puts(b, "( ");
+    bool any = false;
+    if (!lo_zeros) {
+        char nines[32];
+        memset(nines, '9', n - 1);
+        sb_printf(b, "\"%c\" ( ", lo[0]);
+        digit_range(b, lo + 1, nines, n - 1);
+        sb_puts(b, " )");
+        any = true;
+    }
+    if (first <= last) {
+        sb_printf(b, "%s[%c-%c] [0-9]{%zu}", any ? " | " : "", first, last, n - 1);
+        any = true;
+    }
+    if (!hi_nines) {
+        char zeros[32];
+        memset(zeros, '0', n - 1);
+        sb_printf(b, "%s\"%c\" ( ", any ? " | " : "", hi[0]);
+        digit_range(b, zeros, hi + 1, n - 1);
+        sb_puts(b, " )");
+    }
+    sb_puts(b, " )");
+}
+
+/* Non-negative integers in [lo, hi] (hi < 0: unbounded, at most
+ * INT_MAX_DIGITS digits), no leading zeros, as alternatives. */
+static void uint_range(struct sbuf *b, uint64_t lo, int64_t hi)
+{
+    char a[32], z[32];
+    int la = snprintf(a, sizeof a, "%llu", (unsigned long long)lo);
+    int lz = hi >= 0 ? snprintf(z, sizeof z, "%lld", (long long)hi) : INT_MAX_DIGITS;
+    bool first = true;
+    for (int len = la; len <= lz; len++) {
+        char from[32], to[32];
+        if (len == la)
+            memcpy(from, a, (size_t)la + 1);
+        else
+            from[0] = '1', memset(from + 1, '0', (size_t)len - 1), from[len] = '\0';
+        if (hi >= 0 && len == lz) {
+            memcpy(to, z, (size_t)lz + 1);
+        } else if (hi < 0 && len > la) { /* every longer length at once */
+            sb_printf(b, "%s[1-9] [0-9]{%d,%d}", first ? "" : " | ", len - 1, INT_MAX_DIGITS - 1);
+            return;
+        } else {
+            memset(to, '9', (size_t)len), to[len] = '\0';
+        }
+        sb_puts(b, first ? "" : " | ");
+        digit_range(b, from, to, (size_t)len);
+        first = false;
+    }
+}
+
+/* Reads an integer bound; *has false when absent. */
+static int int_bound(struct conv *c, const cJSON *node, const char *key, bool *has, int64_t *v)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(node, key);
+    *has = x != NULL;
+    if (!x)
+        return IG_OK;
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
+        fabs(x->valuedouble) > 1e15)
+        return fail(c, "'%s' must be an integer of at most 15 digits here", key);
+    *v = (int64_t)x->valuedouble;
+    return IG_OK;
+}
+
+/* The integers between the schema's bounds. */
+static int integer_range(struct conv *c, const cJSON *node, struct sbuf *b)
+{
+    bool has_lo, has_hi, has_xlo, has_xhi;
+    int64_t lo = 0, hi = 0, xlo = 0, xhi = 0;
+    int st;
+    if ((st = int_bound(c, node, "minimum", &has_lo, &lo)) != IG_OK ||
+        (st = int_bound(c, node, "maximum", &has_hi, &hi)) != IG_OK ||
+        (st = int_bound(c, node, "exclusiveMinimum", &has_xlo, &xlo)) != IG_OK ||
+        (st = int_bound(c, node, "exclusiveMaximum", &has_xhi, &xhi)) != IG_OK)
+        return st;
+    if (has_xlo && (!has_lo || xlo + 1 > lo))
+        lo = xlo + 1, has_lo = true;
+    if (has_xhi && (!has_hi || xhi - 1 < hi))
+        hi = xhi - 1, has_hi = true;
+    if (!has_lo && !has_hi) {
+        sb_puts(b, prim(c, PRIM_INTEGER));
+        return IG_OK;
+    }
+    if (has_lo && has_hi && lo > hi)
+        return fail(c, "no integer lies between the bounds");
+    sb_puts(b, "( ");
+    bool any = false;
+    /* negatives: "-" then magnitudes */
+    if (!has_lo || lo < 0) {
+        uint64_t mag_lo = has_hi && hi < 0 ? (uint64_t)-hi : 1;
+        sb_puts(b, "\"-\" ( ");
+        uint_range(b, mag_lo, has_lo ? -lo : -1);
+        sb_puts(b, " )");
+        any = true;
+    }
+    if (!has_hi || hi >= 0) {
+        sb_puts(b, any ? " | " : "");
+        uint_range(b, has_lo && lo > 0 ? (uint64_t)lo : 0, has_hi ? hi : -1);
+    }
+    sb_puts(b, " )");
+    return IG_OK;
+}
+
+/* ---- schema nodes ------------------------------------------------------------------ */
+
+static int visit(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr);
+
+/* Converts `node` into a rule of its own named from `base`; *rule gets the
+ * name (owned by c). */
+static int visit_rule(struct conv *c, const cJSON *node, const char *base, const char **rule)
+{
+    struct sbuf body = {0};
+    char *name = new_name(c, base);
+    if (!name)
+        return c->st;
+    int st = visit(c, node, name, &body);
+    if (st == IG_OK && body.nomem)
+        st = nomem(c);
+    if (st == IG_OK)
+        add_rule(c, name, body.p);
+    free(body.p);
+    *rule = name;
+    return c->st;
+}
+
+/* A subschema under key (and index >= 0 for arrays) of node. */
+static int visit_child(struct conv *c, const cJSON *child, const char *key, int index,
+                       const char *base, const char **rule)
+{
+    size_t old = ptr_push(c, key);
+    size_t old2 = strlen(c->ptr);
+    if (index >= 0) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", index);
+        ptr_push(c, num);
+    }
+    int st = visit_rule(c, child, base, rule);
+    ptr_pop(c, old2);
+    ptr_pop(c, old);
+    return st;
+}
+
+/* Resolves a local JSON pointer "#/a/b" in the document. */
+static const cJSON *resolve(const cJSON *doc, const char *ref)
+{
+    if (ref[0] != '#')
+        return NULL;
+    const cJSON *cur = doc;
+    const char *p = ref + 1;
+    while (*p == '/' && cur) {
+        p++;
+        char key[256];
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof key) {
+            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) {
+                key[n++] = p[1] == '0' ? '~' : '/';
+                p += 2;
+            } else {
+                key[n++] = *p++;
+            }
+        }
+        key[n] = '\0';
+        if (*p && *p != '/')
+            return NULL;
+        if (cJSON_IsArray(cur)) {
+            char *end;
+            long i = strtol(key, &end, 10);
+            cur = *end || !*key ? NULL : cJSON_GetArrayItem(cur, (int)i);
+        } else {
+            cur = cJSON_GetObjectItemCaseSensitive(cur, key);
+        }
+    }
+    return *p ? NULL : cur;
+}
+
+static int visit_ref(struct conv *c, const cJSON *node, struct sbuf *expr)
+{
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(node, "$ref");
+    if (!cJSON_IsString(r))
+        return fail(c, "'$ref' must be a string");
+    int st = only_annotations_beside(c, node, "$ref", NULL);
+    if (st != IG_OK)
+        return st;
+    for (int64_t i = 0; i < c->n_refs; i++)
+        if (!strcmp(c->refs[i].ref, r->valuestring)) {
+            sb_puts(expr, c->refs[i].name);
+            return IG_OK;
+        }
+    const cJSON *target = resolve(c->doc, r->valuestring);
+    if (!target)
+        return fail(c, "'$ref' '%s' does not resolve in this document (only local "
+                    "references \"#/...\" are supported)", r->valuestring);
+    const char *last = strrchr(r->valuestring, '/');
+    char base[96];
+    snprintf(base, sizeof base, "def-%s", last ? last + 1 : "root");
+    if (c->n_refs == c->cap_refs) {
+        int64_t cap = c->cap_refs ? 2 * c->cap_refs : 8;
+        struct ref_rule *p = realloc(c->refs, (size_t)cap * sizeof *p);
+        if (!p)
+            return nomem(c);
+        c->refs = p;
+        c->cap_refs = cap;
+    }
+    /* The name exists before the target is converted: recursion refers to it. */
+    char *name = new_name(c, base);
+    char *ref = strdup(r->valuestring);
+    if (!name || !ref) {
+        free(ref);
+        return nomem(c);
+    }
+    c->refs[c->n_refs++] = (struct ref_rule){ref, name};
+    char saved[sizeof c->ptr];
+    memcpy(saved, c->ptr, sizeof saved);
+    snprintf(c->ptr, sizeof c->ptr, "%s", r->valuestring[1] ? r->valuestring + 1 : "");
+    struct sbuf body = {0};
+    st = visit(c, target, name, &body);
+    memcpy(c->ptr, saved, sizeof saved);
+    if (st == IG_OK && body.nomem)
+        st = nomem(c);
+    if (st == IG_OK)
+        add_rule(c, name, body.p);
+    free(body.p);
+    if (st == IG_OK)
+        sb_puts(expr, name);
+    return c->st;
+}
+
+static int visit_union(struct conv *c, const cJSON *node, const char *key, const char *name,
+                       struct sbuf *expr)
+{
+    const cJSON *alts = cJSON_GetObjectItemCaseSensitive(node, key);
+    if (!cJSON_IsArray(alts) || !alts->child)
+        return fail(c, "'%s' must be a non-empty array of schemas", key);
+    int st = only_annotations_beside(c, node, key, NULL);
+    if (st != IG_OK)
+        return st;
+    int i = 0;
+    sb_puts(expr, "( ");
+    for (const cJSON *a = alts->child; a; a = a->next, i++) {
+        char base[96];
+        snprintf(base, sizeof base, "%s-%d", name, i);
+        const char *rule;
+        if ((st = visit_child(c, a, key, i, base, &rule)) != IG_OK)
+            return st;
+        sb_printf(expr, "%s%s", i ? " | " : "", rule);
+    }
+    sb_puts(expr, " )");
+    return IG_OK;
+}
+
+/* Does JSON value v have JSON schema type t? */
+static bool has_type(const cJSON *v, const char *t)
+{
+    if (!strcmp(t, "string"))
+        return cJSON_IsString(v);
+    if (!strcmp(t, "number"))
+        return cJSON_IsNumber(v);
+    if (!strcmp(t, "integer"))
+        return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(t, "boolean"))
+        return cJSON_IsBool(v);
+    if (!strcmp(t, "null"))
+        return cJSON_IsNull(v);
+    if (!strcmp(t, "object"))
+        return cJSON_IsObject(v);
+    if (!strcmp(t, "array"))
+        return cJSON_IsArray(v);
+    return false;
+}
+
+/* enum / const: the listed values that also have the schema's type. */
+static int visit_values(struct conv *c, const cJSON *node, const char *key, struct sbuf *expr)
+{
+    static const char *const ok[] = {"type", "enum", "const", NULL};
+    int st = only_annotations_beside(c, node, key, ok);
+    if (st != IG_OK)
+        return st;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(node, "type");
+    const cJSON *vals = cJSON_GetObjectItemCaseSensitive(node, key);
+    if (!strcmp(key, "enum") && (!cJSON_IsArray(vals) || !vals->child))
+        return fail(c, "'enum' must be a non-empty array");
+    const cJSON *cnst = cJSON_GetObjectItemCaseSensitive(node, "const");
+    const cJSON *list = !strcmp(key, "enum") ? vals->child : vals;
+    int n = 0;
+    sb_puts(expr, "( ");
+    for (const cJSON *v = list; v; v = !strcmp(key, "enum") ? v->next : NULL) {
+        bool keep = true;
+        if (cJSON_IsString(type))
+            keep = has_type(v, type->valuestring);
+        else if (cJSON_IsArray(type)) {
+            keep = false;
+            for (const cJSON *t = type->child; t; t = t->next)
+                keep |= cJSON_IsString(t) && has_type(v, t->valuestring);
+        }
+        if (keep && cnst && !strcmp(key, "enum"))
+            keep = cJSON_Compare(v, cnst, true);
+        if (!keep)
+            continue;
+        sb_puts(expr, n++ ? " | " : "");
+        if ((st = json_literal(c, v, expr)) != IG_OK)
+            return st;
+    }
+    sb_puts(expr, " )");
+    if (!n)
+        return fail(c, "no value of '%s' also satisfies the schema's type%s", key,
+                    cnst ? " and const" : "");
+    return IG_OK;
+}
+
+/* `"name"` as the model writes it: JSON-escaped, as a GBNF literal. */
+static int key_literal(struct conv *c, const char *key, struct sbuf *b)
+{
+    cJSON *s = cJSON_CreateString(key);
+    if (!s)
+        return nomem(c);
+    int st = json_literal(c, s, b);
+    cJSON_Delete(s);
+    return st;
+}
+
+/* A trie of code points over the property names, for "any key but these". */
+struct ktrie {
+    uint32_t cp;
+    bool end;                  /* a name ends here */
+    struct ktrie *child, *next;
+};
+
+static void ktrie_free(struct ktrie *t)
+{
+    while (t) {
+        struct ktrie *n = t->next;
+        ktrie_free(t->child);
+        free(t);
+        t = n;
+    }
+}
+
+static int ktrie_add(struct ktrie *root, const char *s)
+{
+    struct ktrie *cur = root;
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        uint32_t cp = *u++;
+        int extra = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
+        cp &= extra == 3 ? 0x07 : extra == 2 ? 0x0F : extra == 1 ? 0x1F : 0x7F;
+        for (; extra && (*u & 0xC0) == 0x80; extra--)
+            cp = cp << 6 | (*u++ & 0x3F);
+        struct ktrie *k = cur->child;
+        while (k && k->cp != cp)
+            k = k->next;
+        if (!k) {
+            if (!(k = calloc(1, sizeof *k)))
+                return IG_E_NOMEM;
+            k->cp = cp;
+            k->next = cur->child;
+            cur->child = k;
+        }
+        cur = k;
+    }
+    cur->end = true;
+    return IG_OK;
+}
+
+/* A class-safe spelling of code point cp inside [...]. */
+static void class_char(struct sbuf *b, uint32_t cp)
+{
+    if (cp < 0x20 || cp == '"' || cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == 0x7F)
+        sb_printf(b, "\\x%02X", cp);
+    else if (cp < 0x80)
+        sb_printf(b, "%c", (char)cp);
+    else
+        sb_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
+}
+
+/* Rules for the key text after the opening quote at trie node t: any
+ * escape-free string except the names below t. Returns the rule name. */
+static const char *not_names(struct conv *c, const struct ktrie *t, const char *base)
+{
+    char *name = new_name(c, base);
+    if (!name)
+        return NULL;
+    struct sbuf body = {0};
+    /* the empty alternative first: after a trailing '|' the rule would go on
+     * on the next line */
+    if (!t->end) /* a proper prefix of a name is another name */
+        sb_puts(&body, "| ");
+    bool first = true;
+    int i = 0;
+    for (const struct ktrie *k = t->child; k; k = k->next, i++) {
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s-%d", base, i);
+        const char *rule = not_names(c, k, sub);
+        if (!rule) {
+            free(body.p);
+            return NULL;
+        }
+        sb_puts(&body, first ? "" : " | ");
+        char one[8];
+        uint8_t enc[4];
+        int n = gr_utf8_encode(k->cp, enc);
+        memcpy(one, enc, (size_t)n);
+        one[n] = '\0';
+        gbnf_literal(&body, one);
+        sb_printf(&body, " %s", rule);
+        first = false;
+    }
+    /* any other character, then anything */
+    sb_printf(&body, "%s[^\"\\\\\\x7F\\x00-\\x1F", first ? "" : " | ");
+    for (const struct ktrie *k = t->child; k; k = k->next)
+        class_char(&body, k->cp);
+    sb_printf(&body, "] %s*", prim(c, PRIM_KEYCHAR));
+    if (body.nomem) {
+        free(body.p);
+        return nomem(c), NULL;
+    }
+    add_rule(c, name, body.p);
+    free(body.p);
+    return name;
+}
+
+static int visit_object(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(node, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(node, "required");
+    const cJSON *addl = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
+    if (props && !cJSON_IsObject(props))
+        return fail(c, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req))
+        return fail(c, "'required' must be an array of property names");
+    if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl))
+        return fail(c, "'additionalProperties' must be a boolean or a schema");
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        if (!cJSON_IsString(r))
+            return fail(c, "'required' must be an array of property names");
+        if (!cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
+            return fail(c, "required property '%s' is not in 'properties' (not supported)",
+                        r->valuestring);
+    }
+    bool extra = addl && (cJSON_IsTrue(addl) || cJSON_IsObject(addl));
+    if (!props && !(addl && !extra) && !cJSON_IsObject(addl)) {
+        sb_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
+        return IG_OK;
+    }
+    prim(c, PRIM_SPACE);
+    /* key-value rules, required first, each in the order of 'properties' */
+    int n_props = props ? cJSON_GetArraySize(props) : 0;
+    const char **kv = calloc((size_t)n_props + 1, sizeof *kv);
+    bool *is_req = calloc((size_t)n_props + 1, sizeof *is_req);
+    int *order = calloc((size_t)n_props + 1, sizeof *order);
+    if (!kv || !is_req || !order) {
+        free(kv), free(is_req), free(order);
+        return nomem(c);
+    }
+    int st = IG_OK, i = 0;
+    for (const cJSON *p = props ? props->child : NULL; p && st == IG_OK; p = p->next, i++) {
+        char base[160];
+        snprintf(base, sizeof base, "%s-%s", name, p->string);
+        const char *value;
+        size_t old = ptr_push(c, "properties");
+        st = visit_child(c, p, p->string, -1, base, &value);
+        ptr_pop(c, old);
+        if (st != IG_OK)
+            break;
+        struct sbuf body = {0};
+        key_literal(c, p->string, &body);
+        sb_printf(&body, " space \":\" space %s space", value);
+        char kvbase[170];
+        snprintf(kvbase, sizeof kvbase, "%s-kv", base);
+        char *kvname = new_name(c, kvbase);
+        if (!kvname || body.nomem) {
+            free(body.p);
+            st = nomem(c);
+            break;
+        }
+        add_rule(c, kvname, body.p);
+        free(body.p);
+        kv[i] = kvname;
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            is_req[i] |= !strcmp(r->valuestring, p->string);
+    }
+    const char *extra_kv = NULL;
+    if (st == IG_OK && extra) {
+        const char *value, *key;
+        char base[160];
+        snprintf(base, sizeof base, "%s-additional", name);
+        if (cJSON_IsObject(addl)) {
+            st = visit_child(c, addl, "additionalProperties", -1, base, &value);
+        } else {
+            value = prim(c, PRIM_VALUE);
+        }
+        struct sbuf body = {0};
+        if (st == IG_OK && n_props) {
+            struct ktrie root = {0};
+            for (const cJSON *p = props->child; p && st == IG_OK; p = p->next)
+                if (ktrie_add(&root, p->string) != IG_OK)
+                    st = nomem(c);
+            char kbase[170];
+            snprintf(kbase, sizeof kbase, "%s-k", base);
+            key = st == IG_OK ? not_names(c, &root, kbase) : NULL;
+            ktrie_free(root.child);
+            if (!key)
+                st = c->st != IG_OK ? c->st : nomem(c);
+            else
+                sb_printf(&body, "\"\\\"\" %s \"\\\"\"", key);
+        } else if (st == IG_OK) {
+            sb_puts(&body, prim(c, PRIM_STRING));
+        }
+        if (st == IG_OK) {
+            sb_printf(&body, " space \":\" space %s space", value);
+            char kvbase[170];
+            snprintf(kvbase, sizeof kvbase, "%s-kv", base);
+            char *kvname = new_name(c, kvbase);
+            if (!kvname || body.nomem)
+                st = nomem(c);
+            else
+                add_rule(c, kvname, body.p), extra_kv = kvname;
+        }
+        free(body.p);
+    }
+    if (st != IG_OK) {
+        free(kv), free(is_req), free(order);
+        return st;
+    }
+    /* "{" required ("," ...)* then any subset of the optional ones in order */
+    int n_req = 0, n_opt = 0;
+    for (int k = 0; k < n_props; k++)
+        if (is_req[k])
+            sb_printf(expr, "%s%s", n_req++ ? " \",\" space " : "\"{\" space ", kv[k]);
+    if (!n_req)
+        sb_puts(expr, "\"{\" space");
+    for (int k = 0; k < n_props; k++)
+        if (!is_req[k])
+            order[n_opt++] = k;
+    if (n_opt || extra_kv) {
+        /* rest(j) ::= ("," space opt_j)? rest(j+1); the extra kv repeats */
+        int total = n_opt + (extra_kv != NULL);
+        const char **rest = calloc((size_t)total + 1, sizeof *rest);
+        if (!rest) {
+            free(kv), free(is_req), free(order);
+            return nomem(c);
+        }
+        for (int j = total - 1; j >= 1; j--) {
+            const char *item = j < n_opt ? kv[order[j]] : extra_kv;
+            struct sbuf body = {0};
+            sb_printf(&body, "( \",\" space %s )%s", item, j < n_opt ? "?" : "*");
+            if (rest[j + 1])
+                sb_printf(&body, " %s", rest[j + 1]);
+            char base[160];
+            snprintf(base, sizeof base, "%s-rest", name);
+            char *rn = new_name(c, base);
+            if (!rn || body.nomem) {
+                free(body.p);
+                free(rest);
+                free(kv), free(is_req), free(order);
+                return nomem(c);
+            }
+            add_rule(c, rn, body.p);
+            free(body.p);
+            rest[j] = rn;
+        }
+        sb_puts(expr, n_req ? " ( \",\" space ( " : " ( ");
+        for (int j = 0; j < total; j++) {
+            const char *item = j < n_opt ? kv[order[j]] : extra_kv;
+            sb_printf(expr, "%s%s", j ? " | " : "", item);
+            if (j >= n_opt)
+                sb_printf(expr, " ( \",\" space %s )*", extra_kv);
+            if (rest[j + 1])
+                sb_printf(expr, " %s", rest[j + 1]);
+        }
+        sb_puts(expr, n_req ? " ) )?" : " )?");
+        free(rest);
+    }
+    sb_puts(expr, " \"}\"");
+    free(kv), free(is_req), free(order);
+    return IG_OK;
+}
+
+static int visit_array(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+{
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
+    const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(node, "uniqueItems");
+    if (uniq && !cJSON_IsFalse(uniq))
+        return fail(c, "'uniqueItems' true is not supported (a grammar cannot compare items)");
+    if (items && cJSON_IsArray(items))
+        return fail(c, "'items' as an array (tuples) is not supported");
+    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
+        return fail(c, "'items' must be a schema");
+    if (cJSON_IsFalse(items))
+        return fail(c, "'items': false is not supported");
+    int64_t min, max;
+    int st;
+    if ((st = get_count(c, node, "minItems", GR_MAX_REPEAT, 0, &min)) != IG_OK ||
+        (st = get_count(c, node, "maxItems", GR_MAX_REPEAT, -1, &max)) != IG_OK)
+        return st;
+    if (max >= 0 && min > max)
+        return fail(c, "minItems is above maxItems");
+    const char *item;
+    if (cJSON_IsObject(items)) {
+        char base[160];
+        snprintf(base, sizeof base, "%s-item", name);
+        if ((st = visit_child(c, items, "items", -1, base, &item)) != IG_OK)
+            return st;
+    } else {
+        item = prim(c, PRIM_VALUE);
+    }
+    prim(c, PRIM_SPACE);
+    if (max == 0) {
+        sb_puts(expr, "\"[\" space \"]\"");
+        return IG_OK;
+    }
+    sb_printf(expr, "\"[\" space %s%s space", min == 0 ? "( " : "", item);
+    int64_t lo = min ? min - 1 : 0, hi = max < 0 ? -1 : max - 1;
+    if (hi != 0) {
+        sb_printf(expr, " ( \",\" space %s space )", item);
+        if (hi < 0)
+            sb_printf(expr, "{%lld,}", (long long)lo);
+        else
+            sb_printf(expr, "{%lld,%lld}", (long long)lo, (long long)hi);
+    }
+    sb_printf(expr, "%s \"]\"", min == 0 ? " )?" : "");
+    return IG_OK;
+}
+
+static int visit_string(struct conv *c, const cJSON *node, struct sbuf *expr)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
+    bool has_len = cJSON_GetObjectItemCaseSensitive(node, "minLength") ||
+                   cJSON_GetObjectItemCaseSensitive(node, "maxLength");
+    if (fmt) {
+        if (!cJSON_IsString(fmt))
+            return fail(c, "'format' must be a string");
+        unsigned which = !strcmp(fmt->valuestring, "date") ? PRIM_DATE
+                         : !strcmp(fmt->valuestring, "time") ? PRIM_TIME
+                         : !strcmp(fmt->valuestring, "date-time") ? PRIM_DATE | PRIM_TIME
+                         : !strcmp(fmt->valuestring, "uuid") ? PRIM_UUID : 0;
+        if (!which)
+            return fail(c, "format '%s' is not supported (supported: date, time, date-time, "
+                        "uuid)", fmt->valuestring);
+        if (has_len)
+            return fail(c, "minLength/maxLength beside 'format' is not supported");
+        if (which == (PRIM_DATE | PRIM_TIME))
+            sb_printf(expr, "\"\\\"\" %s \"T\" %s \"\\\"\"", prim(c, PRIM_DATE), prim(c, PRIM_TIME));
+        else
+            sb_printf(expr, "\"\\\"\" %s \"\\\"\"", prim(c, which));
+        return IG_OK;
+    }
+    if (!has_len) {
+        sb_puts(expr, prim(c, PRIM_STRING));
+        return IG_OK;
+    }
+    int64_t min, max;
+    int st;
+    if ((st = get_count(c, node, "minLength", GR_MAX_REPEAT, 0, &min)) != IG_OK ||
+        (st = get_count(c, node, "maxLength", GR_MAX_REPEAT, -1, &max)) != IG_OK)
+        return st;
+    if (max >= 0 && min > max)
+        return fail(c, "minLength is above maxLength");
+    const char *ch = prim(c, PRIM_CHAR);
+    if (max < 0)
+        sb_printf(expr, "\"\\\"\" %s{%lld,} \"\\\"\"", ch, (long long)min);
+    else
+        sb_printf(expr, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", ch, (long long)min, (long long)max);
+    return IG_OK;
+}
+
+static int visit_number(struct conv *c, const cJSON *node, bool integer, struct sbuf *expr)
+{
+    bool bounded = cJSON_GetObjectItemCaseSensitive(node, "minimum") ||
+                   cJSON_GetObjectItemCaseSensitive(node, "maximum") ||
+                   cJSON_GetObjectItemCaseSensitive(node, "exclusiveMinimum") ||
+                   cJSON_GetObjectItemCaseSensitive(node, "exclusiveMaximum");
+    if (integer)
+        return integer_range(c, node, expr);
+    if (bounded)
+        return fail(c, "bounds on a 'number' are not supported (they are on 'integer')");
+    sb_puts(expr, prim(c, PRIM_NUMBER));
+    return IG_OK;
+}
+
+/* The keywords that only mean something for one type. */
+static const char *implied_type(const cJSON *node)
+{
+    static const struct { const char *key, *type; } I[] = {
+        {"properties", "object"}, {"additionalProperties", "object"}, {"required", "object"},
+        {"items", "array"}, {"minItems", "array"}, {"maxItems", "array"},
+        {"uniqueItems", "array"}, {"minLength", "string"}, {"maxLength", "string"},
+        {"format", "string"}, {"minimum", "number"}, {"maximum", "number"},
+        {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+    };
+    for (size_t i = 0; i < sizeof I / sizeof I[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(node, I[i].key))
+            return I[i].type;
+    return NULL;
+}
+
+static int visit_type(struct conv *c, const cJSON *node, const char *type, const char *name,
+                      struct sbuf *expr)
+{
+    if (!strcmp(type, "object"))
+        return visit_object(c, node, name, expr);
+    if (!strcmp(type, "array"))
+        return visit_array(c, node, name, expr);
+    if (!strcmp(type, "string"))
+        return visit_string(c, node, expr);
+    if (!strcmp(type, "number") || !strcmp(type, "integer"))
+        return visit_number(c, node, !strcmp(type, "integer"), expr);
+    if (!strcmp(type, "boolean")) {
+        sb_puts(expr, prim(c, PRIM_BOOLEAN));
+        return IG_OK;
+    }
+    if (!strcmp(type, "null")) {
+        sb_puts(expr, prim(c, PRIM_NULL));
+        return IG_OK;
+    }
+    return fail(c, "unknown type '%s'", type);
+}
+
+/* Appends to expr the grammar expression for schema node `node`; `name`
+ * is the rule it becomes (sub-rules are named after it). */
+static int visit(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+{
+    if (c->st != IG_OK)
+        return c->st;
+    if (++c->depth > SCHEMA_MAX_DEPTH) {
+        c->depth--;
+        return fail(c, "the schema nests more than %d levels", SCHEMA_MAX_DEPTH);
+    }
+    int st = IG_OK;
+    if (cJSON_IsTrue(node)) {
+        sb_puts(expr, prim(c, PRIM_VALUE));
+        goto done;
+    }
+    if (!cJSON_IsObject(node)) {
+        st = fail(c, cJSON_IsFalse(node) ? "the schema false matches nothing"
+                                         : "a schema must be an object or a boolean");
+        goto done;
+    }
+    for (const cJSON *k = node->child; k; k = k->next)
+        if (!is_known(k->string)) {
+            size_t old = ptr_push(c, k->string);
+            st = fail(c, "keyword '%s' is not supported", k->string);
+            ptr_pop(c, old);
+            goto done;
+        }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(node, "type");
+    if (cJSON_GetObjectItemCaseSensitive(node, "$ref")) {
+        st = visit_ref(c, node, expr);
+    } else if (cJSON_GetObjectItemCaseSensitive(node, "anyOf")) {
+        st = visit_union(c, node, "anyOf", name, expr);
+    } else if (cJSON_GetObjectItemCaseSensitive(node, "oneOf")) {
+        st = visit_union(c, node, "oneOf", name, expr);
+    } else if (cJSON_GetObjectItemCaseSensitive(node, "const")) {
+        st = visit_values(c, node, "const", expr);
+    } else if (cJSON_GetObjectItemCaseSensitive(node, "enum")) {
+        st = visit_values(c, node, "enum", expr);
+    } else if (cJSON_IsArray(type)) {
+        if (!type->child) {
+            st = fail(c, "'type' must not be an empty array");
+            goto done;
+        }
+        sb_puts(expr, "( ");
+        int i = 0;
+        for (const cJSON *t = type->child; t && st == IG_OK; t = t->next, i++) {
+            if (!cJSON_IsString(t)) {
+                st = fail(c, "'type' must hold type names");
+                break;
+            }
+            sb_puts(expr, i ? " | " : "");
+            st = visit_type(c, node, t->valuestring, name, expr);
+        }
+        sb_puts(expr, " )");
+    } else if (type) {
+        st = cJSON_IsString(type) ? visit_type(c, node, type->valuestring, name, expr)
+                                  : fail(c, "'type' must be a string or an array of strings");
+    } else {
+        const char *t = implied_type(node);
+        if (t)
+            st = visit_type(c, node, t, name, expr);
+        else
+            sb_puts(expr, prim(c, PRIM_VALUE)); /* nothing constrains it: any value */
+    }
+done:
+    c->depth--;
+    return st != IG_OK ? st : c->st;
+}
+
+static void conv_free(struct conv *c)
+{
+    for (int64_t i = 0; i < c->n_names; i++)
+        free(c->names[i]);
+    free(c->names);
+    for (int64_t i = 0; i < c->n_refs; i++)
+        free(c->refs[i].ref);
+    free(c->refs);
+}
+
+int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, char **gbnf)
+{
+    *gbnf = NULL;
+    for (size_t i = 0; i < len;) {
+        size_t n = ig_utf8_char_len((const unsigned char *)json + i, len - i);
+        if (n == 0)
+            return ig_error(IG_E_USAGE, "%s: invalid UTF-8 at byte %zu", source, i);
+        i += n;
+    }
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(json, len, &end, false);
+    if (!doc) {
+        size_t at = end && end >= json ? (size_t)(end - json) : 0;
+        int line = 1, col = 1;
+        for (size_t i = 0; i < at && i < len; i++) {
+            if (json[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)json[i] & 0xC0) != 0x80)
+                col++;
+        }
+        return ig_error(IG_E_USAGE, "%s:%d:%d: not valid JSON", source, line, col);
+    }
+    for (const char *p = end; p < json + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(doc);
+            return ig_error(IG_E_USAGE, "%s: text after the JSON schema", source);
+        }
+    struct conv c = {.source = source, .doc = doc};
+    struct sbuf root = {0};
+    char *root_name = new_name(&c, "root");
+    int st = root_name ? visit(&c, doc, "root", &root) : c.st;
+    if (st == IG_OK && root.nomem)
+        st = nomem(&c);
+    if (st == IG_OK) {
+        /* root first, so the text reads top-down */
+        struct sbuf out = {0};
+        sb_printf(&out, "root ::= %s\n", root.p);
+        sb_puts(&out, c.rules.p ? c.rules.p : "");
+        if (out.nomem) {
+            free(out.p);
+            st = nomem(&c);
+        } else {
+            *gbnf = out.p;
+        }
+    }
+    free(root.p);
+    free(c.rules.p);
+    conv_free(&c);
+    cJSON_Delete(doc);
+    return st;
+}
+
+int grammar_from_json_schema(const char *json, size_t len, const char *source,
+                             struct grammar **out)
+{
+    *out = NULL;
+    char *gbnf;
+    int st = grammar_schema_to_gbnf(json, len, source, &gbnf);
+    if (st != IG_OK)
+        return st;
+    st = grammar_from_gbnf(gbnf, strlen(gbnf), source, out);
+    free(gbnf);
+    return st;
+}
+
+int grammar_any_json(struct grammar **out)
+{
+    static const char any[] = "{}";
+    return grammar_from_json_schema(any, sizeof any - 1, "--format json", out);
+}

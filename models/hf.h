@@ -1,0 +1,100 @@
+/* models/hf.h: Hugging Face model folders (config.json + *.safetensors
+ * [+ model.safetensors.index.json] + tokenizer files), models/-internal.
+ *
+ * model_load hands a directory to hf_load (hf_model.c), which reads
+ * config.json through hf_parse_config (hf_config.c: the architecture table,
+ * hyper-parameters, refusals), maps the safetensors files (safetensors.c)
+ * and points struct model's weights into them. The tokenizer files are
+ * tokenizer/hf_vocab.c's. Covered by tests/models/test_hf_folder.py and
+ * test_hf_malformed.py.
+ *
+ * Adding an architecture is an entry in hf_config.c's table: its
+ * config.json name, the GGUF architecture it runs as, where its text
+ * model's config and tensors live, and its per-layer tensor names. */
+#ifndef IGNITE_MODELS_HF_H
+#define IGNITE_MODELS_HF_H
+
+#include "models/model.h"
+#include "models/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A dimension of a weight, in terms of the hyper-parameters. */
+enum hf_dim { HF_DIM_ONE, HF_DIM_EMBD, HF_DIM_Q, HF_DIM_KV, HF_DIM_FF, HF_DIM_HEAD };
+
+enum hf_kind {
+    HF_MATRIX, /* read in place, F32/F16/BF16 */
+    HF_NORM,   /* an RMSNorm weight: widened to f32 when stored narrower (+1 for Gemma) */
+    HF_BIAS,   /* a bias vector: widened to f32 when stored narrower */
+};
+
+/* One per-layer tensor: "<prefix>layers.<i>.<suffix>" -> a field of struct
+ * model_layer. */
+struct hf_layer_tensor {
+    const char *suffix;
+    size_t field;          /* offsetof(struct model_layer, ...) */
+    enum hf_dim rows, cols;
+    enum hf_kind kind;
+};
+
+struct hf_arch {
+    const char *name;        /* config.json "architectures"[0], e.g. "LlamaForCausalLM" */
+    const char *arch;        /* the GGUF architecture it runs as ("llama") */
+    const char *text_config; /* member of config.json holding the text model's settings, or NULL */
+    const char *prefix;      /* the text model's tensor prefix, "model." */
+    const char *lm_head;     /* the output matrix's name (absent when tied) */
+    const struct hf_layer_tensor *layer; /* ends with a NULL suffix */
+    const char *act;         /* the one hidden_act the forward computes ("silu") */
+    bool qkv_bias;           /* Q/K/V biases present */
+    bool norm_plus_one;      /* RMSNorm multiplies by (1 + w), as HF Gemma does */
+    bool tie_default;        /* tie_word_embeddings when config.json is silent */
+    double eps_default;      /* rms_norm_eps when config.json is silent */
+};
+
+/* What config.json says. */
+struct hf_config {
+    const struct hf_arch *arch;
+    struct model_hparams hp; /* tied_embeddings from tie_word_embeddings */
+};
+
+/* Reads a parsed config.json (`name` names it in messages). Returns IG_OK,
+ * or IG_E_MODEL after one line: quantization_config present, an unknown
+ * architecture, a missing or out-of-range hyper-parameter, a rope_scaling
+ * kind or activation the forward does not compute. No I/O: fuzzed by
+ * tests/fuzz/fuzz_hf_json.c. */
+int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out);
+
+/* The architectures hf_parse_config accepts, comma-separated (messages). */
+const char *hf_arch_names(void);
+
+/* Sampling defaults from a parsed generation_config.json (absent members
+ * leave their has_ flag clear; do_sample false means greedy). Returns IG_OK
+ * or IG_E_MODEL for a member of the wrong type or range. */
+int hf_parse_generation(const char *name, const cJSON *root, struct model_sampling *out);
+
+/* The chat template of a parsed tokenizer_config.json: its "chat_template"
+ * string, or the "default" entry of a list of {name, template}. NULL when
+ * it has none. Points into `root`. */
+const char *hf_chat_template(const cJSON *root);
+
+/* The folder's state behind struct model (owned by it). */
+struct hf_folder {
+    struct st_file **shards;    /* n_shards mapped files */
+    char **shard_names;         /* their file names in the folder */
+    int n_shards;
+    const struct st_tensor **by_name; /* every tensor of every shard, sorted by name */
+    int64_t n_tensors;
+    float *vectors;             /* norms and biases widened to f32 */
+    size_t n_vectors, cap_vectors;
+    char *chat_template;        /* NUL-terminated, or NULL */
+};
+
+/* Loads the folder `dir` into m (path already set). Returns IG_OK, or
+ * IG_E_MODEL / IG_E_IO / IG_E_NOMEM after one line naming the file. */
+int hf_load(const char *dir, struct model *m);
+
+void hf_folder_free(struct hf_folder *h);
+
+#endif

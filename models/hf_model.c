@@ -1,0 +1,472 @@
+/* models/hf_model.c: a Hugging Face folder -> struct model.
+ *
+ * Reads config.json (hf_config.c), maps model.safetensors or the shards
+ * model.safetensors.index.json names (safetensors.c), then finds every
+ * weight by its HF name and checks its dtype and shape against config.json.
+ * Matrices are pointed into the mappings as stored (F32, F16, BF16: the
+ * forward reads those types in place); the few 1-D norms and biases are
+ * widened to f32 when stored narrower, as the forward reads them as f32.
+ * tokenizer_config.json (chat template) and generation_config.json
+ * (sampling defaults) are read here too; the tokenizer itself is
+ * tokenizer/hf_vocab.c's. Covered by tests/models/test_hf_folder.py and
+ * test_hf_malformed.py. */
+#include "models/hf.h"
+
+#include "core/half.h"
+#include "core/json.h"
+#include "core/status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Weights are read in place; every matrix must start on this boundary. */
+#define HF_DATA_ALIGN 4
+
+/* Everything a loader step needs to name the files in a message. */
+struct loader {
+    const char *dir;
+    struct model *m;
+    struct hf_folder *h;
+    const struct hf_arch *arch;
+};
+
+static void join(char *buf, size_t cap, const char *dir, const char *file)
+{
+    size_t n = strlen(dir);
+    snprintf(buf, cap, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", file);
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* A file the folder must have: missing is a malformed model (exit 4), not
+ * an I/O error. */
+static int load_required_json(const char *dir, const char *file, cJSON **out)
+{
+    char p[4352];
+    join(p, sizeof p, dir, file);
+    if (!exists(p) && errno == ENOENT)
+        return ig_error(IG_E_MODEL, "%s: %s is missing (a Hugging Face model folder has "
+                        "config.json, *.safetensors and tokenizer.json)", dir, file);
+    return ig_json_load(p, out);
+}
+
+/* An optional file: absent is fine (*out stays NULL). */
+static int load_optional_json(const char *dir, const char *file, cJSON **out)
+{
+    char p[4352];
+    *out = NULL;
+    join(p, sizeof p, dir, file);
+    if (!exists(p))
+        return IG_OK;
+    return ig_json_load(p, out);
+}
+
+/* ---- weights files ----------------------------------------------------------- */
+
+static bool has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* No safetensors: say whether the folder has pickled PyTorch weights. */
+static int no_weights(const char *dir)
+{
+    DIR *d = opendir(dir);
+    bool pickle = false;
+    for (struct dirent *e; d && (e = readdir(d));)
+        pickle |= has_suffix(e->d_name, ".bin") || has_suffix(e->d_name, ".pt") ||
+                  has_suffix(e->d_name, ".pth");
+    if (d)
+        closedir(d);
+    if (pickle)
+        return ig_error(IG_E_MODEL, "%s: the weights are PyTorch pickle files (*.bin) only; "
+                        "ignite reads safetensors (model.safetensors or "
+                        "model.safetensors.index.json), which loading cannot run code from",
+                        dir);
+    return ig_error(IG_E_MODEL, "%s: no weights: model.safetensors and "
+                    "model.safetensors.index.json are both missing", dir);
+}
+
+static int add_shard(struct loader *L, const char *file)
+{
+    struct hf_folder *h = L->h;
+    char p[4352];
+    join(p, sizeof p, L->dir, file);
+    if (!exists(p) && errno == ENOENT)
+        return ig_error(IG_E_MODEL, "%s: %s is missing", L->dir, file);
+    struct st_file **s = realloc(h->shards, (size_t)(h->n_shards + 1) * sizeof *s);
+    if (s)
+        h->shards = s;
+    char **names = realloc(h->shard_names, (size_t)(h->n_shards + 1) * sizeof *names);
+    if (names)
+        h->shard_names = names;
+    if (!s || !names || !(names[h->n_shards] = strdup(file)))
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", L->dir);
+    int st = st_open(p, &h->shards[h->n_shards]);
+    if (st) {
+        free(names[h->n_shards]);
+        return st;
+    }
+    h->n_shards++;
+    return IG_OK;
+}
+
+/* A shard name from the index must be a plain file in the folder. */
+static bool plain_name(const char *f)
+{
+    return *f && f[0] != '.' && !strchr(f, '/') && has_suffix(f, ".safetensors");
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Opens each shard the index names once, then checks that each entry of
+ * its weight_map is in the shard it names. */
+static int open_sharded(struct loader *L, const cJSON *idx, const char *idx_path)
+{
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    if (!cJSON_IsObject(wm) || !wm->child)
+        return ig_error(IG_E_MODEL, "%s: 'weight_map' must be a non-empty object (tensor "
+                        "name -> file)", idx_path);
+    int n = cJSON_GetArraySize(wm);
+    const char **files = malloc((size_t)n * sizeof *files);
+    if (!files)
+        return ig_error(IG_E_NOMEM, "out of memory reading %s", idx_path);
+    int k = 0, st = IG_OK;
+    for (const cJSON *e = wm->child; e && !st; e = e->next, k++) {
+        if (!cJSON_IsString(e) || !plain_name(e->valuestring))
+            st = ig_error(IG_E_MODEL, "%s: weight_map puts '%.80s' in something that is not "
+                          "a .safetensors file of the folder", idx_path, e->string);
+        else
+            files[k] = e->valuestring;
+    }
+    if (!st)
+        qsort(files, (size_t)n, sizeof *files, str_cmp);
+    for (int i = 0; i < n && !st; i++)
+        if (i == 0 || strcmp(files[i], files[i - 1]))
+            st = add_shard(L, files[i]);
+    free(files);
+    if (st)
+        return st;
+    for (const cJSON *e = wm->child; e; e = e->next) {
+        int s = 0;
+        while (strcmp(L->h->shard_names[s], e->valuestring))
+            s++; /* every name of the map was opened above */
+        if (!st_find(L->h->shards[s], e->string))
+            return ig_error(IG_E_MODEL, "%s: weight_map names tensor '%.80s' in %s, which does "
+                            "not hold it", idx_path, e->string, e->valuestring);
+    }
+    return IG_OK;
+}
+
+static int by_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct st_tensor *const *)a)->name,
+                  (*(const struct st_tensor *const *)b)->name);
+}
+
+/* One sorted index over every shard; a name in two shards is refused. */
+static int index_tensors(struct loader *L)
+{
+    struct hf_folder *h = L->h;
+    int64_t n = 0;
+    for (int i = 0; i < h->n_shards; i++)
+        n += h->shards[i]->n_tensors;
+    h->by_name = malloc((size_t)(n ? n : 1) * sizeof *h->by_name);
+    if (!h->by_name)
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", L->dir);
+    for (int i = 0; i < h->n_shards; i++)
+        for (int64_t t = 0; t < h->shards[i]->n_tensors; t++)
+            h->by_name[h->n_tensors++] = &h->shards[i]->tensors[t];
+    qsort(h->by_name, (size_t)n, sizeof *h->by_name, by_tensor_name);
+    for (int64_t i = 1; i < n; i++)
+        if (!strcmp(h->by_name[i]->name, h->by_name[i - 1]->name))
+            return ig_error(IG_E_MODEL, "%s: tensor '%.80s' is in two safetensors files",
+                            L->dir, h->by_name[i]->name);
+    L->m->n_tensors = n;
+    for (int i = 0; i < h->n_shards; i++)
+        L->m->file_bytes += h->shards[i]->file_size;
+    for (int64_t i = 0; i < n; i++)
+        L->m->n_params += h->by_name[i]->n_elems;
+    return IG_OK;
+}
+
+static int open_weights(struct loader *L)
+{
+    char p[4352];
+    join(p, sizeof p, L->dir, "model.safetensors.index.json");
+    int st;
+    if (exists(p)) {
+        cJSON *idx = NULL;
+        if ((st = ig_json_load(p, &idx)) == IG_OK)
+            st = open_sharded(L, idx, p);
+        cJSON_Delete(idx);
+    } else {
+        join(p, sizeof p, L->dir, "model.safetensors");
+        st = exists(p) ? add_shard(L, "model.safetensors") : no_weights(L->dir);
+    }
+    return st ? st : index_tensors(L);
+}
+
+/* ---- binding weights ------------------------------------------------------------ */
+
+static const struct st_tensor *find(const struct hf_folder *h, const char *name)
+{
+    struct st_tensor key = {.name = name};
+    const struct st_tensor *kp = &key;
+    const struct st_tensor *const *r =
+        bsearch(&kp, h->by_name, (size_t)h->n_tensors, sizeof *h->by_name, by_tensor_name);
+    return r ? *r : NULL;
+}
+
+static int64_t dim_of(const struct model_hparams *hp, enum hf_dim d)
+{
+    switch (d) {
+    case HF_DIM_ONE: return 1;
+    case HF_DIM_EMBD: return hp->n_embd;
+    case HF_DIM_Q: return hp->n_head * hp->head_dim;
+    case HF_DIM_KV: return hp->n_head_kv * hp->head_dim;
+    case HF_DIM_FF: return hp->n_ff;
+    case HF_DIM_HEAD: return hp->head_dim;
+    }
+    return 0;
+}
+
+/* The file holding t, for messages. */
+static const char *file_of(const struct hf_folder *h, const struct st_tensor *t)
+{
+    for (int i = 0; i < h->n_shards; i++)
+        if (t >= h->shards[i]->tensors && t < h->shards[i]->tensors + h->shards[i]->n_tensors)
+            return h->shard_names[i];
+    return "?";
+}
+
+/* Widens t into the next n floats of h->vectors (sized for every vector of
+ * the model up front, so pointers into it stay valid). */
+static const float *widen(struct hf_folder *h, const struct st_tensor *t, bool plus_one)
+{
+    size_t n = (size_t)t->n_elems;
+    IG_ASSERT(h->n_vectors + n <= h->cap_vectors);
+    float *dst = h->vectors + h->n_vectors;
+    const unsigned char *src = t->data;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (t->dtype == ST_F32) {
+            memcpy(&x, src + 4 * i, 4);
+        } else {
+            uint16_t b;
+            memcpy(&b, src + 2 * i, 2);
+            x = t->dtype == ST_F16 ? ig_f16_to_f32(b) : ig_bf16_to_f32(b);
+        }
+        dst[i] = plus_one ? x + 1.0f : x;
+    }
+    h->n_vectors += n;
+    return dst;
+}
+
+/* Finds `name` and checks it is [rows, cols] (1-D [cols] for vectors) of a
+ * float type; binds it to w. Vectors stored other than as aligned f32 (or
+ * needing +1) are widened into h->vectors. */
+static int bind(struct loader *L, const char *name, int64_t rows, int64_t cols,
+                enum hf_kind kind, struct model_weight *w)
+{
+    struct hf_folder *h = L->h;
+    memset(w, 0, sizeof *w);
+    const struct st_tensor *t = find(h, name);
+    if (!t)
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing", L->dir, name);
+    bool vec = kind != HF_MATRIX;
+    bool shape_ok = vec ? t->n_dims == 1 && t->shape[0] == cols
+                        : t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols;
+    if (!shape_ok) {
+        char got[96] = "", want[48];
+        size_t k = 0;
+        for (int d = 0; d < t->n_dims && k < sizeof got - 24; d++)
+            k += (size_t)snprintf(got + k, sizeof got - k, "%s%lld", d ? ", " : "",
+                                  (long long)t->shape[d]);
+        if (vec)
+            snprintf(want, sizeof want, "%lld", (long long)cols);
+        else
+            snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' in %s has shape [%s], config.json makes "
+                        "it [%s]", L->dir, name, file_of(h, t), got, want);
+    }
+    enum quant_type type;
+    switch (t->dtype) {
+    case ST_F32: type = QUANT_F32; break;
+    case ST_F16: type = QUANT_F16; break;
+    case ST_BF16: type = QUANT_BF16; break;
+    default:
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' has dtype %s; ignite computes with F32, "
+                        "F16 and BF16", L->dir, name, st_dtype_name(t->dtype));
+    }
+    bool plus_one = kind == HF_NORM && L->arch->norm_plus_one;
+    if (vec && (type != QUANT_F32 || plus_one || (uintptr_t)t->data % HF_DATA_ALIGN)) {
+        *w = (struct model_weight){QUANT_F32, 1, cols, (size_t)cols * 4, widen(h, t, plus_one)};
+        return IG_OK;
+    }
+    /* The kernels read F32 rows as floats and F16/BF16 as 16-bit halves in
+     * place; safetensors aligns nothing, so say so rather than misread. */
+    if ((uintptr_t)t->data % HF_DATA_ALIGN)
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' starts at data byte %llu, not a multiple "
+                        "of %d; ignite reads weights in place and needs them aligned",
+                        L->dir, name, (unsigned long long)t->offset, HF_DATA_ALIGN);
+    w->type = type;
+    w->rows = vec ? 1 : rows;
+    w->cols = cols;
+    w->row_bytes = quant_row_bytes(type, cols);
+    w->data = t->data;
+    return IG_OK;
+}
+
+static int bind_layer(struct loader *L, int64_t i)
+{
+    const struct model_hparams *hp = &L->m->hp;
+    struct model_layer *ly = &L->m->layers[i];
+    for (const struct hf_layer_tensor *e = L->arch->layer; e->suffix; e++) {
+        char name[256];
+        snprintf(name, sizeof name, "%slayers.%lld.%s", L->arch->prefix, (long long)i, e->suffix);
+        struct model_weight *w = (struct model_weight *)((char *)ly + e->field);
+        int st = bind(L, name, dim_of(hp, e->rows), dim_of(hp, e->cols), e->kind, w);
+        if (st)
+            return st;
+    }
+    return IG_OK;
+}
+
+static int bind_weights(struct loader *L)
+{
+    struct model *m = L->m;
+    struct hf_folder *h = L->h;
+    char emb[128], norm[128];
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", L->arch->prefix);
+    snprintf(norm, sizeof norm, "%snorm.weight", L->arch->prefix);
+    int st;
+    if ((st = bind(L, emb, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX, &m->tok_embd)) ||
+        (st = bind(L, norm, 1, m->hp.n_embd, HF_NORM, &m->output_norm)))
+        return st;
+    if (m->hp.tied_embeddings) {
+        m->output = m->tok_embd; /* a copy of lm_head some folders keep is not read */
+    } else if (!find(h, L->arch->lm_head)) {
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing (config.json says "
+                        "tie_word_embeddings false)", L->dir, L->arch->lm_head);
+    } else if ((st = bind(L, L->arch->lm_head, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX,
+                          &m->output))) {
+        return st;
+    }
+    for (int64_t i = 0; i < m->hp.n_layer; i++)
+        if ((st = bind_layer(L, i)))
+            return st;
+    return IG_OK;
+}
+
+/* ---- the other files ---------------------------------------------------------- */
+
+static int read_chat_template(struct loader *L)
+{
+    cJSON *tc = NULL;
+    int st = load_optional_json(L->dir, "tokenizer_config.json", &tc);
+    if (st)
+        return st;
+    const char *t = tc ? hf_chat_template(tc) : NULL;
+    if (t && !(L->h->chat_template = strdup(t)))
+        st = ig_error(IG_E_NOMEM, "out of memory loading %s", L->dir);
+    cJSON_Delete(tc);
+    if (st || L->h->chat_template)
+        return st;
+    /* Newer transformers save the template as a file of its own. */
+    char p[4352];
+    join(p, sizeof p, L->dir, "chat_template.jinja");
+    if (!exists(p))
+        return IG_OK;
+    struct ig_mapped_file f;
+    if ((st = ig_map_file(p, &f)))
+        return st;
+    if ((L->h->chat_template = malloc(f.size + 1))) {
+        if (f.size)
+            memcpy(L->h->chat_template, f.data, f.size);
+        L->h->chat_template[f.size] = '\0';
+    } else {
+        st = ig_error(IG_E_NOMEM, "out of memory loading %s", p);
+    }
+    ig_unmap_file(&f);
+    return st;
+}
+
+static int read_generation(struct loader *L)
+{
+    cJSON *g = NULL;
+    int st = load_optional_json(L->dir, "generation_config.json", &g);
+    if (st == IG_OK && g) {
+        char p[4352];
+        join(p, sizeof p, L->dir, "generation_config.json");
+        st = hf_parse_generation(p, g, &L->m->sampling);
+    }
+    cJSON_Delete(g);
+    return st;
+}
+
+int hf_load(const char *dir, struct model *m)
+{
+    struct hf_folder *h = calloc(1, sizeof *h);
+    if (!h)
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+    m->hf = h;
+    cJSON *cfg = NULL;
+    struct hf_config c;
+    char p[4352];
+    join(p, sizeof p, dir, "config.json");
+    int st = load_required_json(dir, "config.json", &cfg);
+    if (st == IG_OK)
+        st = hf_parse_config(p, cfg, &c);
+    cJSON_Delete(cfg);
+    if (st)
+        return st;
+    m->hp = c.hp;
+    struct loader L = {dir, m, h, c.arch};
+    if ((st = open_weights(&L)))
+        return st;
+    /* Each layer needs several tensors: refuse absurd counts before allocating. */
+    if (m->hp.n_layer > m->n_tensors)
+        return ig_error(IG_E_MODEL, "%s: num_hidden_layers %lld but the folder holds %lld "
+                        "tensors", p, (long long)m->hp.n_layer, (long long)m->n_tensors);
+    /* Room for every norm and bias in f32, in case all are stored narrower. */
+    h->cap_vectors = (size_t)m->hp.n_embd;
+    for (const struct hf_layer_tensor *e = c.arch->layer; e->suffix; e++)
+        if (e->kind != HF_MATRIX)
+            h->cap_vectors += (size_t)(m->hp.n_layer * dim_of(&m->hp, e->cols));
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    h->vectors = malloc(h->cap_vectors * sizeof *h->vectors);
+    if (!m->layers || !h->vectors)
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+    if ((st = bind_weights(&L)) || (st = read_chat_template(&L)) || (st = read_generation(&L)))
+        return st;
+    return IG_OK;
+}
+
+void hf_folder_free(struct hf_folder *h)
+{
+    if (!h)
+        return;
+    for (int i = 0; i < h->n_shards; i++) {
+        st_close(h->shards[i]);
+        free(h->shard_names[i]);
+    }
+    free(h->shards);
+    free(h->shard_names);
+    free(h->by_name);
+    free(h->vectors);
+    free(h->chat_template);
+    free(h);
+}

@@ -1,0 +1,80 @@
+"""tests/cli/test_bench_requests.py: `ignite bench --requests` on a synthetic
+SmolLM2-135M (random weights, nothing downloaded): every format parses, the
+report has vLLM's metric names, the counts are exact (N completed, the
+output lengths as asked: fixed lengths give N x len tokens), the same seed
+draws the same lengths, the latencies are ordered as their definitions
+imply (TTFT <= E2EL, median <= p99), and bad lengths exit 2. No timing
+asserts beyond those orderings."""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+from igtest import check, summary
+
+IGNITE = os.environ["IGNITE_BIN"]
+MODEL = "synthetic:SmolLM2-135M:Q4_1"
+KEYS = ["completed", "total_input_tokens", "total_output_tokens", "duration_s",
+        "request_throughput", "output_throughput", "total_token_throughput", "tg_tok_s"] + [
+    f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")]
+
+
+def bench(*args):
+    r = subprocess.run([IGNITE, "bench", "-m", MODEL, "-t", "2", "--requests", *args],
+                       capture_output=True, timeout=600)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def main():
+    rc, out, err = bench("5", "--parallel", "2", "--input-len", "12", "--output-len", "4",
+                         "-o", "json")
+    check(rc == 0, f"json: rc {rc} {err[-300:]!r}")
+    try:
+        rows = json.loads(out)
+    except ValueError:
+        rows = []
+    check(len(rows) == 1, f"json: one report {out[:300]!r}")
+    r = rows[0] if rows else {}
+    for k in KEYS:
+        check(isinstance(r.get(k), (int, float)), f"json: {k} missing or not a number")
+    check(r.get("completed") == 5 and r.get("total_input_tokens") == 60 and
+          r.get("total_output_tokens") == 20, f"fixed lengths: {r}")
+    check(r.get("parallel") == 2 and r.get("device") == "cpu", f"parallel/device: {r}")
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        check(0 < r.get(f"median_{m}_ms", 0) <= r.get(f"p99_{m}_ms", 0) + 1e-9,
+              f"{m}: median {r.get(f'median_{m}_ms')} p99 {r.get(f'p99_{m}_ms')}")
+    check(r.get("mean_ttft_ms", 1) <= r.get("mean_e2el_ms", 0), f"ttft <= e2el: {r}")
+
+    # normal lengths: the same seed, the same totals; another seed, other totals
+    got = []
+    for seed in ("3", "3", "4"):
+        rc, out, err = bench("6", "--parallel", "3", "--input-len", "16:6",
+                             "--output-len", "5:2", "-s", seed, "-o", "jsonl")
+        check(rc == 0, f"jsonl -s {seed}: rc {rc} {err[-300:]!r}")
+        lines = out.splitlines()
+        check(len(lines) == 1, f"jsonl: one line {out!r}")
+        try:
+            got.append(json.loads(lines[0]))
+        except (ValueError, IndexError):
+            got.append({})
+    tot = [(g.get("total_input_tokens"), g.get("total_output_tokens")) for g in got]
+    check(tot[0] == tot[1] and tot[0] != tot[2], f"lengths by seed: {tot}")
+
+    rc, out, err = bench("3", "--output-len", "2", "--input-len", "4", "-o", "csv")
+    table = list(csv.DictReader(io.StringIO(out)))
+    check(rc == 0 and len(table) == 1 and table[0].get("completed") == "3",
+          f"csv: {rc} {out!r} {err[-200:]!r}")
+    rc, out, err = bench("2", "--output-len", "2", "--input-len", "4")
+    check(rc == 0 and "| request_throughput |" in out, f"md: {rc} {out!r}")
+
+    for bad in (["0"], ["3", "--input-len", "x"], ["3", "--output-len", "5:-1"],
+                ["3", "--parallel", "0"]):
+        rc, out, err = bench(*bad)
+        check(rc == 2 and err.count("\n") == 1, f"bad {bad}: rc {rc} {err!r}")
+    return summary("test_bench_requests")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
