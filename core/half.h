@@ -2,7 +2,8 @@
  *
  * Exact and portable (no F16C needed): f16 -> f32 and bf16 -> f32 are exact,
  * f32 -> f16/bf16 round to nearest even, NaN stays NaN. The SIMD kernels may
- * use hardware conversions; these are the reference.
+ * use hardware conversions; these are the reference. ig_f16_to_f32_row
+ * converts a row with F16C where the CPU has it (core/half.c).
  * Covered by tests/unit/test_core.c. */
 #ifndef IGNITE_CORE_HALF_H
 #define IGNITE_CORE_HALF_H
@@ -32,8 +33,8 @@ static inline float ig_f16_to_f32(ig_f16 h)
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) /* inf or NaN */
-        return ig_bits_to_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0x1f) /* inf or NaN; a NaN comes out quiet, as F16C makes it */
+        return ig_bits_to_f32(sign | 0x7f800000u | (man ? 0x400000u : 0) | (man << 13));
     if (exp == 0) {
         if (man == 0)
             return ig_bits_to_f32(sign);
@@ -62,6 +63,11 @@ static inline ig_f16 ig_f32_to_f16(float f)
     abs += 0xc8000fffu + odd; /* rebias exponent (-112 << 23) and round */
     return (ig_f16)(sign | (abs >> 13));
 }
+
+/* dst[0..n) = src[0..n) as floats: F16C where the CPU has it, else
+ * ig_f16_to_f32 (the _portable one always); exact either way (core/half.c). */
+void ig_f16_to_f32_row(const ig_f16 *src, float *dst, int64_t n);
+void ig_f16_to_f32_row_portable(const ig_f16 *src, float *dst, int64_t n);
 
 static inline float ig_bf16_to_f32(ig_bf16 h)
 {

@@ -34,6 +34,26 @@ static void test_f16_all_patterns(void)
     }
 }
 
+/* The row conversions (F16C where there is one) give the scalar's bits for
+ * every pattern, at every offset of an 8-wide step. */
+static void test_f16_rows(void)
+{
+    static ig_f16 h[65536 + 7];
+    static float fast[65536 + 7], portable[65536 + 7];
+    for (uint32_t i = 0; i < 65536 + 7; i++)
+        h[i] = (ig_f16)(i * 40503u);
+    for (int off = 0; off < 3; off++) {
+        ig_f16_to_f32_row(h + off, fast, 65536 + 7 - off);
+        ig_f16_to_f32_row_portable(h + off, portable, 65536 + 7 - off);
+        int bad = 0;
+        for (uint32_t i = 0; i < 65536 + 7 - (uint32_t)off; i++) {
+            float want = ig_f16_to_f32(h[off + i]);
+            bad += memcmp(&fast[i], &want, 4) != 0 || memcmp(&portable[i], &want, 4) != 0;
+        }
+        CHECKF(bad == 0, "row conversion at offset %d: %d values differ", off, bad);
+    }
+}
+
 /* Round to nearest, ties to even, checked at midpoints between neighbours. */
 static void test_f16_rounding(void)
 {
@@ -109,6 +129,7 @@ static void test_paths(void)
 int main(void)
 {
     test_f16_all_patterns();
+    test_f16_rows();
     test_f16_rounding();
     test_bf16();
     test_utf8();
