@@ -10,7 +10,8 @@
 #   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
 #   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
 #                      safetensors, hf_json, grammar, schema, batch or tokenizer)
-#   make gpu-check     on a GPU machine: gpu tests + kernel timings vs PyTorch
+#   make gpu-check     on a GPU machine: the GPU check (scripts/gpu-steps.txt) from the
+#                      programs scripts/gpu-prebuild.sh built beforehand into .gpubin
 #   make clean
 
 BUILD ?= build

@@ -6,11 +6,11 @@
  * Usage: bench_flash_attn [--variant NAME|all|auto] [n_head n_head_kv hd n...];
  * without sizes a default sweep; without --variant the chooser's pick
  * ("auto"); "all" times every variant built for the head dim on the same
- * buffers. `bench_flash_attn --list HD` prints the variants built for head
- * dim HD that this device can run, one name a line (a script runs each in a
- * process of its own, so one that faults the context cannot cost the
- * others their figures). Exits 77 without a GPU. Driven by
- * bench/sdpa_compare.py. */
+ * buffers (made once for the largest n). `bench_flash_attn --list HD` prints
+ * the variants built for head dim HD that this device can run, one name a
+ * line (a script runs each in a process of its own, so one that faults the
+ * context cannot cost the others their figures). Exits 77 without a GPU.
+ * Driven by bench/sdpa_compare.py. */
 #include "prefill/flash_attn.h"
 
 #include <cuda_runtime_api.h>
@@ -76,25 +76,49 @@ static float time_variant(struct prefill_attn_params *p, int variant)
     return ms / (float)iters;
 }
 
-/* variant: an enum prefill_attn_variant, or -1 for every one built for hd. */
-static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int variant)
+/* Device buffers for every n up to n_max of one head count and head dim,
+ * made once per process (random bf16 written from the host: seconds at
+ * n = 16384, more than the timings themselves). */
+struct bufs {
+    int64_t n_head, n_head_kv, hd, n_max;
+    void *q, *k, *v, *k_cache, *v_cache, *o;
+    float *lse;
+};
+
+static void bufs_make(struct bufs *b, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_max)
 {
+    b->n_head = n_head, b->n_head_kv = n_head_kv, b->hd = hd, b->n_max = n_max;
+    b->q = dev_random((size_t)(n_max * n_head * hd), 1);
+    b->k = dev_random((size_t)(n_max * n_head_kv * hd), 2);
+    b->v = dev_random((size_t)(n_max * n_head_kv * hd), 3);
+    b->k_cache = dev_random((size_t)(n_max * n_head_kv * hd), 4);
+    b->v_cache = dev_random((size_t)(n_max * n_head_kv * hd), 5);
+    b->o = dev_random((size_t)(n_max * n_head * hd), 6);
+    CK(cudaMalloc((void **)&b->lse, (size_t)(n_max * n_head) * sizeof(float)));
+}
+
+static void bufs_free(struct bufs *b)
+{
+    const void *all[] = {b->q, b->k, b->v, b->k_cache, b->v_cache, b->o, b->lse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        CK(cudaFree((void *)all[i]));
+}
+
+/* variant: an enum prefill_attn_variant, or -1 for every one built for hd. */
+static int bench(const struct bufs *b, int64_t n, int variant)
+{
+    const int64_t n_head = b->n_head, n_head_kv = b->n_head_kv, hd = b->hd;
     struct prefill_attn_params p = {0};
-    p.q = dev_random((size_t)(n * n_head * hd), 1);
-    p.k = dev_random((size_t)(n * n_head_kv * hd), 2);
-    p.v = dev_random((size_t)(n * n_head_kv * hd), 3);
-    p.k_cache = dev_random((size_t)(n * n_head_kv * hd), 4);
-    p.v_cache = dev_random((size_t)(n * n_head_kv * hd), 5);
-    p.o = dev_random((size_t)(n * n_head * hd), 6);
-    CK(cudaMalloc((void **)&p.lse, (size_t)(n * n_head) * sizeof(float)));
-    p.n_tokens = n, p.pos0 = 0, p.n_ctx = n, p.n_head = n_head, p.n_head_kv = n_head_kv;
+    p.q = b->q, p.k = b->k, p.v = b->v, p.k_cache = b->k_cache, p.v_cache = b->v_cache;
+    p.o = b->o, p.lse = b->lse;
+    p.n_tokens = n, p.pos0 = 0, p.n_ctx = b->n_max, p.n_head = n_head, p.n_head_kv = n_head_kv;
     p.head_dim = hd;
     p.q_row_stride = n_head * hd, p.q_head_stride = hd;
     p.k_row_stride = p.v_row_stride = n_head_kv * hd;
     p.k_head_stride = p.v_head_stride = hd;
     p.o_row_stride = n_head * hd, p.o_head_stride = hd;
-    p.cache_row_stride = hd, p.cache_head_stride = n * hd;
-    p.lse_head_stride = n;
+    p.cache_row_stride = hd, p.cache_head_stride = b->n_max * hd;
+    p.lse_head_stride = b->n_max;
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = PREFILL_ATTN_BF16;
 
@@ -125,9 +149,6 @@ static int bench(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n, int v
                flops / (ms * 1e-3) / 1e12);
         fflush(stdout);
     }
-    const void *bufs[] = {p.q, p.k, p.v, p.k_cache, p.v_cache, p.o, p.lse};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        CK(cudaFree((void *)bufs[i]));
     return failed;
 }
 
@@ -156,15 +177,23 @@ int main(int argc, char **argv)
         argc -= 2, argv += 2;
     }
     int failed = 0; /* a failed variant is reported; the sweep goes on */
+    struct bufs b;
     if (argc >= 5) {
+        int64_t n_max = 1;
         for (int i = 4; i < argc; i++)
-            failed |= bench(atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), atoll(argv[i]),
-                            variant);
+            n_max = atoll(argv[i]) > n_max ? atoll(argv[i]) : n_max;
+        bufs_make(&b, atoll(argv[1]), atoll(argv[2]), atoll(argv[3]), n_max);
+        for (int i = 4; i < argc; i++)
+            failed |= bench(&b, atoll(argv[i]), variant);
+        bufs_free(&b);
         return failed;
     }
     static const int64_t hds[] = {128, 64}, ns[] = {512, 1024, 2048, 4096, 8192, 16384};
-    for (size_t h = 0; h < 2; h++)
+    for (size_t h = 0; h < 2; h++) {
+        bufs_make(&b, 32, 8, hds[h], ns[5]);
         for (size_t i = 0; i < 6; i++)
-            failed |= bench(32, 8, hds[h], ns[i], variant);
+            failed |= bench(&b, ns[i], variant);
+        bufs_free(&b);
+    }
     return failed;
 }

@@ -15,11 +15,17 @@ random tokens returning the last position's logits (TTFT); decode = tokens/s
 of greedy generation of N tokens (transformers: model.generate, its dynamic
 cache). Prints one table; --json FILE keeps the numbers.
 
+ignite runs once per prefill attention variant asked for: "auto" (the
+chooser's pick) and any named with --variants, plus with --best-from TSV the
+fastest variant of that table (bench/sdpa_compare.py --tsv) at the model's
+head dim and the n nearest the longest prompt (IGNITE_FLASH_VARIANT).
+
 Usage: cuda_vs_hf.py --bin build/ignite [--model Llama-3-8B] [-p 512,2048,8192]
-                     [-n 128] [-r 3]
-Needs torch and transformers with CUDA. Run by scripts/gpu-check.sh."""
+                     [-n 128] [-r 3] [--variants auto,NAME] [--best-from TSV]
+Needs torch and transformers with CUDA. Run by scripts/gpu/ttft.sh (the GPU check)."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -103,16 +109,42 @@ def hf_decode_ts(torch, model, vocab, n, reps):
     return n / (timed(torch, run, reps) * 1e-3)
 
 
-def ignite_rows(args):
+def ignite_rows(args, variant):
     cmd = [args.bin, "bench", "--device", "cuda", "-m", f"synthetic:{args.model}:F16",
            "-p", args.p, "-n", str(args.n), "-r", str(args.r), "-b", str(max(map(int, args.p.split(",")))),
            "-o", "jsonl"]
-    print("+", " ".join(cmd), flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if variant != "auto":
+        env["IGNITE_FLASH_VARIANT"] = variant
+    print(f"+ IGNITE_FLASH_VARIANT={variant}" if variant != "auto" else "+", " ".join(cmd),
+          flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         print(out.stderr, file=sys.stderr)
-        raise SystemExit(f"ignite bench failed with {out.returncode}")
+        raise SystemExit(f"ignite bench ({variant}) failed with {out.returncode}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def best_variant(path, hd, n):
+    """The fastest kernel variant of an attn_speed TSV at head dim hd and the
+    measured n nearest n, or None."""
+    try:
+        with open(path) as f:
+            lines = [l.rstrip("\n").split("\t") for l in f if l.strip() and not l.startswith("#")]
+    except OSError as e:
+        print(f"cuda_vs_hf: no speed table ({e})", file=sys.stderr)
+        return None
+    rows = []
+    for r in lines[1:]:
+        try:
+            if r[2] not in ("torch", "flash") and int(r[3]) == hd and float(r[5]) == float(r[5]):
+                rows.append((r[2], int(r[4]), float(r[5])))
+        except (IndexError, ValueError):
+            continue
+    if not rows:
+        return None
+    near = min({m for _, m, _ in rows}, key=lambda m: abs(m - n))
+    return max((r for r in rows if r[1] == near), key=lambda r: r[2])[0]
 
 
 def main():
@@ -122,6 +154,8 @@ def main():
     ap.add_argument("-p", default="512,2048,8192")
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--variants", default="auto", help="prefill attention variants for ignite")
+    ap.add_argument("--best-from", help="also the fastest variant of this attn_speed TSV")
     ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args()
     import torch
@@ -129,7 +163,12 @@ def main():
         print("cuda_vs_hf: torch sees no CUDA device", file=sys.stderr)
         return 77
     shape = SHAPES[args.model]
-    rows = ignite_rows(args)
+    variants = args.variants.split(",")
+    if args.best_from:
+        best = best_variant(args.best_from, shape[4], max(map(int, args.p.split(","))))
+        if best and best not in variants:
+            variants.append(best)
+    runs = {v: ignite_rows(args, v) for v in variants}
     dev = torch.cuda.get_device_name(0)
     bw = copy_bandwidth(torch)
     import transformers
@@ -137,22 +176,29 @@ def main():
           f"copy bandwidth {bw / 1e12:.2f} TB/s")
     model = hf_model(torch, shape)
     n_params = sum(p.numel() for p in model.parameters())
-    result = {"device": dev, "copy_bw": bw, "model": args.model, "n_params": n_params, "tests": []}
-    print(f"{'test':>8} {'ignite':>12} {'transformers':>13} {'speedup':>9} "
+    result = {"device": dev, "copy_bw": bw, "model": args.model, "n_params": n_params,
+              "variants": variants, "tests": []}
+    head = " ".join(f"{'ignite ' + v:>18}" for v in variants)
+    print(f"{'test':>8} {head} {'transformers':>13} {'speedup':>9} "
           f"{'GEMM floor':>11} {'ignite/floor':>12}")
-    for r in rows:
+    for i, r in enumerate(runs[variants[0]]):
+        rs = [runs[v][i] for v in variants]
         if r["n_prompt"]:
             n = int(r["n_prompt"])
-            ours = r["avg_ns"] / 1e6
+            ours = [x["avg_ns"] / 1e6 for x in rs]
             hf = hf_prefill_ms(torch, model, shape[6], n, args.r)
             floor = gemm_floor_ms(torch, shape, n)
-            print(f"{'pp' + str(n):>8} {ours:9.1f} ms {hf:10.1f} ms {hf / ours:9.2f} "
-                  f"{floor:8.1f} ms {ours / floor:12.2f}", flush=True)
-            result["tests"].append({"test": f"pp{n}", "ignite_ms": ours, "hf_ms": hf,
-                                    "gemm_floor_ms": floor})
+            best = min(ours)
+            cols = " ".join(f"{o:15.1f} ms" for o in ours)
+            print(f"{'pp' + str(n):>8} {cols} {hf:10.1f} ms {hf / best:9.2f} "
+                  f"{floor:8.1f} ms {best / floor:12.2f}", flush=True)
+            t = {"test": f"pp{n}", "ignite_ms": ours[0], "hf_ms": hf, "gemm_floor_ms": floor}
+            for v, o in zip(variants, ours):
+                t[f"ignite_ms_{v}"] = o
+            result["tests"].append(t)
         else:
             n = int(r["n_gen"])
-            ours = r["avg_ts"]
+            ours = rs[0]["avg_ts"]
             hf = hf_decode_ts(torch, model, shape[6], n, max(1, args.r - 1))
             # ignite streams every weight once per token (f16: 2 bytes each)
             frac = ours * 2 * n_params / bw

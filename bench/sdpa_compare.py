@@ -1,27 +1,34 @@
 #!/usr/bin/env python3
 """bench/sdpa_compare.py: ignite's prefill attention kernel, every tile variant
-(PREFILL_ATTN_VARIANTS in prefill/flash_attn.h), against PyTorch's
-scaled_dot_product_attention on the same GPU: B=1, 32 query heads, 8 KV heads,
-head dim 128 and 64, causal, bf16, n = 512..16384. Two torch figures: the
-backend torch picks itself ("torch": cuDNN or FlashAttention-3-class kernels
-on Hopper), and its flash backend forced ("flash": FlashAttention-2, the
-issue's reference). Prints one row per shape: TFLOP/s of each variant, of
-both, and best / flash; then per head dim the variant with the best mean
-TFLOP/s. FLOPs = 4 * hd * heads * n(n+1)/2 for all. About 40 ms of timed
-launches per measurement (< 2 min in all on an H200).
+(PREFILL_ATTN_VARIANTS in prefill/flash_attn.h) this device runs, against
+PyTorch's scaled_dot_product_attention on the same GPU: B=1, 32 query heads,
+8 KV heads, causal, bf16, head dims and n as given (default 128 and 64,
+n = 1024..16384). Two torch figures: the backend torch picks itself ("torch":
+cuDNN or FlashAttention-3-class kernels on Hopper), and its flash backend
+forced ("flash": FlashAttention-2). Prints one row per shape: TFLOP/s of each
+variant, of both, best / flash and best / torch; then per head dim the
+variant with the best mean TFLOP/s. FLOPs = 4 * hd * heads * n(n+1)/2 for
+all. About 40 ms of timed launches per measurement.
 
 Each variant is timed by a bench_flash_attn process of its own, with a time
 limit: a variant that faults the CUDA context or hangs loses its own figures
-only (printed as nan, exit status 1).
+only (printed as nan, exit status 1). The ws variants go first, then the
+wgmma ones, then mma.sync, and --budget stops starting new ones when the
+step's time is nearly spent (what was measured is kept).
 
-Usage: sdpa_compare.py --bin build/bench/bench_flash_attn [--max-n 16384]
-       [--variant all|auto|NAME]
-Needs torch with CUDA. Run by scripts/gpu-check.sh."""
+--tsv FILE writes every figure as the chooser's table: device, cc, variant,
+hd, n, tflops (torch's rows as variants "torch" and "flash");
+scripts/attn_speed_table.py --from FILE makes it the chooser's.
+
+Usage: sdpa_compare.py --bin build/bench/bench_flash_attn [--ns 1024,...]
+       [--hds 128,64] [--variant all|auto|NAME] [--tsv FILE] [--budget S]
+Needs torch with CUDA. Run by scripts/gpu/attn_speed.sh (the GPU check)."""
 import argparse
 import contextlib
 import re
 import subprocess
 import sys
+import time
 
 
 def flash_backend(torch):
@@ -71,11 +78,14 @@ def torch_tflops(torch, F, n, hd, backend, heads=32, kv_heads=8):
 
 
 def variant_names(binary, hd, variant):
+    """The variants to time at hd, the ws ones first, then wgmma, then mma.sync."""
     if variant != "all":
         return [variant]
     out = subprocess.run([binary, "--list", str(hd)], capture_output=True, text=True,
                          timeout=60)
-    return out.stdout.split()
+    names = out.stdout.split()
+    rank = lambda v: 0 if v.startswith("ws") else 1 if v.startswith("wg") else 2
+    return sorted(names, key=rank)
 
 
 def time_variant(binary, name, hd, ns, timeout):
@@ -102,22 +112,35 @@ def time_variant(binary, name, hd, ns, timeout):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="path to bench_flash_attn")
-    ap.add_argument("--max-n", type=int, default=16384)
+    ap.add_argument("--ns", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--hds", default="128,64")
     ap.add_argument("--variant", default="all", help="all, auto or a variant name")
-    ap.add_argument("--timeout", type=int, default=60, help="seconds per variant process")
+    ap.add_argument("--timeout", type=int, default=30, help="seconds per variant process")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds after which no further variant is started (0: none)")
+    ap.add_argument("--tsv", help="write device, cc, variant, hd, n, tflops rows here")
     args = ap.parse_args()
+    t0 = time.time()
     import torch
     import torch.nn.functional as F
 
     if not torch.cuda.is_available():
         print("sdpa_compare: torch sees no CUDA device", file=sys.stderr)
         return 77
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    ns = [n for n in (512, 1024, 2048, 4096, 8192, 16384) if n <= args.max_n]
+    dev = torch.cuda.get_device_name(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    cc = 10 * major + minor
+    print(f"device: {dev} (cc {cc}), torch {torch.__version__}")
+    ns = [int(x) for x in args.ns.split(",")]
+    rows = []  # (variant, hd, n, tflops)
     status = 0
-    for hd in (128, 64):
+    for hd in [int(x) for x in args.hds.split(",")]:
         ours = {}  # variant -> n -> TFLOP/s
         for name in variant_names(args.bin, hd, args.variant):
+            if args.budget and time.time() - t0 > args.budget:
+                print(f"sdpa_compare: out of time, {name} hd {hd} not timed", file=sys.stderr)
+                status = 1
+                continue
             ours[name], ok = time_variant(args.bin, name, hd, ns, args.timeout)
             status |= 0 if ok else 1
         names = list(ours)
@@ -127,7 +150,7 @@ def main():
         w = max([7] + [len(v) for v in names])
         print(f"\nhd {hd}: TFLOP/s")
         print(f"{'n':>6} " + " ".join(f"{v:>{w}}" for v in names) +
-              f" {'torch':>7} {'flash':>7} {'best':>{w}} {'best/flash':>10}")
+              f" {'torch':>7} {'flash':>7} {'best':>{w}} {'best/flash':>10} {'best/torch':>10}")
         notes = set()
         for n in ns:
             t_tf, _ = torch_tflops(torch, F, n, hd, contextlib.nullcontext)
@@ -140,14 +163,21 @@ def main():
             row = {v: ours[v].get(n, float("nan")) for v in names}
             best = max(names, key=lambda v: row[v] if row[v] == row[v] else -1.0)  # NaN: failed
             print(f"{n:>6} " + " ".join(f"{row[v]:>{w}.1f}" for v in names) +
-                  f" {t_tf:>7.1f} {f_tf:>7.1f} {best:>{w}} {row[best] / f_tf:>10.2f}",
-                  flush=True)
+                  f" {t_tf:>7.1f} {f_tf:>7.1f} {best:>{w}} {row[best] / f_tf:>10.2f}"
+                  f" {row[best] / t_tf:>10.2f}", flush=True)
+            rows += [(v, hd, n, row[v]) for v in names if row[v] == row[v]]
+            rows += [("torch", hd, n, t_tf), ("flash", hd, n, f_tf)]
         if notes:
             print(f"flash: {', '.join(sorted(notes))}")
         mean = {v: sum(ours[v].get(n, 0.0) for n in ns) / len(ns) for v in names}
         top = max(names, key=lambda v: mean[v])
         print(f"hd {hd}: best mean over n: {top} ({mean[top]:.1f} TFLOP/s); at n={ns[-1]}: "
               f"{max(names, key=lambda v: ours[v].get(ns[-1], 0.0))}", flush=True)
+    if args.tsv:
+        with open(args.tsv, "w") as f:
+            f.write("device\tcc\tvariant\thd\tn\ttflops\n")
+            for v, hd, n, tf in rows:
+                f.write(f"{dev}\t{cc}\t{v}\t{hd}\t{n}\t{tf:.1f}\n")
     return status
 
 

@@ -68,6 +68,7 @@ static inline int ig_cuda_launched(const char *what, const char *file, int line)
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define threadIdx ig_emu_threadIdx
 #define blockIdx ig_emu_blockIdx
 #define blockDim ig_emu_blockDim

@@ -158,14 +158,14 @@ template <class T, int N> struct ig_wgmma_op;
  * 4). d: this thread's N/2 accumulators, the mma.m16n8 C layout of its
  * warp's 16 rows repeated over N/8 column blocks (d[4j..4j+3]: rows g, g+8,
  * columns 8j + 2t, +1). ss: A and B from descriptors; TA, TB: 0 = K-major,
- * 1 = M-/N-major (transposed). N: 64 or 128, the shapes
+ * 1 = M-/N-major (transposed). N: 64, 128, 160 or 256, the shapes
  * scripts/gen_wgmma.py generates (the emulator's own hook takes any
  * multiple of 8 up to 256). */
 template <class T, int N, int TA, int TB>
 __device__ __forceinline__ void ig_wgmma_ss(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc,
                                             int accumulate)
 {
-    static_assert(N == 64 || N == 128 || IG_WGMMA_ANY_N_OK_,
+    static_assert(N == 64 || N == 128 || N == 160 || N == 256 || IG_WGMMA_ANY_N_OK_,
                   "no device code for this N: add it to scripts/gen_wgmma.py");
 #if IG_HAVE_WGMMA
     ig_wgmma_op<T, N>::template ss<TA, TB>(d, a_desc, b_desc, accumulate);
@@ -184,7 +184,7 @@ template <class T, int N, int TB>
 __device__ __forceinline__ void ig_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                             uint64_t b_desc, int accumulate)
 {
-    static_assert(N == 64 || N == 128 || IG_WGMMA_ANY_N_OK_,
+    static_assert(N == 64 || N == 128 || N == 160 || N == 256 || IG_WGMMA_ANY_N_OK_,
                   "no device code for this N: add it to scripts/gen_wgmma.py");
 #if IG_HAVE_WGMMA
     ig_wgmma_op<T, N>::template rs<TB>(d, a, b_desc, accumulate);

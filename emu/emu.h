@@ -2,17 +2,21 @@
  * ships is exercised in CI on machines without a GPU.
  *
  * Blocks run one after another. The threads of a block are cooperative fibers
- * that switch at barriers and warp collectives. Warp collectives (mma,
+ * that switch at barriers, waits and warp collectives. Warp collectives (mma,
  * ldmatrix, shfl) are computed once all 32 lanes have arrived, with the PTX
  * fragment layouts (docs: ../shared/notes/ptx-fragments.md, restated in
  * emu/warp.cc); wgmma is a warpgroup collective of 128 threads computed at
  * its wait_group (emu/wgmma.cc, docs/wgmma.md). cp.async copies land at the
- * wait that covers them, not at issue. Shared memory is one exact-size heap
- * buffer per declaration and block (so ASan sees overruns) with a shadow that
- * reports races between barriers, reads of uninitialised bytes and reads of
- * copies not yet waited for. The order in which threads leave a barrier is
- * shuffled by a seed. A barrier or collective that cannot complete is
- * reported, never a hang.
+ * wait that covers them, not at issue; TMA loads (cp.async.bulk.tensor) land
+ * as late as they can, when no thread can run (emu/tma.cc). Named barriers,
+ * mbarriers (phases, tx-count) and setmaxnreg follow the PTX ISA
+ * (emu/sync.cc, docs/wgmma.md). Shared memory is one exact-size heap buffer
+ * per declaration and block (so ASan sees overruns) with a shadow that
+ * reports races (accesses not ordered by happens-before, which vector clocks
+ * follow through every barrier, named barrier, mbarrier phase and wgmma
+ * wait), reads of uninitialised bytes and of copies still in flight. The
+ * order in which threads leave a barrier is shuffled by a seed. A barrier,
+ * wait or collective that cannot complete is reported, never a hang.
  *
  * Kernel sources do not include this header themselves: devkit/kernel.cuh and
  * devkit/intrinsics.cuh map CUDA's names onto it in host builds.
@@ -82,6 +86,10 @@ struct ig_emu_stats {
      * group ((offset / 16) % 8, allocations being 128-byte aligned). 0 for a
      * conflict-free layout. */
     uint64_t ldmatrix_conflicts;
+    uint64_t mbarrier_phases; /* mbarrier phases completed */
+    uint64_t tma_loads;       /* TMA loads completed */
+    uint64_t tma_stores;      /* TMA stores completed */
+    uint64_t named_barriers;  /* named barrier instances completed */
 };
 struct ig_emu_stats ig_emu_last_stats(void);
 
@@ -145,5 +153,66 @@ void ig_emu_cp_async_wait(int n);
  * the caller then does the access itself). */
 void ig_emu_shared_read(const void *p, size_t n);
 void ig_emu_shared_write(const void *p, size_t n);
+
+/* ---- synchronization beyond __syncthreads (emu/sync.cc) ------------------- */
+
+/* bar.sync id, count (wait = 1) or bar.arrive id, count (wait = 0): named
+ * barrier id 1..15 (0 is __syncthreads'), count a multiple of 32; the
+ * barrier completes when count threads have arrived; bar.sync waits for
+ * that and then is ordered after every arriver's earlier accesses. */
+void ig_emu_named_barrier(int id, int count, int wait, const char *file, int line);
+/* __syncwarp() over the full warp: its lanes' earlier accesses are ordered
+ * before their later ones. */
+void ig_emu_syncwarp(void);
+/* mbarrier.init.shared::cta.b64 [bar], count (bar: 8 bytes of the dynamic
+ * shared memory, 8-byte aligned; count 1 .. 2^20 - 1). */
+void ig_emu_mbarrier_init(void *bar, uint32_t count);
+/* mbarrier.arrive[.expect_tx].shared::cta.b64 _, [bar] (, tx): tx-count
+ * += tx first, then one arrival (release). */
+void ig_emu_mbarrier_arrive(void *bar, uint32_t tx);
+/* mbarrier.try_wait.parity.shared::cta.b64 in a loop: returns once the phase
+ * with this parity has completed (acquire), i.e. at once when the current
+ * phase's parity differs from `parity`. */
+void ig_emu_mbarrier_wait(void *bar, uint32_t parity);
+/* fence.mbarrier_init.release.cluster: this thread's mbarrier.init are
+ * visible to the async proxy (TMA's complete_tx). */
+void ig_emu_fence_mbarrier_init(void);
+/* setmaxnreg.{inc,dec}.sync.aligned.u32 regs, a warpgroup collective;
+ * launch_regs = the kernel's registers per thread at launch (its
+ * __launch_bounds__ limit), the same in every call of a launch. */
+void ig_emu_setmaxnreg(int inc, int regs, int launch_regs);
+
+/* ---- TMA (emu/tma.cc) ----------------------------------------------------- */
+
+/* A tensor map as the emulator keeps it, inside the 128 bytes of a CUtensorMap
+ * (devkit/tma.cuh's ig_tma_map). Tiled mode, no interleave, elements of
+ * elem_bytes, dims and strides innermost first (strides in bytes,
+ * stride[0] = elem_bytes), boxes of box[] elements, swizzle 0 none or 3
+ * 128B (CUtensorMapSwizzle numbering), out-of-bound elements read as 0. */
+struct ig_emu_tma_map {
+    uint32_t magic;
+    uint32_t rank, elem_bytes, swizzle;
+    const void *base;
+    uint64_t dim[5], stride[5];
+    uint32_t box[5];
+};
+/* Fills *m with the driver's checks (cuTensorMapEncodeTiled's requirements,
+ * cuda.h); returns 0, or -1 after printing which one failed. */
+int ig_emu_tma_encode(struct ig_emu_tma_map *m, const void *base, int rank, int elem_bytes,
+                      const uint64_t *dim, const uint64_t *stride_bytes, const uint32_t *box,
+                      int swizzle);
+/* cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+ * [dst], [map, coords], [bar]: issued now, lands (complete_tx on bar) later. */
+void ig_emu_tma_load(const void *map, void *dst, const int32_t *coords, void *bar);
+/* cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, coords], [src]. */
+void ig_emu_tma_store(const void *map, const void *src, const int32_t *coords);
+/* cp.async.bulk.commit_group and cp.async.bulk.wait_group[.read] n. */
+void ig_emu_bulk_commit(void);
+void ig_emu_bulk_wait(int n, int read_only);
+
+/* The number of SMs a persistent kernel sizes its grid by (default 3, so a
+ * block runs several work items). */
+void ig_emu_set_sm_count(int n);
+int ig_emu_sm_count(void);
 
 #endif

@@ -1,7 +1,9 @@
 /* emu/sched.cc: the emulator's launch loop and scheduler: blocks one after
- * another, a block's threads as fibers, barriers, the arrival side of warp
- * and warpgroup collectives, deadlock reports and the seeded thread order.
- * Leaves shared memory to emu/smem.cc and collective math to emu/warp.cc and
+ * another, a block's threads as fibers, __syncthreads, the arrival side of
+ * warp and warpgroup collectives, deadlock reports and the seeded thread
+ * order; when no thread can run, TMA loads in flight land (emu/tma.cc).
+ * Leaves shared memory to emu/smem.cc, named barriers, mbarriers and the
+ * vector clocks to emu/sync.cc and collective math to emu/warp.cc and
  * emu/wgmma.cc.
  * Covered by tests/emu/test_emu_sched.cc. */
 #include "emu/internal.h"
@@ -18,7 +20,7 @@ struct emu_ctx emu;
 static char emu_error[1024];
 static uint64_t emu_seed = 1;
 static int emu_quiet;
-static uint32_t emu_epoch_counter = 1;
+static int emu_sm_count = 3;
 static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 
 /* Big enough for a kernel's register arrays with ASan's redzones. */
@@ -28,6 +30,8 @@ static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 #define EMU_WARPGROUP 128u
 
 void ig_emu_set_seed(uint64_t seed) { emu_seed = seed; }
+void ig_emu_set_sm_count(int n) { emu_sm_count = n < 1 ? 1 : n; }
+int ig_emu_sm_count(void) { return emu_sm_count; }
 void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
 const char *ig_emu_last_error(void) { return emu_error; }
 struct ig_emu_stats ig_emu_last_stats(void) { return emu.stats; }
@@ -115,6 +119,12 @@ static void emu_thread_main(void *arg)
         left += g.size();
     if (left)
         emu_fail("exits with %zu cp.async not waited for (missing cp.async.wait_group?)", left);
+    left = t->bulk_uncommitted.size();
+    for (auto &g : t->bulk_groups)
+        left += g.size();
+    if (left)
+        emu_fail("exits with %zu TMA stores not waited for (missing cp.async.bulk.commit_group "
+                 "/ wait_group?)", left);
     emu_wgmma_check_exit(t);
     t->state = EMU_DONE;
     emu.blk->n_done++;
@@ -144,13 +154,22 @@ void ig_emu_barrier(const char *file, int line)
     t->bar_line = line;
     if (++b->n_at_barrier == b->n) {
         b->n_at_barrier = 0;
-        b->epoch = ++emu_epoch_counter;
         emu.stats.barriers++;
+        /* Everyone's accesses before it happen before everyone's after. */
+        std::vector<uint32_t> &j = b->join;
+        j.assign(b->n_agents, 0u);
+        for (auto &th : *b->threads)
+            emu_vc_join(j, th.vc);
         /* No heap memory may stay live across a switch: a fault abandons
          * suspended threads, which would leak it. */
         unsigned *order = b->order.data();
-        for (unsigned i = 0; i < b->n; i++)
+        for (unsigned i = 0; i < b->n; i++) {
+            struct emu_thread &th = (*b->threads)[i];
+            th.vc = j;
+            emu_vc_tick(&th);
             order[i] = i;
+        }
+        emu_sync_note_barrier(b, order, b->n);
         emu_shuffle(order, b->n);
         for (unsigned i = 0; i < b->n; i++)
             emu_wake(order[i]);
@@ -165,7 +184,7 @@ void ig_emu_barrier(const char *file, int line)
  * stored; the last to arrive computes it for the whole group and releases
  * them in a seeded order. */
 static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
-                             void (*compute)(struct emu_block *, unsigned), const char *what,
+                             int (*compute)(struct emu_block *, unsigned), const char *what,
                              const char *unit)
 {
     struct emu_block *b = emu.blk;
@@ -178,21 +197,38 @@ static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
     }
     arrived[g] = 0;
     emu.stats.collectives++;
-    compute(b, g);
-    unsigned order[EMU_WARPGROUP];
-    for (unsigned l = 0; l < size; l++)
-        order[l] = g * size + l;
-    emu_shuffle(order, size);
-    for (unsigned l = 0; l < size; l++)
-        emu_wake(order[l]);
+    if (compute(b, g)) {
+        unsigned order[EMU_WARPGROUP];
+        for (unsigned l = 0; l < size; l++)
+            order[l] = g * size + l;
+        emu_shuffle(order, size);
+        for (unsigned l = 0; l < size; l++)
+            emu_wake(order[l]);
+    }
     emu_block_current(state);
+}
+
+void emu_wake_warpgroup(unsigned g)
+{
+    unsigned order[EMU_WARPGROUP];
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        order[l] = g * EMU_WARPGROUP + l;
+    emu_shuffle(order, EMU_WARPGROUP);
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        emu_wake(order[l]);
+}
+
+static int emu_warp_compute_all(struct emu_block *b, unsigned w)
+{
+    emu_warp_compute(b, w);
+    return 1;
 }
 
 /* A lane arrives at a warp collective (mma, ldmatrix, shfl, vote). */
 static void emu_collective(const struct emu_coll *c)
 {
     emu.cur->coll = *c;
-    emu_group_arrive(EMU_WARP, emu.blk->warp_arrived.data(), EMU_AT_WARP, emu_warp_compute,
+    emu_group_arrive(EMU_WARP, emu.blk->warp_arrived.data(), EMU_AT_WARP, emu_warp_compute_all,
                      "warp collective", "warps");
 }
 
@@ -243,6 +279,14 @@ uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c
     return out;
 }
 
+void ig_emu_syncwarp(void)
+{
+    struct emu_coll k = {};
+    k.op = EMU_OP_SYNCWARP;
+    k.mask = 0xffffffffu;
+    emu_collective(&k);
+}
+
 uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
 {
     uint32_t out = 0;
@@ -264,6 +308,8 @@ static const char *emu_state_name(int s)
     case EMU_AT_BARRIER: return "at a barrier";
     case EMU_AT_WARP: return "in a warp collective";
     case EMU_AT_WARPGROUP: return "in a warpgroup collective";
+    case EMU_AT_NBAR: return "at a named barrier";
+    case EMU_AT_MBAR: return "waiting on an mbarrier";
     case EMU_DONE: return "exited";
     default: return "runnable";
     }
@@ -273,7 +319,8 @@ static const char *emu_state_name(int s)
 static void emu_report_deadlock(struct emu_block *b)
 {
     unsigned at_bar = 0, at_warp = 0, done = 0;
-    const struct emu_thread *other = NULL, *warp = NULL, *group = NULL;
+    const struct emu_thread *other = NULL, *warp = NULL, *group = NULL, *nbar = NULL,
+                            *mbar = NULL;
     for (auto &t : *b->threads) {
         if (t.state == EMU_AT_BARRIER) {
             at_bar++;
@@ -289,16 +336,47 @@ static void emu_report_deadlock(struct emu_block *b)
             at_warp++;
             if (!group)
                 group = &t;
+        } else if (t.state == EMU_AT_NBAR) {
+            if (!nbar)
+                nbar = &t;
+        } else if (t.state == EMU_AT_MBAR) {
+            if (!mbar)
+                mbar = &t;
         } else if (t.state == EMU_DONE) {
             done++;
         }
     }
+    /* A warpgroup waiting for registers is the root cause of what waits on it. */
+    for (size_t g = 0; g < b->wg.size(); g++)
+        if (b->wg[g].maxnreg_waiting) {
+            emu_fault("deadlock: warpgroup %zu waits in setmaxnreg.inc for %d registers per "
+                      "thread that the CTA's pool never has (%ld free): a missing "
+                      "setmaxnreg.dec?", g, b->wg[g].maxnreg_want, b->reg_pool);
+            return;
+        }
     if (at_bar)
         emu_fault("deadlock: the barrier at %s:%d is reached by %u of %u threads (%u wait in "
                   "warp or warpgroup collectives, %u exited; thread %u is %s)",
                   b->bar_file, b->bar_line, at_bar, b->n, at_warp, done, other->tid,
                   emu_state_name(other->state));
-    else if (warp)
+    else if (mbar) {
+        const auto it = b->mbar.find(mbar->mbar_off);
+        size_t off = 0; /* the mbarrier's offset in its shared array */
+        for (const auto &sm : b->smem)
+            if (mbar->mbar_off >= (size_t)(uintptr_t)sm.data &&
+                mbar->mbar_off < (size_t)(uintptr_t)sm.data + sm.bytes)
+                off = mbar->mbar_off - (size_t)(uintptr_t)sm.data;
+        emu_fault("deadlock: thread %u waits for phase %u of the mbarrier at shared offset %zu, "
+                  "which needs %u more arrivals and %lld tx bytes (%u threads exited)",
+                  mbar->tid, mbar->mbar_phase, off,
+                  it != b->mbar.end() ? it->second.pending : 0u,
+                  it != b->mbar.end() ? (long long)it->second.tx : 0ll, done);
+    } else if (nbar) {
+        const struct emu_nbar *nb = &b->nbar[nbar->nbar_id];
+        emu_fault("deadlock: thread %u waits at named barrier %d (%s:%d), %u of %u threads "
+                  "arrived (%u threads exited)", nbar->tid, nbar->nbar_id, nbar->bar_file,
+                  nbar->bar_line, nb->arrived, nb->count, done);
+    } else if (warp)
         emu_fault("deadlock: warp %u waits in a collective that %u of its lanes never reach "
                   "(%u threads exited)",
                   warp->tid / EMU_WARP, EMU_WARP - b->warp_arrived[warp->tid / EMU_WARP], done);
@@ -321,6 +399,8 @@ static int emu_run_block(struct emu_block *b)
         t.bar_line = 0;
         t.uncommitted.clear();
         t.groups.clear();
+        t.bulk_uncommitted.clear();
+        t.bulk_groups.clear();
         t.proxy_fences = 0;
         emu_fiber_prepare(&t.fiber, emu_thread_main, &t);
         order[i] = i;
@@ -328,18 +408,27 @@ static int emu_run_block(struct emu_block *b)
     emu_shuffle(order, b->n);
     for (unsigned i = 0; i < b->n; i++)
         b->runq.push_back(order[i]);
-    while (!b->runq.empty() && !emu.faulted) {
-        unsigned i = b->runq.front();
-        b->runq.pop_front();
-        struct emu_thread *t = &(*b->threads)[i];
-        emu.cur = t;
-        ig_emu_threadIdx = t->idx;
-        emu.stats.switches++;
-        emu_fiber_resume(&emu.sched, &t->fiber);
-        emu.cur = NULL;
+    emu_sync_block_start(b);
+    for (;;) {
+        while (!b->runq.empty() && !emu.faulted) {
+            unsigned i = b->runq.front();
+            b->runq.pop_front();
+            struct emu_thread *t = &(*b->threads)[i];
+            emu.cur = t;
+            ig_emu_threadIdx = t->idx;
+            emu.stats.switches++;
+            emu_fiber_resume(&emu.sched, &t->fiber);
+            emu.cur = NULL;
+        }
+        /* No thread can run: TMA loads land now, as late as they may,
+         * which may complete mbarrier phases threads wait for. */
+        if (emu.faulted || b->n_done == b->n || !emu_tma_complete_loads(b))
+            break;
     }
     if (!emu.faulted && b->n_done != b->n)
         emu_report_deadlock(b);
+    if (!emu.faulted)
+        emu_sync_block_end(b);
     return emu.faulted ? -1 : 0;
 }
 
@@ -389,10 +478,10 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                 b.smem_total = 0;
                 b.n = (unsigned)nthreads;
                 b.n_done = b.n_at_barrier = 0;
-                b.epoch = ++emu_epoch_counter;
                 b.warp_arrived.assign((b.n + EMU_WARP - 1) / EMU_WARP, 0);
                 b.wg_arrived.assign((b.n + EMU_WARPGROUP - 1) / EMU_WARPGROUP, 0);
                 b.wg.resize(b.wg_arrived.size());
+                b.n_agents = b.n + (unsigned)b.wg.size() + 1;
                 b.order.resize(b.n);
                 ig_emu_blockIdx = ig_emu_dim3(x, y, z);
                 emu.blk = &b;

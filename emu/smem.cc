@@ -3,10 +3,15 @@
  * Each __shared__ declaration (and the dynamic area) of a block is its own
  * exact-size heap buffer, so ASan reports an overrun, filled with 0xff bytes
  * (a NaN in bf16/f16/f32) as fresh shared memory holds garbage. A per-byte
- * shadow records, per barrier epoch, who last wrote and read each byte:
- * a read of a byte another thread wrote since the last barrier, or a write
- * to a byte another thread read or wrote since then, is a race; reading a
- * byte never written, or one a cp.async is still in flight to, is a fault.
+ * shadow records who last wrote each byte, at which tick of its clock, and
+ * who read it since (up to EMU_READERS agents inline, a vector clock
+ * beyond): a read not ordered after the last write by happens-before, or a
+ * write not ordered after the last write and every read since, is a race
+ * (FastTrack's epochs; the vector clocks and what orders them are
+ * emu/sync.cc's); reading a byte never written, or one a cp.async or TMA
+ * load is still in flight to, is a fault, as is writing a byte a TMA store
+ * still reads, or a TMA load over st.shared bytes whose writer did not
+ * execute fence.proxy.async after them.
  * cp.async copies land at the wait that covers them: a missing wait reads
  * stale data and is reported. Each write also records how many
  * fence.proxy.async its thread had executed, for wgmma's check that the
@@ -14,6 +19,7 @@
  * and tests/emu/test_emu_wgmma.cc. */
 #include "emu/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +75,14 @@ void emu_smem_free_all(struct emu_block *b)
     b->smem.clear();
     b->smem_total = 0;
     b->dyn = NULL;
+    b->readers.clear();
+}
+
+const struct emu_smem *emu_dyn_smem(const char *what)
+{
+    if (!emu.blk->dyn)
+        emu_fail("%s without dynamic shared memory (the launch gave none)", what);
+    return emu_smem_find(emu.blk->dyn, 1, what);
 }
 
 void *ig_emu_static_shared(const void *key, size_t bytes)
@@ -110,62 +124,146 @@ struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what)
     emu_fail("%s: address %p is not in this block's shared memory", what, p);
 }
 
-void emu_smem_check_read(unsigned tid, const void *p, size_t n, const char *what)
+/* How the report names an agent. */
+static const char *emu_agent_name(int who, char *buf, size_t size)
+{
+    const struct emu_block *b = emu.blk;
+    if (who < (int)b->n)
+        snprintf(buf, size, "thread %d", who);
+    else if (who == (int)emu_agent_tma(b))
+        snprintf(buf, size, "the TMA unit");
+    else
+        snprintf(buf, size, "warpgroup %d's wgmma", who - (int)b->n);
+    return buf;
+}
+
+/* Whether an access by `who` at tick clk happened before one with clock vc. */
+static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
+{
+    return clk <= vc[who];
+}
+
+/* Records a read by who at its tick in vc: readers ordered before it are
+ * dropped (a later write racing them races this read too), the rest kept;
+ * past EMU_READERS they move to a vector clock of their own. */
+static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc)
+{
+    const uint32_t clk = vc[who];
+    struct emu_block *b = emu.blk;
+    if (h->r_more) {
+        std::vector<uint32_t> &r = b->readers[h->r_more - 1];
+        if (r[who] < clk)
+            r[who] = clk;
+        return;
+    }
+    int k = 0;
+    for (int i = 0; i < h->n_r; i++) {
+        const struct emu_reader *e = &h->r[i];
+        if (e->who == (int)who || emu_hb(e->who, e->clk, vc))
+            continue;
+        h->r[k++] = *e;
+    }
+    if (k < EMU_READERS) {
+        h->r[k].who = (int16_t)who;
+        h->r[k].clk = clk;
+        h->n_r = (uint8_t)(k + 1);
+        return;
+    }
+    b->readers.emplace_back(b->n_agents, 0u);
+    std::vector<uint32_t> &r = b->readers.back();
+    for (int i = 0; i < k; i++)
+        r[(unsigned)h->r[i].who] = h->r[i].clk;
+    r[who] = clk;
+    h->n_r = 0;
+    h->r_more = (uint32_t)b->readers.size();
+}
+
+void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t n,
+                         const char *what)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);
     size_t off = (size_t)((const unsigned char *)p - s->data);
-    uint32_t e = emu.blk->epoch;
+    char name[48];
     for (size_t i = off; i < off + n; i++) {
         struct emu_shadow *h = &s->shadow[i];
         if (h->pending)
-            emu_fail("%s reads shared offset %zu while thread %d's cp.async to it is still in "
-                     "flight (missing cp.async.wait_group?)", what, i, h->pender);
-        if (!h->w_epoch)
+            emu_fail("%s reads shared offset %zu while thread %d's %s to it is still in "
+                     "flight (missing cp.async.wait_group or mbarrier wait?)", what, i,
+                     h->pender, h->w_async ? "TMA load" : "cp.async");
+        if (!h->w_clk)
             emu_fail("%s reads shared offset %zu, never written (uninitialised, or a race "
                      "with a write made later)", what, i);
-        if (h->w_epoch == e && h->writer != (int)tid)
-            emu_fail("race: %s reads shared offset %zu that thread %d wrote since the last "
-                     "barrier", what, i, h->writer);
-        if (h->r_epoch != e) {
-            h->r_epoch = e;
-            h->reader = (int16_t)tid;
-        } else if (h->reader != (int)tid) {
-            h->reader = EMU_MANY;
-        }
+        if (h->writer != (int)who && !emu_hb(h->writer, h->w_clk, vc))
+            emu_fail("race: %s reads shared offset %zu that %s wrote with no happens-before "
+                     "to this read (a missing barrier, mbarrier wait or fence?)", what, i,
+                     emu_agent_name(h->writer, name, sizeof name));
+        emu_note_read(h, who, vc);
     }
 }
 
-void emu_smem_check_write(unsigned tid, const void *p, size_t n, const char *what)
+void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_t n,
+                          const char *what, int async)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);
     size_t off = (size_t)((const unsigned char *)p - s->data);
-    uint32_t e = emu.blk->epoch;
-    uint32_t fences = (*emu.blk->threads)[tid].proxy_fences;
+    struct emu_block *b = emu.blk;
+    const uint32_t fences = who < b->n ? (*b->threads)[who].proxy_fences : 0;
+    char name[48];
     for (size_t i = off; i < off + n; i++) {
         struct emu_shadow *h = &s->shadow[i];
         if (h->pending)
-            emu_fail("%s writes shared offset %zu while thread %d's cp.async to it is in "
-                     "flight", what, i, h->pender);
-        if (h->w_epoch == e && h->writer != (int)tid)
-            emu_fail("race: %s writes shared offset %zu that thread %d wrote since the last "
-                     "barrier", what, i, h->writer);
-        if (h->r_epoch == e && h->reader != (int)tid)
-            emu_fail("race: %s writes shared offset %zu that %s read since the last barrier",
-                     what, i, h->reader == EMU_MANY ? "other threads" : "another thread");
-        h->w_epoch = e;
-        h->writer = (int16_t)tid;
+            emu_fail("%s writes shared offset %zu while thread %d's %s to it is in flight",
+                     what, i, h->pender, h->w_async ? "TMA load" : "cp.async");
+        if (h->reading)
+            emu_fail("%s writes shared offset %zu that a TMA store still reads (missing "
+                     "cp.async.bulk.wait_group.read?)", what, i);
+        if (h->w_clk && h->writer != (int)who && !emu_hb(h->writer, h->w_clk, vc))
+            emu_fail("race: %s writes shared offset %zu that %s wrote with no happens-before "
+                     "to this write", what, i, emu_agent_name(h->writer, name, sizeof name));
+        if (async && h->w_clk && !h->w_async && h->writer < (int)b->n &&
+            h->w_fences == (*b->threads)[(unsigned)h->writer].proxy_fences)
+            emu_fail("%s (async proxy) writes shared offset %zu over thread %d's st.shared "
+                     "with no fence.proxy.async after it", what, i, h->writer);
+        if (h->r_more) {
+            const std::vector<uint32_t> &r = b->readers[h->r_more - 1];
+            for (unsigned a = 0; a < b->n_agents; a++)
+                if (a != who && r[a] && r[a] > vc[a])
+                    emu_fail("race: %s writes shared offset %zu that %s read with no "
+                             "happens-before to this write", what, i,
+                             emu_agent_name((int)a, name, sizeof name));
+        }
+        for (int k = 0; k < h->n_r; k++)
+            if (h->r[k].who != (int)who && !emu_hb(h->r[k].who, h->r[k].clk, vc))
+                emu_fail("race: %s writes shared offset %zu that %s read with no "
+                         "happens-before to this write", what, i,
+                         emu_agent_name(h->r[k].who, name, sizeof name));
+        h->w_clk = vc[who];
+        h->writer = (int16_t)who;
         h->w_fences = fences;
+        h->w_async = (uint8_t)(async != 0);
+        h->n_r = 0;
+        h->r_more = 0;
     }
+}
+
+void emu_smem_thread_read(struct emu_thread *t, const void *p, size_t n, const char *what)
+{
+    emu_smem_check_read(t->tid, t->vc.data(), p, n, what);
+}
+
+void emu_smem_thread_write(struct emu_thread *t, const void *p, size_t n, const char *what)
+{
+    emu_smem_check_write(t->tid, t->vc.data(), p, n, what, 0);
 }
 
 void ig_emu_shared_read(const void *p, size_t n)
 {
-    emu_smem_check_read(emu.cur->tid, p, n, "shared load");
+    emu_smem_thread_read(emu.cur, p, n, "shared load");
 }
 
 void ig_emu_shared_write(const void *p, size_t n)
 {
-    emu_smem_check_write(emu.cur->tid, p, n, "shared store");
+    emu_smem_thread_write(emu.cur, p, n, "shared store");
 }
 
 /* ---- cp.async ------------------------------------------------------------- */
@@ -178,7 +276,7 @@ void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size)
     if (src_size != 0 && src_size != 16)
         emu_fail("cp.async src_size %u (only 0 and 16 are used)", src_size);
     /* The copy may happen any time until its wait: check the hazards now. */
-    emu_smem_check_write(t->tid, dst, 16, "cp.async");
+    emu_smem_thread_write(t, dst, 16, "cp.async");
     struct emu_smem *s = emu_smem_find(dst, 16, "cp.async");
     size_t off = (size_t)((unsigned char *)dst - s->data);
     for (size_t i = off; i < off + 16; i++) {
@@ -203,7 +301,7 @@ void emu_cp_async_complete(struct emu_thread *t, size_t keep)
             size_t off = (size_t)(c.dst - s->data);
             for (size_t i = off; i < off + 16; i++)
                 s->shadow[i].pending--;
-            emu_smem_check_write(t->tid, c.dst, 16, "cp.async completion");
+            emu_smem_thread_write(t, c.dst, 16, "cp.async completion");
             if (c.src_size)
                 memcpy(c.dst, c.src, c.src_size); /* ASan checks the global read here */
             memset(c.dst + c.src_size, 0, 16 - c.src_size);

@@ -72,7 +72,7 @@ static void emu_ldmatrix(struct emu_thread *lane0, int num, int trans)
             if ((uintptr_t)row & 15)
                 emu_fail("ldmatrix row address %p (lane %u) is not 16-byte aligned", row,
                          8 * m + r);
-            emu_smem_check_read(src->tid, row, 16, "ldmatrix");
+            emu_smem_thread_read(src, row, 16, "ldmatrix");
             memcpy(M[m][r], row, 16);
             /* Bank group of the row; the same address twice is a broadcast. */
             rows[r] = row;
@@ -148,11 +148,24 @@ static void emu_vote(struct emu_thread *lane0, int mode)
         *(uint32_t *)lane0[l].coll.out = r;
 }
 
+/* __syncwarp: each lane is ordered after every lane's earlier accesses. */
+static void emu_syncwarp(struct emu_block *b, struct emu_thread *lane0)
+{
+    std::vector<uint32_t> &j = b->join;
+    j.assign(b->n_agents, 0u);
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        emu_vc_join(j, lane0[l].vc);
+    for (unsigned l = 0; l < EMU_WARP; l++) {
+        lane0[l].vc = j;
+        emu_vc_tick(&lane0[l]);
+    }
+}
+
 void emu_warp_compute(struct emu_block *b, unsigned w)
 {
     struct emu_thread *lane0 = &(*b->threads)[w * EMU_WARP];
     const struct emu_coll *k0 = &lane0[0].coll;
-    static const char *names[] = {"?", "mma", "ldmatrix", "shfl", "vote"};
+    static const char *names[] = {"?", "mma", "ldmatrix", "shfl", "vote", "__syncwarp"};
     for (unsigned l = 1; l < EMU_WARP; l++) {
         const struct emu_coll *k = &lane0[l].coll;
         if (k->op != k0->op || k->kind != k0->kind || k->mask != k0->mask)
@@ -175,6 +188,9 @@ void emu_warp_compute(struct emu_block *b, unsigned w)
         if (k0->mask != 0xffffffffu)
             emu_fail("vote.sync with mask %08x: only the full mask is emulated", k0->mask);
         emu_vote(lane0, k0->kind);
+        break;
+    case EMU_OP_SYNCWARP:
+        emu_syncwarp(b, lane0);
         break;
     default:
         emu_fail("unknown collective %d", k0->op);

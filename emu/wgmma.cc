@@ -21,10 +21,14 @@
  * instruction wrote since a wgmma last used them (or that no wgmma has used:
  * the first MMA needs a fence); a thread writing an MMA's accumulators or
  * A registers between its issue and its completion; operands that, at issue or at
- * completion, are still in flight from cp.async, never written, written by
- * another thread since the last barrier, or written (st.shared or cp.async)
- * by a thread that executed no fence.proxy.async afterwards (each thread
- * counts its proxy fences and each written byte keeps its writer's count).
+ * completion, are still in flight from cp.async or TMA, never written,
+ * written with no happens-before to the MMA (its reads are the warpgroup's
+ * wgmma agent's, ordered after what all 128 issuing threads are ordered
+ * after; every thread of the warpgroup is ordered after them once the
+ * wait_group that completes it returns), or written (st.shared or
+ * cp.async) by a thread that executed no fence.proxy.async afterwards (each
+ * thread counts its proxy fences and each written byte keeps its writer's
+ * count; the TMA's writes are the async proxy's own and need none).
  * Covered by tests/emu/test_emu_wgmma.cc. */
 #include "core/half.h"
 #include "emu/internal.h"
@@ -36,8 +40,8 @@
 static const char *emu_wg_name(const struct emu_wgcoll *c)
 {
     static const char *names[] = {"?", "wgmma.mma_async", "wgmma.fence", "wgmma.commit_group",
-                                  "wgmma.wait_group"};
-    return names[c->op >= EMU_WG_MMA && c->op <= EMU_WG_WAIT ? c->op : 0];
+                                  "wgmma.wait_group", "setmaxnreg"};
+    return names[c->op >= EMU_WG_MMA && c->op <= EMU_WG_SETMAXNREG ? c->op : 0];
 }
 
 /* ---- hooks ---------------------------------------------------------------- */
@@ -76,13 +80,6 @@ void ig_emu_wgmma_wait(int n) { emu_wg_simple(EMU_WG_WAIT, n); }
 
 /* Makes this thread's shared-memory writes so far visible to wgmma. */
 void ig_emu_fence_proxy_async(void) { emu.cur->proxy_fences++; }
-
-static const struct emu_smem *emu_dyn_smem(const char *what)
-{
-    if (!emu.blk->dyn)
-        emu_fail("%s without dynamic shared memory (the launch gave none)", what);
-    return emu_smem_find(emu.blk->dyn, 1, what);
-}
 
 uint32_t ig_emu_shared_address(const void *p)
 {
@@ -146,10 +143,11 @@ static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x
 }
 
 /* One 16-bit operand element at a shared address, checked against the
- * dynamic area's bounds and the shadow (uninitialised, cp.async in flight,
- * races, no proxy fence); at_issue says which check this is in messages. */
-static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned tid,
-                           char which, int at_issue)
+ * dynamic area's bounds and the shadow (uninitialised, cp.async or TMA in
+ * flight, races, no proxy fence) as a read by the warpgroup's wgmma agent
+ * with clock vc; at_issue says which check this is in messages. */
+static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned who,
+                           const uint32_t *vc, char which, int at_issue)
 {
     const uint32_t base = emu.smem_base;
     if (addr < base || (size_t)(addr - base) + 2 > s->bytes)
@@ -160,10 +158,12 @@ static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, un
     const unsigned char *p = s->data + off;
     static const char *what[2][2] = {{"wgmma (A operand)", "wgmma (B operand)"},
                                      {"wgmma issue (A operand)", "wgmma issue (B operand)"}};
-    emu_smem_check_read(tid, p, 2, what[at_issue != 0][which != 'A']);
+    emu_smem_check_read(who, vc, p, 2, what[at_issue != 0][which != 'A']);
     for (uint32_t i = off; i < off + 2; i++) {
         const struct emu_shadow *h = &s->shadow[i];
-        if (h->w_fences == (*emu.blk->threads)[(unsigned)h->writer].proxy_fences)
+        /* The async proxy's own writes (TMA) need no proxy fence. */
+        if (!h->w_async && h->writer < (int)emu.blk->n &&
+            h->w_fences == (*emu.blk->threads)[(unsigned)h->writer].proxy_fences)
             emu_fail("%s reads shared offset %u, which thread %d wrote (st.shared or cp.async) "
                      "without a fence.proxy.async after it (missing ig_fence_proxy_async before "
                      "the barrier?)", what[at_issue != 0][which != 'A'], i, h->writer);
@@ -180,11 +180,13 @@ static float emu_reg_half(int kind, uint32_t reg, int hi)
 }
 
 /* An MMA's A and B (64 x 16, 16 x N) with every shared-memory check, at its
- * issue or its completion; tid = the thread the shared reads are charged to. */
-static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned tid, int at_issue,
+ * issue or its completion, read by agent `who` (the warpgroup's wgmma) with
+ * the clock of the MMA's issue. */
+static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned who, int at_issue,
                                float (*A)[16], float (*B)[256])
 {
     const struct emu_smem *s = emu_dyn_smem("wgmma");
+    const uint32_t *vc = op->vc.data();
     if (op->a_in_regs) {
         /* Per warp w its rows 16w..16w+15 in the mma.m16n8k16 A layout. */
         for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
@@ -197,21 +199,21 @@ static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned tid, int 
         struct emu_desc da = emu_desc_decode(op->a_desc, 'A');
         for (uint32_t m = 0; m < 64; m++)
             for (uint32_t k = 0; k < 16; k++)
-                A[m][k] = emu_read_half(op->kind, emu_elem_addr(&da, op->trans_a, m, k), s, tid,
-                                        'A', at_issue);
+                A[m][k] = emu_read_half(op->kind, emu_elem_addr(&da, op->trans_a, m, k), s, who,
+                                        vc, 'A', at_issue);
     }
     struct emu_desc db = emu_desc_decode(op->b_desc, 'B');
     for (uint32_t k = 0; k < 16; k++)
         for (uint32_t nn = 0; nn < (uint32_t)op->n; nn++)
-            B[k][nn] = emu_read_half(op->kind, emu_elem_addr(&db, op->trans_b, nn, k), s, tid,
-                                     'B', at_issue);
+            B[k][nn] = emu_read_half(op->kind, emu_elem_addr(&db, op->trans_b, nn, k), s, who,
+                                     vc, 'B', at_issue);
 }
 
 /* One MMA at its completion: operands read now, D written. */
-static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned tid)
+static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned who)
 {
     static float A[64][16], B[16][256];
-    emu_wgmma_operands(op, tid, 0, A, B);
+    emu_wgmma_operands(op, who, 0, A, B);
     /* Thread l of warp w: d[4j + e] = D[16w + g + 8(e/2)][8j + 2t + e%2]. */
     for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
         float *d = op->d[l];
@@ -298,7 +300,7 @@ template <class F> static void emu_wg_each_pending(struct emu_wg *wg, F &&f)
 /* Completes op, the oldest pending MMA: its accumulators must be as the
  * thread left them at issue (or as an earlier MMA on them completed), and
  * its A registers as at issue (the device may read them until completion). */
-static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsigned tid)
+static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsigned who)
 {
     const int words = op->n / 2;
     for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
@@ -316,7 +318,7 @@ static void emu_wgmma_complete(struct emu_wg *wg, struct emu_wgmma_op *op, unsig
                      "warpgroup changed them between the wgmma.mma_async and the "
                      "wgmma.wait_group that completes it", l);
     }
-    emu_wgmma_run(op, tid);
+    emu_wgmma_run(op, who);
     const void *p[EMU_WARPGROUP];
     for (unsigned l = 0; l < EMU_WARPGROUP; l++)
         p[l] = op->d[l];
@@ -338,14 +340,16 @@ static int emu_wg_same(const struct emu_wgcoll *a, const struct emu_wgcoll *b)
 {
     if (a->op != b->op || a->n != b->n)
         return 0;
-    if (a->op != EMU_WG_MMA)
+    if (a->op != EMU_WG_MMA && a->op != EMU_WG_SETMAXNREG)
         return 1;
+    if (a->op == EMU_WG_SETMAXNREG)
+        return a->kind == b->kind && a->launch_regs == b->launch_regs;
     return a->kind == b->kind && a->accumulate == b->accumulate && a->trans_a == b->trans_a &&
            a->trans_b == b->trans_b && a->a_in_regs == b->a_in_regs && a->a_desc == b->a_desc &&
            a->b_desc == b->b_desc;
 }
 
-void emu_warpgroup_compute(struct emu_block *b, unsigned g)
+int emu_warpgroup_compute(struct emu_block *b, unsigned g)
 {
     struct emu_thread *t0 = &(*b->threads)[g * EMU_WARPGROUP];
     const struct emu_wgcoll *c0 = &t0->wgc;
@@ -395,10 +399,21 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
         emu_known_set(wg, dp, c0->n / 2);
         if (c0->a_in_regs)
             emu_known_set(wg, ap, 4);
+        /* Its reads are the warpgroup's wgmma agent's, ordered after what
+         * every one of the 128 issuing threads is ordered after (the meet
+         * of their clocks: .sync synchronizes a warp, not the warpgroup, so
+         * a write by one thread with no barrier to the others is not). */
+        const unsigned agent = emu_agent_wgmma(b, g);
+        op->vc = t0[0].vc;
+        for (unsigned l = 1; l < EMU_WARPGROUP; l++)
+            for (unsigned a = 0; a < b->n_agents; a++)
+                if (op->vc[a] > t0[l].vc[a])
+                    op->vc[a] = t0[l].vc[a];
+        op->vc[agent] = ++wg->wgmma_clock;
         /* The MMA may read shared memory any time from now to its wait: its
          * operands must be valid already. */
         static float A[64][16], B[16][256];
-        emu_wgmma_operands(op, emu.cur->tid, 1, A, B);
+        emu_wgmma_operands(op, agent, 1, A, B);
         break;
     }
     case EMU_WG_FENCE:
@@ -410,17 +425,25 @@ void emu_warpgroup_compute(struct emu_block *b, unsigned g)
         break;
     case EMU_WG_WAIT: {
         size_t keep = c0->n < 0 ? 0 : (size_t)c0->n;
+        const unsigned agent = emu_agent_wgmma(b, g);
         while (wg->groups.size() > keep) {
-            for (emu_wgmma_op &op : wg->groups.front())
-                emu_wgmma_complete(wg, &op, emu.cur->tid);
+            for (emu_wgmma_op &op : wg->groups.front()) {
+                emu_wgmma_complete(wg, &op, agent);
+                /* Its reads happen before the wait returns in every thread. */
+                for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+                    emu_vc_join(t0[l].vc, op.vc);
+            }
             wg->groups.pop_front();
         }
         wg->fenced = 0; /* the thread may now access the registers */
         break;
     }
+    case EMU_WG_SETMAXNREG:
+        return emu_setmaxnreg(b, g, c0);
     default:
         emu_fail("unknown warpgroup collective %d", c0->op);
     }
+    return 1;
 }
 
 void emu_wgmma_check_exit(struct emu_thread *t)

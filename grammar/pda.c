@@ -14,6 +14,20 @@
 
 static int nomem(void) { return ig_error(IG_E_NOMEM, "grammar: out of memory"); }
 
+/* Bounds on what one automaton may build. A grammar whose nullable rules
+ * repeat inside repetitions (expr ::= | "x" expr+ ...) can reach a number
+ * of stacks exponential in the text's length; past these it is refused
+ * with a message instead of eating the machine. JSON schemas and the
+ * grammars people write stay far below (tests/grammar's corpus: < 10^4). */
+#define GR_MAX_FRAMES (1 << 20)
+#define GR_MAX_STACKS (1 << 14) /* in one state */
+
+static int too_ambiguous(const char *what, int64_t limit)
+{
+    return ig_error(IG_E_NOMEM, "grammar: more than %lld %s (the grammar is too ambiguous: "
+                    "a rule that can match nothing, repeated?)", (long long)limit, what);
+}
+
 static uint32_t hash2(int32_t a, int32_t b)
 {
     uint64_t h = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) * 0x9e3779b97f4a7c15ull;
@@ -70,7 +84,9 @@ static int grow_frames(struct gr_pda *p)
 /* The frame (pos, parent); -1 when out of memory. */
 static int32_t frame(struct gr_pda *p, int32_t pos, int32_t parent)
 {
-    if (p->n_frames >= p->cap_frames && grow_frames(p) != IG_OK)
+    if (p->n_frames >= p->cap_frames &&
+        (p->n_frames >= GR_MAX_FRAMES ? too_ambiguous("parse frames", GR_MAX_FRAMES)
+                                      : grow_frames(p)) != IG_OK)
         return -1;
     uint32_t j = hash2(pos, parent) & p->frame_mask;
     for (int32_t id; (id = p->frame_slots[j]) >= 0; j = (j + 1) & p->frame_mask)
@@ -233,6 +249,10 @@ static int32_t expand(struct gr_pda *p, int64_t n_work)
         if (f <= GR_BOTTOM || GR_TYPE(g->elems[p->pos[f]]) == GR_BYTES) {
             if (f > GR_BOTTOM)
                 p->visited[f] = p->stamp;
+            if (n_out >= GR_MAX_STACKS) {
+                too_ambiguous("parse stacks at one point", GR_MAX_STACKS);
+                return -1;
+            }
             if (reserve(&p->out, &p->out_cap, n_out + 1) != IG_OK)
                 return -1;
             p->out[n_out++] = f;

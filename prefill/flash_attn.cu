@@ -87,7 +87,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const int h = (int)blockIdx.y, group = (int)(p.n_head / p.n_head_kv), hk = h / group;
     const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
 
-    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0);
+    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x);
 
     /* Keys of the last query of the tile bound the tiles to visit. */
     const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
@@ -309,17 +309,21 @@ int launch_mma_variant(const prefill_attn_params &p, const prefill_attn_tile &ti
 #define IG_FLASH_HAVE_WGMMA 0
 #endif
 
-/* One variant of either kernel. */
+/* One variant of any of the three kernels. */
 template <int V>
 int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
                    cudaStream_t stream)
 {
-    if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WGMMA) {
+    if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WGMMA ||
+                  variant<V>::isa == PREFILL_ATTN_ISA_WS) {
 #if IG_FLASH_HAVE_WGMMA
-        return IG_DEV(prefill_attn_wgmma)(&p, &tile, stream);
+        if constexpr (variant<V>::isa == PREFILL_ATTN_ISA_WS)
+            return IG_DEV(prefill_attn_ws)(&p, &tile, stream);
+        else
+            return IG_DEV(prefill_attn_wgmma)(&p, &tile, stream);
 #else
         (void)p, (void)tile, (void)stream; /* the entry refuses it (isa_runs_on) */
-        return ig_error(IG_E_INTERNAL, "flash attention: no wgmma kernel in this build");
+        return ig_error(IG_E_INTERNAL, "flash attention: no sm_90a kernels in this build");
 #endif
     } else {
         return launch_mma_variant<V>(p, tile, stream);
@@ -344,18 +348,12 @@ static int device_cc(int *dev)
     return major * 10 + minor;
 }
 
-/* Whether a kernel of this isa runs on compute capability cc in this build. */
-static int isa_runs_on(int isa, int cc)
-{
-    if (isa == PREFILL_ATTN_ISA_WGMMA)
-        return IG_FLASH_HAVE_WGMMA && cc == 90;
-    return isa == PREFILL_ATTN_ISA_MMA && cc >= 80;
-}
-
 extern "C" int prefill_attn_cuda_supports(int variant)
 {
     int dev;
-    return isa_runs_on(prefill_attn_variant_isa(variant), device_cc(&dev));
+    const int cc = device_cc(&dev); /* -1 without a device; 0 would mean "any" */
+    return cc > 0 && prefill_attn_isa_runs_on(prefill_attn_variant_isa(variant), cc,
+                                              IG_FLASH_HAVE_WGMMA);
 }
 #endif
 
@@ -363,18 +361,24 @@ extern "C" int IG_DEV(prefill_attn)(const struct prefill_attn_params *p, void *s
 {
     cudaStream_t stream = (cudaStream_t)stream_;
     prefill_attn_tile tile;
-    int st = prefill_attn_choose(p, &tile);
+#if defined(IG_EMU)
+    int st = prefill_attn_choose(p, &tile); /* the emulator runs every variant */
     if (st)
         return st;
-#if !defined(IG_EMU)
+#else
     int dev;
     const int cc = device_cc(&dev);
-    if (!isa_runs_on(tile.isa, cc))
+    if (cc < 0)
+        return ig_error(IG_E_DEVICE, "flash attention: no CUDA device");
+    int st = prefill_attn_choose_for(p, cc, IG_FLASH_HAVE_WGMMA, &tile);
+    if (st)
+        return st;
+    if (!prefill_attn_isa_runs_on(tile.isa, cc, IG_FLASH_HAVE_WGMMA))
         return ig_error(IG_E_DEVICE, "flash attention: variant %s cannot run on device %d "
                         "(compute capability %d.%d): %s", prefill_attn_variant_name(tile.variant),
                         dev, cc / 10, cc % 10,
-                        tile.isa == PREFILL_ATTN_ISA_WGMMA
-                            ? "wgmma needs 9.0 and sm_90a code in the build"
+                        tile.isa != PREFILL_ATTN_ISA_MMA
+                            ? "wgmma and TMA need 9.0 and sm_90a code in the build"
                             : "mma.sync needs 8.0 or newer");
 #endif
     switch (tile.variant) {

@@ -1,10 +1,11 @@
 /* prefill/flash_attn.h: fused causal attention for a chunk of prompt tokens
- * (FlashAttention-2 style), GQA, head_dim 64 or 128, bf16 or f16 inputs,
- * fp32 softmax and accumulation. The same call writes the chunk's K and V
- * into the KV cache.
+ * (FlashAttention-2 and -3 style kernels), GQA, head_dim 64, 128 or 256,
+ * bf16 or f16 inputs, fp32 softmax and accumulation, an optional sliding
+ * window. The same call writes the chunk's K and V into the KV cache.
  *
  * Semantics. The chunk holds the queries of positions pos0 .. pos0+n_tokens-1.
- * Query i attends to keys 0 .. pos0+i (bottom-right aligned causal mask):
+ * Query i attends to keys 0 .. pos0+i (bottom-right aligned causal mask),
+ * or with a window W > 0 to keys pos0+i-W+1 .. pos0+i (its last W positions):
  * keys < pos0 are read from the cache, keys >= pos0 from the chunk's k/v.
  * Query head h uses KV head h / (n_head / n_head_kv).
  *   O[i][h]  = sum_j softmax_j(scale * q_i . k_j) v_j    (rounded to dtype)
@@ -13,10 +14,16 @@
  * K and V (no other cache row is touched).
  *
  * KV cache layout (per layer, K and V alike): [n_head_kv][n_ctx][head_dim],
- * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d.
+ * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d;
+ * or paged (block_table set; the batch engine's pool, ws variants only):
+ * blocks of block_rows positions, element (hk, pos, d) at
+ * block_table[pos / block_rows]*cache_block_stride + hk*cache_head_stride +
+ * (pos % block_rows)*cache_row_stride + d (the pool's block b is
+ * [n_head_kv][block_rows][head_dim]).
  *
  * Two twins share the params struct: prefill_attn_ref (CPU, plain C, the
- * reference) and prefill_attn_cuda (prefill/flash_attn.cu, tensor cores).
+ * reference) and prefill_attn_cuda (prefill/flash_attn.cu, tensor cores;
+ * it dispatches to prefill/flash_attn_wgmma.cu and prefill/flash_attn_ws.cu).
  * The same .cu built for the CPU emulator gives prefill_attn_emu (tests).
  * Covered by tests/emu/test_flash_attn_emu.c and tests/gpu/test_flash_attn_gpu.c. */
 #ifndef IGNITE_PREFILL_FLASH_ATTN_H
@@ -45,18 +52,29 @@ struct prefill_attn_params {
 
     int64_t n_tokens;  /* queries in the chunk, >= 1 */
     int64_t pos0;      /* position of the chunk's first token = cache rows before it */
-    int64_t n_ctx;     /* cache rows per head; pos0 + n_tokens <= n_ctx */
+    int64_t n_ctx;     /* cache rows per head (paged: positions the block table
+                          covers); pos0 + n_tokens <= n_ctx */
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
-    int64_t head_dim;  /* 64 or 128 */
+    int64_t head_dim;  /* 64, 128 or 256 (256: the ws variants only) */
+    int64_t window;    /* sliding window in keys (a query sees its last `window`
+                          positions, itself included); 0 = none (ws variants only) */
 
     int64_t q_row_stride, q_head_stride; /* q: token, head */
     int64_t k_row_stride, k_head_stride; /* k: token, kv head */
     int64_t v_row_stride, v_head_stride; /* v: token, kv head */
     int64_t o_row_stride, o_head_stride; /* o: token, head */
-    int64_t cache_row_stride;            /* caches: position */
+    int64_t cache_row_stride;            /* caches: position (within a block when paged) */
     int64_t cache_head_stride;           /* caches: kv head */
     int64_t lse_head_stride;             /* lse: head (token stride is 1) */
+
+    /* Paged caches (NULL: the contiguous layout above): the sequence's
+     * block ids, [ceil((pos0 + n_tokens) / block_rows)] (device memory for
+     * the CUDA kernel), int32 each, < n_blocks. */
+    const int32_t *block_table;
+    int64_t block_rows;                  /* positions per block (64) */
+    int64_t cache_block_stride;          /* caches: block */
+    int64_t n_blocks;                    /* blocks in the pool */
 
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
     int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
@@ -72,8 +90,8 @@ struct prefill_attn_params {
  *   q_regs_max_hd  Q stays in registers for head_dim <= this; above, its
  *             fragments are reloaded from shared memory every k-step (frees
  *             registers for the O accumulator)
- *   head_dims which head dims it is built for: 1 = 64, 2 = 128, 3 = both
- *             (a tile that would spill at 128 is built for 64 only)
+ *   head_dims which head dims it is built for, a mask: 1 = 64, 2 = 128,
+ *             4 = 256 (a tile that would spill at 128 is built for 64 only)
  *   min_blocks blocks per SM the register allocation must allow
  *             (__launch_bounds__); 0 = unspecified, ptxas's own choice,
  *             which is not the same as 1 (it differs per variant which is
@@ -85,17 +103,24 @@ struct prefill_attn_params {
  *             any sm_80+ GPU; PREFILL_ATTN_ISA_WGMMA: prefill/flash_attn_wgmma.cu,
  *             one warpgroup (4 warps) per 64 query rows, wgmma with Q and K/V
  *             read from shared memory by the tensor cores, compute capability
- *             9.0 only (sm_90a code)
+ *             9.0 only (sm_90a code); PREFILL_ATTN_ISA_WS: prefill/flash_attn_ws.cu,
+ *             FlashAttention-3's structure (a producer warpgroup loading with
+ *             TMA, warps / 4 - 1 consumer warpgroups of 64 rows ping-ponging
+ *             wgmma, a persistent grid), 9.0 only; the only isa with head dim
+ *             256 and sliding windows
  *   stages    K/V tiles in shared memory (2..4): tile t computes while the
  *             next stages - 1 - s_ahead tiles load (2 = double buffering; 3
  *             keeps two tiles in flight, more latency hidden)
  *   s_ahead   1 (wgmma kernel): S of tile t+1 issued before tile t's softmax,
  *             so the tensor cores work on it while the warpgroup computes
  *             exponentials (FlashAttention-3's intra-warpgroup overlap); tile
- *             t+1 must then be resident, so one stage more
+ *             t+1 must then be resident, so one stage more. The ws kernel
+ *             always overlaps (S of tile t with P V of tile t - 1, K and V
+ *             released separately), so its stages are all loading stages
  * The one table: the chooser, the kernel templates and the tests read it. */
 #define PREFILL_ATTN_ISA_MMA 0
 #define PREFILL_ATTN_ISA_WGMMA 1
+#define PREFILL_ATTN_ISA_WS 2
 #define PREFILL_ATTN_VARIANTS(X)                                                      \
     X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0, PREFILL_ATTN_ISA_MMA, 2, 0)            \
     X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1, PREFILL_ATTN_ISA_MMA, 2, 0)         \
@@ -111,7 +136,12 @@ struct prefill_attn_params {
     X(WG128N64K3, "wg128n64k3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 0) \
     X(WG64N64K3, "wg64n64k3", 64, 64, 4, 1, 0, 3, 2, PREFILL_ATTN_ISA_WGMMA, 3, 0)    \
     X(WG128N64S3, "wg128n64s3", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 3, 1) \
-    X(WG128N64S4, "wg128n64s4", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 4, 1)
+    X(WG128N64S4, "wg128n64s4", 128, 64, 8, 1, 0, 3, 1, PREFILL_ATTN_ISA_WGMMA, 4, 1)  \
+    X(WS128N128, "ws128n128", 128, 128, 12, 1, 0, 3, 1, PREFILL_ATTN_ISA_WS, 2, 1)     \
+    X(WS128N128K3, "ws128n128k3", 128, 128, 12, 1, 0, 3, 1, PREFILL_ATTN_ISA_WS, 3, 1) \
+    X(WS128N160, "ws128n160", 128, 160, 12, 1, 0, 2, 1, PREFILL_ATTN_ISA_WS, 2, 1)     \
+    X(WS128N64, "ws128n64", 128, 64, 12, 1, 0, 7, 1, PREFILL_ATTN_ISA_WS, 2, 1)        \
+    X(WS192N64, "ws192n64", 192, 64, 16, 1, 0, 1, 1, PREFILL_ATTN_ISA_WS, 2, 1)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
@@ -121,10 +151,31 @@ enum prefill_attn_variant {
     PREFILL_ATTN_N_VARIANTS /* one past the last */
 };
 
-/* The chooser's pick per head_dim when nothing forces a variant: the fastest
- * mean over n = 512..16384 on an H200 (docs/gpu.md, "Tile variants measured"). */
+/* The chooser's pick per head_dim when nothing forces a variant and no
+ * speed was measured for any candidate (see prefill_attn_choose_for). */
 #define PREFILL_ATTN_DEFAULT_VARIANT(head_dim) \
     ((head_dim) == 128 ? PREFILL_ATTN_M128W4N48 : PREFILL_ATTN_M128W4)
+
+/* One measured speed: variant `variant` ran at `tflops` on a GPU of compute
+ * capability cc (major * 10 + minor) at head_dim hd and n tokens (B = 1,
+ * 32 query / 8 KV heads, causal, bf16, pos0 0; bench/sdpa_compare.py). The
+ * chooser's table, prefill/flash_attn_speed.inc, is written by
+ * scripts/attn_speed_table.py from the GPU check's attn_speed.tsv. */
+struct prefill_attn_speed {
+    const char *variant;
+    int cc, hd, n;
+    float tflops;
+};
+
+/* Among rows[0..n_rows), the variant to run p on a device of compute
+ * capability cc (0: any device, every variant runnable, the emulator's
+ * view) with a build that has the sm_90a kernels or not (have_sm90a): only
+ * variants built for p's head dim that support its window and run there
+ * count; of the rows for that cc (any cc when cc is 0) and head
+ * dim, those at the measured n nearest to pos0 + n_tokens (in ratio), the
+ * fastest. PREFILL_ATTN_AUTO when no row qualifies. */
+int prefill_attn_pick_measured(const struct prefill_attn_speed *rows, size_t n_rows,
+                               const struct prefill_attn_params *p, int cc, int have_sm90a);
 
 /* One launch's resolved configuration. */
 struct prefill_attn_tile {
@@ -134,19 +185,34 @@ struct prefill_attn_tile {
     int warps;         /* warps per block */
     int m_tiles;       /* m16 tiles (16 query rows each) per warp */
     int q_in_regs;     /* 1: Q fragments stay in registers; 0: reloaded per k-step */
-    int isa;           /* PREFILL_ATTN_ISA_MMA or PREFILL_ATTN_ISA_WGMMA */
+    int isa;           /* PREFILL_ATTN_ISA_MMA, _WGMMA or _WS */
     int stages;        /* K/V tiles in shared memory (2..4) */
-    int n_q_tiles;     /* blocks along the queries; grid = (n_q_tiles, n_head) */
+    int n_q_tiles;     /* query tiles; grid = (n_q_tiles, n_head), or for the ws
+                          kernel n_q_tiles * n_head work items on a persistent grid */
     size_t smem_bytes; /* dynamic shared memory per block */
 };
 
-/* The one chooser: whether the CUDA kernel supports p and with which tiles.
+/* The one chooser: whether the CUDA kernel supports p and with which tiles,
+ * on a device of compute capability cc (0: any, as under the emulator) with
+ * or without the sm_90a kernels in the build (have_sm90a).
  * Dispatch, shared-memory sizing and tests all ask it. The variant is
  * p->variant when set, else the one named by the environment variable
- * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else PREFILL_ATTN_DEFAULT_VARIANT(hd).
- * Returns 0 and fills *t, or IG_E_INTERNAL after printing what is
- * unsupported (an unknown variant included). */
+ * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else the fastest measured one
+ * (prefill_attn_pick_measured on the built-in table), else
+ * PREFILL_ATTN_DEFAULT_VARIANT(hd) when it fits p, else the first variant
+ * that does (head dim 256, windows, paged caches: a ws variant). Returns 0
+ * and fills *t, or IG_E_INTERNAL after printing what is unsupported (an
+ * unknown variant, a variant not built for the head dim, without windows or
+ * paged caches, a paged cache not of 64-position blocks, no variant for the
+ * device). */
+int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
+                            struct prefill_attn_tile *t);
+
+/* prefill_attn_choose_for(p, 0, 1, t). */
 int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t);
+
+/* The built-in table of measured speeds and its length. */
+const struct prefill_attn_speed *prefill_attn_speed_table(size_t *n_rows);
 
 /* A variant's name ("m64w4"), or NULL for AUTO and out-of-range values. */
 const char *prefill_attn_variant_name(int variant);
@@ -160,6 +226,10 @@ int prefill_attn_variant_isa(int variant);
 /* Whether `variant` is built for head_dim (0 for AUTO and unknown values). */
 int prefill_attn_variant_supports(int variant, int64_t head_dim);
 
+/* Whether a kernel of this isa can run on compute capability cc (0: any)
+ * in a build that has the sm_90a kernels (have_sm90a). */
+int prefill_attn_isa_runs_on(int isa, int cc, int have_sm90a);
+
 /* CPU reference. Returns 0, or IG_E_INTERNAL for inconsistent sizes. */
 int prefill_attn_ref(const struct prefill_attn_params *p);
 
@@ -170,8 +240,8 @@ int prefill_attn_ref(const struct prefill_attn_params *p);
 int prefill_attn_cuda(const struct prefill_attn_params *p, void *stream);
 
 /* Whether the current CUDA device and this build can run `variant`: mma
- * variants on compute capability 8.0 and up, wgmma ones on 9.0 with sm_90a
- * code built. 0 for unknown variants and without a device. Tests and
+ * variants on compute capability 8.0 and up, wgmma and ws ones on 9.0 with
+ * sm_90a code built. 0 for unknown variants and without a device. Tests and
  * benchmarks skip what it refuses; prefill_attn_cuda reports it. */
 int prefill_attn_cuda_supports(int variant);
 
@@ -187,6 +257,12 @@ int prefill_attn_wgmma_cuda(const struct prefill_attn_params *p,
                             const struct prefill_attn_tile *t, void *stream);
 int prefill_attn_wgmma_emu(const struct prefill_attn_params *p,
                            const struct prefill_attn_tile *t, void *stream);
+
+/* The same for PREFILL_ATTN_ISA_WS variants (prefill/flash_attn_ws.cu). */
+int prefill_attn_ws_cuda(const struct prefill_attn_params *p, const struct prefill_attn_tile *t,
+                         void *stream);
+int prefill_attn_ws_emu(const struct prefill_attn_params *p, const struct prefill_attn_tile *t,
+                        void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,17 @@
 /* prefill/flash_attn_choose.c: the one chooser of the prefill attention
- * kernel's configuration (prefill_attn_choose) and the variant names; the
- * variant table itself is PREFILL_ATTN_VARIANTS in prefill/flash_attn.h.
- * Plain C, in ignite_core: the launcher, tests and bench all ask it.
- * Covered by tests/emu/test_flash_attn_emu.c (every variant, and a forced
- * variant through IGNITE_FLASH_VARIANT). */
+ * kernel's configuration (prefill_attn_choose_for): which variant, by the
+ * speeds the GPU check measured (prefill/flash_attn_speed.inc), and the
+ * launch sizes; the variant names. The variant table itself is
+ * PREFILL_ATTN_VARIANTS in prefill/flash_attn.h.
+ * Plain C, in ignite_core: the launchers, tests and bench all ask it.
+ * Covered by tests/emu/test_flash_attn_emu.c (every variant, the pick by
+ * measured speed on a table of its own, a forced variant through
+ * IGNITE_FLASH_VARIANT, windows and paged caches only where supported). */
 #include "prefill/flash_attn.h"
 
 #include "core/status.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +27,17 @@ static const struct variant_row variants[PREFILL_ATTN_N_VARIANTS] = {
     PREFILL_ATTN_VARIANTS(ROW_)
 #undef ROW_
 };
+
+/* The measured speeds, from the GPU check (scripts/attn_speed_table.py). */
+static const struct prefill_attn_speed speed_table[] = {
+#include "prefill/flash_attn_speed.inc"
+};
+
+const struct prefill_attn_speed *prefill_attn_speed_table(size_t *n_rows)
+{
+    *n_rows = sizeof speed_table / sizeof speed_table[0];
+    return speed_table;
+}
 
 const char *prefill_attn_variant_name(int variant)
 {
@@ -48,13 +63,65 @@ int prefill_attn_variant_supports(int variant, int64_t head_dim)
 {
     if (!prefill_attn_variant_name(variant))
         return 0;
-    int bit = head_dim == 64 ? 1 : head_dim == 128 ? 2 : 0;
+    int bit = head_dim == 64 ? 1 : head_dim == 128 ? 2 : head_dim == 256 ? 4 : 0;
     return (variants[variant].head_dims & bit) != 0;
 }
 
-/* p->variant, else IGNITE_FLASH_VARIANT, else the default; AUTO when the
- * one asked for does not exist (reported). */
-static int pick_variant(const struct prefill_attn_params *p)
+int prefill_attn_isa_runs_on(int isa, int cc, int have_sm90a)
+{
+    if (isa == PREFILL_ATTN_ISA_WGMMA || isa == PREFILL_ATTN_ISA_WS)
+        return have_sm90a && (cc == 0 || cc == 90);
+    return isa == PREFILL_ATTN_ISA_MMA && (cc == 0 || cc >= 80);
+}
+
+/* Whether variant v reads a paged cache: the ws kernel with K/V tiles of
+ * whole 64-position blocks (two TMA boxes per 128-key tile). */
+static int pages(int v)
+{
+    return variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0;
+}
+
+/* Whether variant v can run p (head dim, window, paged cache) on cc. */
+static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
+{
+    return prefill_attn_variant_supports(v, p->head_dim) &&
+           (p->window == 0 || variants[v].isa == PREFILL_ATTN_ISA_WS) &&
+           (!p->block_table || pages(v)) &&
+           prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
+}
+
+int prefill_attn_pick_measured(const struct prefill_attn_speed *rows, size_t n_rows,
+                               const struct prefill_attn_params *p, int cc, int have_sm90a)
+{
+    const double want = (double)(p->pos0 + p->n_tokens);
+    double best_dist = INFINITY;
+    int near_n = -1;
+    for (size_t i = 0; i < n_rows; i++) { /* the nearest measured n among usable rows */
+        const int v = prefill_attn_variant_find(rows[i].variant);
+        if (v == PREFILL_ATTN_AUTO || rows[i].hd != p->head_dim || (cc && rows[i].cc != cc) ||
+            !fits(v, p, cc, have_sm90a) || rows[i].n < 1)
+            continue;
+        const double d = fabs(log(want / (double)rows[i].n));
+        if (d < best_dist)
+            best_dist = d, near_n = rows[i].n;
+    }
+    int pick = PREFILL_ATTN_AUTO;
+    float best = -1.0f;
+    for (size_t i = 0; i < n_rows && near_n > 0; i++) {
+        const int v = prefill_attn_variant_find(rows[i].variant);
+        if (v == PREFILL_ATTN_AUTO || rows[i].hd != p->head_dim || (cc && rows[i].cc != cc) ||
+            rows[i].n != near_n || !fits(v, p, cc, have_sm90a))
+            continue;
+        if (rows[i].tflops > best)
+            best = rows[i].tflops, pick = v;
+    }
+    return pick;
+}
+
+/* p->variant, else IGNITE_FLASH_VARIANT, else the fastest measured, else
+ * the default or the first that fits; AUTO when the one asked for does not
+ * exist or nothing fits (reported). */
+static int pick_variant(const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     if (p->variant != PREFILL_ATTN_AUTO) {
         if (!prefill_attn_variant_name(p->variant))
@@ -62,39 +129,61 @@ static int pick_variant(const struct prefill_attn_params *p)
         return prefill_attn_variant_name(p->variant) ? p->variant : PREFILL_ATTN_AUTO;
     }
     const char *env = getenv("IGNITE_FLASH_VARIANT");
-    if (!env || !*env)
-        return PREFILL_ATTN_DEFAULT_VARIANT(p->head_dim);
-    int v = prefill_attn_variant_find(env);
-    if (v == PREFILL_ATTN_AUTO)
-        ig_error(IG_E_INTERNAL, "flash attention: IGNITE_FLASH_VARIANT=%s names no variant "
-                 "(see PREFILL_ATTN_VARIANTS in prefill/flash_attn.h)", env);
-    return v;
+    if (env && *env) {
+        int v = prefill_attn_variant_find(env);
+        if (v == PREFILL_ATTN_AUTO)
+            ig_error(IG_E_INTERNAL, "flash attention: IGNITE_FLASH_VARIANT=%s names no variant "
+                     "(see PREFILL_ATTN_VARIANTS in prefill/flash_attn.h)", env);
+        return v;
+    }
+    int v = prefill_attn_pick_measured(speed_table, sizeof speed_table / sizeof speed_table[0],
+                                       p, cc, have_sm90a);
+    if (v != PREFILL_ATTN_AUTO)
+        return v;
+    v = PREFILL_ATTN_DEFAULT_VARIANT(p->head_dim);
+    if (fits(v, p, cc, have_sm90a))
+        return v;
+    for (v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
+        if (fits(v, p, cc, have_sm90a))
+            return v;
+    ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s%s on compute "
+             "capability %d.%d%s", (long long)p->head_dim, p->window ? " with a window" : "",
+             p->block_table ? " with a paged cache" : "", cc / 10, cc % 10,
+             have_sm90a ? "" : " (no sm_90a kernels built)");
+    return PREFILL_ATTN_AUTO;
 }
 
-int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
+int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
+                            struct prefill_attn_tile *t)
 {
-    if (p->head_dim != 64 && p->head_dim != 128)
-        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64 or 128",
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64, 128 or 256",
                         (long long)p->head_dim);
     if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
         return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
                         p->dtype);
     if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
-        p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535 ||
+        p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535 || p->window < 0 ||
         p->n_ctx > INT32_MAX) /* the kernel keeps positions in 32 bits */
         return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
-                        "n_ctx %lld, n_head %lld, n_head_kv %lld)", (long long)p->n_tokens,
-                        (long long)p->pos0, (long long)p->n_ctx, (long long)p->n_head,
-                        (long long)p->n_head_kv);
+                        "n_ctx %lld, n_head %lld, n_head_kv %lld, window %lld)",
+                        (long long)p->n_tokens, (long long)p->pos0, (long long)p->n_ctx,
+                        (long long)p->n_head, (long long)p->n_head_kv, (long long)p->window);
     const void *ptrs[] = {p->q, p->k, p->v, p->k_cache, p->v_cache, p->o};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (!ptrs[i] || ((uintptr_t)ptrs[i] & 15))
             return ig_error(IG_E_INTERNAL, "flash attention: pointer %zu is NULL or not "
                             "16-byte aligned", i);
+    if (p->block_table && (p->block_rows != 64 || p->n_blocks < 1 || p->n_blocks > INT32_MAX ||
+                           p->cache_block_stride < 1))
+        return ig_error(IG_E_INTERNAL, "flash attention: a paged cache of blocks of %lld "
+                        "positions (64 expected), %lld blocks, block stride %lld",
+                        (long long)p->block_rows, (long long)p->n_blocks,
+                        (long long)p->cache_block_stride);
     int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
                          p->k_head_stride, p->v_row_stride,   p->v_head_stride,
                          p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
-                         p->cache_head_stride};
+                         p->cache_head_stride, p->block_table ? p->cache_block_stride : 8};
     for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
         if (strides[i] % 8)
             return ig_error(IG_E_INTERNAL, "flash attention: stride %zu = %lld is not a "
@@ -108,12 +197,19 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
         if (row_strides[i] > INT32_MAX / MAX_TILE_ROWS)
             return ig_error(IG_E_INTERNAL, "flash attention: row stride %lld elements is over "
                             "the kernel's 32-bit tile offsets", (long long)row_strides[i]);
-    const int v = pick_variant(p);
+    const int v = pick_variant(p, cc, have_sm90a);
     if (v == PREFILL_ATTN_AUTO)
         return IG_E_INTERNAL;
     if (!prefill_attn_variant_supports(v, p->head_dim))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s is not built for head_dim "
                         "%lld", variants[v].name, (long long)p->head_dim);
+    if (p->window && variants[v].isa != PREFILL_ATTN_ISA_WS)
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no sliding window "
+                        "(the ws variants do)", variants[v].name);
+    if (p->block_table && !pages(v))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
+                        "(the ws variants with tiles of whole 64-position blocks do)",
+                        variants[v].name);
     const struct variant_row *r = &variants[v];
     t->variant = v;
     t->block_m = r->block_m;
@@ -125,9 +221,17 @@ int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn
     t->stages = r->stages;
     t->n_q_tiles = (int)((p->n_tokens + t->block_m - 1) / t->block_m);
     /* Q tile plus the stages of K and V tiles, 2-byte elements; the wgmma
-     * kernel aligns its tiles to 1024 bytes of shared address (the 128-byte
-     * swizzle's period) inside a slightly larger area. */
+     * kernels align their tiles to 1024 bytes of shared address (the
+     * 128-byte swizzle's period) inside a slightly larger area, the ws
+     * kernel after its mbarriers (at most 128 bytes). */
     t->smem_bytes = (size_t)(t->block_m + 2 * r->stages * t->block_n) * (size_t)p->head_dim * 2 +
-                    (r->isa == PREFILL_ATTN_ISA_WGMMA ? 1024 : 0);
+                    (r->isa == PREFILL_ATTN_ISA_WGMMA ? 1024
+                     : r->isa == PREFILL_ATTN_ISA_WS  ? 1024 + 128
+                                                      : 0);
     return 0;
+}
+
+int prefill_attn_choose(const struct prefill_attn_params *p, struct prefill_attn_tile *t)
+{
+    return prefill_attn_choose_for(p, 0, 1, t);
 }

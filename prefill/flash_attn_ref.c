@@ -1,4 +1,6 @@
-/* prefill/flash_attn_ref.c: the CPU twin of prefill/flash_attn.cu.
+/* prefill/flash_attn_ref.c: the CPU twin of the prefill attention kernels
+ * (prefill/flash_attn.cu, flash_attn_wgmma.cu, flash_attn_ws.cu), with the
+ * sliding window and the paged cache.
  * Written for clarity: per head and query row, an online softmax over tiles
  * of REF_BLOCK_N keys in fp32, the algorithm the kernel runs (whose tile
  * width depends on its variant; the result does not), without its parallel
@@ -27,20 +29,31 @@ static uint16_t round_to(float x, int dtype)
     return dtype == PREFILL_ATTN_BF16 ? ig_f32_to_bf16(x) : ig_f32_to_f16(x);
 }
 
+/* Element offset of cache row pos of kv head hk: contiguous, or through
+ * the block table. */
+static int64_t cache_row(const struct prefill_attn_params *p, int64_t hk, int64_t pos)
+{
+    if (!p->block_table)
+        return hk * p->cache_head_stride + pos * p->cache_row_stride;
+    return (int64_t)p->block_table[pos / p->block_rows] * p->cache_block_stride +
+           hk * p->cache_head_stride + (pos % p->block_rows) * p->cache_row_stride;
+}
+
 /* Key `pos` of kv head hk: the cache below pos0, the chunk from there. */
 static const uint16_t *key_row(const struct prefill_attn_params *p, const void *cache,
                                const void *chunk, int64_t row_stride, int64_t head_stride,
                                int64_t hk, int64_t pos)
 {
     if (pos < p->pos0)
-        return (const uint16_t *)cache + hk * p->cache_head_stride + pos * p->cache_row_stride;
+        return (const uint16_t *)cache + cache_row(p, hk, pos);
     return (const uint16_t *)chunk + (pos - p->pos0) * row_stride + hk * head_stride;
 }
 
 int prefill_attn_ref(const struct prefill_attn_params *p)
 {
     if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
-        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx)
+        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx || p->window < 0 ||
+        (p->block_table && p->block_rows < 1))
         return ig_error(IG_E_INTERNAL, "flash attention reference: inconsistent sizes");
     const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     float q[256], acc[256];
@@ -48,13 +61,16 @@ int prefill_attn_ref(const struct prefill_attn_params *p)
     for (int64_t h = 0; h < p->n_head; h++) {
         const int64_t hk = h / group;
         for (int64_t i = 0; i < p->n_tokens; i++) {
-            const int64_t last = p->pos0 + i; /* the last key query i sees */
+            const int64_t last = p->pos0 + i; /* the last key query i sees ... */
+            const int64_t first = p->window > 0 && last - p->window + 1 > 0
+                                      ? last - p->window + 1
+                                      : 0; /* ... and the first */
             for (int64_t d = 0; d < hd; d++) {
                 q[d] = load(p->q, i * p->q_row_stride + h * p->q_head_stride + d, p->dtype);
                 acc[d] = 0;
             }
             float m = -INFINITY, l = 0;
-            for (int64_t j0 = 0; j0 <= last; j0 += REF_BLOCK_N) {
+            for (int64_t j0 = first; j0 <= last; j0 += REF_BLOCK_N) {
                 int64_t j1 = j0 + REF_BLOCK_N;
                 if (j1 > last + 1)
                     j1 = last + 1;
@@ -92,7 +108,7 @@ int prefill_attn_ref(const struct prefill_attn_params *p)
     /* The chunk's K and V into the cache, after every read of the cache. */
     for (int64_t hk = 0; hk < p->n_head_kv; hk++)
         for (int64_t i = 0; i < p->n_tokens; i++) {
-            int64_t c = hk * p->cache_head_stride + (p->pos0 + i) * p->cache_row_stride;
+            int64_t c = cache_row(p, hk, p->pos0 + i);
             memcpy((uint16_t *)p->k_cache + c,
                    (const uint16_t *)p->k + i * p->k_row_stride + hk * p->k_head_stride,
                    (size_t)hd * 2);

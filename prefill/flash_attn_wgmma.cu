@@ -30,54 +30,13 @@
 #include "devkit/dev_entry.h"
 #include "prefill/flash_attn.h"
 #include "prefill/flash_tiles.cuh"
+#include "prefill/flash_wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !IG_HAVE_WGMMA
 #error "prefill/flash_attn_wgmma.cu is for sm_90a only: -gencode=arch=compute_90a,code=sm_90a"
 #endif
 
 namespace {
-
-/* Shared-memory descriptors of the tiles (flash_tiles.cuh's layout at a
- * 1024-byte-aligned shared address; docs/wgmma.md). A descriptor's start
- * address is its low 14 bits in 16-byte units and shared addresses stay
- * below 2^18, so stepping through a tile is adding a constant to the
- * descriptor made once (no carry can leave the field).
- *
- * K-major operands (Q as A, K as B; rows of a [ROWS][HD] tile): a row is
- * 128 bytes of a 64-column page, 8 rows make one 1024-byte swizzle atom (the
- * stride-dimension offset), the leading offset is unused; k-step kk moves 32
- * bytes along the row (the hardware swizzles the address, so a start inside
- * the atom is fine) and every 4 k-steps to the next page. */
-__device__ __forceinline__ uint64_t k_major_desc(uint32_t addr)
-{
-    return ig_wgmma_desc(addr, 16, 1024, IG_WGMMA_SWIZZLE_128B);
-}
-
-template <int ROWS> __device__ __forceinline__ constexpr uint64_t k_step(int kk)
-{
-    return (uint64_t)(((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4);
-}
-
-/* V as the N-major B operand of P V: 8 keys per 1024-byte atom (the
- * stride-dimension offset), 64 columns per page of ROWS * 128 bytes (the
- * leading-dimension offset); k-step kk (keys 16 kk ..) starts 16 rows on. */
-template <int ROWS> __device__ __forceinline__ uint64_t n_major_desc(uint32_t addr)
-{
-    return ig_wgmma_desc(addr, ROWS * 128, 1024, IG_WGMMA_SWIZZLE_128B);
-}
-
-__device__ __forceinline__ constexpr uint64_t v_step(int kk)
-{
-    return (uint64_t)((kk * 16 * 128) >> 4);
-}
-
-/* One m16 tile of C fragments ([1][N/8][4], the shape of flash_tiles.cuh's
- * softmax and output steps) as the N/2 accumulators of a wgmma: the same
- * registers in the same order (d[4j + e] = block j, element e). */
-template <int A> __device__ __forceinline__ float (&flat(float (&x)[1][A][4]))[4 * A]
-{
-    return reinterpret_cast<float (&)[4 * A]>(x);
-}
 
 template <class T, int HD, int V>
 __global__ void __launch_bounds__(32 * variant<V>::warps, variant<V>::min_blocks)
@@ -110,7 +69,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const int h = (int)blockIdx.y, hk = h / (int)(p.n_head / p.n_head_kv);
     const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
 
-    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0);
+    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x);
 
     /* Tiles the block visits (its last row's keys) and the ones this
      * warpgroup computes (its own last row's; none for rows past n). */

@@ -213,11 +213,13 @@ __device__ __forceinline__ kv_pipeline<V, Load> make_kv_pipeline(int n_tiles, Lo
 }
 
 /* The fused cache write: the chunk's K and V rows q0 .. q0 + ROWS - 1 (those
- * < n) of KV head hk into cache rows pos0 + i, by the first query head of
- * each group only. Blocks read only cache rows < pos0, so no block depends
+ * < n) of KV head hk into cache rows pos0 + i (through the block table:
+ * PAGED, the ws kernel's paged caches), by the first query head of each
+ * group only, THREADS threads numbered tid. Blocks read only cache rows < pos0, so no block depends
  * on another's writes. */
-template <int HD, int ROWS, int THREADS>
-__device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, int h, int q0)
+template <int HD, int ROWS, int THREADS, bool PAGED = false>
+__device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, int h, int q0,
+                                                 int tid)
 {
     const int group = (int)(p.n_head / p.n_head_kv), hk = h / group;
     if (h % group != 0)
@@ -225,13 +227,16 @@ __device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, i
     const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride;
     const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride;
     const int64_t n = p.n_tokens, rows = n - q0 < ROWS ? n - q0 : ROWS;
-    for (int64_t c = threadIdx.x; c < rows * (HD / 8); c += THREADS) {
-        int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8;
-        int64_t dst = (p.pos0 + i) * p.cache_row_stride + col;
-        *(chunk16 *)((uint16_t *)p.k_cache + hk * p.cache_head_stride + dst) =
-            *(const chunk16 *)(kn + i * p.k_row_stride + col);
-        *(chunk16 *)((uint16_t *)p.v_cache + hk * p.cache_head_stride + dst) =
-            *(const chunk16 *)(vn + i * p.v_row_stride + col);
+    for (int64_t c = tid; c < rows * (HD / 8); c += THREADS) {
+        int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8, pos = p.pos0 + i;
+        int64_t dst = hk * p.cache_head_stride + col;
+        if constexpr (PAGED)
+            dst += (int64_t)p.block_table[pos / p.block_rows] * p.cache_block_stride +
+                   (pos % p.block_rows) * p.cache_row_stride;
+        else
+            dst += pos * p.cache_row_stride;
+        *(chunk16 *)((uint16_t *)p.k_cache + dst) = *(const chunk16 *)(kn + i * p.k_row_stride + col);
+        *(chunk16 *)((uint16_t *)p.v_cache + dst) = *(const chunk16 *)(vn + i * p.v_row_stride + col);
     }
 }
 
@@ -250,6 +255,10 @@ int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
         if (p.head_dim == 128)
             return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 128>{})
                         : launch(ig_f16_t{}, std::integral_constant<int, 128>{});
+    if constexpr ((variant<V>::head_dims & 4) != 0)
+        if (p.head_dim == 256)
+            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 256>{})
+                        : launch(ig_f16_t{}, std::integral_constant<int, 256>{});
     return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld",
                     prefill_attn_variant_name(V), (long long)p.head_dim);
 }

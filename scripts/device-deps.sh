@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# scripts/device-deps.sh: unpacks the Debian packages the build needs that a
-# bare GPU machine may lack (cJSON) into .devdeps/root, which
-# scripts/gpu-check.sh adds to CMAKE_PREFIX_PATH. Run it here (it needs
-# apt-get and the network), then carry .devdeps to the GPU machine.
+# scripts/device-deps.sh: copies into DIR the shared libraries that PROGRAM (and
+# DIR's libignite_core.so) load beyond glibc and the CUDA toolkit's (cudart,
+# cuBLAS, the driver): cJSON, and libstdc++ / libgcc_s in case the GPU machine's
+# are older than this machine's. scripts/gpu-prebuild.sh calls it for .gpubin/lib;
+# scripts/gpu-check.sh puts that directory first on LD_LIBRARY_PATH.
+#   scripts/device-deps.sh DIR PROGRAM
 set -euo pipefail
-cd "$(dirname "$0")/.."
-mkdir -p .devdeps/root
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && apt-get download libcjson1 libcjson-dev >/dev/null 2>&1)
-for f in "$tmp"/*.deb; do dpkg -x "$f" .devdeps/root; done
-echo "unpacked into .devdeps/root: $(cd "$tmp" && ls *.deb | tr '\n' ' ')"
+dir=$1
+prog=$2
+LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$prog" "$dir"/libignite_core.so |
+    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+    while read -r name path; do
+        case "$name" in
+            libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*) continue ;;
+            libcudart.so*|libcublas.so*|libcublasLt.so*|libnvJitLink.so*) continue ;;
+            libignite_core.so) continue ;;
+        esac
+        cp -L "$path" "$dir/$name"
+        echo "device-deps: $name from $path"
+    done

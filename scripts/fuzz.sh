@@ -14,7 +14,8 @@
 # into $FUZZ_BUILD (default build-fuzz/) and writes new inputs to
 # $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
 # crash leaves its input in $FUZZ_BUILD/crash-* and exits non-zero.
-# Exits 77 (skipped) when clang or libFuzzer is not available.
+# Exits 77 (skipped) when clang or libFuzzer is not available. FUZZ_SEED
+# fixes libFuzzer's seed (ctest sets 1; unset: a new seed each run).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,5 +79,6 @@ srcs+=("$entry")
 
 echo "fuzz: running $out/fuzz_$target for ${secs}s" >&2
 "$out/fuzz_$target" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    ${FUZZ_SEED:+-seed="$FUZZ_SEED"} \
     -print_final_stats=1 -artifact_prefix="$out/" \
     "$run" "$root/tests/fuzz/$corpus"

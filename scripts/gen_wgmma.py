@@ -8,7 +8,7 @@ when the file in the tree differs from what it would write (a ctest)."""
 import os
 import sys
 
-NS = [64, 128]
+NS = [64, 128, 160, 256]
 TYPES = [("ig_bf16_t", "bf16"), ("ig_f16_t", "f16")]
 
 

@@ -1,132 +1,106 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh: the checks that need a GPU, in one run of about 8
-# minutes on an H100/H200-class machine (`make gpu-check` runs it):
-#   1. build everything for this GPU only;
-#   2. ctest label `gpu`: the device layer, the CUDA backend against the CPU
-#      backend, the decode kernels, the prefill attention kernel against its
-#      CPU twin;
-#   3. the CLI on the GPU (a short bench, the error for a missing device);
-#   4. bench/cuda_vs_hf.py: `ignite bench --device cuda` on synthetic
-#      Llama-3-8B shapes against transformers + SDPA, with the GEMM floor and
-#      the copy bandwidth measured in the same run;
-#   5. bench_decode_kernels (GEMV and split-KV attention bandwidth),
-#      bench/sdpa_compare.py (every prefill attention variant against torch
-#      SDPA, its own pick and its flash backend) and test_flash_attn_gpu (every
-#      variant against fp64), a process per variant.
-# Every step has a time box; a failed step is reported and the rest still
-# run; the exit status is 1 if any failed. Logs go to $OUT when it is set.
-#   BUILD=build-gpu  build directory      PYTHON=python3  Python with torch
-#   STEPS="1 2 3 4 5"                      which steps to run
-# Programs built ahead by scripts/gpu-prebuild.sh (.gpubin/, carried to the
-# machine) are used when they start there; step 1 then builds nothing.
-# Libraries the machine lacks (cJSON) come from .devdeps/root when present
-# (scripts/device-deps.sh makes it).
+# scripts/gpu-check.sh: the one GPU check (`make gpu-check`), run on a GPU machine
+# from programs built beforehand on a machine without one (scripts/gpu-prebuild.sh
+# writes .gpubin/: the programs, libignite_core.so with sm_90/sm_90a code and no
+# PTX, the libraries they need beyond the CUDA toolkit). It builds nothing.
+#
+# The steps, their order and time limits are the table scripts/gpu-steps.txt. Each
+# step runs under `timeout` with its own limit, cut to what is left of the run's
+# budget (GPU_CHECK_BUDGET, 470 s of the 8 minutes, the rest for starting and
+# packing); a step that fails, times out or is skipped does not stop the next.
+# What comes back (in $OUT, at most 8 files): gpu-check.tar.gz (every step's log
+# and files), steps.tsv (id, status, exit code, seconds, limit) and each step's
+# table named in scripts/gpu-steps.txt. Without $OUT: build-gpu-check/out/.
+#   STEPS="attn-correct ttft"   only these steps (default: all)
+#   PY=python3                  the Python with torch (and transformers)
+#   GPU_CHECK_STEPS, GPU_CHECK_BIN: another step table, another .gpubin (tests)
+# Exit status 0 when every step that ran passed, else 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
-PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-1 2 3 4 5}
-LOG=${OUT:-$BUILD}
-JOBS=$(nproc 2>/dev/null || echo 4)
+ROOT=$PWD
+BUDGET=${GPU_CHECK_BUDGET:-470}
+PY=${PY:-python3}
+OUT=${OUT:-$ROOT/build-gpu-check/out}
+RUN=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+BIN=${GPU_CHECK_BIN:-$ROOT/.gpubin}
+TABLE=${GPU_CHECK_STEPS:-scripts/gpu-steps.txt}
 t0=$(date +%s)
-status=0
-step() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-fail() { echo "FAILED: $*"; status=1; }
+mkdir -p "$OUT"
+export BIN RUN PY
+say() { echo "== $* ($(( $(date +%s) - t0 )) s)"; }
 
-step "device"
-nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.sm,clocks.mem \
-    --format=csv,noheader || true
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-arch=${cap:-90}
-mkdir -p "$BUILD" "$LOG"
-
-# Libraries the carried programs need and the machine may lack.
+# The prebuilt programs find libignite_core.so and the copied libraries in
+# .gpubin/lib, cuBLAS and the CUDA runtime in the machine's toolkit.
 cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
-export LD_LIBRARY_PATH="$PWD/.devdeps/root/usr/lib/x86_64-linux-gnu:$cuda_root/lib64:$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-prebuilt=0
-if [ -x .gpubin/ignite ] && .gpubin/ignite --version >/dev/null 2>&1 &&
-    .gpubin/test_device_gpu >/dev/null 2>&1; then
-    prebuilt=1
-    echo "using the programs in .gpubin (built ahead for sm_$(cat .gpubin/arch 2>/dev/null || echo 90))"
-    cp .gpubin/ptxas.txt "$LOG/" 2>/dev/null || true
-fi
-# bin NAME: where program NAME is.
-bin() {
-    if [ $prebuilt = 1 ]; then echo ".gpubin/$1"; return; fi
-    find "$BUILD" -name "$1" -type f -perm -u+x | head -1
-}
+export LD_LIBRARY_PATH="$BIN/lib:$cuda_root/lib64:$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-if want 1 && [ $prebuilt = 0 ]; then
-    step "1. build (sm_$arch)"
-    prefix=()
-    [ -d .devdeps/root/usr ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.devdeps/root/usr")
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON "${prefix[@]}" \
-        -DCMAKE_CUDA_ARCHITECTURES="$arch" >"$LOG/configure.log" 2>&1 ||
-        { cat "$LOG/configure.log"; fail "configure"; exit 1; }
-    timeout 300 cmake --build "$BUILD" -j"$JOBS" >"$LOG/build.log" 2>&1 ||
-        { tail -40 "$LOG/build.log"; fail "build"; exit 1; }
-    grep -A2 "Compiling entry function" "$LOG/build.log" | grep -E "entry|registers|spill" |
-        sed 's/ptxas info *: //' >"$LOG/ptxas.txt" || true
+say "device"
+{
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,clocks.max.sm \
+        --format=csv,noheader
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
+    cat "$BIN/BUILD" 2>/dev/null
+} | tee "$RUN/device.txt"
+if ! "$BIN/ignite" --version >"$RUN/prebuilt.txt" 2>&1; then
+    echo "gpu-check: the programs in .gpubin do not start here (run scripts/gpu-prebuild.sh"
+    echo "on the build machine and carry .gpubin):"
+    cat "$RUN/prebuilt.txt"
+    ldd "$BIN/ignite" 2>&1 | grep "not found"
 fi
-IGNITE=$(bin ignite)
 
-if want 2; then
-    step "2. ctest -L gpu"
-    # The backend and kernels first; the attention test (long CPU reference) last.
-    for t in test_device_gpu test_gpu_ops_gpu test_backend_gpu; do
-        echo "-- $t"
-        timeout 120 "$(bin $t)" >"$LOG/$t.log" 2>&1; rc=$?
-        tail -12 "$LOG/$t.log"
-        [ $rc = 0 ] || fail "$t (exit $rc)"
-    done
-    if [ "$arch" = 90 ]; then
-        # Hopper: the whole backend once more on the wgmma prefill kernel.
-        echo "-- test_backend_gpu, IGNITE_FLASH_VARIANT=wg128n64"
-        IGNITE_FLASH_VARIANT=wg128n64 timeout 120 "$(bin test_backend_gpu)" \
-            >"$LOG/test_backend_gpu_wgmma.log" 2>&1; rc=$?
-        tail -4 "$LOG/test_backend_gpu_wgmma.log"
-        [ $rc = 0 ] || fail "test_backend_gpu with wg128n64 (exit $rc)"
+status=0
+printf 'id\tstatus\texit\tseconds\tlimit\n' >"$RUN/steps.tsv"
+tables=()
+while read -r id limit est table cmd; do
+    [[ -z "$id" || "$id" == \#* ]] && continue
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $id "* ]]; then
+        continue
     fi
-fi
+    if [ "$cmd" = "-" ] || [[ "$cmd" == "- "* ]]; then
+        printf '%s\tempty\t-\t0\t0\n' "$id" >>"$RUN/steps.tsv"
+        continue
+    fi
+    left=$(( BUDGET - ($(date +%s) - t0) ))
+    lim=$(( limit < left ? limit : left ))
+    if [ "$lim" -lt 5 ]; then
+        say "$id: skipped, ${left} s left of the budget"
+        printf '%s\tskipped\t-\t0\t%s\n' "$id" "$limit" >>"$RUN/steps.tsv"
+        status=1
+        continue
+    fi
+    WORK=$RUN/$id
+    mkdir -p "$WORK"
+    say "$id (limit ${lim} s)"
+    s0=$(date +%s)
+    WORK=$WORK LIMIT=$lim timeout --kill-after=5 "$lim" bash -c "$cmd" >"$WORK/log.txt" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - s0 ))
+    tail -n 25 "$WORK/log.txt"
+    case $rc in
+        0) st=ok ;;
+        124|137) st=timeout; status=1 ;;
+        77) st=skipped ;;
+        *) st=failed; status=1 ;;
+    esac
+    say "$id: $st (exit $rc, ${secs} s)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$st" "$rc" "$secs" "$lim" >>"$RUN/steps.tsv"
+    if [ "$table" != "-" ]; then
+        if [ -f "$WORK/$table" ]; then
+            tables+=("$WORK/$table")
+        else
+            echo "gpu-check: step $id wrote no $table"
+        fi
+    fi
+done <"$TABLE"
 
-if want 3; then
-    step "3. CLI on the GPU"
-    timeout 60 "$IGNITE" bench --device cuda -m synthetic:SmolLM2-135M -p 64,300 -n 16 -r 2 ||
-        fail "ignite bench --device cuda"
-    "$IGNITE" run --device cuda:99 -p x 2>&1; rc=$?
-    [ $rc = 7 ] || fail "--device cuda:99 exited $rc, expected 7"
-fi
-
-if want 4; then
-    step "4. ignite --device cuda vs transformers + SDPA"
-    PYTHONUNBUFFERED=1 timeout 200 "$PYTHON" bench/cuda_vs_hf.py --bin "$IGNITE" \
-        --model Llama-3-8B -p 512,2048,8192 -n 128 -r 3 --json "$LOG/cuda_vs_hf.json" ||
-        fail "cuda_vs_hf"
-fi
-
-if want 5; then
-    step "5a. decode kernels"
-    timeout 60 "$(bin bench_decode_kernels)" || fail "bench_decode_kernels"
-    step "5b. prefill attention vs torch SDPA"
-    PYTHONUNBUFFERED=1 timeout 240 "$PYTHON" bench/sdpa_compare.py \
-        --bin "$(bin bench_flash_attn)" || fail "sdpa_compare"
-    step "5c. prefill attention kernel vs its CPU twin, a process per variant"
-    # In parallel (the fp64 reference is CPU time); apart, so a variant that
-    # faults the CUDA context fails alone.
-    variants=$({ "$(bin bench_flash_attn)" --list 128; "$(bin bench_flash_attn)" --list 64; } |
-        sort -u)
-    pids=()
-    for v in $variants; do
-        timeout 200 "$(bin test_flash_attn_gpu)" "$v" >"$LOG/test_flash_attn_gpu.$v.log" 2>&1 &
-        pids+=($!)
-    done
-    i=0
-    for v in $variants; do
-        wait "${pids[i]}"; rc=$?; i=$((i + 1))
-        echo "-- $v: $(tail -1 "$LOG/test_flash_attn_gpu.$v.log")"
-        [ $rc = 0 ] || { tail -6 "$LOG/test_flash_attn_gpu.$v.log"; fail "test_flash_attn_gpu $v (exit $rc)"; }
-    done
-fi
-step "done (status $status)"
+say "packing"
+cat "$RUN/steps.tsv"
+tar -czf "$OUT/gpu-check.tar.gz" -C "$RUN" . 2>/dev/null
+cp "$RUN/steps.tsv" "$OUT/"
+for f in "${tables[@]}"; do
+    cp "$f" "$OUT/"
+done
+rm -rf "$RUN"
+say "done (status $status)"
 exit $status

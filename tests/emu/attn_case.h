@@ -15,6 +15,7 @@
 
 #include "core/half.h"
 #include "prefill/flash_attn.h"
+#include "prefill/flash_attn_pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,14 +25,24 @@
 #define ATTN_SENTINEL 0x7fffu /* NaN in bf16 and in f16 */
 #define ATTN_GUARD 256        /* elements of guard band around every output */
 
+#define ATTN_BLOCK KV_BLOCK /* positions per block of a paged cache: the KV pool's */
+
 struct attn_case {
     int64_t n, pos0, n_head, n_head_kv, hd;
+    int64_t window;      /* 0, or a sliding window (keys pos - window + 1 .. pos) */
+    int paged;           /* the caches as a pool of ATTN_BLOCK-position blocks: block
+                            b [n_head_kv][ATTN_BLOCK][hd], found through `table` */
     int dtype;
     uint64_t seed;
     /* host buffers, guard bands included */
     int64_t qkv_width, n_ctx;
     uint16_t *qkv;       /* [n][(n_head + 2 n_head_kv) hd] */
-    uint16_t *kc, *vc;   /* GUARD + [n_head_kv][n_ctx][hd] + GUARD */
+    uint16_t *kc, *vc;   /* GUARD + [n_head_kv][n_ctx][hd] + GUARD, or paged
+                            GUARD + [n_blocks][n_head_kv][ATTN_BLOCK][hd] + GUARD */
+    int64_t n_blocks;    /* paged: blocks in the pool (more than the table uses) */
+    int32_t *table;      /* paged: [n_ctx / ATTN_BLOCK] the pool block of each */
+    struct kv_layout pool; /* paged: the KV pool's layout of one layer of this shape
+                              (kv_store_layout's strides; k and v unused) */
     uint16_t *kc0, *vc0; /* the caches before the call */
     uint16_t *o;         /* GUARD + [n][n_head][hd] + GUARD */
     float *lse;          /* GUARD + [n_head][n] + GUARD */
@@ -68,6 +79,14 @@ static inline void attn_fill16(uint16_t *p, size_t n, uint16_t v)
         p[i] = v;
 }
 
+/* Offset (guard band excluded) of element 0 of cache row pos of kv head hk. */
+static inline int64_t attn_cache_at(const struct attn_case *c, int64_t hk, int64_t pos)
+{
+    if (!c->paged)
+        return (hk * c->n_ctx + pos) * c->hd;
+    return kv_row_offset(&c->pool, c->table, hk, pos);
+}
+
 static inline void attn_case_init(struct attn_case *c)
 {
     uint64_t s = c->seed * 0x9e3779b97f4a7c15ull + 17;
@@ -75,6 +94,31 @@ static inline void attn_case_init(struct attn_case *c)
     c->n_ctx = c->pos0 + c->n + 3; /* rows past the chunk must stay untouched */
     c->qkv_elems = (size_t)(c->n * c->qkv_width);
     c->cache_elems = (size_t)(c->n_head_kv * c->n_ctx * c->hd) + 2 * ATTN_GUARD;
+    c->table = NULL;
+    if (c->paged) {
+        /* The table covers n_ctx rounded up; the pool has two blocks more,
+         * and the table takes them in another order. */
+        const int64_t used = (c->n_ctx + ATTN_BLOCK - 1) / ATTN_BLOCK;
+        c->n_ctx = used * ATTN_BLOCK;
+        c->n_blocks = used + 2;
+        c->table = (int32_t *)malloc(sizeof(int32_t) * (size_t)used);
+        for (int64_t i = 0; i < used; i++) /* backwards from the last: 0 and 1 unused */
+            c->table[i] = (int32_t)(c->n_blocks - 1 - i);
+        c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
+        /* The strides the batch engine's pool has (kvcache/), from its own
+         * definition: a store of one layer, no page of it touched. */
+        struct kv_shape shape;
+        shape.dtype = KV_F16, shape.n_layer = 1, shape.n_head_kv = c->n_head_kv;
+        shape.head_dim = c->hd; /* (no designated initializers: C++ includes this too) */
+        struct kv_store *st = NULL;
+        if (kv_store_create(&shape, c->n_blocks, NULL, &st) != 0) {
+            fprintf(stderr, "attn_case: kv_store_create failed\n");
+            abort();
+        }
+        c->pool = kv_store_layout(st, 0);
+        c->pool.k = c->pool.v = NULL;
+        kv_store_free(st);
+    }
     c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
     c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
     c->qkv = (uint16_t *)aligned_alloc(64, (c->qkv_elems * 2 + 63) / 64 * 64);
@@ -92,7 +136,7 @@ static inline void attn_case_init(struct attn_case *c)
     for (int64_t hk = 0; hk < c->n_head_kv; hk++)
         for (int64_t pos = 0; pos < c->pos0; pos++)
             for (int64_t d = 0; d < c->hd; d++) {
-                size_t i = ATTN_GUARD + (size_t)((hk * c->n_ctx + pos) * c->hd + d);
+                size_t i = ATTN_GUARD + (size_t)(attn_cache_at(c, hk, pos) + d);
                 c->kc[i] = attn_rand(c, &s, 2.0f);
                 c->vc[i] = attn_rand(c, &s, 2.0f);
             }
@@ -112,6 +156,7 @@ static inline void attn_case_free(struct attn_case *c)
     free(c->vc0);
     free(c->o);
     free(c->lse);
+    free(c->table);
 }
 
 /* Params for buffers laid out like the host ones at the given bases (host or
@@ -141,16 +186,25 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
     p.o_head_stride = hd;
     p.cache_row_stride = hd;
     p.cache_head_stride = c->n_ctx * hd;
+    if (c->paged) { /* host table: the GPU test copies it */
+        struct kv_layout L = c->pool;
+        L.k = p.k_cache, L.v = p.v_cache;
+        if (prefill_attn_use_pool(&p, &L, c->table, c->n_ctx / ATTN_BLOCK, c->n_blocks) != 0) {
+            fprintf(stderr, "attn_case: prefill_attn_use_pool refused an f16 pool\n");
+            abort();
+        }
+    }
     p.lse_head_stride = c->n;
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = c->dtype;
+    p.window = c->window;
     return p;
 }
 
 static inline const uint16_t *attn_key(const struct attn_case *c, int kind, int64_t hk, int64_t pos)
 {
     if (pos < c->pos0)
-        return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + (hk * c->n_ctx + pos) * c->hd;
+        return (kind ? c->vc0 : c->kc0) + ATTN_GUARD + attn_cache_at(c, hk, pos);
     return c->qkv + (pos - c->pos0) * c->qkv_width + (c->n_head + kind * c->n_head_kv + hk) * c->hd;
 }
 
@@ -173,20 +227,21 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
     const double scale = 1.0 / sqrt((double)hd);
     double *s = (double *)malloc(sizeof(double) * (size_t)(c->pos0 + c->n));
     float *sf = (float *)malloc(sizeof(float) * (size_t)(c->pos0 + c->n));
-    double acc[128];
-    float accf[128];
+    double acc[256];
+    float accf[256];
     r->o = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head * hd));
     r->lse = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head));
     r->naive = 0;
     for (int64_t h = 0; h < c->n_head; h++)
         for (int64_t i = 0; i < c->n; i++) {
             const uint16_t *q = c->qkv + i * c->qkv_width + h * hd;
-            int64_t nk = c->pos0 + i + 1;
-            double m = -INFINITY, l = 0, qd[128];
+            int64_t nk = c->pos0 + i + 1; /* keys j0 .. nk - 1 */
+            int64_t j0 = c->window > 0 && nk - c->window > 0 ? nk - c->window : 0;
+            double m = -INFINITY, l = 0, qd[256];
             float mf = -INFINITY, lf = 0;
             for (int64_t x = 0; x < hd; x++)
                 qd[x] = attn_val(c, q[x]);
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 const uint16_t *k = attn_key(c, 0, h / group, j);
                 double d = 0;
                 float df = 0;
@@ -202,7 +257,7 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
             }
             for (int64_t x = 0; x < hd; x++)
                 acc[x] = 0, accf[x] = 0;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 const uint16_t *v = attn_key(c, 1, h / group, j);
                 double p = exp(s[j] - m);
                 float pf = expf((float)scale * (sf[j] - mf));
@@ -260,11 +315,25 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
     }
     if (bad)
         fprintf(stderr, "%s: output guard bands overwritten (%d)\n", who, bad);
+    /* Paged: the position each pool block holds (-1: a block the table skips). */
+    int64_t *first = NULL;
+    if (c->paged) {
+        first = (int64_t *)malloc(sizeof(int64_t) * (size_t)c->n_blocks);
+        for (int64_t b = 0; b < c->n_blocks; b++)
+            first[b] = -1;
+        for (int64_t i = 0; i < c->n_ctx / ATTN_BLOCK; i++)
+            first[c->table[i]] = i * ATTN_BLOCK;
+    }
     for (int kind = 0; kind < 2; kind++) {
         const uint16_t *now = kind ? vc : kc, *before = kind ? c->vc0 : c->kc0;
         for (size_t i = 0; i < c->cache_elems; i++) {
             int64_t e = (int64_t)i - ATTN_GUARD;
             int64_t row = e / c->hd % c->n_ctx, hk = e / c->hd / c->n_ctx;
+            if (c->paged && e >= 0) { /* [block][kv head][ATTN_BLOCK][hd] */
+                const int64_t b = e / c->hd / ATTN_BLOCK / c->n_head_kv;
+                hk = e / c->hd / ATTN_BLOCK % c->n_head_kv;
+                row = b < c->n_blocks && first[b] >= 0 ? first[b] + e / c->hd % ATTN_BLOCK : -1;
+            }
             int in_chunk = e >= 0 && (size_t)e < c->cache_elems - 2 * ATTN_GUARD &&
                            row >= c->pos0 && row < c->pos0 + c->n;
             uint16_t want = in_chunk ? attn_key(c, kind, hk, row)[e % c->hd] : before[i];
@@ -274,14 +343,19 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
                         (long long)hk, now[i], want);
         }
     }
+    free(first);
     return bad;
 }
 
 static inline void attn_case_name(const struct attn_case *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
-             (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
-             (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+    int len = snprintf(buf, size, "n=%lld pos0=%lld heads=%lld/%lld hd=%lld %s", (long long)c->n,
+                       (long long)c->pos0, (long long)c->n_head, (long long)c->n_head_kv,
+                       (long long)c->hd, c->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+    if (c->window && len > 0 && (size_t)len < size)
+        len += snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)c->window);
+    if (c->paged && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " paged");
 }
 
 #endif

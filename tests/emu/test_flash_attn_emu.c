@@ -11,7 +11,9 @@
  * That is for the chooser's variant (PREFILL_ATTN_DEFAULT_VARIANT(hd), or the one
  * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
  * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
- * entry per other variant, test_flash_attn_emu_NAME). Label emu. */
+ * entry per other variant, test_flash_attn_emu_NAME; the ws variants add
+ * head dim 256, windows, persistent blocks and paged caches). The chooser's pick by
+ * measured speed is checked on a table of the test's own. Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -29,6 +31,8 @@ static int emu_entry(const struct prefill_attn_params *p)
 
 void test_emu_set_seed(uint64_t seed);         /* flash_attn_emu.cc */
 uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
+
+void test_emu_set_sm_count(int n);            /* flash_attn_emu.cc */
 
 /* Runs fn on fresh copies of the case's outputs and caches and checks it. */
 static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
@@ -73,9 +77,10 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     free(vc);
 }
 
-/* The case on the CPU twin and on the emulated kernel (variant, or AUTO). */
-static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
-                       int variant)
+/* The case on the CPU twin and on the emulated kernel (variant, or AUTO),
+ * with a window and a paged cache if asked. */
+static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant, int64_t window, int paged)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
@@ -85,7 +90,9 @@ static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     c.n_head = ratio * c.n_head_kv;
     c.hd = hd;
     c.dtype = dtype;
-    c.seed = (uint64_t)(n * 131 + pos0 * 7 + ratio * 3 + hd + dtype);
+    c.window = window;
+    c.paged = paged;
+    c.seed = (uint64_t)(n * 131 + pos0 * 7 + ratio * 3 + hd + dtype + window * 11);
     attn_case_init(&c);
     struct attn_ref ref;
     attn_reference(&c, &ref);
@@ -96,13 +103,58 @@ static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     attn_case_free(&c);
 }
 
+static void run_case_w(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant, int64_t window)
+{
+    run_case_p(n, pos0, ratio, hd, dtype, variant, window, 0);
+}
+
+static void run_case_v(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
+                       int variant)
+{
+    run_case_w(n, pos0, ratio, hd, dtype, variant, 0);
+}
+
 static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype)
 {
     run_case_v(n, pos0, ratio, hd, dtype, PREFILL_ATTN_AUTO);
 }
 
-/* The chooser honours p->variant and IGNITE_FLASH_VARIANT and rejects
- * unknown names and head dims a variant is not built for. */
+/* The pick by measured speed, on a table of the test's own: the nearest
+ * measured n, the fastest there, only what fits the device, the build, the
+ * head dim and the window. */
+static void check_pick_measured(struct prefill_attn_params p)
+{
+    static const struct prefill_attn_speed rows[] = {
+        {"m64w4", 90, 128, 512, 10.0f},     {"m128w8", 90, 128, 512, 20.0f},
+        {"m64w4", 90, 128, 4096, 30.0f},    {"m128w8", 90, 128, 4096, 25.0f},
+        {"ws128n128", 90, 128, 4096, 50.0f}, {"m128w4", 90, 64, 512, 5.0f},
+        {"ws128n64", 90, 256, 1024, 40.0f}, {"m64w4", 80, 128, 4096, 35.0f},
+        {"no-such-variant", 90, 128, 4096, 999.0f},
+    };
+    const size_t nr = sizeof rows / sizeof rows[0];
+    p.head_dim = 128, p.pos0 = 0, p.n_tokens = 17, p.window = 0;
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_M128W8);
+    p.pos0 = 1000, p.n_tokens = 2000; /* 3000 keys: nearest 4096 */
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_WS128N128);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 0) == PREFILL_ATTN_M64W4);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 80, 1) == PREFILL_ATTN_M64W4);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 0, 1) == PREFILL_ATTN_WS128N128);
+    p.window = 512; /* only the ws variants have windows */
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_WS128N128);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 80, 1) == PREFILL_ATTN_AUTO);
+    p.window = 0, p.head_dim = 256;
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_WS128N64);
+    p.head_dim = 64, p.pos0 = 0, p.n_tokens = 100000;
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_M128W4);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 70, 1) == PREFILL_ATTN_AUTO);
+}
+
+/* The chooser honours p->variant and IGNITE_FLASH_VARIANT, picks by the
+ * built-in table of measured speeds, falls back to what fits (head dim
+ * 256, windows: a ws variant) and rejects unknown names, head dims a
+ * variant is not built for, windows without a ws variant and devices
+ * nothing runs on. */
 static void check_chooser(void)
 {
     struct attn_case c;
@@ -112,19 +164,47 @@ static void check_chooser(void)
     attn_case_init(&c);
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
     struct prefill_attn_tile t;
+    check_pick_measured(p);
     const char *env = getenv("IGNITE_FLASH_VARIANT");
     if (!env || !*env) {
-        CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_DEFAULT_VARIANT(128));
+        size_t n_rows;
+        const struct prefill_attn_speed *table = prefill_attn_speed_table(&n_rows);
+        const int want = prefill_attn_pick_measured(table, n_rows, &p, 0, 1);
+        CHECK(prefill_attn_choose(&p, &t) == 0 &&
+              t.variant == (want ? want : PREFILL_ATTN_DEFAULT_VARIANT(128)));
         setenv("IGNITE_FLASH_VARIANT", "m128w8", 1);
         CHECK(prefill_attn_choose(&p, &t) == 0 && t.variant == PREFILL_ATTN_M128W8 &&
               t.block_m == 128 && t.warps == 8);
         setenv("IGNITE_FLASH_VARIANT", "no-such-variant", 1);
         CHECK(prefill_attn_choose(&p, &t) != 0);
         unsetenv("IGNITE_FLASH_VARIANT");
+        struct prefill_attn_params q = p;
+        q.window = 64; /* no measured ws row yet: the first ws variant that fits */
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_WS);
+        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) != 0); /* no windows before Hopper */
+        CHECK(prefill_attn_choose_for(&q, 90, 0, &t) != 0); /* nor without sm_90a code */
+        q.window = 0, q.head_dim = 256;
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N64);
+        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) != 0);
+        /* A paged cache: a ws variant with whole-block tiles; blocks of 64. */
+        static const int32_t blocks[] = {3, 1, 2};
+        q = p;
+        q.block_table = blocks, q.block_rows = 64, q.n_blocks = 4;
+        q.cache_head_stride = 64 * 128, q.cache_block_stride = 64 * 128;
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N128);
+        q.variant = PREFILL_ATTN_WS128N160; /* 160-key tiles are not whole blocks */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_M128W4N48;
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO, q.block_rows = 32;
+        CHECK(prefill_attn_choose(&q, &t) != 0);
     }
     p.variant = PREFILL_ATTN_M128W4N32;
     CHECK(prefill_attn_choose(&p, &t) == 0 && t.block_n == 32 && t.m_tiles == 2 &&
           t.q_in_regs == 0 && t.n_q_tiles == 1);
+    p.window = 16; /* a variant without windows, forced */
+    CHECK(prefill_attn_choose(&p, &t) != 0);
+    p.window = 0;
     p.variant = PREFILL_ATTN_N_VARIANTS;
     CHECK(prefill_attn_choose(&p, &t) != 0);
     /* Row strides a tile's 32-bit offsets cannot step are refused; long
@@ -149,18 +229,44 @@ static void check_chooser(void)
 }
 
 /* One variant on a reduced list: ragged n, pos0 = 0 and > 0, several query
- * and K/V tiles, every GQA ratio, both head dims (those it is built for)
- * and both types. */
+ * and K/V tiles, every GQA ratio, each head dim it is built for and both
+ * types. The ws variants also K/V tiles wholly from the cache and the chunk
+ * with a grid of 1 SM (a block runs several work items: ring phases and the
+ * Q buffer reused) and 2 SMs; the two that the chooser falls back to
+ * (ws128n128, and ws128n64 at head dim 256) also sliding windows and paged
+ * caches (whole blocks, the block holding pos0, windows over the pool): the
+ * other ws variants share all that code, so their list stays short (the CI
+ * runs this twice under ASan). */
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
-    for (int64_t hd = 64; hd <= 128; hd += 64) {
+    const int ws = prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS;
+    for (int64_t hd = 64; hd <= 256; hd *= 2) {
         if (!prefill_attn_variant_supports(v, hd))
             continue;
+        const int dt = hd == 128 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16;
+        const int full = v == PREFILL_ATTN_WS128N128 || (v == PREFILL_ATTN_WS128N64 && hd == 256);
         run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
         run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
-        run_case_v(65, 37, 4, hd, hd == 64 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16, v);
-        run_case_v(300, 100, 1, hd, hd == 64 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16, v);
+        run_case_v(65, 37, 4, hd, dt, v);
+        if (ws)
+            test_emu_set_sm_count(2);
+        run_case_v(300, 100, 1, hd, dt == PREFILL_ATTN_F16 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16,
+                   v);
+        if (ws) {
+            test_emu_set_sm_count(1);
+            run_case_v(100, 200, 2, hd, dt, v);
+            test_emu_set_sm_count(3);
+        }
+        if (ws && full) {
+            run_case_w(300, 0, 2, hd, dt, v, 100);
+            run_case_w(150, 200, 4, hd, PREFILL_ATTN_F16, v, 64);
+            run_case_p(65, 37, 4, hd, dt, v, 0, 1);
+            test_emu_set_sm_count(1);
+            run_case_p(100, 200, 2, hd, PREFILL_ATTN_F16, v, 0, 1);
+            test_emu_set_sm_count(3);
+            run_case_p(150, 200, 4, hd, PREFILL_ATTN_BF16, v, 64, 1);
+        }
     }
     fprintf(stderr, "variant %s: %.1f s\n", prefill_attn_variant_name(v),
             (double)(ig_now_ns() - t0) * 1e-9);

@@ -12,8 +12,13 @@
  * descriptor offsets swapped, Q/K k-steps that never reach the second
  * 64-column page, and (three stages) the next tile's S dropped. By the
  * emulator again: the wgmma kernel without fence.proxy.async after its
- * cp.async, and with S masked while its wgmma is still in flight (no wait).
- * Label emu. */
+ * cp.async, and with S masked while its wgmma is still in flight (no wait);
+ * the warp-specialized kernel waiting on the wrong parity of a full
+ * mbarrier, arming it without expect_tx, refilling a stage before its
+ * empty mbarrier, a ping-pong bar.sync with the wrong count, the
+ * epilogue's barrier counting half the warpgroup (its TMA store races the
+ * other half's writes), the producer keeping its registers (the
+ * consumers' setmaxnreg.inc never gets them). Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -37,6 +42,16 @@ extern "C" int prefill_attn_wgmma_emu_wg_k_page(const struct prefill_attn_params
                                                 const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_stale_s(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
+#define WS_MUTANT_(name)                                                        \
+    extern "C" int prefill_attn_ws_emu_##name(const struct prefill_attn_params *p, \
+                                              const struct prefill_attn_tile *t, void *stream);
+WS_MUTANT_(ws_parity)
+WS_MUTANT_(ws_no_expect_tx)
+WS_MUTANT_(ws_no_empty_wait)
+WS_MUTANT_(ws_turn_count)
+WS_MUTANT_(ws_own_count)
+WS_MUTANT_(ws_no_dec)
+#undef WS_MUTANT_
 
 /* A wgmma launcher behind the public signature (p->variant picks the tiles). */
 template <int (*F)(const struct prefill_attn_params *, const struct prefill_attn_tile *, void *)>
@@ -119,5 +134,27 @@ int main(void)
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_stale_s>, &err, PREFILL_ATTN_WG128N64S3, 128) ==
           0);
     CHECKF(err > 10, "wg_stale_s mutant: error only %.2f x naive", err);
+
+    /* The warp-specialized kernel (ws128n128; a block runs K/V tiles -1..1
+     * of its item, so a stage is reused): each synchronization broken once. */
+    const int ws = PREFILL_ATTN_WS128N128;
+    CHECK(run(prefill_attn_emu, &err, ws, 64) == 0);
+    CHECKF(err <= 2, "the ws kernel itself: error %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_parity>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "shared offset") != NULL, "%s", ig_emu_last_error());
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_no_expect_tx>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "shared offset") != NULL, "%s", ig_emu_last_error());
+    /* The refill races the consumers' reads, or arms the full mbarrier again
+     * while its phase still waits for the first fill's bytes. */
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_no_empty_wait>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "shared offset") != NULL ||
+               strstr(ig_emu_last_error(), "more arrivals than its count") != NULL,
+           "%s", ig_emu_last_error());
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_turn_count>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "count") != NULL, "%s", ig_emu_last_error());
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_own_count>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "shared offset") != NULL, "%s", ig_emu_last_error());
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_no_dec>, NULL, ws, 64) != 0);
+    CHECKF(strstr(ig_emu_last_error(), "setmaxnreg.inc") != NULL, "%s", ig_emu_last_error());
     return test_summary("test_flash_attn_mutants");
 }

@@ -2,10 +2,16 @@
  * (prefill_attn_cuda), every variant of PREFILL_ATTN_VARIANTS, against fp64,
  * with the same cases, sentinels and tolerance rule as the emulated test
  * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
- * afford. Exits 77 (skipped) when no CUDA device is present. Label gpu.
- * Usage: test_flash_attn_gpu [VARIANT...]: only those variants (default all);
- * scripts/gpu-check.sh runs one process per variant, so a variant that
- * faults the CUDA context fails alone. */
+ * afford; the ws variants also head dim 256, sliding windows, paged caches
+ * (a block table in device memory) and K/V from cache and chunk on either
+ * side of pos0. Exits 77 (skipped) when no CUDA
+ * device is present. Label gpu.
+ * Usage: test_flash_attn_gpu [--quick] [VARIANT...]: only those variants
+ * (default all); --quick: the GPU check's list, small n first, then a few
+ * medium ones (one line per case on stderr as it goes, so a time limit
+ * leaves the quick cases' results). scripts/gpu/attn_correct.sh runs one
+ * process per variant, so a variant that faults the CUDA context fails
+ * alone. */
 #include "tests/emu/attn_case.h"
 #include "tests/gpu/cuda_check.h"
 #include "tests/test.h"
@@ -21,6 +27,10 @@ static int run_variant(struct attn_case *c, int variant)
     float *lse = (float *)test_to_device(c->lse, c->lse_elems * sizeof(float));
     struct prefill_attn_params p = attn_case_params(c, qkv, kc, vc, o, lse);
     p.variant = variant;
+    void *table = NULL;
+    if (c->paged) /* the kernel reads the block table from device memory */
+        p.block_table = (const int32_t *)(table = test_to_device(
+                            c->table, sizeof(int32_t) * (size_t)(c->n_ctx / ATTN_BLOCK)));
     int rc = prefill_attn_cuda(&p, NULL);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
@@ -32,6 +42,8 @@ static int run_variant(struct attn_case *c, int variant)
     CK(cudaFree(vc));
     CK(cudaFree(o));
     CK(cudaFree(lse));
+    if (table)
+        CK(cudaFree(table));
     return rc;
 }
 
@@ -46,19 +58,36 @@ static int wanted(int v, int64_t hd)
 
 /* The case on every wanted variant, against one fp64 reference (the CPU
  * reference dominates the run time: a case no variant wants is not made). */
-static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                     int dtype)
+/* Whether variant v can run the case (windows and paged caches: the chooser
+ * says). */
+static int fits(int v, const struct attn_case *c)
+{
+    if (!wanted(v, c->hd))
+        return 0;
+    if (!c->window && !c->paged)
+        return 1;
+    struct prefill_attn_params p = attn_case_params(c, c->qkv, c->kc, c->vc, c->o, c->lse);
+    struct prefill_attn_tile t;
+    p.variant = v;
+    return prefill_attn_choose(&p, &t) == 0;
+}
+
+static void run_case_p(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                       int dtype, int64_t window, int paged)
 {
     int any = 0;
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        any |= wanted(v, hd);
+        any |= wanted(v, hd) && ((!window && !paged) ||
+                                 prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS);
     if (!any)
         return;
     struct attn_case c;
     memset(&c, 0, sizeof c);
     c.n = n, c.pos0 = pos0, c.n_head = n_head, c.n_head_kv = n_head_kv, c.hd = hd;
     c.dtype = dtype;
-    c.seed = (uint64_t)(n * 131 + pos0 * 7 + n_head + hd + dtype);
+    c.window = window;
+    c.paged = paged;
+    c.seed = (uint64_t)(n * 131 + pos0 * 7 + n_head + hd + dtype + window * 11);
     attn_case_init(&c);
     char name[128];
     attn_case_name(&c, name, sizeof name);
@@ -70,7 +99,7 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     attn_reference(&c, &ref);
 
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
-        if (!wanted(v, hd))
+        if (!fits(v, &c))
             continue;
         const char *vn = prefill_attn_variant_name(v);
         memcpy(c.o, o0, c.o_elems * 2);
@@ -84,7 +113,7 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
         CHECKF(e.o_max <= 2 * ref.naive + 1e-7, "%s %s: max |O err| %.3g > 2 x naive %.3g", name,
                vn, e.o_max, ref.naive);
         CHECKF(e.lse_max <= 1e-3, "%s %s: max |lse err| %.3g", name, vn, e.lse_max);
-        fprintf(stderr, "gpu %-40s %-10s O err %.3g (naive %.3g) lse err %.3g\n", name, vn,
+        fprintf(stderr, "gpu %-52s %-11s O err %.3g (naive %.3g) lse err %.3g\n", name, vn,
                 e.o_max, ref.naive, e.lse_max);
     }
     attn_ref_free(&ref);
@@ -93,18 +122,63 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     attn_case_free(&c);
 }
 
+static void run_case_w(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                       int dtype, int64_t window)
+{
+    run_case_p(n, pos0, n_head, n_head_kv, hd, dtype, window, 0);
+}
+
+static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                     int dtype)
+{
+    run_case_w(n, pos0, n_head, n_head_kv, hd, dtype, 0);
+}
+
+/* The GPU check's list: small n on every head dim and GQA shape (K/V from
+ * the cache, the chunk, both), windows, then medium n. */
+static void quick_cases(void)
+{
+    static const int64_t ns[] = {1, 17, 65, 300}, pos0s[] = {0, 100, 200};
+    for (int64_t hd = 64; hd <= 256; hd *= 2)
+        for (size_t a = 0; a < 4; a++)
+            for (size_t b = 0; b < 3; b++) {
+                const int dt = (int)((a + b) % 2);
+                run_case(ns[a], pos0s[b], 8, 2, hd, dt);
+                if (b == 1)
+                    run_case(ns[a], pos0s[b], 8, 1, hd, 1 - dt);
+            }
+    for (int64_t hd = 64; hd <= 256; hd *= 2) {
+        run_case_w(300, 0, 4, 2, hd, PREFILL_ATTN_BF16, 100);
+        run_case_w(150, 200, 8, 2, hd, PREFILL_ATTN_F16, 64);
+        run_case_p(65, 37, 8, 2, hd, PREFILL_ATTN_BF16, 0, 1); /* paged caches */
+        run_case_p(300, 200, 4, 1, hd, PREFILL_ATTN_F16, 0, 1);
+        run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
+    }
+    run_case(1024, 0, 8, 2, 128, PREFILL_ATTN_BF16);
+    run_case(1024, 333, 4, 1, 64, PREFILL_ATTN_F16);
+    run_case(1024, 100, 4, 2, 256, PREFILL_ATTN_BF16);
+    run_case_w(2000, 2096, 4, 1, 128, PREFILL_ATTN_BF16, 1000);
+    run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
+}
+
 int main(int argc, char **argv)
 {
-    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        chosen[v] = argc == 1;
+    int quick = 0, named = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+            continue;
+        }
         int v = prefill_attn_variant_find(argv[i]);
         if (v == PREFILL_ATTN_AUTO) {
             fprintf(stderr, "test_flash_attn_gpu: no variant %s\n", argv[i]);
             return 2;
         }
         chosen[v] = 1;
+        named = 1;
     }
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS && !named; v++)
+        chosen[v] = 1;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         fprintf(stderr, "test_flash_attn_gpu: no CUDA device, skipped\n");
@@ -114,15 +188,21 @@ int main(int argc, char **argv)
         if (chosen[v] && !prefill_attn_cuda_supports(v))
             fprintf(stderr, "test_flash_attn_gpu: variant %s cannot run on this device or "
                     "build, skipped\n", prefill_attn_variant_name(v));
+    if (quick) {
+        quick_cases();
+        return test_summary("test_flash_attn_gpu");
+    }
     static const int64_t ns[] = {1, 17, 64, 65, 300, 1024};
     static const int64_t ratios[] = {1, 3, 4, 8};
     for (size_t a = 0; a < 6; a++)
         for (int64_t pos0 = 0; pos0 <= 100; pos0 += 100)
             for (size_t r = 0; r < 4; r++)
-                for (int64_t hd = 64; hd <= 128; hd += 64)
+                for (int64_t hd = 64; hd <= 256; hd *= 2)
                     for (int dt = 0; dt < 2; dt++)
                         run_case(ns[a], pos0, ratios[r] * (ratios[r] <= 3 ? 2 : 1),
                                  ratios[r] <= 3 ? 2 : 1, hd, dt);
+    for (int64_t hd = 64; hd <= 256; hd *= 2)
+        run_case_w(300, 100, 4, 2, hd, PREFILL_ATTN_BF16, 128);
     run_case(4096, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
     return test_summary("test_flash_attn_gpu");

@@ -265,11 +265,36 @@ static void test_rebase(void)
     grammar_free(g);
 }
 
+/* A nullable rule repeated inside its own repetition has exponentially many
+ * stacks after a few bytes: the step fails with a message (no hang, no
+ * memory exhausted), while the same shape without the empty alternative
+ * still runs. */
+static void test_too_ambiguous(void)
+{
+    struct grammar *g;
+    IG_ASSERT(compile("root ::= expr\nexpr ::= | [^a-z] expr+ \")\"", &g) == IG_OK);
+    struct gr_pda p;
+    IG_ASSERT(gr_pda_init(&p, g) == IG_OK);
+    int32_t s = gr_pda_start(&p);
+    char err[256] = "";
+    ig_error_capture(err, sizeof err);
+    for (int i = 0; i < 64 && s > GR_DEAD; i++)
+        s = gr_pda_step(&p, s, g->byte_class['1']);
+    ig_error_capture(NULL, 0);
+    CHECKF(s < 0 && strstr(err, "too ambiguous"), "state %d, error '%s'", (int)s, err);
+    gr_pda_free(&p);
+    grammar_free(g);
+    IG_ASSERT(compile("root ::= expr\nexpr ::= [^a-z] expr* \")\"", &g) == IG_OK);
+    CHECK(match(g, "11111111)))") == 'p' && match(g, "1)") == 1);
+    grammar_free(g);
+}
+
 int main(void)
 {
     test_utf8_sequences();
     test_matching();
     test_refused();
     test_rebase();
+    test_too_ambiguous();
     return test_summary("test_grammar");
 }

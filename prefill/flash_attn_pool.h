@@ -1,0 +1,47 @@
+/* prefill/flash_attn_pool.h: points one prefill attention call (prefill/flash_attn.h)
+ * at a sequence's K and V in the batch engine's KV pool (kvcache/kvcache.h: one
+ * layer's kv_layout and the sequence's block table), so the kernels read and write
+ * the pool exactly as kv_row_offset addresses it. The paged path runs on the ws
+ * variants (the chooser refuses a paged cache to the others).
+ *
+ * Covered by tests/emu/test_flash_attn_emu.c and tests/gpu/test_flash_attn_gpu.c,
+ * whose paged cases (tests/emu/attn_case.h) lay out their pool with kv_row_offset
+ * and set their params here. */
+#ifndef IGNITE_PREFILL_FLASH_ATTN_POOL_H
+#define IGNITE_PREFILL_FLASH_ATTN_POOL_H
+
+#include "prefill/flash_attn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kvcache/kvcache.h"
+#ifdef __cplusplus
+}
+#endif
+
+/* Sets p's caches to layer layout L (K at L->k, V at L->v: host memory for the
+ * CPU twin, device memory for the CUDA kernel) through `table` (n_table block
+ * ids, in the memory the kernel reads: device memory for CUDA) of a pool of
+ * n_blocks blocks; n_ctx becomes the positions the table covers. The kernels
+ * read 2-byte elements as p->dtype says (the engine's pool is KV_F16, so
+ * PREFILL_ATTN_F16 there; the tests also read a pool of bf16 bits). Returns 0,
+ * or -1 (nothing set) for a pool of f32 (the CPU backend's exact path). */
+static inline int prefill_attn_use_pool(struct prefill_attn_params *p, const struct kv_layout *L,
+                                        const int32_t *table, int64_t n_table, int64_t n_blocks)
+{
+    if (L->dtype != KV_F16)
+        return -1;
+    p->k_cache = L->k;
+    p->v_cache = L->v;
+    p->n_ctx = n_table * KV_BLOCK;
+    p->cache_row_stride = L->head_dim;
+    p->cache_head_stride = L->head_stride;
+    p->block_table = table;
+    p->block_rows = KV_BLOCK;
+    p->cache_block_stride = L->block_stride;
+    p->n_blocks = n_blocks;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,689 @@
+/* prefill/flash_attn_ws.cu: the fused causal prefill attention kernel with
+ * FlashAttention-3's structure on Hopper (sm_90a); semantics, cache layout
+ * and params in prefill/flash_attn.h, the variants (isa PREFILL_ATTN_ISA_WS)
+ * in its PREFILL_ATTN_VARIANTS table, which prefill_attn_cuda dispatches here.
+ *
+ * Warp specialization. A block is one producer warpgroup and C consumer
+ * warpgroups (C = warps / 4 - 1), each consumer owning 64 of the block's
+ * 64 C query rows. setmaxnreg moves registers from the producer (which only
+ * issues copies) to the consumers (which hold S, O and P). No block-wide
+ * barrier after the start:
+ *   - one producer thread loads Q and the K and V tiles with TMA (the
+ *     128-byte swizzle, boxes of 64 columns) into a ring of `stages`
+ *     buffers, each guarded by a full mbarrier (armed with the tile's bytes,
+ *     completed by the TMA) and an empty one (one arrival per consumer warp
+ *     once its wgmma has read the buffer); K and V are released separately;
+ *     each K/V tile comes whole from the cache or from the chunk (see
+ *     ws_item);
+ *   - each consumer warpgroup computes S = Q K^T and O += P V with wgmma
+ *     (Q, K, V from shared memory, P from registers), issues S of tile t
+ *     while P V of tile t - 1 is in flight (wgmma.wait_group 1), and runs
+ *     tile t's softmax while that P V completes; the consumers take turns
+ *     issuing their MMAs through named barriers (ping-pong), so one's
+ *     softmax runs while the other's MMAs use the tensor cores;
+ *   - the output is normalized into shared memory (over the warpgroup's
+ *     own Q rows, no longer read) and written by a TMA store; the Q buffer
+ *     is released once the store has read it.
+ * Persistent grid: min(work items, SMs) blocks, each taking items b, b +
+ * grid, ...; an item is (query tile, head), longest causal tiles first and
+ * the heads of one KV group next to each other (their K and V stay in L2).
+ * A sliding window skips the K/V tiles wholly outside it and masks the
+ * rest. A paged cache (the batch engine's pool of 64-position blocks) is
+ * read one block per TMA box (see ws_item). The first head of each KV group
+ * also copies the chunk's K and V rows into the cache (blocks read only
+ * cache rows < pos0).
+ *
+ * Everything reaches the hardware through devkit/ (wgmma.cuh, tma.cuh,
+ * sync.cuh). Built for sm_90a only (ignite_gpu_sm90a in CMakeLists.txt)
+ * and, as plain C++, for the CPU emulator, which implements TMA, mbarriers,
+ * named barriers and setmaxnreg with a happens-before race detector
+ * (emu/sync.cc, emu/tma.cc). Covered by tests/emu/test_flash_attn_emu.c
+ * (--variant ws...), tests/emu/test_flash_attn_mutants.cc and
+ * tests/gpu/test_flash_attn_gpu.c. */
+#include "devkit/tma.cuh" /* first: it defines IG_EMU, which dev_entry.h reads */
+#include "devkit/wgmma.cuh"
+#include "devkit/dev_entry.h"
+#include "prefill/flash_attn.h"
+#include "prefill/flash_tiles.cuh"
+#include "prefill/flash_wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !IG_HAVE_WGMMA
+#error "prefill/flash_attn_ws.cu is for sm_90a only: -gencode=arch=compute_90a,code=sm_90a"
+#endif
+
+namespace {
+
+/* A ws variant's shape and register split. */
+template <int V> struct ws_cfg {
+    static constexpr int kConsumers = variant<V>::warps / 4 - 1; /* warpgroups of 64 rows */
+    static constexpr int kThreads = 32 * variant<V>::warps;
+    static constexpr int kBlockM = variant<V>::block_m, kBlockN = variant<V>::block_n;
+    static constexpr int kStages = variant<V>::stages;
+    /* K/V boxes of 64 rows where the tile allows: the paged pool's block. */
+    static constexpr int kBoxRows = kBlockN % 64 == 0 ? 64 : kBlockN;
+    static constexpr int kLaunchRegs = ig_launch_regs(kThreads);
+    static constexpr int kProducerRegs = 24;
+    /* What the consumers may take from the launch pool, at most 240. */
+    static constexpr int kConsumerRegs0 =
+        (kLaunchRegs * kThreads - kProducerRegs * 128) / (128 * kConsumers) / 8 * 8;
+    static constexpr int kConsumerRegs = kConsumerRegs0 > 240 ? 240 : kConsumerRegs0;
+    static_assert(kConsumers >= 1 && kBlockM == 64 * kConsumers, "a consumer per 64 query rows");
+    static_assert(kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "K/V tiles");
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
+                  "setmaxnreg: the CTA's register pool");
+};
+
+/* The kernel's one argument: the tensor maps (by value, for TMA), the
+ * params and what the launcher derived. Bit i of swap: map i has its head
+ * dimension before its row dimension (strides kept increasing). A paged
+ * cache's maps (KC, VC) are 4-D (hd, block_rows, n_head_kv, n_blocks) over
+ * the pool, and KT, VT the same with only the first pos0 % 64 rows of each
+ * block inside (the block holding pos0: its later rows are the chunk's,
+ * which this launch writes, and read as zeros). */
+enum { MAP_Q, MAP_K, MAP_V, MAP_KC, MAP_VC, MAP_O, MAP_KT, MAP_VT, N_MAPS };
+struct ws_args { /* aligned as its maps */
+    ig_tma_map maps[N_MAPS];
+    prefill_attn_params p;
+    float scale_log2;
+    int n_items, n_q_tiles, window;
+    int paged;         /* a paged cache: block-aligned cache tiles */
+    int n_cache_tiles; /* paged: tiles of cache keys, -n_cache_tiles .. -1 */
+    uint32_t swap;
+};
+
+/* One work item: query rows q0 .., head h (KV head hk), K/V tiles t_lo..t_hi.
+ * Tiles t >= 0 hold keys pos0 + t bn .. (bn = block_n) from the chunk (keys
+ * past the end read as zeros and are masked), tiles t < 0 keys of the
+ * cache: with a contiguous cache aligned to pos0 as well (keys pos0 + t bn
+ * ..; the first one's keys below 0 read as zeros, masked), with a paged
+ * one aligned to its 64-position blocks (cache tile c = t + n_cache_tiles
+ * holds keys c bn .., two boxes of one block each at bn = 128; keys at and
+ * past pos0 masked). No tile mixes cache and chunk, every tile is TMA
+ * boxes, and chunk tile t is the diagonal of query tile t when
+ * block_m = block_n. */
+struct ws_item {
+    int q0, h, hk, t_lo, t_hi;
+};
+
+/* The first key of tile t. */
+template <int V> __device__ __forceinline__ int ws_tile_j0(const ws_args &a, int t)
+{
+    constexpr int kBlockN = ws_cfg<V>::kBlockN;
+    const int pos0 = (int)a.p.pos0;
+    if (t < 0 && a.paged)
+        return (t + a.n_cache_tiles) * kBlockN;
+    return pos0 + t * kBlockN;
+}
+
+/* floor(a / b) for b > 0. */
+__device__ __forceinline__ int ws_floor_div(int a, int b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+template <int V> __device__ __forceinline__ ws_item ws_item_at(const ws_args &a, int item)
+{
+    constexpr int kBlockM = ws_cfg<V>::kBlockM, kBlockN = ws_cfg<V>::kBlockN;
+    const int n_head = (int)a.p.n_head, group = n_head / (int)a.p.n_head_kv;
+    const int n = (int)a.p.n_tokens, pos0 = (int)a.p.pos0;
+    ws_item it;
+    it.q0 = (a.n_q_tiles - 1 - item / n_head) * kBlockM; /* most keys first */
+    it.h = item % n_head;
+    it.hk = it.h / group;
+    const int q_last = (it.q0 + kBlockM < n ? it.q0 + kBlockM : n) - 1;
+    int lo = a.window > 0 ? pos0 + it.q0 - a.window + 1 : 0; /* the first key any row sees */
+    lo = lo > 0 ? lo : 0;
+    if (a.paged && lo < pos0)
+        it.t_lo = lo / kBlockN - a.n_cache_tiles;
+    else
+        it.t_lo = ws_floor_div(lo - pos0, kBlockN);
+    it.t_hi = q_last / kBlockN;
+    return it;
+}
+
+/* The block's shared memory: mbarriers, then (1024-byte aligned) Q
+ * [kBlockM][HD], K and V [kStages][kBlockN][HD], flash_tiles.cuh's layout.
+ * Every address is computed where it is used from the dynamic area's
+ * symbol and the padding (constants to the compiler, not registers held
+ * across the loops the accumulators need them in). */
+template <int HD, int V> struct ws_smem {
+    static constexpr int kStages = ws_cfg<V>::kStages;
+    static constexpr int kQ = ws_cfg<V>::kBlockM * HD, kKV = kStages * ws_cfg<V>::kBlockN * HD;
+    static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit before the tiles");
+    unsigned char *raw;
+    uint32_t pad; /* from raw to the tiles: past the mbarriers, 1024-byte aligned */
+
+    __device__ __forceinline__ ig_mbarrier *bar(int i) const { return (ig_mbarrier *)raw + i; }
+    __device__ __forceinline__ ig_mbarrier *full_q() const { return bar(0); }
+    __device__ __forceinline__ ig_mbarrier *empty_q() const { return bar(1); }
+    __device__ __forceinline__ ig_mbarrier *full_k(int st) const { return bar(2 + st); }
+    __device__ __forceinline__ ig_mbarrier *empty_k(int st) const { return bar(2 + kStages + st); }
+    __device__ __forceinline__ ig_mbarrier *full_v(int st) const
+    {
+        return bar(2 + 2 * kStages + st);
+    }
+    __device__ __forceinline__ ig_mbarrier *empty_v(int st) const
+    {
+        return bar(2 + 3 * kStages + st);
+    }
+    __device__ __forceinline__ uint16_t *q() const { return (uint16_t *)(raw + pad); }
+    __device__ __forceinline__ uint16_t *k() const { return q() + kQ; }
+    __device__ __forceinline__ uint16_t *v() const { return k() + kKV; }
+    /* Shared addresses of the tiles, for the wgmma descriptors. */
+    __device__ __forceinline__ uint32_t aq() const { return ig_shared_address(raw) + pad; }
+    __device__ __forceinline__ uint32_t ak() const { return aq() + kQ * 2; }
+    __device__ __forceinline__ uint32_t av() const { return ak() + kKV * 2; }
+};
+
+template <int HD, int V> __device__ __forceinline__ ws_smem<HD, V> ws_smem_at(unsigned char *raw)
+{
+    const uint32_t a_raw = ig_shared_address(raw);
+    return ws_smem<HD, V>{raw, 128 + (1024u - (a_raw + 128) % 1024u) % 1024u};
+}
+
+/* TMA of the box at (column, row, head) of map `which`. */
+__device__ __forceinline__ void ws_load(const ws_args &a, int which, void *dst, ig_mbarrier *bar,
+                                        int col, int row, int head)
+{
+    if ((a.swap >> which) & 1)
+        ig_tma_load_3d(&a.maps[which], dst, bar, col, head, row);
+    else
+        ig_tma_load_3d(&a.maps[which], dst, bar, col, row, head);
+}
+
+__device__ __forceinline__ void ws_store(const ws_args &a, int which, const void *src, int col,
+                                         int row, int head)
+{
+    if ((a.swap >> which) & 1)
+        ig_tma_store_3d(&a.maps[which], src, col, head, row);
+    else
+        ig_tma_store_3d(&a.maps[which], src, col, row, head);
+}
+
+/* ---- the producer --------------------------------------------------------- */
+
+/* The producer (thread 0): for every item of this block, Q, then K and V of
+ * each tile into ring position `fill` (stage fill % kStages, the
+ * (fill / kStages)-th time there), once the consumers released the
+ * previous contents. Everything is TMA: a thread issues, the TMA unit
+ * copies. */
+template <int HD, int V>
+__device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, V> &sm)
+{
+    constexpr int kBlockM = ws_cfg<V>::kBlockM, kBlockN = ws_cfg<V>::kBlockN;
+    constexpr int kStages = ws_cfg<V>::kStages, kBox = ws_cfg<V>::kBoxRows;
+    const int pos0 = (int)a.p.pos0;
+
+    /* K or V of tile t from the cache (t < 0) or the chunk (ws_item). */
+    auto fill_stage = [&](int t, int hk, int stage, bool is_v, uint32_t free_parity) {
+        ig_mbarrier *full = is_v ? sm.full_v(stage) : sm.full_k(stage);
+        uint16_t *tile = (is_v ? sm.v() : sm.k()) + stage * kBlockN * HD;
+        const int j0 = ws_tile_j0<V>(a, t);
+        ig_mbarrier_wait(is_v ? sm.empty_v(stage) : sm.empty_k(stage), free_parity);
+        ig_mbarrier_arrive_expect_tx(full, kBlockN * HD * 2);
+        if (t < 0 && a.paged) {
+            if constexpr (kBox == 64) {
+                /* One box per block: whole blocks below pos0 from the pool,
+                 * the block holding pos0 through the tail map (its rows from
+                 * pos0 on read as zeros), blocks past it as zeros (a block
+                 * index past the pool is out of bounds). */
+                IG_UNROLL
+                for (int rb = 0; rb < kBlockN / 64; rb++) {
+                    const int b = j0 / 64 + rb;
+                    const bool whole = (b + 1) * 64 <= pos0, part = !whole && b * 64 < pos0;
+                    const int blk = whole || part ? a.p.block_table[b] : (int)a.p.n_blocks;
+                    const int map = whole || !part ? (is_v ? MAP_VC : MAP_KC)
+                                                   : (is_v ? MAP_VT : MAP_KT);
+                    IG_UNROLL
+                    for (int pg = 0; pg < HD / 64; pg++)
+                        ig_tma_load_4d(&a.maps[map], tile + pg * kBlockN * 64 + rb * 64 * 64, full,
+                                       pg * 64, 0, hk, blk);
+                }
+            }
+            return;
+        }
+        const int map = t < 0 ? (is_v ? MAP_VC : MAP_KC) : (is_v ? MAP_V : MAP_K);
+        const int row = t < 0 ? j0 : j0 - pos0;
+        IG_UNROLL
+        for (int rb = 0; rb < kBlockN / kBox; rb++)
+            IG_UNROLL
+            for (int pg = 0; pg < HD / 64; pg++)
+                ws_load(a, map, tile + pg * kBlockN * 64 + rb * kBox * 64, full, pg * 64,
+                        row + rb * kBox, hk);
+    };
+
+    int fill = 0, q_fill = 0;
+    for (int item = (int)blockIdx.x; item < a.n_items; item += (int)gridDim.x) {
+        const ws_item it = ws_item_at<V>(a, item);
+        ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
+        ig_mbarrier_arrive_expect_tx(sm.full_q(), kBlockM * HD * 2);
+        IG_UNROLL
+        for (int pg = 0; pg < HD / 64; pg++)
+            ws_load(a, MAP_Q, sm.q() + pg * kBlockM * 64, sm.full_q(), pg * 64, it.q0, it.h);
+        q_fill++;
+        for (int t = it.t_lo; t <= it.t_hi; t++, fill++) {
+            const int stage = fill % kStages;
+            const uint32_t free_parity = (uint32_t)((fill / kStages) & 1) ^ 1u;
+            fill_stage(t, it.hk, stage, false, free_parity);
+            fill_stage(t, it.hk, stage, true, free_parity);
+        }
+    }
+}
+
+/* ---- the consumers -------------------------------------------------------- */
+
+/* Masks what the warp's rows may not see in a tile whose first key is j0:
+ * key k (of the tile) is visible to row r (0..15 of the warp) when
+ * k <= diag + r, k < n_keys, k >= -j0 (no key below 0) and, with a
+ * window, k > diag + r - window. s[0][j][e]: row g + 8 (e / 2), key
+ * 8 j + 2 t + e % 2. */
+template <int kBlockN>
+__device__ __forceinline__ void ws_mask(float (&s)[1][kBlockN / 8][4], int diag, int n_keys,
+                                        int j0, int window, int g, int t)
+{
+    if (diag >= kBlockN - 1 && n_keys >= kBlockN && j0 >= 0 &&
+        (window == 0 || diag + 16 <= window))
+        return;
+    IG_UNROLL
+    for (int j = 0; j < kBlockN / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
+            if (key > diag + row || key >= n_keys || key < -j0 ||
+                (window > 0 && key <= diag + row - window))
+                s[0][j][e] = -INFINITY;
+        }
+}
+
+/* Tile t's softmax step on this thread's rows g (r = 0) and g + 8 (r = 1),
+ * while the previous tile's P V may still be in flight: the new row
+ * maxima m, the factor corr that O must be rescaled by once it completes,
+ * the scores replaced by exp2(s * scale_log2 - m * scale_log2), and the
+ * row sums l rescaled with their sum added (this lane's part; l is not the
+ * MMA's, so it moves on at once). A row that saw only masked keys so far
+ * keeps a zero offset (no NaN). */
+template <int kBlockN>
+__device__ __forceinline__ void ws_softmax(float (&s)[1][kBlockN / 8][4], float (&m)[2],
+                                           float (&corr)[2], float (&l)[2], float scale_log2)
+{
+    IG_UNROLL
+    for (int r = 0; r < 2; r++) {
+        float x = m[r];
+        IG_UNROLL
+        for (int j = 0; j < kBlockN / 8; j++)
+            x = fmaxf(x, fmaxf(s[0][j][2 * r], s[0][j][2 * r + 1]));
+        x = fmaxf(x, ig_shfl_xor_f32(x, 1));
+        x = fmaxf(x, ig_shfl_xor_f32(x, 2));
+        const float base = x == -INFINITY ? 0.0f : x * scale_log2;
+        corr[r] = ig_exp2_approx(m[r] * scale_log2 - base);
+        m[r] = x;
+        float sum = 0;
+        IG_UNROLL
+        for (int j = 0; j < kBlockN / 8; j++)
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                s[0][j][e] = ig_exp2_approx(s[0][j][e] * scale_log2 - base);
+                sum += s[0][j][e];
+            }
+        l[r] = l[r] * corr[r] + sum;
+    }
+}
+
+/* A consumer warpgroup (threads 128 (w + 1) .. for consumer w): every item
+ * of the block. */
+template <class T, int HD, int V>
+__device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, V> &sm)
+{
+    constexpr int C = ws_cfg<V>::kConsumers, kBlockM = ws_cfg<V>::kBlockM;
+    constexpr int kBlockN = ws_cfg<V>::kBlockN, kStages = ws_cfg<V>::kStages;
+    const prefill_attn_params &p = a.p;
+    /* This thread's place (thread ct of the warpgroup: warp ct / 32, lane
+     * ct % 32, C-fragment row g = lane / 4 and column pair tq = lane % 4),
+     * read anew where used: values derived from it and held across the
+     * loops took registers the accumulators need (ptxas spilled). */
+    auto wg = [] { return ig_thread_index_fresh() / 128 - 1; }; /* w */
+    auto ct = [] { return ig_thread_index_fresh() % 128; };
+    const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
+    const int group = (int)(p.n_head / p.n_head_kv);
+    /* Descriptors of this warpgroup's 64 rows of Q and of stage st of K
+     * and V, made where used (a few integer instructions per tile, no
+     * registers held across the loop). */
+    auto desc_q = [&] { return k_major_desc(sm.aq() + (uint32_t)(64 * wg() * 128)); };
+    auto desc_k = [&](int st) {
+        return k_major_desc(sm.ak() + (uint32_t)(st * kBlockN * HD * 2));
+    };
+    auto desc_v = [&](int st) {
+        return n_major_desc<kBlockN>(sm.av() + (uint32_t)(st * kBlockN * HD * 2));
+    };
+    /* Named barriers: the ping-pong turns (1 .. C) and each warpgroup's own
+     * (C + 1 ..); a turn is this warpgroup's bar.sync and the previous
+     * one's bar.arrive, 256 threads. */
+    auto turn_mine = [&] { return 1 + wg(); };
+    auto turn_next = [&] { return 1 + (wg() + 1) % C; };
+    constexpr int kTurn = 256;
+
+    float s[1][kBlockN / 8][4];
+    /* P's A fragments (named: g++ 12 crashes on the array spelled out in a
+     * lambda) */
+    using p_frags = uint32_t[kBlockN / 16][1][4];
+    p_frags pa;
+
+    /* S = Q K^T of the tile in stage st: issued and committed. */
+    auto issue_s = [&](int st) {
+        const uint64_t dq = desc_q(), dk = desc_k(st);
+        ig_wgmma_fence();
+        IG_UNROLL
+        for (int kk = 0; kk < HD / 16; kk++)
+            ig_wgmma_ss<T, kBlockN, 0, 0>(flat(s), dq + k_step<kBlockM>(kk),
+                                          dk + k_step<kBlockN>(kk), kk > 0);
+        ig_wgmma_commit();
+    };
+    /* O += P V of the tile in stage st: issued and committed. */
+    float o[1][HD / 8][4];
+    auto issue_pv = [&](int st) {
+        const uint64_t dv = desc_v(st);
+        ig_wgmma_fence_operand(flat(o));
+        ig_wgmma_fence_operand(pa);
+        ig_wgmma_fence();
+        IG_UNROLL
+        for (int kk = 0; kk < kBlockN / 16; kk++)
+            ig_wgmma_rs<T, HD, 1>(flat(o), pa[kk][0], dv + v_step(kk), 1);
+        ig_wgmma_commit();
+    };
+    /* One arrival per warp on an empty barrier: every wgmma that read the
+     * buffer has completed in all its threads. */
+    auto release = [&](ig_mbarrier *bar) {
+        if (ct() % 32 == 0)
+            ig_mbarrier_arrive(bar);
+    };
+
+    if (wg() == C - 1) /* the first turn is the first warpgroup's */
+        ig_named_barrier_arrive(1, kTurn);
+    int fill = 0, q_fill = 0;
+    for (int item = (int)blockIdx.x; item < a.n_items; item += (int)gridDim.x) {
+        /* The item's fields are recomputed where used (integer math) rather
+         * than held through the tile loop. */
+        auto it = [&] { return ws_item_at<V>(a, item); };
+        const int t_lo = it().t_lo, t_hi = it().t_hi;
+        if (it().h % group == 0) {
+            if (a.paged)
+                write_cache_rows<HD, kBlockM, 128 * C, true>(p, it().h, it().q0,
+                                                             ig_thread_index_fresh() - 128);
+            else
+                write_cache_rows<HD, kBlockM, 128 * C>(p, it().h, it().q0,
+                                                       ig_thread_index_fresh() - 128);
+        }
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
+        IG_UNROLL
+        for (int d = 0; d < HD / 8; d++)
+            o[0][d][0] = o[0][d][1] = o[0][d][2] = o[0][d][3] = 0;
+        auto softmax = [&](int t) {
+            const int j0 = ws_tile_j0<V>(a, t), c = ct(), lane = c % 32;
+            const int row0 = it().q0 + 64 * wg() + 16 * (c / 32); /* this warp's first row */
+            const int end = t < 0 ? pos0 : kv_len; /* a cache tile's keys stop at pos0 */
+            ws_mask<kBlockN>(s, pos0 + row0 - j0, end - j0 > kBlockN ? kBlockN : end - j0, j0,
+                             a.window, lane / 4, lane % 4);
+            ws_softmax<kBlockN>(s, m, corr, l, a.scale_log2);
+        };
+        ig_mbarrier_wait(sm.full_q(), (uint32_t)(q_fill & 1));
+        q_fill++;
+
+        /* The first tile: S alone. */
+        int st = fill % kStages;
+        ig_mbarrier_wait(sm.full_k(st), (uint32_t)((fill / kStages) & 1));
+        ig_named_barrier_sync(turn_mine(), kTurn);
+        issue_s(st);
+        ig_named_barrier_arrive(turn_next(), kTurn);
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(flat(s));
+        release(sm.empty_k(st));
+        softmax(t_lo);
+        pack_p<T, 1, kBlockN>(s, pa);
+
+        /* Then S of tile t with P V of tile t - 1 in flight. */
+        for (int t = t_lo + 1; t <= t_hi; t++) {
+            const int sv = fill % kStages;
+            const uint32_t v_parity = (uint32_t)((fill / kStages) & 1);
+            fill++;
+            st = fill % kStages;
+            ig_mbarrier_wait(sm.full_k(st), (uint32_t)((fill / kStages) & 1));
+            ig_mbarrier_wait(sm.full_v(sv), v_parity);
+            ig_named_barrier_sync(turn_mine(), kTurn);
+            issue_s(st);
+            issue_pv(sv);
+            ig_named_barrier_arrive(turn_next(), kTurn);
+            ig_wgmma_wait<1>(); /* S done, P V in flight */
+            ig_wgmma_fence_operand(flat(s));
+            release(sm.empty_k(st));
+            softmax(t);
+            ig_wgmma_wait<0>();
+            ig_wgmma_fence_operand(flat(o));
+            ig_wgmma_fence_operand(pa);
+            release(sm.empty_v(sv));
+            IG_UNROLL
+            for (int r = 0; r < 2; r++) {
+                IG_UNROLL
+                for (int d = 0; d < HD / 8; d++) {
+                    o[0][d][2 * r] *= corr[r];
+                    o[0][d][2 * r + 1] *= corr[r];
+                }
+            }
+            pack_p<T, 1, kBlockN>(s, pa);
+        }
+
+        /* The last P V. The last warpgroup's last turn of the last item
+         * passes to nobody. */
+        const int sv = fill % kStages;
+        ig_mbarrier_wait(sm.full_v(sv), (uint32_t)((fill / kStages) & 1));
+        fill++;
+        ig_named_barrier_sync(turn_mine(), kTurn);
+        issue_pv(sv);
+        if (!(item + (int)gridDim.x >= a.n_items && wg() == C - 1)) /* the last item */
+            ig_named_barrier_arrive(turn_next(), kTurn);
+        ig_wgmma_wait<0>();
+        ig_wgmma_fence_operand(flat(o));
+        ig_wgmma_fence_operand(pa);
+        release(sm.empty_v(sv));
+
+        /* O / l into the warpgroup's own rows of the Q buffer (every S that
+         * read them has completed), then one TMA store per 64 columns. Row
+         * `row` of the tile, columns 8 d + 2 tq: swz's chunk d % 8 ^ g (the
+         * row's low bits are g) as one XOR per store. */
+        const int w = wg(), c = ct(), g = (c % 32) / 4, tq = c % 4, q0 = it().q0, h = it().h;
+        IG_UNROLL
+        for (int r = 0; r < 2; r++) {
+            l[r] += ig_shfl_xor_f32(l[r], 1);
+            l[r] += ig_shfl_xor_f32(l[r], 2);
+            const float inv = 1.0f / l[r];
+            const int row = 64 * w + 16 * (c / 32) + g + 8 * r; /* in the block's tile */
+            uint16_t *o_row = sm.q() + row * 64 + 2 * tq;
+            IG_UNROLL
+            for (int d = 0; d < HD / 8; d++)
+                ig_sts((uint32_t *)&o_row[(d / 8) * kBlockM * 64 + ((((d % 8) ^ g)) << 3)],
+                       ig_pack2<T>(o[0][d][2 * r] * inv, o[0][d][2 * r + 1] * inv));
+            const int grow = q0 + row;
+            if (p.lse && tq == 0 && grow < n)
+                p.lse[(int64_t)h * p.lse_head_stride + grow] =
+                    (m[r] * a.scale_log2 + log2f(l[r])) * 0.6931471805599453f;
+        }
+        ig_fence_proxy_async(); /* the TMA store reads what st.shared wrote */
+        ig_named_barrier_sync(1 + C + w, 128); /* the warpgroup's own */
+        if (c == 0) {
+            IG_UNROLL
+            for (int pg = 0; pg < HD / 64; pg++)
+                ws_store(a, MAP_O, sm.q() + pg * kBlockM * 64 + 64 * w * 64, pg * 64, q0 + 64 * w,
+                         h);
+            ig_bulk_commit();
+            ig_bulk_wait_read<0>();
+            ig_mbarrier_arrive(sm.empty_q()); /* the producer may load the next Q */
+        }
+    }
+    if (ct() == 0)
+        ig_bulk_wait<0>();
+}
+
+template <class T, int HD, int V>
+__global__ void __launch_bounds__(ws_cfg<V>::kThreads, 1)
+flash_attn_ws_kernel(const __grid_constant__ ws_args a)
+{
+    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : HD == 128 ? 2 : 4)) != 0,
+                  "variant not built for HD");
+    constexpr int C = ws_cfg<V>::kConsumers, kStages = ws_cfg<V>::kStages;
+    constexpr int kLaunch = ws_cfg<V>::kLaunchRegs;
+    IG_DYN_SHARED(unsigned char, smem_raw);
+    const ws_smem<HD, V> sm = ws_smem_at<HD, V>(smem_raw);
+    if (threadIdx.x == 0) {
+        ig_mbarrier_init(sm.full_q(), 1);
+        ig_mbarrier_init(sm.empty_q(), C);
+        for (int st = 0; st < kStages; st++) {
+            ig_mbarrier_init(sm.full_k(st), 1);
+            ig_mbarrier_init(sm.empty_k(st), 4 * C);
+            ig_mbarrier_init(sm.full_v(st), 1);
+            ig_mbarrier_init(sm.empty_v(st), 4 * C);
+        }
+        ig_fence_mbarrier_init();
+    }
+    ig_syncthreads();
+    const int wg = (int)threadIdx.x / 128;
+    if (wg == 0) {
+        ig_setmaxnreg<false, ws_cfg<V>::kProducerRegs, kLaunch>();
+        if (threadIdx.x == 0)
+            ws_producer<HD, V>(a, sm);
+    } else {
+        ig_setmaxnreg<true, ws_cfg<V>::kConsumerRegs, kLaunch>();
+        ws_consumer<T, HD, V>(a, sm);
+    }
+}
+
+/* A [rows][HD] x heads tensor at base (row and head strides in elements) as
+ * a map with boxes of 64 columns x box_rows rows: dimensions ordered so
+ * that the strides grow (either order lands the same box in shared memory,
+ * one of its dimensions being 1); bit `which` of *swap says which. */
+int ws_map(ig_tma_map *m, uint32_t *swap, int which, const void *base, int64_t hd, int64_t rows,
+           int64_t heads, int64_t row_stride, int64_t head_stride, int box_rows)
+{
+    const bool sw = head_stride < row_stride && heads > 1;
+    const uint64_t dim[3] = {(uint64_t)hd, (uint64_t)(sw ? heads : rows),
+                             (uint64_t)(sw ? rows : heads)};
+    const uint64_t stride[2] = {(uint64_t)(2 * (sw ? head_stride : row_stride)),
+                                (uint64_t)(2 * (sw ? row_stride : head_stride))};
+    const uint32_t box[3] = {64, sw ? 1u : (uint32_t)box_rows, sw ? (uint32_t)box_rows : 1u};
+    if (sw)
+        *swap |= 1u << which;
+    return ig_tma_encode(m, base, 3, dim, stride, box, IG_TMA_SWIZZLE_128B);
+}
+
+/* A paged pool (p's k_cache or v_cache at base) as a 4-D map (hd,
+ * block_rows, n_head_kv, n_blocks) with boxes of 64 columns x 64 rows of one
+ * block; rows: how many of each block's rows are inside (64, or pos0 % 64
+ * for the tail map). */
+int ws_pool_map(ig_tma_map *m, const void *base, const prefill_attn_params &p, int64_t hd,
+                int64_t rows)
+{
+    const uint64_t dim[4] = {(uint64_t)hd, (uint64_t)rows, (uint64_t)p.n_head_kv,
+                             (uint64_t)p.n_blocks};
+    const uint64_t stride[3] = {(uint64_t)(2 * p.cache_row_stride),
+                                (uint64_t)(2 * p.cache_head_stride),
+                                (uint64_t)(2 * p.cache_block_stride)};
+    const uint32_t box[4] = {64, 64, 1, 1};
+    return ig_tma_encode(m, base, 4, dim, stride, box, IG_TMA_SWIZZLE_128B);
+}
+
+/* Streaming multiprocessors of the current device (the persistent grid). */
+int ws_sm_count(void)
+{
+#if defined(IG_EMU)
+    return ig_emu_sm_count();
+#else
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        return 1;
+    }
+    return n;
+#endif
+}
+
+/* One ws variant: dtype and head_dim (only those the variant is built for). */
+template <int V>
+int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
+                      cudaStream_t stream)
+{
+    if constexpr (variant<V>::isa != PREFILL_ATTN_ISA_WS) {
+        return ig_error(IG_E_INTERNAL, "flash attention: %s is not a ws variant",
+                        prefill_attn_variant_name(V));
+    } else {
+        if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||
+            tile.warps != variant<V>::warps)
+            return ig_error(IG_E_INTERNAL,
+                            "flash attention: chooser and kernel disagree on tiles");
+        return for_type_and_head_dim<V>(p, [&](auto type, auto hd) {
+            constexpr int HD = decltype(hd)::value;
+            auto *kernel = flash_attn_ws_kernel<decltype(type), HD, V>;
+            ws_args a;
+            memset(&a, 0, sizeof a);
+            a.p = p;
+            a.scale_log2 = p.scale * 1.4426950408889634f;
+            a.n_q_tiles = tile.n_q_tiles;
+            a.n_items = tile.n_q_tiles * (int)p.n_head;
+            a.window = p.window > p.n_ctx ? 0 : (int)p.window;
+            const int box = ws_cfg<V>::kBoxRows;
+            int st = ws_map(&a.maps[MAP_Q], &a.swap, MAP_Q, p.q, HD, p.n_tokens, p.n_head,
+                            p.q_row_stride, p.q_head_stride, ws_cfg<V>::kBlockM);
+            if (!st)
+                st = ws_map(&a.maps[MAP_K], &a.swap, MAP_K, p.k, HD, p.n_tokens, p.n_head_kv,
+                            p.k_row_stride, p.k_head_stride, box);
+            if (!st)
+                st = ws_map(&a.maps[MAP_V], &a.swap, MAP_V, p.v, HD, p.n_tokens, p.n_head_kv,
+                            p.v_row_stride, p.v_head_stride, box);
+            if (p.block_table) { /* the pool: whole blocks, and the block holding pos0 */
+                a.paged = 1;
+                a.n_cache_tiles = (int)((p.pos0 + ws_cfg<V>::kBlockN - 1) / ws_cfg<V>::kBlockN);
+                const int64_t tail = p.pos0 % 64;
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_KC], p.k_cache, p, HD, 64);
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_VC], p.v_cache, p, HD, 64);
+                if (!st && tail)
+                    st = ws_pool_map(&a.maps[MAP_KT], p.k_cache, p, HD, tail);
+                if (!st && tail)
+                    st = ws_pool_map(&a.maps[MAP_VT], p.v_cache, p, HD, tail);
+            } else { /* only rows < pos0: the chunk's go in meanwhile */
+                if (!st && p.pos0 > 0)
+                    st = ws_map(&a.maps[MAP_KC], &a.swap, MAP_KC, p.k_cache, HD, p.pos0,
+                                p.n_head_kv, p.cache_row_stride, p.cache_head_stride, box);
+                if (!st && p.pos0 > 0)
+                    st = ws_map(&a.maps[MAP_VC], &a.swap, MAP_VC, p.v_cache, HD, p.pos0,
+                                p.n_head_kv, p.cache_row_stride, p.cache_head_stride, box);
+            }
+            if (!st)
+                st = ws_map(&a.maps[MAP_O], &a.swap, MAP_O, p.o, HD, p.n_tokens, p.n_head,
+                            p.o_row_stride, p.o_head_stride, 64);
+            if (st)
+                return st;
+            const int sms = ws_sm_count();
+            dim3 grid((unsigned)(a.n_items < sms ? a.n_items : sms));
+#if defined(__CUDACC__)
+            IG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)tile.smem_bytes));
+#endif
+            return IG_LAUNCH(kernel, grid, dim3(ws_cfg<V>::kThreads), tile.smem_bytes, stream, a);
+        });
+    }
+}
+
+} /* namespace */
+
+extern "C" int IG_DEV(prefill_attn_ws)(const struct prefill_attn_params *p,
+                                       const struct prefill_attn_tile *t, void *stream_)
+{
+    cudaStream_t stream = (cudaStream_t)stream_;
+    switch (t->variant) {
+#define IG_WS_CASE_(id, ...)                                                    \
+    case PREFILL_ATTN_##id:                                                     \
+        return launch_ws_variant<PREFILL_ATTN_##id>(*p, *t, stream);
+        PREFILL_ATTN_VARIANTS(IG_WS_CASE_)
+#undef IG_WS_CASE_
+    default:
+        return ig_error(IG_E_INTERNAL, "flash attention: no variant %d", t->variant);
+    }
+}
