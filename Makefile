@@ -7,7 +7,7 @@
 #   make test LABEL=unit   only one class of tests (unit model tokenizer cli emu cpu gpu fuzz)
 #   make asan          the same tests in an ASan + UBSan build (build-asan/)
 #   make run           run ignite on the default model
-#   make fetch-model   download the default model into the cache (see scripts/)
+#   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
 #   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
 #                      safetensors, hf_json, grammar, schema, batch, tokenizer or klfile)
 #   make gpu-check     on a GPU machine: the GPU check (scripts/gpu-steps.txt) from the
@@ -45,7 +45,7 @@ build-all:
 	@cmake --build $(BUILD) -j$(JOBS)
 
 fetch-model:
-	@scripts/fetch-model.sh
+	@scripts/fetch-model.sh all
 
 venv:
 	@scripts/venv.sh

@@ -52,7 +52,9 @@ static void attention(void *user, int64_t layer, int64_t n)
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim,
-        .scale = (float)(1.0 / sqrt((double)hp->head_dim)),
+        .scale = (float)hp->attn_scale,
+        .window = c->base.m->layers[layer].window,
+        .softcap = (float)hp->attn_softcap,
     };
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];

@@ -28,6 +28,7 @@
 #include "core/status.h"
 #include "decode/decode_attn.h"
 #include "ops/gpu_ops.h"
+#include "ops/ops.h"
 #include "prefill/flash_attn.h"
 
 #include <math.h>
@@ -101,6 +102,27 @@ static int check_model(const struct model *m)
     if (hp->n_ff > 40960 || hp->n_embd > 40960 || hp->n_head * hp->head_dim > 40960)
         return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
                         "40960 elements; '%s' is wider (use --device cpu)", m->path);
+    /* The Llama block only, with RoPE scalings that are frequencies alone
+     * (rope_freqs, linear; YaRN's cos/sin scale is not in the kernel). */
+    double mscale;
+    double *inv = malloc((size_t)(hp->n_rot / 2 + 1) * sizeof *inv);
+    if (!inv)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    ops_rope_freqs(&hp->rope[MODEL_ROPE_GLOBAL], hp->n_rot, inv, &mscale);
+    free(inv);
+    bool plain_scale = hp->attn_scale == 1.0 / sqrt((double)hp->head_dim);
+    const char *missing = hp->n_swa_layers ? "sliding-window attention"
+                          : hp->has_qk_norm ? "Q/K head norms"
+                          : hp->has_post_norms ? "post-attention and post-FFN norms"
+                          : hp->ffn_act != MODEL_ACT_SILU ? "the GELU FFN"
+                          : hp->embd_scale != 1.0 ? "scaled embeddings"
+                          : !plain_scale ? "its attention scale"
+                          : hp->attn_softcap > 0 || hp->final_softcap > 0 ? "logit soft-capping"
+                          : mscale != 1.0 ? "YaRN's attention factor"
+                          : NULL;
+    if (missing)
+        return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
+                        "--device cpu", hp->arch, missing);
     return IG_OK;
 }
 
@@ -150,8 +172,8 @@ static int alloc_state(struct gpu_backend *g)
     double *inv = malloc((half ? half : 1) * sizeof *inv);
     if (!inv)
         return ig_error(IG_E_NOMEM, "out of memory");
-    for (size_t i = 0; i < half; i++)
-        inv[i] = pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
+    double mscale; /* 1: check_model refused the others */
+    ops_rope_freqs(&hp->rope[MODEL_ROPE_GLOBAL], hp->n_rot, inv, &mscale);
     st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq, NULL);
     if (st == IG_OK)
         st = IG_DEV(dev_upload)(g->dev, g->inv_freq, inv, half * sizeof *inv);

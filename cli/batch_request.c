@@ -147,6 +147,8 @@ static int apply_key(const cJSON *v, struct batch_request *r)
         return get_bool(v, k, &o->chat);
     if (!strcmp(k, "system"))
         return copy_text(v, k, false, &r->system);
+    if (!strcmp(k, "no_think"))
+        return get_bool(v, k, &o->no_think);
     if (!strcmp(k, "stop"))
         return get_stop(v, r);
     if (!strcmp(k, "grammar"))
@@ -162,7 +164,7 @@ static int apply_key(const cJSON *v, struct batch_request *r)
     }
     return ig_error(IG_E_INPUT, "unknown key \"%s\" (known: prompt, id, n_predict, temperature, "
                     "top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, ignore_eos, "
-                    "chat, system, stop, grammar, json_schema)", k);
+                    "chat, system, no_think, stop, grammar, json_schema)", k);
 }
 
 static int parse_json(const char *line, size_t len, struct batch_request *r)
@@ -222,6 +224,11 @@ int batch_request_parse(const char *line, size_t len, bool plain, const struct g
     }
     if (st == IG_OK && r->system && !r->opts.chat)
         st = ig_error(IG_E_INPUT, "\"system\" needs \"chat\": true (or --chat)");
+    /* --no-think applies to the lines that are chats; a line's own needs one */
+    if (st == IG_OK && r->opts.no_think && !r->opts.chat && !defaults->no_think)
+        st = ig_error(IG_E_INPUT, "\"no_think\" needs \"chat\": true (or --chat)");
+    if (!r->opts.chat)
+        r->opts.no_think = false;
     /* --system applies to the lines that are chats */
     if (st == IG_OK && !r->system && r->opts.chat && r->opts.system &&
         !(r->system = strdup(r->opts.system)))

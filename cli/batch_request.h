@@ -6,7 +6,7 @@
  * UTF-8 without NUL), "id" (any JSON value, echoed back), and run's options
  * by their --json names: "n_predict", "temperature", "top_k", "top_p",
  * "min_p", "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "chat",
- * "system", "stop" (a string or an array of strings), and a constraint:
+ * "system", "no_think", "stop" (a string or an array of strings), and a constraint:
  * "grammar" (GBNF text) or "json_schema" (a schema object, or its text).
  * Absent keys take the command line's values. A key that is unknown or of the wrong type, a
  * value out of range, a line that is not one JSON object: refused with one

@@ -337,7 +337,7 @@ static int make_request(struct batch *b, struct job *j)
         st = grammar_from_json_schema(j->in.json_schema, strlen(j->in.json_schema), source,
                                       &j->grammar);
     if (st == IG_OK)
-        st = run_render_prompt(b->m, o->chat, o->system, j->in.prompt, &text);
+        st = run_render_prompt(b->m, o->chat, o->no_think, o->system, j->in.prompt, &text);
     if (st == IG_OK)
         st = tok_encode(b->vocab, text, strlen(text), run_encode_flags(o), &j->ids);
     free(text);

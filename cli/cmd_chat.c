@@ -224,7 +224,7 @@ static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t
 static int render_turn(struct chat *c, const char *msg, char **text)
 {
     if (!c->kept)
-        return run_render_prompt(c->m, true, c->o->g.system, msg, text);
+        return run_render_prompt(c->m, true, c->o->g.no_think, c->o->g.system, msg, text);
     const int32_t *tokens;
     const float *logits;
     int64_t n;
@@ -361,7 +361,7 @@ int cmd_chat(int argc, char **argv)
         goto done;
     gen_cli_model_defaults(&o.g, c.m);
     /* the template is checked now, not at the first message */
-    if ((st = run_render_prompt(c.m, true, o.g.system, "", &probe)) != IG_OK)
+    if ((st = run_render_prompt(c.m, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
         goto done;
     c.n_ctx = gen_cli_context(&o.g, c.m->hp.n_ctx_train);
     struct backend_opts bo = {

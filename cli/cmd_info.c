@@ -1,12 +1,15 @@
 /* cli/cmd_info.c: `ignite info`: loads and validates a model (a GGUF file or
- * a Hugging Face folder) and describes it (hyper-parameters, tokenizer
- * metadata, tensors by type, KV cache size, the weights' bytes on a CUDA
- * device in either --gpu-weights mode) as text or, with --json, as one JSON
- * object on stdout, the same keys for both formats.
- * Loading and validation are models/'s and tokenizer/'s, the device plan
- * backend/'s; this file only formats. Covered by tests/models/test_info.py,
- * test_gguf_malformed.py, test_hf_folder.py and tests/cli/test_args.sh
- * (write errors). */
+ * a Hugging Face folder) and describes it (hyper-parameters, the
+ * architecture's features: RoPE scaling, sliding window, norms, activation;
+ * tokenizer metadata, tensors by type, KV cache size, the weights' bytes
+ * on a CUDA device in either --gpu-weights mode) as text or, with
+ * --json, as one JSON object on stdout, the same keys for both formats. A
+ * GGUF file of an architecture `run` does not know is described as far as
+ * the file goes (metadata, tokenizer, tensors) and says so, rather than
+ * refused. Loading and validation are models/'s and tokenizer/'s, the
+ * device plan backend/'s; this file only formats. Covered by
+ * tests/models/test_info.py, test_gguf_malformed.py, test_arch_load.py,
+ * test_hf_folder.py and tests/cli/test_args.sh (write errors). */
 #include "cli/cli.h"
 
 #include "backend/backend.h"
@@ -17,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { OPT_JSON = 256 };
 
@@ -33,12 +37,18 @@ static const struct cli_option info_options[] = {
 /* What info prints beyond struct model: metadata the tokenizer owns and
  * per-type tensor totals. Strings are NUL-terminated copies. */
 struct info {
+    char arch[64];
     char name[256];
     char tok_model[64];
     char tok_pre[64];
     int64_t bos, eos;     /* -1 when absent */
     int64_t n_tokens;     /* tokenizer.ggml.tokens entries, -1 when absent */
     bool chat_template;
+    int64_t n_params;     /* elements over all tensors */
+    int64_t n_tensors;
+    size_t file_bytes;
+    char format[48];      /* "GGUF v3" or "safetensors, 2 files" */
+    int n_files;
     int64_t type_count[N_TYPE_IDS];
     int64_t type_bytes[N_TYPE_IDS];
 };
@@ -88,16 +98,13 @@ static int gather_folder(const struct model *m, struct info *in)
     return IG_OK;
 }
 
-static int gather(const struct model *m, struct info *in)
+/* What a GGUF file's metadata says, whether ignite runs its architecture
+ * or not. */
+static void gather_gguf(const struct gguf_file *g, struct info *in)
 {
-    memset(in, 0, sizeof *in);
-    const char *tmpl;
-    size_t len;
-    in->chat_template = model_chat_template(m, &tmpl, &len);
-    model_tensor_types(m, in->type_count, in->type_bytes, N_TYPE_IDS);
-    if (!m->gguf)
-        return gather_folder(m, in);
-    const struct gguf_file *g = m->gguf;
+    snprintf(in->format, sizeof in->format, "GGUF v%u", g->version);
+    in->n_files = 1;
+    copy_str(g, "general.architecture", in->arch, sizeof in->arch);
     copy_str(g, "general.name", in->name, sizeof in->name);
     copy_str(g, "tokenizer.ggml.model", in->tok_model, sizeof in->tok_model);
     copy_str(g, "tokenizer.ggml.pre", in->tok_pre, sizeof in->tok_pre);
@@ -107,18 +114,59 @@ static int gather(const struct model *m, struct info *in)
     in->n_tokens = tok ? (int64_t)tok->arr_n : -1;
     /* an empty template counts, as the key is there */
     in->chat_template |= gguf_find_kv(g, "tokenizer.chat_template") != NULL;
-    return IG_OK;
 }
 
-/* "GGUF v3" or "safetensors, 2 files" */
-static void format_name(const struct model *m, char *buf, size_t cap)
+/* A GGUF file of an architecture ignite does not run: no struct model. */
+static void gather_unknown(const struct gguf_file *g, struct info *in)
 {
-    if (m->gguf) {
-        snprintf(buf, cap, "GGUF v%u", m->gguf->version);
-        return;
+    memset(in, 0, sizeof *in);
+    gather_gguf(g, in);
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        uint32_t t = g->tensors[i].type; /* the parser accepts known ids only */
+        IG_ASSERT(t < N_TYPE_IDS);
+        in->type_count[t]++;
+        in->type_bytes[t] += (int64_t)g->tensors[i].nbytes;
+        in->n_params += g->tensors[i].n_elems;
     }
-    int n = m->hf ? model_folder_files(m) : 0;
-    snprintf(buf, cap, "safetensors, %d file%s", n, n == 1 ? "" : "s");
+    in->n_tensors = g->n_tensors;
+    in->file_bytes = g->file_size;
+}
+
+static int gather(const struct model *m, struct info *in)
+{
+    memset(in, 0, sizeof *in);
+    const char *tmpl;
+    size_t len;
+    in->chat_template = model_chat_template(m, &tmpl, &len);
+    model_tensor_types(m, in->type_count, in->type_bytes, N_TYPE_IDS);
+    in->n_params = m->n_params;
+    in->n_tensors = m->n_tensors;
+    in->file_bytes = m->file_bytes;
+    snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
+    if (m->gguf) {
+        gather_gguf(m->gguf, in);
+        snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
+        return IG_OK;
+    }
+    in->n_files = m->hf ? model_folder_files(m) : 0;
+    snprintf(in->format, sizeof in->format, "safetensors, %d file%s", in->n_files,
+             in->n_files == 1 ? "" : "s");
+    return gather_folder(m, in);
+}
+
+static const char *scaling_name(enum rope_scaling s)
+{
+    switch (s) {
+    case ROPE_SCALING_LINEAR: return "linear";
+    case ROPE_SCALING_YARN: return "yarn";
+    case ROPE_SCALING_LONGROPE: return "longrope";
+    default: return "none";
+    }
+}
+
+static const char *act_name(enum model_act a)
+{
+    return a == MODEL_ACT_GELU_TANH ? "gelu_tanh" : "silu";
 }
 
 static const char *rope_style_name(enum rope_style s)
@@ -131,22 +179,72 @@ static const char *or_dash(const char *s)
     return *s ? s : "-";
 }
 
-static void print_text(const struct model *m, const struct info *in)
+/* The lines every model has, whether ignite runs its architecture or not. */
+static void print_file_text(const char *path, const struct info *in, bool supported)
 {
-    const struct model_hparams *hp = &m->hp;
+    printf("file            %s\n", path);
+    printf("file size       %zu bytes (%.1f MiB), %s\n", in->file_bytes,
+           (double)in->file_bytes / (1 << 20), in->format);
+    if (supported)
+        printf("architecture    %s\n", or_dash(in->arch));
+    else
+        printf("architecture    %s (ignite run does not support it; supported: %s)\n",
+               or_dash(in->arch), model_arch_names());
+    printf("name            %s\n", or_dash(in->name));
+    printf("parameters      %lld (%.1f M)\n", (long long)in->n_params, (double)in->n_params / 1e6);
+}
+
+static void print_tokenizer_text(const struct info *in)
+{
     char bos[24] = "-", eos[24] = "-";
     if (in->bos >= 0)
         snprintf(bos, sizeof bos, "%lld", (long long)in->bos);
     if (in->eos >= 0)
         snprintf(eos, sizeof eos, "%lld", (long long)in->eos);
-    char fmt[48];
-    format_name(m, fmt, sizeof fmt);
-    printf("file            %s\n", m->path);
-    printf("file size       %zu bytes (%.1f MiB), %s\n", m->file_bytes,
-           (double)m->file_bytes / (1 << 20), fmt);
-    printf("architecture    %s\n", hp->arch);
-    printf("name            %s\n", or_dash(in->name));
-    printf("parameters      %lld (%.1f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
+    printf("tokenizer       %s, pre-tokenizer %s\n", or_dash(in->tok_model), or_dash(in->tok_pre));
+    printf("BOS / EOS       %s / %s\n", bos, eos);
+    printf("chat template   %s\n", in->chat_template ? "yes" : "no");
+    printf("tensors         %lld\n", (long long)in->n_tensors);
+    for (uint32_t t = 0; t < N_TYPE_IDS; t++)
+        if (in->type_count[t])
+            printf("  %-8s      %lld tensors, %lld bytes\n", quant_type_name(t),
+                   (long long)in->type_count[t], (long long)in->type_bytes[t]);
+}
+
+/* What the architecture adds to the Llama block, one line each. */
+static void print_features_text(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct model_rope *g = &hp->rope[MODEL_ROPE_GLOBAL];
+    printf("rope scaling    %s", scaling_name(g->scaling));
+    if (g->scaling != ROPE_SCALING_NONE)
+        printf(", factor %g", g->factor);
+    if (g->scaling == ROPE_SCALING_YARN)
+        printf(", original context %lld", (long long)g->orig_ctx);
+    if (g->freq_factors)
+        printf(", per-dimension factors (rope_freqs)");
+    printf("\n");
+    if (hp->n_swa_layers)
+        printf("sliding window  %lld positions on %lld of %lld layers, their rope base %g\n",
+               (long long)hp->n_swa, (long long)hp->n_swa_layers, (long long)hp->n_layer,
+               hp->rope[MODEL_ROPE_LOCAL].base);
+    else
+        printf("sliding window  none\n");
+    printf("norms           RMSNorm%s%s\n", hp->has_qk_norm ? ", Q/K per head" : "",
+           hp->has_post_norms ? ", after attention and after the FFN" : "");
+    printf("FFN activation  %s\n", hp->ffn_act == MODEL_ACT_GELU_TANH ? "GELU (tanh), GeGLU"
+                                                                      : "SiLU, SwiGLU");
+    printf("attention scale 1/sqrt(%g)\n", 1.0 / (hp->attn_scale * hp->attn_scale));
+    if (hp->embd_scale != 1.0)
+        printf("embedding scale %g\n", hp->embd_scale);
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0)
+        printf("soft-capping    attention %g, logits %g\n", hp->attn_softcap, hp->final_softcap);
+}
+
+static void print_text(const struct model *m, const struct info *in)
+{
+    const struct model_hparams *hp = &m->hp;
+    print_file_text(m->path, in, true);
     printf("layers          %lld\n", (long long)hp->n_layer);
     printf("embedding       %lld\n", (long long)hp->n_embd);
     printf("heads           %lld, KV heads %lld\n", (long long)hp->n_head,
@@ -157,17 +255,11 @@ static void print_text(const struct model *m, const struct info *in)
     printf("context length  %lld\n", (long long)hp->n_ctx_train);
     printf("rope            base %g, style %s, %lld dims\n", hp->rope_base,
            rope_style_name(hp->rope_style), (long long)hp->n_rot);
+    print_features_text(m);
     printf("norm epsilon    %g\n", hp->norm_eps);
     printf("embeddings      %s\n", hp->tied_embeddings ? "tied (output = token_embd)" : "separate output");
     printf("QKV biases      %s\n", hp->has_qkv_bias ? "yes" : "no");
-    printf("tokenizer       %s, pre-tokenizer %s\n", or_dash(in->tok_model), or_dash(in->tok_pre));
-    printf("BOS / EOS       %s / %s\n", bos, eos);
-    printf("chat template   %s\n", in->chat_template ? "yes" : "no");
-    printf("tensors         %lld\n", (long long)m->n_tensors);
-    for (uint32_t t = 0; t < N_TYPE_IDS; t++)
-        if (in->type_count[t])
-            printf("  %-8s      %lld tensors, %lld bytes\n", quant_type_name(t),
-                   (long long)in->type_count[t], (long long)in->type_bytes[t]);
+    print_tokenizer_text(in);
     printf("KV cache        %lld bytes/token f32, %lld bytes/token f16\n",
            (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
     size_t native = backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE);
@@ -196,35 +288,67 @@ static void add_id_or_null(cJSON *o, const char *k, int64_t v)
         cJSON_AddNullToObject(o, k);
 }
 
-static int print_json(const struct model *m, const struct info *in)
+/* The architecture's features (what print_features_text says) as an object. */
+static void add_features_json(cJSON *o, const struct model_hparams *hp)
 {
-    const struct model_hparams *hp = &m->hp;
+    const struct model_rope *g = &hp->rope[MODEL_ROPE_GLOBAL];
+    cJSON *f = cJSON_AddObjectToObject(o, "features");
+    cJSON_AddStringToObject(f, "rope_scaling", scaling_name(g->scaling));
+    cJSON_AddNumberToObject(f, "rope_scaling_factor", g->factor);
+    cJSON_AddNumberToObject(f, "rope_original_context", (double)g->orig_ctx);
+    cJSON_AddBoolToObject(f, "rope_freqs", g->freq_factors != NULL);
+    cJSON_AddNumberToObject(f, "sliding_window", (double)hp->n_swa);
+    cJSON_AddNumberToObject(f, "sliding_window_layers", (double)hp->n_swa_layers);
+    if (hp->n_swa_layers)
+        cJSON_AddNumberToObject(f, "rope_base_local", hp->rope[MODEL_ROPE_LOCAL].base);
+    else
+        cJSON_AddNullToObject(f, "rope_base_local");
+    cJSON_AddBoolToObject(f, "qk_norm", hp->has_qk_norm);
+    cJSON_AddBoolToObject(f, "post_norms", hp->has_post_norms);
+    cJSON_AddStringToObject(f, "ffn_activation", act_name(hp->ffn_act));
+    cJSON_AddNumberToObject(f, "embedding_scale", hp->embd_scale);
+    cJSON_AddNumberToObject(f, "attention_scale", hp->attn_scale);
+    cJSON_AddNumberToObject(f, "attn_logit_softcapping", hp->attn_softcap);
+    cJSON_AddNumberToObject(f, "final_logit_softcapping", hp->final_softcap);
+}
+
+/* m is NULL for a GGUF file of an architecture ignite does not run: then
+ * only what the file says (metadata, tokenizer, tensors) and "supported":
+ * false; g is the file (NULL for a folder). */
+static int print_json(const char *path, const struct gguf_file *g, const struct model *m,
+                      const struct info *in)
+{
     cJSON *o = cJSON_CreateObject();
-    add_str_or_null(o, "path", m->path);
-    cJSON_AddStringToObject(o, "format", m->gguf ? "gguf" : "safetensors");
-    cJSON_AddNumberToObject(o, "file_size", (double)m->file_bytes);
-    if (m->gguf)
-        cJSON_AddNumberToObject(o, "gguf_version", m->gguf->version);
+    add_str_or_null(o, "path", path);
+    cJSON_AddStringToObject(o, "format", g ? "gguf" : "safetensors");
+    cJSON_AddNumberToObject(o, "file_size", (double)in->file_bytes);
+    if (g)
+        cJSON_AddNumberToObject(o, "gguf_version", g->version);
     else
         cJSON_AddNullToObject(o, "gguf_version");
-    cJSON_AddNumberToObject(o, "n_files", m->gguf ? 1 : model_folder_files(m));
-    cJSON_AddStringToObject(o, "architecture", hp->arch);
+    cJSON_AddNumberToObject(o, "n_files", in->n_files);
+    add_str_or_null(o, "architecture", in->arch);
+    cJSON_AddBoolToObject(o, "supported", m != NULL);
     add_str_or_null(o, "name", in->name);
-    cJSON_AddNumberToObject(o, "n_params", (double)m->n_params);
-    cJSON_AddNumberToObject(o, "n_layer", (double)hp->n_layer);
-    cJSON_AddNumberToObject(o, "n_embd", (double)hp->n_embd);
-    cJSON_AddNumberToObject(o, "n_head", (double)hp->n_head);
-    cJSON_AddNumberToObject(o, "n_head_kv", (double)hp->n_head_kv);
-    cJSON_AddNumberToObject(o, "head_dim", (double)hp->head_dim);
-    cJSON_AddNumberToObject(o, "n_ff", (double)hp->n_ff);
-    cJSON_AddNumberToObject(o, "n_vocab", (double)hp->n_vocab);
-    cJSON_AddNumberToObject(o, "n_ctx_train", (double)hp->n_ctx_train);
-    cJSON_AddNumberToObject(o, "n_rot", (double)hp->n_rot);
-    cJSON_AddNumberToObject(o, "rope_base", hp->rope_base);
-    cJSON_AddStringToObject(o, "rope_style", rope_style_name(hp->rope_style));
-    cJSON_AddNumberToObject(o, "norm_eps", hp->norm_eps);
-    cJSON_AddBoolToObject(o, "tied_embeddings", hp->tied_embeddings);
-    cJSON_AddBoolToObject(o, "has_qkv_bias", hp->has_qkv_bias);
+    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
+    if (m) {
+        const struct model_hparams *hp = &m->hp;
+        cJSON_AddNumberToObject(o, "n_layer", (double)hp->n_layer);
+        cJSON_AddNumberToObject(o, "n_embd", (double)hp->n_embd);
+        cJSON_AddNumberToObject(o, "n_head", (double)hp->n_head);
+        cJSON_AddNumberToObject(o, "n_head_kv", (double)hp->n_head_kv);
+        cJSON_AddNumberToObject(o, "head_dim", (double)hp->head_dim);
+        cJSON_AddNumberToObject(o, "n_ff", (double)hp->n_ff);
+        cJSON_AddNumberToObject(o, "n_vocab", (double)hp->n_vocab);
+        cJSON_AddNumberToObject(o, "n_ctx_train", (double)hp->n_ctx_train);
+        cJSON_AddNumberToObject(o, "n_rot", (double)hp->n_rot);
+        cJSON_AddNumberToObject(o, "rope_base", hp->rope_base);
+        cJSON_AddStringToObject(o, "rope_style", rope_style_name(hp->rope_style));
+        cJSON_AddNumberToObject(o, "norm_eps", hp->norm_eps);
+        cJSON_AddBoolToObject(o, "tied_embeddings", hp->tied_embeddings);
+        cJSON_AddBoolToObject(o, "has_qkv_bias", hp->has_qkv_bias);
+        add_features_json(o, hp);
+    }
     cJSON *tok = cJSON_AddObjectToObject(o, "tokenizer");
     add_str_or_null(tok, "model", in->tok_model);
     add_str_or_null(tok, "pre", in->tok_pre);
@@ -232,7 +356,7 @@ static int print_json(const struct model *m, const struct info *in)
     add_id_or_null(tok, "eos_id", in->eos);
     add_id_or_null(tok, "n_tokens", in->n_tokens);
     cJSON_AddBoolToObject(tok, "chat_template", in->chat_template);
-    cJSON_AddNumberToObject(o, "n_tensors", (double)m->n_tensors);
+    cJSON_AddNumberToObject(o, "n_tensors", (double)in->n_tensors);
     cJSON *types = cJSON_AddObjectToObject(o, "tensor_types");
     for (uint32_t t = 0; t < N_TYPE_IDS; t++) {
         if (!in->type_count[t])
@@ -241,12 +365,15 @@ static int print_json(const struct model *m, const struct info *in)
         cJSON_AddNumberToObject(e, "count", (double)in->type_count[t]);
         cJSON_AddNumberToObject(e, "bytes", (double)in->type_bytes[t]);
     }
-    cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
-    cJSON_AddNumberToObject(kv, "f32", (double)model_kv_bytes_per_token(hp, 4));
-    cJSON_AddNumberToObject(kv, "f16", (double)model_kv_bytes_per_token(hp, 2));
-    cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
-    cJSON_AddNumberToObject(cw, "native", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
-    cJSON_AddNumberToObject(cw, "f16", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
+    if (m) {
+        cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
+        cJSON_AddNumberToObject(kv, "f32", (double)model_kv_bytes_per_token(&m->hp, 4));
+        cJSON_AddNumberToObject(kv, "f16", (double)model_kv_bytes_per_token(&m->hp, 2));
+        cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
+        cJSON_AddNumberToObject(cw, "native",
+                                (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
+        cJSON_AddNumberToObject(cw, "f16", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
+    }
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     if (!s)
@@ -275,9 +402,11 @@ int cmd_info(int argc, char **argv)
         case 'h':
             cli_print_help(stdout, usage,
                            "Loads and validates a model (GGUF file or Hugging Face folder) and\n"
-                           "describes it: architecture, shapes, tokenizer metadata, tensors by\n"
-                           "type, KV cache size, the weights' bytes on a CUDA device\n"
-                           "(--gpu-weights native and f16).",
+                           "describes it: architecture, shapes, features (RoPE scaling, sliding\n"
+                           "window, norms, activation), tokenizer metadata, tensors by type, KV\n"
+                           "cache size, the weights' bytes on a CUDA device (--gpu-weights native\n"
+                           "and f16). A GGUF file of an architecture ignite cannot run is\n"
+                           "described as far as its metadata, tokenizer and tensors go.",
                            info_options);
             return cli_flush_stdout();
         case 'V': cli_print_version(); return cli_flush_stdout();
@@ -290,16 +419,37 @@ int cmd_info(int argc, char **argv)
     st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
-    struct model *m;
-    if ((st = model_load(path, &m)))
-        return st;
     struct info in;
+    struct stat sb;
+    struct model *m = NULL;
+    if (!(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        struct gguf_file *g = NULL;
+        if ((st = gguf_open(path, &g, NULL)))
+            return st;
+        if (!model_arch_known(g)) { /* describe the file, do not refuse it */
+            gather_unknown(g, &in);
+            if (json) {
+                st = print_json(path, g, NULL, &in);
+            } else {
+                print_file_text(path, &in, false);
+                print_tokenizer_text(&in);
+            }
+            cli_stdout_ok(true);
+            gguf_close(g);
+            return st == IG_OK ? cli_flush_stdout() : st;
+        }
+        st = model_from_gguf(path, g, &m); /* takes g */
+    } else {
+        st = model_load(path, &m);
+    }
+    if (st)
+        return st;
     if ((st = gather(m, &in))) {
         model_free(m);
         return st;
     }
     if (json)
-        st = print_json(m, &in);
+        st = print_json(m->path, m->gguf, m, &in);
     else
         print_text(m, &in);
     cli_stdout_ok(true); /* before model_free, while errno is the write's */

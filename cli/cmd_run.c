@@ -330,7 +330,7 @@ static int render(const struct run_opts *o, const struct model *m, const struct 
 {
     if (o->g.chat && lc->kv)
         return run_render_next(m, v, lc->tokens[lc->h.n - 1], user, prompt);
-    return run_render_prompt(m, o->g.chat, o->g.system, user, prompt);
+    return run_render_prompt(m, o->g.chat, o->g.no_think, o->g.system, user, prompt);
 }
 
 /* ---- the run ------------------------------------------------------------------ */

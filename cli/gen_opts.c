@@ -61,6 +61,7 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
         return IG_OK;
     case GEN_OPT_CHAT: o->chat = true; return IG_OK;
     case GEN_OPT_SYSTEM: o->system = arg; return IG_OK;
+    case GEN_OPT_NO_THINK: o->no_think = true; return IG_OK;
     case GEN_OPT_DEVICE: o->device = arg; return IG_OK;
     case GEN_OPT_GPU_WEIGHTS: o->gpu_weights = arg; return IG_OK;
     case GEN_OPT_CACHE_TYPE:
@@ -101,6 +102,8 @@ int gen_cli_check(const struct gen_cli *o)
 {
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
+    if (o->no_think && !o->chat)
+        return ig_error(IG_E_USAGE, "--no-think needs --chat");
     if (o->no_special && o->chat)
         return ig_error(IG_E_USAGE, "--no-special does not go with --chat (the template's "
                                     "special tokens must be parsed)");

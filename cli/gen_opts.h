@@ -19,7 +19,8 @@ enum {
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
-    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_END
+    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK,
+    GEN_OPT_END
 };
 
 /* The shared rows of an option table (struct cli_option). */
@@ -46,6 +47,7 @@ enum {
     {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
     {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
+    {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
     {"gpu-weights", GEN_OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"}, \
     {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
@@ -74,6 +76,7 @@ struct gen_cli {
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     bool chat, quiet, no_special, ignore_eos;
     bool exact;            /* --exact: the CPU's f32-activation matmuls */
+    bool no_think;         /* --no-think: the template's thinking switch off (Qwen3) */
 };
 
 /* Sampling options given on the command line; the others may take the
@@ -93,7 +96,8 @@ void gen_cli_model_defaults(struct gen_cli *o, const struct model *m);
  * line), or 1 when `key` is not a shared option. */
 int gen_cli_set(struct gen_cli *o, int key, const char *arg);
 
-/* The checks between shared options after parsing (--system needs --chat).
+/* The checks between shared options after parsing (--system and
+ * --no-think need --chat).
  * Returns IG_OK or IG_E_USAGE. */
 int gen_cli_check(const struct gen_cli *o);
 

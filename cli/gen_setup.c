@@ -48,8 +48,8 @@ static int chat_template_of(const struct model *m, const char **t, size_t *len)
                                        : "tokenizer.chat_template");
 }
 
-int run_render_prompt(const struct model *m, bool chat, const char *system, const char *user,
-                      char **text)
+int run_render_prompt(const struct model *m, bool chat, bool no_think, const char *system,
+                      const char *user, char **text)
 {
     *text = NULL;
     if (!chat) {
@@ -59,7 +59,10 @@ int run_render_prompt(const struct model *m, bool chat, const char *system, cons
     const char *t;
     size_t len;
     int st = chat_template_of(m, &t, &len);
-    return st != IG_OK ? st : chat_render(chat_detect(t, len), t, len, system, user, text);
+    return st != IG_OK ? st
+                       : chat_render_opts(chat_detect(t, len), t, len, system, user,
+                                          &(struct chat_opts){.no_thinking = no_think},
+                                          text);
 }
 
 int run_render_next(const struct model *m, const struct tok_vocab *vocab, int32_t last,

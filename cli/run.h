@@ -51,10 +51,12 @@ int run_print_json(const struct run_report *r);
 int run_load_model(const char *path, struct model **m, struct tok_vocab **vocab);
 
 /* The text the tokenizer sees for `user` (len bytes): as given, or wrapped
- * by the model's chat template with `system` (may be NULL). *text is
- * malloc'd. Returns IG_OK, or IG_E_MODEL (no or an unknown template). */
-int run_render_prompt(const struct model *m, bool chat, const char *system, const char *user,
-                      char **text);
+ * by the model's chat template with `system` (may be NULL) and, with
+ * no_think, its thinking switch off (Qwen3). *text is malloc'd. Returns
+ * IG_OK, IG_E_MODEL (no or an unknown template) or IG_E_USAGE (no_think on a
+ * template without the switch). */
+int run_render_prompt(const struct model *m, bool chat, bool no_think, const char *system,
+                      const char *user, char **text);
 
 /* Encoding flags for a prompt of these options. */
 unsigned run_encode_flags(const struct gen_cli *o);

@@ -53,6 +53,53 @@ static void hash_weight(struct ig_sha256 *s, const struct model_weight *w)
     ig_sha256_update(s, p + bytes - n, n);
 }
 
+static void hash_f64(struct ig_sha256 *s, double v)
+{
+    int64_t bits;
+    memcpy(&bits, &v, 8);
+    hash_i64(s, bits);
+}
+
+/* What the architectures after Llama 2 and Qwen2 added (Q/K norms,
+ * post-norms, windows, RoPE variants and scalings), hashed only where a
+ * model has any of it, so a plain Llama or Qwen2 model keeps the id it had. */
+static void kv_model_id_ext(struct ig_sha256 *s, const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct model_rope *g = &hp->rope[MODEL_ROPE_GLOBAL];
+    if (hp->arch_id == MODEL_ARCH_LLAMA || hp->arch_id == MODEL_ARCH_QWEN2)
+        if (g->scaling == ROPE_SCALING_NONE && !g->freq_factors && g->attn_factor == 1.0)
+            return;
+    ig_sha256_update(s, "ext", 3);
+    int64_t ints[] = {hp->arch_id, hp->has_qk_norm, hp->has_post_norms, hp->ffn_act,
+                      hp->n_swa, hp->n_swa_layers};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        hash_i64(s, ints[i]);
+    double fs[] = {hp->embd_scale, hp->attn_scale, hp->attn_softcap, hp->final_softcap};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        hash_f64(s, fs[i]);
+    for (int r = 0; r < 2; r++) {
+        const struct model_rope *rp = &hp->rope[r];
+        hash_i64(s, rp->scaling);
+        hash_i64(s, rp->orig_ctx);
+        double rf[] = {rp->base, rp->factor, rp->attn_factor, rp->yarn_ext_factor,
+                       rp->yarn_beta_fast, rp->yarn_beta_slow};
+        for (size_t i = 0; i < sizeof rf / sizeof rf[0]; i++)
+            hash_f64(s, rf[i]);
+        if (rp->freq_factors)
+            ig_sha256_update(s, rp->freq_factors, (size_t)(hp->n_rot / 2) * sizeof(float));
+    }
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        hash_i64(s, L->window);
+        hash_i64(s, L->rope);
+        const struct model_weight *ws[] = {&L->q_norm, &L->k_norm, &L->attn_post_norm,
+                                           &L->ffn_post_norm};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            hash_weight(s, ws[i]);
+    }
+}
+
 void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES])
 {
     const struct model_hparams *hp = &m->hp;
@@ -81,6 +128,7 @@ void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES])
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             hash_weight(&s, ws[i]);
     }
+    kv_model_id_ext(&s, m);
     ig_sha256_final(&s, id);
 }
 

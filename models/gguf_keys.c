@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum kind { K_UINT, K_FLOAT, K_STR, K_BOOL, K_ARR_STR, K_ARR_F32, K_ARR_INT };
+enum kind { K_UINT, K_FLOAT, K_STR, K_BOOL, K_ARR_STR, K_ARR_F32, K_ARR_INT, K_UINT_OR_ARR };
 
 struct known_key {
     const char *name; /* full key, or the part after "<arch>." */
@@ -49,16 +49,29 @@ static const struct known_key arch_keys[] = {
     {"context_length", K_UINT},
     {"embedding_length", K_UINT},
     {"block_count", K_UINT},
-    {"feed_forward_length", K_UINT},
+    /* llama.cpp allows one value per layer for these three */
+    {"feed_forward_length", K_UINT_OR_ARR},
     {"vocab_size", K_UINT},
-    {"attention.head_count", K_UINT},
-    {"attention.head_count_kv", K_UINT},
+    {"attention.head_count", K_UINT_OR_ARR},
+    {"attention.head_count_kv", K_UINT_OR_ARR},
     {"attention.key_length", K_UINT},
     {"attention.value_length", K_UINT},
     {"attention.layer_norm_rms_epsilon", K_FLOAT},
     {"rope.dimension_count", K_UINT},
     {"rope.freq_base", K_FLOAT},
+    {"rope.freq_base_swa", K_FLOAT},
+    {"rope.scale_linear", K_FLOAT},
+    {"rope.scaling.type", K_STR},
     {"rope.scaling.factor", K_FLOAT},
+    {"rope.scaling.attn_factor", K_FLOAT},
+    {"rope.scaling.original_context_length", K_UINT},
+    {"rope.scaling.yarn_ext_factor", K_FLOAT},
+    {"rope.scaling.yarn_beta_fast", K_FLOAT},
+    {"rope.scaling.yarn_beta_slow", K_FLOAT},
+    {"rope.scaling.yarn_log_multiplier", K_FLOAT},
+    {"attention.sliding_window", K_UINT},
+    {"attn_logit_softcapping", K_FLOAT},
+    {"final_logit_softcapping", K_FLOAT},
 };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -72,6 +85,7 @@ static const char *kind_name(enum kind k)
     case K_BOOL: return "bool";
     case K_ARR_STR: return "array of string";
     case K_ARR_F32: return "array of float32";
+    case K_UINT_OR_ARR: return "a non-negative integer or an array of them";
     default: return "array of integers";
     }
 }
@@ -86,6 +100,7 @@ static bool matches(const struct gguf_kv *kv, enum kind k)
     case K_BOOL: return kv->type == GGUF_TYPE_BOOL;
     case K_ARR_STR: return arr && kv->arr_type == GGUF_TYPE_STRING;
     case K_ARR_F32: return arr && kv->arr_type == GGUF_TYPE_FLOAT32;
+    case K_UINT_OR_ARR: return arr ? gguf_type_is_int(kv->arr_type) : matches(kv, K_UINT);
     default: return arr && gguf_type_is_int(kv->arr_type);
     }
 }

@@ -242,6 +242,8 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
     }
     hp->rope_style = ROPE_HALF_SPLIT;
     hp->has_qkv_bias = a->qkv_bias;
+    hp->arch_id = a->qkv_bias ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
+    model_hparams_set_defaults(hp); /* plain RoPE, the Llama block's scales */
     out->arch = a;
     return IG_OK;
 }

@@ -1,15 +1,19 @@
-/* models/model.c: a parsed GGUF -> struct model for Llama-family archs
- * (a directory goes to hf_model.c instead), and the accessors that answer
- * for either format.
+/* models/model.c: a parsed GGUF -> struct model for the architectures of
+ * models/arch.c (a directory goes to hf_model.c instead), and the accessors
+ * that answer for either format.
  *
- * Reads <arch>.* hyper-parameters with the spec's defaults, checks them for
- * sense, then finds every tensor by its llama.cpp name and checks its shape
- * and type. It leaves the bytes where they are (mmapped). The GGUF parser
- * (gguf.c) has already checked that every tensor lies inside the file and
- * that the known keys have the right types.
- * Covered by tests/models/test_info.py and test_gguf_malformed.py. */
+ * Reads <arch>.* hyper-parameters (the file's, else the architecture's
+ * defaults), checks them for sense, finds every tensor by its llama.cpp name
+ * and checks its shape and type, then works out the RoPE variants
+ * (rope.scaling.*, rope_freqs) and which layers are local (sliding window).
+ * It leaves the bytes where they are (mmapped). The GGUF parser (gguf.c)
+ * has already checked that every tensor lies inside the file and that the
+ * known keys have the right types.
+ * Covered by tests/models/test_info.py, test_gguf_malformed.py and
+ * test_arch_load.py. */
 #include "models/model.h"
 
+#include "models/arch.h"
 #include "models/gguf_impl.h"
 #include "models/hf.h"
 
@@ -29,32 +33,37 @@
 /* Weights are read in place; every tensor must start on this boundary. */
 #define MODEL_DATA_ALIGN 4
 
-struct arch_info {
-    const char *name;
-    enum rope_style rope;
-    bool qkv_bias; /* Q, K, V biases are required */
-};
-
-static const struct arch_info archs[] = {
-    {"llama", ROPE_ADJACENT, false},
-    {"qwen2", ROPE_HALF_SPLIT, true},
-};
-
 /* Everything a loader step needs to name the file in a message. */
 struct loader {
     const char *path;
     const struct gguf_file *g;
     struct model_hparams *hp;
+    const struct model_arch_info *ai;
 };
 
 /* <arch>.<suffix> as an integer in [1, MODEL_MAX_DIM]; `def` < 0 means
- * required. */
+ * required. An array (llama.cpp's per-layer form of head counts and FFN
+ * widths) is read when every layer has the same value. */
 static int hp_int(const struct loader *L, const char *suffix, int64_t def, int64_t *out)
 {
     char key[96];
     uint64_t v;
     snprintf(key, sizeof key, "%s.%s", L->hp->arch, suffix);
-    if (!gguf_get_u64(L->g, key, &v)) {
+    const struct gguf_kv *kv = gguf_find_kv(L->g, key);
+    if (kv && kv->type == GGUF_TYPE_ARRAY) {
+        /* gguf_keys.c let only arrays of integers through */
+        if (kv->arr_n == 0)
+            return ig_error(IG_E_MODEL, "'%s': metadata key '%s' is an empty array", L->path, key);
+        int64_t first = gguf_arr_int(kv, 0);
+        for (uint64_t i = 1; i < kv->arr_n; i++)
+            if (gguf_arr_int(kv, i) != first)
+                return ig_error(IG_E_MODEL,
+                                "'%s': %s differs between layers (%lld, then %lld at layer %llu); "
+                                "per-layer shapes are not supported", L->path, key,
+                                (long long)first, (long long)gguf_arr_int(kv, i),
+                                (unsigned long long)i);
+        v = first < 0 ? UINT64_MAX : (uint64_t)first;
+    } else if (!gguf_get_u64(L->g, key, &v)) {
         if (def < 0)
             return ig_error(IG_E_MODEL, "'%s': metadata key '%s' is missing", L->path, key);
         *out = def;
@@ -80,27 +89,40 @@ static int hp_float(const struct loader *L, const char *suffix, double def, doub
     return IG_OK;
 }
 
-static int read_arch(const struct loader *L, const struct arch_info **ai)
+/* <arch>.<suffix> as a finite float >= 0 (0 meaning "off"), 0 when absent. */
+static int hp_float0(const struct loader *L, const char *suffix, double *out)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", L->hp->arch, suffix);
+    if (!gguf_get_f64(L->g, key, out))
+        *out = 0;
+    if (!isfinite(*out) || *out < 0)
+        return ig_error(IG_E_MODEL, "'%s': %s is %g, expected 0 or a positive number", L->path,
+                        key, *out);
+    return IG_OK;
+}
+
+static int read_arch(struct loader *L)
 {
     struct gguf_str a;
     if (!gguf_get_str(L->g, "general.architecture", &a))
         return ig_error(IG_E_MODEL, "'%s': metadata key 'general.architecture' is missing",
                         L->path);
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (gguf_str_eq(a, archs[i].name)) {
-            *ai = &archs[i];
-            snprintf(L->hp->arch, sizeof L->hp->arch, "%s", archs[i].name);
-            return IG_OK;
-        }
+    L->ai = model_arch_find(a);
+    if (L->ai) {
+        snprintf(L->hp->arch, sizeof L->hp->arch, "%s", L->ai->name);
+        L->hp->arch_id = L->ai->id;
+        return IG_OK;
+    }
     char buf[48];
-    return ig_error(IG_E_MODEL,
-                    "'%s': architecture '%s' is not supported (supported: llama, qwen2)",
-                    L->path, gguf_printable(buf, sizeof buf, a));
+    return ig_error(IG_E_MODEL, "'%s': architecture '%s' is not supported (supported: %s)",
+                    L->path, gguf_printable(buf, sizeof buf, a), model_arch_list());
 }
 
-static int read_hparams(const struct loader *L, const struct arch_info *ai)
+static int read_hparams(const struct loader *L)
 {
     struct model_hparams *hp = L->hp;
+    const struct model_arch_info *ai = L->ai;
     int st;
     if ((st = hp_int(L, "block_count", -1, &hp->n_layer)) ||
         (st = hp_int(L, "embedding_length", -1, &hp->n_embd)) ||
@@ -131,9 +153,20 @@ static int read_hparams(const struct loader *L, const struct arch_info *ai)
                         "head_dim %lld", L->path, hp->arch, (long long)hp->n_rot,
                         (long long)hp->head_dim);
     if ((st = hp_float(L, "rope.freq_base", 10000.0, &hp->rope_base)) ||
-        (st = hp_float(L, "attention.layer_norm_rms_epsilon", 1e-5, &hp->norm_eps)))
+        (st = hp_float(L, "attention.layer_norm_rms_epsilon", ai->norm_eps, &hp->norm_eps)) ||
+        (st = hp_float0(L, "attn_logit_softcapping", &hp->attn_softcap)) ||
+        (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
-    hp->rope_style = ai->rope;
+    hp->rope_style = ai->rope_style;
+    hp->has_qk_norm = ai->qk_norm;
+    hp->has_post_norms = ai->post_norms;
+    hp->ffn_act = ai->act;
+    hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
+    /* Gemma 3 27B: query_pre_attn_scalar = hidden_size / num_attention_heads */
+    double qpas = ai->qpas_embd_layers && hp->n_layer == ai->qpas_embd_layers
+                      ? (double)(hp->n_embd / hp->n_head)
+                      : (double)hp->head_dim;
+    hp->attn_scale = 1.0 / sqrt(qpas);
     /* Each layer needs 9 tensors: reject absurd counts before allocating. */
     if (hp->n_layer > L->g->n_tensors / 9)
         return ig_error(IG_E_MODEL, "'%s': %s.block_count %lld but the file has only %lld tensors",
@@ -187,9 +220,10 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
     return IG_OK;
 }
 
-static int load_layer(const struct loader *L, int64_t i, struct model_layer *ly, bool bias)
+static int load_layer(const struct loader *L, int64_t i, struct model_layer *ly)
 {
     const struct model_hparams *hp = L->hp;
+    const struct model_arch_info *ai = L->ai;
     int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     char n[9][64];
     static const char *const parts[9] = {
@@ -210,18 +244,193 @@ static int load_layer(const struct loader *L, int64_t i, struct model_layer *ly,
         (st = get_weight(L, n[7], hp->n_ff, hp->n_embd, false, false, &ly->w_up)) ||
         (st = get_weight(L, n[8], hp->n_embd, hp->n_ff, false, false, &ly->w_down)))
         return st;
-    char b[3][64];
-    static const char *const biases[3] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
-    for (int k = 0; k < 3; k++)
-        snprintf(b[k], sizeof b[k], "blk.%lld.%s", (long long)i, biases[k]);
+    /* What the architecture adds: required when its row says so, else
+     * ignored (a file may carry tensors ignite's forward does not read). */
+    char b[7][64];
+    static const char *const extra[7] = {"attn_q.bias", "attn_k.bias", "attn_v.bias",
+                                         "attn_q_norm.weight", "attn_k_norm.weight",
+                                         "post_attention_norm.weight", "post_ffw_norm.weight"};
+    for (int k = 0; k < 7; k++)
+        snprintf(b[k], sizeof b[k], "blk.%lld.%s", (long long)i, extra[k]);
+    bool bias = ai->qkv_bias;
     if ((st = get_weight(L, b[0], 1, q_dim, true, !bias, &ly->bq)) ||
         (st = get_weight(L, b[1], 1, kv_dim, true, !bias, &ly->bk)) ||
         (st = get_weight(L, b[2], 1, kv_dim, true, !bias, &ly->bv)))
         return st;
+    if (ai->qk_norm &&
+        ((st = get_weight(L, b[3], 1, hp->head_dim, true, false, &ly->q_norm)) ||
+         (st = get_weight(L, b[4], 1, hp->head_dim, true, false, &ly->k_norm))))
+        return st;
+    if (ai->post_norms &&
+        ((st = get_weight(L, b[5], 1, hp->n_embd, true, false, &ly->attn_post_norm)) ||
+         (st = get_weight(L, b[6], 1, hp->n_embd, true, false, &ly->ffn_post_norm))))
+        return st;
     return IG_OK;
 }
 
-static int load_weights(const struct loader *L, struct model *m, bool bias)
+static int scaling_from_name(const struct loader *L, struct gguf_str s, enum rope_scaling *out)
+{
+    static const struct {
+        const char *name;
+        enum rope_scaling v;
+    } names[] = {{"none", ROPE_SCALING_NONE}, {"linear", ROPE_SCALING_LINEAR},
+                 {"yarn", ROPE_SCALING_YARN}, {"longrope", ROPE_SCALING_LONGROPE}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (gguf_str_eq(s, names[i].name)) {
+            *out = names[i].v;
+            return IG_OK;
+        }
+    char buf[48];
+    return ig_error(IG_E_MODEL, "'%s': %s.rope.scaling.type '%s' is not supported (supported: "
+                    "none, linear, yarn, longrope)", L->path, L->hp->arch,
+                    gguf_printable(buf, sizeof buf, s));
+}
+
+/* An optional [n_rot / 2] F32 tensor of per-pair frequency factors: NULL
+ * when absent; every factor must be a positive finite number. */
+static int read_factors(const struct loader *L, const char *name, const float **out)
+{
+    struct model_weight w;
+    int st = get_weight(L, name, 1, L->hp->n_rot / 2, true, true, &w);
+    *out = w.data;
+    if (st || !w.data)
+        return st;
+    for (int64_t i = 0; i < L->hp->n_rot / 2; i++) {
+        float f;
+        memcpy(&f, (const char *)w.data + 4 * i, 4);
+        if (!(isfinite(f) && f > 0))
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' holds %g at %lld, expected positive "
+                            "frequency factors", L->path, name, (double)f, (long long)i);
+    }
+    return IG_OK;
+}
+
+/* The RoPE of global layers (and the one of every layer when there are no
+ * local ones) from rope.freq_base, rope.scaling.* and the factor tensors,
+ * with llama.cpp's defaults: the type is "linear" when only a factor is
+ * given, YaRN's ramp runs from beta_fast 32 to beta_slow 1 over the
+ * dimensions that turn fewer times than that over original_context_length
+ * (default context_length). Refused: yarn_log_multiplier (DeepSeek's
+ * mscale_all_dim, another attention factor) and longrope. */
+static int read_rope(const struct loader *L)
+{
+    struct model_hparams *hp = L->hp;
+    struct model_rope *r = &hp->rope[MODEL_ROPE_GLOBAL];
+    *r = (struct model_rope){.base = hp->rope_base, .scaling = ROPE_SCALING_NONE, .factor = 1.0,
+                             .orig_ctx = hp->n_ctx_train, .attn_factor = 1.0,
+                             .yarn_ext_factor = 1.0, .yarn_beta_fast = 32.0,
+                             .yarn_beta_slow = 1.0};
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    struct gguf_str type;
+    bool has_type = gguf_get_str(L->g, key, &type);
+    double factor = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", hp->arch);
+    bool has_factor = gguf_get_f64(L->g, key, &factor);
+    if (!has_factor) {
+        snprintf(key, sizeof key, "%s.rope.scale_linear", hp->arch);
+        has_factor = gguf_get_f64(L->g, key, &factor);
+    }
+    int st;
+    if (has_type && (st = scaling_from_name(L, type, &r->scaling)))
+        return st;
+    if (!has_type && has_factor && factor != 0)
+        r->scaling = ROPE_SCALING_LINEAR;
+    if (has_factor && factor != 0 && r->scaling != ROPE_SCALING_NONE) {
+        if (!isfinite(factor) || factor < 0)
+            return ig_error(IG_E_MODEL, "'%s': %s is %g, expected a positive number", L->path,
+                            key, factor);
+        r->factor = factor;
+    }
+    if ((st = hp_float(L, "rope.scaling.attn_factor", 1.0, &r->attn_factor)) ||
+        (st = hp_float(L, "rope.scaling.yarn_beta_fast", 32.0, &r->yarn_beta_fast)) ||
+        (st = hp_float(L, "rope.scaling.yarn_beta_slow", 1.0, &r->yarn_beta_slow)) ||
+        (st = hp_int(L, "rope.scaling.original_context_length", hp->n_ctx_train, &r->orig_ctx)))
+        return st;
+    double ext = 1.0, log_mul = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_ext_factor", hp->arch);
+    if (gguf_get_f64(L->g, key, &ext) && !(isfinite(ext) && ext >= 0))
+        return ig_error(IG_E_MODEL, "'%s': %s is %g, expected 0 or a positive number", L->path,
+                        key, ext);
+    r->yarn_ext_factor = ext;
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", hp->arch);
+    if (r->scaling == ROPE_SCALING_YARN && gguf_get_f64(L->g, key, &log_mul) && log_mul != 0)
+        return ig_error(IG_E_MODEL, "'%s': %s (YaRN with mscale_all_dim) is not supported",
+                        L->path, key);
+    /* LongRoPE picks one of two factor tensors by the run's context length
+     * (llama.cpp) or the sequence's length (transformers); no architecture
+     * ignite runs ships it. */
+    if (r->scaling == ROPE_SCALING_LONGROPE)
+        return ig_error(IG_E_MODEL, "'%s': %s.rope.scaling.type 'longrope' is not supported "
+                        "(supported: none, linear, yarn, and Llama 3's rope_freqs)", L->path,
+                        hp->arch);
+    if ((st = read_factors(L, "rope_freqs.weight", &r->freq_factors)))
+        return st;
+    /* Local layers: their own base, never scaled (llama.cpp's freq_scale_swa
+     * of 1 and no factors; transformers' rotary_emb_local). */
+    hp->rope[MODEL_ROPE_LOCAL] = (struct model_rope){
+        .base = L->ai->rope_base_local > 0 ? L->ai->rope_base_local : hp->rope_base,
+        .scaling = ROPE_SCALING_NONE, .factor = 1.0, .orig_ctx = hp->n_ctx_train,
+        .attn_factor = 1.0, .yarn_ext_factor = 1.0, .yarn_beta_fast = 32.0,
+        .yarn_beta_slow = 1.0};
+    return hp_float(L, "rope.freq_base_swa", hp->rope[MODEL_ROPE_LOCAL].base,
+                    &hp->rope[MODEL_ROPE_LOCAL].base);
+}
+
+/* Which layers are local (sliding-window): from attention.sliding_window
+ * and attention.sliding_window_pattern (an integer n: every n-th layer
+ * global, llama.cpp's rule; or one bool per layer, true = local), else the
+ * architecture's pattern. Without a window every layer is global. */
+static int read_layer_kinds(const struct loader *L, struct model *m)
+{
+    struct model_hparams *hp = L->hp;
+    char key[96];
+    uint64_t window = 0;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", hp->arch);
+    bool has_window = gguf_get_u64(L->g, key, &window);
+    if (has_window && window > (uint64_t)MODEL_MAX_DIM)
+        return ig_error(IG_E_MODEL, "'%s': %s is %llu, expected 0 to %lld", L->path, key,
+                        (unsigned long long)window, (long long)MODEL_MAX_DIM);
+    /* An architecture without local layers ignores a window key, as
+     * llama.cpp does (Mistral's converted files may carry one). */
+    if (!L->ai->swa_pattern)
+        window = 0;
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
+    const struct gguf_kv *pat = gguf_find_kv(L->g, key);
+    int64_t every = L->ai->swa_pattern;
+    if (window && pat && pat->type == GGUF_TYPE_ARRAY) {
+        if (pat->arr_n != (uint64_t)hp->n_layer ||
+            (pat->arr_type != GGUF_TYPE_BOOL && !gguf_type_is_int(pat->arr_type)))
+            return ig_error(IG_E_MODEL, "'%s': %s should be %lld bools (one per layer), found "
+                            "%llu of type %s", L->path, key, (long long)hp->n_layer,
+                            (unsigned long long)pat->arr_n, gguf_type_name(pat->arr_type));
+    } else if (window && pat) {
+        uint64_t v;
+        if (!gguf_get_u64(L->g, key, &v) || v > (uint64_t)MODEL_MAX_DIM)
+            return ig_error(IG_E_MODEL, "'%s': %s should be a layer count or an array of bools",
+                            L->path, key);
+        every = (int64_t)v;
+        pat = NULL;
+    }
+    hp->n_swa = (int64_t)window;
+    hp->n_swa_layers = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        bool local;
+        if (!window)
+            local = false;
+        else if (pat)
+            local = pat->arr_type == GGUF_TYPE_BOOL ? pat->arr_data[il] != 0
+                                                    : gguf_arr_int(pat, (uint64_t)il) != 0;
+        else
+            local = every == 0 || il % every < every - 1;
+        m->layers[il].window = local ? (int64_t)window : 0;
+        m->layers[il].rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+        hp->n_swa_layers += local;
+    }
+    return IG_OK;
+}
+
+static int load_weights(const struct loader *L, struct model *m)
 {
     struct model_hparams *hp = &m->hp;
     const struct gguf_tensor *emb = gguf_find_tensor(L->g, "token_embd.weight");
@@ -239,7 +448,7 @@ static int load_weights(const struct loader *L, struct model *m, bool bias)
     if (hp->tied_embeddings)
         m->output = m->tok_embd;
     for (int64_t i = 0; i < hp->n_layer; i++)
-        if ((st = load_layer(L, i, &m->layers[i], bias)))
+        if ((st = load_layer(L, i, &m->layers[i])))
             return st;
     hp->has_qkv_bias = m->layers[0].bq.data != NULL;
     for (int64_t i = 0; i < hp->n_layer; i++) {
@@ -249,39 +458,29 @@ static int load_weights(const struct loader *L, struct model *m, bool bias)
             return ig_error(IG_E_MODEL, "'%s': layer %lld has only some of the Q/K/V biases "
                             "(all layers need all three or none)", L->path, (long long)i);
     }
-    if (gguf_find_tensor(L->g, "rope_freqs.weight"))
-        ig_warn("'%s': tensor 'rope_freqs.weight' (Llama 3 RoPE scaling) is not supported and "
-                "is ignored; outputs will differ from llama.cpp", L->path);
     return IG_OK;
 }
 
-int model_load(const char *path, struct model **out)
+int model_from_gguf(const char *path, struct gguf_file *g, struct model **out)
 {
     *out = NULL;
     struct model *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        gguf_close(g);
         return ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
-    snprintf(m->path, sizeof m->path, "%s", path);
-    struct stat sb;
-    int st;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        if ((st = hf_load(path, m)))
-            goto fail;
-        *out = m;
-        return IG_OK;
     }
-    if ((st = gguf_open(path, &m->gguf, NULL)))
-        goto fail;
-    struct loader L = {path, m->gguf, &m->hp};
-    const struct arch_info *ai = NULL;
-    if ((st = read_arch(&L, &ai)) || (st = read_hparams(&L, ai)))
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->gguf = g;
+    struct loader L = {path, m->gguf, &m->hp, NULL};
+    int st;
+    if ((st = read_arch(&L)) || (st = read_hparams(&L)))
         goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) {
         st = ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
         goto fail;
     }
-    if ((st = load_weights(&L, m, ai->qkv_bias)))
+    if ((st = load_weights(&L, m)) || (st = read_rope(&L)) || (st = read_layer_kinds(&L, m)))
         goto fail;
     for (int64_t i = 0; i < m->gguf->n_tensors; i++)
         m->n_params += m->gguf->tensors[i].n_elems;
@@ -292,6 +491,53 @@ int model_load(const char *path, struct model **out)
 fail:
     model_free(m);
     return st;
+}
+
+int model_load(const char *path, struct model **out)
+{
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        struct model *m = calloc(1, sizeof *m);
+        if (!m)
+            return ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
+        snprintf(m->path, sizeof m->path, "%s", path);
+        int st = hf_load(path, m);
+        if (st) {
+            model_free(m);
+            return st;
+        }
+        *out = m;
+        return IG_OK;
+    }
+    struct gguf_file *g = NULL;
+    int st = gguf_open(path, &g, NULL);
+    if (st)
+        return st;
+    return model_from_gguf(path, g, out);
+}
+
+void model_hparams_set_defaults(struct model_hparams *hp)
+{
+    for (int r = 0; r < 2; r++)
+        hp->rope[r] = (struct model_rope){.base = hp->rope_base, .scaling = ROPE_SCALING_NONE,
+                                          .factor = 1.0, .orig_ctx = hp->n_ctx_train,
+                                          .attn_factor = 1.0, .yarn_ext_factor = 1.0,
+                                          .yarn_beta_fast = 32.0, .yarn_beta_slow = 1.0};
+    hp->embd_scale = 1.0;
+    hp->attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    hp->ffn_act = MODEL_ACT_SILU;
+}
+
+bool model_arch_known(const struct gguf_file *g)
+{
+    struct gguf_str a;
+    return gguf_get_str(g, "general.architecture", &a) && model_arch_find(a) != NULL;
+}
+
+const char *model_arch_names(void)
+{
+    return model_arch_list();
 }
 
 void model_free(struct model *m)

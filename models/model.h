@@ -1,14 +1,18 @@
-/* models/model.h: a Llama-family model as the forward pass sees it.
+/* models/model.h: a decoder-only transformer as the forward pass sees it
+ * (the architectures of models/arch.c: llama, qwen2, qwen3, gemma3).
  *
  * model_load opens a GGUF file, reads the architecture's hyper-parameters
- * (with the spec's defaults), finds every tensor by its llama.cpp name and
- * checks each shape against the hyper-parameters. Given a directory it
- * loads a Hugging Face folder instead (models/hf.h): config.json and the
- * safetensors files, into the same struct. Weights stay in their stored
- * format and point into the mapped files; the forward reads them through
- * struct model_weight. What the CLI needs beyond the weights (chat
- * template, sampling defaults, tensor counts) comes from the accessors at
- * the end, whichever format the model came from. Covered by tests/models/.
+ * (from the file, else from the architecture's definition), finds every
+ * tensor by its llama.cpp name and checks each shape against the
+ * hyper-parameters. Given a directory it loads a Hugging Face folder instead
+ * (models/hf.h): config.json and the safetensors files, into the same
+ * struct. Weights stay in their stored format and point into the mapped
+ * files; the forward reads them through struct model_weight. What differs
+ * between layers (a sliding window, a RoPE variant) is in struct
+ * model_layer, so the block reads one layer's facts in one place. What the
+ * CLI needs beyond the weights (chat template, sampling defaults, tensor
+ * counts) comes from the accessors at the end, whichever format the model
+ * came from. Covered by tests/models/.
  *
  * Shape vocabulary used in comments across ignite:
  *   n_embd (model width), n_head, n_head_kv, head_dim, n_ff (FFN width),
@@ -28,11 +32,52 @@
 /* How RoPE pairs the dimensions of a head. */
 enum rope_style {
     ROPE_ADJACENT,  /* pairs (2i, 2i+1): GGUF "llama" (weights are permuted by the converter) */
-    ROPE_HALF_SPLIT /* pairs (i, i + n_rot/2): "qwen2", NeoX style */
+    ROPE_HALF_SPLIT /* pairs (i, i + n_rot/2): "qwen2", "qwen3", "gemma3", NeoX style */
+};
+
+/* <arch>.rope.scaling.type, as llama.cpp names them. */
+enum rope_scaling {
+    ROPE_SCALING_NONE,     /* the positions as they are */
+    ROPE_SCALING_LINEAR,   /* positions divided by rope.scaling.factor */
+    ROPE_SCALING_YARN,     /* YaRN: interpolation blended per dimension, cos/sin scaled */
+    ROPE_SCALING_LONGROPE, /* Phi-3's per-dimension factors: named, refused by model_load */
+};
+
+/* The architectures ignite runs (models/arch.c holds what each one is). */
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3 };
+
+/* The FFN's gate activation: down(act(gate x) * up x). */
+enum model_act {
+    MODEL_ACT_SILU,      /* SwiGLU (llama, qwen) */
+    MODEL_ACT_GELU_TANH, /* GeGLU with GELU's tanh approximation (gemma3) */
+};
+
+/* Which of hp.rope a layer uses. Local (sliding-window) layers of Gemma 3
+ * have their own base and no scaling. */
+#define MODEL_ROPE_GLOBAL 0
+#define MODEL_ROPE_LOCAL 1
+
+/* One RoPE variant: how the angle of pair i at position p is made. ops/rope.c
+ * turns it into per-pair inverse frequencies and a cos/sin scale, as
+ * llama.cpp's ggml_rope_ext computes them. */
+struct model_rope {
+    double base;               /* rope.freq_base (local: rope.freq_base_swa) */
+    enum rope_scaling scaling;
+    double factor;             /* rope.scaling.factor (>= 1 when scaling; 1 otherwise) */
+    int64_t orig_ctx;          /* rope.scaling.original_context_length (YaRN) */
+    double attn_factor;        /* rope.scaling.attn_factor: cos/sin multiplier, default 1 */
+    double yarn_ext_factor;    /* YaRN's extrapolation mix, default 1 */
+    double yarn_beta_fast;     /* YaRN's ramp ends, defaults 32 and 1 */
+    double yarn_beta_slow;
+    const float *freq_factors; /* [n_rot / 2] per-pair divisors of the frequency
+                                  (rope_freqs: Llama 3.1/3.2's scaling as the
+                                  converter writes it); NULL: all 1. Points into
+                                  the file */
 };
 
 struct model_hparams {
     char arch[32];        /* general.architecture, e.g. "llama" */
+    enum model_arch arch_id;
     int64_t n_layer;
     int64_t n_embd;
     int64_t n_head;
@@ -42,13 +87,24 @@ struct model_hparams {
     int64_t n_vocab;
     int64_t n_ctx_train;  /* <arch>.context_length */
     int64_t n_rot;        /* rope.dimension_count, <= head_dim */
-    double rope_base;     /* rope.freq_base, default 10000 */
-    double norm_eps;      /* attention.layer_norm_rms_epsilon, default 1e-5 */
+    double rope_base;     /* rope.freq_base, default 10000 (== rope[MODEL_ROPE_GLOBAL].base) */
+    double norm_eps;      /* attention.layer_norm_rms_epsilon, default 1e-5 (gemma3 1e-6) */
     enum rope_style rope_style;
     bool tied_embeddings; /* output.weight absent (tie_word_embeddings): logits use token_embd */
     bool has_qkv_bias;    /* qwen2-style biases on Q, K and V */
+    /* What the architectures after Llama 2 added (models/arch.c says which
+     * has what; the defaults are the Llama block). */
+    struct model_rope rope[2]; /* MODEL_ROPE_GLOBAL, MODEL_ROPE_LOCAL */
+    bool has_qk_norm;     /* RMSNorm of each Q and K head before RoPE (qwen3, gemma3) */
+    bool has_post_norms;  /* RMSNorm of the attention and FFN outputs before the residual add (gemma3) */
+    enum model_act ffn_act;
+    double embd_scale;    /* embeddings are multiplied by this: 1, or sqrt(n_embd) (gemma3) */
+    double attn_scale;    /* softmax scale: 1/sqrt(head_dim), or 1/sqrt(query_pre_attn_scalar) */
+    double attn_softcap;  /* attn_logit_softcapping: scores become c tanh(s / c); 0 = none */
+    double final_softcap; /* final_logit_softcapping, the same on the logits; 0 = none */
+    int64_t n_swa;        /* attention.sliding_window of the local layers; 0 = none */
+    int64_t n_swa_layers; /* how many layers are local (sliding-window) */
 };
-
 /* A 2-D (or 1-D: rows == 1) weight in its stored format. */
 struct model_weight {
     enum quant_type type;
@@ -69,6 +125,13 @@ struct model_layer {
     struct model_weight w_gate;    /* [n_ff, n_embd] */
     struct model_weight w_up;      /* [n_ff, n_embd] */
     struct model_weight w_down;    /* [n_embd, n_ff] */
+    struct model_weight q_norm;    /* [1, head_dim] f32, only when has_qk_norm */
+    struct model_weight k_norm;    /* [1, head_dim] f32, only when has_qk_norm */
+    struct model_weight attn_post_norm; /* [1, n_embd] f32, only when has_post_norms */
+    struct model_weight ffn_post_norm;  /* [1, n_embd] f32, only when has_post_norms */
+    int64_t window;                /* sliding window: a query at position p sees keys
+                                      p - window + 1 .. p; 0 = every key up to p */
+    int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
 };
 
 /* Sampling settings a model ships with (generation_config.json); each
@@ -103,6 +166,22 @@ struct model {
  * model_free), or IG_E_IO / IG_E_MODEL / IG_E_NOMEM after one line on
  * stderr naming the file and the problem. */
 int model_load(const char *path, struct model **out);
+
+/* model_load for a file already parsed: takes ownership of g (closed on
+ * failure too). `path` is for messages and m->path. */
+int model_from_gguf(const char *path, struct gguf_file *g, struct model **out);
+
+/* For a model built in memory (synthetic, tests): after the shape fields
+ * and rope_base are set, makes the rest the Llama block's: both RoPE
+ * variants unscaled at rope_base, embedding scale 1, softmax scale
+ * 1/sqrt(head_dim), SwiGLU, no norms beyond Llama's, no window. */
+void model_hparams_set_defaults(struct model_hparams *hp);
+
+/* True when the file's general.architecture is one model_load knows. */
+bool model_arch_known(const struct gguf_file *g);
+
+/* The architectures model_load knows, comma-separated, for messages. */
+const char *model_arch_names(void);
 
 /* Frees the model and unmaps its file. NULL is fine. */
 void model_free(struct model *m);

@@ -1,10 +1,13 @@
 /* models/synthetic.c: builds a struct model of random weights in memory for
- * a known shape (SmolLM2-135M, Llama-3.2-1B, Llama-3-8B, ...). All weight
+ * a known shape (SmolLM2-135M, Llama-3.1-8B with its RoPE scaling, Qwen3-8B,
+ * Gemma-3-1B/4B/12B with their local layers, ...). All weight
  * bytes live in one aligned allocation that hangs off m->layers, so
  * model_free releases them. Quantized blocks get random quants and scales
  * chosen so every weight lies within about +-1/sqrt(cols).
  * Covered by tests/cli/test_bench.py. */
 #include "models/synthetic.h"
+
+#include "models/arch.h"
 
 #include "core/half.h"
 #include "core/status.h"
@@ -17,26 +20,72 @@
 
 struct shape {
     const char *name;
+    enum model_arch arch;
     int64_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     double rope_base;
     bool tied;
+    int64_t window;      /* sliding window of the local layers (arch's pattern); 0: none */
+    double rope_linear;  /* linear RoPE factor of the global layers; 0: none */
+    double llama3_rope;  /* rope_scaling "llama3" factor (8 for 3.1, 32 for 3.2), written
+                            as the rope_freqs tensor the converter makes; 0: none */
 };
 
 static const struct shape shapes[] = {
-    {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0, true},
-    {"SmolLM2-360M", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0, true},
-    {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, true},
-    {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 500000.0, true},
-    {"Llama-3-8B", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0, false},
+    /* name, arch, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx,
+     * rope_base, tied, window, rope_linear, llama3_rope */
+    {"SmolLM2-135M", MODEL_ARCH_LLAMA, 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0, true,
+     0, 0, 0},
+    {"SmolLM2-360M", MODEL_ARCH_LLAMA, 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0, true,
+     0, 0, 0},
+    {"Llama-3.2-1B", MODEL_ARCH_LLAMA, 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0, true,
+     0, 0, 32},
+    {"Llama-3.2-3B", MODEL_ARCH_LLAMA, 28, 3072, 24, 8, 128, 8192, 128256, 131072, 500000.0, true,
+     0, 0, 32},
+    {"Llama-3-8B", MODEL_ARCH_LLAMA, 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0, false,
+     0, 0, 0},
+    {"Llama-3.1-8B", MODEL_ARCH_LLAMA, 32, 4096, 32, 8, 128, 14336, 128256, 131072, 500000.0, false,
+     0, 0, 8},
+    {"Qwen3-8B", MODEL_ARCH_QWEN3, 36, 4096, 32, 8, 128, 12288, 151936, 40960, 1000000.0, false,
+     0, 0, 0},
+    {"Gemma-3-270M", MODEL_ARCH_GEMMA3, 18, 640, 4, 1, 256, 2048, 262144, 32768, 1000000.0, true,
+     512, 0, 0},
+    {"Gemma-3-1B", MODEL_ARCH_GEMMA3, 26, 1152, 4, 1, 256, 6912, 262144, 32768, 1000000.0, true,
+     512, 0, 0},
+    {"Gemma-3-4B", MODEL_ARCH_GEMMA3, 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1000000.0, true,
+     1024, 8.0, 0},
+    {"Gemma-3-12B", MODEL_ARCH_GEMMA3, 48, 3840, 16, 8, 256, 15360, 262208, 131072, 1000000.0, true,
+     1024, 8.0, 0},
     /* Not a real model: two layers 256 wide (whole K-type super-blocks), GQA
      * 2, a separate output head, for tests that run every kernel emulated. */
-    {"Llama-tiny", 2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0, false},
+    {"Llama-tiny", MODEL_ARCH_LLAMA, 2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0, false, 0, 0, 0},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 const char *model_synthetic_names(void)
 {
-    return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B, Llama-tiny";
+    return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B, Llama-3.1-8B, "
+           "Qwen3-8B, Gemma-3-270M, Gemma-3-1B, Gemma-3-4B, Gemma-3-12B, Llama-tiny";
+}
+
+/* Llama 3.1/3.2's rope_scaling (factor, low_freq_factor 1, high_freq_factor
+ * 4, original_max_position_embeddings 8192) as llama.cpp's converter turns
+ * it into the rope_freqs tensor: a divisor per frequency, 1 for short
+ * wavelengths, `factor` for long ones, smoothly between. */
+static void llama3_rope_freqs(double base, double factor, int64_t n_rot, float *out)
+{
+    const double low = 1, high = 4, old_ctx = 8192;
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        double freq = pow(base, -2.0 * (double)i / (double)n_rot);
+        double wavelen = 2 * M_PI / freq;
+        if (wavelen < old_ctx / high) {
+            out[i] = 1.0f;
+        } else if (wavelen > old_ctx / low) {
+            out[i] = (float)factor;
+        } else {
+            double smooth = (old_ctx / wavelen - low) / (high - low);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
 }
 
 static bool type_ok(enum quant_type t)
@@ -177,7 +226,9 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     if (!m)
         return ig_error(IG_E_NOMEM, "out of memory building synthetic %s", sh->name);
     struct model_hparams *hp = &m->hp;
-    snprintf(hp->arch, sizeof hp->arch, "llama");
+    const struct model_arch_info *ai = model_arch_of(sh->arch);
+    snprintf(hp->arch, sizeof hp->arch, "%s", ai->name);
+    hp->arch_id = sh->arch;
     hp->n_layer = sh->n_layer;
     hp->n_embd = sh->n_embd;
     hp->n_head = sh->n_head;
@@ -188,11 +239,26 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     hp->n_ctx_train = sh->n_ctx;
     hp->n_rot = sh->head_dim;
     hp->rope_base = sh->rope_base;
-    hp->norm_eps = 1e-5;
-    hp->rope_style = ROPE_ADJACENT;
     hp->tied_embeddings = sh->tied;
+    model_hparams_set_defaults(hp);
+    hp->norm_eps = ai->norm_eps;
+    hp->rope_style = ai->rope_style;
+    hp->has_qk_norm = ai->qk_norm;
+    hp->has_post_norms = ai->post_norms;
+    hp->ffn_act = ai->act;
+    hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)sh->n_embd) : 1.0;
+    if (sh->rope_linear > 0) {
+        hp->rope[MODEL_ROPE_GLOBAL].scaling = ROPE_SCALING_LINEAR;
+        hp->rope[MODEL_ROPE_GLOBAL].factor = sh->rope_linear;
+    }
+    if (sh->window) {
+        hp->rope[MODEL_ROPE_LOCAL].base = ai->rope_base_local;
+        hp->n_swa = sh->window;
+    }
 
-    /* Shapes first, then one allocation for every weight. */
+    /* Shapes first, then one allocation for every weight. The norms an
+     * architecture adds are f32 like the others; absent ones stay zeroed. */
+    struct model_weight none = {0};
     struct model_layer proto = {
         .attn_norm = mat(QUANT_F32, 1, sh->n_embd),
         .wq = mat(type, q_dim, sh->n_embd),
@@ -203,9 +269,15 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
         .w_gate = mat(type, sh->n_ff, sh->n_embd),
         .w_up = mat(type, sh->n_ff, sh->n_embd),
         .w_down = mat(heavy, sh->n_embd, sh->n_ff),
+        .q_norm = ai->qk_norm ? mat(QUANT_F32, 1, sh->head_dim) : none,
+        .k_norm = ai->qk_norm ? mat(QUANT_F32, 1, sh->head_dim) : none,
+        .attn_post_norm = ai->post_norms ? mat(QUANT_F32, 1, sh->n_embd) : none,
+        .ffn_post_norm = ai->post_norms ? mat(QUANT_F32, 1, sh->n_embd) : none,
     };
-    struct model_weight *pw[] = {&proto.attn_norm, &proto.wq, &proto.wk, &proto.wv, &proto.wo,
-                                 &proto.ffn_norm, &proto.w_gate, &proto.w_up, &proto.w_down};
+#define LAYER_WEIGHTS(L) {&(L).attn_norm, &(L).wq, &(L).wk, &(L).wv, &(L).wo, &(L).ffn_norm, \
+                          &(L).w_gate, &(L).w_up, &(L).w_down, &(L).q_norm, &(L).k_norm,   \
+                          &(L).attn_post_norm, &(L).ffn_post_norm}
+    struct model_weight *pw[] = LAYER_WEIGHTS(proto);
     size_t layer_bytes = 0;
     int64_t layer_params = 0;
     for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
@@ -216,10 +288,12 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     m->output_norm = mat(QUANT_F32, 1, sh->n_embd);
     m->output = sh->tied ? m->tok_embd : mat(heavy, sh->n_vocab, sh->n_embd);
     size_t head = ((size_t)sh->n_layer * sizeof(struct model_layer) + 63) & ~(size_t)63;
-    size_t total = head + (size_t)sh->n_layer * layer_bytes + padded(&m->tok_embd) +
-                   padded(&m->output_norm) + (sh->tied ? 0 : padded(&m->output));
+    size_t freqs_bytes = ((size_t)sh->head_dim / 2 * sizeof(float) + 63) & ~(size_t)63;
+    size_t total = head + freqs_bytes + (size_t)sh->n_layer * layer_bytes +
+                   padded(&m->tok_embd) + padded(&m->output_norm) +
+                   (sh->tied ? 0 : padded(&m->output));
     if (!materialize)
-        total = head;
+        total = head + freqs_bytes;
     uint8_t *mem = aligned_alloc(64, total);
     if (!mem) {
         free(m);
@@ -227,33 +301,44 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
                         quant_type_name((uint32_t)type), (double)total / (1 << 30));
     }
     m->layers = (struct model_layer *)mem;
+    if (sh->llama3_rope > 0) {
+        float *ff = (float *)(mem + head);
+        llama3_rope_freqs(sh->rope_base, sh->llama3_rope, hp->n_rot, ff);
+        hp->rope[MODEL_ROPE_GLOBAL].freq_factors = ff;
+    }
+    /* Gemma's pattern: every swa_pattern-th layer global, the others local. */
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        bool local = sh->window && il % ai->swa_pattern < ai->swa_pattern - 1;
+        proto.window = local ? sh->window : 0;
+        proto.rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+        m->layers[il] = proto;
+        hp->n_swa_layers += local;
+    }
     m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
                   sh->n_embd;
     snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
              mixed ? "Q4_K_M" : quant_type_name((uint32_t)type));
     if (!materialize) {
-        for (int64_t il = 0; il < sh->n_layer; il++)
-            m->layers[il] = proto;
         m->virtual_weights = true;
         *out = m;
         return IG_OK;
     }
-    uint8_t *p = mem + head;
+    uint8_t *p = mem + head + freqs_bytes;
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
     for (int64_t il = 0; il < sh->n_layer; il++) {
         struct model_layer *L = &m->layers[il];
-        *L = proto;
-        struct model_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                     &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        struct model_weight *lw[] = LAYER_WEIGHTS(*L);
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            if (!lw[i]->rows)
+                continue;
             fill(lw[i], p, &seed);
             p += padded(lw[i]);
-        }
-        for (int64_t c = 0; c < sh->n_embd; c++) { /* norms near 1 */
-            ((float *)L->attn_norm.data)[c] = 1.0f + 0.1f * rnd_f(&seed);
-            ((float *)L->ffn_norm.data)[c] = 1.0f + 0.1f * rnd_f(&seed);
+            if (lw[i]->type == QUANT_F32 && lw[i]->rows == 1) /* norms near 1 */
+                for (int64_t c = 0; c < lw[i]->cols; c++)
+                    ((float *)lw[i]->data)[c] = 1.0f + 0.1f * rnd_f(&seed);
         }
     }
+#undef LAYER_WEIGHTS
     fill(&m->tok_embd, p, &seed);
     p += padded(&m->tok_embd);
     fill(&m->output_norm, p, &seed);
@@ -325,7 +410,8 @@ size_t model_weight_bytes(const struct model *m)
         const struct model_layer *L = &m->layers[il];
         const struct model_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
                                            &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
-                                           &L->bq, &L->bk, &L->bv};
+                                           &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm,
+                                           &L->attn_post_norm, &L->ffn_post_norm};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
             if (lw[i]->data || (m->virtual_weights && lw[i]->rows))
                 n += (size_t)lw[i]->rows * lw[i]->row_bytes;

@@ -32,6 +32,9 @@ struct ops_ctx {
     struct qmm_pack8 *qpack; /* [n_threads, qpack_n] repacked weight rows */
     int64_t qpack_n;
     bool exact;              /* every matmul on the exact f32 path */
+    int n_rope;              /* RoPE variants the layers use: 1, or 2 with local layers */
+    double *rope_inv;        /* [n_rope, n_rot / 2] inverse frequencies (ops_rope_freqs) */
+    double rope_mscale[2];   /* cos/sin scale of each variant */
     struct packed_weight *packed; /* [n_packed] sorted by src: decode-layout copies */
     int64_t n_packed, cap_packed;
 };
@@ -78,6 +81,12 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
 
     int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     int64_t half_rot = hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1;
+    ctx->n_rope = hp->n_swa_layers > 0 ? 2 : 1;
+    ctx->rope_inv = malloc((size_t)(ctx->n_rope * half_rot) * sizeof *ctx->rope_inv);
+    if (ctx->rope_inv)
+        for (int r = 0; r < ctx->n_rope; r++)
+            ops_rope_freqs(&hp->rope[r], hp->n_rot, ctx->rope_inv + r * half_rot,
+                           &ctx->rope_mscale[r]);
     struct ops_buffers *b = &ctx->buf;
     b->x = alloc_floats(max_batch * hp->n_embd);
     b->xn = alloc_floats(max_batch * hp->n_embd);
@@ -88,8 +97,8 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     b->att = alloc_floats(max_batch * q_dim);
     b->gate = alloc_floats(max_batch * hp->n_ff);
     b->up = alloc_floats(max_batch * hp->n_ff);
-    b->rope_cos = alloc_floats(max_batch * half_rot);
-    b->rope_sin = alloc_floats(max_batch * half_rot);
+    b->rope_cos = alloc_floats(ctx->n_rope * max_batch * half_rot);
+    b->rope_sin = alloc_floats(ctx->n_rope * max_batch * half_rot);
 
     int64_t per_thread = max_i64(max_weight_cols(m) * OPS_MATMUL_ROW_BUFS,
                                  attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv,
@@ -105,8 +114,8 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !ctx->scratch || !ctx->qbuf ||
-        !ctx->qpack) {
+        !b->up || !b->rope_cos || !b->rope_sin || !ctx->rope_inv || !ctx->scratch ||
+        !ctx->qbuf || !ctx->qpack) {
         ops_ctx_free(ctx);
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
@@ -139,6 +148,7 @@ void ops_ctx_free(struct ops_ctx *ctx)
     free(ctx->qpack);
     free(ctx->qbuf);
     free(ctx->scratch);
+    free(ctx->rope_inv);
     struct ops_buffers *b = &ctx->buf;
     free(b->rope_sin);
     free(b->rope_cos);
@@ -153,6 +163,19 @@ void ops_ctx_free(struct ops_ctx *ctx)
     free(b->x);
     ops_pool_free(ctx->pool);
     free(ctx);
+}
+
+int ops_ctx_n_rope(const struct ops_ctx *ctx)
+{
+    return ctx->n_rope;
+}
+
+const double *ops_ctx_rope_freqs(const struct ops_ctx *ctx, int rope, double *mscale)
+{
+    IG_ASSERT(rope >= 0 && rope < ctx->n_rope);
+    int64_t half = ctx->m->hp.n_rot / 2 > 0 ? ctx->m->hp.n_rot / 2 : 1;
+    *mscale = ctx->rope_mscale[rope];
+    return ctx->rope_inv + rope * half;
 }
 
 int ops_ctx_threads(const struct ops_ctx *ctx)

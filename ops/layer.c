@@ -1,7 +1,12 @@
-/* ops/layer.c: one transformer block (RMSNorm, Q/K/V, RoPE, the caller's
- * attention, output projection, SwiGLU FFN, residuals) and the output head,
- * over every row of a step at once: each weight is read once per step
- * whatever mix of sequences the rows belong to.
+/* ops/layer.c: one transformer block (RMSNorm, Q/K/V, the Q/K head norms,
+ * RoPE with the layer's variant, the caller's attention, output projection,
+ * the post-attention norm, SwiGLU or GeGLU FFN, the post-FFN norm,
+ * residuals) and the output head (with final soft-capping), over every row
+ * of a step at once: each weight is read once per step whatever mix of
+ * sequences the rows belong to. Which of the optional steps run is the
+ * model's (models/arch.c); what differs between layers (RoPE variant,
+ * sliding window) is struct model_layer's, and the attention (window
+ * included) is the caller's: backend/cpu.c through prefill/attn_tiled.c.
  * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
 #include "ops/layer.h"
 
@@ -34,8 +39,12 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
         ops_add_bias(b->k, &L->bk, n, kv_dim);
         ops_add_bias(b->v, &L->bv, n, kv_dim);
     }
-    ops_rope_apply(ctx, b->q, n, hp->n_head);
-    ops_rope_apply(ctx, b->k, n, hp->n_head_kv);
+    if (hp->has_qk_norm) { /* RMSNorm of each head: n * heads rows of head_dim */
+        ops_rmsnorm(b->q, &L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps, b->q);
+        ops_rmsnorm(b->k, &L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps, b->k);
+    }
+    ops_rope_apply(ctx, b->q, n, hp->n_head, L->rope);
+    ops_rope_apply(ctx, b->k, n, hp->n_head_kv, L->rope);
     attn->run(attn->user, il, n);
 
     if (keep) { /* only these rows are read after this block */
@@ -44,15 +53,22 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
         n = n_keep;
     }
     ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
+    if (hp->has_post_norms)
+        ops_rmsnorm(b->proj, &L->attn_post_norm, n, hp->n_embd, hp->norm_eps, b->proj);
     ops_add(b->x, b->proj, n * hp->n_embd);
 
-    /* feed-forward: x += W_down (silu(xn W_gate^T) * (xn W_up^T)) */
+    /* feed-forward: x += W_down (act(xn W_gate^T) * (xn W_up^T)) */
     ops_rmsnorm(b->x, &L->ffn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
     const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
     float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
     ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
-    ops_swiglu(b->gate, b->up, n * hp->n_ff);
+    if (hp->ffn_act == MODEL_ACT_GELU_TANH)
+        ops_geglu(b->gate, b->up, n * hp->n_ff);
+    else
+        ops_swiglu(b->gate, b->up, n * hp->n_ff);
     ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
+    if (hp->has_post_norms)
+        ops_rmsnorm(b->proj, &L->ffn_post_norm, n, hp->n_embd, hp->norm_eps, b->proj);
     ops_add(b->x, b->proj, n * hp->n_embd);
 }
 
@@ -62,4 +78,6 @@ void ops_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logi
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     ops_rmsnorm(x, &m->output_norm, n, m->hp.n_embd, m->hp.norm_eps, b->xn);
     ops_matmul(ctx, &m->output, b->xn, n, logits); /* [n, n_vocab] */
+    if (m->hp.final_softcap > 0)
+        ops_softcap(logits, n * m->hp.n_vocab, m->hp.final_softcap);
 }

@@ -1,10 +1,13 @@
-/* ops/norm_rope.c: the element-wise primitives of a Llama block, in the
- * order a token meets them: embedding lookup, RMSNorm, bias, RoPE, SwiGLU,
- * residual add. All run on the calling thread (they are a few percent of a
+/* ops/norm_rope.c: the element-wise primitives of a transformer block, in
+ * the order a token meets them: embedding lookup (and Gemma's scale),
+ * RMSNorm (of rows or of heads: the same call over more, shorter rows),
+ * bias, RoPE, SwiGLU or GeGLU, residual add, soft-capping. A stored norm
+ * weight is the multiplier as it is: Gemma's converter already wrote 1 + w. All run on the calling thread (they are a few percent of a
  * forward pass); the matmuls are in ops/matmul.c.
  * Covered by tests/cpu/ (the forward against the numpy reference). */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
+#include "ops/simd.h"
 
 #include "core/status.h"
 
@@ -20,13 +23,30 @@ int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, fl
             return ig_error(IG_E_INPUT, "token id %ld at index %lld is outside the vocabulary [0, %lld)",
                             (long)tokens[t], (long long)t, (long long)e->rows);
     }
+    float scale = (float)m->hp.embd_scale;
     for (int64_t t = 0; t < n_tokens; t++) {
         const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes;
-        f->decode_row(e->type, row, x + t * e->cols, e->cols);
+        float *xt = x + t * e->cols;
+        f->decode_row(e->type, row, xt, e->cols);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < e->cols; i++)
+                xt[i] *= scale;
     }
     return IG_OK;
 }
 
+/* Vectors for the loops -O2 leaves scalar (trip counts not known multiples
+ * of the width): 8 floats, 4 doubles, unaligned. Macros, not functions: a
+ * function passing 32-byte vectors has another ABI in the baseline clone. */
+typedef float ops_v8 __attribute__((vector_size(32), aligned(4)));
+typedef float ops_v4 __attribute__((vector_size(16), aligned(4)));
+typedef double ops_d4 __attribute__((vector_size(32)));
+#define OPS_V8(p) (*(ops_v8 *)(void *)(p))
+#define OPS_V4D(p) __builtin_convertvector(*(const ops_v4 *)(const void *)(p), ops_d4)
+
+/* The sum of squares in 8 double lanes (then added in order), as two
+ * vectors of 4: the one sequential double sum was latency-bound. */
+OPS_SIMD_CLONES
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y)
 {
@@ -35,11 +55,20 @@ void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens,
     for (int64_t t = 0; t < n_tokens; t++) {
         const float *xt = x + t * n;
         float *yt = y + t * n;
-        double ss = 0;
-        for (int64_t i = 0; i < n; i++)
+        ops_d4 a0 = {0}, a1 = {0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            ops_d4 x0 = OPS_V4D(xt + i), x1 = OPS_V4D(xt + i + 4);
+            a0 += x0 * x0;
+            a1 += x1 * x1;
+        }
+        double ss = (a0[0] + a0[1]) + (a0[2] + a0[3]) + ((a1[0] + a1[1]) + (a1[2] + a1[3]));
+        for (; i < n; i++)
             ss += (double)xt[i] * xt[i];
         float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-        for (int64_t i = 0; i < n; i++)
+        for (i = 0; i + 8 <= n; i += 8)
+            OPS_V8(yt + i) = OPS_V8(xt + i) * r * OPS_V8(g + i);
+        for (; i < n; i++)
             yt[i] = xt[i] * r * g[i];
     }
 }
@@ -57,29 +86,37 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t half = hp->n_rot / 2;
-    IG_ASSERT(n_tokens <= ops_ctx_max_batch(ctx));
-    for (int64_t t = 0; t < n_tokens; t++) {
-        for (int64_t i = 0; i < half; i++) {
-            /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
-            double theta = (double)pos[t] *
-                           pow(hp->rope_base, -2.0 * (double)i / (double)hp->n_rot);
-            b->rope_cos[t * half + i] = (float)cos(theta);
-            b->rope_sin[t * half + i] = (float)sin(theta);
+    int64_t half = hp->n_rot / 2, max_batch = ops_ctx_max_batch(ctx);
+    IG_ASSERT(n_tokens <= max_batch);
+    for (int r = 0; r < ops_ctx_n_rope(ctx); r++) {
+        double mscale;
+        const double *inv = ops_ctx_rope_freqs(ctx, r, &mscale);
+        float *cs = b->rope_cos + r * max_batch * half, *sn = b->rope_sin + r * max_batch * half;
+        for (int64_t t = 0; t < n_tokens; t++) {
+            double p = (double)pos[t];
+            for (int64_t i = 0; i < half; i++) {
+                /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
+                double theta = p * inv[i];
+                cs[t * half + i] = (float)(cos(theta) * mscale);
+                sn[t * half + i] = (float)(sin(theta) * mscale);
+            }
         }
     }
 }
 
-void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads)
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads, int rope)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     const struct ops_buffers *b = ops_ctx_buffers(ctx);
+    IG_ASSERT(rope >= 0 && rope < ops_ctx_n_rope(ctx));
     int64_t half = hp->n_rot / 2, hd = hp->head_dim;
+    const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * half;
+    const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * half;
     /* Distance between the two dims of a pair, and between pairs. */
     int64_t pair_gap = hp->rope_style == ROPE_ADJACENT ? 1 : half;
     int64_t pair_step = hp->rope_style == ROPE_ADJACENT ? 2 : 1;
     for (int64_t t = 0; t < n_tokens; t++) {
-        const float *cs = b->rope_cos + t * half, *sn = b->rope_sin + t * half;
+        const float *cs = cos_t + t * half, *sn = sin_t + t * half;
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (t * n_heads + h) * hd;
             for (int64_t i = 0; i < half; i++) {
@@ -98,6 +135,24 @@ void ops_swiglu(float *gate, const float *up, int64_t n)
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+/* 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)): the tanh form of GELU through one
+ * expf, the cost of SwiGLU's sigmoid (tanhf was a fifth of a prefill). */
+void ops_geglu(float *gate, const float *up, int64_t n)
+{
+    const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-k2 * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void ops_softcap(float *x, int64_t n, double cap)
+{
+    float c = (float)cap, inv = (float)(1.0 / cap);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = c * tanhf(x[i] * inv);
 }
 
 void ops_add(float *x, const float *y, int64_t n)

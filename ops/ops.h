@@ -1,5 +1,6 @@
 /* ops/ops.h: the run state shared by prefill and decode, and the primitives
- * both stages use (matmul over stored-format weights, RMSNorm, RoPE, SwiGLU).
+ * both stages use (matmul over stored-format weights, RMSNorm, RoPE with its
+ * scalings, SwiGLU and GeGLU, soft-capping).
  * The CPU implementation is the reference; the CUDA one sits behind the same
  * table later. Covered by tests/cpu/.
  *
@@ -52,8 +53,9 @@ struct ops_buffers {
     float *k, *v;    /* [max_batch, n_head_kv * head_dim] */
     float *att;      /* [max_batch, n_head * head_dim] attention output */
     float *gate, *up;/* [max_batch, n_ff] */
-    float *rope_cos; /* [max_batch, n_rot / 2] for the positions of the batch */
-    float *rope_sin; /* [max_batch, n_rot / 2] */
+    float *rope_cos; /* [n_rope, max_batch, n_rot / 2] for the positions of the batch,
+                        one table per RoPE variant the model uses (models/model.h) */
+    float *rope_sin; /* [n_rope, max_batch, n_rot / 2] */
 };
 
 /* Creates the run state. n_threads <= 0 means one per core. Returns IG_OK or
@@ -61,6 +63,12 @@ struct ops_buffers {
 int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
                    struct ops_ctx **out);
 void ops_ctx_free(struct ops_ctx *ctx);
+
+/* RoPE variants the context keeps tables for (1, or 2 when the model has
+ * local layers), and variant `rope`'s inverse frequencies [n_rot / 2] and
+ * cos/sin scale (ops_rope_freqs of hp.rope[rope], made at creation). */
+int ops_ctx_n_rope(const struct ops_ctx *ctx);
+const double *ops_ctx_rope_freqs(const struct ops_ctx *ctx, int rope, double *mscale);
 
 /* Threads the context actually uses. */
 int ops_ctx_threads(const struct ops_ctx *ctx);
@@ -104,17 +112,33 @@ void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y);
 
+/* Per-pair inverse frequencies inv_freq[0 .. n_rot/2) and the cos/sin
+ * scale of RoPE variant r, as llama.cpp computes them (rope_freqs factors,
+ * linear and YaRN scaling; ops/rope_freqs.c): pair i of a token at position
+ * p turns by p * inv_freq[i], its cos and sin multiplied by *mscale. */
+void ops_rope_freqs(const struct model_rope *r, int64_t n_rot, double *inv_freq, double *mscale);
+
 /* Fills rope_cos/rope_sin of the context's buffers for rows at positions
- * pos[0..n_tokens): angle(pos, i) = pos * rope_base^(-2i/n_rot). */
+ * pos[0..n_tokens), for every RoPE variant the model's layers use:
+ * cos(pos * inv_freq[i]) * mscale (ops_rope_freqs, made once per context). */
 void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens);
 
 /* Rotates the first n_rot dims of each of n_heads heads of every token in
- * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made,
+ * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made for
+ * variant `rope` (MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL: the layer's),
  * pairing dims as the model's rope_style says. */
-void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads);
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads, int rope);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n. */
 void ops_swiglu(float *gate, const float *up, int64_t n);
+
+/* gate[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh form:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's gelu_pytorch_tanh),
+ * computed as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))), the same function. */
+void ops_geglu(float *gate, const float *up, int64_t n);
+
+/* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
+void ops_softcap(float *x, int64_t n, double cap);
 
 /* x[i] += y[i] for i < n. */
 void ops_add(float *x, const float *y, int64_t n);
@@ -122,8 +146,9 @@ void ops_add(float *x, const float *y, int64_t n);
 /* x[t][i] += bias[i] for a 1-row f32 weight of n elements. */
 void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, int64_t n);
 
-/* x[t] = row tokens[t] of tok_embd, dequantized; x is [n_tokens, n_embd].
- * Returns IG_OK, or IG_E_INPUT naming the first id outside [0, n_vocab). */
+/* x[t] = row tokens[t] of tok_embd, dequantized, times hp.embd_scale (1, or
+ * Gemma's sqrt(n_embd)); x is [n_tokens, n_embd]. Returns IG_OK, or
+ * IG_E_INPUT naming the first id outside [0, n_vocab). */
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x);
 
 #endif

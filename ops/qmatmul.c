@@ -136,17 +136,25 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
              * could vanish from the result; the f32 product is NaN, so is this. */
             memset(out[b].qs, 0, sizeof out[b].qs);
             out[b].d = out[b].s = NAN;
+            out[b].hs[0] = out[b].hs[1] = 0;
             continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        int32_t sum = 0;
-        for (int j = 0; j < QMM_QK; j++) {
+        int32_t sum0 = 0, sum1 = 0;
+        for (int j = 0; j < QMM_QK / 2; j++) {
             int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
             out[b].qs[j] = (int8_t)q;
-            sum += q;
+            sum0 += q;
+        }
+        for (int j = QMM_QK / 2; j < QMM_QK; j++) {
+            int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
+            out[b].qs[j] = (int8_t)q;
+            sum1 += q;
         }
         out[b].d = d;
-        out[b].s = d * (float)sum;
+        out[b].s = d * (float)(sum0 + sum1);
+        out[b].hs[0] = (int16_t)sum0;
+        out[b].hs[1] = (int16_t)sum1;
     }
 }
 
@@ -274,7 +282,8 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
         return false;
     if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
         return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
-    if ((w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) && w->cols % QK_K != 0)
+    if ((w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) &&
+        w->cols % QK_K != 0)
         return false;
     return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;
 }

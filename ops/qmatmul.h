@@ -2,12 +2,13 @@
  * the fastest CPU engines do it: each token vector is quantized per block of
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
- * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K weights; a scalar kernel set everywhere and
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights (Q5_K through
+ * register tiles only); a scalar kernel set everywhere and
  * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
  * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice). Q4_0, Q4_1
- * and Q8_0 weights are read from a copy in a packed 8-row layout the
- * context makes once (below; ops/qmatmul_pack.c) where the ISA has kernels
- * for it.
+ * Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights are read from a copy in a packed
+ * 8-row layout the context makes once (below; ops/qmatmul_pack.c) where the
+ * ISA has kernels for it.
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
@@ -26,11 +27,13 @@
 
 #define QMM_QK 32 /* activation elements per block */
 
-/* One block of a quantized activation: x[i] ~= d * qs[i]; s = d * sum(qs). */
+/* One block of a quantized activation: x[i] ~= d * qs[i]; s = d * sum(qs);
+ * hs the sums of qs over each half (Q6_K's packed layout scales halves). */
 struct qmm_q8 {
     float d;
     float s;
     int8_t qs[QMM_QK];
+    int16_t hs[2];
 };
 
 /* Rows and tokens of the largest register tile. */
@@ -68,19 +71,26 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 
 /* ---- the decode layout: 8 rows interleaved ------------------------------- *
  *
- * Q4_0, Q4_1 and Q8_0 weights are repacked once (ops_qmm_repack, at context
- * creation) so that decode reads one sequential stream with no unpacking
- * shuffles. Rows go in groups of QMM_PR (the last group padded with zero
- * rows); a group stores its blocks one after the other, each as
- *   f16 d[8]; f16 m[8] (Q4_1 only); quants,
+ * Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights are repacked once (ops_qmm_repack,
+ * at context creation) so that decode reads one sequential stream with no
+ * unpacking shuffles. Rows go in groups of QMM_PR (the last group padded with
+ * zero rows); a group stores its blocks one after the other, each as
+ *   f16 d[8]; f16 m[8] (Q4_1, Q5_1 only); quants,
  * where for 4-bit formats the quants are 4 x 32 bytes: byte 4 j + i of
  * vector v holds row j's quant 8 v + i in its low nibble and 8 v + 4 + i in
- * its high one; for Q8_0 they are 8 x 32 bytes: byte 4 j + i of vector k is
- * row j's quant 4 k + i plus 128 (unsigned). So 32-bit lane j of every
+ * its high one; 5-bit formats add 8 x 32 bits after those: bit 4 j + i of
+ * word k is the fifth bit of row j's quant 4 k + i; for Q8_0 they are
+ * 8 x 32 bytes: byte 4 j + i of vector k is row j's quant 4 k + i plus 128
+ * (unsigned). Q4_K keeps its sub-blocks' scale d sc and offset -dmin m as
+ * f32 d[8], m[8] before 4-bit quants. Q6_K (scales per 16 elements) keeps
+ * f32 d sc of each half of the 32 (d0[8], d1[8]) before 8 x 32 bytes of its
+ * unsigned 6-bit quants, as Q8_0's: w = d_h (q - 32); its kernel sums each
+ * half apart and uses the token's half sums (struct qmm_q8.hs) for the -32. So 32-bit lane j of every
  * unpacked vector k (k = 0..7: low, high nibbles of v = k / 2) holds row j's
  * quants 4 k .. 4 k + 3: one u8 x s8 dot-accumulate against the token's
  * quants 4 k .. 4 k + 3 serves 8 rows. Weights are w = d q + m with q
- * unsigned: m = -8 d (Q4_0), the stored m (Q4_1), -128 d (Q8_0). The sums
+ * unsigned: m = -8 d (Q4_0), -16 d (Q5_0), the stored m (Q4_1, Q5_1),
+ * -128 d (Q8_0). The sums
  * are those of the prefill GEMM (struct qmm_pack8), in the same order, so a
  * token's output does not depend on the path it takes. */
 #define QMM_PR 8
@@ -135,7 +145,7 @@ enum qmm_isa ops_qmm_best_isa(void);
 const char *ops_qmm_isa_name(enum qmm_isa isa);
 
 /* Quantizes x[0..cols) (cols a multiple of QMM_QK) into cols / QMM_QK blocks:
- * d = max|x| / 127, qs = round-to-nearest-even(x / d). */
+ * d = max|x| / 127, qs = round-to-nearest-even(x / d), s and hs as above. */
 void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
 
 /* True when ops_matmul should take the int8 path for w on this context: not

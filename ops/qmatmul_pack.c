@@ -1,14 +1,16 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1 or Q8_0 weight into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
  * rows' reference) and every model test on the fast path. */
 #include "ops/qmatmul.h"
 
+#include "core/half.h"
 #include "core/status.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 size_t ops_qmm_packed_block_bytes(enum quant_type type)
@@ -16,6 +18,10 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2;
     case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
+    case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
+    case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
+    case QUANT_Q4_K: return QMM_PR * 8 + QMM_PR * QMM_QK / 2; /* f32 d[8], m[8]; nibbles */
+    case QUANT_Q6_K: return QMM_PR * 8 + QMM_PR * QMM_QK;     /* f32 d0[8], d1[8]; bytes */
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
     default: return 0;
     }
@@ -42,9 +48,24 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
                 q[32 * k + i] = (uint8_t)(blk[2 + 4 * k + i] ^ 0x80); /* q + 128 */
         return;
     }
-    if (type == QUANT_Q4_1)
+    bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
+    if (has_m)
         memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
-    const uint8_t *qs = blk + (type == QUANT_Q4_1 ? 4 : 2);
+    const uint8_t *qs = blk + (type == QUANT_Q4_0 ? 2 : type == QUANT_Q4_1 ? 4
+                               : type == QUANT_Q5_0 ? 6 : 8);
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
+        /* the fifth bits: bit e of qh is quant e's; word k of the block's
+         * bit plane holds quants 4k..4k+3 of row j at bits 4j..4j+3 */
+        uint32_t qh;
+        memcpy(&qh, blk + (type == QUANT_Q5_0 ? 2 : 4), 4);
+        uint8_t *hb = p + qoff + QMM_PR * QMM_QK / 2;
+        for (int k = 0; k < QMM_QK / 4; k++) {
+            uint32_t word;
+            memcpy(&word, hb + 4 * k, 4);
+            word |= ((qh >> (4 * k)) & 0x0f) << (4 * j);
+            memcpy(hb + 4 * k, &word, 4);
+        }
+    }
     /* quants 0..15 are the low nibbles of qs[0..15], 16..31 the high ones */
     for (int v = 0; v < 2; v++)
         for (int i = 0; i < 4; i++) {
@@ -54,19 +75,101 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
         }
 }
 
+/* The nibbles of 32 quants q[0..32) of row j into a packed block's quants
+ * (the 4-bit layout of ops/qmatmul.h). */
+static void put_nibbles(const uint8_t *q, int j, uint8_t *dst)
+{
+    for (int v = 0; v < 4; v++)
+        for (int i = 0; i < 4; i++)
+            dst[32 * v + 4 * j + i] = (uint8_t)(q[8 * v + i] | q[8 * v + 4 + i] << 4);
+}
+
+/* Row j's Q4_K super-block into the 8 packed blocks of its sub-blocks: each
+ * keeps its scale d * sc and offset -dmin * m as f32, so w = d q + m holds
+ * exactly as the tile kernels compute it. */
+static void pack_row_q4_K(const struct block_q4_K *blk, int j, uint8_t *p, size_t pb)
+{
+    float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+    for (int sb = 0; sb < 8; sb++) {
+        const uint8_t *s = blk->scales;
+        int sc = sb < 4 ? s[sb] & 63 : (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4);
+        int mn = sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
+        uint8_t *out = p + (size_t)sb * pb;
+        float dd = d * (float)sc, mm = -dmin * (float)mn;
+        memcpy(out + 4 * j, &dd, 4);
+        memcpy(out + 4 * QMM_PR + 4 * j, &mm, 4);
+        uint8_t q[QMM_QK];
+        for (int l = 0; l < QMM_QK; l++) {
+            uint8_t b = blk->qs[32 * (sb / 2) + l];
+            q[l] = sb % 2 ? b >> 4 : b & 0x0f;
+        }
+        put_nibbles(q, j, out + 8 * QMM_PR);
+    }
+}
+
+/* Row j's Q6_K super-block into the 8 packed blocks of its 32-element
+ * sub-blocks: the scales d sc of both 16-element halves as f32, the 6-bit
+ * quants as bytes (byte 4 j + i of vector k: quant 4 k + i). */
+static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *p, size_t pb)
+{
+    float d = ig_f16_to_f32(blk->d);
+    for (int sb = 0; sb < 8; sb++) {
+        uint8_t *out = p + (size_t)sb * pb;
+        for (int h = 0; h < 2; h++) {
+            float dd = d * (float)blk->scales[2 * sb + h];
+            memcpy(out + 4 * QMM_PR * h + 4 * j, &dd, 4);
+        }
+        for (int e = 0; e < QMM_QK; e++) {
+            int x = 32 * sb + e; /* element of the super-block, as ggml lays it out */
+            int n = x / 128, k = (x % 128) / 32, l = x % 32;
+            const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
+            int lo = k % 2 ? ql[l + 32] : ql[l];
+            lo = k < 2 ? lo & 0x0f : lo >> 4;
+            out[8 * QMM_PR + 32 * (e / 4) + 4 * j + e % 4] =
+                (uint8_t)(lo | ((qh[l] >> (2 * k)) & 3) << 4);
+        }
+    }
+}
+
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
+    if (w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) {
+        size_t pb = ops_qmm_packed_block_bytes(w->type);
+        IG_ASSERT(w->cols % QK_K == 0);
+        int64_t n_blk = w->cols / QMM_QK;
+        for (int64_t g = g0; g < g1; g++) {
+            uint8_t *p = dst + (size_t)(g * n_blk) * pb;
+            int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
+            if (rows < QMM_PR)
+                memset(p, 0, (size_t)n_blk * pb);
+            for (int j = 0; j < rows; j++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;
+                for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+                    uint8_t *out = p + (size_t)(8 * sb) * pb;
+                    if (w->type == QUANT_Q4_K)
+                        pack_row_q4_K((const struct block_q4_K *)(const void *)row + sb, j, out, pb);
+                    else
+                        pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out, pb);
+                }
+            }
+        }
+        return;
+    }
     size_t pb = ops_qmm_packed_block_bytes(w->type);
     size_t bb = w->type == QUANT_Q4_0 ? sizeof(struct block_q4_0)
               : w->type == QUANT_Q4_1 ? sizeof(struct block_q4_1)
+              : w->type == QUANT_Q5_0 ? sizeof(struct block_q5_0)
+              : w->type == QUANT_Q5_1 ? sizeof(struct block_q5_1)
                                       : sizeof(struct block_q8_0);
     IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
     int64_t n_blk = w->cols / QMM_QK;
-    int qoff = (w->type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+    int qoff = (w->type == QUANT_Q4_1 || w->type == QUANT_Q5_1 ? 4 : 2) * QMM_PR;
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *p = dst + (size_t)(g * n_blk) * pb;
         int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
-        if (rows < QMM_PR) /* padding rows: zero scales and quants, zero outputs */
+        /* padding rows: zero scales and quants, zero outputs; the fifth-bit
+         * words are OR-ed row by row, so they start at zero too */
+        if (rows < QMM_PR || w->type == QUANT_Q5_0 || w->type == QUANT_Q5_1)
             memset(p, 0, (size_t)n_blk * pb);
         for (int j = 0; j < rows; j++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;

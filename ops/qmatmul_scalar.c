@@ -6,6 +6,7 @@
 
 #include "core/half.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -38,6 +39,46 @@ static float row_q4_1(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
         const struct block_q4_1 *blk = (const struct block_q4_1 *)w + b;
         float d = ig_f16_to_f32(blk->d), m = ig_f16_to_f32(blk->m);
         acc += d * x[b].d * (float)dot_q4_block(blk->qs, x[b].qs) + m * x[b].s;
+    }
+    return acc;
+}
+
+/* Sum over a 5-bit block of q * x: element j < 16 is the low nibble of
+ * qs[j] with bit j of qh as its fifth bit, element j + 16 the high nibble
+ * with bit j + 16 (ggml's Q5_0/Q5_1 layout). */
+static int32_t dot_q5_block(const uint8_t *qh4, const uint8_t *qs, const int8_t *x)
+{
+    uint32_t qh;
+    memcpy(&qh, qh4, sizeof qh);
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0x0f) | ((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+        s += lo * x[j] + hi * x[j + 16];
+    }
+    return s;
+}
+
+/* Q5_0: w = d * (q - 16), so dot = d * (dx * sum(q x) - 16 * s). */
+static float row_q5_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q5_0 *blk = (const struct block_q5_0 *)w + b;
+        float d = ig_f16_to_f32(blk->d);
+        acc += d * x[b].d * (float)dot_q5_block(blk->qh, blk->qs, x[b].qs) - 16.0f * d * x[b].s;
+    }
+    return acc;
+}
+
+/* Q5_1: w = d * q + m. */
+static float row_q5_1(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_q5_1 *blk = (const struct block_q5_1 *)w + b;
+        float d = ig_f16_to_f32(blk->d), m = ig_f16_to_f32(blk->m);
+        acc += d * x[b].d * (float)dot_q5_block(blk->qh, blk->qs, x[b].qs) + m * x[b].s;
     }
     return acc;
 }
@@ -82,6 +123,29 @@ static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
             int32_t s = 0;
             for (int l = 0; l < 32; l++)
                 s += (j % 2 ? q[l] >> 4 : q[l] & 0x0f) * xb->qs[l];
+            int sc, mn;
+            k4_scale_min(blk->scales, j, &sc, &mn);
+            acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
+        }
+    }
+    return acc;
+}
+
+/* Q5_K: Q4_K with a fifth bit: bit j of qh[l] for element l of sub-block j. */
+static float row_q5_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q5_K *blk = (const struct block_q5_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            const uint8_t *q = blk->qs + 32 * (j / 2);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) {
+                int u = (j % 2 ? q[l] >> 4 : q[l] & 0x0f) | ((blk->qh[l] >> j) & 1) << 4;
+                s += u * xb->qs[l];
+            }
             int sc, mn;
             k4_scale_min(blk->scales, j, &sc, &mn);
             acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
@@ -142,8 +206,11 @@ static inline void tile(row_fn f, const uint8_t *w, size_t row_bytes, int64_t n_
     }
 SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
+SCALAR_TILE(q5_0)
+SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
 SCALAR_TILE(q4_K)
+SCALAR_TILE(q5_K)
 SCALAR_TILE(q6_K)
 
 qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
@@ -151,8 +218,11 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return tile_q4_0;
     case QUANT_Q4_1: return tile_q4_1;
+    case QUANT_Q5_0: return tile_q5_0;
+    case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q8_0: return tile_q8_0;
     case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
     default: return NULL;
     }
@@ -167,7 +237,39 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
         return q[32 * (e / 4) + 4 * j + e % 4];
     int v = e / 8, i = e % 8;
     uint8_t byte = q[32 * v + 4 * j + i % 4];
-    return i < 4 ? byte & 0x0f : byte >> 4;
+    int u = i < 4 ? byte & 0x0f : byte >> 4;
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) { /* the bit plane after the nibbles */
+        uint32_t word;
+        memcpy(&word, q + 128 + 4 * (e / 4), 4);
+        u |= (int)((word >> (4 * j + e % 4)) & 1) << 4;
+    }
+    return u;
+}
+
+/* Q6_K's packed blocks: w = d_h (u - 32) on each 16-element half h, so
+ * dot = sum_h d_h dx (sum_h(u x) - 32 hs_h). */
+static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                              int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    size_t pb = ops_qmm_packed_block_bytes(QUANT_Q6_K);
+    for (int64_t t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++) {
+            float acc = 0, add = 0;
+            for (int64_t b = 0; b < n_blk; b++) {
+                const uint8_t *blk = p + (size_t)b * pb;
+                const struct qmm_q8 *xb = x + t * ldx + b;
+                for (int h = 0; h < 2; h++) {
+                    float d;
+                    memcpy(&d, blk + 4 * QMM_PR * h + 4 * j, 4);
+                    int32_t s = 0;
+                    for (int e = 16 * h; e < 16 * h + 16; e++)
+                        s += blk[8 * QMM_PR + 32 * (e / 4) + 4 * j + e % 4] * xb->qs[e];
+                    acc += d * xb->d * (float)s;
+                    add += d * (-32.0f * xb->d * (float)xb->hs[h]);
+                }
+            }
+            y[t * ldy + j] = acc + add;
+        }
 }
 
 /* w = d u + m, so dot = d dx sum(u x) + m s. */
@@ -184,13 +286,20 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, blk + 2 * j, sizeof dh);
-                if (type == QUANT_Q4_1)
+                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
+                if (has_m)
                     memcpy(&mh, blk + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
-                float m = type == QUANT_Q4_1 ? ig_f16_to_f32(mh)
+                float m = has_m                ? ig_f16_to_f32(mh)
                         : type == QUANT_Q4_0 ? -8.0f * d
+                        : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
-                const uint8_t *q = blk + (type == QUANT_Q4_1 ? 4 : 2) * QMM_PR;
+                const uint8_t *q = blk + (has_m ? 4 : 2) * QMM_PR;
+                if (type == QUANT_Q4_K) { /* f32 scales and offsets */
+                    memcpy(&d, blk + 4 * j, 4);
+                    memcpy(&m, blk + 4 * QMM_PR + 4 * j, 4);
+                    q = blk + 8 * QMM_PR;
+                }
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)
                     s += packed_quant(type, q, j, e) * xb->qs[e];
@@ -209,14 +318,21 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
     }
 SCALAR_GEMV8(q4_0, QUANT_Q4_0)
 SCALAR_GEMV8(q4_1, QUANT_Q4_1)
+SCALAR_GEMV8(q5_0, QUANT_Q5_0)
+SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
+SCALAR_GEMV8(q4_K, QUANT_Q4_K)
 
 qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
 {
     switch (type) {
     case QUANT_Q4_0: return gemv8_q4_0;
     case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q5_0: return gemv8_q5_0;
+    case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q6_K: return gemv8_packed_q6_K;
     default: return NULL;
     }
 }

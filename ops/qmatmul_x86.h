@@ -61,7 +61,22 @@ AVX2 INLINE __m256i load32(const void *p)
 
 /* ---- 32-element block formats ----------------------------------------------- */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0 };
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K };
+
+/* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
+ * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
+ * shuffle works within 128-bit lanes, both of which hold qh) and tests bit
+ * i % 8 of it. */
+AVX2 INLINE __m256i fifth_bits(const uint8_t *qh4)
+{
+    int32_t qh;
+    memcpy(&qh, qh4, sizeof qh);
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(qh), pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
 
 /* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
  * the token side of every per-block scale is then one vector op per row. */
@@ -92,6 +107,8 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
 {
     const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
                     : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                    : kind == K_Q5_0 ? sizeof(struct block_q5_0)
+                    : kind == K_Q5_1 ? sizeof(struct block_q5_1)
                                      : sizeof(struct block_q8_0);
     __m256 acc[QMM_MR][QMM_NT];
     __m128 add[QMM_MR];
@@ -117,6 +134,12 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
                 qa = _mm256_sign_epi8(q, q);
             } else if (kind == K_Q4_1) {
                 q = nib32(blk + 4);
+                add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
+            } else if (kind == K_Q5_0) { /* d, qh, qs: w = d (q - 16) */
+                q = _mm256_or_si256(nib32(blk + 6), fifth_bits(blk + 2));
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-16.0f), dv), sx, add[r]);
+            } else if (kind == K_Q5_1) { /* d, m, qh, qs: w = d q + m */
+                q = _mm256_or_si256(nib32(blk + 8), fifth_bits(blk + 4));
                 add[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), sx, add[r]);
             } else {
                 q = nib32(blk + 2);
@@ -177,6 +200,51 @@ AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
                     UNROLL for (int t = 0; t < nt; t++)
                         acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
                                                     dot_us(h[k], load32(xb[t * ldx].qs)),
+                                                    acc[r][t]);
+                }
+            }
+        }
+    }
+    store_tile(acc, add, mr, nt, y, ldy);
+}
+
+/* ---- Q5_K: Q4_K with a fifth bit per quant in qh ------------------------------- */
+
+AVX2 INLINE void tile_k5(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                         const struct qmm_q8 *x, int64_t ldx, const int mr, const int nt,
+                         float *y, int64_t ldy)
+{
+    __m256 acc[QMM_MR][QMM_NT];
+    __m128 add[QMM_MR];
+    UNROLL for (int r = 0; r < mr; r++) {
+        add[r] = _mm_setzero_ps();
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        UNROLL for (int r = 0; r < mr; r++) {
+            const struct block_q5_K *blk =
+                (const struct block_q5_K *)(w + (size_t)r * row_bytes) + sb;
+            float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
+            int sc[8], mn[8];
+            k4_scales(blk->scales, sc, mn);
+            __m256i qh = load32(blk->qh); /* bit j of byte l: element l of sub-block j */
+            for (int i = 0; i < 4; i++) {
+                __m256i bytes = load32(blk->qs + 32 * i);
+                __m256i h[2] = {_mm256_and_si256(bytes, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4)};
+                for (int k = 0; k < 2; k++) {
+                    int j = 2 * i + k;
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, j), one);
+                    __m256i u = _mm256_or_si256(h[k], _mm256_slli_epi16(hi, 4));
+                    const struct qmm_q8 *xb = x + sb * 8 + j;
+                    __m128 dd = _mm_mul_ps(_mm_set1_ps(d * (float)sc[j]), TOKEN_VEC(d, xb, ldx, nt));
+                    add[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * (float)mn[j]),
+                                          TOKEN_VEC(s, xb, ldx, nt), add[r]);
+                    UNROLL for (int t = 0; t < nt; t++)
+                        acc[r][t] = _mm256_fmadd_ps(lane(dd, t),
+                                                    dot_us(u, load32(xb[t * ldx].qs)),
                                                     acc[r][t]);
                 }
             }
@@ -270,6 +338,8 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
 {
     const size_t bb = kind == K_Q4_0 ? sizeof(struct block_q4_0)
                     : kind == K_Q4_1 ? sizeof(struct block_q4_1)
+                    : kind == K_Q5_0 ? sizeof(struct block_q5_0)
+                    : kind == K_Q5_1 ? sizeof(struct block_q5_1)
                                      : sizeof(struct block_q8_0);
     for (int64_t b = 0; b < n_blk; b++) {
         __m256i r[8];
@@ -283,6 +353,12 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
             } else if (kind == K_Q4_1) {
                 r[j] = nib32(blk + 4);
                 p[b].m[j] = f16_at(blk + 2);
+            } else if (kind == K_Q5_0) {
+                r[j] = _mm256_or_si256(nib32(blk + 6), fifth_bits(blk + 2));
+                p[b].m[j] = -16.0f * d;
+            } else if (kind == K_Q5_1) {
+                r[j] = _mm256_or_si256(nib32(blk + 8), fifth_bits(blk + 4));
+                p[b].m[j] = f16_at(blk + 2);
             } else {
                 r[j] = nib32(blk + 2);
                 p[b].m[j] = -8.0f * d;
@@ -294,9 +370,10 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     }
 }
 
-/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows. */
+/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows; `wide`
+ * for 5-bit quants (the AVX2 int16 sums then go to int32 every 4 steps). */
 AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
-                              int64_t ldx, const int nt, float *y, int64_t ldy)
+                              int64_t ldx, const int nt, float *y, int64_t ldy, const bool wide)
 {
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -318,13 +395,20 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
             }
             __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
 #else
-            /* 4-bit quants only: 8 pair sums of <= 2 * 15 * 128 fit in int16 */
-            __m256i s = _mm256_setzero_si256();
-            UNROLL for (int k = 0; k < 8; k++)
+            /* 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; 5-bit
+             * ones (<= 2 * 31 * 128 each) 4 at a time */
+            __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++) {
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
                                             _mm256_load_si256((const __m256i *)p[b].q[k]),
                                             _mm256_set1_epi32(xq[k])));
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+                if (wide && k == 3) {
+                    s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+                    s = _mm256_setzero_si256();
+                }
+            }
+            __m256 f = _mm256_cvtepi32_ps(
+                _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
             add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
@@ -336,25 +420,28 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 
 /* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
 AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
-                           int64_t ldx, int64_t nt, float *y, int64_t ldy)
+                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const bool wide)
 {
     int64_t t = 0;
     for (; t + QMM_NT <= nt; t += QMM_NT)
-        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy);
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy, wide);
     switch (nt - t) {
-    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy); break;
-    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy); break;
-    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy); break;
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy, wide); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy, wide); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy, wide); break;
     default: break;
     }
 }
+
+/* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
+#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1)
 
 AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
                        struct qmm_pack8 *pack)
 {
     pack8(kind, w, row_bytes, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -367,6 +454,8 @@ _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
     }
 GEMM8(q4_0, K_Q4_0)
 GEMM8(q4_1, K_Q4_1)
+GEMM8(q5_0, K_Q5_0)
+GEMM8(q5_1, K_Q5_1)
 #if QMM_X86_VNNI
 GEMM8(q8_0, K_Q8_0)
 #endif
@@ -376,6 +465,8 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemm8_q4_0;
     case QUANT_Q4_1: return gemm8_q4_1;
+    case QUANT_Q5_0: return gemm8_q5_0;
+    case QUANT_Q5_1: return gemm8_q5_1;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8_q8_0;
 #endif
@@ -384,6 +475,24 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 }
 
 /* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
+
+/* A packed block's 8 scales and offsets (w = d q + m): f16 d (and m) for
+ * the 32-element formats, m derived from d where it is fixed; f32 both for
+ * Q4_K, whose sub-block scales d * sc and -dmin * m are kept exact. */
+AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, __m256 *d, __m256 *m)
+{
+    if (kind == K_Q4_K) {
+        *d = _mm256_loadu_ps((const float *)(const void *)blk);
+        *m = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        return;
+    }
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
+    *m = kind == K_Q4_1 || kind == K_Q5_1
+             ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
+             : _mm256_mul_ps(*d, _mm256_set1_ps(kind == K_Q4_0   ? -8.0f
+                                                : kind == K_Q5_0 ? -16.0f
+                                                                 : -128.0f));
+}
 
 /* One sequential stream of packed groups, 8 rows in the 8 lanes: per block
  * the quants need at most a mask and a shift, the int32 sums are those of
@@ -394,8 +503,10 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
                               int64_t ldy)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
-    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
+                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
+    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+    const bool wide = KIND_WIDE(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -404,10 +515,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
     }
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1
-                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+        __m256 d, m;
+        packed_scales(kind, blk, &d, &m);
         __m256i q[8];
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
@@ -426,6 +535,9 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 q[2 * v] = _mm256_and_si256(V, m4);
                 q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
             }
+            if (wide) /* the fifth bits: word k holds quants 4k..4k+3 of the 8 rows */
+                UNROLL for (int k = 0; k < 8; k++)
+                    q[k] = _mm256_or_si256(q[k], fifth_bits(blk + qoff + 128 + 4 * k));
         }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
@@ -448,10 +560,17 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 }
                 f = _mm256_cvtepi32_ps(s);
             } else {
-                __m256i s = _mm256_setzero_si256();
-                UNROLL for (int k = 0; k < 8; k++)
+                /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits */
+                __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
+                UNROLL for (int k = 0; k < 8; k++) {
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
-                f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+                    if (wide && k == 3) {
+                        s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+                        s = _mm256_setzero_si256();
+                    }
+                }
+                f = _mm256_cvtepi32_ps(
+                    _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
             }
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
@@ -485,6 +604,73 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 }
 
+/* Q6_K's packed blocks (ops/qmatmul.h): a scale per row and 16-element
+ * half, the quants bytes 0..63 used as they are; the -32 comes from the
+ * token's half sums. Its only kernel, so prefill and decode agree. The
+ * AVX2 pair sums (<= 2 * 63 * 128) fit in int16; each goes to int32 at once. */
+AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                                 int64_t ldx, const int nt, float *y, int64_t ldy)
+{
+    const size_t pb = 8 * QMM_PR + QMM_PR * QMM_QK;
+    __m256 acc[QMM_NT], add[QMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        add[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blk; b++) {
+        const uint8_t *blk = p + (size_t)b * pb;
+        __m256 d0 = _mm256_loadu_ps((const float *)(const void *)blk);
+        __m256 d1 = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        __m256i q[8];
+        UNROLL for (int k = 0; k < 8; k++)
+            q[k] = load32(blk + 64 + 32 * k);
+        UNROLL for (int t = 0; t < nt; t++) {
+            const struct qmm_q8 *xb = x + t * ldx + b;
+            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            UNROLL for (int k = 0; k < 8; k++) {
+#if QMM_X86_VNNI
+                s[k / 4] = _mm256_dpbusd_epi32(s[k / 4], q[k], _mm256_set1_epi32(xq[k]));
+#else
+                __m256i pr = _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k]));
+                s[k / 4] = _mm256_add_epi32(s[k / 4], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+#endif
+            }
+            __m256 xd = _mm256_set1_ps(xb->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
+            add[t] = _mm256_fmadd_ps(d0, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[0]),
+                                     add[t]);
+            add[t] = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]),
+                                     add[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+}
+
+AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                            int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    float tmp[QMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += QMM_NT) {
+        int n = nt - t < QMM_NT ? (int)(nt - t) : QMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp; /* ragged groups go through tmp */
+        int64_t ld = nr == 8 ? ldy : 8;
+        const struct qmm_q8 *xt = x + t * ldx;
+        switch (n) {
+        case 1: gemv8_k6_tokens(p, n_blk, xt, ldx, 1, yt, ld); break;
+        case 2: gemv8_k6_tokens(p, n_blk, xt, ldx, 2, yt, ld); break;
+        case 3: gemv8_k6_tokens(p, n_blk, xt, ldx, 3, yt, ld); break;
+        default: gemv8_k6_tokens(p, n_blk, xt, ldx, 4, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
+}
+
 #define GEMV8(name, kind)                                                                    \
     AVX2 static void gemv8_##name(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,  \
                                   int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)  \
@@ -493,22 +679,24 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 GEMV8(q4_0, K_Q4_0)
 GEMV8(q4_1, K_Q4_1)
+GEMV8(q5_0, K_Q5_0)
+GEMV8(q5_1, K_Q5_1)
 GEMV8(q8_0, K_Q8_0)
+GEMV8(q4_K, K_Q4_K)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
 AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                          struct qmm_pack8 *out)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : 272;
-    const int qoff = kind == K_Q4_1 ? 32 : 16;
+    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
+                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
+    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *blk = p + (size_t)b * pb;
-        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
-        __m256 m = kind == K_Q4_1
-                       ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(blk + 16)))
-                       : _mm256_mul_ps(d, _mm256_set1_ps(kind == K_Q4_0 ? -8.0f : -128.0f));
+        __m256 d, m;
+        packed_scales(kind, blk, &d, &m);
         _mm256_store_ps(out[b].d, d);
         _mm256_store_ps(out[b].m, m);
         if (kind == K_Q8_0) {
@@ -517,9 +705,14 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
         } else {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
-                _mm256_store_si256((__m256i *)out[b].q[2 * v], _mm256_and_si256(V, m4));
-                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1],
-                                   _mm256_and_si256(_mm256_srli_epi16(V, 4), m4));
+                __m256i lo = _mm256_and_si256(V, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
+                if (KIND_WIDE(kind)) {
+                    lo = _mm256_or_si256(lo, fifth_bits(blk + qoff + 128 + 8 * v));
+                    hi = _mm256_or_si256(hi, fifth_bits(blk + qoff + 128 + 8 * v + 4));
+                }
+                _mm256_store_si256((__m256i *)out[b].q[2 * v], lo);
+                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1], hi);
             }
         }
     }
@@ -531,7 +724,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         struct qmm_pack8 *pack)
 {
     unpack8(kind, w, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
 }
 
 #define GEMM8P(name, kind)                                                                   \
@@ -544,6 +737,9 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
     }
 GEMM8P(q4_0, K_Q4_0)
 GEMM8P(q4_1, K_Q4_1)
+GEMM8P(q5_0, K_Q5_0)
+GEMM8P(q5_1, K_Q5_1)
+GEMM8P(q4_K, K_Q4_K)
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
 #endif
@@ -553,6 +749,9 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemm8p_q4_0;
     case QUANT_Q4_1: return gemm8p_q4_1;
+    case QUANT_Q5_0: return gemm8p_q5_0;
+    case QUANT_Q5_1: return gemm8p_q5_1;
+    case QUANT_Q4_K: return gemm8p_q4_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
 #endif
@@ -565,7 +764,11 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     switch (type) {
     case QUANT_Q4_0: return gemv8_q4_0;
     case QUANT_Q4_1: return gemv8_q4_1;
+    case QUANT_Q5_0: return gemv8_q5_0;
+    case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q6_K: return gemv8_q6_K;
     default: return NULL;
     }
 }
@@ -668,7 +871,10 @@ _Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 ti
 #define CALL32_q4_0(a, b) tile32(K_Q4_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL32_q4_1(a, b) tile32(K_Q4_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL32_q8_0(a, b) tile32(K_Q8_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q5_0(a, b) tile32(K_Q5_0, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL32_q5_1(a, b) tile32(K_Q5_1, wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL_q4_K(a, b) tile_k4(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
+#define CALL_q5_K(a, b) tile_k5(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 #define CALL_q6_K(a, b) tile_k6(wr, row_bytes, n_blk, x, ldx, a, b, yr, ldy)
 
 #define TILE(name, call)                                                                     \
@@ -691,7 +897,10 @@ _Static_assert(QMM_MR == 4 && QMM_NT == 4, "DISPATCH_NT instantiates 4 x 1..4 ti
 TILE(q4_0, CALL32_q4_0)
 TILE(q4_1, CALL32_q4_1)
 TILE(q8_0, CALL32_q8_0)
+TILE(q5_0, CALL32_q5_0)
+TILE(q5_1, CALL32_q5_1)
 TILE(q4_K, CALL_q4_K)
+TILE(q5_K, CALL_q5_K)
 TILE(q6_K, CALL_q6_K)
 
 /* The tile kernel of this build for `type`, NULL where it has none. */
@@ -701,7 +910,10 @@ static qmm_tile_fn tile_of(enum quant_type type)
     case QUANT_Q4_0: return tile_q4_0;
     case QUANT_Q4_1: return tile_q4_1;
     case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q5_0: return tile_q5_0;
+    case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q4_K: return tile_q4_K;
+    case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
     default: return NULL;
     }

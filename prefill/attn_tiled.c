@@ -9,12 +9,17 @@
  *   m' = max(m, max_c s_c),  l' = l e^(m - m') + sum_c e^(s_c - m'),
  *   o' = o e^(m - m') + sum_c e^(s_c - m') v_c,   out = o / l at the end.
  * On a tile that crosses the diagonal each row simply stops at its own
- * position, so there is no mask value and no n x n buffer.
+ * position, so there is no mask value and no n x n buffer. A sliding window
+ * starts the walk at the block of the first position the tile's first query
+ * can see, and within that block at that position; on the tile that crosses
+ * a row's window edge the row starts at its edge. So nothing behind the
+ * window of the tile's first query is read (a cache may have dropped it).
  * A K/V tile is one cache block, found through the sequence's block table:
  * read in place from an f32 cache, converted once per item from f16. Each
  * score is a dot product over head_dim in a fixed order, so a row's result
  * does not depend on the other rows of its item (a decode row alone, or one
- * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V into the cache is the caller's (ops/layer.c).
+ * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V
+ * into the cache is the caller's (backend/cpu.c).
  * Covered by tests/cpu/test_attn_tiled.c. */
 #include "prefill/attn_tiled.h"
 
@@ -81,37 +86,40 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
 /* ---- loading a K/V tile ------------------------------------------------------- */
 
 /* The K and V rows k0 .. k0 + nc - 1 in f32: the cache's own rows for an f32
- * cache, else converted into the scratch. The tile is one cache block (k0 a
- * multiple of KV_BLOCK): one contiguous run of rows per KV head. */
+ * cache, else converted into the scratch; *k and *v point at row k0 (row c
+ * is c * head_dim further), but only rows c0 .. nc - 1 are read or converted
+ * (those before c0 are behind every row's window). The tile is one cache
+ * block (k0 a multiple of KV_BLOCK): one contiguous run of rows per KV head. */
 static void load_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
-                         int64_t k0, int64_t nc, struct attn_scratch *sc, const float **k,
-                         const float **v)
+                         int64_t k0, int64_t c0, int64_t nc, struct attn_scratch *sc,
+                         const float **k, const float **v)
 {
-    const void *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
-    const void *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
+    int64_t hd = p->head_dim;
+    const void *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0 + c0);
+    const void *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0 + c0);
     if (p->kv.dtype == KV_F32) {
-        *k = kr, *v = vr;
+        *k = (const float *)kr - c0 * hd, *v = (const float *)vr - c0 * hd;
         return;
     }
-    ig_f16_to_f32_row(kr, sc->k, nc * p->head_dim);
-    ig_f16_to_f32_row(vr, sc->v, nc * p->head_dim);
+    ig_f16_to_f32_row(kr, sc->k + c0 * hd, (nc - c0) * hd);
+    ig_f16_to_f32_row(vr, sc->v + c0 * hd, (nc - c0) * hd);
     *k = sc->k, *v = sc->v;
 }
 
 /* ---- one work item ----------------------------------------------------------- */
 
-/* s[r][c] = q[r] . k[c] for c < nc. Each score is one dot product in a fixed
- * order (eight lanes over d, then v8_sum), four columns sharing each load of
- * q: a score never depends on the other rows or columns of the item. */
+/* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
+ * fixed order (eight lanes over d, then v8_sum), four columns sharing each
+ * load of q: a score never depends on the other rows or columns of the item. */
 OPS_SIMD_CLONES
-static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t nc,
-                   int64_t hd)
+static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t c0,
+                   int64_t nc, int64_t hd)
 {
     int64_t hd8 = hd / 8 * 8;
     for (int64_t r = 0; r < rows; r++) {
         const float *q = sc->q + r * hd;
         float *s = sc->s + r * ATTN_TILE_K;
-        int64_t c = 0;
+        int64_t c = c0;
         for (; c + 4 <= nc; c += 4) {
             const float *k = kt + c * hd;
             attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
@@ -147,17 +155,29 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
     }
 }
 
-/* Online-softmax update of row r over its visible columns [0, nvis):
- * turns s[r] into probabilities relative to the new max and sets corr[r]. */
-static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
+/* s = cap * tanh(s / cap) over columns [c0, nc) of the rows' scores (Gemma
+ * 2 style soft-capping). */
+static void softcap_scores(struct attn_scratch *sc, int64_t rows, int64_t c0, int64_t nc,
+                           float cap)
+{
+    float inv = 1.0f / cap;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = c0; c < nc; c++)
+            sc->s[r * ATTN_TILE_K + c] = cap * tanhf(sc->s[r * ATTN_TILE_K + c] * inv);
+}
+
+/* Online-softmax update of row r over its visible columns [lo, hi): turns
+ * s[r][lo..hi) into probabilities relative to the new max and sets corr[r].
+ * Columns outside are never read. */
+static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = sc->m[r];
-    for (int64_t c = 0; c < nvis; c++)
+    for (int64_t c = lo; c < hi; c++)
         mx = s[c] > mx ? s[c] : mx;
     float corr = expf(sc->m[r] - mx); /* 0 on the first tile: m = -inf */
     float sum = 0.0f;
-    for (int64_t c = 0; c < nvis; c++) {
+    for (int64_t c = lo; c < hi; c++) {
         s[c] = expf(s[c] - mx);
         sum += s[c];
     }
@@ -166,11 +186,11 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t nvis)
     sc->corr[r] = corr;
 }
 
-/* o[r] = o[r] * corr[r] + sum_{c < nvis} s[r][c] v[c], a column block of o
- * at a time held in registers while the keys stream past. */
+/* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
+ * of o at a time held in registers while the keys stream past. */
 OPS_SIMD_CLONES
-static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int64_t nvis,
-                       int64_t hd)
+static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int64_t lo,
+                       int64_t hi, int64_t hd)
 {
     const float *s = sc->s + r * ATTN_TILE_K;
     float *o = sc->o + r * hd;
@@ -178,7 +198,7 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
     int64_t db = 0;
     for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
         attn_v8 a0 = v8_load(o + db) * corr, a1 = v8_load(o + db + 8) * corr;
-        for (int64_t c = 0; c < nvis; c++) {
+        for (int64_t c = lo; c < hi; c++) {
             const float *v = vt + c * hd + db;
             a0 += s[c] * v8_load(v);
             a1 += s[c] * v8_load(v + 8);
@@ -188,7 +208,7 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
     }
     for (; db < hd; db++) {
         float acc = o[db] * corr;
-        for (int64_t c = 0; c < nvis; c++)
+        for (int64_t c = lo; c < hi; c++)
             acc += s[c] * vt[c * hd + db];
         o[db] = acc;
     }
@@ -216,23 +236,31 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         }
     }
 
-    /* Keys 0 .. kend - 1 are visible to at least the last query of the tile. */
+    /* Keys kbegin .. kend - 1 are visible to at least one query of the
+     * tile: the last query sees up to kend - 1, the first from kbegin on. */
     int64_t kend = s->pos0 + t0 + nq;
-    for (int64_t k0 = 0; k0 < kend; k0 += ATTN_TILE_K) {
+    int64_t kbegin = p->window > 0 ? s->pos0 + t0 - p->window + 1 : 0;
+    kbegin = kbegin > 0 ? kbegin : 0;
+    for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
+        int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
         const float *kt, *vt;
-        load_kv_tile(p, s->table, kvh, k0, nc, sc, &kt, &vt);
-        scores(sc, kt, rows, nc, hd);
+        load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt);
+        scores(sc, kt, rows, c0, nc, hd);
+        if (p->softcap > 0)
+            softcap_scores(sc, rows, c0, nc, p->softcap);
         for (int64_t r = 0; r < rows; r++) {
-            /* Query token i sees keys up to position pos0 + t0 + i. */
+            /* Query token i sees keys up to position pos0 + t0 + i, and with
+             * a window from pos0 + t0 + i - window + 1 on. */
             int64_t i = r % nq;
-            int64_t nvis = s->pos0 + t0 + i + 1 - k0;
-            if (nvis <= 0)
-                continue; /* the whole tile is in this row's future */
-            if (nvis > nc)
-                nvis = nc;
-            softmax_update(sc, r, nvis);
-            accumulate(sc, vt, r, nvis, hd);
+            int64_t hi = s->pos0 + t0 + i + 1 - k0;
+            int64_t lo = p->window > 0 ? s->pos0 + t0 + i - p->window + 1 - k0 : 0;
+            lo = lo > 0 ? lo : 0;
+            hi = hi > nc ? nc : hi;
+            if (hi <= lo)
+                continue; /* the tile is in this row's future or behind its window */
+            softmax_update(sc, r, lo, hi);
+            accumulate(sc, vt, r, lo, hi, hd);
         }
     }
 
@@ -290,6 +318,7 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
 {
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
+    IG_ASSERT(p->window >= 0);
     int64_t *first = p->item_offsets;
     first[0] = 0;
     for (int64_t i = 0; i < p->n_seqs; i++) {

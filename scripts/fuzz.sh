@@ -50,7 +50,7 @@ safetensors)
     srcs=(core/status.c core/mapped_file.c core/utf8.c models/safetensors.c)
     corpus=corpus_st max_len=65536 libs=(-lcjson) ;;
 hf_json)
-    srcs=("${gguf[@]}" core/utf8.c core/json.c models/model.c models/safetensors.c
+    srcs=("${gguf[@]}" core/utf8.c core/json.c models/arch.c models/model.c models/safetensors.c
           models/hf_config.c models/hf_model.c tokenizer/unicode.c tokenizer/unicode_tables.c
           tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c tokenizer/spm.c tokenizer/encode.c
           tokenizer/decode.c tokenizer/gguf_vocab.c tokenizer/hf_vocab.c)

@@ -2,8 +2,10 @@
 """Generates tokenizer/unicode_tables.c: the Unicode general-category classes
 the pre-tokenizer splitters need, as sorted compact ranges.
 
-Each code point gets one class: letter (L*), number (N*), mark (M*),
+Each code point gets one class: upper-case or title-case letter (Lu, Lt),
+lower-case letter (Ll), other letter (Lm, Lo), number (N*), mark (M*),
 punctuation (P*), symbol (S*), separator (Z*), or other (C*, unassigned).
+(Mistral's tekken regex tells the three kinds of letter apart.)
 Only non-"other" ranges are stored; anything between ranges is "other".
 White space is the Unicode White_Space property (what \\s means in the
 regex engines the reference tokenizers use), listed separately.
@@ -25,8 +27,9 @@ try:
 except ImportError:
     import unicodedata
 
-CLASS = {"L": "TOK_UC_LETTER", "N": "TOK_UC_NUMBER", "M": "TOK_UC_MARK",
-         "P": "TOK_UC_PUNCT", "S": "TOK_UC_SYMBOL", "Z": "TOK_UC_SEPARATOR"}
+CLASS = {"Lu": "TOK_UC_LETTER_UPPER", "Lt": "TOK_UC_LETTER_UPPER", "Ll": "TOK_UC_LETTER_LOWER",
+         "Lm": "TOK_UC_LETTER", "Lo": "TOK_UC_LETTER", "N": "TOK_UC_NUMBER",
+         "M": "TOK_UC_MARK", "P": "TOK_UC_PUNCT", "S": "TOK_UC_SYMBOL", "Z": "TOK_UC_SEPARATOR"}
 
 # The White_Space property (PropList.txt); stable since Unicode 6.
 WHITE_SPACE = [(0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0),
@@ -37,8 +40,8 @@ WHITE_SPACE = [(0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0),
 def main():
     ranges = []  # [first, last, class]
     for cp in range(0x110000):
-        major = unicodedata.category(chr(cp))[0]
-        cls = CLASS.get(major)
+        cat = unicodedata.category(chr(cp))
+        cls = CLASS.get(cat) or CLASS.get(cat[0])
         if cls is None:
             continue
         if ranges and ranges[-1][1] == cp - 1 and ranges[-1][2] == cls:

@@ -9,6 +9,8 @@
 #include "core/status.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,14 +129,81 @@ static int unknown_style(void)
                                 "and format the prompt yourself");
 }
 
+int chat_has_thinking_switch(const char *tmpl, size_t len)
+{
+    return tmpl && has(tmpl, len, "<|im_start|>") && has(tmpl, len, "enable_thinking");
+}
+
+/* Python's str.isspace() for the code point at s (what Jinja's trim strips):
+ * its length, or 0. */
+static size_t space_at(const unsigned char *s, size_t n)
+{
+    if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0D) || (s[0] >= 0x1C && s[0] <= 0x20)))
+        return 1;
+    if (n >= 2 && s[0] == 0xC2 && (s[1] == 0x85 || s[1] == 0xA0))
+        return 2;
+    if (n >= 3) {
+        uint32_t cp = (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+        if ((s[0] & 0xF0) == 0xE0 &&
+            (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+             cp == 0x202F || cp == 0x205F || cp == 0x3000))
+            return 3;
+    }
+    return 0;
+}
+
+/* A malloc'd copy of text without leading and trailing white space. */
+static char *trimmed(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), a = 0, k;
+    while (a < n && (k = space_at(s + a, n - a)))
+        a += k;
+    size_t e = a; /* end of the last non-space character */
+    for (size_t i = a; i < n;) {
+        k = space_at(s + i, n - i);
+        if (k) {
+            i += k;
+        } else {
+            i += 1;
+            while (i < n && (s[i] & 0xC0) == 0x80)
+                i++;
+            e = i;
+        }
+    }
+    char *out = malloc(e - a + 1);
+    if (out) {
+        memcpy(out, text + a, e - a);
+        out[e - a] = '\0';
+    }
+    return out;
+}
+
 int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
                 const char *system, const char *user, char **out)
+{
+    return chat_render_opts(style, tmpl, tmpl_len, system, user, NULL, out);
+}
+
+int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
+                     const char *system, const char *user, const struct chat_opts *opts,
+                     char **out)
 {
     struct strbuf b = {0};
     char def[1024];
     *out = NULL;
     if (system && !*system)
         system = NULL;
+    bool no_thinking = opts && opts->no_thinking;
+    if (no_thinking && !chat_has_thinking_switch(tmpl, tmpl_len))
+        return ig_error(IG_E_USAGE, "--no-think: the model's chat template has no thinking "
+                        "switch (Qwen3's enable_thinking)");
+    char *trim = NULL;
+    if (style == CHAT_LLAMA3 || style == CHAT_GEMMA) {
+        if (!(trim = trimmed(user)))
+            return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+        user = trim;
+    }
     switch (style) {
     case CHAT_CHATML:
         if (!system && chat_default_system(tmpl, tmpl_len, def, sizeof def))
@@ -142,6 +211,8 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
         if (system)
             sb_cat(&b, "<|im_start|>system\n", system, "<|im_end|>\n", NULL);
         sb_cat(&b, "<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n", NULL);
+        if (no_thinking)
+            sb_add(&b, "<think>\n\n</think>\n\n");
         break;
     case CHAT_LLAMA3:
         if (system)
@@ -150,12 +221,20 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
         sb_cat(&b, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>",
                "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
         break;
-    case CHAT_LLAMA2:
-        sb_add(&b, "[INST] ");
+    case CHAT_LLAMA2: { /* the template strips the turn's whole content */
+        struct strbuf c = {0};
         if (system)
-            sb_cat(&b, "<<SYS>>\n", system, "\n<</SYS>>\n\n", NULL);
-        sb_cat(&b, user, " [/INST]", NULL);
+            sb_cat(&c, "<<SYS>>\n", system, "\n<</SYS>>\n\n", NULL);
+        sb_add(&c, user);
+        char *t = c.failed ? NULL : trimmed(c.s ? c.s : "");
+        if (!t)
+            b.failed = 1;
+        else
+            sb_cat(&b, "[INST] ", t, " [/INST]", NULL);
+        free(t);
+        free(c.s);
         break;
+    }
     case CHAT_GEMMA:
         sb_add(&b, "<start_of_turn>user\n");
         if (system)
@@ -209,6 +288,7 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
     default:
         return unknown_style();
     }
+    free(trim);
     if (b.failed || !b.s) {
         free(b.s);
         return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");

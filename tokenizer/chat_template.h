@@ -19,6 +19,13 @@
  *
  * A continued conversation renders only its next turn (chat_render_next),
  * after the answer already in the cache.
+                     char **out);
+
+ * llama3 and gemma templates trim the user's message (Jinja's `| trim`),
+ * llama2 the turn's whole content (system block and message), and so does
+ * the formatter. A ChatML template that reads `enable_thinking`
+ * (Qwen3) has a thinking switch: off, the generation prompt ends with an
+ * empty "<think>\n\n</think>\n\n" block, as the template writes it.
  *
  * Covered by tests/unit/test_chat_template.c (expected strings) and
  * tests/unit/test_chat_jinja.py (against jinja2 renders of the templates). */
@@ -64,6 +71,21 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
  * with special tokens parsed and without adding BOS. The system message
  * belongs to the first turn: there is none here. Returns as chat_render. */
 int chat_render_next(enum chat_style style, const char *user, int closed, const char *bos,
+                     char **out);
+
+/* Options beyond the messages. */
+struct chat_opts {
+    int no_thinking; /* turn thinking off (needs chat_has_thinking_switch) */
+};
+
+/* True when the template can turn the model's thinking off (Qwen3's
+ * enable_thinking). */
+int chat_has_thinking_switch(const char *tmpl, size_t len);
+
+/* chat_render with options (NULL: none). Returns as chat_render, and
+ * IG_E_USAGE (one line) for no_thinking on a template without the switch. */
+int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
+                     const char *system, const char *user, const struct chat_opts *opts,
                      char **out);
 
 /* The default system message a ChatML template inserts when none is given,

@@ -59,7 +59,7 @@ int64_t tok_piece(const struct tok_vocab *v, int32_t id, bool special, char *buf
     default:
         break;
     }
-    if (v->model == TOK_MODEL_SPM) {
+    if (v->model == TOK_MODEL_SPM || v->model == TOK_MODEL_BPE_UTF8) {
         unsigned hi, lo;
         if (v->types[id] == TOK_TYPE_BYTE && t.len == 6 && !memcmp(t.ptr, "<0x", 3) &&
             t.ptr[5] == '>' && hex_digit(t.ptr[3], &hi) && hex_digit(t.ptr[4], &lo)) {

@@ -34,6 +34,8 @@ static int encode_plain(struct tok_vocab *v, const char *s, size_t start, size_t
 {
     if (v->model == TOK_MODEL_BPE)
         return start == end ? IG_OK : tok_bpe_encode(v, s + start, end - start, out);
+    if (v->model == TOK_MODEL_BPE_UTF8)
+        return start == end ? IG_OK : tok_bpe_utf8_encode(v, s + start, end - start, out);
     /* The prefix belongs to the text's start even when a special token is
      * there: sentencepiece then gives the lone "▁" its own token. HF's
      * tokenizer.json pipelines prefix non-empty pieces only: the one at the

@@ -34,6 +34,9 @@ struct tok_cache {
     int64_t ids_len, ids_cap;
 };
 
+/* End-of-turn token texts vocab.c looks for (find_eog). */
+#define TOK_EOG_NAMES 10
+
 struct tok_vocab {
     enum tok_model model;
     enum tok_pre pre;
@@ -58,7 +61,9 @@ struct tok_vocab {
     uint8_t special_first[256]; /* 1 when some special token starts with this byte */
 
     int32_t bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;
-    int32_t eog_ids[TOK_MAX_EOG];
+    /* the file's end-of-generation ids, then the end-of-turn tokens found
+     * by their text (vocab.c: find_eog) */
+    int32_t eog_ids[TOK_MAX_EOG + TOK_EOG_NAMES];
     int n_eog;
     bool add_bos, add_eos, add_space_prefix;
     int space_prefix_hf;    /* tok_vocab_desc's */
@@ -80,6 +85,7 @@ int tok_ids_reserve(struct tok_ids *ids, int64_t more);
 int tok_bpe_encode(struct tok_vocab *v, const char *text, size_t len, struct tok_ids *out);
 int tok_spm_encode(struct tok_vocab *v, const char *text, size_t len, bool space_prefix,
                    struct tok_ids *out);
+int tok_bpe_utf8_encode(struct tok_vocab *v, const char *text, size_t len, struct tok_ids *out);
 
 void tok_cache_free(struct tok_cache *c);
 

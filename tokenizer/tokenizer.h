@@ -2,10 +2,14 @@
  *
  * Two algorithms, chosen by tokenizer.ggml.model:
  *   "gpt2"  byte-level BPE: a pre-tokenizer splits the text (tokenizer.ggml.pre:
- *           gpt2, smollm, llama3/llama-bpe, qwen2), each piece's bytes are
+ *           gpt2, smollm, llama3/llama-bpe, qwen2, qwen35, tekken, deepseek-llm,
+ *           deepseek-coder, falcon), each piece's bytes are
  *           mapped to GPT-2's printable code points and merged by merge rank.
  *   "llama" SentencePiece-style BPE: spaces become U+2581, adjacent symbols
  *           are merged by token score, leftovers fall back to <0xXX> bytes.
+ *   "gemma4" BPE by merge rank over UTF-8 characters with spaces as U+2581
+ *           (Gemma 4's tokenizer.json), the text cut only where newline runs
+ *           start and end, leftovers to <0xXX> bytes.
  * Control and user-defined tokens are found in the text as single tokens
  * (longest match first); control tokens only when the caller asks for it
  * (user-defined ones are ordinary vocabulary, matched always, as
@@ -42,6 +46,8 @@ struct cJSON;
 enum tok_model {
     TOK_MODEL_BPE, /* "gpt2": byte-level BPE with merges */
     TOK_MODEL_SPM, /* "llama": SentencePiece-style BPE with scores */
+    TOK_MODEL_BPE_UTF8, /* "gemma4": BPE merges over UTF-8 characters, spaces as U+2581,
+                           <0xXX> byte fallback, text split only at newline runs */
 };
 
 /* Pre-tokenizers for byte-level BPE (the regexes they reproduce are in
@@ -51,6 +57,11 @@ enum tok_pre {
     TOK_PRE_SMOLLM, /* every number character alone, then GPT-2's regex */
     TOK_PRE_LLAMA3, /* Llama 3's regex (numbers in runs of at most 3) */
     TOK_PRE_QWEN2,  /* Llama 3's regex with single-digit numbers */
+    TOK_PRE_QWEN35, /* Qwen2's with combining marks inside words (Qwen3.5) */
+    TOK_PRE_TEKKEN, /* Mistral Nemo/Small: capitalized and lower-case runs apart */
+    TOK_PRE_DEEPSEEK_LLM,   /* six regexes in sequence (tokenizer/pretok.c) */
+    TOK_PRE_DEEPSEEK_CODER, /* five */
+    TOK_PRE_FALCON, /* punctuation runs, GPT-2's regex, digits in threes */
 };
 
 /* Token types as GGUF numbers them (tokenizer.ggml.token_type). */
@@ -144,16 +155,19 @@ void tok_vocab_free(struct tok_vocab *v);
 int64_t tok_n_tokens(const struct tok_vocab *v);
 enum tok_model tok_model_of(const struct tok_vocab *v);
 enum tok_pre tok_pre_of(const struct tok_vocab *v);
-/* "gpt2" or "llama", as tokenizer.ggml.model names them. */
+/* "gpt2", "llama" or "gemma4", as tokenizer.ggml.model names them. */
 const char *tok_model_name(enum tok_model m);
-/* "gpt2", "smollm", "llama3", "qwen2": the family's tokenizer.ggml.pre name. */
+/* "gpt2", "smollm", "llama3", "qwen2", "qwen35", "tekken", ...: the
+ * family's tokenizer.ggml.pre name. */
 const char *tok_pre_name(enum tok_pre p);
 int32_t tok_bos(const struct tok_vocab *v); /* -1 when absent */
 /* True when TOK_ENC_ADD_BOS prepends BOS (the vocabulary's add_bos setting). */
 bool tok_adds_bos(const struct tok_vocab *v);
 int32_t tok_eos(const struct tok_vocab *v);
 int32_t tok_eot(const struct tok_vocab *v);
-/* True for EOS, EOT, EOM and the extra EOG ids: generation stops there. */
+/* True for EOS, EOT, EOM, the extra EOG ids, and the control tokens that
+ * end a turn in the chat formats (<end_of_turn>, <|eot_id|>, <|im_end|>, ...
+ * found by their text, as llama.cpp does): generation stops there. */
 bool tok_is_eog(const struct tok_vocab *v, int32_t id);
 enum tok_type tok_type_of(const struct tok_vocab *v, int32_t id);
 /* The token's string as stored in the vocabulary (GPT-2 form, U+2581...). */

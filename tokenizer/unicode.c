@@ -100,11 +100,15 @@ static unsigned flags_slow(uint32_t cp)
     if (cp > 0x10FFFF)
         return 0;
     unsigned f = 0;
-    enum tok_uc_class c = tok_uc_class_of(cp);
-    if (c == TOK_UC_LETTER)
-        f |= TOK_CF_LETTER;
-    else if (c == TOK_UC_NUMBER)
-        f |= TOK_CF_NUMBER;
+    switch (tok_uc_class_of(cp)) {
+    case TOK_UC_LETTER: f |= TOK_CF_LETTER; break;
+    case TOK_UC_LETTER_UPPER: f |= TOK_CF_LETTER | TOK_CF_UPPER; break;
+    case TOK_UC_LETTER_LOWER: f |= TOK_CF_LETTER | TOK_CF_LOWER; break;
+    case TOK_UC_NUMBER: f |= TOK_CF_NUMBER; break;
+    case TOK_UC_MARK: f |= TOK_CF_MARK; break;
+    case TOK_UC_PUNCT: f |= TOK_CF_PUNCT; break;
+    default: break;
+    }
     if (in_ranges(tok_uc_white_space, tok_uc_n_white_space, cp) >= 0)
         f |= TOK_CF_SPACE;
     if (cp == '\r' || cp == '\n')
@@ -112,21 +116,22 @@ static unsigned flags_slow(uint32_t cp)
     return f;
 }
 
-/* The Basic Multilingual Plane's flags, filled on first use. Bit 7 marks an
- * entry as computed, so concurrent fillers write the same value and a
+/* The Basic Multilingual Plane's flags, filled on first use. Bit 15 marks
+ * an entry as computed, so concurrent fillers write the same value and a
  * relaxed atomic suffices. */
-static _Atomic unsigned char bmp_flags[0x10000];
+#define FLAGS_DONE 0x8000u
+static _Atomic uint16_t bmp_flags[0x10000];
 
 unsigned tok_uc_flags(uint32_t cp)
 {
     if (cp >= 0x10000)
         return flags_slow(cp);
-    unsigned char f = atomic_load_explicit(&bmp_flags[cp], memory_order_relaxed);
-    if (f & 0x80)
-        return f & 0x7F;
-    f = (unsigned char)(flags_slow(cp) | 0x80);
+    uint16_t f = atomic_load_explicit(&bmp_flags[cp], memory_order_relaxed);
+    if (f & FLAGS_DONE)
+        return f & ~FLAGS_DONE;
+    f = (uint16_t)(flags_slow(cp) | FLAGS_DONE);
     atomic_store_explicit(&bmp_flags[cp], f, memory_order_relaxed);
-    return f & 0x7F;
+    return f & ~FLAGS_DONE;
 }
 
 static int byte_is_printable(unsigned b)

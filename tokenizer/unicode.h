@@ -9,11 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Major general-category classes. TOK_UC_OTHER covers C* and unassigned,
+/* General-category classes. TOK_UC_OTHER covers C* and unassigned,
  * and every byte that is not part of valid UTF-8. */
 enum tok_uc_class {
     TOK_UC_OTHER = 0,
-    TOK_UC_LETTER,    /* L* */
+    TOK_UC_LETTER,    /* Lm, Lo: letters without case */
+    TOK_UC_LETTER_UPPER, /* Lu, Lt */
+    TOK_UC_LETTER_LOWER, /* Ll */
     TOK_UC_NUMBER,    /* N* */
     TOK_UC_MARK,      /* M* */
     TOK_UC_PUNCT,     /* P* */
@@ -53,8 +55,12 @@ int tok_utf8_put(uint32_t cp, char *out);
  * through a lazily filled table and by binary search above. */
 #define TOK_CF_LETTER 1u
 #define TOK_CF_NUMBER 2u
-#define TOK_CF_SPACE 4u /* White_Space property */
-#define TOK_CF_NL 8u    /* '\r' or '\n' */
+#define TOK_CF_SPACE 4u   /* White_Space property */
+#define TOK_CF_NL 8u      /* '\r' or '\n' */
+#define TOK_CF_MARK 16u   /* M* */
+#define TOK_CF_PUNCT 32u  /* P* */
+#define TOK_CF_UPPER 64u  /* Lu, Lt (with TOK_CF_LETTER) */
+#define TOK_CF_LOWER 128u /* Ll (with TOK_CF_LETTER) */
 unsigned tok_uc_flags(uint32_t cp);
 enum tok_uc_class tok_uc_class_of(uint32_t cp);
 

@@ -143,7 +143,8 @@ static int add_merges(struct tok_vocab *v, const struct tok_vocab_desc *d)
             rl = d->merges_right[r].len;
         } else {
             /* "left right": split at the first space after the first byte (a
-             * GPT-2-form token never contains a plain space). */
+             * GPT-2-form token never contains a plain space, nor does a
+             * Gemma 4 one: its spaces are U+2581). */
             const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
             if (!sp)
                 return ig_error(IG_E_MODEL, "tokenizer: merge %lld ('%.*s') is not 'left right'",
@@ -235,6 +236,24 @@ static void map_bytes(struct tok_vocab *v)
     }
 }
 
+/* The tokens that end a turn in the chat formats of the models ignite runs,
+ * found by their text as llama.cpp finds them (GGUF has one EOS id, while
+ * Gemma's instruct models end a turn with <end_of_turn>, Llama 3's with
+ * <|eot_id|>, ChatML's with <|im_end|>). Only control tokens count; they
+ * follow the ids the file listed. */
+static void find_eog(struct tok_vocab *v)
+{
+    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
+                                        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+                                        "<EOT>", "<|end_of_text|>", "<turn|>", "<eos>"};
+    _Static_assert(sizeof names / sizeof names[0] == TOK_EOG_NAMES, "room for every name");
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        int32_t id = tok_find(v, names[k], strlen(names[k]));
+        if (id >= 0 && v->types[id] == TOK_TYPE_CONTROL && !tok_is_eog(v, id))
+            v->eog_ids[v->n_eog++] = id;
+    }
+}
+
 int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
 {
     *out = NULL;
@@ -251,9 +270,11 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
             goto fail;
     } else if (!strcmp(d->model, "llama")) {
         v->model = TOK_MODEL_SPM;
+    } else if (!strcmp(d->model, "gemma4")) {
+        v->model = TOK_MODEL_BPE_UTF8;
     } else {
-        rc = ig_error(IG_E_MODEL, "tokenizer: unsupported tokenizer model '%s' (expected 'gpt2' "
-                      "or 'llama')", d->model);
+        rc = ig_error(IG_E_MODEL, "tokenizer: unsupported tokenizer model '%s' (expected 'gpt2', "
+                      "'llama' or 'gemma4')", d->model);
         goto fail;
     }
     if (d->n_tokens <= 0 || d->n_tokens > INT32_MAX / 2 || !d->tokens) {
@@ -328,21 +349,24 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     for (int k = 0; k < d->n_eog; k++)
         if ((rc = check_id("end-of-generation id", d->eog_ids[k], v->n_tokens)))
             goto fail;
-    memcpy(v->eog_ids, d->eog_ids, sizeof v->eog_ids);
+    memcpy(v->eog_ids, d->eog_ids, sizeof d->eog_ids);
     v->n_eog = d->n_eog;
     if (v->model == TOK_MODEL_SPM && v->unk_id < 0)
         for (int64_t i = 0; i < v->n_tokens && v->unk_id < 0; i++)
             if (v->types[i] == TOK_TYPE_UNKNOWN)
                 v->unk_id = (int32_t)i;
     /* Defaults as llama.cpp has them: SentencePiece models start with BOS
-     * and a space prefix, Llama 3 with BOS; other byte-level BPE models add
-     * nothing. */
+     * and a space prefix, Llama 3 and Gemma 4 with BOS; other byte-level BPE
+     * models add nothing. (llama.cpp forces Gemma 4's BOS on even when the
+     * file says false; here the file's word stands.) */
     bool spm = v->model == TOK_MODEL_SPM;
-    bool llama3 = v->model == TOK_MODEL_BPE && v->pre == TOK_PRE_LLAMA3;
-    /* Llama 3's tokenizer.json sets ignore_merges; llama.cpp ties it (and
-     * BOS) to the pre-tokenizer type, as GGUF has no key for it. */
+    bool llama3 = v->model == TOK_MODEL_BPE &&
+                  (v->pre == TOK_PRE_LLAMA3 || v->pre == TOK_PRE_TEKKEN);
+    /* Llama 3's and Mistral's tekken tokenizer.json set ignore_merges;
+     * llama.cpp ties it (and BOS) to the pre-tokenizer type, as GGUF has no
+     * key for it. */
     v->ignore_merges = d->ignore_merges >= 0 ? d->ignore_merges : llama3;
-    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3;
+    v->add_bos = d->add_bos >= 0 ? d->add_bos : spm || llama3 || v->model == TOK_MODEL_BPE_UTF8;
     v->add_eos = d->add_eos >= 0 ? d->add_eos : false;
     v->add_space_prefix = d->add_space_prefix >= 0 ? d->add_space_prefix : spm;
     v->space_prefix_hf = d->space_prefix_hf;
@@ -354,6 +378,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     if ((rc = add_merges(v, d)) || (rc = find_specials(v)))
         goto fail;
     map_bytes(v);
+    find_eog(v);
     *out = v;
     return IG_OK;
 fail:
@@ -397,7 +422,7 @@ enum tok_pre tok_pre_of(const struct tok_vocab *v) { return v->pre; }
 
 const char *tok_model_name(enum tok_model m)
 {
-    return m == TOK_MODEL_BPE ? "gpt2" : "llama";
+    return m == TOK_MODEL_BPE ? "gpt2" : m == TOK_MODEL_BPE_UTF8 ? "gemma4" : "llama";
 }
 
 const char *tok_pre_name(enum tok_pre p)
@@ -407,6 +432,11 @@ const char *tok_pre_name(enum tok_pre p)
     case TOK_PRE_SMOLLM: return "smollm";
     case TOK_PRE_LLAMA3: return "llama3";
     case TOK_PRE_QWEN2: return "qwen2";
+    case TOK_PRE_QWEN35: return "qwen35";
+    case TOK_PRE_TEKKEN: return "tekken";
+    case TOK_PRE_DEEPSEEK_LLM: return "deepseek-llm";
+    case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
+    case TOK_PRE_FALCON: return "falcon";
     }
     return "?";
 }

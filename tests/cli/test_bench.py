@@ -240,6 +240,13 @@ def main():
     check(rc == 2 and "SmolLM2-135M" in err, f"unknown synthetic model: exit {rc}: {err}")
     rc, out, err = bench(model="synthetic:SmolLM2-135M:Q4_K")
     check(rc == 2, f"Q4_K on 576-wide SmolLM2: exit {rc}: {err}")
+    # the architectures after Llama 2: a Gemma 3 shape (local layers, GELU, norms) runs
+    rc, out, err = bench("-p", "8", "-n", "2", "-o", "jsonl", "--device", "cpu",
+                         model="synthetic:Gemma-3-270M:Q4_0")
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    check(rc == 0 and len(rows) == 2 and all(r["model_type"].startswith("gemma3 ") and
+                                             r["avg_ts"] > 0 for r in rows),
+          f"synthetic:Gemma-3-270M: exit {rc}: {out!r} {err!r}")
     # rows stdout cannot take are an I/O error, not success
     if os.access("/dev/full", os.W_OK):
         with open("/dev/full", "wb") as full:

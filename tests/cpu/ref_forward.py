@@ -1,11 +1,30 @@
-"""tests/cpu/ref_forward.py: an independent fp64 numpy forward of a Llama-family
-GGUF model, the reference ignite's CPU forward is checked against.
+"""tests/cpu/ref_forward.py: an independent fp64 numpy forward of a GGUF
+model (llama, qwen2, qwen3, gemma3), the reference ignite's CPU forward is
+checked against.
 
 Weights are dequantized by the gguf package (gguf.quants.dequantize), not by
-ignite, and everything after that is float64. Written from the model's
-definition (RMSNorm, RoPE, grouped-query causal attention, SwiGLU), sharing
-no code with ignite. Used by tests/cpu/test_forward_ref.py.
+ignite, and everything after that is float64. Written from each
+architecture's definition in Hugging Face transformers (LlamaModel,
+Qwen2Model, Qwen3Model, Gemma3TextModel and modeling_rope_utils), sharing
+no code with ignite: the file's metadata is read back into the config those
+classes take (what llama.cpp's converter wrote from it), then:
+  - RMSNorm; Gemma3RMSNorm multiplies by (1 + w), and the converter stored
+    w + 1, so w = stored - 1 here;
+  - RoPE: default, linear (positions / factor), "llama3" (the converter's
+    rope_freqs tensor divides each frequency), YaRN
+    (_compute_yarn_parameters: ramp between interpolated and extrapolated
+    frequencies, cos and sin times 0.1 ln(factor) + 1); Gemma 3's local
+    layers use rope_local_base_freq without scaling;
+  - Qwen3 and Gemma 3 RMSNorm each Q and K head before RoPE; Gemma 3 scales
+    embeddings by sqrt(hidden_size), scales attention by
+    query_pre_attn_scalar^-0.5, normalizes the attention and MLP outputs
+    before the residual adds, uses gelu_pytorch_tanh, and its sliding layers
+    ((i + 1) % sliding_window_pattern != 0) see keys j with i - j < window.
+Used by tests/cpu/test_forward_ref.py, test_forward_tiny.py,
+test_forward_arch.py and test_gemma3_real.py.
 """
+import math
+
 import numpy as np
 from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType
@@ -23,42 +42,86 @@ def _field(reader, key, default=None):
 
 
 class RefModel:
-    """The model's hyper-parameters and fp64 weights; forward() runs it."""
+    """The model's config and fp64 weights; forward() runs it."""
 
     def __init__(self, path):
         r = GGUFReader(path)
         self.arch = _field(r, "general.architecture")
         a = self.arch
-        self.n_layer = int(_field(r, f"{a}.block_count"))
-        self.n_embd = int(_field(r, f"{a}.embedding_length"))
-        self.n_head = int(_field(r, f"{a}.attention.head_count"))
-        self.n_head_kv = int(_field(r, f"{a}.attention.head_count_kv", self.n_head))
-        self.head_dim = self.n_embd // self.n_head
-        self.n_rot = int(_field(r, f"{a}.rope.dimension_count", self.head_dim))
-        self.rope_base = float(_field(r, f"{a}.rope.freq_base", 10000.0))
-        self.eps = float(_field(r, f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
+        f = lambda k, d=None: _field(r, f"{a}.{k}", d)  # noqa: E731
+        self.n_layer = int(f("block_count"))
+        self.n_embd = int(f("embedding_length"))
+        self.n_head = int(f("attention.head_count"))
+        self.n_head_kv = int(f("attention.head_count_kv", self.n_head))
+        self.head_dim = int(f("attention.key_length", self.n_embd // self.n_head))
+        self.n_rot = int(f("rope.dimension_count", self.head_dim))
+        self.rope_base = float(f("rope.freq_base", 10000.0))
+        gemma = a == "gemma3"
+        self.eps = float(f("attention.layer_norm_rms_epsilon", 1e-6 if a in ("qwen3", "gemma3")
+                                                                 else 1e-5))
         # GGUF llama weights are permuted so that RoPE pairs dims (2i, 2i+1);
-        # qwen2 keeps the (i, i + n_rot/2) pairing.
-        self.rope_adjacent = a != "qwen2"
+        # the others keep transformers' rotate_half pairing (i, i + n_rot/2).
+        self.rope_adjacent = a == "llama"
+        self.qk_norm = a in ("qwen3", "gemma3")
+        self.gemma = gemma
+        # rope_scaling as transformers' config has it
+        stype = f("rope.scaling.type")
+        factor = f("rope.scaling.factor")
+        if stype is None and factor:
+            stype = "linear"
+        self.rope_scaling = None
+        if stype in ("linear", "yarn") and factor:
+            self.rope_scaling = {"rope_type": stype, "factor": float(factor),
+                                 "original_max_position_embeddings":
+                                     int(f("rope.scaling.original_context_length",
+                                           f("context_length"))),
+                                 "beta_fast": float(f("rope.scaling.yarn_beta_fast", 32.0)),
+                                 "beta_slow": float(f("rope.scaling.yarn_beta_slow", 1.0))}
+        self.final_softcap = f("final_logit_softcapping")
+        self.attn_softcap = f("attn_logit_softcapping")
+        # Gemma 3: window, pattern (Gemma3TextConfig defaults), local base,
+        # query_pre_attn_scalar (168 = hidden / heads for the 62-layer 27B)
+        self.window = int(f("attention.sliding_window", 0)) if gemma else 0
+        pattern = int(f("attention.sliding_window_pattern", 6))
+        self.sliding = [bool(self.window) and (i + 1) % pattern != 0
+                        for i in range(self.n_layer)]
+        self.local_base = float(f("rope.freq_base_swa", 10000.0))
+        qpas = self.n_embd // self.n_head if gemma and self.n_layer == 62 else self.head_dim
+        self.scaling = qpas ** -0.5
 
         t = {}
         for ten in r.tensors:
             w = dequantize(ten.data, GGMLQuantizationType(ten.tensor_type))
             t[ten.name] = np.asarray(w, dtype=np.float64)
+        self.rope_freqs = t.get("rope_freqs.weight")
         self.tok_embd = t["token_embd.weight"]  # [n_vocab, n_embd]
         self.output = t.get("output.weight", self.tok_embd)
-        self.output_norm = t["output_norm.weight"]
+        self.output_norm = self._norm_w(t["output_norm.weight"])
         self.layers = []
         for i in range(self.n_layer):
             p = f"blk.{i}."
-            self.layers.append({k: t.get(p + n) for k, n in [
+            L = {k: t.get(p + n) for k, n in [
                 ("attn_norm", "attn_norm.weight"), ("wq", "attn_q.weight"),
                 ("wk", "attn_k.weight"), ("wv", "attn_v.weight"),
                 ("bq", "attn_q.bias"), ("bk", "attn_k.bias"), ("bv", "attn_v.bias"),
                 ("wo", "attn_output.weight"), ("ffn_norm", "ffn_norm.weight"),
                 ("w_gate", "ffn_gate.weight"), ("w_up", "ffn_up.weight"),
-                ("w_down", "ffn_down.weight")]})
+                ("w_down", "ffn_down.weight"), ("q_norm", "attn_q_norm.weight"),
+                ("k_norm", "attn_k_norm.weight"),
+                ("post_attn_norm", "post_attention_norm.weight"),
+                ("post_ffn_norm", "post_ffw_norm.weight")]}
+            for k in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm",
+                      "post_ffn_norm"):
+                if L[k] is not None:
+                    L[k] = self._norm_w(L[k])
+            self.layers.append(L)
         self.n_vocab = self.tok_embd.shape[0]
+        self.inv_freq_global, self.mscale_global = self._rope_params(global_layer=True)
+        self.inv_freq_local, self.mscale_local = self._rope_params(global_layer=False)
+
+    def _norm_w(self, stored):
+        """transformers' weight of an RMSNorm: Gemma's converter stored w + 1."""
+        return stored - 1.0 if self.gemma else stored
 
     def new_cache(self):
         """K and V per layer: lists of [n_pos, n_head_kv, head_dim] arrays."""
@@ -66,14 +129,43 @@ class RefModel:
                 "v": [np.zeros((0, self.n_head_kv, self.head_dim))] * self.n_layer}
 
     def _rmsnorm(self, x, w):
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+        """LlamaRMSNorm x / rms(x) * w; Gemma3RMSNorm x / rms(x) * (1 + w)."""
+        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return y * (1.0 + w) if self.gemma else y * w
 
-    def _rope(self, x, pos):
+    def _rope_params(self, global_layer):
+        """(inv_freq [n_rot/2], attention_scaling) as modeling_rope_utils
+        computes them for this layer kind."""
+        dim = self.n_rot
+        base = self.rope_base if global_layer else self.local_base
+        inv = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        rs = self.rope_scaling if global_layer else None
+        scale = 1.0
+        if self.rope_freqs is not None and global_layer:
+            # the "llama3" rope_type, as the converter's rope_freqs factors
+            inv = inv / self.rope_freqs
+        if rs and rs["rope_type"] == "linear":
+            inv = inv / rs["factor"]
+        elif rs and rs["rope_type"] == "yarn":
+            factor, orig = rs["factor"], rs["original_max_position_embeddings"]
+
+            def corr_dim(rot):
+                return dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+            low = max(math.floor(corr_dim(rs["beta_fast"])), 0)
+            high = min(math.ceil(corr_dim(rs["beta_slow"])), dim - 1)
+            if low == high:
+                high += 0.001
+            ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+            extrap_factor = 1 - ramp
+            inv = (inv / factor) * (1 - extrap_factor) + inv * extrap_factor
+            scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv, scale
+
+    def _rope(self, x, pos, inv, mscale):
         """x: [n, heads, head_dim]; rotates the first n_rot dims at positions pos."""
         half = self.n_rot // 2
-        inv = self.rope_base ** (-2.0 * np.arange(half) / self.n_rot)
         ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # [n, half]
-        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        c, s = np.cos(ang)[:, None, :] * mscale, np.sin(ang)[:, None, :] * mscale
         y = x.copy()
         if self.rope_adjacent:
             a, b = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]
@@ -94,25 +186,52 @@ class RefModel:
         pos = np.arange(pos0, pos0 + n)
         hd, g = self.head_dim, self.n_head // self.n_head_kv
         x = self.tok_embd[np.asarray(tokens)]
+        if self.gemma:
+            x = x * math.sqrt(self.n_embd)
         for i, L in enumerate(self.layers):
             h = self._rmsnorm(x, L["attn_norm"])
             q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
             if L["bq"] is not None:
                 q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
-            q = self._rope(q.reshape(n, self.n_head, hd), pos)
-            k = self._rope(k.reshape(n, self.n_head_kv, hd), pos)
+            q = q.reshape(n, self.n_head, hd)
+            k = k.reshape(n, self.n_head_kv, hd)
+            if self.qk_norm:
+                q, k = self._rmsnorm(q, L["q_norm"]), self._rmsnorm(k, L["k_norm"])
+            sliding = self.sliding[i]
+            inv, ms = ((self.inv_freq_local, self.mscale_local) if sliding
+                       else (self.inv_freq_global, self.mscale_global))
+            q, k = self._rope(q, pos, inv, ms), self._rope(k, pos, inv, ms)
             v = v.reshape(n, self.n_head_kv, hd)
             K = cache["k"][i] = np.concatenate([cache["k"][i], k])
             V = cache["v"][i] = np.concatenate([cache["v"][i], v])
             Kh, Vh = np.repeat(K, g, axis=1), np.repeat(V, g, axis=1)  # [P, n_head, hd]
-            s = np.einsum("qhd,khd->hqk", q, Kh) / np.sqrt(hd)
-            mask = np.arange(K.shape[0])[None, :] > pos[:, None]  # [n, P]
+            s = np.einsum("qhd,khd->hqk", q, Kh) * self.scaling
+            if self.attn_softcap:
+                s = np.tanh(s / self.attn_softcap) * self.attn_softcap
+            kpos = np.arange(K.shape[0])[None, :]
+            mask = kpos > pos[:, None]  # [n, P]
+            if sliding:
+                mask |= pos[:, None] - kpos >= self.window
             s = np.where(mask[None], -np.inf, s)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             p = s / s.sum(axis=-1, keepdims=True)
             att = np.einsum("hqk,khd->qhd", p, Vh).reshape(n, self.n_head * hd)
-            x = x + att @ L["wo"].T
+            o = att @ L["wo"].T
+            if L["post_attn_norm"] is not None:
+                o = self._rmsnorm(o, L["post_attn_norm"])
+            x = x + o
             h = self._rmsnorm(x, L["ffn_norm"])
             gate, up = h @ L["w_gate"].T, h @ L["w_up"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
-        return self._rmsnorm(x if all_rows else x[-1], self.output_norm) @ self.output.T
+            if self.gemma:  # gelu_pytorch_tanh
+                act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) *
+                                                (gate + 0.044715 * gate ** 3)))
+            else:  # silu
+                act = gate / (1.0 + np.exp(-gate))
+            o = (act * up) @ L["w_down"].T
+            if L["post_ffn_norm"] is not None:
+                o = self._rmsnorm(o, L["post_ffn_norm"])
+            x = x + o
+        logits = self._rmsnorm(x if all_rows else x[-1], self.output_norm) @ self.output.T
+        if self.final_softcap:
+            logits = np.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits

@@ -3,11 +3,15 @@
  * ragged shapes: query counts around the tile sizes (1, 2, 63, 64, 65,
  * 1000), GQA ratios 1, 3 and 4, an empty and a non-empty cache (pos0 > 0),
  * f32 and f16 caches, and a head_dim that is not a multiple of the column
- * block, K/V read through a block table of scattered blocks. The bound is
- * flash-attention's rule: at most twice the error of a naive f32
- * implementation against fp64 (plus a floor of 1e-6 relative). Guard bands
- * around the output catch writes out of bounds. Several sequences in one
- * call give each exactly (bit for bit) its result alone. */
+ * block, K/V read through a block table of scattered blocks; sliding windows
+ * shorter and longer than a key tile, crossing tiles and sequence edges (the
+ * keys behind every query's window are NaN, and the table entries of the
+ * blocks wholly behind it point at a block of NaN, so a kernel that reads
+ * them fails), and soft-capped scores. The bound is flash-attention's rule:
+ * at most twice the error of a naive f32 implementation against fp64 (plus a
+ * floor of 1e-6 relative). Guard bands around the output catch writes out of
+ * bounds. Several sequences in one call give each exactly (bit for bit) its
+ * result alone. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -28,6 +32,8 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull; /* test_rand_f's stream */
 struct shape {
     int64_t n, pos0, n_head_kv, group, head_dim;
     enum kv_dtype dtype;
+    int64_t window; /* 0: none */
+    float softcap;  /* 0: none */
 };
 
 /* One sequence's cache: n_ctx positions in scattered blocks of a store. */
@@ -56,12 +62,13 @@ static void reference(const struct shape *s, const float *q, const struct cache 
     float *pf = malloc((size_t)n_keys_max * sizeof *pf);
     for (int64_t t = 0; t < s->n; t++) {
         int64_t nk = s->pos0 + t + 1;
+        int64_t j0 = s->window && nk > s->window ? nk - s->window : 0;
         for (int64_t h = 0; h < n_head; h++) {
             int64_t kvh = h / s->group;
             const float *qv = q + (t * n_head + h) * hd;
             double mx = -INFINITY;
             float mxf = -INFINITY;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 double dot = 0;
                 float dotf = 0;
                 for (int64_t d = 0; d < hd; d++) {
@@ -71,12 +78,16 @@ static void reference(const struct shape *s, const float *q, const struct cache 
                 }
                 p[j] = dot / sqrt((double)hd);
                 pf[j] = dotf / sqrtf((float)hd);
+                if (s->softcap > 0) {
+                    p[j] = s->softcap * tanh(p[j] / s->softcap);
+                    pf[j] = s->softcap * tanhf(pf[j] / s->softcap);
+                }
                 mx = fmax(mx, p[j]);
                 mxf = fmaxf(mxf, pf[j]);
             }
             double sum = 0;
             float sumf = 0;
-            for (int64_t j = 0; j < nk; j++) {
+            for (int64_t j = j0; j < nk; j++) {
                 p[j] = exp(p[j] - mx);
                 pf[j] = expf(pf[j] - mxf);
                 sum += p[j];
@@ -85,7 +96,7 @@ static void reference(const struct shape *s, const float *q, const struct cache 
             for (int64_t d = 0; d < hd; d++) {
                 double acc = 0;
                 float accf = 0;
-                for (int64_t j = 0; j < nk; j++) {
+                for (int64_t j = j0; j < nk; j++) {
                     double vv = cache_value(c, c->L.v, kvh, j, d);
                     acc += p[j] * vv;
                     accf += pf[j] * (float)vv;
@@ -100,7 +111,9 @@ static void reference(const struct shape *s, const float *q, const struct cache 
 }
 
 /* A cache of n_ctx random positions whose blocks lie in reverse order (and
- * one spare) in the store. */
+ * one spare, block 0) in the store. With a window, the positions behind the
+ * first query's window are NaN, and the blocks wholly behind it are
+ * replaced in the table by block 0, all NaN: no query may read them. */
 static struct cache make_cache(const struct shape *s, int64_t n_ctx)
 {
     struct cache c;
@@ -119,6 +132,16 @@ static struct cache make_cache(const struct shape *s, int64_t n_ctx)
             k[i] = 2.0f * test_rand_f(&rng_state), v[i] = test_rand_f(&rng_state);
         kv_write_rows(&c.L, c.table, s->n_head_kv, p, 1, k, v);
     }
+    int64_t hidden = s->window && s->pos0 + 1 > s->window ? s->pos0 + 1 - s->window : 0;
+    for (int64_t i = 0; i < kv_dim; i++)
+        k[i] = v[i] = NAN;
+    int32_t spare[1] = {0};
+    for (int64_t p = 0; p < KV_BLOCK; p++)
+        kv_write_rows(&c.L, spare, s->n_head_kv, p, 1, k, v);
+    for (int64_t p = 0; p < hidden; p++)
+        kv_write_rows(&c.L, c.table, s->n_head_kv, p, 1, k, v);
+    for (int64_t b = 0; (b + 1) * KV_BLOCK <= hidden; b++)
+        c.table[b] = 0;
     free(k);
     free(v);
     return c;
@@ -171,6 +194,7 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
         .kv = c.L, .seqs = &seq, .n_seqs = 1, .item_offsets = items,
         .q_tok_stride = n_head * hd, .out_tok_stride = n_head * hd, .n_head = n_head,
         .n_head_kv = s->n_head_kv, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
+        .window = s->window, .softcap = s->softcap,
     };
     attn_tiled_run(&p, pool, scratch, stride);
 
@@ -180,10 +204,11 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     double err = max_abs_diff(ref, out + GUARD, q_elems, &ref_max) / ref_max;
     double naive_err = max_abs_diff(ref, naive_f, q_elems, &naive_max) / ref_max;
     double bound = 2.0 * naive_err + 1e-6;
-    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld %s: "
-           "relative error %.3e > %.3e (naive f32 %.3e)", (long long)s->n, (long long)s->pos0,
-           (long long)s->n_head_kv, (long long)s->group, (long long)hd,
-           s->dtype == KV_F32 ? "f32" : "f16", err, bound, naive_err);
+    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld %s window=%lld "
+           "softcap=%g: relative error %.3e > %.3e (naive f32 %.3e)", (long long)s->n,
+           (long long)s->pos0, (long long)s->n_head_kv, (long long)s->group, (long long)hd,
+           s->dtype == KV_F32 ? "f32" : "f16", (long long)s->window, (double)s->softcap, err,
+           bound, naive_err);
     if (err > bound) {
         int shown = 0;
         for (int64_t i = 0; i < q_elems && shown < 5; i++)
@@ -237,17 +262,25 @@ int main(void)
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
             for (size_t b = 0; b < sizeof pos0s / sizeof pos0s[0]; b++) {
-                struct shape s = {ns[a], pos0s[b], 2, groups[g], 64, KV_F32};
+                struct shape s = {ns[a], pos0s[b], 2, groups[g], 64, KV_F32, 0, 0};
                 run_shape(pool, &s);
                 s.dtype = KV_F16;
                 run_shape(pool, &s);
             }
     /* Long blocks: many K/V tiles, the diagonal inside and across tiles. */
     struct shape big[] = {
-        {1000, 0, 1, 3, 64, KV_F32},
-        {1000, 129, 1, 1, 64, KV_F16},
-        {70, 200, 2, 3, 40, KV_F32}, /* head_dim not a multiple of the column block */
-        {1, 1000, 3, 3, 64, KV_F32}, /* one query continuing a long cache */
+        {1000, 0, 1, 3, 64, KV_F32, 0, 0},
+        {1000, 129, 1, 1, 64, KV_F16, 0, 0},
+        {70, 200, 2, 3, 40, KV_F32, 0, 0}, /* head_dim not a multiple of the column block */
+        {1, 1000, 3, 3, 64, KV_F32, 0, 0}, /* one query continuing a long cache */
+        /* sliding windows: inside one tile, across tiles, wider than the block */
+        {300, 0, 1, 4, 256, KV_F32, 8, 0},   /* Gemma 3's head_dim 256 */
+        {200, 37, 2, 2, 64, KV_F16, 70, 0},
+        {65, 500, 1, 3, 64, KV_F32, 64, 0},  /* the window one tile long */
+        {1, 1000, 2, 1, 64, KV_F32, 512, 0}, /* a decode-like query, Gemma's 512 */
+        {130, 0, 2, 1, 64, KV_F32, 1000, 0}, /* wider than the context */
+        {100, 20, 1, 2, 64, KV_F32, 0, 50.0f}, /* soft-capped scores */
+        {100, 80, 1, 2, 32, KV_F32, 33, 5.0f},
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         run_shape(pool, &big[i]);

@@ -6,9 +6,12 @@
  * (ops_matmul_rows) and on the pool (which must agree bit for bit, as every
  * output is computed by one thread in a fixed order). Bound per output: 1e-5
  * of sum_c |w x| (so cancellation cannot hide an error). Guard bands catch
- * writes out of bounds. On the exact path and on the default int8 path, a
- * token's outputs do not depend on how many tokens share the call (bit for
- * bit): what lets a request give the same logits in any batch. */
+ * writes out of bounds. On the exact path and on the default int8 path
+ * (packed weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K in 8-row
+ * layouts, the other K-quants on register tiles), a token's outputs do not
+ * depend on how many tokens share the call (bit for bit): what lets a
+ * request give the same logits in any batch. ctest also runs it with
+ * IGNITE_SIMD=avx2 and scalar, so every ISA's kernels are held to it. */
 #include "core/half.h"
 #include "core/status.h"
 #include "models/model.h"
@@ -37,7 +40,7 @@ static const struct type_case cases[] = {
     {QUANT_Q4_0, 576, 1, {0}},
     {QUANT_Q4_1, 576, 2, {0, 2}},
     {QUANT_Q8_0, 1536, 1, {0}},
-    {QUANT_Q5_0, 256, 1, {0}}, /* the generic path from here on */
+    {QUANT_Q5_0, 256, 1, {0}}, /* Q5_0, Q5_1, Q4_K, Q6_K: packed 8-row layouts */
     {QUANT_Q5_1, 256, 2, {0, 2}},
     {QUANT_Q2_K, 512, 2, {80, 82}},
     {QUANT_Q3_K, 512, 1, {108}},
@@ -54,6 +57,8 @@ static struct model fake_model(int64_t cols)
     m.hp.n_embd = m.hp.n_ff = cols;
     m.hp.n_head = m.hp.n_head_kv = 1;
     m.hp.head_dim = m.hp.n_rot = 64;
+    m.hp.rope_base = 10000.0;
+    model_hparams_set_defaults(&m.hp);
     return m;
 }
 

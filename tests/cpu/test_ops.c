@@ -34,6 +34,7 @@ static struct model fake_model(enum rope_style style, int64_t head_dim, int64_t 
     m.hp.n_rot = n_rot;
     m.hp.rope_base = 10000.0;
     m.hp.rope_style = style;
+    model_hparams_set_defaults(&m.hp);
     return m;
 }
 
@@ -50,7 +51,7 @@ static void test_rope(enum rope_style style)
     for (int64_t t = 0; t < n; t++)
         pos[t] = pos0 + t;
     ops_rope_prepare(ctx, pos, n);
-    ops_rope_apply(ctx, y, n, n_heads);
+    ops_rope_apply(ctx, y, n, n_heads, MODEL_ROPE_GLOBAL);
 
     double worst = 0;
     for (int64_t t = 0; t < n; t++)

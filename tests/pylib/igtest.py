@@ -1,9 +1,15 @@
-"""What the Python tests share: where the test model is (the same rule as
+"""What the Python tests share: where the test models are (the same rule as
 core/paths.c and scripts/fetch-model.sh) and a check counter."""
 import os
 import sys
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+
+def cache_dir():
+    return os.environ.get("IGNITE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
 
 
 def model_path():
@@ -11,9 +17,13 @@ def model_path():
     p = os.environ.get("IGNITE_MODEL")
     if p:
         return p
-    cache = os.environ.get("IGNITE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ignite")
-    return os.path.join(cache, DEFAULT_MODEL_FILE)
+    return os.path.join(cache_dir(), DEFAULT_MODEL_FILE)
+
+
+def gemma3_path():
+    """$IGNITE_GEMMA3, else Gemma 3 270M Q4_K_M in the cache
+    (scripts/fetch-model.sh gemma3-270m)."""
+    return os.environ.get("IGNITE_GEMMA3") or os.path.join(cache_dir(), GEMMA3_FILE)
 
 
 _checks = 0

@@ -90,8 +90,17 @@ TRICKY = [" ", " ", "\t", "\n", "\r", "a", "A", "b", "1", "2", "\u0663", "\u00bd
           "<|im_end|>", "\U00031350", "\U000105c0", "\U0001e4f1", "\U00011f04"]
 
 
-def random_strings(n, seed=5):
-    """n short strings of TRICKY characters (deterministic)."""
+# More edges for the pre-tokenizers that tell letters by case (tekken), list
+# punctuation and CJK ranges themselves (deepseek) or split digits in threes
+# (falcon): title case, modifier and caseless letters, letters the regexes
+# list by code point, full-width and CJK punctuation, symbols.
+EXTRA = ["\u01c5", "\u02b0", "\u00b5", "\u2126", "\u212a", "\u1f7d", "\u4e00", "\uac00",
+         "\u0800", "\uff01", "\u2018", "\u3001", "$", "+", "<", "=", "^", "`", "|", "~", "/",
+         "3", "4", "5", "\u00c9", "\u0391", "\u03b1", "Hello", "WORLD", "\u0300"]
+
+
+def random_strings(n, seed=5, chars=TRICKY):
+    """n short strings of TRICKY (or `chars`) characters (deterministic)."""
     r = random.Random(seed)
-    return ["".join(r.choice(TRICKY) for _ in range(r.randint(1, 16))).encode("utf-8")
+    return ["".join(r.choice(chars) for _ in range(r.randint(1, 16))).encode("utf-8")
             for _ in range(n)]

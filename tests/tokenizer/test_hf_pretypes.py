@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Byte-level BPE end to end with the gpt2, llama3 and qwen2 pre-tokenizers,
-against HF tokenizers. There is no such model in the test set, so both sides
+"""Byte-level BPE end to end with the gpt2, llama3, qwen2, qwen35, tekken,
+deepseek-llm, deepseek-coder and falcon pre-tokenizers, against HF tokenizers. There is no such model in the test set, so both sides
 use SmolLM2's real vocabulary and merges under another tokenizer.ggml.pre:
 the GGUF's tokenizer metadata is copied into a small GGUF (gguf.GGUFWriter)
 with the pre type changed, and HF is built as those models' tokenizer.json
 files are: gpt2 = ByteLevel(use_regex=True); llama3 / qwen2 =
 Split(<regex>, "isolated") then ByteLevel(use_regex=False), and for llama3
-BPE(ignore_merges=True). ids must be identical on the valid corpus strings
+BPE(ignore_merges=True) (tekken too); the multi-regex ones a Split per regex.
+ids must be identical on the valid corpus strings
 and the random edge-character strings, with special parsing on.
 Labels: tokenizer, model (needs SmolLM2's vocabulary)."""
 import os
@@ -18,7 +19,11 @@ from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
 
 import corpus
 import hfref
-from test_splitters import LLAMA3, QWEN2
+from test_splitters import (DEEPSEEK_CODER, DEEPSEEK_LLM, FALCON, LLAMA3, QWEN2, QWEN35,
+                            TEKKEN)
+
+SINGLE = {"llama3": LLAMA3, "qwen2": QWEN2, "qwen35": QWEN35, "tekken": TEKKEN}
+SEQUENCES = {"deepseek-llm": DEEPSEEK_LLM, "deepseek-coder": DEEPSEEK_CODER, "falcon": FALCON}
 
 
 def write_gguf(path, pre, tokens, types, merges):
@@ -40,14 +45,14 @@ def write_gguf(path, pre, tokens, types, merges):
 def hf_tokenizer(pre, tokens, types, merges):
     vocab = {t: i for i, t in enumerate(tokens)}
     tk = Tokenizer(models.BPE(vocab, [tuple(m.split(" ", 1)) for m in merges],
-                              ignore_merges=(pre == "llama3")))
+                              ignore_merges=(pre in ("llama3", "tekken"))))
     if pre == "gpt2":
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3 if pre == "llama3" else QWEN2), "isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        regexes = [SINGLE[pre]] if pre in SINGLE else SEQUENCES[pre]
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(r), "isolated") for r in regexes] +
+            [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                            for i in range(len(tokens)) if types[i] in (hfref.CONTROL, hfref.USER_DEFINED)])
     return tk
@@ -65,7 +70,8 @@ def main():
     records = [r for r in corpus.load() if corpus.is_valid(r)] + corpus.random_strings(3000, seed=17)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for pre in ("gpt2", "llama3", "qwen2"):
+        for pre in ("gpt2", "llama3", "qwen2", "qwen35", "tekken", "deepseek-llm",
+                    "deepseek-coder", "falcon"):
             path = os.path.join(tmp, pre + ".gguf")
             write_gguf(path, pre, tokens, types, merges)
             tk = hf_tokenizer(pre, tokens, types, merges)

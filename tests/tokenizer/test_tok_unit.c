@@ -25,7 +25,11 @@ static void test_utf8(void)
         int n = tok_utf8_next((const unsigned char *)bad[i], 0, strlen(bad[i]), &cp);
         CHECKF(n == 1 && cp == TOK_CP_INVALID, "case %zu: n=%d cp=%x", i, n, cp);
     }
-    CHECK(tok_uc_flags('a') == TOK_CF_LETTER);
+    CHECK(tok_uc_flags('a') == (TOK_CF_LETTER | TOK_CF_LOWER));
+    CHECK(tok_uc_flags('A') == (TOK_CF_LETTER | TOK_CF_UPPER));
+    CHECK(tok_uc_flags(0x01C5) == (TOK_CF_LETTER | TOK_CF_UPPER)); /* Dz: title case */
+    CHECK(tok_uc_flags(0x02B0) == TOK_CF_LETTER);                  /* modifier letter h */
+    CHECK(tok_uc_flags('!') == TOK_CF_PUNCT && tok_uc_flags('$') == 0);
     CHECK(tok_uc_flags('7') == TOK_CF_NUMBER);
     CHECK(tok_uc_flags(' ') == TOK_CF_SPACE);
     CHECK(tok_uc_flags('\n') == (TOK_CF_SPACE | TOK_CF_NL));
@@ -33,8 +37,8 @@ static void test_utf8(void)
     CHECK(tok_uc_flags(0x00A0) == TOK_CF_SPACE);
     CHECK(tok_uc_flags(0x200B) == 0); /* zero-width space is not White_Space */
     CHECK(tok_uc_flags(0x0663) == TOK_CF_NUMBER);
-    CHECK(tok_uc_flags(0x00E9) == TOK_CF_LETTER);
-    CHECK(tok_uc_flags(0x0301) == 0 && tok_uc_class_of(0x0301) == TOK_UC_MARK);
+    CHECK(tok_uc_flags(0x00E9) == (TOK_CF_LETTER | TOK_CF_LOWER));
+    CHECK(tok_uc_flags(0x0301) == TOK_CF_MARK && tok_uc_class_of(0x0301) == TOK_UC_MARK);
     CHECK(tok_uc_flags(0x1F600) == 0 && tok_uc_class_of(0x1F600) == TOK_UC_SYMBOL);
     CHECK(tok_uc_class_of(0x20000) == TOK_UC_LETTER);
     CHECK(tok_uc_class_of(0x105C0) == TOK_UC_LETTER); /* Todhri: Unicode 16.0, as HF knows */
@@ -284,6 +288,21 @@ static void test_spm(void)
     tok_vocab_free(v);
 }
 
+/* Turn-ending control tokens are end-of-generation by their text (Gemma's
+ * <end_of_turn> beside EOS); the same text as a normal token is not. */
+static void test_eog_by_text(void)
+{
+    const char *extra[] = {"</s>", "<end_of_turn>", "<|im_end|>", "<start_of_turn>"};
+    const int32_t types[] = {TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_NORMAL,
+                             TOK_TYPE_CONTROL};
+    struct tok_vocab *v = bpe_vocab("gpt2", extra, types, 4, NULL, 0);
+    if (!v)
+        return;
+    CHECK(tok_is_eog(v, 256) && tok_is_eog(v, 257));   /* EOS, <end_of_turn> */
+    CHECK(!tok_is_eog(v, 258) && !tok_is_eog(v, 259)); /* normal-typed, not an end */
+    tok_vocab_free(v);
+}
+
 static void test_errors(void)
 {
     struct tok_str t = {"a", 1};
@@ -295,7 +314,7 @@ static void test_errors(void)
     d.model = "wordpiece";
     CHECK(tok_vocab_build(&d, &v) == IG_E_MODEL && !v);
     d.model = "gpt2";
-    d.pre = "deepseek-coder";
+    d.pre = "chatglm-bpe"; /* a pre-tokenizer ignite does not have */
     CHECK(tok_vocab_build(&d, &v) == IG_E_MODEL && !v);
     d.pre = NULL;
     d.bos_id = 5;
@@ -313,6 +332,7 @@ int main(void)
     test_stream();
     test_random_bytes();
     test_spm();
+    test_eog_by_text();
     test_errors();
     return test_summary("test_tok_unit");
 }

@@ -1,7 +1,10 @@
 """tests/unit/test_chat_jinja.py: tokenizer/chat_template.c against jinja2
 renders (as transformers renders them: trim_blocks off, bos_token "", the
-generation prompt on) of one template per recognised family, and of the test
-model's own template read from the GGUF by the gguf package.
+generation prompt on) of one template per recognised family, Gemma 3's and
+Qwen3's (read from llama.cpp's models/templates in the cache when it is
+there; with enable_thinking left out and set to false), and of the test
+model's own template read from the GGUF by the gguf package. Messages with
+white space around them check the templates' trims.
 
 The next turn of a continued chat (chat_render_next) against jinja2 renders
 of the whole conversation (system?, user, assistant, user): what follows the
@@ -15,6 +18,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+import chat_templates
 
 try:
     import jinja2
@@ -33,16 +38,25 @@ TEMPLATES = {
     "mistral": "{% if messages[0]['role'] == 'system' %}{% set system_message = messages[0]['content'] %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ bos_token }}{% for message in loop_messages %}{% if message['role'] == 'user' %}{% if loop.first and system_message is defined %}{{ '[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}{% else %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% endif %}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token }}{% endif %}{% endfor %}",
 }
 
-USERS = ["Hello!", "What is 2+2?\nAnswer briefly.", "héllo wörld — 日本語 🙂"]
+TEMPLATES["gemma3"] = chat_templates.GEMMA3
+
+USERS = ["Hello!", "What is 2+2?\nAnswer briefly.", "héllo wörld — 日本語 🙂",
+         "  padded \u3000\n", "\n\tTabbed and newlined.\n\n"]
 SYSTEMS = [None, "You are terse.", "Line one.\nLine two."]
 
 
-def jinja_render(template, user, system):
+def raise_exception(msg):
+    raise jinja2.TemplateError(msg)
+
+
+def jinja_render(template, user, system, thinking=None):
     env = jinja2.Environment(loader=jinja2.BaseLoader())
     msgs = ([{"role": "system", "content": system}] if system else []) + \
         [{"role": "user", "content": user}]
+    extra = {} if thinking is None else {"enable_thinking": thinking}
     return env.from_string(template).render(messages=msgs, add_generation_prompt=True,
-                                            bos_token="", eos_token="</s>")
+                                            bos_token="", eos_token="</s>",
+                                            raise_exception=raise_exception, **extra)
 
 
 # The text of the end-of-turn token the model generates, per family.
@@ -111,16 +125,26 @@ def main():
         cases["model"] = smol
     else:
         print("note: the test model is absent; its template is not checked", file=sys.stderr)
+    qwen3 = chat_templates.qwen3()
+    if qwen3 is not None:
+        cases["qwen3"] = qwen3
+    else:
+        print("note: no llama.cpp source in the cache; Qwen3's template is not checked",
+              file=sys.stderr)
     failures = checks = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, template in cases.items():
+        runs = [(name, t, None) for name, t in cases.items()]
+        if qwen3 is not None:
+            runs.append(("qwen3 thinking off", qwen3, False))
+        for name, template, thinking in runs:
             path = os.path.join(tmp, name)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(template)
             for user in USERS:
                 for system in SYSTEMS:
-                    want = jinja_render(template, user, system)
-                    args = [tool, path, user] + ([system] if system else [])
+                    want = jinja_render(template, user, system, thinking)
+                    args = [tool] + (["--no-think"] if thinking is False else []) + \
+                        [path, user] + ([system] if system else [])
                     r = subprocess.run(args, capture_output=True)
                     got = r.stdout.decode("utf-8")
                     checks += 1

@@ -1,0 +1,46 @@
+/* models/arch.h: what each architecture ignite runs is made of (private to
+ * models/). One row per general.architecture in models/arch.c: the facts a
+ * GGUF file does not carry (RoPE pairing, which extra tensors exist, the
+ * activation, the sliding-window pattern and local RoPE base when the file
+ * has no key for them). model.c reads a file's keys first and falls back to
+ * these. Covered by tests/models/test_arch_load.py. */
+#ifndef IGNITE_MODELS_ARCH_H
+#define IGNITE_MODELS_ARCH_H
+
+#include "models/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct model_arch_info {
+    const char *name;        /* general.architecture */
+    enum model_arch id;
+    enum rope_style rope_style;
+    bool qkv_bias;           /* blk.N.attn_{q,k,v}.bias required */
+    bool qk_norm;            /* blk.N.attn_{q,k}_norm.weight required: RMSNorm per head */
+    bool post_norms;         /* blk.N.post_attention_norm, post_ffw_norm required */
+    enum model_act act;      /* the FFN's gate activation */
+    bool embd_scale_sqrt;    /* embeddings multiplied by sqrt(n_embd) */
+    double norm_eps;         /* when the file has no layer_norm_rms_epsilon */
+    /* Sliding window, when the file has attention.sliding_window: without
+     * attention.sliding_window_pattern, layer il is local unless
+     * il % swa_pattern == swa_pattern - 1 (0: the architecture has no
+     * local layers, a window key is refused). */
+    int64_t swa_pattern;
+    double rope_base_local;  /* local layers' base without rope.freq_base_swa */
+    /* The layer count of the one size whose attention scale is
+     * 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) (Gemma 3 27B's
+     * query_pre_attn_scalar of 168); 0: none. */
+    int64_t qpas_embd_layers;
+};
+
+/* The row for the architecture named `name`, or NULL. */
+const struct model_arch_info *model_arch_find(struct gguf_str name);
+
+/* The row of architecture `id` (never NULL). */
+const struct model_arch_info *model_arch_of(enum model_arch id);
+
+/* "llama, qwen2, qwen3, gemma3": the known names, for messages. */
+const char *model_arch_list(void);
+
+#endif

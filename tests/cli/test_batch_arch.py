@@ -1,0 +1,144 @@
+"""tests/cli/test_batch_arch.py: `ignite batch` and `ignite run` on the
+architectures after Llama: every request's output from batch equals what
+`ignite run` gives the same request alone (text, stop reason, token count),
+as tests/cli/test_batch.py checks on the default model.
+
+Synthetic qwen3 (Q/K head norms, Q4_K matrices, Q6_K embeddings) and gemma3
+(a 16-position sliding window on its local layers, local RoPE base, post
+norms, GeGLU, scaled embeddings, Q5_0 matrices) from tests/pylib/archgen.py:
+several requests at once in steps of at most 16 rows (-b 16), so prompt
+chunks of one sequence share steps with decode rows of others, prompts and
+generations cross the window's edge (and a 64-position cache block), greedy
+and seeded sampling, the int8 path and the exact one. Then a small check on
+Gemma 3 270M's real weights (skipped without the file: make fetch-model).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+from archgen import write_model
+from igtest import check, gemma3_path, summary
+
+IGNITE = os.environ["IGNITE_BIN"]
+
+
+def vocab():
+    """A SentencePiece vocabulary with the 256 byte tokens (any text
+    encodes) and a few pieces."""
+    pieces = ["\u2581", "\u2581the", "\u2581a", "\u2581fox", "\u2581dog", "\u2581and", "er", "in"]
+    toks = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [3, 3, 3, 2] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * (4 + 256) + [-float(i) for i in range(len(pieces))]
+    return toks, scores, types, "llama"
+
+
+def batch(model, reqs, args, env):
+    data = "".join(json.dumps(r) + "\n" for r in reqs).encode()
+    r = subprocess.run([IGNITE, "batch", "-m", model, "-t", "2", *args], input=data,
+                       capture_output=True, timeout=600, env=env)
+    objs = []
+    for line in r.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            objs.append(json.loads(line))
+        except ValueError:
+            check(False, f"batch: an output line is not JSON: {line[:200]!r}")
+    return r.returncode, objs, r.stderr.decode("utf-8", "replace")
+
+
+def run_alone(model, req, env):
+    args = [IGNITE, "run", "-m", model, "-t", "2", "-q", "--json", "-p", req["prompt"],
+            "-n", str(req["n_predict"]), "--temp", str(req.get("temperature", 0.8)),
+            "-s", str(req.get("seed", 1))]
+    if req.get("ignore_eos"):
+        args.append("--ignore-eos")
+    r = subprocess.run(args, capture_output=True, timeout=300, env=env)
+    check(r.returncode == 0, f"run alone: rc {r.returncode} {r.stderr[-300:]!r}")
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {}
+
+
+def check_same(model, reqs, args, env, what):
+    rc, objs, err = batch(model, reqs, args, env)
+    check(rc == 0, f"{what}: batch rc {rc} {err[-400:]!r}")
+    check(len(objs) == len(reqs), f"{what}: {len(objs)} results for {len(reqs)} requests")
+    by_id = {o.get("id"): o for o in objs}
+    for r in reqs:
+        got, want = by_id.get(r["id"], {}), run_alone(model, r, env)
+        check(got.get("text") == want.get("text"),
+              f"{what}, {r['id']}: batch text {got.get('text')!r} != run's {want.get('text')!r}")
+        check(got.get("stop") == want.get("stop") and
+              got.get("tokens", {}).get("generated") == want.get("tokens", {}).get("generated"),
+              f"{what}, {r['id']}: stop/tokens {got.get('stop')} {got.get('tokens')} vs "
+              f"{want.get('stop')} {want.get('tokens')}")
+    print(f"ok     {what}: {len(reqs)} requests")
+
+
+def synthetic_requests():
+    fox = "the quick brown fox jumps over the lazy dog and "
+    reqs = [
+        {"prompt": "the fox", "n_predict": 30, "temperature": 0},
+        {"prompt": fox * 2, "n_predict": 12, "temperature": 0.9, "seed": 7},
+        {"prompt": fox * 4, "n_predict": 20, "temperature": 0},  # ~200 tokens: 4 blocks
+        {"prompt": "a dog", "n_predict": 40, "temperature": 0.7, "seed": 3},
+    ]
+    for i, r in enumerate(reqs):
+        r["id"] = f"r{i}"
+        r["ignore_eos"] = True  # random weights: lengths independent of EOS
+    return reqs
+
+
+def synthetic_checks(tmp, env):
+    toks = vocab()
+    n_vocab = len(toks[0])
+    q = os.path.join(tmp, "qwen3.gguf")
+    write_model(q, "qwen3", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=256,
+                n_vocab=n_vocab, mat=QT.Q4_K, emb=QT.Q6_K, vocab=toks)
+    g = os.path.join(tmp, "gemma3.gguf")
+    write_model(g, "gemma3", n_layer=3, n_embd=256, n_head=2, n_head_kv=1, n_ff=256,
+                n_vocab=n_vocab, mat=QT.Q5_0, emb=QT.Q8_0, vocab=toks,
+                keys={"attention.sliding_window": (16, gguf.GGUFValueType.UINT32)})
+    reqs = synthetic_requests()
+    exact = dict(env, IGNITE_MATMUL="exact")
+    # "no_think" belongs to chat lines: one error object, the other line runs
+    rc, objs, _ = batch(q, [{"prompt": "a", "n_predict": 2, "no_think": True},
+                            {"prompt": "b", "n_predict": 2}], [], env)
+    errs = [o for o in objs if "error" in o]
+    check(rc == 9 and len(objs) == 2 and len(errs) == 1 and
+          "needs \"chat\"" in errs[0].get("error", ""), f"no_think without chat: {rc} {objs}")
+    for name, path in (("qwen3", q), ("gemma3", g)):
+        check_same(path, reqs, ["-P", "3", "-b", "16"], env, f"synthetic {name}, int8, -P 3 -b 16")
+        check_same(path, reqs, ["-P", "4", "-b", "16"], exact, f"synthetic {name}, exact, -P 4")
+
+
+def gemma3_checks(env):
+    path = gemma3_path()
+    if not os.path.exists(path):
+        print("Gemma 3 270M absent: its check is skipped", file=sys.stderr)
+        return
+    reqs = [
+        {"id": "a", "prompt": "The capital of France is", "n_predict": 8, "temperature": 0},
+        {"id": "b", "prompt": "Once upon a time, in a small village by the sea,",
+         "n_predict": 8, "temperature": 0.8, "seed": 5},
+        {"id": "c", "prompt": "Three colours: red,", "n_predict": 8, "temperature": 0},
+    ]
+    check_same(path, reqs, ["-P", "3", "-b", "16"], env, "Gemma 3 270M, -P 3 -b 16")
+
+
+def main():
+    env = dict(os.environ)
+    env.pop("IGNITE_MATMUL", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        synthetic_checks(tmp, env)
+    gemma3_checks(env)
+    return summary("test_batch_arch")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

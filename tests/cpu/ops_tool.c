@@ -1,0 +1,106 @@
+/* tests/cpu/ops_tool.c: runs one ops/ primitive on inputs a test wrote, for
+ * tests/cpu/test_ops_numpy.py to compare with numpy:
+ *
+ *   ops_tool freqs BASE N_ROT SCALING FACTOR ORIG_CTX EXT BETA_FAST BETA_SLOW ATTN [FF.f32]
+ *       ops_rope_freqs; SCALING is none, linear or yarn; FF a file of N_ROT/2
+ *       float32 frequency factors. Prints inv_freq[i], one per line, then the
+ *       cos/sin scale, all %.17g.
+ *   ops_tool rmsnorm ROWS N EPS IN.f32 W.f32 OUT.f32     ops_rmsnorm (rows of N)
+ *   ops_tool geglu N GATE.f32 UP.f32 OUT.f32              ops_geglu
+ *   ops_tool swiglu N GATE.f32 UP.f32 OUT.f32             ops_swiglu
+ *   ops_tool softcap N CAP IN.f32 OUT.f32                  ops_softcap
+ *
+ * Files are raw little-endian float32. Exits 0, or 2 on bad arguments. */
+#include "core/status.h"
+#include "ops/ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *read_f32(const char *path, int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    FILE *f = fopen(path, "rb");
+    if (!p || !f || fread(p, sizeof *p, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "ops_tool: cannot read %lld floats from %s\n", (long long)n, path);
+        exit(IG_E_IO);
+    }
+    fclose(f);
+    return p;
+}
+
+static void write_f32(const char *path, const float *p, int64_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, sizeof *p, (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+        fprintf(stderr, "ops_tool: cannot write %s\n", path);
+        exit(IG_E_IO);
+    }
+}
+
+static int freqs(int argc, char **argv)
+{
+    if (argc != 11 && argc != 12)
+        return IG_E_USAGE;
+    struct model_rope r = {0};
+    r.base = atof(argv[2]);
+    int64_t n_rot = atoll(argv[3]);
+    r.scaling = !strcmp(argv[4], "linear") ? ROPE_SCALING_LINEAR
+              : !strcmp(argv[4], "yarn")   ? ROPE_SCALING_YARN
+                                           : ROPE_SCALING_NONE;
+    r.factor = atof(argv[5]);
+    r.orig_ctx = atoll(argv[6]);
+    r.yarn_ext_factor = atof(argv[7]);
+    r.yarn_beta_fast = atof(argv[8]);
+    r.yarn_beta_slow = atof(argv[9]);
+    r.attn_factor = atof(argv[10]);
+    float *ff = argc == 12 ? read_f32(argv[11], n_rot / 2) : NULL;
+    r.freq_factors = ff;
+    double *inv = malloc((size_t)(n_rot / 2 + 1) * sizeof *inv), mscale;
+    ops_rope_freqs(&r, n_rot, inv, &mscale);
+    for (int64_t i = 0; i < n_rot / 2; i++)
+        printf("%.17g\n", inv[i]);
+    printf("%.17g\n", mscale);
+    free(inv);
+    free(ff);
+    return IG_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "freqs"))
+        return freqs(argc, argv);
+    if (argc == 8 && !strcmp(argv[1], "rmsnorm")) {
+        int64_t rows = atoll(argv[2]), n = atoll(argv[3]);
+        float *x = read_f32(argv[5], rows * n), *g = read_f32(argv[6], n);
+        struct model_weight w = {QUANT_F32, 1, n, (size_t)n * 4, g};
+        ops_rmsnorm(x, &w, rows, n, atof(argv[4]), x); /* in place, as the block does */
+        write_f32(argv[7], x, rows * n);
+        free(x);
+        free(g);
+        return IG_OK;
+    }
+    if (argc == 6 && (!strcmp(argv[1], "geglu") || !strcmp(argv[1], "swiglu"))) {
+        int64_t n = atoll(argv[2]);
+        float *gate = read_f32(argv[3], n), *up = read_f32(argv[4], n);
+        if (!strcmp(argv[1], "geglu"))
+            ops_geglu(gate, up, n);
+        else
+            ops_swiglu(gate, up, n);
+        write_f32(argv[5], gate, n);
+        free(gate);
+        free(up);
+        return IG_OK;
+    }
+    if (argc == 6 && !strcmp(argv[1], "softcap")) {
+        int64_t n = atoll(argv[2]);
+        float *x = read_f32(argv[4], n);
+        ops_softcap(x, n, atof(argv[3]));
+        write_f32(argv[5], x, n);
+        free(x);
+        return IG_OK;
+    }
+    fprintf(stderr, "usage: ops_tool freqs|rmsnorm|geglu|swiglu|softcap ... (see the source)\n");
+    return IG_E_USAGE;
+}
