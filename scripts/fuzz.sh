@@ -11,6 +11,7 @@
 #   batch        ignite batch's request parser (fuzz_batch_line.c; corpus_batch/)
 #   tokenizer    the tokenizer: any bytes in (fuzz_tokenizer.c; corpus-tok/)
 #   klfile       the perplexity base file reader (fuzz_klfile.c; corpus_klfile/)
+#   kvfile       the saved KV cache reader, --load-kv (fuzz_kvfile.c; corpus_kvfile/)
 # Builds the target's entry with clang -fsanitize=fuzzer,address,undefined
 # into $FUZZ_BUILD (default build-fuzz/) and writes new inputs to
 # $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
@@ -72,8 +73,11 @@ tokenizer)
 klfile)
     srcs=(core/status.c ppl/klfile.c ppl/score.c)
     corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
+kvfile)
+    srcs=(core/status.c core/checksum.c core/half.c kvcache/kvcache.c kvcache/kvfile.c)
+    corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
 *)
-    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile)" >&2
+    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile, kvfile)" >&2
     exit 2 ;;
 esac
 srcs+=("$entry")

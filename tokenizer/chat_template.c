@@ -248,8 +248,10 @@ int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
         sb_cat(&b, user, " [/INST]", NULL);
         break;
     default:
+        free(trim);
         return unknown_style();
     }
+    free(trim);
     if (b.failed || !b.s) {
         free(b.s);
         return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
@@ -264,6 +266,12 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
     struct strbuf b = {0};
     *out = NULL;
     bos = bos ? bos : "";
+    char *trim = NULL; /* these templates trim every message, as the first turn's */
+    if (style == CHAT_LLAMA3 || style == CHAT_GEMMA) {
+        if (!(trim = trimmed(user)))
+            return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+        user = trim;
+    }
     /* after the answer: the family's end-of-turn marker (when the model's own
      * token did not end it), then what the template puts before a user turn */
     switch (style) {
@@ -286,6 +294,7 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
         sb_cat(&b, closed ? "" : "</s>", "[INST] ", user, " [/INST]", NULL);
         break;
     default:
+        free(trim);
         return unknown_style();
     }
     free(trim);

@@ -164,8 +164,9 @@ static void run_two(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk
  * slot 0 refilled with ids from position 0 in two steps (the first of
  * `split` rows), a lone wanted row early, a run of 71 rows in the first
  * step (more than one GPU_HEAD_ROWS head GEMM), a run crossing into the
- * second step and the last row not wanted; each row against the CPU's. */
-static void run_all_rows(struct pair *p, const int32_t *ids, int64_t n, int64_t split)
+ * second step and the last row not wanted; each row against the CPU's.
+ * (inline: not every includer runs it) */
+static inline void run_all_rows(struct pair *p, const int32_t *ids, int64_t n, int64_t split)
 {
     bool want[N_CTX] = {false};
     int64_t n_want = 0;

@@ -16,7 +16,11 @@ rerun after changing tests/pylib/ggufgen.py, hfgen.py or the texts below):
                 0x80 set, parsing of control-token text;
   corpus_klfile/ perplexity base files (llama.cpp's _logits_ layout, written
                 here from its description): even and odd windows and
-                vocabularies, a record of equal logits (scale 0)."""
+                vocabularies, a record of equal logits (scale 0);
+  corpus_kvfile/ saved KV caches (kvcache/kvfile.c's format, written here
+                from its header comment) for fuzz_kvfile.c's model: f32 and
+                f16, with and without logits, one position and one past a
+                64-position block."""
 import json
 import os
 import sys
@@ -199,8 +203,47 @@ def klfile_corpus():
             f.write(data)
 
 
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), as core/checksum.c."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def kvfile(dtype, n_tokens, logits, seed):
+    """A cache of fuzz_kvfile.c's model: 2 layers, 2 KV heads of 8, vocabulary
+    64, model id 0..31."""
+    rng = np.random.default_rng(seed)
+    n_layer, n_head_kv, head_dim, n_vocab = 2, 2, 8, 64
+    b = bytearray(b"IGNITEKV")
+    b += np.array([1, dtype], "<u4").tobytes() + bytes(range(32))
+    b += np.array([n_layer, n_head_kv, head_dim, n_tokens, n_vocab if logits else 0],
+                  "<i8").tobytes()
+    b += rng.integers(0, n_vocab, n_tokens).astype("<i4").tobytes()
+    if logits:
+        b += rng.standard_normal(n_vocab).astype("<f4").tobytes()
+    rows = rng.standard_normal(n_layer * 2 * n_head_kv * n_tokens * head_dim)
+    b += rows.astype("<f4" if dtype == 0 else "<f2").tobytes()
+    return bytes(b) + np.array([crc32c(b)], "<u4").tobytes()
+
+
+def kvfile_corpus():
+    out = os.path.join(HERE, "corpus_kvfile")
+    os.makedirs(out, exist_ok=True)
+    for name, data in [("f32_one.kv", kvfile(0, 1, True, 1)),
+                       ("f16_logits.kv", kvfile(1, 5, True, 2)),
+                       ("f32_block_edge.kv", kvfile(0, 65, False, 3)),
+                       ("f16_no_logits.kv", kvfile(1, 3, False, 4))]:
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
 if __name__ == "__main__":
     main()
     safetensors_corpus()
     json_corpus()
     klfile_corpus()
+    kvfile_corpus()
