@@ -266,8 +266,8 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
     struct strbuf b = {0};
     *out = NULL;
     bos = bos ? bos : "";
-    char *trim = NULL; /* these templates trim every message, as the first turn's */
-    if (style == CHAT_LLAMA3 || style == CHAT_GEMMA) {
+    char *trim = NULL; /* these templates trim every message, as in the first turn */
+    if (style == CHAT_LLAMA3 || style == CHAT_GEMMA || style == CHAT_LLAMA2) {
         if (!(trim = trimmed(user)))
             return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
         user = trim;
