@@ -9,7 +9,7 @@
 #   make run           run ignite on the default model
 #   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
 #   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
-#                      safetensors, hf_json, grammar, schema, batch, tokenizer or klfile)
+#                      safetensors, hf_json, grammar, schema, batch, tokenizer, klfile or kvfile)
 #   make gpu-check     on a GPU machine: the GPU check (scripts/gpu-steps.txt) from the
 #                      programs scripts/gpu-prebuild.sh built beforehand into .gpubin
 #   make clean
