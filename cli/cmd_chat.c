@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 enum { OPT_VERBOSE_PROMPT = 300 };
@@ -121,6 +122,33 @@ static void install_sigint(bool answering)
 
 /* ---- reading messages ------------------------------------------------------------ */
 
+/* Waits for input on a terminal, or Ctrl-C. A Ctrl-C that lands after the
+ * marker is printed but before a read blocks would otherwise go unseen (the
+ * read waits for a line): SIGINT stays blocked here except inside pselect,
+ * which unblocks it atomically with the wait. 1: input (or an error for
+ * getline to report), 0: interrupted. A terminal hands over a line per read,
+ * so nothing waits in stdin's buffer when this is called. */
+static int wait_input(void)
+{
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    int ready = 0;
+    while (!chat_interrupted) {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(STDIN_FILENO, &r);
+        int n = pselect(STDIN_FILENO + 1, &r, NULL, NULL, NULL, &old);
+        if (n > 0 || (n < 0 && errno != EINTR)) {
+            ready = 1;
+            break;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return ready;
+}
+
 /* The next message into *msg (malloc'd, without the newline; a line
  * ending in '\' continues: joined with '\n'). Returns 1 with a message,
  * 0 at the end of input, -1 after Ctrl-C, IG_E_NOMEM / IG_E_IO negated. */
@@ -134,6 +162,10 @@ static int read_message(char **msg, size_t *len, bool marker)
         fflush(stderr);
     }
     for (;;) {
+        if (marker && !wait_input()) {
+            rc = -1;
+            break;
+        }
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
         if (got < 0) {
