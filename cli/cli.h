@@ -55,6 +55,23 @@ int cli_check_args(const char *cmd, int argc, char **argv, const struct cli_opti
  * of the shorter length (at least 1). */
 const char *cli_suggest(const char *word, size_t n, const char *const *cands, size_t n_cands);
 
+/* A command's name, help texts and option table. */
+struct cli_command {
+    const char *name, *usage, *summary;
+    const struct cli_option *options;
+};
+
+enum { CLI_OPTS_DONE = -1, CLI_OPTS_EXIT = -2, CLI_OPTS_BAD = -3 };
+
+/* Starts reading a command's options: checks every word (cli_check_args),
+ * fills `p` and restarts getopt. Returns IG_OK or IG_E_USAGE. */
+int cli_options_begin(struct cli_parser *p, const struct cli_command *c, int argc, char **argv);
+
+/* The next option's key (optarg its value), or CLI_OPTS_DONE (optind at the
+ * first operand), CLI_OPTS_EXIT (--help or --version printed: exit 0) or
+ * CLI_OPTS_BAD (the unknown option or missing value reported: IG_E_USAGE). */
+int cli_options_next(struct cli_parser *p, const struct cli_command *c, int argc, char **argv);
+
 /* Prints the one line for an unknown option or missing argument (getopt has
  * already named it) with a hint to run --help; returns IG_E_USAGE. */
 int cli_usage_error(const char *cmd);

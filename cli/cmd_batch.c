@@ -62,23 +62,11 @@ struct batch_opts {
 static int parse_args(int argc, char **argv, struct batch_opts *o)
 {
     struct cli_parser parser;
-    cli_parser_init(&parser, batch_options);
-    if (cli_check_args("batch", argc, argv, batch_options) != IG_OK)
+    const struct cli_command cmd = {"batch", batch_usage, batch_summary, batch_options};
+    if (cli_options_begin(&parser, &cmd, argc, argv) != IG_OK)
         return IG_E_USAGE;
-    optind = 1;
-    opterr = 0;
     int key;
-    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
-        if (key == 'h') {
-            cli_print_help(stdout, batch_usage, batch_summary, batch_options);
-            return -1;
-        }
-        if (key == 'V') {
-            cli_print_version();
-            return -1;
-        }
-        if (key == '?' || key == ':')
-            return cli_option_error("batch", key, argv);
+    while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         int st = gen_cli_set(&o->g, key, optarg);
         if (st == 1) {
             switch (key) {
@@ -93,6 +81,8 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
         if (st != IG_OK)
             return IG_E_USAGE;
     }
+    if (key != CLI_OPTS_DONE)
+        return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s' (requests come from -f FILE or stdin)",
                  argv[optind]);

@@ -173,27 +173,17 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .device = {.is_auto = true}, .format = "md", .kv = KV_F16,
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
-    cli_parser_init(&parser, bench_options);
-    int st = cli_check_args("bench", argc, argv, bench_options);
+    const struct cli_command cmd = {"bench", bench_usage, bench_summary, bench_options};
+    int st = cli_options_begin(&parser, &cmd, argc, argv);
     if (st != IG_OK)
         return st;
-    optind = 1;
-    opterr = 0;
     int key;
-    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
-        if (key == 'h') {
-            cli_print_help(stdout, bench_usage, bench_summary, bench_options);
-            return -1;
-        }
-        if (key == 'V') {
-            cli_print_version();
-            return -1;
-        }
-        if (key == '?' || key == ':')
-            return cli_option_error("bench", key, argv);
+    while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         if ((st = set_option(o, key, optarg)) != IG_OK)
             return st;
     }
+    if (key != CLI_OPTS_DONE)
+        return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
         return cli_usage_error("bench");

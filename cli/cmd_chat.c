@@ -56,23 +56,11 @@ struct chat_opts {
 static int parse_args(int argc, char **argv, struct chat_opts *o)
 {
     struct cli_parser parser;
-    cli_parser_init(&parser, chat_options);
-    if (cli_check_args("chat", argc, argv, chat_options) != IG_OK)
+    const struct cli_command cmd = {"chat", chat_usage, chat_summary, chat_options};
+    if (cli_options_begin(&parser, &cmd, argc, argv) != IG_OK)
         return IG_E_USAGE;
-    optind = 1;
-    opterr = 0;
     int key;
-    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
-        if (key == 'h') {
-            cli_print_help(stdout, chat_usage, chat_summary, chat_options);
-            return -1;
-        }
-        if (key == 'V') {
-            cli_print_version();
-            return -1;
-        }
-        if (key == '?' || key == ':')
-            return cli_option_error("chat", key, argv);
+    while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         if (key == OPT_VERBOSE_PROMPT) {
             o->verbose_prompt = true;
             continue;
@@ -82,6 +70,8 @@ static int parse_args(int argc, char **argv, struct chat_opts *o)
             return st == 1 ? ig_error(IG_E_INTERNAL, "option key %d has no handler", key)
                            : IG_E_USAGE;
     }
+    if (key != CLI_OPTS_DONE)
+        return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s' (chat reads the messages from stdin)",
                  argv[optind]);

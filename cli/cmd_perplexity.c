@@ -111,26 +111,17 @@ static int parse_args(int argc, char **argv, struct ppl_opts *o)
     *o = (struct ppl_opts){.n_ctx = 512, .chunks = -1, .n_batch = 512,
                            .device = {.is_auto = true}, .kv_dtype = KV_F32};
     struct cli_parser parser;
-    cli_parser_init(&parser, ppl_options);
-    int st = cli_check_args("perplexity", argc, argv, ppl_options);
+    const struct cli_command cmd = {"perplexity", ppl_usage, ppl_summary, ppl_options};
+    int st = cli_options_begin(&parser, &cmd, argc, argv);
     if (st != IG_OK)
         return st;
-    optind = 1;
-    opterr = 0;
-    for (int key; (key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1;) {
-        if (key == 'h') {
-            cli_print_help(stdout, ppl_usage, ppl_summary, ppl_options);
-            return -1;
-        }
-        if (key == 'V') {
-            cli_print_version();
-            return -1;
-        }
-        if (key == '?' || key == ':')
-            return cli_option_error("perplexity", key, argv);
+    int key;
+    while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         if ((st = set_option(o, key, optarg)) != IG_OK)
             return st;
     }
+    if (key != CLI_OPTS_DONE)
+        return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s' (the text goes in a file: -f FILE)",
                  argv[optind]);

@@ -94,26 +94,16 @@ static const char *stdin_user(const struct run_opts *o)
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     struct cli_parser parser;
-    cli_parser_init(&parser, run_options);
-    if (cli_check_args("run", argc, argv, run_options) != IG_OK)
+    const struct cli_command cmd = {"run", run_usage, run_summary, run_options};
+    if (cli_options_begin(&parser, &cmd, argc, argv) != IG_OK)
         return IG_E_USAGE;
-    optind = 1;
-    opterr = 0;
     int key;
-    while ((key = getopt_long(argc, argv, parser.shortopts, parser.longopts, NULL)) != -1) {
-        if (key == 'h') {
-            cli_print_help(stdout, run_usage, run_summary, run_options);
-            return -1;
-        }
-        if (key == 'V') {
-            cli_print_version();
-            return -1;
-        }
-        if (key == '?' || key == ':')
-            return cli_option_error("run", key, argv);
+    while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         if (set_option(o, key, optarg) != IG_OK)
             return IG_E_USAGE;
     }
+    if (key != CLI_OPTS_DONE)
+        return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc) {
         ig_error(IG_E_USAGE, "unexpected argument '%s' (quote the prompt and pass it with -p)",
                  argv[optind]);
