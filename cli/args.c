@@ -8,6 +8,8 @@
  * mistyped command, gets "did you mean" by edit distance.
  * Values are skipped exactly as getopt takes them: the word after an option
  * that needs one is its value whatever it looks like ("-p -x", "-n -1").
+ * Also the loop every command runs over its options (cli_options_begin,
+ * cli_options_next: the check, --help, --version, the usage error).
  * Covered by tests/cli/test_args.sh. */
 #include "cli/cli.h"
 
@@ -307,4 +309,36 @@ int cli_check_args(const char *cmd, int argc, char **argv, const struct cli_opti
         return unknown_word(cmd, table, w, strlen(w));
     }
     return IG_OK;
+}
+
+/* ---- the loop over a command's options ------------------------------------------ */
+
+int cli_options_begin(struct cli_parser *p, const struct cli_command *c, int argc, char **argv)
+{
+    cli_parser_init(p, c->options);
+    if (cli_check_args(c->name, argc, argv, c->options) != IG_OK)
+        return IG_E_USAGE;
+    optind = 1;
+    opterr = 0;
+    return IG_OK;
+}
+
+int cli_options_next(struct cli_parser *p, const struct cli_command *c, int argc, char **argv)
+{
+    int key = getopt_long(argc, argv, p->shortopts, p->longopts, NULL);
+    if (key == -1)
+        return CLI_OPTS_DONE;
+    if (key == 'h') {
+        cli_print_help(stdout, c->usage, c->summary, c->options);
+        return CLI_OPTS_EXIT;
+    }
+    if (key == 'V') {
+        cli_print_version();
+        return CLI_OPTS_EXIT;
+    }
+    if (key == '?' || key == ':') {
+        cli_option_error(c->name, key, argv);
+        return CLI_OPTS_BAD;
+    }
+    return key;
 }

@@ -30,36 +30,6 @@ void cli_parser_init(struct cli_parser *p, const struct cli_option *table)
     p->longopts[n] = (struct option){0, 0, 0, 0};
 }
 
-int cli_options_begin(struct cli_parser *p, const struct cli_command *c, int argc, char **argv)
-{
-    cli_parser_init(p, c->options);
-    if (cli_check_args(c->name, argc, argv, c->options) != IG_OK)
-        return IG_E_USAGE;
-    optind = 1;
-    opterr = 0;
-    return IG_OK;
-}
-
-int cli_options_next(struct cli_parser *p, const struct cli_command *c, int argc, char **argv)
-{
-    int key = getopt_long(argc, argv, p->shortopts, p->longopts, NULL);
-    if (key == -1)
-        return CLI_OPTS_DONE;
-    if (key == 'h') {
-        cli_print_help(stdout, c->usage, c->summary, c->options);
-        return CLI_OPTS_EXIT;
-    }
-    if (key == 'V') {
-        cli_print_version();
-        return CLI_OPTS_EXIT;
-    }
-    if (key == '?' || key == ':') {
-        cli_option_error(c->name, key, argv);
-        return CLI_OPTS_BAD;
-    }
-    return key;
-}
-
 void cli_print_help(FILE *out, const char *usage, const char *summary,
                     const struct cli_option *table)
 {
