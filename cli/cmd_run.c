@@ -429,6 +429,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
             .gpu_weights = in->be->o.device.kind == BACKEND_CUDA
                                ? backend_gpu_weights_name(in->be->o.gpu_weights) : NULL,
             .text = rs.buf, .len = rs.len, .status = st,
+            .write_failed = res->stop == GEN_STOP_OUTPUT && write_errno != EPIPE,
         };
         if (!o->g.quiet)
             run_print_stats(&rep);

@@ -32,6 +32,7 @@ struct run_report {
     const char *text;    /* generated text (--json), len bytes, any bytes */
     size_t len;
     int status;          /* the exit status the run ends with */
+    bool write_failed;   /* stdout failed other than EPIPE: stop output_error */
 };
 
 /* The one stats line on stderr (format in docs/cli.md). */

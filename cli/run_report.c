@@ -52,7 +52,8 @@ void run_print_stats(const struct run_report *r)
             "stats: prompt %lld tok%s%s%s | gen %lld tok%s | device %s | threads %d | stop %s | "
             "kv %.1f MiB%s%s%s\n",
             (long long)s->n_prompt, cached, ttft, prefill, (long long)s->n_gen, decode,
-            r->device, r->threads, gen_stop_name(s->stop), (double)r->kv_bytes / 1048576.0,
+            r->device, r->threads, r->write_failed ? "output_error" : gen_stop_name(s->stop),
+            (double)r->kv_bytes / 1048576.0,
             seed,
             !s->grammar ? "" : s->grammar_complete ? " | grammar complete"
                                                    : " | grammar incomplete",
