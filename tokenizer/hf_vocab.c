@@ -215,17 +215,46 @@ struct arrays {
     int64_t n, n_merges;
 };
 
+/* Bounds on what a tokenizer.json may ask for, so that a hostile file costs
+ * memory in proportion to its own size: ids are dense in real files (an
+ * added token reuses a vocab id or takes the next), so an id may run past the
+ * number of entries the file defines by at most HF_ID_SLACK (a few holes),
+ * and one token's text is at most HF_MAX_TOKEN_BYTES (real ones are under
+ * 300). fuzz_hf_json found ids near 1e9 sizing multi-GiB arrays. */
+enum { HF_ID_SLACK = 1024, HF_MAX_TOKEN_BYTES = 16384 };
+
+static int check_token(const struct hf_tok *h, const char *s, int32_t id, int64_t bound)
+{
+    size_t len = strlen(s);
+    if (len > HF_MAX_TOKEN_BYTES)
+        return ig_error(IG_E_MODEL, "%s: token %d is %zu bytes long, over the %d-byte limit",
+                        h->name, id, len, HF_MAX_TOKEN_BYTES);
+    if (id >= bound)
+        return ig_error(IG_E_MODEL, "%s: token id %d of '%.40s' is past the %lld ids this file "
+                        "defines (model.vocab and added_tokens, with %d to spare)",
+                        h->name, id, s, (long long)(bound - HF_ID_SLACK), HF_ID_SLACK);
+    return IG_OK;
+}
+
 static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, struct arrays *a)
 {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
         return ig_error(IG_E_MODEL, "%s: model.vocab must be an object (token -> id)", h->name);
+    int64_t bound = HF_ID_SLACK; /* entries + slack */
+    for (const cJSON *e = vocab->child; e; e = e->next)
+        bound++;
+    for (const cJSON *e = cJSON_IsArray(added) ? added->child : NULL; e; e = e->next)
+        bound++;
     int64_t n = 0;
     int32_t id;
+    int st;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!id_of(e, INT32_MAX / 2, &id))
             return ig_error(IG_E_MODEL, "%s: vocab id of '%.40s' is not a whole number in range",
                             h->name, e->string);
+        if ((st = check_token(h, e->string, id, bound)))
+            return st;
         n = id + 1 > n ? id + 1 : n;
     }
     for (const cJSON *e = cJSON_IsArray(added) ? added->child : NULL; e; e = e->next) {
@@ -233,6 +262,8 @@ static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, 
             !ig_json_str(e, "content"))
             return ig_error(IG_E_MODEL, "%s: an added_tokens entry lacks a valid id or content",
                             h->name);
+        if ((st = check_token(h, ig_json_str(e, "content"), id, bound)))
+            return st;
         n = id + 1 > n ? id + 1 : n;
     }
     if (n == 0)
