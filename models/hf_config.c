@@ -259,6 +259,12 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
         return st;
     if (b)
         return ig_error(IG_E_MODEL, "%s: use_sliding_window true is not supported", c->name);
+    /* EmbeddingGemma's Gemma 3 text model attends both ways: not a decoder. */
+    if ((st = get_bool(c, "use_bidirectional_attention", false, &b)))
+        return st;
+    if (b)
+        return ig_error(IG_E_MODEL, "%s: use_bidirectional_attention true (an encoder such "
+                        "as EmbeddingGemma) is not supported", c->name);
     return IG_OK;
 }
 

@@ -67,7 +67,8 @@ class HFRef:
         if self.gemma:
             self.scale = cfg["query_pre_attn_scalar"] ** -0.5
             rs = cfg.get("rope_scaling") or {}
-            factor = rs.get("factor", 1.0) if rs.get("rope_type", rs.get("type")) == "linear" else 1.0
+            linear = rs.get("rope_type", rs.get("type")) == "linear"
+            factor = rs.get("factor", 1.0) if linear else 1.0
             kinds = cfg.get("layer_types") or [
                 "sliding_attention" if (i + 1) % cfg["sliding_window_pattern"] else
                 "full_attention" for i in range(self.n_layer)]

@@ -14,8 +14,9 @@ IGNITE_MATMUL=exact:
     does (tests/pylib/hfgen.write_gguf_tiny: w + 1 norms, no Q/K permute
     for these half-split architectures): logits equal within 1e-4, and
     `ignite info --json` reports the same architecture and features;
-  - malformed variants (a missing q_norm, a wrong-shaped norm, a bad
-    layer_types, an unsupported rope_scaling) are refused with one line
+  - malformed variants (a missing q_norm, wrong-shaped norms, a bad
+    layer_types, an unsupported rope_scaling, use_sliding_window,
+    bidirectional attention, another activation) are refused with one line
     naming the file and the tensor or key.
 Label: unit."""
 import json
@@ -214,6 +215,9 @@ def main():
         c = case(d("qwen3"), "qwen_swa")
         edit_config(c, lambda j: j.update(use_sliding_window=True))
         expect_refused(c, "config.json", "use_sliding_window true")
+        c = case(g1, "bidirectional")
+        edit_config(c, lambda j: j.update(use_bidirectional_attention=True))
+        expect_refused(c, "config.json", "use_bidirectional_attention true")
         c = case(g1, "gemma_act")
         edit_config(c, lambda j: j.update(hidden_activation="gelu"))
         expect_refused(c, "config.json", "hidden_act 'gelu' is not supported")
