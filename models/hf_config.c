@@ -18,8 +18,8 @@
 #include "models/hf.h"
 
 #include "core/json.h"
-#include "models/arch.h"
 #include "core/status.h"
+#include "models/arch.h"
 
 #include <math.h>
 #include <stddef.h>
