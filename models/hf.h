@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* A dimension of a weight, in terms of the hyper-parameters. */
 enum hf_dim { HF_DIM_ONE, HF_DIM_EMBD, HF_DIM_Q, HF_DIM_KV, HF_DIM_FF, HF_DIM_HEAD };
@@ -39,24 +40,43 @@ struct hf_layer_tensor {
     enum hf_kind kind;
 };
 
+/* A value of the config class's __init__ for a key config.json may leave
+ * out (Gemma3TextConfig's inside a multimodal config.json's text_config). */
+struct hf_default {
+    const char *key;
+    double value;
+};
+
 struct hf_arch {
     const char *name;        /* config.json "architectures"[0], e.g. "LlamaForCausalLM" */
     const char *arch;        /* the GGUF architecture it runs as ("llama") */
+    enum model_arch id;      /* its row of models/arch.c: Q/K norms, post-norms, window... */
     const char *text_config; /* member of config.json holding the text model's settings, or NULL */
     const char *prefix;      /* the text model's tensor prefix, "model." */
     const char *lm_head;     /* the output matrix's name (absent when tied) */
+    /* Another layout of the same class (transformers >= 4.52 saves
+     * Gemma3ForConditionalGeneration's text model under model.language_model.
+     * and its output as lm_head.weight): taken when prefix's embed_tokens is
+     * absent. NULL: none. */
+    const char *prefix_alt, *lm_head_alt;
     const struct hf_layer_tensor *layer; /* ends with a NULL suffix */
     const char *act;         /* the one hidden_act the forward computes ("silu") */
-    bool qkv_bias;           /* Q/K/V biases present */
     bool norm_plus_one;      /* RMSNorm multiplies by (1 + w), as HF Gemma does */
     bool tie_default;        /* tie_word_embeddings when config.json is silent */
     double eps_default;      /* rms_norm_eps when config.json is silent */
+    const struct hf_default *defaults; /* more defaults, ending with a NULL key; or NULL */
 };
+
+/* Layers a config.json may describe (num_hidden_layers' upper bound). */
+#define HF_MAX_LAYERS 4096
 
 /* What config.json says. */
 struct hf_config {
     const struct hf_arch *arch;
     struct model_hparams hp; /* tied_embeddings from tie_word_embeddings */
+    /* Bit il set: layer il is local (sliding window hp.n_swa, RoPE
+     * hp.rope[MODEL_ROPE_LOCAL]); from layer_types or sliding_window_pattern. */
+    uint8_t local[HF_MAX_LAYERS / 8];
 };
 
 /* Reads a parsed config.json (`name` names it in messages). Returns IG_OK,

@@ -7,12 +7,19 @@
  * HF checkpoints keep Q and K rows in the order of HF's rotate-half RoPE
  * (dimension i pairs with i + head_dim/2); llama.cpp's converter permutes
  * them for GGUF's adjacent-pair RoPE. A folder is mapped, not rewritten, so
- * every architecture here runs with ROPE_HALF_SPLIT over the rows as stored.
- * Covered by tests/models/test_hf_folder.py and test_hf_malformed.py. */
+ * every architecture here runs with ROPE_HALF_SPLIT over the rows as stored
+ * (Qwen3's and Gemma 3's per-head Q/K norm weights are in that same order:
+ * they need no permutation either; GGUF's qwen3 and gemma3 are half-split
+ * too). What an architecture adds beyond Llama (Q/K norms, Gemma's
+ * post-norms, GELU, embedding scale, sliding window) is its row of
+ * models/arch.c, as for a GGUF; this file reads the config.json keys that
+ * set it. Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
+ * test_hf_arch.py and test_hf_malformed.py. */
 #include "models/hf.h"
 
 #include "core/json.h"
 #include "core/status.h"
+#include "models/arch.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -54,30 +61,98 @@ static const struct hf_layer_tensor qwen2_layer[] = {
     {NULL, 0, 0, 0, 0},
 };
 
+/* Qwen3: Llama's names plus an RMSNorm of each Q and K head. */
+static const struct hf_layer_tensor qwen3_layer[] = {
+    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.q_norm.weight", LAYER(q_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
+    {"self_attn.k_norm.weight", LAYER(k_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
+    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
+    {"post_attention_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
+    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
+    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
+    {NULL, 0, 0, 0, 0},
+};
+
+/* Gemma 3: four norms a layer. HF's post_attention_layernorm normalises the
+ * attention's output (GGUF post_attention_norm), pre_feedforward_layernorm
+ * is the FFN's input norm (GGUF ffn_norm). */
+static const struct hf_layer_tensor gemma3_layer[] = {
+    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
+    {"self_attn.q_norm.weight", LAYER(q_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
+    {"self_attn.k_norm.weight", LAYER(k_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
+    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
+    {"post_attention_layernorm.weight", LAYER(attn_post_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {"pre_feedforward_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
+    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
+    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
+    {"post_feedforward_layernorm.weight", LAYER(ffn_post_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
+    {NULL, 0, 0, 0, 0},
+};
+
+/* Qwen3Config's head_dim default (its configs state it anyway). */
+static const struct hf_default qwen3_defaults[] = {{"head_dim", 128}, {NULL, 0}};
+
+/* Gemma3TextConfig's __init__ defaults: a multimodal config.json's
+ * text_config often states only the sizes that differ from them. */
+static const struct hf_default gemma3_defaults[] = {
+    {"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+    {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+    {"head_dim", 256}, {"max_position_embeddings", 131072}, {"rope_theta", 1000000.0},
+    {"rope_local_base_freq", 10000.0}, {"query_pre_attn_scalar", 256},
+    {"sliding_window", 4096}, {"sliding_window_pattern", 6}, {NULL, 0},
+};
+
 /* The defaults are those of transformers' config classes (LlamaConfig:
- * rms_norm_eps 1e-6, tie_word_embeddings false; Qwen2Config the same). */
+ * rms_norm_eps 1e-6, tie_word_embeddings false; Qwen2Config, Qwen3Config
+ * the same; Gemma3TextConfig ties). */
 static const struct hf_arch archs[] = {
-    {"LlamaForCausalLM", "llama", NULL, "model.", "lm_head.weight", llama_layer, "silu",
-     false, false, false, 1e-6},
-    {"MistralForCausalLM", "llama", NULL, "model.", "lm_head.weight", llama_layer, "silu",
-     false, false, false, 1e-6},
-    {"Qwen2ForCausalLM", "qwen2", NULL, "model.", "lm_head.weight", qwen2_layer, "silu",
-     true, false, false, 1e-6},
+    {"LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "lm_head.weight", NULL,
+     NULL, llama_layer, "silu", false, false, 1e-6, NULL},
+    {"MistralForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "lm_head.weight", NULL,
+     NULL, llama_layer, "silu", false, false, 1e-6, NULL},
+    {"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2, NULL, "model.", "lm_head.weight", NULL,
+     NULL, qwen2_layer, "silu", false, false, 1e-6, NULL},
+    {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3, NULL, "model.", "lm_head.weight", NULL,
+     NULL, qwen3_layer, "silu", false, false, 1e-6, qwen3_defaults},
+    {"Gemma3ForCausalLM", "gemma3", MODEL_ARCH_GEMMA3, NULL, "model.", "lm_head.weight", NULL,
+     NULL, gemma3_layer, "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
+    {"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3, "text_config",
+     "language_model.model.", "language_model.lm_head.weight", "model.language_model.",
+     "lm_head.weight", gemma3_layer, "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
 };
 
 /* rope_scaling kinds the forward computes; "default" is plain RoPE. */
-static const char *const rope_kinds[] = {"default"};
+static const char *const rope_kinds[] = {"default", "linear"};
 
 const char *hf_arch_names(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+           "Gemma3ForCausalLM, Gemma3ForConditionalGeneration";
 }
 
 /* Everything a config step needs to name the file in a message. */
 struct cfg {
-    const char *name; /* the file */
-    const cJSON *j;   /* the object holding the text model's settings */
+    const char *name;        /* the file */
+    const cJSON *j;          /* the object holding the text model's settings */
+    const struct hf_arch *a; /* its defaults, or NULL */
 };
+
+/* The config class's default for `key`, else `def`. */
+static double class_default(const struct cfg *c, const char *key, double def)
+{
+    for (const struct hf_default *d = c->a ? c->a->defaults : NULL; d && d->key; d++)
+        if (!strcmp(d->key, key))
+            return d->value;
+    return def;
+}
 
 /* A whole number in [lo, hi]; `def` < 0 means required. A JSON null counts
  * as absent (Mistral writes "head_dim": null). */
@@ -85,6 +160,7 @@ static int get_int(const struct cfg *c, const char *key, int64_t def, int64_t lo
                    int64_t *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
+    def = (int64_t)class_default(c, key, (double)def);
     if (!v || cJSON_IsNull(v)) {
         if (def < 0)
             return ig_error(IG_E_MODEL, "%s: '%s' is missing", c->name, key);
@@ -103,7 +179,7 @@ static int get_pos_float(const struct cfg *c, const char *key, double def, doubl
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->j, key);
     if (!v || cJSON_IsNull(v)) {
-        *out = def;
+        *out = class_default(c, key, def);
         return IG_OK;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
@@ -155,7 +231,7 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     int st;
     if ((st = get_bool(c, "attention_bias", false, &b)))
         return st;
-    if (b && !a->qkv_bias)
+    if (b && !model_arch_of(a->id)->qkv_bias)
         return ig_error(IG_E_MODEL, "%s: attention_bias true (biases on Q, K, V and the "
                         "output projection) is not supported", c->name);
     if ((st = get_bool(c, "mlp_bias", false, &b)))
@@ -175,15 +251,116 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
             k++;
         if (k == sizeof rope_kinds / sizeof rope_kinds[0])
             return ig_error(IG_E_MODEL, "%s: rope_scaling type '%.40s' is not supported yet "
-                            "(only plain RoPE is)", c->name, kind);
+                            "(supported: default, linear)", c->name, kind);
+    }
+    /* Qwen2/Qwen3's own sliding window (layers from max_window_layers on) is
+     * not computed; their released configs leave it off. */
+    if ((st = get_bool(c, "use_sliding_window", false, &b)))
+        return st;
+    if (b)
+        return ig_error(IG_E_MODEL, "%s: use_sliding_window true is not supported", c->name);
+    /* EmbeddingGemma's Gemma 3 text model attends both ways: not a decoder. */
+    if ((st = get_bool(c, "use_bidirectional_attention", false, &b)))
+        return st;
+    if (b)
+        return ig_error(IG_E_MODEL, "%s: use_bidirectional_attention true (an encoder such "
+                        "as EmbeddingGemma) is not supported", c->name);
+    return IG_OK;
+}
+
+/* rope_scaling "linear" divides the positions by its factor (on Gemma 3's
+ * global layers only: the local ones keep plain RoPE at
+ * rope_local_base_freq, as transformers' rotary_emb_local). */
+static int read_rope(const struct cfg *c, struct model_hparams *hp)
+{
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
+    const char *kind = ig_json_str(rs, "rope_type");
+    if (!kind)
+        kind = ig_json_str(rs, "type");
+    if (!kind || strcmp(kind, "linear"))
+        return IG_OK;
+    struct cfg sub = {c->name, rs, NULL};
+    double f;
+    int st = get_pos_float(&sub, "factor", 0, &f);
+    if (st)
+        return st;
+    if (!(f >= 1 && f <= 1e6))
+        return ig_error(IG_E_MODEL, "%s: rope_scaling 'linear' needs a 'factor' from 1 to 1e6",
+                        c->name);
+    hp->rope[MODEL_ROPE_GLOBAL].scaling = ROPE_SCALING_LINEAR;
+    hp->rope[MODEL_ROPE_GLOBAL].factor = f;
+    return IG_OK;
+}
+
+/* Gemma 3's local layers: sliding_window keys back from each query, on the
+ * layers layer_types calls "sliding_attention", else on all but every
+ * sliding_window_pattern-th (transformers: layer i is local when
+ * (i + 1) % pattern != 0); their RoPE base rope_local_base_freq. */
+static int read_window(const struct cfg *c, const struct model_arch_info *ai,
+                       struct hf_config *out)
+{
+    struct model_hparams *hp = &out->hp;
+    int64_t window, every;
+    int st;
+    if ((st = get_int(c, "sliding_window", -1, 1, HF_MAX_DIM, &window)) ||
+        (st = get_int(c, "sliding_window_pattern", ai->swa_pattern, 1, HF_MAX_LAYERS, &every)) ||
+        (st = get_pos_float(c, "rope_local_base_freq", ai->rope_base_local,
+                            &hp->rope[MODEL_ROPE_LOCAL].base)))
+        return st;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
+    if (types && !cJSON_IsNull(types) &&
+        (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != hp->n_layer))
+        return ig_error(IG_E_MODEL, "%s: 'layer_types' must list one kind for each of the %lld "
+                        "layers", c->name, (long long)hp->n_layer);
+    const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
+    hp->n_swa = window;
+    hp->n_swa_layers = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        bool local = (il + 1) % every != 0;
+        if (e) {
+            const char *k = cJSON_IsString(e) ? e->valuestring : "";
+            if (strcmp(k, "sliding_attention") && strcmp(k, "full_attention"))
+                return ig_error(IG_E_MODEL, "%s: layer_types[%lld] is '%.40s', expected "
+                                "'sliding_attention' or 'full_attention'", c->name,
+                                (long long)il, k);
+            local = !strcmp(k, "sliding_attention");
+            e = e->next;
+        }
+        if (local)
+            out->local[il / 8] |= (uint8_t)(1u << (il % 8));
+        hp->n_swa_layers += local;
     }
     return IG_OK;
+}
+
+/* What the architecture's row of models/arch.c adds to the Llama block, with
+ * config.json's values where it has keys for them. */
+static int read_arch_extras(const struct cfg *c, const struct model_arch_info *ai,
+                            struct hf_config *out)
+{
+    struct model_hparams *hp = &out->hp;
+    hp->has_qkv_bias = ai->qkv_bias;
+    hp->has_qk_norm = ai->qk_norm;
+    hp->has_post_norms = ai->post_norms;
+    hp->ffn_act = ai->act;
+    hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
+    int st;
+    double qpas = 0;
+    if ((st = get_pos_float(c, "query_pre_attn_scalar", 0, &qpas)))
+        return st;
+    if (qpas > 0) /* Gemma: scores scaled by query_pre_attn_scalar^-0.5 */
+        hp->attn_scale = 1.0 / sqrt(qpas);
+    if ((st = get_pos_float(c, "attn_logit_softcapping", 0, &hp->attn_softcap)) ||
+        (st = get_pos_float(c, "final_logit_softcapping", 0, &hp->final_softcap)) ||
+        (st = read_rope(c, hp)))
+        return st;
+    return ai->swa_pattern ? read_window(c, ai, out) : IG_OK;
 }
 
 static int read_dims(const struct cfg *c, struct model_hparams *hp)
 {
     int st;
-    if ((st = get_int(c, "num_hidden_layers", -1, 1, 4096, &hp->n_layer)) ||
+    if ((st = get_int(c, "num_hidden_layers", -1, 1, HF_MAX_LAYERS, &hp->n_layer)) ||
         (st = get_int(c, "hidden_size", -1, 1, HF_MAX_DIM, &hp->n_embd)) ||
         (st = get_int(c, "num_attention_heads", -1, 1, HF_MAX_DIM, &hp->n_head)) ||
         (st = get_int(c, "num_key_value_heads", hp->n_head, 1, HF_MAX_DIM, &hp->n_head_kv)) ||
@@ -220,7 +397,7 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
     int st = find_arch(name, root, &a);
     if (st)
         return st;
-    struct cfg c = {name, root};
+    struct cfg c = {name, root, a};
     if (a->text_config) {
         c.j = cJSON_GetObjectItemCaseSensitive(root, a->text_config);
         if (!cJSON_IsObject(c.j))
@@ -236,14 +413,15 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
         return st;
     /* tie_word_embeddings sits at the top level even when the rest is in text_config */
     if (c.j != root && !cJSON_GetObjectItemCaseSensitive(c.j, "tie_word_embeddings")) {
-        struct cfg top = {name, root};
+        struct cfg top = {name, root, a};
         if ((st = get_bool(&top, "tie_word_embeddings", a->tie_default, &hp->tied_embeddings)))
             return st;
     }
     hp->rope_style = ROPE_HALF_SPLIT;
-    hp->has_qkv_bias = a->qkv_bias;
-    hp->arch_id = a->qkv_bias ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA;
+    hp->arch_id = a->id;
     model_hparams_set_defaults(hp); /* plain RoPE, the Llama block's scales */
+    if ((st = read_arch_extras(&c, model_arch_of(a->id), out)))
+        return st;
     out->arch = a;
     return IG_OK;
 }
@@ -253,7 +431,7 @@ int hf_parse_generation(const char *name, const cJSON *root, struct model_sampli
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(root))
         return ig_error(IG_E_MODEL, "%s: expected a JSON object", name);
-    struct cfg c = {name, root};
+    struct cfg c = {name, root, NULL};
     int64_t k;
     bool do_sample = true;
     int st;

@@ -8,8 +8,10 @@
  * widened to f32 when stored narrower, as the forward reads them as f32.
  * tokenizer_config.json (chat template) and generation_config.json
  * (sampling defaults) are read here too; the tokenizer itself is
- * tokenizer/hf_vocab.c's. Covered by tests/models/test_hf_folder.py and
- * test_hf_malformed.py. */
+ * tokenizer/hf_vocab.c's. Gemma's norms are stored as HF applies them,
+ * x * (1 + w): widen() adds the 1, so the forward sees what a GGUF holds.
+ * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
+ * test_hf_arch.py and test_hf_malformed.py. */
 #include "models/hf.h"
 
 #include "core/half.h"
@@ -32,6 +34,7 @@ struct loader {
     struct model *m;
     struct hf_folder *h;
     const struct hf_arch *arch;
+    const char *prefix, *lm_head; /* the arch's, or its other layout's */
 };
 
 static void join(char *buf, size_t cap, const char *dir, const char *file)
@@ -336,7 +339,7 @@ static int bind_layer(struct loader *L, int64_t i)
     struct model_layer *ly = &L->m->layers[i];
     for (const struct hf_layer_tensor *e = L->arch->layer; e->suffix; e++) {
         char name[256];
-        snprintf(name, sizeof name, "%slayers.%lld.%s", L->arch->prefix, (long long)i, e->suffix);
+        snprintf(name, sizeof name, "%slayers.%lld.%s", L->prefix, (long long)i, e->suffix);
         struct model_weight *w = (struct model_weight *)((char *)ly + e->field);
         int st = bind(L, name, dim_of(hp, e->rows), dim_of(hp, e->cols), e->kind, w);
         if (st)
@@ -351,17 +354,26 @@ static int bind_weights(struct loader *L)
     struct hf_folder *h = L->h;
     char emb[128], norm[128];
     snprintf(emb, sizeof emb, "%sembed_tokens.weight", L->arch->prefix);
-    snprintf(norm, sizeof norm, "%snorm.weight", L->arch->prefix);
+    if (L->arch->prefix_alt && !find(h, emb)) {
+        char alt[128];
+        snprintf(alt, sizeof alt, "%sembed_tokens.weight", L->arch->prefix_alt);
+        if (find(h, alt)) {
+            L->prefix = L->arch->prefix_alt;
+            L->lm_head = L->arch->lm_head_alt;
+            memcpy(emb, alt, sizeof emb);
+        }
+    }
+    snprintf(norm, sizeof norm, "%snorm.weight", L->prefix);
     int st;
     if ((st = bind(L, emb, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX, &m->tok_embd)) ||
         (st = bind(L, norm, 1, m->hp.n_embd, HF_NORM, &m->output_norm)))
         return st;
     if (m->hp.tied_embeddings) {
         m->output = m->tok_embd; /* a copy of lm_head some folders keep is not read */
-    } else if (!find(h, L->arch->lm_head)) {
+    } else if (!find(h, L->lm_head)) {
         return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing (config.json says "
-                        "tie_word_embeddings false)", L->dir, L->arch->lm_head);
-    } else if ((st = bind(L, L->arch->lm_head, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX,
+                        "tie_word_embeddings false)", L->dir, L->lm_head);
+    } else if ((st = bind(L, L->lm_head, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX,
                           &m->output))) {
         return st;
     }
@@ -434,7 +446,7 @@ int hf_load(const char *dir, struct model *m)
     if (st)
         return st;
     m->hp = c.hp;
-    struct loader L = {dir, m, h, c.arch};
+    struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->lm_head};
     if ((st = open_weights(&L)))
         return st;
     /* Each layer needs several tensors: refuse absurd counts before allocating. */
@@ -450,6 +462,11 @@ int hf_load(const char *dir, struct model *m)
     h->vectors = malloc(h->cap_vectors * sizeof *h->vectors);
     if (!m->layers || !h->vectors)
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        bool local = c.local[il / 8] >> (il % 8) & 1;
+        m->layers[il].window = local ? m->hp.n_swa : 0;
+        m->layers[il].rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+    }
     if ((st = bind_weights(&L)) || (st = read_chat_template(&L)) || (st = read_generation(&L)))
         return st;
     return IG_OK;

@@ -9,9 +9,11 @@
  *                    a Split whose regex is one of pretok.c's), any
  *                    normalizer but NFC refused -> model "gpt2" with that
  *                    pre-tokenizer; ignore_merges from the model.
- *   SentencePiece    normalizer Prepend("▁") + Replace(" ", "▁"), or a
- *   -style BPE       Metaspace pre-tokenizer; byte_fallback -> model
- *                    "llama" with the merges (merged by rank, as HF does).
+ *   SentencePiece    normalizer Prepend("▁") + Replace(" ", "▁"), Replace
+ *   -style BPE       alone (Gemma: no prefix; its Split on ' ' after it
+ *                    splits nothing), or a Metaspace pre-tokenizer;
+ *                    byte_fallback -> model "llama" with the merges
+ *                    (merged by rank, as HF does).
  * Token types: added tokens are control ("special": true) or user-defined;
  * the unk token is unknown unless added; <0xXX> tokens are bytes when byte_fallback is
  * set. BOS/EOS are added as the post-processor's template says; their ids
@@ -51,6 +53,7 @@ struct hf_tok {
     int space_prefix;         /* spm: -1 unknown, else tok_vocab_desc's space_prefix_hf */
     const char *pre;          /* byte-level pre-tokenizer family */
     bool digits;              /* a Digits(individual_digits) before ByteLevel */
+    bool no_spaces;           /* a Replace(" ", "▁") or Metaspace ran: no ' ' is left */
 };
 
 static const char *type_of(const cJSON *o)
@@ -100,6 +103,7 @@ static int read_normalizer(struct hf_tok *h, const cJSON *norm)
             const char *pat = string_pattern(s, "pattern"), *c = ig_json_str(s, "content");
             if (pat && c && !strcmp(pat, " ") && !strcmp(c, "\xe2\x96\x81")) {
                 h->spm = true;
+                h->no_spaces = true;
                 continue;
             }
         }
@@ -119,6 +123,12 @@ static int pre_split(struct hf_tok *h, const cJSON *s)
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const char *re = ig_json_str(pat, "Regex");
     const char *behavior = ig_json_str(s, "behavior");
+    /* Gemma's tokenizer.json splits on ' ' after its normalizer has replaced
+     * every ' ' by U+2581: a step that splits nothing. */
+    const char *str = ig_json_str(pat, "String");
+    if (h->no_spaces && str && !strcmp(str, " ") && behavior &&
+        !strcmp(behavior, "MergedWithPrevious") && !json_true(s, "invert"))
+        return IG_OK;
     if (re && behavior && !strcmp(behavior, "Isolated") && !json_true(s, "invert"))
         for (size_t k = 0; k < sizeof split_regexes / sizeof split_regexes[0]; k++)
             if (!strcmp(re, split_regexes[k].regex)) {
@@ -163,6 +173,7 @@ static int read_pre_tokenizer(struct hf_tok *h, const cJSON *pre)
                 return ig_error(IG_E_MODEL, "%s: Metaspace other than U+2581 without splitting "
                                 "is not supported", h->name);
             h->spm = true;
+            h->no_spaces = true;
             if (scheme)
                 h->space_prefix = !strcmp(scheme, "never") ? 0 : !strcmp(scheme, "first") ? 1 : 3;
             else
@@ -215,17 +226,46 @@ struct arrays {
     int64_t n, n_merges;
 };
 
+/* Bounds on what a tokenizer.json may ask for, so that a hostile file costs
+ * memory in proportion to its own size: ids are dense in real files (an
+ * added token reuses a vocab id or takes the next), so an id may run past the
+ * number of entries the file defines by at most HF_ID_SLACK (a few holes),
+ * and one token's text is at most HF_MAX_TOKEN_BYTES (real ones are under
+ * 300). fuzz_hf_json found ids near 1e9 sizing multi-GiB arrays. */
+enum { HF_ID_SLACK = 1024, HF_MAX_TOKEN_BYTES = 16384 };
+
+static int check_token(const struct hf_tok *h, const char *s, int32_t id, int64_t bound)
+{
+    size_t len = strlen(s);
+    if (len > HF_MAX_TOKEN_BYTES)
+        return ig_error(IG_E_MODEL, "%s: token %d is %zu bytes long, over the %d-byte limit",
+                        h->name, id, len, HF_MAX_TOKEN_BYTES);
+    if (id >= bound)
+        return ig_error(IG_E_MODEL, "%s: token id %d of '%.40s' is past the %lld ids this file "
+                        "defines (model.vocab and added_tokens, with %d to spare)",
+                        h->name, id, s, (long long)(bound - HF_ID_SLACK), HF_ID_SLACK);
+    return IG_OK;
+}
+
 static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, struct arrays *a)
 {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
         return ig_error(IG_E_MODEL, "%s: model.vocab must be an object (token -> id)", h->name);
+    int64_t bound = HF_ID_SLACK; /* entries + slack */
+    for (const cJSON *e = vocab->child; e; e = e->next)
+        bound++;
+    for (const cJSON *e = cJSON_IsArray(added) ? added->child : NULL; e; e = e->next)
+        bound++;
     int64_t n = 0;
     int32_t id;
+    int st;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!id_of(e, INT32_MAX / 2, &id))
             return ig_error(IG_E_MODEL, "%s: vocab id of '%.40s' is not a whole number in range",
                             h->name, e->string);
+        if ((st = check_token(h, e->string, id, bound)))
+            return st;
         n = id + 1 > n ? id + 1 : n;
     }
     for (const cJSON *e = cJSON_IsArray(added) ? added->child : NULL; e; e = e->next) {
@@ -233,6 +273,8 @@ static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, 
             !ig_json_str(e, "content"))
             return ig_error(IG_E_MODEL, "%s: an added_tokens entry lacks a valid id or content",
                             h->name);
+        if ((st = check_token(h, ig_json_str(e, "content"), id, bound)))
+            return st;
         n = id + 1 > n ? id + 1 : n;
     }
     if (n == 0)

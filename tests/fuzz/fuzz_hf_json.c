@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     struct hf_config c;
     if (hf_parse_config("config.json", j, &c) == IG_OK)
-        sink += (uint64_t)(c.hp.n_layer + c.hp.head_dim) + c.hp.tied_embeddings;
+        sink += (uint64_t)(c.hp.n_layer + c.hp.head_dim + c.hp.n_swa_layers) + c.hp.tied_embeddings;
     struct model_sampling s;
     if (hf_parse_generation("generation_config.json", j, &s) == IG_OK)
         sink += s.has_top_k;

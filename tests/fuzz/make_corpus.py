@@ -158,6 +158,20 @@ def json_corpus():
     files = {}
     for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"):
         files[f"config_{arch}.json"] = hfgen.tiny_config(arch, head_dim=16, rope_scaling=None)
+    files["config_Qwen3ForCausalLM.json"] = hfgen.tiny_config(
+        "Qwen3ForCausalLM", head_dim=16, use_sliding_window=False, sliding_window=None)
+    gemma = dict(hfgen.tiny_config("Gemma3ForCausalLM", head_dim=16), sliding_window=4,
+                 sliding_window_pattern=2, query_pre_attn_scalar=16, rope_local_base_freq=1e4,
+                 hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                 attn_logit_softcapping=None)
+    del gemma["hidden_act"]
+    files["config_Gemma3ForCausalLM.json"] = gemma
+    text = {k: v for k, v in gemma.items() if k != "architectures"}
+    text.update(layer_types=["sliding_attention", "full_attention"],
+                rope_scaling={"rope_type": "linear", "factor": 8.0})
+    files["config_Gemma3ForConditionalGeneration.json"] = {
+        "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+        "vision_config": {"hidden_size": 16}}
     files["generation_config.json"] = {"do_sample": True, "temperature": 0.6, "top_p": 0.9,
                                        "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.05,
                                        "bos_token_id": 1, "eos_token_id": [2, 3]}

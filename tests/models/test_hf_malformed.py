@@ -178,6 +178,15 @@ def main():
              ["pre-tokenizer 'Whitespace'"]),
             ("vocab", lambda j: j["model"].update(vocab=[1, 2]), ["model.vocab must be"]),
             ("merges", lambda j: j["model"].update(merges=[["a"]]), ["merge 0 is not a pair"]),
+            # ids size the vocabulary: one far past the file's entries is refused, not
+            # allocated (fuzz_hf_json found ids near 1e9 taking 20 GiB)
+            ("huge id", lambda j: j["model"]["vocab"].update({"zz": 940446524}),
+             ["token id 940446524 of 'zz' is past the"]),
+            ("huge added id", lambda j: j["added_tokens"].append(
+                {"id": 1 << 29, "content": "<x>", "special": True}),
+             [f"token id {1 << 29} of '<x>' is past the"]),
+            ("long token", lambda j: j["added_tokens"].append(
+                {"id": 0, "content": "x" * 20000, "special": True}), ["over the 16384-byte limit"]),
         ]:
             c = case().edit_json("tokenizer.json", fn)
             expect(c.path, 4, "tokenizer.json", *needles, cmd="tokenize")

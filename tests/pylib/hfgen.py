@@ -362,25 +362,39 @@ def tiny_config(arch="LlamaForCausalLM", n_vocab=280, tied=True, **over):
     return cfg
 
 
-def tiny_tensors(cfg, seed=0):
-    """Random f32 weights for a tiny config, HF names."""
+def tiny_tensors(cfg, seed=0, prefix="model."):
+    """Random f32 weights for a tiny config, HF names (`prefix` before
+    embed_tokens, norm and layers). For Gemma 3 (text_config for the
+    multimodal class) the norm weights are near 0, as HF applies 1 + w."""
     rng = np.random.default_rng(seed)
+    arch = cfg["architectures"][0]
+    gemma = arch.startswith("Gemma3")
+    cfg = cfg.get("text_config", cfg)
     e, ff, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim") or e // nh
-    qwen2 = cfg["architectures"][0] == "Qwen2ForCausalLM"
+    qwen2 = arch == "Qwen2ForCausalLM"
+    qk_norm = arch in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 
     def m(r, c):
         return (rng.standard_normal((r, c)) / np.sqrt(c)).astype(np.float32)
 
-    t = {"model.embed_tokens.weight": m(v, e),
-         "model.norm.weight": (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)}
-    if not cfg["tie_word_embeddings"]:
+    def norm(n):
+        return ((0 if gemma else 1) + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {prefix + "embed_tokens.weight": m(v, e), prefix + "norm.weight": norm(e)}
+    if not cfg.get("tie_word_embeddings", gemma):
         t["lm_head.weight"] = m(v, e)
     for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        t[p + "input_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)
-        t[p + "post_attention_layernorm.weight"] = (1 + 0.1 * rng.standard_normal(e)).astype(np.float32)
+        p = f"{prefix}layers.{i}."
+        t[p + "input_layernorm.weight"] = norm(e)
+        t[p + "post_attention_layernorm.weight"] = norm(e)
+        if gemma:
+            t[p + "pre_feedforward_layernorm.weight"] = norm(e)
+            t[p + "post_feedforward_layernorm.weight"] = norm(e)
+        if qk_norm:
+            t[p + "self_attn.q_norm.weight"] = norm(hd)
+            t[p + "self_attn.k_norm.weight"] = norm(hd)
         t[p + "self_attn.q_proj.weight"] = m(nh * hd, e)
         t[p + "self_attn.k_proj.weight"] = m(nkv * hd, e)
         t[p + "self_attn.v_proj.weight"] = m(nkv * hd, e)
@@ -395,13 +409,19 @@ def tiny_tensors(cfg, seed=0):
 
 
 def write_tiny(out, arch="LlamaForCausalLM", dtype="F32", tied=True, shards=1, pre="smollm",
-               generation=None, seed=0, **over):
+               generation=None, seed=0, cfg=None, prefix="model.", extra=None, **over):
     """A complete tiny folder (random weights, a tiny byte-level tokenizer);
-    returns its path."""
+    returns its path. `cfg` replaces the generated config.json (its
+    vocab_size, or its text_config's, is set to the tokenizer's); `extra`
+    adds tensors the model does not use (a vision tower)."""
     os.makedirs(out, exist_ok=True)
     tk = tiny_tokenizer(pre)
-    cfg = tiny_config(arch, n_vocab=tk.get_vocab_size(), tied=tied, **over)
-    tensors = tiny_tensors(cfg, seed)
+    if cfg is None:
+        cfg = tiny_config(arch, n_vocab=tk.get_vocab_size(), tied=tied, **over)
+    else:
+        cfg.get("text_config", cfg)["vocab_size"] = tk.get_vocab_size()
+    tensors = tiny_tensors(cfg, seed, prefix)
+    tensors.update(extra or {})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     if shards == 1:
@@ -430,3 +450,84 @@ def raw_safetensors(header, data=b"", size=None):
     `size` overrides the 8-byte header size."""
     h = header if isinstance(header, bytes) else json.dumps(header).encode()
     return struct.pack("<Q", len(h) if size is None else size) + h + data
+
+
+# ---- the same weights as a GGUF (qwen3, gemma3) -------------------------------
+
+GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+              "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
+              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+              "pre_feedforward_layernorm": "ffn_norm",
+              "post_feedforward_layernorm": "post_ffw_norm"}
+
+
+def write_gguf_tiny(folder, path):
+    """A tiny qwen3 or gemma3 folder's weights as an F32 GGUF, the way
+    llama.cpp's converter writes them: these architectures use NeoX
+    (half-split) RoPE, so Q/K rows are not permuted; Gemma's norm weights
+    are stored as 1 + w; post_attention_layernorm is ffn_norm for Qwen3 and
+    post_attention_norm for Gemma 3 (whose pre_feedforward_layernorm is
+    ffn_norm). The toy vocabulary has as many tokens as the folder's."""
+    import gguf
+    top, t = read_folder(folder)
+    cfg = top.get("text_config", top)
+    gemma = top["architectures"][0].startswith("Gemma3")
+    arch = "gemma3" if gemma else "qwen3"
+    prefix = next(p for p in ("model.", "language_model.model.", "model.language_model.")
+                  if p + "embed_tokens.weight" in t)
+    U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    w = GGUFWriter(path, arch)
+    nh = cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // nh
+    kv = {"block_count": cfg["num_hidden_layers"], "context_length":
+          cfg.get("max_position_embeddings", 131072), "embedding_length": cfg["hidden_size"],
+          "feed_forward_length": cfg["intermediate_size"], "attention.head_count": nh,
+          "attention.head_count_kv": cfg["num_key_value_heads"],
+          "attention.key_length": hd, "attention.value_length": hd}
+    for k, v in kv.items():
+        w.add_key_value(f"{arch}.{k}", v, U32)
+    w.add_key_value(f"{arch}.rope.freq_base", cfg.get("rope_theta", 1e6), F32)
+    w.add_key_value(f"{arch}.attention.layer_norm_rms_epsilon", cfg.get("rms_norm_eps", 1e-6), F32)
+    if gemma:
+        w.add_key_value(f"{arch}.attention.sliding_window", cfg.get("sliding_window", 4096), U32)
+        w.add_key_value(f"{arch}.rope.freq_base_swa", cfg.get("rope_local_base_freq", 1e4), F32)
+        if cfg.get("layer_types"):
+            w.add_array(f"{arch}.attention.sliding_window_pattern",
+                        [k == "sliding_attention" for k in cfg["layer_types"]])
+        else:
+            w.add_key_value(f"{arch}.attention.sliding_window_pattern",
+                            cfg.get("sliding_window_pattern", 6), U32)
+        rs = cfg.get("rope_scaling") or {}
+        if rs.get("rope_type") == "linear":
+            w.add_key_value(f"{arch}.rope.scaling.type", "linear", gguf.GGUFValueType.STRING)
+            w.add_key_value(f"{arch}.rope.scaling.factor", rs["factor"], F32)
+    n_vocab = cfg["vocab_size"]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(n_vocab - 3)])
+    w.add_token_scores([0.0] * n_vocab)
+    w.add_token_types([2, 3, 3] + [1] * (n_vocab - 3))
+    for name, a in t.items():
+        if not name.startswith(prefix) and name != "lm_head.weight":
+            continue  # a vision tower
+        rest = name[len(prefix):]
+        if rest == "embed_tokens.weight":
+            g = "token_embd.weight"
+        elif rest == "norm.weight":
+            g = "output_norm.weight"
+        elif name == "lm_head.weight":
+            g = "output.weight"
+        else:
+            _, i, part = rest.split(".", 2)
+            part, kind = part.rsplit(".", 1)
+            gn = GGUF_LAYER.get(part) or ("post_attention_norm" if gemma else "ffn_norm")
+            g = f"blk.{i}.{gn}.{kind}"
+        if gemma and a.ndim == 1:
+            a = a + np.float32(1)
+        w.add_tensor(g, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -17,8 +17,8 @@ files, and against ignite's GGUF path.
     the pieces ordered by score, byte_fallback, <s> added by a
     TemplateProcessing post-processor) with the Metaspace pre-tokenizer
     (prepend_scheme "first") and with the legacy Prepend + Replace
-    normalizer: ids identical to tokenizers', special tokens in the text
-    included;
+    normalizer, and Gemma's (Replace alone, then a Split on ' '): ids
+    identical to tokenizers', special tokens in the text included;
 Labels: tokenizer, model (needs SmolLM2's vocabulary; exits 77 without it)."""
 import json
 import os
@@ -99,7 +99,10 @@ def spm_tokenizer(sp, legacy):
     tk.add_special_tokens(specials)
     # as the converter adds them: matched in the raw text, not the normalized
     tk.add_tokens([AddedToken(t, normalized=False) for t in test_spm.USER_DEFINED])
-    if legacy:
+    if legacy == "gemma":  # transformers' GemmaConverter: no prefix, a Split that splits nothing
+        tk.normalizer = normalizers.Replace(" ", "▁")
+        tk.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+    elif legacy:
         tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
                                               normalizers.Replace(" ", "▁")])
     else:
@@ -148,8 +151,8 @@ def main():
         lines = [ln for r in valid for ln in r.decode("utf-8").split("\n") if ln.strip()]
         sp = test_spm.train(lines)
         spm_records = valid + [b"<s>hello", b"a</s> b<s>", b" <s> x", b"<|user|>hi <|u"]
-        for legacy in (False, True):
-            name = "spm legacy" if legacy else "spm metaspace"
+        for legacy in (False, True, "gemma"):
+            name = {False: "spm metaspace", True: "spm legacy", "gemma": "spm gemma"}[legacy]
             d = folder_with(tmp, name.replace(" ", "_"), spm_tokenizer(sp, legacy))
             compare(name, d, Tokenizer.from_file(os.path.join(d, "tokenizer.json")), spm_records)
 
