@@ -13,14 +13,15 @@
  * Weights go to the device as f16 (--gpu-weights f16): the bound is the f16
  * one of backend_checks.h plus NMSE 1e-3. Per model (teacher-forced, as
  * backend_checks.h does): 40 ids prefilled in chunks of 33 and 7 (Gemma:
- * both chunks' rows past the window's edge), 5 decode steps; 40 ids in one
- * chunk; 13 ids then 5 steps across the window's edge (positions 13..17);
- * the exported cache against the CPU's, an imported one continuing bit for
- * bit; two sequences sharing steps. The prefill attention kernel is the
- * chooser's pick (IGNITE_FLASH_VARIANT may force another: CMake runs the
- * Gemma model again on the mma.sync kernel). Then what the backend still
- * refuses, with IG_E_MODEL: attention soft-capping (Gemma 2's), Q/K norms
- * with QKV biases. Label emu. */
+ * both chunks' rows past the window's edge), 5 decode steps; the exported
+ * cache against the CPU's, an imported one continuing bit for bit; the
+ * device's weight bytes are the plan's (the norms included). Gemma also:
+ * 40 ids in one chunk; 13 ids then 5 steps across the window's edge
+ * (positions 13..17); two sequences sharing steps. The prefill attention kernel is the
+ * chooser's pick, the mma.sync kernel here (IGNITE_FLASH_VARIANT may force
+ * another: CMake runs the Gemma model again on the ws kernel). Then what the
+ * backend still refuses, with IG_E_MODEL: attention soft-capping (Gemma 2's),
+ * Q/K norms with QKV biases. Label emu. */
 #include "backend/backend.h"
 #include "models/synthetic.h"
 #include "tests/emu/backend_checks.h"
@@ -71,6 +72,12 @@ static void run_model(const char *spec, bool all)
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_emu(m, &og, &p.dev) == IG_OK);
     if (p.cpu && p.dev && p.lc && p.le) {
+        /* the plan counts the head and post norms the backend uploads */
+        struct gpu_backend_info info;
+        gpu_get_info_emu(p.dev, &info);
+        CHECKF(info.weight_bytes == backend_gpu_weight_bytes(m, BACKEND_GPU_F16),
+               "%s: %zu weight bytes on the device, the plan says %zu", spec, info.weight_bytes,
+               backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
         int32_t ids[40];
         uint64_t s = 7;
         for (int i = 0; i < 40; i++)
@@ -125,7 +132,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!gemma_only)
-        run_model("synthetic:Qwen3-tiny:Q8_0", true);
+        run_model("synthetic:Qwen3-tiny:Q8_0", false); /* no window: the rest is Gemma's */
     run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only);
     if (!gemma_only)
         check_refused();

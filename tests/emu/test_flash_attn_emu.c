@@ -13,9 +13,9 @@
  * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
  * entry per other variant, test_flash_attn_emu_NAME; the ws variants add
  * head dim 256, windows, persistent blocks and paged caches; the mma.sync
- * variants built for head dim 256 add it, and they and each head dim's
- * default add windows, the cache tiles wholly behind every window NaN so
- * that computing on one shows). The chooser's pick by
+ * variants built for head dim 256 add it, and each head dim's default
+ * (256's included) adds windows, the cache tiles wholly behind every window
+ * NaN so that computing on one shows). The chooser's pick by
  * measured speed is checked on a table of the test's own. Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
@@ -271,7 +271,7 @@ static void check_chooser(void)
  * caches (whole blocks, the block holding pos0, windows over the pool): the
  * other ws variants share all that code, so their list stays short (the CI
  * runs this twice under ASan). The mma.sync variants that are a head dim's
- * default or built for head dim 256 also sliding windows. */
+ * default also sliding windows. */
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
@@ -293,10 +293,10 @@ static void run_variant(int v)
             run_case_v(100, 200, 2, hd, dt, v);
             test_emu_set_sm_count(3);
         }
-        /* Windows on the mma.sync kernel: each head dim's default and the
-         * head dim 256 variants; a window shorter than a 16-key slice, one
-         * across tiles with tiles wholly behind it, one with a cache. */
-        if (!ws && (hd == 256 || v == PREFILL_ATTN_DEFAULT_VARIANT(hd))) {
+        /* Windows on the mma.sync kernel: each head dim's default (256's
+         * included); a window shorter than a 16-key slice, one across tiles
+         * with tiles wholly behind it, one with a cache. */
+        if (!ws && v == PREFILL_ATTN_DEFAULT_VARIANT(hd)) {
             run_case_w(65, 37, 4, hd, dt, v, 13);
             run_case_w(300, 0, 2, hd, dt, v, 100);
             run_case_w(150, 200, 1, hd, PREFILL_ATTN_F16, v, 64);
