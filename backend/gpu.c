@@ -12,16 +12,22 @@
  *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the rows that want
  *   logits -> output head (a GEMV for one row, GEMMs of up to GPU_HEAD_ROWS
  *   rows for several: `ignite perplexity` wants half a window's) -> logits.
- * The residual adds are the GEMMs' beta = 1. In the last layer only the rows
- * from the first that wants logits go on past attention: no earlier row's
- * output is ever read.
+ * The residual adds are the GEMMs' beta = 1. Qwen 3 and Gemma 3 add steps
+ * (ops/gpu_arch.cu): the head norms between the QKV GEMM and RoPE, Gemma's
+ * embedding scale, GeGLU for SwiGLU, the post norms (the GEMM into g->proj,
+ * its norm added to x), the final soft-cap; per layer the RoPE variant
+ * (local layers' base), the attention scale from the file and the sliding
+ * window of the local layers, in both attention kernels. In the last layer
+ * only the rows from the first that wants logits go on past attention: no
+ * earlier row's output is ever read.
  * A sequence's lone row at the end of its cache is a decode step: the same
  * with GEMVs and split-KV attention, the position and token read from device
  * memory so the step is captured once per slot as a graph and replayed.
  *
  * Weights go up in gpu_weights.c, the cache to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
- * over the emulated one. Covered by tests/emu/test_backend_emu.c and tests/gpu/. */
+ * over the emulated one. Covered by tests/emu/test_backend_emu.c,
+ * test_backend_qemu.c, test_backend_arch_emu.c and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
@@ -80,7 +86,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim *
             g->n_slots;
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
-                   4.0 * 2 * ff + 2.0 * ff) +
+                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0)) +
               4.0 * hp->n_vocab * (double)head_cap(g) + 4.0 * B +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
@@ -90,9 +96,9 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 static int check_model(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
-    if (hp->head_dim != 64 && hp->head_dim != 128)
-        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64 and 128; '%s' has %lld "
-                        "(use --device cpu)", m->path, (long long)hp->head_dim);
+    if (hp->head_dim != 64 && hp->head_dim != 128 && hp->head_dim != 256)
+        return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64, 128 and 256; '%s' "
+                        "has %lld (use --device cpu)", m->path, (long long)hp->head_dim);
     if (hp->n_head / hp->n_head_kv > 8)
         return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV head; "
                         "'%s' has %lld (use --device cpu)", m->path,
@@ -102,24 +108,14 @@ static int check_model(const struct model *m)
     if (hp->n_ff > 40960 || hp->n_embd > 40960 || hp->n_head * hp->head_dim > 40960)
         return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
                         "40960 elements; '%s' is wider (use --device cpu)", m->path);
-    /* The Llama block only, with RoPE scalings that are frequencies alone
-     * (rope_freqs, linear; YaRN's cos/sin scale is not in the kernel). */
-    double mscale;
-    double *inv = malloc((size_t)(hp->n_rot / 2 + 1) * sizeof *inv);
-    if (!inv)
-        return ig_error(IG_E_NOMEM, "out of memory");
-    ops_rope_freqs(&hp->rope[MODEL_ROPE_GLOBAL], hp->n_rot, inv, &mscale);
-    free(inv);
-    bool plain_scale = hp->attn_scale == 1.0 / sqrt((double)hp->head_dim);
-    const char *missing = hp->n_swa_layers ? "sliding-window attention"
-                          : hp->has_qk_norm ? "Q/K head norms"
-                          : hp->has_post_norms ? "post-attention and post-FFN norms"
-                          : hp->ffn_act != MODEL_ACT_SILU ? "the GELU FFN"
-                          : hp->embd_scale != 1.0 ? "scaled embeddings"
-                          : !plain_scale ? "its attention scale"
-                          : hp->attn_softcap > 0 || hp->final_softcap > 0 ? "logit soft-capping"
-                          : mscale != 1.0 ? "YaRN's attention factor"
-                          : NULL;
+    /* What the Llama block, Qwen 3 and Gemma 3 use runs; what no
+     * architecture ignite loads has together, or Gemma 2's attention
+     * soft-capping, does not. */
+    const char *missing = hp->attn_softcap > 0 ? "attention logit soft-capping"
+                          : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
+                          : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
+                              ? "its FFN activation"
+                              : NULL;
     if (missing)
         return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
                         "--device cpu", hp->arch, missing);
@@ -168,15 +164,20 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) || (st = IG_DEV(gpu_alloc)(g, 16, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
         return st;
+    if (hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL)))
+        return st;
+    /* Each RoPE variant's frequencies and cos/sin factor (Gemma 3's local
+     * layers have their own base). */
     size_t half = (size_t)(hp->n_rot / 2);
     double *inv = malloc((half ? half : 1) * sizeof *inv);
     if (!inv)
         return ig_error(IG_E_NOMEM, "out of memory");
-    double mscale; /* 1: check_model refused the others */
-    ops_rope_freqs(&hp->rope[MODEL_ROPE_GLOBAL], hp->n_rot, inv, &mscale);
-    st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq, NULL);
-    if (st == IG_OK)
-        st = IG_DEV(dev_upload)(g->dev, g->inv_freq, inv, half * sizeof *inv);
+    for (int r = 0; r < 2 && st == IG_OK; r++) {
+        ops_rope_freqs(&hp->rope[r], hp->n_rot, inv, &g->mscale[r]);
+        st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq[r], NULL);
+        if (st == IG_OK)
+            st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);
+    }
     free(inv);
     if (st == IG_OK)
         st = IG_DEV(dev_alloc_host)(g->dev, 2 * sizeof(int32_t), (void **)&g->step);
@@ -268,6 +269,8 @@ static int head(struct gpu_backend *g, const float *x)
     if (st == IG_OK)
         st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, hp->n_embd, 1, g->logits, hp->n_vocab,
                                 0.0f);
+    if (st == IG_OK && hp->final_softcap > 0)
+        st = IG_DEV(gk_softcap)(g->logits, hp->n_vocab, (float)hp->final_softcap, g->stream);
     return st;
 }
 
@@ -283,15 +286,34 @@ static int head_rows(struct gpu_backend *g, int64_t r0, int64_t k, float *logits
         int64_t n = k - i < cap ? k - i : cap;
         if ((st = IG_DEV(gk_rmsnorm)(g->x + (r0 + i) * e, e, g->output_norm, n, e,
                                      (float)hp->norm_eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f)))
+            (st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f)) ||
+            (hp->final_softcap > 0 &&
+             (st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream))))
             break;
         st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
     }
     return st;
 }
 
+/* x[rows] += w in (in: f16 rows of ld_in): the GEMM's beta = 1, or with a
+ * post norm (Gemma 3) the product into g->proj and its norm added. */
+static int add_product(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *in,
+                       int64_t ld_in, int64_t rows, float *x, const float *post_norm)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t e = hp->n_embd;
+    if (!post_norm)
+        return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, x, e, 1.0f);
+    int st = IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, g->proj, e, 0.0f);
+    return st != IG_OK ? st
+                       : IG_DEV(gk_rmsnorm_add)(x, e, g->proj, e, post_norm, rows, e,
+                                                (float)hp->norm_eps, g->stream);
+}
+
 /* Everything after attention in one layer, for `rows` rows starting at
- * `row`: wo GEMM into the residual, norm, gate|up GEMM, SwiGLU, down GEMM. */
+ * `row`: wo GEMM into the residual (through the post-attention norm where
+ * there is one), norm, gate|up GEMM, SwiGLU or GeGLU, down GEMM into the
+ * residual (through the post-FFN norm). */
 static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t row, int64_t rows)
 {
     const struct model_hparams *hp = &g->m->hp;
@@ -299,13 +321,41 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     float *x = g->x + row * e;
     const uint16_t *att = g->att16 + row * g->q_dim;
     int st;
-    if ((st = IG_DEV(gpu_matmul)(g, &L->wo, att, g->q_dim, rows, x, e, 1.0f)) ||
+    if ((st = add_product(g, &L->wo, att, g->q_dim, rows, x, L->attn_post_norm)) ||
         (st = IG_DEV(gk_rmsnorm)(x, e, L->ffn_norm, rows, e, (float)hp->norm_eps, g->xn,
                                  g->stream)) ||
         (st = IG_DEV(gpu_matmul)(g, &L->wgu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) ||
-        (st = IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
+        (st = hp->ffn_act == MODEL_ACT_GELU_TANH
+                  ? IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream)
+                  : IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
         return st;
-    return IG_DEV(gpu_matmul)(g, &L->wdown, g->h16, ff, rows, x, e, 1.0f);
+    return add_product(g, &L->wdown, g->h16, ff, rows, x, L->ffn_post_norm);
+}
+
+/* Qwen 3 / Gemma 3: RMSNorm of each Q and K head of the block's n rows of
+ * g->qkv, before RoPE (no-op for the others). */
+static int head_norms(struct gpu_backend *g, const struct gpu_layer *L, int64_t n)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    if (!L->q_norm)
+        return IG_OK;
+    float eps = (float)hp->norm_eps;
+    int st = IG_DEV(gk_head_rmsnorm)(g->qkv, g->qkv_rows, n, hp->n_head, hp->head_dim,
+                                     L->q_norm, eps, g->stream);
+    return st != IG_OK ? st
+                       : IG_DEV(gk_head_rmsnorm)(g->qkv + g->q_dim, g->qkv_rows, n,
+                                                 hp->n_head_kv, hp->head_dim, L->k_norm, eps,
+                                                 g->stream);
+}
+
+/* The block's residuals from the embedding table (scaled for Gemma). */
+static int embed(struct gpu_backend *g, int64_t n)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
+    if (st == IG_OK && hp->embd_scale != 1.0)
+        st = IG_DEV(gk_scale_f32)(g->x, n * hp->n_embd, (float)hp->embd_scale, g->stream);
+    return st;
 }
 
 /* Layer l over the block's n rows; in the last layer only rows keep0.. go on
@@ -315,16 +365,19 @@ static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, 
 {
     const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
     int64_t e = hp->n_embd, hd = hp->head_dim;
     int st;
     if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, (float)hp->norm_eps, g->xn,
                                  g->stream)) ||
-        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)))
+        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)) ||
+        (st = head_norms(g, L, n)))
         return st;
     struct gk_qkv_params qp = {
-        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = n,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_rot = hp->n_rot,
-        .rope_style = (int)hp->rope_style, .q = g->q16, .k = g->k16, .v = g->v16,
+        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
+        .n = n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16, .k = g->k16,
+        .v = g->v16, .mscale = g->mscale[ML->rope],
     };
     if ((st = IG_DEV(gk_qkv_rope)(&qp, g->stream)))
         return st;
@@ -337,7 +390,7 @@ static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, 
         .v_row_stride = g->kv_dim, .v_head_stride = hd,
         .o_row_stride = g->q_dim, .o_head_stride = hd,
         .cache_row_stride = hd, .cache_head_stride = g->n_ctx * hd,
-        .scale = 1.0f / sqrtf((float)hd), .dtype = PREFILL_ATTN_F16,
+        .window = ML->window, .scale = (float)hp->attn_scale, .dtype = PREFILL_ATTN_F16,
     };
     if ((st = IG_DEV(prefill_attn)(&ap, g->stream)))
         return st;
@@ -380,7 +433,7 @@ static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, i
     int32_t pos32 = (int32_t)pos0;
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
         !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
-        st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
+        st = embed(g, n);
     for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
         st = prefill_layer(g, slot, l, n, pos0, keep0);
     if (st != IG_OK || n_want == 0)
@@ -409,35 +462,33 @@ static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, i
 static int decode_step(struct gpu_backend *g, int slot)
 {
     const struct model_hparams *hp = &g->m->hp;
-    int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->head_dim;
+    int64_t e = hp->n_embd, hd = hp->head_dim;
     float eps = (float)hp->norm_eps;
-    int st = IG_DEV(gpu_embed)(g, g->tokens, 1, g->x);
+    int st = embed(g, 1);
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
         const struct gpu_layer *L = &g->layers[l];
+        const struct model_layer *ML = &g->m->layers[l];
         struct gk_qkv_params qp = {
-            .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq, .pos = g->pos, .n = 1,
-            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+            .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
+            .n = 1, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
             .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
             .k_cache = L->k_cache + gpu_slot_offset(g, slot),
             .v_cache = L->v_cache + gpu_slot_offset(g, slot), .n_ctx = g->n_ctx,
+            .mscale = g->mscale[ML->rope],
         };
         struct decode_attn_params ap = {
             .q = g->q16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
             .v_cache = L->v_cache + gpu_slot_offset(g, slot), .pos = g->pos,
             .o = g->att16, .work = g->attn_work, .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_ctx = g->n_ctx,
-            .n_splits = g->n_splits, .scale = 1.0f / sqrtf((float)hd),
+            .n_splits = g->n_splits, .scale = (float)hp->attn_scale, .window = ML->window,
         };
         if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, 1, e, eps, g->xn, g->stream)) ||
             (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, 1, g->qkv, g->qkv_rows, 0.0f)) ||
-            (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
-            (st = IG_DEV(decode_attn)(&ap, g->stream)) ||
-            (st = IG_DEV(gpu_matmul)(g, &L->wo, g->att16, g->q_dim, 1, g->x, e, 1.0f)) ||
-            (st = IG_DEV(gk_rmsnorm)(g->x, e, L->ffn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gpu_matmul)(g, &L->wgu, g->xn, e, 1, g->gu, 2 * ff, 0.0f)) ||
-            (st = IG_DEV(gk_swiglu)(g->gu, 1, ff, g->h16, g->stream)))
+            (st = head_norms(g, L, 1)) || (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
+            (st = IG_DEV(decode_attn)(&ap, g->stream)))
             break;
-        st = IG_DEV(gpu_matmul)(g, &L->wdown, g->h16, ff, 1, g->x, e, 1.0f);
+        st = ffn_block(g, L, 0, 1);
     }
     return st == IG_OK ? head(g, g->x) : st;
 }

@@ -32,6 +32,8 @@ struct gpu_layer {
     struct gpu_matrix wgu;     /* [2 * n_ff][n_embd]: gate rows, then up rows */
     struct gpu_matrix wdown;   /* [n_embd][n_ff] */
     float *attn_norm, *ffn_norm;
+    float *q_norm, *k_norm;    /* [head_dim] each, or NULL (has_qk_norm) */
+    float *attn_post_norm, *ffn_post_norm; /* [n_embd] each, or NULL (has_post_norms) */
     float *bqkv;               /* [qkv_rows] or NULL */
     uint16_t *k_cache, *v_cache; /* [n_slots][n_head_kv][n_ctx][head_dim] */
 };
@@ -50,9 +52,11 @@ struct gpu_backend {
     struct gpu_layer *layers;
     struct gpu_matrix tok_embd, output; /* output == tok_embd when tied */
     float *output_norm;
-    double *inv_freq;
+    double *inv_freq[2];       /* [n_rot / 2] per RoPE variant (MODEL_ROPE_GLOBAL, _LOCAL) */
+    double mscale[2];          /* their cos/sin factors (YaRN's attention factor) */
     /* activations for max_batch tokens; logits for GPU_HEAD_ROWS rows */
     float *x, *qkv, *gu, *logits;
+    float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
     int32_t *tokens, *pos;     /* device: the block's ids; its first position */
     int32_t *step;             /* pinned host: token, position of a decode step */

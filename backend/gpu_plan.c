@@ -94,7 +94,9 @@ static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode,
     each_matrix(m, mode, !all, add_bytes, &bytes);
     int64_t qkv_rows = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     bytes += (size_t)hp->n_layer * ((size_t)(2 * hp->n_embd) * 4 +
-                                    (hp->has_qkv_bias ? (size_t)qkv_rows * 4 : 0));
+                                    (hp->has_qkv_bias ? (size_t)qkv_rows * 4 : 0) +
+                                    (hp->has_qk_norm ? (size_t)(2 * hp->head_dim) * 4 : 0) +
+                                    (hp->has_post_norms ? (size_t)(2 * hp->n_embd) * 4 : 0));
     return bytes + (size_t)hp->n_embd * 4; /* output norm */
 }
 

@@ -5,7 +5,8 @@
  * ops/gpu_qmm.h), an f16 part dequantized on the device from the file's
  * blocks where a kernel reads the type (ops/gpu_ops.h) and on the host
  * otherwise; random values made on the device for a shapes-only synthetic
- * model. Norms and biases f32. Then the matmul scratch for max_batch rows.
+ * model. Norms (Qwen 3's and Gemma 3's head and post norms too) and biases
+ * f32. Then the matmul scratch for max_batch rows.
  * Covered by tests/emu/test_backend_emu.c, test_backend_qemu.c and
  * tests/gpu/test_backend_gpu.c. */
 #include "backend/gpu_impl.h"
@@ -147,6 +148,22 @@ static int put_layer(struct gpu_backend *g, int64_t l, void *staging)
         (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_norm, wb)) ||
         (st = put_vector(g, &L->attn_norm, G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
         (st = put_vector(g, &L->ffn_norm, G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
+        return st;
+    /* Qwen 3 / Gemma 3: the head norms, Gemma 3's post norms. */
+    int64_t hd = g->m->hp.head_dim;
+    if (g->m->hp.has_qk_norm &&
+        ((st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->q_norm, wb)) ||
+         (st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->k_norm, wb)) ||
+         (st = put_vector(g, &L->q_norm, G->q_norm, hd, 1.0f, weight_seed(l, 12))) ||
+         (st = put_vector(g, &L->k_norm, G->k_norm, hd, 1.0f, weight_seed(l, 13)))))
+        return st;
+    if (g->m->hp.has_post_norms &&
+        ((st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->attn_post_norm, wb)) ||
+         (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_post_norm, wb)) ||
+         (st = put_vector(g, &L->attn_post_norm, G->attn_post_norm, e, 1.0f,
+                          weight_seed(l, 14))) ||
+         (st = put_vector(g, &L->ffn_post_norm, G->ffn_post_norm, e, 1.0f,
+                          weight_seed(l, 15)))))
         return st;
     if (!g->m->hp.has_qkv_bias)
         return IG_OK;

@@ -5,16 +5,18 @@
  * Split kernel: one block per (split, KV head), 4 warps. It computes every
  * query head of the KV head's group (up to 8), so each K/V row is read once
  * for the whole group. A key row of head_dim halves is read by head_dim / 8
- * lanes with 16-byte loads (2 rows per warp load at hd 128, 4 at hd 64), U
+ * lanes with 16-byte loads (1 row per warp load at hd 256, 2 at hd 128, 4 at
+ * hd 64), U
  * rows per lane in flight. Scores are reduced across those lanes with
  * shuffles; each lane keeps an online softmax (running max, sum, its 8 output
  * dims) per query head, in the log2 domain (scale * log2(e) folded into q).
  * At the end the lane groups merge by shuffles, the warps through shared
  * memory, and the block writes its partial (o unnormalized, max, sum) per
- * query head to `work`. The keys 0..pos are spread over the splits at run
- * time (split_chunk); splits that start past pos exit at once and the
- * combine kernel never looks at them. Keys past pos are never
- * loaded (the cache there may hold anything).
+ * query head to `work`. The live keys lo..pos (lo > 0 behind a sliding
+ * window) are spread over the splits at run time (split_chunk); splits
+ * that start past pos exit at once and the combine kernel never looks at
+ * them. Keys outside lo..pos are never loaded (the cache there may hold
+ * anything).
  *
  * Combine kernel: one block per query head, one thread per dim.
  *
@@ -44,14 +46,20 @@ __device__ __forceinline__ float rescale(float m, float M)
     return m == -INFINITY ? 0.0f : ig_exp2(m - M);
 }
 
-/* Keys per split at position pos: the pos + 1 live keys spread over the
- * splits, at least 64 a split (a short context uses few splits). Read from
- * pos at run time, so at any context length in any window every split that
- * has work has an even share (a range fixed by n_ctx left most splits idle
- * early in a long window). The split and combine kernels agree on it. */
-__device__ __forceinline__ int64_t split_chunk(int64_t pos, int n_splits)
+/* The first live key at position pos: 0, or the sliding window's edge. */
+__device__ __forceinline__ int64_t first_key(int64_t pos, int64_t window)
 {
-    const int64_t c = (pos + n_splits) / n_splits; /* ceil((pos + 1) / n_splits) */
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+/* Keys per split for the live keys lo..pos: spread over the splits, at
+ * least 64 a split (a short context uses few splits). Read from pos at run
+ * time, so at any context length every split that has work has an even
+ * share (a range fixed by n_ctx left most splits idle early in a long
+ * context). The split and combine kernels agree on it. */
+__device__ __forceinline__ int64_t split_chunk(int64_t lo, int64_t pos, int n_splits)
+{
+    const int64_t c = (pos - lo + n_splits) / n_splits; /* ceil((pos - lo + 1) / n_splits) */
     return c < 64 ? 64 : c;
 }
 
@@ -78,9 +86,9 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     const int sub = lane / L, dl = lane % L;
     const int split = (int)blockIdx.x;
     const int64_t hk = blockIdx.y, G = p.n_head / p.n_head_kv;
-    const int64_t pos = *p.pos;
-    const int64_t chunk = split_chunk(pos, p.n_splits);
-    const int64_t k0 = (int64_t)split * chunk;
+    const int64_t pos = *p.pos, key0 = first_key(pos, p.window);
+    const int64_t chunk = split_chunk(key0, pos, p.n_splits);
+    const int64_t k0 = key0 + (int64_t)split * chunk;
     if (k0 > pos || k0 >= p.n_ctx)
         return; /* nothing to attend to: the combine skips this split */
     int64_t k_end = k0 + chunk;
@@ -213,8 +221,8 @@ template <int HD>
 __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p)
 {
     const int64_t h = blockIdx.x, d = threadIdx.x;
-    const int64_t pos = *p.pos;
-    int64_t n_used = pos / split_chunk(pos, p.n_splits) + 1;
+    const int64_t pos = *p.pos, key0 = first_key(pos, p.window);
+    int64_t n_used = (pos - key0) / split_chunk(key0, pos, p.n_splits) + 1;
     n_used = n_used < p.n_splits ? n_used : p.n_splits;
     const float *part = p.work + h * p.n_splits * partial_floats(HD);
     float M = -INFINITY;
@@ -262,7 +270,8 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
 {
     if (!p->q || !p->k_cache || !p->v_cache || !p->pos || !p->o || !p->work)
         return ig_error(IG_E_INTERNAL, "decode attention: missing buffer");
-    if ((p->head_dim != 64 && p->head_dim != 128) || p->n_head_kv < 1 || p->n_head < 1 ||
+    if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256) || p->window < 0 ||
+        p->n_head_kv < 1 || p->n_head < 1 ||
         p->n_head % p->n_head_kv || p->n_head / p->n_head_kv > 8 || p->n_ctx < 1 ||
         p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535)
         return ig_error(IG_E_INTERNAL,
@@ -271,5 +280,7 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
                         (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
                         (long long)p->n_ctx, p->n_splits);
     cudaStream_t s = (cudaStream_t)stream;
-    return p->head_dim == 64 ? launch_hd<64>(*p, s) : launch_hd<128>(*p, s);
+    return p->head_dim == 64    ? launch_hd<64>(*p, s)
+           : p->head_dim == 128 ? launch_hd<128>(*p, s)
+                                : launch_hd<256>(*p, s);
 }

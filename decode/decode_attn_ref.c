@@ -34,17 +34,19 @@ int decode_attn_ref(const struct decode_attn_params *p)
 {
     const int64_t hd = p->head_dim;
     if (!p->q || !p->k_cache || !p->v_cache || !p->pos || !p->o || p->n_head_kv < 1 ||
-        p->n_head < 1 || p->n_head % p->n_head_kv || p->n_ctx < 1 || hd < 1)
+        p->n_head < 1 || p->n_head % p->n_head_kv || p->n_ctx < 1 || hd < 1 || p->window < 0)
         return ig_error(IG_E_INTERNAL, "decode_attn_ref: bad params");
     const int64_t group = p->n_head / p->n_head_kv;
-    const int64_t n_keys = (*p->pos < p->n_ctx ? *p->pos : p->n_ctx - 1) + 1;
+    const int64_t last = *p->pos < p->n_ctx ? *p->pos : p->n_ctx - 1;
+    const int64_t lo = p->window > 0 && last - p->window + 1 > 0 ? last - p->window + 1 : 0;
+    const int64_t n_keys = last - lo + 1;
     double *w = malloc((size_t)n_keys * sizeof *w);
     if (!w)
         return ig_error(IG_E_NOMEM, "decode_attn_ref: out of memory");
     for (int64_t h = 0; h < p->n_head; h++) {
         const uint16_t *q = p->q + h * hd;
-        const uint16_t *kc = p->k_cache + h / group * p->n_ctx * hd;
-        const uint16_t *vc = p->v_cache + h / group * p->n_ctx * hd;
+        const uint16_t *kc = p->k_cache + (h / group * p->n_ctx + lo) * hd;
+        const uint16_t *vc = p->v_cache + (h / group * p->n_ctx + lo) * hd;
         double mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < n_keys; j++) {
             double s = 0;

@@ -58,13 +58,22 @@ static const struct shape shapes[] = {
     /* Not a real model: two layers 256 wide (whole K-type super-blocks), GQA
      * 2, a separate output head, for tests that run every kernel emulated. */
     {"Llama-tiny", MODEL_ARCH_LLAMA, 2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0, false, 0, 0, 0},
+    /* The same for the CUDA backend's Qwen 3 and Gemma 3 blocks: Qwen 3's
+     * head_dim 128 with its head norms; Gemma 3's head_dim 256 on one KV
+     * head (the 270M's), a window of 16 keys so short prompts cross it
+     * (both layers local by the architecture's pattern). */
+    {"Qwen3-tiny", MODEL_ARCH_QWEN3, 2, 256, 4, 2, 128, 768, 1000, 1024, 1000000.0, false,
+     0, 0, 0},
+    {"Gemma3-tiny", MODEL_ARCH_GEMMA3, 2, 256, 4, 1, 256, 512, 1000, 1024, 1000000.0, true,
+     16, 0, 0},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 const char *model_synthetic_names(void)
 {
     return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B, Llama-3.1-8B, "
-           "Qwen3-8B, Gemma-3-270M, Gemma-3-1B, Gemma-3-4B, Gemma-3-12B, Llama-tiny";
+           "Qwen3-8B, Gemma-3-270M, Gemma-3-1B, Gemma-3-4B, Gemma-3-12B, Llama-tiny, Qwen3-tiny, "
+           "Gemma3-tiny";
 }
 
 /* Llama 3.1/3.2's rope_scaling (factor, low_freq_factor 1, high_freq_factor

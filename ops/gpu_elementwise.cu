@@ -1,7 +1,7 @@
 /* ops/gpu_elementwise.cu: the element-wise kernels of a Llama block on the
- * GPU (embedding lookup, RMSNorm, QKV bias + RoPE + K/V placement, SwiGLU)
- * and their launchers; contracts in ops/gpu_ops.h, results defined by the
- * CPU twins in ops/gpu_ops_ref.c.
+ * GPU (embedding lookup, RMSNorm, QKV bias + RoPE + K/V placement, SwiGLU,
+ * and Gemma's GeGLU beside it) and their launchers; contracts in
+ * ops/gpu_ops.h, results defined by the CPU twins in ops/gpu_ops_ref.c.
  *
  * All are memory-bound: rows are read and written once, with 16-byte (or
  * 8-byte) accesses where the row length and pointers allow, consecutive
@@ -146,12 +146,13 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
     const int64_t pos = (int64_t)*p.pos + t;
     const int half = (int)(p.n_rot / 2), hd = (int)p.head_dim, pairs = hd / 2;
     const int n_heads = (int)(p.n_head + 2 * p.n_head_kv);
+    const double ms = p.mscale != 0 ? p.mscale : 1.0;
     for (int i = (int)threadIdx.x; i < half; i += kRopeThreads) {
         /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
         double sn, c;
         sincos((double)pos * p.inv_freq[i], &sn, &c);
-        ig_sts(&cs[i], (float)c);
-        ig_sts(&cs[half + i], (float)sn);
+        ig_sts(&cs[i], (float)(c * ms));
+        ig_sts(&cs[half + i], (float)(sn * ms));
     }
     ig_syncthreads();
 
@@ -212,15 +213,31 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
     }
 }
 
-/* ---- SwiGLU ----------------------------------------------------------------- */
+/* ---- SwiGLU, GeGLU ------------------------------------------------------------ */
 
 __device__ __forceinline__ float silu_mul(float g, float u)
 {
     return g / (1.0f + expf(-g)) * u;
 }
 
-/* Block (t, chunk range): VEC does 4 elements (two f32x4 loads, 8-byte store). */
-template <bool VEC>
+/* GELU's tanh form as a logistic, 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)), each
+ * product rounded on its own as in ops_geglu (no FMA). */
+__device__ __forceinline__ float gelu_mul(float g, float u)
+{
+    const float k2 = 2.0f * 0.7978845608028654f;
+    const float z = gk_add(g, gk_mul(gk_mul(gk_mul(0.044715f, g), g), g));
+    return g / (1.0f + expf(gk_mul(-k2, z))) * u;
+}
+
+template <bool GELU>
+__device__ __forceinline__ float act_mul(float g, float u)
+{
+    return GELU ? gelu_mul(g, u) : silu_mul(g, u);
+}
+
+/* Block (t, chunk range): VEC does 4 elements (two f32x4 loads, 8-byte store).
+ * GELU: GeGLU, else SwiGLU. */
+template <bool VEC, bool GELU = false>
 __global__ void __launch_bounds__(kThreads)
 swiglu_kernel(const float *__restrict__ gate_up, int64_t n_ff, uint16_t *__restrict__ h)
 {
@@ -233,11 +250,11 @@ swiglu_kernel(const float *__restrict__ gate_up, int64_t n_ff, uint16_t *__restr
             return;
         const gk_f32x4 g = ((const gk_f32x4 *)gr)[c], u = ((const gk_f32x4 *)ur)[c];
         gk_u32x2 o;
-        o.lo = ig_pack2<ig_f16_t>(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
-        o.hi = ig_pack2<ig_f16_t>(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+        o.lo = ig_pack2<ig_f16_t>(act_mul<GELU>(g.x, u.x), act_mul<GELU>(g.y, u.y));
+        o.hi = ig_pack2<ig_f16_t>(act_mul<GELU>(g.z, u.z), act_mul<GELU>(g.w, u.w));
         ((gk_u32x2 *)hr)[c] = o;
     } else if (c < n_ff) {
-        hr[c] = gk_f32_to_f16(silu_mul(gr[c], ur[c]));
+        hr[c] = gk_f32_to_f16(act_mul<GELU>(gr[c], ur[c]));
     }
 }
 
@@ -328,11 +345,13 @@ int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)
     return IG_LAUNCH(qkv_rope_kernel, grid, block, smem, (cudaStream_t)stream_, *p);
 }
 
-int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream_)
+/* SwiGLU (gelu false) or GeGLU over n rows. */
+static int glu(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, bool gelu,
+               void *stream_)
 {
     if (n < 0 || n_ff < 1 || n > 0x7fffffff || !gate_up || !h)
-        return ig_error(IG_E_INTERNAL, "gk_swiglu: bad sizes (n %lld, n_ff %lld) or NULL",
-                        (long long)n, (long long)n_ff);
+        return ig_error(IG_E_INTERNAL, "gk_%s: bad sizes (n %lld, n_ff %lld) or NULL",
+                        gelu ? "geglu" : "swiglu", (long long)n, (long long)n_ff);
     if (n == 0)
         return IG_OK;
     const bool vec = n_ff % 4 == 0 && gk_aligned(gate_up, 16) && gk_aligned(h, 8);
@@ -340,9 +359,21 @@ int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h
     const int threads = threads_for(items);
     dim3 grid((unsigned)n, blocks_for(items, threads)), block((unsigned)threads);
     if (grid.y == 0)
-        return ig_error(IG_E_INTERNAL, "gk_swiglu: n_ff %lld too wide", (long long)n_ff);
-    auto *kernel = vec ? swiglu_kernel<true> : swiglu_kernel<false>;
+        return ig_error(IG_E_INTERNAL, "gk_%s: n_ff %lld too wide", gelu ? "geglu" : "swiglu",
+                        (long long)n_ff);
+    auto *kernel = gelu ? (vec ? swiglu_kernel<true, true> : swiglu_kernel<false, true>)
+                        : (vec ? swiglu_kernel<true> : swiglu_kernel<false>);
     return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, gate_up, n_ff, h);
+}
+
+int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream_)
+{
+    return glu(gate_up, n, n_ff, h, false, stream_);
+}
+
+int IG_DEV(gk_geglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream_)
+{
+    return glu(gate_up, n, n_ff, h, true, stream_);
 }
 
 } /* extern "C" */

@@ -59,10 +59,13 @@ struct gk_qkv_params {
     uint16_t *k, *v;
     uint16_t *k_cache, *v_cache;
     int64_t n_ctx;
+    double mscale;           /* cos and sin multiplied by it (YaRN's attention factor,
+                                rope.scaling.attn_factor); 0 is taken as 1 */
 };
 /* Angles in double, as the CPU path (ops_rope_prepare): the pair (a, b) at
  * dims per rope_style becomes (a cos - b sin, a sin + b cos), theta =
- * pos * inv_freq[i]; dims >= n_rot pass through. */
+ * pos * inv_freq[i], cos and sin rounded to f32 after the mscale product;
+ * dims >= n_rot pass through. */
 int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream);
 void gk_qkv_rope_ref(const struct gk_qkv_params *p);
 
@@ -70,6 +73,38 @@ void gk_qkv_rope_ref(const struct gk_qkv_params *p);
  * gate_up f32 [n][2 * n_ff] (the fused gate|up GEMM), h f16 [n][n_ff]. */
 int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream);
 void gk_swiglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h);
+
+/* The same with GELU's tanh form (Gemma's GeGLU), as ops_geglu computes it:
+ * h = f16(g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u). */
+int IG_DEV(gk_geglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream);
+void gk_geglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h);
+
+/* ---- ops/gpu_arch.cu: what Qwen 3 and Gemma 3 add (f32, in place) -------- */
+
+/* RMSNorm of each head before RoPE: for t < n, h < n_heads, the head_dim
+ * elements at x + t * ld_x + h * head_dim become v r w, r = 1 / sqrt(mean(v^2)
+ * + eps): x f32 (the QKV GEMM's output, q or k heads), w f32 [head_dim]. */
+int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
+                            int64_t head_dim, const float *w, float eps, void *stream);
+void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int64_t head_dim,
+                         const float *w, float eps);
+
+/* The post-attention / post-FFN norm and the residual add: x[t] += y[t] r w,
+ * r = 1 / sqrt(mean(y[t]^2) + eps), for t < n: x, y f32 rows of dim (strides
+ * ld_x, ld_y), w f32 [dim]. */
+int IG_DEV(gk_rmsnorm_add)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
+                           const float *w, int64_t n, int64_t dim, float eps, void *stream);
+void gk_rmsnorm_add_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *w,
+                        int64_t n, int64_t dim, float eps);
+
+/* x[i] *= s for i < n (Gemma's embeddings: s = sqrt(n_embd) in f32). */
+int IG_DEV(gk_scale_f32)(float *x, int64_t n, float s, void *stream);
+void gk_scale_f32_ref(float *x, int64_t n, float s);
+
+/* x[i] = cap tanh(x[i] / cap) for i < n, cap > 0 (final logit soft-capping;
+ * 1 / cap rounded to f32 once, as ops_softcap). */
+int IG_DEV(gk_softcap)(float *x, int64_t n, float cap, void *stream);
+void gk_softcap_ref(float *x, int64_t n, float cap);
 
 /* ---- ops/gpu_weights.cu: weights onto the device -------------------------- */
 

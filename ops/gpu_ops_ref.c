@@ -61,6 +61,7 @@ void gk_qkv_rope_ref(const struct gk_qkv_params *p)
     /* Distance between the two dims of a pair, and between pairs. */
     const int64_t gap = p->rope_style == ROPE_ADJACENT ? 1 : half;
     const int64_t step = p->rope_style == ROPE_ADJACENT ? 2 : 1;
+    const double ms = p->mscale != 0 ? p->mscale : 1.0;
     for (int64_t t = 0; t < p->n; t++) {
         const double pos = (double)(*p->pos + t);
         for (int64_t h = 0; h < n_heads; h++) {
@@ -74,7 +75,7 @@ void gk_qkv_rope_ref(const struct gk_qkv_params *p)
                 continue;
             for (int64_t i = 0; i < half; i++) {
                 const double theta = pos * p->inv_freq[i];
-                const float c = (float)cos(theta), s = (float)sin(theta);
+                const float c = (float)(cos(theta) * ms), s = (float)(sin(theta) * ms);
                 const int64_t d0 = i * step, d1 = d0 + gap;
                 const float x0 = b ? in[d0] + b[d0] : in[d0];
                 const float x1 = b ? in[d1] + b[d1] : in[d1];
@@ -91,6 +92,20 @@ void gk_swiglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h)
         const float *g = gate_up + t * 2 * n_ff, *u = g + n_ff;
         for (int64_t i = 0; i < n_ff; i++)
             h[t * n_ff + i] = ig_f32_to_f16(g[i] / (1.0f + expf(-g[i])) * u[i]);
+    }
+}
+
+/* 2 sqrt(2 / pi): GELU's tanh form as a logistic, as ops_geglu. */
+#define GELU_K2 (2.0f * 0.7978845608028654f)
+
+void gk_geglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *g = gate_up + t * 2 * n_ff, *u = g + n_ff;
+        for (int64_t i = 0; i < n_ff; i++) {
+            const float z = g[i] + 0.044715f * g[i] * g[i] * g[i];
+            h[t * n_ff + i] = ig_f32_to_f16(g[i] / (1.0f + expf(-GELU_K2 * z)) * u[i]);
+        }
     }
 }
 

@@ -15,7 +15,12 @@
  * shuffles, exp2 (the bare MUFU.EX2, ig_exp2_approx) with the scale folded
  * in. Tiles past the diagonal are never visited, 16-key slices past a warp's
  * last row are skipped, and the mask is applied only to tiles that cross the
- * warp's diagonal or the end of the keys. Shared tiles use the 128-byte XOR swizzle
+ * warp's diagonal or the end of the keys. A sliding window (p.window)
+ * starts the K/V loop at the first tile the block's first query sees
+ * (tiles wholly behind every row's window are never loaded), skips the
+ * 16-key slices behind the warp's first row's window, and masks the keys
+ * behind each row's. Head dim 256 in the variants of one m16 tile per warp
+ * (Q reloaded from shared memory). Shared tiles use the 128-byte XOR swizzle
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block
@@ -65,12 +70,15 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr int kRowsW = 16 * kMT;             /* query rows per warp */
     constexpr bool kQRegs = HD <= variant<V>::q_regs_max_hd;
     /* Fragments prefetched on full tiles (see "A full tile"): not for the
-     * variants that force 2+ blocks per SM (min_blocks), short of registers. */
-    constexpr bool kPrefetch = variant<V>::min_blocks <= 1;
+     * variants that force 2+ blocks per SM (min_blocks), short of registers,
+     * nor at head dim 256 (its 64 unrolled steps per tile took a stack
+     * frame at 253 registers). */
+    constexpr bool kPrefetch = variant<V>::min_blocks <= 1 && HD <= 128;
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
     static_assert(variant<V>::s_ahead == 0, "S one tile ahead is the wgmma kernel's");
-    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : 2)) != 0, "variant not built for HD");
+    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : HD == 128 ? 2 : 4)) != 0,
+                  "variant not built for HD");
 
     constexpr int kStages = variant<V>::stages;  /* K/V tiles in shared memory */
     IG_DYN_SHARED(uint16_t, smem);
@@ -89,14 +97,19 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
 
     write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x);
 
-    /* Keys of the last query of the tile bound the tiles to visit. */
+    /* Keys of the last query of the tile bound the tiles to visit; with a
+     * sliding window the first query's window edge too: tiles wholly behind
+     * it are never loaded (a window at least as long as the keys is none). */
     const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
     const int n_tiles = (int)((pos0 + q_last) / kBlockN + 1);
+    const int window = p.window > 0 && p.window < kv_len ? (int)p.window : 0;
+    const int t_lo = window && pos0 + q0 - window + 1 > 0 ? (pos0 + q0 - window + 1) / kBlockN : 0;
 
-    /* Q with the first K/V tile, then the next stages - 2 tiles. */
-    const auto kv = make_kv_pipeline<V>(n_tiles, [&](int tile, int stage) {
+    /* Q with the first K/V tile, then the next stages - 2 tiles; the
+     * pipeline counts tiles from t_lo. */
+    const auto kv = make_kv_pipeline<V>(n_tiles - t_lo, [&](int i, int stage) {
         load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
-                                       tile * kBlockN, pos0, kv_len);
+                                       (t_lo + i) * kBlockN, pos0, kv_len);
     });
     load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
     kv.start();
@@ -127,9 +140,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     };
 
     const int row0 = q0 + warp * kRowsW; /* first query row of this warp */
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const int stage = kv.land(tile);
-        if (kQRegs && tile == 0)
+    for (int tile = t_lo; tile < n_tiles; tile++) {
+        const int stage = kv.land(tile - t_lo);
+        if (kQRegs && tile == t_lo)
             for (int mt = 0; mt < kMT; mt++)
                 for (int kk = 0; kk < (kQRegs ? HD / 16 : 0); kk++)
                     q_frag(qf[mt][kk], mt, kk);
@@ -140,10 +153,20 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         const int diag_raw = pos0 + row0 - j0;
         const int diag = diag_raw > kBlockN ? kBlockN : (diag_raw < -kRowsW ? -kRowsW : diag_raw);
         const int n_keys = kv_len - j0 > kBlockN ? kBlockN : kv_len - j0;
+        /* With a window, row r sees keys >= wlo + r only (clamped: below
+         * -kRowsW no row is cut, from kBlockN every key is). */
+        int wlo = -kRowsW;
+        if (window) {
+            const int w = diag_raw - window + 1;
+            wlo = w < -kRowsW ? -kRowsW : (w > kBlockN ? kBlockN : w);
+        }
         /* 16-key slices no row of the warp sees hold only masked scores:
-         * their mma are skipped, in S and in P.V (a warp-uniform branch). */
+         * their mma are skipped, in S and in P.V (a warp-uniform branch):
+         * those past the last row's diagonal, and those behind the first
+         * row's window. */
         const int live_keys = diag + kRowsW < n_keys ? diag + kRowsW : n_keys;
         const int live = live_keys <= 0 ? 0 : (live_keys + 15) / 16;
+        const int first_live = wlo <= 0 ? 0 : wlo / 16;
 
         /* S = Q K^T for kRowsW rows x kBlockN keys; each K fragment feeds kMT
          * m16 tiles. */
@@ -169,7 +192,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
          * does every tile of a variant that forces 2+ blocks per SM: it has
          * no registers for a second set of fragments (m64w4n32 spilled) and
          * hides latency with more warps instead. */
-        const bool full = kPrefetch && live == kBlockN / 16;
+        const bool full = kPrefetch && live == kBlockN / 16 && first_live == 0;
         if (full) {
             constexpr int kNN = kBlockN / 16, kSteps = kNN * (HD / 16);
             uint32_t kb[2][4];
@@ -210,7 +233,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         } else if constexpr (kQRegs) {
             IG_UNROLL
             for (int nn = 0; nn < kBlockN / 16; nn++) {
-                if (nn >= live)
+                if (nn >= live || nn < first_live)
                     continue;
                 IG_UNROLL
                 for (int kk = 0; kk < HD / 16; kk++) {
@@ -222,7 +245,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                     qk_step(nn, kk, a);
                 }
             }
-        } else if (live > 0) {
+        } else if (live > first_live) {
             IG_UNROLL
             for (int kk = 0; kk < HD / 16; kk++) {
                 uint32_t a[kMT][4];
@@ -231,12 +254,12 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                     q_frag(a[mt], mt, kk);
                 IG_UNROLL
                 for (int nn = 0; nn < kBlockN / 16; nn++)
-                    if (nn < live)
+                    if (nn < live && nn >= first_live)
                         qk_step(nn, kk, a);
             }
         }
 
-        mask_scores<kMT, kBlockN>(s, diag, n_keys, g, t);
+        mask_scores<kMT, kBlockN>(s, diag, n_keys, g, t, wlo);
         online_softmax<kMT, kBlockN, HD>(s, o, m, l, scale_log2);
 
         /* O += P V; each V fragment feeds kMT m16 tiles. */
@@ -266,7 +289,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         } else {
             IG_UNROLL
             for (int kk = 0; kk < kBlockN / 16; kk++) {
-                if (kk >= live)
+                if (kk >= live || kk < first_live)
                     continue;
                 IG_UNROLL
                 for (int dn = 0; dn < HD / 16; dn++) {

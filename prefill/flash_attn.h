@@ -56,9 +56,10 @@ struct prefill_attn_params {
                           covers); pos0 + n_tokens <= n_ctx */
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
-    int64_t head_dim;  /* 64, 128 or 256 (256: the ws variants only) */
+    int64_t head_dim;  /* 64, 128 or 256 (256: m64w4, m64w4n32h and the ws variants) */
     int64_t window;    /* sliding window in keys (a query sees its last `window`
-                          positions, itself included); 0 = none (ws variants only) */
+                          positions, itself included); 0 = none (mma.sync and ws
+                          variants) */
 
     int64_t q_row_stride, q_head_stride; /* q: token, head */
     int64_t k_row_stride, k_head_stride; /* k: token, kv head */
@@ -106,8 +107,8 @@ struct prefill_attn_params {
  *             9.0 only (sm_90a code); PREFILL_ATTN_ISA_WS: prefill/flash_attn_ws.cu,
  *             FlashAttention-3's structure (a producer warpgroup loading with
  *             TMA, warps / 4 - 1 consumer warpgroups of 64 rows ping-ponging
- *             wgmma, a persistent grid), 9.0 only; the only isa with head dim
- *             256 and sliding windows
+ *             wgmma, a persistent grid), 9.0 only. Sliding windows: the mma.sync
+ *             and ws isas; head dim 256: m64w4, m64w4n32h and the ws variants
  *   stages    K/V tiles in shared memory (2..4): tile t computes while the
  *             next stages - 1 - s_ahead tiles load (2 = double buffering; 3
  *             keeps two tiles in flight, more latency hidden)
@@ -122,9 +123,10 @@ struct prefill_attn_params {
 #define PREFILL_ATTN_ISA_WGMMA 1
 #define PREFILL_ATTN_ISA_WS 2
 #define PREFILL_ATTN_VARIANTS(X)                                                      \
-    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 3, 0, PREFILL_ATTN_ISA_MMA, 2, 0)            \
+    X(M64W4, "m64w4", 64, 64, 4, 1, 128, 7, 0, PREFILL_ATTN_ISA_MMA, 2, 0)            \
     X(M128W8, "m128w8", 128, 64, 8, 1, 128, 3, 1, PREFILL_ATTN_ISA_MMA, 2, 0)         \
     X(M64W4N32, "m64w4n32", 64, 32, 4, 1, 128, 3, 3, PREFILL_ATTN_ISA_MMA, 2, 0)      \
+    X(M64W4N32H, "m64w4n32h", 64, 32, 4, 1, 128, 4, 0, PREFILL_ATTN_ISA_MMA, 2, 0)    \
     X(M128W4, "m128w4", 128, 64, 4, 2, 64, 1, 0, PREFILL_ATTN_ISA_MMA, 2, 0)          \
     X(M128W4N48, "m128w4n48", 128, 48, 4, 2, 64, 2, 0, PREFILL_ATTN_ISA_MMA, 2, 0)    \
     X(M128W4N32, "m128w4n32", 128, 32, 4, 2, 64, 3, 0, PREFILL_ATTN_ISA_MMA, 2, 0)    \
@@ -153,8 +155,10 @@ enum prefill_attn_variant {
 
 /* The chooser's pick per head_dim when nothing forces a variant and no
  * speed was measured for any candidate (see prefill_attn_choose_for). */
-#define PREFILL_ATTN_DEFAULT_VARIANT(head_dim) \
-    ((head_dim) == 128 ? PREFILL_ATTN_M128W4N48 : PREFILL_ATTN_M128W4)
+#define PREFILL_ATTN_DEFAULT_VARIANT(head_dim)                  \
+    ((head_dim) == 128   ? PREFILL_ATTN_M128W4N48                \
+     : (head_dim) == 256 ? PREFILL_ATTN_M64W4N32H                \
+                         : PREFILL_ATTN_M128W4)
 
 /* One measured speed: variant `variant` ran at `tflops` on a GPU of compute
  * capability cc (major * 10 + minor) at head_dim hd and n tokens (B = 1,
@@ -200,7 +204,7 @@ struct prefill_attn_tile {
  * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else the fastest measured one
  * (prefill_attn_pick_measured on the built-in table), else
  * PREFILL_ATTN_DEFAULT_VARIANT(hd) when it fits p, else the first variant
- * that does (head dim 256, windows, paged caches: a ws variant). Returns 0
+ * that does (paged caches: a ws variant). Returns 0
  * and fills *t, or IG_E_INTERNAL after printing what is unsupported (an
  * unknown variant, a variant not built for the head dim, without windows or
  * paged caches, a paged cache not of 64-position blocks, no variant for the

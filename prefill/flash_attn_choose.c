@@ -81,11 +81,16 @@ static int pages(int v)
     return variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0;
 }
 
+/* Whether variant v has sliding windows: the mma.sync and ws kernels. */
+static int windows(int v)
+{
+    return variants[v].isa == PREFILL_ATTN_ISA_MMA || variants[v].isa == PREFILL_ATTN_ISA_WS;
+}
+
 /* Whether variant v can run p (head dim, window, paged cache) on cc. */
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
-    return prefill_attn_variant_supports(v, p->head_dim) &&
-           (p->window == 0 || variants[v].isa == PREFILL_ATTN_ISA_WS) &&
+    return prefill_attn_variant_supports(v, p->head_dim) && (p->window == 0 || windows(v)) &&
            (!p->block_table || pages(v)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
@@ -203,9 +208,9 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (!prefill_attn_variant_supports(v, p->head_dim))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s is not built for head_dim "
                         "%lld", variants[v].name, (long long)p->head_dim);
-    if (p->window && variants[v].isa != PREFILL_ATTN_ISA_WS)
+    if (p->window && !windows(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no sliding window "
-                        "(the ws variants do)", variants[v].name);
+                        "(the mma.sync and ws variants do)", variants[v].name);
     if (p->block_table && !pages(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
                         "(the ws variants with tiles of whole 64-position blocks do)",

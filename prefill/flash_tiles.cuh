@@ -78,7 +78,7 @@ template <int HD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, int stride)
 {
     constexpr int kChunksPerRow = HD / 8, kRows = THREADS / kChunksPerRow;
-    static_assert(THREADS % kChunksPerRow == 0 && kRows % 8 == 0 && ROWS % kRows == 0,
+    static_assert(THREADS % kChunksPerRow == 0 && kRows % 4 == 0 && ROWS % kRows == 0,
                   "every thread copies the same column of rows kRows apart");
     const int tid = ig_thread_index_fresh();
     const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
@@ -86,9 +86,17 @@ __device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, 
      * registers live across the K/V loop than 64-bit ones. */
     const uint16_t *src = base + (r0 * stride + col);
     uint16_t *dst = &tile[swz<HD, ROWS>(r0, col)];
-    IG_UNROLL
-    for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
-        ig_cp_async16(dst + i * kRows * 64, src, true);
+    if constexpr (kRows % 8 == 0) {
+        IG_UNROLL
+        for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
+            ig_cp_async16(dst + i * kRows * 64, src, true);
+    } else { /* 4 rows apart (head dim 256, 4 warps): two swizzles, alternating */
+        uint16_t *dst2 = &tile[swz<HD, ROWS>(r0 + kRows, col)];
+        IG_UNROLL
+        for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
+            ig_cp_async16((i % 2 ? dst2 + (i - 1) * kRows * 64 : dst + i * kRows * 64), src,
+                          true);
+    }
 }
 
 /* Issues the cp.async of this block's query rows q0 .. q0 + ROWS - 1 of head
@@ -281,21 +289,22 @@ int launch_attention(Kernel *flash_attn, const prefill_attn_params &p,
 }
 
 /* Masks the scores a row may not see, where the tile crosses this warp's
- * diagonal or the end of the keys: key k of the tile is visible to the
- * warp's row r when k <= diag + r and k < n_keys. s[mt][j][e]: row
- * 16 mt + g + 8 (e / 2), key 8 j + 2 t + e % 2. */
+ * diagonal, the end of the keys or (wlo) a sliding window's edge: key k of
+ * the tile is visible to the warp's row r when k <= diag + r, k < n_keys
+ * and k >= wlo + r (wlo <= -16 kMT: no window edge in the tile).
+ * s[mt][j][e]: row 16 mt + g + 8 (e / 2), key 8 j + 2 t + e % 2. */
 template <int kMT, int kBlockN>
 __device__ __forceinline__ void mask_scores(float (&s)[kMT][kBlockN / 8][4], int diag,
-                                            int n_keys, int g, int t)
+                                            int n_keys, int g, int t, int wlo = -16 * kMT)
 {
-    if (diag >= kBlockN - 1 && n_keys >= kBlockN)
+    if (diag >= kBlockN - 1 && n_keys >= kBlockN && wlo + 16 * kMT - 1 <= 0)
         return;
     IG_UNROLL
     for (int mt = 0; mt < kMT; mt++)
         for (int j = 0; j < kBlockN / 8; j++)
             for (int e = 0; e < 4; e++) {
                 int key = j * 8 + 2 * t + (e & 1), row = mt * 16 + g + 8 * (e / 2);
-                if (key > diag + row || key >= n_keys)
+                if (key > diag + row || key >= n_keys || key < wlo + row)
                     s[mt][j][e] = -INFINITY;
             }
 }

@@ -3,8 +3,11 @@
  * (decode_attn_ref), and the twin against an independent f64 computation:
  * n_ctx 64, 300, 1000; pos 0, 1, 63, 64, 299, n_ctx - 1; GQA 1, 3, 4, 8;
  * head_dim 64 and 128; 1, 7, the chosen, 33 and 128 splits (more than
- * needed: empty splits).
- * Cache rows past pos hold NaN and garbage (never read), the output and
+ * needed: empty splits); head_dim 256 (Gemma 3: 4 query heads, 1 KV head)
+ * without and with sliding windows of 16, 64 and 200 keys, before, at and
+ * past the window's edge.
+ * Cache rows past pos and behind the window hold NaN and garbage (never
+ * read), the output and
  * `work` are poisoned first, guard elements follow the output. Tolerance:
  * 2 f16 ulps (the kernel's f32 sums may round the other way). Label emu. */
 #include "decode/decode_attn.h"
@@ -41,7 +44,8 @@ static void exact_head(const struct decode_attn_params *p, int64_t h, double *ou
     double m = -INFINITY, l = 0;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0;
-    for (int64_t j = 0; j <= *p->pos; j++) {
+    const int64_t lo = p->window > 0 && *p->pos - p->window + 1 > 0 ? *p->pos - p->window + 1 : 0;
+    for (int64_t j = lo; j <= *p->pos; j++) {
         const uint16_t *k = p->k_cache + (hk * p->n_ctx + j) * hd;
         const uint16_t *v = p->v_cache + (hk * p->n_ctx + j) * hd;
         double s = 0;
@@ -59,7 +63,7 @@ static void exact_head(const struct decode_attn_params *p, int64_t h, double *ou
 }
 
 static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,
-                     int n_splits, uint64_t seed)
+                     int n_splits, int64_t window, uint64_t seed)
 {
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
     const int64_t n_head = group * n_head_kv, o_elems = n_head * hd;
@@ -71,10 +75,12 @@ static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_k
     fill_f16(q, o_elems, 2.0f, &rng); /* larger q: sharper softmax */
     fill_f16(kc, cache_elems, 1.0f, &rng);
     fill_f16(vc, cache_elems, 1.0f, &rng);
-    /* Rows past pos: NaN and huge garbage; any read of them shows. */
+    /* Rows past pos and behind the window: NaN and huge garbage; any read
+     * of them shows. */
+    const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     for (int64_t hk = 0; hk < n_head_kv; hk++)
-        for (int64_t j = pos + 1; j < n_ctx; j++)
-            for (int64_t d = 0; d < hd; d++) {
+        for (int64_t j = 0; j < n_ctx; j++)
+            for (int64_t d = 0; d < hd && (j < lo || j > pos); d++) {
                 const int64_t i = (hk * n_ctx + j) * hd + d;
                 kc[i] = (j + d) % 2 ? 0x7e00u : 0x7bffu;
                 vc[i] = (j + d) % 3 ? 0xfe01u : 0x7c00u;
@@ -83,7 +89,7 @@ static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_k
     struct decode_attn_params p = {
         .q = q, .k_cache = kc, .v_cache = vc, .pos = &pos32, .o = o, .work = NULL,
         .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx,
-        .n_splits = n_splits, .scale = 1.0f / sqrtf((float)hd)};
+        .n_splits = n_splits, .scale = 1.0f / sqrtf((float)hd), .window = window};
     const size_t wf = decode_attn_work_floats(&p);
     p.work = malloc(wf * sizeof(float));
     for (size_t i = 0; i < wf; i++)
@@ -92,9 +98,9 @@ static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_k
         o[i] = i < o_elems ? 0xffffu : GUARD_BITS;
 
     char name[128];
-    snprintf(name, sizeof name, "n_ctx=%lld pos=%lld gqa=%lld kv=%lld hd=%lld splits=%d",
-             (long long)n_ctx, (long long)pos, (long long)group, (long long)n_head_kv,
-             (long long)hd, n_splits);
+    snprintf(name, sizeof name, "n_ctx=%lld pos=%lld gqa=%lld kv=%lld hd=%lld splits=%d "
+             "window=%lld", (long long)n_ctx, (long long)pos, (long long)group,
+             (long long)n_head_kv, (long long)hd, n_splits, (long long)window);
     CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
     struct decode_attn_params pr = p;
     pr.o = o_ref;
@@ -148,9 +154,21 @@ int main(void)
                                           pos < 64 ? DECODE_ATTN_MAX_SPLITS : 33};
                     const int64_t n_head_kv = groups[gi] == 8 ? 1 : 2;
                     run_case(n_ctx, pos, groups[gi], n_head_kv, hds[hi],
-                             splits[(pi + gi + hi + ci) % 4], seed);
+                             splits[(pi + gi + hi + ci) % 4], 0, seed);
                     seed++;
                 }
+    }
+    /* head_dim 256, Gemma 3's 4 query heads on 1 KV head: no window, and
+     * windows with pos before, at and past their edge (W - 1, W, W + 1 and
+     * far past, where the live keys straddle split boundaries). */
+    static const int64_t windows[] = {0, 16, 64, 200};
+    for (int wi = 0; wi < 4; wi++) {
+        const int64_t w = windows[wi];
+        const int64_t poss[] = {w ? w - 1 : 5, w, w + 1, 299, 999};
+        for (int pi = 0; pi < 5; pi++) {
+            const int splits[] = {1, 7, decode_attn_choose_splits(1000, 1, 132), 33};
+            run_case(1000, poss[pi], 4, 1, 256, splits[(pi + wi) % 4], w, seed++);
+        }
     }
     /* The chooser: at least 64 keys per split, within the limits. */
     CHECK(decode_attn_choose_splits(64, 8, 132) == 1);

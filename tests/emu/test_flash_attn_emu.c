@@ -12,7 +12,10 @@
  * IGNITE_FLASH_VARIANT names); with the arguments --variant NAME that
  * variant of PREFILL_ATTN_VARIANTS runs a reduced list instead (one ctest
  * entry per other variant, test_flash_attn_emu_NAME; the ws variants add
- * head dim 256, windows, persistent blocks and paged caches). The chooser's pick by
+ * head dim 256, windows, persistent blocks and paged caches; the mma.sync
+ * variants built for head dim 256 add it, and each head dim's default
+ * (256's included) adds windows, the cache tiles wholly behind every window
+ * NaN so that computing on one shows). The chooser's pick by
  * measured speed is checked on a table of the test's own. Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
@@ -77,6 +80,29 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
     free(vc);
 }
 
+/* With a window over a contiguous cache, on the mma.sync kernel (its K/V
+ * tiles start at key 0): the cache rows of the tiles wholly behind every
+ * query's window become NaN (ATTN_SENTINEL), so a kernel that computed on
+ * them (a masked P times NaN V) would write NaN. (The ws kernel's cache
+ * tiles end at pos0 and it computes on the masked rows of a tile the window
+ * edge crosses: a cache must keep those finite.) */
+static void poison_behind_window(struct attn_case *c, int variant)
+{
+    struct prefill_attn_params p = attn_case_params(c, c->qkv, c->kc0, c->vc0, c->o, c->lse);
+    struct prefill_attn_tile t;
+    p.variant = variant;
+    if (prefill_attn_choose(&p, &t) != 0 || t.isa != PREFILL_ATTN_ISA_MMA)
+        return;
+    const int64_t first = c->pos0 - c->window + 1;
+    const int64_t end = first > 0 ? first / t.block_n * t.block_n : 0;
+    for (int64_t hk = 0; hk < c->n_head_kv; hk++)
+        for (int64_t pos = 0; pos < end; pos++) {
+            size_t i = ATTN_GUARD + (size_t)attn_cache_at(c, hk, pos);
+            attn_fill16(c->kc0 + i, (size_t)c->hd, ATTN_SENTINEL);
+            attn_fill16(c->vc0 + i, (size_t)c->hd, ATTN_SENTINEL);
+        }
+}
+
 /* The case on the CPU twin and on the emulated kernel (variant, or AUTO),
  * with a window and a paged cache if asked. */
 static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
@@ -96,6 +122,8 @@ static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     attn_case_init(&c);
     struct attn_ref ref;
     attn_reference(&c, &ref);
+    if (window > 0 && !paged)
+        poison_behind_window(&c, variant);
     run_one(&c, &ref, prefill_attn_ref, "ref", PREFILL_ATTN_AUTO);
     test_emu_set_seed(c.seed); /* a different barrier order per case */
     run_one(&c, &ref, emu_entry, "emu", variant);
@@ -140,9 +168,10 @@ static void check_pick_measured(struct prefill_attn_params p)
     CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 0) == PREFILL_ATTN_M64W4);
     CHECK(prefill_attn_pick_measured(rows, nr, &p, 80, 1) == PREFILL_ATTN_M64W4);
     CHECK(prefill_attn_pick_measured(rows, nr, &p, 0, 1) == PREFILL_ATTN_WS128N128);
-    p.window = 512; /* only the ws variants have windows */
+    p.window = 512; /* the mma.sync and ws variants have windows, the wgmma ones not */
     CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_WS128N128);
-    CHECK(prefill_attn_pick_measured(rows, nr, &p, 80, 1) == PREFILL_ATTN_AUTO);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 0) == PREFILL_ATTN_M64W4);
+    CHECK(prefill_attn_pick_measured(rows, nr, &p, 80, 1) == PREFILL_ATTN_M64W4);
     p.window = 0, p.head_dim = 256;
     CHECK(prefill_attn_pick_measured(rows, nr, &p, 90, 1) == PREFILL_ATTN_WS128N64);
     p.head_dim = 64, p.pos0 = 0, p.n_tokens = 100000;
@@ -151,10 +180,10 @@ static void check_pick_measured(struct prefill_attn_params p)
 }
 
 /* The chooser honours p->variant and IGNITE_FLASH_VARIANT, picks by the
- * built-in table of measured speeds, falls back to what fits (head dim
- * 256, windows: a ws variant) and rejects unknown names, head dims a
- * variant is not built for, windows without a ws variant and devices
- * nothing runs on. */
+ * built-in table of measured speeds, falls back to what fits (head dim 256:
+ * PREFILL_ATTN_DEFAULT_VARIANT(256), windows: an mma.sync or ws variant,
+ * on any device) and rejects unknown names, head dims a variant is not
+ * built for, windows on a wgmma variant and devices nothing runs on. */
 static void check_chooser(void)
 {
     struct attn_case c;
@@ -179,13 +208,17 @@ static void check_chooser(void)
         CHECK(prefill_attn_choose(&p, &t) != 0);
         unsetenv("IGNITE_FLASH_VARIANT");
         struct prefill_attn_params q = p;
-        q.window = 64; /* no measured ws row yet: the first ws variant that fits */
-        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_WS);
-        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) != 0); /* no windows before Hopper */
-        CHECK(prefill_attn_choose_for(&q, 90, 0, &t) != 0); /* nor without sm_90a code */
-        q.window = 0, q.head_dim = 256;
-        CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N64);
-        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) != 0);
+        q.window = 64; /* never a wgmma variant; the mma.sync ones on any device */
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa != PREFILL_ATTN_ISA_WGMMA);
+        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+        CHECK(prefill_attn_choose_for(&q, 90, 0, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+        q.window = 0, q.head_dim = 256; /* no measured row: the default, on any device */
+        CHECK(prefill_attn_choose(&q, &t) == 0 &&
+              t.variant == PREFILL_ATTN_DEFAULT_VARIANT(256));
+        CHECK(prefill_attn_choose_for(&q, 80, 1, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+        q.variant = PREFILL_ATTN_M128W4N48; /* not built for 256 */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO;
         /* A paged cache: a ws variant with whole-block tiles; blocks of 64. */
         static const int32_t blocks[] = {3, 1, 2};
         q = p;
@@ -203,6 +236,7 @@ static void check_chooser(void)
     CHECK(prefill_attn_choose(&p, &t) == 0 && t.block_n == 32 && t.m_tiles == 2 &&
           t.q_in_regs == 0 && t.n_q_tiles == 1);
     p.window = 16; /* a variant without windows, forced */
+    p.variant = PREFILL_ATTN_WG128N64;
     CHECK(prefill_attn_choose(&p, &t) != 0);
     p.window = 0;
     p.variant = PREFILL_ATTN_N_VARIANTS;
@@ -236,7 +270,8 @@ static void check_chooser(void)
  * (ws128n128, and ws128n64 at head dim 256) also sliding windows and paged
  * caches (whole blocks, the block holding pos0, windows over the pool): the
  * other ws variants share all that code, so their list stays short (the CI
- * runs this twice under ASan). */
+ * runs this twice under ASan). The mma.sync variants that are a head dim's
+ * default also sliding windows. */
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
@@ -257,6 +292,14 @@ static void run_variant(int v)
             test_emu_set_sm_count(1);
             run_case_v(100, 200, 2, hd, dt, v);
             test_emu_set_sm_count(3);
+        }
+        /* Windows on the mma.sync kernel: each head dim's default (256's
+         * included); a window shorter than a 16-key slice, one across tiles
+         * with tiles wholly behind it, one with a cache. */
+        if (!ws && v == PREFILL_ATTN_DEFAULT_VARIANT(hd)) {
+            run_case_w(65, 37, 4, hd, dt, v, 13);
+            run_case_w(300, 0, 2, hd, dt, v, 100);
+            run_case_w(150, 200, 1, hd, PREFILL_ATTN_F16, v, 64);
         }
         if (ws && full) {
             run_case_w(300, 0, 2, hd, dt, v, 100);

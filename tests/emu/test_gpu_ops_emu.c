@@ -9,7 +9,10 @@
  * unaligned destination. Outputs are poisoned (NaN) and framed by guard
  * elements: every element must be written, nothing outside. Bit equality
  * where the kernel and twin do the same operations in the same order;
- * RMSNorm sums in another order (1 f16 ulp). Label emu. */
+ * RMSNorm sums in another order (1 f16 ulp). Qwen 3 / Gemma 3's kernels
+ * (ops/gpu_arch.cu: head norms at head_dim 64/128/256, post norms into the
+ * residual, scale, soft-cap), GeGLU, RoPE with YaRN's cos/sin factor: bit
+ * for bit their twins, the twins against double. Label emu. */
 #include "ops/gpu_ops.h"
 
 #include "core/half.h"
@@ -169,7 +172,7 @@ struct rope_shape {
  * exact rotation must be within 1 ulp plus the f32 cancellation error. */
 static int rope_row_ok(const float *in, const float *bias, const double *inv_freq,
                        double pos, int64_t hd, int64_t n_rot, int style, int rotate,
-                       const uint16_t *got)
+                       double ms, const uint16_t *got)
 {
     int64_t half = n_rot / 2;
     for (int64_t d = 0; d < hd; d++) {
@@ -181,8 +184,8 @@ static int rope_row_ok(const float *in, const float *bias, const double *inv_fre
             double a = (double)(in[d0] + (bias ? bias[d0] : 0.0f));
             double b = (double)(in[d1] + (bias ? bias[d1] : 0.0f));
             double th = pos * inv_freq[i];
-            v = d == d0 ? a * cos(th) - b * sin(th) : a * sin(th) + b * cos(th);
-            bound = 4e-7 * (fabs(a) + fabs(b));
+            v = ms * (d == d0 ? a * cos(th) - b * sin(th) : a * sin(th) + b * cos(th));
+            bound = 4e-7 * ms * (fabs(a) + fabs(b));
         }
         double g = ig_f16_to_f32(got[d]);
         double ulp = ldexp(1.0, (int)floor(log2(fmax(fabs(v), 6.1e-5))) - 10);
@@ -213,10 +216,12 @@ static void test_qkv_rope(uint64_t *st)
                         inv_freq[i] = pow(10000.0, -2.0 * (double)i / (double)s->n_rot);
                     int64_t qn = n * s->n_head * hd, kn = n * s->n_head_kv * hd;
                     int64_t cn = s->n_head_kv * n_ctx * hd;
+                    /* YaRN's cos/sin factor on some cases (0: the default 1) */
+                    double ms = case_no % 4 == 1 ? 1.0 + 0.1 * log(8.0) : 0.0;
                     struct gk_qkv_params p = {
                         .qkv = qkv, .bias = bias, .inv_freq = inv_freq, .pos = &pos0, .n = n,
                         .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = hd,
-                        .n_rot = s->n_rot, .rope_style = style, .n_ctx = n_ctx};
+                        .n_rot = s->n_rot, .rope_style = style, .n_ctx = n_ctx, .mscale = ms};
                     /* The twin writes into plain buffers, the kernel into guarded ones. */
                     struct gk_qkv_params r = p;
                     struct out_buf oq, ok_, ov;
@@ -284,7 +289,8 @@ static void test_qkv_rope(uint64_t *st)
                             good &= rope_row_ok(qkv + (t * n_heads + h) * hd,
                                                 bias ? bias + h * hd : NULL, inv_freq,
                                                 (double)(pos0 + t), hd, s->n_rot, style,
-                                                h < s->n_head + s->n_head_kv, got);
+                                                h < s->n_head + s->n_head_kv, ms ? ms : 1.0,
+                                                got);
                         }
                     CHECKF(good, "%s: twin vs double rotation", name);
                     CHECKF(out_guards_ok(&oq) && out_guards_ok(&ok_) && out_guards_ok(&ov),
@@ -300,8 +306,9 @@ static void test_qkv_rope(uint64_t *st)
 
 /* ---- swiglu ----------------------------------------------------------------- */
 
-static void test_swiglu(uint64_t *st)
+static void test_glu(uint64_t *st, bool gelu)
 {
+    const char *what = gelu ? "geglu" : "swiglu";
     const int64_t dims[] = {576, 64 * 3, 100, 7};
     for (size_t di = 0; di < 4; di++)
         for (size_t ni = 0; ni < 3; ni++) {
@@ -310,25 +317,161 @@ static void test_swiglu(uint64_t *st)
             struct out_buf ob;
             uint16_t *h = out_init(&ob, (size_t)(n * f) * 2, 2);
             uint16_t *ref = malloc((size_t)(n * f) * 2), *dbl = malloc((size_t)(n * f) * 2);
-            gk_swiglu_ref(gu, n, f, ref);
-            int rc = IG_DEV(gk_swiglu)(gu, n, f, h, NULL);
-            CHECKF(rc == 0, "swiglu: rc %d", rc);
+            int rc;
+            if (gelu) {
+                gk_geglu_ref(gu, n, f, ref);
+                rc = IG_DEV(gk_geglu)(gu, n, f, h, NULL);
+            } else {
+                gk_swiglu_ref(gu, n, f, ref);
+                rc = IG_DEV(gk_swiglu)(gu, n, f, h, NULL);
+            }
+            CHECKF(rc == 0, "%s: rc %d", what, rc);
             for (int64_t t = 0; t < n; t++)
                 for (int64_t i = 0; i < f; i++) {
                     double g = gu[t * 2 * f + i], u = gu[t * 2 * f + f + i];
-                    dbl[t * f + i] = ig_f32_to_f16((float)(g / (1.0 + exp(-g)) * u));
+                    /* GELU's tanh form as published: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+                    double a = gelu ? 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) *
+                                                            (g + 0.044715 * g * g * g)))
+                                    : g / (1.0 + exp(-g));
+                    dbl[t * f + i] = ig_f32_to_f16((float)(a * u));
                 }
-            CHECKF(max_ulps(h, ref, n * f) == 0, "swiglu f %lld n %lld: emu vs ref differs",
+            CHECKF(max_ulps(h, ref, n * f) == 0, "%s f %lld n %lld: emu vs ref differs", what,
                    (long long)f, (long long)n);
             int ud = max_ulps(ref, dbl, n * f);
-            CHECKF(ud >= 0 && ud <= 1, "swiglu f %lld n %lld: ref vs double %d ulps",
+            CHECKF(ud >= 0 && ud <= 1, "%s f %lld n %lld: ref vs double %d ulps", what,
                    (long long)f, (long long)n, ud);
-            CHECKF(out_guards_ok(&ob), "swiglu f %lld n %lld: guards", (long long)f,
+            CHECKF(out_guards_ok(&ob), "%s f %lld n %lld: guards", what, (long long)f,
                    (long long)n);
             free(gu);
             free(ref);
             free(dbl);
         }
+}
+
+/* ---- Qwen 3 / Gemma 3: head norms, post norms, scale, soft-cap --------------- */
+
+/* Largest |a - b| / max(|b|, 1e-30) over n floats; inf for a NaN. */
+static double max_rel_f32(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), 1e-30);
+        m = isnan(d) ? INFINITY : fmax(m, d);
+    }
+    return m;
+}
+
+/* In place on rows of a QKV-shaped buffer: the q heads at 0, the k heads
+ * after them (ld_x the whole row), head_dim 64, 128 and 256; bit for bit
+ * the twin, the twin within 4 f32 ulps of double; the v part untouched. */
+static void test_head_rmsnorm(uint64_t *st)
+{
+    const int64_t hds[] = {64, 128, 256}, heads[] = {4, 5, 1};
+    for (size_t i = 0; i < 3; i++) {
+        int64_t hd = hds[i], nh = heads[i], n = k_ns[i], ld = (nh + 2) * hd + 8;
+        float *x = rand_floats(st, n * ld, -3.0f, 3.0f);
+        float *w = rand_floats(st, hd, 0.5f, 1.5f);
+        float *ref = malloc((size_t)(n * ld) * 4), *orig = malloc((size_t)(n * ld) * 4);
+        memcpy(ref, x, (size_t)(n * ld) * 4);
+        memcpy(orig, x, (size_t)(n * ld) * 4);
+        const float eps = 1e-6f;
+        gk_head_rmsnorm_ref(ref, ld, n, nh, hd, w, eps);
+        int rc = IG_DEV(gk_head_rmsnorm)(x, ld, n, nh, hd, w, eps, NULL);
+        CHECKF(rc == 0, "head_rmsnorm: rc %d", rc);
+        CHECKF(memcmp(x, ref, (size_t)(n * ld) * 4) == 0, "head_rmsnorm hd %lld heads %lld "
+               "n %lld: emu vs ref differs", (long long)hd, (long long)nh, (long long)n);
+        double worst = 0;
+        int untouched = 1;
+        for (int64_t t = 0; t < n; t++) {
+            for (int64_t h = 0; h < nh; h++) {
+                const float *o = orig + t * ld + h * hd;
+                double ss = 0;
+                for (int64_t d = 0; d < hd; d++)
+                    ss += (double)o[d] * o[d];
+                double r = 1.0 / sqrt(ss / (double)hd + eps);
+                for (int64_t d = 0; d < hd; d++) {
+                    double e = o[d] * r * w[d], g = ref[t * ld + h * hd + d];
+                    worst = fmax(worst, fabs(g - e) / fmax(fabs(e), 1e-30));
+                }
+            }
+            untouched &= memcmp(x + t * ld + nh * hd, orig + t * ld + nh * hd,
+                                (size_t)(ld - nh * hd) * 4) == 0;
+        }
+        CHECKF(worst <= 4.8e-7, "head_rmsnorm hd %lld: twin vs double %.2e", (long long)hd,
+               worst);
+        CHECKF(untouched, "head_rmsnorm hd %lld: wrote past its heads", (long long)hd);
+        free(x), free(w), free(ref), free(orig);
+    }
+}
+
+/* x += norm(y) w with strided rows; dims below, at and above one block. */
+static void test_rmsnorm_add(uint64_t *st)
+{
+    const int64_t dims[] = {640, 256, 70, 1152};
+    for (size_t di = 0; di < 4; di++) {
+        int64_t d = dims[di], n = k_ns[di % 3], ldx = d + 4, ldy = d + 8 * (int64_t)(di % 2);
+        float *x = rand_floats(st, n * ldx, -3.0f, 3.0f), *y = rand_floats(st, n * ldy, -9.0f, 9.0f);
+        float *w = rand_floats(st, d, 0.5f, 1.5f);
+        float *ref = malloc((size_t)(n * ldx) * 4), *orig = malloc((size_t)(n * ldx) * 4);
+        memcpy(ref, x, (size_t)(n * ldx) * 4);
+        memcpy(orig, x, (size_t)(n * ldx) * 4);
+        const float eps = 1e-6f;
+        gk_rmsnorm_add_ref(ref, ldx, y, ldy, w, n, d, eps);
+        int rc = IG_DEV(gk_rmsnorm_add)(x, ldx, y, ldy, w, n, d, eps, NULL);
+        CHECKF(rc == 0, "rmsnorm_add: rc %d", rc);
+        CHECKF(memcmp(x, ref, (size_t)(n * ldx) * 4) == 0, "rmsnorm_add d %lld n %lld: emu vs "
+               "ref differs", (long long)d, (long long)n);
+        double worst = 0; /* against double, relative to the terms' size */
+        for (int64_t t = 0; t < n; t++) {
+            double ss = 0;
+            for (int64_t i = 0; i < d; i++)
+                ss += (double)y[t * ldy + i] * y[t * ldy + i];
+            double r = 1.0 / sqrt(ss / (double)d + eps);
+            for (int64_t i = 0; i < d; i++) {
+                double p = y[t * ldy + i] * r * w[i], e = orig[t * ldx + i] + p;
+                worst = fmax(worst, fabs(ref[t * ldx + i] - e) /
+                                        (fabs(orig[t * ldx + i]) + fabs(p) + 1e-30));
+            }
+            for (int64_t i = d; i < ldx; i++) /* the padding is not the row's */
+                worst = fmax(worst, ref[t * ldx + i] != orig[t * ldx + i]);
+        }
+        CHECKF(worst <= 4e-7, "rmsnorm_add d %lld: twin vs double %.2e", (long long)d, worst);
+        free(x), free(y), free(w), free(ref), free(orig);
+    }
+}
+
+static void test_scale_softcap(uint64_t *st)
+{
+    const int64_t ns[] = {1, 300, 1000};
+    for (size_t i = 0; i < 3; i++) {
+        int64_t n = ns[i];
+        float *x = rand_floats(st, n + GUARD, -100.0f, 100.0f);
+        float *r = malloc((size_t)(n + GUARD) * 4), *orig = malloc((size_t)(n + GUARD) * 4);
+        memcpy(orig, x, (size_t)(n + GUARD) * 4);
+        const float s = sqrtf(640.0f), cap = 30.0f;
+        memcpy(r, x, (size_t)(n + GUARD) * 4);
+        gk_scale_f32_ref(r, n, s);
+        CHECK(IG_DEV(gk_scale_f32)(x, n, s, NULL) == 0);
+        CHECKF(memcmp(x, r, (size_t)(n + GUARD) * 4) == 0, "scale n %lld: differs (or wrote "
+               "past n)", (long long)n);
+        int ok = 1;
+        for (int64_t j = 0; j < n; j++)
+            ok &= r[j] == orig[j] * s;
+        CHECK(ok);
+        memcpy(x, orig, (size_t)(n + GUARD) * 4);
+        memcpy(r, orig, (size_t)(n + GUARD) * 4);
+        gk_softcap_ref(r, n, cap);
+        CHECK(IG_DEV(gk_softcap)(x, n, cap, NULL) == 0);
+        CHECKF(memcmp(x, r, (size_t)(n + GUARD) * 4) == 0, "softcap n %lld: differs (or wrote "
+               "past n)", (long long)n);
+        float *e = malloc((size_t)n * 4);
+        for (int64_t j = 0; j < n; j++)
+            e[j] = (float)(cap * tanh(orig[j] / (double)cap));
+        CHECKF(max_rel_f32(r, e, n) <= 1e-6, "softcap n %lld: twin vs double %.2e",
+               (long long)n, max_rel_f32(r, e, n));
+        free(x), free(r), free(orig), free(e);
+    }
+    CHECK(IG_DEV(gk_softcap)(NULL, 4, 0.0f, NULL) != 0); /* a cap of 0 is the caller's bug */
 }
 
 /* ---- dequantization --------------------------------------------------------- */
@@ -471,7 +614,11 @@ int main(void)
     test_embed(&st);
     test_rmsnorm(&st);
     test_qkv_rope(&st);
-    test_swiglu(&st);
+    test_glu(&st, false);
+    test_glu(&st, true);
+    test_head_rmsnorm(&st);
+    test_rmsnorm_add(&st);
+    test_scale_softcap(&st);
     test_dequant(&st);
     test_random();
     return test_summary("test_gpu_ops_emu");

@@ -1,7 +1,10 @@
 /* tests/gpu/test_backend_gpu.c: the CUDA backend on a real GPU against the
  * CPU backend (exact f32 matmuls), on synthetic models made on the host
  * (SmolLM2-135M in Q4_1: head_dim 64, GQA 3, tied; Llama-3.2-1B in Q8_0:
- * GQA 4, 128k vocabulary) with the checks of tests/emu/backend_checks.h; then
+ * GQA 4, 128k vocabulary; Qwen3-tiny and Gemma3-tiny in Q8_0: Qwen 3's head
+ * norms at head_dim 128, Gemma 3's block at head_dim 256 on one KV head with
+ * a window of 16 keys, which the prompts cross) with the checks of
+ * tests/emu/backend_checks.h; then
  * a shapes-only model whose weights are made on the device must run. The
  * weights stay quantized on the device (the default --gpu-weights native),
  * so the bounds are those of tests/emu/test_backend_qemu.c (int8
@@ -9,6 +12,7 @@
  * f16 mode and the K types. The weights are random, so a top-1 within the
  * error of the runner-up counts as a tie. Exits 77 without a GPU. */
 #include "models/synthetic.h"
+#include "prefill/flash_attn.h"
 #include "tests/emu/backend_checks.h"
 
 static void check_model(const char *spec)
@@ -54,6 +58,14 @@ int main(void)
     }
     check_model("synthetic:SmolLM2-135M:Q4_1");
     check_model("synthetic:Llama-3.2-1B:Q8_0");
+    check_model("synthetic:Qwen3-tiny:Q8_0");
+    /* Gemma's head dim 256 and window, unless the GPU check forces a prefill
+     * variant without them (scripts/gpu/backend.sh: ws128n128, wg128n64). */
+    const char *forced = getenv("IGNITE_FLASH_VARIANT");
+    int fv = forced && *forced ? prefill_attn_variant_find(forced) : PREFILL_ATTN_AUTO;
+    if (fv == PREFILL_ATTN_AUTO || (prefill_attn_variant_supports(fv, 256) &&
+                                    prefill_attn_variant_isa(fv) != PREFILL_ATTN_ISA_WGMMA))
+        check_model("synthetic:Gemma3-tiny:Q8_0");
 
     /* Weights made on the device: finite logits. */
     struct model *m = NULL;

@@ -4,7 +4,8 @@
  * (tests/emu/attn_case.h), plus longer sequences the emulator cannot
  * afford; the ws variants also head dim 256, sliding windows, paged caches
  * (a block table in device memory) and K/V from cache and chunk on either
- * side of pos0. Exits 77 (skipped) when no CUDA
+ * side of pos0; the mma.sync variants built for head dim 256 that too, and
+ * every mma.sync variant windows. Exits 77 (skipped) when no CUDA
  * device is present. Label gpu.
  * Usage: test_flash_attn_gpu [--quick] [VARIANT...]: only those variants
  * (default all); --quick: the GPU check's list, small n first, then a few
@@ -77,8 +78,8 @@ static void run_case_p(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_k
 {
     int any = 0;
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        any |= wanted(v, hd) && ((!window && !paged) ||
-                                 prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS);
+        any |= wanted(v, hd) && (!paged || prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS) &&
+               (!window || prefill_attn_variant_isa(v) != PREFILL_ATTN_ISA_WGMMA);
     if (!any)
         return;
     struct attn_case c;
