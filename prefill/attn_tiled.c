@@ -107,6 +107,24 @@ static void load_kv_tile(const struct attn_params *p, const int32_t *table, int6
     *k = sc->k, *v = sc->v;
 }
 
+/* Asks for the K and V rows of the tile at k0 (up to kend) while this tile
+ * is worked on: consecutive tiles of a KV head are blocks apart in the pool
+ * (other heads' rows and other blocks between them), a jump the hardware
+ * prefetchers do not follow, and decode at depth reads the whole cache from
+ * memory. Into L2 (hint T1): the tile is read once, soon, by this core. */
+static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
+                             int64_t k0, int64_t kend)
+{
+    int64_t n = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
+    size_t bytes = (size_t)(n * p->head_dim) * kv_dtype_bytes(p->kv.dtype);
+    const char *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
+    const char *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
+    for (size_t off = 0; off < bytes; off += 64) {
+        __builtin_prefetch(kr + off, 0, 2);
+        __builtin_prefetch(vr + off, 0, 2);
+    }
+}
+
 /* ---- one work item ----------------------------------------------------------- */
 
 /* Lane sums of several vectors at once, each in v8_sum's order: v8_pairs
@@ -121,9 +139,73 @@ static void load_kv_tile(const struct attn_params *p, const int32_t *table, int6
 /* out = [v8_sum(a0), .., v8_sum(a3), v8_sum(b0), .., v8_sum(b3)]. */
 #define v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, out)                                           do {                                                                                           attn_v8 za_ = v8_quads(v8_pairs(a0, a1), v8_pairs(a2, a3));                                attn_v8 zb_ = v8_quads(v8_pairs(b0, b1), v8_pairs(b2, b3));                                (out) = v8_shuf(za_, zb_, 0, 2, 4, 6, 8, 10, 12, 14) +                                             v8_shuf(za_, zb_, 1, 3, 5, 7, 9, 11, 13, 15);                                  } while (0)
 
+/* scores() for rows 0..2 (a decode row's group of three query heads): three
+ * rows x four columns, twelve sums in registers, each K load used three
+ * times. The same operations per score as the other blocks. */
+OPS_SIMD_CLONES
+static void scores3(struct attn_scratch *sc, const float *kt, int64_t c0, int64_t nc, int64_t hd)
+{
+    int64_t hd8 = hd / 8 * 8;
+    const float *q = sc->q, *q1 = q + hd, *q2 = q1 + hd;
+    float *s = sc->s, *s1 = s + ATTN_TILE_K, *s2 = s1 + ATTN_TILE_K;
+    int64_t c = c0;
+    for (; c + 4 <= nc; c += 4) {
+        const float *k = kt + c * hd;
+        attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        attn_v8 e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 qa = v8_load(q + d), qb = v8_load(q1 + d), qe = v8_load(q2 + d);
+            attn_v8 kv = v8_load(k + d);
+            a0 += qa * kv, b0 += qb * kv, e0 += qe * kv;
+            kv = v8_load(k + hd + d);
+            a1 += qa * kv, b1 += qb * kv, e1 += qe * kv;
+            kv = v8_load(k + 2 * hd + d);
+            a2 += qa * kv, b2 += qb * kv, e2 += qe * kv;
+            kv = v8_load(k + 3 * hd + d);
+            a3 += qa * kv, b3 += qb * kv, e3 += qe * kv;
+        }
+        attn_v8 sum, sum2;
+        v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum2);
+        float t[12] = {0};
+        for (int64_t d = hd8; d < hd; d++)
+            for (int j = 0; j < 4; j++) {
+                t[j] += q[d] * k[j * hd + d];
+                t[4 + j] += q1[d] * k[j * hd + d];
+                t[8 + j] += q2[d] * k[j * hd + d];
+            }
+        for (int j = 0; j < 4; j++) {
+            s[c + j] = sum[j] + t[j];
+            s1[c + j] = sum[4 + j] + t[4 + j];
+            s2[c + j] = sum2[j] + t[8 + j];
+        }
+    }
+    for (; c < nc; c++) {
+        const float *k = kt + c * hd;
+        attn_v8 a = {0}, b = {0}, e = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 kv = v8_load(k + d);
+            a += v8_load(q + d) * kv;
+            b += v8_load(q1 + d) * kv;
+            e += v8_load(q2 + d) * kv;
+        }
+        float t = 0, u = 0, w = 0;
+        for (int64_t d = hd8; d < hd; d++) {
+            t += q[d] * k[d];
+            u += q1[d] * k[d];
+            w += q2[d] * k[d];
+        }
+        s[c] = v8_sum(a) + t;
+        s1[c] = v8_sum(b) + u;
+        s2[c] = v8_sum(e) + w;
+    }
+}
+
 /* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
  * fixed order (eight lanes over d, then v8_sum), two rows and four columns
- * sharing each load of q and k: a score never depends on the other rows or
+ * sharing each load of q and k (three rows first when the count is odd: a
+ * decode row's group of three): a score never depends on the other rows or
  * columns of the item. The eight lane sums of a 2 x 4 block are reduced
  * together (v8_sums8), in v8_sum's order. */
 OPS_SIMD_CLONES
@@ -132,6 +214,10 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
 {
     int64_t hd8 = hd / 8 * 8;
     int64_t r = 0;
+    if (rows % 2 == 1 && rows >= 3) {
+        scores3(sc, kt, c0, nc, hd);
+        r = 3;
+    }
     for (; r + 2 <= rows; r += 2) {
         const float *q = sc->q + r * hd, *q1 = q + hd;
         float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
@@ -347,6 +433,8 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
         const float *kt, *vt;
         load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt);
+        if (k0 + ATTN_TILE_K < kend)
+            prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
         scores(sc, kt, rows, c0, nc, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
