@@ -8,13 +8,28 @@
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (it vendors
 # llama.cpp's source), built with GGML_NATIVE in Release under
 # $IGNITE_CACHE/llama.cpp-build/VERSION. Targets already built are left alone.
-# env: LLAMA_CPP_PYTHON_VERSION (default 0.3.36), IGNITE_CACHE (~/.cache/ignite)
+#
+# LLAMACPP_ISA=avx2 builds instead a variant without AVX-512 and VNNI (no
+# GGML_NATIVE; AVX, AVX2, FMA, F16C, BMI2 on) into VERSION-avx2, to compare
+# with ignite's AVX2 path (IGNITE_SIMD=avx2) on the same instructions.
+# env: LLAMA_CPP_PYTHON_VERSION (default 0.3.36), IGNITE_CACHE (~/.cache/ignite),
+#      LLAMACPP_ISA (native, the default, or avx2)
 set -euo pipefail
 
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ver=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 src=$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp
-bld=$cache/llama.cpp-build/$ver
+isa=${LLAMACPP_ISA:-native}
+case $isa in
+native) bld=$cache/llama.cpp-build/$ver
+        isa_flags=(-DGGML_NATIVE=ON) ;;
+avx2)   bld=$cache/llama.cpp-build/$ver-avx2
+        isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
+                   -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF) ;;
+*)      echo "llamacpp_build.sh: LLAMACPP_ISA must be native or avx2, not '$isa'" >&2
+        exit 2 ;;
+esac
 
 need=()
 for t in "$@"; do
@@ -27,7 +42,7 @@ if [ ${#need[@]} -gt 0 ]; then
          python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$ver" >&2 &&
          tar xzf "llama_cpp_python-$ver.tar.gz")
     fi
-    cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=ON \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null

@@ -26,6 +26,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "ops/simd.h"
+#include "prefill/attn_exp.h"
 
 #include <math.h>
 #include <string.h>
@@ -106,17 +107,165 @@ static void load_kv_tile(const struct attn_params *p, const int32_t *table, int6
     *k = sc->k, *v = sc->v;
 }
 
+/* Asks for the K and V rows of the tile at k0 (up to kend) while this tile
+ * is worked on: consecutive tiles of a KV head are blocks apart in the pool
+ * (other heads' rows and other blocks between them), a jump the hardware
+ * prefetchers do not follow, and decode at depth reads the whole cache from
+ * memory. Into L2 (hint T1): the tile is read once, soon, by this core. */
+static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
+                             int64_t k0, int64_t kend)
+{
+    int64_t n = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
+    size_t bytes = (size_t)(n * p->head_dim) * kv_dtype_bytes(p->kv.dtype);
+    const char *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
+    const char *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
+    for (size_t off = 0; off < bytes; off += 64) {
+        __builtin_prefetch(kr + off, 0, 2);
+        __builtin_prefetch(vr + off, 0, 2);
+    }
+}
+
 /* ---- one work item ----------------------------------------------------------- */
 
+/* Lane sums of several vectors at once, each in v8_sum's order: v8_pairs
+ * adds lanes i and i + 4 of a and of b ([a, b] halves), v8_quads then
+ * (0+4) + (2+6) and (1+5) + (3+7) of four vectors (two lanes each), and the
+ * last step of v8_sums8 those two. The same additions as v8_sum, so the
+ * same bits. */
+#define v8_shuf(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#define v8_pairs(a, b) (v8_shuf(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + v8_shuf(a, b, 4, 5, 6, 7, 12, 13, 14, 15))
+#define v8_quads(u, w) (v8_shuf(u, w, 0, 1, 4, 5, 8, 9, 12, 13) + v8_shuf(u, w, 2, 3, 6, 7, 10, 11, 14, 15))
+
+/* out = [v8_sum(a0), .., v8_sum(a3), v8_sum(b0), .., v8_sum(b3)]. */
+#define v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, out)                                           do {                                                                                           attn_v8 za_ = v8_quads(v8_pairs(a0, a1), v8_pairs(a2, a3));                                attn_v8 zb_ = v8_quads(v8_pairs(b0, b1), v8_pairs(b2, b3));                                (out) = v8_shuf(za_, zb_, 0, 2, 4, 6, 8, 10, 12, 14) +                                             v8_shuf(za_, zb_, 1, 3, 5, 7, 9, 11, 13, 15);                                  } while (0)
+
+/* scores() for rows 0..2 (a decode row's group of three query heads): three
+ * rows x four columns, twelve sums in registers, each K load used three
+ * times. The same operations per score as the other blocks. */
+OPS_SIMD_CLONES
+static void scores3(struct attn_scratch *sc, const float *kt, int64_t c0, int64_t nc, int64_t hd)
+{
+    int64_t hd8 = hd / 8 * 8;
+    const float *q = sc->q, *q1 = q + hd, *q2 = q1 + hd;
+    float *s = sc->s, *s1 = s + ATTN_TILE_K, *s2 = s1 + ATTN_TILE_K;
+    int64_t c = c0;
+    for (; c + 4 <= nc; c += 4) {
+        const float *k = kt + c * hd;
+        attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        attn_v8 e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 qa = v8_load(q + d), qb = v8_load(q1 + d), qe = v8_load(q2 + d);
+            attn_v8 kv = v8_load(k + d);
+            a0 += qa * kv, b0 += qb * kv, e0 += qe * kv;
+            kv = v8_load(k + hd + d);
+            a1 += qa * kv, b1 += qb * kv, e1 += qe * kv;
+            kv = v8_load(k + 2 * hd + d);
+            a2 += qa * kv, b2 += qb * kv, e2 += qe * kv;
+            kv = v8_load(k + 3 * hd + d);
+            a3 += qa * kv, b3 += qb * kv, e3 += qe * kv;
+        }
+        attn_v8 sum, sum2;
+        v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum2);
+        float t[12] = {0};
+        for (int64_t d = hd8; d < hd; d++)
+            for (int j = 0; j < 4; j++) {
+                t[j] += q[d] * k[j * hd + d];
+                t[4 + j] += q1[d] * k[j * hd + d];
+                t[8 + j] += q2[d] * k[j * hd + d];
+            }
+        for (int j = 0; j < 4; j++) {
+            s[c + j] = sum[j] + t[j];
+            s1[c + j] = sum[4 + j] + t[4 + j];
+            s2[c + j] = sum2[j] + t[8 + j];
+        }
+    }
+    for (; c < nc; c++) {
+        const float *k = kt + c * hd;
+        attn_v8 a = {0}, b = {0}, e = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 kv = v8_load(k + d);
+            a += v8_load(q + d) * kv;
+            b += v8_load(q1 + d) * kv;
+            e += v8_load(q2 + d) * kv;
+        }
+        float t = 0, u = 0, w = 0;
+        for (int64_t d = hd8; d < hd; d++) {
+            t += q[d] * k[d];
+            u += q1[d] * k[d];
+            w += q2[d] * k[d];
+        }
+        s[c] = v8_sum(a) + t;
+        s1[c] = v8_sum(b) + u;
+        s2[c] = v8_sum(e) + w;
+    }
+}
+
 /* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
- * fixed order (eight lanes over d, then v8_sum), four columns sharing each
- * load of q: a score never depends on the other rows or columns of the item. */
+ * fixed order (eight lanes over d, then v8_sum), two rows and four columns
+ * sharing each load of q and k (three rows first when the count is odd: a
+ * decode row's group of three): a score never depends on the other rows or
+ * columns of the item. The eight lane sums of a 2 x 4 block are reduced
+ * together (v8_sums8), in v8_sum's order. */
 OPS_SIMD_CLONES
 static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t c0,
                    int64_t nc, int64_t hd)
 {
     int64_t hd8 = hd / 8 * 8;
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t r = 0;
+    if (rows % 2 == 1 && rows >= 3) {
+        scores3(sc, kt, c0, nc, hd);
+        r = 3;
+    }
+    for (; r + 2 <= rows; r += 2) {
+        const float *q = sc->q + r * hd, *q1 = q + hd;
+        float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
+        int64_t c = c0;
+        for (; c + 4 <= nc; c += 4) {
+            const float *k = kt + c * hd;
+            attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (int64_t d = 0; d < hd8; d += 8) {
+                attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
+                attn_v8 k0 = v8_load(k + d), k1 = v8_load(k + hd + d);
+                attn_v8 k2 = v8_load(k + 2 * hd + d), k3 = v8_load(k + 3 * hd + d);
+                a0 += qv * k0, b0 += qw * k0;
+                a1 += qv * k1, b1 += qw * k1;
+                a2 += qv * k2, b2 += qw * k2;
+                a3 += qv * k3, b3 += qw * k3;
+            }
+            attn_v8 sum;
+            v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+            float t[8] = {0};
+            for (int64_t d = hd8; d < hd; d++)
+                for (int j = 0; j < 4; j++) {
+                    t[j] += q[d] * k[j * hd + d];
+                    t[4 + j] += q1[d] * k[j * hd + d];
+                }
+            for (int j = 0; j < 4; j++) {
+                s[c + j] = sum[j] + t[j];
+                s1[c + j] = sum[4 + j] + t[4 + j];
+            }
+        }
+        for (; c < nc; c++) {
+            const float *k = kt + c * hd;
+            attn_v8 a = {0}, b = {0};
+            for (int64_t d = 0; d < hd8; d += 8) {
+                attn_v8 kv = v8_load(k + d);
+                a += v8_load(q + d) * kv;
+                b += v8_load(q1 + d) * kv;
+            }
+            float t = 0, u = 0;
+            for (int64_t d = hd8; d < hd; d++) {
+                t += q[d] * k[d];
+                u += q1[d] * k[d];
+            }
+            s[c] = v8_sum(a) + t;
+            s1[c] = v8_sum(b) + u;
+        }
+    }
+    for (; r < rows; r++) {
         const float *q = sc->q + r * hd;
         float *s = sc->s + r * ATTN_TILE_K;
         int64_t c = c0;
@@ -130,17 +279,14 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
                 a2 += qv * v8_load(k + 2 * hd + d);
                 a3 += qv * v8_load(k + 3 * hd + d);
             }
-            float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
-            for (int64_t d = hd8; d < hd; d++) {
-                t0 += q[d] * k[d];
-                t1 += q[d] * k[hd + d];
-                t2 += q[d] * k[2 * hd + d];
-                t3 += q[d] * k[3 * hd + d];
-            }
-            s[c] = v8_sum(a0) + t0;
-            s[c + 1] = v8_sum(a1) + t1;
-            s[c + 2] = v8_sum(a2) + t2;
-            s[c + 3] = v8_sum(a3) + t3;
+            attn_v8 sum;
+            v8_sums8(a0, a1, a2, a3, a0, a1, a2, a3, sum);
+            float t[4] = {0};
+            for (int64_t d = hd8; d < hd; d++)
+                for (int j = 0; j < 4; j++)
+                    t[j] += q[d] * k[j * hd + d];
+            for (int j = 0; j < 4; j++)
+                s[c + j] = sum[j] + t[j];
         }
         for (; c < nc; c++) {
             const float *k = kt + c * hd;
@@ -166,28 +312,52 @@ static void softcap_scores(struct attn_scratch *sc, int64_t rows, int64_t c0, in
             sc->s[r * ATTN_TILE_K + c] = cap * tanhf(sc->s[r * ATTN_TILE_K + c] * inv);
 }
 
+/* max(m, x[0..n)) as the scalar loop `m = x > m ? x : m` gives it (a NaN
+ * score never taken), eight lanes at a time: each lane starts at m and
+ * takes the same comparisons, and a max does not depend on their order. */
+typedef int32_t attn_i8 __attribute__((vector_size(32)));
+OPS_SIMD_CLONES
+static float row_max(const float *x, int64_t n, float m)
+{
+    int64_t c = 0;
+    if (n >= 16) {
+        attn_v8 v = {m, m, m, m, m, m, m, m};
+        for (; c + 8 <= n; c += 8) {
+            attn_v8 w = v8_load(x + c);
+            attn_i8 gt = w > v;
+            v = (attn_v8)((gt & (attn_i8)w) | (~gt & (attn_i8)v));
+        }
+        for (int j = 0; j < 8; j++)
+            m = v[j] > m ? v[j] : m;
+    }
+    for (; c < n; c++)
+        m = x[c] > m ? x[c] : m;
+    return m;
+}
+
 /* Online-softmax update of row r over its visible columns [lo, hi): turns
  * s[r][lo..hi) into probabilities relative to the new max and sets corr[r].
- * Columns outside are never read. */
+ * Columns outside are never read. The max is row_max's, the exponentials
+ * attn_exp_row's (expf's bits, vectorized), the sum in column order. */
 static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float *s = sc->s + r * ATTN_TILE_K;
-    float mx = sc->m[r];
-    for (int64_t c = lo; c < hi; c++)
-        mx = s[c] > mx ? s[c] : mx;
+    float mx = row_max(s + lo, hi - lo, sc->m[r]);
     float corr = expf(sc->m[r] - mx); /* 0 on the first tile: m = -inf */
+    attn_exp_row(s + lo, hi - lo, mx);
     float sum = 0.0f;
-    for (int64_t c = lo; c < hi; c++) {
-        s[c] = expf(s[c] - mx);
+    for (int64_t c = lo; c < hi; c++)
         sum += s[c];
-    }
     sc->m[r] = mx;
     sc->l[r] = sc->l[r] * corr + sum;
     sc->corr[r] = corr;
 }
 
 /* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
- * of o at a time held in registers while the keys stream past. */
+ * of o at a time held in registers while the keys stream past: blocks of 64
+ * columns (eight vectors: eight independent sums, each s[c] read once per
+ * 64 columns), then of 16, then single columns. Every element of o sees the
+ * same operations in the same order whatever its block. */
 OPS_SIMD_CLONES
 static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int64_t lo,
                        int64_t hi, int64_t hd)
@@ -196,6 +366,23 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
     float *o = sc->o + r * hd;
     float corr = sc->corr[r];
     int64_t db = 0;
+    for (; db + 64 <= hd; db += 64) { /* written out: -O2 keeps an array in memory */
+        float *ob = o + db;
+        attn_v8 a0 = v8_load(ob) * corr, a1 = v8_load(ob + 8) * corr;
+        attn_v8 a2 = v8_load(ob + 16) * corr, a3 = v8_load(ob + 24) * corr;
+        attn_v8 a4 = v8_load(ob + 32) * corr, a5 = v8_load(ob + 40) * corr;
+        attn_v8 a6 = v8_load(ob + 48) * corr, a7 = v8_load(ob + 56) * corr;
+        for (int64_t c = lo; c < hi; c++) {
+            const float *v = vt + c * hd + db;
+            float p = s[c];
+            a0 += p * v8_load(v), a1 += p * v8_load(v + 8);
+            a2 += p * v8_load(v + 16), a3 += p * v8_load(v + 24);
+            a4 += p * v8_load(v + 32), a5 += p * v8_load(v + 40);
+            a6 += p * v8_load(v + 48), a7 += p * v8_load(v + 56);
+        }
+        v8_store(ob, a0), v8_store(ob + 8, a1), v8_store(ob + 16, a2), v8_store(ob + 24, a3);
+        v8_store(ob + 32, a4), v8_store(ob + 40, a5), v8_store(ob + 48, a6), v8_store(ob + 56, a7);
+    }
     for (; db + ATTN_COL_BLOCK <= hd; db += ATTN_COL_BLOCK) {
         attn_v8 a0 = v8_load(o + db) * corr, a1 = v8_load(o + db + 8) * corr;
         for (int64_t c = lo; c < hi; c++) {
@@ -246,6 +433,8 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
         const float *kt, *vt;
         load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt);
+        if (k0 + ATTN_TILE_K < kend)
+            prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
         scores(sc, kt, rows, c0, nc, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);

@@ -1,0 +1,127 @@
+/* prefill/attn_exp.c: e^(s_c - max) over a row of scores, for the online
+ * softmax of prefill/attn_tiled.c. Scalar expf cost a tenth of a long
+ * prefill's time (one call per score); here, on CPUs with AVX2 and FMA,
+ * four lanes run the algorithm of the C library's expf (glibc 2.28 and
+ * later, and musl: the ARM optimized-routines expf, which glibc's ifunc runs
+ * with FMA on exactly these CPUs) in the same double operations, fused the
+ * same way, so every lane is bit for bit what expf returns there and the
+ * attention's results do not change. Lanes with |x| >= 85 or so (overflow,
+ * underflow, inf, NaN: the library's special cases) are sent to expf
+ * itself. Elsewhere the loop calls expf. Covered by
+ * tests/cpu/test_attn_exp.c (against expf on every float of a range and on
+ * the special values). */
+#include "prefill/attn_exp.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+static void exp_row_scalar(float *s, int64_t n, float mx)
+{
+    for (int64_t c = 0; c < n; c++)
+        s[c] = expf(s[c] - mx);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define EXP_AVX2 __attribute__((target("avx2,fma")))
+
+/* The library's table: bits of 2^(i/32) less i << 47, and its constants
+ * (x * 32 / ln 2; the cubic in r of 2^(r/32); the rounding shift 1.5 * 2^52). */
+static const uint64_t exp_tab[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+#define EXP_INVLN2N 0x40471547652b82feULL
+#define EXP_C0 0x3ebc6af84b912394ULL
+#define EXP_C1 0x3f2ebfce50fac4f3ULL
+#define EXP_C2 0x3f962e42ff0c52d6ULL
+#define EXP_SHIFT 0x4338000000000000ULL
+
+EXP_AVX2 static inline __m256d bits_pd(uint64_t u)
+{
+    return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)u));
+}
+
+/* e^x of 4 floats whose magnitude's top 12 bits are at most 0x42a (|x| <
+ * 2^7 * 1.33, the library's fast path), as the library computes it. */
+EXP_AVX2 static inline __m128 exp4(__m128 x)
+{
+    __m256d xd = _mm256_cvtps_pd(x);
+    __m256d inv = bits_pd(EXP_INVLN2N), shift = bits_pd(EXP_SHIFT);
+    __m256d kd = _mm256_fmadd_pd(xd, inv, shift); /* round(x * 32 / ln 2) in the low bits */
+    __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    __m256d r = _mm256_fmsub_pd(inv, xd, kd);
+    __m256i idx = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+    __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)exp_tab, idx, 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+    __m256d sc = _mm256_castsi256_pd(t);
+    __m256d z = _mm256_fmadd_pd(bits_pd(EXP_C0), r, bits_pd(EXP_C1));
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(r, bits_pd(EXP_C2), _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, r2, y);
+    y = _mm256_mul_pd(y, sc);
+    return _mm256_cvtpd_ps(y);
+}
+
+EXP_AVX2 static void exp_row_avx2(float *s, int64_t n, float mx)
+{
+    __m128 m = _mm_set1_ps(mx);
+    /* the library's fast path: (bits >> 20 & 0x7ff) <= 0x42a */
+    __m128i lim = _mm_set1_epi32(0x42b00000), absmask = _mm_set1_epi32(0x7fffffff);
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+        __m128 x = _mm_sub_ps(_mm_loadu_ps(s + c), m);
+        __m128i a = _mm_and_si128(_mm_castps_si128(x), absmask);
+        int slow = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(lim, a))) != 0xf;
+        __m128 e = exp4(x);
+        if (slow) { /* the library's special cases, lane by lane */
+            float xs[4], es[4];
+            _mm_storeu_ps(xs, x);
+            _mm_storeu_ps(es, e);
+            for (int j = 0; j < 4; j++) {
+                uint32_t u;
+                memcpy(&u, &xs[j], sizeof u);
+                if ((u & 0x7fffffffu) >= 0x42b00000u)
+                    es[j] = expf(xs[j]);
+            }
+            e = _mm_loadu_ps(es);
+        }
+        _mm_storeu_ps(s + c, e);
+    }
+    for (; c < n; c++)
+        s[c] = expf(s[c] - mx);
+}
+
+static int exp_have_avx2 = -1;
+
+void attn_exp_row(float *s, int64_t n, float mx)
+{
+    int have = __atomic_load_n(&exp_have_avx2, __ATOMIC_RELAXED);
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&exp_have_avx2, have, __ATOMIC_RELAXED);
+    }
+    if (have)
+        exp_row_avx2(s, n, mx);
+    else
+        exp_row_scalar(s, n, mx);
+}
+
+#else
+
+void attn_exp_row(float *s, int64_t n, float mx)
+{
+    exp_row_scalar(s, n, mx);
+}
+
+#endif
