@@ -514,26 +514,29 @@ int64_t grammar_matcher_mask(struct grammar_matcher *m, float *logits)
         m->last_allowed = 0;
         return -1;
     }
-    int64_t allowed = 0;
-    for (int64_t w = 0; w < m->n_words; w++) {
+    int64_t allowed = 0, full = n / 64;
+    for (int64_t w = 0; w < full;) {
         uint64_t x = bits[w];
-        int64_t base = w * 64, lim = n - base < 64 ? n - base : 64;
-        if (lim < 64)
-            x &= (1ull << lim) - 1;
-        allowed += popcount64(x);
-        if (x == ~0ull)
+        if (x == 0) { /* a run of denied words: one fill */
+            int64_t e = w + 1;
+            while (e < full && bits[e] == 0)
+                e++;
+            for (float *l = logits + w * 64, *end = logits + e * 64; l < end; l++)
+                *l = -INFINITY;
+            w = e;
             continue;
-        float *l = logits + base;
-        if (x == 0) {
-            for (int64_t j = 0; j < lim; j++)
-                l[j] = -INFINITY;
-        } else if (lim == 64) {
-            apply_word(l, x);
-        } else {
-            for (int64_t j = 0; j < lim; j++)
-                if (!(x >> j & 1))
-                    l[j] = -INFINITY;
         }
+        allowed += popcount64(x);
+        if (x != ~0ull)
+            apply_word(logits + w * 64, x);
+        w++;
+    }
+    if (full < m->n_words) { /* the last, partial word */
+        uint64_t x = bits[full] & ((1ull << (n - full * 64)) - 1);
+        allowed += popcount64(x);
+        for (int64_t j = 0; j < n - full * 64; j++)
+            if (!(x >> j & 1))
+                logits[full * 64 + j] = -INFINITY;
     }
     m->last_allowed = allowed;
     return allowed;

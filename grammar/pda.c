@@ -443,6 +443,36 @@ int32_t gr_pda_cut(struct gr_pda *p, int32_t s)
     return t;
 }
 
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s)
+{
+    const struct grammar *g = p->g;
+    int32_t n = 0, parent = -1;
+    for (int32_t i = 0; i < p->len[s]; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM)
+            continue;
+        const struct gr_byteset *set = &g->sets[GR_VALUE(g->elems[p->pos[f]])];
+        if (!(set->w[2] | set->w[3]))
+            continue;
+        if (parent >= 0 && p->parent[f] != parent)
+            return GR_DEAD;
+        parent = p->parent[f];
+        if (reserve(&p->out, &p->out_cap, n + 1) != IG_OK)
+            return -1;
+        int32_t t = frame(p, p->pos[f], GR_BOTTOM);
+        if (t < 0)
+            return -1;
+        p->out[n++] = t;
+    }
+    return n ? state_of(p, p->out, n) : GR_DEAD;
+}
+
+int32_t gr_pda_bottom_state(struct gr_pda *p)
+{
+    int32_t bottom = GR_BOTTOM;
+    return state_of(p, &bottom, 1);
+}
+
 /* ---- life cycle ------------------------------------------------------------------ */
 
 static void clear(struct gr_pda *p)

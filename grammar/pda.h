@@ -99,6 +99,17 @@ int32_t gr_pda_step_uncached(struct gr_pda *p, int32_t s, int c);
  * Returns its id, or -1 when out of memory. */
 int32_t gr_pda_cut(struct gr_pda *p, int32_t s);
 
+/* The stacks of s whose top byte set holds a byte >= 0x80, each cut to its
+ * top frame over GR_BOTTOM, when they all have the same parent frame (a
+ * JSON string's characters, say: every "characters left" count gives the
+ * same top-cut state, so what a character beyond ASCII does is worked out
+ * once for all of them; runs.c). GR_DEAD when there is no such stack or
+ * their parents differ; -1 when out of memory. */
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s);
+/* The state {GR_BOTTOM}: a top-cut state whose top frames all ended. -1
+ * when out of memory. */
+int32_t gr_pda_bottom_state(struct gr_pda *p);
+
 static inline bool gr_pda_complete(const struct gr_pda *p, int32_t s)
 {
     return p->flags[s] & GR_F_COMPLETE;
