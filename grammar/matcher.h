@@ -44,6 +44,7 @@ struct grammar_matcher {
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;
+    uint8_t *wplain;        /* the prefix so far is JSON string content in ASCII */
     uint64_t *scratch;      /* [n_words] */
 };
 
@@ -81,5 +82,13 @@ enum gr_skip { GR_SKIP_NO, GR_SKIP_ALL, GR_SKIP_BY_LENGTH };
  * (runs.c). */
 enum gr_skip gr_skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int32_t *limit,
                            int *err);
+
+/* When state s reads JSON string content (its plain characters are
+ * exactly those of GV_JSON_PLAIN0/1 and every character beyond ASCII) for a
+ * run of k characters, after which none of them is read: the row of
+ * gv->plain_upto that is exactly the content tokens s allows (k, or
+ * GV_PLAIN_K when the run is longer than any such token). -1 otherwise, or
+ * with *err set on out of memory (runs.c). */
+int32_t gr_plain_limit(struct grammar_matcher *m, int32_t s, int *err);
 
 #endif

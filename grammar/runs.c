@@ -292,3 +292,31 @@ enum gr_skip gr_skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int3
     *limit = run;
     return m->chain[s].end_dead[na] ? GR_SKIP_BY_LENGTH : GR_SKIP_NO;
 }
+
+int32_t gr_plain_limit(struct grammar_matcher *m, int32_t s, int *err)
+{
+    if (chain_base(m, s) != IG_OK) {
+        *err = 1;
+        return -1;
+    }
+    const struct chain *c = &m->chain[s];
+    if (c->next <= GR_DEAD || c->plain[0] != GV_JSON_PLAIN0 || c->plain[1] != GV_JSON_PLAIN1)
+        return -1;
+    for (int na = 0; na < 2; na++)
+        if (m->chain[s].run[na] == -1 && chain_run(m, s, na) != IG_OK) {
+            *err = 1;
+            return -1;
+        }
+    int32_t run = m->chain[s].run[1];
+    if (run != m->chain[s].run[0] || run <= 0)
+        return -1;
+    if (run >= m->gv->max_plain_chars)
+        return GV_PLAIN_K;
+    if (run >= GV_PLAIN_K || run >= CHAIN_MAX - 1)
+        return -1;
+    if (chain_end_dead(m, s, 1) != IG_OK) {
+        *err = 1;
+        return -1;
+    }
+    return m->chain[s].end_dead[1] ? run : -1;
+}

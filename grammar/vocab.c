@@ -233,6 +233,61 @@ static int sort_by_chars(struct grammar_vocab *gv)
     return IG_OK;
 }
 
+/* The characters of text p[0..n) when it is JSON string content (see
+ * GV_JSON_PLAIN0), counted as gv->chars counts them (a final partial
+ * character is one); -1 when it is not. */
+static int plain_chars(const uint8_t *p, int64_t n)
+{
+    int chars = 0;
+    for (int64_t j = 0; j < n; chars++) {
+        uint8_t b = p[j], lo, hi;
+        if (b < 0x80) {
+            uint64_t w = b < 64 ? GV_JSON_PLAIN0 : GV_JSON_PLAIN1;
+            if (!(w >> (b & 63) & 1))
+                return -1;
+            j++;
+            continue;
+        }
+        int len = lead_len(b, &lo, &hi);
+        if (!len)
+            return -1;
+        for (int c = 1; c < len && ++j < n; c++) {
+            if (p[j] < lo || p[j] > hi)
+                return -1;
+            lo = 0x80, hi = 0xBF;
+        }
+        j++;
+    }
+    return chars;
+}
+
+/* gv->plain_upto and gv->max_plain_chars. */
+static int plain_masks(struct grammar_vocab *gv)
+{
+    int64_t n_words = (gv->n_tokens + 63) / 64;
+    gv->plain_upto = calloc((size_t)(GV_PLAIN_K + 1) * (size_t)(n_words ? n_words : 1),
+                            sizeof *gv->plain_upto);
+    if (!gv->plain_upto)
+        return nomem();
+    for (int64_t id = 0; id < gv->n_tokens; id++) {
+        if (!gv->in_trie[id])
+            continue;
+        int c = plain_chars(gv->pieces + gv->piece_off[id], gv->piece_off[id + 1] - gv->piece_off[id]);
+        if (c < 0)
+            continue;
+        if (c > gv->max_plain_chars)
+            gv->max_plain_chars = c;
+        uint64_t *row = gv->plain_upto + (size_t)(c < GV_PLAIN_K ? c : GV_PLAIN_K) * (size_t)n_words;
+        row[id >> 6] |= 1ull << (id & 63);
+    }
+    for (int k = 1; k <= GV_PLAIN_K; k++) { /* at most k: the rows up to k */
+        uint64_t *row = gv->plain_upto + (size_t)k * (size_t)n_words;
+        for (int64_t w = 0; w < n_words; w++)
+            row[w] |= row[w - n_words];
+    }
+    return IG_OK;
+}
+
 /* Fills gv->incl from the summaries of the boundary nodes below each
  * node; children come after their parent, so backwards. */
 static int summarize(struct grammar_vocab *gv)
@@ -329,7 +384,8 @@ int grammar_vocab_build(const struct tok_vocab *v, struct grammar_vocab **out)
     for (int64_t id = 0; id < n; id++)
         if (gv->in_trie[id])
             gv->text_bits[id >> 6] |= 1ull << (id & 63);
-    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK || sort_by_chars(gv) != IG_OK)
+    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK || sort_by_chars(gv) != IG_OK ||
+        plain_masks(gv) != IG_OK)
         goto fail_quiet;
     *out = gv;
     return IG_OK;
@@ -349,6 +405,7 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     free(gv->chars);
     free(gv->by_chars);
     free(gv->chars_upto);
+    free(gv->plain_upto);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
