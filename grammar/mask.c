@@ -70,26 +70,43 @@ int gr_cover_states(struct grammar_matcher *m)
     return IG_OK;
 }
 
-/* A zeroed mask in *pool (count *n, capacity *cap masks); returns its index
- * or -1. */
-static int32_t new_mask(uint64_t **pool, int32_t *n, int32_t *cap, int64_t n_words)
+static inline uint64_t *pool_at(const struct gr_mask_pool *p, int32_t i, int64_t n_words)
 {
-    if (*n == *cap) {
-        int32_t c = *cap ? 2 * *cap : 16;
-        uint64_t *p = realloc(*pool, (size_t)c * (size_t)n_words * sizeof *p);
-        if (!p)
+    return p->blocks[i / GR_POOL_BLOCK] + (size_t)(i % GR_POOL_BLOCK) * (size_t)n_words;
+}
+
+/* A zeroed mask in pool p; returns its index or -1. */
+static int32_t pool_new(struct gr_mask_pool *p, int64_t n_words)
+{
+    if (p->n == p->n_blocks * GR_POOL_BLOCK) {
+        if (p->n_blocks == p->cap_blocks) {
+            int32_t c = p->cap_blocks ? 2 * p->cap_blocks : 16;
+            uint64_t **b = realloc(p->blocks, (size_t)c * sizeof *b);
+            if (!b)
+                return -1;
+            p->blocks = b;
+            p->cap_blocks = c;
+        }
+        p->blocks[p->n_blocks] = malloc((size_t)GR_POOL_BLOCK * (size_t)n_words * sizeof **p->blocks);
+        if (!p->blocks[p->n_blocks])
             return -1;
-        *pool = p;
-        *cap = c;
+        p->n_blocks++;
     }
-    memset(*pool + (size_t)*n * (size_t)n_words, 0, (size_t)n_words * sizeof **pool);
-    return (*n)++;
+    memset(pool_at(p, p->n, n_words), 0, (size_t)n_words * sizeof **p->blocks);
+    return p->n++;
+}
+
+static void pool_free(struct gr_mask_pool *p)
+{
+    for (int32_t i = 0; i < p->n_blocks; i++)
+        free(p->blocks[i]);
+    free(p->blocks);
 }
 
 static size_t matcher_bytes(const struct grammar_matcher *m)
 {
     return gr_pda_bytes(&m->pda) +
-           ((size_t)m->cap_masks + (size_t)m->cap_cuts) * (size_t)m->n_words * 8 +
+           ((size_t)m->masks.n_blocks + (size_t)m->cuts.n_blocks) * GR_POOL_BLOCK * (size_t)m->n_words * 8 +
            (size_t)m->cap_roots * 4 + (size_t)m->n_of * (8 + sizeof(struct chain));
 }
 
@@ -108,7 +125,7 @@ static int keep_in_budget(struct grammar_matcher *m)
     }
     for (int32_t i = 0; i < m->n_of; i++)
         m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1, .end_dead = {-1, -1}};
-    m->n_masks = m->n_cuts = 0;
+    m->masks.n = m->cuts.n = 0; /* the blocks are kept for reuse */
     m->n_roots = 0;
     return IG_OK;
 }
@@ -359,26 +376,22 @@ static int32_t cut_mask(struct grammar_matcher *m, int32_t t)
 {
     if (m->cut_of[t] >= 0)
         return m->cut_of[t];
-    if (m->n_cuts + 1 >= m->cap_cuts) {
-        int32_t c = m->cap_cuts ? 2 * m->cap_cuts : 16;
+    if (m->cuts.n + 1 >= m->cap_roots_off) {
+        int32_t c = m->cap_roots_off ? 2 * m->cap_roots_off : 16;
         int64_t *o = realloc(m->roots_off, ((size_t)c + 1) * sizeof *o);
         if (!o)
             return nomem(), -1;
         m->roots_off = o;
-        uint64_t *b = realloc(m->cut_bits, (size_t)c * (size_t)m->n_words * sizeof *b);
-        if (!b)
-            return nomem(), -1;
-        m->cut_bits = b;
-        m->cap_cuts = c;
+        m->cap_roots_off = c;
     }
-    int32_t k = m->n_cuts;
-    uint64_t *bits = m->cut_bits + (size_t)k * (size_t)m->n_words;
-    memset(bits, 0, (size_t)m->n_words * sizeof *bits);
+    int32_t k = pool_new(&m->cuts, m->n_words);
+    if (k < 0)
+        return nomem(), -1;
+    uint64_t *bits = pool_at(&m->cuts, k, m->n_words);
     m->roots_off[k] = m->n_roots;
     if (walk(m, 0, t, bits, true) != IG_OK)
         return -1;
     m->roots_off[k + 1] = m->n_roots;
-    m->n_cuts++;
     if (gr_cover_states(m) != IG_OK)
         return -1;
     m->cut_of[t] = k;
@@ -392,7 +405,7 @@ static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
     if (gr_cover_states(m) != IG_OK)
         return NULL;
     if (m->exact_of[s] >= 0)
-        return m->masks + (size_t)m->exact_of[s] * (size_t)m->n_words;
+        return pool_at(&m->masks, m->exact_of[s], m->n_words);
     const struct grammar_vocab *gv = m->gv;
     int32_t t = gr_pda_cut(&m->pda, s);
     if (t < 0)
@@ -400,15 +413,15 @@ static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
     int32_t k = t == s ? -1 : cut_mask(m, t);
     if (t != s && k < 0)
         return NULL;
-    int32_t idx = new_mask(&m->masks, &m->n_masks, &m->cap_masks, m->n_words);
+    int32_t idx = pool_new(&m->masks, m->n_words);
     if (idx < 0)
         return nomem(), NULL;
-    uint64_t *bits = m->masks + (size_t)idx * (size_t)m->n_words;
+    uint64_t *bits = pool_at(&m->masks, idx, m->n_words);
     if (t == s) {
         if (walk(m, 0, s, bits, false) != IG_OK)
             return NULL;
     } else {
-        memcpy(bits, m->cut_bits + (size_t)k * (size_t)m->n_words, (size_t)m->n_words * 8);
+        memcpy(bits, pool_at(&m->cuts, k, m->n_words), (size_t)m->n_words * 8);
         for (int64_t r = m->roots_off[k]; r < m->roots_off[k + 1]; r++) {
             int32_t u = m->roots[r];
             int32_t tok = gv->order[gv->nodes[u].tok_begin];
@@ -488,7 +501,8 @@ void grammar_matcher_free(struct grammar_matcher *m)
     if (!m)
         return;
     gr_pda_free(&m->pda);
-    free(m->chain), free(m->exact_of), free(m->cut_of), free(m->masks), free(m->cut_bits), free(m->roots_off);
+    free(m->chain), free(m->exact_of), free(m->cut_of), free(m->roots_off);
+    pool_free(&m->masks), pool_free(&m->cuts);
     free(m->roots), free(m->wstate), free(m->wrow), free(m->wplain), free(m->scratch), free(m->ranges), free(m->len_ranges);
     free(m);
 }

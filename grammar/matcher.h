@@ -12,6 +12,15 @@
 
 struct chain;
 
+/* Masks of n_words each in blocks of GR_POOL_BLOCK that never move: a new
+ * mask costs its own bytes, never a copy of the others (a realloc that
+ * doubled a pool of masks was a 0.1 ms stall on a first mask). */
+#define GR_POOL_BLOCK 16
+struct gr_mask_pool {
+    uint64_t **blocks;
+    int32_t n, n_blocks, cap_blocks;
+};
+
 /* One sequence: its state in the automaton, and the tables its masks come
  * from (per state id, grown by gr_cover_states). */
 struct grammar_matcher {
@@ -27,11 +36,10 @@ struct grammar_matcher {
     /* per state id: its mask in masks[], and (cut states) its cut mask */
     int32_t *exact_of, *cut_of;
     int32_t n_of;
-    uint64_t *masks;        /* exact masks, n_words each */
-    int32_t n_masks, cap_masks;
-    uint64_t *cut_bits;     /* cut masks, n_words each */
-    int64_t *roots_off;     /* [n_cuts + 1] cut mask k's trie nodes: roots[roots_off[k]..roots_off[k+1]) */
-    int32_t n_cuts, cap_cuts;
+    struct gr_mask_pool masks; /* exact masks */
+    struct gr_mask_pool cuts;  /* cut masks */
+    int64_t *roots_off;     /* [cuts.n + 1] cut mask k's trie nodes: roots[roots_off[k]..roots_off[k+1]) */
+    int32_t cap_roots_off;
     int32_t *roots;
     int64_t n_roots, cap_roots;
     /* per state id: how it reads plain characters (runs.c) */
