@@ -565,12 +565,15 @@ int64_t grammar_matcher_mask(struct grammar_matcher *m, float *logits)
     int64_t allowed = 0, full = n / 64;
     for (int64_t w = 0; w < full;) {
         uint64_t x = bits[w];
-        if (x == 0) { /* a run of denied words: one fill */
+        if (x == 0) { /* a run of denied words */
             int64_t e = w + 1;
             while (e < full && bits[e] == 0)
                 e++;
-            for (float *l = logits + w * 64, *end = logits + e * 64; l < end; l++)
-                *l = -INFINITY;
+            for (int64_t v = w; v < e; v++) { /* 64 at a time: vector stores at -O2 */
+                float *l = logits + v * 64;
+                for (int j = 0; j < 64; j++)
+                    l[j] = -INFINITY;
+            }
             w = e;
             continue;
         }
