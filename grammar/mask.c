@@ -307,6 +307,7 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
     if (err)
         return IG_E_NOMEM;
     if (plain >= 0) {
+        m->n_plain_walks++;
         const uint64_t *row = gv->plain_upto + (size_t)plain * (size_t)m->n_words;
         for (int64_t w = 0; w < m->n_words; w++)
             bits[w] |= row[w];

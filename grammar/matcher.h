@@ -49,6 +49,10 @@ struct grammar_matcher {
     int64_t n_allowed_r, n_denied_r, cap_ranges; /* allowed from the front, denied from the back */
     int32_t *len_ranges;    /* triples: [begin, end) of trie order, and the most characters allowed */
     int64_t n_len_r, cap_len_r;
+    /* how often the shortcuts ran, for tests: walks that took JSON string
+     * content from gv->plain_upto, and characters beyond ASCII decided on a
+     * top-cut state */
+    int64_t n_plain_walks, n_top_cut;
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;

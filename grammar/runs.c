@@ -95,6 +95,7 @@ static bool nonascii_to(struct grammar_matcher *m, int32_t x, int32_t want, int 
         return false;
     }
     if (top > GR_DEAD && all_nonascii_to(m, top, bottom, true, err)) {
+        m->n_top_cut++;
         const uint8_t *cls = m->g->byte_class;
         int32_t t = gr_pda_step(&m->pda, x, cls[0xC2]);
         if (t > GR_DEAD)
