@@ -207,6 +207,7 @@ struct grammar_vocab {
      * its maxLength allows exactly plain_upto[k] of them (mask.c). */
     uint64_t *plain_upto;
     int32_t max_plain_chars;
+    uint8_t *plain_sub;    /* [n_nodes] 1: every token of node i's subtree, i's own included, is content */
     int32_t n_order;
     int32_t max_depth;
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */

@@ -272,27 +272,14 @@ static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
     m->n_allowed_r = m->n_denied_r = m->n_len_r = 0;
 }
 
-/* Whether every token of trie node i's subtree (i's own included) is JSON
- * string content, given that the prefix before i is (in ASCII). */
-static inline bool subtree_plain(const struct gv_below *b)
-{
-    return !(b->flags & GV_INVALID) && b->max_chars > 0 && !(b->ascii[0] & ~GV_JSON_PLAIN0) &&
-           !(b->ascii[1] & ~GV_JSON_PLAIN1);
-}
-
-static inline bool byte_plain(uint8_t b)
-{
-    return b < 0x80 && ((b < 64 ? GV_JSON_PLAIN0 : GV_JSON_PLAIN1) >> (b & 63) & 1);
-}
-
 /* Sets in bits every token below trie node `top` (not top's own) whose
  * bytes after top's prefix keep state s alive. cut_mode: a node whose state
  * reaches GR_BOTTOM is pushed to the roots list instead of walked.
  * From the root, a state that reads JSON string content (gr_plain_limit:
  * inside a string, k characters before its maxLength) takes its content
  * tokens from gv->plain_upto at once, and the walk skips every subtree of
- * content tokens: it only visits the tokens with a quote, a backslash or a
- * control character, and their prefixes. */
+ * content tokens only (gv->plain_sub): it visits the tokens with a quote, a
+ * backslash or a control character, and their prefixes. */
 static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bits, bool cut_mode)
 {
     const struct grammar_vocab *gv = m->gv;
@@ -312,11 +299,10 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         for (int64_t w = 0; w < m->n_words; w++)
             bits[w] |= row[w];
     }
-    m->wplain[d0] = plain >= 0;
     for (int32_t i = top + 1, end = nd[top].next; i < end;) {
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
-        if (m->wplain[d - 1] && subtree_plain(&gv->incl[i])) { /* decided by plain_upto */
+        if (plain >= 0 && gv->plain_sub[i]) { /* decided by plain_upto */
             i = nd[i].next;
             continue;
         }
@@ -354,7 +340,6 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         }
         m->wstate[d] = t;
         m->wrow[d] = p->row[t];
-        m->wplain[d] = m->wplain[d - 1] && byte_plain(nd[i].byte);
         mark_node(gv, i, bits);
         i++;
     }
@@ -482,9 +467,8 @@ int grammar_matcher_create(const struct grammar *g, const struct grammar_vocab *
     m->n_words = (gv->n_tokens + 63) / 64;
     m->wstate = malloc(((size_t)gv->max_depth + 2) * sizeof *m->wstate);
     m->wrow = malloc(((size_t)gv->max_depth + 2) * sizeof *m->wrow);
-    m->wplain = malloc((size_t)gv->max_depth + 2);
     m->scratch = malloc((size_t)(m->n_words ? m->n_words : 1) * sizeof *m->scratch);
-    if (!m->wstate || !m->wrow || !m->wplain || !m->scratch || gr_pda_init(&m->pda, g) != IG_OK) {
+    if (!m->wstate || !m->wrow || !m->scratch || gr_pda_init(&m->pda, g) != IG_OK) {
         grammar_matcher_free(m);
         return nomem();
     }
@@ -504,7 +488,7 @@ void grammar_matcher_free(struct grammar_matcher *m)
     gr_pda_free(&m->pda);
     free(m->chain), free(m->exact_of), free(m->cut_of), free(m->roots_off);
     pool_free(&m->masks), pool_free(&m->cuts);
-    free(m->roots), free(m->wstate), free(m->wrow), free(m->wplain), free(m->scratch), free(m->ranges), free(m->len_ranges);
+    free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch), free(m->ranges), free(m->len_ranges);
     free(m);
 }
 

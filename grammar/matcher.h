@@ -56,7 +56,6 @@ struct grammar_matcher {
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;
-    uint8_t *wplain;        /* the prefix so far is JSON string content in ASCII */
     uint64_t *scratch;      /* [n_words] */
 };
 

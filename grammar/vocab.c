@@ -261,14 +261,29 @@ static int plain_chars(const uint8_t *p, int64_t n)
     return chars;
 }
 
-/* gv->plain_upto and gv->max_plain_chars. */
+/* gv->plain_upto, gv->max_plain_chars and gv->plain_sub. */
 static int plain_masks(struct grammar_vocab *gv)
 {
     int64_t n_words = (gv->n_tokens + 63) / 64;
     gv->plain_upto = calloc((size_t)(GV_PLAIN_K + 1) * (size_t)(n_words ? n_words : 1),
                             sizeof *gv->plain_upto);
-    if (!gv->plain_upto)
+    gv->plain_sub = malloc((size_t)gv->n_nodes + 1);
+    if (!gv->plain_upto || !gv->plain_sub)
         return nomem();
+    /* trie order: a node's own tokens are content, then its children's
+     * subtrees (after it) are: backwards */
+    const struct gv_node *nd = gv->nodes;
+    for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
+        uint8_t all = 1;
+        for (int32_t k = nd[i].tok_begin; k < nd[i + 1].tok_begin && all; k++) {
+            int32_t id = gv->order[k];
+            all = plain_chars(gv->pieces + gv->piece_off[id], gv->piece_off[id + 1] - gv->piece_off[id]) >= 0;
+        }
+        for (int32_t c = i + 1; c < nd[i].next && all; c = nd[c].next)
+            all = gv->plain_sub[c];
+        gv->plain_sub[i] = all;
+    }
+    gv->plain_sub[0] = 0; /* the root: the walk starts below it */
     for (int64_t id = 0; id < gv->n_tokens; id++) {
         if (!gv->in_trie[id])
             continue;
@@ -406,6 +421,7 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     free(gv->by_chars);
     free(gv->chars_upto);
     free(gv->plain_upto);
+    free(gv->plain_sub);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
