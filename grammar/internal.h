@@ -208,6 +208,11 @@ struct grammar_vocab {
     uint64_t *plain_upto;
     int32_t max_plain_chars;
     uint8_t *plain_sub;    /* [n_nodes] 1: every token of node i's subtree, i's own included, is content */
+    /* The other nodes (the root's children on), in trie order: a walk
+     * inside a string visits only these; impure_next[q]: the first entry
+     * past impure[q]'s subtree. */
+    int32_t *impure, *impure_next;
+    int32_t n_impure;
     int32_t n_order;
     int32_t max_depth;
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */

@@ -299,13 +299,13 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         for (int64_t w = 0; w < m->n_words; w++)
             bits[w] |= row[w];
     }
-    for (int32_t i = top + 1, end = nd[top].next; i < end;) {
+    /* a plain walk goes over the nodes that are not all content alone
+     * (gv->impure); a node of thousands of children (' ') has a few such */
+    const int32_t *list = plain >= 0 ? gv->impure : NULL;
+    for (int32_t q = list ? 0 : top + 1, end = list ? gv->n_impure : nd[top].next; q < end;) {
+        int32_t i = list ? list[q] : q, past = list ? gv->impure_next[q] : nd[i].next;
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
-        if (plain >= 0 && gv->plain_sub[i]) { /* decided by plain_upto */
-            i = nd[i].next;
-            continue;
-        }
         if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
             int32_t limit;
             enum gr_skip how = gr_skip_whole(m, i, m->wstate[d - 1], &limit, &err);
@@ -314,7 +314,7 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
             if (how != GR_SKIP_NO) {
                 if ((how == GR_SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
                     return IG_E_NOMEM;
-                i = nd[i].next;
+                q = past;
                 continue;
             }
         }
@@ -329,19 +329,19 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         if (t == GR_DEAD) {
             if (push_range(m, i, false) != IG_OK)
                 return IG_E_NOMEM;
-            i = nd[i].next;
+            q = past;
             continue;
         }
         if (cut_mode && gr_pda_has_bottom(p, t)) { /* not decided here: denied for now */
             if (push_root(m, i) != IG_OK || push_range(m, i, false) != IG_OK)
                 return IG_E_NOMEM;
-            i = nd[i].next;
+            q = past;
             continue;
         }
         m->wstate[d] = t;
         m->wrow[d] = p->row[t];
         mark_node(gv, i, bits);
-        i++;
+        q++;
     }
     /* skipped content subtrees are in no range: only a plain walk is whole */
     finish_walk(m, bits, top == 0 && plain < 0);
@@ -562,9 +562,15 @@ int64_t grammar_matcher_mask(struct grammar_matcher *m, float *logits)
             w = e;
             continue;
         }
-        allowed += popcount64(x);
-        if (x != ~0ull)
+        int64_t k = popcount64(x);
+        allowed += k;
+        if (k >= 56) { /* a few denied: write just those */
+            float *l = logits + w * 64;
+            for (uint64_t y = ~x; y; y &= y - 1)
+                l[__builtin_ctzll(y)] = -INFINITY;
+        } else {
             apply_word(logits + w * 64, x);
+        }
         w++;
     }
     if (full < m->n_words) { /* the last, partial word */

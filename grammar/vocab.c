@@ -284,6 +284,24 @@ static int plain_masks(struct grammar_vocab *gv)
         gv->plain_sub[i] = all;
     }
     gv->plain_sub[0] = 0; /* the root: the walk starts below it */
+    gv->impure = malloc((size_t)gv->n_nodes * sizeof *gv->impure);
+    gv->impure_next = malloc((size_t)gv->n_nodes * sizeof *gv->impure_next);
+    if (!gv->impure || !gv->impure_next)
+        return nomem();
+    for (int32_t i = 1; i < gv->n_nodes; i++)
+        if (!gv->plain_sub[i])
+            gv->impure[gv->n_impure++] = i;
+    for (int32_t q = 0; q < gv->n_impure; q++) { /* a binary search past the subtree */
+        int32_t end = nd[gv->impure[q]].next, lo = q + 1, hi = gv->n_impure;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (gv->impure[mid] < end)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        gv->impure_next[q] = lo;
+    }
     for (int64_t id = 0; id < gv->n_tokens; id++) {
         if (!gv->in_trie[id])
             continue;
@@ -422,6 +440,8 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     free(gv->chars_upto);
     free(gv->plain_upto);
     free(gv->plain_sub);
+    free(gv->impure);
+    free(gv->impure_next);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);
