@@ -324,10 +324,13 @@ static int32_t step_picked(struct gr_pda *p, int32_t s, uint64_t adv)
     return n < 0 ? -1 : state_of(p, p->out, n);
 }
 
-/* Fills state s's whole row at once: byte classes that advance the same
- * stacks share one expansion (inside a JSON string every ordinary
- * character does), so a new state costs a few expansions, not one per
- * class. States of more than 64 stacks go class by class. */
+/* Fills the entries of state s's row that class c shares its stacks with:
+ * byte classes that advance the same stacks share one expansion (inside a
+ * JSON string every ordinary character does). The other classes wait until
+ * they are asked for: a string's state is stepped by its ASCII characters
+ * for its run (runs.c), and each class of lead bytes beyond ASCII would
+ * make a state of its own. States of more than 64 stacks go class by
+ * class. */
 int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
 {
     if (gr_pda_ensure_row(p, s) != IG_OK)
@@ -340,28 +343,27 @@ int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
             p->trans[p->row[s] + c] = t;
         return t;
     }
-    uint64_t sig[256];
+    const struct gr_byteset *top[64];
+    for (int32_t i = 0; i < n; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        top[i] = f > GR_BOTTOM ? &g->sets[GR_VALUE(g->elems[p->pos[f]])] : NULL;
+    }
+    uint64_t sig[256] = {0};
     for (int k = 0; k < g->n_classes; k++) {
         unsigned b = g->class_byte[k];
         uint64_t m = 0;
-        for (int32_t i = 0; i < n; i++) {
-            int32_t f = p->pool[p->off[s] + i];
-            if (f > GR_BOTTOM && gr_byteset_has(&g->sets[GR_VALUE(g->elems[p->pos[f]])], b))
+        for (int32_t i = 0; i < n; i++)
+            if (top[i] && gr_byteset_has(top[i], b))
                 m |= 1ull << i;
-        }
         sig[k] = m;
     }
-    for (int k = 0; k < g->n_classes; k++) {
-        if (p->trans[p->row[s] + k] != GR_UNKNOWN)
-            continue;
-        int32_t t = sig[k] ? step_picked(p, s, sig[k]) : GR_DEAD;
-        if (t < 0)
-            return -1;
-        for (int j = k; j < g->n_classes; j++) /* every class with the same stacks */
-            if (sig[j] == sig[k])
-                p->trans[p->row[s] + j] = t;
-    }
-    return p->trans[p->row[s] + c];
+    int32_t t = sig[c] ? step_picked(p, s, sig[c]) : GR_DEAD;
+    if (t < 0)
+        return -1;
+    for (int j = 0; j < g->n_classes; j++) /* every class with the same stacks */
+        if (sig[j] == sig[c])
+            p->trans[p->row[s] + j] = t;
+    return t;
 }
 
 int32_t gr_pda_step_uncached(struct gr_pda *p, int32_t s, int c)
@@ -443,7 +445,7 @@ int32_t gr_pda_cut(struct gr_pda *p, int32_t s)
     return t;
 }
 
-int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s)
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s, int32_t *parent_out)
 {
     const struct grammar *g = p->g;
     int32_t n = 0, parent = -1;
@@ -464,7 +466,23 @@ int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s)
             return -1;
         p->out[n++] = t;
     }
+    *parent_out = parent;
     return n ? state_of(p, p->out, n) : GR_DEAD;
+}
+
+bool gr_pda_pops_to(const struct gr_pda *p, int32_t s, unsigned b, int32_t parent)
+{
+    const struct grammar *g = p->g;
+    bool any = false;
+    for (int32_t i = 0; i < p->len[s]; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM || !gr_byteset_has(&g->sets[GR_VALUE(g->elems[p->pos[f]])], b))
+            continue;
+        if (p->parent[f] != parent || !GR_ENDS_SEQ(g->elems[p->pos[f] + 1]))
+            return false;
+        any = true;
+    }
+    return any;
 }
 
 int32_t gr_pda_bottom_state(struct gr_pda *p)

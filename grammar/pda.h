@@ -105,7 +105,11 @@ int32_t gr_pda_cut(struct gr_pda *p, int32_t s);
  * same top-cut state, so what a character beyond ASCII does is worked out
  * once for all of them; runs.c). GR_DEAD when there is no such stack or
  * their parents differ; -1 when out of memory. */
-int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s);
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s, int32_t *parent);
+/* Whether byte b ends the top frame of every stack of s that reads it, and
+ * each returns to frame `parent` (and one does): then s goes after b where
+ * its top-cut goes after a whole character (runs.c). */
+bool gr_pda_pops_to(const struct gr_pda *p, int32_t s, unsigned b, int32_t parent);
 /* The state {GR_BOTTOM}: a top-cut state whose top frames all ended. -1
  * when out of memory. */
 int32_t gr_pda_bottom_state(struct gr_pda *p);

@@ -88,7 +88,8 @@ static bool all_nonascii_to(struct grammar_matcher *m, int32_t s, int32_t want, 
  * stepped from x. */
 static bool nonascii_to(struct grammar_matcher *m, int32_t x, int32_t want, int *err)
 {
-    int32_t top = gr_pda_top_cut(&m->pda, x);
+    int32_t parent = -1;
+    int32_t top = gr_pda_top_cut(&m->pda, x, &parent);
     int32_t bottom = top > GR_DEAD ? gr_pda_bottom_state(&m->pda) : top;
     if (top < 0 || bottom < 0) {
         *err = 1;
@@ -96,6 +97,13 @@ static bool nonascii_to(struct grammar_matcher *m, int32_t x, int32_t want, int 
     }
     if (top > GR_DEAD && all_nonascii_to(m, top, bottom, true, err)) {
         m->n_top_cut++;
+        /* a plain ASCII byte that ends its frames there, as the characters
+         * do, goes to `want` too: no state inside a character is made */
+        const struct chain *c = &m->chain[x];
+        unsigned b = c->plain[0] ? (unsigned)__builtin_ctzll(c->plain[0])
+                                 : 64 + (unsigned)__builtin_ctzll(c->plain[1]);
+        if (c->next == want && (c->plain[0] | c->plain[1]) && gr_pda_pops_to(&m->pda, x, b, parent))
+            return true;
         const uint8_t *cls = m->g->byte_class;
         int32_t t = gr_pda_step(&m->pda, x, cls[0xC2]);
         if (t > GR_DEAD)
