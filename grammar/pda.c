@@ -343,19 +343,15 @@ int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
             p->trans[p->row[s] + c] = t;
         return t;
     }
-    const struct gr_byteset *top[64];
+    uint64_t sig[256] = {0}; /* per class: the stacks that read it */
     for (int32_t i = 0; i < n; i++) {
         int32_t f = p->pool[p->off[s] + i];
-        top[i] = f > GR_BOTTOM ? &g->sets[GR_VALUE(g->elems[p->pos[f]])] : NULL;
-    }
-    uint64_t sig[256] = {0};
-    for (int k = 0; k < g->n_classes; k++) {
-        unsigned b = g->class_byte[k];
-        uint64_t m = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (top[i] && gr_byteset_has(top[i], b))
-                m |= 1ull << i;
-        sig[k] = m;
+        if (f <= GR_BOTTOM)
+            continue;
+        const uint64_t *cl = p->set_classes[GR_VALUE(g->elems[p->pos[f]])];
+        for (int w = 0; w < 4; w++)
+            for (uint64_t x = cl[w]; x; x &= x - 1)
+                sig[w * 64 + __builtin_ctzll(x)] |= 1ull << i;
     }
     int32_t t = sig[c] ? step_picked(p, s, sig[c]) : GR_DEAD;
     if (t < 0)
@@ -515,6 +511,17 @@ int gr_pda_init(struct gr_pda *p, const struct grammar *g)
         gr_pda_free(p);
         return IG_E_NOMEM;
     }
+    /* the classes of each byte set, so a step's signatures cost the sets'
+     * sizes in classes, not every class times every stack */
+    p->set_classes = calloc((size_t)(g->n_sets ? g->n_sets : 1), sizeof *p->set_classes);
+    if (!p->set_classes) {
+        gr_pda_free(p);
+        return nomem();
+    }
+    for (int32_t k = 0; k < g->n_sets; k++)
+        for (int c = 0; c < g->n_classes; c++)
+            if (gr_byteset_has(&g->sets[k], g->class_byte[c]))
+                p->set_classes[k][c >> 6] |= 1ull << (c & 63);
     p->pool_cap = 4096;
     if (!(p->pool = malloc((size_t)p->pool_cap * sizeof *p->pool))) {
         gr_pda_free(p);
@@ -528,7 +535,7 @@ void gr_pda_free(struct gr_pda *p)
 {
     free(p->pos), free(p->parent), free(p->depth), free(p->visited), free(p->frame_slots);
     free(p->off), free(p->len), free(p->row), free(p->cut), free(p->flags), free(p->pool), free(p->state_slots);
-    free(p->trans), free(p->work), free(p->out);
+    free(p->trans), free(p->work), free(p->out), free(p->set_classes);
     *p = (struct gr_pda){0};
 }
 

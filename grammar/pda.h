@@ -65,6 +65,7 @@ struct gr_pda {
     uint32_t state_mask;
     int32_t *trans;           /* rows of g->n_classes next states (GR_UNKNOWN until computed) */
     int64_t trans_len, trans_cap;
+    uint64_t (*set_classes)[4]; /* per byte set: the byte classes it holds, as bits */
     /* scratch for one step */
     int32_t *work, *out;
     int64_t work_cap, out_cap;
