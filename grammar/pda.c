@@ -324,6 +324,25 @@ static int32_t step_picked(struct gr_pda *p, int32_t s, uint64_t adv)
     return n < 0 ? -1 : state_of(p, p->out, n);
 }
 
+bool gr_pda_class_stacks(const struct gr_pda *p, int32_t s, uint64_t sig[256])
+{
+    const struct grammar *g = p->g;
+    int32_t n = p->len[s];
+    if (n > 64)
+        return false;
+    memset(sig, 0, (size_t)g->n_classes * sizeof *sig);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM)
+            continue;
+        const uint64_t *cl = p->set_classes[GR_VALUE(g->elems[p->pos[f]])];
+        for (int w = 0; w < 4; w++)
+            for (uint64_t x = cl[w]; x; x &= x - 1)
+                sig[w * 64 + __builtin_ctzll(x)] |= 1ull << i;
+    }
+    return true;
+}
+
 /* Fills the entries of state s's row that class c shares its stacks with:
  * byte classes that advance the same stacks share one expansion (inside a
  * JSON string every ordinary character does). The other classes wait until
@@ -343,16 +362,8 @@ int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
             p->trans[p->row[s] + c] = t;
         return t;
     }
-    uint64_t sig[256] = {0}; /* per class: the stacks that read it */
-    for (int32_t i = 0; i < n; i++) {
-        int32_t f = p->pool[p->off[s] + i];
-        if (f <= GR_BOTTOM)
-            continue;
-        const uint64_t *cl = p->set_classes[GR_VALUE(g->elems[p->pos[f]])];
-        for (int w = 0; w < 4; w++)
-            for (uint64_t x = cl[w]; x; x &= x - 1)
-                sig[w * 64 + __builtin_ctzll(x)] |= 1ull << i;
-    }
+    uint64_t sig[256];
+    gr_pda_class_stacks(p, s, sig);
     int32_t t = sig[c] ? step_picked(p, s, sig[c]) : GR_DEAD;
     if (t < 0)
         return -1;

@@ -128,6 +128,11 @@ static inline bool gr_pda_has_bottom(const struct gr_pda *p, int32_t s)
     return p->flags[s] & GR_F_BOTTOM;
 }
 
+/* sig[c]: the stacks of s (bit i: stack i) that read byte class c, for
+ * every class; classes with equal bits lead to the same state. false
+ * (nothing written) when s has more than 64 stacks. */
+bool gr_pda_class_stacks(const struct gr_pda *p, int32_t s, uint64_t sig[256]);
+
 /* Allocates state s's transition row (all GR_UNKNOWN) when it has none.
  * IG_OK or IG_E_NOMEM. */
 int gr_pda_ensure_row(struct gr_pda *p, int32_t s);

@@ -123,6 +123,46 @@ static int chain_base(struct grammar_matcher *m, int32_t x)
     if (m->chain[x].have_base)
         return IG_OK;
     const struct grammar *g = m->g;
+    uint64_t sig[256];
+    if (gr_pda_class_stacks(&m->pda, x, sig)) {
+        /* the ASCII bytes of the classes that advance the same stacks, the
+         * most of them (a tie goes to the first class): one step, not one
+         * per successor (a quote's would expand the string's context) */
+        int64_t w[256] = {0};
+        for (unsigned b = 0; b < 128; b++)
+            w[g->byte_class[b]]++;
+        int first[256], n_dist = 0; /* each distinct set of stacks: its first class */
+        int64_t dist_w[256];
+        for (int k = 0; k < g->n_classes; k++) {
+            if (!sig[k] || !w[k])
+                continue;
+            int j = 0;
+            while (j < n_dist && sig[first[j]] != sig[k])
+                j++;
+            if (j == n_dist)
+                first[n_dist] = k, dist_w[n_dist++] = 0;
+            dist_w[j] += w[k];
+        }
+        int best_k = -1;
+        int64_t best_w = 0;
+        for (int j = 0; j < n_dist; j++)
+            if (dist_w[j] > best_w)
+                best_k = first[j], best_w = dist_w[j];
+        int32_t best = best_k < 0 ? GR_DEAD : gr_pda_step(&m->pda, x, best_k);
+        if (best < 0 || gr_cover_states(m) != IG_OK)
+            return IG_E_NOMEM;
+        struct chain *c = &m->chain[x];
+        c->plain[0] = c->plain[1] = 0;
+        c->next = GR_DEAD;
+        if (best > GR_DEAD && !gr_pda_has_bottom(&m->pda, best)) {
+            for (unsigned b = 0; b < 128; b++)
+                if (sig[g->byte_class[b]] == sig[best_k])
+                    c->plain[b >> 6] |= 1ull << (b & 63);
+            c->next = best;
+        }
+        c->have_base = true;
+        return IG_OK;
+    }
     int32_t succ[256];
     int64_t weight[256] = {0};
     for (int k = 0; k < g->n_classes; k++)
