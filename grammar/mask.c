@@ -306,6 +306,20 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         int32_t i = list ? list[q] : q, past = list ? gv->impure_next[q] : nd[i].next;
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
+        if (m->wrow[d - 1] < 0) { /* the parent's first child: give it a row */
+            if (gr_pda_ensure_row(p, m->wstate[d - 1]) != IG_OK)
+                return IG_E_NOMEM;
+            m->wrow[d - 1] = p->row[m->wstate[d - 1]];
+        }
+        int32_t t = p->trans[m->wrow[d - 1] + c];
+        if (t == GR_UNKNOWN && (t = gr_pda_step_slow(p, m->wstate[d - 1], c)) < 0)
+            return IG_E_NOMEM;
+        if (t == GR_DEAD) { /* first: a dead byte needs no run of its parent state */
+            if (push_range(m, i, false) != IG_OK)
+                return IG_E_NOMEM;
+            q = past;
+            continue;
+        }
         if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
             int32_t limit;
             enum gr_skip how = gr_skip_whole(m, i, m->wstate[d - 1], &limit, &err);
@@ -317,20 +331,6 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
                 q = past;
                 continue;
             }
-        }
-        if (m->wrow[d - 1] < 0) { /* the parent's first child: give it a row */
-            if (gr_pda_ensure_row(p, m->wstate[d - 1]) != IG_OK)
-                return IG_E_NOMEM;
-            m->wrow[d - 1] = p->row[m->wstate[d - 1]];
-        }
-        int32_t t = p->trans[m->wrow[d - 1] + c];
-        if (t == GR_UNKNOWN && (t = gr_pda_step_slow(p, m->wstate[d - 1], c)) < 0)
-            return IG_E_NOMEM;
-        if (t == GR_DEAD) {
-            if (push_range(m, i, false) != IG_OK)
-                return IG_E_NOMEM;
-            q = past;
-            continue;
         }
         if (cut_mode && gr_pda_has_bottom(p, t)) { /* not decided here: denied for now */
             if (push_root(m, i) != IG_OK || push_range(m, i, false) != IG_OK)
