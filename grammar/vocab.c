@@ -261,51 +261,22 @@ static int plain_chars(const uint8_t *p, int64_t n)
     return chars;
 }
 
-/* gv->plain_upto, gv->max_plain_chars and gv->plain_sub. */
+/* gv->plain_upto, gv->max_plain_chars, gv->plain_sub and the impure list. */
 static int plain_masks(struct grammar_vocab *gv)
 {
     int64_t n_words = (gv->n_tokens + 63) / 64;
     gv->plain_upto = calloc((size_t)(GV_PLAIN_K + 1) * (size_t)(n_words ? n_words : 1),
                             sizeof *gv->plain_upto);
     gv->plain_sub = malloc((size_t)gv->n_nodes + 1);
-    if (!gv->plain_upto || !gv->plain_sub)
+    int16_t *pc = malloc((size_t)(gv->n_tokens ? gv->n_tokens : 1) * sizeof *pc);
+    if (!gv->plain_upto || !gv->plain_sub || !pc) {
+        free(pc);
         return nomem();
-    /* trie order: a node's own tokens are content, then its children's
-     * subtrees (after it) are: backwards */
-    const struct gv_node *nd = gv->nodes;
-    for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
-        uint8_t all = 1;
-        for (int32_t k = nd[i].tok_begin; k < nd[i + 1].tok_begin && all; k++) {
-            int32_t id = gv->order[k];
-            all = plain_chars(gv->pieces + gv->piece_off[id], gv->piece_off[id + 1] - gv->piece_off[id]) >= 0;
-        }
-        for (int32_t c = i + 1; c < nd[i].next && all; c = nd[c].next)
-            all = gv->plain_sub[c];
-        gv->plain_sub[i] = all;
     }
-    gv->plain_sub[0] = 0; /* the root: the walk starts below it */
-    gv->impure = malloc((size_t)gv->n_nodes * sizeof *gv->impure);
-    gv->impure_next = malloc((size_t)gv->n_nodes * sizeof *gv->impure_next);
-    if (!gv->impure || !gv->impure_next)
-        return nomem();
-    for (int32_t i = 1; i < gv->n_nodes; i++)
-        if (!gv->plain_sub[i])
-            gv->impure[gv->n_impure++] = i;
-    for (int32_t q = 0; q < gv->n_impure; q++) { /* a binary search past the subtree */
-        int32_t end = nd[gv->impure[q]].next, lo = q + 1, hi = gv->n_impure;
-        while (lo < hi) {
-            int32_t mid = lo + (hi - lo) / 2;
-            if (gv->impure[mid] < end)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        gv->impure_next[q] = lo;
-    }
-    for (int64_t id = 0; id < gv->n_tokens; id++) {
-        if (!gv->in_trie[id])
-            continue;
-        int c = plain_chars(gv->pieces + gv->piece_off[id], gv->piece_off[id + 1] - gv->piece_off[id]);
+    for (int64_t id = 0; id < gv->n_tokens; id++) { /* each token's content characters, or -1 */
+        int c = gv->in_trie[id] ? plain_chars(gv->pieces + gv->piece_off[id],
+                                              gv->piece_off[id + 1] - gv->piece_off[id]) : -1;
+        pc[id] = (int16_t)(c > 32767 ? 32767 : c);
         if (c < 0)
             continue;
         if (c > gv->max_plain_chars)
@@ -317,6 +288,39 @@ static int plain_masks(struct grammar_vocab *gv)
         uint64_t *row = gv->plain_upto + (size_t)k * (size_t)n_words;
         for (int64_t w = 0; w < n_words; w++)
             row[w] |= row[w - n_words];
+    }
+    /* trie order: a node's own tokens are content, then its children's
+     * subtrees (after it) are: backwards */
+    const struct gv_node *nd = gv->nodes;
+    for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
+        uint8_t all = 1;
+        for (int32_t k = nd[i].tok_begin; k < nd[i + 1].tok_begin && all; k++)
+            all = pc[gv->order[k]] >= 0;
+        for (int32_t c = i + 1; c < nd[i].next && all; c = nd[c].next)
+            all = gv->plain_sub[c];
+        gv->plain_sub[i] = all;
+    }
+    free(pc);
+    gv->plain_sub[0] = 0; /* the root: the walk starts below it */
+    for (int32_t i = 1; i < gv->n_nodes; i++)
+        gv->n_impure += !gv->plain_sub[i];
+    gv->impure = malloc((size_t)(gv->n_impure ? gv->n_impure : 1) * sizeof *gv->impure);
+    gv->impure_next = malloc((size_t)(gv->n_impure ? gv->n_impure : 1) * sizeof *gv->impure_next);
+    if (!gv->impure || !gv->impure_next)
+        return nomem();
+    for (int32_t i = 1, q = 0; i < gv->n_nodes; i++)
+        if (!gv->plain_sub[i])
+            gv->impure[q++] = i;
+    for (int32_t q = 0; q < gv->n_impure; q++) { /* a binary search past the subtree */
+        int32_t end = nd[gv->impure[q]].next, lo = q + 1, hi = gv->n_impure;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (gv->impure[mid] < end)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        gv->impure_next[q] = lo;
     }
     return IG_OK;
 }
