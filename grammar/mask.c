@@ -13,7 +13,10 @@
  * mask is the whole vocabulary minus a few hundred tokens with a quote in
  * them, computed once per run for every string property. Subtrees whose
  * tokens a state reads as a run of "plain" characters are decided without
- * walking them (runs.c). The masks' bits: whichever of the allowed and the
+ * walking them (runs.c); inside a JSON string (k characters before its
+ * maxLength, or unbounded) the tokens that are string content come from the
+ * vocabulary's mask for k at once, and only the other trie nodes are
+ * walked. The masks' bits: whichever of the allowed and the
  * denied side is smaller is written.
  *
  * When the tables outgrow GR_MATCHER_BUDGET they are dropped and rebuilt

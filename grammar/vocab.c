@@ -5,7 +5,9 @@
  * and tokens that print nothing are not text: never allowed (the
  * end-of-generation ids are kept apart for the end of the grammar). The
  * tokens SentencePiece's space prefix changes when they come first are
- * listed with their first-token text.
+ * listed with their first-token text. The tokens that are JSON string
+ * content are kept as masks by character count, with the trie nodes that
+ * are not all content listed apart (mask.c's walks inside strings).
  * Covered by tests/grammar/test_mask.c. */
 #include "grammar/internal.h"
 
