@@ -179,6 +179,13 @@ struct gv_below {
 
 #define GV_MAX_CHARS 128 /* chars_upto's reach; longer tokens are counted in the last entry */
 
+/* A JSON string's content characters: every code point but '"', '\\', the
+ * controls U+0000-U+001F and U+007F (schema.c's string rule, llama.cpp's
+ * json.gbnf). The ASCII ones as bits, words 0 and 1 of a gv_below.ascii. */
+#define GV_JSON_PLAIN0 (~0ull << 0x20 & ~(1ull << '"'))
+#define GV_JSON_PLAIN1 (~(1ull << ('\\' - 64)) & ~(1ull << (0x7F - 64)))
+#define GV_PLAIN_K 64 /* plain_upto's reach */
+
 struct grammar_vocab {
     int64_t n_tokens;      /* the vocabulary's size: the masks' length */
     struct gv_below *incl; /* [n_nodes] */
@@ -192,6 +199,20 @@ struct grammar_vocab {
      * string near its maxLength takes the short ones without a scan. */
     int32_t *by_chars;
     int32_t (*chars_upto)[GV_MAX_CHARS];
+    /* The tokens whose text is JSON string content (valid UTF-8, a final
+     * partial character allowed; no '"', '\\' or control): plain_upto[k],
+     * n_words each, those of at most k characters (k < GV_PLAIN_K), and
+     * plain_upto[GV_PLAIN_K] all of them; max_plain_chars: the most
+     * characters such a token has. A string with k characters left before
+     * its maxLength allows exactly plain_upto[k] of them (mask.c). */
+    uint64_t *plain_upto;
+    int32_t max_plain_chars;
+    uint8_t *plain_sub;    /* [n_nodes] 1: every token of node i's subtree, i's own included, is content */
+    /* The other nodes (the root's children on), in trie order: a walk
+     * inside a string visits only these; impure_next[q]: the first entry
+     * past impure[q]'s subtree. */
+    int32_t *impure, *impure_next;
+    int32_t n_impure;
     int32_t n_order;
     int32_t max_depth;
     int64_t *piece_off;    /* [n_tokens + 1] each token's text in pieces */

@@ -13,7 +13,10 @@
  * mask is the whole vocabulary minus a few hundred tokens with a quote in
  * them, computed once per run for every string property. Subtrees whose
  * tokens a state reads as a run of "plain" characters are decided without
- * walking them (runs.c). The masks' bits: whichever of the allowed and the
+ * walking them (runs.c); inside a JSON string (k characters before its
+ * maxLength, or unbounded) the tokens that are string content come from the
+ * vocabulary's mask for k at once, and only the other trie nodes are
+ * walked. The masks' bits: whichever of the allowed and the
  * denied side is smaller is written.
  *
  * When the tables outgrow GR_MATCHER_BUDGET they are dropped and rebuilt
@@ -70,26 +73,43 @@ int gr_cover_states(struct grammar_matcher *m)
     return IG_OK;
 }
 
-/* A zeroed mask in *pool (count *n, capacity *cap masks); returns its index
- * or -1. */
-static int32_t new_mask(uint64_t **pool, int32_t *n, int32_t *cap, int64_t n_words)
+static inline uint64_t *pool_at(const struct gr_mask_pool *p, int32_t i, int64_t n_words)
 {
-    if (*n == *cap) {
-        int32_t c = *cap ? 2 * *cap : 16;
-        uint64_t *p = realloc(*pool, (size_t)c * (size_t)n_words * sizeof *p);
-        if (!p)
+    return p->blocks[i / GR_POOL_BLOCK] + (size_t)(i % GR_POOL_BLOCK) * (size_t)n_words;
+}
+
+/* A zeroed mask in pool p; returns its index or -1. */
+static int32_t pool_new(struct gr_mask_pool *p, int64_t n_words)
+{
+    if (p->n == p->n_blocks * GR_POOL_BLOCK) {
+        if (p->n_blocks == p->cap_blocks) {
+            int32_t c = p->cap_blocks ? 2 * p->cap_blocks : 16;
+            uint64_t **b = realloc(p->blocks, (size_t)c * sizeof *b);
+            if (!b)
+                return -1;
+            p->blocks = b;
+            p->cap_blocks = c;
+        }
+        p->blocks[p->n_blocks] = malloc((size_t)GR_POOL_BLOCK * (size_t)n_words * sizeof **p->blocks);
+        if (!p->blocks[p->n_blocks])
             return -1;
-        *pool = p;
-        *cap = c;
+        p->n_blocks++;
     }
-    memset(*pool + (size_t)*n * (size_t)n_words, 0, (size_t)n_words * sizeof **pool);
-    return (*n)++;
+    memset(pool_at(p, p->n, n_words), 0, (size_t)n_words * sizeof **p->blocks);
+    return p->n++;
+}
+
+static void pool_free(struct gr_mask_pool *p)
+{
+    for (int32_t i = 0; i < p->n_blocks; i++)
+        free(p->blocks[i]);
+    free(p->blocks);
 }
 
 static size_t matcher_bytes(const struct grammar_matcher *m)
 {
     return gr_pda_bytes(&m->pda) +
-           ((size_t)m->cap_masks + (size_t)m->cap_cuts) * (size_t)m->n_words * 8 +
+           ((size_t)m->masks.n_blocks + (size_t)m->cuts.n_blocks) * GR_POOL_BLOCK * (size_t)m->n_words * 8 +
            (size_t)m->cap_roots * 4 + (size_t)m->n_of * (8 + sizeof(struct chain));
 }
 
@@ -108,7 +128,7 @@ static int keep_in_budget(struct grammar_matcher *m)
     }
     for (int32_t i = 0; i < m->n_of; i++)
         m->chain[i] = (struct chain){.run = {-1, -1}, .nonascii = -1, .end_dead = {-1, -1}};
-    m->n_masks = m->n_cuts = 0;
+    m->masks.n = m->cuts.n = 0; /* the blocks are kept for reuse */
     m->n_roots = 0;
     return IG_OK;
 }
@@ -257,7 +277,12 @@ static void finish_walk(struct grammar_matcher *m, uint64_t *bits, bool whole)
 
 /* Sets in bits every token below trie node `top` (not top's own) whose
  * bytes after top's prefix keep state s alive. cut_mode: a node whose state
- * reaches GR_BOTTOM is pushed to the roots list instead of walked. */
+ * reaches GR_BOTTOM is pushed to the roots list instead of walked.
+ * From the root, a state that reads JSON string content (gr_plain_limit:
+ * inside a string, k characters before its maxLength) takes its content
+ * tokens from gv->plain_upto at once, and the walk skips every subtree of
+ * content tokens only (gv->plain_sub): it visits the tokens with a quote, a
+ * backslash or a control character, and their prefixes. */
 static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bits, bool cut_mode)
 {
     const struct grammar_vocab *gv = m->gv;
@@ -267,22 +292,23 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
     int d0 = nd[top].depth;
     m->wstate[d0] = s;
     m->wrow[d0] = p->row[s];
-    for (int32_t i = top + 1, end = nd[top].next; i < end;) {
+    int err = 0;
+    int32_t plain = top == 0 ? gr_plain_limit(m, s, &err) : -1;
+    if (err)
+        return IG_E_NOMEM;
+    if (plain >= 0) {
+        m->n_plain_walks++;
+        const uint64_t *row = gv->plain_upto + (size_t)plain * (size_t)m->n_words;
+        for (int64_t w = 0; w < m->n_words; w++)
+            bits[w] |= row[w];
+    }
+    /* a plain walk goes over the nodes that are not all content alone
+     * (gv->impure); a node of thousands of children (' ') has a few such */
+    const int32_t *list = plain >= 0 ? gv->impure : NULL;
+    for (int32_t q = list ? 0 : top + 1, end = list ? gv->n_impure : nd[top].next; q < end;) {
+        int32_t i = list ? list[q] : q, past = list ? gv->impure_next[q] : nd[i].next;
         int d = nd[i].depth;
         int c = cls[nd[i].byte];
-        if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
-            int err = 0;
-            int32_t limit;
-            enum gr_skip how = gr_skip_whole(m, i, m->wstate[d - 1], &limit, &err);
-            if (err)
-                return IG_E_NOMEM;
-            if (how != GR_SKIP_NO) {
-                if ((how == GR_SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
-                    return IG_E_NOMEM;
-                i = nd[i].next;
-                continue;
-            }
-        }
         if (m->wrow[d - 1] < 0) { /* the parent's first child: give it a row */
             if (gr_pda_ensure_row(p, m->wstate[d - 1]) != IG_OK)
                 return IG_E_NOMEM;
@@ -291,24 +317,37 @@ static int walk(struct grammar_matcher *m, int32_t top, int32_t s, uint64_t *bit
         int32_t t = p->trans[m->wrow[d - 1] + c];
         if (t == GR_UNKNOWN && (t = gr_pda_step_slow(p, m->wstate[d - 1], c)) < 0)
             return IG_E_NOMEM;
-        if (t == GR_DEAD) {
+        if (t == GR_DEAD) { /* first: a dead byte needs no run of its parent state */
             if (push_range(m, i, false) != IG_OK)
                 return IG_E_NOMEM;
-            i = nd[i].next;
+            q = past;
             continue;
+        }
+        if (nd[i].next > i + 1) { /* a subtree: maybe decided whole */
+            int32_t limit;
+            enum gr_skip how = gr_skip_whole(m, i, m->wstate[d - 1], &limit, &err);
+            if (err)
+                return IG_E_NOMEM;
+            if (how != GR_SKIP_NO) {
+                if ((how == GR_SKIP_ALL ? push_range(m, i, true) : push_len_range(m, i, limit)) != IG_OK)
+                    return IG_E_NOMEM;
+                q = past;
+                continue;
+            }
         }
         if (cut_mode && gr_pda_has_bottom(p, t)) { /* not decided here: denied for now */
             if (push_root(m, i) != IG_OK || push_range(m, i, false) != IG_OK)
                 return IG_E_NOMEM;
-            i = nd[i].next;
+            q = past;
             continue;
         }
         m->wstate[d] = t;
         m->wrow[d] = p->row[t];
         mark_node(gv, i, bits);
-        i++;
+        q++;
     }
-    finish_walk(m, bits, top == 0);
+    /* skipped content subtrees are in no range: only a plain walk is whole */
+    finish_walk(m, bits, top == 0 && plain < 0);
     return IG_OK;
 }
 
@@ -326,26 +365,22 @@ static int32_t cut_mask(struct grammar_matcher *m, int32_t t)
 {
     if (m->cut_of[t] >= 0)
         return m->cut_of[t];
-    if (m->n_cuts + 1 >= m->cap_cuts) {
-        int32_t c = m->cap_cuts ? 2 * m->cap_cuts : 16;
+    if (m->cuts.n + 1 >= m->cap_roots_off) {
+        int32_t c = m->cap_roots_off ? 2 * m->cap_roots_off : 16;
         int64_t *o = realloc(m->roots_off, ((size_t)c + 1) * sizeof *o);
         if (!o)
             return nomem(), -1;
         m->roots_off = o;
-        uint64_t *b = realloc(m->cut_bits, (size_t)c * (size_t)m->n_words * sizeof *b);
-        if (!b)
-            return nomem(), -1;
-        m->cut_bits = b;
-        m->cap_cuts = c;
+        m->cap_roots_off = c;
     }
-    int32_t k = m->n_cuts;
-    uint64_t *bits = m->cut_bits + (size_t)k * (size_t)m->n_words;
-    memset(bits, 0, (size_t)m->n_words * sizeof *bits);
+    int32_t k = pool_new(&m->cuts, m->n_words);
+    if (k < 0)
+        return nomem(), -1;
+    uint64_t *bits = pool_at(&m->cuts, k, m->n_words);
     m->roots_off[k] = m->n_roots;
     if (walk(m, 0, t, bits, true) != IG_OK)
         return -1;
     m->roots_off[k + 1] = m->n_roots;
-    m->n_cuts++;
     if (gr_cover_states(m) != IG_OK)
         return -1;
     m->cut_of[t] = k;
@@ -359,7 +394,7 @@ static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
     if (gr_cover_states(m) != IG_OK)
         return NULL;
     if (m->exact_of[s] >= 0)
-        return m->masks + (size_t)m->exact_of[s] * (size_t)m->n_words;
+        return pool_at(&m->masks, m->exact_of[s], m->n_words);
     const struct grammar_vocab *gv = m->gv;
     int32_t t = gr_pda_cut(&m->pda, s);
     if (t < 0)
@@ -367,15 +402,15 @@ static const uint64_t *exact_mask(struct grammar_matcher *m, int32_t s)
     int32_t k = t == s ? -1 : cut_mask(m, t);
     if (t != s && k < 0)
         return NULL;
-    int32_t idx = new_mask(&m->masks, &m->n_masks, &m->cap_masks, m->n_words);
+    int32_t idx = pool_new(&m->masks, m->n_words);
     if (idx < 0)
         return nomem(), NULL;
-    uint64_t *bits = m->masks + (size_t)idx * (size_t)m->n_words;
+    uint64_t *bits = pool_at(&m->masks, idx, m->n_words);
     if (t == s) {
         if (walk(m, 0, s, bits, false) != IG_OK)
             return NULL;
     } else {
-        memcpy(bits, m->cut_bits + (size_t)k * (size_t)m->n_words, (size_t)m->n_words * 8);
+        memcpy(bits, pool_at(&m->cuts, k, m->n_words), (size_t)m->n_words * 8);
         for (int64_t r = m->roots_off[k]; r < m->roots_off[k + 1]; r++) {
             int32_t u = m->roots[r];
             int32_t tok = gv->order[gv->nodes[u].tok_begin];
@@ -454,7 +489,8 @@ void grammar_matcher_free(struct grammar_matcher *m)
     if (!m)
         return;
     gr_pda_free(&m->pda);
-    free(m->chain), free(m->exact_of), free(m->cut_of), free(m->masks), free(m->cut_bits), free(m->roots_off);
+    free(m->chain), free(m->exact_of), free(m->cut_of), free(m->roots_off);
+    pool_free(&m->masks), pool_free(&m->cuts);
     free(m->roots), free(m->wstate), free(m->wrow), free(m->scratch), free(m->ranges), free(m->len_ranges);
     free(m);
 }
@@ -470,6 +506,40 @@ static const uint64_t *current_mask(struct grammar_matcher *m)
     return bits;
 }
 
+/* keep8[b][j]: all ones when bit j of byte b is set (the token stays), else
+ * zero; a word of the mask is applied 8 logits at a time without a branch
+ * per bit (the compiler makes vector code of the inner loop). */
+#define K1(b, j) (((b) >> (j) & 1) ? 0xFFFFFFFFu : 0u)
+#define K8(b) {K1(b, 0), K1(b, 1), K1(b, 2), K1(b, 3), K1(b, 4), K1(b, 5), K1(b, 6), K1(b, 7)}
+#define K4(b) K8(b), K8((b) + 1), K8((b) + 2), K8((b) + 3)
+#define K16(b) K4(b), K4((b) + 4), K4((b) + 8), K4((b) + 12)
+#define K64(b) K16(b), K16((b) + 16), K16((b) + 32), K16((b) + 48)
+static const uint32_t keep8[256][8] = {K64(0), K64(64), K64(128), K64(192)};
+
+#define NEG_INF_BITS 0xFF800000u /* -INFINITY as a float's bits */
+
+/* Bits set in x (without -mpopcnt, __builtin_popcountll is a libgcc call). */
+static inline int64_t popcount64(uint64_t x)
+{
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (int64_t)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* Writes -inf over the 64 logits at l whose bit in x is clear. */
+static void apply_word(float *l, uint64_t x)
+{
+    uint32_t v[64];
+    memcpy(v, l, sizeof v);
+    for (int k = 0; k < 8; k++) {
+        const uint32_t *keep = keep8[(x >> (8 * k)) & 255];
+        for (int j = 0; j < 8; j++)
+            v[8 * k + j] = (v[8 * k + j] & keep[j]) | (~keep[j] & NEG_INF_BITS);
+    }
+    memcpy(l, v, sizeof v);
+}
+
 int64_t grammar_matcher_mask(struct grammar_matcher *m, float *logits)
 {
     int64_t n = m->gv->n_tokens;
@@ -480,24 +550,38 @@ int64_t grammar_matcher_mask(struct grammar_matcher *m, float *logits)
         m->last_allowed = 0;
         return -1;
     }
-    int64_t allowed = 0;
-    for (int64_t w = 0; w < m->n_words; w++) {
+    int64_t allowed = 0, full = n / 64;
+    for (int64_t w = 0; w < full;) {
         uint64_t x = bits[w];
-        int64_t base = w * 64, lim = n - base < 64 ? n - base : 64;
-        if (lim < 64)
-            x &= (1ull << lim) - 1;
-        allowed += __builtin_popcountll(x);
-        if (x == ~0ull)
-            continue;
-        float *l = logits + base;
-        if (x == 0) {
-            for (int64_t j = 0; j < lim; j++)
-                l[j] = -INFINITY;
+        if (x == 0) { /* a run of denied words */
+            int64_t e = w + 1;
+            while (e < full && bits[e] == 0)
+                e++;
+            for (int64_t v = w; v < e; v++) { /* 64 at a time: vector stores at -O2 */
+                float *l = logits + v * 64;
+                for (int j = 0; j < 64; j++)
+                    l[j] = -INFINITY;
+            }
+            w = e;
             continue;
         }
-        for (int64_t j = 0; j < lim; j++)
+        int64_t k = popcount64(x);
+        allowed += k;
+        if (k >= 56) { /* a few denied: write just those */
+            float *l = logits + w * 64;
+            for (uint64_t y = ~x; y; y &= y - 1)
+                l[__builtin_ctzll(y)] = -INFINITY;
+        } else {
+            apply_word(logits + w * 64, x);
+        }
+        w++;
+    }
+    if (full < m->n_words) { /* the last, partial word */
+        uint64_t x = bits[full] & ((1ull << (n - full * 64)) - 1);
+        allowed += popcount64(x);
+        for (int64_t j = 0; j < n - full * 64; j++)
             if (!(x >> j & 1))
-                l[j] = -INFINITY;
+                logits[full * 64 + j] = -INFINITY;
     }
     m->last_allowed = allowed;
     return allowed;

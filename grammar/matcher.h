@@ -12,6 +12,15 @@
 
 struct chain;
 
+/* Masks of n_words each in blocks of GR_POOL_BLOCK that never move: a new
+ * mask costs its own bytes, never a copy of the others (a realloc that
+ * doubled a pool of masks was a 0.1 ms stall on a first mask). */
+#define GR_POOL_BLOCK 16
+struct gr_mask_pool {
+    uint64_t **blocks;
+    int32_t n, n_blocks, cap_blocks;
+};
+
 /* One sequence: its state in the automaton, and the tables its masks come
  * from (per state id, grown by gr_cover_states). */
 struct grammar_matcher {
@@ -27,11 +36,10 @@ struct grammar_matcher {
     /* per state id: its mask in masks[], and (cut states) its cut mask */
     int32_t *exact_of, *cut_of;
     int32_t n_of;
-    uint64_t *masks;        /* exact masks, n_words each */
-    int32_t n_masks, cap_masks;
-    uint64_t *cut_bits;     /* cut masks, n_words each */
-    int64_t *roots_off;     /* [n_cuts + 1] cut mask k's trie nodes: roots[roots_off[k]..roots_off[k+1]) */
-    int32_t n_cuts, cap_cuts;
+    struct gr_mask_pool masks; /* exact masks */
+    struct gr_mask_pool cuts;  /* cut masks */
+    int64_t *roots_off;     /* [cuts.n + 1] cut mask k's trie nodes: roots[roots_off[k]..roots_off[k+1]) */
+    int32_t cap_roots_off;
     int32_t *roots;
     int64_t n_roots, cap_roots;
     /* per state id: how it reads plain characters (runs.c) */
@@ -41,6 +49,10 @@ struct grammar_matcher {
     int64_t n_allowed_r, n_denied_r, cap_ranges; /* allowed from the front, denied from the back */
     int32_t *len_ranges;    /* triples: [begin, end) of trie order, and the most characters allowed */
     int64_t n_len_r, cap_len_r;
+    /* how often the shortcuts ran, for tests: walks that took JSON string
+     * content from gv->plain_upto, and characters beyond ASCII decided on a
+     * top-cut state */
+    int64_t n_plain_walks, n_top_cut;
     /* walk scratch, one entry per depth */
     int32_t *wstate;
     int64_t *wrow;
@@ -81,5 +93,13 @@ enum gr_skip { GR_SKIP_NO, GR_SKIP_ALL, GR_SKIP_BY_LENGTH };
  * (runs.c). */
 enum gr_skip gr_skip_whole(struct grammar_matcher *m, int32_t i, int32_t s, int32_t *limit,
                            int *err);
+
+/* When state s reads JSON string content (its plain characters are
+ * exactly those of GV_JSON_PLAIN0/1 and every character beyond ASCII) for a
+ * run of k characters, after which none of them is read: the row of
+ * gv->plain_upto that is exactly the content tokens s allows (k, or
+ * GV_PLAIN_K when the run is longer than any such token). -1 otherwise, or
+ * with *err set on out of memory (runs.c). */
+int32_t gr_plain_limit(struct grammar_matcher *m, int32_t s, int *err);
 
 #endif

@@ -324,10 +324,32 @@ static int32_t step_picked(struct gr_pda *p, int32_t s, uint64_t adv)
     return n < 0 ? -1 : state_of(p, p->out, n);
 }
 
-/* Fills state s's whole row at once: byte classes that advance the same
- * stacks share one expansion (inside a JSON string every ordinary
- * character does), so a new state costs a few expansions, not one per
- * class. States of more than 64 stacks go class by class. */
+bool gr_pda_class_stacks(const struct gr_pda *p, int32_t s, uint64_t sig[256])
+{
+    const struct grammar *g = p->g;
+    int32_t n = p->len[s];
+    if (n > 64)
+        return false;
+    memset(sig, 0, (size_t)g->n_classes * sizeof *sig);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM)
+            continue;
+        const uint64_t *cl = p->set_classes[GR_VALUE(g->elems[p->pos[f]])];
+        for (int w = 0; w < 4; w++)
+            for (uint64_t x = cl[w]; x; x &= x - 1)
+                sig[w * 64 + __builtin_ctzll(x)] |= 1ull << i;
+    }
+    return true;
+}
+
+/* Fills the entries of state s's row that class c shares its stacks with:
+ * byte classes that advance the same stacks share one expansion (inside a
+ * JSON string every ordinary character does). The other classes wait until
+ * they are asked for: a string's state is stepped by its ASCII characters
+ * for its run (runs.c), and each class of lead bytes beyond ASCII would
+ * make a state of its own. States of more than 64 stacks go class by
+ * class. */
 int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
 {
     if (gr_pda_ensure_row(p, s) != IG_OK)
@@ -341,27 +363,14 @@ int32_t gr_pda_step_slow(struct gr_pda *p, int32_t s, int c)
         return t;
     }
     uint64_t sig[256];
-    for (int k = 0; k < g->n_classes; k++) {
-        unsigned b = g->class_byte[k];
-        uint64_t m = 0;
-        for (int32_t i = 0; i < n; i++) {
-            int32_t f = p->pool[p->off[s] + i];
-            if (f > GR_BOTTOM && gr_byteset_has(&g->sets[GR_VALUE(g->elems[p->pos[f]])], b))
-                m |= 1ull << i;
-        }
-        sig[k] = m;
-    }
-    for (int k = 0; k < g->n_classes; k++) {
-        if (p->trans[p->row[s] + k] != GR_UNKNOWN)
-            continue;
-        int32_t t = sig[k] ? step_picked(p, s, sig[k]) : GR_DEAD;
-        if (t < 0)
-            return -1;
-        for (int j = k; j < g->n_classes; j++) /* every class with the same stacks */
-            if (sig[j] == sig[k])
-                p->trans[p->row[s] + j] = t;
-    }
-    return p->trans[p->row[s] + c];
+    gr_pda_class_stacks(p, s, sig);
+    int32_t t = sig[c] ? step_picked(p, s, sig[c]) : GR_DEAD;
+    if (t < 0)
+        return -1;
+    for (int j = 0; j < g->n_classes; j++) /* every class with the same stacks */
+        if (sig[j] == sig[c])
+            p->trans[p->row[s] + j] = t;
+    return t;
 }
 
 int32_t gr_pda_step_uncached(struct gr_pda *p, int32_t s, int c)
@@ -443,6 +452,52 @@ int32_t gr_pda_cut(struct gr_pda *p, int32_t s)
     return t;
 }
 
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s, int32_t *parent_out)
+{
+    const struct grammar *g = p->g;
+    int32_t n = 0, parent = -1;
+    for (int32_t i = 0; i < p->len[s]; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM)
+            continue;
+        const struct gr_byteset *set = &g->sets[GR_VALUE(g->elems[p->pos[f]])];
+        if (!(set->w[2] | set->w[3]))
+            continue;
+        if (parent >= 0 && p->parent[f] != parent)
+            return GR_DEAD;
+        parent = p->parent[f];
+        if (reserve(&p->out, &p->out_cap, n + 1) != IG_OK)
+            return -1;
+        int32_t t = frame(p, p->pos[f], GR_BOTTOM);
+        if (t < 0)
+            return -1;
+        p->out[n++] = t;
+    }
+    *parent_out = parent;
+    return n ? state_of(p, p->out, n) : GR_DEAD;
+}
+
+bool gr_pda_pops_to(const struct gr_pda *p, int32_t s, unsigned b, int32_t parent)
+{
+    const struct grammar *g = p->g;
+    bool any = false;
+    for (int32_t i = 0; i < p->len[s]; i++) {
+        int32_t f = p->pool[p->off[s] + i];
+        if (f <= GR_BOTTOM || !gr_byteset_has(&g->sets[GR_VALUE(g->elems[p->pos[f]])], b))
+            continue;
+        if (p->parent[f] != parent || !GR_ENDS_SEQ(g->elems[p->pos[f] + 1]))
+            return false;
+        any = true;
+    }
+    return any;
+}
+
+int32_t gr_pda_bottom_state(struct gr_pda *p)
+{
+    int32_t bottom = GR_BOTTOM;
+    return state_of(p, &bottom, 1);
+}
+
 /* ---- life cycle ------------------------------------------------------------------ */
 
 static void clear(struct gr_pda *p)
@@ -467,6 +522,17 @@ int gr_pda_init(struct gr_pda *p, const struct grammar *g)
         gr_pda_free(p);
         return IG_E_NOMEM;
     }
+    /* the classes of each byte set, so a step's signatures cost the sets'
+     * sizes in classes, not every class times every stack */
+    p->set_classes = calloc((size_t)(g->n_sets ? g->n_sets : 1), sizeof *p->set_classes);
+    if (!p->set_classes) {
+        gr_pda_free(p);
+        return nomem();
+    }
+    for (int32_t k = 0; k < g->n_sets; k++)
+        for (int c = 0; c < g->n_classes; c++)
+            if (gr_byteset_has(&g->sets[k], g->class_byte[c]))
+                p->set_classes[k][c >> 6] |= 1ull << (c & 63);
     p->pool_cap = 4096;
     if (!(p->pool = malloc((size_t)p->pool_cap * sizeof *p->pool))) {
         gr_pda_free(p);
@@ -480,7 +546,7 @@ void gr_pda_free(struct gr_pda *p)
 {
     free(p->pos), free(p->parent), free(p->depth), free(p->visited), free(p->frame_slots);
     free(p->off), free(p->len), free(p->row), free(p->cut), free(p->flags), free(p->pool), free(p->state_slots);
-    free(p->trans), free(p->work), free(p->out);
+    free(p->trans), free(p->work), free(p->out), free(p->set_classes);
     *p = (struct gr_pda){0};
 }
 

@@ -65,6 +65,7 @@ struct gr_pda {
     uint32_t state_mask;
     int32_t *trans;           /* rows of g->n_classes next states (GR_UNKNOWN until computed) */
     int64_t trans_len, trans_cap;
+    uint64_t (*set_classes)[4]; /* per byte set: the byte classes it holds, as bits */
     /* scratch for one step */
     int32_t *work, *out;
     int64_t work_cap, out_cap;
@@ -99,6 +100,21 @@ int32_t gr_pda_step_uncached(struct gr_pda *p, int32_t s, int c);
  * Returns its id, or -1 when out of memory. */
 int32_t gr_pda_cut(struct gr_pda *p, int32_t s);
 
+/* The stacks of s whose top byte set holds a byte >= 0x80, each cut to its
+ * top frame over GR_BOTTOM, when they all have the same parent frame (a
+ * JSON string's characters, say: every "characters left" count gives the
+ * same top-cut state, so what a character beyond ASCII does is worked out
+ * once for all of them; runs.c). GR_DEAD when there is no such stack or
+ * their parents differ; -1 when out of memory. */
+int32_t gr_pda_top_cut(struct gr_pda *p, int32_t s, int32_t *parent);
+/* Whether byte b ends the top frame of every stack of s that reads it, and
+ * each returns to frame `parent` (and one does): then s goes after b where
+ * its top-cut goes after a whole character (runs.c). */
+bool gr_pda_pops_to(const struct gr_pda *p, int32_t s, unsigned b, int32_t parent);
+/* The state {GR_BOTTOM}: a top-cut state whose top frames all ended. -1
+ * when out of memory. */
+int32_t gr_pda_bottom_state(struct gr_pda *p);
+
 static inline bool gr_pda_complete(const struct gr_pda *p, int32_t s)
 {
     return p->flags[s] & GR_F_COMPLETE;
@@ -111,6 +127,11 @@ static inline bool gr_pda_has_bottom(const struct gr_pda *p, int32_t s)
 {
     return p->flags[s] & GR_F_BOTTOM;
 }
+
+/* sig[c]: the stacks of s (bit i: stack i) that read byte class c, for
+ * every class; classes with equal bits lead to the same state. false
+ * (nothing written) when s has more than 64 stacks. */
+bool gr_pda_class_stacks(const struct gr_pda *p, int32_t s, uint64_t sig[256]);
 
 /* Allocates state s's transition row (all GR_UNKNOWN) when it has none.
  * IG_OK or IG_E_NOMEM. */

@@ -5,7 +5,9 @@
  * and tokens that print nothing are not text: never allowed (the
  * end-of-generation ids are kept apart for the end of the grammar). The
  * tokens SentencePiece's space prefix changes when they come first are
- * listed with their first-token text.
+ * listed with their first-token text. The tokens that are JSON string
+ * content are kept as masks by character count, with the trie nodes that
+ * are not all content listed apart (mask.c's walks inside strings).
  * Covered by tests/grammar/test_mask.c. */
 #include "grammar/internal.h"
 
@@ -233,6 +235,98 @@ static int sort_by_chars(struct grammar_vocab *gv)
     return IG_OK;
 }
 
+/* The characters of text p[0..n) when it is JSON string content (see
+ * GV_JSON_PLAIN0), counted as gv->chars counts them (a final partial
+ * character is one); -1 when it is not. */
+static int plain_chars(const uint8_t *p, int64_t n)
+{
+    int chars = 0;
+    for (int64_t j = 0; j < n; chars++) {
+        uint8_t b = p[j], lo, hi;
+        if (b < 0x80) {
+            uint64_t w = b < 64 ? GV_JSON_PLAIN0 : GV_JSON_PLAIN1;
+            if (!(w >> (b & 63) & 1))
+                return -1;
+            j++;
+            continue;
+        }
+        int len = lead_len(b, &lo, &hi);
+        if (!len)
+            return -1;
+        for (int c = 1; c < len && ++j < n; c++) {
+            if (p[j] < lo || p[j] > hi)
+                return -1;
+            lo = 0x80, hi = 0xBF;
+        }
+        j++;
+    }
+    return chars;
+}
+
+/* gv->plain_upto, gv->max_plain_chars, gv->plain_sub and the impure list. */
+static int plain_masks(struct grammar_vocab *gv)
+{
+    int64_t n_words = (gv->n_tokens + 63) / 64;
+    gv->plain_upto = calloc((size_t)(GV_PLAIN_K + 1) * (size_t)(n_words ? n_words : 1),
+                            sizeof *gv->plain_upto);
+    gv->plain_sub = malloc((size_t)gv->n_nodes + 1);
+    int16_t *pc = malloc((size_t)(gv->n_tokens ? gv->n_tokens : 1) * sizeof *pc);
+    if (!gv->plain_upto || !gv->plain_sub || !pc) {
+        free(pc);
+        return nomem();
+    }
+    for (int64_t id = 0; id < gv->n_tokens; id++) { /* each token's content characters, or -1 */
+        int c = gv->in_trie[id] ? plain_chars(gv->pieces + gv->piece_off[id],
+                                              gv->piece_off[id + 1] - gv->piece_off[id]) : -1;
+        pc[id] = (int16_t)(c > 32767 ? 32767 : c);
+        if (c < 0)
+            continue;
+        if (c > gv->max_plain_chars)
+            gv->max_plain_chars = c;
+        uint64_t *row = gv->plain_upto + (size_t)(c < GV_PLAIN_K ? c : GV_PLAIN_K) * (size_t)n_words;
+        row[id >> 6] |= 1ull << (id & 63);
+    }
+    for (int k = 1; k <= GV_PLAIN_K; k++) { /* at most k: the rows up to k */
+        uint64_t *row = gv->plain_upto + (size_t)k * (size_t)n_words;
+        for (int64_t w = 0; w < n_words; w++)
+            row[w] |= row[w - n_words];
+    }
+    /* trie order: a node's own tokens are content, then its children's
+     * subtrees (after it) are: backwards */
+    const struct gv_node *nd = gv->nodes;
+    for (int32_t i = gv->n_nodes - 1; i >= 0; i--) {
+        uint8_t all = 1;
+        for (int32_t k = nd[i].tok_begin; k < nd[i + 1].tok_begin && all; k++)
+            all = pc[gv->order[k]] >= 0;
+        for (int32_t c = i + 1; c < nd[i].next && all; c = nd[c].next)
+            all = gv->plain_sub[c];
+        gv->plain_sub[i] = all;
+    }
+    free(pc);
+    gv->plain_sub[0] = 0; /* the root: the walk starts below it */
+    for (int32_t i = 1; i < gv->n_nodes; i++)
+        gv->n_impure += !gv->plain_sub[i];
+    gv->impure = malloc((size_t)(gv->n_impure ? gv->n_impure : 1) * sizeof *gv->impure);
+    gv->impure_next = malloc((size_t)(gv->n_impure ? gv->n_impure : 1) * sizeof *gv->impure_next);
+    if (!gv->impure || !gv->impure_next)
+        return nomem();
+    for (int32_t i = 1, q = 0; i < gv->n_nodes; i++)
+        if (!gv->plain_sub[i])
+            gv->impure[q++] = i;
+    for (int32_t q = 0; q < gv->n_impure; q++) { /* a binary search past the subtree */
+        int32_t end = nd[gv->impure[q]].next, lo = q + 1, hi = gv->n_impure;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (gv->impure[mid] < end)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        gv->impure_next[q] = lo;
+    }
+    return IG_OK;
+}
+
 /* Fills gv->incl from the summaries of the boundary nodes below each
  * node; children come after their parent, so backwards. */
 static int summarize(struct grammar_vocab *gv)
@@ -329,7 +423,8 @@ int grammar_vocab_build(const struct tok_vocab *v, struct grammar_vocab **out)
     for (int64_t id = 0; id < n; id++)
         if (gv->in_trie[id])
             gv->text_bits[id >> 6] |= 1ull << (id & 63);
-    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK || sort_by_chars(gv) != IG_OK)
+    if (build_trie(gv) != IG_OK || summarize(gv) != IG_OK || sort_by_chars(gv) != IG_OK ||
+        plain_masks(gv) != IG_OK)
         goto fail_quiet;
     *out = gv;
     return IG_OK;
@@ -349,6 +444,10 @@ void grammar_vocab_free(struct grammar_vocab *gv)
     free(gv->chars);
     free(gv->by_chars);
     free(gv->chars_upto);
+    free(gv->plain_upto);
+    free(gv->plain_sub);
+    free(gv->impure);
+    free(gv->impure_next);
     free(gv->order);
     free(gv->piece_off);
     free(gv->pieces);

@@ -2,7 +2,7 @@
  *
  * FUZZ_SCHEMA undefined (fuzz_grammar): the input up to its first NUL byte
  * is GBNF; when it compiles, the bytes after the NUL are run through the
- * automaton (steps and cuts, the states' tables capped), so parse, checks
+ * automaton (steps, cuts and top-cuts, the states' tables capped), so parse, checks
  * and matcher all see hostile input. FUZZ_SCHEMA defined (fuzz_schema): the
  * same with a JSON schema before the NUL. A grammar or schema that is
  * refused must be refused cleanly (a status, one line); any sanitizer
@@ -39,6 +39,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             int32_t t = gr_pda_step(&p, s, g->byte_class[text[i]]);
             if (t > GR_DEAD) {
                 (void)gr_pda_cut(&p, t);
+                int32_t parent = -1, top = gr_pda_top_cut(&p, t, &parent);
+                if (top > GR_DEAD)
+                    (void)gr_pda_pops_to(&p, t, text[i], parent);
                 s = t;
             }
         }

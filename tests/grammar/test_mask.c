@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "grammar/grammar.h"
 #include "grammar/internal.h"
+#include "grammar/matcher.h"
 #include "grammar/pda.h"
 #include "models/gguf.h"
 #include "tests/test.h"
@@ -96,6 +97,10 @@ static int64_t check_state(struct grammar_matcher *m, struct ref *r, const struc
     return k;
 }
 
+/* The shortcuts the walks ran (matcher.h), summed over walk_grammar's
+ * matchers since the last reset. */
+static int64_t plain_walks, top_cuts;
+
 /* Random walks: at each state check the mask, then take a random allowed
  * token (end-of-generation ends the walk). */
 static void walk_grammar(const struct grammar *g, const struct grammar_vocab *gv,
@@ -144,6 +149,8 @@ static void walk_grammar(const struct grammar *g, const struct grammar_vocab *gv
             first = false;
         }
         gr_pda_free(&r.p);
+        plain_walks += m->n_plain_walks;
+        top_cuts += m->n_top_cut;
         grammar_matcher_free(m);
     }
     free(logits);
@@ -242,6 +249,59 @@ static const char *const corpus_schemas[] = {
     "{}",
 };
 
+/* Strings: JSON string content near and far from a maxLength, where masks
+ * take the content tokens from gv->plain_upto and decide characters beyond
+ * ASCII on top-cut states, and grammars that look alike but must not
+ * (content that goes on after the bound, a character that does not end the
+ * class's frame, a narrower or wider character set). */
+static void test_strings(const struct grammar_vocab *gv, const struct tok_vocab *v)
+{
+    static const char *const fast[] = {
+        "{\"type\":\"string\",\"minLength\":2,\"maxLength\":9}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":3},\"maxItems\":3}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":70},"
+        "\"b\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}",
+    };
+    for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "string schema %zu", i);
+        struct grammar *g = schema(fast[i]);
+        plain_walks = top_cuts = 0;
+        walk_grammar(g, gv, v, what, 4, 40, 300 + i);
+        CHECKF(plain_walks > 0, "%s: no walk took the string content shortcut", what);
+        CHECKF(top_cuts > 0, "%s: no top-cut state decided the characters beyond ASCII", what);
+        grammar_free(g);
+    }
+    struct grammar *g = gbnf("root ::= \"\\\"\" [^\"\\\\\\x7F\\x00-\\x1F]{0,8} \"\\\"\"\n");
+    plain_walks = 0;
+    walk_grammar(g, gv, v, "gbnf string", 4, 20, 310);
+    CHECK(plain_walks > 0);
+    grammar_free(g);
+    static const char *const alike[] = {
+        /* content goes on after the bound: not decided by length */
+        "root ::= \"\\\"\" [^\"\\\\\\x7F\\x00-\\x1F]{0,5} [a-z]* \"\\\"\"\n",
+        /* "é" may also start "éx": the character does not end the frame */
+        "root ::= \"\\\"\" ([^\"\\\\\\x7F\\x00-\\x1F] | \"éx\"){0,6} \"\\\"\"\n",
+        /* narrower (no '~') and wider (tab too) than JSON string content */
+        "root ::= \"\\\"\" [^\"\\\\~\\x7F\\x00-\\x1F]{0,7} \"\\\"\"\n",
+        "root ::= \"\\\"\" [^\"\\\\\\x7F\\x00-\\x08\\x0A-\\x1F]{0,7} \"\\\"\"\n",
+        /* a character beyond ASCII ends its class's frame, but "!" must
+         * follow it: it leads elsewhere than an ASCII one (top-cut decided) */
+        "root ::= \"\\\"\" ([ -!#-\\[\\]-~] | [^\\x00-\\x7F] \"!\"){0,6} \"\\\"\"\n",
+        /* characters beyond ASCII only some of them */
+        "root ::= \"\\\"\" ([ -!#-\\[\\]-~] | [α-ω]){0,7} \"\\\"\"\n",
+    };
+    for (size_t i = 0; i < sizeof alike / sizeof alike[0]; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "string alike %zu", i);
+        g = gbnf(alike[i]);
+        plain_walks = 0;
+        walk_grammar(g, gv, v, what, 3, 16, 320 + i);
+        CHECKF(plain_walks == 0, "%s: took the JSON string content shortcut", what);
+        grammar_free(g);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_space_prefix();
@@ -283,6 +343,7 @@ int main(int argc, char **argv)
         check_memo(g, 200 + i);
         grammar_free(g);
     }
+    test_strings(gv, v);
     grammar_vocab_free(gv);
     tok_vocab_free(v);
     gguf_close(f);
