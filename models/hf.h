@@ -77,6 +77,11 @@ struct hf_config {
     /* Bit il set: layer il is local (sliding window hp.n_swa, RoPE
      * hp.rope[MODEL_ROPE_LOCAL]); from layer_types or sliding_window_pattern. */
     uint8_t local[HF_MAX_LAYERS / 8];
+    /* rope_scaling "llama3" (factor 0: none), made into rope_freqs divisors
+     * by hf_load (ops_rope_llama3_factors). */
+    struct {
+        double factor, low, high, orig_ctx;
+    } llama3;
 };
 
 /* Reads a parsed config.json (`name` names it in messages). Returns IG_OK,
@@ -109,6 +114,7 @@ struct hf_folder {
     float *vectors;             /* norms and biases widened to f32 */
     size_t n_vectors, cap_vectors;
     char *chat_template;        /* NUL-terminated, or NULL */
+    float *rope_freqs;          /* Llama 3's RoPE divisors, or NULL */
 };
 
 /* Loads the folder `dir` into m (path already set). Returns IG_OK, or

@@ -130,7 +130,7 @@ static const struct hf_arch archs[] = {
 };
 
 /* rope_scaling kinds the forward computes; "default" is plain RoPE. */
-static const char *const rope_kinds[] = {"default", "linear"};
+static const char *const rope_kinds[] = {"default", "linear", "llama3"};
 
 const char *hf_arch_names(void)
 {
@@ -251,7 +251,7 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
             k++;
         if (k == sizeof rope_kinds / sizeof rope_kinds[0])
             return ig_error(IG_E_MODEL, "%s: rope_scaling type '%.40s' is not supported yet "
-                            "(supported: default, linear)", c->name, kind);
+                            "(supported: default, linear, llama3)", c->name, kind);
     }
     /* Qwen2/Qwen3's own sliding window (layers from max_window_layers on) is
      * not computed; their released configs leave it off. */
@@ -268,15 +268,41 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     return IG_OK;
 }
 
+/* rope_scaling "llama3" (Llama 3.1/3.2): its four keys, all required as
+ * transformers requires them; hf_load turns them into rope_freqs divisors. */
+static int read_llama3(const struct cfg *c, const cJSON *rs, struct hf_config *out)
+{
+    struct cfg sub = {c->name, rs, NULL};
+    double f, lo, hi, ctx;
+    int st;
+    if ((st = get_pos_float(&sub, "factor", 0, &f)) ||
+        (st = get_pos_float(&sub, "low_freq_factor", 0, &lo)) ||
+        (st = get_pos_float(&sub, "high_freq_factor", 0, &hi)) ||
+        (st = get_pos_float(&sub, "original_max_position_embeddings", 0, &ctx)))
+        return st;
+    if (!(f >= 1 && f <= 1e6 && lo > 0 && hi > lo && ctx >= 1 && ctx <= 1e9))
+        return ig_error(IG_E_MODEL, "%s: rope_scaling 'llama3' needs factor from 1 to 1e6, "
+                        "0 < low_freq_factor < high_freq_factor and "
+                        "original_max_position_embeddings from 1 to 1e9", c->name);
+    out->llama3.factor = f;
+    out->llama3.low = lo;
+    out->llama3.high = hi;
+    out->llama3.orig_ctx = ctx;
+    return IG_OK;
+}
+
 /* rope_scaling "linear" divides the positions by its factor (on Gemma 3's
  * global layers only: the local ones keep plain RoPE at
  * rope_local_base_freq, as transformers' rotary_emb_local). */
-static int read_rope(const struct cfg *c, struct model_hparams *hp)
+static int read_rope(const struct cfg *c, struct hf_config *out)
 {
+    struct model_hparams *hp = &out->hp;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
     const char *kind = ig_json_str(rs, "rope_type");
     if (!kind)
         kind = ig_json_str(rs, "type");
+    if (kind && !strcmp(kind, "llama3"))
+        return read_llama3(c, rs, out);
     if (!kind || strcmp(kind, "linear"))
         return IG_OK;
     struct cfg sub = {c->name, rs, NULL};
@@ -352,7 +378,7 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
         hp->attn_scale = 1.0 / sqrt(qpas);
     if ((st = get_pos_float(c, "attn_logit_softcapping", 0, &hp->attn_softcap)) ||
         (st = get_pos_float(c, "final_logit_softcapping", 0, &hp->final_softcap)) ||
-        (st = read_rope(c, hp)))
+        (st = read_rope(c, out)))
         return st;
     return ai->swa_pattern ? read_window(c, ai, out) : IG_OK;
 }

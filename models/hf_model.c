@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "core/json.h"
 #include "core/status.h"
+#include "ops/ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -446,6 +447,14 @@ int hf_load(const char *dir, struct model *m)
     if (st)
         return st;
     m->hp = c.hp;
+    if (c.llama3.factor > 0) {
+        if (!(h->rope_freqs = malloc((size_t)(m->hp.n_rot / 2 + 1) * sizeof *h->rope_freqs)))
+            return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+        ops_rope_llama3_factors(m->hp.rope[MODEL_ROPE_GLOBAL].base, m->hp.n_rot,
+                                c.llama3.factor, c.llama3.low, c.llama3.high,
+                                c.llama3.orig_ctx, h->rope_freqs);
+        m->hp.rope[MODEL_ROPE_GLOBAL].freq_factors = h->rope_freqs;
+    }
     struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->lm_head};
     if ((st = open_weights(&L)))
         return st;
@@ -485,5 +494,6 @@ void hf_folder_free(struct hf_folder *h)
     free(h->by_name);
     free(h->vectors);
     free(h->chat_template);
+    free(h->rope_freqs);
     free(h);
 }

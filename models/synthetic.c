@@ -10,6 +10,7 @@
 #include "models/arch.h"
 
 #include "core/half.h"
+#include "ops/ops.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -74,27 +75,6 @@ const char *model_synthetic_names(void)
     return "SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B, Llama-3.1-8B, "
            "Qwen3-8B, Gemma-3-270M, Gemma-3-1B, Gemma-3-4B, Gemma-3-12B, Llama-tiny, Qwen3-tiny, "
            "Gemma3-tiny";
-}
-
-/* Llama 3.1/3.2's rope_scaling (factor, low_freq_factor 1, high_freq_factor
- * 4, original_max_position_embeddings 8192) as llama.cpp's converter turns
- * it into the rope_freqs tensor: a divisor per frequency, 1 for short
- * wavelengths, `factor` for long ones, smoothly between. */
-static void llama3_rope_freqs(double base, double factor, int64_t n_rot, float *out)
-{
-    const double low = 1, high = 4, old_ctx = 8192;
-    for (int64_t i = 0; i < n_rot / 2; i++) {
-        double freq = pow(base, -2.0 * (double)i / (double)n_rot);
-        double wavelen = 2 * M_PI / freq;
-        if (wavelen < old_ctx / high) {
-            out[i] = 1.0f;
-        } else if (wavelen > old_ctx / low) {
-            out[i] = (float)factor;
-        } else {
-            double smooth = (old_ctx / wavelen - low) / (high - low);
-            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
-        }
-    }
 }
 
 static bool type_ok(enum quant_type t)
@@ -312,7 +292,8 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     m->layers = (struct model_layer *)mem;
     if (sh->llama3_rope > 0) {
         float *ff = (float *)(mem + head);
-        llama3_rope_freqs(sh->rope_base, sh->llama3_rope, hp->n_rot, ff);
+        /* Llama 3.1/3.2's low_freq_factor 1, high_freq_factor 4, 8192 positions */
+        ops_rope_llama3_factors(sh->rope_base, hp->n_rot, sh->llama3_rope, 1, 4, 8192, ff);
         hp->rope[MODEL_ROPE_GLOBAL].freq_factors = ff;
     }
     /* Gemma's pattern: every swa_pattern-th layer global, the others local. */

@@ -118,6 +118,14 @@ void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens,
  * p turns by p * inv_freq[i], its cos and sin multiplied by *mscale. */
 void ops_rope_freqs(const struct model_rope *r, int64_t n_rot, double *inv_freq, double *mscale);
 
+/* Llama 3.1/3.2's rope_scaling ("llama3": factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings) as the per-pair
+ * divisors out[0 .. n_rot/2) of a rope_freqs tensor, the form llama.cpp's
+ * converter writes: 1 for wavelengths under orig_ctx / high, `factor` over
+ * orig_ctx / low, smoothly between. */
+void ops_rope_llama3_factors(double base, int64_t n_rot, double factor, double low, double high,
+                             double orig_ctx, float *out);
+
 /* Fills rope_cos/rope_sin of the context's buffers for rows at positions
  * pos[0..n_tokens), for every RoPE variant the model's layers use:
  * cos(pos * inv_freq[i]) * mscale (ops_rope_freqs, made once per context). */

@@ -57,3 +57,20 @@ void ops_rope_freqs(const struct model_rope *r, int64_t n_rot, double *inv_freq,
     if (yarn && r->factor > 1.0)
         *mscale *= 1.0 + 0.1 * log(r->factor);
 }
+
+void ops_rope_llama3_factors(double base, int64_t n_rot, double factor, double low, double high,
+                             double orig_ctx, float *out)
+{
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        double freq = pow(base, -2.0 * (double)i / (double)n_rot);
+        double wavelen = 2 * M_PI / freq;
+        if (wavelen < orig_ctx / high) {
+            out[i] = 1.0f;
+        } else if (wavelen > orig_ctx / low) {
+            out[i] = (float)factor;
+        } else {
+            double smooth = (orig_ctx / wavelen - low) / (high - low);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}

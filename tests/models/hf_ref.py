@@ -39,6 +39,19 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def llama3_inv_freq(inv_freq, rs):
+    """transformers' _compute_llama3_parameters: long wavelengths divided by
+    factor, short ones kept, those between interpolated."""
+    factor, old = rs["factor"], rs["original_max_position_embeddings"]
+    lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq
+    out = np.where(wavelen > old / lo, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return np.where(medium, smoothed, out)
+
+
 class HFRef:
     def __init__(self, folder):
         top, t = hfgen.read_folder(folder)
@@ -64,6 +77,8 @@ class HFRef:
         self.scale = self.head_dim ** -0.5
         self.window = [0] * self.n_layer
         self.rope_of = [(self.theta, 1.0)] * self.n_layer
+        rs = cfg.get("rope_scaling") or {}
+        self.llama3 = rs if rs.get("rope_type", rs.get("type")) == "llama3" else None
         if self.gemma:
             self.scale = cfg["query_pre_attn_scalar"] ** -0.5
             rs = cfg.get("rope_scaling") or {}
@@ -84,6 +99,8 @@ class HFRef:
     def rope(self, x, pos, theta, factor):
         """x: [n, heads, head_dim] -> x * cos + rotate_half(x) * sin."""
         inv_freq = 1.0 / (theta ** (np.arange(0, self.head_dim, 2) / self.head_dim)) / factor
+        if self.llama3:
+            inv_freq = llama3_inv_freq(inv_freq, self.llama3)
         freqs = np.outer(pos, inv_freq)                   # [n, head_dim/2]
         emb = np.concatenate([freqs, freqs], axis=-1)     # [n, head_dim]
         cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]

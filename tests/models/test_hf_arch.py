@@ -178,9 +178,22 @@ def main():
                                       prefix="model.language_model.",
                                       extra=vision_tower("model."), seed=16), tmp)
 
-        # malformed variants: one line naming the file (folder) and the tensor or key
+        # Llama 3.1/3.2's rope_scaling "llama3", its original context set to 32
+        # positions so that head_dim 32 has pairs in each of its three regimes
+        # (a folder without the scaling must then be far from the reference)
+        l3 = hfgen.write_tiny(d("llama3"), seed=17, head_dim=32, rope_theta=10000.0,
+                              rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 32})
+        check_folder("llama rope_scaling llama3", l3, tmp, gguf=False)
+        c = d("llama3_plain")
         import shutil
+        shutil.copytree(l3, c)
+        edit_config(c, lambda j: j.update(rope_scaling=None))
+        err = rel(dump(c), HFRef(l3).logits(IDS + FIXED)[len(IDS) - 1:])
+        check(err > 1e-2, f"llama3: the scaling changes nothing here ({err:.1e}): a weak case")
 
+        # malformed variants: one line naming the file (folder) and the tensor or key
         def case(src, name):
             p = d(name)
             shutil.copytree(src, p)
