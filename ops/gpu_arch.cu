@@ -21,25 +21,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxWarps = kThreads / 32;
 constexpr int kHeadWarps = 4; /* heads per block of the head norm */
-
-/* Sum over the block of every thread's v, the same on all threads (warp
- * sums added in warp order: deterministic). */
-__device__ __forceinline__ float block_sum(float v)
-{
-    IG_SHARED(float, part, [kMaxWarps]);
-    for (int m = 16; m > 0; m >>= 1)
-        v += ig_shfl_xor_f32(v, m);
-    const int warp = (int)threadIdx.x / 32, n_warps = (int)blockDim.x / 32;
-    if (threadIdx.x % 32 == 0)
-        ig_sts(&part[warp], v);
-    ig_syncthreads();
-    float s = 0;
-    for (int w = 0; w < n_warps; w++)
-        s += ig_lds(&part[w]);
-    return s;
-}
 
 /* Block (t, group of kHeadWarps heads); warp w normalizes head
  * blockIdx.y * kHeadWarps + w of row t in place. */
@@ -74,7 +56,7 @@ rmsnorm_add_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict_
     float ss = 0;
     for (int64_t i = tid; i < dim; i += nt)
         ss = gk_add(ss, gk_mul(yr[i], yr[i]));
-    ss = block_sum(ss);
+    ss = gk_block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)dim + eps);
     for (int64_t i = tid; i < dim; i += nt)
         xr[i] = gk_add(xr[i], gk_mul(gk_mul(yr[i], r), w[i]));

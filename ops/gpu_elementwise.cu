@@ -21,7 +21,6 @@
 namespace {
 
 constexpr int kThreads = 256;      /* embed, swiglu, rmsnorm (at most) */
-constexpr int kMaxWarps = kThreads / 32;
 constexpr int kRopeThreads = 128;
 constexpr int kRopeSlotsPerThread = 4; /* pairs per thread; a block covers 512 pairs */
 
@@ -56,23 +55,6 @@ embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tok
 
 /* ---- RMSNorm ---------------------------------------------------------------- */
 
-/* Sum over the block of every thread's v; all threads get the same value
- * (the per-warp sums are added in warp order, so it is deterministic). */
-__device__ __forceinline__ float block_sum(float v)
-{
-    IG_SHARED(float, part, [kMaxWarps]);
-    for (int m = 16; m > 0; m >>= 1)
-        v += ig_shfl_xor_f32(v, m);
-    const int warp = (int)threadIdx.x / 32, n_warps = (int)blockDim.x / 32;
-    if (threadIdx.x % 32 == 0)
-        ig_sts(&part[warp], v);
-    ig_syncthreads();
-    float s = 0;
-    for (int w = 0; w < n_warps; w++)
-        s += ig_lds(&part[w]);
-    return s;
-}
-
 /* One block per row. VEC: 4 elements per access (f32x4 in, 4 f16 out); the
  * row is read twice, the second time from L1/L2. */
 template <bool VEC>
@@ -94,7 +76,7 @@ rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restric
         for (int64_t i = tid; i < dim; i += nt)
             ss += xr[i] * xr[i];
     }
-    ss = block_sum(ss);
+    ss = gk_block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)dim + eps);
     if (VEC) {
         for (int64_t c = tid; c < dim / 4; c += nt) {

@@ -123,6 +123,24 @@ inline bool gk_aligned(const void *p, uintptr_t bytes)
     return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
+/* Sum over a block of at most 256 threads of every thread's v; every thread
+ * gets the same value (the warps' sums added in warp order: deterministic,
+ * as the RMSNorm twins sum). */
+__device__ __forceinline__ float gk_block_sum(float v)
+{
+    IG_SHARED(float, part, [8]);
+    for (int m = 16; m > 0; m >>= 1)
+        v += ig_shfl_xor_f32(v, m);
+    const int warp = (int)threadIdx.x / 32, n_warps = (int)blockDim.x / 32;
+    if (threadIdx.x % 32 == 0)
+        ig_sts(&part[warp], v);
+    ig_syncthreads();
+    float s = 0;
+    for (int w = 0; w < n_warps; w++)
+        s += ig_lds(&part[w]);
+    return s;
+}
+
 } /* namespace */
 
 #endif
