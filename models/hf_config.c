@@ -272,6 +272,12 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
  * transformers requires them; hf_load turns them into rope_freqs divisors. */
 static int read_llama3(const struct cfg *c, const cJSON *rs, struct hf_config *out)
 {
+    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, keys[k])))
+            return ig_error(IG_E_MODEL, "%s: rope_scaling 'llama3' needs '%s' (a number)",
+                            c->name, keys[k]);
     struct cfg sub = {c->name, rs, NULL};
     double f, lo, hi, ctx;
     int st;
