@@ -22,7 +22,9 @@
  * earlier row's output is ever read.
  * A sequence's lone row at the end of its cache is a decode step: the same
  * with GEMVs and split-KV attention, the position and token read from device
- * memory so the step is captured once per slot as a graph and replayed.
+ * memory so the step is captured once per slot as a graph and replayed. The
+ * decode kernels read and write the slot's region as a pool through the
+ * slot table (gpu_slot_layout in gpu_impl.h).
  *
  * Weights go up in gpu_weights.c, the cache to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
@@ -161,7 +163,9 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, (size_t)(hp->n_vocab * head_cap(g)) * 4, &g->logits, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) || (st = IG_DEV(gpu_alloc)(g, 16, &g->pos, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (B > 4 ? B : 4) * 4, &g->pos, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (size_t)gpu_slot_table_len(g) * 4, &g->slot_table, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
         return st;
     if (hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL)))
@@ -179,6 +183,16 @@ static int alloc_state(struct gpu_backend *g)
             st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);
     }
     free(inv);
+    /* The slot table: 0, 1, 2, ... (gpu_slot_layout) */
+    int32_t *ids = st == IG_OK ? malloc((size_t)gpu_slot_table_len(g) * sizeof *ids) : NULL;
+    if (st == IG_OK && !ids)
+        st = ig_error(IG_E_NOMEM, "out of memory");
+    if (st == IG_OK) {
+        kv_identity_table(ids, gpu_slot_table_len(g));
+        st = IG_DEV(dev_upload)(g->dev, g->slot_table, ids,
+                                (size_t)gpu_slot_table_len(g) * sizeof *ids);
+    }
+    free(ids);
     if (st == IG_OK)
         st = IG_DEV(dev_alloc_host)(g->dev, 2 * sizeof(int32_t), (void **)&g->step);
     return st;
@@ -430,10 +444,15 @@ static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, i
         }
     *n_out = 0;
     int st = check_tokens(g, tokens, n);
-    int32_t pos32 = (int32_t)pos0;
+    int32_t *pos = st == IG_OK ? malloc((size_t)n * sizeof *pos) : NULL; /* each row's */
+    if (st == IG_OK && !pos)
+        st = ig_error(IG_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n && pos; i++)
+        pos[i] = (int32_t)(pos0 + i);
     if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
-        !(st = IG_DEV(dev_upload)(g->dev, g->pos, &pos32, sizeof pos32)))
+        !(st = IG_DEV(dev_upload)(g->dev, g->pos, pos, (size_t)n * sizeof *pos)))
         st = embed(g, n);
+    free(pos);
     for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
         st = prefill_layer(g, slot, l, n, pos0, keep0);
     if (st != IG_OK || n_want == 0)
@@ -468,13 +487,17 @@ static int decode_step(struct gpu_backend *g, int slot)
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
         const struct gpu_layer *L = &g->layers[l];
         const struct model_layer *ML = &g->m->layers[l];
+        /* The slot's region as a pool through the slot table (gpu_slot_layout);
+         * K/V written there, read back by decode_attn's contiguous layout. */
+        const struct kv_layout kl = gpu_slot_layout(g);
         struct gk_qkv_params qp = {
             .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
             .n = 1, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
             .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
             .k_cache = L->k_cache + gpu_slot_offset(g, slot),
-            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .n_ctx = g->n_ctx,
-            .mscale = g->mscale[ML->rope],
+            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .block_table = g->slot_table,
+            .table_stride = gpu_slot_table_len(g), .block_stride = kl.block_stride,
+            .head_stride = kl.head_stride, .mscale = g->mscale[ML->rope],
         };
         struct decode_attn_params ap = {
             .q = g->q16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),

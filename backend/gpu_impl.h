@@ -10,6 +10,7 @@
 #include "backend/gpu.h"
 #include "backend/gpu_plan.h"
 #include "device/device.h"
+#include "kvcache/kvcache.h"
 #include "ops/gpu_qmm.h"
 
 #include <stdbool.h>
@@ -58,7 +59,8 @@ struct gpu_backend {
     float *x, *qkv, *gu, *logits;
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
-    int32_t *tokens, *pos;     /* device: the block's ids; its first position */
+    int32_t *tokens, *pos;     /* device: the block's ids; each row's position */
+    int32_t *slot_table;       /* device: 0, 1, 2, ... (gpu_slot_layout) */
     int32_t *step;             /* pinned host: token, position of a decode step */
     float *attn_work;
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
@@ -82,6 +84,25 @@ struct gpu_backend {
 static inline int64_t gpu_slot_offset(const struct gpu_backend *g, int slot)
 {
     return (int64_t)slot * g->m->hp.n_head_kv * g->n_ctx * g->m->hp.head_dim;
+}
+
+/* A slot's region [n_head_kv][n_ctx][head_dim] is the pool layout of the
+ * kernels (kvcache/kvcache.h) with block_stride KV_BLOCK * head_dim and
+ * head_stride n_ctx * head_dim through the table 0, 1, 2, ...: block b's
+ * rows of head h are positions 64 b .. 64 b + 63 of the head's contiguous
+ * rows, so the decode kernels (ops/gpu_ops.h gk_qkv_rope, decode/decode_attn.h)
+ * address exactly what the prefill kernel writes. The backend's batched
+ * rewrite (issue 15) replaces the slots by the engine's pool. */
+static inline int64_t gpu_slot_table_len(const struct gpu_backend *g)
+{
+    return kv_blocks_for(g->n_ctx);
+}
+
+static inline struct kv_layout gpu_slot_layout(const struct gpu_backend *g)
+{
+    const int64_t hd = g->m->hp.head_dim;
+    return (struct kv_layout){.dtype = KV_F16, .block_stride = KV_BLOCK * hd,
+                              .head_stride = g->n_ctx * hd, .head_dim = hd};
 }
 
 /* A device allocation of `bytes` into *(void **)out, remembered for

@@ -8,7 +8,9 @@
  * threads on consecutive chunks. RMSNorm is one block per row (warp shuffles,
  * then one shared slot per warp, summed in a fixed order). RoPE is one block
  * per (token, range of heads): the token's cos/sin are computed once per
- * block, in double as on the CPU, into shared memory.
+ * block, in double as on the CPU, into shared memory, at the row's own
+ * position (a step's rows may be of several sequences); in cache mode K and V
+ * go to the KV pool through the row's block table.
  *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_elementwise_emu.cc (name_emu). Covered by
@@ -17,6 +19,9 @@
 #include "ops/gpu_ops.h"
 
 #include "models/model.h"
+extern "C" {
+#include "kvcache/kvcache.h"
+}
 
 namespace {
 
@@ -125,11 +130,12 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
 {
     IG_DYN_SHARED(float, cs); /* [n_rot / 2] cos, then [n_rot / 2] sin */
     const int64_t t = blockIdx.x;
-    const int64_t pos = (int64_t)*p.pos + t;
+    const int64_t pos = p.pos[t];
+    const bool pad = pos < 0; /* a padding row: zeros out, nothing to the cache */
     const int half = (int)(p.n_rot / 2), hd = (int)p.head_dim, pairs = hd / 2;
     const int n_heads = (int)(p.n_head + 2 * p.n_head_kv);
     const double ms = p.mscale != 0 ? p.mscale : 1.0;
-    for (int i = (int)threadIdx.x; i < half; i += kRopeThreads) {
+    for (int i = (int)threadIdx.x; i < half && !pad; i += kRopeThreads) {
         /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
         double sn, c;
         sincos((double)pos * p.inv_freq[i], &sn, &c);
@@ -137,6 +143,13 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
         ig_sts(&cs[half + i], (float)(sn * ms));
     }
     ig_syncthreads();
+    /* Cache mode: the row's block in the pool (row offset within it below);
+     * -1 when the row writes nothing there. */
+    int64_t blk = -1;
+    if (!p.k && !pad && pos / KV_BLOCK < p.table_stride) {
+        const int32_t b = p.block_table[t * p.table_stride + pos / KV_BLOCK];
+        blk = b >= 0 ? b : -1;
+    }
 
     const int64_t width = (int64_t)n_heads * hd;
     const float *row = p.qkv + t * width;
@@ -164,7 +177,9 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
                 a += p.bias[e0], b += p.bias[e1];
             }
         }
-        if (sl.rotate && h < p.n_head + p.n_head_kv) {
+        if (pad) {
+            a = b = 0;
+        } else if (sl.rotate && h < p.n_head + p.n_head_kv) {
             const float c = ig_lds(&cs[j]), sn = ig_lds(&cs[half + j]);
             const float a2 = gk_sub(gk_mul(a, c), gk_mul(b, sn));
             b = gk_add(gk_mul(a, sn), gk_mul(b, c));
@@ -180,9 +195,10 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
             if (p.k) {
                 dst = (is_k ? p.k : p.v) + (t * p.n_head_kv + kh) * hd;
             } else {
-                if (pos < 0 || pos >= p.n_ctx) /* the caller's bug: never write outside */
+                if (blk < 0) /* padding, or the caller's bug: never write outside */
                     continue;
-                dst = (is_k ? p.k_cache : p.v_cache) + (kh * p.n_ctx + pos) * hd;
+                dst = (is_k ? p.k_cache : p.v_cache) + blk * p.block_stride +
+                      kh * p.head_stride + (pos % KV_BLOCK) * hd;
             }
         }
         const int d0 = sl.e0;
@@ -302,16 +318,20 @@ int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)
         p->head_dim < 2 || p->head_dim % 2 || p->n_rot < 0 || p->n_rot % 2 ||
         p->n_rot > p->head_dim || n_heads * p->head_dim > 0x7fffffff ||
         (p->rope_style != ROPE_ADJACENT && p->rope_style != ROPE_HALF_SPLIT) ||
-        (to_cache && p->n_ctx < 1))
+        (to_cache && (p->table_stride < 1 || p->block_stride < 0 || p->head_stride < 0 ||
+                      p->head_stride % 2 || p->block_stride % 2)))
         return ig_error(IG_E_INTERNAL, "gk_qkv_rope: bad sizes (n %lld, heads %lld/%lld, "
-                        "head_dim %lld, n_rot %lld, style %d, n_ctx %lld)", (long long)p->n,
+                        "head_dim %lld, n_rot %lld, style %d, table stride %lld, block "
+                        "stride %lld, head stride %lld)", (long long)p->n,
                         (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
-                        (long long)p->n_rot, p->rope_style, (long long)p->n_ctx);
+                        (long long)p->n_rot, p->rope_style, (long long)p->table_stride,
+                        (long long)p->block_stride, (long long)p->head_stride);
     const void *outs[] = {p->q, to_cache ? p->k_cache : p->k, to_cache ? p->v_cache : p->v};
-    if (!p->qkv || !p->pos || (p->n_rot && !p->inv_freq) || !gk_aligned(p->qkv, 8) ||
+    if (!p->qkv || !p->pos || (p->n_rot && !p->inv_freq) || (to_cache && !p->block_table) ||
+        !gk_aligned(p->qkv, 8) ||
         (p->bias && !gk_aligned(p->bias, 8)))
-        return ig_error(IG_E_INTERNAL, "gk_qkv_rope: qkv, pos or inv_freq NULL, or qkv/bias "
-                        "not 8-byte aligned");
+        return ig_error(IG_E_INTERNAL, "gk_qkv_rope: qkv, pos, inv_freq or block_table "
+                        "NULL, or qkv/bias not 8-byte aligned");
     for (const void *o : outs)
         if (!o || !gk_aligned(o, 4))
             return ig_error(IG_E_INTERNAL, "gk_qkv_rope: an output is NULL or not 4-byte "

@@ -43,22 +43,33 @@ void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int
                     float eps, uint16_t *y);
 
 /* After the fused QKV GEMM: bias, RoPE, conversion to f16, and where K and V
- * go. Token t of the block is at position *pos + t. */
+ * go. Row t is at its own position pos[t] (the rows of a step may belong to
+ * several sequences); pos[t] < 0 marks a padding row (a graph bucket's
+ * unused rows): its q row (and, in block mode, its k and v rows) is written
+ * as zeros and nothing of it reaches the cache. */
 struct gk_qkv_params {
     const float *qkv;        /* [n][(n_head + 2 * n_head_kv) * head_dim]: q | k | v */
     const float *bias;       /* the same width (one row), or NULL */
     const double *inv_freq;  /* [n_rot / 2]: rope_base^(-2i / n_rot) */
-    const int32_t *pos;      /* one int32: position of token 0 */
+    const int32_t *pos;      /* [n]: each row's position (device memory for the kernel,
+                                host for _ref) */
     int64_t n, n_head, n_head_kv, head_dim, n_rot;
     int rope_style;          /* enum rope_style (models/model.h) */
     uint16_t *q;             /* out [n][n_head][head_dim], rotated */
     /* K (rotated) and V out, either to the block's buffers
      *   k, v: [n][n_head_kv][head_dim]
-     * or, when k is NULL, straight into the cache (decode):
-     *   k_cache, v_cache: [n_head_kv][n_ctx][head_dim], rows *pos .. *pos+n-1. */
+     * or, when k is NULL, straight into the KV pool (decode): k_cache, v_cache
+     * are the layer's pool bases (kvcache/kvcache.h), row t written at
+     *   block_table[t * table_stride + pos[t] / 64] * block_stride
+     *     + h * head_stride + (pos[t] % 64) * head_dim
+     * (kv_row_offset through row t's table). A row whose pos[t] / 64 is
+     * past table_stride, or whose table entry is negative, writes nothing
+     * (the caller's bug: never write outside). */
     uint16_t *k, *v;
     uint16_t *k_cache, *v_cache;
-    int64_t n_ctx;
+    const int32_t *block_table; /* [n][table_stride] int32 block ids (device memory for the
+                                   kernel, host for _ref) */
+    int64_t table_stride, block_stride, head_stride; /* elements (struct kv_layout's) */
     double mscale;           /* cos and sin multiplied by it (YaRN's attention factor,
                                 rope.scaling.attn_factor); 0 is taken as 1 */
 };

@@ -12,6 +12,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/quant.h"
 
@@ -42,8 +43,10 @@ void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int
     }
 }
 
-/* The destination row of head h (q | k | v) of token t. */
-static uint16_t *qkv_dst(const struct gk_qkv_params *p, int64_t t, int64_t h)
+/* The destination row of head h (q | k | v) of token t at position pos, or
+ * NULL where nothing is written (cache mode: a padding row, a position past
+ * the row's table or a negative block id). */
+static uint16_t *qkv_dst(const struct gk_qkv_params *p, int64_t t, int64_t h, int64_t pos)
 {
     if (h < p->n_head)
         return p->q + (t * p->n_head + h) * p->head_dim;
@@ -51,7 +54,14 @@ static uint16_t *qkv_dst(const struct gk_qkv_params *p, int64_t t, int64_t h)
     const int64_t kh = is_k ? h - p->n_head : h - p->n_head - p->n_head_kv;
     if (p->k)
         return (is_k ? p->k : p->v) + (t * p->n_head_kv + kh) * p->head_dim;
-    return (is_k ? p->k_cache : p->v_cache) + (kh * p->n_ctx + *p->pos + t) * p->head_dim;
+    if (pos < 0 || pos / KV_BLOCK >= p->table_stride)
+        return NULL;
+    const int32_t *table = p->block_table + t * p->table_stride;
+    if (table[pos / KV_BLOCK] < 0)
+        return NULL;
+    const struct kv_layout L = {.block_stride = p->block_stride, .head_stride = p->head_stride,
+                                .head_dim = p->head_dim};
+    return (is_k ? p->k_cache : p->v_cache) + kv_row_offset(&L, table, kh, pos);
 }
 
 void gk_qkv_rope_ref(const struct gk_qkv_params *p)
@@ -63,11 +73,22 @@ void gk_qkv_rope_ref(const struct gk_qkv_params *p)
     const int64_t step = p->rope_style == ROPE_ADJACENT ? 2 : 1;
     const double ms = p->mscale != 0 ? p->mscale : 1.0;
     for (int64_t t = 0; t < p->n; t++) {
-        const double pos = (double)(*p->pos + t);
+        const int64_t pos_t = p->pos[t];
+        const double pos = (double)pos_t;
+        if (pos_t < 0) { /* padding: zeros to q (and k, v buffers), nothing to the cache */
+            for (int64_t h = 0; h < n_heads; h++) {
+                uint16_t *out = qkv_dst(p, t, h, pos_t);
+                if (out)
+                    memset(out, 0, (size_t)hd * sizeof *out);
+            }
+            continue;
+        }
         for (int64_t h = 0; h < n_heads; h++) {
             const float *in = p->qkv + (t * n_heads + h) * hd;
             const float *b = p->bias ? p->bias + h * hd : NULL;
-            uint16_t *out = qkv_dst(p, t, h);
+            uint16_t *out = qkv_dst(p, t, h, pos_t);
+            if (!out)
+                continue;
             /* Every dim as is, then the rotated pairs of q and k over them. */
             for (int64_t d = 0; d < hd; d++)
                 out[d] = ig_f32_to_f16(b ? in[d] + b[d] : in[d]);

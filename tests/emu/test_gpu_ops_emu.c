@@ -5,7 +5,9 @@
  *
  * Ragged sizes (rows not multiples of a vector or a block; 1, 7 and 33
  * tokens), both RoPE styles, n_rot < head_dim, bias or none, K/V to buffers or
- * straight into the cache, every dequantized type with padded rows and an
+ * straight into a KV pool through per-row block tables (rows of up to 3
+ * sequences, shuffled block ids, a padding row whose pool rows must stay as
+ * they were), every dequantized type with padded rows and an
  * unaligned destination. Outputs are poisoned (NaN) and framed by guard
  * elements: every element must be written, nothing outside. Bit equality
  * where the kernel and twin do the same operations in the same order;
@@ -195,6 +197,43 @@ static int rope_row_ok(const float *in, const float *bias, const double *inv_fre
     return 1;
 }
 
+/* Rows of a qkv case: row t's position (-1: padding) and, in cache mode,
+ * its sequence's block table. Rows go round-robin to n_seq sequences; a
+ * sequence's rows are consecutive positions from its own start; every
+ * sequence owns table_stride blocks of the pool, shuffled ids (none shared,
+ * some of the pool in no table). Row 2 of a block of 7 or more is padding. */
+struct qkv_rows {
+    int32_t pos[33];
+    int32_t *tables;        /* [n][table_stride] */
+    int64_t table_stride, n_blocks;
+};
+
+static void qkv_rows_make(uint64_t *st, int64_t n, int cache, int case_no, struct qkv_rows *r)
+{
+    const int64_t n_seq = n < 3 ? n : 3;
+    r->table_stride = cache ? 24 : 0; /* positions < 1536 in the pool */
+    r->n_blocks = n_seq * r->table_stride + 5;
+    int32_t ids[3 * 24 + 5], start[3];
+    for (int64_t i = 0; i < r->n_blocks; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = r->n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)(test_rand_u64(st) % (uint64_t)(i + 1));
+        int32_t x = ids[i];
+        ids[i] = ids[j], ids[j] = x;
+    }
+    /* Block mode reaches far positions (angles); the pool, every block. */
+    const int64_t span = cache ? r->table_stride * 64 - 12 : 3000;
+    for (int64_t s = 0; s < n_seq; s++)
+        start[s] = (int32_t)((case_no * 97 + s * 331 + (int64_t)(test_rand_u64(st) % 64)) % span);
+    r->tables = cache ? malloc((size_t)(n * r->table_stride) * sizeof *r->tables) : NULL;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t s = t % n_seq;
+        r->pos[t] = n >= 7 && t == 2 ? -1 : start[s] + (int32_t)(t / n_seq);
+        for (int64_t i = 0; i < r->table_stride; i++)
+            r->tables[t * r->table_stride + i] = ids[s * r->table_stride + i];
+    }
+}
+
 static void test_qkv_rope(uint64_t *st)
 {
     const struct rope_shape shapes[] = {{3, 1, 64, 64}, {4, 2, 64, 32}, {2, 2, 128, 128},
@@ -206,28 +245,32 @@ static void test_qkv_rope(uint64_t *st)
                 for (int to_cache = 0; to_cache < 2; to_cache++) {
                     const struct rope_shape *s = &shapes[si];
                     int64_t n = k_ns[case_no++ % 3], hd = s->head_dim;
-                    int32_t pos0 = (int32_t)(case_no * 97 % 3000);
+                    struct qkv_rows rows;
+                    qkv_rows_make(st, n, to_cache, case_no, &rows);
                     int64_t n_heads = s->n_head + 2 * s->n_head_kv, w = n_heads * hd;
-                    int64_t n_ctx = pos0 + n + 5;
                     float *qkv = rand_floats(st, n * w, -2.0f, 2.0f);
                     float *bias = with_bias ? rand_floats(st, w, -0.5f, 0.5f) : NULL;
                     double inv_freq[64];
                     for (int64_t i = 0; i < s->n_rot / 2; i++)
                         inv_freq[i] = pow(10000.0, -2.0 * (double)i / (double)s->n_rot);
                     int64_t qn = n * s->n_head * hd, kn = n * s->n_head_kv * hd;
-                    int64_t cn = s->n_head_kv * n_ctx * hd;
+                    /* the pool, kvcache.h's layout */
+                    const int64_t head_stride = 64 * hd, block_stride = s->n_head_kv * head_stride;
+                    int64_t cn = rows.n_blocks * block_stride;
                     /* YaRN's cos/sin factor on some cases (0: the default 1) */
                     double ms = case_no % 4 == 1 ? 1.0 + 0.1 * log(8.0) : 0.0;
                     struct gk_qkv_params p = {
-                        .qkv = qkv, .bias = bias, .inv_freq = inv_freq, .pos = &pos0, .n = n,
+                        .qkv = qkv, .bias = bias, .inv_freq = inv_freq, .pos = rows.pos, .n = n,
                         .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = hd,
-                        .n_rot = s->n_rot, .rope_style = style, .n_ctx = n_ctx, .mscale = ms};
+                        .n_rot = s->n_rot, .rope_style = style, .block_table = rows.tables,
+                        .table_stride = rows.table_stride, .block_stride = block_stride,
+                        .head_stride = head_stride, .mscale = ms};
                     /* The twin writes into plain buffers, the kernel into guarded ones. */
                     struct gk_qkv_params r = p;
                     struct out_buf oq, ok_, ov;
                     r.q = malloc((size_t)qn * 2);
                     p.q = out_init(&oq, (size_t)qn * 2, 2);
-                    uint16_t *cache0 = malloc((size_t)cn * 2);
+                    uint16_t *cache0 = malloc((size_t)(cn ? cn : 1) * 2);
                     for (int64_t i = 0; i < cn; i++)
                         cache0[i] = (uint16_t)(test_rand_u64(st) & 0x7bff);
                     int64_t on = to_cache ? cn : kn;
@@ -252,7 +295,7 @@ static void test_qkv_rope(uint64_t *st)
                     snprintf(name, sizeof name, "qkv h %lld/%lld hd %lld rot %lld style %d "
                              "bias %d cache %d n %lld pos %d", (long long)s->n_head,
                              (long long)s->n_head_kv, (long long)hd, (long long)s->n_rot, style,
-                             with_bias, to_cache, (long long)n, pos0);
+                             with_bias, to_cache, (long long)n, rows.pos[0]);
                     CHECKF(rc == 0, "%s: rc %d", name, rc);
                     CHECKF(max_ulps(p.q, r.q, qn) == 0, "%s: q differs (%d ulps)", name,
                            max_ulps(p.q, r.q, qn));
@@ -260,19 +303,32 @@ static void test_qkv_rope(uint64_t *st)
                            max_ulps(pk, rk, on));
                     CHECKF(max_ulps(pv, rv, on) == 0, "%s: v differs (%d ulps)", name,
                            max_ulps(pv, rv, on));
-                    if (to_cache) { /* rows outside pos0 .. pos0+n-1 untouched */
-                        int same = 1;
-                        for (int64_t h = 0; h < s->n_head_kv; h++)
-                            for (int64_t j = 0; j < n_ctx; j++) {
-                                if (j >= pos0 && j < pos0 + n)
+                    /* Where each row's K/V row lives, worked out here: in the
+                     * pool through the row's table (kvcache.h's formula), or
+                     * the block's buffers. */
+                    uint16_t **kv_at = calloc((size_t)(2 * n * s->n_head_kv), sizeof *kv_at);
+                    unsigned char *hit = calloc((size_t)(cn ? cn : 1), 1);
+                    for (int64_t t = 0; t < n; t++)
+                        for (int64_t kh = 0; kh < s->n_head_kv; kh++) {
+                            int64_t off = (t * s->n_head_kv + kh) * hd;
+                            if (to_cache) {
+                                if (rows.pos[t] < 0)
                                     continue;
-                                size_t off = (size_t)((h * n_ctx + j) * hd);
-                                same &= memcmp(pk + off, cache0 + off, (size_t)hd * 2) == 0;
-                                same &= memcmp(pv + off, cache0 + off, (size_t)hd * 2) == 0;
+                                const int32_t *tb = rows.tables + t * rows.table_stride;
+                                off = tb[rows.pos[t] / 64] * block_stride + kh * head_stride +
+                                      rows.pos[t] % 64 * hd;
+                                memset(hit + off, 1, (size_t)hd);
                             }
-                        CHECKF(same, "%s: cache rows outside the block changed", name);
+                            kv_at[2 * (t * s->n_head_kv + kh)] = rk + off;
+                            kv_at[2 * (t * s->n_head_kv + kh) + 1] = rv + off;
+                        }
+                    if (to_cache) { /* every other row of the pool untouched, padding's too */
+                        int same = 1;
+                        for (int64_t i = 0; i < cn; i++)
+                            same &= hit[i] || (pk[i] == cache0[i] && pv[i] == cache0[i]);
+                        CHECKF(same, "%s: pool rows outside the rows' own changed", name);
                     }
-                    /* The twin against the rotation in double. */
+                    /* The twin against the rotation in double; padding rows zero. */
                     int good = 1;
                     for (int64_t t = 0; t < n; t++)
                         for (int64_t h = 0; h < n_heads; h++) {
@@ -282,19 +338,25 @@ static void test_qkv_rope(uint64_t *st)
                             } else {
                                 int is_k = h < s->n_head + s->n_head_kv;
                                 int64_t kh = is_k ? h - s->n_head : h - s->n_head - s->n_head_kv;
-                                got = (is_k ? rk : rv) +
-                                      (to_cache ? (kh * n_ctx + pos0 + t) * hd
-                                                : (t * s->n_head_kv + kh) * hd);
+                                got = kv_at[2 * (t * s->n_head_kv + kh) + !is_k];
+                            }
+                            if (rows.pos[t] < 0) {
+                                for (int64_t d = 0; got && d < hd; d++)
+                                    good &= got[d] == 0;
+                                continue;
                             }
                             good &= rope_row_ok(qkv + (t * n_heads + h) * hd,
                                                 bias ? bias + h * hd : NULL, inv_freq,
-                                                (double)(pos0 + t), hd, s->n_rot, style,
+                                                (double)rows.pos[t], hd, s->n_rot, style,
                                                 h < s->n_head + s->n_head_kv, ms ? ms : 1.0,
                                                 got);
                         }
-                    CHECKF(good, "%s: twin vs double rotation", name);
+                    CHECKF(good, "%s: twin vs double rotation (padding rows zero)", name);
                     CHECKF(out_guards_ok(&oq) && out_guards_ok(&ok_) && out_guards_ok(&ov),
                            "%s: guards", name);
+                    free(kv_at);
+                    free(hit);
+                    free(rows.tables);
                     free(qkv);
                     free(bias);
                     free(cache0);

@@ -124,26 +124,35 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     snprintf(name, sizeof name, "rmsnorm %s n %lld", m->name, (long long)n);
     BENCH(name, n * d * 6, gk_rmsnorm_cuda(dx, d, dw, n, d, 1e-5f, dy, NULL));
 
-    /* qkv + rope, both output modes */
+    /* qkv + rope, both output modes: rows at 2047.. of one sequence, the
+     * pool's blocks in reverse order in its table (each row a copy) */
     const int64_t nh = m->n_head, nkv = m->n_head_kv, wd = (nh + 2 * nkv) * hd;
-    const int64_t n_ctx = 2048 + n + 3;
+    const int64_t ts = (2048 + n + 3 + 63) / 64, hs = 64 * hd, bs = nkv * hs;
     float *qkv = rand_floats(st, n * wd, -2.0f, 2.0f), *bias = rand_floats(st, wd, -0.1f, 0.1f);
     double inv_freq[64];
     for (int64_t i = 0; i < hd / 2; i++)
         inv_freq[i] = pow(500000.0, -2.0 * (double)i / (double)hd);
-    int32_t pos0 = 2047;
+    int32_t *pos = malloc((size_t)n * 4), *tables = malloc((size_t)(n * ts) * 4);
+    for (int64_t t = 0; t < n; t++) {
+        pos[t] = (int32_t)(2047 + t);
+        for (int64_t i = 0; i < ts; i++)
+            tables[t * ts + i] = (int32_t)(ts - 1 - i);
+    }
     float *dqkv = test_to_device(qkv, (size_t)(n * wd) * 4);
     float *dbias = test_to_device(bias, (size_t)wd * 4);
     double *dfreq = test_to_device(inv_freq, sizeof inv_freq);
-    int32_t *dpos = test_to_device(&pos0, 4);
+    int32_t *dpos = test_to_device(pos, (size_t)n * 4);
+    int32_t *dtables = test_to_device(tables, (size_t)(n * ts) * 4);
     for (int to_cache = 0; to_cache < 2; to_cache++) {
         struct gk_qkv_params r = {.qkv = qkv, .bias = to_cache ? NULL : bias,
-                                  .inv_freq = inv_freq, .pos = &pos0, .n = n, .n_head = nh,
+                                  .inv_freq = inv_freq, .pos = pos, .n = n, .n_head = nh,
                                   .n_head_kv = nkv, .head_dim = hd, .n_rot = hd,
-                                  .rope_style = m->rope_style, .n_ctx = n_ctx};
+                                  .rope_style = m->rope_style, .block_table = tables,
+                                  .table_stride = ts, .block_stride = bs, .head_stride = hs};
         struct gk_qkv_params p = r;
         p.qkv = dqkv, p.bias = to_cache ? NULL : dbias, p.inv_freq = dfreq, p.pos = dpos;
-        const int64_t qn = n * nh * hd, kn = to_cache ? nkv * n_ctx * hd : n * nkv * hd;
+        p.block_table = dtables;
+        const int64_t qn = n * nh * hd, kn = to_cache ? ts * bs : n * nkv * hd;
         r.q = malloc((size_t)qn * 2), p.q = dev_poison((size_t)qn * 2);
         uint16_t *rk = malloc((size_t)kn * 2), *rv = malloc((size_t)kn * 2);
         memset(rk, 0xff, (size_t)kn * 2);
@@ -198,6 +207,8 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     CK(cudaFree(dbias));
     CK(cudaFree(dfreq));
     CK(cudaFree(dpos));
+    CK(cudaFree(dtables));
+    free(pos), free(tables);
     CK(cudaFree(dgu));
     CK(cudaFree(dh));
 }
