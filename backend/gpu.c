@@ -151,9 +151,9 @@ static int alloc_state(struct gpu_backend *g)
         if ((st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
             (st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].v_cache, &g->kv_bytes)))
             return st;
-    struct decode_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                                    .head_dim = hp->head_dim, .n_ctx = g->n_ctx,
-                                    .n_splits = g->n_splits};
+    struct decode_attn_params ap = {.n_seqs = 1, .n_head = hp->n_head,
+                                    .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                    .n_ctx = g->n_ctx, .n_splits = g->n_splits};
     if ((st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->x, NULL)) || (st = IG_DEV(gpu_alloc)(g, B * e * 2, &g->xn, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
@@ -236,7 +236,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     if ((st = IG_DEV(dev_open)(o->device.index, &g->dev)) == IG_OK) {
         IG_DEV(dev_get_info)(g->dev, &g->info);
         g->stream = IG_DEV(dev_stream)(g->dev);
-        g->n_splits = decode_attn_choose_splits(g->n_ctx, hp->n_head_kv, g->info.n_sm);
+        g->n_splits = decode_attn_choose_splits(g->n_ctx, 1, hp->n_head_kv, g->info.n_sm);
         st = check_fits(g, o->oom_hint);
     }
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
@@ -487,8 +487,7 @@ static int decode_step(struct gpu_backend *g, int slot)
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
         const struct gpu_layer *L = &g->layers[l];
         const struct model_layer *ML = &g->m->layers[l];
-        /* The slot's region as a pool through the slot table (gpu_slot_layout);
-         * K/V written there, read back by decode_attn's contiguous layout. */
+        /* The slot's region as a pool through the slot table (gpu_slot_layout). */
         const struct kv_layout kl = gpu_slot_layout(g);
         struct gk_qkv_params qp = {
             .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
@@ -501,8 +500,10 @@ static int decode_step(struct gpu_backend *g, int slot)
         };
         struct decode_attn_params ap = {
             .q = g->q16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
-            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .pos = g->pos,
-            .o = g->att16, .work = g->attn_work, .n_head = hp->n_head,
+            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .block_table = g->slot_table,
+            .table_stride = gpu_slot_table_len(g), .block_stride = kl.block_stride,
+            .head_stride = kl.head_stride, .pos = g->pos, .o = g->att16,
+            .work = g->attn_work, .n_seqs = 1, .n_head = hp->n_head,
             .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_ctx = g->n_ctx,
             .n_splits = g->n_splits, .scale = (float)hp->attn_scale, .window = ML->window,
         };

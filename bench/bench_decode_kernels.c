@@ -1,8 +1,9 @@
 /* bench/bench_decode_kernels.c: memory bandwidth of the decode kernels on
  * the GPU against a device-to-device cudaMemcpy measured in the same run:
  * gk_gemv_f16 (4096x4096, 14336x4096, 4096x14336, 128256x4096) and
- * decode_attn (Llama-3-8B shapes: 32 query / 8 KV heads, hd 128, n_ctx 4096
- * and 32768, pos = n_ctx - 1). Random data; the operands rotate over copies
+ * decode_attn (Llama-3-8B shapes: 32 query / 8 KV heads, hd 128; one
+ * sequence at n_ctx 4096 and 32768, 64 sequences at 640, each query at
+ * n_ctx - 1, through block tables of the pool layout). Random data; the operands rotate over copies
  * totalling > 256 MiB so the 50 MiB L2 does not serve them. One line each:
  *   gemv rows=4096 cols=4096 us=... GBps=... of_copy=0.87
  * Bytes counted: what the kernel must read and write once (copy: read +
@@ -194,51 +195,67 @@ static int attn_launch(void *ctx, int copy)
     return decode_attn_cuda(&p, NULL);
 }
 
-static int bench_attn(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_ctx, int n_sm,
-                      double copy)
+/* n_seqs sequences of n_ctx positions each (every query at n_ctx - 1) in a
+ * pool of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s,
+ * s + n_seqs, s + 2 n_seqs, ... (one sequence: consecutive blocks). */
+static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                      int64_t n_ctx, int n_sm, double copy)
 {
     struct attn_ctx a;
     memset(&a, 0, sizeof a);
     struct decode_attn_params *p = &a.p;
-    const size_t cache = (size_t)(n_head_kv * n_ctx * hd);
+    const int64_t ts = (n_ctx + 63) / 64, n_blocks = n_seqs * ts;
+    const int64_t head_stride = 64 * hd, block_stride = n_head_kv * head_stride;
+    const size_t cache = (size_t)(n_blocks * block_stride), qo = (size_t)(n_seqs * n_head * hd);
     uint16_t *q, *k0, *v0, *o;
-    uint16_t *hq = make_f16((size_t)(n_head * hd), 2.0f, &q);
+    uint16_t *hq = make_f16(qo, 2.0f, &q);
     uint16_t *hk = make_f16(cache, 1.0f, &k0), *hv = make_f16(cache, 1.0f, &v0);
-    CK(cudaMalloc((void **)&o, (size_t)(n_head * hd) * 2));
-    int32_t pos = (int32_t)(n_ctx - 1), *dpos;
-    CK(cudaMalloc((void **)&dpos, sizeof pos));
-    CK(cudaMemcpy(dpos, &pos, sizeof pos, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&o, qo * 2));
+    int32_t *pos = malloc((size_t)n_seqs * 4), *table = malloc((size_t)n_blocks * 4);
+    for (int64_t s = 0; s < n_seqs; s++) {
+        pos[s] = (int32_t)(n_ctx - 1);
+        for (int64_t i = 0; i < ts; i++)
+            table[s * ts + i] = (int32_t)(i * n_seqs + s);
+    }
+    int32_t *dpos, *dtable;
+    CK(cudaMalloc((void **)&dpos, (size_t)n_seqs * 4));
+    CK(cudaMemcpy(dpos, pos, (size_t)n_seqs * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&dtable, (size_t)n_blocks * 4));
+    CK(cudaMemcpy(dtable, table, (size_t)n_blocks * 4, cudaMemcpyHostToDevice));
     *p = (struct decode_attn_params){
-        .q = q, .pos = dpos, .o = o, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd,
-        .n_ctx = n_ctx, .n_splits = decode_attn_choose_splits(n_ctx, n_head_kv, n_sm),
+        .q = q, .block_table = dtable, .table_stride = ts, .block_stride = block_stride,
+        .head_stride = head_stride, .pos = dpos, .o = o, .n_seqs = n_seqs, .n_head = n_head,
+        .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx,
+        .n_splits = decode_attn_choose_splits(n_ctx, n_seqs, n_head_kv, n_sm),
         .scale = 1.0f / sqrtf((float)hd)};
     CK(cudaMalloc((void **)&p->work, decode_attn_work_floats(p) * sizeof(float)));
     int n = replicate(k0, cache * 2, a.k, 32);
     replicate(v0, cache * 2, a.v, n);
 
-    uint16_t *ho = malloc((size_t)(n_head * hd) * 2), *ho_ref = malloc((size_t)(n_head * hd) * 2);
+    uint16_t *ho = malloc(qo * 2), *ho_ref = malloc(qo * 2);
     if (attn_launch(&a, 0))
         return 1;
-    CK(cudaMemcpy(ho, o, (size_t)(n_head * hd) * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ho, o, qo * 2, cudaMemcpyDeviceToHost));
     struct decode_attn_params pr = *p;
-    pr.q = hq, pr.k_cache = hk, pr.v_cache = hv, pr.pos = &pos, pr.o = ho_ref;
+    pr.q = hq, pr.k_cache = hk, pr.v_cache = hv, pr.block_table = table, pr.pos = pos;
+    pr.o = ho_ref;
     if (decode_attn_ref(&pr))
         return 1;
     int bad = 0;
-    for (int64_t i = 0; i < n_head * hd; i++) {
+    for (size_t i = 0; i < qo; i++) {
         double g = ig_f16_to_f32(ho[i]), r = ig_f16_to_f32(ho_ref[i]);
         if (!(fabs(g - r) <= 2e-3 * fmax(fabs(r), 0.05)) && bad++ < 3)
-            fprintf(stderr, "attn n_ctx=%lld: o[%lld] gpu %.6g ref %.6g\n", (long long)n_ctx,
-                    (long long)i, g, r);
+            fprintf(stderr, "attn seqs=%lld n_ctx=%lld: o[%zu] gpu %.6g ref %.6g\n",
+                    (long long)n_seqs, (long long)n_ctx, i, g, r);
     }
 
     float ms = time_ms(attn_launch, &a, n);
-    double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)(n_head * hd);
+    double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)qo;
     double gbps = bytes / (ms * 1e-3) / 1e9;
-    printf("decode_attn n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d us=%.2f "
-           "GBps=%.0f of_copy=%.3f check=%s\n",
-           (long long)n_head, (long long)n_head_kv, (long long)hd, (long long)n_ctx,
-           p->n_splits, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
+    printf("decode_attn seqs=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d "
+           "us=%.2f GBps=%.0f of_copy=%.3f check=%s\n",
+           (long long)n_seqs, (long long)n_head, (long long)n_head_kv, (long long)hd,
+           (long long)n_ctx, p->n_splits, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
     fflush(stdout);
     for (int i = 0; i < n; i++) {
         CK(cudaFree(a.k[i]));
@@ -247,8 +264,9 @@ static int bench_attn(int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_c
     CK(cudaFree(q));
     CK(cudaFree(o));
     CK(cudaFree(dpos));
+    CK(cudaFree(dtable));
     CK(cudaFree(p->work));
-    free(hq), free(hk), free(hv), free(ho), free(ho_ref);
+    free(hq), free(hk), free(hv), free(ho), free(ho_ref), free(pos), free(table);
     return bad != 0;
 }
 
@@ -267,7 +285,8 @@ int main(void)
     int fail = 0;
     for (int i = 0; i < 4; i++)
         fail |= bench_gemv(shapes[i][0], shapes[i][1], copy);
-    fail |= bench_attn(32, 8, 128, 4096, n_sm, copy);
-    fail |= bench_attn(32, 8, 128, 32768, n_sm, copy);
+    fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy);
+    fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy);
+    fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy); /* the batch step's last decode */
     return fail;
 }

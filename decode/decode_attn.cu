@@ -1,8 +1,9 @@
-/* decode/decode_attn.cu: split-KV (flash-decoding) attention of one query
- * token against the f16 KV cache, and the kernel that combines the splits;
- * semantics and params in decode/decode_attn.h.
+/* decode/decode_attn.cu: split-KV (flash-decoding) attention of B
+ * sequences' query rows against the f16 KV pool through their block tables,
+ * and the kernel that combines the splits; semantics and params in
+ * decode/decode_attn.h.
  *
- * Split kernel: one block per (split, KV head), 4 warps. It computes every
+ * Split kernel: one block per (split, KV head, sequence), 4 warps. It computes every
  * query head of the KV head's group (up to 8), so each K/V row is read once
  * for the whole group. A key row of head_dim halves is read by head_dim / 8
  * lanes with 16-byte loads (1 row per warp load at hd 256, 2 at hd 128, 4 at
@@ -12,13 +13,16 @@
  * dims) per query head, in the log2 domain (scale * log2(e) folded into q).
  * At the end the lane groups merge by shuffles, the warps through shared
  * memory, and the block writes its partial (o unnormalized, max, sum) per
- * query head to `work`. The live keys lo..pos (lo > 0 behind a sliding
- * window) are spread over the splits at run time (split_chunk); splits
- * that start past pos exit at once and the combine kernel never looks at
- * them. Keys outside lo..pos are never loaded (the cache there may hold
- * anything).
+ * query head to `work`. The sequence's live keys lo..pos (lo > 0 behind a
+ * sliding window) are spread over the splits at run time (split_chunk);
+ * splits that start past pos exit at once and the combine kernel never
+ * looks at them. Each key row's block comes from the sequence's table (one
+ * int32 load per row, from L1: the rows a lane loads in one iteration lie
+ * in at most two blocks). Keys outside lo..pos are never loaded (the pool
+ * there may hold anything). A padding sequence (pos < 0) exits at once.
  *
- * Combine kernel: one block per query head, one thread per dim.
+ * Combine kernel: one block per (query head, sequence), one thread per
+ * dim; it writes a padding sequence's rows as zeros.
  *
  * Built twice: nvcc (decode_attn_cuda) and the emulator through
  * decode/decode_attn_emu.cc (decode_attn_emu). Covered by
@@ -26,6 +30,9 @@
 #include "devkit/intrinsics.cuh"
 #include "decode/decode_attn.h"
 #include "ops/gpu_math.cuh"
+extern "C" {
+#include "kvcache/kvcache.h"
+}
 
 namespace {
 
@@ -85,20 +92,23 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int sub = lane / L, dl = lane % L;
     const int split = (int)blockIdx.x;
-    const int64_t hk = blockIdx.y, G = p.n_head / p.n_head_kv;
-    const int64_t pos = *p.pos, key0 = first_key(pos, p.window);
+    const int64_t hk = blockIdx.y, seq = blockIdx.z, G = p.n_head / p.n_head_kv;
+    int64_t pos = p.pos[seq];
+    if (pos < 0)
+        return; /* padding: the combine writes zeros */
+    pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
+    const int64_t key0 = first_key(pos, p.window);
     const int64_t chunk = split_chunk(key0, pos, p.n_splits);
     const int64_t k0 = key0 + (int64_t)split * chunk;
-    if (k0 > pos || k0 >= p.n_ctx)
+    if (k0 > pos)
         return; /* nothing to attend to: the combine skips this split */
     int64_t k_end = k0 + chunk;
     k_end = k_end < pos + 1 ? k_end : pos + 1;
-    k_end = k_end < p.n_ctx ? k_end : p.n_ctx;
 
     float q[GM][8];
     for (int g = 0; g < GM; g++) {
         const int64_t h = hk * G + (g < G ? g : G - 1);
-        unpack8(*(const gk_u32x4 *)(p.q + h * HD + dl * 8), q[g]);
+        unpack8(*(const gk_u32x4 *)(p.q + (seq * p.n_head + h) * HD + dl * 8), q[g]);
         for (int i = 0; i < 8; i++)
             q[g][i] *= scale_log2;
     }
@@ -110,8 +120,9 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
             o[g][i] = 0;
     }
 
-    const uint16_t *kc = p.k_cache + hk * p.n_ctx * HD + dl * 8;
-    const uint16_t *vc = p.v_cache + hk * p.n_ctx * HD + dl * 8;
+    const int32_t *table = p.block_table + seq * p.table_stride;
+    const uint16_t *kc = p.k_cache + hk * p.head_stride + dl * 8;
+    const uint16_t *vc = p.v_cache + hk * p.head_stride + dl * 8;
     for (int64_t jb = k0; jb < k_end; jb += KB) {
         gk_u32x4 kr[U], vr[U];
         bool ok[U];
@@ -119,8 +130,9 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
             const int64_t j = jb + (u * kWarps + warp) * KPW + sub;
             ok[u] = j < k_end;
             if (ok[u]) {
-                kr[u] = gk_ld_stream16(kc + j * HD);
-                vr[u] = gk_ld_stream16(vc + j * HD);
+                const int64_t row = table[j / KV_BLOCK] * p.block_stride + (j % KV_BLOCK) * HD;
+                kr[u] = gk_ld_stream16(kc + row);
+                vr[u] = gk_ld_stream16(vc + row);
             } else {
                 kr[u] = vr[u] = gk_u32x4{{0, 0, 0, 0}};
             }
@@ -206,7 +218,8 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
             acc += ig_lds(&red[w][g][d]) * f;
             sum += ig_lds(&red[w][g][HD + 1]) * f;
         }
-        float *part = p.work + ((hk * G + g) * p.n_splits + split) * partial_floats(HD);
+        float *part = p.work + ((seq * p.n_head + hk * G + g) * p.n_splits + split) *
+                                   partial_floats(HD);
         part[d] = acc;
         if (d == 0) {
             part[HD] = M;
@@ -215,16 +228,24 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     }
 }
 
-/* o[h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over the
- * splits that start at or before pos (each holds at least one key). */
+/* o[seq][h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over
+ * the splits that start at or before pos (each holds at least one key);
+ * zeros for a padding sequence. */
 template <int HD>
 __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p)
 {
-    const int64_t h = blockIdx.x, d = threadIdx.x;
-    const int64_t pos = *p.pos, key0 = first_key(pos, p.window);
+    const int64_t h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
+    uint16_t *o = p.o + (seq * p.n_head + h) * HD;
+    int64_t pos = p.pos[seq];
+    if (pos < 0) {
+        o[d] = 0;
+        return;
+    }
+    pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
+    const int64_t key0 = first_key(pos, p.window);
     int64_t n_used = (pos - key0) / split_chunk(key0, pos, p.n_splits) + 1;
     n_used = n_used < p.n_splits ? n_used : p.n_splits;
-    const float *part = p.work + h * p.n_splits * partial_floats(HD);
+    const float *part = p.work + (seq * p.n_head + h) * p.n_splits * partial_floats(HD);
     float M = -INFINITY;
     for (int64_t s = 0; s < n_used; s++)
         M = fmaxf(M, part[s * partial_floats(HD) + HD]);
@@ -235,20 +256,21 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
         acc += ps[d] * f;
         sum += ps[HD + 1] * f;
     }
-    p.o[h * HD + d] = gk_f32_to_f16(acc / sum);
+    o[d] = gk_f32_to_f16(acc / sum);
 }
 
 template <int HD, int GM>
 int launch(const decode_attn_params &p, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv), block(kThreads);
+    dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv, (unsigned)p.n_seqs), block(kThreads);
     auto *split = decode_attn_split_kernel<HD, GM, 4>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2);
     if (st)
         return st;
     auto *combine = decode_attn_combine_kernel<HD>;
-    return IG_LAUNCH(combine, dim3((unsigned)p.n_head), dim3(HD), 0, stream, p);
+    return IG_LAUNCH(combine, dim3((unsigned)p.n_head, (unsigned)p.n_seqs), dim3(HD), 0, stream,
+                     p);
 }
 
 template <int HD>
@@ -268,17 +290,27 @@ int launch_hd(const decode_attn_params &p, cudaStream_t stream)
 
 extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *stream)
 {
-    if (!p->q || !p->k_cache || !p->v_cache || !p->pos || !p->o || !p->work)
+    if (!p->q || !p->k_cache || !p->v_cache || !p->block_table || !p->pos || !p->o ||
+        !p->work)
         return ig_error(IG_E_INTERNAL, "decode attention: missing buffer");
+    /* 16-byte row loads: every row of the pool starts 8 elements aligned. */
     if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256) || p->window < 0 ||
         p->n_head_kv < 1 || p->n_head < 1 ||
         p->n_head % p->n_head_kv || p->n_head / p->n_head_kv > 8 || p->n_ctx < 1 ||
-        p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535)
+        p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535 ||
+        p->n_seqs < 0 || p->n_seqs > 65535 || p->n_ctx > p->table_stride * KV_BLOCK ||
+        p->block_stride < 0 || p->block_stride % 8 || p->head_stride < 0 ||
+        p->head_stride % 8 || !gk_aligned(p->k_cache, 16) || !gk_aligned(p->v_cache, 16))
         return ig_error(IG_E_INTERNAL,
-                        "decode attention: unsupported sizes (heads %lld/%lld, hd %lld, "
-                        "n_ctx %lld, splits %d)",
-                        (long long)p->n_head, (long long)p->n_head_kv, (long long)p->head_dim,
-                        (long long)p->n_ctx, p->n_splits);
+                        "decode attention: unsupported sizes (%lld sequences, heads %lld/%lld, "
+                        "hd %lld, n_ctx %lld, table stride %lld, block/head strides %lld/%lld, "
+                        "splits %d)",
+                        (long long)p->n_seqs, (long long)p->n_head, (long long)p->n_head_kv,
+                        (long long)p->head_dim, (long long)p->n_ctx,
+                        (long long)p->table_stride, (long long)p->block_stride,
+                        (long long)p->head_stride, p->n_splits);
+    if (p->n_seqs == 0)
+        return IG_OK;
     cudaStream_t s = (cudaStream_t)stream;
     return p->head_dim == 64    ? launch_hd<64>(*p, s)
            : p->head_dim == 128 ? launch_hd<128>(*p, s)

@@ -1,24 +1,39 @@
 /* tests/emu/test_decode_attn_emu.c: the decode attention kernels
  * (decode/decode_attn.cu) run by the CPU emulator against their CPU twin
- * (decode_attn_ref), and the twin against an independent f64 computation:
- * n_ctx 64, 300, 1000; pos 0, 1, 63, 64, 299, n_ctx - 1; GQA 1, 3, 4, 8;
- * head_dim 64 and 128; 1, 7, the chosen, 33 and 128 splits (more than
- * needed: empty splits); head_dim 256 (Gemma 3: 4 query heads, 1 KV head)
- * without and with sliding windows of 16, 64 and 200 keys, before, at and
- * past the window's edge.
- * Cache rows past pos and behind the window hold NaN and garbage (never
- * read), the output and
- * `work` are poisoned first, guard elements follow the output. Tolerance:
- * 2 f16 ulps (the kernel's f32 sums may round the other way). Label emu. */
+ * (decode_attn_ref), and the twin against an independent f64 computation.
+ *
+ * Every case reads a KV pool through block tables (kvcache/kvcache.h's
+ * layout): the pool's block ids are shuffled, so a sequence's blocks are
+ * neither consecutive nor in order, and a few blocks belong to no table.
+ * Only the rows a query may see (lo..pos of its own sequence) hold data;
+ * every other row of the pool (rows past pos, behind the window, unused
+ * blocks, the rest of the tables' blocks) holds NaN and huge garbage, so any
+ * read outside shows.
+ *
+ * One sequence: n_ctx 64, 300, 1000; pos 0, 1, 63, 64, 299, n_ctx - 1; GQA
+ * 1, 3, 4, 8; head_dim 64 and 128; 1, 7, the chosen, 33 and 128 splits (more
+ * than needed: empty splits); head_dim 256 (Gemma 3: 4 query heads, 1 KV
+ * head) without and with sliding windows of 16, 64 and 200 keys, before, at
+ * and past the window's edge. Batches: 2 to 5 sequences of different
+ * lengths in one launch (1 position, 64 and 65 at the block edge, 300, and
+ * across a window's edge), head dims 64/128/256, with a padding row (pos <
+ * 0) whose o row must be zeros, the chooser's splits for the batch. The
+ * check can fail: the twin through a table with one entry pointing at a
+ * block of no table must disagree with the kernel.
+ *
+ * The output and `work` are poisoned first, guard elements follow the
+ * output. Tolerance: 2 f16 ulps kernel vs twin (the kernel's f32 sums may
+ * round the other way), 1 ulp twin vs f64. Label emu. */
 #include "decode/decode_attn.h"
 #include "tests/test.h"
 
 #include "core/half.h"
+#include "core/status.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { GUARD = 16 };
+enum { GUARD = 16, MAX_SEQS = 5 };
 #define GUARD_BITS 0x5a5au
 
 /* One f16 ulp at |x| (normal range), 2^-24 below it. */
@@ -36,23 +51,39 @@ static void fill_f16(uint16_t *a, int64_t n, float amp, uint64_t *rng)
         a[i] = ig_f32_to_f16(amp * test_rand_f(rng));
 }
 
-/* f64 attention of head h, written independently of the twin: one pass
- * over the keys with a running max. */
-static void exact_head(const struct decode_attn_params *p, int64_t h, double *out)
+/* The first key a query at pos sees. */
+static int64_t first_key(int64_t pos, int64_t window)
 {
-    const int64_t hd = p->head_dim, hk = h / (p->n_head / p->n_head_kv);
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+/* Element offset of row j of KV head hk in a pool through `table`, written
+ * out here from the layout's definition. */
+static int64_t row_at(const struct decode_attn_params *p, const int32_t *table, int64_t hk,
+                      int64_t j)
+{
+    return (int64_t)table[j / 64] * p->block_stride + hk * p->head_stride +
+           (j % 64) * p->head_dim;
+}
+
+/* f64 attention of sequence s's head h, written independently of the twin:
+ * one pass over the keys with a running max. */
+static void exact_head(const struct decode_attn_params *p, int64_t s, int64_t h, double *out)
+{
+    const int64_t hd = p->head_dim, hk = h / (p->n_head / p->n_head_kv), pos = p->pos[s];
+    const int32_t *table = p->block_table + s * p->table_stride;
+    const uint16_t *q = p->q + (s * p->n_head + h) * hd;
     double m = -INFINITY, l = 0;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0;
-    const int64_t lo = p->window > 0 && *p->pos - p->window + 1 > 0 ? *p->pos - p->window + 1 : 0;
-    for (int64_t j = lo; j <= *p->pos; j++) {
-        const uint16_t *k = p->k_cache + (hk * p->n_ctx + j) * hd;
-        const uint16_t *v = p->v_cache + (hk * p->n_ctx + j) * hd;
-        double s = 0;
+    for (int64_t j = first_key(pos, p->window); j <= pos; j++) {
+        const uint16_t *k = p->k_cache + row_at(p, table, hk, j);
+        const uint16_t *v = p->v_cache + row_at(p, table, hk, j);
+        double sc = 0;
         for (int64_t d = 0; d < hd; d++)
-            s += (double)ig_f16_to_f32(p->q[h * hd + d]) * ig_f16_to_f32(k[d]);
-        s *= p->scale;
-        const double mn = s > m ? s : m, c = exp(m - mn), e = exp(s - mn);
+            sc += (double)ig_f16_to_f32(q[d]) * ig_f16_to_f32(k[d]);
+        sc *= p->scale;
+        const double mn = sc > m ? sc : m, c = exp(m - mn), e = exp(sc - mn);
         l = l * c + e;
         for (int64_t d = 0; d < hd; d++)
             out[d] = out[d] * c + e * ig_f16_to_f32(v[d]);
@@ -62,34 +93,73 @@ static void exact_head(const struct decode_attn_params *p, int64_t h, double *ou
         out[d] /= l;
 }
 
-static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,
-                     int n_splits, int64_t window, uint64_t seed)
+/* Outputs of `a` and `b` over the non-padding sequences that differ by
+ * more than 2 ulps (NaN counts). */
+static int count_off(const struct decode_attn_params *p, const uint16_t *a, const uint16_t *b,
+                     const char *name, int report)
+{
+    int bad = 0;
+    for (int64_t s = 0; s < p->n_seqs; s++)
+        for (int64_t i = 0; i < p->n_head * p->head_dim && p->pos[s] >= 0; i++) {
+            const int64_t e = s * p->n_head * p->head_dim + i;
+            const double x = ig_f16_to_f32(a[e]), y = ig_f16_to_f32(b[e]);
+            if (!(fabs(x - y) <= 2 * f16_ulp(fmax(fabs(x), fabs(y))) + 1e-6) && bad++ < 3 &&
+                report)
+                fprintf(stderr, "%s: seq %lld o[%lld] kernel %.8g ref %.8g\n", name,
+                        (long long)s, (long long)i, x, y);
+        }
+    return bad;
+}
+
+/* One launch of n_seqs sequences at positions pos[] (-1: padding) in a pool
+ * sized for n_ctx positions a sequence. splits < 0: the chooser's for the
+ * batch on 132 SMs. mutant: also show that a swapped table is caught. */
+static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t group,
+                     int64_t n_head_kv, int64_t hd, int splits, int64_t window, int mutant,
+                     uint64_t seed)
 {
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
-    const int64_t n_head = group * n_head_kv, o_elems = n_head * hd;
-    const int64_t cache_elems = n_head_kv * n_ctx * hd;
+    const int64_t n_head = group * n_head_kv, o_elems = n_seqs * n_head * hd;
+    const int64_t ts = (n_ctx + 63) / 64, n_blocks = n_seqs * ts + 3;
+    const int64_t head_stride = 64 * hd, block_stride = n_head_kv * head_stride;
+    const int64_t pool = n_blocks * block_stride;
+    if (splits < 0)
+        splits = decode_attn_choose_splits(n_ctx, n_seqs, n_head_kv, 132);
     uint16_t *q = malloc((size_t)o_elems * 2);
-    uint16_t *kc = malloc((size_t)cache_elems * 2), *vc = malloc((size_t)cache_elems * 2);
+    uint16_t *kc = malloc((size_t)pool * 2), *vc = malloc((size_t)pool * 2);
     uint16_t *o = malloc((size_t)(o_elems + GUARD) * 2), *o_ref = malloc((size_t)o_elems * 2);
+    int32_t *table = malloc((size_t)(n_seqs * ts) * sizeof *table), ids[MAX_SEQS * 16 + 3];
+    int32_t pos32[MAX_SEQS];
     double *exact = malloc((size_t)hd * sizeof *exact);
+    IG_ASSERT(n_seqs <= MAX_SEQS && n_blocks <= MAX_SEQS * 16 + 3);
     fill_f16(q, o_elems, 2.0f, &rng); /* larger q: sharper softmax */
-    fill_f16(kc, cache_elems, 1.0f, &rng);
-    fill_f16(vc, cache_elems, 1.0f, &rng);
-    /* Rows past pos and behind the window: NaN and huge garbage; any read
-     * of them shows. */
-    const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    for (int64_t hk = 0; hk < n_head_kv; hk++)
-        for (int64_t j = 0; j < n_ctx; j++)
-            for (int64_t d = 0; d < hd && (j < lo || j > pos); d++) {
-                const int64_t i = (hk * n_ctx + j) * hd + d;
-                kc[i] = (j + d) % 2 ? 0x7e00u : 0x7bffu;
-                vc[i] = (j + d) % 3 ? 0xfe01u : 0x7c00u;
-            }
-    const int32_t pos32 = (int32_t)pos;
+    /* The pool: NaN and huge garbage everywhere, then the live rows. */
+    for (int64_t i = 0; i < pool; i++) {
+        kc[i] = i % 2 ? 0x7e00u : 0x7bffu;
+        vc[i] = i % 3 ? 0xfe01u : 0x7c00u;
+    }
+    for (int64_t i = 0; i < n_blocks; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
+        const int64_t j = (int64_t)(test_rand_u64(&rng) % (uint64_t)(i + 1));
+        const int32_t x = ids[i];
+        ids[i] = ids[j], ids[j] = x;
+    }
+    memcpy(table, ids, (size_t)(n_seqs * ts) * sizeof *table);
     struct decode_attn_params p = {
-        .q = q, .k_cache = kc, .v_cache = vc, .pos = &pos32, .o = o, .work = NULL,
-        .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx,
-        .n_splits = n_splits, .scale = 1.0f / sqrtf((float)hd), .window = window};
+        .q = q, .k_cache = kc, .v_cache = vc, .block_table = table, .table_stride = ts,
+        .block_stride = block_stride, .head_stride = head_stride, .pos = pos32, .o = o,
+        .work = NULL, .n_seqs = n_seqs, .n_head = n_head, .n_head_kv = n_head_kv,
+        .head_dim = hd, .n_ctx = n_ctx, .n_splits = splits, .scale = 1.0f / sqrtf((float)hd),
+        .window = window};
+    for (int64_t s = 0; s < n_seqs; s++) {
+        pos32[s] = (int32_t)pos[s];
+        for (int64_t hk = 0; hk < n_head_kv; hk++)
+            for (int64_t j = first_key(pos[s], window); j <= pos[s]; j++) {
+                fill_f16(kc + row_at(&p, table + s * ts, hk, j), hd, 1.0f, &rng);
+                fill_f16(vc + row_at(&p, table + s * ts, hk, j), hd, 1.0f, &rng);
+            }
+    }
     const size_t wf = decode_attn_work_floats(&p);
     p.work = malloc(wf * sizeof(float));
     for (size_t i = 0; i < wf; i++)
@@ -97,39 +167,70 @@ static void run_case(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_k
     for (int64_t i = 0; i < o_elems + GUARD; i++)
         o[i] = i < o_elems ? 0xffffu : GUARD_BITS;
 
-    char name[128];
-    snprintf(name, sizeof name, "n_ctx=%lld pos=%lld gqa=%lld kv=%lld hd=%lld splits=%d "
-             "window=%lld", (long long)n_ctx, (long long)pos, (long long)group,
-             (long long)n_head_kv, (long long)hd, n_splits, (long long)window);
+    char name[160];
+    int len = snprintf(name, sizeof name, "pos");
+    for (int64_t s = 0; s < n_seqs; s++)
+        len += snprintf(name + len, sizeof name - (size_t)len, "%c%lld", s ? ',' : '=',
+                        (long long)pos[s]);
+    snprintf(name + len, sizeof name - (size_t)len, " n_ctx=%lld gqa=%lld kv=%lld hd=%lld "
+             "splits=%d window=%lld", (long long)n_ctx, (long long)group, (long long)n_head_kv,
+             (long long)hd, splits, (long long)window);
     CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
     struct decode_attn_params pr = p;
     pr.o = o_ref;
+    for (int64_t i = 0; i < o_elems; i++)
+        o_ref[i] = 0xffffu;
     CHECKF(decode_attn_ref(&pr) == 0, "%s: ref failed", name);
 
-    int bad_kernel = 0, bad_ref = 0, bad_guard = 0;
-    for (int64_t h = 0; h < n_head; h++) {
-        exact_head(&p, h, exact);
-        for (int64_t d = 0; d < hd; d++) {
-            const double a = ig_f16_to_f32(o[h * hd + d]), r = ig_f16_to_f32(o_ref[h * hd + d]);
-            const double e = exact[d];
-            /* NaN fails both comparisons. */
-            if (!(fabs(a - r) <= 2 * f16_ulp(fmax(fabs(a), fabs(r))) + 1e-6)) {
-                if (bad_kernel++ < 3)
-                    fprintf(stderr, "%s: o[%lld][%lld] kernel %.8g ref %.8g\n", name,
-                            (long long)h, (long long)d, a, r);
+    int bad_ref = 0, bad_pad = 0, bad_guard = 0;
+    const int bad_kernel = count_off(&p, o, o_ref, name, 1);
+    for (int64_t s = 0; s < n_seqs; s++)
+        for (int64_t h = 0; h < n_head; h++) {
+            const int64_t at = (s * n_head + h) * hd;
+            if (pos[s] < 0) { /* padding: zeros from both */
+                for (int64_t d = 0; d < hd; d++)
+                    bad_pad += o[at + d] != 0 || o_ref[at + d] != 0;
+                continue;
             }
-            if (!(fabs(r - e) <= f16_ulp(e)))
-                if (bad_ref++ < 3)
-                    fprintf(stderr, "%s: o[%lld][%lld] ref %.8g exact %.8g\n", name,
-                            (long long)h, (long long)d, r, e);
+            exact_head(&p, s, h, exact);
+            for (int64_t d = 0; d < hd; d++) {
+                const double r = ig_f16_to_f32(o_ref[at + d]), e = exact[d];
+                if (!(fabs(r - e) <= f16_ulp(e)) && bad_ref++ < 3)
+                    fprintf(stderr, "%s: seq %lld o[%lld][%lld] ref %.8g exact %.8g\n", name,
+                            (long long)s, (long long)h, (long long)d, r, e);
+            }
         }
-    }
     for (int64_t i = o_elems; i < o_elems + GUARD; i++)
         bad_guard += o[i] != GUARD_BITS;
     CHECKF(bad_kernel == 0, "%s: %d outputs off the twin", name, bad_kernel);
     CHECKF(bad_ref == 0, "%s: %d twin outputs off f64", name, bad_ref);
+    CHECKF(bad_pad == 0, "%s: %d padding outputs not zero", name, bad_pad);
     CHECKF(bad_guard == 0, "%s: wrote past the output", name);
-    free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work);
+
+    /* The check can fail: the twin reading the last sequence whose block 0
+     * is live through its table with that entry pointing at a block of no
+     * table (a kernel that took a wrong block: poison) must come out off
+     * the kernel. (Swapping two live blocks would not do: attention does
+     * not care about the order of its keys.) */
+    if (mutant) {
+        int64_t s = n_seqs - 1;
+        while (s >= 0 && !(pos[s] >= 0 && first_key(pos[s], window) < 64))
+            s--;
+        CHECKF(s >= 0, "%s: no sequence with a live block 0 for the mutant", name);
+        if (s >= 0) {
+            table[s * ts] = ids[n_seqs * ts]; /* one of the 3 blocks of no table */
+            CHECKF(decode_attn_ref(&pr) == 0, "%s: mutant ref failed", name);
+            CHECKF(count_off(&p, o, o_ref, name, 0) > 0,
+                   "%s: a table entry pointing elsewhere went unnoticed", name);
+        }
+    }
+    free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work), free(table);
+}
+
+static void run_one(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,
+                    int n_splits, int64_t window, uint64_t seed)
+{
+    run_case(1, &pos, n_ctx, group, n_head_kv, hd, n_splits, window, 0, seed);
 }
 
 int main(void)
@@ -150,11 +251,11 @@ int main(void)
                     /* Rotate the split counts over the cases; 128 splits
                      * (more than needed) only while few are live: every
                      * live block costs 128 fibers under emulation. */
-                    const int splits[] = {1, 7, decode_attn_choose_splits(n_ctx, 2, 132),
+                    const int splits[] = {1, 7, decode_attn_choose_splits(n_ctx, 1, 2, 132),
                                           pos < 64 ? DECODE_ATTN_MAX_SPLITS : 33};
                     const int64_t n_head_kv = groups[gi] == 8 ? 1 : 2;
-                    run_case(n_ctx, pos, groups[gi], n_head_kv, hds[hi],
-                             splits[(pi + gi + hi + ci) % 4], 0, seed);
+                    run_one(n_ctx, pos, groups[gi], n_head_kv, hds[hi],
+                            splits[(pi + gi + hi + ci) % 4], 0, seed);
                     seed++;
                 }
     }
@@ -166,14 +267,36 @@ int main(void)
         const int64_t w = windows[wi];
         const int64_t poss[] = {w ? w - 1 : 5, w, w + 1, 299, 999};
         for (int pi = 0; pi < 5; pi++) {
-            const int splits[] = {1, 7, decode_attn_choose_splits(1000, 1, 132), 33};
-            run_case(1000, poss[pi], 4, 1, 256, splits[(pi + wi) % 4], w, seed++);
+            const int splits[] = {1, 7, decode_attn_choose_splits(1000, 1, 1, 132), 33};
+            run_one(1000, poss[pi], 4, 1, 256, splits[(pi + wi) % 4], w, seed++);
         }
     }
-    /* The chooser: at least 64 keys per split, within the limits. */
-    CHECK(decode_attn_choose_splits(64, 8, 132) == 1);
-    CHECK(decode_attn_choose_splits(1, 8, 132) == 1);
-    CHECK(decode_attn_choose_splits(32768, 8, 132) == 66);
-    CHECK(decode_attn_choose_splits(1 << 20, 1, 132) == DECODE_ATTN_MAX_SPLITS);
+    /* Batches: sequences of different lengths in one launch, a padding row
+     * among them; each with the table mutant. */
+    {
+        static const int64_t b2[] = {64, 0};             /* 65 positions, 1 position */
+        static const int64_t b3[] = {63, -1, 299};       /* the block edge, padding, 300 */
+        static const int64_t b4[] = {0, 299, 64, 130};
+        static const int64_t b5[] = {5, 64, -1, 63, 199};
+        run_case(2, b2, 65, 4, 2, 128, -1, 0, 1, seed++);
+        run_case(3, b3, 300, 1, 2, 64, -1, 0, 1, seed++);
+        run_case(3, b3, 300, 8, 1, 128, 7, 0, 1, seed++);
+        run_case(4, b4, 300, 3, 2, 64, 33, 0, 1, seed++);
+        run_case(5, b5, 200, 4, 1, 256, -1, 0, 1, seed++);
+        /* across a window's edge: 63 keys (inside), 64 (at), 65, 200 (past) */
+        static const int64_t bw[] = {62, 63, 64, 199, -1};
+        run_case(5, bw, 200, 4, 1, 256, -1, 64, 1, seed++);
+        run_case(5, bw, 200, 2, 2, 128, 3, 64, 1, seed++);
+    }
+    /* The chooser: at least 64 keys per split, within the limits, fewer
+     * splits when the sequences' KV heads already fill the device. */
+    CHECK(decode_attn_choose_splits(64, 1, 8, 132) == 1);
+    CHECK(decode_attn_choose_splits(1, 1, 8, 132) == 1);
+    CHECK(decode_attn_choose_splits(32768, 1, 8, 132) == 66);
+    CHECK(decode_attn_choose_splits(1 << 20, 1, 1, 132) == DECODE_ATTN_MAX_SPLITS);
+    CHECK(decode_attn_choose_splits(32768, 4, 8, 132) == 17);
+    CHECK(decode_attn_choose_splits(32768, 64, 8, 132) == 2);
+    CHECK(decode_attn_choose_splits(32768, 256, 8, 132) == 1);
+    CHECK(decode_attn_choose_splits(0, 0, 0, 0) == 1);
     return test_summary("test_decode_attn_emu");
 }
