@@ -13,11 +13,10 @@
  *
  * A backend is a small table of functions (struct backend_ops): the CPU in
  * backend/cpu.c (ops/ + prefill/attn_tiled.c over a host kv_store), CUDA in
- * backend/gpu.c (device memory; until its kernels read block tables it keeps
- * one contiguous cache per slot and runs a step one sequence at a time:
- * backend_shares_blocks() says so). generate/ and `ignite bench` see only
- * this header. Covered by tests/cpu/, tests/cli/, tests/emu/test_backend_emu.c
- * (the CUDA backend under the emulator) and tests/gpu/. */
+ * backend/gpu.c (the pool in device memory, the same blocks and tables).
+ * generate/ and `ignite bench` see only this header. Covered by tests/cpu/,
+ * tests/cli/, tests/emu/test_backend_emu.c and test_backend_batch_emu.c (the
+ * CUDA backend under the emulator) and tests/gpu/. */
 #ifndef IGNITE_BACKEND_BACKEND_H
 #define IGNITE_BACKEND_BACKEND_H
 
@@ -69,7 +68,7 @@ struct backend_opts {
     int64_t max_rows;     /* most rows in a step (the token budget, --chunk) */
     int n_slots;          /* sequences in flight at most (>= 1) */
     int64_t n_blocks;     /* blocks of the KV pool; 0: n_slots full contexts */
-    enum kv_dtype kv_dtype; /* CPU cache element type (the CUDA cache is f16) */
+    enum kv_dtype kv_dtype; /* CPU pool element type (the CUDA pool is f16) */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
     enum backend_gpu_weights gpu_weights; /* CUDA: native (the default) or f16 */

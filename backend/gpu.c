@@ -1,35 +1,36 @@
 /* backend/gpu.c: the CUDA backend's orchestration: what lives in device
- * memory, and the order of launches for a prefill block and a decode step.
+ * memory, and the order of launches for a step.
  *
  * Device memory: weights in their quantized blocks or f16 (gpu_plan.c), Q|K|V
  * and gate|up concatenated so each is one product (gpu_matmul.c); norms and
- * biases f32; the KV cache f16, per layer and slot
- * [n_head_kv][n_ctx][head_dim] (the layout both attention kernels read);
- * activations for max_batch tokens. A step runs its sequences one after the
- * other (backend/gpu.h). Per block of n tokens at pos0:
- *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE -> fused flash
- *   attention (writes the cache) -> wo GEMM += x -> rmsnorm -> gate|up GEMM
- *   -> SwiGLU -> down GEMM += x } -> final rmsnorm of the rows that want
- *   logits -> output head (a GEMV for one row, GEMMs of up to GPU_HEAD_ROWS
- *   rows for several: `ignite perplexity` wants half a window's) -> logits.
- * The residual adds are the GEMMs' beta = 1. Qwen 3 and Gemma 3 add steps
- * (ops/gpu_arch.cu): the head norms between the QKV GEMM and RoPE, Gemma's
- * embedding scale, GeGLU for SwiGLU, the post norms (the GEMM into g->proj,
- * its norm added to x), the final soft-cap; per layer the RoPE variant
- * (local layers' base), the attention scale from the file and the sliding
- * window of the local layers, in both attention kernels. In the last layer
- * only the rows from the first that wants logits go on past attention: no
- * earlier row's output is ever read.
- * A sequence's lone row at the end of its cache is a decode step: the same
- * with GEMVs and split-KV attention, the position and token read from device
- * memory so the step is captured once per slot as a graph and replayed. The
- * decode kernels read and write the slot's region as a pool through the
- * slot table (gpu_slot_layout in gpu_impl.h).
+ * biases f32; the KV pool f16, per layer K and V each
+ * [n_blocks][n_head_kv][KV_BLOCK][head_dim] (kvcache.h's layout, allocated
+ * once for the engine's blocks); activations for max_batch rows; the step's
+ * tokens, positions and compacted block tables in fixed buffers.
+ * A step runs all its rows at once, every weight read once:
+ *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE at each row's own
+ *   position -> attention over each sequence's blocks -> wo GEMM += x ->
+ *   rmsnorm -> gate|up GEMM -> SwiGLU -> down GEMM += x } -> final rmsnorm
+ *   of the rows that want logits -> output head (GEMMs of up to logit_rows
+ *   rows) -> logits.
+ * Attention: a step whose sequences all have one row is a decode step
+ * (the split-KV kernel, decode/decode_attn.h, K/V written by the RoPE
+ * kernel), padded to its bucket and captured as a graph per bucket; any
+ * other step is a prefill step (prefill/flash_attn.h over the pool, which
+ * writes the rows' K/V). The residual adds are the GEMMs' beta = 1. Qwen 3
+ * and Gemma 3 add steps (ops/gpu_arch.cu): the head norms between the QKV
+ * GEMM and RoPE, Gemma's embedding scale, GeGLU for SwiGLU, the post norms
+ * (the GEMM into g->proj, its norm added to x), the final soft-cap; per
+ * layer the RoPE variant (local layers' base), the attention scale from the
+ * file and the sliding window of the local layers, in both attention
+ * kernels. In a prefill step's last layer only the rows from the first that
+ * wants logits go on past attention: no earlier row's output is ever read.
  *
- * Weights go up in gpu_weights.c, the cache to and from the host in
+ * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
  * over the emulated one. Covered by tests/emu/test_backend_emu.c,
- * test_backend_qemu.c, test_backend_arch_emu.c and tests/gpu/. */
+ * test_backend_qemu.c, test_backend_arch_emu.c, test_backend_batch_emu.c and
+ * tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
@@ -37,7 +38,7 @@
 #include "decode/decode_attn.h"
 #include "ops/gpu_ops.h"
 #include "ops/ops.h"
-#include "prefill/flash_attn.h"
+#include "prefill/flash_attn_pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,10 +75,28 @@ struct gpu_sizes {
     double weights, kv, acts;
 };
 
-/* Rows the logits buffer holds. */
-static int64_t head_cap(const struct gpu_backend *g)
+/* The decode attention of bucket i (2^i rows). */
+static struct decode_attn_params bucket_attn(const struct gpu_backend *g, int i)
 {
-    return g->max_batch < GPU_HEAD_ROWS ? g->max_batch : GPU_HEAD_ROWS;
+    const struct model_hparams *hp = &g->m->hp;
+    return (struct decode_attn_params){
+        .n_seqs = (int64_t)1 << i, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim, .n_ctx = g->n_ctx, .n_splits = g->n_splits[i],
+        .table_stride = g->table_stride, .block_stride = g->block_stride,
+        .head_stride = g->head_stride,
+    };
+}
+
+/* Floats of the decode attention's work buffer: the most any bucket needs. */
+static size_t attn_work_floats(const struct gpu_backend *g)
+{
+    size_t most = 1;
+    for (int i = 0; i < g->n_buckets; i++) {
+        struct decode_attn_params ap = bucket_attn(g, i);
+        size_t f = decode_attn_work_floats(&ap);
+        most = f > most ? f : most;
+    }
+    return most;
 }
 
 static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
@@ -85,11 +104,11 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     const struct model_hparams *hp = &g->m->hp;
     double e = hp->n_embd, ff = hp->n_ff, B = (double)g->max_batch;
     s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
-    s->kv = 2.0 * 2.0 * hp->n_layer * hp->n_head_kv * (double)g->n_ctx * hp->head_dim *
-            g->n_slots;
+    s->kv = 2.0 * 2.0 * hp->n_layer * (double)g->block_stride * (double)g->n_blocks;
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
-                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0)) +
-              4.0 * hp->n_vocab * (double)head_cap(g) + 4.0 * B +
+                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
+              4.0 * hp->n_vocab * (double)g->logit_rows +
+              4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
 
@@ -133,10 +152,10 @@ static int check_fits(const struct gpu_backend *g, const char *hint)
     double need = s.weights + s.kv + s.acts, slack = 512.0 * 1024 * 1024; /* cuBLAS, context */
     if (g->info.mem_free == 0 || need + slack <= (double)g->info.mem_free)
         return IG_OK;
-    return ig_error(IG_E_NOMEM, "the model needs %.2f GiB on cuda:%d (weights %.2f, KV cache "
-                    "%.2f for %d x %lld positions, activations %.2f) but %s has %.2f GiB free "
-                    "(%s)", (need + slack) / GIB, g->info.index, s.weights / GIB, s.kv / GIB,
-                    g->n_slots, (long long)g->n_ctx, s.acts / GIB, g->info.name,
+    return ig_error(IG_E_NOMEM, "the model needs %.2f GiB on cuda:%d (weights %.2f, KV pool "
+                    "%.2f for %lld blocks of %d positions, activations %.2f) but %s has %.2f "
+                    "GiB free (%s)", (need + slack) / GIB, g->info.index, s.weights / GIB,
+                    s.kv / GIB, (long long)g->n_blocks, KV_BLOCK, s.acts / GIB, g->info.name,
                     (double)g->info.mem_free / GIB,
                     hint ? hint : "lower -c/--ctx-size or --chunk, or use --device cpu");
 }
@@ -145,15 +164,13 @@ static int alloc_state(struct gpu_backend *g)
 {
     const struct model_hparams *hp = &g->m->hp;
     size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
-    size_t cache = (size_t)(hp->n_head_kv * g->n_ctx * hp->head_dim) * 2 * (size_t)g->n_slots;
+    size_t pool = (size_t)(g->n_blocks * g->block_stride) * 2;
+    size_t tables = (size_t)(g->max_seqs * g->table_stride) * sizeof(int32_t);
     int st;
     for (int64_t l = 0; l < hp->n_layer; l++)
-        if ((st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].k_cache, &g->kv_bytes)) ||
-            (st = IG_DEV(gpu_alloc)(g, cache, &g->layers[l].v_cache, &g->kv_bytes)))
+        if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) ||
+            (st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].v_cache, &g->kv_bytes)))
             return st;
-    struct decode_attn_params ap = {.n_seqs = 1, .n_head = hp->n_head,
-                                    .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                    .n_ctx = g->n_ctx, .n_splits = g->n_splits};
     if ((st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->x, NULL)) || (st = IG_DEV(gpu_alloc)(g, B * e * 2, &g->xn, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
@@ -162,11 +179,11 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, (size_t)(hp->n_vocab * head_cap(g)) * 4, &g->logits, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (size_t)(hp->n_vocab * g->logit_rows) * 4, &g->logits, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, (B > 4 ? B : 4) * 4, &g->pos, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, (size_t)gpu_slot_table_len(g) * 4, &g->slot_table, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, decode_attn_work_floats(&ap) * 4, &g->attn_work, NULL)))
+        (st = IG_DEV(gpu_alloc)(g, B * 4, &g->pos, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, tables, &g->tables, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, attn_work_floats(g) * 4, &g->attn_work, NULL)))
         return st;
     if (hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL)))
         return st;
@@ -183,18 +200,18 @@ static int alloc_state(struct gpu_backend *g)
             st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);
     }
     free(inv);
-    /* The slot table: 0, 1, 2, ... (gpu_slot_layout) */
-    int32_t *ids = st == IG_OK ? malloc((size_t)gpu_slot_table_len(g) * sizeof *ids) : NULL;
-    if (st == IG_OK && !ids)
-        st = ig_error(IG_E_NOMEM, "out of memory");
-    if (st == IG_OK) {
-        kv_identity_table(ids, gpu_slot_table_len(g));
-        st = IG_DEV(dev_upload)(g->dev, g->slot_table, ids,
-                                (size_t)gpu_slot_table_len(g) * sizeof *ids);
-    }
-    free(ids);
+    size_t seqs = 0;
+    /* the step's inputs staged in pinned memory: tokens, positions, tables,
+     * sequences */
     if (st == IG_OK)
-        st = IG_DEV(dev_alloc_host)(g->dev, 2 * sizeof(int32_t), (void **)&g->step);
+        st = IG_DEV(dev_alloc_host)(g->dev, 2 * B * 4 + tables + seqs, &g->h_stage);
+    if (st == IG_OK) {
+        g->h_tokens = g->h_stage;
+        g->h_pos = g->h_tokens + B;
+        g->h_tables = g->h_pos + B;
+        if (!(g->want = malloc(B * sizeof *g->want)))
+            st = ig_error(IG_E_NOMEM, "out of memory");
+    }
     return st;
 }
 
@@ -212,31 +229,43 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     int st = check_model(m);
     if (st != IG_OK)
         return st;
+    IG_ASSERT(o->n_blocks >= 1 && o->n_slots >= 1 && o->max_rows >= 1);
     struct gpu_backend *g = calloc(1, sizeof *g);
-    if (!g || !(g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers)) ||
-        !(g->n_pos = calloc((size_t)o->n_slots, sizeof *g->n_pos)) ||
-        !(g->graphs = calloc((size_t)o->n_slots, sizeof *g->graphs))) {
-        if (g) {
-            free(g->n_pos);
-            free(g->layers);
-        }
+    if (!g || !(g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers))) {
         free(g);
         return ig_error(IG_E_NOMEM, "out of memory");
     }
     const struct model_hparams *hp = &m->hp;
-    g->base = (struct backend){.ops = &gpu_ops, .m = m, .o = *o, .threads = 1};
+    g->base = (struct backend){.ops = &gpu_ops, .m = m, .o = *o, .shares_blocks = true,
+                               .threads = 1};
     g->m = m;
     g->n_ctx = o->n_ctx;
-    g->max_batch = o->max_rows;
+    g->max_rows = o->max_rows;
     g->n_slots = o->n_slots;
     g->weights_mode = o->gpu_weights;
     g->q_dim = hp->n_head * hp->head_dim;
     g->kv_dim = hp->n_head_kv * hp->head_dim;
     g->qkv_rows = g->q_dim + 2 * g->kv_dim;
+    g->n_blocks = o->n_blocks;
+    g->head_stride = KV_BLOCK * hp->head_dim;
+    g->block_stride = hp->n_head_kv * g->head_stride;
+    /* Room past n_ctx for the longest step, so that a varlen launch's
+     * largest pos0 plus its longest sequence stays inside n_ctx. */
+    g->table_stride = kv_blocks_for(g->n_ctx) + kv_blocks_for(g->max_rows);
+    for (g->n_buckets = 1; ((int64_t)1 << (g->n_buckets - 1)) < g->n_slots; g->n_buckets++)
+        ;
+    IG_ASSERT(g->n_buckets <= GPU_MAX_BUCKETS);
+    g->max_seqs = (int64_t)1 << (g->n_buckets - 1);
+    g->max_batch = g->max_rows > g->max_seqs ? g->max_rows : g->max_seqs;
+    g->logit_rows = g->max_rows < GPU_HEAD_ROWS ? g->max_rows : GPU_HEAD_ROWS;
+    if (g->logit_rows < g->max_seqs)
+        g->logit_rows = g->max_seqs;
     if ((st = IG_DEV(dev_open)(o->device.index, &g->dev)) == IG_OK) {
         IG_DEV(dev_get_info)(g->dev, &g->info);
         g->stream = IG_DEV(dev_stream)(g->dev);
-        g->n_splits = decode_attn_choose_splits(g->n_ctx, 1, hp->n_head_kv, g->info.n_sm);
+        for (int i = 0; i < g->n_buckets; i++)
+            g->n_splits[i] = decode_attn_choose_splits(g->n_ctx, (int64_t)1 << i,
+                                                       hp->n_head_kv, g->info.n_sm);
         st = check_fits(g, o->oom_hint);
     }
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
@@ -256,58 +285,22 @@ static void gpu_destroy(struct backend *b)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     if (g->dev) {
-        for (int i = 0; i < g->n_slots; i++)
+        for (int i = 0; i < g->n_buckets; i++)
             IG_DEV(dev_graph_free)(g->graphs[i]);
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
-        IG_DEV(dev_free_host)(g->dev, g->step);
+        IG_DEV(dev_free_host)(g->dev, g->h_stage);
         IG_DEV(dev_close)(g->dev);
     }
     kv_store_free(g->host_kv);
     free(g->host_table);
-    free(g->graphs);
-    free(g->n_pos);
+    free(g->want);
     free(g->allocs);
     free(g->layers);
     free(g);
 }
 
-/* ---- the forwards ------------------------------------------------------------------ */
-
-/* Final norm of residual row x and the output head into g->logits. */
-static int head(struct gpu_backend *g, const float *x)
-{
-    const struct model_hparams *hp = &g->m->hp;
-    int st = IG_DEV(gk_rmsnorm)(x, hp->n_embd, g->output_norm, 1, hp->n_embd,
-                                (float)hp->norm_eps, g->xn, g->stream);
-    if (st == IG_OK)
-        st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, hp->n_embd, 1, g->logits, hp->n_vocab,
-                                0.0f);
-    if (st == IG_OK && hp->final_softcap > 0)
-        st = IG_DEV(gk_softcap)(g->logits, hp->n_vocab, (float)hp->final_softcap, g->stream);
-    return st;
-}
-
-/* Logits of the block's rows [r0, r0 + k) (residuals in g->x) into host
- * `logits` [k][n_vocab]: final norm and the output head as one GEMM per
- * GPU_HEAD_ROWS rows, each downloaded before the next reuses the buffer. */
-static int head_rows(struct gpu_backend *g, int64_t r0, int64_t k, float *logits)
-{
-    const struct model_hparams *hp = &g->m->hp;
-    int64_t e = hp->n_embd, nv = hp->n_vocab, cap = head_cap(g);
-    int st = IG_OK;
-    for (int64_t i = 0; i < k && st == IG_OK; i += cap) {
-        int64_t n = k - i < cap ? k - i : cap;
-        if ((st = IG_DEV(gk_rmsnorm)(g->x + (r0 + i) * e, e, g->output_norm, n, e,
-                                     (float)hp->norm_eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f)) ||
-            (hp->final_softcap > 0 &&
-             (st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream))))
-            break;
-        st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
-    }
-    return st;
-}
+/* ---- the layers ------------------------------------------------------------------ */
 
 /* x[rows] += w in (in: f16 rows of ld_in): the GEMM's beta = 1, or with a
  * post norm (Gemma 3) the product into g->proj and its norm added. */
@@ -346,23 +339,55 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     return add_product(g, &L->wdown, g->h16, ff, rows, x, L->ffn_post_norm);
 }
 
-/* Qwen 3 / Gemma 3: RMSNorm of each Q and K head of the block's n rows of
- * g->qkv, before RoPE (no-op for the others). */
-static int head_norms(struct gpu_backend *g, const struct gpu_layer *L, int64_t n)
+/* Everything before RoPE in one layer, for the step's n rows: norm, the
+ * QKV GEMM and, for Qwen 3 / Gemma 3, the RMSNorm of each Q and K head. */
+static int qkv_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t n)
 {
     const struct model_hparams *hp = &g->m->hp;
-    if (!L->q_norm)
-        return IG_OK;
+    int64_t e = hp->n_embd;
     float eps = (float)hp->norm_eps;
-    int st = IG_DEV(gk_head_rmsnorm)(g->qkv, g->qkv_rows, n, hp->n_head, hp->head_dim,
-                                     L->q_norm, eps, g->stream);
+    int st;
+    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, eps, g->xn, g->stream)) ||
+        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)) ||
+        !L->q_norm)
+        return st;
+    st = IG_DEV(gk_head_rmsnorm)(g->qkv, g->qkv_rows, n, hp->n_head, hp->head_dim, L->q_norm,
+                                 eps, g->stream);
     return st != IG_OK ? st
                        : IG_DEV(gk_head_rmsnorm)(g->qkv + g->q_dim, g->qkv_rows, n,
                                                  hp->n_head_kv, hp->head_dim, L->k_norm, eps,
                                                  g->stream);
 }
 
-/* The block's residuals from the embedding table (scaled for Gemma). */
+/* Bias and RoPE of layer l's n rows at their positions g->pos; K and V to
+ * the step's buffers (k16, v16) or, with to_pool, into the pool through
+ * the row's table (g->tables, one per row: a decode step). */
+static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
+    struct gk_qkv_params qp = {
+        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
+        .n = n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
+        .mscale = g->mscale[ML->rope],
+    };
+    if (to_pool) {
+        qp.k_cache = L->k_cache;
+        qp.v_cache = L->v_cache;
+        qp.block_table = g->tables;
+        qp.table_stride = g->table_stride;
+        qp.block_stride = g->block_stride;
+        qp.head_stride = g->head_stride;
+    } else {
+        qp.k = g->k16;
+        qp.v = g->v16;
+    }
+    return IG_DEV(gk_qkv_rope)(&qp, g->stream);
+}
+
+/* The step's residuals from the embedding table (scaled for Gemma). */
 static int embed(struct gpu_backend *g, int64_t n)
 {
     const struct model_hparams *hp = &g->m->hp;
@@ -372,220 +397,256 @@ static int embed(struct gpu_backend *g, int64_t n)
     return st;
 }
 
-/* Layer l over the block's n rows; in the last layer only rows keep0.. go on
- * past attention. */
-static int prefill_layer(struct gpu_backend *g, int slot, int64_t l, int64_t n, int64_t pos0,
-                         int64_t keep0)
+/* ---- a prefill step ----------------------------------------------------------------- */
+
+/* Layer l's attention over the step's sequences, each through its table
+ * (interim: one launch per sequence until the variable-length kernel). */
+static int prefill_attention(struct gpu_backend *g, int64_t l, const struct backend_batch *batch)
 {
     const struct model_hparams *hp = &g->m->hp;
-    const struct gpu_layer *L = &g->layers[l];
-    const struct model_layer *ML = &g->m->layers[l];
-    int64_t e = hp->n_embd, hd = hp->head_dim;
-    int st;
-    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, (float)hp->norm_eps, g->xn,
-                                 g->stream)) ||
-        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)) ||
-        (st = head_norms(g, L, n)))
-        return st;
-    struct gk_qkv_params qp = {
-        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
-        .n = n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16, .k = g->k16,
-        .v = g->v16, .mscale = g->mscale[ML->rope],
-    };
-    if ((st = IG_DEV(gk_qkv_rope)(&qp, g->stream)))
-        return st;
-    struct prefill_attn_params ap = {
-        .q = g->q16, .k = g->k16, .v = g->v16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
-        .v_cache = L->v_cache + gpu_slot_offset(g, slot), .o = g->att16, .lse = NULL, .n_tokens = n, .pos0 = pos0, .n_ctx = g->n_ctx,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-        .q_row_stride = g->q_dim, .q_head_stride = hd,
-        .k_row_stride = g->kv_dim, .k_head_stride = hd,
-        .v_row_stride = g->kv_dim, .v_head_stride = hd,
-        .o_row_stride = g->q_dim, .o_head_stride = hd,
-        .cache_row_stride = hd, .cache_head_stride = g->n_ctx * hd,
-        .window = ML->window, .scale = (float)hp->attn_scale, .dtype = PREFILL_ATTN_F16,
-    };
-    if ((st = IG_DEV(prefill_attn)(&ap, g->stream)))
-        return st;
-    /* Past attention, the last layer matters for the rows that want logits. */
-    bool last = l == hp->n_layer - 1;
-    return ffn_block(g, L, last ? keep0 : 0, last ? n - keep0 : n);
-}
-
-static int check_tokens(const struct gpu_backend *g, const int32_t *tokens, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= g->m->hp.n_vocab)
-            return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",
-                            tokens[i], (long long)g->m->hp.n_vocab - 1);
-    return IG_OK;
-}
-
-/* Whether row i of a block of n wants logits (want NULL: the last row). */
-static bool row_wanted(const bool *want, int64_t i, int64_t n)
-{
-    return want ? want[i] : i == n - 1;
-}
-
-/* Tokens [0, n) of slot `slot` at positions pos0..: the logits of the rows
- * that want them (row_wanted), in row order, into host `logits`; *n_out
- * says how many. One row goes through the decode GEMV as it always has;
- * each run of consecutive rows through head_rows. */
-static int prefill_seq(struct gpu_backend *g, int slot, const int32_t *tokens, int64_t n,
-                       int64_t pos0, const bool *want, float *logits, int64_t *n_out)
-{
-    IG_ASSERT(n >= 1 && n <= g->max_batch);
-    int64_t keep0 = n - 1, n_want = 0, e = g->m->hp.n_embd, nv = g->m->hp.n_vocab;
-    for (int64_t i = n - 1; i >= 0; i--)
-        if (row_wanted(want, i, n)) {
-            keep0 = i;
-            n_want++;
-        }
-    *n_out = 0;
-    int st = check_tokens(g, tokens, n);
-    int32_t *pos = st == IG_OK ? malloc((size_t)n * sizeof *pos) : NULL; /* each row's */
-    if (st == IG_OK && !pos)
-        st = ig_error(IG_E_NOMEM, "out of memory");
-    for (int64_t i = 0; i < n && pos; i++)
-        pos[i] = (int32_t)(pos0 + i);
-    if (st == IG_OK && !(st = IG_DEV(dev_upload)(g->dev, g->tokens, tokens, (size_t)n * 4)) &&
-        !(st = IG_DEV(dev_upload)(g->dev, g->pos, pos, (size_t)n * sizeof *pos)))
-        st = embed(g, n);
-    free(pos);
-    for (int64_t l = 0; l < g->m->hp.n_layer && st == IG_OK; l++)
-        st = prefill_layer(g, slot, l, n, pos0, keep0);
-    if (st != IG_OK || n_want == 0)
-        return st;
-    if (n_want == 1) {
-        if (!(st = head(g, g->x + keep0 * e)))
-            st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)nv * 4);
-        *n_out = st == IG_OK;
-        return st;
-    }
-    for (int64_t i = keep0; i < n && st == IG_OK;) {
-        int64_t k = 0;
-        while (i + k < n && row_wanted(want, i + k, n))
-            k++;
-        if (k) {
-            st = head_rows(g, i, k, logits + *n_out * nv);
-            *n_out += st == IG_OK ? k : 0;
-        }
-        i += k ? k : 1;
+    int64_t hd = hp->head_dim;
+    struct kv_layout lay = gpu_layer_layout(g, l);
+    int st = IG_OK;
+    for (int64_t i = 0; i < batch->n_seqs && st == IG_OK; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        struct prefill_attn_params ap = {
+            .q = g->q16 + s->row0 * g->q_dim, .k = g->k16 + s->row0 * g->kv_dim,
+            .v = g->v16 + s->row0 * g->kv_dim, .o = g->att16 + s->row0 * g->q_dim, .lse = NULL,
+            .n_tokens = s->n_rows, .pos0 = s->pos0,
+            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+            .q_row_stride = g->q_dim, .q_head_stride = hd,
+            .k_row_stride = g->kv_dim, .k_head_stride = hd,
+            .v_row_stride = g->kv_dim, .v_head_stride = hd,
+            .o_row_stride = g->q_dim, .o_head_stride = hd,
+            .window = g->m->layers[l].window, .scale = (float)hp->attn_scale,
+            .dtype = PREFILL_ATTN_F16,
+        };
+        int pooled = prefill_attn_use_pool(&ap, &lay, g->tables + i * g->table_stride,
+                                           g->table_stride, g->n_blocks);
+        IG_ASSERT(pooled == 0);
+        st = IG_DEV(prefill_attn)(&ap, g->stream);
     }
     return st;
 }
 
-/* One token's forward, reading token and position from device memory (so
- * a graph of it replays at any position). */
-static int decode_step(struct gpu_backend *g, int slot)
+/* The logits of rows want[0..k) (ascending; residuals in g->x) into host
+ * `logits` [k][n_vocab]: per group of up to logit_rows rows, the final norm
+ * gathers them into g->xn (one launch per run of consecutive rows), one
+ * output-head product, one download. */
+static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits)
 {
     const struct model_hparams *hp = &g->m->hp;
-    int64_t e = hp->n_embd, hd = hp->head_dim;
+    int64_t e = hp->n_embd, nv = hp->n_vocab;
     float eps = (float)hp->norm_eps;
-    int st = embed(g, 1);
-    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
-        const struct gpu_layer *L = &g->layers[l];
-        const struct model_layer *ML = &g->m->layers[l];
-        /* The slot's region as a pool through the slot table (gpu_slot_layout). */
-        const struct kv_layout kl = gpu_slot_layout(g);
-        struct gk_qkv_params qp = {
-            .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
-            .n = 1, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-            .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
-            .k_cache = L->k_cache + gpu_slot_offset(g, slot),
-            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .block_table = g->slot_table,
-            .table_stride = gpu_slot_table_len(g), .block_stride = kl.block_stride,
-            .head_stride = kl.head_stride, .mscale = g->mscale[ML->rope],
-        };
-        struct decode_attn_params ap = {
-            .q = g->q16, .k_cache = L->k_cache + gpu_slot_offset(g, slot),
-            .v_cache = L->v_cache + gpu_slot_offset(g, slot), .block_table = g->slot_table,
-            .table_stride = gpu_slot_table_len(g), .block_stride = kl.block_stride,
-            .head_stride = kl.head_stride, .pos = g->pos, .o = g->att16,
-            .work = g->attn_work, .n_seqs = 1, .n_head = hp->n_head,
-            .n_head_kv = hp->n_head_kv, .head_dim = hd, .n_ctx = g->n_ctx,
-            .n_splits = g->n_splits, .scale = (float)hp->attn_scale, .window = ML->window,
-        };
-        if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, 1, e, eps, g->xn, g->stream)) ||
-            (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, 1, g->qkv, g->qkv_rows, 0.0f)) ||
-            (st = head_norms(g, L, 1)) || (st = IG_DEV(gk_qkv_rope)(&qp, g->stream)) ||
-            (st = IG_DEV(decode_attn)(&ap, g->stream)))
-            break;
-        st = ffn_block(g, L, 0, 1);
+    int st = IG_OK;
+    for (int64_t i = 0; i < k && st == IG_OK; i += g->logit_rows) {
+        int64_t n = k - i < g->logit_rows ? k - i : g->logit_rows;
+        for (int64_t j = 0; j < n && st == IG_OK;) {
+            int64_t run = 1;
+            while (j + run < n && want[i + j + run] == want[i + j] + run)
+                run++;
+            st = IG_DEV(gk_rmsnorm)(g->x + want[i + j] * e, e, g->output_norm, run, e, eps,
+                                    g->xn + j * e, g->stream);
+            j += run;
+        }
+        if (st == IG_OK)
+            st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f);
+        if (st == IG_OK && hp->final_softcap > 0)
+            st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream);
+        if (st == IG_OK)
+            st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
     }
-    return st == IG_OK ? head(g, g->x) : st;
+    return st;
 }
 
-/* Runs slot's decode step: the first call captures it as a graph where the
- * device layer can, later calls replay it. */
-static int run_decode_step(struct gpu_backend *g, int slot)
+/* Whether row r of the step wants logits (NULL want: each sequence's last). */
+static bool row_wanted(const struct backend_batch *batch, const struct backend_seq *s, int64_t r)
 {
-    if (g->graphs[slot])
-        return IG_DEV(dev_graph_launch)(g->dev, g->graphs[slot]);
+    return batch->want_logits ? batch->want_logits[r] : r == s->row0 + s->n_rows - 1;
+}
+
+/* Copies sequence s's table (the blocks of positions < n_pos) into row i of
+ * the staged tables, the rest of the row -1. */
+static void stage_table(struct gpu_backend *g, int64_t i, const int32_t *table, int64_t n_pos)
+{
+    int32_t *row = g->h_tables + i * g->table_stride;
+    int64_t nb = kv_blocks_for(n_pos);
+    if (nb)
+        memcpy(row, table, (size_t)nb * sizeof *row);
+    for (int64_t b = nb; b < g->table_stride; b++)
+        row[b] = -1;
+}
+
+static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t n = batch->n_rows, ns = batch->n_seqs, n_want = 0, *want = g->want;
+    for (int64_t i = 0; i < ns; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        for (int64_t r = 0; r < s->n_rows; r++) {
+            g->h_pos[s->row0 + r] = (int32_t)(s->pos0 + r);
+            if (row_wanted(batch, s, s->row0 + r))
+                want[n_want++] = s->row0 + r;
+        }
+        stage_table(g, i, s->table, s->pos0 + s->n_rows);
+    }
+    int st;
+    if ((st = IG_DEV(dev_upload)(g->dev, g->tokens, batch->tokens, (size_t)n * 4)) ||
+        (st = IG_DEV(dev_upload)(g->dev, g->pos, g->h_pos, (size_t)n * 4)) ||
+        (st = IG_DEV(dev_upload)(g->dev, g->tables, g->h_tables,
+                                 (size_t)(ns * g->table_stride) * 4)) ||
+        (st = embed(g, n)))
+        return st;
+    /* Past attention, the last layer matters for the rows that want logits. */
+    int64_t keep0 = n_want ? want[0] : n;
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
+        bool last = l == hp->n_layer - 1;
+        if ((st = qkv_block(g, &g->layers[l], n)) || (st = rope_rows(g, l, n, false)) ||
+            (st = prefill_attention(g, l, batch)))
+            break;
+        if (!last || keep0 < n)
+            st = ffn_block(g, &g->layers[l], last ? keep0 : 0, last ? n - keep0 : n);
+    }
+    if (st == IG_OK && n_want)
+        st = head_rows(g, want, n_want, batch->logits);
+    return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
+}
+
+/* ---- a decode step ----------------------------------------------------------------- */
+
+/* Bucket i's forward: 2^i rows, one per sequence, tokens, positions (-1:
+ * padding) and tables read from device memory, so a graph of it replays
+ * for any batch of that size. Logits of every row into g->logits. */
+static int decode_forward(struct gpu_backend *g, int bucket)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t rows = (int64_t)1 << bucket, e = hp->n_embd;
+    int st = embed(g, rows);
+    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
+        const struct gpu_layer *L = &g->layers[l];
+        struct decode_attn_params ap = bucket_attn(g, bucket);
+        ap.q = g->q16;
+        ap.k_cache = L->k_cache;
+        ap.v_cache = L->v_cache;
+        ap.block_table = g->tables;
+        ap.pos = g->pos;
+        ap.o = g->att16;
+        ap.work = g->attn_work;
+        ap.scale = (float)hp->attn_scale;
+        ap.window = g->m->layers[l].window;
+        if ((st = qkv_block(g, L, rows)) || (st = rope_rows(g, l, rows, true)) ||
+            (st = IG_DEV(decode_attn)(&ap, g->stream)))
+            break;
+        st = ffn_block(g, L, 0, rows);
+    }
+    if (st == IG_OK)
+        st = IG_DEV(gk_rmsnorm)(g->x, e, g->output_norm, rows, e, (float)hp->norm_eps, g->xn,
+                                g->stream);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, rows, g->logits, hp->n_vocab, 0.0f);
+    if (st == IG_OK && hp->final_softcap > 0)
+        st = IG_DEV(gk_softcap)(g->logits, rows * hp->n_vocab, (float)hp->final_softcap,
+                                g->stream);
+    return st;
+}
+
+/* Runs bucket i's step: the first call captures it as a graph where the
+ * device layer can, later calls replay it. */
+static int run_bucket(struct gpu_backend *g, int bucket)
+{
+    if (g->graphs[bucket])
+        return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
     if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
         g->no_graph = true;
-        return decode_step(g, slot);
+        return decode_forward(g, bucket);
     }
-    int st = decode_step(g, slot);
+    int st = decode_forward(g, bucket);
     struct dev_graph *graph = NULL;
     int st_end = IG_DEV(dev_graph_end)(g->dev, &graph);
     if (st != IG_OK || st_end != IG_OK) {
         IG_DEV(dev_graph_free)(graph);
         return st != IG_OK ? st : st_end;
     }
-    g->graphs[slot] = graph;
-    return IG_DEV(dev_graph_launch)(g->dev, g->graphs[slot]);
+    g->graphs[bucket] = graph;
+    return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
 }
 
-static int decode_seq(struct gpu_backend *g, int slot, int32_t token, int64_t pos, float *logits)
+/* A step of one row per sequence: padded to its bucket (padding rows token
+ * 0 at position -1: nothing of them reaches the pool), the inputs uploaded
+ * into the fixed buffers, the bucket's graph run, the wanted rows' logits
+ * downloaded. */
+static int decode_step(struct gpu_backend *g, const struct backend_batch *batch)
 {
-    int st = check_tokens(g, &token, 1);
-    if (st != IG_OK)
+    int64_t ns = batch->n_seqs, nv = g->m->hp.n_vocab;
+    int bucket = 0;
+    while (((int64_t)1 << bucket) < ns)
+        bucket++;
+    int64_t rows = (int64_t)1 << bucket;
+    for (int64_t i = 0; i < rows; i++) {
+        const struct backend_seq *s = i < ns ? &batch->seqs[i] : NULL;
+        g->h_tokens[i] = s ? batch->tokens[i] : 0;
+        g->h_pos[i] = s ? (int32_t)s->pos0 : -1;
+        stage_table(g, i, s ? s->table : NULL, s ? s->pos0 + 1 : 0);
+    }
+    int st;
+    if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, g->h_tokens, (size_t)rows * 4)) ||
+        (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
+        (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
+                                       (size_t)(rows * g->table_stride) * 4)) ||
+        (st = run_bucket(g, bucket)))
         return st;
-    g->step[0] = token;
-    g->step[1] = (int32_t)pos;
-    if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, &g->step[0], 4)) ||
-        (st = IG_DEV(dev_upload_async)(g->dev, g->pos, &g->step[1], 4)) ||
-        (st = run_decode_step(g, slot)))
-        return st;
-    if (logits)
-        st = IG_DEV(dev_download)(g->dev, logits, g->logits, (size_t)g->m->hp.n_vocab * 4);
-    else
-        st = IG_DEV(dev_sync)(g->dev);
-    return st;
+    int64_t n_want = 0;
+    for (int64_t i = 0; i < ns; i++)
+        n_want += row_wanted(batch, &batch->seqs[i], i);
+    if (n_want == ns) /* the usual case: one download */
+        return IG_DEV(dev_download)(g->dev, batch->logits, g->logits, (size_t)(ns * nv) * 4);
+    float *out = batch->logits;
+    for (int64_t i = 0; i < ns && st == IG_OK; i++)
+        if (row_wanted(batch, &batch->seqs[i], i)) {
+            st = IG_DEV(dev_download)(g->dev, out, g->logits + i * nv, (size_t)nv * 4);
+            out += nv;
+        }
+    return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
 }
 
-/* ---- the step: one sequence at a time ---------------------------------------------- */
+/* ---- the step ------------------------------------------------------------------------ */
+
+/* The step's shape against the backend's limits (the engine's invariants),
+ * then its tokens (outside input: IG_E_INPUT). */
+static int check_batch(const struct gpu_backend *g, const struct backend_batch *batch)
+{
+    if (batch->n_rows < 1 || batch->n_rows > g->max_rows || batch->n_seqs < 1 ||
+        batch->n_seqs > g->n_slots)
+        return ig_error(IG_E_INTERNAL, "a step of %lld rows in %lld sequences: the backend "
+                        "takes 1..%lld rows of 1..%d", (long long)batch->n_rows,
+                        (long long)batch->n_seqs, (long long)g->max_rows, g->n_slots);
+    int64_t row = 0;
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        if (s->row0 != row || s->n_rows < 1 || s->pos0 < 0 || s->pos0 + s->n_rows > g->n_ctx ||
+            !s->table)
+            return ig_error(IG_E_INTERNAL, "step sequence %lld: rows %lld+%lld at position "
+                            "%lld (context %lld)", (long long)i, (long long)s->row0,
+                            (long long)s->n_rows, (long long)s->pos0, (long long)g->n_ctx);
+        row += s->n_rows;
+    }
+    if (row != batch->n_rows)
+        return ig_error(IG_E_INTERNAL, "step sequences cover %lld of %lld rows", (long long)row,
+                        (long long)batch->n_rows);
+    for (int64_t i = 0; i < batch->n_rows; i++)
+        if (batch->tokens[i] < 0 || batch->tokens[i] >= g->m->hp.n_vocab)
+            return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",
+                            batch->tokens[i], (long long)g->m->hp.n_vocab - 1);
+    return IG_OK;
+}
 
 static int gpu_step(struct backend *b, const struct backend_batch *batch)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
-    float *logits = batch->logits;
-    for (int64_t i = 0; i < batch->n_seqs; i++) {
-        const struct backend_seq *s = &batch->seqs[i];
-        IG_ASSERT(s->slot >= 0 && s->slot < g->n_slots && s->n_rows >= 1);
-        if (s->pos0 > g->n_pos[s->slot] || s->pos0 + s->n_rows > g->n_ctx)
-            return ig_error(IG_E_INPUT, "%lld tokens at position %lld: slot %d holds %lld of "
-                            "%lld positions", (long long)s->n_rows, (long long)s->pos0, s->slot,
-                            (long long)g->n_pos[s->slot], (long long)g->n_ctx);
-        const bool *want = batch->want_logits ? batch->want_logits + s->row0 : NULL;
-        const int32_t *tokens = batch->tokens + s->row0;
-        int64_t n_out = 0;
-        int st;
-        if (s->n_rows == 1) {
-            n_out = row_wanted(want, 0, 1);
-            st = decode_seq(g, s->slot, tokens[0], s->pos0, n_out ? logits : NULL);
-        } else {
-            st = prefill_seq(g, s->slot, tokens, s->n_rows, s->pos0, want, logits, &n_out);
-        }
-        /* a failed block leaves what came before */
-        g->n_pos[s->slot] = st == IG_OK ? s->pos0 + s->n_rows : s->pos0;
-        if (st != IG_OK)
-            return st;
-        logits += n_out * g->m->hp.n_vocab;
-    }
-    return IG_OK;
+    int st = check_batch(g, batch);
+    if (st != IG_OK)
+        return st;
+    return batch->n_rows == batch->n_seqs ? decode_step(g, batch) : prefill_step(g, batch);
 }
 
 /* ---- state ---------------------------------------------------------------------------- */
@@ -599,7 +660,7 @@ void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info
 {
     const struct gpu_backend *g = (const struct gpu_backend *)b;
     *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes};
-    for (int i = 0; i < g->n_slots; i++)
+    for (int i = 0; i < g->n_buckets; i++)
         info->graphs += g->graphs[i] != NULL;
 }
 

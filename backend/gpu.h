@@ -1,12 +1,12 @@
-/* backend/gpu.h: the CUDA backend (backend/gpu.c): weights, KV cache and
- * activations in device memory; cuBLAS GEMMs for prefill, our kernels for
- * everything else (ops/gpu_ops.h, prefill/flash_attn.h, decode/decode_attn.h);
- * each slot's decode step captured once as a graph and replayed.
- *
- * Until its attention kernels read the pool's block tables, the backend keeps
- * one contiguous cache of n_ctx positions per slot and runs a step one
- * sequence at a time (shares_blocks is false: no prefix sharing), returning
- * the logits of a sequence's last row only.
+/* backend/gpu.h: the CUDA backend (backend/gpu.c): weights, the KV pool
+ * and activations in device memory; cuBLAS GEMMs or our quantized products,
+ * our kernels for everything else (ops/gpu_ops.h, prefill/flash_attn.h,
+ * decode/decode_attn.h). A step runs all its rows at once, its attention
+ * reading each sequence's blocks through its block table (shares_blocks is
+ * true: sequences share prefix blocks as on the CPU); a step of one row per
+ * sequence is a decode step, padded to a batch-size bucket (1, 2, 4, ...)
+ * whose launches are captured once as a graph and replayed for any batch of
+ * that size.
  *
  * Compiled twice (devkit/dev_entry.h): gpu_*_cuda over the CUDA device layer
  * (what backend.c builds) and gpu_*_emu over the emulated one, which runs the
@@ -35,7 +35,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
 struct gpu_backend_info {
     size_t kv_bytes;      /* device cache memory */
     size_t weight_bytes;  /* device weight memory */
-    int graphs;           /* slots whose decode step replays a graph */
+    int graphs;           /* decode batch-size buckets whose step replays a graph */
 };
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
 

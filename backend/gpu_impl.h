@@ -10,8 +10,8 @@
 #include "backend/gpu.h"
 #include "backend/gpu_plan.h"
 #include "device/device.h"
-#include "kvcache/kvcache.h"
 #include "ops/gpu_qmm.h"
+#include "prefill/flash_attn.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,8 +36,13 @@ struct gpu_layer {
     float *q_norm, *k_norm;    /* [head_dim] each, or NULL (has_qk_norm) */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] each, or NULL (has_post_norms) */
     float *bqkv;               /* [qkv_rows] or NULL */
-    uint16_t *k_cache, *v_cache; /* [n_slots][n_head_kv][n_ctx][head_dim] */
+    uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim] */
 };
+
+/* Decode steps are padded to a bucket of 1, 2, 4, ... rows (up to
+ * n_slots rounded up to a power of two), each bucket's step captured once
+ * as a graph: at most this many buckets (2^16 sequences). */
+#define GPU_MAX_BUCKETS 17
 
 struct gpu_backend {
     struct backend base;       /* first: the backend.h view */
@@ -45,9 +50,13 @@ struct gpu_backend {
     struct dev_info info;
     void *stream;
     const struct model *m;
-    int64_t n_ctx, max_batch;
+    int64_t n_ctx, max_rows;   /* backend_opts' */
+    int64_t max_batch;         /* activation rows: max_rows, or the largest bucket when more */
     int n_slots;
-    int64_t *n_pos;            /* [n_slots] positions cached per slot */
+    /* The pool (kvcache.h's layout, f16) and the step's compacted tables:
+     * sequence s of a step has its table at tables + s * table_stride. */
+    int64_t n_blocks, block_stride, head_stride, table_stride;
+    int64_t max_seqs;          /* the largest decode bucket (n_slots rounded up) */
     int64_t q_dim, kv_dim, qkv_rows;
     enum backend_gpu_weights weights_mode;
     struct gpu_layer *layers;
@@ -55,19 +64,25 @@ struct gpu_backend {
     float *output_norm;
     double *inv_freq[2];       /* [n_rot / 2] per RoPE variant (MODEL_ROPE_GLOBAL, _LOCAL) */
     double mscale[2];          /* their cos/sin factors (YaRN's attention factor) */
-    /* activations for max_batch tokens; logits for GPU_HEAD_ROWS rows */
+    /* activations for max_batch tokens; logits for logit_rows rows */
     float *x, *qkv, *gu, *logits;
+    int64_t logit_rows;        /* max(max_seqs, GPU_HEAD_ROWS or max_rows when fewer) */
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
-    int32_t *tokens, *pos;     /* device: the block's ids; each row's position */
-    int32_t *slot_table;       /* device: 0, 1, 2, ... (gpu_slot_layout) */
-    int32_t *step;             /* pinned host: token, position of a decode step */
-    float *attn_work;
+    /* The step's inputs in fixed device buffers (a graph replays them for
+     * any batch of its bucket), staged in pinned host memory (h_*) */
+    int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
+    int32_t *tables;           /* [max_seqs][table_stride] */
+    int32_t *h_tokens, *h_pos, *h_tables;
+    int64_t *want;             /* host [max_batch]: the step's rows that want logits */
+    void *h_stage;             /* the pinned allocation h_* point into */
+    float *attn_work;          /* the decode attention's, for the largest bucket */
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
     size_t mm_scratch_bytes;
     bool emu_kernels;          /* emulated build: products by the emulated kernels, not the twins */
-    int n_splits;
-    struct dev_graph **graphs; /* [n_slots] each slot's decode step, once captured */
+    int n_buckets;
+    int n_splits[GPU_MAX_BUCKETS];          /* decode attention splits per bucket */
+    struct dev_graph *graphs[GPU_MAX_BUCKETS]; /* each bucket's decode step, once captured */
     bool no_graph;             /* capture unavailable (the emulator) or failed */
     void **allocs;             /* every device allocation, for free */
     size_t n_allocs, cap_allocs;
@@ -76,33 +91,16 @@ struct gpu_backend {
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
 };
 
-/* Rows of one output-head GEMM when several rows of a block want logits
- * (the logits buffer holds this many rows). */
+/* Rows of one output-head GEMM when several rows of a prefill step want
+ * logits (the logits buffer holds at least this many rows). */
 #define GPU_HEAD_ROWS 64
 
-/* Elements from a layer's cache to slot `slot`'s part of it. */
-static inline int64_t gpu_slot_offset(const struct gpu_backend *g, int slot)
+/* Layer l's K and V pool as kvcache.h describes it (device pointers). */
+static inline struct kv_layout gpu_layer_layout(const struct gpu_backend *g, int64_t l)
 {
-    return (int64_t)slot * g->m->hp.n_head_kv * g->n_ctx * g->m->hp.head_dim;
-}
-
-/* A slot's region [n_head_kv][n_ctx][head_dim] is the pool layout of the
- * kernels (kvcache/kvcache.h) with block_stride KV_BLOCK * head_dim and
- * head_stride n_ctx * head_dim through the table 0, 1, 2, ...: block b's
- * rows of head h are positions 64 b .. 64 b + 63 of the head's contiguous
- * rows, so the decode kernels (ops/gpu_ops.h gk_qkv_rope, decode/decode_attn.h)
- * address exactly what the prefill kernel writes. The backend's batched
- * rewrite (issue 15) replaces the slots by the engine's pool. */
-static inline int64_t gpu_slot_table_len(const struct gpu_backend *g)
-{
-    return kv_blocks_for(g->n_ctx);
-}
-
-static inline struct kv_layout gpu_slot_layout(const struct gpu_backend *g)
-{
-    const int64_t hd = g->m->hp.head_dim;
-    return (struct kv_layout){.dtype = KV_F16, .block_stride = KV_BLOCK * hd,
-                              .head_stride = g->n_ctx * hd, .head_dim = hd};
+    return (struct kv_layout){.k = g->layers[l].k_cache, .v = g->layers[l].v_cache,
+                              .dtype = KV_F16, .block_stride = g->block_stride,
+                              .head_stride = g->head_stride, .head_dim = g->m->hp.head_dim};
 }
 
 /* A device allocation of `bytes` into *(void **)out, remembered for
