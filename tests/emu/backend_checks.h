@@ -51,7 +51,7 @@ struct pair {
 
 /* Both backends over the same options but the device; slot 1's blocks after
  * slot 0's, in reverse. */
-static void pair_init(struct pair *p, const struct backend_opts *cpu)
+static inline void pair_init(struct pair *p, const struct backend_opts *cpu)
 {
     for (int b = 0; b < N_CTX / KV_BLOCK; b++) {
         p->table[0][b] = b;
@@ -62,7 +62,7 @@ static void pair_init(struct pair *p, const struct backend_opts *cpu)
     (void)cpu;
 }
 
-static void compare_rows(const float *le, const float *lc, struct pair *p, const char *what)
+static inline void compare_rows(const float *le, const float *lc, struct pair *p, const char *what)
 {
     double e = test_rel_err(le, lc, p->n_vocab), tol = p->tol ? p->tol : LOGIT_TOL;
     int64_t ac = test_argmax(lc, p->n_vocab), ae = test_argmax(le, p->n_vocab);
@@ -86,14 +86,14 @@ static void compare_rows(const float *le, const float *lc, struct pair *p, const
             ac == ae ? "" : " (a tie)");
 }
 
-static void compare(struct pair *p, const char *what)
+static inline void compare(struct pair *p, const char *what)
 {
     compare_rows(p->le, p->lc, p, what);
 }
 
 /* Prefills ids in chunks of `chunk` into slot 0 of both, then N_STEPS greedy
  * steps fed with the CPU's choice (so both see the same tokens). */
-static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk,
+static inline void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk,
                        const char *name)
 {
     char what[96];
@@ -125,7 +125,7 @@ static void run_prompt(struct pair *p, const int32_t *ids, int64_t n, int64_t ch
 /* Two sequences in every step: slot 1 prefills `ids` in chunks while slot 0
  * (holding n0 positions after run_prompt) decodes; then both decode
  * together. Each row's logits against the CPU's. */
-static void run_two(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk, int64_t n0)
+static inline void run_two(struct pair *p, const int32_t *ids, int64_t n, int64_t chunk, int64_t n0)
 {
     int64_t done = 0, pos0 = n0;
     int32_t tok0 = (int32_t)test_argmax(p->lc, p->n_vocab), tok1 = 0;
@@ -211,8 +211,155 @@ done:
     free(le);
 }
 
+/* ---- a batch of requests (run_batch) ---------------------------------------------- */
+
+#define BATCH_SLOTS 4
+#define BATCH_ROWS 32   /* a step's token budget */
+#define BATCH_CHUNK 24  /* most prompt rows of one sequence in a step */
+
+struct batch_req {
+    int32_t prompt[N_CTX];
+    int64_t n_prompt, n_gen;   /* prompt tokens, tokens to generate */
+    int64_t done;              /* positions cached (a shared prefix counts) */
+    int64_t gen;               /* tokens generated so far */
+    int32_t next;              /* the token it feeds back (the CPU's choice) */
+    int32_t table[N_CTX / KV_BLOCK];
+    int start;                 /* step it arrives at (-1: when r0's first block is full) */
+    bool active, finished;
+};
+
+/* Four requests of different prompt lengths through one CUDA backend and
+ * one CPU backend (options cpu/dev, both BATCH_SLOTS sequences, 4 *
+ * BATCH_SLOTS blocks, BATCH_ROWS rows) fed the same steps, as generate/
+ * schedules them: every step takes each decoding sequence's one row, then
+ * prompt chunks of at most BATCH_CHUNK rows within the budget, so chunked
+ * prefill shares steps with other sequences' decode rows; request 3
+ * arrives once request 0's first block is full and shares it (its prompt
+ * starts with the same 64 tokens: it prefills from position 64 through a
+ * table whose block 0 is request 0's); request 1 generates fewer tokens and
+ * leaves, so later decode steps have 4, 3, 2 and 1 sequences (buckets 4, 4
+ * with a padding row, 2, 1). Every row that wants logits (a prompt's last,
+ * every decode row) is compared with the CPU's (compare_rows: the pair's
+ * bound, top-1 where the margin exceeds it) and the CPU's choice fed back
+ * to both. *n_buckets: how many decode buckets the steps used; *n_graphs:
+ * the graphs the device backend holds after (gpu_get_info: one per bucket
+ * where the device captures them, none under the emulator). ids: at least
+ * 200 ids. */
+static inline void run_batch(struct pair *p, const struct model *m,
+                             const struct backend_opts *cpu, const struct backend_opts *dev,
+                             const int32_t *ids, int *n_buckets, int *n_graphs)
+{
+    struct backend *bc = NULL, *bd = NULL;
+    CHECK(backend_create(m, cpu, &bc) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, dev, &bd) == IG_OK);
+    CHECK(cpu->n_slots == BATCH_SLOTS && dev->n_slots == BATCH_SLOTS &&
+          dev->n_blocks == 4 * BATCH_SLOTS && dev->max_rows == BATCH_ROWS);
+    static struct batch_req req[BATCH_SLOTS];
+    static const int64_t n_prompt[BATCH_SLOTS] = {70, 23, 40, 74};
+    static const int64_t n_gen[BATCH_SLOTS] = {6, 4, 7, 5};
+    static const int start[BATCH_SLOTS] = {0, 0, 1, -1};
+    float *lc = malloc((size_t)(BATCH_SLOTS * p->n_vocab) * sizeof *lc);
+    float *le = malloc((size_t)(BATCH_SLOTS * p->n_vocab) * sizeof *le);
+    bool used[8] = {false};
+    *n_buckets = *n_graphs = 0;
+    if (!bc || !bd || !lc || !le)
+        goto done;
+    for (int r = 0; r < BATCH_SLOTS; r++) {
+        struct batch_req *q = &req[r];
+        *q = (struct batch_req){.n_prompt = n_prompt[r], .n_gen = n_gen[r], .start = start[r]};
+        /* r3: r0's first 64 tokens, then its own */
+        for (int64_t i = 0; i < q->n_prompt; i++)
+            q->prompt[i] = r == 3 && i < KV_BLOCK ? ids[i] : ids[(r * 50 + i) % 200];
+        for (int b = 0; b < N_CTX / KV_BLOCK; b++) /* scattered, in reverse */
+            q->table[b] = 4 * BATCH_SLOTS - 1 - (b * BATCH_SLOTS + r);
+    }
+    req[3].table[0] = req[0].table[0];
+    char what[96];
+    for (int step = 0; step < 64; step++) {
+        int32_t tokens[BATCH_ROWS];
+        bool want[BATCH_ROWS];
+        struct backend_seq seqs[BATCH_SLOTS];
+        int who[BATCH_SLOTS];
+        int64_t rows = 0, ns = 0, n_dec = 0;
+        for (int r = 0; r < BATCH_SLOTS; r++) {
+            struct batch_req *q = &req[r];
+            if (!q->active && !q->finished &&
+                (q->start >= 0 ? step >= q->start : req[0].done >= KV_BLOCK)) {
+                q->active = true;
+                if (r == 3)
+                    q->done = KV_BLOCK; /* the shared block is in place */
+            }
+        }
+        /* decoding sequences first (one row each), then prompt chunks */
+        for (int pass = 0; pass < 2; pass++)
+            for (int r = 0; r < BATCH_SLOTS; r++) {
+                struct batch_req *q = &req[r];
+                bool decoding = q->done >= q->n_prompt;
+                if (!q->active || decoding != (pass == 0) || rows == BATCH_ROWS)
+                    continue;
+                int64_t k = decoding ? 1 : q->n_prompt - q->done;
+                k = k < BATCH_CHUNK ? k : BATCH_CHUNK;
+                k = k < BATCH_ROWS - rows ? k : BATCH_ROWS - rows;
+                for (int64_t i = 0; i < k; i++) {
+                    tokens[rows + i] = decoding ? q->next : q->prompt[q->done + i];
+                    want[rows + i] = false;
+                }
+                want[rows + k - 1] = decoding || q->done + k == q->n_prompt;
+                seqs[ns] = (struct backend_seq){.table = q->table, .slot = r, .row0 = rows,
+                                                .n_rows = k, .pos0 = q->done};
+                who[ns++] = r;
+                rows += k;
+                n_dec += decoding;
+            }
+        if (ns == 0)
+            break;
+        if (n_dec == ns) {
+            int bk = 0;
+            while (((int64_t)1 << bk) < ns)
+                bk++;
+            *n_buckets += !used[bk];
+            used[bk] = true;
+        }
+        struct backend_batch b = {.tokens = tokens, .want_logits = want, .n_rows = rows,
+                                  .seqs = seqs, .n_seqs = ns};
+        b.logits = lc;
+        CHECK(backend_step(bc, &b) == IG_OK);
+        b.logits = le;
+        CHECK(backend_step(bd, &b) == IG_OK);
+        int64_t out = 0;
+        for (int64_t i = 0; i < ns; i++) {
+            struct batch_req *q = &req[who[i]];
+            const struct backend_seq *s = &seqs[i];
+            bool decoding = q->done >= q->n_prompt;
+            q->done += s->n_rows;
+            if (!want[s->row0 + s->n_rows - 1])
+                continue;
+            snprintf(what, sizeof what, "batch step %d (%lld sequences, %lld rows): request %d %s",
+                     step, (long long)ns, (long long)rows, who[i],
+                     decoding ? "decoding" : "prompt's last row");
+            compare_rows(le + out * p->n_vocab, lc + out * p->n_vocab, p, what);
+            q->next = (int32_t)test_argmax(lc + out * p->n_vocab, p->n_vocab);
+            out++;
+            if (decoding && ++q->gen == q->n_gen) {
+                q->active = false;
+                q->finished = true;
+            }
+        }
+    }
+    for (int r = 0; r < BATCH_SLOTS; r++)
+        CHECKF(req[r].finished, "batch: request %d did not finish", r);
+    struct gpu_backend_info info;
+    IG_DEV(gpu_get_info)(bd, &info);
+    *n_graphs = info.graphs;
+done:
+    free(lc);
+    free(le);
+    backend_free(bc);
+    backend_free(bd);
+}
+
 /* Slot 0's cache exported from the device against the CPU's f32 cache. */
-static void compare_caches(struct pair *p, const struct model *m, int64_t n_pos)
+static inline void compare_caches(struct pair *p, const struct model *m, int64_t n_pos)
 {
     struct backend_seq s = {.table = p->table[0], .slot = 0};
     const struct kv_store *ref, *dl;
@@ -240,7 +387,7 @@ static void compare_caches(struct pair *p, const struct model *m, int64_t n_pos)
 
 /* A fresh device backend given slot 0's exported cache (in slot 1)
  * continues exactly as the original does. */
-static void check_upload(struct pair *p, const struct model *m, const struct backend_opts *o,
+static inline void check_upload(struct pair *p, const struct model *m, const struct backend_opts *o,
                          int64_t n_pos)
 {
     struct backend *fresh = NULL;

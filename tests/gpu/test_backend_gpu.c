@@ -4,7 +4,9 @@
  * GQA 4, 128k vocabulary; Qwen3-tiny and Gemma3-tiny in Q8_0: Qwen 3's head
  * norms at head_dim 128, Gemma 3's block at head_dim 256 on one KV head with
  * a window of 16 keys, which the prompts cross) with the checks of
- * tests/emu/backend_checks.h; then
+ * tests/emu/backend_checks.h (run_batch included: four requests sharing
+ * steps, a shared prefix, decode steps of 4, 3, 2 and 1 sequences, one
+ * graph captured per bucket); then
  * a shapes-only model whose weights are made on the device must run. The
  * weights stay quantized on the device (the default --gpu-weights native),
  * so the bounds are those of tests/emu/test_backend_qemu.c (int8
@@ -14,6 +16,31 @@
 #include "models/synthetic.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/backend_checks.h"
+
+/* Whether the prefill kernel may be a variable-length one: not when the GPU
+ * check forces a ws variant (scripts/gpu/backend.sh), which reads the pool
+ * one sequence at a time only. */
+static bool varlen_ok(void)
+{
+    const char *forced = getenv("IGNITE_FLASH_VARIANT");
+    int fv = forced && *forced ? prefill_attn_variant_find(forced) : PREFILL_ATTN_AUTO;
+    return fv == PREFILL_ATTN_AUTO || prefill_attn_variant_isa(fv) == PREFILL_ATTN_ISA_MMA;
+}
+
+/* The batch of backend_checks.h's run_batch on model m: the logits, and one
+ * graph captured per decode bucket the steps used. */
+static void check_batch(const struct model *m, struct pair *p, const int32_t *ids)
+{
+    struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 0, .n_ctx = N_CTX,
+                             .max_rows = BATCH_ROWS, .n_slots = BATCH_SLOTS,
+                             .n_blocks = 4 * BATCH_SLOTS, .kv_dtype = KV_F32, .exact = true};
+    struct backend_opts og = o;
+    og.device.kind = BACKEND_CUDA;
+    int n_buckets = 0, n_graphs = 0;
+    run_batch(p, m, &o, &og, ids, &n_buckets, &n_graphs);
+    CHECKF(n_buckets == 3 && n_graphs == n_buckets,
+           "batch: %d graphs captured for %d buckets (expected 3)", n_graphs, n_buckets);
+}
 
 static void check_model(const char *spec)
 {
@@ -31,16 +58,19 @@ static void check_model(const char *spec)
     og.n_blocks = 2 * (N_CTX / KV_BLOCK);
     CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
     CHECK(gpu_backend_create_cuda(m, &og, &p.dev) == IG_OK);
-    int32_t ids[150];
+    int32_t ids[200];
     uint64_t s = 7;
-    for (int i = 0; i < 150; i++)
+    for (int i = 0; i < 200; i++)
         ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
     if (p.cpu && p.dev && p.lc && p.le) {
         run_prompt(&p, ids, 5, 5, "short");
         run_prompt(&p, ids, 150, 100, "long, 2 chunks");
         compare_caches(&p, m, 150 + N_STEPS);
         check_upload(&p, m, &og, 150 + N_STEPS);
-        run_two(&p, ids, 40, 16, 150 + N_STEPS);
+        if (varlen_ok()) {
+            run_two(&p, ids, 40, 16, 150 + N_STEPS);
+            check_batch(m, &p, ids);
+        }
         run_all_rows(&p, ids, 150, 100);
     }
     backend_free(p.cpu);
@@ -60,7 +90,7 @@ int main(void)
     check_model("synthetic:Llama-3.2-1B:Q8_0");
     check_model("synthetic:Qwen3-tiny:Q8_0");
     /* Gemma's head dim 256 and window, unless the GPU check forces a prefill
-     * variant without them (scripts/gpu/backend.sh: ws128n128, wg128n64). */
+     * variant without them (scripts/gpu/backend.sh: ws128n128). */
     const char *forced = getenv("IGNITE_FLASH_VARIANT");
     int fv = forced && *forced ? prefill_attn_variant_find(forced) : PREFILL_ATTN_AUTO;
     if (fv == PREFILL_ATTN_AUTO || (prefill_attn_variant_supports(fv, 256) &&
