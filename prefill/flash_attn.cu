@@ -2,8 +2,11 @@
  * (FlashAttention-2 structure) and its launcher; semantics, cache layout and
  * params in prefill/flash_attn.h.
  *
- * One block per (query tile of block_m rows, query head); each of its warps
- * owns m_tiles m16 tiles (16 or 32 query rows). K/V tiles of block_n keys
+ * One block per (query tile of block_m rows, query head, sequence); each of
+ * its warps owns m_tiles m16 tiles (16 or 32 query rows). Variable length
+ * (p.seqs): the grid has the query tiles of the longest sequence, a block
+ * past its sequence's rows exits at once, and everything below is per
+ * sequence (its rows, its pos0, its block table). K/V tiles of block_n keys
  * stream through shared memory with cp.async in `stages` buffers (tiles
  * t+1 .. t+stages-1 load while tile t computes; one barrier per tile, see
  * kv_pipeline in flash_tiles.cuh). The tile sizes are a template parameter:
@@ -24,7 +27,9 @@
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block
- * depends on another's writes).
+ * depends on another's writes). A paged cache (the batch engine's pool of
+ * 64-position blocks) is read through the block table: a K/V tile within
+ * one block as one run of rows, a 48-key tile across two blocks as two.
  *
  * Built twice: by nvcc for sm_80/sm_90 (prefill_attn_cuda) and, as plain C++
  * through tests/emu/flash_attn_emu.cc, for the CPU emulator
@@ -93,25 +98,43 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
      * (most keys) first: better tail balance. */
     const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
     const int h = (int)blockIdx.y, group = (int)(p.n_head / p.n_head_kv), hk = h / group;
-    const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
+    /* The block's sequence (blockIdx.z; the whole call without seqs): a
+     * block past its rows has nothing to do (the grid has the query tiles
+     * of the longest). Read again (attn_seq_at) where the K/V loop needs it
+     * rather than held through it: without seqs its fields are the params'
+     * (constant bank), with them a load after the tile's barrier, and four
+     * registers held would spill m64w4n32 (three blocks per SM). */
+    const attn_seq sq = attn_seq_at(p, (int)blockIdx.z);
+    if (q0 >= sq.n)
+        return;
 
-    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x);
+    if (p.block_table)
+        write_cache_rows<HD, kBlockM, kThreads, true>(p, h, q0, (int)threadIdx.x, sq);
+    else
+        write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x, sq);
 
     /* Keys of the last query of the tile bound the tiles to visit; with a
      * sliding window the first query's window edge too: tiles wholly behind
      * it are never loaded (a window at least as long as the keys is none). */
-    const int q_last = (q0 + kBlockM < n ? q0 + kBlockM : n) - 1;
-    const int n_tiles = (int)((pos0 + q_last) / kBlockN + 1);
-    const int window = p.window > 0 && p.window < kv_len ? (int)p.window : 0;
-    const int t_lo = window && pos0 + q0 - window + 1 > 0 ? (pos0 + q0 - window + 1) / kBlockN : 0;
+    const int q_last = (q0 + kBlockM < sq.n ? q0 + kBlockM : sq.n) - 1;
+    const int n_tiles = (int)((sq.pos0 + q_last) / kBlockN + 1);
+    const int window = p.window > 0 && p.window < sq.pos0 + sq.n ? (int)p.window : 0;
+    const int q_first = sq.pos0 + q0; /* the first query's position */
+    const int t_lo = window && q_first - window + 1 > 0 ? (q_first - window + 1) / kBlockN : 0;
 
     /* Q with the first K/V tile, then the next stages - 2 tiles; the
      * pipeline counts tiles from t_lo. */
     const auto kv = make_kv_pipeline<V>(n_tiles - t_lo, [&](int i, int stage) {
-        load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
-                                       (t_lo + i) * kBlockN, pos0, kv_len);
+        uint16_t *k_dst = sK + stage * kBlockN * HD, *v_dst = sV + stage * kBlockN * HD;
+        const attn_seq s = attn_seq_at(p, (int)blockIdx.z);
+        if (p.block_table)
+            load_kv<HD, kBlockN, kThreads, true>(p, k_dst, v_dst, hk, (t_lo + i) * kBlockN, s,
+                                                 s.pos0 + s.n);
+        else
+            load_kv<HD, kBlockN, kThreads>(p, k_dst, v_dst, hk, (t_lo + i) * kBlockN, s,
+                                           s.pos0 + s.n);
     });
-    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
+    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0, sq);
     kv.start();
 
     /* This warp's query rows as A fragments: all of them (kQRegs), or one
@@ -142,6 +165,8 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const int row0 = q0 + warp * kRowsW; /* first query row of this warp */
     for (int tile = t_lo; tile < n_tiles; tile++) {
         const int stage = kv.land(tile - t_lo);
+        const attn_seq s_now = attn_seq_at(p, (int)blockIdx.z); /* see sq */
+        const int pos0 = s_now.pos0, kv_len = s_now.pos0 + s_now.n;
         if (kQRegs && tile == t_lo)
             for (int mt = 0; mt < kMT; mt++)
                 for (int kk = 0; kk < (kQRegs ? HD / 16 : 0); kk++)
@@ -306,7 +331,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         }
     }
 
-    store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2);
+    store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2, attn_seq_at(p, (int)blockIdx.z));
 }
 
 /* One mma.sync variant: dtype and head_dim (only those the variant is built for). */

@@ -15,11 +15,20 @@
  *
  * KV cache layout (per layer, K and V alike): [n_head_kv][n_ctx][head_dim],
  * element (hk, pos, d) at hk*cache_head_stride + pos*cache_row_stride + d;
- * or paged (block_table set; the batch engine's pool, ws variants only):
- * blocks of block_rows positions, element (hk, pos, d) at
+ * or paged (block_table set; the batch engine's pool; mma.sync and ws
+ * variants): blocks of block_rows positions, element (hk, pos, d) at
  * block_table[pos / block_rows]*cache_block_stride + hk*cache_head_stride +
  * (pos % block_rows)*cache_row_stride + d (the pool's block b is
  * [n_head_kv][block_rows][head_dim]).
+ *
+ * Variable length (seqs set; FlashAttention-2's varlen form; paged caches
+ * only, mma.sync variants only): the rows of q, k, v and o are a batch
+ * step's rows, sequence s owning rows seqs[s].row0 .. row0 + n_rows - 1 at
+ * positions seqs[s].pos0 .., each sequence exactly as one call above with
+ * its own pos0 and its own block table (block_table + s * table_stride):
+ * causal within its own rows, its cached positions < its pos0 read through
+ * its table (and its window), its rows' K and V written into its blocks.
+ * No sequence sees another's rows. lse is [n_head][step rows].
  *
  * Two twins share the params struct: prefill_attn_ref (CPU, plain C, the
  * reference) and prefill_attn_cuda (prefill/flash_attn.cu, tensor cores;
@@ -38,6 +47,13 @@ extern "C" {
 
 enum prefill_attn_dtype { PREFILL_ATTN_BF16 = 0, PREFILL_ATTN_F16 = 1 };
 
+/* One sequence of a variable-length call: its rows of the step (row0 ..
+ * row0 + n_rows - 1 of q, k, v, o and lse; n_rows 0: nothing to do) and
+ * the position of its first row (= its cached positions). */
+struct prefill_attn_seq {
+    int32_t row0, n_rows, pos0, pad_;
+};
+
 /* One call's pointers, sizes and strides. Strides count elements (not bytes)
  * and are 64-bit. For the CUDA kernel every pointer is 16-byte aligned and
  * every stride a multiple of 8 (16-byte rows); prefill_attn_choose checks. */
@@ -50,10 +66,14 @@ struct prefill_attn_params {
     void *o;           /* [n_tokens][n_head][head_dim] out, dtype */
     float *lse;        /* [n_head][n_tokens] out (natural log), or NULL */
 
-    int64_t n_tokens;  /* queries in the chunk, >= 1 */
-    int64_t pos0;      /* position of the chunk's first token = cache rows before it */
+    int64_t n_tokens;  /* queries in the chunk, >= 1 (varlen: the largest n_rows,
+                          the launch's shape) */
+    int64_t pos0;      /* position of the chunk's first token = cache rows before it
+                          (varlen: the largest seqs[s].pos0, which sizes the work
+                          for the chooser; each sequence uses its own) */
     int64_t n_ctx;     /* cache rows per head (paged: positions the block table
-                          covers); pos0 + n_tokens <= n_ctx */
+                          covers; varlen: table_stride * block_rows); pos0 +
+                          n_tokens <= n_ctx (varlen: each sequence's pos0 + n_rows) */
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
     int64_t head_dim;  /* 64, 128 or 256 (256: m64w4, m64w4n32h and the ws variants) */
@@ -71,11 +91,19 @@ struct prefill_attn_params {
 
     /* Paged caches (NULL: the contiguous layout above): the sequence's
      * block ids, [ceil((pos0 + n_tokens) / block_rows)] (device memory for
-     * the CUDA kernel), int32 each, < n_blocks. */
+     * the CUDA kernel), int32 each, < n_blocks; varlen: sequence s's at
+     * block_table + s * table_stride. */
     const int32_t *block_table;
     int64_t block_rows;                  /* positions per block (64) */
     int64_t cache_block_stride;          /* caches: block */
     int64_t n_blocks;                    /* blocks in the pool */
+
+    /* Variable length (see above): [n_seqs] sequences (device memory for
+     * the CUDA kernel, host memory for the reference), or NULL: one
+     * sequence, rows 0 .. n_tokens - 1 at pos0 (n_seqs, table_stride unused). */
+    const struct prefill_attn_seq *seqs;
+    int64_t n_seqs;                      /* 1 .. 65535 */
+    int64_t table_stride;                /* int32 ids from one sequence's table to the next */
 
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
     int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
@@ -108,7 +136,9 @@ struct prefill_attn_params {
  *             FlashAttention-3's structure (a producer warpgroup loading with
  *             TMA, warps / 4 - 1 consumer warpgroups of 64 rows ping-ponging
  *             wgmma, a persistent grid), 9.0 only. Sliding windows: the mma.sync
- *             and ws isas; head dim 256: m64w4, m64w4n32h and the ws variants
+ *             and ws isas; paged caches: the mma.sync isa and the ws variants
+ *             whose block_n is a multiple of 64; variable length: the mma.sync
+ *             isa; head dim 256: m64w4, m64w4n32h and the ws variants
  *   stages    K/V tiles in shared memory (2..4): tile t computes while the
  *             next stages - 1 - s_ahead tiles load (2 = double buffering; 3
  *             keeps two tiles in flight, more latency hidden)
@@ -191,8 +221,9 @@ struct prefill_attn_tile {
     int q_in_regs;     /* 1: Q fragments stay in registers; 0: reloaded per k-step */
     int isa;           /* PREFILL_ATTN_ISA_MMA, _WGMMA or _WS */
     int stages;        /* K/V tiles in shared memory (2..4) */
-    int n_q_tiles;     /* query tiles; grid = (n_q_tiles, n_head), or for the ws
-                          kernel n_q_tiles * n_head work items on a persistent grid */
+    int n_q_tiles;     /* query tiles (of the longest sequence); grid = (n_q_tiles,
+                          n_head, n_seqs), or for the ws kernel n_q_tiles * n_head
+                          work items on a persistent grid */
     size_t smem_bytes; /* dynamic shared memory per block */
 };
 
@@ -204,11 +235,12 @@ struct prefill_attn_tile {
  * IGNITE_FLASH_VARIANT (e.g. "m128w4"), else the fastest measured one
  * (prefill_attn_pick_measured on the built-in table), else
  * PREFILL_ATTN_DEFAULT_VARIANT(hd) when it fits p, else the first variant
- * that does (paged caches: a ws variant). Returns 0
+ * that does. Returns 0
  * and fills *t, or IG_E_INTERNAL after printing what is unsupported (an
- * unknown variant, a variant not built for the head dim, without windows or
- * paged caches, a paged cache not of 64-position blocks, no variant for the
- * device). */
+ * unknown variant, a variant not built for the head dim, without windows,
+ * paged caches (the wgmma ones; ws tiles not of whole blocks) or varlen
+ * (all but the mma.sync ones), a paged cache not of 64-position blocks,
+ * varlen without one, no variant for the device). */
 int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
                             struct prefill_attn_tile *t);
 

@@ -6,7 +6,8 @@
  * Plain C, in ignite_core: the launchers, tests and bench all ask it.
  * Covered by tests/emu/test_flash_attn_emu.c (every variant, the pick by
  * measured speed on a table of its own, a forced variant through
- * IGNITE_FLASH_VARIANT, windows and paged caches only where supported). */
+ * IGNITE_FLASH_VARIANT, windows, paged caches and variable length only
+ * where supported). */
 #include "prefill/flash_attn.h"
 
 #include "core/status.h"
@@ -74,11 +75,22 @@ int prefill_attn_isa_runs_on(int isa, int cc, int have_sm90a)
     return isa == PREFILL_ATTN_ISA_MMA && (cc == 0 || cc >= 80);
 }
 
-/* Whether variant v reads a paged cache: the ws kernel with K/V tiles of
- * whole 64-position blocks (two TMA boxes per 128-key tile). */
+/* Whether variant v reads a paged cache: the mma.sync kernel (any tile: a
+ * tile across two blocks is copied in two runs of rows), the ws kernel with
+ * K/V tiles of whole 64-position blocks (two TMA boxes per 128-key tile). */
 static int pages(int v)
 {
-    return variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0;
+    return variants[v].isa == PREFILL_ATTN_ISA_MMA ||
+           (variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0);
+}
+
+/* Whether variant v takes variable-length sequences: the mma.sync kernel
+ * (a grid dimension per sequence). The ws kernel's TMA maps of Q and O
+ * span the step's rows, so a tile would read and store rows of the next
+ * sequence; it does not yet. */
+static int varlen(int v)
+{
+    return variants[v].isa == PREFILL_ATTN_ISA_MMA;
 }
 
 /* Whether variant v has sliding windows: the mma.sync and ws kernels. */
@@ -91,7 +103,7 @@ static int windows(int v)
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     return prefill_attn_variant_supports(v, p->head_dim) && (p->window == 0 || windows(v)) &&
-           (!p->block_table || pages(v)) &&
+           (!p->block_table || pages(v)) && (!p->seqs || varlen(v)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
 
@@ -153,7 +165,8 @@ static int pick_variant(const struct prefill_attn_params *p, int cc, int have_sm
             return v;
     ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s%s on compute "
              "capability %d.%d%s", (long long)p->head_dim, p->window ? " with a window" : "",
-             p->block_table ? " with a paged cache" : "", cc / 10, cc % 10,
+             p->seqs ? " with variable length" : p->block_table ? " with a paged cache" : "",
+             cc / 10, cc % 10,
              have_sm90a ? "" : " (no sm_90a kernels built)");
     return PREFILL_ATTN_AUTO;
 }
@@ -167,7 +180,11 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
         return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
                         p->dtype);
-    if (p->n_tokens < 1 || p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx ||
+    /* Varlen: each sequence's pos0 + n_rows <= n_ctx is the kernel's to
+     * trust (device memory); the largest n_rows and pos0 each fit. */
+    const int64_t extent = p->seqs ? (p->pos0 > p->n_tokens ? p->pos0 : p->n_tokens)
+                                   : p->pos0 + p->n_tokens;
+    if (p->n_tokens < 1 || p->pos0 < 0 || extent > p->n_ctx ||
         p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535 || p->window < 0 ||
         p->n_ctx > INT32_MAX) /* the kernel keeps positions in 32 bits */
         return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
@@ -185,6 +202,12 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
                         "positions (64 expected), %lld blocks, block stride %lld",
                         (long long)p->block_rows, (long long)p->n_blocks,
                         (long long)p->cache_block_stride);
+    if (p->seqs && (!p->block_table || p->n_seqs < 1 || p->n_seqs > 65535 ||
+                    p->table_stride < 1 || p->n_ctx > p->table_stride * p->block_rows))
+        return ig_error(IG_E_INTERNAL, "flash attention: variable length needs a paged cache, "
+                        "1 .. 65535 sequences (%lld) and tables covering n_ctx (table stride "
+                        "%lld, n_ctx %lld)", (long long)p->n_seqs, (long long)p->table_stride,
+                        (long long)p->n_ctx);
     int64_t strides[] = {p->q_row_stride,  p->q_head_stride,  p->k_row_stride,
                          p->k_head_stride, p->v_row_stride,   p->v_head_stride,
                          p->o_row_stride,  p->o_head_stride,  p->cache_row_stride,
@@ -213,8 +236,11 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
                         "(the mma.sync and ws variants do)", variants[v].name);
     if (p->block_table && !pages(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
-                        "(the ws variants with tiles of whole 64-position blocks do)",
-                        variants[v].name);
+                        "(the mma.sync variants and the ws ones with tiles of whole "
+                        "64-position blocks do)", variants[v].name);
+    if (p->seqs && !varlen(v))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s takes no variable-length "
+                        "sequences (the mma.sync variants do)", variants[v].name);
     const struct variant_row *r = &variants[v];
     t->variant = v;
     t->block_m = r->block_m;

@@ -1,6 +1,7 @@
 /* prefill/flash_attn_ref.c: the CPU twin of the prefill attention kernels
  * (prefill/flash_attn.cu, flash_attn_wgmma.cu, flash_attn_ws.cu), with the
- * sliding window and the paged cache.
+ * sliding window, the paged cache and variable length (each sequence as a
+ * call of its own).
  * Written for clarity: per head and query row, an online softmax over tiles
  * of REF_BLOCK_N keys in fp32, the algorithm the kernel runs (whose tile
  * width depends on its variant; the result does not), without its parallel
@@ -49,12 +50,9 @@ static const uint16_t *key_row(const struct prefill_attn_params *p, const void *
     return (const uint16_t *)chunk + (pos - p->pos0) * row_stride + hk * head_stride;
 }
 
-int prefill_attn_ref(const struct prefill_attn_params *p)
+/* One sequence: p's rows 0 .. n_tokens - 1 at pos0 (sizes checked). */
+static void one_seq(const struct prefill_attn_params *p)
 {
-    if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
-        p->pos0 < 0 || p->pos0 + p->n_tokens > p->n_ctx || p->window < 0 ||
-        (p->block_table && p->block_rows < 1))
-        return ig_error(IG_E_INTERNAL, "flash attention reference: inconsistent sizes");
     const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     float q[256], acc[256];
 
@@ -116,5 +114,47 @@ int prefill_attn_ref(const struct prefill_attn_params *p)
                    (const uint16_t *)p->v + i * p->v_row_stride + hk * p->v_head_stride,
                    (size_t)hd * 2);
         }
+}
+
+int prefill_attn_ref(const struct prefill_attn_params *p)
+{
+    if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+        p->pos0 < 0 || p->n_tokens < 0 || p->window < 0 ||
+        (p->seqs ? p->n_tokens > p->n_ctx : p->pos0 + p->n_tokens > p->n_ctx) ||
+        (p->block_table && p->block_rows < 1) ||
+        (p->seqs && (!p->block_table || p->n_seqs < 1 || p->table_stride < 1 ||
+                     p->n_ctx > p->table_stride * p->block_rows)))
+        return ig_error(IG_E_INTERNAL, "flash attention reference: inconsistent sizes");
+    if (!p->seqs) {
+        one_seq(p);
+        return 0;
+    }
+    /* Variable length: each sequence as one call on its rows and its table
+     * (the kernel's launch covers n_tokens rows of each). */
+    for (int64_t s = 0; s < p->n_seqs; s++) {
+        const struct prefill_attn_seq *sq = &p->seqs[s];
+        if (sq->row0 < 0 || sq->n_rows < 0 || sq->n_rows > p->n_tokens || sq->pos0 < 0 ||
+            (int64_t)sq->pos0 + sq->n_rows > p->n_ctx)
+            return ig_error(IG_E_INTERNAL, "flash attention reference: sequence %lld: rows "
+                            "%d + %d at pos0 %d (n_tokens %lld, n_ctx %lld)", (long long)s,
+                            sq->row0, sq->n_rows, sq->pos0, (long long)p->n_tokens,
+                            (long long)p->n_ctx);
+    }
+    for (int64_t s = 0; s < p->n_seqs; s++) {
+        const struct prefill_attn_seq *sq = &p->seqs[s];
+        if (sq->n_rows == 0)
+            continue;
+        struct prefill_attn_params one = *p;
+        one.seqs = NULL;
+        one.n_tokens = sq->n_rows;
+        one.pos0 = sq->pos0;
+        one.q = (const uint16_t *)p->q + sq->row0 * p->q_row_stride;
+        one.k = (const uint16_t *)p->k + sq->row0 * p->k_row_stride;
+        one.v = (const uint16_t *)p->v + sq->row0 * p->v_row_stride;
+        one.o = (uint16_t *)p->o + sq->row0 * p->o_row_stride;
+        one.lse = p->lse ? p->lse + sq->row0 : NULL;
+        one.block_table = p->block_table + s * p->table_stride;
+        one_seq(&one);
+    }
     return 0;
 }

@@ -69,7 +69,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const int h = (int)blockIdx.y, hk = h / (int)(p.n_head / p.n_head_kv);
     const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
 
-    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x);
+    write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x, attn_seq_whole(p));
 
     /* Tiles the block visits (its last row's keys) and the ones this
      * warpgroup computes (its own last row's; none for rows past n). */
@@ -82,7 +82,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     /* Tile t lives in stage t % kStages (flash_tiles.cuh's kv_pipeline). */
     const auto kv = make_kv_pipeline<V>(n_tiles, [&](int tile, int stage) {
         load_kv<HD, kBlockN, kThreads>(p, sK + stage * kBlockN * HD, sV + stage * kBlockN * HD, hk,
-                                       tile * kBlockN, pos0, kv_len);
+                                       tile * kBlockN, attn_seq_whole(p), kv_len);
     });
     /* Between a thread's copies landing and the barrier: the fence that
      * makes them visible to wgmma (the async proxy). After the barrier,
@@ -166,7 +166,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         ig_wgmma_fence_operand(pa);
     };
 
-    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0);
+    load_q<HD, kBlockM, kThreads>(p, sQ, h, q0, attn_seq_whole(p));
     kv.start();
 
     if constexpr (!variant<V>::s_ahead) {
@@ -205,7 +205,7 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
         }
     }
 
-    store_rows<T, 1, HD>(p, o, m, l, row0, h, g, t, scale_log2);
+    store_rows<T, 1, HD>(p, o, m, l, row0, h, g, t, scale_log2, attn_seq_whole(p));
 }
 
 /* One wgmma variant: dtype and head_dim (only those the variant is built for). */

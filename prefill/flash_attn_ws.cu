@@ -406,10 +406,12 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
         if (it().h % group == 0) {
             if (a.paged)
                 write_cache_rows<HD, kBlockM, 128 * C, true>(p, it().h, it().q0,
-                                                             ig_thread_index_fresh() - 128);
+                                                             ig_thread_index_fresh() - 128,
+                                                             attn_seq_whole(p));
             else
                 write_cache_rows<HD, kBlockM, 128 * C>(p, it().h, it().q0,
-                                                       ig_thread_index_fresh() - 128);
+                                                       ig_thread_index_fresh() - 128,
+                                                       attn_seq_whole(p));
         }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
         IG_UNROLL

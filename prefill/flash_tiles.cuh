@@ -1,7 +1,8 @@
 /* prefill/flash_tiles.cuh: what both prefill attention kernels (the
  * mma.sync one, prefill/flash_attn.cu, and the wgmma one,
  * prefill/flash_attn_wgmma.cu) do the same way: the swizzled shared-memory
- * tile layout, issuing the cp.async of Q and K/V tiles, the fused write of
+ * tile layout, a block's sequence (variable length), issuing the cp.async
+ * of Q and K/V tiles (contiguous or paged caches), the fused write of
  * the chunk's K and V into the cache, and the per-thread softmax and output
  * steps on accumulators in the mma C-fragment layout (both kernels' S and O
  * are in it: rows g and g+8 of each 16-row tile, columns 2t, 2t+1 of each
@@ -99,13 +100,58 @@ __device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, 
     }
 }
 
-/* Issues the cp.async of this block's query rows q0 .. q0 + ROWS - 1 of head
- * h (rows past n zero-filled). */
+/* Issues the cp.async of a [ROWS][HD] tile whose rows r < split are
+ * a + r * stride and the others b + (r - split) * stride: a paged cache's
+ * tile across two blocks (block_n 48). */
 template <int HD, int ROWS, int THREADS>
-__device__ __forceinline__ void load_q(const prefill_attn_params &p, uint16_t *sQ, int h, int q0)
+__device__ __forceinline__ void load_rows_split(uint16_t *tile, const uint16_t *a,
+                                                const uint16_t *b, int split, int stride)
 {
-    const uint16_t *q = (const uint16_t *)p.q + h * p.q_head_stride;
-    const int n = (int)p.n_tokens;
+    constexpr int kChunksPerRow = HD / 8, kRows = THREADS / kChunksPerRow;
+    static_assert(THREADS % kChunksPerRow == 0 && ROWS % kRows == 0,
+                  "every thread copies the same column of rows kRows apart");
+    const int tid = ig_thread_index_fresh();
+    const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
+    IG_UNROLL
+    for (int i = 0; i < ROWS / kRows; i++) {
+        const int r = r0 + i * kRows;
+        const uint16_t *src = r < split ? a + (r * stride + col) : b + ((r - split) * stride + col);
+        ig_cp_async16(&tile[swz<HD, ROWS>(r, col)], src, true);
+    }
+}
+
+/* The sequence a block works on: its first row of the step's q, k, v, o
+ * and lse, its rows, the position of its first row and its index (its
+ * block table at block_table + s * table_stride). Positions and rows fit in
+ * 32 bits (the chooser checks n_ctx). */
+struct attn_seq {
+    int row0, n, pos0, s;
+};
+
+/* The whole call as one sequence (params without seqs). */
+__device__ __forceinline__ attn_seq attn_seq_whole(const prefill_attn_params &p)
+{
+    return attn_seq{0, (int)p.n_tokens, (int)p.pos0, 0};
+}
+
+/* Sequence s of a variable-length call (p.seqs, device memory), or the
+ * whole call. */
+__device__ __forceinline__ attn_seq attn_seq_at(const prefill_attn_params &p, int s)
+{
+    if (!p.seqs)
+        return attn_seq_whole(p);
+    const prefill_attn_seq q = p.seqs[s];
+    return attn_seq{q.row0, q.n_rows, q.pos0, s};
+}
+
+/* Issues the cp.async of this block's query rows q0 .. q0 + ROWS - 1 of head
+ * h of sequence sq (rows past its n zero-filled). */
+template <int HD, int ROWS, int THREADS>
+__device__ __forceinline__ void load_q(const prefill_attn_params &p, uint16_t *sQ, int h, int q0,
+                                       const attn_seq &sq)
+{
+    const uint16_t *q = (const uint16_t *)p.q + h * p.q_head_stride + sq.row0 * p.q_row_stride;
+    const int n = sq.n;
     if (q0 + ROWS <= n)
         load_rows<HD, ROWS, THREADS>(sQ, q + (int64_t)q0 * p.q_row_stride, (int)p.q_row_stride);
     else
@@ -114,18 +160,39 @@ __device__ __forceinline__ void load_q(const prefill_attn_params &p, uint16_t *s
         });
 }
 
-/* Issues the cp.async of keys/values j0 .. j0 + ROWS - 1 of KV head hk into
- * k_dst and v_dst: positions < pos0 from the cache, the rest from the
- * chunk, past the end (kv_len = pos0 + n_tokens) zero-filled. Bases are recomputed from p (constant
- * bank) at each call rather than kept live through the K/V loop: registers
- * go to the accumulators. */
-template <int HD, int ROWS, int THREADS>
+/* Issues the cp.async of keys/values j0 .. j0 + ROWS - 1 of KV head hk of
+ * sequence sq into k_dst and v_dst: positions < its pos0 from the cache
+ * (PAGED: through its block table, blocks of 64 positions), the rest from
+ * its rows of the chunk, past the end (kv_len = pos0 + n) zero-filled.
+ * Bases are recomputed from p (constant bank) at each call rather than kept
+ * live through the K/V loop: registers go to the accumulators. */
+template <int HD, int ROWS, int THREADS, bool PAGED = false>
 __device__ __forceinline__ void load_kv(const prefill_attn_params &p, uint16_t *k_dst,
-                                        uint16_t *v_dst, int hk, int j0, int pos0, int kv_len)
+                                        uint16_t *v_dst, int hk, int j0, const attn_seq &sq,
+                                        int kv_len)
 {
+    const int pos0 = sq.pos0;
     const int64_t cache_off = hk * p.cache_head_stride;
+    const int32_t *table = PAGED ? p.block_table + sq.s * p.table_stride : nullptr;
     if (j0 + ROWS <= pos0) { /* all from the cache */
-        const int64_t off = cache_off + (int64_t)j0 * p.cache_row_stride;
+        int64_t off = cache_off + (int64_t)(PAGED ? j0 % 64 : j0) * p.cache_row_stride;
+        if constexpr (PAGED) {
+            off += (int64_t)table[j0 / 64] * p.cache_block_stride;
+            if constexpr (64 % ROWS != 0) { /* tiles of 48 keys may straddle two blocks */
+                const int split = 64 - j0 % 64;
+                if (split < ROWS) {
+                    const int64_t off2 = cache_off + (int64_t)table[j0 / 64 + 1] *
+                                                         p.cache_block_stride;
+                    load_rows_split<HD, ROWS, THREADS>(
+                        k_dst, (const uint16_t *)p.k_cache + off,
+                        (const uint16_t *)p.k_cache + off2, split, (int)p.cache_row_stride);
+                    load_rows_split<HD, ROWS, THREADS>(
+                        v_dst, (const uint16_t *)p.v_cache + off,
+                        (const uint16_t *)p.v_cache + off2, split, (int)p.cache_row_stride);
+                    return;
+                }
+            }
+        }
         load_rows<HD, ROWS, THREADS>(k_dst, (const uint16_t *)p.k_cache + off,
                                      (int)p.cache_row_stride);
         load_rows<HD, ROWS, THREADS>(v_dst, (const uint16_t *)p.v_cache + off,
@@ -133,7 +200,7 @@ __device__ __forceinline__ void load_kv(const prefill_attn_params &p, uint16_t *
         return;
     }
     if (j0 >= pos0 && j0 + ROWS <= kv_len) { /* all from the chunk */
-        const int64_t i0 = j0 - pos0;
+        const int64_t i0 = (int64_t)sq.row0 + (j0 - pos0);
         load_rows<HD, ROWS, THREADS>(
             k_dst, (const uint16_t *)p.k + hk * p.k_head_stride + i0 * p.k_row_stride,
             (int)p.k_row_stride);
@@ -149,9 +216,13 @@ __device__ __forceinline__ void load_kv(const prefill_attn_params &p, uint16_t *
     auto row_of = [&](const uint16_t *cache, const uint16_t *chunk, int64_t stride) {
         return [=](int r) -> const uint16_t * {
             int pos = j0 + r;
-            if (pos < pos0)
+            if (pos < pos0) {
+                if constexpr (PAGED)
+                    return cache + (int64_t)table[pos / 64] * p.cache_block_stride +
+                           (pos % 64) * p.cache_row_stride;
                 return cache + pos * p.cache_row_stride;
-            return pos < kv_len ? chunk + (int64_t)(pos - pos0) * stride : nullptr;
+            }
+            return pos < kv_len ? chunk + ((int64_t)sq.row0 + (pos - pos0)) * stride : nullptr;
         };
     };
     load_tile<HD, ROWS, THREADS>(k_dst, kc, row_of(kc, kn, p.k_row_stride));
@@ -220,26 +291,27 @@ __device__ __forceinline__ kv_pipeline<V, Load> make_kv_pipeline(int n_tiles, Lo
     return kv_pipeline<V, Load>{n_tiles, load};
 }
 
-/* The fused cache write: the chunk's K and V rows q0 .. q0 + ROWS - 1 (those
- * < n) of KV head hk into cache rows pos0 + i (through the block table:
- * PAGED, the ws kernel's paged caches), by the first query head of each
- * group only, THREADS threads numbered tid. Blocks read only cache rows < pos0, so no block depends
- * on another's writes. */
+/* The fused cache write: sequence sq's K and V rows q0 .. q0 + ROWS - 1
+ * (those < its n) of KV head hk into cache rows pos0 + i (through its
+ * block table: PAGED), by the first query head of each group only, THREADS
+ * threads numbered tid. Blocks read only cache rows < pos0, so no block
+ * depends on another's writes. */
 template <int HD, int ROWS, int THREADS, bool PAGED = false>
 __device__ __forceinline__ void write_cache_rows(const prefill_attn_params &p, int h, int q0,
-                                                 int tid)
+                                                 int tid, const attn_seq &sq)
 {
     const int group = (int)(p.n_head / p.n_head_kv), hk = h / group;
     if (h % group != 0)
         return;
-    const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride;
-    const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride;
-    const int64_t n = p.n_tokens, rows = n - q0 < ROWS ? n - q0 : ROWS;
+    const uint16_t *kn = (const uint16_t *)p.k + hk * p.k_head_stride + sq.row0 * p.k_row_stride;
+    const uint16_t *vn = (const uint16_t *)p.v + hk * p.v_head_stride + sq.row0 * p.v_row_stride;
+    const int64_t n = sq.n, rows = n - q0 < ROWS ? n - q0 : ROWS;
     for (int64_t c = tid; c < rows * (HD / 8); c += THREADS) {
-        int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8, pos = p.pos0 + i;
+        int64_t i = q0 + c / (HD / 8), col = (c % (HD / 8)) * 8, pos = sq.pos0 + i;
         int64_t dst = hk * p.cache_head_stride + col;
         if constexpr (PAGED)
-            dst += (int64_t)p.block_table[pos / p.block_rows] * p.cache_block_stride +
+            dst += (int64_t)p.block_table[sq.s * p.table_stride + pos / p.block_rows] *
+                       p.cache_block_stride +
                    (pos % p.block_rows) * p.cache_row_stride;
         else
             dst += pos * p.cache_row_stride;
@@ -280,7 +352,8 @@ int launch_attention(Kernel *flash_attn, const prefill_attn_params &p,
                      const prefill_attn_tile &tile, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head), block(32u * (unsigned)tile.warps);
+    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head, p.seqs ? (unsigned)p.n_seqs : 1u);
+    dim3 block(32u * (unsigned)tile.warps);
 #if defined(__CUDACC__)
     IG_CUDA_CHECK(cudaFuncSetAttribute(flash_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)tile.smem_bytes));
@@ -382,13 +455,14 @@ __device__ __forceinline__ void pack_p(const float (&s)[kMT][kBlockN / 8][4],
         }
 }
 
-/* The epilogue: O / l rounded to T into the rows of this warp (from row0)
- * that exist, and their log-sum-exp in natural log. */
+/* The epilogue: O / l rounded to T into the rows of this warp (from row0
+ * of sequence sq) that exist, and their log-sum-exp in natural log. */
 template <class T, int kMT, int HD>
 __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
                                            const float (&o)[kMT][HD / 8][4],
                                            const float (&m)[kMT][2], const float (&l)[kMT][2],
-                                           int row0, int h, int g, int t, float scale_log2)
+                                           int row0, int h, int g, int t, float scale_log2,
+                                           const attn_seq &sq)
 {
     IG_UNROLL
     for (int mt = 0; mt < kMT; mt++)
@@ -397,16 +471,17 @@ __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
             lr += ig_shfl_xor_f32(lr, 1);
             lr += ig_shfl_xor_f32(lr, 2);
             const int row = row0 + mt * 16 + g + 8 * r;
-            if (row >= p.n_tokens)
+            if (row >= sq.n)
                 continue;
             const float inv = 1.0f / lr;
-            uint16_t *out = (uint16_t *)p.o + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
+            const int64_t srow = (int64_t)sq.row0 + row; /* the step's row */
+            uint16_t *out = (uint16_t *)p.o + srow * p.o_row_stride + h * p.o_head_stride;
             IG_UNROLL
             for (int d = 0; d < HD / 8; d++)
                 *(uint32_t *)&out[d * 8 + 2 * t] =
                     ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
             if (p.lse && t == 0)
-                p.lse[(int64_t)h * p.lse_head_stride + row] =
+                p.lse[(int64_t)h * p.lse_head_stride + srow] =
                     (m[mt][r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
         }
 }

@@ -2,7 +2,8 @@
  * emulated (tests/emu) and GPU (tests/gpu) kernel tests: seeded inputs in a
  * fused QKV buffer, a KV cache with earlier rows filled, sentinel-filled
  * outputs with guard bands, an fp64 reference, the naive same-precision
- * baseline that sets the error budget, and the checks.
+ * baseline that sets the error budget, and the checks; and a variable-length
+ * case (attn_varlen: several sequences' rows in one call over a shared pool).
  *
  * "Naive same-precision" (the baseline of the tolerance rule): inputs rounded
  * to bf16/f16 (the test's inputs already are); S = q.k accumulated in fp32;
@@ -345,6 +346,259 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
     }
     free(first);
     return bad;
+}
+
+/* ---- variable length: several sequences in one call ---------------------
+ * A batch step's rows: sequence s owns n_rows rows from row0 at positions
+ * pos0 .. (its first pos0 positions cached in its blocks of a shared pool).
+ * The sequences' rows are not in sequence order and a gap row (NaN q, k, v;
+ * its o and lse must stay untouched) follows each, so a sequence that read
+ * another's rows, or a gap, would show. Pool blocks are handed out in a
+ * shuffled order, three blocks no table names and every position not
+ * cached yet hold NaN, and table entries past a sequence's blocks are -1. */
+#define ATTN_MAX_SEQS 6
+
+struct attn_varlen {
+    int n_seqs;
+    int32_t n_rows[ATTN_MAX_SEQS], pos0[ATTN_MAX_SEQS]; /* set before init */
+    int64_t n_head, n_head_kv, hd, window;
+    int dtype;
+    uint64_t seed;
+    /* made by attn_varlen_init */
+    struct prefill_attn_seq seqs[ATTN_MAX_SEQS];
+    int64_t rows;          /* the step's rows, gaps included */
+    int64_t table_stride, n_blocks;
+    int32_t *tables;       /* [n_seqs][table_stride] */
+    struct attn_case one[ATTN_MAX_SEQS]; /* sequence s as a case over the shared buffers
+                                            (for attn_reference; owns nothing) */
+    struct attn_case c;    /* the shared buffers: qkv [rows], caches (the pool), o
+                              [rows], lse [n_head][rows], with guard bands; c.pool */
+};
+
+static inline void attn_varlen_init(struct attn_varlen *vl)
+{
+    struct attn_case *c = &vl->c;
+    uint64_t s = vl->seed * 0x9e3779b97f4a7c15ull + 29;
+    memset(c, 0, sizeof *c);
+    c->n_head = vl->n_head, c->n_head_kv = vl->n_head_kv, c->hd = vl->hd;
+    c->window = vl->window, c->dtype = vl->dtype, c->paged = 1, c->seed = vl->seed;
+    /* Rows: the sequences in reverse order, each followed by a gap row. */
+    vl->rows = 0;
+    for (int i = vl->n_seqs - 1; i >= 0; i--) {
+        vl->seqs[i].row0 = (int32_t)vl->rows, vl->seqs[i].n_rows = vl->n_rows[i];
+        vl->seqs[i].pos0 = vl->pos0[i], vl->seqs[i].pad_ = 0;
+        vl->rows += vl->n_rows[i] + 1;
+    }
+    /* Blocks: each sequence's positions plus one more, shuffled over the pool. */
+    int64_t used = 0, most = 0;
+    for (int i = 0; i < vl->n_seqs; i++) {
+        int64_t b = (vl->pos0[i] + vl->n_rows[i] + ATTN_BLOCK) / ATTN_BLOCK;
+        used += b;
+        most = b > most ? b : most;
+    }
+    vl->table_stride = most + 1;
+    vl->n_blocks = used + 3;
+    int32_t *perm = (int32_t *)malloc(sizeof(int32_t) * (size_t)vl->n_blocks);
+    for (int64_t i = 0; i < vl->n_blocks; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = vl->n_blocks - 1; i > 0; i--) { /* Fisher-Yates, seeded */
+        int64_t j = (int64_t)(attn_rng(&s) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    vl->tables = (int32_t *)malloc(sizeof(int32_t) * (size_t)(vl->n_seqs * vl->table_stride));
+    int64_t next = 0;
+    for (int i = 0; i < vl->n_seqs; i++) {
+        int64_t b = (vl->pos0[i] + vl->n_rows[i] + ATTN_BLOCK) / ATTN_BLOCK;
+        for (int64_t t = 0; t < vl->table_stride; t++)
+            vl->tables[i * vl->table_stride + t] = t < b ? perm[next++] : -1;
+    }
+    free(perm);
+    /* The shared buffers, through attn_case's fields. */
+    c->n = vl->rows;
+    c->qkv_width = (c->n_head + 2 * c->n_head_kv) * c->hd;
+    c->n_ctx = vl->table_stride * ATTN_BLOCK;
+    c->n_blocks = vl->n_blocks;
+    c->qkv_elems = (size_t)(c->n * c->qkv_width);
+    c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
+    c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
+    c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
+    struct kv_shape shape;
+    shape.dtype = KV_F16, shape.n_layer = 1, shape.n_head_kv = c->n_head_kv;
+    shape.head_dim = c->hd;
+    struct kv_store *st = NULL;
+    if (kv_store_create(&shape, c->n_blocks, NULL, &st) != 0) {
+        fprintf(stderr, "attn_varlen: kv_store_create failed\n");
+        abort();
+    }
+    c->pool = kv_store_layout(st, 0);
+    c->pool.k = c->pool.v = NULL;
+    kv_store_free(st);
+    c->qkv = (uint16_t *)aligned_alloc(64, (c->qkv_elems * 2 + 63) / 64 * 64);
+    size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
+    c->kc = (uint16_t *)aligned_alloc(64, cb);
+    c->vc = (uint16_t *)aligned_alloc(64, cb);
+    c->kc0 = (uint16_t *)malloc(cb);
+    c->vc0 = (uint16_t *)malloc(cb);
+    c->o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
+    c->lse = (float *)malloc(c->lse_elems * sizeof(float));
+    attn_fill16(c->qkv, c->qkv_elems, ATTN_SENTINEL); /* the gap rows stay NaN */
+    attn_fill16(c->kc, c->cache_elems, ATTN_SENTINEL);
+    attn_fill16(c->vc, c->cache_elems, ATTN_SENTINEL);
+    for (int i = 0; i < vl->n_seqs; i++) {
+        struct attn_case *o = &vl->one[i];
+        *o = *c;
+        o->n = vl->n_rows[i], o->pos0 = vl->pos0[i];
+        o->qkv = c->qkv + vl->seqs[i].row0 * c->qkv_width;
+        o->table = vl->tables + i * vl->table_stride;
+        for (int64_t r = 0; r < o->n * c->qkv_width; r++)
+            o->qkv[r] = attn_rand(c, &s, 2.0f);
+        for (int64_t hk = 0; hk < c->n_head_kv; hk++)
+            for (int64_t pos = 0; pos < o->pos0; pos++)
+                for (int64_t d = 0; d < c->hd; d++) {
+                    size_t x = ATTN_GUARD + (size_t)(attn_cache_at(o, hk, pos) + d);
+                    c->kc[x] = attn_rand(c, &s, 2.0f);
+                    c->vc[x] = attn_rand(c, &s, 2.0f);
+                }
+    }
+    memcpy(c->kc0, c->kc, c->cache_elems * 2);
+    memcpy(c->vc0, c->vc, c->cache_elems * 2);
+    for (int i = 0; i < vl->n_seqs; i++)
+        vl->one[i].kc0 = c->kc0, vl->one[i].vc0 = c->vc0;
+    attn_fill16(c->o, c->o_elems, ATTN_SENTINEL);
+    for (size_t i = 0; i < c->lse_elems; i++)
+        c->lse[i] = NAN;
+}
+
+static inline void attn_varlen_free(struct attn_varlen *vl)
+{
+    vl->c.table = NULL;
+    attn_case_free(&vl->c);
+    free(vl->tables);
+}
+
+/* Params over buffers laid out like the host ones (device copies for the
+ * GPU test): seqs and tables in the memory the kernel reads, the host
+ * copy of the sequences from vl. */
+static inline struct prefill_attn_params attn_varlen_params(const struct attn_varlen *vl,
+                                                            void *qkv, void *kc, void *vc,
+                                                            void *o, float *lse,
+                                                            const struct prefill_attn_seq *seqs,
+                                                            const int32_t *tables)
+{
+    const struct attn_case *c = &vl->c;
+    struct prefill_attn_params p = attn_case_params(c, qkv, kc, vc, o, lse); /* no table yet */
+    struct kv_layout L = c->pool;
+    L.k = p.k_cache, L.v = p.v_cache;
+    if (prefill_attn_use_pool_varlen(&p, &L, tables, vl->table_stride, vl->n_blocks, seqs,
+                                     vl->seqs, vl->n_seqs) != 0) {
+        fprintf(stderr, "attn_varlen: prefill_attn_use_pool_varlen refused an f16 pool\n");
+        abort();
+    }
+    p.lse_head_stride = vl->rows;
+    return p;
+}
+
+/* fp64 references of every sequence. */
+static inline void attn_varlen_reference(struct attn_varlen *vl, struct attn_ref *r)
+{
+    for (int i = 0; i < vl->n_seqs; i++)
+        attn_reference(&vl->one[i], &r[i]);
+}
+
+/* Sequence i's errors against its fp64 reference (o, lse: the step's
+ * buffers, guards included). */
+static inline void attn_varlen_errors(const struct attn_varlen *vl, int i, const struct attn_ref *r,
+                                      const uint16_t *o, const float *lse, struct attn_err *e)
+{
+    const struct attn_case *c = &vl->one[i];
+    const int64_t row0 = vl->seqs[i].row0, hd = c->hd;
+    e->o_max = e->lse_max = 0;
+    for (int64_t j = 0; j < c->n * c->n_head * hd; j++) {
+        double got = attn_val(c, o[ATTN_GUARD + row0 * c->n_head * hd + j]);
+        e->o_max = fmax(e->o_max, isnan(got) ? INFINITY : fabs(got - r->o[j]));
+    }
+    for (int64_t h = 0; h < c->n_head; h++)
+        for (int64_t j = 0; j < c->n; j++) {
+            double got = lse[ATTN_GUARD + h * vl->rows + row0 + j];
+            e->lse_max = fmax(e->lse_max, isnan(got) ? INFINITY : fabs(got - r->lse[h * c->n + j]));
+        }
+}
+
+/* Guard bands and gap rows of o and lse untouched; in the pool exactly each
+ * sequence's chunk positions written (with its k/v rows), nothing else.
+ * Returns the violations (first few printed). */
+static inline int attn_varlen_check_memory(const struct attn_varlen *vl, const uint16_t *o,
+                                           const float *lse, const uint16_t *kc,
+                                           const uint16_t *vc, const char *who)
+{
+    const struct attn_case *c = &vl->c;
+    const int64_t hd = c->hd, width = c->n_head * hd;
+    char *owned = (char *)calloc((size_t)vl->rows, 1);
+    for (int i = 0; i < vl->n_seqs; i++)
+        for (int32_t j = 0; j < vl->seqs[i].n_rows; j++)
+            owned[vl->seqs[i].row0 + j] = 1;
+    int bad = 0;
+    for (size_t i = 0; i < ATTN_GUARD; i++) {
+        bad += o[i] != ATTN_SENTINEL || o[c->o_elems - 1 - i] != ATTN_SENTINEL;
+        bad += !isnan(lse[i]) || !isnan(lse[c->lse_elems - 1 - i]);
+    }
+    for (int64_t r = 0; r < vl->rows; r++)
+        if (!owned[r]) {
+            for (int64_t x = 0; x < width; x++)
+                bad += o[ATTN_GUARD + r * width + x] != ATTN_SENTINEL;
+            for (int64_t h = 0; h < c->n_head; h++)
+                bad += !isnan(lse[ATTN_GUARD + h * vl->rows + r]);
+        }
+    free(owned);
+    if (bad)
+        fprintf(stderr, "%s: output guard bands or gap rows overwritten (%d)\n", who, bad);
+    /* Each pool block's sequence and first position (-1: no table names it). */
+    int64_t *first = (int64_t *)malloc(sizeof(int64_t) * (size_t)vl->n_blocks);
+    int *seq_of = (int *)malloc(sizeof(int) * (size_t)vl->n_blocks);
+    for (int64_t b = 0; b < vl->n_blocks; b++)
+        first[b] = -1, seq_of[b] = -1;
+    for (int i = 0; i < vl->n_seqs; i++)
+        for (int64_t t = 0; t < vl->table_stride; t++) {
+            int32_t b = vl->tables[i * vl->table_stride + t];
+            if (b >= 0)
+                first[b] = t * ATTN_BLOCK, seq_of[b] = i;
+        }
+    for (int kind = 0; kind < 2; kind++) {
+        const uint16_t *now = kind ? vc : kc, *before = kind ? c->vc0 : c->kc0;
+        for (size_t i = 0; i < c->cache_elems; i++) {
+            const int64_t e = (int64_t)i - ATTN_GUARD;
+            uint16_t want = before[i];
+            if (e >= 0 && (size_t)e < c->cache_elems - 2 * ATTN_GUARD) {
+                const int64_t b = e / hd / ATTN_BLOCK / c->n_head_kv;
+                const int64_t hk = e / hd / ATTN_BLOCK % c->n_head_kv;
+                const int sq = seq_of[b];
+                if (sq >= 0) {
+                    const struct attn_case *one = &vl->one[sq];
+                    const int64_t pos = first[b] + e / hd % ATTN_BLOCK;
+                    if (pos >= one->pos0 && pos < one->pos0 + one->n)
+                        want = attn_key(one, kind, hk, pos)[e % hd];
+                }
+            }
+            if (now[i] != want && bad++ < 5)
+                fprintf(stderr, "%s: %s pool element %lld = %04x, want %04x\n", who,
+                        kind ? "V" : "K", (long long)e, now[i], want);
+        }
+    }
+    free(first);
+    free(seq_of);
+    return bad;
+}
+
+static inline void attn_varlen_name(const struct attn_varlen *vl, char *buf, size_t size)
+{
+    int len = snprintf(buf, size, "varlen heads=%lld/%lld hd=%lld %s", (long long)vl->n_head,
+                       (long long)vl->n_head_kv, (long long)vl->hd,
+                       vl->dtype == PREFILL_ATTN_BF16 ? "bf16" : "f16");
+    for (int i = 0; i < vl->n_seqs && len > 0 && (size_t)len < size; i++)
+        len += snprintf(buf + len, size - (size_t)len, " %d@%d", vl->n_rows[i], vl->pos0[i]);
+    if (vl->window && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)vl->window);
 }
 
 static inline void attn_case_name(const struct attn_case *c, char *buf, size_t size)

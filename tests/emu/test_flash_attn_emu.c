@@ -15,7 +15,10 @@
  * head dim 256, windows, persistent blocks and paged caches; the mma.sync
  * variants built for head dim 256 add it, and each head dim's default
  * (256's included) adds windows, the cache tiles wholly behind every window
- * NaN so that computing on one shows). The chooser's pick by
+ * NaN so that computing on one shows; the mma.sync variants add a paged
+ * cache and variable-length calls: several sequences of different rows and
+ * pos0 in one call over a shuffled pool, attn_varlen in attn_case.h,
+ * windows on each head dim's default). The chooser's pick by
  * measured speed is checked on a table of the test's own. Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
@@ -148,6 +151,95 @@ static void run_case(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dty
     run_case_v(n, pos0, ratio, hd, dtype, PREFILL_ATTN_AUTO);
 }
 
+/* A variable-length case (attn_varlen) on the CPU twin and the emulated
+ * kernel: sequences of n_rows[i] rows at pos0[i], each within twice its
+ * own naive error, the pool and the gap rows checked. */
+static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, int64_t ratio,
+                       int64_t hd, int dtype, int variant, int64_t window)
+{
+    struct attn_varlen vl;
+    memset(&vl, 0, sizeof vl);
+    vl.n_seqs = n_seqs;
+    for (int i = 0; i < n_seqs; i++)
+        vl.n_rows[i] = n_rows[i], vl.pos0[i] = pos0[i];
+    vl.n_head_kv = ratio == 8 ? 1 : 2;
+    vl.n_head = ratio * vl.n_head_kv;
+    vl.hd = hd, vl.dtype = dtype, vl.window = window;
+    vl.seed = (uint64_t)(n_rows[0] * 131 + pos0[n_seqs - 1] * 7 + ratio * 3 + hd + dtype +
+                         window * 11 + n_seqs);
+    attn_varlen_init(&vl);
+    struct attn_ref ref[ATTN_MAX_SEQS];
+    attn_varlen_reference(&vl, ref);
+    char name[200];
+    attn_varlen_name(&vl, name, sizeof name);
+    if (variant != PREFILL_ATTN_AUTO) {
+        size_t len = strlen(name);
+        snprintf(name + len, sizeof name - len, " %s", prefill_attn_variant_name(variant));
+    }
+    const struct attn_case *c = &vl.c;
+    for (int who = 0; who < 2; who++) {
+        const char *tag = who ? "emu" : "ref";
+        uint16_t *o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
+        float *lse = (float *)malloc(c->lse_elems * sizeof(float));
+        size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
+        uint16_t *kc = (uint16_t *)aligned_alloc(64, cb), *vc = (uint16_t *)aligned_alloc(64, cb);
+        memcpy(o, c->o, c->o_elems * 2);
+        memcpy(lse, c->lse, c->lse_elems * sizeof(float));
+        memcpy(kc, c->kc0, c->cache_elems * 2);
+        memcpy(vc, c->vc0, c->cache_elems * 2);
+        struct prefill_attn_params p =
+            attn_varlen_params(&vl, c->qkv, kc, vc, o, lse, vl.seqs, vl.tables);
+        int rc;
+        if (who) {
+            p.variant = variant;
+            test_emu_set_seed(vl.seed);
+            rc = prefill_attn_emu(&p, NULL);
+        } else {
+            rc = prefill_attn_ref(&p);
+        }
+        CHECKF(rc == 0, "%s %s: returned %d", tag, name, rc);
+        if (rc == 0) {
+            int bad = attn_varlen_check_memory(&vl, o, lse, kc, vc, tag);
+            CHECKF(bad == 0, "%s %s: %d sentinel/pool violations", tag, name, bad);
+            for (int i = 0; i < n_seqs; i++) {
+                struct attn_err e;
+                attn_varlen_errors(&vl, i, &ref[i], o, lse, &e);
+                CHECKF(e.o_max <= 2 * ref[i].naive + 1e-7,
+                       "%s %s: sequence %d: max |O err| %.3g > 2 x naive %.3g", tag, name, i,
+                       e.o_max, ref[i].naive);
+                CHECKF(e.lse_max <= 1e-3, "%s %s: sequence %d: max |lse err| %.3g", tag, name,
+                       i, e.lse_max);
+                if (getenv("IGNITE_TEST_VERBOSE"))
+                    fprintf(stderr, "%-4s %s seq %d: O err %.3g (naive %.3g) lse err %.3g\n",
+                            tag, name, i, e.o_max, ref[i].naive, e.lse_max);
+            }
+        }
+        free(o);
+        free(lse);
+        free(kc);
+        free(vc);
+    }
+    for (int i = 0; i < n_seqs; i++)
+        attn_ref_free(&ref[i]);
+    attn_varlen_free(&vl);
+}
+
+/* The varlen shapes (GQA 2, two KV heads): a 1-row sequence deep in its
+ * cache, one at pos0 0,
+ * pos0 not a multiple of 64 with several query tiles, a short one whose
+ * chunk starts inside a block; the window case adds a window shorter than
+ * the cached part. */
+static void run_varlen_cases(int64_t hd, int dtype, int variant, int window)
+{
+    static const int32_t n_rows[] = {1, 70, 130, 5}, pos0[] = {100, 0, 37, 190};
+    run_varlen(4, n_rows, pos0, 2, hd, dtype, variant, 0);
+    if (window) {
+        static const int32_t wn[] = {40, 1, 100}, wp[] = {150, 77, 20};
+        run_varlen(3, wn, wp, 2, hd, dtype == PREFILL_ATTN_F16 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16,
+                   variant, 64);
+    }
+}
+
 /* The pick by measured speed, on a table of the test's own: the nearest
  * measured n, the fastest there, only what fits the device, the build, the
  * head dim and the window. */
@@ -219,18 +311,51 @@ static void check_chooser(void)
         q.variant = PREFILL_ATTN_M128W4N48; /* not built for 256 */
         CHECK(prefill_attn_choose(&q, &t) != 0);
         q.variant = PREFILL_ATTN_AUTO;
-        /* A paged cache: a ws variant with whole-block tiles; blocks of 64. */
-        static const int32_t blocks[] = {3, 1, 2};
+        /* A paged cache: an mma.sync variant or a ws one with whole-block
+         * tiles, never a wgmma one; blocks of 64. */
+        static const int32_t blocks[] = {3, 1, 2, 0, 3, 1};
         q = p;
         q.block_table = blocks, q.block_rows = 64, q.n_blocks = 4;
         q.cache_head_stride = 64 * 128, q.cache_block_stride = 64 * 128;
-        CHECK(prefill_attn_choose(&q, &t) == 0 && t.variant == PREFILL_ATTN_WS128N128);
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa != PREFILL_ATTN_ISA_WGMMA);
+        CHECK(prefill_attn_choose_for(&q, 80, 0, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+        q.variant = PREFILL_ATTN_WS128N128;
+        CHECK(prefill_attn_choose(&q, &t) == 0);
         q.variant = PREFILL_ATTN_WS128N160; /* 160-key tiles are not whole blocks */
         CHECK(prefill_attn_choose(&q, &t) != 0);
-        q.variant = PREFILL_ATTN_M128W4N48;
+        q.variant = PREFILL_ATTN_WG128N64;
         CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_M128W4N48; /* 48-key tiles across blocks */
+        CHECK(prefill_attn_choose(&q, &t) == 0);
         q.variant = PREFILL_ATTN_AUTO, q.block_rows = 32;
         CHECK(prefill_attn_choose(&q, &t) != 0);
+        /* Variable length: the mma.sync variants, over a paged cache, each
+         * sequence's tables covering n_ctx; the largest n_rows and pos0
+         * need not fit together (they are different sequences'). */
+        static const struct prefill_attn_seq seqs[2] = {{0, 17, 100, 0}, {17, 3, 0, 0}};
+        q.block_rows = 64, q.seqs = seqs, q.n_seqs = 2, q.table_stride = 3;
+        q.n_ctx = 192, q.n_tokens = 100, q.pos0 = 150;
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA &&
+              t.n_q_tiles == (int)((100 + t.block_m - 1) / t.block_m));
+        q.variant = PREFILL_ATTN_M128W4N48;
+        CHECK(prefill_attn_choose(&q, &t) == 0);
+        q.variant = PREFILL_ATTN_WS128N128; /* not (yet) the ws kernel */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_WG128N64;
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO;
+        struct prefill_attn_params r = q;
+        r.n_tokens = 193; /* more rows than the tables hold */
+        CHECK(prefill_attn_choose(&r, &t) != 0);
+        r = q, r.table_stride = 2; /* tables shorter than n_ctx */
+        CHECK(prefill_attn_choose(&r, &t) != 0);
+        r = q, r.n_seqs = 0;
+        CHECK(prefill_attn_choose(&r, &t) != 0);
+        r = q, r.n_seqs = 65536;
+        CHECK(prefill_attn_choose(&r, &t) != 0);
+        r = q, r.block_table = NULL; /* varlen needs the paged cache */
+        CHECK(prefill_attn_choose(&r, &t) != 0);
+        CHECK(prefill_attn_ref(&r) != 0);
     }
     p.variant = PREFILL_ATTN_M128W4N32;
     CHECK(prefill_attn_choose(&p, &t) == 0 && t.block_n == 32 && t.m_tiles == 2 &&
@@ -300,6 +425,19 @@ static void run_variant(int v)
             run_case_w(65, 37, 4, hd, dt, v, 13);
             run_case_w(300, 0, 2, hd, dt, v, 100);
             run_case_w(150, 200, 1, hd, PREFILL_ATTN_F16, v, 64);
+        }
+        /* Variable length over a paged cache on every mma.sync variant, on
+         * the first head dim it is built for (48-key tiles straddle
+         * blocks); each head dim's default also a one-sequence paged cache,
+         * windows over the pool and a variable-length call with a window
+         * (CI time: the other variants share that code). */
+        const int first_hd = !prefill_attn_variant_supports(v, hd / 2);
+        if (!ws && v == PREFILL_ATTN_DEFAULT_VARIANT(hd)) {
+            run_case_p(65, 37, 4, hd, dt, v, 0, 1);
+            run_case_p(150, 200, 2, hd, PREFILL_ATTN_BF16, v, 64, 1);
+            run_varlen_cases(hd, dt, v, 1);
+        } else if (!ws && first_hd) {
+            run_varlen_cases(hd, dt, v, 0);
         }
         if (ws && full) {
             run_case_w(300, 0, 2, hd, dt, v, 100);

@@ -5,7 +5,9 @@
  * afford; the ws variants also head dim 256, sliding windows, paged caches
  * (a block table in device memory) and K/V from cache and chunk on either
  * side of pos0; the mma.sync variants built for head dim 256 that too, and
- * every mma.sync variant windows. Exits 77 (skipped) when no CUDA
+ * every mma.sync variant windows, paged caches and variable-length calls
+ * (attn_varlen: several sequences over one pool, sequences and tables in
+ * device memory). Exits 77 (skipped) when no CUDA
  * device is present. Label gpu.
  * Usage: test_flash_attn_gpu [--quick] [VARIANT...]: only those variants
  * (default all); --quick: the GPU check's list, small n first, then a few
@@ -78,8 +80,8 @@ static void run_case_p(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_k
 {
     int any = 0;
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        any |= wanted(v, hd) && (!paged || prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS) &&
-               (!window || prefill_attn_variant_isa(v) != PREFILL_ATTN_ISA_WGMMA);
+        any |= wanted(v, hd) && ((!paged && !window) ||
+                                 prefill_attn_variant_isa(v) != PREFILL_ATTN_ISA_WGMMA);
     if (!any)
         return;
     struct attn_case c;
@@ -135,6 +137,107 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
     run_case_w(n, pos0, n_head, n_head_kv, hd, dtype, 0);
 }
 
+/* A variable-length case (attn_varlen: sequences of n_rows[i] rows at
+ * pos0[i] over one shuffled pool, the sequences and tables in device
+ * memory) on every wanted variant that takes it, each sequence against its
+ * own fp64 reference. */
+static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, int64_t n_head,
+                       int64_t n_head_kv, int64_t hd, int dtype, int64_t window)
+{
+    int any = 0;
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
+        any |= wanted(v, hd) && prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_MMA;
+    if (!any)
+        return;
+    struct attn_varlen vl;
+    memset(&vl, 0, sizeof vl);
+    vl.n_seqs = n_seqs;
+    for (int i = 0; i < n_seqs; i++)
+        vl.n_rows[i] = n_rows[i], vl.pos0[i] = pos0[i];
+    vl.n_head = n_head, vl.n_head_kv = n_head_kv, vl.hd = hd, vl.dtype = dtype;
+    vl.window = window;
+    vl.seed = (uint64_t)(n_rows[0] * 131 + pos0[n_seqs - 1] * 7 + n_head + hd + dtype +
+                         window * 11 + n_seqs);
+    attn_varlen_init(&vl);
+    struct attn_case *c = &vl.c;
+    char name[200];
+    attn_varlen_name(&vl, name, sizeof name);
+    struct attn_ref ref[ATTN_MAX_SEQS];
+    attn_varlen_reference(&vl, ref);
+    uint16_t *o0 = (uint16_t *)malloc(c->o_elems * 2);
+    float *lse0 = (float *)malloc(c->lse_elems * sizeof(float));
+    memcpy(o0, c->o, c->o_elems * 2);
+    memcpy(lse0, c->lse, c->lse_elems * sizeof(float));
+    for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++) {
+        if (!wanted(v, hd))
+            continue;
+        struct prefill_attn_params hp =
+            attn_varlen_params(&vl, c->qkv, c->kc, c->vc, c->o, c->lse, vl.seqs, vl.tables);
+        struct prefill_attn_tile t;
+        hp.variant = v;
+        if (prefill_attn_choose(&hp, &t) != 0)
+            continue;
+        const char *vn = prefill_attn_variant_name(v);
+        void *qkv = test_to_device(c->qkv, c->qkv_elems * 2);
+        void *kc = test_to_device(c->kc0, c->cache_elems * 2);
+        void *vc = test_to_device(c->vc0, c->cache_elems * 2);
+        void *o = test_to_device(o0, c->o_elems * 2);
+        float *lse = (float *)test_to_device(lse0, c->lse_elems * sizeof(float));
+        void *seqs = test_to_device(vl.seqs, sizeof(vl.seqs[0]) * (size_t)n_seqs);
+        void *tables = test_to_device(vl.tables,
+                                      sizeof(int32_t) * (size_t)(n_seqs * vl.table_stride));
+        struct prefill_attn_params p = attn_varlen_params(
+            &vl, qkv, kc, vc, o, lse, (const struct prefill_attn_seq *)seqs,
+            (const int32_t *)tables);
+        p.variant = v;
+        int rc = prefill_attn_cuda(&p, NULL);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(c->lse, lse, c->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(c->kc, kc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(c->vc, vc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
+        void *bufs[] = {qkv, kc, vc, o, lse, seqs, tables};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            CK(cudaFree(bufs[i]));
+        CHECKF(rc == 0, "%s %s: launch returned %d", name, vn, rc);
+        int bad = attn_varlen_check_memory(&vl, c->o, c->lse, c->kc, c->vc, "gpu");
+        CHECKF(bad == 0, "%s %s: %d sentinel/pool violations", name, vn, bad);
+        double worst = 0, worst_lse = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            struct attn_err e;
+            attn_varlen_errors(&vl, i, &ref[i], c->o, c->lse, &e);
+            CHECKF(e.o_max <= 2 * ref[i].naive + 1e-7,
+                   "%s %s: sequence %d: max |O err| %.3g > 2 x naive %.3g", name, vn, i, e.o_max,
+                   ref[i].naive);
+            CHECKF(e.lse_max <= 1e-3, "%s %s: sequence %d: max |lse err| %.3g", name, vn, i,
+                   e.lse_max);
+            worst = fmax(worst, e.o_max / ref[i].naive);
+            worst_lse = fmax(worst_lse, e.lse_max);
+        }
+        fprintf(stderr, "gpu %-52s %-11s O err %.3g x naive, lse err %.3g\n", name, vn, worst,
+                worst_lse);
+    }
+    for (int i = 0; i < n_seqs; i++)
+        attn_ref_free(&ref[i]);
+    free(o0);
+    free(lse0);
+    attn_varlen_free(&vl);
+}
+
+/* Variable-length calls on every head dim: a 1-row sequence deep in its
+ * cache, one at pos0 0, pos0 off the 64-position blocks, long and short
+ * chunks; windows; six sequences. */
+static void varlen_cases(int64_t hd_max)
+{
+    static const int32_t n1[] = {1, 300, 513, 5}, p1[] = {1000, 0, 37, 190};
+    static const int32_t n2[] = {200, 1, 64, 129, 3, 700}, p2[] = {0, 2000, 64, 100, 7, 300};
+    for (int64_t hd = 64; hd <= hd_max; hd *= 2) {
+        run_varlen(4, n1, p1, 8, 2, hd, hd == 128 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16, 0);
+        run_varlen(4, n1, p1, 4, 1, hd, PREFILL_ATTN_F16, 100);
+        run_varlen(6, n2, p2, 8, 1, hd, PREFILL_ATTN_BF16, 0);
+    }
+}
+
 /* The GPU check's list: small n on every head dim and GQA shape (K/V from
  * the cache, the chunk, both), windows, then medium n. */
 static void quick_cases(void)
@@ -155,6 +258,7 @@ static void quick_cases(void)
         run_case_p(300, 200, 4, 1, hd, PREFILL_ATTN_F16, 0, 1);
         run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
     }
+    varlen_cases(256);
     run_case(1024, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(1024, 333, 4, 1, 64, PREFILL_ATTN_F16);
     run_case(1024, 100, 4, 2, 256, PREFILL_ATTN_BF16);
@@ -204,6 +308,11 @@ int main(int argc, char **argv)
                                  ratios[r] <= 3 ? 2 : 1, hd, dt);
     for (int64_t hd = 64; hd <= 256; hd *= 2)
         run_case_w(300, 100, 4, 2, hd, PREFILL_ATTN_BF16, 128);
+    for (int64_t hd = 64; hd <= 256; hd *= 2) {
+        run_case_p(300, 200, 4, 1, hd, PREFILL_ATTN_F16, 0, 1); /* paged caches */
+        run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
+    }
+    varlen_cases(256);
     run_case(4096, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
     return test_summary("test_flash_attn_gpu");
