@@ -200,7 +200,9 @@ static int alloc_state(struct gpu_backend *g)
             st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);
     }
     free(inv);
-    size_t seqs = 0;
+    size_t seqs = (size_t)g->max_seqs * sizeof *g->seqs;
+    if (st == IG_OK)
+        st = IG_DEV(gpu_alloc)(g, seqs, &g->seqs, NULL);
     /* the step's inputs staged in pinned memory: tokens, positions, tables,
      * sequences */
     if (st == IG_OK)
@@ -209,6 +211,7 @@ static int alloc_state(struct gpu_backend *g)
         g->h_tokens = g->h_stage;
         g->h_pos = g->h_tokens + B;
         g->h_tables = g->h_pos + B;
+        g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + g->max_seqs * g->table_stride);
         if (!(g->want = malloc(B * sizeof *g->want)))
             st = ig_error(IG_E_NOMEM, "out of memory");
     }
@@ -399,34 +402,36 @@ static int embed(struct gpu_backend *g, int64_t n)
 
 /* ---- a prefill step ----------------------------------------------------------------- */
 
-/* Layer l's attention over the step's sequences, each through its table
- * (interim: one launch per sequence until the variable-length kernel). */
-static int prefill_attention(struct gpu_backend *g, int64_t l, const struct backend_batch *batch)
+/* Layer l's attention over the step's sequences (host copy h_seqs, n_seqs):
+ * one sequence through its table alone (any kernel that reads the pool),
+ * several as one variable-length launch. The kernel writes the rows' K/V
+ * into their blocks. */
+static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
 {
     const struct model_hparams *hp = &g->m->hp;
     int64_t hd = hp->head_dim;
+    struct prefill_attn_params ap = {
+        .q = g->q16, .k = g->k16, .v = g->v16, .o = g->att16, .lse = NULL,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .q_row_stride = g->q_dim, .q_head_stride = hd,
+        .k_row_stride = g->kv_dim, .k_head_stride = hd,
+        .v_row_stride = g->kv_dim, .v_head_stride = hd,
+        .o_row_stride = g->q_dim, .o_head_stride = hd,
+        .window = g->m->layers[l].window, .scale = (float)hp->attn_scale,
+        .dtype = PREFILL_ATTN_F16,
+    };
     struct kv_layout lay = gpu_layer_layout(g, l);
-    int st = IG_OK;
-    for (int64_t i = 0; i < batch->n_seqs && st == IG_OK; i++) {
-        const struct backend_seq *s = &batch->seqs[i];
-        struct prefill_attn_params ap = {
-            .q = g->q16 + s->row0 * g->q_dim, .k = g->k16 + s->row0 * g->kv_dim,
-            .v = g->v16 + s->row0 * g->kv_dim, .o = g->att16 + s->row0 * g->q_dim, .lse = NULL,
-            .n_tokens = s->n_rows, .pos0 = s->pos0,
-            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-            .q_row_stride = g->q_dim, .q_head_stride = hd,
-            .k_row_stride = g->kv_dim, .k_head_stride = hd,
-            .v_row_stride = g->kv_dim, .v_head_stride = hd,
-            .o_row_stride = g->q_dim, .o_head_stride = hd,
-            .window = g->m->layers[l].window, .scale = (float)hp->attn_scale,
-            .dtype = PREFILL_ATTN_F16,
-        };
-        int pooled = prefill_attn_use_pool(&ap, &lay, g->tables + i * g->table_stride,
-                                           g->table_stride, g->n_blocks);
-        IG_ASSERT(pooled == 0);
-        st = IG_DEV(prefill_attn)(&ap, g->stream);
+    int st;
+    if (n_seqs == 1) {
+        ap.n_tokens = g->h_seqs[0].n_rows;
+        ap.pos0 = g->h_seqs[0].pos0;
+        st = prefill_attn_use_pool(&ap, &lay, g->tables, g->table_stride, g->n_blocks);
+    } else {
+        st = prefill_attn_use_pool_varlen(&ap, &lay, g->tables, g->table_stride, g->n_blocks,
+                                          g->seqs, g->h_seqs, n_seqs);
     }
-    return st;
+    IG_ASSERT(st == 0);
+    return IG_DEV(prefill_attn)(&ap, g->stream);
 }
 
 /* The logits of rows want[0..k) (ascending; residuals in g->x) into host
@@ -488,6 +493,8 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
             if (row_wanted(batch, s, s->row0 + r))
                 want[n_want++] = s->row0 + r;
         }
+        g->h_seqs[i] = (struct prefill_attn_seq){
+            .row0 = (int32_t)s->row0, .n_rows = (int32_t)s->n_rows, .pos0 = (int32_t)s->pos0};
         stage_table(g, i, s->table, s->pos0 + s->n_rows);
     }
     int st;
@@ -495,6 +502,8 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
         (st = IG_DEV(dev_upload)(g->dev, g->pos, g->h_pos, (size_t)n * 4)) ||
         (st = IG_DEV(dev_upload)(g->dev, g->tables, g->h_tables,
                                  (size_t)(ns * g->table_stride) * 4)) ||
+        (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
+                                            (size_t)ns * sizeof *g->seqs))) ||
         (st = embed(g, n)))
         return st;
     /* Past attention, the last layer matters for the rows that want logits. */
@@ -502,7 +511,7 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++) {
         bool last = l == hp->n_layer - 1;
         if ((st = qkv_block(g, &g->layers[l], n)) || (st = rope_rows(g, l, n, false)) ||
-            (st = prefill_attention(g, l, batch)))
+            (st = prefill_attention(g, l, ns)))
             break;
         if (!last || keep0 < n)
             st = ffn_block(g, &g->layers[l], last ? keep0 : 0, last ? n - keep0 : n);

@@ -73,7 +73,9 @@ struct gpu_backend {
      * any batch of its bucket), staged in pinned host memory (h_*) */
     int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
     int32_t *tables;           /* [max_seqs][table_stride] */
+    struct prefill_attn_seq *seqs; /* [max_seqs] a prefill step's sequences */
     int32_t *h_tokens, *h_pos, *h_tables;
+    struct prefill_attn_seq *h_seqs;
     int64_t *want;             /* host [max_batch]: the step's rows that want logits */
     void *h_stage;             /* the pinned allocation h_* point into */
     float *attn_work;          /* the decode attention's, for the largest bucket */
