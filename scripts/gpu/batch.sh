@@ -1,31 +1,75 @@
 #!/usr/bin/env bash
-# scripts/gpu/batch.sh: step batch of the GPU check: the batch engine (issue 14) on the
-# CUDA backend end to end: `ignite bench --device cuda --requests` on synthetic
-# Llama-3.2-1B shapes (head dim 64, GQA 4), 24 requests of 256 +- 64 prompt and 32
-# generated tokens, once with one sequence in flight and once with 8. Its rows'
-# logits against the CPU backend are the backend step's (test_backend_gpu's two
-# sequences in one step); this step proves the engine runs every request to its end
-# on the GPU and measures what batching gives there (the CUDA backend runs a step's
-# sequences one after the other until its batched forward lands: expect P 8 near P 1).
-# Writes $WORK/batch.jsonl: one report per run (docs/cli.md, bench --requests).
+# scripts/gpu/batch.sh: step batch of the GPU check: batched serving on the CUDA
+# backend against its own single-sequence decode and against Hugging Face
+# transformers' batched generate, same shapes, same device, same run (issue 15's
+# "Numbers to reach"). Synthetic Llama-3-8B with f16 weights (random, made on the
+# device):
+#   single  `ignite bench -p 512 -n 128`: the tg128 rate of one sequence
+#   p256    `ignite bench --requests 256 -P 256`, 512 in / 128 out each
+#   p64     the same at -P 64
+#   hf      bench/hf_batch_generate.py: LlamaForCausalLM of the same configuration,
+#           f16 random weights, one generate of 64 and one of 256 prompts of 512
+#           random tokens, exactly 128 new tokens each (a batch of 64's rate is the
+#           rate of 256 requests run 64 at a time)
+# Each part runs under its own timeout, cut so the later ones keep their share
+# of $LIMIT; a part that fails or runs out of time leaves its row's status. The
+# table, $WORK/batch.tsv (scripts/gpu/batch_table.py: output tokens/s, x the
+# single-sequence decode, ignite against transformers), is written at the end and
+# again after every part, so a step killed at its limit still returns one.
+# Exit 1 when an ignite run fails or does not complete every request with every
+# token; transformers' failures only show in the table.
 set -uo pipefail
-n=24
+model=Llama-3-8B
+n=256
+in_len=512
+out_len=128
+limit=${LIMIT:-70}
+t_end=$((SECONDS + limit - 3)) # the last seconds: the table
 status=0
-: >"$WORK/batch.jsonl"
-for p in 1 8; do
-    echo "-- --requests $n -P $p"
-    "$BIN/ignite" bench --device cuda -m synthetic:Llama-3.2-1B --requests "$n" -P "$p" \
-        --input-len 256:64 --output-len 32 -o jsonl >"$WORK/p$p.jsonl" || {
-        echo "FAILED: bench --requests -P $p (exit $?)"
-        status=1
-        continue
-    }
-    cat "$WORK/p$p.jsonl" | tee -a "$WORK/batch.jsonl"
-    # every request completed, every token generated
-    grep -q "\"completed\": *$n[,}]" "$WORK/p$p.jsonl" &&
-        grep -q "\"total_output_tokens\": *$((n * 32))[,}]" "$WORK/p$p.jsonl" || {
-        echo "FAILED: -P $p did not complete $n requests of 32 tokens"
-        status=1
-    }
-done
+: >"$WORK/parts.tsv"
+
+table() {
+    "$PY" scripts/gpu/batch_table.py "$WORK" --requests $n --input-len $in_len \
+        --output-len $out_len -o "$WORK/batch.tsv" >/dev/null
+}
+
+# part NAME CAP RESERVE OUT CMD...: runs CMD (stdout to OUT) for at most CAP
+# seconds, fewer if RESERVE seconds must stay for the later parts.
+part() {
+    local name=$1 cap=$2 reserve=$3 out=$4 rc st
+    shift 4
+    local left=$((t_end - SECONDS - reserve))
+    local lim=$((cap < left ? cap : left))
+    if [ "$lim" -lt 5 ]; then
+        echo "-- $name: skipped (${left} s left)"
+        printf '%s\tskipped\t-\n' "$name" >>"$WORK/parts.tsv"
+        return 1
+    fi
+    echo "-- $name (${lim} s): $*"
+    timeout --kill-after=3 "$lim" "$@" >"$out"
+    rc=$?
+    case $rc in
+        0) st=ok ;;
+        124|137) st=timeout ;;
+        *) st=failed ;;
+    esac
+    echo "-- $name: $st (exit $rc)"
+    printf '%s\t%s\t%s\n' "$name" "$st" "$rc" >>"$WORK/parts.tsv"
+    cat "$out"
+    table
+    [ "$st" = ok ]
+}
+
+ig=("$BIN/ignite" bench --device cuda -m "synthetic:$model:F16" --gpu-weights f16)
+# caps and reserves (s): estimates until a run measures them (docs/gpu.md)
+part single 12 55 "$WORK/single.jsonl" "${ig[@]}" -p $in_len -n $out_len -r 1 -o jsonl ||
+    status=1
+part p256 18 40 "$WORK/p256.jsonl" "${ig[@]}" --requests $n -P 256 --input-len $in_len \
+    --output-len $out_len -o jsonl || status=1
+part p64 18 25 "$WORK/p64.jsonl" "${ig[@]}" --requests $n -P 64 --input-len $in_len \
+    --output-len $out_len -o jsonl || status=1
+part hf 60 0 "$WORK/hf.jsonl" "$PY" bench/hf_batch_generate.py --model $model \
+    --batches 64,256 --input-len $in_len --output-len $out_len --dtype f16
+"$PY" scripts/gpu/batch_table.py "$WORK" --requests $n --input-len $in_len \
+    --output-len $out_len -o "$WORK/batch.tsv" || status=1
 exit $status
