@@ -431,12 +431,13 @@ static void run_variant(int v)
          * blocks); each head dim's default also a one-sequence paged cache,
          * windows over the pool and a variable-length call with a window
          * (CI time: the other variants share that code). */
+        const int mma = prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_MMA;
         const int first_hd = !prefill_attn_variant_supports(v, hd / 2);
-        if (!ws && v == PREFILL_ATTN_DEFAULT_VARIANT(hd)) {
+        if (mma && v == PREFILL_ATTN_DEFAULT_VARIANT(hd)) {
             run_case_p(65, 37, 4, hd, dt, v, 0, 1);
             run_case_p(150, 200, 2, hd, PREFILL_ATTN_BF16, v, 64, 1);
             run_varlen_cases(hd, dt, v, 1);
-        } else if (!ws && first_hd) {
+        } else if (mma && first_hd) {
             run_varlen_cases(hd, dt, v, 0);
         }
         if (ws && full) {

@@ -8,7 +8,10 @@
  * ldmatrix has bank conflicts. By the fp64 comparison (bugs only the
  * numbers show): full K/V tiles copied from the wrong rows; the running
  * output rescaled when no row maximum grew instead of when one did; a full
- * tile's mma fed the fragment being prefetched; in the wgmma kernel, V's
+ * tile's mma fed the fragment being prefetched; a variable-length call
+ * whose sequences all read the first one's block table, or whose full chunk
+ * tiles come from the step's first rows instead of the sequence's; in the
+ * wgmma kernel, V's
  * descriptor offsets swapped, Q/K k-steps that never reach the second
  * 64-column page, and (three stages) the next tile's S dropped. By the
  * emulator again: the wgmma kernel without fence.proxy.async after its
@@ -31,6 +34,8 @@ extern "C" int prefill_attn_emu_no_swizzle(const struct prefill_attn_params *p, 
 extern "C" int prefill_attn_emu_row_step(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_prefetch_slot(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_seq_table(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_seq_rows(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
@@ -93,6 +98,39 @@ static int run(int (*fn)(const struct prefill_attn_params *, void *), double *er
     return rc;
 }
 
+/* The same for a variable-length call over a paged pool (attn_varlen):
+ * three sequences, each with full K/V tiles from its cache and its chunk;
+ * *err is the worst sequence's error in units of its naive error. */
+static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), double *err)
+{
+    struct attn_varlen vl;
+    memset(&vl, 0, sizeof vl);
+    vl.n_seqs = 3;
+    static const int32_t n_rows[] = {150, 70, 90}, pos0[] = {100, 130, 0};
+    for (int i = 0; i < 3; i++)
+        vl.n_rows[i] = n_rows[i], vl.pos0[i] = pos0[i];
+    vl.n_head = vl.n_head_kv = 1, vl.hd = 64, vl.dtype = PREFILL_ATTN_BF16, vl.seed = 7;
+    attn_varlen_init(&vl);
+    struct attn_case *c = &vl.c;
+    struct prefill_attn_params p =
+        attn_varlen_params(&vl, c->qkv, c->kc, c->vc, c->o, c->lse, vl.seqs, vl.tables);
+    p.variant = PREFILL_ATTN_DEFAULT_VARIANT(64);
+    ig_emu_set_quiet(1);
+    int rc = fn(&p, NULL);
+    ig_emu_set_quiet(0);
+    struct attn_ref r[3];
+    attn_varlen_reference(&vl, r);
+    *err = 0;
+    for (int i = 0; i < 3; i++) {
+        struct attn_err e;
+        attn_varlen_errors(&vl, i, &r[i], c->o, c->lse, &e);
+        *err = fmax(*err, e.o_max / r[i].naive);
+        attn_ref_free(&r[i]);
+    }
+    attn_varlen_free(&vl);
+    return rc;
+}
+
 int main(void)
 {
     CHECK(run(prefill_attn_emu_no_wait) != 0);
@@ -118,6 +156,13 @@ int main(void)
     CHECKF(err > 10, "rescale_skip mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu_prefetch_slot, &err) == 0);
     CHECKF(err > 10, "prefetch_slot mutant: error only %.2f x naive", err);
+    /* Variable length: each sequence's own block table and its own rows. */
+    CHECK(run_varlen(prefill_attn_emu, &err) == 0);
+    CHECKF(err <= 2, "the kernel itself, varlen: error %.2f x naive", err);
+    run_varlen(prefill_attn_emu_seq_table, &err); /* may fault on a -1 entry */
+    CHECKF(!(err <= 10), "seq_table mutant: error only %.2f x naive", err);
+    CHECK(run_varlen(prefill_attn_emu_seq_rows, &err) == 0);
+    CHECKF(!(err <= 10), "seq_rows mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WG128N64, 128) == 0);
     CHECKF(err <= 2, "the wgmma kernel itself: error %.2f x naive", err);
     CHECK(run(via_tile<prefill_attn_wgmma_emu_wg_lbo_sbo>, &err, PREFILL_ATTN_WG128N64, 128) == 0);
