@@ -183,23 +183,36 @@ void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int6
 /* ---- accumulation ---------------------------------------------------------------- */
 
 /* o_r = o_r * corr_r + sum_c p_r[c] v[c] for three rows, sixteen columns
- * (six sums) at a time, each V vector converted once for the three rows. */
+ * (six sums) at a time, each V vector converted once for the three rows;
+ * the first block also sums each row's p[c] in column order into sum[r]
+ * (the softmax's sum, off its own serial loop). */
+#define ACC3_STEP(extra)                                                                   \
+    for (int64_t c = lo; c < hi; c++) {                                                    \
+        const ig_f16 *v = vt + c * hd + db;                                                \
+        attn_v8 v0 = h8_load(v), v1 = h8_load(v + 8);                                      \
+        a0 += p0[c] * v0, a1 += p0[c] * v1;                                                \
+        b0 += p1[c] * v0, b1 += p1[c] * v1;                                                \
+        e0 += p2[c] * v0, e1 += p2[c] * v1;                                                \
+        extra;                                                                             \
+    }
 DEC_FN static void acc3(const float *p0, const float *p1, const float *p2, const float *corr,
                         const ig_f16 *vt, int64_t lo, int64_t hi, int64_t hd, float *o0,
-                        float *o1, float *o2)
+                        float *o1, float *o2, float *sum)
 {
     float c0 = corr[0], c1 = corr[1], c2 = corr[2];
+    float u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
     int64_t db = 0;
+    if (hd < 16)
+        for (int64_t c = lo; c < hi; c++)
+            u0 += p0[c], u1 += p1[c], u2 += p2[c];
     for (; db + 16 <= hd; db += 16) {
         attn_v8 a0 = v8_load(o0 + db) * c0, a1 = v8_load(o0 + db + 8) * c0;
         attn_v8 b0 = v8_load(o1 + db) * c1, b1 = v8_load(o1 + db + 8) * c1;
         attn_v8 e0 = v8_load(o2 + db) * c2, e1 = v8_load(o2 + db + 8) * c2;
-        for (int64_t c = lo; c < hi; c++) {
-            const ig_f16 *v = vt + c * hd + db;
-            attn_v8 v0 = h8_load(v), v1 = h8_load(v + 8);
-            a0 += p0[c] * v0, a1 += p0[c] * v1;
-            b0 += p1[c] * v0, b1 += p1[c] * v1;
-            e0 += p2[c] * v0, e1 += p2[c] * v1;
+        if (db == 0) {
+            ACC3_STEP((u0 += p0[c], u1 += p1[c], u2 += p2[c]))
+        } else {
+            ACC3_STEP((void)0)
         }
         v8_store(o0 + db, a0), v8_store(o0 + db + 8, a1);
         v8_store(o1 + db, b0), v8_store(o1 + db + 8, b1);
@@ -213,25 +226,37 @@ DEC_FN static void acc3(const float *p0, const float *p1, const float *p2, const
         }
         o0[db] = a, o1[db] = b, o2[db] = e;
     }
+    sum[0] = u0, sum[1] = u1, sum[2] = u2;
 }
 
 /* The same for two rows, thirty-two columns (eight sums) at a time. */
+#define ACC2_STEP(extra)                                                                   \
+    for (int64_t c = lo; c < hi; c++) {                                                    \
+        const ig_f16 *v = vt + c * hd + db;                                                \
+        attn_v8 v0 = h8_load(v), v1 = h8_load(v + 8);                                      \
+        attn_v8 v2 = h8_load(v + 16), v3 = h8_load(v + 24);                                \
+        a0 += p0[c] * v0, a1 += p0[c] * v1, a2 += p0[c] * v2, a3 += p0[c] * v3;           \
+        b0 += p1[c] * v0, b1 += p1[c] * v1, b2 += p1[c] * v2, b3 += p1[c] * v3;           \
+        extra;                                                                             \
+    }
 DEC_FN static void acc2(const float *p0, const float *p1, const float *corr, const ig_f16 *vt,
-                        int64_t lo, int64_t hi, int64_t hd, float *o0, float *o1)
+                        int64_t lo, int64_t hi, int64_t hd, float *o0, float *o1, float *sum)
 {
     float c0 = corr[0], c1 = corr[1];
+    float u0 = 0.0f, u1 = 0.0f;
     int64_t db = 0;
+    if (hd < 32)
+        for (int64_t c = lo; c < hi; c++)
+            u0 += p0[c], u1 += p1[c];
     for (; db + 32 <= hd; db += 32) {
         attn_v8 a0 = v8_load(o0 + db) * c0, a1 = v8_load(o0 + db + 8) * c0;
         attn_v8 a2 = v8_load(o0 + db + 16) * c0, a3 = v8_load(o0 + db + 24) * c0;
         attn_v8 b0 = v8_load(o1 + db) * c1, b1 = v8_load(o1 + db + 8) * c1;
         attn_v8 b2 = v8_load(o1 + db + 16) * c1, b3 = v8_load(o1 + db + 24) * c1;
-        for (int64_t c = lo; c < hi; c++) {
-            const ig_f16 *v = vt + c * hd + db;
-            attn_v8 v0 = h8_load(v), v1 = h8_load(v + 8);
-            attn_v8 v2 = h8_load(v + 16), v3 = h8_load(v + 24);
-            a0 += p0[c] * v0, a1 += p0[c] * v1, a2 += p0[c] * v2, a3 += p0[c] * v3;
-            b0 += p1[c] * v0, b1 += p1[c] * v1, b2 += p1[c] * v2, b3 += p1[c] * v3;
+        if (db == 0) {
+            ACC2_STEP((u0 += p0[c], u1 += p1[c]))
+        } else {
+            ACC2_STEP((void)0)
         }
         v8_store(o0 + db, a0), v8_store(o0 + db + 8, a1);
         v8_store(o0 + db + 16, a2), v8_store(o0 + db + 24, a3);
@@ -246,21 +271,22 @@ DEC_FN static void acc2(const float *p0, const float *p1, const float *corr, con
         }
         o0[db] = a, o1[db] = b;
     }
+    sum[0] = u0, sum[1] = u1;
 }
 
 void attn_decode_accumulate_f16(const float *s, int64_t s_stride, const float *corr,
                                 int64_t rows, const ig_f16 *vt, int64_t lo, int64_t hi,
-                                int64_t hd, float *o)
+                                int64_t hd, float *o, float *sum)
 {
     for (int64_t r = 0; r < rows;) {
         const float *sr = s + r * s_stride;
         float *orow = o + r * hd;
         if (block_rows(rows - r) == 3) {
             acc3(sr, sr + s_stride, sr + 2 * s_stride, corr + r, vt, lo, hi, hd, orow,
-                 orow + hd, orow + 2 * hd);
+                 orow + hd, orow + 2 * hd, sum + r);
             r += 3;
         } else {
-            acc2(sr, sr + s_stride, corr + r, vt, lo, hi, hd, orow, orow + hd);
+            acc2(sr, sr + s_stride, corr + r, vt, lo, hi, hd, orow, orow + hd, sum + r);
             r += 2;
         }
     }

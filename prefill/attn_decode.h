@@ -24,9 +24,11 @@ void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int6
 
 /* o[r] = o[r] * corr[r] + sum over lo <= c < hi of s[r * s_stride + c] v[c]
  * (v[c] = vt + c * hd, f16; o[r] = o + r * hd) for r < rows, the sum in
- * column order for every element. rows >= 2. */
+ * column order for every element; and sum[r] = the sum of those s[r][c]
+ * from 0.0f in column order (the softmax's, while the row is loaded).
+ * rows >= 2. */
 void attn_decode_accumulate_f16(const float *s, int64_t s_stride, const float *corr,
                                 int64_t rows, const ig_f16 *vt, int64_t lo, int64_t hi,
-                                int64_t hd, float *o);
+                                int64_t hd, float *o, float *sum);
 
 #endif

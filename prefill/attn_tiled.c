@@ -333,6 +333,18 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64
     sc->corr[r] = corr;
 }
 
+/* softmax_update without the sum and l: the decode path sums each row's
+ * probabilities while accumulating (attn_decode_accumulate_f16, the same
+ * additions in the same order) and updates l itself. */
+static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
+{
+    float *s = sc->s + r * ATTN_TILE_K;
+    float mx = row_max(s + lo, hi - lo, sc->m[r]);
+    sc->corr[r] = expf(sc->m[r] - mx);
+    attn_exp_row(s + lo, hi - lo, mx);
+    sc->m[r] = mx;
+}
+
 /* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
  * of o at a time held in registers while the keys stream past: blocks of 64
  * columns (eight vectors: eight independent sums, each s[c] read once per
@@ -409,17 +421,22 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
     lo = lo > 0 ? lo : 0;
     if (hi <= lo)
         return;
+    float sum[ATTN_TILE_Q];
     for (int64_t r = 0; r < rows; r++)
-        softmax_update(sc, r, lo, hi);
-    attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o);
+        softmax_probs(sc, r, lo, hi);
+    attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum);
+    for (int64_t r = 0; r < rows; r++)
+        sc->l[r] = sc->l[r] * sc->corr[r] + sum[r];
 }
 
 /* Whether the decode items of this call go through run_decode_f16: an f16
  * cache on a CPU that converts in registers, and groups of two or more query
- * heads (one head's lone row has too few rows per K/V element to gain). */
+ * heads (one head's lone row has too few rows per K/V element to gain), at
+ * most ATTN_TILE_Q (decode_f16_tile's sums). */
 static bool decode_f16_ok(const struct attn_params *p)
 {
-    return p->kv.dtype == KV_F16 && p->n_head / p->n_head_kv >= 2 && attn_decode_f16_fast();
+    int64_t group = p->n_head / p->n_head_kv;
+    return p->kv.dtype == KV_F16 && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
 /* The decode items of KV heads kvh0 .. kvh0 + n_kvh - 1 of sequence s (query
