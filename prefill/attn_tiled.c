@@ -15,7 +15,10 @@
  * a row's window edge the row starts at its edge. So nothing behind the
  * window of the tile's first query is read (a cache may have dropped it).
  * A K/V tile is one cache block, found through the sequence's block table:
- * read in place from an f32 cache, converted once per item from f16. Each
+ * read in place from an f32 cache, converted once per item from f16 (a
+ * decode item, one token's group of heads, reads an f16 cache in place too,
+ * converting in registers: prefill/attn_decode.c; one thread walks a token's
+ * KV heads together, block by block). Each
  * score is a dot product over head_dim in a fixed order, so a row's result
  * does not depend on the other rows of its item (a decode row alone, or one
  * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V
