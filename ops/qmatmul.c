@@ -117,10 +117,12 @@ qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 
 /* ---- activations -------------------------------------------------------------- */
 
-/* Plain C the compiler vectorizes (no libm calls in the loops), cloned for
- * AVX2; both clones round the same way (to nearest even), so they agree. */
+/* Plain C, cloned for AVX2; both clones round the same way (to nearest
+ * even), so they agree. GCC keeps its loops scalar (the max and the finite
+ * test as written are not reductions it may reorder): the AVX2 build's
+ * ops_qmm_quantize_avx2 does the same work eight lanes at a time. */
 OPS_SIMD_CLONES
-void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
+void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
 {
     for (int64_t b = 0; b < cols / QMM_QK; b++) {
         const float *xb = x + b * QMM_QK;
@@ -140,6 +142,10 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
             continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        if (id > FLT_MAX)
+            id = 0.0f; /* d < 2^-128: 1/d overflows (x * id would be inf, its int
+                          conversion undefined); such a block's values are far below
+                          any product's precision, so its quants are 0 */
         int32_t sum0 = 0, sum1 = 0;
         for (int j = 0; j < QMM_QK / 2; j++) {
             int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
@@ -156,6 +162,17 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
         out[b].hs[0] = (int16_t)sum0;
         out[b].hs[1] = (int16_t)sum1;
     }
+}
+
+void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2")) {
+        ops_qmm_quantize_avx2(x, cols, out);
+        return;
+    }
+#endif
+    ops_qmm_quantize_c(x, cols, out);
 }
 
 /* ---- the driver ------------------------------------------------------------------ */

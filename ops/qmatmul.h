@@ -147,6 +147,10 @@ const char *ops_qmm_isa_name(enum qmm_isa isa);
 /* Quantizes x[0..cols) (cols a multiple of QMM_QK) into cols / QMM_QK blocks:
  * d = max|x| / 127, qs = round-to-nearest-even(x / d), s and hs as above. */
 void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
+/* The same, bit for bit: in plain C (every CPU), and eight lanes at a time
+ * (x86 with AVX2 only; ops_qmm_quantize picks it there). */
+void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out);
+void ops_qmm_quantize_avx2(const float *x, int64_t cols, struct qmm_q8 *out);
 
 /* True when ops_matmul should take the int8 path for w on this context: not
  * exact, a kernel for the type, and at most max_batch tokens (the size of

@@ -15,7 +15,10 @@
  * a row's window edge the row starts at its edge. So nothing behind the
  * window of the tile's first query is read (a cache may have dropped it).
  * A K/V tile is one cache block, found through the sequence's block table:
- * read in place from an f32 cache, converted once per item from f16. Each
+ * read in place from an f32 cache, converted once per item from f16 (a
+ * decode item, one token's group of heads, reads an f16 cache in place too,
+ * converting in registers: prefill/attn_decode.c; one thread walks a token's
+ * KV heads together, block by block). Each
  * score is a dot product over head_dim in a fixed order, so a row's result
  * does not depend on the other rows of its item (a decode row alone, or one
  * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V
@@ -26,24 +29,16 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "ops/simd.h"
+#include "prefill/attn_decode.h"
 #include "prefill/attn_exp.h"
+#include "prefill/attn_v8.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Output columns handled per register block (two vectors of 8). */
 #define ATTN_COL_BLOCK 16
-
-/* Eight floats; unaligned loads and stores through the _u type. Macros, not
- * functions: a function passing 32-byte vectors would change its ABI between
- * the baseline and the AVX2 clone. */
-typedef float attn_v8 __attribute__((vector_size(32)));
-typedef float attn_v8u __attribute__((vector_size(32), aligned(4)));
-#define v8_load(p) (*(const attn_v8u *)(const void *)(p))
-#define v8_store(p, v) (*(attn_v8u *)(void *)(p) = (v))
-/* The lanes' sum in one fixed order, whatever the caller. */
-#define v8_sum(a)                                                                          \
-    ((((a)[0] + (a)[4]) + ((a)[2] + (a)[6])) + (((a)[1] + (a)[5]) + ((a)[3] + (a)[7])))
 
 /* ---- per-thread scratch -------------------------------------------------------- */
 
@@ -126,18 +121,6 @@ static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, 
 }
 
 /* ---- one work item ----------------------------------------------------------- */
-
-/* Lane sums of several vectors at once, each in v8_sum's order: v8_pairs
- * adds lanes i and i + 4 of a and of b ([a, b] halves), v8_quads then
- * (0+4) + (2+6) and (1+5) + (3+7) of four vectors (two lanes each), and the
- * last step of v8_sums8 those two. The same additions as v8_sum, so the
- * same bits. */
-#define v8_shuf(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#define v8_pairs(a, b) (v8_shuf(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + v8_shuf(a, b, 4, 5, 6, 7, 12, 13, 14, 15))
-#define v8_quads(u, w) (v8_shuf(u, w, 0, 1, 4, 5, 8, 9, 12, 13) + v8_shuf(u, w, 2, 3, 6, 7, 10, 11, 14, 15))
-
-/* out = [v8_sum(a0), .., v8_sum(a3), v8_sum(b0), .., v8_sum(b3)]. */
-#define v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, out)                                           do {                                                                                           attn_v8 za_ = v8_quads(v8_pairs(a0, a1), v8_pairs(a2, a3));                                attn_v8 zb_ = v8_quads(v8_pairs(b0, b1), v8_pairs(b2, b3));                                (out) = v8_shuf(za_, zb_, 0, 2, 4, 6, 8, 10, 12, 14) +                                             v8_shuf(za_, zb_, 1, 3, 5, 7, 9, 11, 13, 15);                                  } while (0)
 
 /* scores() for rows 0..2 (a decode row's group of three query heads): three
  * rows x four columns, twelve sums in registers, each K load used three
@@ -353,6 +336,18 @@ static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64
     sc->corr[r] = corr;
 }
 
+/* softmax_update without the sum and l: the decode path sums each row's
+ * probabilities while accumulating (attn_decode_accumulate_f16, the same
+ * additions in the same order) and updates l itself. */
+static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
+{
+    float *s = sc->s + r * ATTN_TILE_K;
+    float mx = row_max(s + lo, hi - lo, sc->m[r]);
+    sc->corr[r] = expf(sc->m[r] - mx);
+    attn_exp_row(s + lo, hi - lo, mx);
+    sc->m[r] = mx;
+}
+
 /* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
  * of o at a time held in registers while the keys stream past: blocks of 64
  * columns (eight vectors: eight independent sums, each s[c] read once per
@@ -398,6 +393,96 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
         for (int64_t c = lo; c < hi; c++)
             acc += s[c] * vt[c * hd + db];
         o[db] = acc;
+    }
+}
+
+/* One K/V tile of a decode item (one query token, rows >= 2: its group of
+ * query heads) from an f16 cache, the halves converted in registers as
+ * attn_decode.c loads them: the same scores, softmax and accumulation as
+ * run_item's general loop, bit for bit, without the scratch tiles.
+ * prefetch: ask for this head's next tile, when the walk jumps a block
+ * between them (fewer than all KV heads); a walk of all of them streams
+ * each block in order, which the hardware prefetchers follow, and software
+ * prefetches in it measured slower (bench/attn_cpu, LAYERS=30). */
+static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
+                            int64_t k0, int64_t c0, int64_t nc, int64_t kend, int64_t rows,
+                            bool prefetch, struct attn_scratch *sc)
+{
+    int64_t hd = p->head_dim;
+    /* Row 0 of the tile; rows before c0 are not read (behind the window). */
+    const ig_f16 *kt = (const ig_f16 *)kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + c0) - c0 * hd;
+    const ig_f16 *vt = (const ig_f16 *)kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + c0) - c0 * hd;
+    if (prefetch && k0 + ATTN_TILE_K < kend)
+        prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
+    attn_decode_scores_f16(sc->q, rows, kt, c0, nc, hd, sc->s, ATTN_TILE_K);
+    if (p->softcap > 0)
+        softcap_scores(sc, rows, c0, nc, p->softcap);
+    /* The token at pos0 + t0 (kend - 1) sees keys up to itself, and with a
+     * window from kend - window on. */
+    int64_t hi = kend - k0 < nc ? kend - k0 : nc;
+    int64_t lo = p->window > 0 ? kend - p->window - k0 : 0;
+    lo = lo > 0 ? lo : 0;
+    if (hi <= lo)
+        return;
+    float sum[ATTN_TILE_Q];
+    for (int64_t r = 0; r < rows; r++)
+        softmax_probs(sc, r, lo, hi);
+    attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum);
+    for (int64_t r = 0; r < rows; r++)
+        sc->l[r] = sc->l[r] * sc->corr[r] + sum[r];
+}
+
+/* Whether the decode items of this call go through run_decode_f16: an f16
+ * cache on a CPU that converts in registers, and groups of two or more query
+ * heads (one head's lone row has too few rows per K/V element to gain), at
+ * most ATTN_TILE_Q (decode_f16_tile's sums). */
+static bool decode_f16_ok(const struct attn_params *p)
+{
+    int64_t group = p->n_head / p->n_head_kv;
+    return p->kv.dtype == KV_F16 && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
+}
+
+/* The decode items of KV heads kvh0 .. kvh0 + n_kvh - 1 of sequence s (query
+ * token t0 alone in its tile) walked together, block by block: a block's K
+ * (and V) rows of consecutive KV heads are contiguous in the pool, so one
+ * walk streams them in order where separate items jumped a block's length
+ * for every head's 64 rows, a pattern the hardware prefetchers barely
+ * follow. Rows r = j * group + g (query head kvh0 * group + r, up to
+ * ATTN_TILE_Q heads' groups in the scratch); each head's rows see exactly
+ * run_item's operations, so grouping never changes a bit. */
+static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s, int64_t kvh0,
+                           int64_t n_kvh, int64_t t0, struct attn_scratch *sc)
+{
+    int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
+    int64_t rows = group * n_kvh, h0 = kvh0 * group;
+    const float *q = s->q + t0 * p->q_tok_stride + h0 * hd;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t d = 0; d < hd; d++) {
+            sc->q[r * hd + d] = q[r * hd + d] * p->scale;
+            sc->o[r * hd + d] = 0.0f;
+        }
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    int64_t kend = s->pos0 + t0 + 1;
+    int64_t kbegin = p->window > 0 ? s->pos0 + t0 - p->window + 1 : 0;
+    kbegin = kbegin > 0 ? kbegin : 0;
+    for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
+        int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
+        int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
+        for (int64_t j = 0; j < n_kvh; j++) {
+            int64_t r0 = j * group;
+            struct attn_scratch hs = *sc;
+            hs.q += r0 * hd, hs.o += r0 * hd, hs.s += r0 * ATTN_TILE_K;
+            hs.m += r0, hs.l += r0, hs.corr += r0;
+            decode_f16_tile(p, s, kvh0 + j, k0, c0, nc, kend, group, n_kvh < p->n_head_kv, &hs);
+        }
+    }
+    float *out = s->out + t0 * p->out_tok_stride + h0 * hd;
+    for (int64_t r = 0; r < rows; r++) {
+        float inv = 1.0f / sc->l[r];
+        for (int64_t d = 0; d < hd; d++)
+            out[r * hd + d] = sc->o[r * hd + d] * inv;
     }
 }
 
@@ -487,6 +572,7 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
     const struct attn_params *p = job->p;
     struct attn_scratch sc = carve(job->scratch + thread * job->scratch_stride, p->n_head,
                                    p->n_head_kv, p->head_dim);
+    bool decode_f16 = decode_f16_ok(p);
     int64_t si = 0;
     for (int64_t item = i0; item < i1; item++) {
         while (item >= job->first_item[si + 1])
@@ -498,6 +584,15 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
         int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
+        if (nq == 1 && decode_f16) {
+            /* This thread's next items that are the same token's next KV heads. */
+            int64_t n = 1;
+            while (item + n < i1 && kvh + n < p->n_head_kv && n < ATTN_TILE_Q)
+                n++;
+            run_decode_f16(p, s, kvh, n, t0, &sc);
+            item += n - 1;
+            continue;
+        }
         run_item(p, s, kvh, t0, nq, &sc);
     }
 }

@@ -11,7 +11,8 @@
  * at most twice the error of a naive f32 implementation against fp64 (plus a
  * floor of 1e-6 relative). Guard bands around the output catch writes out of
  * bounds. Several sequences in one call give each exactly (bit for bit) its
- * result alone. */
+ * result alone; decode rows over an f16 cache (prefill/attn_decode.c) give
+ * what the same rows give in one item, on one thread and on two. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -284,6 +285,26 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         run_shape(pool, &big[i]);
+    /* Decode rows over an f16 cache (prefill/attn_decode.c where the CPU has
+     * F16C): two tokens as one item, then each alone (the split above), bit
+     * for bit; groups in blocks of three and two rows, head dims with tails
+     * of the column blocks and of the eight lanes, a window starting inside
+     * a block, soft-capping. On one thread every KV head of a token is
+     * walked together, on two as the threads take them. */
+    struct shape dec[] = {
+        {2, 1000, 3, 3, 64, KV_F16, 0, 0},  {2, 150, 2, 2, 64, KV_F16, 0, 0},
+        {2, 130, 1, 4, 40, KV_F16, 0, 0},   {2, 70, 2, 5, 36, KV_F16, 0, 0},
+        {2, 90, 1, 8, 64, KV_F16, 0, 0},    {2, 300, 2, 3, 64, KV_F16, 100, 0},
+        {2, 100, 1, 2, 32, KV_F16, 33, 5.0f}, {1, 200, 2, 3, 128, KV_F16, 0, 0},
+    };
+    struct ops_pool *one;
+    if (ops_pool_create(1, &one) != IG_OK)
+        return 1;
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+        run_shape(pool, &dec[i]);
+        run_shape(one, &dec[i]);
+    }
+    ops_pool_free(one);
     ops_pool_free(pool);
     return test_summary("test_attn_tiled");
 }

@@ -4,6 +4,8 @@
  * scales):
  *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
  *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
+ *    the AVX2 quantizer byte for byte like the plain C one, ties, signed
+ *    zeros, subnormals and huge values included;
  *  - the scalar tile kernel against an fp64 dot of the dequantized weight
  *    (quant_dequantize_row, checked against the gguf package elsewhere) and
  *    the dequantized activation, within 1e-5 of sum |w x|;
@@ -34,6 +36,7 @@
 #include "tests/cpu/random_weight.h"
 #include "tests/test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +114,53 @@ static void check_quantize_nonfinite(void)
                "x[17] = %g: d %g s %g, %d quants not 0", bad[k], q[0].d, q[0].s, nonzero);
         check_quantize(x + QMM_QK, QMM_QK, q + 1);
     }
+}
+
+/* ops_qmm_quantize (the AVX2 one where the CPU has it) against
+ * ops_qmm_quantize_c, every byte: random blocks over twelve decades, blocks
+ * of integers and half-integers times a power of two (x * id lands on
+ * rounding ties), zeros of both signs (all-zero blocks end in either; an
+ * all-zero block's d keeps the last zero's sign in the plain loop),
+ * subnormals, the largest floats, and an inf or NaN at each position. */
+static void check_quantize_same(void)
+{
+    enum { NB = 64 };
+    float x[NB * QMM_QK];
+    int same = 1;
+    for (int round = 0; round < 40 && same; round++) {
+        for (int b = 0; b < NB; b++) {
+            float *xb = x + b * QMM_QK;
+            int kind = (round * NB + b) % 6;
+            float scale = powf(10.0f, 6.0f * test_rand_f(&rng_state));
+            for (int j = 0; j < QMM_QK; j++) {
+                float r = test_rand_f(&rng_state);
+                xb[j] = kind == 0   ? scale * r
+                        : kind == 1 ? ldexpf(floorf(254.0f * r) * 0.5f, b % 9 - 4)
+                        : kind == 2 ? (r < 0 ? -0.0f : 0.0f)
+                        : kind == 3 ? r * 1e-39f
+                        : kind == 4 ? (r < 0 ? -FLT_MAX : FLT_MAX) * fabsf(r)
+                                    : (j == 5 ? -0.0f : scale * r);
+            }
+            if (kind == 1 && b % 2)
+                xb[b % QMM_QK] = 127.0f * ldexpf(1.0f, b % 9 - 4); /* amax exact: d = 2^k */
+            if (kind == 5 && round % 4 == 1)
+                xb[(round + b) % QMM_QK] = round % 8 == 1 ? NAN : (b % 2 ? INFINITY : -INFINITY);
+        }
+        struct qmm_q8 a[NB], c[NB];
+        memset(a, 0x5a, sizeof a);
+        memset(c, 0x5a, sizeof c);
+        ops_qmm_quantize(x, NB * QMM_QK, a);
+        ops_qmm_quantize_c(x, NB * QMM_QK, c);
+        for (int b = 0; b < NB; b++)
+            if (memcmp(&a[b], &c[b], sizeof a[b]) != 0) {
+                CHECKF(0, "round %d block %d: ops_qmm_quantize (d %a s %a) differs from "
+                       "ops_qmm_quantize_c (d %a s %a)", round, b, (double)a[b].d,
+                       (double)a[b].s, (double)c[b].d, (double)c[b].s);
+                same = 0;
+                break;
+            }
+    }
+    CHECKF(same, "the quantizers agree");
 }
 
 static void check_type(const struct type_case *tc, const struct model *model,
@@ -451,6 +501,7 @@ int main(void)
         return 1;
     printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
     check_quantize_nonfinite();
+    check_quantize_same();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], &m, ctx);
     check_float_type(QUANT_F32, ctx);
