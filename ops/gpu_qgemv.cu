@@ -83,7 +83,10 @@ __device__ __forceinline__ void stage_x(const uint16_t *__restrict__ x, int64_t 
             amax = o > amax ? o : amax;
             finite &= ig_shfl_xor(finite, m);
         }
-        const float d = gk_div(amax, 127.0f), id = d > 0 ? gk_rcp(d) : 0.0f;
+        const float d = gk_div(amax, 127.0f);
+        float id = d > 0 ? gk_rcp(d) : 0.0f;
+        if (id > FLT_MAX)
+            id = 0.0f; /* d < 2^-128: as ops_qmm_quantize, the block's quants are 0 */
         int sum = 0;
         uint32_t packed[2] = {0, 0};
         for (int i = 0; i < 8; i++) {
