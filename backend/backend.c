@@ -100,6 +100,29 @@ void backend_free(struct backend *b)
 
 /* ---- through the table ------------------------------------------------------------ */
 
+int backend_check_step(const struct backend *b, const struct backend_batch *batch)
+{
+    const struct backend_opts *o = &b->o;
+    if (batch->n_rows < 1 || batch->n_rows > o->max_rows || batch->n_seqs < 1 ||
+        batch->n_seqs > o->n_slots)
+        return ig_error(IG_E_INTERNAL, "a step of %lld rows in %lld sequences: the backend "
+                        "takes 1..%lld rows of 1..%d", (long long)batch->n_rows,
+                        (long long)batch->n_seqs, (long long)o->max_rows, o->n_slots);
+    int64_t row = 0;
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        if (s->row0 != row || s->n_rows < 1 || s->pos0 < 0 || s->pos0 + s->n_rows > o->n_ctx)
+            return ig_error(IG_E_INTERNAL, "step sequence %lld: rows %lld+%lld at position "
+                            "%lld (context %lld)", (long long)i, (long long)s->row0,
+                            (long long)s->n_rows, (long long)s->pos0, (long long)o->n_ctx);
+        row += s->n_rows;
+    }
+    if (row != batch->n_rows)
+        return ig_error(IG_E_INTERNAL, "step sequences cover %lld of %lld rows", (long long)row,
+                        (long long)batch->n_rows);
+    return IG_OK;
+}
+
 int backend_step(struct backend *b, const struct backend_batch *batch)
 {
     return b->ops->step(b, batch);

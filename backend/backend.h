@@ -140,6 +140,11 @@ void backend_free(struct backend *b);
  * IG_OK, IG_E_INPUT (a token id out of range), IG_E_NOMEM or IG_E_DEVICE. */
 int backend_step(struct backend *b, const struct backend_batch *batch);
 
+/* For the backends' step: the step's shape against b's limits (the engine's
+ * invariants: 1..max_rows rows in 1..n_slots sequences tiling them in order,
+ * each within n_ctx). IG_OK, or IG_E_INTERNAL after one line. */
+int backend_check_step(const struct backend *b, const struct backend_batch *batch);
+
 /* Tokens [0, n) of one sequence at positions pos0.. in one step (n <=
  * max_rows); the logits of the last into logits [n_vocab]. */
 int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int32_t *tokens,

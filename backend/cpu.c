@@ -71,37 +71,13 @@ static void attention(void *user, int64_t layer, int64_t n)
 
 /* ---- the step --------------------------------------------------------------------- */
 
-/* The step's shape against the backend's limits (the engine's invariants). */
-static int check_batch(const struct cpu_backend *c, const struct backend_batch *batch)
-{
-    const struct backend_opts *o = &c->base.o;
-    if (batch->n_rows < 1 || batch->n_rows > o->max_rows || batch->n_seqs < 1 ||
-        batch->n_seqs > o->n_slots)
-        return ig_error(IG_E_INTERNAL, "a step of %lld rows in %lld sequences: the backend "
-                        "takes 1..%lld rows of 1..%d", (long long)batch->n_rows,
-                        (long long)batch->n_seqs, (long long)o->max_rows, o->n_slots);
-    int64_t row = 0;
-    for (int64_t i = 0; i < batch->n_seqs; i++) {
-        const struct backend_seq *s = &batch->seqs[i];
-        if (s->row0 != row || s->n_rows < 1 || s->pos0 < 0 || s->pos0 + s->n_rows > o->n_ctx)
-            return ig_error(IG_E_INTERNAL, "step sequence %lld: rows %lld+%lld at position "
-                            "%lld (context %lld)", (long long)i, (long long)s->row0,
-                            (long long)s->n_rows, (long long)s->pos0, (long long)o->n_ctx);
-        row += s->n_rows;
-    }
-    if (row != batch->n_rows)
-        return ig_error(IG_E_INTERNAL, "step sequences cover %lld of %lld rows", (long long)row,
-                        (long long)batch->n_rows);
-    return IG_OK;
-}
-
 static int cpu_step(struct backend *base, const struct backend_batch *batch)
 {
     struct cpu_backend *c = (struct cpu_backend *)base;
     const struct model *m = base->m;
     const struct model_hparams *hp = &m->hp;
     struct ops_buffers *b = ops_ctx_buffers(c->ops);
-    int st = check_batch(c, batch);
+    int st = backend_check_step(base, batch);
     if (st != IG_OK)
         return st;
     int64_t n = batch->n_rows, n_keep = 0;

@@ -620,28 +620,17 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch)
 
 /* ---- the step ------------------------------------------------------------------------ */
 
-/* The step's shape against the backend's limits (the engine's invariants),
- * then its tokens (outside input: IG_E_INPUT). */
+/* The step's shape (backend_check_step) and tables, then its tokens
+ * (outside input: IG_E_INPUT). */
 static int check_batch(const struct gpu_backend *g, const struct backend_batch *batch)
 {
-    if (batch->n_rows < 1 || batch->n_rows > g->max_rows || batch->n_seqs < 1 ||
-        batch->n_seqs > g->n_slots)
-        return ig_error(IG_E_INTERNAL, "a step of %lld rows in %lld sequences: the backend "
-                        "takes 1..%lld rows of 1..%d", (long long)batch->n_rows,
-                        (long long)batch->n_seqs, (long long)g->max_rows, g->n_slots);
-    int64_t row = 0;
-    for (int64_t i = 0; i < batch->n_seqs; i++) {
-        const struct backend_seq *s = &batch->seqs[i];
-        if (s->row0 != row || s->n_rows < 1 || s->pos0 < 0 || s->pos0 + s->n_rows > g->n_ctx ||
-            !s->table)
-            return ig_error(IG_E_INTERNAL, "step sequence %lld: rows %lld+%lld at position "
-                            "%lld (context %lld)", (long long)i, (long long)s->row0,
-                            (long long)s->n_rows, (long long)s->pos0, (long long)g->n_ctx);
-        row += s->n_rows;
-    }
-    if (row != batch->n_rows)
-        return ig_error(IG_E_INTERNAL, "step sequences cover %lld of %lld rows", (long long)row,
-                        (long long)batch->n_rows);
+    int st = backend_check_step(&g->base, batch);
+    if (st != IG_OK)
+        return st;
+    for (int64_t i = 0; i < batch->n_seqs; i++)
+        if (!batch->seqs[i].table)
+            return ig_error(IG_E_INTERNAL, "step sequence %lld has no block table",
+                            (long long)i);
     for (int64_t i = 0; i < batch->n_rows; i++)
         if (batch->tokens[i] < 0 || batch->tokens[i] >= g->m->hp.n_vocab)
             return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",
