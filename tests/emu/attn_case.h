@@ -88,6 +88,20 @@ static inline int64_t attn_cache_at(const struct attn_case *c, int64_t hk, int64
     return kv_row_offset(&c->pool, c->table, hk, pos);
 }
 
+/* Random keys and values (in that order per element) at positions
+ * 0 .. at->pos0 - 1 of every KV head, addressed as `at` lays them out (its
+ * table), into c's caches. */
+static inline void attn_fill_cached(struct attn_case *c, const struct attn_case *at, uint64_t *s)
+{
+    for (int64_t hk = 0; hk < c->n_head_kv; hk++)
+        for (int64_t pos = 0; pos < at->pos0; pos++)
+            for (int64_t d = 0; d < c->hd; d++) {
+                size_t i = ATTN_GUARD + (size_t)(attn_cache_at(at, hk, pos) + d);
+                c->kc[i] = attn_rand(c, s, 2.0f);
+                c->vc[i] = attn_rand(c, s, 2.0f);
+            }
+}
+
 static inline void attn_case_init(struct attn_case *c)
 {
     uint64_t s = c->seed * 0x9e3779b97f4a7c15ull + 17;
@@ -134,13 +148,7 @@ static inline void attn_case_init(struct attn_case *c)
         c->qkv[i] = attn_rand(c, &s, 2.0f);
     attn_fill16(c->kc, c->cache_elems, ATTN_SENTINEL);
     attn_fill16(c->vc, c->cache_elems, ATTN_SENTINEL);
-    for (int64_t hk = 0; hk < c->n_head_kv; hk++)
-        for (int64_t pos = 0; pos < c->pos0; pos++)
-            for (int64_t d = 0; d < c->hd; d++) {
-                size_t i = ATTN_GUARD + (size_t)(attn_cache_at(c, hk, pos) + d);
-                c->kc[i] = attn_rand(c, &s, 2.0f);
-                c->vc[i] = attn_rand(c, &s, 2.0f);
-            }
+    attn_fill_cached(c, c, &s);
     memcpy(c->kc0, c->kc, c->cache_elems * 2);
     memcpy(c->vc0, c->vc, c->cache_elems * 2);
     attn_fill16(c->o, c->o_elems, ATTN_SENTINEL);
@@ -453,13 +461,7 @@ static inline void attn_varlen_init(struct attn_varlen *vl)
         o->table = vl->tables + i * vl->table_stride;
         for (int64_t r = 0; r < o->n * c->qkv_width; r++)
             o->qkv[r] = attn_rand(c, &s, 2.0f);
-        for (int64_t hk = 0; hk < c->n_head_kv; hk++)
-            for (int64_t pos = 0; pos < o->pos0; pos++)
-                for (int64_t d = 0; d < c->hd; d++) {
-                    size_t x = ATTN_GUARD + (size_t)(attn_cache_at(o, hk, pos) + d);
-                    c->kc[x] = attn_rand(c, &s, 2.0f);
-                    c->vc[x] = attn_rand(c, &s, 2.0f);
-                }
+        attn_fill_cached(c, o, &s);
     }
     memcpy(c->kc0, c->kc, c->cache_elems * 2);
     memcpy(c->vc0, c->vc, c->cache_elems * 2);

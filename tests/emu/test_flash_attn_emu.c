@@ -40,18 +40,44 @@ uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
 
 void test_emu_set_sm_count(int n);            /* flash_attn_emu.cc */
 
+/* A run's own copies of the case's outputs (o, lse as initialised) and
+ * caches (as before any run), so every run starts from the same state. */
+struct fresh {
+    uint16_t *o, *kc, *vc;
+    float *lse;
+};
+
+static struct fresh fresh_outputs(const struct attn_case *c)
+{
+    size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
+    struct fresh f = {
+        .o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64),
+        .kc = (uint16_t *)aligned_alloc(64, cb),
+        .vc = (uint16_t *)aligned_alloc(64, cb),
+        .lse = (float *)malloc(c->lse_elems * sizeof(float)),
+    };
+    memcpy(f.o, c->o, c->o_elems * 2);
+    memcpy(f.lse, c->lse, c->lse_elems * sizeof(float));
+    memcpy(f.kc, c->kc0, c->cache_elems * 2);
+    memcpy(f.vc, c->vc0, c->cache_elems * 2);
+    return f;
+}
+
+static void fresh_free(struct fresh *f)
+{
+    free(f->o);
+    free(f->lse);
+    free(f->kc);
+    free(f->vc);
+}
+
 /* Runs fn on fresh copies of the case's outputs and caches and checks it. */
 static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
                     const char *who, int variant)
 {
-    uint16_t *o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
-    float *lse = (float *)malloc(c->lse_elems * sizeof(float));
-    size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
-    uint16_t *kc = (uint16_t *)aligned_alloc(64, cb), *vc = (uint16_t *)aligned_alloc(64, cb);
-    memcpy(o, c->o, c->o_elems * 2);
-    memcpy(lse, c->lse, c->lse_elems * sizeof(float));
-    memcpy(kc, c->kc0, c->cache_elems * 2);
-    memcpy(vc, c->vc0, c->cache_elems * 2);
+    struct fresh f = fresh_outputs(c);
+    uint16_t *o = f.o, *kc = f.kc, *vc = f.vc;
+    float *lse = f.lse;
     struct prefill_attn_params p = attn_case_params(c, c->qkv, kc, vc, o, lse);
     p.variant = variant;
     char name[160];
@@ -77,10 +103,7 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
             fprintf(stderr, "%-4s %-40s O err %.3g (naive %.3g) lse err %.3g\n", who, name,
                     e.o_max, ref->naive, e.lse_max);
     }
-    free(o);
-    free(lse);
-    free(kc);
-    free(vc);
+    fresh_free(&f);
 }
 
 /* With a window over a contiguous cache, on the mma.sync kernel (its K/V
@@ -179,14 +202,9 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
     const struct attn_case *c = &vl.c;
     for (int who = 0; who < 2; who++) {
         const char *tag = who ? "emu" : "ref";
-        uint16_t *o = (uint16_t *)aligned_alloc(64, (c->o_elems * 2 + 63) / 64 * 64);
-        float *lse = (float *)malloc(c->lse_elems * sizeof(float));
-        size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
-        uint16_t *kc = (uint16_t *)aligned_alloc(64, cb), *vc = (uint16_t *)aligned_alloc(64, cb);
-        memcpy(o, c->o, c->o_elems * 2);
-        memcpy(lse, c->lse, c->lse_elems * sizeof(float));
-        memcpy(kc, c->kc0, c->cache_elems * 2);
-        memcpy(vc, c->vc0, c->cache_elems * 2);
+        struct fresh f = fresh_outputs(c);
+        uint16_t *o = f.o, *kc = f.kc, *vc = f.vc;
+        float *lse = f.lse;
         struct prefill_attn_params p =
             attn_varlen_params(&vl, c->qkv, kc, vc, o, lse, vl.seqs, vl.tables);
         int rc;
@@ -214,10 +232,7 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
                             tag, name, i, e.o_max, ref[i].naive, e.lse_max);
             }
         }
-        free(o);
-        free(lse);
-        free(kc);
-        free(vc);
+        fresh_free(&f);
     }
     for (int i = 0; i < n_seqs; i++)
         attn_ref_free(&ref[i]);
