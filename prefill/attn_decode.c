@@ -7,7 +7,7 @@
  * depth. Here each element is converted once, as it is loaded.
  *
  * Rows go in blocks of three (twelve score sums or six output vectors in
- * registers) and two. Every score is the dot product of attn_tiled.c's
+ * registers) and two, a lone row (a token split between threads) alone. Every score is the dot product of attn_tiled.c's
  * scores() (lane d % 8 sums q[d] k[d] in order of d, the lanes reduced in
  * v8_sum's order, then the tail of d), and every output element the
  * accumulation of its accumulate() (o * corr, then + p_c v_c in column
@@ -157,10 +157,47 @@ DEC_FN static void scores2(const float *q0, const float *q1, const ig_f16 *kt, i
     }
 }
 
-/* Rows in blocks of three, the last four or two as two blocks of two. */
+/* One row x four columns (a row alone in its KV head's part of a token
+ * split between threads), the sums reduced as scores3's third row. */
+DEC_FN static void scores1(const float *q0, const ig_f16 *kt, int64_t c0, int64_t nc, int64_t hd,
+                           float *s0)
+{
+    int64_t hd8 = hd / 8 * 8;
+    int64_t c = c0;
+    for (; c + 4 <= nc; c += 4) {
+        const ig_f16 *k = kt + c * hd;
+        attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 qv = v8_load(q0 + d);
+            a0 += qv * h8_load(k + d), a1 += qv * h8_load(k + hd + d);
+            a2 += qv * h8_load(k + 2 * hd + d), a3 += qv * h8_load(k + 3 * hd + d);
+        }
+        attn_v8 sum;
+        v8_sums8(a0, a1, a2, a3, a0, a1, a2, a3, sum);
+        float t[4] = {0};
+        for (int64_t d = hd8; d < hd; d++)
+            for (int j = 0; j < 4; j++)
+                t[j] += q0[d] * ig_f16_to_f32(k[j * hd + d]);
+        for (int j = 0; j < 4; j++)
+            s0[c + j] = sum[j] + t[j];
+    }
+    for (; c < nc; c++) {
+        const ig_f16 *k = kt + c * hd;
+        attn_v8 a = {0};
+        for (int64_t d = 0; d < hd8; d += 8)
+            a += v8_load(q0 + d) * h8_load(k + d);
+        float t = 0;
+        for (int64_t d = hd8; d < hd; d++)
+            t += q0[d] * ig_f16_to_f32(k[d]);
+        s0[c] = v8_sum(a) + t;
+    }
+}
+
+/* Rows in blocks of three, the last four or two as two blocks of two, a
+ * lone row alone. */
 static int64_t block_rows(int64_t left)
 {
-    return left == 4 || left == 2 ? 2 : 3;
+    return left == 1 ? 1 : left == 4 || left == 2 ? 2 : 3;
 }
 
 void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int64_t c0,
@@ -169,14 +206,15 @@ void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int6
     for (int64_t r = 0; r < rows;) {
         const float *qr = q + r * hd;
         float *sr = s + r * s_stride;
-        if (block_rows(rows - r) == 3) {
+        int64_t n = block_rows(rows - r);
+        if (n == 3)
             scores3(qr, qr + hd, qr + 2 * hd, kt, c0, nc, hd, sr, sr + s_stride,
                     sr + 2 * s_stride);
-            r += 3;
-        } else {
+        else if (n == 2)
             scores2(qr, qr + hd, kt, c0, nc, hd, sr, sr + s_stride);
-            r += 2;
-        }
+        else
+            scores1(qr, kt, c0, nc, hd, sr);
+        r += n;
     }
 }
 
@@ -274,6 +312,43 @@ DEC_FN static void acc2(const float *p0, const float *p1, const float *corr, con
     sum[0] = u0, sum[1] = u1;
 }
 
+/* The same for one row, thirty-two columns (four sums) at a time. */
+#define ACC1_STEP(extra)                                                                   \
+    for (int64_t c = lo; c < hi; c++) {                                                    \
+        const ig_f16 *v = vt + c * hd + db;                                                \
+        a0 += p0[c] * h8_load(v), a1 += p0[c] * h8_load(v + 8);                            \
+        a2 += p0[c] * h8_load(v + 16), a3 += p0[c] * h8_load(v + 24);                      \
+        extra;                                                                             \
+    }
+DEC_FN static void acc1(const float *p0, const float *corr, const ig_f16 *vt, int64_t lo,
+                        int64_t hi, int64_t hd, float *o0, float *sum)
+{
+    float c0 = corr[0];
+    float u0 = 0.0f;
+    int64_t db = 0;
+    if (hd < 32)
+        for (int64_t c = lo; c < hi; c++)
+            u0 += p0[c];
+    for (; db + 32 <= hd; db += 32) {
+        attn_v8 a0 = v8_load(o0 + db) * c0, a1 = v8_load(o0 + db + 8) * c0;
+        attn_v8 a2 = v8_load(o0 + db + 16) * c0, a3 = v8_load(o0 + db + 24) * c0;
+        if (db == 0) {
+            ACC1_STEP(u0 += p0[c])
+        } else {
+            ACC1_STEP((void)0)
+        }
+        v8_store(o0 + db, a0), v8_store(o0 + db + 8, a1);
+        v8_store(o0 + db + 16, a2), v8_store(o0 + db + 24, a3);
+    }
+    for (; db < hd; db++) {
+        float a = o0[db] * c0;
+        for (int64_t c = lo; c < hi; c++)
+            a += p0[c] * ig_f16_to_f32(vt[c * hd + db]);
+        o0[db] = a;
+    }
+    sum[0] = u0;
+}
+
 void attn_decode_accumulate_f16(const float *s, int64_t s_stride, const float *corr,
                                 int64_t rows, const ig_f16 *vt, int64_t lo, int64_t hi,
                                 int64_t hd, float *o, float *sum)
@@ -281,13 +356,14 @@ void attn_decode_accumulate_f16(const float *s, int64_t s_stride, const float *c
     for (int64_t r = 0; r < rows;) {
         const float *sr = s + r * s_stride;
         float *orow = o + r * hd;
-        if (block_rows(rows - r) == 3) {
+        int64_t n = block_rows(rows - r);
+        if (n == 3)
             acc3(sr, sr + s_stride, sr + 2 * s_stride, corr + r, vt, lo, hi, hd, orow,
                  orow + hd, orow + 2 * hd, sum + r);
-            r += 3;
-        } else {
+        else if (n == 2)
             acc2(sr, sr + s_stride, corr + r, vt, lo, hi, hd, orow, orow + hd, sum + r);
-            r += 2;
-        }
+        else
+            acc1(sr, corr + r, vt, lo, hi, hd, orow, sum + r);
+        r += n;
     }
 }

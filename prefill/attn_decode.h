@@ -1,5 +1,5 @@
 /* prefill/attn_decode.h: the score and accumulation loops of a decode item
- * (one query token and its KV head's group of query heads) straight from an
+ * (one query token and its KV head's query heads, or some of them) straight from an
  * f16 K/V tile, the halves converted in registers. prefill/attn_tiled.c
  * runs them for such items; each result is bit for bit what its general
  * loops give. Covered by tests/cpu/test_attn_tiled.c. */
@@ -18,7 +18,7 @@ bool attn_decode_f16_fast(void);
 /* s[r * s_stride + c] = q[r] . k[c] for r < rows (q[r] = q + r * hd) and
  * c0 <= c < nc (k[c] = kt + c * hd, f16): each a dot product in
  * attn_tiled.c's order (eight lanes over d, v8_sum, then the tail of d).
- * rows >= 2. */
+ * rows >= 1. */
 void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int64_t c0,
                             int64_t nc, int64_t hd, float *s, int64_t s_stride);
 
@@ -26,7 +26,7 @@ void attn_decode_scores_f16(const float *q, int64_t rows, const ig_f16 *kt, int6
  * (v[c] = vt + c * hd, f16; o[r] = o + r * hd) for r < rows, the sum in
  * column order for every element; and sum[r] = the sum of those s[r][c]
  * from 0.0f in column order (the softmax's, while the row is loaded).
- * rows >= 2. */
+ * rows >= 1. */
 void attn_decode_accumulate_f16(const float *s, int64_t s_stride, const float *corr,
                                 int64_t rows, const ig_f16 *vt, int64_t lo, int64_t hi,
                                 int64_t hd, float *o, float *sum);

@@ -18,7 +18,8 @@
  * read in place from an f32 cache, converted once per item from f16 (a
  * decode item, one token's group of heads, reads an f16 cache in place too,
  * converting in registers: prefill/attn_decode.c; one thread walks a token's
- * KV heads together, block by block). Each
+ * KV heads together, block by block, or, with fewer tokens than threads to
+ * go round, a part of its query heads). Each
  * score is a dot product over head_dim in a fixed order, so a row's result
  * does not depend on the other rows of its item (a decode row alone, or one
  * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V
@@ -442,19 +443,21 @@ static bool decode_f16_ok(const struct attn_params *p)
     return p->kv.dtype == KV_F16 && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
-/* The decode items of KV heads kvh0 .. kvh0 + n_kvh - 1 of sequence s (query
- * token t0 alone in its tile) walked together, block by block: a block's K
- * (and V) rows of consecutive KV heads are contiguous in the pool, so one
- * walk streams them in order where separate items jumped a block's length
- * for every head's 64 rows, a pattern the hardware prefetchers barely
- * follow. Rows r = j * group + g (query head kvh0 * group + r, up to
- * ATTN_TILE_Q heads' groups in the scratch); each head's rows see exactly
- * run_item's operations, so grouping never changes a bit. */
-static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s, int64_t kvh0,
-                           int64_t n_kvh, int64_t t0, struct attn_scratch *sc)
+/* Query heads h0 .. h1 - 1 of sequence s's token t0 (a decode token, alone
+ * in its tile) walked together, block by block: a block's K (and V) rows of
+ * consecutive KV heads are contiguous in the pool, so one walk streams them
+ * in order where separate items jumped a block's length for every head's 64
+ * rows, a pattern the hardware prefetchers barely follow. The range may
+ * start or end inside a KV head's group (a token split between threads):
+ * each KV head it touches is read once for its rows there. Row r is query
+ * head h0 + r (at most max_rows in the scratch); each row sees exactly
+ * run_item's operations, so no split or grouping changes a bit. */
+static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s, int64_t h0,
+                           int64_t h1, int64_t t0, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
-    int64_t rows = group * n_kvh, h0 = kvh0 * group;
+    int64_t rows = h1 - h0;
+    int64_t kvh0 = h0 / group, kvh1 = (h1 - 1) / group + 1;
     const float *q = s->q + t0 * p->q_tok_stride + h0 * hd;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t d = 0; d < hd; d++) {
@@ -467,15 +470,18 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
     int64_t kend = s->pos0 + t0 + 1;
     int64_t kbegin = p->window > 0 ? s->pos0 + t0 - p->window + 1 : 0;
     kbegin = kbegin > 0 ? kbegin : 0;
+    bool prefetch = kvh1 - kvh0 < p->n_head_kv;
     for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
         int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
-        for (int64_t j = 0; j < n_kvh; j++) {
-            int64_t r0 = j * group;
+        for (int64_t kvh = kvh0; kvh < kvh1; kvh++) {
+            int64_t a = kvh * group > h0 ? kvh * group : h0;
+            int64_t b = (kvh + 1) * group < h1 ? (kvh + 1) * group : h1;
+            int64_t r0 = a - h0;
             struct attn_scratch hs = *sc;
             hs.q += r0 * hd, hs.o += r0 * hd, hs.s += r0 * ATTN_TILE_K;
             hs.m += r0, hs.l += r0, hs.corr += r0;
-            decode_f16_tile(p, s, kvh0 + j, k0, c0, nc, kend, group, n_kvh < p->n_head_kv, &hs);
+            decode_f16_tile(p, s, kvh, k0, c0, nc, kend, b - a, prefetch, &hs);
         }
     }
     float *out = s->out + t0 * p->out_tok_stride + h0 * hd;
@@ -553,17 +559,46 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
 /* ---- the parallel driver ----------------------------------------------------- */
 
 /* Work items are numbered sequence by sequence; first_item[i] is sequence
- * i's first, first_item[n_seqs] the total. */
+ * i's first, first_item[n_seqs] the total. A sequence's items are its
+ * (KV head, query tile) pairs, or for a decode token on the f16 path
+ * (decode_parts > 0) decode_parts ranges of its query heads, each walked
+ * together by one thread. */
 struct attn_job {
     const struct attn_params *p;
     float *scratch;
     int64_t scratch_stride;
     const int64_t *first_item;
+    int64_t decode_parts;
 };
 
 static int64_t n_qtiles(const struct attn_seq *s)
 {
     return (s->n_tokens + ATTN_TILE_Q - 1) / ATTN_TILE_Q;
+}
+
+/* Parts a decode token's query heads are cut into: one walk of all of them
+ * where the call has a token (or more) per thread to go round, else enough
+ * parts that every thread has one (a single sequence on 2 threads: 9 heads
+ * as 4 and 5). A part holds at most the scratch's rows. 0: no decode item
+ * goes through run_decode_f16. */
+static int64_t decode_parts(const struct attn_params *p, int64_t threads)
+{
+    if (!decode_f16_ok(p))
+        return 0;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < p->n_seqs; i++)
+        tokens += p->seqs[i].n_tokens == 1;
+    int64_t parts = 1;
+    if (threads > 1 && tokens > 0 && tokens < 2 * threads && tokens % threads != 0)
+        parts = tokens < threads ? (threads + tokens - 1) / tokens : 2;
+    int64_t fit = (p->n_head_kv + ATTN_TILE_Q - 1) / ATTN_TILE_Q;
+    parts = parts > fit ? parts : fit;
+    return parts < p->n_head ? parts : p->n_head;
+}
+
+static int64_t seq_items(const struct attn_seq *s, int64_t n_head_kv, int64_t decode_parts)
+{
+    return s->n_tokens == 1 && decode_parts > 0 ? decode_parts : n_qtiles(s) * n_head_kv;
 }
 
 static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
@@ -572,27 +607,22 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
     const struct attn_params *p = job->p;
     struct attn_scratch sc = carve(job->scratch + thread * job->scratch_stride, p->n_head,
                                    p->n_head_kv, p->head_dim);
-    bool decode_f16 = decode_f16_ok(p);
     int64_t si = 0;
     for (int64_t item = i0; item < i1; item++) {
         while (item >= job->first_item[si + 1])
             si++;
         const struct attn_seq *s = &p->seqs[si];
         int64_t local = item - job->first_item[si];
+        if (s->n_tokens == 1 && job->decode_parts > 0) {
+            int64_t n = job->decode_parts;
+            run_decode_f16(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, 0, &sc);
+            continue;
+        }
         /* Latest query tiles (the most keys) first, so the tail balances. */
         int64_t kvh = local % p->n_head_kv;
         int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
         int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
-        if (nq == 1 && decode_f16) {
-            /* This thread's next items that are the same token's next KV heads. */
-            int64_t n = 1;
-            while (item + n < i1 && kvh + n < p->n_head_kv && n < ATTN_TILE_Q)
-                n++;
-            run_decode_f16(p, s, kvh, n, t0, &sc);
-            item += n - 1;
-            continue;
-        }
         run_item(p, s, kvh, t0, nq, &sc);
     }
 }
@@ -603,12 +633,13 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
     IG_ASSERT(p->window >= 0);
+    int64_t parts = decode_parts(p, ops_pool_threads(pool));
     int64_t *first = p->item_offsets;
     first[0] = 0;
     for (int64_t i = 0; i < p->n_seqs; i++) {
         IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
-        first[i + 1] = first[i] + n_qtiles(&p->seqs[i]) * p->n_head_kv;
+        first[i + 1] = first[i] + seq_items(&p->seqs[i], p->n_head_kv, parts);
     }
-    struct attn_job job = {p, scratch, scratch_stride, first};
+    struct attn_job job = {p, scratch, scratch_stride, first, parts};
     ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }

@@ -12,7 +12,8 @@
  * floor of 1e-6 relative). Guard bands around the output catch writes out of
  * bounds. Several sequences in one call give each exactly (bit for bit) its
  * result alone; decode rows over an f16 cache (prefill/attn_decode.c) give
- * what the same rows give in one item, on one thread and on two. */
+ * what the same rows give in one item, on one to four threads (a lone
+ * token's heads cut between them). */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -241,6 +242,24 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
         CHECKF(!memcmp(out, out2, (size_t)(q_elems + 2 * GUARD) * sizeof *out),
                "n=%lld: rows split over two sequences of one call differ from one sequence",
                (long long)s->n);
+
+        /* The last token alone, the only sequence of its call: on several
+         * threads its query heads are cut between them (lone rows of a KV
+         * head included); its rows must still be the single call's. */
+        int64_t last = (s->n - 1) * n_head * hd;
+        struct attn_seq one = {.q = q + last, .out = out2 + GUARD + last, .table = c.table,
+                               .n_tokens = 1, .pos0 = s->pos0 + s->n - 1};
+        for (int64_t i = 0; i < n_head * hd; i++)
+            out2[GUARD + last + i] = SENTINEL;
+        p.seqs = &one;
+        p.n_seqs = 1;
+        attn_tiled_run(&p, pool, scratch, stride);
+        CHECKF(!memcmp(out + GUARD + last, out2 + GUARD + last,
+                       (size_t)(n_head * hd) * sizeof *out),
+               "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld, %d threads: the last token "
+               "alone differs from the same token in one call", (long long)s->n,
+               (long long)s->pos0, (long long)s->n_head_kv, (long long)s->group, (long long)hd,
+               threads);
     }
 
     free(scratch);
@@ -286,25 +305,30 @@ int main(void)
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         run_shape(pool, &big[i]);
     /* Decode rows over an f16 cache (prefill/attn_decode.c where the CPU has
-     * F16C): two tokens as one item, then each alone (the split above), bit
-     * for bit; groups in blocks of three and two rows, head dims with tails
-     * of the column blocks and of the eight lanes, a window starting inside
-     * a block, soft-capping. On one thread every KV head of a token is
-     * walked together, on two as the threads take them. */
+     * F16C): two tokens as one item, then each alone (the splits above), bit
+     * for bit; groups in blocks of three and two rows and lone rows, head
+     * dims with tails of the column blocks and of the eight lanes, a window
+     * starting inside a block, soft-capping, more KV heads than one walk
+     * holds. On one thread every KV head of a token is walked together; on
+     * two, three and four a lone token's query heads are cut into a part per
+     * thread (9 heads as 4 + 5 on two, 2 + 2 + 2 + 3 on four). */
     struct shape dec[] = {
         {2, 1000, 3, 3, 64, KV_F16, 0, 0},  {2, 150, 2, 2, 64, KV_F16, 0, 0},
         {2, 130, 1, 4, 40, KV_F16, 0, 0},   {2, 70, 2, 5, 36, KV_F16, 0, 0},
         {2, 90, 1, 8, 64, KV_F16, 0, 0},    {2, 300, 2, 3, 64, KV_F16, 100, 0},
         {2, 100, 1, 2, 32, KV_F16, 33, 5.0f}, {1, 200, 2, 3, 128, KV_F16, 0, 0},
+        {2, 80, 3, 2, 40, KV_F16, 0, 0},    {2, 70, 17, 2, 32, KV_F16, 0, 0},
+        {2, 200, 3, 3, 64, KV_F16, 64, 0},
     };
-    struct ops_pool *one;
-    if (ops_pool_create(1, &one) != IG_OK)
-        return 1;
-    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
-        run_shape(pool, &dec[i]);
-        run_shape(one, &dec[i]);
+    for (int t = 1; t <= 4; t++) {
+        struct ops_pool *dp = pool;
+        if (t != 2 && ops_pool_create(t, &dp) != IG_OK)
+            return 1;
+        for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
+            run_shape(dp, &dec[i]);
+        if (dp != pool)
+            ops_pool_free(dp);
     }
-    ops_pool_free(one);
     ops_pool_free(pool);
     return test_summary("test_attn_tiled");
 }
