@@ -31,7 +31,7 @@
 #include "core/status.h"
 #include "ops/simd.h"
 #include "prefill/attn_decode.h"
-#include "prefill/attn_exp.h"
+#include "ops/exp_row.h"
 #include "prefill/attn_v8.h"
 
 #include <math.h>
@@ -322,13 +322,13 @@ static float row_max(const float *x, int64_t n, float m)
 /* Online-softmax update of row r over its visible columns [lo, hi): turns
  * s[r][lo..hi) into probabilities relative to the new max and sets corr[r].
  * Columns outside are never read. The max is row_max's, the exponentials
- * attn_exp_row's (expf's bits, vectorized), the sum in column order. */
+ * ops_exp_row's (expf's bits, vectorized), the sum in column order. */
 static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = row_max(s + lo, hi - lo, sc->m[r]);
     float corr = expf(sc->m[r] - mx); /* 0 on the first tile: m = -inf */
-    attn_exp_row(s + lo, hi - lo, mx);
+    ops_exp_row(s + lo, hi - lo, mx);
     float sum = 0.0f;
     for (int64_t c = lo; c < hi; c++)
         sum += s[c];
@@ -345,7 +345,7 @@ static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = row_max(s + lo, hi - lo, sc->m[r]);
     sc->corr[r] = expf(sc->m[r] - mx);
-    attn_exp_row(s + lo, hi - lo, mx);
+    ops_exp_row(s + lo, hi - lo, mx);
     sc->m[r] = mx;
 }
 

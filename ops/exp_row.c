@@ -1,16 +1,16 @@
-/* prefill/attn_exp.c: e^(s_c - max) over a row of scores, for the online
- * softmax of prefill/attn_tiled.c. Scalar expf cost a tenth of a long
- * prefill's time (one call per score); here, on CPUs with AVX2 and FMA,
+/* ops/exp_row.c: e^(s_c - max) over a row, for the online softmax of
+ * prefill/attn_tiled.c and the gates of ops/norm_rope.c. Scalar expf cost a
+ * tenth of a long prefill's time (one call per score); here, on CPUs with AVX2 and FMA,
  * four lanes run the algorithm of the C library's expf (glibc 2.28 and
  * later, and musl: the ARM optimized-routines expf, which glibc's ifunc runs
  * with FMA on exactly these CPUs) in the same double operations, fused the
  * same way, so every lane is bit for bit what expf returns there and the
- * attention's results do not change. Lanes with |x| >= 85 or so (overflow,
+ * attention's and the gates' results do not change. Lanes with |x| >= 85 or so (overflow,
  * underflow, inf, NaN: the library's special cases) are sent to expf
  * itself. Elsewhere the loop calls expf. Covered by
- * tests/cpu/test_attn_exp.c (against expf on every float of a range and on
+ * tests/cpu/test_exp_row.c (against expf on every float of a range and on
  * the special values). */
-#include "prefill/attn_exp.h"
+#include "ops/exp_row.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -103,7 +103,7 @@ EXP_AVX2 static void exp_row_avx2(float *s, int64_t n, float mx)
 
 static int exp_have_avx2 = -1;
 
-void attn_exp_row(float *s, int64_t n, float mx)
+void ops_exp_row(float *s, int64_t n, float mx)
 {
     int have = __atomic_load_n(&exp_have_avx2, __ATOMIC_RELAXED);
     if (have < 0) {
@@ -119,7 +119,7 @@ void attn_exp_row(float *s, int64_t n, float mx)
 
 #else
 
-void attn_exp_row(float *s, int64_t n, float mx)
+void ops_exp_row(float *s, int64_t n, float mx)
 {
     exp_row_scalar(s, n, mx);
 }

@@ -1,4 +1,4 @@
-/* tests/cpu/test_attn_exp.c: attn_exp_row (prefill/attn_exp.c) against the
+/* tests/cpu/test_exp_row.c: ops_exp_row (ops/exp_row.c) against the
  * C library's expf, element by element: a sweep of floats from -110 to +90
  * (every 61st bit pattern, about 30 million values: both fast-path ends, the
  * subnormal results, the overflow), the special values (+-0, +-inf, NaN,
@@ -6,8 +6,10 @@
  * lengths 0..11 (the vector body and its scalar tail). With glibc 2.27 or
  * later the vector lanes must be expf bit for bit (the same algorithm; the
  * attention's results then do not change); with another C library, within
- * one unit in the last place. */
-#include "prefill/attn_exp.h"
+ * one unit in the last place. The gates that use it (ops_swiglu, ops_geglu)
+ * against their scalar formulas with expf, the same way. */
+#include "ops/exp_row.h"
+#include "ops/ops.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -46,11 +48,11 @@ static bool same(float got, float want)
     return signbit(got) == signbit(want) && d >= -1 && d <= 1;
 }
 
-/* Runs attn_exp_row on x[0..n) - mx and checks each element. */
+/* Runs ops_exp_row on x[0..n) - mx and checks each element. */
 static int check_row(const float *x, int64_t n, float mx, float *buf)
 {
     memcpy(buf, x, (size_t)n * sizeof *buf);
-    attn_exp_row(buf, n, mx);
+    ops_exp_row(buf, n, mx);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         float want = expf(x[i] - mx);
@@ -107,11 +109,45 @@ int main(void)
             mx = x[i] > mx ? x[i] : mx;
         memcpy(buf, x, (size_t)len * sizeof *buf);
         buf[len] = 12345.0f; /* a guard: nothing past n is written */
-        attn_exp_row(buf, len, mx);
+        ops_exp_row(buf, len, mx);
         CHECK(buf[len] == 12345.0f);
         CHECKF(check_row(x, len, mx, buf) == 0, "row of %lld", (long long)len);
     }
+
+    /* The gates through it (ops/norm_rope.c) against their scalar formulas
+     * with expf: lengths across the gates' 256-element chunks, and gate
+     * values where the sigmoid saturates, overflows and is NaN. */
+    const int64_t len = 700;
+    float *g = malloc(len * sizeof *g), *up = malloc(len * sizeof *up);
+    float *sw = malloc(len * sizeof *sw), *ge = malloc(len * sizeof *ge);
+    CHECK(g && up && sw && ge);
+    if (!g || !up || !sw || !ge)
+        return 1;
+    for (int64_t i = 0; i < len; i++) {
+        g[i] = 30.0f * test_rand_f(&st);
+        up[i] = test_rand_f(&st);
+    }
+    g[3] = -100.0f, g[4] = 100.0f, g[5] = INFINITY, g[6] = -INFINITY, g[7] = NAN, g[8] = -0.0f;
+    const float k2 = 2.0f * 0.7978845608028654f;
+    for (int64_t n_el = 1; n_el <= len; n_el += n_el < 20 ? 1 : 97) {
+        memcpy(sw, g, (size_t)n_el * sizeof *sw);
+        memcpy(ge, g, (size_t)n_el * sizeof *ge);
+        ops_swiglu(sw, up, n_el);
+        ops_geglu(ge, up, n_el);
+        int bad_gate = 0;
+        for (int64_t i = 0; i < n_el; i++) {
+            float v = g[i];
+            bad_gate += !same(sw[i], v / (1.0f + expf(-v)) * up[i]);
+            bad_gate += !same(ge[i], v / (1.0f + expf(-k2 * (v + 0.044715f * v * v * v))) * up[i]);
+        }
+        CHECKF(bad_gate == 0, "%d gate values of %lld differ from the scalar formula", bad_gate,
+               (long long)n_el);
+    }
+    free(ge);
+    free(sw);
+    free(up);
+    free(g);
     free(x);
     free(buf);
-    return test_summary("test_attn_exp");
+    return test_summary("test_exp_row");
 }

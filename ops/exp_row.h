@@ -1,0 +1,12 @@
+/* ops/exp_row.h: e^(s_c - max) over a row (the softmax's scores, the
+ * gates' sigmoids), vectorized where the CPU allows and bit for bit what the
+ * C library's expf gives. Covered by tests/cpu/test_exp_row.c. */
+#ifndef IGNITE_OPS_EXP_ROW_H
+#define IGNITE_OPS_EXP_ROW_H
+
+#include <stdint.h>
+
+/* s[c] = expf(s[c] - mx) for 0 <= c < n. */
+void ops_exp_row(float *s, int64_t n, float mx);
+
+#endif
