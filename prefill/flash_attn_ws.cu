@@ -127,12 +127,14 @@ struct ws_item {
  * of it is held across the tile loop. */
 template <int V, bool VL> __device__ __forceinline__ attn_seq ws_seq(const ws_args &a, int item)
 {
-    if constexpr (!VL)
+    if constexpr (!VL) {
         return attn_seq_whole(a.p);
-    const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
-    int32_t f[4];
-    ig_ld_fresh_v4(&a.p.seqs[s].row0, f);
-    return attn_seq{f[0], f[1], f[2], s};
+    } else {
+        const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
+        int32_t f[4];
+        ig_ld_fresh_v4(&a.p.seqs[s].row0, f);
+        return attn_seq{f[0], f[1], f[2], s};
+    }
 }
 
 /* Work item `item`'s first query row (of its sequence). */
@@ -147,12 +149,12 @@ template <int V, bool VL> __device__ __forceinline__ int ws_q0(const ws_args &a,
  * its rows are skipped), or n_items. */
 template <int V, bool VL> __device__ __forceinline__ int ws_next(const ws_args &a, int item)
 {
-    if constexpr (!VL)
-        return item;
-    for (; item < a.n_items; item += (int)gridDim.x) {
-        const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
-        if (ws_q0<V, VL>(a, item) < ig_ld_fresh_s32(&a.p.seqs[s].n_rows))
-            break;
+    if constexpr (VL) {
+        for (; item < a.n_items; item += (int)gridDim.x) {
+            const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
+            if (ws_q0<V, VL>(a, item) < ig_ld_fresh_s32(&a.p.seqs[s].n_rows))
+                break;
+        }
     }
     return item;
 }
