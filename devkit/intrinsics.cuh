@@ -41,6 +41,34 @@ __device__ __forceinline__ void ig_grid_dependency_wait()
 #endif
 }
 
+/* Four int32 at p (16-byte aligned, global memory the kernel does not
+ * write) read anew at each call, like ig_thread_index_fresh: what derives
+ * from them is recomputed where used instead of held in registers across a
+ * loop (a warp-specialized producer has 24). */
+__device__ __forceinline__ void ig_ld_fresh_v4(const int32_t *p, int32_t (&v)[4])
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("ld.global.nc.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "l"(p));
+#else
+    memcpy(v, p, sizeof v);
+#endif
+}
+
+/* One int32 at p (global memory the kernel does not write) read anew at
+ * each call (see ig_ld_fresh_v4). */
+__device__ __forceinline__ int32_t ig_ld_fresh_s32(const int32_t *p)
+{
+#if defined(__CUDA_ARCH__)
+    int32_t v;
+    asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
 /* threadIdx.x read anew at each call: values derived from it are then
  * recomputed where used (a few integer instructions) instead of being hoisted
  * out of a loop and kept in registers the accumulators need. */

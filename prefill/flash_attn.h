@@ -22,9 +22,10 @@
  * [n_head_kv][block_rows][head_dim]).
  *
  * Variable length (seqs set; FlashAttention-2's varlen form; paged caches
- * only, mma.sync variants only): the rows of q, k, v and o are a batch
- * step's rows, sequence s owning rows seqs[s].row0 .. row0 + n_rows - 1 at
- * positions seqs[s].pos0 .., each sequence exactly as one call above with
+ * only; the mma.sync variants, and the ws ones of whole-block tiles at head
+ * dims 64 and 128 with seqs 16-byte aligned): the rows of q, k, v and o are
+ * a batch step's rows, sequence s owning rows seqs[s].row0 .. row0 +
+ * n_rows - 1 at positions seqs[s].pos0 .., each sequence exactly as one call above with
  * its own pos0 and its own block table (block_table + s * table_stride):
  * causal within its own rows, its cached positions < its pos0 read through
  * its table (and its window), its rows' K and V written into its blocks.
@@ -99,7 +100,8 @@ struct prefill_attn_params {
     int64_t n_blocks;                    /* blocks in the pool */
 
     /* Variable length (see above): [n_seqs] sequences (device memory for
-     * the CUDA kernel, host memory for the reference), or NULL: one
+     * the CUDA kernel, host memory for the reference; 16-byte aligned for
+     * the ws variants, which read each in one load), or NULL: one
      * sequence, rows 0 .. n_tokens - 1 at pos0 (n_seqs, table_stride unused). */
     const struct prefill_attn_seq *seqs;
     int64_t n_seqs;                      /* 1 .. 65535 */
@@ -138,7 +140,8 @@ struct prefill_attn_params {
  *             wgmma, a persistent grid), 9.0 only. Sliding windows: the mma.sync
  *             and ws isas; paged caches: the mma.sync isa and the ws variants
  *             whose block_n is a multiple of 64; variable length: the mma.sync
- *             isa; head dim 256: m64w4, m64w4n32h and the ws variants
+ *             isa and those ws variants at head dims 64 and 128; head dim
+ *             256: m64w4, m64w4n32h and the ws variants
  *   stages    K/V tiles in shared memory (2..4): tile t computes while the
  *             next stages - 1 - s_ahead tiles load (2 = double buffering; 3
  *             keeps two tiles in flight, more latency hidden)
@@ -239,7 +242,8 @@ struct prefill_attn_tile {
  * and fills *t, or IG_E_INTERNAL after printing what is unsupported (an
  * unknown variant, a variant not built for the head dim, without windows,
  * paged caches (the wgmma ones; ws tiles not of whole blocks) or varlen
- * (all but the mma.sync ones), a paged cache not of 64-position blocks,
+ * (the wgmma ones; ws tiles not of whole blocks, head dim 256, seqs not
+ * 16-byte aligned), a paged cache not of 64-position blocks,
  * varlen without one, no variant for the device). */
 int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
                             struct prefill_attn_tile *t);

@@ -84,13 +84,16 @@ static int pages(int v)
            (variants[v].isa == PREFILL_ATTN_ISA_WS && variants[v].block_n % 64 == 0);
 }
 
-/* Whether variant v takes variable-length sequences: the mma.sync kernel
- * (a grid dimension per sequence). The ws kernel's TMA maps of Q and O
- * span the step's rows, so a tile would read and store rows of the next
- * sequence; it does not yet. */
-static int varlen(int v)
+/* Whether variant v takes p's variable-length sequences: the mma.sync
+ * kernel (a grid dimension per sequence); the ws kernel where it reads the
+ * paged pool (work items per sequence, a tile that a sequence's end or pos0
+ * cuts copied and stored row by row), at head dims 64 and 128 (at 256 its
+ * varlen loop spilled), with the sequences 16-byte aligned (one load). */
+static int varlen(int v, const struct prefill_attn_params *p)
 {
-    return variants[v].isa == PREFILL_ATTN_ISA_MMA;
+    return variants[v].isa == PREFILL_ATTN_ISA_MMA ||
+           (variants[v].isa == PREFILL_ATTN_ISA_WS && pages(v) && p->head_dim <= 128 &&
+            ((uintptr_t)p->seqs & 15) == 0);
 }
 
 /* Whether variant v has sliding windows: the mma.sync and ws kernels. */
@@ -103,7 +106,7 @@ static int windows(int v)
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     return prefill_attn_variant_supports(v, p->head_dim) && (p->window == 0 || windows(v)) &&
-           (!p->block_table || pages(v)) && (!p->seqs || varlen(v)) &&
+           (!p->block_table || pages(v)) && (!p->seqs || varlen(v, p)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
 
@@ -238,9 +241,12 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
                         "(the mma.sync variants and the ws ones with tiles of whole "
                         "64-position blocks do)", variants[v].name);
-    if (p->seqs && !varlen(v))
+    if (p->seqs && !varlen(v, p))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s takes no variable-length "
-                        "sequences (the mma.sync variants do)", variants[v].name);
+                        "sequences%s (the mma.sync variants do, and the ws ones with tiles of "
+                        "whole 64-position blocks at head dims 64 and 128, sequences 16-byte "
+                        "aligned)", variants[v].name,
+                        variants[v].isa == PREFILL_ATTN_ISA_WS ? " here" : "");
     const struct variant_row *r = &variants[v];
     t->variant = v;
     t->block_m = r->block_m;

@@ -4,7 +4,8 @@
  * the pool exactly as kv_row_offset addresses it; or one call at the sequences
  * of a batch step, each through its own table (variable length). The paged path
  * runs on the mma.sync variants and the ws variants of whole-block tiles,
- * variable length on the mma.sync ones (the chooser refuses the others).
+ * variable length on the mma.sync ones and those ws ones at head dims 64 and
+ * 128 (the chooser refuses the others).
  *
  * Covered by tests/emu/test_flash_attn_emu.c and tests/gpu/test_flash_attn_gpu.c,
  * whose paged cases (tests/emu/attn_case.h) lay out their pool with kv_row_offset

@@ -31,7 +31,12 @@
  * rest. A paged cache (the batch engine's pool of 64-position blocks) is
  * read one block per TMA box (see ws_item). The first head of each KV group
  * also copies the chunk's K and V rows into the cache (blocks read only
- * cache rows < pos0).
+ * cache rows < pos0). Variable length (p.seqs; whole-block tiles, head dims
+ * 64 and 128): an item is (query tile, sequence, head), items past their
+ * sequence's rows skipped, everything else per sequence; tiles that a
+ * sequence's end or its pos0 cuts are copied and stored row by row, so no
+ * row outside the sequence is read into a tile or written (ws_producer, the
+ * epilogue). The one-sequence path is its own instantiation (VL = false).
  *
  * Everything reaches the hardware through devkit/ (wgmma.cuh, tma.cuh,
  * sync.cuh). Built for sm_90a only (ignite_gpu_sm90a in CMakeLists.txt)
@@ -61,6 +66,9 @@ template <int V> struct ws_cfg {
     static constexpr int kStages = variant<V>::stages;
     /* K/V boxes of 64 rows where the tile allows: the paged pool's block. */
     static constexpr int kBoxRows = kBlockN % 64 == 0 ? 64 : kBlockN;
+    /* Variable length: the tiles that read the paged pool (whole blocks),
+     * head dim up to 128 (ws_varlen). */
+    static constexpr bool kVarlen = kBlockN % 64 == 0;
     static constexpr int kLaunchRegs = ig_launch_regs(kThreads);
     static constexpr int kProducerRegs = 24;
     /* What the consumers may take from the launch pool, at most 240. */
@@ -81,17 +89,24 @@ template <int V> struct ws_cfg {
  * block inside (the block holding pos0: its later rows are the chunk's,
  * which this launch writes, and read as zeros). */
 enum { MAP_Q, MAP_K, MAP_V, MAP_KC, MAP_VC, MAP_O, MAP_KT, MAP_VT, N_MAPS };
+/* Variable length (p.seqs): no tail maps (each sequence's pos0 is its own),
+ * but maps of one-row boxes over the same tensors as Q, K, V, KC and VC
+ * (MAP_Q1 .. MAP_VC1 at the places of MAP_KT, MAP_VT and after) and O
+ * (MAP_O1): a tile that a sequence's end (or its pos0, in the block holding
+ * it) cuts is loaded row by row, its rows outside the sequence at row -1
+ * (outside every map: zeros), and stored row by row, only the sequence's. */
+enum { MAP_Q1 = MAP_KT, MAP_K1 = MAP_VT, MAP_V1 = N_MAPS, MAP_KC1, MAP_VC1, MAP_O1, N_MAPS_VARLEN };
 struct ws_args { /* aligned as its maps */
-    ig_tma_map maps[N_MAPS];
+    ig_tma_map maps[N_MAPS_VARLEN];
     prefill_attn_params p;
     float scale_log2;
     int n_items, n_q_tiles, window;
-    int paged;         /* a paged cache: block-aligned cache tiles */
-    int n_cache_tiles; /* paged: tiles of cache keys, -n_cache_tiles .. -1 */
+    int paged; /* a paged cache: block-aligned cache tiles */
     uint32_t swap;
 };
 
-/* One work item: query rows q0 .., head h (KV head hk), K/V tiles t_lo..t_hi.
+/* One work item: query rows q0 .. of its sequence (ws_seq), head h (KV
+ * head hk), K/V tiles t_lo..t_hi.
  * Tiles t >= 0 hold keys pos0 + t bn .. (bn = block_n) from the chunk (keys
  * past the end read as zeros and are masked), tiles t < 0 keys of the
  * cache: with a contiguous cache aligned to pos0 as well (keys pos0 + t bn
@@ -100,19 +115,64 @@ struct ws_args { /* aligned as its maps */
  * holds keys c bn .., two boxes of one block each at bn = 128; keys at and
  * past pos0 masked). No tile mixes cache and chunk, every tile is TMA
  * boxes, and chunk tile t is the diagonal of query tile t when
- * block_m = block_n. */
+ * block_m = block_n. Everything is the item's sequence's: its rows,
+ * its pos0, its block table. */
 struct ws_item {
     int q0, h, hk, t_lo, t_hi;
 };
 
-/* The first key of tile t. */
-template <int V> __device__ __forceinline__ int ws_tile_j0(const ws_args &a, int t)
+/* Work item `item`'s sequence: the whole call, or with variable length
+ * sequence (item / n_head) % n_seqs (items are ordered query tile, then
+ * sequence, then head), read anew at each call (ig_ld_fresh_v4): nothing
+ * of it is held across the tile loop. */
+template <int V, bool VL> __device__ __forceinline__ attn_seq ws_seq(const ws_args &a, int item)
+{
+    if constexpr (!VL) {
+        return attn_seq_whole(a.p);
+    } else {
+        const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
+        int32_t f[4];
+        ig_ld_fresh_v4(&a.p.seqs[s].row0, f);
+        return attn_seq{f[0], f[1], f[2], s};
+    }
+}
+
+/* Work item `item`'s first query row (of its sequence). */
+template <int V, bool VL> __device__ __forceinline__ int ws_q0(const ws_args &a, int item)
+{
+    const int per_tile = (int)a.p.n_head * (VL ? (int)a.p.n_seqs : 1);
+    return (a.n_q_tiles - 1 - item / per_tile) * ws_cfg<V>::kBlockM; /* most keys first */
+}
+
+/* The first of items item, item + grid, ... with rows (the longest
+ * sequence's query tiles are every sequence's items; a shorter one's past
+ * its rows are skipped), or n_items. */
+template <int V, bool VL> __device__ __forceinline__ int ws_next(const ws_args &a, int item)
+{
+    if constexpr (VL) {
+        for (; item < a.n_items; item += (int)gridDim.x) {
+            const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
+            if (ws_q0<V, VL>(a, item) < ig_ld_fresh_s32(&a.p.seqs[s].n_rows))
+                break;
+        }
+    }
+    return item;
+}
+
+/* Paged: the tiles of sequence sq's cache keys, -n .. -1. */
+template <int V> __device__ __forceinline__ int ws_cache_tiles(const attn_seq &sq)
+{
+    return (sq.pos0 + ws_cfg<V>::kBlockN - 1) / ws_cfg<V>::kBlockN;
+}
+
+/* The first key of tile t of sequence sq. */
+template <int V> __device__ __forceinline__ int ws_tile_j0(const ws_args &a, int t,
+                                                           const attn_seq &sq)
 {
     constexpr int kBlockN = ws_cfg<V>::kBlockN;
-    const int pos0 = (int)a.p.pos0;
     if (t < 0 && a.paged)
-        return (t + a.n_cache_tiles) * kBlockN;
-    return pos0 + t * kBlockN;
+        return (t + ws_cache_tiles<V>(sq)) * kBlockN;
+    return sq.pos0 + t * kBlockN;
 }
 
 /* floor(a / b) for b > 0. */
@@ -121,20 +181,21 @@ __device__ __forceinline__ int ws_floor_div(int a, int b)
     return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-template <int V> __device__ __forceinline__ ws_item ws_item_at(const ws_args &a, int item)
+template <int V, bool VL>
+__device__ __forceinline__ ws_item ws_item_at(const ws_args &a, int item, const attn_seq &sq)
 {
     constexpr int kBlockM = ws_cfg<V>::kBlockM, kBlockN = ws_cfg<V>::kBlockN;
     const int n_head = (int)a.p.n_head, group = n_head / (int)a.p.n_head_kv;
-    const int n = (int)a.p.n_tokens, pos0 = (int)a.p.pos0;
+    const int n = sq.n, pos0 = sq.pos0;
     ws_item it;
-    it.q0 = (a.n_q_tiles - 1 - item / n_head) * kBlockM; /* most keys first */
+    it.q0 = ws_q0<V, VL>(a, item);
     it.h = item % n_head;
     it.hk = it.h / group;
     const int q_last = (it.q0 + kBlockM < n ? it.q0 + kBlockM : n) - 1;
     int lo = a.window > 0 ? pos0 + it.q0 - a.window + 1 : 0; /* the first key any row sees */
     lo = lo > 0 ? lo : 0;
     if (a.paged && lo < pos0)
-        it.t_lo = lo / kBlockN - a.n_cache_tiles;
+        it.t_lo = lo / kBlockN - ws_cache_tiles<V>(sq);
     else
         it.t_lo = ws_floor_div(lo - pos0, kBlockN);
     it.t_hi = q_last / kBlockN;
@@ -206,44 +267,77 @@ __device__ __forceinline__ void ws_store(const ws_args &a, int which, const void
  * each tile into ring position `fill` (stage fill % kStages, the
  * (fill / kStages)-th time there), once the consumers released the
  * previous contents. Everything is TMA: a thread issues, the TMA unit
- * copies. */
-template <int HD, int V>
+ * copies. With variable length a tile the sequence's end cuts (its last
+ * query tile, the chunk tile holding its last key) or its pos0 cuts (the
+ * block holding pos0) is copied row by row, the rows outside it zeros: no
+ * other sequence's row (nor a gap's NaN) reaches the tile, where a masked
+ * P times a NaN V would still be NaN. */
+template <int HD, int V, bool VL>
 __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, V> &sm)
 {
     constexpr int kBlockM = ws_cfg<V>::kBlockM, kBlockN = ws_cfg<V>::kBlockN;
     constexpr int kStages = ws_cfg<V>::kStages, kBox = ws_cfg<V>::kBoxRows;
-    const int pos0 = (int)a.p.pos0;
+    constexpr bool varlen = VL;
 
-    /* K or V of tile t from the cache (t < 0) or the chunk (ws_item). */
-    auto fill_stage = [&](int t, int hk, int stage, bool is_v, uint32_t free_parity) {
+    /* Rows of a tile one by one from map `which` (one-row boxes): row r at
+     * row0 + r when r < valid, else zeros. */
+    auto rows_1 = [&](int which, uint16_t *tile, int tile_rows, ig_mbarrier *full, int row0,
+                      int valid, int head) {
+        for (int r = 0; r < tile_rows; r++)
+            IG_UNROLL
+            for (int pg = 0; pg < HD / 64; pg++)
+                ws_load(a, which, tile + pg * tile_rows * 64 + r * 64, full, pg * 64,
+                        r < valid ? row0 + r : -1, head);
+    };
+
+    /* K or V of tile t of item `item` from the cache (t < 0) or the chunk
+     * (ws_item); the item's sequence and KV head read anew (registers). */
+    auto fill_stage = [&](int t, int item, int stage, bool is_v, uint32_t free_parity) {
+        const attn_seq sq = ws_seq<V, VL>(a, item);
+        const int hk = (item % (int)a.p.n_head) / (int)(a.p.n_head / a.p.n_head_kv);
         ig_mbarrier *full = is_v ? sm.full_v(stage) : sm.full_k(stage);
         uint16_t *tile = (is_v ? sm.v() : sm.k()) + stage * kBlockN * HD;
-        const int j0 = ws_tile_j0<V>(a, t);
+        const int pos0 = sq.pos0, j0 = ws_tile_j0<V>(a, t, sq);
         ig_mbarrier_wait(is_v ? sm.empty_v(stage) : sm.empty_k(stage), free_parity);
         ig_mbarrier_arrive_expect_tx(full, kBlockN * HD * 2);
         if (t < 0 && a.paged) {
             if constexpr (kBox == 64) {
                 /* One box per block: whole blocks below pos0 from the pool,
                  * the block holding pos0 through the tail map (its rows from
-                 * pos0 on read as zeros), blocks past it as zeros (a block
-                 * index past the pool is out of bounds). */
+                 * pos0 on read as zeros; varlen: row by row), blocks past it
+                 * as zeros (a block index past the pool is out of bounds). */
+                const int32_t *table = a.p.block_table + sq.s * a.p.table_stride;
                 IG_UNROLL
                 for (int rb = 0; rb < kBlockN / 64; rb++) {
                     const int b = j0 / 64 + rb;
                     const bool whole = (b + 1) * 64 <= pos0, part = !whole && b * 64 < pos0;
-                    const int blk = whole || part ? a.p.block_table[b] : (int)a.p.n_blocks;
+                    const int blk = whole || part ? table[b] : (int)a.p.n_blocks;
+                    uint16_t *dst = tile + rb * 64 * 64;
+                    if (varlen && part) {
+                        for (int r = 0; r < 64; r++)
+                            IG_UNROLL
+                            for (int pg = 0; pg < HD / 64; pg++)
+                                ig_tma_load_4d(&a.maps[is_v ? MAP_VC1 : MAP_KC1],
+                                               dst + pg * kBlockN * 64 + r * 64, full, pg * 64,
+                                               r < pos0 % 64 ? r : -1, hk, blk);
+                        continue;
+                    }
                     const int map = whole || !part ? (is_v ? MAP_VC : MAP_KC)
                                                    : (is_v ? MAP_VT : MAP_KT);
                     IG_UNROLL
                     for (int pg = 0; pg < HD / 64; pg++)
-                        ig_tma_load_4d(&a.maps[map], tile + pg * kBlockN * 64 + rb * 64 * 64, full,
-                                       pg * 64, 0, hk, blk);
+                        ig_tma_load_4d(&a.maps[map], dst + pg * kBlockN * 64, full, pg * 64, 0,
+                                       hk, blk);
                 }
             }
             return;
         }
         const int map = t < 0 ? (is_v ? MAP_VC : MAP_KC) : (is_v ? MAP_V : MAP_K);
-        const int row = t < 0 ? j0 : j0 - pos0;
+        const int row = t < 0 ? j0 : sq.row0 + j0 - pos0;
+        if (varlen && t >= 0 && j0 - pos0 + kBlockN > sq.n) { /* the sequence's end cuts it */
+            rows_1(is_v ? MAP_V1 : MAP_K1, tile, kBlockN, full, row, sq.n - (j0 - pos0), hk);
+            return;
+        }
         IG_UNROLL
         for (int rb = 0; rb < kBlockN / kBox; rb++)
             IG_UNROLL
@@ -253,19 +347,31 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
     };
 
     int fill = 0, q_fill = 0;
-    for (int item = (int)blockIdx.x; item < a.n_items; item += (int)gridDim.x) {
-        const ws_item it = ws_item_at<V>(a, item);
-        ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
-        ig_mbarrier_arrive_expect_tx(sm.full_q(), kBlockM * HD * 2);
-        IG_UNROLL
-        for (int pg = 0; pg < HD / 64; pg++)
-            ws_load(a, MAP_Q, sm.q() + pg * kBlockM * 64, sm.full_q(), pg * 64, it.q0, it.h);
+    for (int item = ws_next<V, VL>(a, (int)blockIdx.x); item < a.n_items;
+         item = ws_next<V, VL>(a, item + (int)gridDim.x)) {
+        int t_lo, t_hi;
+        {
+            const attn_seq sq = ws_seq<V, VL>(a, item);
+            const ws_item it = ws_item_at<V, VL>(a, item, sq);
+            t_lo = it.t_lo, t_hi = it.t_hi;
+            ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
+            ig_mbarrier_arrive_expect_tx(sm.full_q(), kBlockM * HD * 2);
+            if (varlen && it.q0 + kBlockM > sq.n) {
+                rows_1(MAP_Q1, sm.q(), kBlockM, sm.full_q(), sq.row0 + it.q0, sq.n - it.q0,
+                       it.h);
+            } else {
+                IG_UNROLL
+                for (int pg = 0; pg < HD / 64; pg++)
+                    ws_load(a, MAP_Q, sm.q() + pg * kBlockM * 64, sm.full_q(), pg * 64,
+                            sq.row0 + it.q0, it.h);
+            }
+        }
         q_fill++;
-        for (int t = it.t_lo; t <= it.t_hi; t++, fill++) {
+        for (int t = t_lo; t <= t_hi; t++, fill++) {
             const int stage = fill % kStages;
             const uint32_t free_parity = (uint32_t)((fill / kStages) & 1) ^ 1u;
-            fill_stage(t, it.hk, stage, false, free_parity);
-            fill_stage(t, it.hk, stage, true, free_parity);
+            fill_stage(t, item, stage, false, free_parity);
+            fill_stage(t, item, stage, true, free_parity);
         }
     }
 }
@@ -329,7 +435,7 @@ __device__ __forceinline__ void ws_softmax(float (&s)[1][kBlockN / 8][4], float 
 
 /* A consumer warpgroup (threads 128 (w + 1) .. for consumer w): every item
  * of the block. */
-template <class T, int HD, int V>
+template <class T, int HD, int V, bool VL>
 __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, V> &sm)
 {
     constexpr int C = ws_cfg<V>::kConsumers, kBlockM = ws_cfg<V>::kBlockM;
@@ -341,7 +447,6 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
      * loops took registers the accumulators need (ptxas spilled). */
     auto wg = [] { return ig_thread_index_fresh() / 128 - 1; }; /* w */
     auto ct = [] { return ig_thread_index_fresh() % 128; };
-    const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
     const int group = (int)(p.n_head / p.n_head_kv);
     /* Descriptors of this warpgroup's 64 rows of Q and of stage st of K
      * and V, made where used (a few integer instructions per tile, no
@@ -395,32 +500,37 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
             ig_mbarrier_arrive(bar);
     };
 
-    if (wg() == C - 1) /* the first turn is the first warpgroup's */
+    /* The first turn is the first warpgroup's (varlen: a block whose items
+     * all lie past their sequences' rows takes none). */
+    if (wg() == C - 1 && ws_next<V, VL>(a, (int)blockIdx.x) < a.n_items)
         ig_named_barrier_arrive(1, kTurn);
     int fill = 0, q_fill = 0;
-    for (int item = (int)blockIdx.x; item < a.n_items; item += (int)gridDim.x) {
-        /* The item's fields are recomputed where used (integer math) rather
-         * than held through the tile loop. */
-        auto it = [&] { return ws_item_at<V>(a, item); };
+    for (int item = ws_next<V, VL>(a, (int)blockIdx.x); item < a.n_items;
+         item = ws_next<V, VL>(a, item + (int)gridDim.x)) {
+        /* The item's fields and its sequence's are recomputed where used
+         * (integer math, the sequence's from the constant bank or an L1
+         * hit) rather than held through the tile loop. */
+        auto seq = [&] { return ws_seq<V, VL>(a, item); };
+        auto it = [&] { return ws_item_at<V, VL>(a, item, seq()); };
         const int t_lo = it().t_lo, t_hi = it().t_hi;
         if (it().h % group == 0) {
             if (a.paged)
                 write_cache_rows<HD, kBlockM, 128 * C, true>(p, it().h, it().q0,
                                                              ig_thread_index_fresh() - 128,
-                                                             attn_seq_whole(p));
+                                                             seq());
             else
                 write_cache_rows<HD, kBlockM, 128 * C>(p, it().h, it().q0,
-                                                       ig_thread_index_fresh() - 128,
-                                                       attn_seq_whole(p));
+                                                       ig_thread_index_fresh() - 128, seq());
         }
         float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
         IG_UNROLL
         for (int d = 0; d < HD / 8; d++)
             o[0][d][0] = o[0][d][1] = o[0][d][2] = o[0][d][3] = 0;
         auto softmax = [&](int t) {
-            const int j0 = ws_tile_j0<V>(a, t), c = ct(), lane = c % 32;
+            const attn_seq sq = seq();
+            const int j0 = ws_tile_j0<V>(a, t, sq), c = ct(), lane = c % 32, pos0 = sq.pos0;
             const int row0 = it().q0 + 64 * wg() + 16 * (c / 32); /* this warp's first row */
-            const int end = t < 0 ? pos0 : kv_len; /* a cache tile's keys stop at pos0 */
+            const int end = t < 0 ? pos0 : pos0 + sq.n; /* a cache tile's keys stop at pos0 */
             ws_mask<kBlockN>(s, pos0 + row0 - j0, end - j0 > kBlockN ? kBlockN : end - j0, j0,
                              a.window, lane / 4, lane % 4);
             ws_softmax<kBlockN>(s, m, corr, l, a.scale_log2);
@@ -472,13 +582,16 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
         }
 
         /* The last P V. The last warpgroup's last turn of the last item
-         * passes to nobody. */
+         * passes to nobody (varlen: to the first warpgroup, which takes it
+         * after the loop: whether an item is the last is not known here
+         * without a search past the skipped items, whose registers the
+         * accumulators need). */
         const int sv = fill % kStages;
         ig_mbarrier_wait(sm.full_v(sv), (uint32_t)((fill / kStages) & 1));
         fill++;
         ig_named_barrier_sync(turn_mine(), kTurn);
         issue_pv(sv);
-        if (!(item + (int)gridDim.x >= a.n_items && wg() == C - 1)) /* the last item */
+        if (VL || !(item + (int)gridDim.x >= a.n_items && wg() == C - 1))
             ig_named_barrier_arrive(turn_next(), kTurn);
         ig_wgmma_wait<0>();
         ig_wgmma_fence_operand(flat(o));
@@ -488,8 +601,11 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
         /* O / l into the warpgroup's own rows of the Q buffer (every S that
          * read them has completed), then one TMA store per 64 columns. Row
          * `row` of the tile, columns 8 d + 2 tq: swz's chunk d % 8 ^ g (the
-         * row's low bits are g) as one XOR per store. */
+         * row's low bits are g) as one XOR per store. With variable length,
+         * 64 rows the sequence's end cuts are stored row by row, only those
+         * of the sequence (a 64-row box would write the next sequence's). */
         const int w = wg(), c = ct(), g = (c % 32) / 4, tq = c % 4, q0 = it().q0, h = it().h;
+        const int n = seq().n;
         IG_UNROLL
         for (int r = 0; r < 2; r++) {
             l[r] += ig_shfl_xor_f32(l[r], 1);
@@ -503,24 +619,42 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
                        ig_pack2<T>(o[0][d][2 * r] * inv, o[0][d][2 * r + 1] * inv));
             const int grow = q0 + row;
             if (p.lse && tq == 0 && grow < n)
-                p.lse[(int64_t)h * p.lse_head_stride + grow] =
+                p.lse[(int64_t)h * p.lse_head_stride + seq().row0 + grow] =
                     (m[r] * a.scale_log2 + log2f(l[r])) * 0.6931471805599453f;
         }
         ig_fence_proxy_async(); /* the TMA store reads what st.shared wrote */
         ig_named_barrier_sync(1 + C + w, 128); /* the warpgroup's own */
         if (c == 0) {
-            IG_UNROLL
-            for (int pg = 0; pg < HD / 64; pg++)
-                ws_store(a, MAP_O, sm.q() + pg * kBlockM * 64 + 64 * w * 64, pg * 64, q0 + 64 * w,
-                         h);
+            const attn_seq sq = seq();
+            const int r0 = q0 + 64 * w; /* the warpgroup's first row */
+            if (VL && r0 + 64 > sq.n) {
+                for (int r = 0; r < sq.n - r0; r++)
+                    IG_UNROLL
+                    for (int pg = 0; pg < HD / 64; pg++)
+                        ws_store(a, MAP_O1, sm.q() + pg * kBlockM * 64 + (r0 - q0 + r) * 64,
+                                 pg * 64, sq.row0 + r0 + r, h);
+            } else {
+                IG_UNROLL
+                for (int pg = 0; pg < HD / 64; pg++)
+                    ws_store(a, MAP_O, sm.q() + pg * kBlockM * 64 + 64 * w * 64, pg * 64,
+                             sq.row0 + r0, h);
+            }
             ig_bulk_commit();
             ig_bulk_wait_read<0>();
             ig_mbarrier_arrive(sm.empty_q()); /* the producer may load the next Q */
         }
     }
+    if (VL && wg() == 0 && ws_next<V, VL>(a, (int)blockIdx.x) < a.n_items)
+        ig_named_barrier_sync(1, kTurn); /* the last turn of the last item */
     if (ct() == 0)
         ig_bulk_wait<0>();
 }
+
+/* Whether the kernel takes variable length at head dim HD: at 256 (O is
+ * 128 registers per thread) the varlen loop spilled 36 bytes. */
+template <int HD, int V> struct ws_varlen_at {
+    static constexpr bool value = ws_cfg<V>::kVarlen && HD <= 128;
+};
 
 template <class T, int HD, int V>
 __global__ void __launch_bounds__(ws_cfg<V>::kThreads, 1)
@@ -547,11 +681,20 @@ flash_attn_ws_kernel(const __grid_constant__ ws_args a)
     const int wg = (int)threadIdx.x / 128;
     if (wg == 0) {
         ig_setmaxnreg<false, ws_cfg<V>::kProducerRegs, kLaunch>();
-        if (threadIdx.x == 0)
-            ws_producer<HD, V>(a, sm);
+        if (threadIdx.x == 0) {
+            if (ws_varlen_at<HD, V>::value && a.p.seqs)
+                ws_producer<HD, V, ws_varlen_at<HD, V>::value>(a, sm);
+            else
+                ws_producer<HD, V, false>(a, sm);
+        }
     } else {
         ig_setmaxnreg<true, ws_cfg<V>::kConsumerRegs, kLaunch>();
-        ws_consumer<T, HD, V>(a, sm);
+        /* Variable length is its own copy of the loop: the one-sequence
+         * path stays as it was, registers included. */
+        if (ws_varlen_at<HD, V>::value && a.p.seqs)
+            ws_consumer<T, HD, V, ws_varlen_at<HD, V>::value>(a, sm);
+        else
+            ws_consumer<T, HD, V, false>(a, sm);
     }
 }
 
@@ -574,18 +717,18 @@ int ws_map(ig_tma_map *m, uint32_t *swap, int which, const void *base, int64_t h
 }
 
 /* A paged pool (p's k_cache or v_cache at base) as a 4-D map (hd,
- * block_rows, n_head_kv, n_blocks) with boxes of 64 columns x 64 rows of one
- * block; rows: how many of each block's rows are inside (64, or pos0 % 64
- * for the tail map). */
+ * block_rows, n_head_kv, n_blocks) with boxes of 64 columns x box_rows rows
+ * of one block; rows: how many of each block's rows are inside (64, or
+ * pos0 % 64 for the tail map). */
 int ws_pool_map(ig_tma_map *m, const void *base, const prefill_attn_params &p, int64_t hd,
-                int64_t rows)
+                int64_t rows, uint32_t box_rows = 64)
 {
     const uint64_t dim[4] = {(uint64_t)hd, (uint64_t)rows, (uint64_t)p.n_head_kv,
                              (uint64_t)p.n_blocks};
     const uint64_t stride[3] = {(uint64_t)(2 * p.cache_row_stride),
                                 (uint64_t)(2 * p.cache_head_stride),
                                 (uint64_t)(2 * p.cache_block_stride)};
-    const uint32_t box[4] = {64, 64, 1, 1};
+    const uint32_t box[4] = {64, box_rows, 1, 1};
     return ig_tma_encode(m, base, 4, dim, stride, box, IG_TMA_SWIZZLE_128B);
 }
 
@@ -626,21 +769,48 @@ int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &til
             a.p = p;
             a.scale_log2 = p.scale * 1.4426950408889634f;
             a.n_q_tiles = tile.n_q_tiles;
-            a.n_items = tile.n_q_tiles * (int)p.n_head;
+            /* Variable length: items for every sequence at the longest's
+             * query tiles (those past a sequence's rows skipped), and maps
+             * over rows to 2^31 - 1 (the step's rows are in device memory):
+             * the kernel reads and writes only its sequences' rows, a tile
+             * that a sequence's end cuts row by row. */
+            const bool varlen = p.seqs != nullptr;
+            if (varlen && !ws_varlen_at<HD, V>::value)
+                return ig_error(IG_E_INTERNAL, "flash attention: %s takes no variable-length "
+                                "sequences at head_dim %d", prefill_attn_variant_name(V), HD);
+            a.n_items = tile.n_q_tiles * (int)p.n_head * (varlen ? (int)p.n_seqs : 1);
+            const int64_t rows = varlen ? INT32_MAX : p.n_tokens;
             a.window = p.window > p.n_ctx ? 0 : (int)p.window;
             const int box = ws_cfg<V>::kBoxRows;
-            int st = ws_map(&a.maps[MAP_Q], &a.swap, MAP_Q, p.q, HD, p.n_tokens, p.n_head,
+            int st = ws_map(&a.maps[MAP_Q], &a.swap, MAP_Q, p.q, HD, rows, p.n_head,
                             p.q_row_stride, p.q_head_stride, ws_cfg<V>::kBlockM);
             if (!st)
-                st = ws_map(&a.maps[MAP_K], &a.swap, MAP_K, p.k, HD, p.n_tokens, p.n_head_kv,
+                st = ws_map(&a.maps[MAP_K], &a.swap, MAP_K, p.k, HD, rows, p.n_head_kv,
                             p.k_row_stride, p.k_head_stride, box);
             if (!st)
-                st = ws_map(&a.maps[MAP_V], &a.swap, MAP_V, p.v, HD, p.n_tokens, p.n_head_kv,
+                st = ws_map(&a.maps[MAP_V], &a.swap, MAP_V, p.v, HD, rows, p.n_head_kv,
                             p.v_row_stride, p.v_head_stride, box);
+            if (varlen) { /* one-row boxes: tiles a sequence's end or pos0 cuts */
+                if (!st)
+                    st = ws_map(&a.maps[MAP_Q1], &a.swap, MAP_Q1, p.q, HD, rows, p.n_head,
+                                p.q_row_stride, p.q_head_stride, 1);
+                if (!st)
+                    st = ws_map(&a.maps[MAP_K1], &a.swap, MAP_K1, p.k, HD, rows, p.n_head_kv,
+                                p.k_row_stride, p.k_head_stride, 1);
+                if (!st)
+                    st = ws_map(&a.maps[MAP_V1], &a.swap, MAP_V1, p.v, HD, rows, p.n_head_kv,
+                                p.v_row_stride, p.v_head_stride, 1);
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_KC1], p.k_cache, p, HD, 64, 1);
+                if (!st && p.pos0 > 0)
+                    st = ws_pool_map(&a.maps[MAP_VC1], p.v_cache, p, HD, 64, 1);
+                if (!st)
+                    st = ws_map(&a.maps[MAP_O1], &a.swap, MAP_O1, p.o, HD, rows, p.n_head,
+                                p.o_row_stride, p.o_head_stride, 1);
+            }
             if (p.block_table) { /* the pool: whole blocks, and the block holding pos0 */
                 a.paged = 1;
-                a.n_cache_tiles = (int)((p.pos0 + ws_cfg<V>::kBlockN - 1) / ws_cfg<V>::kBlockN);
-                const int64_t tail = p.pos0 % 64;
+                const int64_t tail = varlen ? 0 : p.pos0 % 64; /* varlen: row by row */
                 if (!st && p.pos0 > 0)
                     st = ws_pool_map(&a.maps[MAP_KC], p.k_cache, p, HD, 64);
                 if (!st && p.pos0 > 0)
@@ -658,7 +828,7 @@ int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &til
                                 p.n_head_kv, p.cache_row_stride, p.cache_head_stride, box);
             }
             if (!st)
-                st = ws_map(&a.maps[MAP_O], &a.swap, MAP_O, p.o, HD, p.n_tokens, p.n_head,
+                st = ws_map(&a.maps[MAP_O], &a.swap, MAP_O, p.o, HD, rows, p.n_head,
                             p.o_row_stride, p.o_head_stride, 64);
             if (st)
                 return st;

@@ -365,6 +365,11 @@ static inline int attn_check_memory(const struct attn_case *c, const uint16_t *o
  * shuffled order, three blocks no table names and every position not
  * cached yet hold NaN, and table entries past a sequence's blocks are -1. */
 #define ATTN_MAX_SEQS 6
+#if defined(__cplusplus)
+#define ATTN_ALIGN16 alignas(16)
+#else
+#define ATTN_ALIGN16 _Alignas(16)
+#endif
 
 struct attn_varlen {
     int n_seqs;
@@ -373,7 +378,7 @@ struct attn_varlen {
     int dtype;
     uint64_t seed;
     /* made by attn_varlen_init */
-    struct prefill_attn_seq seqs[ATTN_MAX_SEQS];
+    ATTN_ALIGN16 struct prefill_attn_seq seqs[ATTN_MAX_SEQS]; /* as the ws kernel reads them */
     int64_t rows;          /* the step's rows, gaps included */
     int64_t table_stride, n_blocks;
     int32_t *tables;       /* [n_seqs][table_stride] */

@@ -13,7 +13,9 @@
  * error (random weights). The emulator captures no graphs (the decode steps
  * run their launches directly: tests/gpu/test_backend_gpu.c checks the
  * graph count). A token out of the vocabulary in a step is IG_E_INPUT.
- * Label emu. */
+ * The prefill kernel is the chooser's pick (mma.sync here); CMake runs the
+ * test again with IGNITE_FLASH_VARIANT=ws128n128 (the warp-specialized
+ * kernel's variable-length form, test_backend_batch_emu_ws). Label emu. */
 #include "backend/backend.h"
 #include "models/synthetic.h"
 #include "tests/emu/backend_checks.h"

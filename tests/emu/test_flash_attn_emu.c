@@ -244,15 +244,19 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
  * pos0 not a multiple of 64 with several query tiles, a short one whose
  * chunk starts inside a block; the window case adds a window shorter than
  * the cached part. */
+static void run_varlen_cases_window(int64_t hd, int dtype, int variant)
+{
+    static const int32_t wn[] = {40, 1, 100}, wp[] = {150, 77, 20};
+    run_varlen(3, wn, wp, 2, hd, dtype == PREFILL_ATTN_F16 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16,
+               variant, 64);
+}
+
 static void run_varlen_cases(int64_t hd, int dtype, int variant, int window)
 {
     static const int32_t n_rows[] = {1, 70, 130, 5}, pos0[] = {100, 0, 37, 190};
     run_varlen(4, n_rows, pos0, 2, hd, dtype, variant, 0);
-    if (window) {
-        static const int32_t wn[] = {40, 1, 100}, wp[] = {150, 77, 20};
-        run_varlen(3, wn, wp, 2, hd, dtype == PREFILL_ATTN_F16 ? PREFILL_ATTN_BF16 : PREFILL_ATTN_F16,
-                   variant, 64);
-    }
+    if (window)
+        run_varlen_cases_window(hd, dtype, variant);
 }
 
 /* The pick by measured speed, on a table of the test's own: the nearest
@@ -347,15 +351,34 @@ static void check_chooser(void)
         /* Variable length: the mma.sync variants, over a paged cache, each
          * sequence's tables covering n_ctx; the largest n_rows and pos0
          * need not fit together (they are different sequences'). */
-        static const struct prefill_attn_seq seqs[2] = {{0, 17, 100, 0}, {17, 3, 0, 0}};
+        static ATTN_ALIGN16 const struct prefill_attn_seq seqs[2] = {{0, 17, 100, 0},
+                                                                    {17, 3, 0, 0}};
         q.block_rows = 64, q.seqs = seqs, q.n_seqs = 2, q.table_stride = 3;
         q.n_ctx = 192, q.n_tokens = 100, q.pos0 = 150;
         CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA &&
               t.n_q_tiles == (int)((100 + t.block_m - 1) / t.block_m));
         q.variant = PREFILL_ATTN_M128W4N48;
         CHECK(prefill_attn_choose(&q, &t) == 0);
-        q.variant = PREFILL_ATTN_WS128N128; /* not (yet) the ws kernel */
+        q.variant = PREFILL_ATTN_WS128N128; /* the ws variants of whole-block tiles */
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_WS);
+        q.variant = PREFILL_ATTN_WS192N64; /* built for head dim 64 only */
         CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.head_dim = 64;
+        CHECK(prefill_attn_choose(&q, &t) == 0);
+        q.head_dim = 128;
+        q.variant = PREFILL_ATTN_WS128N160; /* 160-key tiles are not whole blocks */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_WS128N64, q.head_dim = 256; /* not at 256 (it spilled) */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.head_dim = 128;
+        CHECK(prefill_attn_choose(&q, &t) == 0);
+        static ATTN_ALIGN16 const struct prefill_attn_seq seqs3[3] = {{0, 17, 100, 0},
+                                                                     {17, 3, 0, 0}};
+        q.seqs = (const struct prefill_attn_seq *)((const char *)seqs3 + 8); /* not 16-aligned */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO; /* an mma.sync variant then */
+        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+        q.seqs = seqs;
         q.variant = PREFILL_ATTN_WG128N64;
         CHECK(prefill_attn_choose(&q, &t) != 0);
         q.variant = PREFILL_ATTN_AUTO;
@@ -454,6 +477,18 @@ static void run_variant(int v)
             run_varlen_cases(hd, dt, v, 1);
         } else if (mma && first_hd) {
             run_varlen_cases(hd, dt, v, 0);
+        }
+        /* Variable length on every ws variant that reads the pool (head
+         * dims 64 and 128), on the first head dim it is built for, a grid of
+         * 2 SMs (blocks skip the items past their sequences' rows, several
+         * items each); ws128n128 also a window, on 1 SM. */
+        if (ws && first_hd && hd <= 128 && v != PREFILL_ATTN_WS128N160) {
+            test_emu_set_sm_count(2);
+            run_varlen_cases(hd, dt, v, 0);
+            test_emu_set_sm_count(1);
+            if (v == PREFILL_ATTN_WS128N128)
+                run_varlen_cases_window(hd, dt, v);
+            test_emu_set_sm_count(3);
         }
         if (ws && full) {
             run_case_w(300, 0, 2, hd, dt, v, 100);

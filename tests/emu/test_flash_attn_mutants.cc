@@ -21,7 +21,13 @@
  * empty mbarrier, a ping-pong bar.sync with the wrong count, the
  * epilogue's barrier counting half the warpgroup (its TMA store races the
  * other half's writes), the producer keeping its registers (the
- * consumers' setmaxnreg.inc never gets them). Label emu. */
+ * consumers' setmaxnreg.inc never gets them). By the numbers and the
+ * memory checks: a variable-length call on the ws kernel whose sequences
+ * all read the first one's block table, whose masks take the call's
+ * largest pos0, or whose 64-row halves are stored whole past a sequence's
+ * end (rows of the gap and the next sequence written), or whose chunk tile
+ * holding a sequence's last key is loaded whole (the gap row's NaN reaches
+ * P V). Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -56,6 +62,10 @@ WS_MUTANT_(ws_no_empty_wait)
 WS_MUTANT_(ws_turn_count)
 WS_MUTANT_(ws_own_count)
 WS_MUTANT_(ws_no_dec)
+WS_MUTANT_(ws_seq_table)
+WS_MUTANT_(ws_seq_pos0)
+WS_MUTANT_(ws_seq_store)
+WS_MUTANT_(ws_seq_tail)
 #undef WS_MUTANT_
 
 /* A wgmma launcher behind the public signature (p->variant picks the tiles). */
@@ -99,14 +109,18 @@ static int run(int (*fn)(const struct prefill_attn_params *, void *), double *er
 }
 
 /* The same for a variable-length call over a paged pool (attn_varlen):
- * three sequences, each with full K/V tiles from its cache and its chunk;
- * *err is the worst sequence's error in units of its naive error. */
-static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), double *err)
+ * three sequences, each with full K/V tiles from its cache and its chunk
+ * (the first n0 rows, last in the step); *err is the worst sequence's
+ * error in units of its naive error, *bad (when given) the gap rows,
+ * guard bands and pool rows written that should not be. */
+static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), double *err,
+                      int variant = PREFILL_ATTN_DEFAULT_VARIANT(64), int32_t n0 = 150,
+                      int *bad = NULL)
 {
     struct attn_varlen vl;
     memset(&vl, 0, sizeof vl);
     vl.n_seqs = 3;
-    static const int32_t n_rows[] = {150, 70, 90}, pos0[] = {100, 130, 0};
+    const int32_t n_rows[] = {n0, 70, 90}, pos0[] = {100, 130, 0};
     for (int i = 0; i < 3; i++)
         vl.n_rows[i] = n_rows[i], vl.pos0[i] = pos0[i];
     vl.n_head = vl.n_head_kv = 1, vl.hd = 64, vl.dtype = PREFILL_ATTN_BF16, vl.seed = 7;
@@ -114,10 +128,12 @@ static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), dou
     struct attn_case *c = &vl.c;
     struct prefill_attn_params p =
         attn_varlen_params(&vl, c->qkv, c->kc, c->vc, c->o, c->lse, vl.seqs, vl.tables);
-    p.variant = PREFILL_ATTN_DEFAULT_VARIANT(64);
+    p.variant = variant;
     ig_emu_set_quiet(1);
     int rc = fn(&p, NULL);
     ig_emu_set_quiet(0);
+    if (bad)
+        *bad = rc == 0 ? attn_varlen_check_memory(&vl, c->o, c->lse, c->kc, c->vc, "mutant") : 0;
     struct attn_ref r[3];
     attn_varlen_reference(&vl, r);
     *err = 0;
@@ -201,5 +217,26 @@ int main(void)
     CHECKF(strstr(ig_emu_last_error(), "shared offset") != NULL, "%s", ig_emu_last_error());
     CHECK(run(via_tile<prefill_attn_ws_emu_ws_no_dec>, NULL, ws, 64) != 0);
     CHECKF(strstr(ig_emu_last_error(), "setmaxnreg.inc") != NULL, "%s", ig_emu_last_error());
+
+    /* Variable length on the ws kernel: each sequence's own block table, its
+     * own pos0 in the masks, only its rows stored (the first sequence, last
+     * in the step, of whole 64-row halves so that a box stored past a
+     * sequence's end stays in the step's buffer: the gap rows show it). */
+    int bad = 0;
+    CHECK(run_varlen(prefill_attn_emu, &err, ws, 128, &bad) == 0);
+    CHECKF(err <= 2 && bad == 0, "the ws kernel itself, varlen: error %.2f x naive, %d bad", err,
+           bad);
+    CHECK(run_varlen(via_tile<prefill_attn_ws_emu_ws_seq_table>, &err, ws, 128) == 0);
+    CHECKF(!(err <= 10), "ws_seq_table mutant: error only %.2f x naive", err);
+    CHECK(run_varlen(via_tile<prefill_attn_ws_emu_ws_seq_pos0>, &err, ws, 128) == 0);
+    CHECKF(!(err <= 10), "ws_seq_pos0 mutant: error only %.2f x naive", err);
+    CHECK(run_varlen(via_tile<prefill_attn_ws_emu_ws_seq_store>, &err, ws, 128, &bad) == 0);
+    CHECKF(bad > 0, "ws_seq_store mutant: no row outside a sequence written (error %.2f x naive)",
+           err);
+    /* The chunk tile holding a sequence's last key loaded as whole boxes:
+     * the gap row's NaN (and the next sequence's rows) reach the tile, and
+     * a masked P times a NaN V is NaN. */
+    CHECK(run_varlen(via_tile<prefill_attn_ws_emu_ws_seq_tail>, &err, ws, 128) == 0);
+    CHECKF(!(err <= 10), "ws_seq_tail mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }

@@ -7,7 +7,8 @@
  * side of pos0; the mma.sync variants built for head dim 256 that too, and
  * every mma.sync variant windows, paged caches and variable-length calls
  * (attn_varlen: several sequences over one pool, sequences and tables in
- * device memory). Exits 77 (skipped) when no CUDA
+ * device memory), as every ws variant the chooser lets take them (whole
+ * 64-position block tiles, head dims 64 and 128). Exits 77 (skipped) when no CUDA
  * device is present. Label gpu.
  * Usage: test_flash_attn_gpu [--quick] [VARIANT...]: only those variants
  * (default all); --quick: the GPU check's list, small n first, then a few
@@ -139,14 +140,16 @@ static void run_case(int64_t n, int64_t pos0, int64_t n_head, int64_t n_head_kv,
 
 /* A variable-length case (attn_varlen: sequences of n_rows[i] rows at
  * pos0[i] over one shuffled pool, the sequences and tables in device
- * memory) on every wanted variant that takes it, each sequence against its
- * own fp64 reference. */
+ * memory) on every wanted variant that takes it (the chooser says: the
+ * mma.sync ones, the ws ones of whole-block tiles at head dims 64 and 128),
+ * each sequence against its own fp64 reference. */
 static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, int64_t n_head,
                        int64_t n_head_kv, int64_t hd, int dtype, int64_t window)
 {
     int any = 0;
     for (int v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
-        any |= wanted(v, hd) && prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_MMA;
+        any |= wanted(v, hd) && (prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_MMA ||
+                                 (prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS && hd <= 128));
     if (!any)
         return;
     struct attn_varlen vl;
