@@ -14,6 +14,7 @@
 #include "core/status.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
 {
@@ -134,15 +135,21 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_h
 /* Elements per ops_exp_row call of the gates (a stack buffer). */
 #define GATE_CHUNK 256
 
-/* The sigmoid's expf(-g) through ops_exp_row (expf's bits, several lanes at
- * once: scalar expf was 4 % of a prefill). */
-void ops_swiglu(float *gate, const float *up, int64_t n)
+/* gate = gate * sigmoid(z) * up, z = gate (SwiGLU) or GELU's tanh form
+ * 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)) with z = sqrt(2 / pi) (g + 0.044715
+ * g^3) (GeGLU; tanhf was a fifth of a prefill): one expf per element, taken
+ * through ops_exp_row (expf's bits, several lanes at once: scalar expf was
+ * 4 % of a prefill). */
+static void gate_rows(float *gate, const float *up, int64_t n, bool gelu)
 {
+    const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
     float e[GATE_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += GATE_CHUNK) {
         int64_t m = n - i0 < GATE_CHUNK ? n - i0 : GATE_CHUNK;
-        for (int64_t i = 0; i < m; i++)
-            e[i] = -gate[i0 + i];
+        for (int64_t i = 0; i < m; i++) {
+            float g = gate[i0 + i];
+            e[i] = gelu ? -k2 * (g + 0.044715f * g * g * g) : -g;
+        }
         ops_exp_row(e, m, 0.0f); /* x - 0.0f is x */
         for (int64_t i = 0; i < m; i++) {
             float g = gate[i0 + i];
@@ -151,24 +158,14 @@ void ops_swiglu(float *gate, const float *up, int64_t n)
     }
 }
 
-/* 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)): the tanh form of GELU through one
- * expf, the cost of SwiGLU's sigmoid (tanhf was a fifth of a prefill). */
+void ops_swiglu(float *gate, const float *up, int64_t n)
+{
+    gate_rows(gate, up, n, false);
+}
+
 void ops_geglu(float *gate, const float *up, int64_t n)
 {
-    const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
-    float e[GATE_CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += GATE_CHUNK) {
-        int64_t m = n - i0 < GATE_CHUNK ? n - i0 : GATE_CHUNK;
-        for (int64_t i = 0; i < m; i++) {
-            float g = gate[i0 + i];
-            e[i] = -k2 * (g + 0.044715f * g * g * g);
-        }
-        ops_exp_row(e, m, 0.0f);
-        for (int64_t i = 0; i < m; i++) {
-            float g = gate[i0 + i];
-            gate[i0 + i] = g / (1.0f + e[i]) * up[i0 + i];
-        }
-    }
+    gate_rows(gate, up, n, true);
 }
 
 void ops_softcap(float *x, int64_t n, double cap)

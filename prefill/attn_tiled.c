@@ -29,9 +29,9 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "ops/exp_row.h"
 #include "ops/simd.h"
 #include "prefill/attn_decode.h"
-#include "ops/exp_row.h"
 #include "prefill/attn_v8.h"
 
 #include <math.h>
@@ -449,8 +449,8 @@ static bool decode_f16_ok(const struct attn_params *p)
     return p->kv.dtype == KV_F16 && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
-/* Query heads h0 .. h1 - 1 of sequence s's token t0 (a decode token, alone
- * in its tile) walked together, block by block: a block's K (and V) rows of
+/* Query heads h0 .. h1 - 1 of sequence s's one token (a decode token)
+ * walked together, block by block: a block's K (and V) rows of
  * consecutive KV heads are contiguous in the pool, so one walk streams them
  * in order where separate items jumped a block's length for every head's 64
  * rows, a pattern the hardware prefetchers barely follow. The range may
@@ -459,12 +459,12 @@ static bool decode_f16_ok(const struct attn_params *p)
  * head h0 + r (at most max_rows in the scratch); each row sees exactly
  * run_item's operations, so no split or grouping changes a bit. */
 static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s, int64_t h0,
-                           int64_t h1, int64_t t0, struct attn_scratch *sc)
+                           int64_t h1, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = h1 - h0;
     int64_t kvh0 = h0 / group, kvh1 = (h1 - 1) / group + 1;
-    const float *q = s->q + t0 * p->q_tok_stride + h0 * hd;
+    const float *q = s->q + h0 * hd;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t d = 0; d < hd; d++) {
             sc->q[r * hd + d] = q[r * hd + d] * p->scale;
@@ -473,8 +473,8 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
         sc->m[r] = -INFINITY;
         sc->l[r] = 0.0f;
     }
-    int64_t kend = s->pos0 + t0 + 1;
-    int64_t kbegin = p->window > 0 ? s->pos0 + t0 - p->window + 1 : 0;
+    int64_t kend = s->pos0 + 1;
+    int64_t kbegin = p->window > 0 ? s->pos0 - p->window + 1 : 0;
     kbegin = kbegin > 0 ? kbegin : 0;
     for (int64_t k0 = kbegin / ATTN_TILE_K * ATTN_TILE_K; k0 < kend; k0 += ATTN_TILE_K) {
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
@@ -489,7 +489,7 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
             decode_f16_tile(p, s, kvh, k0, c0, nc, kend, b - a, &hs);
         }
     }
-    float *out = s->out + t0 * p->out_tok_stride + h0 * hd;
+    float *out = s->out + h0 * hd;
     for (int64_t r = 0; r < rows; r++) {
         float inv = 1.0f / sc->l[r];
         for (int64_t d = 0; d < hd; d++)
@@ -620,7 +620,7 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t local = item - job->first_item[si];
         if (s->n_tokens == 1 && job->decode_parts > 0) {
             int64_t n = job->decode_parts;
-            run_decode_f16(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, 0, &sc);
+            run_decode_f16(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, &sc);
             continue;
         }
         /* Latest query tiles (the most keys) first, so the tail balances. */
