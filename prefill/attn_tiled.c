@@ -187,6 +187,68 @@ static void scores3(struct attn_scratch *sc, const float *kt, int64_t c0, int64_
     }
 }
 
+/* Rows r, r + 1 of scores(): two rows and four columns share each load of q
+ * and k. `tail` (hd not a multiple of 8) adds the last products one by one;
+ * without it, two copies of this loop (one per value of the constant) keep
+ * the tail's registers out of the common one. */
+static inline __attribute__((always_inline)) void
+scores_rows2(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
+             int64_t hd, const bool tail)
+{
+    int64_t hd8 = tail ? hd / 8 * 8 : hd;
+    const float *q = sc->q + r * hd, *q1 = q + hd;
+    float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
+    int64_t c = c0;
+    for (; c + 4 <= nc; c += 4) {
+        const float *k = kt + c * hd;
+        attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
+            attn_v8 k0 = v8_load(k + d), k1 = v8_load(k + hd + d);
+            attn_v8 k2 = v8_load(k + 2 * hd + d), k3 = v8_load(k + 3 * hd + d);
+            a0 += qv * k0, b0 += qw * k0;
+            a1 += qv * k1, b1 += qw * k1;
+            a2 += qv * k2, b2 += qw * k2;
+            a3 += qv * k3, b3 += qw * k3;
+        }
+        attn_v8 sum;
+        v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+        if (hd8 == hd) { /* no tail: the + 0 of the general case, in one add */
+            sum += (attn_v8){0};
+            v4_store(s + c, v8_shuf(sum, sum, 0, 1, 2, 3));
+            v4_store(s1 + c, v8_shuf(sum, sum, 4, 5, 6, 7));
+            continue;
+        }
+        float t[8] = {0};
+        for (int64_t d = hd8; d < hd; d++)
+            for (int j = 0; j < 4; j++) {
+                t[j] += q[d] * k[j * hd + d];
+                t[4 + j] += q1[d] * k[j * hd + d];
+            }
+        for (int j = 0; j < 4; j++) {
+            s[c + j] = sum[j] + t[j];
+            s1[c + j] = sum[4 + j] + t[4 + j];
+        }
+    }
+    for (; c < nc; c++) {
+        const float *k = kt + c * hd;
+        attn_v8 a = {0}, b = {0};
+        for (int64_t d = 0; d < hd8; d += 8) {
+            attn_v8 kv = v8_load(k + d);
+            a += v8_load(q + d) * kv;
+            b += v8_load(q1 + d) * kv;
+        }
+        float t = 0, u = 0;
+        for (int64_t d = hd8; d < hd; d++) {
+            t += q[d] * k[d];
+            u += q1[d] * k[d];
+        }
+        s[c] = v8_sum(a) + t;
+        s1[c] = v8_sum(b) + u;
+    }
+}
+
 /* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
  * fixed order (eight lanes over d, then v8_sum), two rows and four columns
  * sharing each load of q and k (three rows first when the count is odd: a
@@ -204,51 +266,10 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
         r = 3;
     }
     for (; r + 2 <= rows; r += 2) {
-        const float *q = sc->q + r * hd, *q1 = q + hd;
-        float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
-        int64_t c = c0;
-        for (; c + 4 <= nc; c += 4) {
-            const float *k = kt + c * hd;
-            attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-            for (int64_t d = 0; d < hd8; d += 8) {
-                attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
-                attn_v8 k0 = v8_load(k + d), k1 = v8_load(k + hd + d);
-                attn_v8 k2 = v8_load(k + 2 * hd + d), k3 = v8_load(k + 3 * hd + d);
-                a0 += qv * k0, b0 += qw * k0;
-                a1 += qv * k1, b1 += qw * k1;
-                a2 += qv * k2, b2 += qw * k2;
-                a3 += qv * k3, b3 += qw * k3;
-            }
-            attn_v8 sum;
-            v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
-            float t[8] = {0};
-            for (int64_t d = hd8; d < hd; d++)
-                for (int j = 0; j < 4; j++) {
-                    t[j] += q[d] * k[j * hd + d];
-                    t[4 + j] += q1[d] * k[j * hd + d];
-                }
-            for (int j = 0; j < 4; j++) {
-                s[c + j] = sum[j] + t[j];
-                s1[c + j] = sum[4 + j] + t[4 + j];
-            }
-        }
-        for (; c < nc; c++) {
-            const float *k = kt + c * hd;
-            attn_v8 a = {0}, b = {0};
-            for (int64_t d = 0; d < hd8; d += 8) {
-                attn_v8 kv = v8_load(k + d);
-                a += v8_load(q + d) * kv;
-                b += v8_load(q1 + d) * kv;
-            }
-            float t = 0, u = 0;
-            for (int64_t d = hd8; d < hd; d++) {
-                t += q[d] * k[d];
-                u += q1[d] * k[d];
-            }
-            s[c] = v8_sum(a) + t;
-            s1[c] = v8_sum(b) + u;
-        }
+        if (hd % 8 == 0)
+            scores_rows2(sc, kt, r, c0, nc, hd, false);
+        else
+            scores_rows2(sc, kt, r, c0, nc, hd, true);
     }
     for (; r < rows; r++) {
         const float *q = sc->q + r * hd;
@@ -398,6 +419,69 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
     }
 }
 
+/* accumulate() for rows rr[0..n) (2 <= n <= 4) that see the same columns
+ * [lo, hi): 16 output columns of every row at a time (2n sums in registers)
+ * while the values stream past, so each V load serves n rows where
+ * accumulate() reloads the whole tile for every row (it spilled out of L1
+ * with the tile's K, scores and outputs). Every element of o sees
+ * accumulate()'s operations in its order: o * corr, then + s[c] v[c] for c
+ * from lo up. */
+static inline __attribute__((always_inline)) void
+accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
+                  int64_t lo, int64_t hi, int64_t hd)
+{
+    /* Written out (rows 0..3 as separate variables, the unused ones dead for
+     * a constant n): -O2 keeps arrays of vectors in memory. */
+    const float *s0 = sc->s + rr[0] * ATTN_TILE_K, *s1 = sc->s + rr[1] * ATTN_TILE_K;
+    const float *s2 = sc->s + rr[n > 2 ? 2 : 0] * ATTN_TILE_K;
+    const float *s3 = sc->s + rr[n > 3 ? 3 : 0] * ATTN_TILE_K;
+    float *o0 = sc->o + rr[0] * hd, *o1 = sc->o + rr[1] * hd;
+    float *o2 = sc->o + rr[n > 2 ? 2 : 0] * hd, *o3 = sc->o + rr[n > 3 ? 3 : 0] * hd;
+    float c0 = sc->corr[rr[0]], c1 = sc->corr[rr[1]];
+    float c2 = sc->corr[rr[n > 2 ? 2 : 0]], c3 = sc->corr[rr[n > 3 ? 3 : 0]];
+    for (int64_t db = 0; db < hd; db += ATTN_COL_BLOCK) {
+        attn_v8 a0 = v8_load(o0 + db) * c0, b0 = v8_load(o0 + db + 8) * c0;
+        attn_v8 a1 = v8_load(o1 + db) * c1, b1 = v8_load(o1 + db + 8) * c1;
+        attn_v8 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+        if (n > 2)
+            a2 = v8_load(o2 + db) * c2, b2 = v8_load(o2 + db + 8) * c2;
+        if (n > 3)
+            a3 = v8_load(o3 + db) * c3, b3 = v8_load(o3 + db + 8) * c3;
+        for (int64_t c = lo; c < hi; c++) {
+            attn_v8 v0 = v8_load(vt + c * hd + db), v1 = v8_load(vt + c * hd + db + 8);
+            a0 += s0[c] * v0, b0 += s0[c] * v1;
+            a1 += s1[c] * v0, b1 += s1[c] * v1;
+            if (n > 2)
+                a2 += s2[c] * v0, b2 += s2[c] * v1;
+            if (n > 3)
+                a3 += s3[c] * v0, b3 += s3[c] * v1;
+        }
+        v8_store(o0 + db, a0), v8_store(o0 + db + 8, b0);
+        v8_store(o1 + db, a1), v8_store(o1 + db + 8, b1);
+        if (n > 2)
+            v8_store(o2 + db, a2), v8_store(o2 + db + 8, b2);
+        if (n > 3)
+            v8_store(o3 + db, a3), v8_store(o3 + db + 8, b3);
+    }
+}
+
+OPS_SIMD_CLONES
+static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
+                            int64_t lo, int64_t hi, int64_t hd)
+{
+    if (hd % ATTN_COL_BLOCK != 0) {
+        for (int i = 0; i < n; i++)
+            accumulate(sc, vt, rr[i], lo, hi, hd);
+    } else if (n == 4)
+        accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd);
+    else if (n == 3)
+        accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd);
+    else if (n == 2)
+        accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd);
+    else
+        accumulate(sc, vt, rr[0], lo, hi, hd);
+}
+
 /* One K/V tile of a decode item (one query token; rows: its KV head's query
  * heads in the walk) from an f16 cache, the halves converted in registers
  * as attn_decode.c loads them: the same scores, softmax and accumulation as
@@ -534,19 +618,32 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         scores(sc, kt, rows, c0, nc, hd);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
-        for (int64_t r = 0; r < rows; r++) {
+        /* Rows token by token (a token's query heads see the same columns),
+         * accumulated up to four at a time while their columns agree: on a
+         * tile every row sees whole, four rows of any tokens. */
+        int64_t batch[4], blo = 0, bhi = 0;
+        int nb = 0;
+        for (int64_t i = 0; i < nq; i++) {
             /* Query token i sees keys up to position pos0 + t0 + i, and with
              * a window from pos0 + t0 + i - window + 1 on. */
-            int64_t i = r % nq;
             int64_t hi = s->pos0 + t0 + i + 1 - k0;
             int64_t lo = p->window > 0 ? s->pos0 + t0 + i - p->window + 1 - k0 : 0;
             lo = lo > 0 ? lo : 0;
             hi = hi > nc ? nc : hi;
             if (hi <= lo)
-                continue; /* the tile is in this row's future or behind its window */
-            softmax_update(sc, r, lo, hi);
-            accumulate(sc, vt, r, lo, hi, hd);
+                continue; /* the tile is in this token's future or behind its window */
+            for (int64_t g = 0; g < group; g++) {
+                int64_t r = g * nq + i;
+                softmax_update(sc, r, lo, hi);
+                if (nb == 4 || (nb > 0 && (lo != blo || hi != bhi))) {
+                    accumulate_rows(sc, vt, batch, nb, blo, bhi, hd);
+                    nb = 0;
+                }
+                batch[nb++] = r, blo = lo, bhi = hi;
+            }
         }
+        if (nb > 0)
+            accumulate_rows(sc, vt, batch, nb, blo, bhi, hd);
     }
 
     for (int64_t g = 0; g < group; g++) {
