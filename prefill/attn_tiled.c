@@ -203,18 +203,41 @@ scores_rows2(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, in
         const float *k = kt + c * hd;
         attn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
         attn_v8 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-        for (int64_t d = 0; d < hd8; d += 8) {
+        if (!tail) {
+            /* Each K vector is loaded for the next step as soon as this step
+             * has used it: a value carried round the loop stays in a
+             * register, where GCC made a value used twice two loads (10
+             * loads a step for 16 vector operations: the load ports were
+             * the bound). hd >= 8 here. */
+            attn_v8 k0 = v8_load(k), k1 = v8_load(k + hd);
+            attn_v8 k2 = v8_load(k + 2 * hd), k3 = v8_load(k + 3 * hd);
+            int64_t d = 0;
+            for (; d + 8 < hd; d += 8) {
+                attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
+                a0 += qv * k0, b0 += qw * k0, k0 = v8_load(k + d + 8);
+                a1 += qv * k1, b1 += qw * k1, k1 = v8_load(k + hd + d + 8);
+                a2 += qv * k2, b2 += qw * k2, k2 = v8_load(k + 2 * hd + d + 8);
+                a3 += qv * k3, b3 += qw * k3, k3 = v8_load(k + 3 * hd + d + 8);
+            }
             attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
-            attn_v8 k0 = v8_load(k + d), k1 = v8_load(k + hd + d);
-            attn_v8 k2 = v8_load(k + 2 * hd + d), k3 = v8_load(k + 3 * hd + d);
             a0 += qv * k0, b0 += qw * k0;
             a1 += qv * k1, b1 += qw * k1;
             a2 += qv * k2, b2 += qw * k2;
             a3 += qv * k3, b3 += qw * k3;
+        } else {
+            for (int64_t d = 0; d < hd8; d += 8) {
+                attn_v8 qv = v8_load(q + d), qw = v8_load(q1 + d);
+                attn_v8 k0 = v8_load(k + d), k1 = v8_load(k + hd + d);
+                attn_v8 k2 = v8_load(k + 2 * hd + d), k3 = v8_load(k + 3 * hd + d);
+                a0 += qv * k0, b0 += qw * k0;
+                a1 += qv * k1, b1 += qw * k1;
+                a2 += qv * k2, b2 += qw * k2;
+                a3 += qv * k3, b3 += qw * k3;
+            }
         }
         attn_v8 sum;
         v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
-        if (hd8 == hd) { /* no tail: the + 0 of the general case, in one add */
+        if (!tail) { /* no tail: the + 0 of the general case, in one add */
             sum += (attn_v8){0};
             v4_store(s + c, v8_shuf(sum, sum, 0, 1, 2, 3));
             v4_store(s1 + c, v8_shuf(sum, sum, 4, 5, 6, 7));
