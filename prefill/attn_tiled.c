@@ -365,26 +365,12 @@ static float row_max(const float *x, int64_t n, float m)
 }
 
 /* Online-softmax update of row r over its visible columns [lo, hi): turns
- * s[r][lo..hi) into probabilities relative to the new max and sets corr[r].
- * Columns outside are never read. The max is row_max's, the exponentials
- * ops_exp_row's (expf's bits, vectorized), the sum in column order. */
-static void softmax_update(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
-{
-    float *s = sc->s + r * ATTN_TILE_K;
-    float mx = row_max(s + lo, hi - lo, sc->m[r]);
-    float corr = expf(sc->m[r] - mx); /* 0 on the first tile: m = -inf */
-    ops_exp_row(s + lo, hi - lo, mx);
-    float sum = 0.0f;
-    for (int64_t c = lo; c < hi; c++)
-        sum += s[c];
-    sc->m[r] = mx;
-    sc->l[r] = sc->l[r] * corr + sum;
-    sc->corr[r] = corr;
-}
-
-/* softmax_update without the sum and l: the decode path sums each row's
- * probabilities while accumulating (attn_decode_accumulate_f16, the same
- * additions in the same order) and updates l itself. */
+ * s[r][lo..hi) into probabilities relative to the new max, sets m[r] and
+ * corr[r] = e^(m_old - m_new) (0 on the first tile: m = -inf). Columns
+ * outside are never read. The max is row_max's, the exponentials
+ * ops_exp_row's (expf's bits, vectorized). The sum and l[r] = l[r] corr[r]
+ * + sum come with the accumulation (accumulate_rows, add_row_sum; the
+ * decode path: attn_decode_accumulate_f16), in column order. */
 static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float *s = sc->s + r * ATTN_TILE_K;
@@ -442,67 +428,104 @@ static void accumulate(struct attn_scratch *sc, const float *vt, int64_t r, int6
     }
 }
 
-/* accumulate() for rows rr[0..n) (2 <= n <= 4) that see the same columns
- * [lo, hi): 16 output columns of every row at a time (2n sums in registers)
- * while the values stream past, so each V load serves n rows where
- * accumulate() reloads the whole tile for every row (it spilled out of L1
- * with the tile's K, scores and outputs). Every element of o sees
- * accumulate()'s operations in its order: o * corr, then + s[c] v[c] for c
- * from lo up. */
+/* The probabilities' sum of row r over [lo, hi), in column order, and
+ * l[r] = l[r] corr[r] + sum. */
+static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
+{
+    const float *s = sc->s + r * ATTN_TILE_K;
+    float sum = 0.0f;
+    for (int64_t c = lo; c < hi; c++)
+        sum += s[c];
+    sc->l[r] = sc->l[r] * sc->corr[r] + sum;
+}
+
+/* 16 output columns [db, db + 16) of rows 0..n-1 (o*, s*, c*: each row's
+ * output, probabilities and correction) over columns [lo, hi), and with
+ * `sums` each row's probability sum in column order into sum*. Written out
+ * (rows as separate variables, the unused ones dead for a constant n):
+ * -O2 keeps arrays of vectors in memory. */
+#define ACC_ROWS_BLOCK(n, db, sums)                                                           \
+    do {                                                                                     \
+        attn_v8 a0 = v8_load(o0 + (db)) * c0, b0 = v8_load(o0 + (db) + 8) * c0;              \
+        attn_v8 a1 = v8_load(o1 + (db)) * c1, b1 = v8_load(o1 + (db) + 8) * c1;              \
+        attn_v8 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                      \
+        if ((n) > 2)                                                                         \
+            a2 = v8_load(o2 + (db)) * c2, b2 = v8_load(o2 + (db) + 8) * c2;                  \
+        if ((n) > 3)                                                                         \
+            a3 = v8_load(o3 + (db)) * c3, b3 = v8_load(o3 + (db) + 8) * c3;                  \
+        for (int64_t c = lo; c < hi; c++) {                                                  \
+            attn_v8 v0 = v8_load(vt + c * hd + (db)), v1 = v8_load(vt + c * hd + (db) + 8);  \
+            a0 += s0[c] * v0, b0 += s0[c] * v1;                                              \
+            a1 += s1[c] * v0, b1 += s1[c] * v1;                                              \
+            if ((n) > 2)                                                                     \
+                a2 += s2[c] * v0, b2 += s2[c] * v1;                                          \
+            if ((n) > 3)                                                                     \
+                a3 += s3[c] * v0, b3 += s3[c] * v1;                                          \
+            if (sums) {                                                                      \
+                sum0 += s0[c], sum1 += s1[c];                                                \
+                if ((n) > 2)                                                                 \
+                    sum2 += s2[c];                                                           \
+                if ((n) > 3)                                                                 \
+                    sum3 += s3[c];                                                           \
+            }                                                                                \
+        }                                                                                    \
+        v8_store(o0 + (db), a0), v8_store(o0 + (db) + 8, b0);                                \
+        v8_store(o1 + (db), a1), v8_store(o1 + (db) + 8, b1);                                \
+        if ((n) > 2)                                                                         \
+            v8_store(o2 + (db), a2), v8_store(o2 + (db) + 8, b2);                            \
+        if ((n) > 3)                                                                         \
+            v8_store(o3 + (db), a3), v8_store(o3 + (db) + 8, b3);                            \
+    } while (0)
+
+/* accumulate() and the probability sums (add_row_sum) for rows rr[0..n)
+ * (2 <= n <= 4) that see the same columns [lo, hi): 16 output columns of
+ * every row at a time (2n sums in registers) while the values stream past,
+ * so each V load serves n rows where accumulate() reloads the whole tile
+ * for every row (it spilled out of L1 with the tile's K, scores and
+ * outputs); the n probability sums ride along the first 16 columns, n
+ * chains of additions side by side where one row's chain alone waited on
+ * each addition. Every element of o sees accumulate()'s operations in its
+ * order (o * corr, then + s[c] v[c] for c from lo up), every sum
+ * add_row_sum's. */
 static inline __attribute__((always_inline)) void
 accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
                   int64_t lo, int64_t hi, int64_t hd)
 {
-    /* Written out (rows 0..3 as separate variables, the unused ones dead for
-     * a constant n): -O2 keeps arrays of vectors in memory. */
-    const float *s0 = sc->s + rr[0] * ATTN_TILE_K, *s1 = sc->s + rr[1] * ATTN_TILE_K;
-    const float *s2 = sc->s + rr[n > 2 ? 2 : 0] * ATTN_TILE_K;
-    const float *s3 = sc->s + rr[n > 3 ? 3 : 0] * ATTN_TILE_K;
-    float *o0 = sc->o + rr[0] * hd, *o1 = sc->o + rr[1] * hd;
-    float *o2 = sc->o + rr[n > 2 ? 2 : 0] * hd, *o3 = sc->o + rr[n > 3 ? 3 : 0] * hd;
-    float c0 = sc->corr[rr[0]], c1 = sc->corr[rr[1]];
-    float c2 = sc->corr[rr[n > 2 ? 2 : 0]], c3 = sc->corr[rr[n > 3 ? 3 : 0]];
-    for (int64_t db = 0; db < hd; db += ATTN_COL_BLOCK) {
-        attn_v8 a0 = v8_load(o0 + db) * c0, b0 = v8_load(o0 + db + 8) * c0;
-        attn_v8 a1 = v8_load(o1 + db) * c1, b1 = v8_load(o1 + db + 8) * c1;
-        attn_v8 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
-        if (n > 2)
-            a2 = v8_load(o2 + db) * c2, b2 = v8_load(o2 + db + 8) * c2;
-        if (n > 3)
-            a3 = v8_load(o3 + db) * c3, b3 = v8_load(o3 + db + 8) * c3;
-        for (int64_t c = lo; c < hi; c++) {
-            attn_v8 v0 = v8_load(vt + c * hd + db), v1 = v8_load(vt + c * hd + db + 8);
-            a0 += s0[c] * v0, b0 += s0[c] * v1;
-            a1 += s1[c] * v0, b1 += s1[c] * v1;
-            if (n > 2)
-                a2 += s2[c] * v0, b2 += s2[c] * v1;
-            if (n > 3)
-                a3 += s3[c] * v0, b3 += s3[c] * v1;
-        }
-        v8_store(o0 + db, a0), v8_store(o0 + db + 8, b0);
-        v8_store(o1 + db, a1), v8_store(o1 + db + 8, b1);
-        if (n > 2)
-            v8_store(o2 + db, a2), v8_store(o2 + db + 8, b2);
-        if (n > 3)
-            v8_store(o3 + db, a3), v8_store(o3 + db + 8, b3);
-    }
+    int64_t r0 = rr[0], r1 = rr[1], r2 = rr[n > 2 ? 2 : 0], r3 = rr[n > 3 ? 3 : 0];
+    const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;
+    const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;
+    float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;
+    float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;
+    float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];
+    float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;
+    ACC_ROWS_BLOCK(n, 0, true);
+    for (int64_t db = ATTN_COL_BLOCK; db < hd; db += ATTN_COL_BLOCK)
+        ACC_ROWS_BLOCK(n, db, false);
+    sc->l[r0] = sc->l[r0] * c0 + sum0;
+    sc->l[r1] = sc->l[r1] * c1 + sum1;
+    if (n > 2)
+        sc->l[r2] = sc->l[r2] * c2 + sum2;
+    if (n > 3)
+        sc->l[r3] = sc->l[r3] * c3 + sum3;
 }
 
 OPS_SIMD_CLONES
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
                             int64_t lo, int64_t hi, int64_t hd)
 {
-    if (hd % ATTN_COL_BLOCK != 0) {
-        for (int i = 0; i < n; i++)
-            accumulate(sc, vt, rr[i], lo, hi, hd);
-    } else if (n == 4)
-        accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd);
-    else if (n == 3)
-        accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd);
-    else if (n == 2)
-        accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd);
-    else
-        accumulate(sc, vt, rr[0], lo, hi, hd);
+    if (n >= 2 && hd % ATTN_COL_BLOCK == 0) {
+        if (n == 4)
+            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd);
+        else if (n == 3)
+            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd);
+        else
+            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        add_row_sum(sc, rr[i], lo, hi);
+        accumulate(sc, vt, rr[i], lo, hi, hd);
+    }
 }
 
 /* One K/V tile of a decode item (one query token; rows: its KV head's query
@@ -657,7 +680,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
                 continue; /* the tile is in this token's future or behind its window */
             for (int64_t g = 0; g < group; g++) {
                 int64_t r = g * nq + i;
-                softmax_update(sc, r, lo, hi);
+                softmax_probs(sc, r, lo, hi);
                 if (nb == 4 || (nb > 0 && (lo != blo || hi != bhi))) {
                     accumulate_rows(sc, vt, batch, nb, blo, bhi, hd);
                     nb = 0;
