@@ -1,5 +1,5 @@
 /* bench/qmm_cpu.c: CPU time of the int8 kernels of ops/qmatmul*.c on each
- * ISA this CPU runs (AVX2, AVX-512 VNNI), for Q4_0, Q4_1 and Q8_0 weights
+ * ISA this CPU runs (AVX2, AVX-512 VNNI), for Q4_0, Q4_1, Q8_0 and Q5_0 weights
  * of 576 columns (SmolLM2-135M's width) in the packed decode layout:
  *   gemv TYPE ISA cache   one token, 192 groups of 8 rows (1536 rows, in L2)
  *   gemv TYPE ISA memory  one token, 256 MiB of groups (from memory)
@@ -42,8 +42,8 @@ static uint8_t *make_groups(size_t pb, int64_t n_blk, int64_t groups)
 
 int main(void)
 {
-    const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q8_0};
-    const char *names[] = {"q4_0", "q4_1", "q8_0"};
+    const enum quant_type types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q8_0, QUANT_Q5_0};
+    const char *names[] = {"q4_0", "q4_1", "q8_0", "q5_0"};
     const int64_t cols = 576, n_blk = cols / QMM_QK, nt = 64, small = 192;
     struct qmm_q8 *x = calloc((size_t)(nt * n_blk), sizeof *x);
     float *y = malloc((size_t)(nt * 8 * small) * sizeof *y);
@@ -55,7 +55,7 @@ int main(void)
         for (int i = 0; i < QMM_QK; i++)
             x[b].qs[i] = (int8_t)((i + b) * 7 % 255 - 127);
     }
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         size_t pb = ops_qmm_packed_block_bytes(types[ti]), gb = pb * (size_t)n_blk;
         int64_t big = (int64_t)((256u << 20) / gb);
         uint8_t *ps = make_groups(pb, n_blk, small), *pm = make_groups(pb, n_blk, big);

@@ -78,8 +78,9 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  *   f16 d[8]; f16 m[8] (Q4_1, Q5_1 only); quants,
  * where for 4-bit formats the quants are 4 x 32 bytes: byte 4 j + i of
  * vector v holds row j's quant 8 v + i in its low nibble and 8 v + 4 + i in
- * its high one; 5-bit formats add 8 x 32 bits after those: bit 4 j + i of
- * word k is the fifth bit of row j's quant 4 k + i; for Q8_0 they are
+ * its high one; 5-bit formats add 32 bytes after those: bit k of byte 4 j + i
+ * is the fifth bit of row j's quant 4 k + i (so byte b of unpacked vector k
+ * below takes bit k of byte b: a shift and a mask); for Q8_0 they are
  * 8 x 32 bytes: byte 4 j + i of vector k is row j's quant 4 k + i plus 128
  * (unsigned). Q4_K keeps its sub-blocks' scale d sc and offset -dmin m as
  * f32 d[8], m[8] before 4-bit quants. Q6_K (scales per 16 elements) keeps

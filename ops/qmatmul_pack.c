@@ -54,17 +54,14 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
     const uint8_t *qs = blk + (type == QUANT_Q4_0 ? 2 : type == QUANT_Q4_1 ? 4
                                : type == QUANT_Q5_0 ? 6 : 8);
     if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
-        /* the fifth bits: bit e of qh is quant e's; word k of the block's
-         * bit plane holds quants 4k..4k+3 of row j at bits 4j..4j+3 */
+        /* the fifth bits: bit e of qh is quant e's; bit k of byte 4j + i
+         * of the block's bit plane is row j's quant 4k + i's */
         uint32_t qh;
         memcpy(&qh, blk + (type == QUANT_Q5_0 ? 2 : 4), 4);
-        uint8_t *hb = p + qoff + QMM_PR * QMM_QK / 2;
-        for (int k = 0; k < QMM_QK / 4; k++) {
-            uint32_t word;
-            memcpy(&word, hb + 4 * k, 4);
-            word |= ((qh >> (4 * k)) & 0x0f) << (4 * j);
-            memcpy(hb + 4 * k, &word, 4);
-        }
+        uint8_t *hb = p + qoff + QMM_PR * QMM_QK / 2 + 4 * j;
+        for (int k = 0; k < QMM_QK / 4; k++)
+            for (int i = 0; i < 4; i++)
+                hb[i] |= (uint8_t)(((qh >> (4 * k + i)) & 1) << k);
     }
     /* quants 0..15 are the low nibbles of qs[0..15], 16..31 the high ones */
     for (int v = 0; v < 2; v++)

@@ -238,11 +238,8 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
     int v = e / 8, i = e % 8;
     uint8_t byte = q[32 * v + 4 * j + i % 4];
     int u = i < 4 ? byte & 0x0f : byte >> 4;
-    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) { /* the bit plane after the nibbles */
-        uint32_t word;
-        memcpy(&word, q + 128 + 4 * (e / 4), 4);
-        u |= (int)((word >> (4 * j + e % 4)) & 1) << 4;
-    }
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) /* the bit plane after the nibbles */
+        u |= (q[128 + 4 * j + e % 4] >> (e / 4) & 1) << 4;
     return u;
 }
 

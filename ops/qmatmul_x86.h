@@ -94,6 +94,16 @@ AVX2 INLINE __m256i fifth_bits(const uint8_t *qh4)
     return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
 }
 
+/* The fifth bits of unpacked vector k of a packed 5-bit block (ops/qmatmul.h:
+ * byte b of the block's plane holds vector k's byte b in bit k) as 16 where
+ * set: bit k moved to bit 4 by one 16-bit shift, which moves every byte's
+ * bits alike since the shift is under 8. */
+AVX2 INLINE __m256i plane_bits(__m256i plane, const int k)
+{
+    __m256i v = k < 4 ? _mm256_slli_epi16(plane, 4 - k) : _mm256_srli_epi16(plane, k - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
 /* Field f of the tile's nt token blocks as one vector (lanes >= nt are 0):
  * the token side of every per-block scale is then one vector op per row. */
 #define TOKEN_VEC(f, xb0, ldx, nt)                                                            \
@@ -552,9 +562,11 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 q[2 * v] = _mm256_and_si256(V, m4);
                 q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
             }
-            if (wide) /* the fifth bits: word k holds quants 4k..4k+3 of the 8 rows */
+            if (wide) { /* the fifth bits, from the plane after the nibbles */
+                __m256i plane = load32(blk + qoff + 128);
                 UNROLL for (int k = 0; k < 8; k++)
-                    q[k] = _mm256_or_si256(q[k], fifth_bits(blk + qoff + 128 + 4 * k));
+                    q[k] = _mm256_or_si256(q[k], plane_bits(plane, k));
+            }
         }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
@@ -726,8 +738,9 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                 __m256i lo = _mm256_and_si256(V, m4);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
                 if (KIND_WIDE(kind)) {
-                    lo = _mm256_or_si256(lo, fifth_bits(blk + qoff + 128 + 8 * v));
-                    hi = _mm256_or_si256(hi, fifth_bits(blk + qoff + 128 + 8 * v + 4));
+                    __m256i plane = load32(blk + qoff + 128);
+                    lo = _mm256_or_si256(lo, plane_bits(plane, 2 * v));
+                    hi = _mm256_or_si256(hi, plane_bits(plane, 2 * v + 1));
                 }
                 _mm256_store_si256((__m256i *)out[b].q[2 * v], lo);
                 _mm256_store_si256((__m256i *)out[b].q[2 * v + 1], hi);
