@@ -30,6 +30,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "ops/exp_row.h"
+#include "ops/qmatmul.h"
 #include "ops/simd.h"
 #include "prefill/attn_decode.h"
 #include "prefill/attn_v8.h"
@@ -509,6 +510,104 @@ accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, c
         sc->l[r3] = sc->l[r3] * c3 + sum3;
 }
 
+static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
+                            int64_t lo, int64_t hi, int64_t hd);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* accumulate_rows_n on AVX-512: 32 output columns of each row as two zmm,
+ * so a multiply or an add covers 16 columns where the AVX2 form covers 8
+ * (cores with full-width AVX-512 units run twice the multiply-adds; on
+ * split ones the same). Each element sees the same operations in the same
+ * order as in accumulate_rows_n, so the same bits. hd % 32 == 0. */
+typedef float attn_v16 __attribute__((vector_size(64)));
+typedef float attn_v16u __attribute__((vector_size(64), aligned(4)));
+#define v16_load(p) (*(const attn_v16u *)(const void *)(p))
+#define v16_store(p, v) (*(attn_v16u *)(void *)(p) = (v))
+#define ACC_ROWS_BLOCK16(n, db, sums)                                                         \
+    do {                                                                                     \
+        attn_v16 a0 = v16_load(o0 + (db)) * c0, b0 = v16_load(o0 + (db) + 16) * c0;          \
+        attn_v16 a1 = v16_load(o1 + (db)) * c1, b1 = v16_load(o1 + (db) + 16) * c1;          \
+        attn_v16 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                     \
+        if ((n) > 2)                                                                         \
+            a2 = v16_load(o2 + (db)) * c2, b2 = v16_load(o2 + (db) + 16) * c2;               \
+        if ((n) > 3)                                                                         \
+            a3 = v16_load(o3 + (db)) * c3, b3 = v16_load(o3 + (db) + 16) * c3;               \
+        for (int64_t c = lo; c < hi; c++) {                                                  \
+            attn_v16 v0 = v16_load(vt + c * hd + (db));                                      \
+            attn_v16 v1 = v16_load(vt + c * hd + (db) + 16);                                 \
+            a0 += s0[c] * v0, b0 += s0[c] * v1;                                              \
+            a1 += s1[c] * v0, b1 += s1[c] * v1;                                              \
+            if ((n) > 2)                                                                     \
+                a2 += s2[c] * v0, b2 += s2[c] * v1;                                          \
+            if ((n) > 3)                                                                     \
+                a3 += s3[c] * v0, b3 += s3[c] * v1;                                          \
+            if (sums) {                                                                      \
+                sum0 += s0[c], sum1 += s1[c];                                                \
+                if ((n) > 2)                                                                 \
+                    sum2 += s2[c];                                                           \
+                if ((n) > 3)                                                                 \
+                    sum3 += s3[c];                                                           \
+            }                                                                                \
+        }                                                                                    \
+        v16_store(o0 + (db), a0), v16_store(o0 + (db) + 16, b0);                             \
+        v16_store(o1 + (db), a1), v16_store(o1 + (db) + 16, b1);                             \
+        if ((n) > 2)                                                                         \
+            v16_store(o2 + (db), a2), v16_store(o2 + (db) + 16, b2);                         \
+        if ((n) > 3)                                                                         \
+            v16_store(o3 + (db), a3), v16_store(o3 + (db) + 16, b3);                         \
+    } while (0)
+
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+accumulate_rows16_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
+                    int64_t lo, int64_t hi, int64_t hd)
+{
+    int64_t r0 = rr[0], r1 = rr[1], r2 = rr[n > 2 ? 2 : 0], r3 = rr[n > 3 ? 3 : 0];
+    const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;
+    const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;
+    float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;
+    float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;
+    float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];
+    float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;
+    ACC_ROWS_BLOCK16(n, 0, true);
+    for (int64_t db = 32; db < hd; db += 32)
+        ACC_ROWS_BLOCK16(n, db, false);
+    sc->l[r0] = sc->l[r0] * c0 + sum0;
+    sc->l[r1] = sc->l[r1] * c1 + sum1;
+    if (n > 2)
+        sc->l[r2] = sc->l[r2] * c2 + sum2;
+    if (n > 3)
+        sc->l[r3] = sc->l[r3] * c3 + sum3;
+}
+
+__attribute__((target("avx512f"))) static void
+accumulate_rows16(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n, int64_t lo,
+                  int64_t hi, int64_t hd)
+{
+    if (n == 4)
+        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd);
+    else if (n == 3)
+        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd);
+    else if (n == 2)
+        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd);
+    else
+        accumulate_rows(sc, vt, rr, n, lo, hi, hd);
+}
+
+/* Whether accumulate_rows16 runs: AVX-512 present and not capped away
+ * (IGNITE_SIMD=avx2 or scalar: ignite's one ISA setting, ops_qmm_best_isa,
+ * whose VNNI level implies AVX-512 F/VL/BW). */
+static bool attn_zmm(void)
+{
+    return ops_qmm_best_isa() == QMM_VNNI;
+}
+#else
+static bool attn_zmm(void)
+{
+    return false;
+}
+#define accumulate_rows16 accumulate_rows
+#endif
+
 OPS_SIMD_CLONES
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
                             int64_t lo, int64_t hi, int64_t hd)
@@ -634,6 +733,8 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
+    void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
+                int64_t) = hd % 32 == 0 && attn_zmm() ? accumulate_rows16 : accumulate_rows;
 
     for (int64_t g = 0; g < group; g++) {
         int64_t h = kvh * group + g;
@@ -682,14 +783,14 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
                 int64_t r = g * nq + i;
                 softmax_probs(sc, r, lo, hi);
                 if (nb == 4 || (nb > 0 && (lo != blo || hi != bhi))) {
-                    accumulate_rows(sc, vt, batch, nb, blo, bhi, hd);
+                    acc(sc, vt, batch, nb, blo, bhi, hd);
                     nb = 0;
                 }
                 batch[nb++] = r, blo = lo, bhi = hi;
             }
         }
         if (nb > 0)
-            accumulate_rows(sc, vt, batch, nb, blo, bhi, hd);
+            acc(sc, vt, batch, nb, blo, bhi, hd);
     }
 
     for (int64_t g = 0; g < group; g++) {

@@ -13,7 +13,8 @@
  * bounds. Several sequences in one call give each exactly (bit for bit) its
  * result alone; decode rows over an f16 cache (prefill/attn_decode.c) give
  * what the same rows give in one item, on one to four threads (a lone
- * token's heads cut between them). */
+ * token's heads cut between them). On AVX-512 the prefill items accumulate
+ * 32 columns at a time (ctest runs this again under IGNITE_SIMD=avx2). */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
