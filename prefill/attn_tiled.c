@@ -273,6 +273,77 @@ scores_rows2(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, in
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Two 8-lane dot products per zmm: lanes 0..7 one score's, 8..15 another's,
+ * each half the operations of scores_rows2's ymm (q broadcast to both
+ * halves, two K rows side by side). The lane sums are v8_sums8's additions
+ * on both halves at once (the same shuffle patterns within each 256-bit
+ * half). */
+#define v16_shuf(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#define v16_pairs(a, b)                                                                       \
+    (v16_shuf(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +               \
+     v16_shuf(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+#define v16_quads(u, w)                                                                       \
+    (v16_shuf(u, w, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +               \
+     v16_shuf(u, w, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+#define v16_sums8(a0, a1, a2, a3, b0, b1, b2, b3, out)                                          \
+    do {                                                                                       \
+        attn_v16 za_ = v16_quads(v16_pairs(a0, a2), v16_pairs(a1, a3));                        \
+        attn_v16 zb_ = v16_quads(v16_pairs(b0, b2), v16_pairs(b1, b3));                        \
+        attn_v16 z_ = v16_shuf(za_, zb_, 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30) + \
+                      v16_shuf(za_, zb_, 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31); \
+        (out) = (attn_v16)v16_shuf((attn_d8)z_, (attn_d8)z_, 0, 2, 1, 3, 4, 6, 5, 7);          \
+    } while (0)
+
+/* K rows a and b at d as one zmm: [k_a(d..d+8) | k_b(d..d+8)]. */
+#define K_PAIR(ka, kb) __builtin_shufflevector(v8_load(ka), v8_load(kb), 0, 1, 2, 3, 4, 5, 6, 7, \
+                                               8, 9, 10, 11, 12, 13, 14, 15)
+#define Q_BOTH(qp) __builtin_shufflevector(v8_load(qp), v8_load(qp), 0, 1, 2, 3, 4, 5, 6, 7, 0, \
+                                           1, 2, 3, 4, 5, 6, 7)
+
+/* scores_rows2 (hd a multiple of 8) for blocks of eight columns from c0 on:
+ * accumulator p of a row holds columns c + p and c + 4 + p. Returns the
+ * first column it left (fewer than eight left) for scores_rows2. */
+__attribute__((target("avx512f"))) static int64_t
+scores_rows2_zmm(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
+                 int64_t hd)
+{
+    const float *q = sc->q + r * hd, *q1 = q + hd;
+    float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
+    int64_t c = c0;
+    for (; c + 8 <= nc; c += 8) {
+        const float *k = kt + c * hd;
+        attn_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        attn_v16 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        for (int64_t d = 0; d < hd; d += 8) {
+            attn_v16 qv = Q_BOTH(q + d), qw = Q_BOTH(q1 + d);
+            attn_v16 k0 = K_PAIR(k + d, k + 4 * hd + d);
+            attn_v16 k1 = K_PAIR(k + hd + d, k + 5 * hd + d);
+            attn_v16 k2 = K_PAIR(k + 2 * hd + d, k + 6 * hd + d);
+            attn_v16 k3 = K_PAIR(k + 3 * hd + d, k + 7 * hd + d);
+            a0 += qv * k0, b0 += qw * k0;
+            a1 += qv * k1, b1 += qw * k1;
+            a2 += qv * k2, b2 += qw * k2;
+            a3 += qv * k3, b3 += qw * k3;
+        }
+        attn_v16 sum;
+        v16_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+        sum += (attn_v16){0}; /* scores_rows2's + 0 */
+        v4_store(s + c, v16_shuf(sum, sum, 0, 1, 2, 3));
+        v4_store(s1 + c, v16_shuf(sum, sum, 4, 5, 6, 7));
+        v4_store(s + c + 4, v16_shuf(sum, sum, 8, 9, 10, 11));
+        v4_store(s1 + c + 4, v16_shuf(sum, sum, 12, 13, 14, 15));
+    }
+    return c;
+}
+#else
+static int64_t scores_rows2_zmm(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0,
+                                int64_t nc, int64_t hd)
+{
+    return c0;
+}
+#endif
+
 /* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
  * fixed order (eight lanes over d, then v8_sum), two rows and four columns
  * sharing each load of q and k (three rows first when the count is odd: a
@@ -281,7 +352,7 @@ scores_rows2(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, in
  * together (v8_sums8), in v8_sum's order. */
 OPS_SIMD_CLONES
 static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t c0,
-                   int64_t nc, int64_t hd)
+                   int64_t nc, int64_t hd, bool zmm)
 {
     int64_t hd8 = hd / 8 * 8;
     int64_t r = 0;
@@ -291,7 +362,8 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
     }
     for (; r + 2 <= rows; r += 2) {
         if (hd % 8 == 0)
-            scores_rows2(sc, kt, r, c0, nc, hd, false);
+            scores_rows2(sc, kt, r, zmm ? scores_rows2_zmm(sc, kt, r, c0, nc, hd) : c0, nc, hd,
+                         false);
         else
             scores_rows2(sc, kt, r, c0, nc, hd, true);
     }
@@ -519,10 +591,6 @@ static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int6
  * (cores with full-width AVX-512 units run twice the multiply-adds; on
  * split ones the same). Each element sees the same operations in the same
  * order as in accumulate_rows_n, so the same bits. hd % 32 == 0. */
-typedef float attn_v16 __attribute__((vector_size(64)));
-typedef float attn_v16u __attribute__((vector_size(64), aligned(4)));
-#define v16_load(p) (*(const attn_v16u *)(const void *)(p))
-#define v16_store(p, v) (*(attn_v16u *)(void *)(p) = (v))
 #define ACC_ROWS_BLOCK16(n, db, sums)                                                         \
     do {                                                                                     \
         attn_v16 a0 = v16_load(o0 + (db)) * c0, b0 = v16_load(o0 + (db) + 16) * c0;          \
@@ -733,8 +801,9 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
+    bool zmm = attn_zmm();
     void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
-                int64_t) = hd % 32 == 0 && attn_zmm() ? accumulate_rows16 : accumulate_rows;
+                int64_t) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
 
     for (int64_t g = 0; g < group; g++) {
         int64_t h = kvh * group + g;
@@ -762,7 +831,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt);
         if (k0 + ATTN_TILE_K < kend)
             prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
-        scores(sc, kt, rows, c0, nc, hd);
+        scores(sc, kt, rows, c0, nc, hd, zmm);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
         /* Rows token by token (a token's query heads see the same columns),

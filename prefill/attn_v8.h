@@ -1,7 +1,8 @@
 /* prefill/attn_v8.h: the eight-float vectors of the CPU attention kernels
- * (prefill/attn_tiled.c, prefill/attn_decode.c) and their lane sums in one
- * fixed order, shared so that every kernel reduces a score the same way and
- * gives the same bits. Covered by tests/cpu/test_attn_tiled.c. */
+ * (prefill/attn_tiled.c, prefill/attn_decode.c; sixteen-float ones for
+ * their AVX-512 forms) and their lane sums in one fixed order, shared so
+ * that every kernel reduces a score the same way and gives the same bits.
+ * Covered by tests/cpu/test_attn_tiled.c. */
 #ifndef IGNITE_PREFILL_ATTN_V8_H
 #define IGNITE_PREFILL_ATTN_V8_H
 
@@ -13,6 +14,12 @@ typedef float attn_v8u __attribute__((vector_size(32), aligned(4)));
 #define v8_load(p) (*(const attn_v8u *)(const void *)(p))
 #define v8_store(p, v) (*(attn_v8u *)(void *)(p) = (v))
 typedef double attn_d4 __attribute__((vector_size(32))); /* 64-bit halves, for one vpermpd */
+/* Sixteen floats (and eight doubles), for the AVX-512 forms: one zmm. */
+typedef float attn_v16 __attribute__((vector_size(64)));
+typedef float attn_v16u __attribute__((vector_size(64), aligned(4)));
+typedef double attn_d8 __attribute__((vector_size(64)));
+#define v16_load(p) (*(const attn_v16u *)(const void *)(p))
+#define v16_store(p, v) (*(attn_v16u *)(void *)(p) = (v))
 typedef float attn_v4u __attribute__((vector_size(16), aligned(4)));
 #define v4_store(p, v) (*(attn_v4u *)(void *)(p) = (v))
 /* The lanes' sum in one fixed order, whatever the caller. */
