@@ -4,6 +4,12 @@
  * CPU has it, AVX-512 (16 lanes). Printed per wall second and per CPU second
  * of the threads (the core's own peak, which other load on a shared machine
  * does not lower). docs/benchmarks.md divides prefill's useful FLOP/s by it.
+ * Also the peaks of the inner steps of ignite's CPU kernels, in
+ * multiply-adds a second: the AVX2 int8 GEMM's (vpmaddubsw into a vpaddw
+ * sum, 32 u8 x s8 products each), the VNNI one's (vpdpbusd on 256 bits),
+ * and the CPU attention's unfused f32 multiply and add (vmulps then vaddps:
+ * the bit-for-bit rule keeps them apart), written in assembly so the
+ * compiler can neither hoist nor fuse them.
  *   cc -O2 -pthread bench/fma_peak.c -o build/fma_peak && build/fma_peak [THREADS]
  * Not part of the build or of CI. */
 #include <immintrin.h>
@@ -67,6 +73,73 @@ __attribute__((target("avx512f"))) static void *run_avx512(void *arg)
     return NULL;
 }
 
+/* Inner steps in assembly, 100 M loop turns of the listed instructions on
+ * registers; [1] of the sink: CPU seconds. */
+#define STEP_TURNS 100000000L
+#define ASM_LOOP(body)                                                                        \
+    do {                                                                                      \
+        long n_ = STEP_TURNS;                                                                 \
+        __asm__ volatile("vpxor %%xmm15, %%xmm15, %%xmm15\n"                                   \
+                         "vpxor %%xmm14, %%xmm14, %%xmm14\n"                                   \
+                         "1:\n" body "dec %0\n jnz 1b\n"                                       \
+                         : "+r"(n_)                                                           \
+                         :                                                                    \
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",    \
+                           "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",      \
+                           "xmm15", "cc");                                                    \
+    } while (0)
+/* int8: products into t, summed into accumulator i (8 independent sums) */
+#define MADDUBS(i, t) "vpmaddubsw %%ymm15, %%ymm14, %%ymm" #t "\n vpaddw %%ymm" #t ", %%ymm" #i ", %%ymm" #i "\n"
+#define DPBUSD(i) "vpdpbusd %%ymm15, %%ymm14, %%ymm" #i "\n"
+/* f32: a product of two registers into t, added into accumulator i */
+#define MULADD(i, t) "vmulps %%ymm15, %%ymm14, %%ymm" #t "\n vaddps %%ymm" #t ", %%ymm" #i ", %%ymm" #i "\n"
+
+__attribute__((target("avx2"))) static void *run_maddubs(void *arg)
+{
+    double c0 = cpu_now();
+    ASM_LOOP(MADDUBS(0, 8) MADDUBS(1, 9) MADDUBS(2, 10) MADDUBS(3, 11)
+             MADDUBS(4, 12) MADDUBS(5, 13) MADDUBS(6, 8) MADDUBS(7, 9));
+    ((float *)arg)[1] = (float)(cpu_now() - c0);
+    return NULL;
+}
+
+__attribute__((target("avx512vnni,avx512vl"))) static void *run_dpbusd(void *arg)
+{
+    double c0 = cpu_now();
+    ASM_LOOP(DPBUSD(0) DPBUSD(1) DPBUSD(2) DPBUSD(3) DPBUSD(4) DPBUSD(5) DPBUSD(6) DPBUSD(7)
+             DPBUSD(8) DPBUSD(9));
+    ((float *)arg)[1] = (float)(cpu_now() - c0);
+    return NULL;
+}
+
+__attribute__((target("avx2"))) static void *run_muladd(void *arg)
+{
+    double c0 = cpu_now();
+    ASM_LOOP(MULADD(0, 8) MULADD(1, 9) MULADD(2, 10) MULADD(3, 11)
+             MULADD(4, 12) MULADD(5, 13) MULADD(6, 8) MULADD(7, 9));
+    ((float *)arg)[1] = (float)(cpu_now() - c0);
+    return NULL;
+}
+
+/* The inner steps: multiply-adds per loop turn (8 or 10 steps of 32, or 8 of 8). */
+static void measure_step(const char *name, void *(*fn)(void *), double macs_per_turn,
+                         int threads)
+{
+    pthread_t th[256];
+    float sink[256][2];
+    double t0 = now();
+    for (int i = 0; i < threads; i++)
+        pthread_create(&th[i], NULL, fn, sink[i]);
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    double s = now() - t0, cpu = 0;
+    for (int i = 0; i < threads; i++)
+        cpu += sink[i][1];
+    double macs = macs_per_turn * (double)STEP_TURNS * threads;
+    printf("%-22s %3d threads: %8.1f G multiply-adds/s per wall second, %.1f per CPU second "
+           "of a thread\n", name, threads, macs / s / 1e9, macs / cpu / 1e9);
+}
+
 static void measure(const char *name, void *(*fn)(void *), int lanes, int threads)
 {
     pthread_t th[256];
@@ -95,6 +168,12 @@ int main(int argc, char **argv)
             measure("avx2+fma", run_avx2, 8, t);
         if (__builtin_cpu_supports("avx512f"))
             measure("avx512f", run_avx512, 16, t);
+        if (__builtin_cpu_supports("avx2")) {
+            measure_step("int8 vpmaddubsw+vpaddw", run_maddubs, 8 * 32, t);
+            measure_step("f32 vmulps+vaddps", run_muladd, 8 * 8, t);
+        }
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+            measure_step("int8 vpdpbusd (ymm)", run_dpbusd, 10 * 32, t);
         if (t < max && 2 * t > max)
             t = max / 2;
     }

@@ -438,19 +438,29 @@ static float row_max(const float *x, int64_t n, float m)
 }
 
 /* Online-softmax update of row r over its visible columns [lo, hi): turns
- * s[r][lo..hi) into probabilities relative to the new max, sets m[r] and
- * corr[r] = e^(m_old - m_new) (0 on the first tile: m = -inf). Columns
- * outside are never read. The max is row_max's, the exponentials
- * ops_exp_row's (expf's bits, vectorized). The sum and l[r] = l[r] corr[r]
- * + sum come with the accumulation (accumulate_rows, add_row_sum; the
- * decode path: attn_decode_accumulate_f16), in column order. */
+ * s[r][lo..hi) into probabilities relative to the new max, sets m[r], and
+ * leaves m_old - m_new in corr[r] for correct_rows to exponentiate (with
+ * the other rows' in one vector pass, where a scalar expf per row and tile
+ * was 4 % of a long prefill). Columns outside are never read. The max is
+ * row_max's, the exponentials ops_exp_row's (expf's bits, vectorized). The
+ * sum and l[r] = l[r] corr[r] + sum come with the accumulation
+ * (accumulate_rows, add_row_sum; the decode path:
+ * attn_decode_accumulate_f16), in column order. */
 static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = row_max(s + lo, hi - lo, sc->m[r]);
-    sc->corr[r] = expf(sc->m[r] - mx);
+    sc->corr[r] = sc->m[r] - mx;
     ops_exp_row(s + lo, hi - lo, mx);
     sc->m[r] = mx;
+}
+
+/* corr[r] = e^(m_old - m_new) for rows 0..n-1 after their softmax_probs: 0
+ * on a row's first tile (m_old = -inf). ops_exp_row's e^(x - 0) is expf(x)
+ * bit for bit (x - 0 is x, -0 and NaN included). */
+static void correct_rows(struct attn_scratch *sc, int64_t n)
+{
+    ops_exp_row(sc->corr, n, 0.0f);
 }
 
 /* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
@@ -730,6 +740,7 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
     float sum[ATTN_TILE_Q];
     for (int64_t r = 0; r < rows; r++)
         softmax_probs(sc, r, lo, hi);
+    correct_rows(sc, rows);
     attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum,
                                vn);
     for (int64_t r = 0; r < rows; r++)
@@ -794,6 +805,20 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
     }
 }
 
+/* The columns [lo, hi) of the tile at k0 (nc columns) that the query token
+ * t of sequence s sees: up to its position pos0 + t, and with a window from
+ * pos0 + t - window + 1 on. False when it sees none (the tile is in its
+ * future or behind its window). */
+static bool token_cols(const struct attn_params *p, const struct attn_seq *s, int64_t t,
+                       int64_t k0, int64_t nc, int64_t *lo, int64_t *hi)
+{
+    int64_t h = s->pos0 + t + 1 - k0;
+    int64_t l = p->window > 0 ? s->pos0 + t - p->window + 1 - k0 : 0;
+    *lo = l > 0 ? l : 0;
+    *hi = h > nc ? nc : h;
+    return *hi > *lo;
+}
+
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
  * of sequence s. */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
@@ -837,20 +862,24 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         /* Rows token by token (a token's query heads see the same columns),
          * accumulated up to four at a time while their columns agree: on a
          * tile every row sees whole, four rows of any tokens. */
+        for (int64_t i = 0; i < nq; i++) {
+            int64_t lo, hi;
+            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
+                for (int64_t g = 0; g < group; g++)
+                    sc->corr[g * nq + i] = 0.0f; /* not used: no tile columns */
+            else
+                for (int64_t g = 0; g < group; g++)
+                    softmax_probs(sc, g * nq + i, lo, hi);
+        }
+        correct_rows(sc, rows);
         int64_t batch[4], blo = 0, bhi = 0;
         int nb = 0;
         for (int64_t i = 0; i < nq; i++) {
-            /* Query token i sees keys up to position pos0 + t0 + i, and with
-             * a window from pos0 + t0 + i - window + 1 on. */
-            int64_t hi = s->pos0 + t0 + i + 1 - k0;
-            int64_t lo = p->window > 0 ? s->pos0 + t0 + i - p->window + 1 - k0 : 0;
-            lo = lo > 0 ? lo : 0;
-            hi = hi > nc ? nc : hi;
-            if (hi <= lo)
+            int64_t lo, hi;
+            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
                 continue; /* the tile is in this token's future or behind its window */
             for (int64_t g = 0; g < group; g++) {
                 int64_t r = g * nq + i;
-                softmax_probs(sc, r, lo, hi);
                 if (nb == 4 || (nb > 0 && (lo != blo || hi != bhi))) {
                     acc(sc, vt, batch, nb, blo, bhi, hd);
                     nb = 0;
