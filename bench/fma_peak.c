@@ -8,8 +8,9 @@
  * multiply-adds a second: the AVX2 int8 GEMM's (vpmaddubsw into a vpaddw
  * sum, 32 u8 x s8 products each), the VNNI one's (vpdpbusd on 256 bits),
  * and the CPU attention's unfused f32 multiply and add (vmulps then vaddps:
- * the bit-for-bit rule keeps them apart), written in assembly so the
- * compiler can neither hoist nor fuse them.
+ * the bit-for-bit rule keeps them apart; on ymm, and on zmm as its AVX-512
+ * forms run them), written in assembly so the compiler can neither hoist
+ * nor fuse them.
  *   cc -O2 -pthread bench/fma_peak.c -o build/fma_peak && build/fma_peak [THREADS]
  * Not part of the build or of CI. */
 #include <immintrin.h>
@@ -121,6 +122,16 @@ __attribute__((target("avx2"))) static void *run_muladd(void *arg)
     return NULL;
 }
 
+#define MULADD512(i, t) "vmulps %%zmm15, %%zmm14, %%zmm" #t "\n vaddps %%zmm" #t ", %%zmm" #i ", %%zmm" #i "\n"
+__attribute__((target("avx512f"))) static void *run_muladd512(void *arg)
+{
+    double c0 = cpu_now();
+    ASM_LOOP(MULADD512(0, 8) MULADD512(1, 9) MULADD512(2, 10) MULADD512(3, 11)
+             MULADD512(4, 12) MULADD512(5, 13) MULADD512(6, 8) MULADD512(7, 9));
+    ((float *)arg)[1] = (float)(cpu_now() - c0);
+    return NULL;
+}
+
 /* The inner steps: multiply-adds per loop turn (8 or 10 steps of 32, or 8 of 8). */
 static void measure_step(const char *name, void *(*fn)(void *), double macs_per_turn,
                          int threads)
@@ -174,6 +185,8 @@ int main(int argc, char **argv)
         }
         if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
             measure_step("int8 vpdpbusd (ymm)", run_dpbusd, 10 * 32, t);
+        if (__builtin_cpu_supports("avx512f"))
+            measure_step("f32 vmulps+vaddps zmm", run_muladd512, 8 * 16, t);
         if (t < max && 2 * t > max)
             t = max / 2;
     }
