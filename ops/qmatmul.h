@@ -82,11 +82,19 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * is the fifth bit of row j's quant 4 k + i (so byte b of unpacked vector k
  * below takes bit k of byte b: a shift and a mask); for Q8_0 they are
  * 8 x 32 bytes: byte 4 j + i of vector k is row j's quant 4 k + i plus 128
- * (unsigned). Q4_K keeps its sub-blocks' scale d sc and offset -dmin m as
- * f32 d[8], m[8] before 4-bit quants. Q6_K (scales per 16 elements) keeps
- * f32 d sc of each half of the 32 (d0[8], d1[8]) before 8 x 32 bytes of its
- * unsigned 6-bit quants, as Q8_0's: w = d_h (q - 32); its kernel sums each
- * half apart and uses the token's half sums (struct qmm_q8.hs) for the -32. So 32-bit lane j of every
+ * (unsigned). Q4_K goes super-block by super-block (8 blocks, QMM_K4_SUPER
+ * bytes): f16 d[8] and dmin[8] of its rows, then each block's u8 sc[8],
+ * mn[8] (the 6-bit sub-block scales and mins) and 4-bit quants; a kernel
+ * forms the f32 scale d sc and offset -dmin mn (exact products: 11 by 6
+ * bits), 0.578 bytes a weight where keeping them as f32 took 0.75. Q6_K (scales per 16 elements) goes
+ * super-block by super-block too (QMM_K6_SUPER bytes): f16 d[8], then each
+ * block's i8 sc0[8], sc1[8] (the scales of its 16-element halves), its
+ * quants' low 4 bits as the 4-bit formats' nibbles and their top 2 bits as
+ * a plane of 2 x 32 bytes (bits 2 (k % 4), 2 (k % 4) + 1 of byte b of plane
+ * k / 4 belong to unpacked vector k's byte b): w = d sc_h (u - 32) with u
+ * unsigned, d sc_h an exact product (11 by 8 bits); its kernel sums each
+ * half apart and uses the token's half sums (struct qmm_q8.hs) for the -32.
+ * So 32-bit lane j of every
  * unpacked vector k (k = 0..7: low, high nibbles of v = k / 2) holds row j's
  * quants 4 k .. 4 k + 3: one u8 x s8 dot-accumulate against the token's
  * quants 4 k .. 4 k + 3 serves 8 rows. Weights are w = d q + m with q
@@ -95,6 +103,39 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * are those of the prefill GEMM (struct qmm_pack8), in the same order, so a
  * token's output does not depend on the path it takes. */
 #define QMM_PR 8
+
+/* Q4_K's packed super-block: its head (f16 d[8], dmin[8]) and 8 blocks of
+ * u8 sc[8], mn[8] and 128 bytes of nibbles; block b of a group is
+ * qmm_k4_block's. */
+#define QMM_K4_HEAD (QMM_PR * 4)
+#define QMM_K4_BLOCK (QMM_PR * 2 + QMM_PR * QMM_QK / 2)
+#define QMM_K4_SUPER (QMM_K4_HEAD + 8 * QMM_K4_BLOCK)
+
+/* Q6_K's packed super-block: its head (f16 d[8]) and 8 blocks of i8
+ * sc0[8], sc1[8], 128 bytes of nibbles and a 64-byte plane of top bits. */
+#define QMM_K6_HEAD (QMM_PR * 2)
+#define QMM_K6_BLOCK (QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * QMM_QK / 4)
+#define QMM_K6_SUPER (QMM_K6_HEAD + 8 * QMM_K6_BLOCK)
+
+static inline const uint8_t *qmm_k6_head(const uint8_t *group, int64_t b)
+{
+    return group + (size_t)(b / 8) * QMM_K6_SUPER;
+}
+
+static inline const uint8_t *qmm_k6_block(const uint8_t *group, int64_t b)
+{
+    return qmm_k6_head(group, b) + QMM_K6_HEAD + (size_t)(b % 8) * QMM_K6_BLOCK;
+}
+
+static inline const uint8_t *qmm_k4_head(const uint8_t *group, int64_t b)
+{
+    return group + (size_t)(b / 8) * QMM_K4_SUPER;
+}
+
+static inline const uint8_t *qmm_k4_block(const uint8_t *group, int64_t b)
+{
+    return qmm_k4_head(group, b) + QMM_K4_HEAD + (size_t)(b % 8) * QMM_K4_BLOCK;
+}
 
 /* Bytes of one packed block of QMM_PR rows, or 0 for a type without the layout. */
 size_t ops_qmm_packed_block_bytes(enum quant_type type);

@@ -20,8 +20,8 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
     case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
-    case QUANT_Q4_K: return QMM_PR * 8 + QMM_PR * QMM_QK / 2; /* f32 d[8], m[8]; nibbles */
-    case QUANT_Q6_K: return QMM_PR * 8 + QMM_PR * QMM_QK;     /* f32 d0[8], d1[8]; bytes */
+    case QUANT_Q4_K: return QMM_K4_SUPER / 8; /* a block's share of its super-block */
+    case QUANT_Q6_K: return QMM_K6_SUPER / 8;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
     default: return 0;
     }
@@ -81,50 +81,50 @@ static void put_nibbles(const uint8_t *q, int j, uint8_t *dst)
             dst[32 * v + 4 * j + i] = (uint8_t)(q[8 * v + i] | q[8 * v + 4 + i] << 4);
 }
 
-/* Row j's Q4_K super-block into the 8 packed blocks of its sub-blocks: each
- * keeps its scale d * sc and offset -dmin * m as f32, so w = d q + m holds
- * exactly as the tile kernels compute it. */
-static void pack_row_q4_K(const struct block_q4_K *blk, int j, uint8_t *p, size_t pb)
+/* Row j's Q4_K super-block into a packed one (out): its d and dmin in the
+ * head, each sub-block's 6-bit scale and min as bytes, its quants as
+ * nibbles. */
+static void pack_row_q4_K(const struct block_q4_K *blk, int j, uint8_t *out)
 {
-    float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+    memcpy(out + 2 * j, &blk->d, 2);
+    memcpy(out + 2 * QMM_PR + 2 * j, &blk->dmin, 2);
     for (int sb = 0; sb < 8; sb++) {
         const uint8_t *s = blk->scales;
-        int sc = sb < 4 ? s[sb] & 63 : (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4);
-        int mn = sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4);
-        uint8_t *out = p + (size_t)sb * pb;
-        float dd = d * (float)sc, mm = -dmin * (float)mn;
-        memcpy(out + 4 * j, &dd, 4);
-        memcpy(out + 4 * QMM_PR + 4 * j, &mm, 4);
+        uint8_t *o = out + QMM_K4_HEAD + sb * QMM_K4_BLOCK;
+        o[j] = (uint8_t)(sb < 4 ? s[sb] & 63 : (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4));
+        o[QMM_PR + j] = (uint8_t)(sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4));
         uint8_t q[QMM_QK];
         for (int l = 0; l < QMM_QK; l++) {
             uint8_t b = blk->qs[32 * (sb / 2) + l];
             q[l] = sb % 2 ? b >> 4 : b & 0x0f;
         }
-        put_nibbles(q, j, out + 8 * QMM_PR);
+        put_nibbles(q, j, o + 2 * QMM_PR);
     }
 }
 
-/* Row j's Q6_K super-block into the 8 packed blocks of its 32-element
- * sub-blocks: the scales d sc of both 16-element halves as f32, the 6-bit
- * quants as bytes (byte 4 j + i of vector k: quant 4 k + i). */
-static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *p, size_t pb)
+/* Row j's Q6_K super-block into a packed one (out): its d in the head,
+ * each sub-block's two 16-element scales, its 6-bit quants as nibbles and
+ * a plane of top bits (ops/qmatmul.h). The planes are OR-ed into, so the
+ * group starts zeroed. */
+static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *out)
 {
-    float d = ig_f16_to_f32(blk->d);
+    memcpy(out + 2 * j, &blk->d, 2);
     for (int sb = 0; sb < 8; sb++) {
-        uint8_t *out = p + (size_t)sb * pb;
-        for (int h = 0; h < 2; h++) {
-            float dd = d * (float)blk->scales[2 * sb + h];
-            memcpy(out + 4 * QMM_PR * h + 4 * j, &dd, 4);
-        }
+        uint8_t *o = out + QMM_K6_HEAD + sb * QMM_K6_BLOCK;
+        o[j] = (uint8_t)blk->scales[2 * sb];
+        o[QMM_PR + j] = (uint8_t)blk->scales[2 * sb + 1];
+        uint8_t q[QMM_QK];
         for (int e = 0; e < QMM_QK; e++) {
             int x = 32 * sb + e; /* element of the super-block, as ggml lays it out */
             int n = x / 128, k = (x % 128) / 32, l = x % 32;
             const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
             int lo = k % 2 ? ql[l + 32] : ql[l];
-            lo = k < 2 ? lo & 0x0f : lo >> 4;
-            out[8 * QMM_PR + 32 * (e / 4) + 4 * j + e % 4] =
-                (uint8_t)(lo | ((qh[l] >> (2 * k)) & 3) << 4);
+            q[e] = (uint8_t)(k < 2 ? lo & 0x0f : lo >> 4);
+            /* quant e is byte 4 j + e % 4 of unpacked vector e / 4 */
+            uint8_t *plane = o + 2 * QMM_PR + QMM_PR * QMM_QK / 2 + 32 * (e / 16);
+            plane[4 * j + e % 4] |= (uint8_t)(((qh[l] >> (2 * k)) & 3) << (2 * (e / 4 % 4)));
         }
+        put_nibbles(q, j, o + 2 * QMM_PR);
     }
 }
 
@@ -137,16 +137,16 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
         for (int64_t g = g0; g < g1; g++) {
             uint8_t *p = dst + (size_t)(g * n_blk) * pb;
             int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
-            if (rows < QMM_PR)
+            if (rows < QMM_PR || w->type == QUANT_Q6_K)
                 memset(p, 0, (size_t)n_blk * pb);
             for (int j = 0; j < rows; j++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;
                 for (int64_t sb = 0; sb < n_blk / 8; sb++) {
                     uint8_t *out = p + (size_t)(8 * sb) * pb;
                     if (w->type == QUANT_Q4_K)
-                        pack_row_q4_K((const struct block_q4_K *)(const void *)row + sb, j, out, pb);
+                        pack_row_q4_K((const struct block_q4_K *)(const void *)row + sb, j, out);
                     else
-                        pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out, pb);
+                        pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out);
                 }
             }
         }

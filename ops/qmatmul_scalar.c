@@ -248,19 +248,23 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
 static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                               int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
-    size_t pb = ops_qmm_packed_block_bytes(QUANT_Q6_K);
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
             for (int64_t b = 0; b < n_blk; b++) {
-                const uint8_t *blk = p + (size_t)b * pb;
+                const uint8_t *blk = qmm_k6_block(p, b);
                 const struct qmm_q8 *xb = x + t * ldx + b;
+                uint16_t dh;
+                memcpy(&dh, qmm_k6_head(p, b) + 2 * j, sizeof dh);
                 for (int h = 0; h < 2; h++) {
-                    float d;
-                    memcpy(&d, blk + 4 * QMM_PR * h + 4 * j, 4);
+                    float d = ig_f16_to_f32(dh) * (float)(int8_t)blk[QMM_PR * h + j];
                     int32_t s = 0;
-                    for (int e = 16 * h; e < 16 * h + 16; e++)
-                        s += blk[8 * QMM_PR + 32 * (e / 4) + 4 * j + e % 4] * xb->qs[e];
+                    for (int e = 16 * h; e < 16 * h + 16; e++) {
+                        const uint8_t *plane = blk + 2 * QMM_PR + QMM_PR * QMM_QK / 2;
+                        int u = packed_quant(QUANT_Q4_0, blk + 2 * QMM_PR, j, e) |
+                                (plane[32 * (e / 16) + 4 * j + e % 4] >> (2 * (e / 4 % 4)) & 3) << 4;
+                        s += u * xb->qs[e];
+                    }
                     acc += d * xb->d * (float)s;
                     add += d * (-32.0f * xb->d * (float)xb->hs[h]);
                 }
@@ -279,7 +283,7 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
             for (int64_t b = 0; b < n_blk; b++) {
-                const uint8_t *blk = p + (size_t)b * pb;
+                const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b) : p + (size_t)b * pb;
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, blk + 2 * j, sizeof dh);
@@ -292,10 +296,14 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                         : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
                 const uint8_t *q = blk + (has_m ? 4 : 2) * QMM_PR;
-                if (type == QUANT_Q4_K) { /* f32 scales and offsets */
-                    memcpy(&d, blk + 4 * j, 4);
-                    memcpy(&m, blk + 4 * QMM_PR + 4 * j, 4);
-                    q = blk + 8 * QMM_PR;
+                if (type == QUANT_Q4_K) { /* the super-block's d, dmin and the sub-block's sc, mn */
+                    const uint8_t *head = qmm_k4_head(p, b);
+                    uint16_t dminh;
+                    memcpy(&dh, head + 2 * j, sizeof dh);
+                    memcpy(&dminh, head + 2 * QMM_PR + 2 * j, sizeof dminh);
+                    d = ig_f16_to_f32(dh) * (float)blk[j];
+                    m = -ig_f16_to_f32(dminh) * (float)blk[QMM_PR + j];
+                    q = blk + 2 * QMM_PR;
                 }
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)

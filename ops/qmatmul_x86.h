@@ -502,14 +502,33 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 
 /* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
 
-/* A packed block's 8 scales and offsets (w = d q + m): f16 d (and m) for
- * the 32-element formats, m derived from d where it is fixed; f32 both for
- * Q4_K, whose sub-block scales d * sc and -dmin * m are kept exact. */
-AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, __m256 *d, __m256 *m)
+/* Block b of a packed group, and for Q4_K the head of its super-block. */
+AVX2 INLINE const uint8_t *packed_block(const enum kind kind, const uint8_t *p, int64_t b,
+                                        size_t pb, const uint8_t **head)
 {
     if (kind == K_Q4_K) {
-        *d = _mm256_loadu_ps((const float *)(const void *)blk);
-        *m = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        *head = qmm_k4_head(p, b);
+        return qmm_k4_block(p, b);
+    }
+    *head = NULL;
+    return p + (size_t)b * pb;
+}
+
+/* A packed block's 8 scales and offsets (w = d q + m): f16 d (and m) for
+ * the 32-element formats, m derived from d where it is fixed; for Q4_K the
+ * sub-block's d sc and -dmin mn from the super-block's head, exact products
+ * (the values the stored rows' kernels form). */
+AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, const uint8_t *head,
+                               __m256 *d, __m256 *m)
+{
+    if (kind == K_Q4_K) {
+        __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)head));
+        __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(head + 16)));
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)blk)));
+        __m256 mn = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(blk + 8))));
+        *d = _mm256_mul_ps(dd, sc);
+        *m = _mm256_mul_ps(_mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f)), mn);
         return;
     }
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
@@ -530,8 +549,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                               int64_t ldy)
 {
     const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
-    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+                    : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
+    const int qoff = kind == K_Q4_K || kind == K_Q4_0 || kind == K_Q5_0 || kind == K_Q8_0 ? 16 : 32;
     const bool wide = KIND_WIDE(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
@@ -540,10 +559,11 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
         add[t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *blk = p + (size_t)b * pb;
+        const uint8_t *head;
+        const uint8_t *blk = packed_block(kind, p, b, pb, &head);
         prefetch_ahead(blk, pb);
         __m256 d, m;
-        packed_scales(kind, blk, &d, &m);
+        packed_scales(kind, blk, head, &d, &m);
         __m256i q[8];
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
@@ -633,39 +653,79 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
     }
 }
 
+/* Bits 2 i and 2 i + 1 of every byte of a Q6_K plane (ops/qmatmul.h) as
+ * bits 4 and 5: one 16-bit shift (under 8, so every byte moves alike) and
+ * a mask. */
+AVX2 INLINE __m256i top2_bits(__m256i plane, const int i)
+{
+    __m256i v = i < 2 ? _mm256_slli_epi16(plane, 4 - 2 * i) : i == 2 ? plane
+                                                                     : _mm256_srli_epi16(plane, 2);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+}
+
 /* Q6_K's packed blocks (ops/qmatmul.h): a scale per row and 16-element
- * half, the quants bytes 0..63 used as they are; the -32 comes from the
- * token's half sums. Its only kernel, so prefill and decode agree. The
- * AVX2 pair sums (<= 2 * 63 * 128) fit in int16; each goes to int32 at once. */
-AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+ * half (d sc_h), the quants 0..63 rebuilt from nibbles and top bits; the
+ * -32 comes from the token's half sums. Its only kernel, so prefill and
+ * decode agree. The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
+ * vectors at a time. */
+/* Packed Q6_K block b of group p: its halves' scales d sc_h (exact
+ * products) and its 8 vectors of unsigned 6-bit quants. */
+AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, __m256i q[8])
+{
+    const uint8_t *blk = qmm_k6_block(p, b);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)qmm_k6_head(p, b)));
+    *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                               _mm_loadl_epi64((const __m128i *)(const void *)blk))));
+    *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                               _mm_loadl_epi64((const __m128i *)(const void *)(blk + 8)))));
+    UNROLL for (int v = 0; v < 4; v++) {
+        __m256i V = load32(blk + 16 + 32 * v);
+        q[2 * v] = _mm256_and_si256(V, m4);
+        q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
+    }
+    UNROLL for (int k = 0; k < 8; k++)
+        q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + 144 + 32 * (k / 4)), k % 4));
+}
+
+/* y for nt (<= QMM_NT) tokens from packed group p, or with `unpacked` from
+ * its blocks as gemm8p_q6_K left them in up (the same values: the same bits). */
+AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
+                                 const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,
                                  int64_t ldx, const int nt, float *y, int64_t ldy)
 {
-    const size_t pb = 8 * QMM_PR + QMM_PR * QMM_QK;
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
         acc[t] = _mm256_setzero_ps();
         add[t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *blk = p + (size_t)b * pb;
-        prefetch_ahead(blk, pb);
-        __m256 d0 = _mm256_loadu_ps((const float *)(const void *)blk);
-        __m256 d1 = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        __m256 d0, d1;
         __m256i q[8];
-        UNROLL for (int k = 0; k < 8; k++)
-            q[k] = load32(blk + 64 + 32 * k);
+        if (unpacked) {
+            d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_load_si256((const __m256i *)up[b].q[k]);
+        } else {
+            prefetch_ahead(qmm_k6_block(p, b), QMM_K6_SUPER / 8);
+            k6_block(p, b, &d0, &d1, q);
+        }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
             const int32_t *xq = (const int32_t *)(const void *)xb->qs;
             __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            UNROLL for (int k = 0; k < 8; k++) {
 #if QMM_X86_VNNI
+            UNROLL for (int k = 0; k < 8; k++)
                 s[k / 4] = _mm256_dpbusd_epi32(s[k / 4], q[k], _mm256_set1_epi32(xq[k]));
 #else
-                __m256i pr = _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k]));
+            /* two vectors' pair sums in int16 (<= 2 * 2 * 63 * 128), then
+             * to int32: exact integers, so the same sums as one at a time */
+            UNROLL for (int k = 0; k < 8; k += 2) {
+                __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])),
+                                              _mm256_maddubs_epi16(q[k + 1], _mm256_set1_epi32(xq[k + 1])));
                 s[k / 4] = _mm256_add_epi32(s[k / 4], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
-#endif
             }
+#endif
             __m256 xd = _mm256_set1_ps(xb->d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
@@ -679,8 +739,11 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, int64_t n_blk, const struct q
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
 
-AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
-                            int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+/* The tokens of y, QMM_NT at a time, from packed group p or its unpacked
+ * blocks up (gemv8_k6_tokens); rows past nr through tmp. */
+AVX2 INLINE void k6_all(const uint8_t *p, const struct qmm_pack8 *up, const bool unpacked,
+                        int64_t n_blk, const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr,
+                        float *y, int64_t ldy)
 {
     float tmp[QMM_NT * 8];
     for (int64_t t = 0; t < nt; t += QMM_NT) {
@@ -689,16 +752,42 @@ AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8
         int64_t ld = nr == 8 ? ldy : 8;
         const struct qmm_q8 *xt = x + t * ldx;
         switch (n) {
-        case 1: gemv8_k6_tokens(p, n_blk, xt, ldx, 1, yt, ld); break;
-        case 2: gemv8_k6_tokens(p, n_blk, xt, ldx, 2, yt, ld); break;
-        case 3: gemv8_k6_tokens(p, n_blk, xt, ldx, 3, yt, ld); break;
-        default: gemv8_k6_tokens(p, n_blk, xt, ldx, 4, yt, ld); break;
+        case 1: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 1, yt, ld); break;
+        case 2: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 2, yt, ld); break;
+        case 3: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 3, yt, ld); break;
+        default: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 4, yt, ld); break;
         }
         if (nr < 8)
             for (int k = 0; k < n; k++)
                 for (int j = 0; j < nr; j++)
                     y[(t + k) * ldy + j] = tmp[k * 8 + j];
     }
+}
+
+AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                            int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    k6_all(p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
+}
+
+/* Many tokens: the group's blocks unpacked once into `pack` (d sc_0 in d,
+ * d sc_1 in m, the quants as bytes), then the same sums as gemv8_q6_K's,
+ * where it rebuilt every block's quants for each QMM_NT tokens. */
+AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                             int64_t ldy, struct qmm_pack8 *pack)
+{
+    (void)row_bytes;
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256 d0, d1;
+        __m256i q[8];
+        k6_block(w, b, &d0, &d1, q);
+        _mm256_store_ps(pack[b].d, d0);
+        _mm256_store_ps(pack[b].m, d1);
+        UNROLL for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)pack[b].q[k], q[k]);
+    }
+    k6_all(NULL, pack, true, n_blk, x, ldx, nt, 8, y, ldy);
 }
 
 #define GEMV8(name, kind)                                                                    \
@@ -720,13 +809,14 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                          struct qmm_pack8 *out)
 {
     const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 || kind == K_Q4_K ? 192 : 272;
-    const int qoff = kind == K_Q4_K ? 64 : kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+                    : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
+    const int qoff = kind == K_Q4_K || kind == K_Q4_0 || kind == K_Q5_0 || kind == K_Q8_0 ? 16 : 32;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_blk; b++) {
-        const uint8_t *blk = p + (size_t)b * pb;
+        const uint8_t *head;
+        const uint8_t *blk = packed_block(kind, p, b, pb, &head);
         __m256 d, m;
-        packed_scales(kind, blk, &d, &m);
+        packed_scales(kind, blk, head, &d, &m);
         _mm256_store_ps(out[b].d, d);
         _mm256_store_ps(out[b].m, m);
         if (kind == K_Q8_0) {
@@ -783,6 +873,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q5_0: return gemm8p_q5_0;
     case QUANT_Q5_1: return gemm8p_q5_1;
     case QUANT_Q4_K: return gemm8p_q4_K;
+    case QUANT_Q6_K: return gemm8p_q6_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
 #endif
