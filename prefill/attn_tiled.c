@@ -522,22 +522,23 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
     sc->l[r] = sc->l[r] * sc->corr[r] + sum;
 }
 
-/* 16 output columns [db, db + 16) of rows 0..n-1 (o*, s*, c*: each row's
- * output, probabilities and correction) over columns [lo, hi), and with
- * `sums` each row's probability sum in column order into sum*. Written out
- * (rows as separate variables, the unused ones dead for a constant n):
- * -O2 keeps arrays of vectors in memory. */
-#define ACC_ROWS_BLOCK(n, db, sums)                                                           \
+/* 2w output columns [db, db + 2w) of rows 0..n-1 as two vectors V of w
+ * floats (load, store: V's unaligned access), over columns [lo, hi), and
+ * with `sums` each row's probability sum in column order into sum*. Reads
+ * ACC_ROWS_N's variables (o*, s*, c*: each row's output, probabilities and
+ * correction). Written out (rows as separate variables, the unused ones
+ * dead for a constant n): -O2 keeps arrays of vectors in memory. */
+#define ACC_ROWS_BLOCK(V, load, store, w, n, db, sums)                                       \
     do {                                                                                     \
-        attn_v8 a0 = v8_load(o0 + (db)) * c0, b0 = v8_load(o0 + (db) + 8) * c0;              \
-        attn_v8 a1 = v8_load(o1 + (db)) * c1, b1 = v8_load(o1 + (db) + 8) * c1;              \
-        attn_v8 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                      \
+        V a0 = load(o0 + (db)) * c0, b0 = load(o0 + (db) + (w)) * c0;                        \
+        V a1 = load(o1 + (db)) * c1, b1 = load(o1 + (db) + (w)) * c1;                        \
+        V a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                            \
         if ((n) > 2)                                                                         \
-            a2 = v8_load(o2 + (db)) * c2, b2 = v8_load(o2 + (db) + 8) * c2;                  \
+            a2 = load(o2 + (db)) * c2, b2 = load(o2 + (db) + (w)) * c2;                      \
         if ((n) > 3)                                                                         \
-            a3 = v8_load(o3 + (db)) * c3, b3 = v8_load(o3 + (db) + 8) * c3;                  \
+            a3 = load(o3 + (db)) * c3, b3 = load(o3 + (db) + (w)) * c3;                      \
         for (int64_t c = lo; c < hi; c++) {                                                  \
-            attn_v8 v0 = v8_load(vt + c * hd + (db)), v1 = v8_load(vt + c * hd + (db) + 8);  \
+            V v0 = load(vt + c * hd + (db)), v1 = load(vt + c * hd + (db) + (w));            \
             a0 += s0[c] * v0, b0 += s0[c] * v1;                                              \
             a1 += s1[c] * v0, b1 += s1[c] * v1;                                              \
             if ((n) > 2)                                                                     \
@@ -552,12 +553,37 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
                     sum3 += s3[c];                                                           \
             }                                                                                \
         }                                                                                    \
-        v8_store(o0 + (db), a0), v8_store(o0 + (db) + 8, b0);                                \
-        v8_store(o1 + (db), a1), v8_store(o1 + (db) + 8, b1);                                \
+        store(o0 + (db), a0), store(o0 + (db) + (w), b0);                                    \
+        store(o1 + (db), a1), store(o1 + (db) + (w), b1);                                    \
         if ((n) > 2)                                                                         \
-            v8_store(o2 + (db), a2), v8_store(o2 + (db) + 8, b2);                            \
+            store(o2 + (db), a2), store(o2 + (db) + (w), b2);                                \
         if ((n) > 3)                                                                         \
-            v8_store(o3 + (db), a3), v8_store(o3 + (db) + 8, b3);                            \
+            store(o3 + (db), a3), store(o3 + (db) + (w), b3);                                \
+    } while (0)
+
+/* The body of accumulate_rows_n and accumulate_rows16_n (their arguments
+ * sc, vt, rr, lo, hi, hd in scope): the rows' pointers and corrections,
+ * ACC_ROWS_BLOCK over hd in steps of 2w columns, the sums riding along the
+ * first, then l = l corr + sum. A macro, not a function, for the vector
+ * type it takes. */
+#define ACC_ROWS_N(V, load, store, w, n)                                                     \
+    do {                                                                                     \
+        int64_t r0 = rr[0], r1 = rr[1], r2 = rr[(n) > 2 ? 2 : 0], r3 = rr[(n) > 3 ? 3 : 0];  \
+        const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;          \
+        const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;          \
+        float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;                                  \
+        float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;                                  \
+        float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];   \
+        float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;                            \
+        ACC_ROWS_BLOCK(V, load, store, w, n, 0, true);                                       \
+        for (int64_t db = 2 * (w); db < hd; db += 2 * (w))                                   \
+            ACC_ROWS_BLOCK(V, load, store, w, n, db, false);                                 \
+        sc->l[r0] = sc->l[r0] * c0 + sum0;                                                   \
+        sc->l[r1] = sc->l[r1] * c1 + sum1;                                                   \
+        if ((n) > 2)                                                                         \
+            sc->l[r2] = sc->l[r2] * c2 + sum2;                                               \
+        if ((n) > 3)                                                                         \
+            sc->l[r3] = sc->l[r3] * c3 + sum3;                                               \
     } while (0)
 
 /* accumulate() and the probability sums (add_row_sum) for rows rr[0..n)
@@ -569,27 +595,12 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
  * chains of additions side by side where one row's chain alone waited on
  * each addition. Every element of o sees accumulate()'s operations in its
  * order (o * corr, then + s[c] v[c] for c from lo up), every sum
- * add_row_sum's. */
+ * add_row_sum's. hd % 16 == 0. */
 static inline __attribute__((always_inline)) void
 accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
                   int64_t lo, int64_t hi, int64_t hd)
 {
-    int64_t r0 = rr[0], r1 = rr[1], r2 = rr[n > 2 ? 2 : 0], r3 = rr[n > 3 ? 3 : 0];
-    const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;
-    const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;
-    float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;
-    float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;
-    float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];
-    float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;
-    ACC_ROWS_BLOCK(n, 0, true);
-    for (int64_t db = ATTN_COL_BLOCK; db < hd; db += ATTN_COL_BLOCK)
-        ACC_ROWS_BLOCK(n, db, false);
-    sc->l[r0] = sc->l[r0] * c0 + sum0;
-    sc->l[r1] = sc->l[r1] * c1 + sum1;
-    if (n > 2)
-        sc->l[r2] = sc->l[r2] * c2 + sum2;
-    if (n > 3)
-        sc->l[r3] = sc->l[r3] * c3 + sum3;
+    ACC_ROWS_N(attn_v8, v8_load, v8_store, 8, n);
 }
 
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
@@ -601,60 +612,11 @@ static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int6
  * (cores with full-width AVX-512 units run twice the multiply-adds; on
  * split ones the same). Each element sees the same operations in the same
  * order as in accumulate_rows_n, so the same bits. hd % 32 == 0. */
-#define ACC_ROWS_BLOCK16(n, db, sums)                                                         \
-    do {                                                                                     \
-        attn_v16 a0 = v16_load(o0 + (db)) * c0, b0 = v16_load(o0 + (db) + 16) * c0;          \
-        attn_v16 a1 = v16_load(o1 + (db)) * c1, b1 = v16_load(o1 + (db) + 16) * c1;          \
-        attn_v16 a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                     \
-        if ((n) > 2)                                                                         \
-            a2 = v16_load(o2 + (db)) * c2, b2 = v16_load(o2 + (db) + 16) * c2;               \
-        if ((n) > 3)                                                                         \
-            a3 = v16_load(o3 + (db)) * c3, b3 = v16_load(o3 + (db) + 16) * c3;               \
-        for (int64_t c = lo; c < hi; c++) {                                                  \
-            attn_v16 v0 = v16_load(vt + c * hd + (db));                                      \
-            attn_v16 v1 = v16_load(vt + c * hd + (db) + 16);                                 \
-            a0 += s0[c] * v0, b0 += s0[c] * v1;                                              \
-            a1 += s1[c] * v0, b1 += s1[c] * v1;                                              \
-            if ((n) > 2)                                                                     \
-                a2 += s2[c] * v0, b2 += s2[c] * v1;                                          \
-            if ((n) > 3)                                                                     \
-                a3 += s3[c] * v0, b3 += s3[c] * v1;                                          \
-            if (sums) {                                                                      \
-                sum0 += s0[c], sum1 += s1[c];                                                \
-                if ((n) > 2)                                                                 \
-                    sum2 += s2[c];                                                           \
-                if ((n) > 3)                                                                 \
-                    sum3 += s3[c];                                                           \
-            }                                                                                \
-        }                                                                                    \
-        v16_store(o0 + (db), a0), v16_store(o0 + (db) + 16, b0);                             \
-        v16_store(o1 + (db), a1), v16_store(o1 + (db) + 16, b1);                             \
-        if ((n) > 2)                                                                         \
-            v16_store(o2 + (db), a2), v16_store(o2 + (db) + 16, b2);                         \
-        if ((n) > 3)                                                                         \
-            v16_store(o3 + (db), a3), v16_store(o3 + (db) + 16, b3);                         \
-    } while (0)
-
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 accumulate_rows16_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
                     int64_t lo, int64_t hi, int64_t hd)
 {
-    int64_t r0 = rr[0], r1 = rr[1], r2 = rr[n > 2 ? 2 : 0], r3 = rr[n > 3 ? 3 : 0];
-    const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;
-    const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;
-    float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;
-    float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;
-    float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];
-    float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;
-    ACC_ROWS_BLOCK16(n, 0, true);
-    for (int64_t db = 32; db < hd; db += 32)
-        ACC_ROWS_BLOCK16(n, db, false);
-    sc->l[r0] = sc->l[r0] * c0 + sum0;
-    sc->l[r1] = sc->l[r1] * c1 + sum1;
-    if (n > 2)
-        sc->l[r2] = sc->l[r2] * c2 + sum2;
-    if (n > 3)
-        sc->l[r3] = sc->l[r3] * c3 + sum3;
+    ACC_ROWS_N(attn_v16, v16_load, v16_store, 16, n);
 }
 
 __attribute__((target("avx512f"))) static void
