@@ -782,13 +782,12 @@ static bool token_cols(const struct attn_params *p, const struct attn_seq *s, in
 }
 
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
- * of sequence s. */
+ * of sequence s. zmm: attn_zmm()'s answer. */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
-                     int64_t t0, int64_t nq, struct attn_scratch *sc)
+                     int64_t t0, int64_t nq, bool zmm, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
-    bool zmm = attn_zmm();
     void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
                 int64_t) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
 
@@ -878,6 +877,7 @@ struct attn_job {
     int64_t scratch_stride;
     const int64_t *first_item;
     int64_t decode_parts;
+    bool zmm; /* attn_zmm(), asked once per call rather than per item */
 };
 
 static int64_t n_qtiles(const struct attn_seq *s)
@@ -932,7 +932,7 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
         int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
-        run_item(p, s, kvh, t0, nq, &sc);
+        run_item(p, s, kvh, t0, nq, job->zmm, &sc);
     }
 }
 
@@ -949,6 +949,6 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
         IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
         first[i + 1] = first[i] + seq_items(&p->seqs[i], p->n_head_kv, parts);
     }
-    struct attn_job job = {p, scratch, scratch_stride, first, parts};
+    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm()};
     ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }
