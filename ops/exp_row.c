@@ -76,6 +76,20 @@ EXP_AVX2 static inline __m128 exp4(__m128 x)
     return _mm256_cvtpd_ps(y);
 }
 
+/* es[j] = expf(xs[j]) for the lanes j < n outside the fast path (the
+ * library's special cases: overflow, underflow, inf, NaN); the others keep
+ * the vector's e^x. Cold: only the vector loops' rare slow branch calls it,
+ * and GCC then lays their common path out straight. */
+__attribute__((cold)) static void exp_special_lanes(const float *xs, float *es, int n)
+{
+    for (int j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &xs[j], sizeof u);
+        if ((u & 0x7fffffffu) >= 0x42b00000u)
+            es[j] = expf(xs[j]);
+    }
+}
+
 EXP_AVX2 static void exp_row_avx2(float *s, int64_t n, float mx)
 {
     __m128 m = _mm_set1_ps(mx);
@@ -91,12 +105,7 @@ EXP_AVX2 static void exp_row_avx2(float *s, int64_t n, float mx)
             float xs[4], es[4];
             _mm_storeu_ps(xs, x);
             _mm_storeu_ps(es, e);
-            for (int j = 0; j < 4; j++) {
-                uint32_t u;
-                memcpy(&u, &xs[j], sizeof u);
-                if ((u & 0x7fffffffu) >= 0x42b00000u)
-                    es[j] = expf(xs[j]);
-            }
+            exp_special_lanes(xs, es, 4);
             e = _mm_loadu_ps(es);
         }
         _mm_storeu_ps(s + c, e);
@@ -153,12 +162,7 @@ EXP_AVX512 static void exp_row_avx512(float *s, int64_t n, float mx)
             float xs[8], es[8];
             _mm256_storeu_ps(xs, x);
             _mm256_storeu_ps(es, e);
-            for (int j = 0; j < 8; j++) {
-                uint32_t u;
-                memcpy(&u, &xs[j], sizeof u);
-                if ((u & 0x7fffffffu) >= 0x42b00000u)
-                    es[j] = expf(xs[j]);
-            }
+            exp_special_lanes(xs, es, 8);
             e = _mm256_loadu_ps(es);
         }
         _mm256_storeu_ps(s + c, e);
