@@ -132,9 +132,10 @@ __attribute__((target("avx512f"))) static void *run_muladd512(void *arg)
     return NULL;
 }
 
-/* The inner steps: multiply-adds per loop turn (8 or 10 steps of 32, or 8 of 8). */
-static void measure_step(const char *name, void *(*fn)(void *), double macs_per_turn,
-                         int threads)
+/* Runs fn on `threads` threads at once, each given its own sink (fn writes
+ * its CPU seconds to [1]); *wall: the seconds until the last one ended,
+ * *cpu: the threads' CPU seconds added up. */
+static void run_threads(void *(*fn)(void *), int threads, double *wall, double *cpu)
 {
     pthread_t th[256];
     float sink[256][2];
@@ -143,9 +144,18 @@ static void measure_step(const char *name, void *(*fn)(void *), double macs_per_
         pthread_create(&th[i], NULL, fn, sink[i]);
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    double s = now() - t0, cpu = 0;
+    *wall = now() - t0;
+    *cpu = 0;
     for (int i = 0; i < threads; i++)
-        cpu += sink[i][1];
+        *cpu += sink[i][1];
+}
+
+/* The inner steps: multiply-adds per loop turn (8 or 10 steps of 32, or 8 of 8). */
+static void measure_step(const char *name, void *(*fn)(void *), double macs_per_turn,
+                         int threads)
+{
+    double s, cpu;
+    run_threads(fn, threads, &s, &cpu);
     double macs = macs_per_turn * (double)STEP_TURNS * threads;
     printf("%-22s %3d threads: %8.1f G multiply-adds/s per wall second, %.1f per CPU second "
            "of a thread\n", name, threads, macs / s / 1e9, macs / cpu / 1e9);
@@ -153,16 +163,8 @@ static void measure_step(const char *name, void *(*fn)(void *), double macs_per_
 
 static void measure(const char *name, void *(*fn)(void *), int lanes, int threads)
 {
-    pthread_t th[256];
-    float sink[256][2];
-    double t0 = now();
-    for (int i = 0; i < threads; i++)
-        pthread_create(&th[i], NULL, fn, sink[i]);
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
-    double s = now() - t0, cpu = 0;
-    for (int i = 0; i < threads; i++)
-        cpu += sink[i][1];
+    double s, cpu;
+    run_threads(fn, threads, &s, &cpu);
     double flops = 2.0 * lanes * CHAINS * (double)ITERS * threads;
     printf("%-8s %3d threads: %8.1f GFLOP/s f32 per wall second, %.1f per CPU second of a "
            "thread\n", name, threads, flops / s / 1e9, flops / cpu / 1e9);
