@@ -3,7 +3,7 @@
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
  * blocks that fit in L2. A weight the context holds in the packed layout
- * (Q4_0, Q4_1, Q8_0; ops_ctx_pack_weight) is read only there: with many
+ * (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; ops_ctx_pack_weight) is read only there: with many
  * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
  * rows) through the packed GEMV, one sequential stream for 8 rows; both give
  * a token the same sums. Other weights: the repacking GEMM on stored rows

@@ -71,10 +71,11 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 
 /* ---- the decode layout: 8 rows interleaved ------------------------------- *
  *
- * Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights are repacked once (ops_qmm_repack,
- * at context creation) so that decode reads one sequential stream with no
- * unpacking shuffles. Rows go in groups of QMM_PR (the last group padded with
- * zero rows); a group stores its blocks one after the other, each as
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights are repacked once
+ * (ops_qmm_repack, at context creation) so that decode reads one sequential
+ * stream with no unpacking shuffles. Rows go in groups of QMM_PR (the last
+ * group padded with zero rows); a group stores its blocks one after the
+ * other, each as
  *   f16 d[8]; f16 m[8] (Q4_1, Q5_1 only); quants,
  * where for 4-bit formats the quants are 4 x 32 bytes: byte 4 j + i of
  * vector v holds row j's quant 8 v + i in its low nibble and 8 v + 4 + i in
@@ -86,22 +87,22 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * bytes): f16 d[8] and dmin[8] of its rows, then each block's u8 sc[8],
  * mn[8] (the 6-bit sub-block scales and mins) and 4-bit quants; a kernel
  * forms the f32 scale d sc and offset -dmin mn (exact products: 11 by 6
- * bits), 0.578 bytes a weight where keeping them as f32 took 0.75. Q6_K (scales per 16 elements) goes
- * super-block by super-block too (QMM_K6_SUPER bytes): f16 d[8], then each
- * block's i8 sc0[8], sc1[8] (the scales of its 16-element halves), its
- * quants' low 4 bits as the 4-bit formats' nibbles and their top 2 bits as
- * a plane of 2 x 32 bytes (bits 2 (k % 4), 2 (k % 4) + 1 of byte b of plane
- * k / 4 belong to unpacked vector k's byte b): w = d sc_h (u - 32) with u
- * unsigned, d sc_h an exact product (11 by 8 bits); its kernel sums each
- * half apart and uses the token's half sums (struct qmm_q8.hs) for the -32.
- * So 32-bit lane j of every
- * unpacked vector k (k = 0..7: low, high nibbles of v = k / 2) holds row j's
- * quants 4 k .. 4 k + 3: one u8 x s8 dot-accumulate against the token's
- * quants 4 k .. 4 k + 3 serves 8 rows. Weights are w = d q + m with q
- * unsigned: m = -8 d (Q4_0), -16 d (Q5_0), the stored m (Q4_1, Q5_1),
- * -128 d (Q8_0). The sums
- * are those of the prefill GEMM (struct qmm_pack8), in the same order, so a
- * token's output does not depend on the path it takes. */
+ * bits), 0.578 bytes a weight where keeping them as f32 took 0.75. Q6_K
+ * (scales per 16 elements) goes super-block by super-block too
+ * (QMM_K6_SUPER bytes): f16 d[8], then each block's i8 sc0[8], sc1[8] (the
+ * scales of its 16-element halves), its quants' low 4 bits as the 4-bit
+ * formats' nibbles and their top 2 bits as a plane of 2 x 32 bytes (bits
+ * 2 (k % 4), 2 (k % 4) + 1 of byte b of plane k / 4 belong to unpacked
+ * vector k's byte b): w = d sc_h (u - 32) with u unsigned, d sc_h an exact
+ * product (11 by 8 bits); its kernel sums each half apart and uses the
+ * token's half sums (struct qmm_q8.hs) for the -32. So 32-bit lane j of
+ * every unpacked vector k (k = 0..7: low, high nibbles of v = k / 2) holds
+ * row j's quants 4 k .. 4 k + 3: one u8 x s8 dot-accumulate against the
+ * token's quants 4 k .. 4 k + 3 serves 8 rows. Weights are w = d q + m with
+ * q unsigned: m = -8 d (Q4_0), -16 d (Q5_0), the stored m (Q4_1, Q5_1),
+ * -128 d (Q8_0). The sums are those of the prefill GEMM (struct
+ * qmm_pack8), in the same order, so a token's output does not depend on the
+ * path it takes. */
 #define QMM_PR 8
 
 /* Q4_K's packed super-block: its head (f16 d[8], dmin[8]) and 8 blocks of
@@ -137,7 +138,9 @@ static inline const uint8_t *qmm_k4_block(const uint8_t *group, int64_t b)
     return qmm_k4_head(group, b) + QMM_K4_HEAD + (size_t)(b % 8) * QMM_K4_BLOCK;
 }
 
-/* Bytes of one packed block of QMM_PR rows, or 0 for a type without the layout. */
+/* Bytes of one packed block of QMM_PR rows (for Q4_K and Q6_K an eighth of
+ * a super-block, so only whole super-blocks' worth: their blocks per row are
+ * a multiple of 8), or 0 for a type without the layout. */
 size_t ops_qmm_packed_block_bytes(enum quant_type type);
 
 /* Bytes of the packed copy of a rows x cols weight of `type`. */

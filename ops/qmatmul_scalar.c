@@ -261,8 +261,8 @@ static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_
                     int32_t s = 0;
                     for (int e = 16 * h; e < 16 * h + 16; e++) {
                         const uint8_t *plane = blk + 2 * QMM_PR + QMM_PR * QMM_QK / 2;
-                        int u = packed_quant(QUANT_Q4_0, blk + 2 * QMM_PR, j, e) |
-                                (plane[32 * (e / 16) + 4 * j + e % 4] >> (2 * (e / 4 % 4)) & 3) << 4;
+                        int top = plane[32 * (e / 16) + 4 * j + e % 4] >> (2 * (e / 4 % 4)) & 3;
+                        int u = packed_quant(QUANT_Q4_0, blk + 2 * QMM_PR, j, e) | top << 4;
                         s += u * xb->qs[e];
                     }
                     acc += d * xb->d * (float)s;
@@ -285,26 +285,23 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
             for (int64_t b = 0; b < n_blk; b++) {
                 const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b) : p + (size_t)b * pb;
                 const struct qmm_q8 *xb = x + t * ldx + b;
+                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1 || type == QUANT_Q4_K;
+                /* f16 d and m in the block, or for Q4_K the super-block's d and
+                 * dmin in its head with the block's sc and mn */
+                const uint8_t *dm = type == QUANT_Q4_K ? qmm_k4_head(p, b) : blk;
                 uint16_t dh, mh = 0;
-                memcpy(&dh, blk + 2 * j, sizeof dh);
-                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
+                memcpy(&dh, dm + 2 * j, sizeof dh);
                 if (has_m)
-                    memcpy(&mh, blk + 2 * QMM_PR + 2 * j, sizeof mh);
+                    memcpy(&mh, dm + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
-                float m = has_m                ? ig_f16_to_f32(mh)
+                float m = type == QUANT_Q4_K ? -ig_f16_to_f32(mh) * (float)blk[QMM_PR + j]
+                        : has_m              ? ig_f16_to_f32(mh)
                         : type == QUANT_Q4_0 ? -8.0f * d
                         : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
-                const uint8_t *q = blk + (has_m ? 4 : 2) * QMM_PR;
-                if (type == QUANT_Q4_K) { /* the super-block's d, dmin and the sub-block's sc, mn */
-                    const uint8_t *head = qmm_k4_head(p, b);
-                    uint16_t dminh;
-                    memcpy(&dh, head + 2 * j, sizeof dh);
-                    memcpy(&dminh, head + 2 * QMM_PR + 2 * j, sizeof dminh);
-                    d = ig_f16_to_f32(dh) * (float)blk[j];
-                    m = -ig_f16_to_f32(dminh) * (float)blk[QMM_PR + j];
-                    q = blk + 2 * QMM_PR;
-                }
+                if (type == QUANT_Q4_K)
+                    d *= (float)blk[j];
+                const uint8_t *q = blk + (has_m && type != QUANT_Q4_K ? 4 : 2) * QMM_PR;
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)
                     s += packed_quant(type, q, j, e) * xb->qs[e];

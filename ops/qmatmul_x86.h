@@ -523,8 +523,10 @@ AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, const u
 {
     if (kind == K_Q4_K) {
         __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)head));
-        __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(head + 16)));
-        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)blk)));
+        __m256 dmin =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(head + 16)));
+        __m256 sc = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)blk)));
         __m256 mn = _mm256_cvtepi32_ps(
             _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(blk + 8))));
         *d = _mm256_mul_ps(dd, sc);
@@ -663,15 +665,12 @@ AVX2 INLINE __m256i top2_bits(__m256i plane, const int i)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
 }
 
-/* Q6_K's packed blocks (ops/qmatmul.h): a scale per row and 16-element
- * half (d sc_h), the quants 0..63 rebuilt from nibbles and top bits; the
- * -32 comes from the token's half sums. Its only kernel, so prefill and
- * decode agree. The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
- * vectors at a time. */
-/* Packed Q6_K block b of group p: its halves' scales d sc_h (exact
- * products) and its 8 vectors of unsigned 6-bit quants. */
+/* Packed Q6_K block b of group p (ops/qmatmul.h): its halves' scales
+ * d sc_h (exact products) and its 8 vectors of unsigned 6-bit quants,
+ * rebuilt from the nibbles and the plane of top bits. */
 AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, __m256i q[8])
 {
+    const int nib = 2 * QMM_PR, plane = nib + QMM_PR * QMM_QK / 2; /* offsets in the block */
     const uint8_t *blk = qmm_k6_block(p, b);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)qmm_k6_head(p, b)));
@@ -680,16 +679,20 @@ AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, _
     *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                _mm_loadl_epi64((const __m128i *)(const void *)(blk + 8)))));
     UNROLL for (int v = 0; v < 4; v++) {
-        __m256i V = load32(blk + 16 + 32 * v);
+        __m256i V = load32(blk + nib + 32 * v);
         q[2 * v] = _mm256_and_si256(V, m4);
         q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
     }
     UNROLL for (int k = 0; k < 8; k++)
-        q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + 144 + 32 * (k / 4)), k % 4));
+        q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + plane + 32 * (k / 4)), k % 4));
 }
 
-/* y for nt (<= QMM_NT) tokens from packed group p, or with `unpacked` from
- * its blocks as gemm8p_q6_K left them in up (the same values: the same bits). */
+/* Q6_K: y for nt (<= QMM_NT) tokens from packed group p, or with
+ * `unpacked` from its blocks as gemm8p_q6_K left them in up (the same
+ * values: the same bits, so prefill and decode agree). w = d sc_h (u - 32)
+ * per 16-element half: each half summed apart, the -32 from the token's
+ * half sums. The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
+ * vectors at a time. */
 AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
                                  const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,
                                  int64_t ldx, const int nt, float *y, int64_t ldy)
@@ -721,8 +724,9 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
             /* two vectors' pair sums in int16 (<= 2 * 2 * 63 * 128), then
              * to int32: exact integers, so the same sums as one at a time */
             UNROLL for (int k = 0; k < 8; k += 2) {
-                __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])),
-                                              _mm256_maddubs_epi16(q[k + 1], _mm256_set1_epi32(xq[k + 1])));
+                __m256i pr =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])),
+                                     _mm256_maddubs_epi16(q[k + 1], _mm256_set1_epi32(xq[k + 1])));
                 s[k / 4] = _mm256_add_epi32(s[k / 4], _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
             }
 #endif

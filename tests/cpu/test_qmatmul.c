@@ -315,6 +315,8 @@ static void check_type(const struct type_case *tc, const struct model *model,
                         out[i] = SENTINEL;
                     g(packed + (size_t)(r / QMM_PR) * group_bytes, nb, xq, nb, n, nr, out, 9);
                     float o8p[13 * 9];
+                    for (int i = 0; i < 13 * 9; i++)
+                        o8p[i] = SENTINEL;
                     if (g8p && nr == QMM_PR) {
                         g8p(packed + (size_t)(r / QMM_PR) * group_bytes, 0, nb, xq, nb, n, o8p,
                             9, pack);
@@ -330,6 +332,9 @@ static void check_type(const struct type_case *tc, const struct model *model,
                             if (t >= n || j >= nr) {
                                 if (v != SENTINEL && bad++ < 3)
                                     fprintf(stderr, "%s gemv8 %s: wrote outside\n", name,
+                                            ops_qmm_isa_name(isa));
+                                if (o8p[t * 9 + j] != SENTINEL && bad++ < 3)
+                                    fprintf(stderr, "%s packed gemm8 %s: wrote outside\n", name,
                                             ops_qmm_isa_name(isa));
                                 continue;
                             }
