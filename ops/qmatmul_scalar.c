@@ -256,11 +256,11 @@ static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 uint16_t dh;
                 memcpy(&dh, qmm_k6_head(p, b) + 2 * j, sizeof dh);
+                const uint8_t *plane = blk + 2 * QMM_PR + QMM_PR * QMM_QK / 2;
                 for (int h = 0; h < 2; h++) {
                     float d = ig_f16_to_f32(dh) * (float)(int8_t)blk[QMM_PR * h + j];
                     int32_t s = 0;
                     for (int e = 16 * h; e < 16 * h + 16; e++) {
-                        const uint8_t *plane = blk + 2 * QMM_PR + QMM_PR * QMM_QK / 2;
                         int top = plane[32 * (e / 16) + 4 * j + e % 4] >> (2 * (e / 4 % 4)) & 3;
                         int u = packed_quant(QUANT_Q4_0, blk + 2 * QMM_PR, j, e) | top << 4;
                         s += u * xb->qs[e];

@@ -502,6 +502,20 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 
 /* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
 
+/* A packed block's bytes (ops_qmm_packed_block_bytes, as a constant the
+ * kernels fold) and where its quants start: after f16 d[8] (and m[8]), or
+ * Q4_K's u8 sc[8], mn[8]. */
+AVX2 INLINE size_t packed_bytes(const enum kind kind)
+{
+    return kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
+         : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
+}
+
+AVX2 INLINE int packed_qoff(const enum kind kind)
+{
+    return kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+}
+
 /* Block b of a packed group, and for Q4_K the head of its super-block. */
 AVX2 INLINE const uint8_t *packed_block(const enum kind kind, const uint8_t *p, int64_t b,
                                         size_t pb, const uint8_t **head)
@@ -550,9 +564,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
                               int64_t ldy)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
-    const int qoff = kind == K_Q4_K || kind == K_Q4_0 || kind == K_Q5_0 || kind == K_Q8_0 ? 16 : 32;
+    const size_t pb = packed_bytes(kind);
+    const int qoff = packed_qoff(kind);
     const bool wide = KIND_WIDE(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
@@ -812,9 +825,8 @@ GEMV8(q4_K, K_Q4_K)
 AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                          struct qmm_pack8 *out)
 {
-    const size_t pb = kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-                    : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
-    const int qoff = kind == K_Q4_K || kind == K_Q4_0 || kind == K_Q5_0 || kind == K_Q8_0 ? 16 : 32;
+    const size_t pb = packed_bytes(kind);
+    const int qoff = packed_qoff(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *head;
