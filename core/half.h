@@ -2,8 +2,8 @@
  *
  * Exact and portable (no F16C needed): f16 -> f32 and bf16 -> f32 are exact,
  * f32 -> f16/bf16 round to nearest even, NaN stays NaN. The SIMD kernels may
- * use hardware conversions; these are the reference. ig_f16_to_f32_row
- * converts a row with F16C where the CPU has it (core/half.c).
+ * use hardware conversions; these are the reference. The _row forms
+ * convert a row with F16C where the CPU has it (core/half.c).
  * Covered by tests/unit/test_core.c. */
 #ifndef IGNITE_CORE_HALF_H
 #define IGNITE_CORE_HALF_H
@@ -68,6 +68,11 @@ static inline ig_f16 ig_f32_to_f16(float f)
  * ig_f16_to_f32 (the _portable one always); exact either way (core/half.c). */
 void ig_f16_to_f32_row(const ig_f16 *src, float *dst, int64_t n);
 void ig_f16_to_f32_row_portable(const ig_f16 *src, float *dst, int64_t n);
+
+/* dst[0..n) = src[0..n) rounded to f16 as ig_f32_to_f16 rounds (F16C where
+ * the CPU has it, the same bits). */
+void ig_f32_to_f16_row(const float *src, ig_f16 *dst, int64_t n);
+void ig_f32_to_f16_row_portable(const float *src, ig_f16 *dst, int64_t n);
 
 static inline float ig_bf16_to_f32(ig_bf16 h)
 {

@@ -21,25 +21,84 @@ static void compact_rows(float *a, int64_t w, const int64_t *keep, int64_t n_kee
             memmove(a + i * w, a + keep[i] * w, (size_t)w * sizeof *a);
 }
 
-/* The FFN's gate over rows [r0, r1) of a step: element-wise, so any split
- * over the pool gives the same bits; on one thread it was 3 % of a prefill
- * that the other thread waited out. */
-struct gate_job {
-    float *gate;
-    const float *up;
-    int64_t n_ff;
-    bool gelu;
+/* The element-wise steps between a block's matmuls, each over a range of
+ * the step's rows as one job on the pool: row by row, so any split gives
+ * the same bits. On thread 0 alone they were 5 % of a two-thread prefill
+ * that the other thread waited out (the gate alone 3 %), and more of one
+ * on more threads. A decode step's few rows stay on thread 0
+ * (ops_pool_run runs a job of one grain inline). */
+enum rows_step {
+    ROWS_ATTN_NORM,     /* xn = norm(x) */
+    ROWS_QK,            /* biases, head norms, RoPE of q and k */
+    ROWS_ATTN_RESIDUAL, /* x += post_norm(proj); xn = ffn_norm(x) */
+    ROWS_GATE,          /* gate = act(gate) * up */
+    ROWS_FFN_RESIDUAL,  /* x += post_norm(proj) */
 };
 
-static void gate_task(void *arg, int64_t r0, int64_t r1, int thread)
+#define ROWS_GRAIN 8
+
+struct rows_job {
+    struct ops_ctx *ctx;
+    const struct model_layer *L;
+    enum rows_step step;
+};
+
+static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
 {
     (void)thread;
-    const struct gate_job *job = arg;
-    int64_t off = r0 * job->n_ff, len = (r1 - r0) * job->n_ff;
-    if (job->gelu)
-        ops_geglu(job->gate + off, job->up + off, len);
-    else
-        ops_swiglu(job->gate + off, job->up + off, len);
+    const struct rows_job *job = arg;
+    const struct model_hparams *hp = &ops_ctx_model(job->ctx)->hp;
+    const struct model_layer *L = job->L;
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t n = r1 - r0, e = hp->n_embd, hd = hp->head_dim;
+    int64_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    float *x = b->x + r0 * e, *xn = b->xn + r0 * e, *proj = b->proj + r0 * e;
+    switch (job->step) {
+    case ROWS_ATTN_NORM:
+        ops_rmsnorm(x, &L->attn_norm, n, e, hp->norm_eps, xn);
+        break;
+    case ROWS_QK: {
+        float *q = b->q + r0 * q_dim, *k = b->k + r0 * kv_dim, *v = b->v + r0 * kv_dim;
+        if (hp->has_qkv_bias) {
+            ops_add_bias(q, &L->bq, n, q_dim);
+            ops_add_bias(k, &L->bk, n, kv_dim);
+            ops_add_bias(v, &L->bv, n, kv_dim);
+        }
+        if (hp->has_qk_norm) { /* RMSNorm of each head: rows of head_dim */
+            ops_rmsnorm(q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps, q);
+            ops_rmsnorm(k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps, k);
+        }
+        ops_rope_apply(job->ctx, b->q, r0, r1, hp->n_head, L->rope);
+        ops_rope_apply(job->ctx, b->k, r0, r1, hp->n_head_kv, L->rope);
+        break;
+    }
+    case ROWS_ATTN_RESIDUAL:
+    case ROWS_FFN_RESIDUAL: {
+        bool attn = job->step == ROWS_ATTN_RESIDUAL;
+        if (hp->has_post_norms)
+            ops_rmsnorm(proj, attn ? &L->attn_post_norm : &L->ffn_post_norm, n, e, hp->norm_eps,
+                        proj);
+        ops_add(x, proj, n * e);
+        if (attn)
+            ops_rmsnorm(x, &L->ffn_norm, n, e, hp->norm_eps, xn);
+        break;
+    }
+    case ROWS_GATE: {
+        int64_t off = r0 * hp->n_ff, len = n * hp->n_ff;
+        if (hp->ffn_act == MODEL_ACT_GELU_TANH)
+            ops_geglu(b->gate + off, b->up + off, len);
+        else
+            ops_swiglu(b->gate + off, b->up + off, len);
+        break;
+    }
+    }
+}
+
+static void rows_run(struct ops_ctx *ctx, const struct model_layer *L, enum rows_step step,
+                     int64_t n)
+{
+    struct rows_job job = {ctx, L, step};
+    ops_pool_run(ops_ctx_pool(ctx), n, ROWS_GRAIN, rows_task, &job);
 }
 
 void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
@@ -49,24 +108,14 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
     const struct model_hparams *hp = &m->hp;
     const struct model_layer *L = &m->layers[il];
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    int64_t q_dim = hp->n_head * hp->head_dim;
 
     /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
-    ops_rmsnorm(b->x, &L->attn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
+    rows_run(ctx, L, ROWS_ATTN_NORM, n);
     const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
     ops_matmul_multi(ctx, 3, qkv_w, b->xn, n, qkv_y);
-    if (hp->has_qkv_bias) {
-        ops_add_bias(b->q, &L->bq, n, q_dim);
-        ops_add_bias(b->k, &L->bk, n, kv_dim);
-        ops_add_bias(b->v, &L->bv, n, kv_dim);
-    }
-    if (hp->has_qk_norm) { /* RMSNorm of each head: n * heads rows of head_dim */
-        ops_rmsnorm(b->q, &L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps, b->q);
-        ops_rmsnorm(b->k, &L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps, b->k);
-    }
-    ops_rope_apply(ctx, b->q, n, hp->n_head, L->rope);
-    ops_rope_apply(ctx, b->k, n, hp->n_head_kv, L->rope);
+    rows_run(ctx, L, ROWS_QK, n);
     attn->run(attn->user, il, n);
 
     if (keep) { /* only these rows are read after this block */
@@ -75,21 +124,15 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
         n = n_keep;
     }
     ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
-    if (hp->has_post_norms)
-        ops_rmsnorm(b->proj, &L->attn_post_norm, n, hp->n_embd, hp->norm_eps, b->proj);
-    ops_add(b->x, b->proj, n * hp->n_embd);
+    rows_run(ctx, L, ROWS_ATTN_RESIDUAL, n);
 
     /* feed-forward: x += W_down (act(xn W_gate^T) * (xn W_up^T)) */
-    ops_rmsnorm(b->x, &L->ffn_norm, n, hp->n_embd, hp->norm_eps, b->xn);
     const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
     float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
     ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
-    struct gate_job gj = {b->gate, b->up, hp->n_ff, hp->ffn_act == MODEL_ACT_GELU_TANH};
-    ops_pool_run(ops_ctx_pool(ctx), n, 8, gate_task, &gj);
+    rows_run(ctx, L, ROWS_GATE, n);
     ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
-    if (hp->has_post_norms)
-        ops_rmsnorm(b->proj, &L->ffn_post_norm, n, hp->n_embd, hp->norm_eps, b->proj);
-    ops_add(b->x, b->proj, n * hp->n_embd);
+    rows_run(ctx, L, ROWS_FFN_RESIDUAL, n);
 }
 
 void ops_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits)

@@ -2,8 +2,9 @@
  * the order a token meets them: embedding lookup (and Gemma's scale),
  * RMSNorm (of rows or of heads: the same call over more, shorter rows),
  * bias, RoPE, SwiGLU or GeGLU, residual add, soft-capping. A stored norm
- * weight is the multiplier as it is: Gemma's converter already wrote 1 + w. All run on the calling thread (they are a few percent of a
- * forward pass); the matmuls are in ops/matmul.c.
+ * weight is the multiplier as it is: Gemma's converter already wrote 1 + w.
+ * Each runs on the calling thread over the rows it is given; ops/layer.c
+ * splits a step's rows over the pool. The matmuls are in ops/matmul.c.
  * Covered by tests/cpu/ (the forward against the numpy reference). */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
@@ -107,7 +108,8 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
     }
 }
 
-void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads, int rope)
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
+                    int rope)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     const struct ops_buffers *b = ops_ctx_buffers(ctx);
@@ -118,7 +120,7 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_h
     /* Distance between the two dims of a pair, and between pairs. */
     int64_t pair_gap = hp->rope_style == ROPE_ADJACENT ? 1 : half;
     int64_t pair_step = hp->rope_style == ROPE_ADJACENT ? 2 : 1;
-    for (int64_t t = 0; t < n_tokens; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         const float *cs = cos_t + t * half, *sn = sin_t + t * half;
         for (int64_t h = 0; h < n_heads; h++) {
             float *v = x + (t * n_heads + h) * hd;

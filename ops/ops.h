@@ -131,11 +131,13 @@ void ops_rope_llama3_factors(double base, int64_t n_rot, double factor, double l
  * cos(pos * inv_freq[i]) * mscale (ops_rope_freqs, made once per context). */
 void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens);
 
-/* Rotates the first n_rot dims of each of n_heads heads of every token in
- * x[n_tokens][n_heads * head_dim] with the angles ops_rope_prepare made for
- * variant `rope` (MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL: the layer's),
- * pairing dims as the model's rope_style says. */
-void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t n_tokens, int64_t n_heads, int rope);
+/* Rotates the first n_rot dims of each of n_heads heads of rows [t0, t1)
+ * of the step's x[n_tokens][n_heads * head_dim] with the angles
+ * ops_rope_prepare made for them and variant `rope` (MODEL_ROPE_GLOBAL or
+ * MODEL_ROPE_LOCAL: the layer's), pairing dims as the model's rope_style
+ * says. */
+void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
+                    int rope);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n. */
 void ops_swiglu(float *gate, const float *up, int64_t n);

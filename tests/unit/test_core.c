@@ -55,6 +55,33 @@ static void test_f16_rows(void)
     }
 }
 
+/* f32 -> f16 rows (F16C where there is one) give the scalar's bits (itself
+ * checked at every tie below) for a spread of patterns over every exponent,
+ * NaNs and infinities among them, and every tie and its neighbours. */
+static void test_f16_rows_from_f32(void)
+{
+    enum { SPREAD = 1 << 20, TIES = 4 * 0x7bff, N = SPREAD + TIES };
+    static float f[N];
+    static ig_f16 fast[N], portable[N];
+    for (uint32_t i = 0; i < SPREAD; i++)
+        f[i] = ig_bits_to_f32(i * 4093u + (i >> 7)); /* 4093 prime: every exponent */
+    for (uint32_t h = 0; h < 0x7bff; h++) {
+        float mid = (float)((f16_value((uint16_t)h) + f16_value((uint16_t)(h + 1))) / 2);
+        float *t = f + SPREAD + 4 * h;
+        t[0] = mid, t[1] = nextafterf(mid, 0), t[2] = nextafterf(mid, INFINITY), t[3] = -mid;
+    }
+    for (int off = 0; off < 3; off++) {
+        ig_f32_to_f16_row(f + off, fast, N - off);
+        ig_f32_to_f16_row_portable(f + off, portable, N - off);
+        int bad = 0;
+        for (int i = 0; i < N - off; i++) {
+            ig_f16 want = ig_f32_to_f16(f[off + i]);
+            bad += fast[i] != want || portable[i] != want;
+        }
+        CHECKF(bad == 0, "f32 row conversion at offset %d: %d values differ", off, bad);
+    }
+}
+
 /* Round to nearest, ties to even, checked at midpoints between neighbours. */
 static void test_f16_rounding(void)
 {
@@ -160,6 +187,7 @@ int main(void)
     test_diag_hook();
     test_f16_all_patterns();
     test_f16_rows();
+    test_f16_rows_from_f32();
     test_f16_rounding();
     test_bf16();
     test_utf8();
