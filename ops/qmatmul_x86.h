@@ -407,7 +407,7 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
         add[t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n_blk; b++) {
-        __m256 d = _mm256_load_ps(p[b].d), m = _mm256_load_ps(p[b].m);
+        __m256 d = _mm256_load_ps(p[b].d);
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
             const int32_t *xq = (const int32_t *)(const void *)xb->qs;
@@ -437,8 +437,15 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
                 _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
 #endif
             acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
-            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
         }
+    }
+    /* The offsets' sums in a loop of their own: the same operations in the
+     * same order, and the loop above keeps its accumulators in registers
+     * (with them it spilled four to the stack on AVX2). */
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m256 m = _mm256_load_ps(p[b].m);
+        UNROLL for (int t = 0; t < nt; t++)
+            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[t * ldx + b].s), add[t]);
     }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
@@ -700,6 +707,13 @@ AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, _
         q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + plane + 32 * (k / 4)), k % 4));
 }
 
+/* The -32 of a Q6_K block's halves (scales d0, d1) for token block xb. */
+AVX2 INLINE void k6_offsets(__m256 d0, __m256 d1, const struct qmm_q8 *xb, __m256 *add)
+{
+    *add = _mm256_fmadd_ps(d0, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[0]), *add);
+    *add = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]), *add);
+}
+
 /* Q6_K: y for nt (<= QMM_NT) tokens from packed group p, or with
  * `unpacked` from its blocks as gemm8p_q6_K left them in up (the same
  * values: the same bits, so prefill and decode agree). w = d sc_h (u - 32)
@@ -746,12 +760,16 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
             __m256 xd = _mm256_set1_ps(xb->d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
-            add[t] = _mm256_fmadd_ps(d0, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[0]),
-                                     add[t]);
-            add[t] = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]),
-                                     add[t]);
+            if (!unpacked)
+                k6_offsets(d0, d1, xb, &add[t]);
         }
     }
+    if (unpacked) /* apart, as gemm8_tokens's offsets (the same order) */
+        for (int64_t b = 0; b < n_blk; b++) {
+            __m256 d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
+            UNROLL for (int t = 0; t < nt; t++)
+                k6_offsets(d0, d1, x + t * ldx + b, &add[t]);
+        }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
