@@ -206,18 +206,6 @@ static void deq_q3_K(const uint8_t *b, float *y)
     }
 }
 
-/* Q4_K/Q5_K: scale and min of sub-block j (0..7), six bits each. */
-static void k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 static void deq_q4_K(const uint8_t *b, float *y)
 {
     float d = f16_at(b + offsetof(struct block_q4_K, d));
@@ -226,9 +214,9 @@ static void deq_q4_K(const uint8_t *b, float *y)
     const uint8_t *q = b + offsetof(struct block_q4_K, qs);
     for (int j = 0; j < 8; j += 2, q += 32) {
         int sc, mn;
-        k4_scale_min(s, j, &sc, &mn);
+        quant_k4_scale_min(s, j, &sc, &mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        k4_scale_min(s, j + 1, &sc, &mn);
+        quant_k4_scale_min(s, j + 1, &sc, &mn);
         float d2 = d * (float)sc, m2 = dmin * (float)mn;
         for (int l = 0; l < 32; l++)
             *y++ = d1 * (float)(q[l] & 0x0f) - m1;
@@ -247,9 +235,9 @@ static void deq_q5_K(const uint8_t *b, float *y)
     unsigned u1 = 1, u2 = 2;
     for (int j = 0; j < 8; j += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
         int sc, mn;
-        k4_scale_min(s, j, &sc, &mn);
+        quant_k4_scale_min(s, j, &sc, &mn);
         float d1 = d * (float)sc, m1 = dmin * (float)mn;
-        k4_scale_min(s, j + 1, &sc, &mn);
+        quant_k4_scale_min(s, j + 1, &sc, &mn);
         float d2 = d * (float)sc, m2 = dmin * (float)mn;
         for (int l = 0; l < 32; l++)
             *y++ = d1 * (float)((ql[l] & 0x0f) + ((qh[l] & u1) ? 16 : 0)) - m1;

@@ -89,6 +89,21 @@ const char *quant_type_name(uint32_t type);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block. */
 size_t quant_row_bytes(enum quant_type type, int64_t n);
 
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K or Q5_K
+ * super-block from its 12 scale bytes: bytes j, j + 4 for j < 4; for j >= 4
+ * the low nibbles of byte j + 4 and the top 2 bits of bytes j - 4, j (ggml's
+ * get_scale_min_k4). The one reader of that packing on the host. */
+static inline void quant_k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 /* Dequantizes one row of n elements (n a multiple of the block size) from
  * `src` (block-aligned, n/block_elems blocks) into dst[0..n). The type must
  * have can_dequantize. */

@@ -80,7 +80,7 @@ __device__ __forceinline__ int qb_hi2(uint32_t w0, uint32_t w1, int e)
 }
 
 /* Q4_K/Q5_K: scale and min of sub-block j from the 12 packed bytes (words
- * s[0..2]), as models/quant.c's k4_scale_min: bytes j, j + 4 (and j + 8
+ * s[0..2]), as models/quant.h's quant_k4_scale_min: bytes j, j + 4 (and j + 8
  * for j >= 4) sit at the same shift in consecutive words. */
 __device__ __forceinline__ void qb_scale_min(const uint32_t s[3], int j, int &sc, int &mn)
 {

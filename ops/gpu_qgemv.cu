@@ -207,7 +207,7 @@ __device__ __forceinline__ float f16lo(uint32_t v) { return gk_f16_bits_to_f32(v
 __device__ __forceinline__ float f16hi(uint32_t v) { return gk_f16_bits_to_f32(v >> 16); }
 
 /* Q4_K/Q5_K: scales and mins of sub-blocks 2p (A) and 2p + 1 (B) from the
- * three words of packed 6-bit values (models/quant.c's k4_scale_min). */
+ * three words of packed 6-bit values (models/quant.h's quant_k4_scale_min). */
 __device__ __forceinline__ void k_scales(const gk_u32x4 &s, int p, float &scA, float &scB,
                                          float &mA, float &mB)
 {

@@ -122,18 +122,6 @@ static float f16_at(const uint8_t *p)
     return ig_f16_to_f32(h);
 }
 
-/* Q4_K/Q5_K: scale and min of sub-block j, as models/quant.c reads them. */
-static void k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *t)
 {
     const struct quant_traits *tr = quant_traits_of((uint32_t)type);
@@ -183,7 +171,7 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
     /* Q4_K, Q5_K */
     float d = f16_at(blk), dmin = f16_at(blk + 2);
     int sc, mn;
-    k4_scale_min(blk + 4, j, &sc, &mn);
+    quant_k4_scale_min(blk + 4, j, &sc, &mn);
     const uint8_t *qs = blk + (type == QUANT_Q4_K ? offsetof(struct block_q4_K, qs)
                                                   : offsetof(struct block_q5_K, qs));
     for (int l = 0; l < 32; l++) {

@@ -91,8 +91,10 @@ static void pack_row_q4_K(const struct block_q4_K *blk, int j, uint8_t *out)
     for (int sb = 0; sb < 8; sb++) {
         const uint8_t *s = blk->scales;
         uint8_t *o = out + QMM_K4_HEAD + sb * QMM_K4_BLOCK;
-        o[j] = (uint8_t)(sb < 4 ? s[sb] & 63 : (s[sb + 4] & 0x0f) | ((s[sb - 4] >> 6) << 4));
-        o[QMM_PR + j] = (uint8_t)(sb < 4 ? s[sb + 4] & 63 : (s[sb + 4] >> 4) | ((s[sb] >> 6) << 4));
+        int sc, mn;
+        quant_k4_scale_min(s, sb, &sc, &mn);
+        o[j] = (uint8_t)sc;
+        o[QMM_PR + j] = (uint8_t)mn;
         uint8_t q[QMM_QK];
         for (int l = 0; l < QMM_QK; l++) {
             uint8_t b = blk->qs[32 * (sb / 2) + l];

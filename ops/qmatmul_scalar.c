@@ -96,19 +96,6 @@ static float row_q8_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
-/* The 6-bit scale and min of sub-block j of a Q4_K super-block (ggml's
- * get_scale_min_k4). */
-static void k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* Q4_K: 8 sub-blocks of 32, w = d * sc_j * q - dmin * m_j. Sub-blocks 2i and
  * 2i + 1 are the low and high nibbles of qs[32 i .. 32 i + 31]. */
 static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
@@ -124,7 +111,7 @@ static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
             for (int l = 0; l < 32; l++)
                 s += (j % 2 ? q[l] >> 4 : q[l] & 0x0f) * xb->qs[l];
             int sc, mn;
-            k4_scale_min(blk->scales, j, &sc, &mn);
+            quant_k4_scale_min(blk->scales, j, &sc, &mn);
             acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
         }
     }
@@ -147,7 +134,7 @@ static float row_q5_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
                 s += u * xb->qs[l];
             }
             int sc, mn;
-            k4_scale_min(blk->scales, j, &sc, &mn);
+            quant_k4_scale_min(blk->scales, j, &sc, &mn);
             acc += d * (float)sc * xb->d * (float)s - dmin * (float)mn * xb->s;
         }
     }

@@ -186,12 +186,8 @@ AVX2 INLINE void tile32(const enum kind kind, const uint8_t *w, size_t row_bytes
 
 static void k4_scales(const uint8_t *s, int sc[8], int mn[8])
 {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
-        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-    }
+    for (int j = 0; j < 8; j++)
+        quant_k4_scale_min(s, j, &sc[j], &mn[j]);
 }
 
 AVX2 INLINE void tile_k4(const uint8_t *w, size_t row_bytes, int64_t n_blk,
