@@ -437,8 +437,8 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
     }
     /* The offsets' sums in a loop of their own: the same operations in the
      * same order, and the loop above two operations a block and token and
-     * four spilled accumulators lighter (on AVX2 GCC holds the block's 8
-     * quant vectors in registers and still spills the four acc). */
+     * four accumulators lighter (on AVX2 GCC holds the block's 8 quant
+     * vectors in registers and still spills the four that remain). */
     for (int64_t b = 0; b < n_blk; b++) {
         __m256 m = _mm256_load_ps(p[b].m);
         UNROLL for (int t = 0; t < nt; t++)
