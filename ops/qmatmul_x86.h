@@ -392,6 +392,11 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     }
 }
 
+#if !QMM_X86_VNNI
+#include "ops/qmatmul_avx2_asm.h"
+_Static_assert(QMM_NT == 4, "the assembly loop runs 4 tokens");
+#endif
+
 /* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows; `wide`
  * for 5-bit quants (the AVX2 int16 sums then go to int32 every 4 steps). */
 AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
@@ -402,7 +407,17 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
         acc[t] = _mm256_setzero_ps();
         add[t] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < n_blk; b++) {
+    int64_t b0 = 0; /* the blocks already summed (by the assembly loop) */
+#if !QMM_X86_VNNI
+    if (nt == QMM_NT) {
+        float a[QMM_NT * 8] __attribute__((aligned(32)));
+        gemm8_4tokens_asm(p, n_blk, x, ldx, a, wide ? ASM_WIDE : ASM_NARROW);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_load_ps(a + 8 * t);
+        b0 = n_blk;
+    }
+#endif
+    for (int64_t b = b0; b < n_blk; b++) {
         __m256 d = _mm256_load_ps(p[b].d);
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
@@ -437,8 +452,8 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
     }
     /* The offsets' sums in a loop of their own: the same operations in the
      * same order, and the loop above two operations a block and token and
-     * four accumulators lighter (on AVX2 GCC holds the block's 8 quant
-     * vectors in registers and still spills the four that remain). */
+     * four accumulators lighter (what lets the AVX2 assembly loop hold
+     * everything in the 16 ymm registers). */
     for (int64_t b = 0; b < n_blk; b++) {
         __m256 m = _mm256_load_ps(p[b].m);
         UNROLL for (int t = 0; t < nt; t++)
@@ -726,7 +741,17 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
         acc[t] = _mm256_setzero_ps();
         add[t] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < n_blk; b++) {
+    int64_t b0 = 0; /* the blocks already summed (by the assembly loop) */
+#if !QMM_X86_VNNI
+    if (unpacked && nt == QMM_NT) {
+        float a[QMM_NT * 8] __attribute__((aligned(32)));
+        gemm8_4tokens_asm(up, n_blk, x, ldx, a, ASM_K6);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_load_ps(a + 8 * t);
+        b0 = n_blk;
+    }
+#endif
+    for (int64_t b = b0; b < n_blk; b++) {
         __m256 d0, d1;
         __m256i q[8];
         if (unpacked) {
