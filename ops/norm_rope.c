@@ -142,21 +142,27 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64
  * g^3) (GeGLU; tanhf was a fifth of a prefill): one expf per element, taken
  * through ops_exp_row (expf's bits, several lanes at once: scalar expf was
  * 4 % of a prefill). */
+OPS_SIMD_CLONES
 static void gate_rows(float *gate, const float *up, int64_t n, bool gelu)
 {
     const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
     float e[GATE_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += GATE_CHUNK) {
-        int64_t m = n - i0 < GATE_CHUNK ? n - i0 : GATE_CHUNK;
-        for (int64_t i = 0; i < m; i++) {
-            float g = gate[i0 + i];
-            e[i] = gelu ? -k2 * (g + 0.044715f * g * g * g) : -g;
-        }
+        int64_t m = n - i0 < GATE_CHUNK ? n - i0 : GATE_CHUNK, i = 0;
+        float *g = gate + i0;
+        const float *u = up + i0;
+        /* 8 lanes, then the rest one at a time: the same operations */
+        for (; i + 8 <= m; i += 8)
+            OPS_V8(e + i) = gelu ? -k2 * (OPS_V8(g + i) + 0.044715f * OPS_V8(g + i) *
+                                                                OPS_V8(g + i) * OPS_V8(g + i))
+                                 : -OPS_V8(g + i);
+        for (; i < m; i++)
+            e[i] = gelu ? -k2 * (g[i] + 0.044715f * g[i] * g[i] * g[i]) : -g[i];
         ops_exp_row(e, m, 0.0f); /* x - 0.0f is x */
-        for (int64_t i = 0; i < m; i++) {
-            float g = gate[i0 + i];
-            gate[i0 + i] = g / (1.0f + e[i]) * up[i0 + i];
-        }
+        for (i = 0; i + 8 <= m; i += 8)
+            OPS_V8(g + i) = OPS_V8(g + i) / (1.0f + OPS_V8(e + i)) * OPS_V8(u + i);
+        for (; i < m; i++)
+            g[i] = g[i] / (1.0f + e[i]) * u[i];
     }
 }
 
