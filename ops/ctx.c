@@ -1,7 +1,7 @@
 /* ops/ctx.c: the run state of a forward pass: the borrowed model, the thread
  * pool and every buffer a pass needs, allocated once here so that prefill
  * and decode never allocate. What the buffers hold is the stages' business.
- * It also owns the packed copies of the model's Q4_0/Q4_1/Q8_0 matrices that
+ * It also owns the packed copies of the model's block-quantized matrices that
  * the int8 matmul reads (ops/qmatmul.h), made once here.
  * Covered by tests/cpu/. */
 #include "ops/ops.h"

@@ -2,13 +2,12 @@
  * the fastest CPU engines do it: each token vector is quantized per block of
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights (Q5_K through
- * register tiles only); a scalar kernel set everywhere and
- * AVX2 and AVX512-VNNI sets picked at run time (ops/qmatmul_avx2.c,
- * ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the choice). Q4_0, Q4_1
- * Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights are read from a copy in a packed
- * 8-row layout the context makes once (below; ops/qmatmul_pack.c) where the
- * ISA has kernels for it.
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights; a scalar
+ * kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
+ * (ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the
+ * choice). Where the ISA has kernels for it, every format is read from a
+ * copy in a packed 8-row layout the context makes once (below;
+ * ops/qmatmul_pack.c).
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
@@ -71,7 +70,7 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 
 /* ---- the decode layout: 8 rows interleaved ------------------------------- *
  *
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights are repacked once
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights are repacked once
  * (ops_qmm_repack, at context creation) so that decode reads one sequential
  * stream with no unpacking shuffles. Rows go in groups of QMM_PR (the last
  * group padded with zero rows); a group stores its blocks one after the
@@ -87,7 +86,9 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * bytes): f16 d[8] and dmin[8] of its rows, then each block's u8 sc[8],
  * mn[8] (the 6-bit sub-block scales and mins) and 4-bit quants; a kernel
  * forms the f32 scale d sc and offset -dmin mn (exact products: 11 by 6
- * bits), 0.578 bytes a weight where keeping them as f32 took 0.75. Q6_K
+ * bits), 0.578 bytes a weight where keeping them as f32 took 0.75. Q5_K is
+ * Q4_K with each block's 32-byte plane of fifth bits (the 5-bit formats'
+ * plane) after its nibbles (QMM_K5_SUPER bytes a super-block). Q6_K
  * (scales per 16 elements) goes super-block by super-block too
  * (QMM_K6_SUPER bytes): f16 d[8], then each block's i8 sc0[8], sc1[8] (the
  * scales of its 16-element halves), its quants' low 4 bits as the 4-bit
@@ -118,6 +119,11 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 #define QMM_K6_BLOCK (QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * QMM_QK / 4)
 #define QMM_K6_SUPER (QMM_K6_HEAD + 8 * QMM_K6_BLOCK)
 
+/* Q5_K's packed super-block: Q4_K's, each block followed by its plane of
+ * fifth bits. */
+#define QMM_K5_BLOCK (QMM_K4_BLOCK + QMM_PR * 4)
+#define QMM_K5_SUPER (QMM_K4_HEAD + 8 * QMM_K5_BLOCK)
+
 static inline const uint8_t *qmm_k6_head(const uint8_t *group, int64_t b)
 {
     return group + (size_t)(b / 8) * QMM_K6_SUPER;
@@ -138,7 +144,17 @@ static inline const uint8_t *qmm_k4_block(const uint8_t *group, int64_t b)
     return qmm_k4_head(group, b) + QMM_K4_HEAD + (size_t)(b % 8) * QMM_K4_BLOCK;
 }
 
-/* Bytes of one packed block of QMM_PR rows (for Q4_K and Q6_K an eighth of
+static inline const uint8_t *qmm_k5_head(const uint8_t *group, int64_t b)
+{
+    return group + (size_t)(b / 8) * QMM_K5_SUPER;
+}
+
+static inline const uint8_t *qmm_k5_block(const uint8_t *group, int64_t b)
+{
+    return qmm_k5_head(group, b) + QMM_K4_HEAD + (size_t)(b % 8) * QMM_K5_BLOCK;
+}
+
+/* Bytes of one packed block of QMM_PR rows (for Q4_K, Q5_K and Q6_K an eighth of
  * a super-block, so only whole super-blocks' worth: their blocks per row are
  * a multiple of 8), or 0 for a type without the layout. */
 size_t ops_qmm_packed_block_bytes(enum quant_type type);

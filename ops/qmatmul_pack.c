@@ -1,6 +1,6 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K weight into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -21,6 +21,7 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q4_K: return QMM_K4_SUPER / 8; /* a block's share of its super-block */
+    case QUANT_Q5_K: return QMM_K5_SUPER / 8;
     case QUANT_Q6_K: return QMM_K6_SUPER / 8;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
     default: return 0;
@@ -81,26 +82,33 @@ static void put_nibbles(const uint8_t *q, int j, uint8_t *dst)
             dst[32 * v + 4 * j + i] = (uint8_t)(q[8 * v + i] | q[8 * v + 4 + i] << 4);
 }
 
-/* Row j's Q4_K super-block into a packed one (out): its d and dmin in the
- * head, each sub-block's 6-bit scale and min as bytes, its quants as
- * nibbles. */
-static void pack_row_q4_K(const struct block_q4_K *blk, int j, uint8_t *out)
+/* Row j's Q4_K super-block (qh NULL), or Q5_K's (d, dmin, scales and qs
+ * as Q4_K's, qh its fifth bits: bit sb of qh[l] is element l of sub-block
+ * sb's), into a packed one (out): d and dmin in the head, each sub-block's
+ * 6-bit scale and min as bytes, its quants as nibbles, for Q5_K then its
+ * plane of fifth bits (OR-ed into: the group starts zeroed). */
+static void pack_row_k4(ig_f16 d, ig_f16 dmin, const uint8_t *scales, const uint8_t *qs,
+                        const uint8_t *qh, int j, uint8_t *out)
 {
-    memcpy(out + 2 * j, &blk->d, 2);
-    memcpy(out + 2 * QMM_PR + 2 * j, &blk->dmin, 2);
+    memcpy(out + 2 * j, &d, 2);
+    memcpy(out + 2 * QMM_PR + 2 * j, &dmin, 2);
     for (int sb = 0; sb < 8; sb++) {
-        const uint8_t *s = blk->scales;
-        uint8_t *o = out + QMM_K4_HEAD + sb * QMM_K4_BLOCK;
+        uint8_t *o = out + QMM_K4_HEAD + sb * (qh ? QMM_K5_BLOCK : QMM_K4_BLOCK);
         int sc, mn;
-        quant_k4_scale_min(s, sb, &sc, &mn);
+        quant_k4_scale_min(scales, sb, &sc, &mn);
         o[j] = (uint8_t)sc;
         o[QMM_PR + j] = (uint8_t)mn;
         uint8_t q[QMM_QK];
         for (int l = 0; l < QMM_QK; l++) {
-            uint8_t b = blk->qs[32 * (sb / 2) + l];
+            uint8_t b = qs[32 * (sb / 2) + l];
             q[l] = sb % 2 ? b >> 4 : b & 0x0f;
         }
         put_nibbles(q, j, o + 2 * QMM_PR);
+        if (qh) { /* bit k of byte 4 j + i: row j's quant 4 k + i (as Q5_0's) */
+            uint8_t *plane = o + 2 * QMM_PR + QMM_PR * QMM_QK / 2 + 4 * j;
+            for (int l = 0; l < QMM_QK; l++)
+                plane[l % 4] |= (uint8_t)(((qh[l] >> sb) & 1) << (l / 4));
+        }
     }
 }
 
@@ -132,23 +140,28 @@ static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *out)
 
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
-    if (w->type == QUANT_Q4_K || w->type == QUANT_Q6_K) {
+    if (w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) {
         size_t pb = ops_qmm_packed_block_bytes(w->type);
         IG_ASSERT(w->cols % QK_K == 0);
         int64_t n_blk = w->cols / QMM_QK;
         for (int64_t g = g0; g < g1; g++) {
             uint8_t *p = dst + (size_t)(g * n_blk) * pb;
             int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;
-            if (rows < QMM_PR || w->type == QUANT_Q6_K)
+            if (rows < QMM_PR || w->type != QUANT_Q4_K) /* (planes are OR-ed into) */
                 memset(p, 0, (size_t)n_blk * pb);
             for (int j = 0; j < rows; j++) {
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(g * QMM_PR + j) * w->row_bytes;
                 for (int64_t sb = 0; sb < n_blk / 8; sb++) {
                     uint8_t *out = p + (size_t)(8 * sb) * pb;
-                    if (w->type == QUANT_Q4_K)
-                        pack_row_q4_K((const struct block_q4_K *)(const void *)row + sb, j, out);
-                    else
+                    if (w->type == QUANT_Q4_K) {
+                        const struct block_q4_K *b = (const struct block_q4_K *)(const void *)row + sb;
+                        pack_row_k4(b->d, b->dmin, b->scales, b->qs, NULL, j, out);
+                    } else if (w->type == QUANT_Q5_K) {
+                        const struct block_q5_K *b = (const struct block_q5_K *)(const void *)row + sb;
+                        pack_row_k4(b->d, b->dmin, b->scales, b->qs, b->qh, j, out);
+                    } else {
                         pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out);
+                    }
                 }
             }
         }

@@ -225,7 +225,8 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
     int v = e / 8, i = e % 8;
     uint8_t byte = q[32 * v + 4 * j + i % 4];
     int u = i < 4 ? byte & 0x0f : byte >> 4;
-    if (type == QUANT_Q5_0 || type == QUANT_Q5_1) /* the bit plane after the nibbles */
+    /* 5-bit formats: the bit plane after the nibbles */
+    if (type == QUANT_Q5_0 || type == QUANT_Q5_1 || type == QUANT_Q5_K)
         u |= (q[128 + 4 * j + e % 4] >> (e / 4) & 1) << 4;
     return u;
 }
@@ -266,29 +267,34 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                          int64_t ldy)
 {
     size_t pb = ops_qmm_packed_block_bytes(type);
+    bool k4 = type == QUANT_Q4_K || type == QUANT_Q5_K; /* super-blocks, Q4_K's scales */
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
             for (int64_t b = 0; b < n_blk; b++) {
-                const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b) : p + (size_t)b * pb;
+                const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b)
+                                   : type == QUANT_Q5_K ? qmm_k5_block(p, b)
+                                                        : p + (size_t)b * pb;
                 const struct qmm_q8 *xb = x + t * ldx + b;
-                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1 || type == QUANT_Q4_K;
-                /* f16 d and m in the block, or for Q4_K the super-block's d and
-                 * dmin in its head with the block's sc and mn */
-                const uint8_t *dm = type == QUANT_Q4_K ? qmm_k4_head(p, b) : blk;
+                bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1 || k4;
+                /* f16 d and m in the block, or for Q4_K and Q5_K the
+                 * super-block's d and dmin in its head with the block's sc and mn */
+                const uint8_t *dm = type == QUANT_Q4_K ? qmm_k4_head(p, b)
+                                  : type == QUANT_Q5_K ? qmm_k5_head(p, b)
+                                                       : blk;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, dm + 2 * j, sizeof dh);
                 if (has_m)
                     memcpy(&mh, dm + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
-                float m = type == QUANT_Q4_K ? -ig_f16_to_f32(mh) * (float)blk[QMM_PR + j]
+                float m = k4                 ? -ig_f16_to_f32(mh) * (float)blk[QMM_PR + j]
                         : has_m              ? ig_f16_to_f32(mh)
                         : type == QUANT_Q4_0 ? -8.0f * d
                         : type == QUANT_Q5_0 ? -16.0f * d
                                              : -128.0f * d;
-                if (type == QUANT_Q4_K)
+                if (k4)
                     d *= (float)blk[j];
-                const uint8_t *q = blk + (has_m && type != QUANT_Q4_K ? 4 : 2) * QMM_PR;
+                const uint8_t *q = blk + (has_m && !k4 ? 4 : 2) * QMM_PR;
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++)
                     s += packed_quant(type, q, j, e) * xb->qs[e];
@@ -311,6 +317,7 @@ SCALAR_GEMV8(q5_0, QUANT_Q5_0)
 SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
 SCALAR_GEMV8(q4_K, QUANT_Q4_K)
+SCALAR_GEMV8(q5_K, QUANT_Q5_K)
 
 qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
 {
@@ -321,6 +328,7 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q5_K: return gemv8_q5_K;
     case QUANT_Q6_K: return gemv8_packed_q6_K;
     default: return NULL;
     }

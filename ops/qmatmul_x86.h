@@ -77,7 +77,7 @@ AVX2 INLINE __m256i load32(const void *p)
 
 /* ---- 32-element block formats ----------------------------------------------- */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K };
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K, K_Q5_K };
 
 /* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
  * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
@@ -479,7 +479,7 @@ AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const st
 }
 
 /* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
-#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1)
+#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
 
 AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
@@ -523,11 +523,12 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
 
 /* A packed block's bytes (ops_qmm_packed_block_bytes, as a constant the
  * kernels fold) and where its quants start: after f16 d[8] (and m[8]), or
- * Q4_K's u8 sc[8], mn[8]. */
+ * Q4_K's and Q5_K's u8 sc[8], mn[8]. */
 AVX2 INLINE size_t packed_bytes(const enum kind kind)
 {
     return kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
-         : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8 : 272;
+         : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8
+         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : 272;
 }
 
 AVX2 INLINE int packed_qoff(const enum kind kind)
@@ -535,7 +536,8 @@ AVX2 INLINE int packed_qoff(const enum kind kind)
     return kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
 }
 
-/* Block b of a packed group, and for Q4_K the head of its super-block. */
+/* Block b of a packed group, and for Q4_K and Q5_K the head of its
+ * super-block. */
 AVX2 INLINE const uint8_t *packed_block(const enum kind kind, const uint8_t *p, int64_t b,
                                         size_t pb, const uint8_t **head)
 {
@@ -543,18 +545,22 @@ AVX2 INLINE const uint8_t *packed_block(const enum kind kind, const uint8_t *p, 
         *head = qmm_k4_head(p, b);
         return qmm_k4_block(p, b);
     }
+    if (kind == K_Q5_K) {
+        *head = qmm_k5_head(p, b);
+        return qmm_k5_block(p, b);
+    }
     *head = NULL;
     return p + (size_t)b * pb;
 }
 
 /* A packed block's 8 scales and offsets (w = d q + m): f16 d (and m) for
- * the 32-element formats, m derived from d where it is fixed; for Q4_K the
- * sub-block's d sc and -dmin mn from the super-block's head, exact products
- * (the values the stored rows' kernels form). */
+ * the 32-element formats, m derived from d where it is fixed; for Q4_K and
+ * Q5_K the sub-block's d sc and -dmin mn from the super-block's head, exact
+ * products (the values the stored rows' kernels form). */
 AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, const uint8_t *head,
                                __m256 *d, __m256 *m)
 {
-    if (kind == K_Q4_K) {
+    if (kind == K_Q4_K || kind == K_Q5_K) {
         __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)head));
         __m256 dmin =
             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(head + 16)));
@@ -859,6 +865,7 @@ GEMV8(q5_0, K_Q5_0)
 GEMV8(q5_1, K_Q5_1)
 GEMV8(q8_0, K_Q8_0)
 GEMV8(q4_K, K_Q4_K)
+GEMV8(q5_K, K_Q5_K)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
@@ -917,6 +924,7 @@ GEMM8P(q4_1, K_Q4_1)
 GEMM8P(q5_0, K_Q5_0)
 GEMM8P(q5_1, K_Q5_1)
 GEMM8P(q4_K, K_Q4_K)
+GEMM8P(q5_K, K_Q5_K)
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
 #endif
@@ -929,6 +937,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q5_0: return gemm8p_q5_0;
     case QUANT_Q5_1: return gemm8p_q5_1;
     case QUANT_Q4_K: return gemm8p_q4_K;
+    case QUANT_Q5_K: return gemm8p_q5_K;
     case QUANT_Q6_K: return gemm8p_q6_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
@@ -946,6 +955,7 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
+    case QUANT_Q5_K: return gemv8_q5_K;
     case QUANT_Q6_K: return gemv8_q6_K;
     default: return NULL;
     }

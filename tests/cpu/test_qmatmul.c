@@ -1,6 +1,6 @@
 /* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q5_0,
  * Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights of random valid blocks and random
- * activations (Q4_K and Q6_K also in the packed layout, super-block by
+ * activations (Q4_K, Q5_K and Q6_K also in the packed layout, super-block by
  * super-block):
  *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
  *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
