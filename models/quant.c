@@ -176,34 +176,14 @@ static void deq_q2_K(const uint8_t *b, float *y)
     }
 }
 
-/* Q3_K's 16 six-bit scales: low 4 bits in bytes 0-7 (two per byte), high 2
- * bits in bytes 8-11 (four per byte); stored with a bias of 32. */
-static int q3_K_scale(const uint8_t *s, int j)
-{
-    int lo = j < 8 ? (s[j] & 0x0f) : (s[j - 8] >> 4);
-    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 static void deq_q3_K(const uint8_t *b, float *y)
 {
     float d = f16_at(b + offsetof(struct block_q3_K, d));
     const uint8_t *hm = b + offsetof(struct block_q3_K, hmask);
     const uint8_t *q = b + offsetof(struct block_q3_K, qs);
     const uint8_t *sc = b + offsetof(struct block_q3_K, scales);
-    int is = 0;
-    unsigned m = 1;
-    for (int n = 0; n < QK_K; n += 128, q += 32) {
-        for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
-            for (int half = 0; half < 2; half++) {
-                float dl = d * (float)q3_K_scale(sc, is++);
-                for (int l = 16 * half; l < 16 * half + 16; l++) {
-                    int v = ((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
-                    *y++ = dl * (float)v;
-                }
-            }
-        }
-    }
+    for (int e = 0; e < QK_K; e++)
+        y[e] = d * (float)quant_k3_scale(sc, e / 16) * (float)quant_k3_value(q, hm, e);
 }
 
 static void deq_q4_K(const uint8_t *b, float *y)

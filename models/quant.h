@@ -104,6 +104,26 @@ static inline void quant_k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
     }
 }
 
+/* Q3_K's scale j (0..15, one per 16 elements) of a super-block, from its
+ * 12 scale bytes: low 4 bits in bytes 0-7 (two per byte), high 2 bits in
+ * bytes 8-11 (four per byte), stored with a bias of 32. The one reader of
+ * that packing on the host. */
+static inline int quant_k3_scale(const uint8_t *s, int j)
+{
+    int lo = j < 8 ? (s[j] & 0x0f) : (s[j - 8] >> 4);
+    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Q3_K's quant e (0..255) of a super-block as its value, -4..3: two bits of
+ * qs (byte 32 (e / 128) + e % 32, bits 2 (e % 128 / 32)), less 4 where its
+ * bit of hmask (bit e / 32 of byte e % 32) is clear. w = d scale v. */
+static inline int quant_k3_value(const uint8_t *qs, const uint8_t *hmask, int e)
+{
+    int n = e / 128, j = e % 128 / 32, l = e % 32;
+    return ((qs[32 * n + l] >> (2 * j)) & 3) - ((hmask[l] >> (4 * n + j)) & 1 ? 0 : 4);
+}
+
 /* Dequantizes one row of n elements (n a multiple of the block size) from
  * `src` (block-aligned, n/block_elems blocks) into dst[0..n). The type must
  * have can_dequantize. */

@@ -1,6 +1,6 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weight into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K (as Q6_K), Q4_K, Q5_K or Q6_K weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -22,6 +22,7 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q4_K: return QMM_K4_SUPER / 8; /* a block's share of its super-block */
     case QUANT_Q5_K: return QMM_K5_SUPER / 8;
+    case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return QMM_K6_SUPER / 8;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
     default: return 0;
@@ -112,35 +113,64 @@ static void pack_row_k4(ig_f16 d, ig_f16 dmin, const uint8_t *scales, const uint
     }
 }
 
-/* Row j's Q6_K super-block into a packed one (out): its d in the head,
- * each sub-block's two 16-element scales, its 6-bit quants as nibbles and
- * a plane of top bits (ops/qmatmul.h). The planes are OR-ed into, so the
- * group starts zeroed. */
+/* Row j's share of a packed Q6_K-layout block o: the scales sc0, sc1 of its
+ * 16-element halves, its 6-bit quants u (0..63) as the 4-bit formats'
+ * nibbles and a plane of top bits (ops/qmatmul.h; OR-ed into: the group
+ * starts zeroed). */
+static void put_k6_block(uint8_t *o, int j, int8_t sc0, int8_t sc1, const uint8_t u[QMM_QK])
+{
+    o[j] = (uint8_t)sc0;
+    o[QMM_PR + j] = (uint8_t)sc1;
+    uint8_t lo[QMM_QK];
+    for (int e = 0; e < QMM_QK; e++) {
+        lo[e] = u[e] & 0x0f;
+        /* quant e is byte 4 j + e % 4 of unpacked vector e / 4 */
+        uint8_t *plane = o + 2 * QMM_PR + QMM_PR * QMM_QK / 2 + 32 * (e / 16);
+        plane[4 * j + e % 4] |= (uint8_t)((u[e] >> 4) << (2 * (e / 4 % 4)));
+    }
+    put_nibbles(lo, j, o + 2 * QMM_PR);
+}
+
+/* Row j's Q6_K super-block into a packed one (out): its d in the head, then
+ * block by block its scales and quants. */
 static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *out)
 {
     memcpy(out + 2 * j, &blk->d, 2);
     for (int sb = 0; sb < 8; sb++) {
-        uint8_t *o = out + QMM_K6_HEAD + sb * QMM_K6_BLOCK;
-        o[j] = (uint8_t)blk->scales[2 * sb];
-        o[QMM_PR + j] = (uint8_t)blk->scales[2 * sb + 1];
-        uint8_t q[QMM_QK];
+        uint8_t u[QMM_QK];
         for (int e = 0; e < QMM_QK; e++) {
             int x = 32 * sb + e; /* element of the super-block, as ggml lays it out */
             int n = x / 128, k = (x % 128) / 32, l = x % 32;
             const uint8_t *ql = blk->ql + 64 * n, *qh = blk->qh + 32 * n;
             int lo = k % 2 ? ql[l + 32] : ql[l];
-            q[e] = (uint8_t)(k < 2 ? lo & 0x0f : lo >> 4);
-            /* quant e is byte 4 j + e % 4 of unpacked vector e / 4 */
-            uint8_t *plane = o + 2 * QMM_PR + QMM_PR * QMM_QK / 2 + 32 * (e / 16);
-            plane[4 * j + e % 4] |= (uint8_t)(((qh[l] >> (2 * k)) & 3) << (2 * (e / 4 % 4)));
+            u[e] = (uint8_t)((k < 2 ? lo & 0x0f : lo >> 4) | ((qh[l] >> (2 * k)) & 3) << 4);
         }
-        put_nibbles(q, j, o + 2 * QMM_PR);
+        put_k6_block(out + QMM_K6_HEAD + sb * QMM_K6_BLOCK, j, blk->scales[2 * sb],
+                     blk->scales[2 * sb + 1], u);
+    }
+}
+
+/* Row j's Q3_K super-block into a packed Q6_K one: w = d sc v with v in
+ * -4..3 and sc in -32..31 is Q6_K's w = d sc (u - 32) with u = v + 32, so
+ * Q3_K runs Q6_K's kernels (at Q6_K's 6.5 bits a weight in memory, about
+ * twice the file's 3.4). */
+static void pack_row_q3_K(const struct block_q3_K *blk, int j, uint8_t *out)
+{
+    memcpy(out + 2 * j, &blk->d, 2);
+    for (int sb = 0; sb < 8; sb++) {
+        uint8_t u[QMM_QK];
+        for (int e = 0; e < QMM_QK; e++)
+            u[e] = (uint8_t)(quant_k3_value(blk->qs, blk->hmask, 32 * sb + e) + 32);
+        put_k6_block(out + QMM_K6_HEAD + sb * QMM_K6_BLOCK, j,
+                     (int8_t)quant_k3_scale(blk->scales, 2 * sb),
+                     (int8_t)quant_k3_scale(blk->scales, 2 * sb + 1), u);
     }
 }
 
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
-    if (w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) {
+    if (w->type == QUANT_Q3_K || w->type == QUANT_Q4_K || w->type == QUANT_Q5_K ||
+        w->type == QUANT_Q6_K) {
         size_t pb = ops_qmm_packed_block_bytes(w->type);
         IG_ASSERT(w->cols % QK_K == 0);
         int64_t n_blk = w->cols / QMM_QK;
@@ -159,6 +189,8 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
                     } else if (w->type == QUANT_Q5_K) {
                         const struct block_q5_K *b = (const struct block_q5_K *)(const void *)row + sb;
                         pack_row_k4(b->d, b->dmin, b->scales, b->qs, b->qh, j, out);
+                    } else if (w->type == QUANT_Q3_K) {
+                        pack_row_q3_K((const struct block_q3_K *)(const void *)row + sb, j, out);
                     } else {
                         pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out);
                     }

@@ -173,6 +173,28 @@ static float row_q6_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* Q3_K: 16 sub-blocks of 16, w = d * sc_i * v with v = quant_k3_value (-4..3). */
+static float row_q3_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q3_K *blk = (const struct block_q3_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            int32_t s = 0;
+            for (int h = 0; h < 2; h++) {
+                int32_t sh = 0;
+                for (int l = 16 * h; l < 16 * h + 16; l++)
+                    sh += quant_k3_value(blk->qs, blk->hmask, 32 * j + l) * xb->qs[l];
+                s += quant_k3_scale(blk->scales, 2 * j + h) * sh;
+            }
+            acc += d * xb->d * (float)s;
+        }
+    }
+    return acc;
+}
+
 typedef float (*row_fn)(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x);
 
 static inline void tile(row_fn f, const uint8_t *w, size_t row_bytes, int64_t n_blk,
@@ -196,6 +218,7 @@ SCALAR_TILE(q4_1)
 SCALAR_TILE(q5_0)
 SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
+SCALAR_TILE(q3_K)
 SCALAR_TILE(q4_K)
 SCALAR_TILE(q5_K)
 SCALAR_TILE(q6_K)
@@ -208,6 +231,7 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     case QUANT_Q5_0: return tile_q5_0;
     case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q3_K: return tile_q3_K;
     case QUANT_Q4_K: return tile_q4_K;
     case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
@@ -329,6 +353,7 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
+    case QUANT_Q3_K: /* packed as Q6_K (ops/qmatmul.h) */
     case QUANT_Q6_K: return gemv8_packed_q6_K;
     default: return NULL;
     }

@@ -938,6 +938,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q5_1: return gemm8p_q5_1;
     case QUANT_Q4_K: return gemm8p_q4_K;
     case QUANT_Q5_K: return gemm8p_q5_K;
+    case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemm8p_q6_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
@@ -956,6 +957,7 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
+    case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemv8_q6_K;
     default: return NULL;
     }
