@@ -163,16 +163,9 @@ static void deq_q2_K(const uint8_t *b, float *y)
     float dmin = f16_at(b + offsetof(struct block_q2_K, dmin));
     const uint8_t *sc = b + offsetof(struct block_q2_K, scales);
     const uint8_t *q = b + offsetof(struct block_q2_K, qs);
-    int is = 0;
-    for (int n = 0; n < QK_K; n += 128, q += 32) {
-        for (int shift = 0; shift < 8; shift += 2) {
-            for (int half = 0; half < 2; half++) {
-                float dl = d * (float)(sc[is] & 0x0f), ml = dmin * (float)(sc[is] >> 4);
-                is++;
-                for (int l = 0; l < 16; l++)
-                    *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
-            }
-        }
+    for (int e = 0; e < QK_K; e++) {
+        float dl = d * (float)(sc[e / 16] & 0x0f), ml = dmin * (float)(sc[e / 16] >> 4);
+        y[e] = dl * (float)quant_k2_value(q, e) - ml;
     }
 }
 

@@ -104,6 +104,15 @@ static inline void quant_k4_scale_min(const uint8_t *s, int j, int *sc, int *mn)
     }
 }
 
+/* Q2_K's quant e (0..255) of a super-block, 0..3: bits 2 (e % 128 / 32) of
+ * qs byte 32 (e / 128) + e % 32 (Q3_K's low bits). Sub-block e / 16 has
+ * scales[e / 16]: its scale in the low nibble, its min in the high one;
+ * w = d sc q - dmin min. */
+static inline int quant_k2_value(const uint8_t *qs, int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+}
+
 /* Q3_K's scale j (0..15, one per 16 elements) of a super-block, from its
  * 12 scale bytes: low 4 bits in bytes 0-7 (two per byte), high 2 bits in
  * bytes 8-11 (four per byte), stored with a bias of 32. The one reader of

@@ -106,9 +106,9 @@ qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
     }
 }
 
-/* An ISA without a tile for the type takes the scalar one: for Q3_K, whose
- * SIMD kernels are Q6_K's packed ones (a model's weights always have their
- * packed copy there; the tile serves only rows without one). */
+/* An ISA without a tile for the type takes the scalar one: for Q2_K and
+ * Q3_K, whose SIMD kernels are packed ones only (a model's weights always
+ * have their packed copy there; the tile serves only rows without one). */
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
     qmm_tile_fn f = isa == QMM_VNNI ? ops_qmm_tile_vnni(type)
@@ -301,8 +301,8 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
         return false;
     if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
         return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
-    if ((w->type == QUANT_Q3_K || w->type == QUANT_Q4_K || w->type == QUANT_Q5_K ||
-         w->type == QUANT_Q6_K) &&
+    if ((w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
+         w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) &&
         w->cols % QK_K != 0)
         return false;
     return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;

@@ -2,7 +2,7 @@
  * the fastest CPU engines do it: each token vector is quantized per block of
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K weights; a scalar
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights; a scalar
  * kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
  * (ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the
  * choice; Q3_K has a scalar tile only, its SIMD kernels are Q6_K's packed
@@ -71,7 +71,7 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 
 /* ---- the decode layout: 8 rows interleaved ------------------------------- *
  *
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K weights are repacked once
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights are repacked once
  * (ops_qmm_repack, at context creation) so that decode reads one sequential
  * stream with no unpacking shuffles. Rows go in groups of QMM_PR (the last
  * group padded with zero rows); a group stores its blocks one after the
@@ -99,10 +99,15 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * product (11 by 8 bits); its kernel sums each half apart and uses the
  * token's half sums (struct qmm_q8.hs) for the -32. Q3_K (w = d sc v, v in
  * -4..3, sc in -32..31 per 16 elements) is stored as Q6_K with u = v + 32.
- * So 32-bit lane j of every unpacked vector k (k = 0..7: low, high nibbles
- * of v = k / 2) holds row j's quants 4 k .. 4 k + 3: one u8 x s8
- * dot-accumulate against the token's quants 4 k .. 4 k + 3 serves 8 rows.
- * Weights are w = d q + m with
+ * Q2_K (w = d sc u - dmin mn per 16 elements, u in 0..3) keeps Q6_K's
+ * halves with a min each (QMM_K2_SUPER bytes a super-block: f16 d[8],
+ * dmin[8], then each block's u8 sc0[8], sc1[8], mn0[8], mn1[8] and 2 x 32
+ * bytes of 2-bit quants, bits 2 s, 2 s + 1 of byte b of vector v being
+ * unpacked vector 4 v + s's byte b); its offsets come from the token's
+ * half sums too. So 32-bit lane j of every unpacked vector k (k = 0..7:
+ * low, high nibbles of v = k / 2) holds row j's quants 4 k .. 4 k + 3: one
+ * u8 x s8 dot-accumulate against the token's quants 4 k .. 4 k + 3 serves 8
+ * rows. Weights are w = d q + m with
  * q unsigned: m = -8 d (Q4_0), -16 d (Q5_0), the stored m (Q4_1, Q5_1),
  * -128 d (Q8_0). The sums are those of the prefill GEMM (struct
  * qmm_pack8), in the same order, so a token's output does not depend on the
@@ -126,6 +131,21 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * fifth bits. */
 #define QMM_K5_BLOCK (QMM_K4_BLOCK + QMM_PR * 4)
 #define QMM_K5_SUPER (QMM_K4_HEAD + 8 * QMM_K5_BLOCK)
+
+/* Q2_K's packed super-block (above). */
+#define QMM_K2_HEAD (QMM_PR * 4)
+#define QMM_K2_BLOCK (QMM_PR * 4 + QMM_PR * QMM_QK / 4)
+#define QMM_K2_SUPER (QMM_K2_HEAD + 8 * QMM_K2_BLOCK)
+
+static inline const uint8_t *qmm_k2_head(const uint8_t *group, int64_t b)
+{
+    return group + (size_t)(b / 8) * QMM_K2_SUPER;
+}
+
+static inline const uint8_t *qmm_k2_block(const uint8_t *group, int64_t b)
+{
+    return qmm_k2_head(group, b) + QMM_K2_HEAD + (size_t)(b % 8) * QMM_K2_BLOCK;
+}
 
 static inline const uint8_t *qmm_k6_head(const uint8_t *group, int64_t b)
 {

@@ -1,6 +1,7 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K (as Q6_K), Q4_K, Q5_K or Q6_K weight into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K (as Q6_K), Q4_K, Q5_K or Q6_K weight
+ * into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -22,6 +23,7 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     case QUANT_Q5_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
     case QUANT_Q4_K: return QMM_K4_SUPER / 8; /* a block's share of its super-block */
     case QUANT_Q5_K: return QMM_K5_SUPER / 8;
+    case QUANT_Q2_K: return QMM_K2_SUPER / 8;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return QMM_K6_SUPER / 8;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
@@ -167,10 +169,32 @@ static void pack_row_q3_K(const struct block_q3_K *blk, int j, uint8_t *out)
     }
 }
 
+/* Row j's Q2_K super-block into a packed one (out): d and dmin in the
+ * head, each block's halves' 4-bit scales and mins as bytes, its quants two
+ * bits each (OR-ed into: the group starts zeroed). */
+static void pack_row_q2_K(const struct block_q2_K *blk, int j, uint8_t *out)
+{
+    memcpy(out + 2 * j, &blk->d, 2);
+    memcpy(out + 2 * QMM_PR + 2 * j, &blk->dmin, 2);
+    for (int sb = 0; sb < 8; sb++) {
+        uint8_t *o = out + QMM_K2_HEAD + sb * QMM_K2_BLOCK;
+        for (int h = 0; h < 2; h++) {
+            o[QMM_PR * h + j] = blk->scales[2 * sb + h] & 0x0f;
+            o[QMM_PR * (2 + h) + j] = blk->scales[2 * sb + h] >> 4;
+        }
+        /* quant e is byte 4 j + e % 4 of unpacked vector k = e / 4: bits
+         * 2 (k % 4) of byte 4 j + e % 4 of vector k / 4 */
+        uint8_t *q = o + 4 * QMM_PR;
+        for (int e = 0; e < QMM_QK; e++)
+            q[32 * (e / 16) + 4 * j + e % 4] |=
+                (uint8_t)(quant_k2_value(blk->qs, 32 * sb + e) << (2 * (e / 4 % 4)));
+    }
+}
+
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
-    if (w->type == QUANT_Q3_K || w->type == QUANT_Q4_K || w->type == QUANT_Q5_K ||
-        w->type == QUANT_Q6_K) {
+    if (w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
+        w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) {
         size_t pb = ops_qmm_packed_block_bytes(w->type);
         IG_ASSERT(w->cols % QK_K == 0);
         int64_t n_blk = w->cols / QMM_QK;
@@ -189,6 +213,8 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
                     } else if (w->type == QUANT_Q5_K) {
                         const struct block_q5_K *b = (const struct block_q5_K *)(const void *)row + sb;
                         pack_row_k4(b->d, b->dmin, b->scales, b->qs, b->qh, j, out);
+                    } else if (w->type == QUANT_Q2_K) {
+                        pack_row_q2_K((const struct block_q2_K *)(const void *)row + sb, j, out);
                     } else if (w->type == QUANT_Q3_K) {
                         pack_row_q3_K((const struct block_q3_K *)(const void *)row + sb, j, out);
                     } else {

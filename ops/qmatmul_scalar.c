@@ -173,6 +173,28 @@ static float row_q6_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* Q2_K: 16 sub-blocks of 16, w = d * sc_i * q - dmin * mn_i. */
+static float row_q2_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const struct block_q2_K *blk = (const struct block_q2_K *)w + sb;
+        float d = ig_f16_to_f32(blk->d), dmin = ig_f16_to_f32(blk->dmin);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            for (int h = 0; h < 2; h++) {
+                int sc = blk->scales[2 * j + h];
+                int32_t sh = 0;
+                for (int l = 16 * h; l < 16 * h + 16; l++)
+                    sh += quant_k2_value(blk->qs, 32 * j + l) * xb->qs[l];
+                acc += d * (float)(sc & 0x0f) * xb->d * (float)sh -
+                       dmin * (float)(sc >> 4) * xb->d * (float)xb->hs[h];
+            }
+        }
+    }
+    return acc;
+}
+
 /* Q3_K: 16 sub-blocks of 16, w = d * sc_i * v with v = quant_k3_value (-4..3). */
 static float row_q3_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
 {
@@ -218,6 +240,7 @@ SCALAR_TILE(q4_1)
 SCALAR_TILE(q5_0)
 SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
+SCALAR_TILE(q2_K)
 SCALAR_TILE(q3_K)
 SCALAR_TILE(q4_K)
 SCALAR_TILE(q5_K)
@@ -231,6 +254,7 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     case QUANT_Q5_0: return tile_q5_0;
     case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_Q2_K: return tile_q2_K;
     case QUANT_Q3_K: return tile_q3_K;
     case QUANT_Q4_K: return tile_q4_K;
     case QUANT_Q5_K: return tile_q5_K;
@@ -279,6 +303,35 @@ static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_
                     }
                     acc += d * xb->d * (float)s;
                     add += d * (-32.0f * xb->d * (float)xb->hs[h]);
+                }
+            }
+            y[t * ldy + j] = acc + add;
+        }
+}
+
+/* Q2_K's packed blocks: w = d sc_h u - dmin mn_h on each 16-element half h,
+ * so dot = sum_h d sc_h dx sum_h(u x) - dmin mn_h dx hs_h. */
+static void gemv8_packed_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                              int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    for (int64_t t = 0; t < nt; t++)
+        for (int j = 0; j < nr; j++) {
+            float acc = 0, add = 0;
+            for (int64_t b = 0; b < n_blk; b++) {
+                const uint8_t *blk = qmm_k2_block(p, b), *head = qmm_k2_head(p, b);
+                const struct qmm_q8 *xb = x + t * ldx + b;
+                uint16_t dh, mh;
+                memcpy(&dh, head + 2 * j, sizeof dh);
+                memcpy(&mh, head + 2 * QMM_PR + 2 * j, sizeof mh);
+                const uint8_t *q = blk + 4 * QMM_PR;
+                for (int h = 0; h < 2; h++) {
+                    int32_t s = 0;
+                    for (int e = 16 * h; e < 16 * h + 16; e++)
+                        s += (q[32 * (e / 16) + 4 * j + e % 4] >> (2 * (e / 4 % 4)) & 3) *
+                             xb->qs[e];
+                    acc += ig_f16_to_f32(dh) * (float)blk[QMM_PR * h + j] * xb->d * (float)s;
+                    add += -ig_f16_to_f32(mh) * (float)blk[QMM_PR * (2 + h) + j] *
+                           (xb->d * (float)xb->hs[h]);
                 }
             }
             y[t * ldy + j] = acc + add;
@@ -353,6 +406,7 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
+    case QUANT_Q2_K: return gemv8_packed_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K (ops/qmatmul.h) */
     case QUANT_Q6_K: return gemv8_packed_q6_K;
     default: return NULL;

@@ -732,13 +732,46 @@ AVX2 INLINE void k6_offsets(__m256 d0, __m256 d1, const struct qmm_q8 *xb, __m25
     *add = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]), *add);
 }
 
+/* Packed Q2_K block b of group p (ops/qmatmul.h): its halves' scales
+ * d sc_h (exact products: 11 by 4 bits) and its 8 vectors of 2-bit quants. */
+AVX2 INLINE void k2_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, __m256i q[8])
+{
+    const uint8_t *blk = qmm_k2_block(p, b);
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)qmm_k2_head(p, b)));
+    *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                               _mm_loadl_epi64((const __m128i *)(const void *)blk))));
+    *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                               _mm_loadl_epi64((const __m128i *)(const void *)(blk + 8)))));
+    UNROLL for (int v = 0; v < 2; v++) {
+        __m256i V = load32(blk + 4 * QMM_PR + 32 * v);
+        UNROLL for (int s = 0; s < 4; s++) /* a 16-bit shift under 8 moves every byte alike */
+            q[4 * v + s] = _mm256_and_si256(_mm256_srli_epi16(V, 2 * s), _mm256_set1_epi8(3));
+    }
+}
+
+/* The offsets of Q2_K block b's halves, -dmin mn_h (exact products), for
+ * token block xb: one fma per half with the token's d hs_h. */
+AVX2 INLINE void k2_offsets(const uint8_t *p, int64_t b, const struct qmm_q8 *xb, __m256 *add)
+{
+    const uint8_t *blk = qmm_k2_block(p, b);
+    __m256 dmin = _mm256_cvtph_ps(
+        _mm_loadu_si128((const __m128i *)(const void *)(qmm_k2_head(p, b) + 2 * QMM_PR)));
+    dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f));
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64((const __m128i *)(const void *)(blk + QMM_PR * (2 + h)))));
+        *add = _mm256_fmadd_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(xb->d * (float)xb->hs[h]),
+                               *add);
+    }
+}
+
 /* Q6_K: y for nt (<= QMM_NT) tokens from packed group p, or with
  * `unpacked` from its blocks as gemm8p_q6_K left them in up (the same
  * values: the same bits, so prefill and decode agree). w = d sc_h (u - 32)
  * per 16-element half: each half summed apart, the -32 from the token's
  * half sums. The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
  * vectors at a time. */
-AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
+AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                                  const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,
                                  int64_t ldx, const int nt, float *y, int64_t ldy)
 {
@@ -764,6 +797,9 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
             d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
             UNROLL for (int k = 0; k < 8; k++)
                 q[k] = _mm256_load_si256((const __m256i *)up[b].q[k]);
+        } else if (k2) {
+            prefetch_ahead(qmm_k2_block(p, b), QMM_K2_SUPER / 8);
+            k2_block(p, b, &d0, &d1, q);
         } else {
             prefetch_ahead(qmm_k6_block(p, b), QMM_K6_SUPER / 8);
             k6_block(p, b, &d0, &d1, q);
@@ -788,25 +824,32 @@ AVX2 INLINE void gemv8_k6_tokens(const uint8_t *p, const struct qmm_pack8 *up,
             __m256 xd = _mm256_set1_ps(xb->d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
-            if (!unpacked)
+            if (!unpacked && k2)
+                k2_offsets(p, b, xb, &add[t]);
+            else if (!unpacked)
                 k6_offsets(d0, d1, xb, &add[t]);
         }
     }
     if (unpacked) /* apart, as gemm8_tokens's offsets (the same order) */
         for (int64_t b = 0; b < n_blk; b++) {
             __m256 d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
-            UNROLL for (int t = 0; t < nt; t++)
-                k6_offsets(d0, d1, x + t * ldx + b, &add[t]);
+            UNROLL for (int t = 0; t < nt; t++) {
+                if (k2)
+                    k2_offsets(p, b, x + t * ldx + b, &add[t]);
+                else
+                    k6_offsets(d0, d1, x + t * ldx + b, &add[t]);
+            }
         }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
 
 /* The tokens of y, QMM_NT at a time, from packed group p or its unpacked
- * blocks up (gemv8_k6_tokens); rows past nr through tmp. */
-AVX2 INLINE void k6_all(const uint8_t *p, const struct qmm_pack8 *up, const bool unpacked,
-                        int64_t n_blk, const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr,
-                        float *y, int64_t ldy)
+ * blocks up (gemv8_k6_tokens; Q2_K's offsets read p either way); rows past
+ * nr through tmp. */
+AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
+                        const bool unpacked, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
+                        int64_t nt, int nr, float *y, int64_t ldy)
 {
     float tmp[QMM_NT * 8];
     for (int64_t t = 0; t < nt; t += QMM_NT) {
@@ -815,10 +858,10 @@ AVX2 INLINE void k6_all(const uint8_t *p, const struct qmm_pack8 *up, const bool
         int64_t ld = nr == 8 ? ldy : 8;
         const struct qmm_q8 *xt = x + t * ldx;
         switch (n) {
-        case 1: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 1, yt, ld); break;
-        case 2: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 2, yt, ld); break;
-        case 3: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 3, yt, ld); break;
-        default: gemv8_k6_tokens(p, up, unpacked, n_blk, xt, ldx, 4, yt, ld); break;
+        case 1: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 1, yt, ld); break;
+        case 2: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 2, yt, ld); break;
+        case 3: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 3, yt, ld); break;
+        default: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 4, yt, ld); break;
         }
         if (nr < 8)
             for (int k = 0; k < n; k++)
@@ -830,27 +873,51 @@ AVX2 INLINE void k6_all(const uint8_t *p, const struct qmm_pack8 *up, const bool
 AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
-    k6_all(p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
+    k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
+}
+
+AVX2 static void gemv8_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
+                            int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
+{
+    k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
 }
 
 /* Many tokens: the group's blocks unpacked once into `pack` (d sc_0 in d,
  * d sc_1 in m, the quants as bytes), then the same sums as gemv8_q6_K's,
  * where it rebuilt every block's quants for each QMM_NT tokens. */
-AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
-                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
-                             int64_t ldy, struct qmm_pack8 *pack)
+AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
+                           const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                           struct qmm_pack8 *pack)
 {
-    (void)row_bytes;
     for (int64_t b = 0; b < n_blk; b++) {
         __m256 d0, d1;
         __m256i q[8];
-        k6_block(w, b, &d0, &d1, q);
+        if (k2)
+            k2_block(w, b, &d0, &d1, q);
+        else
+            k6_block(w, b, &d0, &d1, q);
         _mm256_store_ps(pack[b].d, d0);
         _mm256_store_ps(pack[b].m, d1);
         UNROLL for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)pack[b].q[k], q[k]);
     }
-    k6_all(NULL, pack, true, n_blk, x, ldx, nt, 8, y, ldy);
+    k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy);
+}
+
+AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                             int64_t ldy, struct qmm_pack8 *pack)
+{
+    (void)row_bytes;
+    gemm8p_k6(false, w, n_blk, x, ldx, nt, y, ldy, pack);
+}
+
+AVX2 static void gemm8p_q2_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
+                             const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                             int64_t ldy, struct qmm_pack8 *pack)
+{
+    (void)row_bytes;
+    gemm8p_k6(true, w, n_blk, x, ldx, nt, y, ldy, pack);
 }
 
 #define GEMV8(name, kind)                                                                    \
@@ -938,6 +1005,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q5_1: return gemm8p_q5_1;
     case QUANT_Q4_K: return gemm8p_q4_K;
     case QUANT_Q5_K: return gemm8p_q5_K;
+    case QUANT_Q2_K: return gemm8p_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemm8p_q6_K;
 #if QMM_X86_VNNI
@@ -957,6 +1025,7 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q8_0: return gemv8_q8_0;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
+    case QUANT_Q2_K: return gemv8_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemv8_q6_K;
     default: return NULL;

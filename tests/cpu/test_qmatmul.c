@@ -53,6 +53,7 @@ static const struct type_case cases[] = {
     {QUANT_Q5_0, 640, 1, {0}},
     {QUANT_Q5_1, 576, 2, {0, 2}},
     {QUANT_Q8_0, 1536, 1, {0}},
+    {QUANT_Q2_K, 512, 2, {80, 82}},
     {QUANT_Q3_K, 512, 1, {108}},
     {QUANT_Q4_K, 512, 2, {0, 2}},
     {QUANT_Q5_K, 768, 2, {0, 2}},
