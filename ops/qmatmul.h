@@ -5,8 +5,8 @@
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights; a scalar
  * kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
  * (ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the
- * choice; Q3_K has a scalar tile only, its SIMD kernels are Q6_K's packed
- * ones). Where the ISA has kernels for it, every format is read from a
+ * choice; Q2_K and Q3_K have a scalar tile only, their SIMD kernels are
+ * Q6_K's packed ones). Where the ISA has kernels for it, every format is read from a
  * copy in a packed 8-row layout the context makes once (below;
  * ops/qmatmul_pack.c).
  *
