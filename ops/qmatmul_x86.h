@@ -749,20 +749,25 @@ AVX2 INLINE void k2_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, _
     }
 }
 
-/* The offsets of Q2_K block b's halves, -dmin mn_h (exact products), for
- * token block xb: one fma per half with the token's d hs_h. */
-AVX2 INLINE void k2_offsets(const uint8_t *p, int64_t b, const struct qmm_q8 *xb, __m256 *add)
+/* The offsets of Q2_K block b's halves, -dmin mn_h (exact products). */
+AVX2 INLINE void k2_mins(const uint8_t *p, int64_t b, __m256 *m0, __m256 *m1)
 {
     const uint8_t *blk = qmm_k2_block(p, b);
     __m256 dmin = _mm256_cvtph_ps(
         _mm_loadu_si128((const __m128i *)(const void *)(qmm_k2_head(p, b) + 2 * QMM_PR)));
     dmin = _mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f));
-    UNROLL for (int h = 0; h < 2; h++) {
-        __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-            _mm_loadl_epi64((const __m128i *)(const void *)(blk + QMM_PR * (2 + h)))));
-        *add = _mm256_fmadd_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(xb->d * (float)xb->hs[h]),
-                               *add);
-    }
+    *m0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                  (const __m128i *)(const void *)(blk + 2 * QMM_PR)))));
+    *m1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                  (const __m128i *)(const void *)(blk + 3 * QMM_PR)))));
+}
+
+/* Q2_K's offsets m0, m1 for token block xb: one fma per half with the
+ * token's d hs_h. */
+AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m256 *add)
+{
+    *add = _mm256_fmadd_ps(m0, _mm256_set1_ps(xb->d * (float)xb->hs[0]), *add);
+    *add = _mm256_fmadd_ps(m1, _mm256_set1_ps(xb->d * (float)xb->hs[1]), *add);
 }
 
 /* Q6_K: y for nt (<= QMM_NT) tokens from packed group p, or with
@@ -791,7 +796,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
     }
 #endif
     for (int64_t b = b0; b < n_blk; b++) {
-        __m256 d0, d1;
+        __m256 d0, d1, m0 = _mm256_setzero_ps(), m1 = m0; /* (m: Q2_K's) */
         __m256i q[8];
         if (unpacked) {
             d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
@@ -800,6 +805,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
         } else if (k2) {
             prefetch_ahead(qmm_k2_block(p, b), QMM_K2_SUPER / 8);
             k2_block(p, b, &d0, &d1, q);
+            k2_mins(p, b, &m0, &m1);
         } else {
             prefetch_ahead(qmm_k6_block(p, b), QMM_K6_SUPER / 8);
             k6_block(p, b, &d0, &d1, q);
@@ -825,7 +831,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, xd), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, xd), acc[t]);
             if (!unpacked && k2)
-                k2_offsets(p, b, xb, &add[t]);
+                k2_offsets(m0, m1, xb, &add[t]);
             else if (!unpacked)
                 k6_offsets(d0, d1, xb, &add[t]);
         }
@@ -833,9 +839,12 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
     if (unpacked) /* apart, as gemm8_tokens's offsets (the same order) */
         for (int64_t b = 0; b < n_blk; b++) {
             __m256 d0 = _mm256_load_ps(up[b].d), d1 = _mm256_load_ps(up[b].m);
+            __m256 m0 = _mm256_setzero_ps(), m1 = m0;
+            if (k2)
+                k2_mins(p, b, &m0, &m1);
             UNROLL for (int t = 0; t < nt; t++) {
                 if (k2)
-                    k2_offsets(p, b, x + t * ldx + b, &add[t]);
+                    k2_offsets(m0, m1, x + t * ldx + b, &add[t]);
                 else
                     k6_offsets(d0, d1, x + t * ldx + b, &add[t]);
             }
