@@ -111,7 +111,7 @@
     QMM_ASM_HALF_K6(A, "4", "5", "6", "7", "24", "288", ACC)
 
 /* Zero the accumulators, run TOKEN for the 4 tokens of every block, store
- * the accumulators to out[8 t + j]. */
+ * the accumulators to out[t]. */
 #define QMM_ASM_LOOP(TOKEN)                                                                  \
     "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"                                                        \
     "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"                                                        \
@@ -158,9 +158,9 @@ enum qmm_asm_form { ASM_NARROW, ASM_WIDE, ASM_K6 };
                        "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",  \
                        "memory", "cc")
 
-/* acc[8 t + j] = the f32 sums of gemm8_tokens's main loop for QMM_NT tokens. */
+/* acc[t] = the f32 sums of gemm8_tokens's main loop for QMM_NT tokens. */
 AVX2 static void gemm8_4tokens_asm(const struct qmm_pack8 *p, int64_t n_blk,
-                                   const struct qmm_q8 *x, int64_t ldx, float acc[32],
+                                   const struct qmm_q8 *x, int64_t ldx, __m256 acc[QMM_NT],
                                    const enum qmm_asm_form form)
 {
     static const int16_t ones[16] __attribute__((aligned(32))) = {1, 1, 1, 1, 1, 1, 1, 1,

@@ -154,7 +154,7 @@ static void pack_row_q6_K(const struct block_q6_K *blk, int j, uint8_t *out)
 
 /* Row j's Q3_K super-block into a packed Q6_K one: w = d sc v with v in
  * -4..3 and sc in -32..31 is Q6_K's w = d sc (u - 32) with u = v + 32, so
- * Q3_K runs Q6_K's kernels (at Q6_K's 6.5 bits a weight in memory, about
+ * Q3_K runs Q6_K's kernels (at Q6_K's 6.6 bits a weight in memory, about
  * twice the file's 3.4). */
 static void pack_row_q3_K(const struct block_q3_K *blk, int j, uint8_t *out)
 {

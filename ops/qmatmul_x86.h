@@ -410,10 +410,7 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
     int64_t b0 = 0; /* the blocks already summed (by the assembly loop) */
 #if !QMM_X86_VNNI
     if (nt == QMM_NT) {
-        float a[QMM_NT * 8] __attribute__((aligned(32)));
-        gemm8_4tokens_asm(p, n_blk, x, ldx, a, wide ? ASM_WIDE : ASM_NARROW);
-        UNROLL for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_load_ps(a + 8 * t);
+        gemm8_4tokens_asm(p, n_blk, x, ldx, acc, wide ? ASM_WIDE : ASM_NARROW);
         b0 = n_blk;
     }
 #endif
@@ -788,10 +785,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
     int64_t b0 = 0; /* the blocks already summed (by the assembly loop) */
 #if !QMM_X86_VNNI
     if (unpacked && nt == QMM_NT) {
-        float a[QMM_NT * 8] __attribute__((aligned(32)));
-        gemm8_4tokens_asm(up, n_blk, x, ldx, a, ASM_K6);
-        UNROLL for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_load_ps(a + 8 * t);
+        gemm8_4tokens_asm(up, n_blk, x, ldx, acc, ASM_K6);
         b0 = n_blk;
     }
 #endif
