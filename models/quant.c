@@ -35,10 +35,10 @@ static const struct quant_traits traits[] = {
     [17] = {"IQ2_XS", QK_K, 2 + QK_K / 4 + QK_K / 32, false},
     [18] = {"IQ3_XXS", QK_K, 2 + QK_K / 4 + QK_K / 8, false},
     [19] = {"IQ1_S", QK_K, 2 + QK_K / 8 + QK_K / 16, false},
-    [20] = {"IQ4_NL", 32, 2 + 16, false},
+    [20] = {"IQ4_NL", QK4_NL, sizeof(struct block_iq4_nl), true},
     [21] = {"IQ3_S", QK_K, 2 + QK_K / 4 + QK_K / 8 + QK_K / 32 + 4, false},
     [22] = {"IQ2_S", QK_K, 2 + QK_K / 4 + QK_K / 16, false},
-    [23] = {"IQ4_XS", QK_K, 2 + 2 + QK_K / 2 + QK_K / 64, false},
+    [23] = {"IQ4_XS", QK_K, sizeof(struct block_iq4_xs), true},
     [24] = {"I8", 1, 1, false},
     [25] = {"I16", 1, 2, false},
     [26] = {"I32", 1, 4, false},
@@ -240,6 +240,30 @@ static void deq_q6_K(const uint8_t *b, float *y)
     }
 }
 
+/* --- the IQ4 formats: 16 non-uniform levels ------------------------------- */
+
+/* 32 quants of qs (nibbles as quant_iq4_value says) times dl. */
+static void deq_iq4_32(const uint8_t *qs, float dl, float *y)
+{
+    for (int j = 0; j < 16; j++) {
+        y[j] = dl * (float)quant_iq4_value(qs[j] & 0x0f);
+        y[j + 16] = dl * (float)quant_iq4_value(qs[j] >> 4);
+    }
+}
+
+static void deq_iq4_nl(const uint8_t *b, float *y)
+{
+    deq_iq4_32(b + offsetof(struct block_iq4_nl, qs), f16_at(b), y);
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y)
+{
+    float d = f16_at(b);
+    const uint8_t *qs = b + offsetof(struct block_iq4_xs, qs);
+    for (int j = 0; j < QK_K / 32; j++)
+        deq_iq4_32(qs + 16 * j, d * (float)quant_iq4_xs_scale(b, j), y + 32 * j);
+}
+
 /* --- rows ------------------------------------------------------------------ */
 
 typedef void (*block_fn)(const uint8_t *block, float *y);
@@ -257,6 +281,8 @@ static block_fn block_fn_of(enum quant_type type)
     case QUANT_Q4_K: return deq_q4_K;
     case QUANT_Q5_K: return deq_q5_K;
     case QUANT_Q6_K: return deq_q6_K;
+    case QUANT_IQ4_NL: return deq_iq4_nl;
+    case QUANT_IQ4_XS: return deq_iq4_xs;
     default: return NULL;
     }
 }

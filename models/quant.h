@@ -30,6 +30,8 @@ enum quant_type {
     QUANT_Q5_K = 13,
     QUANT_Q6_K = 14,
     QUANT_Q8_K = 15,
+    QUANT_IQ4_NL = 20,
+    QUANT_IQ4_XS = 23,
     QUANT_BF16 = 30,
 };
 
@@ -38,6 +40,7 @@ enum quant_type {
 #define QK5_0 32
 #define QK5_1 32
 #define QK8_0 32
+#define QK4_NL 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -58,6 +61,8 @@ struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scale
 struct block_q4_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
 struct block_q5_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; ig_f16 d; };
+struct block_iq4_nl { ig_f16 d; uint8_t qs[QK4_NL / 2]; };
+struct block_iq4_xs { ig_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 
 QUANT_STATIC_ASSERT(sizeof(struct block_q4_0) == 18, "q4_0 block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q4_1) == 20, "q4_1 block");
@@ -69,6 +74,8 @@ QUANT_STATIC_ASSERT(sizeof(struct block_q3_K) == 110, "q3_K block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q4_K) == 144, "q4_K block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q5_K) == 176, "q5_K block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q6_K) == 210, "q6_K block");
+QUANT_STATIC_ASSERT(sizeof(struct block_iq4_nl) == 18, "iq4_nl block");
+QUANT_STATIC_ASSERT(sizeof(struct block_iq4_xs) == 136, "iq4_xs block");
 
 /* Facts about a type: elements per block and bytes per block. Both are 0 for
  * ids that GGUF may contain but ignite does not know. */
@@ -131,6 +138,30 @@ static inline int quant_k3_value(const uint8_t *qs, const uint8_t *hmask, int e)
 {
     int n = e / 128, j = e % 128 / 32, l = e % 32;
     return ((qs[32 * n + l] >> (2 * j)) & 3) - ((hmask[l] >> (4 * n + j)) & 1 ? 0 : 4);
+}
+
+/* The IQ4 formats' 16 levels (ggml's kvalues_iq4nl): a 4-bit quant q is
+ * the value quant_iq4_value(q), w = d value (IQ4_NL, per 32 elements) or
+ * d (scale - 32) value (IQ4_XS, a 6-bit scale per 32 of a super-block).
+ * Quant e (0..31) of a 32-element block is the low nibble of qs[e] for
+ * e < 16, the high nibble of qs[e - 16] above. */
+static inline int quant_iq4_value(int q)
+{
+    static const int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+    return values[q & 15];
+}
+
+/* IQ4_XS's scale of sub-block j (0..7) of a super-block (its bytes) less
+ * the bias of 32, -32..31: the low 4 bits in nibble j % 2 of scales_l[j /
+ * 2], the top 2 in bits 2 j of scales_h (little-endian in the file). The
+ * one reader of that packing on the host. */
+static inline int quant_iq4_xs_scale(const uint8_t *block, int j)
+{
+    const uint8_t *b = block + 2;
+    int h = (b[0] | b[1] << 8) >> (2 * j) & 3;
+    int l = b[2 + j / 2] >> (4 * (j % 2)) & 0x0f;
+    return (l | h << 4) - 32;
 }
 
 /* Dequantizes one row of n elements (n a multiple of the block size) from

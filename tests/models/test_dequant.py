@@ -27,7 +27,7 @@ from igtest import model_path
 # make infinities and NaNs, so they get sane values instead.
 SCALE_OFFSETS = {Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
                  Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
-                 Q.Q6_K: [208]}
+                 Q.Q6_K: [208], Q.IQ4_NL: [0], Q.IQ4_XS: [0]}
 EXACT = (Q.F32, Q.F16, Q.BF16)
 SUPPORTED = EXACT + tuple(SCALE_OFFSETS)
 
