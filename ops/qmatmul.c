@@ -302,7 +302,7 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
     if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
         return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
     if ((w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
-         w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) &&
+         w->type == QUANT_Q5_K || w->type == QUANT_Q6_K || w->type == QUANT_IQ4_XS) &&
         w->cols % QK_K != 0)
         return false;
     return ops_qmm_tile(w->type, ops_qmm_best_isa()) != NULL;

@@ -2,11 +2,11 @@
  * the fastest CPU engines do it: each token vector is quantized per block of
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights; a scalar
- * kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+ * weights; a scalar kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
  * (ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the
- * choice; Q2_K and Q3_K have a scalar tile only, their SIMD kernels are
- * Q6_K's packed ones). Where the ISA has kernels for it, every format is read from a
+ * choice; Q2_K, Q3_K and the IQ4 formats have a scalar tile only, their SIMD
+ * kernels are packed ones). Where the ISA has kernels for it, every format is read from a
  * copy in a packed 8-row layout the context makes once (below;
  * ops/qmatmul_pack.c).
  *
@@ -71,7 +71,8 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 
 /* ---- the decode layout: 8 rows interleaved ------------------------------- *
  *
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights are repacked once
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+ * weights are repacked once
  * (ops_qmm_repack, at context creation) so that decode reads one sequential
  * stream with no unpacking shuffles. Rows go in groups of QMM_PR (the last
  * group padded with zero rows); a group stores its blocks one after the
@@ -104,7 +105,14 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * dmin[8], then each block's u8 sc0[8], sc1[8], mn0[8], mn1[8] and 2 x 32
  * bytes of 2-bit quants, bits 2 s, 2 s + 1 of byte b of vector v being
  * unpacked vector 4 v + s's byte b); its offsets come from the token's
- * half sums too. So 32-bit lane j of every unpacked vector k (k = 0..7:
+ * half sums too. The IQ4 formats' quants are 4-bit indices into 16 int8
+ * levels v (models/quant.h quant_iq4_value): IQ4_NL (w = d v per 32
+ * elements) is laid out as Q4_0, IQ4_XS (w = d sc v, sc in -32..31 per 32
+ * elements of a super-block) goes super-block by super-block (QMM_XS_SUPER
+ * bytes: f16 d[8], then each block's i8 sc[8] and nibbles), a kernel
+ * forming d sc (an exact product); a kernel turns the nibbles into the bytes
+ * v + 128 with one table lookup (vpshufb), after which they are Q8_0's
+ * (-128 d in the offset). So 32-bit lane j of every unpacked vector k (k = 0..7:
  * low, high nibbles of v = k / 2) holds row j's quants 4 k .. 4 k + 3: one
  * u8 x s8 dot-accumulate against the token's quants 4 k .. 4 k + 3 serves 8
  * rows. Weights are w = d q + m with
@@ -136,6 +144,25 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
 #define QMM_K2_HEAD (QMM_PR * 4)
 #define QMM_K2_BLOCK (QMM_PR * 4 + QMM_PR * QMM_QK / 4)
 #define QMM_K2_SUPER (QMM_K2_HEAD + 8 * QMM_K2_BLOCK)
+
+/* IQ4_XS's packed super-block (above): f16 d[8], then 8 blocks of i8
+ * sc[8] and 128 bytes of nibbles. */
+#define QMM_XS_HEAD (QMM_PR * 2)
+#define QMM_XS_BLOCK (QMM_PR + QMM_PR * QMM_QK / 2)
+#define QMM_XS_SUPER (QMM_XS_HEAD + 8 * QMM_XS_BLOCK)
+
+static inline const uint8_t *qmm_xs_head(const uint8_t *group, int64_t b)
+{
+    return group + (size_t)(b / 8) * QMM_XS_SUPER;
+}
+
+static inline const uint8_t *qmm_xs_block(const uint8_t *group, int64_t b)
+{
+    return qmm_xs_head(group, b) + QMM_XS_HEAD + (size_t)(b % 8) * QMM_XS_BLOCK;
+}
+
+/* The IQ4 levels plus 128 (1..241), the byte a nibble q stands for. */
+#define QMM_IQ4_BYTES 1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241
 
 static inline const uint8_t *qmm_k2_head(const uint8_t *group, int64_t b)
 {

@@ -1,7 +1,7 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K (as Q6_K), Q4_K, Q5_K or Q6_K weight
- * into it. Plain C, run once per weight
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K (as Q6_K), Q4_K,
+ * Q5_K, Q6_K or IQ4_XS weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -17,6 +17,7 @@
 size_t ops_qmm_packed_block_bytes(enum quant_type type)
 {
     switch (type) {
+    case QUANT_IQ4_NL: /* Q4_0's layout, the nibbles indices */
     case QUANT_Q4_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2;
     case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
     case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
@@ -24,6 +25,7 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     case QUANT_Q4_K: return QMM_K4_SUPER / 8; /* a block's share of its super-block */
     case QUANT_Q5_K: return QMM_K5_SUPER / 8;
     case QUANT_Q2_K: return QMM_K2_SUPER / 8;
+    case QUANT_IQ4_XS: return QMM_XS_SUPER / 8;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return QMM_K6_SUPER / 8;
     case QUANT_Q8_0: return QMM_PR * 2 + QMM_PR * QMM_QK;
@@ -55,7 +57,8 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
     bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1;
     if (has_m)
         memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
-    const uint8_t *qs = blk + (type == QUANT_Q4_0 ? 2 : type == QUANT_Q4_1 ? 4
+    const uint8_t *qs = blk + (type == QUANT_Q4_0 || type == QUANT_IQ4_NL ? 2
+                               : type == QUANT_Q4_1 ? 4
                                : type == QUANT_Q5_0 ? 6 : 8);
     if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
         /* the fifth bits: bit e of qh is quant e's; bit k of byte 4j + i
@@ -191,10 +194,26 @@ static void pack_row_q2_K(const struct block_q2_K *blk, int j, uint8_t *out)
     }
 }
 
+/* Row j's IQ4_XS super-block (its bytes) into a packed one (out): d in the
+ * head, each block's scale (less its bias) and its quants' nibbles. */
+static void pack_row_iq4_xs(const uint8_t *blk, int j, uint8_t *out)
+{
+    memcpy(out + 2 * j, blk, 2);
+    const uint8_t *qs = blk + offsetof(struct block_iq4_xs, qs);
+    for (int sb = 0; sb < 8; sb++) {
+        uint8_t *o = out + QMM_XS_HEAD + sb * QMM_XS_BLOCK;
+        o[j] = (uint8_t)(int8_t)quant_iq4_xs_scale(blk, sb);
+        uint8_t q[QMM_QK];
+        for (int e = 0; e < QMM_QK; e++)
+            q[e] = (uint8_t)(qs[16 * sb + e % 16] >> (4 * (e / 16)) & 0x0f);
+        put_nibbles(q, j, o + QMM_PR);
+    }
+}
+
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
     if (w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
-        w->type == QUANT_Q5_K || w->type == QUANT_Q6_K) {
+        w->type == QUANT_Q5_K || w->type == QUANT_Q6_K || w->type == QUANT_IQ4_XS) {
         size_t pb = ops_qmm_packed_block_bytes(w->type);
         IG_ASSERT(w->cols % QK_K == 0);
         int64_t n_blk = w->cols / QMM_QK;
@@ -217,6 +236,8 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
                         pack_row_q2_K((const struct block_q2_K *)(const void *)row + sb, j, out);
                     } else if (w->type == QUANT_Q3_K) {
                         pack_row_q3_K((const struct block_q3_K *)(const void *)row + sb, j, out);
+                    } else if (w->type == QUANT_IQ4_XS) {
+                        pack_row_iq4_xs(row + (size_t)sb * sizeof(struct block_iq4_xs), j, out);
                     } else {
                         pack_row_q6_K((const struct block_q6_K *)(const void *)row + sb, j, out);
                     }
@@ -230,6 +251,7 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
               : w->type == QUANT_Q4_1 ? sizeof(struct block_q4_1)
               : w->type == QUANT_Q5_0 ? sizeof(struct block_q5_0)
               : w->type == QUANT_Q5_1 ? sizeof(struct block_q5_1)
+              : w->type == QUANT_IQ4_NL ? sizeof(struct block_iq4_nl)
                                       : sizeof(struct block_q8_0);
     IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
     int64_t n_blk = w->cols / QMM_QK;

@@ -96,6 +96,41 @@ static float row_q8_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* IQ4_NL: w = d * quant_iq4_value(q), a 4-bit index into 16 int8 levels. */
+static float row_iq4_nl(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_iq4_nl *blk = (const struct block_iq4_nl *)w + b;
+        int32_t s = 0;
+        for (int j = 0; j < QMM_QK / 2; j++)
+            s += quant_iq4_value(blk->qs[j] & 0x0f) * x[b].qs[j] +
+                 quant_iq4_value(blk->qs[j] >> 4) * x[b].qs[j + QMM_QK / 2];
+        acc += ig_f16_to_f32(blk->d) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, w = d * sc_j * quant_iq4_value(q). */
+static float row_iq4_xs(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t sb = 0; sb < n_blk / 8; sb++) {
+        const uint8_t *blk = w + (size_t)sb * sizeof(struct block_iq4_xs);
+        const uint8_t *qs = blk + offsetof(struct block_iq4_xs, qs);
+        float d = ig_f16_to_f32(((const struct block_iq4_xs *)(const void *)blk)->d);
+        for (int j = 0; j < 8; j++) {
+            const struct qmm_q8 *xb = &x[sb * 8 + j];
+            int32_t s = 0;
+            for (int l = 0; l < QMM_QK / 2; l++)
+                s += quant_iq4_value(qs[16 * j + l] & 0x0f) * xb->qs[l] +
+                     quant_iq4_value(qs[16 * j + l] >> 4) * xb->qs[l + QMM_QK / 2];
+            acc += d * (float)quant_iq4_xs_scale(blk, j) * xb->d * (float)s;
+        }
+    }
+    return acc;
+}
+
 /* Q4_K: 8 sub-blocks of 32, w = d * sc_j * q - dmin * m_j. Sub-blocks 2i and
  * 2i + 1 are the low and high nibbles of qs[32 i .. 32 i + 31]. */
 static float row_q4_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
@@ -240,6 +275,8 @@ SCALAR_TILE(q4_1)
 SCALAR_TILE(q5_0)
 SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
+SCALAR_TILE(iq4_nl)
+SCALAR_TILE(iq4_xs)
 SCALAR_TILE(q2_K)
 SCALAR_TILE(q3_K)
 SCALAR_TILE(q4_K)
@@ -254,11 +291,13 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     case QUANT_Q5_0: return tile_q5_0;
     case QUANT_Q5_1: return tile_q5_1;
     case QUANT_Q8_0: return tile_q8_0;
+    case QUANT_IQ4_NL: return tile_iq4_nl;
     case QUANT_Q2_K: return tile_q2_K;
     case QUANT_Q3_K: return tile_q3_K;
     case QUANT_Q4_K: return tile_q4_K;
     case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
+    case QUANT_IQ4_XS: return tile_iq4_xs;
     default: return NULL;
     }
 }
@@ -345,12 +384,15 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
 {
     size_t pb = ops_qmm_packed_block_bytes(type);
     bool k4 = type == QUANT_Q4_K || type == QUANT_Q5_K; /* super-blocks, Q4_K's scales */
+    bool k8 = type == QUANT_IQ4_XS;                     /* super-blocks, i8 scales */
+    bool iq4 = type == QUANT_IQ4_NL || k8;              /* nibbles index the levels */
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
             for (int64_t b = 0; b < n_blk; b++) {
                 const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b)
                                    : type == QUANT_Q5_K ? qmm_k5_block(p, b)
+                                   : k8                 ? qmm_xs_block(p, b)
                                                         : p + (size_t)b * pb;
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1 || k4;
@@ -358,12 +400,15 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                  * super-block's d and dmin in its head with the block's sc and mn */
                 const uint8_t *dm = type == QUANT_Q4_K ? qmm_k4_head(p, b)
                                   : type == QUANT_Q5_K ? qmm_k5_head(p, b)
+                                  : k8                 ? qmm_xs_head(p, b)
                                                        : blk;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, dm + 2 * j, sizeof dh);
                 if (has_m)
                     memcpy(&mh, dm + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
+                if (k8)
+                    d *= (float)(int8_t)blk[j];
                 float m = k4                 ? -ig_f16_to_f32(mh) * (float)blk[QMM_PR + j]
                         : has_m              ? ig_f16_to_f32(mh)
                         : type == QUANT_Q4_0 ? -8.0f * d
@@ -371,10 +416,12 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                                              : -128.0f * d;
                 if (k4)
                     d *= (float)blk[j];
-                const uint8_t *q = blk + (has_m && !k4 ? 4 : 2) * QMM_PR;
+                const uint8_t *q = blk + (k8 ? 1 : has_m && !k4 ? 4 : 2) * QMM_PR;
                 int32_t s = 0;
-                for (int e = 0; e < QMM_QK; e++)
-                    s += packed_quant(type, q, j, e) * xb->qs[e];
+                for (int e = 0; e < QMM_QK; e++) {
+                    int u = packed_quant(type, q, j, e);
+                    s += (iq4 ? quant_iq4_value(u) + 128 : u) * xb->qs[e]; /* m: -128 d */
+                }
                 acc += d * xb->d * (float)s;
                 add += m * xb->s;
             }
@@ -393,6 +440,8 @@ SCALAR_GEMV8(q4_1, QUANT_Q4_1)
 SCALAR_GEMV8(q5_0, QUANT_Q5_0)
 SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
+SCALAR_GEMV8(iq4_nl, QUANT_IQ4_NL)
+SCALAR_GEMV8(iq4_xs, QUANT_IQ4_XS)
 SCALAR_GEMV8(q4_K, QUANT_Q4_K)
 SCALAR_GEMV8(q5_K, QUANT_Q5_K)
 
@@ -404,11 +453,13 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q5_0: return gemv8_q5_0;
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_IQ4_NL: return gemv8_iq4_nl;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
     case QUANT_Q2_K: return gemv8_packed_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K (ops/qmatmul.h) */
     case QUANT_Q6_K: return gemv8_packed_q6_K;
+    case QUANT_IQ4_XS: return gemv8_iq4_xs;
     default: return NULL;
     }
 }

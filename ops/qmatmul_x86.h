@@ -77,7 +77,8 @@ AVX2 INLINE __m256i load32(const void *p)
 
 /* ---- 32-element block formats ----------------------------------------------- */
 
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K, K_Q5_K };
+/* The IQ4 kinds exist in the packed layout only. */
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K, K_Q5_K, K_IQ4_NL, K_IQ4_XS };
 
 /* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
  * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
@@ -477,6 +478,21 @@ AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const st
 
 /* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
 #define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
+/* Nibbles that index the IQ4 levels (one vpshufb to their bytes). */
+#define KIND_LUT(kind) ((kind) == K_IQ4_NL || (kind) == K_IQ4_XS)
+/* Quants that are whole bytes q + 128 in the dot products (Q8_0's as
+ * stored, the IQ4 levels' after the lookup), not 4 or 5 unsigned bits. */
+#define KIND_BYTES(kind) ((kind) == K_Q8_0 || KIND_LUT(kind))
+
+/* The nibbles of q[0..8) as the IQ4 levels' bytes v + 128. */
+AVX2 INLINE void iq4_bytes(__m256i q[8])
+{
+    static const uint8_t bytes[16] = {QMM_IQ4_BYTES};
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)bytes));
+    UNROLL for (int k = 0; k < 8; k++)
+        q[k] = _mm256_shuffle_epi8(lut, q[k]);
+}
 
 AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes, int64_t n_blk,
                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
@@ -525,12 +541,13 @@ AVX2 INLINE size_t packed_bytes(const enum kind kind)
 {
     return kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
          : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8
-         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : 272;
+         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : kind == K_IQ4_NL ? 144
+         : kind == K_IQ4_XS ? QMM_XS_SUPER / 8 : 272;
 }
 
 AVX2 INLINE int packed_qoff(const enum kind kind)
 {
-    return kind == K_Q4_1 || kind == K_Q5_1 ? 32 : 16;
+    return kind == K_Q4_1 || kind == K_Q5_1 ? 32 : kind == K_IQ4_XS ? 8 : 16;
 }
 
 /* Block b of a packed group, and for Q4_K and Q5_K the head of its
@@ -545,6 +562,10 @@ AVX2 INLINE const uint8_t *packed_block(const enum kind kind, const uint8_t *p, 
     if (kind == K_Q5_K) {
         *head = qmm_k5_head(p, b);
         return qmm_k5_block(p, b);
+    }
+    if (kind == K_IQ4_XS) {
+        *head = qmm_xs_head(p, b);
+        return qmm_xs_block(p, b);
     }
     *head = NULL;
     return p + (size_t)b * pb;
@@ -567,6 +588,14 @@ AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, const u
             _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(blk + 8))));
         *d = _mm256_mul_ps(dd, sc);
         *m = _mm256_mul_ps(_mm256_xor_ps(dmin, _mm256_set1_ps(-0.0f)), mn);
+        return;
+    }
+    if (kind == K_IQ4_XS) { /* d sc, signed scales; Q8_0's -128 d sc */
+        __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)head));
+        __m256 sc = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)blk)));
+        *d = _mm256_mul_ps(dd, sc);
+        *m = _mm256_mul_ps(*d, _mm256_set1_ps(-128.0f));
         return;
     }
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)blk));
@@ -605,14 +634,6 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
                 q[k] = load32(blk + qoff + 32 * k);
-#if !QMM_X86_VNNI
-            /* vpmaddubsw's pair sums of (q + 128) x would saturate int16:
-             * back to signed q, summed as |q| x sign(x, q) (pairs of at most
-             * 2 * 128 * 127), so the sums are of q x and there is no offset */
-            UNROLL for (int k = 0; k < 8; k++)
-                q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
-            m = _mm256_setzero_ps();
-#endif
         } else {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
@@ -624,7 +645,19 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 UNROLL for (int k = 0; k < 8; k++)
                     q[k] = _mm256_or_si256(q[k], plane_bits(plane, k));
             }
+            if (KIND_LUT(kind))
+                iq4_bytes(q);
         }
+#if !QMM_X86_VNNI
+        if (KIND_BYTES(kind)) {
+            /* vpmaddubsw's pair sums of (q + 128) x would saturate int16:
+             * back to signed q, summed as |q| x sign(x, q) (pairs of at most
+             * 2 * 128 * 127), so the sums are of q x and there is no offset */
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
+            m = _mm256_setzero_ps();
+        }
+#endif
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
             const int32_t *xq = (const int32_t *)(const void *)xb->qs;
@@ -637,7 +670,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
             __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
 #else
             __m256 f;
-            if (kind == K_Q8_0) {
+            if (KIND_BYTES(kind)) {
                 __m256i s = _mm256_setzero_si256();
                 UNROLL for (int k = 0; k < 8; k++) {
                     __m256i pr = _mm256_maddubs_epi16(
@@ -936,6 +969,8 @@ GEMV8(q5_1, K_Q5_1)
 GEMV8(q8_0, K_Q8_0)
 GEMV8(q4_K, K_Q4_K)
 GEMV8(q5_K, K_Q5_K)
+GEMV8(iq4_nl, K_IQ4_NL)
+GEMV8(iq4_xs, K_IQ4_XS)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
@@ -956,18 +991,21 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
             UNROLL for (int k = 0; k < 8; k++)
                 _mm256_store_si256((__m256i *)out[b].q[k], load32(blk + qoff + 32 * k));
         } else {
+            __m256i q[8];
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
-                __m256i lo = _mm256_and_si256(V, m4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
+                q[2 * v] = _mm256_and_si256(V, m4);
+                q[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
                 if (KIND_WIDE(kind)) {
                     __m256i plane = load32(blk + qoff + 128);
-                    lo = _mm256_or_si256(lo, plane_bits(plane, 2 * v));
-                    hi = _mm256_or_si256(hi, plane_bits(plane, 2 * v + 1));
+                    q[2 * v] = _mm256_or_si256(q[2 * v], plane_bits(plane, 2 * v));
+                    q[2 * v + 1] = _mm256_or_si256(q[2 * v + 1], plane_bits(plane, 2 * v + 1));
                 }
-                _mm256_store_si256((__m256i *)out[b].q[2 * v], lo);
-                _mm256_store_si256((__m256i *)out[b].q[2 * v + 1], hi);
             }
+            if (KIND_LUT(kind))
+                iq4_bytes(q);
+            UNROLL for (int k = 0; k < 8; k++)
+                _mm256_store_si256((__m256i *)out[b].q[k], q[k]);
         }
     }
 }
@@ -997,6 +1035,8 @@ GEMM8P(q4_K, K_Q4_K)
 GEMM8P(q5_K, K_Q5_K)
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
+GEMM8P(iq4_nl, K_IQ4_NL)
+GEMM8P(iq4_xs, K_IQ4_XS)
 #endif
 
 static qmm_gemm8_fn gemm8p_of(enum quant_type type)
@@ -1013,6 +1053,8 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q6_K: return gemm8p_q6_K;
 #if QMM_X86_VNNI
     case QUANT_Q8_0: return gemm8p_q8_0;
+    case QUANT_IQ4_NL: return gemm8p_iq4_nl;
+    case QUANT_IQ4_XS: return gemm8p_iq4_xs;
 #endif
     default: return NULL;
     }
@@ -1026,11 +1068,13 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q5_0: return gemv8_q5_0;
     case QUANT_Q5_1: return gemv8_q5_1;
     case QUANT_Q8_0: return gemv8_q8_0;
+    case QUANT_IQ4_NL: return gemv8_iq4_nl;
     case QUANT_Q4_K: return gemv8_q4_K;
     case QUANT_Q5_K: return gemv8_q5_K;
     case QUANT_Q2_K: return gemv8_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemv8_q6_K;
+    case QUANT_IQ4_XS: return gemv8_iq4_xs;
     default: return NULL;
     }
 }

@@ -2,8 +2,8 @@
 reference on small synthetic models, written here with tests/pylib/ggufgen.py.
 
 They cover what the real test model does not: the qwen2 layout (RoPE pairs
-(i, i + n_rot/2), Q/K/V biases, an untied output head), F16, BF16, Q4_0 and
-Q4_1 weights, GQA ratios 1 and 4; and they need no download, so the forward
+(i, i + n_rot/2), Q/K/V biases, an untied output head), F16, BF16, Q4_0,
+Q4_1, IQ4_NL and IQ4_XS weights, GQA ratios 1, 2 and 4; and they need no download, so the forward
 is checked (also under sanitizers) wherever the tests run. Weights are random
 but in valid encodings with modest scales. Same checks as
 test_forward_ref.py: logits within 1e-4 relative at every step, greedy tokens
@@ -21,7 +21,7 @@ from ggufgen import BLOCK, T_F16, T_F32, T_Q4_0, T_Q8_0, tiny_llama  # noqa: E40
 from ref_forward import RefModel  # noqa: E402
 from test_forward_ref import check_case  # noqa: E402
 
-T_Q4_1, T_BF16 = 3, 30
+T_Q4_1, T_BF16, T_IQ4_NL, T_IQ4_XS = 3, 30, 20, 23
 
 
 def f16_bytes(x):
@@ -49,6 +49,10 @@ def valid_data(name, ne, ttype, rng):
             out += f16_bytes([d, -8 * d]) + rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
         elif ttype == T_Q8_0:
             out += f16_bytes([d / 8]) + rng.integers(-128, 128, 32, dtype=np.int8).tobytes()
+        elif ttype == T_IQ4_NL:  # levels up to 127
+            out += f16_bytes([d / 16]) + rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
+        elif ttype == T_IQ4_XS:  # scales -32..31 times levels up to 127
+            out += f16_bytes([d / 256]) + rng.integers(0, 256, 134, dtype=np.uint8).tobytes()
         else:
             raise ValueError(f"no generator for type {ttype}")
     assert len(out) == n // be * bb
@@ -73,6 +77,10 @@ MODELS = [
      bias=True), ["-c", "30"]),
     ("llama BF16, GQA 4, f16 cache", dict(arch="llama", n_layer=1, n_embd=64, n_head=4,
      n_head_kv=1, n_ff=32, n_vocab=36, mat_type=T_BF16, emb_type=T_F16), ["--f16"]),
+    ("llama IQ4_NL, IQ4_NL embeddings", dict(arch="llama", n_layer=1, n_embd=64, n_head=4,
+     n_head_kv=2, n_ff=96, n_vocab=40, mat_type=T_IQ4_NL, emb_type=T_IQ4_NL), []),
+    ("llama IQ4_XS, GQA 2", dict(arch="llama", n_layer=1, n_embd=256, n_head=4,
+     n_head_kv=2, n_ff=256, n_vocab=32, mat_type=T_IQ4_XS, emb_type=T_Q8_0), []),
 ]
 
 

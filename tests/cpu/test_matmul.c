@@ -7,8 +7,8 @@
  * output is computed by one thread in a fixed order). Bound per output: 1e-5
  * of sum_c |w x| (so cancellation cannot hide an error). Guard bands catch
  * writes out of bounds. On the exact path and on the default int8 path
- * (packed weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K in 8-row
- * layouts, the other K-quants on register tiles), a token's outputs do not
+ * (packed weights in 8-row layouts: every quantized type here, Q2_K and
+ * Q3_K through Q6_K's kernels, IQ4_NL through Q8_0's), a token's outputs do not
  * depend on how many tokens share the call (bit for bit): what lets a
  * request give the same logits in any batch. ctest also runs it with
  * IGNITE_SIMD=avx2 and scalar, so every ISA's kernels are held to it. */
@@ -47,6 +47,8 @@ static const struct type_case cases[] = {
     {QUANT_Q4_K, 512, 2, {0, 2}},
     {QUANT_Q5_K, 512, 2, {0, 2}},
     {QUANT_Q6_K, 512, 1, {208}},
+    {QUANT_IQ4_NL, 576, 1, {0}}, /* as Q8_0 */
+    {QUANT_IQ4_XS, 512, 1, {0}},
 };
 
 /* An ops context sized for weights of `cols` columns; only hp matters. */

@@ -1,7 +1,7 @@
 /* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q5_0,
- * Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights of random valid blocks and random
- * activations (Q4_K, Q5_K and Q6_K also in the packed layout, super-block by
- * super-block):
+ * Q5_1, Q8_0, IQ4_NL, the K-quants and IQ4_XS weights of random valid blocks
+ * and random activations (the K-quants and IQ4_XS also in the packed layout,
+ * super-block by super-block):
  *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
  *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
  *    the AVX2 quantizer byte for byte like the plain C one, ties, signed
@@ -53,11 +53,13 @@ static const struct type_case cases[] = {
     {QUANT_Q5_0, 640, 1, {0}},
     {QUANT_Q5_1, 576, 2, {0, 2}},
     {QUANT_Q8_0, 1536, 1, {0}},
+    {QUANT_IQ4_NL, 576, 1, {0}},
     {QUANT_Q2_K, 512, 2, {80, 82}},
     {QUANT_Q3_K, 512, 1, {108}},
     {QUANT_Q4_K, 512, 2, {0, 2}},
     {QUANT_Q5_K, 768, 2, {0, 2}},
     {QUANT_Q6_K, 768, 1, {208}},
+    {QUANT_IQ4_XS, 512, 1, {0}},
 };
 
 /* Activations of very different scales per block, some zero blocks. */
