@@ -62,7 +62,7 @@ static const char bench_summary[] =
     "(tgN: N generated tokens, tokens/s), like llama-bench. Synthetic models: "
     "synthetic:NAME[:TYPE]\nwith NAME one of SmolLM2-135M, SmolLM2-360M, Llama-3.2-1B, "
     "Llama-3.2-3B, Llama-3-8B, Llama-tiny\nand TYPE one of F32, F16, BF16, Q4_0, Q4_1 (default), "
-    "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,\nQ6_K, IQ4_NL, IQ4_XS, Q4_K_M.";
+    "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,\nQ4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q4_K_M.";
 
 struct bench_opts {
     const char *models[BENCH_MAX_LIST];

@@ -82,7 +82,7 @@ static bool type_ok(enum quant_type t)
     switch (t) {
     case QUANT_F32: case QUANT_F16: case QUANT_BF16: case QUANT_Q4_0: case QUANT_Q4_1:
     case QUANT_Q5_0: case QUANT_Q5_1: case QUANT_Q8_0: case QUANT_Q4_K: case QUANT_Q5_K:
-    case QUANT_Q6_K: case QUANT_IQ4_NL: case QUANT_IQ4_XS:
+    case QUANT_Q6_K: case QUANT_Q2_K: case QUANT_Q3_K: case QUANT_IQ4_NL: case QUANT_IQ4_XS:
         return true;
     default:
         return false;
@@ -166,6 +166,13 @@ static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
         case QUANT_Q6_K: /* d * sc (|sc| <= 128) * (q - 32) */
             put_f16(blk + offsetof(struct block_q6_K, d), a / (32 * 128));
             break;
+        case QUANT_Q2_K: /* d * sc (<= 15) * q (<= 3), minus dmin * m (<= 15) */
+            put_f16(blk + offsetof(struct block_q2_K, d), 2 * a / (15 * 3));
+            put_f16(blk + offsetof(struct block_q2_K, dmin), a / 15);
+            break;
+        case QUANT_Q3_K: /* d * sc (|sc| <= 32) * v (|v| <= 4) */
+            put_f16(blk + offsetof(struct block_q3_K, d), a / (32 * 4));
+            break;
         case QUANT_IQ4_NL: put_f16(blk, a / 127); break; /* levels -127..113 */
         case QUANT_IQ4_XS: put_f16(blk, a / (32 * 127)); break; /* |sc| <= 32 */
         default: break;
@@ -202,8 +209,8 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
                         model_synthetic_names());
     if (!type_ok(type))
         return ig_error(IG_E_USAGE, "synthetic model: type %s is not supported "
-                        "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, "
-                        "IQ4_NL, IQ4_XS, Q4_K_M)",
+                        "(F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, "
+                        "Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q4_K_M)",
                         quant_type_name((uint32_t)type));
     int64_t blk = quant_traits_of((uint32_t)type)->block_elems;
     int64_t q_dim = sh->n_head * sh->head_dim, kv_dim = sh->n_head_kv * sh->head_dim;

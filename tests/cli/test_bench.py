@@ -247,6 +247,14 @@ def main():
     check(rc == 0 and len(rows) == 2 and all(r["model_type"].startswith("gemma3 ") and
                                              r["avg_ts"] > 0 for r in rows),
           f"synthetic:Gemma-3-270M: exit {rc}: {out!r} {err!r}")
+    # every synthetic type builds and runs (the 256-wide tiny shape fits every block size)
+    for qt in ("Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"):
+        rc, out, err = bench("-p", "8", "-n", "2", "-o", "jsonl", "--device", "cpu",
+                             model=f"synthetic:Llama-tiny:{qt}")
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        check(rc == 0 and len(rows) == 2 and all(f" {qt}" in r["model_type"] and
+                                                 r["avg_ts"] > 0 for r in rows),
+              f"synthetic:Llama-tiny:{qt}: exit {rc}: {out!r} {err!r}")
     # rows stdout cannot take are an I/O error, not success
     if os.access("/dev/full", os.W_OK):
         with open("/dev/full", "wb") as full:
