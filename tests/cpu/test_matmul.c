@@ -163,6 +163,9 @@ int main(void)
     struct ops_ctx *ctx;
     if (ops_ctx_create(&m, 2, 1, &ctx) != IG_OK)
         return 1;
+    /* check_type holds ops_matmul to ops_matmul_rows, the exact kernels, bit for
+     * bit: the exact path whatever IGNITE_MATMUL says */
+    ops_ctx_set_exact(ctx, true);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], ctx);
     ops_ctx_free(ctx);
