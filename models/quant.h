@@ -158,9 +158,10 @@ static inline int quant_iq4_value(int q)
  * one reader of that packing on the host. */
 static inline int quant_iq4_xs_scale(const uint8_t *block, int j)
 {
-    const uint8_t *b = block + 2;
-    int h = (b[0] | b[1] << 8) >> (2 * j) & 3;
-    int l = b[2 + j / 2] >> (4 * (j % 2)) & 0x0f;
+    const uint8_t *h16 = block + offsetof(struct block_iq4_xs, scales_h);
+    const uint8_t *lo = block + offsetof(struct block_iq4_xs, scales_l);
+    int h = (h16[0] | h16[1] << 8) >> (2 * j) & 3;
+    int l = lo[j / 2] >> (4 * (j % 2)) & 0x0f;
     return (l | h << 4) - 32;
 }
 

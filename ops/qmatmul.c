@@ -3,7 +3,8 @@
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
  * blocks that fit in L2. A weight the context holds in the packed layout
- * (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; ops_ctx_pack_weight) is read only there: with many
+ * (every quantized type the path takes, on AVX2 and VNNI; ops_ctx_pack_weight)
+ * is read only there: with many
  * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
  * rows) through the packed GEMV, one sequential stream for 8 rows; both give
  * a token the same sums. Other weights: the repacking GEMM on stored rows
@@ -106,9 +107,10 @@ qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
     }
 }
 
-/* An ISA without a tile for the type takes the scalar one: for Q2_K and
- * Q3_K, whose SIMD kernels are packed ones only (a model's weights always
- * have their packed copy there; the tile serves only rows without one). */
+/* An ISA without a tile for the type takes the scalar one: for Q2_K, Q3_K,
+ * IQ4_NL and IQ4_XS, whose SIMD kernels are packed ones only (a model's
+ * weights always have their packed copy there; the tile serves only rows
+ * without one). */
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
     qmm_tile_fn f = isa == QMM_VNNI ? ops_qmm_tile_vnni(type)

@@ -1033,6 +1033,8 @@ GEMM8P(q5_0, K_Q5_0)
 GEMM8P(q5_1, K_Q5_1)
 GEMM8P(q4_K, K_Q4_K)
 GEMM8P(q5_K, K_Q5_K)
+/* Whole bytes (up to 255, the IQ4 levels' up to 241) only where vpdpbusd sums
+ * them: AVX2's vpmaddubsw pairs would saturate int16 (its GEMV signs them). */
 #if QMM_X86_VNNI
 GEMM8P(q8_0, K_Q8_0)
 GEMM8P(iq4_nl, K_IQ4_NL)
