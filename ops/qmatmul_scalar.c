@@ -96,17 +96,24 @@ static float row_q8_0(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* The dot product of 32 IQ4 quants (16 bytes of nibbles, as
+ * models/quant.h lays them out) with a token block's quants. */
+static int32_t iq4_sum32(const uint8_t *qs, const int8_t *xq)
+{
+    int32_t s = 0;
+    for (int j = 0; j < QMM_QK / 2; j++)
+        s += quant_iq4_value(qs[j] & 0x0f) * xq[j] +
+             quant_iq4_value(qs[j] >> 4) * xq[j + QMM_QK / 2];
+    return s;
+}
+
 /* IQ4_NL: w = d * quant_iq4_value(q), a 4-bit index into 16 int8 levels. */
 static float row_iq4_nl(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
 {
     float acc = 0;
     for (int64_t b = 0; b < n_blk; b++) {
         const struct block_iq4_nl *blk = (const struct block_iq4_nl *)w + b;
-        int32_t s = 0;
-        for (int j = 0; j < QMM_QK / 2; j++)
-            s += quant_iq4_value(blk->qs[j] & 0x0f) * x[b].qs[j] +
-                 quant_iq4_value(blk->qs[j] >> 4) * x[b].qs[j + QMM_QK / 2];
-        acc += ig_f16_to_f32(blk->d) * x[b].d * (float)s;
+        acc += ig_f16_to_f32(blk->d) * x[b].d * (float)iq4_sum32(blk->qs, x[b].qs);
     }
     return acc;
 }
@@ -121,11 +128,8 @@ static float row_iq4_xs(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
         float d = ig_f16_to_f32(((const struct block_iq4_xs *)(const void *)blk)->d);
         for (int j = 0; j < 8; j++) {
             const struct qmm_q8 *xb = &x[sb * 8 + j];
-            int32_t s = 0;
-            for (int l = 0; l < QMM_QK / 2; l++)
-                s += quant_iq4_value(qs[16 * j + l] & 0x0f) * xb->qs[l] +
-                     quant_iq4_value(qs[16 * j + l] >> 4) * xb->qs[l + QMM_QK / 2];
-            acc += d * (float)quant_iq4_xs_scale(blk, j) * xb->d * (float)s;
+            acc += d * (float)quant_iq4_xs_scale(blk, j) * xb->d *
+                   (float)iq4_sum32(qs + 16 * j, xb->qs);
         }
     }
     return acc;
@@ -384,15 +388,15 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
 {
     size_t pb = ops_qmm_packed_block_bytes(type);
     bool k4 = type == QUANT_Q4_K || type == QUANT_Q5_K; /* super-blocks, Q4_K's scales */
-    bool k8 = type == QUANT_IQ4_XS;                     /* super-blocks, i8 scales */
-    bool iq4 = type == QUANT_IQ4_NL || k8;              /* nibbles index the levels */
+    bool xs = type == QUANT_IQ4_XS;                     /* super-blocks, i8 scales */
+    bool iq4 = type == QUANT_IQ4_NL || xs;              /* nibbles index the levels */
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
             for (int64_t b = 0; b < n_blk; b++) {
                 const uint8_t *blk = type == QUANT_Q4_K ? qmm_k4_block(p, b)
                                    : type == QUANT_Q5_K ? qmm_k5_block(p, b)
-                                   : k8                 ? qmm_xs_block(p, b)
+                                   : xs                 ? qmm_xs_block(p, b)
                                                         : p + (size_t)b * pb;
                 const struct qmm_q8 *xb = x + t * ldx + b;
                 bool has_m = type == QUANT_Q4_1 || type == QUANT_Q5_1 || k4;
@@ -400,14 +404,14 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                  * super-block's d and dmin in its head with the block's sc and mn */
                 const uint8_t *dm = type == QUANT_Q4_K ? qmm_k4_head(p, b)
                                   : type == QUANT_Q5_K ? qmm_k5_head(p, b)
-                                  : k8                 ? qmm_xs_head(p, b)
+                                  : xs                 ? qmm_xs_head(p, b)
                                                        : blk;
                 uint16_t dh, mh = 0;
                 memcpy(&dh, dm + 2 * j, sizeof dh);
                 if (has_m)
                     memcpy(&mh, dm + 2 * QMM_PR + 2 * j, sizeof mh);
                 float d = ig_f16_to_f32(dh);
-                if (k8)
+                if (xs)
                     d *= (float)(int8_t)blk[j];
                 float m = k4                 ? -ig_f16_to_f32(mh) * (float)blk[QMM_PR + j]
                         : has_m              ? ig_f16_to_f32(mh)
@@ -416,7 +420,7 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                                              : -128.0f * d;
                 if (k4)
                     d *= (float)blk[j];
-                const uint8_t *q = blk + (k8 ? 1 : has_m && !k4 ? 4 : 2) * QMM_PR;
+                const uint8_t *q = blk + (xs ? 1 : has_m && !k4 ? 4 : 2) * QMM_PR;
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++) {
                     int u = packed_quant(type, q, j, e);

@@ -484,12 +484,16 @@ AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const st
  * stored, the IQ4 levels' after the lookup), not 4 or 5 unsigned bits. */
 #define KIND_BYTES(kind) ((kind) == K_Q8_0 || KIND_LUT(kind))
 
-/* The nibbles of q[0..8) as the IQ4 levels' bytes v + 128. */
-AVX2 INLINE void iq4_bytes(__m256i q[8])
+/* The nibbles of q[0..8) as the IQ4 levels' bytes v + 128, or with
+ * `signed_levels` as the levels v themselves (the table's top bits flipped
+ * once, where AVX2's GEMV would flip every looked-up byte). */
+AVX2 INLINE void iq4_bytes(__m256i q[8], const bool signed_levels)
 {
     static const uint8_t bytes[16] = {QMM_IQ4_BYTES};
-    const __m256i lut =
+    __m256i lut =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)bytes));
+    if (signed_levels)
+        lut = _mm256_xor_si256(lut, _mm256_set1_epi8((char)0x80));
     UNROLL for (int k = 0; k < 8; k++)
         q[k] = _mm256_shuffle_epi8(lut, q[k]);
 }
@@ -541,7 +545,7 @@ AVX2 INLINE size_t packed_bytes(const enum kind kind)
 {
     return kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
          : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8
-         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : kind == K_IQ4_NL ? 144
+         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : kind == K_IQ4_NL ? 144 /* Q4_0's layout */
          : kind == K_IQ4_XS ? QMM_XS_SUPER / 8 : 272;
 }
 
@@ -646,15 +650,17 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                     q[k] = _mm256_or_si256(q[k], plane_bits(plane, k));
             }
             if (KIND_LUT(kind))
-                iq4_bytes(q);
+                iq4_bytes(q, !QMM_X86_VNNI);
         }
 #if !QMM_X86_VNNI
         if (KIND_BYTES(kind)) {
             /* vpmaddubsw's pair sums of (q + 128) x would saturate int16:
-             * back to signed q, summed as |q| x sign(x, q) (pairs of at most
+             * back to signed q (the IQ4 levels come signed from their
+             * table), summed as |q| x sign(x, q) (pairs of at most
              * 2 * 128 * 127), so the sums are of q x and there is no offset */
-            UNROLL for (int k = 0; k < 8; k++)
-                q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
+            if (kind == K_Q8_0)
+                UNROLL for (int k = 0; k < 8; k++)
+                    q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
             m = _mm256_setzero_ps();
         }
 #endif
@@ -1003,7 +1009,7 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                 }
             }
             if (KIND_LUT(kind))
-                iq4_bytes(q);
+                iq4_bytes(q, false);
             UNROLL for (int k = 0; k < 8; k++)
                 _mm256_store_si256((__m256i *)out[b].q[k], q[k]);
         }
