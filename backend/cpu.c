@@ -55,6 +55,7 @@ static void attention(void *user, int64_t layer, int64_t n)
         .scale = (float)hp->attn_scale,
         .window = c->base.m->layers[layer].window,
         .softcap = (float)hp->attn_softcap,
+        .fused = !ops_ctx_exact(c->ops),
     };
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];

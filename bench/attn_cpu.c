@@ -11,7 +11,8 @@
  *   build/attn_cpu OUT [threads=1] [N=2048]
  * env: NOPREFILL=1 (decode rows only), REPS=k (the decode rows k times),
  *      LAYERS=l (decode against l layers' caches in turn: l = 30 is 94 MB at
- *      N = 4096, so the cache comes from memory as in a real step), F32=1. */
+ *      N = 4096, so the cache comes from memory as in a real step), F32=1,
+ *      EXACT=1 (the exact path's attention; else the int8 path's fused one). */
 #include "core/half.h"
 #include "prefill/attn_tiled.h"
 
@@ -90,6 +91,7 @@ int main(int argc, char **argv)
     p.seqs = &seq, p.n_seqs = 1, p.item_offsets = offs;
     p.q_tok_stride = p.out_tok_stride = nh * hd;
     p.n_head = nh, p.n_head_kv = nkv, p.head_dim = hd, p.scale = 0.125f;
+    p.fused = !getenv("EXACT");
 
     double t0 = cpu_now();
     if (!getenv("NOPREFILL"))

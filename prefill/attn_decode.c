@@ -15,13 +15,16 @@
  * Covered by tests/cpu/test_attn_tiled.c (rows alone against the same rows
  * in one item, bit for bit, f16 caches, several group sizes and head dims)
  * and tests/cpu/test_prefill_decode.c. */
+#include "prefill/attn_fused.h" /* first: the names of the fused build */
 #include "prefill/attn_decode.h"
 
 #include "prefill/attn_v8.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define DEC_FN __attribute__((target("avx2,f16c")))
+/* fma: the fused build's contraction (prefill/attn_fused.h); the exact
+ * build has none, whatever the target. */
+#define DEC_FN __attribute__((target("avx2,f16c,fma")))
 /* prefetcht0 as a statement GCC keeps: it deleted loops of nothing but
  * __builtin_prefetch with a bound known only at run time as dead code. */
 #define prefetch_line(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
@@ -29,7 +32,8 @@
 
 bool attn_decode_f16_fast(void)
 {
-    return __builtin_cpu_supports("avx2"); /* every AVX2 CPU has F16C (as core/half.c) */
+    /* every AVX2 CPU has F16C (as core/half.c), and FMA but in name */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #else
 #define DEC_FN

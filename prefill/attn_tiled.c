@@ -23,8 +23,11 @@
  * score is a dot product over head_dim in a fixed order, so a row's result
  * does not depend on the other rows of its item (a decode row alone, or one
  * of a prompt chunk, bit for bit) and no tile is transposed. Writing K/V
- * into the cache is the caller's (backend/cpu.c).
+ * into the cache is the caller's (backend/cpu.c). The int8 path runs this
+ * file built a second time, with fused multiply-adds and a polynomial
+ * softmax (prefill/attn_fused.h); the exact path, this build.
  * Covered by tests/cpu/test_attn_tiled.c. */
+#include "prefill/attn_fused.h" /* first: the names of the fused build */
 #include "prefill/attn_tiled.h"
 
 #include "core/half.h"
@@ -38,6 +41,18 @@
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
+
+/* The softmax's exponentials: expf's bits, or the int8 path's polynomial.
+ * And its running sum's update l corr + sum: one rounding in the fused build
+ * wherever it runs (contraction fuses only where the code is built for FMA,
+ * not in the baseline code around the cloned loops), two in the exact one. */
+#ifdef ATTN_FUSED
+#define softmax_exp_row ops_exp_row_fused
+#define row_sum_update(l, corr, sum) fmaf(l, corr, sum)
+#else
+#define softmax_exp_row ops_exp_row
+#define row_sum_update(l, corr, sum) ((l) * (corr) + (sum))
+#endif
 
 /* Output columns handled per register block (two vectors of 8). */
 #define ATTN_COL_BLOCK 16
@@ -125,15 +140,18 @@ static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, 
 
 /* ---- one work item ----------------------------------------------------------- */
 
-/* scores() for rows 0..2 (a decode row's group of three query heads): three
- * rows x four columns, twelve sums in registers, each K load used three
+/* scores() for rows r..r + 2: three rows x four columns, twelve
+ * independent sums in registers (two rows give eight, too few to keep both
+ * multiply-add pipes busy through their latency: an AVX2 prefill's
+ * attention about 5 % slower, bench/attn_cpu.c), each K load used three
  * times. The same operations per score as the other blocks. */
 OPS_SIMD_CLONES
-static void scores3(struct attn_scratch *sc, const float *kt, int64_t c0, int64_t nc, int64_t hd)
+static void scores3(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
+                    int64_t hd)
 {
     int64_t hd8 = hd / 8 * 8;
-    const float *q = sc->q, *q1 = q + hd, *q2 = q1 + hd;
-    float *s = sc->s, *s1 = s + ATTN_TILE_K, *s2 = s1 + ATTN_TILE_K;
+    const float *q = sc->q + r * hd, *q1 = q + hd, *q2 = q1 + hd;
+    float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K, *s2 = s1 + ATTN_TILE_K;
     int64_t c = c0;
     for (; c + 4 <= nc; c += 4) {
         const float *k = kt + c * hd;
@@ -345,19 +363,22 @@ static int64_t scores_rows2_zmm(struct attn_scratch *sc, const float *kt, int64_
 #endif
 
 /* s[r][c] = q[r] . k[c] for c0 <= c < nc. Each score is one dot product in a
- * fixed order (eight lanes over d, then v8_sum), two rows and four columns
- * sharing each load of q and k (three rows first when the count is odd: a
- * decode row's group of three): a score never depends on the other rows or
- * columns of the item. The eight lane sums of a 2 x 4 block are reduced
- * together (v8_sums8), in v8_sum's order. */
+ * fixed order (eight lanes over d, then v8_sum), three rows and four columns
+ * sharing each load of q and k, then two (on AVX-512, two-row blocks in zmm,
+ * three rows first only when the count is odd): a score never depends on the
+ * other rows or columns of the item. The eight lane sums of a block are
+ * reduced together (v8_sums8), in v8_sum's order. */
 OPS_SIMD_CLONES
 static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64_t c0,
                    int64_t nc, int64_t hd, bool zmm)
 {
     int64_t hd8 = hd / 8 * 8;
     int64_t r = 0;
-    if (rows % 2 == 1 && rows >= 3) {
-        scores3(sc, kt, c0, nc, hd);
+    if (!zmm) { /* threes: each K load serves three rows, twelve sums in flight */
+        for (; r + 3 <= rows; r += 3)
+            scores3(sc, kt, r, c0, nc, hd);
+    } else if (rows % 2 == 1 && rows >= 3) {
+        scores3(sc, kt, 0, c0, nc, hd);
         r = 3;
     }
     for (; r + 2 <= rows; r += 2) {
@@ -442,7 +463,8 @@ static float row_max(const float *x, int64_t n, float m)
  * leaves m_old - m_new in corr[r] for correct_rows to exponentiate (with
  * the other rows' in one vector pass, where a scalar expf per row and tile
  * was 4 % of a long prefill). Columns outside are never read. The max is
- * row_max's, the exponentials ops_exp_row's (expf's bits, vectorized). The
+ * row_max's, the exponentials softmax_exp_row's (expf's bits, vectorized;
+ * the fused build's polynomial). The
  * sum and l[r] = l[r] corr[r] + sum come with the accumulation
  * (accumulate_rows, add_row_sum; the decode path:
  * attn_decode_accumulate_f16), in column order. */
@@ -451,16 +473,17 @@ static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_
     float *s = sc->s + r * ATTN_TILE_K;
     float mx = row_max(s + lo, hi - lo, sc->m[r]);
     sc->corr[r] = sc->m[r] - mx;
-    ops_exp_row(s + lo, hi - lo, mx);
+    softmax_exp_row(s + lo, hi - lo, mx);
     sc->m[r] = mx;
 }
 
 /* corr[r] = e^(m_old - m_new) for rows 0..n-1 after their softmax_probs: 0
  * on a row's first tile (m_old = -inf). ops_exp_row's e^(x - 0) is expf(x)
- * bit for bit (x - 0 is x, -0 and NaN included). */
+ * bit for bit (x - 0 is x, -0 and NaN included); the polynomial's is its
+ * e^x. */
 static void correct_rows(struct attn_scratch *sc, int64_t n)
 {
-    ops_exp_row(sc->corr, n, 0.0f);
+    softmax_exp_row(sc->corr, n, 0.0f);
 }
 
 /* o[r] = o[r] * corr[r] + sum_{lo <= c < hi} s[r][c] v[c], a column block
@@ -519,7 +542,7 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
     float sum = 0.0f;
     for (int64_t c = lo; c < hi; c++)
         sum += s[c];
-    sc->l[r] = sc->l[r] * sc->corr[r] + sum;
+    sc->l[r] = row_sum_update(sc->l[r], sc->corr[r], sum);
 }
 
 /* 2w output columns [db, db + 2w) of rows 0..n-1 as two vectors V of w
@@ -578,12 +601,12 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
         ACC_ROWS_BLOCK(V, load, store, w, n, 0, true);                                       \
         for (int64_t db = 2 * (w); db < hd; db += 2 * (w))                                   \
             ACC_ROWS_BLOCK(V, load, store, w, n, db, false);                                 \
-        sc->l[r0] = sc->l[r0] * c0 + sum0;                                                   \
-        sc->l[r1] = sc->l[r1] * c1 + sum1;                                                   \
+        sc->l[r0] = row_sum_update(sc->l[r0], c0, sum0);                                     \
+        sc->l[r1] = row_sum_update(sc->l[r1], c1, sum1);                                     \
         if ((n) > 2)                                                                         \
-            sc->l[r2] = sc->l[r2] * c2 + sum2;                                               \
+            sc->l[r2] = row_sum_update(sc->l[r2], c2, sum2);                                 \
         if ((n) > 3)                                                                         \
-            sc->l[r3] = sc->l[r3] * c3 + sum3;                                               \
+            sc->l[r3] = row_sum_update(sc->l[r3], c3, sum3);                                 \
     } while (0)
 
 /* accumulate() and the probability sums (add_row_sum) for rows rr[0..n)
@@ -706,7 +729,7 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
     attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum,
                                vn);
     for (int64_t r = 0; r < rows; r++)
-        sc->l[r] = sc->l[r] * sc->corr[r] + sum[r];
+        sc->l[r] = row_sum_update(sc->l[r], sc->corr[r], sum[r]);
 }
 
 /* Whether the decode items of this call go through run_decode_f16: an f16
@@ -939,6 +962,12 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
 void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *scratch,
                     int64_t scratch_stride)
 {
+#ifndef ATTN_FUSED
+    if (p->fused) {
+        attn_tiled_run_fused(p, pool, scratch, scratch_stride);
+        return;
+    }
+#endif
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
     IG_ASSERT(p->window >= 0);

@@ -10,6 +10,7 @@
 #include "kvcache/kvcache.h"
 #include "ops/ops.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Query tokens per tile; a work item is one KV head's whole GQA group of
@@ -40,6 +41,8 @@ struct attn_params {
     int64_t window;         /* sliding window: a row at position p sees only keys
                                p - window + 1 .. p; 0 = no window */
     float softcap;          /* scores (after scale) become softcap * tanh(s / softcap); 0 = off */
+    bool fused;             /* the int8 path's attention: FMA and a polynomial exp
+                               (prefill/attn_fused.h); false: the exact path's bits */
 };
 
 /* Floats of per-thread scratch attn_tiled_run needs for these shapes. */
@@ -56,8 +59,12 @@ int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t hea
  * attn_tiled_scratch_floats floats). A row's result depends only on its
  * position and the keys it sees, never on the other rows of the call: a
  * token attends the same way in a prompt chunk of any size and as a lone
- * decode row, bit for bit. */
+ * decode row, bit for bit (fused or not). */
 void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *scratch,
                     int64_t scratch_stride);
+
+/* attn_tiled_run's fused build, where it sends p->fused (prefill/attn_fused.h). */
+void attn_tiled_run_fused(const struct attn_params *p, struct ops_pool *pool, float *scratch,
+                          int64_t scratch_stride);
 
 #endif

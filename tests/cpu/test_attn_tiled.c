@@ -14,7 +14,9 @@
  * result alone; decode rows over an f16 cache (prefill/attn_decode.c) give
  * what the same rows give in one item, on one to four threads (a lone
  * token's heads cut between them). On AVX-512 the prefill items accumulate
- * 32 columns at a time (ctest runs this again under IGNITE_SIMD=avx2). */
+ * 32 columns at a time (ctest runs this again under IGNITE_SIMD=avx2).
+ * Everything twice: the exact path's attention, then the int8 path's fused
+ * build (prefill/attn_fused.h), which must differ from it somewhere. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -31,6 +33,12 @@
 #define SENTINEL 12345.0f
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull; /* test_rand_f's stream */
+
+/* The pass running: the exact path's attention, or the int8 path's fused
+ * build (and how many outputs it has changed against the exact one: none
+ * would mean the fused build never ran). */
+static bool fused;
+static int64_t fused_changed;
 
 struct shape {
     int64_t n, pos0, n_head_kv, group, head_dim;
@@ -197,9 +205,18 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
         .kv = c.L, .seqs = &seq, .n_seqs = 1, .item_offsets = items,
         .q_tok_stride = n_head * hd, .out_tok_stride = n_head * hd, .n_head = n_head,
         .n_head_kv = s->n_head_kv, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
-        .window = s->window, .softcap = s->softcap,
+        .window = s->window, .softcap = s->softcap, .fused = fused,
     };
     attn_tiled_run(&p, pool, scratch, stride);
+    if (fused) {
+        p.fused = false;
+        seq.out = out2 + GUARD;
+        attn_tiled_run(&p, pool, scratch, stride);
+        for (int64_t i = 0; i < q_elems; i++)
+            fused_changed += out[GUARD + i] != out2[GUARD + i];
+        p.fused = true;
+        seq.out = out + GUARD;
+    }
 
     reference(s, q, &c, ref, naive_f);
 
@@ -272,7 +289,8 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     free_cache(&c);
 }
 
-int main(void)
+/* Every shape, on the exact path's attention or the fused one. */
+static int run_all(void)
 {
     struct ops_pool *pool;
     if (ops_pool_create(2, &pool) != IG_OK)
@@ -331,5 +349,18 @@ int main(void)
             ops_pool_free(dp);
     }
     ops_pool_free(pool);
+    return 0;
+}
+
+int main(void)
+{
+    if (run_all() != 0)
+        return 1;
+    fused = true;
+    if (run_all() != 0)
+        return 1;
+    CHECKF(fused_changed > 0, "the fused attention gave the exact one's bits everywhere");
+    fprintf(stderr, "fused attention: %lld outputs differ from the exact path's\n",
+            (long long)fused_changed);
     return test_summary("test_attn_tiled");
 }

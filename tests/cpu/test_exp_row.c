@@ -8,7 +8,8 @@
  * attention's results then do not change); with another C library, within
  * one unit in the last place. The gates that use it (ops_swiglu, ops_geglu)
  * against their scalar formulas with expf, the same way. On AVX-512 the
- * eight-lane form runs (ctest runs this again under IGNITE_SIMD=avx2). */
+ * eight-lane form runs (ctest runs this again under IGNITE_SIMD=avx2).
+ * The int8 path's polynomial (ops_exp_row_fused) against fp64's exp. */
 #include "ops/exp_row.h"
 #include "ops/ops.h"
 #include "tests/test.h"
@@ -67,6 +68,70 @@ static int check_row(const float *x, int64_t n, float mx, float *buf)
     return bad;
 }
 
+/* Units in the last place between got and e^x in double, measured in the
+ * ulp of the float nearest e^x. */
+static double ulps(float got, double want)
+{
+    int e;
+    frexp(want, &e);
+    return fabs((double)got - want) / ldexp(1.0, e - 24);
+}
+
+/* ops_exp_row_fused: every 61st float of [-86, 0] within 2 ulp of fp64's
+ * e^x (or exactly expf where it falls back), 0 below -86 (-inf too), NaN
+ * for NaN; in rows of 0..19 elements, each element what its value gives in
+ * a whole vector (the padded tail included), nothing written past the row. */
+static int check_fused(float *x, float *buf, int64_t chunk)
+{
+    int bad = 0;
+    double worst = 0;
+    int64_t n = 0;
+    for (uint32_t u = bits_of(-86.0f);; u -= 61) {
+        bool last = u <= 0x80000000u + 61;
+        x[n++] = last ? -0.0f : of_bits(u);
+        if (n < chunk && !last)
+            continue;
+        memcpy(buf, x, (size_t)n * sizeof *buf);
+        ops_exp_row_fused(buf, n, 0.0f);
+        for (int64_t i = 0; i < n; i++) {
+            double d = ulps(buf[i], exp((double)x[i]));
+            worst = d > worst ? d : worst;
+            if (d > 2.0 && bad++ < 5)
+                fprintf(stderr, "fused e^%a = %a, %.2f ulp\n", (double)x[i], (double)buf[i], d);
+        }
+        n = 0;
+        if (last)
+            break;
+    }
+    fprintf(stderr, "int8 path's exponential: worst %.3f ulp on [-86, 0]\n", worst);
+
+    const float low[] = {-86.01f, -87.5f, -100.0f, -1e30f, -INFINITY, NAN, 0.0f, -1.0f};
+    memcpy(buf, low, sizeof low);
+    ops_exp_row_fused(buf, 8, 0.0f);
+    for (int i = 0; i < 5; i++)
+        bad += buf[i] != 0.0f;
+    bad += !isnan(buf[5]) + (buf[6] != 1.0f) + (ulps(buf[7], exp(-1.0)) > 2.0);
+
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    float whole[24];
+    for (int64_t len = 0; len <= 19; len++) {
+        for (int64_t i = 0; i < len; i++)
+            x[i] = 40.0f * test_rand_f(&st);
+        float mx = 41.0f;
+        memcpy(buf, x, (size_t)len * sizeof *buf);
+        buf[len] = 12345.0f;
+        ops_exp_row_fused(buf, len, mx);
+        bad += buf[len] != 12345.0f;
+        for (int64_t i = 0; i < len; i++) { /* x[i] in lane 0 of a whole vector */
+            for (int j = 0; j < 8; j++)
+                whole[j] = x[i];
+            ops_exp_row_fused(whole, 8, mx);
+            bad += bits_of(whole[0]) != bits_of(buf[i]);
+        }
+    }
+    return bad;
+}
+
 int main(void)
 {
     enum { CHUNK = 4099 };
@@ -114,6 +179,9 @@ int main(void)
         CHECK(buf[len] == 12345.0f);
         CHECKF(check_row(x, len, mx, buf) == 0, "row of %lld", (long long)len);
     }
+
+    bad = check_fused(x, buf, CHUNK);
+    CHECKF(bad == 0, "%d values of the int8 path's exponential out of bounds", bad);
 
     /* The gates through it (ops/norm_rope.c) against their scalar formulas
      * with expf: lengths across the gates' 256-element chunks, and gate
