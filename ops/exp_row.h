@@ -10,8 +10,8 @@
 void ops_exp_row(float *s, int64_t n, float mx);
 
 /* s[c] = e^(s[c] - mx) for 0 <= c < n with every s[c] <= mx (a softmax's
- * row), within 2 ulp where AVX2 and FMA run a polynomial in float, 0 below
- * e^-86; expf elsewhere. The attention of the int8 path
+ * row): where AVX2 and FMA run, a polynomial in float within 2 ulp, 0 where
+ * s[c] - mx < -86; expf elsewhere. The attention of the int8 path
  * (prefill/attn_fused.h); ops_exp_row's bits are the exact path's. */
 void ops_exp_row_fused(float *s, int64_t n, float mx);
 

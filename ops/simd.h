@@ -10,8 +10,10 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     defined(__linux__) && !defined(IGNITE_NO_SIMD_CLONES)
 #define OPS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define OPS_SIMD_CLONES_ON 1
 #else
 #define OPS_SIMD_CLONES
+#define OPS_SIMD_CLONES_ON 0
 #endif
 
 #endif

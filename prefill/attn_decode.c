@@ -22,8 +22,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* fma: the fused build's contraction (prefill/attn_fused.h); the exact
- * build has none, whatever the target. */
+/* fma: the fused build's contraction (prefill/attn_fused.h), where
+ * attn_fma_forms_ok(); the exact build has none, whatever the target. */
 #define DEC_FN __attribute__((target("avx2,f16c,fma")))
 /* prefetcht0 as a statement GCC keeps: it deleted loops of nothing but
  * __builtin_prefetch with a bound known only at run time as dead code. */
@@ -32,8 +32,9 @@
 
 bool attn_decode_f16_fast(void)
 {
-    /* every AVX2 CPU has F16C (as core/half.c), and FMA but in name */
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    /* every AVX2 CPU has F16C (as core/half.c); FMA for the fused build's
+     * contraction, which must fuse here as the tiled loops do there */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && attn_fma_forms_ok();
 }
 #else
 #define DEC_FN

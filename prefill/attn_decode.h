@@ -11,8 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Whether the kernels below run at full speed here (F16C); elsewhere they
- * work, element by element, and the caller's scratch conversion is faster. */
+/* Whether the kernels below run at full speed here (F16C, and FMA with
+ * prefill/attn_fused.h's attn_fma_forms_ok); elsewhere they work, element
+ * by element, and the caller's scratch conversion is faster. */
 bool attn_decode_f16_fast(void);
 
 /* s[r * s_stride + c] = q[r] . k[c] for r < rows (q[r] = q + r * hd) and

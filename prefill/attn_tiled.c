@@ -661,7 +661,7 @@ accumulate_rows16(struct attn_scratch *sc, const float *vt, const int64_t *rr, i
  * whose VNNI level implies AVX-512 F/VL/BW). */
 static bool attn_zmm(void)
 {
-    return ops_qmm_best_isa() == QMM_VNNI;
+    return ops_qmm_best_isa() == QMM_VNNI && attn_fma_forms_ok();
 }
 #else
 static bool attn_zmm(void)

@@ -248,6 +248,8 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
      * the first half's queries as a sequence of its own, then the rest. Each
      * row must come out bit for bit as in the single call. */
     if (s->n >= 2) {
+        for (int64_t i = 0; i < q_elems + 2 * GUARD; i++)
+            out2[i] = SENTINEL; /* the fused pass left the exact output there */
         int64_t h1 = s->n / 2;
         struct attn_seq two[2] = {
             {.q = q, .out = out2 + GUARD, .table = c.table, .n_tokens = h1, .pos0 = s->pos0},
