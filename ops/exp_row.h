@@ -1,6 +1,7 @@
 /* ops/exp_row.h: e^(s_c - max) over a row (the softmax's scores, the
- * gates' sigmoids), vectorized where the CPU allows and bit for bit what the
- * C library's expf gives. Covered by tests/cpu/test_exp_row.c. */
+ * gates' sigmoids), vectorized where the CPU allows: bit for bit what the
+ * C library's expf gives, or for the int8 path's softmax a polynomial
+ * within 2 ulp. Covered by tests/cpu/test_exp_row.c. */
 #ifndef IGNITE_OPS_EXP_ROW_H
 #define IGNITE_OPS_EXP_ROW_H
 

@@ -114,7 +114,7 @@ static int check_fused(float *x, float *buf, int64_t chunk)
     bad += !isnan(buf[5]) + (buf[6] != 1.0f) + (ulps(buf[7], exp(-1.0)) > 2.0);
 
     uint64_t st = 0x9e3779b97f4a7c15ull;
-    float whole[24];
+    float whole[8];
     for (int64_t len = 0; len <= 19; len++) {
         for (int64_t i = 0; i < len; i++)
             x[i] = 40.0f * test_rand_f(&st);
