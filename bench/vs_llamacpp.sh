@@ -8,6 +8,9 @@
 # (GGML_NATIVE, Release) under $IGNITE_CACHE/llama.cpp-build, outside the
 # repository. --isa avx2 compares on AVX2 alone: llama.cpp built without
 # AVX-512/VNNI (LLAMACPP_ISA=avx2) against ignite under IGNITE_SIMD=avx2.
+# --isa avx512 compares llama.cpp built for AVX-512 VNNI without AMX with
+# ignite's native path: on CPUs with AMX, where llama.cpp's native build
+# crashes in its AMX matmul (bench/llamacpp_build.sh).
 #
 # Each test (one ppN or tgN, at each depth and thread count) runs llama.cpp
 # (at every -fa setting asked) and then ignite, before the next test: on a
@@ -16,7 +19,7 @@
 #
 # usage: bench/vs_llamacpp.sh [-m model.gguf]... [-p 512,2048] [-n 128]
 #                             [-d 0,4096] [-r 3] [-t 1,2] [--fa 0,1]
-#                             [--isa native|avx2] [--build-only]
+#                             [--isa native|avx2|avx512] [--build-only]
 # env:   IGNITE (the ignite binary, default build/ignite),
 #        LLAMA_CPP_PYTHON_VERSION (default 0.3.36), IGNITE_CACHE (~/.cache/ignite)
 set -euo pipefail
@@ -44,7 +47,8 @@ done
 case $isa in
 native) simd= ;;
 avx2) simd=avx2 ;;
-*) echo "vs_llamacpp.sh: --isa must be native or avx2, not '$isa'" >&2; exit 2 ;;
+avx512) simd= ;;
+*) echo "vs_llamacpp.sh: --isa must be native, avx2 or avx512, not '$isa'" >&2; exit 2 ;;
 esac
 
 # ---- get and build llama.cpp ------------------------------------------------

@@ -37,10 +37,28 @@ AVX2 INLINE float f16_at(const uint8_t *p)
  * 1.5-4.5 % of SmolLM2's 186-553 KB matrices. */
 #define GEMV_PREFETCH_BYTES 8192
 
-AVX2 INLINE void prefetch_ahead(const uint8_t *blk, size_t bytes)
+/* Which cache the requests fill. On AMD L1 (T0: the Zen 4 figures above;
+ * Zen 4 documents T1 as filling L2 but drops some T1 requests, per the study
+ * cited in docs/benchmarks.md). On Intel L2 (T1): a Sapphire Rapids-class
+ * core ran a decode step 1.04-1.28x faster so, on one and two threads, 8 to
+ * 32 KiB ahead alike; T0 requests each hold one of a core's few L1 fill
+ * buffers until their line arrives. Asked once per group of 8 rows and the
+ * kernels built for each answer: a test of it inside the block loop made
+ * GCC lay the loop out worse (90-96 t/s against 106-111 for T1 alone). */
+static inline bool gemv_prefetch_to_l2(void)
 {
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)blk + GEMV_PREFETCH_BYTES + o, _MM_HINT_T0);
+    return __builtin_cpu_is("intel");
+}
+
+AVX2 INLINE void prefetch_ahead(const uint8_t *blk, size_t bytes, const bool to_l2)
+{
+    const char *ahead = (const char *)blk + GEMV_PREFETCH_BYTES;
+    if (to_l2)
+        for (size_t o = 0; o < bytes; o += 64)
+            _mm_prefetch(ahead + o, _MM_HINT_T1);
+    else
+        for (size_t o = 0; o < bytes; o += 64)
+            _mm_prefetch(ahead + o, _MM_HINT_T0);
 }
 
 /* sum over groups of u8 x s8, as 8 f32 lanes */
@@ -617,7 +635,7 @@ AVX2 INLINE void packed_scales(const enum kind kind, const uint8_t *blk, const u
  * has no GEMM: there this kernel serves every token count.) */
 AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_blk,
                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
-                              int64_t ldy)
+                              int64_t ldy, const bool to_l2)
 {
     const size_t pb = packed_bytes(kind);
     const int qoff = packed_qoff(kind);
@@ -631,7 +649,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
     for (int64_t b = 0; b < n_blk; b++) {
         const uint8_t *head;
         const uint8_t *blk = packed_block(kind, p, b, pb, &head);
-        prefetch_ahead(blk, pb);
+        prefetch_ahead(blk, pb, to_l2);
         __m256 d, m;
         packed_scales(kind, blk, head, &d, &m);
         __m256i q[8];
@@ -708,7 +726,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
 
 AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                        const struct qmm_q8 *x, int64_t ldx, int64_t nt, int nr, float *y,
-                       int64_t ldy)
+                       int64_t ldy, const bool to_l2)
 {
     float tmp[QMM_NT * 8];
     for (int64_t t = 0; t < nt; t += QMM_NT) {
@@ -717,10 +735,10 @@ AVX2 INLINE void gemv8(const enum kind kind, const uint8_t *p, int64_t n_blk,
         int64_t ld = nr == 8 ? ldy : 8;
         const struct qmm_q8 *xt = x + t * ldx;
         switch (n) {
-        case 1: gemv8_tokens(kind, p, n_blk, xt, ldx, 1, yt, ld); break;
-        case 2: gemv8_tokens(kind, p, n_blk, xt, ldx, 2, yt, ld); break;
-        case 3: gemv8_tokens(kind, p, n_blk, xt, ldx, 3, yt, ld); break;
-        default: gemv8_tokens(kind, p, n_blk, xt, ldx, 4, yt, ld); break;
+        case 1: gemv8_tokens(kind, p, n_blk, xt, ldx, 1, yt, ld, to_l2); break;
+        case 2: gemv8_tokens(kind, p, n_blk, xt, ldx, 2, yt, ld, to_l2); break;
+        case 3: gemv8_tokens(kind, p, n_blk, xt, ldx, 3, yt, ld, to_l2); break;
+        default: gemv8_tokens(kind, p, n_blk, xt, ldx, 4, yt, ld, to_l2); break;
         }
         if (nr < 8)
             for (int k = 0; k < n; k++)
@@ -814,7 +832,8 @@ AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m25
  * vectors at a time. */
 AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                                  const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,
-                                 int64_t ldx, const int nt, float *y, int64_t ldy)
+                                 int64_t ldx, const int nt, float *y, int64_t ldy,
+                                 const bool to_l2)
 {
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -836,11 +855,11 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
             UNROLL for (int k = 0; k < 8; k++)
                 q[k] = _mm256_load_si256((const __m256i *)up[b].q[k]);
         } else if (k2) {
-            prefetch_ahead(qmm_k2_block(p, b), QMM_K2_SUPER / 8);
+            prefetch_ahead(qmm_k2_block(p, b), QMM_K2_SUPER / 8, to_l2);
             k2_block(p, b, &d0, &d1, q);
             k2_mins(p, b, &m0, &m1);
         } else {
-            prefetch_ahead(qmm_k6_block(p, b), QMM_K6_SUPER / 8);
+            prefetch_ahead(qmm_k6_block(p, b), QMM_K6_SUPER / 8, to_l2);
             k6_block(p, b, &d0, &d1, q);
         }
         UNROLL for (int t = 0; t < nt; t++) {
@@ -891,7 +910,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
  * nr through tmp. */
 AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                         const bool unpacked, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
-                        int64_t nt, int nr, float *y, int64_t ldy)
+                        int64_t nt, int nr, float *y, int64_t ldy, const bool to_l2)
 {
     float tmp[QMM_NT * 8];
     for (int64_t t = 0; t < nt; t += QMM_NT) {
@@ -900,10 +919,10 @@ AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 
         int64_t ld = nr == 8 ? ldy : 8;
         const struct qmm_q8 *xt = x + t * ldx;
         switch (n) {
-        case 1: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 1, yt, ld); break;
-        case 2: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 2, yt, ld); break;
-        case 3: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 3, yt, ld); break;
-        default: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 4, yt, ld); break;
+        case 1: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 1, yt, ld, to_l2); break;
+        case 2: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 2, yt, ld, to_l2); break;
+        case 3: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 3, yt, ld, to_l2); break;
+        default: gemv8_k6_tokens(k2, p, up, unpacked, n_blk, xt, ldx, 4, yt, ld, to_l2); break;
         }
         if (nr < 8)
             for (int k = 0; k < n; k++)
@@ -915,13 +934,19 @@ AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 
 AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
-    k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
+    if (gemv_prefetch_to_l2())
+        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true);
+    else
+        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false);
 }
 
 AVX2 static void gemv8_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
-    k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy);
+    if (gemv_prefetch_to_l2())
+        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true);
+    else
+        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false);
 }
 
 /* Many tokens: the group's blocks unpacked once into `pack` (d sc_0 in d,
@@ -943,7 +968,7 @@ AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
         UNROLL for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)pack[b].q[k], q[k]);
     }
-    k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy);
+    k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false); /* (no prefetching) */
 }
 
 AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
@@ -966,7 +991,10 @@ AVX2 static void gemm8p_q2_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
     AVX2 static void gemv8_##name(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,  \
                                   int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)  \
     {                                                                                       \
-        gemv8(kind, p, n_blk, x, ldx, nt, nr, y, ldy);                                      \
+        if (gemv_prefetch_to_l2())                                                          \
+            gemv8(kind, p, n_blk, x, ldx, nt, nr, y, ldy, true);                            \
+        else                                                                                \
+            gemv8(kind, p, n_blk, x, ldx, nt, nr, y, ldy, false);                           \
     }
 GEMV8(q4_0, K_Q4_0)
 GEMV8(q4_1, K_Q4_1)
