@@ -25,16 +25,16 @@ cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ver=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 src=$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp
 isa=${LLAMACPP_ISA:-native}
+x86_avx2=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+          -DGGML_BMI2=ON)
 case $isa in
 native) bld=$cache/llama.cpp-build/$ver
         isa_flags=(-DGGML_NATIVE=ON) ;;
 avx2)   bld=$cache/llama.cpp-build/$ver-avx2
-        isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
+        isa_flags=("${x86_avx2[@]}" -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
                    -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF) ;;
 avx512) bld=$cache/llama.cpp-build/$ver-avx512
-        isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
+        isa_flags=("${x86_avx2[@]}" -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
                    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF
                    -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
 *)      echo "llamacpp_build.sh: LLAMACPP_ISA must be native, avx2 or avx512, not '$isa'" >&2

@@ -45,9 +45,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#models[@]} -gt 0 ] || models=("$cache/SmolLM2-135M-Instruct.Q4_1.gguf")
 case $isa in
-native) simd= ;;
+native | avx512) simd= ;;
 avx2) simd=avx2 ;;
-avx512) simd= ;;
 *) echo "vs_llamacpp.sh: --isa must be native, avx2 or avx512, not '$isa'" >&2; exit 2 ;;
 esac
 
