@@ -143,6 +143,7 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
             memset(out[b].qs, 0, sizeof out[b].qs);
             out[b].d = out[b].s = NAN;
             out[b].hs[0] = out[b].hs[1] = 0;
+            out[b].sum8 = out[b].sum16 = 0;
             continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
@@ -165,6 +166,8 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
         out[b].s = d * (float)(sum0 + sum1);
         out[b].hs[0] = (int16_t)sum0;
         out[b].hs[1] = (int16_t)sum1;
+        out[b].sum8 = 8 * (sum0 + sum1);
+        out[b].sum16 = 16 * (sum0 + sum1);
     }
 }
 

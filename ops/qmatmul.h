@@ -28,12 +28,16 @@
 #define QMM_QK 32 /* activation elements per block */
 
 /* One block of a quantized activation: x[i] ~= d * qs[i]; s = d * sum(qs);
- * hs the sums of qs over each half (Q6_K's packed layout scales halves). */
+ * hs the sums of qs over each half (Q6_K's packed layout scales halves);
+ * sum8 and sum16 8 and 16 times sum(qs), what the SIMD kernels take from a
+ * Q4_0 or Q5_0 block's integer sum (w = d (q - 8), d (q - 16)). */
 struct qmm_q8 {
     float d;
     float s;
     int8_t qs[QMM_QK];
     int16_t hs[2];
+    int32_t sum8;
+    int32_t sum16;
 };
 
 /* Rows and tokens of the largest register tile. */

@@ -20,10 +20,17 @@
 #ifndef IGNITE_OPS_QMATMUL_AVX2_ASM_H
 #define IGNITE_OPS_QMATMUL_AVX2_ASM_H
 
+/* Q4_0's and Q5_0's zero point in the integer sum: minus 8 (or 16) times
+ * the token block's sum(qs), from its field at OFF + A (sum8, sum16). */
+#define QMM_ASM_ZERO_POINT(OFF, A)                                                           \
+    "vpbroadcastd " OFF A ", %%ymm13\n\t"                                                    \
+    "vpsubd %%ymm13, %%ymm12, %%ymm12\n\t"
+
 /* One token's step of a block: A is the token block's address (its d at
- * A, its quants at 8 + A), ACC the number of its accumulator. 4-bit quants:
- * 8 pair sums of <= 2 * 15 * 128 fit in int16. */
-#define QMM_ASM_TOKEN_NARROW(A, ACC)                                                         \
+ * A, its quants at 8 + A), ACC the number of its accumulator, ZP the zero
+ * point's step or "". 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in
+ * int16. */
+#define QMM_ASM_NARROW(A, ACC, ZP)                                                           \
     "vpbroadcastd 8" A ", %%ymm13\n\t"                                                        \
     "vpmaddubsw %%ymm13, %%ymm0, %%ymm12\n\t"                                                 \
     "vpbroadcastd 12" A ", %%ymm14\n\t"                                                       \
@@ -48,13 +55,14 @@
     "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                                    \
     "vpaddw %%ymm15, %%ymm12, %%ymm12\n\t"                                                    \
     "vpmaddwd %[ones], %%ymm12, %%ymm12\n\t"                                                  \
+    ZP                                                                                      \
     "vcvtdq2ps %%ymm12, %%ymm12\n\t"                                                          \
     "vbroadcastss " A ", %%ymm13\n\t"                                                         \
     "vmulps 256(%[p]), %%ymm13, %%ymm13\n\t"                                                  \
     "vfmadd231ps %%ymm13, %%ymm12, %%ymm" ACC "\n\t"
 
 /* 5-bit quants (pair sums <= 2 * 31 * 128): to int32 every 4 vectors. */
-#define QMM_ASM_TOKEN_WIDE(A, ACC)                                                           \
+#define QMM_ASM_WIDE(A, ACC, ZP)                                                             \
     "vpbroadcastd 8" A ", %%ymm13\n\t"                                                        \
     "vpmaddubsw %%ymm13, %%ymm0, %%ymm12\n\t"                                                 \
     "vpbroadcastd 12" A ", %%ymm14\n\t"                                                       \
@@ -80,10 +88,16 @@
     "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                                    \
     "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                                  \
     "vpaddd %%ymm15, %%ymm12, %%ymm12\n\t"                                                    \
+    ZP                                                                                      \
     "vcvtdq2ps %%ymm12, %%ymm12\n\t"                                                          \
     "vbroadcastss " A ", %%ymm13\n\t"                                                         \
     "vmulps 256(%[p]), %%ymm13, %%ymm13\n\t"                                                  \
     "vfmadd231ps %%ymm13, %%ymm12, %%ymm" ACC "\n\t"
+
+#define QMM_ASM_TOKEN_NARROW(A, ACC) QMM_ASM_NARROW(A, ACC, "")
+#define QMM_ASM_TOKEN_WIDE(A, ACC) QMM_ASM_WIDE(A, ACC, "")
+#define QMM_ASM_TOKEN_Q4_0(A, ACC) QMM_ASM_NARROW(A, ACC, QMM_ASM_ZERO_POINT("44", A))
+#define QMM_ASM_TOKEN_Q5_0(A, ACC) QMM_ASM_WIDE(A, ACC, QMM_ASM_ZERO_POINT("48", A))
 
 /* Q6_K's unpacked blocks (gemv8_k6_tokens): d sc_0 in d, d sc_1 in m, each
  * half's pair sums two vectors at a time in int16, then int32. */
@@ -133,7 +147,7 @@
     TOKEN("(%[x],%[l],2)", "10")                                                              \
     TOKEN("(%[x],%[l3])", "11")                                                               \
     "add $320, %[p]\n\t"                                                                      \
-    "add $44, %[x]\n\t"                                                                       \
+    "add %[xsz], %[x]\n\t"                                                                       \
     "dec %[n]\n\t"                                                                            \
     "jnz 1b\n\t"                                                                              \
     "2:\n\t"                                                                                  \
@@ -144,16 +158,19 @@
 
 _Static_assert(sizeof(struct qmm_pack8) == 320 && offsetof(struct qmm_pack8, d) == 256,
                "the assembly's block offsets");
-_Static_assert(sizeof(struct qmm_q8) == 44 && offsetof(struct qmm_q8, qs) == 8,
+_Static_assert(offsetof(struct qmm_q8, qs) == 8 && offsetof(struct qmm_q8, sum8) == 44 &&
+                   offsetof(struct qmm_q8, sum16) == 48,
                "the assembly's token offsets");
 
-/* The token steps of the assembly loop: 4-bit quants, 5-bit ones, Q6_K. */
-enum qmm_asm_form { ASM_NARROW, ASM_WIDE, ASM_K6 };
+/* The token steps of the assembly loop: 4-bit quants, 5-bit ones, those of
+ * Q4_0 and Q5_0 with their zero points, Q6_K. */
+enum qmm_asm_form { ASM_NARROW, ASM_WIDE, ASM_Q4_0, ASM_Q5_0, ASM_K6 };
 
 #define QMM_ASM(TOKEN)                                                                       \
     __asm__ volatile(QMM_ASM_LOOP(TOKEN)                                                      \
                      : [p] "+r"(p), [x] "+r"(x), [n] "+r"(n_blk)                              \
-                     : [l] "r"(l), [l3] "r"(l3), [out] "r"(acc), [ones] "m"(ones)             \
+                     : [l] "r"(l), [l3] "r"(l3), [out] "r"(acc), [ones] "m"(ones),            \
+                       [xsz] "i"(sizeof *x)                                                   \
                      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",        \
                        "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",  \
                        "memory", "cc")
@@ -170,6 +187,10 @@ AVX2 static void gemm8_4tokens_asm(const struct qmm_pack8 *p, int64_t n_blk,
         QMM_ASM(QMM_ASM_TOKEN_NARROW);
     else if (form == ASM_WIDE)
         QMM_ASM(QMM_ASM_TOKEN_WIDE);
+    else if (form == ASM_Q4_0)
+        QMM_ASM(QMM_ASM_TOKEN_Q4_0);
+    else if (form == ASM_Q5_0)
+        QMM_ASM(QMM_ASM_TOKEN_Q5_0);
     else
         QMM_ASM(QMM_ASM_TOKEN_K6);
 }

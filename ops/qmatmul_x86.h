@@ -411,16 +411,31 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     }
 }
 
+/* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
+#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
+/* Q4_0 and Q5_0 (w = d (q - 8), d (q - 16)): the zero point comes off each
+ * block's integer sum (struct qmm_q8's sum8, sum16), where the other
+ * formats' offsets m are f32 sums of their own. */
+#define KIND_ZERO_POINT(kind) ((kind) == K_Q4_0 || (kind) == K_Q5_0)
+
+AVX2 INLINE __m256i minus_zero_point(const enum kind kind, __m256i sum, const struct qmm_q8 *xb)
+{
+    return _mm256_sub_epi32(sum, _mm256_set1_epi32(kind == K_Q4_0 ? xb->sum8 : xb->sum16));
+}
+
 #if !QMM_X86_VNNI
 #include "ops/qmatmul_avx2_asm.h"
 _Static_assert(QMM_NT == 4, "the assembly loop runs 4 tokens");
 #endif
 
-/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows; `wide`
- * for 5-bit quants (the AVX2 int16 sums then go to int32 every 4 steps). */
+/* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows of a
+ * kind's quants (for 5-bit ones the AVX2 int16 sums go to int32 every 4
+ * steps). */
 AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
-                              int64_t ldx, const int nt, float *y, int64_t ldy, const bool wide)
+                              int64_t ldx, const int nt, float *y, int64_t ldy,
+                              const enum kind kind)
 {
+    const bool zp = KIND_ZERO_POINT(kind);
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
         acc[t] = _mm256_setzero_ps();
@@ -429,7 +444,11 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
     int64_t b0 = 0; /* the blocks already summed (by the assembly loop) */
 #if !QMM_X86_VNNI
     if (nt == QMM_NT) {
-        gemm8_4tokens_asm(p, n_blk, x, ldx, acc, wide ? ASM_WIDE : ASM_NARROW);
+        gemm8_4tokens_asm(p, n_blk, x, ldx, acc,
+                          kind == K_Q4_0    ? ASM_Q4_0
+                          : kind == K_Q5_0  ? ASM_Q5_0
+                          : KIND_WIDE(kind) ? ASM_WIDE
+                                            : ASM_NARROW);
         b0 = n_blk;
     }
 #endif
@@ -446,7 +465,7 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
                 s1 = _mm256_dpbusd_epi32(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
                                          _mm256_set1_epi32(xq[k + 1]));
             }
-            __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            __m256i sum = _mm256_add_epi32(s0, s1);
 #else
             /* 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; 5-bit
              * ones (<= 2 * 31 * 128 each) 4 at a time */
@@ -455,22 +474,24 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
                                             _mm256_load_si256((const __m256i *)p[b].q[k]),
                                             _mm256_set1_epi32(xq[k])));
-                if (wide && k == 3) {
+                if (KIND_WIDE(kind) && k == 3) {
                     s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
                     s = _mm256_setzero_si256();
                 }
             }
-            __m256 f = _mm256_cvtepi32_ps(
-                _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
+            __m256i sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
 #endif
-            acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
+            if (zp)
+                sum = minus_zero_point(kind, sum, xb);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                                     _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
         }
     }
     /* The offsets' sums in a loop of their own: the same operations in the
      * same order, and the loop above two operations a block and token and
      * four accumulators lighter (what lets the AVX2 assembly loop hold
      * everything in the 16 ymm registers). */
-    for (int64_t b = 0; b < n_blk; b++) {
+    for (int64_t b = 0; b < (zp ? 0 : n_blk); b++) {
         __m256 m = _mm256_load_ps(p[b].m);
         UNROLL for (int t = 0; t < nt; t++)
             add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[t * ldx + b].s), add[t]);
@@ -481,21 +502,19 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 
 /* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
 AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
-                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const bool wide)
+                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const enum kind kind)
 {
     int64_t t = 0;
     for (; t + QMM_NT <= nt; t += QMM_NT)
-        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy, wide);
+        gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy, kind);
     switch (nt - t) {
-    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy, wide); break;
-    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy, wide); break;
-    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy, wide); break;
+    case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy, kind); break;
+    case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy, kind); break;
+    case 1: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 1, y + t * ldy, ldy, kind); break;
     default: break;
     }
 }
 
-/* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
-#define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
 /* Nibbles that index the IQ4 levels (one vpshufb to their bytes). */
 #define KIND_LUT(kind) ((kind) == K_IQ4_NL || (kind) == K_IQ4_XS)
 /* Quants that are whole bytes q + 128 in the dot products (Q8_0's as
@@ -521,7 +540,7 @@ AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes,
                        struct qmm_pack8 *pack)
 {
     pack8(kind, w, row_bytes, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind);
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -639,7 +658,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
 {
     const size_t pb = packed_bytes(kind);
     const int qoff = packed_qoff(kind);
-    const bool wide = KIND_WIDE(kind);
+    const bool wide = KIND_WIDE(kind), zp = KIND_ZERO_POINT(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[QMM_NT], add[QMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -691,9 +710,9 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 s0 = _mm256_dpbusd_epi32(s0, q[k], _mm256_set1_epi32(xq[k]));
                 s1 = _mm256_dpbusd_epi32(s1, q[k + 1], _mm256_set1_epi32(xq[k + 1]));
             }
-            __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            __m256i sum = _mm256_add_epi32(s0, s1);
 #else
-            __m256 f;
+            __m256i sum;
             if (KIND_BYTES(kind)) {
                 __m256i s = _mm256_setzero_si256();
                 UNROLL for (int k = 0; k < 8; k++) {
@@ -701,7 +720,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                         _mm256_abs_epi8(q[k]), _mm256_sign_epi8(_mm256_set1_epi32(xq[k]), q[k]));
                     s = _mm256_add_epi32(s, _mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
                 }
-                f = _mm256_cvtepi32_ps(s);
+                sum = s;
             } else {
                 /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits */
                 __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
@@ -712,12 +731,15 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                         s = _mm256_setzero_si256();
                     }
                 }
-                f = _mm256_cvtepi32_ps(
-                    _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1))));
+                sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
             }
 #endif
-            acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
-            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
+            if (zp) /* as gemm8_tokens: the zero point in the integer sum, no offsets */
+                sum = minus_zero_point(kind, sum, xb);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                                     _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
+            if (!zp)
+                add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb->s), add[t]);
         }
     }
     UNROLL for (int t = 0; t < nt; t++)
@@ -1050,7 +1072,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         struct qmm_pack8 *pack)
 {
     unpack8(kind, w, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, KIND_WIDE(kind));
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind);
 }
 
 #define GEMM8P(name, kind)                                                                   \

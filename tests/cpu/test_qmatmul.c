@@ -2,8 +2,9 @@
  * Q5_1, Q8_0, IQ4_NL, the K-quants and IQ4_XS weights of random valid blocks
  * and random activations (the K-quants and IQ4_XS also in the packed layout,
  * super-block by super-block):
- *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q); a
- *    block with an inf or NaN gives d = s = NaN (no undefined conversion);
+ *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q), the
+ *    half sums, 8 and 16 times sum(q); a block with an inf or NaN gives
+ *    d = s = NaN (no undefined conversion);
  *    the AVX2 quantizer byte for byte like the plain C one, ties, signed
  *    zeros, subnormals and huge values included;
  *  - the scalar tile kernel against an fp64 dot of the dequantized weight
@@ -92,6 +93,9 @@ static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
         if ((q[b].hs[0] != half || q[b].hs[0] + q[b].hs[1] != sum) && bad++ < 3)
             fprintf(stderr, "quantize: block %lld: half sums %d %d, want %d %d\n", (long long)b,
                     q[b].hs[0], q[b].hs[1], half, sum - half);
+        if ((q[b].sum8 != 8 * sum || q[b].sum16 != 16 * sum) && bad++ < 3)
+            fprintf(stderr, "quantize: block %lld: sum8 %d sum16 %d, sum %d\n", (long long)b,
+                    q[b].sum8, q[b].sum16, sum);
     }
     CHECKF(bad == 0, "activation quantization: %d bad elements", bad);
 }
