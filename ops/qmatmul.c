@@ -23,11 +23,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Tokens per pass over a thread's rows: as many quantized tokens as fit in
- * QMM_X_BLOCK_BYTES (they stay in L2 while the rows stream past; each 8-row
- * repack is used for all of them), within [16, 256]. */
-#define QMM_X_BLOCK_BYTES (256 << 10)
+ * a quarter of the core's L2 (x_block_bytes; they stay there while the rows
+ * stream past, and each 8-row repack is used for all of them), within
+ * [16, 512]. 256 KiB where the L2's size is unknown. */
+#define QMM_X_BLOCK_BYTES_DEFAULT (256 << 10)
 /* Row chunks per thread, for balance; a chunk is a multiple of QMM_MR rows. */
 #define QMM_CHUNKS_PER_THREAD 4
 /* Token blocks at least this long go through the 8-row GEMM (repacking 8
@@ -56,6 +58,24 @@ static void detect_isa(void)
         __builtin_cpu_supports("avx512vnni") && ops_qmm_tile_vnni(QUANT_Q4_0) != NULL)
         best_isa = QMM_VNNI;
 #endif
+}
+
+static int64_t x_block = QMM_X_BLOCK_BYTES_DEFAULT;
+static pthread_once_t x_block_once = PTHREAD_ONCE_INIT;
+
+static void detect_x_block(void)
+{
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); /* 0 or -1 where unknown */
+    if (l2 >= 4 * (long)QMM_X_BLOCK_BYTES_DEFAULT)
+        x_block = l2 / 4;
+#endif
+}
+
+static int64_t x_block_bytes(void)
+{
+    pthread_once(&x_block_once, detect_x_block);
+    return x_block;
 }
 
 enum qmm_isa ops_qmm_best_isa(void)
@@ -233,7 +253,7 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
     float *y = job->y[i];
     if (job->fgemm8[i]) {
         int64_t cols = job->cols;
-        int64_t ftb = QMM_X_BLOCK_BYTES / (cols * (int64_t)sizeof(float));
+        int64_t ftb = x_block_bytes() / (cols * (int64_t)sizeof(float));
         ftb = ftb < 16 ? 16 : ftb > 256 ? 256 : ftb & ~(int64_t)7;
         float *pack = (float *)(void *)ops_ctx_qpack(job->ctx, thread);
         for (int64_t t0 = 0; t0 < n; t0 += ftb) {
@@ -245,8 +265,8 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
         }
         return;
     }
-    int64_t tb = QMM_X_BLOCK_BYTES / (nb * (int64_t)sizeof(struct qmm_q8));
-    tb = tb < 16 ? 16 : tb > 256 ? 256 : tb & ~(int64_t)3;
+    int64_t tb = x_block_bytes() / (nb * (int64_t)sizeof(struct qmm_q8));
+    tb = tb < 16 ? 16 : tb > 512 ? 512 : tb & ~(int64_t)3;
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
         int64_t t1 = t0 + tb < n ? t0 + tb : n;
         int64_t r = r0;
