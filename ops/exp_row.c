@@ -10,8 +10,9 @@
  * itself. Where ignite runs AVX-512 (its VNNI level), eight lanes in a zmm
  * of doubles, the table taken from registers instead of gathered.
  * Elsewhere the loop calls expf. That is the exact path's softmax and the
- * gates'; the int8 path's attention takes ops_exp_row_fused, a polynomial
- * in eight float lanes at a third of the cost (no longer expf's bits).
+ * gates'; the int8 path's attention and gates take ops_exp_row_fused, a
+ * polynomial in eight float lanes at a third of the cost (no longer expf's
+ * bits).
  * Covered by tests/cpu/test_exp_row.c (against expf on every float of a
  * range and on the special values; the polynomial against fp64). */
 #include "ops/exp_row.h"
@@ -175,14 +176,16 @@ EXP_AVX512 static void exp_row_avx512(float *s, int64_t n, float mx)
 
 /* ---- the int8 path's softmax: a polynomial in float ------------------------- */
 
-/* e^x in eight float lanes for softmax arguments (x <= 0; correct up to x =
- * 88): x = n ln 2 + r with n = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2 in
- * two parts, so n ln 2 is exact enough), e^r by Cephes's degree-7
+/* e^x in eight float lanes for softmax arguments (x <= 0) and the gates'
+ * (any x): x = n ln 2 + r with n = round(x / ln 2) and |r| <= ln 2 / 2 (ln 2
+ * in two parts, so n ln 2 is exact enough), e^r by Cephes's degree-7
  * polynomial (its expf's coefficients: 1 + r + r^2 (1/2 + r/6 + ..)), and
  * 2^n added to the exponent bits. Lanes below -86 (2^n would leave the
  * normal range; e^-86 < 5e-38, nothing next to the softmax's 1) give 0,
- * NaN stays NaN. Within 2 ulp of e^x (tests/cpu/test_exp_row.c: every
- * 61st float of [-86, 0] against fp64). */
+ * lanes above 88 (2^n near the top of the range) +inf (a gate's
+ * g / (1 + e^x) is then 0 where it is under 1e-36), NaN stays NaN. Within 2
+ * ulp of e^x (tests/cpu/test_exp_row.c: every 61st float of [-86, 88]
+ * against fp64). */
 EXP_AVX2 static inline __m256 expf8_poly(__m256 x)
 {
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -198,7 +201,9 @@ EXP_AVX2 static inline __m256 expf8_poly(__m256 x)
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
     __m256 y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_LT_OQ), y);
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-86.0f), _CMP_LT_OQ), y);
+    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY),
+                            _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
 }
 
 /* Every element through expf8_poly, the last few in a padded vector: an

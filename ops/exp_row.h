@@ -10,10 +10,10 @@
 /* s[c] = expf(s[c] - mx) for 0 <= c < n. */
 void ops_exp_row(float *s, int64_t n, float mx);
 
-/* s[c] = e^(s[c] - mx) for 0 <= c < n with every s[c] <= mx (a softmax's
- * row): where AVX2 and FMA run, a polynomial in float within 2 ulp, 0 where
- * s[c] - mx < -86; expf elsewhere. The attention of the int8 path
- * (prefill/attn_fused.h); ops_exp_row's bits are the exact path's. */
+/* s[c] = e^(s[c] - mx) for 0 <= c < n: where AVX2 and FMA run, a
+ * polynomial in float within 2 ulp, 0 where s[c] - mx < -86 and +inf where
+ * it is above 88; expf elsewhere. The attention (prefill/attn_fused.h) and
+ * the gates of the int8 path; ops_exp_row's bits are the exact path's. */
 void ops_exp_row_fused(float *s, int64_t n, float mx);
 
 #endif

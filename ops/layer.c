@@ -10,6 +10,8 @@
  * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
 #include "ops/layer.h"
 
+#include "ops/qmatmul.h"
+
 #include <stdbool.h>
 #include <string.h>
 
@@ -86,9 +88,9 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     case ROWS_GATE: {
         int64_t off = r0 * hp->n_ff, len = n * hp->n_ff;
         if (hp->ffn_act == MODEL_ACT_GELU_TANH)
-            ops_geglu(b->gate + off, b->up + off, len);
+            ops_geglu(b->gate + off, b->up + off, len, ops_ctx_exact(job->ctx));
         else
-            ops_swiglu(b->gate + off, b->up + off, len);
+            ops_swiglu(b->gate + off, b->up + off, len, ops_ctx_exact(job->ctx));
         break;
     }
     }

@@ -139,11 +139,12 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64
 
 /* gate = gate * sigmoid(z) * up, z = gate (SwiGLU) or GELU's tanh form
  * 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)) with z = sqrt(2 / pi) (g + 0.044715
- * g^3) (GeGLU; tanhf was a fifth of a prefill): one expf per element, taken
- * through ops_exp_row (expf's bits, several lanes at once: scalar expf was
- * 4 % of a prefill). */
+ * g^3) (GeGLU; tanhf was a fifth of a prefill): one exponential per element,
+ * several lanes at once (scalar expf was 4 % of a prefill): expf's bits
+ * through ops_exp_row on the exact path, the int8 path's polynomial
+ * (ops_exp_row_fused, a third of the cost) otherwise. */
 OPS_SIMD_CLONES
-static void gate_rows(float *gate, const float *up, int64_t n, bool gelu)
+static void gate_rows(float *gate, const float *up, int64_t n, bool gelu, bool exact)
 {
     const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
     float e[GATE_CHUNK];
@@ -158,7 +159,10 @@ static void gate_rows(float *gate, const float *up, int64_t n, bool gelu)
                                  : -OPS_V8(g + i);
         for (; i < m; i++)
             e[i] = gelu ? -k2 * (g[i] + 0.044715f * g[i] * g[i] * g[i]) : -g[i];
-        ops_exp_row(e, m, 0.0f); /* x - 0.0f is x */
+        if (exact) /* x - 0.0f is x */
+            ops_exp_row(e, m, 0.0f);
+        else
+            ops_exp_row_fused(e, m, 0.0f);
         for (i = 0; i + 8 <= m; i += 8)
             OPS_V8(g + i) = OPS_V8(g + i) / (1.0f + OPS_V8(e + i)) * OPS_V8(u + i);
         for (; i < m; i++)
@@ -166,14 +170,14 @@ static void gate_rows(float *gate, const float *up, int64_t n, bool gelu)
     }
 }
 
-void ops_swiglu(float *gate, const float *up, int64_t n)
+void ops_swiglu(float *gate, const float *up, int64_t n, bool exact)
 {
-    gate_rows(gate, up, n, false);
+    gate_rows(gate, up, n, false, exact);
 }
 
-void ops_geglu(float *gate, const float *up, int64_t n)
+void ops_geglu(float *gate, const float *up, int64_t n, bool exact)
 {
-    gate_rows(gate, up, n, true);
+    gate_rows(gate, up, n, true, exact);
 }
 
 void ops_softcap(float *x, int64_t n, double cap)

@@ -139,13 +139,15 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
 void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
                     int rope);
 
-/* gate[i] = silu(gate[i]) * up[i] for i < n. */
-void ops_swiglu(float *gate, const float *up, int64_t n);
+/* gate[i] = silu(gate[i]) * up[i] for i < n; `exact`: with expf's bits (the
+ * exact path), else the int8 path's polynomial exponential (within 2 ulp). */
+void ops_swiglu(float *gate, const float *up, int64_t n, bool exact);
 
 /* gate[i] = gelu(gate[i]) * up[i] for i < n, GELU's tanh form:
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's gelu_pytorch_tanh),
- * computed as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))), the same function. */
-void ops_geglu(float *gate, const float *up, int64_t n);
+ * computed as x / (1 + e^(-2 sqrt(2/pi) (x + 0.044715 x^3))), the same function;
+ * `exact` as for ops_swiglu. */
+void ops_geglu(float *gate, const float *up, int64_t n, bool exact);
 
 /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
 void ops_softcap(float *x, int64_t n, double cap);

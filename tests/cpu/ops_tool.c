@@ -85,9 +85,9 @@ int main(int argc, char **argv)
         int64_t n = atoll(argv[2]);
         float *gate = read_f32(argv[3], n), *up = read_f32(argv[4], n);
         if (!strcmp(argv[1], "geglu"))
-            ops_geglu(gate, up, n);
+            ops_geglu(gate, up, n, true);
         else
-            ops_swiglu(gate, up, n);
+            ops_swiglu(gate, up, n, true);
         write_f32(argv[5], gate, n);
         free(gate);
         free(up);

@@ -9,7 +9,8 @@
  * one unit in the last place. The gates that use it (ops_swiglu, ops_geglu)
  * against their scalar formulas with expf, the same way. On AVX-512 the
  * eight-lane form runs (ctest runs this again under IGNITE_SIMD=avx2).
- * The int8 path's polynomial (ops_exp_row_fused) against fp64's exp. */
+ * The int8 path's polynomial (ops_exp_row_fused) against fp64's exp, and
+ * the gates through it against their formulas in fp64. */
 #include "ops/exp_row.h"
 #include "ops/ops.h"
 #include "tests/test.h"
@@ -50,6 +51,17 @@ static bool same(float got, float want)
     return signbit(got) == signbit(want) && d >= -1 && d <= 1;
 }
 
+/* The int8 path's gate value against fp64: NaN for NaN, the same infinity,
+ * else within 5e-7 relative (the polynomial's 2 ulp and the division's and
+ * product's roundings) or 1e-30 absolute (a sigmoid the polynomial's +inf
+ * saturates to 0 is under 1e-36 there). */
+static bool near(float got, double want)
+{
+    if (isnan(want) || isinf(want))
+        return isnan(want) ? isnan(got) : (double)got == want;
+    return fabs((double)got - want) <= 5e-7 * fabs(want) + 1e-30;
+}
+
 /* Runs ops_exp_row on x[0..n) - mx and checks each element. */
 static int check_row(const float *x, int64_t n, float mx, float *buf)
 {
@@ -77,10 +89,11 @@ static double ulps(float got, double want)
     return fabs((double)got - want) / ldexp(1.0, e - 24);
 }
 
-/* ops_exp_row_fused: every 61st float of [-86, 0] within 2 ulp of fp64's
- * e^x (expf's 1 where it falls back), 0 below -86 (-inf too; or expf), NaN
- * for NaN; in rows of 0..19 elements, each element what its value gives in
- * a whole vector (the padded tail included), nothing written past the row. */
+/* ops_exp_row_fused: every 61st float of [-86, 0] and of [0, 88] within 2
+ * ulp of fp64's e^x (expf's where it falls back), 0 below -86 (-inf too; or
+ * expf), +inf above 88, NaN for NaN; in rows of 0..19 elements, each element
+ * what its value gives in a whole vector (the padded tail included),
+ * nothing written past the row. */
 static int check_fused(float *x, float *buf, int64_t chunk)
 {
     int bad = 0;
@@ -103,7 +116,33 @@ static int check_fused(float *x, float *buf, int64_t chunk)
         if (last)
             break;
     }
-    fprintf(stderr, "int8 path's exponential: worst %.3f ulp on [-86, 0]\n", worst);
+    for (uint32_t u = 0;; u += 61) { /* the gates' positive arguments */
+        bool last = u + 61 >= bits_of(88.0f);
+        x[n++] = last ? 88.0f : of_bits(u);
+        if (n < chunk && !last)
+            continue;
+        memcpy(buf, x, (size_t)n * sizeof *buf);
+        ops_exp_row_fused(buf, n, 0.0f);
+        for (int64_t i = 0; i < n; i++) {
+            double d = ulps(buf[i], exp((double)x[i]));
+            worst = d > worst ? d : worst;
+            if (d > 2.0 && bad++ < 5)
+                fprintf(stderr, "fused e^%a = %a, %.2f ulp\n", (double)x[i], (double)buf[i], d);
+        }
+        n = 0;
+        if (last)
+            break;
+    }
+    fprintf(stderr, "int8 path's exponential: worst %.3f ulp on [-86, 88]\n", worst);
+
+    /* Above 88: +inf from the polynomial, expf's value where expf runs. */
+    const float high[] = {88.01f, 88.5f, 100.0f, 1e30f, INFINITY, 1.0f, 87.9f, 0.5f};
+    memcpy(buf, high, sizeof high);
+    ops_exp_row_fused(buf, 8, 0.0f);
+    for (int i = 0; i < 5; i++)
+        bad += buf[i] != INFINITY && bits_of(buf[i]) != bits_of(expf(high[i]));
+    for (int i = 5; i < 8; i++)
+        bad += ulps(buf[i], exp((double)high[i])) > 2.0;
 
     /* Below -86: 0 from the polynomial, expf's value where expf runs. */
     const float low[] = {-86.01f, -87.5f, -100.0f, -1e30f, -INFINITY, NAN, 0.0f, -1.0f};
@@ -185,13 +224,16 @@ int main(void)
     CHECKF(bad == 0, "%d values of the int8 path's exponential out of bounds", bad);
 
     /* The gates through it (ops/norm_rope.c) against their scalar formulas
-     * with expf: lengths across the gates' 256-element chunks, and gate
-     * values where the sigmoid saturates, overflows and is NaN. */
+     * with expf, bit for bit (the exact path), and through the polynomial
+     * (the int8 path) within 5e-7 of the formulas in fp64: lengths across
+     * the gates' 256-element chunks, and gate values where the sigmoid
+     * saturates, overflows and is NaN. */
     const int64_t len = 700;
     float *g = malloc(len * sizeof *g), *up = malloc(len * sizeof *up);
     float *sw = malloc(len * sizeof *sw), *ge = malloc(len * sizeof *ge);
-    CHECK(g && up && sw && ge);
-    if (!g || !up || !sw || !ge)
+    float *fsw = malloc(len * sizeof *fsw), *fge = malloc(len * sizeof *fge);
+    CHECK(g && up && sw && ge && fsw && fge);
+    if (!g || !up || !sw || !ge || !fsw || !fge)
         return 1;
     for (int64_t i = 0; i < len; i++) {
         g[i] = 30.0f * test_rand_f(&st);
@@ -202,17 +244,30 @@ int main(void)
     for (int64_t n_el = 1; n_el <= len; n_el += n_el < 20 ? 1 : 97) {
         memcpy(sw, g, (size_t)n_el * sizeof *sw);
         memcpy(ge, g, (size_t)n_el * sizeof *ge);
-        ops_swiglu(sw, up, n_el);
-        ops_geglu(ge, up, n_el);
-        int bad_gate = 0;
+        memcpy(fsw, g, (size_t)n_el * sizeof *fsw);
+        memcpy(fge, g, (size_t)n_el * sizeof *fge);
+        ops_swiglu(sw, up, n_el, true);
+        ops_geglu(ge, up, n_el, true);
+        ops_swiglu(fsw, up, n_el, false);
+        ops_geglu(fge, up, n_el, false);
+        int bad_gate = 0, bad_fused = 0;
         for (int64_t i = 0; i < n_el; i++) {
             float v = g[i];
             bad_gate += !same(sw[i], v / (1.0f + expf(-v)) * up[i]);
             bad_gate += !same(ge[i], v / (1.0f + expf(-k2 * (v + 0.044715f * v * v * v))) * up[i]);
+            /* fp64 from the gate's own f32 argument (GeGLU's cubic in f32
+             * moves e^z by up to |z| f32 roundings, on both paths alike) */
+            double dv = v, z = -k2 * (v + 0.044715f * v * v * v);
+            bad_fused += !near(fsw[i], dv / (1.0 + exp(-dv)) * up[i]);
+            bad_fused += !near(fge[i], dv / (1.0 + exp(z)) * up[i]);
         }
         CHECKF(bad_gate == 0, "%d gate values of %lld differ from the scalar formula", bad_gate,
                (long long)n_el);
+        CHECKF(bad_fused == 0, "%d int8-path gate values of %lld off the fp64 formula", bad_fused,
+               (long long)n_el);
     }
+    free(fge);
+    free(fsw);
     free(ge);
     free(sw);
     free(up);

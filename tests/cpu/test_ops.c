@@ -110,11 +110,14 @@ static void test_rmsnorm_bias_swiglu(void)
         CHECK(y[i] == x[i] + g[i % W]);
 
     float s[N * W];
-    memcpy(s, gate, sizeof s);
-    ops_swiglu(s, up, N * W);
-    for (int i = 0; i < N * W; i++) {
-        double want = gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
-        CHECKF(fabs(s[i] - want) <= 1e-6 * (1.0 + fabs(want)), "swiglu [%d]", i);
+    for (int exact = 0; exact < 2; exact++) { /* the int8 path's exponential, expf's */
+        memcpy(s, gate, sizeof s);
+        ops_swiglu(s, up, N * W, exact);
+        for (int i = 0; i < N * W; i++) {
+            double want = gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
+            CHECKF(fabs(s[i] - want) <= 1e-6 * (1.0 + fabs(want)), "swiglu [%d], exact %d", i,
+                   exact);
+        }
     }
 }
 
