@@ -89,50 +89,43 @@ static double ulps(float got, double want)
     return fabs((double)got - want) / ldexp(1.0, e - 24);
 }
 
-/* ops_exp_row_fused: every 61st float of [-86, 0] and of [0, 88] within 2
- * ulp of fp64's e^x (expf's where it falls back), 0 below -86 (-inf too; or
- * expf), +inf above 88, NaN for NaN; in rows of 0..19 elements, each element
- * what its value gives in a whole vector (the padded tail included),
- * nothing written past the row. */
+/* ops_exp_row_fused on every 61st float from 0 to `end` (of end's sign, end
+ * itself last), in rows of `chunk`: the elements over 2 ulp of fp64's e^x
+ * (expf's where it falls back) counted, the worst kept. */
+static int sweep_fused(float *x, float *buf, int64_t chunk, float end, double *worst)
+{
+    const uint32_t sign = bits_of(end) & 0x80000000u, top = bits_of(end) & 0x7fffffffu;
+    int bad = 0;
+    int64_t n = 0;
+    for (uint32_t u = 0;; u += 61) {
+        bool last = u + 61 >= top;
+        x[n++] = last ? end : of_bits(sign | u);
+        if (n < chunk && !last)
+            continue;
+        memcpy(buf, x, (size_t)n * sizeof *buf);
+        ops_exp_row_fused(buf, n, 0.0f);
+        for (int64_t i = 0; i < n; i++) {
+            double d = ulps(buf[i], exp((double)x[i]));
+            *worst = d > *worst ? d : *worst;
+            if (d > 2.0 && bad++ < 5)
+                fprintf(stderr, "fused e^%a = %a, %.2f ulp\n", (double)x[i], (double)buf[i], d);
+        }
+        n = 0;
+        if (last)
+            return bad;
+    }
+}
+
+/* ops_exp_row_fused: every 61st float of [-86, 0] (the softmax's arguments)
+ * and of [0, 88] (the gates') within 2 ulp of fp64's e^x, 0 below -86 (-inf
+ * too; or expf), +inf above 88, NaN for NaN; in rows of 0..19 elements, each
+ * element what its value gives in a whole vector (the padded tail
+ * included), nothing written past the row. */
 static int check_fused(float *x, float *buf, int64_t chunk)
 {
-    int bad = 0;
     double worst = 0;
-    int64_t n = 0;
-    for (uint32_t u = bits_of(-86.0f);; u -= 61) {
-        bool last = u <= 0x80000000u + 61;
-        x[n++] = last ? -0.0f : of_bits(u);
-        if (n < chunk && !last)
-            continue;
-        memcpy(buf, x, (size_t)n * sizeof *buf);
-        ops_exp_row_fused(buf, n, 0.0f);
-        for (int64_t i = 0; i < n; i++) {
-            double d = ulps(buf[i], exp((double)x[i]));
-            worst = d > worst ? d : worst;
-            if (d > 2.0 && bad++ < 5)
-                fprintf(stderr, "fused e^%a = %a, %.2f ulp\n", (double)x[i], (double)buf[i], d);
-        }
-        n = 0;
-        if (last)
-            break;
-    }
-    for (uint32_t u = 0;; u += 61) { /* the gates' positive arguments */
-        bool last = u + 61 >= bits_of(88.0f);
-        x[n++] = last ? 88.0f : of_bits(u);
-        if (n < chunk && !last)
-            continue;
-        memcpy(buf, x, (size_t)n * sizeof *buf);
-        ops_exp_row_fused(buf, n, 0.0f);
-        for (int64_t i = 0; i < n; i++) {
-            double d = ulps(buf[i], exp((double)x[i]));
-            worst = d > worst ? d : worst;
-            if (d > 2.0 && bad++ < 5)
-                fprintf(stderr, "fused e^%a = %a, %.2f ulp\n", (double)x[i], (double)buf[i], d);
-        }
-        n = 0;
-        if (last)
-            break;
-    }
+    int bad = sweep_fused(x, buf, chunk, -86.0f, &worst);
+    bad += sweep_fused(x, buf, chunk, 88.0f, &worst);
     fprintf(stderr, "int8 path's exponential: worst %.3f ulp on [-86, 88]\n", worst);
 
     /* Above 88: +inf from the polynomial, expf's value where expf runs. */
