@@ -147,7 +147,7 @@
     TOKEN("(%[x],%[l],2)", "10")                                                              \
     TOKEN("(%[x],%[l3])", "11")                                                               \
     "add $320, %[p]\n\t"                                                                      \
-    "add %[xsz], %[x]\n\t"                                                                       \
+    "add %[xsz], %[x]\n\t"                                                                    \
     "dec %[n]\n\t"                                                                            \
     "jnz 1b\n\t"                                                                              \
     "2:\n\t"                                                                                  \

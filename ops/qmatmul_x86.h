@@ -487,15 +487,16 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
                                      _mm256_mul_ps(d, _mm256_set1_ps(xb->d)), acc[t]);
         }
     }
-    /* The offsets' sums in a loop of their own: the same operations in the
-     * same order, and the loop above two operations a block and token and
-     * four accumulators lighter (what lets the AVX2 assembly loop hold
-     * everything in the 16 ymm registers). */
-    for (int64_t b = 0; b < (zp ? 0 : n_blk); b++) {
-        __m256 m = _mm256_load_ps(p[b].m);
-        UNROLL for (int t = 0; t < nt; t++)
-            add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[t * ldx + b].s), add[t]);
-    }
+    /* The offsets' sums (none for a zero point) in a loop of their own: the
+     * same operations in the same order, and the loop above two operations a
+     * block and token and four accumulators lighter (what lets the AVX2
+     * assembly loop hold everything in the 16 ymm registers). */
+    if (!zp)
+        for (int64_t b = 0; b < n_blk; b++) {
+            __m256 m = _mm256_load_ps(p[b].m);
+            UNROLL for (int t = 0; t < nt; t++)
+                add[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(x[t * ldx + b].s), add[t]);
+        }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
