@@ -87,10 +87,11 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     }
     case ROWS_GATE: {
         int64_t off = r0 * hp->n_ff, len = n * hp->n_ff;
+        bool exact = ops_ctx_exact(job->ctx);
         if (hp->ffn_act == MODEL_ACT_GELU_TANH)
-            ops_geglu(b->gate + off, b->up + off, len, ops_ctx_exact(job->ctx));
+            ops_geglu(b->gate + off, b->up + off, len, exact);
         else
-            ops_swiglu(b->gate + off, b->up + off, len, ops_ctx_exact(job->ctx));
+            ops_swiglu(b->gate + off, b->up + off, len, exact);
         break;
     }
     }

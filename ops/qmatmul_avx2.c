@@ -42,8 +42,9 @@ qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
     return fgemm8;
 }
 
+/* The quantizer's helpers: AVX2 alone, as ops_qmm_quantize checks (not the
+ * kernels' AVX2 + FMA + F16C, which could not be inlined here). */
 #define AVX2_QUANT __attribute__((target("avx2"), always_inline)) static inline
-#define UNROLL8 _Pragma("GCC unroll 8")
 
 /* Block xb's quants from x * id (rounded to nearest even by vcvtps2dq, the
  * default rounding rintf uses), stored; their int32 sums over the first and
@@ -53,7 +54,7 @@ AVX2_QUANT void quants_of(const float *xb, float id, struct qmm_q8 *out, __m256i
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256 idv = _mm256_set1_ps(id);
     __m256i q[4];
-    UNROLL8 for (int i = 0; i < 4; i++)
+    UNROLL for (int i = 0; i < 4; i++)
         q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * i), idv));
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
                                    _mm256_packs_epi32(q[2], q[3]));
@@ -76,16 +77,16 @@ AVX2_QUANT void set_sums(float d, int32_t sum0, int32_t sum1, struct qmm_q8 *out
  * First [a0 b0 a1 b1] in each half for a, b = v[2i], v[2i + 1], then
  * v[4i]..v[4i + 3] in each half, then the halves together. */
 #define REDUCE8(v, op)                                                                       \
-    ({                                                                                      \
-        __m256i h_[4];                                                                      \
-        UNROLL8 for (int i_ = 0; i_ < 4; i_++)                                              \
+    ({                                                                                       \
+        __m256i h_[4];                                                                       \
+        UNROLL for (int i_ = 0; i_ < 4; i_++)                                                \
             h_[i_] = op(_mm256_unpacklo_epi32(v[2 * i_], v[2 * i_ + 1]),                     \
                         _mm256_unpackhi_epi32(v[2 * i_], v[2 * i_ + 1]));                    \
-        UNROLL8 for (int i_ = 0; i_ < 2; i_++)                                              \
+        UNROLL for (int i_ = 0; i_ < 2; i_++)                                                \
             h_[i_] = op(_mm256_unpacklo_epi64(h_[2 * i_], h_[2 * i_ + 1]),                   \
                         _mm256_unpackhi_epi64(h_[2 * i_], h_[2 * i_ + 1]));                  \
-        op(_mm256_permute2x128_si256(h_[0], h_[1], 0x20),                                   \
-           _mm256_permute2x128_si256(h_[0], h_[1], 0x31));                                  \
+        op(_mm256_permute2x128_si256(h_[0], h_[1], 0x20),                                    \
+           _mm256_permute2x128_si256(h_[0], h_[1], 0x31));                                   \
     })
 
 /* A block with an inf or NaN, as ops_qmm_quantize_c leaves it. */
@@ -104,7 +105,7 @@ AVX2_QUANT __m256i abs_max_bits(const float *xb)
 {
     const __m256i mag = _mm256_set1_epi32(0x7fffffff);
     __m256i a[4];
-    UNROLL8 for (int i = 0; i < 4; i++)
+    UNROLL for (int i = 0; i < 4; i++)
         a[i] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(xb + 8 * i)),
                                 mag);
     return _mm256_max_epi32(_mm256_max_epi32(a[0], a[1]), _mm256_max_epi32(a[2], a[3]));
@@ -157,7 +158,7 @@ AVX2_QUANT void quantize_block(const float *xb, struct qmm_q8 *out)
 AVX2_QUANT void quantize_8blocks(const float *x, struct qmm_q8 *out)
 {
     __m256i m[8], h0[8], h1[8];
-    UNROLL8 for (int i = 0; i < 8; i++)
+    UNROLL for (int i = 0; i < 8; i++)
         m[i] = abs_max_bits(x + i * QMM_QK);
     __m256i amax = REDUCE8(m, _mm256_max_epi32);
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff)))) {
@@ -171,11 +172,11 @@ AVX2_QUANT void quantize_8blocks(const float *x, struct qmm_q8 *out)
     _mm256_storeu_ps(a, _mm256_castsi256_ps(amax));
     _mm256_storeu_ps(d, dv);
     _mm256_storeu_ps(id, inverse_d(dv)); /* an all-zero block's d is +-0: id 0 either way */
-    UNROLL8 for (int i = 0; i < 8; i++)
+    UNROLL for (int i = 0; i < 8; i++)
         quants_of(x + i * QMM_QK, id[i], out + i, &h0[i], &h1[i]);
     _mm256_storeu_si256((__m256i *)(void *)sum0, REDUCE8(h0, _mm256_add_epi32));
     _mm256_storeu_si256((__m256i *)(void *)sum1, REDUCE8(h1, _mm256_add_epi32));
-    UNROLL8 for (int i = 0; i < 8; i++)
+    UNROLL for (int i = 0; i < 8; i++)
         set_sums(a[i] == 0.0f ? block_d(x + i * QMM_QK, 0.0f) : d[i], sum0[i], sum1[i], out + i);
 }
 
