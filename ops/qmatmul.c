@@ -162,7 +162,7 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
              * could vanish from the result; the f32 product is NaN, so is this. */
             memset(out[b].qs, 0, sizeof out[b].qs);
             out[b].d = out[b].s = NAN;
-            out[b].hs[0] = out[b].hs[1] = 0;
+            out[b].dhs[0] = out[b].dhs[1] = NAN;
             out[b].sum8 = out[b].sum16 = 0;
             continue;
         }
@@ -184,8 +184,8 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
         }
         out[b].d = d;
         out[b].s = d * (float)(sum0 + sum1);
-        out[b].hs[0] = (int16_t)sum0;
-        out[b].hs[1] = (int16_t)sum1;
+        out[b].dhs[0] = d * (float)sum0;
+        out[b].dhs[1] = d * (float)sum1;
         out[b].sum8 = 8 * (sum0 + sum1);
         out[b].sum16 = 16 * (sum0 + sum1);
     }

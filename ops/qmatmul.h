@@ -28,14 +28,15 @@
 #define QMM_QK 32 /* activation elements per block */
 
 /* One block of a quantized activation: x[i] ~= d * qs[i]; s = d * sum(qs);
- * hs the sums of qs over each half (Q6_K's packed layout scales halves);
+ * dhs d times the sums of qs over each half (Q6_K's and Q2_K's packed
+ * layouts scale halves; the product made once here, not per weight row);
  * sum8 and sum16 8 and 16 times sum(qs), what the SIMD kernels take from a
  * Q4_0 or Q5_0 block's integer sum (w = d (q - 8), d (q - 16)). */
 struct qmm_q8 {
     float d;
     float s;
     int8_t qs[QMM_QK];
-    int16_t hs[2];
+    float dhs[2];
     int32_t sum8;
     int32_t sum16;
 };
@@ -102,7 +103,7 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * 2 (k % 4), 2 (k % 4) + 1 of byte b of plane k / 4 belong to unpacked
  * vector k's byte b): w = d sc_h (u - 32) with u unsigned, d sc_h an exact
  * product (11 by 8 bits); its kernel sums each half apart and uses the
- * token's half sums (struct qmm_q8.hs) for the -32. Q3_K (w = d sc v, v in
+ * token's half sums (struct qmm_q8.dhs) for the -32. Q3_K (w = d sc v, v in
  * -4..3, sc in -32..31 per 16 elements) is stored as Q6_K with u = v + 32.
  * Q2_K (w = d sc u - dmin mn per 16 elements, u in 0..3) keeps Q6_K's
  * halves with a min each (QMM_K2_SUPER bytes a super-block: f16 d[8],
@@ -260,7 +261,7 @@ enum qmm_isa ops_qmm_best_isa(void);
 const char *ops_qmm_isa_name(enum qmm_isa isa);
 
 /* Quantizes x[0..cols) (cols a multiple of QMM_QK) into cols / QMM_QK blocks:
- * d = max|x| / 127, qs = round-to-nearest-even(x / d), s and hs as above. */
+ * d = max|x| / 127, qs = round-to-nearest-even(x / d), s and dhs as above. */
 void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out);
 /* The same, bit for bit: in plain C (every CPU), and eight lanes at a time
  * (x86 with AVX2 only; ops_qmm_quantize picks it there). */

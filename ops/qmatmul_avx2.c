@@ -67,8 +67,8 @@ AVX2_QUANT void set_sums(float d, int32_t sum0, int32_t sum1, struct qmm_q8 *out
 {
     out->d = d;
     out->s = d * (float)(sum0 + sum1);
-    out->hs[0] = (int16_t)sum0;
-    out->hs[1] = (int16_t)sum1;
+    out->dhs[0] = d * (float)sum0;
+    out->dhs[1] = d * (float)sum1;
     out->sum8 = 8 * (sum0 + sum1);
     out->sum16 = 16 * (sum0 + sum1);
 }
@@ -94,7 +94,7 @@ AVX2_QUANT void quantize_nonfinite(struct qmm_q8 *out)
 {
     memset(out->qs, 0, sizeof out->qs);
     out->d = out->s = NAN;
-    out->hs[0] = out->hs[1] = 0;
+    out->dhs[0] = out->dhs[1] = NAN;
     out->sum8 = out->sum16 = 0;
 }
 

@@ -96,8 +96,8 @@
 
 #define QMM_ASM_TOKEN_NARROW(A, ACC) QMM_ASM_NARROW(A, ACC, "")
 #define QMM_ASM_TOKEN_WIDE(A, ACC) QMM_ASM_WIDE(A, ACC, "")
-#define QMM_ASM_TOKEN_Q4_0(A, ACC) QMM_ASM_NARROW(A, ACC, QMM_ASM_ZERO_POINT("44", A))
-#define QMM_ASM_TOKEN_Q5_0(A, ACC) QMM_ASM_WIDE(A, ACC, QMM_ASM_ZERO_POINT("48", A))
+#define QMM_ASM_TOKEN_Q4_0(A, ACC) QMM_ASM_NARROW(A, ACC, QMM_ASM_ZERO_POINT("48", A))
+#define QMM_ASM_TOKEN_Q5_0(A, ACC) QMM_ASM_WIDE(A, ACC, QMM_ASM_ZERO_POINT("52", A))
 
 /* Q6_K's unpacked blocks (gemv8_k6_tokens): d sc_0 in d, d sc_1 in m, each
  * half's pair sums two vectors at a time in int16, then int32. */
@@ -158,8 +158,8 @@
 
 _Static_assert(sizeof(struct qmm_pack8) == 320 && offsetof(struct qmm_pack8, d) == 256,
                "the assembly's block offsets");
-_Static_assert(offsetof(struct qmm_q8, qs) == 8 && offsetof(struct qmm_q8, sum8) == 44 &&
-                   offsetof(struct qmm_q8, sum16) == 48,
+_Static_assert(offsetof(struct qmm_q8, qs) == 8 && offsetof(struct qmm_q8, sum8) == 48 &&
+                   offsetof(struct qmm_q8, sum16) == 52,
                "the assembly's token offsets");
 
 /* The token steps of the assembly loop: 4-bit quants, 5-bit ones, those of

@@ -227,7 +227,7 @@ static float row_q2_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
                 for (int l = 16 * h; l < 16 * h + 16; l++)
                     sh += quant_k2_value(blk->qs, 32 * j + l) * xb->qs[l];
                 acc += d * (float)(sc & 0x0f) * xb->d * (float)sh -
-                       dmin * (float)(sc >> 4) * xb->d * (float)xb->hs[h];
+                       dmin * (float)(sc >> 4) * xb->dhs[h];
             }
         }
     }
@@ -323,7 +323,8 @@ static int packed_quant(enum quant_type type, const uint8_t *q, int j, int e)
 }
 
 /* Q6_K's packed blocks: w = d_h (u - 32) on each 16-element half h, so
- * dot = sum_h d_h dx (sum_h(u x) - 32 hs_h). */
+ * dot = sum_h d_h dx sum_h(u x) - 32 sum_h d_h dhs_h, the -32 applied once
+ * at the end (a power of two: the same bits as on every term). */
 static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                               int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
@@ -345,15 +346,15 @@ static void gemv8_packed_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_
                         s += u * xb->qs[e];
                     }
                     acc += d * xb->d * (float)s;
-                    add += d * (-32.0f * xb->d * (float)xb->hs[h]);
+                    add += d * xb->dhs[h];
                 }
             }
-            y[t * ldy + j] = acc + add;
+            y[t * ldy + j] = acc + -32.0f * add;
         }
 }
 
 /* Q2_K's packed blocks: w = d sc_h u - dmin mn_h on each 16-element half h,
- * so dot = sum_h d sc_h dx sum_h(u x) - dmin mn_h dx hs_h. */
+ * so dot = sum_h d sc_h dx sum_h(u x) - dmin mn_h dhs_h. */
 static void gemv8_packed_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                               int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
@@ -374,7 +375,7 @@ static void gemv8_packed_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_
                              xb->qs[e];
                     acc += ig_f16_to_f32(dh) * (float)blk[QMM_PR * h + j] * xb->d * (float)s;
                     add += -ig_f16_to_f32(mh) * (float)blk[QMM_PR * (2 + h) + j] *
-                           (xb->d * (float)xb->hs[h]);
+                           xb->dhs[h];
                 }
             }
             y[t * ldy + j] = acc + add;

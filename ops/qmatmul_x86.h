@@ -802,11 +802,13 @@ AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, _
         q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + plane + 32 * (k / 4)), k % 4));
 }
 
-/* The -32 of a Q6_K block's halves (scales d0, d1) for token block xb. */
+/* The -32 of a Q6_K block's halves (scales d0, d1) for token block xb,
+ * without the -32: the caller scales the sum by it once (a power of two,
+ * the same bits as on every term). */
 AVX2 INLINE void k6_offsets(__m256 d0, __m256 d1, const struct qmm_q8 *xb, __m256 *add)
 {
-    *add = _mm256_fmadd_ps(d0, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[0]), *add);
-    *add = _mm256_fmadd_ps(d1, _mm256_set1_ps(-32.0f * xb->d * (float)xb->hs[1]), *add);
+    *add = _mm256_fmadd_ps(d0, _mm256_set1_ps(xb->dhs[0]), *add);
+    *add = _mm256_fmadd_ps(d1, _mm256_set1_ps(xb->dhs[1]), *add);
 }
 
 /* Packed Q2_K block b of group p (ops/qmatmul.h): its halves' scales
@@ -843,8 +845,8 @@ AVX2 INLINE void k2_mins(const uint8_t *p, int64_t b, __m256 *m0, __m256 *m1)
  * token's d hs_h. */
 AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m256 *add)
 {
-    *add = _mm256_fmadd_ps(m0, _mm256_set1_ps(xb->d * (float)xb->hs[0]), *add);
-    *add = _mm256_fmadd_ps(m1, _mm256_set1_ps(xb->d * (float)xb->hs[1]), *add);
+    *add = _mm256_fmadd_ps(m0, _mm256_set1_ps(xb->dhs[0]), *add);
+    *add = _mm256_fmadd_ps(m1, _mm256_set1_ps(xb->dhs[1]), *add);
 }
 
 /* Q6_K: y for nt (<= QMM_NT) tokens from packed group p, or with
@@ -924,8 +926,9 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
                     k6_offsets(d0, d1, x + t * ldx + b, &add[t]);
             }
         }
+    const __m256 scale = _mm256_set1_ps(k2 ? 1.0f : -32.0f); /* Q6_K's -32 (k6_offsets) */
     UNROLL for (int t = 0; t < nt; t++)
-        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
+        _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], _mm256_mul_ps(add[t], scale)));
 }
 
 /* The tokens of y, QMM_NT at a time, from packed group p or its unpacked

@@ -90,9 +90,10 @@ static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
         int32_t half = 0;
         for (int j = 0; j < QMM_QK / 2; j++)
             half += q[b].qs[j];
-        if ((q[b].hs[0] != half || q[b].hs[0] + q[b].hs[1] != sum) && bad++ < 3)
-            fprintf(stderr, "quantize: block %lld: half sums %d %d, want %d %d\n", (long long)b,
-                    q[b].hs[0], q[b].hs[1], half, sum - half);
+        if ((q[b].dhs[0] != q[b].d * (float)half || q[b].dhs[1] != q[b].d * (float)(sum - half)) &&
+            bad++ < 3)
+            fprintf(stderr, "quantize: block %lld: d half sums %g %g, want d * %d, d * %d\n",
+                    (long long)b, q[b].dhs[0], q[b].dhs[1], half, sum - half);
         if ((q[b].sum8 != 8 * sum || q[b].sum16 != 16 * sum) && bad++ < 3)
             fprintf(stderr, "quantize: block %lld: sum8 %d sum16 %d, sum %d\n", (long long)b,
                     q[b].sum8, q[b].sum16, sum);
