@@ -690,6 +690,20 @@ static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int6
     }
 }
 
+/* dst[0..n) = src[0..n) * f, eight at a time (one product each: the same
+ * bits as one by one; the item's queries in and its outputs out, where the
+ * baseline build's scalar loops were 1.5 % of an AVX2 prefill) and a decode
+ * row's. */
+OPS_SIMD_CLONES
+static void scale_row(float *dst, const float *src, float f, int64_t n)
+{
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        v8_store(dst + d, v8_load(src + d) * f);
+    for (; d < n; d++)
+        dst[d] = src[d] * f;
+}
+
 /* One K/V tile of a decode item (one query token; rows: its KV head's query
  * heads in the walk) from an f16 cache, the halves converted in registers
  * as attn_decode.c loads them: the same scores, softmax and accumulation as
@@ -758,11 +772,9 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
     int64_t rows = h1 - h0;
     int64_t kvh0 = h0 / group, kvh1 = (h1 - 1) / group + 1;
     const float *q = s->q + h0 * hd;
+    scale_row(sc->q, q, p->scale, rows * hd);
+    memset(sc->o, 0, (size_t)(rows * hd) * sizeof *sc->o);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t d = 0; d < hd; d++) {
-            sc->q[r * hd + d] = q[r * hd + d] * p->scale;
-            sc->o[r * hd + d] = 0.0f;
-        }
         sc->m[r] = -INFINITY;
         sc->l[r] = 0.0f;
     }
@@ -783,11 +795,8 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
         }
     }
     float *out = s->out + h0 * hd;
-    for (int64_t r = 0; r < rows; r++) {
-        float inv = 1.0f / sc->l[r];
-        for (int64_t d = 0; d < hd; d++)
-            out[r * hd + d] = sc->o[r * hd + d] * inv;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        scale_row(out + r * hd, sc->o + r * hd, 1.0f / sc->l[r], hd);
 }
 
 /* The columns [lo, hi) of the tile at k0 (nc columns) that the query token
@@ -818,15 +827,12 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t h = kvh * group + g;
         for (int64_t i = 0; i < nq; i++) {
             int64_t r = g * nq + i;
-            const float *q = s->q + (t0 + i) * p->q_tok_stride + h * hd;
-            for (int64_t d = 0; d < hd; d++) {
-                sc->q[r * hd + d] = q[d] * p->scale;
-                sc->o[r * hd + d] = 0.0f;
-            }
+            scale_row(sc->q + r * hd, s->q + (t0 + i) * p->q_tok_stride + h * hd, p->scale, hd);
             sc->m[r] = -INFINITY;
             sc->l[r] = 0.0f;
         }
     }
+    memset(sc->o, 0, (size_t)(rows * hd) * sizeof *sc->o);
 
     /* Keys kbegin .. kend - 1 are visible to at least one query of the
      * tile: the last query sees up to kend - 1, the first from kbegin on. */
@@ -879,10 +885,8 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t h = kvh * group + g;
         for (int64_t i = 0; i < nq; i++) {
             int64_t r = g * nq + i;
-            float inv = 1.0f / sc->l[r];
-            float *out = s->out + (t0 + i) * p->out_tok_stride + h * hd;
-            for (int64_t d = 0; d < hd; d++)
-                out[d] = sc->o[r * hd + d] * inv;
+            scale_row(s->out + (t0 + i) * p->out_tok_stride + h * hd, sc->o + r * hd,
+                      1.0f / sc->l[r], hd);
         }
     }
 }
