@@ -437,21 +437,36 @@ static void softcap_scores(struct attn_scratch *sc, int64_t rows, int64_t c0, in
 
 /* max(m, x[0..n)) as the scalar loop `m = x > m ? x : m` gives it (a NaN
  * score never taken), eight lanes at a time: each lane starts at m and
- * takes the same comparisons, and a max does not depend on their order. */
+ * takes the same comparisons, and a max does not depend on their order
+ * (but for the sign of a zero maximum, which no e^(s - m) or m_old - m
+ * downstream can see). Four chains of eight lanes (one chain waited on each
+ * compare and blend), then the lanes by halves, pairs and neighbours in
+ * vectors (a scalar loop over them waited on each max): the two were 7 %
+ * of an AVX2 prefill's attention at 2048 tokens (bench/attn_cpu). */
 typedef int32_t attn_i8 __attribute__((vector_size(32)));
+#define v8_max(w, v)                                                                         \
+    ({                                                                                       \
+        attn_i8 gt_ = (w) > (v);                                                             \
+        (attn_v8)((gt_ & (attn_i8)(w)) | (~gt_ & (attn_i8)(v)));                              \
+    })
 OPS_SIMD_CLONES
 static float row_max(const float *x, int64_t n, float m)
 {
     int64_t c = 0;
     if (n >= 16) {
-        attn_v8 v = {m, m, m, m, m, m, m, m};
-        for (; c + 8 <= n; c += 8) {
-            attn_v8 w = v8_load(x + c);
-            attn_i8 gt = w > v;
-            v = (attn_v8)((gt & (attn_i8)w) | (~gt & (attn_i8)v));
+        attn_v8 v0 = {m, m, m, m, m, m, m, m}, v1 = v0, v2 = v0, v3 = v0;
+        for (; c + 32 <= n; c += 32) {
+            v0 = v8_max(v8_load(x + c), v0), v1 = v8_max(v8_load(x + c + 8), v1);
+            v2 = v8_max(v8_load(x + c + 16), v2), v3 = v8_max(v8_load(x + c + 24), v3);
         }
-        for (int j = 0; j < 8; j++)
-            m = v[j] > m ? v[j] : m;
+        for (; c + 8 <= n; c += 8)
+            v0 = v8_max(v8_load(x + c), v0);
+        v0 = v8_max(v0, v1), v2 = v8_max(v2, v3);
+        v0 = v8_max(v0, v2);
+        v0 = v8_max(v0, v8_shuf(v0, v0, 4, 5, 6, 7, 0, 1, 2, 3));
+        v0 = v8_max(v0, v8_shuf(v0, v0, 2, 3, 0, 1, 6, 7, 4, 5));
+        v0 = v8_max(v0, v8_shuf(v0, v0, 1, 0, 3, 2, 5, 4, 7, 6));
+        m = v0[0];
     }
     for (; c < n; c++)
         m = x[c] > m ? x[c] : m;
