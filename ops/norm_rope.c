@@ -108,6 +108,40 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
     }
 }
 
+/* One head's pairs i < half rotated by (cs[i], sn[i]): a pair is dims 2i,
+ * 2i + 1 (adjacent) or i, half + i. Eight lanes at a time where the
+ * scalar loop was 1 % of a prefill: adjacent pairs as [x0 x1] lanes, the
+ * swapped vector times [-s s] added (x0 c + x1 (-s) is x0 c - x1 s, x1 c +
+ * x0 s is x0 s + x1 c: the same roundings), then the rest one by one. */
+OPS_SIMD_CLONES
+static void rope_head(float *v, const float *cs, const float *sn, int64_t half, bool adjacent)
+{
+    int64_t i = 0;
+    if (adjacent)
+        for (; i + 4 <= half; i += 4) {
+            ops_v8 w = OPS_V8(v + 2 * i);
+            ops_v4 c4 = *(const ops_v4 *)(const void *)(cs + i);
+            ops_v4 s4 = *(const ops_v4 *)(const void *)(sn + i);
+            ops_v8 c = __builtin_shufflevector(c4, c4, 0, 0, 1, 1, 2, 2, 3, 3);
+            ops_v8 s = __builtin_shufflevector(s4, -s4, 4, 0, 5, 1, 6, 2, 7, 3);
+            OPS_V8(v + 2 * i) = w * c + __builtin_shufflevector(w, w, 1, 0, 3, 2, 5, 4, 7, 6) * s;
+        }
+    else
+        for (; i + 8 <= half; i += 8) {
+            ops_v8 a = OPS_V8(v + i), b = OPS_V8(v + half + i);
+            ops_v8 c = OPS_V8(cs + i), s = OPS_V8(sn + i);
+            OPS_V8(v + i) = a * c - b * s;
+            OPS_V8(v + half + i) = a * s + b * c;
+        }
+    int64_t gap = adjacent ? 1 : half, step = adjacent ? 2 : 1;
+    for (; i < half; i++) {
+        float *a = v + i * step, *c = a + gap;
+        float x0 = *a, x1 = *c;
+        *a = x0 * cs[i] - x1 * sn[i];
+        *c = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
 void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
                     int rope)
 {
@@ -117,21 +151,11 @@ void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64
     int64_t half = hp->n_rot / 2, hd = hp->head_dim;
     const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * half;
     const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * half;
-    /* Distance between the two dims of a pair, and between pairs. */
-    int64_t pair_gap = hp->rope_style == ROPE_ADJACENT ? 1 : half;
-    int64_t pair_step = hp->rope_style == ROPE_ADJACENT ? 2 : 1;
-    for (int64_t t = t0; t < t1; t++) {
-        const float *cs = cos_t + t * half, *sn = sin_t + t * half;
-        for (int64_t h = 0; h < n_heads; h++) {
-            float *v = x + (t * n_heads + h) * hd;
-            for (int64_t i = 0; i < half; i++) {
-                float *a = v + i * pair_step, *c = a + pair_gap;
-                float x0 = *a, x1 = *c;
-                *a = x0 * cs[i] - x1 * sn[i];
-                *c = x0 * sn[i] + x1 * cs[i];
-            }
-        }
-    }
+    bool adjacent = hp->rope_style == ROPE_ADJACENT;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t h = 0; h < n_heads; h++)
+            rope_head(x + (t * n_heads + h) * hd, cos_t + t * half, sin_t + t * half, half,
+                      adjacent);
 }
 
 /* Elements per ops_exp_row call of the gates (a stack buffer). */
@@ -187,8 +211,12 @@ void ops_softcap(float *x, int64_t n, double cap)
         x[i] = c * tanhf(x[i] * inv);
 }
 
+OPS_SIMD_CLONES
 void ops_add(float *x, const float *y, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        OPS_V8(x + i) = OPS_V8(x + i) + OPS_V8(y + i);
+    for (; i < n; i++)
         x[i] += y[i];
 }
