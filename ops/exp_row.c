@@ -209,7 +209,7 @@ EXP_AVX2 static inline __m256 expf8_poly(__m256 x)
 /* Every element through expf8_poly, the last few in a padded vector: an
  * element's result depends on its value alone, never on where it falls in
  * the row (a decode row gives what it gives inside a prompt chunk). */
-EXP_AVX2 static void exp_row_poly(float *s, int64_t n, float mx)
+EXP_AVX2 static inline void exp_row_poly(float *s, int64_t n, float mx)
 {
     __m256 m = _mm256_set1_ps(mx);
     int64_t c = 0;
@@ -221,6 +221,14 @@ EXP_AVX2 static void exp_row_poly(float *s, int64_t n, float mx)
         _mm256_storeu_ps(t, expf8_poly(_mm256_sub_ps(_mm256_loadu_ps(t), m)));
         memcpy(s + c, t, (size_t)(n - c) * sizeof *s);
     }
+}
+
+/* exp_row_poly over rows, its constants set up once. */
+EXP_AVX2 static void exp_rows_poly(float *s, int64_t n, int64_t rows, int64_t s_stride,
+                                   const float *mx, int64_t mx_stride)
+{
+    for (int64_t r = 0; r < rows; r++)
+        exp_row_poly(s + r * s_stride, n, mx[r * mx_stride]);
 }
 
 /* 2: AVX-512 (ignite's VNNI level: not where IGNITE_SIMD caps it), 1: AVX2
@@ -254,9 +262,19 @@ void ops_exp_row(float *s, int64_t n, float mx)
 void ops_exp_row_fused(float *s, int64_t n, float mx)
 {
     if (exp_isa_here() >= 1)
-        exp_row_poly(s, n, mx);
+        exp_rows_poly(s, n, 1, 0, &mx, 0);
     else
         exp_row_scalar(s, n, mx);
+}
+
+void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
+                        int64_t mx_stride)
+{
+    if (exp_isa_here() >= 1)
+        exp_rows_poly(s, n, rows, s_stride, mx, mx_stride);
+    else
+        for (int64_t r = 0; r < rows; r++)
+            exp_row_scalar(s + r * s_stride, n, mx[r * mx_stride]);
 }
 
 #else
@@ -271,4 +289,18 @@ void ops_exp_row_fused(float *s, int64_t n, float mx)
     exp_row_scalar(s, n, mx);
 }
 
+void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
+                        int64_t mx_stride)
+{
+    for (int64_t r = 0; r < rows; r++)
+        exp_row_scalar(s + r * s_stride, n, mx[r * mx_stride]);
+}
+
 #endif
+
+void ops_exp_rows(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
+                  int64_t mx_stride)
+{
+    for (int64_t r = 0; r < rows; r++) /* (expf's bits: each row's call as alone) */
+        ops_exp_row(s + r * s_stride, n, mx[r * mx_stride]);
+}

@@ -16,4 +16,13 @@ void ops_exp_row(float *s, int64_t n, float mx);
  * the gates of the int8 path; ops_exp_row's bits are the exact path's. */
 void ops_exp_row_fused(float *s, int64_t n, float mx);
 
+/* The two above over `rows` rows at once: row r's n elements at s + r *
+ * s_stride, its max at mx[r * mx_stride]; each element as in one row's
+ * call. One call for a tile's rows, where a call a row cost a third of
+ * the softmax's exponentials (each call's setup, for rows of 64). */
+void ops_exp_rows(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
+                  int64_t mx_stride);
+void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
+                        int64_t mx_stride);
+
 #endif

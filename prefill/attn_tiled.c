@@ -48,9 +48,11 @@
  * not in the baseline code around the cloned loops), two in the exact one. */
 #ifdef ATTN_FUSED
 #define softmax_exp_row ops_exp_row_fused
+#define softmax_exp_rows ops_exp_rows_fused
 #define row_sum_update(l, corr, sum) fmaf(l, corr, sum)
 #else
 #define softmax_exp_row ops_exp_row
+#define softmax_exp_rows ops_exp_rows
 #define row_sum_update(l, corr, sum) ((l) * (corr) + (sum))
 #endif
 
@@ -473,23 +475,29 @@ static float row_max(const float *x, int64_t n, float m)
     return m;
 }
 
-/* Online-softmax update of row r over its visible columns [lo, hi): turns
- * s[r][lo..hi) into probabilities relative to the new max, sets m[r], and
- * leaves m_old - m_new in corr[r] for correct_rows to exponentiate (with
- * the other rows' in one vector pass, where a scalar expf per row and tile
- * was 4 % of a long prefill). Columns outside are never read. The max is
- * row_max's, the exponentials softmax_exp_row's (expf's bits, vectorized;
- * the fused build's polynomial). The
- * sum and l[r] = l[r] corr[r] + sum come with the accumulation
- * (accumulate_rows, add_row_sum; the decode path:
+/* Online-softmax update of row r over its visible columns [lo, hi), first
+ * half: sets m[r] to the new max (row_max's) and leaves m_old - m_new in
+ * corr[r] for correct_rows to exponentiate (with the other rows' in one
+ * vector pass, where a scalar expf per row and tile was 4 % of a long
+ * prefill). Columns outside are never read. softmax_probs then turns
+ * s[r][lo..hi) into probabilities relative to m[r] (softmax_exp_rows:
+ * expf's bits, vectorized; the fused build's polynomial), for several rows
+ * in one call. The sum and l[r] = l[r] corr[r] + sum come with the
+ * accumulation (accumulate_rows, add_row_sum; the decode path:
  * attn_decode_accumulate_f16), in column order. */
-static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
+static void softmax_max(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
-    float *s = sc->s + r * ATTN_TILE_K;
-    float mx = row_max(s + lo, hi - lo, sc->m[r]);
+    float mx = row_max(sc->s + r * ATTN_TILE_K + lo, hi - lo, sc->m[r]);
     sc->corr[r] = sc->m[r] - mx;
-    softmax_exp_row(s + lo, hi - lo, mx);
     sc->m[r] = mx;
+}
+
+/* softmax_max's second half for `rows` rows from r on, `step` rows apart. */
+static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t rows, int64_t step,
+                          int64_t lo, int64_t hi)
+{
+    softmax_exp_rows(sc->s + r * ATTN_TILE_K + lo, hi - lo, rows, step * ATTN_TILE_K,
+                     sc->m + r, step);
 }
 
 /* corr[r] = e^(m_old - m_new) for rows 0..n-1 after their softmax_probs: 0
@@ -753,7 +761,8 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
         return;
     float sum[ATTN_TILE_Q];
     for (int64_t r = 0; r < rows; r++)
-        softmax_probs(sc, r, lo, hi);
+        softmax_max(sc, r, lo, hi);
+    softmax_probs(sc, 0, rows, 1, lo, hi);
     correct_rows(sc, rows);
     attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum,
                                vn);
@@ -867,15 +876,29 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         /* Rows token by token (a token's query heads see the same columns),
          * accumulated up to four at a time while their columns agree: on a
          * tile every row sees whole, four rows of any tokens. */
+        /* The maxima, then the probabilities: of all rows in one call where
+         * every token sees the tile's columns [c0, nc), else a token's rows
+         * (its query heads, nq rows apart) together. */
+        bool whole = true;
         for (int64_t i = 0; i < nq; i++) {
             int64_t lo, hi;
-            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
+            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi)) {
                 for (int64_t g = 0; g < group; g++)
                     sc->corr[g * nq + i] = 0.0f; /* not used: no tile columns */
-            else
-                for (int64_t g = 0; g < group; g++)
-                    softmax_probs(sc, g * nq + i, lo, hi);
+                whole = false;
+                continue;
+            }
+            whole = whole && lo == c0 && hi == nc;
+            for (int64_t g = 0; g < group; g++)
+                softmax_max(sc, g * nq + i, lo, hi);
         }
+        for (int64_t i = 0; i < nq && !whole; i++) {
+            int64_t lo, hi;
+            if (token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
+                softmax_probs(sc, i, group, nq, lo, hi);
+        }
+        if (whole)
+            softmax_probs(sc, 0, rows, 1, c0, nc);
         correct_rows(sc, rows);
         int64_t batch[4], blo = 0, bhi = 0;
         int nb = 0;

@@ -216,6 +216,36 @@ int main(void)
     bad = check_fused(x, buf, CHUNK);
     CHECKF(bad == 0, "%d values of the int8 path's exponential out of bounds", bad);
 
+    /* The rows forms (the attention's tiles): every row as its own call,
+     * bit for bit, on both paths, and nothing between the rows written.
+     * Rows of 0..13 elements, 16 apart, maxima 3 apart. */
+    for (int fused = 0; fused < 2; fused++)
+        for (int64_t n_el = 0; n_el <= 13; n_el++) {
+            enum { ROWS = 5, STRIDE = 16 };
+            float rows[ROWS * STRIDE], one[ROWS * STRIDE], mx[3 * ROWS];
+            for (int64_t i = 0; i < ROWS * STRIDE; i++)
+                rows[i] = one[i] = 12.0f * test_rand_f(&st);
+            for (int r = 0; r < 3 * ROWS; r++)
+                mx[r] = 6.0f * test_rand_f(&st);
+            rows[STRIDE + 1] = NAN, rows[2 * STRIDE] = -INFINITY;
+            one[STRIDE + 1] = NAN, one[2 * STRIDE] = -INFINITY;
+            if (fused)
+                ops_exp_rows_fused(rows, n_el, ROWS, STRIDE, mx, 3);
+            else
+                ops_exp_rows(rows, n_el, ROWS, STRIDE, mx, 3);
+            for (int r = 0; r < ROWS; r++) {
+                if (fused)
+                    ops_exp_row_fused(one + r * STRIDE, n_el, mx[3 * r]);
+                else
+                    ops_exp_row(one + r * STRIDE, n_el, mx[3 * r]);
+            }
+            int diff = 0;
+            for (int64_t i = 0; i < ROWS * STRIDE; i++)
+                diff += !same(rows[i], one[i]);
+            CHECKF(diff == 0, "rows of %lld (%s): %d values differ from one call a row",
+                   (long long)n_el, fused ? "int8 path" : "exact", diff);
+        }
+
     /* The gates through it (ops/norm_rope.c) against their scalar formulas
      * with expf, bit for bit (the exact path), and through the polynomial
      * (the int8 path) within 5e-7 of the formulas in fp64: lengths across
