@@ -29,6 +29,13 @@ static void exp_row_scalar(float *s, int64_t n, float mx)
         s[c] = expf(s[c] - mx);
 }
 
+static void exp_rows_scalar(float *s, int64_t n, int64_t rows, int64_t s_stride,
+                            const float *mx, int64_t mx_stride)
+{
+    for (int64_t r = 0; r < rows; r++)
+        exp_row_scalar(s + r * s_stride, n, mx[r * mx_stride]);
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
@@ -262,7 +269,7 @@ void ops_exp_row(float *s, int64_t n, float mx)
 void ops_exp_row_fused(float *s, int64_t n, float mx)
 {
     if (exp_isa_here() >= 1)
-        exp_rows_poly(s, n, 1, 0, &mx, 0);
+        exp_row_poly(s, n, mx);
     else
         exp_row_scalar(s, n, mx);
 }
@@ -273,8 +280,7 @@ void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, con
     if (exp_isa_here() >= 1)
         exp_rows_poly(s, n, rows, s_stride, mx, mx_stride);
     else
-        for (int64_t r = 0; r < rows; r++)
-            exp_row_scalar(s + r * s_stride, n, mx[r * mx_stride]);
+        exp_rows_scalar(s, n, rows, s_stride, mx, mx_stride);
 }
 
 #else
@@ -292,8 +298,7 @@ void ops_exp_row_fused(float *s, int64_t n, float mx)
 void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
                         int64_t mx_stride)
 {
-    for (int64_t r = 0; r < rows; r++)
-        exp_row_scalar(s + r * s_stride, n, mx[r * mx_stride]);
+    exp_rows_scalar(s, n, rows, s_stride, mx, mx_stride);
 }
 
 #endif

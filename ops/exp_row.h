@@ -18,8 +18,9 @@ void ops_exp_row_fused(float *s, int64_t n, float mx);
 
 /* The two above over `rows` rows at once: row r's n elements at s + r *
  * s_stride, its max at mx[r * mx_stride]; each element as in one row's
- * call. One call for a tile's rows, where a call a row cost a third of
- * the softmax's exponentials (each call's setup, for rows of 64). */
+ * call. The polynomial's form sets up once for all the rows, where a call
+ * a row of 64 cost a third of the int8 path's softmax exponentials; the
+ * exact form calls ops_exp_row a row (expf's work dwarfs the setup). */
 void ops_exp_rows(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,
                   int64_t mx_stride);
 void ops_exp_rows_fused(float *s, int64_t n, int64_t rows, int64_t s_stride, const float *mx,

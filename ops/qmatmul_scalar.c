@@ -226,6 +226,7 @@ static float row_q2_K(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
                 int32_t sh = 0;
                 for (int l = 16 * h; l < 16 * h + 16; l++)
                     sh += quant_k2_value(blk->qs, 32 * j + l) * xb->qs[l];
+                /* (dmin mn) (dx hs), grouped as the packed kernels group it */
                 acc += d * (float)(sc & 0x0f) * xb->d * (float)sh -
                        dmin * (float)(sc >> 4) * xb->dhs[h];
             }

@@ -802,9 +802,9 @@ AVX2 INLINE void k6_block(const uint8_t *p, int64_t b, __m256 *d0, __m256 *d1, _
         q[k] = _mm256_or_si256(q[k], top2_bits(load32(blk + plane + 32 * (k / 4)), k % 4));
 }
 
-/* The -32 of a Q6_K block's halves (scales d0, d1) for token block xb,
- * without the -32: the caller scales the sum by it once (a power of two,
- * the same bits as on every term). */
+/* A Q6_K block's offsets for token block xb over -32: d_h dhs_h for its
+ * halves (scales d0, d1). The caller multiplies the sum by -32 once (a
+ * power of two: the same bits as on every term). */
 AVX2 INLINE void k6_offsets(__m256 d0, __m256 d1, const struct qmm_q8 *xb, __m256 *add)
 {
     *add = _mm256_fmadd_ps(d0, _mm256_set1_ps(xb->dhs[0]), *add);
@@ -842,7 +842,7 @@ AVX2 INLINE void k2_mins(const uint8_t *p, int64_t b, __m256 *m0, __m256 *m1)
 }
 
 /* Q2_K's offsets m0, m1 for token block xb: one fma per half with the
- * token's d hs_h. */
+ * token's dhs_h. */
 AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m256 *add)
 {
     *add = _mm256_fmadd_ps(m0, _mm256_set1_ps(xb->dhs[0]), *add);
@@ -853,7 +853,7 @@ AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m25
  * `unpacked` from its blocks as gemm8p_q6_K left them in up (the same
  * values: the same bits, so prefill and decode agree). w = d sc_h (u - 32)
  * per 16-element half: each half summed apart, the -32 from the token's
- * half sums. The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
+ * dhs (k6_offsets, times -32 once at the end). The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
  * vectors at a time. */
 AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                                  const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,

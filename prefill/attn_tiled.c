@@ -448,8 +448,9 @@ static void softcap_scores(struct attn_scratch *sc, int64_t rows, int64_t c0, in
 typedef int32_t attn_i8 __attribute__((vector_size(32)));
 #define v8_max(w, v)                                                                         \
     ({                                                                                       \
-        attn_i8 gt_ = (w) > (v);                                                             \
-        (attn_v8)((gt_ & (attn_i8)(w)) | (~gt_ & (attn_i8)(v)));                              \
+        attn_v8 w_ = (w), v_ = (v);                                                          \
+        attn_i8 gt_ = w_ > v_;                                                               \
+        (attn_v8)((gt_ & (attn_i8)w_) | (~gt_ & (attn_i8)v_));                                \
     })
 OPS_SIMD_CLONES
 static float row_max(const float *x, int64_t n, float m)
@@ -492,7 +493,8 @@ static void softmax_max(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
     sc->m[r] = mx;
 }
 
-/* softmax_max's second half for `rows` rows from r on, `step` rows apart. */
+/* The probabilities of `rows` rows from r on, `step` rows apart, after
+ * their softmax_max: s[r][lo..hi) = e^(s - m[r]), in one call. */
 static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t rows, int64_t step,
                           int64_t lo, int64_t hi)
 {
@@ -500,7 +502,7 @@ static void softmax_probs(struct attn_scratch *sc, int64_t r, int64_t rows, int6
                      sc->m + r, step);
 }
 
-/* corr[r] = e^(m_old - m_new) for rows 0..n-1 after their softmax_probs: 0
+/* corr[r] = e^(m_old - m_new) for rows 0..n-1 after their softmax_max: 0
  * on a row's first tile (m_old = -inf). ops_exp_row's e^(x - 0) is expf(x)
  * bit for bit (x - 0 is x, -0 and NaN included); the polynomial's is its
  * e^x. */
@@ -873,9 +875,6 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         scores(sc, kt, rows, c0, nc, hd, zmm);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
-        /* Rows token by token (a token's query heads see the same columns),
-         * accumulated up to four at a time while their columns agree: on a
-         * tile every row sees whole, four rows of any tokens. */
         /* The maxima, then the probabilities: of all rows in one call where
          * every token sees the tile's columns [c0, nc), else a token's rows
          * (its query heads, nq rows apart) together. */
@@ -892,14 +891,18 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
             for (int64_t g = 0; g < group; g++)
                 softmax_max(sc, g * nq + i, lo, hi);
         }
-        for (int64_t i = 0; i < nq && !whole; i++) {
-            int64_t lo, hi;
-            if (token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
-                softmax_probs(sc, i, group, nq, lo, hi);
-        }
         if (whole)
             softmax_probs(sc, 0, rows, 1, c0, nc);
+        else
+            for (int64_t i = 0; i < nq; i++) {
+                int64_t lo, hi;
+                if (token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
+                    softmax_probs(sc, i, group, nq, lo, hi);
+            }
         correct_rows(sc, rows);
+        /* Rows token by token (a token's query heads see the same columns),
+         * accumulated up to four at a time while their columns agree: on a
+         * tile every row sees whole, four rows of any tokens. */
         int64_t batch[4], blo = 0, bhi = 0;
         int nb = 0;
         for (int64_t i = 0; i < nq; i++) {

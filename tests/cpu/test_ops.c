@@ -2,6 +2,7 @@
  * their definitions computed in double: RMSNorm, RoPE in both pairings
  * (ROPE_ADJACENT for GGUF llama, ROPE_HALF_SPLIT for qwen2, which no test
  * model exercises end to end) with n_rot < head_dim and large positions,
+ * bit for bit the scalar formula over the context's tables,
  * bias add, SwiGLU, and the thread pool covering every item exactly once. */
 #include "core/status.h"
 #include "models/model.h"
@@ -38,9 +39,11 @@ static struct model fake_model(enum rope_style style, int64_t head_dim, int64_t 
     return m;
 }
 
-static void test_rope(enum rope_style style)
+/* n_rot 48 fills the vector steps (8 pairs apart, 4 adjacent); 20 and 44
+ * leave pairs for the scalar tail in both pairings. */
+static void test_rope(enum rope_style style, int64_t n_rot)
 {
-    const int64_t hd = 64, n_rot = 48, n_heads = 3, n = 5, pos0 = 7000;
+    const int64_t hd = 64, n_heads = 3, n = 5, pos0 = 7000;
     struct model m = fake_model(style, hd, n_rot);
     struct ops_ctx *ctx;
     CHECK(ops_ctx_create(&m, 1, n, &ctx) == IG_OK);
@@ -59,6 +62,22 @@ static void test_rope(enum rope_style style)
     ops_rope_apply(ctx, z, 2, n, n_heads, MODEL_ROPE_GLOBAL);
     CHECK(memcmp(y, z, sizeof z) == 0);
 
+    /* the vectors give the scalar formula's bits over the context's tables */
+    const struct ops_buffers *bufs = ops_ctx_buffers(ctx);
+    int64_t half = n_rot / 2, gap = style == ROPE_ADJACENT ? 1 : half;
+    int64_t step = style == ROPE_ADJACENT ? 2 : 1, differ = 0;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < n_heads; h++)
+            for (int64_t i = 0; i < half; i++) {
+                const float *a = x + (t * n_heads + h) * hd + i * step;
+                const float *b = y + (t * n_heads + h) * hd + i * step;
+                float c = bufs->rope_cos[t * half + i], sn = bufs->rope_sin[t * half + i];
+                float r0 = a[0] * c - a[gap] * sn, r1 = a[0] * sn + a[gap] * c;
+                differ += memcmp(&b[0], &r0, sizeof r0) != 0 || memcmp(&b[gap], &r1, sizeof r1) != 0;
+            }
+    CHECKF(differ == 0, "rope style %d, n_rot %lld: %lld pairs off the scalar formula's bits",
+           (int)style, (long long)n_rot, (long long)differ);
+
     double worst = 0;
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < n_heads; h++) {
@@ -75,7 +94,8 @@ static void test_rope(enum rope_style style)
             for (int64_t i = n_rot; i < hd; i++)
                 CHECKF(a[i] == b[i], "dim %lld beyond n_rot changed", (long long)i);
         }
-    CHECKF(worst < 1e-6, "rope style %d: max error %.3e", (int)style, worst);
+    CHECKF(worst < 1e-6, "rope style %d, n_rot %lld: max error %.3e", (int)style,
+           (long long)n_rot, worst);
     ops_ctx_free(ctx);
 }
 
@@ -153,8 +173,11 @@ static void test_pool(void)
 
 int main(void)
 {
-    test_rope(ROPE_ADJACENT);
-    test_rope(ROPE_HALF_SPLIT);
+    for (int k = 0; k < 3; k++) {
+        const int64_t n_rot[3] = {48, 20, 44};
+        test_rope(ROPE_ADJACENT, n_rot[k]);
+        test_rope(ROPE_HALF_SPLIT, n_rot[k]);
+    }
     test_rmsnorm_bias_swiglu();
     test_pool();
     return test_summary("test_ops");

@@ -2,9 +2,9 @@
  * Q5_1, Q8_0, IQ4_NL, the K-quants and IQ4_XS weights of random valid blocks
  * and random activations (the K-quants and IQ4_XS also in the packed layout,
  * super-block by super-block):
- *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q), the
- *    half sums, 8 and 16 times sum(q); a block with an inf or NaN gives
- *    d = s = NaN (no undefined conversion);
+ *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q), d
+ *    times the half sums, 8 and 16 times sum(q); a block with an inf or NaN
+ *    gives d = s = dhs = NaN (no undefined conversion);
  *    the AVX2 quantizer byte for byte like the plain C one, ties, signed
  *    zeros, subnormals and huge values included;
  *  - the scalar tile kernel against an fp64 dot of the dequantized weight
@@ -119,8 +119,10 @@ static void check_quantize_nonfinite(void)
         int nonzero = 0;
         for (int j = 0; j < QMM_QK; j++)
             nonzero += q[0].qs[j] != 0;
-        CHECKF(isnan(q[0].d) && isnan(q[0].s) && nonzero == 0,
-               "x[17] = %g: d %g s %g, %d quants not 0", bad[k], q[0].d, q[0].s, nonzero);
+        CHECKF(isnan(q[0].d) && isnan(q[0].s) && isnan(q[0].dhs[0]) && isnan(q[0].dhs[1]) &&
+                   nonzero == 0,
+               "x[17] = %g: d %g s %g dhs %g %g, %d quants not 0", bad[k], q[0].d, q[0].s,
+               q[0].dhs[0], q[0].dhs[1], nonzero);
         check_quantize(x + QMM_QK, QMM_QK, q + 1);
     }
 }
