@@ -853,8 +853,8 @@ AVX2 INLINE void k2_offsets(__m256 m0, __m256 m1, const struct qmm_q8 *xb, __m25
  * `unpacked` from its blocks as gemm8p_q6_K left them in up (the same
  * values: the same bits, so prefill and decode agree). w = d sc_h (u - 32)
  * per 16-element half: each half summed apart, the -32 from the token's
- * dhs (k6_offsets, times -32 once at the end). The AVX2 pair sums (<= 2 * 63 * 128) fit in int16 two
- * vectors at a time. */
+ * dhs (k6_offsets, times -32 once at the end). The AVX2 pair sums (<= 2 *
+ * 63 * 128) fit in int16 two vectors at a time. */
 AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                                  const bool unpacked, int64_t n_blk, const struct qmm_q8 *x,
                                  int64_t ldx, const int nt, float *y, int64_t ldy,

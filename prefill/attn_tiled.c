@@ -840,10 +840,11 @@ static bool token_cols(const struct attn_params *p, const struct attn_seq *s, in
 }
 
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
- * of sequence s. zmm: attn_zmm()'s answer. */
+ * of sequence s (nq <= ATTN_TILE_Q). zmm: attn_zmm()'s answer. */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
                      int64_t t0, int64_t nq, bool zmm, struct attn_scratch *sc)
 {
+    IG_ASSERT(nq <= ATTN_TILE_Q);
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
     void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
@@ -875,30 +876,30 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         scores(sc, kt, rows, c0, nc, hd, zmm);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
-        /* The maxima, then the probabilities: of all rows in one call where
-         * every token sees the tile's columns [c0, nc), else a token's rows
-         * (its query heads, nq rows apart) together. */
+        /* Each token's columns [lo, hi) of the tile (none where hi <= lo:
+         * the tile is in its future or behind its window), asked once. The
+         * maxima, then the probabilities: of all rows in one call where every
+         * token sees the tile's columns [c0, nc), else a token's rows (its
+         * query heads, nq rows apart) together. */
+        int64_t lo[ATTN_TILE_Q], hi[ATTN_TILE_Q];
         bool whole = true;
         for (int64_t i = 0; i < nq; i++) {
-            int64_t lo, hi;
-            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi)) {
+            if (!token_cols(p, s, t0 + i, k0, nc, &lo[i], &hi[i])) {
                 for (int64_t g = 0; g < group; g++)
                     sc->corr[g * nq + i] = 0.0f; /* not used: no tile columns */
                 whole = false;
                 continue;
             }
-            whole = whole && lo == c0 && hi == nc;
+            whole = whole && lo[i] == c0 && hi[i] == nc;
             for (int64_t g = 0; g < group; g++)
-                softmax_max(sc, g * nq + i, lo, hi);
+                softmax_max(sc, g * nq + i, lo[i], hi[i]);
         }
         if (whole)
             softmax_probs(sc, 0, rows, 1, c0, nc);
         else
-            for (int64_t i = 0; i < nq; i++) {
-                int64_t lo, hi;
-                if (token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
-                    softmax_probs(sc, i, group, nq, lo, hi);
-            }
+            for (int64_t i = 0; i < nq; i++)
+                if (hi[i] > lo[i])
+                    softmax_probs(sc, i, group, nq, lo[i], hi[i]);
         correct_rows(sc, rows);
         /* Rows token by token (a token's query heads see the same columns),
          * accumulated up to four at a time while their columns agree: on a
@@ -906,16 +907,15 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t batch[4], blo = 0, bhi = 0;
         int nb = 0;
         for (int64_t i = 0; i < nq; i++) {
-            int64_t lo, hi;
-            if (!token_cols(p, s, t0 + i, k0, nc, &lo, &hi))
-                continue; /* the tile is in this token's future or behind its window */
+            if (hi[i] <= lo[i])
+                continue; /* no columns of this tile */
             for (int64_t g = 0; g < group; g++) {
                 int64_t r = g * nq + i;
-                if (nb == 4 || (nb > 0 && (lo != blo || hi != bhi))) {
+                if (nb == 4 || (nb > 0 && (lo[i] != blo || hi[i] != bhi))) {
                     acc(sc, vt, batch, nb, blo, bhi, hd);
                     nb = 0;
                 }
-                batch[nb++] = r, blo = lo, bhi = hi;
+                batch[nb++] = r, blo = lo[i], bhi = hi[i];
             }
         }
         if (nb > 0)
