@@ -146,12 +146,16 @@ static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, 
  * independent sums in registers (two rows give eight, too few to keep both
  * multiply-add pipes busy through their latency: an AVX2 prefill's
  * attention about 5 % slower, bench/attn_cpu.c), each K load used three
- * times. The same operations per score as the other blocks. */
-OPS_SIMD_CLONES
-static void scores3(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
-                    int64_t hd)
+ * times. The same operations per score as the other blocks. `tail` as in
+ * scores_rows2: without a tail (hd % 8 == 0) the sums go straight to the
+ * scores, four at a store, with the general case's + 0 in one add (the
+ * tail's zeroed sums and their scalar stores were half of this loop's time
+ * at head_dim 64). */
+static inline __attribute__((always_inline)) void
+scores3_rows(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
+             int64_t hd, const bool tail)
 {
-    int64_t hd8 = hd / 8 * 8;
+    int64_t hd8 = tail ? hd / 8 * 8 : hd;
     const float *q = sc->q + r * hd, *q1 = q + hd, *q2 = q1 + hd;
     float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K, *s2 = s1 + ATTN_TILE_K;
     int64_t c = c0;
@@ -174,6 +178,13 @@ static void scores3(struct attn_scratch *sc, const float *kt, int64_t r, int64_t
         attn_v8 sum, sum2;
         v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
         v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum2);
+        if (!tail) {
+            sum += (attn_v8){0}, sum2 += (attn_v8){0};
+            v4_store(s + c, v8_shuf(sum, sum, 0, 1, 2, 3));
+            v4_store(s1 + c, v8_shuf(sum, sum, 4, 5, 6, 7));
+            v4_store(s2 + c, v8_shuf(sum2, sum2, 0, 1, 2, 3));
+            continue;
+        }
         float t[12] = {0};
         for (int64_t d = hd8; d < hd; d++)
             for (int j = 0; j < 4; j++) {
@@ -206,6 +217,16 @@ static void scores3(struct attn_scratch *sc, const float *kt, int64_t r, int64_t
         s1[c] = v8_sum(b) + u;
         s2[c] = v8_sum(e) + w;
     }
+}
+
+OPS_SIMD_CLONES
+static void scores3(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
+                    int64_t hd)
+{
+    if (hd % 8 == 0)
+        scores3_rows(sc, kt, r, c0, nc, hd, false);
+    else
+        scores3_rows(sc, kt, r, c0, nc, hd, true);
 }
 
 /* Rows r, r + 1 of scores(): two rows and four columns share each load of q
