@@ -43,6 +43,7 @@ struct rows_job {
     struct ops_ctx *ctx;
     const struct model_layer *L;
     enum rows_step step;
+    bool q8; /* quantize the step's output (xn, gate) for the int8 matmul next */
 };
 
 static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
@@ -58,6 +59,8 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     switch (job->step) {
     case ROWS_ATTN_NORM:
         ops_rmsnorm(x, &L->attn_norm, n, e, hp->norm_eps, xn);
+        if (job->q8)
+            ops_qmatmul_quantize_rows(job->ctx, xn, e, r0, r1);
         break;
     case ROWS_QK: {
         float *q = b->q + r0 * q_dim, *k = b->k + r0 * kv_dim, *v = b->v + r0 * kv_dim;
@@ -83,25 +86,47 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
         ops_add(x, proj, n * e);
         if (attn)
             ops_rmsnorm(x, &L->ffn_norm, n, e, hp->norm_eps, xn);
+        if (attn && job->q8)
+            ops_qmatmul_quantize_rows(job->ctx, xn, e, r0, r1);
         break;
     }
-    case ROWS_GATE: {
-        int64_t off = r0 * hp->n_ff, len = n * hp->n_ff;
+    case ROWS_GATE: { /* a row at a time when quantized: 6 KiB, still in L1 */
+        int64_t f = hp->n_ff, step = job->q8 ? 1 : n;
         bool exact = ops_ctx_exact(job->ctx);
-        if (hp->ffn_act == MODEL_ACT_GELU_TANH)
-            ops_geglu(b->gate + off, b->up + off, len, exact);
-        else
-            ops_swiglu(b->gate + off, b->up + off, len, exact);
+        for (int64_t t = r0; t < r1; t += step) {
+            float *g = b->gate + t * f;
+            if (hp->ffn_act == MODEL_ACT_GELU_TANH)
+                ops_geglu(g, b->up + t * f, step * f, exact);
+            else
+                ops_swiglu(g, b->up + t * f, step * f, exact);
+            if (job->q8)
+                ops_qmatmul_quantize_rows(job->ctx, g, f, t, t + 1);
+        }
         break;
     }
     }
 }
 
 static void rows_run(struct ops_ctx *ctx, const struct model_layer *L, enum rows_step step,
-                     int64_t n)
+                     int64_t n, bool q8)
 {
-    struct rows_job job = {ctx, L, step};
+    struct rows_job job = {ctx, L, step, q8};
     ops_pool_run(ops_ctx_pool(ctx), n, ROWS_GRAIN, rows_task, &job);
+}
+
+/* A rows step, then the matmuls of its output x: through int8 activations
+ * that the step quantized as it wrote them, where the matmuls take such. */
+static void rows_then_matmul(struct ops_ctx *ctx, const struct model_layer *L,
+                             enum rows_step step, int64_t n, int nw,
+                             const struct model_weight *const *w, const float *x,
+                             float *const *y)
+{
+    bool q8 = ops_qmatmul_quantizes(ctx, nw, w, n);
+    rows_run(ctx, L, step, n, q8);
+    if (q8)
+        ops_qmatmul_multi_q8(ctx, nw, w, x, n, y);
+    else
+        ops_matmul_multi(ctx, nw, w, x, n, y);
 }
 
 void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
@@ -114,11 +139,10 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
     int64_t q_dim = hp->n_head * hp->head_dim;
 
     /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
-    rows_run(ctx, L, ROWS_ATTN_NORM, n);
     const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
-    ops_matmul_multi(ctx, 3, qkv_w, b->xn, n, qkv_y);
-    rows_run(ctx, L, ROWS_QK, n);
+    rows_then_matmul(ctx, L, ROWS_ATTN_NORM, n, 3, qkv_w, b->xn, qkv_y);
+    rows_run(ctx, L, ROWS_QK, n, false);
     attn->run(attn->user, il, n);
 
     if (keep) { /* only these rows are read after this block */
@@ -127,15 +151,15 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
         n = n_keep;
     }
     ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
-    rows_run(ctx, L, ROWS_ATTN_RESIDUAL, n);
 
     /* feed-forward: x += W_down (act(xn W_gate^T) * (xn W_up^T)) */
     const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
     float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
-    ops_matmul_multi(ctx, 2, ff_w, b->xn, n, ff_y);
-    rows_run(ctx, L, ROWS_GATE, n);
-    ops_matmul(ctx, &L->w_down, b->gate, n, b->proj); /* [n, n_embd] */
-    rows_run(ctx, L, ROWS_FFN_RESIDUAL, n);
+    rows_then_matmul(ctx, L, ROWS_ATTN_RESIDUAL, n, 2, ff_w, b->xn, ff_y);
+    const struct model_weight *down_w[1] = {&L->w_down};
+    float *down_y[1] = {b->proj}; /* [n, n_embd] */
+    rows_then_matmul(ctx, L, ROWS_GATE, n, 1, down_w, b->gate, down_y);
+    rows_run(ctx, L, ROWS_FFN_RESIDUAL, n, false);
 }
 
 void ops_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits)

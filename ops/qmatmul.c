@@ -344,8 +344,31 @@ bool ops_qmatmul_handles_all(const struct ops_ctx *ctx, int n,
     return true;
 }
 
-void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
-                       const float *x, int64_t n_tokens, float *const *y)
+bool ops_qmatmul_quantizes(const struct ops_ctx *ctx, int n,
+                           const struct model_weight *const *w, int64_t n_tokens)
+{
+    if (!ops_qmatmul_handles_all(ctx, n, w, n_tokens))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!ops_qmm_fgemm8(w[i]->type))
+            return true;
+    return false;
+}
+
+void ops_qmatmul_quantize_rows(struct ops_ctx *ctx, const float *x, int64_t cols, int64_t t0,
+                               int64_t t1)
+{
+    IG_ASSERT(cols % QMM_QK == 0 && t1 <= ops_ctx_max_batch(ctx));
+    struct qmm_q8 *xq = ops_ctx_qbuf(ctx);
+    int64_t nb = cols / QMM_QK;
+    for (int64_t t = t0; t < t1; t++)
+        ops_qmm_quantize(x + (t - t0) * cols, cols, xq + t * nb);
+}
+
+/* ops_qmatmul_multi; quantized: x's int8 form is in the context's buffer
+ * already (ops_qmatmul_quantize_rows). */
+static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                          const float *x, int64_t n_tokens, float *const *y, bool quantized)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
     struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
@@ -362,7 +385,7 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
                 job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
                 job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
             }
-            quantize = true;
+            quantize = !quantized;
         }
         total += padded_rows(w[i]);
     }
@@ -378,6 +401,19 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
     int64_t grain = (total + chunks - 1) / chunks;
     grain = (grain + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
     ops_pool_run(pool, total, grain, rows_task, &job);
+}
+
+void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                       const float *x, int64_t n_tokens, float *const *y)
+{
+    qmatmul_multi(ctx, n, w, x, n_tokens, y, false);
+}
+
+void ops_qmatmul_multi_q8(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                          const float *x, int64_t n_tokens, float *const *y)
+{
+    IG_ASSERT(ops_qmatmul_quantizes(ctx, n, w, n_tokens));
+    qmatmul_multi(ctx, n, w, x, n_tokens, y, true);
 }
 
 void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float *x,

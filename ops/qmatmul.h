@@ -287,6 +287,26 @@ void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float 
 void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
                        const float *x, int64_t n_tokens, float *const *y);
 
+/* Whether ops_qmatmul_multi of these weights over n_tokens quantizes x (the
+ * int8 path, and a weight not float). Then the step that writes x may
+ * quantize its rows as it goes, while they are in L1 (the down projection's
+ * input was read back from L3 for it), and the matmul take them as they are:
+ * ops_qmatmul_quantize_rows, then ops_qmatmul_multi_q8. */
+bool ops_qmatmul_quantizes(const struct ops_ctx *ctx, int n,
+                           const struct model_weight *const *w, int64_t n_tokens);
+
+/* Quantizes tokens [t0, t1) of a [n_tokens, cols] activation, given from
+ * token t0 on (x is token t0's row), into the context's buffer, as
+ * ops_qmatmul_multi would: tokens apart may be quantized on any thread. */
+void ops_qmatmul_quantize_rows(struct ops_ctx *ctx, const float *x, int64_t cols, int64_t t0,
+                               int64_t t1);
+
+/* ops_qmatmul_multi of x whose every token ops_qmatmul_quantize_rows has
+ * quantized since the buffer's last use (x itself still serves float
+ * weights). */
+void ops_qmatmul_multi_q8(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
+                          const float *x, int64_t n_tokens, float *const *y);
+
 /* ---- context support (ops/ctx.c) --------------------------------------- */
 
 /* The context's buffer for quantized activations: max_batch tokens of the

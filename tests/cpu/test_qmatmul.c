@@ -424,6 +424,18 @@ static void check_type(const struct type_case *tc, const struct model *model,
         CHECKF(memcmp(y1, y, (size_t)(n * ROWS) * sizeof *y) == 0 &&
                    memcmp(y1 + n * ROWS, y, (size_t)(n * ROWS) * sizeof *y) == 0,
                "%s ops_matmul_multi, %lld tokens: differs from ops_matmul", name, (long long)n);
+        /* tokens quantized by the caller, in two uneven parts (as the rows
+         * steps of a layer do on their threads), then the matmul on them */
+        CHECKF(ops_qmatmul_quantizes(ctx, 1, ws, n), "%s: quantizes x for %lld tokens", name,
+               (long long)n);
+        int64_t half = n / 3;
+        memset(ops_ctx_qbuf(ctx), 0xff, (size_t)(n * nb) * sizeof(struct qmm_q8));
+        ops_qmatmul_quantize_rows(ctx, x + half * cols, cols, half, n);
+        ops_qmatmul_quantize_rows(ctx, x, cols, 0, half);
+        ops_qmatmul_multi_q8(ctx, 1, ws, x, n, ys);
+        CHECKF(memcmp(y1, y, (size_t)(n * ROWS) * sizeof *y) == 0,
+               "%s ops_qmatmul_multi_q8, %lld tokens: differs from ops_matmul", name,
+               (long long)n);
         ops_ctx_set_exact(ctx, true);
         CHECK(!ops_qmatmul_handles(ctx, &w, n));
         ops_matmul(ctx, &w, x, n, y);
@@ -476,6 +488,9 @@ static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
     ops_ctx_set_exact(ctx, false);
     bool fast = ops_qmm_best_isa() != QMM_SCALAR;
     CHECKF(ops_qmatmul_handles(ctx, &w, 64) == fast, "%s: fast path for 64 tokens",
+           quant_type_name(type));
+    const struct model_weight *ws[1] = {&w};
+    CHECKF(!ops_qmatmul_quantizes(ctx, 1, ws, 64), "%s: float weights read x unquantized",
            quant_type_name(type));
     static const int64_t token_counts[] = {8, 9, 15, 64, 130};
     for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
