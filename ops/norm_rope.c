@@ -10,6 +10,7 @@
 #include "ops/ops.h"
 
 #include "ops/exp_row.h"
+#include "ops/qmatmul.h"
 #include "ops/simd.h"
 
 #include "core/status.h"
@@ -48,33 +49,113 @@ typedef double ops_d4 __attribute__((vector_size(32)));
 #define OPS_V8(p) (*(ops_v8 *)(void *)(p))
 #define OPS_V4D(p) __builtin_convertvector(*(const ops_v4 *)(const void *)(p), ops_d4)
 
-/* The sum of squares in 8 double lanes (then added in order), as two
- * vectors of 4: the one sequential double sum was latency-bound. */
-OPS_SIMD_CLONES
+/* Row x[0..n)'s sum of squares as ops_rmsnorm adds it: 8 double lanes, as
+ * two vectors of 4 (the one sequential double sum was latency-bound), then
+ * the lanes in order, then the tail one by one. SQ_STEP adds elements i..i+7
+ * of a row into its pair of vectors, SQ_TOTAL finishes. */
+#define SQ_STEP(xr, i, a0, a1)                                                               \
+    do {                                                                                     \
+        ops_d4 x0_ = OPS_V4D((xr) + (i)), x1_ = OPS_V4D((xr) + (i) + 4);                     \
+        (a0) += x0_ * x0_;                                                                   \
+        (a1) += x1_ * x1_;                                                                   \
+    } while (0)
+#define SQ_TOTAL(xr, n, i8, a0, a1, ss)                                                      \
+    do {                                                                                     \
+        (ss) = ((a0)[0] + (a0)[1]) + ((a0)[2] + (a0)[3]) +                                   \
+               (((a1)[0] + (a1)[1]) + ((a1)[2] + (a1)[3]));                                  \
+        for (int64_t i_ = (i8); i_ < (n); i_++)                                              \
+            (ss) += (double)(xr)[i_] * (xr)[i_];                                             \
+    } while (0)
+
+static inline __attribute__((always_inline)) void
+norm_row(const float *xt, const float *g, int64_t n, double ss, double eps, float *yt)
+{
+    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        OPS_V8(yt + i) = OPS_V8(xt + i) * r * OPS_V8(g + i);
+    for (; i < n; i++)
+        yt[i] = xt[i] * r * g[i];
+}
+
+/* Four rows at a time: their eight chains of sums side by side, where one
+ * row's two waited on each addition (the head norms' rows of 256 and the
+ * norms of 576-640 were 1-2 % of a prefill); each row's sums in its own
+ * order, so the same bits as a row alone. STEP is SQ_STEP or its AVX2 form,
+ * V the accumulators' type. */
+#define RMSNORM_ROWS(V, STEP)                                                                \
+    do {                                                                                     \
+        int64_t n8 = n / 8 * 8, t = 0;                                                       \
+        for (; t + 4 <= n_tokens; t += 4) {                                                  \
+            const float *x0 = x + t * n, *x1 = x0 + n, *x2 = x1 + n, *x3 = x2 + n;           \
+            V a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0}; \
+            for (int64_t i = 0; i < n8; i += 8) {                                            \
+                STEP(x0, i, a0, b0);                                                         \
+                STEP(x1, i, a1, b1);                                                         \
+                STEP(x2, i, a2, b2);                                                         \
+                STEP(x3, i, a3, b3);                                                         \
+            }                                                                                \
+            double s0, s1, s2, s3;                                                           \
+            SQ_TOTAL(x0, n, n8, a0, b0, s0);                                                 \
+            SQ_TOTAL(x1, n, n8, a1, b1, s1);                                                 \
+            SQ_TOTAL(x2, n, n8, a2, b2, s2);                                                 \
+            SQ_TOTAL(x3, n, n8, a3, b3, s3);                                                 \
+            norm_row(x0, g, n, s0, eps, y + t * n);                                          \
+            norm_row(x1, g, n, s1, eps, y + (t + 1) * n);                                    \
+            norm_row(x2, g, n, s2, eps, y + (t + 2) * n);                                    \
+            norm_row(x3, g, n, s3, eps, y + (t + 3) * n);                                    \
+        }                                                                                    \
+        for (; t < n_tokens; t++) {                                                          \
+            const float *xt = x + t * n;                                                     \
+            V a0 = {0}, b0 = {0};                                                            \
+            for (int64_t i = 0; i < n8; i += 8)                                              \
+                STEP(xt, i, a0, b0);                                                         \
+            double ss;                                                                       \
+            SQ_TOTAL(xt, n, n8, a0, b0, ss);                                                 \
+            norm_row(xt, g, n, ss, eps, y + t * n);                                          \
+        }                                                                                    \
+    } while (0)
+
+static void rmsnorm_rows(const float *x, const float *g, int64_t n_tokens, int64_t n,
+                         double eps, float *y)
+{
+    RMSNORM_ROWS(ops_d4, SQ_STEP);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* SQ_STEP with one conversion instruction a vector: GCC lowers the generic
+ * float-to-double conversion in 128-bit halves through the stack (most of
+ * the norm's time). The same products and sums, so the same bits. */
+#define SQ_STEP_AVX2(xr, i, a0, a1)                                                          \
+    do {                                                                                     \
+        __m256d x0_ = _mm256_cvtps_pd(_mm_loadu_ps((xr) + (i)));                             \
+        __m256d x1_ = _mm256_cvtps_pd(_mm_loadu_ps((xr) + (i) + 4));                         \
+        (a0) = _mm256_add_pd((a0), _mm256_mul_pd(x0_, x0_));                                 \
+        (a1) = _mm256_add_pd((a1), _mm256_mul_pd(x1_, x1_));                                 \
+    } while (0)
+
+__attribute__((target("avx2"))) static void rmsnorm_rows_avx2(const float *x, const float *g,
+                                                              int64_t n_tokens, int64_t n,
+                                                              double eps, float *y)
+{
+    RMSNORM_ROWS(__m256d, SQ_STEP_AVX2);
+}
+
+#endif
+
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y)
 {
     IG_ASSERT(w->type == QUANT_F32 && w->rows * w->cols == n);
-    const float *g = w->data;
-    for (int64_t t = 0; t < n_tokens; t++) {
-        const float *xt = x + t * n;
-        float *yt = y + t * n;
-        ops_d4 a0 = {0}, a1 = {0};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            ops_d4 x0 = OPS_V4D(xt + i), x1 = OPS_V4D(xt + i + 4);
-            a0 += x0 * x0;
-            a1 += x1 * x1;
-        }
-        double ss = (a0[0] + a0[1]) + (a0[2] + a0[3]) + ((a1[0] + a1[1]) + (a1[2] + a1[3]));
-        for (; i < n; i++)
-            ss += (double)xt[i] * xt[i];
-        float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-        for (i = 0; i + 8 <= n; i += 8)
-            OPS_V8(yt + i) = OPS_V8(xt + i) * r * OPS_V8(g + i);
-        for (; i < n; i++)
-            yt[i] = xt[i] * r * g[i];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (ops_qmm_best_isa() != QMM_SCALAR) { /* AVX2 and up; IGNITE_SIMD=scalar: the C form */
+        rmsnorm_rows_avx2(x, w->data, n_tokens, n, eps, y);
+        return;
     }
+#endif
+    rmsnorm_rows(x, w->data, n_tokens, n, eps, y);
 }
 
 void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, int64_t n)

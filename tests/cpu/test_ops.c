@@ -102,7 +102,7 @@ static void test_rope(enum rope_style style, int64_t n_rot)
 
 static void test_rmsnorm_bias_swiglu(void)
 {
-    enum { N = 3, W = 200 };
+    enum { N = 7, W = 203 }; /* a block of four rows and three alone; a tail of 3 */
     float x[N * W], y[N * W], g[W], up[N * W], gate[N * W];
     for (int i = 0; i < N * W; i++) {
         x[i] = 30.0f * frand();
@@ -124,6 +124,16 @@ static void test_rmsnorm_bias_swiglu(void)
                    t, i);
         }
     }
+    /* each row alone, and in place, gives its bits in the batch */
+    float one[W];
+    for (int t = 0; t < N; t++) {
+        ops_rmsnorm(x + t * W, &w, 1, W, 1e-5, one);
+        CHECKF(memcmp(one, y + t * W, sizeof one) == 0, "rmsnorm row %d alone", t);
+    }
+    float xi[N * W];
+    memcpy(xi, x, sizeof xi);
+    ops_rmsnorm(xi, &w, N, W, 1e-5, xi);
+    CHECK(memcmp(xi, y, sizeof xi) == 0);
 
     memcpy(y, x, sizeof y);
     ops_add_bias(y, &w, N, W);
