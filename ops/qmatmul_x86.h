@@ -501,13 +501,42 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
         _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[t], add[t]));
 }
 
+/* The next 8-row group's weights (the caller's next call: the stored rows
+ * or the packed group after this one), asked for into L2 a few lines every
+ * QMM_NT tokens while this group's tokens run: its unpacking otherwise
+ * waited on L3 or memory, a quarter of the packed GEMM's time outside the
+ * assembly loop. Past the weight's end a prefetch reads nothing. */
+struct next_group {
+    const char *p;
+    size_t bytes, lines_per_step, at;
+};
+
+AVX2 INLINE struct next_group next_group_of(const uint8_t *w, size_t group_bytes, int64_t nt)
+{
+    size_t steps = (size_t)(nt + QMM_NT - 1) / QMM_NT, lines = (group_bytes + 63) / 64;
+    struct next_group g = {(const char *)w + group_bytes, group_bytes,
+                           steps ? (lines + steps - 1) / steps : 0, 0};
+    return g;
+}
+
+AVX2 INLINE void next_group_step(struct next_group *g)
+{
+    for (size_t i = 0; i < g->lines_per_step && g->at < g->bytes; i++, g->at += 64)
+        _mm_prefetch(g->p + g->at, _MM_HINT_T1);
+}
+/* The GEMV streams its own group (prefetch_ahead): nothing to ask. */
+#define NO_NEXT_GROUP ((struct next_group){NULL, 0, 0, 0})
+
 /* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
 AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
-                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const enum kind kind)
+                           int64_t ldx, int64_t nt, float *y, int64_t ldy, const enum kind kind,
+                           struct next_group next)
 {
     int64_t t = 0;
-    for (; t + QMM_NT <= nt; t += QMM_NT)
+    for (; t + QMM_NT <= nt; t += QMM_NT) {
+        next_group_step(&next);
         gemm8_tokens(pack, n_blk, x + t * ldx, ldx, QMM_NT, y + t * ldy, ldy, kind);
+    }
     switch (nt - t) {
     case 3: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 3, y + t * ldy, ldy, kind); break;
     case 2: gemm8_tokens(pack, n_blk, x + t * ldx, ldx, 2, y + t * ldy, ldy, kind); break;
@@ -541,7 +570,7 @@ AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes,
                        struct qmm_pack8 *pack)
 {
     pack8(kind, w, row_bytes, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind, next_group_of(w, 8 * row_bytes, nt));
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -936,10 +965,12 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
  * nr through tmp. */
 AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                         const bool unpacked, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
-                        int64_t nt, int nr, float *y, int64_t ldy, const bool to_l2)
+                        int64_t nt, int nr, float *y, int64_t ldy, const bool to_l2,
+                        struct next_group next)
 {
     float tmp[QMM_NT * 8];
     for (int64_t t = 0; t < nt; t += QMM_NT) {
+        next_group_step(&next);
         int n = nt - t < QMM_NT ? (int)(nt - t) : QMM_NT;
         float *yt = nr == 8 ? y + t * ldy : tmp; /* ragged groups go through tmp */
         int64_t ld = nr == 8 ? ldy : 8;
@@ -961,18 +992,18 @@ AVX2 static void gemv8_q6_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8
                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
     if (gemv_prefetch_to_l2())
-        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true);
+        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true, NO_NEXT_GROUP);
     else
-        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false);
+        k6_all(false, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false, NO_NEXT_GROUP);
 }
 
 AVX2 static void gemv8_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                             int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy)
 {
     if (gemv_prefetch_to_l2())
-        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true);
+        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, true, NO_NEXT_GROUP);
     else
-        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false);
+        k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false, NO_NEXT_GROUP);
 }
 
 /* Many tokens: the group's blocks unpacked once into `pack` (d sc_0 in d,
@@ -994,7 +1025,9 @@ AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
         UNROLL for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)pack[b].q[k], q[k]);
     }
-    k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false); /* (no prefetching) */
+    size_t block_bytes = k2 ? QMM_K2_SUPER / 8 : QMM_K6_SUPER / 8;
+    k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false,
+           next_group_of(w, (size_t)n_blk * block_bytes, nt)); /* (no prefetch_ahead) */
 }
 
 AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
@@ -1076,7 +1109,8 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         struct qmm_pack8 *pack)
 {
     unpack8(kind, w, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind);
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind,
+              next_group_of(w, (size_t)n_blk * packed_bytes(kind), nt));
 }
 
 #define GEMM8P(name, kind)                                                                   \
