@@ -591,89 +591,104 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
     sc->l[r] = row_sum_update(sc->l[r], sc->corr[r], sum);
 }
 
-/* 2w output columns [db, db + 2w) of rows 0..n-1 as two vectors V of w
- * floats (load, store: V's unaligned access), over columns [lo, hi), and
- * with `sums` each row's probability sum in column order into sum*. Reads
- * ACC_ROWS_N's variables (o*, s*, c*: each row's output, probabilities and
- * correction). Written out (rows as separate variables, the unused ones
- * dead for a constant n): -O2 keeps arrays of vectors in memory. */
+/* 2w output columns [db, db + 2w) of rows 0..n-1 (n <= 6) as two vectors V
+ * of w floats (load, store: V's unaligned access), over columns [lo, hi),
+ * and with `sums` each row's probability sum in column order into sum*.
+ * Reads ACC_ROWS_N's variables (o*, s*, c*: each row's output,
+ * probabilities and correction). Written out (rows as separate variables,
+ * the unused ones dead for a constant n): -O2 keeps arrays of vectors in
+ * memory. ACC_ROW(k, x) is x for the rows k < n. */
+#define ACC_ROW(n, k, x)                                                                     \
+    do {                                                                                     \
+        if ((n) > (k))                                                                       \
+            x;                                                                               \
+    } while (0)
 #define ACC_ROWS_BLOCK(V, load, store, w, n, db, sums)                                       \
     do {                                                                                     \
         V a0 = load(o0 + (db)) * c0, b0 = load(o0 + (db) + (w)) * c0;                        \
         V a1 = load(o1 + (db)) * c1, b1 = load(o1 + (db) + (w)) * c1;                        \
-        V a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};                                            \
-        if ((n) > 2)                                                                         \
-            a2 = load(o2 + (db)) * c2, b2 = load(o2 + (db) + (w)) * c2;                      \
-        if ((n) > 3)                                                                         \
-            a3 = load(o3 + (db)) * c3, b3 = load(o3 + (db) + (w)) * c3;                      \
+        V a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0}, a4 = {0}, b4 = {0}, a5 = {0}, b5 = {0};    \
+        ACC_ROW(n, 2, (a2 = load(o2 + (db)) * c2, b2 = load(o2 + (db) + (w)) * c2));         \
+        ACC_ROW(n, 3, (a3 = load(o3 + (db)) * c3, b3 = load(o3 + (db) + (w)) * c3));         \
+        ACC_ROW(n, 4, (a4 = load(o4 + (db)) * c4, b4 = load(o4 + (db) + (w)) * c4));         \
+        ACC_ROW(n, 5, (a5 = load(o5 + (db)) * c5, b5 = load(o5 + (db) + (w)) * c5));         \
         for (int64_t c = lo; c < hi; c++) {                                                  \
             V v0 = load(vt + c * hd + (db)), v1 = load(vt + c * hd + (db) + (w));            \
             a0 += s0[c] * v0, b0 += s0[c] * v1;                                              \
             a1 += s1[c] * v0, b1 += s1[c] * v1;                                              \
-            if ((n) > 2)                                                                     \
-                a2 += s2[c] * v0, b2 += s2[c] * v1;                                          \
-            if ((n) > 3)                                                                     \
-                a3 += s3[c] * v0, b3 += s3[c] * v1;                                          \
+            ACC_ROW(n, 2, (a2 += s2[c] * v0, b2 += s2[c] * v1));                             \
+            ACC_ROW(n, 3, (a3 += s3[c] * v0, b3 += s3[c] * v1));                             \
+            ACC_ROW(n, 4, (a4 += s4[c] * v0, b4 += s4[c] * v1));                             \
+            ACC_ROW(n, 5, (a5 += s5[c] * v0, b5 += s5[c] * v1));                             \
             if (sums) {                                                                      \
                 sum0 += s0[c], sum1 += s1[c];                                                \
-                if ((n) > 2)                                                                 \
-                    sum2 += s2[c];                                                           \
-                if ((n) > 3)                                                                 \
-                    sum3 += s3[c];                                                           \
+                ACC_ROW(n, 2, sum2 += s2[c]);                                                \
+                ACC_ROW(n, 3, sum3 += s3[c]);                                                \
             }                                                                                \
         }                                                                                    \
         store(o0 + (db), a0), store(o0 + (db) + (w), b0);                                    \
         store(o1 + (db), a1), store(o1 + (db) + (w), b1);                                    \
-        if ((n) > 2)                                                                         \
-            store(o2 + (db), a2), store(o2 + (db) + (w), b2);                                \
-        if ((n) > 3)                                                                         \
-            store(o3 + (db), a3), store(o3 + (db) + (w), b3);                                \
+        ACC_ROW(n, 2, (store(o2 + (db), a2), store(o2 + (db) + (w), b2)));                   \
+        ACC_ROW(n, 3, (store(o3 + (db), a3), store(o3 + (db) + (w), b3)));                   \
+        ACC_ROW(n, 4, (store(o4 + (db), a4), store(o4 + (db) + (w), b4)));                   \
+        ACC_ROW(n, 5, (store(o5 + (db), a5), store(o5 + (db) + (w), b5)));                   \
     } while (0)
 
 /* The body of accumulate_rows_n and accumulate_rows16_n (their arguments
  * sc, vt, rr, lo, hi, hd in scope): the rows' pointers and corrections,
- * ACC_ROWS_BLOCK over hd in steps of 2w columns, the sums riding along the
- * first, then l = l corr + sum. A macro, not a function, for the vector
- * type it takes. */
-#define ACC_ROWS_N(V, load, store, w, n)                                                     \
+ * ACC_ROWS_BLOCK over hd in steps of 2w columns, with `sums` (n <= 4) the
+ * sums riding along the first, then l = l corr + sum. A macro, not a
+ * function, for the vector type it takes. */
+#define ACC_ROWS_N(V, load, store, w, n, sums)                                               \
     do {                                                                                     \
-        int64_t r0 = rr[0], r1 = rr[1], r2 = rr[(n) > 2 ? 2 : 0], r3 = rr[(n) > 3 ? 3 : 0];  \
-        const float *s0 = sc->s + r0 * ATTN_TILE_K, *s1 = sc->s + r1 * ATTN_TILE_K;          \
-        const float *s2 = sc->s + r2 * ATTN_TILE_K, *s3 = sc->s + r3 * ATTN_TILE_K;          \
-        float *o0 = sc->o + r0 * hd, *o1 = sc->o + r1 * hd;                                  \
-        float *o2 = sc->o + r2 * hd, *o3 = sc->o + r3 * hd;                                  \
-        float c0 = sc->corr[r0], c1 = sc->corr[r1], c2 = sc->corr[r2], c3 = sc->corr[r3];   \
+        int64_t r_[6];                                                                       \
+        for (int k_ = 0; k_ < 6; k_++)                                                       \
+            r_[k_] = rr[k_ < (n) ? k_ : 0];                                                  \
+        const float *s0 = sc->s + r_[0] * ATTN_TILE_K, *s1 = sc->s + r_[1] * ATTN_TILE_K;    \
+        const float *s2 = sc->s + r_[2] * ATTN_TILE_K, *s3 = sc->s + r_[3] * ATTN_TILE_K;    \
+        const float *s4 = sc->s + r_[4] * ATTN_TILE_K, *s5 = sc->s + r_[5] * ATTN_TILE_K;    \
+        float *o0 = sc->o + r_[0] * hd, *o1 = sc->o + r_[1] * hd;                            \
+        float *o2 = sc->o + r_[2] * hd, *o3 = sc->o + r_[3] * hd;                            \
+        float *o4 = sc->o + r_[4] * hd, *o5 = sc->o + r_[5] * hd;                            \
+        float c0 = sc->corr[r_[0]], c1 = sc->corr[r_[1]], c2 = sc->corr[r_[2]];              \
+        float c3 = sc->corr[r_[3]], c4 = sc->corr[r_[4]], c5 = sc->corr[r_[5]];              \
         float sum0 = 0.0f, sum1 = 0.0f, sum2 = 0.0f, sum3 = 0.0f;                            \
-        ACC_ROWS_BLOCK(V, load, store, w, n, 0, true);                                       \
-        for (int64_t db = 2 * (w); db < hd; db += 2 * (w))                                   \
+        int64_t db0 = 0;                                                                     \
+        if (sums) {                                                                          \
+            ACC_ROWS_BLOCK(V, load, store, w, n, 0, true);                                   \
+            db0 = 2 * (w);                                                                   \
+        }                                                                                    \
+        for (int64_t db = db0; db < hd; db += 2 * (w))                                       \
             ACC_ROWS_BLOCK(V, load, store, w, n, db, false);                                 \
-        sc->l[r0] = row_sum_update(sc->l[r0], c0, sum0);                                     \
-        sc->l[r1] = row_sum_update(sc->l[r1], c1, sum1);                                     \
-        if ((n) > 2)                                                                         \
-            sc->l[r2] = row_sum_update(sc->l[r2], c2, sum2);                                 \
-        if ((n) > 3)                                                                         \
-            sc->l[r3] = row_sum_update(sc->l[r3], c3, sum3);                                 \
+        if (sums) {                                                                          \
+            sc->l[r_[0]] = row_sum_update(sc->l[r_[0]], c0, sum0);                           \
+            sc->l[r_[1]] = row_sum_update(sc->l[r_[1]], c1, sum1);                           \
+            ACC_ROW(n, 2, sc->l[r_[2]] = row_sum_update(sc->l[r_[2]], c2, sum2));            \
+            ACC_ROW(n, 3, sc->l[r_[3]] = row_sum_update(sc->l[r_[3]], c3, sum3));            \
+        }                                                                                    \
     } while (0)
 
-/* accumulate() and the probability sums (add_row_sum) for rows rr[0..n)
- * (2 <= n <= 4) that see the same columns [lo, hi): 16 output columns of
- * every row at a time (2n sums in registers) while the values stream past,
- * so each V load serves n rows where accumulate() reloads the whole tile
- * for every row (it spilled out of L1 with the tile's K, scores and
- * outputs); the n probability sums ride along the first 16 columns, n
- * chains of additions side by side where one row's chain alone waited on
- * each addition. Every element of o sees accumulate()'s operations in its
- * order (o * corr, then + s[c] v[c] for c from lo up), every sum
- * add_row_sum's. hd % 16 == 0. */
+/* accumulate() for rows rr[0..n) (2 <= n <= 6; n <= 4 with `sums`, which
+ * adds their probability sums as add_row_sum does) that see the same
+ * columns [lo, hi): 16 output columns of every row at a time (2n sums in
+ * registers) while the values stream past, so each V load serves n rows
+ * where accumulate() reloads the whole tile for every row (it spilled out
+ * of L1 with the tile's K, scores and outputs). Four rows' eight sums only
+ * just cover the multiply-adds' latency; six rows (where the probability
+ * sums are added apart: add_row_sums8) give twelve. The n probability sums
+ * ride along the first 16 columns, n chains of additions side by side
+ * where one row's chain alone waited on each addition. Every element of o
+ * sees accumulate()'s operations in its order (o * corr, then + s[c] v[c]
+ * for c from lo up), every sum add_row_sum's. hd % 16 == 0. */
 static inline __attribute__((always_inline)) void
 accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
-                  int64_t lo, int64_t hi, int64_t hd)
+                  int64_t lo, int64_t hi, int64_t hd, const bool sums)
 {
-    ACC_ROWS_N(attn_v8, v8_load, v8_store, 8, n);
+    ACC_ROWS_N(attn_v8, v8_load, v8_store, 8, n, sums);
 }
 
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
-                            int64_t lo, int64_t hi, int64_t hd);
+                            int64_t lo, int64_t hi, int64_t hd, bool sums);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* accumulate_rows_n on AVX-512: 32 output columns of each row as two zmm,
@@ -683,23 +698,33 @@ static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int6
  * order as in accumulate_rows_n, so the same bits. hd % 32 == 0. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 accumulate_rows16_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, const int n,
-                    int64_t lo, int64_t hi, int64_t hd)
+                    int64_t lo, int64_t hi, int64_t hd, const bool sums)
 {
-    ACC_ROWS_N(attn_v16, v16_load, v16_store, 16, n);
+    ACC_ROWS_N(attn_v16, v16_load, v16_store, 16, n, sums);
 }
 
 __attribute__((target("avx512f"))) static void
 accumulate_rows16(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n, int64_t lo,
-                  int64_t hi, int64_t hd)
+                  int64_t hi, int64_t hd, bool sums)
 {
-    if (n == 4)
-        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd);
-    else if (n == 3)
-        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd);
-    else if (n == 2)
-        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd);
+    if (sums && n == 4)
+        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd, true);
+    else if (sums && n == 3)
+        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd, true);
+    else if (sums && n == 2)
+        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd, true);
+    else if (!sums && n == 6)
+        accumulate_rows16_n(sc, vt, rr, 6, lo, hi, hd, false);
+    else if (!sums && n == 5)
+        accumulate_rows16_n(sc, vt, rr, 5, lo, hi, hd, false);
+    else if (!sums && n == 4)
+        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd, false);
+    else if (!sums && n == 3)
+        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd, false);
+    else if (!sums && n == 2)
+        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd, false);
     else
-        accumulate_rows(sc, vt, rr, n, lo, hi, hd);
+        accumulate_rows(sc, vt, rr, n, lo, hi, hd, sums);
 }
 
 /* Whether accumulate_rows16 runs: AVX-512 present and not capped away
@@ -719,20 +744,107 @@ static bool attn_zmm(void)
 
 OPS_SIMD_CLONES
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
-                            int64_t lo, int64_t hi, int64_t hd)
+                            int64_t lo, int64_t hi, int64_t hd, bool sums)
 {
+    IG_ASSERT(n <= (sums ? 4 : 6));
     if (n >= 2 && hd % ATTN_COL_BLOCK == 0) {
-        if (n == 4)
-            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd);
+        if (sums && n == 4)
+            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd, true);
+        else if (sums && n == 3)
+            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd, true);
+        else if (sums)
+            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd, true);
+        else if (n == 6)
+            accumulate_rows_n(sc, vt, rr, 6, lo, hi, hd, false);
+        else if (n == 5)
+            accumulate_rows_n(sc, vt, rr, 5, lo, hi, hd, false);
+        else if (n == 4)
+            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd, false);
         else if (n == 3)
-            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd);
+            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd, false);
         else
-            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd);
+            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd, false);
         return;
     }
     for (int i = 0; i < n; i++) {
-        add_row_sum(sc, rr[i], lo, hi);
+        if (sums)
+            add_row_sum(sc, rr[i], lo, hi);
         accumulate(sc, vt, rr[i], lo, hi, hd);
+    }
+}
+
+/* add_row_sum for rows r0 .. r0 + 7 at once, lane j of the running sums
+ * row r0 + j's: eight columns of the eight rows turned into eight vectors
+ * of a column each (an 8 x 8 transpose) and added in column order, so each
+ * lane sees add_row_sum's additions (its tail columns one by one after). */
+OPS_SIMD_CLONES
+static void add_row_sums8(struct attn_scratch *sc, int64_t r0, int64_t lo, int64_t hi)
+{
+    const float *s = sc->s + r0 * ATTN_TILE_K;
+    attn_v8 sum = {0};
+    int64_t c = lo;
+    for (; c + 8 <= hi; c += 8) {
+        attn_v8 x0 = v8_load(s + c), x1 = v8_load(s + ATTN_TILE_K + c);
+        attn_v8 x2 = v8_load(s + 2 * ATTN_TILE_K + c), x3 = v8_load(s + 3 * ATTN_TILE_K + c);
+        attn_v8 x4 = v8_load(s + 4 * ATTN_TILE_K + c), x5 = v8_load(s + 5 * ATTN_TILE_K + c);
+        attn_v8 x6 = v8_load(s + 6 * ATTN_TILE_K + c), x7 = v8_load(s + 7 * ATTN_TILE_K + c);
+        /* pairs of rows interleaved, then quads, then the 128-bit halves */
+        attn_v8 t0 = v8_shuf(x0, x1, 0, 8, 1, 9, 4, 12, 5, 13);
+        attn_v8 t1 = v8_shuf(x0, x1, 2, 10, 3, 11, 6, 14, 7, 15);
+        attn_v8 t2 = v8_shuf(x2, x3, 0, 8, 1, 9, 4, 12, 5, 13);
+        attn_v8 t3 = v8_shuf(x2, x3, 2, 10, 3, 11, 6, 14, 7, 15);
+        attn_v8 t4 = v8_shuf(x4, x5, 0, 8, 1, 9, 4, 12, 5, 13);
+        attn_v8 t5 = v8_shuf(x4, x5, 2, 10, 3, 11, 6, 14, 7, 15);
+        attn_v8 t6 = v8_shuf(x6, x7, 0, 8, 1, 9, 4, 12, 5, 13);
+        attn_v8 t7 = v8_shuf(x6, x7, 2, 10, 3, 11, 6, 14, 7, 15);
+        attn_v8 u0 = v8_shuf(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+        attn_v8 u1 = v8_shuf(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+        attn_v8 u2 = v8_shuf(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+        attn_v8 u3 = v8_shuf(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+        attn_v8 u4 = v8_shuf(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
+        attn_v8 u5 = v8_shuf(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+        attn_v8 u6 = v8_shuf(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
+        attn_v8 u7 = v8_shuf(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+        sum += v8_shuf(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11); /* column c */
+        sum += v8_shuf(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+        sum += v8_shuf(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+        sum += v8_shuf(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+        sum += v8_shuf(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15); /* column c + 4 */
+        sum += v8_shuf(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+        sum += v8_shuf(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+        sum += v8_shuf(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    float tot[8];
+    v8_store(tot, sum);
+    for (int j = 0; j < 8; j++) {
+        for (int64_t cc = c; cc < hi; cc++)
+            tot[j] += s[j * ATTN_TILE_K + cc];
+        sc->l[r0 + j] = row_sum_update(sc->l[r0 + j], sc->corr[r0 + j], tot[j]);
+    }
+}
+
+/* A tile every row sees whole ([lo, hi) for all): the probability sums
+ * eight rows at a time, then the accumulation six rows at a time (twelve
+ * independent sums: accumulate_rows_n). */
+static void accumulate_whole(struct attn_scratch *sc, const float *vt, int64_t rows,
+                             int64_t lo, int64_t hi, int64_t hd, bool zmm)
+{
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8)
+        add_row_sums8(sc, r, lo, hi);
+    for (; r < rows; r++)
+        add_row_sum(sc, r, lo, hi);
+    void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
+                int64_t, bool) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
+    for (r = 0; r < rows; r += 6) {
+        int n = rows - r < 6 ? (int)(rows - r) : 6;
+        int64_t rr[6];
+        for (int k = 0; k < n; k++)
+            rr[k] = r + k;
+        if (n == 1)
+            accumulate(sc, vt, r, lo, hi, hd);
+        else
+            acc(sc, vt, rr, n, lo, hi, hd, false);
     }
 }
 
@@ -869,7 +981,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
     void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
-                int64_t) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
+                int64_t, bool) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
 
     for (int64_t g = 0; g < group; g++) {
         int64_t h = kvh * group + g;
@@ -922,9 +1034,12 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
                 if (hi[i] > lo[i])
                     softmax_probs(sc, i, group, nq, lo[i], hi[i]);
         correct_rows(sc, rows);
+        if (whole) {
+            accumulate_whole(sc, vt, rows, c0, nc, hd, zmm);
+            continue;
+        }
         /* Rows token by token (a token's query heads see the same columns),
-         * accumulated up to four at a time while their columns agree: on a
-         * tile every row sees whole, four rows of any tokens. */
+         * accumulated up to four at a time while their columns agree. */
         int64_t batch[4], blo = 0, bhi = 0;
         int nb = 0;
         for (int64_t i = 0; i < nq; i++) {
@@ -933,14 +1048,14 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
             for (int64_t g = 0; g < group; g++) {
                 int64_t r = g * nq + i;
                 if (nb == 4 || (nb > 0 && (lo[i] != blo || hi[i] != bhi))) {
-                    acc(sc, vt, batch, nb, blo, bhi, hd);
+                    acc(sc, vt, batch, nb, blo, bhi, hd, true);
                     nb = 0;
                 }
                 batch[nb++] = r, blo = lo[i], bhi = hi[i];
             }
         }
         if (nb > 0)
-            acc(sc, vt, batch, nb, blo, bhi, hd);
+            acc(sc, vt, batch, nb, blo, bhi, hd, true);
     }
 
     for (int64_t g = 0; g < group; g++) {
