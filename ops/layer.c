@@ -10,6 +10,7 @@
  * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
 #include "ops/layer.h"
 
+#include "core/status.h"
 #include "ops/qmatmul.h"
 
 #include <stdbool.h>
@@ -90,7 +91,7 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
             ops_qmatmul_quantize_rows(job->ctx, xn, e, r0, r1);
         break;
     }
-    case ROWS_GATE: { /* a row at a time when quantized: 6 KiB, still in L1 */
+    case ROWS_GATE: { /* a row at a time when quantized: still in L1 (6 KiB at n_ff 1536) */
         int64_t f = hp->n_ff, step = job->q8 ? 1 : n;
         bool exact = ops_ctx_exact(job->ctx);
         for (int64_t t = r0; t < r1; t += step) {
@@ -121,6 +122,8 @@ static void rows_then_matmul(struct ops_ctx *ctx, const struct model_layer *L,
                              const struct model_weight *const *w, const float *x,
                              float *const *y)
 {
+    const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
+    IG_ASSERT(w[0]->cols == (step == ROWS_GATE ? hp->n_ff : hp->n_embd)); /* the step's width */
     bool q8 = ops_qmatmul_quantizes(ctx, nw, w, n);
     rows_run(ctx, L, step, n, q8);
     if (q8)

@@ -18,6 +18,10 @@
 #include <math.h>
 #include <stdbool.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
 {
     const struct model_weight *e = &m->tok_embd;
@@ -123,8 +127,6 @@ static void rmsnorm_rows(const float *x, const float *g, int64_t n_tokens, int64
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
 /* SQ_STEP with one conversion instruction a vector: GCC lowers the generic
  * float-to-double conversion in 128-bit halves through the stack (most of
  * the norm's time). The same products and sums, so the same bits. */

@@ -1,5 +1,6 @@
 /* ops/qmatmul.c: the int8 matmul path: quantize the token block once
- * (struct qmm_q8, split by tokens over the pool when it is large), then
+ * (struct qmm_q8, split by tokens over the pool when it is large; or the
+ * caller's step has, row by row: ops_qmatmul_multi_q8), then
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
  * blocks that fit in L2. A weight the context holds in the packed layout

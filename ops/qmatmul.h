@@ -289,9 +289,9 @@ void ops_qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *co
 
 /* Whether ops_qmatmul_multi of these weights over n_tokens quantizes x (the
  * int8 path, and a weight not float). Then the step that writes x may
- * quantize its rows as it goes, while they are in L1 (the down projection's
- * input was read back from L3 for it), and the matmul take them as they are:
- * ops_qmatmul_quantize_rows, then ops_qmatmul_multi_q8. */
+ * quantize its rows as it goes, while they are still in cache (the down
+ * projection's input was read back from L3 for it), and the matmul take
+ * them as they are: ops_qmatmul_quantize_rows, then ops_qmatmul_multi_q8. */
 bool ops_qmatmul_quantizes(const struct ops_ctx *ctx, int n,
                            const struct model_weight *const *w, int64_t n_tokens);
 

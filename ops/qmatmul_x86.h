@@ -502,32 +502,40 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 }
 
 /* The next 8-row group's weights (the caller's next call: the stored rows
- * or the packed group after this one), asked for into L2 a few lines every
- * QMM_NT tokens while this group's tokens run: its unpacking otherwise
- * waited on L3 or memory, a quarter of the packed GEMM's time outside the
- * assembly loop. Past the weight's end a prefetch reads nothing. */
+ * or the packed group after this one), asked for into L2 a few lines at
+ * each of this group's `steps` token steps: its unpacking otherwise waited
+ * on L3 or memory, a quarter of the packed GEMM's time outside the assembly
+ * loop. L2 (T1) on every CPU: the lines are wanted thousands of cycles
+ * later, past the token blocks streaming through L1; where Zen 4 drops a
+ * T1 request the line is simply read when needed. At the end of a thread's
+ * rows the requests touch bytes it does not read (the next thread's rows,
+ * the next tensor: a prefetch never faults); the address is made as an
+ * integer, not by pointer arithmetic past the weight. */
 struct next_group {
-    const char *p;
-    size_t bytes, lines_per_step, at;
+    uintptr_t at;       /* the next line to ask for */
+    uintptr_t end;      /* the group's end */
+    size_t lines_per_step;
 };
 
-AVX2 INLINE struct next_group next_group_of(const uint8_t *w, size_t group_bytes, int64_t nt)
+AVX2 INLINE struct next_group next_group_of(const uint8_t *w, size_t group_bytes, int64_t steps)
 {
-    size_t steps = (size_t)(nt + QMM_NT - 1) / QMM_NT, lines = (group_bytes + 63) / 64;
-    struct next_group g = {(const char *)w + group_bytes, group_bytes,
-                           steps ? (lines + steps - 1) / steps : 0, 0};
+    uintptr_t at = (uintptr_t)w + group_bytes;
+    size_t lines = (group_bytes + 63) / 64;
+    struct next_group g = {at, at + group_bytes,
+                           steps > 0 ? (lines + (size_t)steps - 1) / (size_t)steps : 0};
     return g;
 }
 
 AVX2 INLINE void next_group_step(struct next_group *g)
 {
-    for (size_t i = 0; i < g->lines_per_step && g->at < g->bytes; i++, g->at += 64)
-        _mm_prefetch(g->p + g->at, _MM_HINT_T1);
+    for (size_t i = 0; i < g->lines_per_step && g->at < g->end; i++, g->at += 64)
+        _mm_prefetch((const char *)g->at, _MM_HINT_T1);
 }
 /* The GEMV streams its own group (prefetch_ahead): nothing to ask. */
-#define NO_NEXT_GROUP ((struct next_group){NULL, 0, 0, 0})
+#define NO_NEXT_GROUP ((struct next_group){0, 0, 0})
 
-/* The 8 rows in `pack` against nt tokens, QMM_NT at a time. */
+/* The 8 rows in `pack` against nt tokens, QMM_NT at a time, asking for
+ * `next` a step at each whole QMM_NT. */
 AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const struct qmm_q8 *x,
                            int64_t ldx, int64_t nt, float *y, int64_t ldy, const enum kind kind,
                            struct next_group next)
@@ -570,7 +578,8 @@ AVX2 INLINE void gemm8(const enum kind kind, const uint8_t *w, size_t row_bytes,
                        struct qmm_pack8 *pack)
 {
     pack8(kind, w, row_bytes, n_blk, pack);
-    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind, next_group_of(w, 8 * row_bytes, nt));
+    gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind,
+              next_group_of(w, 8 * row_bytes, nt / QMM_NT));
 }
 _Static_assert(QMM_NT == 4, "gemm8 instantiates 1..4 tokens");
 
@@ -962,7 +971,9 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
 
 /* The tokens of y, QMM_NT at a time, from packed group p or its unpacked
  * blocks up (gemv8_k6_tokens; Q2_K's offsets read p either way); rows past
- * nr through tmp. */
+ * nr through tmp. The GEMM asks for its `next` group a step at each; the
+ * GEMV, which streams its own group ahead (prefetch_ahead), passes
+ * NO_NEXT_GROUP. */
 AVX2 INLINE void k6_all(const bool k2, const uint8_t *p, const struct qmm_pack8 *up,
                         const bool unpacked, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
                         int64_t nt, int nr, float *y, int64_t ldy, const bool to_l2,
@@ -1027,7 +1038,7 @@ AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
     }
     size_t block_bytes = k2 ? QMM_K2_SUPER / 8 : QMM_K6_SUPER / 8;
     k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false,
-           next_group_of(w, (size_t)n_blk * block_bytes, nt)); /* (no prefetch_ahead) */
+           next_group_of(w, (size_t)n_blk * block_bytes, (nt + QMM_NT - 1) / QMM_NT));
 }
 
 AVX2 static void gemm8p_q6_K(const uint8_t *w, size_t row_bytes, int64_t n_blk,
@@ -1110,7 +1121,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
 {
     unpack8(kind, w, n_blk, pack);
     gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind,
-              next_group_of(w, (size_t)n_blk * packed_bytes(kind), nt));
+              next_group_of(w, (size_t)n_blk * packed_bytes(kind), nt / QMM_NT));
 }
 
 #define GEMM8P(name, kind)                                                                   \

@@ -504,9 +504,10 @@ static float row_max(const float *x, int64_t n, float m)
  * prefill). Columns outside are never read. softmax_probs then turns
  * s[r][lo..hi) into probabilities relative to m[r] (softmax_exp_rows:
  * expf's bits, vectorized; the fused build's polynomial), for several rows
- * in one call. The sum and l[r] = l[r] corr[r] + sum come with the
- * accumulation (accumulate_rows, add_row_sum; the decode path:
- * attn_decode_accumulate_f16), in column order. */
+ * in one call. The sum and l[r] = l[r] corr[r] + sum, in column order, come
+ * with the accumulation (accumulate_rows, add_row_sum; the decode path:
+ * attn_decode_accumulate_f16), or on a tile every row sees whole before it,
+ * eight rows at a time (accumulate_whole, add_row_sums8). */
 static void softmax_max(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t hi)
 {
     float mx = row_max(sc->s + r * ATTN_TILE_K + lo, hi - lo, sc->m[r]);
@@ -597,7 +598,7 @@ static void add_row_sum(struct attn_scratch *sc, int64_t r, int64_t lo, int64_t 
  * Reads ACC_ROWS_N's variables (o*, s*, c*: each row's output,
  * probabilities and correction). Written out (rows as separate variables,
  * the unused ones dead for a constant n): -O2 keeps arrays of vectors in
- * memory. ACC_ROW(k, x) is x for the rows k < n. */
+ * memory. ACC_ROW(n, k, x) is x for row k when k < n. */
 #define ACC_ROW(n, k, x)                                                                     \
     do {                                                                                     \
         if ((n) > (k))                                                                       \
@@ -823,19 +824,22 @@ static void add_row_sums8(struct attn_scratch *sc, int64_t r0, int64_t lo, int64
     }
 }
 
+/* The row-batch accumulation run_item picks: accumulate_rows or its
+ * AVX-512 form. */
+typedef void (*acc_rows_fn)(struct attn_scratch *, const float *, const int64_t *, int, int64_t,
+                            int64_t, int64_t, bool);
+
 /* A tile every row sees whole ([lo, hi) for all): the probability sums
- * eight rows at a time, then the accumulation six rows at a time (twelve
- * independent sums: accumulate_rows_n). */
+ * eight rows at a time, then the accumulation six rows at a time through
+ * acc (twelve independent sums: accumulate_rows_n). */
 static void accumulate_whole(struct attn_scratch *sc, const float *vt, int64_t rows,
-                             int64_t lo, int64_t hi, int64_t hd, bool zmm)
+                             int64_t lo, int64_t hi, int64_t hd, acc_rows_fn acc)
 {
     int64_t r = 0;
     for (; r + 8 <= rows; r += 8)
         add_row_sums8(sc, r, lo, hi);
     for (; r < rows; r++)
         add_row_sum(sc, r, lo, hi);
-    void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
-                int64_t, bool) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
     for (r = 0; r < rows; r += 6) {
         int n = rows - r < 6 ? (int)(rows - r) : 6;
         int64_t rr[6];
@@ -980,8 +984,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
     IG_ASSERT(nq <= ATTN_TILE_Q);
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = group * nq;
-    void (*acc)(struct attn_scratch *, const float *, const int64_t *, int, int64_t, int64_t,
-                int64_t, bool) = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
+    acc_rows_fn acc = hd % 32 == 0 && zmm ? accumulate_rows16 : accumulate_rows;
 
     for (int64_t g = 0; g < group; g++) {
         int64_t h = kvh * group + g;
@@ -1035,7 +1038,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
                     softmax_probs(sc, i, group, nq, lo[i], hi[i]);
         correct_rows(sc, rows);
         if (whole) {
-            accumulate_whole(sc, vt, rows, c0, nc, hd, zmm);
+            accumulate_whole(sc, vt, rows, c0, nc, hd, acc);
             continue;
         }
         /* Rows token by token (a token's query heads see the same columns),
