@@ -240,9 +240,7 @@ static int64_t padded_rows(const struct model_weight *w)
 static void quant_task(void *arg, int64_t t0, int64_t t1, int thread)
 {
     const struct qmm_job *job = arg;
-    int64_t cols = job->cols, nb = cols / QMM_QK;
-    for (int64_t t = t0; t < t1; t++)
-        ops_qmm_quantize(job->x + t * cols, cols, job->xq + t * nb);
+    ops_qmatmul_quantize_rows(job->ctx, job->x + t0 * job->cols, job->cols, t0, t1);
 }
 
 /* Rows [r0, r1) of weight i, r0 a multiple of QMM_MR. */

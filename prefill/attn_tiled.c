@@ -691,6 +691,27 @@ accumulate_rows_n(struct attn_scratch *sc, const float *vt, const int64_t *rr, c
 static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n,
                             int64_t lo, int64_t hi, int64_t hd, bool sums);
 
+/* Runs f, accumulate_rows_n or its AVX-512 form, with n and sums as
+ * constants (2 <= n <= 4 with sums, <= 6 without) and returns; falls
+ * through for other n. */
+#define ACC_ROWS_SELECT(f)                                                                   \
+    do {                                                                                     \
+        switch (n) {                                                                         \
+        case 2:                                                                              \
+            sums ? f(sc, vt, rr, 2, lo, hi, hd, true) : f(sc, vt, rr, 2, lo, hi, hd, false); \
+            return;                                                                          \
+        case 3:                                                                              \
+            sums ? f(sc, vt, rr, 3, lo, hi, hd, true) : f(sc, vt, rr, 3, lo, hi, hd, false); \
+            return;                                                                          \
+        case 4:                                                                              \
+            sums ? f(sc, vt, rr, 4, lo, hi, hd, true) : f(sc, vt, rr, 4, lo, hi, hd, false); \
+            return;                                                                          \
+        case 5: f(sc, vt, rr, 5, lo, hi, hd, false); return;                                 \
+        case 6: f(sc, vt, rr, 6, lo, hi, hd, false); return;                                 \
+        default: break;                                                                      \
+        }                                                                                    \
+    } while (0)
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 /* accumulate_rows_n on AVX-512: 32 output columns of each row as two zmm,
  * so a multiply or an add covers 16 columns where the AVX2 form covers 8
@@ -708,24 +729,9 @@ __attribute__((target("avx512f"))) static void
 accumulate_rows16(struct attn_scratch *sc, const float *vt, const int64_t *rr, int n, int64_t lo,
                   int64_t hi, int64_t hd, bool sums)
 {
-    if (sums && n == 4)
-        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd, true);
-    else if (sums && n == 3)
-        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd, true);
-    else if (sums && n == 2)
-        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd, true);
-    else if (!sums && n == 6)
-        accumulate_rows16_n(sc, vt, rr, 6, lo, hi, hd, false);
-    else if (!sums && n == 5)
-        accumulate_rows16_n(sc, vt, rr, 5, lo, hi, hd, false);
-    else if (!sums && n == 4)
-        accumulate_rows16_n(sc, vt, rr, 4, lo, hi, hd, false);
-    else if (!sums && n == 3)
-        accumulate_rows16_n(sc, vt, rr, 3, lo, hi, hd, false);
-    else if (!sums && n == 2)
-        accumulate_rows16_n(sc, vt, rr, 2, lo, hi, hd, false);
-    else
-        accumulate_rows(sc, vt, rr, n, lo, hi, hd, sums);
+    IG_ASSERT(n <= (sums ? 4 : 6));
+    ACC_ROWS_SELECT(accumulate_rows16_n);
+    accumulate_rows(sc, vt, rr, n, lo, hi, hd, sums);
 }
 
 /* Whether accumulate_rows16 runs: AVX-512 present and not capped away
@@ -748,25 +754,8 @@ static void accumulate_rows(struct attn_scratch *sc, const float *vt, const int6
                             int64_t lo, int64_t hi, int64_t hd, bool sums)
 {
     IG_ASSERT(n <= (sums ? 4 : 6));
-    if (n >= 2 && hd % ATTN_COL_BLOCK == 0) {
-        if (sums && n == 4)
-            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd, true);
-        else if (sums && n == 3)
-            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd, true);
-        else if (sums)
-            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd, true);
-        else if (n == 6)
-            accumulate_rows_n(sc, vt, rr, 6, lo, hi, hd, false);
-        else if (n == 5)
-            accumulate_rows_n(sc, vt, rr, 5, lo, hi, hd, false);
-        else if (n == 4)
-            accumulate_rows_n(sc, vt, rr, 4, lo, hi, hd, false);
-        else if (n == 3)
-            accumulate_rows_n(sc, vt, rr, 3, lo, hi, hd, false);
-        else
-            accumulate_rows_n(sc, vt, rr, 2, lo, hi, hd, false);
-        return;
-    }
+    if (hd % ATTN_COL_BLOCK == 0)
+        ACC_ROWS_SELECT(accumulate_rows_n);
     for (int i = 0; i < n; i++) {
         if (sums)
             add_row_sum(sc, rr[i], lo, hi);
