@@ -165,6 +165,7 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
             out[b].d = out[b].s = NAN;
             out[b].dhs[0] = out[b].dhs[1] = NAN;
             out[b].sum8 = out[b].sum16 = 0;
+            out[b].sum16_pairs[0] = out[b].sum16_pairs[1] = 0;
             continue;
         }
         float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
@@ -172,16 +173,18 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
             id = 0.0f; /* d < 2^-128: 1/d overflows (x * id would be inf, its int
                           conversion undefined); such a block's values are far below
                           any product's precision, so its quants are 0 */
-        int32_t sum0 = 0, sum1 = 0;
+        int32_t sum0 = 0, sum1 = 0, pairs[2] = {0, 0};
         for (int j = 0; j < QMM_QK / 2; j++) {
             int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
             out[b].qs[j] = (int8_t)q;
             sum0 += q;
+            pairs[j / 2 % 2] += q;
         }
         for (int j = QMM_QK / 2; j < QMM_QK; j++) {
             int32_t q = (int32_t)__builtin_rintf(xb[j] * id);
             out[b].qs[j] = (int8_t)q;
             sum1 += q;
+            pairs[j / 2 % 2] += q;
         }
         out[b].d = d;
         out[b].s = d * (float)(sum0 + sum1);
@@ -189,6 +192,8 @@ void ops_qmm_quantize_c(const float *x, int64_t cols, struct qmm_q8 *out)
         out[b].dhs[1] = d * (float)sum1;
         out[b].sum8 = 8 * (sum0 + sum1);
         out[b].sum16 = 16 * (sum0 + sum1);
+        out[b].sum16_pairs[0] = (int16_t)(16 * pairs[0]);
+        out[b].sum16_pairs[1] = (int16_t)(16 * pairs[1]);
     }
 }
 

@@ -48,8 +48,10 @@ qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
 
 /* Block xb's quants from x * id (rounded to nearest even by vcvtps2dq, the
  * default rounding rintf uses), stored; their int32 sums over the first and
- * the second 16 elements, 8 lanes each, in h0 and h1. */
-AVX2_QUANT void quants_of(const float *xb, float id, struct qmm_q8 *out, __m256i *h0, __m256i *h1)
+ * the second 16 elements, 8 lanes each, in h0 and h1, and in he those over
+ * the elements 4k and 4k + 1 (lanes 0, 1, 4, 5 of both halves: 8 = 0 mod 4). */
+AVX2_QUANT void quants_of(const float *xb, float id, struct qmm_q8 *out, __m256i *h0, __m256i *h1,
+                          __m256i *he)
 {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256 idv = _mm256_set1_ps(id);
@@ -61,9 +63,13 @@ AVX2_QUANT void quants_of(const float *xb, float id, struct qmm_q8 *out, __m256i
     _mm256_storeu_si256((__m256i *)(void *)out->qs, _mm256_permutevar8x32_epi32(p, order));
     *h0 = _mm256_add_epi32(q[0], q[1]);
     *h1 = _mm256_add_epi32(q[2], q[3]);
+    *he = _mm256_and_si256(_mm256_add_epi32(*h0, *h1),
+                           _mm256_setr_epi32(-1, -1, 0, 0, -1, -1, 0, 0));
 }
 
-AVX2_QUANT void set_sums(float d, int32_t sum0, int32_t sum1, struct qmm_q8 *out)
+/* The sums' fields from the halves' sums and the sum over the quants 4k,
+ * 4k + 1 (`even`; the others' is the rest). */
+AVX2_QUANT void set_sums(float d, int32_t sum0, int32_t sum1, int32_t even, struct qmm_q8 *out)
 {
     out->d = d;
     out->s = d * (float)(sum0 + sum1);
@@ -71,6 +77,8 @@ AVX2_QUANT void set_sums(float d, int32_t sum0, int32_t sum1, struct qmm_q8 *out
     out->dhs[1] = d * (float)sum1;
     out->sum8 = 8 * (sum0 + sum1);
     out->sum16 = 16 * (sum0 + sum1);
+    out->sum16_pairs[0] = (int16_t)(16 * even);
+    out->sum16_pairs[1] = (int16_t)(16 * (sum0 + sum1 - even));
 }
 
 /* Lane i of the result: the sum (or the maximum, op) of v[i]'s 8 lanes.
@@ -96,6 +104,7 @@ AVX2_QUANT void quantize_nonfinite(struct qmm_q8 *out)
     out->d = out->s = NAN;
     out->dhs[0] = out->dhs[1] = NAN;
     out->sum8 = out->sum16 = 0;
+    out->sum16_pairs[0] = out->sum16_pairs[1] = 0;
 }
 
 /* The bit patterns of block xb's |x|, 8 lanes of maxima. With the sign
@@ -142,14 +151,17 @@ AVX2_QUANT void quantize_block(const float *xb, struct qmm_q8 *out)
         return;
     }
     float d = block_d(xb, _mm_cvtss_f32(_mm_castsi128_ps(m)));
-    __m256i h0, h1;
+    __m256i h0, h1, he;
     quants_of(xb, _mm_cvtss_f32(_mm256_castps256_ps128(inverse_d(_mm256_set1_ps(d)))), out,
-              &h0, &h1);
+              &h0, &h1, &he);
     __m128i t0 = _mm_add_epi32(_mm256_castsi256_si128(h0), _mm256_extracti128_si256(h0, 1));
     __m128i t1 = _mm_add_epi32(_mm256_castsi256_si128(h1), _mm256_extracti128_si256(h1, 1));
+    __m128i te = _mm_add_epi32(_mm256_castsi256_si128(he), _mm256_extracti128_si256(he, 1));
     t0 = _mm_hadd_epi32(t0, t1); /* [h0 01, h0 23, h1 01, h1 23] */
     t0 = _mm_hadd_epi32(t0, t0);
-    set_sums(d, _mm_cvtsi128_si32(t0), _mm_extract_epi32(t0, 1), out);
+    te = _mm_hadd_epi32(te, te);
+    te = _mm_hadd_epi32(te, te);
+    set_sums(d, _mm_cvtsi128_si32(t0), _mm_extract_epi32(t0, 1), _mm_cvtsi128_si32(te), out);
 }
 
 /* 8 blocks: their maxima and sums reduced 8 vectors at a time (lane i
@@ -157,7 +169,7 @@ AVX2_QUANT void quantize_block(const float *xb, struct qmm_q8 *out)
  * the horizontal steps and the two divisions were most of the work). */
 AVX2_QUANT void quantize_8blocks(const float *x, struct qmm_q8 *out)
 {
-    __m256i m[8], h0[8], h1[8];
+    __m256i m[8], h0[8], h1[8], he[8];
     UNROLL for (int i = 0; i < 8; i++)
         m[i] = abs_max_bits(x + i * QMM_QK);
     __m256i amax = REDUCE8(m, _mm256_max_epi32);
@@ -167,17 +179,19 @@ AVX2_QUANT void quantize_8blocks(const float *x, struct qmm_q8 *out)
         return;
     }
     float a[8], d[8], id[8];
-    int32_t sum0[8], sum1[8];
+    int32_t sum0[8], sum1[8], even[8];
     __m256 dv = _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(127.0f));
     _mm256_storeu_ps(a, _mm256_castsi256_ps(amax));
     _mm256_storeu_ps(d, dv);
     _mm256_storeu_ps(id, inverse_d(dv)); /* an all-zero block's d is +-0: id 0 either way */
     UNROLL for (int i = 0; i < 8; i++)
-        quants_of(x + i * QMM_QK, id[i], out + i, &h0[i], &h1[i]);
+        quants_of(x + i * QMM_QK, id[i], out + i, &h0[i], &h1[i], &he[i]);
     _mm256_storeu_si256((__m256i *)(void *)sum0, REDUCE8(h0, _mm256_add_epi32));
     _mm256_storeu_si256((__m256i *)(void *)sum1, REDUCE8(h1, _mm256_add_epi32));
+    _mm256_storeu_si256((__m256i *)(void *)even, REDUCE8(he, _mm256_add_epi32));
     UNROLL for (int i = 0; i < 8; i++)
-        set_sums(a[i] == 0.0f ? block_d(x + i * QMM_QK, 0.0f) : d[i], sum0[i], sum1[i], out + i);
+        set_sums(a[i] == 0.0f ? block_d(x + i * QMM_QK, 0.0f) : d[i], sum0[i], sum1[i], even[i],
+                 out + i);
 }
 
 /* ops_qmm_quantize_c's results, byte for byte, eight lanes at a time: |x|

@@ -11,8 +11,9 @@
  *
  * The same operations as gemm8_tokens and gemv8_k6_tokens in C, so every
  * result is theirs bit for bit: the integer sums are exact whatever their
- * order (4-bit pair sums in int16, two chains at a time; 5-bit ones to
- * int32 every 4 vectors; Q6_K's per 16-element half, two vectors at a time)
+ * order (4-bit pair sums in int16, two chains at a time; Q5_0's too, less
+ * their zero point in int16; other 5-bit ones to int32 every 4 vectors;
+ * Q6_K's per 16-element half, two vectors at a time)
  * and each f32 update is acc = fma(f, d xd, acc), once per block and token
  * in block order. Register use: ymm0-7 the block's quants, ymm8-11 token
  * t's accumulator, ymm12-15 temporaries. tests/cpu/test_qmatmul.c holds
@@ -20,17 +21,24 @@
 #ifndef IGNITE_OPS_QMATMUL_AVX2_ASM_H
 #define IGNITE_OPS_QMATMUL_AVX2_ASM_H
 
-/* Q4_0's and Q5_0's zero point in the integer sum: minus 8 (or 16) times
- * the token block's sum(qs), from its field at OFF + A (sum8, sum16). */
-#define QMM_ASM_ZERO_POINT(OFF, A)                                                           \
-    "vpbroadcastd " OFF A ", %%ymm13\n\t"                                                    \
+/* Q4_0's zero point in the integer sum: minus 8 times the token block's
+ * sum(qs), from its field at 48 + A (sum8). */
+#define QMM_ASM_ZERO_POINT_Q4_0(A)                                                           \
+    "vpbroadcastd 48" A ", %%ymm13\n\t"                                                      \
     "vpsubd %%ymm13, %%ymm12, %%ymm12\n\t"
 
+/* Q5_0's in the int16 sums: the token block's sum16_pairs at 56 + A, one
+ * int16 a lane, off the wrapped 5-bit sums (each lane's true sum of (q -
+ * 16) x fits: gemm8_tokens's minus_pairs16). */
+#define QMM_ASM_ZERO_POINT_Q5_0(A)                                                           \
+    "vpbroadcastd 56" A ", %%ymm13\n\t"                                                      \
+    "vpsubw %%ymm13, %%ymm12, %%ymm12\n\t"
+
 /* One token's step of a block: A is the token block's address (its d at
- * A, its quants at 8 + A), ACC the number of its accumulator, ZP the zero
- * point's step or "". 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in
- * int16. */
-#define QMM_ASM_NARROW(A, ACC, ZP)                                                           \
+ * A, its quants at 8 + A), ACC the number of its accumulator, ZP16 and
+ * ZP the zero point's step in the int16 or the int32 sums, or "". 4-bit
+ * quants: 8 pair sums of <= 2 * 15 * 128 fit in int16. */
+#define QMM_ASM_NARROW(A, ACC, ZP16, ZP)                                                     \
     "vpbroadcastd 8" A ", %%ymm13\n\t"                                                        \
     "vpmaddubsw %%ymm13, %%ymm0, %%ymm12\n\t"                                                 \
     "vpbroadcastd 12" A ", %%ymm14\n\t"                                                       \
@@ -54,6 +62,7 @@
     "vpmaddubsw %%ymm14, %%ymm7, %%ymm14\n\t"                                                 \
     "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                                    \
     "vpaddw %%ymm15, %%ymm12, %%ymm12\n\t"                                                    \
+    ZP16                                                                                    \
     "vpmaddwd %[ones], %%ymm12, %%ymm12\n\t"                                                  \
     ZP                                                                                      \
     "vcvtdq2ps %%ymm12, %%ymm12\n\t"                                                          \
@@ -61,8 +70,9 @@
     "vmulps 256(%[p]), %%ymm13, %%ymm13\n\t"                                                  \
     "vfmadd231ps %%ymm13, %%ymm12, %%ymm" ACC "\n\t"
 
-/* 5-bit quants (pair sums <= 2 * 31 * 128): to int32 every 4 vectors. */
-#define QMM_ASM_WIDE(A, ACC, ZP)                                                             \
+/* 5-bit quants without a zero point (pair sums <= 2 * 31 * 128): to int32
+ * every 4 vectors. */
+#define QMM_ASM_WIDE(A, ACC)                                                                 \
     "vpbroadcastd 8" A ", %%ymm13\n\t"                                                        \
     "vpmaddubsw %%ymm13, %%ymm0, %%ymm12\n\t"                                                 \
     "vpbroadcastd 12" A ", %%ymm14\n\t"                                                       \
@@ -88,16 +98,15 @@
     "vpaddw %%ymm14, %%ymm15, %%ymm15\n\t"                                                    \
     "vpmaddwd %[ones], %%ymm15, %%ymm15\n\t"                                                  \
     "vpaddd %%ymm15, %%ymm12, %%ymm12\n\t"                                                    \
-    ZP                                                                                      \
     "vcvtdq2ps %%ymm12, %%ymm12\n\t"                                                          \
     "vbroadcastss " A ", %%ymm13\n\t"                                                         \
     "vmulps 256(%[p]), %%ymm13, %%ymm13\n\t"                                                  \
     "vfmadd231ps %%ymm13, %%ymm12, %%ymm" ACC "\n\t"
 
-#define QMM_ASM_TOKEN_NARROW(A, ACC) QMM_ASM_NARROW(A, ACC, "")
-#define QMM_ASM_TOKEN_WIDE(A, ACC) QMM_ASM_WIDE(A, ACC, "")
-#define QMM_ASM_TOKEN_Q4_0(A, ACC) QMM_ASM_NARROW(A, ACC, QMM_ASM_ZERO_POINT("48", A))
-#define QMM_ASM_TOKEN_Q5_0(A, ACC) QMM_ASM_WIDE(A, ACC, QMM_ASM_ZERO_POINT("52", A))
+#define QMM_ASM_TOKEN_NARROW(A, ACC) QMM_ASM_NARROW(A, ACC, "", "")
+#define QMM_ASM_TOKEN_WIDE(A, ACC) QMM_ASM_WIDE(A, ACC)
+#define QMM_ASM_TOKEN_Q4_0(A, ACC) QMM_ASM_NARROW(A, ACC, "", QMM_ASM_ZERO_POINT_Q4_0(A))
+#define QMM_ASM_TOKEN_Q5_0(A, ACC) QMM_ASM_NARROW(A, ACC, QMM_ASM_ZERO_POINT_Q5_0(A), "")
 
 /* Q6_K's unpacked blocks (gemv8_k6_tokens): d sc_0 in d, d sc_1 in m, each
  * half's pair sums two vectors at a time in int16, then int32. */
@@ -159,7 +168,7 @@
 _Static_assert(sizeof(struct qmm_pack8) == 320 && offsetof(struct qmm_pack8, d) == 256,
                "the assembly's block offsets");
 _Static_assert(offsetof(struct qmm_q8, qs) == 8 && offsetof(struct qmm_q8, sum8) == 48 &&
-                   offsetof(struct qmm_q8, sum16) == 52,
+                   offsetof(struct qmm_q8, sum16_pairs) == 56,
                "the assembly's token offsets");
 
 /* The token steps of the assembly loop: 4-bit quants, 5-bit ones, those of

@@ -414,14 +414,35 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
 /* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
 #define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
 /* Q4_0 and Q5_0 (w = d (q - 8), d (q - 16)): the zero point comes off each
- * block's integer sum (struct qmm_q8's sum8, sum16), where the other
+ * block's integer sum (struct qmm_q8's sum8, sum16_pairs), where the other
  * formats' offsets m are f32 sums of their own. */
 #define KIND_ZERO_POINT(kind) ((kind) == K_Q4_0 || (kind) == K_Q5_0)
 
+/* Q5_0's zero point off the int16 pair sums s of a token block (AVX2): the
+ * 5-bit sums of q x wrap in int16 (up to 16 * 31 * 127 a lane), but each
+ * lane's sum of (q - 16) x over its 16 quants fits (at most 16 * 16 * 127
+ * in size) and wrapping adds are exact modulo 2^16, so the difference is
+ * exact; one subtract where flushing to int32 every 4 vectors took two
+ * more operations a token and block. */
+AVX2 INLINE __m256i minus_pairs16(__m256i s, const struct qmm_q8 *xb)
+{
+    int32_t pairs;
+    memcpy(&pairs, xb->sum16_pairs, sizeof pairs);
+    return _mm256_sub_epi16(s, _mm256_set1_epi32(pairs));
+}
+
+/* The zero point off the int32 sum: Q4_0's, and Q5_0's with VNNI (on AVX2
+ * it came off the int16 sums: minus_pairs16). */
 AVX2 INLINE __m256i minus_zero_point(const enum kind kind, __m256i sum, const struct qmm_q8 *xb)
 {
-    return _mm256_sub_epi32(sum, _mm256_set1_epi32(kind == K_Q4_0 ? xb->sum8 : xb->sum16));
+    if (kind == K_Q4_0)
+        return _mm256_sub_epi32(sum, _mm256_set1_epi32(xb->sum8));
+    return QMM_X86_VNNI ? _mm256_sub_epi32(sum, _mm256_set1_epi32(xb->sum16)) : sum;
 }
+
+/* 5-bit quants whose AVX2 int16 sums go to int32 every 4 vectors (Q5_0's
+ * stay in int16: minus_pairs16). */
+#define KIND_FLUSH(kind) (KIND_WIDE(kind) && (kind) != K_Q5_0)
 
 #if !QMM_X86_VNNI
 #include "ops/qmatmul_avx2_asm.h"
@@ -445,10 +466,10 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 #if !QMM_X86_VNNI
     if (nt == QMM_NT) {
         gemm8_4tokens_asm(p, n_blk, x, ldx, acc,
-                          kind == K_Q4_0    ? ASM_Q4_0
-                          : kind == K_Q5_0  ? ASM_Q5_0
-                          : KIND_WIDE(kind) ? ASM_WIDE
-                                            : ASM_NARROW);
+                          kind == K_Q4_0     ? ASM_Q4_0
+                          : kind == K_Q5_0   ? ASM_Q5_0
+                          : KIND_FLUSH(kind) ? ASM_WIDE
+                                             : ASM_NARROW);
         b0 = n_blk;
     }
 #endif
@@ -468,17 +489,20 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
             __m256i sum = _mm256_add_epi32(s0, s1);
 #else
             /* 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; 5-bit
-             * ones (<= 2 * 31 * 128 each) 4 at a time */
+             * ones (<= 2 * 31 * 128 each) 4 at a time, Q5_0's less their zero
+             * point */
             __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k++) {
                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
                                             _mm256_load_si256((const __m256i *)p[b].q[k]),
                                             _mm256_set1_epi32(xq[k])));
-                if (KIND_WIDE(kind) && k == 3) {
+                if (KIND_FLUSH(kind) && k == 3) {
                     s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
                     s = _mm256_setzero_si256();
                 }
             }
+            if (kind == K_Q5_0)
+                s = minus_pairs16(s, xb);
             __m256i sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
 #endif
             if (zp)
@@ -761,15 +785,18 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 }
                 sum = s;
             } else {
-                /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits */
+                /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits
+                 * but Q5_0's */
                 __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
                 UNROLL for (int k = 0; k < 8; k++) {
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
-                    if (wide && k == 3) {
+                    if (KIND_FLUSH(kind) && k == 3) {
                         s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
                         s = _mm256_setzero_si256();
                     }
                 }
+                if (kind == K_Q5_0)
+                    s = minus_pairs16(s, xb);
                 sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
             }
 #endif

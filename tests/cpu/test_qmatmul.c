@@ -94,9 +94,15 @@ static void check_quantize(const float *x, int64_t cols, const struct qmm_q8 *q)
             bad++ < 3)
             fprintf(stderr, "quantize: block %lld: d half sums %g %g, want d * %d, d * %d\n",
                     (long long)b, q[b].dhs[0], q[b].dhs[1], half, sum - half);
-        if ((q[b].sum8 != 8 * sum || q[b].sum16 != 16 * sum) && bad++ < 3)
-            fprintf(stderr, "quantize: block %lld: sum8 %d sum16 %d, sum %d\n", (long long)b,
-                    q[b].sum8, q[b].sum16, sum);
+        int32_t even = 0; /* the quants 4k and 4k + 1 */
+        for (int j = 0; j < QMM_QK; j += 4)
+            even += q[b].qs[j] + q[b].qs[j + 1];
+        if ((q[b].sum8 != 8 * sum || q[b].sum16 != 16 * sum ||
+             q[b].sum16_pairs[0] != 16 * even || q[b].sum16_pairs[1] != 16 * (sum - even)) &&
+            bad++ < 3)
+            fprintf(stderr, "quantize: block %lld: sum8 %d sum16 %d sum16_pairs %d %d, sums %d "
+                    "%d\n", (long long)b, q[b].sum8, q[b].sum16, q[b].sum16_pairs[0],
+                    q[b].sum16_pairs[1], even, sum - even);
     }
     CHECKF(bad == 0, "activation quantization: %d bad elements", bad);
 }
@@ -519,6 +525,89 @@ static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
     free(p);
 }
 
+/* Q5_0 at the int16 limits of the AVX2 sums: quants all 31 or all 0
+ * against activations all +-127 wrap each lane's int16 sum of q x (16 * 31 *
+ * 127), where the sum less the zero point fits (minus_pairs16). With d = 1
+ * and integer activations every product and sum is exact in f32, so each
+ * ISA's GEMV and GEMMs must give the integers: 6 tokens, one assembly step
+ * of 4 and two through the C loop. */
+static void check_q5_0_extremes(void)
+{
+    enum { COLS = 64, NB = COLS / QMM_QK, NT = 6 };
+    size_t rb = quant_row_bytes(QUANT_Q5_0, COLS);
+    uint8_t *data = calloc(QMM_PR, rb);
+    int q[QMM_PR][COLS];
+    for (int r = 0; r < QMM_PR; r++)
+        for (int c = 0; c < COLS; c++) {
+            q[r][c] = r == 0   ? 31
+                      : r == 1 ? 0
+                      : r == 2 ? (c % 4 < 2 ? 31 : 0)
+                      : r == 3 ? (c % 4 < 2 ? 0 : 31)
+                               : (c * 7 + r * 5) % 32;
+            struct block_q5_0 *b = (struct block_q5_0 *)(void *)(data + r * rb) + c / QMM_QK;
+            int j = c % QMM_QK, lo = q[r][c] & 15, hi = q[r][c] >> 4;
+            b->d = ig_f32_to_f16(1.0f);
+            b->qs[j % 16] |= (uint8_t)(j < 16 ? lo : lo << 4);
+            b->qh[j / 8] |= (uint8_t)(hi << (j % 8));
+        }
+    float w[COLS], x[NT * COLS];
+    for (int r = 0; r < QMM_PR; r++) { /* the encoding, by the dequantizer */
+        quant_dequantize_row(QUANT_Q5_0, data + r * rb, w, COLS);
+        for (int c = 0; c < COLS; c++)
+            CHECKF(w[c] == (float)(q[r][c] - 16), "q5_0 extremes: row %d col %d is %g", r, c,
+                   (double)w[c]);
+    }
+    for (int t = 0; t < NT; t++)
+        for (int c = 0; c < COLS; c++)
+            x[t * COLS + c] = t == 0   ? 127.0f
+                              : t == 1 ? -127.0f
+                              : t == 2 ? (c % 4 < 2 ? 127.0f : -127.0f)
+                              : t == 3 ? (c % 4 < 2 ? -127.0f : 127.0f)
+                              : t == 4 ? (c % 2 ? 127.0f : -127.0f)
+                                       : (float)(c % 32 == 0 ? 127 : (c * 37) % 255 - 127);
+    struct qmm_q8 xq[NT * NB];
+    for (int t = 0; t < NT; t++)
+        ops_qmm_quantize(x + t * COLS, COLS, xq + t * NB);
+    double want[NT][QMM_PR];
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < QMM_PR; r++) {
+            int64_t sum = 0;
+            for (int c = 0; c < COLS; c++)
+                sum += (int64_t)(q[r][c] - 16) * (int64_t)x[t * COLS + c];
+            want[t][r] = (double)sum;
+        }
+    struct model_weight mw = {QUANT_Q5_0, QMM_PR, COLS, rb, data};
+    uint8_t *packed = malloc(ops_qmm_packed_bytes(QUANT_Q5_0, QMM_PR, COLS));
+    ops_qmm_repack(&mw, 0, 1, packed);
+    struct qmm_pack8 *pack = aligned_alloc(64, NB * sizeof *pack);
+    for (int isa = 0; isa < QMM_N_ISA && isa <= (int)ops_qmm_best_isa(); isa++) {
+        qmm_gemv8_fn gv = ops_qmm_gemv8(QUANT_Q5_0, (enum qmm_isa)isa);
+        qmm_gemm8_fn gm = ops_qmm_gemm8(QUANT_Q5_0, (enum qmm_isa)isa);
+        qmm_gemm8_fn gp = ops_qmm_gemm8_packed(QUANT_Q5_0, (enum qmm_isa)isa);
+        float y[3][NT * QMM_PR];
+        int ran[3] = {gv != NULL, gm != NULL, gp != NULL};
+        if (gv)
+            gv(packed, NB, xq, NB, NT, QMM_PR, y[0], QMM_PR);
+        if (gm)
+            gm(data, rb, NB, xq, NB, NT, y[1], QMM_PR, pack);
+        if (gp)
+            gp(packed, 0, NB, xq, NB, NT, y[2], QMM_PR, pack);
+        int bad = 0;
+        for (int k = 0; k < 3; k++)
+            for (int t = 0; ran[k] && t < NT; t++)
+                for (int r = 0; r < QMM_PR; r++)
+                    if ((double)y[k][t * QMM_PR + r] != want[t][r] && bad++ < 3)
+                        fprintf(stderr, "q5_0 extremes %s kernel %d: token %d row %d: %.9g, "
+                                "want %.0f\n", ops_qmm_isa_name((enum qmm_isa)isa), k, t, r,
+                                (double)y[k][t * QMM_PR + r], want[t][r]);
+        CHECKF(bad == 0, "q5_0 extremes on %s: %d outputs off",
+               ops_qmm_isa_name((enum qmm_isa)isa), bad);
+    }
+    free(pack);
+    free(packed);
+    free(data);
+}
+
 int main(void)
 {
     struct model m;
@@ -534,6 +623,7 @@ int main(void)
     printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
     check_quantize_nonfinite();
     check_quantize_same();
+    check_q5_0_extremes();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_type(&cases[i], &m, ctx);
     check_float_type(QUANT_F32, ctx);
