@@ -31,11 +31,12 @@
  * dhs d times the sums of qs over each half (Q6_K's and Q2_K's packed
  * layouts scale halves; the product made once here, not per weight row);
  * sum8 and sum16 8 and 16 times sum(qs), what the SIMD kernels take from a
- * Q4_0 or Q5_0 block's integer sum (w = d (q - 8), d (q - 16)); sum16_pairs
- * sum16 in two parts, 16 times the sums of the quants 4k, 4k + 1 and of
- * 4k + 2, 4k + 3 (k = 0..7): Q5_0's zero point in the int16 lanes where the
- * AVX2 kernels' pair sums land (each lane sums one of the two sets). |qs|
- * <= 127, so each part is at most 16 * 16 * 127 in size. */
+ * Q4_0 block's integer sum (w = d (q - 8)) and the VNNI ones from a Q5_0
+ * block's (w = d (q - 16)); sum16_pairs sum16 in two parts, 16 times the
+ * sums of the quants 4k, 4k + 1 and of 4k + 2, 4k + 3 (k = 0..7): Q5_0's
+ * zero point in the int16 lanes where the AVX2 kernels' pair sums land
+ * (each lane sums one of the two sets). |qs| <= 127, so each part is at
+ * most 16 * 16 * 127 in size. */
 struct qmm_q8 {
     float d;
     float s;

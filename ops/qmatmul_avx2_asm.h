@@ -37,7 +37,8 @@
 /* One token's step of a block: A is the token block's address (its d at
  * A, its quants at 8 + A), ACC the number of its accumulator, ZP16 and
  * ZP the zero point's step in the int16 or the int32 sums, or "". 4-bit
- * quants: 8 pair sums of <= 2 * 15 * 128 fit in int16. */
+ * quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; Q5_0's wrap there
+ * and fit once ZP16 has taken their zero point off. */
 #define QMM_ASM_NARROW(A, ACC, ZP16, ZP)                                                     \
     "vpbroadcastd 8" A ", %%ymm13\n\t"                                                        \
     "vpmaddubsw %%ymm13, %%ymm0, %%ymm12\n\t"                                                 \

@@ -411,7 +411,8 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
     }
 }
 
-/* 5-bit quants: wider sums than 4-bit ones in the AVX2 dot products. */
+/* 5-bit quants: a fifth bit to unpack (KIND_FLUSH says whose AVX2 sums
+ * need int32 part way). */
 #define KIND_WIDE(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1 || (kind) == K_Q5_K)
 /* Q4_0 and Q5_0 (w = d (q - 8), d (q - 16)): the zero point comes off each
  * block's integer sum (struct qmm_q8's sum8, sum16_pairs), where the other
@@ -450,8 +451,8 @@ _Static_assert(QMM_NT == 4, "the assembly loop runs 4 tokens");
 #endif
 
 /* y[t * ldy + j] for j < 8, t < nt (a constant), from packed rows of a
- * kind's quants (for 5-bit ones the AVX2 int16 sums go to int32 every 4
- * steps). */
+ * kind's quants (for 5-bit ones but Q5_0's the AVX2 int16 sums go to int32
+ * every 4 steps: KIND_FLUSH). */
 AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const struct qmm_q8 *x,
                               int64_t ldx, const int nt, float *y, int64_t ldy,
                               const enum kind kind)
