@@ -446,6 +446,29 @@ AVX2 INLINE __m256i minus_zero_point(const enum kind kind, __m256i sum, const st
 #define KIND_FLUSH(kind) (KIND_WIDE(kind) && (kind) != K_Q5_0)
 
 #if !QMM_X86_VNNI
+/* The AVX2 int32 sums of 8 rows' unsigned 4- or 5-bit quants q[0..8)
+ * against token block xb (quants xq): pair sums in int16 (<= 2 * 15 * 128
+ * for 4 bits; 5-bit ones, <= 2 * 31 * 128 each, to int32 every 4 steps or,
+ * Q5_0's, less their zero point), then int32. The GEMM's C loop and the
+ * GEMV share it, the assembly loop is its copy. */
+AVX2 INLINE __m256i nibble_sums(const enum kind kind, const __m256i q[8], const int32_t *xq,
+                                const struct qmm_q8 *xb)
+{
+    __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
+    UNROLL for (int k = 0; k < 8; k++) {
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
+        if (KIND_FLUSH(kind) && k == 3) {
+            s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+            s = _mm256_setzero_si256();
+        }
+    }
+    if (kind == K_Q5_0)
+        s = minus_pairs16(s, xb);
+    return _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+}
+#endif
+
+#if !QMM_X86_VNNI
 #include "ops/qmatmul_avx2_asm.h"
 _Static_assert(QMM_NT == 4, "the assembly loop runs 4 tokens");
 #endif
@@ -489,22 +512,10 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
             }
             __m256i sum = _mm256_add_epi32(s0, s1);
 #else
-            /* 4-bit quants: 8 pair sums of <= 2 * 15 * 128 fit in int16; 5-bit
-             * ones (<= 2 * 31 * 128 each) 4 at a time, Q5_0's less their zero
-             * point */
-            __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
-            UNROLL for (int k = 0; k < 8; k++) {
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
-                                            _mm256_load_si256((const __m256i *)p[b].q[k]),
-                                            _mm256_set1_epi32(xq[k])));
-                if (KIND_FLUSH(kind) && k == 3) {
-                    s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
-                    s = _mm256_setzero_si256();
-                }
-            }
-            if (kind == K_Q5_0)
-                s = minus_pairs16(s, xb);
-            __m256i sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+            __m256i q[8];
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_load_si256((const __m256i *)p[b].q[k]);
+            __m256i sum = nibble_sums(kind, q, xq, xb);
 #endif
             if (zp)
                 sum = minus_zero_point(kind, sum, xb);
@@ -786,19 +797,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                 }
                 sum = s;
             } else {
-                /* as gemm8_tokens: int16 sums, flushed every 4 steps for 5 bits
-                 * but Q5_0's */
-                __m256i s = _mm256_setzero_si256(), s32 = _mm256_setzero_si256();
-                UNROLL for (int k = 0; k < 8; k++) {
-                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xq[k])));
-                    if (KIND_FLUSH(kind) && k == 3) {
-                        s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
-                        s = _mm256_setzero_si256();
-                    }
-                }
-                if (kind == K_Q5_0)
-                    s = minus_pairs16(s, xb);
-                sum = _mm256_add_epi32(s32, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+                sum = nibble_sums(kind, q, xq, xb); /* as gemm8_tokens */
             }
 #endif
             if (zp) /* as gemm8_tokens: the zero point in the integer sum, no offsets */
