@@ -12,13 +12,16 @@
 # LLAMACPP_ISA=avx2 builds instead a variant without AVX-512 and VNNI (no
 # GGML_NATIVE; AVX, AVX2, FMA, F16C, BMI2 on) into VERSION-avx2, to compare
 # with ignite's AVX2 path (IGNITE_SIMD=avx2) on the same instructions.
+# LLAMACPP_ISA=avxvnni builds that variant with AVX-VNNI (the VEX vpdpbusd
+# of Intel's client cores from Alder Lake on, without AVX-512) into
+# VERSION-avxvnni, beside ignite's AVX-VNNI path (IGNITE_SIMD=avxvnni).
 # LLAMACPP_ISA=avx512 builds AVX-512 with VNNI, VBMI and BF16 but without AMX
 # into VERSION-avx512: on Sapphire Rapids and later GGML_NATIVE compiles
 # llama.cpp's AMX matmuls, which crash there in ggml_backend_amx_mul_mat
 # (llama.cpp issue 20824; seen with 0.3.36 on every model we bench), and
 # `--repack 0` would also turn off its repacked Q4_0 kernels.
 # env: LLAMA_CPP_PYTHON_VERSION (default 0.3.36), IGNITE_CACHE (~/.cache/ignite),
-#      LLAMACPP_ISA (native, the default, avx2 or avx512)
+#      LLAMACPP_ISA (native, the default, avx2, avxvnni or avx512)
 set -euo pipefail
 
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
@@ -33,11 +36,14 @@ native) bld=$cache/llama.cpp-build/$ver
 avx2)   bld=$cache/llama.cpp-build/$ver-avx2
         isa_flags=("${x86_avx2[@]}" -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
                    -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF) ;;
+avxvnni) bld=$cache/llama.cpp-build/$ver-avxvnni
+        isa_flags=("${x86_avx2[@]}" -DGGML_AVX_VNNI=ON -DGGML_AVX512=OFF
+                   -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF) ;;
 avx512) bld=$cache/llama.cpp-build/$ver-avx512
         isa_flags=("${x86_avx2[@]}" -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
                    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF
                    -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
-*)      echo "llamacpp_build.sh: LLAMACPP_ISA must be native, avx2 or avx512, not '$isa'" >&2
+*)      echo "llamacpp_build.sh: LLAMACPP_ISA must be native, avx2, avxvnni or avx512, not '$isa'" >&2
         exit 2 ;;
 esac
 

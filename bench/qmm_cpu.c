@@ -1,5 +1,5 @@
 /* bench/qmm_cpu.c: CPU time of the int8 kernels of ops/qmatmul*.c on each
- * ISA this CPU runs (AVX2, AVX-512 VNNI), for Q4_0, Q4_1, Q8_0 and Q5_0 weights
+ * ISA this CPU runs (AVX2, AVX-VNNI, AVX-512 VNNI), for Q4_0, Q4_1, Q8_0 and Q5_0 weights
  * of 576 columns (SmolLM2-135M's width) in the packed decode layout:
  *   gemv TYPE ISA cache   one token, 192 groups of 8 rows (1536 rows, in L2)
  *   gemv TYPE ISA memory  one token, 256 MiB of groups (from memory)
@@ -61,7 +61,9 @@ int main(void)
         uint8_t *ps = make_groups(pb, n_blk, small), *pm = make_groups(pb, n_blk, big);
         if (!ps || !pm)
             return 1;
-        for (int isa = QMM_AVX2; isa <= QMM_VNNI && isa <= (int)ops_qmm_best_isa(); isa++) {
+        for (int isa = QMM_AVX2; isa < QMM_N_ISA; isa++) {
+            if (!ops_qmm_isa_runs((enum qmm_isa)isa))
+                continue;
             const char *in = ops_qmm_isa_name((enum qmm_isa)isa);
             qmm_gemv8_fn gv = ops_qmm_gemv8(types[ti], (enum qmm_isa)isa);
             qmm_gemm8_fn gm = ops_qmm_gemm8_packed(types[ti], (enum qmm_isa)isa);

@@ -8,6 +8,8 @@
 # (GGML_NATIVE, Release) under $IGNITE_CACHE/llama.cpp-build, outside the
 # repository. --isa avx2 compares on AVX2 alone: llama.cpp built without
 # AVX-512/VNNI (LLAMACPP_ISA=avx2) against ignite under IGNITE_SIMD=avx2.
+# --isa avxvnni compares on AVX2 with AVX-VNNI (Intel's client cores from
+# Alder Lake on): both built or capped to it, no AVX-512.
 # --isa avx512 compares llama.cpp built for AVX-512 VNNI without AMX with
 # ignite's native path: on CPUs with AMX, where llama.cpp's native build
 # crashes in its AMX matmul (bench/llamacpp_build.sh).
@@ -19,7 +21,7 @@
 #
 # usage: bench/vs_llamacpp.sh [-m model.gguf]... [-p 512,2048] [-n 128]
 #                             [-d 0,4096] [-r 3] [-t 1,2] [--fa 0,1]
-#                             [--isa native|avx2|avx512] [--build-only]
+#                             [--isa native|avx2|avxvnni|avx512] [--build-only]
 # env:   IGNITE (the ignite binary, default build/ignite),
 #        LLAMA_CPP_PYTHON_VERSION (default 0.3.36), IGNITE_CACHE (~/.cache/ignite)
 set -euo pipefail
@@ -46,8 +48,8 @@ done
 [ ${#models[@]} -gt 0 ] || models=("$cache/SmolLM2-135M-Instruct.Q4_1.gguf")
 case $isa in
 native | avx512) simd= ;;
-avx2) simd=avx2 ;;
-*) echo "vs_llamacpp.sh: --isa must be native, avx2 or avx512, not '$isa'" >&2; exit 2 ;;
+avx2 | avxvnni) simd=$isa ;;
+*) echo "vs_llamacpp.sh: --isa must be native, avx2, avxvnni or avx512, not '$isa'" >&2; exit 2 ;;
 esac
 
 # ---- get and build llama.cpp ------------------------------------------------

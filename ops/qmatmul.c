@@ -25,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 
 /* Tokens per pass over a thread's rows: as many quantized tokens as fit in
  * a quarter of the core's L2 (x_block_bytes; they stay there while the rows
@@ -44,21 +47,54 @@
 static enum qmm_isa best_isa = QMM_SCALAR;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
+/* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (Intel SDM vol. 2A, CPUID;
+ * read directly: clang 14's __builtin_cpu_supports does not know it). */
+static bool cpu_has_avxvnni(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+#else
+    return false;
+#endif
+}
+
+bool ops_qmm_isa_runs(enum qmm_isa isa)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    /* every AVX2 CPU has F16C */
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    switch (isa) {
+    case QMM_SCALAR: return true;
+    case QMM_AVX2: return avx2 && ops_qmm_tile_avx2(QUANT_Q4_0) != NULL;
+    case QMM_AVXVNNI:
+        return avx2 && cpu_has_avxvnni() && ops_qmm_tile_avxvnni(QUANT_Q4_0) != NULL;
+    case QMM_VNNI:
+        return avx2 && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni") &&
+               ops_qmm_tile_vnni(QUANT_Q4_0) != NULL;
+    default: return false;
+    }
+#else
+    return isa == QMM_SCALAR;
+#endif
+}
+
+/* The last set this CPU runs up to IGNITE_SIMD's cap: AVX512-VNNI before
+ * AVX-VNNI where a CPU has both (the same sums, and its attention and
+ * exponentials take AVX-512 forms too). */
 static void detect_isa(void)
 {
     const char *env = getenv("IGNITE_SIMD");
-    if (env && strcmp(env, "scalar") == 0)
-        return;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        ops_qmm_tile_avx2(QUANT_Q4_0) != NULL)
-        best_isa = QMM_AVX2; /* every AVX2 CPU has F16C */
-    if (best_isa == QMM_AVX2 && !(env && strcmp(env, "avx2") == 0) &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni") && ops_qmm_tile_vnni(QUANT_Q4_0) != NULL)
-        best_isa = QMM_VNNI;
-#endif
+    enum qmm_isa cap = !env                           ? QMM_VNNI
+                     : strcmp(env, "scalar") == 0     ? QMM_SCALAR
+                     : strcmp(env, "avx2") == 0       ? QMM_AVX2
+                     : strcmp(env, "avxvnni") == 0    ? QMM_AVXVNNI
+                                                      : QMM_VNNI;
+    for (int isa = QMM_SCALAR; isa <= (int)cap; isa++)
+        if (ops_qmm_isa_runs((enum qmm_isa)isa))
+            best_isa = (enum qmm_isa)isa;
 }
 
 static int64_t x_block = QMM_X_BLOCK_BYTES_DEFAULT;
@@ -87,13 +123,17 @@ enum qmm_isa ops_qmm_best_isa(void)
 
 const char *ops_qmm_isa_name(enum qmm_isa isa)
 {
-    return isa == QMM_VNNI ? "avx512vnni" : isa == QMM_AVX2 ? "avx2" : "scalar";
+    return isa == QMM_VNNI      ? "avx512vnni"
+         : isa == QMM_AVXVNNI ? "avxvnni"
+         : isa == QMM_AVX2    ? "avx2"
+                              : "scalar";
 }
 
 qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
     case QMM_VNNI: return ops_qmm_gemm8_vnni(type);
+    case QMM_AVXVNNI: return ops_qmm_gemm8_avxvnni(type);
     case QMM_AVX2: return ops_qmm_gemm8_avx2(type);
     default: return NULL;
     }
@@ -114,6 +154,7 @@ qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
     case QMM_VNNI: return ops_qmm_gemm8_packed_vnni(type);
+    case QMM_AVXVNNI: return ops_qmm_gemm8_packed_avxvnni(type);
     case QMM_AVX2: return ops_qmm_gemm8_packed_avx2(type);
     default: return NULL;
     }
@@ -123,6 +164,7 @@ qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
     case QMM_VNNI: return ops_qmm_gemv8_vnni(type);
+    case QMM_AVXVNNI: return ops_qmm_gemv8_avxvnni(type);
     case QMM_AVX2: return ops_qmm_gemv8_avx2(type);
     default: return ops_qmm_gemv8_scalar(type);
     }
@@ -134,9 +176,10 @@ qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
  * without one). */
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa)
 {
-    qmm_tile_fn f = isa == QMM_VNNI ? ops_qmm_tile_vnni(type)
-                  : isa == QMM_AVX2 ? ops_qmm_tile_avx2(type)
-                                    : NULL;
+    qmm_tile_fn f = isa == QMM_VNNI    ? ops_qmm_tile_vnni(type)
+                  : isa == QMM_AVXVNNI ? ops_qmm_tile_avxvnni(type)
+                  : isa == QMM_AVX2    ? ops_qmm_tile_avx2(type)
+                                       : NULL;
     return f ? f : ops_qmm_tile_scalar(type);
 }
 

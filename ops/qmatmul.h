@@ -3,9 +3,9 @@
  * 32 to int8 with one f32 scale (struct qmm_q8), and the products are integer
  * dot products of weight and activation quants, scaled once per block.
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
- * weights; a scalar kernel set everywhere and AVX2 and AVX512-VNNI sets picked at run time
- * (ops/qmatmul_avx2.c, ops/qmatmul_vnni.c; IGNITE_SIMD=scalar|avx2 caps the
- * choice; Q2_K, Q3_K and the IQ4 formats have a scalar tile only, their SIMD
+ * weights; a scalar kernel set everywhere and AVX2, AVX-VNNI and AVX512-VNNI sets picked
+ * at run time (ops/qmatmul_avx2.c, ops/qmatmul_avxvnni.c, ops/qmatmul_vnni.c;
+ * IGNITE_SIMD=scalar|avx2|avxvnni caps the choice; Q2_K, Q3_K and the IQ4 formats have a scalar tile only, their SIMD
  * kernels are packed ones). Where the ISA has kernels for it, every format is read from a
  * copy in a packed 8-row layout the context makes once (below;
  * ops/qmatmul_pack.c).
@@ -232,29 +232,36 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
 typedef void (*qmm_gemv8_fn)(const uint8_t *p, int64_t n_blk, const struct qmm_q8 *x,
                              int64_t ldx, int64_t nt, int nr, float *y, int64_t ldy);
 
-enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_VNNI, QMM_N_ISA };
+/* The kernel sets, each a superset of the one before in what it asks of
+ * the CPU except AVX-VNNI and AVX512-VNNI, which a CPU may have either of
+ * (Alder Lake the first, Ice Lake and Zen 4 the second): ops_qmm_isa_runs. */
+enum qmm_isa { QMM_SCALAR, QMM_AVX2, QMM_AVXVNNI, QMM_VNNI, QMM_N_ISA };
 
 /* The tile kernel for weights of `type` on `isa`, or NULL when the type has
  * no integer kernel there (or the ISA was not built in). */
 qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type);
 qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type);
+qmm_tile_fn ops_qmm_tile_avxvnni(enum quant_type type);
 qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type);
 qmm_tile_fn ops_qmm_tile(enum quant_type type, enum qmm_isa isa);
 
 /* The 8-row GEMM for `type` on `isa`, or NULL (then tiles do prefill too). */
 qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_avxvnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8(enum quant_type type, enum qmm_isa isa);
 
 /* The packed-layout kernel for `type` on `isa`, or NULL. */
 qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type);
 qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type);
+qmm_gemv8_fn ops_qmm_gemv8_avxvnni(enum quant_type type);
 qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type);
 qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa);
 
 /* The 8-row GEMM reading a packed group (w = the group, row_bytes unused)
  * instead of stored rows, or NULL; the same sums as ops_qmm_gemm8's. */
 qmm_gemm8_fn ops_qmm_gemm8_packed_avx2(enum quant_type type);
+qmm_gemm8_fn ops_qmm_gemm8_packed_avxvnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
 
@@ -262,8 +269,20 @@ qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
 qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);
 
-/* The best ISA this CPU runs; IGNITE_SIMD=scalar or avx2 caps it. */
+/* An ISA's table where it is not built (another architecture or compiler):
+ * every kernel NULL. */
+#define QMM_EMPTY_TABLE(isa)                                                                 \
+    qmm_tile_fn ops_qmm_tile_##isa(enum quant_type type) { return (void)type, NULL; }         \
+    qmm_gemm8_fn ops_qmm_gemm8_##isa(enum quant_type type) { return (void)type, NULL; }       \
+    qmm_gemv8_fn ops_qmm_gemv8_##isa(enum quant_type type) { return (void)type, NULL; }       \
+    qmm_gemm8_fn ops_qmm_gemm8_packed_##isa(enum quant_type type) { return (void)type, NULL; }
+
+/* The best ISA this CPU runs; IGNITE_SIMD=scalar, avx2 or avxvnni caps it
+ * (avxvnni: AVX-VNNI where the CPU has it, else AVX2). */
 enum qmm_isa ops_qmm_best_isa(void);
+/* Whether this CPU runs the ISA's kernels and they are built in, whatever
+ * IGNITE_SIMD says (the tests run every such set). */
+bool ops_qmm_isa_runs(enum qmm_isa isa);
 const char *ops_qmm_isa_name(enum qmm_isa isa);
 
 /* Quantizes x[0..cols) (cols a multiple of QMM_QK) into cols / QMM_QK blocks:

@@ -17,25 +17,7 @@
 #define QMM_X86_VNNI 0
 #include "ops/qmatmul_x86.h"
 
-qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
-{
-    return tile_of(type);
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
-{
-    return gemm8_of(type);
-}
-
-qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type)
-{
-    return gemv8_of(type);
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_packed_avx2(enum quant_type type)
-{
-    return gemm8p_of(type);
-}
+QMM_X86_TABLE(avx2)
 
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
 {
@@ -219,29 +201,7 @@ void ops_qmm_quantize_avx2(const float *x, int64_t cols, struct qmm_q8 *out)
     ops_qmm_quantize_c(x, cols, out); /* never called here: no AVX2 */
 }
 
-qmm_tile_fn ops_qmm_tile_avx2(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_avx2(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemv8_fn ops_qmm_gemv8_avx2(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_packed_avx2(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
+QMM_EMPTY_TABLE(avx2)
 
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
 {

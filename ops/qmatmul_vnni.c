@@ -15,52 +15,13 @@
 #define QMM_X86_TARGET \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define QMM_X86_VNNI 1
+#define QMM_X86_DPBUSD _mm256_dpbusd_epi32
 #include "ops/qmatmul_x86.h"
 
-qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
-{
-    return tile_of(type);
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
-{
-    return gemm8_of(type);
-}
-
-qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
-{
-    return gemv8_of(type);
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
-{
-    return gemm8p_of(type);
-}
+QMM_X86_TABLE(vnni)
 
 #else
 
-qmm_tile_fn ops_qmm_tile_vnni(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_vnni(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemv8_fn ops_qmm_gemv8_vnni(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
-
-qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type)
-{
-    (void)type;
-    return NULL;
-}
+QMM_EMPTY_TABLE(vnni)
 
 #endif

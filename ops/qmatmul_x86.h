@@ -1,8 +1,11 @@
 /* ops/qmatmul_x86.h: the body of the x86 int8 tile kernels, included by
- * ops/qmatmul_avx2.c (AVX2 + FMA + F16C) and ops/qmatmul_vnni.c (the same
- * plus AVX512-VL/VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd, and 32 ymm
- * registers). The includer defines QMM_X86_TARGET (a target attribute) and
- * QMM_X86_VNNI (0 or 1); every function here is static to that file.
+ * ops/qmatmul_avx2.c (AVX2 + FMA + F16C), ops/qmatmul_vnni.c (the same plus
+ * AVX512-VL/VNNI: vpdpbusd replaces vpmaddubsw + vpmaddwd, and 32 ymm
+ * registers) and ops/qmatmul_avxvnni.c (AVX-VNNI: vpdpbusd's VEX form, 16
+ * registers). The includer defines QMM_X86_TARGET (a target attribute),
+ * QMM_X86_VNNI (0 or 1) and with VNNI QMM_X86_DPBUSD (the intrinsic of its
+ * vpdpbusd), then names its table with QMM_X86_TABLE; every function here
+ * is static to that file.
  *
  * One register tile is up to QMM_MR weight rows times QMM_NT tokens: a
  * weight block is unpacked to 32 bytes once and multiplied with every token
@@ -65,7 +68,7 @@ AVX2 INLINE void prefetch_ahead(const uint8_t *blk, size_t bytes, const bool to_
 AVX2 INLINE __m256 dot_us(__m256i u, __m256i s)
 {
 #if QMM_X86_VNNI
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+    return _mm256_cvtepi32_ps(QMM_X86_DPBUSD(_mm256_setzero_si256(), u, s));
 #else
     __m256i p = _mm256_maddubs_epi16(u, s);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
@@ -505,9 +508,9 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
 #if QMM_X86_VNNI
             __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k += 2) {
-                s0 = _mm256_dpbusd_epi32(s0, _mm256_load_si256((const __m256i *)p[b].q[k]),
+                s0 = QMM_X86_DPBUSD(s0, _mm256_load_si256((const __m256i *)p[b].q[k]),
                                          _mm256_set1_epi32(xq[k]));
-                s1 = _mm256_dpbusd_epi32(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
+                s1 = QMM_X86_DPBUSD(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
                                          _mm256_set1_epi32(xq[k + 1]));
             }
             __m256i sum = _mm256_add_epi32(s0, s1);
@@ -782,8 +785,8 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
 #if QMM_X86_VNNI
             __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k += 2) {
-                s0 = _mm256_dpbusd_epi32(s0, q[k], _mm256_set1_epi32(xq[k]));
-                s1 = _mm256_dpbusd_epi32(s1, q[k + 1], _mm256_set1_epi32(xq[k + 1]));
+                s0 = QMM_X86_DPBUSD(s0, q[k], _mm256_set1_epi32(xq[k]));
+                s1 = QMM_X86_DPBUSD(s1, q[k + 1], _mm256_set1_epi32(xq[k + 1]));
             }
             __m256i sum = _mm256_add_epi32(s0, s1);
 #else
@@ -958,7 +961,7 @@ AVX2 INLINE void gemv8_k6_tokens(const bool k2, const uint8_t *p, const struct q
             __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #if QMM_X86_VNNI
             UNROLL for (int k = 0; k < 8; k++)
-                s[k / 4] = _mm256_dpbusd_epi32(s[k / 4], q[k], _mm256_set1_epi32(xq[k]));
+                s[k / 4] = QMM_X86_DPBUSD(s[k / 4], q[k], _mm256_set1_epi32(xq[k]));
 #else
             /* two vectors' pair sums in int16 (<= 2 * 2 * 63 * 128), then
              * to int32: exact integers, so the same sums as one at a time */
@@ -1358,5 +1361,12 @@ static qmm_tile_fn tile_of(enum quant_type type)
     default: return NULL;
     }
 }
+
+/* The ISA's table of ops/qmatmul.h: ops_qmm_tile_<isa> and the rest. */
+#define QMM_X86_TABLE(isa)                                                                   \
+    qmm_tile_fn ops_qmm_tile_##isa(enum quant_type type) { return tile_of(type); }            \
+    qmm_gemm8_fn ops_qmm_gemm8_##isa(enum quant_type type) { return gemm8_of(type); }         \
+    qmm_gemv8_fn ops_qmm_gemv8_##isa(enum quant_type type) { return gemv8_of(type); }         \
+    qmm_gemm8_fn ops_qmm_gemm8_packed_##isa(enum quant_type type) { return gemm8p_of(type); }
 
 #endif

@@ -107,7 +107,7 @@ expect_rc 2 "help two commands" "$IGNITE" help run info
 
 # --version names the build; the commit is one of this repository's.
 expect_rc 0 "--version" "$IGNITE" --version
-for field in "^ignite [0-9]" "^build: [0-9a-f]* (-*[0-9]*)$\|^build: unknown (-1)$" "^compiler: \(gcc\|clang\) [0-9]" "^cuda: \(none\|[0-9]*\.[0-9]*\)$" "^cpu int8 kernels: \(avx512vnni\|avx2\|scalar\)$"; do
+for field in "^ignite [0-9]" "^build: [0-9a-f]* (-*[0-9]*)$\|^build: unknown (-1)$" "^compiler: \(gcc\|clang\) [0-9]" "^cuda: \(none\|[0-9]*\.[0-9]*\)$" "^cpu int8 kernels: \(avx512vnni\|avxvnni\|avx2\|scalar\)$"; do
     expect_grep "$TMP/out" "$field" "--version"
 done
 commit=$(sed -n 's/^build: \([0-9a-f]*\) .*/\1/p' "$TMP/out")
@@ -118,6 +118,15 @@ if git -C "${IGNITE_SOURCE_DIR:-.}" rev-parse --git-dir >/dev/null 2>&1; then
 fi
 expect_rc 0 "IGNITE_SIMD=scalar --version" env IGNITE_SIMD=scalar "$IGNITE" --version &&
     expect_grep "$TMP/out" "^cpu int8 kernels: scalar$" "kernels chosen at run time"
+# Capped at AVX-VNNI: that set where the CPU reports it (Linux's flag
+# avx_vnni), else AVX2 (where the CPU has it), else scalar.
+want=scalar
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
+    want=avx2
+    grep -qw avx_vnni /proc/cpuinfo && want=avxvnni
+fi
+expect_rc 0 "IGNITE_SIMD=avxvnni --version" env IGNITE_SIMD=avxvnni "$IGNITE" --version &&
+    expect_grep "$TMP/out" "^cpu int8 kernels: $want$" "kernels capped at AVX-VNNI"
 expect_rc 0 "bench -V" "$IGNITE" bench -V && expect_grep "$TMP/out" "^build: " "bench -V"
 
 # Small rules of run and bench.

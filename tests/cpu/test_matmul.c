@@ -11,7 +11,7 @@
  * Q3_K through Q6_K's kernels, IQ4_NL through Q8_0's), a token's outputs do not
  * depend on how many tokens share the call (bit for bit): what lets a
  * request give the same logits in any batch. ctest also runs it with
- * IGNITE_SIMD=avx2 and scalar, so every ISA's kernels are held to it. */
+ * IGNITE_SIMD=avxvnni, avx2 and scalar, so every ISA's kernels are held to it. */
 #include "core/half.h"
 #include "core/status.h"
 #include "models/model.h"

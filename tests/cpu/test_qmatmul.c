@@ -221,7 +221,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
 
     for (int isa = 0; isa < QMM_N_ISA; isa++) {
         qmm_tile_fn tile = ops_qmm_tile(tc->type, (enum qmm_isa)isa);
-        if (!tile || (isa != QMM_SCALAR && (int)ops_qmm_best_isa() < isa))
+        if (!tile || !ops_qmm_isa_runs((enum qmm_isa)isa))
             continue;
         /* every tile shape, over a block of 8 tokens x the rows */
         for (int mr = 1; mr <= QMM_MR; mr++)
@@ -272,7 +272,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
     struct qmm_pack8 *pack = aligned_alloc(64, (size_t)nb * sizeof *pack);
     for (int isa = 0; isa < QMM_N_ISA; isa++) {
         qmm_gemm8_fn g = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
-        if (!g || (int)ops_qmm_best_isa() < isa)
+        if (!g || !ops_qmm_isa_runs((enum qmm_isa)isa))
             continue;
         static const int64_t nts[] = {1, 2, 3, 4, 8, 13};
         for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
@@ -314,7 +314,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
         size_t group_bytes = (size_t)nb * ops_qmm_packed_block_bytes(tc->type);
         for (int isa = 0; isa < QMM_N_ISA; isa++) {
             qmm_gemv8_fn g = ops_qmm_gemv8(tc->type, (enum qmm_isa)isa);
-            if (!g || (int)ops_qmm_best_isa() < isa)
+            if (!g || !ops_qmm_isa_runs((enum qmm_isa)isa))
                 continue;
             qmm_gemm8_fn g8 = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
             qmm_gemm8_fn g8p = ops_qmm_gemm8_packed(tc->type, (enum qmm_isa)isa);
@@ -580,7 +580,9 @@ static void check_q5_0_extremes(void)
     uint8_t *packed = malloc(ops_qmm_packed_bytes(QUANT_Q5_0, QMM_PR, COLS));
     ops_qmm_repack(&mw, 0, 1, packed);
     struct qmm_pack8 *pack = aligned_alloc(64, NB * sizeof *pack);
-    for (int isa = 0; isa < QMM_N_ISA && isa <= (int)ops_qmm_best_isa(); isa++) {
+    for (int isa = 0; isa < QMM_N_ISA; isa++) {
+        if (!ops_qmm_isa_runs((enum qmm_isa)isa))
+            continue;
         qmm_gemv8_fn gv = ops_qmm_gemv8(QUANT_Q5_0, (enum qmm_isa)isa);
         qmm_gemm8_fn gm = ops_qmm_gemm8(QUANT_Q5_0, (enum qmm_isa)isa);
         qmm_gemm8_fn gp = ops_qmm_gemm8_packed(QUANT_Q5_0, (enum qmm_isa)isa);
@@ -620,7 +622,11 @@ int main(void)
     struct ops_ctx *ctx;
     if (ops_ctx_create(&m, 2, MAX_T, &ctx) != IG_OK)
         return 1;
-    printf("int8 kernels: best ISA here %s\n", ops_qmm_isa_name(ops_qmm_best_isa()));
+    printf("int8 kernels: best ISA here %s; checked:", ops_qmm_isa_name(ops_qmm_best_isa()));
+    for (int isa = 0; isa < QMM_N_ISA; isa++)
+        if (ops_qmm_isa_runs((enum qmm_isa)isa))
+            printf(" %s", ops_qmm_isa_name((enum qmm_isa)isa));
+    printf("\n");
     check_quantize_nonfinite();
     check_quantize_same();
     check_q5_0_extremes();
