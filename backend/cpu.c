@@ -167,7 +167,9 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
         return ig_error(IG_E_NOMEM, "out of memory");
     c->base = (struct backend){.ops = &cpu_ops, .m = m, .o = *o, .shares_blocks = true};
     struct kv_shape shape = kv_shape_of(&m->hp, o->kv_dtype);
-    int st = kv_store_create(&shape, o->n_blocks, o->oom_hint, &c->kv);
+    int st = ops_qmm_check_env();
+    if (st == IG_OK)
+        st = kv_store_create(&shape, o->n_blocks, o->oom_hint, &c->kv);
     if (st == IG_OK)
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->ops);
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */

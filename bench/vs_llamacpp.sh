@@ -48,7 +48,11 @@ done
 [ ${#models[@]} -gt 0 ] || models=("$cache/SmolLM2-135M-Instruct.Q4_1.gguf")
 case $isa in
 native | avx512) simd= ;;
-avx2 | avxvnni) simd=$isa ;;
+avx2) simd=avx2 ;;
+avxvnni) # llama.cpp's build would die on an illegal instruction without it
+    grep -qw avx_vnni /proc/cpuinfo 2>/dev/null ||
+        { echo "vs_llamacpp.sh: --isa avxvnni: this CPU has no AVX-VNNI (try --isa avx2)" >&2; exit 2; }
+    simd=avxvnni ;;
 *) echo "vs_llamacpp.sh: --isa must be native, avx2, avxvnni or avx512, not '$isa'" >&2; exit 2 ;;
 esac
 

@@ -122,7 +122,7 @@ struct cli_build {
     int64_t number;       /* commits in the history (llama.cpp's build_number), -1 unknown */
     const char *compiler; /* "gcc 12.2.0" */
     const char *cuda;     /* CUDA toolkit version the build used, "none" without CUDA */
-    const char *isa;      /* the int8 kernels chosen on this CPU: avx512vnni, avx2, scalar */
+    const char *isa;      /* the int8 kernels chosen: avx512vnni, avxvnni, avx2, scalar */
 };
 void cli_build_info(struct cli_build *b);
 

@@ -4,15 +4,16 @@
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
  * blocks that fit in L2. A weight the context holds in the packed layout
- * (every quantized type the path takes, on AVX2 and VNNI; ops_ctx_pack_weight)
+ * (every quantized type the path takes, on AVX2 and both VNNI sets; ops_ctx_pack_weight)
  * is read only there: with many
  * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
  * rows) through the packed GEMV, one sequential stream for 8 rows; both give
  * a token the same sums. Other weights: the repacking GEMM on stored rows
  * where the format has one, else register tiles of QMM_MR rows x QMM_NT
  * tokens, which for one token stream every weight row once. The kernels are in
- * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c and ops/qmatmul_vnni.c (bodies in
- * ops/qmatmul_x86.h); the ISA is picked once per process from the CPU.
+ * ops/qmatmul_scalar.c, ops/qmatmul_avx2.c, ops/qmatmul_avxvnni.c and
+ * ops/qmatmul_vnni.c (bodies in ops/qmatmul_x86.h); the ISA is picked once
+ * per process from the CPU.
  * Covered by tests/cpu/test_qmatmul.c and tests/cpu/test_fast_forward.py. */
 #include "ops/qmatmul.h"
 
@@ -47,17 +48,18 @@
 static enum qmm_isa best_isa = QMM_SCALAR;
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
-/* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (Intel SDM vol. 2A, CPUID;
- * read directly: clang 14's __builtin_cpu_supports does not know it). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4, where sub-leaf 0's EAX says
+ * sub-leaf 1 exists (Intel SDM vol. 2A, CPUID; read directly: clang 14's
+ * __builtin_cpu_supports does not know it). Its ymm state is AVX2's, which
+ * __builtin_cpu_supports("avx2") has checked the OS saves. */
 static bool cpu_has_avxvnni(void)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     unsigned a, b, c, d;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
-#else
-    return false;
-#endif
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && a >= 1 &&
+           __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
 }
+#endif
 
 bool ops_qmm_isa_runs(enum qmm_isa isa)
 {
@@ -81,17 +83,36 @@ bool ops_qmm_isa_runs(enum qmm_isa isa)
 #endif
 }
 
-/* The last set this CPU runs up to IGNITE_SIMD's cap: AVX512-VNNI before
+/* IGNITE_SIMD's cap: a set's name (ops_qmm_isa_name), or QMM_N_ISA where
+ * the value names none (ops_qmm_check_env reports it); unset or empty: no
+ * cap. */
+static enum qmm_isa simd_cap(void)
+{
+    const char *env = getenv("IGNITE_SIMD");
+    if (!env || !*env)
+        return QMM_VNNI;
+    for (int isa = QMM_SCALAR; isa < QMM_N_ISA; isa++)
+        if (strcmp(env, ops_qmm_isa_name((enum qmm_isa)isa)) == 0)
+            return (enum qmm_isa)isa;
+    return QMM_N_ISA;
+}
+
+int ops_qmm_check_env(void)
+{
+    if (simd_cap() == QMM_N_ISA)
+        return ig_error(IG_E_USAGE,
+                        "IGNITE_SIMD: expected scalar, avx2, avxvnni or avx512vnni, got '%s'",
+                        getenv("IGNITE_SIMD"));
+    return IG_OK;
+}
+
+/* The last set this CPU runs up to IGNITE_SIMD's cap (none where the value
+ * names no set: the backend has refused it by then): AVX512-VNNI before
  * AVX-VNNI where a CPU has both (the same sums, and its attention and
  * exponentials take AVX-512 forms too). */
 static void detect_isa(void)
 {
-    const char *env = getenv("IGNITE_SIMD");
-    enum qmm_isa cap = !env                           ? QMM_VNNI
-                     : strcmp(env, "scalar") == 0     ? QMM_SCALAR
-                     : strcmp(env, "avx2") == 0       ? QMM_AVX2
-                     : strcmp(env, "avxvnni") == 0    ? QMM_AVXVNNI
-                                                      : QMM_VNNI;
+    enum qmm_isa cap = simd_cap() == QMM_N_ISA ? QMM_VNNI : simd_cap();
     for (int isa = QMM_SCALAR; isa <= (int)cap; isa++)
         if (ops_qmm_isa_runs((enum qmm_isa)isa))
             best_isa = (enum qmm_isa)isa;

@@ -272,14 +272,17 @@ qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);
 /* An ISA's table where it is not built (another architecture or compiler):
  * every kernel NULL. */
 #define QMM_EMPTY_TABLE(isa)                                                                 \
-    qmm_tile_fn ops_qmm_tile_##isa(enum quant_type type) { return (void)type, NULL; }         \
-    qmm_gemm8_fn ops_qmm_gemm8_##isa(enum quant_type type) { return (void)type, NULL; }       \
-    qmm_gemv8_fn ops_qmm_gemv8_##isa(enum quant_type type) { return (void)type, NULL; }       \
-    qmm_gemm8_fn ops_qmm_gemm8_packed_##isa(enum quant_type type) { return (void)type, NULL; }
+    qmm_tile_fn ops_qmm_tile_##isa(enum quant_type type) { return NULL; }                     \
+    qmm_gemm8_fn ops_qmm_gemm8_##isa(enum quant_type type) { return NULL; }                   \
+    qmm_gemv8_fn ops_qmm_gemv8_##isa(enum quant_type type) { return NULL; }                   \
+    qmm_gemm8_fn ops_qmm_gemm8_packed_##isa(enum quant_type type) { return NULL; }
 
 /* The best ISA this CPU runs; IGNITE_SIMD=scalar, avx2 or avxvnni caps it
- * (avxvnni: AVX-VNNI where the CPU has it, else AVX2). */
+ * (avxvnni: AVX-VNNI where the CPU has it and the compiler built it, else
+ * AVX2; avx512vnni: no cap). */
 enum qmm_isa ops_qmm_best_isa(void);
+/* IG_E_USAGE, said once, where IGNITE_SIMD is set to no set's name. */
+int ops_qmm_check_env(void);
 /* Whether this CPU runs the ISA's kernels and they are built in, whatever
  * IGNITE_SIMD says (the tests run every such set). */
 bool ops_qmm_isa_runs(enum qmm_isa isa);

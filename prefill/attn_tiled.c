@@ -735,8 +735,8 @@ accumulate_rows16(struct attn_scratch *sc, const float *vt, const int64_t *rr, i
 }
 
 /* Whether accumulate_rows16 runs: AVX-512 present and not capped away
- * (IGNITE_SIMD=avx2 or scalar: ignite's one ISA setting, ops_qmm_best_isa,
- * whose VNNI level implies AVX-512 F/VL/BW). */
+ * (IGNITE_SIMD=avxvnni, avx2 or scalar: ignite's one ISA setting,
+ * ops_qmm_best_isa, whose AVX512-VNNI level implies AVX-512 F/VL/BW). */
 static bool attn_zmm(void)
 {
     return ops_qmm_best_isa() == QMM_VNNI && attn_fma_forms_ok();

@@ -119,14 +119,25 @@ fi
 expect_rc 0 "IGNITE_SIMD=scalar --version" env IGNITE_SIMD=scalar "$IGNITE" --version &&
     expect_grep "$TMP/out" "^cpu int8 kernels: scalar$" "kernels chosen at run time"
 # Capped at AVX-VNNI: that set where the CPU reports it (Linux's flag
-# avx_vnni), else AVX2 (where the CPU has it), else scalar.
+# avx_vnni) and the compiler built it (GCC 11, clang 12 on), else AVX2 (where
+# the CPU has it), else scalar.
 want=scalar
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
     want=avx2
-    grep -qw avx_vnni /proc/cpuinfo && want=avxvnni
+    compiler=$("$IGNITE" --version | sed -n 's/^compiler: \([a-z]*\) \([0-9]*\).*/\1 \2/p')
+    case $compiler in
+    "gcc "*) [ "${compiler#gcc }" -ge 11 ] && built=1 ;;
+    "clang "*) [ "${compiler#clang }" -ge 12 ] && built=1 ;;
+    esac
+    grep -qw avx_vnni /proc/cpuinfo && [ "${built:-0}" = 1 ] && want=avxvnni
 fi
 expect_rc 0 "IGNITE_SIMD=avxvnni --version" env IGNITE_SIMD=avxvnni "$IGNITE" --version &&
     expect_grep "$TMP/out" "^cpu int8 kernels: $want$" "kernels capped at AVX-VNNI"
+# A value that names no set is refused where the kernels would run.
+expect_rc 2 "IGNITE_SIMD=avx512" env IGNITE_SIMD=avx512 "$IGNITE" bench \
+    -m synthetic:SmolLM2-135M:Q4_1 -p 1 -n 0 -r 1 &&
+    expect_grep "$TMP/err" "IGNITE_SIMD: expected scalar, avx2, avxvnni or avx512vnni, got 'avx512'" \
+        "IGNITE_SIMD=avx512"
 expect_rc 0 "bench -V" "$IGNITE" bench -V && expect_grep "$TMP/out" "^build: " "bench -V"
 
 # Small rules of run and bench.
