@@ -112,7 +112,8 @@ int ops_qmm_check_env(void)
  * exponentials take AVX-512 forms too). */
 static void detect_isa(void)
 {
-    enum qmm_isa cap = simd_cap() == QMM_N_ISA ? QMM_VNNI : simd_cap();
+    enum qmm_isa cap = simd_cap();
+    cap = cap == QMM_N_ISA ? QMM_VNNI : cap;
     for (int isa = QMM_SCALAR; isa <= (int)cap; isa++)
         if (ops_qmm_isa_runs((enum qmm_isa)isa))
             best_isa = (enum qmm_isa)isa;

@@ -509,9 +509,9 @@ AVX2 INLINE void gemm8_tokens(const struct qmm_pack8 *p, int64_t n_blk, const st
             __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k += 2) {
                 s0 = QMM_X86_DPBUSD(s0, _mm256_load_si256((const __m256i *)p[b].q[k]),
-                                         _mm256_set1_epi32(xq[k]));
+                                    _mm256_set1_epi32(xq[k]));
                 s1 = QMM_X86_DPBUSD(s1, _mm256_load_si256((const __m256i *)p[b].q[k + 1]),
-                                         _mm256_set1_epi32(xq[k + 1]));
+                                    _mm256_set1_epi32(xq[k + 1]));
             }
             __m256i sum = _mm256_add_epi32(s0, s1);
 #else
