@@ -5,6 +5,7 @@
  *   gemv TYPE ISA memory  one token, 256 MiB of groups (from memory)
  *   gemm TYPE ISA         64 tokens through the packed prefill GEMM (AVX2
  *                         Q8_0: the GEMV kernel, which serves every count)
+ *   gemm16 TYPE ISA       the same through the 16-row GEMM (AVX512-VNNI)
  * GB/s of weight bytes for the GEMV, G multiply-adds/s for the GEMM, best of
  * several passes, 1 thread. Weights are arbitrary bytes with f16 scales of
  * 1.0: the kernels' speed does not depend on the values. A benchmark, not a
@@ -47,7 +48,7 @@ int main(void)
     const int64_t cols = 576, n_blk = cols / QMM_QK, nt = 64, small = 192;
     struct qmm_q8 *x = calloc((size_t)(nt * n_blk), sizeof *x);
     float *y = malloc((size_t)(nt * 8 * small) * sizeof *y);
-    struct qmm_pack8 *pk = aligned_alloc(64, sizeof *pk * (size_t)n_blk);
+    struct qmm_pack8 *pk = aligned_alloc(64, sizeof *pk * (size_t)(2 * n_blk));
     if (!x || !y || !pk)
         return 1;
     for (int64_t b = 0; b < nt * n_blk; b++) {
@@ -97,6 +98,19 @@ int main(void)
                 best = t < best ? t : best;
             }
             printf("gemm %s %s: %.1f G multiply-adds/s\n", names[ti], in,
+                   (double)(small * 8 * cols * nt) / best / 1e9);
+            qmm_gemm16_fn g16 = ops_qmm_gemm16_packed(types[ti], (enum qmm_isa)isa);
+            if (!g16)
+                continue;
+            best = 1e30;
+            for (int r = 0; r < 20; r++) {
+                double t0 = cpu_now();
+                for (int64_t g = 0; g + 2 <= small; g += 2)
+                    g16(ps + (size_t)g * gb, gb, n_blk, x, n_blk, nt, y + g * 8, 8 * small, pk);
+                double t = cpu_now() - t0;
+                best = t < best ? t : best;
+            }
+            printf("gemm16 %s %s: %.1f G multiply-adds/s\n", names[ti], in,
                    (double)(small * 8 * cols * nt) / best / 1e9);
         }
         free(ps), free(pm);

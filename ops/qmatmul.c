@@ -182,6 +182,11 @@ qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa)
     }
 }
 
+qmm_gemm16_fn ops_qmm_gemm16_packed(enum quant_type type, enum qmm_isa isa)
+{
+    return isa == QMM_VNNI ? ops_qmm_gemm16_packed_vnni(type) : NULL;
+}
+
 qmm_gemv8_fn ops_qmm_gemv8(enum quant_type type, enum qmm_isa isa)
 {
     switch (isa) {
@@ -287,6 +292,7 @@ struct qmm_job {
     float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
     qmm_tile_fn tile[QMM_MAX_WEIGHTS];
     qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
+    qmm_gemm16_fn gemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
     qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
     const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the context's packed copy of w[i] */
@@ -301,6 +307,10 @@ struct qmm_job {
 #define QMM_ROW_ALIGN 8
 _Static_assert(QMM_ROW_ALIGN % QMM_MR == 0 && QMM_ROW_ALIGN % QMM_PR == 0,
                "chunks hold whole tiles and packed groups");
+
+/* Chunks of whole 16-row pairs of groups where they can be (the 512-bit
+ * GEMM's; a lone group runs 8 rows alone). */
+#define QMM_GRAIN_ALIGN (2 * QMM_ROW_ALIGN)
 
 static int64_t padded_rows(const struct model_weight *w)
 {
@@ -345,6 +355,10 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
             size_t step = job->packed[i] ? (size_t)nb * ops_qmm_packed_block_bytes(w->type)
                                          : 8 * w->row_bytes;
             const uint8_t *base = job->packed[i] ? job->packed[i] : data;
+            if (job->gemm16[i])
+                for (; r + 16 <= r1; r += 16)
+                    job->gemm16[i](base + (size_t)(r / 8) * step, step, nb, job->xq + t0 * nb,
+                                   nb, t1 - t0, y + t0 * rows + r, rows, pack);
             for (; r + 8 <= r1; r += 8)
                 job->gemm8[i](base + (size_t)(r / 8) * step, w->row_bytes, nb,
                               job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
@@ -440,8 +454,8 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
                           const float *x, int64_t n_tokens, float *const *y, bool quantized)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n, w, y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, ctx, w[0]->cols, x,
-                          ops_ctx_qbuf(ctx), n_tokens};
+    struct qmm_job job = {n,   w,           y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, {NULL},
+                          ctx, w[0]->cols, x, ops_ctx_qbuf(ctx), n_tokens};
     int64_t total = 0;
     bool quantize = false;
     for (int i = 0; i < n; i++) {
@@ -453,6 +467,7 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
             if (job.packed[i]) { /* the packed copy only: the stored rows stay cold */
                 job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
                 job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
+                job.gemm16[i] = ops_qmm_gemm16_packed(w[i]->type, ops_qmm_best_isa());
             }
             quantize = !quantized;
         }
@@ -468,7 +483,7 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
                      &job);
     int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;
     int64_t grain = (total + chunks - 1) / chunks;
-    grain = (grain + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
+    grain = (grain + QMM_GRAIN_ALIGN - 1) / QMM_GRAIN_ALIGN * QMM_GRAIN_ALIGN;
     ops_pool_run(pool, total, grain, rows_task, &job);
 }
 

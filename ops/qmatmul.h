@@ -265,6 +265,16 @@ qmm_gemm8_fn ops_qmm_gemm8_packed_avxvnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_packed_vnni(enum quant_type type);
 qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
 
+/* y[t * ldy + j] for j < 16, t < nt: the 16 rows of the two packed groups
+ * at w and w + group_bytes, the same sums as ops_qmm_gemm8_packed's on each
+ * group, bit for bit; `pack` holds 2 n_blk entries of scratch. AVX512-VNNI
+ * only (ops/qmatmul_zmm.h: 512-bit registers), NULL elsewhere. */
+typedef void (*qmm_gemm16_fn)(const uint8_t *w, size_t group_bytes, int64_t n_blk,
+                              const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,
+                              int64_t ldy, struct qmm_pack8 *pack);
+qmm_gemm16_fn ops_qmm_gemm16_packed_vnni(enum quant_type type);
+qmm_gemm16_fn ops_qmm_gemm16_packed(enum quant_type type, enum qmm_isa isa);
+
 /* The float-weight GEMM (F32, F16, BF16) of the best ISA, or NULL. */
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
 qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);

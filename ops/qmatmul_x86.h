@@ -651,6 +651,33 @@ static qmm_gemm8_fn gemm8_of(enum quant_type type)
     }
 }
 
+/* Where an unpacking stores its blocks' 8 rows: the entries of struct
+ * qmm_pack8 (32 bytes a quant vector), or one half of the 16-row entries of
+ * ops/qmatmul_zmm.h (64 bytes a vector, each 8-row group in its half).
+ * Offsets in bytes from block b's first quant vector. */
+struct unpack_dst {
+    uint8_t *base; /* block 0's q[0] */
+    size_t block;  /* from one block to the next */
+    size_t vec;    /* from q[k] to q[k + 1] */
+    size_t d, m;   /* to the 8 scales and the 8 offsets */
+};
+
+AVX2 INLINE struct unpack_dst pack8_dst(struct qmm_pack8 *p)
+{
+    return (struct unpack_dst){(uint8_t *)p, sizeof *p, sizeof p->q[0],
+                               offsetof(struct qmm_pack8, d), offsetof(struct qmm_pack8, m)};
+}
+
+AVX2 INLINE void store_unpacked(const struct unpack_dst o, int64_t b, const __m256i q[8],
+                                __m256 d, __m256 m)
+{
+    uint8_t *at = o.base + (size_t)b * o.block;
+    UNROLL for (int k = 0; k < 8; k++)
+        _mm256_store_si256((__m256i *)(void *)(at + (size_t)k * o.vec), q[k]);
+    _mm256_store_ps((float *)(void *)(at + o.d), d);
+    _mm256_store_ps((float *)(void *)(at + o.m), m);
+}
+
 /* ---- decode GEMV: the packed layout of ops/qmatmul.h ----------------------- */
 
 /* A packed block's bytes (ops_qmm_packed_block_bytes, as a constant the
@@ -1047,12 +1074,10 @@ AVX2 static void gemv8_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8
         k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false, NO_NEXT_GROUP);
 }
 
-/* Many tokens: the group's blocks unpacked once into `pack` (d sc_0 in d,
- * d sc_1 in m, the quants as bytes), then the same sums as gemv8_q6_K's,
- * where it rebuilt every block's quants for each QMM_NT tokens. */
-AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
-                           const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
-                           struct qmm_pack8 *pack)
+/* A Q6_K (or Q2_K) group's blocks unpacked: d sc_0 in d, d sc_1 in m, the
+ * quants as bytes. */
+AVX2 INLINE void unpack_k6(const bool k2, const uint8_t *w, int64_t n_blk,
+                           const struct unpack_dst out)
 {
     for (int64_t b = 0; b < n_blk; b++) {
         __m256 d0, d1;
@@ -1061,11 +1086,18 @@ AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
             k2_block(w, b, &d0, &d1, q);
         else
             k6_block(w, b, &d0, &d1, q);
-        _mm256_store_ps(pack[b].d, d0);
-        _mm256_store_ps(pack[b].m, d1);
-        UNROLL for (int k = 0; k < 8; k++)
-            _mm256_store_si256((__m256i *)pack[b].q[k], q[k]);
+        store_unpacked(out, b, q, d0, d1);
     }
+}
+
+/* Many tokens: the group's blocks unpacked once into `pack`, then the same
+ * sums as gemv8_q6_K's, where it rebuilt every block's quants for each
+ * QMM_NT tokens. */
+AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
+                           const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                           struct qmm_pack8 *pack)
+{
+    unpack_k6(k2, w, n_blk, pack8_dst(pack));
     size_t block_bytes = k2 ? QMM_K2_SUPER / 8 : QMM_K6_SUPER / 8;
     k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false,
            next_group_of(w, (size_t)n_blk * block_bytes, (nt + QMM_NT - 1) / QMM_NT));
@@ -1109,7 +1141,7 @@ GEMV8(iq4_xs, K_IQ4_XS)
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
 AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
-                         struct qmm_pack8 *out)
+                         const struct unpack_dst out)
 {
     const size_t pb = packed_bytes(kind);
     const int qoff = packed_qoff(kind);
@@ -1119,13 +1151,11 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
         const uint8_t *blk = packed_block(kind, p, b, pb, &head);
         __m256 d, m;
         packed_scales(kind, blk, head, &d, &m);
-        _mm256_store_ps(out[b].d, d);
-        _mm256_store_ps(out[b].m, m);
+        __m256i q[8];
         if (kind == K_Q8_0) {
             UNROLL for (int k = 0; k < 8; k++)
-                _mm256_store_si256((__m256i *)out[b].q[k], load32(blk + qoff + 32 * k));
+                q[k] = load32(blk + qoff + 32 * k);
         } else {
-            __m256i q[8];
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i V = load32(blk + qoff + 32 * v);
                 q[2 * v] = _mm256_and_si256(V, m4);
@@ -1138,9 +1168,8 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
             }
             if (KIND_LUT(kind))
                 iq4_bytes(q, false);
-            UNROLL for (int k = 0; k < 8; k++)
-                _mm256_store_si256((__m256i *)out[b].q[k], q[k]);
         }
+        store_unpacked(out, b, q, d, m);
     }
 }
 
@@ -1149,7 +1178,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
                         struct qmm_pack8 *pack)
 {
-    unpack8(kind, w, n_blk, pack);
+    unpack8(kind, w, n_blk, pack8_dst(pack));
     gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind,
               next_group_of(w, (size_t)n_blk * packed_bytes(kind), nt / QMM_NT));
 }

@@ -21,7 +21,8 @@
  *  - the packed decode layout (ops_qmm_repack, 8 rows interleaved, a ragged
  *    last group) through each ISA's kernel for 1..13 tokens against the same
  *    reference, writing only its outputs, and bit for bit like the GEMM
- *    (which gives the same from the packed group as from the stored rows);
+ *    (which gives the same from the packed group as from the stored rows),
+ *    and the 16-row GEMM of two packed groups bit for bit like it;
  *  - ops_matmul on a context (fast path, pool, token blocks of 1..130) against
  *    the same fp64 reference, ops_matmul_multi of two weights bit for bit
  *    like ops_matmul, and ops_ctx_set_exact switching the path off; again on
@@ -62,6 +63,58 @@ static const struct type_case cases[] = {
     {QUANT_Q6_K, 768, 1, {208}},
     {QUANT_IQ4_XS, 512, 1, {0}},
 };
+
+/* The 16-row GEMM (two packed groups a call, where an ISA has one) bit for
+ * bit like the 8-row one on each of its groups, for token counts that take
+ * every step size (8 at a time, then 4, 2, 1), writing only its 16 x nt
+ * outputs. */
+static void check_gemm16(const struct type_case *tc, const uint8_t *packed, size_t group_bytes,
+                         int64_t nb, const struct qmm_q8 *xq, struct qmm_pack8 *pack)
+{
+    const char *name = quant_type_name(tc->type);
+    enum { N16 = 31, LD = 17 };
+    for (int isa = 0; isa < QMM_N_ISA; isa++) {
+        qmm_gemm16_fn g16 = ops_qmm_gemm16_packed(tc->type, (enum qmm_isa)isa);
+        qmm_gemm8_fn g8p = ops_qmm_gemm8_packed(tc->type, (enum qmm_isa)isa);
+        if (!g16 || !ops_qmm_isa_runs((enum qmm_isa)isa))
+            continue;
+        CHECKF(g8p != NULL, "%s %s: a 16-row GEMM without an 8-row one", name,
+               ops_qmm_isa_name((enum qmm_isa)isa));
+        static const int64_t nts[] = {1, 2, 3, 5, 8, 13, N16};
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            int64_t n = nts[k];
+            int outside = 0, diff = 0;
+            for (int64_t r = 0; r + 16 <= ROWS; r += 16) {
+                float o16[N16 * LD], o8[2][N16 * 8];
+                for (int i = 0; i < N16 * LD; i++)
+                    o16[i] = SENTINEL;
+                g16(packed + (size_t)(r / QMM_PR) * group_bytes, group_bytes, nb, xq, nb, n, o16,
+                    LD, pack);
+                for (int h = 0; h < 2; h++)
+                    g8p(packed + (size_t)(r / QMM_PR + h) * group_bytes, 0, nb, xq, nb, n, o8[h],
+                        8, pack);
+                for (int64_t t = 0; t < N16; t++)
+                    for (int j = 0; j < LD; j++) {
+                        float v = o16[t * LD + j];
+                        if (t >= n || j == 16) {
+                            outside += v != SENTINEL;
+                            continue;
+                        }
+                        float want = o8[j / 8][t * 8 + j % 8];
+                        if (v != want && diff++ < 3)
+                            fprintf(stderr, "%s gemm16 %s n=%lld row %lld tok %lld: %.9g but "
+                                    "gemm8 gave %.9g\n", name,
+                                    ops_qmm_isa_name((enum qmm_isa)isa), (long long)n,
+                                    (long long)(r + j), (long long)t, v, want);
+                    }
+            }
+            CHECKF(outside == 0, "%s gemm16 %s, %lld tokens: %d writes outside its outputs",
+                   name, ops_qmm_isa_name((enum qmm_isa)isa), (long long)n, outside);
+            CHECKF(diff == 0, "%s gemm16 %s, %lld tokens: %d outputs differ from gemm8", name,
+                   ops_qmm_isa_name((enum qmm_isa)isa), (long long)n, diff);
+        }
+    }
+}
 
 /* Activations of very different scales per block, some zero blocks. */
 static void make_x(float *x, int64_t n)
@@ -269,7 +322,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
     }
 
     /* the 8-row prefill GEMM, for every token count mod 4 */
-    struct qmm_pack8 *pack = aligned_alloc(64, (size_t)nb * sizeof *pack);
+    struct qmm_pack8 *pack = aligned_alloc(64, (size_t)(2 * nb) * sizeof *pack); /* gemm16's */
     for (int isa = 0; isa < QMM_N_ISA; isa++) {
         qmm_gemm8_fn g = ops_qmm_gemm8(tc->type, (enum qmm_isa)isa);
         if (!g || !ops_qmm_isa_runs((enum qmm_isa)isa))
@@ -379,6 +432,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
                        ops_qmm_isa_name(isa), (long long)n, diff);
             }
         }
+        check_gemm16(tc, packed, group_bytes, nb, xq, pack);
         free(packed);
     }
 
