@@ -6,11 +6,11 @@
  * does not lower). docs/benchmarks.md divides prefill's useful FLOP/s by it.
  * Also the peaks of the inner steps of ignite's CPU kernels, in
  * multiply-adds a second: the AVX2 int8 GEMM's (vpmaddubsw into a vpaddw
- * sum, 32 u8 x s8 products each), the VNNI one's (vpdpbusd on 256 bits),
- * and the CPU attention's unfused f32 multiply and add (vmulps then vaddps:
- * the bit-for-bit rule keeps them apart; on ymm, and on zmm as its AVX-512
- * forms run them), written in assembly so the compiler can neither hoist
- * nor fuse them.
+ * sum, 32 u8 x s8 products each), the VNNI ones' (vpdpbusd on 256 and on
+ * 512 bits), and the CPU attention's unfused f32 multiply and add (vmulps
+ * then vaddps: the bit-for-bit rule keeps them apart; on ymm, and on zmm as
+ * its AVX-512 forms run them), written in assembly so the compiler can
+ * neither hoist nor fuse them.
  *   cc -O2 -pthread bench/fma_peak.c -o build/fma_peak && build/fma_peak [THREADS]
  * Not part of the build or of CI. */
 #include <immintrin.h>
@@ -113,6 +113,17 @@ __attribute__((target("avx512vnni,avx512vl"))) static void *run_dpbusd(void *arg
     return NULL;
 }
 
+/* The same on zmm: the 512-bit prefill GEMM's (ops/qmatmul_zmm.h) */
+#define DPBUSD512(i) "vpdpbusd %%zmm15, %%zmm14, %%zmm" #i "\n"
+__attribute__((target("avx512vnni,avx512f"))) static void *run_dpbusd512(void *arg)
+{
+    double c0 = cpu_now();
+    ASM_LOOP(DPBUSD512(0) DPBUSD512(1) DPBUSD512(2) DPBUSD512(3) DPBUSD512(4) DPBUSD512(5)
+             DPBUSD512(6) DPBUSD512(7) DPBUSD512(8) DPBUSD512(9));
+    ((float *)arg)[1] = (float)(cpu_now() - c0);
+    return NULL;
+}
+
 __attribute__((target("avx2"))) static void *run_muladd(void *arg)
 {
     double c0 = cpu_now();
@@ -185,8 +196,10 @@ int main(int argc, char **argv)
             measure_step("int8 vpmaddubsw+vpaddw", run_maddubs, 8 * 32, t);
             measure_step("f32 vmulps+vaddps", run_muladd, 8 * 8, t);
         }
-        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) {
             measure_step("int8 vpdpbusd (ymm)", run_dpbusd, 10 * 32, t);
+            measure_step("int8 vpdpbusd (zmm)", run_dpbusd512, 10 * 64, t);
+        }
         if (__builtin_cpu_supports("avx512f"))
             measure_step("f32 vmulps+vaddps zmm", run_muladd512, 8 * 16, t);
         if (t < max && 2 * t > max)

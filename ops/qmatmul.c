@@ -6,7 +6,8 @@
  * blocks that fit in L2. A weight the context holds in the packed layout
  * (every quantized type the path takes, on AVX2 and both VNNI sets; ops_ctx_pack_weight)
  * is read only there: with many
- * tokens 8 rows at a time through the GEMM, otherwise (decode, leftover
+ * tokens 8 rows at a time through the GEMM (16, two groups, on AVX512-VNNI:
+ * ops/qmatmul_zmm.h), otherwise (decode, leftover
  * rows) through the packed GEMV, one sequential stream for 8 rows; both give
  * a token the same sums. Other weights: the repacking GEMM on stored rows
  * where the format has one, else register tiles of QMM_MR rows x QMM_NT

@@ -3,10 +3,10 @@
  * and token steps it widens.
  *
  * Why: a core with two 512-bit multiply pipes (Intel's Xeons; Zen 5) runs a
- * zmm vpdpbusd as often as a ymm one, so twice the multiply-adds a cycle
- * (an Intel Sapphire Rapids-class core: 6.5 G zmm against 7.5 G ymm
- * vpdpbusd a second, docs/benchmarks.md). A core that splits zmm in two
- * (Zen 4) runs it as two ymm operations: the same work.
+ * zmm vpdpbusd nearly as often as a ymm one, so nearly twice the
+ * multiply-adds (bench/fma_peak on a Sapphire Rapids-class core: 436 G a
+ * second against 251; the GEMM 1.45x, docs/benchmarks.md). A core that
+ * splits zmm in two (Zen 4) runs it as two ymm operations: the same work.
  *
  * Two consecutive packed groups are unpacked side by side, the first in the
  * low 256 bits of every quant vector, scale and offset, the second in the
