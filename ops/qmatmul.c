@@ -309,10 +309,6 @@ struct qmm_job {
 _Static_assert(QMM_ROW_ALIGN % QMM_MR == 0 && QMM_ROW_ALIGN % QMM_PR == 0,
                "chunks hold whole tiles and packed groups");
 
-/* Chunks of whole 16-row pairs of groups where they can be (the 512-bit
- * GEMM's; a lone group runs 8 rows alone). */
-#define QMM_GRAIN_ALIGN (2 * QMM_ROW_ALIGN)
-
 static int64_t padded_rows(const struct model_weight *w)
 {
     return (w->rows + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
@@ -458,7 +454,7 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
     struct qmm_job job = {n,   w,           y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, {NULL},
                           ctx, w[0]->cols, x, ops_ctx_qbuf(ctx), n_tokens};
     int64_t total = 0;
-    bool quantize = false;
+    bool quantize = false, pairs = false;
     for (int i = 0; i < n; i++) {
         job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
         if (!job.fgemm8[i]) {
@@ -469,6 +465,7 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
                 job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
                 job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
                 job.gemm16[i] = ops_qmm_gemm16_packed(w[i]->type, ops_qmm_best_isa());
+                pairs |= job.gemm16[i] != NULL && n_tokens >= QMM_GEMM8_MIN_TOKENS;
             }
             quantize = !quantized;
         }
@@ -484,7 +481,10 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
                      &job);
     int64_t chunks = (int64_t)threads * QMM_CHUNKS_PER_THREAD;
     int64_t grain = (total + chunks - 1) / chunks;
-    grain = (grain + QMM_GRAIN_ALIGN - 1) / QMM_GRAIN_ALIGN * QMM_GRAIN_ALIGN;
+    /* chunks of whole 16-row pairs where the 512-bit GEMM runs (a lone
+     * group takes the 8-row one); else of 8 rows, the more of them */
+    int64_t align = pairs ? 2 * QMM_ROW_ALIGN : QMM_ROW_ALIGN;
+    grain = (grain + align - 1) / align * align;
     ops_pool_run(pool, total, grain, rows_task, &job);
 }
 

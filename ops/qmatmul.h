@@ -267,7 +267,8 @@ qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa);
 
 /* y[t * ldy + j] for j < 16, t < nt: the 16 rows of the two packed groups
  * at w and w + group_bytes, the same sums as ops_qmm_gemm8_packed's on each
- * group, bit for bit; `pack` holds 2 n_blk entries of scratch. AVX512-VNNI
+ * group, bit for bit; `pack` holds 2 n_blk entries of scratch, 64-byte
+ * aligned (zmm loads: ops_ctx_qpack's slices are). AVX512-VNNI
  * only (ops/qmatmul_zmm.h: 512-bit registers), NULL elsewhere. */
 typedef void (*qmm_gemm16_fn)(const uint8_t *w, size_t group_bytes, int64_t n_blk,
                               const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y,

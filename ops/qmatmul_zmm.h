@@ -31,6 +31,8 @@ struct pack16 {
 };
 _Static_assert(sizeof(struct pack16) == 2 * sizeof(struct qmm_pack8),
                "n_blk entries fit the 2 n_blk of scratch ops_qmm_gemm16_packed is given");
+_Static_assert(sizeof(struct qmm_pack8) % 64 == 0,
+               "each thread's slice of the context's scratch (ops_ctx_qpack) is 64-byte aligned");
 
 /* Where group h (0 or 1) of a pair unpacks. */
 AVX2 INLINE struct unpack_dst half_dst(struct pack16 *p, const int h)
@@ -151,7 +153,9 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
         else
             unpack8(kind, w + h * group_bytes, n_blk, half_dst(p, h));
     }
-    struct next_group next = next_group_of(w, 2 * group_bytes, nt / ZMM_NT);
+    /* the next pair asked for over the whole steps and the rest as one */
+    struct next_group next =
+        next_group_of(w, 2 * group_bytes, nt / ZMM_NT + (nt % ZMM_NT != 0));
     int64_t t = 0;
     for (; t + ZMM_NT <= nt; t += ZMM_NT) {
         next_group_step(&next);
@@ -159,6 +163,7 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
         float *yt = y + t * ldy;
         GEMM16_STEP(ZMM_NT);
     }
+    next_group_step(&next);
     for (int n = 4; n >= 1; n /= 2)
         if (nt - t >= n) {
             const struct qmm_q8 *xt = x + t * ldx;
