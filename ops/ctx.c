@@ -107,7 +107,9 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
     int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);
     ctx->qbuf = (struct qmm_q8 *)alloc_floats(qbytes / (int64_t)sizeof(float));
-    ctx->qpack_n = 4 * (max_weight_cols(m) / QMM_QK + 1);
+    /* the widest scratch: 16 rows of f32 columns (ops_qmm_fgemm16), 64 bytes
+     * a column in entries of 320 */
+    ctx->qpack_n = 8 * (max_weight_cols(m) / QMM_QK + 1);
     ctx->qpack = aligned_alloc(64, (size_t)(ctx->qpack_n * ops_pool_threads(ctx->pool)) *
                                        sizeof(struct qmm_pack8));
     const char *mode = getenv("IGNITE_MATMUL");

@@ -183,6 +183,12 @@ qmm_gemm8_fn ops_qmm_gemm8_packed(enum quant_type type, enum qmm_isa isa)
     }
 }
 
+qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type)
+{
+    return is_float_type(type) && ops_qmm_best_isa() == QMM_VNNI ? ops_qmm_fgemm16_vnni()
+                                                                  : NULL;
+}
+
 qmm_gemm16_fn ops_qmm_gemm16_packed(enum quant_type type, enum qmm_isa isa)
 {
     return isa == QMM_VNNI ? ops_qmm_gemm16_packed_vnni(type) : NULL;
@@ -295,6 +301,7 @@ struct qmm_job {
     qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
     qmm_gemm16_fn gemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
+    qmm_fgemm16_fn fgemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
     qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
     const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the context's packed copy of w[i] */
     struct ops_ctx *ctx;
@@ -334,7 +341,13 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
         float *pack = (float *)(void *)ops_ctx_qpack(job->ctx, thread);
         for (int64_t t0 = 0; t0 < n; t0 += ftb) {
             int64_t t1 = t0 + ftb < n ? t0 + ftb : n;
-            for (int64_t r = r0; r < r1; r += 8)
+            int64_t r = r0;
+            if (job->fgemm16[i])
+                for (; r + 16 <= r1; r += 16)
+                    job->fgemm16[i](w->type, data + (size_t)r * w->row_bytes, w->row_bytes, cols,
+                                    job->x + t0 * cols, cols, t1 - t0, y + t0 * rows + r, rows,
+                                    pack);
+            for (; r < r1; r += 8)
                 job->fgemm8[i](w->type, data + (size_t)r * w->row_bytes, w->row_bytes,
                                r1 - r < 8 ? (int)(r1 - r) : 8, cols, job->x + t0 * cols, cols,
                                t1 - t0, y + t0 * rows + r, rows, pack);
@@ -451,12 +464,14 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
                           const float *x, int64_t n_tokens, float *const *y, bool quantized)
 {
     IG_ASSERT(n >= 1 && n <= QMM_MAX_WEIGHTS && n_tokens <= ops_ctx_max_batch(ctx));
-    struct qmm_job job = {n,   w,           y, {NULL}, {NULL}, {NULL}, {NULL}, {NULL}, {NULL},
-                          ctx, w[0]->cols, x, ops_ctx_qbuf(ctx), n_tokens};
+    struct qmm_job job = {.n = n, .w = w, .y = y, .ctx = ctx, .cols = w[0]->cols, .x = x,
+                          .xq = ops_ctx_qbuf(ctx), .n_tokens = n_tokens}; /* kernels NULL */
     int64_t total = 0;
     bool quantize = false, pairs = false;
     for (int i = 0; i < n; i++) {
         job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
+        job.fgemm16[i] = ops_qmm_fgemm16(w[i]->type);
+        pairs |= job.fgemm16[i] != NULL && n_tokens >= QMM_GEMM8_MIN_TOKENS;
         if (!job.fgemm8[i]) {
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());

@@ -280,6 +280,16 @@ qmm_gemm16_fn ops_qmm_gemm16_packed(enum quant_type type, enum qmm_isa isa);
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void);
 qmm_fgemm8_fn ops_qmm_fgemm8(enum quant_type type);
 
+/* y[t * ldy + j] for j < 16, t < nt: rows w and the 15 after it through
+ * 512-bit registers, bit for bit the float GEMM's on each 8; `pack` holds
+ * 16 * cols floats, 64-byte aligned. AVX-512 (with the AVX512-VNNI set's
+ * kernels) only, NULL elsewhere. */
+typedef void (*qmm_fgemm16_fn)(enum quant_type type, const uint8_t *w, size_t row_bytes,
+                               int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
+                               int64_t ldy, float *pack);
+qmm_fgemm16_fn ops_qmm_fgemm16_vnni(void);
+qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type);
+
 /* An ISA's table where it is not built (another architecture or compiler):
  * every kernel NULL. */
 #define QMM_EMPTY_TABLE(isa)                                                                 \

@@ -1252,8 +1252,7 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
  * for all 8 rows, FGEMM_NT tokens at a time (the accumulators fill the
  * registers; each packed column is loaded once per FGEMM_NT tokens). Plain
  * f32 sums: the fast path; the exact path (ops/matmul.c) flushes into f64. */
-#if !QMM_X86_VNNI /* built once, in the AVX2 file */
-#define FGEMM_NT 8
+#if !QMM_X86_VNNI || defined(QMM_X86_ZMM) /* the AVX2 file's, and the AVX-512 file's packing */
 
 AVX2 INLINE __m256 load8_as_f32(enum quant_type type, const uint8_t *row, int64_t c)
 {
@@ -1265,9 +1264,11 @@ AVX2 INLINE __m256 load8_as_f32(enum quant_type type, const uint8_t *row, int64_
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16 */
 }
 
-/* Packs rows [0, nr) (nr <= 8; missing rows repeat the last) of cols columns. */
-AVX2 static void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
-                        int64_t cols, float *p)
+/* Packs rows [0, nr) (nr <= 8; missing rows repeat the last) of cols columns:
+ * column c's 8 floats at p + c * stride (8, or 16 where two groups share a
+ * column: ops/qmatmul_zmm.h). */
+AVX2 INLINE void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes, int nr,
+                        int64_t cols, float *p, const int64_t stride)
 {
     for (int64_t c = 0; c < cols; c += 8) {
         __m256i r[8];
@@ -1276,9 +1277,13 @@ AVX2 static void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes
                 load8_as_f32(type, w + (size_t)(j < nr ? j : nr - 1) * row_bytes, c));
         transpose8(r);
         for (int k = 0; k < 8; k++)
-            _mm256_store_si256((__m256i *)(void *)(p + (c + k) * 8), r[k]);
+            _mm256_store_si256((__m256i *)(void *)(p + (c + k) * stride), r[k]);
     }
 }
+#endif
+
+#if !QMM_X86_VNNI /* built once, in the AVX2 file */
+#define FGEMM_NT 8
 
 AVX2 INLINE void fgemm8_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
                                const int nt, float *y, int64_t ldy)
@@ -1300,7 +1305,7 @@ AVX2 static void fgemm8(enum quant_type type, const uint8_t *w, size_t row_bytes
                         int64_t cols, const float *x, int64_t ldx, int64_t nt, float *y,
                         int64_t ldy, float *pack)
 {
-    fpack8(type, w, row_bytes, nr, cols, pack);
+    fpack8(type, w, row_bytes, nr, cols, pack, 8);
     float tmp[FGEMM_NT * 8];
     for (int64_t t = 0; t < nt; t += FGEMM_NT) {
         int n = nt - t < FGEMM_NT ? (int)(nt - t) : FGEMM_NT;

@@ -1,17 +1,20 @@
-/* ops/qmatmul_zmm.h: the AVX512-VNNI prefill GEMM on 16 rows a register,
- * included by ops/qmatmul_vnni.c after ops/qmatmul_x86.h, whose unpacking
- * and token steps it widens.
+/* ops/qmatmul_zmm.h: the AVX512-VNNI set's prefill GEMMs on 16 rows a
+ * register, the int8 one and the one for f32, f16 and bf16 weights,
+ * included by ops/qmatmul_vnni.c after ops/qmatmul_x86.h, whose unpacking,
+ * packing and token steps they widen.
  *
  * Why: a core with two 512-bit multiply pipes (Intel's Xeons; Zen 5) runs a
  * zmm vpdpbusd nearly as often as a ymm one, so nearly twice the
  * multiply-adds (bench/fma_peak on a Sapphire Rapids-class core: 436 G a
- * second against 251; the GEMM 1.45x, docs/benchmarks.md). A core that
- * splits zmm in two (Zen 4) runs it as two ymm operations: the same work.
+ * second against 251; the int8 GEMM 1.45x, docs/benchmarks.md), and a zmm
+ * FMA likewise. A core that splits zmm in two (Zen 4) runs each as two ymm
+ * operations: the same work.
  *
- * Two consecutive packed groups are unpacked side by side, the first in the
+ * Two consecutive 8-row groups are unpacked side by side, the first in the
  * low 256 bits of every quant vector, scale and offset, the second in the
  * high, and each token block's quants are broadcast from memory. Every lane
- * then does what the same lane of gemm8_tokens or gemv8_k6_tokens does, in
+ * then does what the same lane of gemm8_tokens, gemv8_k6_tokens or
+ * fgemm8_tokens (whose columns are packed the same way) does, in
  * the same order, so every result is theirs bit for bit: a row's output
  * does not depend on whether its group ran in a pair or alone
  * (tests/cpu/test_qmatmul.c). */
@@ -215,6 +218,49 @@ static qmm_gemm16_fn gemm16p_of(enum quant_type type)
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemm16p_q6_K;
     default: return NULL;
+    }
+}
+
+/* ---- f32, f16, bf16 weights: fgemm8 on 16 rows ---------------------------------- */
+
+/* fgemm8_tokens's FMAs, column by column in the same order, on 16 lanes. */
+AVX2 INLINE void fgemm16_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
+                                const int nt, float *y, int64_t ldy)
+{
+    __m512 acc[ZMM_NT];
+    UNROLL for (int t = 0; t < nt; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c++) {
+        __m512 wv = _mm512_load_ps(p + c * 16);
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * ldx + c]), acc[t]);
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* 16 rows: the two 8-row groups packed side by side, column c's 16 floats
+ * at pack + 16 c. */
+AVX2 static void fgemm16(enum quant_type type, const uint8_t *w, size_t row_bytes, int64_t cols,
+                         const float *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
+                         float *pack)
+{
+    fpack8(type, w, row_bytes, 8, cols, pack, 16);
+    fpack8(type, w + 8 * row_bytes, row_bytes, 8, cols, pack + 8, 16);
+    for (int64_t t = 0; t < nt; t += ZMM_NT) {
+        int n = nt - t < ZMM_NT ? (int)(nt - t) : ZMM_NT;
+        const float *xt = x + t * ldx;
+        float *yt = y + t * ldy;
+        switch (n) {
+        case 1: fgemm16_tokens(pack, cols, xt, ldx, 1, yt, ldy); break;
+        case 2: fgemm16_tokens(pack, cols, xt, ldx, 2, yt, ldy); break;
+        case 3: fgemm16_tokens(pack, cols, xt, ldx, 3, yt, ldy); break;
+        case 4: fgemm16_tokens(pack, cols, xt, ldx, 4, yt, ldy); break;
+        case 5: fgemm16_tokens(pack, cols, xt, ldx, 5, yt, ldy); break;
+        case 6: fgemm16_tokens(pack, cols, xt, ldx, 6, yt, ldy); break;
+        case 7: fgemm16_tokens(pack, cols, xt, ldx, 7, yt, ldy); break;
+        default: fgemm16_tokens(pack, cols, xt, ldx, 8, yt, ldy); break;
+        }
     }
 }
 

@@ -17,7 +17,8 @@
  *  - the 8-row prefill GEMM (repacked rows) of each ISA against the same
  *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
  *  - F32, F16 and BF16 weights through the float FMA GEMM (fast path, 8..130
- *    tokens, a ragged last row group) against fp64;
+ *    tokens, a ragged last row group) against fp64, and its 16-row form bit
+ *    for bit like it;
  *  - the packed decode layout (ops_qmm_repack, 8 rows interleaved, a ragged
  *    last group) through each ISA's kernel for 1..13 tokens against the same
  *    reference, writing only its outputs, and bit for bit like the GEMM
@@ -553,6 +554,41 @@ static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
     const struct model_weight *ws[1] = {&w};
     CHECKF(!ops_qmatmul_quantizes(ctx, 1, ws, 64), "%s: float weights read x unquantized",
            quant_type_name(type));
+    /* the 16-row GEMM, where there is one, bit for bit like the 8-row one on
+     * each group, for every remainder of its 8-token steps, writing only its
+     * 16 x nt outputs */
+    qmm_fgemm16_fn f16 = ops_qmm_fgemm16(type);
+    if (f16) {
+        enum { NT16 = 13, LD = 17 };
+        float *pack = aligned_alloc(64, (size_t)(16 * cols) * sizeof *pack);
+        int outside = 0, diff = 0;
+        for (int64_t n = 1; n <= NT16; n++)
+            for (int64_t r = 0; r + 16 <= ROWS; r += 8) {
+                float o16[NT16 * LD], o8[2][NT16 * 8];
+                for (int i = 0; i < NT16 * LD; i++)
+                    o16[i] = SENTINEL;
+                f16(type, p + r * w.row_bytes, w.row_bytes, cols, x, cols, n, o16, LD, pack);
+                for (int h = 0; h < 2; h++)
+                    ops_qmm_fgemm8(type)(type, p + (r + 8 * h) * w.row_bytes, w.row_bytes, 8,
+                                         cols, x, cols, n, o8[h], 8, pack);
+                for (int64_t t = 0; t < NT16; t++)
+                    for (int j = 0; j < LD; j++) {
+                        float v = o16[t * LD + j];
+                        if (t >= n || j == 16)
+                            outside += v != SENTINEL;
+                        else if (v != o8[j / 8][t * 8 + j % 8] && diff++ < 3)
+                            fprintf(stderr, "%s fgemm16 n=%lld row %lld tok %lld: %.9g but "
+                                    "fgemm8 gave %.9g\n", quant_type_name(type), (long long)n,
+                                    (long long)(r + j), (long long)t, v,
+                                    o8[j / 8][t * 8 + j % 8]);
+                    }
+            }
+        CHECKF(outside == 0, "%s fgemm16: %d writes outside its outputs", quant_type_name(type),
+               outside);
+        CHECKF(diff == 0, "%s fgemm16: %d outputs differ from fgemm8", quant_type_name(type),
+               diff);
+        free(pack);
+    }
     static const int64_t token_counts[] = {8, 9, 15, 64, 130};
     for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
         int64_t n = token_counts[k];
