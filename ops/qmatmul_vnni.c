@@ -1,11 +1,12 @@
 /* ops/qmatmul_vnni.c: the int8 tile kernels for CPUs with AVX512-VNNI and
  * AVX512-VL (Intel Ice Lake and later, AMD Zen 4 and later): 256-bit
  * vectors, vpdpbusd for the u8 x s8 dot products, and prefill GEMMs on
- * 512-bit ones (ops/qmatmul_zmm.h: int8, and f32/f16/bf16 weights). The functions carry target
- * attributes, so the rest of the binary stays baseline x86-64; ops/qmatmul.c
- * calls them only when the CPU has these features. Elsewhere (other architectures, other compilers) the table is
- * empty and the scalar kernels run. The kernel bodies are in
- * ops/qmatmul_x86.h. Covered by tests/cpu/test_qmatmul.c. */
+ * 512-bit ones (int8, and f32/f16/bf16 weights). The functions carry
+ * target attributes, so the rest of the binary stays baseline x86-64;
+ * ops/qmatmul.c calls them only when the CPU has these features. Elsewhere
+ * (other architectures, other compilers) the table is empty and the scalar
+ * kernels run. The kernel bodies are in ops/qmatmul_x86.h and
+ * ops/qmatmul_zmm.h. Covered by tests/cpu/test_qmatmul.c. */
 #include "ops/qmatmul.h"
 
 #include "core/half.h"
