@@ -435,13 +435,20 @@ AVX2 INLINE __m256i minus_pairs16(__m256i s, const struct qmm_q8 *xb)
     return _mm256_sub_epi16(s, _mm256_set1_epi32(pairs));
 }
 
+/* What a zero point takes off a token block's int32 sum: 8 sum(q) for Q4_0,
+ * 16 sum(q) for Q5_0. */
+AVX2 INLINE int32_t zero_point_sum(const enum kind kind, const struct qmm_q8 *xb)
+{
+    return kind == K_Q4_0 ? xb->sum8 : xb->sum16;
+}
+
 /* The zero point off the int32 sum: Q4_0's, and Q5_0's with VNNI (on AVX2
  * it came off the int16 sums: minus_pairs16). */
 AVX2 INLINE __m256i minus_zero_point(const enum kind kind, __m256i sum, const struct qmm_q8 *xb)
 {
-    if (kind == K_Q4_0)
-        return _mm256_sub_epi32(sum, _mm256_set1_epi32(xb->sum8));
-    return QMM_X86_VNNI ? _mm256_sub_epi32(sum, _mm256_set1_epi32(xb->sum16)) : sum;
+    if (kind != K_Q4_0 && !QMM_X86_VNNI)
+        return sum;
+    return _mm256_sub_epi32(sum, _mm256_set1_epi32(zero_point_sum(kind, xb)));
 }
 
 /* 5-bit quants whose AVX2 int16 sums go to int32 every 4 vectors (Q5_0's

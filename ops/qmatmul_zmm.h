@@ -73,9 +73,8 @@ AVX2 INLINE void gemm16_tokens(const struct pack16 *p, int64_t n_blk, const stru
             __m512i sum = _mm512_setzero_si512();
             UNROLL for (int k = 0; k < 8; k++)
                 sum = _mm512_dpbusd_epi32(sum, q[k], _mm512_set1_epi32(xq[k]));
-            if (zp) /* minus_zero_point's, VNNI */
-                sum = _mm512_sub_epi32(sum,
-                                       _mm512_set1_epi32(kind == K_Q4_0 ? xb->sum8 : xb->sum16));
+            if (zp)
+                sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(zero_point_sum(kind, xb)));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
                                      _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[t]);
         }
@@ -137,10 +136,11 @@ AVX2 INLINE void gemm16_k6_tokens(const bool k2, const uint8_t *w0, const uint8_
         _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(acc[t], _mm512_mul_ps(add[t], scale)));
 }
 
-/* One call of the token step for nt (1, 2, 4 or ZMM_NT) tokens. */
-#define GEMM16_STEP(n)                                                                       \
-    (k6 ? gemm16_k6_tokens(k2, w, w + group_bytes, p, n_blk, xt, ldx, n, yt, ldy)            \
-        : gemm16_tokens(p, n_blk, xt, ldx, n, yt, ldy, kind))
+/* The token step for tokens [t, t + n), n 1, 2, 4 or ZMM_NT. */
+#define GEMM16_STEP(t, n)                                                                    \
+    (k6 ? gemm16_k6_tokens(k2, w, w + group_bytes, p, n_blk, x + (t) * ldx, ldx, n,          \
+                           y + (t) * ldy, ldy)                                               \
+        : gemm16_tokens(p, n_blk, x + (t) * ldx, ldx, n, y + (t) * ldy, ldy, kind))
 
 /* Two packed groups (at w and w + group_bytes) against nt tokens: unpacked
  * once, then ZMM_NT tokens a step and the rest 4, 2 and 1 at a time (a
@@ -162,23 +162,19 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
     int64_t t = 0;
     for (; t + ZMM_NT <= nt; t += ZMM_NT) {
         next_group_step(&next);
-        const struct qmm_q8 *xt = x + t * ldx;
-        float *yt = y + t * ldy;
-        GEMM16_STEP(ZMM_NT);
+        GEMM16_STEP(t, ZMM_NT);
     }
     next_group_step(&next);
-    for (int n = 4; n >= 1; n /= 2)
-        if (nt - t >= n) {
-            const struct qmm_q8 *xt = x + t * ldx;
-            float *yt = y + t * ldy;
-            if (n == 4)
-                GEMM16_STEP(4);
-            else if (n == 2)
-                GEMM16_STEP(2);
-            else
-                GEMM16_STEP(1);
-            t += n;
-        }
+    if (nt - t >= 4) {
+        GEMM16_STEP(t, 4);
+        t += 4;
+    }
+    if (nt - t >= 2) {
+        GEMM16_STEP(t, 2);
+        t += 2;
+    }
+    if (nt - t >= 1)
+        GEMM16_STEP(t, 1);
 }
 _Static_assert(ZMM_NT == 8, "gemm16p's remainder runs 4, 2 and 1 tokens");
 
