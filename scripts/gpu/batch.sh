@@ -23,7 +23,7 @@ model=Llama-3-8B
 n=256
 in_len=512
 out_len=128
-limit=${LIMIT:-70}
+limit=${LIMIT:-150}
 t_end=$((SECONDS + limit - 3)) # the last seconds: the table
 status=0
 : >"$WORK/parts.tsv"
@@ -61,14 +61,14 @@ part() {
 }
 
 ig=("$BIN/ignite" bench --device cuda -m "synthetic:$model:F16" --gpu-weights f16)
-# caps and reserves (s): estimates until a run measures them (docs/gpu.md)
-part single 12 55 "$WORK/single.jsonl" "${ig[@]}" -p $in_len -n $out_len -r 1 -o jsonl ||
+# caps and reserves (s): docs/gpu.md, "The GPU check's steps"
+part single 15 130 "$WORK/single.jsonl" "${ig[@]}" -p $in_len -n $out_len -r 1 -o jsonl ||
     status=1
-part p256 18 40 "$WORK/p256.jsonl" "${ig[@]}" --requests $n -P 256 --input-len $in_len \
+part p256 35 95 "$WORK/p256.jsonl" "${ig[@]}" --requests $n -P 256 --input-len $in_len \
     --output-len $out_len -o jsonl || status=1
-part p64 18 25 "$WORK/p64.jsonl" "${ig[@]}" --requests $n -P 64 --input-len $in_len \
+part p64 30 65 "$WORK/p64.jsonl" "${ig[@]}" --requests $n -P 64 --input-len $in_len \
     --output-len $out_len -o jsonl || status=1
-part hf 60 0 "$WORK/hf.jsonl" "$PY" bench/hf_batch_generate.py --model $model \
+part hf 65 0 "$WORK/hf.jsonl" "$PY" bench/hf_batch_generate.py --model $model \
     --batches 64,256 --input-len $in_len --output-len $out_len --dtype f16
 "$PY" scripts/gpu/batch_table.py "$WORK" --requests $n --input-len $in_len \
     --output-len $out_len -o "$WORK/batch.tsv" || status=1

@@ -81,7 +81,7 @@ fi
 exec python3 "$@"
 FAKE
 chmod +x "$tmp/bbin/ignite" "$tmp/bbin/py"
-(cd "$src" && BIN="$tmp/bbin" PY="$tmp/bbin/py" WORK="$tmp/batch" LIMIT=70 \
+(cd "$src" && BIN="$tmp/bbin" PY="$tmp/bbin/py" WORK="$tmp/batch" LIMIT=150 \
     bash scripts/gpu/batch.sh >"$tmp/batch.log" 2>&1)
 rc=$?
 check '[ $rc = 1 ]' "batch step: exit $rc, want 1 (-P 64 incomplete)"
