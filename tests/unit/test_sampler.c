@@ -7,6 +7,7 @@
 #include "decode/sampler.h"
 #include "tests/test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +304,54 @@ static void test_seed_repeatability(void)
     sampler_free(c);
 }
 
+/* Greedy over rows of every length up to 70 and Llama 3's 128256, drawn from
+ * few values (ties) with NaN, +inf, -inf and FLT_MAX among them, against the
+ * rule spelled out: NaN ranks last, +inf counts as FLT_MAX, the lower id wins
+ * a tie, id 0 when nothing is above -inf. */
+static int greedy_reference(const float *l, int64_t n)
+{
+    int64_t best = 0;
+    float vb = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float v = isnan(l[i]) ? -INFINITY : l[i] == INFINITY ? FLT_MAX : l[i];
+        if (v > vb)
+            best = i, vb = v;
+    }
+    return (int)best;
+}
+
+static void test_greedy_non_finite_rows(void)
+{
+    static const float pool[] = {NAN, INFINITY, -INFINITY, FLT_MAX, 1.0f, 2.0f, -3.0f, 0.0f};
+    static float row[128256], copy[128256];
+    struct sampler_params p = off();
+    p.temperature = 0;
+    srand(23);
+    int checks = 0;
+    for (int64_t n = 1; n <= 128256; n = n < 70 ? n + 1 : n == 70 ? 128256 : n + 1) {
+        for (int trial = 0; trial < 40; trial++) {
+            /* which values this row may hold: a random subset of the pool */
+            int allowed = rand() & 255;
+            for (int64_t i = 0; i < n; i++) {
+                int k;
+                do
+                    k = rand() % 8;
+                while (!(allowed >> k & 1) && allowed);
+                row[i] = pool[k];
+            }
+            if (trial % 4 == 0) /* one large finite value late in the row */
+                row[n - 1 - rand() % n] = 5.0f;
+            memcpy(copy, row, (size_t)n * sizeof *row);
+            struct sampler *s = make(p, n);
+            int want = greedy_reference(copy, n);
+            CHECKF(sampler_sample(s, row) == want, "n %lld trial %d", (long long)n, trial);
+            sampler_free(s);
+            checks++;
+        }
+    }
+    CHECK(checks == 71 * 40);
+}
+
 /* NaN and infinite logits never yield an id out of range. */
 static void test_non_finite(void)
 {
@@ -419,6 +468,7 @@ int main(void)
     test_draw_frequencies();
     test_seed_repeatability();
     test_non_finite();
+    test_greedy_non_finite_rows();
     test_mask_hook();
     test_bad_params();
     return test_summary("test_sampler");
