@@ -125,6 +125,9 @@ struct backend {
     char device_name[128];     /* "cpu (avx2)", "NVIDIA H200" */
     int threads;               /* CPU threads used (1 on CUDA) */
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
+    float *host_logits;        /* [n_slots, n_vocab] host memory its step writes logits into
+                                * fastest (CUDA: page-locked, so a batch's download runs at
+                                * the bus's speed), owned by the backend; NULL: any will do */
 };
 
 /* Builds the backend for model m (borrowed; outlives the backend): uploads

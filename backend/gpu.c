@@ -215,6 +215,10 @@ static int alloc_state(struct gpu_backend *g)
         if (!(g->want = malloc(B * sizeof *g->want)))
             st = ig_error(IG_E_NOMEM, "out of memory");
     }
+    if (st == IG_OK)
+        st = IG_DEV(dev_alloc_host)(g->dev, (size_t)(g->base.o.n_slots * hp->n_vocab) * 4,
+                                    &g->h_logits);
+    g->base.host_logits = g->h_logits;
     return st;
 }
 
@@ -293,6 +297,7 @@ static void gpu_destroy(struct backend *b)
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->h_stage);
+        IG_DEV(dev_free_host)(g->dev, g->h_logits);
         IG_DEV(dev_close)(g->dev);
     }
     kv_store_free(g->host_kv);

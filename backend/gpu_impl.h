@@ -78,6 +78,7 @@ struct gpu_backend {
     struct prefill_attn_seq *h_seqs;
     int64_t *want;             /* host [max_batch]: the step's rows that want logits */
     void *h_stage;             /* the pinned allocation h_* point into */
+    void *h_logits;            /* base.host_logits, pinned */
     float *attn_work;          /* the decode attention's, for the largest bucket */
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
     size_t mm_scratch_bytes;

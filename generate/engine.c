@@ -112,7 +112,8 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->want = malloc((size_t)e->max_rows * sizeof *e->want);
     e->bseqs = malloc(ns * sizeof *e->bseqs);
     e->order = malloc(ns * sizeof *e->order);
-    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    e->logits = be->host_logits ? be->host_logits
+                                : malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
     if (st == IG_OK && (!e->seqs || !e->tokens || !e->want || !e->bseqs || !e->order ||
                         !e->logits))
         st = ig_error(IG_E_NOMEM, "out of memory for %d sequences", e->n_slots);
@@ -153,7 +154,8 @@ void engine_free(struct engine *e)
     free(e->want);
     free(e->bseqs);
     free(e->order);
-    free(e->logits);
+    if (e->logits != e->be->host_logits)
+        free(e->logits);
     grammar_vocab_free(e->gvocab);
     kv_pool_free(e->pool);
     free(e);
