@@ -48,6 +48,11 @@ static int cuda_devices(void)
 #endif
 }
 
+int64_t backend_batch_rows_default(enum backend_kind kind)
+{
+    return kind == BACKEND_CUDA ? 2048 : 512;
+}
+
 int backend_resolve_device(struct backend_device *dev)
 {
     if (dev->is_auto) {

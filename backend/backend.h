@@ -44,6 +44,14 @@ int backend_parse_device(const char *spec, struct backend_device *dev);
  * build or this machine cannot give. */
 int backend_resolve_device(struct backend_device *dev);
 
+/* The rows of a step of many sequences (`ignite batch`, `bench --requests`)
+ * when -b gives none: 512 on the CPU, where a step's time grows with its rows
+ * and decode rows wait for the prompt rows beside them; 2048 on CUDA, where a
+ * step of 512 rows with 256 sequences decoding left their prompts as few as
+ * 256 rows (on an H200, -P 256: 8.1x one sequence's decode at 512 rows, 14.1x
+ * at 2048; docs/benchmarks.md). */
+int64_t backend_batch_rows_default(enum backend_kind kind);
+
 /* --gpu-weights: how the CUDA backend holds the weights. NATIVE keeps the
  * quantized types the kernels read (ops/gpu_qmm.h) in their blocks and
  * converts the others to f16; F16 converts every weight (3-4x the bytes of

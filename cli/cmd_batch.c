@@ -506,12 +506,13 @@ int cmd_batch(int argc, char **argv)
     gen_cli_model_defaults(&o.g, m); /* the lines' defaults */
     b.m = m;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
+    int64_t rows = o.g.n_batch_given ? o.g.n_batch : backend_batch_rows_default(dev.kind);
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
         .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype, .gpu_weights = gpu_weights,
         .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
-        .max_rows = o.g.n_batch > o.parallel ? o.g.n_batch : o.parallel,
+        .max_rows = rows > o.parallel ? rows : o.parallel,
         .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",
     };
     if (o.kv_mem_mib) {

@@ -40,7 +40,7 @@ static const struct cli_option bench_options[] = {
     {"n-depth", 'd', required_argument, "N,..", "tokens already in the KV cache before each test", "0"},
     {"repetitions", 'r', required_argument, "N", "timed runs per test (after one warm-up run)", "5"},
     {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
-    {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk", "512"},
+    {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk (--requests: rows per step, 2048 on CUDA)", "512"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
@@ -70,7 +70,7 @@ struct bench_opts {
     int64_t prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
     int64_t depths[BENCH_MAX_LIST];
     int n_prompts, n_gens, n_threads, n_depths;
-    int64_t reps, n_batch;
+    int64_t reps, n_batch; /* n_batch 0: not given (512; --requests: the device's default) */
     const char *format;
     struct backend_device device;
     enum kv_dtype kv;
@@ -169,7 +169,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
                              .depths = {0}, .n_depths = 1,
-                             .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 512,
+                             .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 0,
                              .device = {.is_auto = true}, .format = "md", .kv = KV_F16,
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
@@ -190,7 +190,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     }
     if (!any_test(o) && !o->req.n_requests)
         return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
-    return backend_resolve_device(&o->device);
+    if ((st = backend_resolve_device(&o->device)) != IG_OK)
+        return st;
+    if (!o->n_batch)
+        o->n_batch = o->req.n_requests ? backend_batch_rows_default(o->device.kind) : 512;
+    return IG_OK;
 }
 
 /* ---- one result row --------------------------------------------------------- */

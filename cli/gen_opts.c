@@ -38,7 +38,9 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case 't': return cli_parse_i64("--threads", arg, 0, OPS_POOL_MAX_THREADS, &o->n_threads);
     case 'b':
     case GEN_OPT_UBATCH:
-    case GEN_OPT_BATCH_SIZE: return cli_parse_i64("--chunk", arg, 1, 1 << 20, &o->n_batch);
+    case GEN_OPT_BATCH_SIZE:
+        o->n_batch_given = true;
+        return cli_parse_i64("--chunk", arg, 1, 1 << 20, &o->n_batch);
     case 's': return cli_parse_i64("--seed", arg, -1, UINT32_MAX, &o->seed);
     case GEN_OPT_TEMP: return cli_parse_f64("--temp", arg, 0, 1e6, &o->sp.temperature);
     case GEN_OPT_TOP_K: return cli_parse_i64("--top-k", arg, 0, INT32_MAX, &o->sp.top_k);

@@ -29,7 +29,7 @@ enum {
     {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"}, \
     {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"}, \
     {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},             \
-    {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory)", "512"}, \
+    {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory; batch on CUDA: 2048)", "512"}, \
     {"ubatch", GEN_OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},            \
     {"batch-size", GEN_OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},    \
     {"temp", GEN_OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8 or the model's"},           \
@@ -66,6 +66,7 @@ struct gen_cli {
     const char *gpu_weights; /* --gpu-weights as given (backend_parse_gpu_weights) */
     int64_t n_predict, n_ctx, n_threads;
     int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
+    bool n_batch_given;    /* -b was given (else `batch` takes backend_batch_rows_default) */
     int64_t seed;          /* -1 = pick one */
     struct sampler_params sp;
     unsigned sp_given;     /* GEN_SP_* bits: sampling options the user set */
