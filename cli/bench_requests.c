@@ -238,7 +238,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         .n_slots = (int)o->parallel, .kv_dtype = o->kv, .exact = o->exact,
         .gpu_weights = o->gpu_weights,
         .max_rows = o->n_batch > o->parallel ? o->n_batch : o->parallel,
-        .oom_hint = "lower --parallel, --input-len or --output-len",
+        .oom_hint = "lower --parallel, --input-len, --output-len or -b",
     };
     struct engine_opts eo = {.max_rows = bo.max_rows,
                              .cb = {.on_token = on_token, .on_done = on_done, .user = &b}};

@@ -513,7 +513,7 @@ int cmd_batch(int argc, char **argv)
         .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
         .max_rows = rows > o.parallel ? rows : o.parallel,
-        .oom_hint = "lower -c/--ctx-size or -P/--parallel, or give --kv-mem",
+        .oom_hint = "lower -c/--ctx-size, -P/--parallel or -b, or give --kv-mem",
     };
     if (o.kv_mem_mib) {
         struct kv_shape shape = kv_shape_of(&m->hp, dev.kind == BACKEND_CUDA ? KV_F16 : o.g.kv_dtype);

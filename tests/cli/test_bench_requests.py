@@ -42,6 +42,7 @@ def main():
     check(r.get("completed") == 5 and r.get("total_input_tokens") == 60 and
           r.get("total_output_tokens") == 20, f"fixed lengths: {r}")
     check(r.get("parallel") == 2 and r.get("device") == "cpu", f"parallel/device: {r}")
+    check(r.get("n_batch") == 512, f"a step's rows without -b on the CPU: {r.get('n_batch')}")
     for m in ("ttft", "tpot", "itl", "e2el"):
         check(0 < r.get(f"median_{m}_ms", 0) <= r.get(f"p99_{m}_ms", 0) + 1e-9,
               f"{m}: median {r.get(f'median_{m}_ms')} p99 {r.get(f'p99_{m}_ms')}")
@@ -61,6 +62,11 @@ def main():
             got.append({})
     tot = [(g.get("total_input_tokens"), g.get("total_output_tokens")) for g in got]
     check(tot[0] == tot[1] and tot[0] != tot[2], f"lengths by seed: {tot}")
+
+    rc, out, err = bench("3", "--output-len", "2", "--input-len", "4", "--batch-size", "40",
+                         "-o", "jsonl")
+    n_batch = json.loads(out).get("n_batch") if rc == 0 and out.strip() else None
+    check(n_batch == 40, f"--batch-size 40: n_batch {n_batch} {err[-200:]!r}")
 
     rc, out, err = bench("3", "--output-len", "2", "--input-len", "4", "-o", "csv")
     table = list(csv.DictReader(io.StringIO(out)))
