@@ -101,6 +101,9 @@ struct backend_batch {
     const struct backend_seq *seqs; /* [n_seqs] */
     int64_t n_seqs;
     float *logits;                  /* [rows wanting logits, n_vocab], in row order */
+    int32_t *greedy;                /* NULL, or [rows wanting logits]: each such row's greedy
+                                     * token (sampler_greedy) instead of its logits, which
+                                     * then need not leave the device (logits unused) */
 };
 
 struct backend;
@@ -135,7 +138,8 @@ struct backend {
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
     float *host_logits;        /* [n_slots, n_vocab] host memory its step writes logits into
                                 * fastest (CUDA: page-locked, so a batch's download runs at
-                                * the bus's speed), owned by the backend; NULL: any will do */
+                                * the bus's speed), owned by the backend, for one engine at
+                                * a time; NULL: any will do */
 };
 
 /* Builds the backend for model m (borrowed; outlives the backend): uploads

@@ -9,6 +9,7 @@
 #include "backend/cpu.h"
 
 #include "core/status.h"
+#include "decode/sampler.h"
 #include "ops/layer.h"
 #include "ops/ops.h"
 #include "ops/qmatmul.h"
@@ -28,6 +29,8 @@ struct cpu_backend {
     struct attn_seq *attn; /* [n_slots] */
     int64_t *attn_items;   /* [n_slots + 1] */
     const struct backend_batch *batch; /* the step in progress */
+    float *greedy_logits;  /* [greedy_rows, n_vocab] where a greedy step's logits go */
+    int64_t greedy_rows;
 };
 
 /* ---- the attention step ---------------------------------------------------------- */
@@ -104,8 +107,25 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         ops_layer_forward(c->ops, il, n, &attn, last ? c->keep : NULL, n_keep);
     }
     c->batch = NULL;
-    if (n_keep) /* the kept rows are at the front of x now */
+    if (!n_keep)
+        return IG_OK;
+    /* the kept rows are at the front of x now */
+    if (!batch->greedy) {
         ops_output_head(c->ops, b->x, n_keep, batch->logits);
+        return IG_OK;
+    }
+    /* greedy tokens: the logits stay here (the host has them anyway) */
+    if (n_keep > c->greedy_rows) {
+        float *p = realloc(c->greedy_logits, (size_t)(n_keep * hp->n_vocab) * sizeof *p);
+        if (!p)
+            return ig_error(IG_E_NOMEM, "out of memory for %lld rows of logits",
+                            (long long)n_keep);
+        c->greedy_logits = p;
+        c->greedy_rows = n_keep;
+    }
+    ops_output_head(c->ops, b->x, n_keep, c->greedy_logits);
+    for (int64_t k = 0; k < n_keep; k++)
+        batch->greedy[k] = sampler_greedy(c->greedy_logits + k * hp->n_vocab, hp->n_vocab);
     return IG_OK;
 }
 
@@ -142,6 +162,7 @@ static size_t cpu_device_bytes(const struct backend *b)
 static void cpu_destroy(struct backend *base)
 {
     struct cpu_backend *c = (struct cpu_backend *)base;
+    free(c->greedy_logits);
     free(c->attn_items);
     free(c->attn);
     free(c->keep);

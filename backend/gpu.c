@@ -12,7 +12,8 @@
  *   position -> attention over each sequence's blocks -> wo GEMM += x ->
  *   rmsnorm -> gate|up GEMM -> SwiGLU -> down GEMM += x } -> final rmsnorm
  *   of the rows that want logits -> output head (GEMMs of up to logit_rows
- *   rows) -> logits.
+ *   rows) -> logits, or for a greedy step (batch->greedy) each row's token
+ *   (decode/greedy.h): a token crosses the bus, not the row.
  * Attention: a step whose sequences all have one row is a decode step
  * (the split-KV kernel, decode/decode_attn.h, K/V written by the RoPE
  * kernel), padded to its bucket and captured as a graph per bucket; any
@@ -36,6 +37,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "decode/decode_attn.h"
+#include "decode/greedy.h"
 #include "ops/gpu_ops.h"
 #include "ops/ops.h"
 #include "prefill/flash_attn_pool.h"
@@ -180,6 +182,7 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, (size_t)(hp->n_vocab * g->logit_rows) * 4, &g->logits, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (size_t)g->logit_rows * 4, &g->greedy, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, tables, &g->tables, NULL)) ||
@@ -212,12 +215,15 @@ static int alloc_state(struct gpu_backend *g)
         g->h_pos = g->h_tokens + B;
         g->h_tables = g->h_pos + B;
         g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + g->max_seqs * g->table_stride);
-        if (!(g->want = malloc(B * sizeof *g->want)))
+        if (!(g->want = malloc(B * sizeof *g->want)) ||
+            !(g->h_greedy = malloc((size_t)g->max_seqs * sizeof *g->h_greedy)))
             st = ig_error(IG_E_NOMEM, "out of memory");
     }
-    if (st == IG_OK)
-        st = IG_DEV(dev_alloc_host)(g->dev, (size_t)(g->base.o.n_slots * hp->n_vocab) * 4,
-                                    &g->h_logits);
+    /* Page-locked logits for the engine, up to a GiB (beyond, the engine's
+     * own memory: a greedy step brings back tokens only anyway). */
+    size_t logit_bytes = (size_t)(g->base.o.n_slots * hp->n_vocab) * 4;
+    if (st == IG_OK && logit_bytes <= ((size_t)1 << 30))
+        st = IG_DEV(dev_alloc_host)(g->dev, logit_bytes, &g->h_logits);
     g->base.host_logits = g->h_logits;
     return st;
 }
@@ -303,6 +309,7 @@ static void gpu_destroy(struct backend *b)
     kv_store_free(g->host_kv);
     free(g->host_table);
     free(g->want);
+    free(g->h_greedy);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -440,10 +447,12 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
 }
 
 /* The logits of rows want[0..k) (ascending; residuals in g->x) into host
- * `logits` [k][n_vocab]: per group of up to logit_rows rows, the final norm
- * gathers them into g->xn (one launch per run of consecutive rows), one
- * output-head product, one download. */
-static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits)
+ * `logits` [k][n_vocab], or with `greedy` their greedy tokens into it [k]:
+ * per group of up to logit_rows rows, the final norm gathers them into
+ * g->xn (one launch per run of consecutive rows), one output-head product,
+ * one download. */
+static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits,
+                     int32_t *greedy)
 {
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, nv = hp->n_vocab;
@@ -463,8 +472,13 @@ static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, floa
             st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f);
         if (st == IG_OK && hp->final_softcap > 0)
             st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream);
-        if (st == IG_OK)
+        if (st == IG_OK && greedy) {
+            if ((st = IG_DEV(gk_greedy_rows)(g->logits, nv, n, nv, g->greedy, g->stream)) ==
+                IG_OK)
+                st = IG_DEV(dev_download)(g->dev, greedy + i, g->greedy, (size_t)n * 4);
+        } else if (st == IG_OK) {
             st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
+        }
     }
     return st;
 }
@@ -522,7 +536,7 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
             st = ffn_block(g, &g->layers[l], last ? keep0 : 0, last ? n - keep0 : n);
     }
     if (st == IG_OK && n_want)
-        st = head_rows(g, want, n_want, batch->logits);
+        st = head_rows(g, want, n_want, batch->logits, batch->greedy);
     return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
 }
 
@@ -612,6 +626,17 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch)
     int64_t n_want = 0;
     for (int64_t i = 0; i < ns; i++)
         n_want += row_wanted(batch, &batch->seqs[i], i);
+    if (batch->greedy) { /* a token a row comes back, not the row */
+        int32_t *dst = n_want == ns ? batch->greedy : g->h_greedy;
+        if ((st = IG_DEV(gk_greedy_rows)(g->logits, nv, ns, nv, g->greedy, g->stream)) ||
+            (st = IG_DEV(dev_download)(g->dev, dst, g->greedy, (size_t)ns * 4)))
+            return st;
+        if (dst == g->h_greedy)
+            for (int64_t i = 0, k = 0; i < ns; i++)
+                if (row_wanted(batch, &batch->seqs[i], i))
+                    batch->greedy[k++] = g->h_greedy[i];
+        return IG_OK;
+    }
     if (n_want == ns) /* the usual case: one download */
         return IG_DEV(dev_download)(g->dev, batch->logits, g->logits, (size_t)(ns * nv) * 4);
     float *out = batch->logits;

@@ -67,6 +67,8 @@ struct gpu_backend {
     /* activations for max_batch tokens; logits for logit_rows rows */
     float *x, *qkv, *gu, *logits;
     int64_t logit_rows;        /* max(max_seqs, GPU_HEAD_ROWS or max_rows when fewer) */
+    int32_t *greedy;           /* [logit_rows] a greedy step's tokens (gk_greedy_rows) */
+    int32_t *h_greedy;         /* host [max_seqs]: a decode step's, before the wanted ones */
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
     /* The step's inputs in fixed device buffers (a graph replays them for

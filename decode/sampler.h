@@ -32,6 +32,7 @@
 #ifndef IGNITE_DECODE_SAMPLER_H
 #define IGNITE_DECODE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sampler_params {
@@ -70,6 +71,16 @@ void sampler_apply_penalty(struct sampler *s, float *logits);
  * call. Greedy (temperature 0) yields the one argmax with probability 1. */
 int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids,
                            const float **probs);
+
+/* The greedy token of logits[0..n) by the rule above (NaN last, +inf as the
+ * largest float, the lower id on ties, 0 when nothing is above -inf), the
+ * logits untouched: what temperature 0 picks after the mask and penalty.
+ * The CUDA backend's gk_greedy_rows (decode/greedy.h) computes the same. */
+int32_t sampler_greedy(const float *logits, int64_t n);
+
+/* Whether s picks sampler_greedy of the raw logits: temperature 0, no mask
+ * hook, no repetition penalty (a backend may then return the token alone). */
+bool sampler_greedy_only(const struct sampler *s);
 
 /* Picks the next token from logits[0..n_vocab) (modified in place). Does not
  * accept it: call sampler_accept with the token actually used. */

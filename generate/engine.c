@@ -86,6 +86,7 @@ struct engine {
     struct backend_seq *bseqs; /* [n_slots] */
     struct seq **order;      /* [n_slots] the sequences of the step */
     float *logits;           /* [n_slots, n_vocab] a row per sequence at most */
+    int32_t *greedy;         /* [n_slots] a greedy step's tokens, in the logits' order */
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -112,10 +113,11 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->want = malloc((size_t)e->max_rows * sizeof *e->want);
     e->bseqs = malloc(ns * sizeof *e->bseqs);
     e->order = malloc(ns * sizeof *e->order);
+    e->greedy = malloc(ns * sizeof *e->greedy);
     e->logits = be->host_logits ? be->host_logits
                                 : malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
     if (st == IG_OK && (!e->seqs || !e->tokens || !e->want || !e->bseqs || !e->order ||
-                        !e->logits))
+                        !e->greedy || !e->logits))
         st = ig_error(IG_E_NOMEM, "out of memory for %d sequences", e->n_slots);
     for (int i = 0; i < e->n_slots && st == IG_OK; i++) {
         struct seq *s = &e->seqs[i];
@@ -154,6 +156,7 @@ void engine_free(struct engine *e)
     free(e->want);
     free(e->bseqs);
     free(e->order);
+    free(e->greedy);
     if (e->logits != e->be->host_logits)
         free(e->logits);
     grammar_vocab_free(e->gvocab);
@@ -409,7 +412,7 @@ static void end_request(struct engine *e, struct seq *s, int32_t tok, enum gen_s
 
 /* ---- admission -------------------------------------------------------------------- */
 
-static void sample(struct engine *e, struct seq *s, float *logits);
+static void sample(struct engine *e, struct seq *s, float *logits, int32_t greedy);
 
 /* The matcher of r's grammar for sequence s, its mask installed in the
  * sampler. The vocabulary's trie is built once, for the first grammar. */
@@ -525,7 +528,7 @@ static void admit_waiting(struct engine *e)
              * built; sample() may overwrite kept_logits). */
             memcpy(e->logits, r->follows ? s->kept_logits : r->history->logits,
                    (size_t)e->n_vocab * sizeof *e->logits);
-            sample(e, s, e->logits);
+            sample(e, s, e->logits, 0);
         }
     }
 }
@@ -603,11 +606,13 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
 }
 
 /* The logits of s are ready (its last prompt row, its decode row, or the
- * history's): the prompt-only end, or a sample. */
-static void sample(struct engine *e, struct seq *s, float *logits)
+ * history's): the prompt-only end, or a sample. NULL logits: the backend
+ * returned the greedy token `greedy` instead (a greedy step). */
+static void sample(struct engine *e, struct seq *s, float *logits, int32_t greedy)
 {
     struct gen_request *r = s->r;
     if (r->params.keep) { /* the logits after the last token fed, whatever comes next */
+        IG_ASSERT(logits);
         memcpy(s->kept_logits, logits, (size_t)e->n_vocab * sizeof *logits);
         s->logits_taken = true;
     }
@@ -621,7 +626,7 @@ static void sample(struct engine *e, struct seq *s, float *logits)
         finish(e, s, GEN_STOP_PROMPT, IG_OK);
         return;
     }
-    int32_t tok = sampler_sample(s->smp, logits);
+    int32_t tok = logits ? sampler_sample(s->smp, logits) : greedy;
     take_token(e, s, tok, ig_now_ns());
 }
 
@@ -713,8 +718,19 @@ int engine_step(struct engine *e)
                                            .row0 = s->step_row0, .n_rows = s->step_rows,
                                            .pos0 = s->kv.n_pos};
     }
+    /* Where every row wanting logits picks greedily from them as they are,
+     * the backend returns its token instead (on a GPU the logits then stay
+     * there: a token a row crosses the bus, not 128256 floats). */
+    bool greedy = n_logits > 0;
+    for (int i = 0; i < n_seqs && greedy; i++) {
+        const struct seq *s = e->order[i];
+        if (s->logits_row >= 0)
+            greedy = !s->r->params.keep && sampler_greedy_only(s->smp);
+    }
     struct backend_batch batch = {.tokens = e->tokens, .want_logits = e->want, .n_rows = rows,
-                                  .seqs = e->bseqs, .n_seqs = n_seqs, .logits = e->logits};
+                                  .seqs = e->bseqs, .n_seqs = n_seqs,
+                                  .logits = greedy ? NULL : e->logits,
+                                  .greedy = greedy ? e->greedy : NULL};
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());
@@ -735,7 +751,8 @@ int engine_step(struct engine *e)
             res->n_decode++;
         }
         if (s->logits_row >= 0)
-            sample(e, s, e->logits + s->logits_row * e->n_vocab);
+            sample(e, s, greedy ? NULL : e->logits + s->logits_row * e->n_vocab,
+                   greedy ? e->greedy[s->logits_row] : 0);
     }
     return IG_OK;
 }

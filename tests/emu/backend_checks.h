@@ -17,6 +17,7 @@
 #include "backend/gpu.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "decode/sampler.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -241,7 +242,9 @@ struct batch_req {
  * with a padding row, 2, 1). Every row that wants logits (a prompt's last,
  * every decode row) is compared with the CPU's (compare_rows: the pair's
  * bound, top-1 where the margin exceeds it) and the CPU's choice fed back
- * to both. *n_buckets: how many decode buckets the steps used; *n_graphs:
+ * to both; each device step runs again asking for greedy tokens (the same
+ * K/V written again), each the sampler's greedy pick of the logits it had
+ * returned. *n_buckets: how many decode buckets the steps used; *n_graphs:
  * the graphs the device backend holds after (gpu_get_info: one per bucket
  * where the device captures them, none under the emulator). ids: at least
  * 200 ids. */
@@ -326,6 +329,19 @@ static inline void run_batch(struct pair *p, const struct model *m,
         CHECK(backend_step(bc, &b) == IG_OK);
         b.logits = le;
         CHECK(backend_step(bd, &b) == IG_OK);
+        /* The same step again asking for greedy tokens (the pool gets the
+         * same K/V): each the greedy token of the logits just returned. */
+        int32_t greedy[BATCH_SLOTS] = {0};
+        int64_t n_want = 0;
+        for (int64_t r = 0; r < rows; r++)
+            n_want += want[r];
+        b.logits = NULL;
+        b.greedy = greedy;
+        CHECK(backend_step(bd, &b) == IG_OK);
+        for (int64_t k = 0; k < n_want; k++)
+            CHECKF(greedy[k] == sampler_greedy(le + k * p->n_vocab, p->n_vocab),
+                   "batch step %d: row %lld's greedy token %d, its logits' %d", step,
+                   (long long)k, greedy[k], sampler_greedy(le + k * p->n_vocab, p->n_vocab));
         int64_t out = 0;
         for (int64_t i = 0; i < ns; i++) {
             struct batch_req *q = &req[who[i]];

@@ -16,12 +16,15 @@
  * residual, scale, soft-cap), GeGLU, RoPE with YaRN's cos/sin factor: bit
  * for bit their twins, the twins against double. Label emu. */
 #include "ops/gpu_ops.h"
+#include "decode/greedy.h"
 
 #include "core/half.h"
+#include "core/status.h"
 #include "models/model.h"
 #include "models/quant.h"
 #include "tests/test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +539,65 @@ static void test_scale_softcap(uint64_t *st)
     CHECK(IG_DEV(gk_softcap)(NULL, 4, 0.0f, NULL) != 0); /* a cap of 0 is the caller's bug */
 }
 
+/* ---- greedy tokens (decode/greedy.cu) ---------------------------------------- */
+
+/* The rule written out: the first index of the largest value, NaN last, +inf
+ * as FLT_MAX, 0 when nothing is above -inf. */
+static int32_t greedy_rule(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float v = isnan(x[i]) ? -INFINITY : x[i] == INFINITY ? FLT_MAX : x[i];
+        if (v > bv)
+            best = i, bv = v;
+    }
+    return (int32_t)best;
+}
+
+/* Rows drawn from a few values (ties across threads and warps) with NaN,
+ * +-inf and FLT_MAX among them, at a row stride wider than the row; every
+ * row's token against the rule and the twin, nothing written past n_rows. */
+static void test_greedy_rows(uint64_t *st)
+{
+    static const float pool[] = {NAN, INFINITY, -INFINITY, FLT_MAX, 1.0f, 2.0f, -3.0f, 0.5f};
+    const int64_t vocabs[] = {1, 7, 32, 255, 256, 257, 1000, 4099, 128256};
+    for (size_t v = 0; v < sizeof vocabs / sizeof *vocabs; v++) {
+        const int64_t nv = vocabs[v], ld = nv + 3, rows = 1 + (int64_t)(v % 4);
+        float *x = malloc((size_t)(rows * ld) * sizeof *x);
+        int32_t ids[4 + GUARD], ref[4];
+        for (int trial = 0; trial < (nv > 5000 ? 2 : 6); trial++) {
+            unsigned allowed = (unsigned)test_rand_u64(st) & 255u;
+            for (int64_t i = 0; i < rows * ld; i++) {
+                unsigned k;
+                do
+                    k = (unsigned)(test_rand_u64(st) % 8);
+                while (allowed && !(allowed >> k & 1));
+                x[i] = pool[k];
+            }
+            if (trial % 2) /* a lone best late in row 0 */
+                x[nv - 1 - (int64_t)(test_rand_u64(st) % (uint64_t)nv)] = 7.0f;
+            for (int i = 0; i < 4 + GUARD; i++)
+                ids[i] = -7;
+            CHECK(IG_DEV(gk_greedy_rows)(x, ld, rows, nv, ids, NULL) == IG_OK);
+            gk_greedy_rows_ref(x, ld, rows, nv, ref);
+            for (int64_t t = 0; t < rows; t++) {
+                int32_t want = greedy_rule(x + t * ld, nv);
+                CHECKF(ids[t] == want && ref[t] == want, "greedy n_vocab %lld trial %d row %lld: "
+                       "kernel %d, twin %d, rule %d", (long long)nv, trial, (long long)t,
+                       ids[t], ref[t], want);
+            }
+            int untouched = 1;
+            for (int i = (int)rows; i < 4 + GUARD; i++)
+                untouched &= ids[i] == -7;
+            CHECKF(untouched, "greedy n_vocab %lld: wrote past %lld rows", (long long)nv,
+                   (long long)rows);
+        }
+        free(x);
+    }
+    CHECK(IG_DEV(gk_greedy_rows)(NULL, 4, 1, 8, NULL, NULL) != IG_OK); /* ld < n_vocab */
+}
+
 /* ---- dequantization --------------------------------------------------------- */
 
 /* A random finite f16 scale of either sign, magnitudes 2^-14 .. 2. */
@@ -681,6 +743,7 @@ int main(void)
     test_head_rmsnorm(&st);
     test_rmsnorm_add(&st);
     test_scale_softcap(&st);
+    test_greedy_rows(&st);
     test_dequant(&st);
     test_random();
     return test_summary("test_gpu_ops_emu");

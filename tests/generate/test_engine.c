@@ -20,6 +20,7 @@
  *     printed; a full context keeps no last token; bad `follows` refused. */
 #include "backend/backend.h"
 #include "core/status.h"
+#include "decode/sampler.h"
 #include "generate/generate.h"
 #include "tests/test.h"
 
@@ -36,6 +37,7 @@ struct fake {
     struct backend base;
     int32_t shadow[N_BLOCKS][KV_BLOCK]; /* the token stored at each row; -1 none */
     int64_t steps, max_rows_seen;
+    int64_t greedy_rows;  /* rows answered with a greedy token, not logits */
     int bad;
 };
 
@@ -79,9 +81,14 @@ static int fake_step(struct backend *b, const struct backend_batch *batch)
             uint64_t h = 1;
             for (int64_t p = 0; p <= s->pos0 + r; p++)
                 h = mix(h, (uint64_t)f->shadow[s->table[p / KV_BLOCK]][p % KV_BLOCK]);
-            float *l = batch->logits + n_logits++ * VOCAB;
+            float row_logits[VOCAB];
+            float *l = batch->greedy ? row_logits : batch->logits + n_logits * VOCAB;
             for (int v = 0; v < VOCAB; v++)
                 l[v] = (float)(mix(h, (uint64_t)v) % 1000);
+            if (batch->greedy) /* a greedy step: the token, as a GPU returns it */
+                batch->greedy[n_logits] = sampler_greedy(l, VOCAB);
+            f->greedy_rows += batch->greedy != NULL;
+            n_logits++;
         }
     }
     return IG_OK;
@@ -394,11 +401,16 @@ int main(void)
     for (int i = 0; i < N_REQ; i++) {
         run(&alone[i], 1, 1, 64, N_BLOCKS, &f, &hits);
         CHECK(f.bad == 0);
+        /* temperature 0 asks the backend for tokens, 0.9 for logits */
+        CHECKF((f.greedy_rows > 0) == (alone[i].r.params.sp.temperature == 0),
+               "request %d (temperature %g): %lld greedy rows", i,
+               alone[i].r.params.sp.temperature, (long long)f.greedy_rows);
     }
     /* 12 requests, 4 slots, 8 blocks (two or three requests at a time), 48 rows a step */
     run(busy, N_REQ, 4, 48, 8, &f, &hits);
     CHECKF(f.bad == 0, "the fake backend saw %d violations", f.bad);
     CHECKF(f.max_rows_seen <= 48, "a step of %lld rows", (long long)f.max_rows_seen);
+    CHECKF(f.greedy_rows > 0, "no step of only greedy rows asked for tokens");
     CHECKF(hits > 0, "no prefix block was shared");
     for (int i = 0; i < N_REQ; i++) {
         const struct gen_result *a = &alone[i].r.result, *b = &busy[i].r.result;

@@ -8,6 +8,7 @@
 #include "ops/gpu_ops.h"
 
 #include "core/half.h"
+#include "decode/greedy.h"
 #include "models/model.h"
 #include "models/quant.h"
 #include "tests/gpu/cuda_check.h"
@@ -268,6 +269,39 @@ static void test_weights(uint64_t *st)
     CK(cudaFree(df));
 }
 
+/* gk_greedy_rows at Llama 3's vocabulary, 1 and 256 rows, against its twin:
+ * random logits with a copy of each row's best planted later (a tie), NaN
+ * and +inf in some rows. */
+static void test_greedy(uint64_t *st)
+{
+    const int64_t nv = 128256;
+    for (int64_t rows = 1; rows <= 256; rows += 255) {
+        float *x = rand_floats(st, rows * nv, -20.0f, 20.0f);
+        for (int64_t t = 0; t < rows; t++) {
+            float *r = x + t * nv;
+            int64_t a = (int64_t)(test_rand_u64(st) % (uint64_t)nv), b = a + (nv - a) / 2;
+            r[a] = r[b] = 25.0f;
+            if (t % 3 == 1)
+                r[(a + 7) % nv] = NAN;
+            if (t % 5 == 2)
+                r[(a + 11) % nv] = INFINITY;
+        }
+        float *dx = test_to_device(x, (size_t)(rows * nv) * 4);
+        int32_t *dids = dev_poison((size_t)rows * 4), *ref = malloc((size_t)rows * 4);
+        gk_greedy_rows_ref(x, nv, rows, nv, ref);
+        CHECK(gk_greedy_rows_cuda(dx, nv, rows, nv, dids, NULL) == 0);
+        int32_t *got = host_copy(dids, (size_t)rows * 4);
+        CHECKF(memcmp(got, ref, (size_t)rows * 4) == 0, "greedy tokens of %lld rows",
+               (long long)rows);
+        char name[64];
+        snprintf(name, sizeof name, "greedy %lld rows of %lld", (long long)rows, (long long)nv);
+        BENCH(name, (size_t)(rows * nv) * 4, gk_greedy_rows_cuda(dx, nv, rows, nv, dids, NULL));
+        free(x), free(ref), free(got);
+        CK(cudaFree(dx));
+        CK(cudaFree(dids));
+    }
+}
+
 int main(void)
 {
     int count = 0;
@@ -286,5 +320,6 @@ int main(void)
         for (size_t ni = 0; ni < 3; ni++)
             test_model(&st, &models[mi], ns[ni]);
     test_weights(&st);
+    test_greedy(&st);
     return test_summary("test_gpu_ops_gpu");
 }

@@ -320,6 +320,8 @@ static int greedy_reference(const float *l, int64_t n)
     return (int)best;
 }
 
+static void mask_thirds(void *user, float *logits, int64_t n);
+
 static void test_greedy_non_finite_rows(void)
 {
     static const float pool[] = {NAN, INFINITY, -INFINITY, FLT_MAX, 1.0f, 2.0f, -3.0f, 0.0f};
@@ -339,17 +341,34 @@ static void test_greedy_non_finite_rows(void)
                 while (!(allowed >> k & 1) && allowed);
                 row[i] = pool[k];
             }
-            if (trial % 4 == 0) /* one large finite value late in the row */
+            if (trial % 4 == 0) /* one large finite value anywhere in the row */
                 row[n - 1 - rand() % n] = 5.0f;
             memcpy(copy, row, (size_t)n * sizeof *row);
             struct sampler *s = make(p, n);
             int want = greedy_reference(copy, n);
+            CHECKF(sampler_greedy(row, n) == want && !memcmp(row, copy, (size_t)n * 4),
+                   "sampler_greedy, n %lld trial %d", (long long)n, trial);
             CHECKF(sampler_sample(s, row) == want, "n %lld trial %d", (long long)n, trial);
             sampler_free(s);
             checks++;
         }
     }
     CHECK(checks == 71 * 40);
+    p.repeat_penalty = 1.1;
+    struct sampler *s = make(p, 8);
+    CHECK(!sampler_greedy_only(s)); /* a penalty reads the history */
+    sampler_free(s);
+    p.repeat_penalty = 1;
+    p.temperature = 0.5;
+    s = make(p, 8);
+    CHECK(!sampler_greedy_only(s));
+    sampler_free(s);
+    p.temperature = 0;
+    s = make(p, 8);
+    CHECK(sampler_greedy_only(s));
+    sampler_set_mask(s, mask_thirds, NULL);
+    CHECK(!sampler_greedy_only(s));
+    sampler_free(s);
 }
 
 /* NaN and infinite logits never yield an id out of range. */
