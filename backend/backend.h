@@ -103,7 +103,8 @@ struct backend_batch {
     float *logits;                  /* [rows wanting logits, n_vocab], in row order */
     int32_t *greedy;                /* NULL, or [rows wanting logits]: each such row's greedy
                                      * token (sampler_greedy) instead of its logits, which
-                                     * then need not leave the device (logits unused) */
+                                     * then need not leave the device (`logits`, if given,
+                                     * may serve as scratch: its contents are undefined) */
 };
 
 struct backend;
@@ -138,8 +139,8 @@ struct backend {
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
     float *host_logits;        /* [n_slots, n_vocab] host memory its step writes logits into
                                 * fastest (CUDA: page-locked, so a batch's download runs at
-                                * the bus's speed), owned by the backend, for one engine at
-                                * a time; NULL: any will do */
+                                * the bus's speed; up to a GiB of it), owned by the
+                                * backend, for one engine at a time; NULL: any will do */
 };
 
 /* Builds the backend for model m (borrowed; outlives the backend): uploads

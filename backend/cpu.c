@@ -29,7 +29,8 @@ struct cpu_backend {
     struct attn_seq *attn; /* [n_slots] */
     int64_t *attn_items;   /* [n_slots + 1] */
     const struct backend_batch *batch; /* the step in progress */
-    float *greedy_logits;  /* [greedy_rows, n_vocab] where a greedy step's logits go */
+    float *greedy_logits;  /* [greedy_rows, n_vocab] a greedy step's logits, where the
+                            * caller lends no buffer */
     int64_t greedy_rows;
 };
 
@@ -114,8 +115,10 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         ops_output_head(c->ops, b->x, n_keep, batch->logits);
         return IG_OK;
     }
-    /* greedy tokens: the logits stay here (the host has them anyway) */
-    if (n_keep > c->greedy_rows) {
+    /* greedy tokens from logits computed here: into the caller's buffer where
+     * it lends one, else the backend's own */
+    float *out = batch->logits;
+    if (!out && n_keep > c->greedy_rows) {
         float *p = realloc(c->greedy_logits, (size_t)(n_keep * hp->n_vocab) * sizeof *p);
         if (!p)
             return ig_error(IG_E_NOMEM, "out of memory for %lld rows of logits",
@@ -123,9 +126,10 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         c->greedy_logits = p;
         c->greedy_rows = n_keep;
     }
-    ops_output_head(c->ops, b->x, n_keep, c->greedy_logits);
+    out = out ? out : c->greedy_logits;
+    ops_output_head(c->ops, b->x, n_keep, out);
     for (int64_t k = 0; k < n_keep; k++)
-        batch->greedy[k] = sampler_greedy(c->greedy_logits + k * hp->n_vocab, hp->n_vocab);
+        batch->greedy[k] = sampler_greedy(out + k * hp->n_vocab, hp->n_vocab);
     return IG_OK;
 }
 

@@ -263,7 +263,8 @@ int32_t sampler_greedy(const float *logits, int64_t n)
 
 bool sampler_greedy_only(const struct sampler *s)
 {
-    return s->p.temperature <= 0 && !s->mask && s->p.repeat_penalty == 1.0;
+    return s->p.temperature <= 0 && !s->mask &&
+           (s->p.repeat_penalty == 1.0 || s->p.repeat_last_n == 0);
 }
 
 int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids,
@@ -295,7 +296,7 @@ int64_t sampler_candidates(struct sampler *s, float *logits, const int32_t **ids
         if (logits[i] > logits[best])
             best = i;
     }
-    if (p->temperature <= 0 || logits[best] == -INFINITY) {
+    if (logits[best] == -INFINITY) {
         cand[0] = (int32_t)best;
         pr[0] = 1.0f;
         return 1;

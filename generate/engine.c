@@ -729,8 +729,7 @@ int engine_step(struct engine *e)
     }
     struct backend_batch batch = {.tokens = e->tokens, .want_logits = e->want, .n_rows = rows,
                                   .seqs = e->bseqs, .n_seqs = n_seqs,
-                                  .logits = greedy ? NULL : e->logits,
-                                  .greedy = greedy ? e->greedy : NULL};
+                                  .logits = e->logits, .greedy = greedy ? e->greedy : NULL};
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());

@@ -242,9 +242,9 @@ struct batch_req {
  * with a padding row, 2, 1). Every row that wants logits (a prompt's last,
  * every decode row) is compared with the CPU's (compare_rows: the pair's
  * bound, top-1 where the margin exceeds it) and the CPU's choice fed back
- * to both; each device step runs again asking for greedy tokens (the same
- * K/V written again), each the sampler's greedy pick of the logits it had
- * returned. *n_buckets: how many decode buckets the steps used; *n_graphs:
+ * to both; each step runs again on each backend asking for greedy tokens
+ * (the same K/V written again), each the sampler's greedy pick of the
+ * logits that backend had returned. *n_buckets: how many decode buckets the steps used; *n_graphs:
  * the graphs the device backend holds after (gpu_get_info: one per bucket
  * where the device captures them, none under the emulator). ids: at least
  * 200 ids. */
@@ -342,6 +342,12 @@ static inline void run_batch(struct pair *p, const struct model *m,
             CHECKF(greedy[k] == sampler_greedy(le + k * p->n_vocab, p->n_vocab),
                    "batch step %d: row %lld's greedy token %d, its logits' %d", step,
                    (long long)k, greedy[k], sampler_greedy(le + k * p->n_vocab, p->n_vocab));
+        CHECK(backend_step(bc, &b) == IG_OK); /* the CPU's, from its own logits */
+        for (int64_t k = 0; k < n_want; k++)
+            CHECKF(greedy[k] == sampler_greedy(lc + k * p->n_vocab, p->n_vocab),
+                   "batch step %d: the CPU's greedy token %d of row %lld, its logits' %d",
+                   step, greedy[k], (long long)k,
+                   sampler_greedy(lc + k * p->n_vocab, p->n_vocab));
         int64_t out = 0;
         for (int64_t i = 0; i < ns; i++) {
             struct batch_req *q = &req[who[i]];

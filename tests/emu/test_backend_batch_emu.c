@@ -44,8 +44,44 @@ int main(void)
     CHECKF(n_graphs == 0, "the emulator captured %d graphs", n_graphs);
     fprintf(stderr, "batch: worst rel err %.2e, NMSE %.2e\n", p.worst, p.worst_nmse);
 
-    /* a token id out of range is the input's fault, reported as such */
+    /* A decode step (three sequences, bucket 4 with a padding row) where
+     * not every row wants logits: the greedy tokens of the wanted rows only,
+     * in row order, each sampler_greedy's of the logits the same step gave,
+     * and nothing written past them. */
     struct backend *g = NULL;
+    CHECK(gpu_backend_create_emu(m, &og, &g) == IG_OK);
+    if (g) {
+        static const bool pats[4][3] = {{false, true, true}, {true, false, true},
+                                        {true, true, false}, {false, false, true}};
+        const int64_t nv = m->hp.n_vocab;
+        int32_t tokens[3] = {5, 17, 29}, tables[3][1] = {{0}, {1}, {2}};
+        struct backend_seq seqs[3];
+        for (int i = 0; i < 3; i++)
+            seqs[i] = (struct backend_seq){.table = tables[i], .slot = i, .row0 = i,
+                                           .n_rows = 1};
+        float *l = malloc((size_t)(3 * nv) * sizeof *l);
+        for (int k = 0; k < 4 && l; k++) {
+            struct backend_batch b = {.tokens = tokens, .want_logits = pats[k], .n_rows = 3,
+                                      .seqs = seqs, .n_seqs = 3, .logits = l};
+            CHECK(backend_step(g, &b) == IG_OK);
+            int32_t greedy[3 + 2] = {-7, -7, -7, -7, -7};
+            b.logits = NULL;
+            b.greedy = greedy;
+            CHECK(backend_step(g, &b) == IG_OK);
+            int n_want = pats[k][0] + pats[k][1] + pats[k][2];
+            for (int j = 0; j < n_want; j++)
+                CHECKF(greedy[j] == sampler_greedy(l + j * nv, nv), "wanted pattern %d, "
+                       "row %d: greedy %d, its logits' %d", k, j, greedy[j],
+                       sampler_greedy(l + j * nv, nv));
+            for (int j = n_want; j < 5; j++)
+                CHECKF(greedy[j] == -7, "wanted pattern %d: wrote past %d tokens", k, n_want);
+        }
+        free(l);
+    }
+    backend_free(g);
+
+    /* a token id out of range is the input's fault, reported as such */
+    g = NULL;
     CHECK(gpu_backend_create_emu(m, &og, &g) == IG_OK);
     if (g) {
         int32_t tokens[2] = {1, (int32_t)m->hp.n_vocab}, table[1] = {0}, table2[1] = {1};

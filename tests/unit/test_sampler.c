@@ -355,8 +355,13 @@ static void test_greedy_non_finite_rows(void)
     }
     CHECK(checks == 71 * 40);
     p.repeat_penalty = 1.1;
+    p.repeat_last_n = 64;
     struct sampler *s = make(p, 8);
     CHECK(!sampler_greedy_only(s)); /* a penalty reads the history */
+    sampler_free(s);
+    p.repeat_last_n = 0;
+    s = make(p, 8);
+    CHECK(sampler_greedy_only(s)); /* ... unless it keeps none */
     sampler_free(s);
     p.repeat_penalty = 1;
     p.temperature = 0.5;
