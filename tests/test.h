@@ -3,6 +3,7 @@
 #ifndef IGNITE_TESTS_TEST_H
 #define IGNITE_TESTS_TEST_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +65,21 @@ static inline int64_t test_argmax(const float *x, int64_t n)
         if (x[i] > x[best])
             best = i;
     return best;
+}
+
+/* The sampler's greedy rule written out (decode/sampler.h): the first index
+ * of the largest value, NaN ranking last, +inf counting as FLT_MAX, 0 when
+ * nothing is above -inf. */
+static inline int32_t test_greedy_rule(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float v = isnan(x[i]) ? -INFINITY : x[i] == INFINITY ? FLT_MAX : x[i];
+        if (v > bv)
+            best = i, bv = v;
+    }
+    return (int32_t)best;
 }
 
 static inline int test_summary(const char *name)

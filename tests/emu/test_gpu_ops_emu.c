@@ -541,20 +541,6 @@ static void test_scale_softcap(uint64_t *st)
 
 /* ---- greedy tokens (decode/greedy.cu) ---------------------------------------- */
 
-/* The rule written out: the first index of the largest value, NaN last, +inf
- * as FLT_MAX, 0 when nothing is above -inf. */
-static int32_t greedy_rule(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    float bv = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        float v = isnan(x[i]) ? -INFINITY : x[i] == INFINITY ? FLT_MAX : x[i];
-        if (v > bv)
-            best = i, bv = v;
-    }
-    return (int32_t)best;
-}
-
 /* Rows drawn from a few values (ties across threads and warps) with NaN,
  * +-inf and FLT_MAX among them, at a row stride wider than the row; every
  * row's token against the rule and the twin, nothing written past n_rows. */
@@ -582,7 +568,7 @@ static void test_greedy_rows(uint64_t *st)
             CHECK(IG_DEV(gk_greedy_rows)(x, ld, rows, nv, ids, NULL) == IG_OK);
             gk_greedy_rows_ref(x, ld, rows, nv, ref);
             for (int64_t t = 0; t < rows; t++) {
-                int32_t want = greedy_rule(x + t * ld, nv);
+                int32_t want = test_greedy_rule(x + t * ld, nv);
                 CHECKF(ids[t] == want && ref[t] == want, "greedy n_vocab %lld trial %d row %lld: "
                        "kernel %d, twin %d, rule %d", (long long)nv, trial, (long long)t,
                        ids[t], ref[t], want);

@@ -304,24 +304,12 @@ static void test_seed_repeatability(void)
     sampler_free(c);
 }
 
-/* Greedy over rows of every length up to 70 and Llama 3's 128256, drawn from
- * few values (ties) with NaN, +inf, -inf and FLT_MAX among them, against the
- * rule spelled out: NaN ranks last, +inf counts as FLT_MAX, the lower id wins
- * a tie, id 0 when nothing is above -inf. */
-static int greedy_reference(const float *l, int64_t n)
-{
-    int64_t best = 0;
-    float vb = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        float v = isnan(l[i]) ? -INFINITY : l[i] == INFINITY ? FLT_MAX : l[i];
-        if (v > vb)
-            best = i, vb = v;
-    }
-    return (int)best;
-}
-
 static void mask_thirds(void *user, float *logits, int64_t n);
 
+/* Greedy over rows of every length up to 70 and Llama 3's 128256, drawn from
+ * few values (ties) with NaN, +inf, -inf and FLT_MAX among them, against the
+ * rule spelled out (test_greedy_rule); which samplers may hand greedy to a
+ * backend (sampler_greedy_only). */
 static void test_greedy_non_finite_rows(void)
 {
     static const float pool[] = {NAN, INFINITY, -INFINITY, FLT_MAX, 1.0f, 2.0f, -3.0f, 0.0f};
@@ -345,7 +333,7 @@ static void test_greedy_non_finite_rows(void)
                 row[n - 1 - rand() % n] = 5.0f;
             memcpy(copy, row, (size_t)n * sizeof *row);
             struct sampler *s = make(p, n);
-            int want = greedy_reference(copy, n);
+            int want = test_greedy_rule(copy, n);
             CHECKF(sampler_greedy(row, n) == want && !memcmp(row, copy, (size_t)n * 4),
                    "sampler_greedy, n %lld trial %d", (long long)n, trial);
             CHECKF(sampler_sample(s, row) == want, "n %lld trial %d", (long long)n, trial);
