@@ -348,15 +348,20 @@ static void check_chooser(void)
         CHECK(prefill_attn_choose(&q, &t) == 0);
         q.variant = PREFILL_ATTN_AUTO, q.block_rows = 32;
         CHECK(prefill_attn_choose(&q, &t) != 0);
-        /* Variable length: the mma.sync variants, over a paged cache, each
-         * sequence's tables covering n_ctx; the largest n_rows and pos0
-         * need not fit together (they are different sequences'). */
+        /* Variable length: the mma.sync variants and the ws ones of
+         * whole-block tiles (where measured faster: the H200's table has
+         * them first from 1024 keys), over a paged cache, each sequence's
+         * tables covering n_ctx; the largest n_rows and pos0 need not fit
+         * together (they are different sequences'). */
         static ATTN_ALIGN16 const struct prefill_attn_seq seqs[2] = {{0, 17, 100, 0},
                                                                     {17, 3, 0, 0}};
         q.block_rows = 64, q.seqs = seqs, q.n_seqs = 2, q.table_stride = 3;
         q.n_ctx = 192, q.n_tokens = 100, q.pos0 = 150;
-        CHECK(prefill_attn_choose(&q, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA &&
+        CHECK(prefill_attn_choose_for(&q, 80, 0, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA &&
               t.n_q_tiles == (int)((100 + t.block_m - 1) / t.block_m));
+        CHECK(prefill_attn_choose(&q, &t) == 0 &&
+              (t.isa == PREFILL_ATTN_ISA_MMA ||
+               (t.isa == PREFILL_ATTN_ISA_WS && t.block_n % 64 == 0)));
         q.variant = PREFILL_ATTN_M128W4N48;
         CHECK(prefill_attn_choose(&q, &t) == 0);
         q.variant = PREFILL_ATTN_WS128N128; /* the ws variants of whole-block tiles */
