@@ -38,7 +38,7 @@ static const struct cli_option batch_options[] = {
     {"parallel", 'P', required_argument, "N", "sequences in flight at once", "8"},
     {"kv-mem", OPT_KV_MEM, required_argument, "MIB", "KV cache memory, MiB (0 = -P full contexts)", "0"},
     {"ordered", OPT_ORDERED, no_argument, NULL, "write the results in input order", NULL},
-    GEN_CLI_OPTIONS,
+    GEN_CLI_OPTIONS("512; on CUDA 2048"),
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},

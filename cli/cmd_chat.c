@@ -30,7 +30,7 @@
 enum { OPT_VERBOSE_PROMPT = 300 };
 
 static const struct cli_option chat_options[] = {
-    GEN_CLI_OPTIONS,
+    GEN_CLI_OPTIONS("512"),
     {"verbose-prompt", OPT_VERBOSE_PROMPT, no_argument, NULL, "print each turn as rendered and its token ids to stderr", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},

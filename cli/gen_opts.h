@@ -23,13 +23,14 @@ enum {
     GEN_OPT_END
 };
 
-/* The shared rows of an option table (struct cli_option). */
-#define GEN_CLI_OPTIONS                                                                            \
+/* The shared rows of an option table (struct cli_option); CHUNK_DEFAULT is
+ * the command's --chunk default as its help shows it. */
+#define GEN_CLI_OPTIONS(CHUNK_DEFAULT)                                                             \
     {"model", 'm', required_argument, "PATH", "GGUF model file or Hugging Face model folder", "the fetched default model"}, \
     {"n-predict", 'n', required_argument, "N", "tokens to generate, -1 = until EOS or context full", "256"}, \
     {"ctx-size", 'c', required_argument, "N", "context positions, 0 = the model's (at most 4096)", "0"}, \
     {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},             \
-    {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory; batch on CUDA: 2048)", "512"}, \
+    {"chunk", 'b', required_argument, "N", "rows per forward step: prompt chunks and decode tokens (bounds activation memory)", CHUNK_DEFAULT}, \
     {"ubatch", GEN_OPT_UBATCH, required_argument, "N", "the same as --chunk", NULL},            \
     {"batch-size", GEN_OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},    \
     {"temp", GEN_OPT_TEMP, required_argument, "T", "temperature, 0 = greedy", "0.8 or the model's"},           \
