@@ -1,4 +1,4 @@
-/* cli/gen_opts.h: the options `run` and `batch` share (private to cli/):
+/* cli/gen_opts.h: the options `run`, `chat` and `batch` share (private to cli/):
  * the model, the device (and how CUDA holds the weights) and context, the prefill chunk, sampling, the chat
  * template, stop strings. One vocabulary for both commands: a batch
  * request's keys default to these. The rows below go into each command's
