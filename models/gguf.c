@@ -336,8 +336,11 @@ static int span_cmp(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start ? 1 : (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* Places every tensor in the data section: aligned, inside the file, and
- * not sharing bytes with another. */
+/* Places every tensor in the data section: aligned, inside the file, not
+ * sharing bytes with another, and each where the one before it ends (padded
+ * to the alignment), as writers lay them out and llama.cpp requires: a
+ * tensor whose type or shape was corrupted to fewer bytes would otherwise
+ * read the wrong bytes without a word. */
 static int layout_tensors(struct gguf_file *g, const unsigned char *base, struct gguf_error *err)
 {
     char n1[64], n2[64];
@@ -358,7 +361,7 @@ static int layout_tensors(struct gguf_file *g, const unsigned char *base, struct
         }
         t->data = base + g->data_offset + t->offset;
     }
-    if (g->n_tensors < 2)
+    if (g->n_tensors < 1)
         return IG_OK;
     struct span *s = malloc((size_t)g->n_tensors * sizeof *s);
     if (!s)
@@ -367,8 +370,22 @@ static int layout_tensors(struct gguf_file *g, const unsigned char *base, struct
         s[i] = (struct span){g->tensors[i].offset, g->tensors[i].offset + g->tensors[i].nbytes, i};
     qsort(s, (size_t)g->n_tensors, sizeof *s, span_cmp);
     int st = IG_OK;
+    if (s[0].start != 0)
+        st = gguf_fail(err, GGUF_ERR_TENSOR_GAP,
+                       "tensor '%s' starts at %llu of the data section, not at 0",
+                       gguf_printable(n1, sizeof n1, g->tensors[s[0].idx].name),
+                       (unsigned long long)s[0].start);
     for (int64_t i = 1; i < g->n_tensors && !st; i++)
-        if (s[i].start < s[i - 1].end)
+        if (s[i].start >= s[i - 1].end &&
+            s[i].start != (s[i - 1].end + g->alignment - 1) / g->alignment * g->alignment)
+            st = gguf_fail(err, GGUF_ERR_TENSOR_GAP,
+                           "tensor '%s' ends at %llu but '%s' starts at %llu (bytes between "
+                           "tensors: a type or shape that does not match the data)",
+                           gguf_printable(n1, sizeof n1, g->tensors[s[i - 1].idx].name),
+                           (unsigned long long)s[i - 1].end,
+                           gguf_printable(n2, sizeof n2, g->tensors[s[i].idx].name),
+                           (unsigned long long)s[i].start);
+        else if (s[i].start < s[i - 1].end)
             st = gguf_fail(err, GGUF_ERR_TENSOR_OVERLAP,
                            "tensors '%s' and '%s' overlap: [%llu, %llu) and [%llu, %llu) "
                            "in the data section",

@@ -60,6 +60,7 @@ enum gguf_err {
     GGUF_ERR_TENSOR_ALIGN,    /* tensor offset not a multiple of the alignment */
     GGUF_ERR_TENSOR_BOUNDS,   /* tensor data outside the file */
     GGUF_ERR_TENSOR_OVERLAP,  /* two tensors share bytes */
+    GGUF_ERR_TENSOR_GAP,      /* bytes between tensors (or before the first) */
     GGUF_ERR__COUNT
 };
 

@@ -171,6 +171,22 @@ static int read_hparams(const struct loader *L)
     if (hp->n_layer > L->g->n_tensors / 9)
         return ig_error(IG_E_MODEL, "'%s': %s.block_count %lld but the file has only %lld tensors",
                         L->path, hp->arch, (long long)hp->n_layer, (long long)L->g->n_tensors);
+    /* A block past block_count would be left out without a word (a corrupt
+     * count runs a shorter model; llama.cpp refuses the tensor count too). */
+    for (int64_t i = 0; i < L->g->n_tensors; i++) {
+        struct gguf_str name = L->g->tensors[i].name;
+        uint64_t at = 4, blk = 0;
+        if (name.len < 6 || memcmp(name.ptr, "blk.", 4))
+            continue;
+        for (; at < name.len && at < 4 + 18 && name.ptr[at] >= '0' && name.ptr[at] <= '9'; at++)
+            blk = blk * 10 + (uint64_t)(name.ptr[at] - '0');
+        if (at > 4 && at < name.len && name.ptr[at] == '.' && blk >= (uint64_t)hp->n_layer) {
+            char shown[64];
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' is past %s.block_count %lld",
+                            L->path, gguf_printable(shown, sizeof shown, name), hp->arch,
+                            (long long)hp->n_layer);
+        }
+    }
     return IG_OK;
 }
 

@@ -180,6 +180,9 @@ CASES = {
                    "offset 16 is not a multiple of the alignment 32"),
     "out_of_bounds": (out_of_bounds, 4, "lies outside the file (size"),
     "overlap": (lambda: overlap()[0], 4, "overlap: ["),
+    # a Q8_0 tensor whose type byte says Q4_0: fewer bytes than its data, a gap
+    "tensor_gap": (lambda: with_tensor_patch("token_embd.weight", type=2), 4,
+                   "tensor 'token_embd.weight' ends at 288 but 'output_norm.weight' starts at 544"),
     # model-level problems (model.c)
     # (an unknown architecture is described by info and refused by run:
     # tests/models/test_arch_load.py)
@@ -190,6 +193,9 @@ CASES = {
     "gqa": (lambda: tiny_llama(n_head=2, n_head_kv=2, skip=("llama.attention.head_count_kv",))
             .add("llama.attention.head_count_kv", U32, 3).build(), 4,
             "2 heads are not a multiple of 3 KV heads"),
+    "block_count_short": (lambda: tiny_llama(n_layer=2, skip=("llama.block_count",))
+                          .add("llama.block_count", U32, 1).build(), 4,
+                          "tensor 'blk.1.attn_norm.weight' is past llama.block_count 1"),
     "missing_tensor": (lambda: tiny_llama(skip=("blk.0.ffn_up.weight",)).build(), 4,
                        "tensor 'blk.0.ffn_up.weight' is missing"),
     "wrong_shape": (lambda: tiny_llama(override={"blk.0.attn_k.weight": ([32, 32], T_Q4_0)})
