@@ -42,6 +42,127 @@ static bool has_nul_escape(const char *s, size_t len)
     return false;
 }
 
+/* ---- the id as it was written -------------------------------------------------------- */
+
+/* cJSON keeps a number as a double and prints it back with 15 or 17
+ * digits: an id of 9007199254740993 or 0.30000000000000004 would come back
+ * as another number. The number's own text is echoed instead, found by
+ * walking the line cJSON has accepted (so well-formed: no checks of
+ * structure here, only of the bounds). */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* Past the string whose opening quote is at s[i]. */
+static size_t skip_string(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+            i++;
+    return i + 1;
+}
+
+/* Past the value that starts at s[i]. */
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    int depth = 0;
+    for (; i < n; i++) {
+        char c = s[i];
+        if (c == '"') {
+            i = skip_string(s, i, n) - 1;
+            if (!depth)
+                return i + 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (!depth)
+                return i;
+            if (!--depth)
+                return i + 1;
+        } else if (!depth && (c == ',' || c == ' ' || c == '\t' || c == '\r' || c == '\n')) {
+            return i;
+        }
+    }
+    return n;
+}
+
+/* The text of the top-level "id" value (its key written plainly), or 0. */
+static size_t id_text(const char *s, size_t n, size_t *at)
+{
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{')
+        return 0;
+    for (i++;;) {
+        i = skip_ws(s, i, n);
+        if (i >= n || s[i] != '"')
+            return 0;
+        size_t k0 = i + 1, k1 = skip_string(s, i, n) - 1; /* the key's closing quote */
+        i = skip_ws(s, k1 + 1, n);
+        if (k1 > n || i >= n || s[i] != ':')
+            return 0;
+        size_t v0 = skip_ws(s, i + 1, n), v1 = skip_value(s, v0, n);
+        if (k1 - k0 == 2 && !memcmp(s + k0, "id", 2)) {
+            *at = v0;
+            return v1 - v0;
+        }
+        i = skip_ws(s, v1, n);
+        if (i >= n || s[i] != ',')
+            return 0;
+        i++;
+    }
+}
+
+/* JSON's number grammar (cJSON's strtod also takes 020, 1., .5, +1). */
+static bool json_number(const char *s, size_t n)
+{
+    size_t i = s[0] == '-';
+    if (i >= n || s[i] < '0' || s[i] > '9' || (s[i] == '0' && i + 1 < n && s[i + 1] >= '0' &&
+                                                s[i + 1] <= '9'))
+        return false;
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    if (i < n && s[i] == '.') {
+        size_t d = ++i;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+        if (i == d)
+            return false;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        size_t d = i;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+        if (i == d)
+            return false;
+    }
+    return i == n;
+}
+
+/* A numeric id as its own text (a raw item), else the id as parsed. */
+static int keep_id_text(const char *line, size_t len, struct batch_request *r)
+{
+    size_t at = 0, n = r->id && cJSON_IsNumber(r->id) ? id_text(line, len, &at) : 0;
+    if (!n || !json_number(line + at, n))
+        return IG_OK;
+    char *text = strndup(line + at, n);
+    cJSON *raw = text ? cJSON_CreateRaw(text) : NULL;
+    free(text);
+    if (!raw)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    cJSON_Delete(r->id);
+    r->id = raw;
+    return IG_OK;
+}
+
+/* ---- keys ------------------------------------------------------------------------------- */
+
 /* A malloc'd copy of string key `key`, checked: valid UTF-8, no NUL. */
 static int copy_text(const cJSON *v, const char *key, bool non_empty, char **out)
 {
@@ -169,6 +290,10 @@ static int apply_key(const cJSON *v, struct batch_request *r)
 
 static int parse_json(const char *line, size_t len, struct batch_request *r)
 {
+    /* cJSON stops a string at a raw NUL: the rest of the prompt would go */
+    const char *nul = memchr(line, '\0', len);
+    if (nul)
+        return ig_error(IG_E_INPUT, "the line holds a NUL byte (offset %zu)", (size_t)(nul - line));
     if (has_nul_escape(line, len))
         return ig_error(IG_E_INPUT, "a string holds a NUL character (\\u0000)");
     const char *end = NULL;
@@ -195,6 +320,10 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
     }
     if (st == IG_OK && !r->prompt)
         st = ig_error(IG_E_INPUT, "no \"prompt\"");
+    if (r->id) { /* an error object echoes the id too */
+        int id_st = keep_id_text(line, len, r);
+        st = st == IG_OK ? id_st : st;
+    }
     if (st == IG_OK && r->grammar && r->json_schema)
         st = ig_error(IG_E_INPUT, "give \"grammar\" or \"json_schema\", not both");
     cJSON_Delete(root);

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,8 +48,9 @@ static const struct cli_option batch_options[] = {
 static const char batch_usage[] = "ignite batch [options] [-f FILE]";
 static const char batch_summary[] =
     "Runs many requests at once (continuous batching): one JSON object per input line in,\n"
-    "one JSON object per request out (stdout), a summary line on stderr. A line's keys\n"
-    "default to these options: {\"prompt\": \"...\", \"id\": 1, \"n_predict\": 64, \"temperature\": 0}.\n"
+    "one JSON object per request out (stdout), a summary line on stderr. A line such as\n"
+    "{\"prompt\": \"...\", \"id\": 1, \"n_predict\": 64, \"temperature\": 0} sets its own values;\n"
+    "the keys it leaves out take the options below (docs/cli.md: the keys).\n"
     "Exit codes: 0 ok, 2 usage, 3 I/O, 4 bad model, 5 out of memory, 7 device,\n"
     "9 some requests failed (the others ran), 130 interrupted.";
 
@@ -350,6 +352,8 @@ static int make_request(struct batch *b, struct job *j)
 static int take_line(struct batch *b, int64_t line_no, const char *line, size_t len,
                      bool too_long)
 {
+    if (line_no == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3))
+        line += 3, len -= 3; /* the input's byte-order mark, as `run -f` drops it */
     size_t i = 0;
     while (!too_long && i < len && (line[i] == ' ' || line[i] == '\t'))
         i++;
@@ -492,8 +496,13 @@ int cmd_batch(int argc, char **argv)
     bool is_stdin = !strcmp(o.file, "-");
     int fd = is_stdin ? 0 : open(o.file, O_RDONLY | O_CLOEXEC);
     lines_init(&in, fd, is_stdin ? "standard input" : o.file);
-    if (fd < 0) {
-        st = ig_error(IG_E_IO, "cannot open %s: %s", o.file, strerror(errno));
+    struct stat fst;
+    if (fd < 0 || fstat(fd, &fst) != 0) {
+        st = ig_error(IG_E_IO, "cannot open '%s': %s", o.file, strerror(errno));
+        goto done;
+    }
+    if (S_ISDIR(fst.st_mode)) {
+        st = ig_error(IG_E_IO, "cannot read '%s': %s", o.file, strerror(EISDIR));
         goto done;
     }
     if ((st = gen_cli_compile_grammar(&o.g, &b.grammar)) != IG_OK ||
@@ -504,6 +513,12 @@ int cmd_batch(int argc, char **argv)
     if ((st = run_load_model(path, &m, &b.vocab)) != IG_OK)
         goto done;
     gen_cli_model_defaults(&o.g, m); /* the lines' defaults */
+    if (o.g.chat) { /* --chat with no template, or a --no-think it cannot take: the whole batch */
+        char *probe;
+        if ((st = run_render_prompt(m, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
+            goto done;
+        free(probe);
+    }
     b.m = m;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     int64_t rows = o.g.n_batch_given ? o.g.n_batch : backend_batch_rows_default(dev.kind);

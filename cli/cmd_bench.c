@@ -18,6 +18,7 @@
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "ops/ops.h"
 #include "ops/qmatmul.h"
 
 #include <cjson/cJSON.h>
@@ -82,7 +83,8 @@ struct bench_opts {
 /* "512,2048" -> list. Every item must be a number: an empty one ("64,,8",
  * "64,", ",8") is refused, not skipped. Returns IG_OK, IG_E_USAGE or
  * IG_E_NOMEM. */
-static int parse_list(const char *what, const char *arg, int64_t min, int64_t *out, int *n)
+static int parse_list(const char *what, const char *arg, int64_t min, int64_t max, int64_t *out,
+                      int *n)
 {
     size_t len = strlen(arg);
     char *buf = malloc(len + 1); /* a copy of any length: a fixed one cut long lists short */
@@ -100,7 +102,7 @@ static int parse_list(const char *what, const char *arg, int64_t min, int64_t *o
                           "the commas)", what, arg);
         else if (*n == BENCH_MAX_LIST)
             st = ig_error(IG_E_USAGE, "%s: at most %d values", what, BENCH_MAX_LIST);
-        else if (cli_parse_i64(what, tok, min, 1 << 20, &out[*n]) != IG_OK)
+        else if (cli_parse_i64(what, tok, min, max, &out[*n]) != IG_OK)
             st = IG_E_USAGE;
         else
             (*n)++;
@@ -117,10 +119,11 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
             return ig_error(IG_E_USAGE, "-m: at most %d models", BENCH_MAX_LIST);
         o->models[o->n_models++] = arg;
         return IG_OK;
-    case 'p': return parse_list("--n-prompt", arg, 0, o->prompts, &o->n_prompts);
-    case 'n': return parse_list("--n-gen", arg, 0, o->gens, &o->n_gens);
-    case 'd': return parse_list("--n-depth", arg, 0, o->depths, &o->n_depths);
-    case 't': return parse_list("--threads", arg, 0, o->threads, &o->n_threads);
+    case 'p': return parse_list("--n-prompt", arg, 0, 1 << 20, o->prompts, &o->n_prompts);
+    case 'n': return parse_list("--n-gen", arg, 0, 1 << 20, o->gens, &o->n_gens);
+    case 'd': return parse_list("--n-depth", arg, 0, 1 << 20, o->depths, &o->n_depths);
+    case 't': /* as run's -t: past the pool's most, refused, not cut */
+        return parse_list("--threads", arg, 0, OPS_POOL_MAX_THREADS, o->threads, &o->n_threads);
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
     case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
     case OPT_DEVICE: return backend_parse_device(arg, &o->device);

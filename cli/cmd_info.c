@@ -374,7 +374,7 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
                                 (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
         cJSON_AddNumberToObject(cw, "f16", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
     }
-    char *s = cJSON_Print(o);
+    char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");

@@ -98,7 +98,11 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f32 or f16, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
-    case OPT_KL_BASE: o->base = arg; return IG_OK;
+    case OPT_KL_BASE:
+        if (!*arg) /* else the whole run, then no file to rename to */
+            return ig_error(IG_E_USAGE, "--kl-divergence-base: the file name is empty");
+        o->base = arg;
+        return IG_OK;
     case OPT_KL: o->kl = true; return IG_OK;
     case OPT_JSON: o->json = true; return IG_OK;
     }

@@ -72,8 +72,13 @@ static int set_option(struct run_opts *o, int key, const char *arg)
     case 'p': o->prompt = arg; return IG_OK;
     case 'f': o->file = arg; return IG_OK;
     case OPT_PROMPT_ONLY: o->prompt_only = true; return IG_OK;
-    case OPT_SAVE_KV: o->save_kv = arg; return IG_OK;
-    case OPT_LOAD_KV: o->load_kv = arg; return IG_OK;
+    case OPT_SAVE_KV:
+    case OPT_LOAD_KV:
+        if (!*arg) /* else --save-kv '' runs the whole generation, then fails */
+            return ig_error(IG_E_USAGE, "--%s: the file name is empty",
+                            key == OPT_SAVE_KV ? "save-kv" : "load-kv");
+        *(key == OPT_SAVE_KV ? &o->save_kv : &o->load_kv) = arg;
+        return IG_OK;
     case OPT_VERBOSE_PROMPT: o->verbose_prompt = true; return IG_OK;
     case OPT_JSON: o->json = true; return IG_OK;
     }

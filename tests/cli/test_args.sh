@@ -178,6 +178,17 @@ expect_rc 3 "-p keeps a BOM" "$IGNITE" -m "$NOPE" -p $'\xef\xbb\xbf'
 expect_rc 3 "missing prompt file" "$IGNITE" -m "$NOPE" -f "$TMP/no file.txt" &&
     expect_grep "$TMP/err" "cannot open '$TMP/no file.txt': No such file" "quoted prompt file"
 expect_rc 3 "missing model" "$IGNITE" -m "$NOPE" -p hi && expect_grep "$TMP/err" "'$NOPE'" "quoted model"
+# Refused before the model (and the run) rather than after it: an empty
+# output name, bench's thread counts past the pool's 256, a batch input
+# that is a directory.
+expect_rc 2 "--save-kv ''" "$IGNITE" -m "$NOPE" -p hi --save-kv '' &&
+    expect_grep "$TMP/err" "--save-kv: the file name is empty" "--save-kv ''"
+expect_rc 2 "--kl-divergence-base ''" "$IGNITE" perplexity -m "$NOPE" -f "$NOPE" --kl-divergence-base '' &&
+    expect_grep "$TMP/err" "the file name is empty" "--kl-divergence-base ''"
+expect_rc 2 "bench -t 5000" "$IGNITE" bench -m "$NOPE" -t 1,5000 &&
+    expect_grep "$TMP/err" "expected an integer in \[0, 256\], got '5000'" "bench -t 5000"
+expect_rc 3 "batch -f DIR" "$IGNITE" batch -m "$NOPE" -f "$TMP" &&
+    expect_grep "$TMP/err" "cannot read '$TMP': Is a directory" "batch -f DIR"
 
 # Output that cannot be written names the real reason, for every command.
 if [ -w /dev/full ]; then

@@ -184,21 +184,45 @@ def bad_lines(tiny):
         json.dumps({"prompt": "abcd", "n_predict": 2, "id": {"k": [1]}}),  # 13 fine
     ]
     data = ("\n".join(lines) + "\n").encode() + b'{"prompt": "a\xff"}\n'  # 14 bad UTF-8
+    data += b'{"prompt": "ab\x00cd", "n_predict": 3}\n'  # 15 a raw NUL: cJSON would cut "ab"
     rc, objs, err = batch(tiny, data, "-c", "64", "-n", "4", "--ignore-eos")
     check(rc == 9, f"bad lines: exit {rc}, want 9 (some requests failed): {err[-300:]!r}")
     by_line = {o.get("line"): o for o in objs}
-    for line in (2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14):
+    for line in (2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15):
         o = by_line.get(line, {})
         check("error" in o and "\n" not in o["error"] and o.get("id") == line,
               f"line {line}: no error object: {o}")
     for line in (1, 13):
         check(by_line.get(line, {}).get("stop") == "limit", f"line {line} did not run: {by_line.get(line)}")
-    check(8 not in by_line and len(objs) == 13, f"blank line or count: {sorted(by_line)}")
+    check(8 not in by_line and len(objs) == 14, f"blank line or count: {sorted(by_line)}")
     check(by_line.get(13, {}).get("id") == {"k": [1]}, f"id echoed: {by_line.get(13)}")
     check("context" in by_line.get(6, {}).get("error", ""), f"over the context: {by_line.get(6)}")
     check("temprature" in by_line.get(5, {}).get("error", ""), f"unknown key: {by_line.get(5)}")
     check("UTF-8" in by_line.get(14, {}).get("error", ""), f"bad UTF-8: {by_line.get(14)}")
-    check("(11 failed)" in err, f"summary: {err[-300:]!r}")
+    check("NUL byte" in by_line.get(15, {}).get("error", ""), f"raw NUL: {by_line.get(15)}")
+    check("(12 failed)" in err, f"summary: {err[-300:]!r}")
+
+
+def ids_and_whole_batch_errors(tiny):
+    """Numeric ids come back as written (cJSON's doubles would print
+    9007199254740993 as another number); a byte-order mark before the first
+    --lines prompt is dropped; --chat on a model whose template ignite cannot
+    render is one error for the batch, before any line."""
+    ids = ["9007199254740993", "0.30000000000000004", "-12.5e-3", "12345678901234567890", "7"]
+    lines = [f'{{"prompt": "abc", "n_predict": 1, "id": {i}}}' for i in ids]
+    r = subprocess.run([IGNITE, "batch", "-m", tiny, "-t", "1", "-q", "--ordered"],
+                       input="".join(l + "\n" for l in lines).encode(), capture_output=True,
+                       timeout=120)
+    out = r.stdout.decode().splitlines()
+    check(r.returncode == 0 and len(out) == len(ids) and
+          all(o.startswith(f'{{"id":{i},') for o, i in zip(out, ids)),
+          f"ids echoed as written: {r.returncode} {[o[:40] for o in out]}")
+    rc, objs, err = batch(tiny, b"\xef\xbb\xbfabc\nabc\n", "--lines", "-n", "1", "--ordered")
+    toks = [o.get("tokens", {}).get("prompt") for o in objs]
+    check(rc == 0 and len(toks) == 2 and toks[0] == toks[1], f"--lines with a BOM: {toks} {err}")
+    rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc"})], "--chat")
+    check(rc == 4 and not objs and err.count("\n") == 1 and err.startswith("ignite: --chat:"),
+          f"--chat with a template ignite cannot render: {rc} {objs} {err!r}")
 
 
 def order_and_modes(tiny):
@@ -278,6 +302,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tiny = tiny_model(tmp)
         bad_lines(tiny)
+        ids_and_whole_batch_errors(tiny)
         order_and_modes(tiny)
         streaming(tiny)
         closed_pipe_and_interrupt(tiny)

@@ -43,6 +43,8 @@ def main():
         print(f"FAIL: exit {r.returncode}: {r.stderr}", file=sys.stderr)
         return 1
     info = json.loads(r.stdout)  # exactly one JSON object, nothing else on stdout
+    if r.stdout.count("\n") != 1:
+        failures.append(f"--json is not one line: {r.stdout.count(chr(10))} newlines")
     reader = gguf.GGUFReader(path)
     arch = field(reader, "general.architecture")
     a = lambda k, d=None: field(reader, f"{arch}.{k}", d)  # noqa: E731
