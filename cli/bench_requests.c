@@ -7,7 +7,9 @@
  * Reports vLLM's serving metrics: request, output and total token
  * throughput; TTFT, TPOT, ITL and E2EL (mean, median, p99, ms); and tg_tok_s,
  * the decode-phase rate that llama-batched-bench calls S_TG (docs/benchmarks.md
- * says how they map). Covered by tests/cli/test_bench.py. */
+ * says how they map). Ctrl-C stops the run and reports the requests done by
+ * then, with "interrupted": true, exit 130. Covered by
+ * tests/cli/test_bench_requests.py. */
 #include "cli/bench_requests.h"
 
 #include "cli/cli.h"
@@ -21,8 +23,29 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Ctrl-C: the step loop ends and the report covers what was done. A second
+ * Ctrl-C kills at once (SA_RESETHAND). */
+static volatile sig_atomic_t requests_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    requests_interrupted = 1;
+}
+
+static void install_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
 
 int bench_parse_len(const char *what, const char *arg, double *mean, double *sd)
 {
@@ -66,6 +89,7 @@ struct bench_req {
     int32_t *tokens;
     int64_t n_in, n_out;
     int64_t t_prev;      /* the previous token's time, for ITL */
+    bool done;           /* it generated its whole output */
 };
 
 struct bench_state {
@@ -96,8 +120,11 @@ static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t
 static void on_done(void *user, struct gen_request *r)
 {
     struct bench_state *b = user;
+    struct bench_req *q = r->user;
     if (r->result.status != IG_OK || r->result.stop != GEN_STOP_LIMIT)
         b->failed++;
+    else
+        q->done = true;
 }
 
 /* ---- statistics ------------------------------------------------------------------------- */
@@ -151,8 +178,9 @@ static int print_report(const struct bench_requests_opts *o, cJSON *j)
     if (!strcmp(fmt, "md")) {
         printf("| metric | value |\n| --- | ---: |\n");
         for (const cJSON *v = j->child; v; v = v->next) {
-            if (cJSON_IsString(v))
-                printf("| %s | %s |\n", v->string, v->valuestring);
+            if (cJSON_IsString(v) || cJSON_IsBool(v))
+                printf("| %s | %s |\n", v->string,
+                       cJSON_IsString(v) ? v->valuestring : cJSON_IsTrue(v) ? "true" : "false");
             else if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
                 printf("| %s | %.0f |\n", v->string, v->valuedouble);
             else
@@ -164,6 +192,8 @@ static int print_report(const struct bench_requests_opts *o, cJSON *j)
         for (const cJSON *v = j->child; v; v = v->next) {
             if (cJSON_IsString(v))
                 printf("\"%s\"", v->valuestring);
+            else if (cJSON_IsBool(v))
+                fputs(cJSON_IsTrue(v) ? "true" : "false", stdout);
             else if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
                 printf("%.0f", v->valuedouble);
             else
@@ -245,6 +275,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
         (st = engine_create(be, vocab, &eo, &engine)) != IG_OK)
         goto done;
+    install_sigint();
     int64_t t0 = ig_now_ns();
     for (int64_t i = 0; i < b.n && st == IG_OK; i++) {
         struct bench_req *q = &b.reqs[i];
@@ -255,10 +286,20 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         };
         st = engine_submit(engine, &q->r);
     }
-    while (st == IG_OK && engine_pending(engine))
+    while (st == IG_OK && engine_pending(engine) && !requests_interrupted)
         st = engine_step(engine);
     if (st != IG_OK)
         goto done;
+    /* After Ctrl-C the report covers the requests that ended. */
+    bool interrupted = requests_interrupted;
+    int64_t n_done = 0;
+    total_in = total_out = 0;
+    for (int64_t i = 0; i < b.n; i++)
+        if (b.reqs[i].done) {
+            total_in += b.reqs[i].n_in;
+            total_out += b.reqs[i].n_out;
+            n_done++;
+        }
     if (b.failed) {
         st = ig_error(IG_E_INTERNAL, "%d of %lld requests did not complete", b.failed,
                       (long long)b.n);
@@ -269,10 +310,12 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     double *ttft = malloc((size_t)b.n * sizeof *ttft), *tpot = malloc((size_t)b.n * sizeof *tpot);
     double *e2el = malloc((size_t)b.n * sizeof *e2el);
     int64_t n_tpot = 0;
-    for (int64_t i = 0; ttft && tpot && e2el && i < b.n; i++) {
+    for (int64_t i = 0, k = 0; ttft && tpot && e2el && i < b.n; i++) {
         const struct gen_result *r = &b.reqs[i].r.result;
-        ttft[i] = r->ttft_ms;
-        e2el[i] = (double)(r->t_last_ns - t0) / 1e6;
+        if (!b.reqs[i].done)
+            continue;
+        ttft[k] = r->ttft_ms;
+        e2el[k++] = (double)(r->t_last_ns - t0) / 1e6;
         if (r->n_gen > 1)
             tpot[n_tpot++] = (e2el[i] - r->ttft_ms) / (double)(r->n_gen - 1);
     }
@@ -292,24 +335,31 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     cJSON_AddNumberToObject(j, "n_threads", be->threads);
     cJSON_AddNumberToObject(j, "n_batch", (double)bo.max_rows);
     cJSON_AddNumberToObject(j, "parallel", (double)o->parallel);
-    cJSON_AddNumberToObject(j, "completed", (double)b.n);
+    if (interrupted)
+        cJSON_AddBoolToObject(j, "interrupted", true);
+    cJSON_AddNumberToObject(j, "completed", (double)n_done);
     cJSON_AddNumberToObject(j, "total_input_tokens", (double)total_in);
     cJSON_AddNumberToObject(j, "total_output_tokens", (double)total_out);
     cJSON_AddNumberToObject(j, "duration_s", secs);
-    cJSON_AddNumberToObject(j, "request_throughput", (double)b.n / secs);
-    cJSON_AddNumberToObject(j, "output_throughput", (double)total_out / secs);
-    cJSON_AddNumberToObject(j, "total_token_throughput", (double)(total_in + total_out) / secs);
+    cJSON_AddNumberToObject(j, "request_throughput", secs > 0 ? (double)n_done / secs : 0);
+    cJSON_AddNumberToObject(j, "output_throughput", secs > 0 ? (double)total_out / secs : 0);
+    cJSON_AddNumberToObject(j, "total_token_throughput",
+                            secs > 0 ? (double)(total_in + total_out) / secs : 0);
     double tg_secs = (double)(b.t_end - b.t_last_first) / 1e9;
-    cJSON_AddNumberToObject(j, "tg_tok_s", tg_secs > 0 ? (double)(total_out - b.n) / tg_secs : 0);
-    add_dist(j, "ttft", dist_of(ttft, b.n));
+    /* every token after its request's first (after Ctrl-C, in flight too: the
+     * window holds theirs) */
+    cJSON_AddNumberToObject(j, "tg_tok_s", tg_secs > 0 ? (double)b.n_itl / tg_secs : 0);
+    add_dist(j, "ttft", dist_of(ttft, n_done));
     add_dist(j, "tpot", dist_of(tpot, n_tpot));
     add_dist(j, "itl", dist_of(b.itl, b.n_itl));
-    add_dist(j, "e2el", dist_of(e2el, b.n));
+    add_dist(j, "e2el", dist_of(e2el, n_done));
     free(ttft);
     free(tpot);
     free(e2el);
     st = print_report(o, j);
     cJSON_Delete(j);
+    if (st == IG_OK && interrupted)
+        st = IG_E_INTERRUPTED;
 done:
     engine_free(engine);
     backend_free(be);

@@ -3,14 +3,17 @@ SmolLM2-135M (random weights, nothing downloaded): every format parses, the
 report has vLLM's metric names, the counts are exact (N completed, the
 output lengths as asked: fixed lengths give N x len tokens), the same seed
 draws the same lengths, the latencies are ordered as their definitions
-imply (TTFT <= E2EL, median <= p99), and bad lengths exit 2. No timing
-asserts beyond those orderings."""
+imply (TTFT <= E2EL, median <= p99), bad lengths exit 2, and Ctrl-C ends
+with the report of the requests done (exit 130). No timing asserts beyond
+those orderings."""
 import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from igtest import check, summary
 
@@ -74,6 +77,22 @@ def main():
           f"csv: {rc} {out!r} {err[-200:]!r}")
     rc, out, err = bench("2", "--output-len", "2", "--input-len", "4")
     check(rc == 0 and "| request_throughput |" in out, f"md: {rc} {out!r}")
+
+    # Ctrl-C: far more work than 3 s hold; the report counts the finished requests only
+    p = subprocess.Popen([IGNITE, "bench", "-m", MODEL, "-t", "2", "--requests", "400",
+                          "--parallel", "2", "--input-len", "16", "--output-len", "64",
+                          "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    try:
+        r = json.loads(out)[0]
+    except (ValueError, IndexError):
+        r = {}
+    done = r.get("completed", -1)
+    check(p.returncode == 130 and r.get("interrupted") is True and 0 <= done < 400 and
+          r.get("total_output_tokens") == 64 * done and r.get("total_input_tokens") == 16 * done,
+          f"Ctrl-C: rc {p.returncode} {out[:300]!r} {err[-200:]!r}")
 
     for bad in (["0"], ["3", "--input-len", "x"], ["3", "--output-len", "5:-1"],
                 ["3", "--parallel", "0"]):
