@@ -27,15 +27,23 @@ struct parser {
     int32_t *slots;     /* user rule name -> rule index, open addressing, -1 = empty */
     int64_t slot_mask;
     int64_t n_named;
+    /* the last position line_col counted to: positions mostly grow, and
+     * counting from the start each time made a grammar of N rules N^2 */
+    size_t lc_at;
+    int lc_line, lc_col;
 };
 
 /* ---- positions and errors -------------------------------------------------- */
 
-/* 1-based line and column (in characters) of byte offset `at`. */
-static void line_col(const struct parser *p, size_t at, int *line, int *col)
+/* 1-based line and column (in characters) of byte offset `at`, counted on
+ * from the last position asked for when it is not past `at`. */
+static void line_col(struct parser *p, size_t at, int *line, int *col)
 {
+    size_t i = 0;
     int l = 1, c = 1;
-    for (size_t i = 0; i < at && i < p->len; i++) {
+    if (p->lc_line && p->lc_at <= at)
+        i = p->lc_at, l = p->lc_line, c = p->lc_col;
+    for (; i < at && i < p->len; i++) {
         if (p->s[i] == '\n') {
             l++;
             c = 1;
@@ -43,14 +51,15 @@ static void line_col(const struct parser *p, size_t at, int *line, int *col)
             c++;
         }
     }
+    p->lc_at = i, p->lc_line = l, p->lc_col = c;
     *line = l;
     *col = c;
 }
 
-static int perr(const struct parser *p, size_t at, const char *fmt, ...)
+static int perr(struct parser *p, size_t at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static int perr(const struct parser *p, size_t at, const char *fmt, ...)
+static int perr(struct parser *p, size_t at, const char *fmt, ...)
 {
     char msg[256];
     va_list ap;
