@@ -72,9 +72,9 @@ int cli_options_begin(struct cli_parser *p, const struct cli_command *c, int arg
  * CLI_OPTS_BAD (the unknown option or missing value reported: IG_E_USAGE). */
 int cli_options_next(struct cli_parser *p, const struct cli_command *c, int argc, char **argv);
 
-/* Prints the one line for an unknown option or missing argument (getopt has
- * already named it) with a hint to run --help; returns IG_E_USAGE. */
-int cli_usage_error(const char *cmd);
+/* The one line for a word after the options that the command does not take:
+ * the word, `hint` (or NULL) and where the options are; returns IG_E_USAGE. */
+int cli_unexpected_argument(const char *cmd, const char *arg, const char *hint);
 
 /* For getopt_long's '?' (unknown option) and ':' (missing value) returns:
  * one line naming the option, with the --help hint; returns IG_E_USAGE. */

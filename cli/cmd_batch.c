@@ -85,11 +85,8 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
-    if (optind < argc) {
-        ig_error(IG_E_USAGE, "unexpected argument '%s' (requests come from -f FILE or stdin)",
-                 argv[optind]);
-        return cli_usage_error("batch");
-    }
+    if (optind < argc)
+        return cli_unexpected_argument("batch", argv[optind], "requests come from -f FILE or stdin");
     if (gen_cli_check(&o->g) != IG_OK)
         return IG_E_USAGE;
     return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);

@@ -187,10 +187,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
-    if (optind < argc) {
-        ig_error(IG_E_USAGE, "unexpected argument '%s'", argv[optind]);
-        return cli_usage_error("bench");
-    }
+    if (optind < argc)
+        return cli_unexpected_argument("bench", argv[optind], NULL);
     if (!any_test(o) && !o->req.n_requests)
         return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
     if ((st = backend_resolve_device(&o->device)) != IG_OK)

@@ -72,11 +72,8 @@ static int parse_args(int argc, char **argv, struct chat_opts *o)
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
-    if (optind < argc) {
-        ig_error(IG_E_USAGE, "unexpected argument '%s' (chat reads the messages from stdin)",
-                 argv[optind]);
-        return cli_usage_error("chat");
-    }
+    if (optind < argc)
+        return cli_unexpected_argument("chat", argv[optind], "chat reads the messages from stdin");
     o->g.chat = true;
     if (gen_cli_check(&o->g) != IG_OK)
         return IG_E_USAGE;

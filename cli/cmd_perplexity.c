@@ -126,11 +126,9 @@ static int parse_args(int argc, char **argv, struct ppl_opts *o)
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
-    if (optind < argc) {
-        ig_error(IG_E_USAGE, "unexpected argument '%s' (the text goes in a file: -f FILE)",
-                 argv[optind]);
-        return cli_usage_error("perplexity");
-    }
+    if (optind < argc)
+        return cli_unexpected_argument("perplexity", argv[optind],
+                                       "the text goes in a file: -f FILE");
     if (o->kl && !o->base)
         return ig_error(IG_E_USAGE, "--kl-divergence needs --kl-divergence-base FILE (the "
                                     "file a run without --kl-divergence wrote)");

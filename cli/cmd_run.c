@@ -109,11 +109,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
-    if (optind < argc) {
-        ig_error(IG_E_USAGE, "unexpected argument '%s' (quote the prompt and pass it with -p)",
-                 argv[optind]);
-        return cli_usage_error("run");
-    }
+    if (optind < argc)
+        return cli_unexpected_argument("run", argv[optind], "quote the prompt and pass it with -p");
     if (gen_cli_check(&o->g) != IG_OK)
         return IG_E_USAGE;
     if (is_dash(o->save_kv) && !o->prompt_only)

@@ -49,9 +49,10 @@ void cli_print_help(FILE *out, const char *usage, const char *summary,
     }
 }
 
-int cli_usage_error(const char *cmd)
+int cli_unexpected_argument(const char *cmd, const char *arg, const char *hint)
 {
-    return ig_error(IG_E_USAGE, "run 'ignite %s --help' for the options", cmd);
+    return ig_error(IG_E_USAGE, "unexpected argument '%s' (%s%s'ignite %s --help' lists the "
+                    "options)", arg, hint ? hint : "", hint ? "; " : "", cmd);
 }
 
 int cli_option_error(const char *cmd, int key, char **argv)

@@ -178,6 +178,13 @@ expect_rc 3 "-p keeps a BOM" "$IGNITE" -m "$NOPE" -p $'\xef\xbb\xbf'
 expect_rc 3 "missing prompt file" "$IGNITE" -m "$NOPE" -f "$TMP/no file.txt" &&
     expect_grep "$TMP/err" "cannot open '$TMP/no file.txt': No such file" "quoted prompt file"
 expect_rc 3 "missing model" "$IGNITE" -m "$NOPE" -p hi && expect_grep "$TMP/err" "'$NOPE'" "quoted model"
+# A word after the options: one line naming it (it was two).
+for cmd in run chat batch bench perplexity; do
+    expect_rc 2 "$cmd extra" "$IGNITE" $cmd extra || continue
+    CHECKS=$((CHECKS + 1))
+    [ "$(wc -l <"$TMP/err")" = 1 ] || fail "$cmd extra: want one line, got: $(cat "$TMP/err")"
+    expect_grep "$TMP/err" "unexpected argument 'extra' (.*'ignite $cmd --help' lists" "$cmd extra"
+done
 # Refused before the model (and the run) rather than after it: an empty
 # output name, bench's thread counts past the pool's 256, a batch input
 # that is a directory.
