@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "decode/sampler.h"
+#include "ops/gpu_qmm.h"
 #include "ops/layer.h"
 #include "ops/ops.h"
 #include "ops/qmatmul.h"
@@ -193,6 +194,8 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
     c->base = (struct backend){.ops = &cpu_ops, .m = m, .o = *o, .shares_blocks = true};
     struct kv_shape shape = kv_shape_of(&m->hp, o->kv_dtype);
     int st = ops_qmm_check_env();
+    if (st == IG_OK) /* CUDA's, but an unknown value is refused wherever it is set */
+        st = gk_qmm_check_env();
     if (st == IG_OK)
         st = kv_store_create(&shape, o->n_blocks, o->oom_hint, &c->kv);
     if (st == IG_OK)

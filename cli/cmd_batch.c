@@ -40,6 +40,7 @@ static const struct cli_option batch_options[] = {
     {"kv-mem", OPT_KV_MEM, required_argument, "MIB", "KV cache memory, MiB (0 = -P full contexts)", "0"},
     {"ordered", OPT_ORDERED, no_argument, NULL, "write the results in input order", NULL},
     GEN_CLI_OPTIONS("512; on CUDA 2048"),
+    GEN_CLI_PROMPT_OPTIONS,
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -495,7 +496,10 @@ int cmd_batch(int argc, char **argv)
     lines_init(&in, fd, is_stdin ? "standard input" : o.file);
     struct stat fst;
     if (fd < 0 || fstat(fd, &fst) != 0) {
-        st = ig_error(IG_E_IO, "cannot open '%s': %s", o.file, strerror(errno));
+        if (is_stdin)
+            st = ig_error(IG_E_IO, "cannot read standard input: %s", strerror(errno));
+        else
+            st = ig_error(IG_E_IO, "cannot open '%s': %s", o.file, strerror(errno));
         goto done;
     }
     if (S_ISDIR(fst.st_mode)) {
@@ -525,7 +529,8 @@ int cmd_batch(int argc, char **argv)
         .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
         .max_rows = rows > o.parallel ? rows : o.parallel,
-        .oom_hint = "lower -c/--ctx-size, -P/--parallel or -b, or give --kv-mem",
+        .oom_hint = o.kv_mem_mib ? "lower --kv-mem"
+                                 : "lower -c/--ctx-size, -P/--parallel or -b, or give --kv-mem",
     };
     if (o.kv_mem_mib) {
         struct kv_shape shape = kv_shape_of(&m->hp, dev.kind == BACKEND_CUDA ? KV_F16 : o.g.kv_dtype);

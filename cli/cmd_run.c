@@ -36,6 +36,7 @@ static const struct cli_option run_options[] = {
     {"prompt", 'p', required_argument, "TEXT", "prompt text", NULL},
     {"file", 'f', required_argument, "FILE", "read the prompt from FILE ('-' = stdin)", "stdin when it is piped"},
     GEN_CLI_OPTIONS("512"),
+    GEN_CLI_PROMPT_OPTIONS,
     {"prompt-only", OPT_PROMPT_ONLY, no_argument, NULL, "prefill the prompt, generate nothing (with --save-kv)", NULL},
     {"save-kv", OPT_SAVE_KV, required_argument, "FILE", "write the KV cache (prompt and answer) to FILE at the end ('-' = stdout, with --prompt-only)", NULL},
     {"load-kv", OPT_LOAD_KV, required_argument, "FILE", "start from a saved KV cache ('-' = stdin); -p/-f add text (with --chat: the next turn)", NULL},

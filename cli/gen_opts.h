@@ -23,6 +23,11 @@ enum {
     GEN_OPT_END
 };
 
+/* The rows of run and batch that chat, always a chat, does not take. */
+#define GEN_CLI_PROMPT_OPTIONS                                                                     \
+    {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
+    {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}
+
 /* The shared rows of an option table (struct cli_option); CHUNK_DEFAULT is
  * the command's --chunk default as its help shows it. */
 #define GEN_CLI_OPTIONS(CHUNK_DEFAULT)                                                             \
@@ -46,7 +51,6 @@ enum {
     {"json-schema", GEN_OPT_JSON_SCHEMA, required_argument, "TEXT", "constrain the output to JSON valid for a JSON schema", NULL}, \
     {"json-schema-file", GEN_OPT_JSON_SCHEMA_FILE, required_argument, "FILE", "the same, read from FILE ('-' = stdin)", NULL}, \
     {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
-    {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
@@ -54,7 +58,6 @@ enum {
     {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
     {"exact", GEN_OPT_EXACT, no_argument, NULL, "CPU: exact f32 matmuls instead of int8 activations (slower, closer to the reference)", NULL}, \
     {"ignore-eos", GEN_OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL}, \
-    {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}, \
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL}
 
 /* The most --stop strings. */

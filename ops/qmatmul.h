@@ -302,7 +302,8 @@ qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type);
  * (avxvnni: AVX-VNNI where the CPU has it and the compiler built it, else
  * AVX2; avx512vnni: no cap). */
 enum qmm_isa ops_qmm_best_isa(void);
-/* IG_E_USAGE, said once, where IGNITE_SIMD is set to no set's name. */
+/* IG_E_USAGE, said once, where IGNITE_SIMD is set to no set's name or
+ * IGNITE_MATMUL to neither exact nor int8. */
 int ops_qmm_check_env(void);
 /* Whether this CPU runs the ISA's kernels and they are built in, whatever
  * IGNITE_SIMD says (the tests run every such set). */

@@ -185,6 +185,11 @@ for cmd in run chat batch bench perplexity; do
     [ "$(wc -l <"$TMP/err")" = 1 ] || fail "$cmd extra: want one line, got: $(cat "$TMP/err")"
     expect_grep "$TMP/err" "unexpected argument 'extra' (.*'ignite $cmd --help' lists" "$cmd extra"
 done
+# Environment switches with a value they do not know: one line, exit 2.
+for var in IGNITE_MATMUL IGNITE_QMM_PATH IGNITE_SIMD; do
+    expect_rc 2 "$var=bogus" env "$var=bogus" "$IGNITE" bench -m synthetic:Llama-tiny -r 1 -p 0 -n 1 &&
+        expect_grep "$TMP/err" "$var: expected .* got 'bogus'" "$var=bogus"
+done
 # Refused before the model (and the run) rather than after it: an empty
 # output name, bench's thread counts past the pool's 256, a batch input
 # that is a directory.
