@@ -273,7 +273,7 @@ static int turn(struct chat *c, const char *msg)
         engine_kept(c->engine, c->kept, &t, &n_kept, &l);
     }
     if (st == IG_OK)
-        run_warn_train_ctx(c->m, n_kept + ids.n);
+        run_warn_train_ctx(c->m, n_kept + ids.n, c->n_ctx);
     r.tokens = ids.ids;
     r.n_tokens = ids.n;
     r.params = (struct gen_params){.n_predict = c->o->g.n_predict, .sp = c->o->g.sp,

@@ -382,7 +382,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     if (st == IG_OK && o->verbose_prompt)
         run_print_prompt(in->vocab, in->prompt, ids.ids, ids.n);
     if (st == IG_OK)
-        run_warn_train_ctx(in->m, lc->h.n + ids.n);
+        run_warn_train_ctx(in->m, lc->h.n + ids.n, in->n_ctx);
     r.tokens = ids.ids;
     r.n_tokens = ids.n;
     r.params = (struct gen_params){.n_predict = o->g.n_predict, .sp = o->g.sp,

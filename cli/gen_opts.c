@@ -59,6 +59,10 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
             return ig_error(IG_E_USAGE, "--stop: at most %d strings", GEN_CLI_MAX_STOP);
         if (!*arg)
             return ig_error(IG_E_USAGE, "--stop: the string is empty");
+        size_t bad; /* generated text is valid UTF-8: such a string could never match */
+        if (!cli_utf8_valid(arg, strlen(arg), &bad))
+            return ig_error(IG_E_USAGE, "--stop: not valid UTF-8 (byte 0x%02x at offset %zu)",
+                            (unsigned char)arg[bad], bad);
         o->stop[o->n_stop++] = arg;
         return IG_OK;
     case GEN_OPT_CHAT: o->chat = true; return IG_OK;

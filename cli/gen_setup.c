@@ -98,9 +98,9 @@ void run_print_prompt(const struct tok_vocab *vocab, const char *text, const int
     }
 }
 
-void run_warn_train_ctx(const struct model *m, int64_t n)
+void run_warn_train_ctx(const struct model *m, int64_t n, int64_t n_ctx)
 {
-    if (m->hp.n_ctx_train > 0 && n > m->hp.n_ctx_train)
+    if (m->hp.n_ctx_train > 0 && n > m->hp.n_ctx_train && n <= n_ctx)
         ig_warn("the prompt is %lld tokens, more than the %lld positions the model was "
                 "trained on: expect the output to degrade", (long long)n,
                 (long long)m->hp.n_ctx_train);

@@ -76,8 +76,9 @@ int run_render_next(const struct model *m, const struct tok_vocab *vocab, int32_
 void run_print_prompt(const struct tok_vocab *vocab, const char *text, const int32_t *ids,
                       int64_t n);
 
-/* A warning when `n` tokens pass the positions the model was trained on. */
-void run_warn_train_ctx(const struct model *m, int64_t n);
+/* A warning when `n` tokens pass the positions the model was trained on
+ * but fit the context `n_ctx` (past it the prompt is refused: no warning). */
+void run_warn_train_ctx(const struct model *m, int64_t n, int64_t n_ctx);
 
 /* Generated text on its way to stdout (cli/stream.c): a flush per token,
  * the first write error kept; on a terminal the prefill's progress line

@@ -185,6 +185,8 @@ for cmd in run chat batch bench perplexity; do
     [ "$(wc -l <"$TMP/err")" = 1 ] || fail "$cmd extra: want one line, got: $(cat "$TMP/err")"
     expect_grep "$TMP/err" "unexpected argument 'extra' (.*'ignite $cmd --help' lists" "$cmd extra"
 done
+expect_rc 2 "--stop bad UTF-8" "$IGNITE" -m "$NOPE" -p hi --stop "$(printf 'a\377')" &&
+    expect_grep "$TMP/err" "--stop: not valid UTF-8 (byte 0xff at offset 1)" "--stop bad UTF-8"
 # Environment switches with a value they do not know: one line, exit 2.
 for var in IGNITE_MATMUL IGNITE_QMM_PATH IGNITE_SIMD; do
     expect_rc 2 "$var=bogus" env "$var=bogus" "$IGNITE" bench -m synthetic:Llama-tiny -r 1 -p 0 -n 1 &&

@@ -61,6 +61,12 @@ long=$(for i in $(seq 1 40); do printf 'word%d ' "$i"; done)
 expect_rc 6 "prompt over the context" run -p "$long" -c 16 -n 4
 expect_grep "$TMP/err" "context holds 16" "over-context message"
 expect_empty "$TMP/out" "over-context stdout"
+# Past the 8192 trained positions as well as the 4096 of the context: the
+# refusal alone, not the warning that the output will degrade before it.
+python3 -c 'print("word " * 9000)' >"$TMP/huge.txt"
+expect_rc 6 "prompt past the trained context" run -f "$TMP/huge.txt" -n 4
+CHECKS=$((CHECKS + 1))
+[ "$(wc -l <"$TMP/err")" = 1 ] || fail "past the trained context: want one line: $(cat "$TMP/err")"
 
 # A full context stops generation with a warning and status 0.
 n_prompt=$("$IGNITE" tokenize -m "$MODEL" -p "1 2" --count)
