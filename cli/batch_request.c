@@ -3,6 +3,7 @@
  * Covered by tests/cli/test_batch.py and tests/fuzz/fuzz_batch_line.c. */
 #include "cli/batch_request.h"
 
+#include "core/json.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -298,6 +299,8 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
         return ig_error(IG_E_INPUT, "a string holds a NUL character (\\u0000)");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
+    if (!root && ig_json_depth(line, len) > CJSON_NESTING_LIMIT)
+        return ig_error(IG_E_INPUT, "JSON nested more than %d levels deep", CJSON_NESTING_LIMIT);
     if (!root)
         return ig_error(IG_E_INPUT, "not valid JSON (near byte %zu)",
                         end ? (size_t)(end - line) : (size_t)0);

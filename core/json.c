@@ -5,7 +5,30 @@
 #include "core/mapped_file.h"
 #include "core/status.h"
 
+#include <stdbool.h>
 #include <string.h>
+
+size_t ig_json_depth(const char *text, size_t len)
+{
+    size_t depth = 0, most = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            most = ++depth > most ? depth : most;
+        } else if ((c == ']' || c == '}') && depth) {
+            depth--;
+        }
+    }
+    return most;
+}
 
 int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJSON **out)
 {
@@ -33,6 +56,9 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
             line++, col = 0;
     if (!len)
         return ig_error(IG_E_MODEL, "%s: empty file, expected JSON", name);
+    if (ig_json_depth(text, len) > CJSON_NESTING_LIMIT)
+        return ig_error(IG_E_MODEL, "%s: JSON nested more than %d levels deep", name,
+                        CJSON_NESTING_LIMIT);
     return ig_error(IG_E_MODEL, "%s: invalid JSON at line %zu, column %zu (byte %zu)", name,
                     line, col, at);
 }

@@ -17,6 +17,7 @@
  * (fuzz_schema). */
 #include "grammar/internal.h"
 
+#include "core/json.h"
 #include "core/status.h"
 #include "core/utf8.h"
 
@@ -1182,6 +1183,9 @@ int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, cha
             else if (((unsigned char)json[i] & 0xC0) != 0x80)
                 col++;
         }
+        if (ig_json_depth(json, len) > CJSON_NESTING_LIMIT)
+            return ig_error(IG_E_USAGE, "%s: JSON nested more than %d levels deep", source,
+                            CJSON_NESTING_LIMIT);
         return ig_error(IG_E_USAGE, "%s:%d:%d: not valid JSON", source, line, col);
     }
     for (const char *p = end; p < json + len; p++)

@@ -58,12 +58,12 @@ hf_json)
           tokenizer/hf_vocab.c)
     corpus=corpus_json max_len=262144 libs=(-lcjson -lm) ;;
 grammar|schema)
-    srcs=(core/status.c core/utf8.c grammar/gbnf.c grammar/rules.c grammar/utf8_class.c
-          grammar/check.c grammar/schema.c grammar/pda.c)
+    srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c grammar/gbnf.c grammar/rules.c
+          grammar/utf8_class.c grammar/check.c grammar/schema.c grammar/pda.c)
     entry=tests/fuzz/fuzz_grammar.c corpus=corpus_$target max_len=8192 libs=(-lcjson)
     [ "$target" = schema ] && defs=(-DFUZZ_SCHEMA) ;;
 batch)
-    srcs=(core/status.c core/utf8.c core/paths.c cli/opts.c cli/prompt.c
+    srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c core/paths.c cli/opts.c cli/prompt.c
           cli/gen_opts.c cli/batch_request.c decode/sampler.c)
     entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 libs=(-lcjson -lm) ;;
 tokenizer)
