@@ -6,6 +6,7 @@
 #include "core/status.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 size_t ig_json_depth(const char *text, size_t len)
@@ -39,8 +40,25 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
         for (; end < text + len; end++)
             if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
                 break;
-        if (end == text + len)
+        if (end == text + len) {
+            /* a key given twice at the top (config.json): cJSON keeps both and a
+             * lookup takes the first, silently; files with more keys than any
+             * config are left to their readers */
+            int n = cJSON_GetArraySize(*out);
+            for (const cJSON *a = (*out)->child; cJSON_IsObject(*out) && n <= 4096 && a;
+                 a = a->next)
+                for (const cJSON *b = a->next; b; b = b->next)
+                    if (!strcmp(a->string, b->string)) {
+                        char key[64];
+                        snprintf(key, sizeof key, "%s", a->string);
+                        cJSON_Delete(*out);
+                        *out = NULL;
+                        return quiet ? IG_E_MODEL
+                                     : ig_error(IG_E_MODEL, "%s: key \"%s\" appears twice",
+                                                name, key);
+                    }
             return IG_OK;
+        }
         at = (size_t)(end - text);
         cJSON_Delete(*out);
         *out = NULL;

@@ -14,7 +14,8 @@
 #define IG_JSON_MAX_BYTES ((size_t)512 << 20)
 
 /* Parses text[0..len) (need not be NUL-terminated) as one JSON value with
- * nothing but white space after it. `name` names the source in the message.
+ * nothing but white space after it and, where it is an object, no key twice
+ * among its own members. `name` names the source in the message.
  * Returns IG_OK and *out (free with cJSON_Delete), or IG_E_MODEL naming the
  * byte offset, line and column of the error, or IG_E_NOMEM; one line on
  * stderr when `quiet` is 0. */

@@ -133,6 +133,13 @@ def main():
             c.write(name, '{"a": 1,\n  "b": }')
             expect(c.path, 4, name, "invalid JSON at line 2", cmd=cmd)
 
+        # a key twice: cJSON would keep both and take the first unsaid
+        c = case()
+        with open(c.file("config.json")) as f:
+            text = f.read()
+        c.write("config.json", text.replace("{", '{"num_hidden_layers": 1000, ', 1))
+        expect(c.path, 4, "config.json", "key \"num_hidden_layers\" appears twice")
+
         # config.json: unsupported or inconsistent
         for what, fn, needles in [
             ("architecture", lambda j: j.update(architectures=["GPTNeoXForCausalLM"]),
