@@ -280,6 +280,14 @@ int cli_check_args(const char *cmd, int argc, char **argv, const struct cli_opti
             size_t n = eq ? (size_t)(eq - name) : strlen(name);
             bool ambiguous;
             o = find_long(table, name, n, &ambiguous);
+            /* run's --json, where the prefix would name --json-schema */
+            if (!o && n == 4 && !strncmp(name, "json", 4) &&
+                (!strcmp(cmd, "batch") || !strcmp(cmd, "chat")))
+                return ig_error(IG_E_USAGE, "unknown option '--json': %s",
+                                !strcmp(cmd, "batch")
+                                    ? "batch always writes JSON Lines, an object a request"
+                                    : "chat writes text ('ignite run --json' and 'ignite batch' "
+                                      "write JSON)");
             if (ambiguous) {
                 char list[512] = "";
                 for (const struct cli_option *p = table; p->name; p++)

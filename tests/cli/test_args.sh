@@ -187,6 +187,11 @@ for cmd in run chat batch bench perplexity; do
 done
 expect_rc 2 "--stop bad UTF-8" "$IGNITE" -m "$NOPE" -p hi --stop "$(printf 'a\377')" &&
     expect_grep "$TMP/err" "--stop: not valid UTF-8 (byte 0xff at offset 1)" "--stop bad UTF-8"
+# --json where the command has none: not "ambiguous" between the schema options
+for cmd in batch chat; do
+    expect_rc 2 "$cmd --json" "$IGNITE" $cmd --json &&
+        expect_grep "$TMP/err" "unknown option '--json': $cmd" "$cmd --json"
+done
 # Environment switches with a value they do not know: one line, exit 2.
 for var in IGNITE_MATMUL IGNITE_QMM_PATH IGNITE_SIMD; do
     expect_rc 2 "$var=bogus" env "$var=bogus" "$IGNITE" bench -m synthetic:Llama-tiny -r 1 -p 0 -n 1 &&
