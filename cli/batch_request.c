@@ -146,6 +146,27 @@ static bool json_number(const char *s, size_t n)
     return i == n;
 }
 
+/* The offset of the first number in the line that JSON's grammar does not
+ * allow (cJSON reads numbers with strtod: 020, 1., -01 pass), or len. */
+static size_t bad_number_at(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        if (s[i] == '"') {
+            i = skip_string(s, i, n);
+        } else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+            size_t j = i;
+            while (j < n && strchr("+-.0123456789eE", s[j]))
+                j++;
+            if (!json_number(s + i, j - i))
+                return i;
+            i = j;
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
 /* A numeric id as its own text (a raw item), else the id as parsed. */
 static int keep_id_text(const char *line, size_t len, struct batch_request *r)
 {
@@ -308,9 +329,13 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
            (*end == ' ' || *end == '\t' || *end == '\r'))
         end++;
     int st = IG_OK;
+    size_t bad = bad_number_at(line, len);
     if (end && (size_t)(end - line) < len)
         st = ig_error(IG_E_INPUT, "text after the JSON object (at byte %zu)",
                       (size_t)(end - line));
+    else if (bad < len)
+        st = ig_error(IG_E_INPUT, "not valid JSON: a number JSON does not allow at byte %zu",
+                      bad);
     else if (!cJSON_IsObject(root))
         st = ig_error(IG_E_INPUT, "a request must be a JSON object");
     const cJSON *v;

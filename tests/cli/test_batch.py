@@ -186,16 +186,17 @@ def bad_lines(tiny):
     data = ("\n".join(lines) + "\n").encode() + b'{"prompt": "a\xff"}\n'  # 14 bad UTF-8
     data += b'{"prompt": "ab\x00cd", "n_predict": 3}\n'  # 15 a raw NUL: cJSON would cut "ab"
     data += b'{"prompt": "abc", "id": ' + b"[" * 1001 + b"]" * 1001 + b"}\n"  # 16 too deep
+    data += b'{"prompt": "a\\"1 02", "n_predict": 020}\n'  # 17 a leading zero (strtod's)
     rc, objs, err = batch(tiny, data, "-c", "64", "-n", "4", "--ignore-eos")
     check(rc == 9, f"bad lines: exit {rc}, want 9 (some requests failed): {err[-300:]!r}")
     by_line = {o.get("line"): o for o in objs}
-    for line in (2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16):
+    for line in (2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17):
         o = by_line.get(line, {})
         check("error" in o and "\n" not in o["error"] and o.get("id") == line,
               f"line {line}: no error object: {o}")
     for line in (1, 13):
         check(by_line.get(line, {}).get("stop") == "limit", f"line {line} did not run: {by_line.get(line)}")
-    check(8 not in by_line and len(objs) == 15, f"blank line or count: {sorted(by_line)}")
+    check(8 not in by_line and len(objs) == 16, f"blank line or count: {sorted(by_line)}")
     check(by_line.get(13, {}).get("id") == {"k": [1]}, f"id echoed: {by_line.get(13)}")
     check("context" in by_line.get(6, {}).get("error", ""), f"over the context: {by_line.get(6)}")
     check("temprature" in by_line.get(5, {}).get("error", ""), f"unknown key: {by_line.get(5)}")
@@ -203,7 +204,9 @@ def bad_lines(tiny):
     check("NUL byte" in by_line.get(15, {}).get("error", ""), f"raw NUL: {by_line.get(15)}")
     check("nested more than 1000" in by_line.get(16, {}).get("error", ""),
           f"too deep: {by_line.get(16)}")
-    check("(13 failed)" in err, f"summary: {err[-300:]!r}")
+    check("number JSON does not allow at byte 35" in by_line.get(17, {}).get("error", ""),
+          f"leading zero: {by_line.get(17)}")
+    check("(14 failed)" in err, f"summary: {err[-300:]!r}")
 
 
 def ids_and_whole_batch_errors(tiny):
