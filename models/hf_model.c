@@ -211,14 +211,16 @@ static int open_weights(struct loader *L)
     char p[4352];
     join(p, sizeof p, L->dir, "model.safetensors.index.json");
     int st;
-    if (exists(p)) {
+    /* there but not readable (a symlink loop, no permission): opened, so
+     * the message names the file and its reason, not "missing" */
+    if (exists(p) || errno != ENOENT) {
         cJSON *idx = NULL;
         if ((st = ig_json_load(p, &idx)) == IG_OK)
             st = open_sharded(L, idx, p);
         cJSON_Delete(idx);
     } else {
         join(p, sizeof p, L->dir, "model.safetensors");
-        st = exists(p) ? add_shard(L, "model.safetensors") : no_weights(L->dir);
+        st = exists(p) || errno != ENOENT ? add_shard(L, "model.safetensors") : no_weights(L->dir);
     }
     return st ? st : index_tensors(L);
 }

@@ -126,6 +126,11 @@ def main():
         os.mkdir(c.file("config.json"))
         expect(c.path, 3, "config.json", "not a regular file")
 
+        c = case()
+        os.remove(c.file("model.safetensors"))
+        os.symlink("model.safetensors", c.file("model.safetensors"))  # a loop: there, unreadable
+        expect(c.path, 3, "model.safetensors", "Too many levels of symbolic links")
+
         # bad JSON in each file
         for name, cmd in [("config.json", "info"), ("tokenizer.json", "tokenize"),
                           ("tokenizer_config.json", "info"), ("generation_config.json", "info")]:
