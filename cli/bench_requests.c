@@ -23,29 +23,9 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Ctrl-C: the step loop ends and the report covers what was done. A second
- * Ctrl-C kills at once (SA_RESETHAND). */
-static volatile sig_atomic_t requests_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    requests_interrupted = 1;
-}
-
-static void install_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
 
 int bench_parse_len(const char *what, const char *arg, double *mean, double *sd)
 {
@@ -275,7 +255,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
         (st = engine_create(be, vocab, &eo, &engine)) != IG_OK)
         goto done;
-    install_sigint();
+    cli_catch_sigint(true); /* the step loop ends; the report covers what was done */
     int64_t t0 = ig_now_ns();
     for (int64_t i = 0; i < b.n && st == IG_OK; i++) {
         struct bench_req *q = &b.reqs[i];
@@ -286,12 +266,12 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         };
         st = engine_submit(engine, &q->r);
     }
-    while (st == IG_OK && engine_pending(engine) && !requests_interrupted)
+    while (st == IG_OK && engine_pending(engine) && !cli_interrupted)
         st = engine_step(engine);
     if (st != IG_OK)
         goto done;
     /* After Ctrl-C the report covers the requests that ended. */
-    bool interrupted = requests_interrupted;
+    bool interrupted = cli_interrupted;
     int64_t n_done = 0;
     total_in = total_out = 0;
     for (int64_t i = 0; i < b.n; i++)

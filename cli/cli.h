@@ -8,6 +8,7 @@
 #define IGNITE_CLI_CLI_H
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +76,14 @@ int cli_options_next(struct cli_parser *p, const struct cli_command *c, int argc
 /* The one line for a word after the options that the command does not take:
  * the word, `hint` (or NULL) and where the options are; returns IG_E_USAGE. */
 int cli_unexpected_argument(const char *cmd, const char *arg, const char *hint);
+
+/* Set by SIGINT once cli_catch_sigint has run (cli/interrupt.c). */
+extern volatile sig_atomic_t cli_interrupted;
+
+/* Ctrl-C sets cli_interrupted. `restart`: a second Ctrl-C kills at once
+ * (SA_RESETHAND) and writes blocked on a slow reader restart (SA_RESTART);
+ * without it (chat at its '> ' marker) Ctrl-C interrupts a blocked read. */
+void cli_catch_sigint(bool restart);
 
 /* For getopt_long's '?' (unknown option) and ':' (missing value) returns:
  * one line naming the option, with the --help hint; returns IG_E_USAGE. */

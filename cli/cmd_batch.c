@@ -95,22 +95,9 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
 
 /* ---- signals ----------------------------------------------------------------------- */
 
-static volatile sig_atomic_t batch_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    batch_interrupted = 1;
-}
-
 static void install_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
+    cli_catch_sigint(true);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -381,7 +368,7 @@ static int read_requests(struct batch *b, struct line_reader *in, int64_t ahead)
     size_t len;
     bool too_long;
     int st = IG_OK;
-    while (st == IG_OK && b->n_open < ahead && !lines_done(in) && !batch_interrupted) {
+    while (st == IG_OK && b->n_open < ahead && !lines_done(in) && !cli_interrupted) {
         if (lines_next(in, &line, &len, &too_long)) {
             st = take_line(b, in->line_no, line, len, too_long);
             continue;
@@ -438,7 +425,7 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
 static int run_batch(struct batch *b, struct backend *be, struct line_reader *in)
 {
     struct engine_opts eo = {
-        .max_rows = be->o.max_rows, .share_prefixes = true, .interrupt = &batch_interrupted,
+        .max_rows = be->o.max_rows, .share_prefixes = true, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_done = on_done, .user = b},
     };
     int st = engine_create(be, b->vocab, &eo, &b->engine);
@@ -446,12 +433,12 @@ static int run_batch(struct batch *b, struct backend *be, struct line_reader *in
         return st;
     int64_t ahead = 2 * (int64_t)be->o.n_slots + 64;
     while (st == IG_OK && !b->out_errno) {
-        if (!batch_interrupted)
+        if (!cli_interrupted)
             st = read_requests(b, in, ahead);
         if (st != IG_OK)
             break;
-        if (batch_interrupted || !engine_pending(b->engine)) {
-            if (batch_interrupted || lines_done(in)) {
+        if (cli_interrupted || !engine_pending(b->engine)) {
+            if (cli_interrupted || lines_done(in)) {
                 st = engine_step(b->engine); /* ends what is in flight */
                 break;
             }
@@ -552,7 +539,7 @@ int cmd_batch(int argc, char **argv)
         print_summary(&b, secs, be);
     if (st == IG_OK && b.out_errno && b.out_errno != EPIPE)
         st = ig_error(IG_E_IO, "cannot write the results: %s", strerror(b.out_errno));
-    if (st == IG_OK && batch_interrupted)
+    if (st == IG_OK && cli_interrupted)
         st = IG_E_INTERRUPTED;
     if (st == IG_OK && b.n_failed && b.out_errno != EPIPE)
         st = IG_E_PARTIAL;

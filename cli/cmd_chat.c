@@ -86,26 +86,8 @@ static int parse_args(int argc, char **argv, struct chat_opts *o)
 
 /* ---- signals ------------------------------------------------------------------ */
 
-static volatile sig_atomic_t chat_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    chat_interrupted = 1;
-}
-
-/* While an answer runs: a first Ctrl-C stops it, a second kills
- * (SA_RESETHAND); writes restart. While a line is read: no SA_RESTART, so
- * Ctrl-C at the marker interrupts the read. */
-static void install_sigint(bool answering)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = answering ? SA_RESETHAND | SA_RESTART : 0;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
+/* While an answer runs: a first Ctrl-C stops it, a second kills; while a
+ * line is read, Ctrl-C at the marker interrupts the read (cli_catch_sigint). */
 
 /* ---- reading messages ------------------------------------------------------------ */
 
@@ -122,7 +104,7 @@ static int wait_input(void)
     sigaddset(&block, SIGINT);
     sigprocmask(SIG_BLOCK, &block, &old);
     int ready = 0;
-    while (!chat_interrupted) {
+    while (!cli_interrupted) {
         fd_set r;
         FD_ZERO(&r);
         FD_SET(STDIN_FILENO, &r);
@@ -156,7 +138,7 @@ static int read_message(char **msg, size_t *len, bool marker)
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
         if (got < 0) {
-            rc = chat_interrupted ? -1 : ferror(stdin) && errno != EINTR ? -IG_E_IO
+            rc = cli_interrupted ? -1 : ferror(stdin) && errno != EINTR ? -IG_E_IO
                  : n ? 1 : 0;
             break;
         }
@@ -284,7 +266,7 @@ static int turn(struct chat *c, const char *msg)
         st = engine_submit(c->engine, &r); /* (a message too long for what is left: skipped) */
     if (st == IG_OK) {
         cli_progress_start(&c->out.progress, !c->o->g.quiet);
-        install_sigint(true);
+        cli_catch_sigint(true);
         while (st == IG_OK && engine_pending(c->engine)) {
             st = engine_step(c->engine);
             run_stream_prefill(&c->out, &r.result, r.n_tokens);
@@ -310,7 +292,7 @@ static int turn(struct chat *c, const char *msg)
         if (st == IG_OK && res->stop == GEN_STOP_OUTPUT && c->out.write_errno != EPIPE)
             st = ig_error(IG_E_IO, "cannot write the output: %s", strerror(c->out.write_errno));
     }
-    chat_interrupted = 0;
+    cli_interrupted = 0;
     tok_ids_free(&ids);
     free(text);
     return st;
@@ -322,7 +304,7 @@ static int converse(struct chat *c)
     bool marker = isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
     int failed = IG_OK;
     for (;;) {
-        install_sigint(false);
+        cli_catch_sigint(false);
         char *msg = NULL;
         size_t len = 0;
         int rc = read_message(&msg, &len, marker);
@@ -391,7 +373,7 @@ int cmd_chat(int argc, char **argv)
     if ((st = backend_create(c.m, &bo, &c.be)) != IG_OK)
         goto done;
     struct engine_opts eo = {
-        .max_rows = c.be->o.max_rows, .interrupt = &chat_interrupted,
+        .max_rows = c.be->o.max_rows, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_token = on_token, .user = &c},
     };
     if ((st = engine_create(c.be, c.vocab, &eo, &c.engine)) != IG_OK)

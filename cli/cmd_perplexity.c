@@ -150,25 +150,6 @@ static int tokenize_text(struct tok_vocab *v, const char *text, size_t len, stru
 
 /* ---- signals and progress ---------------------------------------------------------- */
 
-static volatile sig_atomic_t ppl_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    ppl_interrupted = 1;
-}
-
-/* SIGINT sets the flag, checked between steps (a second Ctrl-C kills:
- * SA_RESETHAND). */
-static void install_sigint(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
 
 /* The progress line (cli/progress.c): the window, tokens done of the
  * text's, the rate and the time left. */
@@ -257,7 +238,7 @@ static int run_window(struct ppl_run *r, int64_t w, bool *complete, struct cli_p
     if (r->o->kl && (st = ppl_file_read_chunk(r->base, r->base_name, &r->fh, w, r->recs)))
         return st;
     for (int64_t r0 = 0; r0 < p->n_ctx; r0 += rows) {
-        if (ppl_interrupted)
+        if (cli_interrupted)
             return IG_OK;
         int64_t n = p->n_ctx - r0 < rows ? p->n_ctx - r0 : rows;
         struct backend_seq seq = {.table = r->table, .slot = 0, .row0 = 0, .n_rows = n,
@@ -286,7 +267,7 @@ static int run_windows(struct ppl_run *r, struct ppl_report *rep)
     ig_set_diag_hook(clear_progress, &pg);
     /* A reader that has gone (or a full disk) ends the run after the line
      * that found it. */
-    for (int64_t w = 0; w < r->plan.n_chunk && st == IG_OK && !ppl_interrupted &&
+    for (int64_t w = 0; w < r->plan.n_chunk && st == IG_OK && !cli_interrupted &&
                         cli_stdout_ok(false); w++) {
         bool complete;
         st = run_window(r, w, &complete, &pg, t0);
@@ -463,7 +444,7 @@ int cmd_perplexity(int argc, char **argv)
         .n_text = o.kl ? r.fh.n_chunk * r.fh.n_ctx : text.n, .base = o.base, .kl = o.kl,
         .windows = r.windows, .total = &r.total, .kl_values = r.kl_values,
     };
-    install_sigint();
+    cli_catch_sigint(true); /* checked between steps */
     st = run_windows(&r, &rep);
     if (st == IG_OK && o.kl && r.n_done == r.fh.n_chunk)
         st = ppl_file_read_end(r.base, r.base_name);
@@ -471,13 +452,13 @@ int cmd_perplexity(int argc, char **argv)
         st = finish_partial(&r, tmp, o.base, st);
     rep.n_done = r.n_done;
     rep.seconds = r.seconds;
-    rep.interrupted = ppl_interrupted;
+    rep.interrupted = cli_interrupted;
     if (!cli_stdout_ok(false)) {
         st = st != IG_OK ? st : cli_flush_stdout(); /* 0 when the reader went away */
-    } else if (st == IG_OK || ppl_interrupted) {
+    } else if (st == IG_OK || cli_interrupted) {
         int out = ppl_report_end(&rep, o.json);
         out = out == IG_OK ? cli_flush_stdout() : out;
-        st = st != IG_OK ? st : out != IG_OK ? out : ppl_interrupted ? IG_E_INTERRUPTED : IG_OK;
+        st = st != IG_OK ? st : out != IG_OK ? out : cli_interrupted ? IG_E_INTERRUPTED : IG_OK;
     }
 done:
     if (r.base && !o.kl) /* an error before the windows: nothing is left */

@@ -130,25 +130,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 
 /* ---- signals ------------------------------------------------------------------- */
 
-static volatile sig_atomic_t run_interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    run_interrupted = 1;
-}
-
-/* SIGINT sets the flag (a second Ctrl-C kills: SA_RESETHAND); SA_RESTART
- * keeps a write blocked on a slow reader (`| less`) from failing with EINTR.
- * SIGPIPE is ignored so a closed stdout shows up as EPIPE from write. */
+/* Ctrl-C: cli_catch_sigint. SIGPIPE is ignored so a closed stdout shows up
+ * as EPIPE from write. */
 static void install_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
+    cli_catch_sigint(true);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -367,7 +353,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     double save_ms = 0;
     size_t kv_bytes = 0;
     struct engine_opts eo = {
-        .max_rows = in->be->o.max_rows, .interrupt = &run_interrupted,
+        .max_rows = in->be->o.max_rows, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_token = on_token, .user = &rs},
     };
     run_stream_init(&rs.out, !o->g.quiet);
