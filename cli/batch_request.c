@@ -320,7 +320,7 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
         return ig_error(IG_E_INPUT, "a string holds a NUL character (\\u0000)");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
-    if (!root && ig_json_depth(line, len) > CJSON_NESTING_LIMIT)
+    if (!root && end && (size_t)(end - line) >= ig_json_too_deep_at(line, len))
         return ig_error(IG_E_INPUT, "JSON nested more than %d levels deep", CJSON_NESTING_LIMIT);
     if (!root)
         return ig_error(IG_E_INPUT, "not valid JSON (near byte %zu)",
@@ -348,10 +348,8 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
     }
     if (st == IG_OK && !r->prompt)
         st = ig_error(IG_E_INPUT, "no \"prompt\"");
-    if (r->id) { /* an error object echoes the id too */
-        int id_st = keep_id_text(line, len, r);
-        st = st == IG_OK ? id_st : st;
-    }
+    if (st == IG_OK) /* (an error object gives the line number: the request is freed) */
+        st = keep_id_text(line, len, r);
     if (st == IG_OK && r->grammar && r->json_schema)
         st = ig_error(IG_E_INPUT, "give \"grammar\" or \"json_schema\", not both");
     cJSON_Delete(root);

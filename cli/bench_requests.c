@@ -286,7 +286,8 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         goto done;
     }
 
-    double secs = (double)(b.t_end - t0) / 1e9;
+    /* to the last token (Ctrl-C before any: to now) */
+    double secs = (double)((b.t_end ? b.t_end : ig_now_ns()) - t0) / 1e9;
     double *ttft = malloc((size_t)b.n * sizeof *ttft), *tpot = malloc((size_t)b.n * sizeof *tpot);
     double *e2el = malloc((size_t)b.n * sizeof *e2el);
     int64_t n_tpot = 0;
@@ -294,10 +295,11 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         const struct gen_result *r = &b.reqs[i].r.result;
         if (!b.reqs[i].done)
             continue;
+        double e = (double)(r->t_last_ns - t0) / 1e6;
         ttft[k] = r->ttft_ms;
-        e2el[k++] = (double)(r->t_last_ns - t0) / 1e6;
+        e2el[k++] = e;
         if (r->n_gen > 1)
-            tpot[n_tpot++] = (e2el[i] - r->ttft_ms) / (double)(r->n_gen - 1);
+            tpot[n_tpot++] = (e - r->ttft_ms) / (double)(r->n_gen - 1);
     }
     cJSON *j = cJSON_CreateObject();
     if (!ttft || !tpot || !e2el || !j) {

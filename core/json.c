@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-size_t ig_json_depth(const char *text, size_t len)
+size_t ig_json_too_deep_at(const char *text, size_t len)
 {
-    size_t depth = 0, most = 0;
+    size_t depth = 0;
     bool in_string = false;
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
@@ -23,12 +23,13 @@ size_t ig_json_depth(const char *text, size_t len)
         } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {
-            most = ++depth > most ? depth : most;
+            if (++depth > CJSON_NESTING_LIMIT)
+                return i;
         } else if ((c == ']' || c == '}') && depth) {
             depth--;
         }
     }
-    return most;
+    return len;
 }
 
 int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJSON **out)
@@ -74,7 +75,7 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
             line++, col = 0;
     if (!len)
         return ig_error(IG_E_MODEL, "%s: empty file, expected JSON", name);
-    if (ig_json_depth(text, len) > CJSON_NESTING_LIMIT)
+    if (at >= ig_json_too_deep_at(text, len))
         return ig_error(IG_E_MODEL, "%s: JSON nested more than %d levels deep", name,
                         CJSON_NESTING_LIMIT);
     return ig_error(IG_E_MODEL, "%s: invalid JSON at line %zu, column %zu (byte %zu)", name,

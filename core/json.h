@@ -25,10 +25,10 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
  * line) when it cannot be opened or is over IG_JSON_MAX_BYTES. */
 int ig_json_load(const char *path, cJSON **out);
 
-/* The deepest nesting of arrays and objects in text[0..len) (brackets
- * outside strings): where cJSON refuses a text past CJSON_NESTING_LIMIT
- * (1000) levels, the message says so instead of "not valid JSON". */
-size_t ig_json_depth(const char *text, size_t len);
+/* The offset of the first bracket (outside strings) that opens a level past
+ * CJSON_NESTING_LIMIT (1000) in text[0..len), or len: where cJSON failed at
+ * or past it, the message says the text is too deep, not "not valid JSON". */
+size_t ig_json_too_deep_at(const char *text, size_t len);
 
 /* The string member `key` of `obj`, or NULL when absent or not a string. */
 const char *ig_json_str(const cJSON *obj, const char *key);

@@ -1183,7 +1183,7 @@ int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, cha
             else if (((unsigned char)json[i] & 0xC0) != 0x80)
                 col++;
         }
-        if (ig_json_depth(json, len) > CJSON_NESTING_LIMIT)
+        if (at >= ig_json_too_deep_at(json, len))
             return ig_error(IG_E_USAGE, "%s: JSON nested more than %d levels deep", source,
                             CJSON_NESTING_LIMIT);
         return ig_error(IG_E_USAGE, "%s:%d:%d: not valid JSON", source, line, col);
