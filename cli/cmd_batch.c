@@ -24,9 +24,9 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BATCH_DEFAULT_PARALLEL 8
@@ -87,7 +87,8 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc)
-        return cli_unexpected_argument("batch", argv[optind], "requests come from -f FILE or stdin");
+        return cli_unexpected_argument("batch", argv[optind],
+                                       "requests come from -f FILE or stdin");
     if (gen_cli_check(&o->g) != IG_OK)
         return IG_E_USAGE;
     return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);
