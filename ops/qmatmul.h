@@ -303,7 +303,7 @@ qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type);
  * AVX2; avx512vnni: no cap). */
 enum qmm_isa ops_qmm_best_isa(void);
 /* IG_E_USAGE, said once, where IGNITE_SIMD is set to no set's name or
- * IGNITE_MATMUL to neither exact nor int8. */
+ * IGNITE_MATMUL to none of exact, int8 (or fast, the same). */
 int ops_qmm_check_env(void);
 /* Whether this CPU runs the ISA's kernels and they are built in, whatever
  * IGNITE_SIMD says (the tests run every such set). */
