@@ -373,6 +373,10 @@ int launch_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
         (void)p, (void)tile, (void)stream; /* the entry refuses it (isa_runs_on) */
         return ig_error(IG_E_INTERNAL, "flash attention: no sm_90a kernels in this build");
 #endif
+    } else if constexpr (!IG_ATTN_BUILT(V)) {
+        (void)p, (void)tile, (void)stream;
+        return ig_error(IG_E_INTERNAL, "flash attention: %s is not built in this copy",
+                        prefill_attn_variant_name(V));
     } else {
         return launch_mma_variant<V>(p, tile, stream);
     }

@@ -213,8 +213,8 @@ template <int V>
 int launch_wgmma_variant(const prefill_attn_params &p, const prefill_attn_tile &tile,
                          cudaStream_t stream)
 {
-    if constexpr (variant<V>::isa != PREFILL_ATTN_ISA_WGMMA) {
-        return ig_error(IG_E_INTERNAL, "flash attention: %s is not a wgmma variant",
+    if constexpr (variant<V>::isa != PREFILL_ATTN_ISA_WGMMA || !IG_ATTN_BUILT(V)) {
+        return ig_error(IG_E_INTERNAL, "flash attention: %s is not a wgmma variant of this build",
                         prefill_attn_variant_name(V));
     } else {
         if (tile.block_m != variant<V>::block_m || tile.block_n != variant<V>::block_n ||

@@ -11,8 +11,10 @@
  * row of a prompt that wants logits (as `ignite perplexity` asks); the cache
  * exported from the device matches the CPU cache; a cache imported into a
  * fresh backend continues with the same logits.
- * Usage: test_backend_emu [--gpu-weights native|f16]. Exits 77 without the
- * model. */
+ * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]: the
+ * model's first N layers only (both backends), for a weight mode whose code
+ * is the same in every layer (ctest's f16 run: the native run keeps the
+ * whole depth). Exits 77 without the model. */
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/cpu/model_path.h"
@@ -40,10 +42,16 @@ static void check_too_big(void)
 int main(int argc, char **argv)
 {
     enum backend_gpu_weights mode = BACKEND_GPU_NATIVE;
-    if (argc == 3 && !strcmp(argv[1], "--gpu-weights") &&
-        backend_parse_gpu_weights(argv[2], &mode) == IG_OK) {
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16]\n");
+    long layers = 0; /* 0: all */
+    for (int i = 1; i < argc; i += 2) {
+        char *end = NULL;
+        if (i + 1 < argc && !strcmp(argv[i], "--gpu-weights") &&
+            backend_parse_gpu_weights(argv[i + 1], &mode) == IG_OK)
+            continue;
+        if (i + 1 < argc && !strcmp(argv[i], "--layers") &&
+            (layers = strtol(argv[i + 1], &end, 10)) > 0 && !*end)
+            continue;
+        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16] [--layers N]\n");
         return 2;
     }
     char path[4096];
@@ -53,6 +61,8 @@ int main(int argc, char **argv)
     struct tok_vocab *vocab = NULL;
     if (model_load(path, &m) != IG_OK || tok_load_model(m, &vocab) != IG_OK)
         return 1;
+    if (layers > 0 && layers < m->hp.n_layer)
+        m->hp.n_layer = layers;
 
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
                              .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};

@@ -35,10 +35,10 @@ static int emu_entry(const struct prefill_attn_params *p)
     return prefill_attn_emu(p, NULL);
 }
 
-void test_emu_set_seed(uint64_t seed);         /* flash_attn_emu.cc */
-uint64_t test_emu_ldmatrix_conflicts(void); /* flash_attn_emu.cc */
+void test_emu_set_seed(uint64_t seed);         /* emu_knobs.cc */
+uint64_t test_emu_ldmatrix_conflicts(void); /* emu_knobs.cc */
 
-void test_emu_set_sm_count(int n);            /* flash_attn_emu.cc */
+void test_emu_set_sm_count(int n);            /* emu_knobs.cc */
 
 /* A run's own copies of the case's outputs (o, lse as initialised) and
  * caches (as before any run), so every run starts from the same state. */

@@ -1,0 +1,27 @@
+/* tests/emu/emu_knobs.cc: the emulator's settings and counters for the C
+ * attention tests (emu/emu.h is C++). The kernels themselves come from
+ * ignite_gpu_emu, the build the CUDA backend's tests run. */
+#include "emu/emu.h"
+
+#include <stdint.h>
+
+/* The barrier-order seed. */
+extern "C" void test_emu_set_seed(uint64_t seed);
+extern "C" void test_emu_set_seed(uint64_t seed)
+{
+    ig_emu_set_seed(seed);
+}
+
+/* Extra ldmatrix wavefronts (bank conflicts) of the last launch. */
+extern "C" uint64_t test_emu_ldmatrix_conflicts(void);
+extern "C" uint64_t test_emu_ldmatrix_conflicts(void)
+{
+    return ig_emu_last_stats().ldmatrix_conflicts;
+}
+
+/* The SM count the persistent (ws) kernels size their grid by. */
+extern "C" void test_emu_set_sm_count(int n);
+extern "C" void test_emu_set_sm_count(int n)
+{
+    ig_emu_set_sm_count(n);
+}
