@@ -5,7 +5,12 @@
 #   make build-all     build ignite and every test program
 #   make test          build-all, fetch the model, make the test venv, run ctest
 #   make test LABEL=unit   only one class of tests (unit model tokenizer cli emu cpu gpu fuzz)
-#   make asan          the same tests in an ASan + UBSan build (build-asan/)
+#   make asan          the tests again in an ASan + UBSan build (build-asan/), all but the
+#                      emulated CUDA ones (built with the sanitizers in every build, so run
+#                      once, by make test); the model tests run shorter cases there
+#   make check-fast    the edit-build-test loop (a few minutes): build-all, then the tests
+#                      that need no model, no fuzzing and no long emulation (labels
+#                      model, fuzz, gpu and long left out)
 #   make run           run ignite on the default model
 #   make fetch-model   download the test models into the cache (see scripts/fetch-model.sh)
 #   make fuzz          a long fuzzing run of a parser (FUZZ_SECONDS=600, FUZZ_TARGET=gguf,
@@ -25,7 +30,7 @@ ifeq ($(CI),true)
 CMAKE_ARGS += -DIGNITE_WERROR=ON
 endif
 
-.PHONY: all build build-all test asan run fetch-model venv fuzz gpu-check clean
+.PHONY: all build build-all test check-fast asan run fetch-model venv fuzz gpu-check clean
 
 all: build
 
@@ -53,8 +58,11 @@ venv:
 test: build-all fetch-model venv
 	cd $(BUILD) && ctest $(CTEST_ARGS)
 
+check-fast: build-all venv
+	cd $(BUILD) && ctest $(CTEST_ARGS) -LE 'model|fuzz|gpu|long'
+
 asan: fetch-model venv
-	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DIGNITE_SANITIZE=ON -DIGNITE_CUDA=OFF)
+	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DIGNITE_SANITIZE=ON -DIGNITE_CUDA=OFF -DIGNITE_EMU_TESTS=OFF)
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_ARGS)
 

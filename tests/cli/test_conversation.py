@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
 
-from igtest import check, model_path, summary
+from igtest import check, model_path, sanitized, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = model_path()
@@ -145,10 +145,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         stops = set()
         # the int8 path's answers run on past -n 16 (open turns), the exact
-        # path's end with <|im_end|> (closed turns)
-        for flags in (GREEDY, GREEDY + ["--exact"]):
+        # path's end with <|im_end|> (closed turns); under the sanitizers
+        # (~30x slower) the open turns alone, the longer path through the cache
+        modes = [GREEDY] if sanitized() else [GREEDY, GREEDY + ["--exact"]]
+        for flags in modes:
             conversation(template, tk, os.path.join(tmp, "c.kv"), flags, stops)
-        check(stops == {"eog", "limit"}, f"the turns ended {stops}: both kinds not tested")
+        check(stops == ({"limit"} if sanitized() else {"eog", "limit"}),
+              f"the turns ended {stops}: both kinds not tested")
 
         rc, out, err = run("run", "-m", MODEL, "--chat", "-p", QUESTIONS[0], "--verbose-prompt",
                            "-q", *GREEDY[:2], "-n", "1")

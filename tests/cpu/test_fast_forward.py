@@ -42,7 +42,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_forward_ref import CHAT, ESSAY, STORY, model_path, sanitized_build  # noqa: E402
+from test_forward_ref import CHAT, ESSAY, STORY, model_path  # noqa: E402
+from igtest import sanitized  # noqa: E402
 
 SKIP = 77
 NMSE_BOUND = 6e-2
@@ -79,7 +80,7 @@ def main():
         return SKIP
     failures = 0
     worst = (0.0, 0.0)
-    for name, ids, opts, decode in SANITIZED_CASES if sanitized_build() else CASES:
+    for name, ids, opts, decode in SANITIZED_CASES if sanitized() else CASES:
         fast = run(dump, model, ids, opts, decode, exact=False).astype(np.float64)
         exact = run(dump, model, ids, opts, decode, exact=True).astype(np.float64)
         steps = 1 + len(decode)
@@ -99,7 +100,7 @@ def main():
                     f"top-1 {'same' if same_top else 'differs'} (exact margin {margin:.3f})")
             print(("ok   " if ok else "FAIL ") + line)
             failures += not ok
-    if not sanitized_build():
+    if not sanitized():
         whole = run(dump, model, ESSAY, [], [], exact=False).astype(np.float64)
         chunked = run(dump, model, ESSAY, ["-c", "8"], [], exact=False).astype(np.float64)
         rel = float(np.max(np.abs(whole - chunked)) / np.max(np.abs(whole)))

@@ -23,7 +23,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import T, llama3_rope_freqs, write_model  # noqa: E402
 from ref_forward import RefModel  # noqa: E402
-from test_forward_ref import check_case, sanitized_build  # noqa: E402
+from test_forward_ref import check_case  # noqa: E402
+from igtest import sanitized  # noqa: E402
 
 U32, F32, STR = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
 
@@ -102,7 +103,7 @@ def main():
     if len(sys.argv) != 2:
         raise SystemExit("usage: test_forward_arch.py FORWARD_DUMP")
     tool = sys.argv[1]
-    cases = [CASES[i] for i in SANITIZED] if sanitized_build() else CASES
+    cases = [CASES[i] for i in SANITIZED] if sanitized() else CASES
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, kw, n_prompt, opts, n_fixed, n_greedy) in enumerate(cases):

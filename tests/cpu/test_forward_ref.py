@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_forward import RefModel  # noqa: E402
-from igtest import model_path
+from igtest import sanitized, model_path
 
 SKIP = 77
 
@@ -61,16 +61,6 @@ SANITIZED_CASES = [
     ("code in chunks of 5", CODE[:12], ["-c", "5", "-t", "1"], [7], 1, 1e-4),
     ("story, f16 KV cache", STORY[:6], ["--f16"], [], 1, 3e-3),
 ]
-
-
-def sanitized_build():
-    """True when the build directory under test was configured with sanitizers."""
-    cache = os.path.join(os.environ.get("IGNITE_BUILD_DIR", ""), "CMakeCache.txt")
-    try:
-        with open(cache) as f:
-            return any(line.startswith("IGNITE_SANITIZE:BOOL=ON") for line in f)
-    except OSError:
-        return False
 
 
 def run_ours(tool, model, prompt, opts, fixed, n_greedy, out):
@@ -149,7 +139,7 @@ def main():
     t0 = time.time()
     ref_model = RefModel(model)
     print(f"reference weights dequantized in {time.time() - t0:.1f} s")
-    cases = SANITIZED_CASES if sanitized_build() else CASES
+    cases = SANITIZED_CASES if sanitized() else CASES
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:

@@ -30,7 +30,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from igtest import gemma3_path  # noqa: E402
 from ref_forward import RefModel  # noqa: E402
-from test_forward_ref import check_case, sanitized_build  # noqa: E402
+from test_forward_ref import check_case  # noqa: E402
+from igtest import sanitized  # noqa: E402
 
 BIN = os.environ.get("IGNITE_BIN", "build/ignite")
 SKIP = 77
@@ -142,7 +143,7 @@ def main():
     ids = tokenize(path, TEXT)
     print(f"prompt: {len(ids)} tokens")
     ok = check_info(path)
-    if sanitized_build():  # 30x slower: one short case crossing a small prefix of the window
+    if sanitized():  # 30x slower: one short case crossing a small prefix of the window
         cases = [("gemma3 270M, 40 tokens", ids[:40], ["-c", "16"], [], 2, 1e-4)]
     else:
         cases = [
@@ -162,7 +163,7 @@ def main():
             del os.environ["IGNITE_MATMUL"]
         else:
             os.environ["IGNITE_MATMUL"] = env_exact
-        if not sanitized_build():
+        if not sanitized():
             ok &= check_fast(tool, path, ids[:600], ["-c", "200"], ids[600:606], tmp)
     print(f"test_gemma3_real: {'ok' if ok else 'FAILED'}, {time.time() - t0:.0f} s")
     return 0 if ok else 1

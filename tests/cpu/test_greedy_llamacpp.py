@@ -38,7 +38,7 @@ import tempfile
 
 import numpy as np
 
-from igtest import gemma3_path, model_path
+from igtest import sanitized, gemma3_path, model_path
 
 SKIP = 77
 F32_TIE = 1e-3    # ~30x the observed f32 logit differences between the engines
@@ -46,16 +46,6 @@ Q4_BOUND = 0.5    # just above the largest observed gap change, 0.47
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden_llamacpp.json")
 GOLDEN_GEMMA3 = os.path.join(HERE, "golden_gemma3_llamacpp.json")
-
-
-def sanitized_build():
-    """True when the build under test has sanitizers (30x slower: fewer steps)."""
-    cache = os.path.join(os.environ.get("IGNITE_BUILD_DIR", ""), "CMakeCache.txt")
-    try:
-        with open(cache) as f:
-            return any(line.startswith("IGNITE_SANITIZE:BOOL=ON") for line in f)
-    except OSError:
-        return False
 
 
 def sha256(path):
@@ -114,8 +104,8 @@ def main():
     if sha256(model) != golden["model_sha256"]:
         print(f"skip: {model} is not the model the golden ids were made for")
         return SKIP
-    n = 4 if sanitized_build() else golden["n_gen"]
-    if sanitized_build() and gemma3:  # Gemma's 500-800 token prompts take minutes there
+    n = 4 if sanitized() else golden["n_gen"]
+    if sanitized() and gemma3:  # Gemma's 500-800 token prompts take minutes there
         golden["prompts"] = [p for p in golden["prompts"] if len(p["prompt_ids"]) < 100]
     qkey = "quant" if gemma3 else "q4_1"
     runs = {"f32_twin": (F32_TIE, 1),

@@ -10,7 +10,7 @@ need_model
 P1="The old lighthouse keeper climbed the stairs every evening."
 P2=" He lit the lamp and watched the ships pass by in the dark"
 run() { "$IGNITE" run -m "$MODEL" -t 2 -q "$@"; }
-if grep -q '^IGNITE_SANITIZE:BOOL=ON' "${IGNITE_BUILD_DIR:-.}/CMakeCache.txt" 2>/dev/null; then
+if [ "${IGNITE_SANITIZED:-}" = 1 ]; then
     SAMPLINGS=("--temp 0.8 -s 42 --repeat-penalty 1.3")
     N=4
 else

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hfgen  # noqa: E402
 from hf_ref import HFRef  # noqa: E402
-from igtest import check, model_path, summary  # noqa: E402
+from igtest import sanitized, check, model_path, summary  # noqa: E402
 
 BIN = os.environ.get("IGNITE_BIN", "build/ignite")
 DUMP = sys.argv[1] if len(sys.argv) > 1 else "build/tests/cpu/forward_dump"
@@ -47,17 +47,7 @@ CHAT = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 32075, 145
 STORY = [6403, 1980, 253, 655, 28, 665, 436, 253, 1838, 8180, 3365, 14176, 617, 5732, 288]
 
 
-def sanitized_build():
-    """True when the build under test was configured with sanitizers."""
-    cache = os.path.join(os.environ.get("IGNITE_BUILD_DIR", ""), "CMakeCache.txt")
-    try:
-        with open(cache) as f:
-            return any(line.startswith("IGNITE_SANITIZE:BOOL=ON") for line in f)
-    except OSError:
-        return False
-
-
-SANITIZED = sanitized_build()
+SANITIZED = sanitized()
 # prompt, greedy steps, forward_dump options
 CASES = [(CHAT[:8], 2, ())] if SANITIZED else [(CHAT, 6, ()), (STORY, 3, ("-c", "4"))]
 

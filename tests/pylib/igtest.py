@@ -43,3 +43,17 @@ def summary(name):
     """Prints the tally on stderr; returns the exit status (1 if any failed)."""
     print(f"{name}: {_checks} checks, {_failures} failed", file=sys.stderr)
     return 1 if _failures else 0
+
+
+def sanitized():
+    """True when the build under test has ASan + UBSan (ctest sets
+    IGNITE_SANITIZED there; by hand, the build's CMakeCache.txt says): its
+    forward is ~30x slower, so the model tests run shorter cases."""
+    if os.environ.get("IGNITE_SANITIZED") == "1":
+        return True
+    cache = os.path.join(os.environ.get("IGNITE_BUILD_DIR", ""), "CMakeCache.txt")
+    try:
+        with open(cache) as f:
+            return any(line.startswith("IGNITE_SANITIZE:BOOL=ON") for line in f)
+    except OSError:
+        return False
