@@ -6,6 +6,7 @@
 
 #include "core/paths.h"
 #include "core/status.h"
+#include "models/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,21 @@ static inline int test_model_path(char *buf, size_t cap)
         return TEST_SKIP;
     }
     return 0;
+}
+
+/* Sanitizer builds run the real model's first TEST_SANITIZED_LAYERS layers
+ * (of SmolLM2's 30): every layer runs the same code, so what ASan and UBSan
+ * can find shows in the first ones, and the whole depth took these tests
+ * tens of minutes there. Other builds keep every layer. */
+#define TEST_SANITIZED_LAYERS 4
+static inline void test_sanitized_depth(struct model *m)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    if (m->hp.n_layer > TEST_SANITIZED_LAYERS)
+        m->hp.n_layer = TEST_SANITIZED_LAYERS;
+#else
+    (void)m;
+#endif
 }
 
 #endif

@@ -164,6 +164,7 @@ int main(void)
     struct model *m;
     if (model_load(path, &m) != IG_OK)
         return 1;
+    test_sanitized_depth(m);
     struct fixture f = {.m = m, .nv = m->hp.n_vocab};
     /* Blocks of the three slots interleaved and out of order in the pool. */
     for (int s = 0; s < N_SLOTS; s++)

@@ -58,6 +58,7 @@ int main(void)
     struct model *m;
     if (model_load(path, &m) != IG_OK)
         return 1;
+    test_sanitized_depth(m);
     int64_t nv = m->hp.n_vocab, n_ctx = N_PROMPT + N_DECODE, nb = kv_blocks_for(n_ctx);
     struct backend *be;
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = n_ctx,
