@@ -1,6 +1,6 @@
-/* kvcache/kvfile.c: saving a KV cache to a stream and reading it back, and
- * the model identity a saved cache is bound to. Sequential both ways (no
- * seeks), so `-` through a pipe works. The format (docs/kvcache.md):
+/* kvcache/kvfile.c: saving one sequence's cache to a stream and reading it
+ * back, and the model identity a saved cache is bound to. Sequential both
+ * ways (no seeks), so `-` through a pipe works. The format (docs/kvcache.md):
  *
  *   "IGNITEKV" | u32 version | u32 dtype | u8[32] model id |
  *   i64 n_layer, n_head_kv, head_dim, n_tokens, n_vocab |
@@ -8,15 +8,18 @@
  *   rows: for layer, for K then V, for KV head: n_tokens x head_dim of dtype |
  *   u32 CRC-32C of every byte before it | end of the stream
  *
- * all little-endian. What the cache means for generation (the sampler, the
- * prompt) is generate/engine.c's; the CLI options are cli/cmd_run.c's.
- * Covered by tests/kvcache/test_kvcache.c and tests/kvcache/test_kv_cli.py. */
+ * all little-endian: every layer paged with one shape (kv_memory_of's
+ * layers of today's models). What the cache means for generation (the
+ * sampler, the prompt) is generate/engine.c's; the CLI options are
+ * cli/cmd_run.c's. Covered by tests/kvcache/test_kvcache.c and
+ * tests/kvcache/test_kv_cli.py. */
 #include "kvcache/kvcache.h"
 
 #include "core/checksum.h"
 #include "core/status.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -24,7 +27,7 @@
 #endif
 
 static const char kv_magic[8] = {'I', 'G', 'N', 'I', 'T', 'E', 'K', 'V'};
-#define KV_HEADER_BYTES 88
+#define KV_V1_HEADER_BYTES 88 /* magic .. n_vocab */
 
 /* ---- model identity ------------------------------------------------------------ */
 
@@ -166,30 +169,37 @@ static void put_i64(struct writer *w, int64_t v)
 }
 
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
-                  int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
+                  int64_t slot, int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab)
 {
     IG_ASSERT(n_pos >= 1);
-    const struct kv_shape *s = &st->shape;
+    (void)slot;
+    const struct kv_memory *mem = st->memory;
+    const struct kv_layer_mem *L0 = &mem->layers[0];
+    for (int64_t l = 0; l < mem->n_layer; l++) /* what version 1 holds */
+        IG_ASSERT((mem->layers[l].kind == KV_FULL || mem->layers[l].kind == KV_WINDOW) &&
+                  mem->layers[l].n_head_kv == L0->n_head_kv &&
+                  mem->layers[l].head_dim == L0->head_dim);
     struct writer w = {.f = f, .name = name};
     errno = 0;
     put(&w, kv_magic, sizeof kv_magic);
     put_u32(&w, KV_FILE_VERSION);
-    put_u32(&w, s->dtype);
+    put_u32(&w, mem->dtype);
     put(&w, id, KV_MODEL_ID_BYTES);
-    put_i64(&w, s->n_layer);
-    put_i64(&w, s->n_head_kv);
-    put_i64(&w, s->head_dim);
+    put_i64(&w, mem->n_layer);
+    put_i64(&w, L0->n_head_kv);
+    put_i64(&w, L0->head_dim);
     put_i64(&w, n_pos);
     put_i64(&w, logits ? n_vocab : 0);
     put(&w, tokens, (size_t)n_pos * sizeof *tokens);
     if (logits)
         put(&w, logits, (size_t)n_vocab * sizeof *logits);
-    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
-    for (int64_t l = 0; l < s->n_layer; l++) {
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *Lm = &mem->layers[l];
         struct kv_layout L = kv_store_layout(st, l);
+        size_t row = (size_t)Lm->head_dim * kv_dtype_bytes(mem->dtype);
         for (int kind = 0; kind < 2; kind++)
-            for (int64_t h = 0; h < s->n_head_kv; h++)
+            for (int64_t h = 0; h < Lm->n_head_kv; h++)
                 for (int64_t p = 0; p < n_pos; p += KV_BLOCK) {
                     int64_t run = n_pos - p < KV_BLOCK ? n_pos - p : KV_BLOCK;
                     put(&w, kv_row(&L, kind ? L.v : L.k, table, h, p), (size_t)run * row);
@@ -232,11 +242,39 @@ static int64_t le_i64(const unsigned char *b)
     return (int64_t)v;
 }
 
-int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
-                        const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES])
+/* The head after the model id: one shape for every layer, which must be
+ * every layer of the model's (all paged, the same heads). */
+static int read_shape(struct kv_file_reader *r, const unsigned char *b)
 {
-    *r = (struct kv_file_reader){.f = f, .name = name, .model_vocab = hp->n_vocab};
-    unsigned char b[KV_HEADER_BYTES];
+    struct kv_file_header *h = &r->hdr;
+    const struct kv_memory *want = r->want;
+    int64_t n_head_kv = le_i64(b + 56), head_dim = le_i64(b + 64);
+    h->n_layer = le_i64(b + 48);
+    h->n_groups = 1;
+    h->n_tokens = le_i64(b + 72);
+    h->n_vocab = le_i64(b + 80);
+    const struct kv_layer_mem *L0 = &want->layers[0];
+    if (h->n_layer != want->n_layer || n_head_kv != L0->n_head_kv || head_dim != L0->head_dim)
+        return ig_error(IG_E_KVFILE, "%s: shape %lld x %lld x %lld does not match the model's "
+                        "%lld x %lld x %lld", r->name, (long long)h->n_layer,
+                        (long long)n_head_kv, (long long)head_dim, (long long)want->n_layer,
+                        (long long)L0->n_head_kv, (long long)L0->head_dim);
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        const struct kv_layer_mem *L = &want->layers[l];
+        if ((L->kind != KV_FULL && L->kind != KV_WINDOW) || L->n_head_kv != n_head_kv ||
+            L->head_dim != head_dim)
+            return ig_error(IG_E_KVFILE, "%s holds every layer's K and V alike, but layer %lld "
+                            "of the model is %s", r->name, (long long)l, kv_kind_name(L->kind));
+    }
+    return IG_OK;
+}
+
+int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
+                        const struct kv_memory *want, int64_t n_vocab,
+                        const unsigned char id[KV_MODEL_ID_BYTES])
+{
+    *r = (struct kv_file_reader){.f = f, .name = name, .model_vocab = n_vocab, .want = want};
+    unsigned char b[KV_V1_HEADER_BYTES];
     int st = get(r, b, 16);
     if (st != IG_OK)
         return st;
@@ -249,44 +287,58 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
         return ig_error(IG_E_KVFILE, "%s is a version %u KV cache file; this ignite reads "
                         "version %d (save it again with this version)",
                         name, h->version, KV_FILE_VERSION);
-    if ((st = get(r, b + 16, KV_HEADER_BYTES - 16)) != IG_OK)
+    if ((st = get(r, b + 16, KV_V1_HEADER_BYTES - 16)) != IG_OK)
         return st;
     uint32_t dtype = le_u32(b + 12);
     if (dtype != KV_F32 && dtype != KV_F16)
         return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, dtype);
     h->dtype = (enum kv_dtype)dtype;
     memcpy(h->model_id, b + 16, KV_MODEL_ID_BYTES);
-    h->n_layer = le_i64(b + 48);
-    h->n_head_kv = le_i64(b + 56);
-    h->head_dim = le_i64(b + 64);
-    h->n_tokens = le_i64(b + 72);
-    h->n_vocab = le_i64(b + 80);
     if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0)
-        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld KV "
-                        "heads x %lld; model identity differs): load it with the model that "
-                        "wrote it", name, (long long)h->n_layer, (long long)h->n_head_kv,
-                        (long long)h->head_dim);
-    if (h->n_layer != hp->n_layer || h->n_head_kv != hp->n_head_kv ||
-        h->head_dim != hp->head_dim)
-        return ig_error(IG_E_KVFILE, "%s: shape %lld x %lld x %lld does not match the model's "
-                        "%lld x %lld x %lld", name, (long long)h->n_layer,
-                        (long long)h->n_head_kv, (long long)h->head_dim, (long long)hp->n_layer,
-                        (long long)hp->n_head_kv, (long long)hp->head_dim);
+        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld "
+                        "KV heads x %lld; model identity differs): load it with the model "
+                        "that wrote it", name, (long long)le_i64(b + 48),
+                        (long long)le_i64(b + 56), (long long)le_i64(b + 64));
+    if ((st = read_shape(r, b)) != IG_OK)
+        return st;
     if (h->n_tokens < 1 || h->n_tokens > (int64_t)1 << 40 ||
-        (h->n_vocab != 0 && h->n_vocab != hp->n_vocab))
+        (h->n_vocab != 0 && h->n_vocab != n_vocab))
         return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
                         (long long)h->n_tokens, (long long)h->n_vocab);
     return IG_OK;
 }
 
-int kv_file_read_body(struct kv_file_reader *r, struct kv_store *store, int32_t *tokens,
+/* The body after the logits: each layer's rows, into `store` (blocks 0,
+ * 1, ... in order). */
+static int read_layers(struct kv_file_reader *r, struct kv_store *store)
+{
+    const struct kv_memory *mem = store->memory;
+    int64_t n = r->hdr.n_tokens;
+    int st;
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *Lm = &mem->layers[l];
+        struct kv_layout L = kv_store_layout(store, l);
+        size_t elem = kv_dtype_bytes(L.dtype), row = (size_t)Lm->head_dim * elem;
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t hh = 0; hh < Lm->n_head_kv; hh++)
+                for (int64_t p = 0; p < n; p += KV_BLOCK) {
+                    int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
+                    /* The store's blocks are the file's positions in order. */
+                    int64_t block = p / KV_BLOCK;
+                    void *dst = (char *)(kind ? L.v : L.k) +
+                                (size_t)(block * L.block_stride + hh * L.head_stride) * elem;
+                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
+                        return st;
+                }
+    }
+    return IG_OK;
+}
+
+int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
                       float *logits)
 {
     const struct kv_file_header *h = &r->hdr;
-    const struct kv_shape *s = &store->shape;
-    IG_ASSERT(s->dtype == h->dtype && store->n_blocks >= kv_blocks_for(h->n_tokens));
-    IG_ASSERT(s->n_layer == h->n_layer && s->n_head_kv == h->n_head_kv &&
-              s->head_dim == h->head_dim);
+    *out = NULL;
     int st = get(r, tokens, (size_t)h->n_tokens * sizeof *tokens);
     if (st != IG_OK)
         return st;
@@ -296,38 +348,32 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_store *store, int32_t 
                             r->name, (long long)i, tokens[i]);
     if (h->n_vocab && (st = get(r, logits, (size_t)h->n_vocab * sizeof *logits)) != IG_OK)
         return st;
-    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
-    for (int64_t l = 0; l < s->n_layer; l++) {
-        struct kv_layout L = kv_store_layout(store, l);
-        for (int kind = 0; kind < 2; kind++)
-            for (int64_t hh = 0; hh < s->n_head_kv; hh++)
-                for (int64_t p = 0; p < h->n_tokens; p += KV_BLOCK) {
-                    int64_t run = h->n_tokens - p < KV_BLOCK ? h->n_tokens - p : KV_BLOCK;
-                    /* The store's blocks are the file's positions in order. */
-                    int32_t block = (int32_t)(p / KV_BLOCK);
-                    void *dst = (char *)(kind ? L.v : L.k) +
-                                (size_t)(block * L.block_stride + hh * L.head_stride) *
-                                    kv_dtype_bytes(L.dtype);
-                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
-                        return st;
-                }
-    }
+    struct kv_memory *mem = NULL;
+    struct kv_store *store = NULL;
+    if ((st = kv_memory_copy(r->want, h->dtype, &mem)) == IG_OK)
+        st = kv_store_create(mem, kv_blocks_for(h->n_tokens), kv_memory_states_for(mem, 1),
+                             NULL, &store);
+    kv_memory_free(mem);
+    if (st == IG_OK)
+        st = read_layers(r, store);
     uint32_t want = r->crc;
     unsigned char b[4];
-    if ((st = get(r, b, 4)) != IG_OK)
-        return st;
-    if (le_u32(b) != want)
-        return ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
-                        "file is corrupted", r->name, le_u32(b), want);
+    if (st == IG_OK && (st = get(r, b, 4)) == IG_OK && le_u32(b) != want)
+        st = ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
+                      "file is corrupted", r->name, le_u32(b), want);
     /* The file ends at the checksum: bytes after it (two files joined with
      * cat) are not ours to ignore. Through a pipe this waits for the writer
      * to close it. */
     errno = 0;
-    if (fgetc(r->f) != EOF)
-        return ig_error(IG_E_KVFILE, "%s: trailing bytes after the KV cache's checksum (at byte "
-                        "%llu): not one KV cache file", r->name,
-                        (unsigned long long)r->n_read);
-    if (ferror(r->f))
-        return ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
+    if (st == IG_OK && fgetc(r->f) != EOF)
+        st = ig_error(IG_E_KVFILE, "%s: trailing bytes after the KV cache's checksum (at byte "
+                      "%llu): not one KV cache file", r->name, (unsigned long long)r->n_read);
+    if (st == IG_OK && ferror(r->f))
+        st = ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
+    if (st != IG_OK) {
+        kv_store_free(store);
+        return st;
+    }
+    *out = store;
     return IG_OK;
 }
