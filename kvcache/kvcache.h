@@ -343,9 +343,9 @@ int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos);
 
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
-/* Version 1 holds every layer's K and V alike: a model whose layers are
- * all paged with one shape. */
-#define KV_FILE_VERSION 1
+/* Version 2 describes the groups of layers and stores what each holds;
+ * version 1 (every layer full attention of one shape) still loads. */
+#define KV_FILE_VERSION 2
 #define KV_MODEL_ID_BYTES 32
 
 /* The identity a saved cache is bound to: SHA-256 over the architecture, the
@@ -355,20 +355,20 @@ void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES]);
 
 /* The head of a saved cache, whichever version. */
 struct kv_file_header {
-    uint32_t version;   /* 1 */
+    uint32_t version;   /* 1 or 2 */
     enum kv_dtype dtype;
     unsigned char model_id[KV_MODEL_ID_BYTES];
     int64_t n_layer;
-    int64_t n_groups;   /* 1: one shape, every layer */
+    int64_t n_groups;   /* version 1: 1 (one shape, every layer) */
     int64_t n_tokens;   /* positions saved, >= 1 */
     int64_t n_vocab;    /* logits saved after the tokens: n_vocab, or 0 for none */
 };
 
-/* Writes one sequence, positions [0, n_pos) of its layers (table `table`
- * into `st`; every layer paged with one shape; `slot`, its state slot, is
- * for the layers version 1 cannot hold yet), with its token ids
- * tokens[0..n_pos) and, unless NULL, the logits[0..n_vocab) after the last
- * token, to `f` in one sequential pass (pipes work). `name` is for messages, printed as
+/* Writes one sequence, positions [0, n_pos) of the paged layers (table
+ * `table` into `st`) and the recurrent layers' states in state slot
+ * `slot`, with its token ids tokens[0..n_pos) and, unless NULL, the
+ * logits[0..n_vocab) after the last token, to `f` in one sequential pass
+ * (pipes work), in the current version. `name` is for messages, printed as
  * given: callers quote a file name ('c.kv', 'stdout'), as every message
  * does. Returns IG_OK or IG_E_IO. */
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
@@ -388,9 +388,9 @@ struct kv_file_reader {
 };
 
 /* Reads and checks the header from `f`: the model's identity `id`, its
- * layers `want` (kv_memory_of at any dtype: the file's one shape must be
- * every layer's) and vocabulary of n_vocab; `name` as for kv_file_write,
- * kept for the body's messages.
+ * layers `want` (kv_memory_of at any dtype: the file's groups must be
+ * these, a version 1 file's one shape every layer's) and vocabulary of
+ * n_vocab; `name` as for kv_file_write, kept for the body's messages.
  * Returns IG_OK, or IG_E_KVFILE (not a cache file, another version,
  * another model, other layers, a bad field, truncated) or IG_E_IO, in one
  * line. */

@@ -1,17 +1,25 @@
 /* kvcache/kvfile.c: saving one sequence's cache to a stream and reading it
  * back, and the model identity a saved cache is bound to. Sequential both
- * ways (no seeks), so `-` through a pipe works. The format (docs/kvcache.md):
+ * ways (no seeks), so `-` through a pipe works. The format, version 2
+ * (docs/kvcache.md):
  *
  *   "IGNITEKV" | u32 version | u32 dtype | u8[32] model id |
- *   i64 n_layer, n_head_kv, head_dim, n_tokens, n_vocab |
+ *   i64 n_layer, n_groups, n_tokens, n_vocab |
+ *   groups: n_groups x (u32 kind, u32 0, i64 window, i64 n_layers) |
+ *   layers: n_layer x (i64 group, n_head_kv, head_dim, source, state_bytes) |
  *   i32 tokens[n_tokens] | f32 logits[n_vocab] |
- *   rows: for layer, for K then V, for KV head: n_tokens x head_dim of dtype |
+ *   for each layer: a paged one's rows (K then V, for KV head: n_tokens x
+ *   head_dim of dtype), a recurrent one's state (state_bytes), nothing for a
+ *   shared one |
  *   u32 CRC-32C of every byte before it | end of the stream
  *
- * all little-endian: every layer paged with one shape (kv_memory_of's
- * layers of today's models). What the cache means for generation (the
- * sampler, the prompt) is generate/engine.c's; the CLI options are
- * cli/cmd_run.c's. Covered by tests/kvcache/test_kvcache.c and
+ * all little-endian. Version 1 (i64 n_layer, n_head_kv, head_dim, n_tokens,
+ * n_vocab after the model id; no tables) is version 2's body for a model
+ * whose layers are all paged with one shape, and still loads for such a
+ * model. What the cache means for generation (the sampler, the prompt) is
+ * generate/engine.c's; the CLI options are cli/cmd_run.c's.
+ * Covered by tests/kvcache/test_kvcache.c (version 1 too),
+ * tests/kvcache/test_kvmem.c (every kind of layer) and
  * tests/kvcache/test_kv_cli.py. */
 #include "kvcache/kvcache.h"
 
@@ -28,6 +36,9 @@
 
 static const char kv_magic[8] = {'I', 'G', 'N', 'I', 'T', 'E', 'K', 'V'};
 #define KV_V1_HEADER_BYTES 88 /* magic .. n_vocab */
+#define KV_V2_HEADER_BYTES 80 /* magic .. n_vocab, before the tables */
+#define KV_GROUP_BYTES 24     /* a group's entry in the table */
+#define KV_LAYER_BYTES 40     /* a layer's */
 
 /* ---- model identity ------------------------------------------------------------ */
 
@@ -168,18 +179,32 @@ static void put_i64(struct writer *w, int64_t v)
     put(w, b, 8);
 }
 
+/* The groups and layers tables: what the file holds, layer by layer. */
+static void put_layers(struct writer *w, const struct kv_memory *mem)
+{
+    for (int64_t g = 0; g < mem->n_groups; g++) {
+        const struct kv_group *G = &mem->groups[g];
+        put_u32(w, (uint32_t)G->kind);
+        put_u32(w, 0);
+        put_i64(w, G->window);
+        put_i64(w, G->n_layers);
+    }
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        put_i64(w, L->group);
+        put_i64(w, L->n_head_kv);
+        put_i64(w, L->head_dim);
+        put_i64(w, L->source);
+        put_i64(w, (int64_t)L->state_bytes);
+    }
+}
+
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
                   int64_t slot, int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab)
 {
     IG_ASSERT(n_pos >= 1);
-    (void)slot;
     const struct kv_memory *mem = st->memory;
-    const struct kv_layer_mem *L0 = &mem->layers[0];
-    for (int64_t l = 0; l < mem->n_layer; l++) /* what version 1 holds */
-        IG_ASSERT((mem->layers[l].kind == KV_FULL || mem->layers[l].kind == KV_WINDOW) &&
-                  mem->layers[l].n_head_kv == L0->n_head_kv &&
-                  mem->layers[l].head_dim == L0->head_dim);
     struct writer w = {.f = f, .name = name};
     errno = 0;
     put(&w, kv_magic, sizeof kv_magic);
@@ -187,15 +212,21 @@ int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const in
     put_u32(&w, mem->dtype);
     put(&w, id, KV_MODEL_ID_BYTES);
     put_i64(&w, mem->n_layer);
-    put_i64(&w, L0->n_head_kv);
-    put_i64(&w, L0->head_dim);
+    put_i64(&w, mem->n_groups);
     put_i64(&w, n_pos);
     put_i64(&w, logits ? n_vocab : 0);
+    put_layers(&w, mem);
     put(&w, tokens, (size_t)n_pos * sizeof *tokens);
     if (logits)
         put(&w, logits, (size_t)n_vocab * sizeof *logits);
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *Lm = &mem->layers[l];
+        if (Lm->kind == KV_RECURRENT) {
+            put(&w, kv_store_state(st, l, slot), Lm->state_bytes);
+            continue;
+        }
+        if (Lm->kind == KV_SHARED) /* its rows are its source's, saved there */
+            continue;
         struct kv_layout L = kv_store_layout(st, l);
         size_t row = (size_t)Lm->head_dim * kv_dtype_bytes(mem->dtype);
         for (int kind = 0; kind < 2; kind++)
@@ -242,9 +273,9 @@ static int64_t le_i64(const unsigned char *b)
     return (int64_t)v;
 }
 
-/* The head after the model id: one shape for every layer, which must be
- * every layer of the model's (all paged, the same heads). */
-static int read_shape(struct kv_file_reader *r, const unsigned char *b)
+/* Version 1's head after the model id: one shape for every layer, which
+ * must be every layer of the model's (all paged, the same heads). */
+static int read_v1_shape(struct kv_file_reader *r, const unsigned char *b)
 {
     struct kv_file_header *h = &r->hdr;
     const struct kv_memory *want = r->want;
@@ -263,8 +294,48 @@ static int read_shape(struct kv_file_reader *r, const unsigned char *b)
         const struct kv_layer_mem *L = &want->layers[l];
         if ((L->kind != KV_FULL && L->kind != KV_WINDOW) || L->n_head_kv != n_head_kv ||
             L->head_dim != head_dim)
-            return ig_error(IG_E_KVFILE, "%s holds every layer's K and V alike, but layer %lld "
-                            "of the model is %s", r->name, (long long)l, kv_kind_name(L->kind));
+            return ig_error(IG_E_KVFILE, "%s is a version 1 KV cache file, which holds every "
+                            "layer's K and V alike, but layer %lld of the model is %s (save it "
+                            "again with this version)", r->name, (long long)l,
+                            kv_kind_name(L->kind));
+    }
+    return IG_OK;
+}
+
+/* Version 2's tables, checked entry by entry against the model's layers. */
+static int read_v2_layers(struct kv_file_reader *r)
+{
+    const struct kv_memory *want = r->want;
+    unsigned char b[KV_LAYER_BYTES];
+    int st;
+    for (int64_t g = 0; g < want->n_groups; g++) {
+        if ((st = get(r, b, KV_GROUP_BYTES)) != IG_OK)
+            return st;
+        const struct kv_group *G = &want->groups[g];
+        uint32_t kind = le_u32(b);
+        int64_t window = le_i64(b + 8), n_layers = le_i64(b + 16);
+        if (kind != (uint32_t)G->kind || le_u32(b + 4) != 0 || window != G->window ||
+            n_layers != G->n_layers)
+            return ig_error(IG_E_KVFILE, "%s: group %lld holds %lld layers of kind %u (window "
+                            "%lld) but the model's holds %lld of %s (window %lld)", r->name,
+                            (long long)g, (long long)n_layers, kind, (long long)window,
+                            (long long)G->n_layers, kv_kind_name(G->kind),
+                            (long long)G->window);
+    }
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        if ((st = get(r, b, KV_LAYER_BYTES)) != IG_OK)
+            return st;
+        const struct kv_layer_mem *L = &want->layers[l];
+        int64_t f[5] = {le_i64(b), le_i64(b + 8), le_i64(b + 16), le_i64(b + 24),
+                        le_i64(b + 32)};
+        if (f[0] != L->group || f[1] != L->n_head_kv || f[2] != L->head_dim ||
+            f[3] != L->source || f[4] != (int64_t)L->state_bytes)
+            return ig_error(IG_E_KVFILE, "%s: layer %lld is saved as group %lld, %lld KV heads "
+                            "x %lld, source %lld, %lld state bytes; the model's is group %lld, "
+                            "%lld x %lld, source %lld, %zu state bytes", r->name, (long long)l,
+                            (long long)f[0], (long long)f[1], (long long)f[2], (long long)f[3],
+                            (long long)f[4], (long long)L->group, (long long)L->n_head_kv,
+                            (long long)L->head_dim, (long long)L->source, L->state_bytes);
     }
     return IG_OK;
 }
@@ -283,33 +354,52 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
                         name);
     struct kv_file_header *h = &r->hdr;
     h->version = le_u32(b + 8);
-    if (h->version != KV_FILE_VERSION)
+    if (h->version != 1 && h->version != KV_FILE_VERSION)
         return ig_error(IG_E_KVFILE, "%s is a version %u KV cache file; this ignite reads "
-                        "version %d (save it again with this version)",
+                        "versions 1 and %d (save it again with this version)",
                         name, h->version, KV_FILE_VERSION);
-    if ((st = get(r, b + 16, KV_V1_HEADER_BYTES - 16)) != IG_OK)
+    size_t head = h->version == 1 ? KV_V1_HEADER_BYTES : KV_V2_HEADER_BYTES;
+    if ((st = get(r, b + 16, head - 16)) != IG_OK)
         return st;
     uint32_t dtype = le_u32(b + 12);
     if (dtype != KV_F32 && dtype != KV_F16)
         return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, dtype);
     h->dtype = (enum kv_dtype)dtype;
     memcpy(h->model_id, b + 16, KV_MODEL_ID_BYTES);
-    if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0)
-        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld "
-                        "KV heads x %lld; model identity differs): load it with the model "
-                        "that wrote it", name, (long long)le_i64(b + 48),
-                        (long long)le_i64(b + 56), (long long)le_i64(b + 64));
-    if ((st = read_shape(r, b)) != IG_OK)
-        return st;
+    if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0) {
+        if (h->version == 1)
+            return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld "
+                            "KV heads x %lld; model identity differs): load it with the model "
+                            "that wrote it", name, (long long)le_i64(b + 48),
+                            (long long)le_i64(b + 56), (long long)le_i64(b + 64));
+        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers in %lld "
+                        "groups; model identity differs): load it with the model that wrote "
+                        "it", name, (long long)le_i64(b + 48), (long long)le_i64(b + 56));
+    }
+    if (h->version == 1) {
+        if ((st = read_v1_shape(r, b)) != IG_OK)
+            return st;
+    } else {
+        h->n_layer = le_i64(b + 48);
+        h->n_groups = le_i64(b + 56);
+        h->n_tokens = le_i64(b + 64);
+        h->n_vocab = le_i64(b + 72);
+        /* the counts first: they size the tables read next */
+        if (h->n_layer != want->n_layer || h->n_groups != want->n_groups)
+            return ig_error(IG_E_KVFILE, "%s: %lld layers in %lld groups do not match the "
+                            "model's %lld in %lld", name, (long long)h->n_layer,
+                            (long long)h->n_groups, (long long)want->n_layer,
+                            (long long)want->n_groups);
+    }
     if (h->n_tokens < 1 || h->n_tokens > (int64_t)1 << 40 ||
         (h->n_vocab != 0 && h->n_vocab != n_vocab))
         return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
                         (long long)h->n_tokens, (long long)h->n_vocab);
-    return IG_OK;
+    return h->version == 1 ? IG_OK : read_v2_layers(r);
 }
 
-/* The body after the logits: each layer's rows, into `store` (blocks 0,
- * 1, ... in order). */
+/* The body after the logits: each layer's rows or state, into `store`
+ * (blocks 0, 1, ... in order, state slot 0). */
 static int read_layers(struct kv_file_reader *r, struct kv_store *store)
 {
     const struct kv_memory *mem = store->memory;
@@ -317,6 +407,13 @@ static int read_layers(struct kv_file_reader *r, struct kv_store *store)
     int st;
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *Lm = &mem->layers[l];
+        if (Lm->kind == KV_RECURRENT) {
+            if ((st = get(r, kv_store_state(store, l, 0), Lm->state_bytes)) != IG_OK)
+                return st;
+            continue;
+        }
+        if (Lm->kind == KV_SHARED)
+            continue;
         struct kv_layout L = kv_store_layout(store, l);
         size_t elem = kv_dtype_bytes(L.dtype), row = (size_t)Lm->head_dim * elem;
         for (int kind = 0; kind < 2; kind++)

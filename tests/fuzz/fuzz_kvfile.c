@@ -2,7 +2,7 @@
  * (kvcache/kvfile.c), which takes files and pipes from other machines
  * (`--load-kv -`): any bytes as a stream, read against a fixed small model
  * (2 layers, 2 KV heads of 8, a vocabulary of 64, the model id 0, 1, ...,
- * 31). A file that is taken must hold what generation
+ * 31), version 1 or 2. A file that is taken must hold what generation
  * relies on: its layers the model's, token ids inside the vocabulary, the
  * checksum right, nothing after it, a store of the model's layers at the
  * file's dtype. A refusal says why in one line and leaves no store. The

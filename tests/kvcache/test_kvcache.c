@@ -6,9 +6,11 @@
  * with reference counts, a block handed out anew invalidating what hung off
  * it); tiled attention through a table of scattered blocks equal (bit for
  * bit) to the same rows in blocks in order; a saved cache read back exactly
- * (also with n_pos on a block edge), and every refused file: bad magic,
- * another version, another model, a bad token id, a flipped byte
- * (checksum), truncation at many lengths, and bytes after the checksum. */
+ * (also with n_pos on a block edge), a version 1 file (written here by the
+ * old format's table) read into the same rows, and every refused file: bad
+ * magic, another version, another model, other layers, a bad token id, a
+ * flipped byte (checksum), truncation at many lengths, and bytes after the
+ * checksum. Layers of every kind are tests/kvcache/test_kvmem.c's. */
 #include "core/checksum.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -385,6 +387,60 @@ static int load(const struct kv_memory *mem, int64_t n_vocab, const unsigned cha
     return st;
 }
 
+/* Bytes of a version 2 file's head and tables for n_layer layers in one
+ * group (docs/kvcache.md): 80 + 24 a group + 40 a layer. */
+static size_t v2_head(int64_t n_layer)
+{
+    return 80 + 24 + 40 * (size_t)n_layer;
+}
+
+static void put_le(unsigned char **p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        *(*p)++ = (unsigned char)(v >> (8 * i));
+}
+
+/* A version 1 file (written before groups: one shape, every layer) of the
+ * sequence in `st` through `table`, by the old format's table in
+ * docs/kvcache.md rather than by kvfile.c. */
+static struct saved save_v1(const struct kv_store *st, const int32_t *table, int64_t n_pos,
+                            const unsigned char *id, const int32_t *tok, const float *logits,
+                            int64_t n_vocab)
+{
+    const struct kv_memory *mem = st->memory;
+    const struct kv_layer_mem *L0 = &mem->layers[0];
+    size_t elem = kv_dtype_bytes(mem->dtype), row = (size_t)L0->head_dim * elem;
+    size_t len = 88 + (size_t)n_pos * 4 + (size_t)n_vocab * 4 +
+                 2 * (size_t)(mem->n_layer * L0->n_head_kv * n_pos) * row + 4;
+    struct saved s = {malloc(len), len};
+    unsigned char *p = s.data;
+    memcpy(p, "IGNITEKV", 8);
+    p += 8;
+    put_le(&p, 1, 4);
+    put_le(&p, (uint64_t)mem->dtype, 4);
+    memcpy(p, id, 32);
+    p += 32;
+    int64_t fields[] = {mem->n_layer, L0->n_head_kv, L0->head_dim, n_pos, n_vocab};
+    for (int i = 0; i < 5; i++)
+        put_le(&p, (uint64_t)fields[i], 8);
+    memcpy(p, tok, (size_t)n_pos * 4);
+    p += n_pos * 4;
+    memcpy(p, logits, (size_t)n_vocab * 4);
+    p += n_vocab * 4;
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        struct kv_layout L = kv_store_layout(st, l);
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t h = 0; h < L0->n_head_kv; h++)
+                for (int64_t pos = 0; pos < n_pos; pos++) {
+                    memcpy(p, kv_row(&L, kind ? L.v : L.k, table, h, pos), row);
+                    p += row;
+                }
+    }
+    put_le(&p, ig_crc32c(0, s.data, len - 4), 4);
+    CHECK((size_t)(p - s.data) == len);
+    return s;
+}
+
 static void check_file(enum kv_dtype dt, int64_t n_pos)
 {
     struct model_hparams hp = small_hp();
@@ -406,26 +462,43 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     for (int i = 0; i < 100; i++)
         logits[i] = frand();
     struct saved s = save(kv, table, n_pos, id, tok, logits, hp.n_vocab);
-    size_t want = 88 + (size_t)n_pos * 4 + 400 + 4 +
-                  (size_t)(2 * hp.n_layer * hp.n_head_kv * n_pos * hp.head_dim) * kv_dtype_bytes(dt);
+    size_t head = v2_head(hp.n_layer), rows = (size_t)(2 * hp.n_layer * hp.n_head_kv * n_pos *
+                                                       hp.head_dim) * kv_dtype_bytes(dt);
+    size_t want = head + (size_t)n_pos * 4 + 400 + rows + 4;
     CHECKF(s.len == want, "file of %zu bytes, want %zu", s.len, want);
 
     CHECK(load(mem, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_OK);
+    CHECK(back && back->memory->dtype == dt && same_rows(kv, table, back, ident, n_pos) &&
+          !memcmp(tok, tok2, (size_t)n_pos * 4) && !memcmp(logits, logits2, sizeof logits));
+    kv_store_free(back);
+
+    /* Version 1, as ignite wrote it before groups: the same rows, the same
+     * body after its 88-byte head. */
+    struct saved v1 = save_v1(kv, table, n_pos, id, tok, logits, hp.n_vocab);
+    CHECK(v1.len == want - head + 88 && !memcmp(v1.data + 88, s.data + head, v1.len - 92));
+    memset(tok2, 0, (size_t)n_pos * 4);
+    CHECK(load(mem, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_OK);
     CHECK(back && same_rows(kv, table, back, ident, n_pos) &&
           !memcmp(tok, tok2, (size_t)n_pos * 4) && !memcmp(logits, logits2, sizeof logits));
     kv_store_free(back);
+
     fprintf(stderr, "(error lines expected below)\n");
     unsigned char *bad = malloc(s.len);
     memcpy(bad, s.data, s.len);
     bad[0] = 'X';
     CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     memcpy(bad, s.data, s.len);
-    bad[8] = 2; /* version 2 */
+    bad[8] = 3; /* version 3 */
     CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     CHECK(load(mem, hp.n_vocab, other, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, other, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
     memcpy(bad, s.data, s.len);
-    bad[88] = 0xff; /* token 0 = -1 byte pattern start: out of range */
-    bad[91] = 0xff;
+    bad[head] = 0xff; /* token 0 = -1 byte pattern start: out of range */
+    bad[head + 3] = 0xff;
+    CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    /* a layer of the tables that is not the model's (3 KV heads: 4) */
+    memcpy(bad, s.data, s.len);
+    bad[80 + 24 + 40 + 8] = 4;
     CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     for (size_t at = 100; at < s.len; at += s.len / 5) {
         memcpy(bad, s.data, s.len);
@@ -433,12 +506,13 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
         CHECKF(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE,
                "a flipped bit at byte %zu was not caught", at);
     }
-    static const size_t cuts[] = {0, 1, 8, 15, 16, 40, 87, 88, 89, 200};
+    size_t cuts[] = {0, 1, 8, 15, 16, 40, 79, 80, 81, head - 1, head, head + 1, head + 100};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
         CHECKF(load(mem, hp.n_vocab, id, s.data, cuts[i], &back, tok2, logits2) == IG_E_KVFILE,
                "a file cut at %zu bytes was not refused", cuts[i]);
     CHECK(load(mem, hp.n_vocab, id, s.data, s.len / 2, &back, tok2, logits2) == IG_E_KVFILE);
     CHECK(load(mem, hp.n_vocab, id, s.data, s.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, v1.data, v1.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
     /* bytes after the checksum: one, and a whole second file (cat a b) */
     unsigned char *two = malloc(2 * s.len);
     memcpy(two, s.data, s.len);
@@ -448,7 +522,18 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     free(two);
     /* the logits no longer fit this model */
     CHECK(load(mem, 50, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    /* other layers: a third layer, another head dim */
+    struct kv_memory *mem2 = NULL;
+    CHECK(kv_memory_uniform(KV_F32, hp.n_layer + 1, hp.n_head_kv, hp.head_dim, &mem2) == IG_OK);
+    CHECK(load(mem2, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem2, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
+    kv_memory_free(mem2);
+    CHECK(kv_memory_uniform(KV_F32, hp.n_layer, hp.n_head_kv, 2 * hp.head_dim, &mem2) == IG_OK);
+    CHECK(load(mem2, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem2, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
+    kv_memory_free(mem2);
     free(bad);
+    free(v1.data);
     free(s.data);
     free(tok2);
     free(tok);
@@ -457,7 +542,6 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     kv_store_free(kv);
     kv_memory_free(mem);
 }
-
 
 
 int main(void)
