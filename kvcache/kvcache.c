@@ -3,7 +3,7 @@
  * and state slots (kvcache.h). The memory's description and sizes are
  * kvmem.c's; attention reads the blocks through kv_layout
  * (prefill/attn_tiled.c, the CUDA kernels); the file format is kvfile.c.
- * Covered by tests/kvcache/test_kvcache.c and tests/cpu/. */
+ * Covered by tests/kvcache/test_kvcache.c, test_kvmem.c and tests/cpu/. */
 #include "kvcache/kvcache.h"
 
 #include "core/half.h"

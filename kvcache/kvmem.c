@@ -3,7 +3,8 @@
  * the one bytes formula, and the one place a model's layers become memory
  * (kv_memory_of). The store, the allocator and the file format read it;
  * they are kvcache.c's and kvfile.c's.
- * Covered by tests/kvcache/test_kvcache.c and tests/cpu/. */
+ * Covered by tests/kvcache/test_kvmem.c (synthetic layouts of every kind)
+ * and tests/kvcache/test_kvcache.c. */
 #include "kvcache/kvcache.h"
 
 #include "core/status.h"
