@@ -144,10 +144,10 @@ int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int
 }
 
 int backend_kv_export(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
-                      const struct kv_store **st, const int32_t **table)
+                      const struct kv_store **st, const int32_t **table, int64_t *slot)
 {
     IG_ASSERT(n_pos >= 1 && n_pos <= b->o.n_ctx);
-    return b->ops->kv_export(b, seq, n_pos, st, table);
+    return b->ops->kv_export(b, seq, n_pos, st, table, slot);
 }
 
 int backend_kv_import(struct backend *b, const struct backend_seq *seq,
@@ -167,13 +167,12 @@ size_t backend_weight_bytes(const struct backend *b)
     return b->weight_bytes;
 }
 
-struct kv_shape backend_kv_shape(const struct backend *b)
+const struct kv_memory *backend_kv_memory(const struct backend *b)
 {
-    return kv_shape_of(&b->m->hp, b->o.device.kind == BACKEND_CUDA ? KV_F16 : b->o.kv_dtype);
+    return b->kv_mem;
 }
 
-size_t backend_block_bytes(const struct backend *b)
+double backend_kv_bytes(const struct backend *b, int64_t n_blocks, int64_t n_states)
 {
-    struct kv_shape s = backend_kv_shape(b);
-    return kv_block_bytes(&s);
+    return kv_memory_bytes(b->kv_mem, n_blocks, n_states);
 }

@@ -113,13 +113,14 @@ struct backend;
 struct backend_ops {
     /* Runs a step (backend_step's contract). */
     int (*step)(struct backend *b, const struct backend_batch *batch);
-    /* The cache of `seq` (slot and table; n_pos positions) as a host store
-     * and table: the CPU's own, or a host copy of the device's (owned by
-     * the backend until the next call). */
+    /* The cache of `seq` (slot and table; n_pos positions) as a host store,
+     * table and state slot: the CPU's own, or a host copy of the device's
+     * (owned by the backend until the next call). */
     int (*kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
-                     const struct kv_store **st, const int32_t **table);
-    /* Fills positions [0, n_pos) of `seq` from a host store holding them in
-     * blocks 0, 1, ... (a file read: kv_file_read_body), any dtype. */
+                     const struct kv_store **st, const int32_t **table, int64_t *slot);
+    /* Fills positions [0, n_pos) of `seq` (and its recurrent state) from a
+     * host store holding them in blocks 0, 1, ... and state slot 0 (a file
+     * read: kv_file_read_body), any dtype. */
     int (*kv_import)(struct backend *b, const struct backend_seq *seq,
                      const struct kv_store *src, int64_t n_pos);
     /* Device memory held (0 on the CPU). */
@@ -137,6 +138,10 @@ struct backend {
     char device_name[128];     /* "cpu (avx2)", "NVIDIA H200" */
     int threads;               /* CPU threads used (1 on CUDA) */
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
+    struct kv_memory *kv_mem;  /* the pool's layers (kv_memory_of at the pool's dtype),
+                                * owned; NULL for a backend without a pool (a test's) */
+    int64_t n_states;          /* recurrent state slots: n_slots when a layer is
+                                * recurrent (a slot's state is indexed by the slot), else 0 */
     float *host_logits;        /* [n_slots, n_vocab] host memory its step writes logits into
                                 * fastest (CUDA: page-locked, so a batch's download runs at
                                 * the bus's speed; up to a GiB of it), owned by the
@@ -168,15 +173,16 @@ int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int
 
 /* The backend_ops of the same name. */
 int backend_kv_export(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
-                      const struct kv_store **st, const int32_t **table);
+                      const struct kv_store **st, const int32_t **table, int64_t *slot);
 int backend_kv_import(struct backend *b, const struct backend_seq *seq,
                       const struct kv_store *src, int64_t n_pos);
 size_t backend_device_bytes(const struct backend *b);
 /* Of the device memory, the weights' (b->weight_bytes). */
 size_t backend_weight_bytes(const struct backend *b);
 
-/* The pool's cache shape and the bytes of one block (K and V, all layers). */
-struct kv_shape backend_kv_shape(const struct backend *b);
-size_t backend_block_bytes(const struct backend *b);
+/* The pool's layers (b->kv_mem), and the bytes of n_blocks blocks and
+ * n_states state slots of them (kv_memory_bytes). */
+const struct kv_memory *backend_kv_memory(const struct backend *b);
+double backend_kv_bytes(const struct backend *b, int64_t n_blocks, int64_t n_states);
 
 #endif

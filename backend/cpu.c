@@ -47,6 +47,9 @@ static void attention(void *user, int64_t layer, int64_t n)
     struct ops_buffers *b = ops_ctx_buffers(c->ops);
     int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     IG_ASSERT(n == batch->n_rows);
+    /* A layer that shares another's K/V reads the source's rows and writes
+     * none (kv_store_layout resolves it). */
+    bool writes = c->kv->memory->layers[layer].kind != KV_SHARED;
     struct attn_params ap = {
         .kv = kv_store_layout(c->kv, layer),
         .seqs = c->attn,
@@ -64,8 +67,9 @@ static void attention(void *user, int64_t layer, int64_t n)
     };
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];
-        kv_write_rows(&ap.kv, s->table, hp->n_head_kv, s->pos0, s->n_rows,
-                      b->k + s->row0 * kv_dim, b->v + s->row0 * kv_dim);
+        if (writes)
+            kv_write_rows(&ap.kv, s->table, hp->n_head_kv, s->pos0, s->n_rows,
+                          b->k + s->row0 * kv_dim, b->v + s->row0 * kv_dim);
         c->attn[i] = (struct attn_seq){
             .q = b->q + s->row0 * q_dim, .out = b->att + s->row0 * q_dim, .table = s->table,
             .n_tokens = s->n_rows, .pos0 = s->pos0,
@@ -137,11 +141,12 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
 /* ---- the cache, for files --------------------------------------------------------- */
 
 static int cpu_kv_export(struct backend *base, const struct backend_seq *seq, int64_t n_pos,
-                         const struct kv_store **st, const int32_t **table)
+                         const struct kv_store **st, const int32_t **table, int64_t *slot)
 {
     (void)n_pos;
     *st = ((struct cpu_backend *)base)->kv;
     *table = seq->table;
+    *slot = seq->slot;
     return IG_OK;
 }
 
@@ -153,7 +158,7 @@ static int cpu_kv_import(struct backend *base, const struct backend_seq *seq,
     if (!ids)
         return ig_error(IG_E_NOMEM, "out of memory loading the KV cache");
     kv_identity_table(ids, kv_blocks_for(n_pos));
-    kv_copy_rows(c->kv, seq->table, src, ids, n_pos);
+    kv_copy_seq(c->kv, seq->table, seq->slot, src, ids, 0, n_pos);
     free(ids);
     return IG_OK;
 }
@@ -173,6 +178,7 @@ static void cpu_destroy(struct backend *base)
     free(c->keep);
     free(c->pos);
     kv_store_free(c->kv);
+    kv_memory_free(c->base.kv_mem);
     ops_ctx_free(c->ops);
     free(c);
 }
@@ -192,12 +198,16 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
     if (!c)
         return ig_error(IG_E_NOMEM, "out of memory");
     c->base = (struct backend){.ops = &cpu_ops, .m = m, .o = *o, .shares_blocks = true};
-    struct kv_shape shape = kv_shape_of(&m->hp, o->kv_dtype);
     int st = ops_qmm_check_env();
     if (st == IG_OK) /* CUDA's, but an unknown value is refused wherever it is set */
         st = gk_qmm_check_env();
     if (st == IG_OK)
-        st = kv_store_create(&shape, o->n_blocks, o->oom_hint, &c->kv);
+        st = kv_memory_of(m, o->kv_dtype, &c->base.kv_mem);
+    if (st == IG_OK) {
+        c->base.n_states = kv_memory_states_for(c->base.kv_mem, o->n_slots);
+        st = kv_store_create(c->base.kv_mem, o->n_blocks, c->base.n_states, o->oom_hint,
+                             &c->kv);
+    }
     if (st == IG_OK)
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->ops);
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */

@@ -3,9 +3,11 @@
  *
  * Device memory: weights in their quantized blocks or f16 (gpu_plan.c), Q|K|V
  * and gate|up concatenated so each is one product (gpu_matmul.c); norms and
- * biases f32; the KV pool f16, per layer K and V each
- * [n_blocks][n_head_kv][KV_BLOCK][head_dim] (kvcache.h's layout, allocated
- * once for the engine's blocks); activations for max_batch rows; the step's
+ * biases f32; the KV pool f16, per paged layer K and V each
+ * [n_blocks][n_head_kv][KV_BLOCK][head_dim] (kvcache.h's layout from
+ * kv_memory_of, allocated once for the engine's blocks; a layer sharing
+ * another's KV points at its source's arrays, a recurrent layer has
+ * [n_states][state_bytes]); activations for max_batch rows; the step's
  * tokens, positions and compacted block tables in fixed buffers.
  * A step runs all its rows at once, every weight read once:
  *   embed -> per layer { rmsnorm -> QKV GEMM -> bias+RoPE at each row's own
@@ -106,7 +108,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     const struct model_hparams *hp = &g->m->hp;
     double e = hp->n_embd, ff = hp->n_ff, B = (double)g->max_batch;
     s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
-    s->kv = 2.0 * 2.0 * hp->n_layer * (double)g->block_stride * (double)g->n_blocks;
+    s->kv = kv_memory_bytes(g->base.kv_mem, g->n_blocks, g->n_states);
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
@@ -145,6 +147,27 @@ static int check_model(const struct model *m)
     return IG_OK;
 }
 
+/* The kernels read one K/V shape, the model's, and write every layer's
+ * K/V: refused, in one line, a memory of other shapes, of layers that
+ * share another's KV or of recurrent ones (no model ignite loads has them
+ * yet; kv_memory_of). */
+static int check_memory(const struct gpu_backend *g)
+{
+    const struct kv_memory *mem = g->base.kv_mem;
+    const struct model_hparams *hp = &g->m->hp;
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        if ((L->kind != KV_FULL && L->kind != KV_WINDOW) || L->n_head_kv != hp->n_head_kv ||
+            L->head_dim != hp->head_dim)
+            return ig_error(IG_E_MODEL, "the CUDA backend runs layers of full or sliding-window "
+                            "attention of one KV shape; layer %lld of '%s' is %s (%lld KV heads "
+                            "x %lld): use --device cpu", (long long)l, g->m->path,
+                            kv_kind_name(L->kind), (long long)L->n_head_kv,
+                            (long long)L->head_dim);
+    }
+    return IG_OK;
+}
+
 /* Refuses up front, with the numbers, a model that does not fit; `hint`
  * (backend_opts.oom_hint) ends the line. */
 static int check_fits(const struct gpu_backend *g, const char *hint)
@@ -166,13 +189,27 @@ static int alloc_state(struct gpu_backend *g)
 {
     const struct model_hparams *hp = &g->m->hp;
     size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
-    size_t pool = (size_t)(g->n_blocks * g->block_stride) * 2;
+    const struct kv_memory *mem = g->base.kv_mem;
     size_t tables = (size_t)(g->max_seqs * g->table_stride) * sizeof(int32_t);
     int st;
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) ||
-            (st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].v_cache, &g->kv_bytes)))
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        size_t pool = (size_t)(g->n_blocks * kv_layer_block_elems(L)) * 2;
+        if (L->kind == KV_RECURRENT)
+            st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes, &g->layers[l].state,
+                                   &g->kv_bytes);
+        else if (L->kind == KV_SHARED) /* below: its source's arrays */
+            st = IG_OK;
+        else if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) == IG_OK)
+            st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].v_cache, &g->kv_bytes);
+        if (st != IG_OK)
             return st;
+    }
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (mem->layers[l].kind == KV_SHARED) { /* the source's arrays, no blocks of its own */
+            g->layers[l].k_cache = g->layers[mem->layers[l].source].k_cache;
+            g->layers[l].v_cache = g->layers[mem->layers[l].source].v_cache;
+        }
     if ((st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->x, NULL)) || (st = IG_DEV(gpu_alloc)(g, B * e * 2, &g->xn, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->qkv_rows * 4, &g->qkv, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
@@ -273,7 +310,12 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     g->logit_rows = g->max_rows < GPU_HEAD_ROWS ? g->max_rows : GPU_HEAD_ROWS;
     if (g->logit_rows < g->max_seqs)
         g->logit_rows = g->max_seqs;
-    if ((st = IG_DEV(dev_open)(o->device.index, &g->dev)) == IG_OK) {
+    if ((st = kv_memory_of(m, KV_F16, &g->base.kv_mem)) == IG_OK &&
+        (st = check_memory(g)) == IG_OK) {
+        g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
+        st = IG_DEV(dev_open)(o->device.index, &g->dev);
+    }
+    if (st == IG_OK) {
         IG_DEV(dev_get_info)(g->dev, &g->info);
         g->stream = IG_DEV(dev_stream)(g->dev);
         for (int i = 0; i < g->n_buckets; i++)
@@ -307,6 +349,7 @@ static void gpu_destroy(struct backend *b)
         IG_DEV(dev_close)(g->dev);
     }
     kv_store_free(g->host_kv);
+    kv_memory_free(g->base.kv_mem);
     free(g->host_table);
     free(g->want);
     free(g->h_greedy);

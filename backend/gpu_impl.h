@@ -36,7 +36,9 @@ struct gpu_layer {
     float *q_norm, *k_norm;    /* [head_dim] each, or NULL (has_qk_norm) */
     float *attn_post_norm, *ffn_post_norm; /* [n_embd] each, or NULL (has_post_norms) */
     float *bqkv;               /* [qkv_rows] or NULL */
-    uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim] */
+    uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim];
+                                  * a layer sharing another's KV: the source's arrays */
+    unsigned char *state;      /* a recurrent layer's: [n_states][state_bytes], else NULL */
 };
 
 /* Decode steps are padded to a bucket of 1, 2, 4, ... rows (up to
@@ -56,6 +58,7 @@ struct gpu_backend {
     /* The pool (kvcache.h's layout, f16) and the step's compacted tables:
      * sequence s of a step has its table at tables + s * table_stride. */
     int64_t n_blocks, block_stride, head_stride, table_stride;
+    int64_t n_states;          /* recurrent state slots (base.n_states) */
     int64_t max_seqs;          /* the largest decode bucket (n_slots rounded up) */
     int64_t q_dim, kv_dim, qkv_rows;
     enum backend_gpu_weights weights_mode;
@@ -100,12 +103,11 @@ struct gpu_backend {
  * logits (the logits buffer holds at least this many rows). */
 #define GPU_HEAD_ROWS 64
 
-/* Layer l's K and V pool as kvcache.h describes it (device pointers). */
+/* Layer l's K and V pool as kvcache.h describes it (device pointers; a
+ * shared layer's are its source's). */
 static inline struct kv_layout gpu_layer_layout(const struct gpu_backend *g, int64_t l)
 {
-    return (struct kv_layout){.k = g->layers[l].k_cache, .v = g->layers[l].v_cache,
-                              .dtype = KV_F16, .block_stride = g->block_stride,
-                              .head_stride = g->head_stride, .head_dim = g->m->hp.head_dim};
+    return kv_memory_layout(g->base.kv_mem, l, g->layers[l].k_cache, g->layers[l].v_cache);
 }
 
 /* A device allocation of `bytes` into *(void **)out, remembered for
@@ -114,7 +116,7 @@ int IG_DEV(gpu_alloc)(struct gpu_backend *g, size_t bytes, void *out, size_t *ac
 
 /* backend_ops.kv_export / kv_import (gpu_cache.c). */
 int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
-                          const struct kv_store **st, const int32_t **table);
+                          const struct kv_store **st, const int32_t **table, int64_t *slot);
 int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                           const struct kv_store *src, int64_t n_pos);
 

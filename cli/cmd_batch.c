@@ -415,7 +415,7 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
             quantile(b->ttft, b->n_ttft, 0.5), quantile(b->ttft, b->n_ttft, 0.99),
             quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
             be->o.n_slots,
-            (double)kv_pool_peak(pool) * (double)backend_block_bytes(be) / 1048576.0,
+            backend_kv_bytes(be, kv_pool_peak(pool), kv_pool_states_peak(pool)) / 1048576.0,
             (long long)kv_pool_hits(pool));
 }
 
@@ -457,6 +457,27 @@ static int run_batch(struct batch *b, struct backend *be, struct line_reader *in
                             fflush(stdout)))
             b->out_errno = errno ? errno : EIO;
     }
+    return st;
+}
+
+/* --kv-mem as blocks of the pool, beside the state slot each of the -P
+ * sequences has where the model has recurrent layers (kvcache.h's one
+ * formula). IG_E_USAGE when they hold no block. */
+static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
+                         enum backend_kind kind, int64_t *n_blocks)
+{
+    struct kv_memory *mem = NULL;
+    int st = kv_memory_of(m, kind == BACKEND_CUDA ? KV_F16 : o->g.kv_dtype, &mem);
+    if (st != IG_OK)
+        return st;
+    int64_t n_states = kv_memory_states_for(mem, o->parallel);
+    *n_blocks = kv_memory_blocks_in(mem, (double)(o->kv_mem_mib << 20), n_states);
+    if (*n_blocks < 1)
+        st = ig_error(IG_E_USAGE, "--kv-mem %lld MiB holds no block of %d positions (%.2f "
+                      "MiB)%s", (long long)o->kv_mem_mib, KV_BLOCK,
+                      kv_memory_bytes(mem, 1, 0) / 1048576.0,
+                      n_states ? " beside the sequences' recurrent state" : "");
+    kv_memory_free(mem);
     return st;
 }
 
@@ -520,16 +541,8 @@ int cmd_batch(int argc, char **argv)
         .oom_hint = o.kv_mem_mib ? "lower --kv-mem"
                                  : "lower -c/--ctx-size, -P/--parallel or -b, or give --kv-mem",
     };
-    if (o.kv_mem_mib) {
-        struct kv_shape shape = kv_shape_of(&m->hp, dev.kind == BACKEND_CUDA ? KV_F16 : o.g.kv_dtype);
-        bo.n_blocks = (o.kv_mem_mib << 20) / (int64_t)kv_block_bytes(&shape);
-        if (bo.n_blocks < 1) {
-            st = ig_error(IG_E_USAGE, "--kv-mem %lld MiB holds no block of %d positions (%.2f "
-                          "MiB)", (long long)o.kv_mem_mib, KV_BLOCK,
-                          (double)kv_block_bytes(&shape) / 1048576.0);
-            goto done;
-        }
-    }
+    if (o.kv_mem_mib && (st = kv_mem_blocks(m, &o, dev.kind, &bo.n_blocks)) != IG_OK)
+        goto done;
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
     install_signals();

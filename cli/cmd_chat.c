@@ -382,8 +382,9 @@ int cmd_chat(int argc, char **argv)
     st = converse(&c);
     run_stream_done(&c.out);
     if (!o.g.quiet) {
-        double kv = (double)kv_pool_peak(engine_pool(c.engine)) *
-                    (double)backend_block_bytes(c.be) / 1048576.0;
+        const struct kv_pool *pool = engine_pool(c.engine);
+        double kv = backend_kv_bytes(c.be, kv_pool_peak(pool), kv_pool_states_peak(pool)) /
+                    1048576.0;
         fprintf(stderr, "chat: %lld turns | prompt %lld tok | gen %lld tok | device %s | "
                         "threads %d | kv %.1f MiB\n",
                 (long long)c.turns, (long long)c.n_prompt, (long long)c.n_gen, c.be->device,

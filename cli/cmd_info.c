@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,6 +52,8 @@ struct info {
     int n_files;
     int64_t type_count[N_TYPE_IDS];
     int64_t type_bytes[N_TYPE_IDS];
+    struct kv_memory *kv[2]; /* the KV cache's groups with f32 and f16 elements
+                              * (kv_memory_of), owned; NULL for an unknown architecture */
 };
 
 static void copy_str(const struct gguf_file *g, const char *key, char *buf, size_t cap)
@@ -132,9 +135,8 @@ static void gather_unknown(const struct gguf_file *g, struct info *in)
     in->file_bytes = g->file_size;
 }
 
-static int gather(const struct model *m, struct info *in)
+static int gather_model(const struct model *m, struct info *in)
 {
-    memset(in, 0, sizeof *in);
     const char *tmpl;
     size_t len;
     in->chat_template = model_chat_template(m, &tmpl, &len);
@@ -152,6 +154,23 @@ static int gather(const struct model *m, struct info *in)
     snprintf(in->format, sizeof in->format, "safetensors, %d file%s", in->n_files,
              in->n_files == 1 ? "" : "s");
     return gather_folder(m, in);
+}
+
+static int gather(const struct model *m, struct info *in)
+{
+    memset(in, 0, sizeof *in);
+    int st = gather_model(m, in);
+    if (st == IG_OK)
+        st = kv_memory_of(m, KV_F32, &in->kv[0]);
+    if (st == IG_OK)
+        st = kv_memory_of(m, KV_F16, &in->kv[1]);
+    return st;
+}
+
+static void info_free(struct info *in)
+{
+    kv_memory_free(in->kv[0]);
+    kv_memory_free(in->kv[1]);
 }
 
 static const char *scaling_name(enum rope_scaling s)
@@ -241,6 +260,47 @@ static void print_features_text(const struct model *m)
         printf("soft-capping    attention %g, logits %g\n", hp->attn_softcap, hp->final_softcap);
 }
 
+/* The layers of group g as ranges: "0-4, 6-10, 12". */
+static void print_layer_ranges(const struct kv_memory *mem, int64_t g)
+{
+    const char *sep = "";
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        if (mem->layers[l].group != g || (l > 0 && mem->layers[l - 1].group == g))
+            continue;
+        int64_t end = l;
+        while (end + 1 < mem->n_layer && mem->layers[end + 1].group == g)
+            end++;
+        if (end > l)
+            printf("%s%lld-%lld", sep, (long long)l, (long long)end);
+        else
+            printf("%s%lld", sep, (long long)l);
+        sep = ", ";
+    }
+}
+
+/* One line a group of the KV cache: its kind, layers and bytes (a token's
+ * and a block's for the paged kinds, a sequence's for recurrent state). */
+static void print_kv_groups_text(const struct info *in)
+{
+    const struct kv_memory *f32 = in->kv[0], *f16 = in->kv[1];
+    for (int64_t g = 0; g < f32->n_groups; g++) {
+        const struct kv_group *G = &f32->groups[g], *H = &f16->groups[g];
+        printf("KV group        %s", kv_kind_name(G->kind));
+        if (G->kind == KV_WINDOW)
+            printf(" %lld", (long long)G->window);
+        printf(", %lld layer%s (", (long long)G->n_layers, G->n_layers == 1 ? "" : "s");
+        print_layer_ranges(f32, g);
+        if (G->kind == KV_FULL || G->kind == KV_WINDOW)
+            printf("): %zu bytes/token f32, %zu f16; %zu and %zu bytes a block of %d\n",
+                   G->block_bytes / KV_BLOCK, H->block_bytes / KV_BLOCK, G->block_bytes,
+                   H->block_bytes, KV_BLOCK);
+        else if (G->kind == KV_RECURRENT)
+            printf("): %zu bytes/sequence\n", G->state_bytes);
+        else
+            printf("): no memory of their own\n");
+    }
+}
+
 static void print_text(const struct model *m, const struct info *in)
 {
     const struct model_hparams *hp = &m->hp;
@@ -260,8 +320,9 @@ static void print_text(const struct model *m, const struct info *in)
     printf("embeddings      %s\n", hp->tied_embeddings ? "tied (output = token_embd)" : "separate output");
     printf("QKV biases      %s\n", hp->has_qkv_bias ? "yes" : "no");
     print_tokenizer_text(in);
-    printf("KV cache        %lld bytes/token f32, %lld bytes/token f16\n",
-           (long long)model_kv_bytes_per_token(hp, 4), (long long)model_kv_bytes_per_token(hp, 2));
+    printf("KV cache        %zu bytes/token f32, %zu bytes/token f16\n",
+           in->kv[0]->block_bytes / KV_BLOCK, in->kv[1]->block_bytes / KV_BLOCK);
+    print_kv_groups_text(in);
     size_t native = backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE);
     size_t f16 = backend_gpu_weight_bytes(m, BACKEND_GPU_F16);
     printf("CUDA weights    native %zu bytes (%.2f GiB), f16 %zu bytes (%.2f GiB)\n", native,
@@ -310,6 +371,43 @@ static void add_features_json(cJSON *o, const struct model_hparams *hp)
     cJSON_AddNumberToObject(f, "attention_scale", hp->attn_scale);
     cJSON_AddNumberToObject(f, "attn_logit_softcapping", hp->attn_softcap);
     cJSON_AddNumberToObject(f, "final_logit_softcapping", hp->final_softcap);
+}
+
+static const char *kv_kind_json(enum kv_kind kind)
+{
+    switch (kind) {
+    case KV_FULL: return "full";
+    case KV_WINDOW: return "sliding_window";
+    case KV_SHARED: return "shared";
+    case KV_RECURRENT: return "recurrent";
+    }
+    return "unknown";
+}
+
+/* "kv_groups": the KV cache's groups: kind, window, layers, bytes a token
+ * and a block (paged kinds) or a sequence (recurrent state). */
+static void add_kv_groups_json(cJSON *o, const struct info *in)
+{
+    const struct kv_memory *f32 = in->kv[0], *f16 = in->kv[1];
+    cJSON *arr = cJSON_AddArrayToObject(o, "kv_groups");
+    for (int64_t g = 0; g < f32->n_groups; g++) {
+        const struct kv_group *G = &f32->groups[g], *H = &f16->groups[g];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, e);
+        cJSON_AddStringToObject(e, "kind", kv_kind_json(G->kind));
+        cJSON_AddNumberToObject(e, "window", (double)G->window);
+        cJSON *layers = cJSON_AddArrayToObject(e, "layers");
+        for (int64_t l = 0; l < f32->n_layer; l++)
+            if (f32->layers[l].group == g)
+                cJSON_AddItemToArray(layers, cJSON_CreateNumber((double)l));
+        cJSON *t = cJSON_AddObjectToObject(e, "bytes_per_token");
+        cJSON_AddNumberToObject(t, "f32", (double)(G->block_bytes / KV_BLOCK));
+        cJSON_AddNumberToObject(t, "f16", (double)(H->block_bytes / KV_BLOCK));
+        cJSON *b = cJSON_AddObjectToObject(e, "bytes_per_block");
+        cJSON_AddNumberToObject(b, "f32", (double)G->block_bytes);
+        cJSON_AddNumberToObject(b, "f16", (double)H->block_bytes);
+        cJSON_AddNumberToObject(e, "bytes_per_sequence", (double)G->state_bytes);
+    }
 }
 
 /* m is NULL for a GGUF file of an architecture ignite does not run: then
@@ -367,8 +465,9 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
     }
     if (m) {
         cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
-        cJSON_AddNumberToObject(kv, "f32", (double)model_kv_bytes_per_token(&m->hp, 4));
-        cJSON_AddNumberToObject(kv, "f16", (double)model_kv_bytes_per_token(&m->hp, 2));
+        cJSON_AddNumberToObject(kv, "f32", (double)(in->kv[0]->block_bytes / KV_BLOCK));
+        cJSON_AddNumberToObject(kv, "f16", (double)(in->kv[1]->block_bytes / KV_BLOCK));
+        add_kv_groups_json(o, in);
         cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
         cJSON_AddNumberToObject(cw, "native",
                                 (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
@@ -445,6 +544,7 @@ int cmd_info(int argc, char **argv)
     if (st)
         return st;
     if ((st = gather(m, &in))) {
+        info_free(&in);
         model_free(m);
         return st;
     }
@@ -453,6 +553,7 @@ int cmd_info(int argc, char **argv)
     else
         print_text(m, &in);
     cli_stdout_ok(true); /* before model_free, while errno is the write's */
+    info_free(&in);
     model_free(m);
     return st == IG_OK ? cli_flush_stdout() : st;
 }

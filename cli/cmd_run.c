@@ -212,21 +212,22 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
     unsigned char id[KV_MODEL_ID_BYTES];
     kv_model_id(m, id);
     struct kv_file_reader r;
-    int st = kv_file_read_header(&r, f, name, &m->hp, id);
+    struct kv_memory *layers = NULL; /* what the file must hold (its dtype is the file's) */
+    int st = kv_memory_of(m, KV_F32, &layers);
+    if (st == IG_OK)
+        st = kv_file_read_header(&r, f, name, layers, m->hp.n_vocab, id);
     if (st == IG_OK && r.hdr.n_tokens > n_ctx)
         st = ig_error(IG_E_INPUT, "%s holds %lld tokens but the context holds %lld (raise "
                       "-c/--ctx-size)", name, (long long)r.hdr.n_tokens, (long long)n_ctx);
-    struct kv_shape shape = kv_shape_of(&m->hp, r.hdr.dtype);
-    if (st == IG_OK)
-        st = kv_store_create(&shape, kv_blocks_for(r.hdr.n_tokens), NULL, &lc->kv);
     if (st == IG_OK &&
         (!(lc->tokens = malloc((size_t)r.hdr.n_tokens * sizeof *lc->tokens)) ||
          !(lc->logits = malloc((size_t)m->hp.n_vocab * sizeof *lc->logits))))
         st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)r.hdr.n_tokens);
-    if (st == IG_OK && (st = kv_file_read_body(&r, lc->kv, lc->tokens, lc->logits)) == IG_OK)
+    if (st == IG_OK && (st = kv_file_read_body(&r, &lc->kv, lc->tokens, lc->logits)) == IG_OK)
         lc->h = (struct gen_history){.tokens = lc->tokens, .n = r.hdr.n_tokens,
                                      .logits = r.hdr.n_vocab > 0 ? lc->logits : NULL,
                                      .kv = lc->kv};
+    kv_memory_free(layers);
     if (!is_stdin)
         fclose(f);
     return st;
@@ -252,16 +253,17 @@ static int save_cache(struct engine *e, int64_t id, const struct model *m,
     const struct kv_store *kv;
     const int32_t *table, *tokens;
     const float *logits;
-    int64_t n;
+    int64_t n, slot;
     int st = engine_kept(e, id, &tokens, &n, &logits);
     if (st == IG_OK)
-        st = engine_kept_export(e, id, &kv, &table);
+        st = engine_kept_export(e, id, &kv, &table, &slot);
     if (st != IG_OK)
         return st;
     unsigned char model_id[KV_MODEL_ID_BYTES];
     kv_model_id(m, model_id);
     const char *name = out->is_stdout ? "'stdout'" : out->name;
-    st = kv_file_write(out->f, name, kv, table, n, model_id, tokens, logits, m->hp.n_vocab);
+    st = kv_file_write(out->f, name, kv, table, slot, n, model_id, tokens, logits,
+                       m->hp.n_vocab);
     return st == IG_OK ? cli_outfile_commit(out) : st;
 }
 
@@ -384,7 +386,8 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     cli_progress_clear(&rs.out.progress);
     const struct gen_result *res = &r.result;
     if (engine)
-        kv_bytes = (size_t)kv_pool_peak(engine_pool(engine)) * backend_block_bytes(in->be);
+        kv_bytes = (size_t)backend_kv_bytes(in->be, kv_pool_peak(engine_pool(engine)),
+                                            kv_pool_states_peak(engine_pool(engine)));
     if (st == IG_OK)
         st = res->status;
     int write_errno = rs.out.write_errno ? rs.out.write_errno : rs.buf_errno;
@@ -407,11 +410,11 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
         save_ms = (double)(ig_now_ns() - t) / 1e6;
     }
     if (res->stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
-        struct kv_shape shape = backend_kv_shape(in->be);
         struct run_report rep = {
             .res = res, .sp = &o->g.sp, .device = in->be->device, .threads = in->be->threads,
             .n_ctx = in->n_ctx, .kv_bytes = kv_bytes,
-            .kv_max_bytes = kv_bytes_for_blocks(&shape, kv_blocks_for(in->n_ctx)),
+            .kv_max_bytes = backend_kv_bytes(in->be, kv_blocks_for(in->n_ctx),
+                                             in->be->n_states ? 1 : 0),
             .kv_load_ms = in->load_ms, .kv_save_ms = save_ms,
             .device_bytes = backend_device_bytes(in->be),
             .weight_bytes = backend_weight_bytes(in->be),
@@ -479,7 +482,7 @@ int cmd_run(int argc, char **argv)
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx, .exact = o.g.exact,
-        .kv_dtype = lc.kv ? lc.kv->shape.dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
+        .kv_dtype = lc.kv ? lc.kv->memory->dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
         .gpu_weights = gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)

@@ -106,7 +106,10 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->n_vocab = be->m->hp.n_vocab;
     e->max_rows = o->max_rows < be->o.max_rows ? o->max_rows : be->o.max_rows;
     IG_ASSERT(e->max_rows >= e->n_slots); /* room for every decode row */
-    int st = kv_pool_create(be->o.n_blocks, o->share_prefixes && be->shares_blocks, &e->pool);
+    /* A recurrent layer's state has a slot per sequence in flight: the
+     * backend's n_states are the engine's slots (0 without such layers). */
+    int st = kv_pool_create(be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks,
+                            &e->pool);
     size_t ns = (size_t)e->n_slots;
     e->seqs = calloc(ns, sizeof *e->seqs);
     e->tokens = malloc((size_t)e->max_rows * sizeof *e->tokens);
@@ -302,13 +305,13 @@ int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int6
 }
 
 int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
-                       const int32_t **table)
+                       const int32_t **table, int64_t *slot)
 {
     struct seq *s = kept_seq(e, id);
     if (!s)
         return ig_error(IG_E_USAGE, "no sequence %lld is kept", (long long)id);
     struct backend_seq v = seq_view(e, s);
-    return backend_kv_export(e->be, &v, s->kv.n_pos, st, table);
+    return backend_kv_export(e->be, &v, s->kv.n_pos, st, table, slot);
 }
 
 void engine_drop(struct engine *e, int64_t id)

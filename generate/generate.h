@@ -96,7 +96,8 @@ struct gen_history {
     const int32_t *tokens;      /* [n] */
     int64_t n;
     const float *logits;        /* [n_vocab] after tokens[n - 1], or NULL */
-    const struct kv_store *kv;  /* the rows, in blocks 0.. in order (kv_file_read_body) */
+    const struct kv_store *kv;  /* the rows, in blocks 0.. in order, and the recurrent
+                                 * layers' state in slot 0 (kv_file_read_body) */
 };
 
 /* What happened to a request (filled by the engine as it goes). */
@@ -190,9 +191,10 @@ int engine_running(const struct engine *e);
 int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int64_t *n,
                 const float **logits);
 
-/* Its cache as a host store and table (backend_kv_export), to save it. */
+/* Its cache as a host store, table and state slot (backend_kv_export), to
+ * save it. */
 int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
-                       const int32_t **table);
+                       const int32_t **table, int64_t *slot);
 
 /* Frees the kept sequence `id` (no-op when none is kept). */
 void engine_drop(struct engine *e, int64_t id);

@@ -1,8 +1,9 @@
-/* kvcache/kvcache.c: the sizes, the host store of blocks, the one function
- * that writes new rows, and the block allocator with its prefix index
- * (kvcache.h). Attention reads the blocks through kv_layout
+/* kvcache/kvcache.c: the host store of blocks and states, the one function
+ * that writes new rows, and the allocator of blocks (with its prefix index)
+ * and state slots (kvcache.h). The memory's description and sizes are
+ * kvmem.c's; attention reads the blocks through kv_layout
  * (prefill/attn_tiled.c, the CUDA kernels); the file format is kvfile.c.
- * Covered by tests/kvcache/test_kvcache.c and tests/cpu/. */
+ * Covered by tests/kvcache/test_kvcache.c, test_kvmem.c and tests/cpu/. */
 #include "kvcache/kvcache.h"
 
 #include "core/half.h"
@@ -11,58 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
-
-/* ---- sizes ------------------------------------------------------------------------ */
-
-struct kv_shape kv_shape_of(const struct model_hparams *hp, enum kv_dtype dtype)
-{
-    return (struct kv_shape){.dtype = dtype, .n_layer = hp->n_layer,
-                             .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim};
-}
-
-size_t kv_dtype_bytes(enum kv_dtype dtype)
-{
-    return dtype == KV_F16 ? 2 : 4;
-}
-
-/* Elements of one layer's K (or V) block. */
-static int64_t layer_block_elems(const struct kv_shape *s)
-{
-    return s->n_head_kv * KV_BLOCK * s->head_dim;
-}
-
-size_t kv_block_bytes(const struct kv_shape *s)
-{
-    return (size_t)layer_block_elems(s) * kv_dtype_bytes(s->dtype) * 2 * (size_t)s->n_layer;
-}
-
-double kv_bytes_for_blocks(const struct kv_shape *s, int64_t n_blocks)
-{
-    return (double)n_blocks * 2.0 * (double)s->n_layer * (double)layer_block_elems(s) *
-           (double)kv_dtype_bytes(s->dtype);
-}
-
-double kv_mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kib;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-                fclose(f);
-                return (double)kib * 1024.0;
-            }
-        fclose(f);
-    }
-#ifdef _SC_AVPHYS_PAGES
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0)
-        return (double)pages * (double)page;
-#endif
-    return 0;
-}
 
 /* ---- rows ------------------------------------------------------------------------- */
 
@@ -103,34 +52,55 @@ void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst)
 
 /* ---- the host store ------------------------------------------------------------------ */
 
-int kv_store_create(const struct kv_shape *s, int64_t n_blocks, const char *hint,
-                    struct kv_store **out)
+int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states,
+                    const char *hint, struct kv_store **out)
 {
     *out = NULL;
-    if (n_blocks < 1 || s->n_layer < 1 || s->n_head_kv < 1 || s->head_dim < 1)
-        return ig_error(IG_E_INTERNAL, "KV cache: bad shape (%lld blocks, %lld layers)",
-                        (long long)n_blocks, (long long)s->n_layer);
-    double need = kv_bytes_for_blocks(s, n_blocks), avail = kv_mem_available();
+    if (n_blocks < 1 || n_states < 0 || (mem->state_bytes && n_states < 1))
+        return ig_error(IG_E_INTERNAL, "KV cache: bad size (%lld blocks, %lld state slots)",
+                        (long long)n_blocks, (long long)n_states);
+    double need = kv_memory_bytes(mem, n_blocks, n_states), avail = kv_mem_available();
     if (need > (double)(SIZE_MAX / 4) || (avail > 0 && need > avail))
         return ig_error(IG_E_NOMEM,
                         "%lld positions of KV cache need %.1f MiB but %.1f MiB of memory is "
                         "available (%s)", (long long)(n_blocks * KV_BLOCK), need / 1048576.0,
                         avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
     struct kv_store *st = calloc(1, sizeof *st);
-    if (!st)
+    int s = st ? kv_memory_copy(mem, mem->dtype, &st->memory) : IG_E_NOMEM;
+    if (s == IG_OK && !(st->offset = malloc((size_t)mem->n_layer * sizeof *st->offset)))
+        s = IG_E_NOMEM;
+    if (s != IG_OK) {
+        kv_store_free(st);
         return ig_error(IG_E_NOMEM, "out of memory allocating the KV cache");
-    st->shape = *s;
+    }
     st->n_blocks = n_blocks;
-    st->bytes = (size_t)need;
+    st->n_states = n_states;
+    /* Paged layers' K then V arrays and recurrent layers' states, in layer
+     * order; a shared layer points at its source's. */
+    size_t at = 0, elem = kv_dtype_bytes(mem->dtype);
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        if (L->kind == KV_SHARED)
+            continue;
+        st->offset[l] = at;
+        at += L->kind == KV_RECURRENT
+                  ? (size_t)n_states * L->state_bytes
+                  : 2 * (size_t)(n_blocks * kv_layer_block_elems(L)) * elem;
+    }
+    for (int64_t l = 0; l < mem->n_layer; l++)
+        if (mem->layers[l].kind == KV_SHARED)
+            st->offset[l] = st->offset[mem->layers[l].source];
+    st->bytes = at ? at : 1;
     /* Reserved, not committed: a page costs memory when a row is first written. */
-    void *mem = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (mem == MAP_FAILED) {
-        free(st);
+    void *base = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        st->bytes = 0;
+        kv_store_free(st);
         return ig_error(IG_E_NOMEM, "cannot reserve %.1f MiB of address space for the KV cache",
                         need / 1048576.0);
     }
-    st->mem = mem;
+    st->base = base;
     *out = st;
     return IG_OK;
 }
@@ -139,44 +109,59 @@ void kv_store_free(struct kv_store *st)
 {
     if (!st)
         return;
-    munmap(st->mem, st->bytes);
+    if (st->base)
+        munmap(st->base, st->bytes);
+    free(st->offset);
+    kv_memory_free(st->memory);
     free(st);
 }
 
 struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer)
 {
-    IG_ASSERT(layer >= 0 && layer < st->shape.n_layer);
-    size_t array = (size_t)(st->n_blocks * layer_block_elems(&st->shape)) *
-                   kv_dtype_bytes(st->shape.dtype);
-    return (struct kv_layout){
-        .k = st->mem + (size_t)(2 * layer) * array,
-        .v = st->mem + (size_t)(2 * layer + 1) * array,
-        .dtype = st->shape.dtype,
-        .block_stride = layer_block_elems(&st->shape),
-        .head_stride = KV_BLOCK * st->shape.head_dim,
-        .head_dim = st->shape.head_dim,
-    };
+    const struct kv_memory *mem = st->memory;
+    IG_ASSERT(layer >= 0 && layer < mem->n_layer);
+    const struct kv_layer_mem *L = &mem->layers[kv_memory_kv_layer(mem, layer)];
+    size_t array = (size_t)(st->n_blocks * kv_layer_block_elems(L)) * kv_dtype_bytes(mem->dtype);
+    char *k = st->base + st->offset[layer];
+    return kv_memory_layout(mem, layer, k, k + array);
 }
 
-void kv_copy_rows(const struct kv_store *dst, const int32_t *dst_table,
-                  const struct kv_store *src, const int32_t *src_table, int64_t n_pos)
+void *kv_store_state(const struct kv_store *st, int64_t layer, int64_t slot)
 {
-    const struct kv_shape *s = &src->shape;
-    IG_ASSERT(dst->shape.n_layer == s->n_layer && dst->shape.n_head_kv == s->n_head_kv &&
-              dst->shape.head_dim == s->head_dim);
-    float *row = malloc((size_t)s->head_dim * sizeof *row);
-    IG_ASSERT(row != NULL);
-    for (int64_t l = 0; l < s->n_layer; l++) {
+    const struct kv_memory *mem = st->memory;
+    IG_ASSERT(layer >= 0 && layer < mem->n_layer && slot >= 0 && slot < st->n_states);
+    const struct kv_layer_mem *L = &mem->layers[layer];
+    IG_ASSERT(L->kind == KV_RECURRENT);
+    return st->base + st->offset[layer] + (size_t)slot * L->state_bytes;
+}
+
+void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t dst_slot,
+                 const struct kv_store *src, const int32_t *src_table, int64_t src_slot,
+                 int64_t n_pos)
+{
+    const struct kv_memory *mem = src->memory;
+    IG_ASSERT(kv_memory_same_layers(dst->memory, mem));
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        if (L->kind == KV_RECURRENT) {
+            memcpy(kv_store_state(dst, l, dst_slot), kv_store_state(src, l, src_slot),
+                   L->state_bytes);
+            continue;
+        }
+        if (L->kind == KV_SHARED) /* its source's rows are copied with the source */
+            continue;
+        float *row = malloc((size_t)L->head_dim * sizeof *row);
+        IG_ASSERT(row != NULL);
         struct kv_layout ls = kv_store_layout(src, l), ld = kv_store_layout(dst, l);
-        for (int64_t h = 0; h < s->n_head_kv; h++)
+        for (int64_t h = 0; h < L->n_head_kv; h++)
             for (int64_t p = 0; p < n_pos; p++) {
-                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.k, src_table, h, p), s->head_dim, row);
-                store_row(ld.dtype, kv_row(&ld, ld.k, dst_table, h, p), row, s->head_dim);
-                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.v, src_table, h, p), s->head_dim, row);
-                store_row(ld.dtype, kv_row(&ld, ld.v, dst_table, h, p), row, s->head_dim);
+                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.k, src_table, h, p), L->head_dim, row);
+                store_row(ld.dtype, kv_row(&ld, ld.k, dst_table, h, p), row, L->head_dim);
+                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.v, src_table, h, p), L->head_dim, row);
+                store_row(ld.dtype, kv_row(&ld, ld.v, dst_table, h, p), row, L->head_dim);
             }
+        free(row);
     }
-    free(row);
 }
 
 void kv_identity_table(int32_t *table, int64_t n)
@@ -199,6 +184,8 @@ struct kv_pool {
     int64_t n_free;       /* blocks on the free list (refs == 0) */
     int64_t reserved;     /* blocks promised to admitted sequences, not yet taken */
     int64_t used, peak, hits;
+    int64_t n_states;     /* recurrent state slots; 0: sequences need none */
+    int64_t states_used, states_peak;
     /* prefix index */
     uint32_t *gen;        /* [n_blocks] bumped when a block is handed out anew */
     int32_t *parent;      /* [n_blocks] the indexed block's predecessor, -1 for the first */
@@ -309,14 +296,19 @@ static void list_append(struct kv_pool *p, int32_t id)
     p->n_free++;
 }
 
-int kv_pool_create(int64_t n_blocks, bool share_prefixes, struct kv_pool **out)
+int kv_pool_create(int64_t n_blocks, int64_t n_states, bool share_prefixes,
+                   struct kv_pool **out)
 {
     *out = NULL;
-    IG_ASSERT(n_blocks >= 1 && n_blocks <= INT32_MAX / 4);
+    IG_ASSERT(n_blocks >= 1 && n_blocks <= INT32_MAX / 4 && n_states >= 0);
     struct kv_pool *p = calloc(1, sizeof *p);
     if (!p)
         return ig_error(IG_E_NOMEM, "out of memory for the KV block table");
     p->n_blocks = n_blocks;
+    p->n_states = n_states;
+    /* A recurrent state after a shared prefix would have to be that
+     * prefix's state: blocks alone cannot give it. */
+    share_prefixes = share_prefixes && n_states == 0;
     p->share = share_prefixes;
     p->n_slots = 2;
     while (p->n_slots < 2 * n_blocks)
@@ -366,6 +358,9 @@ int64_t kv_pool_available(const struct kv_pool *p) { return p->n_free - p->reser
 int64_t kv_pool_used(const struct kv_pool *p) { return p->used; }
 int64_t kv_pool_peak(const struct kv_pool *p) { return p->peak; }
 int64_t kv_pool_hits(const struct kv_pool *p) { return p->hits; }
+int64_t kv_pool_n_states(const struct kv_pool *p) { return p->n_states; }
+int64_t kv_pool_states_used(const struct kv_pool *p) { return p->states_used; }
+int64_t kv_pool_states_peak(const struct kv_pool *p) { return p->states_peak; }
 
 int kv_seq_init(struct kv_seq *s, int64_t max_pos)
 {
@@ -434,13 +429,16 @@ static int64_t admission_cost(const struct kv_pool *p, const int32_t *tokens, in
 bool kv_pool_can_admit(const struct kv_pool *p, const int32_t *tokens, int64_t n_shared,
                        int64_t max_pos)
 {
+    if (p->n_states && p->states_used == p->n_states)
+        return false;
     return admission_cost(p, tokens, n_shared, max_pos) <= kv_pool_available(p);
 }
 
 int kv_pool_admit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int64_t n_shared,
                   int64_t max_pos)
 {
-    IG_ASSERT(s->n_blocks == 0 && s->reserved == 0 && kv_blocks_for(max_pos) <= s->max_blocks);
+    IG_ASSERT(s->n_blocks == 0 && s->reserved == 0 && !s->has_state &&
+              kv_blocks_for(max_pos) <= s->max_blocks);
     if (!kv_pool_can_admit(p, tokens, n_shared, max_pos))
         return IG_E_NOMEM;
     int64_t got = walk(p, tokens, n_shared * KV_BLOCK, n_shared, s->table);
@@ -458,6 +456,11 @@ int kv_pool_admit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, in
     s->reserved = kv_blocks_for(max_pos) - n_shared;
     p->reserved += s->reserved;
     p->peak = p->used > p->peak ? p->used : p->peak;
+    if (p->n_states) {
+        s->has_state = true;
+        p->states_used++;
+        p->states_peak = p->states_used > p->states_peak ? p->states_used : p->states_peak;
+    }
     return IG_OK;
 }
 
@@ -512,6 +515,10 @@ void kv_pool_release(struct kv_pool *p, struct kv_seq *s)
     }
     p->reserved -= s->reserved;
     s->reserved = s->n_blocks = s->n_pos = s->n_registered = 0;
+    if (s->has_state) {
+        p->states_used--;
+        s->has_state = false;
+    }
 }
 
 void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)

@@ -1,18 +1,30 @@
-/* kvcache/kvcache.h: the KV pool: K and V of every sequence in flight, in
- * fixed-size blocks, the block tables that map a sequence's positions onto
- * them, and the saved-cache file format.
+/* kvcache/kvcache.h: the KV pool: the memory of every sequence in flight,
+ * described per group of layers, the fixed-size blocks and the block tables
+ * that map a sequence's positions onto them, recurrent state slots, and the
+ * saved-cache file format.
  *
- * Memory. A pool holds n_blocks blocks of KV_BLOCK positions. For every
- * layer, K and V are each one array of blocks; a block holds
- * [n_head_kv][KV_BLOCK][head_dim] elements of `dtype` (a KV head's positions
- * contiguous, so attention streams them as tiles). K is stored after RoPE.
- * A sequence has a block table: entry i is the block that holds its
+ * Groups. A model's layers fall into groups of one memory kind (struct
+ * kv_memory, from kv_memory_of): full attention and sliding-window
+ * attention keep K and V in the pool's blocks (paged), a layer that reuses
+ * another layer's K/V keeps nothing of its own, a recurrent layer keeps a
+ * fixed-size state per sequence. Every size comes from one formula:
+ * blocks x the paged groups' bytes per block + state slots x the recurrent
+ * groups' bytes per sequence (kv_memory_bytes).
+ *
+ * Blocks. A pool holds n_blocks blocks of KV_BLOCK positions. For every
+ * paged layer, K and V are each one array of blocks; a block holds
+ * [n_head_kv][KV_BLOCK][head_dim] elements of `dtype` (the layer's own
+ * n_head_kv and head_dim; a KV head's positions contiguous, so attention
+ * streams them as tiles). K is stored after RoPE. A sequence has one block
+ * table for all its paged layers: entry i is the block that holds its
  * positions i * KV_BLOCK .. i * KV_BLOCK + KV_BLOCK - 1. So row `pos` of KV
  * head h of layer l of a sequence with table t is
  *   kv_layout(l).k + t[pos / KV_BLOCK] * block_stride + h * head_stride
  *                  + (pos % KV_BLOCK) * head_dim                 (elements).
- * struct kv_layout is this description; attention takes it and a table,
- * host (the CPU backend's kv_store) and device (the CUDA backend) alike.
+ * struct kv_layout is this description (a shared layer's is its source's);
+ * attention takes it and a table, host (the CPU backend's kv_store) and
+ * device (the CUDA backend) alike. A recurrent layer's state is indexed by
+ * the sequence's slot in the engine.
  *
  * Allocation. struct kv_pool hands out block ids (host bookkeeping for every
  * backend): a free list in least-recently-freed order, a reference count per
@@ -23,8 +35,9 @@
  * shared prefix, in blocks of their own. A freed block stays in the index
  * (and on the free list) until it is handed out for something else.
  * Admission reserves every block a sequence may grow into (its prompt plus
- * its most generated tokens), so a running sequence never finds the pool
- * empty. The choice of KV_BLOCK is explained in docs/kvcache.md.
+ * its most generated tokens) and, for a model with recurrent layers, a
+ * state slot, so a running sequence never finds the pool empty. The choice
+ * of KV_BLOCK is explained in docs/kvcache.md.
  *
  * Covered by tests/kvcache/ and tests/cpu/. */
 #ifndef IGNITE_KVCACHE_KVCACHE_H
@@ -43,28 +56,116 @@
 
 enum kv_dtype { KV_F32, KV_F16 };
 
-/* What every layer's cache looks like. */
-struct kv_shape {
-    enum kv_dtype dtype;
-    int64_t n_layer, n_head_kv, head_dim;
-};
-
-/* The shape of model `hp`'s cache with elements of `dtype`. */
-struct kv_shape kv_shape_of(const struct model_hparams *hp, enum kv_dtype dtype);
-
 /* Bytes of one element of `dtype` (4 or 2). */
 size_t kv_dtype_bytes(enum kv_dtype dtype);
-
-/* The one bytes formula: K and V of every layer for one block, and for n
- * blocks. */
-size_t kv_block_bytes(const struct kv_shape *s);
-double kv_bytes_for_blocks(const struct kv_shape *s, int64_t n_blocks);
 
 /* Blocks that hold n_pos positions. */
 static inline int64_t kv_blocks_for(int64_t n_pos)
 {
     return (n_pos + KV_BLOCK - 1) / KV_BLOCK;
 }
+
+/* ---- memory per group of layers (kvcache/kvmem.c) ---------------------------- */
+
+/* What a layer keeps for a sequence. */
+enum kv_kind {
+    KV_FULL,      /* K and V of every position, in the pool's blocks */
+    KV_WINDOW,    /* sliding-window attention: paged like KV_FULL. It keeps every
+                   * block too (its attention skips the blocks behind the window);
+                   * keeping only the window's blocks is not done yet */
+    KV_SHARED,    /* reads another layer's K and V: no memory of its own */
+    KV_RECURRENT, /* a fixed-size state per sequence (gated DeltaNet, a short
+                   * convolution), in the sequence's state slot */
+};
+#define KV_N_KINDS 4
+
+/* "full attention", "sliding window", "shared KV", "recurrent state". */
+const char *kv_kind_name(enum kv_kind kind);
+
+/* One layer's memory. The paged kinds (KV_FULL, KV_WINDOW) hold per block
+ * [n_head_kv][KV_BLOCK][head_dim] elements of K and as many of V. */
+struct kv_layer_mem {
+    enum kv_kind kind;
+    int64_t n_head_kv, head_dim; /* paged: its rows; KV_SHARED: its source's (set by
+                                  * kv_memory_build); KV_RECURRENT: 0 */
+    int64_t window;              /* KV_WINDOW: a query sees this many positions; else 0 */
+    int64_t source;              /* KV_SHARED: the paged layer whose K/V it reads; else -1 */
+    size_t state_bytes;          /* KV_RECURRENT: its state for one sequence; else 0 */
+    int64_t group;               /* its group (set by kv_memory_build) */
+};
+
+/* Layers of one kind (and, sliding, one window), in order of their first layer. */
+struct kv_group {
+    enum kv_kind kind;
+    int64_t window;       /* KV_WINDOW's window; else 0 */
+    int64_t n_layers;
+    size_t block_bytes;   /* K and V of its layers for one block (paged kinds; else 0) */
+    size_t state_bytes;   /* its layers' state for one sequence (KV_RECURRENT; else 0) */
+};
+
+/* A model's memory: the sum of its groups. Every paged layer has a block
+ * for each block id of the pool (one block table serves them all); every
+ * recurrent layer has a state for each state slot. */
+struct kv_memory {
+    enum kv_dtype dtype;          /* the paged layers' K and V elements */
+    int64_t n_layer, n_groups;
+    struct kv_layer_mem *layers;  /* [n_layer] owned */
+    struct kv_group *groups;      /* [n_groups] owned */
+    size_t block_bytes;           /* the one formula: the groups' block_bytes summed */
+    size_t state_bytes;           /* and their state_bytes: one sequence's state */
+};
+
+/* Builds a memory from n_layer layers' kind, shape, window, source and
+ * state bytes (`group` and a shared layer's shape are filled in), grouping
+ * them by kind (and window). Returns IG_OK, IG_E_NOMEM, or IG_E_INTERNAL for
+ * a layout that makes no sense (a shape below 1, a window of 0, a shared
+ * layer whose source is not a paged layer, an empty state), each after one
+ * line. Free with kv_memory_free. */
+int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_dtype dtype,
+                    struct kv_memory **out);
+
+/* The memory of model m with K/V elements of `dtype`: every layer full
+ * attention (n_head_kv x head_dim of the model) unless it has a window,
+ * the windowed ones sliding-window groups. The one place a model's layers
+ * become memory: the backends, the engine, `ignite info` and the saved
+ * caches all ask it. */
+int kv_memory_of(const struct model *m, enum kv_dtype dtype, struct kv_memory **out);
+
+/* n_layer full-attention layers of one shape (kernel tests, fuzzing). */
+int kv_memory_uniform(enum kv_dtype dtype, int64_t n_layer, int64_t n_head_kv,
+                      int64_t head_dim, struct kv_memory **out);
+
+/* A copy of `src` with K/V elements of `dtype`. */
+int kv_memory_copy(const struct kv_memory *src, enum kv_dtype dtype, struct kv_memory **out);
+void kv_memory_free(struct kv_memory *mem);
+
+/* True when a and b have the same layers (kind, shape, window, source,
+ * state bytes), whatever their dtypes. */
+bool kv_memory_same_layers(const struct kv_memory *a, const struct kv_memory *b);
+
+/* Bytes of n_blocks blocks and n_states state slots: n_blocks x block_bytes
+ * + n_states x state_bytes (a double: the refusals print sizes that do
+ * not fit in memory). Every size the tools print or check comes from it. */
+double kv_memory_bytes(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states);
+
+/* State slots a pool of n_slots sequences needs: n_slots when the memory
+ * has a recurrent group (a slot each, indexed by the sequence's slot), else 0. */
+int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots);
+
+/* Blocks that `bytes` hold beside n_states state slots (0 when the states
+ * alone take them; as many as a pool can count when no layer is paged). */
+int64_t kv_memory_blocks_in(const struct kv_memory *mem, double bytes, int64_t n_states);
+
+/* Elements of one block of a paged layer's K (as many of V):
+ * n_head_kv x KV_BLOCK x head_dim. */
+static inline int64_t kv_layer_block_elems(const struct kv_layer_mem *L)
+{
+    return L->n_head_kv * KV_BLOCK * L->head_dim;
+}
+
+/* The layer a paged or shared layer's K/V live in: a shared layer's
+ * source, else the layer itself. */
+int64_t kv_memory_kv_layer(const struct kv_memory *mem, int64_t layer);
 
 /* Bytes the system reports available (MemAvailable, else free pages); 0 when
  * unknown. */
@@ -80,6 +181,11 @@ struct kv_layout {
     int64_t head_stride;   /* elements from a KV head to the next in a block: KV_BLOCK * head_dim */
     int64_t head_dim;      /* elements of a row; consecutive positions are a row apart */
 };
+
+/* Layer l's layout in arrays whose block 0 of K is at k and of V at v
+ * (host or device): the strides of the layer's own shape, a shared layer's
+ * its source's. */
+struct kv_layout kv_memory_layout(const struct kv_memory *mem, int64_t layer, void *k, void *v);
 
 /* Element offset of row `pos` of KV head `h` through block table `table`;
  * the rows to the end of the block follow contiguously. */
@@ -106,42 +212,59 @@ void kv_write_rows(const struct kv_layout *L, const int32_t *table, int64_t n_he
 /* dst[i] = element i of n elements of `dtype` at src, as f32 (exact). */
 void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst);
 
-/* ---- host memory for blocks ---------------------------------------------------- */
+/* ---- host memory for blocks and states ------------------------------------------- */
 
-/* n_blocks blocks of every layer in host memory: the CPU backend's cache,
- * and the staging area of a device cache being saved or loaded. Pages are
- * committed when first written, so memory follows the blocks used. */
+/* n_blocks blocks of every paged layer and n_states states of every
+ * recurrent layer in host memory: the CPU backend's cache, and the staging
+ * area of a device cache being saved or loaded. Pages are committed when
+ * first written, so memory follows the blocks used. */
 struct kv_store {
-    struct kv_shape shape;
-    int64_t n_blocks;
-    char *mem;     /* layer l's K blocks, then its V blocks, for l = 0, 1, ... */
-    size_t bytes;  /* of the mapping */
+    struct kv_memory *memory; /* its layout (an owned copy) */
+    int64_t n_blocks, n_states;
+    char *base;     /* each paged layer's K blocks then its V blocks, each recurrent
+                     * layer's states, in layer order */
+    size_t *offset; /* [n_layer] bytes from base to the layer's K blocks (a shared
+                     * layer: its source's) or its states */
+    size_t bytes;   /* of the mapping */
 };
 
-/* Creates a store of n_blocks blocks (no page is touched). Returns IG_OK;
- * IG_E_NOMEM, with the bytes the blocks need and the bytes available, when
- * they could never fit in memory, the line ending with `hint`, what the
- * user can do (NULL: "lower -c/--ctx-size"); IG_E_INTERNAL for a bad shape. */
-int kv_store_create(const struct kv_shape *s, int64_t n_blocks, const char *hint,
-                    struct kv_store **out);
+/* Creates a store of n_blocks blocks and n_states state slots of `mem`'s
+ * layout (no page is touched). Returns IG_OK; IG_E_NOMEM, with the bytes
+ * they need (kv_memory_bytes) and the bytes available, when they could
+ * never fit in memory, the line ending with `hint`, what the user can do
+ * (NULL: "lower -c/--ctx-size"); IG_E_INTERNAL for no blocks, or states
+ * missing where the layout has recurrent layers. */
+int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states,
+                    const char *hint, struct kv_store **out);
 void kv_store_free(struct kv_store *st);
 
-/* Layer l of the store. */
+/* Layer l's blocks: a paged layer's own, a shared layer's source's. */
 struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer);
 
-/* Copies positions [0, n_pos) of every layer from `src` through src_table
- * to `dst` through dst_table (same model shape), converting the element type
- * where the stores differ. */
-void kv_copy_rows(const struct kv_store *dst, const int32_t *dst_table,
-                  const struct kv_store *src, const int32_t *src_table, int64_t n_pos);
+/* Recurrent layer l's state in state slot `slot` (state_bytes bytes). */
+void *kv_store_state(const struct kv_store *st, int64_t layer, int64_t slot);
+
+/* Copies one sequence from `src` to `dst` (the same layers): positions
+ * [0, n_pos) of every paged layer through src_table to dst_table,
+ * converting the element type where the stores differ, and every
+ * recurrent layer's state from src_slot to dst_slot. Shared layers have
+ * nothing of their own to copy. */
+void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t dst_slot,
+                 const struct kv_store *src, const int32_t *src_table, int64_t src_slot,
+                 int64_t n_pos);
 
 /* ---- the allocator ------------------------------------------------------------------ */
 
 struct kv_pool;
 
-/* A pool of n_blocks block ids; share_prefixes enables the prefix index.
- * Returns IG_OK or IG_E_NOMEM. */
-int kv_pool_create(int64_t n_blocks, bool share_prefixes, struct kv_pool **out);
+/* A pool of n_blocks block ids (one id is a block of every paged layer)
+ * and n_states state slots (kv_memory_states_for: 0 when no layer is
+ * recurrent, and then a sequence needs none). share_prefixes enables the
+ * prefix index, which a pool with states never uses: a recurrent state
+ * holds its whole prefix in a fixed size, so a sequence cannot start from
+ * blocks another computed. Returns IG_OK or IG_E_NOMEM. */
+int kv_pool_create(int64_t n_blocks, int64_t n_states, bool share_prefixes,
+                   struct kv_pool **out);
 void kv_pool_free(struct kv_pool *p);
 
 int64_t kv_pool_n_blocks(const struct kv_pool *p);
@@ -152,6 +275,10 @@ int64_t kv_pool_used(const struct kv_pool *p);
 int64_t kv_pool_peak(const struct kv_pool *p);
 /* Blocks shared so far instead of being computed again. */
 int64_t kv_pool_hits(const struct kv_pool *p);
+/* State slots: in all, held by sequences now, and the most at any time. */
+int64_t kv_pool_n_states(const struct kv_pool *p);
+int64_t kv_pool_states_used(const struct kv_pool *p);
+int64_t kv_pool_states_peak(const struct kv_pool *p);
 
 /* A sequence's view of the pool. */
 struct kv_seq {
@@ -161,6 +288,7 @@ struct kv_seq {
     int64_t n_pos;        /* positions whose K/V are written (the caller advances it) */
     int64_t reserved;     /* blocks it may still take */
     int64_t n_registered; /* leading full blocks entered in the prefix index */
+    bool has_state;       /* it holds one of the pool's state slots */
 };
 
 /* An empty sequence that may grow to max_pos positions. IG_OK or IG_E_NOMEM. */
@@ -174,14 +302,16 @@ int64_t kv_pool_match(const struct kv_pool *p, const int32_t *tokens, int64_t n,
 
 /* Admits an empty sequence that will hold up to max_pos positions: shares
  * the first `n_shared` blocks (a kv_pool_match result for `tokens`, whose K/V
- * are then in place: n_pos = n_shared * KV_BLOCK) and reserves the rest.
- * Returns IG_OK, or IG_E_NOMEM without a message and without any change when
- * the pool cannot promise the blocks now. */
+ * are then in place: n_pos = n_shared * KV_BLOCK), reserves the rest and,
+ * in a pool with states, takes a state slot (which slot holds its state is
+ * the caller's: the engine's slot of the sequence). Returns IG_OK, or
+ * IG_E_NOMEM without a message and without any change when the pool cannot
+ * promise the blocks, or has no state slot left, now. */
 int kv_pool_admit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, int64_t n_shared,
                   int64_t max_pos);
 
 /* True when a sequence of max_pos positions with n_shared matched blocks
- * could be admitted now. */
+ * (and a state slot, where the pool has states) could be admitted now. */
 bool kv_pool_can_admit(const struct kv_pool *p, const int32_t *tokens, int64_t n_shared,
                        int64_t max_pos);
 
@@ -194,14 +324,17 @@ void kv_pool_grow(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
  * sequence with the same tokens would compute). */
 void kv_pool_register(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens);
 
-/* Drops the sequence's blocks and reservation; the sequence is empty after. */
+/* Drops the sequence's blocks, reservation and state slot; the sequence is
+ * empty after. */
 void kv_pool_release(struct kv_pool *p, struct kv_seq *s);
 
 /* Sequences that live on after a request (a conversation, generate/):
  * kv_pool_shrink forgets positions [n_pos, s->n_pos): the blocks wholly past
  * n_pos go back to the pool, the block holding position n_pos leaves the
  * prefix index (it will be written again) and must not be shared with
- * another sequence; the reservation is dropped. kv_pool_reserve then
+ * another sequence; the reservation is dropped, the state slot kept (its
+ * state is not rolled back: a recurrent layer's state after n_pos
+ * positions is gone once it has taken more). kv_pool_reserve then
  * promises the blocks to grow to max_pos positions (within the table):
  * IG_OK, or IG_E_NOMEM without a message or any change when the pool cannot
  * promise them now. */
@@ -210,7 +343,9 @@ int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos);
 
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
-#define KV_FILE_VERSION 1
+/* Version 2 describes the groups of layers and stores what each holds;
+ * version 1 (every layer full attention of one shape) still loads. */
+#define KV_FILE_VERSION 2
 #define KV_MODEL_ID_BYTES 32
 
 /* The identity a saved cache is bound to: SHA-256 over the architecture, the
@@ -218,49 +353,59 @@ int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos);
  * every weight (start, middle, end); cheap however large the model is. */
 void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES]);
 
-/* The fixed-size head of a saved cache. */
+/* The head of a saved cache, whichever version. */
 struct kv_file_header {
-    uint32_t version;
+    uint32_t version;   /* 1 or 2 */
     enum kv_dtype dtype;
     unsigned char model_id[KV_MODEL_ID_BYTES];
-    int64_t n_layer, n_head_kv, head_dim;
+    int64_t n_layer;
+    int64_t n_groups;   /* version 1: 1 (one shape, every layer) */
     int64_t n_tokens;   /* positions saved, >= 1 */
     int64_t n_vocab;    /* logits saved after the tokens: n_vocab, or 0 for none */
 };
 
-/* Writes positions [0, n_pos) of a sequence (table `table` into `st`) with
- * their token ids tokens[0..n_pos) and, unless NULL, the logits[0..n_vocab)
- * after the last token, to `f` in one sequential pass (pipes work). `name` is
- * for messages, printed as given: callers quote a file name ('c.kv',
- * 'stdout'), as every message does. Returns IG_OK or IG_E_IO. */
+/* Writes one sequence, positions [0, n_pos) of the paged layers (table
+ * `table` into `st`) and the recurrent layers' states in state slot
+ * `slot`, with its token ids tokens[0..n_pos) and, unless NULL, the
+ * logits[0..n_vocab) after the last token, to `f` in one sequential pass
+ * (pipes work), in the current version. `name` is for messages, printed as
+ * given: callers quote a file name ('c.kv', 'stdout'), as every message
+ * does. Returns IG_OK or IG_E_IO. */
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
-                  int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
+                  int64_t slot, int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab);
 
 /* A read in progress: the header is read and checked first so the caller can
- * size its store, then the body. */
+ * check it against its context, then the body. */
 struct kv_file_reader {
     FILE *f;
     const char *name;
     uint32_t crc;       /* CRC-32C of the bytes read so far */
     uint64_t n_read;    /* bytes read so far */
     int64_t model_vocab;/* token ids must be below this */
+    const struct kv_memory *want; /* the model's layers (borrowed until the body is read) */
     struct kv_file_header hdr;
 };
 
-/* Reads and checks the header from `f` against the model (`hp` and its
- * identity `id`); `name` as for kv_file_write, kept for the body's
- * messages. Returns IG_OK, or IG_E_KVFILE (not a cache file, another
- * version, another model, a bad field, truncated) or IG_E_IO, in one line. */
+/* Reads and checks the header from `f`: the model's identity `id`, its
+ * layers `want` (kv_memory_of at any dtype: the file's groups must be
+ * these, a version 1 file's one shape every layer's) and vocabulary of
+ * n_vocab; `name` as for kv_file_write, kept for the body's messages.
+ * Returns IG_OK, or IG_E_KVFILE (not a cache file, another version,
+ * another model, other layers, a bad field, truncated) or IG_E_IO, in one
+ * line. */
 int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
-                        const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES]);
+                        const struct kv_memory *want, int64_t n_vocab,
+                        const unsigned char id[KV_MODEL_ID_BYTES]);
 
-/* Reads the rest into blocks 0, 1, ... of `st` (dtype hdr.dtype, at least
- * kv_blocks_for(hdr.n_tokens) blocks), tokens[0..hdr.n_tokens) and, when
- * hdr.n_vocab > 0, logits[0..n_vocab), then verifies the checksum and that
- * the stream ends there. Returns IG_OK, IG_E_KVFILE (truncated, a token out
- * of range, checksum mismatch, trailing bytes) or IG_E_IO. */
-int kv_file_read_body(struct kv_file_reader *r, struct kv_store *st, int32_t *tokens,
+/* Reads the rest into a new store (*out: want's layers at the file's
+ * dtype, kv_blocks_for(hdr.n_tokens) blocks holding the positions in order,
+ * one state slot, 0, where there are recurrent layers),
+ * tokens[0..hdr.n_tokens) and, when hdr.n_vocab > 0, logits[0..n_vocab),
+ * then verifies the checksum and that the stream ends there. Returns IG_OK,
+ * or IG_E_KVFILE (truncated, a token out of range, checksum mismatch,
+ * trailing bytes), IG_E_NOMEM or IG_E_IO with *out NULL. */
+int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
                       float *logits);
 
 /* The table 0, 1, 2, ... of n entries: a store read from a file, or staged

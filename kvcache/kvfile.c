@@ -1,22 +1,33 @@
-/* kvcache/kvfile.c: saving a KV cache to a stream and reading it back, and
- * the model identity a saved cache is bound to. Sequential both ways (no
- * seeks), so `-` through a pipe works. The format (docs/kvcache.md):
+/* kvcache/kvfile.c: saving one sequence's cache to a stream and reading it
+ * back, and the model identity a saved cache is bound to. Sequential both
+ * ways (no seeks), so `-` through a pipe works. The format, version 2
+ * (docs/kvcache.md):
  *
  *   "IGNITEKV" | u32 version | u32 dtype | u8[32] model id |
- *   i64 n_layer, n_head_kv, head_dim, n_tokens, n_vocab |
+ *   i64 n_layer, n_groups, n_tokens, n_vocab |
+ *   groups: n_groups x (u32 kind, u32 0, i64 window, i64 n_layers) |
+ *   layers: n_layer x (i64 group, n_head_kv, head_dim, source, state_bytes) |
  *   i32 tokens[n_tokens] | f32 logits[n_vocab] |
- *   rows: for layer, for K then V, for KV head: n_tokens x head_dim of dtype |
+ *   for each layer: a paged one's rows (K then V, for KV head: n_tokens x
+ *   head_dim of dtype), a recurrent one's state (state_bytes), nothing for a
+ *   shared one |
  *   u32 CRC-32C of every byte before it | end of the stream
  *
- * all little-endian. What the cache means for generation (the sampler, the
- * prompt) is generate/engine.c's; the CLI options are cli/cmd_run.c's.
- * Covered by tests/kvcache/test_kvcache.c and tests/kvcache/test_kv_cli.py. */
+ * all little-endian. Version 1 (i64 n_layer, n_head_kv, head_dim, n_tokens,
+ * n_vocab after the model id; no tables) is version 2's body for a model
+ * whose layers are all paged with one shape, and still loads for such a
+ * model. What the cache means for generation (the sampler, the prompt) is
+ * generate/engine.c's; the CLI options are cli/cmd_run.c's.
+ * Covered by tests/kvcache/test_kvcache.c (version 1 too),
+ * tests/kvcache/test_kvmem.c (every kind of layer) and
+ * tests/kvcache/test_kv_cli.py. */
 #include "kvcache/kvcache.h"
 
 #include "core/checksum.h"
 #include "core/status.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -24,7 +35,10 @@
 #endif
 
 static const char kv_magic[8] = {'I', 'G', 'N', 'I', 'T', 'E', 'K', 'V'};
-#define KV_HEADER_BYTES 88
+#define KV_V1_HEADER_BYTES 88 /* magic .. n_vocab */
+#define KV_V2_HEADER_BYTES 80 /* magic .. n_vocab, before the tables */
+#define KV_GROUP_BYTES 24     /* a group's entry in the table */
+#define KV_LAYER_BYTES 40     /* a layer's */
 
 /* ---- model identity ------------------------------------------------------------ */
 
@@ -165,31 +179,58 @@ static void put_i64(struct writer *w, int64_t v)
     put(w, b, 8);
 }
 
+/* The groups and layers tables: what the file holds, layer by layer. */
+static void put_layers(struct writer *w, const struct kv_memory *mem)
+{
+    for (int64_t g = 0; g < mem->n_groups; g++) {
+        const struct kv_group *G = &mem->groups[g];
+        put_u32(w, (uint32_t)G->kind);
+        put_u32(w, 0);
+        put_i64(w, G->window);
+        put_i64(w, G->n_layers);
+    }
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *L = &mem->layers[l];
+        put_i64(w, L->group);
+        put_i64(w, L->n_head_kv);
+        put_i64(w, L->head_dim);
+        put_i64(w, L->source);
+        put_i64(w, (int64_t)L->state_bytes);
+    }
+}
+
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
-                  int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
+                  int64_t slot, int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab)
 {
     IG_ASSERT(n_pos >= 1);
-    const struct kv_shape *s = &st->shape;
+    const struct kv_memory *mem = st->memory;
     struct writer w = {.f = f, .name = name};
     errno = 0;
     put(&w, kv_magic, sizeof kv_magic);
     put_u32(&w, KV_FILE_VERSION);
-    put_u32(&w, s->dtype);
+    put_u32(&w, mem->dtype);
     put(&w, id, KV_MODEL_ID_BYTES);
-    put_i64(&w, s->n_layer);
-    put_i64(&w, s->n_head_kv);
-    put_i64(&w, s->head_dim);
+    put_i64(&w, mem->n_layer);
+    put_i64(&w, mem->n_groups);
     put_i64(&w, n_pos);
     put_i64(&w, logits ? n_vocab : 0);
+    put_layers(&w, mem);
     put(&w, tokens, (size_t)n_pos * sizeof *tokens);
     if (logits)
         put(&w, logits, (size_t)n_vocab * sizeof *logits);
-    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
-    for (int64_t l = 0; l < s->n_layer; l++) {
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *Lm = &mem->layers[l];
+        if (Lm->kind == KV_RECURRENT) {
+            put(&w, kv_store_state(st, l, slot), Lm->state_bytes);
+            continue;
+        }
+        if (Lm->kind == KV_SHARED) /* its rows are its source's, saved there */
+            continue;
         struct kv_layout L = kv_store_layout(st, l);
+        size_t row = (size_t)Lm->head_dim * kv_dtype_bytes(mem->dtype);
         for (int kind = 0; kind < 2; kind++)
-            for (int64_t h = 0; h < s->n_head_kv; h++)
+            for (int64_t h = 0; h < Lm->n_head_kv; h++)
                 for (int64_t p = 0; p < n_pos; p += KV_BLOCK) {
                     int64_t run = n_pos - p < KV_BLOCK ? n_pos - p : KV_BLOCK;
                     put(&w, kv_row(&L, kind ? L.v : L.k, table, h, p), (size_t)run * row);
@@ -232,11 +273,79 @@ static int64_t le_i64(const unsigned char *b)
     return (int64_t)v;
 }
 
-int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
-                        const struct model_hparams *hp, const unsigned char id[KV_MODEL_ID_BYTES])
+/* Version 1's head after the model id: one shape for every layer, which
+ * must be every layer of the model's (all paged, the same heads). */
+static int read_v1_shape(struct kv_file_reader *r, const unsigned char *b)
 {
-    *r = (struct kv_file_reader){.f = f, .name = name, .model_vocab = hp->n_vocab};
-    unsigned char b[KV_HEADER_BYTES];
+    struct kv_file_header *h = &r->hdr;
+    const struct kv_memory *want = r->want;
+    int64_t n_head_kv = le_i64(b + 56), head_dim = le_i64(b + 64);
+    h->n_layer = le_i64(b + 48);
+    h->n_groups = 1;
+    h->n_tokens = le_i64(b + 72);
+    h->n_vocab = le_i64(b + 80);
+    const struct kv_layer_mem *L0 = &want->layers[0];
+    if (h->n_layer != want->n_layer || n_head_kv != L0->n_head_kv || head_dim != L0->head_dim)
+        return ig_error(IG_E_KVFILE, "%s: shape %lld x %lld x %lld does not match the model's "
+                        "%lld x %lld x %lld", r->name, (long long)h->n_layer,
+                        (long long)n_head_kv, (long long)head_dim, (long long)want->n_layer,
+                        (long long)L0->n_head_kv, (long long)L0->head_dim);
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        const struct kv_layer_mem *L = &want->layers[l];
+        if ((L->kind != KV_FULL && L->kind != KV_WINDOW) || L->n_head_kv != n_head_kv ||
+            L->head_dim != head_dim)
+            return ig_error(IG_E_KVFILE, "%s is a version 1 KV cache file, which holds every "
+                            "layer's K and V alike, but layer %lld of the model is %s (save it "
+                            "again with this version)", r->name, (long long)l,
+                            kv_kind_name(L->kind));
+    }
+    return IG_OK;
+}
+
+/* Version 2's tables, checked entry by entry against the model's layers. */
+static int read_v2_layers(struct kv_file_reader *r)
+{
+    const struct kv_memory *want = r->want;
+    unsigned char b[KV_LAYER_BYTES];
+    int st;
+    for (int64_t g = 0; g < want->n_groups; g++) {
+        if ((st = get(r, b, KV_GROUP_BYTES)) != IG_OK)
+            return st;
+        const struct kv_group *G = &want->groups[g];
+        uint32_t kind = le_u32(b);
+        int64_t window = le_i64(b + 8), n_layers = le_i64(b + 16);
+        if (kind != (uint32_t)G->kind || le_u32(b + 4) != 0 || window != G->window ||
+            n_layers != G->n_layers)
+            return ig_error(IG_E_KVFILE, "%s: group %lld holds %lld layers of kind %u (window "
+                            "%lld) but the model's holds %lld of %s (window %lld)", r->name,
+                            (long long)g, (long long)n_layers, kind, (long long)window,
+                            (long long)G->n_layers, kv_kind_name(G->kind),
+                            (long long)G->window);
+    }
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        if ((st = get(r, b, KV_LAYER_BYTES)) != IG_OK)
+            return st;
+        const struct kv_layer_mem *L = &want->layers[l];
+        int64_t f[5] = {le_i64(b), le_i64(b + 8), le_i64(b + 16), le_i64(b + 24),
+                        le_i64(b + 32)};
+        if (f[0] != L->group || f[1] != L->n_head_kv || f[2] != L->head_dim ||
+            f[3] != L->source || f[4] != (int64_t)L->state_bytes)
+            return ig_error(IG_E_KVFILE, "%s: layer %lld is saved as group %lld, %lld KV heads "
+                            "x %lld, source %lld, %lld state bytes; the model's is group %lld, "
+                            "%lld x %lld, source %lld, %zu state bytes", r->name, (long long)l,
+                            (long long)f[0], (long long)f[1], (long long)f[2], (long long)f[3],
+                            (long long)f[4], (long long)L->group, (long long)L->n_head_kv,
+                            (long long)L->head_dim, (long long)L->source, L->state_bytes);
+    }
+    return IG_OK;
+}
+
+int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
+                        const struct kv_memory *want, int64_t n_vocab,
+                        const unsigned char id[KV_MODEL_ID_BYTES])
+{
+    *r = (struct kv_file_reader){.f = f, .name = name, .model_vocab = n_vocab, .want = want};
+    unsigned char b[KV_V1_HEADER_BYTES];
     int st = get(r, b, 16);
     if (st != IG_OK)
         return st;
@@ -245,48 +354,88 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
                         name);
     struct kv_file_header *h = &r->hdr;
     h->version = le_u32(b + 8);
-    if (h->version != KV_FILE_VERSION)
+    if (h->version != 1 && h->version != KV_FILE_VERSION)
         return ig_error(IG_E_KVFILE, "%s is a version %u KV cache file; this ignite reads "
-                        "version %d (save it again with this version)",
+                        "versions 1 and %d (save it again with this version)",
                         name, h->version, KV_FILE_VERSION);
-    if ((st = get(r, b + 16, KV_HEADER_BYTES - 16)) != IG_OK)
+    size_t head = h->version == 1 ? KV_V1_HEADER_BYTES : KV_V2_HEADER_BYTES;
+    if ((st = get(r, b + 16, head - 16)) != IG_OK)
         return st;
     uint32_t dtype = le_u32(b + 12);
     if (dtype != KV_F32 && dtype != KV_F16)
         return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, dtype);
     h->dtype = (enum kv_dtype)dtype;
     memcpy(h->model_id, b + 16, KV_MODEL_ID_BYTES);
-    h->n_layer = le_i64(b + 48);
-    h->n_head_kv = le_i64(b + 56);
-    h->head_dim = le_i64(b + 64);
-    h->n_tokens = le_i64(b + 72);
-    h->n_vocab = le_i64(b + 80);
-    if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0)
-        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld KV "
-                        "heads x %lld; model identity differs): load it with the model that "
-                        "wrote it", name, (long long)h->n_layer, (long long)h->n_head_kv,
-                        (long long)h->head_dim);
-    if (h->n_layer != hp->n_layer || h->n_head_kv != hp->n_head_kv ||
-        h->head_dim != hp->head_dim)
-        return ig_error(IG_E_KVFILE, "%s: shape %lld x %lld x %lld does not match the model's "
-                        "%lld x %lld x %lld", name, (long long)h->n_layer,
-                        (long long)h->n_head_kv, (long long)h->head_dim, (long long)hp->n_layer,
-                        (long long)hp->n_head_kv, (long long)hp->head_dim);
+    if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0) {
+        if (h->version == 1)
+            return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers, %lld "
+                            "KV heads x %lld; model identity differs): load it with the model "
+                            "that wrote it", name, (long long)le_i64(b + 48),
+                            (long long)le_i64(b + 56), (long long)le_i64(b + 64));
+        return ig_error(IG_E_KVFILE, "%s was saved from another model (%lld layers in %lld "
+                        "groups; model identity differs): load it with the model that wrote "
+                        "it", name, (long long)le_i64(b + 48), (long long)le_i64(b + 56));
+    }
+    if (h->version == 1) {
+        if ((st = read_v1_shape(r, b)) != IG_OK)
+            return st;
+    } else {
+        h->n_layer = le_i64(b + 48);
+        h->n_groups = le_i64(b + 56);
+        h->n_tokens = le_i64(b + 64);
+        h->n_vocab = le_i64(b + 72);
+        /* the counts first: they size the tables read next */
+        if (h->n_layer != want->n_layer || h->n_groups != want->n_groups)
+            return ig_error(IG_E_KVFILE, "%s: %lld layers in %lld groups do not match the "
+                            "model's %lld in %lld", name, (long long)h->n_layer,
+                            (long long)h->n_groups, (long long)want->n_layer,
+                            (long long)want->n_groups);
+    }
     if (h->n_tokens < 1 || h->n_tokens > (int64_t)1 << 40 ||
-        (h->n_vocab != 0 && h->n_vocab != hp->n_vocab))
+        (h->n_vocab != 0 && h->n_vocab != n_vocab))
         return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
                         (long long)h->n_tokens, (long long)h->n_vocab);
+    return h->version == 1 ? IG_OK : read_v2_layers(r);
+}
+
+/* The body after the logits: each layer's rows or state, into `store`
+ * (blocks 0, 1, ... in order, state slot 0). */
+static int read_layers(struct kv_file_reader *r, struct kv_store *store)
+{
+    const struct kv_memory *mem = store->memory;
+    int64_t n = r->hdr.n_tokens;
+    int st;
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        const struct kv_layer_mem *Lm = &mem->layers[l];
+        if (Lm->kind == KV_RECURRENT) {
+            if ((st = get(r, kv_store_state(store, l, 0), Lm->state_bytes)) != IG_OK)
+                return st;
+            continue;
+        }
+        if (Lm->kind == KV_SHARED)
+            continue;
+        struct kv_layout L = kv_store_layout(store, l);
+        size_t elem = kv_dtype_bytes(L.dtype), row = (size_t)Lm->head_dim * elem;
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t hh = 0; hh < Lm->n_head_kv; hh++)
+                for (int64_t p = 0; p < n; p += KV_BLOCK) {
+                    int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
+                    /* The store's blocks are the file's positions in order. */
+                    int64_t block = p / KV_BLOCK;
+                    void *dst = (char *)(kind ? L.v : L.k) +
+                                (size_t)(block * L.block_stride + hh * L.head_stride) * elem;
+                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
+                        return st;
+                }
+    }
     return IG_OK;
 }
 
-int kv_file_read_body(struct kv_file_reader *r, struct kv_store *store, int32_t *tokens,
+int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
                       float *logits)
 {
     const struct kv_file_header *h = &r->hdr;
-    const struct kv_shape *s = &store->shape;
-    IG_ASSERT(s->dtype == h->dtype && store->n_blocks >= kv_blocks_for(h->n_tokens));
-    IG_ASSERT(s->n_layer == h->n_layer && s->n_head_kv == h->n_head_kv &&
-              s->head_dim == h->head_dim);
+    *out = NULL;
     int st = get(r, tokens, (size_t)h->n_tokens * sizeof *tokens);
     if (st != IG_OK)
         return st;
@@ -296,38 +445,32 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_store *store, int32_t 
                             r->name, (long long)i, tokens[i]);
     if (h->n_vocab && (st = get(r, logits, (size_t)h->n_vocab * sizeof *logits)) != IG_OK)
         return st;
-    size_t row = (size_t)s->head_dim * kv_dtype_bytes(s->dtype);
-    for (int64_t l = 0; l < s->n_layer; l++) {
-        struct kv_layout L = kv_store_layout(store, l);
-        for (int kind = 0; kind < 2; kind++)
-            for (int64_t hh = 0; hh < s->n_head_kv; hh++)
-                for (int64_t p = 0; p < h->n_tokens; p += KV_BLOCK) {
-                    int64_t run = h->n_tokens - p < KV_BLOCK ? h->n_tokens - p : KV_BLOCK;
-                    /* The store's blocks are the file's positions in order. */
-                    int32_t block = (int32_t)(p / KV_BLOCK);
-                    void *dst = (char *)(kind ? L.v : L.k) +
-                                (size_t)(block * L.block_stride + hh * L.head_stride) *
-                                    kv_dtype_bytes(L.dtype);
-                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
-                        return st;
-                }
-    }
+    struct kv_memory *mem = NULL;
+    struct kv_store *store = NULL;
+    if ((st = kv_memory_copy(r->want, h->dtype, &mem)) == IG_OK)
+        st = kv_store_create(mem, kv_blocks_for(h->n_tokens), kv_memory_states_for(mem, 1),
+                             NULL, &store);
+    kv_memory_free(mem);
+    if (st == IG_OK)
+        st = read_layers(r, store);
     uint32_t want = r->crc;
     unsigned char b[4];
-    if ((st = get(r, b, 4)) != IG_OK)
-        return st;
-    if (le_u32(b) != want)
-        return ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
-                        "file is corrupted", r->name, le_u32(b), want);
+    if (st == IG_OK && (st = get(r, b, 4)) == IG_OK && le_u32(b) != want)
+        st = ig_error(IG_E_KVFILE, "%s: checksum mismatch (stored %08x, computed %08x): the "
+                      "file is corrupted", r->name, le_u32(b), want);
     /* The file ends at the checksum: bytes after it (two files joined with
      * cat) are not ours to ignore. Through a pipe this waits for the writer
      * to close it. */
     errno = 0;
-    if (fgetc(r->f) != EOF)
-        return ig_error(IG_E_KVFILE, "%s: trailing bytes after the KV cache's checksum (at byte "
-                        "%llu): not one KV cache file", r->name,
-                        (unsigned long long)r->n_read);
-    if (ferror(r->f))
-        return ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
+    if (st == IG_OK && fgetc(r->f) != EOF)
+        st = ig_error(IG_E_KVFILE, "%s: trailing bytes after the KV cache's checksum (at byte "
+                      "%llu): not one KV cache file", r->name, (unsigned long long)r->n_read);
+    if (st == IG_OK && ferror(r->f))
+        st = ig_error(IG_E_IO, "cannot read %s: %s", r->name, strerror(errno ? errno : EIO));
+    if (st != IG_OK) {
+        kv_store_free(store);
+        return st;
+    }
+    *out = store;
     return IG_OK;
 }

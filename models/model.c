@@ -566,11 +566,6 @@ void model_free(struct model *m)
     free(m);
 }
 
-int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes)
-{
-    return 2 * hp->n_layer * hp->n_head_kv * hp->head_dim * (int64_t)elem_bytes;
-}
-
 bool model_is_folder(const struct model *m)
 {
     return m->hf != NULL;

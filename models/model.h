@@ -186,10 +186,6 @@ const char *model_arch_names(void);
 /* Frees the model and unmaps its file. NULL is fine. */
 void model_free(struct model *m);
 
-/* Bytes of K plus V for one token position, all layers, at `elem_bytes`
- * per element (4 for f32, 2 for f16/bf16). */
-int64_t model_kv_bytes_per_token(const struct model_hparams *hp, int elem_bytes);
-
 /* ---- what the model says besides its weights, in either format ---------- */
 
 /* True for a model loaded from a Hugging Face folder. */

@@ -17,7 +17,6 @@ import os
 import pty
 import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import time
 
 import ggufgen
 from igtest import check, summary
+from kvfile import kv_tokens
 
 IGNITE = os.environ["IGNITE_BIN"]
 MESSAGES = ["hello there", "what is it", "tell me more"]
@@ -33,14 +33,6 @@ MESSAGES = ["hello there", "what is it", "tell me more"]
 def run(*args, stdin=b""):
     r = subprocess.run([IGNITE, *args], input=stdin, capture_output=True, timeout=300)
     return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-
-
-def kv_tokens(path):
-    """The token ids of a saved cache (docs/kvcache.md: 88-byte header)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack_from("<q", data, 72)[0]
-    return list(struct.unpack_from(f"<{n}i", data, 88))
 
 
 def next_turn(user, closed):

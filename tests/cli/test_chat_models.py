@@ -10,7 +10,6 @@ and --no-think is refused on a template without the switch.
 Label: cli (no model file; Qwen3's template comes from the llama.cpp
 source in the cache and that case is skipped, with a note, without it)."""
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import jinja2
 
 import chat_templates
 from archgen import write_model
+from kvfile import kv_tokens
 
 BIN = os.environ.get("IGNITE_BIN", "build/ignite")
 failures = []
@@ -34,13 +34,6 @@ def vocab(specials):
     types = [3, 3, 3, 2] + [3] * len(specials) + [6] * 256 + [1] * 7
     scores = [0.0] * len(toks)
     return toks, scores, types, "llama"
-
-
-def kv_tokens(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack_from("<q", data, 72)[0]
-    return list(struct.unpack_from(f"<{n}i", data, 88))
 
 
 def render(template, user, system, thinking=None):

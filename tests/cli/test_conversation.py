@@ -21,7 +21,6 @@ import pty
 import re
 import select
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
 
 from igtest import check, model_path, sanitized, summary
+from kvfile import kv_tokens
 
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = model_path()
@@ -41,13 +41,6 @@ def run(*args, stdin=b"", env=None):
     r = subprocess.run([IGNITE, *args], input=stdin, capture_output=True, timeout=600,
                        env={**os.environ, **(env or {})})
     return r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace")
-
-
-def kv_tokens(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack_from("<q", data, 72)[0]
-    return list(struct.unpack_from(f"<{n}i", data, 88))
 
 
 def jinja_render(template, msgs, gen):

@@ -129,9 +129,10 @@ static struct cache make_cache(const struct shape *s, int64_t n_ctx)
 {
     struct cache c;
     int64_t nb = kv_blocks_for(n_ctx);
-    struct kv_shape sh = {.dtype = s->dtype, .n_layer = 1, .n_head_kv = s->n_head_kv,
-                          .head_dim = s->head_dim};
-    CHECK(kv_store_create(&sh, nb + 1, NULL, &c.st) == IG_OK);
+    struct kv_memory *mem = NULL;
+    CHECK(kv_memory_uniform(s->dtype, 1, s->n_head_kv, s->head_dim, &mem) == IG_OK);
+    CHECK(kv_store_create(mem, nb + 1, 0, NULL, &c.st) == IG_OK);
+    kv_memory_free(mem);
     c.L = kv_store_layout(c.st, 0);
     c.table = malloc((size_t)nb * sizeof *c.table);
     for (int64_t b = 0; b < nb; b++)

@@ -122,17 +122,17 @@ static inline void attn_case_init(struct attn_case *c)
         c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
         /* The strides the batch engine's pool has (kvcache/), from its own
          * definition: a store of one layer, no page of it touched. */
-        struct kv_shape shape;
-        shape.dtype = KV_F16, shape.n_layer = 1, shape.n_head_kv = c->n_head_kv;
-        shape.head_dim = c->hd; /* (no designated initializers: C++ includes this too) */
+        struct kv_memory *mem = NULL;
         struct kv_store *st = NULL;
-        if (kv_store_create(&shape, c->n_blocks, NULL, &st) != 0) {
+        if (kv_memory_uniform(KV_F16, 1, c->n_head_kv, c->hd, &mem) != 0 ||
+            kv_store_create(mem, c->n_blocks, 0, NULL, &st) != 0) {
             fprintf(stderr, "attn_case: kv_store_create failed\n");
             abort();
         }
         c->pool = kv_store_layout(st, 0);
         c->pool.k = c->pool.v = NULL;
         kv_store_free(st);
+        kv_memory_free(mem);
     }
     c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
     c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
@@ -436,17 +436,17 @@ static inline void attn_varlen_init(struct attn_varlen *vl)
     c->cache_elems = (size_t)(c->n_blocks * c->n_head_kv * ATTN_BLOCK * c->hd) + 2 * ATTN_GUARD;
     c->o_elems = (size_t)(c->n * c->n_head * c->hd) + 2 * ATTN_GUARD;
     c->lse_elems = (size_t)(c->n_head * c->n) + 2 * ATTN_GUARD;
-    struct kv_shape shape;
-    shape.dtype = KV_F16, shape.n_layer = 1, shape.n_head_kv = c->n_head_kv;
-    shape.head_dim = c->hd;
+    struct kv_memory *mem = NULL;
     struct kv_store *st = NULL;
-    if (kv_store_create(&shape, c->n_blocks, NULL, &st) != 0) {
+    if (kv_memory_uniform(KV_F16, 1, c->n_head_kv, c->hd, &mem) != 0 ||
+        kv_store_create(mem, c->n_blocks, 0, NULL, &st) != 0) {
         fprintf(stderr, "attn_varlen: kv_store_create failed\n");
         abort();
     }
     c->pool = kv_store_layout(st, 0);
     c->pool.k = c->pool.v = NULL;
     kv_store_free(st);
+    kv_memory_free(mem);
     c->qkv = (uint16_t *)aligned_alloc(64, (c->qkv_elems * 2 + 63) / 64 * 64);
     size_t cb = (c->cache_elems * 2 + 63) / 64 * 64;
     c->kc = (uint16_t *)aligned_alloc(64, cb);

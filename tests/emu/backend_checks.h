@@ -386,8 +386,9 @@ static inline void compare_caches(struct pair *p, const struct model *m, int64_t
     struct backend_seq s = {.table = p->table[0], .slot = 0};
     const struct kv_store *ref, *dl;
     const int32_t *tr, *td;
-    CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr) == IG_OK);
-    CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td) == IG_OK);
+    int64_t slot;
+    CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr, &slot) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td, &slot) == IG_OK);
     double max_err = 0, max_ref = 0;
     float a[256], b[256];
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
@@ -417,16 +418,16 @@ static inline void check_upload(struct pair *p, const struct model *m, const str
     struct backend_seq s1 = {.table = p->table[1], .slot = 1};
     const struct kv_store *dl;
     const int32_t *td;
+    int64_t slot;
     struct kv_store *copy = NULL;
-    struct kv_shape sh = kv_shape_of(&m->hp, KV_F16);
     CHECK(IG_DEV(gpu_backend_create)(m, o, &fresh) == IG_OK);
-    CHECK(backend_kv_export(p->dev, &s0, n_pos, &dl, &td) == IG_OK);
-    CHECK(kv_store_create(&sh, kv_blocks_for(n_pos), NULL, &copy) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s0, n_pos, &dl, &td, &slot) == IG_OK);
+    CHECK(kv_store_create(dl->memory, kv_blocks_for(n_pos), 0, NULL, &copy) == IG_OK);
     if (!fresh || !copy)
         goto done;
     int32_t ident[N_CTX / KV_BLOCK];
     kv_identity_table(ident, kv_blocks_for(n_pos));
-    kv_copy_rows(copy, ident, dl, td, n_pos);
+    kv_copy_seq(copy, ident, 0, dl, td, slot, n_pos);
     CHECK(backend_kv_import(fresh, &s1, copy, n_pos) == IG_OK);
     int32_t tok = 42;
     CHECK(backend_run_seq(p->dev, p->table[0], 0, &tok, 1, n_pos, p->le) == IG_OK);

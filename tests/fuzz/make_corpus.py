@@ -227,15 +227,23 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
-def kvfile(dtype, n_tokens, logits, seed):
+def kvfile(dtype, n_tokens, logits, seed, version=1):
     """A cache of fuzz_kvfile.c's model: 2 layers, 2 KV heads of 8, vocabulary
-    64, model id 0..31."""
+    64, model id 0..31; version 2 describes its one group of full-attention
+    layers (kind 0, window 0) and each layer (group 0, heads, head dim,
+    source -1, no state bytes)."""
     rng = np.random.default_rng(seed)
     n_layer, n_head_kv, head_dim, n_vocab = 2, 2, 8, 64
     b = bytearray(b"IGNITEKV")
-    b += np.array([1, dtype], "<u4").tobytes() + bytes(range(32))
-    b += np.array([n_layer, n_head_kv, head_dim, n_tokens, n_vocab if logits else 0],
-                  "<i8").tobytes()
+    b += np.array([version, dtype], "<u4").tobytes() + bytes(range(32))
+    if version == 1:
+        b += np.array([n_layer, n_head_kv, head_dim, n_tokens, n_vocab if logits else 0],
+                      "<i8").tobytes()
+    else:
+        b += np.array([n_layer, 1, n_tokens, n_vocab if logits else 0], "<i8").tobytes()
+        b += np.array([0, 0], "<u4").tobytes() + np.array([0, n_layer], "<i8").tobytes()
+        for _ in range(n_layer):
+            b += np.array([0, n_head_kv, head_dim, -1, 0], "<i8").tobytes()
     b += rng.integers(0, n_vocab, n_tokens).astype("<i4").tobytes()
     if logits:
         b += rng.standard_normal(n_vocab).astype("<f4").tobytes()
@@ -250,7 +258,10 @@ def kvfile_corpus():
     for name, data in [("f32_one.kv", kvfile(0, 1, True, 1)),
                        ("f16_logits.kv", kvfile(1, 5, True, 2)),
                        ("f32_block_edge.kv", kvfile(0, 65, False, 3)),
-                       ("f16_no_logits.kv", kvfile(1, 3, False, 4))]:
+                       ("f16_no_logits.kv", kvfile(1, 3, False, 4)),
+                       ("v2_f32_one.kv", kvfile(0, 1, True, 5, 2)),
+                       ("v2_f16_logits.kv", kvfile(1, 5, True, 6, 2)),
+                       ("v2_f32_block_edge.kv", kvfile(0, 65, False, 7, 2))]:
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
 

@@ -95,9 +95,9 @@ static int fake_step(struct backend *b, const struct backend_batch *batch)
 }
 
 static int fake_export(struct backend *b, const struct backend_seq *s, int64_t n,
-                       const struct kv_store **st, const int32_t **t)
+                       const struct kv_store **st, const int32_t **t, int64_t *slot)
 {
-    (void)b, (void)s, (void)n, (void)st, (void)t;
+    (void)b, (void)s, (void)n, (void)st, (void)t, (void)slot;
     return IG_E_INTERNAL;
 }
 

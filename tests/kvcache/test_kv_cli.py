@@ -3,12 +3,14 @@
 needs no download and stays fast under ASan:
   - resumed = uninterrupted: byte-identical text, greedy and at --temp 0.9
     with a seed, through a file, through a pipe (`--save-kv - | --load-kv -`)
-    and through a chain (load, add text, save again);
+    and through a chain (load, add text, save again); a version 1 file
+    (written by tests/pylib/kvfile.py from the docs' table) continues as the
+    version 2 one;
   - prefix reuse: load + more text = the whole text in one run, and only
     the new tokens are prefilled;
   - --chunk and its aliases give the unchunked text;
   - every refused file exits 8 with its reason: another model, truncated
-    (several lengths), another version, a corrupted byte, not a cache file,
+    (several lengths), another version (3), a corrupted byte, not a cache file,
     bytes after the checksum (two files joined; a file or stdin);
   - a context smaller than the file (6), usage conflicts (2; also --save-kv
     naming the model, which stays intact), an unwritable --save-kv path (3;
@@ -34,6 +36,7 @@ import tempfile
 
 import ggufgen
 from igtest import check, summary
+from kvfile import kv_tokens, kv_v1_of
 
 IGNITE = os.environ["IGNITE_BIN"]
 
@@ -71,8 +74,7 @@ def check_save_after_generation(tiny, tmp):
     rc, full, err = run_json(tiny, "-p", "abcdef", "-n", "14", *greedy)
     rc2, first, err2 = run_json(tiny, "-p", "abcdef", "-n", "9", "--save-kv", kvf, *greedy)
     check(rc == rc2 == 0 and first.get("stop") == "limit", f"save after generation: {err2}")
-    with open(kvf, "rb") as f:
-        n_saved = struct.unpack_from("<q", f.read(80), 72)[0]
+    n_saved = len(kv_tokens(kvf))
     t = first.get("tokens", {})
     check(n_saved == t.get("prompt", 0) + 9, f"{n_saved} tokens saved, {t}: the last one not fed")
     rc, rest, err = run_json(tiny, "--load-kv", kvf, "-n", "5", *greedy)
@@ -82,8 +84,7 @@ def check_save_after_generation(tiny, tmp):
     # at a full context the last token has no position: saved without it
     rc, obj, err = run_json(tiny, "-p", "abcdef", "-c", "12", "-n", "-1", "--save-kv", kvf,
                             *greedy)
-    with open(kvf, "rb") as f:
-        n_saved = struct.unpack_from("<q", f.read(80), 72)[0]
+    n_saved = len(kv_tokens(kvf))
     check(rc == 0 and obj.get("stop") == "context" and n_saved == 12 and
           "not in the saved cache" in err, f"full context saved {n_saved}: {err!r}")
 
@@ -222,6 +223,16 @@ def main():
         with open(kvf, "rb") as f:
             good = f.read()
 
+        # the same cache as version 1 wrote it (before groups of layers) loads
+        # and continues as the version 2 file does
+        v1 = os.path.join(tmp, "v1.kv")
+        with open(v1, "wb") as f:
+            f.write(kv_v1_of(good))
+        rc, a, err = run_json(tiny, "--load-kv", kvf, "-p", prompt[6:], *GEN, "--temp", "0")
+        rc1, b, err1 = run_json(tiny, "--load-kv", v1, "-p", prompt[6:], *GEN, "--temp", "0")
+        check(rc == rc1 == 0 and a.get("text") and a.get("text") == b.get("text") and
+              a.get("tokens") == b.get("tokens"), f"version 1: {b} vs {a} {err1}")
+
         def refused(data, what, want):
             bad = os.path.join(tmp, "bad.kv")
             with open(bad, "wb") as f:
@@ -233,7 +244,7 @@ def main():
         check(rc == 8 and "another model" in err, f"other model: rc {rc} {err!r}")
         for cut in (0, 10, 88, len(good) // 2, len(good) - 1):
             refused(good[:cut], f"truncated at {cut}", "truncated")
-        refused(good[:8] + struct.pack("<I", 2) + good[12:], "version 2", "version 2")
+        refused(good[:8] + struct.pack("<I", 3) + good[12:], "version 3", "version 3")
         mid = len(good) // 2
         refused(good[:mid] + bytes([good[mid] ^ 1]) + good[mid + 1:], "flipped byte", "checksum")
         refused(b"hello, this is not a cache" * 10, "text file", "not an ignite KV")

@@ -102,11 +102,13 @@ int main(void)
     struct backend_seq sb = {.table = tb, .slot = 1};
     const struct kv_store *st;
     const int32_t *stable;
-    CHECK(backend_kv_export(be, &sb, n_head, &st, &stable) == IG_OK);
+    int64_t sslot;
+    CHECK(backend_kv_export(be, &sb, n_head, &st, &stable, &sslot) == IG_OK);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    CHECK(f && kv_file_write(f, "mem", st, stable, n_head, id, prompt, part, nv) == IG_OK);
+    CHECK(f && kv_file_write(f, "mem", st, stable, sslot, n_head, id, prompt, part, nv) ==
+                   IG_OK);
     fclose(f);
     CHECK(prefill(be, tb, 1, prompt + 5, n_head, 0, 64, dec_b) == IG_OK); /* overwrite slot 1 */
 
@@ -115,10 +117,8 @@ int main(void)
     int32_t loaded[N_PROMPT];
     float *loaded_logits = malloc((size_t)nv * sizeof *loaded_logits);
     struct kv_store *back = NULL;
-    CHECK(kv_file_read_header(&r, f, "mem", &m->hp, id) == IG_OK);
-    struct kv_shape sh = kv_shape_of(&m->hp, r.hdr.dtype);
-    CHECK(kv_store_create(&sh, kv_blocks_for(r.hdr.n_tokens), NULL, &back) == IG_OK);
-    CHECK(kv_file_read_body(&r, back, loaded, loaded_logits) == IG_OK);
+    CHECK(kv_file_read_header(&r, f, "mem", backend_kv_memory(be), nv, id) == IG_OK);
+    CHECK(kv_file_read_body(&r, &back, loaded, loaded_logits) == IG_OK);
     fclose(f);
     CHECK(r.hdr.n_tokens == n_head && !memcmp(loaded, prompt, (size_t)n_head * sizeof *loaded));
     CHECK(!memcmp(loaded_logits, part, (size_t)nv * sizeof *part));

@@ -6,9 +6,11 @@
  * with reference counts, a block handed out anew invalidating what hung off
  * it); tiled attention through a table of scattered blocks equal (bit for
  * bit) to the same rows in blocks in order; a saved cache read back exactly
- * (also with n_pos on a block edge), and every refused file: bad magic,
- * another version, another model, a bad token id, a flipped byte
- * (checksum), truncation at many lengths, and bytes after the checksum. */
+ * (also with n_pos on a block edge), a version 1 file (written here by the
+ * old format's table) read into the same rows, and every refused file: bad
+ * magic, another version, another model, other layers, a bad token id, a
+ * flipped byte (checksum), truncation at many lengths, and bytes after the
+ * checksum. Layers of every kind are tests/kvcache/test_kvmem.c's. */
 #include "core/checksum.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -67,26 +69,36 @@ static void check_digests(void)
     }
 }
 
+/* small_hp's layers: full attention, one shape. */
+static struct kv_memory *small_memory(enum kv_dtype dt)
+{
+    struct model_hparams hp = small_hp();
+    struct kv_memory *mem = NULL;
+    CHECK(kv_memory_uniform(dt, hp.n_layer, hp.n_head_kv, hp.head_dim, &mem) == IG_OK);
+    return mem;
+}
+
 /* A store of n_blocks blocks of small_hp's shape. */
 static struct kv_store *make_store(enum kv_dtype dt, int64_t n_blocks)
 {
-    struct model_hparams hp = small_hp();
-    struct kv_shape sh = kv_shape_of(&hp, dt);
+    struct kv_memory *mem = small_memory(dt);
     struct kv_store *st = NULL;
-    CHECK(kv_store_create(&sh, n_blocks, NULL, &st) == IG_OK);
+    CHECK(kv_store_create(mem, n_blocks, 0, NULL, &st) == IG_OK);
+    kv_memory_free(mem);
     return st;
 }
 
 /* Fills positions [0, n) of every layer through `table` with random K, V. */
 static void fill(struct kv_store *st, const int32_t *table, int64_t n)
 {
-    int64_t kv_dim = st->shape.n_head_kv * st->shape.head_dim;
+    const struct kv_layer_mem *L0 = &st->memory->layers[0];
+    int64_t kv_dim = L0->n_head_kv * L0->head_dim;
     float *k = malloc((size_t)(n * kv_dim) * sizeof *k), *v = malloc((size_t)(n * kv_dim) * sizeof *v);
-    for (int64_t l = 0; l < st->shape.n_layer; l++) {
+    for (int64_t l = 0; l < st->memory->n_layer; l++) {
         for (int64_t i = 0; i < n * kv_dim; i++)
             k[i] = frand(), v[i] = frand();
         struct kv_layout L = kv_store_layout(st, l);
-        kv_write_rows(&L, table, st->shape.n_head_kv, 0, n, k, v);
+        kv_write_rows(&L, table, L0->n_head_kv, 0, n, k, v);
     }
     free(k);
     free(v);
@@ -96,10 +108,11 @@ static void fill(struct kv_store *st, const int32_t *table, int64_t n)
 static int same_rows(const struct kv_store *a, const int32_t *ta, const struct kv_store *b,
                      const int32_t *tb, int64_t n)
 {
-    size_t row = (size_t)a->shape.head_dim * kv_dtype_bytes(a->shape.dtype);
-    for (int64_t l = 0; l < a->shape.n_layer; l++) {
+    const struct kv_layer_mem *L0 = &a->memory->layers[0];
+    size_t row = (size_t)L0->head_dim * kv_dtype_bytes(a->memory->dtype);
+    for (int64_t l = 0; l < a->memory->n_layer; l++) {
         struct kv_layout la = kv_store_layout(a, l), lb = kv_store_layout(b, l);
-        for (int64_t h = 0; h < a->shape.n_head_kv; h++)
+        for (int64_t h = 0; h < L0->n_head_kv; h++)
             for (int64_t p = 0; p < n; p++)
                 if (memcmp(kv_row(&la, la.k, ta, h, p), kv_row(&lb, lb.k, tb, h, p), row) ||
                     memcmp(kv_row(&la, la.v, ta, h, p), kv_row(&lb, lb.v, tb, h, p), row))
@@ -111,10 +124,11 @@ static int same_rows(const struct kv_store *a, const int32_t *ta, const struct k
 static void check_store(void)
 {
     struct model_hparams hp = small_hp();
-    struct kv_shape sh = kv_shape_of(&hp, KV_F32);
+    struct kv_memory *mem = small_memory(KV_F32);
     size_t per_block = (size_t)(2 * hp.n_layer * hp.n_head_kv * KV_BLOCK * hp.head_dim) * 4;
-    CHECK(kv_block_bytes(&sh) == per_block);
-    CHECK(kv_bytes_for_blocks(&sh, 3) == 3.0 * (double)per_block);
+    CHECK(mem->block_bytes == per_block && mem->state_bytes == 0 && mem->n_groups == 1);
+    CHECK(kv_memory_bytes(mem, 3, 0) == 3.0 * (double)per_block);
+    kv_memory_free(mem);
     CHECK(kv_blocks_for(1) == 1 && kv_blocks_for(KV_BLOCK) == 1 && kv_blocks_for(KV_BLOCK + 1) == 2);
 
     /* rows straddling a block edge, written in one call through a table of
@@ -144,10 +158,10 @@ static void check_store(void)
 
     /* a pool that could never fit is refused before anything is mapped */
     fprintf(stderr, "(one error line expected)\n");
-    hp.n_layer = 1000, hp.n_head_kv = 64, hp.head_dim = 256;
-    sh = kv_shape_of(&hp, KV_F32);
+    CHECK(kv_memory_uniform(KV_F32, 1000, 64, 256, &mem) == IG_OK);
     st = NULL;
-    CHECK(kv_store_create(&sh, (int64_t)1 << 24, NULL, &st) == IG_E_NOMEM && st == NULL);
+    CHECK(kv_store_create(mem, (int64_t)1 << 24, 0, NULL, &st) == IG_E_NOMEM && st == NULL);
+    kv_memory_free(mem);
 }
 
 /* ---- the allocator ----------------------------------------------------------------- */
@@ -161,7 +175,7 @@ static void tokens_of(int32_t *t, int64_t n, int32_t seed)
 static void check_pool(void)
 {
     struct kv_pool *p;
-    CHECK(kv_pool_create(10, true, &p) == IG_OK);
+    CHECK(kv_pool_create(10, 0, true, &p) == IG_OK);
     int32_t ta[6 * KV_BLOCK], tb[6 * KV_BLOCK];
     tokens_of(ta, 6 * KV_BLOCK, 1);
     memcpy(tb, ta, sizeof tb);
@@ -227,7 +241,7 @@ static void check_pool(void)
     /* A block handed out anew drops out of the index, and what hung off it
      * never matches again, even when the new content is entered. */
     struct kv_pool *q;
-    CHECK(kv_pool_create(2, true, &q) == IG_OK);
+    CHECK(kv_pool_create(2, 0, true, &q) == IG_OK);
     CHECK(kv_pool_admit(q, &a, ta, 0, 2 * KV_BLOCK) == IG_OK);
     kv_pool_grow(q, &a, 2 * KV_BLOCK);
     a.n_pos = 2 * KV_BLOCK;
@@ -249,7 +263,7 @@ static void check_pool(void)
 
     /* without sharing, nothing is matched or entered */
     struct kv_pool *ns;
-    CHECK(kv_pool_create(4, false, &ns) == IG_OK);
+    CHECK(kv_pool_create(4, 0, false, &ns) == IG_OK);
     CHECK(kv_pool_admit(ns, &a, ta, 0, 2 * KV_BLOCK) == IG_OK);
     kv_pool_grow(ns, &a, 2 * KV_BLOCK);
     a.n_pos = 2 * KV_BLOCK;
@@ -263,7 +277,7 @@ static void check_pool(void)
      * be written again), the blocks before it stay shareable; a new
      * reservation is promised or refused whole. */
     struct kv_pool *sh;
-    CHECK(kv_pool_create(6, true, &sh) == IG_OK);
+    CHECK(kv_pool_create(6, 0, true, &sh) == IG_OK);
     CHECK(kv_pool_admit(sh, &a, ta, 0, 4 * KV_BLOCK) == IG_OK);
     kv_pool_grow(sh, &a, 3 * KV_BLOCK + 10);
     a.n_pos = 3 * KV_BLOCK + 10;
@@ -303,7 +317,7 @@ static void check_paged_attention(struct ops_pool *pool)
     for (int64_t b = 0; b < nb; b++)
         scattered[b] = (int32_t)(2 * nb - 1 - b), in_order[b] = (int32_t)b;
     fill(st, scattered, n_pos);
-    kv_copy_rows(st, in_order, st, scattered, n_pos);
+    kv_copy_seq(st, in_order, 0, st, scattered, 0, n_pos);
     CHECK(same_rows(st, in_order, st, scattered, n_pos));
 
     int64_t q_dim = hp.n_head * hd;
@@ -348,36 +362,89 @@ static struct saved save(const struct kv_store *st, const int32_t *table, int64_
 {
     struct saved s = {0};
     FILE *f = open_memstream((char **)&s.data, &s.len);
-    CHECK(f && kv_file_write(f, "mem", st, table, n_pos, id, tok, logits, n_vocab) == IG_OK);
+    CHECK(f && kv_file_write(f, "mem", st, table, 0, n_pos, id, tok, logits, n_vocab) == IG_OK);
     fclose(f);
     return s;
 }
 
-/* Reads `len` bytes of `data` as a cache file into a fresh store; returns
- * the status and, on success, the store in *out. */
-static int load(const struct model_hparams *hp, const unsigned char *id, const void *data,
-                size_t len, struct kv_store **out, int32_t *tok, float *logits)
+/* Reads `len` bytes of `data` as a cache file of a model with `mem`'s
+ * layers and n_vocab tokens into a fresh store; returns the status and, on
+ * success, the store in *out. */
+static int load(const struct kv_memory *mem, int64_t n_vocab, const unsigned char *id,
+                const void *data, size_t len, struct kv_store **out, int32_t *tok,
+                float *logits)
 {
     *out = NULL;
     FILE *f = fmemopen((void *)data, len ? len : 1, "rb");
     if (!len)
         fgetc(f); /* fmemopen needs a size >= 1: consume it for an empty stream */
     struct kv_file_reader r;
-    int st = kv_file_read_header(&r, f, "mem", hp, id);
-    struct kv_shape sh = kv_shape_of(hp, r.hdr.dtype);
-    if (st == IG_OK && (st = kv_store_create(&sh, kv_blocks_for(r.hdr.n_tokens), NULL, out)) == IG_OK)
-        st = kv_file_read_body(&r, *out, tok, logits);
+    int st = kv_file_read_header(&r, f, "mem", mem, n_vocab, id);
+    if (st == IG_OK)
+        st = kv_file_read_body(&r, out, tok, logits);
     fclose(f);
-    if (st != IG_OK) {
-        kv_store_free(*out);
-        *out = NULL;
-    }
+    CHECK((st == IG_OK) == (*out != NULL));
     return st;
+}
+
+/* Bytes of a version 2 file's head and tables for n_layer layers in one
+ * group (docs/kvcache.md): 80 + 24 a group + 40 a layer. */
+static size_t v2_head(int64_t n_layer)
+{
+    return 80 + 24 + 40 * (size_t)n_layer;
+}
+
+static void put_le(unsigned char **p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        *(*p)++ = (unsigned char)(v >> (8 * i));
+}
+
+/* A version 1 file (written before groups: one shape, every layer) of the
+ * sequence in `st` through `table`, by the old format's table in
+ * docs/kvcache.md rather than by kvfile.c. */
+static struct saved save_v1(const struct kv_store *st, const int32_t *table, int64_t n_pos,
+                            const unsigned char *id, const int32_t *tok, const float *logits,
+                            int64_t n_vocab)
+{
+    const struct kv_memory *mem = st->memory;
+    const struct kv_layer_mem *L0 = &mem->layers[0];
+    size_t elem = kv_dtype_bytes(mem->dtype), row = (size_t)L0->head_dim * elem;
+    size_t len = 88 + (size_t)n_pos * 4 + (size_t)n_vocab * 4 +
+                 2 * (size_t)(mem->n_layer * L0->n_head_kv * n_pos) * row + 4;
+    struct saved s = {malloc(len), len};
+    unsigned char *p = s.data;
+    memcpy(p, "IGNITEKV", 8);
+    p += 8;
+    put_le(&p, 1, 4);
+    put_le(&p, (uint64_t)mem->dtype, 4);
+    memcpy(p, id, 32);
+    p += 32;
+    int64_t fields[] = {mem->n_layer, L0->n_head_kv, L0->head_dim, n_pos, n_vocab};
+    for (int i = 0; i < 5; i++)
+        put_le(&p, (uint64_t)fields[i], 8);
+    memcpy(p, tok, (size_t)n_pos * 4);
+    p += n_pos * 4;
+    memcpy(p, logits, (size_t)n_vocab * 4);
+    p += n_vocab * 4;
+    for (int64_t l = 0; l < mem->n_layer; l++) {
+        struct kv_layout L = kv_store_layout(st, l);
+        for (int kind = 0; kind < 2; kind++)
+            for (int64_t h = 0; h < L0->n_head_kv; h++)
+                for (int64_t pos = 0; pos < n_pos; pos++) {
+                    memcpy(p, kv_row(&L, kind ? L.v : L.k, table, h, pos), row);
+                    p += row;
+                }
+    }
+    put_le(&p, ig_crc32c(0, s.data, len - 4), 4);
+    CHECK((size_t)(p - s.data) == len);
+    return s;
 }
 
 static void check_file(enum kv_dtype dt, int64_t n_pos)
 {
     struct model_hparams hp = small_hp();
+    struct kv_memory *mem = small_memory(KV_F32); /* the model's layers (any dtype) */
     unsigned char id[32], other[32];
     for (int i = 0; i < 32; i++)
         id[i] = (unsigned char)i, other[i] = (unsigned char)(i + 1);
@@ -395,56 +462,85 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     for (int i = 0; i < 100; i++)
         logits[i] = frand();
     struct saved s = save(kv, table, n_pos, id, tok, logits, hp.n_vocab);
-    size_t want = 88 + (size_t)n_pos * 4 + 400 + 4 +
-                  (size_t)(2 * hp.n_layer * hp.n_head_kv * n_pos * hp.head_dim) * kv_dtype_bytes(dt);
+    size_t head = v2_head(hp.n_layer), rows = (size_t)(2 * hp.n_layer * hp.n_head_kv * n_pos *
+                                                       hp.head_dim) * kv_dtype_bytes(dt);
+    size_t want = head + (size_t)n_pos * 4 + 400 + rows + 4;
     CHECKF(s.len == want, "file of %zu bytes, want %zu", s.len, want);
 
-    CHECK(load(&hp, id, s.data, s.len, &back, tok2, logits2) == IG_OK);
+    CHECK(load(mem, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_OK);
+    CHECK(back && back->memory->dtype == dt && same_rows(kv, table, back, ident, n_pos) &&
+          !memcmp(tok, tok2, (size_t)n_pos * 4) && !memcmp(logits, logits2, sizeof logits));
+    kv_store_free(back);
+
+    /* Version 1, as ignite wrote it before groups: the same rows, the same
+     * body after its 88-byte head. */
+    struct saved v1 = save_v1(kv, table, n_pos, id, tok, logits, hp.n_vocab);
+    CHECK(v1.len == want - head + 88 && !memcmp(v1.data + 88, s.data + head, v1.len - 92));
+    memset(tok2, 0, (size_t)n_pos * 4);
+    CHECK(load(mem, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_OK);
     CHECK(back && same_rows(kv, table, back, ident, n_pos) &&
           !memcmp(tok, tok2, (size_t)n_pos * 4) && !memcmp(logits, logits2, sizeof logits));
     kv_store_free(back);
+
     fprintf(stderr, "(error lines expected below)\n");
     unsigned char *bad = malloc(s.len);
     memcpy(bad, s.data, s.len);
     bad[0] = 'X';
-    CHECK(load(&hp, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     memcpy(bad, s.data, s.len);
-    bad[8] = 2; /* version 2 */
-    CHECK(load(&hp, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
-    CHECK(load(&hp, other, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    bad[8] = 3; /* version 3 */
+    CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, other, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, other, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
     memcpy(bad, s.data, s.len);
-    bad[88] = 0xff; /* token 0 = -1 byte pattern start: out of range */
-    bad[91] = 0xff;
-    CHECK(load(&hp, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    bad[head] = 0xff; /* token 0 = -1 byte pattern start: out of range */
+    bad[head + 3] = 0xff;
+    CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    /* a layer of the tables that is not the model's (3 KV heads: 4) */
+    memcpy(bad, s.data, s.len);
+    bad[80 + 24 + 40 + 8] = 4;
+    CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     for (size_t at = 100; at < s.len; at += s.len / 5) {
         memcpy(bad, s.data, s.len);
         bad[at] ^= 0x10;
-        CHECKF(load(&hp, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE,
+        CHECKF(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE,
                "a flipped bit at byte %zu was not caught", at);
     }
-    static const size_t cuts[] = {0, 1, 8, 15, 16, 40, 87, 88, 89, 200};
+    size_t cuts[] = {0, 1, 8, 15, 16, 40, 79, 80, 81, head - 1, head, head + 1, head + 100};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
-        CHECKF(load(&hp, id, s.data, cuts[i], &back, tok2, logits2) == IG_E_KVFILE,
+        CHECKF(load(mem, hp.n_vocab, id, s.data, cuts[i], &back, tok2, logits2) == IG_E_KVFILE,
                "a file cut at %zu bytes was not refused", cuts[i]);
-    CHECK(load(&hp, id, s.data, s.len / 2, &back, tok2, logits2) == IG_E_KVFILE);
-    CHECK(load(&hp, id, s.data, s.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, s.data, s.len / 2, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, s.data, s.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, v1.data, v1.len - 1, &back, tok2, logits2) == IG_E_KVFILE);
     /* bytes after the checksum: one, and a whole second file (cat a b) */
     unsigned char *two = malloc(2 * s.len);
     memcpy(two, s.data, s.len);
     memcpy(two + s.len, s.data, s.len);
-    CHECK(load(&hp, id, two, s.len + 1, &back, tok2, logits2) == IG_E_KVFILE);
-    CHECK(load(&hp, id, two, 2 * s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, two, s.len + 1, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem, hp.n_vocab, id, two, 2 * s.len, &back, tok2, logits2) == IG_E_KVFILE);
     free(two);
-    struct model_hparams hp2 = hp;
-    hp2.n_vocab = 50; /* the logits no longer fit this model */
-    CHECK(load(&hp2, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    /* the logits no longer fit this model */
+    CHECK(load(mem, 50, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    /* other layers: a third layer, another head dim */
+    struct kv_memory *mem2 = NULL;
+    CHECK(kv_memory_uniform(KV_F32, hp.n_layer + 1, hp.n_head_kv, hp.head_dim, &mem2) == IG_OK);
+    CHECK(load(mem2, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem2, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
+    kv_memory_free(mem2);
+    CHECK(kv_memory_uniform(KV_F32, hp.n_layer, hp.n_head_kv, 2 * hp.head_dim, &mem2) == IG_OK);
+    CHECK(load(mem2, hp.n_vocab, id, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
+    CHECK(load(mem2, hp.n_vocab, id, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);
+    kv_memory_free(mem2);
     free(bad);
+    free(v1.data);
     free(s.data);
     free(tok2);
     free(tok);
     free(ident);
     free(table);
     kv_store_free(kv);
+    kv_memory_free(mem);
 }
 
 

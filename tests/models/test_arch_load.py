@@ -84,6 +84,16 @@ def check_refused(tmp, case, kw, want, cmd="info"):
         failures.append(f"{case}: {'; '.join(problems)}; stderr: {r.stderr.strip()!r}")
 
 
+def kv_group(kind, window, layers, n_head_kv, head_dim):
+    """A `kv_groups` entry of `info --json` for paged layers, by the formula
+    of docs/kvcache.md: K and V, n_head_kv x head_dim elements a position."""
+    per = 2 * len(layers) * n_head_kv * head_dim
+    return {"kind": kind, "window": window, "layers": layers,
+            "bytes_per_token": {"f32": per * 4, "f16": per * 2},
+            "bytes_per_block": {"f32": per * 4 * 64, "f16": per * 2 * 64},
+            "bytes_per_sequence": 0}
+
+
 def gemma(window, **extra):
     keys = {"attention.sliding_window": (window, U32), "rope.freq_base": (1000000.0, F32)}
     keys.update(extra)
@@ -98,14 +108,19 @@ def main():
         check_info(tmp, "qwen3", dict(arch="qwen3", head_dim=48, **SMALL), {
             "head_dim": 48, "rope_style": "half-split", "has_qkv_bias": False, "qk_norm": True,
             "post_norms": False, "ffn_activation": "silu", "embedding_scale": 1.0,
-            "attention_scale": 48 ** -0.5, "sliding_window": 0, "rope_scaling": "none"})
+            "attention_scale": 48 ** -0.5, "sliding_window": 0, "rope_scaling": "none",
+            "kv_groups": [kv_group("full", 0, [0, 1], 1, 48)]})
         check_info(tmp, "gemma3_270m_like", dict(
             arch="gemma3", n_layer=18, n_embd=64, n_head=4, n_head_kv=1, head_dim=256, n_ff=64,
             n_vocab=32, keys=gemma(512)), {
             "head_dim": 256, "qk_norm": True, "post_norms": True, "ffn_activation": "gelu_tanh",
             "embedding_scale": 8.0, "attention_scale": 1 / 16, "sliding_window": 512,
             "sliding_window_layers": 15, "rope_base_local": 10000.0, "rope_base": 1e6,
-            "norm_eps": 1e-6, "rope_scaling": "none"})
+            "norm_eps": 1e-6, "rope_scaling": "none",
+            # every sixth layer global (transformers' pattern 6): two groups
+            "kv_groups": [kv_group("sliding_window", 512, [i for i in range(18) if i % 6 != 5],
+                                   1, 256),
+                          kv_group("full", 0, [5, 11, 17], 1, 256)]})
         check_info(tmp, "gemma3_4b_like", dict(
             arch="gemma3", n_layer=7, n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=64,
             n_vocab=32, keys=gemma(64, **{"rope.scaling.type": ("linear", STR),
@@ -123,7 +138,9 @@ def main():
             arch="gemma3", n_layer=4, n_embd=64, n_head=2, n_head_kv=1, n_ff=64, n_vocab=32,
             keys=gemma(16, **{"attention.sliding_window_pattern":
                               ([True, False, True, True], ARR)})), {
-            "sliding_window_layers": 3})
+            "sliding_window_layers": 3,
+            "kv_groups": [kv_group("sliding_window", 16, [0, 2, 3], 1, 32),
+                          kv_group("full", 0, [1], 1, 32)]})
         check_info(tmp, "llama3_rope_freqs", dict(
             arch="llama", tensors={"rope_freqs.weight": llama3_rope_freqs(500000.0, 32, 8.0)},
             **SMALL), {"rope_freqs": True, "rope_scaling": "none"})

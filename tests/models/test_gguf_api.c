@@ -1,7 +1,8 @@
 /* tests/models/test_gguf_api.c: the contracts of the models/ API that the
  * Python tests do not see directly: getter semantics across value types,
  * lookups of absent names, the error code of each parse failure, type
- * facts and names, KV bytes. Files are built in memory by a tiny writer. */
+ * facts and names (the KV cache's bytes are tests/kvcache/test_kvmem.c's).
+ * Files are built in memory by a tiny writer. */
 #include "core/status.h"
 #include "models/gguf.h"
 #include "models/model.h"
@@ -163,8 +164,6 @@ static void test_types(void)
     CHECK(quant_row_bytes(QUANT_Q6_K, 512) == 2 * 210);
     CHECK(quant_row_bytes(QUANT_Q4_0, 33) == 0);
     CHECK(quant_row_bytes(QUANT_BF16, 3) == 6);
-    struct model_hparams hp = {.n_layer = 30, .n_head_kv = 3, .head_dim = 64};
-    CHECK(model_kv_bytes_per_token(&hp, 2) == 2 * 30 * 3 * 64 * 2);
 }
 
 int main(void)

@@ -75,7 +75,7 @@ def check_folder(name, folder, tmp, gguf=True):
         for k in ("architecture", "supported", "features", "n_layer", "n_embd", "n_head",
                   "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "n_rot",
                   "rope_base", "rope_style", "norm_eps", "tied_embeddings", "has_qkv_bias",
-                  "kv_bytes_per_token"):
+                  "kv_bytes_per_token", "kv_groups"):
             same = k in a and a.get(k) == b.get(k)
             if k == "norm_eps" and k in a:  # the GGUF holds it as f32
                 same = abs(a[k] - b[k]) <= 1e-6 * a[k]

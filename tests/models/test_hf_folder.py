@@ -84,7 +84,7 @@ def check_info(folder, gguf_info, n_files, dtype, tied):
     check(set(got.get("tokenizer", {})) == set(gguf_info["tokenizer"]),
           f"info {folder}: tokenizer keys differ from the GGUF's")
     for k in ("architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff",
-              "n_vocab", "n_ctx_train", "n_rot", "rope_base", "kv_bytes_per_token"):
+              "n_vocab", "n_ctx_train", "n_rot", "rope_base", "kv_bytes_per_token", "kv_groups"):
         check(got.get(k) == gguf_info[k], f"info {folder}: {k} {got.get(k)} != GGUF {gguf_info[k]}")
     check(abs(got.get("norm_eps", 0) - gguf_info["norm_eps"]) < 1e-12, f"info {folder}: norm_eps")
     for k in ("model", "pre", "bos_id", "eos_id", "n_tokens", "chat_template"):

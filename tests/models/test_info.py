@@ -101,12 +101,21 @@ def main():
     n_kv = a("attention.head_count_kv", a("attention.head_count"))
     per = 2 * a("block_count") * n_kv * head_dim
     expect("kv_bytes_per_token", info["kv_bytes_per_token"], {"f32": per * 4, "f16": per * 2})
+    # no window: one group of full attention, every layer
+    n_layer = a("block_count")
+    expect("kv_groups", info["kv_groups"], [{
+        "kind": "full", "window": 0, "layers": list(range(n_layer)),
+        "bytes_per_token": {"f32": per * 4, "f16": per * 2},
+        "bytes_per_block": {"f32": per * 4 * 64, "f16": per * 2 * 64},
+        "bytes_per_sequence": 0}])
 
     text = subprocess.run([BIN, "info", "-m", path], capture_output=True, text=True, timeout=60)
     if text.returncode != 0 or text.stderr:
         failures.append(f"text form: exit {text.returncode}, stderr {text.stderr!r}")
     for needle in (f"architecture    {arch}", f"layers          {a('block_count')}",
-                   f"{info['n_params']}", "chat template   yes", f"{per * 2} bytes/token f16"):
+                   f"{info['n_params']}", "chat template   yes", f"{per * 2} bytes/token f16",
+                   f"KV group        full attention, {n_layer} layers (0-{n_layer - 1}): "
+                   f"{per * 4} bytes/token f32, {per * 2} f16"):
         if needle not in text.stdout:
             failures.append(f"text form lacks {needle!r}")
     h = subprocess.run([BIN, "info", "--help"], capture_output=True, text=True)
