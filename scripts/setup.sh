@@ -3,7 +3,8 @@
 #   scripts/setup.sh run    install what is missing, build ignite alone (not the test
 #                           programs), run it on the default model
 #   scripts/setup.sh test   install what is missing, build, run the whole test suite,
-#                           then the same tests in an ASan + UBSan build
+#                           then again in an ASan + UBSan build (all but the emulated CUDA
+#                           tests, which run with the sanitizers in the first build)
 # Installs system packages with apt-get (through sudo when not root), the
 # Python test packages into .venv, and the default model into the cache.
 # Everything already present is left alone. Further arguments go to make.
