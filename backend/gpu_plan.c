@@ -65,19 +65,19 @@ static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bo
     struct gpu_plan_part parts[GPU_PLAN_MAX_PARTS];
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        const struct model_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
-        const struct model_weight *gu[] = {&L->w_gate, &L->w_up};
-        const struct model_weight *wo[] = {&L->wo}, *down[] = {&L->w_down};
-        f(ctx, parts, gpu_plan_parts(qkv, 3, mode, parts), L->wq.cols);
-        f(ctx, parts, gpu_plan_parts(wo, 1, mode, parts), L->wo.cols);
-        f(ctx, parts, gpu_plan_parts(gu, 2, mode, parts), L->w_gate.cols);
-        f(ctx, parts, gpu_plan_parts(down, 1, mode, parts), L->w_down.cols);
+        const struct model_weight *qkv[] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV]};
+        const struct model_weight *gu[] = {&L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP]};
+        const struct model_weight *wo[] = {&L->w[LAYER_WO]}, *down[] = {&L->w[LAYER_FFN_DOWN]};
+        f(ctx, parts, gpu_plan_parts(qkv, 3, mode, parts), L->w[LAYER_WQ].cols);
+        f(ctx, parts, gpu_plan_parts(wo, 1, mode, parts), L->w[LAYER_WO].cols);
+        f(ctx, parts, gpu_plan_parts(gu, 2, mode, parts), L->w[LAYER_FFN_GATE].cols);
+        f(ctx, parts, gpu_plan_parts(down, 1, mode, parts), L->w[LAYER_FFN_DOWN].cols);
     }
-    const struct model_weight *emb[] = {&m->tok_embd}, *out[] = {&m->output};
+    const struct model_weight *emb[] = {&m->w[MODEL_TOK_EMBD]}, *out[] = {&m->w[MODEL_OUTPUT]};
     if (!products_only || m->hp.tied_embeddings)
-        f(ctx, parts, gpu_plan_parts(emb, 1, mode, parts), m->tok_embd.cols);
+        f(ctx, parts, gpu_plan_parts(emb, 1, mode, parts), m->w[MODEL_TOK_EMBD].cols);
     if (!m->hp.tied_embeddings)
-        f(ctx, parts, gpu_plan_parts(out, 1, mode, parts), m->output.cols);
+        f(ctx, parts, gpu_plan_parts(out, 1, mode, parts), m->w[MODEL_OUTPUT].cols);
 }
 
 static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols)

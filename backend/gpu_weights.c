@@ -30,7 +30,7 @@ static uint64_t weight_seed(int64_t layer, int which)
 static int put_f16(struct gpu_backend *g, const struct model_weight *w, uint16_t *dst,
                    void *staging, uint64_t seed)
 {
-    size_t raw = (size_t)w->rows * w->row_bytes;
+    size_t raw = model_weight_size(w);
     if (!w->data)
         return IG_DEV(gk_random_f16)(dst, w->rows * w->cols, seed, 0.0f,
                                      1.0f / sqrtf((float)w->cols), g->stream);
@@ -134,8 +134,8 @@ static int put_layer(struct gpu_backend *g, int64_t l, void *staging)
     struct gpu_layer *G = &g->layers[l];
     int64_t e = g->m->hp.n_embd;
     size_t *wb = &g->weight_bytes;
-    const struct model_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->w_gate, &L->w_up};
-    const struct model_weight *wo[] = {&L->wo}, *down[] = {&L->w_down};
+    const struct model_weight *qkv[] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV]}, *gu[] = {&L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP]};
+    const struct model_weight *wo[] = {&L->w[LAYER_WO]}, *down[] = {&L->w[LAYER_FFN_DOWN]};
     const uint64_t s_qkv[] = {weight_seed(l, 0), weight_seed(l, 1), weight_seed(l, 2)};
     const uint64_t s_gu[] = {weight_seed(l, 4), weight_seed(l, 5)};
     const uint64_t s_wo = weight_seed(l, 3), s_down = weight_seed(l, 6);
@@ -146,32 +146,32 @@ static int put_layer(struct gpu_backend *g, int64_t l, void *staging)
         (st = put_matrix(g, &G->wdown, down, 1, &s_down, staging)) ||
         (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->attn_norm, wb)) ||
         (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_norm, wb)) ||
-        (st = put_vector(g, &L->attn_norm, G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
-        (st = put_vector(g, &L->ffn_norm, G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
+        (st = put_vector(g, &L->w[LAYER_ATTN_NORM], G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
+        (st = put_vector(g, &L->w[LAYER_FFN_NORM], G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
         return st;
     /* Qwen 3 / Gemma 3: the head norms, Gemma 3's post norms. */
     int64_t hd = g->m->hp.head_dim;
     if (g->m->hp.has_qk_norm &&
         ((st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->q_norm, wb)) ||
          (st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->k_norm, wb)) ||
-         (st = put_vector(g, &L->q_norm, G->q_norm, hd, 1.0f, weight_seed(l, 12))) ||
-         (st = put_vector(g, &L->k_norm, G->k_norm, hd, 1.0f, weight_seed(l, 13)))))
+         (st = put_vector(g, &L->w[LAYER_Q_NORM], G->q_norm, hd, 1.0f, weight_seed(l, 12))) ||
+         (st = put_vector(g, &L->w[LAYER_K_NORM], G->k_norm, hd, 1.0f, weight_seed(l, 13)))))
         return st;
     if (g->m->hp.has_post_norms &&
         ((st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->attn_post_norm, wb)) ||
          (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_post_norm, wb)) ||
-         (st = put_vector(g, &L->attn_post_norm, G->attn_post_norm, e, 1.0f,
+         (st = put_vector(g, &L->w[LAYER_ATTN_POST_NORM], G->attn_post_norm, e, 1.0f,
                           weight_seed(l, 14))) ||
-         (st = put_vector(g, &L->ffn_post_norm, G->ffn_post_norm, e, 1.0f,
+         (st = put_vector(g, &L->w[LAYER_FFN_POST_NORM], G->ffn_post_norm, e, 1.0f,
                           weight_seed(l, 15)))))
         return st;
     if (!g->m->hp.has_qkv_bias)
         return IG_OK;
     if ((st = IG_DEV(gpu_alloc)(g, (size_t)g->qkv_rows * 4, &G->bqkv, wb)) ||
-        (st = put_vector(g, &L->bq, G->bqkv, g->q_dim, 0.0f, weight_seed(l, 9))) ||
-        (st = put_vector(g, &L->bk, G->bqkv + g->q_dim, g->kv_dim, 0.0f, weight_seed(l, 10))))
+        (st = put_vector(g, &L->w[LAYER_BQ], G->bqkv, g->q_dim, 0.0f, weight_seed(l, 9))) ||
+        (st = put_vector(g, &L->w[LAYER_BK], G->bqkv + g->q_dim, g->kv_dim, 0.0f, weight_seed(l, 10))))
         return st;
-    return put_vector(g, &L->bv, G->bqkv + g->q_dim + g->kv_dim, g->kv_dim, 0.0f,
+    return put_vector(g, &L->w[LAYER_BV], G->bqkv + g->q_dim + g->kv_dim, g->kv_dim, 0.0f,
                       weight_seed(l, 11));
 }
 
@@ -182,11 +182,11 @@ int IG_DEV(gpu_upload_weights)(struct gpu_backend *g)
     int st = IG_DEV(gpu_matmul_setup)(g);
     if (st != IG_OK)
         return st;
-    size_t staging_bytes = max_size(raw_bytes(&m->tok_embd), raw_bytes(&m->output));
+    size_t staging_bytes = max_size(raw_bytes(&m->w[MODEL_TOK_EMBD]), raw_bytes(&m->w[MODEL_OUTPUT]));
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                           &L->w_down};
+        const struct model_weight *ws[] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV], &L->w[LAYER_WO], &L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP],
+                                           &L->w[LAYER_FFN_DOWN]};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             staging_bytes = max_size(raw_bytes(ws[i]), staging_bytes);
     }
@@ -196,11 +196,11 @@ int IG_DEV(gpu_upload_weights)(struct gpu_backend *g)
 
     for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
         st = put_layer(g, l, staging);
-    const struct model_weight *emb[] = {&m->tok_embd}, *out[] = {&m->output};
+    const struct model_weight *emb[] = {&m->w[MODEL_TOK_EMBD]}, *out[] = {&m->w[MODEL_OUTPUT]};
     const uint64_t s_emb = weight_seed(-1, 0), s_out = weight_seed(-1, 2);
     if (st == IG_OK && !(st = put_matrix(g, &g->tok_embd, emb, 1, &s_emb, staging)) &&
         !(st = IG_DEV(gpu_alloc)(g, (size_t)hp->n_embd * 4, &g->output_norm, &g->weight_bytes)))
-        st = put_vector(g, &m->output_norm, g->output_norm, hp->n_embd, 1.0f, weight_seed(-1, 1));
+        st = put_vector(g, &m->w[MODEL_OUTPUT_NORM], g->output_norm, hp->n_embd, 1.0f, weight_seed(-1, 1));
     if (st == IG_OK) {
         if (hp->tied_embeddings)
             g->output = g->tok_embd;

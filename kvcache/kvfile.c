@@ -93,8 +93,8 @@ static void kv_model_id_ext(struct ig_sha256 *s, const struct model *m)
         const struct model_layer *L = &m->layers[l];
         hash_i64(s, L->window);
         hash_i64(s, L->rope);
-        const struct model_weight *ws[] = {&L->q_norm, &L->k_norm, &L->attn_post_norm,
-                                           &L->ffn_post_norm};
+        const struct model_weight *ws[] = {&L->w[LAYER_Q_NORM], &L->w[LAYER_K_NORM], &L->w[LAYER_ATTN_POST_NORM],
+                                           &L->w[LAYER_FFN_POST_NORM]};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             hash_weight(s, ws[i]);
     }
@@ -117,14 +117,14 @@ void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES])
     hash_i64(&s, bits);
     memcpy(&bits, &hp->norm_eps, 8);
     hash_i64(&s, bits);
-    hash_weight(&s, &m->tok_embd);
-    hash_weight(&s, &m->output_norm);
-    hash_weight(&s, &m->output);
+    hash_weight(&s, &m->w[MODEL_TOK_EMBD]);
+    hash_weight(&s, &m->w[MODEL_OUTPUT_NORM]);
+    hash_weight(&s, &m->w[MODEL_OUTPUT]);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        const struct model_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
-                                           &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
-                                           &L->w_up, &L->w_down};
+        const struct model_weight *ws[] = {&L->w[LAYER_ATTN_NORM], &L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV], &L->w[LAYER_BQ],
+                                           &L->w[LAYER_BK], &L->w[LAYER_BV], &L->w[LAYER_WO], &L->w[LAYER_FFN_NORM], &L->w[LAYER_FFN_GATE],
+                                           &L->w[LAYER_FFN_UP], &L->w[LAYER_FFN_DOWN]};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             hash_weight(&s, ws[i]);
     }

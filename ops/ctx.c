@@ -125,13 +125,13 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     /* The matrices in the packed layout, once: every int8 matmul of them reads it. */
     for (int64_t il = 0; il < hp->n_layer && !ctx->exact; il++) {
         const struct model_layer *L = &m->layers[il];
-        const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                           &L->w_gate, &L->w_up, &L->w_down};
+        const struct model_weight *lw[] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV], &L->w[LAYER_WO],
+                                           &L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP], &L->w[LAYER_FFN_DOWN]};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0] && st == IG_OK; i++)
             st = ops_ctx_pack_weight(ctx, lw[i]);
     }
     if (st == IG_OK && !ctx->exact)
-        st = ops_ctx_pack_weight(ctx, &m->output);
+        st = ops_ctx_pack_weight(ctx, &m->w[MODEL_OUTPUT]);
     if (st != IG_OK) {
         ops_ctx_free(ctx);
         return st;
