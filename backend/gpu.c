@@ -385,16 +385,18 @@ static int ffn_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t r
     int64_t e = hp->n_embd, ff = hp->n_ff;
     float *x = g->x + row * e;
     const uint16_t *att = g->att16 + row * g->q_dim;
+    const struct gpu_matrix *wo = &L->mat[LAYER_WO], *wgu = &L->mat[LAYER_FFN_GATE];
     int st;
-    if ((st = add_product(g, &L->wo, att, g->q_dim, rows, x, L->attn_post_norm)) ||
-        (st = IG_DEV(gk_rmsnorm)(x, e, L->ffn_norm, rows, e, (float)hp->norm_eps, g->xn,
-                                 g->stream)) ||
-        (st = IG_DEV(gpu_matmul)(g, &L->wgu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) ||
+    if ((st = add_product(g, wo, att, g->q_dim, rows, x, L->vec[LAYER_ATTN_POST_NORM])) ||
+        (st = IG_DEV(gk_rmsnorm)(x, e, L->vec[LAYER_FFN_NORM], rows, e, (float)hp->norm_eps,
+                                 g->xn, g->stream)) ||
+        (st = IG_DEV(gpu_matmul)(g, wgu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) ||
         (st = hp->ffn_act == MODEL_ACT_GELU_TANH
                   ? IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream)
                   : IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
         return st;
-    return add_product(g, &L->wdown, g->h16, ff, rows, x, L->ffn_post_norm);
+    return add_product(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, x,
+                       L->vec[LAYER_FFN_POST_NORM]);
 }
 
 /* Everything before RoPE in one layer, for the step's n rows: norm, the
@@ -404,16 +406,17 @@ static int qkv_block(struct gpu_backend *g, const struct gpu_layer *L, int64_t n
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd;
     float eps = (float)hp->norm_eps;
+    const struct gpu_matrix *wqkv = &L->mat[LAYER_WQ]; /* Q|K|V */
+    const float *q_norm = L->vec[LAYER_Q_NORM], *k_norm = L->vec[LAYER_K_NORM];
     int st;
-    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->attn_norm, n, e, eps, g->xn, g->stream)) ||
-        (st = IG_DEV(gpu_matmul)(g, &L->wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)) ||
-        !L->q_norm)
+    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->vec[LAYER_ATTN_NORM], n, e, eps, g->xn, g->stream)) ||
+        (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, g->qkv_rows, 0.0f)) || !q_norm)
         return st;
-    st = IG_DEV(gk_head_rmsnorm)(g->qkv, g->qkv_rows, n, hp->n_head, hp->head_dim, L->q_norm,
-                                 eps, g->stream);
+    st = IG_DEV(gk_head_rmsnorm)(g->qkv, g->qkv_rows, n, hp->n_head, hp->head_dim, q_norm, eps,
+                                 g->stream);
     return st != IG_OK ? st
                        : IG_DEV(gk_head_rmsnorm)(g->qkv + g->q_dim, g->qkv_rows, n,
-                                                 hp->n_head_kv, hp->head_dim, L->k_norm, eps,
+                                                 hp->n_head_kv, hp->head_dim, k_norm, eps,
                                                  g->stream);
 }
 
@@ -426,7 +429,8 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
     const struct gpu_layer *L = &g->layers[l];
     const struct model_layer *ML = &g->m->layers[l];
     struct gk_qkv_params qp = {
-        .qkv = g->qkv, .bias = L->bqkv, .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
+        .qkv = g->qkv, .bias = L->vec[LAYER_BQ] /* Q|K|V biases */,
+        .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
         .n = n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
         .mscale = g->mscale[ML->rope],
@@ -500,6 +504,7 @@ static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, floa
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd, nv = hp->n_vocab;
     float eps = (float)hp->norm_eps;
+    const float *norm = g->vec[MODEL_OUTPUT_NORM];
     int st = IG_OK;
     for (int64_t i = 0; i < k && st == IG_OK; i += g->logit_rows) {
         int64_t n = k - i < g->logit_rows ? k - i : g->logit_rows;
@@ -507,12 +512,12 @@ static int head_rows(struct gpu_backend *g, const int64_t *want, int64_t k, floa
             int64_t run = 1;
             while (j + run < n && want[i + j + run] == want[i + j] + run)
                 run++;
-            st = IG_DEV(gk_rmsnorm)(g->x + want[i + j] * e, e, g->output_norm, run, e, eps,
-                                    g->xn + j * e, g->stream);
+            st = IG_DEV(gk_rmsnorm)(g->x + want[i + j] * e, e, norm, run, e, eps, g->xn + j * e,
+                                    g->stream);
             j += run;
         }
         if (st == IG_OK)
-            st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, n, g->logits, nv, 0.0f);
+            st = IG_DEV(gpu_matmul)(g, &g->mat[MODEL_OUTPUT], g->xn, e, n, g->logits, nv, 0.0f);
         if (st == IG_OK && hp->final_softcap > 0)
             st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream);
         if (st == IG_OK && greedy) {
@@ -611,10 +616,11 @@ static int decode_forward(struct gpu_backend *g, int bucket)
         st = ffn_block(g, L, 0, rows);
     }
     if (st == IG_OK)
-        st = IG_DEV(gk_rmsnorm)(g->x, e, g->output_norm, rows, e, (float)hp->norm_eps, g->xn,
-                                g->stream);
+        st = IG_DEV(gk_rmsnorm)(g->x, e, g->vec[MODEL_OUTPUT_NORM], rows, e, (float)hp->norm_eps,
+                                g->xn, g->stream);
     if (st == IG_OK)
-        st = IG_DEV(gpu_matmul)(g, &g->output, g->xn, e, rows, g->logits, hp->n_vocab, 0.0f);
+        st = IG_DEV(gpu_matmul)(g, &g->mat[MODEL_OUTPUT], g->xn, e, rows, g->logits,
+                                hp->n_vocab, 0.0f);
     if (st == IG_OK && hp->final_softcap > 0)
         st = IG_DEV(gk_softcap)(g->logits, rows * hp->n_vocab, (float)hp->final_softcap,
                                 g->stream);

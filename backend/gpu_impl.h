@@ -27,15 +27,18 @@ struct gpu_matrix {
     int64_t row0[GPU_PLAN_MAX_PARTS]; /* first row of each part */
 };
 
+/* A layer's weights on the device, by the role of their row in the table
+ * of tensors (models/tensors.h): a fused group at its first role, every
+ * other weight at its own; the later roles of a group and the weights the
+ * model lacks stay empty (no rows, NULL). */
 struct gpu_layer {
-    struct gpu_matrix wqkv;    /* [qkv_rows][n_embd] */
-    struct gpu_matrix wo;      /* [n_embd][q_dim] */
-    struct gpu_matrix wgu;     /* [2 * n_ff][n_embd]: gate rows, then up rows */
-    struct gpu_matrix wdown;   /* [n_embd][n_ff] */
-    float *attn_norm, *ffn_norm;
-    float *q_norm, *k_norm;    /* [head_dim] each, or NULL (has_qk_norm) */
-    float *attn_post_norm, *ffn_post_norm; /* [n_embd] each, or NULL (has_post_norms) */
-    float *bqkv;               /* [qkv_rows] or NULL */
+    /* [LAYER_WQ]: Q|K|V [qkv_rows][n_embd]; [LAYER_WO]: [n_embd][q_dim];
+     * [LAYER_FFN_GATE]: gate|up [2 * n_ff][n_embd], gate rows then up rows;
+     * [LAYER_FFN_DOWN]: [n_embd][n_ff] */
+    struct gpu_matrix mat[MODEL_LAYER_ROLES];
+    /* f32: the norms ([n_embd], Q/K head norms [head_dim]); [LAYER_BQ]: the
+     * Q|K|V biases [qkv_rows] */
+    float *vec[MODEL_LAYER_ROLES];
     uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim];
                                   * a layer sharing another's KV: the source's arrays */
     unsigned char *state;      /* a recurrent layer's: [n_states][state_bytes], else NULL */
@@ -63,8 +66,8 @@ struct gpu_backend {
     int64_t q_dim, kv_dim, qkv_rows;
     enum backend_gpu_weights weights_mode;
     struct gpu_layer *layers;
-    struct gpu_matrix tok_embd, output; /* output == tok_embd when tied */
-    float *output_norm;
+    struct gpu_matrix mat[MODEL_ROLES]; /* [MODEL_TOK_EMBD], [MODEL_OUTPUT] (the same when tied) */
+    float *vec[MODEL_ROLES];            /* [MODEL_OUTPUT_NORM] */
     double *inv_freq[2];       /* [n_rot / 2] per RoPE variant (MODEL_ROPE_GLOBAL, _LOCAL) */
     double mscale[2];          /* their cos/sin factors (YaRN's attention factor) */
     /* activations for max_batch tokens; logits for logit_rows rows */

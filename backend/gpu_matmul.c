@@ -114,7 +114,7 @@ int IG_DEV(gpu_matmul)(struct gpu_backend *g, const struct gpu_matrix *w, const 
 
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x)
 {
-    const struct gk_qmat *t = &g->tok_embd.part[0];
+    const struct gk_qmat *t = &g->mat[MODEL_TOK_EMBD].part[0];
     if (t->type == QUANT_F16)
         return IG_DEV(gk_embed)((const uint16_t *)t->q, tokens, n, t->cols, x, g->stream);
     return IG_DEV(gk_qembed)(t, tokens, n, x, g->stream);

@@ -1,7 +1,8 @@
 /* backend/gpu_plan.c: the CUDA backend's weight plan on the host (see
  * backend/gpu_plan.h): device types, parts of the fused matrices, bytes.
  * Built into every ignite (no device code), so `ignite info` reports what
- * a model takes on a GPU on any machine.
+ * a model takes on a GPU on any machine. Which weights there are, and which
+ * fuse into one device matrix, is the table of tensors' (models/tensors.h).
  * Covered by tests/unit/test_gpu_plan.c, tests/emu/test_backend_qemu.c (the
  * bytes the emulated backend allocates equal the plan's) and
  * tests/models/test_info.py. */
@@ -54,30 +55,55 @@ int gpu_plan_parts(const struct model_weight *const *ws, int n, enum backend_gpu
     return k;
 }
 
-/* Calls f(ctx, parts, n_parts, cols) for every matrix the backend holds:
- * per layer Q|K|V, wo, gate|up, down, then the embedding (unless
- * products_only and it is not also the output head) and the output head. */
+int gpu_plan_group(const struct model_tensor_it *at,
+                   struct model_tensor_it group[GPU_PLAN_MAX_PARTS])
+{
+    if (at->t->fuse == TENSOR_FUSE_NONE) {
+        group[0] = *at;
+        return 1;
+    }
+    struct model_tensor_it it;
+    if (at->layer < 0)
+        model_tensors_begin(&it, at->m, MODEL_TENSORS_MODEL);
+    else
+        model_tensors_begin_layer(&it, at->m, at->layer, 0);
+    int n = 0;
+    while (model_tensors_next(&it)) {
+        if (it.t->fuse != at->t->fuse || it.t->kind != at->t->kind)
+            continue;
+        if (n == 0 && it.t != at->t)
+            return 0; /* a later member: its group's first holds it */
+        IG_ASSERT(n < GPU_PLAN_MAX_PARTS);
+        group[n++] = it;
+    }
+    return n;
+}
+
+/* Calls f(ctx, parts, n_parts, cols) for every matrix the backend holds,
+ * walking the table of tensors: each fused group (Q|K|V, gate|up) once,
+ * every other matrix alone; with products_only the matrices products read
+ * (the output head, token_embd's matrix when tied, but not the embedding
+ * table, whose rows are looked up), else every matrix stored once (not the
+ * tied head). */
 typedef void (*matrix_fn)(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols);
 
 static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bool products_only,
                         matrix_fn f, void *ctx)
 {
     struct gpu_plan_part parts[GPU_PLAN_MAX_PARTS];
-    for (int64_t l = 0; l < m->hp.n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct model_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
-        const struct model_weight *gu[] = {&L->w_gate, &L->w_up};
-        const struct model_weight *wo[] = {&L->wo}, *down[] = {&L->w_down};
-        f(ctx, parts, gpu_plan_parts(qkv, 3, mode, parts), L->wq.cols);
-        f(ctx, parts, gpu_plan_parts(wo, 1, mode, parts), L->wo.cols);
-        f(ctx, parts, gpu_plan_parts(gu, 2, mode, parts), L->w_gate.cols);
-        f(ctx, parts, gpu_plan_parts(down, 1, mode, parts), L->w_down.cols);
+    struct model_tensor_it it, group[GPU_PLAN_MAX_PARTS];
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
+         model_tensors_next(&it);) {
+        bool tied = !model_tensor_present(it.t, it.features);
+        if (it.t->kind != TENSOR_MATRIX || (products_only ? it.t->gathered : tied))
+            continue;
+        const struct model_weight *ws[GPU_PLAN_MAX_PARTS];
+        int n = gpu_plan_group(&it, group);
+        for (int i = 0; i < n; i++)
+            ws[i] = group[i].w;
+        if (n)
+            f(ctx, parts, gpu_plan_parts(ws, n, mode, parts), ws[0]->cols);
     }
-    const struct model_weight *emb[] = {&m->tok_embd}, *out[] = {&m->output};
-    if (!products_only || m->hp.tied_embeddings)
-        f(ctx, parts, gpu_plan_parts(emb, 1, mode, parts), m->tok_embd.cols);
-    if (!m->hp.tied_embeddings)
-        f(ctx, parts, gpu_plan_parts(out, 1, mode, parts), m->output.cols);
 }
 
 static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols)
@@ -86,18 +112,17 @@ static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64
         *(size_t *)ctx += gk_qmat_bytes(parts[i].type, parts[i].rows, cols);
 }
 
-/* The weights' bytes, with (all) or without an untied embedding table. */
+/* The weights' bytes, with (all) or without an untied embedding table:
+ * the matrices as planned, the norms and biases f32. */
 static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode, bool all)
 {
-    const struct model_hparams *hp = &m->hp;
     size_t bytes = 0;
     each_matrix(m, mode, !all, add_bytes, &bytes);
-    int64_t qkv_rows = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
-    bytes += (size_t)hp->n_layer * ((size_t)(2 * hp->n_embd) * 4 +
-                                    (hp->has_qkv_bias ? (size_t)qkv_rows * 4 : 0) +
-                                    (hp->has_qk_norm ? (size_t)(2 * hp->head_dim) * 4 : 0) +
-                                    (hp->has_post_norms ? (size_t)(2 * hp->n_embd) * 4 : 0));
-    return bytes + (size_t)hp->n_embd * 4; /* output norm */
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if (it.t->kind != TENSOR_MATRIX)
+            bytes += (size_t)(it.w->n_expert * it.w->rows * it.w->cols) * 4;
+    return bytes;
 }
 
 size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode)

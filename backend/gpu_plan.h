@@ -14,7 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The most parts a fused matrix has (one per weight: Q, K, V). */
+/* The most parts a fused matrix has (one per weight: Q, K, V), and the
+ * most weights a fused group has. */
 #define GPU_PLAN_MAX_PARTS 3
 
 /* A run of consecutive weights of a fused matrix with one device type. */
@@ -32,6 +33,14 @@ int gpu_plan_type(const struct model_weight *w, enum backend_gpu_weights mode);
  * returns their number (1..n). */
 int gpu_plan_parts(const struct model_weight *const *ws, int n, enum backend_gpu_weights mode,
                    struct gpu_plan_part parts[GPU_PLAN_MAX_PARTS]);
+
+/* The weights that share the device buffer of the walk's weight `at`
+ * (models/tensors.h): its fused group's (rows of one fuse and kind, in
+ * table order; those the model lacks left out) when `at` is the group's
+ * first, `at` alone when it joins none. Returns their number, or 0 when
+ * `at` is a later member of a group (the first one's buffer holds it). */
+int gpu_plan_group(const struct model_tensor_it *at,
+                   struct model_tensor_it group[GPU_PLAN_MAX_PARTS]);
 
 /* Bytes of the f16 scratch the matmul dispatch needs for up to max_n
  * activation rows (gk_qmm_choose's plans of every part). */

@@ -6,7 +6,9 @@
  * blocks where a kernel reads the type (ops/gpu_ops.h) and on the host
  * otherwise; random values made on the device for a shapes-only synthetic
  * model. Norms (Qwen 3's and Gemma 3's head and post norms too) and biases
- * f32. Then the matmul scratch for max_batch rows.
+ * f32. Every weight of the table of tensors (models/tensors.h) the model
+ * has, each fused group into one buffer. Then the matmul scratch for
+ * max_batch rows.
  * Covered by tests/emu/test_backend_emu.c, test_backend_qemu.c and
  * tests/gpu/test_backend_gpu.c. */
 #include "backend/gpu_impl.h"
@@ -18,10 +20,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Per-weight seed for synthetic weights: distinct and stable. */
-static uint64_t weight_seed(int64_t layer, int which)
+/* Per-weight seed for synthetic weights: distinct and stable (`role`: the
+ * weight's enum layer_role, or enum model_role at layer -1). */
+static uint64_t weight_seed(int64_t layer, int role)
 {
-    return 0x9E3779B97F4A7C15ULL * (uint64_t)(layer * 16 + which + 1);
+    return 0x9E3779B97F4A7C15ULL * (uint64_t)(layer * 16 + role + 1);
 }
 
 /* Writes weight w as f16 into dst ([rows][cols]): random on the device for a
@@ -30,7 +33,7 @@ static uint64_t weight_seed(int64_t layer, int which)
 static int put_f16(struct gpu_backend *g, const struct model_weight *w, uint16_t *dst,
                    void *staging, uint64_t seed)
 {
-    size_t raw = (size_t)w->rows * w->row_bytes;
+    size_t raw = model_weight_size(w);
     if (!w->data)
         return IG_DEV(gk_random_f16)(dst, w->rows * w->cols, seed, 0.0f,
                                      1.0f / sqrtf((float)w->cols), g->stream);
@@ -70,7 +73,7 @@ static int put_native(struct gpu_backend *g, const struct model_weight *w,
 {
     if (!w->data)
         return IG_DEV(gk_qrandom)(dst, seed, g->stream);
-    int st = IG_DEV(dev_upload)(g->dev, staging, w->data, (size_t)w->rows * w->row_bytes);
+    int st = IG_DEV(dev_upload)(g->dev, staging, w->data, model_weight_size(w));
     return st == IG_OK ? IG_DEV(gk_qrepack)(dst, staging, w->row_bytes, g->stream) : st;
 }
 
@@ -114,13 +117,13 @@ static int put_vector(struct gpu_backend *g, const struct model_weight *w, float
 {
     if (!w->data)
         return IG_DEV(gk_random_f32)(dst, n, seed, center, center ? 0.1f : 0.02f, g->stream);
-    IG_ASSERT(w->type == QUANT_F32 && w->rows * w->cols == n);
+    IG_ASSERT(w->type == QUANT_F32 && w->n_expert * w->rows * w->cols == n);
     return IG_DEV(dev_upload)(g->dev, dst, w->data, (size_t)n * sizeof(float));
 }
 
 static size_t raw_bytes(const struct model_weight *w)
 {
-    return w->data ? (size_t)w->rows * w->row_bytes : 0;
+    return w->data ? model_weight_size(w) : 0;
 }
 
 static size_t max_size(size_t a, size_t b)
@@ -128,85 +131,67 @@ static size_t max_size(size_t a, size_t b)
     return a > b ? a : b;
 }
 
-static int put_layer(struct gpu_backend *g, int64_t l, void *staging)
+/* The device buffer of the walk's weight and the rest of its fused group
+ * (gpu_plan_group): a matrix in parts of one type each, or f32 vectors
+ * end to end (the Q|K|V biases); nothing for a later member of a group. */
+static int put_group(struct gpu_backend *g, const struct model_tensor_it *at,
+                     struct gpu_matrix *mat, float **vec, void *staging)
 {
-    const struct model_layer *L = &g->m->layers[l];
-    struct gpu_layer *G = &g->layers[l];
-    int64_t e = g->m->hp.n_embd;
-    size_t *wb = &g->weight_bytes;
-    const struct model_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->w_gate, &L->w_up};
-    const struct model_weight *wo[] = {&L->wo}, *down[] = {&L->w_down};
-    const uint64_t s_qkv[] = {weight_seed(l, 0), weight_seed(l, 1), weight_seed(l, 2)};
-    const uint64_t s_gu[] = {weight_seed(l, 4), weight_seed(l, 5)};
-    const uint64_t s_wo = weight_seed(l, 3), s_down = weight_seed(l, 6);
-    int st;
-    if ((st = put_matrix(g, &G->wqkv, qkv, 3, s_qkv, staging)) ||
-        (st = put_matrix(g, &G->wo, wo, 1, &s_wo, staging)) ||
-        (st = put_matrix(g, &G->wgu, gu, 2, s_gu, staging)) ||
-        (st = put_matrix(g, &G->wdown, down, 1, &s_down, staging)) ||
-        (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->attn_norm, wb)) ||
-        (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_norm, wb)) ||
-        (st = put_vector(g, &L->attn_norm, G->attn_norm, e, 1.0f, weight_seed(l, 7))) ||
-        (st = put_vector(g, &L->ffn_norm, G->ffn_norm, e, 1.0f, weight_seed(l, 8))))
-        return st;
-    /* Qwen 3 / Gemma 3: the head norms, Gemma 3's post norms. */
-    int64_t hd = g->m->hp.head_dim;
-    if (g->m->hp.has_qk_norm &&
-        ((st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->q_norm, wb)) ||
-         (st = IG_DEV(gpu_alloc)(g, (size_t)hd * 4, &G->k_norm, wb)) ||
-         (st = put_vector(g, &L->q_norm, G->q_norm, hd, 1.0f, weight_seed(l, 12))) ||
-         (st = put_vector(g, &L->k_norm, G->k_norm, hd, 1.0f, weight_seed(l, 13)))))
-        return st;
-    if (g->m->hp.has_post_norms &&
-        ((st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->attn_post_norm, wb)) ||
-         (st = IG_DEV(gpu_alloc)(g, (size_t)e * 4, &G->ffn_post_norm, wb)) ||
-         (st = put_vector(g, &L->attn_post_norm, G->attn_post_norm, e, 1.0f,
-                          weight_seed(l, 14))) ||
-         (st = put_vector(g, &L->ffn_post_norm, G->ffn_post_norm, e, 1.0f,
-                          weight_seed(l, 15)))))
-        return st;
-    if (!g->m->hp.has_qkv_bias)
+    struct model_tensor_it group[GPU_PLAN_MAX_PARTS];
+    const struct model_weight *ws[GPU_PLAN_MAX_PARTS];
+    uint64_t seeds[GPU_PLAN_MAX_PARTS];
+    int n = gpu_plan_group(at, group);
+    if (!n)
         return IG_OK;
-    if ((st = IG_DEV(gpu_alloc)(g, (size_t)g->qkv_rows * 4, &G->bqkv, wb)) ||
-        (st = put_vector(g, &L->bq, G->bqkv, g->q_dim, 0.0f, weight_seed(l, 9))) ||
-        (st = put_vector(g, &L->bk, G->bqkv + g->q_dim, g->kv_dim, 0.0f, weight_seed(l, 10))))
-        return st;
-    return put_vector(g, &L->bv, G->bqkv + g->q_dim + g->kv_dim, g->kv_dim, 0.0f,
-                      weight_seed(l, 11));
+    int64_t len = 0;
+    for (int i = 0; i < n; i++) {
+        ws[i] = group[i].w;
+        seeds[i] = weight_seed(at->layer, group[i].t->role);
+        len += ws[i]->n_expert * ws[i]->rows * ws[i]->cols;
+        /* experts' matrices need the backend's expert-indexed product first */
+        IG_ASSERT(at->t->kind != TENSOR_MATRIX || ws[i]->n_expert == 1);
+    }
+    if (at->t->kind == TENSOR_MATRIX)
+        return put_matrix(g, mat, ws, n, seeds, staging);
+    /* norms near 1, biases near 0 for a shapes-only model */
+    float center = at->t->kind == TENSOR_NORM ? 1.0f : 0.0f;
+    int st = IG_DEV(gpu_alloc)(g, (size_t)len * 4, vec, &g->weight_bytes);
+    int64_t off = 0;
+    for (int i = 0; i < n && st == IG_OK; i++) {
+        int64_t k = ws[i]->n_expert * ws[i]->rows * ws[i]->cols;
+        st = put_vector(g, ws[i], *vec + off, k, center, seeds[i]);
+        off += k;
+    }
+    return st;
 }
 
 int IG_DEV(gpu_upload_weights)(struct gpu_backend *g)
 {
     const struct model *m = g->m;
-    const struct model_hparams *hp = &m->hp;
     int st = IG_DEV(gpu_matmul_setup)(g);
     if (st != IG_OK)
         return st;
-    size_t staging_bytes = max_size(raw_bytes(&m->tok_embd), raw_bytes(&m->output));
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                           &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            staging_bytes = max_size(raw_bytes(ws[i]), staging_bytes);
-    }
+    size_t staging_bytes = 0;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if (it.t->kind == TENSOR_MATRIX)
+            staging_bytes = max_size(raw_bytes(it.w), staging_bytes);
     void *staging = NULL;
     if ((st = IG_DEV(dev_alloc)(g->dev, staging_bytes ? staging_bytes : 16, &staging)) != IG_OK)
         return st;
 
-    for (int64_t l = 0; l < hp->n_layer && st == IG_OK; l++)
-        st = put_layer(g, l, staging);
-    const struct model_weight *emb[] = {&m->tok_embd}, *out[] = {&m->output};
-    const uint64_t s_emb = weight_seed(-1, 0), s_out = weight_seed(-1, 2);
-    if (st == IG_OK && !(st = put_matrix(g, &g->tok_embd, emb, 1, &s_emb, staging)) &&
-        !(st = IG_DEV(gpu_alloc)(g, (size_t)hp->n_embd * 4, &g->output_norm, &g->weight_bytes)))
-        st = put_vector(g, &m->output_norm, g->output_norm, hp->n_embd, 1.0f, weight_seed(-1, 1));
-    if (st == IG_OK) {
-        if (hp->tied_embeddings)
-            g->output = g->tok_embd;
-        else
-            st = put_matrix(g, &g->output, out, 1, &s_out, staging);
+    /* layer by layer, then the model's own */
+    for (int64_t l = 0; l < m->hp.n_layer && st == IG_OK; l++) {
+        struct gpu_layer *G = &g->layers[l];
+        for (model_tensors_begin_layer(&it, m, l, 0); st == IG_OK && model_tensors_next(&it);)
+            st = put_group(g, &it, &G->mat[it.t->role], &G->vec[it.t->role], staging);
     }
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_MODEL | MODEL_TENSORS_TIED);
+         st == IG_OK && model_tensors_next(&it);)
+        if (model_tensor_present(it.t, it.features))
+            st = put_group(g, &it, &g->mat[it.t->role], &g->vec[it.t->role], staging);
+        else /* the output head of tied embeddings: token_embd's matrix */
+            g->mat[it.t->role] = g->mat[MODEL_TOK_EMBD];
     /* The f16 slabs the products of max_batch rows dequantize into. */
     g->mm_scratch_bytes = gpu_plan_scratch_bytes(m, g->weights_mode, g->max_batch);
     if (st == IG_OK && g->mm_scratch_bytes)

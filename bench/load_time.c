@@ -34,7 +34,7 @@ static volatile unsigned sink;
 static void touch(const struct model_weight *w)
 {
     const unsigned char *p = w->data;
-    size_t n = w->data ? (size_t)w->rows * w->row_bytes : 0;
+    size_t n = w->data ? model_weight_size(w) : 0;
     for (size_t i = 0; i < n; i += 4096)
         sink += p[i];
 }
@@ -56,16 +56,9 @@ int main(int argc, char **argv)
         if ((st = tok_load_model(m, &v)))
             return st;
         int64_t t2 = ig_now_ns();
-        touch(&m->tok_embd);
-        for (int64_t l = 0; l < m->hp.n_layer; l++) {
-            const struct model_layer *L = &m->layers[l];
-            const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate,
-                                               &L->w_up, &L->w_down};
-            for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
-                touch(ws[k]);
-        }
-        if (!m->hp.tied_embeddings)
-            touch(&m->output);
+        struct model_tensor_it it;
+        for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+            touch(it.w);
         int64_t t3 = ig_now_ns();
         printf("%.2f %.2f %.2f %.1f %.1f\n", (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6,
                (double)(t3 - t2) / 1e6, status_kb("VmRSS:") / 1024.0, status_kb("VmHWM:") / 1024.0);

@@ -18,9 +18,11 @@
  * whose layers are all paged with one shape, and still loads for such a
  * model. What the cache means for generation (the sampler, the prompt) is
  * generate/engine.c's; the CLI options are cli/cmd_run.c's.
+ * The model id hashes the weights in the passes the table of tensors gives
+ * them (models/tensors.h, enum tensor_id_pass).
  * Covered by tests/kvcache/test_kvcache.c (version 1 too),
- * tests/kvcache/test_kvmem.c (every kind of layer) and
- * tests/kvcache/test_kv_cli.py. */
+ * tests/kvcache/test_kvmem.c (every kind of layer), tests/kvcache/test_kv_cli.py
+ * and tests/models/test_tensor_table.py. */
 #include "kvcache/kvcache.h"
 
 #include "core/checksum.h"
@@ -50,12 +52,17 @@ static void hash_i64(struct ig_sha256 *s, int64_t v)
     ig_sha256_update(s, b, 8);
 }
 
+/* A weight's type, shape and samples of its bytes; an absent weight as
+ * zeros. The expert count only where there are several, so every weight
+ * before it keeps its bytes. */
 static void hash_weight(struct ig_sha256 *s, const struct model_weight *w)
 {
     hash_i64(s, w->type);
     hash_i64(s, w->rows);
     hash_i64(s, w->cols);
-    size_t bytes = w->data ? (size_t)w->rows * w->row_bytes : 0;
+    if (w->n_expert > 1)
+        hash_i64(s, w->n_expert);
+    size_t bytes = w->data ? model_weight_size(w) : 0;
     hash_i64(s, (int64_t)bytes);
     if (!bytes)
         return;
@@ -72,6 +79,22 @@ static void hash_f64(struct ig_sha256 *s, double v)
     int64_t bits;
     memcpy(&bits, &v, 8);
     hash_i64(s, bits);
+}
+
+/* The weights of pass `pass` in table order (models/tensors.h), those a
+ * model does not have included as zeros, as the id has always hashed them:
+ * of every layer with the model's first (layer -1), else of layer l. */
+static void hash_pass(struct ig_sha256 *s, const struct model *m, int64_t l,
+                      enum tensor_id_pass pass)
+{
+    struct model_tensor_it it;
+    if (l < 0)
+        model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
+    else
+        model_tensors_begin_layer(&it, m, l, MODEL_TENSORS_ABSENT);
+    while (model_tensors_next(&it))
+        if (it.t->id_pass == pass)
+            hash_weight(s, it.w);
 }
 
 /* What the architectures after Llama 2 and Qwen2 added (Q/K norms,
@@ -104,13 +127,9 @@ static void kv_model_id_ext(struct ig_sha256 *s, const struct model *m)
             ig_sha256_update(s, rp->freq_factors, (size_t)(hp->n_rot / 2) * sizeof(float));
     }
     for (int64_t l = 0; l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        hash_i64(s, L->window);
-        hash_i64(s, L->rope);
-        const struct model_weight *ws[] = {&L->q_norm, &L->k_norm, &L->attn_post_norm,
-                                           &L->ffn_post_norm};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            hash_weight(s, ws[i]);
+        hash_i64(s, m->layers[l].window);
+        hash_i64(s, m->layers[l].rope);
+        hash_pass(s, m, l, TENSOR_ID_EXT);
     }
 }
 
@@ -131,18 +150,16 @@ void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES])
     hash_i64(&s, bits);
     memcpy(&bits, &hp->norm_eps, 8);
     hash_i64(&s, bits);
-    hash_weight(&s, &m->tok_embd);
-    hash_weight(&s, &m->output_norm);
-    hash_weight(&s, &m->output);
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct model_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->bq,
-                                           &L->bk, &L->bv, &L->wo, &L->ffn_norm, &L->w_gate,
-                                           &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            hash_weight(&s, ws[i]);
-    }
+    hash_pass(&s, m, -1, TENSOR_ID_FIRST);
     kv_model_id_ext(&s, m);
+    /* rows added since: each weight the model has, with its layer and role */
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if (it.t->id_pass == TENSOR_ID_PRESENT) {
+            hash_i64(&s, it.layer);
+            hash_i64(&s, (int64_t)it.t->scope << 16 | it.t->role);
+            hash_weight(&s, it.w);
+        }
     ig_sha256_final(&s, id);
 }
 

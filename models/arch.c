@@ -21,15 +21,16 @@
 static const struct model_arch_info archs[] = {
     {.name = "llama", .id = MODEL_ARCH_LLAMA, .rope_style = ROPE_ADJACENT,
      .act = MODEL_ACT_SILU, .norm_eps = 1e-5},
-    {.name = "qwen2", .id = MODEL_ARCH_QWEN2, .rope_style = ROPE_HALF_SPLIT, .qkv_bias = true,
-     .act = MODEL_ACT_SILU, .norm_eps = 1e-5},
-    {.name = "qwen3", .id = MODEL_ARCH_QWEN3, .rope_style = ROPE_HALF_SPLIT, .qk_norm = true,
-     .act = MODEL_ACT_SILU, .norm_eps = 1e-6},
+    {.name = "qwen2", .id = MODEL_ARCH_QWEN2, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QKV_BIAS, .act = MODEL_ACT_SILU, .norm_eps = 1e-5},
+    {.name = "qwen3", .id = MODEL_ARCH_QWEN3, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM, .act = MODEL_ACT_SILU, .norm_eps = 1e-6},
     /* Gemma3TextConfig: sliding_window_pattern 6, rope_local_base_freq 10000,
      * rms_norm_eps 1e-6; 27B (62 layers) has query_pre_attn_scalar 168 =
      * hidden_size / num_attention_heads, the others head_dim (256). */
-    {.name = "gemma3", .id = MODEL_ARCH_GEMMA3, .rope_style = ROPE_HALF_SPLIT, .qk_norm = true,
-     .post_norms = true, .act = MODEL_ACT_GELU_TANH, .embd_scale_sqrt = true, .norm_eps = 1e-6,
+    {.name = "gemma3", .id = MODEL_ARCH_GEMMA3, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_POST_NORMS, .act = MODEL_ACT_GELU_TANH,
+     .embd_scale_sqrt = true, .norm_eps = 1e-6,
      .swa_pattern = 6, .rope_base_local = 10000.0, .qpas_embd_layers = 62},
 };
 

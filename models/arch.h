@@ -1,6 +1,6 @@
 /* models/arch.h: what each architecture ignite runs is made of (private to
  * models/). One row per general.architecture in models/arch.c: the facts a
- * GGUF file does not carry (RoPE pairing, which extra tensors exist, the
+ * GGUF file does not carry (RoPE pairing, which extra weights exist, the
  * activation, the sliding-window pattern and local RoPE base when the file
  * has no key for them). model.c reads a file's keys first and falls back to
  * these. Covered by tests/models/test_arch_load.py. */
@@ -16,9 +16,8 @@ struct model_arch_info {
     const char *name;        /* general.architecture */
     enum model_arch id;
     enum rope_style rope_style;
-    bool qkv_bias;           /* blk.N.attn_{q,k,v}.bias required */
-    bool qk_norm;            /* blk.N.attn_{q,k}_norm.weight required: RMSNorm per head */
-    bool post_norms;         /* blk.N.post_attention_norm, post_ffw_norm required */
+    unsigned features;       /* MODEL_FEAT_ bits beyond Llama's (models/tensors.h): the
+                                weights they bring are required */
     enum model_act act;      /* the FFN's gate activation */
     bool embd_scale_sqrt;    /* embeddings multiplied by sqrt(n_embd) */
     double norm_eps;         /* when the file has no layer_norm_rms_epsilon */

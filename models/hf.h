@@ -10,7 +10,9 @@
  *
  * Adding an architecture is an entry in hf_config.c's table: its
  * config.json name, the GGUF architecture it runs as, where its text
- * model's config and tensors live, and its per-layer tensor names. */
+ * model's config and tensors live; the tensors' names are the table of
+ * tensors' (models/tensors.h), the same for every architecture but where
+ * a feature tells them apart. */
 #ifndef IGNITE_MODELS_HF_H
 #define IGNITE_MODELS_HF_H
 
@@ -21,24 +23,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* A dimension of a weight, in terms of the hyper-parameters. */
-enum hf_dim { HF_DIM_ONE, HF_DIM_EMBD, HF_DIM_Q, HF_DIM_KV, HF_DIM_FF, HF_DIM_HEAD };
-
-enum hf_kind {
-    HF_MATRIX, /* read in place, F32/F16/BF16 */
-    HF_NORM,   /* an RMSNorm weight: widened to f32 when stored narrower (+1 for Gemma) */
-    HF_BIAS,   /* a bias vector: widened to f32 when stored narrower */
-};
-
-/* One per-layer tensor: "<prefix>layers.<i>.<suffix>" -> a field of struct
- * model_layer. */
-struct hf_layer_tensor {
-    const char *suffix;
-    size_t field;          /* offsetof(struct model_layer, ...) */
-    enum hf_dim rows, cols;
-    enum hf_kind kind;
-};
 
 /* A value of the config class's __init__ for a key config.json may leave
  * out (Gemma3TextConfig's inside a multimodal config.json's text_config). */
@@ -52,14 +36,16 @@ struct hf_arch {
     const char *arch;        /* the GGUF architecture it runs as ("llama") */
     enum model_arch id;      /* its row of models/arch.c: Q/K norms, post-norms, window... */
     const char *text_config; /* member of config.json holding the text model's settings, or NULL */
-    const char *prefix;      /* the text model's tensor prefix, "model." */
-    const char *lm_head;     /* the output matrix's name (absent when tied) */
+    /* Where the table of tensors' Hugging Face names (models/tensors.h)
+     * sit: the text model's prefix ("model.": "model.embed_tokens.weight",
+     * "model.layers.N.self_attn.q_proj.weight"), and the one of the names
+     * beside the text model ("": "lm_head.weight"). */
+    const char *prefix, *beside;
     /* Another layout of the same class (transformers >= 4.52 saves
      * Gemma3ForConditionalGeneration's text model under model.language_model.
      * and its output as lm_head.weight): taken when prefix's embed_tokens is
      * absent. NULL: none. */
-    const char *prefix_alt, *lm_head_alt;
-    const struct hf_layer_tensor *layer; /* ends with a NULL suffix */
+    const char *prefix_alt, *beside_alt;
     const char *act;         /* the one hidden_act the forward computes ("silu") */
     bool norm_plus_one;      /* RMSNorm multiplies by (1 + w), as HF Gemma does */
     bool tie_default;        /* tie_word_embeddings when config.json is silent */

@@ -13,7 +13,8 @@
  * too). What an architecture adds beyond Llama (Q/K norms, Gemma's
  * post-norms, GELU, embedding scale, sliding window) is its row of
  * models/arch.c, as for a GGUF; this file reads the config.json keys that
- * set it. Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
+ * set it. The weights' names are the table of tensors' (models/tensors.h).
+ * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
  * test_hf_arch.py and test_hf_malformed.py. */
 #include "models/hf.h"
 
@@ -22,80 +23,11 @@
 #include "models/arch.h"
 
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 /* A dimension larger than this is not a model ignite can run (as model.c). */
 #define HF_MAX_DIM (INT64_C(1) << 24)
-
-#define LAYER(f) offsetof(struct model_layer, f)
-
-/* Llama, Mistral and Qwen2 name their layers alike; Qwen2 adds biases. */
-static const struct hf_layer_tensor llama_layer[] = {
-    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
-    {"post_attention_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
-    {NULL, 0, 0, 0, 0},
-};
-
-static const struct hf_layer_tensor qwen2_layer[] = {
-    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.q_proj.bias", LAYER(bq), HF_DIM_ONE, HF_DIM_Q, HF_BIAS},
-    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.k_proj.bias", LAYER(bk), HF_DIM_ONE, HF_DIM_KV, HF_BIAS},
-    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.v_proj.bias", LAYER(bv), HF_DIM_ONE, HF_DIM_KV, HF_BIAS},
-    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
-    {"post_attention_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
-    {NULL, 0, 0, 0, 0},
-};
-
-/* Qwen3: Llama's names plus an RMSNorm of each Q and K head. */
-static const struct hf_layer_tensor qwen3_layer[] = {
-    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.q_norm.weight", LAYER(q_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
-    {"self_attn.k_norm.weight", LAYER(k_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
-    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
-    {"post_attention_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
-    {NULL, 0, 0, 0, 0},
-};
-
-/* Gemma 3: four norms a layer. HF's post_attention_layernorm normalises the
- * attention's output (GGUF post_attention_norm), pre_feedforward_layernorm
- * is the FFN's input norm (GGUF ffn_norm). */
-static const struct hf_layer_tensor gemma3_layer[] = {
-    {"input_layernorm.weight", LAYER(attn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"self_attn.q_proj.weight", LAYER(wq), HF_DIM_Q, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.k_proj.weight", LAYER(wk), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.v_proj.weight", LAYER(wv), HF_DIM_KV, HF_DIM_EMBD, HF_MATRIX},
-    {"self_attn.q_norm.weight", LAYER(q_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
-    {"self_attn.k_norm.weight", LAYER(k_norm), HF_DIM_ONE, HF_DIM_HEAD, HF_NORM},
-    {"self_attn.o_proj.weight", LAYER(wo), HF_DIM_EMBD, HF_DIM_Q, HF_MATRIX},
-    {"post_attention_layernorm.weight", LAYER(attn_post_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"pre_feedforward_layernorm.weight", LAYER(ffn_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {"mlp.gate_proj.weight", LAYER(w_gate), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.up_proj.weight", LAYER(w_up), HF_DIM_FF, HF_DIM_EMBD, HF_MATRIX},
-    {"mlp.down_proj.weight", LAYER(w_down), HF_DIM_EMBD, HF_DIM_FF, HF_MATRIX},
-    {"post_feedforward_layernorm.weight", LAYER(ffn_post_norm), HF_DIM_ONE, HF_DIM_EMBD, HF_NORM},
-    {NULL, 0, 0, 0, 0},
-};
 
 /* Qwen3Config's head_dim default (its configs state it anyway). */
 static const struct hf_default qwen3_defaults[] = {{"head_dim", 128}, {NULL, 0}};
@@ -114,19 +46,19 @@ static const struct hf_default gemma3_defaults[] = {
  * rms_norm_eps 1e-6, tie_word_embeddings false; Qwen2Config, Qwen3Config
  * the same; Gemma3TextConfig ties). */
 static const struct hf_arch archs[] = {
-    {"LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "lm_head.weight", NULL,
-     NULL, llama_layer, "silu", false, false, 1e-6, NULL},
-    {"MistralForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "lm_head.weight", NULL,
-     NULL, llama_layer, "silu", false, false, 1e-6, NULL},
-    {"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2, NULL, "model.", "lm_head.weight", NULL,
-     NULL, qwen2_layer, "silu", false, false, 1e-6, NULL},
-    {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3, NULL, "model.", "lm_head.weight", NULL,
-     NULL, qwen3_layer, "silu", false, false, 1e-6, qwen3_defaults},
-    {"Gemma3ForCausalLM", "gemma3", MODEL_ARCH_GEMMA3, NULL, "model.", "lm_head.weight", NULL,
-     NULL, gemma3_layer, "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
+    {"LlamaForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "", NULL, NULL, "silu",
+     false, false, 1e-6, NULL},
+    {"MistralForCausalLM", "llama", MODEL_ARCH_LLAMA, NULL, "model.", "", NULL, NULL, "silu",
+     false, false, 1e-6, NULL},
+    {"Qwen2ForCausalLM", "qwen2", MODEL_ARCH_QWEN2, NULL, "model.", "", NULL, NULL, "silu",
+     false, false, 1e-6, NULL},
+    {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3, NULL, "model.", "", NULL, NULL, "silu",
+     false, false, 1e-6, qwen3_defaults},
+    {"Gemma3ForCausalLM", "gemma3", MODEL_ARCH_GEMMA3, NULL, "model.", "", NULL, NULL,
+     "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
     {"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3, "text_config",
-     "language_model.model.", "language_model.lm_head.weight", "model.language_model.",
-     "lm_head.weight", gemma3_layer, "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
+     "language_model.model.", "language_model.", "model.language_model.", "",
+     "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
 };
 
 /* rope_scaling kinds the forward computes; "default" is plain RoPE. */
@@ -231,7 +163,7 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     int st;
     if ((st = get_bool(c, "attention_bias", false, &b)))
         return st;
-    if (b && !model_arch_of(a->id)->qkv_bias)
+    if (b && !(model_arch_of(a->id)->features & MODEL_FEAT_QKV_BIAS))
         return ig_error(IG_E_MODEL, "%s: attention_bias true (biases on Q, K, V and the "
                         "output projection) is not supported", c->name);
     if ((st = get_bool(c, "mlp_bias", false, &b)))
@@ -371,9 +303,8 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
                             struct hf_config *out)
 {
     struct model_hparams *hp = &out->hp;
-    hp->has_qkv_bias = ai->qkv_bias;
-    hp->has_qk_norm = ai->qk_norm;
-    hp->has_post_norms = ai->post_norms;
+    /* the architecture's weights; an output head of its own unless tied */
+    model_features_set(hp, ai->features | (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT));
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
     int st;

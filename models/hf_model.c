@@ -35,7 +35,7 @@ struct loader {
     struct model *m;
     struct hf_folder *h;
     const struct hf_arch *arch;
-    const char *prefix, *lm_head; /* the arch's, or its other layout's */
+    const char *prefix, *beside; /* the arch's, or its other layout's */
 };
 
 static void join(char *buf, size_t cap, const char *dir, const char *file)
@@ -236,19 +236,6 @@ static const struct st_tensor *find(const struct hf_folder *h, const char *name)
     return r ? *r : NULL;
 }
 
-static int64_t dim_of(const struct model_hparams *hp, enum hf_dim d)
-{
-    switch (d) {
-    case HF_DIM_ONE: return 1;
-    case HF_DIM_EMBD: return hp->n_embd;
-    case HF_DIM_Q: return hp->n_head * hp->head_dim;
-    case HF_DIM_KV: return hp->n_head_kv * hp->head_dim;
-    case HF_DIM_FF: return hp->n_ff;
-    case HF_DIM_HEAD: return hp->head_dim;
-    }
-    return 0;
-}
-
 /* The file holding t, for messages. */
 static const char *file_of(const struct hf_folder *h, const struct st_tensor *t)
 {
@@ -281,30 +268,58 @@ static const float *widen(struct hf_folder *h, const struct st_tensor *t, bool p
     return dst;
 }
 
-/* Finds `name` and checks it is [rows, cols] (1-D [cols] for vectors) of a
- * float type; binds it to w. Vectors stored other than as aligned f32 (or
- * needing +1) are widened into h->vectors. */
-static int bind(struct loader *L, const char *name, int64_t rows, int64_t cols,
-                enum hf_kind kind, struct model_weight *w)
+/* The row's name in layer `layer` of the folder. */
+static void hf_name(const struct loader *L, const struct model_tensor *t, int64_t layer,
+                    char *buf, size_t cap)
+{
+    const char *n = model_tensor_hf_name(t, model_features(&L->m->hp));
+    if (t->scope == TENSOR_PER_LAYER)
+        snprintf(buf, cap, "%slayers.%lld.%s", L->prefix, (long long)layer, n);
+    else
+        snprintf(buf, cap, "%s%s", t->hf_beside ? L->beside : L->prefix, n);
+}
+
+/* Finds row t's weight of layer `layer` and checks it is [rows, cols] (1-D
+ * [cols] for vectors, [n_expert, rows, cols] for experts) of a float type;
+ * binds it to w. Vectors stored other than as aligned f32 (or needing +1)
+ * are widened into h->vectors. */
+static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
+                struct model_weight *w)
 {
     struct hf_folder *h = L->h;
+    char name[256];
+    hf_name(L, row, layer, name, sizeof name);
     memset(w, 0, sizeof *w);
     const struct st_tensor *t = find(h, name);
     if (!t)
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing", L->dir, name);
-    bool vec = kind != HF_MATRIX;
-    bool shape_ok = vec ? t->n_dims == 1 && t->shape[0] == cols
-                        : t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols;
+        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing%s", L->dir, name,
+                        row->ties_to_embd ? " (config.json says tie_word_embeddings false)"
+                                          : "");
+    int64_t shape[3];
+    model_tensor_shape(row, &L->m->hp, layer, shape);
+    /* the dimensions as stored: experts (when more than one), rows (of a
+     * matrix), then columns */
+    bool vec = row->kind != TENSOR_MATRIX;
+    int64_t want_dims[3];
+    int n_want = 0;
+    if (shape[0] != 1)
+        want_dims[n_want++] = shape[0];
+    if (!vec)
+        want_dims[n_want++] = shape[1];
+    want_dims[n_want++] = shape[2];
+    bool shape_ok = t->n_dims == n_want;
+    for (int d = 0; d < n_want && shape_ok; d++)
+        shape_ok = t->shape[d] == want_dims[d];
     if (!shape_ok) {
-        char got[96] = "", want[48];
+        char got[96] = "", want[64] = "";
         size_t k = 0;
         for (int d = 0; d < t->n_dims && k < sizeof got - 24; d++)
             k += (size_t)snprintf(got + k, sizeof got - k, "%s%lld", d ? ", " : "",
                                   (long long)t->shape[d]);
-        if (vec)
-            snprintf(want, sizeof want, "%lld", (long long)cols);
-        else
-            snprintf(want, sizeof want, "%lld, %lld", (long long)rows, (long long)cols);
+        k = 0;
+        for (int d = 0; d < n_want; d++)
+            k += (size_t)snprintf(want + k, sizeof want - k, "%s%lld", d ? ", " : "",
+                                  (long long)want_dims[d]);
         return ig_error(IG_E_MODEL, "%s: tensor '%s' in %s has shape [%s], config.json makes "
                         "it [%s]", L->dir, name, file_of(h, t), got, want);
     }
@@ -317,9 +332,11 @@ static int bind(struct loader *L, const char *name, int64_t rows, int64_t cols,
         return ig_error(IG_E_MODEL, "%s: tensor '%s' has dtype %s; ignite computes with F32, "
                         "F16 and BF16", L->dir, name, st_dtype_name(t->dtype));
     }
-    bool plus_one = kind == HF_NORM && L->arch->norm_plus_one;
+    bool plus_one = row->kind == TENSOR_NORM && L->arch->norm_plus_one;
     if (vec && (type != QUANT_F32 || plus_one || (uintptr_t)t->data % HF_DATA_ALIGN)) {
-        *w = (struct model_weight){QUANT_F32, 1, cols, (size_t)cols * 4, widen(h, t, plus_one)};
+        *w = (struct model_weight){.type = QUANT_F32, .n_expert = shape[0], .rows = 1,
+                                   .cols = shape[2], .row_bytes = (size_t)shape[2] * 4,
+                                   .data = widen(h, t, plus_one)};
         return IG_OK;
     }
     /* The kernels read F32 rows as floats and F16/BF16 as 16-bit halves in
@@ -329,60 +346,38 @@ static int bind(struct loader *L, const char *name, int64_t rows, int64_t cols,
                         "of %d; ignite reads weights in place and needs them aligned",
                         L->dir, name, (unsigned long long)t->offset, HF_DATA_ALIGN);
     w->type = type;
-    w->rows = vec ? 1 : rows;
-    w->cols = cols;
-    w->row_bytes = quant_row_bytes(type, cols);
+    w->n_expert = shape[0];
+    w->rows = vec ? 1 : shape[1];
+    w->cols = shape[2];
+    w->row_bytes = quant_row_bytes(type, shape[2]);
     w->data = t->data;
     return IG_OK;
 }
 
-static int bind_layer(struct loader *L, int64_t i)
-{
-    const struct model_hparams *hp = &L->m->hp;
-    struct model_layer *ly = &L->m->layers[i];
-    for (const struct hf_layer_tensor *e = L->arch->layer; e->suffix; e++) {
-        char name[256];
-        snprintf(name, sizeof name, "%slayers.%lld.%s", L->prefix, (long long)i, e->suffix);
-        struct model_weight *w = (struct model_weight *)((char *)ly + e->field);
-        int st = bind(L, name, dim_of(hp, e->rows), dim_of(hp, e->cols), e->kind, w);
-        if (st)
-            return st;
-    }
-    return IG_OK;
-}
-
+/* Binds every weight the model has (config.json's features), in the table's
+ * order; the output head of tied embeddings is token_embd's (a copy of
+ * lm_head some folders keep is not read). */
 static int bind_weights(struct loader *L)
 {
     struct model *m = L->m;
-    struct hf_folder *h = L->h;
-    char emb[128], norm[128];
-    snprintf(emb, sizeof emb, "%sembed_tokens.weight", L->arch->prefix);
-    if (L->arch->prefix_alt && !find(h, emb)) {
-        char alt[128];
-        snprintf(alt, sizeof alt, "%sembed_tokens.weight", L->arch->prefix_alt);
-        if (find(h, alt)) {
-            L->prefix = L->arch->prefix_alt;
-            L->lm_head = L->arch->lm_head_alt;
-            memcpy(emb, alt, sizeof emb);
+    char emb[128];
+    const struct model_tensor *e = model_tensor_row(TENSOR_PER_MODEL, MODEL_TOK_EMBD);
+    hf_name(L, e, -1, emb, sizeof emb);
+    if (L->arch->prefix_alt && !find(L->h, emb)) {
+        L->prefix = L->arch->prefix_alt;
+        L->beside = L->arch->beside_alt;
+        hf_name(L, e, -1, emb, sizeof emb);
+        if (!find(L->h, emb)) { /* neither: name the first layout's in the message */
+            L->prefix = L->arch->prefix;
+            L->beside = L->arch->beside;
         }
     }
-    snprintf(norm, sizeof norm, "%snorm.weight", L->prefix);
+    struct model_tensor_it it;
     int st;
-    if ((st = bind(L, emb, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX, &m->tok_embd)) ||
-        (st = bind(L, norm, 1, m->hp.n_embd, HF_NORM, &m->output_norm)))
-        return st;
-    if (m->hp.tied_embeddings) {
-        m->output = m->tok_embd; /* a copy of lm_head some folders keep is not read */
-    } else if (!find(h, L->lm_head)) {
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing (config.json says "
-                        "tie_word_embeddings false)", L->dir, L->lm_head);
-    } else if ((st = bind(L, L->lm_head, m->hp.n_vocab, m->hp.n_embd, HF_MATRIX,
-                          &m->output))) {
-        return st;
-    }
-    for (int64_t i = 0; i < m->hp.n_layer; i++)
-        if ((st = bind_layer(L, i)))
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if ((st = bind(L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
             return st;
+    model_tensors_tie(m);
     return IG_OK;
 }
 
@@ -457,21 +452,25 @@ int hf_load(const char *dir, struct model *m)
                                 c.llama3.orig_ctx, h->rope_freqs);
         m->hp.rope[MODEL_ROPE_GLOBAL].freq_factors = h->rope_freqs;
     }
-    struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->lm_head};
+    struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->beside};
     if ((st = open_weights(&L)))
         return st;
     /* Each layer needs several tensors: refuse absurd counts before allocating. */
     if (m->hp.n_layer > m->n_tensors)
         return ig_error(IG_E_MODEL, "%s: num_hidden_layers %lld but the folder holds %lld "
                         "tensors", p, (long long)m->hp.n_layer, (long long)m->n_tensors);
-    /* Room for every norm and bias in f32, in case all are stored narrower. */
-    h->cap_vectors = (size_t)m->hp.n_embd;
-    for (const struct hf_layer_tensor *e = c.arch->layer; e->suffix; e++)
-        if (e->kind != HF_MATRIX)
-            h->cap_vectors += (size_t)(m->hp.n_layer * dim_of(&m->hp, e->cols));
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
-    h->vectors = malloc(h->cap_vectors * sizeof *h->vectors);
-    if (!m->layers || !h->vectors)
+    if (!m->layers)
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+    /* Room for every norm and bias in f32, in case all are stored narrower. */
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if (it.t->kind != TENSOR_MATRIX) {
+            int64_t shape[3];
+            model_tensor_shape(it.t, &m->hp, it.layer, shape);
+            h->cap_vectors += (size_t)(shape[0] * shape[1] * shape[2]);
+        }
+    if (!(h->vectors = malloc(h->cap_vectors * sizeof *h->vectors)))
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         bool local = c.local[il / 8] >> (il % 8) & 1;

@@ -3,8 +3,9 @@
  * that answer for either format.
  *
  * Reads <arch>.* hyper-parameters (the file's, else the architecture's
- * defaults), checks them for sense, finds every tensor by its llama.cpp name
- * and checks its shape and type, then works out the RoPE variants
+ * defaults), checks them for sense, walks the table of tensors
+ * (models/tensors.h) to find every weight by its llama.cpp name and check
+ * its shape and type, then works out the RoPE variants
  * (rope.scaling.*, rope_freqs) and which layers are local (sliding window).
  * It leaves the bytes where they are (mmapped). The GGUF parser (gguf.c)
  * has already checked that every tensor lies inside the file and that the
@@ -119,6 +120,16 @@ static int read_arch(struct loader *L)
                     L->path, gguf_printable(buf, sizeof buf, a), model_arch_list());
 }
 
+/* Weights every layer has, whatever its architecture. */
+static int64_t layer_tensors_min(void)
+{
+    int n, k = 0;
+    const struct model_tensor *t = model_tensor_table(&n);
+    for (int i = 0; i < n; i++)
+        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature;
+    return k;
+}
+
 static int read_hparams(const struct loader *L)
 {
     struct model_hparams *hp = L->hp;
@@ -158,8 +169,6 @@ static int read_hparams(const struct loader *L)
         (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
     hp->rope_style = ai->rope_style;
-    hp->has_qk_norm = ai->qk_norm;
-    hp->has_post_norms = ai->post_norms;
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
     /* Gemma 3 27B: query_pre_attn_scalar = hidden_size / num_attention_heads */
@@ -167,8 +176,9 @@ static int read_hparams(const struct loader *L)
                       ? (double)(hp->n_embd / hp->n_head)
                       : (double)hp->head_dim;
     hp->attn_scale = 1.0 / sqrt(qpas);
-    /* Each layer needs 9 tensors: reject absurd counts before allocating. */
-    if (hp->n_layer > L->g->n_tensors / 9)
+    /* Each layer needs the table's rows every model has: reject absurd
+     * counts before allocating. */
+    if (hp->n_layer > L->g->n_tensors / layer_tensors_min())
         return ig_error(IG_E_MODEL, "'%s': %s.block_count %lld but the file has only %lld tensors",
                         L->path, hp->arch, (long long)hp->n_layer, (long long)L->g->n_tensors);
     /* A block past block_count would be left out without a word (a corrupt
@@ -190,10 +200,11 @@ static int read_hparams(const struct loader *L)
     return IG_OK;
 }
 
-/* Finds `name` and checks it is [rows, cols] (1-D when rows == 1) of a type
- * ignite computes with; norms and biases (f32_only) must be F32. With
- * optional set, an absent tensor leaves w zeroed and is not an error. */
-static int get_weight(const struct loader *L, const char *name, int64_t rows, int64_t cols,
+/* Finds `name` and checks it is n_expert x [rows, cols] (shape; 1-D when
+ * rows == 1, 2-D when n_expert == 1) of a type ignite computes with; norms
+ * and biases (f32_only) must be F32. With optional set, an absent tensor
+ * leaves w zeroed and is not an error. */
+static int get_weight(const struct loader *L, const char *name, const int64_t shape[3],
                       bool f32_only, bool optional, struct model_weight *w)
 {
     memset(w, 0, sizeof *w);
@@ -203,13 +214,20 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
             return IG_OK;
         return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->path, name);
     }
-    bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == 1 && t->ne[3] == 1;
-    if (!shape_ok)
+    int64_t n_expert = shape[0], rows = shape[1], cols = shape[2];
+    bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == n_expert && t->ne[3] == 1;
+    if (!shape_ok) {
+        char want[64];
+        if (n_expert == 1)
+            snprintf(want, sizeof want, "%lld, %lld", (long long)cols, (long long)rows);
+        else
+            snprintf(want, sizeof want, "%lld, %lld, %lld", (long long)cols, (long long)rows,
+                     (long long)n_expert);
         return ig_error(IG_E_MODEL,
                         "'%s': tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
-                        "ne=[%lld, %lld]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
-                        (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
-                        (long long)rows);
+                        "ne=[%s]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        (long long)t->ne[2], (long long)t->ne[3], want);
+    }
     const struct quant_traits *q = quant_traits_of(t->type);
     if (f32_only && t->type != QUANT_F32)
         return ig_error(IG_E_MODEL, "'%s': tensor '%s' has type %s, expected F32", L->path,
@@ -229,58 +247,11 @@ static int get_weight(const struct loader *L, const char *name, int64_t rows, in
                         "default alignment of 32", L->path, name, MODEL_DATA_ALIGN,
                         (unsigned long long)L->g->alignment);
     w->type = (enum quant_type)t->type;
+    w->n_expert = n_expert;
     w->rows = rows;
     w->cols = cols;
     w->row_bytes = quant_row_bytes(w->type, cols);
     w->data = t->data;
-    return IG_OK;
-}
-
-static int load_layer(const struct loader *L, int64_t i, struct model_layer *ly)
-{
-    const struct model_hparams *hp = L->hp;
-    const struct model_arch_info *ai = L->ai;
-    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    char n[9][64];
-    static const char *const parts[9] = {
-        "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-        "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-        "ffn_down.weight",
-    };
-    for (int k = 0; k < 9; k++)
-        snprintf(n[k], sizeof n[k], "blk.%lld.%s", (long long)i, parts[k]);
-    int st;
-    if ((st = get_weight(L, n[0], 1, hp->n_embd, true, false, &ly->attn_norm)) ||
-        (st = get_weight(L, n[1], q_dim, hp->n_embd, false, false, &ly->wq)) ||
-        (st = get_weight(L, n[2], kv_dim, hp->n_embd, false, false, &ly->wk)) ||
-        (st = get_weight(L, n[3], kv_dim, hp->n_embd, false, false, &ly->wv)) ||
-        (st = get_weight(L, n[4], hp->n_embd, q_dim, false, false, &ly->wo)) ||
-        (st = get_weight(L, n[5], 1, hp->n_embd, true, false, &ly->ffn_norm)) ||
-        (st = get_weight(L, n[6], hp->n_ff, hp->n_embd, false, false, &ly->w_gate)) ||
-        (st = get_weight(L, n[7], hp->n_ff, hp->n_embd, false, false, &ly->w_up)) ||
-        (st = get_weight(L, n[8], hp->n_embd, hp->n_ff, false, false, &ly->w_down)))
-        return st;
-    /* What the architecture adds: required when its row says so, else
-     * ignored (a file may carry tensors ignite's forward does not read). */
-    char b[7][64];
-    static const char *const extra[7] = {"attn_q.bias", "attn_k.bias", "attn_v.bias",
-                                         "attn_q_norm.weight", "attn_k_norm.weight",
-                                         "post_attention_norm.weight", "post_ffw_norm.weight"};
-    for (int k = 0; k < 7; k++)
-        snprintf(b[k], sizeof b[k], "blk.%lld.%s", (long long)i, extra[k]);
-    bool bias = ai->qkv_bias;
-    if ((st = get_weight(L, b[0], 1, q_dim, true, !bias, &ly->bq)) ||
-        (st = get_weight(L, b[1], 1, kv_dim, true, !bias, &ly->bk)) ||
-        (st = get_weight(L, b[2], 1, kv_dim, true, !bias, &ly->bv)))
-        return st;
-    if (ai->qk_norm &&
-        ((st = get_weight(L, b[3], 1, hp->head_dim, true, false, &ly->q_norm)) ||
-         (st = get_weight(L, b[4], 1, hp->head_dim, true, false, &ly->k_norm))))
-        return st;
-    if (ai->post_norms &&
-        ((st = get_weight(L, b[5], 1, hp->n_embd, true, false, &ly->attn_post_norm)) ||
-         (st = get_weight(L, b[6], 1, hp->n_embd, true, false, &ly->ffn_post_norm))))
-        return st;
     return IG_OK;
 }
 
@@ -307,7 +278,8 @@ static int scaling_from_name(const struct loader *L, struct gguf_str s, enum rop
 static int read_factors(const struct loader *L, const char *name, const float **out)
 {
     struct model_weight w;
-    int st = get_weight(L, name, 1, L->hp->n_rot / 2, true, true, &w);
+    const int64_t shape[3] = {1, 1, L->hp->n_rot / 2};
+    int st = get_weight(L, name, shape, true, true, &w);
     *out = w.data;
     if (st || !w.data)
         return st;
@@ -446,34 +418,66 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
     return IG_OK;
 }
 
+/* The features the architecture lacks but a file shows by holding their
+ * weights (Q/K/V biases in a llama file, an output head of its own): on
+ * where the feature's first weight is there (in layer 0 for a layer's),
+ * and then every layer must have all of its weights, else none. */
+static int shown_features(const struct loader *L, const struct model *m, unsigned *shown)
+{
+    unsigned decided = L->ai->features;
+    *shown = 0;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
+         model_tensors_next(&it);) {
+        unsigned f = it.t->feature;
+        if (!it.t->file_shows || (L->ai->features & f))
+            continue;
+        if (!(decided & f)) {
+            decided |= f;
+            *shown |= it.w->data ? f : 0u;
+        }
+        if ((it.w->data != NULL) != ((*shown & f) != 0))
+            return ig_error(IG_E_MODEL, "'%s': layer %lld has only some of the %s (all layers "
+                            "need all of them or none)", L->path, (long long)it.layer,
+                            model_feature_name(f));
+    }
+    return IG_OK;
+}
+
+/* Binds every weight of the table of tensors: those of the features the
+ * architecture has are required, those a file may show are read where it
+ * has them, the others are not read (a file may carry tensors ignite's
+ * forward does not use). Then sets the model's features and ties the
+ * output head to the embedding where the file has none. */
 static int load_weights(const struct loader *L, struct model *m)
 {
     struct model_hparams *hp = &m->hp;
-    const struct gguf_tensor *emb = gguf_find_tensor(L->g, "token_embd.weight");
+    const char *emb_name = model_tensor_row(TENSOR_PER_MODEL, MODEL_TOK_EMBD)->gguf;
+    const struct gguf_tensor *emb = gguf_find_tensor(L->g, emb_name);
     if (!emb)
-        return ig_error(IG_E_MODEL, "'%s': tensor 'token_embd.weight' is missing", L->path);
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->path, emb_name);
     int st = hp_int(L, "vocab_size", emb->ne[1] <= MODEL_MAX_DIM ? emb->ne[1] : -1, &hp->n_vocab);
     if (st)
         return st;
-    if ((st = get_weight(L, "token_embd.weight", hp->n_vocab, hp->n_embd, false, false,
-                         &m->tok_embd)) ||
-        (st = get_weight(L, "output_norm.weight", 1, hp->n_embd, true, false, &m->output_norm)) ||
-        (st = get_weight(L, "output.weight", hp->n_vocab, hp->n_embd, false, true, &m->output)))
-        return st;
-    hp->tied_embeddings = m->output.data == NULL;
-    if (hp->tied_embeddings)
-        m->output = m->tok_embd;
-    for (int64_t i = 0; i < hp->n_layer; i++)
-        if ((st = load_layer(L, i, &m->layers[i])))
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
+         model_tensors_next(&it);) {
+        bool required = model_tensor_present(it.t, L->ai->features);
+        if (!required && !it.t->file_shows)
+            continue;
+        char name[96];
+        int64_t shape[3];
+        model_tensor_gguf_name(it.t, it.layer, name, sizeof name);
+        model_tensor_shape(it.t, hp, it.layer, shape);
+        if ((st = get_weight(L, name, shape, it.t->kind != TENSOR_MATRIX, !required,
+                             model_weight_at(m, it.t, it.layer))))
             return st;
-    hp->has_qkv_bias = m->layers[0].bq.data != NULL;
-    for (int64_t i = 0; i < hp->n_layer; i++) {
-        const struct model_layer *ly = &m->layers[i];
-        if ((ly->bq.data != NULL) != hp->has_qkv_bias || (ly->bk.data != NULL) != hp->has_qkv_bias ||
-            (ly->bv.data != NULL) != hp->has_qkv_bias)
-            return ig_error(IG_E_MODEL, "'%s': layer %lld has only some of the Q/K/V biases "
-                            "(all layers need all three or none)", L->path, (long long)i);
     }
+    unsigned shown;
+    if ((st = shown_features(L, m, &shown)))
+        return st;
+    model_features_set(hp, L->ai->features | shown);
+    model_tensors_tie(m);
     return IG_OK;
 }
 

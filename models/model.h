@@ -3,12 +3,13 @@
  *
  * model_load opens a GGUF file, reads the architecture's hyper-parameters
  * (from the file, else from the architecture's definition), finds every
- * tensor by its llama.cpp name and checks each shape against the
- * hyper-parameters. Given a directory it loads a Hugging Face folder instead
- * (models/hf.h): config.json and the safetensors files, into the same
- * struct. Weights stay in their stored format and point into the mapped
- * files; the forward reads them through struct model_weight. What differs
- * between layers (a sliding window, a RoPE variant) is in struct
+ * weight of the table of tensors (models/tensors.h) by its llama.cpp name
+ * and checks each shape against the hyper-parameters. Given a directory it
+ * loads a Hugging Face folder instead (models/hf.h): config.json and the
+ * safetensors files, into the same struct. Weights stay in their stored
+ * format and point into the mapped files; the forward reads them through
+ * struct model_weight, by role (m->w[MODEL_OUTPUT], L->w[LAYER_WQ]). What
+ * differs between layers (a sliding window, a RoPE variant) is in struct
  * model_layer, so the block reads one layer's facts in one place. What the
  * CLI needs beyond the weights (chat template, sampling defaults, tensor
  * counts) comes from the accessors at the end, whichever format the model
@@ -25,6 +26,7 @@
 
 #include "models/gguf.h"
 #include "models/quant.h"
+#include "models/tensors.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -105,30 +107,23 @@ struct model_hparams {
     int64_t n_swa;        /* attention.sliding_window of the local layers; 0 = none */
     int64_t n_swa_layers; /* how many layers are local (sliding-window) */
 };
-/* A 2-D (or 1-D: rows == 1) weight in its stored format. */
+/* A weight in its stored format: n_expert consecutive [rows, cols]
+ * matrices (1 for every weight today; the expert dimension of a
+ * mixture-of-experts FFN), 1-D when rows == 1. Which weights a model has
+ * and their shapes: models/tensors.h. */
 struct model_weight {
     enum quant_type type;
     int64_t rows;         /* output features */
     int64_t cols;         /* input features, contiguous, a multiple of the block */
     size_t row_bytes;     /* bytes of one stored row */
-    const void *data;     /* rows * row_bytes bytes; NULL for an absent optional weight */
+    const void *data;     /* n_expert * rows * row_bytes bytes; NULL for an absent weight */
+    int64_t n_expert;     /* matrices of [rows, cols], >= 1 (0 only in an absent weight) */
 };
 
+/* A layer: its weights by role (models/tensors.h: enum layer_role; absent
+ * ones zeroed) and what else differs between layers. */
 struct model_layer {
-    struct model_weight attn_norm; /* [1, n_embd] f32 */
-    struct model_weight wq;        /* [n_head*head_dim, n_embd] */
-    struct model_weight wk;        /* [n_head_kv*head_dim, n_embd] */
-    struct model_weight wv;        /* [n_head_kv*head_dim, n_embd] */
-    struct model_weight bq, bk, bv;/* [1, ...] f32, only when has_qkv_bias */
-    struct model_weight wo;        /* [n_embd, n_head*head_dim] */
-    struct model_weight ffn_norm;  /* [1, n_embd] f32 */
-    struct model_weight w_gate;    /* [n_ff, n_embd] */
-    struct model_weight w_up;      /* [n_ff, n_embd] */
-    struct model_weight w_down;    /* [n_embd, n_ff] */
-    struct model_weight q_norm;    /* [1, head_dim] f32, only when has_qk_norm */
-    struct model_weight k_norm;    /* [1, head_dim] f32, only when has_qk_norm */
-    struct model_weight attn_post_norm; /* [1, n_embd] f32, only when has_post_norms */
-    struct model_weight ffn_post_norm;  /* [1, n_embd] f32, only when has_post_norms */
+    struct model_weight w[MODEL_LAYER_ROLES];
     int64_t window;                /* sliding window: a query at position p sees keys
                                       p - window + 1 .. p; 0 = every key up to p */
     int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
@@ -147,9 +142,8 @@ struct hf_folder;
 
 struct model {
     struct model_hparams hp;
-    struct model_weight tok_embd;    /* [n_vocab, n_embd] */
-    struct model_weight output_norm; /* [1, n_embd] f32 */
-    struct model_weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
+    struct model_weight w[MODEL_ROLES]; /* by enum model_role (models/tensors.h); the
+                                          output head is token_embd's when tied */
     struct model_layer *layers;      /* n_layer entries, owned */
     struct gguf_file *gguf;          /* owned; metadata for the tokenizer; NULL for a folder */
     struct hf_folder *hf;            /* owned; a Hugging Face folder's files, else NULL */
@@ -185,6 +179,13 @@ const char *model_arch_names(void);
 
 /* Frees the model and unmaps its file. NULL is fine. */
 void model_free(struct model *m);
+
+/* Bytes of w's stored data by its shape (0 for an absent weight; a
+ * shapes-only synthetic weight has its size but no data). */
+static inline size_t model_weight_size(const struct model_weight *w)
+{
+    return (size_t)w->n_expert * (size_t)w->rows * w->row_bytes;
+}
 
 /* ---- what the model says besides its weights, in either format ---------- */
 

@@ -1,10 +1,11 @@
 /* models/synthetic.c: builds a struct model of random weights in memory for
  * a known shape (SmolLM2-135M, Llama-3.1-8B with its RoPE scaling, Qwen3-8B,
- * Gemma-3-1B/4B/12B with their local layers, ...). All weight
+ * Gemma-3-1B/4B/12B with their local layers, ...): the weights of the
+ * table of tensors (models/tensors.h) the architecture has. All weight
  * bytes live in one aligned allocation that hangs off m->layers, so
  * model_free releases them. Quantized blocks get random quants and scales
  * chosen so every weight lies within about +-1/sqrt(cols).
- * Covered by tests/cli/test_bench.py. */
+ * Covered by tests/cli/test_bench.py and tests/models/test_tensor_table.py. */
 #include "models/synthetic.h"
 
 #include "models/arch.h"
@@ -116,7 +117,7 @@ static void put_f16(uint8_t *p, float v)
 /* Random stored values for w (rows x cols of w->type) with |weight| <~ a. */
 static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
 {
-    size_t bytes = (size_t)w->rows * w->row_bytes;
+    size_t bytes = model_weight_size(w);
     float a = 1.0f / sqrtf((float)w->cols);
     w->data = data;
     switch (w->type) {
@@ -182,14 +183,55 @@ static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
 
 /* ---- the model -------------------------------------------------------------- */
 
-static struct model_weight mat(enum quant_type t, int64_t rows, int64_t cols)
+/* Row t's weight in layer `layer` (-1: the model's), stored as `type`. */
+static struct model_weight shaped(const struct model_tensor *t, const struct model_hparams *hp,
+                                  int64_t layer, enum quant_type type)
 {
-    return (struct model_weight){t, rows, cols, quant_row_bytes(t, cols), NULL};
+    int64_t shape[3];
+    model_tensor_shape(t, hp, layer, shape);
+    return (struct model_weight){.type = type, .n_expert = shape[0], .rows = shape[1],
+                                 .cols = shape[2], .row_bytes = quant_row_bytes(type, shape[2])};
+}
+
+/* The weights `mixed` stores as Q6_K: V, the FFN's down projection and the
+ * output head, llama.cpp's Q4_K_M recipe (mostly). */
+static bool heavy(const struct model_tensor *t)
+{
+    if (t->scope == TENSOR_PER_MODEL)
+        return t->role == MODEL_OUTPUT;
+    return t->role == LAYER_WV || t->role == LAYER_FFN_DOWN;
 }
 
 static size_t padded(const struct model_weight *w)
 {
-    return ((size_t)w->rows * w->row_bytes + 63) & ~(size_t)63;
+    return (model_weight_size(w) + 63) & ~(size_t)63;
+}
+
+/* The padded bytes and elements of a model's weights and of one layer's. */
+struct shapes {
+    size_t model_bytes, layer_bytes;
+    int64_t model_params, layer_params;
+};
+
+/* Sets the shape of the walk's weight (matrices as `type`, or `hv` for the
+ * heavy ones; norms and biases f32) and counts it into *sz. */
+static void shape_weight(struct model *m, const struct model_tensor_it *it, enum quant_type hv,
+                         enum quant_type type, struct shapes *sz)
+{
+    enum quant_type t = it->t->kind != TENSOR_MATRIX ? QUANT_F32 : heavy(it->t) ? hv : type;
+    struct model_weight *w = model_weight_at(m, it->t, it->layer);
+    *w = shaped(it->t, &m->hp, it->layer, t);
+    *(it->layer < 0 ? &sz->model_bytes : &sz->layer_bytes) += padded(w);
+    *(it->layer < 0 ? &sz->model_params : &sz->layer_params) += w->n_expert * w->rows * w->cols;
+}
+
+/* Norm weights near 1: a layer's 1 + 0.1 u (u drawn from s), the output
+ * norm's exactly 1. */
+static void near_one(const struct model_weight *w, int64_t layer, uint64_t *s)
+{
+    float *v = (float *)w->data;
+    for (int64_t c = 0; c < w->cols; c++)
+        v[c] = layer < 0 ? 1.0f : 1.0f + 0.1f * rnd_f(s);
 }
 
 /* Builds the model; with materialize false only the shapes (data NULL).
@@ -213,13 +255,12 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
                         "Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q4_K_M)",
                         quant_type_name((uint32_t)type));
     int64_t blk = quant_traits_of((uint32_t)type)->block_elems;
-    int64_t q_dim = sh->n_head * sh->head_dim, kv_dim = sh->n_head_kv * sh->head_dim;
+    int64_t q_dim = sh->n_head * sh->head_dim;
     if (sh->n_embd % blk || sh->n_ff % blk || q_dim % blk)
         return ig_error(IG_E_USAGE, "synthetic model %s: its widths are not multiples of %s's "
                         "block of %lld", sh->name, quant_type_name((uint32_t)type),
                         (long long)blk);
 
-    const enum quant_type heavy = mixed ? QUANT_Q6_K : type; /* V, down, output */
     struct model *m = calloc(1, sizeof *m);
     if (!m)
         return ig_error(IG_E_NOMEM, "out of memory building synthetic %s", sh->name);
@@ -237,12 +278,10 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     hp->n_ctx_train = sh->n_ctx;
     hp->n_rot = sh->head_dim;
     hp->rope_base = sh->rope_base;
-    hp->tied_embeddings = sh->tied;
+    model_features_set(hp, ai->features | (sh->tied ? 0u : MODEL_FEAT_OUTPUT));
     model_hparams_set_defaults(hp);
     hp->norm_eps = ai->norm_eps;
     hp->rope_style = ai->rope_style;
-    hp->has_qk_norm = ai->qk_norm;
-    hp->has_post_norms = ai->post_norms;
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)sh->n_embd) : 1.0;
     if (sh->rope_linear > 0) {
@@ -254,46 +293,27 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
         hp->n_swa = sh->window;
     }
 
-    /* Shapes first, then one allocation for every weight. The norms an
-     * architecture adds are f32 like the others; absent ones stay zeroed. */
-    struct model_weight none = {0};
-    struct model_layer proto = {
-        .attn_norm = mat(QUANT_F32, 1, sh->n_embd),
-        .wq = mat(type, q_dim, sh->n_embd),
-        .wk = mat(type, kv_dim, sh->n_embd),
-        .wv = mat(heavy, kv_dim, sh->n_embd),
-        .wo = mat(type, sh->n_embd, q_dim),
-        .ffn_norm = mat(QUANT_F32, 1, sh->n_embd),
-        .w_gate = mat(type, sh->n_ff, sh->n_embd),
-        .w_up = mat(type, sh->n_ff, sh->n_embd),
-        .w_down = mat(heavy, sh->n_embd, sh->n_ff),
-        .q_norm = ai->qk_norm ? mat(QUANT_F32, 1, sh->head_dim) : none,
-        .k_norm = ai->qk_norm ? mat(QUANT_F32, 1, sh->head_dim) : none,
-        .attn_post_norm = ai->post_norms ? mat(QUANT_F32, 1, sh->n_embd) : none,
-        .ffn_post_norm = ai->post_norms ? mat(QUANT_F32, 1, sh->n_embd) : none,
-    };
-#define LAYER_WEIGHTS(L) {&(L).attn_norm, &(L).wq, &(L).wk, &(L).wv, &(L).wo, &(L).ffn_norm, \
-                          &(L).w_gate, &(L).w_up, &(L).w_down, &(L).q_norm, &(L).k_norm,   \
-                          &(L).attn_post_norm, &(L).ffn_post_norm}
-    struct model_weight *pw[] = LAYER_WEIGHTS(proto);
-    size_t layer_bytes = 0;
-    int64_t layer_params = 0;
-    for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
-        layer_bytes += padded(pw[i]);
-        layer_params += pw[i]->rows * pw[i]->cols;
-    }
-    m->tok_embd = mat(type, sh->n_vocab, sh->n_embd);
-    m->output_norm = mat(QUANT_F32, 1, sh->n_embd);
-    m->output = sh->tied ? m->tok_embd : mat(heavy, sh->n_vocab, sh->n_embd);
+    /* Shapes first: the table's weights the model has, matrices stored as
+     * `type` (or Q6_K, heavy), norms and biases f32; a layer's into proto,
+     * copied into every layer once the one allocation for every weight is
+     * made. */
+    struct model_layer proto = {0};
+    m->layers = &proto;
+    struct shapes sz = {0};
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_MODEL); model_tensors_next(&it);)
+        shape_weight(m, &it, mixed ? QUANT_Q6_K : type, type, &sz);
+    for (model_tensors_begin_layer(&it, m, 0, 0); model_tensors_next(&it);)
+        shape_weight(m, &it, mixed ? QUANT_Q6_K : type, type, &sz);
+    model_tensors_tie(m);
     size_t head = ((size_t)sh->n_layer * sizeof(struct model_layer) + 63) & ~(size_t)63;
     size_t freqs_bytes = ((size_t)sh->head_dim / 2 * sizeof(float) + 63) & ~(size_t)63;
-    size_t total = head + freqs_bytes + (size_t)sh->n_layer * layer_bytes +
-                   padded(&m->tok_embd) + padded(&m->output_norm) +
-                   (sh->tied ? 0 : padded(&m->output));
+    size_t total = head + freqs_bytes + (size_t)sh->n_layer * sz.layer_bytes + sz.model_bytes;
     if (!materialize)
         total = head + freqs_bytes;
     uint8_t *mem = aligned_alloc(64, total);
     if (!mem) {
+        m->layers = NULL;
         free(m);
         return ig_error(IG_E_NOMEM, "out of memory: synthetic %s %s needs %.1f GiB", sh->name,
                         quant_type_name((uint32_t)type), (double)total / (1 << 30));
@@ -313,8 +333,7 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
         m->layers[il] = proto;
         hp->n_swa_layers += local;
     }
-    m->n_params = sh->n_layer * layer_params + sh->n_vocab * sh->n_embd * (sh->tied ? 1 : 2) +
-                  sh->n_embd;
+    m->n_params = sz.model_params + sh->n_layer * sz.layer_params;
     snprintf(m->path, sizeof m->path, "synthetic:%s:%s", sh->name,
              mixed ? "Q4_K_M" : quant_type_name((uint32_t)type));
     if (!materialize) {
@@ -322,33 +341,20 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
         *out = m;
         return IG_OK;
     }
+    /* The layers' weights, then the model's, in table order: the random
+     * stream every earlier ignite drew them in. */
     uint8_t *p = mem + head + freqs_bytes;
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
-    for (int64_t il = 0; il < sh->n_layer; il++) {
-        struct model_layer *L = &m->layers[il];
-        struct model_weight *lw[] = LAYER_WEIGHTS(*L);
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
-            if (!lw[i]->rows)
-                continue;
-            fill(lw[i], p, &seed);
-            p += padded(lw[i]);
-            if (lw[i]->type == QUANT_F32 && lw[i]->rows == 1) /* norms near 1 */
-                for (int64_t c = 0; c < lw[i]->cols; c++)
-                    ((float *)lw[i]->data)[c] = 1.0f + 0.1f * rnd_f(&seed);
+    for (int pass = 0; pass < 2; pass++)
+        for (model_tensors_begin(&it, m, pass ? MODEL_TENSORS_MODEL : MODEL_TENSORS_LAYERS);
+             model_tensors_next(&it);) {
+            struct model_weight *w = model_weight_at(m, it.t, it.layer);
+            fill(w, p, &seed);
+            p += padded(w);
+            if (it.t->kind == TENSOR_NORM)
+                near_one(w, it.layer, &seed);
         }
-    }
-#undef LAYER_WEIGHTS
-    fill(&m->tok_embd, p, &seed);
-    p += padded(&m->tok_embd);
-    fill(&m->output_norm, p, &seed);
-    for (int64_t c = 0; c < sh->n_embd; c++)
-        ((float *)m->output_norm.data)[c] = 1.0f;
-    p += padded(&m->output_norm);
-    if (sh->tied) {
-        m->output = m->tok_embd;
-    } else {
-        fill(&m->output, p, &seed);
-    }
+    model_tensors_tie(m); /* the output head of tied embeddings, now with its data */
     *out = m;
     return IG_OK;
 }
@@ -401,19 +407,10 @@ int model_synthetic_spec_shapes(const char *spec, struct model **out)
 
 size_t model_weight_bytes(const struct model *m)
 {
-    size_t n = (size_t)m->tok_embd.rows * m->tok_embd.row_bytes +
-               (size_t)m->output_norm.rows * m->output_norm.row_bytes;
-    if (!m->hp.tied_embeddings)
-        n += (size_t)m->output.rows * m->output.row_bytes;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        const struct model_layer *L = &m->layers[il];
-        const struct model_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                           &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
-                                           &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm,
-                                           &L->attn_post_norm, &L->ffn_post_norm};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
-            if (lw[i]->data || (m->virtual_weights && lw[i]->rows))
-                n += (size_t)lw[i]->rows * lw[i]->row_bytes;
-    }
+    size_t n = 0;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
+        if (it.w->data || m->virtual_weights)
+            n += model_weight_size(it.w);
     return n;
 }

@@ -2,7 +2,8 @@
  * pool and every buffer a pass needs, allocated once here so that prefill
  * and decode never allocate. What the buffers hold is the stages' business.
  * It also owns the packed copies of the model's block-quantized matrices that
- * the int8 matmul reads (ops/qmatmul.h), made once here.
+ * the int8 matmul reads (ops/qmatmul.h), made once here for the matrices of
+ * the table of tensors (models/tensors.h).
  * Covered by tests/cpu/. */
 #include "ops/ops.h"
 
@@ -54,11 +55,22 @@ static int64_t max_i64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
-/* Widest weight row: the matmul row buffer must hold one dequantized row. */
+/* Widest matrix row of the table of tensors (models/tensors.h) at m's
+ * sizes: the matmul row buffer must hold one dequantized row. */
 static int64_t max_weight_cols(const struct model *m)
 {
-    const struct model_hparams *hp = &m->hp;
-    return max_i64(max_i64(hp->n_embd, hp->n_head * hp->head_dim), hp->n_ff);
+    int n;
+    const struct model_tensor *t = model_tensor_table(&n);
+    int64_t cols = 1;
+    /* from the hyper-parameters alone (tests size a context with no weights
+     * and no layers) */
+    for (int i = 0; i < n; i++) {
+        bool per_layer = t[i].scope == TENSOR_PER_LAYER;
+        int64_t layers = per_layer ? max_i64(m->hp.n_layer, 1) : 1;
+        for (int64_t l = 0; t[i].kind == TENSOR_MATRIX && l < layers; l++)
+            cols = max_i64(cols, model_tensor_dim(&m->hp, per_layer ? l : -1, t[i].cols));
+    }
+    return cols;
 }
 
 int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
@@ -122,16 +134,14 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
     }
-    /* The matrices in the packed layout, once: every int8 matmul of them reads it. */
-    for (int64_t il = 0; il < hp->n_layer && !ctx->exact; il++) {
-        const struct model_layer *L = &m->layers[il];
-        const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                           &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0] && st == IG_OK; i++)
-            st = ops_ctx_pack_weight(ctx, lw[i]);
-    }
-    if (st == IG_OK && !ctx->exact)
-        st = ops_ctx_pack_weight(ctx, &m->output);
+    /* The matrices in the packed layout, once: every int8 matmul of them
+     * reads it. Not the embedding table, whose rows are looked up, unless
+     * it is the output head too (tied: packed once, as the head). */
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
+         !ctx->exact && st == IG_OK && model_tensors_next(&it);)
+        if (it.t->kind == TENSOR_MATRIX && !it.t->gathered)
+            st = ops_ctx_pack_weight(ctx, it.w);
     if (st != IG_OK) {
         ops_ctx_free(ctx);
         return st;

@@ -59,20 +59,20 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     float *x = b->x + r0 * e, *xn = b->xn + r0 * e, *proj = b->proj + r0 * e;
     switch (job->step) {
     case ROWS_ATTN_NORM:
-        ops_rmsnorm(x, &L->attn_norm, n, e, hp->norm_eps, xn);
+        ops_rmsnorm(x, &L->w[LAYER_ATTN_NORM], n, e, hp->norm_eps, xn);
         if (job->q8)
             ops_qmatmul_quantize_rows(job->ctx, xn, e, r0, r1);
         break;
     case ROWS_QK: {
         float *q = b->q + r0 * q_dim, *k = b->k + r0 * kv_dim, *v = b->v + r0 * kv_dim;
         if (hp->has_qkv_bias) {
-            ops_add_bias(q, &L->bq, n, q_dim);
-            ops_add_bias(k, &L->bk, n, kv_dim);
-            ops_add_bias(v, &L->bv, n, kv_dim);
+            ops_add_bias(q, &L->w[LAYER_BQ], n, q_dim);
+            ops_add_bias(k, &L->w[LAYER_BK], n, kv_dim);
+            ops_add_bias(v, &L->w[LAYER_BV], n, kv_dim);
         }
         if (hp->has_qk_norm) { /* RMSNorm of each head: rows of head_dim */
-            ops_rmsnorm(q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps, q);
-            ops_rmsnorm(k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps, k);
+            ops_rmsnorm(q, &L->w[LAYER_Q_NORM], n * hp->n_head, hd, hp->norm_eps, q);
+            ops_rmsnorm(k, &L->w[LAYER_K_NORM], n * hp->n_head_kv, hd, hp->norm_eps, k);
         }
         ops_rope_apply(job->ctx, b->q, r0, r1, hp->n_head, L->rope);
         ops_rope_apply(job->ctx, b->k, r0, r1, hp->n_head_kv, L->rope);
@@ -82,11 +82,11 @@ static void rows_task(void *arg, int64_t r0, int64_t r1, int thread)
     case ROWS_FFN_RESIDUAL: {
         bool attn = job->step == ROWS_ATTN_RESIDUAL;
         if (hp->has_post_norms)
-            ops_rmsnorm(proj, attn ? &L->attn_post_norm : &L->ffn_post_norm, n, e, hp->norm_eps,
-                        proj);
+            ops_rmsnorm(proj, &L->w[attn ? LAYER_ATTN_POST_NORM : LAYER_FFN_POST_NORM], n, e,
+                        hp->norm_eps, proj);
         ops_add(x, proj, n * e);
         if (attn)
-            ops_rmsnorm(x, &L->ffn_norm, n, e, hp->norm_eps, xn);
+            ops_rmsnorm(x, &L->w[LAYER_FFN_NORM], n, e, hp->norm_eps, xn);
         if (attn && job->q8)
             ops_qmatmul_quantize_rows(job->ctx, xn, e, r0, r1);
         break;
@@ -142,7 +142,7 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
     int64_t q_dim = hp->n_head * hp->head_dim;
 
     /* attention: xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v */
-    const struct model_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+    const struct model_weight *qkv_w[3] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV]};
     float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
     rows_then_matmul(ctx, L, ROWS_ATTN_NORM, n, 3, qkv_w, b->xn, qkv_y);
     rows_run(ctx, L, ROWS_QK, n, false);
@@ -153,13 +153,13 @@ void ops_layer_forward(struct ops_ctx *ctx, int64_t il, int64_t n,
         compact_rows(b->att, q_dim, keep, n_keep);
         n = n_keep;
     }
-    ops_matmul(ctx, &L->wo, b->att, n, b->proj); /* [n, n_embd] */
+    ops_matmul(ctx, &L->w[LAYER_WO], b->att, n, b->proj); /* [n, n_embd] */
 
     /* feed-forward: x += W_down (act(xn W_gate^T) * (xn W_up^T)) */
-    const struct model_weight *ff_w[2] = {&L->w_gate, &L->w_up};
+    const struct model_weight *ff_w[2] = {&L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP]};
     float *ff_y[2] = {b->gate, b->up}; /* [n, n_ff] */
     rows_then_matmul(ctx, L, ROWS_ATTN_RESIDUAL, n, 2, ff_w, b->xn, ff_y);
-    const struct model_weight *down_w[1] = {&L->w_down};
+    const struct model_weight *down_w[1] = {&L->w[LAYER_FFN_DOWN]};
     float *down_y[1] = {b->proj}; /* [n, n_embd] */
     rows_then_matmul(ctx, L, ROWS_GATE, n, 1, down_w, b->gate, down_y);
     rows_run(ctx, L, ROWS_FFN_RESIDUAL, n, false);
@@ -169,8 +169,8 @@ void ops_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logi
 {
     const struct model *m = ops_ctx_model(ctx);
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    ops_rmsnorm(x, &m->output_norm, n, m->hp.n_embd, m->hp.norm_eps, b->xn);
-    ops_matmul(ctx, &m->output, b->xn, n, logits); /* [n, n_vocab] */
+    ops_rmsnorm(x, &m->w[MODEL_OUTPUT_NORM], n, m->hp.n_embd, m->hp.norm_eps, b->xn);
+    ops_matmul(ctx, &m->w[MODEL_OUTPUT], b->xn, n, logits); /* [n, n_vocab] */
     if (m->hp.final_softcap > 0)
         ops_softcap(logits, n * m->hp.n_vocab, m->hp.final_softcap);
 }

@@ -24,7 +24,7 @@
 
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
 {
-    const struct model_weight *e = &m->tok_embd;
+    const struct model_weight *e = &m->w[MODEL_TOK_EMBD];
     const struct mm_format *f = ops_mm_format_of(e->type);
     IG_ASSERT(f != NULL);
     for (int64_t t = 0; t < n_tokens; t++) {

@@ -51,11 +51,11 @@ safetensors)
     srcs=(core/status.c core/mapped_file.c core/utf8.c models/safetensors.c)
     corpus=corpus_st max_len=65536 libs=(-lcjson) ;;
 hf_json)
-    srcs=("${gguf[@]}" core/utf8.c core/json.c models/arch.c models/model.c models/safetensors.c
-          models/hf_config.c models/hf_model.c ops/rope_freqs.c tokenizer/unicode.c
-          tokenizer/unicode_tables.c tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c
-          tokenizer/spm.c tokenizer/encode.c tokenizer/decode.c tokenizer/gguf_vocab.c
-          tokenizer/hf_vocab.c)
+    srcs=("${gguf[@]}" core/utf8.c core/json.c models/arch.c models/model.c models/tensors.c
+          models/safetensors.c models/hf_config.c models/hf_model.c ops/rope_freqs.c
+          tokenizer/unicode.c tokenizer/unicode_tables.c tokenizer/vocab.c tokenizer/pretok.c
+          tokenizer/bpe.c tokenizer/spm.c tokenizer/encode.c tokenizer/decode.c
+          tokenizer/gguf_vocab.c tokenizer/hf_vocab.c)
     corpus=corpus_json max_len=262144 libs=(-lcjson -lm) ;;
 grammar|schema)
     srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c grammar/gbnf.c grammar/rules.c
@@ -75,7 +75,8 @@ klfile)
     srcs=(core/status.c ppl/klfile.c ppl/score.c)
     corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
 kvfile)
-    srcs=(core/status.c core/checksum.c core/half.c kvcache/kvmem.c kvcache/kvcache.c kvcache/kvfile.c)
+    srcs=(core/status.c core/checksum.c core/half.c kvcache/kvmem.c kvcache/kvcache.c
+          kvcache/kvfile.c models/tensors.c)
     corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
 *)
     echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile, kvfile)" >&2

@@ -17,7 +17,8 @@
 
 static struct model_weight mat(enum quant_type t, int64_t rows, int64_t cols)
 {
-    return (struct model_weight){t, rows, cols, quant_row_bytes(t, cols), NULL};
+    return (struct model_weight){.type = t, .rows = rows, .cols = cols,
+                                 .row_bytes = quant_row_bytes(t, cols), .n_expert = 1};
 }
 
 static void test_parts(void)
@@ -52,25 +53,27 @@ static void test_bytes(const char *spec)
         size_t want = 0, embd = 0;
         for (int64_t l = 0; l < hp->n_layer; l++) {
             const struct model_layer *L = &m->layers[l];
-            const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                               &L->w_gate, &L->w_up, &L->w_down};
+            const struct model_weight *wq = &L->w[LAYER_WQ], *wo = &L->w[LAYER_WO];
+            const struct model_weight *gate = &L->w[LAYER_FFN_GATE], *down = &L->w[LAYER_FFN_DOWN];
+            const struct model_weight *qkv[] = {wq, &L->w[LAYER_WK], &L->w[LAYER_WV]};
+            const struct model_weight *gu[] = {gate, &L->w[LAYER_FFN_UP]};
             /* one allocation per part: Q|K|V and gate|up merge when of one type */
             struct gpu_plan_part p[GPU_PLAN_MAX_PARTS];
-            int n = gpu_plan_parts(ws, 3, (enum backend_gpu_weights)mode, p);
+            int n = gpu_plan_parts(qkv, 3, (enum backend_gpu_weights)mode, p);
             for (int i = 0; i < n; i++)
-                want += gk_qmat_bytes(p[i].type, p[i].rows, L->wq.cols);
-            want += gk_qmat_bytes(gpu_plan_type(&L->wo, mode), L->wo.rows, L->wo.cols);
-            n = gpu_plan_parts(ws + 4, 2, (enum backend_gpu_weights)mode, p);
+                want += gk_qmat_bytes(p[i].type, p[i].rows, wq->cols);
+            want += gk_qmat_bytes(gpu_plan_type(wo, mode), wo->rows, wo->cols);
+            n = gpu_plan_parts(gu, 2, (enum backend_gpu_weights)mode, p);
             for (int i = 0; i < n; i++)
-                want += gk_qmat_bytes(p[i].type, p[i].rows, L->w_gate.cols);
-            want += gk_qmat_bytes(gpu_plan_type(&L->w_down, mode), L->w_down.rows,
-                                  L->w_down.cols);
+                want += gk_qmat_bytes(p[i].type, p[i].rows, gate->cols);
+            want += gk_qmat_bytes(gpu_plan_type(down, mode), down->rows, down->cols);
             want += (size_t)(2 * hp->n_embd) * 4; /* norms */
         }
-        embd = gk_qmat_bytes(gpu_plan_type(&m->tok_embd, mode), hp->n_vocab, hp->n_embd);
+        const struct model_weight *emb = &m->w[MODEL_TOK_EMBD], *out = &m->w[MODEL_OUTPUT];
+        embd = gk_qmat_bytes(gpu_plan_type(emb, mode), hp->n_vocab, hp->n_embd);
         want += embd + (size_t)hp->n_embd * 4;
         if (!hp->tied_embeddings)
-            want += gk_qmat_bytes(gpu_plan_type(&m->output, mode), hp->n_vocab, hp->n_embd);
+            want += gk_qmat_bytes(gpu_plan_type(out, mode), hp->n_vocab, hp->n_embd);
         size_t got = backend_gpu_weight_bytes(m, (enum backend_gpu_weights)mode);
         size_t step = backend_gpu_step_bytes(m, (enum backend_gpu_weights)mode);
         CHECKF(got == want, "%s mode %d: %zu bytes, want %zu", spec, mode, got, want);
@@ -86,7 +89,7 @@ static void test_bytes(const char *spec)
     CHECK(gpu_plan_scratch_bytes(m, BACKEND_GPU_NATIVE, 8) == 0);
     CHECK(gpu_plan_scratch_bytes(m, BACKEND_GPU_F16, 4096) == 0);
     struct gk_qmm_plan plan;
-    CHECK(gk_qmm_choose((int)m->layers[0].w_gate.type, 2 * hp->n_ff, hp->n_embd, 4096, &plan) ==
+    CHECK(gk_qmm_choose((int)m->layers[0].w[LAYER_FFN_GATE].type, 2 * hp->n_ff, hp->n_embd, 4096, &plan) ==
           IG_OK);
     CHECK(gpu_plan_scratch_bytes(m, BACKEND_GPU_NATIVE, 4096) >= plan.scratch_bytes &&
           plan.scratch_bytes > 0);

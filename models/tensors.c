@@ -1,0 +1,263 @@
+/* models/tensors.c: the table of tensors (models/tensors.h), the one list
+ * of the weights ignite knows, and the walker every other list became.
+ * GGUF names are llama.cpp's (its llama-arch.cpp); Hugging Face names are
+ * transformers' (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
+ * modeling_gemma3.py). Covered by tests/models/test_tensor_table.py. */
+#include "models/tensors.h"
+
+#include "models/model.h"
+
+#include "core/status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define HF(n) {{n, 0, 0}}
+
+/* Per-model rows first; each scope in the order of the saved-cache id's
+ * first pass (which the synthetic models' random stream and the loaders'
+ * messages follow too). A new row goes where it reads best, with
+ * .id_pass = TENSOR_ID_PRESENT. */
+static const struct model_tensor table[] = {
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_TOK_EMBD, .gguf = "token_embd.weight",
+     .hf = HF("embed_tokens.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_VOCAB,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .gathered = true,
+     .split = TENSOR_SPLIT_ROWS},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_OUTPUT_NORM, .gguf = "output_norm.weight",
+     .hf = HF("norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_OUTPUT, .gguf = "output.weight",
+     .hf = HF("lm_head.weight"), .hf_beside = true, .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_VOCAB, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_OUTPUT, .file_shows = true, .ties_to_embd = true,
+     .split = TENSOR_SPLIT_ROWS},
+
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_NORM, .gguf = "attn_norm.weight",
+     .hf = HF("input_layernorm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_WQ, .gguf = "attn_q.weight",
+     .hf = HF("self_attn.q_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_Q,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
+     .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_WK, .gguf = "attn_k.weight",
+     .hf = HF("self_attn.k_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
+     .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_WV, .gguf = "attn_v.weight",
+     .hf = HF("self_attn.v_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
+     .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_BQ, .gguf = "attn_q.bias",
+     .hf = HF("self_attn.q_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_Q, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_BK, .gguf = "attn_k.bias",
+     .hf = HF("self_attn.k_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_KV, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_BV, .gguf = "attn_v.bias",
+     .hf = HF("self_attn.v_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_KV, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_WO, .gguf = "attn_output.weight",
+     .hf = HF("self_attn.o_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
+     .cols = TENSOR_DIM_Q, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS},
+    /* The FFN's input norm: HF's post_attention_layernorm in the Llama
+     * block, pre_feedforward_layernorm where Gemma 3 adds the post norms
+     * (and its post_attention_layernorm is the attention's output norm). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_NORM, .gguf = "ffn_norm.weight",
+     .hf = {{"post_attention_layernorm.weight", 0, MODEL_FEAT_POST_NORMS},
+            {"pre_feedforward_layernorm.weight", MODEL_FEAT_POST_NORMS, 0}},
+     .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
+     .kind = TENSOR_NORM},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
+     .hf = HF("mlp.gate_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
+     .fuse = TENSOR_FUSE_GATE_UP},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP, .gguf = "ffn_up.weight",
+     .hf = HF("mlp.up_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
+     .fuse = TENSOR_FUSE_GATE_UP},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN, .gguf = "ffn_down.weight",
+     .hf = HF("mlp.down_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
+     .cols = TENSOR_DIM_FF, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_Q_NORM, .gguf = "attn_q_norm.weight",
+     .hf = HF("self_attn.q_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
+     .id_pass = TENSOR_ID_EXT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_K_NORM, .gguf = "attn_k_norm.weight",
+     .hf = HF("self_attn.k_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
+     .id_pass = TENSOR_ID_EXT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_POST_NORM, .gguf = "post_attention_norm.weight",
+     .hf = HF("post_attention_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_POST_NORMS, .id_pass = TENSOR_ID_EXT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_POST_NORM, .gguf = "post_ffw_norm.weight",
+     .hf = HF("post_feedforward_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_POST_NORMS, .id_pass = TENSOR_ID_EXT},
+};
+#define N_ROWS ((int)(sizeof table / sizeof table[0]))
+
+_Static_assert(N_ROWS == MODEL_ROLES + MODEL_LAYER_ROLES, "one row per role");
+
+const struct model_tensor *model_tensor_table(int *n)
+{
+    *n = N_ROWS;
+    return table;
+}
+
+const struct model_tensor *model_tensor_row(enum tensor_scope scope, int role)
+{
+    for (int i = 0; i < N_ROWS; i++)
+        if (table[i].scope == scope && table[i].role == role)
+            return &table[i];
+    IG_ASSERT(!"a role without a row");
+    return NULL;
+}
+
+int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum tensor_dim d)
+{
+    (void)layer; /* every layer has the model's sizes, for now */
+    switch (d) {
+    case TENSOR_DIM_ONE: return 1;
+    case TENSOR_DIM_EMBD: return hp->n_embd;
+    case TENSOR_DIM_Q: return hp->n_head * hp->head_dim;
+    case TENSOR_DIM_KV: return hp->n_head_kv * hp->head_dim;
+    case TENSOR_DIM_HEAD: return hp->head_dim;
+    case TENSOR_DIM_FF: return hp->n_ff;
+    case TENSOR_DIM_VOCAB: return hp->n_vocab;
+    }
+    IG_ASSERT(!"an unknown dimension");
+    return 0;
+}
+
+void model_tensor_shape(const struct model_tensor *t, const struct model_hparams *hp,
+                        int64_t layer, int64_t shape[3])
+{
+    shape[0] = model_tensor_dim(hp, layer, t->n_expert);
+    shape[1] = model_tensor_dim(hp, layer, t->rows);
+    shape[2] = model_tensor_dim(hp, layer, t->cols);
+}
+
+unsigned model_features(const struct model_hparams *hp)
+{
+    return (hp->has_qkv_bias ? MODEL_FEAT_QKV_BIAS : 0u) |
+           (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
+           (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
+           (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT);
+}
+
+void model_features_set(struct model_hparams *hp, unsigned features)
+{
+    hp->has_qkv_bias = features & MODEL_FEAT_QKV_BIAS;
+    hp->has_qk_norm = features & MODEL_FEAT_QK_NORM;
+    hp->has_post_norms = features & MODEL_FEAT_POST_NORMS;
+    hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
+}
+
+const char *model_feature_name(unsigned feature)
+{
+    switch (feature) {
+    case MODEL_FEAT_QKV_BIAS: return "Q/K/V biases";
+    case MODEL_FEAT_QK_NORM: return "Q/K head norms";
+    case MODEL_FEAT_POST_NORMS: return "post-attention and post-FFN norms";
+    case MODEL_FEAT_OUTPUT: return "output head";
+    }
+    return "?";
+}
+
+bool model_tensor_present(const struct model_tensor *t, unsigned features)
+{
+    return (t->feature & features) == t->feature;
+}
+
+void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)
+{
+    if (t->scope == TENSOR_PER_LAYER)
+        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, t->gguf);
+    else
+        snprintf(buf, cap, "%s", t->gguf);
+}
+
+const char *model_tensor_hf_name(const struct model_tensor *t, unsigned features)
+{
+    for (int i = 0; i < TENSOR_HF_NAMES && t->hf[i].name; i++)
+        if ((features & t->hf[i].when) == t->hf[i].when && !(features & t->hf[i].unless))
+            return t->hf[i].name;
+    return NULL;
+}
+
+struct model_weight *model_weight_at(struct model *m, const struct model_tensor *t,
+                                     int64_t layer)
+{
+    if (t->scope == TENSOR_PER_MODEL)
+        return &m->w[t->role];
+    IG_ASSERT(layer >= 0 && layer < m->hp.n_layer);
+    return &m->layers[layer].w[t->role];
+}
+
+void model_tensors_tie(struct model *m)
+{
+    unsigned f = model_features(&m->hp);
+    for (int i = 0; i < N_ROWS; i++)
+        if (table[i].ties_to_embd && !model_tensor_present(&table[i], f)) {
+            IG_ASSERT(table[i].scope == TENSOR_PER_MODEL);
+            m->w[table[i].role] = m->w[MODEL_TOK_EMBD];
+        }
+}
+
+/* ---- the walker ------------------------------------------------------------ */
+
+static void begin(struct model_tensor_it *it, const struct model *m, int64_t l0, int64_t l1,
+                  unsigned flags)
+{
+    *it = (struct model_tensor_it){.m = m, .flags = flags, .features = model_features(&m->hp),
+                                   .row = -1, .layer = l0, .layer_end = l1};
+}
+
+void model_tensors_begin(struct model_tensor_it *it, const struct model *m, unsigned flags)
+{
+    begin(it, m, flags & MODEL_TENSORS_MODEL ? -1 : 0,
+          flags & MODEL_TENSORS_LAYERS ? m->hp.n_layer : 0, flags);
+}
+
+void model_tensors_begin_layer(struct model_tensor_it *it, const struct model *m, int64_t layer,
+                               unsigned flags)
+{
+    IG_ASSERT(layer >= 0 && layer < m->hp.n_layer);
+    begin(it, m, layer, layer + 1, (flags & ~MODEL_TENSORS_MODEL) | MODEL_TENSORS_LAYERS);
+}
+
+/* Whether the walk yields row t. */
+static bool wanted(const struct model_tensor_it *it, const struct model_tensor *t)
+{
+    if (it->flags & MODEL_TENSORS_ABSENT || model_tensor_present(t, it->features))
+        return true;
+    return it->flags & MODEL_TENSORS_TIED && t->ties_to_embd;
+}
+
+bool model_tensors_next(struct model_tensor_it *it)
+{
+    /* layer -1 walks the per-model rows, 0.. the per-layer rows */
+    while (it->layer < it->layer_end) {
+        enum tensor_scope scope = it->layer < 0 ? TENSOR_PER_MODEL : TENSOR_PER_LAYER;
+        while (++it->row < N_ROWS) {
+            const struct model_tensor *t = &table[it->row];
+            if (t->scope != scope || !wanted(it, t))
+                continue;
+            it->t = t;
+            it->w = scope == TENSOR_PER_MODEL ? &it->m->w[t->role]
+                                              : &it->m->layers[it->layer].w[t->role];
+            return true;
+        }
+        it->row = -1;
+        /* from the per-model rows straight to the layers the flags ask for */
+        it->layer = it->layer < 0 && !(it->flags & MODEL_TENSORS_LAYERS) ? it->layer_end
+                                                                         : it->layer + 1;
+    }
+    it->t = NULL;
+    it->w = NULL;
+    return false;
+}
