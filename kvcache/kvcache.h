@@ -53,6 +53,9 @@
 /* Positions per block: the CPU key tile (prefill/attn_tiled.h) and a
  * divisor of the GPU kernels' key tiles (docs/kvcache.md). */
 #define KV_BLOCK 64
+/* A recurrent layer's state is a whole number of these bytes, so that every
+ * state slot and every layer stored after it starts aligned. */
+#define KV_STATE_ALIGN 16
 
 enum kv_dtype { KV_F32, KV_F16 };
 

@@ -65,6 +65,12 @@ static int check_layer(const struct kv_layer_mem *ls, int64_t n_layer, int64_t l
         if (L->state_bytes < 1)
             return ig_error(IG_E_INTERNAL, "KV memory: recurrent layer %lld has no state",
                             (long long)l);
+        /* Every slot and every layer after it starts aligned for the widest
+         * element a kernel loads from the store (16-byte vectors). */
+        if (L->state_bytes % KV_STATE_ALIGN)
+            return ig_error(IG_E_INTERNAL, "KV memory: recurrent layer %lld's state of %zu bytes "
+                            "is not a multiple of %d bytes", (long long)l, L->state_bytes,
+                            KV_STATE_ALIGN);
         return IG_OK;
     }
     return ig_error(IG_E_INTERNAL, "KV memory: layer %lld has an unknown kind %d", (long long)l,
