@@ -11,7 +11,8 @@
  * into grammar is refused with its JSON pointer, so a grammar is never
  * silently looser or stricter than the schema (oneOf is generated as anyOf:
  * its alternatives must not overlap, docs/grammar.md).
- * Covered by tests/grammar/test_schema_corpus.py (jsonschema validates
+ * Covered by tests/grammar/test_schema_bounds.py (accept/reject at every
+ * bound, judged by jsonschema), test_schema_corpus.py (jsonschema validates
  * sampled generations), test_run_grammar_args.sh (refusals with their JSON
  * pointers) and test_mask.c; fuzzed by tests/fuzz/fuzz_grammar.c
  * (fuzz_schema). */
@@ -1202,7 +1203,9 @@ int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, cha
     if (st == IG_OK) {
         /* root first, so the text reads top-down */
         struct sbuf out = {0};
-        sb_printf(&out, "root ::= %s\n", root.p);
+        sb_puts(&out, "root ::= "); /* (any length: not through sb_printf's buffer) */
+        sb_puts(&out, root.p);
+        sb_puts(&out, "\n");
         sb_puts(&out, c.rules.p ? c.rules.p : "");
         if (out.nomem) {
             free(out.p);
