@@ -3,7 +3,8 @@
  * and state slots (kvcache.h). The memory's description and sizes are
  * kvmem.c's; attention reads the blocks through kv_layout
  * (prefill/attn_tiled.c, the CUDA kernels); the file format is kvfile.c.
- * Covered by tests/kvcache/test_kvcache.c, test_kvmem.c and tests/cpu/. */
+ * Covered by tests/kvcache/test_kvcache.c, test_kvmem.c, tests/cpu/ and (the
+ * prefix index through the engine) tests/generate/test_engine.c. */
 #include "kvcache/kvcache.h"
 
 #include "core/half.h"
@@ -173,8 +174,9 @@ void kv_identity_table(int32_t *table, int64_t n)
 /* ---- the allocator --------------------------------------------------------------------- */
 
 /* A prefix index entry is keyed by the block's tokens and the block before it
- * in the chain (id and generation: a block handed out again gets a new
- * generation, so entries that hang off its old content never match). */
+ * in the chain (id and generation: a block handed out again or rewritten in
+ * place (kv_pool_shrink) gets a new generation, so entries that hang off its
+ * old content never match). */
 struct kv_pool {
     int64_t n_blocks;
     bool share;
@@ -538,6 +540,10 @@ void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)
         IG_ASSERT(p->refs[id] == 1);
         if (p->indexed[id])
             index_remove(p, id);
+        /* Its content changes in place: entries that hung off it (the blocks
+         * just freed stay indexed) must never match after it is entered
+         * again with its new tokens. */
+        p->gen[id]++;
     }
     if (s->n_registered > n_pos / KV_BLOCK && s->n_registered < s->max_blocks)
         s->n_registered = n_pos / KV_BLOCK; /* (max_blocks: never registers) */

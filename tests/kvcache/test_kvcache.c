@@ -3,14 +3,16 @@
  * rows across a block edge through a table of scattered blocks read back;
  * the up-front refusal of a pool that cannot fit; the block allocator
  * (reservation, growth, release, least-recently-freed reuse, prefix sharing
- * with reference counts, a block handed out anew invalidating what hung off
- * it); tiled attention through a table of scattered blocks equal (bit for
- * bit) to the same rows in blocks in order; a saved cache read back exactly
- * (also with n_pos on a block edge), a version 1 file (written here by the
- * old format's table) read into the same rows, and every refused file: bad
- * magic, another version, another model, other layers, a bad token id, a
- * flipped byte (checksum), truncation at many lengths, and bytes after the
- * checksum. Layers of every kind are tests/kvcache/test_kvmem.c's. */
+ * with reference counts, a block handed out anew leaving the index, a block
+ * rewritten in place invalidating what hung off it: the generation
+ * counter); tiled attention through a table of scattered blocks equal (bit
+ * for bit) to the same rows in blocks in order; a saved cache read back
+ * exactly (also with n_pos on a block edge), a version 1 file (written here
+ * by the old format's table) read into the same rows, and every refused
+ * file: bad magic, another version, another model, other layers, a bad
+ * token id, a flipped byte (checksum), truncation at many lengths, and bytes
+ * after the checksum. Layers of every kind are tests/kvcache/test_kvmem.c's.
+ * The mutants these checks were run against: docs/testing-mutants.md. */
 #include "core/checksum.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -238,8 +240,10 @@ static void check_pool(void)
     CHECK(kv_pool_match(p, ta, 6 * KV_BLOCK, 5) >= 1);
     kv_pool_release(p, &c);
 
-    /* A block handed out anew drops out of the index, and what hung off it
-     * never matches again, even when the new content is entered. */
+    /* A block handed out anew drops out of the index (kv_pool_grow's
+     * index_remove): its old tokens never match again, and once both blocks
+     * hold other tokens only the new content matches. (What hung off a
+     * block whose content changed is the next case's.) */
     struct kv_pool *q;
     CHECK(kv_pool_create(2, 0, true, &q) == IG_OK);
     CHECK(kv_pool_admit(q, &a, ta, 0, 2 * KV_BLOCK) == IG_OK);
@@ -260,6 +264,44 @@ static void check_pool(void)
     CHECK(kv_pool_match(q, tc, 2 * KV_BLOCK, 2) == 2);
     kv_pool_release(q, &b);
     kv_pool_free(q);
+
+    /* A block rewritten in place gets a new generation, so what hung off its
+     * old content never matches again. a enters 3 blocks, goes back into its
+     * second (kv_pool_shrink: that block leaves the index, the third goes
+     * back to the pool but stays indexed, hanging off the second), writes
+     * other tokens there and enters the second again. A prompt of a's new
+     * first two blocks and its old third block must match 2 blocks, not 3:
+     * the old third block's K/V were computed after the old second block.
+     * Without the generation counter (parent_gen in the index key) the old
+     * entry is found under the same (parent id, tokens). */
+    struct kv_pool *r;
+    CHECK(kv_pool_create(4, 0, true, &r) == IG_OK);
+    CHECK(kv_pool_admit(r, &a, ta, 0, 3 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(r, &a, 3 * KV_BLOCK);
+    a.n_pos = 3 * KV_BLOCK;
+    kv_pool_register(r, &a, ta);
+    CHECK(kv_pool_match(r, ta, 3 * KV_BLOCK, 3) == 3);
+    int32_t old3 = a.table[2];
+    kv_pool_shrink(r, &a, KV_BLOCK + 5);
+    CHECK(a.n_blocks == 2 && kv_pool_used(r) == 2);
+    CHECK(kv_pool_match(r, ta, 3 * KV_BLOCK, 3) == 1); /* the second left the index */
+    int32_t tn[3 * KV_BLOCK], tq[3 * KV_BLOCK];
+    memcpy(tn, ta, sizeof tn);
+    for (int64_t i = KV_BLOCK + 5; i < 3 * KV_BLOCK; i++)
+        tn[i] = 500000 + (int32_t)i; /* the turn written again, another third block */
+    memcpy(tq, tn, 2 * KV_BLOCK * sizeof *tq);
+    memcpy(tq + 2 * KV_BLOCK, ta + 2 * KV_BLOCK, KV_BLOCK * sizeof *tq); /* the old third */
+    CHECK(kv_pool_reserve(r, &a, 3 * KV_BLOCK) == IG_OK);
+    kv_pool_grow(r, &a, 3 * KV_BLOCK); /* takes the never-used block, not old3 */
+    CHECKF(a.table[2] != old3 && kv_pool_used(r) == 3,
+           "the old third block was handed out: the case tests nothing");
+    a.n_pos = 3 * KV_BLOCK;
+    kv_pool_register(r, &a, tn);
+    CHECK(kv_pool_match(r, tn, 3 * KV_BLOCK, 3) == 3); /* the new content is entered */
+    CHECKF(kv_pool_match(r, tq, 3 * KV_BLOCK, 3) == 2,
+           "a block that hung off the old content of a rewritten block matched");
+    kv_pool_release(r, &a);
+    kv_pool_free(r);
 
     /* without sharing, nothing is matched or entered */
     struct kv_pool *ns;
