@@ -10,6 +10,10 @@
  *     smaller than the prompts) equal its tokens alone;
  *   - prefix blocks are shared (the pool counts hits), and a request that
  *     can never fit is refused at submission;
+ *   - only whole, written blocks are shared: a request beside one whose
+ *     block is half written shares the blocks before it and no more, one
+ *     after it shares that block too, one that leaves it inside a block
+ *     shares none of that block (n_cached, the pool's hits and peak);
  *   - with one slot requests end in submission order;
  *   - stop reasons: limit, context, interrupt;
  *   - conversations (params.keep, follows): a turn continuing a kept
@@ -200,6 +204,128 @@ static void run(struct req *q, int n, int n_slots, int64_t max_rows, int64_t n_b
         CHECK(engine_step(e) == IG_OK);
     CHECK(!engine_pending(e));
     *hits = kv_pool_hits(engine_pool(e));
+    engine_free(e);
+}
+
+/* ---- the prefix index through the engine -------------------------------------------- */
+
+/* Runs q (prompt tokens[0..n)) alone on a fresh engine: its tokens alone. */
+static void run_alone(struct req *q, const int32_t *tokens, int64_t n)
+{
+    static struct fake f;
+    int64_t hits;
+    q->r.tokens = tokens;
+    q->r.n_tokens = n;
+    q->r.user = q;
+    q->n_out = 0;
+    run(q, 1, 1, 48, N_BLOCKS, &f, &hits);
+}
+
+static void prefix_req(struct req *q, const int32_t *tokens, int64_t n)
+{
+    memset(q, 0, sizeof *q);
+    q->r.tokens = tokens;
+    q->r.n_tokens = n;
+    q->r.user = q;
+    q->r.params = (struct gen_params){.n_predict = 4, .ignore_eog = true,
+                                      .sp = {.temperature = 0, .top_k = 8, .top_p = 1,
+                                             .repeat_penalty = 1, .seed = 1}};
+}
+
+/* Only whole blocks are shared, and only once written. A's prompt is 3
+ * blocks and 10 tokens, prefilled 48 rows a step; B arrives while A's third
+ * block is partly written, with A's first 3 blocks and 8 tokens of its own:
+ * B shares exactly A's first two blocks (n_cached, the pool's hits, its
+ * blocks in use) and computes the third itself. C, the same prompt as B
+ * after A ended, shares all three (A's third block is full now); D, which
+ * agrees with A for 22 tokens into the third block, shares two. Each one's
+ * tokens equal its tokens alone (the fake's logits hash what its blocks
+ * hold). Guards kv_pool_register's "full blocks only" and the engine's
+ * register after each step; a mutant entering a partly written block fails
+ * B's counts (docs/testing-mutants.md). */
+static void check_prefix_blocks(void)
+{
+    enum { NA = 3 * KV_BLOCK + 10, NB = 3 * KV_BLOCK + 8 };
+    static int32_t pa[NA], pb[NB], pd[NB];
+    uint64_t rs = 5;
+    for (int64_t i = 0; i < NA; i++)
+        pa[i] = (int32_t)(test_rand_u64(&rs) % VOCAB);
+    memcpy(pb, pa, 3 * KV_BLOCK * sizeof *pb);
+    memcpy(pd, pa, (2 * KV_BLOCK + 22) * sizeof *pd);
+    for (int64_t i = 3 * KV_BLOCK; i < NB; i++)
+        pb[i] = (int32_t)((pa[i] + 1) % VOCAB); /* B leaves A after 3 blocks */
+    for (int64_t i = 2 * KV_BLOCK + 22; i < NB; i++)
+        pd[i] = (int32_t)((pa[i] + 1) % VOCAB); /* D inside the third */
+    static struct req a, b, c, d, alone[4];
+    prefix_req(&alone[0], pa, NA);
+    prefix_req(&alone[1], pb, NB);
+    prefix_req(&alone[3], pd, NB);
+    run_alone(&alone[0], pa, NA);
+    run_alone(&alone[1], pb, NB);
+    run_alone(&alone[3], pd, NB);
+
+    static struct fake f;
+    fake_init(&f, 2, 48, N_BLOCKS);
+    struct engine *e = NULL;
+    struct engine_opts o = {.max_rows = 48, .share_prefixes = true,
+                            .cb = {.on_token = on_token, .on_done = on_done}};
+    CHECK(engine_create(&f.base, NULL, &o, &e) == IG_OK);
+    if (!e)
+        return;
+    const struct kv_pool *pool = engine_pool(e);
+    prefix_req(&a, pa, NA);
+    CHECK(engine_submit(e, &a.r) == IG_OK);
+    for (int guard = 0; a.r.result.n_prompt <= 2 * KV_BLOCK && guard < 100; guard++)
+        CHECK(engine_step(e) == IG_OK);
+    /* the case's premise, checked rather than assumed: A's third block is
+     * partly written and A holds exactly the blocks it wrote into */
+    CHECKF(a.r.result.n_prompt > 2 * KV_BLOCK && a.r.result.n_prompt < 3 * KV_BLOCK &&
+           kv_pool_used(pool) == 3,
+           "premise: A prefilled %lld tokens, %lld blocks in use",
+           (long long)a.r.result.n_prompt, (long long)kv_pool_used(pool));
+    int64_t hits0 = kv_pool_hits(pool);
+    prefix_req(&b, pb, NB);
+    CHECK(engine_submit(e, &b.r) == IG_OK);
+    CHECK(engine_step(e) == IG_OK);
+    CHECKF(b.r.result.n_cached == 2 * KV_BLOCK && kv_pool_hits(pool) - hits0 == 2,
+           "B beside A's partly written third block: %lld tokens cached, %lld blocks shared "
+           "(want 128, 2)", (long long)b.r.result.n_cached,
+           (long long)(kv_pool_hits(pool) - hits0));
+    int guard = 0;
+    while (engine_pending(e) && guard++ < 1000)
+        CHECK(engine_step(e) == IG_OK);
+    /* A took 4 blocks, B 4 of which 2 are A's: 6 at once at most */
+    CHECKF(kv_pool_peak(pool) == 6 && kv_pool_used(pool) == 0,
+           "blocks in use: peak %lld (want 6), %lld at the end", (long long)kv_pool_peak(pool),
+           (long long)kv_pool_used(pool));
+
+    /* after A: its third block is full and entered; D's third differs */
+    hits0 = kv_pool_hits(pool);
+    prefix_req(&c, pb, NB);
+    CHECK(engine_submit(e, &c.r) == IG_OK);
+    guard = 0;
+    while (engine_pending(e) && guard++ < 1000)
+        CHECK(engine_step(e) == IG_OK);
+    CHECKF(c.r.result.n_cached == 3 * KV_BLOCK && kv_pool_hits(pool) - hits0 == 3,
+           "C after A: %lld tokens cached, %lld blocks shared (want 192, 3)",
+           (long long)c.r.result.n_cached, (long long)(kv_pool_hits(pool) - hits0));
+    hits0 = kv_pool_hits(pool);
+    prefix_req(&d, pd, NB);
+    CHECK(engine_submit(e, &d.r) == IG_OK);
+    guard = 0;
+    while (engine_pending(e) && guard++ < 1000)
+        CHECK(engine_step(e) == IG_OK);
+    CHECKF(d.r.result.n_cached == 2 * KV_BLOCK && kv_pool_hits(pool) - hits0 == 2,
+           "D: %lld tokens cached, %lld blocks shared (want 128, 2)",
+           (long long)d.r.result.n_cached, (long long)(kv_pool_hits(pool) - hits0));
+    CHECKF(f.bad == 0, "the fake backend saw %d violations", f.bad);
+
+    struct req *got[4] = {&a, &b, &c, &d}, *want[4] = {&alone[0], &alone[1], &alone[1],
+                                                       &alone[3]};
+    for (int i = 0; i < 4; i++)
+        CHECKF(got[i]->n_out == 4 && got[i]->n_out == want[i]->n_out &&
+                   !memcmp(got[i]->out, want[i]->out, sizeof(int32_t) * 4),
+               "request %c: its tokens beside the others differ from its tokens alone", 'A' + i);
     engine_free(e);
 }
 
@@ -469,6 +595,7 @@ int main(void)
     CHECK(two[0].r.result.stop == GEN_STOP_INTERRUPT && n_done == 1 && !engine_pending(e));
     engine_free(e);
 
+    check_prefix_blocks();
     check_conversation();
     return test_summary("test_engine");
 }
