@@ -1,6 +1,7 @@
 /* generate/stop.c: finding stop strings in streamed text and holding back
  * what could still become one (generate/stop.h).
- * Covered by tests/generate/test_stop.c. */
+ * Covered by tests/generate/test_stop.c and, end to end in run and batch
+ * against the greedy text, tests/cli/test_stop_model.py. */
 #include "generate/stop.h"
 
 #include <stdlib.h>
