@@ -126,6 +126,10 @@ CASES = {
                    "a big-endian file?"),
     "truncated": (truncate_value, 4, "metadata key 'k': truncated: value at byte 37"),
     "truncated_tensor_info": (truncate_tensor_info, 4, "truncated: tensor offset at byte 68"),
+    # one byte short: the bounds check's own edge (reading that byte past the
+    # end does not crash a build without sanitizers)
+    "truncated_by_one": (lambda: Gguf().add("k", U64, 5).build()[:-1], 4,
+                         "metadata key 'k': truncated: value at byte 37 needs 8 bytes, 7 left"),
     "kv_count": (lambda: Gguf().build(n_kv=1 << 40), 4,
                  "1099511627776 metadata entries cannot fit"),
     "tensor_count": (lambda: Gguf().build(n_tensors=1 << 40), 4,
