@@ -15,6 +15,8 @@ it stands for:
 - fills the held text: text held back from earlier tokens plus the next
   token's text is exactly the stop string (the matcher's buffer is the stop
   string, nothing before or after it);
+- last byte: all of the stop string but its last byte is held, and that
+  byte is the next token (the longest prefix the matcher may hold);
 - absent: a stop string that is not in T changes nothing (stop "limit").
 
 For each, `run --json`, `run`'s streamed stdout and one `batch` holding all
@@ -22,8 +24,8 @@ of them must give exactly T up to the first occurrence of the stop string
 (Python's str.find, not the matcher), stop reason "stop" and as many tokens
 as it takes T to reach the stop string's end. Guards generate/stop.c and its
 use by generate/engine.c in both commands: the mutant that misses a stop
-string exactly filling the held text fails "own token" and "fills"
-(docs/testing-mutants.md). Skips (77) without the model.
+string exactly filling the held text fails "own token", "fills" and "last
+byte", one holding a byte less fails "last byte" (docs/testing-mutants.md). Skips (77) without the model.
 """
 import json
 import os
@@ -117,6 +119,14 @@ def choose(T, ends, pieces):
             if tk == k + 1 and buf == s and held == pieces[k - 1]:
                 cases["fills"] = s
                 break
+    for k in range(2, len(pieces)):  # last byte: all held but the one byte token k + 1 adds
+        s = pieces[k - 1] + pieces[k]
+        if len(pieces[k - 1]) >= 2 and len(pieces[k].encode()) == 1 and \
+                T.find(s) == ends[k - 1] and s != cases.get("fills"):
+            tk, buf, held = held_sim(s, pieces)
+            if tk == k + 1 and buf == s and held == pieces[k - 1]:
+                cases["last byte"] = s
+                break
     cases["absent"] = "\u00a7never\u00a7"
     return cases
 
@@ -144,7 +154,7 @@ def main():
     ends = [0] + [len(t) for t in texts]
     pieces = [T[ends[k - 1]:ends[k]] for k in range(1, N + 1)]
     cases = choose(T, ends, pieces)
-    for name in ("own token", "split", "fills"):
+    for name in ("own token", "split", "fills", "last byte"):
         check(name in cases, f"no stop string of the case {name!r} in {pieces}")
     print(f"T = {T!r}\ncases: {cases}", file=sys.stderr)
 
