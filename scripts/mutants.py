@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""scripts/mutants.py: are the key tests still able to fail? Applies each
+mutant of the table below, one at a time, to a scratch copy of this working
+tree, builds the targets its tests need, runs each of those tests and
+reports "caught" (every one failed), "caught by T" (only T failed), "missed"
+(all passed), "stale" (the mutated text is no longer in the file: update the
+table) or "broken" (the mutant does not build). The table and what each mutant was last found to do are in
+docs/testing-mutants.md.
+
+    scripts/mutants.py                 every mutant
+    scripts/mutants.py stop- kv-       the mutants whose id starts so
+    scripts/mutants.py --list          the table
+
+Not part of CI (minutes: the first run builds the library in the copy). The
+copy lives in $IGNITE_MUTANT_DIR (default /tmp/ignite-mutants-$USER), is
+refreshed from the working tree (tracked and untracked, not ignored files)
+on every run and built incrementally; nothing in the working tree changes.
+Exit status: 0 when every mutant did what the table expects, 1 otherwise.
+"""
+import filecmp
+import getpass
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# id, file, old text (must occur exactly once; or a list of such), new text
+# (or a list, one per old), build targets, the tests (ctest names), what the
+# mutant breaks, expected: "caught" (every one of those tests fails),
+# "missed" (none does); a run may also report "caught by T1,T2" (only some).
+MUTANTS = [
+    ("schema-xmin-inclusive", "grammar/schema.c",
+     "lo = xlo + 1, has_lo = true;", "lo = xlo, has_lo = true;",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "exclusiveMinimum admits the bound itself", "caught"),
+    ("schema-xmax-inclusive", "grammar/schema.c",
+     "hi = xhi - 1, has_hi = true;", "hi = xhi, has_hi = true;",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "exclusiveMaximum admits the bound itself", "caught"),
+    ("schema-digit-range", "grammar/schema.c",
+     "char last = hi_nines ? hi[0] : (char)(hi[0] - 1);", "char last = hi[0];",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "an integer range's top digit admits every lower digit after it (e.g. 47 admits 49)",
+     "caught"),
+    ("schema-negative-range", "grammar/schema.c",
+     "uint64_t mag_lo = has_hi && hi < 0 ? (uint64_t)-hi : 1;",
+     "uint64_t mag_lo = has_hi && hi < 0 ? (uint64_t)-hi + 1 : 1;",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "a negative maximum excludes itself", "caught"),
+    ("schema-maxlength", "grammar/schema.c",
+     "ch, (long long)min, (long long)max);", "ch, (long long)min, (long long)max + 1);",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "maxLength admits one character more", "caught"),
+    ("schema-maxitems", "grammar/schema.c",
+     "hi = max < 0 ? -1 : max - 1;", "hi = max < 0 ? -1 : max;",
+     ["grammar_tool"], ["test_schema_bounds"],
+     "maxItems admits one item more", "caught"),
+    ("schema-root-buffer", "grammar/schema.c",
+     'sb_puts(&out, "root ::= "); /* (any length: not through sb_printf\'s buffer) */\n'
+     '        sb_puts(&out, root.p);\n        sb_puts(&out, "\\n");',
+     'sb_printf(&out, "root ::= %s\\n", root.p);',
+     ["grammar_tool"], ["test_schema_bounds"],
+     "the root rule through a 512-byte buffer (a wide integer range aborted)", "caught"),
+    ("stop-exact-fill", "generate/stop.c",
+     "if (!sl || sl > m->len)", "if (!sl || sl >= m->len)",
+     ["ignite", "test_stop"], ["test_stop", "test_stop_model"],
+     "a stop string that exactly fills the held text is missed", "caught"),
+    ("stop-held-tail", "generate/stop.c",
+     "size_t k = sl - (sl > 0) < m->len ? sl - (sl > 0) : m->len;",
+     "size_t k = sl - (sl > 1) - (sl > 0) < m->len ? sl - (sl > 1) - (sl > 0) : m->len;",
+     ["ignite", "test_stop"], ["test_stop", "test_stop_model"],
+     "the held text is one byte short of the longest prefix", "caught"),
+    ("kv-register-partial", "kvcache/kvcache.c",
+     "(i + 1) * KV_BLOCK <= s->n_pos && i < s->n_blocks",
+     "i * KV_BLOCK < s->n_pos && i < s->n_blocks",
+     ["test_engine", "test_kvcache"], ["test_engine", "test_kvcache"],
+     "the prefix index is told about a block before it is full", "caught"),
+    ("kv-no-generation", "kvcache/kvcache.c",
+     ["            index_remove(p, id);\n        p->gen[id]++;\n        p->refs[id] = 1;",
+      "         * again with its new tokens. */\n        p->gen[id]++;"],
+     ["            index_remove(p, id);\n        p->refs[id] = 1;",
+      "         * again with its new tokens. */"],
+     ["test_kvcache"], ["test_kvcache"],
+     "no generation counter: a block's generation never changes", "caught"),
+    ("kv-shrink-gen", "kvcache/kvcache.c",
+     "         * again with its new tokens. */\n        p->gen[id]++;",
+     "         * again with its new tokens. */",
+     ["test_kvcache"], ["test_kvcache"],
+     "a block rewritten in place keeps its generation", "caught"),
+    ("kv-grow-gen", "kvcache/kvcache.c",
+     "            index_remove(p, id);\n        p->gen[id]++;\n        p->refs[id] = 1;",
+     "            index_remove(p, id);\n        p->refs[id] = 1;",
+     ["test_kvcache", "test_engine"], ["test_kvcache", "test_engine"],
+     "a block handed out anew keeps its generation (not observable: blocks go back "
+     "children first, so no entry hangs off a block when it is handed out)", "missed"),
+    ("sampler-min-p", "decode/sampler.c",
+     "if (logits[cand[i]] >= floor_logit)", "if (logits[cand[i]] > floor_logit)",
+     ["test_sampler"], ["test_sampler"],
+     "min-p drops the token exactly at the threshold", "caught"),
+    ("bpe-tie-order", "tokenizer/merge_heap.h",
+     "return x.prio != y.prio ? x.prio < y.prio : x.pos < y.pos;",
+     "return x.prio != y.prio ? x.prio < y.prio : x.pos > y.pos;",
+     ["tok_tool", "test_tok_unit", "ignite"], ["test_tok_unit", "test_hf_smollm"],
+     "BPE merges of equal rank go rightmost first", "caught"),
+    ("gguf-need", "models/gguf.c",
+     "if (r->size - r->pos >= n)", "if (r->size - r->pos + 1 >= n)",
+     ["ignite"], ["test_gguf_malformed"],
+     "the GGUF reader's bounds check lets one byte past the end through", "caught"),
+]
+
+
+def sh(args, cwd, log, timeout=3600):
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(args)}\n")
+        f.flush()
+        return subprocess.run(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                              timeout=timeout).returncode
+
+
+def sync_tree(dst):
+    """Copies the working tree's files into dst, rewriting only those that
+    differ (with a new mtime, so the build sees them)."""
+    names = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for n in names:
+        src, out = os.path.join(ROOT, n), os.path.join(dst, n)
+        if not n or not os.path.isfile(src) or os.path.islink(src):
+            continue
+        if os.path.exists(out) and filecmp.cmp(src, out, shallow=False):
+            continue
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        shutil.copyfile(src, out)
+        shutil.copymode(src, out)
+
+
+def main(argv):
+    if "--list" in argv:
+        for m in MUTANTS:
+            print(f"{m[0]:24} {m[1]:22} {','.join(m[5]):36} {m[7]:7} {m[6]}")
+        return 0
+    chosen = [m for m in MUTANTS if not argv or any(m[0].startswith(a) for a in argv)]
+    base = os.environ.get("IGNITE_MUTANT_DIR") or f"/tmp/ignite-mutants-{getpass.getuser()}"
+    src, build, log = os.path.join(base, "src"), os.path.join(base, "build"), \
+        os.path.join(base, "log.txt")
+    os.makedirs(src, exist_ok=True)
+    open(log, "w").close()
+    sync_tree(src)
+    jobs = os.environ.get("JOBS", "2")
+    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        py = os.path.join(ROOT, ".venv", "bin", "python")
+        if sh(["cmake", "-S", src, "-B", build, "-DIGNITE_CUDA=OFF", "-DIGNITE_EMU_TESTS=OFF",
+               "-DCMAKE_BUILD_TYPE=Release", f"-DIGNITE_PYTHON={py}"], base, log):
+            print(f"configure failed: {log}")
+            return 1
+    results, ok = [], True
+    for mid, path, old, new, targets, tests, what, expect in chosen:
+        f = os.path.join(src, path)
+        with open(f) as fh:
+            text = fh.read()
+        t0 = time.time()
+        olds, news = (old, new) if isinstance(old, list) else ([old], [new])
+        if any(text.count(o) != 1 for o in olds):
+            verdict = "stale"
+        else:
+            mutated = text
+            for o, n in zip(olds, news):
+                mutated = mutated.replace(o, n)
+            try:
+                with open(f, "w") as fh:
+                    fh.write(mutated)
+                if sh(["cmake", "--build", build, f"-j{jobs}", "--target", *targets], base, log):
+                    verdict = "broken"
+                else:
+                    failed = [t for t in tests
+                              if sh(["ctest", "--output-on-failure", "-R", f"^{t}$"], build, log)]
+                    verdict = "caught" if failed == tests else \
+                        "missed" if not failed else "caught by " + ",".join(failed)
+            finally:
+                with open(f, "w") as fh:  # a new mtime: the next build compiles it again
+                    fh.write(text)
+        ok &= verdict == expect
+        results.append((mid, verdict, expect, time.time() - t0))
+        print(f"{mid:24} {verdict:7} (expected {expect}) {time.time() - t0:6.1f} s  {what}",
+              flush=True)
+    # leave the copy built as the tree is
+    sh(["cmake", "--build", build, f"-j{jobs}", "--target",
+        *sorted({t for m in chosen for t in m[4]})], base, log)
+    bad = [r for r in results if r[1] != r[2]]
+    print(f"{len(results)} mutants, {len(bad)} not as expected; log: {log}")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
