@@ -29,7 +29,7 @@ import tempfile
 
 import jsonschema
 
-from igtest import check, summary
+from igtest import check, sanitized, summary
 
 TOOL = sys.argv[1]
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -148,7 +148,7 @@ def integer_cases():
         {"minimum": -(10 ** 15), "maximum": 10 ** 15},
     ]
     rng = random.Random(53)
-    for _ in range(24):  # random bounds of every size and sign
+    for _ in range(6 if sanitized() else 24):  # random bounds of every size and sign
         a = rng.choice([-1, 1]) * int(10 ** rng.uniform(0, 6))
         b = a + int(10 ** rng.uniform(0, 6))
         kind = rng.randrange(4)
