@@ -50,6 +50,8 @@ static struct model *make(const char *spec)
         m->layers[1].rope = MODEL_ROPE_GLOBAL;
         hp->n_swa_layers = 1;
         hp->attn_scale = 1.0 / sqrt((double)hp->n_embd / (double)hp->n_head);
+        for (int64_t l = 0; l < hp->n_layer; l++) /* the forwards read each layer's */
+            m->layers[l].attn_scale = hp->attn_scale;
         hp->final_softcap = 30.0;
     }
     return m;
