@@ -3,8 +3,9 @@
  * RMSNorm (of rows or of heads: the same call over more, shorter rows),
  * bias, RoPE, SwiGLU or GeGLU, residual add, soft-capping. A stored norm
  * weight is the multiplier as it is: Gemma's converter already wrote 1 + w.
- * Each runs on the calling thread over the rows it is given; ops/layer.c
- * splits a step's rows over the pool. The matmuls are in ops/matmul.c.
+ * Each runs on the calling thread over the rows it is given; the CPU
+ * backend's layer steps (backend/cpu_rows.c) split a step's rows over the
+ * pool. The matmuls are in ops/matmul.c.
  * Covered by tests/cpu/ (the forward against the numpy reference). */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
