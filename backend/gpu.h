@@ -1,6 +1,7 @@
-/* backend/gpu.h: the CUDA backend (backend/gpu.c): weights, the KV pool
- * and activations in device memory; cuBLAS GEMMs or our quantized products,
- * our kernels for everything else (ops/gpu_ops.h, prefill/flash_attn.h,
+/* backend/gpu.h: the CUDA backend (backend/gpu.c, its forward in
+ * backend/gpu_forward.c): weights, the KV pool and activations in device
+ * memory; cuBLAS GEMMs or our quantized products, our kernels for everything
+ * else (ops/gpu_ops.h, prefill/flash_attn.h,
  * decode/decode_attn.h). A step runs all its rows at once, its attention
  * reading each sequence's blocks through its block table (shares_blocks is
  * true: sequences share prefix blocks as on the CPU); a step of one row per

@@ -1,7 +1,8 @@
-/* backend/gpu_impl.h: what the files of the CUDA backend share (gpu.c: setup
- * and the forwards; gpu_weights.c: weights onto the device; gpu_matmul.c:
- * the one matrix-product dispatch; gpu_cache.c: the cache to and from the
- * host). Private to backend/. Functions shared between the files carry
+/* backend/gpu_impl.h: what the files of the CUDA backend share (gpu.c:
+ * memory, set-up, the step's inputs and the decode graphs; gpu_forward.c:
+ * the layer loop, its mixers and FFNs, the output head; gpu_weights.c:
+ * weights onto the device; gpu_matmul.c: the one matrix-product dispatch;
+ * gpu_cache.c: the cache to and from the host). Private to backend/. Functions shared between the files carry
  * IG_DEV names like the public ones: the CUDA and emulated builds meet in
  * one test program. */
 #ifndef IGNITE_BACKEND_GPU_IMPL_H
@@ -9,6 +10,7 @@
 
 #include "backend/gpu.h"
 #include "backend/gpu_plan.h"
+#include "decode/decode_attn.h"
 #include "device/device.h"
 #include "ops/gpu_qmm.h"
 #include "prefill/flash_attn.h"
@@ -58,12 +60,14 @@ struct gpu_backend {
     int64_t n_ctx, max_rows;   /* backend_opts' */
     int64_t max_batch;         /* activation rows: max_rows, or the largest bucket when more */
     int n_slots;
-    /* The pool (kvcache.h's layout, f16) and the step's compacted tables:
-     * sequence s of a step has its table at tables + s * table_stride. */
-    int64_t n_blocks, block_stride, head_stride, table_stride;
+    /* The pool (f16, each layer's layout kvcache.h's: gpu_layer_layout) and
+     * the step's compacted tables: sequence s of a step has its table at
+     * tables + s * table_stride. */
+    int64_t n_blocks, table_stride;
     int64_t n_states;          /* recurrent state slots (base.n_states) */
     int64_t max_seqs;          /* the largest decode bucket (n_slots rounded up) */
-    int64_t q_dim, kv_dim, qkv_rows;
+    int64_t q_dim, kv_dim, qkv_rows, n_ff; /* the largest layer's (model_layers_max): the
+                                              activations' widths */
     enum backend_gpu_weights weights_mode;
     struct gpu_layer *layers;
     struct gpu_matrix mat[MODEL_ROLES]; /* [MODEL_TOK_EMBD], [MODEL_OUTPUT] (the same when tied) */
@@ -113,6 +117,34 @@ static inline struct kv_layout gpu_layer_layout(const struct gpu_backend *g, int
     return kv_memory_layout(g->base.kv_mem, l, g->layers[l].k_cache, g->layers[l].v_cache);
 }
 
+/* Rows of layer L's fused Q|K|V product (the row stride of g->qkv in it). */
+static inline int64_t gpu_layer_qkv_rows(const struct model_layer *L)
+{
+    return (L->n_head + 2 * L->n_head_kv) * L->head_dim;
+}
+
+/* The decode attention of bucket i (2^i rows) in layer l: its sizes,
+ * strides, scale and window (the pointers are the caller's). */
+static inline struct decode_attn_params gpu_bucket_attn(const struct gpu_backend *g, int i,
+                                                        int64_t l)
+{
+    const struct model_layer *L = &g->m->layers[l];
+    struct kv_layout lay = gpu_layer_layout(g, l);
+    struct decode_attn_params ap = {0};
+    ap.n_seqs = (int64_t)1 << i;
+    ap.n_head = L->n_head;
+    ap.n_head_kv = L->n_head_kv;
+    ap.head_dim = L->head_dim;
+    ap.n_ctx = g->n_ctx;
+    ap.n_splits = g->n_splits[i];
+    ap.table_stride = g->table_stride;
+    ap.block_stride = lay.block_stride;
+    ap.head_stride = lay.head_stride;
+    ap.scale = (float)L->attn_scale;
+    ap.window = L->window;
+    return ap;
+}
+
 /* A device allocation of `bytes` into *(void **)out, remembered for
  * the backend's destroy and added to *account when not NULL. */
 int IG_DEV(gpu_alloc)(struct gpu_backend *g, size_t bytes, void *out, size_t *account);
@@ -136,6 +168,26 @@ int IG_DEV(gpu_matmul)(struct gpu_backend *g, const struct gpu_matrix *w, const 
 
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);
+
+/* The forward (gpu_forward.c). A prefill step's n rows of n_seqs
+ * sequences (inputs, tables and h_seqs staged): embeddings and every layer;
+ * in the last, rows keep0.. alone go on past the mixing (none: keep0 = n).
+ * The residuals end in g->x. Queues work only. */
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t keep0);
+
+/* Bucket `bucket`'s forward: 2^bucket rows, one per sequence, tokens,
+ * positions (-1: padding) and tables read from device memory, so a graph
+ * of it replays for any batch of that size. Logits of every row into
+ * g->logits. Queues work only (a decode graph captures it). */
+int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket);
+
+/* The logits of rows want[0..k) (ascending; residuals in g->x) into host
+ * `logits` [k][n_vocab], or with `greedy` their greedy tokens into it [k]:
+ * per group of up to logit_rows rows, the final norm gathers them into
+ * g->xn (one launch per run of consecutive rows), one output-head product,
+ * one download. */
+int IG_DEV(gpu_head_rows)(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits,
+                          int32_t *greedy);
 
 /* Reads the matmul settings of the environment once per backend:
  * IGNITE_QMM_PATH (checked, ops/gpu_qmm.h) and, in the emulated build,

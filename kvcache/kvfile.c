@@ -104,9 +104,9 @@ static void kv_model_id_ext(struct ig_sha256 *s, const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
     const struct model_rope *g = &hp->rope[MODEL_ROPE_GLOBAL];
-    if (hp->arch_id == MODEL_ARCH_LLAMA || hp->arch_id == MODEL_ARCH_QWEN2)
-        if (g->scaling == ROPE_SCALING_NONE && !g->freq_factors && g->attn_factor == 1.0)
-            return;
+    if (!model_arch_id_ext(hp->arch_id) && g->scaling == ROPE_SCALING_NONE && !g->freq_factors &&
+        g->attn_factor == 1.0)
+        return;
     ig_sha256_update(s, "ext", 3);
     int64_t ints[] = {hp->arch_id, hp->has_qk_norm, hp->has_post_norms, hp->ffn_act,
                       hp->n_swa, hp->n_swa_layers};

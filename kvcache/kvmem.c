@@ -146,11 +146,18 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, struct kv_memory **
     struct kv_layer_mem *ls = calloc((size_t)(hp->n_layer > 0 ? hp->n_layer : 1), sizeof *ls);
     if (!ls)
         return ig_error(IG_E_NOMEM, "out of memory describing the KV cache");
+    /* A layer's memory by its mixer: attention keeps K/V of its own KV heads
+     * and head dim in paged blocks (a windowed layer's as sliding-window). */
     for (int64_t l = 0; l < hp->n_layer; l++) {
-        int64_t window = m->layers[l].window;
-        ls[l] = (struct kv_layer_mem){.kind = window > 0 ? KV_WINDOW : KV_FULL,
-                                      .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                      .window = window > 0 ? window : 0, .source = -1};
+        const struct model_layer *L = &m->layers[l];
+        switch (L->mixer) {
+        case LAYER_MIXER_ATTENTION:
+            ls[l] = (struct kv_layer_mem){.kind = L->window > 0 ? KV_WINDOW : KV_FULL,
+                                          .n_head_kv = L->n_head_kv, .head_dim = L->head_dim,
+                                          .window = L->window > 0 ? L->window : 0,
+                                          .source = -1};
+            break;
+        }
     }
     int st = kv_memory_build(ls, hp->n_layer, dtype, out);
     free(ls);

@@ -11,6 +11,8 @@
  *           (sliding-window, RoPE base 10000) layers to one global; the
  *           converter stores every norm weight as 1 + w (Gemma3RMSNorm
  *           multiplies by 1 + w), so the plain RMSNorm applies as stored.
+ * Every layer of these is attention and a dense FFN of the model's sizes
+ * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
 #include "models/arch.h"
 
@@ -19,19 +21,23 @@
 #include <string.h>
 
 static const struct model_arch_info archs[] = {
-    {.name = "llama", .id = MODEL_ARCH_LLAMA, .rope_style = ROPE_ADJACENT,
+    {.name = "llama", .id = MODEL_ARCH_LLAMA, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_ADJACENT, .act = MODEL_ACT_SILU,
+     .norm_eps = 1e-5},
+    {.name = "qwen2", .id = MODEL_ARCH_QWEN2, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT, .features = MODEL_FEAT_QKV_BIAS,
      .act = MODEL_ACT_SILU, .norm_eps = 1e-5},
-    {.name = "qwen2", .id = MODEL_ARCH_QWEN2, .rope_style = ROPE_HALF_SPLIT,
-     .features = MODEL_FEAT_QKV_BIAS, .act = MODEL_ACT_SILU, .norm_eps = 1e-5},
-    {.name = "qwen3", .id = MODEL_ARCH_QWEN3, .rope_style = ROPE_HALF_SPLIT,
-     .features = MODEL_FEAT_QK_NORM, .act = MODEL_ACT_SILU, .norm_eps = 1e-6},
+    {.name = "qwen3", .id = MODEL_ARCH_QWEN3, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT, .features = MODEL_FEAT_QK_NORM,
+     .act = MODEL_ACT_SILU, .norm_eps = 1e-6, .id_ext = true},
     /* Gemma3TextConfig: sliding_window_pattern 6, rope_local_base_freq 10000,
      * rms_norm_eps 1e-6; 27B (62 layers) has query_pre_attn_scalar 168 =
      * hidden_size / num_attention_heads, the others head_dim (256). */
-    {.name = "gemma3", .id = MODEL_ARCH_GEMMA3, .rope_style = ROPE_HALF_SPLIT,
+    {.name = "gemma3", .id = MODEL_ARCH_GEMMA3, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT,
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_POST_NORMS, .act = MODEL_ACT_GELU_TANH,
      .embd_scale_sqrt = true, .norm_eps = 1e-6,
-     .swa_pattern = 6, .rope_base_local = 10000.0, .qpas_embd_layers = 62},
+     .swa_pattern = 6, .rope_base_local = 10000.0, .qpas_embd_layers = 62, .id_ext = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -49,6 +55,47 @@ const struct model_arch_info *model_arch_of(enum model_arch id)
             return &archs[i];
     IG_ASSERT(!"an architecture id without a row");
     return NULL;
+}
+
+bool model_arch_id_ext(enum model_arch id)
+{
+    return model_arch_of(id)->id_ext;
+}
+
+void model_arch_layer(const struct model_arch_info *ai, const struct model_hparams *hp,
+                      bool local, struct model_layer *L)
+{
+    L->mixer = ai->mixer;
+    L->ffn = ai->ffn;
+    L->n_head = hp->n_head;
+    L->n_head_kv = hp->n_head_kv;
+    L->head_dim = hp->head_dim;
+    L->window = local ? hp->n_swa : 0;
+    L->rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+    L->attn_scale = hp->attn_scale;
+    L->n_ff = hp->n_ff;
+}
+
+static int64_t max_i64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+void model_layers_max(const struct model *m, struct model_layer_max *out)
+{
+    const struct model_hparams *hp = &m->hp;
+    *out = (struct model_layer_max){hp->n_head, hp->n_head_kv, hp->head_dim,
+                                    hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim,
+                                    hp->n_ff};
+    for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        out->n_head = max_i64(out->n_head, L->n_head);
+        out->n_head_kv = max_i64(out->n_head_kv, L->n_head_kv);
+        out->head_dim = max_i64(out->head_dim, L->head_dim);
+        out->q_dim = max_i64(out->q_dim, L->n_head * L->head_dim);
+        out->kv_dim = max_i64(out->kv_dim, L->n_head_kv * L->head_dim);
+        out->n_ff = max_i64(out->n_ff, L->n_ff);
+    }
 }
 
 const char *model_arch_list(void)

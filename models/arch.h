@@ -1,8 +1,8 @@
 /* models/arch.h: what each architecture ignite runs is made of (private to
  * models/). One row per general.architecture in models/arch.c: the facts a
- * GGUF file does not carry (RoPE pairing, which extra weights exist, the
- * activation, the sliding-window pattern and local RoPE base when the file
- * has no key for them). model.c reads a file's keys first and falls back to
+ * GGUF file does not carry (the kind of its layers, RoPE pairing, which
+ * extra weights exist, the activation, the sliding-window pattern and local
+ * RoPE base when the file has no key for them). model.c reads a file's keys first and falls back to
  * these. Covered by tests/models/test_arch_load.py. */
 #ifndef IGNITE_MODELS_ARCH_H
 #define IGNITE_MODELS_ARCH_H
@@ -15,6 +15,10 @@
 struct model_arch_info {
     const char *name;        /* general.architecture */
     enum model_arch id;
+    /* The kind of its layers: every layer's mixer and FFN (a hybrid's
+     * pattern of kinds goes here, beside the window's below). */
+    enum layer_mixer mixer;
+    enum layer_ffn ffn;
     enum rope_style rope_style;
     unsigned features;       /* MODEL_FEAT_ bits beyond Llama's (models/tensors.h): the
                                 weights they bring are required */
@@ -31,6 +35,10 @@ struct model_arch_info {
      * 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) (Gemma 3 27B's
      * query_pre_attn_scalar of 168); 0: none. */
     int64_t qpas_embd_layers;
+    /* The saved-cache model id hashes its extension pass whatever the RoPE
+     * (kvcache/kvfile.c): false for Llama 2's and Qwen2's block, whose ids
+     * predate the pass (model_arch_id_ext). */
+    bool id_ext;
 };
 
 /* The row for the architecture named `name`, or NULL. */
@@ -38,6 +46,14 @@ const struct model_arch_info *model_arch_find(struct gguf_str name);
 
 /* The row of architecture `id` (never NULL). */
 const struct model_arch_info *model_arch_of(enum model_arch id);
+
+/* Sets layer L's kind and facts: the kind from the architecture's row, the
+ * sizes from the hyper-parameters (every layer of today's architectures has
+ * the model's), and, where the loader found the layer local (the file's
+ * pattern, else the row's swa_pattern), the window hp->n_swa and the local
+ * RoPE. The weights are left as they are. */
+void model_arch_layer(const struct model_arch_info *ai, const struct model_hparams *hp,
+                      bool local, struct model_layer *L);
 
 /* "llama, qwen2, qwen3, gemma3": the known names, for messages. */
 const char *model_arch_list(void);

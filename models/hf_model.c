@@ -14,6 +14,8 @@
  * test_hf_arch.py and test_hf_malformed.py. */
 #include "models/hf.h"
 
+#include "models/arch.h"
+
 #include "core/half.h"
 #include "core/json.h"
 #include "core/status.h"
@@ -296,7 +298,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
                         row->ties_to_embd ? " (config.json says tie_word_embeddings false)"
                                           : "");
     int64_t shape[3];
-    model_tensor_shape(row, &L->m->hp, layer, shape);
+    model_weight_shape(row, L->m, layer, shape);
     /* the dimensions as stored: experts (when more than one), rows (of a
      * matrix), then columns */
     bool vec = row->kind != TENSOR_MATRIX;
@@ -462,21 +464,20 @@ int hf_load(const char *dir, struct model *m)
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers)
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
+    /* each layer's kind and sizes, which its weights' shapes are checked against */
+    const struct model_arch_info *ai = model_arch_of(m->hp.arch_id);
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        model_arch_layer(ai, &m->hp, c.local[il / 8] >> (il % 8) & 1, &m->layers[il]);
     /* Room for every norm and bias in f32, in case all are stored narrower. */
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
         if (it.t->kind != TENSOR_MATRIX) {
             int64_t shape[3];
-            model_tensor_shape(it.t, &m->hp, it.layer, shape);
+            model_weight_shape(it.t, m, it.layer, shape);
             h->cap_vectors += (size_t)(shape[0] * shape[1] * shape[2]);
         }
     if (!(h->vectors = malloc(h->cap_vectors * sizeof *h->vectors)))
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        bool local = c.local[il / 8] >> (il % 8) & 1;
-        m->layers[il].window = local ? m->hp.n_swa : 0;
-        m->layers[il].rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
-    }
     if ((st = bind_weights(&L)) || (st = read_chat_template(&L)) || (st = read_generation(&L)))
         return st;
     return IG_OK;

@@ -365,9 +365,10 @@ static int read_rope(const struct loader *L)
                     &hp->rope[MODEL_ROPE_LOCAL].base);
 }
 
-/* Which layers are local (sliding-window): from attention.sliding_window
- * and attention.sliding_window_pattern (an integer n: every n-th layer
- * global, llama.cpp's rule; or one bool per layer, true = local), else the
+/* Each layer's kind and sizes (model_arch_layer), and which layers are
+ * local (sliding-window): from attention.sliding_window and
+ * attention.sliding_window_pattern (an integer n: every n-th layer global,
+ * llama.cpp's rule; or one bool per layer, true = local), else the
  * architecture's pattern. Without a window every layer is global. */
 static int read_layer_kinds(const struct loader *L, struct model *m)
 {
@@ -411,8 +412,7 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
                                                     : gguf_arr_int(pat, (uint64_t)il) != 0;
         else
             local = every == 0 || il % every < every - 1;
-        m->layers[il].window = local ? (int64_t)window : 0;
-        m->layers[il].rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+        model_arch_layer(L->ai, hp, local, &m->layers[il]);
         hp->n_swa_layers += local;
     }
     return IG_OK;
@@ -468,7 +468,7 @@ static int load_weights(const struct loader *L, struct model *m)
         char name[96];
         int64_t shape[3];
         model_tensor_gguf_name(it.t, it.layer, name, sizeof name);
-        model_tensor_shape(it.t, hp, it.layer, shape);
+        model_weight_shape(it.t, m, it.layer, shape);
         if ((st = get_weight(L, name, shape, it.t->kind != TENSOR_MATRIX, !required,
                              model_weight_at(m, it.t, it.layer))))
             return st;
@@ -500,7 +500,8 @@ int model_from_gguf(const char *path, struct gguf_file *g, struct model **out)
         st = ig_error(IG_E_NOMEM, "out of memory loading '%s'", path);
         goto fail;
     }
-    if ((st = load_weights(&L, m)) || (st = read_rope(&L)) || (st = read_layer_kinds(&L, m)))
+    /* the layers' kinds and sizes first: each weight's shape is its layer's */
+    if ((st = read_layer_kinds(&L, m)) || (st = load_weights(&L, m)) || (st = read_rope(&L)))
         goto fail;
     for (int64_t i = 0; i < m->gguf->n_tensors; i++)
         m->n_params += m->gguf->tensors[i].n_elems;

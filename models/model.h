@@ -10,7 +10,8 @@
  * format and point into the mapped files; the forward reads them through
  * struct model_weight, by role (m->w[MODEL_OUTPUT], L->w[LAYER_WQ]). What
  * differs between layers (a sliding window, a RoPE variant) is in struct
- * model_layer, so the block reads one layer's facts in one place. What the
+ * model_layer with the layer's kind (its mixer and FFN) and sizes, so a
+ * forward reads one layer's facts in one place. What the
  * CLI needs beyond the weights (chat template, sampling defaults, tensor
  * counts) comes from the accessors at the end, whichever format the model
  * came from. Covered by tests/models/.
@@ -82,6 +83,8 @@ struct model_hparams {
     enum model_arch arch_id;
     int64_t n_layer;
     int64_t n_embd;
+    /* The attention and FFN sizes as the file states them for the model;
+     * each layer has its own in struct model_layer (what the forward reads). */
     int64_t n_head;
     int64_t n_head_kv;    /* grouped-query attention: n_head % n_head_kv == 0 */
     int64_t head_dim;     /* n_embd / n_head unless the file says otherwise */
@@ -120,13 +123,54 @@ struct model_weight {
     int64_t n_expert;     /* matrices of [rows, cols], >= 1 (0 only in an absent weight) */
 };
 
+/* What mixes a layer's positions: each backend's layer loop calls the
+ * mixer of the layer's kind through its table (backend/cpu_forward.c,
+ * backend/gpu_forward.c). */
+enum layer_mixer {
+    LAYER_MIXER_ATTENTION, /* softmax attention over the layer's KV cache (all of it,
+                              or its sliding window) */
+    /* Room for a recurrent mixer (gated DeltaNet, a short convolution: a
+     * fixed state per sequence, kvcache's KV_RECURRENT), the next kind:
+     * docs/design.md, "How to add a layer kind". */
+};
+
+/* A layer's feed-forward network, by the same tables. */
+enum layer_ffn {
+    LAYER_FFN_DENSE, /* down(act(gate x) * up x), the model's hp.ffn_act */
+    /* Room for a mixture of experts (a router over n_expert FFNs). */
+};
+
 /* A layer: its weights by role (models/tensors.h: enum layer_role; absent
- * ones zeroed) and what else differs between layers. */
+ * ones zeroed), its kind, and its own sizes, so that layers may differ in
+ * heads, head dim and FFN width. The loaders fill the kind and the facts
+ * from the architecture's row (models/arch.c, model_arch_layer) and the
+ * hyper-parameters; the forwards, the KV memory, the checks of the
+ * weights' shapes and every buffer size (the largest layer's:
+ * model_layers_max) read them here. */
 struct model_layer {
     struct model_weight w[MODEL_LAYER_ROLES];
+    enum layer_mixer mixer;
+    enum layer_ffn ffn;
+    /* attention (LAYER_MIXER_ATTENTION) */
+    int64_t n_head;                /* query heads */
+    int64_t n_head_kv;             /* KV heads: n_head % n_head_kv == 0 */
+    int64_t head_dim;              /* of queries, keys and values */
     int64_t window;                /* sliding window: a query at position p sees keys
                                       p - window + 1 .. p; 0 = every key up to p */
     int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
+    double attn_scale;             /* softmax scale of the scores */
+    /* the FFN */
+    int64_t n_ff;                  /* FFN width */
+};
+
+/* The largest of each per-layer size over a model's layers (and its
+ * hyper-parameters' values: a model made by hand for a test has no
+ * layers): what buffers for any layer hold. */
+struct model_layer_max {
+    int64_t n_head, n_head_kv, head_dim;
+    int64_t q_dim;  /* n_head * head_dim */
+    int64_t kv_dim; /* n_head_kv * head_dim */
+    int64_t n_ff;
 };
 
 /* Sampling settings a model ships with (generation_config.json); each
@@ -176,6 +220,14 @@ bool model_arch_known(const struct gguf_file *g);
 
 /* The architectures model_load knows, comma-separated, for messages. */
 const char *model_arch_names(void);
+
+/* The largest of each per-layer size of m (struct model_layer_max). */
+void model_layers_max(const struct model *m, struct model_layer_max *out);
+
+/* True where the saved-cache model id (kvcache/kvfile.c) hashes its
+ * extension pass whatever the model's RoPE: the architectures past Llama 2
+ * and Qwen2 (models/arch.c's rows say which). */
+bool model_arch_id_ext(enum model_arch id);
 
 /* Frees the model and unmaps its file. NULL is fine. */
 void model_free(struct model *m);

@@ -184,11 +184,11 @@ static void fill(struct model_weight *w, uint8_t *data, uint64_t *s)
 /* ---- the model -------------------------------------------------------------- */
 
 /* Row t's weight in layer `layer` (-1: the model's), stored as `type`. */
-static struct model_weight shaped(const struct model_tensor *t, const struct model_hparams *hp,
+static struct model_weight shaped(const struct model_tensor *t, const struct model *m,
                                   int64_t layer, enum quant_type type)
 {
     int64_t shape[3];
-    model_tensor_shape(t, hp, layer, shape);
+    model_weight_shape(t, m, layer, shape);
     return (struct model_weight){.type = type, .n_expert = shape[0], .rows = shape[1],
                                  .cols = shape[2], .row_bytes = quant_row_bytes(type, shape[2])};
 }
@@ -220,7 +220,7 @@ static void shape_weight(struct model *m, const struct model_tensor_it *it, enum
 {
     enum quant_type t = it->t->kind != TENSOR_MATRIX ? QUANT_F32 : heavy(it->t) ? hv : type;
     struct model_weight *w = model_weight_at(m, it->t, it->layer);
-    *w = shaped(it->t, &m->hp, it->layer, t);
+    *w = shaped(it->t, m, it->layer, t);
     *(it->layer < 0 ? &sz->model_bytes : &sz->layer_bytes) += padded(w);
     *(it->layer < 0 ? &sz->model_params : &sz->layer_params) += w->n_expert * w->rows * w->cols;
 }
@@ -298,6 +298,7 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
      * copied into every layer once the one allocation for every weight is
      * made. */
     struct model_layer proto = {0};
+    model_arch_layer(ai, hp, false, &proto); /* every layer has the model's sizes */
     m->layers = &proto;
     struct shapes sz = {0};
     struct model_tensor_it it;
@@ -328,8 +329,7 @@ static int build(const char *name, enum quant_type type, bool mixed, bool materi
     /* Gemma's pattern: every swa_pattern-th layer global, the others local. */
     for (int64_t il = 0; il < sh->n_layer; il++) {
         bool local = sh->window && il % ai->swa_pattern < ai->swa_pattern - 1;
-        proto.window = local ? sh->window : 0;
-        proto.rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
+        model_arch_layer(ai, hp, local, &proto);
         m->layers[il] = proto;
         hp->n_swa_layers += local;
     }

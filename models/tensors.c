@@ -119,7 +119,7 @@ const struct model_tensor *model_tensor_row(enum tensor_scope scope, int role)
 
 int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum tensor_dim d)
 {
-    (void)layer; /* every layer has the model's sizes, for now */
+    (void)layer;
     switch (d) {
     case TENSOR_DIM_ONE: return 1;
     case TENSOR_DIM_EMBD: return hp->n_embd;
@@ -139,6 +139,29 @@ void model_tensor_shape(const struct model_tensor *t, const struct model_hparams
     shape[0] = model_tensor_dim(hp, layer, t->n_expert);
     shape[1] = model_tensor_dim(hp, layer, t->rows);
     shape[2] = model_tensor_dim(hp, layer, t->cols);
+}
+
+int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
+{
+    if (layer < 0)
+        return model_tensor_dim(&m->hp, layer, d);
+    IG_ASSERT(layer < m->hp.n_layer);
+    const struct model_layer *L = &m->layers[layer];
+    switch (d) {
+    case TENSOR_DIM_Q: return L->n_head * L->head_dim;
+    case TENSOR_DIM_KV: return L->n_head_kv * L->head_dim;
+    case TENSOR_DIM_HEAD: return L->head_dim;
+    case TENSOR_DIM_FF: return L->n_ff;
+    default: return model_tensor_dim(&m->hp, layer, d);
+    }
+}
+
+void model_weight_shape(const struct model_tensor *t, const struct model *m, int64_t layer,
+                        int64_t shape[3])
+{
+    shape[0] = model_layer_dim(m, layer, t->n_expert);
+    shape[1] = model_layer_dim(m, layer, t->rows);
+    shape[2] = model_layer_dim(m, layer, t->cols);
 }
 
 unsigned model_features(const struct model_hparams *hp)

@@ -75,9 +75,9 @@ enum tensor_scope {
     TENSOR_PER_LAYER, /* one weight in each layer; role is an enum layer_role */
 };
 
-/* A dimension in terms of the hyper-parameters (and, through
- * model_tensor_dim's layer argument, of the layer, so layers may later
- * have their own head counts and FFN widths). */
+/* A dimension in terms of the hyper-parameters and, through
+ * model_layer_dim, of the layer's own sizes (its heads, head dim and FFN
+ * width). */
 enum tensor_dim {
     TENSOR_DIM_ONE,   /* 1 */
     TENSOR_DIM_EMBD,  /* n_embd */
@@ -171,12 +171,24 @@ const struct model_tensor *model_tensor_table(int *n);
 /* The row of a role. */
 const struct model_tensor *model_tensor_row(enum tensor_scope scope, int role);
 
-/* A dimension's size for layer `layer` (-1 for a per-model weight). */
+/* A dimension's size by the model-wide hyper-parameters alone (`layer`
+ * unused): for what has no layers yet (a context sized for a test) and
+ * where every layer has the model's sizes. */
 int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum tensor_dim d);
 
-/* The row's shape in layer `layer`: {n_expert, rows, cols}. */
+/* The row's shape by the hyper-parameters alone: {n_expert, rows, cols}. */
 void model_tensor_shape(const struct model_tensor *t, const struct model_hparams *hp,
                         int64_t layer, int64_t shape[3]);
+
+/* A dimension's size in layer `layer` of m (-1 for a per-model weight):
+ * heads, head dim and FFN width are the layer's own (struct model_layer,
+ * which the loaders fill before they check any weight's shape). */
+int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d);
+
+/* The row's shape in layer `layer` of m: {n_expert, rows, cols}, by
+ * model_layer_dim. What the loaders check each weight against. */
+void model_weight_shape(const struct model_tensor *t, const struct model *m, int64_t layer,
+                        int64_t shape[3]);
 
 /* The MODEL_FEAT_ bits a model's hyper-parameters have, and the setting of
  * the hyper-parameters' flags from such bits. */

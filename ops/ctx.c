@@ -62,13 +62,15 @@ static int64_t max_weight_cols(const struct model *m)
     int n;
     const struct model_tensor *t = model_tensor_table(&n);
     int64_t cols = 1;
-    /* from the hyper-parameters alone (tests size a context with no weights
-     * and no layers) */
+    /* from the hyper-parameters (tests size a context with no weights and
+     * no layers), and each layer's own sizes where there are layers */
     for (int i = 0; i < n; i++) {
         bool per_layer = t[i].scope == TENSOR_PER_LAYER;
-        int64_t layers = per_layer ? max_i64(m->hp.n_layer, 1) : 1;
-        for (int64_t l = 0; t[i].kind == TENSOR_MATRIX && l < layers; l++)
-            cols = max_i64(cols, model_tensor_dim(&m->hp, per_layer ? l : -1, t[i].cols));
+        if (t[i].kind != TENSOR_MATRIX)
+            continue;
+        cols = max_i64(cols, model_tensor_dim(&m->hp, per_layer ? 0 : -1, t[i].cols));
+        for (int64_t l = 0; per_layer && m->layers && l < m->hp.n_layer; l++)
+            cols = max_i64(cols, model_layer_dim(m, l, t[i].cols));
     }
     return cols;
 }
@@ -91,9 +93,14 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
         return st;
     }
 
-    int64_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    /* buffers that hold any layer's rows: the largest layer's sizes */
+    struct model_layer_max mx;
+    model_layers_max(m, &mx);
     int64_t half_rot = hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1;
-    ctx->n_rope = hp->n_swa_layers > 0 ? 2 : 1;
+    ctx->n_rope = 1;
+    for (int64_t l = 0; m->layers && l < hp->n_layer; l++)
+        if (m->layers[l].rope == MODEL_ROPE_LOCAL)
+            ctx->n_rope = 2;
     ctx->rope_inv = malloc((size_t)(ctx->n_rope * half_rot) * sizeof *ctx->rope_inv);
     if (ctx->rope_inv)
         for (int r = 0; r < ctx->n_rope; r++)
@@ -103,18 +110,23 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     b->x = alloc_floats(max_batch * hp->n_embd);
     b->xn = alloc_floats(max_batch * hp->n_embd);
     b->proj = alloc_floats(max_batch * hp->n_embd);
-    b->q = alloc_floats(max_batch * q_dim);
-    b->k = alloc_floats(max_batch * kv_dim);
-    b->v = alloc_floats(max_batch * kv_dim);
-    b->att = alloc_floats(max_batch * q_dim);
-    b->gate = alloc_floats(max_batch * hp->n_ff);
-    b->up = alloc_floats(max_batch * hp->n_ff);
+    b->q = alloc_floats(max_batch * mx.q_dim);
+    b->k = alloc_floats(max_batch * mx.kv_dim);
+    b->v = alloc_floats(max_batch * mx.kv_dim);
+    b->att = alloc_floats(max_batch * mx.q_dim);
+    b->gate = alloc_floats(max_batch * mx.n_ff);
+    b->up = alloc_floats(max_batch * mx.n_ff);
     b->rope_cos = alloc_floats(ctx->n_rope * max_batch * half_rot);
     b->rope_sin = alloc_floats(ctx->n_rope * max_batch * half_rot);
 
     int64_t per_thread = max_i64(max_weight_cols(m) * OPS_MATMUL_ROW_BUFS,
                                  attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv,
                                                            hp->head_dim));
+    for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        per_thread = max_i64(per_thread, attn_tiled_scratch_floats(L->n_head, L->n_head_kv,
+                                                                   L->head_dim));
+    }
     ctx->scratch_floats = (per_thread + 15) & ~(int64_t)15;
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
     int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);

@@ -3,8 +3,9 @@
  * RMSNorm (of rows or of heads: the same call over more, shorter rows),
  * bias, RoPE, SwiGLU or GeGLU, residual add, soft-capping. A stored norm
  * weight is the multiplier as it is: Gemma's converter already wrote 1 + w.
- * Each runs on the calling thread over the rows it is given; ops/layer.c
- * splits a step's rows over the pool. The matmuls are in ops/matmul.c.
+ * Each runs on the calling thread over the rows it is given; the CPU
+ * backend's layer steps (backend/cpu_rows.c) split a step's rows over the
+ * pool. The matmuls are in ops/matmul.c.
  * Covered by tests/cpu/ (the forward against the numpy reference). */
 #include "ops/matmul_kernels.h"
 #include "ops/ops.h"
@@ -228,10 +229,17 @@ static void rope_head(float *v, const float *cs, const float *sn, int64_t half, 
 void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
                     int rope)
 {
+    ops_rope_rows(ctx, x, t0, t1, n_heads, ops_ctx_model(ctx)->hp.head_dim, rope);
+}
+
+void ops_rope_rows(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
+                   int64_t hd, int rope)
+{
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     const struct ops_buffers *b = ops_ctx_buffers(ctx);
     IG_ASSERT(rope >= 0 && rope < ops_ctx_n_rope(ctx));
-    int64_t half = hp->n_rot / 2, hd = hp->head_dim;
+    IG_ASSERT(hp->n_rot <= hd);
+    int64_t half = hp->n_rot / 2;
     const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * half;
     const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * half;
     bool adjacent = hp->rope_style == ROPE_ADJACENT;

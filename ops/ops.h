@@ -135,7 +135,11 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
  * of the step's x[n_tokens][n_heads * head_dim] with the angles
  * ops_rope_prepare made for them and variant `rope` (MODEL_ROPE_GLOBAL or
  * MODEL_ROPE_LOCAL: the layer's), pairing dims as the model's rope_style
- * says. */
+ * says; head_dim is the layer's (n_rot <= head_dim). */
+void ops_rope_rows(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
+                   int64_t head_dim, int rope);
+
+/* ops_rope_rows at the model-wide hp.head_dim. */
 void ops_rope_apply(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_t n_heads,
                     int rope);
 

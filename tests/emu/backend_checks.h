@@ -393,11 +393,12 @@ static inline void compare_caches(struct pair *p, const struct model *m, int64_t
     float a[256], b[256];
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         struct kv_layout lr = kv_store_layout(ref, l), ld = kv_store_layout(dl, l);
-        for (int64_t h = 0; h < m->hp.n_head_kv; h++)
+        const struct model_layer *L = &m->layers[l]; /* the layer's own KV shape */
+        for (int64_t h = 0; h < L->n_head_kv; h++)
             for (int64_t pos = 0; pos < n_pos; pos++) {
-                kv_row_to_f32(lr.dtype, kv_row(&lr, lr.k, tr, h, pos), m->hp.head_dim, a);
-                kv_row_to_f32(ld.dtype, kv_row(&ld, ld.k, td, h, pos), m->hp.head_dim, b);
-                for (int64_t d = 0; d < m->hp.head_dim; d++) {
+                kv_row_to_f32(lr.dtype, kv_row(&lr, lr.k, tr, h, pos), L->head_dim, a);
+                kv_row_to_f32(ld.dtype, kv_row(&ld, ld.k, td, h, pos), L->head_dim, b);
+                for (int64_t d = 0; d < L->head_dim; d++) {
                     max_err = fmax(max_err, fabs((double)a[d] - b[d]));
                     max_ref = fmax(max_ref, fabs((double)a[d]));
                 }

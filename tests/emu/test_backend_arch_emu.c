@@ -10,6 +10,9 @@
  *     base 10 000) and layer 1 made global (base 1e6), an attention scale
  *     that is not 1/sqrt(head_dim) (1/sqrt(n_embd / n_head), 27B's kind),
  *     a final soft-cap of 30.
+ *   Qwen3-tiny again with its second layer narrower than the model (half
+ *     the query heads, one KV head, two thirds of the FFN width): layers of
+ *     their own sizes, on both backends and in the cache.
  * Weights go to the device as f16 (--gpu-weights f16): the bound is the f16
  * one of backend_checks.h plus NMSE 1e-3. Per model (teacher-forced, as
  * backend_checks.h does): 40 ids prefilled in chunks of 33 and 7 (Gemma:
@@ -50,17 +53,47 @@ static struct model *make(const char *spec)
         m->layers[1].rope = MODEL_ROPE_GLOBAL;
         hp->n_swa_layers = 1;
         hp->attn_scale = 1.0 / sqrt((double)hp->n_embd / (double)hp->n_head);
+        for (int64_t l = 0; l < hp->n_layer; l++) /* the forwards read each layer's */
+            m->layers[l].attn_scale = hp->attn_scale;
         hp->final_softcap = 30.0;
     }
     return m;
 }
 
-static void run_model(const char *spec, bool all)
+static void set_cols(struct model_weight *w, int64_t cols)
+{
+    w->cols = cols;
+    w->row_bytes = quant_row_bytes(w->type, cols);
+}
+
+/* Layers of their own sizes (struct model_layer's facts): layer l made
+ * narrower than the model, half the query heads, one KV head and two
+ * thirds of the FFN, its weights the stored ones read at the smaller
+ * shapes (random numbers either way). */
+static void narrow_layer(struct model *m, int64_t l)
+{
+    struct model_layer *L = &m->layers[l];
+    L->n_head /= 2;
+    L->n_head_kv = 1;
+    L->n_ff = 2 * L->n_ff / 3;
+    int64_t q = L->n_head * L->head_dim, kv = L->n_head_kv * L->head_dim;
+    L->w[LAYER_WQ].rows = q;
+    L->w[LAYER_WK].rows = kv;
+    L->w[LAYER_WV].rows = kv;
+    set_cols(&L->w[LAYER_WO], q);
+    L->w[LAYER_FFN_GATE].rows = L->n_ff;
+    L->w[LAYER_FFN_UP].rows = L->n_ff;
+    set_cols(&L->w[LAYER_FFN_DOWN], L->n_ff);
+}
+
+static void run_model(const char *spec, bool all, bool narrow)
 {
     struct model *m = make(spec);
     if (!m)
         return;
-    fprintf(stderr, "== %s\n", spec);
+    if (narrow)
+        narrow_layer(m, 1);
+    fprintf(stderr, "== %s%s\n", spec, narrow ? ", layer 1 narrower" : "");
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
                              .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = 1e-3};
@@ -132,8 +165,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!gemma_only)
-        run_model("synthetic:Qwen3-tiny:Q8_0", false); /* no window: the rest is Gemma's */
-    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only);
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, false); /* no window: the rest is Gemma's */
+    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only, false);
+    if (!gemma_only) /* per-layer heads, KV heads and FFN width */
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, true);
     if (!gemma_only)
         check_refused();
     return test_summary("test_backend_arch_emu");

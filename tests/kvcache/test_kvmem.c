@@ -465,8 +465,10 @@ static void check_model_memory(void)
     /* a Gemma 3-like model: every sixth layer global, the others a window of 512 */
     struct model_layer layers[12];
     memset(layers, 0, sizeof layers);
-    for (int l = 0; l < 12; l++)
+    for (int l = 0; l < 12; l++) {
         layers[l].window = l % 6 == 5 ? 0 : 512;
+        layers[l].n_head_kv = 2, layers[l].head_dim = 64; /* kv_memory_of reads the layer's */
+    }
     struct model m;
     memset(&m, 0, sizeof m);
     m.hp.n_layer = 12, m.hp.n_head_kv = 2, m.hp.head_dim = 64;

@@ -1,0 +1,114 @@
+/* backend/cpu_attention.c: the attention mixer of the CPU backend
+ * (LAYER_MIXER_ATTENTION, backend/cpu_layer.h): RMSNorm, the Q/K/V
+ * matmuls, the optional Q/K/V biases and Q/K head norms (models/arch.c says
+ * which model has them), RoPE of the layer's variant at each row's
+ * position, each sequence's K/V rows into its blocks of the host kv_store,
+ * the tiled attention of every sequence's rows over its blocks
+ * (prefill/attn_tiled.c: prompt chunks and decode rows alike, the layer's
+ * sliding window and scale), the output projection into proj. Every size is
+ * the layer's own (struct model_layer: heads, KV heads, head dim).
+ * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
+#include "backend/cpu_layer.h"
+
+#include "core/status.h"
+#include "ops/qmatmul.h"
+
+#include <string.h>
+
+/* The biases, head norms and RoPE of q and k. */
+static void qk_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
+{
+    const struct model_hparams *hp = &ops_ctx_model(job->ctx)->hp;
+    const struct model_layer *L = job->L;
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t n = r1 - r0, hd = L->head_dim;
+    int64_t q_dim = L->n_head * hd, kv_dim = L->n_head_kv * hd;
+    float *q = b->q + r0 * q_dim, *k = b->k + r0 * kv_dim, *v = b->v + r0 * kv_dim;
+    if (hp->has_qkv_bias) {
+        ops_add_bias(q, &L->w[LAYER_BQ], n, q_dim);
+        ops_add_bias(k, &L->w[LAYER_BK], n, kv_dim);
+        ops_add_bias(v, &L->w[LAYER_BV], n, kv_dim);
+    }
+    if (hp->has_qk_norm) { /* RMSNorm of each head: rows of head_dim */
+        ops_rmsnorm(q, &L->w[LAYER_Q_NORM], n * L->n_head, hd, hp->norm_eps, q);
+        ops_rmsnorm(k, &L->w[LAYER_K_NORM], n * L->n_head_kv, hd, hp->norm_eps, k);
+    }
+    ops_rope_rows(job->ctx, b->q, r0, r1, L->n_head, hd, L->rope);
+    ops_rope_rows(job->ctx, b->k, r0, r1, L->n_head_kv, hd, L->rope);
+}
+
+/* The rows' K/V into their sequences' blocks, then the tiled attention of
+ * every sequence's rows as one job on the pool: att from q. */
+static void attend(struct cpu_step *s, int64_t layer, int64_t n)
+{
+    const struct backend_batch *batch = s->batch;
+    const struct model *m = ops_ctx_model(s->ops);
+    const struct model_layer *L = &m->layers[layer];
+    struct ops_buffers *b = ops_ctx_buffers(s->ops);
+    int64_t q_dim = L->n_head * L->head_dim, kv_dim = L->n_head_kv * L->head_dim;
+    IG_ASSERT(n == batch->n_rows);
+    /* A layer that shares another's K/V reads the source's rows and writes
+     * none (kv_store_layout resolves it). */
+    bool writes = s->kv->memory->layers[layer].kind != KV_SHARED;
+    struct attn_params ap = {
+        .kv = kv_store_layout(s->kv, layer),
+        .seqs = s->attn,
+        .n_seqs = batch->n_seqs,
+        .item_offsets = s->attn_items,
+        .q_tok_stride = q_dim,
+        .out_tok_stride = q_dim,
+        .n_head = L->n_head,
+        .n_head_kv = L->n_head_kv,
+        .head_dim = L->head_dim,
+        .scale = (float)L->attn_scale,
+        .window = L->window,
+        .softcap = (float)m->hp.attn_softcap,
+        .fused = !ops_ctx_exact(s->ops),
+    };
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *q = &batch->seqs[i];
+        if (writes)
+            kv_write_rows(&ap.kv, q->table, L->n_head_kv, q->pos0, q->n_rows,
+                          b->k + q->row0 * kv_dim, b->v + q->row0 * kv_dim);
+        s->attn[i] = (struct attn_seq){
+            .q = b->q + q->row0 * q_dim, .out = b->att + q->row0 * q_dim, .table = q->table,
+            .n_tokens = q->n_rows, .pos0 = q->pos0,
+        };
+    }
+    attn_tiled_run(&ap, ops_ctx_pool(s->ops), ops_ctx_scratch(s->ops, 0),
+                   ops_ctx_scratch_floats(s->ops));
+}
+
+/* Moves rows keep[i] of the [n, w] array a to row i (keep ascending). */
+static void compact_rows(float *a, int64_t w, const int64_t *keep, int64_t n_keep)
+{
+    for (int64_t i = 0; i < n_keep; i++)
+        if (keep[i] != i)
+            memmove(a + i * w, a + keep[i] * w, (size_t)w * sizeof *a);
+}
+
+int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *keep,
+                      int64_t n_keep)
+{
+    struct ops_ctx *ctx = s->ops;
+    const struct model *m = ops_ctx_model(ctx);
+    const struct model_layer *L = &m->layers[layer];
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    int64_t q_dim = L->n_head * L->head_dim;
+
+    /* xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v; attend */
+    const struct model_weight *qkv_w[3] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV]};
+    float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
+    cpu_rows_then_matmul(ctx, L, cpu_norm_rows, LAYER_ATTN_NORM, n, m->hp.n_embd, 3, qkv_w, b->xn,
+                         qkv_y);
+    cpu_rows_run(ctx, L, qk_rows, 0, n, false);
+    attend(s, layer, n);
+
+    if (keep) { /* only these rows are read after this layer's attention */
+        compact_rows(b->x, m->hp.n_embd, keep, n_keep);
+        compact_rows(b->att, q_dim, keep, n_keep);
+        n = n_keep;
+    }
+    ops_matmul(ctx, &L->w[LAYER_WO], b->att, n, b->proj); /* [n, n_embd] */
+    return n;
+}

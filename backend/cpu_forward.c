@@ -1,0 +1,75 @@
+/* backend/cpu_forward.c: the CPU backend's one layer loop and the output
+ * head. Each layer calls its mixer and its FFN through the tables below,
+ * indexed by the layer's kind (struct model_layer's mixer and ffn, set at
+ * load from models/arch.c), each followed by a reduce of its output and
+ * the residual add:
+ *
+ *   for each layer L:  mixers[L.mixer]  reduce  x += post_norm(proj)
+ *                      ffns[L.ffn]      reduce  x += post_norm(proj)
+ *
+ * A new kind of layer is a function in a table here (and one in the CUDA
+ * backend's, backend/gpu_forward.c): docs/design.md, "How to add a layer
+ * kind". Covered by tests/cpu/ (numpy reference; chunked vs one-row
+ * steps). */
+#include "backend/cpu_layer.h"
+
+#include "core/status.h"
+
+/* By enum layer_mixer. */
+static const cpu_mixer_fn mixers[] = {
+    [LAYER_MIXER_ATTENTION] = cpu_attention,
+};
+
+/* By enum layer_ffn. */
+static const cpu_ffn_fn ffns[] = {
+    [LAYER_FFN_DENSE] = cpu_ffn_dense,
+};
+
+/* Sums a block's output y [n, w] over the ranks that each computed a part
+ * of it: nothing in one process; where tensor parallelism will put its
+ * all-reduce (the row-split matrices' partial sums meet here). */
+static void reduce(struct cpu_step *s, float *y, int64_t n, int64_t w)
+{
+    (void)s, (void)y, (void)n, (void)w;
+}
+
+/* x += post_norm(proj) (the norm where the model has it: Gemma 3's). */
+static void residual_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
+{
+    const struct model_hparams *hp = &ops_ctx_model(job->ctx)->hp;
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t n = r1 - r0, e = hp->n_embd;
+    float *proj = b->proj + r0 * e;
+    if (hp->has_post_norms)
+        ops_rmsnorm(proj, &job->L->w[job->role], n, e, hp->norm_eps, proj);
+    ops_add(b->x + r0 * e, proj, n * e);
+}
+
+void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *keep, int64_t n_keep)
+{
+    const struct model *m = ops_ctx_model(s->ops);
+    struct ops_buffers *b = ops_ctx_buffers(s->ops);
+    int64_t e = m->hp.n_embd;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        bool last = il == m->hp.n_layer - 1;
+        IG_ASSERT((size_t)L->mixer < sizeof mixers / sizeof mixers[0] && mixers[L->mixer]);
+        IG_ASSERT((size_t)L->ffn < sizeof ffns / sizeof ffns[0] && ffns[L->ffn]);
+        n = mixers[L->mixer](s, il, n, last ? keep : NULL, n_keep);
+        reduce(s, b->proj, n, e);
+        cpu_rows_run(s->ops, L, residual_rows, LAYER_ATTN_POST_NORM, n, false);
+        ffns[L->ffn](s, il, n);
+        reduce(s, b->proj, n, e);
+        cpu_rows_run(s->ops, L, residual_rows, LAYER_FFN_POST_NORM, n, false);
+    }
+}
+
+void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits)
+{
+    const struct model *m = ops_ctx_model(ctx);
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    ops_rmsnorm(x, &m->w[MODEL_OUTPUT_NORM], n, m->hp.n_embd, m->hp.norm_eps, b->xn);
+    ops_matmul(ctx, &m->w[MODEL_OUTPUT], b->xn, n, logits); /* [n, n_vocab] */
+    if (m->hp.final_softcap > 0)
+        ops_softcap(logits, n * m->hp.n_vocab, m->hp.final_softcap);
+}

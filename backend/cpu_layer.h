@@ -1,0 +1,102 @@
+/* backend/cpu_layer.h: the CPU backend's forward, layer by layer (private to
+ * backend/): the one layer loop (cpu_forward.c), the mixers and FFNs it
+ * calls by the layer's kind (struct model_layer's mixer and ffn), and the
+ * element-wise row steps between their matmuls (cpu_rows.c).
+ *
+ * Every function works on all the rows of a step at once (prompt chunks and
+ * decode rows of any number of sequences): each weight is read once per
+ * step. The residual stream is ops_buffers.x [n, n_embd]; a mixer or an FFN
+ * reads it and leaves its output in ops_buffers.proj [n, n_embd], which the
+ * loop reduces (across tensor-parallel ranks, one day) and adds into x
+ * through the layer's post norm. Covered by tests/cpu/ (numpy reference;
+ * chunked vs one-row steps) and everything that runs `ignite` on the CPU. */
+#ifndef IGNITE_BACKEND_CPU_LAYER_H
+#define IGNITE_BACKEND_CPU_LAYER_H
+
+#include "backend/backend.h"
+#include "kvcache/kvcache.h"
+#include "ops/ops.h"
+#include "prefill/attn_tiled.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What a step's layer functions share: the run state, the cache and the
+ * step in progress. */
+struct cpu_step {
+    struct ops_ctx *ops;
+    struct kv_store *kv;
+    const struct backend_batch *batch; /* the step's rows and sequences */
+    struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
+    int64_t *attn_items;               /* [n_slots + 1] */
+};
+
+/* ---- the loop (cpu_forward.c) --------------------------------------------- */
+
+/* Every layer over the step's n rows (residuals in ops_buffers.x, from the
+ * embeddings; ops_rope_prepare done for the rows' positions). Past the last
+ * layer's mixer only rows keep[0..n_keep) (ascending) go on: they end at
+ * the front of x. */
+void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *keep, int64_t n_keep);
+
+/* Final RMSNorm and output head (with the final soft-cap) of n residual
+ * rows x [n, n_embd] into logits [n, n_vocab]. */
+void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits);
+
+/* ---- the kinds of layer ------------------------------------------------------ */
+
+/* A mixer (enum layer_mixer): layer `layer` over the step's n rows; reads
+ * x, leaves its output in proj. Where keep is not NULL only rows
+ * keep[0..n_keep) matter past the mixing (the last layer): they are moved
+ * to the front of x and the output is theirs alone. Returns the rows of
+ * its output (n, or n_keep). */
+typedef int64_t (*cpu_mixer_fn)(struct cpu_step *s, int64_t layer, int64_t n,
+                                const int64_t *keep, int64_t n_keep);
+
+/* An FFN (enum layer_ffn): layer `layer` over n rows; reads x, leaves its
+ * output in proj. */
+typedef void (*cpu_ffn_fn)(struct cpu_step *s, int64_t layer, int64_t n);
+
+/* LAYER_MIXER_ATTENTION (cpu_attention.c): RMSNorm, Q/K/V, [biases, head
+ * norms], RoPE of the layer's variant, K/V into each sequence's blocks,
+ * tiled attention over them (the layer's window), output projection. */
+int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *keep,
+                      int64_t n_keep);
+
+/* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
+void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
+
+/* ---- row steps (cpu_rows.c) ------------------------------------------------- */
+
+struct cpu_rows;
+
+/* The element-wise work of rows [r0, r1) of a step: norms, biases, RoPE,
+ * gates. Row by row, so any split over the pool gives the same bits. */
+typedef void (*cpu_rows_fn)(const struct cpu_rows *job, int64_t r0, int64_t r1);
+
+struct cpu_rows {
+    struct ops_ctx *ctx;
+    const struct model_layer *L;
+    cpu_rows_fn fn;
+    int role; /* the step's weight (enum layer_role) where it takes one */
+    bool q8;  /* quantize the step's output for the int8 matmul that reads it next */
+};
+
+/* xn = norm(x) with the norm weight job->role, quantized for the matmuls
+ * that read it where they take int8 (a mixer's or an FFN's first step). */
+void cpu_norm_rows(const struct cpu_rows *job, int64_t r0, int64_t r1);
+
+/* fn over rows [0, n) as one job on the pool (a decode step's few rows
+ * stay on the calling thread). */
+void cpu_rows_run(struct ops_ctx *ctx, const struct model_layer *L, cpu_rows_fn fn, int role,
+                  int64_t n, bool q8);
+
+/* A row step that writes x [n, cols], then the matmuls of x by the nw
+ * weights w into y: through int8 activations that the step quantized as it
+ * wrote them (while the rows are still in cache), where the matmuls take
+ * such. */
+void cpu_rows_then_matmul(struct ops_ctx *ctx, const struct model_layer *L, cpu_rows_fn fn,
+                          int role, int64_t n, int64_t cols, int nw,
+                          const struct model_weight *const *w, const float *x, float *const *y);
+
+#endif

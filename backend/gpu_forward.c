@@ -1,0 +1,324 @@
+/* backend/gpu_forward.c: the CUDA backend's forward: the one layer loop, the
+ * mixers and FFNs it calls by the layer's kind (struct model_layer's mixer
+ * and ffn, set at load from models/arch.c), the embeddings and the output
+ * head. backend/gpu.c keeps the memory, the step's inputs and the decode
+ * graphs, and calls in here. Each layer is
+ *
+ *   mixers[L.mixer]  reduce  ffns[L.ffn]  reduce
+ *
+ * with the residual adds in the products (the GEMMs' beta = 1, or through a
+ * post norm: Gemma 3). The attention mixer: RMSNorm -> Q|K|V GEMM -> [head
+ * norms] -> bias+RoPE at each row's position -> attention over each
+ * sequence's blocks (prefill: the fused flash kernel, one variable-length
+ * launch for several sequences, writing the rows' K/V; decode: K/V written
+ * by the RoPE kernel into the pool, the split-KV kernel of the bucket) ->
+ * wo GEMM += x. The dense FFN: RMSNorm -> gate|up GEMM -> SwiGLU or GeGLU
+ * -> down GEMM += x. Every size is the layer's own (heads, KV heads, head
+ * dim, window, RoPE variant, scale, FFN width); the buffers are sized for
+ * the largest (gpu.c). A decode step's launches are captured as a graph
+ * (gpu.c): this file decides their order, one pass per bucket.
+ *
+ * Compiled twice like gpu.c (backend/gpu.h). Covered by
+ * tests/emu/test_backend_emu.c, test_backend_qemu.c,
+ * test_backend_arch_emu.c, test_backend_batch_emu.c and tests/gpu/. */
+#include "backend/gpu_impl.h"
+
+#include "core/status.h"
+#include "decode/decode_attn.h"
+#include "decode/greedy.h"
+#include "ops/gpu_ops.h"
+#include "prefill/flash_attn_pool.h"
+
+/* One pass over the layers: the step's rows and, for a decode step, its
+ * bucket. */
+struct gpu_pass {
+    struct gpu_backend *g;
+    int64_t n;      /* rows */
+    int bucket;     /* a decode step's bucket (n = 2^bucket rows, one per sequence, read
+                       from the fixed buffers), or -1: a prefill step */
+    int64_t n_seqs; /* a prefill step's sequences (g->h_seqs, staged) */
+};
+
+/* A mixer (enum layer_mixer): layer l over the pass's rows; its output is
+ * added into the residual rows from `row0` on (the last layer of a prefill
+ * step: the rows before the first that wants logits are never read again;
+ * none when row0 == n). */
+typedef int (*gpu_mixer_fn)(const struct gpu_pass *p, int64_t l, int64_t row0);
+
+/* An FFN (enum layer_ffn): layer l over the residual rows row0 .. n. */
+typedef int (*gpu_ffn_fn)(const struct gpu_pass *p, int64_t l, int64_t row0);
+
+/* ---- shared steps ------------------------------------------------------------ */
+
+/* x[rows] += w in (in: f16 rows of ld_in): the GEMM's beta = 1, or with a
+ * post norm (Gemma 3) the product into g->proj and its norm added. */
+static int add_product(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *in,
+                       int64_t ld_in, int64_t rows, float *x, const float *post_norm)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t e = hp->n_embd;
+    if (!post_norm)
+        return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, x, e, 1.0f);
+    int st = IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, g->proj, e, 0.0f);
+    return st != IG_OK ? st
+                       : IG_DEV(gk_rmsnorm_add)(x, e, g->proj, e, post_norm, rows, e,
+                                                (float)hp->norm_eps, g->stream);
+}
+
+/* The step's residuals from the embedding table (scaled for Gemma). */
+static int embed(struct gpu_backend *g, int64_t n)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
+    if (st == IG_OK && hp->embd_scale != 1.0)
+        st = IG_DEV(gk_scale_f32)(g->x, n * hp->n_embd, (float)hp->embd_scale, g->stream);
+    return st;
+}
+
+/* ---- the attention mixer ------------------------------------------------------- */
+
+/* Everything before RoPE in layer l, for n rows: norm, the QKV GEMM and,
+ * for Qwen 3 / Gemma 3, the RMSNorm of each Q and K head. */
+static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
+    int64_t e = hp->n_embd, qkv_rows = gpu_layer_qkv_rows(ML);
+    float eps = (float)hp->norm_eps;
+    const struct gpu_matrix *wqkv = &L->mat[LAYER_WQ]; /* Q|K|V */
+    const float *q_norm = L->vec[LAYER_Q_NORM], *k_norm = L->vec[LAYER_K_NORM];
+    int st;
+    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->vec[LAYER_ATTN_NORM], n, e, eps, g->xn, g->stream)) ||
+        (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) || !q_norm)
+        return st;
+    st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
+                                 g->stream);
+    return st != IG_OK ? st
+                       : IG_DEV(gk_head_rmsnorm)(g->qkv + ML->n_head * ML->head_dim, qkv_rows,
+                                                 n, ML->n_head_kv, ML->head_dim, k_norm, eps,
+                                                 g->stream);
+}
+
+/* Bias and RoPE of layer l's n rows at their positions g->pos; K and V to
+ * the step's buffers (k16, v16) or, with to_pool, into the pool through
+ * the row's table (g->tables, one per row: a decode step). */
+static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
+    struct gk_qkv_params qp = {
+        .qkv = g->qkv, .bias = L->vec[LAYER_BQ] /* Q|K|V biases */,
+        .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
+        .n = n, .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
+        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
+        .mscale = g->mscale[ML->rope],
+    };
+    if (to_pool) {
+        struct kv_layout lay = gpu_layer_layout(g, l);
+        qp.k_cache = L->k_cache;
+        qp.v_cache = L->v_cache;
+        qp.block_table = g->tables;
+        qp.table_stride = g->table_stride;
+        qp.block_stride = lay.block_stride;
+        qp.head_stride = lay.head_stride;
+    } else {
+        qp.k = g->k16;
+        qp.v = g->v16;
+    }
+    return IG_DEV(gk_qkv_rope)(&qp, g->stream);
+}
+
+/* Layer l's attention over a prefill step's sequences (host copy h_seqs,
+ * n_seqs): one sequence through its table alone (any kernel that reads the
+ * pool), several as one variable-length launch. The kernel writes the
+ * rows' K/V into their blocks. */
+static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
+{
+    const struct model_layer *ML = &g->m->layers[l];
+    int64_t hd = ML->head_dim, q_dim = ML->n_head * hd, kv_dim = ML->n_head_kv * hd;
+    struct prefill_attn_params ap = {
+        .q = g->q16, .k = g->k16, .v = g->v16, .o = g->att16, .lse = NULL,
+        .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = hd,
+        .q_row_stride = q_dim, .q_head_stride = hd,
+        .k_row_stride = kv_dim, .k_head_stride = hd,
+        .v_row_stride = kv_dim, .v_head_stride = hd,
+        .o_row_stride = q_dim, .o_head_stride = hd,
+        .window = ML->window, .scale = (float)ML->attn_scale,
+        .dtype = PREFILL_ATTN_F16,
+    };
+    struct kv_layout lay = gpu_layer_layout(g, l);
+    int st;
+    if (n_seqs == 1) {
+        ap.n_tokens = g->h_seqs[0].n_rows;
+        ap.pos0 = g->h_seqs[0].pos0;
+        st = prefill_attn_use_pool(&ap, &lay, g->tables, g->table_stride, g->n_blocks);
+    } else {
+        st = prefill_attn_use_pool_varlen(&ap, &lay, g->tables, g->table_stride, g->n_blocks,
+                                          g->seqs, g->h_seqs, n_seqs);
+    }
+    IG_ASSERT(st == 0);
+    return IG_DEV(prefill_attn)(&ap, g->stream);
+}
+
+/* Layer l's attention over a decode step's bucket: one row per sequence
+ * over the pool, K/V already there (rope_rows). */
+static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    struct decode_attn_params ap = gpu_bucket_attn(g, bucket, l);
+    ap.q = g->q16;
+    ap.k_cache = L->k_cache;
+    ap.v_cache = L->v_cache;
+    ap.block_table = g->tables;
+    ap.pos = g->pos;
+    ap.o = g->att16;
+    ap.work = g->attn_work;
+    return IG_DEV(decode_attn)(&ap, g->stream);
+}
+
+/* LAYER_MIXER_ATTENTION. */
+static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
+{
+    struct gpu_backend *g = p->g;
+    const struct model_layer *ML = &g->m->layers[l];
+    bool decode = p->bucket >= 0;
+    int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
+    int st;
+    if ((st = qkv_block(g, l, p->n)) || (st = rope_rows(g, l, p->n, decode)) ||
+        (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
+        return st;
+    if (row0 == p->n)
+        return IG_OK;
+    const struct gpu_layer *L = &g->layers[l];
+    return add_product(g, &L->mat[LAYER_WO], g->att16 + row0 * q_dim, q_dim, p->n - row0,
+                       g->x + row0 * e, L->vec[LAYER_ATTN_POST_NORM]);
+}
+
+/* ---- the dense FFN ------------------------------------------------------------- */
+
+/* LAYER_FFN_DENSE: norm, gate|up GEMM, SwiGLU or GeGLU, down GEMM into the
+ * residual (through the post-FFN norm). */
+static int ffn_dense(const struct gpu_pass *p, int64_t l, int64_t row0)
+{
+    struct gpu_backend *g = p->g;
+    const struct model_hparams *hp = &g->m->hp;
+    const struct gpu_layer *L = &g->layers[l];
+    int64_t e = hp->n_embd, ff = g->m->layers[l].n_ff, rows = p->n - row0;
+    float *x = g->x + row0 * e;
+    int st;
+    if ((st = IG_DEV(gk_rmsnorm)(x, e, L->vec[LAYER_FFN_NORM], rows, e, (float)hp->norm_eps,
+                                 g->xn, g->stream)) ||
+        (st = IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_GATE], g->xn, e, rows, g->gu, 2 * ff,
+                                 0.0f)) ||
+        (st = hp->ffn_act == MODEL_ACT_GELU_TANH
+                  ? IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream)
+                  : IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
+        return st;
+    return add_product(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, x,
+                       L->vec[LAYER_FFN_POST_NORM]);
+}
+
+/* ---- the loop -------------------------------------------------------------------- */
+
+/* By enum layer_mixer. */
+static const gpu_mixer_fn mixers[] = {
+    [LAYER_MIXER_ATTENTION] = attention,
+};
+
+/* By enum layer_ffn. */
+static const gpu_ffn_fn ffns[] = {
+    [LAYER_FFN_DENSE] = ffn_dense,
+};
+
+/* Sums a block's output over the ranks that each computed a part of it:
+ * nothing in one process. Where tensor parallelism will put its
+ * all-reduce (the rank's partial product then goes to g->proj, not
+ * straight into the residual). Launches nothing: a decode graph keeps its
+ * nodes. */
+static int reduce(const struct gpu_pass *p, int64_t row0)
+{
+    (void)p, (void)row0;
+    return IG_OK;
+}
+
+/* Every layer; in the last, only rows keep0.. go on past the mixing. */
+static int layers(const struct gpu_pass *p, int64_t keep0)
+{
+    const struct model *m = p->g->m;
+    int st = IG_OK;
+    for (int64_t l = 0; l < m->hp.n_layer && st == IG_OK; l++) {
+        const struct model_layer *ML = &m->layers[l];
+        int64_t row0 = l == m->hp.n_layer - 1 ? keep0 : 0;
+        IG_ASSERT((size_t)ML->mixer < sizeof mixers / sizeof mixers[0] && mixers[ML->mixer]);
+        IG_ASSERT((size_t)ML->ffn < sizeof ffns / sizeof ffns[0] && ffns[ML->ffn]);
+        if ((st = mixers[ML->mixer](p, l, row0)) || (st = reduce(p, row0)) || row0 == p->n)
+            continue;
+        if ((st = ffns[ML->ffn](p, l, row0)) == IG_OK)
+            st = reduce(p, row0);
+    }
+    return st;
+}
+
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t keep0)
+{
+    struct gpu_pass p = {g, n, -1, n_seqs};
+    int st = embed(g, n);
+    return st != IG_OK ? st : layers(&p, keep0);
+}
+
+int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t rows = (int64_t)1 << bucket, e = hp->n_embd;
+    struct gpu_pass p = {g, rows, bucket, rows};
+    int st = embed(g, rows);
+    if (st == IG_OK)
+        st = layers(&p, 0);
+    if (st == IG_OK)
+        st = IG_DEV(gk_rmsnorm)(g->x, e, g->vec[MODEL_OUTPUT_NORM], rows, e, (float)hp->norm_eps,
+                                g->xn, g->stream);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_matmul)(g, &g->mat[MODEL_OUTPUT], g->xn, e, rows, g->logits,
+                                hp->n_vocab, 0.0f);
+    if (st == IG_OK && hp->final_softcap > 0)
+        st = IG_DEV(gk_softcap)(g->logits, rows * hp->n_vocab, (float)hp->final_softcap,
+                                g->stream);
+    return st;
+}
+
+/* ---- the output head ------------------------------------------------------------- */
+
+int IG_DEV(gpu_head_rows)(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits,
+                          int32_t *greedy)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t e = hp->n_embd, nv = hp->n_vocab;
+    float eps = (float)hp->norm_eps;
+    const float *norm = g->vec[MODEL_OUTPUT_NORM];
+    int st = IG_OK;
+    for (int64_t i = 0; i < k && st == IG_OK; i += g->logit_rows) {
+        int64_t n = k - i < g->logit_rows ? k - i : g->logit_rows;
+        for (int64_t j = 0; j < n && st == IG_OK;) {
+            int64_t run = 1;
+            while (j + run < n && want[i + j + run] == want[i + j] + run)
+                run++;
+            st = IG_DEV(gk_rmsnorm)(g->x + want[i + j] * e, e, norm, run, e, eps, g->xn + j * e,
+                                    g->stream);
+            j += run;
+        }
+        if (st == IG_OK)
+            st = IG_DEV(gpu_matmul)(g, &g->mat[MODEL_OUTPUT], g->xn, e, n, g->logits, nv, 0.0f);
+        if (st == IG_OK && hp->final_softcap > 0)
+            st = IG_DEV(gk_softcap)(g->logits, n * nv, (float)hp->final_softcap, g->stream);
+        if (st == IG_OK && greedy) {
+            if ((st = IG_DEV(gk_greedy_rows)(g->logits, nv, n, nv, g->greedy, g->stream)) ==
+                IG_OK)
+                st = IG_DEV(dev_download)(g->dev, greedy + i, g->greedy, (size_t)n * 4);
+        } else if (st == IG_OK) {
+            st = IG_DEV(dev_download)(g->dev, logits + i * nv, g->logits, (size_t)(n * nv) * 4);
+        }
+    }
+    return st;
+}
