@@ -64,6 +64,24 @@ static inline ig_f16 ig_f32_to_f16(float f)
     return (ig_f16)(sign | (abs >> 13));
 }
 
+/* The f16 stored at p, which may be unaligned: the scales inside quantized
+ * blocks sit at any byte offset. Stored little-endian, as GGUF is, on the
+ * little-endian hosts ignite builds for. The one reader of a block's f16
+ * fields: ig_f16_at converts it as ig_f16_to_f32 does (models/quant.c, the
+ * CPU twins ops/gpu_ops_ref.c and ops/gpu_qmm_ref.c); the x86 kernels convert
+ * the bits with F16C (ops/qmatmul_x86.h), the same float. */
+static inline ig_f16 ig_f16_load(const void *p)
+{
+    ig_f16 h;
+    memcpy(&h, p, sizeof h);
+    return h;
+}
+
+static inline float ig_f16_at(const void *p)
+{
+    return ig_f16_to_f32(ig_f16_load(p));
+}
+
 /* dst[0..n) = src[0..n) as floats: F16C where the CPU has it, else
  * ig_f16_to_f32 (the _portable one always); exact either way (core/half.c). */
 void ig_f16_to_f32_row(const ig_f16 *src, float *dst, int64_t n);

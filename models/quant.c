@@ -84,18 +84,11 @@ size_t quant_row_bytes(enum quant_type type, int64_t n)
     return (size_t)(n / t->block_elems) * t->block_bytes;
 }
 
-static float f16_at(const uint8_t *p)
-{
-    ig_f16 h;
-    memcpy(&h, p, 2);
-    return ig_f16_to_f32(h);
-}
-
 /* --- 32-element blocks ---------------------------------------------------- */
 
 static void deq_q4_0(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q4_0, d));
+    float d = ig_f16_at(b + offsetof(struct block_q4_0, d));
     const uint8_t *qs = b + offsetof(struct block_q4_0, qs);
     for (int j = 0; j < QK4_0 / 2; j++) {
         y[j] = (float)((qs[j] & 0x0f) - 8) * d;
@@ -105,8 +98,8 @@ static void deq_q4_0(const uint8_t *b, float *y)
 
 static void deq_q4_1(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q4_1, d));
-    float m = f16_at(b + offsetof(struct block_q4_1, m));
+    float d = ig_f16_at(b + offsetof(struct block_q4_1, d));
+    float m = ig_f16_at(b + offsetof(struct block_q4_1, m));
     const uint8_t *qs = b + offsetof(struct block_q4_1, qs);
     for (int j = 0; j < QK4_1 / 2; j++) {
         y[j] = (float)(qs[j] & 0x0f) * d + m;
@@ -122,7 +115,7 @@ static uint32_t q5_high_bits(const uint8_t *qh)
 
 static void deq_q5_0(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q5_0, d));
+    float d = ig_f16_at(b + offsetof(struct block_q5_0, d));
     uint32_t qh = q5_high_bits(b + offsetof(struct block_q5_0, qh));
     const uint8_t *qs = b + offsetof(struct block_q5_0, qs);
     for (int j = 0; j < QK5_0 / 2; j++) {
@@ -135,8 +128,8 @@ static void deq_q5_0(const uint8_t *b, float *y)
 
 static void deq_q5_1(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q5_1, d));
-    float m = f16_at(b + offsetof(struct block_q5_1, m));
+    float d = ig_f16_at(b + offsetof(struct block_q5_1, d));
+    float m = ig_f16_at(b + offsetof(struct block_q5_1, m));
     uint32_t qh = q5_high_bits(b + offsetof(struct block_q5_1, qh));
     const uint8_t *qs = b + offsetof(struct block_q5_1, qs);
     for (int j = 0; j < QK5_1 / 2; j++) {
@@ -149,7 +142,7 @@ static void deq_q5_1(const uint8_t *b, float *y)
 
 static void deq_q8_0(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q8_0, d));
+    float d = ig_f16_at(b + offsetof(struct block_q8_0, d));
     const uint8_t *qs = b + offsetof(struct block_q8_0, qs);
     for (int j = 0; j < QK8_0; j++)
         y[j] = (float)(int8_t)qs[j] * d;
@@ -159,8 +152,8 @@ static void deq_q8_0(const uint8_t *b, float *y)
 
 static void deq_q2_K(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q2_K, d));
-    float dmin = f16_at(b + offsetof(struct block_q2_K, dmin));
+    float d = ig_f16_at(b + offsetof(struct block_q2_K, d));
+    float dmin = ig_f16_at(b + offsetof(struct block_q2_K, dmin));
     const uint8_t *sc = b + offsetof(struct block_q2_K, scales);
     const uint8_t *q = b + offsetof(struct block_q2_K, qs);
     for (int e = 0; e < QK_K; e++) {
@@ -171,7 +164,7 @@ static void deq_q2_K(const uint8_t *b, float *y)
 
 static void deq_q3_K(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q3_K, d));
+    float d = ig_f16_at(b + offsetof(struct block_q3_K, d));
     const uint8_t *hm = b + offsetof(struct block_q3_K, hmask);
     const uint8_t *q = b + offsetof(struct block_q3_K, qs);
     const uint8_t *sc = b + offsetof(struct block_q3_K, scales);
@@ -181,8 +174,8 @@ static void deq_q3_K(const uint8_t *b, float *y)
 
 static void deq_q4_K(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q4_K, d));
-    float dmin = f16_at(b + offsetof(struct block_q4_K, dmin));
+    float d = ig_f16_at(b + offsetof(struct block_q4_K, d));
+    float dmin = ig_f16_at(b + offsetof(struct block_q4_K, dmin));
     const uint8_t *s = b + offsetof(struct block_q4_K, scales);
     const uint8_t *q = b + offsetof(struct block_q4_K, qs);
     for (int j = 0; j < 8; j += 2, q += 32) {
@@ -200,8 +193,8 @@ static void deq_q4_K(const uint8_t *b, float *y)
 
 static void deq_q5_K(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q5_K, d));
-    float dmin = f16_at(b + offsetof(struct block_q5_K, dmin));
+    float d = ig_f16_at(b + offsetof(struct block_q5_K, d));
+    float dmin = ig_f16_at(b + offsetof(struct block_q5_K, dmin));
     const uint8_t *s = b + offsetof(struct block_q5_K, scales);
     const uint8_t *qh = b + offsetof(struct block_q5_K, qh);
     const uint8_t *ql = b + offsetof(struct block_q5_K, qs);
@@ -221,7 +214,7 @@ static void deq_q5_K(const uint8_t *b, float *y)
 
 static void deq_q6_K(const uint8_t *b, float *y)
 {
-    float d = f16_at(b + offsetof(struct block_q6_K, d));
+    float d = ig_f16_at(b + offsetof(struct block_q6_K, d));
     const uint8_t *ql = b + offsetof(struct block_q6_K, ql);
     const uint8_t *qh = b + offsetof(struct block_q6_K, qh);
     const int8_t *sc = (const int8_t *)(b + offsetof(struct block_q6_K, scales));
@@ -253,12 +246,12 @@ static void deq_iq4_32(const uint8_t *qs, float dl, float *y)
 
 static void deq_iq4_nl(const uint8_t *b, float *y)
 {
-    deq_iq4_32(b + offsetof(struct block_iq4_nl, qs), f16_at(b), y);
+    deq_iq4_32(b + offsetof(struct block_iq4_nl, qs), ig_f16_at(b), y);
 }
 
 static void deq_iq4_xs(const uint8_t *b, float *y)
 {
-    float d = f16_at(b);
+    float d = ig_f16_at(b);
     const uint8_t *qs = b + offsetof(struct block_iq4_xs, qs);
     for (int j = 0; j < QK_K / 32; j++)
         deq_iq4_32(qs + 16 * j, d * (float)quant_iq4_xs_scale(b, j), y + 32 * j);
@@ -298,7 +291,7 @@ void quant_dequantize_row(enum quant_type type, const void *src, float *dst, int
         return;
     case QUANT_F16:
         for (int64_t i = 0; i < n; i++)
-            dst[i] = f16_at(s + 2 * i);
+            dst[i] = ig_f16_at(s + 2 * i);
         return;
     case QUANT_BF16:
         for (int64_t i = 0; i < n; i++) {

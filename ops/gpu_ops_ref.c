@@ -143,13 +143,6 @@ bool gk_dequant_supported(int type)
     }
 }
 
-static float f16_at(const uint8_t *p)
-{
-    ig_f16 h;
-    memcpy(&h, p, 2);
-    return ig_f16_to_f32(h);
-}
-
 /* Element c of a stored row, as quant_dequantize_row computes it (F16 aside,
  * which gk_dequant_f16_ref copies bit for bit). */
 static float stored_value(int type, const uint8_t *row, int64_t c)
@@ -168,22 +161,22 @@ static float stored_value(int type, const uint8_t *row, int64_t c)
     case QUANT_Q8_0: {
         const uint8_t *b = row + (c / QK8_0) * sizeof(struct block_q8_0);
         return (float)(int8_t)b[offsetof(struct block_q8_0, qs) + c % QK8_0] *
-               f16_at(b + offsetof(struct block_q8_0, d));
+               ig_f16_at(b + offsetof(struct block_q8_0, d));
     }
     case QUANT_Q4_0: {
         const uint8_t *b = row + (c / QK4_0) * sizeof(struct block_q4_0);
         const int j = (int)(c % QK4_0);
         const uint8_t q = b[offsetof(struct block_q4_0, qs) + j % (QK4_0 / 2)];
         const int nib = j < QK4_0 / 2 ? (q & 0x0f) : (q >> 4);
-        return (float)(nib - 8) * f16_at(b + offsetof(struct block_q4_0, d));
+        return (float)(nib - 8) * ig_f16_at(b + offsetof(struct block_q4_0, d));
     }
     default: { /* QUANT_Q4_1 */
         const uint8_t *b = row + (c / QK4_1) * sizeof(struct block_q4_1);
         const int j = (int)(c % QK4_1);
         const uint8_t q = b[offsetof(struct block_q4_1, qs) + j % (QK4_1 / 2)];
         const int nib = j < QK4_1 / 2 ? (q & 0x0f) : (q >> 4);
-        return (float)nib * f16_at(b + offsetof(struct block_q4_1, d)) +
-               f16_at(b + offsetof(struct block_q4_1, m));
+        return (float)nib * ig_f16_at(b + offsetof(struct block_q4_1, d)) +
+               ig_f16_at(b + offsetof(struct block_q4_1, m));
     }
     }
 }

@@ -115,13 +115,6 @@ struct wterms {
     float beta;
 };
 
-static float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return ig_f16_to_f32(h);
-}
-
 static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *t)
 {
     const struct quant_traits *tr = quant_traits_of((uint32_t)type);
@@ -131,12 +124,12 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
         const uint8_t *qs = NULL;
         uint32_t qh = 0;
         int off = 0;
-        t->alpha[0] = f16_at(blk);
+        t->alpha[0] = ig_f16_at(blk);
         switch (type) {
         case QUANT_Q4_0: qs = blk + 2, off = 8; break;
-        case QUANT_Q4_1: qs = blk + 4, t->beta = f16_at(blk + 2); break;
+        case QUANT_Q4_1: qs = blk + 4, t->beta = ig_f16_at(blk + 2); break;
         case QUANT_Q5_0: memcpy(&qh, blk + 2, 4), qs = blk + 6, off = 16; break;
-        case QUANT_Q5_1: memcpy(&qh, blk + 4, 4), qs = blk + 8, t->beta = f16_at(blk + 2); break;
+        case QUANT_Q5_1: memcpy(&qh, blk + 4, 4), qs = blk + 8, t->beta = ig_f16_at(blk + 2); break;
         default: /* Q8_0 */
             for (int i = 0; i < 32; i++)
                 t->u[i] = (int8_t)blk[2 + i];
@@ -156,7 +149,7 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
         const uint8_t *ql = blk + offsetof(struct block_q6_K, ql);
         const uint8_t *qh = blk + offsetof(struct block_q6_K, qh);
         const int8_t *sc = (const int8_t *)(blk + offsetof(struct block_q6_K, scales));
-        float d = f16_at(blk + offsetof(struct block_q6_K, d));
+        float d = ig_f16_at(blk + offsetof(struct block_q6_K, d));
         int half = j / 4, quarter = j % 4;
         for (int l = 0; l < 32; l++) {
             int lo = ql[64 * half + 32 * (quarter % 2) + l];
@@ -169,7 +162,7 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
         return;
     }
     /* Q4_K, Q5_K */
-    float d = f16_at(blk), dmin = f16_at(blk + 2);
+    float d = ig_f16_at(blk), dmin = ig_f16_at(blk + 2);
     int sc, mn;
     quant_k4_scale_min(blk + 4, j, &sc, &mn);
     const uint8_t *qs = blk + (type == QUANT_Q4_K ? offsetof(struct block_q4_K, qs)

@@ -23,13 +23,6 @@
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-AVX2 INLINE float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
-
 /* Bytes ahead of the block being read that the decode GEMV asks the caches
  * for. The hardware prefetchers alone kept one thread's packed-group stream
  * at 29-30 GB/s from memory; asking 8 KiB ahead (every line of the block that
@@ -389,20 +382,20 @@ AVX2 INLINE void pack8(const enum kind kind, const uint8_t *w, size_t row_bytes,
         __m256i r[8];
         for (int j = 0; j < 8; j++) {
             const uint8_t *blk = w + (size_t)j * row_bytes + (size_t)b * bb;
-            float d = f16_at(blk);
+            float d = _cvtsh_ss(ig_f16_load(blk));
             p[b].d[j] = d;
             if (kind == K_Q8_0) {
                 r[j] = _mm256_xor_si256(load32(blk + 2), _mm256_set1_epi8((char)0x80));
                 p[b].m[j] = -128.0f * d;
             } else if (kind == K_Q4_1) {
                 r[j] = nib32(blk + 4);
-                p[b].m[j] = f16_at(blk + 2);
+                p[b].m[j] = _cvtsh_ss(ig_f16_load(blk + 2));
             } else if (kind == K_Q5_0) {
                 r[j] = _mm256_or_si256(nib32(blk + 6), fifth_bits(blk + 2));
                 p[b].m[j] = -16.0f * d;
             } else if (kind == K_Q5_1) {
                 r[j] = _mm256_or_si256(nib32(blk + 8), fifth_bits(blk + 4));
-                p[b].m[j] = f16_at(blk + 2);
+                p[b].m[j] = _cvtsh_ss(ig_f16_load(blk + 2));
             } else {
                 r[j] = nib32(blk + 2);
                 p[b].m[j] = -8.0f * d;
