@@ -9,6 +9,7 @@
  * Covered by tests/cli/test_batch.py. */
 #include "cli/batch_request.h"
 #include "cli/cli.h"
+#include "cli/device.h"
 #include "cli/lines.h"
 #include "cli/run.h"
 
@@ -490,9 +491,7 @@ int cmd_batch(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     enum backend_gpu_weights gpu_weights;
-    if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
-        (st = backend_parse_gpu_weights(o.g.gpu_weights, &gpu_weights)) != IG_OK ||
-        (st = backend_resolve_device(&dev)) != IG_OK)
+    if ((st = cli_choose_device(o.g.device, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
         return st;
 
     char path[4096];

@@ -11,6 +11,7 @@
  * Covered by tests/cli/test_bench.py. */
 #include "cli/bench_requests.h"
 #include "cli/cli.h"
+#include "cli/device.h"
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -73,7 +74,8 @@ struct bench_opts {
     int n_prompts, n_gens, n_threads, n_depths;
     int64_t reps, n_batch; /* n_batch 0: not given (512; --requests: the device's default) */
     const char *format;
-    struct backend_device device;
+    const char *device_arg, *gpu_weights_arg; /* --device, --gpu-weights as given */
+    struct backend_device device;             /* from them (cli_choose_device) */
     enum kv_dtype kv;
     bool exact;
     enum backend_gpu_weights gpu_weights;
@@ -126,7 +128,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         return parse_list("--threads", arg, 0, OPS_POOL_MAX_THREADS, o->threads, &o->n_threads);
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
     case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
-    case OPT_DEVICE: return backend_parse_device(arg, &o->device);
+    case OPT_DEVICE: o->device_arg = arg; return IG_OK;
     case OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv = arg[1] == '1' ? KV_F16 : KV_F32;
@@ -134,7 +136,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         }
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
-    case OPT_GPU_WEIGHTS: return backend_parse_gpu_weights(arg, &o->gpu_weights);
+    case OPT_GPU_WEIGHTS: o->gpu_weights_arg = arg; return IG_OK;
     case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
     case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
     case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
@@ -173,7 +175,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     *o = (struct bench_opts){.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
                              .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 0,
-                             .device = {.is_auto = true}, .format = "md", .kv = KV_F16,
+                             .device_arg = "auto", .gpu_weights_arg = "native",
+                             .format = "md", .kv = KV_F16,
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
     const struct cli_command cmd = {"bench", bench_usage, bench_summary, bench_options};
@@ -191,7 +194,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return cli_unexpected_argument("bench", argv[optind], NULL);
     if (!any_test(o) && !o->req.n_requests)
         return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
-    if ((st = backend_resolve_device(&o->device)) != IG_OK)
+    if ((st = cli_choose_device(o->device_arg, o->gpu_weights_arg, &o->device, &o->gpu_weights)) !=
+        IG_OK)
         return st;
     if (!o->n_batch)
         o->n_batch = o->req.n_requests ? backend_batch_rows_default(o->device.kind) : 512;

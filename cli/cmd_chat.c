@@ -10,6 +10,7 @@
  * Covered by tests/cli/test_chat.py (pseudo-terminal and pipe) and
  * tests/cli/test_conversation.py (turns against one whole prompt). */
 #include "cli/cli.h"
+#include "cli/device.h"
 #include "cli/run.h"
 
 #include "core/status.h"
@@ -336,9 +337,8 @@ int cmd_chat(int argc, char **argv)
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
         return st < 0 ? cli_flush_stdout() : st;
-    struct backend_device dev;
-    if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
-        (st = backend_resolve_device(&dev)) != IG_OK)
+    struct backend_device dev; /* (chat's backend takes no --gpu-weights: it keeps native) */
+    if ((st = cli_choose_device(o.g.device, NULL, &dev, NULL)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
     signal(SIGPIPE, SIG_IGN);

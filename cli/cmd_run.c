@@ -11,6 +11,7 @@
  * Covered by tests/cli/test_run_args.sh, test_run_model.sh, test_run_tiny.py,
  * test_tty.py, test_conversation.py and tests/kvcache/test_kv_cli.py. */
 #include "cli/cli.h"
+#include "cli/device.h"
 #include "cli/run.h"
 
 #include "core/status.h"
@@ -446,9 +447,7 @@ int cmd_run(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     enum backend_gpu_weights gpu_weights;
-    if ((st = backend_parse_device(o.g.device, &dev)) != IG_OK ||
-        (st = backend_parse_gpu_weights(o.g.gpu_weights, &gpu_weights)) != IG_OK ||
-        (st = backend_resolve_device(&dev)) != IG_OK)
+    if ((st = cli_choose_device(o.g.device, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
 
