@@ -25,7 +25,7 @@ struct cpu_backend {
     struct cpu_step step;  /* the run state, the cache, the attention's scratch */
     /* per step, sized for max_rows rows */
     int64_t *pos;          /* [max_rows] position of each row */
-    int64_t *keep;         /* [max_rows] rows that want logits */
+    int64_t *want;         /* [max_rows] rows that want logits */
     float *greedy_logits;  /* [greedy_rows, n_vocab] a greedy step's logits, where the
                             * caller lends no buffer */
     int64_t greedy_rows;
@@ -43,7 +43,7 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
     int st = backend_check_step(base, batch);
     if (st != IG_OK)
         return st;
-    int64_t n = batch->n_rows, n_keep = 0;
+    int64_t n = batch->n_rows, n_want = 0;
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];
         for (int64_t r = 0; r < s->n_rows; r++)
@@ -53,36 +53,36 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         const struct backend_seq *s = &batch->seqs[i];
         for (int64_t r = s->row0; r < s->row0 + s->n_rows; r++)
             if (batch->want_logits ? batch->want_logits[r] : r == s->row0 + s->n_rows - 1)
-                c->keep[n_keep++] = r;
+                c->want[n_want++] = r;
     }
     if ((st = ops_embed(m, batch->tokens, n, b->x)) != IG_OK) /* [n, n_embd] */
         return st;
 
     ops_rope_prepare(ops, c->pos, n);
     c->step.batch = batch;
-    cpu_forward_layers(&c->step, n, c->keep, n_keep);
+    cpu_forward_layers(&c->step, n, c->want, n_want);
     c->step.batch = NULL;
-    if (!n_keep)
+    if (!n_want)
         return IG_OK;
-    /* the kept rows are at the front of x now */
+    /* the wanted rows are at the front of x now */
     if (!batch->greedy) {
-        cpu_output_head(ops, b->x, n_keep, batch->logits);
+        cpu_output_head(ops, b->x, n_want, batch->logits);
         return IG_OK;
     }
     /* greedy tokens from logits computed here: into the caller's buffer where
      * it lends one, else the backend's own */
     float *out = batch->logits;
-    if (!out && n_keep > c->greedy_rows) {
-        float *p = realloc(c->greedy_logits, (size_t)(n_keep * hp->n_vocab) * sizeof *p);
+    if (!out && n_want > c->greedy_rows) {
+        float *p = realloc(c->greedy_logits, (size_t)(n_want * hp->n_vocab) * sizeof *p);
         if (!p)
             return ig_error(IG_E_NOMEM, "out of memory for %lld rows of logits",
-                            (long long)n_keep);
+                            (long long)n_want);
         c->greedy_logits = p;
-        c->greedy_rows = n_keep;
+        c->greedy_rows = n_want;
     }
     out = out ? out : c->greedy_logits;
-    cpu_output_head(ops, b->x, n_keep, out);
-    for (int64_t k = 0; k < n_keep; k++)
+    cpu_output_head(ops, b->x, n_want, out);
+    for (int64_t k = 0; k < n_want; k++)
         batch->greedy[k] = sampler_greedy(out + k * hp->n_vocab, hp->n_vocab);
     return IG_OK;
 }
@@ -124,7 +124,7 @@ static void cpu_destroy(struct backend *base)
     free(c->greedy_logits);
     free(c->step.attn_items);
     free(c->step.attn);
-    free(c->keep);
+    free(c->want);
     free(c->pos);
     kv_store_free(c->step.kv);
     kv_memory_free(c->base.kv_mem);
@@ -163,10 +163,10 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
         ops_ctx_set_exact(c->step.ops, true);
     if (st == IG_OK) {
         c->pos = malloc((size_t)o->max_rows * sizeof *c->pos);
-        c->keep = malloc((size_t)o->max_rows * sizeof *c->keep);
+        c->want = malloc((size_t)o->max_rows * sizeof *c->want);
         c->step.attn = malloc((size_t)o->n_slots * sizeof *c->step.attn);
         c->step.attn_items = malloc((size_t)(o->n_slots + 1) * sizeof *c->step.attn_items);
-        if (!c->pos || !c->keep || !c->step.attn || !c->step.attn_items)
+        if (!c->pos || !c->want || !c->step.attn || !c->step.attn_items)
             st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
                           (long long)o->max_rows);
     }

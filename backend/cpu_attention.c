@@ -79,16 +79,16 @@ static void attend(struct cpu_step *s, int64_t layer, int64_t n)
                    ops_ctx_scratch_floats(s->ops));
 }
 
-/* Moves rows keep[i] of the [n, w] array a to row i (keep ascending). */
-static void compact_rows(float *a, int64_t w, const int64_t *keep, int64_t n_keep)
+/* Moves rows want[i] of the [n, w] array a to row i (want ascending). */
+static void compact_rows(float *a, int64_t w, const int64_t *want, int64_t n_want)
 {
-    for (int64_t i = 0; i < n_keep; i++)
-        if (keep[i] != i)
-            memmove(a + i * w, a + keep[i] * w, (size_t)w * sizeof *a);
+    for (int64_t i = 0; i < n_want; i++)
+        if (want[i] != i)
+            memmove(a + i * w, a + want[i] * w, (size_t)w * sizeof *a);
 }
 
-int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *keep,
-                      int64_t n_keep)
+int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want,
+                      int64_t n_want)
 {
     struct ops_ctx *ctx = s->ops;
     const struct model *m = ops_ctx_model(ctx);
@@ -104,10 +104,10 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
     cpu_rows_run(ctx, L, qk_rows, 0, n, false);
     attend(s, layer, n);
 
-    if (keep) { /* only these rows are read after this layer's attention */
-        compact_rows(b->x, m->hp.n_embd, keep, n_keep);
-        compact_rows(b->att, q_dim, keep, n_keep);
-        n = n_keep;
+    if (want) { /* only these rows are read after this layer's attention */
+        compact_rows(b->x, m->hp.n_embd, want, n_want);
+        compact_rows(b->att, q_dim, want, n_want);
+        n = n_want;
     }
     ops_matmul(ctx, &L->w[LAYER_WO], b->att, n, b->proj); /* [n, n_embd] */
     return n;

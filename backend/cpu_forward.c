@@ -45,7 +45,7 @@ static void residual_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
     ops_add(b->x + r0 * e, proj, n * e);
 }
 
-void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *keep, int64_t n_keep)
+void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int64_t n_want)
 {
     const struct model *m = ops_ctx_model(s->ops);
     struct ops_buffers *b = ops_ctx_buffers(s->ops);
@@ -55,7 +55,7 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *keep, int6
         bool last = il == m->hp.n_layer - 1;
         IG_ASSERT((size_t)L->mixer < sizeof mixers / sizeof mixers[0] && mixers[L->mixer]);
         IG_ASSERT((size_t)L->ffn < sizeof ffns / sizeof ffns[0] && ffns[L->ffn]);
-        n = mixers[L->mixer](s, il, n, last ? keep : NULL, n_keep);
+        n = mixers[L->mixer](s, il, n, last ? want : NULL, n_want);
         reduce(s, b->proj, n, e);
         cpu_rows_run(s->ops, L, residual_rows, LAYER_ATTN_POST_NORM, n, false);
         ffns[L->ffn](s, il, n);

@@ -35,9 +35,9 @@ struct cpu_step {
 
 /* Every layer over the step's n rows (residuals in ops_buffers.x, from the
  * embeddings; ops_rope_prepare done for the rows' positions). Past the last
- * layer's mixer only rows keep[0..n_keep) (ascending) go on: they end at
+ * layer's mixer only rows want[0..n_want) (ascending) go on: they end at
  * the front of x. */
-void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *keep, int64_t n_keep);
+void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int64_t n_want);
 
 /* Final RMSNorm and output head (with the final soft-cap) of n residual
  * rows x [n, n_embd] into logits [n, n_vocab]. */
@@ -46,12 +46,12 @@ void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logi
 /* ---- the kinds of layer ------------------------------------------------------ */
 
 /* A mixer (enum layer_mixer): layer `layer` over the step's n rows; reads
- * x, leaves its output in proj. Where keep is not NULL only rows
- * keep[0..n_keep) matter past the mixing (the last layer): they are moved
+ * x, leaves its output in proj. Where want is not NULL only rows
+ * want[0..n_want) matter past the mixing (the last layer): they are moved
  * to the front of x and the output is theirs alone. Returns the rows of
- * its output (n, or n_keep). */
+ * its output (n, or n_want). */
 typedef int64_t (*cpu_mixer_fn)(struct cpu_step *s, int64_t layer, int64_t n,
-                                const int64_t *keep, int64_t n_keep);
+                                const int64_t *want, int64_t n_want);
 
 /* An FFN (enum layer_ffn): layer `layer` over n rows; reads x, leaves its
  * output in proj. */
@@ -60,8 +60,8 @@ typedef void (*cpu_ffn_fn)(struct cpu_step *s, int64_t layer, int64_t n);
 /* LAYER_MIXER_ATTENTION (cpu_attention.c): RMSNorm, Q/K/V, [biases, head
  * norms], RoPE of the layer's variant, K/V into each sequence's blocks,
  * tiled attention over them (the layer's window), output projection. */
-int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *keep,
-                      int64_t n_keep);
+int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want,
+                      int64_t n_want);
 
 /* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);

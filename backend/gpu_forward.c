@@ -243,14 +243,14 @@ static int reduce(const struct gpu_pass *p, int64_t row0)
     return IG_OK;
 }
 
-/* Every layer; in the last, only rows keep0.. go on past the mixing. */
-static int layers(const struct gpu_pass *p, int64_t keep0)
+/* Every layer; in the last, only rows want0.. go on past the mixing. */
+static int layers(const struct gpu_pass *p, int64_t want0)
 {
     const struct model *m = p->g->m;
     int st = IG_OK;
     for (int64_t l = 0; l < m->hp.n_layer && st == IG_OK; l++) {
         const struct model_layer *ML = &m->layers[l];
-        int64_t row0 = l == m->hp.n_layer - 1 ? keep0 : 0;
+        int64_t row0 = l == m->hp.n_layer - 1 ? want0 : 0;
         IG_ASSERT((size_t)ML->mixer < sizeof mixers / sizeof mixers[0] && mixers[ML->mixer]);
         IG_ASSERT((size_t)ML->ffn < sizeof ffns / sizeof ffns[0] && ffns[ML->ffn]);
         if ((st = mixers[ML->mixer](p, l, row0)) || (st = reduce(p, row0)) || row0 == p->n)
@@ -261,11 +261,11 @@ static int layers(const struct gpu_pass *p, int64_t keep0)
     return st;
 }
 
-int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t keep0)
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0)
 {
     struct gpu_pass p = {g, n, -1, n_seqs};
     int st = embed(g, n);
-    return st != IG_OK ? st : layers(&p, keep0);
+    return st != IG_OK ? st : layers(&p, want0);
 }
 
 int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)

@@ -171,9 +171,9 @@ int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, f
 
 /* The forward (gpu_forward.c). A prefill step's n rows of n_seqs
  * sequences (inputs, tables and h_seqs staged): embeddings and every layer;
- * in the last, rows keep0.. alone go on past the mixing (none: keep0 = n).
+ * in the last, rows want0.. alone go on past the mixing (none: want0 = n).
  * The residuals end in g->x. Queues work only. */
-int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t keep0);
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0);
 
 /* Bucket `bucket`'s forward: 2^bucket rows, one per sequence, tokens,
  * positions (-1: padding) and tables read from device memory, so a graph
