@@ -159,6 +159,8 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
     }
     if (st == IG_OK)
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->step.ops);
+    if (st == IG_OK) /* the attention borrows the matmuls' per-thread scratch */
+        st = ops_ctx_reserve_scratch(c->step.ops, cpu_attention_scratch_floats(m));
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */
         ops_ctx_set_exact(c->step.ops, true);
     if (st == IG_OK) {

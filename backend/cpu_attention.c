@@ -37,6 +37,18 @@ static void qk_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
     ops_rope_rows(job->ctx, b->k, r0, r1, L->n_head_kv, hd, L->rope);
 }
 
+int64_t cpu_attention_scratch_floats(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    int64_t floats = attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv, hp->head_dim);
+    for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        int64_t f = attn_tiled_scratch_floats(L->n_head, L->n_head_kv, L->head_dim);
+        floats = f > floats ? f : floats;
+    }
+    return floats;
+}
+
 /* The rows' K/V into their sequences' blocks, then the tiled attention of
  * every sequence's rows as one job on the pool: att from q. */
 static void attend(struct cpu_step *s, int64_t layer, int64_t n)

@@ -63,6 +63,11 @@ typedef void (*cpu_ffn_fn)(struct cpu_step *s, int64_t layer, int64_t n);
 int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want,
                       int64_t n_want);
 
+/* Floats of per-thread scratch cpu_attention needs for every layer of m (the
+ * tiled attention's, attn_tiled_scratch_floats, at each layer's shapes): it
+ * borrows the run state's (ops_ctx_reserve_scratch). */
+int64_t cpu_attention_scratch_floats(const struct model *m);
+
 /* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
 

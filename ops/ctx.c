@@ -9,7 +9,6 @@
 
 #include "core/status.h"
 #include "ops/qmatmul.h"
-#include "prefill/attn_tiled.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +52,12 @@ static float *alloc_floats(int64_t n)
 static int64_t max_i64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
+}
+
+/* n rounded up to 16 floats (64 bytes): each thread's slice stays aligned. */
+static int64_t round16(int64_t n)
+{
+    return (n + 15) & ~(int64_t)15;
 }
 
 /* Widest matrix row of the table of tensors (models/tensors.h) at m's
@@ -119,15 +124,9 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     b->rope_cos = alloc_floats(ctx->n_rope * max_batch * half_rot);
     b->rope_sin = alloc_floats(ctx->n_rope * max_batch * half_rot);
 
-    int64_t per_thread = max_i64(max_weight_cols(m) * OPS_MATMUL_ROW_BUFS,
-                                 attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv,
-                                                           hp->head_dim));
-    for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
-        const struct model_layer *L = &m->layers[l];
-        per_thread = max_i64(per_thread, attn_tiled_scratch_floats(L->n_head, L->n_head_kv,
-                                                                   L->head_dim));
-    }
-    ctx->scratch_floats = (per_thread + 15) & ~(int64_t)15;
+    /* the matmuls' own; a kernel from outside ops/ asks for more
+     * (ops_ctx_reserve_scratch) */
+    ctx->scratch_floats = round16(max_weight_cols(m) * OPS_MATMUL_ROW_BUFS);
     ctx->scratch = alloc_floats(ctx->scratch_floats * ops_pool_threads(ctx->pool));
     int64_t qbytes = max_batch * (max_weight_cols(m) / QMM_QK + 1) * (int64_t)sizeof(struct qmm_q8);
     ctx->qbuf = (struct qmm_q8 *)alloc_floats(qbytes / (int64_t)sizeof(float));
@@ -236,6 +235,21 @@ float *ops_ctx_scratch(struct ops_ctx *ctx, int thread)
 int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx)
 {
     return ctx->scratch_floats;
+}
+
+int ops_ctx_reserve_scratch(struct ops_ctx *ctx, int64_t floats)
+{
+    if (floats <= ctx->scratch_floats)
+        return IG_OK;
+    int64_t per_thread = round16(floats);
+    float *p = alloc_floats(per_thread * ops_pool_threads(ctx->pool));
+    if (!p)
+        return ig_error(IG_E_NOMEM, "out of memory for %d threads' scratch of %lld floats",
+                        ops_pool_threads(ctx->pool), (long long)per_thread);
+    free(ctx->scratch);
+    ctx->scratch = p;
+    ctx->scratch_floats = per_thread;
+    return IG_OK;
 }
 
 struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx)

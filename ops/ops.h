@@ -83,6 +83,13 @@ struct ops_pool *ops_ctx_pool(struct ops_ctx *ctx);
 float *ops_ctx_scratch(struct ops_ctx *ctx, int thread);
 int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
 
+/* Grows each thread's scratch to at least `floats` floats: the context
+ * sizes it for ops/'s own kernels, and the caller that lends it to another
+ * (the CPU backend's attention: cpu_attention_scratch_floats) asks for what
+ * that one needs. Earlier scratch pointers are invalid after a growth.
+ * Returns IG_OK or IG_E_NOMEM (the old scratch kept). */
+int ops_ctx_reserve_scratch(struct ops_ctx *ctx, int64_t floats);
+
 /* ---- primitives ----------------------------------------------------------- */
 
 /* Dequantized weight rows a matmul keeps per thread (see ops_matmul_rows). */
