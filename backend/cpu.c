@@ -14,6 +14,7 @@
 #include "decode/sampler.h"
 #include "ops/gpu_qmm.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/qmatmul.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@
 struct cpu_backend {
     struct backend base;
     struct cpu_step step;  /* the run state, the cache, the attention's scratch */
+    struct ops_packed *packed; /* the model's, lent to step.ops; NULL: IGNITE_MATMUL=exact */
     /* per step, sized for max_rows rows */
     int64_t *pos;          /* [max_rows] position of each row */
     int64_t *want;         /* [max_rows] rows that want logits */
@@ -129,6 +131,7 @@ static void cpu_destroy(struct backend *base)
     kv_store_free(c->step.kv);
     kv_memory_free(c->base.kv_mem);
     ops_ctx_free(c->step.ops);
+    ops_packed_free(c->packed); /* (after the context that borrowed them) */
     free(c);
 }
 
@@ -161,6 +164,10 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->step.ops);
     if (st == IG_OK) /* the attention borrows the matmuls' per-thread scratch */
         st = ops_ctx_reserve_scratch(c->step.ops, cpu_attention_scratch_floats(m));
+    if (st == IG_OK && !ops_ctx_exact(c->step.ops)) /* (IGNITE_MATMUL=exact: no int8 path) */
+        st = ops_packed_create(m, ops_ctx_pool(c->step.ops), &c->packed);
+    if (st == IG_OK)
+        ops_ctx_set_packed(c->step.ops, c->packed);
     if (st == IG_OK && o->exact) /* else the context's default (IGNITE_MATMUL) */
         ops_ctx_set_exact(c->step.ops, true);
     if (st == IG_OK) {

@@ -1,9 +1,8 @@
 /* ops/ctx.c: the run state of a forward pass: the borrowed model, the thread
  * pool and every buffer a pass needs, allocated once here so that prefill
  * and decode never allocate. What the buffers hold is the stages' business.
- * It also owns the packed copies of the model's block-quantized matrices that
- * the int8 matmul reads (ops/qmatmul.h), made once here for the matrices of
- * the table of tensors (models/tensors.h).
+ * The packed copies of the weights that the int8 matmul reads are the
+ * model's, not the run's (ops/packed.h): the context only borrows them.
  * Covered by tests/cpu/. */
 #include "ops/ops.h"
 
@@ -12,14 +11,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-/* A weight's copy in the decode layout of ops/qmatmul.h. */
-struct packed_weight {
-    const void *src; /* the stored weight's data: the key */
-    enum quant_type type;
-    int64_t rows, cols; /* (a lookup checks them too) */
-    uint8_t *data;   /* ops_qmm_packed_bytes, 64-byte aligned */
-};
 
 struct ops_ctx {
     const struct model *m;
@@ -35,8 +26,7 @@ struct ops_ctx {
     int n_rope;              /* RoPE variants the layers use: 1, or 2 with local layers */
     double *rope_inv;        /* [n_rope, n_rot / 2] inverse frequencies (ops_rope_freqs) */
     double rope_mscale[2];   /* cos/sin scale of each variant */
-    struct packed_weight *packed; /* [n_packed] sorted by src: decode-layout copies */
-    int64_t n_packed, cap_packed;
+    const struct ops_packed *packed; /* borrowed: the model's packed weights, or NULL */
 };
 
 /* 64-byte aligned, zeroed array of n floats, or NULL. */
@@ -145,18 +135,6 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
                         (long long)max_batch);
     }
-    /* The matrices in the packed layout, once: every int8 matmul of them
-     * reads it. Not the embedding table, whose rows are looked up, unless
-     * it is the output head too (tied: packed once, as the head). */
-    struct model_tensor_it it;
-    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
-         !ctx->exact && st == IG_OK && model_tensors_next(&it);)
-        if (it.t->kind == TENSOR_MATRIX && !it.t->gathered)
-            st = ops_ctx_pack_weight(ctx, it.w);
-    if (st != IG_OK) {
-        ops_ctx_free(ctx);
-        return st;
-    }
     *out = ctx;
     return IG_OK;
 }
@@ -165,9 +143,6 @@ void ops_ctx_free(struct ops_ctx *ctx)
 {
     if (!ctx)
         return;
-    for (int64_t i = 0; i < ctx->n_packed; i++)
-        free(ctx->packed[i].data);
-    free(ctx->packed);
     free(ctx->qpack);
     free(ctx->qbuf);
     free(ctx->scratch);
@@ -273,73 +248,12 @@ struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread)
     return ctx->qpack + (int64_t)thread * ctx->qpack_n;
 }
 
-/* ---- packed weights ------------------------------------------------------ */
-
-struct repack_job {
-    const struct model_weight *w;
-    uint8_t *dst;
-};
-
-static void repack_task(void *arg, int64_t g0, int64_t g1, int thread)
+void ops_ctx_set_packed(struct ops_ctx *ctx, const struct ops_packed *packed)
 {
-    const struct repack_job *job = arg;
-    (void)thread;
-    ops_qmm_repack(job->w, g0, g1, job->dst);
+    ctx->packed = packed;
 }
 
-/* Index of the first entry whose src is >= src. */
-static int64_t packed_lower_bound(const struct ops_ctx *ctx, const void *src)
+const struct ops_packed *ops_ctx_packed(const struct ops_ctx *ctx)
 {
-    int64_t lo = 0, hi = ctx->n_packed;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if ((uintptr_t)ctx->packed[mid].src < (uintptr_t)src)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-int ops_ctx_pack_weight(struct ops_ctx *ctx, const struct model_weight *w)
-{
-    enum qmm_isa isa = ops_qmm_best_isa();
-    if (!w->data || isa == QMM_SCALAR || w->cols % QMM_QK != 0 ||
-        !ops_qmm_gemv8(w->type, isa))
-        return IG_OK; /* the tile kernels read the stored rows */
-    int64_t at = packed_lower_bound(ctx, w->data);
-    if (at < ctx->n_packed && ctx->packed[at].src == w->data)
-        return IG_OK; /* (tied embeddings: the output head is token_embd) */
-    if (ctx->n_packed == ctx->cap_packed) {
-        int64_t cap = ctx->cap_packed ? 2 * ctx->cap_packed : 64;
-        struct packed_weight *p = realloc(ctx->packed, (size_t)cap * sizeof *p);
-        if (!p)
-            return ig_error(IG_E_NOMEM, "out of memory for the packed weight table");
-        ctx->packed = p;
-        ctx->cap_packed = cap;
-    }
-    size_t bytes = (ops_qmm_packed_bytes(w->type, w->rows, w->cols) + 63) & ~(size_t)63;
-    uint8_t *data = aligned_alloc(64, bytes ? bytes : 64);
-    if (!data)
-        return ig_error(IG_E_NOMEM, "out of memory repacking a %lld x %lld weight (%zu bytes)",
-                        (long long)w->rows, (long long)w->cols, bytes);
-    struct repack_job job = {w, data};
-    int64_t groups = (w->rows + QMM_PR - 1) / QMM_PR;
-    ops_pool_run(ctx->pool, groups, 16, repack_task, &job);
-    memmove(ctx->packed + at + 1, ctx->packed + at,
-            (size_t)(ctx->n_packed - at) * sizeof *ctx->packed);
-    ctx->packed[at] = (struct packed_weight){w->data, w->type, w->rows, w->cols, data};
-    ctx->n_packed++;
-    return IG_OK;
-}
-
-const uint8_t *ops_ctx_packed(const struct ops_ctx *ctx, const struct model_weight *w)
-{
-    int64_t at = packed_lower_bound(ctx, w->data);
-    if (at == ctx->n_packed)
-        return NULL;
-    const struct packed_weight *e = &ctx->packed[at];
-    return e->src == w->data && e->type == w->type && e->rows == w->rows && e->cols == w->cols
-               ? e->data
-               : NULL;
+    return ctx->packed;
 }

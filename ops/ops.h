@@ -42,6 +42,7 @@ void ops_pool_run(struct ops_pool *p, int64_t n_items, int64_t grain, ops_task_f
 /* Run state: the model (borrowed), a thread pool, and scratch buffers for
  * steps of up to max_batch rows. Nothing is allocated on the hot path. */
 struct ops_ctx;
+struct ops_packed; /* ops/packed.h */
 
 /* Activation buffers of a forward pass, each for max_batch tokens, owned by
  * the context. Stages use them freely between calls. */
@@ -89,6 +90,12 @@ int64_t ops_ctx_scratch_floats(const struct ops_ctx *ctx);
  * that one needs. Earlier scratch pointers are invalid after a growth.
  * Returns IG_OK or IG_E_NOMEM (the old scratch kept). */
 int ops_ctx_reserve_scratch(struct ops_ctx *ctx, int64_t floats);
+
+/* The model's packed weights (ops/packed.h) the int8 matmuls of this
+ * context read, borrowed: they must outlive the context's matmuls. NULL (the
+ * default): none, the kernels read the stored rows. */
+void ops_ctx_set_packed(struct ops_ctx *ctx, const struct ops_packed *packed);
+const struct ops_packed *ops_ctx_packed(const struct ops_ctx *ctx);
 
 /* ---- primitives ----------------------------------------------------------- */
 

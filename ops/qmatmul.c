@@ -4,7 +4,7 @@
  * split the output rows of one or more weights over the pool (one job, rows
  * handed out in groups of 8). Each thread walks its rows against token
  * blocks that fit in L2. A weight the context holds in the packed layout
- * (every quantized type the path takes, on AVX2 and both VNNI sets; ops_ctx_pack_weight)
+ * (every quantized type the path takes, on AVX2 and both VNNI sets; ops/packed.h)
  * is read only there: with many
  * tokens 8 rows at a time through the GEMM (16, two groups, on AVX512-VNNI:
  * ops/qmatmul_zmm.h), otherwise (decode, leftover
@@ -19,6 +19,8 @@
 #include "ops/qmatmul.h"
 
 #include "core/status.h"
+#include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/simd.h"
 
 #include <float.h>
@@ -308,7 +310,7 @@ struct qmm_job {
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
     qmm_fgemm16_fn fgemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
     qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
-    const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the context's packed copy of w[i] */
+    const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the packed copy of w[i] the context reads */
     struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
@@ -480,7 +482,7 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
         if (!job.fgemm8[i]) {
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
-            job.packed[i] = ops_ctx_packed(ctx, w[i]);
+            job.packed[i] = ops_packed_find(ops_ctx_packed(ctx), w[i]);
             if (job.packed[i]) { /* the packed copy only: the stored rows stay cold */
                 job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
                 job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());

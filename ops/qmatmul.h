@@ -7,8 +7,8 @@
  * at run time (ops/qmatmul_avx2.c, ops/qmatmul_avxvnni.c, ops/qmatmul_vnni.c;
  * IGNITE_SIMD=scalar|avx2|avxvnni caps the choice; Q2_K, Q3_K and the IQ4 formats have a scalar tile only, their SIMD
  * kernels are packed ones). Where the ISA has kernels for it, every format is read from a
- * copy in a packed 8-row layout the context makes once (below;
- * ops/qmatmul_pack.c).
+ * copy in a packed 8-row layout made once per model (below; ops/qmatmul_pack.c
+ * repacks, ops/packed.h keeps the copies).
  *
  * int8 activations cost accuracy (about 0.4% of a block's largest value per
  * element), so this path is the default but not the reference: the exact f32
@@ -19,11 +19,14 @@
 #define IGNITE_OPS_QMATMUL_H
 
 #include "models/model.h"
-#include "ops/ops.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The run state the matmuls below take their pool and buffers from
+ * (ops/ops.h); the kernels and the packing do not need it. */
+struct ops_ctx;
 
 #define QMM_QK 32 /* activation elements per block */
 
@@ -366,15 +369,6 @@ struct qmm_q8 *ops_ctx_qbuf(struct ops_ctx *ctx);
 /* Thread `thread`'s repacking scratch: 4 entries per 32 columns of the
  * widest row (also 8 rows x the widest row of f32 for the float GEMM). */
 struct qmm_pack8 *ops_ctx_qpack(struct ops_ctx *ctx, int thread);
-
-/* Makes a packed copy of w (the decode layout above) owned by the context,
- * when the context's ISA has a packed kernel for w's type; matmuls of w then
- * read the copy. Weights are told apart by their data pointer. Returns IG_OK
- * (also when w's type has no such kernel) or IG_E_NOMEM. */
-int ops_ctx_pack_weight(struct ops_ctx *ctx, const struct model_weight *w);
-
-/* The packed copy of w, or NULL. */
-const uint8_t *ops_ctx_packed(const struct ops_ctx *ctx, const struct model_weight *w);
 
 /* The exact f32 path for every matmul of this context (true), or the fast
  * int8 path where a kernel exists (false, the default unless the environment

@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "models/quant.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/qmatmul.h"
 #include "tests/cpu/random_weight.h"
 #include "tests/test.h"
@@ -124,7 +125,7 @@ static void check_type(const struct type_case *tc, struct ops_ctx *ctx)
 
 /* Each token of a call of nt tokens against the same token alone, on the
  * exact path or on the int8 path, where the weight is packed as a model's
- * are (ops_ctx_pack_weight: the GEMV and the 8-token GEMM then read the same
+ * are (ops_packed_add: the GEMV and the 8-token GEMM then read the same
  * copy and sum alike). */
 static void check_token_invariance(const struct type_case *tc, bool exact)
 {
@@ -135,7 +136,10 @@ static void check_token_invariance(const struct type_case *tc, bool exact)
     CHECK(ops_ctx_create(&m, 2, max_t, &ctx) == IG_OK);
     ops_ctx_set_exact(ctx, exact);
     struct model_weight w = random_weight(tc, ROWS, &rng_state);
-    CHECK(exact || ops_ctx_pack_weight(ctx, &w) == IG_OK);
+    struct ops_packed *packed = NULL;
+    CHECK(ops_packed_create(NULL, NULL, &packed) == IG_OK);
+    CHECK(exact || ops_packed_add(packed, &w, ops_ctx_pool(ctx)) == IG_OK);
+    ops_ctx_set_packed(ctx, packed);
     float *x = malloc((size_t)(max_t * cols) * sizeof *x);
     float *alone = malloc((size_t)(max_t * ROWS) * sizeof *alone);
     float *y = malloc((size_t)(max_t * ROWS) * sizeof *y);
@@ -155,6 +159,7 @@ static void check_token_invariance(const struct type_case *tc, bool exact)
     free(x);
     free((void *)w.data);
     ops_ctx_free(ctx);
+    ops_packed_free(packed);
 }
 
 int main(void)

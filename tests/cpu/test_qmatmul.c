@@ -35,6 +35,7 @@
 #include "models/model.h"
 #include "models/quant.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/qmatmul.h"
 #include "tests/cpu/random_weight.h"
 #include "tests/test.h"
@@ -444,8 +445,11 @@ static void check_type(const struct type_case *tc, const struct model *model,
      * result for a token must not depend on the number of tokens) */
     struct ops_ctx *pctx = NULL;
     CHECK(ops_ctx_create(model, 2, MAX_T, &pctx) == IG_OK && pctx);
-    CHECK(ops_ctx_pack_weight(pctx, &w) == IG_OK);
-    bool has_packed = ops_ctx_packed(pctx, &w) != NULL;
+    struct ops_packed *packed = NULL;
+    CHECK(ops_packed_create(NULL, NULL, &packed) == IG_OK);
+    CHECK(ops_packed_add(packed, &w, ops_ctx_pool(pctx)) == IG_OK);
+    ops_ctx_set_packed(pctx, packed);
+    bool has_packed = ops_packed_find(packed, &w) != NULL;
     CHECKF(has_packed == (ops_qmm_best_isa() != QMM_SCALAR &&
                           ops_qmm_gemv8(tc->type, ops_qmm_best_isa()) != NULL),
            "%s: a packed copy exactly where the ISA has a packed kernel", name);
@@ -510,6 +514,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
                bad);
     }
     ops_ctx_free(pctx);
+    ops_packed_free(packed);
     free(y1);
     free(y);
     free(fmag);

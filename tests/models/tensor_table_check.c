@@ -29,6 +29,7 @@
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "ops/ops.h"
+#include "ops/packed.h"
 #include "ops/qmatmul.h"
 #include "tests/test.h"
 
@@ -151,14 +152,17 @@ static void check_id(const char *spec, struct model *m)
 }
 
 /* CPU packing: each matrix a product reads (the head too when tied) packed
- * where ops_ctx_pack_weight packs its type. */
+ * where ops_packed_add packs its type. */
 static void check_packing(const char *spec, const struct model *m)
 {
     enum qmm_isa isa = ops_qmm_best_isa();
-    struct ops_ctx *ctx = NULL;
-    CHECK(ops_ctx_create(m, 1, 1, &ctx) == IG_OK);
-    if (!ctx)
+    struct ops_pool *pool = NULL;
+    struct ops_packed *p = NULL;
+    CHECK(ops_pool_create(1, &pool) == IG_OK && ops_packed_create(m, pool, &p) == IG_OK);
+    if (!p) {
+        ops_pool_free(pool);
         return;
+    }
     int packed = 0, skipped = 0;
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
@@ -170,13 +174,14 @@ static void check_packing(const char *spec, const struct model *m)
             skipped++;
             continue;
         }
-        CHECKF(ops_ctx_packed(ctx, w) != NULL, "%s: %s (%s) is not packed", spec, name_of(&it),
+        CHECKF(ops_packed_find(p, w) != NULL, "%s: %s (%s) is not packed", spec, name_of(&it),
                quant_type_name((uint32_t)w->type));
         packed++;
     }
     fprintf(stderr, "%s: %d matrices packed, %d of types the int8 path reads as stored\n", spec,
             packed, skipped);
-    ops_ctx_free(ctx);
+    ops_packed_free(p);
+    ops_pool_free(pool);
 }
 
 /* The plan's f16 bytes and the emulated upload's against the table's sum. */

@@ -1,0 +1,126 @@
+/* ops/packed.c: the packed weights (ops/packed.h): a table of decode-layout
+ * copies sorted by the stored weight's data pointer, each made once by
+ * ops_qmm_repack over the pool.
+ * Covered by tests/cpu/test_qmatmul.c and tests/models/tensor_table_check.c. */
+#include "ops/packed.h"
+
+#include "core/status.h"
+#include "ops/ops.h"
+#include "ops/qmatmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A weight's copy in the decode layout of ops/qmatmul.h. */
+struct packed_weight {
+    const void *src; /* the stored weight's data: the key */
+    enum quant_type type;
+    int64_t rows, cols; /* (a lookup checks them too) */
+    uint8_t *data;   /* ops_qmm_packed_bytes, 64-byte aligned */
+};
+
+struct ops_packed {
+    struct packed_weight *w; /* [n] sorted by src */
+    int64_t n, cap;
+};
+
+int ops_packed_create(const struct model *m, struct ops_pool *pool, struct ops_packed **out)
+{
+    *out = NULL;
+    struct ops_packed *p = calloc(1, sizeof *p);
+    if (!p)
+        return ig_error(IG_E_NOMEM, "out of memory for the packed weight table");
+    int st = IG_OK;
+    struct model_tensor_it it;
+    if (m)
+        for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
+             st == IG_OK && model_tensors_next(&it);)
+            if (it.t->kind == TENSOR_MATRIX && !it.t->gathered)
+                st = ops_packed_add(p, it.w, pool);
+    if (st != IG_OK) {
+        ops_packed_free(p);
+        return st;
+    }
+    *out = p;
+    return IG_OK;
+}
+
+void ops_packed_free(struct ops_packed *p)
+{
+    if (!p)
+        return;
+    for (int64_t i = 0; i < p->n; i++)
+        free(p->w[i].data);
+    free(p->w);
+    free(p);
+}
+
+struct repack_job {
+    const struct model_weight *w;
+    uint8_t *dst;
+};
+
+static void repack_task(void *arg, int64_t g0, int64_t g1, int thread)
+{
+    const struct repack_job *job = arg;
+    (void)thread;
+    ops_qmm_repack(job->w, g0, g1, job->dst);
+}
+
+/* Index of the first entry whose src is >= src. */
+static int64_t lower_bound(const struct ops_packed *p, const void *src)
+{
+    int64_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)p->w[mid].src < (uintptr_t)src)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct ops_pool *pool)
+{
+    enum qmm_isa isa = ops_qmm_best_isa();
+    if (!w->data || isa == QMM_SCALAR || w->cols % QMM_QK != 0 ||
+        !ops_qmm_gemv8(w->type, isa))
+        return IG_OK; /* the tile kernels read the stored rows */
+    int64_t at = lower_bound(p, w->data);
+    if (at < p->n && p->w[at].src == w->data)
+        return IG_OK; /* (tied embeddings: the output head is token_embd) */
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 64;
+        struct packed_weight *e = realloc(p->w, (size_t)cap * sizeof *e);
+        if (!e)
+            return ig_error(IG_E_NOMEM, "out of memory for the packed weight table");
+        p->w = e;
+        p->cap = cap;
+    }
+    size_t bytes = (ops_qmm_packed_bytes(w->type, w->rows, w->cols) + 63) & ~(size_t)63;
+    uint8_t *data = aligned_alloc(64, bytes ? bytes : 64);
+    if (!data)
+        return ig_error(IG_E_NOMEM, "out of memory repacking a %lld x %lld weight (%zu bytes)",
+                        (long long)w->rows, (long long)w->cols, bytes);
+    struct repack_job job = {w, data};
+    int64_t groups = (w->rows + QMM_PR - 1) / QMM_PR;
+    ops_pool_run(pool, groups, 16, repack_task, &job);
+    memmove(p->w + at + 1, p->w + at, (size_t)(p->n - at) * sizeof *p->w);
+    p->w[at] = (struct packed_weight){w->data, w->type, w->rows, w->cols, data};
+    p->n++;
+    return IG_OK;
+}
+
+const uint8_t *ops_packed_find(const struct ops_packed *p, const struct model_weight *w)
+{
+    if (!p)
+        return NULL;
+    int64_t at = lower_bound(p, w->data);
+    if (at == p->n)
+        return NULL;
+    const struct packed_weight *e = &p->w[at];
+    return e->src == w->data && e->type == w->type && e->rows == w->rows && e->cols == w->cols
+               ? e->data
+               : NULL;
+}
