@@ -337,8 +337,9 @@ int cmd_chat(int argc, char **argv)
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
         return st < 0 ? cli_flush_stdout() : st;
-    struct backend_device dev; /* (chat's backend takes no --gpu-weights: it keeps native) */
-    if ((st = cli_choose_device(o.g.device, NULL, &dev, NULL)) != IG_OK)
+    struct backend_device dev;
+    enum backend_gpu_weights gpu_weights;
+    if ((st = cli_choose_device(o.g.device, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
     signal(SIGPIPE, SIG_IGN);
@@ -368,6 +369,7 @@ int cmd_chat(int argc, char **argv)
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = c.n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < c.n_ctx ? o.g.n_batch : c.n_ctx, .exact = o.g.exact,
+        .gpu_weights = gpu_weights,
         .kv_dtype = o.g.kv_dtype,
     };
     if ((st = backend_create(c.m, &bo, &c.be)) != IG_OK)

@@ -1,7 +1,7 @@
 # tests/cli/test_run_args.sh: `ignite run` behaviour that needs no model:
 # help and version (also after info, tokenize, bench), bad flags and values,
 # prompt checks (empty, invalid UTF-8, unreadable file), bad model files,
-# --device, --gpu-weights (run, batch, bench), and the exit code of
+# --device, --gpu-weights (run, chat, batch, bench), and the exit code of
 # each (docs/cli.md lists them).
 . "$(dirname "$0")/lib.sh"
 
@@ -52,7 +52,7 @@ expect_rc 2 "-p and -f" "$IGNITE" run -p hi -f -
 expect_rc 2 "--system without --chat" "$IGNITE" run -p hi --system x
 expect_rc 2 "unknown device" "$IGNITE" run -p hi --device tpu
 expect_rc 2 "bad cuda index" "$IGNITE" run -p hi --device cuda:x
-for cmd in run batch bench; do
+for cmd in run chat batch bench; do
     expect_rc 2 "$cmd --gpu-weights q4" "$IGNITE" $cmd --gpu-weights q4 &&
         expect_grep "$TMP/err" "--gpu-weights: expected native or f16, got 'q4'" "$cmd --gpu-weights q4"
 done
