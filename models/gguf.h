@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -153,8 +154,13 @@ struct gguf_str gguf_arr_str(const struct gguf_kv *kv, uint64_t i);
 float gguf_arr_f32(const struct gguf_kv *kv, uint64_t i);
 int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i); /* any integer type */
 
-/* True when the string view equals the NUL-terminated `s`. */
-bool gguf_str_eq(struct gguf_str a, const char *s);
+/* True when the string view equals the NUL-terminated `s` (inline: the
+ * architecture table, models/arch.c, uses it without the parser). */
+static inline bool gguf_str_eq(struct gguf_str a, const char *s)
+{
+    size_t n = strlen(s);
+    return a.len == n && !memcmp(a.ptr, s, n);
+}
 
 /* Name of a value type ("uint32", "array"; element types are named
  * separately). */

@@ -84,12 +84,6 @@ int64_t gguf_arr_int(const struct gguf_kv *kv, uint64_t i)
     }
 }
 
-bool gguf_str_eq(struct gguf_str a, const char *s)
-{
-    size_t n = strlen(s);
-    return a.len == n && !memcmp(a.ptr, s, n);
-}
-
 const char *gguf_type_name(enum gguf_type t)
 {
     static const char *const names[] = {

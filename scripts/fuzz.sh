@@ -76,7 +76,7 @@ klfile)
     corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
 kvfile)
     srcs=(core/status.c core/checksum.c core/half.c kvcache/kvmem.c kvcache/kvcache.c
-          kvcache/kvfile.c models/tensors.c)
+          kvcache/kvfile.c models/tensors.c models/arch.c)
     corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
 *)
     echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile, kvfile)" >&2
