@@ -8,7 +8,8 @@ it.
   - exact path (IGNITE_MATMUL=exact): logits within 1e-4 relative of the
     reference at every step, greedy tokens equal (test_forward_ref.check_case);
   - the default int8 path against the exact one on the same steps: NMSE
-    <= 3e-2, max |fast - exact| / max |exact| <= 0.15, and the same top-1
+    <= 2e-3, max |fast - exact| / max |exact| <= 4e-2 (its own error with
+    a margin of a quarter; a truncating quantizer fails), and the same top-1
     unless the exact top two are within that error (as test_fast_forward);
     and not depending on the chunking: 100 tokens in chunks of 7 and in one
     agree within 1e-5 of max |logit| (Q5_0 and Q8_0 give a token the same
@@ -75,8 +76,12 @@ TEXT = (
     "Years later his granddaughter found the volume in a trunk, wrapped in oilcloth and "
     "tied with tarred string, and gave it to the county archive, where it")
 
-NMSE_BOUND = 3e-2
-MAX_REL_BOUND = 0.15
+# The int8 path's own error on these steps: worst NMSE 1.59e-3, max rel
+# 3.14e-2 (AVX-512 VNNI); an activation quantizer that truncates instead of
+# rounding to nearest gives 2.51e-3 and 4.69e-2, which test_fast_forward's
+# looser bounds (3e-2, 0.15: a model of other scales) also catch on SmolLM2.
+NMSE_BOUND = 2.0e-3
+MAX_REL_BOUND = 4.0e-2
 
 
 def tokenize(path, text):
@@ -113,10 +118,11 @@ def check_fast(tool, path, ids, opts, fixed, tmp):
     out = os.path.join(tmp, "l.f32")
     exact = dump(tool, path, ids, opts, fixed, True, out)
     fast = dump(tool, path, ids, opts, fixed, False, out)
-    ok = True
+    ok, worst = True, [0.0, 0.0]
     for i, (e, f) in enumerate(zip(exact, fast)):
         nmse = np.sum((f - e) ** 2) / np.sum(e ** 2)
         rel = np.abs(f - e).max() / np.abs(e).max()
+        worst = [max(worst[0], nmse), max(worst[1], rel)]
         top = np.argsort(-e)[:2]
         tie = (e[top[0]] - e[top[1]]) <= np.abs(f - e).max()
         same = int(np.argmax(f)) == int(top[0]) or tie
@@ -125,7 +131,7 @@ def check_fast(tool, path, ids, opts, fixed, tmp):
             print(f"FAIL fast path step {i}: NMSE {nmse:.2e}, max rel {rel:.2e}, top-1 "
                   f"{int(np.argmax(f))} vs {int(top[0])}")
     print(("ok    " if ok else "FAILED") + f" fast path vs exact: {len(ids)} prompt tokens, "
-          f"{len(fixed)} decode steps")
+          f"{len(fixed)} decode steps, worst NMSE {worst[0]:.2e}, max rel {worst[1]:.2e}")
     one = dump(tool, path, ids[:100], [], [], False, out)[0]
     sevens = dump(tool, path, ids[:100], ["-c", "7"], [], False, out)[0]
     d = np.abs(one - sevens).max() / np.abs(one).max()
