@@ -95,6 +95,7 @@ static const struct foreign_word foreign_words[] = {
     {"-ub", "batch-size", "the prompt tokens per prefill chunk"},
     {"--ubatch-size", "batch-size", "the prompt tokens per prefill chunk"},
     {"--predict", "n-predict", NULL},
+    {"--max-tokens", "n-predict", "vLLM's and OpenAI's name for it"},
     {"--prompt-cache", "save-kv", "and --load-kv FILE to continue from it"},
     {"-md", NULL, "ignite has no speculative decoding"},
     {"--model-draft", NULL, "ignite has no speculative decoding"},

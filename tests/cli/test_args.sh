@@ -64,6 +64,8 @@ refused "-m with a path attached" -m/x.gguf "" "$IGNITE" run -p hi -m/x.gguf
 # Did you mean: by edit distance, a long name that begins the word counts as near.
 refused "--temperature" --temperature "did you mean --temp?" "$IGNITE" -p hi --temperature 0.5
 refused "-temp" -temp "did you mean --temp?" "$IGNITE" -p hi -temp 0.5
+refused "--max-tokens" --max-tokens "ignite's spelling is -n, --n-predict" "$IGNITE" -p hi --max-tokens 5
+refused "batch --max-tokens" --max-tokens "-n, --n-predict" "$IGNITE" batch --max-tokens=5
 refused "--n_predict" --n_predict "did you mean -n, --n-predict?" "$IGNITE" -p hi --n_predict 5
 refused "--seeed" --seeed "did you mean -s, --seed?" "$IGNITE" -p hi --seeed 5
 refused "bench --repetition" --repetitions-count "did you mean -r, --repetitions?" "$IGNITE" bench --repetitions-count 3
