@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -26,6 +27,7 @@ static const struct cli_option tokenize_options[] = {
     {"no-special", OPT_NO_SPECIAL, no_argument, NULL,
      "treat control-token text (<|im_start|>...) as plain text", NULL},
     {"no-bos", OPT_NO_BOS, no_argument, NULL, "do not add BOS even if the model asks for it", NULL},
+    {"threads", 't', required_argument, "N", "taken as llama-tokenize takes it; no effect: tokenizing is one thread", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -101,6 +103,12 @@ int cmd_tokenize(int argc, char **argv)
         case OPT_COUNT: count = true; break;
         case OPT_NO_SPECIAL: flags &= ~TOK_ENC_PARSE_SPECIAL; break;
         case OPT_NO_BOS: flags &= ~TOK_ENC_ADD_BOS; break;
+        case 't': { /* checked as run's, then unused: scripts for llama-tokenize pass it */
+            int64_t n_threads;
+            if (cli_parse_i64("--threads", optarg, 0, OPS_POOL_MAX_THREADS, &n_threads))
+                return IG_E_USAGE;
+            break;
+        }
         case 'h':
             cli_print_help(stdout, usage,
                            "Print the token ids the model's tokenizer gives a text, one per line.",

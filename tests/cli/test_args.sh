@@ -93,6 +93,10 @@ expect_rc 3 "--prompt -ngl" "$IGNITE" run -m "$NOPE" --prompt -ngl
 expect_rc 3 "--prompt=-ngl" "$IGNITE" run -m "$NOPE" --prompt=-ngl
 expect_rc 3 "--system -cnv" "$IGNITE" -m "$NOPE" --chat --system -cnv -p hi
 expect_rc 3 "tokenize -p -x" "$IGNITE" tokenize -m "$NOPE" -p -x
+# llama-tokenize's -t is taken (and checked), as run's is
+expect_rc 3 "tokenize -t" "$IGNITE" tokenize -m "$NOPE" -p hi -t 4
+expect_rc 3 "tokenize --threads" "$IGNITE" tokenize -m "$NOPE" -p hi --threads=0
+expect_rc 2 "tokenize -t x" "$IGNITE" tokenize -m "$NOPE" -p hi -t x && expect_grep "$TMP/err" "expected an integer" "tokenize -t x"
 expect_rc 3 "info -m -x" "$IGNITE" info -m -x
 expect_rc 2 "-- ends the options" "$IGNITE" run -p hi -- -ngl && expect_grep "$TMP/err" "unexpected argument '-ngl'" "--"
 
