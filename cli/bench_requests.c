@@ -308,7 +308,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         goto done;
     }
     cJSON_AddStringToObject(j, "ignite_version", IGNITE_VERSION);
-    cJSON_AddStringToObject(j, "model_filename", path);
+    cli_add_model_json(j, path, m);
     cJSON_AddStringToObject(j, "device", be->device);
     cJSON_AddStringToObject(j, "device_name", be->device_name);
     cJSON_AddStringToObject(j, "matmul", be->o.device.kind == BACKEND_CUDA

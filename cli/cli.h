@@ -135,6 +135,21 @@ struct cli_build {
 };
 void cli_build_info(struct cli_build *b);
 
+/* How a model is named (cli/model_name.c). cli_model_params writes a
+ * parameter count as "134.52 M" or "1.24 B"; cli_model_type llama-bench's
+ * model_type, "<arch> <params> <type of the first layer's Q weights>"
+ * ("llama 134.52 M Q4_1"), into buf (truncated to cap bytes). */
+struct model;
+struct cJSON;
+void cli_model_params(char *buf, size_t cap, int64_t n);
+void cli_model_type(const struct model *m, char *buf, size_t cap);
+
+/* Adds the keys that name the model to a JSON object: "model_filename"
+ * (`path` as given or the default model's), "model_arch" (general.
+ * architecture) and "model_type" (cli_model_type). False when out of
+ * memory. */
+bool cli_add_model_json(struct cJSON *o, const char *path, const struct model *m);
+
 /* Text with control characters, backslash and bytes that are not valid
  * UTF-8 escaped (\n, \t, \xNN), so it stays on one line (a token's piece,
  * a prompt). */

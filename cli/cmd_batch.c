@@ -120,6 +120,7 @@ struct job {
 struct batch {
     const struct batch_opts *o;
     const struct model *m;
+    const char *model_path; /* the model as loaded, named in each line */
     struct tok_vocab *vocab;
     struct engine *engine;
     struct grammar *grammar; /* the command line's constraint, shared; NULL: none */
@@ -176,6 +177,8 @@ static void job_finish(struct batch *b, struct job *j, cJSON *obj)
     else
         cJSON_AddNumberToObject(obj, "id", (double)j->line);
     cJSON_AddNumberToObject(obj, "line", (double)j->line);
+    if (b->m)
+        cli_add_model_json(obj, b->model_path, b->m);
     /* "id" and "line" first, as people read them */
     cJSON *id = cJSON_DetachItemFromObject(obj, "id"), *line = cJSON_DetachItemFromObject(obj, "line");
     if (id && line) {
@@ -529,6 +532,7 @@ int cmd_batch(int argc, char **argv)
         free(probe);
     }
     b.m = m;
+    b.model_path = path;
     int64_t n_ctx = gen_cli_context(&o.g, m->hp.n_ctx_train);
     int64_t rows = o.g.n_batch_given ? o.g.n_batch : backend_batch_rows_default(dev.kind);
     struct backend_opts bo = {

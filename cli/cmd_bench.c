@@ -206,7 +206,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 
 struct bench_row {
     const char *model;      /* file path or synthetic spec */
-    char model_type[96];    /* "llama 135M Q4_1" */
+    char model_type[96];    /* "llama 134.52 M Q4_1" (cli_model_type) */
+    char model_arch[32];    /* "llama" */
     size_t model_size;
     int64_t n_params;
     int threads;
@@ -276,6 +277,7 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddStringToObject(j, "matmul", !cpu ? backend_gpu_weights_name(e->o->gpu_weights)
                                               : e->o->exact ? "exact" : "int8");
     cJSON_AddStringToObject(j, "model_filename", r->model);
+    cJSON_AddStringToObject(j, "model_arch", r->model_arch);
     cJSON_AddStringToObject(j, "model_type", r->model_type);
     cJSON_AddNumberToObject(j, "model_size", (double)r->model_size);
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
@@ -350,14 +352,6 @@ static void print_size(char *buf, size_t cap, size_t bytes)
         snprintf(buf, cap, "%.2f GiB", (double)bytes / (1 << 30));
 }
 
-static void print_params(char *buf, size_t cap, int64_t n)
-{
-    if (n >= 1000000000)
-        snprintf(buf, cap, "%.2f B", (double)n / 1e9);
-    else
-        snprintf(buf, cap, "%.2f M", (double)n / 1e6);
-}
-
 /* The row as text in the chosen format, to stdout's buffer. */
 static void print_row(struct bench_env *e, const struct bench_row *r)
 {
@@ -371,7 +365,7 @@ static void print_row(struct bench_env *e, const struct bench_row *r)
         }
         char size[32], params[32], ttft[32] = "-";
         print_size(size, sizeof size, r->model_size);
-        print_params(params, sizeof params, r->n_params);
+        cli_model_params(params, sizeof params, r->n_params);
         if (r->n_prompt)
             snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
         bool cpu = !strcmp(r->device, "cpu");
@@ -682,10 +676,8 @@ static int bench_model(struct bench_env *e, const char *spec)
         b.tokens[i] = (int32_t)(xorshift(&seed) % (uint64_t)m->hp.n_vocab);
 
     r->model = spec;
-    char params[32];
-    print_params(params, sizeof params, m->n_params);
-    snprintf(r->model_type, sizeof r->model_type, "%s %s %s", m->hp.arch, params,
-             quant_type_name((uint32_t)m->layers[0].w[LAYER_WQ].type));
+    cli_model_type(m, r->model_type, sizeof r->model_type);
+    snprintf(r->model_arch, sizeof r->model_arch, "%s", m->hp.arch);
     r->model_size = model_weight_bytes(m);
     r->n_params = m->n_params;
 

@@ -335,6 +335,7 @@ static void warn_end(const struct gen_result *res, int64_t n_ctx, bool saving)
 /* What generate() needs besides the options. */
 struct run_inputs {
     struct model *m;
+    const char *path;     /* the model as loaded, for --json */
     struct tok_vocab *vocab;
     struct backend *be;
     int64_t n_ctx;
@@ -412,7 +413,8 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     }
     if (res->stop != GEN_STOP_NONE || st == IG_E_INTERRUPTED) {
         struct run_report rep = {
-            .res = res, .sp = &o->g.sp, .device = in->be->device, .threads = in->be->threads,
+            .res = res, .sp = &o->g.sp, .model_path = in->path, .m = in->m,
+            .device = in->be->device, .threads = in->be->threads,
             .n_ctx = in->n_ctx, .kv_bytes = kv_bytes,
             .kv_max_bytes = backend_kv_bytes(in->be, kv_blocks_for(in->n_ctx),
                                              in->be->n_states ? 1 : 0),
@@ -486,7 +488,7 @@ int cmd_run(int argc, char **argv)
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
-    struct run_inputs in = {.m = m, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
+    struct run_inputs in = {.m = m, .path = path, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
                             .prompt = prompt, .grammar = grammar,
                             .save = o.save_kv ? &save : NULL, .load_ms = load_ms};
     st = generate(&o, &in);

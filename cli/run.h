@@ -19,6 +19,8 @@ struct tok_vocab;
 struct run_report {
     const struct gen_result *res;
     const struct sampler_params *sp; /* sp->seed is the seed used */
+    const char *model_path; /* the model file or folder, as run loaded it */
+    const struct model *m;
     const char *device;  /* "cpu" */
     int threads;
     int64_t n_ctx;

@@ -113,7 +113,8 @@ int run_print_json(const struct run_report *r)
 {
     cJSON *root = run_result_json(r->res, r->sp, r->text, r->len, r->status);
     cJSON *kvo = NULL;
-    if (!root || !cJSON_AddStringToObject(root, "device", r->device) ||
+    if (!root || !cli_add_model_json(root, r->model_path, r->m) ||
+        !cJSON_AddStringToObject(root, "device", r->device) ||
         !cJSON_AddNumberToObject(root, "threads", r->threads) ||
         !cJSON_AddNumberToObject(root, "n_ctx", (double)r->n_ctx) ||
         !(kvo = cJSON_AddObjectToObject(root, "kv_cache")))
