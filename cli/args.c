@@ -105,6 +105,18 @@ static const struct foreign_word foreign_words[] = {
     {"--progress", NULL, "ignite bench draws its progress on stderr when it is a terminal"},
 };
 
+/* llama.cpp's words that name an option ignite has under another spelling
+ * (run, chat, batch, bench, perplexity: -ngl, -fa). getopt would read "-ngl"
+ * as "-n gl", so the word is rewritten to the long option before getopt sees
+ * it; a command without the option refuses the word (foreign_words). */
+static const struct {
+    const char *word, *as;
+} aliases[] = {
+    {"-ngl", "--n-gpu-layers"},
+    {"--gpu-layers", "--n-gpu-layers"},
+    {"-fa", "--flash-attn"},
+};
+
 /* ---- the table ------------------------------------------------------------------ */
 
 static const struct cli_option *find_short(const struct cli_option *table, int c)
@@ -275,6 +287,12 @@ int cli_check_args(const char *cmd, int argc, char **argv, const struct cli_opti
             return IG_OK; /* what follows is not options */
         if (w[0] != '-' || w[1] == '\0')
             continue; /* an operand: the command says whether it takes one */
+        for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++) {
+            bool amb;
+            if (!strcmp(w, aliases[k].word) &&
+                find_long(table, aliases[k].as + 2, strlen(aliases[k].as + 2), &amb))
+                w = argv[i] = (char *)aliases[k].as; /* getopt never writes to argv's strings */
+        }
         const struct cli_option *o;
         if (w[1] == '-') {
             const char *name = w + 2, *eq = strchr(name, '=');

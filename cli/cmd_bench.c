@@ -33,7 +33,7 @@
 #define BENCH_MAX_LIST 16
 
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
-       OPT_GPU_WEIGHTS };
+       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -44,6 +44,8 @@ static const struct cli_option bench_options[] = {
     {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
     {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk (--requests: rows per step, 2048 on CUDA)", "512"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
+    {"n-gpu-layers", OPT_NGL, required_argument, "N", "llama-bench's -ngl (one value): 0 = --device cpu, N > 0 = the GPU where usable", NULL},
+    {"flash-attn", OPT_FA, required_argument, "on|off", "llama-bench's -fa (one value), taken: ignite always uses its fused attention", NULL},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
@@ -75,6 +77,7 @@ struct bench_opts {
     int64_t reps, n_batch; /* n_batch 0: not given (512; --requests: the device's default) */
     const char *format;
     const char *device_arg, *gpu_weights_arg; /* --device, --gpu-weights as given */
+    int64_t n_gpu_layers;                     /* -ngl, CLI_NGL_UNSET when not given */
     struct backend_device device;             /* from them (cli_choose_device) */
     enum kv_dtype kv;
     bool exact;
@@ -137,6 +140,8 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
     case OPT_EXACT: o->exact = true; return IG_OK;
     case OPT_GPU_WEIGHTS: o->gpu_weights_arg = arg; return IG_OK;
+    case OPT_NGL: return cli_parse_ngl(arg, true, &o->n_gpu_layers);
+    case OPT_FA: return cli_parse_flash_attn(arg, true);
     case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
     case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
     case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
@@ -176,6 +181,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .depths = {0}, .n_depths = 1,
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 0,
                              .device_arg = "auto", .gpu_weights_arg = "native",
+                             .n_gpu_layers = CLI_NGL_UNSET,
                              .format = "md", .kv = KV_F16,
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     struct cli_parser parser;
@@ -194,7 +200,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return cli_unexpected_argument("bench", argv[optind], NULL);
     if (!any_test(o) && !o->req.n_requests)
         return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
-    if ((st = cli_choose_device(o->device_arg, o->gpu_weights_arg, &o->device, &o->gpu_weights)) !=
+    if ((st = cli_choose_device(o->device_arg, o->n_gpu_layers, o->gpu_weights_arg, &o->device, &o->gpu_weights)) !=
         IG_OK)
         return st;
     if (!o->n_batch)

@@ -339,7 +339,7 @@ int cmd_chat(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     enum backend_gpu_weights gpu_weights;
-    if ((st = cli_choose_device(o.g.device, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
+    if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
     signal(SIGPIPE, SIG_IGN);

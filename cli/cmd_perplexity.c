@@ -13,6 +13,7 @@
  * (and kept in the base file), the status is 130.
  * Covered by tests/cli/test_perplexity.py (the progress line: test_tty.py). */
 #include "cli/cli.h"
+#include "cli/device.h"
 #include "cli/ppl_report.h"
 #include "cli/run.h"
 
@@ -33,7 +34,7 @@
 
 enum {
     OPT_CHUNKS = 256, OPT_UBATCH, OPT_BATCH_SIZE, OPT_DEVICE, OPT_CACHE_TYPE, OPT_EXACT,
-    OPT_KL_BASE, OPT_KL, OPT_JSON
+    OPT_KL_BASE, OPT_KL, OPT_JSON, OPT_NGL, OPT_FA
 };
 
 static const struct cli_option ppl_options[] = {
@@ -46,6 +47,8 @@ static const struct cli_option ppl_options[] = {
     {"batch-size", OPT_BATCH_SIZE, required_argument, "N", "the same as --chunk", NULL},
     {"threads", 't', required_argument, "N", "CPU threads, 0 = one per core", "0"},
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
+    {"n-gpu-layers", OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL},
+    {"flash-attn", OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations (CPU)", NULL},
     {"kl-divergence-base", OPT_KL_BASE, required_argument, "FILE", "alone: write this run's log-probabilities to FILE; with --kl-divergence: read them", NULL},
@@ -70,6 +73,7 @@ static const char ppl_summary[] =
 struct ppl_opts {
     const char *model, *file, *base;
     int64_t n_ctx, chunks, n_batch, n_threads;
+    int64_t n_gpu_layers; /* -ngl, CLI_NGL_UNSET when not given */
     bool n_ctx_given, kl, exact, json;
     struct backend_device device;
     enum kv_dtype kv_dtype;
@@ -91,6 +95,8 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
     case OPT_BATCH_SIZE: return cli_parse_i64("--chunk", arg, 1, 1 << 20, &o->n_batch);
     case 't': return cli_parse_i64("--threads", arg, 0, OPS_POOL_MAX_THREADS, &o->n_threads);
     case OPT_DEVICE: return backend_parse_device(arg, &o->device);
+    case OPT_NGL: return cli_parse_ngl(arg, false, &o->n_gpu_layers);
+    case OPT_FA: return cli_parse_flash_attn(arg, false);
     case OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;
@@ -113,7 +119,7 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
 static int parse_args(int argc, char **argv, struct ppl_opts *o)
 {
     *o = (struct ppl_opts){.n_ctx = 512, .chunks = -1, .n_batch = 512,
-                           .device = {.is_auto = true}, .kv_dtype = KV_F32};
+                           .device = {.is_auto = true}, .n_gpu_layers = CLI_NGL_UNSET, .kv_dtype = KV_F32};
     struct cli_parser parser;
     const struct cli_command cmd = {"perplexity", ppl_usage, ppl_summary, ppl_options};
     int st = cli_options_begin(&parser, &cmd, argc, argv);
@@ -136,7 +142,7 @@ static int parse_args(int argc, char **argv, struct ppl_opts *o)
         return ig_error(IG_E_USAGE, "no text: give one with -f FILE (- for stdin)");
     if (o->chunks == 0)
         return ig_error(IG_E_USAGE, "--chunks: 0 scores nothing; use -1 or K >= 1");
-    return backend_resolve_device(&o->device);
+    return cli_resolve_device(&o->device, o->n_gpu_layers);
 }
 
 /* ---- the text ------------------------------------------------------------------- */

@@ -3,6 +3,8 @@
  * Covered by tests/cli/test_run_args.sh and tests/cli/test_batch.py. */
 #include "cli/gen_opts.h"
 
+#include "cli/device.h"
+
 #include "core/status.h"
 #include "core/timer.h"
 #include "models/model.h"
@@ -16,7 +18,7 @@
 void gen_cli_defaults(struct gen_cli *o)
 {
     *o = (struct gen_cli){.n_predict = 256, .n_batch = 512, .seed = -1, .device = "auto",
-                          .gpu_weights = "native",
+                          .gpu_weights = "native", .n_gpu_layers = CLI_NGL_UNSET,
                           .kv_dtype = KV_F32};
     o->sp = sampler_default_params();
 }
@@ -70,6 +72,8 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_NO_THINK: o->no_think = true; return IG_OK;
     case GEN_OPT_DEVICE: o->device = arg; return IG_OK;
     case GEN_OPT_GPU_WEIGHTS: o->gpu_weights = arg; return IG_OK;
+    case GEN_OPT_NGL: return cli_parse_ngl(arg, false, &o->n_gpu_layers);
+    case GEN_OPT_FA: return cli_parse_flash_attn(arg, false);
     case GEN_OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;

@@ -19,7 +19,7 @@ enum {
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
-    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK,
+    GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK, GEN_OPT_NGL, GEN_OPT_FA,
     GEN_OPT_END
 };
 
@@ -54,6 +54,8 @@ enum {
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
+    {"n-gpu-layers", GEN_OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL}, \
+    {"flash-attn", GEN_OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL}, \
     {"gpu-weights", GEN_OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"}, \
     {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
     {"exact", GEN_OPT_EXACT, no_argument, NULL, "CPU: exact f32 matmuls instead of int8 activations (slower, closer to the reference)", NULL}, \
@@ -68,6 +70,7 @@ struct gen_cli {
     const char *system;    /* --system, needs --chat */
     const char *device;    /* --device as given */
     const char *gpu_weights; /* --gpu-weights as given (backend_parse_gpu_weights) */
+    int64_t n_gpu_layers;  /* -ngl, CLI_NGL_UNSET when not given (cli/device.h) */
     int64_t n_predict, n_ctx, n_threads;
     int64_t n_batch;       /* --chunk (-b, --ubatch, --batch-size) */
     bool n_batch_given;    /* -b was given (else `batch` takes backend_batch_rows_default) */

@@ -25,18 +25,15 @@ refused() {
 # llama.cpp's words, each with ignite's way where it has one. -hf once
 # printed the help and exited 0; -ngl 99 said "--n-predict: expected an
 # integer, got 'gl'".
-refused "-ngl" -ngl "--device cuda" "$IGNITE" -m "$NOPE" -p hi -ngl 99
 refused "-hf" -hf "-m FILE" "$IGNITE" -p hi -hf foo/bar
 refused "run -hf" -hf "" "$IGNITE" run -hf foo/bar -p hi
 refused "--hf-repo" --hf-repo "-m FILE" "$IGNITE" -p hi --hf-repo foo/bar
 refused "-cnv" -cnv "--chat" "$IGNITE" -p hi -cnv
 refused "-sys" -sys "--system" "$IGNITE" -p hi -sys "be brief"
 refused "--system-prompt" --system-prompt "--system" "$IGNITE" -p hi --system-prompt x
-refused "--n-gpu-layers" --n-gpu-layers "--device cuda" "$IGNITE" -p hi --n-gpu-layers=99
 refused "bench -ctk" -ctk "--cache-type" "$IGNITE" bench -ctk q8_0
 refused "bench -ctv" -ctv "--cache-type" "$IGNITE" bench -ctv q8_0
 refused "bench -pg" -pg "-p N and -n N" "$IGNITE" bench -pg 32,8
-refused "bench -fa" -fa "fused attention" "$IGNITE" bench -fa 1
 refused "bench -npp" -npp "bench's -p" "$IGNITE" bench -npp 128
 refused "bench -ntg" -ntg "bench's -n" "$IGNITE" bench -ntg 128
 refused "bench -npl" -npl "" "$IGNITE" bench -npl 1,2
@@ -51,13 +48,50 @@ refused "bench -mmp" -mmp "memory" "$IGNITE" bench -mmp 0
 refused "-ub" -ub "spelling is --batch-size" "$IGNITE" -p hi -ub 64
 refused "bench -ub" -ub "spelling is -b, --batch-size" "$IGNITE" bench -ub 64
 refused "tokenize -hf" -hf "-m FILE" "$IGNITE" tokenize -hf foo/bar -p hi
-refused "perplexity -ngl" -ngl "--device cuda" "$IGNITE" perplexity -m "$NOPE" -f x -ngl 99
 refused "info -ngl" -ngl "" "$IGNITE" info -ngl 99
+refused "tokenize -fa" -fa "fused attention" "$IGNITE" tokenize -p hi -fa on
+
+# -ngl and -fa where a command has --device: taken with llama.cpp's meaning.
+# -ngl 0 is the CPU, N > 0 the GPU where one is usable, else the CPU with one
+# warning line; against an explicit --device, one line, exit 2. (-ngl 99 once
+# said "--n-predict: expected an integer, got 'gl'".) A model that is not
+# there (exit 3) shows the words were taken.
+"$IGNITE" run -m "$NOPE" -p hi --device cuda >/dev/null 2>&1
+GPU=$([ $? = 7 ] && echo no || echo yes)
+echo "some text to score" >"$TMP/text.txt"
+for cmd in run chat batch bench perplexity; do
+    case $cmd in run) more="-p hi" ;; perplexity) more="-f $TMP/text.txt" ;; *) more= ;; esac
+    expect_rc 3 "$cmd -ngl 0" "$IGNITE" $cmd -m "$NOPE" $more -ngl 0 </dev/null &&
+        expect_grep "$TMP/err" "nope.gguf" "$cmd -ngl 0" &&
+        { grep -q warning "$TMP/err" && fail "$cmd -ngl 0 warned: $(cat "$TMP/err")"; true; }
+    if [ "$GPU" = no ]; then
+        expect_rc 3 "$cmd -ngl 99" "$IGNITE" $cmd -m "$NOPE" $more -ngl 99 </dev/null &&
+            expect_grep "$TMP/err" "warning: -ngl 99: no usable CUDA device here, so every layer runs on the CPU" "$cmd -ngl 99"
+    fi
+    expect_rc 3 "$cmd -fa on" "$IGNITE" $cmd -m "$NOPE" $more -fa on </dev/null
+    expect_rc 2 "$cmd --device cpu -ngl 99" "$IGNITE" $cmd -m "$NOPE" $more --device cpu -ngl 99 </dev/null &&
+        expect_grep "$TMP/err" "^ignite: --device cpu with -ngl 99: -ngl N > 0 asks for the GPU" "$cmd --device cpu -ngl 99"
+    expect_rc 2 "$cmd --device cuda -ngl 0" "$IGNITE" $cmd -m "$NOPE" $more --device cuda:0 -ngl 0 </dev/null
+    expect_rc 2 "$cmd -ngl x" "$IGNITE" $cmd -m "$NOPE" $more -ngl x </dev/null &&
+        expect_grep "$TMP/err" "n-gpu-layers: expected an integer" "$cmd -ngl x"
+    expect_rc 2 "$cmd -fa maybe" "$IGNITE" $cmd -m "$NOPE" $more -fa maybe </dev/null &&
+        expect_grep "$TMP/err" "flash-attn: expected on, off or auto" "$cmd -fa maybe"
+done
+expect_rc 3 "--n-gpu-layers=0" "$IGNITE" -m "$NOPE" -p hi --n-gpu-layers=0
+expect_rc 3 "--gpu-layers 0" "$IGNITE" -m "$NOPE" -p hi --gpu-layers 0
+expect_rc 3 "-fa off" "$IGNITE" run -m "$NOPE" -p hi -fa off &&
+    expect_grep "$TMP/err" "warning: -fa off: ignite always uses its fused attention" "-fa off"
+expect_rc 3 "bench -ngl 0,0 -fa 1,1" "$IGNITE" bench -m "$NOPE" -ngl 0,0 -fa 1,1
+expect_rc 2 "bench -ngl 0,99" "$IGNITE" bench -m "$NOPE" -ngl 0,99 &&
+    expect_grep "$TMP/err" "bench takes one value" "bench -ngl 0,99"
+expect_rc 2 "bench -fa 0,1" "$IGNITE" bench -m "$NOPE" -fa 0,1
+expect_rc 2 "run -ngl 0,0" "$IGNITE" run -m "$NOPE" -p hi -ngl 0,0
+# a word that is a value is never rewritten
+expect_rc 3 "-p -ngl" "$IGNITE" run -m "$NOPE" -p -ngl -ngl 0
 # An option known to ignite bundled with letters that are not its value.
 refused "-qx" -qx "" "$IGNITE" -p hi -qx
 refused "-hq" -hq "" "$IGNITE" -p hi -hq
 refused "-mg in run" -mg "cuda:N" "$IGNITE" run -p hi -mg 0
-refused "-fa in run" -fa "" "$IGNITE" run -p hi -fa
 refused "-f with letters" -fxyz "a value goes after a space: -f xyz" "$IGNITE" run -fxyz
 refused "-m with a path attached" -m/x.gguf "" "$IGNITE" run -p hi -m/x.gguf
 
