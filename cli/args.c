@@ -37,7 +37,8 @@ static const char NOTE_CACHE_TYPE[] =
     "the KV cache type is ignite bench's --cache-type f16|f32, for K and V together; "
     "run's cache is f32 on the CPU and f16 on CUDA";
 static const char NOTE_ONE_DEVICE[] = "ignite runs a model on one device: --device cuda:N";
-static const char NOTE_MMAP[] = "ignite always maps the model file into memory";
+static const char NOTE_MMAP[] =
+    "ignite maps the model file into memory; --no-mmap reads it, --mlock locks it";
 
 static const struct foreign_word foreign_words[] = {
     {"-ngl", NULL, NOTE_GPU},
@@ -86,7 +87,7 @@ static const struct foreign_word foreign_words[] = {
     {"--no-kv-offload", NULL, "the KV cache stays on the device the model runs on"},
     {"-mmp", NULL, NOTE_MMAP},
     {"--mmap", NULL, NOTE_MMAP},
-    {"--no-mmap", NULL, NOTE_MMAP},
+    {"--no-mmap", NULL, NOTE_MMAP}, /* for the commands without it: info, tokenize */
     {"--mlock", NULL, NOTE_MMAP},
     {"-lm", NULL, NOTE_MMAP},
     {"--load-mode", NULL, NOTE_MMAP},

@@ -89,6 +89,10 @@ void cli_catch_sigint(bool restart);
  * one line naming the option, with the --help hint; returns IG_E_USAGE. */
 int cli_option_error(const char *cmd, int key, char **argv);
 
+/* --no-mmap (IG_MAP_READ) or --mlock (IG_MAP_LOCK, core/mapped_file.h):
+ * added to how every model file is held from now on, for the process. */
+void cli_load_mode(unsigned flag);
+
 /* Full-string, range-checked parsing. `what` names the option in the error
  * ("--ctx-size"). Return IG_OK, or IG_E_USAGE after one line on stderr. */
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out);

@@ -14,6 +14,7 @@
 #include "cli/device.h"
 
 #include "backend/backend.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "kvcache/kvcache.h"
@@ -33,7 +34,7 @@
 #define BENCH_MAX_LIST 16
 
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
-       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA };
+       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP };
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -46,6 +47,8 @@ static const struct cli_option bench_options[] = {
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu, cuda or cuda:N", "auto"},
     {"n-gpu-layers", OPT_NGL, required_argument, "N", "llama-bench's -ngl (one value): 0 = --device cpu, N > 0 = the GPU where usable", NULL},
     {"flash-attn", OPT_FA, required_argument, "on|off", "llama-bench's -fa (one value), taken: ignite always uses its fused attention", NULL},
+    {"mlock", OPT_MLOCK, no_argument, NULL, "lock the model's weights in memory (a warning where the system refuses)", NULL},
+    {"no-mmap", OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
@@ -142,6 +145,8 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     case OPT_GPU_WEIGHTS: o->gpu_weights_arg = arg; return IG_OK;
     case OPT_NGL: return cli_parse_ngl(arg, true, &o->n_gpu_layers);
     case OPT_FA: return cli_parse_flash_attn(arg, true);
+    case OPT_MLOCK: cli_load_mode(IG_MAP_LOCK); return IG_OK;
+    case OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
     case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
     case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
     case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);

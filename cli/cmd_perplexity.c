@@ -18,6 +18,7 @@
 #include "cli/run.h"
 
 #include "backend/backend.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "kvcache/kvcache.h"
@@ -34,7 +35,7 @@
 
 enum {
     OPT_CHUNKS = 256, OPT_UBATCH, OPT_BATCH_SIZE, OPT_DEVICE, OPT_CACHE_TYPE, OPT_EXACT,
-    OPT_KL_BASE, OPT_KL, OPT_JSON, OPT_NGL, OPT_FA
+    OPT_KL_BASE, OPT_KL, OPT_JSON, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP
 };
 
 static const struct cli_option ppl_options[] = {
@@ -49,6 +50,8 @@ static const struct cli_option ppl_options[] = {
     {"device", OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},
     {"n-gpu-layers", OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL},
     {"flash-attn", OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL},
+    {"mlock", OPT_MLOCK, no_argument, NULL, "lock the model's weights in memory (a warning where the system refuses)", NULL},
+    {"no-mmap", OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL},
     {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations (CPU)", NULL},
     {"kl-divergence-base", OPT_KL_BASE, required_argument, "FILE", "alone: write this run's log-probabilities to FILE; with --kl-divergence: read them", NULL},
@@ -97,6 +100,8 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
     case OPT_DEVICE: return backend_parse_device(arg, &o->device);
     case OPT_NGL: return cli_parse_ngl(arg, false, &o->n_gpu_layers);
     case OPT_FA: return cli_parse_flash_attn(arg, false);
+    case OPT_MLOCK: cli_load_mode(IG_MAP_LOCK); return IG_OK;
+    case OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
     case OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;

@@ -5,6 +5,7 @@
 
 #include "cli/device.h"
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "models/model.h"
@@ -74,6 +75,8 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_GPU_WEIGHTS: o->gpu_weights = arg; return IG_OK;
     case GEN_OPT_NGL: return cli_parse_ngl(arg, false, &o->n_gpu_layers);
     case GEN_OPT_FA: return cli_parse_flash_attn(arg, false);
+    case GEN_OPT_MLOCK: cli_load_mode(IG_MAP_LOCK); return IG_OK;
+    case GEN_OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
     case GEN_OPT_CACHE_TYPE:
         if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
             o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;

@@ -2,6 +2,7 @@
  * Covered by tests/cli/test_run_args.sh. */
 #include "cli/cli.h"
 
+#include "core/mapped_file.h"
 #include "core/paths.h"
 #include "core/status.h"
 
@@ -63,6 +64,13 @@ int cli_option_error(const char *cmd, int key, char **argv)
         bad = opt; /* an unknown short option inside a group such as -qx */
     return ig_error(IG_E_USAGE, "%s option %s (run 'ignite %s --help' for the options)",
                     key == ':' ? "missing value for" : "unknown", bad, cmd);
+}
+
+void cli_load_mode(unsigned flag)
+{
+    static unsigned flags;
+    flags |= flag;
+    ig_map_set_mode(flags);
 }
 
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out)

@@ -1,16 +1,47 @@
-/* core/mapped_file.c: read-only mmap of a whole file (POSIX).
- * Covered by tests/unit/test_core.c and every model test. */
+/* core/mapped_file.c: read-only mmap of a whole file (POSIX), or (--no-mmap)
+ * the file read into memory; either locked (--mlock) on request.
+ * Covered by tests/unit/test_core.c, every model test and
+ * tests/cli/test_load_mode.sh. */
 #include "core/mapped_file.h"
 
 #include "core/status.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static unsigned map_mode; /* IG_MAP_* */
+
+void ig_map_set_mode(unsigned flags) { map_mode = flags; }
+
+/* The whole file into a malloc'd buffer. IG_OK, IG_E_NOMEM or IG_E_IO. */
+static int read_whole(int fd, const char *path, size_t size, struct ig_mapped_file *out)
+{
+    unsigned char *p = malloc(size);
+    if (!p)
+        return ig_error(IG_E_NOMEM, "out of memory reading '%s' (%zu bytes; without --no-mmap "
+                        "it is mapped instead)", path, size);
+    for (size_t got = 0; got < size;) {
+        ssize_t n = pread(fd, p + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = errno;
+            free(p);
+            return ig_error(IG_E_IO, "cannot read '%s': %s", path,
+                            n < 0 ? strerror(e) : "the file got shorter while read");
+        }
+        got += (size_t)n;
+    }
+    out->data = p;
+    out->read = true;
+    return IG_OK;
+}
 
 int ig_map_file(const char *path, struct ig_mapped_file *out)
 {
@@ -34,7 +65,14 @@ int ig_map_file(const char *path, struct ig_mapped_file *out)
         close(fd);
         return ig_error(IG_E_IO, "'%s' is too large to map", path);
     }
-    if (st.st_size > 0) {
+    if (st.st_size > 0 && (map_mode & IG_MAP_READ)) {
+        int rs = read_whole(fd, path, (size_t)st.st_size, out);
+        if (rs != IG_OK) {
+            close(fd);
+            return rs;
+        }
+        out->size = (size_t)st.st_size;
+    } else if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;
@@ -45,12 +83,23 @@ int ig_map_file(const char *path, struct ig_mapped_file *out)
         out->size = (size_t)st.st_size;
     }
     close(fd); /* the mapping keeps the file alive */
+    if (out->data && (map_mode & IG_MAP_LOCK)) {
+        if (mlock(out->data, out->size) == 0)
+            out->locked = true;
+        else /* as llama.cpp: the run goes on, its pages may be swapped */
+            ig_warn("--mlock: cannot lock '%s' (%.1f MiB) in memory: %s (raise 'ulimit -l')",
+                    path, (double)out->size / 1048576.0, strerror(errno));
+    }
     return IG_OK;
 }
 
 void ig_unmap_file(struct ig_mapped_file *f)
 {
-    if (f->data)
+    if (f->data && f->locked)
+        munlock(f->data, f->size);
+    if (f->data && f->read)
+        free((void *)f->data);
+    else if (f->data)
         munmap((void *)f->data, f->size);
     memset(f, 0, sizeof *f);
 }
