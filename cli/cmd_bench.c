@@ -685,7 +685,7 @@ static int bench_model(struct bench_env *e, const char *spec)
     char params[32];
     print_params(params, sizeof params, m->n_params);
     snprintf(r->model_type, sizeof r->model_type, "%s %s %s", m->hp.arch, params,
-             quant_type_name((uint32_t)m->layers[0].w[LAYER_WQ].type));
+             model_type_name(m));
     r->model_size = model_weight_bytes(m);
     r->n_params = m->n_params;
 
