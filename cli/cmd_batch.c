@@ -567,7 +567,7 @@ int cmd_batch(int argc, char **argv)
     if (!o.g.quiet)
         print_summary(&b, secs, be);
     if (st == IG_OK && b.out_errno && b.out_errno != EPIPE)
-        st = ig_error(IG_E_IO, "cannot write the results: %s", strerror(b.out_errno));
+        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(b.out_errno));
     if (st == IG_OK && cli_interrupted)
         st = IG_E_INTERRUPTED;
     if (st == IG_OK && b.n_failed && b.out_errno != EPIPE)

@@ -137,7 +137,7 @@ int run_print_json(const struct run_report *r)
     int st = IG_OK;
     errno = 0;
     if ((puts(out) == EOF || fflush(stdout) != 0) && errno != EPIPE) /* a gone reader is no error */
-        st = ig_error(IG_E_IO, "cannot write the JSON result to stdout: %s", strerror(errno));
+        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
     cJSON_free(out);
     cJSON_Delete(root);
     return st;

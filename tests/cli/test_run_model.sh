@@ -90,7 +90,7 @@ if [ -w /dev/full ]; then
     run -p "Hi" -n 2 >/dev/full 2>"$TMP/err"
     rc=$?
     [ "$rc" = 3 ] || fail "stdout on /dev/full: exit $rc, want 3"
-    grep -q "^ignite: cannot write the output" "$TMP/err" || fail "/dev/full: $(cat "$TMP/err")"
+    grep -q "^ignite: cannot write to stdout: No space left on device" "$TMP/err" || fail "/dev/full: $(cat "$TMP/err")"
 fi
 
 # Ctrl-C during a long generation: status 130 and the stats so far.
