@@ -4,7 +4,7 @@ the ASan build: exact token counts at -n and at a full context, the prompt
 over the context (its error line alone, no stats line), --chat with an unknown or a missing template (exit 4),
 seed repeatability and --json on every stop path; the prompt piped to stdin
 without -p/-f (`cat prompt.txt | ignite`), unless another option reads stdin;
-the seed in the stats line of a sampled run; a warning for a prompt past the
+the seed in the stats line of a sampled run (not of --prompt-only); a warning for a prompt past the
 trained context; `> /dev/full` names stdout (run, --json, batch)."""
 import json
 import os
@@ -118,6 +118,9 @@ def main():
             check(again == out, f"seed {m.group(1)} repeated gives {again!r}, not {out!r}")
         rc, out, err = run(tiny, "-p", "abc", "-n", "2", "--temp", "0")
         check(rc == 0 and "seed" not in err, f"a greedy run names a seed: {err!r}")
+        rc, out, err = run(tiny, "-p", "abc", "--temp", "0.9", "--prompt-only")
+        check(rc == 0 and "stop prompt_only" in err and "seed" not in err,
+              f"--prompt-only samples nothing, yet names a seed: {err!r}")
 
         # A full disk on stdout is exit 3 with docs/cli.md's words, for the
         # streamed text, --json, and batch's results.
