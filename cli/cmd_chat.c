@@ -166,6 +166,8 @@ static int read_message(char **msg, size_t *len, bool marker)
     }
     free(line);
     if (rc != 1) {
+        if (marker) /* the summary or message that follows starts a line of its own */
+            fputc('\n', stderr);
         free(out);
         return rc;
     }
