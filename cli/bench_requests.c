@@ -6,8 +6,11 @@
  * exactly its output length (end-of-generation tokens ignored, greedy).
  * Reports vLLM's serving metrics: request, output and total token
  * throughput; TTFT, TPOT, ITL and E2EL (mean, median, p99, ms); and tg_tok_s,
- * the decode-phase rate that llama-batched-bench calls S_TG (docs/benchmarks.md
- * says how they map). Ctrl-C stops the run and reports the requests done by
+ * the decode phase's rate: the tokens after each request's first over the wall
+ * time in which some request was between its first and its last token, so
+ * that with P in flight it cannot exceed P / TPOT (llama-batched-bench's S_TG
+ * when all requests are in flight at once; docs/benchmarks.md says how they
+ * map). Ctrl-C stops the run and reports the requests done by
  * then, with "interrupted": true, exit 130. Covered by
  * tests/cli/test_bench_requests.py. */
 #include "cli/bench_requests.h"
@@ -68,6 +71,7 @@ struct bench_req {
     struct gen_request r;
     int32_t *tokens;
     int64_t n_in, n_out;
+    int64_t t_first;     /* its first token's time; 0 before it */
     int64_t t_prev;      /* the previous token's time, for ITL */
     bool done;           /* it generated its whole output */
 };
@@ -77,7 +81,6 @@ struct bench_state {
     int64_t n;
     double *itl;         /* every inter-token latency, ms */
     int64_t n_itl, cap_itl;
-    int64_t t_last_first; /* the last first token of any request */
     int64_t t_end;
     int failed;
 };
@@ -90,8 +93,8 @@ static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t
     if (q->t_prev) {
         if (b->n_itl < b->cap_itl)
             b->itl[b->n_itl++] = (double)(t_ns - q->t_prev) / 1e6;
-    } else if (t_ns > b->t_last_first) {
-        b->t_last_first = t_ns;
+    } else {
+        q->t_first = t_ns;
     }
     q->t_prev = t_ns;
     b->t_end = t_ns > b->t_end ? t_ns : b->t_end;
@@ -139,6 +142,42 @@ static struct dist dist_of(double *v, int64_t n)
     return d;
 }
 
+static int cmp_span(const void *a, const void *b)
+{
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* The decode phase's wall time, ns: the length of the union of the spans
+ * [first token, latest token] of the requests, in flight ones included. Its
+ * tokens (every one after its request's first) over it cannot exceed the
+ * number in flight over the mean TPOT, since at most that many spans overlap.
+ * Returns -1 when out of memory. */
+static int64_t decode_wall_ns(const struct bench_state *b)
+{
+    int64_t *span = malloc((size_t)(b->n ? b->n : 1) * 2 * sizeof *span), n = 0, total = 0;
+    if (!span)
+        return -1;
+    for (int64_t i = 0; i < b->n; i++)
+        if (b->reqs[i].t_first && b->reqs[i].t_prev > b->reqs[i].t_first) {
+            span[2 * n] = b->reqs[i].t_first;
+            span[2 * n++ + 1] = b->reqs[i].t_prev;
+        }
+    qsort(span, (size_t)n, 2 * sizeof *span, cmp_span);
+    for (int64_t i = 0, lo = 0, hi = -1; i <= n; i++) {
+        if (i < n && hi >= 0 && span[2 * i] <= hi) {
+            hi = span[2 * i + 1] > hi ? span[2 * i + 1] : hi;
+            continue;
+        }
+        if (hi >= 0)
+            total += hi - lo;
+        if (i < n)
+            lo = span[2 * i], hi = span[2 * i + 1];
+    }
+    free(span);
+    return total;
+}
+
 /* ---- the report ---------------------------------------------------------------------------- */
 
 static void add_dist(cJSON *j, const char *name, struct dist d)
@@ -158,9 +197,11 @@ static int print_report(const struct bench_requests_opts *o, cJSON *j)
     if (!strcmp(fmt, "md")) {
         printf("| metric | value |\n| --- | ---: |\n");
         for (const cJSON *v = j->child; v; v = v->next) {
-            if (cJSON_IsString(v) || cJSON_IsBool(v))
+            if (cJSON_IsString(v) || cJSON_IsBool(v) || cJSON_IsNull(v))
                 printf("| %s | %s |\n", v->string,
-                       cJSON_IsString(v) ? v->valuestring : cJSON_IsTrue(v) ? "true" : "false");
+                       cJSON_IsString(v) ? v->valuestring
+                       : cJSON_IsNull(v) ? "null"
+                       : cJSON_IsTrue(v) ? "true" : "false");
             else if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
                 printf("| %s | %.0f |\n", v->string, v->valuedouble);
             else
@@ -174,6 +215,9 @@ static int print_report(const struct bench_requests_opts *o, cJSON *j)
                 printf("\"%s\"", v->valuestring);
             else if (cJSON_IsBool(v))
                 fputs(cJSON_IsTrue(v) ? "true" : "false", stdout);
+            else if (cJSON_IsNull(v)) {
+                /* an empty field */
+            }
             else if (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
                 printf("%.0f", v->valuedouble);
             else
@@ -327,10 +371,18 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     cJSON_AddNumberToObject(j, "output_throughput", secs > 0 ? (double)total_out / secs : 0);
     cJSON_AddNumberToObject(j, "total_token_throughput",
                             secs > 0 ? (double)(total_in + total_out) / secs : 0);
-    double tg_secs = (double)(b.t_end - b.t_last_first) / 1e9;
     /* every token after its request's first (after Ctrl-C, in flight too: the
-     * window holds theirs) */
-    cJSON_AddNumberToObject(j, "tg_tok_s", tg_secs > 0 ? (double)b.n_itl / tg_secs : 0);
+     * spans hold theirs); null where no request got a second token */
+    int64_t tg_ns = decode_wall_ns(&b);
+    if (tg_ns < 0) {
+        free(ttft), free(tpot), free(e2el), cJSON_Delete(j);
+        st = ig_error(IG_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if (tg_ns > 0)
+        cJSON_AddNumberToObject(j, "tg_tok_s", (double)b.n_itl / ((double)tg_ns / 1e9));
+    else
+        cJSON_AddNullToObject(j, "tg_tok_s");
     add_dist(j, "ttft", dist_of(ttft, n_done));
     add_dist(j, "tpot", dist_of(tpot, n_tpot));
     add_dist(j, "itl", dist_of(b.itl, b.n_itl));

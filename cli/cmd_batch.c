@@ -131,6 +131,7 @@ struct batch {
     int out_errno;          /* stdout failed: EPIPE ends quietly */
     /* the summary */
     int64_t n_done, n_failed, n_prompt, n_gen;
+    int64_t n_interrupted;  /* of n_done, ended by Ctrl-C (stop "interrupted") */
     double *ttft, *tpot;    /* ms, for the quantiles */
     int64_t n_ttft, n_tpot, n_stats_cap;
 };
@@ -244,6 +245,7 @@ static void on_done(void *user, struct gen_request *r)
         return;
     }
     b->n_done++;
+    b->n_interrupted += res->stop == GEN_STOP_INTERRUPT;
     b->n_prompt += res->n_prompt;
     b->n_gen += res->n_gen;
     if (res->t_first_ns)
@@ -406,15 +408,29 @@ static double quantile(double *v, int64_t n, double q)
     return lo + 1 < n ? v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]) : v[lo];
 }
 
+/* Every request read is one of: finished (its whole output), failed (an error
+ * object), cut short (started, then ended by Ctrl-C with stop "interrupted",
+ * or left when stdout closed) or never started (no prompt row computed). */
 static void print_summary(struct batch *b, double secs, const struct backend *be)
 {
     double s = secs > 0 ? secs : 1e-9;
     const struct kv_pool *pool = engine_pool(b->engine);
+    int64_t n_left = 0, n_unstarted = 0; /* still in the ring without a result */
+    for (int64_t q = b->next_out; b->jobs && q < b->next_seq; q++) {
+        const struct job *j = b->jobs[q % b->cap];
+        if (j && !j->out) {
+            n_left++;
+            n_unstarted += j->r.result.n_prompt == 0 && j->r.result.n_cached == 0;
+        }
+    }
     fprintf(stderr,
-            "batch: %lld requests (%lld failed) in %.2f s | %.2f req/s | prompt %.1f tok/s | "
+            "batch: %lld read, %lld finished, %lld failed, %lld cut short, %lld never started "
+            "in %.2f s | %.2f req/s | prompt %.1f tok/s | "
             "output %.1f tok/s | ttft median %.1f ms p99 %.1f ms | tpot median %.2f ms p99 "
             "%.2f ms | parallel %d | kv peak %.1f MiB, %lld blocks shared\n",
-            (long long)(b->n_done + b->n_failed), (long long)b->n_failed, secs,
+            (long long)b->next_seq, (long long)(b->n_done - b->n_interrupted),
+            (long long)b->n_failed, (long long)(b->n_interrupted + n_left - n_unstarted),
+            (long long)n_unstarted, secs,
             (double)b->n_done / s, (double)b->n_prompt / s, (double)b->n_gen / s,
             quantile(b->ttft, b->n_ttft, 0.5), quantile(b->ttft, b->n_ttft, 0.99),
             quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
@@ -555,7 +571,7 @@ int cmd_batch(int argc, char **argv)
     if (!o.g.quiet)
         print_summary(&b, secs, be);
     if (st == IG_OK && b.out_errno && b.out_errno != EPIPE)
-        st = ig_error(IG_E_IO, "cannot write the results: %s", strerror(b.out_errno));
+        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(b.out_errno));
     if (st == IG_OK && cli_interrupted)
         st = IG_E_INTERRUPTED;
     if (st == IG_OK && b.n_failed && b.out_errno != EPIPE)

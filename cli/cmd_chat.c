@@ -166,6 +166,8 @@ static int read_message(char **msg, size_t *len, bool marker)
     }
     free(line);
     if (rc != 1) {
+        if (marker) /* the summary or message that follows starts a line of its own */
+            fputc('\n', stderr);
         free(out);
         return rc;
     }
@@ -291,7 +293,7 @@ static int turn(struct chat *c, const char *msg)
             c->context_full = true;
         }
         if (st == IG_OK && res->stop == GEN_STOP_OUTPUT && c->out.write_errno != EPIPE)
-            st = ig_error(IG_E_IO, "cannot write the output: %s", strerror(c->out.write_errno));
+            st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(c->out.write_errno));
     }
     cli_interrupted = 0;
     tok_ids_free(&ids);

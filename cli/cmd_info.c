@@ -49,6 +49,7 @@ struct info {
     int64_t n_tensors;
     size_t file_bytes;
     char format[48];      /* "GGUF v3" or "safetensors, 2 files" */
+    char file_type[48];   /* as llama.cpp names it ("Q4_K - Medium"); "" when unknown */
     int n_files;
     int64_t type_count[N_TYPE_IDS];
     int64_t type_bytes[N_TYPE_IDS];
@@ -117,6 +118,9 @@ static void gather_gguf(const struct gguf_file *g, struct info *in)
     in->n_tokens = tok ? (int64_t)tok->arr_n : -1;
     /* an empty template counts, as the key is there */
     in->chat_template |= gguf_find_kv(g, "tokenizer.chat_template") != NULL;
+    uint64_t ft;
+    if (gguf_get_u64(g, "general.file_type", &ft))
+        snprintf(in->file_type, sizeof in->file_type, "%s", quant_file_type_name(ft));
 }
 
 /* A GGUF file of an architecture ignite does not run: no struct model. */
@@ -145,6 +149,7 @@ static int gather_model(const struct model *m, struct info *in)
     in->n_tensors = m->n_tensors;
     in->file_bytes = m->file_bytes;
     snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
+    snprintf(in->file_type, sizeof in->file_type, "%s", model_type_name(m));
     if (m->gguf) {
         gather_gguf(m->gguf, in);
         snprintf(in->arch, sizeof in->arch, "%s", m->hp.arch);
@@ -211,6 +216,7 @@ static void print_file_text(const char *path, const struct info *in, bool suppor
                or_dash(in->arch), model_arch_names());
     printf("name            %s\n", or_dash(in->name));
     printf("parameters      %lld (%.1f M)\n", (long long)in->n_params, (double)in->n_params / 1e6);
+    printf("file type       %s\n", or_dash(in->file_type));
 }
 
 static void print_tokenizer_text(const struct info *in)
@@ -428,6 +434,7 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
     add_str_or_null(o, "architecture", in->arch);
     cJSON_AddBoolToObject(o, "supported", m != NULL);
     add_str_or_null(o, "name", in->name);
+    add_str_or_null(o, "file_type", in->file_type);
     cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
     if (m) {
         const struct model_hparams *hp = &m->hp;

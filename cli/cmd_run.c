@@ -395,7 +395,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     int write_errno = rs.out.write_errno ? rs.out.write_errno : rs.buf_errno;
     if (st == IG_OK && res->stop == GEN_STOP_OUTPUT && write_errno != EPIPE)
         st = ig_error(write_errno == ENOMEM ? IG_E_NOMEM : IG_E_IO,
-                      "cannot write the output: %s", strerror(write_errno));
+                      "cannot write to stdout: %s", strerror(write_errno));
     if (st == IG_OK && res->stop == GEN_STOP_INTERRUPT)
         st = IG_E_INTERRUPTED;
     if (res->stop != GEN_STOP_OUTPUT)

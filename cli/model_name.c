@@ -1,5 +1,6 @@
 /* cli/model_name.c: how the commands name the model they run: llama-bench's
- * model_type ("llama 134.52 M Q4_1") and the keys that name the model in
+ * model_type ("llama 134.52 M Q4_1", the type by general.file_type as
+ * llama.cpp names it: models/model.h's model_type_name) and the keys that name the model in
  * run --json, in each line of `ignite batch` and in bench's JSON, so that a
  * script finds them under one name everywhere (docs/cli.md). What a type
  * is called is decided here only: bench's table and rows call it too.
@@ -22,8 +23,7 @@ void cli_model_type(const struct model *m, char *buf, size_t cap)
 {
     char params[32];
     cli_model_params(params, sizeof params, m->n_params);
-    snprintf(buf, cap, "%s %s %s", m->hp.arch, params,
-             quant_type_name((uint32_t)m->layers[0].w[LAYER_WQ].type));
+    snprintf(buf, cap, "%s %s %s", m->hp.arch, params, model_type_name(m));
 }
 
 bool cli_add_model_json(struct cJSON *o, const char *path, const struct model *m)

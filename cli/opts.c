@@ -87,15 +87,26 @@ int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int
     return IG_OK;
 }
 
+/* A bound as people write it: whole numbers in full (1048576, not %g's
+ * 1.04858e+06), others with %g. */
+static const char *bound_str(double v, char *buf, size_t cap)
+{
+    if (v == floor(v) && fabs(v) < 1e15)
+        snprintf(buf, cap, "%.0f", v);
+    else
+        snprintf(buf, cap, "%g", v);
+    return buf;
+}
+
 int cli_parse_f64(const char *what, const char *s, double min, double max, double *out)
 {
-    char *end;
+    char *end, lo[32], hi[32];
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE ||
         !isfinite(v) || v < min || v > max)
-        return ig_error(IG_E_USAGE, "%s: expected a number in [%g, %g], got '%s'",
-                        what, min, max, s);
+        return ig_error(IG_E_USAGE, "%s: expected a number in [%s, %s], got '%s'", what,
+                        bound_str(min, lo, sizeof lo), bound_str(max, hi, sizeof hi), s);
     *out = v;
     return IG_OK;
 }

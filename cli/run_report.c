@@ -46,7 +46,8 @@ void run_print_stats(const struct run_report *r)
     if (has_decode(s))
         snprintf(decode, sizeof decode, " | decode %.2f ms/tok %.1f tok/s",
                  s->decode_ms / (double)s->n_decode, decode_tok_s(s));
-    if (r->sp->temperature > 0) /* a sampled run: this seed repeats it */
+    /* a sampled run: this seed repeats it (a --prompt-only run samples nothing) */
+    if (r->sp->temperature > 0 && s->stop != GEN_STOP_PROMPT)
         snprintf(seed, sizeof seed, " | seed %llu", (unsigned long long)r->sp->seed);
     fprintf(stderr,
             "stats: prompt %lld tok%s%s%s | gen %lld tok%s | device %s | threads %d | stop %s | "
@@ -138,7 +139,7 @@ int run_print_json(const struct run_report *r)
     int st = IG_OK;
     errno = 0;
     if ((puts(out) == EOF || fflush(stdout) != 0) && errno != EPIPE) /* a gone reader is no error */
-        st = ig_error(IG_E_IO, "cannot write the JSON result to stdout: %s", strerror(errno));
+        st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(errno));
     cJSON_free(out);
     cJSON_Delete(root);
     return st;

@@ -55,7 +55,7 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
                         cJSON_Delete(*out);
                         *out = NULL;
                         return quiet ? IG_E_MODEL
-                                     : ig_error(IG_E_MODEL, "%s: key \"%s\" appears twice",
+                                     : ig_error(IG_E_MODEL, "'%s': key \"%s\" appears twice",
                                                 name, key);
                     }
             return IG_OK;
@@ -74,11 +74,11 @@ int ig_json_parse(const char *name, const char *text, size_t len, int quiet, cJS
         if (text[i] == '\n')
             line++, col = 0;
     if (!len)
-        return ig_error(IG_E_MODEL, "%s: empty file, expected JSON", name);
+        return ig_error(IG_E_MODEL, "'%s': empty file, expected JSON", name);
     if (at >= ig_json_too_deep_at(text, len))
-        return ig_error(IG_E_MODEL, "%s: JSON nested more than %d levels deep", name,
+        return ig_error(IG_E_MODEL, "'%s': JSON nested more than %d levels deep", name,
                         CJSON_NESTING_LIMIT);
-    return ig_error(IG_E_MODEL, "%s: invalid JSON at line %zu, column %zu (byte %zu)", name,
+    return ig_error(IG_E_MODEL, "'%s': invalid JSON at line %zu, column %zu (byte %zu)", name,
                     line, col, at);
 }
 
@@ -91,7 +91,7 @@ int ig_json_load(const char *path, cJSON **out)
         return st;
     if (map.size > IG_JSON_MAX_BYTES) {
         ig_unmap_file(&map);
-        return ig_error(IG_E_IO, "%s: %zu bytes is too large for a JSON file (at most %zu)",
+        return ig_error(IG_E_IO, "'%s': %zu bytes is too large for a JSON file (at most %zu)",
                         path, map.size, IG_JSON_MAX_BYTES);
     }
     st = ig_json_parse(path, (const char *)map.data, map.size, 0, out);

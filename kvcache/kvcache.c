@@ -62,10 +62,12 @@ int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_sta
                         (long long)n_blocks, (long long)n_states);
     double need = kv_memory_bytes(mem, n_blocks, n_states), avail = kv_mem_available();
     if (need > (double)(SIZE_MAX / 4) || (avail > 0 && need > avail))
+        /* in blocks, as allocated: positions would name a rounded -c (or -P
+         * times it) that the user never gave */
         return ig_error(IG_E_NOMEM,
-                        "%lld positions of KV cache need %.1f MiB but %.1f MiB of memory is "
-                        "available (%s)", (long long)(n_blocks * KV_BLOCK), need / 1048576.0,
-                        avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
+                        "the KV cache's %lld blocks of %d positions need %.1f MiB but %.1f "
+                        "MiB of memory is available (%s)", (long long)n_blocks, KV_BLOCK,
+                        need / 1048576.0, avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
     struct kv_store *st = calloc(1, sizeof *st);
     int s = st ? kv_memory_copy(mem, mem->dtype, &st->memory) : IG_E_NOMEM;
     if (s == IG_OK && !(st->offset = malloc((size_t)mem->n_layer * sizeof *st->offset)))

@@ -95,13 +95,13 @@ static int get_int(const struct cfg *c, const char *key, int64_t def, int64_t lo
     def = (int64_t)class_default(c, key, (double)def);
     if (!v || cJSON_IsNull(v)) {
         if (def < 0)
-            return ig_error(IG_E_MODEL, "%s: '%s' is missing", c->name, key);
+            return ig_error(IG_E_MODEL, "'%s': '%s' is missing", c->name, key);
         *out = def;
         return IG_OK;
     }
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!(d >= (double)lo && d <= (double)hi) || d != floor(d))
-        return ig_error(IG_E_MODEL, "%s: '%s' must be a whole number from %lld to %lld",
+        return ig_error(IG_E_MODEL, "'%s': '%s' must be a whole number from %lld to %lld",
                         c->name, key, (long long)lo, (long long)hi);
     *out = (int64_t)d;
     return IG_OK;
@@ -115,7 +115,7 @@ static int get_pos_float(const struct cfg *c, const char *key, double def, doubl
         return IG_OK;
     }
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
-        return ig_error(IG_E_MODEL, "%s: '%s' must be a positive number", c->name, key);
+        return ig_error(IG_E_MODEL, "'%s': '%s' must be a positive number", c->name, key);
     *out = v->valuedouble;
     return IG_OK;
 }
@@ -128,7 +128,7 @@ static int get_bool(const struct cfg *c, const char *key, bool def, bool *out)
         return IG_OK;
     }
     if (!cJSON_IsBool(v))
-        return ig_error(IG_E_MODEL, "%s: '%s' must be true or false", c->name, key);
+        return ig_error(IG_E_MODEL, "'%s': '%s' must be true or false", c->name, key);
     *out = cJSON_IsTrue(v);
     return IG_OK;
 }
@@ -137,7 +137,7 @@ static int find_arch(const char *name, const cJSON *root, const struct hf_arch *
 {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     if (!cJSON_IsArray(a) || !a->child)
-        return ig_error(IG_E_MODEL, "%s: 'architectures' is missing (a list naming the "
+        return ig_error(IG_E_MODEL, "'%s': 'architectures' is missing (a list naming the "
                         "model class, such as [\"LlamaForCausalLM\"])", name);
     for (const cJSON *e = a->child; e; e = e->next)
         for (size_t k = 0; cJSON_IsString(e) && k < sizeof archs / sizeof archs[0]; k++)
@@ -146,7 +146,7 @@ static int find_arch(const char *name, const cJSON *root, const struct hf_arch *
                 return IG_OK;
             }
     const char *first = cJSON_IsString(a->child) ? a->child->valuestring : "?";
-    return ig_error(IG_E_MODEL, "%s: architecture '%.80s' is not supported (supported: %s)",
+    return ig_error(IG_E_MODEL, "'%s': architecture '%.80s' is not supported (supported: %s)",
                     name, first, hf_arch_names());
 }
 
@@ -157,32 +157,32 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     if (!act)
         act = ig_json_str(c->j, "hidden_activation");
     if (act && strcmp(act, a->act))
-        return ig_error(IG_E_MODEL, "%s: hidden_act '%.40s' is not supported (%s computes %s)",
+        return ig_error(IG_E_MODEL, "'%s': hidden_act '%.40s' is not supported (%s computes %s)",
                         c->name, act, a->name, a->act);
     bool b;
     int st;
     if ((st = get_bool(c, "attention_bias", false, &b)))
         return st;
     if (b && !(model_arch_of(a->id)->features & MODEL_FEAT_QKV_BIAS))
-        return ig_error(IG_E_MODEL, "%s: attention_bias true (biases on Q, K, V and the "
+        return ig_error(IG_E_MODEL, "'%s': attention_bias true (biases on Q, K, V and the "
                         "output projection) is not supported", c->name);
     if ((st = get_bool(c, "mlp_bias", false, &b)))
         return st;
     if (b)
-        return ig_error(IG_E_MODEL, "%s: mlp_bias true is not supported", c->name);
+        return ig_error(IG_E_MODEL, "'%s': mlp_bias true is not supported", c->name);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
     if (rs && !cJSON_IsNull(rs)) {
         const char *kind = ig_json_str(rs, "rope_type");
         if (!kind)
             kind = ig_json_str(rs, "type");
         if (!cJSON_IsObject(rs) || !kind)
-            return ig_error(IG_E_MODEL, "%s: rope_scaling must be null or an object with a "
+            return ig_error(IG_E_MODEL, "'%s': rope_scaling must be null or an object with a "
                             "'rope_type'", c->name);
         size_t k = 0;
         while (k < sizeof rope_kinds / sizeof rope_kinds[0] && strcmp(kind, rope_kinds[k]))
             k++;
         if (k == sizeof rope_kinds / sizeof rope_kinds[0])
-            return ig_error(IG_E_MODEL, "%s: rope_scaling type '%.40s' is not supported yet "
+            return ig_error(IG_E_MODEL, "'%s': rope_scaling type '%.40s' is not supported yet "
                             "(supported: default, linear, llama3)", c->name, kind);
     }
     /* Qwen2/Qwen3's own sliding window (layers from max_window_layers on) is
@@ -190,12 +190,12 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     if ((st = get_bool(c, "use_sliding_window", false, &b)))
         return st;
     if (b)
-        return ig_error(IG_E_MODEL, "%s: use_sliding_window true is not supported", c->name);
+        return ig_error(IG_E_MODEL, "'%s': use_sliding_window true is not supported", c->name);
     /* EmbeddingGemma's Gemma 3 text model attends both ways: not a decoder. */
     if ((st = get_bool(c, "use_bidirectional_attention", false, &b)))
         return st;
     if (b)
-        return ig_error(IG_E_MODEL, "%s: use_bidirectional_attention true (an encoder such "
+        return ig_error(IG_E_MODEL, "'%s': use_bidirectional_attention true (an encoder such "
                         "as EmbeddingGemma) is not supported", c->name);
     return IG_OK;
 }
@@ -208,7 +208,7 @@ static int read_llama3(const struct cfg *c, const cJSON *rs, struct hf_config *o
                                        "original_max_position_embeddings"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, keys[k])))
-            return ig_error(IG_E_MODEL, "%s: rope_scaling 'llama3' needs '%s' (a number)",
+            return ig_error(IG_E_MODEL, "'%s': rope_scaling 'llama3' needs '%s' (a number)",
                             c->name, keys[k]);
     struct cfg sub = {c->name, rs, NULL};
     double f, lo, hi, ctx;
@@ -219,7 +219,7 @@ static int read_llama3(const struct cfg *c, const cJSON *rs, struct hf_config *o
         (st = get_pos_float(&sub, "original_max_position_embeddings", 0, &ctx)))
         return st;
     if (!(f >= 1 && f <= 1e6 && lo > 0 && hi > lo && ctx >= 1 && ctx <= 1e9))
-        return ig_error(IG_E_MODEL, "%s: rope_scaling 'llama3' needs factor from 1 to 1e6, "
+        return ig_error(IG_E_MODEL, "'%s': rope_scaling 'llama3' needs factor from 1 to 1e6, "
                         "0 < low_freq_factor < high_freq_factor and "
                         "original_max_position_embeddings from 1 to 1e9", c->name);
     out->llama3.factor = f;
@@ -249,7 +249,7 @@ static int read_rope(const struct cfg *c, struct hf_config *out)
     if (st)
         return st;
     if (!(f >= 1 && f <= 1e6))
-        return ig_error(IG_E_MODEL, "%s: rope_scaling 'linear' needs a 'factor' from 1 to 1e6",
+        return ig_error(IG_E_MODEL, "'%s': rope_scaling 'linear' needs a 'factor' from 1 to 1e6",
                         c->name);
     hp->rope[MODEL_ROPE_GLOBAL].scaling = ROPE_SCALING_LINEAR;
     hp->rope[MODEL_ROPE_GLOBAL].factor = f;
@@ -274,7 +274,7 @@ static int read_window(const struct cfg *c, const struct model_arch_info *ai,
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
     if (types && !cJSON_IsNull(types) &&
         (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != hp->n_layer))
-        return ig_error(IG_E_MODEL, "%s: 'layer_types' must list one kind for each of the %lld "
+        return ig_error(IG_E_MODEL, "'%s': 'layer_types' must list one kind for each of the %lld "
                         "layers", c->name, (long long)hp->n_layer);
     const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
     hp->n_swa = window;
@@ -284,7 +284,7 @@ static int read_window(const struct cfg *c, const struct model_arch_info *ai,
         if (e) {
             const char *k = cJSON_IsString(e) ? e->valuestring : "";
             if (strcmp(k, "sliding_attention") && strcmp(k, "full_attention"))
-                return ig_error(IG_E_MODEL, "%s: layer_types[%lld] is '%.40s', expected "
+                return ig_error(IG_E_MODEL, "'%s': layer_types[%lld] is '%.40s', expected "
                                 "'sliding_attention' or 'full_attention'", c->name,
                                 (long long)il, k);
             local = !strcmp(k, "sliding_attention");
@@ -332,13 +332,13 @@ static int read_dims(const struct cfg *c, struct model_hparams *hp)
         (st = get_int(c, "max_position_embeddings", -1, 1, INT64_C(1) << 30, &hp->n_ctx_train)))
         return st;
     if (hp->n_head % hp->n_head_kv)
-        return ig_error(IG_E_MODEL, "%s: %lld attention heads are not a multiple of %lld KV "
+        return ig_error(IG_E_MODEL, "'%s': %lld attention heads are not a multiple of %lld KV "
                         "heads", c->name, (long long)hp->n_head, (long long)hp->n_head_kv);
     int64_t def = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;
     if ((st = get_int(c, "head_dim", def, 2, HF_MAX_DIM, &hp->head_dim)))
         return st;
     if (hp->head_dim % 2)
-        return ig_error(IG_E_MODEL, "%s: head_dim %lld is odd (RoPE rotates pairs)", c->name,
+        return ig_error(IG_E_MODEL, "'%s': head_dim %lld is odd (RoPE rotates pairs)", c->name,
                         (long long)hp->head_dim);
     hp->n_rot = hp->head_dim;
     return IG_OK;
@@ -348,11 +348,11 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
 {
     memset(out, 0, sizeof *out);
     if (!cJSON_IsObject(root))
-        return ig_error(IG_E_MODEL, "%s: expected a JSON object", name);
+        return ig_error(IG_E_MODEL, "'%s': expected a JSON object", name);
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         const char *method = ig_json_str(q, "quant_method");
-        return ig_error(IG_E_MODEL, "%s: the weights are quantized (quantization_config, "
+        return ig_error(IG_E_MODEL, "'%s': the weights are quantized (quantization_config, "
                         "method '%.40s'); ignite reads F32, F16 and BF16 folders: use a GGUF "
                         "of this model", name, method ? method : "?");
     }
@@ -364,7 +364,7 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
     if (a->text_config) {
         c.j = cJSON_GetObjectItemCaseSensitive(root, a->text_config);
         if (!cJSON_IsObject(c.j))
-            return ig_error(IG_E_MODEL, "%s: '%s' (the text model's settings) is missing",
+            return ig_error(IG_E_MODEL, "'%s': '%s' (the text model's settings) is missing",
                             name, a->text_config);
     }
     struct model_hparams *hp = &out->hp;
@@ -393,7 +393,7 @@ int hf_parse_generation(const char *name, const cJSON *root, struct model_sampli
 {
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(root))
-        return ig_error(IG_E_MODEL, "%s: expected a JSON object", name);
+        return ig_error(IG_E_MODEL, "'%s': expected a JSON object", name);
     struct cfg c = {name, root, NULL};
     int64_t k;
     bool do_sample = true;
@@ -416,7 +416,7 @@ int hf_parse_generation(const char *name, const cJSON *root, struct model_sampli
         if (!v || cJSON_IsNull(v))
             continue;
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= f[i].lo && v->valuedouble <= f[i].hi))
-            return ig_error(IG_E_MODEL, "%s: '%s' must be a number from %g to %g", name,
+            return ig_error(IG_E_MODEL, "'%s': '%s' must be a number from %g to %g", name,
                             f[i].key, f[i].lo, f[i].hi);
         *f[i].has = true;
         *f[i].v = v->valuedouble;

@@ -59,7 +59,7 @@ static int load_required_json(const char *dir, const char *file, cJSON **out)
     char p[4352];
     join(p, sizeof p, dir, file);
     if (!exists(p) && errno == ENOENT)
-        return ig_error(IG_E_MODEL, "%s: %s is missing (a Hugging Face model folder has "
+        return ig_error(IG_E_MODEL, "'%s': %s is missing (a Hugging Face model folder has "
                         "config.json, *.safetensors and tokenizer.json)", dir, file);
     return ig_json_load(p, out);
 }
@@ -94,11 +94,11 @@ static int no_weights(const char *dir)
     if (d)
         closedir(d);
     if (pickle)
-        return ig_error(IG_E_MODEL, "%s: the weights are PyTorch pickle files (*.bin) only; "
+        return ig_error(IG_E_MODEL, "'%s': the weights are PyTorch pickle files (*.bin) only; "
                         "ignite reads safetensors (model.safetensors or "
                         "model.safetensors.index.json), which loading cannot run code from",
                         dir);
-    return ig_error(IG_E_MODEL, "%s: no weights: model.safetensors and "
+    return ig_error(IG_E_MODEL, "'%s': no weights: model.safetensors and "
                     "model.safetensors.index.json are both missing", dir);
 }
 
@@ -108,7 +108,7 @@ static int add_shard(struct loader *L, const char *file)
     char p[4352];
     join(p, sizeof p, L->dir, file);
     if (!exists(p) && errno == ENOENT)
-        return ig_error(IG_E_MODEL, "%s: %s is missing", L->dir, file);
+        return ig_error(IG_E_MODEL, "'%s': %s is missing", L->dir, file);
     struct st_file **s = realloc(h->shards, (size_t)(h->n_shards + 1) * sizeof *s);
     if (s)
         h->shards = s;
@@ -143,7 +143,7 @@ static int open_sharded(struct loader *L, const cJSON *idx, const char *idx_path
 {
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
     if (!cJSON_IsObject(wm) || !wm->child)
-        return ig_error(IG_E_MODEL, "%s: 'weight_map' must be a non-empty object (tensor "
+        return ig_error(IG_E_MODEL, "'%s': 'weight_map' must be a non-empty object (tensor "
                         "name -> file)", idx_path);
     int n = cJSON_GetArraySize(wm);
     const char **files = malloc((size_t)n * sizeof *files);
@@ -152,7 +152,7 @@ static int open_sharded(struct loader *L, const cJSON *idx, const char *idx_path
     int k = 0, st = IG_OK;
     for (const cJSON *e = wm->child; e && !st; e = e->next, k++) {
         if (!cJSON_IsString(e) || !plain_name(e->valuestring))
-            st = ig_error(IG_E_MODEL, "%s: weight_map puts '%.80s' in something that is not "
+            st = ig_error(IG_E_MODEL, "'%s': weight_map puts '%.80s' in something that is not "
                           "a .safetensors file of the folder", idx_path, e->string);
         else
             files[k] = e->valuestring;
@@ -170,7 +170,7 @@ static int open_sharded(struct loader *L, const cJSON *idx, const char *idx_path
         while (strcmp(L->h->shard_names[s], e->valuestring))
             s++; /* every name of the map was opened above */
         if (!st_find(L->h->shards[s], e->string))
-            return ig_error(IG_E_MODEL, "%s: weight_map names tensor '%.80s' in %s, which does "
+            return ig_error(IG_E_MODEL, "'%s': weight_map names tensor '%.80s' in '%s', which does "
                             "not hold it", idx_path, e->string, e->valuestring);
     }
     return IG_OK;
@@ -198,7 +198,7 @@ static int index_tensors(struct loader *L)
     qsort(h->by_name, (size_t)n, sizeof *h->by_name, by_tensor_name);
     for (int64_t i = 1; i < n; i++)
         if (!strcmp(h->by_name[i]->name, h->by_name[i - 1]->name))
-            return ig_error(IG_E_MODEL, "%s: tensor '%.80s' is in two safetensors files",
+            return ig_error(IG_E_MODEL, "'%s': tensor '%.80s' is in two safetensors files",
                             L->dir, h->by_name[i]->name);
     L->m->n_tensors = n;
     for (int i = 0; i < h->n_shards; i++)
@@ -294,7 +294,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
     memset(w, 0, sizeof *w);
     const struct st_tensor *t = find(h, name);
     if (!t)
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' is missing%s", L->dir, name,
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing%s", L->dir, name,
                         row->ties_to_embd ? " (config.json says tie_word_embeddings false)"
                                           : "");
     int64_t shape[3];
@@ -322,7 +322,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
         for (int d = 0; d < n_want; d++)
             k += (size_t)snprintf(want + k, sizeof want - k, "%s%lld", d ? ", " : "",
                                   (long long)want_dims[d]);
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' in %s has shape [%s], config.json makes "
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' in '%s' has shape [%s], config.json makes "
                         "it [%s]", L->dir, name, file_of(h, t), got, want);
     }
     enum quant_type type;
@@ -331,7 +331,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
     case ST_F16: type = QUANT_F16; break;
     case ST_BF16: type = QUANT_BF16; break;
     default:
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' has dtype %s; ignite computes with F32, "
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' has dtype %s; ignite computes with F32, "
                         "F16 and BF16", L->dir, name, st_dtype_name(t->dtype));
     }
     bool plus_one = row->kind == TENSOR_NORM && L->arch->norm_plus_one;
@@ -344,7 +344,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
     /* The kernels read F32 rows as floats and F16/BF16 as 16-bit halves in
      * place; safetensors aligns nothing, so say so rather than misread. */
     if ((uintptr_t)t->data % HF_DATA_ALIGN)
-        return ig_error(IG_E_MODEL, "%s: tensor '%s' starts at data byte %llu, not a multiple "
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' starts at data byte %llu, not a multiple "
                         "of %d; ignite reads weights in place and needs them aligned",
                         L->dir, name, (unsigned long long)t->offset, HF_DATA_ALIGN);
     w->type = type;
@@ -459,7 +459,7 @@ int hf_load(const char *dir, struct model *m)
         return st;
     /* Each layer needs several tensors: refuse absurd counts before allocating. */
     if (m->hp.n_layer > m->n_tensors)
-        return ig_error(IG_E_MODEL, "%s: num_hidden_layers %lld but the folder holds %lld "
+        return ig_error(IG_E_MODEL, "'%s': num_hidden_layers %lld but the folder holds %lld "
                         "tensors", p, (long long)m->hp.n_layer, (long long)m->n_tensors);
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers)

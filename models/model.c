@@ -619,3 +619,11 @@ void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, i
             count_type(count, bytes, n, (uint32_t)type, t->nbytes);
     }
 }
+
+const char *model_type_name(const struct model *m)
+{
+    uint64_t ft;
+    if (m->gguf && gguf_get_u64(m->gguf, "general.file_type", &ft))
+        return quant_file_type_name(ft);
+    return quant_type_name((uint32_t)m->layers[0].w[LAYER_WQ].type);
+}

@@ -257,4 +257,10 @@ bool model_chat_template(const struct model *m, const char **text, size_t *len);
  * as integer buffers, are counted in n_tensors only). */
 void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, int n);
 
+/* The weights' type as llama-bench names it: a GGUF's general.file_type in
+ * llama.cpp's words ("Q4_K - Medium", quant_file_type_name), else (a folder, a
+ * synthetic model, a GGUF without the key) the type of the first layer's
+ * query matrix ("BF16", "Q4_1"). A static string. */
+const char *model_type_name(const struct model *m);
+
 #endif

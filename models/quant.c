@@ -76,6 +76,56 @@ const char *quant_type_name(uint32_t type)
     return buf;
 }
 
+/* llama.cpp's names of the general.file_type values (llama_model_ftype_name,
+ * src/llama-model-loader.cpp, as in llama-cpp-python 0.3.36's copy), by
+ * value; the ids are its enum llama_ftype, as the gguf package's
+ * LlamaFileType has them. */
+static const char *const file_type_names[] = {
+    [0] = "all F32",
+    [1] = "F16",
+    [2] = "Q4_0",
+    [3] = "Q4_1",
+    [7] = "Q8_0",
+    [8] = "Q5_0",
+    [9] = "Q5_1",
+    [10] = "Q2_K - Medium",
+    [11] = "Q3_K - Small",
+    [12] = "Q3_K - Medium",
+    [13] = "Q3_K - Large",
+    [14] = "Q4_K - Small",
+    [15] = "Q4_K - Medium",
+    [16] = "Q5_K - Small",
+    [17] = "Q5_K - Medium",
+    [18] = "Q6_K",
+    [19] = "IQ2_XXS - 2.0625 bpw",
+    [20] = "IQ2_XS - 2.3125 bpw",
+    [21] = "Q2_K - Small",
+    [22] = "IQ3_XS - 3.3 bpw",
+    [23] = "IQ3_XXS - 3.0625 bpw",
+    [24] = "IQ1_S - 1.5625 bpw",
+    [25] = "IQ4_NL - 4.5 bpw",
+    [26] = "IQ3_S - 3.4375 bpw",
+    [27] = "IQ3_S mix - 3.66 bpw", /* IQ3_M; older llama.cpp: "IQ3_M - 3.66 bpw" */
+    [28] = "IQ2_S - 2.5 bpw",
+    [29] = "IQ2_M - 2.7 bpw",
+    [30] = "IQ4_XS - 4.25 bpw",
+    [31] = "IQ1_M - 1.75 bpw",
+    [32] = "BF16",
+    [36] = "TQ1_0 - 1.69 bpw ternary",
+    [37] = "TQ2_0 - 2.06 bpw ternary",
+    [38] = "MXFP4 MoE",
+    [39] = "NVFP4",
+    [40] = "Q1_0",
+    [41] = "Q2_0",
+};
+
+const char *quant_file_type_name(uint64_t ftype)
+{
+    if (ftype < sizeof file_type_names / sizeof file_type_names[0] && file_type_names[ftype])
+        return file_type_names[ftype];
+    return "unknown, may not work"; /* llama.cpp's words for the rest */
+}
+
 size_t quant_row_bytes(enum quant_type type, int64_t n)
 {
     const struct quant_traits *t = quant_traits_of((uint32_t)type);

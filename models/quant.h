@@ -93,6 +93,11 @@ const struct quant_traits *quant_traits_of(uint32_t type);
  * for unknown ids lives in a static buffer. */
 const char *quant_type_name(uint32_t type);
 
+/* What llama.cpp (llama-bench's model_type, llama-cli's "file type") calls a
+ * GGUF general.file_type value: "Q4_K - Medium", "all F32"; "unknown, may not
+ * work" for values it does not name. Static strings. */
+const char *quant_file_type_name(uint64_t ftype);
+
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block. */
 size_t quant_row_bytes(enum quant_type type, int64_t n);
 

@@ -317,7 +317,7 @@ int st_open(const char *path, struct st_file **out)
     char err[320];
     if ((st = st_parse(map.data, map.size, out, err, sizeof err))) {
         ig_unmap_file(&map);
-        return ig_error(st, "%s: %s", path, err);
+        return ig_error(st, "'%s': %s", path, err);
     }
     (*out)->map = map;
     return IG_OK;

@@ -111,7 +111,7 @@ static int read_normalizer(struct hf_tok *h, const cJSON *norm)
          * all text; llama.cpp drops it for these models too (docs/hf.md). */
         if (t && !strcmp(t, "NFC"))
             continue;
-        return ig_error(IG_E_MODEL, "%s: normalizer '%.40s' is not supported (known: NFC, and "
+        return ig_error(IG_E_MODEL, "'%s': normalizer '%.40s' is not supported (known: NFC, and "
                         "SentencePiece's Prepend + Replace of ' ' by U+2581)", h->name,
                         t ? t : "?");
     }
@@ -135,7 +135,7 @@ static int pre_split(struct hf_tok *h, const cJSON *s)
                 h->pre = split_regexes[k].pre;
                 return IG_OK;
             }
-    return ig_error(IG_E_MODEL, "%s: pre-tokenizer Split with regex '%.120s' matches none of "
+    return ig_error(IG_E_MODEL, "'%s': pre-tokenizer Split with regex '%.120s' matches none of "
                     "the known pre-tokenizers (gpt2, llama3, qwen2)", h->name, re ? re : "?");
 }
 
@@ -149,15 +149,15 @@ static int read_pre_tokenizer(struct hf_tok *h, const cJSON *pre)
         const char *t = type_of(s);
         int st = IG_OK;
         if (!t) {
-            st = ig_error(IG_E_MODEL, "%s: a pre-tokenizer has no type", h->name);
+            st = ig_error(IG_E_MODEL, "'%s': a pre-tokenizer has no type", h->name);
         } else if (!strcmp(t, "ByteLevel")) {
             if (json_true(s, "add_prefix_space"))
-                return ig_error(IG_E_MODEL, "%s: ByteLevel with add_prefix_space is not "
+                return ig_error(IG_E_MODEL, "'%s': ByteLevel with add_prefix_space is not "
                                 "supported", h->name);
             const cJSON *ur = cJSON_GetObjectItemCaseSensitive(s, "use_regex");
             bool use_regex = !ur || cJSON_IsTrue(ur);
             if (use_regex == (h->pre != NULL))
-                return ig_error(IG_E_MODEL, "%s: ByteLevel's use_regex must be %s after %s",
+                return ig_error(IG_E_MODEL, "'%s': ByteLevel's use_regex must be %s after %s",
                                 h->name, h->pre ? "false" : "true", h->pre ? "a Split" : "nothing");
             if (!h->pre)
                 h->pre = h->digits ? "smollm" : "gpt2";
@@ -170,7 +170,7 @@ static int read_pre_tokenizer(struct hf_tok *h, const cJSON *pre)
         } else if (!strcmp(t, "Metaspace")) {
             const char *r = ig_json_str(s, "replacement"), *scheme = ig_json_str(s, "prepend_scheme");
             if (!r || strcmp(r, "\xe2\x96\x81") || json_true(s, "split"))
-                return ig_error(IG_E_MODEL, "%s: Metaspace other than U+2581 without splitting "
+                return ig_error(IG_E_MODEL, "'%s': Metaspace other than U+2581 without splitting "
                                 "is not supported", h->name);
             h->spm = true;
             h->no_spaces = true;
@@ -179,14 +179,14 @@ static int read_pre_tokenizer(struct hf_tok *h, const cJSON *pre)
             else
                 h->space_prefix = json_true(s, "add_prefix_space") ? 3 : 0;
         } else {
-            st = ig_error(IG_E_MODEL, "%s: pre-tokenizer '%.40s' in this place matches none of "
+            st = ig_error(IG_E_MODEL, "'%s': pre-tokenizer '%.40s' in this place matches none of "
                           "the known pipelines", h->name, t);
         }
         if (st)
             return st;
     }
     if (h->digits && !h->byte_level)
-        return ig_error(IG_E_MODEL, "%s: Digits without ByteLevel is not supported", h->name);
+        return ig_error(IG_E_MODEL, "'%s': Digits without ByteLevel is not supported", h->name);
     return IG_OK;
 }
 
@@ -238,10 +238,10 @@ static int check_token(const struct hf_tok *h, const char *s, int32_t id, int64_
 {
     size_t len = strlen(s);
     if (len > HF_MAX_TOKEN_BYTES)
-        return ig_error(IG_E_MODEL, "%s: token %d is %zu bytes long, over the %d-byte limit",
+        return ig_error(IG_E_MODEL, "'%s': token %d is %zu bytes long, over the %d-byte limit",
                         h->name, id, len, HF_MAX_TOKEN_BYTES);
     if (id >= bound)
-        return ig_error(IG_E_MODEL, "%s: token id %d of '%.40s' is past the %lld ids this file "
+        return ig_error(IG_E_MODEL, "'%s': token id %d of '%.40s' is past the %lld ids this file "
                         "defines (model.vocab and added_tokens, with %d to spare)",
                         h->name, id, s, (long long)(bound - HF_ID_SLACK), HF_ID_SLACK);
     return IG_OK;
@@ -251,7 +251,7 @@ static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, 
 {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
-        return ig_error(IG_E_MODEL, "%s: model.vocab must be an object (token -> id)", h->name);
+        return ig_error(IG_E_MODEL, "'%s': model.vocab must be an object (token -> id)", h->name);
     int64_t bound = HF_ID_SLACK; /* entries + slack */
     for (const cJSON *e = vocab->child; e; e = e->next)
         bound++;
@@ -262,7 +262,7 @@ static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, 
     int st;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!id_of(e, INT32_MAX / 2, &id))
-            return ig_error(IG_E_MODEL, "%s: vocab id of '%.40s' is not a whole number in range",
+            return ig_error(IG_E_MODEL, "'%s': vocab id of '%.40s' is not a whole number in range",
                             h->name, e->string);
         if ((st = check_token(h, e->string, id, bound)))
             return st;
@@ -271,19 +271,19 @@ static int read_vocab(struct hf_tok *h, const cJSON *model, const cJSON *added, 
     for (const cJSON *e = cJSON_IsArray(added) ? added->child : NULL; e; e = e->next) {
         if (!id_of(cJSON_GetObjectItemCaseSensitive(e, "id"), INT32_MAX / 2, &id) ||
             !ig_json_str(e, "content"))
-            return ig_error(IG_E_MODEL, "%s: an added_tokens entry lacks a valid id or content",
+            return ig_error(IG_E_MODEL, "'%s': an added_tokens entry lacks a valid id or content",
                             h->name);
         if ((st = check_token(h, ig_json_str(e, "content"), id, bound)))
             return st;
         n = id + 1 > n ? id + 1 : n;
     }
     if (n == 0)
-        return ig_error(IG_E_MODEL, "%s: the vocabulary is empty", h->name);
+        return ig_error(IG_E_MODEL, "'%s': the vocabulary is empty", h->name);
     a->n = n;
     a->tokens = calloc((size_t)n, sizeof *a->tokens);
     a->types = malloc((size_t)n * sizeof *a->types);
     if (!a->tokens || !a->types)
-        return ig_error(IG_E_NOMEM, "%s: out of memory for %lld tokens", h->name, (long long)n);
+        return ig_error(IG_E_NOMEM, "'%s': out of memory for %lld tokens", h->name, (long long)n);
     for (int64_t i = 0; i < n; i++) /* ids no entry names: never produced */
         a->types[i] = TOK_TYPE_UNUSED;
     for (const cJSON *e = vocab->child; e; e = e->next) {
@@ -306,25 +306,25 @@ static int read_merges(struct hf_tok *h, const cJSON *model, struct arrays *a)
     if (!m || cJSON_IsNull(m))
         return IG_OK;
     if (!cJSON_IsArray(m))
-        return ig_error(IG_E_MODEL, "%s: model.merges must be a list", h->name);
+        return ig_error(IG_E_MODEL, "'%s': model.merges must be a list", h->name);
     int64_t n = cJSON_GetArraySize(m);
     a->merges = malloc((size_t)(n ? n : 1) * sizeof *a->merges);
     bool pairs = m->child && cJSON_IsArray(m->child);
     a->right = pairs ? malloc((size_t)n * sizeof *a->right) : NULL;
     if (!a->merges || (pairs && !a->right))
-        return ig_error(IG_E_NOMEM, "%s: out of memory for %lld merges", h->name, (long long)n);
+        return ig_error(IG_E_NOMEM, "'%s': out of memory for %lld merges", h->name, (long long)n);
     int64_t k = 0;
     for (const cJSON *e = m->child; e; e = e->next, k++) {
         if (pairs) {
             const cJSON *l = cJSON_IsArray(e) ? e->child : NULL, *r = l ? l->next : NULL;
             if (!cJSON_IsString(l) || !cJSON_IsString(r) || r->next)
-                return ig_error(IG_E_MODEL, "%s: merge %lld is not a pair of strings", h->name,
+                return ig_error(IG_E_MODEL, "'%s': merge %lld is not a pair of strings", h->name,
                                 (long long)k);
             a->merges[k] = (struct tok_str){l->valuestring, strlen(l->valuestring)};
             a->right[k] = (struct tok_str){r->valuestring, strlen(r->valuestring)};
         } else {
             if (!cJSON_IsString(e))
-                return ig_error(IG_E_MODEL, "%s: merge %lld is not a string 'left right'",
+                return ig_error(IG_E_MODEL, "'%s': merge %lld is not a string 'left right'",
                                 h->name, (long long)k);
             a->merges[k] = (struct tok_str){e->valuestring, strlen(e->valuestring)};
         }
@@ -348,7 +348,7 @@ static int read_post(struct hf_tok *h, const cJSON *post, const struct arrays *a
         if (t && !strcmp(t, "ByteLevel"))
             continue;
         if (!t || strcmp(t, "TemplateProcessing"))
-            return ig_error(IG_E_MODEL, "%s: post-processor '%.40s' is not supported "
+            return ig_error(IG_E_MODEL, "'%s': post-processor '%.40s' is not supported "
                             "(ByteLevel, TemplateProcessing)", h->name, t ? t : "?");
         const cJSON *single = cJSON_GetObjectItemCaseSensitive(s, "single");
         int k = 0, len = cJSON_IsArray(single) ? cJSON_GetArraySize(single) : 0;
@@ -356,14 +356,14 @@ static int read_post(struct hf_tok *h, const cJSON *post, const struct arrays *a
             const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
             if (!sp) {
                 if (!cJSON_GetObjectItemCaseSensitive(e, "Sequence"))
-                    return ig_error(IG_E_MODEL, "%s: post-processor template piece %d is "
+                    return ig_error(IG_E_MODEL, "'%s': post-processor template piece %d is "
                                     "neither SpecialToken nor Sequence", h->name, k);
                 continue;
             }
             const char *tok = ig_json_str(sp, "id");
             int32_t id = tok ? find_id(a->tokens, a->n, tok) : -1;
             if (id < 0 || (k != 0 && k != len - 1))
-                return ig_error(IG_E_MODEL, "%s: post-processor adds '%.40s', which is not a "
+                return ig_error(IG_E_MODEL, "'%s': post-processor adds '%.40s', which is not a "
                                 "token at the start or end", h->name, tok ? tok : "?");
             if (k == 0) {
                 d->add_bos = 1;
@@ -410,18 +410,18 @@ static int read_model(struct hf_tok *h, const cJSON *model)
 {
     const char *t = type_of(model);
     if (!cJSON_IsObject(model) || !t)
-        return ig_error(IG_E_MODEL, "%s: 'model' with a 'type' is missing", h->name);
+        return ig_error(IG_E_MODEL, "'%s': 'model' with a 'type' is missing", h->name);
     if (strcmp(t, "BPE"))
-        return ig_error(IG_E_MODEL, "%s: tokenizer model type '%.40s' is not supported (BPE "
+        return ig_error(IG_E_MODEL, "'%s': tokenizer model type '%.40s' is not supported (BPE "
                         "only)", h->name, t);
     const char *pfx = ig_json_str(model, "continuing_subword_prefix");
     const char *sfx = ig_json_str(model, "end_of_word_suffix");
     if ((pfx && *pfx) || (sfx && *sfx))
-        return ig_error(IG_E_MODEL, "%s: BPE with continuing_subword_prefix or "
+        return ig_error(IG_E_MODEL, "'%s': BPE with continuing_subword_prefix or "
                         "end_of_word_suffix is not supported", h->name);
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0))
-        return ig_error(IG_E_MODEL, "%s: BPE dropout is not supported", h->name);
+        return ig_error(IG_E_MODEL, "'%s': BPE dropout is not supported", h->name);
     return IG_OK;
 }
 
@@ -434,7 +434,7 @@ int tok_hf_build(const char *name, const cJSON *tok, const cJSON *cfg, const cJS
     struct tok_vocab_desc d;
     tok_vocab_desc_init(&d);
     if (!cJSON_IsObject(tok))
-        return ig_error(IG_E_MODEL, "%s: expected a JSON object", name);
+        return ig_error(IG_E_MODEL, "'%s': expected a JSON object", name);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
     int st;
     if ((st = read_model(&h, model)) ||
@@ -442,7 +442,7 @@ int tok_hf_build(const char *name, const cJSON *tok, const cJSON *cfg, const cJS
         (st = read_pre_tokenizer(&h, cJSON_GetObjectItemCaseSensitive(tok, "pre_tokenizer"))))
         goto done;
     if (h.byte_level == h.spm) {
-        st = ig_error(IG_E_MODEL, "%s: the pipeline is %s (expected byte-level BPE or "
+        st = ig_error(IG_E_MODEL, "'%s': the pipeline is %s (expected byte-level BPE or "
                       "SentencePiece-style BPE)", name,
                       h.spm ? "both byte-level and SentencePiece-style" : "neither byte-level nor "
                       "SentencePiece-style");
@@ -499,7 +499,7 @@ static int load_json(const char *dir, const char *file, bool required, cJSON **o
     if (stat(p, &sb) != 0) {
         if (!required)
             return IG_OK;
-        return ig_error(IG_E_MODEL, "%s: %s is missing (ignite reads the tokenizer from it)",
+        return ig_error(IG_E_MODEL, "'%s': %s is missing (ignite reads the tokenizer from it)",
                         dir, file);
     }
     return ig_json_load(p, out);

@@ -12,10 +12,12 @@ every kind of bad line gets one error object and the rest runs (exit 9),
 quick ones (the ring of open requests keeps it), --lines, a pipe that delivers requests
 over time is served before it closes, a closed stdout ends quietly, Ctrl-C
 ends the requests in flight as "interrupted" after the finished ones were
-written (exit 130), --kv-mem too small for a request refuses that request.
+written (exit 130), the end line's counts (read, finished, failed, cut short,
+never started) add up after Ctrl-C and after `| head -n 1`, --kv-mem too small for a request refuses that request.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -215,7 +217,8 @@ def bad_lines(tiny):
           f"too deep: {by_line.get(16)}")
     check("number JSON does not allow at byte 35" in by_line.get(17, {}).get("error", ""),
           f"leading zero: {by_line.get(17)}")
-    check("(14 failed)" in err, f"summary: {err[-300:]!r}")
+    check("batch: 16 read, 2 finished, 14 failed, 0 cut short, 0 never started in " in err,
+          f"summary: {err[-300:]!r}")
 
 
 def ids_and_whole_batch_errors(tiny):
@@ -312,6 +315,44 @@ def closed_pipe_and_interrupt(tiny):
     check(stops.count("interrupted") == 3, f"Ctrl-C: in-flight requests: {stops}")
 
 
+def end_counts(err):
+    """The end line's five counts, or None."""
+    m = re.search(r"batch: (\d+) read, (\d+) finished, (\d+) failed, (\d+) cut short, "
+                  r"(\d+) never started in ", err)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def end_line_counts(tiny):
+    # Ctrl-C with 1 short and 9 endless requests, 4 in flight: the short one
+    # finishes, the 4 then in flight are cut short, 5 never start
+    reqs = "".join(json.dumps({"prompt": "abc", "n_predict": -1 if i else 2, "id": i}) + "\n"
+                   for i in range(10)).encode()
+    p = subprocess.Popen([IGNITE, "batch", "-m", tiny, "-t", "1", "-P", "4", "-c", "200000",
+                          "--ignore-eos"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdin.write(reqs)
+    p.stdin.flush()
+    p.stdout.readline()
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    got = end_counts(err.decode())
+    check(p.returncode == 130 and got == (10, 1, 0, 4, 5),
+          f"Ctrl-C: (read, finished, failed, cut short, never started) {got}, want "
+          f"(10, 1, 0, 4, 5): {err[-300:]!r}")
+    # a closed stdout: the reader took one line and left; nothing failed, the
+    # counts add up to the 40 read, and (requests of 1000 tokens: head is
+    # gone long before the last) some never started
+    reqs = "".join(json.dumps({"prompt": "abc", "n_predict": 1000, "id": i}) + "\n"
+                   for i in range(40)).encode()
+    r = subprocess.run(f"'{IGNITE}' batch -m '{tiny}' -t 1 -P 2 -c 2048 --ignore-eos "
+                       "| head -n 1", shell=True,
+                       input=reqs, capture_output=True, timeout=120, executable="/bin/bash")
+    got = end_counts(r.stderr.decode())
+    check(got is not None and got[0] == 40 and got[2] == 0 and sum(got[1:]) == 40 and
+          got[4] > 0, f"| head -n 1: {got} {r.stderr[-300:]!r}")
+
+
 def main():
     real_model_checks()
     with tempfile.TemporaryDirectory() as tmp:
@@ -321,6 +362,7 @@ def main():
         order_and_modes(tiny)
         streaming(tiny)
         closed_pipe_and_interrupt(tiny)
+        end_line_counts(tiny)
     return summary("test_batch")
 
 

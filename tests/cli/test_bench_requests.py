@@ -30,6 +30,17 @@ def bench(*args):
     return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
+def bench_tiny(n, par, out_len):
+    r = subprocess.run([IGNITE, "bench", "-m", "synthetic:Llama-tiny", "-t", "2", "--requests",
+                        n, "--parallel", par, "--input-len", "8", "--output-len", out_len,
+                        "-o", "jsonl"], capture_output=True, timeout=600)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        check(False, f"bench_tiny {n} {par} {out_len}: rc {r.returncode} {r.stderr[-300:]!r}")
+        return {}
+
+
 def main():
     rc, out, err = bench("5", "--parallel", "2", "--input-len", "12", "--output-len", "4",
                          "-o", "json")
@@ -78,6 +89,27 @@ def main():
     rc, out, err = bench("2", "--output-len", "2", "--input-len", "4")
     check(rc == 0 and "| request_throughput |" in out, f"md: {rc} {out!r}")
 
+    # tg_tok_s is what happened: more requests than in flight (the case
+    # that once read 3x too fast), the decode tokens over the decode phase's
+    # wall time; at most `parallel` spans overlap, so it is at most parallel /
+    # mean TPOT (fixed lengths: exact, bar rounding), and at least those tokens
+    # over the whole run; against the median TPOT, which a few fast tail
+    # requests (fewer in flight) can put below the mean, a looser bound
+    for n, par in (("16", "4"), ("4", "4"), ("6", "1")):
+        r = bench_tiny(n, par, "12")
+        tg, tpot = r.get("tg_tok_s") or 0, r.get("mean_tpot_ms") or 0
+        bound = int(par) / (tpot / 1e3) if tpot else 0
+        floor_ = (r.get("total_output_tokens", 0) - r.get("completed", 0)) / r.get("duration_s", 1)
+        check(floor_ * 0.999 <= tg <= bound * 1.01,
+              f"tg_tok_s {tg} outside [{floor_}, {par} / mean TPOT = {bound}] ({n} requests): {r}")
+        check(tg <= int(par) / (r.get("median_tpot_ms", 1) / 1e3) * 1.5,
+              f"tg_tok_s {tg} above {par} / median TPOT {r.get('median_tpot_ms')}: {r}")
+    r = bench_tiny("3", "2", "1")
+    check("tg_tok_s" in r and r["tg_tok_s"] is None,
+          f"--output-len 1: no decode phase, tg_tok_s null: {r.get('tg_tok_s', 'missing')}")
+    rc, out, err = bench("2", "--output-len", "1", "--input-len", "4")
+    check(rc == 0 and "| tg_tok_s | null |" in out, f"md, --output-len 1: {rc} {out!r}")
+
     # Ctrl-C: far more work than 2 s hold; the report counts the finished
     # requests only (fixed lengths: exact totals), and with lengths that end
     # requests out of order its latencies stay latencies (>= 0)
@@ -114,6 +146,10 @@ def main():
                 ["3", "--parallel", "0"]):
         rc, out, err = bench(*bad)
         check(rc == 2 and err.count("\n") == 1, f"bad {bad}: rc {rc} {err!r}")
+    # the range in whole numbers, as docs/cli.md writes them (not 1.04858e+06)
+    rc, out, err = bench("3", "--input-len", "99999999")
+    check(rc == 2 and "--input-len: expected a number in [1, 1048576], got '99999999'" in err,
+          f"--input-len 99999999: rc {rc} {err!r}")
     return summary("test_bench_requests")
 
 

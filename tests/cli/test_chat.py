@@ -10,7 +10,8 @@ random-weight model with a ChatML vocabulary and template
     same text (the same seed, greedy and sampled);
   - `ignite chat` through a pseudo-terminal: the "> " marker, answers,
     Ctrl-C stopping a long answer (the next turn goes on), Ctrl-D ending,
-    Ctrl-C at the marker ending with 130; bad messages skipped with exit 6.
+    Ctrl-C at the marker ending with 130 (Ctrl-D or Ctrl-C there: the summary
+    on a line of its own); bad messages skipped with exit 6.
 """
 import json
 import os
@@ -163,12 +164,15 @@ def main():
         os.write(fd, b"\x04")
         rc, rest = pty_finish(pid, fd)
         check(rc == 0 and "chat: 2 turns" in rest, f"terminal chat: rc {rc} {got + rest!r}")
-        # Ctrl-C at the marker ends the session with 130
+        check("\nchat: " in rest, f"Ctrl-D: the summary on the marker's line: {rest!r}")
+        # Ctrl-C at the marker ends the session with 130, the summary on a
+        # line of its own (not after the marker)
         pid, fd = pty_spawn(args)
         pty_read_until(fd, "> ")
         os.write(fd, b"\x03")
         rc, rest = pty_finish(pid, fd)
         check(rc == 130, f"Ctrl-C at the marker: rc {rc} {rest!r}")
+        check("\nchat: 0 turns" in rest, f"Ctrl-C: the summary on the marker's line: {rest!r}")
 
         # Ctrl-C stops a long answer; the conversation goes on. A larger
         # model and context, so the answer lasts long enough to be stopped.

@@ -18,6 +18,14 @@ CHECKS=$((CHECKS + 1))
 expect_grep "$TMP/err" "prompt [0-9]* tok | ttft [0-9.]* ms | prefill [0-9.]* tok/s | gen [0-9]* tok | decode [0-9.]* ms/tok [0-9.]* tok/s | device cpu | threads 2 | stop " "stats format"
 cp "$TMP/out" "$TMP/greedy.txt"
 
+# A context whose cache can never fit is refused up front (exit 5) in the
+# blocks it would take, never naming a -c nobody gave (99999999 rounds up to
+# 100000000 positions).
+expect_rc 5 "-c 99999999" run -p "Hi" -n 1 -c 99999999
+expect_grep "$TMP/err" "the KV cache's 1562500 blocks of 64 positions need" "-c 99999999 in blocks"
+CHECKS=$((CHECKS + 1))
+! grep -q 100000000 "$TMP/err" || fail "-c 99999999 named 100000000: $(cat "$TMP/err")"
+
 # -f - with -q: the same prompt from stdin gives the same text, stderr stays empty.
 printf 'The capital of France is' | expect_rc 0 "stdin prompt" run -f - -n 2 --temp 0 -q
 expect_empty "$TMP/err" "-q"
@@ -90,7 +98,7 @@ if [ -w /dev/full ]; then
     run -p "Hi" -n 2 >/dev/full 2>"$TMP/err"
     rc=$?
     [ "$rc" = 3 ] || fail "stdout on /dev/full: exit $rc, want 3"
-    grep -q "^ignite: cannot write the output" "$TMP/err" || fail "/dev/full: $(cat "$TMP/err")"
+    grep -q "^ignite: cannot write to stdout: No space left on device" "$TMP/err" || fail "/dev/full: $(cat "$TMP/err")"
 fi
 
 # Ctrl-C during a long generation: status 130 and the stats so far.

@@ -4,8 +4,8 @@ the ASan build: exact token counts at -n and at a full context, the prompt
 over the context (its error line alone, no stats line), --chat with an unknown or a missing template (exit 4),
 seed repeatability and --json on every stop path; the prompt piped to stdin
 without -p/-f (`cat prompt.txt | ignite`), unless another option reads stdin;
-the seed in the stats line of a sampled run; a warning for a prompt past the
-trained context."""
+the seed in the stats line of a sampled run (not of --prompt-only); a warning for a prompt past the
+trained context; `> /dev/full` names stdout (run, --json, batch)."""
 import json
 import os
 import re
@@ -118,6 +118,23 @@ def main():
             check(again == out, f"seed {m.group(1)} repeated gives {again!r}, not {out!r}")
         rc, out, err = run(tiny, "-p", "abc", "-n", "2", "--temp", "0")
         check(rc == 0 and "seed" not in err, f"a greedy run names a seed: {err!r}")
+        rc, out, err = run(tiny, "-p", "abc", "--temp", "0.9", "--prompt-only")
+        check(rc == 0 and "stop prompt_only" in err and "seed" not in err,
+              f"--prompt-only samples nothing, yet names a seed: {err!r}")
+
+        # A full disk on stdout is exit 3 with docs/cli.md's words, for the
+        # streamed text, --json, and batch's results.
+        if os.access("/dev/full", os.W_OK):
+            for cmd, stdin in ((["run", "-p", "abc", "-n", "2"], b""),
+                               (["run", "-p", "abc", "-n", "2", "--json"], b""),
+                               (["batch", "--lines", "-n", "2"], b"abc\n")):
+                with open("/dev/full", "wb") as full:
+                    r = subprocess.run([IGNITE, *cmd, "-m", tiny, "-t", "1"], input=stdin,
+                                       stdout=full, stderr=subprocess.PIPE, timeout=120)
+                err = r.stderr.decode("utf-8", "replace")
+                check(r.returncode == 3 and
+                      "ignite: cannot write to stdout: No space left on device" in err,
+                      f"{cmd} > /dev/full: rc {r.returncode} {err!r}")
 
         # A prompt past the trained context (256 positions) runs with a warning.
         rc, out, err = run(tiny, "-p", "abc" * 100, "-c", "512", "-n", "1")

@@ -298,7 +298,7 @@ def main():
         n_ctx = 1 << 30
         if avail and n_ctx * 256 > avail:
             rc, out, err = run(tiny, "-p", "ab", "-c", str(n_ctx))
-            check(rc == 5 and "of KV cache need" in err and "available" in err,
+            check(rc == 5 and "blocks of 64 positions need" in err and "available" in err,
                   f"context beyond memory: rc {rc} {err!r}")
     return summary("test_kv_cli")
 

@@ -34,6 +34,10 @@ def expect(folder, status, *needles, cmd="info"):
           f"{what}: expected one 'ignite: ' line on stderr, got {err!r}")
     for n in needles:
         check(n in err, f"{what}: {n!r} not in {err!r}")
+    # the file or folder it is about first, quoted as docs/cli.md says
+    check("'" + folder in err and (folder + " " not in err and folder + ":" not in err and
+                                   folder + "/" not in err.replace("'" + folder + "/", "")),
+          f"{what}: the path not quoted: {err!r}")
     check(r.stdout == "", f"{what}: wrote to stdout: {r.stdout[:80]!r}")
 
 
@@ -225,11 +229,11 @@ def main():
         expect(c.path, 4, "tensor 'model.norm.weight' is missing")
         for what, image, needle in st_cases(c):
             c = case().write("model.safetensors", image)
-            expect(c.path, 4, "model.safetensors:", needle)
+            expect(c.path, 4, "model.safetensors':", needle)
         c = case()
         with open(c.file("model.safetensors"), "r+b") as f:
             f.truncate(os.path.getsize(c.file("model.safetensors")) - 100)
-        expect(c.path, 4, "model.safetensors: truncated")
+        expect(c.path, 4, "model.safetensors': truncated")
 
         # sharded folders: the index must match the files
         idx = "model.safetensors.index.json"
@@ -243,7 +247,7 @@ def main():
         wm = json.load(open(c.file(idx)))["weight_map"]
         moved = next(k for k, v in wm.items() if v.startswith("model-00001"))
         c.edit_json(idx, lambda j: j["weight_map"].update({moved: "model-00002-of-00002.safetensors"}))
-        expect(c.path, 4, idx, f"'{moved}' in model-00002-of-00002.safetensors, which does not")
+        expect(c.path, 4, idx, f"'{moved}' in 'model-00002-of-00002.safetensors', which does not")
         c = case(shard).write(idx, '{"weight_map": {}}')
         expect(c.path, 4, idx, "weight_map")
         c = case(shard)
