@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 import hfgen  # noqa: E402
 from ggufgen import (ARR, BOOL, F32, F64, I8, I16, I32, I64, STR, U8, U16, U32, U64,  # noqa: E402
                      Gguf, tiny_llama)
+from kvfile import crc32c  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus")
@@ -215,16 +216,6 @@ def klfile_corpus():
                        ("smallest.kl", klfile(3, 1, 1, 3)), ("flat.kl", klfile(4, 4, 1, 4, True))]:
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
-
-
-def crc32c(data, crc=0):
-    """CRC-32C (Castagnoli, reflected 0x82F63B78), as core/checksum.c."""
-    crc ^= 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def kvfile(dtype, n_tokens, logits, seed, version=1):
