@@ -120,6 +120,7 @@ struct job {
 struct batch {
     const struct batch_opts *o;
     const struct model *m;
+    const struct run_chat *chat; /* the chat template the lines render with */
     const char *model_path; /* the model as loaded, named in each line */
     struct tok_vocab *vocab;
     struct engine *engine;
@@ -321,7 +322,7 @@ static int make_request(struct batch *b, struct job *j)
         st = grammar_from_json_schema(j->in.json_schema, strlen(j->in.json_schema), source,
                                       &j->grammar);
     if (st == IG_OK)
-        st = run_render_prompt(b->m, o->chat, o->no_think, o->system, j->in.prompt, &text);
+        st = run_render_prompt(b->chat, o->chat, o->no_think, o->system, j->in.prompt, &text);
     if (st == IG_OK)
         st = tok_encode(b->vocab, text, strlen(text), run_encode_flags(o), &j->ids);
     free(text);
@@ -515,6 +516,7 @@ int cmd_batch(int argc, char **argv)
 
     char path[4096];
     struct batch b = {.o = &o};
+    struct run_chat chat = {0};
     struct model *m = NULL;
     struct backend *be = NULL;
     struct line_reader in;
@@ -541,9 +543,12 @@ int cmd_batch(int argc, char **argv)
     if ((st = run_load_model(path, &m, &b.vocab)) != IG_OK)
         goto done;
     gen_cli_model_defaults(&o.g, m); /* the lines' defaults */
+    if ((st = run_chat_setup(&o.g, m, b.vocab, &chat)) != IG_OK)
+        goto done;
+    b.chat = &chat;
     if (o.g.chat) { /* --chat with no template, or a --no-think it cannot take: the whole batch */
         char *probe;
-        if ((st = run_render_prompt(m, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
+        if ((st = run_render_prompt(&chat, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
             goto done;
         free(probe);
     }
@@ -585,6 +590,7 @@ done:
     free(b.ttft);
     free(b.tpot);
     backend_free(be);
+    run_chat_free(&chat);
     tok_vocab_free(b.vocab);
     model_free(m);
     if (fd > 0)

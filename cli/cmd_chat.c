@@ -43,18 +43,19 @@ static const char chat_summary[] =
     "A conversation with a chat model: each line of stdin is a message (a line ending in '\\'\n"
     "goes on to the next), each answer streams to stdout. On a terminal: Ctrl-C stops an\n"
     "answer, Ctrl-D (or Ctrl-C at the '> ' marker) ends. The template is the model's (--chat\n"
-    "is implied); the conversation stays in the KV cache, so a turn prefills only itself.\n"
+    "is implied) or --chat-template's / --chat-template-file's; the conversation stays in\n"
+    "the KV cache, so a turn prefills only itself.\n"
     "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model, 5 out of memory,\n"
     "6 bad message (the last one that failed; the others were answered), 7 device,\n"
     "130 interrupted at the marker.";
 
-struct chat_opts {
+struct chat_args {
     struct gen_cli g;
     bool verbose_prompt;
 };
 
 /* Returns IG_OK, -1 after --help/--version, or IG_E_USAGE. */
-static int parse_args(int argc, char **argv, struct chat_opts *o)
+static int parse_args(int argc, char **argv, struct chat_args *o)
 {
     struct cli_parser parser;
     const struct cli_command cmd = {"chat", chat_usage, chat_summary, chat_options};
@@ -196,9 +197,10 @@ static int check_message(const char *msg, size_t len)
 /* ---- the conversation --------------------------------------------------------------- */
 
 struct chat {
-    const struct chat_opts *o;
+    const struct chat_args *o;
     struct model *m;
     struct tok_vocab *vocab;
+    struct run_chat tmpl;   /* the chat template */
     struct backend *be;
     struct engine *engine;
     const struct grammar *grammar;
@@ -228,12 +230,14 @@ static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t
 static int render_turn(struct chat *c, const char *msg, char **text)
 {
     if (!c->kept)
-        return run_render_prompt(c->m, true, c->o->g.no_think, c->o->g.system, msg, text);
+        return run_render_prompt(&c->tmpl, true, c->o->g.no_think, c->o->g.system, msg, text);
     const int32_t *tokens;
     const float *logits;
     int64_t n;
     int st = engine_kept(c->engine, c->kept, &tokens, &n, &logits);
-    return st != IG_OK ? st : run_render_next(c->m, c->vocab, tokens[n - 1], msg, text);
+    return st != IG_OK ? st
+                       : run_render_next(&c->tmpl, c->vocab, tokens[n - 1], c->o->g.system,
+                                         c->o->g.no_think, msg, text);
 }
 
 /* One turn: the message in, the answer out. Returns IG_OK, IG_E_INPUT
@@ -334,7 +338,7 @@ static int converse(struct chat *c)
 
 int cmd_chat(int argc, char **argv)
 {
-    struct chat_opts o = {0};
+    struct chat_args o = {0};
     gen_cli_defaults(&o.g);
     int st = parse_args(argc, argv, &o);
     if (st != IG_OK)
@@ -365,7 +369,8 @@ int cmd_chat(int argc, char **argv)
         goto done;
     gen_cli_model_defaults(&o.g, c.m);
     /* the template is checked now, not at the first message */
-    if ((st = run_render_prompt(c.m, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
+    if ((st = run_chat_setup(&o.g, c.m, c.vocab, &c.tmpl)) != IG_OK ||
+        (st = run_render_prompt(&c.tmpl, true, o.g.no_think, o.g.system, "", &probe)) != IG_OK)
         goto done;
     c.n_ctx = gen_cli_context(&o.g, c.m->hp.n_ctx_train);
     struct backend_opts bo = {
@@ -398,6 +403,7 @@ done:
     engine_free(c.engine);
     grammar_free(grammar);
     backend_free(c.be);
+    run_chat_free(&c.tmpl);
     tok_vocab_free(c.vocab);
     model_free(c.m);
     free(probe);

@@ -307,12 +307,12 @@ static int read_user_text(const struct run_opts *o, char **user)
 
 /* The text to encode: the user's, wrapped by the chat template (a continued
  * chat: only its next turn). */
-static int render(const struct run_opts *o, const struct model *m, const struct tok_vocab *v,
+static int render(const struct run_opts *o, const struct run_chat *c, const struct tok_vocab *v,
                   const struct loaded_cache *lc, const char *user, char **prompt)
 {
     if (o->g.chat && lc->kv)
-        return run_render_next(m, v, lc->tokens[lc->h.n - 1], user, prompt);
-    return run_render_prompt(m, o->g.chat, o->g.no_think, o->g.system, user, prompt);
+        return run_render_next(c, v, lc->tokens[lc->h.n - 1], NULL, o->g.no_think, user, prompt);
+    return run_render_prompt(c, o->g.chat, o->g.no_think, o->g.system, user, prompt);
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -460,6 +460,7 @@ int cmd_run(int argc, char **argv)
     struct backend *be = NULL;
     struct loaded_cache lc = {0};
     struct cli_outfile save = {0};
+    struct run_chat chat = {0};
     /* The prompt, the grammar and the file to save come before the model:
      * bad ones cost no load. */
     if ((st = read_user_text(&o, &user)) != IG_OK || (st = check_system(o.g.system)) != IG_OK ||
@@ -478,7 +479,8 @@ int cmd_run(int argc, char **argv)
     if (o.load_kv && (st = load_cache(o.load_kv, m, n_ctx, &lc)) != IG_OK)
         goto done;
     double load_ms = o.load_kv ? (double)(ig_now_ns() - t_load) / 1e6 : 0;
-    if ((st = render(&o, m, vocab, &lc, user, &prompt)) != IG_OK)
+    if ((st = run_chat_setup(&o.g, m, vocab, &chat)) != IG_OK ||
+        (st = render(&o, &chat, vocab, &lc, user, &prompt)) != IG_OK)
         goto done;
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
@@ -496,6 +498,7 @@ done:
     cli_outfile_abort(&save); /* (after a commit: nothing left to remove) */
     grammar_free(grammar);
     loaded_free(&lc);
+    run_chat_free(&chat);
     backend_free(be);
     tok_vocab_free(vocab);
     model_free(m);

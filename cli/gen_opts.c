@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "models/model.h"
 #include "ops/ops.h"
+#include "tokenizer/chat_template.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -89,6 +90,18 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_JSON_SCHEMA_FILE: o->json_schema_file = arg; return IG_OK;
     case GEN_OPT_FORMAT: o->format = arg; return IG_OK;
     case GEN_OPT_NO_SPECIAL: o->no_special = true; return IG_OK;
+    case GEN_OPT_CHAT_TEMPLATE:
+        if (!chat_builtin_known(arg))
+            return ig_error(IG_E_USAGE, "--chat-template: '%s' is not a built-in template (%s); "
+                            "a Jinja template goes in --chat-template-file FILE", arg,
+                            chat_builtin_names());
+        o->chat_template = arg;
+        o->chat = true;
+        return IG_OK;
+    case GEN_OPT_CHAT_TEMPLATE_FILE:
+        o->chat_template_file = arg;
+        o->chat = true;
+        return IG_OK;
     case GEN_OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case GEN_OPT_EXACT: o->exact = true; return IG_OK;
     case 'q': o->quiet = true; return IG_OK;
@@ -113,6 +126,8 @@ void gen_cli_model_defaults(struct gen_cli *o, const struct model *m)
 
 int gen_cli_check(const struct gen_cli *o)
 {
+    if (o->chat_template && o->chat_template_file)
+        return ig_error(IG_E_USAGE, "--chat-template and --chat-template-file: give one");
     if (o->system && !o->chat)
         return ig_error(IG_E_USAGE, "--system needs --chat");
     if (o->no_think && !o->chat)

@@ -20,7 +20,7 @@ enum {
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
     GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK, GEN_OPT_NGL, GEN_OPT_FA,
-    GEN_OPT_MLOCK, GEN_OPT_NO_MMAP,
+    GEN_OPT_MLOCK, GEN_OPT_NO_MMAP, GEN_OPT_CHAT_TEMPLATE, GEN_OPT_CHAT_TEMPLATE_FILE,
     GEN_OPT_END
 };
 
@@ -54,6 +54,8 @@ enum {
     {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
+    {"chat-template", GEN_OPT_CHAT_TEMPLATE, required_argument, "NAME", "llama.cpp's built-in template NAME instead of the model's (chatml, llama3, gemma, ...; implies --chat)", NULL}, \
+    {"chat-template-file", GEN_OPT_CHAT_TEMPLATE_FILE, required_argument, "FILE", "a Jinja chat template instead of the model's (implies --chat)", NULL}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
     {"n-gpu-layers", GEN_OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL}, \
     {"flash-attn", GEN_OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL}, \
@@ -71,6 +73,8 @@ enum {
 struct gen_cli {
     const char *model;     /* -m, NULL = the default model */
     const char *system;    /* --system, needs --chat */
+    const char *chat_template;      /* --chat-template NAME (a built-in), or NULL */
+    const char *chat_template_file; /* --chat-template-file FILE, or NULL */
     const char *device;    /* --device as given */
     const char *gpu_weights; /* --gpu-weights as given (backend_parse_gpu_weights) */
     int64_t n_gpu_layers;  /* -ngl, CLI_NGL_UNSET when not given (cli/device.h) */
@@ -108,7 +112,7 @@ void gen_cli_model_defaults(struct gen_cli *o, const struct model *m);
 int gen_cli_set(struct gen_cli *o, int key, const char *arg);
 
 /* The checks between shared options after parsing (--system and
- * --no-think need --chat).
+ * --no-think need --chat; one chat template option at most).
  * Returns IG_OK or IG_E_USAGE. */
 int gen_cli_check(const struct gen_cli *o);
 

@@ -5,6 +5,7 @@
 #define IGNITE_CLI_RUN_H
 
 #include "cli/gen_opts.h"
+#include "tokenizer/chat_template.h"
 #include "generate/generate.h"
 
 #include <cjson/cJSON.h>
@@ -53,25 +54,46 @@ int run_print_json(const struct run_report *r);
  * tokenizer, the vocabulary size checked against the embedding rows. */
 int run_load_model(const char *path, struct model **m, struct tok_vocab **vocab);
 
-/* The text the tokenizer sees for `user` (len bytes): as given, or wrapped
- * by the model's chat template with `system` (may be NULL) and, with
- * no_think, its thinking switch off (Qwen3). *text is malloc'd. Returns
- * IG_OK, IG_E_MODEL (no or an unknown template) or IG_E_USAGE (no_think on a
- * template without the switch). */
-int run_render_prompt(const struct model *m, bool chat, bool no_think, const char *system,
+/* The chat template a command renders with: --chat-template NAME,
+ * --chat-template-file FILE (read and parsed here), or the model's own
+ * (Jinja when it parses, else its family's hand-written renderer). */
+struct run_chat {
+    struct chat_tmpl t;
+    char *file_text;       /* --chat-template-file's text, owned */
+    char bos[128], eos[128];
+    char name[4200];       /* how messages name the template (a file's path) */
+    char why[320];         /* the model's template: why Jinja refused it */
+    const char *model_path; /* the model's, borrowed */
+    bool missing, folder;  /* the model has no template; it is a folder */
+};
+
+/* Chooses the template for the options and model. IG_OK, or IG_E_IO /
+ * IG_E_USAGE for a --chat-template-file that cannot be read or parsed (one
+ * line naming the construct and its line:col). A model without a usable
+ * template is reported when a chat prompt is rendered. */
+int run_chat_setup(const struct gen_cli *o, const struct model *m, const struct tok_vocab *v,
+                   struct run_chat *c);
+void run_chat_free(struct run_chat *c);
+
+/* The text the tokenizer sees for `user`: as given, or wrapped by the chat
+ * template with `system` (may be NULL) and, with no_think, its thinking
+ * switch off (Qwen3). *text is malloc'd. Returns IG_OK, IG_E_MODEL (no or
+ * an unusable template) or IG_E_USAGE (a template that fails, no_think on
+ * a template without the switch). */
+int run_render_prompt(const struct run_chat *c, bool chat, bool no_think, const char *system,
                       const char *user, char **text);
 
 /* Encoding flags for a prompt of these options. */
 unsigned run_encode_flags(const struct gen_cli *o);
 
 /* The next user turn of a chat continued from a cache (--load-kv --chat,
- * `ignite chat`) in the model's template family: *text is malloc'd, to be
- * encoded without adding BOS (where the family wants one inside the
- * conversation, its text is in *text); `last` is the last token in the
- * cache (an end-of-generation token: the model closed its answer). IG_OK,
- * IG_E_MODEL (no or an unknown template), IG_E_NOMEM. */
-int run_render_next(const struct model *m, const struct tok_vocab *vocab, int32_t last,
-                    const char *user, char **text);
+ * `ignite chat`): *text is malloc'd, to be encoded without adding BOS
+ * (where the template wants one inside the conversation, its text is in
+ * *text); `last` is the last token in the cache (an end-of-generation
+ * token: the model closed its answer); `system` the conversation's system
+ * message (NULL: none). IG_OK, IG_E_MODEL, IG_E_USAGE, IG_E_NOMEM. */
+int run_render_next(const struct run_chat *c, const struct tok_vocab *vocab, int32_t last,
+                    const char *system, bool no_think, const char *user, char **text);
 
 /* --verbose-prompt: the text the tokenizer sees (escaped, one line) and its
  * token ids with their pieces, to stderr. */

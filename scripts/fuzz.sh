@@ -10,6 +10,7 @@
 #   schema       the JSON-schema converter (fuzz_grammar.c with FUZZ_SCHEMA; corpus_schema/)
 #   batch        ignite batch's request parser (fuzz_batch_line.c; corpus_batch/)
 #   tokenizer    the tokenizer: any bytes in (fuzz_tokenizer.c; corpus-tok/)
+#   jinja        the Jinja chat-template renderer (fuzz_jinja.c; corpus_jinja/)
 #   klfile       the perplexity base file reader (fuzz_klfile.c; corpus_klfile/)
 #   kvfile       the saved KV cache reader, --load-kv (fuzz_kvfile.c; corpus_kvfile/)
 # Builds the target's entry with clang -fsanitize=fuzzer,address,undefined
@@ -71,6 +72,10 @@ tokenizer)
           tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c tokenizer/spm.c
           tokenizer/encode.c tokenizer/decode.c)
     corpus=corpus-tok max_len=4096 ;;
+jinja)
+    srcs=(core/status.c tokenizer/jinja_lex.c tokenizer/jinja_parse.c tokenizer/jinja_value.c
+          tokenizer/jinja_eval.c)
+    corpus=corpus_jinja max_len=16384 libs=(-lm) ;;
 klfile)
     srcs=(core/status.c ppl/klfile.c ppl/score.c)
     corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
@@ -79,7 +84,7 @@ kvfile)
           kvcache/kvfile.c models/tensors.c models/arch.c)
     corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
 *)
-    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, klfile, kvfile)" >&2
+    echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, jinja, klfile, kvfile)" >&2
     exit 2 ;;
 esac
 srcs+=("$entry")

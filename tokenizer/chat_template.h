@@ -1,9 +1,12 @@
 /* tokenizer/chat_template.h: turns a user message (and an optional system
  * message) into the prompt text a chat model expects.
  *
- * We do not run Jinja: the model's `tokenizer.chat_template` is recognised by
- * its distinctive markers and rendered by a hand-written formatter of that
- * family, the way llama.cpp's built-in templates work. The result carries the
+ * Three renderers: Jinja (tokenizer/jinja.h: the model's template, or a
+ * file), llama.cpp's built-ins by name (chat_builtin.c), and, for a model
+ * template outside the Jinja subset, the hand-written family formatters
+ * below: the template is recognised by its distinctive markers and rendered
+ * by the formatter of that family. chat_conv.c (struct chat_tmpl, at the
+ * end) runs a conversation's turns through whichever was chosen. The result carries the
  * generation prompt (the assistant header) at the end and never the BOS
  * token: the tokenizer adds BOS as the model's metadata asks. Special-token
  * markers in the result must be encoded as special tokens.
@@ -32,7 +35,9 @@
 #ifndef IGNITE_TOKENIZER_CHAT_TEMPLATE_H
 #define IGNITE_TOKENIZER_CHAT_TEMPLATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum chat_style {
     CHAT_UNKNOWN = 0,
@@ -92,5 +97,57 @@ int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
  * copied into buf (escapes like "\n" decoded). Returns its length, or 0 when
  * the template has none (or it does not fit in cap - 1 bytes). */
 size_t chat_default_system(const char *tmpl, size_t len, char *buf, size_t cap);
+
+/* ---- conversations of messages (chat_builtin.c, chat_conv.c) ---- */
+
+struct chat_message {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+};
+
+/* llama.cpp's built-in templates by name (--chat-template NAME). */
+bool chat_builtin_known(const char *name);
+/* "chatml, llama2, ...": the names, for messages and --help. */
+const char *chat_builtin_names(void);
+/* Renders n messages as llama.cpp's built-in template `name` does, with
+ * the generation prompt when add_ass. *out is malloc'd. IG_OK, IG_E_USAGE
+ * (an unknown name: one line listing the known ones), IG_E_NOMEM. */
+int chat_builtin_render(const char *name, const struct chat_message *msgs, int64_t n,
+                        bool add_ass, char **out);
+
+/* The template a conversation is rendered with. */
+enum chat_tmpl_kind {
+    CHAT_TMPL_FAMILY,  /* the hand-written family renderer above (style) */
+    CHAT_TMPL_BUILTIN, /* llama.cpp's built-in `name` */
+    CHAT_TMPL_JINJA,   /* a Jinja template: text, len (tokenizer/jinja.h) */
+};
+
+struct chat_tmpl {
+    enum chat_tmpl_kind kind;
+    enum chat_style style; /* FAMILY */
+    const char *name;      /* BUILTIN: its name; JINJA: how messages name it */
+    const char *text;      /* JINJA: the source; FAMILY: the model's text (default system) */
+    size_t len;
+    const char *bos, *eos; /* the BOS/EOS tokens' text, "" when absent */
+    bool strip_bos;        /* the tokenizer adds BOS: a leading BOS text is dropped */
+};
+
+/* The first turn: the system message (NULL: none) and the user's, with the
+ * generation prompt; no_think turns the thinking switch off (Jinja: the
+ * template must read enable_thinking). *out is malloc'd. IG_OK,
+ * IG_E_USAGE (a template that fails, one line; no_think without a switch),
+ * IG_E_MODEL (FAMILY of no known style), IG_E_NOMEM. */
+int chat_tmpl_first(const struct chat_tmpl *t, const char *system, const char *user,
+                    bool no_think, char **out);
+
+/* The next user turn after an answer kept in the cache: exactly what the
+ * template writes between the answer and the next answer. `closing` is the
+ * text of the end-of-generation token that closed the answer (NULL: the
+ * answer was cut short, the template's own end of turn comes first). A
+ * BUILTIN or JINJA template renders [system?, user, assistant A, user
+ * `user`] and keeps what follows A (a marker that no template changes);
+ * one that drops A is refused. Returns as chat_tmpl_first. */
+int chat_tmpl_next(const struct chat_tmpl *t, const char *system, const char *user,
+                   bool no_think, const char *closing, char **out);
 
 #endif

@@ -238,9 +238,14 @@ def ids_and_whole_batch_errors(tiny):
     rc, objs, err = batch(tiny, b"\xef\xbb\xbfabc\nabc\n", "--lines", "-n", "1", "--ordered")
     toks = [o.get("tokens", {}).get("prompt") for o in objs]
     check(rc == 0 and len(toks) == 2 and toks[0] == toks[1], f"--lines with a BOM: {toks} {err}")
-    rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc"})], "--chat")
-    check(rc == 4 and not objs and err.count("\n") == 1 and err.startswith("ignite: --chat:"),
-          f"--chat with a template ignite cannot render: {rc} {objs} {err!r}")
+    rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc"})], "--chat-template-file",
+                          os.devnull + "x")
+    check(rc == 3 and not objs and err.count("\n") == 1,
+          f"--chat-template-file unreadable: {rc} {objs} {err!r}")
+    rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc"})], "--chat-template", "zephyr",
+                          "-n", "1")
+    check(rc == 0 and len(objs) == 1 and objs[0]["tokens"]["prompt"] > 3,
+          f"--chat-template zephyr: {rc} {objs} {err!r}")
 
 
 def order_and_modes(tiny):

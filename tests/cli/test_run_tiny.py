@@ -75,10 +75,47 @@ def main():
         rc, out, err = run(tiny, "-p", "abc", "-c", "3", "-n", "1", "-q")
         check(rc == 0, f"prompt exactly filling the context: {rc} {err!r}")
 
-        rc, out, err = run(tiny, "-p", "abc", "--chat")
-        check(rc == 4 and "not one ignite knows" in err, f"--chat unknown template: {rc} {err!r}")
+        # the tiny model's template is "{{ messages }}": Python's str() of the list
+        rc, out, err = run(tiny, "-p", "abc", "--chat", "-n", "1", "--verbose-prompt")
+        want = "prompt: " + str([{"role": "user", "content": "abc"}]) + "\n"
+        check(rc == 0 and want in err, f"--chat renders the model's Jinja template: {rc} {err!r}")
         rc, out, err = run(nochat, "-p", "abc", "--chat")
-        check(rc == 4 and "no tokenizer.chat_template" in err, f"--chat no template: {rc} {err!r}")
+        check(rc == 4 and "no tokenizer.chat_template" in err and "--chat-template" in err,
+              f"--chat no template: {rc} {err!r}")
+        rc, out, err = run(nochat, "-p", "abc", "--chat-template", "chatml", "-n", "1",
+                           "--verbose-prompt")
+        check(rc == 0 and "prompt: <|im_start|>user\\nabc<|im_end|>\\n<|im_start|>assistant\\n\n"
+              in err, f"--chat-template chatml: {rc} {err!r}")
+        rc, out, err = run(nochat, "-p", "abc", "--chat-template", "chatml2")
+        check(rc == 2 and err.count("\n") == 1 and "'chatml2' is not a built-in" in err,
+              f"--chat-template unknown: {rc} {err!r}")
+        g = ggufgen.tiny_llama(skip=("tokenizer.ggml.pre", "tokenizer.chat_template"))
+        g.add("tokenizer.ggml.pre", ggufgen.STR, "gpt2")
+        g.add("tokenizer.chat_template", ggufgen.STR, "{% for m in messages %}\n{% include 'x' %}")
+        odd = os.path.join(tmp, "odd.gguf")
+        with open(odd, "wb") as f:
+            f.write(g.build())
+        rc, out, err = run(odd, "-p", "abc", "--chat")
+        check(rc == 4 and err.count("\n") == 1 and ":2:4: unsupported construct '{% include %}'"
+              in err and "--chat-template-file" in err, f"--chat, a template outside the subset: "
+              f"{rc} {err!r}")
+        bad = os.path.join(tmp, "bad.jinja")
+        with open(bad, "w") as f:
+            f.write("{{ messages[0].content }}\n{{ x | wordwrap(5) }}")
+        rc, out, err = run(nochat, "-p", "abc", "--chat-template-file", bad)
+        check(rc == 2 and err.count("\n") == 1 and f"'{bad}':2:8: unsupported construct: the "
+              "filter 'wordwrap'" in err, f"--chat-template-file outside the subset: {rc} {err!r}")
+        good = os.path.join(tmp, "good.jinja")
+        with open(good, "w") as f:
+            f.write("{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}{% endfor %}"
+                    "{% if add_generation_prompt %}<bot>{% endif %}\n")
+        rc, out, err = run(nochat, "-p", "abc", "--chat-template-file", good, "-n", "1",
+                           "--system", "s", "--verbose-prompt")
+        check(rc == 0 and "prompt: <system>S<user>ABC<bot>\n" in err,
+              f"--chat-template-file: {rc} {err!r}")
+        rc, out, err = run(nochat, "-p", "abc", "--chat-template-file", good, "--chat-template",
+                           "chatml")
+        check(rc == 2 and "give one" in err, f"both template options: {rc} {err!r}")
 
         rc, out, err = run(tiny, "-f", "-", "-n", "2", "-q", stdin=b"abc")
         check(rc == 0 and err == "", f"stdin prompt: {rc} {err!r}")

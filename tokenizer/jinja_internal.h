@@ -1,0 +1,158 @@
+/* tokenizer/jinja_internal.h: what the Jinja lexer, parser, values and
+ * evaluator share (tokenizer/jinja.h describes the subset): the arena every
+ * render allocates from, the tokens, the tree, the values. Private to the
+ * jinja_*.c files. */
+#ifndef IGNITE_TOKENIZER_JINJA_INTERNAL_H
+#define IGNITE_TOKENIZER_JINJA_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the arena: everything of one render, freed at once ---- */
+
+struct jj_chunk;
+struct jj_arena {
+    struct jj_chunk *head;
+    size_t total, limit; /* bytes taken; at most limit (0: no limit) */
+    bool failed;         /* an allocation failed (the render stops) */
+    bool over;           /* ... because the limit was reached */
+};
+void *jj_alloc(struct jj_arena *a, size_t n); /* zeroed; NULL sets failed */
+char *jj_strndup(struct jj_arena *a, const char *s, size_t n);
+void jj_arena_free(struct jj_arena *a);
+
+/* ---- tokens ---- */
+
+enum jj_tok {
+    JT_EOF, JT_TEXT,           /* template text between tags */
+    JT_VAR_BEGIN, JT_VAR_END,  /* {{ }} */
+    JT_BLOCK_BEGIN, JT_BLOCK_END, /* {% %} */
+    JT_NAME, JT_STRING, JT_INT, JT_FLOAT,
+    JT_OP,                     /* punctuation: text holds it */
+};
+
+struct jj_token {
+    enum jj_tok kind;
+    const char *text; /* arena copy: the text, the name, the string's value, the operator */
+    size_t len;
+    int64_t ival;
+    double fval;
+    int line, col;
+};
+
+/* The error both passes report: the first one wins. */
+struct jj_error {
+    char msg[256];
+    int line, col;
+    bool set;
+    bool nomem;
+};
+void jj_fail(struct jj_error *e, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Tokens of the whole source (whitespace control applied to the text
+ * tokens); false with *e set. */
+bool jj_lex(struct jj_arena *a, const char *src, size_t len, struct jj_token **toks,
+            int64_t *n, struct jj_error *e);
+
+/* ---- the tree ---- */
+
+enum jj_node_kind {
+    /* statements */
+    JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK,
+    JN_CONTINUE, JN_BLOCK, /* a list of statements (a body, the generation block) */
+    /* expressions */
+    JN_CONST, JN_NAME, JN_LIST, JN_DICT, JN_GETATTR, JN_GETITEM, JN_SLICE, JN_CALL,
+    JN_FILTER, JN_TEST, JN_UNARY, JN_BINARY, JN_AND, JN_OR, JN_NOT, JN_COND, JN_TUPLE,
+};
+
+struct jj_value;
+struct jj_node {
+    enum jj_node_kind kind;
+    int line, col;
+    const char *name;   /* NAME, GETATTR's attribute, FILTER/TEST's name, BINARY's op,
+                           SET's target name, FOR's first target, MACRO's name */
+    const char *attr;   /* SET: namespace attribute (name.attr = ...) */
+    struct jj_node *a, *b, *c; /* operands; IF: cond, then, else; FOR: iter, body, else;
+                                  SLICE: start, stop, step; COND: then, cond, else */
+    struct jj_node *filter; /* FOR's `if` condition */
+    struct jj_node **items; /* LIST/TUPLE/DICT (key, value pairs)/CALL args/BLOCK/targets */
+    int64_t n_items;
+    const char **kw_names;  /* CALL/FILTER/TEST: keyword arguments' names (NULL: positional) */
+    const char **params;    /* MACRO: parameter names, defaults in items */
+    int64_t n_params;
+    const char *text;       /* TEXT */
+    size_t text_len;
+    struct jj_value *value; /* CONST */
+};
+
+/* The template's tree (a JN_BLOCK), or NULL with *e set. */
+struct jj_node *jj_parse(struct jj_arena *a, const struct jj_token *toks, int64_t n,
+                         struct jj_error *e);
+
+/* The filters and tests the evaluator has (jinja_eval.c), so the parser
+ * refuses others before anything renders. */
+bool jj_known_filter(const char *name);
+bool jj_known_test(const char *name);
+
+/* ---- values ---- */
+
+enum jj_type {
+    JV_UNDEFINED, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STRING, JV_LIST, JV_DICT,
+    JV_NAMESPACE, JV_MACRO, JV_FUNC,
+};
+
+struct jj_eval;
+typedef struct jj_value *(*jj_builtin)(struct jj_eval *ev, struct jj_node *at,
+                                       struct jj_value **args, const char **kw, int64_t n,
+                                       struct jj_value *self);
+
+struct jj_value {
+    enum jj_type type;
+    bool b;
+    int64_t i;
+    double f;
+    const char *s; /* STRING: bytes (UTF-8), NUL-terminated */
+    size_t len;
+    struct jj_value **items; /* LIST; DICT/NAMESPACE: keys and values interleaved */
+    int64_t n, cap;
+    struct jj_node *macro;   /* MACRO */
+    jj_builtin fn;           /* FUNC (a bound method when self is set) */
+    struct jj_value *self;
+    const char *undef_name;  /* UNDEFINED: what was looked up, for messages */
+};
+
+struct jj_value *jj_new(struct jj_arena *a, enum jj_type t);
+struct jj_value *jj_str(struct jj_arena *a, const char *s, size_t len);
+struct jj_value *jj_int(struct jj_arena *a, int64_t i);
+struct jj_value *jj_bool(struct jj_arena *a, bool b);
+/* Appends to a list (or a key/value to a dict: jj_dict_set). false: no memory. */
+bool jj_list_push(struct jj_arena *a, struct jj_value *list, struct jj_value *v);
+bool jj_dict_set(struct jj_arena *a, struct jj_value *d, struct jj_value *key,
+                 struct jj_value *v);
+/* The value of key in a dict or namespace, or NULL. */
+struct jj_value *jj_dict_get(const struct jj_value *d, const struct jj_value *key);
+struct jj_value *jj_dict_get_s(const struct jj_value *d, const char *key);
+
+bool jj_truthy(const struct jj_value *v);
+bool jj_equal(const struct jj_value *x, const struct jj_value *y);
+/* Python's str() of a value (None, True, 1.5, ['a'], {'k': 1}); undefined
+ * is "". Appended to *buf; false: no memory. */
+struct jj_buf {
+    char *s;
+    size_t len, cap;
+    bool failed;
+};
+void jj_buf_add(struct jj_buf *b, const char *s, size_t n);
+void jj_to_str(struct jj_buf *b, const struct jj_value *v);
+/* json.dumps(v, ensure_ascii=False) with `indent` spaces (< 0: inline). */
+void jj_to_json(struct jj_buf *b, const struct jj_value *v, int64_t indent, int64_t depth);
+const char *jj_type_name(const struct jj_value *v);
+
+/* Code points in a UTF-8 string, and the byte offset of code point i
+ * (clamped to len). */
+int64_t jj_utf8_count(const char *s, size_t len);
+size_t jj_utf8_offset(const char *s, size_t len, int64_t i);
+
+#endif
