@@ -148,6 +148,14 @@ struct grammar {
     char **names;           /* [n_rules] for messages */
 };
 
+/* ---- regular expressions (schema_regex.c) ---------------------------------- */
+
+/* A JSON schema `pattern` as a GBNF expression of a JSON string's text
+ * between its quotes (*out malloc'd); `anychar` names the rule of any string
+ * character, for an end without its anchor. IG_OK, IG_E_USAGE (msg: the
+ * construct and its offset), IG_E_NOMEM. */
+int gr_regex_to_gbnf(const char *re, const char *anychar, char **out, char *msg, size_t cap);
+
 /* ---- the vocabulary as a trie (vocab.c) ------------------------------------ */
 
 #define GR_MAX_TOKEN_BYTES 1024 /* longer tokens are never allowed */

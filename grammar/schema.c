@@ -303,7 +303,8 @@ static bool is_known(const char *k)
         "type", "properties", "required", "additionalProperties", "items", "minItems",
         "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs",
         "definitions", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "uniqueItems"};
+        "uniqueItems", "pattern", "allOf", "prefixItems", "additionalItems", "patternProperties",
+        "minProperties", "maxProperties"};
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
         if (!strcmp(k, K[i]))
             return true;
@@ -788,8 +789,88 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
     return name;
 }
 
+static int visit_pattern(struct conv *c, const cJSON *pat, struct sbuf *expr);
+
+/* An object of keys `key` (a GBNF expression of the quoted key) with values
+ * `value`, min to max of them (max < 0: any number). A grammar cannot keep
+ * keys apart, so more than one required key is refused: two equal keys
+ * would be one property. */
+static int free_object(struct conv *c, const char *key, const char *value, int64_t min,
+                       int64_t max, struct sbuf *expr)
+{
+    if (min > 1)
+        return fail(c, "'minProperties' above 1 is not supported here (a grammar cannot keep "
+                    "the keys apart)");
+    prim(c, PRIM_SPACE);
+    if (max == 0) {
+        sb_puts(expr, "\"{\" space \"}\"");
+        return IG_OK;
+    }
+    /* key may be long (a pattern's grammar): no sb_printf of it */
+    sb_puts(expr, min ? "\"{\" space " : "\"{\" space ( ");
+    sb_puts(expr, key);
+    sb_puts(expr, " space \":\" space ");
+    sb_puts(expr, value);
+    sb_puts(expr, " space");
+    if (max != 1) {
+        sb_puts(expr, " ( \",\" space ");
+        sb_puts(expr, key);
+        sb_puts(expr, " space \":\" space ");
+        sb_puts(expr, value);
+        sb_puts(expr, " space )");
+        if (max > 1)
+            sb_printf(expr, "{0,%lld}", (long long)(max - 1));
+        else
+            sb_puts(expr, "*");
+    }
+    sb_printf(expr, "%s \"}\"", min ? "" : " )?");
+    return IG_OK;
+}
+
+/* patternProperties with one pattern and no other keys: keys the pattern
+ * matches, values of its schema. */
+static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *pp,
+                               const char *name, int64_t min, int64_t max, struct sbuf *expr)
+{
+    const cJSON *addl = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
+    if (!cJSON_IsObject(pp) || !pp->child)
+        return fail(c, "'patternProperties' must be an object of patterns");
+    if (pp->child->next)
+        return fail(c, "'patternProperties' with more than one pattern is not supported (a key "
+                    "may match several)");
+    if (cJSON_GetObjectItemCaseSensitive(node, "properties") || (addl && !cJSON_IsFalse(addl)))
+        return fail(c, "'patternProperties' beside 'properties' or 'additionalProperties' is "
+                    "not supported (a key may match both)");
+    size_t old = ptr_push(c, "patternProperties");
+    struct sbuf key = {0};
+    cJSON pat = {.type = cJSON_String, .valuestring = pp->child->string};
+    int st = visit_pattern(c, &pat, &key);
+    ptr_pop(c, old);
+    const char *value = NULL;
+    char base[160];
+    snprintf(base, sizeof base, "%s-value", name);
+    if (st == IG_OK)
+        st = visit_child(c, pp->child, "patternProperties", -1, base, &value);
+    if (st == IG_OK && key.nomem)
+        st = nomem(c);
+    if (st == IG_OK)
+        st = free_object(c, key.p, value, min, max, expr);
+    free(key.p);
+    return st;
+}
+
 static int visit_object(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
 {
+    int64_t min_props, max_props;
+    int st0;
+    if ((st0 = get_count(c, node, "minProperties", GR_MAX_REPEAT, 0, &min_props)) != IG_OK ||
+        (st0 = get_count(c, node, "maxProperties", GR_MAX_REPEAT, -1, &max_props)) != IG_OK)
+        return st0;
+    if (max_props >= 0 && min_props > max_props)
+        return fail(c, "minProperties is above maxProperties");
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(node, "patternProperties");
+    if (pp)
+        return visit_pattern_props(c, node, pp, name, min_props, max_props, expr);
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(node, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(node, "required");
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
@@ -808,9 +889,22 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     }
     bool extra = addl && (cJSON_IsTrue(addl) || cJSON_IsObject(addl));
     if (!props && !(addl && !extra) && !cJSON_IsObject(addl)) {
-        sb_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
-        return IG_OK;
+        if (min_props == 0 && max_props < 0) {
+            sb_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
+            return IG_OK;
+        }
+        return free_object(c, prim(c, PRIM_STRING), prim(c, PRIM_VALUE), min_props, max_props,
+                           expr);
     }
+    /* the counts where the object's shape already keeps them */
+    int n_listed = props ? cJSON_GetArraySize(props) : 0, n_required = 0;
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+        n_required++;
+    if (min_props > n_required)
+        return fail(c, "'minProperties' above the required properties is not supported");
+    if (max_props >= 0 && (extra || max_props < n_listed))
+        return fail(c, "'maxProperties' below the properties the object may have is not "
+                    "supported");
     prim(c, PRIM_SPACE);
     /* key-value rules, required first, each in the order of 'properties' */
     int n_props = props ? cJSON_GetArraySize(props) : 0;
@@ -945,18 +1039,101 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     return IG_OK;
 }
 
+/* A tuple: prefix[i] at position i (prefixItems, or draft 7's items
+ * array), `rest` (a schema, true, false) after them, within the counts.
+ * Prefix items are optional past minItems, as JSON Schema has it. */
+static int visit_tuple(struct conv *c, const cJSON *prefix, const char *key, const cJSON *rest,
+                       const char *rest_key, int64_t min, int64_t max, const char *name,
+                       struct sbuf *expr)
+{
+    int64_t n = cJSON_GetArraySize(prefix);
+    if (n > GR_MAX_REPEAT)
+        return fail(c, "'%s' of more than %d schemas is not supported", key, GR_MAX_REPEAT);
+    const char **rules = calloc((size_t)n + 1, sizeof *rules);
+    if (!rules)
+        return nomem(c);
+    int st = IG_OK, i = 0;
+    for (const cJSON *p = prefix->child; p && st == IG_OK; p = p->next, i++) {
+        char base[160];
+        snprintf(base, sizeof base, "%s-%d", name, i);
+        st = visit_child(c, p, key, i, base, &rules[i]);
+    }
+    const char *rest_rule = NULL;
+    if (st == IG_OK && rest && cJSON_IsObject(rest)) {
+        char base[160];
+        snprintf(base, sizeof base, "%s-rest", name);
+        st = visit_child(c, rest, rest_key, -1, base, &rest_rule);
+    } else if (st == IG_OK && (!rest || cJSON_IsTrue(rest))) {
+        rest_rule = prim(c, PRIM_VALUE);
+    } else if (st == IG_OK && !cJSON_IsFalse(rest)) {
+        st = fail(c, "'%s' must be a schema", rest_key);
+    }
+    int64_t hi = rest_rule ? max : (max >= 0 && max < n ? max : n);
+    if (st == IG_OK && hi >= 0 && min > hi)
+        st = fail(c, "minItems is above what the tuple can hold");
+    if (st != IG_OK) {
+        free(rules);
+        return st;
+    }
+    prim(c, PRIM_SPACE);
+    sb_puts(expr, "\"[\" space");
+    int64_t m = hi >= 0 && hi < n ? hi : n; /* prefix positions written */
+    for (int64_t k = 0; k < m; k++) /* ( "," item ( ... )? )? nested */
+        sb_printf(expr, " %s%s%s space", k >= min ? "( " : "", k ? "\",\" space " : "", rules[k]);
+    if (rest_rule && (hi < 0 || hi > n)) {
+        int64_t lo = min > n ? min - n : 0;
+        sb_printf(expr, " ( \",\" space %s space )", rest_rule);
+        if (hi < 0)
+            sb_printf(expr, "{%lld,}", (long long)lo);
+        else
+            sb_printf(expr, "{%lld,%lld}", (long long)lo, (long long)(hi - n));
+    }
+    for (int64_t k = m - 1; k >= 0; k--)
+        if (k >= min)
+            sb_puts(expr, " )?");
+    sb_puts(expr, " \"]\"");
+    free(rules);
+    return IG_OK;
+}
+
 static int visit_array(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
 {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
     const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(node, "uniqueItems");
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(node, "prefixItems");
     if (uniq && !cJSON_IsFalse(uniq))
         return fail(c, "'uniqueItems' true is not supported (a grammar cannot compare items)");
-    if (items && cJSON_IsArray(items))
-        return fail(c, "'items' as an array (tuples) is not supported");
+    if (prefix && (!cJSON_IsArray(prefix) || cJSON_IsArray(items)))
+        return fail(c, "'prefixItems' must be an array of schemas (and 'items' then a schema)");
+    if ((prefix && prefix->child) || (cJSON_IsArray(items) && items->child)) {
+        int64_t min, max;
+        int st;
+        if ((st = get_count(c, node, "minItems", GR_MAX_REPEAT, 0, &min)) != IG_OK ||
+            (st = get_count(c, node, "maxItems", GR_MAX_REPEAT, -1, &max)) != IG_OK)
+            return st;
+        if (max >= 0 && min > max)
+            return fail(c, "minItems is above maxItems");
+        if (prefix)
+            return visit_tuple(c, prefix, "prefixItems", items, "items", min, max, name, expr);
+        return visit_tuple(c, items, "items",
+                           cJSON_GetObjectItemCaseSensitive(node, "additionalItems"),
+                           "additionalItems", min, max, name, expr);
+    }
+    if (cJSON_IsArray(items)) /* an empty tuple: additionalItems says it all */
+        items = cJSON_GetObjectItemCaseSensitive(node, "additionalItems");
     if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
         return fail(c, "'items' must be a schema");
-    if (cJSON_IsFalse(items))
-        return fail(c, "'items': false is not supported");
+    if (cJSON_IsFalse(items)) { /* no items at all */
+        int64_t min;
+        int st = get_count(c, node, "minItems", GR_MAX_REPEAT, 0, &min);
+        if (st != IG_OK)
+            return st;
+        if (min > 0)
+            return fail(c, "minItems above 0 with 'items': false matches nothing");
+        prim(c, PRIM_SPACE);
+        sb_puts(expr, "\"[\" space \"]\"");
+        return IG_OK;
+    }
     int64_t min, max;
     int st;
     if ((st = get_count(c, node, "minItems", GR_MAX_REPEAT, 0, &min)) != IG_OK ||
@@ -991,11 +1168,40 @@ static int visit_array(struct conv *c, const cJSON *node, const char *name, stru
     return IG_OK;
 }
 
+/* `pattern`: the string's text as the regular expression allows it. */
+static int visit_pattern(struct conv *c, const cJSON *pat, struct sbuf *expr)
+{
+    if (!cJSON_IsString(pat))
+        return fail(c, "'pattern' must be a string");
+    char msg[200], *re;
+    int st = gr_regex_to_gbnf(pat->valuestring, prim(c, PRIM_CHAR), &re, msg, sizeof msg);
+    if (st == IG_E_NOMEM)
+        return nomem(c);
+    if (st != IG_OK) {
+        size_t old = ptr_push(c, "pattern");
+        st = fail(c, "pattern '%.80s': %s", pat->valuestring, msg);
+        ptr_pop(c, old);
+        return st;
+    }
+    sb_puts(expr, "\"\\\"\" ( ");
+    sb_puts(expr, re);
+    sb_puts(expr, " ) \"\\\"\"");
+    free(re);
+    return IG_OK;
+}
+
 static int visit_string(struct conv *c, const cJSON *node, struct sbuf *expr)
 {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(node, "pattern");
     bool has_len = cJSON_GetObjectItemCaseSensitive(node, "minLength") ||
                    cJSON_GetObjectItemCaseSensitive(node, "maxLength");
+    if (pat) {
+        if (fmt || has_len)
+            return fail(c, "'%s' beside 'pattern' is not supported (a grammar of both is not "
+                        "built)", fmt ? "format" : "minLength/maxLength");
+        return visit_pattern(c, pat, expr);
+    }
     if (fmt) {
         if (!cJSON_IsString(fmt))
             return fail(c, "'format' must be a string");
@@ -1047,6 +1253,118 @@ static int visit_number(struct conv *c, const cJSON *node, bool integer, struct 
     return IG_OK;
 }
 
+/* allOf: one member stands for itself; several are merged where they are
+ * object schemas (properties, required, type object: OpenAPI's composition),
+ * the node's own object keywords with them; anything else is refused. The
+ * merged object writes only keys some member lists, each under its member's
+ * schema, so whatever it admits is valid for every member. */
+static bool merge_member(struct conv *c, const cJSON *m, cJSON *props, cJSON *req, int *n_true,
+                         int depth)
+{
+    if (depth > 16)
+        return fail(c, "allOf: '$ref' chains deeper than 16"), false;
+    for (const cJSON *k = m->child; k; k = k->next) {
+        const char *key = k->string;
+        if (is_annotation(key) || !strcmp(key, "$defs") || !strcmp(key, "definitions") ||
+            !strcmp(key, "allOf"))
+            continue;
+        if (!strcmp(key, "$ref")) {
+            const cJSON *t = cJSON_IsString(k) ? resolve(c->doc, k->valuestring) : NULL;
+            if (!t || !cJSON_IsObject(t))
+                return fail(c, "allOf: '$ref' '%s' does not resolve to an object schema here",
+                            cJSON_IsString(k) ? k->valuestring : "?"), false;
+            if (!merge_member(c, t, props, req, n_true, depth + 1))
+                return false;
+            continue;
+        }
+        if (!strcmp(key, "type")) {
+            if (!cJSON_IsString(k) || strcmp(k->valuestring, "object"))
+                return fail(c, "allOf of types other than object is not supported (only object "
+                            "schemas are merged)"), false;
+            continue;
+        }
+        if (!strcmp(key, "additionalProperties")) {
+            if (!cJSON_IsTrue(k))
+                return fail(c, "allOf: 'additionalProperties' other than true in a member is "
+                            "not supported"), false;
+            (*n_true)++;
+            continue;
+        }
+        if (!strcmp(key, "required")) {
+            for (const cJSON *r = cJSON_IsArray(k) ? k->child : NULL; r; r = r->next)
+                if (!cJSON_IsString(r) ||
+                    !cJSON_AddItemToArray(req, cJSON_CreateString(r->valuestring)))
+                    return fail(c, "'required' must be an array of property names"), false;
+            continue;
+        }
+        if (!strcmp(key, "properties") && cJSON_IsObject(k)) {
+            for (const cJSON *p = k->child; p; p = p->next) {
+                const cJSON *had = cJSON_GetObjectItemCaseSensitive(props, p->string);
+                if (had && !cJSON_Compare(had, p, true))
+                    return fail(c, "allOf: property '%s' in two members with different schemas "
+                                "is not supported", p->string), false;
+                if (!had && !cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true)))
+                    return nomem(c), false;
+            }
+            continue;
+        }
+        return fail(c, "'%s' in an allOf member is not supported (allOf merges object schemas: "
+                    "properties, required, type object)", key), false;
+    }
+    return true;
+}
+
+static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+{
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(node, "allOf");
+    if (!cJSON_IsArray(all) || !all->child)
+        return fail(c, "'allOf' must be a non-empty array of schemas");
+    bool alone = true; /* nothing but annotations beside allOf */
+    for (const cJSON *k = node->child; k; k = k->next)
+        alone &= !strcmp(k->string, "allOf") || is_annotation(k->string) ||
+                 !strcmp(k->string, "$defs") || !strcmp(k->string, "definitions");
+    if (alone && !all->child->next) {
+        const char *rule;
+        int st = visit_child(c, all->child, "allOf", 0, name, &rule);
+        if (st == IG_OK)
+            sb_puts(expr, rule);
+        return st;
+    }
+    cJSON *merged = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    if (!merged || !props || !req) {
+        cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req);
+        return nomem(c);
+    }
+    int n_true = 0, members = 1, i = 0;
+    bool ok = merge_member(c, node, props, req, &n_true, 0);
+    for (const cJSON *m = all->child; ok && m; m = m->next, i++, members++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        size_t old = ptr_push(c, "allOf"), old2 = ptr_push(c, num);
+        if (cJSON_IsTrue(m))
+            members--;
+        else if (!cJSON_IsObject(m))
+            ok = (fail(c, "an allOf member must be an object schema"), false);
+        else
+            ok = merge_member(c, m, props, req, &n_true, 0);
+        ptr_pop(c, old2);
+        ptr_pop(c, old);
+    }
+    int st = c->st;
+    if (ok) {
+        cJSON_AddItemToObject(merged, "type", cJSON_CreateString("object"));
+        cJSON_AddItemToObject(merged, "properties", props);
+        cJSON_AddItemToObject(merged, "required", req);
+        props = req = NULL;
+        /* extra keys only where every member lets them in */
+        if (n_true == members)
+            cJSON_AddItemToObject(merged, "additionalProperties", cJSON_CreateTrue());
+        st = visit_object(c, merged, name, expr);
+    }
+    cJSON_Delete(props), cJSON_Delete(req), cJSON_Delete(merged);
+    return st != IG_OK ? st : c->st;
+}
+
 /* The keywords that only mean something for one type. */
 static const char *implied_type(const cJSON *node)
 {
@@ -1056,6 +1374,8 @@ static const char *implied_type(const cJSON *node)
         {"uniqueItems", "array"}, {"minLength", "string"}, {"maxLength", "string"},
         {"format", "string"}, {"minimum", "number"}, {"maximum", "number"},
         {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+        {"pattern", "string"}, {"prefixItems", "array"}, {"patternProperties", "object"},
+        {"minProperties", "object"}, {"maxProperties", "object"},
     };
     for (size_t i = 0; i < sizeof I / sizeof I[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(node, I[i].key))
@@ -1113,7 +1433,9 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct sbu
             goto done;
         }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(node, "type");
-    if (cJSON_GetObjectItemCaseSensitive(node, "$ref")) {
+    if (cJSON_GetObjectItemCaseSensitive(node, "allOf")) {
+        st = visit_allof(c, node, name, expr);
+    } else if (cJSON_GetObjectItemCaseSensitive(node, "$ref")) {
         st = visit_ref(c, node, expr);
     } else if (cJSON_GetObjectItemCaseSensitive(node, "anyOf")) {
         st = visit_union(c, node, "anyOf", name, expr);

@@ -13,7 +13,11 @@
 #                it, unpacked under llama-src/ (its tokenizer test vectors
 #                models/ggml-vocab-*; bench/ builds llama.cpp from it); the
 #                sdist's sha256 is checked
-#   all          the three
+#   schema-suite the official JSON Schema Test Suite as the jsonschema 4.26.0 sdist vendors
+#                it (json/tests/), unpacked under json-schema-suite/ (the sdist's
+#                sha256 is checked); tests/grammar/test_schema_suite.py measures the
+#                schema converter with it. Not part of `all`.
+#   all          the three models and sources above
 # Cache: $IGNITE_CACHE, else $XDG_CACHE_HOME/ignite, else ~/.cache/ignite
 # (the same rule as core/paths.c).
 set -euo pipefail
@@ -96,10 +100,33 @@ llama_src() {
     echo "fetch-model: $cache/llama-src/llama_cpp_python-$ver" >&2
 }
 
+schema_suite() {
+    local ver=4.26.0 sdist sha256
+    sdist=jsonschema-$ver.tar.gz
+    sha256=$(awk -v f="$sdist" '$2 == f {print $1}' "$here/models.sha256")
+    if [ -d "$cache/json-schema-suite/jsonschema-$ver/json/tests/draft2020-12" ]; then
+        return 0
+    fi
+    mkdir -p "$cache/json-schema-suite"
+    if ! { [ -f "$cache/json-schema-suite/$sdist" ] && check "$cache/json-schema-suite/$sdist" "$sha256"; }; then
+        echo "fetch-model: downloading jsonschema==$ver (sdist) from PyPI" >&2
+        python3 -m pip download --quiet --no-deps --no-binary :all: \
+            --dest "$cache/json-schema-suite" "jsonschema==$ver"
+        if ! check "$cache/json-schema-suite/$sdist" "$sha256"; then
+            echo "fetch-model: sha256 mismatch for $sdist (expected $sha256)" >&2
+            exit 1
+        fi
+    fi
+    tar xzf "$cache/json-schema-suite/$sdist" -C "$cache/json-schema-suite" \
+        "jsonschema-$ver/json/tests"
+    echo "fetch-model: $cache/json-schema-suite/jsonschema-$ver/json/tests" >&2
+}
+
 case ${1:-smollm2} in
 smollm2) smollm2 ;;
 gemma3-270m) gemma3_270m ;;
 llama-src) llama_src ;;
+schema-suite) schema_suite ;;
 all) smollm2 && gemma3_270m && llama_src ;;
-*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, llama-src, all)" >&2; exit 2 ;;
+*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, llama-src, schema-suite, all)" >&2; exit 2 ;;
 esac

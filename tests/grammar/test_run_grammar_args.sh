@@ -24,8 +24,12 @@ expect_err 2 "can match no text" "empty language" --grammar 'root ::= "a" root'
 expect_err 3 "cannot open" "missing grammar file" --grammar-file "$TMP/none.gbnf"
 
 expect_err 2 "^ignite: --json-schema:1:13: not valid JSON" "bad JSON" --json-schema '{"type": "x",'
-expect_err 2 "^ignite: --json-schema: /properties/a/pattern: keyword 'pattern' is not supported" \
-    "unsupported keyword" --json-schema '{"properties": {"a": {"type": "string", "pattern": "^x$"}}}'
+expect_err 2 "^ignite: --json-schema: /properties/a/not: keyword 'not' is not supported" \
+    "unsupported keyword" --json-schema '{"properties": {"a": {"type": "string", "not": {"const": "x"}}}}'
+expect_err 2 "^ignite: --json-schema: /properties/a/pattern: pattern '(a)\\\\1': unsupported construct: a back-reference at offset 3" \
+    "pattern outside the subset" --json-schema '{"properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}'
+expect_err 2 "/allOf/1: 'minimum' in an allOf member is not supported" "allOf of non-objects" \
+    --json-schema '{"allOf": [{"properties": {"a": {}}}, {"minimum": 1}]}'
 expect_err 2 "/items/anyOf/0: unknown type 'strin'" "bad type in anyOf" \
     --json-schema '{"items": {"anyOf": [{"type": "strin"}]}}'
 printf '{\n  "$ref": "#/$defs/missing"\n}\n' >"$TMP/s.json"

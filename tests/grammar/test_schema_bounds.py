@@ -15,8 +15,14 @@ written as compact JSON; the grammar must say "whole match" exactly when
 jsonschema.validate says valid. A mutant that moves any bound by one (e.g.
 exclusiveMinimum made inclusive) fails here: docs/testing-mutants.md.
 
-Also: bounds the converter cannot turn into grammar (fractional bounds,
-bounds on "number") are refused (exit 2), never silently dropped.
+Also pattern (regular expressions against Python's re, escapes and
+non-ASCII included), tuples (prefixItems, draft 7's items array with
+additionalItems, items false), allOf of object schemas (with $ref),
+minProperties/maxProperties and patternProperties.
+
+Bounds and keywords the converter cannot turn into grammar (fractional
+bounds, bounds on "number", lookarounds, allOf of non-objects, ...) are
+refused (exit 2, one line), never silently dropped.
 
 Usage: test_schema_bounds.py GRAMMAR_TOOL
 """
@@ -255,6 +261,70 @@ def format_cases():
     judge({"type": "string", "format": "uuid"}, [json.dumps(u) for u in uuids])
 
 
+def js(*strings):
+    """JSON texts of strings as the grammar writes them (UTF-8 as is)."""
+    return [json.dumps(x, ensure_ascii=False) for x in strings]
+
+
+def pattern_cases():
+    """pattern: the grammar writes exactly the strings the regex finds a
+    match in (Python's re, as jsonschema runs it), escapes included."""
+    cases = [
+        ("^[a-z]+$", ["abc", "", "aBc", "a1", "zz"]),
+        ("^\\d{3}-\\d{4}$", ["555-1234", "5551234", "55-12345", "555-12a4", "555-12345"]),
+        ("ab|cd", ["xaby", "cd", "ac", "", "abcd", "a\nb"]),
+        ("^(foo|bar)+$", ["foo", "foobar", "fob", "", "barfoo!"]),
+        ("^a.c$", ["abc", "a\nc", "ac", "a\"c", "a\\c", "a\u00e9c"]),
+        ('^[^"\\\\x]*$', ["plain", "with\"quote", "back\\slash", "x", "", "tab\t"]),
+        ("^\\s?x$", [" x", "\tx", "x", "  x", "\nx"]),
+        ("^[\\w.-]+@[\\w-]+\\.[a-z]{2,3}$", ["a.b@c-d.com", "a@b.c", "@b.com", "a@b.comm"]),
+        ("^\u00e9+\u00fc?$", ["\u00e9\u00e9", "\u00e9\u00fc", "e", "\u00fc"]),
+        ("x{2,}", ["axxb", "axb", "xxx"]),
+        ("^a+?b$", ["aab", "b", "ab"]),
+        ("^(?:[0-9]{1,3}\\.){3}[0-9]{1,3}$", ["10.0.0.1", "10.0.0", "1000.0.0.1", "a.b.c.d"]),
+        ("^\\D\\W\\S$", ["a!b", "1!b", "a1b", "a! "]),
+    ]
+    for pat, strings in cases:
+        judge({"type": "string", "pattern": pat}, js(*strings))
+
+
+def tuple_cases():
+    pair = [{"type": "integer"}, {"type": "string"}]
+    arrays = ["[]", "[1]", '[1,"a"]', '[1,"a",2]', '["a"]', "[1,2]", '[1,"a","b"]']
+    judge({"type": "array", "prefixItems": pair, "items": False}, arrays)
+    judge({"type": "array", "prefixItems": pair, "minItems": 1}, arrays + ['[1,"a",null]'])
+    judge({"type": "array", "prefixItems": [{"const": 1}], "items": {"type": "boolean"},
+           "maxItems": 3}, ["[1]", "[1,true]", "[1,true,false]", "[1,true,false,true]",
+                           "[1,2]", "[2]", "[]"])
+    judge({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+           "items": pair, "additionalItems": False}, arrays)
+    judge({"type": "array", "items": False}, ["[]", "[1]"])
+
+
+def allof_cases():
+    two = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+                      "required": ["a"]},
+                     {"properties": {"b": {"type": "string"}}, "required": ["b"]}]}
+    judge(two, ['{"a":1,"b":"x"}', '{"a":1}', '{"b":"x"}', '{"a":"1","b":"x"}', "{}"],
+          forms=['{"a":1,"b":"x","c":1}'])
+    ref = {"$defs": {"base": {"properties": {"id": {"type": "integer"}}, "required": ["id"]}},
+           "allOf": [{"$ref": "#/$defs/base"}, {"properties": {"name": {"type": "string"}}}]}
+    judge(ref, ['{"id":1}', '{"id":1,"name":"x"}', '{"name":"x"}', "{}", '{"id":1,"name":2}'])
+    judge({"allOf": [{"type": "integer", "minimum": 3}], "description": "one member"},
+          ["2", "3", "4"])
+
+
+def property_count_cases():
+    objs = ["{}", '{"a":1}', '{"a":1,"b":2}', '{"a":1,"b":2,"c":3}']
+    judge({"type": "object", "maxProperties": 2}, objs)
+    judge({"type": "object", "minProperties": 1}, objs)
+    judge({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"],
+           "minProperties": 1, "maxProperties": 2}, objs[:3] + ['{"b":2}'])
+    judge({"type": "object", "patternProperties": {"^x-[a-z]+$": {"type": "integer"}},
+           "additionalProperties": False},
+          ["{}", '{"x-a":1}', '{"x-a":1,"x-b":2}', '{"y":1}', '{"x-a":"s"}', '{"x-":1}'])
+
+
 # ---- refusals -----------------------------------------------------------------
 
 def refusals():
@@ -266,7 +336,17 @@ def refusals():
                    {"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5},
                    {"type": "string", "minLength": 3, "maxLength": 2},
                    {"type": "array", "minItems": 3, "maxItems": 2},
-                   {"type": "string", "maxLength": 1.5}):
+                   {"type": "string", "maxLength": 1.5},
+                   {"type": "string", "pattern": "^(?=a)"},
+                   {"type": "string", "pattern": "(a)\\1"},
+                   {"type": "string", "pattern": "a^b"},
+                   {"type": "string", "pattern": "^a$", "maxLength": 3},
+                   {"allOf": [{"minimum": 1}, {"maximum": 3}]},
+                   {"allOf": [{"properties": {"a": {"type": "string"}}},
+                              {"properties": {"a": {"type": "integer"}}}]},
+                   {"type": "object", "minProperties": 2},
+                   {"type": "object", "patternProperties": {"a": {}, "b": {}}},
+                   {"type": "object", "properties": {"a": {}}, "maxProperties": 0}):
         got, rc, err = grammar_verdicts(schema, [])
         check(got is None and rc == 2 and err.count("\n") == 1,
               f"schema {json.dumps(schema)}: want one line and exit 2, got exit {rc}: {err!r}")
@@ -278,6 +358,10 @@ def main():
     array_cases()
     object_cases()
     format_cases()
+    pattern_cases()
+    tuple_cases()
+    allof_cases()
+    property_count_cases()
     refusals()
     print(f"test_schema_bounds: {N_CASES} instances judged", file=sys.stderr)
     return summary("test_schema_bounds")
