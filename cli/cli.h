@@ -256,4 +256,17 @@ int cmd_batch(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
+/* ---- line editing (cli/line_edit.c): chat on a terminal ---- */
+
+/* Starts libedit's editor (prompt on stderr, the history file read when
+ * keep_history). false where ignite is built without libedit: read plain
+ * lines then. */
+bool cli_line_edit_open(bool keep_history);
+/* One edited line into *line (malloc'd, no newline) after `prompt`: 1, or
+ * 0 at the end of input or an interrupt (cli_interrupted tells which). */
+int cli_line_edit_read(const char *prompt, char **line);
+/* A message into the history (and its file, when kept). */
+void cli_line_edit_add(const char *msg);
+void cli_line_edit_close(void);
+
 #endif

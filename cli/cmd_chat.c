@@ -28,11 +28,12 @@
 #include <sys/select.h>
 #include <unistd.h>
 
-enum { OPT_VERBOSE_PROMPT = 300 };
+enum { OPT_VERBOSE_PROMPT = 300, OPT_NO_HISTORY };
 
 static const struct cli_option chat_options[] = {
     GEN_CLI_OPTIONS("512"),
     {"verbose-prompt", OPT_VERBOSE_PROMPT, no_argument, NULL, "print each turn as rendered and its token ids to stderr", NULL},
+    {"no-history", OPT_NO_HISTORY, no_argument, NULL, "on a terminal: neither read nor write the history file ($XDG_STATE_HOME/ignite/history)", NULL},
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -42,7 +43,9 @@ static const char chat_usage[] = "ignite chat [options]";
 static const char chat_summary[] =
     "A conversation with a chat model: each line of stdin is a message (a line ending in '\\'\n"
     "goes on to the next), each answer streams to stdout. On a terminal: Ctrl-C stops an\n"
-    "answer, Ctrl-D (or Ctrl-C at the '> ' marker) ends. The template is the model's (--chat\n"
+    "answer, Ctrl-D (or Ctrl-C at the '> ' marker) ends; the line can be edited (arrows,\n"
+    "Ctrl-R) and earlier messages recalled (up arrow), also from earlier sessions (the\n"
+    "history file, ~/.local/state/ignite/history). The template is the model's (--chat\n"
     "is implied) or --chat-template's / --chat-template-file's; the conversation stays in\n"
     "the KV cache, so a turn prefills only itself.\n"
     "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model, 5 out of memory,\n"
@@ -52,6 +55,7 @@ static const char chat_summary[] =
 struct chat_args {
     struct gen_cli g;
     bool verbose_prompt;
+    bool no_history; /* --no-history: the history file is neither read nor written */
 };
 
 /* Returns IG_OK, -1 after --help/--version, or IG_E_USAGE. */
@@ -63,8 +67,8 @@ static int parse_args(int argc, char **argv, struct chat_args *o)
         return IG_E_USAGE;
     int key;
     while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
-        if (key == OPT_VERBOSE_PROMPT) {
-            o->verbose_prompt = true;
+        if (key == OPT_VERBOSE_PROMPT || key == OPT_NO_HISTORY) {
+            *(key == OPT_VERBOSE_PROMPT ? &o->verbose_prompt : &o->no_history) = true;
             continue;
         }
         int st = gen_cli_set(&o->g, key, optarg);
@@ -118,6 +122,48 @@ static int wait_input(void)
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     return ready;
+}
+
+/* read_message through the line editor (cli/line_edit.c): the marker is
+ * its prompt, ". " a continuation's; the message joins the history. */
+static int read_edited(char **msg, size_t *len)
+{
+    char *out = NULL, *line;
+    size_t n = 0;
+    int rc = 1;
+    for (bool first = true;; first = false) {
+        if (!cli_line_edit_read(first ? "> " : ". ", &line)) {
+            rc = cli_interrupted ? -1 : n ? 1 : 0;
+            break;
+        }
+        size_t got = strlen(line);
+        bool more = got && line[got - 1] == '\\';
+        char *b = realloc(out, n + got + 2);
+        if (!b) {
+            free(line);
+            rc = -IG_E_NOMEM;
+            break;
+        }
+        out = b;
+        memcpy(out + n, line, got - more);
+        n += got - more;
+        free(line);
+        if (!more)
+            break;
+        out[n++] = '\n';
+    }
+    if (rc != 1) {
+        fputc('\n', stderr); /* the summary or message that follows starts a line of its own */
+        free(out);
+        return rc;
+    }
+    if (!out && !(out = malloc(1)))
+        return -IG_E_NOMEM;
+    out[n] = '\0';
+    cli_line_edit_add(out);
+    *msg = out;
+    *len = n;
+    return 1;
 }
 
 /* The next message into *msg (malloc'd, without the newline; a line
@@ -309,12 +355,14 @@ static int turn(struct chat *c, const char *msg)
 static int converse(struct chat *c)
 {
     bool marker = isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
+    /* a terminal's lines are edited where libedit is built in */
+    bool edit = marker && cli_line_edit_open(!c->o->no_history);
     int failed = IG_OK;
     for (;;) {
         cli_catch_sigint(false);
         char *msg = NULL;
         size_t len = 0;
-        int rc = read_message(&msg, &len, marker);
+        int rc = edit ? read_edited(&msg, &len) : read_message(&msg, &len, marker);
         if (rc <= 0) {
             if (marker && rc == 0)
                 fputc('\n', stderr); /* Ctrl-D leaves the marker's line open */
@@ -389,6 +437,7 @@ int cmd_chat(int argc, char **argv)
         goto done;
     run_stream_init(&c.out, !o.g.quiet);
     st = converse(&c);
+    cli_line_edit_close();
     run_stream_done(&c.out);
     if (!o.g.quiet) {
         const struct kv_pool *pool = engine_pool(c.engine);

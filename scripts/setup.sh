@@ -26,6 +26,7 @@ have cmake || need+=(cmake)
 have python3 || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+[ -f /usr/include/editline/readline.h ] || need+=(libedit-dev) # line editing in chat
 if [ "$what" != run ]; then
     have clang || need+=(clang)
     # libFuzzer and clang's sanitizer runtimes

@@ -115,6 +115,7 @@ def pty_finish(pid, fd, timeout=120):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_STATE_HOME"] = tmp  # the chat history file, where editing keeps it
         model = os.path.join(tmp, "chat.gguf")
         with open(model, "wb") as f:
             f.write(ggufgen.tiny_chat_llama(n_layer=2, n_head=4, n_head_kv=2))
