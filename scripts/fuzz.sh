@@ -74,7 +74,7 @@ tokenizer)
     corpus=corpus-tok max_len=4096 ;;
 jinja)
     srcs=(core/status.c tokenizer/jinja_lex.c tokenizer/jinja_parse.c tokenizer/jinja_value.c
-          tokenizer/jinja_eval.c)
+          tokenizer/jinja_eval.c tokenizer/jinja_filters.c)
     corpus=corpus_jinja max_len=16384 libs=(-lm) ;;
 klfile)
     srcs=(core/status.c ppl/klfile.c ppl/score.c)

@@ -14,8 +14,9 @@
  * + - * / // % ~; the globals range, namespace, raise_exception. A construct
  * outside it is refused with one line naming it and its line:col.
  *
- * Split in three: jinja_lex.c (source → tokens), jinja_parse.c (tokens →
- * tree), jinja_eval.c (tree → text, with the values of jinja_value.c).
+ * Split in four: jinja_lex.c (source → tokens), jinja_parse.c (tokens →
+ * tree), jinja_eval.c (tree → text, with the values of jinja_value.c) and
+ * jinja_filters.c (filters, tests, methods).
  * Covered by tests/unit/test_jinja.py (against jinja2) and
  * tests/fuzz/fuzz_jinja.c. */
 #ifndef IGNITE_TOKENIZER_JINJA_H

@@ -150,6 +150,68 @@ void jj_to_str(struct jj_buf *b, const struct jj_value *v);
 void jj_to_json(struct jj_buf *b, const struct jj_value *v, int64_t indent, int64_t depth);
 const char *jj_type_name(const struct jj_value *v);
 
+/* ---- the render (jinja_eval.c) and what filters use of it ---- */
+
+struct scope;
+struct jj_eval {
+    struct jj_arena *a;
+    struct jj_error *e;
+    struct scope *globals;
+    int64_t steps; /* loop iterations so far */
+    int depth;     /* macro calls nested */
+    int brk;       /* 1: break, 2: continue pending */
+};
+
+enum {
+    JJ_MAX_STEPS = 1000000,           /* loop iterations of one render */
+    JJ_MAX_CALL_DEPTH = 100,          /* nested macro calls */
+    JJ_MAX_OUTPUT = 16 * 1024 * 1024, /* bytes of text, and of one string */
+    JJ_MAX_ARENA_MIB = 256            /* everything one render computes */
+};
+
+/* An error at `at` (fmt with at most two %s, x and y); NULL. */
+struct jj_value *jj_efail(struct jj_eval *ev, const struct jj_node *at, const char *fmt,
+                          const char *x, const char *y);
+struct jj_value *jj_enomem(struct jj_eval *ev);                     /* NULL */
+struct jj_value *jj_undef(struct jj_eval *ev, const char *name);   /* an undefined value */
+struct jj_value *jj_str_v(struct jj_eval *ev, const char *s, size_t n);
+struct jj_value *jj_buf_v(struct jj_eval *ev, struct jj_buf *b);   /* frees b's text */
+struct jj_value *jj_float_v(struct jj_eval *ev, double f);
+struct jj_value *jj_to_string(struct jj_eval *ev, const struct jj_value *v); /* str() */
+struct jj_value *jj_getattr(struct jj_eval *ev, const struct jj_node *at, struct jj_value *obj,
+                            const char *name);
+/* x OP y for the operator n->name ("<", "+", ...) */
+struct jj_value *jj_binary(struct jj_eval *ev, struct jj_node *n, struct jj_value *x,
+                           struct jj_value *y);
+bool jj_is_num(const struct jj_value *v);
+double jj_num(const struct jj_value *v);
+/* `x in hay`; *ok false where `in` does not apply */
+bool jj_contains(const struct jj_value *hay, const struct jj_value *x, bool *ok);
+
+/* ---- filters, tests, methods (jinja_filters.c) ---- */
+
+/* A call's arguments: values, their keyword names (NULL: positional). */
+struct jj_args {
+    struct jj_value **v;
+    const char **kw;
+    int64_t n;
+};
+/* The argument at position pos (-1: none) or named name; NULL when absent. */
+struct jj_value *jj_arg(const struct jj_args *a, int64_t pos, const char *name);
+/* v is of type t, else an error naming `what`. */
+bool jj_want(struct jj_eval *ev, const struct jj_node *at, const struct jj_value *v,
+             enum jj_type t, const char *what);
+struct jj_value *jj_filter(struct jj_eval *ev, struct jj_node *at, const char *name,
+                           struct jj_value *v, const struct jj_args *a);
+bool jj_run_test(struct jj_eval *ev, const struct jj_node *at, const char *name,
+                 struct jj_value *v, const struct jj_args *a, bool *out);
+struct jj_value *jj_method(struct jj_eval *ev, const struct jj_node *at, const char *name,
+                           struct jj_value *self, const struct jj_args *a);
+bool jj_is_method_name(const struct jj_value *self, const char *name);
+/* The items of an iterable: a list, a dict's keys, a string's characters
+ * (undefined: none). */
+struct jj_value *jj_as_list(struct jj_eval *ev, const struct jj_node *at, struct jj_value *v);
+
 /* Code points in a UTF-8 string, and the byte offset of code point i
  * (clamped to len). */
 int64_t jj_utf8_count(const char *s, size_t len);

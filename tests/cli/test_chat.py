@@ -175,6 +175,17 @@ def main():
         check(rc == 130, f"Ctrl-C at the marker: rc {rc} {rest!r}")
         check("\nchat: 0 turns" in rest, f"Ctrl-C: the summary on the marker's line: {rest!r}")
 
+        # --chat-template NAME: llama.cpp's built-in; the second turn is what the
+        # template writes after the (cut-short) answer, its end of turn first
+        rc, out, err = run("chat", "-m", model, "-t", "1", "--temp", "0", "-n", "2",
+                           "--ignore-eos", "--chat-template", "zephyr", "--verbose-prompt",
+                           stdin=b"first\nsecond\n")
+        prompts = [ln for ln in err.splitlines() if ln.startswith("prompt: ")]
+        check(rc == 0 and prompts == [
+            "prompt: <|user|>\\nfirst<|endoftext|>\\n<|assistant|>\\n",
+            "prompt: <|endoftext|>\\n<|user|>\\nsecond<|endoftext|>\\n<|assistant|>\\n"],
+            f"chat --chat-template zephyr: rc {rc} {prompts}")
+
         # Ctrl-C stops a long answer; the conversation goes on. A larger
         # model and context, so the answer lasts long enough to be stopped.
         big = os.path.join(tmp, "big.gguf")
