@@ -376,19 +376,29 @@ struct jj_value *jj_method(struct jj_eval *ev, const struct jj_node *at, const c
                 jj_type_name(self));
 }
 
-bool jj_is_method_name(const struct jj_value *self, const char *name)
+static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "startswith",
+                                          "endswith", "split", "upper", "lower",
+                                          "capitalize", "title", "replace", "find", NULL};
+static const char *const dict_methods[] = {"items", "keys", "values", "get", NULL};
+
+static bool listed(const char *const *list, const char *name)
 {
-    static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "startswith",
-                                              "endswith", "split", "upper", "lower",
-                                              "capitalize", "title", "replace", "find", NULL};
-    static const char *const dict_methods[] = {"items", "keys", "values", "get", NULL};
-    const char *const *list = self->type == JV_STRING ? str_methods
-                              : self->type == JV_DICT  ? dict_methods
-                                                       : NULL;
     for (int i = 0; list && list[i]; i++)
         if (!strcmp(list[i], name))
             return true;
     return false;
+}
+
+bool jj_is_method_name(const struct jj_value *self, const char *name)
+{
+    return listed(self->type == JV_STRING ? str_methods : self->type == JV_DICT ? dict_methods
+                                                                                 : NULL,
+                  name);
+}
+
+bool jj_known_method(const char *name)
+{
+    return listed(str_methods, name) || listed(dict_methods, name);
 }
 
 /* ---- filters and tests ---- */

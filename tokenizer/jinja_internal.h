@@ -95,6 +95,7 @@ struct jj_node *jj_parse(struct jj_arena *a, const struct jj_token *toks, int64_
  * refuses others before anything renders. */
 bool jj_known_filter(const char *name);
 bool jj_known_test(const char *name);
+bool jj_known_method(const char *name); /* of strings or dicts */
 
 /* ---- values ---- */
 

@@ -306,6 +306,10 @@ static struct jj_node *postfix(struct parser *P, struct jj_node *n)
             next(P);
             n = subscript(P, n, t);
         } else if (is_op(t, "(")) {
+            if (n->kind == JN_GETATTR && !jj_known_method(n->name)) {
+                jj_fail(P->e, n->line, n->col, "unsupported construct: the method '%s'", n->name);
+                return NULL;
+            }
             struct jj_node *c = node(P, JN_CALL, t);
             if (!c)
                 return NULL;

@@ -115,6 +115,7 @@ REFUSED = {
     "{% endfor %}": ("1:4", "without its opening tag"),
     "{{ x.y.z }}": ("1:5", "'x' is undefined"),
     "{% raw %}x{% endraw %}": ("1:4", "raw"),
+    "{{ '{}'.format(1) }}": ("1:8", "the method 'format'"),
 }
 
 ROLES_OK = {"system", "user", "assistant"}
