@@ -60,7 +60,7 @@ static const struct foreign_word foreign_words[] = {
     {"-if", NULL, "ignite has no interactive mode: one prompt per run"},
     {"-sys", "system", "the system message, with --chat"},
     {"--system-prompt", "system", "the system message, with --chat"},
-    {"--jinja", "chat", "ignite renders the model's own Jinja template with --chat (another with --chat-template-file FILE)"},
+    {"--jinja", NULL, "run, chat and batch take it: they render chat templates as Jinja"},
     {"-ctk", NULL, NOTE_CACHE_TYPE},
     {"--cache-type-k", NULL, NOTE_CACHE_TYPE},
     {"-ctv", NULL, NOTE_CACHE_TYPE},

@@ -98,6 +98,7 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
         o->chat_template = arg;
         o->chat = true;
         return IG_OK;
+    case GEN_OPT_JINJA: return IG_OK; /* llama.cpp's switch: ignite's templates are Jinja */
     case GEN_OPT_CHAT_TEMPLATE_FILE:
         o->chat_template_file = arg;
         o->chat = true;

@@ -21,6 +21,7 @@ enum {
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
     GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK, GEN_OPT_NGL, GEN_OPT_FA,
     GEN_OPT_MLOCK, GEN_OPT_NO_MMAP, GEN_OPT_CHAT_TEMPLATE, GEN_OPT_CHAT_TEMPLATE_FILE,
+    GEN_OPT_JINJA,
     GEN_OPT_END
 };
 
@@ -56,6 +57,7 @@ enum {
     {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
     {"chat-template", GEN_OPT_CHAT_TEMPLATE, required_argument, "NAME", "llama.cpp's built-in template NAME instead of the model's (chatml, llama3, gemma, ...; implies --chat)", NULL}, \
     {"chat-template-file", GEN_OPT_CHAT_TEMPLATE_FILE, required_argument, "FILE", "a Jinja chat template instead of the model's (implies --chat)", NULL}, \
+    {"jinja", GEN_OPT_JINJA, no_argument, NULL, "llama.cpp's, taken: ignite always renders chat templates as Jinja", NULL}, \
     {"device", GEN_OPT_DEVICE, required_argument, "DEV", "auto, cpu or cuda[:N]", "auto"},     \
     {"n-gpu-layers", GEN_OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL}, \
     {"flash-attn", GEN_OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL}, \

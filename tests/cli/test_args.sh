@@ -50,6 +50,7 @@ refused "bench -ub" -ub "spelling is -b, --batch-size" "$IGNITE" bench -ub 64
 refused "tokenize -hf" -hf "-m FILE" "$IGNITE" tokenize -hf foo/bar -p hi
 refused "info -ngl" -ngl "" "$IGNITE" info -ngl 99
 refused "tokenize -fa" -fa "fused attention" "$IGNITE" tokenize -p hi -fa on
+refused "bench --jinja" --jinja "render chat templates as Jinja" "$IGNITE" bench --jinja
 
 # -ngl and -fa where a command has --device: taken with llama.cpp's meaning.
 # -ngl 0 is the CPU, N > 0 the GPU where one is usable, else the CPU with one

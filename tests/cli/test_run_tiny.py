@@ -86,6 +86,8 @@ def main():
                            "--verbose-prompt")
         check(rc == 0 and "prompt: <|im_start|>user\\nabc<|im_end|>\\n<|im_start|>assistant\\n\n"
               in err, f"--chat-template chatml: {rc} {err!r}")
+        rc, out, err = run(nochat, "-p", "abc", "--jinja", "--chat-template", "chatml", "-n", "1")
+        check(rc == 0, f"--jinja (llama.cpp's) is taken: {rc} {err!r}")
         rc, out, err = run(nochat, "-p", "abc", "--chat-template", "chatml2")
         check(rc == 2 and err.count("\n") == 1 and "'chatml2' is not a built-in" in err,
               f"--chat-template unknown: {rc} {err!r}")
