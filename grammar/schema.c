@@ -11,8 +11,12 @@
  * into grammar is refused with its JSON pointer, so a grammar is never
  * silently looser or stricter than the schema (oneOf is generated as anyOf:
  * its alternatives must not overlap, docs/grammar.md).
+ * Numbers in a range are decimals without an exponent of at most 15 digits,
+ * compared with the bound's text digit by digit; patterns go through
+ * schema_regex.c; allOf merges object schemas (or numeric bounds).
  * Covered by tests/grammar/test_schema_bounds.py (accept/reject at every
- * bound, judged by jsonschema), test_schema_corpus.py (jsonschema validates
+ * bound, judged by jsonschema), test_schema_suite.py (the JSON Schema Test
+ * Suite: no invalid instance admitted), test_schema_corpus.py (jsonschema validates
  * sampled generations), test_run_grammar_args.sh (refusals with their JSON
  * pointers) and test_mask.c; fuzzed by tests/fuzz/fuzz_grammar.c
  * (fuzz_schema). */
@@ -419,17 +423,20 @@ static void uint_range(struct sbuf *b, uint64_t lo, int64_t hi)
     }
 }
 
-/* Reads an integer bound; *has false when absent. */
-static int int_bound(struct conv *c, const cJSON *node, const char *key, bool *has, int64_t *v)
+/* Reads an integer bound; *has false when absent. A fractional bound is
+ * the integer bound of the same kind that keeps the same integers
+ * (minimum 2.5 is 3, exclusiveMinimum 2.5 is exclusiveMinimum 2): `up`
+ * rounds it up, else down. */
+static int int_bound(struct conv *c, const cJSON *node, const char *key, bool up, bool *has,
+                     int64_t *v)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(node, key);
     *has = x != NULL;
     if (!x)
         return IG_OK;
-    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) ||
-        fabs(x->valuedouble) > 1e15)
-        return fail(c, "'%s' must be an integer of at most 15 digits here", key);
-    *v = (int64_t)x->valuedouble;
+    if (!cJSON_IsNumber(x) || fabs(x->valuedouble) > 1e15)
+        return fail(c, "'%s' must be a number of at most 15 integer digits here", key);
+    *v = (int64_t)(up ? ceil(x->valuedouble) : floor(x->valuedouble));
     return IG_OK;
 }
 
@@ -439,10 +446,10 @@ static int integer_range(struct conv *c, const cJSON *node, struct sbuf *b)
     bool has_lo, has_hi, has_xlo, has_xhi;
     int64_t lo = 0, hi = 0, xlo = 0, xhi = 0;
     int st;
-    if ((st = int_bound(c, node, "minimum", &has_lo, &lo)) != IG_OK ||
-        (st = int_bound(c, node, "maximum", &has_hi, &hi)) != IG_OK ||
-        (st = int_bound(c, node, "exclusiveMinimum", &has_xlo, &xlo)) != IG_OK ||
-        (st = int_bound(c, node, "exclusiveMaximum", &has_xhi, &xhi)) != IG_OK)
+    if ((st = int_bound(c, node, "minimum", true, &has_lo, &lo)) != IG_OK ||
+        (st = int_bound(c, node, "maximum", false, &has_hi, &hi)) != IG_OK ||
+        (st = int_bound(c, node, "exclusiveMinimum", false, &has_xlo, &xlo)) != IG_OK ||
+        (st = int_bound(c, node, "exclusiveMaximum", true, &has_xhi, &xhi)) != IG_OK)
         return st;
     if (has_xlo && (!has_lo || xlo + 1 > lo))
         lo = xlo + 1, has_lo = true;
@@ -470,6 +477,249 @@ static int integer_range(struct conv *c, const cJSON *node, struct sbuf *b)
     }
     sb_puts(b, " )");
     return IG_OK;
+}
+
+/* ---- numbers in a range ---------------------------------------------------------- */
+
+/* Bounded numbers are written without an exponent and with at most
+ * NUM_DIGITS digits in all: two such decimals are never the same double,
+ * so comparing their text with a bound's shortest text orders them as
+ * jsonschema's floats do. */
+#define NUM_DIGITS 15
+
+static bool all_zero(const char *s) { return s[strspn(s, "0")] == '\0'; }
+
+/* May the empty fraction (the value .0) lie between lo and hi (digits of
+ * a fraction; NULL: no bound on that side; *_x: exclusive)? */
+static bool frac_zero_ok(const char *lo, bool lo_x, const char *hi, bool hi_x)
+{
+    bool low = !lo || (all_zero(lo) && !lo_x);
+    bool high = !hi || !all_zero(hi) || !hi_x;
+    return low && high;
+}
+
+/* Alternatives (" | " between) of the non-empty digit strings t of at most
+ * k digits with lo <= .t <= hi (< where exclusive); *any: one was written. */
+static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi, bool hi_x,
+                      int k, bool *any)
+{
+    if (k <= 0)
+        return;
+    if (lo && all_zero(lo) && !lo_x)
+        lo = NULL; /* every fraction is >= 0 */
+    if (hi && all_zero(hi)) { /* at most .0: zeros only, when that is allowed */
+        if (!lo && !hi_x) {
+            sb_printf(b, "%s\"0\"{1,%d}", *any ? " | " : "", k);
+            *any = true;
+        }
+        return;
+    }
+    char l = lo ? (lo[0] ? lo[0] : '0') : '0', h = hi ? (hi[0] ? hi[0] : '0') : '9';
+    const char *lrest = lo ? (lo[0] ? lo + 1 : lo) : NULL;
+    const char *hrest = hi ? (hi[0] ? hi + 1 : hi) : NULL;
+    char dl = lo ? (char)(l + 1) : '0', dh = hi ? (char)(h - 1) : '9';
+    if (dl <= dh) { /* strictly inside on both sides: any digits after */
+        sb_printf(b, "%s[%c-%c]", *any ? " | " : "", dl, dh);
+        if (k > 1)
+            sb_printf(b, " [0-9]{0,%d}", k - 1);
+        *any = true;
+    }
+    /* d on a bound: the rest decides */
+    for (int side = 0; side < 2; side++) {
+        char d;
+        const char *nlo = NULL, *nhi = NULL;
+        if (side == 0) { /* d == l */
+            if (!lo || (hi && l > h))
+                continue;
+            d = l;
+            nlo = lrest;
+            nhi = hi && l == h ? hrest : NULL;
+        } else { /* d == h, above l */
+            if (!hi || (lo && h <= l))
+                continue;
+            d = h;
+            nhi = hrest;
+        }
+        struct sbuf sub = {0};
+        bool sub_any = false;
+        frac_alts(&sub, nlo, lo_x, nhi, hi_x, k - 1, &sub_any);
+        bool zero = frac_zero_ok(nlo, lo_x, nhi, hi_x);
+        if (sub_any || zero) {
+            sb_printf(b, "%s\"%c\"", *any ? " | " : "", d);
+            if (sub_any) {
+                sb_puts(b, " ( ");
+                sb_puts(b, sub.p);
+                sb_puts(b, zero ? " )?" : " )");
+            }
+            *any = true;
+        }
+        b->nomem |= sub.nomem;
+        free(sub.p);
+    }
+}
+
+/* The integer part i (digits) with a fraction between lo and hi. */
+static void int_with_frac(struct sbuf *b, const char *i, const char *lo, bool lo_x,
+                          const char *hi, bool hi_x, bool *any)
+{
+    struct sbuf alts = {0};
+    bool a = false;
+    frac_alts(&alts, lo, lo_x, hi, hi_x, NUM_DIGITS - (int)strlen(i), &a);
+    bool zero = frac_zero_ok(lo, lo_x, hi, hi_x);
+    if (a || zero) {
+        sb_printf(b, "%s\"%s\"", *any ? " | " : "", i);
+        if (a) {
+            sb_puts(b, " ( \".\" ( ");
+            sb_puts(b, alts.p);
+            sb_puts(b, zero ? " ) )?" : " ) )");
+        }
+        *any = true;
+    }
+    b->nomem |= alts.nomem;
+    free(alts.p);
+}
+
+/* A decimal bound: integer part and fraction digits. */
+struct dec {
+    char i[24], f[24];
+};
+
+/* The shortest text of a double as a plain decimal; false when it needs
+ * more than NUM_DIGITS digits either side. */
+static bool to_dec(double v, struct dec *d)
+{
+    char t[40];
+    int p;
+    for (p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*e", p - 1, fabs(v));
+        if (strtod(t, NULL) == fabs(v))
+            break;
+    }
+    char digits[24];
+    int n = 0;
+    for (const char *q = t; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9')
+            digits[n++] = *q;
+    digits[n] = '\0';
+    int exp = atoi(strchr(t, 'e') + 1), point = exp + 1; /* digits before the point */
+    if (point > NUM_DIGITS || n - point > NUM_DIGITS || -point > NUM_DIGITS)
+        return false;
+    int k = 0;
+    if (point <= 0) {
+        d->i[0] = '0', d->i[1] = '\0';
+        for (int z = 0; z < -point; z++)
+            d->f[k++] = '0';
+        memcpy(d->f + k, digits, (size_t)n + 1);
+        return true;
+    }
+    for (int j = 0; j < point; j++)
+        d->i[j] = j < n ? digits[j] : '0';
+    d->i[point] = '\0';
+    snprintf(d->f, sizeof d->f, "%s", n > point ? digits + point : "");
+    return true;
+}
+
+/* Magnitudes m (no sign) with lo <= m <= hi (< where exclusive; hi NULL:
+ * none), NUM_DIGITS digits at most, as alternatives. */
+static void magnitude_range(struct sbuf *b, const struct dec *lo, bool lo_x, const struct dec *hi,
+                            bool hi_x, bool *any)
+{
+    uint64_t ai = strtoull(lo->i, NULL, 10), bi = hi ? strtoull(hi->i, NULL, 10) : 0;
+    if (hi && ai == bi) {
+        int_with_frac(b, lo->i, lo->f, lo_x, hi->f, hi_x, any);
+        return;
+    }
+    int_with_frac(b, lo->i, lo->f, lo_x, NULL, false, any);
+    /* the integer parts strictly between, by length: any fraction that fits */
+    uint64_t pow10 = 1;
+    for (int len = 1; len <= NUM_DIGITS; len++, pow10 *= 10) {
+        uint64_t from = len == 1 ? 0 : pow10, to = pow10 * 10 - 1;
+        if (from < ai + 1)
+            from = ai + 1;
+        if (hi && to > bi - 1)
+            to = bi - 1;
+        if (hi && bi == 0)
+            break;
+        if (from > to)
+            continue;
+        sb_printf(b, "%s( ", *any ? " | " : "");
+        uint_range(b, from, (int64_t)to);
+        if (NUM_DIGITS - len > 0)
+            sb_printf(b, " ) ( \".\" [0-9]{1,%d} )?", NUM_DIGITS - len);
+        else
+            sb_puts(b, " )");
+        *any = true;
+    }
+    if (hi)
+        int_with_frac(b, hi->i, NULL, false, hi->f, hi_x, any);
+}
+
+/* A number bound: *has false when absent. */
+static int num_bound(struct conv *c, const cJSON *node, const char *key, bool *has, double *v)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(node, key);
+    *has = x != NULL;
+    if (!x)
+        return IG_OK;
+    struct dec d;
+    if (!cJSON_IsNumber(x) || !to_dec(x->valuedouble, &d))
+        return fail(c, "'%s' must be a number of at most %d digits either side of the point "
+                    "here", key, NUM_DIGITS);
+    *v = x->valuedouble;
+    return IG_OK;
+}
+
+/* The numbers between the schema's bounds, written as decimals without an
+ * exponent (docs/grammar.md). */
+static int number_range(struct conv *c, const cJSON *node, struct sbuf *b)
+{
+    bool has_lo, has_hi, has_xlo, has_xhi;
+    double lo = 0, hi = 0, xlo = 0, xhi = 0;
+    int st;
+    if ((st = num_bound(c, node, "minimum", &has_lo, &lo)) != IG_OK ||
+        (st = num_bound(c, node, "maximum", &has_hi, &hi)) != IG_OK ||
+        (st = num_bound(c, node, "exclusiveMinimum", &has_xlo, &xlo)) != IG_OK ||
+        (st = num_bound(c, node, "exclusiveMaximum", &has_xhi, &xhi)) != IG_OK)
+        return st;
+    bool lo_x = false, hi_x = false;
+    if (has_xlo && (!has_lo || xlo >= lo))
+        lo = xlo, lo_x = has_lo = true;
+    if (has_xhi && (!has_hi || xhi <= hi))
+        hi = xhi, hi_x = has_hi = true;
+    struct dec dlo, dhi, zero = {"0", ""};
+    sb_puts(b, "( ");
+    bool any = false;
+    /* x >= 0: magnitudes from max(lo, 0) */
+    if (!has_hi || hi > 0 || (hi == 0 && !hi_x)) {
+        bool from_lo = has_lo && lo > 0;
+        to_dec(from_lo ? lo : 0, &dlo);
+        if (has_hi)
+            to_dec(hi, &dhi);
+        magnitude_range(b, from_lo ? &dlo : &zero, from_lo && lo_x, has_hi ? &dhi : NULL, hi_x,
+                        &any);
+    }
+    /* x < 0: "-" and magnitudes above max(-hi, 0), never 0 itself */
+    if (!has_lo || lo < 0) {
+        struct sbuf neg = {0};
+        bool nany = false;
+        bool from_hi = has_hi && hi < 0;
+        if (from_hi)
+            to_dec(-hi, &dhi);
+        if (has_lo)
+            to_dec(-lo, &dlo);
+        magnitude_range(&neg, from_hi ? &dhi : &zero, from_hi ? hi_x : true, has_lo ? &dlo : NULL,
+                        lo_x, &nany);
+        if (nany) {
+            sb_printf(b, "%s\"-\" ( ", any ? " | " : "");
+            sb_puts(b, neg.p);
+            sb_puts(b, " )");
+            any = true;
+        }
+        b->nomem |= neg.nomem;
+        free(neg.p);
+    }
+    sb_puts(b, " )");
+    return any ? IG_OK : fail(c, "no number lies between the bounds");
 }
 
 /* ---- schema nodes ------------------------------------------------------------------ */
@@ -1248,7 +1498,7 @@ static int visit_number(struct conv *c, const cJSON *node, bool integer, struct 
     if (integer)
         return integer_range(c, node, expr);
     if (bounded)
-        return fail(c, "bounds on a 'number' are not supported (they are on 'integer')");
+        return number_range(c, node, expr);
     sb_puts(expr, prim(c, PRIM_NUMBER));
     return IG_OK;
 }
@@ -1314,6 +1564,61 @@ static bool merge_member(struct conv *c, const cJSON *m, cJSON *props, cJSON *re
     return true;
 }
 
+/* allOf of numeric members (type number/integer and bounds only, the node's
+ * own keywords among them): the tightest bounds, integer if one says so.
+ * Returns 1 when the members are not all numeric (nothing written). */
+static int allof_numbers(struct conv *c, const cJSON *node, const cJSON *all, const char *name,
+                         struct sbuf *expr)
+{
+    static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum",
+                                         "exclusiveMaximum"};
+    cJSON *m = cJSON_CreateObject();
+    if (!m)
+        return nomem(c);
+    bool integer = false, numeric = false;
+    int st = 1;
+    for (const cJSON *member = node; member; member = member == node ? all->child : member->next) {
+        if (!cJSON_IsObject(member))
+            goto done;
+        for (const cJSON *k = member->child; k; k = k->next) {
+            if (is_annotation(k->string) || !strcmp(k->string, "allOf") ||
+                !strcmp(k->string, "$defs") || !strcmp(k->string, "definitions"))
+                continue;
+            if (!strcmp(k->string, "type") && cJSON_IsString(k) &&
+                (!strcmp(k->valuestring, "number") || !strcmp(k->valuestring, "integer"))) {
+                integer |= !strcmp(k->valuestring, "integer");
+                numeric = true;
+                continue;
+            }
+            int b = 0;
+            while (b < 4 && strcmp(k->string, bounds[b]))
+                b++;
+            if (b == 4 || !cJSON_IsNumber(k))
+                goto done; /* not numeric: the object merge decides */
+            numeric = true;
+            const cJSON *had = cJSON_GetObjectItemCaseSensitive(m, bounds[b]);
+            bool lower = b < 2;
+            if (!had || (lower ? k->valuedouble > had->valuedouble
+                               : k->valuedouble < had->valuedouble)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(m, bounds[b]);
+                if (!cJSON_AddNumberToObject(m, bounds[b], k->valuedouble)) {
+                    st = nomem(c);
+                    goto done;
+                }
+            }
+        }
+    }
+    if (numeric) {
+        size_t old = ptr_push(c, "allOf");
+        st = visit_number(c, m, integer, expr);
+        ptr_pop(c, old);
+    }
+done:
+    cJSON_Delete(m);
+    (void)name;
+    return st;
+}
+
 static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
 {
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(node, "allOf");
@@ -1330,6 +1635,9 @@ static int visit_allof(struct conv *c, const cJSON *node, const char *name, stru
             sb_puts(expr, rule);
         return st;
     }
+    int numeric = allof_numbers(c, node, all, name, expr);
+    if (numeric != 1)
+        return numeric;
     cJSON *merged = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
     if (!merged || !props || !req) {
         cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req);

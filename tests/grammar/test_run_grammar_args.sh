@@ -38,7 +38,10 @@ expect_err 2 "required property 'b' is not in 'properties'" "required not in pro
     --json-schema '{"properties": {"a": {}}, "required": ["b"]}'
 expect_err 2 "format 'email' is not supported" "format" --json-schema '{"type": "string", "format": "email"}'
 expect_err 2 "'uniqueItems' true is not supported" "uniqueItems" --json-schema '{"type": "array", "uniqueItems": true}'
-expect_err 2 "bounds on a 'number' are not supported" "number bounds" --json-schema '{"type": "number", "minimum": 1}'
+expect_err 2 "/properties/x: 'minimum' must be a number of at most 15 digits either side of the point" \
+    "number bounds too long" --json-schema '{"properties": {"x": {"type": "number", "minimum": 1e20}}}'
+expect_err 2 "no number lies between the bounds" "empty number range" \
+    --json-schema '{"type": "number", "exclusiveMinimum": 1.5, "maximum": 1.5}'
 expect_err 2 "no integer lies between" "empty integer range" --json-schema '{"type": "integer", "minimum": 5, "maximum": 4}'
 expect_err 2 "/properties/x: the schema false matches nothing" "false schema" --json-schema '{"properties": {"x": false}}'
 

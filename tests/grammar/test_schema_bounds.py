@@ -261,6 +261,40 @@ def format_cases():
     judge({"type": "string", "format": "uuid"}, [json.dumps(u) for u in uuids])
 
 
+def fractional_integer_cases():
+    """an integer's fractional bounds keep the integers they allow"""
+    for bounds in ({"minimum": 2.5, "maximum": 7.5}, {"exclusiveMinimum": 2.5,
+                                                       "exclusiveMaximum": 7.5},
+                   {"exclusiveMaximum": 0.5}, {"minimum": -2.5, "exclusiveMaximum": -0.5},
+                   {"exclusiveMinimum": -3, "maximum": 2.999}):
+        judge(dict(bounds, type="integer"), [str(v) for v in range(-5, 10)])
+
+
+def number_cases():
+    """number bounds: decimals of at most 15 digits without an exponent,
+    judged against jsonschema's float comparisons at and around each bound."""
+    texts = ["0", "0.0", "1", "1.4", "1.49", "1.4999999", "1.5", "1.50", "1.5000001", "1.51",
+             "2", "2.0", "2.999", "3", "3.2", "3.25", "3.2500", "3.2500001", "3.251", "3.26",
+             "4", "10", "123456.789", "-0.4", "-0.5", "-0.50", "-0.5000001", "-0.6", "-1",
+             "-2.4", "-2.5", "-2.5000", "-2.51", "-3", "-100", "0.1", "0.09", "0.10000001",
+             "0.099999", "99999999999999", "0.000001"]
+    forms = ["1.5e0", "-0", "2E0", "1.500000000000000001", "1234567890123.456"]
+    for bounds in ({"minimum": 1.5, "maximum": 3.25},
+                   {"exclusiveMinimum": 1.5, "exclusiveMaximum": 3.25},
+                   {"exclusiveMinimum": -0.5, "exclusiveMaximum": 0},
+                   {"minimum": -0.5, "maximum": 0},
+                   {"maximum": -2.5},
+                   {"exclusiveMaximum": -2.5},
+                   {"minimum": 0},
+                   {"exclusiveMaximum": 1},
+                   {"minimum": 0.1},
+                   {"exclusiveMinimum": 0.1, "maximum": 10},
+                   {"minimum": -3, "exclusiveMaximum": 2},
+                   {"minimum": 1.5, "exclusiveMinimum": 1.4}):
+        schema = dict(bounds, type="number")
+        judge(schema, texts, forms=[f for f in forms if truth(schema, f)])
+
+
 def js(*strings):
     """JSON texts of strings as the grammar writes them (UTF-8 as is)."""
     return [json.dumps(x, ensure_ascii=False) for x in strings]
@@ -312,6 +346,10 @@ def allof_cases():
     judge(ref, ['{"id":1}', '{"id":1,"name":"x"}', '{"name":"x"}', "{}", '{"id":1,"name":2}'])
     judge({"allOf": [{"type": "integer", "minimum": 3}], "description": "one member"},
           ["2", "3", "4"])
+    judge({"allOf": [{"maximum": 30}, {"minimum": 20}, {"exclusiveMaximum": 29.5}]},
+          ["19", "19.99", "20", "25.5", "29", "29.4999", "29.5", "30", "31"])
+    judge({"type": "integer", "allOf": [{"minimum": 2.5}, {"maximum": 5}]},
+          ["2", "3", "5", "6"], forms=["3.0"])
 
 
 def property_count_cases():
@@ -328,10 +366,9 @@ def property_count_cases():
 # ---- refusals -----------------------------------------------------------------
 
 def refusals():
-    for schema in ({"type": "integer", "minimum": 2.5},
-                   {"type": "integer", "exclusiveMaximum": 0.5},
-                   {"type": "number", "minimum": 0},
-                   {"type": "number", "exclusiveMaximum": 1},
+    for schema in ({"type": "integer", "minimum": 2.5e16},
+                   {"type": "number", "minimum": 1e20},
+                   {"type": "number", "exclusiveMinimum": 1.5, "maximum": 1.5},
                    {"type": "integer", "minimum": 5, "maximum": 4},
                    {"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5},
                    {"type": "string", "minLength": 3, "maxLength": 2},
@@ -341,7 +378,7 @@ def refusals():
                    {"type": "string", "pattern": "(a)\\1"},
                    {"type": "string", "pattern": "a^b"},
                    {"type": "string", "pattern": "^a$", "maxLength": 3},
-                   {"allOf": [{"minimum": 1}, {"maximum": 3}]},
+                   {"allOf": [{"minimum": 1}, {"maxLength": 3}]},
                    {"allOf": [{"properties": {"a": {"type": "string"}}},
                               {"properties": {"a": {"type": "integer"}}}]},
                    {"type": "object", "minProperties": 2},
@@ -358,6 +395,8 @@ def main():
     array_cases()
     object_cases()
     format_cases()
+    number_cases()
+    fractional_integer_cases()
     pattern_cases()
     tuple_cases()
     allof_cases()
