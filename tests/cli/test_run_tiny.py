@@ -1,7 +1,9 @@
 """tests/cli/test_run_tiny.py: `ignite run` on tiny random-weight models made
 by tests/pylib/ggufgen.py, so it needs no downloaded model and stays fast in
 the ASan build: exact token counts at -n and at a full context, the prompt
-over the context (its error line alone, no stats line), --chat with an unknown or a missing template (exit 4),
+over the context (its error line alone, no stats line), --chat with the model's Jinja
+template, a missing one (exit 4), --chat-template NAME and --chat-template-file FILE
+(and their refusals, exit 2), --jinja taken,
 seed repeatability and --json on every stop path; the prompt piped to stdin
 without -p/-f (`cat prompt.txt | ignite`), unless another option reads stdin;
 the seed in the stats line of a sampled run (not of --prompt-only); a warning for a prompt past the
@@ -164,7 +166,9 @@ def main():
         # A full disk on stdout is exit 3 with docs/cli.md's words, for the
         # streamed text, --json, and batch's results.
         if os.access("/dev/full", os.W_OK):
-            for cmd, stdin in ((["run", "-p", "abc", "-n", "2"], b""),
+            # --ignore-eos: a first token that ends the text (a random seed's
+            # EOG) would write nothing to fail on
+            for cmd, stdin in ((["run", "-p", "abc", "-n", "2", "--ignore-eos"], b""),
                                (["run", "-p", "abc", "-n", "2", "--json"], b""),
                                (["batch", "--lines", "-n", "2"], b"abc\n")):
                 with open("/dev/full", "wb") as full:
