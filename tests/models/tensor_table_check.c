@@ -174,8 +174,11 @@ static void check_packing(const char *spec, const struct model *m)
             skipped++;
             continue;
         }
-        CHECKF(ops_packed_find(p, w) != NULL, "%s: %s (%s) is not packed", spec, name_of(&it),
-               quant_type_name((uint32_t)w->type));
+        for (int64_t e = 0; e < w->n_expert; e++) { /* each expert its own copy */
+            struct model_weight one = ops_weight_expert(w, e);
+            CHECKF(ops_packed_find(p, &one) != NULL, "%s: %s (%s) expert %lld is not packed",
+                   spec, name_of(&it), quant_type_name((uint32_t)w->type), (long long)e);
+        }
         packed++;
     }
     fprintf(stderr, "%s: %d matrices packed, %d of types the int8 path reads as stored\n", spec,
@@ -187,6 +190,13 @@ static void check_packing(const char *spec, const struct model *m)
 /* The plan's f16 bytes and the emulated upload's against the table's sum. */
 static void check_gpu(const char *spec, const struct model *m)
 {
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 16,
+                             .n_slots = 1, .n_blocks = 1, .gpu_weights = BACKEND_GPU_F16};
+    struct backend *be = NULL;
+    if (m->hp.has_moe) { /* refused in one line, not uploaded (no expert kernels yet) */
+        CHECK(gpu_backend_create_emu(m, &o, &be) == IG_E_MODEL && !be);
+        return;
+    }
     size_t want = 0;
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
@@ -200,9 +210,6 @@ static void check_gpu(const char *spec, const struct model *m)
     size_t plan = backend_gpu_weight_bytes(m, BACKEND_GPU_F16);
     CHECKF(plan == want, "%s: the plan puts %zu weight bytes on the device, the table %zu", spec,
            plan, want);
-    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 16,
-                             .n_slots = 1, .n_blocks = 1, .gpu_weights = BACKEND_GPU_F16};
-    struct backend *be = NULL;
     CHECK(gpu_backend_create_emu(m, &o, &be) == IG_OK);
     if (!be)
         return;
