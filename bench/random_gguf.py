@@ -63,6 +63,12 @@ FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18, "Q4_K_M": 
 # weights of the embedding's scale give logits within about +-2 of each
 # other over the vocabulary: nearly flat).
 OUT_GAIN = 6.0
+# The router's the same: with the embedding's scale its logits spread by
+# about 0.6 over the experts, so that the k-th and the (k+1)-th often lie
+# within a rounding of each other and engines pick experts by their noise;
+# a trained router (Qwen3-30B-A3B's top 8 of 128 take about half the
+# weight) is more decisive.
+ROUTER_GAIN = 4.0
 ALIGN = 32
 
 
@@ -277,6 +283,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         ts = moe_tensors(sh, qtype, vocab)
         kvs = moe_keys(sh, shape_name, qtype, vocab)
         gain = {"output.weight": OUT_GAIN}
+        gain.update({f"blk.{i}.ffn_gate_inp.weight": ROUTER_GAIN for i in range(sh["layers"])})
     kvs += toks if toks else [kv("tokenizer.ggml.model", 8, "no_vocab")]
     infos, offset = b"", 0
     for name, ttype, dims in ts:
