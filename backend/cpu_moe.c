@@ -40,8 +40,8 @@ static void route_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
         float *w = b->moe_w + t * k;
         /* top-k of the logits (the softmax keeps their order): the largest
          * first, the lower index on a tie */
-        uint64_t taken[(1024 + 63) / 64] = {0};
-        IG_ASSERT(ne <= 1024);
+        uint64_t taken[(MODEL_MAX_EXPERTS + 63) / 64] = {0};
+        IG_ASSERT(ne <= MODEL_MAX_EXPERTS && k <= ne);
         for (int64_t j = 0; j < k; j++) {
             int64_t best = -1;
             for (int64_t e = 0; e < ne; e++)

@@ -31,10 +31,6 @@
  * of two such stay far from overflow). */
 #define MODEL_MAX_DIM (INT64_C(1) << 24)
 
-/* More experts than this in a layer is not a model (llama.cpp's
- * LLAMA_MAX_EXPERTS). */
-#define MODEL_MAX_EXPERTS 1024
-
 /* Weights are read in place; every tensor must start on this boundary. */
 #define MODEL_DATA_ALIGN 4
 

@@ -32,6 +32,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* More experts than this in a layer is not a model (llama.cpp's
+ * LLAMA_MAX_EXPERTS); model_load refuses it. */
+#define MODEL_MAX_EXPERTS 1024
+
 /* How RoPE pairs the dimensions of a head. */
 enum rope_style {
     ROPE_ADJACENT,  /* pairs (2i, 2i+1): GGUF "llama" (weights are permuted by the converter) */
