@@ -138,6 +138,11 @@ struct model_weight {
     size_t row_bytes;     /* bytes of one stored row */
     const void *data;     /* n_expert * rows * row_bytes bytes; NULL for an absent weight */
     int64_t n_expert;     /* matrices of [rows, cols], >= 1 (0 only in an absent weight) */
+    /* [n_expert] each expert's matrix, where they lie apart (a Hugging Face
+     * folder's tensor per expert; data is expert 0's); NULL: one after the
+     * other from data (a GGUF's, read in place). Read through
+     * ops_weight_expert. */
+    const void *const *expert_data;
 };
 
 /* What mixes a layer's positions: each backend's layer loop calls the

@@ -98,23 +98,25 @@ static const struct model_tensor table[] = {
      .hf = HF("post_feedforward_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
      .feature = MODEL_FEAT_POST_NORMS, .id_pass = TENSOR_ID_EXT},
-    /* A mixture of experts (Qwen3MoeSparseMoeBlock: mlp.gate, mlp.experts.E.*;
-     * a folder's per-expert tensors are not read yet). The router stays F32
+    /* A mixture of experts (Qwen3MoeSparseMoeBlock: mlp.gate, mlp.experts.E.*:
+     * a folder's experts are a tensor each, "%lld" the expert's number; the
+     * weight points at each, struct model_weight's expert_data). The router stays F32
      * in llama.cpp's quantizations (llama-quant.cpp leaves ffn_gate_inp). */
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP, .gguf = "ffn_gate_inp.weight",
      .hf = HF("mlp.gate.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EXPERT,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS, .gguf = "ffn_gate_exps.weight",
-     .n_expert = TENSOR_DIM_EXPERT, .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
+     .hf = HF("mlp.experts.%lld.gate_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS, .gguf = "ffn_up_exps.weight",
-     .n_expert = TENSOR_DIM_EXPERT, .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
+     .hf = HF("mlp.experts.%lld.up_proj.weight"), .n_expert = TENSOR_DIM_EXPERT, .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS, .gguf = "ffn_down_exps.weight",
-     .n_expert = TENSOR_DIM_EXPERT, .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
+     .hf = HF("mlp.experts.%lld.down_proj.weight"), .n_expert = TENSOR_DIM_EXPERT, .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
 };

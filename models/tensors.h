@@ -156,7 +156,8 @@ struct model_tensor {
     const char *gguf;        /* "token_embd.weight"; per layer the part after "blk.N." */
     /* The part after the text model's prefix ("model."; per layer after
      * "model.layers.N."), the first that applies; where an architecture
-     * names the role differently, a feature tells them apart. */
+     * names the role differently, a feature tells them apart. An expert
+     * tensor's holds "%lld", the expert's number (a tensor per expert). */
     struct tensor_hf_name hf[TENSOR_HF_NAMES];
     bool hf_beside;          /* the name sits beside the text model (lm_head.weight) */
     enum tensor_dim n_expert, rows, cols; /* n_expert consecutive [rows, cols] matrices */

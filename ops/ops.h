@@ -108,13 +108,17 @@ const struct ops_packed *ops_ctx_packed(const struct ops_ctx *ctx);
 /* ---- primitives ----------------------------------------------------------- */
 
 /* Expert e's [rows, cols] matrix of w (n_expert of them) as a weight of
- * its own, pointing into w's data: what every matmul below takes (the
- * packed copies are made and found per expert alike). */
+ * its own, pointing into w's data (or its expert_data[e]): what every
+ * matmul below takes (the packed copies are made and found per expert
+ * alike). */
 static inline struct model_weight ops_weight_expert(const struct model_weight *w, int64_t e)
 {
     struct model_weight one = *w;
     one.n_expert = 1;
-    if (w->data)
+    one.expert_data = NULL;
+    if (w->expert_data)
+        one.data = w->expert_data[e];
+    else if (w->data)
         one.data = (const uint8_t *)w->data + (size_t)e * (size_t)w->rows * w->row_bytes;
     return one;
 }

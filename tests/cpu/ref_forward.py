@@ -78,6 +78,7 @@ class RefModel:
         self.moe = a == "qwen3moe"
         self.n_expert_used = int(f("expert_used_count", 0))
         self.moe_ties = self.moe_exact_ties = 0
+        self.norm_topk = True  # a folder's norm_topk_prob may say otherwise
         self.gemma = gemma
         # rope_scaling as transformers' config has it
         stype = f("rope.scaling.type")
@@ -207,7 +208,8 @@ class RefModel:
             self.moe_ties += int(np.sum((gap > 0) & (gap < MOE_TIE)))
             self.moe_exact_ties += int(np.sum(gap == 0))
         w = np.take_along_axis(p, top, axis=1)
-        w /= w.sum(axis=1, keepdims=True)
+        if self.norm_topk:
+            w /= w.sum(axis=1, keepdims=True)
         out = np.zeros_like(h)
         for e in np.unique(top):
             rows, slot = np.nonzero(top == e)

@@ -19,8 +19,15 @@ ops/matmul.c below, whose roundings differ, for a dense model's F16 weights
 as much as for experts (ops/qmatmul.c's ops_qmatmul_handles). And the file's logits are not
 flat: the reference's top token is at least 1.3 times as likely as the
 second at the median step (a random model whose top tokens tie proves
-nothing). Usage: test_moe.py FORWARD_DUMP
+nothing). Last, a Hugging Face folder (Qwen3MoeForCausalLM: a tensor per
+expert, F32) and a GGUF of the same weights written here give the same
+logits bit for bit with norm_topk_prob true, and with it false the folder's
+match the reference run without renormalizing; broken folders (more experts
+used than there are, dense layers among them, an expert's tensor missing or
+of the wrong shape) are one line, exit 4 (`ignite info`).
+Usage: test_moe.py FORWARD_DUMP
 """
+import json
 import os
 import subprocess
 import sys
@@ -135,6 +142,154 @@ def tie_router_rows(path):
             f.write(row0)
 
 
+def write_folder_and_gguf(tmp, seed, norm_topk):
+    """A Qwen3MoeForCausalLM folder (F32 safetensors) and the GGUF of its
+    weights (llama.cpp's names, experts stacked); returns both paths."""
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(seed)
+    E, NH, NKV, HD, FE, NE, K, V, NL = 128, 4, 2, 32, 96, 8, 2, 64, 2
+
+    def m(r, c, gain=1.0):
+        return (gain * rng.standard_normal((r, c)) / np.sqrt(c)).astype(np.float32)
+
+    def norm(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    hf = {"model.embed_tokens.weight": m(V, E), "model.norm.weight": norm(E),
+          "lm_head.weight": m(V, E, 4.0)}
+    gg = {"token_embd.weight": hf["model.embed_tokens.weight"],
+          "output_norm.weight": hf["model.norm.weight"], "output.weight": hf["lm_head.weight"]}
+    for i in range(NL):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        parts = [("input_layernorm.weight", "attn_norm.weight", norm(E)),
+                 ("self_attn.q_proj.weight", "attn_q.weight", m(NH * HD, E)),
+                 ("self_attn.k_proj.weight", "attn_k.weight", m(NKV * HD, E)),
+                 ("self_attn.v_proj.weight", "attn_v.weight", m(NKV * HD, E)),
+                 ("self_attn.o_proj.weight", "attn_output.weight", m(E, NH * HD)),
+                 ("self_attn.q_norm.weight", "attn_q_norm.weight", norm(HD)),
+                 ("self_attn.k_norm.weight", "attn_k_norm.weight", norm(HD)),
+                 ("post_attention_layernorm.weight", "ffn_norm.weight", norm(E)),
+                 ("mlp.gate.weight", "ffn_gate_inp.weight", m(NE, E, 4.0))]
+        for h_name, g_name, a in parts:
+            hf[p + h_name], gg[b + g_name] = a, a
+        for proj, gname, shape in (("gate_proj", "ffn_gate_exps", (FE, E)),
+                                   ("up_proj", "ffn_up_exps", (FE, E)),
+                                   ("down_proj", "ffn_down_exps", (E, FE))):
+            experts = [m(*shape) for _ in range(NE)]
+            for e, a in enumerate(experts):
+                hf[f"{p}mlp.experts.{e}.{proj}.weight"] = a
+            gg[f"{b}{gname}.weight"] = np.stack(experts)
+    folder = os.path.join(tmp, f"qwen3moe-folder-{int(norm_topk)}")
+    os.makedirs(folder)
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": E,
+           "intermediate_size": 3 * E, "num_hidden_layers": NL, "num_attention_heads": NH,
+           "num_key_value_heads": NKV, "head_dim": HD, "vocab_size": V,
+           "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+           "tie_word_embeddings": False, "hidden_act": "silu", "num_experts": NE,
+           "num_experts_per_tok": K, "moe_intermediate_size": FE, "norm_topk_prob": norm_topk,
+           "decoder_sparse_step": 1, "mlp_only_layers": []}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    save_file(hf, os.path.join(folder, "model.safetensors"))
+    path = folder + ".gguf"
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    u32 = gguf.GGUFValueType.UINT32
+    for k, v in {"block_count": NL, "context_length": 512, "embedding_length": E,
+                 "feed_forward_length": 3 * E, "attention.head_count": NH,
+                 "attention.head_count_kv": NKV, "attention.key_length": HD,
+                 "attention.value_length": HD, "expert_count": NE, "expert_used_count": K,
+                 "expert_feed_forward_length": FE}.items():
+        w.add_key_value(f"qwen3moe.{k}", v, u32)
+    w.add_key_value("qwen3moe.rope.freq_base", 1000000.0, gguf.GGUFValueType.FLOAT32)
+    w.add_key_value("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6,
+                    gguf.GGUFValueType.FLOAT32)
+    for name, a in gg.items():
+        w.add_tensor(name, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return folder, path, V
+
+
+def folder_case(tool, tmp):
+    ok = True
+    rng = np.random.default_rng(7)
+    for norm_topk in (True, False):
+        folder, path, n_vocab = write_folder_and_gguf(tmp, 11, norm_topk)
+        prompt = [int(t) for t in rng.integers(0, n_vocab, 30)]
+        fixed = [int(t) for t in rng.integers(0, n_vocab, 2)]
+        lf, gf = dump(tool, folder, prompt, ["-c", "9"], fixed, 3,
+                      os.path.join(tmp, "folder.bin"), exact=True)
+        if norm_topk:
+            lg, gg = dump(tool, path, prompt, ["-c", "9"], fixed, 3,
+                          os.path.join(tmp, "gguf.bin"), exact=True)
+            same = np.array_equal(lf, lg) and gf == gg
+            if not same:
+                print(f"FAIL Qwen3MoeForCausalLM folder vs its GGUF: logits differ (max "
+                      f"{np.abs(lf - lg).max():.3e}), greedy {gf} vs {gg}")
+                ok = False
+            continue
+        ref = RefModel(path)
+        ref.norm_topk = False
+        ours = lf.reshape(-1, n_vocab).astype(np.float64)
+        cache = ref.new_cache()
+        for i, toks in enumerate([prompt] + [[t] for t in fixed + gf]):
+            r = ref.forward(toks, cache)
+            err = np.abs(ours[i] - r).max() / np.abs(r).max()
+            if err > BOUND or ref.moe_ties:
+                print(f"FAIL folder, norm_topk_prob false, step {i}: relative error {err:.3e}"
+                      f" ({ref.moe_ties} router near-ties)")
+                ok = False
+                break
+            if i >= len(fixed) and i - len(fixed) < len(gf) and gf[i - len(fixed)] != int(
+                    np.argmax(r)):
+                print(f"FAIL folder, norm_topk_prob false, greedy step {i - len(fixed)}")
+                ok = False
+                break
+    ok &= folder_refusals(folder)
+    print(f"{'ok' if ok else 'FAILED':6} Qwen3MoeForCausalLM folder: = its GGUF bit for bit; "
+          "norm_topk_prob false = the reference without renormalizing; broken ones refused")
+    return ok
+
+
+def folder_refusals(folder):
+    """config.json or an expert tensor broken: one line, exit 4."""
+    from safetensors.numpy import load_file, save_file
+    ok = True
+    cfg_path = os.path.join(folder, "config.json")
+    st_path = os.path.join(folder, "model.safetensors")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    weights = load_file(st_path)
+    bin_ = os.environ.get("IGNITE_BIN", "build/ignite")
+    gate0 = "model.layers.1.mlp.experts.5.gate_proj.weight"
+    cases = [
+        ("num_experts_per_tok over num_experts", dict(num_experts_per_tok=9), None,
+         "'num_experts_per_tok' must be a whole number from 1 to 8"),
+        ("decoder_sparse_step 2", dict(decoder_sparse_step=2), None,
+         "dense layers among the experts'"),
+        ("mlp_only_layers", dict(mlp_only_layers=[0]), None, "dense layers among the experts'"),
+        ("an expert missing", {}, lambda w: w.pop(gate0),
+         f"tensor '{gate0}' is missing (config.json says num_experts 8)"),
+        ("an expert's shape", {}, lambda w: w.update({gate0: w[gate0][:64]}),
+         f"tensor '{gate0}' in 'model.safetensors' is not [96, 128]"),
+    ]
+    for what, cfg_edit, w_edit, needle in cases:
+        with open(cfg_path, "w") as f:
+            json.dump(dict(cfg, **cfg_edit), f)
+        w = dict(weights)
+        if w_edit:
+            w_edit(w)
+        save_file(w, st_path)
+        r = subprocess.run([bin_, "info", "-m", folder], capture_output=True, text=True)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 4 or len(lines) != 1 or needle not in r.stderr or r.stdout:
+            print(f"FAIL folder, {what}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+            ok = False
+    return ok
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit("usage: test_moe.py FORWARD_DUMP")
@@ -159,6 +314,7 @@ def main():
                 continue
             paths = (True,) if qtype == "F16" else (True, False)
             failed += not invariance(tool, path, name, prompt, fixed, 3, tmp, paths)
+        failed += not folder_case(tool, tmp)
     print(f"test_moe: {failed} failed")
     return 1 if failed else 0
 

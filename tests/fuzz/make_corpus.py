@@ -163,6 +163,10 @@ def json_corpus():
         files[f"config_{arch}.json"] = hfgen.tiny_config(arch, head_dim=16, rope_scaling=None)
     files["config_Qwen3ForCausalLM.json"] = hfgen.tiny_config(
         "Qwen3ForCausalLM", head_dim=16, use_sliding_window=False, sliding_window=None)
+    files["config_Qwen3MoeForCausalLM.json"] = hfgen.tiny_config(
+        "Qwen3MoeForCausalLM", head_dim=16, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[])
     gemma = dict(hfgen.tiny_config("Gemma3ForCausalLM", head_dim=16), sliding_window=4,
                  sliding_window_pattern=2, query_pre_attn_scalar=16, rope_local_base_freq=1e4,
                  hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
