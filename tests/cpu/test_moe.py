@@ -11,22 +11,27 @@ which some row's k-th and (k+1)-th router logits lie within 1e-6 in the
 reference may pick either expert: such a step is named and left out,
 nothing else. On the int8 path (the default), the Q4_K_M file's logits
 within NMSE 1e-3 and 4e-2 relative of the reference at every step with the
-same top token (worst seen 4.1e-4 and 2.1e-2: int8 activations). A third file (F16) has router rows 0 and 1 equal in every
-layer: their logits tie exactly, and the lower index must win (torch.topk's
-and llama.cpp's order), checked against the reference the same way. Then, bit for bit on the exact path and (Q4_K_M) on the int8
-path: the prompt in chunks of 7 = whole, one thread = two (a row's experts
-and sums do not depend on the rows that share its step). Not F16 on the
-int8 path: there float weights take the FMA GEMM from 8 rows on and
-ops/matmul.c below, whose roundings differ, for a dense model's F16 weights
-as much as for experts (ops/qmatmul.c's ops_qmatmul_handles). And the file's logits are not
-flat: the reference's top token is at least 1.3 times as likely as the
-second at the median step (a random model whose top tokens tie proves
-nothing). Last, a Hugging Face folder (Qwen3MoeForCausalLM: a tensor per
-expert, F32) and a GGUF of the same weights written here give the same
-logits bit for bit with norm_topk_prob true, and with it false the folder's
-match the reference run without renormalizing; broken folders (more experts
-used than there are, dense layers among them, an expert's tensor missing or
-of the wrong shape) are one line, exit 4 (`ignite info`).
+same top token (worst seen 4.1e-4 and 2.1e-2: int8 activations). A third
+file (F16) has router rows 0 and 1 equal in every layer: their logits tie
+exactly, and the lower index must win (torch.topk's and llama.cpp's
+order), checked against the reference the same way.
+
+Then, bit for bit on the exact path and (Q4_K_M) on the int8 path: the
+prompt in chunks of 7 = whole, one thread = two (a row's experts and sums
+do not depend on the rows that share its step). Not F16 on the int8 path:
+there float weights take the FMA GEMM from 8 rows on and ops/matmul.c
+below, whose roundings differ, for a dense model's F16 weights as much as
+for experts (ops/qmatmul.c's ops_qmatmul_handles). And the files' logits
+are not flat: the reference's top token is at least 1.3 times as likely as
+the second at the median step (a random model whose top tokens tie proves
+nothing).
+
+Last, a Hugging Face folder (Qwen3MoeForCausalLM: a tensor per expert, F32)
+and a GGUF of the same weights written here give the same logits bit for
+bit with norm_topk_prob true, and with it false the folder's match the
+reference run without renormalizing; broken folders (more experts used
+than there are, dense layers among them, an expert's tensor missing or of
+the wrong shape) are one line, exit 4 (`ignite info`).
 Usage: test_moe.py FORWARD_DUMP
 """
 import json
