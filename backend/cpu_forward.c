@@ -23,6 +23,7 @@ static const cpu_mixer_fn mixers[] = {
 /* By enum layer_ffn. */
 static const cpu_ffn_fn ffns[] = {
     [LAYER_FFN_DENSE] = cpu_ffn_dense,
+    [LAYER_FFN_MOE] = cpu_ffn_moe,
 };
 
 /* Sums a block's output y [n, w] over the ranks that each computed a part

@@ -71,6 +71,11 @@ int64_t cpu_attention_scratch_floats(const struct model *m);
 /* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
 
+/* LAYER_FFN_MOE (cpu_moe.c): RMSNorm, the router (f32), softmax and top-k,
+ * the used experts' gate|up, SwiGLU and down over the rows routed to each,
+ * summed by the routing weights. */
+void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
+
 /* ---- row steps (cpu_rows.c) ------------------------------------------------- */
 
 struct cpu_rows;

@@ -99,6 +99,9 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 static int check_model(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
+    int st = gpu_plan_check_model(m);
+    if (st != IG_OK)
+        return st;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256)

@@ -26,6 +26,16 @@ int backend_parse_gpu_weights(const char *spec, enum backend_gpu_weights *out)
     return ig_error(IG_E_USAGE, "--gpu-weights: expected native or f16, got '%s'", spec);
 }
 
+int gpu_plan_check_model(const struct model *m)
+{
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].ffn != LAYER_FFN_DENSE)
+            return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (a "
+                            "mixture-of-experts FFN in layer %lld); use --device cpu",
+                            m->hp.arch, (long long)l);
+    return IG_OK;
+}
+
 const char *backend_gpu_weights_name(enum backend_gpu_weights mode)
 {
     return mode == BACKEND_GPU_F16 ? "f16" : "native";

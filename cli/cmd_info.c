@@ -317,6 +317,16 @@ static void print_text(const struct model *m, const struct info *in)
            (long long)hp->n_head_kv);
     printf("head dim        %lld\n", (long long)hp->head_dim);
     printf("FFN size        %lld\n", (long long)hp->n_ff);
+    if (hp->has_moe) {
+        int64_t active;
+        size_t bytes;
+        model_active_size(m, &active, &bytes);
+        printf("experts         %lld, %lld used a token, FFN size %lld each\n",
+               (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp);
+        printf("active          %lld parameters a token (%.1f M); %zu bytes of weights read "
+               "a token (%.2f GiB)\n", (long long)active, (double)active / 1e6, bytes,
+               (double)bytes / (1 << 30));
+    }
     printf("vocab size      %lld\n", (long long)hp->n_vocab);
     printf("context length  %lld\n", (long long)hp->n_ctx_train);
     printf("rope            base %g, style %s, %lld dims\n", hp->rope_base,
@@ -329,6 +339,10 @@ static void print_text(const struct model *m, const struct info *in)
     printf("KV cache        %zu bytes/token f32, %zu bytes/token f16\n",
            in->kv[0]->block_bytes / KV_BLOCK, in->kv[1]->block_bytes / KV_BLOCK);
     print_kv_groups_text(in);
+    if (hp->has_moe) {
+        printf("CUDA weights    none: the CUDA backend does not run mixtures of experts yet\n");
+        return;
+    }
     size_t native = backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE);
     size_t f16 = backend_gpu_weight_bytes(m, BACKEND_GPU_F16);
     printf("CUDA weights    native %zu bytes (%.2f GiB), f16 %zu bytes (%.2f GiB)\n", native,
@@ -452,6 +466,16 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
         cJSON_AddNumberToObject(o, "norm_eps", hp->norm_eps);
         cJSON_AddBoolToObject(o, "tied_embeddings", hp->tied_embeddings);
         cJSON_AddBoolToObject(o, "has_qkv_bias", hp->has_qkv_bias);
+        if (hp->has_moe) {
+            int64_t active;
+            size_t bytes;
+            model_active_size(m, &active, &bytes);
+            cJSON_AddNumberToObject(o, "n_expert", (double)hp->n_expert);
+            cJSON_AddNumberToObject(o, "n_expert_used", (double)hp->n_expert_used);
+            cJSON_AddNumberToObject(o, "n_ff_exp", (double)hp->n_ff_exp);
+            cJSON_AddNumberToObject(o, "active_params", (double)active);
+            cJSON_AddNumberToObject(o, "bytes_per_token", (double)bytes);
+        }
         add_features_json(o, hp);
     }
     cJSON *tok = cJSON_AddObjectToObject(o, "tokenizer");
@@ -475,10 +499,15 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
         cJSON_AddNumberToObject(kv, "f32", (double)(in->kv[0]->block_bytes / KV_BLOCK));
         cJSON_AddNumberToObject(kv, "f16", (double)(in->kv[1]->block_bytes / KV_BLOCK));
         add_kv_groups_json(o, in);
-        cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
-        cJSON_AddNumberToObject(cw, "native",
-                                (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
-        cJSON_AddNumberToObject(cw, "f16", (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
+        if (m->hp.has_moe) { /* not run on the GPU yet */
+            cJSON_AddNullToObject(o, "cuda_weight_bytes");
+        } else {
+            cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
+            cJSON_AddNumberToObject(cw, "native",
+                                    (double)backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE));
+            cJSON_AddNumberToObject(cw, "f16",
+                                    (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
+        }
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

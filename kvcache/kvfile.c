@@ -66,6 +66,15 @@ static void hash_weight(struct ig_sha256 *s, const struct model_weight *w)
     hash_i64(s, (int64_t)bytes);
     if (!bytes)
         return;
+    if (w->expert_data) { /* experts apart (a folder's): samples of each */
+        size_t one = (size_t)w->rows * w->row_bytes, n = one < 64 ? one : 64;
+        for (int64_t e = 0; e < w->n_expert; e++) {
+            const unsigned char *p = w->expert_data[e];
+            ig_sha256_update(s, p, n);
+            ig_sha256_update(s, p + one - n, n);
+        }
+        return;
+    }
     /* Samples, not the whole weight: a run must not read gigabytes to start. */
     size_t n = bytes < 64 ? bytes : 64;
     const unsigned char *p = w->data;

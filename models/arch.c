@@ -11,7 +11,11 @@
  *           (sliding-window, RoPE base 10000) layers to one global; the
  *           converter stores every norm weight as 1 + w (Gemma3RMSNorm
  *           multiplies by 1 + w), so the plain RMSNorm applies as stored.
- * Every layer of these is attention and a dense FFN of the model's sizes
+ *   qwen3moe Qwen3-MoE (Qwen3-30B-A3B, -235B-A22B): qwen3's attention, a
+ *           mixture-of-experts FFN in every layer (expert_count experts of
+ *           expert_feed_forward_length, expert_used_count used; llama.cpp
+ *           renormalizes the used experts' weights for every qwen3moe GGUF)
+ * Every layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
 #include "models/arch.h"
@@ -38,6 +42,10 @@ static const struct model_arch_info archs[] = {
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_POST_NORMS, .act = MODEL_ACT_GELU_TANH,
      .embd_scale_sqrt = true, .norm_eps = 1e-6,
      .swa_pattern = 6, .rope_base_local = 10000.0, .qpas_embd_layers = 62, .id_ext = true},
+    {.name = "qwen3moe", .id = MODEL_ARCH_QWEN3MOE, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_MOE, .act = MODEL_ACT_SILU, .norm_eps = 1e-6,
+     .id_ext = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -73,7 +81,10 @@ void model_arch_layer(const struct model_arch_info *ai, const struct model_hpara
     L->window = local ? hp->n_swa : 0;
     L->rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
     L->attn_scale = hp->attn_scale;
-    L->n_ff = hp->n_ff;
+    L->n_ff = ai->ffn == LAYER_FFN_MOE ? hp->n_ff_exp : hp->n_ff;
+    L->n_expert = ai->ffn == LAYER_FFN_MOE ? hp->n_expert : 0;
+    L->n_expert_used = ai->ffn == LAYER_FFN_MOE ? hp->n_expert_used : 0;
+    L->moe_norm_topk = hp->moe_norm_topk;
 }
 
 static int64_t max_i64(int64_t a, int64_t b)
@@ -86,7 +97,7 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
     const struct model_hparams *hp = &m->hp;
     *out = (struct model_layer_max){hp->n_head, hp->n_head_kv, hp->head_dim,
                                     hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim,
-                                    hp->n_ff};
+                                    hp->n_ff, hp->n_expert, hp->n_expert_used};
     for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         out->n_head = max_i64(out->n_head, L->n_head);
@@ -95,10 +106,12 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
         out->q_dim = max_i64(out->q_dim, L->n_head * L->head_dim);
         out->kv_dim = max_i64(out->kv_dim, L->n_head_kv * L->head_dim);
         out->n_ff = max_i64(out->n_ff, L->n_ff);
+        out->n_expert = max_i64(out->n_expert, L->n_expert);
+        out->n_expert_used = max_i64(out->n_expert_used, L->n_expert_used);
     }
 }
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe";
 }

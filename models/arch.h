@@ -55,7 +55,7 @@ const struct model_arch_info *model_arch_of(enum model_arch id);
 void model_arch_layer(const struct model_arch_info *ai, const struct model_hparams *hp,
                       bool local, struct model_layer *L);
 
-/* "llama, qwen2, qwen3, gemma3": the known names, for messages. */
+/* "llama, qwen2, qwen3, gemma3, qwen3moe": the known names, for messages. */
 const char *model_arch_list(void);
 
 #endif

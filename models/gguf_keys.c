@@ -72,6 +72,9 @@ static const struct known_key arch_keys[] = {
     {"attention.sliding_window", K_UINT},
     {"attn_logit_softcapping", K_FLOAT},
     {"final_logit_softcapping", K_FLOAT},
+    {"expert_count", K_UINT},
+    {"expert_used_count", K_UINT},
+    {"expert_feed_forward_length", K_UINT_OR_ARR},
 };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))

@@ -99,6 +99,9 @@ struct hf_folder {
     int64_t n_tensors;
     float *vectors;             /* norms and biases widened to f32 */
     size_t n_vectors, cap_vectors;
+    const void **experts;       /* each expert tensor's data (struct model_weight's
+                                   expert_data point into it) */
+    size_t n_experts, cap_experts;
     char *chat_template;        /* NUL-terminated, or NULL */
     float *rope_freqs;          /* Llama 3's RoPE divisors, or NULL */
 };

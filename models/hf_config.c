@@ -32,6 +32,13 @@
 /* Qwen3Config's head_dim default (its configs state it anyway). */
 static const struct hf_default qwen3_defaults[] = {{"head_dim", 128}, {NULL, 0}};
 
+/* Qwen3MoeConfig's __init__ defaults (Qwen3-30B-A3B's sizes; norm_topk_prob
+ * false there, true in the released configs, which state it). */
+static const struct hf_default qwen3moe_defaults[] = {
+    {"head_dim", 128}, {"num_experts", 128}, {"num_experts_per_tok", 8},
+    {"moe_intermediate_size", 768}, {"decoder_sparse_step", 1}, {NULL, 0},
+};
+
 /* Gemma3TextConfig's __init__ defaults: a multimodal config.json's
  * text_config often states only the sizes that differ from them. */
 static const struct hf_default gemma3_defaults[] = {
@@ -54,6 +61,8 @@ static const struct hf_arch archs[] = {
      false, false, 1e-6, NULL},
     {"Qwen3ForCausalLM", "qwen3", MODEL_ARCH_QWEN3, NULL, "model.", "", NULL, NULL, "silu",
      false, false, 1e-6, qwen3_defaults},
+    {"Qwen3MoeForCausalLM", "qwen3moe", MODEL_ARCH_QWEN3MOE, NULL, "model.", "", NULL, NULL,
+     "silu", false, false, 1e-6, qwen3moe_defaults},
     {"Gemma3ForCausalLM", "gemma3", MODEL_ARCH_GEMMA3, NULL, "model.", "", NULL, NULL,
      "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
     {"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3, "text_config",
@@ -67,7 +76,7 @@ static const char *const rope_kinds[] = {"default", "linear", "llama3"};
 const char *hf_arch_names(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "Gemma3ForCausalLM, Gemma3ForConditionalGeneration";
+           "Qwen3MoeForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration";
 }
 
 /* Everything a config step needs to name the file in a message. */
@@ -297,6 +306,27 @@ static int read_window(const struct cfg *c, const struct model_arch_info *ai,
     return IG_OK;
 }
 
+/* A mixture of experts (Qwen3MoeConfig): num_experts, num_experts_per_tok,
+ * moe_intermediate_size, norm_topk_prob; every layer sparse (a
+ * decoder_sparse_step other than 1 or mlp_only_layers would make some
+ * layers dense: refused). */
+static int read_moe(const struct cfg *c, struct model_hparams *hp)
+{
+    int st;
+    int64_t step;
+    if ((st = get_int(c, "num_experts", -1, 1, MODEL_MAX_EXPERTS, &hp->n_expert)) ||
+        (st = get_int(c, "num_experts_per_tok", -1, 1, hp->n_expert, &hp->n_expert_used)) ||
+        (st = get_int(c, "moe_intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff_exp)) ||
+        (st = get_bool(c, "norm_topk_prob", false, &hp->moe_norm_topk)) ||
+        (st = get_int(c, "decoder_sparse_step", 1, 0, HF_MAX_LAYERS, &step)))
+        return st;
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(c->j, "mlp_only_layers");
+    if (step != 1 || (dense && !cJSON_IsNull(dense) && cJSON_GetArraySize(dense) > 0))
+        return ig_error(IG_E_MODEL, "'%s': dense layers among the experts' (decoder_sparse_step "
+                        "%lld, mlp_only_layers) are not supported", c->name, (long long)step);
+    return IG_OK;
+}
+
 /* What the architecture's row of models/arch.c adds to the Llama block, with
  * config.json's values where it has keys for them. */
 static int read_arch_extras(const struct cfg *c, const struct model_arch_info *ai,
@@ -308,6 +338,8 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
     int st;
+    if ((ai->features & MODEL_FEAT_MOE) && (st = read_moe(c, hp)))
+        return st;
     double qpas = 0;
     if ((st = get_pos_float(c, "query_pre_attn_scalar", 0, &qpas)))
         return st;

@@ -356,6 +356,59 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
     return IG_OK;
 }
 
+/* Binds row t's experts of layer `layer` (Qwen3MoE: a tensor per expert,
+ * "mlp.experts.E.gate_proj.weight"), each [rows, cols] of the first one's
+ * float type, read in place: w->expert_data lists them (h->experts). */
+static int bind_experts(struct loader *L, const struct model_tensor *row, int64_t layer,
+                        struct model_weight *w)
+{
+    struct hf_folder *h = L->h;
+    int64_t shape[3];
+    model_weight_shape(row, L->m, layer, shape);
+    memset(w, 0, sizeof *w);
+    IG_ASSERT(h->n_experts + (size_t)shape[0] <= h->cap_experts);
+    const void **ptrs = h->experts + h->n_experts;
+    const char *templ = model_tensor_hf_name(row, model_features(&L->m->hp));
+    for (int64_t e = 0; e < shape[0]; e++) {
+        /* the template's "%lld" is the expert's number */
+        const char *at = strstr(templ, "%lld");
+        IG_ASSERT(at);
+        char name[256];
+        snprintf(name, sizeof name, "%slayers.%lld.%.*s%lld%s", L->prefix, (long long)layer,
+                 (int)(at - templ), templ, (long long)e, at + 4);
+        const struct st_tensor *t = find(h, name);
+        if (!t)
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing (config.json says "
+                            "num_experts %lld)", L->dir, name, (long long)shape[0]);
+        if (t->n_dims != 2 || t->shape[0] != shape[1] || t->shape[1] != shape[2])
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' in '%s' is not [%lld, %lld] "
+                            "(config.json's hidden_size and moe_intermediate_size)", L->dir,
+                            name, file_of(h, t), (long long)shape[1], (long long)shape[2]);
+        bool is_float = t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
+        enum quant_type type = t->dtype == ST_F32 ? QUANT_F32
+                             : t->dtype == ST_F16 ? QUANT_F16 : QUANT_BF16;
+        if (!is_float || (e > 0 && type != w->type))
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' has dtype %s; the experts of a layer "
+                            "are F32, F16 or BF16, all alike", L->dir, name,
+                            st_dtype_name(t->dtype));
+        if ((uintptr_t)t->data % HF_DATA_ALIGN)
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' starts at data byte %llu, not a "
+                            "multiple of %d; ignite reads weights in place and needs them "
+                            "aligned", L->dir, name, (unsigned long long)t->offset,
+                            HF_DATA_ALIGN);
+        w->type = type;
+        ptrs[e] = t->data;
+    }
+    h->n_experts += (size_t)shape[0];
+    w->n_expert = shape[0];
+    w->rows = shape[1];
+    w->cols = shape[2];
+    w->row_bytes = quant_row_bytes(w->type, shape[2]);
+    w->data = ptrs[0];
+    w->expert_data = ptrs;
+    return IG_OK;
+}
+
 /* Binds every weight the model has (config.json's features), in the table's
  * order; the output head of tied embeddings is token_embd's (a copy of
  * lm_head some folders keep is not read). */
@@ -377,7 +430,8 @@ static int bind_weights(struct loader *L)
     struct model_tensor_it it;
     int st;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
-        if ((st = bind(L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
+        if ((st = (it.t->n_expert == TENSOR_DIM_EXPERT ? bind_experts : bind)(
+                 L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
             return st;
     model_tensors_tie(m);
     return IG_OK;
@@ -475,8 +529,11 @@ int hf_load(const char *dir, struct model *m)
             int64_t shape[3];
             model_weight_shape(it.t, m, it.layer, shape);
             h->cap_vectors += (size_t)(shape[0] * shape[1] * shape[2]);
+        } else if (it.t->n_expert == TENSOR_DIM_EXPERT) {
+            h->cap_experts += (size_t)model_layer_dim(m, it.layer, TENSOR_DIM_EXPERT);
         }
-    if (!(h->vectors = malloc(h->cap_vectors * sizeof *h->vectors)))
+    if (!(h->vectors = malloc(h->cap_vectors * sizeof *h->vectors)) ||
+        !(h->experts = malloc((h->cap_experts + 1) * sizeof *h->experts)))
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
     if ((st = bind_weights(&L)) || (st = read_chat_template(&L)) || (st = read_generation(&L)))
         return st;
@@ -495,6 +552,7 @@ void hf_folder_free(struct hf_folder *h)
     free(h->shard_names);
     free(h->by_name);
     free(h->vectors);
+    free(h->experts);
     free(h->chat_template);
     free(h->rope_freqs);
     free(h);

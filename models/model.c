@@ -126,8 +126,35 @@ static int64_t layer_tensors_min(void)
     int n, k = 0;
     const struct model_tensor *t = model_tensor_table(&n);
     for (int i = 0; i < n; i++)
-        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature;
+        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature && !t[i].unless;
     return k;
+}
+
+/* A mixture of experts' counts: expert_count in [1, MODEL_MAX_EXPERTS],
+ * expert_used_count in [1, expert_count], expert_feed_forward_length
+ * (llama.cpp's default: feed_forward_length / expert_used_count). The
+ * used experts' weights are renormalized: llama.cpp does for every
+ * qwen3moe file. */
+static int read_experts(const struct loader *L)
+{
+    struct model_hparams *hp = L->hp;
+    int st;
+    if ((st = hp_int(L, "expert_count", -1, &hp->n_expert)) ||
+        (st = hp_int(L, "expert_used_count", -1, &hp->n_expert_used)))
+        return st;
+    if (hp->n_expert > MODEL_MAX_EXPERTS)
+        return ig_error(IG_E_MODEL, "'%s': %s.expert_count is %lld, expected 1 to %d", L->path,
+                        hp->arch, (long long)hp->n_expert, MODEL_MAX_EXPERTS);
+    if (hp->n_expert_used > hp->n_expert)
+        return ig_error(IG_E_MODEL, "'%s': %s.expert_used_count %lld is more than "
+                        "expert_count %lld", L->path, hp->arch, (long long)hp->n_expert_used,
+                        (long long)hp->n_expert);
+    if ((st = hp_int(L, "expert_feed_forward_length",
+                     hp->n_ff / hp->n_expert_used ? hp->n_ff / hp->n_expert_used : -1,
+                     &hp->n_ff_exp)))
+        return st;
+    hp->moe_norm_topk = true;
+    return IG_OK;
 }
 
 static int read_hparams(const struct loader *L)
@@ -168,6 +195,8 @@ static int read_hparams(const struct loader *L)
         (st = hp_float0(L, "attn_logit_softcapping", &hp->attn_softcap)) ||
         (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
+    if ((ai->features & MODEL_FEAT_MOE) && (st = read_experts(L)))
+        return st;
     hp->rope_style = ai->rope_style;
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
@@ -205,7 +234,7 @@ static int read_hparams(const struct loader *L)
  * and biases (f32_only) must be F32. With optional set, an absent tensor
  * leaves w zeroed and is not an error. */
 static int get_weight(const struct loader *L, const char *name, const int64_t shape[3],
-                      bool f32_only, bool optional, struct model_weight *w)
+                      bool f32_only, bool optional, const char *hint, struct model_weight *w)
 {
     memset(w, 0, sizeof *w);
     const struct gguf_tensor *t = gguf_find_tensor(L->g, name);
@@ -225,8 +254,8 @@ static int get_weight(const struct loader *L, const char *name, const int64_t sh
                      (long long)n_expert);
         return ig_error(IG_E_MODEL,
                         "'%s': tensor '%s' has shape ne=[%lld, %lld, %lld, %lld], expected "
-                        "ne=[%s]", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
-                        (long long)t->ne[2], (long long)t->ne[3], want);
+                        "ne=[%s]%s", L->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        (long long)t->ne[2], (long long)t->ne[3], want, hint ? hint : "");
     }
     const struct quant_traits *q = quant_traits_of(t->type);
     if (f32_only && t->type != QUANT_F32)
@@ -279,7 +308,7 @@ static int read_factors(const struct loader *L, const char *name, const float **
 {
     struct model_weight w;
     const int64_t shape[3] = {1, 1, L->hp->n_rot / 2};
-    int st = get_weight(L, name, shape, true, true, &w);
+    int st = get_weight(L, name, shape, true, true, NULL, &w);
     *out = w.data;
     if (st || !w.data)
         return st;
@@ -469,9 +498,21 @@ static int load_weights(const struct loader *L, struct model *m)
         int64_t shape[3];
         model_tensor_gguf_name(it.t, it.layer, name, sizeof name);
         model_weight_shape(it.t, m, it.layer, shape);
+        /* an expert's shape comes from the keys: name them */
+        char hint[160] = "";
+        if (it.t->feature & MODEL_FEAT_MOE)
+            snprintf(hint, sizeof hint, " by %s.expert_count %lld, embedding_length %lld and "
+                     "expert_feed_forward_length %lld", hp->arch, (long long)hp->n_expert,
+                     (long long)hp->n_embd, (long long)hp->n_ff_exp);
+        struct model_weight *w = model_weight_at(m, it.t, it.layer);
         if ((st = get_weight(L, name, shape, it.t->kind != TENSOR_MATRIX, !required,
-                             model_weight_at(m, it.t, it.layer))))
+                             hint[0] ? hint : NULL, w)))
             return st;
+        /* the router's logits are computed in f32 (llama.cpp never quantizes it) */
+        if (it.t->role == LAYER_FFN_GATE_INP && it.t->scope == TENSOR_PER_LAYER && w->data &&
+            w->type != QUANT_F32 && w->type != QUANT_F16 && w->type != QUANT_BF16)
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' (the router) has type %s, expected "
+                            "F32, F16 or BF16", L->path, name, quant_type_name(w->type));
     }
     unsigned shown;
     if ((st = shown_features(L, m, &shown)))
@@ -569,6 +610,26 @@ void model_free(struct model *m)
     gguf_close(m->gguf);
     hf_folder_free(m->hf);
     free(m);
+}
+
+void model_active_size(const struct model *m, int64_t *active, size_t *bytes)
+{
+    *active = 0;
+    *bytes = 0;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
+        const struct model_weight *w = it.w;
+        int64_t used = w->n_expert;
+        if (w->n_expert > 1)
+            used = m->layers[it.layer].n_expert_used;
+        *active += used * w->rows * w->cols;
+        bool head = !model_tensor_present(model_tensor_row(TENSOR_PER_MODEL, MODEL_OUTPUT),
+                                          model_features(&m->hp));
+        if (!it.t->gathered || head) /* a tied table is the head: read whole */
+            *bytes += (size_t)used * (size_t)w->rows * w->row_bytes;
+        else
+            *bytes += w->row_bytes;
+    }
 }
 
 bool model_is_folder(const struct model *m)

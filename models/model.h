@@ -32,6 +32,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* More experts than this in a layer is not a model (llama.cpp's
+ * LLAMA_MAX_EXPERTS); model_load refuses it. */
+#define MODEL_MAX_EXPERTS 1024
+
 /* How RoPE pairs the dimensions of a head. */
 enum rope_style {
     ROPE_ADJACENT,  /* pairs (2i, 2i+1): GGUF "llama" (weights are permuted by the converter) */
@@ -47,7 +51,13 @@ enum rope_scaling {
 };
 
 /* The architectures ignite runs (models/arch.c holds what each one is). */
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3 };
+enum model_arch {
+    MODEL_ARCH_LLAMA,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+    MODEL_ARCH_GEMMA3,
+    MODEL_ARCH_QWEN3MOE,
+};
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
 enum model_act {
@@ -109,6 +119,13 @@ struct model_hparams {
     double final_softcap; /* final_logit_softcapping, the same on the logits; 0 = none */
     int64_t n_swa;        /* attention.sliding_window of the local layers; 0 = none */
     int64_t n_swa_layers; /* how many layers are local (sliding-window) */
+    /* A mixture of experts (qwen3moe): expert_count, expert_used_count,
+     * expert_feed_forward_length; 0 without one. */
+    bool has_moe;
+    int64_t n_expert;      /* experts per layer */
+    int64_t n_expert_used; /* experts each row is routed to (top-k) */
+    int64_t n_ff_exp;      /* an expert's FFN width */
+    bool moe_norm_topk;    /* the k routing weights renormalized to sum to 1 */
 };
 /* A weight in its stored format: n_expert consecutive [rows, cols]
  * matrices (1 for every weight today; the expert dimension of a
@@ -121,6 +138,11 @@ struct model_weight {
     size_t row_bytes;     /* bytes of one stored row */
     const void *data;     /* n_expert * rows * row_bytes bytes; NULL for an absent weight */
     int64_t n_expert;     /* matrices of [rows, cols], >= 1 (0 only in an absent weight) */
+    /* [n_expert] each expert's matrix, where they lie apart (a Hugging Face
+     * folder's tensor per expert; data is expert 0's); NULL: one after the
+     * other from data (a GGUF's, read in place). Read through
+     * ops_weight_expert. */
+    const void *const *expert_data;
 };
 
 /* What mixes a layer's positions: each backend's layer loop calls the
@@ -137,7 +159,8 @@ enum layer_mixer {
 /* A layer's feed-forward network, by the same tables. */
 enum layer_ffn {
     LAYER_FFN_DENSE, /* down(act(gate x) * up x), the model's hp.ffn_act */
-    /* Room for a mixture of experts (a router over n_expert FFNs). */
+    LAYER_FFN_MOE,   /* a router's softmax picks n_expert_used of n_expert dense FFNs
+                        of width n_ff; their outputs summed by the routing weights */
 };
 
 /* A layer: its weights by role (models/tensors.h: enum layer_role; absent
@@ -160,7 +183,10 @@ struct model_layer {
     int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
     double attn_scale;             /* softmax scale of the scores */
     /* the FFN */
-    int64_t n_ff;                  /* FFN width */
+    int64_t n_ff;                  /* FFN width (LAYER_FFN_MOE: each expert's) */
+    int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
+    int64_t n_expert_used;
+    bool moe_norm_topk;            /* the used experts' weights renormalized to sum 1 */
 };
 
 /* The largest of each per-layer size over a model's layers (and its
@@ -171,6 +197,7 @@ struct model_layer_max {
     int64_t q_dim;  /* n_head * head_dim */
     int64_t kv_dim; /* n_head_kv * head_dim */
     int64_t n_ff;
+    int64_t n_expert, n_expert_used; /* 0 without a mixture of experts */
 };
 
 /* Sampling settings a model ships with (generation_config.json); each
@@ -238,6 +265,13 @@ static inline size_t model_weight_size(const struct model_weight *w)
 {
     return (size_t)w->n_expert * (size_t)w->rows * w->row_bytes;
 }
+
+/* What a token uses of m's weights (a mixture of experts runs
+ * n_expert_used of each layer's n_expert): *active the parameters of every
+ * weight with the unused experts left out; *bytes the bytes a decode step
+ * reads: those weights but the embedding table, of which one row is read
+ * (unless it is the output head too). */
+void model_active_size(const struct model *m, int64_t *active, size_t *bytes);
 
 /* ---- what the model says besides its weights, in either format ---------- */
 

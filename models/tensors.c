@@ -2,7 +2,7 @@
  * of the weights ignite knows, and the walker every other list became.
  * GGUF names are llama.cpp's (its llama-arch.cpp); Hugging Face names are
  * transformers' (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
- * modeling_gemma3.py). Covered by tests/models/test_tensor_table.py. */
+ * modeling_gemma3.py, modeling_qwen3_moe.py). Covered by tests/models/test_tensor_table.py. */
 #include "models/tensors.h"
 
 #include "models/model.h"
@@ -73,14 +73,15 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
      .hf = HF("mlp.gate_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP, .gguf = "ffn_up.weight",
      .hf = HF("mlp.up_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN, .gguf = "ffn_down.weight",
      .hf = HF("mlp.down_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
-     .cols = TENSOR_DIM_FF, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS},
+     .cols = TENSOR_DIM_FF, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS,
+     .unless = MODEL_FEAT_MOE},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_Q_NORM, .gguf = "attn_q_norm.weight",
      .hf = HF("self_attn.q_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
@@ -97,6 +98,29 @@ static const struct model_tensor table[] = {
      .hf = HF("post_feedforward_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
      .feature = MODEL_FEAT_POST_NORMS, .id_pass = TENSOR_ID_EXT},
+    /* A mixture of experts (Qwen3MoeSparseMoeBlock: mlp.gate, mlp.experts.E.*:
+     * a folder's experts are a tensor each, "%lld" the expert's number; the
+     * weight points at each, struct model_weight's expert_data). The router stays F32
+     * in llama.cpp's quantizations (llama-quant.cpp leaves ffn_gate_inp). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP, .gguf = "ffn_gate_inp.weight",
+     .hf = HF("mlp.gate.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EXPERT,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS, .gguf = "ffn_gate_exps.weight",
+     .hf = HF("mlp.experts.%lld.gate_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
+     .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS, .gguf = "ffn_up_exps.weight",
+     .hf = HF("mlp.experts.%lld.up_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
+     .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS, .gguf = "ffn_down_exps.weight",
+     .hf = HF("mlp.experts.%lld.down_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
+     .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -128,6 +152,8 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_HEAD: return hp->head_dim;
     case TENSOR_DIM_FF: return hp->n_ff;
     case TENSOR_DIM_VOCAB: return hp->n_vocab;
+    case TENSOR_DIM_EXPERT: return hp->n_expert;
+    case TENSOR_DIM_FF_EXP: return hp->n_ff_exp;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -151,7 +177,9 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_Q: return L->n_head * L->head_dim;
     case TENSOR_DIM_KV: return L->n_head_kv * L->head_dim;
     case TENSOR_DIM_HEAD: return L->head_dim;
-    case TENSOR_DIM_FF: return L->n_ff;
+    case TENSOR_DIM_FF:
+    case TENSOR_DIM_FF_EXP: return L->n_ff; /* a mixture of experts': an expert's */
+    case TENSOR_DIM_EXPERT: return L->n_expert;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
 }
@@ -169,7 +197,8 @@ unsigned model_features(const struct model_hparams *hp)
     return (hp->has_qkv_bias ? MODEL_FEAT_QKV_BIAS : 0u) |
            (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
-           (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT);
+           (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
+           (hp->has_moe ? MODEL_FEAT_MOE : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -178,6 +207,7 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_qk_norm = features & MODEL_FEAT_QK_NORM;
     hp->has_post_norms = features & MODEL_FEAT_POST_NORMS;
     hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
+    hp->has_moe = features & MODEL_FEAT_MOE;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -187,13 +217,14 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_QK_NORM: return "Q/K head norms";
     case MODEL_FEAT_POST_NORMS: return "post-attention and post-FFN norms";
     case MODEL_FEAT_OUTPUT: return "output head";
+    case MODEL_FEAT_MOE: return "mixture of experts";
     }
     return "?";
 }
 
 bool model_tensor_present(const struct model_tensor *t, unsigned features)
 {
-    return (t->feature & features) == t->feature;
+    return (t->feature & features) == t->feature && !(t->unless & features);
 }
 
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)

@@ -57,6 +57,10 @@ enum layer_role {
     LAYER_K_NORM,         /* [1, head_dim] f32, likewise */
     LAYER_ATTN_POST_NORM, /* [1, n_embd] f32, with MODEL_FEAT_POST_NORMS */
     LAYER_FFN_POST_NORM,  /* [1, n_embd] f32, likewise */
+    LAYER_FFN_GATE_INP,   /* [n_expert, n_embd], with MODEL_FEAT_MOE: the router */
+    LAYER_FFN_GATE_EXPS,  /* n_expert x [n_ff, n_embd] (n_ff the layer's: an expert's) */
+    LAYER_FFN_UP_EXPS,    /* n_expert x [n_ff, n_embd] */
+    LAYER_FFN_DOWN_EXPS,  /* n_expert x [n_embd, n_ff] */
     MODEL_LAYER_ROLES
 };
 
@@ -68,6 +72,8 @@ enum model_feature {
     MODEL_FEAT_QK_NORM = 1u << 1,    /* RMSNorm of each Q and K head (qwen3, gemma3) */
     MODEL_FEAT_POST_NORMS = 1u << 2, /* norms of the attention and FFN outputs (gemma3) */
     MODEL_FEAT_OUTPUT = 1u << 3,     /* an output head of its own (untied embeddings) */
+    MODEL_FEAT_MOE = 1u << 4,        /* a mixture-of-experts FFN in place of the dense one
+                                        (qwen3moe): a router and n_expert experts */
 };
 
 enum tensor_scope {
@@ -86,6 +92,8 @@ enum tensor_dim {
     TENSOR_DIM_HEAD,  /* head_dim */
     TENSOR_DIM_FF,    /* n_ff */
     TENSOR_DIM_VOCAB, /* n_vocab */
+    TENSOR_DIM_EXPERT, /* n_expert (the layer's experts) */
+    TENSOR_DIM_FF_EXP, /* n_ff_exp, an expert's FFN width (the layer's n_ff) */
 };
 
 enum tensor_kind {
@@ -148,12 +156,15 @@ struct model_tensor {
     const char *gguf;        /* "token_embd.weight"; per layer the part after "blk.N." */
     /* The part after the text model's prefix ("model."; per layer after
      * "model.layers.N."), the first that applies; where an architecture
-     * names the role differently, a feature tells them apart. */
+     * names the role differently, a feature tells them apart. An expert
+     * tensor's holds "%lld", the expert's number (a tensor per expert). */
     struct tensor_hf_name hf[TENSOR_HF_NAMES];
     bool hf_beside;          /* the name sits beside the text model (lm_head.weight) */
     enum tensor_dim n_expert, rows, cols; /* n_expert consecutive [rows, cols] matrices */
     enum tensor_kind kind;
     unsigned feature;        /* 0: every model has it; else where the model has the feature */
+    unsigned unless;         /* absent where the model has any of these features (the
+                                dense FFN of a mixture of experts) */
     bool file_shows;         /* a GGUF whose architecture lacks the feature may hold the
                                 weight, and then has the feature (llama.cpp's llama files
                                 with Q/K/V biases; output.weight, absent when tied) */
@@ -198,7 +209,8 @@ void model_features_set(struct model_hparams *hp, unsigned features);
 /* A feature's name for messages ("Q/K/V biases"). */
 const char *model_feature_name(unsigned feature);
 
-/* True where a model with `features` holds the row's weight of its own. */
+/* True where a model with `features` holds the row's weight of its own
+ * (every bit of its feature, none of its unless). */
 bool model_tensor_present(const struct model_tensor *t, unsigned features);
 
 /* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */

@@ -113,6 +113,14 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     b->up = alloc_floats(max_batch * mx.n_ff);
     b->rope_cos = alloc_floats(ctx->n_rope * max_batch * half_rot);
     b->rope_sin = alloc_floats(ctx->n_rope * max_batch * half_rot);
+    int64_t moe_embd = mx.n_expert ? hp->n_embd : 1, moe_k = mx.n_expert_used;
+    b->moe_x = alloc_floats(max_batch * moe_embd);
+    b->moe_y = alloc_floats(max_batch * moe_embd);
+    b->moe_logits = alloc_floats(max_batch * mx.n_expert);
+    b->moe_w = alloc_floats(max_batch * moe_k);
+    b->moe_sel = (int32_t *)alloc_floats(max_batch * moe_k);
+    b->moe_rows = (int32_t *)alloc_floats(max_batch * moe_k);
+    b->moe_start = (int64_t *)alloc_floats(2 * (mx.n_expert + 1));
 
     /* the matmuls' own; a kernel from outside ops/ asks for more
      * (ops_ctx_reserve_scratch) */
@@ -129,7 +137,9 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !ctx->rope_inv || !ctx->scratch ||
+        !b->up || !b->rope_cos || !b->rope_sin || !b->moe_x || !b->moe_y || !b->moe_logits ||
+        !b->moe_w || !b->moe_sel || !b->moe_rows || !b->moe_start || !ctx->rope_inv ||
+        !ctx->scratch ||
         !ctx->qbuf || !ctx->qpack) {
         ops_ctx_free(ctx);
         return ig_error(IG_E_NOMEM, "out of memory allocating buffers for batches of %lld tokens",
@@ -148,6 +158,13 @@ void ops_ctx_free(struct ops_ctx *ctx)
     free(ctx->scratch);
     free(ctx->rope_inv);
     struct ops_buffers *b = &ctx->buf;
+    free(b->moe_start);
+    free(b->moe_rows);
+    free(b->moe_sel);
+    free(b->moe_w);
+    free(b->moe_logits);
+    free(b->moe_y);
+    free(b->moe_x);
     free(b->rope_sin);
     free(b->rope_cos);
     free(b->up);

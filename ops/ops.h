@@ -57,6 +57,14 @@ struct ops_buffers {
     float *rope_cos; /* [n_rope, max_batch, n_rot / 2] for the positions of the batch,
                         one table per RoPE variant the model uses (models/model.h) */
     float *rope_sin; /* [n_rope, max_batch, n_rot / 2] */
+    /* a mixture of experts' (backend/cpu_moe.c; 1-element where the model
+     * has none): k = n_expert_used, the largest layer's */
+    float *moe_x, *moe_y;  /* [max_batch, n_embd] an expert's rows gathered, its output */
+    float *moe_logits;     /* [max_batch, n_expert] the router's */
+    float *moe_w;          /* [max_batch, k] the used experts' weights */
+    int32_t *moe_sel;      /* [max_batch, k] the used experts */
+    int32_t *moe_rows;     /* [max_batch * k] row * k + slot, grouped by expert */
+    int64_t *moe_start;    /* [n_expert + 1] each expert's first entry of moe_rows */
 };
 
 /* Creates the run state. n_threads <= 0 means one per core. Returns IG_OK or
@@ -98,6 +106,22 @@ void ops_ctx_set_packed(struct ops_ctx *ctx, const struct ops_packed *packed);
 const struct ops_packed *ops_ctx_packed(const struct ops_ctx *ctx);
 
 /* ---- primitives ----------------------------------------------------------- */
+
+/* Expert e's [rows, cols] matrix of w (n_expert of them) as a weight of
+ * its own, pointing into w's data (or its expert_data[e]): what every
+ * matmul below takes (the packed copies are made and found per expert
+ * alike). */
+static inline struct model_weight ops_weight_expert(const struct model_weight *w, int64_t e)
+{
+    struct model_weight one = *w;
+    one.n_expert = 1;
+    one.expert_data = NULL;
+    if (w->expert_data)
+        one.data = w->expert_data[e];
+    else if (w->data)
+        one.data = (const uint8_t *)w->data + (size_t)e * (size_t)w->rows * w->row_bytes;
+    return one;
+}
 
 /* Dequantized weight rows a matmul keeps per thread (see ops_matmul_rows). */
 #define OPS_MATMUL_ROW_BUFS 2

@@ -36,7 +36,12 @@ int ops_packed_create(const struct model *m, struct ops_pool *pool, struct ops_p
         for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
              st == IG_OK && model_tensors_next(&it);)
             if (it.t->kind == TENSOR_MATRIX && !it.t->gathered)
-                st = ops_packed_add(p, it.w, pool);
+                /* each expert its own copy: the MoE FFN multiplies by one
+                 * expert's matrix at a time (ops_weight_expert) */
+                for (int64_t e = 0; st == IG_OK && e < it.w->n_expert; e++) {
+                    struct model_weight one = ops_weight_expert(it.w, e);
+                    st = ops_packed_add(p, &one, pool);
+                }
     if (st != IG_OK) {
         ops_packed_free(p);
         return st;

@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     if (argc == 8 && !strcmp(argv[1], "rmsnorm")) {
         int64_t rows = atoll(argv[2]), n = atoll(argv[3]);
         float *x = read_f32(argv[5], rows * n), *g = read_f32(argv[6], n);
-        struct model_weight w = {QUANT_F32, 1, n, (size_t)n * 4, g, 1};
+        struct model_weight w = {QUANT_F32, 1, n, (size_t)n * 4, g, 1, NULL};
         ops_rmsnorm(x, &w, rows, n, atof(argv[4]), x); /* in place, as the block does */
         write_f32(argv[7], x, rows * n);
         free(x);

@@ -27,7 +27,7 @@ static inline struct model_weight random_weight(const struct type_case *tc, int6
 {
     const struct quant_traits *tr = quant_traits_of(tc->type);
     struct model_weight w = {tc->type, rows, tc->cols, quant_row_bytes(tc->type, tc->cols), NULL,
-                             1};
+                             1, NULL};
     size_t bytes = w.row_bytes * (size_t)rows;
     uint8_t *p = malloc(bytes);
     IG_ASSERT(p);

@@ -1,11 +1,11 @@
 """tests/cpu/ref_forward.py: an independent fp64 numpy forward of a GGUF
-model (llama, qwen2, qwen3, gemma3), the reference ignite's CPU forward is
+model (llama, qwen2, qwen3, gemma3, qwen3moe), the reference ignite's CPU forward is
 checked against.
 
 Weights are dequantized by the gguf package (gguf.quants.dequantize), not by
 ignite, and everything after that is float64. Written from each
 architecture's definition in Hugging Face transformers (LlamaModel,
-Qwen2Model, Qwen3Model, Gemma3TextModel and modeling_rope_utils), sharing
+Qwen2Model, Qwen3Model, Gemma3TextModel, Qwen3MoeModel and modeling_rope_utils), sharing
 no code with ignite: the file's metadata is read back into the config those
 classes take (what llama.cpp's converter wrote from it), then:
   - RMSNorm; Gemma3RMSNorm multiplies by (1 + w), and the converter stored
@@ -19,7 +19,15 @@ classes take (what llama.cpp's converter wrote from it), then:
     embeddings by sqrt(hidden_size), scales attention by
     query_pre_attn_scalar^-0.5, normalizes the attention and MLP outputs
     before the residual adds, uses gelu_pytorch_tanh, and its sliding layers
-    ((i + 1) % sliding_window_pattern != 0) see keys j with i - j < window.
+    ((i + 1) % sliding_window_pattern != 0) see keys j with i - j < window;
+  - Qwen3-MoE (Qwen3MoeSparseMoeBlock) replaces the MLP by a router:
+    softmax of h W_gate^T, torch.topk's k largest (ties: the lower index),
+    their weights renormalized (norm_topk_prob: llama.cpp always for a
+    qwen3moe GGUF), the sum of those experts' SwiGLU MLPs so weighted. A row
+    whose k-th and (k+1)-th router logits lie within MOE_TIE (but are not
+    equal: an exact tie goes to the lower index, here as in torch.topk) may
+    pick either expert in another engine: forward() counts such rows
+    (moe_ties) and the exact ties (moe_exact_ties).
 Used by tests/cpu/test_forward_ref.py, test_forward_tiny.py,
 test_forward_arch.py and test_gemma3_real.py.
 """
@@ -29,6 +37,9 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize
+
+# Router logits closer than this at the top-k boundary: either expert is right.
+MOE_TIE = 1e-6
 
 
 def _field(reader, key, default=None):
@@ -57,12 +68,17 @@ class RefModel:
         self.n_rot = int(f("rope.dimension_count", self.head_dim))
         self.rope_base = float(f("rope.freq_base", 10000.0))
         gemma = a == "gemma3"
-        self.eps = float(f("attention.layer_norm_rms_epsilon", 1e-6 if a in ("qwen3", "gemma3")
+        self.eps = float(f("attention.layer_norm_rms_epsilon", 1e-6 if a in ("qwen3", "gemma3",
+                                                                              "qwen3moe")
                                                                  else 1e-5))
         # GGUF llama weights are permuted so that RoPE pairs dims (2i, 2i+1);
         # the others keep transformers' rotate_half pairing (i, i + n_rot/2).
         self.rope_adjacent = a == "llama"
-        self.qk_norm = a in ("qwen3", "gemma3")
+        self.qk_norm = a in ("qwen3", "gemma3", "qwen3moe")
+        self.moe = a == "qwen3moe"
+        self.n_expert_used = int(f("expert_used_count", 0))
+        self.moe_ties = self.moe_exact_ties = 0
+        self.norm_topk = True  # a folder's norm_topk_prob may say otherwise
         self.gemma = gemma
         # rope_scaling as transformers' config has it
         stype = f("rope.scaling.type")
@@ -109,7 +125,9 @@ class RefModel:
                 ("w_down", "ffn_down.weight"), ("q_norm", "attn_q_norm.weight"),
                 ("k_norm", "attn_k_norm.weight"),
                 ("post_attn_norm", "post_attention_norm.weight"),
-                ("post_ffn_norm", "post_ffw_norm.weight")]}
+                ("post_ffn_norm", "post_ffw_norm.weight"), ("router", "ffn_gate_inp.weight"),
+                ("gate_exps", "ffn_gate_exps.weight"), ("up_exps", "ffn_up_exps.weight"),
+                ("down_exps", "ffn_down_exps.weight")]}
             for k in ("attn_norm", "ffn_norm", "q_norm", "k_norm", "post_attn_norm",
                       "post_ffn_norm"):
                 if L[k] is not None:
@@ -177,6 +195,30 @@ class RefModel:
             y[..., half:self.n_rot] = a * s + b * c
         return y
 
+    def _moe(self, h, L):
+        """Qwen3MoeSparseMoeBlock of rows h [n, n_embd]."""
+        k = self.n_expert_used
+        logits = h @ L["router"].T  # [n, n_expert]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        top = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: lower index first
+        srt = -np.sort(-logits, axis=1)
+        if k < srt.shape[1]:
+            gap = srt[:, k - 1] - srt[:, k]
+            self.moe_ties += int(np.sum((gap > 0) & (gap < MOE_TIE)))
+            self.moe_exact_ties += int(np.sum(gap == 0))
+        w = np.take_along_axis(p, top, axis=1)
+        if self.norm_topk:
+            w /= w.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        for e in np.unique(top):
+            rows, slot = np.nonzero(top == e)
+            he = h[rows]
+            g, u = he @ L["gate_exps"][e].T, he @ L["up_exps"][e].T
+            y = (g / (1.0 + np.exp(-g)) * u) @ L["down_exps"][e].T
+            out[rows] += w[rows, slot][:, None] * y
+        return out
+
     def forward(self, tokens, cache, all_rows=False):
         """Runs tokens at the positions after those in `cache` (which grows) and
         returns the logits of the last token, float64 [n_vocab] (all_rows:
@@ -221,6 +263,9 @@ class RefModel:
                 o = self._rmsnorm(o, L["post_attn_norm"])
             x = x + o
             h = self._rmsnorm(x, L["ffn_norm"])
+            if self.moe:
+                x = x + self._moe(h, L)
+                continue
             gate, up = h @ L["w_gate"].T, h @ L["w_up"].T
             if self.gemma:  # gelu_pytorch_tanh
                 act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) *

@@ -111,7 +111,7 @@ static void test_rmsnorm_bias_swiglu(void)
     }
     for (int i = 0; i < W; i++)
         g[i] = frand();
-    struct model_weight w = {QUANT_F32, 1, W, W * sizeof(float), g, 1};
+    struct model_weight w = {QUANT_F32, 1, W, W * sizeof(float), g, 1, NULL};
     ops_rmsnorm(x, &w, N, W, 1e-5, y);
     for (int t = 0; t < N; t++) {
         double ss = 0;

@@ -532,7 +532,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
 static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
 {
     const int64_t cols = 576;
-    struct model_weight w = {type, ROWS, cols, quant_row_bytes(type, cols), NULL, 1};
+    struct model_weight w = {type, ROWS, cols, quant_row_bytes(type, cols), NULL, 1, NULL};
     uint8_t *p = malloc(w.row_bytes * ROWS);
     float *wd = malloc((size_t)(ROWS * cols) * sizeof *wd);
     for (int64_t i = 0; i < ROWS * cols; i++) {
@@ -671,7 +671,7 @@ static void check_q5_0_extremes(void)
                 sum += (int64_t)(q[r][c] - 16) * (int64_t)x[t * COLS + c];
             want[t][r] = (double)sum;
         }
-    struct model_weight mw = {QUANT_Q5_0, QMM_PR, COLS, rb, data, 1};
+    struct model_weight mw = {QUANT_Q5_0, QMM_PR, COLS, rb, data, 1, NULL};
     uint8_t *packed = malloc(ops_qmm_packed_bytes(QUANT_Q5_0, QMM_PR, COLS));
     ops_qmm_repack(&mw, 0, 1, packed);
     struct qmm_pack8 *pack = aligned_alloc(64, NB * sizeof *pack);

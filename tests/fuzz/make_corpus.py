@@ -3,7 +3,8 @@
 rerun after changing tests/pylib/ggufgen.py, hfgen.py or the texts below):
   corpus/       GGUF: small valid files that between them use every metadata
                 value type, arrays of every element type, GGUF v2 and v3,
-                several alignments, both supported architectures and a tensor
+                several alignments, llama, qwen2 and qwen3moe (experts: 3-D
+                tensors and a router) and a tensor
                 of every ggml type ignite dequantizes;
   corpus_st/    safetensors: every dtype, scalars and empty tensors, metadata,
                 header padding, a tiny model's weights;
@@ -112,6 +113,7 @@ def main():
         "tiny_llama.gguf": tiny_llama(),
         "tiny_llama_v2.gguf": v2,
         "tiny_qwen2.gguf": tiny_llama(arch="qwen2", bias=True, tied=False, n_vocab=8),
+        "tiny_qwen3moe.gguf": tiny_llama(arch="qwen3moe", moe=(4, 2, 32), n_vocab=8),
         "align1.gguf": tiny_llama(alignment=1).add("general.alignment", U8, 1),
         "all_values.gguf": all_values(),
         "all_types.gguf": all_types(),
@@ -161,6 +163,10 @@ def json_corpus():
         files[f"config_{arch}.json"] = hfgen.tiny_config(arch, head_dim=16, rope_scaling=None)
     files["config_Qwen3ForCausalLM.json"] = hfgen.tiny_config(
         "Qwen3ForCausalLM", head_dim=16, use_sliding_window=False, sliding_window=None)
+    files["config_Qwen3MoeForCausalLM.json"] = hfgen.tiny_config(
+        "Qwen3MoeForCausalLM", head_dim=16, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[])
     gemma = dict(hfgen.tiny_config("Gemma3ForCausalLM", head_dim=16), sliding_window=4,
                  sliding_window_pattern=2, query_pre_attn_scalar=16, rope_local_base_freq=1e4,
                  hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""tests/models/test_gguf_malformed.py: `ignite info` on broken GGUF files.
+"""tests/models/test_gguf_malformed.py: `ignite info` on broken GGUF files
+(mixtures of experts among them: counts out of range, inconsistent with the
+tensors, a router of the wrong shape or type).
 
 Starts from a small valid model (tests/pylib/ggufgen.py, checked against
 gguf.GGUFReader), breaks one thing per case and expects exit code 4, one
@@ -26,6 +28,11 @@ failures = []
 
 def base():
     return tiny_llama()
+
+
+def tiny_moe(**kw):
+    """A qwen3moe model: 8 experts of 32, 2 used."""
+    return tiny_llama(arch="qwen3moe", moe=(8, 2, 32), **kw)
 
 
 def valid_bytes():
@@ -216,6 +223,39 @@ CASES = {
                            "is not a multiple of 4 bytes (general.alignment 2)"),
     "rope_dims": (lambda: tiny_llama().add("llama.rope.dimension_count", U32, 17).build(), 4,
                   "rope.dimension_count 17 must be even"),
+    # a mixture of experts (qwen3moe): its counts, and the tensors against them
+    "moe_count_zero": (lambda: tiny_moe(skip=("qwen3moe.expert_count",))
+                       .add("qwen3moe.expert_count", U32, 0).build(), 4,
+                       "qwen3moe.expert_count is 0, expected 1 to"),
+    "moe_count_absurd": (lambda: tiny_moe(skip=("qwen3moe.expert_count",))
+                         .add("qwen3moe.expert_count", U32, 100000).build(), 4,
+                         "qwen3moe.expert_count is 100000, expected 1 to 1024"),
+    "moe_used_missing": (lambda: tiny_moe(skip=("qwen3moe.expert_used_count",)).build(), 4,
+                         "metadata key 'qwen3moe.expert_used_count' is missing"),
+    "moe_used_zero": (lambda: tiny_moe(skip=("qwen3moe.expert_used_count",))
+                      .add("qwen3moe.expert_used_count", U32, 0).build(), 4,
+                      "qwen3moe.expert_used_count is 0, expected 1 to"),
+    "moe_used_over": (lambda: tiny_moe(skip=("qwen3moe.expert_used_count",))
+                      .add("qwen3moe.expert_used_count", U32, 9).build(), 4,
+                      "qwen3moe.expert_used_count 9 is more than expert_count 8"),
+    "moe_count_vs_tensors": (lambda: tiny_moe(skip=("qwen3moe.expert_count",))
+                             .add("qwen3moe.expert_count", U32, 4).build(), 4,
+                             "tensor 'blk.0.ffn_gate_inp.weight' has shape ne=[32, 8, 1, 1], "
+                             "expected ne=[32, 4] by qwen3moe.expert_count 4"),
+    "moe_width_vs_tensors": (lambda: tiny_moe(skip=("qwen3moe.expert_feed_forward_length",))
+                             .add("qwen3moe.expert_feed_forward_length", U32, 64).build(), 4,
+                             "tensor 'blk.0.ffn_gate_exps.weight' has shape ne=[32, 32, 8, 1], "
+                             "expected ne=[32, 64, 8] by qwen3moe.expert_count 8, "
+                             "embedding_length 32 and expert_feed_forward_length 64"),
+    "moe_router_shape": (lambda: tiny_moe(override={"blk.0.ffn_gate_inp.weight": ([32, 7], T_F32)})
+                         .build(), 4, "tensor 'blk.0.ffn_gate_inp.weight' has shape "
+                         "ne=[32, 7, 1, 1], expected ne=[32, 8] by qwen3moe.expert_count 8"),
+    "moe_router_quantized": (lambda: tiny_moe(override={"blk.0.ffn_gate_inp.weight":
+                                                        ([32, 8], T_Q4_0)}).build(), 4,
+                             "tensor 'blk.0.ffn_gate_inp.weight' (the router) has type Q4_0, "
+                             "expected F32, F16 or BF16"),
+    "moe_experts_missing": (lambda: tiny_moe(skip=("blk.0.ffn_down_exps.weight",)).build(), 4,
+                            "tensor 'blk.0.ffn_down_exps.weight' is missing"),
 }
 
 
@@ -294,6 +334,16 @@ def main():
         g2 = tiny_llama()
         g2.version = 2
         check_valid(tmp, "v2", g2, {"gguf_version": 2, "n_layer": 1})
+        # 2 layers of 8 experts of 32, 2 used; a layer's active parameters: two
+        # norms, Q and O (32 x 32), K and V (16 x 32), two head norms, the router
+        # (8 x 32), 2 experts' gate, up and down (32 x 32); then the embedding
+        # table (16 x 32, tied) and the output norm
+        moe = tiny_moe(n_layer=2)
+        per_layer = 2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 2 * 16 + 8 * 32 + 2 * 3 * 32 * 32
+        check_valid(tmp, "qwen3moe", moe,
+                    {"architecture": "qwen3moe", "n_expert": 8, "n_expert_used": 2,
+                     "n_ff_exp": 32, "active_params": 2 * per_layer + 16 * 32 + 32,
+                     "cuda_weight_bytes": None})
         check_valid(tmp, "align64", tiny_llama(alignment=64).add("general.alignment", U32, 64),
                     {"n_embd": 32})
         check_valid(tmp, "qwen2", tiny_llama(arch="qwen2", bias=True, tied=False, n_layer=2),

@@ -6,7 +6,10 @@ reads the file back (tensor names, shapes, types, byte counts; the metadata
 llama.cpp needs: architecture, sizes, a "no_vocab" tokenizer with
 vocab_size), the weights it dequantizes are finite and within 2.5 /
 sqrt(cols), the Q4_K_M recipe puts Q6_K where llama.cpp's does; then ignite
-loads the file (`ignite info`) and runs `ignite bench` on it."""
+loads the file (`ignite info`) and runs `ignite bench` on it. The same for
+the qwen3moe tiny shape (F16, Q8_0, Q4_K_M: experts as llama-quant.cpp
+types them for 8 experts, the router F32), --layers, and --vocab-from (the
+SmolLM2 file's tokenizer keys copied, the vocabulary following it)."""
 import os
 import subprocess
 import sys
@@ -62,8 +65,51 @@ def check_file(path, qtype):
               f"use_more_bits: {more}")
 
 
+def check_moe(path, qtype, layers=3, vocab=1024):
+    r = gguf.GGUFReader(path)
+    a = "qwen3moe"
+    check(field(r, "general.architecture") == a and field(r, f"{a}.block_count") == layers
+          and field(r, f"{a}.expert_count") == 8 and field(r, f"{a}.expert_used_count") == 2
+          and field(r, f"{a}.expert_feed_forward_length") == 256
+          and field(r, f"{a}.vocab_size") == vocab, f"moe {qtype}: keys")
+    types = {t.name: (t.tensor_type.name, [int(d) for d in t.shape]) for t in r.tensors}
+    check(len(types) == 12 * layers + 3, f"moe {qtype}: {len(types)} tensors")
+    check(types["blk.0.ffn_gate_exps.weight"][1] == [256, 256, 8]
+          and types["blk.0.ffn_down_exps.weight"][1] == [256, 256, 8]
+          and types["blk.0.ffn_gate_inp.weight"] == ("F32", [256, 8])
+          and types["token_embd.weight"][1] == [256, vocab], f"moe {qtype}: shapes {types}")
+    if qtype == "Q4_K_M":  # of 3 layers use_more_bits picks layer 2 (i >= 7 n / 8)
+        more = [i for i in range(layers) if random_gguf.use_more_bits(i, layers)]
+        for i in range(layers):
+            want_down = "Q6_K" if i in more else "Q4_K"
+            check(types[f"blk.{i}.ffn_down_exps.weight"][0] == want_down
+                  and types[f"blk.{i}.ffn_up_exps.weight"][0] == "Q4_K"
+                  and types[f"blk.{i}.attn_v.weight"][0] == "Q8_0"
+                  and types[f"blk.{i}.attn_k.weight"][0] == "Q8_0"
+                  and types[f"blk.{i}.attn_output.weight"][0] == "Q5_K",
+                  f"moe Q4_K_M recipe, layer {i}: {types}")
+        check(types["output.weight"][0] == "Q6_K", "moe Q4_K_M: output head")
+    for t in r.tensors:
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        check(np.all(np.isfinite(w)), f"moe {qtype}: {t.name} not finite")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        for qtype in ("F16", "Q8_0", "Q4_K_M"):
+            path = os.path.join(tmp, f"moe-{qtype}.gguf")
+            random_gguf.write(path, "tiny", qtype, arch="qwen3moe")
+            check_moe(path, qtype)
+        path = os.path.join(tmp, "moe-2.gguf")
+        smol = os.path.expanduser("~/.cache/ignite/SmolLM2-135M-Instruct.Q4_1.gguf")
+        vocab_from = smol if os.path.exists(smol) else None
+        random_gguf.write(path, "tiny", "Q8_0", arch="qwen3moe", layers=2, vocab_from=vocab_from)
+        check_moe(path, "Q8_0 2 layers", layers=2, vocab=49152 if vocab_from else 1024)
+        if vocab_from:
+            r, src = gguf.GGUFReader(path), gguf.GGUFReader(vocab_from)
+            check(field(r, "tokenizer.chat_template") == field(src, "tokenizer.chat_template")
+                  and field(r, "tokenizer.ggml.tokens") == field(src, "tokenizer.ggml.tokens"),
+                  "--vocab-from: tokenizer keys not copied")
         for qtype in ("Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "F16"):
             path = os.path.join(tmp, f"tiny-{qtype}.gguf")
             random_gguf.write(path, "Llama-tiny", qtype)

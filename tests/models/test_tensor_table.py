@@ -14,6 +14,11 @@ what each check is), on:
   - quantized GGUFs (Q8_0 matrices, so the CPU packs them) of llama tied
     and untied, llama with Q/K/V biases (a file's biases turn the feature
     on), qwen2, qwen3 and gemma3 (tests/pylib/archgen.py);
+  - a qwen3moe GGUF (bench/random_gguf.py's tiny shape in Q8_0: a router
+    and three expert tensors a layer, no dense FFN; each expert packed on
+    its own; the CUDA backend refuses it in one line), and a
+    Qwen3MoeForCausalLM folder (a tensor per expert) with the GGUF of its
+    weights (tests/pylib/moegen.py);
   - the synthetic models Llama-tiny (Q4_K_M), Qwen3-tiny and Gemma3-tiny.
 The GGUFs are not faithful conversions (no Q/K permutation for llama): only
 which weight is bound where is checked, not a forward. Every f16 matrix is
@@ -31,6 +36,9 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import archgen  # noqa: E402
+import moegen  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import random_gguf  # noqa: E402
 from igtest import check, summary  # noqa: E402
 
 TOOL = sys.argv[1] if len(sys.argv) > 1 else "build/tests/models/tensor_table_check"
@@ -183,6 +191,12 @@ def main():
             p = os.path.join(d, name + ".gguf")
             archgen.write_model(p, arch, seed=len(name), **dims, **kw)
             run(p)
+
+        moe = os.path.join(d, "qwen3moe.gguf")
+        random_gguf.write(moe, "tiny", "Q8_0", arch="qwen3moe")
+        run(moe)
+        folder, path, _ = moegen.write_folder_and_gguf(d, 3, True)
+        run(folder, path)
 
         for spec in ("synthetic:Llama-tiny:Q4_K_M", "synthetic:Qwen3-tiny:Q8_0",
                      "synthetic:Gemma3-tiny:Q4_0"):

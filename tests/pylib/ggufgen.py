@@ -99,10 +99,12 @@ class Gguf:
 
 def tiny_llama(arch="llama", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=32,
                n_vocab=16, mat_type=T_Q4_0, emb_type=T_Q8_0, tied=True, bias=False,
-               skip=(), override=None, alignment=32):
+               skip=(), override=None, alignment=32, moe=None):
     """A small, complete Llama-family model (random weights, a toy
     vocabulary). `skip` drops keys or tensors by name; `override` maps a
-    tensor name to (ne, type)."""
+    tensor name to (ne, type). `moe` = (experts, used, an expert's width):
+    a qwen3moe model (pass arch="qwen3moe"): Q/K head norms, a router
+    (F32) and expert tensors in place of the dense FFN."""
     override = override or {}
     g = Gguf(alignment=alignment)
     toks = ["<unk>", "<s>", "</s>"] + [chr(ord("a") + i) for i in range(n_vocab - 3)]
@@ -126,6 +128,10 @@ def tiny_llama(arch="llama", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=3
         ("tokenizer.ggml.eos_token_id", U32, 2, None),
         ("tokenizer.chat_template", STR, "{{ messages }}", None),
     ]
+    if moe:
+        kvs += [(f"{arch}.expert_count", U32, moe[0], None),
+                (f"{arch}.expert_used_count", U32, moe[1], None),
+                (f"{arch}.expert_feed_forward_length", U32, moe[2], None)]
     for k, t, v, sub in kvs:
         if k not in skip:
             g.add(k, t, v, sub)
@@ -141,10 +147,19 @@ def tiny_llama(arch="llama", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=3
                   (p + "attn_k.weight", [n_embd, n_head_kv * hd], mat_type),
                   (p + "attn_v.weight", [n_embd, n_head_kv * hd], mat_type),
                   (p + "attn_output.weight", [n_head * hd, n_embd], mat_type),
-                  (p + "ffn_norm.weight", [n_embd], T_F32),
-                  (p + "ffn_gate.weight", [n_embd, n_ff], mat_type),
-                  (p + "ffn_up.weight", [n_embd, n_ff], mat_type),
-                  (p + "ffn_down.weight", [n_ff, n_embd], mat_type)]
+                  (p + "ffn_norm.weight", [n_embd], T_F32)]
+        if moe:
+            ne, fe = moe[0], moe[2]
+            names += [(p + "attn_q_norm.weight", [hd], T_F32),
+                      (p + "attn_k_norm.weight", [hd], T_F32),
+                      (p + "ffn_gate_inp.weight", [n_embd, ne], T_F32),
+                      (p + "ffn_gate_exps.weight", [n_embd, fe, ne], mat_type),
+                      (p + "ffn_up_exps.weight", [n_embd, fe, ne], mat_type),
+                      (p + "ffn_down_exps.weight", [fe, n_embd, ne], mat_type)]
+        else:
+            names += [(p + "ffn_gate.weight", [n_embd, n_ff], mat_type),
+                      (p + "ffn_up.weight", [n_embd, n_ff], mat_type),
+                      (p + "ffn_down.weight", [n_ff, n_embd], mat_type)]
         if bias:
             names += [(p + "attn_q.bias", [n_head * hd], T_F32),
                       (p + "attn_k.bias", [n_head_kv * hd], T_F32),

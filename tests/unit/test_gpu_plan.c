@@ -5,7 +5,8 @@
  * quantized ones; everything f16 in f16 mode), the weights' bytes against
  * the layout's formula summed by hand, a decode step's bytes (all but an
  * untied embedding table), and the matmul scratch (none for a decode-sized
- * batch, the f16 slab of the largest part for a long prefill chunk).
+ * batch, the f16 slab of the largest part for a long prefill chunk), and
+ * the refusal of a layer kind the device does not run (a mixture of experts).
  * Label unit. */
 #include "backend/gpu_plan.h"
 #include "core/status.h"
@@ -96,8 +97,20 @@ static void test_bytes(const char *spec)
     model_free(m);
 }
 
+/* A model whose second layer is a mixture of experts is refused (exit 4,
+ * a bad model for the device), one with dense layers only is not. */
+static void test_check_model(void)
+{
+    struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE}, {.ffn = LAYER_FFN_DENSE}};
+    struct model m = {.hp = {.arch = "qwen3moe", .n_layer = 2}, .layers = layers};
+    CHECK(gpu_plan_check_model(&m) == IG_OK);
+    layers[1].ffn = LAYER_FFN_MOE;
+    CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
+}
+
 int main(void)
 {
+    test_check_model();
     test_parts();
     test_bytes("synthetic:Llama-tiny:Q4_K_M");
     test_bytes("synthetic:SmolLM2-135M:Q4_1");

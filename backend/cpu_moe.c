@@ -1,0 +1,142 @@
+/* backend/cpu_moe.c: the mixture-of-experts FFN of the CPU backend
+ * (LAYER_FFN_MOE, backend/cpu_layer.h), as transformers' Qwen3MoeSparseMoeBlock
+ * and llama.cpp's build_moe_ffn compute it:
+ *
+ *   xn = norm(x); logits = xn W_router^T (f32); p = softmax(logits);
+ *   the k largest p (ties: the lower expert index, as torch.topk and
+ *   llama.cpp's argsort), their weights renormalized to sum 1 (the layer's
+ *   moe_norm_topk); proj = sum over them of w_e down_e(silu(gate_e xn) * up_e xn).
+ *
+ * The step's rows are grouped by expert (a counting sort: within an expert
+ * the rows keep their order), and each used expert's matrices are read once
+ * per step by the same matmuls as the dense FFN's (ops_matmul_multi: the
+ * int8 path or the exact one) over that expert's rows gathered; an expert no
+ * row picked is not read, so a decode row reads its k experts only. A row's
+ * output depends on its own routing alone: the matmuls give a row the same
+ * bits whatever rows share the call (ops/qmatmul.h), the router runs on the
+ * exact f32 path on either path (an int8 or GEMM rounding that changed with
+ * the step's row count could flip a near choice), and proj's sum runs over
+ * the row's experts in ascending index whatever the step holds.
+ * Covered by tests/cpu/test_moe.py (fp64 numpy reference, chunked = whole,
+ * 1 thread = 2). */
+#include "backend/cpu_layer.h"
+
+#include "core/status.h"
+#include "ops/qmatmul.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Routing of rows [r0, r1): each row's k experts (ascending index) and
+ * their weights, from the router's logits. */
+static void route_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
+{
+    const struct model_layer *L = job->L;
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t ne = L->n_expert, k = L->n_expert_used;
+    for (int64_t t = r0; t < r1; t++) {
+        const float *lg = b->moe_logits + t * ne;
+        int32_t *sel = b->moe_sel + t * k;
+        float *w = b->moe_w + t * k;
+        /* top-k of the logits (the softmax keeps their order): the largest
+         * first, the lower index on a tie */
+        uint64_t taken[(MODEL_MAX_EXPERTS + 63) / 64] = {0};
+        IG_ASSERT(ne <= MODEL_MAX_EXPERTS && k <= ne);
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < ne; e++)
+                if (!(taken[e / 64] >> (e % 64) & 1) && (best < 0 || lg[e] > lg[best]))
+                    best = e;
+            taken[best / 64] |= UINT64_C(1) << (best % 64);
+        }
+        /* softmax in double: the chosen ones' share of all (renormalized:
+         * of the chosen alone), in ascending expert order */
+        double mx = -INFINITY, all = 0, chosen = 0;
+        for (int64_t e = 0; e < ne; e++)
+            mx = lg[e] > mx ? lg[e] : mx;
+        for (int64_t e = 0; e < ne; e++)
+            all += exp((double)lg[e] - mx);
+        int64_t j = 0;
+        for (int64_t e = 0; e < ne; e++)
+            if (taken[e / 64] >> (e % 64) & 1) {
+                sel[j++] = (int32_t)e;
+                chosen += exp((double)lg[e] - mx);
+            }
+        double denom = L->moe_norm_topk ? chosen : all;
+        for (j = 0; j < k; j++)
+            w[j] = (float)(exp((double)lg[sel[j]] - mx) / denom);
+    }
+}
+
+/* gate = silu(gate) * up over rows [r0, r1) of an expert's (its width). */
+static void expert_gate_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
+{
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t f = job->L->n_ff;
+    ops_swiglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, ops_ctx_exact(job->ctx));
+}
+
+/* The router's logits of n rows of xn on the exact f32 path, whatever the
+ * context's (see the header). */
+static void router_logits(struct ops_ctx *ctx, const struct model_layer *L, int64_t n)
+{
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    bool exact = ops_ctx_exact(ctx);
+    ops_ctx_set_exact(ctx, true);
+    ops_matmul(ctx, &L->w[LAYER_FFN_GATE_INP], b->xn, n, b->moe_logits); /* [n, n_expert] */
+    ops_ctx_set_exact(ctx, exact);
+}
+
+void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
+{
+    struct ops_ctx *ctx = s->ops;
+    const struct model *m = ops_ctx_model(ctx);
+    const struct model_layer *L = &m->layers[layer];
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    int64_t e_dim = m->hp.n_embd, ne = L->n_expert, k = L->n_expert_used;
+
+    cpu_rows_run(ctx, L, cpu_norm_rows, LAYER_FFN_NORM, n, false);
+    router_logits(ctx, L, n);
+    cpu_rows_run(ctx, L, route_rows, 0, n, false);
+
+    /* group the (row, slot) pairs by expert: counts, starts, then the pairs
+     * in row order within each expert */
+    int64_t *start = b->moe_start;
+    memset(start, 0, (size_t)(ne + 1) * sizeof *start);
+    for (int64_t i = 0; i < n * k; i++)
+        start[b->moe_sel[i] + 1]++;
+    for (int64_t e = 0; e < ne; e++)
+        start[e + 1] += start[e];
+    for (int64_t i = 0; i < n * k; i++) /* start[e] walks to the next expert's start */
+        b->moe_rows[start[b->moe_sel[i]]++] = (int32_t)i;
+    for (int64_t e = ne; e > 0; e--) /* back to the starts */
+        start[e] = start[e - 1];
+    start[0] = 0;
+
+    memset(b->proj, 0, (size_t)(n * e_dim) * sizeof *b->proj);
+    for (int64_t e = 0; e < ne; e++) {
+        int64_t c = start[e + 1] - start[e];
+        if (!c)
+            continue; /* not read */
+        const int32_t *pairs = b->moe_rows + start[e];
+        for (int64_t i = 0; i < c; i++)
+            memcpy(b->moe_x + i * e_dim, b->xn + (pairs[i] / k) * e_dim,
+                   (size_t)e_dim * sizeof(float));
+        struct model_weight gate = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS], e);
+        struct model_weight up = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS], e);
+        struct model_weight down = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS], e);
+        const struct model_weight *gu_w[2] = {&gate, &up};
+        float *gu_y[2] = {b->gate, b->up}; /* [c, n_ff] */
+        ops_matmul_multi(ctx, 2, gu_w, b->moe_x, c, gu_y);
+        cpu_rows_run(ctx, L, expert_gate_rows, 0, c, false);
+        ops_matmul(ctx, &down, b->gate, c, b->moe_y); /* [c, n_embd] */
+        /* proj[row] += w * y: a row's experts come in ascending order */
+        for (int64_t i = 0; i < c; i++) {
+            float w = b->moe_w[pairs[i]];
+            float *dst = b->proj + (pairs[i] / k) * e_dim;
+            const float *y = b->moe_y + i * e_dim;
+            for (int64_t d = 0; d < e_dim; d++)
+                dst[d] += w * y[d];
+        }
+    }
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe)
+# against llama.cpp's on the same random-weight files (bench/random_gguf.py,
+# the tokenizer copied from a real GGUF so both tools tokenize the text),
+# one per type: llama-perplexity writes its logits as a base
+# (--kl-divergence-base), then `ignite perplexity --kl-divergence` reads that
+# base (-f: ignite checks its tokens of the text are llama.cpp's) on the
+# int8 path (the default) and the exact one. A benchmark, not a test.
+#
+# usage: bench/moe_vs_llamacpp.sh [-s SHAPE] [-l LAYERS] [-T "F16 Q8_0 Q4_K_M"]
+#                                 [-f text] [-c 512] [-t 2] [-o DIR]
+# env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
+#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf)
+# Prints one table (mean KL divergence, same top token); every run's output
+# stays in DIR.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
+ignite=${IGNITE:-$here/build/ignite}
+vocab=${VOCAB:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}
+shape=tiny layers= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
+threads=$(nproc) out=
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    -s) shape=$2; shift 2 ;;
+    -l) layers=$2; shift 2 ;;
+    -T) types=$2; shift 2 ;;
+    -f) text=$2; shift 2 ;;
+    -c) ctx=$2; shift 2 ;;
+    -t) threads=$2; shift 2 ;;
+    -o) out=$2; shift 2 ;;
+    *) echo "moe_vs_llamacpp.sh: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+out=${out:-$(mktemp -d)}
+mkdir -p "$out"
+bin=$("$here/bench/llamacpp_build.sh" llama-perplexity)
+
+for ty in $types; do
+    f=$out/qwen3moe-$shape${layers:+-$layers}-$ty.gguf
+    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch qwen3moe \
+        --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
+    echo "llama-$ty: $(uptime)" >&2
+    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" \
+        --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
+    for path in int8 exact; do
+        echo "ignite-$ty-$path: $(uptime)" >&2
+        "$ignite" perplexity -t "$threads" -m "$f" -f "$text" $([ $path = exact ] && echo --exact) \
+            --kl-divergence-base "$out/llama-$ty.kl" --kl-divergence \
+            >"$out/ignite-$ty-$path.txt" 2>"$out/ignite-$ty-$path.err"
+    done
+done
+
+# The figures under the labels both tools print.
+pick() { sed -n "s/^.*$2 *:[^0-9-]*\([-0-9.]*\)\( *± *\([0-9.]*\)\)\{0,1\}.*$/\1 \3/p" "$out/$1.txt" | head -1; }
+printf '%-24s %-12s %-22s %-12s %-10s %s\n' run "PPL (llama)" "mean KLD" "99% KLD" "max KLD" \
+    "same top (%)"
+for ty in $types; do
+    ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1/p' "$out/llama-$ty.txt")
+    for path in int8 exact; do
+        r=ignite-$ty-$path
+        printf '%-24s %-12s %-22s %-12s %-10s %s\n' "$r" "$ppl" \
+            "$(pick "$r" "Mean    KLD" | sed 's/ \(.\)/ ± \1/')" \
+            "$(pick "$r" "99.0%   KLD" | cut -d' ' -f1)" "$(pick "$r" "Maximum KLD" | cut -d' ' -f1)" \
+            "$(pick "$r" "Same top p" | sed 's/ \(.\)/ ± \1/')"
+    done
+done
+echo "outputs: $out" >&2
