@@ -290,10 +290,11 @@ static int new_job(struct batch *b, int64_t line_no, struct job **out)
     return IG_OK;
 }
 
-/* Room for one more result in the summary's arrays. */
+/* Room in the summary's arrays for a result of every job made so far
+ * (next_seq of them): the ones in flight finish later, each adding one. */
 static int grow_stats(struct batch *b)
 {
-    if (b->n_stats_cap > b->n_done + b->n_failed)
+    if (b->n_stats_cap >= b->next_seq)
         return IG_OK;
     int64_t cap = b->n_stats_cap ? 2 * b->n_stats_cap : 256;
     double *t = realloc(b->ttft, (size_t)cap * sizeof *t);

@@ -264,6 +264,12 @@ def order_and_modes(tiny):
     slow = [o for o in objs if o.get("id") == 0]
     check(rc == 0 and ids == list(range(200)) and slow and slow[0].get("stop") == "limit",
           f"a slow request among many: rc {rc}, {len(objs)} results, {slow[:1]} {err[-200:]!r}")
+    # more results than the summary's first 256 slots, 8 of them in flight when it fills
+    # (the arrays grew by the results so far, not the requests made: heap corruption)
+    lines = [json.dumps({"prompt": "ab", "n_predict": 2, "id": i}) for i in range(300)]
+    rc, objs, err = batch(tiny, lines, "-P", "8", "--ignore-eos")
+    check(rc == 0 and len(objs) == 300 and "300 finished" in err,
+          f"300 requests, 8 in flight: rc {rc}, {len(objs)} results, {err[-200:]!r}")
     rc, objs, err = batch(tiny, ["abc", "", "bca"], "--lines", "-n", "2")
     check(rc == 0 and [o.get("line") for o in objs] == [1, 3], f"--lines: {objs} {err}")
     rc, objs, err = batch(tiny, [json.dumps({"prompt": "abc", "n_predict": 20000})],
