@@ -503,6 +503,7 @@ static int attach_spec(struct engine *e, struct seq *s, struct gen_request *r)
     const struct gen_spec *sp = &r->params.spec;
     s->n_draft = 0;
     spec_len_init(&s->len, sp->n_max);
+    r->result.spec = sp->lookup || sp->draft;
     if (!sp->draft || r->params.sp.temperature <= 0)
         return IG_OK;
     struct sampler_params dp = r->params.sp;

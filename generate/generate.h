@@ -138,6 +138,7 @@ struct gen_result {
      * accepted (the mean accepted length is n_accepted / n_verify; a verify
      * step yields that + 1 tokens) */
     int64_t n_verify, n_drafted, n_accepted;
+    bool spec;                  /* the request speculated (gen_spec) */
 };
 
 struct gen_request {
