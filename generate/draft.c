@@ -139,7 +139,7 @@ int spec_draft_run(struct spec_draft *d, struct spec_draft_job *jobs, int n_jobs
                 return ig_error(IG_E_INTERNAL, "the draft model's pool is full");
             d->live[j->slot] = true;
         }
-        IG_ASSERT(kv->n_pos < j->n_tokens);
+        IG_ASSERT(kv->n_pos < j->n_tokens || !j->k);
         d->left[i] = j->n_tokens - kv->n_pos;
     }
     for (;;) {
@@ -148,7 +148,7 @@ int spec_draft_run(struct spec_draft *d, struct spec_draft_job *jobs, int n_jobs
             struct spec_draft_job *j = &jobs[i];
             struct kv_seq *kv = &d->kv[j->slot];
             d->rows[i] = 0;
-            if (j->n_draft >= j->k || d->left[i] < 0 || rows == d->max_rows)
+            if ((!d->left[i] && j->n_draft >= j->k) || d->left[i] < 0 || rows == d->max_rows)
                 continue; /* (left < 0: it stopped drafting) */
             int64_t n = d->left[i] ? d->left[i] : 1;
             n = n < d->max_rows - rows ? n : d->max_rows - rows;
@@ -158,7 +158,7 @@ int spec_draft_run(struct spec_draft *d, struct spec_draft_job *jobs, int n_jobs
                 d->tokens[rows] = j->draft[j->n_draft - 1];
             for (int64_t r = 0; r < n; r++)
                 d->want[rows + r] = false;
-            bool logits = n == d->left[i] || !d->left[i];
+            bool logits = (n == d->left[i] || !d->left[i]) && j->k > 0;
             d->want[rows + n - 1] = logits;
             n_logits += logits;
             kv_pool_grow(d->pool, kv, kv->n_pos + n);
@@ -184,7 +184,7 @@ int spec_draft_run(struct spec_draft *d, struct spec_draft_job *jobs, int n_jobs
             d->kv[j->slot].n_pos += n;
             bool caught_up = !d->left[i] || n == d->left[i];
             d->left[i] = d->left[i] ? d->left[i] - n : 0;
-            if (!caught_up)
+            if (!caught_up || !j->k)
                 continue;
             int32_t t = draft_pick(d, j, d->logits + row++ * d->n_vocab);
             /* the next draft's row must fit in the positions the target may use */

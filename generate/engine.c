@@ -779,6 +779,13 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
     for (int i = 0; i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
         s->n_draft = 0;
+        if (s->phase == SEQ_PREFILL && s->r->params.spec.draft) {
+            /* the draft model reads the prompt while the model does (TTFT, not decode) */
+            e->jobs[n_jobs++] = (struct spec_draft_job){
+                .slot = i, .tokens = s->tokens, .n_tokens = s->n_all_prompt,
+                .max_pos = s->max_pos, .k = 0, .draft = s->draft};
+            continue;
+        }
         if (s->phase != SEQ_DECODE)
             continue;
         const struct gen_params *p = &s->r->params;

@@ -98,7 +98,8 @@ struct spec_draft_job {
                                * the target's cache */
     int64_t n_tokens;
     int64_t max_pos;          /* positions the sequence may use */
-    int64_t k;                /* most tokens to draft */
+    int64_t k;                /* most tokens to draft; 0: only catch up (a prompt
+                               * the target is prefilling) */
     double p_min;             /* stop below this probability of the draft's top token */
     struct sampler *smp;      /* NULL: greedy drafts; else draws from it (q kept) */
     int32_t *draft;           /* out: [k] */
