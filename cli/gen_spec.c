@@ -2,7 +2,7 @@
  * into a request's gen_spec, their checks, and the draft model (-md) loaded
  * beside the model with its vocabulary checked.
  * Leaves drafting, verifying and rollback to generate/ (spec.h).
- * Covered by tests/cli/test_spec.py. */
+ * Covered by tests/cli/test_spec_model.py. */
 #include "cli/gen_opts.h"
 
 #include "backend/backend.h"

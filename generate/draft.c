@@ -6,7 +6,7 @@
  * Leaves what to draft for (and when) to the engine, and the acceptance to
  * spec_accept.
  * Covered by tests/generate/test_spec.c (a fake draft backend) and
- * tests/cli/test_spec.py (SmolLM2 as its own draft). */
+ * tests/cli/test_spec_model.py (SmolLM2 as its own draft). */
 #include "generate/spec.h"
 
 #include "core/status.h"

@@ -811,11 +811,17 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
         }
     }
     if (n_jobs) {
+        int64_t t0 = ig_now_ns();
         int st = spec_draft_run(e->draft, e->jobs, n_jobs);
         if (st != IG_OK)
             return st;
-        for (int j = 0; j < n_jobs; j++)
-            e->seqs[e->jobs[j].slot].n_draft = e->jobs[j].n_draft;
+        double ms = ms_between(t0, ig_now_ns());
+        for (int j = 0; j < n_jobs; j++) {
+            struct seq *s = &e->seqs[e->jobs[j].slot];
+            s->n_draft = e->jobs[j].n_draft;
+            if (e->jobs[j].k) /* (a prompt's catch-up is the prefill's) */
+                s->r->result.draft_ms += ms;
+        }
     }
     for (int i = 0; i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
@@ -831,13 +837,14 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
  * row has given the model's own token instead) or the end of the request.
  * The cache keeps the rows of accepted tokens only: the prefix index and
  * the draft model hear of no other. */
-static void verify(struct engine *e, struct seq *s, bool greedy)
+static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
 {
     struct gen_result *res = &s->r->result;
     int64_t k = s->n_draft, acc = 0;
     int64_t n_max = s->r->params.spec.n_max;
     bool keep = s->r->params.keep;
     res->n_verify++;
+    res->verify_ms += step_ms;
     res->n_drafted += k;
     res->n_decode++;
     s->kv.n_pos++; /* the fed row */
@@ -948,7 +955,7 @@ int engine_step(struct engine *e)
         struct gen_result *res = &s->r->result;
         bool prefill = s->phase == SEQ_PREFILL;
         if (s->phase == SEQ_DECODE && s->n_draft) {
-            verify(e, s, greedy);
+            verify(e, s, greedy, step_ms);
             continue;
         }
         s->kv.n_pos += s->step_rows;

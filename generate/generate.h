@@ -138,6 +138,8 @@ struct gen_result {
      * accepted (the mean accepted length is n_accepted / n_verify; a verify
      * step yields that + 1 tokens) */
     int64_t n_verify, n_drafted, n_accepted;
+    double verify_ms;           /* wall time of the model's steps that verified its drafts */
+    double draft_ms;            /* of the draft model's runs that drafted for it */
     bool spec;                  /* the request speculated (gen_spec) */
 };
 

@@ -2,7 +2,7 @@
  * lookup, the adaptive draft length, the acceptance rule and the draft
  * vocabulary check. Holds no state of its own: the engine keeps each
  * sequence's, the draft model lives in draft.c.
- * Covered by tests/generate/test_spec.c and tests/cli/test_spec.py. */
+ * Covered by tests/generate/test_spec.c and tests/cli/test_spec_model.py. */
 #include "generate/spec.h"
 
 #include "core/status.h"

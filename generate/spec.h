@@ -13,7 +13,7 @@
  *
  * Covered by tests/generate/test_spec.c (lookup, adaptation, the rule's
  * distribution by chi-square, greedy identity over a fake backend) and
- * tests/cli/test_spec.py (the real model: byte-identical greedy output with
+ * tests/cli/test_spec_model.py (the real model: byte-identical greedy output with
  * --lookup and with -md, a grammar, the refused vocabulary). */
 #ifndef IGNITE_GENERATE_SPEC_H
 #define IGNITE_GENERATE_SPEC_H
