@@ -122,6 +122,8 @@ cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *
                      s->n_drafted ? (double)s->n_accepted / (double)s->n_drafted : 0);
         add_measured(spec, "mean_accepted", s->n_verify > 0,
                      s->n_verify ? (double)s->n_accepted / (double)s->n_verify : 0);
+        cJSON_AddNumberToObject(spec, "verify_ms", s->verify_ms);
+        cJSON_AddNumberToObject(spec, "draft_ms", s->draft_ms);
     }
     return root;
 }
