@@ -99,6 +99,7 @@ struct engine {
                               * drafted rows of verify steps */
     struct spec_draft *draft;/* the draft model, or NULL */
     struct spec_draft_job *jobs; /* [n_slots] */
+    struct spec_cost cost;   /* what steps and drafts cost (the draft length's measure) */
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -117,6 +118,7 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->n_ctx = be->o.n_ctx;
     e->n_vocab = be->m->hp.n_vocab;
     e->max_rows = o->max_rows < be->o.max_rows ? o->max_rows : be->o.max_rows;
+    e->cost.fixed = o->spec_fixed_cost;
     IG_ASSERT(e->max_rows >= e->n_slots); /* room for every decode row */
     /* A recurrent layer's state has a slot per sequence in flight: the
      * backend's n_states are the engine's slots (0 without such layers). */
@@ -502,7 +504,7 @@ static int attach_spec(struct engine *e, struct seq *s, struct gen_request *r)
 {
     const struct gen_spec *sp = &r->params.spec;
     s->n_draft = 0;
-    spec_len_init(&s->len, sp->n_max);
+    spec_len_init(&s->len);
     r->result.spec = sp->lookup || sp->draft;
     if (!sp->draft || r->params.sp.temperature <= 0)
         return IG_OK;
@@ -775,7 +777,9 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
 {
     int64_t room = e->max_rows - n_fed, lroom = e->logits_rows - e->n_slots;
     room = room < lroom ? room : lroom;
-    int n_jobs = 0;
+    int n_jobs = 0, n_dec = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n_dec += e->seqs[i].phase == SEQ_DECODE;
     for (int i = 0; i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
         s->n_draft = 0;
@@ -791,7 +795,8 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
         const struct gen_params *p = &s->r->params;
         if (!p->spec.lookup && !p->spec.draft)
             continue;
-        int64_t k = spec_len_next(&s->len);
+        int64_t k = spec_len_next(&s->len, &e->cost, p->spec.n_max, n_fed, n_dec,
+                                  p->spec.draft);
         int64_t left_pos = s->max_pos - s->kv.n_pos - 1; /* the drafts' rows need positions */
         int64_t left_gen = p->n_predict > 0 ? p->n_predict - s->r->result.n_gen - 1 : k;
         k = k < left_pos ? k : left_pos;
@@ -816,12 +821,16 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
         if (st != IG_OK)
             return st;
         double ms = ms_between(t0, ig_now_ns());
+        int64_t n_drafted = 0;
         for (int j = 0; j < n_jobs; j++) {
             struct seq *s = &e->seqs[e->jobs[j].slot];
             s->n_draft = e->jobs[j].n_draft;
             if (e->jobs[j].k) /* (a prompt's catch-up is the prefill's) */
                 s->r->result.draft_ms += ms;
+            n_drafted += e->jobs[j].k ? e->jobs[j].n_draft : 0;
         }
+        if (n_drafted)
+            spec_cost_draft(&e->cost, n_drafted, ms);
     }
     for (int i = 0; i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
@@ -841,7 +850,6 @@ static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
 {
     struct gen_result *res = &s->r->result;
     int64_t k = s->n_draft, acc = 0;
-    int64_t n_max = s->r->params.spec.n_max;
     bool keep = s->r->params.keep;
     res->n_verify++;
     res->verify_ms += step_ms;
@@ -875,7 +883,7 @@ static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
         return; /* finish() has freed (or kept, trimmed) the blocks */
     kv_pool_trim(e->pool, &s->kv, s->kv.n_pos);
     kv_pool_register(e->pool, &s->kv, s->tokens);
-    spec_len_update(&s->len, n_max, k, acc);
+    spec_len_update(&s->len, k, acc);
     if (e->draft)
         spec_draft_rollback(e->draft, slot_of(e, s), s->kv.n_pos);
 }
@@ -946,6 +954,11 @@ int engine_step(struct engine *e)
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());
+    bool decode_only = true;
+    for (int i = 0; i < n_seqs; i++)
+        decode_only = decode_only && e->order[i]->phase != SEQ_PREFILL;
+    if (e->o.spec_max && decode_only)
+        spec_cost_step(&e->cost, rows, step_ms);
     if (st != IG_OK) {
         end_all(e, GEN_STOP_NONE, st);
         return st;

@@ -177,6 +177,8 @@ struct engine_opts {
     struct gen_callbacks cb;
     int64_t spec_max;           /* most tokens a request may draft a step (0: no
                                  * speculation); sizes the logits of verify steps */
+    bool spec_fixed_cost;       /* the draft length from fixed step costs, not measured
+                                 * ones (reproducible tests; generate/spec.h) */
     struct backend *draft;      /* a draft model's backend (borrowed; its vocabulary
                                  * checked by spec_vocab_check, its n_slots and n_ctx
                                  * the engine's backend's), or NULL */

@@ -34,36 +34,84 @@ int64_t spec_lookup(const int32_t *tokens, int64_t n_tokens, int64_t ngram_min,
 /* ---- the draft length --------------------------------------------------------------- */
 
 #define SPEC_SKIP_MAX 16
+#define SPEC_COST_DECAY 0.97 /* per step: the fit follows the machine's load */
+#define SPEC_LEN_DECAY 0.8   /* per verify step: alpha follows the text */
 
-void spec_len_init(struct spec_len *l, int64_t n_max)
+void spec_cost_step(struct spec_cost *c, int64_t rows, double ms)
 {
-    *l = (struct spec_len){.k = n_max, .skip = 0, .backoff = 1};
+    double x = (double)rows, d = SPEC_COST_DECAY;
+    c->sw = c->sw * d + 1;
+    c->sx = c->sx * d + x;
+    c->sy = c->sy * d + ms;
+    c->sxx = c->sxx * d + x * x;
+    c->sxy = c->sxy * d + x * ms;
 }
 
-int64_t spec_len_next(struct spec_len *l)
+void spec_cost_draft(struct spec_cost *c, int64_t n_drafted, double ms)
 {
+    c->draft_ms = c->draft_ms * SPEC_COST_DECAY + ms;
+    c->draft_n = c->draft_n * SPEC_COST_DECAY + (double)n_drafted;
+}
+
+/* a and b of a + b rows (ms), and a drafted token's time d. */
+static void cost_fit(const struct spec_cost *c, double *a, double *b, double *d)
+{
+    *a = 1, *b = 0.3, *d = 0.44;
+    if (c->fixed || c->sw < 1)
+        return;
+    double mx = c->sx / c->sw, my = c->sy / c->sw;
+    double var = c->sxx / c->sw - mx * mx;
+    *b = var > 0.05 ? (c->sxy / c->sw - mx * my) / var : 0.3 * my / mx;
+    *a = my - *b * mx;
+    if (*a <= 0 || *b < 0) { /* noise: a step's time split by the prior */
+        *a = my / (1 + 0.3 * (mx - 1));
+        *b = 0.3 * *a;
+        *a -= *b; /* (a + b: one row) */
+    }
+    *d = c->draft_n > 0.5 ? c->draft_ms / c->draft_n : 0.44 * (*a + *b);
+}
+
+void spec_len_init(struct spec_len *l)
+{
+    *l = (struct spec_len){.backoff = 1};
+}
+
+int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
+                      int64_t rows, int64_t n_seqs, bool draft_model)
+{
+    double a, b, d;
+    cost_fit(c, &a, &b, &d);
+    double alpha = (l->kept + 1) / (l->kept + l->missed + 2);
+    double t = a + b * (double)rows, per = b + (draft_model ? d : 0);
+    double best = (double)n_seqs / t, e = 1, p = 1;
+    int64_t k_best = 0;
+    for (int64_t k = 1; k <= k_max; k++) {
+        p *= alpha;
+        e += p;
+        double g = ((double)n_seqs - 1 + e) / (t + per * (double)k);
+        if (g > best)
+            best = g, k_best = k;
+    }
+    if (k_best) {
+        l->skip = 0;
+        l->backoff = 1;
+        return k_best;
+    }
     if (l->skip > 0) {
         l->skip--;
         return 0;
     }
-    return l->k;
+    l->skip = l->backoff;
+    l->backoff = l->backoff * 2 < SPEC_SKIP_MAX ? l->backoff * 2 : SPEC_SKIP_MAX;
+    return k_max ? 1 : 0;
 }
 
-void spec_len_update(struct spec_len *l, int64_t n_max, int64_t drafted, int64_t accepted)
+void spec_len_update(struct spec_len *l, int64_t drafted, int64_t accepted)
 {
     if (drafted <= 0)
         return;
-    if (accepted == drafted) {
-        l->k = l->k + 2 < n_max ? l->k + 2 : n_max;
-        l->backoff = 1;
-    } else if (accepted > 0) {
-        l->k = accepted + 1 < n_max ? accepted + 1 : n_max;
-        l->backoff = 1;
-    } else {
-        l->k = 1;
-        l->skip = l->backoff;
-        l->backoff = l->backoff * 2 < SPEC_SKIP_MAX ? l->backoff * 2 : SPEC_SKIP_MAX;
-    }
+    l->kept = l->kept * SPEC_LEN_DECAY + (double)accepted;
+    l->missed = l->missed * SPEC_LEN_DECAY + (accepted < drafted);
 }
 
 /* ---- the acceptance rule ------------------------------------------------------------ */

@@ -38,23 +38,45 @@ int64_t spec_lookup(const int32_t *tokens, int64_t n_tokens, int64_t ngram_min,
 
 /* ---- the draft length ----------------------------------------------------------- */
 
-/* How many tokens a sequence drafts next. Every token drafted costs a row
- * of the verify step, so the length follows what was accepted: all of a
- * draft accepted grows it by 2 (up to n_max), a partial acceptance sets it
- * to the accepted length + 1, and a draft of which nothing was accepted
- * also skips drafting for the next 1, 2, 4 .. 16 steps (doubling while
- * drafts keep failing), so a text where drafts fail costs almost nothing. */
-struct spec_len {
-    int64_t k;       /* the length to draft next */
-    int64_t skip;    /* steps left without a draft */
-    int64_t backoff; /* the next skip after a failed draft */
+/* What steps cost, the engine's measure for every sequence: a step's wall
+ * time against its rows, a + b rows, fitted by least squares over the
+ * recent steps that decoded only (exponentially forgotten), and the draft
+ * model's time a drafted token. Until the steps vary enough to fit b, and
+ * with `fixed` (reproducible tests), the priors: b = 0.3 a, a drafted token
+ * 0.44 a (a 0.5B draft's bytes over a 1.5B model's). */
+struct spec_cost {
+    double sw, sx, sy, sxx, sxy; /* the decayed sums of 1, rows, ms, rows^2, rows ms */
+    double draft_ms, draft_n;    /* the decayed draft time and tokens */
+    bool fixed;
 };
 
-void spec_len_init(struct spec_len *l, int64_t n_max);
-/* The length to draft this step (0: skip it), counting a skipped step. */
-int64_t spec_len_next(struct spec_len *l);
+void spec_cost_step(struct spec_cost *c, int64_t rows, double ms);
+void spec_cost_draft(struct spec_cost *c, int64_t n_drafted, double ms);
+
+/* How many tokens a sequence drafts next. Each drafted token costs a row
+ * of the verify step (b) and, with a draft model, its drafting; it gains
+ * tokens where it is kept. With alpha the sequence's recent acceptance (a
+ * drafted token kept, given the ones before it were: decayed counts, prior
+ * 1/2), k drafts yield E(k) = 1 + alpha + .. + alpha^k tokens, and the
+ * length is the k in [0, k_max] that makes the most tokens a millisecond
+ * of the whole step, (n_seqs - 1 + E(k)) / (a + b rows + (b + draft) k).
+ * Where that is 0, a probe of one token is drafted after 1, 2, 4 .. 16
+ * skipped steps (doubling while it stays 0), so alpha keeps up with the
+ * text at a cost of a few percent where drafts fail. */
+struct spec_len {
+    double kept, missed; /* decayed: drafted tokens kept, rejections */
+    int64_t skip;        /* steps left without a draft */
+    int64_t backoff;     /* the next skip */
+};
+
+void spec_len_init(struct spec_len *l);
+/* The length to draft this step (0: none), counting a skipped step: `rows`
+ * the step's rows before this sequence's drafts, n_seqs the sequences
+ * decoding in it, draft_model whether drafting costs time. */
+int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
+                      int64_t rows, int64_t n_seqs, bool draft_model);
 /* After a verify step of `drafted` tokens of which `accepted` were kept. */
-void spec_len_update(struct spec_len *l, int64_t n_max, int64_t drafted, int64_t accepted);
+void spec_len_update(struct spec_len *l, int64_t drafted, int64_t accepted);
 
 /* ---- the acceptance rule ---------------------------------------------------------- */
 

@@ -2,7 +2,8 @@
  * backends that need no model (their logits a function of the history the
  * blocks hold, so a row that reads a rolled-back or foreign token changes
  * the output):
- *   - spec_lookup and the adaptive length on hand-worked cases;
+ *   - spec_lookup and the draft length's choice at fixed costs on
+ *     hand-worked cases;
  *   - greedy: every request's tokens with prompt lookup and with a draft
  *     model (a second fake that mostly agrees) are the tokens without a
  *     draft, in a busy batch (more requests than slots, shared prefixes, a
@@ -175,6 +176,7 @@ static void run(struct req *q, int n, struct fake *target, struct fake *draft, i
 {
     struct engine *e = NULL;
     struct engine_opts o = {.max_rows = max_rows, .share_prefixes = true, .spec_max = spec_max,
+                            .spec_fixed_cost = true,
                             .draft = draft ? &draft->base : NULL, .cb = {.on_token = on_token}};
     CHECK(engine_create(&target->base, NULL, &o, &e) == IG_OK);
     if (!e)
@@ -213,19 +215,24 @@ static void check_lookup(void)
     CHECK(spec_lookup(w, 4, 1, 4, 4, d) == 0); /* nothing repeats */
     CHECK(spec_lookup(w, 1, 1, 4, 4, d) == 0);
 
+    /* the draft length at the fixed costs a = 1, b = 0.3, a drafted token 0.44 */
+    struct spec_cost c = {.fixed = true};
     struct spec_len l;
-    spec_len_init(&l, 8);
-    CHECK(spec_len_next(&l) == 8);
-    spec_len_update(&l, 8, 8, 3); /* partial: accepted + 1 */
-    CHECK(spec_len_next(&l) == 4);
-    spec_len_update(&l, 8, 4, 4); /* all: + 2 */
-    CHECK(spec_len_next(&l) == 6);
-    spec_len_update(&l, 8, 6, 0); /* none: 1, after skipping 1 step */
-    CHECK(spec_len_next(&l) == 0 && spec_len_next(&l) == 1);
-    spec_len_update(&l, 8, 1, 0); /* none again: 2 steps skipped */
-    CHECK(spec_len_next(&l) == 0 && spec_len_next(&l) == 0 && spec_len_next(&l) == 1);
-    spec_len_update(&l, 8, 1, 1);
-    CHECK(spec_len_next(&l) == 3);
+    spec_len_init(&l);
+    CHECK(spec_len_next(&l, &c, 8, 1, 1, false) == 1); /* alpha 1/2: one pays, two do not */
+    spec_len_update(&l, 4, 4);
+    CHECK(spec_len_next(&l, &c, 8, 1, 1, false) == 4); /* alpha 5/6: 3.59 tok / 2.5 */
+    CHECK(spec_len_next(&l, &c, 3, 1, 1, false) == 3); /* k_max */
+    CHECK(spec_len_next(&l, &c, 8, 8, 8, false) == 1); /* 8 sequences pay for each row */
+    for (int i = 0; i < 13; i++) /* alpha falls to 0.18: no draft pays */
+        spec_len_update(&l, 1, 0);
+    int64_t probes[6];
+    for (int i = 0; i < 6; i++)
+        probes[i] = spec_len_next(&l, &c, 8, 1, 1, false);
+    CHECK(probes[0] == 1 && probes[1] == 0 && probes[2] == 1 && probes[3] == 0 &&
+          probes[4] == 0 && probes[5] == 1); /* a probe after 1, 2 skipped steps */
+    spec_len_init(&l); /* a draft model's token costs 0.44 more: at alpha 1/2, a probe */
+    CHECK(spec_len_next(&l, &c, 8, 1, 1, true) == 1 && spec_len_next(&l, &c, 8, 1, 1, true) == 0);
 }
 
 #define N_GREEDY 10
