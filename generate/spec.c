@@ -79,6 +79,8 @@ void spec_len_init(struct spec_len *l)
 int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
                       int64_t rows, int64_t n_seqs, bool draft_model)
 {
+    if (l->off)
+        return 0;
     double a, b, d;
     cost_fit(c, &a, &b, &d);
     double alpha = (l->kept + 1) / (l->kept + l->missed + 2);
@@ -93,14 +95,20 @@ int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_m
             best = g, k_best = k;
     }
     if (k_best) {
+        l->probing = false;
         l->skip = 0;
         l->backoff = 1;
         return k_best;
+    }
+    if (draft_model && l->failed >= 2) {
+        l->off = true;
+        return 0;
     }
     if (l->skip > 0) {
         l->skip--;
         return 0;
     }
+    l->probing = true;
     l->skip = l->backoff;
     l->backoff = l->backoff * 2 < SPEC_SKIP_MAX ? l->backoff * 2 : SPEC_SKIP_MAX;
     return k_max ? 1 : 0;
@@ -110,6 +118,7 @@ void spec_len_update(struct spec_len *l, int64_t drafted, int64_t accepted)
 {
     if (drafted <= 0)
         return;
+    l->failed = l->probing && !accepted ? l->failed + 1 : 0;
     l->kept = l->kept * SPEC_LEN_DECAY + (double)accepted;
     l->missed = l->missed * SPEC_LEN_DECAY + (accepted < drafted);
 }

@@ -62,11 +62,17 @@ void spec_cost_draft(struct spec_cost *c, int64_t n_drafted, double ms);
  * of the whole step, (n_seqs - 1 + E(k)) / (a + b rows + (b + draft) k).
  * Where that is 0, a probe of one token is drafted after 1, 2, 4 .. 16
  * skipped steps (doubling while it stays 0), so alpha keeps up with the
- * text at a cost of a few percent where drafts fail. */
+ * text at a cost of a few percent where drafts fail. A draft model stops
+ * for good after two probes in a row found nothing: every token it skips
+ * it must read again before its next draft (its own prefill), which would
+ * cost a probe as much as the steps skipped. */
 struct spec_len {
     double kept, missed; /* decayed: drafted tokens kept, rejections */
     int64_t skip;        /* steps left without a draft */
     int64_t backoff;     /* the next skip */
+    bool probing;        /* the last draft was a probe */
+    int64_t failed;      /* probes in a row that kept nothing */
+    bool off;            /* (a draft model) no more drafts for this request */
 };
 
 void spec_len_init(struct spec_len *l);

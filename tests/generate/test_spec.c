@@ -233,6 +233,22 @@ static void check_lookup(void)
           probes[4] == 0 && probes[5] == 1); /* a probe after 1, 2 skipped steps */
     spec_len_init(&l); /* a draft model's token costs 0.44 more: at alpha 1/2, a probe */
     CHECK(spec_len_next(&l, &c, 8, 1, 1, true) == 1 && spec_len_next(&l, &c, 8, 1, 1, true) == 0);
+    spec_len_update(&l, 1, 0); /* it failed, and the next probe too: the draft model stops */
+    CHECK(spec_len_next(&l, &c, 8, 1, 1, true) == 1);
+    spec_len_update(&l, 1, 0);
+    int64_t after = 0;
+    for (int i = 0; i < 40; i++)
+        after += spec_len_next(&l, &c, 8, 1, 1, true);
+    CHECK(after == 0);
+    spec_len_init(&l); /* lookup's probes go on (they cost a row, no reading) */
+    for (int i = 0; i < 4; i++) {
+        while (!spec_len_next(&l, &c, 8, 1, 1, false))
+            ;
+        spec_len_update(&l, 1, 0);
+    }
+    for (int i = 0; i < 40; i++)
+        after += spec_len_next(&l, &c, 8, 1, 1, false);
+    CHECK(after > 0);
 }
 
 #define N_GREEDY 10
