@@ -732,7 +732,8 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
     if (fed) { /* the token to feed, then this step's drafts, every row wanting logits */
         n = 1 + s->n_draft;
         e->tokens[row0] = s->next;
-        memcpy(e->tokens + row0 + 1, s->draft, (size_t)s->n_draft * sizeof *e->tokens);
+        if (s->n_draft)
+            memcpy(e->tokens + row0 + 1, s->draft, (size_t)s->n_draft * sizeof *e->tokens);
     } else {
         n = s->n_all_prompt - pos0 < room ? s->n_all_prompt - pos0 : room;
         memcpy(e->tokens + row0, s->tokens + pos0, (size_t)n * sizeof *e->tokens);
