@@ -504,7 +504,7 @@ static int attach_spec(struct engine *e, struct seq *s, struct gen_request *r)
 {
     const struct gen_spec *sp = &r->params.spec;
     s->n_draft = 0;
-    spec_len_init(&s->len);
+    spec_len_init(&s->len, sp->draft);
     r->result.spec = sp->lookup || sp->draft;
     if (!sp->draft || r->params.sp.temperature <= 0)
         return IG_OK;
@@ -778,14 +778,16 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
 {
     int64_t room = e->max_rows - n_fed, lroom = e->logits_rows - e->n_slots;
     room = room < lroom ? room : lroom;
-    int n_jobs = 0, n_dec = 0;
+    int n_jobs = 0, n_dec = 0, n_run = engine_running(e);
     for (int i = 0; i < e->n_slots; i++)
         n_dec += e->seqs[i].phase == SEQ_DECODE;
     for (int i = 0; i < e->n_slots; i++) {
         struct seq *s = &e->seqs[i];
         s->n_draft = 0;
-        if (s->phase == SEQ_PREFILL && s->r->params.spec.draft) {
-            /* the draft model reads the prompt while the model does (TTFT, not decode) */
+        if (s->phase == SEQ_PREFILL && s->r->params.spec.draft &&
+            spec_len_best(&s->len, &e->cost, s->r->params.spec.n_max, n_run, n_run)) {
+            /* the draft model reads the prompt while the model does (TTFT, not
+             * decode), where drafting is to pay when it decodes beside the others */
             e->jobs[n_jobs++] = (struct spec_draft_job){
                 .slot = i, .tokens = s->tokens, .n_tokens = s->n_all_prompt,
                 .max_pos = s->max_pos, .k = 0, .draft = s->draft};
@@ -796,8 +798,7 @@ static int plan_drafts(struct engine *e, int64_t n_fed)
         const struct gen_params *p = &s->r->params;
         if (!p->spec.lookup && !p->spec.draft)
             continue;
-        int64_t k = spec_len_next(&s->len, &e->cost, p->spec.n_max, n_fed, n_dec,
-                                  p->spec.draft);
+        int64_t k = spec_len_next(&s->len, &e->cost, p->spec.n_max, n_fed, n_dec);
         int64_t left_pos = s->max_pos - s->kv.n_pos - 1; /* the drafts' rows need positions */
         int64_t left_gen = p->n_predict > 0 ? p->n_predict - s->r->result.n_gen - 1 : k;
         k = k < left_pos ? k : left_pos;

@@ -71,20 +71,20 @@ static void cost_fit(const struct spec_cost *c, double *a, double *b, double *d)
     *d = c->draft_n > 0.5 ? c->draft_ms / c->draft_n : 0.44 * (*a + *b);
 }
 
-void spec_len_init(struct spec_len *l)
+void spec_len_init(struct spec_len *l, bool draft_model)
 {
-    *l = (struct spec_len){.backoff = 1};
+    *l = (struct spec_len){.backoff = 1, .draft_model = draft_model};
 }
 
-int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
-                      int64_t rows, int64_t n_seqs, bool draft_model)
+int64_t spec_len_best(const struct spec_len *l, const struct spec_cost *c, int64_t k_max,
+                      int64_t rows, int64_t n_seqs)
 {
-    if (l->off)
-        return 0;
     double a, b, d;
     cost_fit(c, &a, &b, &d);
-    double alpha = (l->kept + 1) / (l->kept + l->missed + 2);
-    double t = a + b * (double)rows, per = b + (draft_model ? d : 0);
+    /* prior: as 4 kept of 5 (a draft model), 1 of 2 (lookup) */
+    double alpha = l->draft_model ? (l->kept + 4) / (l->kept + l->missed + 5)
+                                  : (l->kept + 1) / (l->kept + l->missed + 2);
+    double t = a + b * (double)rows, per = b + (l->draft_model ? d : 0);
     double best = (double)n_seqs / t, e = 1, p = 1;
     int64_t k_best = 0;
     for (int64_t k = 1; k <= k_max; k++) {
@@ -94,21 +94,22 @@ int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_m
         if (g > best)
             best = g, k_best = k;
     }
-    if (k_best) {
-        l->probing = false;
+    return k_best;
+}
+
+int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
+                      int64_t rows, int64_t n_seqs)
+{
+    int64_t k_best = spec_len_best(l, c, k_max, rows, n_seqs);
+    if (k_best || l->draft_model) {
         l->skip = 0;
         l->backoff = 1;
         return k_best;
-    }
-    if (draft_model && l->failed >= 2) {
-        l->off = true;
-        return 0;
     }
     if (l->skip > 0) {
         l->skip--;
         return 0;
     }
-    l->probing = true;
     l->skip = l->backoff;
     l->backoff = l->backoff * 2 < SPEC_SKIP_MAX ? l->backoff * 2 : SPEC_SKIP_MAX;
     return k_max ? 1 : 0;
@@ -118,7 +119,6 @@ void spec_len_update(struct spec_len *l, int64_t drafted, int64_t accepted)
 {
     if (drafted <= 0)
         return;
-    l->failed = l->probing && !accepted ? l->failed + 1 : 0;
     l->kept = l->kept * SPEC_LEN_DECAY + (double)accepted;
     l->missed = l->missed * SPEC_LEN_DECAY + (accepted < drafted);
 }

@@ -62,25 +62,28 @@ void spec_cost_draft(struct spec_cost *c, int64_t n_drafted, double ms);
  * of the whole step, (n_seqs - 1 + E(k)) / (a + b rows + (b + draft) k).
  * Where that is 0, a probe of one token is drafted after 1, 2, 4 .. 16
  * skipped steps (doubling while it stays 0), so alpha keeps up with the
- * text at a cost of a few percent where drafts fail. A draft model stops
- * for good after two probes in a row found nothing: every token it skips
- * it must read again before its next draft (its own prefill), which would
- * cost a probe as much as the steps skipped. */
+ * text at a cost of a few percent where drafts fail. A draft model does not
+ * probe: every token it skips it must read again before its next draft
+ * (its own prefill), so a probe would cost as much as the steps skipped; it
+ * drafts where its acceptance (prior 0.8: a smaller model of the same
+ * family) makes it pay, and not again once failures or a busy batch (where
+ * each verify row delays every sequence) make it not. */
 struct spec_len {
     double kept, missed; /* decayed: drafted tokens kept, rejections */
     int64_t skip;        /* steps left without a draft */
     int64_t backoff;     /* the next skip */
-    bool probing;        /* the last draft was a probe */
-    int64_t failed;      /* probes in a row that kept nothing */
-    bool off;            /* (a draft model) no more drafts for this request */
+    bool draft_model;    /* the prior and the rule above */
 };
 
-void spec_len_init(struct spec_len *l);
+void spec_len_init(struct spec_len *l, bool draft_model);
+/* The k that pays best now, without probing or counting (0: none). */
+int64_t spec_len_best(const struct spec_len *l, const struct spec_cost *c, int64_t k_max,
+                      int64_t rows, int64_t n_seqs);
 /* The length to draft this step (0: none), counting a skipped step: `rows`
  * the step's rows before this sequence's drafts, n_seqs the sequences
  * decoding in it, draft_model whether drafting costs time. */
 int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
-                      int64_t rows, int64_t n_seqs, bool draft_model);
+                      int64_t rows, int64_t n_seqs);
 /* After a verify step of `drafted` tokens of which `accepted` were kept. */
 void spec_len_update(struct spec_len *l, int64_t drafted, int64_t accepted);
 
