@@ -100,8 +100,13 @@ int64_t spec_len_best(const struct spec_len *l, const struct spec_cost *c, int64
 int64_t spec_len_next(struct spec_len *l, const struct spec_cost *c, int64_t k_max,
                       int64_t rows, int64_t n_seqs)
 {
+    if (l->off)
+        return 0;
     int64_t k_best = spec_len_best(l, c, k_max, rows, n_seqs);
+    if (l->draft_model && !k_best && ++l->idle >= 3)
+        l->off = true;
     if (k_best || l->draft_model) {
+        l->idle = k_best ? 0 : l->idle;
         l->skip = 0;
         l->backoff = 1;
         return k_best;

@@ -66,13 +66,17 @@ void spec_cost_draft(struct spec_cost *c, int64_t n_drafted, double ms);
  * probe: every token it skips it must read again before its next draft
  * (its own prefill), so a probe would cost as much as the steps skipped; it
  * drafts where its acceptance (prior 0.8: a smaller model of the same
- * family) makes it pay, and not again once failures or a busy batch (where
- * each verify row delays every sequence) make it not. */
+ * family) makes it pay, and stops for the request once failures or a busy
+ * batch (where each verify row delays every sequence) make it not pay for 3
+ * steps in a row (a gap it can still catch up cheaply). */
 struct spec_len {
     double kept, missed; /* decayed: drafted tokens kept, rejections */
     int64_t skip;        /* steps left without a draft */
     int64_t backoff;     /* the next skip */
     bool draft_model;    /* the prior and the rule above */
+    int64_t idle;        /* a draft model: decode steps in a row where no k paid */
+    bool off;            /* a draft model: after 3 such steps, no more drafts (it
+                          * would have to read every token it skipped) */
 };
 
 void spec_len_init(struct spec_len *l, bool draft_model);

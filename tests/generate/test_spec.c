@@ -8,7 +8,8 @@
  *     model (a second fake that mostly agrees) are the tokens without a
  *     draft, in a busy batch (more requests than slots, shared prefixes, a
  *     small row budget, n_predict limits), with drafts both accepted and
- *     rejected; the pool's blocks all come back;
+ *     rejected (the draft model one sequence at a time: at the fixed
+ *     costs it pays only alone); the pool's blocks all come back;
  *   - sampled: the distribution of three sampled tokens (top-k 4,
  *     temperature 1: 64 outcomes) over 12000 seeded requests, with lookup
  *     drafts (q one-hot) and with a draft model whose q differs from p,
@@ -240,7 +241,13 @@ static void check_lookup(void)
     int64_t after = 0;
     for (int i = 0; i < 40; i++)
         after += spec_len_next(&l, &c, 8, 1, 1);
-    CHECK(after == 0);
+    CHECK(after == 0 && l.off);
+    spec_len_init(&l, true); /* two idle steps (beside 7 others), then alone again: on */
+    CHECK(spec_len_next(&l, &c, 8, 8, 8) == 0 && spec_len_next(&l, &c, 8, 8, 8) == 0);
+    CHECK(spec_len_next(&l, &c, 8, 1, 1) == 1);
+    for (int i = 0; i < 3; i++) /* three in a row: off for the request */
+        CHECK(spec_len_next(&l, &c, 8, 8, 8) == 0);
+    CHECK(spec_len_next(&l, &c, 8, 1, 1) == 0);
 }
 
 #define N_GREEDY 10
@@ -275,8 +282,9 @@ static void check_greedy(void)
     struct gen_spec lookup = {.lookup = true, .n_max = 6, .ngram_min = 1, .ngram_max = 4};
     struct gen_spec model = {.draft = true, .n_max = 5};
     for (int pass = 0; pass < 2; pass++) {
-        fake_init(&target, 3, 40, 0, 1, 1);
-        fake_init(&draft, 3, 40, 0x51, 5, 1);
+        /* a draft model pays one sequence at a time at the fixed costs */
+        fake_init(&target, pass ? 1 : 3, 40, 0, 1, 1);
+        fake_init(&draft, pass ? 1 : 3, 40, 0x51, 5, 1);
         make_greedy(q, pass ? model : lookup, 5);
         run(q, N_GREEDY, &target, pass ? &draft : NULL, 40, 8);
         int64_t drafted = 0, accepted = 0, same = 0;
