@@ -11,8 +11,10 @@ speculation: the text `run` writes with no draft.
   rollback that left a wrong row in either cache shows up as a rejection).
 - With a grammar (a JSON schema), both draft sources again give plain
   `run`'s text (drafts the grammar forbids are rejected by the mask).
-- `batch`: lines that turn lookup on and off, and a draft line, give `run`'s
-  text; the line's "speculation" object is there.
+- `batch` (one request at a time: beside others a draft model's rows do not
+  pay on the CPU and it would draft nothing): lines that turn lookup on and
+  off, and a draft line, give `run`'s text; the line's "speculation" object
+  is there.
 - A draft model whose vocabulary differs in one token (the model's file
   with one token's text changed, written here with the `gguf` package's
   reader to find it) is refused with exit 2 and a line naming that token id;
@@ -116,7 +118,7 @@ def main():
              {"id": 2, "prompt": PROMPTS[1], "n_predict": N, "draft": True,
               "spec_draft_n_max": 2}]
     r = subprocess.run([IGNITE, "batch", "-m", MODEL, "-q", "-t", "2", "--device", "cpu",
-                        "--temp", "0", "-md", MODEL],
+                        "--temp", "0", "-md", MODEL, "-P", "1"],
                        input="\n".join(json.dumps(x) for x in lines).encode(),
                        capture_output=True, timeout=600)
     check(r.returncode == 0, f"batch: exit {r.returncode}: {r.stderr[-300:]!r}")
