@@ -4,6 +4,8 @@
 # directory holding the binaries.
 #
 #   bench/llamacpp_build.sh TARGET...     e.g. llama-bench llama-batched-bench
+#                                         (llama-speculative-simple, llama-lookup: examples,
+#                                         turned on for them)
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (it vendors
 # llama.cpp's source), built with GGML_NATIVE in Release under
@@ -58,9 +60,16 @@ if [ ${#need[@]} -gt 0 ]; then
          python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$ver" >&2 &&
          tar xzf "llama_cpp_python-$ver.tar.gz")
     fi
+    # the speculative-decoding programs are examples, not tools, in llama.cpp
+    examples=OFF
+    for t in "${need[@]}"; do
+        case $t in llama-speculative* | llama-lookup*) examples=ON ;; esac
+    done
+    [ "$examples" = OFF ] && grep -q '^LLAMA_BUILD_EXAMPLES:BOOL=ON' "$bld/CMakeCache.txt" 2>/dev/null &&
+        examples=ON # (an earlier build turned them on: keep them)
     cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENMP=ON \
-        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=$examples \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
     for t in "${need[@]}"; do
         cmake --build "$bld" --target "$t" -j "$(nproc)" >&2

@@ -97,8 +97,6 @@ static const struct foreign_word foreign_words[] = {
     {"--predict", "n-predict", NULL},
     {"--max-tokens", "n-predict", "vLLM's and OpenAI's name for it"},
     {"--prompt-cache", "save-kv", "and --load-kv FILE to continue from it"},
-    {"-md", NULL, "ignite has no speculative decoding"},
-    {"--model-draft", NULL, "ignite has no speculative decoding"},
     {"-e", NULL, "ignite takes -p as it is: write escapes with the shell's $'...'"},
     {"--escape", NULL, "ignite takes -p as it is: write escapes with the shell's $'...'"},
     {"--no-warmup", NULL, "ignite bench always runs one untimed warm-up"},
@@ -115,6 +113,9 @@ static const struct {
     {"-ngl", "--n-gpu-layers"},
     {"--gpu-layers", "--n-gpu-layers"},
     {"-fa", "--flash-attn"},
+    {"-md", "--draft-model"},
+    {"--model-draft", "--draft-model"},
+    {"--spec-draft-model", "--draft-model"},
 };
 
 /* ---- the table ------------------------------------------------------------------ */

@@ -296,6 +296,31 @@ static int apply_key(const cJSON *v, struct batch_request *r)
         return get_stop(v, r);
     if (!strcmp(k, "grammar"))
         return copy_text(v, k, true, &r->grammar);
+    if (!strcmp(k, "lookup") || !strcmp(k, "draft")) { /* the one draft source, or none */
+        bool on = false;
+        int st = get_bool(v, k, &on);
+        if (st != IG_OK)
+            return st;
+        if (on && !r->spec_cli)
+            return ig_error(IG_E_INPUT, "\"%s\" needs speculation on the command line "
+                            "(--lookup or --draft-model)", k);
+        if (k[0] == 'd' && on && !r->spec_draft_model)
+            return ig_error(IG_E_INPUT, "\"draft\" needs --draft-model on the command line");
+        if (k[0] == 'l') {
+            o->lookup = on;
+            o->draft_model = on ? NULL : o->draft_model;
+        } else {
+            o->draft_model = on ? r->spec_draft_model : NULL;
+            o->lookup = on ? false : o->lookup;
+        }
+        return IG_OK;
+    }
+    if (!strcmp(k, "spec_draft_n_max"))
+        return get_int(v, k, 1, 64, &o->spec_n_max);
+    if (!strcmp(k, "spec_draft_n_min"))
+        return get_int(v, k, 0, 64, &o->spec_n_min);
+    if (!strcmp(k, "draft_p_min"))
+        return get_num(v, k, 0, 1, &o->spec_p_min);
     if (!strcmp(k, "json_schema")) {
         if (cJSON_IsString(v))
             return copy_text(v, k, true, &r->json_schema);
@@ -307,7 +332,8 @@ static int apply_key(const cJSON *v, struct batch_request *r)
     }
     return ig_error(IG_E_INPUT, "unknown key \"%s\" (known: prompt, id, n_predict, temperature, "
                     "top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, ignore_eos, "
-                    "chat, system, no_think, stop, grammar, json_schema)", k);
+                    "chat, system, no_think, stop, grammar, json_schema, lookup, draft, "
+                    "spec_draft_n_max, spec_draft_n_min, draft_p_min)", k);
 }
 
 static int parse_json(const char *line, size_t len, struct batch_request *r)
@@ -359,7 +385,8 @@ static int parse_json(const char *line, size_t len, struct batch_request *r)
 int batch_request_parse(const char *line, size_t len, bool plain, const struct gen_cli *defaults,
                         struct batch_request *r)
 {
-    *r = (struct batch_request){.opts = *defaults};
+    *r = (struct batch_request){.opts = *defaults, .spec_draft_model = defaults->draft_model,
+                                .spec_cli = defaults->lookup || defaults->draft_model};
     int st;
     if (plain) {
         size_t bad;

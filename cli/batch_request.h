@@ -7,7 +7,11 @@
  * by their --json names: "n_predict", "temperature", "top_k", "top_p",
  * "min_p", "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "chat",
  * "system", "no_think", "stop" (a string or an array of strings), and a constraint:
- * "grammar" (GBNF text) or "json_schema" (a schema object, or its text).
+ * "grammar" (GBNF text) or "json_schema" (a schema object, or its text),
+ * and speculation where the command line turned it on (--lookup or -md):
+ * "lookup" or "draft" (booleans: that source, or none when false),
+ * "spec_draft_n_max" (at most the engine's: the command line's, or 16),
+ * "spec_draft_n_min", "draft_p_min".
  * Absent keys take the command line's values. A key that is unknown or of the wrong type, a
  * value out of range, a line that is not one JSON object: refused with one
  * line naming the cause. With --lines the line is the prompt itself. */
@@ -29,6 +33,8 @@ struct batch_request {
     int n_stop;
     char *grammar;         /* the line's GBNF, owned; NULL: none given */
     char *json_schema;     /* the line's schema as JSON text, owned; NULL: none given */
+    const char *spec_draft_model; /* the command line's -md (what "draft" turns on) */
+    bool spec_cli;         /* the command line turned speculation on */
     struct gen_cli opts;   /* the command line's options with the line's keys applied
                             * (opts.system and opts.stop point into this request) */
 };

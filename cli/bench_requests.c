@@ -10,12 +10,17 @@
  * time in which some request was between its first and its last token, so
  * that with P in flight it cannot exceed P / TPOT (llama-batched-bench's S_TG
  * when all requests are in flight at once; docs/benchmarks.md says how they
- * map). Ctrl-C stops the run and reports the requests done by
+ * map). With --prompt-file every request's prompt is that text (its
+ * output ends at an end-of-generation token or its length), and with
+ * speculation (--lookup, -md) the report adds the acceptance, the mean
+ * accepted length, the mean draft length k, the time of a verify step
+ * (over a plain run's time a token: v) and of drafting a token. Ctrl-C stops the run and reports the requests done by
  * then, with "interrupted": true, exit 130. Covered by
  * tests/cli/test_bench_requests.py. */
 #include "cli/bench_requests.h"
 
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
@@ -104,7 +109,8 @@ static void on_done(void *user, struct gen_request *r)
 {
     struct bench_state *b = user;
     struct bench_req *q = r->user;
-    if (r->result.status != IG_OK || r->result.stop != GEN_STOP_LIMIT)
+    if (r->result.status != IG_OK ||
+        (r->result.stop != GEN_STOP_LIMIT && (r->params.ignore_eog || r->result.stop != GEN_STOP_EOG)))
         b->failed++;
     else
         q->done = true;
@@ -260,9 +266,30 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     struct backend *be = NULL;
     struct engine *engine = NULL;
     struct bench_state b = {.n = o->n_requests};
+    struct model *dm = NULL;
+    struct backend *draft = NULL;
+    struct run_chat chat = {0}; /* the model's template, for --prompt-file --chat */
+    char *text = NULL, *rendered = NULL;
+    struct tok_ids prompt = {0};
+    size_t text_len = 0;
     int st = load(o, spec, &m, &vocab, path, sizeof path);
     if (st != IG_OK) /* a synthetic model has no vocabulary: the engine runs on ids alone */
         goto done;
+    if (o->prompt_file) {
+        if (!vocab) {
+            st = ig_error(IG_E_USAGE, "--prompt-file needs a model with a vocabulary");
+            goto done;
+        }
+        struct gen_cli enc;
+        gen_cli_defaults(&enc);
+        enc.chat = o->chat;
+        if ((st = run_chat_setup(&enc, m, vocab, &chat)) != IG_OK ||
+            (st = cli_read_file(o->prompt_file, &text, &text_len)) != IG_OK ||
+            (st = run_render_prompt(&chat, o->chat, false, NULL, text, &rendered)) != IG_OK ||
+            (st = tok_encode(vocab, rendered, strlen(rendered), run_encode_flags(&enc),
+                             &prompt)) != IG_OK)
+            goto done;
+    }
 
     /* The requests, all known before the clock starts. */
     b.reqs = calloc((size_t)b.n, sizeof *b.reqs);
@@ -270,12 +297,13 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     int64_t n_ctx = 1, total_in = 0, total_out = 0;
     for (int64_t i = 0; b.reqs && i < b.n && st == IG_OK; i++) {
         struct bench_req *q = &b.reqs[i];
-        q->n_in = draw_len(&s, o->in_mean, o->in_sd);
+        q->n_in = o->prompt_file ? prompt.n : draw_len(&s, o->in_mean, o->in_sd);
         q->n_out = draw_len(&s, o->out_mean, o->out_sd);
         if (!(q->tokens = malloc((size_t)q->n_in * sizeof *q->tokens)))
             break;
         for (int64_t t = 0; t < q->n_in; t++)
-            q->tokens[t] = (int32_t)(splitmix(&s) % (uint64_t)m->hp.n_vocab);
+            q->tokens[t] = o->prompt_file ? prompt.ids[t]
+                                          : (int32_t)(splitmix(&s) % (uint64_t)m->hp.n_vocab);
         n_ctx = q->n_in + q->n_out > n_ctx ? q->n_in + q->n_out : n_ctx;
         total_in += q->n_in;
         total_out += q->n_out;
@@ -294,10 +322,19 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         .max_rows = o->n_batch > o->parallel ? o->n_batch : o->parallel,
         .oom_hint = "lower --parallel, --input-len, --output-len or -b",
     };
+    bool speculate = o->spec.lookup || o->spec.draft_model;
+    if (speculate && !vocab) {
+        st = ig_error(IG_E_USAGE, "speculation needs a model with a vocabulary (not synthetic)");
+        goto done;
+    }
     struct engine_opts eo = {.max_rows = bo.max_rows,
-                             .cb = {.on_token = on_token, .on_done = on_done, .user = &b}};
+                             .cb = {.on_token = on_token, .on_done = on_done, .user = &b},
+                             .spec_max = speculate ? gen_cli_spec_max(&o->spec) : 0};
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
-        (st = engine_create(be, vocab, &eo, &engine)) != IG_OK)
+        (st = gen_cli_load_draft(&o->spec, vocab, &be->o, &dm, &draft)) != IG_OK)
+        goto done;
+    eo.draft = draft;
+    if ((st = engine_create(be, vocab, &eo, &engine)) != IG_OK)
         goto done;
     cli_catch_sigint(true); /* the step loop ends; the report covers what was done */
     int64_t t0 = ig_now_ns();
@@ -305,9 +342,10 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         struct bench_req *q = &b.reqs[i];
         q->r = (struct gen_request){
             .tokens = q->tokens, .n_tokens = q->n_in, .t_arrival_ns = t0, .user = q,
-            .params = {.n_predict = q->n_out, .ignore_eog = true,
+            .params = {.n_predict = q->n_out, .ignore_eog = !o->prompt_file,
                        .sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1}},
         };
+        gen_cli_spec(&o->spec, &q->r.params.spec);
         st = engine_submit(engine, &q->r);
     }
     while (st == IG_OK && engine_pending(engine) && !cli_interrupted)
@@ -318,11 +356,18 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     bool interrupted = cli_interrupted;
     int64_t n_done = 0;
     total_in = total_out = 0;
+    struct gen_result sum = {0}; /* speculation's counts over the requests */
     for (int64_t i = 0; i < b.n; i++)
         if (b.reqs[i].done) {
+            const struct gen_result *r = &b.reqs[i].r.result;
             total_in += b.reqs[i].n_in;
-            total_out += b.reqs[i].n_out;
+            total_out += r->n_gen;
             n_done++;
+            sum.n_verify += r->n_verify;
+            sum.n_drafted += r->n_drafted;
+            sum.n_accepted += r->n_accepted;
+            sum.verify_ms += r->verify_ms;
+            sum.draft_ms += r->draft_ms;
         }
     if (b.failed) {
         st = ig_error(IG_E_INTERNAL, "%d of %lld requests did not complete", b.failed,
@@ -383,6 +428,19 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         cJSON_AddNumberToObject(j, "tg_tok_s", (double)b.n_itl / ((double)tg_ns / 1e9));
     else
         cJSON_AddNullToObject(j, "tg_tok_s");
+    if (speculate) { /* llama.cpp's acceptance: accepted / drafted */
+        double nv = (double)sum.n_verify, nd = (double)sum.n_drafted;
+        cJSON_AddStringToObject(j, "spec", o->spec.lookup ? "lookup" : "draft");
+        cJSON_AddNumberToObject(j, "spec_verify_steps", nv);
+        cJSON_AddNumberToObject(j, "spec_drafted", nd);
+        cJSON_AddNumberToObject(j, "spec_accepted", (double)sum.n_accepted);
+        cJSON_AddNumberToObject(j, "spec_acceptance", nd > 0 ? (double)sum.n_accepted / nd : 0);
+        cJSON_AddNumberToObject(j, "spec_mean_accepted",
+                                nv > 0 ? (double)sum.n_accepted / nv : 0);
+        cJSON_AddNumberToObject(j, "spec_mean_k", nv > 0 ? nd / nv : 0);
+        cJSON_AddNumberToObject(j, "spec_verify_ms", nv > 0 ? sum.verify_ms / nv : 0);
+        cJSON_AddNumberToObject(j, "spec_draft_ms_per_token", nd > 0 ? sum.draft_ms / nd : 0);
+    }
     add_dist(j, "ttft", dist_of(ttft, n_done));
     add_dist(j, "tpot", dist_of(tpot, n_tpot));
     add_dist(j, "itl", dist_of(b.itl, b.n_itl));
@@ -396,7 +454,13 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         st = IG_E_INTERRUPTED;
 done:
     engine_free(engine);
+    backend_free(draft);
+    model_free(dm);
     backend_free(be);
+    tok_ids_free(&prompt);
+    free(text);
+    free(rendered);
+    run_chat_free(&chat);
     for (int64_t i = 0; b.reqs && i < b.n; i++)
         free(b.reqs[i].tokens);
     free(b.reqs);

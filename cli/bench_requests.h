@@ -4,6 +4,7 @@
 #define IGNITE_CLI_BENCH_REQUESTS_H
 
 #include "backend/backend.h"
+#include "cli/gen_opts.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +22,11 @@ struct bench_requests_opts {
     bool exact;
     enum backend_gpu_weights gpu_weights;
     const char *format;         /* md, csv, json, jsonl */
+    const char *prompt_file;    /* --prompt-file: every request's prompt (--input-len
+                                 * unused; an end-of-generation token ends it) */
+    bool chat;                  /* --chat: that prompt in the model's chat template */
+    struct gen_cli spec;        /* the speculation options (--lookup, -md, ...); the
+                                 * rest of it unused */
 };
 
 /* Parses "MEAN" or "MEAN:SD" (`what` names the option). Returns IG_OK or

@@ -335,6 +335,7 @@ static int make_request(struct batch *b, struct job *j)
                                       .ignore_eog = o->ignore_eos, .stop = o->stop,
                                       .n_stop = o->n_stop,
                                       .grammar = j->grammar ? j->grammar : b->grammar};
+    gen_cli_spec(o, &j->r.params.spec);
     j->r.user = j;
     if (st == IG_OK)
         st = engine_submit(b->engine, &j->r);
@@ -445,11 +446,13 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
 
 /* Runs the requests of `in` to the end of input (or Ctrl-C, or a closed
  * stdout). Returns the batch's status before the per-request failures. */
-static int run_batch(struct batch *b, struct backend *be, struct line_reader *in)
+static int run_batch(struct batch *b, struct backend *be, struct backend *draft,
+                     int64_t spec_max, struct line_reader *in)
 {
     struct engine_opts eo = {
         .max_rows = be->o.max_rows, .share_prefixes = true, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_done = on_done, .user = b},
+        .spec_max = spec_max, .draft = draft,
     };
     int st = engine_create(be, b->vocab, &eo, &b->engine);
     if (st != IG_OK)
@@ -512,14 +515,15 @@ int cmd_batch(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     enum backend_gpu_weights gpu_weights;
-    if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
+    if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK ||
+        (st = gen_cli_check_spec(&o.g, dev.kind)) != IG_OK)
         return st;
 
     char path[4096];
     struct batch b = {.o = &o};
     struct run_chat chat = {0};
-    struct model *m = NULL;
-    struct backend *be = NULL;
+    struct model *m = NULL, *dm = NULL;
+    struct backend *be = NULL, *draft = NULL;
     struct line_reader in;
     bool is_stdin = !strcmp(o.file, "-");
     int fd = is_stdin ? 0 : open(o.file, O_RDONLY | O_CLOEXEC);
@@ -568,11 +572,15 @@ int cmd_batch(int argc, char **argv)
     };
     if (o.kv_mem_mib && (st = kv_mem_blocks(m, &o, dev.kind, &bo.n_blocks)) != IG_OK)
         goto done;
-    if ((st = backend_create(m, &bo, &be)) != IG_OK)
+    if ((st = backend_create(m, &bo, &be)) != IG_OK ||
+        (st = gen_cli_load_draft(&o.g, b.vocab, &be->o, &dm, &draft)) != IG_OK)
         goto done;
     install_signals();
     int64_t t0 = ig_now_ns();
-    st = run_batch(&b, be, &in);
+    /* a line may ask for up to 16 drafted tokens where the command line speculates */
+    int64_t spec_max = !o.g.lookup && !o.g.draft_model ? 0
+                       : gen_cli_spec_max(&o.g) > 16 ? gen_cli_spec_max(&o.g) : 16;
+    st = run_batch(&b, be, draft, spec_max, &in);
     double secs = (double)(ig_now_ns() - t0) / 1e9;
     if (!o.g.quiet)
         print_summary(&b, secs, be);
@@ -590,6 +598,8 @@ done:
     grammar_free(b.grammar);
     free(b.ttft);
     free(b.tpot);
+    backend_free(draft);
+    model_free(dm);
     backend_free(be);
     run_chat_free(&chat);
     tok_vocab_free(b.vocab);

@@ -34,7 +34,8 @@
 #define BENCH_MAX_LIST 16
 
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
-       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP };
+       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT };
+_Static_assert((int)OPT_CHAT < (int)GEN_OPT_LOOKUP, "bench's keys and the speculation rows' differ");
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -58,6 +59,9 @@ static const struct cli_option bench_options[] = {
     {"input-len", OPT_INPUT_LEN, required_argument, "MEAN[:SD]", "--requests: prompt tokens, normal (clipped to >= 1)", "128"},
     {"output-len", OPT_OUTPUT_LEN, required_argument, "MEAN[:SD]", "--requests: tokens generated, normal", "128"},
     {"seed", 's', required_argument, "N", "--requests: seed of the lengths and token ids", "0"},
+    {"prompt-file", OPT_PROMPT_FILE, required_argument, "FILE", "--requests: every request's prompt is FILE's text (an end-of-generation token ends it)", NULL},
+    {"chat", OPT_CHAT, no_argument, NULL, "--prompt-file: in the model's chat template", NULL},
+    GEN_CLI_SPEC_OPTIONS,
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
     {"version", 'V', no_argument, NULL, "show the version and exit", NULL},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -86,6 +90,7 @@ struct bench_opts {
     bool exact;
     enum backend_gpu_weights gpu_weights;
     struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
+    bool spec_given;                /* a speculation option (--requests only) */
 };
 
 /* "512,2048" -> list. Every item must be a number: an empty one ("64,,8",
@@ -158,11 +163,17 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
         o->req.seed = (uint64_t)seed;
         return IG_OK;
     }
+    case OPT_PROMPT_FILE: o->req.prompt_file = arg; return IG_OK;
+    case OPT_CHAT: o->req.chat = true; return IG_OK;
     case 'o':
         if (strcmp(arg, "md") && strcmp(arg, "csv") && strcmp(arg, "json") && strcmp(arg, "jsonl"))
             return ig_error(IG_E_USAGE, "--output: expected md, csv, json or jsonl, got '%s'", arg);
         o->format = arg;
         return IG_OK;
+    }
+    if (key >= GEN_OPT_LOOKUP && key < GEN_OPT_END) { /* speculation's rows */
+        o->spec_given = true;
+        return gen_cli_set(&o->req.spec, key, arg);
     }
     return ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
 }
@@ -189,6 +200,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .n_gpu_layers = CLI_NGL_UNSET,
                              .format = "md", .kv = KV_F16,
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
+    gen_cli_defaults(&o->req.spec);
     struct cli_parser parser;
     const struct cli_command cmd = {"bench", bench_usage, bench_summary, bench_options};
     int st = cli_options_begin(&parser, &cmd, argc, argv);
@@ -210,6 +222,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return st;
     if (!o->n_batch)
         o->n_batch = o->req.n_requests ? backend_batch_rows_default(o->device.kind) : 512;
+    if (!o->req.n_requests && (o->spec_given || o->req.prompt_file || o->req.chat))
+        return ig_error(IG_E_USAGE, "speculation, --prompt-file and --chat are options of the "
+                        "throughput test: add --requests N");
+    if (o->req.chat && !o->req.prompt_file)
+        return ig_error(IG_E_USAGE, "--chat wraps --prompt-file's text: give --prompt-file");
+    if ((st = gen_cli_check_spec(&o->req.spec, o->device.kind)) != IG_OK)
+        return st;
     return IG_OK;
 }
 

@@ -248,6 +248,8 @@ struct chat {
     struct tok_vocab *vocab;
     struct run_chat tmpl;   /* the chat template */
     struct backend *be;
+    struct model *dm;            /* -md's model and backend, or NULL */
+    struct backend *draft;
     struct engine *engine;
     const struct grammar *grammar;
     struct run_stream out;
@@ -315,6 +317,7 @@ static int turn(struct chat *c, const char *msg)
                                    .ignore_eog = c->o->g.ignore_eos, .keep = true,
                                    .stop = c->o->g.stop, .n_stop = c->o->g.n_stop,
                                    .grammar = c->grammar};
+    gen_cli_spec(&c->o->g, &r.params.spec);
     if (st == IG_OK)
         st = engine_submit(c->engine, &r); /* (a message too long for what is left: skipped) */
     if (st == IG_OK) {
@@ -393,7 +396,8 @@ int cmd_chat(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     struct backend_device dev;
     enum backend_gpu_weights gpu_weights;
-    if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
+    if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK ||
+        (st = gen_cli_check_spec(&o.g, dev.kind)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
     signal(SIGPIPE, SIG_IGN);
@@ -427,11 +431,14 @@ int cmd_chat(int argc, char **argv)
         .gpu_weights = gpu_weights,
         .kv_dtype = o.g.kv_dtype,
     };
-    if ((st = backend_create(c.m, &bo, &c.be)) != IG_OK)
+    if ((st = backend_create(c.m, &bo, &c.be)) != IG_OK ||
+        (st = gen_cli_load_draft(&o.g, c.vocab, &c.be->o, &c.dm, &c.draft)) != IG_OK)
         goto done;
     struct engine_opts eo = {
         .max_rows = c.be->o.max_rows, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_token = on_token, .user = &c},
+        .spec_max = o.g.lookup || o.g.draft_model ? gen_cli_spec_max(&o.g) : 0,
+        .draft = c.draft,
     };
     if ((st = engine_create(c.be, c.vocab, &eo, &c.engine)) != IG_OK)
         goto done;
@@ -451,6 +458,8 @@ int cmd_chat(int argc, char **argv)
 done:
     engine_free(c.engine);
     grammar_free(grammar);
+    backend_free(c.draft);
+    model_free(c.dm);
     backend_free(c.be);
     run_chat_free(&c.tmpl);
     tok_vocab_free(c.vocab);

@@ -338,6 +338,7 @@ struct run_inputs {
     const char *path;     /* the model as loaded, for --json */
     struct tok_vocab *vocab;
     struct backend *be;
+    struct backend *draft; /* -md's, or NULL */
     int64_t n_ctx;
     struct loaded_cache *lc;
     const char *prompt;   /* the text to encode */
@@ -359,6 +360,8 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     struct engine_opts eo = {
         .max_rows = in->be->o.max_rows, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_token = on_token, .user = &rs},
+        .spec_max = o->g.lookup || o->g.draft_model ? gen_cli_spec_max(&o->g) : 0,
+        .draft = in->draft,
     };
     run_stream_init(&rs.out, !o->g.quiet);
     int st = engine_create(in->be, in->vocab, &eo, &engine);
@@ -379,6 +382,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
                                    .ignore_eog = o->g.ignore_eos, .prompt_only = o->prompt_only,
                                    .keep = in->save != NULL, .stop = o->g.stop,
                                    .n_stop = o->g.n_stop, .grammar = in->grammar};
+    gen_cli_spec(&o->g, &r.params.spec);
     if (st == IG_OK)
         st = engine_submit(engine, &r);
     while (st == IG_OK && engine_pending(engine)) {
@@ -452,12 +456,15 @@ int cmd_run(int argc, char **argv)
     if ((st = cli_choose_device(o.g.device, o.g.n_gpu_layers, o.g.gpu_weights, &dev, &gpu_weights)) != IG_OK)
         return st;
     o.g.sp.seed = gen_cli_pick_seed(o.g.seed);
+    if ((st = gen_cli_check_spec(&o.g, dev.kind)) != IG_OK)
+        return st;
 
     char path[4096], *user = NULL, *prompt = NULL;
     struct grammar *grammar = NULL;
     struct model *m = NULL;
     struct tok_vocab *vocab = NULL;
-    struct backend *be = NULL;
+    struct backend *be = NULL, *draft = NULL;
+    struct model *dm = NULL;
     struct loaded_cache lc = {0};
     struct cli_outfile save = {0};
     struct run_chat chat = {0};
@@ -488,9 +495,10 @@ int cmd_run(int argc, char **argv)
         .kv_dtype = lc.kv ? lc.kv->memory->dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
         .gpu_weights = gpu_weights,
     };
-    if ((st = backend_create(m, &bo, &be)) != IG_OK)
+    if ((st = backend_create(m, &bo, &be)) != IG_OK ||
+        (st = gen_cli_load_draft(&o.g, vocab, &be->o, &dm, &draft)) != IG_OK)
         goto done;
-    struct run_inputs in = {.m = m, .path = path, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
+    struct run_inputs in = {.draft = draft, .m = m, .path = path, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
                             .prompt = prompt, .grammar = grammar,
                             .save = o.save_kv ? &save : NULL, .load_ms = load_ms};
     st = generate(&o, &in);
@@ -499,6 +507,8 @@ done:
     grammar_free(grammar);
     loaded_free(&lc);
     run_chat_free(&chat);
+    backend_free(draft);
+    model_free(dm);
     backend_free(be);
     tok_vocab_free(vocab);
     model_free(m);

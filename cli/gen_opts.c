@@ -21,7 +21,8 @@ void gen_cli_defaults(struct gen_cli *o)
 {
     *o = (struct gen_cli){.n_predict = 256, .n_batch = 512, .seed = -1, .device = "auto",
                           .gpu_weights = "native", .n_gpu_layers = CLI_NGL_UNSET,
-                          .kv_dtype = KV_F32};
+                          .kv_dtype = KV_F32, .spec_n_max = -1, .ngram_min = 1,
+                          .ngram_max = 4};
     o->sp = sampler_default_params();
 }
 
@@ -105,6 +106,21 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
         return IG_OK;
     case GEN_OPT_IGNORE_EOS: o->ignore_eos = true; return IG_OK;
     case GEN_OPT_EXACT: o->exact = true; return IG_OK;
+    case GEN_OPT_LOOKUP: o->lookup = true; return IG_OK;
+    case GEN_OPT_DRAFT_MODEL: o->draft_model = arg; return IG_OK;
+    case GEN_OPT_DRAFT_N_MAX:
+    case GEN_OPT_DRAFT_MAX:
+        return cli_parse_i64("--spec-draft-n-max", arg, 1, 64, &o->spec_n_max);
+    case GEN_OPT_DRAFT_N_MIN:
+    case GEN_OPT_DRAFT_MIN:
+        return cli_parse_i64("--spec-draft-n-min", arg, 0, 64, &o->spec_n_min);
+    case GEN_OPT_DRAFT_P_MIN:
+    case GEN_OPT_SPEC_P_MIN:
+        return cli_parse_f64("--draft-p-min", arg, 0, 1, &o->spec_p_min);
+    case GEN_OPT_LOOKUP_NGRAM_MIN:
+        return cli_parse_i64("--lookup-ngram-min", arg, 1, 64, &o->ngram_min);
+    case GEN_OPT_LOOKUP_NGRAM_MAX:
+        return cli_parse_i64("--lookup-ngram-max", arg, 1, 64, &o->ngram_max);
     case 'q': o->quiet = true; return IG_OK;
     }
     return 1;

@@ -21,7 +21,9 @@ enum {
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
     GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK, GEN_OPT_NGL, GEN_OPT_FA,
     GEN_OPT_MLOCK, GEN_OPT_NO_MMAP, GEN_OPT_CHAT_TEMPLATE, GEN_OPT_CHAT_TEMPLATE_FILE,
-    GEN_OPT_JINJA,
+    GEN_OPT_JINJA, GEN_OPT_LOOKUP, GEN_OPT_DRAFT_MODEL, GEN_OPT_DRAFT_N_MAX,
+    GEN_OPT_DRAFT_N_MIN, GEN_OPT_DRAFT_MAX, GEN_OPT_DRAFT_MIN, GEN_OPT_DRAFT_P_MIN,
+    GEN_OPT_SPEC_P_MIN, GEN_OPT_LOOKUP_NGRAM_MIN, GEN_OPT_LOOKUP_NGRAM_MAX,
     GEN_OPT_END
 };
 
@@ -29,6 +31,19 @@ enum {
 #define GEN_CLI_PROMPT_OPTIONS                                                                     \
     {"chat", GEN_OPT_CHAT, no_argument, NULL, "wrap the prompt in the model's chat template", NULL}, \
     {"no-special", GEN_OPT_NO_SPECIAL, no_argument, NULL, "treat special-token text in the prompt as plain text (not with --chat)", NULL}
+
+/* Speculative decoding's rows (llama.cpp's names; docs/cli.md). */
+#define GEN_CLI_SPEC_OPTIONS                                                                       \
+    {"lookup", GEN_OPT_LOOKUP, no_argument, NULL, "speculate with prompt lookup: drafts from earlier n-grams of the prompt and output", NULL}, \
+    {"lookup-ngram-min", GEN_OPT_LOOKUP_NGRAM_MIN, required_argument, "N", "--lookup: the shortest n-gram searched", "1"}, \
+    {"lookup-ngram-max", GEN_OPT_LOOKUP_NGRAM_MAX, required_argument, "N", "--lookup: the longest n-gram searched (tried first)", "4"}, \
+    {"draft-model", GEN_OPT_DRAFT_MODEL, required_argument, "FILE", "speculate with a draft model of the same vocabulary (-md)", NULL}, \
+    {"spec-draft-n-max", GEN_OPT_DRAFT_N_MAX, required_argument, "N", "most tokens drafted a step (it adapts below this)", "3 with -md, 8 with --lookup"}, \
+    {"spec-draft-n-min", GEN_OPT_DRAFT_N_MIN, required_argument, "N", "a shorter draft is not checked", "0"}, \
+    {"draft-max", GEN_OPT_DRAFT_MAX, required_argument, "N", "the same as --spec-draft-n-max", NULL}, \
+    {"draft-min", GEN_OPT_DRAFT_MIN, required_argument, "N", "the same as --spec-draft-n-min", NULL}, \
+    {"draft-p-min", GEN_OPT_DRAFT_P_MIN, required_argument, "P", "-md: stop drafting where the draft's top token is below P", "0"}, \
+    {"spec-draft-p-min", GEN_OPT_SPEC_P_MIN, required_argument, "P", "the same as --draft-p-min", NULL}
 
 /* The shared rows of an option table (struct cli_option); CHUNK_DEFAULT is
  * the command's --chunk default as its help shows it. */
@@ -67,6 +82,7 @@ enum {
     {"no-mmap", GEN_OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL}, \
     {"exact", GEN_OPT_EXACT, no_argument, NULL, "CPU: exact f32 matmuls instead of int8 activations (slower, closer to the reference)", NULL}, \
     {"ignore-eos", GEN_OPT_IGNORE_EOS, no_argument, NULL, "do not stop at end-of-generation tokens (benchmarks)", NULL}, \
+    GEN_CLI_SPEC_OPTIONS,                                                                          \
     {"quiet", 'q', no_argument, NULL, "no stats line", NULL}
 
 /* The most --stop strings. */
@@ -94,6 +110,12 @@ struct gen_cli {
     bool chat, quiet, no_special, ignore_eos;
     bool exact;            /* --exact: the CPU's f32-activation matmuls */
     bool no_think;         /* --no-think: the template's thinking switch off (Qwen3) */
+    /* speculation (cli/gen_spec.c) */
+    bool lookup;           /* --lookup */
+    const char *draft_model; /* -md FILE */
+    int64_t spec_n_max;    /* -1: the default of the draft source */
+    int64_t spec_n_min, ngram_min, ngram_max;
+    double spec_p_min;
 };
 
 /* Sampling options given on the command line; the others may take the
@@ -125,6 +147,33 @@ int64_t gen_cli_context(const struct gen_cli *o, int64_t n_ctx_train);
 /* A seed: `seed` itself, or (-1) one picked from the clock and the process
  * (32 bits: exact in JSON, easy to retype). */
 uint64_t gen_cli_pick_seed(int64_t seed);
+
+/* ---- speculation (cli/gen_spec.c) ---- */
+
+struct gen_spec;
+struct backend;
+struct backend_opts;
+struct tok_vocab;
+
+/* The request's speculation from the options (all zero without --lookup
+ * or -md). */
+void gen_cli_spec(const struct gen_cli *o, struct gen_spec *out);
+
+/* The most tokens a request of these options drafts a step (engine_opts.spec_max). */
+int64_t gen_cli_spec_max(const struct gen_cli *o);
+
+/* The checks of the speculation options: not both sources, n-gram sizes in
+ * order, n-min <= n-max; not on CUDA (`kind`: enum backend_kind), whose
+ * verify steps are not checked yet. IG_OK or IG_E_USAGE (one line). */
+int gen_cli_check_spec(const struct gen_cli *o, int kind);
+
+/* With -md: loads the draft model, checks its vocabulary against `vocab`
+ * (generate/spec.h's rule) and builds its backend with the target's
+ * options `bo` (device, threads, context, slots, rows). *dm, *dbe NULL
+ * without -md. IG_OK, or the load's error, or IG_E_USAGE naming the first
+ * token that differs. */
+int gen_cli_load_draft(const struct gen_cli *o, const struct tok_vocab *vocab,
+                       const struct backend_opts *bo, struct model **dm, struct backend **dbe);
 
 /* ---- constraints (cli/gen_grammar.c) ---- */
 

@@ -32,6 +32,12 @@ void run_print_stats(const struct run_report *r)
 {
     const struct gen_result *s = r->res;
     char cached[48] = "", ttft[48] = "", prefill[48] = "", decode[64] = "", seed[40] = "";
+    char spec[96] = "";
+    if (s->spec)
+        snprintf(spec, sizeof spec, " | spec accepted %lld/%lld (%.1f%%), %.2f a step",
+                 (long long)s->n_accepted, (long long)s->n_drafted,
+                 s->n_drafted ? 100.0 * (double)s->n_accepted / (double)s->n_drafted : 0.0,
+                 s->n_verify ? (double)s->n_accepted / (double)s->n_verify : 0.0);
     if (s->n_cached)
         snprintf(cached, sizeof cached, " (+%lld cached)", (long long)s->n_cached);
     char mem[96] = ""; /* the device's memory, on CUDA */
@@ -50,9 +56,9 @@ void run_print_stats(const struct run_report *r)
     if (r->sp->temperature > 0 && s->stop != GEN_STOP_PROMPT)
         snprintf(seed, sizeof seed, " | seed %llu", (unsigned long long)r->sp->seed);
     fprintf(stderr,
-            "stats: prompt %lld tok%s%s%s | gen %lld tok%s | device %s | threads %d | stop %s | "
+            "stats: prompt %lld tok%s%s%s | gen %lld tok%s%s | device %s | threads %d | stop %s | "
             "kv %.1f MiB%s%s%s\n",
-            (long long)s->n_prompt, cached, ttft, prefill, (long long)s->n_gen, decode,
+            (long long)s->n_prompt, cached, ttft, prefill, (long long)s->n_gen, decode, spec,
             r->device, r->threads, r->write_failed ? "output_error" : gen_stop_name(s->stop),
             (double)r->kv_bytes / 1048576.0,
             seed,
@@ -107,6 +113,18 @@ cJSON *run_result_json(const struct gen_result *s, const struct sampler_params *
     cJSON_AddNumberToObject(sm, "repeat_penalty", sp->repeat_penalty);
     cJSON_AddNumberToObject(sm, "repeat_last_n", (double)sp->repeat_last_n);
     cJSON_AddNumberToObject(sm, "seed", (double)sp->seed);
+    cJSON *spec = s->spec ? cJSON_AddObjectToObject(root, "speculation") : NULL;
+    if (spec) {
+        cJSON_AddNumberToObject(spec, "verify_steps", (double)s->n_verify);
+        cJSON_AddNumberToObject(spec, "drafted", (double)s->n_drafted);
+        cJSON_AddNumberToObject(spec, "accepted", (double)s->n_accepted);
+        add_measured(spec, "acceptance", s->n_drafted > 0,
+                     s->n_drafted ? (double)s->n_accepted / (double)s->n_drafted : 0);
+        add_measured(spec, "mean_accepted", s->n_verify > 0,
+                     s->n_verify ? (double)s->n_accepted / (double)s->n_verify : 0);
+        cJSON_AddNumberToObject(spec, "verify_ms", s->verify_ms);
+        cJSON_AddNumberToObject(spec, "draft_ms", s->draft_ms);
+    }
     return root;
 }
 

@@ -1,7 +1,8 @@
 /* generate/engine.c: the scheduler of generate/generate.h: the queue, the
  * slots, admission over the KV pool, the batch of each step, sampling,
  * streaming through stop strings, the end of each request, and sequences
- * kept across requests (conversations).
+ * kept across requests (conversations), and speculation's verify steps and
+ * rollback (what to draft and the acceptance rule are generate/spec.h's).
  * Leaves the forward to the backend, the choice of token to each request's
  * sampler and all output to the caller's callbacks.
  * Covered by tests/generate/ and tests/cli/ (run, batch, bench --requests). */
@@ -9,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "generate/spec.h"
 #include "generate/stop.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
@@ -64,6 +66,12 @@ struct seq {
     float *kept_logits;      /* [n_vocab] after the last token fed (or the prompt's) */
     bool logits_taken;       /* the request in flight has overwritten kept_logits */
     enum gen_stop closing;   /* SEQ_CLOSING: how the request ends */
+    /* speculation (generate/spec.h) */
+    struct spec_len len;     /* how many tokens to draft next */
+    int32_t *draft;          /* [spec_max] this step's drafted tokens */
+    int64_t n_draft;         /* of them in this step's rows */
+    struct sampler *dsmp;    /* a sampled draft model's sampler, else NULL */
+    float *q;                /* [spec_max, n_vocab] its distributions, where dsmp is set */
 };
 
 struct engine {
@@ -86,7 +94,12 @@ struct engine {
     struct backend_seq *bseqs; /* [n_slots] */
     struct seq **order;      /* [n_slots] the sequences of the step */
     float *logits;           /* [n_slots, n_vocab] a row per sequence at most */
-    int32_t *greedy;         /* [n_slots] a greedy step's tokens, in the logits' order */
+    int32_t *greedy;         /* [logits_rows] a greedy step's tokens, in the logits' order */
+    int64_t logits_rows;     /* rows of logits a step may return: n_slots, and the
+                              * drafted rows of verify steps */
+    struct spec_draft *draft;/* the draft model, or NULL */
+    struct spec_draft_job *jobs; /* [n_slots] */
+    struct spec_cost cost;   /* what steps and drafts cost (the draft length's measure) */
 };
 
 static double ms_between(int64_t a, int64_t b) { return (double)(b - a) / 1e6; }
@@ -105,6 +118,7 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->n_ctx = be->o.n_ctx;
     e->n_vocab = be->m->hp.n_vocab;
     e->max_rows = o->max_rows < be->o.max_rows ? o->max_rows : be->o.max_rows;
+    e->cost.fixed = o->spec_fixed_cost;
     IG_ASSERT(e->max_rows >= e->n_slots); /* room for every decode row */
     /* A recurrent layer's state has a slot per sequence in flight: the
      * backend's n_states are the engine's slots (0 without such layers). */
@@ -116,9 +130,13 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->want = malloc((size_t)e->max_rows * sizeof *e->want);
     e->bseqs = malloc(ns * sizeof *e->bseqs);
     e->order = malloc(ns * sizeof *e->order);
-    e->greedy = malloc(ns * sizeof *e->greedy);
-    e->logits = be->host_logits ? be->host_logits
-                                : malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    /* A verify step returns a row of logits per drafted token too. */
+    int64_t spec_rows = o->spec_max * e->n_slots;
+    e->logits_rows = e->n_slots + (spec_rows < e->max_rows ? spec_rows : e->max_rows);
+    e->greedy = malloc((size_t)e->logits_rows * sizeof *e->greedy);
+    e->logits = be->host_logits && !o->spec_max
+                    ? be->host_logits
+                    : malloc((size_t)e->logits_rows * (size_t)e->n_vocab * sizeof *e->logits);
     if (st == IG_OK && (!e->seqs || !e->tokens || !e->want || !e->bseqs || !e->order ||
                         !e->greedy || !e->logits))
         st = ig_error(IG_E_NOMEM, "out of memory for %d sequences", e->n_slots);
@@ -127,6 +145,15 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
         if ((st = kv_seq_init(&s->kv, e->n_ctx)) == IG_OK &&
             !(s->tokens = malloc((size_t)e->n_ctx * sizeof *s->tokens)))
             st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)e->n_ctx);
+        if (st == IG_OK && o->spec_max &&
+            !(s->draft = malloc((size_t)o->spec_max * sizeof *s->draft)))
+            st = ig_error(IG_E_NOMEM, "out of memory for drafted tokens");
+    }
+    if (st == IG_OK && o->draft) {
+        IG_ASSERT(o->draft->o.n_slots == e->n_slots && o->draft->o.n_ctx == e->n_ctx);
+        if ((st = spec_draft_create(o->draft, e->n_slots, o->spec_max, &e->draft)) == IG_OK &&
+            !(e->jobs = calloc(ns, sizeof *e->jobs)))
+            st = ig_error(IG_E_NOMEM, "out of memory for the draft model");
     }
     if (st != IG_OK) {
         engine_free(e);
@@ -148,8 +175,11 @@ void engine_free(struct engine *e)
             if (e->vocab)
                 tok_stream_free(&s->stream);
             stop_free(&s->stop);
+            sampler_free(s->dsmp);
         }
         free(s->tokens);
+        free(s->draft);
+        free(s->q);
         free(s->kept_logits);
         kv_seq_destroy(&s->kv);
     }
@@ -160,6 +190,8 @@ void engine_free(struct engine *e)
     free(e->bseqs);
     free(e->order);
     free(e->greedy);
+    spec_draft_free(e->draft);
+    free(e->jobs);
     if (e->logits != e->be->host_logits)
         free(e->logits);
     grammar_vocab_free(e->gvocab);
@@ -214,6 +246,32 @@ static int check_follows(const struct engine *e, const struct gen_request *r)
     return IG_OK;
 }
 
+/* The checks of a request's speculation against the engine's. */
+static int check_spec(const struct engine *e, const struct gen_spec *sp)
+{
+    if (!sp->lookup && !sp->draft)
+        return IG_OK;
+    if (sp->lookup && sp->draft)
+        return ig_error(IG_E_USAGE, "a request drafts with prompt lookup or a draft model, "
+                        "not both");
+    if (sp->draft && !e->draft)
+        return ig_error(IG_E_USAGE, "the request asks for a draft model but none is loaded "
+                        "(-md FILE)");
+    if (sp->n_max < 1 || sp->n_max > e->o.spec_max)
+        return ig_error(IG_E_USAGE, "the most drafted tokens a step is %lld; it must be in "
+                        "[1, %lld]", (long long)sp->n_max, (long long)e->o.spec_max);
+    if (sp->n_min < 0 || sp->n_min > sp->n_max)
+        return ig_error(IG_E_USAGE, "the fewest drafted tokens a step is %lld; it must be in "
+                        "[0, %lld] (the most)", (long long)sp->n_min, (long long)sp->n_max);
+    if (!(sp->p_min >= 0 && sp->p_min <= 1))
+        return ig_error(IG_E_USAGE, "the draft's minimum probability is %g; it must be in "
+                        "[0, 1]", sp->p_min);
+    if (sp->lookup && (sp->ngram_min < 1 || sp->ngram_max < sp->ngram_min))
+        return ig_error(IG_E_USAGE, "lookup n-gram sizes %lld..%lld: they must be >= 1 and "
+                        "min <= max", (long long)sp->ngram_min, (long long)sp->ngram_max);
+    return IG_OK;
+}
+
 int engine_submit(struct engine *e, struct gen_request *r)
 {
     r->result = (struct gen_result){.tokenize_ms = r->result.tokenize_ms};
@@ -241,6 +299,8 @@ int engine_submit(struct engine *e, struct gen_request *r)
                             "[0, %lld)", r->tokens[i], (long long)i, (long long)e->n_vocab);
     if (r->params.grammar && !e->vocab)
         return ig_error(IG_E_USAGE, "a grammar needs the model's vocabulary");
+    if ((st = check_spec(e, &r->params.spec)) != IG_OK)
+        return st;
     struct sampler *probe = NULL; /* the parameters are checked now, not at admission */
     st = sampler_create(&r->params.sp, e->n_vocab, &probe);
     sampler_free(probe);
@@ -379,7 +439,10 @@ static void finish(struct engine *e, struct seq *s, enum gen_stop stop, int stat
     if (e->vocab)
         tok_stream_free(&s->stream);
     stop_free(&s->stop);
+    sampler_free(s->dsmp);
+    spec_draft_release(e->draft, slot_of(e, s));
     s->smp = NULL;
+    s->dsmp = NULL;
     s->grammar = NULL;
     s->r = NULL;
     s->phase = SEQ_FREE;
@@ -434,6 +497,29 @@ static int attach_grammar(struct engine *e, struct seq *s, struct gen_request *r
     return IG_OK;
 }
 
+/* s's speculation: the draft length and, for a draft model that samples,
+ * the draft's own sampler (the request's chain without penalty or mask, a
+ * stream of its own) and room for its distributions. */
+static int attach_spec(struct engine *e, struct seq *s, struct gen_request *r)
+{
+    const struct gen_spec *sp = &r->params.spec;
+    s->n_draft = 0;
+    spec_len_init(&s->len, sp->draft);
+    r->result.spec = sp->lookup || sp->draft;
+    if (!sp->draft || r->params.sp.temperature <= 0)
+        return IG_OK;
+    struct sampler_params dp = r->params.sp;
+    dp.repeat_penalty = 1;
+    dp.repeat_last_n = 0;
+    dp.seed = r->params.sp.seed ^ 0x9e3779b97f4a7c15ull;
+    int st = sampler_create(&dp, e->n_vocab, &s->dsmp);
+    if (st != IG_OK)
+        return st;
+    if (!s->q && !(s->q = malloc((size_t)e->o.spec_max * (size_t)e->n_vocab * sizeof *s->q)))
+        return ig_error(IG_E_NOMEM, "out of memory for the draft's distributions");
+    return IG_OK;
+}
+
 /* Starts r in the free slot s: its blocks (shared or reserved), the cached
  * history, its sampler. IG_E_NOMEM (no message) when the pool cannot take
  * it now; another error ends r. */
@@ -484,7 +570,8 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
         !(s->kept_logits = malloc((size_t)e->n_vocab * sizeof *s->kept_logits)))
         return ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)e->n_vocab);
     if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK ||
-        (r->params.grammar && (st = attach_grammar(e, s, r)) != IG_OK))
+        (r->params.grammar && (st = attach_grammar(e, s, r)) != IG_OK) ||
+        (st = attach_spec(e, s, r)) != IG_OK)
         return st;
     for (int64_t i = 0; i < s->n_all_prompt; i++)
         sampler_accept(s->smp, s->tokens[i]);
@@ -642,19 +729,22 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
 {
     int64_t pos0 = s->kv.n_pos, n;
     bool fed = s->phase == SEQ_DECODE || s->phase == SEQ_CLOSING;
-    if (fed) {
-        n = 1;
+    if (fed) { /* the token to feed, then this step's drafts, every row wanting logits */
+        n = 1 + s->n_draft;
         e->tokens[row0] = s->next;
+        if (s->n_draft)
+            memcpy(e->tokens + row0 + 1, s->draft, (size_t)s->n_draft * sizeof *e->tokens);
     } else {
         n = s->n_all_prompt - pos0 < room ? s->n_all_prompt - pos0 : room;
         memcpy(e->tokens + row0, s->tokens + pos0, (size_t)n * sizeof *e->tokens);
     }
     kv_pool_grow(e->pool, &s->kv, pos0 + n);
     for (int64_t i = 0; i < n; i++)
-        e->want[row0 + i] = false;
+        e->want[row0 + i] = fed;
     bool logits = fed || pos0 + n == s->n_all_prompt;
     e->want[row0 + n - 1] = logits;
-    s->logits_row = logits ? (*n_logits)++ : -1;
+    s->logits_row = logits ? *n_logits : -1;
+    *n_logits += logits ? (fed ? n : 1) : 0;
     s->step_row0 = row0;
     s->step_rows = n;
     return n;
@@ -681,23 +771,153 @@ static int end_all(struct engine *e, enum gen_stop stop, int status)
     return closing;
 }
 
+/* This step's drafts of the decoding sequences that speculate, within the
+ * rows and logits the step has left beside every sequence's decode row:
+ * prompt lookup's at once, the draft model's in its own steps first. */
+static int plan_drafts(struct engine *e, int64_t n_fed)
+{
+    int64_t room = e->max_rows - n_fed, lroom = e->logits_rows - e->n_slots;
+    room = room < lroom ? room : lroom;
+    int n_jobs = 0, n_dec = 0, n_run = engine_running(e);
+    for (int i = 0; i < e->n_slots; i++)
+        n_dec += e->seqs[i].phase == SEQ_DECODE;
+    for (int i = 0; i < e->n_slots; i++) {
+        struct seq *s = &e->seqs[i];
+        s->n_draft = 0;
+        if (s->phase == SEQ_PREFILL && s->r->params.spec.draft &&
+            spec_len_best(&s->len, &e->cost, s->r->params.spec.n_max, n_run, n_run)) {
+            /* the draft model reads the prompt while the model does (TTFT, not
+             * decode), where drafting is to pay when it decodes beside the others */
+            e->jobs[n_jobs++] = (struct spec_draft_job){
+                .slot = i, .tokens = s->tokens, .n_tokens = s->n_all_prompt,
+                .max_pos = s->max_pos, .k = 0, .draft = s->draft};
+            continue;
+        }
+        if (s->phase != SEQ_DECODE)
+            continue;
+        const struct gen_params *p = &s->r->params;
+        if (!p->spec.lookup && !p->spec.draft)
+            continue;
+        int64_t k = spec_len_next(&s->len, &e->cost, p->spec.n_max, n_fed, n_dec);
+        int64_t left_pos = s->max_pos - s->kv.n_pos - 1; /* the drafts' rows need positions */
+        int64_t left_gen = p->n_predict > 0 ? p->n_predict - s->r->result.n_gen - 1 : k;
+        k = k < left_pos ? k : left_pos;
+        k = k < left_gen ? k : left_gen;
+        k = k < room ? k : room;
+        if (k < 1 || k < p->spec.n_min)
+            continue;
+        if (p->spec.lookup) {
+            s->n_draft = spec_lookup(s->tokens, s->n_tokens, p->spec.ngram_min,
+                                     p->spec.ngram_max, k, s->draft);
+            room -= s->n_draft;
+        } else {
+            e->jobs[n_jobs++] = (struct spec_draft_job){
+                .slot = i, .tokens = s->tokens, .n_tokens = s->n_tokens, .max_pos = s->max_pos,
+                .k = k, .p_min = p->spec.p_min, .smp = s->dsmp, .draft = s->draft, .q = s->q};
+            room -= k;
+        }
+    }
+    if (n_jobs) {
+        int64_t t0 = ig_now_ns();
+        int st = spec_draft_run(e->draft, e->jobs, n_jobs);
+        if (st != IG_OK)
+            return st;
+        double ms = ms_between(t0, ig_now_ns());
+        int64_t n_drafted = 0;
+        for (int j = 0; j < n_jobs; j++) {
+            struct seq *s = &e->seqs[e->jobs[j].slot];
+            s->n_draft = e->jobs[j].n_draft;
+            if (e->jobs[j].k) /* (a prompt's catch-up is the prefill's) */
+                s->r->result.draft_ms += ms;
+            n_drafted += e->jobs[j].k ? e->jobs[j].n_draft : 0;
+        }
+        if (n_drafted)
+            spec_cost_draft(&e->cost, n_drafted, ms);
+    }
+    for (int i = 0; i < e->n_slots; i++) {
+        struct seq *s = &e->seqs[i];
+        if (s->n_draft && s->n_draft < s->r->params.spec.n_min)
+            s->n_draft = 0;
+    }
+    return IG_OK;
+}
+
+/* After a verify step of s (its fed token and n_draft drafts, each row's
+ * logits from logits_row on): the rows in order, each through the
+ * acceptance rule and take_token, up to the first rejected draft (whose
+ * row has given the model's own token instead) or the end of the request.
+ * The cache keeps the rows of accepted tokens only: the prefix index and
+ * the draft model hear of no other. */
+static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
+{
+    struct gen_result *res = &s->r->result;
+    int64_t k = s->n_draft, acc = 0;
+    bool keep = s->r->params.keep;
+    res->n_verify++;
+    res->verify_ms += step_ms;
+    res->n_drafted += k;
+    res->n_decode++;
+    s->kv.n_pos++; /* the fed row */
+    for (int64_t i = 0; i <= k; i++) {
+        int64_t row = s->logits_row + i;
+        float *l = greedy ? NULL : e->logits + row * e->n_vocab;
+        if (keep) { /* the logits after the last token in the cache */
+            memcpy(s->kept_logits, l, (size_t)e->n_vocab * sizeof *l);
+            s->logits_taken = true;
+        }
+        int32_t d = i < k ? s->draft[i] : -1;
+        bool ok;
+        int32_t tok = greedy ? e->greedy[row]
+                             : spec_accept(s->smp, l, d, s->q ? s->q + i * e->n_vocab : NULL, &ok);
+        if (greedy)
+            ok = tok == d;
+        if (ok) {
+            res->n_accepted++;
+            res->n_decode++;
+        }
+        take_token(e, s, tok, ig_now_ns()); /* may end the request: res is gone then */
+        if (s->phase != SEQ_DECODE || !ok)
+            break;
+        acc++;
+        s->kv.n_pos++; /* the accepted draft's row holds it */
+    }
+    if (s->phase != SEQ_DECODE && s->phase != SEQ_CLOSING)
+        return; /* finish() has freed (or kept, trimmed) the blocks */
+    kv_pool_trim(e->pool, &s->kv, s->kv.n_pos);
+    kv_pool_register(e->pool, &s->kv, s->tokens);
+    spec_len_update(&s->len, k, acc);
+    if (e->draft)
+        spec_draft_rollback(e->draft, slot_of(e, s), s->kv.n_pos);
+}
+
 int engine_step(struct engine *e)
 {
     bool interrupted = e->o.interrupt && *e->o.interrupt;
     if (interrupted && !end_all(e, GEN_STOP_INTERRUPT, IG_OK))
         return IG_OK;
     for (int i = 0; i < e->n_slots; i++)
-        e->seqs[i].step_rows = 0, e->seqs[i].logits_row = -1;
+        e->seqs[i].step_rows = 0, e->seqs[i].logits_row = -1, e->seqs[i].n_draft = 0;
     if (!interrupted)
         admit_waiting(e);
 
-    /* The batch: decode rows, then prompt chunks in admission order. */
+    int64_t n_fed = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        n_fed += e->seqs[i].phase == SEQ_DECODE || e->seqs[i].phase == SEQ_CLOSING;
+    if (e->o.spec_max && !interrupted) {
+        int st = plan_drafts(e, n_fed);
+        if (st != IG_OK) {
+            end_all(e, GEN_STOP_NONE, st);
+            return st;
+        }
+    }
+
+    /* The batch: decode rows (and drafts), then prompt chunks in admission order. */
     int n_seqs = 0;
     int64_t rows = 0, n_logits = 0;
     for (int i = 0; i < e->n_slots; i++)
         if (e->seqs[i].phase == SEQ_DECODE || e->seqs[i].phase == SEQ_CLOSING) {
             e->order[n_seqs++] = &e->seqs[i];
-            rows += add_rows(e, &e->seqs[i], rows, 1, &n_logits);
+            rows += add_rows(e, &e->seqs[i], rows, 1 + e->seqs[i].n_draft, &n_logits);
         }
     for (;;) {
         struct seq *next = NULL;
@@ -736,6 +956,11 @@ int engine_step(struct engine *e)
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());
+    bool decode_only = true;
+    for (int i = 0; i < n_seqs; i++)
+        decode_only = decode_only && e->order[i]->phase != SEQ_PREFILL;
+    if (e->o.spec_max && decode_only)
+        spec_cost_step(&e->cost, rows, step_ms);
     if (st != IG_OK) {
         end_all(e, GEN_STOP_NONE, st);
         return st;
@@ -744,6 +969,10 @@ int engine_step(struct engine *e)
         struct seq *s = e->order[i];
         struct gen_result *res = &s->r->result;
         bool prefill = s->phase == SEQ_PREFILL;
+        if (s->phase == SEQ_DECODE && s->n_draft) {
+            verify(e, s, greedy, step_ms);
+            continue;
+        }
         s->kv.n_pos += s->step_rows;
         kv_pool_register(e->pool, &s->kv, s->tokens);
         if (prefill) {

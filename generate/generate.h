@@ -76,6 +76,19 @@ enum gen_stop {
  * "stop", "grammar" ("none"). */
 const char *gen_stop_name(enum gen_stop stop);
 
+/* Speculative decoding (generate/spec.h): tokens guessed cheaply and
+ * checked by the model in one step; the output is what the model alone
+ * would sample (at temperature 0, the same tokens). */
+struct gen_spec {
+    bool lookup;                /* prompt lookup: drafts from earlier n-grams of the text */
+    bool draft;                 /* the engine's draft model (engine_opts.draft) */
+    int64_t n_max;              /* most tokens drafted for one step (<= engine_opts.spec_max) */
+    int64_t n_min;              /* a draft shorter than this is not checked */
+    double p_min;               /* draft model: drafting stops where its top token's
+                                 * probability is below this */
+    int64_t ngram_min, ngram_max; /* lookup: the n-gram sizes searched, longest first */
+};
+
 /* How to continue a prompt. */
 struct gen_params {
     int64_t n_predict;          /* most tokens to generate (>= 1), or -1 for no limit */
@@ -89,6 +102,7 @@ struct gen_params {
      * its own matcher, whose mask the sampler applies first; generation
      * stops when the grammar is done. */
     const struct grammar *grammar;
+    struct gen_spec spec;       /* all zero: no speculation */
 };
 
 /* What the cache holds before the prompt (--load-kv): its tokens and rows. */
@@ -120,6 +134,13 @@ struct gen_result {
     int64_t t_first_ns, t_last_ns; /* first and last sampled token (ig_now_ns), 0 = none */
     bool grammar;               /* the request had a grammar ... */
     bool grammar_complete;      /* ... and its output is a whole sentence of it */
+    /* speculation: steps that checked a draft, tokens drafted, drafted tokens
+     * accepted (the mean accepted length is n_accepted / n_verify; a verify
+     * step yields that + 1 tokens) */
+    int64_t n_verify, n_drafted, n_accepted;
+    double verify_ms;           /* wall time of the model's steps that verified its drafts */
+    double draft_ms;            /* of the draft model's runs that drafted for it */
+    bool spec;                  /* the request speculated (gen_spec) */
 };
 
 struct gen_request {
@@ -154,6 +175,13 @@ struct engine_opts {
     bool print_special;         /* render control tokens' text */
     volatile sig_atomic_t *interrupt; /* may be NULL; non-zero ends everything soon */
     struct gen_callbacks cb;
+    int64_t spec_max;           /* most tokens a request may draft a step (0: no
+                                 * speculation); sizes the logits of verify steps */
+    bool spec_fixed_cost;       /* the draft length from fixed step costs, not measured
+                                 * ones (reproducible tests; generate/spec.h) */
+    struct backend *draft;      /* a draft model's backend (borrowed; its vocabulary
+                                 * checked by spec_vocab_check, its n_slots and n_ctx
+                                 * the engine's backend's), or NULL */
 };
 
 struct engine;
@@ -170,7 +198,9 @@ void engine_free(struct engine *e);
  * queueing, a request that can never run: no tokens and nothing to continue
  * from, more tokens than the context holds (IG_E_INPUT), more KV blocks than
  * the whole pool has (IG_E_NOMEM), bad sampling parameters (IG_E_USAGE), a
- * grammar without a vocabulary (IG_E_USAGE), `follows` naming no kept
+ * grammar without a vocabulary (IG_E_USAGE), speculation the engine cannot
+ * do (a draft model it has not, more drafted tokens than spec_max: IG_E_USAGE),
+ * `follows` naming no kept
  * sequence or one another queued request follows, or with a history
  * (IG_E_USAGE). */
 int engine_submit(struct engine *e, struct gen_request *r);

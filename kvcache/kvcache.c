@@ -554,6 +554,25 @@ void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)
     s->n_pos = n_pos;
 }
 
+void kv_pool_trim(struct kv_pool *p, struct kv_seq *s, int64_t n_pos)
+{
+    IG_ASSERT(n_pos >= 0 && n_pos <= s->n_blocks * KV_BLOCK);
+    /* (n_registered == max_blocks: a sequence that never registers) */
+    IG_ASSERT(s->n_registered * KV_BLOCK <= n_pos || s->n_registered >= s->max_blocks);
+    int64_t keep = kv_blocks_for(n_pos);
+    for (int64_t i = s->n_blocks - 1; i >= keep; i--) {
+        int32_t id = s->table[i];
+        IG_ASSERT(p->refs[id] == 1 && !p->indexed[id]); /* grown for the rows rolled back */
+        p->refs[id] = 0;
+        list_append(p, id);
+        p->used--;
+        s->reserved++; /* still promised: the sequence may grow into it again */
+        p->reserved++;
+    }
+    s->n_blocks = keep;
+    s->n_pos = n_pos;
+}
+
 int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos)
 {
     IG_ASSERT(kv_blocks_for(max_pos) <= s->max_blocks);

@@ -344,6 +344,13 @@ void kv_pool_release(struct kv_pool *p, struct kv_seq *s);
 void kv_pool_shrink(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
 int kv_pool_reserve(struct kv_pool *p, struct kv_seq *s, int64_t max_pos);
 
+/* Speculative decoding (generate/): forgets positions [n_pos, ...) a step
+ * wrote for drafted tokens the model rejected. The blocks wholly past n_pos
+ * go back to the free list and stay promised to the sequence (it writes
+ * those positions again); none of them, nor the block holding n_pos, is in
+ * the prefix index, which only ever hears of rows that were kept. */
+void kv_pool_trim(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
+
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
 /* Version 2 describes the groups of layers and stores what each holds;

