@@ -166,9 +166,9 @@ static int gather(const struct model *m, struct info *in)
     memset(in, 0, sizeof *in);
     int st = gather_model(m, in);
     if (st == IG_OK)
-        st = kv_memory_of(m, KV_F32, &in->kv[0]);
+        st = kv_memory_of(m, KV_F32, KV_F32, &in->kv[0]);
     if (st == IG_OK)
-        st = kv_memory_of(m, KV_F16, &in->kv[1]);
+        st = kv_memory_of(m, KV_F16, KV_F16, &in->kv[1]);
     return st;
 }
 

@@ -42,7 +42,7 @@ static int make_backend(struct fixture *f, enum kv_dtype dt, bool exact, int64_t
     backend_free(f->be);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2,
                              .n_ctx = 8 * KV_BLOCK, .max_rows = max_rows, .n_slots = N_SLOTS,
-                             .kv_dtype = dt, .exact = exact};
+                             .kv_dtype = dt, .kv_dtype_v = dt, .exact = exact};
     return backend_create(f->m, &o, &f->be);
 }
 

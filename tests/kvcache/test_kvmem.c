@@ -87,7 +87,7 @@ static size_t layer_block_bytes(int64_t l, size_t elem)
 static struct kv_memory *build(enum kv_dtype dt)
 {
     struct kv_memory *mem = NULL;
-    CHECK(kv_memory_build(layout, N_LAYER, dt, &mem) == IG_OK && mem);
+    CHECK(kv_memory_build(layout, N_LAYER, dt, dt, &mem) == IG_OK && mem);
     return mem;
 }
 
@@ -393,14 +393,14 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     memcpy(alt, layout, sizeof alt);
     alt[6].state_bytes = 352; /* a recurrent layer's state of another size */
     struct kv_memory *mem2 = NULL;
-    CHECK(kv_memory_build(alt, N_LAYER, dt, &mem2) == IG_OK);
+    CHECK(kv_memory_build(alt, N_LAYER, dt, dt, &mem2) == IG_OK);
     f = fmemopen(data, len, "rb");
     CHECK(kv_file_read_header(&r, f, "mem", mem2, N_VOCAB, id) == IG_E_KVFILE);
     fclose(f);
     kv_memory_free(mem2);
     memcpy(alt, layout, sizeof alt);
     alt[8].source = 0; /* shares another layer */
-    CHECK(kv_memory_build(alt, N_LAYER, dt, &mem2) == IG_OK);
+    CHECK(kv_memory_build(alt, N_LAYER, dt, dt, &mem2) == IG_OK);
     f = fmemopen(data, len, "rb");
     CHECK(kv_file_read_header(&r, f, "mem", mem2, N_VOCAB, id) == IG_E_KVFILE);
     fclose(f);
@@ -455,7 +455,7 @@ static void check_refusals(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memcpy(alt, layout, sizeof alt);
         alt[bad[i].layer] = bad[i].l;
-        CHECKF(kv_memory_build(alt, N_LAYER, KV_F32, &mem) == IG_E_INTERNAL && !mem,
+        CHECKF(kv_memory_build(alt, N_LAYER, KV_F32, KV_F32, &mem) == IG_E_INTERNAL && !mem,
                "bad layout %zu was taken", i);
     }
 }
@@ -474,7 +474,7 @@ static void check_model_memory(void)
     m.hp.n_layer = 12, m.hp.n_head_kv = 2, m.hp.head_dim = 64;
     m.layers = layers;
     struct kv_memory *mem = NULL;
-    CHECK(kv_memory_of(&m, KV_F16, &mem) == IG_OK && mem);
+    CHECK(kv_memory_of(&m, KV_F16, KV_F16, &mem) == IG_OK && mem);
     if (!mem)
         return;
     CHECK(mem->n_groups == 2 && mem->groups[0].kind == KV_WINDOW &&
