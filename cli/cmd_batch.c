@@ -433,16 +433,17 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
             "batch: %lld read, %lld finished, %lld failed, %lld cut short, %lld never started "
             "in %.2f s | %.2f req/s | prompt %.1f tok/s | "
             "output %.1f tok/s | ttft median %.1f ms p99 %.1f ms | tpot median %.2f ms p99 "
-            "%.2f ms | parallel %d | kv %s/%s peak %.1f MiB, %lld blocks shared\n",
+            "%.2f ms | parallel %d | kv peak %.1f MiB (%s/%s), %lld blocks shared\n",
             (long long)b->next_seq, (long long)(b->n_done - b->n_interrupted),
             (long long)b->n_failed, (long long)(b->n_interrupted + n_left - n_unstarted),
             (long long)n_unstarted, secs,
             (double)b->n_done / s, (double)b->n_prompt / s, (double)b->n_gen / s,
             quantile(b->ttft, b->n_ttft, 0.5), quantile(b->ttft, b->n_ttft, 0.99),
             quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
-            be->o.n_slots, kv_dtype_name(backend_kv_memory(be)->dtype),
-            kv_dtype_name(backend_kv_memory(be)->dtype_v),
+            be->o.n_slots,
             backend_kv_bytes(be, kv_pool_peak(pool), kv_pool_states_peak(pool)) / 1048576.0,
+            kv_dtype_name(backend_kv_memory(be)->dtype),
+            kv_dtype_name(backend_kv_memory(be)->dtype_v),
             (long long)kv_pool_hits(pool));
 }
 
