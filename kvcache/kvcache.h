@@ -13,14 +13,16 @@
  *
  * Blocks. A pool holds n_blocks blocks of KV_BLOCK positions. For every
  * paged layer, K and V are each one array of blocks; a block holds
- * [n_head_kv][KV_BLOCK][head_dim] elements of `dtype` (the layer's own
- * n_head_kv and head_dim; a KV head's positions contiguous, so attention
- * streams them as tiles). K is stored after RoPE. A sequence has one block
+ * [n_head_kv][KV_BLOCK][head_dim] values of K's type (V's array: V's type,
+ * which may differ; a quantized type's rows as whole blocks of 32) (the
+ * layer's own n_head_kv and head_dim; a KV head's positions contiguous, so
+ * attention streams them as tiles). K is stored after RoPE. A sequence has one block
  * table for all its paged layers: entry i is the block that holds its
  * positions i * KV_BLOCK .. i * KV_BLOCK + KV_BLOCK - 1. So row `pos` of KV
  * head h of layer l of a sequence with table t is
  *   kv_layout(l).k + t[pos / KV_BLOCK] * block_stride + h * head_stride
- *                  + (pos % KV_BLOCK) * head_dim                 (elements).
+ *                  + (pos % KV_BLOCK) * head_dim                 (values,
+ * turned into bytes by kv_dtype_row_bytes with the array's type).
  * struct kv_layout is this description (a shared layer's is its source's);
  * attention takes it and a table, host (the CPU backend's kv_store) and
  * device (the CUDA backend) alike. A recurrent layer's state is indexed by

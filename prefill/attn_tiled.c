@@ -15,7 +15,11 @@
  * a row's window edge the row starts at its edge. So nothing behind the
  * window of the tile's first query is read (a cache may have dropped it).
  * A K/V tile is one cache block, found through the sequence's block table:
- * read in place from an f32 cache, converted once per item from f16 (a
+ * read in place from an f32 cache, dequantized into f32 from q8_0 or q4_0
+ * blocks (V always; K on the exact path: f32 math over the dequantized
+ * values), while on the int8 path a quantized K is scored in its blocks
+ * against the query quantized to int8 (scores_quant, the int8 matmul's
+ * tile kernel), converted once per item from f16 (a
  * decode item, one token's group of heads, reads an f16 cache in place too,
  * converting in registers: prefill/attn_decode.c; one thread walks a token's
  * KV heads together, block by block, or, with fewer tokens than threads to
