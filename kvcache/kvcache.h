@@ -83,6 +83,15 @@ static inline bool kv_dtype_quantized(enum kv_dtype dtype)
     return dtype == KV_Q8_0 || dtype == KV_Q4_0;
 }
 
+/* The order of the Walsh-Hadamard rotation (ops_hadamard_rows) applied to
+ * K's rows (and the queries), or V's (and the attention's output, back),
+ * before a cache of `dtype` stores them, as llama.cpp does (its attn_rot_k,
+ * attn_rot_v): quantized types with a head dim that is a multiple of 64,
+ * K in chunks of the largest power of two dividing the head dim, V in
+ * chunks of 64; 0 (no rotation) otherwise. The stored rows are rotated, so
+ * the rotation is part of the cache's type (saved caches too). */
+int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v);
+
 /* "f32", "f16", "q8_0", "q4_0" (llama.cpp's names). */
 const char *kv_dtype_name(enum kv_dtype dtype);
 

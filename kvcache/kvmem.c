@@ -30,6 +30,18 @@ size_t kv_dtype_row_bytes(enum kv_dtype dtype, int64_t n)
     return 0;
 }
 
+int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v)
+{
+    if (!kv_dtype_quantized(dtype) || head_dim % 64)
+        return 0;
+    if (is_v)
+        return 64;
+    int64_t n = 64;
+    while (head_dim % (2 * n) == 0)
+        n *= 2;
+    return n;
+}
+
 static const char *const dtype_names[KV_N_DTYPES] = {"f32", "f16", "q8_0", "q4_0"};
 
 const char *kv_dtype_name(enum kv_dtype dtype)

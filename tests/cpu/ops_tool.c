@@ -9,6 +9,7 @@
  *   ops_tool geglu N GATE.f32 UP.f32 OUT.f32              ops_geglu
  *   ops_tool swiglu N GATE.f32 UP.f32 OUT.f32             ops_swiglu
  *   ops_tool softcap N CAP IN.f32 OUT.f32                  ops_softcap
+ *   ops_tool hadamard N NROT IN.f32 OUT.f32              ops_hadamard_rows
  *   ops_tool kvwrite TYPE ROWS HD IN.f32 OUT.bin           kv_write_rows: ROWS rows of
  *       HD values as K (and their negation as V) of one KV head into a cache of
  *       TYPE (f32, f16, q8_0, q4_0), positions 0.. through a table of blocks in
@@ -116,6 +117,14 @@ int main(int argc, char **argv)
 {
     if (argc == 7 && !strcmp(argv[1], "kvwrite"))
         return kvwrite(argv);
+    if (argc == 6 && !strcmp(argv[1], "hadamard")) {
+        int64_t n = atoll(argv[2]), nrot = atoll(argv[3]);
+        float *x = read_f32(argv[4], n);
+        ops_hadamard_rows(x, n, nrot);
+        write_f32(argv[5], x, n);
+        free(x);
+        return IG_OK;
+    }
     if (argc >= 2 && !strcmp(argv[1], "freqs"))
         return freqs(argc, argv);
     if (argc == 8 && !strcmp(argv[1], "rmsnorm")) {
@@ -148,6 +157,6 @@ int main(int argc, char **argv)
         free(x);
         return IG_OK;
     }
-    fprintf(stderr, "usage: ops_tool freqs|rmsnorm|geglu|swiglu|softcap|kvwrite ... (see the source)\n");
+    fprintf(stderr, "usage: ops_tool freqs|rmsnorm|geglu|swiglu|softcap|hadamard|kvwrite ... (see the source)\n");
     return IG_E_USAGE;
 }

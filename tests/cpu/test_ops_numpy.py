@@ -16,6 +16,9 @@ ops_tool, which runs the ops/ function on the test's inputs):
   - GeGLU with GELU's tanh form (transformers' gelu_pytorch_tanh), SwiGLU,
     and tanh soft-capping, elementwise, relative to the fp64 values'
     magnitude <= 2e-6 (f32 arithmetic);
+  - the Walsh-Hadamard rotation of a quantized cache's rows in chunks of
+    64, 128 and 256, against numpy's product with Sylvester's matrix / sqrt(n)
+    (ggml_gen_hadamard's), relative <= 1e-6, and applied twice = identity;
   - the KV cache's rows as kv_write_rows stores them (K, and V apart), f32,
     f16 and ggml's q8_0 and q4_0 blocks, against the gguf package's
     quantize (ggml's reference quantizers' NumPy twin), byte for byte:
@@ -216,6 +219,21 @@ def test_elementwise(tmp):
           30.0 * np.tanh(x.astype(np.float64) / 30.0))
 
 
+def test_hadamard(tmp):
+    rng = np.random.default_rng(11)
+    for nrot in (64, 128, 256):
+        h = np.array([[1.0]])
+        while h.shape[0] < nrot:
+            h = np.block([[h, h], [h, -h]])
+        h /= math.sqrt(nrot)
+        x = (rng.standard_normal(3 * nrot) * 4).astype(np.float32)
+        want = (h @ x.astype(np.float64).reshape(3, nrot).T).T.reshape(-1)
+        got = run_f32(tmp, "hadamard", [x], 3 * nrot, nrot)
+        close(f"hadamard {nrot}", got, want, 1e-6)
+        back = run_f32(tmp, "hadamard", [got.astype(np.float32)], 3 * nrot, nrot)
+        close(f"hadamard {nrot} twice", back, x.astype(np.float64), 1e-6)
+
+
 def zero_scales_positive(data, block):
     """The blocks' f16 scales of -0 written as +0."""
     b = bytearray(data)
@@ -266,6 +284,7 @@ def main():
         test_freqs(tmp)
         test_elementwise(tmp)
         test_kv_rows(tmp)
+        test_hadamard(tmp)
     for f in failures:
         print("FAIL", f)
     print(f"test_ops_numpy: {len(failures)} failures")
