@@ -425,7 +425,20 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
         (h->n_vocab != 0 && h->n_vocab != n_vocab))
         return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
                         (long long)h->n_tokens, (long long)h->n_vocab);
-    return h->version == 1 ? IG_OK : read_v2_layers(r);
+    if (h->version != 1 && (st = read_v2_layers(r)) != IG_OK)
+        return st;
+    /* a quantized type's rows are whole blocks: a file that claims one for
+     * other head dims is not one this model could have written */
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        const struct kv_layer_mem *L = &want->layers[l];
+        if ((L->kind == KV_FULL || L->kind == KV_WINDOW) && L->head_dim % KV_QBLOCK &&
+            (kv_dtype_quantized(h->dtype) || kv_dtype_quantized(h->dtype_v)))
+            return ig_error(IG_E_KVFILE, "%s holds %s/%s rows, but layer %lld's head dim %lld "
+                            "is not whole blocks of %d", name, kv_dtype_name(h->dtype),
+                            kv_dtype_name(h->dtype_v), (long long)l, (long long)L->head_dim,
+                            KV_QBLOCK);
+    }
+    return IG_OK;
 }
 
 /* The body after the logits: each layer's rows or state, into `store`

@@ -373,8 +373,10 @@ static void quant_block_q8_0(const float *x, uint8_t *b)
     ig_f16 h = ig_f32_to_f16(d);
     memcpy(b, &h, sizeof h);
     int8_t *qs = (int8_t *)(b + offsetof(struct block_q8_0, qs));
-    for (int j = 0; j < QK8_0; j++)
-        qs[j] = (int8_t)roundf(x[j] * id);
+    for (int j = 0; j < QK8_0; j++) {
+        float v = roundf(x[j] * id);
+        qs[j] = (int8_t)(v == v ? v : 0.0f); /* a NaN (ggml's cast is undefined) as 0 */
+    }
 }
 
 static void quant_block_q4_0(const float *x, uint8_t *b)
@@ -390,7 +392,9 @@ static void quant_block_q4_0(const float *x, uint8_t *b)
     memcpy(b, &h, sizeof h);
     uint8_t *qs = b + offsetof(struct block_q4_0, qs);
     for (int j = 0; j < QK4_0 / 2; j++) {
-        int a = (int)(int8_t)(x[j] * id + 8.5f), c = (int)(int8_t)(x[j + QK4_0 / 2] * id + 8.5f);
+        float fa = x[j] * id + 8.5f, fc = x[j + QK4_0 / 2] * id + 8.5f;
+        /* in [0.5, 16.5] for finite rows; a NaN (ggml's cast is undefined) as 8, a 0 */
+        int a = fa == fa ? (int)(int8_t)fa : 8, c = fc == fc ? (int)(int8_t)fc : 8;
         qs[j] = (uint8_t)((a < 15 ? a : 15) | (c < 15 ? c : 15) << 4);
     }
 }
