@@ -90,6 +90,12 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
         r.n_blocks = (int64_t)r.n_slots * kv_blocks_for(r.n_ctx);
     if (r.device.kind == BACKEND_CPU)
         return backend_cpu_create(m, &r, out);
+    /* The CUDA kernels read f16 blocks only (a quantized cache's kernels are
+     * a later change: docs/kvcache.md). */
+    if (kv_dtype_quantized(r.kv_dtype) || kv_dtype_quantized(r.kv_dtype_v))
+        return ig_error(IG_E_USAGE, "a %s KV cache runs on the CPU only for now (--device cpu); "
+                        "the CUDA backend's cache is f16",
+                        kv_dtype_name(kv_dtype_quantized(r.kv_dtype) ? r.kv_dtype : r.kv_dtype_v));
 #if IGNITE_HAVE_CUDA
     return gpu_backend_create_cuda(m, &r, out);
 #else

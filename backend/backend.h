@@ -76,7 +76,9 @@ struct backend_opts {
     int64_t max_rows;     /* most rows in a step (the token budget, --chunk) */
     int n_slots;          /* sequences in flight at most (>= 1) */
     int64_t n_blocks;     /* blocks of the KV pool; 0: n_slots full contexts */
-    enum kv_dtype kv_dtype; /* CPU pool element type (the CUDA pool is f16) */
+    enum kv_dtype kv_dtype; /* CPU pool's K element type (the CUDA pool is f16; a
+                             * quantized type there is refused, one line) */
+    enum kv_dtype kv_dtype_v; /* and its V element type */
     bool exact;           /* CPU: f32 matmuls instead of the int8 fast path (else
                            * IGNITE_MATMUL decides, see ops/qmatmul.h) */
     enum backend_gpu_weights gpu_weights; /* CUDA: native (the default) or f16 */

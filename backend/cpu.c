@@ -154,7 +154,7 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
     if (st == IG_OK) /* CUDA's, but an unknown value is refused wherever it is set */
         st = gk_qmm_check_env();
     if (st == IG_OK)
-        st = kv_memory_of(m, o->kv_dtype, &c->base.kv_mem);
+        st = kv_memory_of(m, o->kv_dtype, o->kv_dtype_v, &c->base.kv_mem);
     if (st == IG_OK) {
         c->base.n_states = kv_memory_states_for(c->base.kv_mem, o->n_slots);
         st = kv_store_create(c->base.kv_mem, o->n_blocks, c->base.n_states, o->oom_hint,

@@ -2,7 +2,8 @@
  * (LAYER_MIXER_ATTENTION, backend/cpu_layer.h): RMSNorm, the Q/K/V
  * matmuls, the optional Q/K/V biases and Q/K head norms (models/arch.c says
  * which model has them), RoPE of the layer's variant at each row's
- * position, each sequence's K/V rows into its blocks of the host kv_store,
+ * position, each sequence's K/V rows into its blocks of the host kv_store
+ * (a quantized cache's rows rotated first, kvcache.h's kv_rotation),
  * the tiled attention of every sequence's rows over its blocks
  * (prefill/attn_tiled.c: prompt chunks and decode rows alike, the layer's
  * sliding window and scale), the output projection into proj. Every size is
@@ -77,6 +78,18 @@ static void attend(struct cpu_step *s, int64_t layer, int64_t n)
         .softcap = (float)m->hp.attn_softcap,
         .fused = !ops_ctx_exact(s->ops),
     };
+    /* A quantized cache stores its rows rotated (kv_rotation, as llama.cpp
+     * does): q and k by K's rotation (q.k unchanged), v by V's and the
+     * output back by it after the attention. */
+    int64_t rot_k = kv_rotation(ap.kv.dtype, L->head_dim, false);
+    int64_t rot_v = kv_rotation(ap.kv.dtype_v, L->head_dim, true);
+    if (rot_k) {
+        ops_hadamard_rows(b->q, n * q_dim, rot_k);
+        if (writes)
+            ops_hadamard_rows(b->k, n * kv_dim, rot_k);
+    }
+    if (rot_v && writes)
+        ops_hadamard_rows(b->v, n * kv_dim, rot_v);
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *q = &batch->seqs[i];
         if (writes)
@@ -89,6 +102,8 @@ static void attend(struct cpu_step *s, int64_t layer, int64_t n)
     }
     attn_tiled_run(&ap, ops_ctx_pool(s->ops), ops_ctx_scratch(s->ops, 0),
                    ops_ctx_scratch_floats(s->ops));
+    if (rot_v)
+        ops_hadamard_rows(b->att, n * q_dim, rot_v);
 }
 
 /* Moves rows want[i] of the [n, w] array a to row i (want ascending). */

@@ -289,7 +289,7 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     g->logit_rows = g->max_rows < GPU_HEAD_ROWS ? g->max_rows : GPU_HEAD_ROWS;
     if (g->logit_rows < g->max_seqs)
         g->logit_rows = g->max_seqs;
-    if ((st = kv_memory_of(m, KV_F16, &g->base.kv_mem)) == IG_OK &&
+    if ((st = kv_memory_of(m, KV_F16, KV_F16, &g->base.kv_mem)) == IG_OK &&
         (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
         st = IG_DEV(dev_open)(o->device.index, &g->dev);

@@ -93,8 +93,9 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                 memset(blk, 0, (size_t)block_elems * sizeof *blk);
                 for (int64_t h = 0; h < Lm->n_head_kv; h++)
                     for (int64_t r = 0; r < rows; r++) {
-                        kv_row_to_f32(L.dtype, kv_row(&L, kv_i ? L.v : L.k, ids, h,
-                                                      i * KV_BLOCK + r), hd, f);
+                        kv_row_to_f32(kv_i ? L.dtype_v : L.dtype,
+                                      kv_row(&L, kv_i ? L.v : L.k, ids, h, i * KV_BLOCK + r),
+                                      hd, f);
                         for (int64_t d = 0; d < hd; d++)
                             blk[h * L.head_stride + r * hd + d] = ig_f32_to_f16(f[d]);
                     }

@@ -87,7 +87,8 @@ int main(int argc, char **argv)
     struct attn_seq seq = {q, out, table, npos, 0};
     struct attn_params p;
     memset(&p, 0, sizeof p);
-    p.kv = (struct kv_layout){K, V, f32 ? KV_F32 : KV_F16, block_stride, head_stride, hd};
+    p.kv = (struct kv_layout){K, V, f32 ? KV_F32 : KV_F16, block_stride, head_stride, hd,
+                              f32 ? KV_F32 : KV_F16};
     p.seqs = &seq, p.n_seqs = 1, p.item_offsets = offs;
     p.q_tok_stride = p.out_tok_stride = nh * hd;
     p.n_head = nh, p.n_head_kv = nkv, p.head_dim = hd, p.scale = 0.125f;

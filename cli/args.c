@@ -34,8 +34,8 @@ struct foreign_word {
 static const char NOTE_GPU[] = "ignite puts every layer on the GPU with --device cuda";
 static const char NOTE_HF[] = "ignite downloads nothing: pass a local GGUF file with -m FILE";
 static const char NOTE_CACHE_TYPE[] =
-    "the KV cache type is ignite bench's --cache-type f16|f32, for K and V together; "
-    "run's cache is f32 on the CPU and f16 on CUDA";
+    "the KV cache's types are options of the commands that build a cache (run, chat, batch, "
+    "bench, perplexity)";
 static const char NOTE_ONE_DEVICE[] = "ignite runs a model on one device: --device cuda:N";
 static const char NOTE_MMAP[] =
     "ignite maps the model file into memory; --no-mmap reads it, --mlock locks it";
@@ -104,7 +104,7 @@ static const struct foreign_word foreign_words[] = {
 };
 
 /* llama.cpp's words that name an option ignite has under another spelling
- * (run, chat, batch, bench, perplexity: -ngl, -fa). getopt would read "-ngl"
+ * (run, chat, batch, bench, perplexity: -ngl, -fa, -ctk, -ctv). getopt would read "-ngl"
  * as "-n gl", so the word is rewritten to the long option before getopt sees
  * it; a command without the option refuses the word (foreign_words). */
 static const struct {
@@ -116,6 +116,8 @@ static const struct {
     {"-md", "--draft-model"},
     {"--model-draft", "--draft-model"},
     {"--spec-draft-model", "--draft-model"},
+    {"-ctk", "--cache-type-k"},
+    {"-ctv", "--cache-type-v"},
 };
 
 /* ---- the table ------------------------------------------------------------------ */

@@ -317,7 +317,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
 
     struct backend_opts bo = {
         .device = o->device, .n_threads = o->n_threads, .n_ctx = n_ctx,
-        .n_slots = (int)o->parallel, .kv_dtype = o->kv, .exact = o->exact,
+        .n_slots = (int)o->parallel, .kv_dtype = o->kv.k, .kv_dtype_v = o->kv.v, .exact = o->exact,
         .gpu_weights = o->gpu_weights,
         .max_rows = o->n_batch > o->parallel ? o->n_batch : o->parallel,
         .oom_hint = "lower --parallel, --input-len, --output-len or -b",

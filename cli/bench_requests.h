@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cli/gen_opts.h"
+#include "cli/device.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@ struct bench_requests_opts {
     int64_t n_batch;            /* -b: the row budget of a step */
     int n_threads;              /* the first -t */
     struct backend_device device;
-    enum kv_dtype kv;
+    struct cli_cache_types kv;
     bool exact;
     enum backend_gpu_weights gpu_weights;
     const char *format;         /* md, csv, json, jsonl */

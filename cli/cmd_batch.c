@@ -122,6 +122,7 @@ struct batch {
     const struct model *m;
     const struct run_chat *chat; /* the chat template the lines render with */
     const char *model_path; /* the model as loaded, named in each line */
+    const struct kv_memory *kv; /* the pool's types, named in each line (NULL before it is made) */
     struct tok_vocab *vocab;
     struct engine *engine;
     struct grammar *grammar; /* the command line's constraint, shared; NULL: none */
@@ -181,6 +182,11 @@ static void job_finish(struct batch *b, struct job *j, cJSON *obj)
     cJSON_AddNumberToObject(obj, "line", (double)j->line);
     if (b->m)
         cli_add_model_json(obj, b->model_path, b->m);
+    cJSON *kvo = b->kv ? cJSON_AddObjectToObject(obj, "kv_cache") : NULL;
+    if (kvo) {
+        cJSON_AddStringToObject(kvo, "type_k", kv_dtype_name(b->kv->dtype));
+        cJSON_AddStringToObject(kvo, "type_v", kv_dtype_name(b->kv->dtype_v));
+    }
     /* "id" and "line" first, as people read them */
     cJSON *id = cJSON_DetachItemFromObject(obj, "id"), *line = cJSON_DetachItemFromObject(obj, "line");
     if (id && line) {
@@ -430,7 +436,7 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
             "batch: %lld read, %lld finished, %lld failed, %lld cut short, %lld never started "
             "in %.2f s | %.2f req/s | prompt %.1f tok/s | "
             "output %.1f tok/s | ttft median %.1f ms p99 %.1f ms | tpot median %.2f ms p99 "
-            "%.2f ms | parallel %d | kv peak %.1f MiB, %lld blocks shared\n",
+            "%.2f ms | parallel %d | kv peak %.1f MiB (%s/%s), %lld blocks shared\n",
             (long long)b->next_seq, (long long)(b->n_done - b->n_interrupted),
             (long long)b->n_failed, (long long)(b->n_interrupted + n_left - n_unstarted),
             (long long)n_unstarted, secs,
@@ -439,6 +445,8 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
             quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
             be->o.n_slots,
             backend_kv_bytes(be, kv_pool_peak(pool), kv_pool_states_peak(pool)) / 1048576.0,
+            kv_dtype_name(backend_kv_memory(be)->dtype),
+            kv_dtype_name(backend_kv_memory(be)->dtype_v),
             (long long)kv_pool_hits(pool));
 }
 
@@ -492,7 +500,8 @@ static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
                          enum backend_kind kind, int64_t *n_blocks)
 {
     struct kv_memory *mem = NULL;
-    int st = kv_memory_of(m, kind == BACKEND_CUDA ? KV_F16 : o->g.kv_dtype, &mem);
+    bool cuda = kind == BACKEND_CUDA;
+    int st = kv_memory_of(m, cuda ? KV_F16 : o->g.kv.k, cuda ? KV_F16 : o->g.kv.v, &mem);
     if (st != IG_OK)
         return st;
     int64_t n_states = kv_memory_states_for(mem, o->parallel);
@@ -563,7 +572,7 @@ int cmd_batch(int argc, char **argv)
     int64_t rows = o.g.n_batch_given ? o.g.n_batch : backend_batch_rows_default(dev.kind);
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx,
-        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv_dtype, .gpu_weights = gpu_weights,
+        .n_slots = (int)o.parallel, .kv_dtype = o.g.kv.k, .kv_dtype_v = o.g.kv.v, .gpu_weights = gpu_weights,
         .exact = o.g.exact,
         /* every running sequence's decode row fits a step */
         .max_rows = rows > o.parallel ? rows : o.parallel,
@@ -575,6 +584,7 @@ int cmd_batch(int argc, char **argv)
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
         (st = gen_cli_load_draft(&o.g, b.vocab, &be->o, &dm, &draft)) != IG_OK)
         goto done;
+    b.kv = backend_kv_memory(be);
     install_signals();
     int64_t t0 = ig_now_ns();
     /* a line may ask for up to 16 drafted tokens where the command line speculates */

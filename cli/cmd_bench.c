@@ -34,8 +34,10 @@
 #define BENCH_MAX_LIST 16
 
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
-       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT };
-_Static_assert((int)OPT_CHAT < (int)GEN_OPT_LOOKUP, "bench's keys and the speculation rows' differ");
+       OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT,
+       OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V };
+_Static_assert((int)OPT_CACHE_TYPE_V < (int)GEN_OPT_LOOKUP,
+               "bench's keys and the speculation rows' differ");
 
 static const struct cli_option bench_options[] = {
     {"model", 'm', required_argument, "FILE", "GGUF file or synthetic:NAME[:TYPE]; repeatable", "the fetched default model"},
@@ -50,7 +52,9 @@ static const struct cli_option bench_options[] = {
     {"flash-attn", OPT_FA, required_argument, "on|off", "llama-bench's -fa (one value), taken: ignite always uses its fused attention", NULL},
     {"mlock", OPT_MLOCK, no_argument, NULL, "lock the model's weights in memory (a warning where the system refuses)", NULL},
     {"no-mmap", OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL},
-    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f16 or f32 (CUDA: f16)", "f16"},
+    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "KV cache element type, K and V: f16, f32, q8_0 or q4_0 (CUDA: f16)", "f16"},
+    {"cache-type-k", OPT_CACHE_TYPE_K, required_argument, "T", "llama-bench's -ctk: K's type alone", "f16"},
+    {"cache-type-v", OPT_CACHE_TYPE_V, required_argument, "T", "llama-bench's -ctv: V's type alone", "f16"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations", NULL},
     {"gpu-weights", OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"},
     {"output", 'o', required_argument, "FMT", "md, csv, json or jsonl", "md"},
@@ -86,7 +90,7 @@ struct bench_opts {
     const char *device_arg, *gpu_weights_arg; /* --device, --gpu-weights as given */
     int64_t n_gpu_layers;                     /* -ngl, CLI_NGL_UNSET when not given */
     struct backend_device device;             /* from them (cli_choose_device) */
-    enum kv_dtype kv;
+    struct cli_cache_types kv;
     bool exact;
     enum backend_gpu_weights gpu_weights;
     struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
@@ -140,12 +144,9 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
     case 'b': return cli_parse_i64("--batch-size", arg, 1, 1 << 16, &o->n_batch);
     case OPT_DEVICE: o->device_arg = arg; return IG_OK;
-    case OPT_CACHE_TYPE:
-        if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
-            o->kv = arg[1] == '1' ? KV_F16 : KV_F32;
-            return IG_OK;
-        }
-        return ig_error(IG_E_USAGE, "--cache-type: expected f16 or f32, got '%s'", arg);
+    case OPT_CACHE_TYPE: return cli_parse_cache_type(CLI_CACHE_KV, arg, &o->kv);
+    case OPT_CACHE_TYPE_K: return cli_parse_cache_type(CLI_CACHE_K, arg, &o->kv);
+    case OPT_CACHE_TYPE_V: return cli_parse_cache_type(CLI_CACHE_V, arg, &o->kv);
     case OPT_EXACT: o->exact = true; return IG_OK;
     case OPT_GPU_WEIGHTS: o->gpu_weights_arg = arg; return IG_OK;
     case OPT_NGL: return cli_parse_ngl(arg, true, &o->n_gpu_layers);
@@ -198,7 +199,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .threads = {0}, .n_threads = 1, .reps = 5, .n_batch = 0,
                              .device_arg = "auto", .gpu_weights_arg = "native",
                              .n_gpu_layers = CLI_NGL_UNSET,
-                             .format = "md", .kv = KV_F16,
+                             .format = "md", .kv = {KV_F16, KV_F16, false},
                              .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
     gen_cli_defaults(&o->req.spec);
     struct cli_parser parser;
@@ -315,7 +316,11 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "device_step_bytes", (double)r->device_step_bytes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
-    cJSON_AddStringToObject(j, "type_kv", !cpu || e->o->kv == KV_F16 ? "f16" : "f32");
+    /* the CUDA pool is f16 whatever was asked (a quantized type is refused there) */
+    const char *tk = cpu ? kv_dtype_name(e->o->kv.k) : "f16", *tv = cpu ? kv_dtype_name(e->o->kv.v) : "f16";
+    cJSON_AddStringToObject(j, "type_kv", tk); /* ignite's first name for K's, kept */
+    cJSON_AddStringToObject(j, "type_k", tk);  /* llama-bench's */
+    cJSON_AddStringToObject(j, "type_v", tv);
     cJSON_AddNumberToObject(j, "n_prompt", (double)r->n_prompt);
     cJSON_AddNumberToObject(j, "n_gen", (double)r->n_gen);
     cJSON_AddNumberToObject(j, "n_depth", (double)r->n_depth);
@@ -357,7 +362,7 @@ static const char *csv_cols[] = {"ignite_version", "build_commit", "build_number
                                  "build_compiler", "build_cuda", "cpu_info", "device", "device_name", "isa", "matmul",
                                  "model_filename", "model_type", "model_size", "model_n_params",
                                  "device_weight_bytes", "device_step_bytes",
-                                 "n_batch", "n_threads", "type_kv", "n_prompt", "n_gen", "n_depth", "test",
+                                 "n_batch", "n_threads", "type_kv", "type_k", "type_v", "n_prompt", "n_gen", "n_depth", "test",
                                  "repetitions", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                                  "ttft_ms"};
 #define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
@@ -719,7 +724,7 @@ static int bench_model(struct bench_env *e, const char *spec)
         int64_t batch = longest < o->n_batch ? (longest > 0 ? longest : 1) : o->n_batch;
         struct backend_opts bo = {.device = o->device, .n_threads = (int)o->threads[it],
                                   .n_ctx = n_ctx, .max_rows = batch, .n_slots = 1,
-                                  .kv_dtype = o->kv,
+                                  .kv_dtype = o->kv.k, .kv_dtype_v = o->kv.v,
                                   .exact = o->exact, .gpu_weights = o->gpu_weights,
                                   /* bench's context is the longest -d plus -p or -n */
                                   .oom_hint = cuda ? "lower -p, -n, -d or -b, or use --device cpu"

@@ -429,7 +429,7 @@ int cmd_chat(int argc, char **argv)
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = c.n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < c.n_ctx ? o.g.n_batch : c.n_ctx, .exact = o.g.exact,
         .gpu_weights = gpu_weights,
-        .kv_dtype = o.g.kv_dtype,
+        .kv_dtype = o.g.kv.k, .kv_dtype_v = o.g.kv.v,
     };
     if ((st = backend_create(c.m, &bo, &c.be)) != IG_OK ||
         (st = gen_cli_load_draft(&o.g, c.vocab, &c.be->o, &c.dm, &c.draft)) != IG_OK)

@@ -53,8 +53,10 @@ struct info {
     int n_files;
     int64_t type_count[N_TYPE_IDS];
     int64_t type_bytes[N_TYPE_IDS];
-    struct kv_memory *kv[2]; /* the KV cache's groups with f32 and f16 elements
-                              * (kv_memory_of), owned; NULL for an unknown architecture */
+    struct kv_memory *kv[KV_N_DTYPES]; /* the KV cache's groups with elements of each
+                              * enum kv_dtype (kv_memory_of), owned; NULL for an unknown
+                              * architecture, and for a quantized type where a
+                              * head dim is not whole blocks of it */
 };
 
 static void copy_str(const struct gguf_file *g, const char *key, char *buf, size_t cap)
@@ -165,17 +167,19 @@ static int gather(const struct model *m, struct info *in)
 {
     memset(in, 0, sizeof *in);
     int st = gather_model(m, in);
-    if (st == IG_OK)
-        st = kv_memory_of(m, KV_F32, &in->kv[0]);
-    if (st == IG_OK)
-        st = kv_memory_of(m, KV_F16, &in->kv[1]);
+    bool whole_blocks = true; /* the quantized types' rows */
+    for (int64_t l = 0; m->layers && l < m->hp.n_layer; l++)
+        whole_blocks = whole_blocks && m->layers[l].head_dim % KV_QBLOCK == 0;
+    for (int t = 0; st == IG_OK && t < KV_N_DTYPES; t++)
+        if (!kv_dtype_quantized((enum kv_dtype)t) || whole_blocks)
+            st = kv_memory_of(m, (enum kv_dtype)t, (enum kv_dtype)t, &in->kv[t]);
     return st;
 }
 
 static void info_free(struct info *in)
 {
-    kv_memory_free(in->kv[0]);
-    kv_memory_free(in->kv[1]);
+    for (int t = 0; t < KV_N_DTYPES; t++)
+        kv_memory_free(in->kv[t]);
 }
 
 static const char *scaling_name(enum rope_scaling s)
@@ -336,8 +340,12 @@ static void print_text(const struct model *m, const struct info *in)
     printf("embeddings      %s\n", hp->tied_embeddings ? "tied (output = token_embd)" : "separate output");
     printf("QKV biases      %s\n", hp->has_qkv_bias ? "yes" : "no");
     print_tokenizer_text(in);
-    printf("KV cache        %zu bytes/token f32, %zu bytes/token f16\n",
+    printf("KV cache        %zu bytes/token f32, %zu bytes/token f16",
            in->kv[0]->block_bytes / KV_BLOCK, in->kv[1]->block_bytes / KV_BLOCK);
+    for (int t = KV_Q8_0; t < KV_N_DTYPES; t++)
+        if (in->kv[t])
+            printf(", %zu %s", in->kv[t]->block_bytes / KV_BLOCK, kv_dtype_name((enum kv_dtype)t));
+    printf("\n");
     print_kv_groups_text(in);
     if (hp->has_moe) {
         printf("CUDA weights    none: the CUDA backend does not run mixtures of experts yet\n");
@@ -496,8 +504,10 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
     }
     if (m) {
         cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
-        cJSON_AddNumberToObject(kv, "f32", (double)(in->kv[0]->block_bytes / KV_BLOCK));
-        cJSON_AddNumberToObject(kv, "f16", (double)(in->kv[1]->block_bytes / KV_BLOCK));
+        for (int t = 0; t < KV_N_DTYPES; t++)
+            if (in->kv[t])
+                cJSON_AddNumberToObject(kv, kv_dtype_name((enum kv_dtype)t),
+                                        (double)(in->kv[t]->block_bytes / KV_BLOCK));
         add_kv_groups_json(o, in);
         if (m->hp.has_moe) { /* not run on the GPU yet */
             cJSON_AddNullToObject(o, "cuda_weight_bytes");

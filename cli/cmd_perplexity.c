@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 enum {
-    OPT_CHUNKS = 256, OPT_UBATCH, OPT_BATCH_SIZE, OPT_DEVICE, OPT_CACHE_TYPE, OPT_EXACT,
+    OPT_CHUNKS = 256, OPT_UBATCH, OPT_BATCH_SIZE, OPT_DEVICE, OPT_CACHE_TYPE, OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V, OPT_EXACT,
     OPT_KL_BASE, OPT_KL, OPT_JSON, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP
 };
 
@@ -52,7 +52,9 @@ static const struct cli_option ppl_options[] = {
     {"flash-attn", OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL},
     {"mlock", OPT_MLOCK, no_argument, NULL, "lock the model's weights in memory (a warning where the system refuses)", NULL},
     {"no-mmap", OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL},
-    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"},
+    {"cache-type", OPT_CACHE_TYPE, required_argument, "T", "KV cache element type, K and V: f32, f16, q8_0 or q4_0 (CUDA: f16)", "f32"},
+    {"cache-type-k", OPT_CACHE_TYPE_K, required_argument, "T", "llama.cpp's -ctk: K's type alone", "f32"},
+    {"cache-type-v", OPT_CACHE_TYPE_V, required_argument, "T", "llama.cpp's -ctv: V's type alone", "f32"},
     {"exact", OPT_EXACT, no_argument, NULL, "exact f32 matmuls instead of int8 activations (CPU)", NULL},
     {"kl-divergence-base", OPT_KL_BASE, required_argument, "FILE", "alone: write this run's log-probabilities to FILE; with --kl-divergence: read them", NULL},
     {"kl-divergence", OPT_KL, no_argument, NULL, "compare this run with the one that wrote --kl-divergence-base", NULL},
@@ -79,7 +81,7 @@ struct ppl_opts {
     int64_t n_gpu_layers; /* -ngl, CLI_NGL_UNSET when not given */
     bool n_ctx_given, kl, exact, json;
     struct backend_device device;
-    enum kv_dtype kv_dtype;
+    struct cli_cache_types kv;
 };
 
 /* ---- options ------------------------------------------------------------------ */
@@ -102,12 +104,9 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
     case OPT_FA: return cli_parse_flash_attn(arg, false);
     case OPT_MLOCK: cli_load_mode(IG_MAP_LOCK); return IG_OK;
     case OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
-    case OPT_CACHE_TYPE:
-        if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
-            o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;
-            return IG_OK;
-        }
-        return ig_error(IG_E_USAGE, "--cache-type: expected f32 or f16, got '%s'", arg);
+    case OPT_CACHE_TYPE: return cli_parse_cache_type(CLI_CACHE_KV, arg, &o->kv);
+    case OPT_CACHE_TYPE_K: return cli_parse_cache_type(CLI_CACHE_K, arg, &o->kv);
+    case OPT_CACHE_TYPE_V: return cli_parse_cache_type(CLI_CACHE_V, arg, &o->kv);
     case OPT_EXACT: o->exact = true; return IG_OK;
     case OPT_KL_BASE:
         if (!*arg) /* else the whole run, then no file to rename to */
@@ -124,7 +123,8 @@ static int set_option(struct ppl_opts *o, int key, const char *arg)
 static int parse_args(int argc, char **argv, struct ppl_opts *o)
 {
     *o = (struct ppl_opts){.n_ctx = 512, .chunks = -1, .n_batch = 512,
-                           .device = {.is_auto = true}, .n_gpu_layers = CLI_NGL_UNSET, .kv_dtype = KV_F32};
+                           .device = {.is_auto = true}, .n_gpu_layers = CLI_NGL_UNSET,
+                           .kv = {KV_F32, KV_F32, false}};
     struct cli_parser parser;
     const struct cli_command cmd = {"perplexity", ppl_usage, ppl_summary, ppl_options};
     int st = cli_options_begin(&parser, &cmd, argc, argv);
@@ -444,13 +444,15 @@ int cmd_perplexity(int argc, char **argv)
     struct backend_opts bo = {
         .device = o.device, .n_threads = (int)o.n_threads, .n_ctx = r.plan.n_ctx,
         .max_rows = o.n_batch < r.plan.n_ctx ? o.n_batch : r.plan.n_ctx, .n_slots = 1,
-        .kv_dtype = o.kv_dtype, .exact = o.exact,
+        .kv_dtype = o.kv.k, .kv_dtype_v = o.kv.v, .exact = o.exact,
         .oom_hint = cuda ? "lower -c or -b, or use --device cpu" : "lower -c or -b"};
     if ((st = backend_create(m, &bo, &r.be)) != IG_OK || (st = alloc_run(&r)) != IG_OK)
         goto done;
     struct ppl_report rep = {
         .model = path, .device = r.be->device, .device_name = r.be->device_name,
         .matmul = cuda ? "f16" : o.exact || (env && !strcmp(env, "exact")) ? "exact" : "int8",
+        .type_k = kv_dtype_name(backend_kv_memory(r.be)->dtype),
+        .type_v = kv_dtype_name(backend_kv_memory(r.be)->dtype_v),
         .threads = r.be->threads, .plan = &r.plan,
         .n_text = o.kl ? r.fh.n_chunk * r.fh.n_ctx : text.n, .base = o.base, .kl = o.kl,
         .windows = r.windows, .total = &r.total, .kl_values = r.kl_values,

@@ -214,7 +214,7 @@ static int load_cache(const char *file, const struct model *m, int64_t n_ctx,
     kv_model_id(m, id);
     struct kv_file_reader r;
     struct kv_memory *layers = NULL; /* what the file must hold (its dtype is the file's) */
-    int st = kv_memory_of(m, KV_F32, &layers);
+    int st = kv_memory_of(m, KV_F32, KV_F32, &layers);
     if (st == IG_OK)
         st = kv_file_read_header(&r, f, name, layers, m->hp.n_vocab, id);
     if (st == IG_OK && r.hdr.n_tokens > n_ctx)
@@ -419,7 +419,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
         struct run_report rep = {
             .res = res, .sp = &o->g.sp, .model_path = in->path, .m = in->m,
             .device = in->be->device, .threads = in->be->threads,
-            .n_ctx = in->n_ctx, .kv_bytes = kv_bytes,
+            .n_ctx = in->n_ctx, .kv_bytes = kv_bytes, .kv_mem = backend_kv_memory(in->be),
             .kv_max_bytes = backend_kv_bytes(in->be, kv_blocks_for(in->n_ctx),
                                              in->be->n_states ? 1 : 0),
             .kv_load_ms = in->load_ms, .kv_save_ms = save_ms,
@@ -485,6 +485,16 @@ int cmd_run(int argc, char **argv)
     int64_t t_load = ig_now_ns();
     if (o.load_kv && (st = load_cache(o.load_kv, m, n_ctx, &lc)) != IG_OK)
         goto done;
+    if (lc.kv && o.g.kv.given &&
+        (lc.kv->memory->dtype != o.g.kv.k || lc.kv->memory->dtype_v != o.g.kv.v)) {
+        /* converting would quantize again what was quantized (or lose
+         * precision the file has): the cache is used as it was saved */
+        st = ig_error(IG_E_USAGE, "--load-kv '%s' holds a KV cache of K %s, V %s, but K %s, V %s "
+                      "was asked (leave the cache type out to use the file's)", o.load_kv,
+                      kv_dtype_name(lc.kv->memory->dtype), kv_dtype_name(lc.kv->memory->dtype_v),
+                      kv_dtype_name(o.g.kv.k), kv_dtype_name(o.g.kv.v));
+        goto done;
+    }
     double load_ms = o.load_kv ? (double)(ig_now_ns() - t_load) / 1e6 : 0;
     if ((st = run_chat_setup(&o.g, m, vocab, &chat)) != IG_OK ||
         (st = render(&o, &chat, vocab, &lc, user, &prompt)) != IG_OK)
@@ -492,7 +502,9 @@ int cmd_run(int argc, char **argv)
     struct backend_opts bo = {
         .device = dev, .n_threads = (int)o.g.n_threads, .n_ctx = n_ctx, .n_slots = 1,
         .max_rows = o.g.n_batch < n_ctx ? o.g.n_batch : n_ctx, .exact = o.g.exact,
-        .kv_dtype = lc.kv ? lc.kv->memory->dtype : o.g.kv_dtype, /* a loaded cache keeps its type */
+        /* a loaded cache keeps its types */
+        .kv_dtype = lc.kv ? lc.kv->memory->dtype : o.g.kv.k,
+        .kv_dtype_v = lc.kv ? lc.kv->memory->dtype_v : o.g.kv.v,
         .gpu_weights = gpu_weights,
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||

@@ -25,6 +25,18 @@ int cli_parse_ngl(const char *arg, bool list, int64_t *ngl);
  * warning line saying so. IG_OK or IG_E_USAGE (one line). */
 int cli_parse_flash_attn(const char *arg, bool list);
 
+/* The KV cache's element types as run, chat, batch, bench and perplexity
+ * take them: --cache-type T sets K and V, --cache-type-k (-ctk) and
+ * --cache-type-v (-ctv) one each (llama.cpp's words): f32, f16, q8_0, q4_0. */
+struct cli_cache_types {
+    enum kv_dtype k, v;
+    bool given; /* any of the three was given */
+};
+enum cli_cache_which { CLI_CACHE_KV, CLI_CACHE_K, CLI_CACHE_V };
+/* Parses one of the three options' value into t. IG_OK or IG_E_USAGE (one
+ * line naming the option and the types). */
+int cli_parse_cache_type(enum cli_cache_which which, const char *arg, struct cli_cache_types *t);
+
 /* Resolves a parsed device (auto: CUDA where a device is found, else the
  * CPU) with -ngl `ngl` (CLI_NGL_UNSET: none): an explicit --device that says
  * otherwise (cpu with N > 0, cuda with 0) is IG_E_USAGE, one line. Returns

@@ -1,5 +1,5 @@
-/* cli/device_args.c: llama.cpp's -ngl and -fa words, parsed and checked
- * (cli/device.h). Apart from device.c, which needs the backends, so that
+/* cli/device_args.c: llama.cpp's -ngl and -fa words, parsed and checked,
+ * and the KV cache's types (--cache-type, -ctk, -ctv) (cli/device.h). Apart from device.c, which needs the backends, so that
  * the option parsers (and their fuzz target, fuzz_batch) link without them.
  * Covered by tests/cli/test_args.sh. */
 #include "cli/device.h"
@@ -52,4 +52,18 @@ int cli_parse_flash_attn(const char *arg, bool list)
         }
     return ig_error(IG_E_USAGE, "--flash-attn: expected on, off or auto (or 1, 0)%s, got '%s'",
                     list ? " once, or a list of the same" : "", arg);
+}
+
+int cli_parse_cache_type(enum cli_cache_which which, const char *arg, struct cli_cache_types *t)
+{
+    static const char *const names[] = {"--cache-type", "--cache-type-k", "--cache-type-v"};
+    enum kv_dtype d;
+    if (kv_dtype_parse(names[which], arg, &d) != IG_OK)
+        return IG_E_USAGE;
+    if (which != CLI_CACHE_V)
+        t->k = d;
+    if (which != CLI_CACHE_K)
+        t->v = d;
+    t->given = true;
+    return IG_OK;
 }

@@ -21,7 +21,7 @@ void gen_cli_defaults(struct gen_cli *o)
 {
     *o = (struct gen_cli){.n_predict = 256, .n_batch = 512, .seed = -1, .device = "auto",
                           .gpu_weights = "native", .n_gpu_layers = CLI_NGL_UNSET,
-                          .kv_dtype = KV_F32, .spec_n_max = -1, .ngram_min = 1,
+                          .kv = {KV_F32, KV_F32, false}, .spec_n_max = -1, .ngram_min = 1,
                           .ngram_max = 4};
     o->sp = sampler_default_params();
 }
@@ -79,12 +79,9 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_FA: return cli_parse_flash_attn(arg, false);
     case GEN_OPT_MLOCK: cli_load_mode(IG_MAP_LOCK); return IG_OK;
     case GEN_OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
-    case GEN_OPT_CACHE_TYPE:
-        if (!strcmp(arg, "f16") || !strcmp(arg, "f32")) {
-            o->kv_dtype = arg[1] == '1' ? KV_F16 : KV_F32;
-            return IG_OK;
-        }
-        return ig_error(IG_E_USAGE, "--cache-type: expected f32 or f16, got '%s'", arg);
+    case GEN_OPT_CACHE_TYPE: return cli_parse_cache_type(CLI_CACHE_KV, arg, &o->kv);
+    case GEN_OPT_CACHE_TYPE_K: return cli_parse_cache_type(CLI_CACHE_K, arg, &o->kv);
+    case GEN_OPT_CACHE_TYPE_V: return cli_parse_cache_type(CLI_CACHE_V, arg, &o->kv);
     case GEN_OPT_GRAMMAR: o->grammar = arg; return IG_OK;
     case GEN_OPT_GRAMMAR_FILE: o->grammar_file = arg; return IG_OK;
     case GEN_OPT_JSON_SCHEMA: o->json_schema = arg; return IG_OK;

@@ -7,6 +7,7 @@
 #define IGNITE_CLI_GEN_OPTS_H
 
 #include "cli/cli.h"
+#include "cli/device.h"
 #include "decode/sampler.h"
 #include "kvcache/kvcache.h"
 
@@ -18,6 +19,7 @@ enum {
     GEN_OPT_TEMP = 256, GEN_OPT_TOP_K, GEN_OPT_TOP_P, GEN_OPT_MIN_P, GEN_OPT_REPEAT_PENALTY,
     GEN_OPT_REPEAT_LAST_N, GEN_OPT_CHAT, GEN_OPT_SYSTEM, GEN_OPT_DEVICE, GEN_OPT_NO_SPECIAL,
     GEN_OPT_IGNORE_EOS, GEN_OPT_UBATCH, GEN_OPT_BATCH_SIZE, GEN_OPT_STOP, GEN_OPT_CACHE_TYPE,
+    GEN_OPT_CACHE_TYPE_K, GEN_OPT_CACHE_TYPE_V,
     GEN_OPT_GRAMMAR, GEN_OPT_GRAMMAR_FILE, GEN_OPT_JSON_SCHEMA, GEN_OPT_JSON_SCHEMA_FILE,
     GEN_OPT_FORMAT, GEN_OPT_GPU_WEIGHTS, GEN_OPT_EXACT, GEN_OPT_NO_THINK, GEN_OPT_NGL, GEN_OPT_FA,
     GEN_OPT_MLOCK, GEN_OPT_NO_MMAP, GEN_OPT_CHAT_TEMPLATE, GEN_OPT_CHAT_TEMPLATE_FILE,
@@ -77,7 +79,9 @@ enum {
     {"n-gpu-layers", GEN_OPT_NGL, required_argument, "N", "llama.cpp's -ngl: 0 = --device cpu, N > 0 = the GPU (every layer) where usable, else the CPU", NULL}, \
     {"flash-attn", GEN_OPT_FA, required_argument, "on|off", "llama.cpp's -fa, taken: ignite always uses its fused attention", NULL}, \
     {"gpu-weights", GEN_OPT_GPU_WEIGHTS, required_argument, "W", "CUDA: native (quantized weights stay in their blocks) or f16", "native"}, \
-    {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "CPU KV cache element type: f32 or f16 (CUDA: f16)", "f32"}, \
+    {"cache-type", GEN_OPT_CACHE_TYPE, required_argument, "T", "KV cache element type, K and V: f32, f16, q8_0 or q4_0 (CUDA: f16)", "f32"}, \
+    {"cache-type-k", GEN_OPT_CACHE_TYPE_K, required_argument, "T", "llama.cpp's -ctk: K's type alone", "f32"}, \
+    {"cache-type-v", GEN_OPT_CACHE_TYPE_V, required_argument, "T", "llama.cpp's -ctv: V's type alone", "f32"}, \
     {"mlock", GEN_OPT_MLOCK, no_argument, NULL, "lock the model's weights in memory (a warning where the system refuses)", NULL}, \
     {"no-mmap", GEN_OPT_NO_MMAP, no_argument, NULL, "read the model file into memory instead of mapping it", NULL}, \
     {"exact", GEN_OPT_EXACT, no_argument, NULL, "CPU: exact f32 matmuls instead of int8 activations (slower, closer to the reference)", NULL}, \
@@ -104,7 +108,7 @@ struct gen_cli {
     unsigned sp_given;     /* GEN_SP_* bits: sampling options the user set */
     const char *stop[GEN_CLI_MAX_STOP]; /* --stop, borrowed from argv */
     int n_stop;
-    enum kv_dtype kv_dtype;
+    struct cli_cache_types kv;  /* --cache-type, -ctk, -ctv (cli/device.h) */
     /* constraints, at most one (cli/gen_grammar.c) */
     const char *grammar, *grammar_file, *json_schema, *json_schema_file, *format;
     bool chat, quiet, no_special, ignore_eos;

@@ -28,8 +28,9 @@ void ppl_report_head(const struct ppl_report *r, bool json)
     if (json)
         return;
     const struct ppl_plan *p = r->plan;
-    printf("# %s: %s, %s matmuls, %lld windows of %lld tokens, %lld scored in each%s%s\n", r->model,
-           r->device_name, r->matmul, (long long)p->n_chunk, (long long)p->n_ctx,
+    printf("# %s: %s, %s matmuls, KV cache K %s V %s, %lld windows of %lld tokens, %lld scored "
+           "in each%s%s\n", r->model, r->device_name, r->matmul, r->type_k, r->type_v,
+           (long long)p->n_chunk, (long long)p->n_ctx,
            (long long)p->n_scored, r->kl ? ", against " : "", r->kl ? r->base : "");
     if (r->kl)
         printf("%6s %11s %11s %10s %10s %8s\n", "window", "PPL", "PPL(base)", "KL mean",
@@ -108,6 +109,8 @@ static int print_json(const struct ppl_report *r)
               cJSON_AddStringToObject(o, "device", r->device) &&
               cJSON_AddStringToObject(o, "device_name", r->device_name) &&
               cJSON_AddStringToObject(o, "matmul", r->matmul) &&
+              cJSON_AddStringToObject(o, "cache_type_k", r->type_k) &&
+              cJSON_AddStringToObject(o, "cache_type_v", r->type_v) &&
               cJSON_AddNumberToObject(o, "threads", r->threads) &&
               cJSON_AddNumberToObject(o, "n_ctx", (double)p->n_ctx) &&
               cJSON_AddNumberToObject(o, "text_tokens", (double)r->n_text) &&

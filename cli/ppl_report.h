@@ -20,6 +20,7 @@ struct ppl_report {
     const char *model;     /* the path given or the default model's */
     const char *device, *device_name;
     const char *matmul;    /* "int8", "exact" (CPU) or "f16" (CUDA) */
+    const char *type_k, *type_v; /* the KV cache's element types ("f32", "q8_0", ...) */
     int threads;
     const struct ppl_plan *plan;
     int64_t n_text;        /* tokens of the text (or of the base file) */

@@ -27,6 +27,7 @@ struct run_report {
     int64_t n_ctx;
     size_t kv_bytes;     /* KV cache memory the request held */
     double kv_max_bytes; /* what the whole context would need */
+    const struct kv_memory *kv_mem; /* the pool's layers and types */
     double kv_load_ms;   /* reading --load-kv, 0 if none */
     double kv_save_ms;   /* writing --save-kv, 0 if none */
     size_t device_bytes; /* device memory held (CUDA; 0 on the CPU) */

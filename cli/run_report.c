@@ -140,6 +140,10 @@ int run_print_json(const struct run_report *r)
         goto fail;
     cJSON_AddNumberToObject(kvo, "bytes", (double)r->kv_bytes);
     cJSON_AddNumberToObject(kvo, "max_bytes", r->kv_max_bytes);
+    if (r->kv_mem) {
+        cJSON_AddStringToObject(kvo, "type_k", kv_dtype_name(r->kv_mem->dtype));
+        cJSON_AddStringToObject(kvo, "type_v", kv_dtype_name(r->kv_mem->dtype_v));
+    }
     cJSON_AddNumberToObject(kvo, "load_ms", r->kv_load_ms);
     cJSON_AddNumberToObject(kvo, "save_ms", r->kv_save_ms);
     cJSON *dm = cJSON_AddObjectToObject(root, "device_memory");

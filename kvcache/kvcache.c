@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "models/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +17,24 @@
 
 /* ---- rows ------------------------------------------------------------------------- */
 
+/* The ggml type of a quantized cache type. */
+static enum quant_type quant_of(enum kv_dtype dtype)
+{
+    return dtype == KV_Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0;
+}
+
 /* One [head_dim] vector into the cache at `dst` (F16C where the CPU has
- * it: the scalar rounding was 0.8 % of a two-thread prefill). */
+ * it: the scalar rounding was 0.8 % of a two-thread prefill; a quantized
+ * type's blocks from the row alone, so a row's bytes never depend on its
+ * neighbours). */
 static void store_row(enum kv_dtype dtype, void *dst, const float *src, int64_t n)
 {
     if (dtype == KV_F32)
         memcpy(dst, src, (size_t)n * sizeof(float));
-    else
+    else if (dtype == KV_F16)
         ig_f32_to_f16_row(src, dst, n);
+    else
+        quant_quantize_row(quant_of(dtype), src, dst, n);
 }
 
 void kv_write_rows(const struct kv_layout *L, const int32_t *table, int64_t n_head_kv,
@@ -36,7 +47,7 @@ void kv_write_rows(const struct kv_layout *L, const int32_t *table, int64_t n_he
             const float *ks = k + t * kv_dim + h * L->head_dim;
             const float *vs = v + t * kv_dim + h * L->head_dim;
             store_row(L->dtype, kv_row(L, L->k, table, h, pos0 + t), ks, L->head_dim);
-            store_row(L->dtype, kv_row(L, L->v, table, h, pos0 + t), vs, L->head_dim);
+            store_row(L->dtype_v, kv_row(L, L->v, table, h, pos0 + t), vs, L->head_dim);
         }
 }
 
@@ -44,6 +55,10 @@ void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst)
 {
     if (dtype == KV_F32) {
         memcpy(dst, src, (size_t)n * sizeof *dst);
+        return;
+    }
+    if (kv_dtype_quantized(dtype)) {
+        quant_dequantize_row(quant_of(dtype), src, dst, n);
         return;
     }
     const ig_f16 *h = src;
@@ -69,7 +84,7 @@ int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_sta
                         "MiB of memory is available (%s)", (long long)n_blocks, KV_BLOCK,
                         need / 1048576.0, avail / 1048576.0, hint ? hint : "lower -c/--ctx-size");
     struct kv_store *st = calloc(1, sizeof *st);
-    int s = st ? kv_memory_copy(mem, mem->dtype, &st->memory) : IG_E_NOMEM;
+    int s = st ? kv_memory_copy(mem, mem->dtype, mem->dtype_v, &st->memory) : IG_E_NOMEM;
     if (s == IG_OK && !(st->offset = malloc((size_t)mem->n_layer * sizeof *st->offset)))
         s = IG_E_NOMEM;
     if (s != IG_OK) {
@@ -80,7 +95,7 @@ int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_sta
     st->n_states = n_states;
     /* Paged layers' K then V arrays and recurrent layers' states, in layer
      * order; a shared layer points at its source's. */
-    size_t at = 0, elem = kv_dtype_bytes(mem->dtype);
+    size_t at = 0;
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
         if (L->kind == KV_SHARED)
@@ -88,7 +103,8 @@ int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_sta
         st->offset[l] = at;
         at += L->kind == KV_RECURRENT
                   ? (size_t)n_states * L->state_bytes
-                  : 2 * (size_t)(n_blocks * kv_layer_block_elems(L)) * elem;
+                  : kv_dtype_row_bytes(mem->dtype, n_blocks * kv_layer_block_elems(L)) +
+                        kv_dtype_row_bytes(mem->dtype_v, n_blocks * kv_layer_block_elems(L));
     }
     for (int64_t l = 0; l < mem->n_layer; l++)
         if (mem->layers[l].kind == KV_SHARED)
@@ -124,7 +140,7 @@ struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer)
     const struct kv_memory *mem = st->memory;
     IG_ASSERT(layer >= 0 && layer < mem->n_layer);
     const struct kv_layer_mem *L = &mem->layers[kv_memory_kv_layer(mem, layer)];
-    size_t array = (size_t)(st->n_blocks * kv_layer_block_elems(L)) * kv_dtype_bytes(mem->dtype);
+    size_t array = kv_dtype_row_bytes(mem->dtype, st->n_blocks * kv_layer_block_elems(L));
     char *k = st->base + st->offset[layer];
     return kv_memory_layout(mem, layer, k, k + array);
 }
@@ -156,13 +172,22 @@ void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t d
         float *row = malloc((size_t)L->head_dim * sizeof *row);
         IG_ASSERT(row != NULL);
         struct kv_layout ls = kv_store_layout(src, l), ld = kv_store_layout(dst, l);
-        for (int64_t h = 0; h < L->n_head_kv; h++)
-            for (int64_t p = 0; p < n_pos; p++) {
-                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.k, src_table, h, p), L->head_dim, row);
-                store_row(ld.dtype, kv_row(&ld, ld.k, dst_table, h, p), row, L->head_dim);
-                kv_row_to_f32(ls.dtype, kv_row(&ls, ls.v, src_table, h, p), L->head_dim, row);
-                store_row(ld.dtype, kv_row(&ld, ld.v, dst_table, h, p), row, L->head_dim);
-            }
+        for (int kind = 0; kind < 2; kind++) {
+            void *sb = kind ? ls.v : ls.k, *db = kind ? ld.v : ld.k;
+            enum kv_dtype st = kv_base_dtype(&ls, sb), dt = kv_base_dtype(&ld, db);
+            size_t bytes = kv_dtype_row_bytes(st, L->head_dim);
+            for (int64_t h = 0; h < L->n_head_kv; h++)
+                for (int64_t p = 0; p < n_pos; p++) {
+                    const void *from = kv_row(&ls, sb, src_table, h, p);
+                    void *to = kv_row(&ld, db, dst_table, h, p);
+                    if (st == dt) { /* the bytes: quantizing again could move a scale */
+                        memcpy(to, from, bytes);
+                        continue;
+                    }
+                    kv_row_to_f32(st, from, L->head_dim, row);
+                    store_row(dt, to, row, L->head_dim);
+                }
+        }
         free(row);
     }
 }

@@ -13,14 +13,16 @@
  *
  * Blocks. A pool holds n_blocks blocks of KV_BLOCK positions. For every
  * paged layer, K and V are each one array of blocks; a block holds
- * [n_head_kv][KV_BLOCK][head_dim] elements of `dtype` (the layer's own
- * n_head_kv and head_dim; a KV head's positions contiguous, so attention
- * streams them as tiles). K is stored after RoPE. A sequence has one block
+ * [n_head_kv][KV_BLOCK][head_dim] values of K's type (V's array: V's type,
+ * which may differ; a quantized type's rows as whole blocks of 32) (the
+ * layer's own n_head_kv and head_dim; a KV head's positions contiguous, so
+ * attention streams them as tiles). K is stored after RoPE. A sequence has one block
  * table for all its paged layers: entry i is the block that holds its
  * positions i * KV_BLOCK .. i * KV_BLOCK + KV_BLOCK - 1. So row `pos` of KV
  * head h of layer l of a sequence with table t is
  *   kv_layout(l).k + t[pos / KV_BLOCK] * block_stride + h * head_stride
- *                  + (pos % KV_BLOCK) * head_dim                 (elements).
+ *                  + (pos % KV_BLOCK) * head_dim                 (values,
+ * turned into bytes by kv_dtype_row_bytes with the array's type).
  * struct kv_layout is this description (a shared layer's is its source's);
  * attention takes it and a table, host (the CPU backend's kv_store) and
  * device (the CUDA backend) alike. A recurrent layer's state is indexed by
@@ -57,10 +59,45 @@
  * state slot and every layer stored after it starts aligned. */
 #define KV_STATE_ALIGN 16
 
-enum kv_dtype { KV_F32, KV_F16 };
+/* The element types of the cache's K and V (each may be any; they may
+ * differ). The quantized ones are ggml's block formats (models/quant.h):
+ * 32 values with an f16 scale, 34 bytes (q8_0) or 18 (q4_0), rows
+ * quantized as they are written (kv_write_rows); a row of head_dim values is
+ * head_dim / 32 whole blocks, so a quantized type needs head_dim % 32 == 0. */
+enum kv_dtype { KV_F32, KV_F16, KV_Q8_0, KV_Q4_0 };
+#define KV_N_DTYPES 4
+/* The values of a quantized type's block. */
+#define KV_QBLOCK 32
 
-/* Bytes of one element of `dtype` (4 or 2). */
+/* Bytes of one element of an f32 or f16 `dtype` (4 or 2); 0 for a quantized
+ * one, whose rows kv_dtype_row_bytes sizes. */
 size_t kv_dtype_bytes(enum kv_dtype dtype);
+
+/* Bytes of n values of `dtype` (n a multiple of KV_QBLOCK where it is
+ * quantized): every size and offset in the cache goes through it. */
+size_t kv_dtype_row_bytes(enum kv_dtype dtype, int64_t n);
+
+/* Whether `dtype` is a quantized block format. */
+static inline bool kv_dtype_quantized(enum kv_dtype dtype)
+{
+    return dtype == KV_Q8_0 || dtype == KV_Q4_0;
+}
+
+/* The order of the Walsh-Hadamard rotation (ops_hadamard_rows) applied to
+ * K's rows (and the queries), or V's (and the attention's output, back),
+ * before a cache of `dtype` stores them, as llama.cpp does (its attn_rot_k,
+ * attn_rot_v): quantized types with a head dim that is a multiple of 64,
+ * K in chunks of the largest power of two dividing the head dim, V in
+ * chunks of 64; 0 (no rotation) otherwise. The stored rows are rotated, so
+ * the rotation is part of the cache's type (saved caches too). */
+int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v);
+
+/* "f32", "f16", "q8_0", "q4_0" (llama.cpp's names). */
+const char *kv_dtype_name(enum kv_dtype dtype);
+
+/* The type named `name` (kv_dtype_name's spelling): IG_OK, else
+ * IG_E_USAGE after one line that names `what` (the option) and the types. */
+int kv_dtype_parse(const char *what, const char *name, enum kv_dtype *out);
 
 /* Blocks that hold n_pos positions. */
 static inline int64_t kv_blocks_for(int64_t n_pos)
@@ -110,7 +147,8 @@ struct kv_group {
  * for each block id of the pool (one block table serves them all); every
  * recurrent layer has a state for each state slot. */
 struct kv_memory {
-    enum kv_dtype dtype;          /* the paged layers' K and V elements */
+    enum kv_dtype dtype;          /* the paged layers' K elements */
+    enum kv_dtype dtype_v;        /* and their V elements */
     int64_t n_layer, n_groups;
     struct kv_layer_mem *layers;  /* [n_layer] owned */
     struct kv_group *groups;      /* [n_groups] owned */
@@ -120,26 +158,31 @@ struct kv_memory {
 
 /* Builds a memory from n_layer layers' kind, shape, window, source and
  * state bytes (`group` and a shared layer's shape are filled in), grouping
- * them by kind (and window). Returns IG_OK, IG_E_NOMEM, or IG_E_INTERNAL for
- * a layout that makes no sense (a shape below 1, a window of 0, a shared
+ * them by kind (and window), with K elements of `dtype` and V elements of
+ * `dtype_v`. Returns IG_OK, IG_E_NOMEM, IG_E_USAGE for a quantized type
+ * and a head dim that is not whole blocks of it, or IG_E_INTERNAL for a
+ * layout that makes no sense (a shape below 1, a window of 0, a shared
  * layer whose source is not a paged layer, an empty state), each after one
  * line. Free with kv_memory_free. */
 int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_dtype dtype,
-                    struct kv_memory **out);
+                    enum kv_dtype dtype_v, struct kv_memory **out);
 
-/* The memory of model m with K/V elements of `dtype`: every layer full
- * attention (n_head_kv x head_dim of the model) unless it has a window,
- * the windowed ones sliding-window groups. The one place a model's layers
- * become memory: the backends, the engine, `ignite info` and the saved
- * caches all ask it. */
-int kv_memory_of(const struct model *m, enum kv_dtype dtype, struct kv_memory **out);
+/* The memory of model m with K elements of `dtype` and V elements of
+ * `dtype_v`: every layer full attention (n_head_kv x head_dim of the
+ * model) unless it has a window, the windowed ones sliding-window groups.
+ * The one place a model's layers become memory: the backends, the engine,
+ * `ignite info` and the saved caches all ask it. */
+int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype_v,
+                 struct kv_memory **out);
 
-/* n_layer full-attention layers of one shape (kernel tests, fuzzing). */
+/* n_layer full-attention layers of one shape, K and V of `dtype` (kernel
+ * tests, fuzzing). */
 int kv_memory_uniform(enum kv_dtype dtype, int64_t n_layer, int64_t n_head_kv,
                       int64_t head_dim, struct kv_memory **out);
 
-/* A copy of `src` with K/V elements of `dtype`. */
-int kv_memory_copy(const struct kv_memory *src, enum kv_dtype dtype, struct kv_memory **out);
+/* A copy of `src` with K elements of `dtype`, V of `dtype_v`. */
+int kv_memory_copy(const struct kv_memory *src, enum kv_dtype dtype, enum kv_dtype dtype_v,
+                   struct kv_memory **out);
 void kv_memory_free(struct kv_memory *mem);
 
 /* True when a and b have the same layers (kind, shape, window, source,
@@ -179,10 +222,11 @@ double kv_mem_available(void);
 /* One layer's K and V blocks, wherever they live. */
 struct kv_layout {
     void *k, *v;           /* block 0 of this layer's K (V) array */
-    enum kv_dtype dtype;
+    enum kv_dtype dtype;   /* K's elements */
     int64_t block_stride;  /* elements from a block to the next: n_head_kv * head_stride */
     int64_t head_stride;   /* elements from a KV head to the next in a block: KV_BLOCK * head_dim */
     int64_t head_dim;      /* elements of a row; consecutive positions are a row apart */
+    enum kv_dtype dtype_v; /* V's elements */
 };
 
 /* Layer l's layout in arrays whose block 0 of K is at k and of V at v
@@ -199,20 +243,30 @@ static inline int64_t kv_row_offset(const struct kv_layout *L, const int32_t *ta
            (pos % KV_BLOCK) * L->head_dim;
 }
 
-/* Address of that row in `base` (L->k or L->v). */
+/* The element type of `base`, L->k or L->v. */
+static inline enum kv_dtype kv_base_dtype(const struct kv_layout *L, const void *base)
+{
+    return base == L->v ? L->dtype_v : L->dtype;
+}
+
+/* Address of that row in `base` (L->k or L->v, each in its own type: an
+ * element offset is a whole number of rows, so of a quantized type's blocks). */
 static inline void *kv_row(const struct kv_layout *L, void *base, const int32_t *table, int64_t h,
                            int64_t pos)
 {
-    return (char *)base + (size_t)kv_row_offset(L, table, h, pos) * kv_dtype_bytes(L->dtype);
+    return (char *)base + kv_dtype_row_bytes(kv_base_dtype(L, base),
+                                             kv_row_offset(L, table, h, pos));
 }
 
 /* Stores the K and V of n tokens at positions pos0.. through `table`,
- * converting to the layout's dtype. k and v are [n, n_head_kv * head_dim]
+ * converting to the layout's types (quantizing each row as ggml's
+ * reference quantizer does: models/quant.h quant_quantize_row). k and v are [n, n_head_kv * head_dim]
  * f32 (K after RoPE). The blocks must be the sequence's own. */
 void kv_write_rows(const struct kv_layout *L, const int32_t *table, int64_t n_head_kv,
                    int64_t pos0, int64_t n, const float *k, const float *v);
 
-/* dst[i] = element i of n elements of `dtype` at src, as f32 (exact). */
+/* dst[i] = element i of n elements of `dtype` at src, as f32 (exact; a
+ * quantized row's blocks dequantized, d * q). */
 void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst);
 
 /* ---- host memory for blocks and states ------------------------------------------- */
@@ -366,7 +420,8 @@ void kv_model_id(const struct model *m, unsigned char id[KV_MODEL_ID_BYTES]);
 /* The head of a saved cache, whichever version. */
 struct kv_file_header {
     uint32_t version;   /* 1 or 2 */
-    enum kv_dtype dtype;
+    enum kv_dtype dtype;   /* K's elements */
+    enum kv_dtype dtype_v; /* V's */
     unsigned char model_id[KV_MODEL_ID_BYTES];
     int64_t n_layer;
     int64_t n_groups;   /* version 1: 1 (one shape, every layer) */

@@ -9,11 +9,13 @@
  *   layers: n_layer x (i64 group, n_head_kv, head_dim, source, state_bytes) |
  *   i32 tokens[n_tokens] | f32 logits[n_vocab] |
  *   for each layer: a paged one's rows (K then V, for KV head: n_tokens x
- *   head_dim of dtype), a recurrent one's state (state_bytes), nothing for a
- *   shared one |
+ *   head_dim of K's or V's type, a quantized one's rows as their blocks), a
+ *   recurrent one's state (state_bytes), nothing for a shared one |
  *   u32 CRC-32C of every byte before it | end of the stream
  *
- * all little-endian. Version 1 (i64 n_layer, n_head_kv, head_dim, n_tokens,
+ * all little-endian. dtype: K's type (enum kv_dtype: 0 f32, 1 f16, 2 q8_0,
+ * 3 q4_0) in the low 16 bits, V's plus one in the high 16 where it differs
+ * (0: V is K's type; a file of one type reads as it always did). Version 1 (i64 n_layer, n_head_kv, head_dim, n_tokens,
  * n_vocab after the model id; no tables) is version 2's body for a model
  * whose layers are all paged with one shape, and still loads for such a
  * model. What the cache means for generation (the sampler, the prompt) is
@@ -206,6 +208,14 @@ static void put_i64(struct writer *w, int64_t v)
 }
 
 /* The groups and layers tables: what the file holds, layer by layer. */
+/* The header's element-type word: K's type in the low 16 bits, V's plus 1
+ * in the high 16, 0 where V's is K's (so a cache of one type has the word
+ * it always had: 0 f32, 1 f16). */
+static uint32_t kv_file_dtype_word(enum kv_dtype k, enum kv_dtype v)
+{
+    return (uint32_t)k | (v == k ? 0u : ((uint32_t)v + 1) << 16);
+}
+
 static void put_layers(struct writer *w, const struct kv_memory *mem)
 {
     for (int64_t g = 0; g < mem->n_groups; g++) {
@@ -235,7 +245,7 @@ int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const in
     errno = 0;
     put(&w, kv_magic, sizeof kv_magic);
     put_u32(&w, KV_FILE_VERSION);
-    put_u32(&w, mem->dtype);
+    put_u32(&w, kv_file_dtype_word(mem->dtype, mem->dtype_v));
     put(&w, id, KV_MODEL_ID_BYTES);
     put_i64(&w, mem->n_layer);
     put_i64(&w, mem->n_groups);
@@ -254,13 +264,14 @@ int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const in
         if (Lm->kind == KV_SHARED) /* its rows are its source's, saved there */
             continue;
         struct kv_layout L = kv_store_layout(st, l);
-        size_t row = (size_t)Lm->head_dim * kv_dtype_bytes(mem->dtype);
-        for (int kind = 0; kind < 2; kind++)
+        for (int kind = 0; kind < 2; kind++) {
+            size_t row = kv_dtype_row_bytes(kind ? mem->dtype_v : mem->dtype, Lm->head_dim);
             for (int64_t h = 0; h < Lm->n_head_kv; h++)
                 for (int64_t p = 0; p < n_pos; p += KV_BLOCK) {
                     int64_t run = n_pos - p < KV_BLOCK ? n_pos - p : KV_BLOCK;
                     put(&w, kv_row(&L, kind ? L.v : L.k, table, h, p), (size_t)run * row);
                 }
+        }
     }
     put_u32(&w, w.crc);
     if (!w.failed && fflush(f) != 0)
@@ -387,10 +398,12 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
     size_t head = h->version == 1 ? KV_V1_HEADER_BYTES : KV_V2_HEADER_BYTES;
     if ((st = get(r, b + 16, head - 16)) != IG_OK)
         return st;
-    uint32_t dtype = le_u32(b + 12);
-    if (dtype != KV_F32 && dtype != KV_F16)
-        return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, dtype);
+    uint32_t word = le_u32(b + 12), dtype = word & 0xffff, dtype_v = word >> 16;
+    dtype_v = dtype_v ? dtype_v - 1 : dtype; /* 0: V as K */
+    if (dtype >= KV_N_DTYPES || dtype_v >= KV_N_DTYPES || (h->version == 1 && dtype_v != dtype))
+        return ig_error(IG_E_KVFILE, "%s: unknown cache element type %u", name, word);
     h->dtype = (enum kv_dtype)dtype;
+    h->dtype_v = (enum kv_dtype)dtype_v;
     memcpy(h->model_id, b + 16, KV_MODEL_ID_BYTES);
     if (memcmp(h->model_id, id, KV_MODEL_ID_BYTES) != 0) {
         if (h->version == 1)
@@ -421,7 +434,20 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
         (h->n_vocab != 0 && h->n_vocab != n_vocab))
         return ig_error(IG_E_KVFILE, "%s: bad header (%lld tokens, %lld logits)", name,
                         (long long)h->n_tokens, (long long)h->n_vocab);
-    return h->version == 1 ? IG_OK : read_v2_layers(r);
+    if (h->version != 1 && (st = read_v2_layers(r)) != IG_OK)
+        return st;
+    /* a quantized type's rows are whole blocks: a file that claims one for
+     * other head dims is not one this model could have written */
+    for (int64_t l = 0; l < want->n_layer; l++) {
+        const struct kv_layer_mem *L = &want->layers[l];
+        if ((L->kind == KV_FULL || L->kind == KV_WINDOW) && L->head_dim % KV_QBLOCK &&
+            (kv_dtype_quantized(h->dtype) || kv_dtype_quantized(h->dtype_v)))
+            return ig_error(IG_E_KVFILE, "%s holds %s/%s rows, but layer %lld's head dim %lld "
+                            "is not whole blocks of %d", name, kv_dtype_name(h->dtype),
+                            kv_dtype_name(h->dtype_v), (long long)l, (long long)L->head_dim,
+                            KV_QBLOCK);
+    }
+    return IG_OK;
 }
 
 /* The body after the logits: each layer's rows or state, into `store`
@@ -441,18 +467,20 @@ static int read_layers(struct kv_file_reader *r, struct kv_store *store)
         if (Lm->kind == KV_SHARED)
             continue;
         struct kv_layout L = kv_store_layout(store, l);
-        size_t elem = kv_dtype_bytes(L.dtype), row = (size_t)Lm->head_dim * elem;
-        for (int kind = 0; kind < 2; kind++)
+        for (int kind = 0; kind < 2; kind++) {
+            enum kv_dtype dt = kind ? L.dtype_v : L.dtype;
+            size_t row = kv_dtype_row_bytes(dt, Lm->head_dim);
             for (int64_t hh = 0; hh < Lm->n_head_kv; hh++)
                 for (int64_t p = 0; p < n; p += KV_BLOCK) {
                     int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
                     /* The store's blocks are the file's positions in order. */
                     int64_t block = p / KV_BLOCK;
                     void *dst = (char *)(kind ? L.v : L.k) +
-                                (size_t)(block * L.block_stride + hh * L.head_stride) * elem;
+                                kv_dtype_row_bytes(dt, block * L.block_stride + hh * L.head_stride);
                     if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
                         return st;
                 }
+        }
     }
     return IG_OK;
 }
@@ -473,7 +501,7 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *
         return st;
     struct kv_memory *mem = NULL;
     struct kv_store *store = NULL;
-    if ((st = kv_memory_copy(r->want, h->dtype, &mem)) == IG_OK)
+    if ((st = kv_memory_copy(r->want, h->dtype, h->dtype_v, &mem)) == IG_OK)
         st = kv_store_create(mem, kv_blocks_for(h->n_tokens), kv_memory_states_for(mem, 1),
                              NULL, &store);
     kv_memory_free(mem);

@@ -8,6 +8,7 @@
 #include "kvcache/kvcache.h"
 
 #include "core/status.h"
+#include "models/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,47 @@
 
 size_t kv_dtype_bytes(enum kv_dtype dtype)
 {
-    return dtype == KV_F16 ? 2 : 4;
+    return dtype == KV_F16 ? 2 : dtype == KV_F32 ? 4 : 0;
+}
+
+size_t kv_dtype_row_bytes(enum kv_dtype dtype, int64_t n)
+{
+    switch (dtype) {
+    case KV_F32: return (size_t)n * 4;
+    case KV_F16: return (size_t)n * 2;
+    case KV_Q8_0: return (size_t)(n / KV_QBLOCK) * sizeof(struct block_q8_0);
+    case KV_Q4_0: return (size_t)(n / KV_QBLOCK) * sizeof(struct block_q4_0);
+    }
+    return 0;
+}
+
+int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v)
+{
+    if (!kv_dtype_quantized(dtype) || head_dim % 64)
+        return 0;
+    if (is_v)
+        return 64;
+    int64_t n = 64;
+    while (head_dim % (2 * n) == 0)
+        n *= 2;
+    return n;
+}
+
+static const char *const dtype_names[KV_N_DTYPES] = {"f32", "f16", "q8_0", "q4_0"};
+
+const char *kv_dtype_name(enum kv_dtype dtype)
+{
+    return (unsigned)dtype < KV_N_DTYPES ? dtype_names[dtype] : "unknown";
+}
+
+int kv_dtype_parse(const char *what, const char *name, enum kv_dtype *out)
+{
+    for (int t = 0; t < KV_N_DTYPES; t++)
+        if (!strcmp(name, dtype_names[t])) {
+            *out = (enum kv_dtype)t;
+            return IG_OK;
+        }
+    return ig_error(IG_E_USAGE, "%s: expected f32, f16, q8_0 or q4_0, got '%s'", what, name);
 }
 
 const char *kv_kind_name(enum kv_kind kind)
@@ -77,8 +118,22 @@ static int check_layer(const struct kv_layer_mem *ls, int64_t n_layer, int64_t l
                     (int)L->kind);
 }
 
+/* A quantized type stores a row as whole blocks: IG_OK, else one line. */
+static int check_blocks(const struct kv_layer_mem *ls, int64_t n_layer, enum kv_dtype dtype,
+                        const char *which)
+{
+    if (!kv_dtype_quantized(dtype))
+        return IG_OK;
+    for (int64_t l = 0; l < n_layer; l++)
+        if ((ls[l].kind == KV_FULL || ls[l].kind == KV_WINDOW) && ls[l].head_dim % KV_QBLOCK)
+            return ig_error(IG_E_USAGE, "a %s cache of %s needs a head dim that is a multiple "
+                            "of %d, but layer %lld's is %lld", which, kv_dtype_name(dtype),
+                            KV_QBLOCK, (long long)l, (long long)ls[l].head_dim);
+    return IG_OK;
+}
+
 int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_dtype dtype,
-                    struct kv_memory **out)
+                    enum kv_dtype dtype_v, struct kv_memory **out)
 {
     *out = NULL;
     if (n_layer < 1)
@@ -88,6 +143,11 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         if (st != IG_OK)
             return st;
     }
+    int bst = check_blocks(layers, n_layer, dtype, "K");
+    if (bst == IG_OK)
+        bst = check_blocks(layers, n_layer, dtype_v, "V");
+    if (bst != IG_OK)
+        return bst;
     struct kv_memory *mem = calloc(1, sizeof *mem);
     if (mem) {
         mem->layers = calloc((size_t)n_layer, sizeof *mem->layers);
@@ -99,8 +159,8 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
                         (long long)n_layer);
     }
     mem->dtype = dtype;
+    mem->dtype_v = dtype_v;
     mem->n_layer = n_layer;
-    size_t elem = kv_dtype_bytes(dtype);
     for (int64_t l = 0; l < n_layer; l++) {
         struct kv_layer_mem *L = &mem->layers[l];
         *L = layers[l];
@@ -128,7 +188,8 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         struct kv_group *G = &mem->groups[g];
         G->n_layers++;
         if (is_paged(L->kind))
-            G->block_bytes += 2 * (size_t)kv_layer_block_elems(L) * elem;
+            G->block_bytes += kv_dtype_row_bytes(dtype, kv_layer_block_elems(L)) +
+                              kv_dtype_row_bytes(dtype_v, kv_layer_block_elems(L));
         G->state_bytes += L->state_bytes;
     }
     for (int64_t g = 0; g < mem->n_groups; g++) {
@@ -139,7 +200,8 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
     return IG_OK;
 }
 
-int kv_memory_of(const struct model *m, enum kv_dtype dtype, struct kv_memory **out)
+int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype_v,
+                 struct kv_memory **out)
 {
     const struct model_hparams *hp = &m->hp;
     *out = NULL;
@@ -159,7 +221,7 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, struct kv_memory **
             break;
         }
     }
-    int st = kv_memory_build(ls, hp->n_layer, dtype, out);
+    int st = kv_memory_build(ls, hp->n_layer, dtype, dtype_v, out);
     free(ls);
     return st;
 }
@@ -174,14 +236,15 @@ int kv_memory_uniform(enum kv_dtype dtype, int64_t n_layer, int64_t n_head_kv,
     for (int64_t l = 0; l < n_layer; l++)
         ls[l] = (struct kv_layer_mem){.kind = KV_FULL, .n_head_kv = n_head_kv,
                                       .head_dim = head_dim, .source = -1};
-    int st = kv_memory_build(ls, n_layer, dtype, out);
+    int st = kv_memory_build(ls, n_layer, dtype, dtype, out);
     free(ls);
     return st;
 }
 
-int kv_memory_copy(const struct kv_memory *src, enum kv_dtype dtype, struct kv_memory **out)
+int kv_memory_copy(const struct kv_memory *src, enum kv_dtype dtype, enum kv_dtype dtype_v,
+                   struct kv_memory **out)
 {
-    return kv_memory_build(src->layers, src->n_layer, dtype, out);
+    return kv_memory_build(src->layers, src->n_layer, dtype, dtype_v, out);
 }
 
 void kv_memory_free(struct kv_memory *mem)
@@ -243,7 +306,7 @@ struct kv_layout kv_memory_layout(const struct kv_memory *mem, int64_t layer, vo
 {
     const struct kv_layer_mem *L = &mem->layers[kv_memory_kv_layer(mem, layer)];
     return (struct kv_layout){
-        .k = k, .v = v, .dtype = mem->dtype,
+        .k = k, .v = v, .dtype = mem->dtype, .dtype_v = mem->dtype_v,
         .block_stride = kv_layer_block_elems(L),
         .head_stride = KV_BLOCK * L->head_dim,
         .head_dim = L->head_dim,

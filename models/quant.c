@@ -1,15 +1,18 @@
-/* models/quant.c: ggml type facts and the reference dequantization of a row.
+/* models/quant.c: ggml type facts, the reference dequantization of a row
+ * and the reference quantization of a Q8_0 or Q4_0 row (the KV cache's).
  *
  * Each dequantizer follows ggml's dequantize_row_* (and the gguf package's
  * gguf/quants.py, its NumPy twin) operation for operation in f32, so the
  * results agree bit for bit. Blocks are read byte-wise (scales via memcpy):
  * a GGUF with a small general.alignment may place them at odd addresses.
  * The fast matmul kernels live in ops/; this file is their reference.
- * Covered by tests/models/test_dequant.py. */
+ * Covered by tests/models/test_dequant.py and (quantizing)
+ * tests/kvcache/test_kv_quant.py. */
 #include "models/quant.h"
 
 #include "core/status.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -357,4 +360,53 @@ void quant_dequantize_row(enum quant_type type, const void *src, float *dst, int
             fn(s + (size_t)i * t->block_bytes, dst + i * t->block_elems);
     }
     }
+}
+
+/* --- quantizing (ggml's reference quantizers) ------------------------------ */
+
+static void quant_block_q8_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+    ig_f16 h = ig_f32_to_f16(d);
+    memcpy(b, &h, sizeof h);
+    int8_t *qs = (int8_t *)(b + offsetof(struct block_q8_0, qs));
+    for (int j = 0; j < QK8_0; j++) {
+        float v = roundf(x[j] * id);
+        qs[j] = (int8_t)(v == v ? v : 0.0f); /* a NaN (ggml's cast is undefined) as 0 */
+    }
+}
+
+static void quant_block_q4_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK4_0; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+    ig_f16 h = ig_f32_to_f16(d);
+    memcpy(b, &h, sizeof h);
+    uint8_t *qs = b + offsetof(struct block_q4_0, qs);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        float fa = x[j] * id + 8.5f, fc = x[j + QK4_0 / 2] * id + 8.5f;
+        /* in [0.5, 16.5] for finite rows; a NaN (ggml's cast is undefined) as 8, a 0 */
+        int a = fa == fa ? (int)(int8_t)fa : 8, c = fc == fc ? (int)(int8_t)fc : 8;
+        qs[j] = (uint8_t)((a < 15 ? a : 15) | (c < 15 ? c : 15) << 4);
+    }
+}
+
+void quant_quantize_row(enum quant_type type, const float *src, void *dst, int64_t n)
+{
+    IG_ASSERT((type == QUANT_Q8_0 || type == QUANT_Q4_0) && n % 32 == 0);
+    uint8_t *b = dst;
+    size_t bytes = type == QUANT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    for (int64_t i = 0; i < n; i += 32, b += bytes)
+        if (type == QUANT_Q8_0)
+            quant_block_q8_0(src + i, b);
+        else
+            quant_block_q4_0(src + i, b);
 }

@@ -175,4 +175,12 @@ static inline int quant_iq4_xs_scale(const uint8_t *block, int j)
  * have can_dequantize. */
 void quant_dequantize_row(enum quant_type type, const void *src, float *dst, int64_t n);
 
+/* Quantizes n values (a multiple of 32) of src into n / 32 blocks of Q8_0
+ * or Q4_0 at dst (any alignment), as ggml's quantize_row_q8_0_ref and
+ * quantize_row_q4_0_ref do, bit for bit (the gguf package's quantize, their
+ * NumPy twin, is the test's reference): Q8_0 d = max|x| / 127, q =
+ * roundf(x / d); Q4_0 d = m / -8 for the m of largest |m| (the first),
+ * q = min(15, (int)(x / d + 8.5)). The KV cache's rows (kvcache/). */
+void quant_quantize_row(enum quant_type type, const float *src, void *dst, int64_t n);
+
 #endif

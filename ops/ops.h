@@ -194,6 +194,12 @@ void ops_geglu(float *gate, const float *up, int64_t n, bool exact);
 /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
 void ops_softcap(float *x, int64_t n, double cap);
 
+/* x[c .. c + nrot) = H x[c .. c + nrot) for every chunk of nrot values
+ * (n a multiple of nrot, a power of two): H the orthonormal Walsh-Hadamard
+ * matrix of order nrot (Sylvester's, entries +-1/sqrt(nrot); H H = I), the
+ * rotation of a quantized KV cache's rows (ops/hadamard.c). */
+void ops_hadamard_rows(float *x, int64_t n, int64_t nrot);
+
 /* x[i] += y[i] for i < n. */
 void ops_add(float *x, const float *y, int64_t n);
 

@@ -15,7 +15,11 @@
  * a row's window edge the row starts at its edge. So nothing behind the
  * window of the tile's first query is read (a cache may have dropped it).
  * A K/V tile is one cache block, found through the sequence's block table:
- * read in place from an f32 cache, converted once per item from f16 (a
+ * read in place from an f32 cache, dequantized into f32 from q8_0 or q4_0
+ * blocks (V always; K on the exact path: f32 math over the dequantized
+ * values), while on the int8 path a quantized K is scored in its blocks
+ * against the query quantized to int8 (scores_quant, the int8 matmul's
+ * tile kernel), converted once per item from f16 (a
  * decode item, one token's group of heads, reads an f16 cache in place too,
  * converting in registers: prefill/attn_decode.c; one thread walks a token's
  * KV heads together, block by block, or, with fewer tokens than threads to
@@ -32,6 +36,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "models/quant.h"
 #include "ops/exp_row.h"
 #include "ops/qmatmul.h"
 #include "ops/simd.h"
@@ -40,6 +45,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
 /* The softmax's exponentials: expf's bits, or the int8 path's polynomial.
@@ -63,6 +69,8 @@
 
 struct attn_scratch {
     float *q;  /* [rows, head_dim] queries of the item, pre-multiplied by scale */
+    struct qmm_q8 *qq; /* [rows, head_dim / 32] q quantized to int8 (a quantized K
+                        * on the int8 path: scores_quant) */
     float *k;  /* [ATTN_TILE_K, head_dim] K tile converted to f32 (f16 caches) */
     float *v;  /* [ATTN_TILE_K, head_dim] V tile converted to f32 */
     float *s;  /* [rows, ATTN_TILE_K] scores, then probabilities */
@@ -77,10 +85,17 @@ static int64_t max_rows(int64_t n_head, int64_t n_head_kv)
     return n_head / n_head_kv * ATTN_TILE_Q;
 }
 
+/* Floats of the quantized queries (struct qmm_q8 is a whole number of floats). */
+static int64_t qq_floats(int64_t rows, int64_t head_dim)
+{
+    return rows * (head_dim / QMM_QK + 1) * (int64_t)(sizeof(struct qmm_q8) / sizeof(float));
+}
+
 int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t head_dim)
 {
     int64_t rows = max_rows(n_head, n_head_kv);
-    return rows * head_dim * 2 + head_dim * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3;
+    return rows * head_dim * 2 + head_dim * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3 +
+           qq_floats(rows, head_dim);
 }
 
 static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, int64_t head_dim)
@@ -94,31 +109,78 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
     s.o = p, p += rows * hd;
     s.m = p, p += rows;
     s.l = p, p += rows;
-    s.corr = p;
+    s.corr = p, p += rows;
+    s.qq = (struct qmm_q8 *)(void *)p;
     return s;
 }
 
 /* ---- loading a K/V tile ------------------------------------------------------- */
 
-/* The K and V rows k0 .. k0 + nc - 1 in f32: the cache's own rows for an f32
- * cache, else converted into the scratch; *k and *v point at row k0 (row c
- * is c * head_dim further), but only rows c0 .. nc - 1 are read or converted
- * (those before c0 are behind every row's window). The tile is one cache
- * block (k0 a multiple of KV_BLOCK): one contiguous run of rows per KV head. */
-static void load_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
-                         int64_t k0, int64_t c0, int64_t nc, struct attn_scratch *sc,
-                         const float **k, const float **v)
+/* dst[0..n) = the n values of a quantized row run at src (whole blocks):
+ * d q, d the block's f16 scale in f32 and q its integer (q8_0: the byte;
+ * q4_0: the nibble less 8), the one product models/quant.c's
+ * quant_dequantize_row makes, so the same f32 values. */
+OPS_SIMD_CLONES
+static void dequant_run(enum kv_dtype dtype, const uint8_t *src, float *dst, int64_t n)
 {
-    int64_t hd = p->head_dim;
-    const void *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0 + c0);
-    const void *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0 + c0);
-    if (p->kv.dtype == KV_F32) {
-        *k = (const float *)kr - c0 * hd, *v = (const float *)vr - c0 * hd;
+    if (dtype == KV_Q8_0) {
+        for (int64_t b = 0; b < n / QK8_0; b++, src += sizeof(struct block_q8_0)) {
+            float d = ig_f16_at(src);
+            const int8_t *q = (const int8_t *)(src + offsetof(struct block_q8_0, qs));
+            float *y = dst + b * QK8_0;
+            for (int j = 0; j < QK8_0; j++)
+                y[j] = d * (float)q[j];
+        }
         return;
     }
-    ig_f16_to_f32_row(kr, sc->k + c0 * hd, (nc - c0) * hd);
-    ig_f16_to_f32_row(vr, sc->v + c0 * hd, (nc - c0) * hd);
-    *k = sc->k, *v = sc->v;
+    for (int64_t b = 0; b < n / QK4_0; b++, src += sizeof(struct block_q4_0)) {
+        float d = ig_f16_at(src);
+        const uint8_t *q = src + offsetof(struct block_q4_0, qs);
+        float *y = dst + b * QK4_0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] = d * (float)((q[j] & 0x0f) - 8);
+            y[j + QK4_0 / 2] = d * (float)((q[j] >> 4) - 8);
+        }
+    }
+}
+
+/* Rows c0 .. nc - 1 of one K or V tile in f32: the cache's own rows when
+ * they are f32, else converted into `buf`; the result points at row 0 (row
+ * c is c * head_dim further). */
+static const float *tile_f32(const struct attn_params *p, enum kv_dtype dtype, const void *row,
+                             int64_t c0, int64_t nc, float *buf)
+{
+    int64_t hd = p->head_dim;
+    if (dtype == KV_F32)
+        return (const float *)row - c0 * hd;
+    if (dtype == KV_F16)
+        ig_f16_to_f32_row(row, buf + c0 * hd, (nc - c0) * hd);
+    else
+        dequant_run(dtype, row, buf + c0 * hd, (nc - c0) * hd);
+    return buf;
+}
+
+/* The K and V rows k0 .. k0 + nc - 1 in f32: the cache's own rows for an f32
+ * cache, else converted (f16) or dequantized (q8_0, q4_0) into the scratch;
+ * *k and *v point at row k0 (row c is c * head_dim further), but only rows
+ * c0 .. nc - 1 are read or converted (those before c0 are behind every
+ * row's window). With `kq` (a quantized K the int8 path's scores read as it
+ * is) *k is NULL and *kq points at K's row k0 in its blocks instead. The
+ * tile is one cache block (k0 a multiple of KV_BLOCK): one contiguous run of
+ * rows per KV head. */
+static void load_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
+                         int64_t k0, int64_t c0, int64_t nc, struct attn_scratch *sc,
+                         const float **k, const float **v, const uint8_t **kq)
+{
+    const void *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0 + c0);
+    const void *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0 + c0);
+    if (kq) {
+        *kq = (const uint8_t *)kr - kv_dtype_row_bytes(p->kv.dtype, c0 * p->head_dim);
+        *k = NULL;
+    } else {
+        *k = tile_f32(p, p->kv.dtype, kr, c0, nc, sc->k);
+    }
+    *v = tile_f32(p, p->kv.dtype_v, vr, c0, nc, sc->v);
 }
 
 /* Asks for the K and V rows of the tile at k0 (up to kend) while this tile
@@ -131,13 +193,14 @@ static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, 
                              int64_t k0, int64_t kend)
 {
     int64_t n = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
-    size_t bytes = (size_t)(n * p->head_dim) * kv_dtype_bytes(p->kv.dtype);
+    size_t kbytes = kv_dtype_row_bytes(p->kv.dtype, n * p->head_dim);
+    size_t vbytes = kv_dtype_row_bytes(p->kv.dtype_v, n * p->head_dim);
     const char *kr = kv_row(&p->kv, p->kv.k, table, kvh, k0);
     const char *vr = kv_row(&p->kv, p->kv.v, table, kvh, k0);
-    for (size_t off = 0; off < bytes; off += 64) {
+    for (size_t off = 0; off < kbytes; off += 64)
         __builtin_prefetch(kr + off, 0, 2);
+    for (size_t off = 0; off < vbytes; off += 64)
         __builtin_prefetch(vr + off, 0, 2);
-    }
 }
 
 /* ---- one work item ----------------------------------------------------------- */
@@ -443,6 +506,28 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
             for (int64_t d = hd8; d < hd; d++)
                 t += q[d] * k[d];
             s[c] = v8_sum(a) + t;
+        }
+    }
+}
+
+/* s[r][c] = q[r] . k[c] for c0 <= c < nc from a quantized K tile (kt: row
+ * 0 of the tile in its blocks) and the rows' queries quantized to int8
+ * (sc->qq, struct qmm_q8 blocks): the int8 matmul's tile kernel (ops/qmatmul.h,
+ * `tile`: the CPU's best set, VNNI or AVX2 where they run), an integer dot
+ * product per block of 32 scaled by both blocks' scales, summed over the
+ * blocks in order. A score's sums do not depend on the tile's other rows or
+ * columns (the kernel's promise), so a row's bits are its own here too. */
+static void scores_quant(const struct attn_params *p, struct attn_scratch *sc, qmm_tile_fn tile,
+                         const uint8_t *kt, int64_t rows, int64_t c0, int64_t nc)
+{
+    int64_t nb = p->head_dim / QMM_QK;
+    size_t rb = kv_dtype_row_bytes(p->kv.dtype, p->head_dim);
+    for (int64_t r = 0; r < rows; r += QMM_NT) {
+        int nt = rows - r < QMM_NT ? (int)(rows - r) : QMM_NT;
+        for (int64_t c = c0; c < nc; c += QMM_MR) {
+            int mr = nc - c < QMM_MR ? (int)(nc - c) : QMM_MR;
+            tile(kt + (size_t)c * rb, rb, nb, sc->qq + r * nb, nb, mr, nt,
+                 sc->s + r * ATTN_TILE_K + c, ATTN_TILE_K);
         }
     }
 }
@@ -905,7 +990,8 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
 static bool decode_f16_ok(const struct attn_params *p)
 {
     int64_t group = p->n_head / p->n_head_kv;
-    return p->kv.dtype == KV_F16 && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
+    return p->kv.dtype == KV_F16 && p->kv.dtype_v == KV_F16 && group >= 2 &&
+           group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
 /* Query heads h0 .. h1 - 1 of sequence s's one token (a decode token)
@@ -966,9 +1052,10 @@ static bool token_cols(const struct attn_params *p, const struct attn_seq *s, in
 }
 
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
- * of sequence s (nq <= ATTN_TILE_Q). zmm: attn_zmm()'s answer. */
+ * of sequence s (nq <= ATTN_TILE_Q). zmm: attn_zmm()'s answer. ktile: the
+ * int8 tile kernel that scores a quantized K (NULL: f32 scores). */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
-                     int64_t t0, int64_t nq, bool zmm, struct attn_scratch *sc)
+                     int64_t t0, int64_t nq, bool zmm, qmm_tile_fn ktile, struct attn_scratch *sc)
 {
     IG_ASSERT(nq <= ATTN_TILE_Q);
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
@@ -985,6 +1072,9 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         }
     }
     memset(sc->o, 0, (size_t)(rows * hd) * sizeof *sc->o);
+    if (ktile) /* each row's scaled query, quantized once for every tile */
+        for (int64_t r = 0; r < rows; r++)
+            ops_qmm_quantize(sc->q + r * hd, hd, sc->qq + r * (hd / QMM_QK));
 
     /* Keys kbegin .. kend - 1 are visible to at least one query of the
      * tile: the last query sees up to kend - 1, the first from kbegin on. */
@@ -995,10 +1085,14 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         int64_t nc = kend - k0 < ATTN_TILE_K ? kend - k0 : ATTN_TILE_K;
         int64_t c0 = kbegin > k0 ? kbegin - k0 : 0;
         const float *kt, *vt;
-        load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt);
+        const uint8_t *kq = NULL;
+        load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt, ktile ? &kq : NULL);
         if (k0 + ATTN_TILE_K < kend)
             prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
-        scores(sc, kt, rows, c0, nc, hd, zmm);
+        if (ktile)
+            scores_quant(p, sc, ktile, kq, rows, c0, nc);
+        else
+            scores(sc, kt, rows, c0, nc, hd, zmm);
         if (p->softcap > 0)
             softcap_scores(sc, rows, c0, nc, p->softcap);
         /* Each token's columns [lo, hi) of the tile (none where hi <= lo:
@@ -1074,6 +1168,7 @@ struct attn_job {
     const int64_t *first_item;
     int64_t decode_parts;
     bool zmm; /* attn_zmm(), asked once per call rather than per item */
+    qmm_tile_fn ktile; /* a quantized K's int8 scores (the int8 path), else NULL */
 };
 
 static int64_t n_qtiles(const struct attn_seq *s)
@@ -1128,8 +1223,23 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
         int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
-        run_item(p, s, kvh, t0, nq, job->zmm, &sc);
+        run_item(p, s, kvh, t0, nq, job->zmm, job->ktile, &sc);
     }
+}
+
+/* The int8 scores' kernel for a quantized K: on the int8 path (this file's
+ * fused build) the int8 matmul's tile for the block format on the CPU's
+ * best set; the exact path (and f32 or f16 K) scores in f32, over the
+ * dequantized values. */
+static qmm_tile_fn key_tile(const struct attn_params *p)
+{
+#ifdef ATTN_FUSED
+    if (p->kv.dtype == KV_Q8_0 || p->kv.dtype == KV_Q4_0)
+        return ops_qmm_tile(p->kv.dtype == KV_Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0,
+                            ops_qmm_best_isa());
+#endif
+    (void)p;
+    return NULL;
 }
 
 void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *scratch,
@@ -1151,6 +1261,6 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
         IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
         first[i + 1] = first[i] + seq_items(&p->seqs[i], p->n_head_kv, parts);
     }
-    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm()};
+    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm(), key_tile(p)};
     ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }

@@ -65,7 +65,7 @@ grammar|schema)
     [ "$target" = schema ] && defs=(-DFUZZ_SCHEMA) ;;
 batch)
     srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c core/paths.c cli/opts.c cli/prompt.c
-          cli/gen_opts.c cli/device_args.c cli/batch_request.c decode/sampler.c)
+          cli/gen_opts.c cli/device_args.c cli/batch_request.c decode/sampler.c kvcache/kvmem.c)
     entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 libs=(-lcjson -lm) ;;
 tokenizer)
     srcs=(core/status.c core/utf8.c tokenizer/unicode.c tokenizer/unicode_tables.c
@@ -81,7 +81,7 @@ klfile)
     corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
 kvfile)
     srcs=(core/status.c core/checksum.c core/half.c kvcache/kvmem.c kvcache/kvcache.c
-          kvcache/kvfile.c models/tensors.c models/arch.c)
+          kvcache/kvfile.c models/tensors.c models/arch.c models/quant.c)
     corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
 *)
     echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, jinja, klfile, kvfile)" >&2

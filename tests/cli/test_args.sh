@@ -31,8 +31,14 @@ refused "--hf-repo" --hf-repo "-m FILE" "$IGNITE" -p hi --hf-repo foo/bar
 refused "-cnv" -cnv "--chat" "$IGNITE" -p hi -cnv
 refused "-sys" -sys "--system" "$IGNITE" -p hi -sys "be brief"
 refused "--system-prompt" --system-prompt "--system" "$IGNITE" -p hi --system-prompt x
-refused "bench -ctk" -ctk "--cache-type" "$IGNITE" bench -ctk q8_0
-refused "bench -ctv" -ctv "--cache-type" "$IGNITE" bench -ctv q8_0
+refused "info -ctk" -ctk "build a cache (run, chat" "$IGNITE" info -ctk q8_0
+refused "tokenize -ctv" -ctv "build a cache (run, chat" "$IGNITE" tokenize -ctv q8_0 hi
+# -ctk/-ctv are options of the commands that build a cache: a bad type is
+# their one line, naming the four types.
+expect_rc 2 "bench -ctk q5_0" "$IGNITE" bench -ctk q5_0
+expect_grep "$TMP/err" "cache-type-k: expected f32, f16, q8_0 or q4_0, got 'q5_0'" "bench -ctk q5_0"
+expect_rc 2 "run -ctv q5_1" "$IGNITE" -p hi -ctv q5_1
+expect_grep "$TMP/err" "cache-type-v: expected f32, f16, q8_0 or q4_0, got 'q5_1'" "run -ctv q5_1"
 refused "bench -pg" -pg "-p N and -n N" "$IGNITE" bench -pg 32,8
 refused "bench -npp" -npp "bench's -p" "$IGNITE" bench -npp 128
 refused "bench -ntg" -ntg "bench's -n" "$IGNITE" bench -ntg 128

@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     int64_t n_ctx = n_prompt + n_fixed + n_greedy;
     struct backend_opts bo = {.device = {.kind = BACKEND_CPU}, .n_threads = n_threads,
                               .n_ctx = n_ctx, .max_rows = chunk, .n_slots = 1,
-                              .kv_dtype = kv_dtype};
+                              .kv_dtype = kv_dtype, .kv_dtype_v = kv_dtype};
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
         goto done;
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);

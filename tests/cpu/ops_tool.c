@@ -9,9 +9,16 @@
  *   ops_tool geglu N GATE.f32 UP.f32 OUT.f32              ops_geglu
  *   ops_tool swiglu N GATE.f32 UP.f32 OUT.f32             ops_swiglu
  *   ops_tool softcap N CAP IN.f32 OUT.f32                  ops_softcap
+ *   ops_tool hadamard N NROT IN.f32 OUT.f32              ops_hadamard_rows
+ *   ops_tool kvwrite TYPE ROWS HD IN.f32 OUT.bin           kv_write_rows: ROWS rows of
+ *       HD values as K (and their negation as V) of one KV head into a cache of
+ *       TYPE (f32, f16, q8_0, q4_0), positions 0.. through a table of blocks in
+ *       reverse order; OUT is each row's K bytes, then each row's V bytes, as
+ *       the cache holds them (kv_row).
  *
  * Files are raw little-endian float32. Exits 0, or 2 on bad arguments. */
 #include "core/status.h"
+#include "kvcache/kvcache.h"
 #include "ops/ops.h"
 
 #include <stdio.h>
@@ -67,8 +74,57 @@ static int freqs(int argc, char **argv)
     return IG_OK;
 }
 
+static int kvwrite(char **argv)
+{
+    enum kv_dtype dt;
+    int64_t rows = atoll(argv[3]), hd = atoll(argv[4]);
+    if (kv_dtype_parse("kvwrite", argv[2], &dt) != IG_OK || rows < 1 || hd < 1)
+        return IG_E_USAGE;
+    float *k = read_f32(argv[5], rows * hd), *v = malloc((size_t)(rows * hd) * sizeof *v);
+    for (int64_t i = 0; i < rows * hd; i++)
+        v[i] = -k[i];
+    struct kv_memory *mem = NULL;
+    struct kv_store *st = NULL;
+    int64_t nb = kv_blocks_for(rows);
+    int32_t *table = malloc((size_t)nb * sizeof *table);
+    for (int64_t b = 0; b < nb; b++)
+        table[b] = (int32_t)(nb - 1 - b);
+    int s = kv_memory_uniform(dt, 1, 1, hd, &mem);
+    if (s == IG_OK)
+        s = kv_store_create(mem, nb, 0, NULL, &st);
+    if (s != IG_OK)
+        return s;
+    struct kv_layout L = kv_store_layout(st, 0);
+    kv_write_rows(&L, table, 1, 0, rows, k, v);
+    FILE *f = fopen(argv[6], "wb");
+    size_t bytes = kv_dtype_row_bytes(dt, hd);
+    for (int kind = 0; f && kind < 2; kind++)
+        for (int64_t p = 0; p < rows; p++)
+            fwrite(kv_row(&L, kind ? L.v : L.k, table, 0, p), 1, bytes, f);
+    if (!f || fclose(f) != 0) {
+        fprintf(stderr, "ops_tool: cannot write %s\n", argv[6]);
+        return IG_E_IO;
+    }
+    kv_store_free(st);
+    kv_memory_free(mem);
+    free(table);
+    free(v);
+    free(k);
+    return IG_OK;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 7 && !strcmp(argv[1], "kvwrite"))
+        return kvwrite(argv);
+    if (argc == 6 && !strcmp(argv[1], "hadamard")) {
+        int64_t n = atoll(argv[2]), nrot = atoll(argv[3]);
+        float *x = read_f32(argv[4], n);
+        ops_hadamard_rows(x, n, nrot);
+        write_f32(argv[5], x, n);
+        free(x);
+        return IG_OK;
+    }
     if (argc >= 2 && !strcmp(argv[1], "freqs"))
         return freqs(argc, argv);
     if (argc == 8 && !strcmp(argv[1], "rmsnorm")) {
@@ -101,6 +157,6 @@ int main(int argc, char **argv)
         free(x);
         return IG_OK;
     }
-    fprintf(stderr, "usage: ops_tool freqs|rmsnorm|geglu|swiglu|softcap ... (see the source)\n");
+    fprintf(stderr, "usage: ops_tool freqs|rmsnorm|geglu|swiglu|softcap|hadamard|kvwrite ... (see the source)\n");
     return IG_E_USAGE;
 }

@@ -16,11 +16,19 @@
  * token's heads cut between them). On AVX-512 the prefill items accumulate
  * 32 columns at a time (ctest runs this again under IGNITE_SIMD=avx2).
  * Everything twice: the exact path's attention, then the int8 path's fused
- * build (prefill/attn_fused.h), which must differ from it somewhere. */
+ * build (prefill/attn_fused.h), which must differ from it somewhere.
+ * Quantized caches (q8_0, q4_0, K and V of different types): the reference
+ * reads the blocks' values (models/quant.c's dequantization, the gguf
+ * package's twin: tests/models/test_dequant.py); on the int8 path a
+ * quantized K is scored against the query quantized to int8 (ops/qmatmul.h's
+ * quantizer, tests/cpu/test_qmatmul.c), so there the reference takes that
+ * query's values too: the same bound holds for both paths. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
+#include "models/quant.h"
 #include "ops/ops.h"
+#include "ops/qmatmul.h"
 #include "prefill/attn_tiled.h"
 #include "tests/test.h"
 
@@ -45,7 +53,13 @@ struct shape {
     enum kv_dtype dtype;
     int64_t window; /* 0: none */
     float softcap;  /* 0: none */
+    int v_type;     /* 0: V of `dtype` too; else V's enum kv_dtype + 1 */
 };
+
+static enum kv_dtype v_dtype(const struct shape *s)
+{
+    return s->v_type ? (enum kv_dtype)(s->v_type - 1) : s->dtype;
+}
 
 /* One sequence's cache: n_ctx positions in scattered blocks of a store. */
 struct cache {
@@ -55,11 +69,18 @@ struct cache {
 };
 
 /* K or V element d of position j, KV head h, as the kernel sees it
- * (f16-rounded for an f16 cache). */
+ * (f16-rounded for an f16 cache, its block's d q for a quantized one). */
 static double cache_value(const struct cache *c, void *base, int64_t h, int64_t j, int64_t d)
 {
     const void *row = kv_row(&c->L, base, c->table, h, j);
-    return c->L.dtype == KV_F32 ? ((const float *)row)[d] : ig_f16_to_f32(((const ig_f16 *)row)[d]);
+    enum kv_dtype dt = kv_base_dtype(&c->L, base);
+    if (kv_dtype_quantized(dt)) {
+        float blk[32];
+        quant_dequantize_row(dt == KV_Q8_0 ? QUANT_Q8_0 : QUANT_Q4_0,
+                             (const char *)row + kv_dtype_row_bytes(dt, d / 32 * 32), blk, 32);
+        return blk[d % 32];
+    }
+    return dt == KV_F32 ? ((const float *)row)[d] : ig_f16_to_f32(((const ig_f16 *)row)[d]);
 }
 
 /* References in one pass: ref = the exact result in double, naive = what a
@@ -71,12 +92,25 @@ static void reference(const struct shape *s, const float *q, const struct cache 
     int64_t n_keys_max = s->pos0 + s->n;
     double *p = malloc((size_t)n_keys_max * sizeof *p);
     float *pf = malloc((size_t)n_keys_max * sizeof *pf);
+    /* The int8 path's query of a quantized K: q * scale in f32, quantized. */
+    bool q8 = fused && kv_dtype_quantized(s->dtype);
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float *qs = malloc((size_t)hd * sizeof *qs);
+    struct qmm_q8 *qb = malloc((size_t)(hd / 32 + 1) * sizeof *qb);
     for (int64_t t = 0; t < s->n; t++) {
         int64_t nk = s->pos0 + t + 1;
         int64_t j0 = s->window && nk > s->window ? nk - s->window : 0;
         for (int64_t h = 0; h < n_head; h++) {
             int64_t kvh = h / s->group;
             const float *qv = q + (t * n_head + h) * hd;
+            if (q8) {
+                for (int64_t d = 0; d < hd; d++)
+                    qs[d] = qv[d] * scale;
+                ops_qmm_quantize(qs, hd, qb);
+                for (int64_t d = 0; d < hd; d++)
+                    qs[d] = qb[d / 32].d * (float)qb[d / 32].qs[d % 32];
+                qv = qs;
+            }
             double mx = -INFINITY;
             float mxf = -INFINITY;
             for (int64_t j = j0; j < nk; j++) {
@@ -87,8 +121,8 @@ static void reference(const struct shape *s, const float *q, const struct cache 
                     dot += (double)qv[d] * kv;
                     dotf += qv[d] * (float)kv;
                 }
-                p[j] = dot / sqrt((double)hd);
-                pf[j] = dotf / sqrtf((float)hd);
+                p[j] = q8 ? dot : dot / sqrt((double)hd);
+                pf[j] = q8 ? dotf : dotf / sqrtf((float)hd);
                 if (s->softcap > 0) {
                     p[j] = s->softcap * tanh(p[j] / s->softcap);
                     pf[j] = s->softcap * tanhf(pf[j] / s->softcap);
@@ -117,6 +151,8 @@ static void reference(const struct shape *s, const float *q, const struct cache 
             }
         }
     }
+    free(qb);
+    free(qs);
     free(pf);
     free(p);
 }
@@ -130,7 +166,9 @@ static struct cache make_cache(const struct shape *s, int64_t n_ctx)
     struct cache c;
     int64_t nb = kv_blocks_for(n_ctx);
     struct kv_memory *mem = NULL;
-    CHECK(kv_memory_uniform(s->dtype, 1, s->n_head_kv, s->head_dim, &mem) == IG_OK);
+    struct kv_layer_mem one = {.kind = KV_FULL, .n_head_kv = s->n_head_kv,
+                               .head_dim = s->head_dim, .source = -1};
+    CHECK(kv_memory_build(&one, 1, s->dtype, v_dtype(s), &mem) == IG_OK);
     CHECK(kv_store_create(mem, nb + 1, 0, NULL, &c.st) == IG_OK);
     kv_memory_free(mem);
     c.L = kv_store_layout(c.st, 0);
@@ -225,10 +263,10 @@ static void run_shape(struct ops_pool *pool, const struct shape *s)
     double err = max_abs_diff(ref, out + GUARD, q_elems, &ref_max) / ref_max;
     double naive_err = max_abs_diff(ref, naive_f, q_elems, &naive_max) / ref_max;
     double bound = 2.0 * naive_err + 1e-6;
-    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld %s window=%lld "
+    CHECKF(err <= bound, "n=%lld pos0=%lld kv_heads=%lld group=%lld hd=%lld K %s V %s window=%lld "
            "softcap=%g: relative error %.3e > %.3e (naive f32 %.3e)", (long long)s->n,
            (long long)s->pos0, (long long)s->n_head_kv, (long long)s->group, (long long)hd,
-           s->dtype == KV_F32 ? "f32" : "f16", (long long)s->window, (double)s->softcap, err,
+           kv_dtype_name(s->dtype), kv_dtype_name(v_dtype(s)), (long long)s->window, (double)s->softcap, err,
            bound, naive_err);
     if (err > bound) {
         int shown = 0;
@@ -304,28 +342,42 @@ static int run_all(void)
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
             for (size_t b = 0; b < sizeof pos0s / sizeof pos0s[0]; b++) {
-                struct shape s = {ns[a], pos0s[b], 2, groups[g], 64, KV_F32, 0, 0};
+                struct shape s = {ns[a], pos0s[b], 2, groups[g], 64, KV_F32, 0, 0, 0};
                 run_shape(pool, &s);
                 s.dtype = KV_F16;
                 run_shape(pool, &s);
             }
     /* Long blocks: many K/V tiles, the diagonal inside and across tiles. */
     struct shape big[] = {
-        {1000, 0, 1, 3, 64, KV_F32, 0, 0},
-        {1000, 129, 1, 1, 64, KV_F16, 0, 0},
-        {70, 200, 2, 3, 40, KV_F32, 0, 0}, /* head_dim not a multiple of the column block */
-        {1, 1000, 3, 3, 64, KV_F32, 0, 0}, /* one query continuing a long cache */
+        {1000, 0, 1, 3, 64, KV_F32, 0, 0, 0},
+        {1000, 129, 1, 1, 64, KV_F16, 0, 0, 0},
+        {70, 200, 2, 3, 40, KV_F32, 0, 0, 0}, /* head_dim not a multiple of the column block */
+        {1, 1000, 3, 3, 64, KV_F32, 0, 0, 0}, /* one query continuing a long cache */
         /* sliding windows: inside one tile, across tiles, wider than the block */
-        {300, 0, 1, 4, 256, KV_F32, 8, 0},   /* Gemma 3's head_dim 256 */
-        {200, 37, 2, 2, 64, KV_F16, 70, 0},
-        {65, 500, 1, 3, 64, KV_F32, 64, 0},  /* the window one tile long */
-        {1, 1000, 2, 1, 64, KV_F32, 512, 0}, /* a decode-like query, Gemma's 512 */
-        {130, 0, 2, 1, 64, KV_F32, 1000, 0}, /* wider than the context */
-        {100, 20, 1, 2, 64, KV_F32, 0, 50.0f}, /* soft-capped scores */
-        {100, 80, 1, 2, 32, KV_F32, 33, 5.0f},
+        {300, 0, 1, 4, 256, KV_F32, 8, 0, 0},   /* Gemma 3's head_dim 256 */
+        {200, 37, 2, 2, 64, KV_F16, 70, 0, 0},
+        {65, 500, 1, 3, 64, KV_F32, 64, 0, 0},  /* the window one tile long */
+        {1, 1000, 2, 1, 64, KV_F32, 512, 0, 0}, /* a decode-like query, Gemma's 512 */
+        {130, 0, 2, 1, 64, KV_F32, 1000, 0, 0}, /* wider than the context */
+        {100, 20, 1, 2, 64, KV_F32, 0, 50.0f, 0}, /* soft-capped scores */
+        {100, 80, 1, 2, 32, KV_F32, 33, 5.0f, 0},
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         run_shape(pool, &big[i]);
+    /* Quantized caches: K and V of each type and mixed, prompt rows across
+     * tiles and a decode-like row (the splits above: bit for bit alone),
+     * a window, soft-capping, Gemma 3's head_dim 256. */
+    struct shape quant[] = {
+        {65, 37, 2, 3, 64, KV_Q8_0, 0, 0, 0},
+        {65, 37, 2, 3, 64, KV_Q4_0, 0, 0, 0},
+        {2, 200, 2, 3, 64, KV_Q8_0, 0, 0, 1 + KV_Q4_0},
+        {2, 200, 3, 3, 64, KV_Q4_0, 0, 0, 1 + KV_F16},
+        {70, 30, 1, 2, 64, KV_F32, 50, 0, 1 + KV_Q8_0},
+        {40, 100, 1, 2, 32, KV_F16, 33, 5.0f, 1 + KV_Q4_0},
+        {70, 0, 1, 4, 256, KV_Q8_0, 8, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++)
+        run_shape(pool, &quant[i]);
     /* Decode rows over an f16 cache (prefill/attn_decode.c where the CPU has
      * F16C): two tokens as one item, then each alone (the splits above), bit
      * for bit; groups in blocks of three and two rows and lone rows, head
@@ -335,12 +387,12 @@ static int run_all(void)
      * two, three and four a lone token's query heads are cut into a part per
      * thread (9 heads as 4 + 5 on two, 2 + 2 + 2 + 3 on four). */
     struct shape dec[] = {
-        {2, 1000, 3, 3, 64, KV_F16, 0, 0},  {2, 150, 2, 2, 64, KV_F16, 0, 0},
-        {2, 130, 1, 4, 40, KV_F16, 0, 0},   {2, 70, 2, 5, 36, KV_F16, 0, 0},
-        {2, 90, 1, 8, 64, KV_F16, 0, 0},    {2, 300, 2, 3, 64, KV_F16, 100, 0},
-        {2, 100, 1, 2, 32, KV_F16, 33, 5.0f}, {1, 200, 2, 3, 128, KV_F16, 0, 0},
-        {2, 80, 3, 2, 40, KV_F16, 0, 0},    {2, 70, 17, 2, 32, KV_F16, 0, 0},
-        {2, 200, 3, 3, 64, KV_F16, 64, 0},
+        {2, 1000, 3, 3, 64, KV_F16, 0, 0, 0},  {2, 150, 2, 2, 64, KV_F16, 0, 0, 0},
+        {2, 130, 1, 4, 40, KV_F16, 0, 0, 0},   {2, 70, 2, 5, 36, KV_F16, 0, 0, 0},
+        {2, 90, 1, 8, 64, KV_F16, 0, 0, 0},    {2, 300, 2, 3, 64, KV_F16, 100, 0, 0},
+        {2, 100, 1, 2, 32, KV_F16, 33, 5.0f, 0}, {1, 200, 2, 3, 128, KV_F16, 0, 0, 0},
+        {2, 80, 3, 2, 40, KV_F16, 0, 0, 0},    {2, 70, 17, 2, 32, KV_F16, 0, 0, 0},
+        {2, 200, 3, 3, 64, KV_F16, 64, 0, 0},
     };
     for (int t = 1; t <= 4; t++) {
         struct ops_pool *dp = pool;

@@ -15,7 +15,15 @@ ops_tool, which runs the ops/ function on the test's inputs):
     stored weight equals Gemma3RMSNorm's x / rms(x) * (1 + w);
   - GeGLU with GELU's tanh form (transformers' gelu_pytorch_tanh), SwiGLU,
     and tanh soft-capping, elementwise, relative to the fp64 values'
-    magnitude <= 2e-6 (f32 arithmetic).
+    magnitude <= 2e-6 (f32 arithmetic);
+  - the Walsh-Hadamard rotation of a quantized cache's rows in chunks of
+    64, 128 and 256, against numpy's product with Sylvester's matrix / sqrt(n)
+    (ggml_gen_hadamard's), relative <= 1e-6, and applied twice = identity;
+  - the KV cache's rows as kv_write_rows stores them (K, and V apart), f32,
+    f16 and ggml's q8_0 and q4_0 blocks, against the gguf package's
+    quantize (ggml's reference quantizers' NumPy twin), byte for byte:
+    random rows, an all-zero block, ties at .5, a block whose largest
+    magnitude is negative, sizes across a cache block.
 Usage: test_ops_numpy.py OPS_TOOL
 """
 import math
@@ -211,6 +219,62 @@ def test_elementwise(tmp):
           30.0 * np.tanh(x.astype(np.float64) / 30.0))
 
 
+def test_hadamard(tmp):
+    rng = np.random.default_rng(11)
+    for nrot in (64, 128, 256):
+        h = np.array([[1.0]])
+        while h.shape[0] < nrot:
+            h = np.block([[h, h], [h, -h]])
+        h /= math.sqrt(nrot)
+        x = (rng.standard_normal(3 * nrot) * 4).astype(np.float32)
+        want = (h @ x.astype(np.float64).reshape(3, nrot).T).T.reshape(-1)
+        got = run_f32(tmp, "hadamard", [x], 3 * nrot, nrot)
+        close(f"hadamard {nrot}", got, want, 1e-6)
+        back = run_f32(tmp, "hadamard", [got.astype(np.float32)], 3 * nrot, nrot)
+        close(f"hadamard {nrot} twice", back, x.astype(np.float64), 1e-6)
+
+
+def zero_scales_positive(data, block):
+    """The blocks' f16 scales of -0 written as +0."""
+    b = bytearray(data)
+    for i in range(0, len(b), block):
+        if b[i] == 0 and b[i + 1] == 0x80:
+            b[i + 1] = 0
+    return bytes(b)
+
+
+def test_kv_rows(tmp):
+    """kv_write_rows's bytes against gguf.quants.quantize, byte for byte."""
+    import gguf
+    from gguf.quants import quantize
+    Q = gguf.GGMLQuantizationType
+    rng = np.random.default_rng(7)
+    rows, hd = 70, 64  # across a 64-position block, two quant blocks a row
+    x = (rng.standard_normal((rows, hd)) * 3).astype(np.float32)
+    x[1, :32] = 0                                             # an all-zero block
+    x[2, :32] = np.arange(32, dtype=np.float32) * 0.5 - 8     # ties at .5 (q8_0: 127 / 8)
+    x[3, 32:] = rng.uniform(-1, 1, 32).astype(np.float32)
+    x[3, 40] = -5                                             # the largest is negative
+    path = os.path.join(tmp, "kv.f32")
+    x.tofile(path)
+    want = {"f32": lambda a: a.astype(np.float32).tobytes(),
+            "f16": lambda a: a.astype(np.float16).tobytes(),
+            "q8_0": lambda a: quantize(a, Q.Q8_0).tobytes(),
+            "q4_0": lambda a: quantize(a, Q.Q4_0).tobytes()}
+    for name, ref in want.items():
+        out = os.path.join(tmp, "kv.bin")
+        tool("kvwrite", name, rows, hd, path, out)
+        got = open(out, "rb").read()
+        expect = ref(x) + ref(-x)
+        if name == "q4_0":  # a block of -0s: ggml's max stays +0, so d = +0 / -8 = -0;
+            # the gguf package takes the -0 itself, d = +0. The same values (0).
+            got, expect = (zero_scales_positive(b, 18) for b in (got, expect))
+        if got != expect:
+            failures.append("kv rows %s: %d of %d bytes differ from the gguf package's" % (
+                name, sum(a != b for a, b in zip(got, expect)) + abs(len(got) - len(expect)),
+                len(expect)))
+
+
 def main():
     global TOOL
     if len(sys.argv) != 2:
@@ -219,6 +283,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_freqs(tmp)
         test_elementwise(tmp)
+        test_kv_rows(tmp)
+        test_hadamard(tmp)
     for f in failures:
         print("FAIL", f)
     print(f"test_ops_numpy: {len(failures)} failures")

@@ -6,7 +6,8 @@
  *     (prompt chunks beside decode rows, blocks of the pool in any order)
  *     give each the logits it gets alone;
  * with an f32 and an f16 cache, on the exact f32 path and on the default
- * int8 path. That is what makes `ignite batch` give every request the
+ * int8 path, and with quantized caches (q4_0 K and q8_0 V on the int8 path,
+ * q8_0 K and q4_0 V on the exact one). That is what makes `ignite batch` give every request the
  * tokens `ignite run` gives it alone. Also checks the errors: a token id
  * outside the vocabulary. Exits 77 when the model is absent. */
 #include "backend/backend.h"
@@ -37,12 +38,13 @@ struct fixture {
     int32_t table[N_SLOTS][8]; /* each slot's blocks, scattered over the pool */
 };
 
-static int make_backend(struct fixture *f, enum kv_dtype dt, bool exact, int64_t max_rows)
+static int make_backend(struct fixture *f, enum kv_dtype dt, enum kv_dtype dv, bool exact,
+                        int64_t max_rows)
 {
     backend_free(f->be);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2,
                              .n_ctx = 8 * KV_BLOCK, .max_rows = max_rows, .n_slots = N_SLOTS,
-                             .kv_dtype = dt, .exact = exact};
+                             .kv_dtype = dt, .kv_dtype_v = dv, .exact = exact};
     return backend_create(f->m, &o, &f->be);
 }
 
@@ -184,13 +186,19 @@ int main(void)
         }
 
     static const struct {
-        enum kv_dtype dt;
+        enum kv_dtype dt, dv;
         bool exact;
         const char *name;
-    } modes[] = {{KV_F32, true, "exact, f32 cache"}, {KV_F32, false, "int8, f32 cache"},
-                 {KV_F16, false, "int8, f16 cache"}, {KV_F16, true, "exact, f16 cache"}};
+    } modes[] = {{KV_F32, KV_F32, true, "exact, f32 cache"},
+                 {KV_F32, KV_F32, false, "int8, f32 cache"},
+                 {KV_F16, KV_F16, false, "int8, f16 cache"},
+                 {KV_F16, KV_F16, true, "exact, f16 cache"},
+                 /* quantized rows: the int8 path's int8 scores of a q4_0 K, the
+                  * exact path's f32 over dequantized blocks */
+                 {KV_Q4_0, KV_Q8_0, false, "int8, q4_0 K / q8_0 V cache"},
+                 {KV_Q8_0, KV_Q4_0, true, "exact, q8_0 K / q4_0 V cache"}};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        CHECK(make_backend(&f, modes[i].dt, modes[i].exact, N_PROMPT) == IG_OK);
+        CHECK(make_backend(&f, modes[i].dt, modes[i].dv, modes[i].exact, N_PROMPT) == IG_OK);
         check_chunking(&f, prompt, modes[i].name);
         check_interleaved(&f, prompts, modes[i].name);
     }

@@ -5,7 +5,8 @@
  * and state sizes that differ from layer to layer. Checks:
  *   - the groups (kind, window, layers) and their bytes per block and per
  *     sequence against the formula computed here from the layer list, at
- *     f32 and f16, and a store's mapping of exactly kv_memory_bytes;
+ *     f32, f16, q8_0 and q4_0 (K and V of one type and mixed, by hand from
+ *     ggml's block sizes), and a store's mapping of exactly kv_memory_bytes;
  *   - a shared layer's layout resolving to its source's (the same arrays
  *     and strides), every other layer's arrays disjoint inside the mapping;
  *   - admission: a pool sized for exactly N sequences (by blocks, by state
@@ -15,8 +16,10 @@
  *   - a save/load round trip of one sequence (paged rows through scattered
  *     blocks, the recurrent state of its slot, nothing for shared layers):
  *     the file's size by the format's table, every byte read back into a
- *     fresh store, and kv_copy_seq into another slot and table;
- *   - layouts that make no sense refused in one line; kv_memory_of on a
+ *     fresh store, and kv_copy_seq into another slot and table; quantized
+ *     and mixed K/V types stored as their blocks, the header's type word;
+ *   - layouts that make no sense refused in one line (a quantized type
+ *     with a head dim that is not whole blocks); kv_memory_of on a
  *     model with windowed layers; a version 1 file refused for layers that
  *     are not all paged alike.
  * Label cpu (no model file). */
@@ -42,12 +45,12 @@ static uint32_t rand_u32(void)
 
 /* kind, KV heads, head dim, window, source, state bytes */
 static const struct kv_layer_mem layout[N_LAYER] = {
-    {KV_FULL, 2, 16, 0, -1, 0, 0},
+    {KV_FULL, 2, 32, 0, -1, 0, 0},
     {KV_WINDOW, 1, 32, 128, -1, 0, 0},
     {KV_RECURRENT, 0, 0, 0, -1, 1008, 0},
-    {KV_FULL, 4, 8, 0, -1, 0, 0},
+    {KV_FULL, 4, 32, 0, -1, 0, 0},
     {KV_SHARED, 0, 0, 0, 0, 0, 0},       /* reads layer 0's K/V */
-    {KV_WINDOW, 2, 16, 128, -1, 0, 0},
+    {KV_WINDOW, 2, 32, 128, -1, 0, 0},
     {KV_RECURRENT, 0, 0, 0, -1, 336, 0},
     {KV_WINDOW, 1, 64, 32, -1, 0, 0},    /* another window: a group of its own */
     {KV_SHARED, 0, 0, 0, 1, 0, 0},       /* reads layer 1's */
@@ -74,29 +77,43 @@ static int64_t kv_source(int64_t l)
     return layout[l].kind == KV_SHARED ? layout[l].source : l;
 }
 
-/* Bytes of one block of K and V of layer l, by hand: shared and recurrent
- * layers have none of their own. */
-static size_t layer_block_bytes(int64_t l, size_t elem)
+/* Bytes of n values of a type, by hand: 4 and 2 an element; ggml's q8_0
+ * and q4_0 blocks of 32, an f16 scale and 32 bytes or 16. */
+static size_t type_bytes(enum kv_dtype dt, int64_t n)
+{
+    size_t per_block[] = {[KV_F32] = 128, [KV_F16] = 64, [KV_Q8_0] = 34, [KV_Q4_0] = 18};
+    return (size_t)n / 32 * per_block[dt];
+}
+
+/* Bytes of one block of K (of type dk) and V (dv) of layer l, by hand:
+ * shared and recurrent layers have none of their own. */
+static size_t layer_block_bytes(int64_t l, enum kv_dtype dk, enum kv_dtype dv)
 {
     const struct kv_layer_mem *L = &layout[l];
     if (L->kind != KV_FULL && L->kind != KV_WINDOW)
         return 0;
-    return 2 * (size_t)(L->n_head_kv * KV_BLOCK * L->head_dim) * elem;
+    int64_t n = L->n_head_kv * KV_BLOCK * L->head_dim;
+    return type_bytes(dk, n) + type_bytes(dv, n);
+}
+
+static struct kv_memory *build2(enum kv_dtype dk, enum kv_dtype dv)
+{
+    struct kv_memory *mem = NULL;
+    CHECK(kv_memory_build(layout, N_LAYER, dk, dv, &mem) == IG_OK && mem);
+    return mem;
 }
 
 static struct kv_memory *build(enum kv_dtype dt)
 {
-    struct kv_memory *mem = NULL;
-    CHECK(kv_memory_build(layout, N_LAYER, dt, &mem) == IG_OK && mem);
-    return mem;
+    return build2(dt, dt);
 }
 
 /* ---- groups and bytes ------------------------------------------------------------ */
 
-static void check_groups(enum kv_dtype dt)
+static void check_groups(enum kv_dtype dt, enum kv_dtype dv)
 {
-    size_t elem = dt == KV_F16 ? 2 : 4, block = 0, state = 0;
-    struct kv_memory *mem = build(dt);
+    size_t block = 0, state = 0;
+    struct kv_memory *mem = build2(dt, dv);
     if (!mem)
         return;
     CHECKF(mem->n_groups == N_GROUPS, "%lld groups, want %d", (long long)mem->n_groups,
@@ -108,7 +125,7 @@ static void check_groups(enum kv_dtype dt)
             int64_t l = want_groups[g].layers[i];
             CHECKF(mem->layers[l].group == g, "layer %lld in group %lld, want %d", (long long)l,
                    (long long)mem->layers[l].group, g);
-            gb += layer_block_bytes(l, elem);
+            gb += layer_block_bytes(l, dt, dv);
             gs += layout[l].kind == KV_RECURRENT ? layout[l].state_bytes : 0;
         }
         CHECKF(G->kind == want_groups[g].kind && G->window == want_groups[g].window &&
@@ -121,15 +138,25 @@ static void check_groups(enum kv_dtype dt)
         block += gb;
         state += gs;
     }
-    /* 2 x 64 x (2x16 + 1x32 + 4x8 + 2x16 + 1x64) elements, 1008 + 336 bytes */
-    CHECK(block == 2 * 64 * (size_t)(32 + 32 + 32 + 32 + 64) * elem && state == 1344);
+    /* 64 positions x (2x32 + 1x32 + 4x32 + 2x32 + 1x64) = 352 values of K and
+     * of V: 4 or 2 bytes each, or 352 / 32 blocks of 34 (q8_0) or 18 (q4_0)
+     * bytes; states of 1008 + 336 bytes */
+    size_t want[][4] = {{2 * 64 * 352 * 4, 0, 0, 0},
+                        {0, 2 * 64 * 352 * 2, 64 * 11 * (64 + 34), 0},
+                        {0, 0, 2 * 64 * 11 * 34, 64 * 11 * (34 + 18)},
+                        {0, 0, 0, 2 * 64 * 11 * 18}};
+    size_t t0 = dt < dv ? dt : dv, t1 = dt < dv ? dv : dt;
+    if (want[t0][t1])
+        CHECKF(block == want[t0][t1], "K %s V %s: %zu bytes a block, want %zu",
+               kv_dtype_name(dt), kv_dtype_name(dv), block, want[t0][t1]);
+    CHECK(state == 1344);
     CHECKF(mem->block_bytes == block && mem->state_bytes == state,
            "memory: %zu bytes a block, %zu a sequence; want %zu and %zu", mem->block_bytes,
            mem->state_bytes, block, state);
     CHECK(kv_memory_bytes(mem, 7, 3) == 7.0 * (double)block + 3.0 * (double)state);
     CHECK(kv_memory_states_for(mem, 5) == 5);
     /* a shared layer reads its source's shape */
-    CHECK(mem->layers[4].n_head_kv == 2 && mem->layers[4].head_dim == 16 &&
+    CHECK(mem->layers[4].n_head_kv == 2 && mem->layers[4].head_dim == 32 &&
           mem->layers[8].n_head_kv == 1 && mem->layers[8].head_dim == 32);
 
     /* a store: the mapping is the formula's bytes; a shared layer's layout is
@@ -158,9 +185,8 @@ static void check_groups(enum kv_dtype dt)
                    (long long)kv_source(l));
             if (layout[l].kind == KV_SHARED)
                 continue;
-            size_t array = (size_t)(nb * L.block_stride) * elem;
-            lo[n] = L.k, hi[n++] = (char *)L.k + array;
-            lo[n] = L.v, hi[n++] = (char *)L.v + array;
+            lo[n] = L.k, hi[n++] = (char *)L.k + type_bytes(dt, nb * L.block_stride);
+            lo[n] = L.v, hi[n++] = (char *)L.v + type_bytes(dv, nb * L.block_stride);
         }
         int overlaps = 0;
         for (int i = 0; i < n; i++) {
@@ -317,19 +343,19 @@ static int64_t differences(const struct kv_store *a, const int32_t *ta, int64_t 
             continue;
         }
         struct kv_layout la = kv_store_layout(a, l), lb = kv_store_layout(b, l);
-        size_t row = (size_t)L->head_dim * kv_dtype_bytes(mem->dtype);
+        size_t row = type_bytes(mem->dtype, L->head_dim), vrow = type_bytes(mem->dtype_v, L->head_dim);
         for (int64_t h = 0; h < L->n_head_kv; h++)
             for (int64_t p = 0; p < n; p++) {
                 bad += memcmp(kv_row(&la, la.k, ta, h, p), kv_row(&lb, lb.k, tb, h, p), row) != 0;
-                bad += memcmp(kv_row(&la, la.v, ta, h, p), kv_row(&lb, lb.v, tb, h, p), row) != 0;
+                bad += memcmp(kv_row(&la, la.v, ta, h, p), kv_row(&lb, lb.v, tb, h, p), vrow) != 0;
             }
     }
     return bad;
 }
 
-static void check_file(enum kv_dtype dt, int64_t n_pos)
+static void check_file(enum kv_dtype dt, enum kv_dtype dv, int64_t n_pos)
 {
-    struct kv_memory *mem = build(dt);
+    struct kv_memory *mem = build2(dt, dv);
     if (!mem)
         return;
     int64_t nb = kv_blocks_for(n_pos), n_states = 3, slot = 2;
@@ -360,7 +386,7 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     for (int64_t l = 0; l < N_LAYER; l++)
         want += layout[l].kind == KV_RECURRENT
                     ? layout[l].state_bytes
-                    : layer_block_bytes(l, kv_dtype_bytes(dt)) / KV_BLOCK * (size_t)n_pos;
+                    : layer_block_bytes(l, dt, dv) / KV_BLOCK * (size_t)n_pos;
     CHECKF(len == want, "a file of %zu bytes, want %zu", len, want);
     uint32_t crc;
     memcpy(&crc, data + len - 4, 4);
@@ -370,11 +396,17 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     struct kv_file_reader r;
     CHECK(kv_file_read_header(&r, f, "mem", mem, N_VOCAB, id) == IG_OK);
     CHECK(r.hdr.version == KV_FILE_VERSION && r.hdr.n_groups == N_GROUPS &&
-          r.hdr.n_tokens == n_pos && r.hdr.dtype == dt);
+          r.hdr.n_tokens == n_pos && r.hdr.dtype == dt && r.hdr.dtype_v == dv);
+    /* the header's type word: K's type, V's + 1 above it where they differ */
+    uint32_t word;
+    memcpy(&word, data + 12, 4);
+    CHECKF(word == (uint32_t)dt + (dv == dt ? 0u : ((uint32_t)dv + 1) << 16),
+           "K %s V %s: type word %#x", kv_dtype_name(dt), kv_dtype_name(dv), word);
     CHECK(kv_file_read_body(&r, &back, tok2, logits2) == IG_OK && back);
     fclose(f);
     if (back) {
-        CHECK(back->n_blocks == nb && back->n_states == 1 && back->memory->dtype == dt);
+        CHECK(back->n_blocks == nb && back->n_states == 1 && back->memory->dtype == dt &&
+              back->memory->dtype_v == dv);
         int64_t bad = differences(st, table, slot, back, ident, 0, n_pos);
         CHECKF(bad == 0, "%lld rows or state bytes differ after a round trip", (long long)bad);
         CHECK(!memcmp(tok, tok2, (size_t)n_pos * sizeof *tok) &&
@@ -393,14 +425,14 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     memcpy(alt, layout, sizeof alt);
     alt[6].state_bytes = 352; /* a recurrent layer's state of another size */
     struct kv_memory *mem2 = NULL;
-    CHECK(kv_memory_build(alt, N_LAYER, dt, &mem2) == IG_OK);
+    CHECK(kv_memory_build(alt, N_LAYER, dt, dv, &mem2) == IG_OK);
     f = fmemopen(data, len, "rb");
     CHECK(kv_file_read_header(&r, f, "mem", mem2, N_VOCAB, id) == IG_E_KVFILE);
     fclose(f);
     kv_memory_free(mem2);
     memcpy(alt, layout, sizeof alt);
     alt[8].source = 0; /* shares another layer */
-    CHECK(kv_memory_build(alt, N_LAYER, dt, &mem2) == IG_OK);
+    CHECK(kv_memory_build(alt, N_LAYER, dt, dv, &mem2) == IG_OK);
     f = fmemopen(data, len, "rb");
     CHECK(kv_file_read_header(&r, f, "mem", mem2, N_VOCAB, id) == IG_E_KVFILE);
     fclose(f);
@@ -455,7 +487,7 @@ static void check_refusals(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memcpy(alt, layout, sizeof alt);
         alt[bad[i].layer] = bad[i].l;
-        CHECKF(kv_memory_build(alt, N_LAYER, KV_F32, &mem) == IG_E_INTERNAL && !mem,
+        CHECKF(kv_memory_build(alt, N_LAYER, KV_F32, KV_F32, &mem) == IG_E_INTERNAL && !mem,
                "bad layout %zu was taken", i);
     }
 }
@@ -474,7 +506,7 @@ static void check_model_memory(void)
     m.hp.n_layer = 12, m.hp.n_head_kv = 2, m.hp.head_dim = 64;
     m.layers = layers;
     struct kv_memory *mem = NULL;
-    CHECK(kv_memory_of(&m, KV_F16, &mem) == IG_OK && mem);
+    CHECK(kv_memory_of(&m, KV_F16, KV_F16, &mem) == IG_OK && mem);
     if (!mem)
         return;
     CHECK(mem->n_groups == 2 && mem->groups[0].kind == KV_WINDOW &&
@@ -489,14 +521,37 @@ static void check_model_memory(void)
     kv_memory_free(mem);
 }
 
+/* A quantized type needs rows of whole blocks: a head dim of 48 is refused
+ * in one line, for K or for V alone. */
+static void check_quant_refusals(void)
+{
+    struct kv_layer_mem odd[N_LAYER];
+    memcpy(odd, layout, sizeof odd);
+    odd[3].head_dim = 48;
+    struct kv_memory *mem = NULL;
+    fprintf(stderr, "(error lines expected below)\n");
+    CHECK(kv_memory_build(odd, N_LAYER, KV_Q8_0, KV_F16, &mem) == IG_E_USAGE && !mem);
+    CHECK(kv_memory_build(odd, N_LAYER, KV_F16, KV_Q4_0, &mem) == IG_E_USAGE && !mem);
+    CHECK(kv_memory_build(odd, N_LAYER, KV_F16, KV_F32, &mem) == IG_OK && mem);
+    kv_memory_free(mem);
+}
+
 int main(void)
 {
-    check_groups(KV_F32);
-    check_groups(KV_F16);
+    check_groups(KV_F32, KV_F32);
+    check_groups(KV_F16, KV_F16);
+    check_groups(KV_Q8_0, KV_Q8_0);
+    check_groups(KV_Q4_0, KV_Q4_0);
+    check_groups(KV_Q8_0, KV_Q4_0);
+    check_groups(KV_F16, KV_Q8_0);
     check_admission();
-    check_file(KV_F32, 3);
-    check_file(KV_F16, 2 * KV_BLOCK + 17);
-    check_file(KV_F32, KV_BLOCK);
+    check_file(KV_F32, KV_F32, 3);
+    check_file(KV_F16, KV_F16, 2 * KV_BLOCK + 17);
+    check_file(KV_F32, KV_F32, KV_BLOCK);
+    check_file(KV_Q8_0, KV_Q8_0, 2 * KV_BLOCK + 17);
+    check_file(KV_Q4_0, KV_F16, KV_BLOCK + 5);
+    check_file(KV_F32, KV_Q4_0, 3);
+    check_quant_refusals();
     check_refusals();
     check_model_memory();
     return test_summary("test_kvmem");
