@@ -60,41 +60,16 @@ embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tok
 
 /* ---- RMSNorm ---------------------------------------------------------------- */
 
-/* One block per row. VEC: 4 elements per access (f32x4 in, 4 f16 out); the
- * row is read twice, the second time from L1/L2. */
+/* One block per row (gk_rmsnorm_row, which a GEMV's tail shares). VEC: 4
+ * elements per access (f32x4 in, 4 f16 out); the row is read twice, the
+ * second time from L1/L2. */
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
 rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restrict__ w,
                int64_t dim, float eps, uint16_t *__restrict__ y)
 {
     const int64_t t = blockIdx.x;
-    const float *xr = x + t * ld_x;
-    uint16_t *yr = y + t * dim;
-    const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
-    float ss = 0;
-    if (VEC) {
-        for (int64_t c = tid; c < dim / 4; c += nt) {
-            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    } else {
-        for (int64_t i = tid; i < dim; i += nt)
-            ss += xr[i] * xr[i];
-    }
-    ss = gk_block_sum(ss);
-    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
-    if (VEC) {
-        for (int64_t c = tid; c < dim / 4; c += nt) {
-            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c], g = ((const gk_f32x4 *)w)[c];
-            gk_u32x2 o;
-            o.lo = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.x, r), g.x), gk_mul(gk_mul(v.y, r), g.y));
-            o.hi = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.z, r), g.z), gk_mul(gk_mul(v.w, r), g.w));
-            ((gk_u32x2 *)yr)[c] = o;
-        }
-    } else {
-        for (int64_t i = tid; i < dim; i += nt)
-            yr[i] = gk_f32_to_f16(gk_mul(gk_mul(xr[i], r), w[i]));
-    }
+    gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);
 }
 
 /* ---- QKV: bias, RoPE, f16, K/V placement ------------------------------------ */
@@ -213,24 +188,10 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
 
 /* ---- SwiGLU, GeGLU ------------------------------------------------------------ */
 
-__device__ __forceinline__ float silu_mul(float g, float u)
-{
-    return g / (1.0f + expf(-g)) * u;
-}
-
-/* GELU's tanh form as a logistic, 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)), each
- * product rounded on its own as in ops_geglu (no FMA). */
-__device__ __forceinline__ float gelu_mul(float g, float u)
-{
-    const float k2 = 2.0f * 0.7978845608028654f;
-    const float z = gk_add(g, gk_mul(gk_mul(gk_mul(0.044715f, g), g), g));
-    return g / (1.0f + expf(gk_mul(-k2, z))) * u;
-}
-
 template <bool GELU>
 __device__ __forceinline__ float act_mul(float g, float u)
 {
-    return GELU ? gelu_mul(g, u) : silu_mul(g, u);
+    return GELU ? gk_gelu_mul(g, u) : gk_silu_mul(g, u);
 }
 
 /* Block (t, chunk range): VEC does 4 elements (two f32x4 loads, 8-byte store).
@@ -304,7 +265,7 @@ int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, 
     const bool vec = dim % 4 == 0 && ld_x % 4 == 0 && gk_aligned(x, 16) && gk_aligned(w, 16) &&
                      gk_aligned(y, 8);
     const int64_t items = vec ? dim / 4 : dim;
-    const int threads = threads_for(items);
+    const int threads = gk_rmsnorm_threads(items); /* the GEMVs' norm tail uses as many */
     dim3 grid((unsigned)n), block((unsigned)threads);
     auto *kernel = vec ? rmsnorm_kernel<true> : rmsnorm_kernel<false>;
     return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y);
