@@ -16,7 +16,14 @@
  * -> down GEMM += x. Every size is the layer's own (heads, KV heads, head
  * dim, window, RoPE variant, scale, FFN width); the buffers are sized for
  * the largest (gpu.c). A decode step's launches are captured as a graph
- * (gpu.c): this file decides their order, one pass per bucket.
+ * (gpu.c): this file decides their order, one pass per bucket. Fused
+ * (IGNITE_GPU_FUSE=1, the default; docs/gpu.md "A decode step's launches"):
+ * the Q|K|V GEMV does bias, RoPE and the pool write in its epilogue
+ * (qkv_rope_fused), the split-KV kernel combines in its last split, the
+ * gate|up GEMV applies the activation, and wo's and down's GEMVs write the
+ * next RMSNorm (and its int8 blocks) in their last block (add_product's
+ * next_norm; norm_rows then launches nothing): 5 launches a layer where
+ * there were 10.
  *
  * Compiled twice like gpu.c (backend/gpu.h). Covered by
  * tests/emu/test_backend_emu.c, test_backend_qemu.c,
@@ -125,10 +132,11 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
                                                  g->stream);
 }
 
-/* Bias and RoPE of layer l's n rows at their positions g->pos; K and V to
- * the step's buffers (k16, v16) or, with to_pool, into the pool through
- * the row's table (g->tables, one per row: a decode step). */
-static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+/* The params of bias and RoPE of layer l's n rows at their positions
+ * g->pos; K and V to the step's buffers (k16, v16) or, with to_pool, into
+ * the pool through the row's table (g->tables, one per row: a decode step). */
+static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_t n,
+                                        bool to_pool)
 {
     const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
@@ -152,7 +160,34 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
         qp.k = g->k16;
         qp.v = g->v16;
     }
+    return qp;
+}
+
+/* gk_qkv_rope over rope_params. */
+static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+{
+    struct gk_qkv_params qp = rope_params(g, l, n, to_pool);
     return IG_DEV(gk_qkv_rope)(&qp, g->stream);
+}
+
+/* Whether a decode step's layer l takes qkv_rope_fused: no head norms
+ * (they need whole heads before RoPE), a Q|K|V GEMV that can. */
+static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    return !L->vec[LAYER_Q_NORM] && IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
+}
+
+/* A decode step's norm, then the Q|K|V GEMV with bias, RoPE and the pool
+ * write in its epilogue: one launch where qkv_block and rope_rows took two. */
+static int qkv_rope_fused(struct gpu_backend *g, int64_t l, int64_t n)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    const struct gpu_matrix *wqkv = &L->mat[LAYER_WQ];
+    struct gk_qkv_params qp = rope_params(g, l, n, true);
+    int st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM]);
+    return st != IG_OK ? st
+                       : IG_DEV(gpu_matmul_rope)(g, wqkv, g->xn, g->m->hp.n_embd, n, &qp);
 }
 
 /* Layer l's attention over a prefill step's sequences (host copy h_seqs,
@@ -227,7 +262,11 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     bool decode = p->bucket >= 0;
     int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
     int st;
-    if ((st = qkv_block(g, l, p->n)) || (st = rope_rows(g, l, p->n, decode)) ||
+    if (decode && qkv_rope_fusable(g, l, p->n))
+        st = qkv_rope_fused(g, l, p->n);
+    else if ((st = qkv_block(g, l, p->n)) == IG_OK)
+        st = rope_rows(g, l, p->n, decode);
+    if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;
     if (row0 == p->n)

@@ -201,6 +201,17 @@ int IG_DEV(gpu_matmul_norm)(struct gpu_backend *g, const struct gpu_matrix *w,
                             const uint16_t *x, int64_t ld_x, int64_t n, float *y, int64_t ld_y,
                             const float *norm_w, float eps, uint16_t *xn);
 
+/* Whether a layer's Q|K|V product `w` of n rows takes gpu_matmul_rope:
+ * fused, one part, a GEMV path. */
+bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n);
+
+/* The Q|K|V product with gk_qkv_rope's work (rope: its params, qkv unused)
+ * in the GEMV's epilogue: q and K/V out, one launch. */
+int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n,
+                            const struct gk_qkv_params *rope);
+
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);
 

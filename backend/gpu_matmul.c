@@ -154,6 +154,44 @@ bool IG_DEV(gpu_matmul_norm_ok)(const struct gpu_backend *g, const struct gpu_ma
     return one_gemv(g, w, n);
 }
 
+bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n)
+{
+    return w->rows % 2 == 0 && one_gemv(g, w, n);
+}
+
+int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n,
+                            const struct gk_qkv_params *rope)
+{
+    struct gk_qmm_plan plan;
+    const struct gk_qmat *p0 = &w->part[0];
+    int st = gk_qmm_choose(p0->type, p0->rows, p0->cols, n, &plan);
+    if (st != IG_OK)
+        return st;
+    struct gk_qgemv_params p = {.w = *p0, .x = x, .ld_x = ld_x, .n = n, .rope = rope};
+    x_blocks(g, &p);
+#if defined(IG_EMU_BACKEND)
+    if (!g->emu_kernels) { /* the product's twin (one launch) into qkv, then RoPE's */
+        IG_DEV(dev_note_launch)(g->dev);
+        struct gk_qkv_params r = *rope;
+        r.qkv = g->qkv;
+        if (plan.path == GK_QMM_GEMV_F16)
+            gk_gemv_f16_ref((const uint16_t *)p0->q, x, g->qkv, p0->rows, p0->cols, 0.0f);
+        else
+            gk_qgemv_ref(&(struct gk_qgemv_params){.w = *p0, .x = x, .ld_x = ld_x, .n = n,
+                                                   .y = g->qkv, .ld_y = p0->rows});
+        gk_qkv_rope_ref(&r);
+        return IG_OK;
+    }
+#endif
+    if (plan.path == GK_QMM_GEMV_F16)
+        return IG_DEV(gk_gemv_f16_rope)((const uint16_t *)p0->q, x, p0->rows, p0->cols, rope,
+                                        g->stream);
+    IG_ASSERT(plan.path == GK_QMM_QGEMV);
+    return IG_DEV(gk_qgemv)(&p, g->stream);
+}
+
 int IG_DEV(gpu_matmul_norm)(struct gpu_backend *g, const struct gpu_matrix *w,
                             const uint16_t *x, int64_t ld_x, int64_t n, float *y, int64_t ld_y,
                             const float *norm_w, float eps, uint16_t *xn)

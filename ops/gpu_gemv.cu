@@ -19,6 +19,7 @@
 #include "devkit/intrinsics.cuh"
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_ops.h"
+#include "ops/gpu_rope.cuh"
 
 namespace {
 
@@ -56,16 +57,20 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
                 float *__restrict__ y, const int64_t rows, const int64_t cols, const float beta,
                 const int glu, uint16_t *__restrict__ h, const float *__restrict__ norm_w,
                 const float norm_eps, uint16_t *__restrict__ xn, uint32_t *ticket,
-                const bool norm_vec, const int norm_nt)
+                const bool norm_vec, const int norm_nt, const gk_qkv_params rope,
+                const bool rope_on)
 {
     IG_DYN_SHARED(float4s, xs); /* [cols / 4] */
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int64_t n_chunks = cols / 8;
-    const int64_t out = (int64_t)blockIdx.x * kWarps + warp; /* a GLU's output */
-    const int64_t r0 = glu ? out : out * kRowsPerWarp;
-    const bool live = glu ? out < rows / 2 : r0 < rows; /* else this warp only helps stage x */
+    const int64_t out = (int64_t)blockIdx.x * kWarps + warp; /* a GLU's output, a RoPE slot */
+    const bool pairs = glu || rope_on; /* the warp's rows are out's two */
+    int64_t r0 = pairs ? out : out * kRowsPerWarp;
     /* A missing second row reads the first again and is not written. */
-    const int64_t r1 = glu ? out + rows / 2 : r0 + 1 < rows ? r0 + 1 : r0;
+    int64_t r1 = pairs ? out + rows / 2 : r0 + 1 < rows ? r0 + 1 : r0;
+    if (rope_on && out < rows / 2)
+        gk_rope_rows(rope, out, &r0, &r1);
+    const bool live = pairs ? out < rows / 2 : r0 < rows; /* else this warp only helps stage x */
     const uint16_t *w0 = w + (live ? r0 : 0) * cols, *w1 = w + (live ? r1 : 0) * cols;
 
     /* The first loads of W go out before x is staged, hiding its latency. */
@@ -113,7 +118,9 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
         acc0 += ig_shfl_xor_f32(acc0, off);
         acc1 += ig_shfl_xor_f32(acc1, off);
     }
-    if (lane == 0 && live && glu) {
+    if (lane == 0 && live && rope_on) {
+        gk_rope_epilogue(rope, 0, (int)out, acc0, acc1);
+    } else if (lane == 0 && live && glu) {
         h[out] = gk_f32_to_f16(glu == GK_GLU_GELU ? gk_gelu_mul(acc0, acc1)
                                                 : gk_silu_mul(acc0, acc1));
     } else if (lane == 0 && live) {
@@ -136,9 +143,11 @@ struct norm_tail {
 };
 
 static int launch(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
-                  float beta, int glu, uint16_t *h, const norm_tail &nm, void *stream)
+                  float beta, int glu, uint16_t *h, const norm_tail &nm, void *stream,
+                  const gk_qkv_params *rope = NULL)
 {
-    if (!w || !x || !(glu ? (void *)h : (void *)y) || rows < 1 || cols < 8 || cols % 8 ||
+    if (!w || !x || !(glu ? (void *)h : rope ? (void *)rope->q : (void *)y) || rows < 1 ||
+        cols < 8 || cols % 8 ||
         cols > kMaxCols || (rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff ||
         (glu && (rows % 2 || (glu != GK_GLU_SILU && glu != GK_GLU_GELU))))
         return ig_error(IG_E_INTERNAL, "gemv: unsupported sizes %lld x %lld%s", (long long)rows,
@@ -150,14 +159,16 @@ static int launch(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, 
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 #endif
     /* A GLU's warp holds one output's two rows: as many blocks either way. */
-    const int64_t outs = glu ? rows / 2 : (rows + kRowsPerWarp - 1) / kRowsPerWarp;
+    const int64_t outs = glu || rope ? rows / 2 : (rows + kRowsPerWarp - 1) / kRowsPerWarp;
     const dim3 grid((unsigned)((outs + kWarps - 1) / kWarps)), block(kThreads);
     /* the norm tail's vector path and threads: gk_rmsnorm's for the row */
     const bool vec = rows % 4 == 0 && gk_aligned(y, 16) && gk_aligned(nm.w, 16) &&
                      gk_aligned(nm.xn, 8);
     const int nt = gk_rmsnorm_threads(vec ? rows / 4 : rows);
+    const gk_qkv_params r = rope ? *rope : gk_qkv_params{};
     return IG_LAUNCH(gemv_f16_kernel, grid, block, smem, (cudaStream_t)stream, w, x, y, rows,
-                     cols, beta, glu, h, nm.w, nm.eps, nm.xn, nm.ticket, vec, nt);
+                     cols, beta, glu, h, nm.w, nm.eps, nm.xn, nm.ticket, vec, nt, r,
+                     rope != NULL);
 }
 
 extern "C" int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
@@ -170,6 +181,23 @@ extern "C" int IG_DEV(gk_gemv_f16_glu)(const uint16_t *w, const uint16_t *x, uin
                                        int64_t rows, int64_t cols, int act, void *stream)
 {
     return launch(w, x, NULL, rows, cols, 0.0f, act, h, norm_tail{}, stream);
+}
+
+extern "C" int IG_DEV(gk_gemv_f16_rope)(const uint16_t *w, const uint16_t *x, int64_t rows,
+                                        int64_t cols, const struct gk_qkv_params *rope,
+                                        void *stream)
+{
+    if (!rope || rope->n != 1 || rope->head_dim < 2 || rope->head_dim % 2 ||
+        rope->n_rot < 0 || rope->n_rot % 2 || rope->n_rot > rope->head_dim ||
+        (rope->n_head + 2 * rope->n_head_kv) * rope->head_dim != rows || !rope->pos ||
+        (rope->n_rot && !rope->inv_freq) ||
+        (rope->rope_style != ROPE_ADJACENT && rope->rope_style != ROPE_HALF_SPLIT) ||
+        (rope->k ? !rope->v
+                 : !rope->k_cache || !rope->v_cache || !rope->block_table ||
+                       rope->table_stride < 1))
+        return ig_error(IG_E_INTERNAL, "gemv: the Q|K|V product's RoPE epilogue does not fit "
+                        "its %lld rows", (long long)rows);
+    return launch(w, x, NULL, rows, cols, 0.0f, GK_GLU_NONE, NULL, norm_tail{}, stream, rope);
 }
 
 extern "C" int IG_DEV(gk_gemv_f16_norm)(const uint16_t *w, const uint16_t *x, float *y,

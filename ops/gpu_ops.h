@@ -170,6 +170,13 @@ int IG_DEV(gk_gemv_f16_glu)(const uint16_t *w, const uint16_t *x, uint16_t *h, i
 void gk_gemv_f16_glu_ref(const uint16_t *w, const uint16_t *x, uint16_t *h, int64_t rows,
                          int64_t cols, int act);
 
+/* The Q|K|V product of one row with gk_qkv_rope's work in its epilogue
+ * (rope->n 1; rope->qkv unused): nothing in f32, the rotated q and K/V out
+ * as gk_qkv_rope would write them from gk_gemv_f16's product (the same
+ * bits; ops/gpu_rope.cuh). The twin: gk_gemv_f16_ref, then gk_qkv_rope_ref. */
+int IG_DEV(gk_gemv_f16_rope)(const uint16_t *w, const uint16_t *x, int64_t rows, int64_t cols,
+                             const struct gk_qkv_params *rope, void *stream);
+
 /* y += W x (a residual add), then xn = f16(RMSNorm(y) norm_w) (gk_rmsnorm's
  * bits, xn [rows]) by the last block to finish: the next product's input
  * with no norm launch. ticket: one counter, 0 before the launch and left

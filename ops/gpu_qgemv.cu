@@ -33,6 +33,7 @@
  * and tests/gpu/test_qmm_gpu.c. */
 #include "ops/gpu_qblocks.cuh"
 #include "ops/gpu_ops.h"
+#include "ops/gpu_rope.cuh"
 
 #include <float.h>
 #include <stdlib.h>
@@ -338,20 +339,24 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
              const float *__restrict__ norm_w, const float norm_eps, uint16_t *__restrict__ xn,
              uint32_t *ticket, const bool norm_vec, const int norm_nt,
              int8_t *__restrict__ qn, gk_f32x2 *__restrict__ qnd,
-             const int8_t *__restrict__ xq, const gk_f32x2 *__restrict__ xqd)
+             const int8_t *__restrict__ xq, const gk_f32x2 *__restrict__ xqd,
+             const gk_qkv_params rope, const bool rope_on)
 {
     constexpr int E = qchunk_shape<TYPE, NMAX>::kElems, U = qchunk_shape<TYPE, NMAX>::kUnroll;
     IG_DYN_SHARED(int8_t, smem);
     int8_t *xs = smem;                              /* [NMAX][slab] */
     gk_f32x2 *xds = (gk_f32x2 *)(smem + NMAX * slab); /* [NMAX][slab / 32] */
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    /* A warp's rows: r0 and r0 + 1, or with glu output i's gate row i and
-     * its up row i + rows / 2. */
+    /* A warp's rows: r0 and r0 + 1; with glu output i's gate row i and its
+     * up row i + rows / 2; with rope slot i's pair (gk_rope_rows). */
     const int64_t i = (int64_t)blockIdx.x * kWarps + warp, half = w.rows / 2;
-    const int64_t r0 = glu ? i : 2 * i;
-    const bool live = glu ? i < half : r0 < w.rows, two = glu ? live : r0 + 1 < w.rows;
+    int64_t r0 = glu ? i : 2 * i, r1 = glu ? i + half : r0 + 1;
+    if (rope_on && i < half)
+        gk_rope_rows(rope, i, &r0, &r1);
+    const bool live = glu || rope_on ? i < half : r0 < w.rows;
+    const bool two = glu || rope_on ? live : r0 + 1 < w.rows;
     const int64_t ra = live ? r0 : 0;
-    const int64_t rb = !two ? ra : glu ? i + half : r0 + 1; /* rb = ra: read, not written */
+    const int64_t rb = two ? r1 : ra; /* rb = ra: read, not written */
 
     float acc_a[NMAX], acc_b[NMAX];
     IG_UNROLL
@@ -420,7 +425,9 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
             a += ig_shfl_xor_f32(a, m);
             b += ig_shfl_xor_f32(b, m);
         }
-        if (lane == 0 && t < n && glu) {
+        if (lane == 0 && t < n && rope_on) {
+            gk_rope_epilogue(rope, t, (int)i, a, b);
+        } else if (lane == 0 && t < n && glu) {
             h[t * ld_h + i] = gk_f32_to_f16(glu == GK_GLU_GELU ? gk_gelu_mul(a, b)
                                                                : gk_silu_mul(a, b));
         } else if (lane == 0 && t < n) {
@@ -461,8 +468,8 @@ int launch(const gk_qgemv_params &p, cudaStream_t stream)
 {
     const int64_t slab = slab_max<NMAX>() < p.w.cols ? slab_max<NMAX>() : p.w.cols;
     const size_t smem = (size_t)(NMAX * slab) + (size_t)(NMAX * (slab / 32)) * sizeof(gk_f32x2);
-    /* A GLU's warp holds one output's two rows: as many blocks either way. */
-    const int64_t outs = p.glu ? p.w.rows / 2 : (p.w.rows + 1) / 2;
+    /* A GLU's or RoPE pair's warp holds two rows: as many blocks either way. */
+    const int64_t outs = p.glu || p.rope ? p.w.rows / 2 : (p.w.rows + 1) / 2;
     const dim3 grid((unsigned)((outs + kWarps - 1) / kWarps)), block(kThreads);
     auto *kernel = qgemv_kernel<TYPE, NMAX>;
     /* the norm tail's vector path and threads: gk_rmsnorm's for the row */
@@ -471,13 +478,15 @@ int launch(const gk_qgemv_params &p, cudaStream_t stream)
     const int nt = gk_rmsnorm_threads(vec ? p.w.rows / 4 : p.w.rows);
     gk_f32x2 *qnd = (gk_f32x2 *)p.qnd;
     const gk_f32x2 *xqd = (const gk_f32x2 *)p.xqd;
+    const gk_qkv_params rope = p.rope ? *p.rope : gk_qkv_params{};
+    const bool rope_on = p.rope != NULL;
     if (use_pdl())
         return IG_LAUNCH_PDL(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y,
                              p.ld_y, p.beta, slab, p.glu, p.h, p.ld_h, p.norm_w, p.norm_eps,
-                             p.xn, p.ticket, vec, nt, p.qn, qnd, p.xq, xqd);
+                             p.xn, p.ticket, vec, nt, p.qn, qnd, p.xq, xqd, rope, rope_on);
     return IG_LAUNCH(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y, p.ld_y,
                      p.beta, slab, p.glu, p.h, p.ld_h, p.norm_w, p.norm_eps, p.xn, p.ticket, vec,
-                     nt, p.qn, qnd, p.xq, xqd);
+                     nt, p.qn, qnd, p.xq, xqd, rope, rope_on);
 }
 
 template <int TYPE> int launch_n(const gk_qgemv_params &p, cudaStream_t stream)
@@ -494,6 +503,21 @@ template <int TYPE> int launch_n(const gk_qgemv_params &p, cudaStream_t stream)
 
 } /* namespace */
 
+/* A Q|K|V product with gk_qkv_rope's work in its epilogue: the matrix is
+ * the heads' rows, beta 0, nothing else fused, and rope's own contract. */
+static bool rope_fits(const gk_qgemv_params *p)
+{
+    const gk_qkv_params *r = p->rope;
+    return p->beta == 0 && !p->norm_w && r->n == p->n && r->head_dim >= 2 &&
+           r->head_dim % 2 == 0 && r->n_rot >= 0 && r->n_rot % 2 == 0 &&
+           r->n_rot <= r->head_dim && r->n_head >= 1 && r->n_head_kv >= 1 &&
+           (r->n_head + 2 * r->n_head_kv) * r->head_dim == p->w.rows && r->q && r->pos &&
+           (r->n_rot == 0 || r->inv_freq) &&
+           (r->rope_style == ROPE_ADJACENT || r->rope_style == ROPE_HALF_SPLIT) &&
+           (r->k ? r->v != NULL
+                 : r->k_cache && r->v_cache && r->block_table && r->table_stride >= 1);
+}
+
 extern "C" int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream)
 {
     struct gk_qlayout l;
@@ -502,7 +526,8 @@ extern "C" int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream)
                     p->w.q && p->w.s && (!l.h || p->w.h) && p->x &&
                     p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
                     (p->glu == GK_GLU_NONE
-                         ? p->y && p->ld_y >= p->w.rows && (p->beta == 0 || p->beta == 1)
+                         ? (p->rope ? rope_fits(p) : p->y && p->ld_y >= p->w.rows &&
+                                                          (p->beta == 0 || p->beta == 1))
                          : (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU) && p->h &&
                                p->w.rows % 2 == 0 && p->ld_h >= p->w.rows / 2 &&
                                p->beta == 0) &&

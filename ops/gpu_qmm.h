@@ -40,6 +40,8 @@
 extern "C" {
 #endif
 
+struct gk_qkv_params; /* ops/gpu_ops.h */
+
 /* ---- layouts (ops/gpu_qlayout.c) ----------------------------------------- */
 
 /* A weight matrix on the device: rows x cols of `type` (enum quant_type).
@@ -191,6 +193,12 @@ struct gk_qgemv_params {
     float *qnd;
     const int8_t *xq;
     const float *xqd;
+    /* gk_qgemv only, beta 0, glu 0, no norm: W is a layer's Q|K|V
+     * (rows = (n_head + 2 n_head_kv) head_dim) and the epilogue does what
+     * gk_qkv_rope would do with the product (ops/gpu_ops.h; rope->qkv
+     * unused): bias, RoPE, f16, q and K/V out; y is not written. A warp
+     * holds a rotating pair's two rows. NULL: y as above. */
+    const struct gk_qkv_params *rope;
 };
 
 /* y[t][r] = sum over the 32-element blocks b of row r of

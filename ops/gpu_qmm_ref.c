@@ -180,6 +180,18 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
 
 void gk_qgemv_ref(const struct gk_qgemv_params *p)
 {
+    if (p->rope) { /* the product, then gk_qkv_rope's twin over it */
+        struct gk_qgemv_params q = *p;
+        float *y = malloc((size_t)(p->n * p->w.rows) * sizeof *y);
+        IG_ASSERT(y);
+        q.rope = NULL, q.y = y, q.ld_y = p->w.rows, q.beta = 0;
+        gk_qgemv_ref(&q);
+        struct gk_qkv_params r = *p->rope;
+        r.qkv = y;
+        gk_qkv_rope_ref(&r);
+        free(y);
+        return;
+    }
     if (p->glu != GK_GLU_NONE) { /* the product, then the activation's twin */
         struct gk_qgemv_params q = *p;
         float *y = malloc((size_t)(p->n * p->w.rows) * sizeof *y);

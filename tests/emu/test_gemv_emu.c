@@ -6,13 +6,16 @@
  * The gate|up GEMV with SwiGLU/GeGLU in its epilogue (gk_gemv_f16_glu): the
  * bits of the GEMV then the element-wise kernel, n_ff 1, 7, 33, 288; the
  * residual GEMV with the next RMSNorm in its last block (gk_gemv_f16_norm):
- * the bits of the GEMV then gk_rmsnorm, twice (its ticket back to 0).
+ * the bits of the GEMV then gk_rmsnorm, twice (its ticket back to 0); the
+ * Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
+ * (gk_gemv_f16_rope): the bits of the GEMV then gk_qkv_rope.
  * Tolerance: f32 summation order, 2e-6 * cols^(1/2)... bounded by
  * 1e-5 * sum |w x|. Label emu. */
 #include <stddef.h> /* gpu_ops.h uses size_t without including it */
 
 #include "ops/gpu_ops.h"
 #include "tests/test.h"
+#include "tests/emu/rope_case.h"
 
 #include "core/half.h"
 
@@ -154,6 +157,36 @@ static void run_norm(int64_t rows, int64_t cols, uint64_t seed)
     free(w), free(x), free(y), free(y2), free(nw), free(xn), free(xn2);
 }
 
+/* The one-row Q|K|V GEMV with bias, RoPE and the pool write in its
+ * epilogue (gk_gemv_f16_rope): the bits of gk_gemv_f16 then gk_qkv_rope. */
+static void run_rope(int style, int64_t n_rot, bool bias, uint64_t seed)
+{
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 17;
+    const int64_t cols = 136;
+    uint16_t *w = aligned_alloc(16, (size_t)(RC_ROWS * cols * 2 + 15) / 16 * 16);
+    uint16_t *x = aligned_alloc(16, (size_t)(cols * 2 + 15) / 16 * 16);
+    float *y = malloc(RC_ROWS * 4);
+    for (int64_t i = 0; i < RC_ROWS * cols; i++)
+        w[i] = ig_f32_to_f16(test_rand_f(&rng));
+    for (int64_t i = 0; i < cols; i++)
+        x[i] = ig_f32_to_f16(2.0f * test_rand_f(&rng));
+    struct rope_case c;
+    rope_case_init(&c, &rng);
+    struct gk_qkv_params fused = rope_case_params(&c, 0, 1, style, n_rot, bias);
+    struct gk_qkv_params plain = rope_case_params(&c, 1, 1, style, n_rot, bias);
+    plain.qkv = y;
+    c.pos[0] = 70; /* the table's second block */
+    CHECKF(gk_gemv_f16_rope_emu(w, x, RC_ROWS, cols, &fused, NULL) == 0, "rope: launch");
+    CHECK(gk_gemv_f16_emu(w, x, y, RC_ROWS, cols, 0.0f, NULL) == 0 &&
+          gk_qkv_rope_emu(&plain, NULL) == 0);
+    char what[80];
+    snprintf(what, sizeof what, "f16 Q|K|V GEMV + RoPE, style %d, n_rot %lld%s", style,
+             (long long)n_rot, bias ? ", bias" : "");
+    rope_case_check(&c, 1, what);
+    rope_case_free(&c);
+    free(w), free(x), free(y);
+}
+
 int main(void)
 {
     static const int64_t rows[] = {1, 7, 33, 576};
@@ -169,6 +202,8 @@ int main(void)
             run_glu(ffs[fi], fi % 2 ? 1544 : 64, act, seed++);
     run_norm(576, 64, seed++);   /* 36 blocks; the norm's vector path */
     run_norm(33, 1544, seed++);  /* 3 blocks; 33 elements: the scalar path */
+    run_rope(ROPE_ADJACENT, RC_HD, true, seed++);
+    run_rope(ROPE_HALF_SPLIT, RC_HD / 2, false, seed++);
     /* Unsupported sizes are refused, not launched. */
     CHECK(gk_gemv_f16_glu_emu(NULL, NULL, NULL, 3, 64, GK_GLU_SILU, NULL) != 0);
     CHECK(gk_gemv_f16_emu(NULL, NULL, NULL, 4, 12, 0, NULL) != 0);

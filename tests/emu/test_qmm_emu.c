@@ -24,7 +24,8 @@
  *   residual GEMV with the next RMSNorm in its last block: the bits of the
  *   GEMV then gk_rmsnorm, twice (the ticket back to 0), and its int8 blocks
  *   of xn ops_qmm_quantize's, which a GEMV loading them turns into the bits
- *   of one that quantizes xn itself;
+ *   of one that quantizes xn itself; the Q|K|V GEMV with bias, RoPE and the
+ *   pool write in its epilogue: the bits of the GEMV then gk_qkv_rope;
  * - tensor-core product: the kernel within 2^-20 sum |w x| of its twin, the
  *   twin (the f16 GEMM of the dequantized rows) exact to fp64 rounding;
  * - the chooser: paths by row count, their order, scratch, refusals.
@@ -37,6 +38,7 @@
 #include "models/quant.h"
 #include "ops/qmatmul.h"
 #include "tests/test.h"
+#include "tests/emu/rope_case.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -482,6 +484,36 @@ static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t 
     free(y), free(y2), free(nw), free(xn), free(xn2), free(x), free(buf), free(src);
 }
 
+/* The Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
+ * (rope): the bits of the plain GEMV then gk_qkv_rope (rope_case.h). */
+static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool bias,
+                           uint64_t *st)
+{
+    const int64_t cols = l_block(type) == 256 ? 256 : 96;
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, RC_ROWS, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, RC_ROWS, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    float *y = malloc((size_t)(n * RC_ROWS) * 4);
+    struct rope_case c;
+    rope_case_init(&c, st);
+    struct gk_qkv_params fused = rope_case_params(&c, 0, n, style, n_rot, bias);
+    struct gk_qkv_params plain = rope_case_params(&c, 1, n, style, n_rot, bias);
+    plain.qkv = y;
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .rope = &fused};
+    struct gk_qgemv_params q = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y, .ld_y = RC_ROWS};
+    CHECKF(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK, "%s rope: launch", tname(type));
+    CHECK(IG_DEV(gk_qgemv)(&q, NULL) == IG_OK && IG_DEV(gk_qkv_rope)(&plain, NULL) == IG_OK);
+    char what[96];
+    snprintf(what, sizeof what, "%s Q|K|V GEMV + RoPE, n %lld, style %d, n_rot %lld%s",
+             tname(type), (long long)n, style, (long long)n_rot, bias ? ", bias" : "");
+    rope_case_check(&c, n, what);
+    rope_case_free(&c);
+    free(y), free(x), free(buf), free(src);
+}
+
 static void test_gemv(int type, uint64_t *st)
 {
     struct gk_qlayout l;
@@ -501,6 +533,9 @@ static void test_gemv(int type, uint64_t *st)
     /* the next norm in the last block and its int8 blocks: 6 or 32 blocks of
      * rows, 1 row of x (2 for Q4_K) */
     norm_case(type, k ? 512 : 96, k ? 256 : 96, type == QUANT_Q4_K ? 2 : 1, st);
+    /* Q|K|V with RoPE and the pool write: both styles, a padding row */
+    rope_gemv_case(type, 3, ROPE_ADJACENT, RC_HD, true, st);
+    rope_gemv_case(type, 2, ROPE_HALF_SPLIT, RC_HD / 2, false, st);
     /* two slabs of x: 8 rows take 4096 columns at a time */
     gemv_case(type, 5, k ? 4352 : 4128, 6, 0, st, false);
 }
