@@ -242,10 +242,14 @@ static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
 {
     struct decode_attn_params pf = *p;
     const int64_t n_tickets = p->n_seqs * p->n_head_kv;
+    const size_t wf = decode_attn_work_floats(p);
     uint16_t *of = malloc((size_t)(o_elems + GUARD) * sizeof *of);
     pf.tickets = calloc((size_t)n_tickets, sizeof *pf.tickets);
+    pf.work = malloc(wf * sizeof *pf.work); /* its own: no partial of the first launch */
     pf.o = of;
-    for (int rep = 0; rep < 2 && of && pf.tickets; rep++) {
+    for (int rep = 0; rep < 2 && of && pf.tickets && pf.work; rep++) {
+        for (size_t i = 0; i < wf; i++) /* a split that combines early reads NaN */
+            pf.work[i] = NAN;
         for (int64_t i = 0; i < o_elems + GUARD; i++)
             of[i] = i < o_elems ? 0xffffu : GUARD_BITS;
         CHECKF(decode_attn_emu(&pf, NULL) == 0, "%s: fused launch %d failed", name, rep);
@@ -264,6 +268,7 @@ static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
     }
     free(of);
     free(pf.tickets);
+    free(pf.work);
 }
 
 static void run_one(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,
