@@ -140,6 +140,8 @@ struct backend {
     char device_name[128];     /* "cpu (avx2)", "NVIDIA H200" */
     int threads;               /* CPU threads used (1 on CUDA) */
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
+    int64_t step_nodes;        /* launches of the last decode step: its graph's nodes on
+                                  CUDA, the emulator's count without graphs; 0 on the CPU */
     struct kv_memory *kv_mem;  /* the pool's layers (kv_memory_of at the pool's dtype),
                                 * owned; NULL for a backend without a pool (a test's) */
     int64_t n_states;          /* recurrent state slots: n_slots when a layer is

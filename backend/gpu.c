@@ -63,6 +63,16 @@ int IG_DEV(gpu_alloc)(struct gpu_backend *g, size_t bytes, void *out, size_t *ac
     return IG_OK;
 }
 
+/* The decode attention's tickets (decode_attn_params): one per sequence of
+ * the largest bucket and KV head of the widest layer, zero between launches. */
+static size_t attn_tickets(const struct gpu_backend *g)
+{
+    int64_t kv = 1;
+    for (int64_t l = 0; l < g->m->hp.n_layer; l++)
+        kv = g->m->layers[l].n_head_kv > kv ? g->m->layers[l].n_head_kv : kv;
+    return (size_t)(g->max_seqs * kv);
+}
+
 struct gpu_sizes {
     double weights, kv, acts;
 };
@@ -91,6 +101,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
                    4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
               4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
+              4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
 
@@ -202,9 +213,16 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, tables, &g->tables, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, attn_work_floats(g) * 4, &g->attn_work, NULL)))
+        (st = IG_DEV(gpu_alloc)(g, attn_work_floats(g) * 4, &g->attn_work, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, attn_tickets(g) * 4, &g->attn_tickets, NULL)) ||
+        (st = IG_DEV(dev_memset)(g->dev, g->attn_tickets, 0, attn_tickets(g) * 4)) ||
+        (st = IG_DEV(gpu_alloc)(g, 4, &g->norm_ticket, NULL)) ||
+        (st = IG_DEV(dev_memset)(g->dev, g->norm_ticket, 0, 4)))
         return st;
     if (hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL)))
+        return st;
+    if (e % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * e, &g->xq, NULL)) ||
+                        (st = IG_DEV(gpu_alloc)(g, B * (e / 32) * 8, &g->xqd, NULL))))
         return st;
     /* Each RoPE variant's frequencies and cos/sin factor (Gemma 3's local
      * layers have their own base). */
@@ -394,11 +412,16 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
  * device layer can, later calls replay it. */
 static int run_bucket(struct gpu_backend *g, int bucket)
 {
-    if (g->graphs[bucket])
+    if (g->graphs[bucket]) {
+        g->base.step_nodes = IG_DEV(dev_graph_nodes)(g->graphs[bucket]);
         return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
+    }
     if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
         g->no_graph = true;
-        return IG_DEV(gpu_forward_decode)(g, bucket);
+        int64_t n0 = IG_DEV(dev_launches)(g->dev);
+        int st = IG_DEV(gpu_forward_decode)(g, bucket);
+        g->base.step_nodes = n0 < 0 ? -1 : IG_DEV(dev_launches)(g->dev) - n0;
+        return st;
     }
     int st = IG_DEV(gpu_forward_decode)(g, bucket);
     struct dev_graph *graph = NULL;
@@ -408,6 +431,7 @@ static int run_bucket(struct gpu_backend *g, int bucket)
         return st != IG_OK ? st : st_end;
     }
     g->graphs[bucket] = graph;
+    g->base.step_nodes = IG_DEV(dev_graph_nodes)(graph);
     return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
 }
 

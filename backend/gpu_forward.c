@@ -16,7 +16,14 @@
  * -> down GEMM += x. Every size is the layer's own (heads, KV heads, head
  * dim, window, RoPE variant, scale, FFN width); the buffers are sized for
  * the largest (gpu.c). A decode step's launches are captured as a graph
- * (gpu.c): this file decides their order, one pass per bucket.
+ * (gpu.c): this file decides their order, one pass per bucket. Fused
+ * (IGNITE_GPU_FUSE=1, the default; docs/gpu.md "A decode step's launches"):
+ * the Q|K|V GEMV does bias, RoPE and the pool write in its epilogue
+ * (qkv_rope_fused), the split-KV kernel combines in its last split, the
+ * gate|up GEMV applies the activation, and wo's and down's GEMVs write the
+ * next RMSNorm (and its int8 blocks) in their last block (add_product's
+ * next_norm; norm_rows then launches nothing): 5 launches a layer where
+ * there were 10.
  *
  * Compiled twice like gpu.c (backend/gpu.h). Covered by
  * tests/emu/test_backend_emu.c, test_backend_qemu.c,
@@ -50,13 +57,38 @@ typedef int (*gpu_ffn_fn)(const struct gpu_pass *p, int64_t l, int64_t row0);
 
 /* ---- shared steps ------------------------------------------------------------ */
 
+/* g->xn = RMSNorm(x rows) with weights w, the next product's input: one
+ * launch, or none where the product that finished x left it there
+ * (g->xn_of, a decode step's fused launches). */
+static int norm_rows(struct gpu_backend *g, const float *x, int64_t rows, const float *w)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    bool ready = g->xn_of == w;
+    g->xn_of = NULL;
+    g->xq_ready &= ready; /* a norm launch rewrites xn: its blocks are stale */
+    return ready ? IG_OK
+                 : IG_DEV(gk_rmsnorm)(x, hp->n_embd, w, rows, hp->n_embd,
+                                      (float)hp->norm_eps, g->xn, g->stream);
+}
+
 /* x[rows] += w in (in: f16 rows of ld_in): the GEMM's beta = 1, or with a
- * post norm (Gemma 3) the product into g->proj and its norm added. */
+ * post norm (Gemma 3) the product into g->proj and its norm added. With
+ * next_norm (a decode step) and a fusable product, its last block also
+ * leaves RMSNorm(x) by next_norm in g->xn for the next product (norm_rows
+ * then launches nothing). */
 static int add_product(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *in,
-                       int64_t ld_in, int64_t rows, float *x, const float *post_norm)
+                       int64_t ld_in, int64_t rows, float *x, const float *post_norm,
+                       const float *next_norm)
 {
     const struct model_hparams *hp = &g->m->hp;
     int64_t e = hp->n_embd;
+    g->xn_of = NULL;
+    g->xq_ready = false; /* this product's input is not xn; its tail may refill both */
+    if (!post_norm && next_norm && IG_DEV(gpu_matmul_norm_ok)(g, w, rows)) {
+        g->xn_of = next_norm;
+        return IG_DEV(gpu_matmul_norm)(g, w, in, ld_in, rows, x, e, next_norm,
+                                       (float)hp->norm_eps, g->xn);
+    }
     if (!post_norm)
         return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, x, e, 1.0f);
     int st = IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, g->proj, e, 0.0f);
@@ -89,7 +121,7 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
     const struct gpu_matrix *wqkv = &L->mat[LAYER_WQ]; /* Q|K|V */
     const float *q_norm = L->vec[LAYER_Q_NORM], *k_norm = L->vec[LAYER_K_NORM];
     int st;
-    if ((st = IG_DEV(gk_rmsnorm)(g->x, e, L->vec[LAYER_ATTN_NORM], n, e, eps, g->xn, g->stream)) ||
+    if ((st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM])) ||
         (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) || !q_norm)
         return st;
     st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
@@ -100,10 +132,11 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
                                                  g->stream);
 }
 
-/* Bias and RoPE of layer l's n rows at their positions g->pos; K and V to
- * the step's buffers (k16, v16) or, with to_pool, into the pool through
- * the row's table (g->tables, one per row: a decode step). */
-static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+/* The params of bias and RoPE of layer l's n rows at their positions
+ * g->pos; K and V to the step's buffers (k16, v16) or, with to_pool, into
+ * the pool through the row's table (g->tables, one per row: a decode step). */
+static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_t n,
+                                        bool to_pool)
 {
     const struct model_hparams *hp = &g->m->hp;
     const struct gpu_layer *L = &g->layers[l];
@@ -127,7 +160,34 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
         qp.k = g->k16;
         qp.v = g->v16;
     }
+    return qp;
+}
+
+/* gk_qkv_rope over rope_params. */
+static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
+{
+    struct gk_qkv_params qp = rope_params(g, l, n, to_pool);
     return IG_DEV(gk_qkv_rope)(&qp, g->stream);
+}
+
+/* Whether a decode step's layer l takes qkv_rope_fused: no head norms
+ * (they need whole heads before RoPE), a Q|K|V GEMV that can. */
+static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    return !L->vec[LAYER_Q_NORM] && IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
+}
+
+/* A decode step's norm, then the Q|K|V GEMV with bias, RoPE and the pool
+ * write in its epilogue: one launch where qkv_block and rope_rows took two. */
+static int qkv_rope_fused(struct gpu_backend *g, int64_t l, int64_t n)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    const struct gpu_matrix *wqkv = &L->mat[LAYER_WQ];
+    struct gk_qkv_params qp = rope_params(g, l, n, true);
+    int st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM]);
+    return st != IG_OK ? st
+                       : IG_DEV(gpu_matmul_rope)(g, wqkv, g->xn, g->m->hp.n_embd, n, &qp);
 }
 
 /* Layer l's attention over a prefill step's sequences (host copy h_seqs,
@@ -175,7 +235,23 @@ static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
     ap.pos = g->pos;
     ap.o = g->att16;
     ap.work = g->attn_work;
+    ap.tickets = g->fuse ? g->attn_tickets : NULL; /* the combine in the last split */
     return IG_DEV(decode_attn)(&ap, g->stream);
+}
+
+/* The norm the first product of layer l's FFN (after_mixer) or of layer l + 1
+ * (or the output head past the last) reads: what a decode step's residual
+ * product before it may leave ready (add_product's next_norm). */
+static const float *next_norm(const struct gpu_pass *p, int64_t l, bool after_mixer)
+{
+    const struct gpu_backend *g = p->g;
+    if (p->bucket < 0)
+        return NULL; /* a prefill step: the rows of the last layer and the head differ */
+    if (after_mixer) /* LAYER_FFN_DENSE, the only FFN */
+        return g->layers[l].vec[LAYER_FFN_NORM];
+    if (l + 1 < g->m->hp.n_layer) /* LAYER_MIXER_ATTENTION, the only mixer */
+        return g->layers[l + 1].vec[LAYER_ATTN_NORM];
+    return g->vec[MODEL_OUTPUT_NORM];
 }
 
 /* LAYER_MIXER_ATTENTION. */
@@ -186,20 +262,25 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     bool decode = p->bucket >= 0;
     int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
     int st;
-    if ((st = qkv_block(g, l, p->n)) || (st = rope_rows(g, l, p->n, decode)) ||
+    if (decode && qkv_rope_fusable(g, l, p->n))
+        st = qkv_rope_fused(g, l, p->n);
+    else if ((st = qkv_block(g, l, p->n)) == IG_OK)
+        st = rope_rows(g, l, p->n, decode);
+    if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;
     if (row0 == p->n)
         return IG_OK;
     const struct gpu_layer *L = &g->layers[l];
     return add_product(g, &L->mat[LAYER_WO], g->att16 + row0 * q_dim, q_dim, p->n - row0,
-                       g->x + row0 * e, L->vec[LAYER_ATTN_POST_NORM]);
+                       g->x + row0 * e, L->vec[LAYER_ATTN_POST_NORM], next_norm(p, l, true));
 }
 
 /* ---- the dense FFN ------------------------------------------------------------- */
 
 /* LAYER_FFN_DENSE: norm, gate|up GEMM, SwiGLU or GeGLU, down GEMM into the
- * residual (through the post-FFN norm). */
+ * residual (through the post-FFN norm). Fused (IGNITE_GPU_FUSE, a GEMV's row
+ * count, gate and up of one type): the activation in the gate|up GEMV. */
 static int ffn_dense(const struct gpu_pass *p, int64_t l, int64_t row0)
 {
     struct gpu_backend *g = p->g;
@@ -207,17 +288,21 @@ static int ffn_dense(const struct gpu_pass *p, int64_t l, int64_t row0)
     const struct gpu_layer *L = &g->layers[l];
     int64_t e = hp->n_embd, ff = g->m->layers[l].n_ff, rows = p->n - row0;
     float *x = g->x + row0 * e;
-    int st;
-    if ((st = IG_DEV(gk_rmsnorm)(x, e, L->vec[LAYER_FFN_NORM], rows, e, (float)hp->norm_eps,
-                                 g->xn, g->stream)) ||
-        (st = IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_GATE], g->xn, e, rows, g->gu, 2 * ff,
-                                 0.0f)) ||
-        (st = hp->ffn_act == MODEL_ACT_GELU_TANH
-                  ? IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream)
-                  : IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream)))
+    const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE];
+    bool gelu = hp->ffn_act == MODEL_ACT_GELU_TANH;
+    int st = norm_rows(g, x, rows, L->vec[LAYER_FFN_NORM]);
+    if (st != IG_OK)
+        return st;
+    if (IG_DEV(gpu_matmul_glu_ok)(g, gu, rows)) /* the activation in the GEMV's epilogue */
+        st = IG_DEV(gpu_matmul_glu)(g, gu, g->xn, e, rows, gelu ? GK_GLU_GELU : GK_GLU_SILU,
+                                    g->h16, ff);
+    else if ((st = IG_DEV(gpu_matmul)(g, gu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) == IG_OK)
+        st = gelu ? IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream)
+                  : IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream);
+    if (st != IG_OK)
         return st;
     return add_product(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, x,
-                       L->vec[LAYER_FFN_POST_NORM]);
+                       L->vec[LAYER_FFN_POST_NORM], next_norm(p, l, false));
 }
 
 /* ---- the loop -------------------------------------------------------------------- */
@@ -264,6 +349,8 @@ static int layers(const struct gpu_pass *p, int64_t want0)
 int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0)
 {
     struct gpu_pass p = {g, n, -1, n_seqs};
+    g->xn_of = NULL;
+    g->xq_ready = false;
     int st = embed(g, n);
     return st != IG_OK ? st : layers(&p, want0);
 }
@@ -273,12 +360,13 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
     const struct model_hparams *hp = &g->m->hp;
     int64_t rows = (int64_t)1 << bucket, e = hp->n_embd;
     struct gpu_pass p = {g, rows, bucket, rows};
+    g->xn_of = NULL;
+    g->xq_ready = false;
     int st = embed(g, rows);
     if (st == IG_OK)
         st = layers(&p, 0);
     if (st == IG_OK)
-        st = IG_DEV(gk_rmsnorm)(g->x, e, g->vec[MODEL_OUTPUT_NORM], rows, e, (float)hp->norm_eps,
-                                g->xn, g->stream);
+        st = norm_rows(g, g->x, rows, g->vec[MODEL_OUTPUT_NORM]);
     if (st == IG_OK)
         st = IG_DEV(gpu_matmul)(g, &g->mat[MODEL_OUTPUT], g->xn, e, rows, g->logits,
                                 hp->n_vocab, 0.0f);
@@ -298,6 +386,8 @@ int IG_DEV(gpu_head_rows)(struct gpu_backend *g, const int64_t *want, int64_t k,
     float eps = (float)hp->norm_eps;
     const float *norm = g->vec[MODEL_OUTPUT_NORM];
     int st = IG_OK;
+    g->xn_of = NULL; /* xn is gathered anew here */
+    g->xq_ready = false;
     for (int64_t i = 0; i < k && st == IG_OK; i += g->logit_rows) {
         int64_t n = k - i < g->logit_rows ? k - i : g->logit_rows;
         for (int64_t j = 0; j < n && st == IG_OK;) {

@@ -92,6 +92,18 @@ struct gpu_backend {
     void *h_stage;             /* the pinned allocation h_* point into */
     void *h_logits;            /* base.host_logits, pinned */
     float *attn_work;          /* the decode attention's, for the largest bucket */
+    uint32_t *attn_tickets;    /* its tickets (zero between launches: the combine in the
+                                  last split) */
+    uint32_t *norm_ticket;     /* the GEMVs' norm tail's (one, zero between launches) */
+    bool fuse;                 /* IGNITE_GPU_FUSE (default 1): a decode step's fused
+                                  launches; 0: the earlier one launch per step */
+    const float *xn_of;        /* the norm weights whose RMSNorm of x a fused product's
+                                  tail left in xn (the next norm launch is skipped), or
+                                  NULL */
+    int8_t *xq;                /* [max_batch][n_embd] xn's int8 blocks from that tail, and */
+    float *xqd;                /* [max_batch][n_embd / 32] their (d, s) (NULL: n_embd not
+                                  a multiple of 32) */
+    bool xq_ready;             /* xq holds xn's blocks: quantized GEMVs of xn load them */
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
     size_t mm_scratch_bytes;
     bool emu_kernels;          /* emulated build: products by the emulated kernels, not the twins */
@@ -166,6 +178,40 @@ int IG_DEV(gpu_upload_weights)(struct gpu_backend *g);
 int IG_DEV(gpu_matmul)(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *x,
                        int64_t ld_x, int64_t n, float *y, int64_t ld_y, float beta);
 
+/* Whether the gate|up product `w` of n rows takes gpu_matmul_glu: fused
+ * (g->fuse), one part (gate and up of one type), a GEMV path for n rows. */
+bool IG_DEV(gpu_matmul_glu_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                               int64_t n);
+
+/* h[t][i] = f16(act(gate_i . x[t]) * (up_i . x[t])) for i < w->rows / 2 (act
+ * GK_GLU_SILU or GK_GLU_GELU): the gate|up GEMV with the activation in its
+ * epilogue, one launch (gpu_matmul_glu_ok said yes). */
+int IG_DEV(gpu_matmul_glu)(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *x,
+                           int64_t ld_x, int64_t n, int act, uint16_t *h, int64_t ld_h);
+
+/* Whether the residual product `w` of n rows takes gpu_matmul_norm: fused,
+ * one part, a GEMV path. */
+bool IG_DEV(gpu_matmul_norm_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n);
+
+/* y[t] += W x[t] (the residual add, y [n][ld_y]), then xn[t] = f16(RMSNorm(y[t])
+ * norm_w) ([n][w->rows]) by the GEMV's last block (g->norm_ticket): the
+ * next product's input without a norm launch (gpu_matmul_norm_ok said yes). */
+int IG_DEV(gpu_matmul_norm)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n, float *y, int64_t ld_y,
+                            const float *norm_w, float eps, uint16_t *xn);
+
+/* Whether a layer's Q|K|V product `w` of n rows takes gpu_matmul_rope:
+ * fused, one part, a GEMV path. */
+bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n);
+
+/* The Q|K|V product with gk_qkv_rope's work (rope: its params, qkv unused)
+ * in the GEMV's epilogue: q and K/V out, one launch. */
+int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n,
+                            const struct gk_qkv_params *rope);
+
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);
 
@@ -190,8 +236,9 @@ int IG_DEV(gpu_head_rows)(struct gpu_backend *g, const int64_t *want, int64_t k,
                           int32_t *greedy);
 
 /* Reads the matmul settings of the environment once per backend:
- * IGNITE_QMM_PATH (checked, ops/gpu_qmm.h) and, in the emulated build,
- * IGNITE_EMU_MATMUL=kernels (gpu_matmul.c). */
+ * IGNITE_QMM_PATH (checked, ops/gpu_qmm.h), IGNITE_GPU_FUSE=0|1 (checked:
+ * g->fuse) and, in the emulated build, IGNITE_EMU_MATMUL=kernels
+ * (gpu_matmul.c). */
 int IG_DEV(gpu_matmul_setup)(struct gpu_backend *g);
 
 #endif

@@ -1,4 +1,7 @@
-/* backend/gpu_matmul.c: the CUDA backend's one matrix product and its
+/* backend/gpu_matmul.c: the CUDA backend's one matrix product (and, for a
+ * decode step's fused launches, the gate|up product with its activation,
+ * gpu_matmul_glu, and a residual product with the next norm, gpu_matmul_norm)
+ * and its
  * embedding lookup over struct gpu_matrix: for each part of one type,
  * gk_qmm_choose (ops/gpu_qlayout.c) names the path for the number of rows
  * and this file launches it:
@@ -29,9 +32,12 @@ int IG_DEV(gpu_matmul_setup)(struct gpu_backend *g)
 #if defined(IG_EMU_BACKEND)
     const char *e = getenv("IGNITE_EMU_MATMUL");
     g->emu_kernels = e && !strcmp(e, "kernels");
-#else
-    (void)g;
 #endif
+    const char *f = getenv("IGNITE_GPU_FUSE");
+    if (f && strcmp(f, "0") && strcmp(f, "1"))
+        return ig_error(IG_E_USAGE, "IGNITE_GPU_FUSE is '%s': it takes 0 (a decode step's "
+                        "launches one by one) or 1 (fused, the default)", f);
+    g->fuse = !f || !strcmp(f, "1");
     return gk_qmm_check_env();
 }
 
@@ -43,6 +49,7 @@ static int twin_product(struct gpu_backend *g, enum gk_qmm_path path,
                         const struct gk_qgemv_params *p)
 {
     if (path == GK_QMM_QGEMV) {
+        IG_DEV(dev_note_launch)(g->dev); /* the kernel it stands for */
         gk_qgemv_ref(p);
         return IG_OK;
     }
@@ -57,6 +64,16 @@ static int twin_product(struct gpu_backend *g, enum gk_qmm_path path,
 }
 #endif
 
+/* Where x is g->xn and a norm tail left its int8 blocks (g->xq_ready), the
+ * quantized GEMV loads them instead of quantizing x again in every block. */
+static void x_blocks(const struct gpu_backend *g, struct gk_qgemv_params *p)
+{
+    if (g->xq_ready && p->x == g->xn && p->ld_x == g->m->hp.n_embd) {
+        p->xq = g->xq;
+        p->xqd = g->xqd;
+    }
+}
+
 /* One part: y (already offset to the part's first row) for n rows. */
 static int part_product(struct gpu_backend *g, const struct gk_qmat *w, const uint16_t *x,
                         int64_t ld_x, int64_t n, float *y, int64_t ld_y, float beta)
@@ -68,10 +85,12 @@ static int part_product(struct gpu_backend *g, const struct gk_qmat *w, const ui
     const uint16_t *w16 = (const uint16_t *)w->q;
     struct gk_qgemv_params p = {.w = *w, .x = x, .ld_x = ld_x, .n = n, .y = y, .ld_y = ld_y,
                                 .beta = beta};
+    x_blocks(g, &p);
     switch (plan.path) {
     case GK_QMM_GEMV_F16:
 #if defined(IG_EMU_BACKEND)
         if (!g->emu_kernels) {
+            IG_DEV(dev_note_launch)(g->dev);
             gk_gemv_f16_ref(w16, x, y, w->rows, w->cols, beta);
             return IG_OK;
         }
@@ -110,6 +129,139 @@ int IG_DEV(gpu_matmul)(struct gpu_backend *g, const struct gpu_matrix *w, const 
     for (int i = 0; i < w->n_parts && st == IG_OK; i++)
         st = part_product(g, &w->part[i], x, ld_x, n, y + w->row0[i], ld_y, beta);
     return st;
+}
+
+/* Whether w's product of n rows is one GEMV launch with an epilogue of
+ * ours: fused steps (g->fuse), one part, a GEMV path. */
+static bool one_gemv(const struct gpu_backend *g, const struct gpu_matrix *w, int64_t n)
+{
+    struct gk_qmm_plan plan;
+    if (!g->fuse || w->n_parts != 1 ||
+        gk_qmm_choose(w->part[0].type, w->rows, w->cols, n, &plan) != IG_OK)
+        return false;
+    return plan.path == GK_QMM_QGEMV || plan.path == GK_QMM_GEMV_F16;
+}
+
+bool IG_DEV(gpu_matmul_glu_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                               int64_t n)
+{
+    return w->rows % 2 == 0 && one_gemv(g, w, n);
+}
+
+bool IG_DEV(gpu_matmul_norm_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n)
+{
+    return one_gemv(g, w, n);
+}
+
+bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_matrix *w,
+                                int64_t n)
+{
+    return w->rows % 2 == 0 && one_gemv(g, w, n);
+}
+
+int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n,
+                            const struct gk_qkv_params *rope)
+{
+    struct gk_qmm_plan plan;
+    const struct gk_qmat *p0 = &w->part[0];
+    int st = gk_qmm_choose(p0->type, p0->rows, p0->cols, n, &plan);
+    if (st != IG_OK)
+        return st;
+    struct gk_qgemv_params p = {.w = *p0, .x = x, .ld_x = ld_x, .n = n, .rope = rope};
+    x_blocks(g, &p);
+#if defined(IG_EMU_BACKEND)
+    if (!g->emu_kernels) { /* the product's twin (one launch) into qkv, then RoPE's */
+        IG_DEV(dev_note_launch)(g->dev);
+        struct gk_qkv_params r = *rope;
+        r.qkv = g->qkv;
+        if (plan.path == GK_QMM_GEMV_F16)
+            gk_gemv_f16_ref((const uint16_t *)p0->q, x, g->qkv, p0->rows, p0->cols, 0.0f);
+        else
+            gk_qgemv_ref(&(struct gk_qgemv_params){.w = *p0, .x = x, .ld_x = ld_x, .n = n,
+                                                   .y = g->qkv, .ld_y = p0->rows});
+        gk_qkv_rope_ref(&r);
+        return IG_OK;
+    }
+#endif
+    if (plan.path == GK_QMM_GEMV_F16)
+        return IG_DEV(gk_gemv_f16_rope)((const uint16_t *)p0->q, x, p0->rows, p0->cols, rope,
+                                        g->stream);
+    IG_ASSERT(plan.path == GK_QMM_QGEMV);
+    return IG_DEV(gk_qgemv)(&p, g->stream);
+}
+
+int IG_DEV(gpu_matmul_norm)(struct gpu_backend *g, const struct gpu_matrix *w,
+                            const uint16_t *x, int64_t ld_x, int64_t n, float *y, int64_t ld_y,
+                            const float *norm_w, float eps, uint16_t *xn)
+{
+    struct gk_qmm_plan plan;
+    const struct gk_qmat *p0 = &w->part[0];
+    int st = gk_qmm_choose(p0->type, p0->rows, p0->cols, n, &plan);
+    if (st != IG_OK)
+        return st;
+    struct gk_qgemv_params p = {.w = *p0, .x = x, .ld_x = ld_x, .n = n, .y = y, .ld_y = ld_y,
+                                .beta = 1.0f, .norm_w = norm_w, .norm_eps = eps, .xn = xn,
+                                .ticket = g->norm_ticket};
+    x_blocks(g, &p);
+    /* the quantized tail also leaves xn's int8 blocks (the f16 GEMV has no use for them) */
+    g->xq_ready = false;
+    if (plan.path == GK_QMM_QGEMV && g->xq && xn == g->xn && p0->rows == g->m->hp.n_embd) {
+        p.qn = g->xq;
+        p.qnd = g->xqd;
+        g->xq_ready = true;
+    }
+#if defined(IG_EMU_BACKEND)
+    if (!g->emu_kernels) { /* the product's twin (one launch), then the norm's */
+        IG_DEV(dev_note_launch)(g->dev);
+        if (plan.path == GK_QMM_GEMV_F16) {
+            gk_gemv_f16_ref((const uint16_t *)p0->q, x, y, p0->rows, p0->cols, 1.0f);
+            gk_rmsnorm_ref(y, ld_y, norm_w, n, p0->rows, eps, xn);
+        } else {
+            gk_qgemv_ref(&p);
+        }
+        return IG_OK;
+    }
+#endif
+    if (plan.path == GK_QMM_GEMV_F16)
+        return IG_DEV(gk_gemv_f16_norm)((const uint16_t *)p0->q, x, y, p0->rows, p0->cols,
+                                        norm_w, eps, xn, g->norm_ticket, g->stream);
+    IG_ASSERT(plan.path == GK_QMM_QGEMV);
+    return IG_DEV(gk_qgemv)(&p, g->stream);
+}
+
+int IG_DEV(gpu_matmul_glu)(struct gpu_backend *g, const struct gpu_matrix *w, const uint16_t *x,
+                           int64_t ld_x, int64_t n, int act, uint16_t *h, int64_t ld_h)
+{
+    struct gk_qmm_plan plan;
+    const struct gk_qmat *p0 = &w->part[0];
+    int st = gk_qmm_choose(p0->type, p0->rows, p0->cols, n, &plan);
+    if (st != IG_OK)
+        return st;
+    if (plan.path == GK_QMM_GEMV_F16) {
+#if defined(IG_EMU_BACKEND)
+        if (!g->emu_kernels) {
+            IG_DEV(dev_note_launch)(g->dev);
+            gk_gemv_f16_glu_ref((const uint16_t *)p0->q, x, h, p0->rows, p0->cols, act);
+            return IG_OK;
+        }
+#endif
+        return IG_DEV(gk_gemv_f16_glu)((const uint16_t *)p0->q, x, h, p0->rows, p0->cols, act,
+                                       g->stream);
+    }
+    IG_ASSERT(plan.path == GK_QMM_QGEMV);
+    struct gk_qgemv_params p = {.w = *p0, .x = x, .ld_x = ld_x, .n = n, .glu = act, .h = h,
+                                .ld_h = ld_h};
+    x_blocks(g, &p);
+#if defined(IG_EMU_BACKEND)
+    if (!g->emu_kernels) {
+        IG_DEV(dev_note_launch)(g->dev);
+        gk_qgemv_ref(&p);
+        return IG_OK;
+    }
+#endif
+    return IG_DEV(gk_qgemv)(&p, g->stream);
 }
 
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x)

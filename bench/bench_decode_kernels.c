@@ -8,7 +8,9 @@
  *   gemv rows=4096 cols=4096 us=... GBps=... of_copy=0.87
  * Bytes counted: what the kernel must read and write once (copy: read +
  * write). First one launch of each shape is checked against its CPU twin
- * (exit 1 on a mismatch). Exits 77 without a GPU. */
+ * (exit 1 on a mismatch). decode_attn again with the combine in the last
+ * split (tickets: decode_attn_fused lines, the tickets checked back at 0
+ * after the timed launches). Exits 77 without a GPU. */
 #include "decode/decode_attn.h"
 #include "ops/gpu_ops.h"
 
@@ -199,7 +201,7 @@ static int attn_launch(void *ctx, int copy)
  * pool of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s,
  * s + n_seqs, s + 2 n_seqs, ... (one sequence: consecutive blocks). */
 static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                      int64_t n_ctx, int n_sm, double copy)
+                      int64_t n_ctx, int n_sm, double copy, int fused)
 {
     struct attn_ctx a;
     memset(&a, 0, sizeof a);
@@ -229,6 +231,11 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
         .n_splits = decode_attn_choose_splits(n_ctx, n_seqs, n_head_kv, n_sm),
         .scale = 1.0f / sqrtf((float)hd)};
     CK(cudaMalloc((void **)&p->work, decode_attn_work_floats(p) * sizeof(float)));
+    const size_t n_tickets = (size_t)(n_seqs * n_head_kv);
+    if (fused) { /* the combine in the last split: tickets 0 before, and after every launch */
+        CK(cudaMalloc((void **)&p->tickets, n_tickets * 4));
+        CK(cudaMemset(p->tickets, 0, n_tickets * 4));
+    }
     int n = replicate(k0, cache * 2, a.k, 32);
     replicate(v0, cache * 2, a.v, n);
 
@@ -250,10 +257,20 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
     }
 
     float ms = time_ms(attn_launch, &a, n);
+    if (fused) { /* after every timed launch the tickets are back to 0 */
+        uint32_t *ht = malloc(n_tickets * 4);
+        CK(cudaMemcpy(ht, p->tickets, n_tickets * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n_tickets; i++)
+            if (ht[i] && bad++ < 3)
+                fprintf(stderr, "attn seqs=%lld n_ctx=%lld: ticket %zu left at %u\n",
+                        (long long)n_seqs, (long long)n_ctx, i, ht[i]);
+        free(ht);
+        CK(cudaFree(p->tickets));
+    }
     double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)qo;
     double gbps = bytes / (ms * 1e-3) / 1e9;
-    printf("decode_attn seqs=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d "
-           "us=%.2f GBps=%.0f of_copy=%.3f check=%s\n",
+    printf("decode_attn%s seqs=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d "
+           "us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", fused ? "_fused" : "",
            (long long)n_seqs, (long long)n_head, (long long)n_head_kv, (long long)hd,
            (long long)n_ctx, p->n_splits, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
     fflush(stdout);
@@ -285,8 +302,12 @@ int main(void)
     int fail = 0;
     for (int i = 0; i < 4; i++)
         fail |= bench_gemv(shapes[i][0], shapes[i][1], copy);
-    fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy);
-    fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy);
-    fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy); /* the batch step's last decode */
+    /* each also with the combine in the last split (IGNITE_GPU_FUSE's): the
+     * GPU's blocks race for the tickets, which the emulator's never do */
+    for (int fused = 0; fused < 2; fused++) {
+        fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy, fused);
+        fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy, fused);
+        fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy, fused); /* the batch's last decode */
+    }
     return fail;
 }

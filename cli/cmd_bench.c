@@ -248,6 +248,7 @@ struct bench_row {
     int64_t n_depth;        /* tokens in the cache before the timed part */
     size_t device_weight_bytes; /* the weights on the device (CUDA; 0 on the CPU) */
     size_t device_step_bytes;   /* of them, what a decode step reads (CUDA; 0 on the CPU) */
+    int64_t device_step_nodes;  /* launches (graph nodes) of a decode step (CUDA; 0 on the CPU) */
     double avg_ts, sd_ts, avg_ns, sd_ns, ttft_ms;
     double samples_ts[1000];
     int64_t reps;
@@ -314,6 +315,7 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "model_n_params", (double)r->n_params);
     cJSON_AddNumberToObject(j, "device_weight_bytes", (double)r->device_weight_bytes);
     cJSON_AddNumberToObject(j, "device_step_bytes", (double)r->device_step_bytes);
+    cJSON_AddNumberToObject(j, "device_step_nodes", (double)r->device_step_nodes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
     /* the CUDA pool is f16 whatever was asked (a quantized type is refused there) */
@@ -743,6 +745,7 @@ static int bench_model(struct bench_env *e, const char *spec)
                     continue;
                 r->n_prompt = o->prompts[i];
                 r->n_gen = 0;
+                r->device_step_nodes = 0;
                 if ((st = run_test(e, &b, r)) == IG_OK)
                     st = emit_row(e, r);
             }
@@ -751,7 +754,9 @@ static int bench_model(struct bench_env *e, const char *spec)
                     continue;
                 r->n_prompt = 0;
                 r->n_gen = o->gens[i];
-                if ((st = run_test(e, &b, r)) == IG_OK)
+                st = run_test(e, &b, r);
+                r->device_step_nodes = b.be->step_nodes; /* the last decode step's */
+                if (st == IG_OK)
                     st = emit_row(e, r);
             }
         }

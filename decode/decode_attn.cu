@@ -21,8 +21,15 @@
  * in at most two blocks). Keys outside lo..pos are never loaded (the pool
  * there may hold anything). A padding sequence (pos < 0) exits at once.
  *
- * Combine kernel: one block per (query head, sequence), one thread per
- * dim; it writes a padding sequence's rows as zeros.
+ * Combine: with tickets (decode_attn_params), in the split kernel: a block
+ * that wrote its partials fences and takes a ticket of its (sequence, KV
+ * head); the one that draws n_used - 1 (every live split has written) reads
+ * the partials back from L2 and writes o for the group's query heads, then
+ * puts the ticket back to 0 for the next launch (a graph replays it). Split
+ * 0 of a padding sequence writes its zeros. Without tickets, the combine
+ * kernel: one block per (query head, sequence), one thread per dim; it
+ * writes a padding sequence's rows as zeros. Both merge in the same order
+ * (combine_dim), so their results are the same bits.
  *
  * Built twice: nvcc (decode_attn_cuda) and the emulator through
  * decode/decode_attn_emu.cc (decode_attn_emu). Covered by
@@ -77,10 +84,37 @@ __device__ __host__ __forceinline__ int64_t partial_floats(int64_t hd)
     return hd + 2;
 }
 
+/* Splits of the live keys that start at or before pos (each holds a key). */
+__device__ __forceinline__ int64_t used_splits(int64_t key0, int64_t pos, int n_splits)
+{
+    const int64_t n = (pos - key0) / split_chunk(key0, pos, n_splits) + 1;
+    return n < n_splits ? n : n_splits;
+}
+
+/* Dim d of query head h of sequence seq (pos >= 0) from its n_used
+ * partials: f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)). */
+template <int HD>
+__device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int64_t seq,
+                                                int64_t h, int64_t d, int64_t n_used)
+{
+    const float *part = p.work + (seq * p.n_head + h) * p.n_splits * partial_floats(HD);
+    float M = -INFINITY;
+    for (int64_t s = 0; s < n_used; s++)
+        M = fmaxf(M, ig_ld_cg_f32(part + s * partial_floats(HD) + HD));
+    float acc = 0, sum = 0;
+    for (int64_t s = 0; s < n_used; s++) {
+        const float *ps = part + s * partial_floats(HD);
+        const float f = ig_exp2(ig_ld_cg_f32(ps + HD) - M);
+        acc += ig_ld_cg_f32(ps + d) * f;
+        sum += ig_ld_cg_f32(ps + HD + 1) * f;
+    }
+    return gk_f32_to_f16(acc / sum);
+}
+
 /* HD: head_dim; GM: query heads per block rounded up to a power of two (the
  * last real head is computed again for the padding); U: key rows per lane in
- * flight. */
-template <int HD, int GM, int U>
+ * flight; FUSED: the last split combines (p.tickets). */
+template <int HD, int GM, int U, bool FUSED>
 __global__ void __launch_bounds__(kThreads)
 decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
 {
@@ -94,8 +128,12 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     const int split = (int)blockIdx.x;
     const int64_t hk = blockIdx.y, seq = blockIdx.z, G = p.n_head / p.n_head_kv;
     int64_t pos = p.pos[seq];
-    if (pos < 0)
-        return; /* padding: the combine writes zeros */
+    if (pos < 0) { /* padding: zeros, from split 0 or the combine kernel */
+        if (FUSED && split == 0)
+            for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads)
+                p.o[(seq * p.n_head + hk * G) * HD + idx] = 0;
+        return;
+    }
     pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
     const int64_t key0 = first_key(pos, p.window);
     const int64_t chunk = split_chunk(key0, pos, p.n_splits);
@@ -226,6 +264,27 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
             part[HD + 1] = sum;
         }
     }
+    if (!FUSED)
+        return;
+
+    /* The last live split of (seq, hk) to get here combines. */
+    IG_SHARED(uint32_t, ticket, [1]);
+    ig_threadfence(); /* this thread's partials before the ticket */
+    ig_syncthreads();
+    uint32_t *counter = p.tickets + seq * p.n_head_kv + hk;
+    if (threadIdx.x == 0)
+        ig_sts(&ticket[0], ig_atomic_add_u32(counter, 1u));
+    ig_syncthreads();
+    const int64_t n_used = used_splits(key0, pos, p.n_splits);
+    if ((int64_t)ig_lds(&ticket[0]) != n_used - 1)
+        return;
+    ig_threadfence(); /* the others' partials after their tickets */
+    for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads) {
+        const int64_t h = hk * G + idx / HD, d = idx % HD;
+        p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, n_used);
+    }
+    if (threadIdx.x == 0)
+        *counter = 0; /* for the next launch: nobody else touches it in this one */
 }
 
 /* o[seq][h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over
@@ -243,20 +302,7 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
     }
     pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
     const int64_t key0 = first_key(pos, p.window);
-    int64_t n_used = (pos - key0) / split_chunk(key0, pos, p.n_splits) + 1;
-    n_used = n_used < p.n_splits ? n_used : p.n_splits;
-    const float *part = p.work + (seq * p.n_head + h) * p.n_splits * partial_floats(HD);
-    float M = -INFINITY;
-    for (int64_t s = 0; s < n_used; s++)
-        M = fmaxf(M, part[s * partial_floats(HD) + HD]);
-    float acc = 0, sum = 0;
-    for (int64_t s = 0; s < n_used; s++) {
-        const float *ps = part + s * partial_floats(HD);
-        const float f = ig_exp2(ps[HD] - M);
-        acc += ps[d] * f;
-        sum += ps[HD + 1] * f;
-    }
-    o[d] = gk_f32_to_f16(acc / sum);
+    o[d] = combine_dim<HD>(p, seq, h, d, used_splits(key0, pos, p.n_splits));
 }
 
 template <int HD, int GM>
@@ -264,7 +310,11 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
     dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv, (unsigned)p.n_seqs), block(kThreads);
-    auto *split = decode_attn_split_kernel<HD, GM, 4>;
+    if (p.tickets) {
+        auto *fused = decode_attn_split_kernel<HD, GM, 4, true>;
+        return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2);
+    }
+    auto *split = decode_attn_split_kernel<HD, GM, 4, false>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2);
     if (st)
         return st;

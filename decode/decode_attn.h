@@ -19,8 +19,10 @@
  * replays for any positions and tables. Each sequence's live keys lo..pos
  * are split into ranges of max(64, ceil((pos - lo + 1) / n_splits)), so a
  * short sequence uses few splits and a long one many, every used split with
- * an even share; splits past pos contribute nothing; a second kernel
- * combines the partial results (in `work`). Covered by
+ * an even share; splits past pos contribute nothing; the partial results
+ * (in `work`) are combined by the last split to finish of each (sequence, KV
+ * head), which draws the last ticket, or with tickets NULL by a second
+ * kernel (the result is the same bit for bit). Covered by
  * tests/emu/test_decode_attn_emu.c and tests/gpu/. */
 #ifndef IGNITE_DECODE_DECODE_ATTN_H
 #define IGNITE_DECODE_DECODE_ATTN_H
@@ -45,6 +47,10 @@ struct decode_attn_params {
                                    kernel, host for _ref); < 0: padding */
     uint16_t *o;                /* [n_seqs][n_head][head_dim] f16 out */
     float *work;                /* decode_attn_work_floats(p) floats (kernel only) */
+    uint32_t *tickets;          /* [n_seqs][n_head_kv] counters, 0 before the launch and
+                                   left 0 after it: the last split of each (sequence, KV
+                                   head) combines the partials (one launch); NULL: a
+                                   second kernel combines them (kernel only) */
     int64_t n_seqs, n_head, n_head_kv, head_dim; /* head_dim 64, 128 or 256;
                                                     n_head / n_head_kv <= 8 */
     int64_t n_ctx;              /* most positions one sequence holds (<= table_stride * 64);
@@ -65,7 +71,8 @@ int decode_attn_choose_splits(int64_t n_ctx, int64_t n_seqs, int64_t n_head_kv, 
 /* Floats of `work` the launch needs. */
 size_t decode_attn_work_floats(const struct decode_attn_params *p);
 
-/* Queues both kernels. IG_E_INTERNAL for unsupported sizes (reported). */
+/* Queues the split kernel (and, without tickets, the combine kernel).
+ * IG_E_INTERNAL for unsupported sizes (reported). */
 int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *stream);
 
 /* CPU twin (host pointers; work unused): f64 softmax and sums. */

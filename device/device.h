@@ -82,6 +82,18 @@ int IG_DEV(dev_graph_end)(struct dev *d, struct dev_graph **g);
 int IG_DEV(dev_graph_launch)(struct dev *d, struct dev_graph *g);
 void IG_DEV(dev_graph_free)(struct dev_graph *g);
 
+/* The nodes a captured graph holds (kernels, copies, cuBLAS's own launches):
+ * what one replay of it launches. */
+int64_t IG_DEV(dev_graph_nodes)(const struct dev_graph *g);
+
+/* Launches queued on the stream so far: the emulator counts every kernel it
+ * runs and every device GEMM (one launch each; the emulated backend's CPU
+ * twins of a product add theirs with dev_note_launch), so the difference
+ * over a decode step is the node count its graph would have on a GPU. -1
+ * over CUDA, which counts nodes of a graph instead (dev_graph_nodes). */
+int64_t IG_DEV(dev_launches)(struct dev *d);
+void IG_DEV(dev_note_launch)(struct dev *d);
+
 /* y[t][r] = sum_c w[r][c] * x[t][c] + beta * y[t][r] for t < n, r < rows:
  * w f16 [rows][cols] row-major (a weight), x f16 [n][cols], y f32 [n][rows];
  * products of f16 inputs summed in f32 (cuBLAS, CUBLAS_COMPUTE_32F). beta is

@@ -32,7 +32,8 @@ struct dev {
 
 struct dev_graph {
     cudaGraphExec_t exec;
-    int index; /* the device, for messages */
+    int index;     /* the device, for messages */
+    int64_t nodes; /* cudaGraphGetNodes of the captured graph */
 };
 
 /* One line naming the failed call and device; clears the runtime's
@@ -298,6 +299,8 @@ int IG_DEV(dev_graph_end)(struct dev *d, struct dev_graph **g)
     *g = NULL;
     cudaGraph_t graph = NULL;
     CUDA_CHECK(d->index, cudaStreamEndCapture(d->stream, &graph));
+    size_t nodes = 0;
+    CUDA_CHECK(d->index, cudaGraphGetNodes(graph, NULL, &nodes));
     cudaGraphExec_t exec = NULL;
     cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
     cudaError_t err_destroy = cudaGraphDestroy(graph);
@@ -314,6 +317,7 @@ int IG_DEV(dev_graph_end)(struct dev *d, struct dev_graph **g)
     }
     out->exec = exec;
     out->index = d->index;
+    out->nodes = (int64_t)nodes;
     *g = out;
     return IG_OK;
 }
@@ -322,6 +326,22 @@ int IG_DEV(dev_graph_launch)(struct dev *d, struct dev_graph *g)
 {
     CUDA_CHECK(d->index, cudaGraphLaunch(g->exec, d->stream));
     return IG_OK;
+}
+
+int64_t IG_DEV(dev_graph_nodes)(const struct dev_graph *g)
+{
+    return g ? g->nodes : -1;
+}
+
+int64_t IG_DEV(dev_launches)(struct dev *d)
+{
+    (void)d;
+    return -1;
+}
+
+void IG_DEV(dev_note_launch)(struct dev *d)
+{
+    (void)d;
 }
 
 void IG_DEV(dev_graph_free)(struct dev_graph *g)

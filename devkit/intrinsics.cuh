@@ -41,6 +41,45 @@ __device__ __forceinline__ void ig_grid_dependency_wait()
 #endif
 }
 
+/* ---- the last block of a group (a ticket per group) ------------------------ */
+
+/* The pattern of a kernel whose last block to finish a piece of work does
+ * what needs all of it (the split-KV combine in the last split): each block
+ * writes its part, ig_threadfence(), a barrier, one thread takes a ticket
+ * with ig_atomic_add_u32; the block that draws the last number fences again
+ * and reads the others' parts with ig_ld_cg_f32 (from L2: another SM's
+ * writes are not in this SM's L1), then puts the counter back to 0. The
+ * emulator runs blocks one after another, so there these are plain memory
+ * operations (and the last block is always the last launched of its group). */
+__device__ __forceinline__ void ig_threadfence()
+{
+#if defined(__CUDA_ARCH__)
+    __threadfence();
+#endif
+}
+
+/* atomicAdd on a global counter; returns the old value. */
+__device__ __forceinline__ uint32_t ig_atomic_add_u32(uint32_t *p, uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    return atomicAdd(p, v);
+#else
+    const uint32_t old = *p;
+    *p = old + v;
+    return old;
+#endif
+}
+
+/* A float of global memory that other blocks of this grid wrote (ld.global.cg). */
+__device__ __forceinline__ float ig_ld_cg_f32(const float *p)
+{
+#if defined(__CUDA_ARCH__)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+
 /* Four int32 at p (16-byte aligned, global memory the kernel does not
  * write) read anew at each call, like ig_thread_index_fresh: what derives
  * from them is recomputed where used instead of held in registers across a

@@ -52,6 +52,11 @@ typedef void (*ig_emu_kernel_fn)(void *ctx);
 int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,
                   ig_emu_kernel_fn fn, void *ctx);
 
+/* Launches made since the process started (failed ones too): what a CUDA
+ * graph of the same launches would hold as kernel nodes (device/device_emu.cc's
+ * dev_launches). */
+uint64_t ig_emu_launches(void);
+
 /* The same for a callable, typically [&] { kernel(args...); }. */
 template <class F>
 static inline int ig_emu_launch_fn(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,

@@ -22,6 +22,7 @@ static uint64_t emu_seed = 1;
 static int emu_quiet;
 static int emu_sm_count = 3;
 static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
+static uint64_t emu_launch_count;
 
 /* Big enough for a kernel's register arrays with ASan's redzones. */
 #define EMU_STACK_BYTES (256u * 1024u)
@@ -34,6 +35,7 @@ void ig_emu_set_sm_count(int n) { emu_sm_count = n < 1 ? 1 : n; }
 int ig_emu_sm_count(void) { return emu_sm_count; }
 void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
 const char *ig_emu_last_error(void) { return emu_error; }
+uint64_t ig_emu_launches(void) { return emu_launch_count; }
 struct ig_emu_stats ig_emu_last_stats(void) { return emu.stats; }
 
 static void emu_vfault(const char *fmt, va_list ap)
@@ -436,6 +438,7 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                   void *ctx)
 {
     emu_error[0] = 0;
+    emu_launch_count++;
     memset(&emu.stats, 0, sizeof emu.stats);
     emu.faulted = 0;
     emu.cur = NULL;

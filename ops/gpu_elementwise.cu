@@ -17,6 +17,7 @@
  * tests/emu/test_gpu_ops_emu.c and tests/gpu/. */
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_ops.h"
+#include "ops/gpu_rope.cuh"
 
 #include "models/model.h"
 extern "C" {
@@ -60,72 +61,24 @@ embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tok
 
 /* ---- RMSNorm ---------------------------------------------------------------- */
 
-/* One block per row. VEC: 4 elements per access (f32x4 in, 4 f16 out); the
- * row is read twice, the second time from L1/L2. */
+/* One block per row (gk_rmsnorm_row, which a GEMV's tail shares). VEC: 4
+ * elements per access (f32x4 in, 4 f16 out); the row is read twice, the
+ * second time from L1/L2. */
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
 rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restrict__ w,
                int64_t dim, float eps, uint16_t *__restrict__ y)
 {
     const int64_t t = blockIdx.x;
-    const float *xr = x + t * ld_x;
-    uint16_t *yr = y + t * dim;
-    const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
-    float ss = 0;
-    if (VEC) {
-        for (int64_t c = tid; c < dim / 4; c += nt) {
-            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    } else {
-        for (int64_t i = tid; i < dim; i += nt)
-            ss += xr[i] * xr[i];
-    }
-    ss = gk_block_sum(ss);
-    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
-    if (VEC) {
-        for (int64_t c = tid; c < dim / 4; c += nt) {
-            const gk_f32x4 v = ((const gk_f32x4 *)xr)[c], g = ((const gk_f32x4 *)w)[c];
-            gk_u32x2 o;
-            o.lo = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.x, r), g.x), gk_mul(gk_mul(v.y, r), g.y));
-            o.hi = ig_pack2<ig_f16_t>(gk_mul(gk_mul(v.z, r), g.z), gk_mul(gk_mul(v.w, r), g.w));
-            ((gk_u32x2 *)yr)[c] = o;
-        }
-    } else {
-        for (int64_t i = tid; i < dim; i += nt)
-            yr[i] = gk_f32_to_f16(gk_mul(gk_mul(xr[i], r), w[i]));
-    }
+    gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);
 }
 
 /* ---- QKV: bias, RoPE, f16, K/V placement ------------------------------------ */
 
-/* Where the pair (e0, e0 + gap) of slot j lives and whether it turns: each
- * head has head_dim / 2 slots; the first n_rot / 2 are rotated pairs (angle
- * j), the rest pass through as adjacent pairs after the rotated dims. */
-struct rope_slot {
-    int e0, gap;
-    bool rotate;
-};
-
-__device__ __forceinline__ rope_slot slot_of(int j, int half, int rope_style)
-{
-    rope_slot s;
-    s.rotate = j < half;
-    if (!s.rotate) {
-        s.e0 = 2 * half + 2 * (j - half);
-        s.gap = 1;
-    } else if (rope_style == ROPE_ADJACENT) {
-        s.e0 = 2 * j;
-        s.gap = 1;
-    } else {
-        s.e0 = j;
-        s.gap = half;
-    }
-    return s;
-}
-
 /* Block (t, slot range): slot s of the token is head s / (head_dim / 2), pair
- * s % (head_dim / 2); heads are q | k | v as in the GEMM output. */
+ * s % (head_dim / 2); heads are q | k | v as in the GEMM output. The pair's
+ * arithmetic and store are gk_rope_store's (ops/gpu_rope.cuh), which the
+ * Q|K|V GEMVs' fused epilogue shares. */
 __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_params p)
 {
     IG_DYN_SHARED(float, cs); /* [n_rot / 2] cos, then [n_rot / 2] sin */
@@ -134,23 +87,14 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
     const bool pad = pos < 0; /* a padding row: zeros out, nothing to the cache */
     const int half = (int)(p.n_rot / 2), hd = (int)p.head_dim, pairs = hd / 2;
     const int n_heads = (int)(p.n_head + 2 * p.n_head_kv);
-    const double ms = p.mscale != 0 ? p.mscale : 1.0;
     for (int i = (int)threadIdx.x; i < half && !pad; i += kRopeThreads) {
-        /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
-        double sn, c;
-        sincos((double)pos * p.inv_freq[i], &sn, &c);
-        ig_sts(&cs[i], (float)(c * ms));
-        ig_sts(&cs[half + i], (float)(sn * ms));
+        float c, sn;
+        gk_rope_cs(p, pos, i, &c, &sn);
+        ig_sts(&cs[i], c);
+        ig_sts(&cs[half + i], sn);
     }
     ig_syncthreads();
-    /* Cache mode: the row's block in the pool (row offset within it below);
-     * -1 when the row writes nothing there. */
-    int64_t blk = -1;
-    if (!p.k && !pad && pos / KV_BLOCK < p.table_stride) {
-        const int32_t b = p.block_table[t * p.table_stride + pos / KV_BLOCK];
-        blk = b >= 0 ? b : -1;
-    }
-
+    const int64_t blk = gk_rope_block(p, t, pos);
     const int64_t width = (int64_t)n_heads * hd;
     const float *row = p.qkv + t * width;
     const int s_end = n_heads * pairs;
@@ -160,7 +104,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
         if (s >= s_end)
             break;
         const int h = s / pairs, j = s % pairs;
-        const rope_slot sl = slot_of(j, half, p.rope_style);
+        const rope_slot sl = gk_rope_slot(j, half, p.rope_style);
         const int e0 = h * hd + sl.e0, e1 = e0 + sl.gap;
         float a, b;
         if (sl.gap == 1) {
@@ -169,68 +113,18 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_par
         } else {
             a = row[e0], b = row[e1];
         }
-        if (p.bias) {
-            if (sl.gap == 1) {
-                const gk_f32x2 v = *(const gk_f32x2 *)(p.bias + e0);
-                a += v.x, b += v.y;
-            } else {
-                a += p.bias[e0], b += p.bias[e1];
-            }
-        }
-        if (pad) {
-            a = b = 0;
-        } else if (sl.rotate && h < p.n_head + p.n_head_kv) {
-            const float c = ig_lds(&cs[j]), sn = ig_lds(&cs[half + j]);
-            const float a2 = gk_sub(gk_mul(a, c), gk_mul(b, sn));
-            b = gk_add(gk_mul(a, sn), gk_mul(b, c));
-            a = a2;
-        }
-        uint16_t *dst; /* this head's row of head_dim outputs */
-        if (h < p.n_head) {
-            dst = p.q + (t * p.n_head + h) * hd;
-        } else {
-            const int64_t kh = h < p.n_head + p.n_head_kv ? h - p.n_head
-                                                          : h - p.n_head - p.n_head_kv;
-            const bool is_k = h < p.n_head + p.n_head_kv;
-            if (p.k) {
-                dst = (is_k ? p.k : p.v) + (t * p.n_head_kv + kh) * hd;
-            } else {
-                if (blk < 0) /* padding, or the caller's bug: never write outside */
-                    continue;
-                dst = (is_k ? p.k_cache : p.v_cache) + blk * p.block_stride +
-                      kh * p.head_stride + (pos % KV_BLOCK) * hd;
-            }
-        }
-        const int d0 = sl.e0;
-        if (sl.gap == 1) {
-            *(uint32_t *)(dst + d0) = ig_pack2<ig_f16_t>(a, b);
-        } else {
-            dst[d0] = gk_f32_to_f16(a);
-            dst[d0 + sl.gap] = gk_f32_to_f16(b);
-        }
+        const bool turn = !pad && sl.rotate;
+        gk_rope_store(p, t, pos, blk, s, a, b, turn ? ig_lds(&cs[j]) : 0.0f,
+                      turn ? ig_lds(&cs[half + j]) : 0.0f);
     }
 }
 
 /* ---- SwiGLU, GeGLU ------------------------------------------------------------ */
 
-__device__ __forceinline__ float silu_mul(float g, float u)
-{
-    return g / (1.0f + expf(-g)) * u;
-}
-
-/* GELU's tanh form as a logistic, 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)), each
- * product rounded on its own as in ops_geglu (no FMA). */
-__device__ __forceinline__ float gelu_mul(float g, float u)
-{
-    const float k2 = 2.0f * 0.7978845608028654f;
-    const float z = gk_add(g, gk_mul(gk_mul(gk_mul(0.044715f, g), g), g));
-    return g / (1.0f + expf(gk_mul(-k2, z))) * u;
-}
-
 template <bool GELU>
 __device__ __forceinline__ float act_mul(float g, float u)
 {
-    return GELU ? gelu_mul(g, u) : silu_mul(g, u);
+    return GELU ? gk_gelu_mul(g, u) : gk_silu_mul(g, u);
 }
 
 /* Block (t, chunk range): VEC does 4 elements (two f32x4 loads, 8-byte store).
@@ -304,7 +198,7 @@ int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, 
     const bool vec = dim % 4 == 0 && ld_x % 4 == 0 && gk_aligned(x, 16) && gk_aligned(w, 16) &&
                      gk_aligned(y, 8);
     const int64_t items = vec ? dim / 4 : dim;
-    const int threads = threads_for(items);
+    const int threads = gk_rmsnorm_threads(items); /* the GEMVs' norm tail uses as many */
     dim3 grid((unsigned)n), block((unsigned)threads);
     auto *kernel = vec ? rmsnorm_kernel<true> : rmsnorm_kernel<false>;
     return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y);

@@ -7,7 +7,10 @@
  * flight. A lane walks its rows' 16-byte chunks lane, lane + 32, ... with
  * kUnroll chunks of each row in flight (2 * kUnroll independent loads), f32
  * FMAs, one butterfly reduction per row at the end; no atomics, each row
- * written by one lane. Limits: cols <= kMaxCols (x must fit shared memory
+ * written by one lane. gk_gemv_f16_glu: the warp's rows are a gate row and
+ * its up row, and the lane writes their SwiGLU/GeGLU (one launch, not two).
+ * gk_gemv_f16_norm (a residual add): the last block to finish normalizes the
+ * finished residual into the next product's f16 input (gk_norm_tail). Limits: cols <= kMaxCols (x must fit shared memory
  * on sm_80 too), x 16-byte aligned like the rows of W.
  *
  * Built twice: nvcc (gk_gemv_f16_cuda) and the emulator through
@@ -16,6 +19,7 @@
 #include "devkit/intrinsics.cuh"
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_ops.h"
+#include "ops/gpu_rope.cuh"
 
 namespace {
 
@@ -45,17 +49,28 @@ __device__ __forceinline__ float dot8(const gk_u32x4 &c, const float4s &x0, cons
     return acc;
 }
 
+/* glu (enum gk_glu) GK_GLU_NONE: y = W x + beta y. Else the warp's two rows
+ * are gate row i and up row i + rows / 2 of output i, and h[i] gets their
+ * activation (y unused). */
 __global__ void __launch_bounds__(kThreads)
 gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
-                float *__restrict__ y, const int64_t rows, const int64_t cols, const float beta)
+                float *__restrict__ y, const int64_t rows, const int64_t cols, const float beta,
+                const int glu, uint16_t *__restrict__ h, const float *__restrict__ norm_w,
+                const float norm_eps, uint16_t *__restrict__ xn, uint32_t *ticket,
+                const bool norm_vec, const int norm_nt, const gk_qkv_params rope,
+                const bool rope_on)
 {
     IG_DYN_SHARED(float4s, xs); /* [cols / 4] */
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int64_t n_chunks = cols / 8;
-    const int64_t r0 = ((int64_t)blockIdx.x * kWarps + warp) * kRowsPerWarp;
-    const bool live = r0 < rows; /* else this warp only helps stage x */
+    const int64_t out = (int64_t)blockIdx.x * kWarps + warp; /* a GLU's output, a RoPE slot */
+    const bool pairs = glu || rope_on; /* the warp's rows are out's two */
+    int64_t r0 = pairs ? out : out * kRowsPerWarp;
     /* A missing second row reads the first again and is not written. */
-    const int64_t r1 = r0 + 1 < rows ? r0 + 1 : r0;
+    int64_t r1 = pairs ? out + rows / 2 : r0 + 1 < rows ? r0 + 1 : r0;
+    if (rope_on && out < rows / 2)
+        gk_rope_rows(rope, out, &r0, &r1);
+    const bool live = pairs ? out < rows / 2 : r0 < rows; /* else this warp only helps stage x */
     const uint16_t *w0 = w + (live ? r0 : 0) * cols, *w1 = w + (live ? r1 : 0) * cols;
 
     /* The first loads of W go out before x is staged, hiding its latency. */
@@ -85,11 +100,9 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
         ig_sts(&xs[2 * c + 1], hi);
     }
     ig_syncthreads();
-    if (!live)
-        return;
 
     float acc0 = 0, acc1 = 0;
-    for (int64_t c = lane; c < n_chunks; c += 32 * kUnroll) {
+    for (int64_t c = live ? lane : n_chunks; c < n_chunks; c += 32 * kUnroll) {
         if (c != lane)
             load(c);
         for (int u = 0; u < kUnroll; u++) {
@@ -105,29 +118,95 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
         acc0 += ig_shfl_xor_f32(acc0, off);
         acc1 += ig_shfl_xor_f32(acc1, off);
     }
-    if (lane == 0) {
+    if (lane == 0 && live && rope_on) {
+        gk_rope_epilogue(rope, 0, (int)out, acc0, acc1);
+    } else if (lane == 0 && live && glu) {
+        h[out] = gk_f32_to_f16(glu == GK_GLU_GELU ? gk_gelu_mul(acc0, acc1)
+                                                : gk_silu_mul(acc0, acc1));
+    } else if (lane == 0 && live) {
         y[r0] = beta != 0 ? acc0 + beta * y[r0] : acc0;
         if (r1 != r0)
             y[r1] = beta != 0 ? acc1 + beta * y[r1] : acc1;
     }
+    if (norm_w)
+        gk_norm_tail(y, rows, 1, rows, norm_w, norm_eps, xn, ticket, norm_vec, norm_nt);
 }
 
 } /* namespace */
 
-extern "C" int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
-                                   int64_t cols, float beta, void *stream)
+/* The norm tail's arguments (gk_gemv_f16_norm), or none. */
+struct norm_tail {
+    const float *w;
+    float eps;
+    uint16_t *xn;
+    uint32_t *ticket;
+};
+
+static int launch(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
+                  float beta, int glu, uint16_t *h, const norm_tail &nm, void *stream,
+                  const gk_qkv_params *rope = NULL)
 {
-    if (!w || !x || !y || rows < 1 || cols < 8 || cols % 8 || cols > kMaxCols ||
-        (rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff)
-        return ig_error(IG_E_INTERNAL, "gemv: unsupported sizes %lld x %lld", (long long)rows,
-                        (long long)cols);
+    if (!w || !x || !(glu ? (void *)h : rope ? (void *)rope->q : (void *)y) || rows < 1 ||
+        cols < 8 || cols % 8 ||
+        cols > kMaxCols || (rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff ||
+        (glu && (rows % 2 || (glu != GK_GLU_SILU && glu != GK_GLU_GELU))))
+        return ig_error(IG_E_INTERNAL, "gemv: unsupported sizes %lld x %lld%s", (long long)rows,
+                        (long long)cols, glu ? " (gate|up with its activation)" : "");
     const size_t smem = (size_t)cols * sizeof(float);
 #if defined(__CUDACC__)
     if (smem > 48 * 1024)
         IG_CUDA_CHECK(cudaFuncSetAttribute(&gemv_f16_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 #endif
-    const dim3 grid((unsigned)((rows + kRowsPerBlock - 1) / kRowsPerBlock)), block(kThreads);
+    /* A GLU's warp holds one output's two rows: as many blocks either way. */
+    const int64_t outs = glu || rope ? rows / 2 : (rows + kRowsPerWarp - 1) / kRowsPerWarp;
+    const dim3 grid((unsigned)((outs + kWarps - 1) / kWarps)), block(kThreads);
+    /* the norm tail's vector path and threads: gk_rmsnorm's for the row */
+    const bool vec = rows % 4 == 0 && gk_aligned(y, 16) && gk_aligned(nm.w, 16) &&
+                     gk_aligned(nm.xn, 8);
+    const int nt = gk_rmsnorm_threads(vec ? rows / 4 : rows);
+    const gk_qkv_params r = rope ? *rope : gk_qkv_params{};
     return IG_LAUNCH(gemv_f16_kernel, grid, block, smem, (cudaStream_t)stream, w, x, y, rows,
-                     cols, beta);
+                     cols, beta, glu, h, nm.w, nm.eps, nm.xn, nm.ticket, vec, nt, r,
+                     rope != NULL);
+}
+
+extern "C" int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
+                                   int64_t cols, float beta, void *stream)
+{
+    return launch(w, x, y, rows, cols, beta, GK_GLU_NONE, NULL, norm_tail{}, stream);
+}
+
+extern "C" int IG_DEV(gk_gemv_f16_glu)(const uint16_t *w, const uint16_t *x, uint16_t *h,
+                                       int64_t rows, int64_t cols, int act, void *stream)
+{
+    return launch(w, x, NULL, rows, cols, 0.0f, act, h, norm_tail{}, stream);
+}
+
+extern "C" int IG_DEV(gk_gemv_f16_rope)(const uint16_t *w, const uint16_t *x, int64_t rows,
+                                        int64_t cols, const struct gk_qkv_params *rope,
+                                        void *stream)
+{
+    if (!rope || rope->n != 1 || rope->head_dim < 2 || rope->head_dim % 2 ||
+        rope->n_rot < 0 || rope->n_rot % 2 || rope->n_rot > rope->head_dim ||
+        (rope->n_head + 2 * rope->n_head_kv) * rope->head_dim != rows || !rope->pos ||
+        (rope->n_rot && !rope->inv_freq) ||
+        (rope->rope_style != ROPE_ADJACENT && rope->rope_style != ROPE_HALF_SPLIT) ||
+        (rope->k ? !rope->v
+                 : !rope->k_cache || !rope->v_cache || !rope->block_table ||
+                       rope->table_stride < 1))
+        return ig_error(IG_E_INTERNAL, "gemv: the Q|K|V product's RoPE epilogue does not fit "
+                        "its %lld rows", (long long)rows);
+    return launch(w, x, NULL, rows, cols, 0.0f, GK_GLU_NONE, NULL, norm_tail{}, stream, rope);
+}
+
+extern "C" int IG_DEV(gk_gemv_f16_norm)(const uint16_t *w, const uint16_t *x, float *y,
+                                        int64_t rows, int64_t cols, const float *norm_w,
+                                        float eps, uint16_t *xn, uint32_t *ticket, void *stream)
+{
+    if (!norm_w || !xn || !ticket)
+        return ig_error(IG_E_INTERNAL, "gemv: the norm tail needs its weights, output and "
+                        "ticket");
+    return launch(w, x, y, rows, cols, 1.0f, GK_GLU_NONE, NULL,
+                  norm_tail{norm_w, eps, xn, ticket}, stream);
 }

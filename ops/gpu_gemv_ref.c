@@ -6,8 +6,10 @@
 #include "ops/gpu_ops.h"
 
 #include "core/half.h"
+#include "core/status.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 
 /* f16 -> f32 of all 65536 codes: the twin also stands in for the kernel in
  * the emulated backend (backend/gpu.c), where it runs on every decode step. */
@@ -33,4 +35,17 @@ void gk_gemv_f16_ref(const uint16_t *w, const uint16_t *x, float *y, int64_t row
             acc += (double)beta * y[r];
         y[r] = (float)acc;
     }
+}
+
+void gk_gemv_f16_glu_ref(const uint16_t *w, const uint16_t *x, uint16_t *h, int64_t rows,
+                         int64_t cols, int act)
+{
+    float *y = malloc((size_t)rows * sizeof *y);
+    IG_ASSERT(y);
+    gk_gemv_f16_ref(w, x, y, rows, cols, 0.0f);
+    if (act == GK_GLU_GELU)
+        gk_geglu_ref(y, 1, rows / 2, h);
+    else
+        gk_swiglu_ref(y, 1, rows / 2, h);
+    free(y);
 }

@@ -80,6 +80,11 @@ struct gk_qkv_params {
 int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream);
 void gk_qkv_rope_ref(const struct gk_qkv_params *p);
 
+/* The gate|up product's activation where a GEMV applies it in its
+ * epilogue (gk_qgemv_params.glu, gk_gemv_f16_glu): GK_GLU_NONE writes the
+ * product itself. */
+enum gk_glu { GK_GLU_NONE = 0, GK_GLU_SILU = 1, GK_GLU_GELU = 2 };
+
 /* h[t][i] = f16(silu(g) * u), g = gate_up[t][i], u = gate_up[t][n_ff + i]:
  * gate_up f32 [n][2 * n_ff] (the fused gate|up GEMM), h f16 [n][n_ff]. */
 int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream);
@@ -153,6 +158,32 @@ int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t 
                         int64_t cols, float beta, void *stream);
 void gk_gemv_f16_ref(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, int64_t cols,
                      float beta);
+
+/* The gate|up product with its activation in the epilogue (one launch for
+ * what gk_gemv_f16 and gk_swiglu / gk_geglu did in two): w's rows [0, n_ff)
+ * are the gate, [n_ff, 2 n_ff) the up rows (rows = 2 n_ff), and
+ * h[i] = f16(act(gate_i . x) * (up_i . x)) for i < n_ff, each dot product
+ * the f32 that gk_gemv_f16 would write (the same bits). act GK_GLU_SILU or
+ * GK_GLU_GELU. The twin: gk_gemv_f16_ref, then gk_swiglu_ref / gk_geglu_ref. */
+int IG_DEV(gk_gemv_f16_glu)(const uint16_t *w, const uint16_t *x, uint16_t *h, int64_t rows,
+                            int64_t cols, int act, void *stream);
+void gk_gemv_f16_glu_ref(const uint16_t *w, const uint16_t *x, uint16_t *h, int64_t rows,
+                         int64_t cols, int act);
+
+/* The Q|K|V product of one row with gk_qkv_rope's work in its epilogue
+ * (rope->n 1; rope->qkv unused): nothing in f32, the rotated q and K/V out
+ * as gk_qkv_rope would write them from gk_gemv_f16's product (the same
+ * bits; ops/gpu_rope.cuh). The twin: gk_gemv_f16_ref, then gk_qkv_rope_ref. */
+int IG_DEV(gk_gemv_f16_rope)(const uint16_t *w, const uint16_t *x, int64_t rows, int64_t cols,
+                             const struct gk_qkv_params *rope, void *stream);
+
+/* y += W x (a residual add), then xn = f16(RMSNorm(y) norm_w) (gk_rmsnorm's
+ * bits, xn [rows]) by the last block to finish: the next product's input
+ * with no norm launch. ticket: one counter, 0 before the launch and left
+ * 0. The twin: gk_gemv_f16_ref, then gk_rmsnorm_ref. */
+int IG_DEV(gk_gemv_f16_norm)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,
+                             int64_t cols, const float *norm_w, float eps, uint16_t *xn,
+                             uint32_t *ticket, void *stream);
 
 #ifdef __cplusplus
 }

@@ -19,12 +19,21 @@
  * instruction; the integer sums are scaled in f32 per block (scale, and the
  * min times s for the types with one). One butterfly reduction per row and
  * activation row at the end; no atomics. The first loads go out before the
- * quantization of x so its latency hides theirs.
+ * quantization of x so its latency hides theirs. With glu (the gate|up
+ * product) a warp's two rows are output i's gate and up rows and its lane 0
+ * writes their SwiGLU/GeGLU as f16: one launch where there were two. With
+ * norm_w (a residual product, beta 1) the last block to finish (a ticket)
+ * normalizes the residual rows into the next product's f16 input
+ * (gk_norm_tail, gk_rmsnorm's bits): no norm launch, and with qn its int8
+ * blocks, which the next quantized GEMV loads (xq: stage_xq) instead of
+ * quantizing x in each of its blocks.
  *
  * Built twice: nvcc (gk_qgemv_cuda) and the emulator through
  * ops/gpu_qgemv_emu.cc (gk_qgemv_emu). Covered by tests/emu/test_qmm_emu.c
  * and tests/gpu/test_qmm_gpu.c. */
 #include "ops/gpu_qblocks.cuh"
+#include "ops/gpu_ops.h"
+#include "ops/gpu_rope.cuh"
 
 #include <float.h>
 #include <stdlib.h>
@@ -104,6 +113,27 @@ __device__ __forceinline__ void stage_x(const uint16_t *__restrict__ x, int64_t 
                        finite ? gk_f32x2{d, gk_mul(d, (float)sum)} : gk_f32x2{nan, nan});
             }
         }
+    }
+}
+
+/* The same from x's int8 blocks made by the kernel that wrote x (a norm
+ * tail: gk_quantize32, the same bits): copied into shared memory as they
+ * are, no arithmetic. xq [n][ld] int8, xqd [n][ld / 32] (d, s). */
+template <int NMAX>
+__device__ __forceinline__ void stage_xq(const int8_t *__restrict__ xq,
+                                         const gk_f32x2 *__restrict__ xqd, int64_t ld, int n,
+                                         int64_t s0, int64_t len, int64_t slab, int8_t *xs,
+                                         gk_f32x2 *xds)
+{
+    const int64_t n16 = len / 16, nb = len / 32;
+    for (int64_t i = threadIdx.x; i < (int64_t)n * n16; i += kThreads) {
+        const int64_t t = i / n16, c = i % n16;
+        ig_sts((gk_u32x4 *)(xs + t * slab + 16 * c),
+               *(const gk_u32x4 *)(xq + t * ld + s0 + 16 * c));
+    }
+    for (int64_t i = threadIdx.x; i < (int64_t)n * nb; i += kThreads) {
+        const int64_t t = i / nb, b = i % nb;
+        ig_sts(&xds[t * (slab / 32) + b], xqd[t * (ld / 32) + s0 / 32 + b]);
     }
 }
 
@@ -304,16 +334,29 @@ __device__ __forceinline__ float dot_chunk(const qchunk &k, const xchunk &x, int
 template <int TYPE, int NMAX>
 __global__ void __launch_bounds__(kThreads, 2)
 qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x, const int n,
-             float *__restrict__ y, const int64_t ld_y, const float beta, const int64_t slab)
+             float *__restrict__ y, const int64_t ld_y, const float beta, const int64_t slab,
+             const int glu, uint16_t *__restrict__ h, const int64_t ld_h,
+             const float *__restrict__ norm_w, const float norm_eps, uint16_t *__restrict__ xn,
+             uint32_t *ticket, const bool norm_vec, const int norm_nt,
+             int8_t *__restrict__ qn, gk_f32x2 *__restrict__ qnd,
+             const int8_t *__restrict__ xq, const gk_f32x2 *__restrict__ xqd,
+             const gk_qkv_params rope, const bool rope_on)
 {
     constexpr int E = qchunk_shape<TYPE, NMAX>::kElems, U = qchunk_shape<TYPE, NMAX>::kUnroll;
     IG_DYN_SHARED(int8_t, smem);
-    int8_t *xq = smem;                              /* [NMAX][slab] */
+    int8_t *xs = smem;                              /* [NMAX][slab] */
     gk_f32x2 *xds = (gk_f32x2 *)(smem + NMAX * slab); /* [NMAX][slab / 32] */
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    const int64_t r0 = ((int64_t)blockIdx.x * kWarps + warp) * 2;
-    const bool live = r0 < w.rows, two = r0 + 1 < w.rows;
-    const int64_t ra = live ? r0 : 0, rb = two ? r0 + 1 : ra; /* rb = ra: read, not written */
+    /* A warp's rows: r0 and r0 + 1; with glu output i's gate row i and its
+     * up row i + rows / 2; with rope slot i's pair (gk_rope_rows). */
+    const int64_t i = (int64_t)blockIdx.x * kWarps + warp, half = w.rows / 2;
+    int64_t r0 = glu ? i : 2 * i, r1 = glu ? i + half : r0 + 1;
+    if (rope_on && i < half)
+        gk_rope_rows(rope, i, &r0, &r1);
+    const bool live = glu || rope_on ? i < half : r0 < w.rows;
+    const bool two = glu || rope_on ? live : r0 + 1 < w.rows;
+    const int64_t ra = live ? r0 : 0;
+    const int64_t rb = two ? r1 : ra; /* rb = ra: read, not written */
 
     float acc_a[NMAX], acc_b[NMAX];
     IG_UNROLL
@@ -339,7 +382,10 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
         const int64_t len = w.cols - s0 < slab ? w.cols - s0 : slab;
         if (s0)
             ig_syncthreads(); /* everyone is done with the last slab */
-        stage_x<NMAX>(x, ld_x, n, s0, len, slab, xq, xds);
+        if (xq)
+            stage_xq<NMAX>(xq, xqd, ld_x, n, s0, len, slab, xs, xds);
+        else
+            stage_x<NMAX>(x, ld_x, n, s0, len, slab, xs, xds);
         ig_syncthreads();
         if (!live)
             continue;
@@ -362,7 +408,7 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
                 for (int t = 0; t < NMAX; t++) {
                     if (c < cs1 && t < n) {
                         const xchunk xc =
-                            load_x<TYPE>(xq + t * slab, xds + t * (slab / 32), c - cs0);
+                            load_x<TYPE>(xs + t * slab, xds + t * (slab / 32), c - cs0);
                         acc_a[t] += dot_chunk<TYPE>(ka[u], xc, (int)(c % 4));
                         acc_b[t] += dot_chunk<TYPE>(kb[u], xc, (int)(c % 4));
                     }
@@ -370,22 +416,30 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
             }
         }
     }
-    if (!live)
-        return;
     IG_UNROLL
     for (int t = 0; t < NMAX; t++) {
+        if (!live) /* the warp's: the shuffles below are whole */
+            break;
         float a = acc_a[t], b = acc_b[t];
         for (int m = 16; m > 0; m >>= 1) {
             a += ig_shfl_xor_f32(a, m);
             b += ig_shfl_xor_f32(b, m);
         }
-        if (lane == 0 && t < n) {
+        if (lane == 0 && t < n && rope_on) {
+            gk_rope_epilogue(rope, t, (int)i, a, b);
+        } else if (lane == 0 && t < n && glu) {
+            h[t * ld_h + i] = gk_f32_to_f16(glu == GK_GLU_GELU ? gk_gelu_mul(a, b)
+                                                               : gk_silu_mul(a, b));
+        } else if (lane == 0 && t < n) {
             float *ya = y + t * ld_y + r0;
             *ya = beta != 0 ? a + beta * *ya : a;
             if (two)
                 ya[1] = beta != 0 ? b + beta * ya[1] : b;
         }
     }
+    if (norm_w)
+        gk_norm_tail(y, ld_y, n, w.rows, norm_w, norm_eps, xn, ticket, norm_vec, norm_nt, qn,
+                     qnd);
 }
 
 /* IGNITE_PDL=1 on compute capability 9.0+: programmatic dependent launch, so
@@ -414,13 +468,25 @@ int launch(const gk_qgemv_params &p, cudaStream_t stream)
 {
     const int64_t slab = slab_max<NMAX>() < p.w.cols ? slab_max<NMAX>() : p.w.cols;
     const size_t smem = (size_t)(NMAX * slab) + (size_t)(NMAX * (slab / 32)) * sizeof(gk_f32x2);
-    const dim3 grid((unsigned)((p.w.rows + kRowsPerBlock - 1) / kRowsPerBlock)), block(kThreads);
+    /* A GLU's or RoPE pair's warp holds two rows: as many blocks either way. */
+    const int64_t outs = p.glu || p.rope ? p.w.rows / 2 : (p.w.rows + 1) / 2;
+    const dim3 grid((unsigned)((outs + kWarps - 1) / kWarps)), block(kThreads);
     auto *kernel = qgemv_kernel<TYPE, NMAX>;
+    /* the norm tail's vector path and threads: gk_rmsnorm's for the row */
+    const bool vec = p.w.rows % 4 == 0 && p.ld_y % 4 == 0 && gk_aligned(p.y, 16) &&
+                     gk_aligned(p.norm_w, 16) && gk_aligned(p.xn, 8);
+    const int nt = gk_rmsnorm_threads(vec ? p.w.rows / 4 : p.w.rows);
+    gk_f32x2 *qnd = (gk_f32x2 *)p.qnd;
+    const gk_f32x2 *xqd = (const gk_f32x2 *)p.xqd;
+    const gk_qkv_params rope = p.rope ? *p.rope : gk_qkv_params{};
+    const bool rope_on = p.rope != NULL;
     if (use_pdl())
         return IG_LAUNCH_PDL(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y,
-                             p.ld_y, p.beta, slab);
+                             p.ld_y, p.beta, slab, p.glu, p.h, p.ld_h, p.norm_w, p.norm_eps,
+                             p.xn, p.ticket, vec, nt, p.qn, qnd, p.xq, xqd, rope, rope_on);
     return IG_LAUNCH(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y, p.ld_y,
-                     p.beta, slab);
+                     p.beta, slab, p.glu, p.h, p.ld_h, p.norm_w, p.norm_eps, p.xn, p.ticket, vec,
+                     nt, p.qn, qnd, p.xq, xqd, rope, rope_on);
 }
 
 template <int TYPE> int launch_n(const gk_qgemv_params &p, cudaStream_t stream)
@@ -437,14 +503,40 @@ template <int TYPE> int launch_n(const gk_qgemv_params &p, cudaStream_t stream)
 
 } /* namespace */
 
+/* A Q|K|V product with gk_qkv_rope's work in its epilogue: the matrix is
+ * the heads' rows, beta 0, nothing else fused, and rope's own contract. */
+static bool rope_fits(const gk_qgemv_params *p)
+{
+    const gk_qkv_params *r = p->rope;
+    return p->beta == 0 && !p->norm_w && r->n == p->n && r->head_dim >= 2 &&
+           r->head_dim % 2 == 0 && r->n_rot >= 0 && r->n_rot % 2 == 0 &&
+           r->n_rot <= r->head_dim && r->n_head >= 1 && r->n_head_kv >= 1 &&
+           (r->n_head + 2 * r->n_head_kv) * r->head_dim == p->w.rows && r->q && r->pos &&
+           (r->n_rot == 0 || r->inv_freq) &&
+           (r->rope_style == ROPE_ADJACENT || r->rope_style == ROPE_HALF_SPLIT) &&
+           (r->k ? r->v != NULL
+                 : r->k_cache && r->v_cache && r->block_table && r->table_stride >= 1);
+}
+
 extern "C" int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream)
 {
     struct gk_qlayout l;
     const bool ok = gk_qlayout_of(p->w.type, &l) && p->w.rows >= 1 && p->w.cols >= l.block &&
                     p->w.cols % l.block == 0 && p->n >= 1 && p->n <= GK_QGEMV_MAX_N &&
-                    p->w.q && p->w.s && (!l.h || p->w.h) && p->x && p->y &&
+                    p->w.q && p->w.s && (!l.h || p->w.h) && p->x &&
                     p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
-                    p->ld_y >= p->w.rows && (p->beta == 0 || p->beta == 1) &&
+                    (p->glu == GK_GLU_NONE
+                         ? (p->rope ? rope_fits(p) : p->y && p->ld_y >= p->w.rows &&
+                                                          (p->beta == 0 || p->beta == 1))
+                         : (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU) && p->h &&
+                               p->w.rows % 2 == 0 && p->ld_h >= p->w.rows / 2 &&
+                               p->beta == 0) &&
+                    (!p->norm_w || (p->glu == GK_GLU_NONE && p->beta == 1 && p->xn &&
+                                    p->ticket)) &&
+                    (!p->qn || (p->norm_w && p->qnd && p->w.rows % 32 == 0 &&
+                                gk_aligned(p->qnd, 8))) &&
+                    (!p->xq || (p->xqd && p->ld_x % 32 == 0 && gk_aligned(p->xq, 16) &&
+                                gk_aligned(p->xqd, 8))) &&
                     (p->w.rows + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff;
     if (!ok)
         return ig_error(IG_E_INTERNAL, "gk_qgemv: unsupported %s %lld x %lld, n %lld, ld_x %lld "

@@ -40,6 +40,8 @@
 extern "C" {
 #endif
 
+struct gk_qkv_params; /* ops/gpu_ops.h */
+
 /* ---- layouts (ops/gpu_qlayout.c) ----------------------------------------- */
 
 /* A weight matrix on the device: rows x cols of `type` (enum quant_type).
@@ -163,6 +165,40 @@ struct gk_qgemv_params {
     float *y;           /* f32 [n][ld_y]: y[t][r] for r < w.rows */
     int64_t ld_y;
     float beta;         /* 0 (y not read) or 1 (y += W x: a residual add) */
+    /* gk_qgemv only: glu (enum gk_glu of ops/gpu_ops.h) GK_GLU_SILU or
+     * GK_GLU_GELU makes it the gate|up product with its activation in the
+     * epilogue: W's rows [0, rows / 2) the gate, the rest the up rows, and
+     * h[t][i] = f16(act(gate_i . x[t]) * (up_i . x[t])) (ld_h >= rows / 2)
+     * instead of y (unused; beta 0). 0: y as above. */
+    int glu;
+    uint16_t *h;
+    int64_t ld_h;
+    /* gk_qgemv only, beta 1 (y the residual), glu 0: with norm_w, the last
+     * block to finish also writes xn[t] = f16(RMSNorm(y[t]) norm_w) for
+     * t < n (xn [n][rows]; gk_rmsnorm's bits), the next product's input, so
+     * the norm needs no launch of its own; ticket: one counter, 0 before
+     * the launch and left 0. NULL: no norm. */
+    const float *norm_w;
+    float norm_eps;
+    uint16_t *xn;
+    uint32_t *ticket;
+    /* gk_qgemv only. With norm_w: where non-NULL, the tail also writes xn's
+     * int8 blocks into qn ([n][rows] int8) and qnd ([n][rows / 32] (d, s)
+     * float pairs; rows % 32 == 0), quantized as the GEMV quantizes x.
+     * As input: xq/xqd, where non-NULL, are x's int8 blocks in that layout
+     * (row stride ld_x, a multiple of 32), which the kernel loads instead of
+     * quantizing x itself (the same bits); x is still required (the twin
+     * reads it). */
+    int8_t *qn;
+    float *qnd;
+    const int8_t *xq;
+    const float *xqd;
+    /* gk_qgemv only, beta 0, glu 0, no norm: W is a layer's Q|K|V
+     * (rows = (n_head + 2 n_head_kv) head_dim) and the epilogue does what
+     * gk_qkv_rope would do with the product (ops/gpu_ops.h; rope->qkv
+     * unused): bias, RoPE, f16, q and K/V out; y is not written. A warp
+     * holds a rotating pair's two rows. NULL: y as above. */
+    const struct gk_qkv_params *rope;
 };
 
 /* y[t][r] = sum over the 32-element blocks b of row r of

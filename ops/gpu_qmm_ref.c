@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "models/quant.h"
+#include "ops/gpu_ops.h"
 #include "ops/gpu_random.h"
 #include "ops/qmatmul.h"
 
@@ -179,6 +180,33 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
 
 void gk_qgemv_ref(const struct gk_qgemv_params *p)
 {
+    if (p->rope) { /* the product, then gk_qkv_rope's twin over it */
+        struct gk_qgemv_params q = *p;
+        float *y = malloc((size_t)(p->n * p->w.rows) * sizeof *y);
+        IG_ASSERT(y);
+        q.rope = NULL, q.y = y, q.ld_y = p->w.rows, q.beta = 0;
+        gk_qgemv_ref(&q);
+        struct gk_qkv_params r = *p->rope;
+        r.qkv = y;
+        gk_qkv_rope_ref(&r);
+        free(y);
+        return;
+    }
+    if (p->glu != GK_GLU_NONE) { /* the product, then the activation's twin */
+        struct gk_qgemv_params q = *p;
+        float *y = malloc((size_t)(p->n * p->w.rows) * sizeof *y);
+        IG_ASSERT(y);
+        q.glu = GK_GLU_NONE, q.y = y, q.ld_y = p->w.rows, q.beta = 0;
+        gk_qgemv_ref(&q);
+        for (int64_t t = 0; t < p->n; t++) {
+            if (p->glu == GK_GLU_GELU)
+                gk_geglu_ref(y + t * p->w.rows, 1, p->w.rows / 2, p->h + t * p->ld_h);
+            else
+                gk_swiglu_ref(y + t * p->w.rows, 1, p->w.rows / 2, p->h + t * p->ld_h);
+        }
+        free(y);
+        return;
+    }
     const struct gk_qmat *w = &p->w;
     int64_t nb = w->cols / 32;
     struct qmm_q8 *xq = malloc((size_t)(p->n * nb) * sizeof *xq);
@@ -217,6 +245,26 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
     free(row);
     free(xf);
     free(xq);
+    if (p->norm_w) /* the norm tail's twin */
+        gk_rmsnorm_ref(p->y, p->ld_y, p->norm_w, p->n, w->rows, p->norm_eps, p->xn);
+    if (p->qn) { /* and its int8 blocks, as the GEMV quantizes x */
+        int64_t nbn = w->rows / 32;
+        float *f = malloc((size_t)w->rows * sizeof *f);
+        struct qmm_q8 *b = malloc((size_t)nbn * sizeof *b);
+        IG_ASSERT(f && b);
+        for (int64_t t = 0; t < p->n; t++) {
+            for (int64_t c = 0; c < w->rows; c++)
+                f[c] = ig_f16_to_f32(p->xn[t * w->rows + c]);
+            ops_qmm_quantize(f, w->rows, b);
+            for (int64_t i = 0; i < nbn; i++) {
+                memcpy(p->qn + t * w->rows + 32 * i, b[i].qs, 32);
+                p->qnd[2 * (t * nbn + i)] = b[i].d;
+                p->qnd[2 * (t * nbn + i) + 1] = b[i].s;
+            }
+        }
+        free(b);
+        free(f);
+    }
 }
 
 /* ---- the tensor-core kernel's result ------------------------------------------------- */

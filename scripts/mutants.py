@@ -11,7 +11,9 @@ docs/testing-mutants.md.
     scripts/mutants.py stop- kv-       the mutants whose id starts so
     scripts/mutants.py --list          the table
 
-Not part of CI (minutes: the first run builds the library in the copy). The
+Not part of CI (minutes: the first run builds the library in the copy; the
+mutants of emulated kernels build a second copy with the emulated tests,
+build-emu, longer still). The
 copy lives in $IGNITE_MUTANT_DIR (default /tmp/ignite-mutants-$USER), is
 refreshed from the working tree (tracked and untracked, not ignored files)
 on every run and built incrementally; nothing in the working tree changes.
@@ -129,11 +131,63 @@ MUTANTS = [
      ["forward_dump", "ignite"], ["test_fast_forward", "test_gemma3_real"],
      "the int8 path's activation quantizer truncates instead of rounding (AVX2 and up)",
      "caught"),
+    # A decode step's fused launches (docs/gpu.md): emulated tests, built in a
+    # second copy with IGNITE_EMU_TESTS=ON (the first build of it is long).
+    # (Which split combines is a race the emulator, running blocks one after
+    # another, never has: "the first to finish combines" comes out right there.
+    # bench_decode_kernels checks the fused combine on a GPU, the GPU check's
+    # decode step.)
+    ("fuse-combine-all-splits", "decode/decode_attn.cu",
+     "p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, n_used);",
+     "p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, p.n_splits);",
+     ["test_decode_attn_emu"], ["test_decode_attn_emu"],
+     "the last split merges every split's partial, the unused ones' too", "caught"),
+    ("fuse-combine-ticket-kept", "decode/decode_attn.cu",
+     "        *counter = 0; /* for the next launch", "        (void)counter; /* for the next launch",
+     ["test_decode_attn_emu", "test_backend_fuse_emu"],
+     ["test_decode_attn_emu", "test_backend_fuse_emu"],
+     "the combine's ticket is not put back to 0 (a replayed graph combines at the wrong split)",
+     "caught"),
+    ("fuse-glu-swapped", "ops/gpu_qgemv.cu",
+     ": gk_silu_mul(a, b));", ": gk_silu_mul(b, a));",
+     ["test_qmm_emu", "test_backend_fuse_emu"], ["test_qmm_emu", "test_backend_fuse_emu"],
+     "the quantized gate|up GEMV's SwiGLU takes the up row as the gate", "caught"),
+    ("fuse-glu-f16-row", "ops/gpu_gemv.cu",
+     "int64_t r1 = pairs ? out + rows / 2 :", "int64_t r1 = pairs ? out + rows / 2 - 1 :",
+     ["test_gemv_emu"], ["test_gemv_emu"],
+     "the f16 gate|up GEMV pairs gate row i with up row i - 1", "caught"),
+    # (As with the combine, "the first block to finish normalizes" comes out
+    # right under the emulator; the GPU check's backend tests run the fused
+    # step against the CPU backend on a GPU.)
+    ("fuse-norm-ticket-kept", "ops/gpu_math.cuh",
+     "        *ticket = 0;\n}", "        (void)ticket;\n}",
+     ["test_qmm_emu", "test_gemv_emu"], ["test_qmm_emu", "test_gemv_emu"],
+     "the norm tail's ticket is not put back to 0 (the next launch never normalizes)",
+     "caught"),
+    ("fuse-quant-once-truncate", "ops/gpu_math.cuh",
+     "const int v = finite ? gk_rint(gk_mul(f[i], id)) : 0;",
+     "const int v = finite ? (int)gk_mul(f[i], id) : 0;",
+     ["test_qmm_emu", "test_backend_fuse_emu"], ["test_qmm_emu", "test_backend_fuse_emu"],
+     "the norm tail's int8 blocks of x truncate instead of rounding (the GEMVs load them)",
+     "caught"),
+    ("fuse-rope-pair", "ops/gpu_rope.cuh",
+     "    *rb = *ra + sl.gap;", "    *rb = *ra + 1;",
+     ["test_qmm_emu", "test_gemv_emu"], ["test_qmm_emu", "test_gemv_emu"],
+     "the Q|K|V GEMV's warp takes adjacent rows as a half-split RoPE pair", "caught"),
+    ("fuse-rope-position", "ops/gpu_rope.cuh",
+     "    const int64_t pos = p.pos[t];\n    const int half", "    const int64_t pos = p.pos[0];\n    const int half",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the Q|K|V GEMV's RoPE turns every row at the first row's position", "caught"),
     ("gguf-need", "models/gguf.c",
      "if (r->size - r->pos >= n)", "if (r->size - r->pos + 1 >= n)",
      ["ignite"], ["test_gguf_malformed"],
      "the GGUF reader's bounds check lets one byte past the end through", "caught"),
 ]
+
+
+def is_emu(m):
+    """Whether a mutant's tests are emulated ones (tests/emu: names end in _emu)."""
+    return any(t.endswith("_emu") for t in m[4])
 
 
 def sh(args, cwd, log, timeout=3600):
@@ -173,14 +227,20 @@ def main(argv):
     open(log, "w").close()
     sync_tree(src)
     jobs = os.environ.get("JOBS", "2")
-    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
-        py = os.path.join(ROOT, ".venv", "bin", "python")
-        if sh(["cmake", "-S", src, "-B", build, "-DIGNITE_CUDA=OFF", "-DIGNITE_EMU_TESTS=OFF",
-               "-DCMAKE_BUILD_TYPE=Release", f"-DIGNITE_PYTHON={py}"], base, log):
-            print(f"configure failed: {log}")
-            return 1
+    # Mutants of the emulated kernels build in a copy with the emulated tests.
+    builds = {False: build, True: build + "-emu"}
+    for emu in sorted({is_emu(m) for m in chosen}):
+        if not os.path.exists(os.path.join(builds[emu], "CMakeCache.txt")):
+            py = os.path.join(ROOT, ".venv", "bin", "python")
+            if sh(["cmake", "-S", src, "-B", builds[emu], "-DIGNITE_CUDA=OFF",
+                   f"-DIGNITE_EMU_TESTS={'ON' if emu else 'OFF'}",
+                   "-DCMAKE_BUILD_TYPE=Release", f"-DIGNITE_PYTHON={py}"], base, log):
+                print(f"configure failed: {log}")
+                return 1
     results, ok = [], True
-    for mid, path, old, new, targets, tests, what, expect in chosen:
+    for m in chosen:
+        mid, path, old, new, targets, tests, what, expect = m
+        build = builds[is_emu(m)]
         f = os.path.join(src, path)
         with open(f) as fh:
             text = fh.read()
@@ -209,9 +269,10 @@ def main(argv):
         results.append((mid, verdict, expect, time.time() - t0))
         print(f"{mid:24} {verdict:7} (expected {expect}) {time.time() - t0:6.1f} s  {what}",
               flush=True)
-    # leave the copy built as the tree is
-    sh(["cmake", "--build", build, f"-j{jobs}", "--target",
-        *sorted({t for m in chosen for t in m[4]})], base, log)
+    # leave the copies built as the tree is
+    for emu in sorted({is_emu(m) for m in chosen}):
+        sh(["cmake", "--build", builds[emu], f"-j{jobs}", "--target",
+            *sorted({t for m in chosen if is_emu(m) == emu for t in m[4]})], base, log)
     bad = [r for r in results if r[1] != r[2]]
     print(f"{len(results)} mutants, {len(bad)} not as expected; log: {log}")
     return 0 if not bad else 1

@@ -10,9 +10,12 @@
 #   kernels  10 s   bench_qmm --quick --types Q4_K: GEMV GB/s at Llama-3-8B shapes
 #                   against the copy and the f16 GEMV, a decode step's GEMVs added
 #                   up, the product paths for n = 8..2048 and their crossovers
-#   decode   12 s   ignite bench tg64 of synthetic Llama-3-8B Q4_0, Q4_K and F16:
-#                   tokens/s, x F16, the bytes a step reads x tokens/s against the copy;
-#                   Q4_K again with the GEMVs' programmatic dependent launch (IGNITE_PDL=1)
+#   decode   24 s   ignite bench tg64 of synthetic Llama-3-8B Q4_0, Q4_K and F16:
+#                   tokens/s, x F16, the bytes a step reads x tokens/s against the copy,
+#                   the launches (graph nodes) a step; each again with a decode step's
+#                   launches unfused (IGNITE_GPU_FUSE=0, docs/gpu.md "A decode step's
+#                   launches"); Q4_K again with the GEMVs' programmatic dependent launch
+#                   (IGNITE_PDL=1)
 #   prefill  10 s   pp2048 (-b 2048) of the same three: TTFT and x F16
 #   full     +60 s  (not by default) bench_qmm on Q4_0, Q4_K, Q6_K with every row
 #                   count, pp512 too, and pp2048 with IGNITE_QMM_PATH=qmma
@@ -66,6 +69,7 @@ for r in rows:
             line += f" = {gbps / copy:.2f} of the copy"
         if ref:
             line += f"  ({r['avg_ts'] / ref['avg_ts']:.2f} x F16)"
+        line += f"  {r.get('device_step_nodes', -1)} nodes/step"
     print(line)
 PY
 }
@@ -97,6 +101,14 @@ part_decode() {
     done
     echo "copy $copy GB/s" | tee -a "$TABLE"
     summarize "$WORK/decode.jsonl" "$copy" | tee -a "$TABLE"
+    # The same with a decode step's launches one by one (the path before the fusions).
+    rm -f "$WORK/decode_unfused.jsonl"
+    for ty in Q4_0 Q4_K F16; do
+        IGNITE_GPU_FUSE=0 timeout 30 "$BIN/ignite" bench --device cuda -m "$M8:$ty" -p 0 -n 64 \
+            -r 2 -o jsonl >>"$WORK/decode_unfused.jsonl" || fail "ignite bench tg64 $ty, unfused"
+    done
+    summarize "$WORK/decode_unfused.jsonl" "$copy" | sed 's/^/IGNITE_GPU_FUSE=0: /' |
+        tee -a "$TABLE"
     # The GEMVs launched with programmatic dependent launch (IGNITE_PDL=1).
     IGNITE_PDL=1 timeout 30 "$BIN/ignite" bench --device cuda -m "$M8:Q4_K" -p 0 -n 64 -r 2 \
         -o jsonl >"$WORK/decode_pdl.jsonl" || fail "ignite bench tg64 Q4_K, IGNITE_PDL=1"

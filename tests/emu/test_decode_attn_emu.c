@@ -21,6 +21,8 @@
  * check can fail: the twin through a table with one entry pointing at a
  * block of no table must disagree with the kernel.
  *
+ * Every case again with the combine in the last split (tickets): the same
+ * bits as the combine kernel's, twice in a row (the tickets back to 0).
  * The output and `work` are poisoned first, guard elements follow the
  * output. Tolerance: 2 f16 ulps kernel vs twin (the kernel's f32 sums may
  * round the other way), 1 ulp twin vs f64. Label emu. */
@@ -56,6 +58,9 @@ static int64_t first_key(int64_t pos, int64_t window)
 {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
+
+static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
+                        int64_t o_elems, const char *name);
 
 /* Element offset of row j of KV head hk in a pool through `table`, written
  * out here from the layout's definition. */
@@ -176,6 +181,7 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
              "splits=%d window=%lld", (long long)n_ctx, (long long)group, (long long)n_head_kv,
              (long long)hd, splits, (long long)window);
     CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
+    check_fused(&p, o, o_elems, name);
     struct decode_attn_params pr = p;
     pr.o = o_ref;
     for (int64_t i = 0; i < o_elems; i++)
@@ -225,6 +231,44 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
         }
     }
     free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work), free(table);
+}
+
+/* The combine in the last split (tickets): launched twice over the
+ * unfused launch's inputs (a graph replays it: the tickets must be back to
+ * 0), its output the same bits as the combine kernel's, padding rows zeros
+ * included, and nothing past the output written. */
+static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
+                        int64_t o_elems, const char *name)
+{
+    struct decode_attn_params pf = *p;
+    const int64_t n_tickets = p->n_seqs * p->n_head_kv;
+    const size_t wf = decode_attn_work_floats(p);
+    uint16_t *of = malloc((size_t)(o_elems + GUARD) * sizeof *of);
+    pf.tickets = calloc((size_t)n_tickets, sizeof *pf.tickets);
+    pf.work = malloc(wf * sizeof *pf.work); /* its own: no partial of the first launch */
+    pf.o = of;
+    for (int rep = 0; rep < 2 && of && pf.tickets && pf.work; rep++) {
+        for (size_t i = 0; i < wf; i++) /* a split that combines early reads NaN */
+            pf.work[i] = NAN;
+        for (int64_t i = 0; i < o_elems + GUARD; i++)
+            of[i] = i < o_elems ? 0xffffu : GUARD_BITS;
+        CHECKF(decode_attn_emu(&pf, NULL) == 0, "%s: fused launch %d failed", name, rep);
+        int64_t off = 0, left = 0, guard = 0;
+        for (int64_t i = 0; i < o_elems; i++)
+            off += of[i] != o[i];
+        for (int64_t i = 0; i < n_tickets; i++)
+            left += pf.tickets[i] != 0;
+        for (int64_t i = o_elems; i < o_elems + GUARD; i++)
+            guard += of[i] != GUARD_BITS;
+        CHECKF(off == 0, "%s: fused launch %d: %lld outputs differ from the combine kernel's",
+               name, rep, (long long)off);
+        CHECKF(left == 0, "%s: fused launch %d left %lld tickets set", name, rep,
+               (long long)left);
+        CHECKF(guard == 0, "%s: fused launch %d wrote past the output", name, rep);
+    }
+    free(of);
+    free(pf.tickets);
+    free(pf.work);
 }
 
 static void run_one(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,

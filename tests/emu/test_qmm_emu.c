@@ -19,16 +19,26 @@
  *   sum_i |w_i| (0.5 + 4e-5) dx_i + 1e-6 M of the fp64 product of the
  *   dequantized weights and x, dx_i being the int8 scale of x's block: the
  *   error int8 activations may make, and no more;
+ * - the gate|up GEMV with SwiGLU/GeGLU in its epilogue (glu): the bits of
+ *   the GEMV then the element-wise kernel, h's row padding untouched; the
+ *   residual GEMV with the next RMSNorm in its last block: the bits of the
+ *   GEMV then gk_rmsnorm, twice (the ticket back to 0), and its int8 blocks
+ *   of xn ops_qmm_quantize's, which a GEMV loading them turns into the bits
+ *   of one that quantizes xn itself; the Q|K|V GEMV with bias, RoPE and the
+ *   pool write in its epilogue: the bits of the GEMV then gk_qkv_rope;
  * - tensor-core product: the kernel within 2^-20 sum |w x| of its twin, the
  *   twin (the f16 GEMM of the dequantized rows) exact to fp64 rounding;
  * - the chooser: paths by row count, their order, scratch, refusals.
  * Outputs are poisoned and framed by guards. Label emu. */
 #include "ops/gpu_qmm.h"
+#include "ops/gpu_ops.h"
 
 #include "core/half.h"
 #include "core/status.h"
 #include "models/quant.h"
+#include "ops/qmatmul.h"
 #include "tests/test.h"
+#include "tests/emu/rope_case.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -330,6 +340,180 @@ static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     free(wf), free(y0), free(yr), free(x), free(buf), free(src);
 }
 
+/* The gate|up GEMV with its activation (glu): for n rows of x, h (ld_h
+ * past n_ff, NaN-poisoned) the same bits as the plain GEMV's y through the
+ * element-wise kernel (gk_swiglu / gk_geglu, emulated too), the padding of h
+ * between rows untouched; its twin the plain twin's y through the
+ * activation's twin, bit for bit (kernel against twin: gemv_case's bounds). */
+static void glu_case(int type, int64_t n_ff, int64_t cols, int64_t n, int act, uint64_t *st)
+{
+    const int64_t rows = 2 * n_ff, ld_h = n_ff + 5;
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    struct out_buf ob;
+    uint16_t *h = out_init(&ob, (size_t)(n * ld_h) * 2);
+    for (int64_t i = 0; i < n * ld_h; i++)
+        h[i] = 0x7e00u;
+    float *y = malloc((size_t)(n * rows) * 4);
+    uint16_t *h_two = malloc((size_t)(n * n_ff) * 2), *h_ref = malloc((size_t)(n * ld_h) * 2);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .glu = act, .h = h,
+                                .ld_h = ld_h};
+    const char *name = act == GK_GLU_GELU ? "geglu" : "swiglu";
+    CHECKF(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK, "%s %s %lld x %lld n %lld: launch", tname(type),
+           name, (long long)rows, (long long)cols, (long long)n);
+    struct gk_qgemv_params q = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y, .ld_y = rows};
+    CHECK(IG_DEV(gk_qgemv)(&q, NULL) == IG_OK);
+    for (int64_t t = 0; t < n; t++)
+        CHECK((act == GK_GLU_GELU ? IG_DEV(gk_geglu) : IG_DEV(gk_swiglu))(
+                  y + t * rows, 1, n_ff, h_two + t * n_ff, NULL) == IG_OK);
+    /* the twin: the plain twin's product through the activation's twin */
+    p.h = h_ref;
+    gk_qgemv_ref(&p);
+    q.y = y;
+    gk_qgemv_ref(&q);
+    uint16_t *h_tw = malloc((size_t)n_ff * 2);
+    int64_t off_two = 0, off_ref = 0, keep = 0;
+    for (int64_t t = 0; t < n; t++) {
+        (act == GK_GLU_GELU ? gk_geglu_ref : gk_swiglu_ref)(y + t * rows, 1, n_ff, h_tw);
+        for (int64_t i = 0; i < n_ff; i++) {
+            off_two += h[t * ld_h + i] != h_two[t * n_ff + i];
+            off_ref += h_ref[t * ld_h + i] != h_tw[i];
+        }
+        for (int64_t i = n_ff; i < ld_h; i++)
+            keep += h[t * ld_h + i] != 0x7e00u;
+    }
+    CHECKF(off_two == 0, "%s %s %lld x %lld n %lld: %lld outputs differ from the GEMV + %s "
+           "kernels", tname(type), name, (long long)rows, (long long)cols, (long long)n,
+           (long long)off_two, name);
+    CHECKF(off_ref == 0, "%s %s %lld x %lld n %lld: %lld outputs off the twin", tname(type),
+           name, (long long)rows, (long long)cols, (long long)n, (long long)off_ref);
+    CHECKF(keep == 0 && out_guards_ok(&ob), "%s %s: wrote outside h's rows", tname(type), name);
+    free(y), free(h_two), free(h_ref), free(h_tw), free(x), free(buf), free(src);
+}
+
+/* Elements per block of `type`. */
+static int64_t l_block(int type)
+{
+    struct gk_qlayout l;
+    return gk_qlayout_of(type, &l) ? l.block : 1;
+}
+
+/* The residual GEMV with the next norm in its last block (norm_w): for n
+ * rows, y the bits of the plain GEMV with beta 1 and xn those of gk_rmsnorm
+ * of that y, twice in a row (the ticket back to 0); rows over several
+ * blocks, so the last block must see every other block's rows. */
+static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t *st)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    float *y = aligned_alloc(16, (size_t)(n * rows * 4 + 15) / 16 * 16);
+    float *y2 = aligned_alloc(16, (size_t)(n * rows * 4 + 15) / 16 * 16);
+    float *nw = aligned_alloc(16, (size_t)(rows * 4 + 15) / 16 * 16);
+    uint16_t *xn = aligned_alloc(16, (size_t)(n * rows * 2 + 15) / 16 * 16);
+    uint16_t *xn2 = malloc((size_t)(n * rows) * 2);
+    int8_t *qn = aligned_alloc(16, (size_t)(n * rows + 15) / 16 * 16);
+    float *qnd = malloc((size_t)(n * rows / 32) * 2 * sizeof *qnd);
+    uint32_t ticket = 0;
+    for (int64_t i = 0; i < n * rows; i++)
+        y[i] = y2[i] = test_rand_f(st);
+    for (int64_t r = 0; r < rows; r++)
+        nw[r] = 1.0f + 0.5f * test_rand_f(st);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y, .ld_y = rows,
+                                .beta = 1, .norm_w = nw, .norm_eps = 1e-6f, .xn = xn,
+                                .ticket = &ticket, .qn = qn, .qnd = qnd};
+    struct gk_qgemv_params q = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y2, .ld_y = rows,
+                                .beta = 1};
+    for (int rep = 0; rep < 2; rep++) {
+        for (int64_t i = 0; i < n * rows; i++)
+            xn[i] = 0x7e00u;
+        CHECKF(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK, "%s norm tail: launch", tname(type));
+        CHECK(IG_DEV(gk_qgemv)(&q, NULL) == IG_OK);
+        CHECK(IG_DEV(gk_rmsnorm)(y2, rows, nw, n, rows, 1e-6f, xn2, NULL) == IG_OK);
+        int64_t off_y = 0, off_n = 0;
+        for (int64_t i = 0; i < n * rows; i++) {
+            off_y += memcmp(&y[i], &y2[i], 4) != 0;
+            off_n += xn[i] != xn2[i];
+        }
+        CHECKF(off_y == 0 && off_n == 0, "%s norm tail %lld x %lld n %lld, launch %d: %lld "
+               "residuals and %lld normalized elements differ from the GEMV + gk_rmsnorm",
+               tname(type), (long long)rows, (long long)cols, (long long)n, rep,
+               (long long)off_y, (long long)off_n);
+        CHECKF(ticket == 0, "%s norm tail: ticket %u left", tname(type), ticket);
+    }
+    /* xn's int8 blocks: ops_qmm_quantize's (the CPU's quantizer) of xn, and
+     * a GEMV of xn that loads them gives the bits of one that quantizes xn
+     * itself (a second matrix: rows x rows, 1 or 2 rows of x) */
+    int64_t off_q = 0, nbn = rows / 32;
+    float *f = malloc((size_t)rows * sizeof *f);
+    struct qmm_q8 *qb = malloc((size_t)nbn * sizeof *qb);
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t c = 0; c < rows; c++)
+            f[c] = ig_f16_to_f32(xn[t * rows + c]);
+        ops_qmm_quantize(f, rows, qb);
+        for (int64_t b = 0; b < nbn; b++)
+            off_q += memcmp(qn + t * rows + 32 * b, qb[b].qs, 32) != 0 ||
+                     memcmp(&qnd[2 * (t * nbn + b)], &qb[b].d, 4) != 0 ||
+                     memcmp(&qnd[2 * (t * nbn + b) + 1], &qb[b].s, 4) != 0;
+    }
+    CHECKF(off_q == 0, "%s norm tail: %lld int8 blocks of xn off ops_qmm_quantize's",
+           tname(type), (long long)off_q);
+    if (rows % l_block(type) == 0) {
+        size_t rb2 = quant_row_bytes((enum quant_type)type, rows);
+        uint8_t *src2 = rand_rows(type, 24, rows, 0.02f, st);
+        void *buf2;
+        struct gk_qmat w2 = host_mat(type, 24, rows, &buf2);
+        CHECK(IG_DEV(gk_qrepack)(&w2, src2, rb2, NULL) == IG_OK);
+        float *ya = malloc((size_t)(n * 24) * 4), *yb = malloc((size_t)(n * 24) * 4);
+        struct gk_qgemv_params a = {.w = w2, .x = xn, .ld_x = rows, .n = n, .y = ya, .ld_y = 24};
+        struct gk_qgemv_params b = a;
+        b.y = yb, b.xq = qn, b.xqd = qnd;
+        CHECK(IG_DEV(gk_qgemv)(&a, NULL) == IG_OK && IG_DEV(gk_qgemv)(&b, NULL) == IG_OK);
+        CHECKF(memcmp(ya, yb, (size_t)(n * 24) * 4) == 0,
+               "%s: a GEMV from x's int8 blocks differs from one that quantizes x", tname(type));
+        free(ya), free(yb), free(buf2), free(src2);
+    }
+    free(f), free(qb), free(qn), free(qnd);
+    free(y), free(y2), free(nw), free(xn), free(xn2), free(x), free(buf), free(src);
+}
+
+/* The Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
+ * (rope): the bits of the plain GEMV then gk_qkv_rope (rope_case.h). */
+static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool bias,
+                           uint64_t *st)
+{
+    const int64_t cols = l_block(type) == 256 ? 256 : 96;
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, RC_ROWS, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, RC_ROWS, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    float *y = malloc((size_t)(n * RC_ROWS) * 4);
+    struct rope_case c;
+    rope_case_init(&c, st);
+    struct gk_qkv_params fused = rope_case_params(&c, 0, n, style, n_rot, bias);
+    struct gk_qkv_params plain = rope_case_params(&c, 1, n, style, n_rot, bias);
+    plain.qkv = y;
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .rope = &fused};
+    struct gk_qgemv_params q = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y, .ld_y = RC_ROWS};
+    CHECKF(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK, "%s rope: launch", tname(type));
+    CHECK(IG_DEV(gk_qgemv)(&q, NULL) == IG_OK && IG_DEV(gk_qkv_rope)(&plain, NULL) == IG_OK);
+    char what[96];
+    snprintf(what, sizeof what, "%s Q|K|V GEMV + RoPE, n %lld, style %d, n_rot %lld%s",
+             tname(type), (long long)n, style, (long long)n_rot, bias ? ", bias" : "");
+    rope_case_check(&c, n, what);
+    rope_case_free(&c);
+    free(y), free(x), free(buf), free(src);
+}
+
 static void test_gemv(int type, uint64_t *st)
 {
     struct gk_qlayout l;
@@ -343,6 +527,15 @@ static void test_gemv(int type, uint64_t *st)
     gemv_case(type, 7, k ? 256 : 1056, 3, 1, st, false);
     gemv_case(type, 18, k ? 768 : 160, 5, 0, st, false);
     gemv_case(type, 3, k ? 256 : 64, 8, 1, st, true);
+    /* gate|up with its activation: an output per warp, a ragged last block */
+    glu_case(type, 13, k ? 512 : 96, 1, GK_GLU_SILU, st);
+    glu_case(type, 9, k ? 256 : 160, 3, GK_GLU_GELU, st);
+    /* the next norm in the last block and its int8 blocks: 6 or 32 blocks of
+     * rows, 1 row of x (2 for Q4_K) */
+    norm_case(type, k ? 512 : 96, k ? 256 : 96, type == QUANT_Q4_K ? 2 : 1, st);
+    /* Q|K|V with RoPE and the pool write: both styles, a padding row */
+    rope_gemv_case(type, 3, ROPE_ADJACENT, RC_HD, true, st);
+    rope_gemv_case(type, 2, ROPE_HALF_SPLIT, RC_HD / 2, false, st);
     /* two slabs of x: 8 rows take 4096 columns at a time */
     gemv_case(type, 5, k ? 4352 : 4128, 6, 0, st, false);
 }
