@@ -92,8 +92,12 @@ def pty_read_until(fd, what, timeout=120):
     runs out); returns what was read."""
     buf = b""
     end = time.time() + timeout
-    while what.encode() not in buf and time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.5)
+    quiet = 0.0
+    while time.time() < end:
+        if buf.endswith(what.encode()) and quiet >= 0.3:
+            break
+        r, _, _ = select.select([fd], [], [], 0.1)
+        quiet = 0.0 if r else quiet + 0.1
         if r:
             try:
                 chunk = os.read(fd, 4096)
@@ -108,7 +112,10 @@ def pty_read_until(fd, what, timeout=120):
 def pty_finish(pid, fd, timeout=120):
     """Reads to the end; returns (exit status, output)."""
     out = pty_read_until(fd, "\0never\0", timeout)
-    _, status = os.waitpid(pid, 0)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:  # still running after the timeout: fail, never hang
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), out
 

@@ -39,8 +39,12 @@ def spawn(args, env):
 def read_until(fd, what, timeout=60):
     buf = b""
     end = time.time() + timeout
-    while what.encode() not in buf and time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.2)
+    quiet = 0.0
+    while time.time() < end:
+        if buf.endswith(what.encode()) and quiet >= 0.3:
+            break
+        r, _, _ = select.select([fd], [], [], 0.1)
+        quiet = 0.0 if r else quiet + 0.1
         if r:
             try:
                 chunk = os.read(fd, 4096)
@@ -54,7 +58,10 @@ def read_until(fd, what, timeout=60):
 
 def finish(pid, fd):
     out = read_until(fd, "\0never\0", 60)
-    _, status = os.waitpid(pid, 0)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:  # still running after the timeout: fail, never hang
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), out
 

