@@ -15,8 +15,6 @@ random-weight model with a ChatML vocabulary and template
 """
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import tempfile
 import time
 
 import ggufgen
+import ptyterm
 from igtest import check, summary
 from kvfile import kv_tokens
 
@@ -81,43 +80,11 @@ def shell_chain(model, tmp, sampling):
 
 
 def pty_spawn(args, env=None):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(IGNITE, [IGNITE, *args], env or os.environ)
-    return pid, fd
+    return ptyterm.spawn(IGNITE, args, env)
 
 
-def pty_read_until(fd, what, timeout=120):
-    """Reads the pseudo-terminal until `what` appears (or it closes, or time
-    runs out); returns what was read."""
-    buf = b""
-    end = time.time() + timeout
-    quiet = 0.0
-    while time.time() < end:
-        if buf.endswith(what.encode()) and quiet >= 0.3:
-            break
-        r, _, _ = select.select([fd], [], [], 0.1)
-        quiet = 0.0 if r else quiet + 0.1
-        if r:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode("utf-8", "replace")
-
-
-def pty_finish(pid, fd, timeout=120):
-    """Reads to the end; returns (exit status, output)."""
-    out = pty_read_until(fd, "\0never\0", timeout)
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if not done:  # still running after the timeout: fail, never hang
-        os.kill(pid, 9)
-        _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), out
+pty_read_until = ptyterm.read_until
+pty_finish = ptyterm.finish
 
 
 def main():

@@ -14,14 +14,12 @@ rendered prompt.
 
 Skips (77) where ignite is built without libedit."""
 import os
-import pty
-import select
 import subprocess
 import sys
 import tempfile
-import time
 
 import ggufgen
+import ptyterm
 from igtest import check, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
@@ -30,40 +28,15 @@ LEFT, UP, CTRL_A, CTRL_C, CTRL_D, CTRL_R = (b"\x1b[D", b"\x1b[A", b"\x01", b"\x0
 
 
 def spawn(args, env):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(IGNITE, [IGNITE, *args], env)
-    return pid, fd
+    return ptyterm.spawn(IGNITE, args, env)
 
 
 def read_until(fd, what, timeout=60):
-    buf = b""
-    end = time.time() + timeout
-    quiet = 0.0
-    while time.time() < end:
-        if buf.endswith(what.encode()) and quiet >= 0.3:
-            break
-        r, _, _ = select.select([fd], [], [], 0.1)
-        quiet = 0.0 if r else quiet + 0.1
-        if r:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            buf += chunk
-    return buf.decode("utf-8", "replace")
+    return ptyterm.read_until(fd, what, timeout)
 
 
 def finish(pid, fd):
-    out = read_until(fd, "\0never\0", 60)
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if not done:  # still running after the timeout: fail, never hang
-        os.kill(pid, 9)
-        _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), out
+    return ptyterm.finish(pid, fd, 60)
 
 
 def send_message(fd, keys):
