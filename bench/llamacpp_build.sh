@@ -18,7 +18,7 @@
 # of Intel's client cores from Alder Lake on, without AVX-512) into
 # VERSION-avxvnni, beside ignite's AVX-VNNI path (IGNITE_SIMD=avxvnni).
 # LLAMACPP_ISA=avx512 builds AVX-512 with VNNI, VBMI and BF16 but without AMX
-# into VERSION-avx512: on Sapphire Rapids and later GGML_NATIVE compiles
+# into VERSION-avx512 (what native means on a CPU with AMX): on Sapphire Rapids and later GGML_NATIVE compiles
 # llama.cpp's AMX matmuls, which crash there in ggml_backend_amx_mul_mat
 # (llama.cpp issue 20824; seen with 0.3.36 on every model we bench), and
 # `--repack 0` would also turn off its repacked Q4_0 kernels.
@@ -30,6 +30,11 @@ cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ver=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 src=$cache/llama-src/llama_cpp_python-$ver/vendor/llama.cpp
 isa=${LLAMACPP_ISA:-native}
+# native on a CPU with AMX would compile the AMX matmuls that crash (below):
+# build the AVX-512 variant there instead, which every caller then uses
+if [ "$isa" = native ] && grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+    isa=avx512
+fi
 x86_avx2=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
           -DGGML_BMI2=ON)
 case $isa in
