@@ -1,0 +1,33 @@
+"""What the tensor-parallel tests share: mpirun's command line (as root in
+CI: --allow-run-as-root), and the skip (77) where mpirun or this build's
+MPI is absent."""
+import os
+import shutil
+import subprocess
+import sys
+
+
+def mpirun_or_skip():
+    """mpirun's path; exits 77 (skipped) with a line saying why where the
+    tests cannot run."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("SKIP: mpirun not found (Debian: openmpi-bin; scripts/setup.sh installs it)",
+              file=sys.stderr)
+        sys.exit(77)
+    ignite = os.environ.get("IGNITE_BIN", "ignite")
+    r = subprocess.run([ignite, "tokenize", "--tp", "2", "-p", "x"], capture_output=True,
+                       text=True)
+    if "built without" in r.stderr:
+        print("SKIP: this ignite was built without MPI", file=sys.stderr)
+        sys.exit(77)
+    return mpirun
+
+
+def mpi(mpirun, n, argv, **kw):
+    """argv on n ranks: mpirun -np n (oversubscribed: the CI machine has 2
+    cores; as root where the tests run as root)."""
+    cmd = [mpirun, "--oversubscribe", "-np", str(n)]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    return subprocess.run(cmd + list(argv), capture_output=True, **kw)
