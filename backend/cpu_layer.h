@@ -7,7 +7,7 @@
  * decode rows of any number of sequences): each weight is read once per
  * step. The residual stream is ops_buffers.x [n, n_embd]; a mixer or an FFN
  * reads it and leaves its output in ops_buffers.proj [n, n_embd], which the
- * loop reduces (across tensor-parallel ranks, one day) and adds into x
+ * loop reduces (across tensor-parallel ranks: struct cpu_tp) and adds into x
  * through the layer's post norm. Covered by tests/cpu/ (numpy reference;
  * chunked vs one-row steps) and everything that runs `ignite` on the CPU. */
 #ifndef IGNITE_BACKEND_CPU_LAYER_H
