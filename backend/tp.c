@@ -54,6 +54,7 @@ struct tp_rank {
     int32_t *ids;                /* identity block table of staging */
     char *buf;                   /* messages */
     size_t buf_cap;
+    int64_t steps;               /* steps run (IGNITE_TP_STATS) */
 };
 
 static bool made;  /* rank 0: a tensor-parallel backend exists */
@@ -360,6 +361,42 @@ static int import_heads(struct tp_rank *r, const struct backend_seq *seq, int64_
     return backend_kv_import(r->cpu, seq, r->staging, n_pos);
 }
 
+/* ---- what each rank spent (IGNITE_TP_STATS=1) ------------------------------------ */
+
+/* This rank's resident memory, MiB (VmRSS; 0 where /proc is absent). */
+static double rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atof(line + 6);
+    if (f)
+        fclose(f);
+    return kib / 1024.0;
+}
+
+/* Every rank at the backend's end: its steps, seconds in collectives and
+ * resident MiB to rank 0, which prints a line a rank where IGNITE_TP_STATS
+ * is set (the cost of the all-reduces: docs/benchmarks.md). */
+static void stats(struct tp_rank *r)
+{
+    int n = ig_coll_size();
+    float mine[3] = {(float)r->steps, (float)ig_coll_seconds(), (float)rss_mib()};
+    float all[3 * MODEL_TP_MAX_RANKS];
+    int64_t cnt[MODEL_TP_MAX_RANKS], at[MODEL_TP_MAX_RANKS];
+    for (int i = 0; i < n; i++)
+        cnt[i] = 3, at[i] = 3 * i;
+    ig_coll_gatherv(mine, 3, all, cnt, at, 0);
+    if (ig_coll_rank() != 0 || !getenv("IGNITE_TP_STATS"))
+        return;
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "tp: rank %d of %d: %.0f steps, %.3f s in collectives (%.3f ms a "
+                "step), resident %.1f MiB\n", i, n, all[3 * i], all[3 * i + 1],
+                all[3 * i] > 0 ? 1e3 * all[3 * i + 1] / all[3 * i] : 0.0, all[3 * i + 2]);
+}
+
 /* ---- rank 0's backend ---------------------------------------------------------- */
 
 struct tp_backend {
@@ -388,6 +425,7 @@ static int tp_step(struct backend *base, const struct backend_batch *batch)
     send_cmd(TP_STEP, (int64_t)bytes, batch->n_rows, batch->n_seqs, batch->want_logits != NULL,
              n_tab);
     ig_coll_bcast(t->r->buf, bytes, 0);
+    t->r->steps++;
     return backend_step(t->r->cpu, batch);
 }
 
@@ -433,6 +471,7 @@ static void tp_destroy(struct backend *base)
 {
     struct tp_backend *t = (struct tp_backend *)base;
     send_cmd(TP_DESTROY, 0, 0, 0, 0, 0);
+    stats(t->r);
     rank_free(t->r);
     kv_memory_free(base->kv_mem);
     free(t);
@@ -466,6 +505,7 @@ int backend_tp_create(const struct model *m, const struct backend_opts *o, struc
     struct tp_backend *t = calloc(1, sizeof *t);
     if (!t) { /* the others hold their parts: let them go */
         send_cmd(TP_DESTROY, 0, 0, 0, 0, 0);
+        stats(r);
         rank_free(r);
         return ig_error(IG_E_NOMEM, "out of memory");
     }
@@ -547,6 +587,7 @@ static void follow_step(struct tp_rank *r, const struct tp_msg *msg)
     struct backend_batch b = {.tokens = tokens, .want_logits = w, .n_rows = n_rows,
                               .seqs = seqs, .n_seqs = n_seqs};
     /* a step rank 0 refuses (a token out of range) every rank refuses alike */
+    r->steps++;
     backend_step(r->cpu, &b);
     free(w);
     free(seqs);
@@ -595,6 +636,8 @@ int backend_tp_follow(void)
             follow_kv(r, &msg);
             break;
         case TP_DESTROY:
+            if (r)
+                stats(r);
             rank_free(r);
             r = NULL;
             break;
