@@ -15,9 +15,12 @@
 #include "core/status.h"
 #include "models/tp.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* ---- what rank 0 broadcasts -------------------------------------------------- */
 
@@ -109,6 +112,20 @@ static void rank_free(struct tp_rank *r)
     free(r);
 }
 
+/* Setting up read whole pages of the file around the rank's part (the
+ * column copies, the packing): they are dropped, so that what stays
+ * resident is what the rank reads from now on, its part (the mapping is
+ * private and read-only: a page read again comes from the file). */
+static void drop_file_pages(const struct model *m)
+{
+    if (!m->gguf || !m->gguf->map.data || m->gguf->map.read || m->gguf->map.locked)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)m->gguf->map.data & ~(page - 1);
+    uintptr_t e = (uintptr_t)m->gguf->map.data + m->gguf->map.size;
+    madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 /* This rank's part of m and its CPU backend. */
 static int rank_setup(const struct model *m, const struct backend_opts *o, struct tp_rank **out)
 {
@@ -147,6 +164,8 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
         st = backend_cpu_create_tp(r->shard, o, &r->tp, &r->cpu);
     if (st == IG_OK && r->cpu->n_states)
         st = ig_error(IG_E_USAGE, "tensor parallelism: recurrent layers do not split yet");
+    if (st == IG_OK)
+        drop_file_pages(m);
     if (st != IG_OK) {
         rank_free(r);
         return st;

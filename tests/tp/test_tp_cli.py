@@ -6,8 +6,8 @@ caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
 `info --tp N`; and the failures: --tp without mpirun (how to launch, exit
 2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
 (IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
-(exit 4), a bad file on every rank (exit 3), a rank killed mid-run (the job
-ends, non-zero, no hang). Greedy steps that are near ties (one process's
+(exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
+rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang). Greedy steps that are near ties (one process's
 top two logits within 1e-4) are test_tp_logits.py's: none occur on these
 prompts, so the texts must be equal.
 Usage: test_tp_cli.py   (about 60 s on 2 idle cores)
@@ -20,7 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from igtest import check as _check, gemma3_path, model_path, summary  # noqa: E402
+from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
 from tplib import mpi, mpirun_or_skip  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
@@ -146,6 +146,17 @@ def failures(mpirun, tmp):
               f"{lines}, stdout {r.stdout[:80]!r}")
         print(f"{os.path.basename(other)} on rank 1: exit {r.returncode} in "
               f"{time.time() - t:.1f} s: {lines}", file=sys.stderr)
+    if not sanitized():  # (ASan's shadow memory does not live under ulimit -v)
+        # rank 1 out of memory: 400 MB of address space holds MPI and the model, not the
+        # buffers of 512-row steps
+        t = time.time()
+        r = subprocess.run(base + ["-np", "1"] + args + ["-c", "4096", ":", "-np", "1", "sh",
+                           "-c", f"ulimit -v 400000; exec {IGNITE} run"], capture_output=True,
+                           timeout=LIMIT)
+        ok, lines = one_line(r.stderr, "rank 1 of 2", "out of memory")
+        check(r.returncode == 5 and ok, f"rank 1 out of memory: exit {r.returncode}, {lines}")
+        print(f"rank 1 out of memory: exit {r.returncode} in {time.time() - t:.1f} s: {lines}",
+              file=sys.stderr)
     r = run(mpirun, 2, gen(os.path.join(tmp, "absent.gguf"), "Hello", 4))
     check(r.returncode == 3, f"a bad file on every rank: exit {r.returncode}")
     # rank 1 killed (SIGKILL) a second into a long generation
