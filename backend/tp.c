@@ -566,8 +566,8 @@ static int follow_setup(struct model **m, const struct tp_setup *su, struct tp_r
         ig_error_capture(NULL, 0);
     }
     if (st == IG_OK && ((*m)->file_bytes != su->file_bytes || (*m)->n_tensors != su->n_tensors)) {
-        snprintf(msg, sizeof msg, "%.300s is not rank 0's model (%zu bytes, %lld tensors; rank 0's: "
-                 "%zu, %lld)", path, (*m)->file_bytes, (long long)(*m)->n_tensors,
+        snprintf(msg, sizeof msg, "%.300s is not rank 0's model (%zu bytes, %lld tensors; "
+                 "rank 0's: %zu, %lld)", path, (*m)->file_bytes, (long long)(*m)->n_tensors,
                  su->file_bytes, (long long)su->n_tensors);
         st = IG_E_MODEL;
     }

@@ -41,7 +41,8 @@ int cli_info_tp(const struct model *m, int n_ranks)
         return st;
     size_t all = 0;
     struct model_tensor_it it;
-    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED); model_tensors_next(&it);)
+    model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
+    while (model_tensors_next(&it))
         if (!it.t->gathered)
             all += model_weight_size(it.w);
     printf("tensor parallel %d ranks (mpirun -np %d): weights read per step %.1f MiB in one "
@@ -57,7 +58,8 @@ int cli_info_tp(const struct model *m, int n_ranks)
                r, (long long)s->q0, (long long)(s->q0 + s->n_q - 1), (long long)s->kv0,
                (long long)(s->kv0 + s->n_kv - 1), rep ? " (replicated)" : "",
                (long long)s->ff0, (long long)(s->ff0 + s->n_ff - 1), (long long)p.v0,
-               (long long)(p.v0 + p.n_v - 1), layers_alike(m, &p) ? "" : " (layer 0; others differ)",
+               (long long)(p.v0 + p.n_v - 1),
+               layers_alike(m, &p) ? "" : " (layer 0; others differ)",
                (double)model_tp_part_bytes(m, &p) / 1048576.0,
                (long long)kv_bytes_per_token(m, mem, &p));
         model_tp_part_free(&p);

@@ -217,7 +217,8 @@ int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct 
         S->n_head_kv = t->n_kv;
         S->n_ff = t->n_ff;
         struct model_tensor_it it;
-        for (model_tensors_begin_layer(&it, m, il, MODEL_TENSORS_LAYERS); model_tensors_next(&it);) {
+        model_tensors_begin_layer(&it, m, il, MODEL_TENSORS_LAYERS);
+        while (model_tensors_next(&it)) {
             const struct model_weight *w = it.w;
             struct model_weight *o = &S->w[it.t->role];
             int64_t at, n;

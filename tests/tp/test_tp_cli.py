@@ -7,10 +7,10 @@ caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
 2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
 (IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
 (exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
-rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang). Greedy steps that are near ties (one process's
-top two logits within 1e-4) are test_tp_logits.py's: none occur on these
-prompts, so the texts must be equal.
-Usage: test_tp_cli.py   (about 60 s on 2 idle cores)
+rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang).
+Greedy steps that are near ties (one process's top two logits within 1e-4)
+are test_tp_logits.py's: none occur on these prompts, so the texts must be
+equal. Usage: test_tp_cli.py   (363 s at load average 14 on 2 cores)
 """
 import json
 import os
@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
-from tplib import mpi, mpirun_or_skip  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 LIMIT = 120  # seconds a run may take before the test calls it a hang
@@ -123,6 +123,7 @@ def one_line(stderr, *words):
 def failures(mpirun, tmp):
     path = model_path()
     r = subprocess.run([IGNITE, "run", "-m", path, "--tp", "2", "-p", "x"], capture_output=True,
+                       env=sanitizer_env(),
                        timeout=LIMIT)
     ok, lines = one_line(r.stderr, "mpirun -np 2")
     check(r.returncode == 2 and ok, f"--tp 2 without mpirun: exit {r.returncode}, {lines}")
@@ -139,7 +140,7 @@ def failures(mpirun, tmp):
         t = time.time()
         r = subprocess.run(base + ["-np", "1"] + args + [":", "-np", "1", "-x",
                            f"IGNITE_TP_MODEL={other}"] + args, capture_output=True,
-                           timeout=LIMIT)
+                           env=sanitizer_env(), timeout=LIMIT)
         ok, lines = one_line(r.stderr, *words)
         check(r.returncode == status and ok and not r.stdout,
               f"{os.path.basename(other)} on rank 1: exit {r.returncode} (want {status}), "
@@ -152,7 +153,7 @@ def failures(mpirun, tmp):
         t = time.time()
         r = subprocess.run(base + ["-np", "1"] + args + ["-c", "4096", ":", "-np", "1", "sh",
                            "-c", f"ulimit -v 400000; exec {IGNITE} run"], capture_output=True,
-                           timeout=LIMIT)
+                           env=sanitizer_env(), timeout=LIMIT)
         ok, lines = one_line(r.stderr, "rank 1 of 2", "out of memory")
         check(r.returncode == 5 and ok, f"rank 1 out of memory: exit {r.returncode}, {lines}")
         print(f"rank 1 out of memory: exit {r.returncode} in {time.time() - t:.1f} s: {lines}",
@@ -166,7 +167,7 @@ def failures(mpirun, tmp):
     try:
         r = subprocess.run(base + ["-np", "1", IGNITE] + gen(path, "Once upon a time", 4000) +
                            [":", "-np", "1", "sh", "-c", killer], capture_output=True,
-                           timeout=LIMIT)
+                           env=sanitizer_env(), timeout=LIMIT)
         check(r.returncode != 0, "a killed rank: the job exited 0")
         print(f"rank 1 killed: the job ended with exit {r.returncode} in {time.time() - t:.1f} s",
               file=sys.stderr)
@@ -176,6 +177,7 @@ def failures(mpirun, tmp):
 
 def info():
     r = subprocess.run([IGNITE, "info", "-m", model_path(), "--tp", "3"], capture_output=True,
+                       env=sanitizer_env(),
                        text=True, timeout=LIMIT)
     ranks = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("rank ")]
     check(r.returncode == 0 and len(ranks) == 3, f"info --tp 3: {r.stdout[-400:]}")

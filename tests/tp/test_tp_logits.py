@@ -9,7 +9,8 @@ logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
 and the greedy tokens equal, except at a step where one process's top two
 logits lie within 1e-4 (the ranks' sums are added in another order): such a
 step is named and the comparison of that case ends there.
-Usage: test_tp_logits.py FORWARD_DUMP   (about 25 s on 2 cores)
+Usage: test_tp_logits.py FORWARD_DUMP   (29 s at load average 5 on 2 cores, 228 s
+at 14)
 """
 import os
 import subprocess

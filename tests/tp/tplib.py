@@ -24,9 +24,24 @@ def mpirun_or_skip():
     return mpirun
 
 
+SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
+
+
+def sanitizer_env():
+    """os.environ with Open MPI's own allocations kept until exit left out of
+    LeakSanitizer's report (tests/tp/lsan.supp); the ranks inherit it."""
+    env = dict(os.environ)
+    env["LSAN_OPTIONS"] = ":".join(filter(None, [env.get("LSAN_OPTIONS"),
+                                                 f"suppressions={SUPP}"]))
+    return env
+
+
 def mpi(mpirun, n, argv, **kw):
     """argv on n ranks: mpirun -np n (oversubscribed: the CI machine has 2
     cores; as root where the tests run as root)."""
+    env = kw.pop("env", None) or os.environ
+    env = dict(env, LSAN_OPTIONS=sanitizer_env()["LSAN_OPTIONS"])
+    kw["env"] = env
     cmd = [mpirun, "--oversubscribe", "-np", str(n)]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
