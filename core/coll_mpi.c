@@ -8,14 +8,62 @@
 #include "core/status.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PIECE ((size_t)1 << 30)
 
 static bool started; /* MPI_Init done by ig_coll_start */
 static double spent;  /* seconds in collectives */
+
+/* The watchdog (IGNITE_TP_WATCHDOG seconds, default 600; 0 off): a rank
+ * that stops answering without dying (stopped, stuck) leaves the others
+ * waiting inside a collective, where MPI cannot tell; a thread ends the job
+ * when one call has waited that long. Waiting for rank 0's next command
+ * (ig_coll_bcast: a chat waits for its user) is not watched. */
+static _Atomic long long armed_ns; /* when the watched call began; 0: none */
+static double watch_limit;
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        sleep(1);
+        long long at = atomic_load(&armed_ns);
+        if (at && (double)(now_ns() - at) * 1e-9 > watch_limit) {
+            int r;
+            MPI_Comm_rank(MPI_COMM_WORLD, &r);
+            fprintf(stderr, "ignite: rank %d: no answer from the other ranks in %.0f s (a rank "
+                    "stopped or stuck; IGNITE_TP_WATCHDOG sets the limit): ending the job\n", r,
+                    watch_limit);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, IG_E_DEVICE);
+        }
+    }
+    return NULL;
+}
+
+static void arm(void)
+{
+    if (watch_limit > 0)
+        atomic_store(&armed_ns, now_ns());
+}
+
+static void disarm(void)
+{
+    atomic_store(&armed_ns, 0);
+}
 
 static double now(void)
 {
@@ -46,6 +94,11 @@ int ig_coll_start(int *argc, char ***argv)
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return ig_error(IG_E_DEVICE, "MPI_Init failed");
     started = true;
+    const char *w = getenv("IGNITE_TP_WATCHDOG");
+    watch_limit = w ? atof(w) : 600;
+    pthread_t t;
+    if (watch_limit > 0 && pthread_create(&t, NULL, watchdog, NULL) == 0)
+        pthread_detach(t);
     return IG_OK;
 }
 
@@ -94,11 +147,13 @@ void ig_coll_bcast(void *buf, size_t bytes, int root)
 void ig_coll_allreduce_sum(float *buf, int64_t n)
 {
     double t = now();
+    arm();
     int64_t piece = (int64_t)(PIECE / sizeof *buf);
     for (int64_t at = 0; started && at < n; at += piece) {
         int64_t k = n - at < piece ? n - at : piece;
         MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
+    disarm();
     spent += now() - t;
 }
 
@@ -120,6 +175,7 @@ void ig_coll_gatherv(const float *part, int64_t n_part, float *out, const int64_
     }
     /* Point to point from each rank, so that no count is bounded by an int
      * offset into out. */
+    arm();
     if (rank != root) {
         ig_coll_send(part, (size_t)n_part * sizeof *part, root, 1);
     } else {
@@ -130,6 +186,7 @@ void ig_coll_gatherv(const float *part, int64_t n_part, float *out, const int64_
             else
                 ig_coll_recv(out + at[r], (size_t)n[r] * sizeof *out, r, 1);
     }
+    disarm();
     spent += now() - t;
 }
 

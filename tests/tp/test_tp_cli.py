@@ -7,7 +7,8 @@ caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
 2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
 (IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
 (exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
-rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang).
+rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang), a
+rank stopped mid-run (the watchdog, IGNITE_TP_WATCHDOG=5: exit 7).
 Greedy steps that are near ties (one process's top two logits within 1e-4)
 are test_tp_logits.py's: none occur on these prompts, so the texts must be
 equal. Usage: test_tp_cli.py   (363 s at load average 14 on 2 cores)
@@ -173,6 +174,19 @@ def failures(mpirun, tmp):
               file=sys.stderr)
     except subprocess.TimeoutExpired:
         check(False, f"a killed rank: the job still ran after {LIMIT} s (a hang)")
+    # rank 1 stopped (SIGSTOP: alive, silent): the watchdog ends the job, exit 7
+    t = time.time()
+    stopper = f"(sleep 1; kill -STOP $$) & exec {IGNITE} {cmd}"
+    try:
+        r = subprocess.run(base + ["-np", "1", IGNITE] + gen(path, "Once upon a time", 4000) +
+                           [":", "-np", "1", "sh", "-c", stopper], capture_output=True,
+                           env=dict(sanitizer_env(), IGNITE_TP_WATCHDOG="5"), timeout=LIMIT)
+        check(r.returncode == 7 and b"no answer from the other ranks" in r.stderr,
+              f"a stopped rank: exit {r.returncode}, {r.stderr[-300:]!r}")
+        print(f"rank 1 stopped: the job ended with exit {r.returncode} in "
+              f"{time.time() - t:.1f} s", file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        check(False, f"a stopped rank: the job still ran after {LIMIT} s (a hang)")
 
 
 def info():
