@@ -16,6 +16,7 @@
 #include "core/coll.h"
 #include "core/status.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* By enum layer_mixer. */
@@ -82,6 +83,18 @@ void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logi
 void cpu_output_head_tp(struct cpu_step *s, const float *x, int64_t n, float *logits)
 {
     struct cpu_tp *tp = s->tp;
+    if (n > tp->rows) { /* (every rank alike: the same step) */
+        float *p = realloc(tp->part, (size_t)(n * tp->n_v[tp->rank]) * sizeof *p);
+        if (p)
+            tp->part = p;
+        float *a = p && tp->rank == 0 ? realloc(tp->all, (size_t)(n * tp->n_vocab) * sizeof *a)
+                                      : tp->all;
+        if (!p || (tp->rank == 0 && !a))
+            ig_coll_abort(ig_error(IG_E_NOMEM, "rank %d: out of memory for %lld rows of logits",
+                                   tp->rank, (long long)n));
+        tp->all = a;
+        tp->rows = n;
+    }
     cpu_output_head(s->ops, x, n, tp->part); /* [n, n_v[rank]] */
     int64_t at = 0;
     for (int r = 0; r < tp->n_ranks; r++) {

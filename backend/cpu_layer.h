@@ -29,8 +29,9 @@ struct cpu_tp {
     int64_t n_vocab;   /* the whole model's */
     int64_t *v0, *n_v; /* [n_ranks] each rank's vocabulary rows */
     int64_t *at, *cnt; /* [n_ranks] scratch: the gather's offsets and counts */
-    float *part;       /* [max_rows, n_v[rank]] this rank's logits */
-    float *all;        /* rank 0: [max_rows, n_vocab] the ranks' parts in rank order */
+    float *part;       /* [rows, n_v[rank]] this rank's logits */
+    float *all;        /* rank 0: [rows, n_vocab] the ranks' parts in rank order */
+    int64_t rows;      /* what part and all hold: grown to a step's rows wanting logits */
 };
 
 /* What a step's layer functions share: the run state, the cache and the

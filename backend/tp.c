@@ -150,14 +150,6 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
             r->tp.n_v[i] = r->parts[i].n_v;
         }
     }
-    if (st == IG_OK) {
-        r->tp.part = malloc((size_t)(o->max_rows * r->tp.n_v[rank]) * sizeof *r->tp.part);
-        if (rank == 0)
-            r->tp.all = malloc((size_t)(o->max_rows * m->hp.n_vocab) * sizeof *r->tp.all);
-        if (!r->tp.part || (rank == 0 && !r->tp.all))
-            st = ig_error(IG_E_NOMEM, "out of memory for %lld rows of logits",
-                          (long long)o->max_rows);
-    }
     if (st == IG_OK)
         st = model_tp_shard(m, &r->parts[rank], &r->shard);
     if (st == IG_OK)
