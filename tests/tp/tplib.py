@@ -33,6 +33,10 @@ def sanitizer_env():
     env = dict(os.environ)
     env["LSAN_OPTIONS"] = ":".join(filter(None, [env.get("LSAN_OPTIONS"),
                                                  f"suppressions={SUPP}"]))
+    # the slow unwinder: the fast one stops in Open MPI's plugins, whose frames
+    # then match no suppression
+    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"),
+                                                 "fast_unwind_on_malloc=0"]))
     return env
 
 
@@ -40,7 +44,8 @@ def mpi(mpirun, n, argv, **kw):
     """argv on n ranks: mpirun -np n (oversubscribed: the CI machine has 2
     cores; as root where the tests run as root)."""
     env = kw.pop("env", None) or os.environ
-    env = dict(env, LSAN_OPTIONS=sanitizer_env()["LSAN_OPTIONS"])
+    san = sanitizer_env()
+    env = dict(env, LSAN_OPTIONS=san["LSAN_OPTIONS"], ASAN_OPTIONS=san["ASAN_OPTIONS"])
     kw["env"] = env
     cmd = [mpirun, "--oversubscribe", "-np", str(n)]
     if os.geteuid() == 0:
