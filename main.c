@@ -40,6 +40,8 @@ static void print_usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < N_SUBCOMMANDS; i++)
         fprintf(out, "  %-11s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out, "\nOne model across N processes (tensor parallelism, a build with MPI): mpirun -np N\n"
+                 "ignite <command> ...; 'ignite info --tp N' shows what each rank holds.\n");
     fprintf(out, "\nRun 'ignite help <command>' (or 'ignite <command> --help') for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
                  "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"
