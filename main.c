@@ -6,10 +6,14 @@
  * `ignite help CMD` is `ignite CMD --help`; a mistyped command gets "did you
  * mean". Covered by tests/cli/test_args.sh. */
 #include "cli/cli.h"
+#include "backend/tp.h"
+#include "core/coll.h"
 #include "core/status.h"
+#include "models/tp.h"
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct subcommand {
@@ -36,6 +40,8 @@ static void print_usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < N_SUBCOMMANDS; i++)
         fprintf(out, "  %-11s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out, "\nOne model across N processes (tensor parallelism, a build with MPI): mpirun -np N\n"
+                 "ignite <command> ...; 'ignite info --tp N' shows what each rank holds.\n");
     fprintf(out, "\nRun 'ignite help <command>' (or 'ignite <command> --help') for a command's options.\n"
                  "Exit codes: 0 ok, 1 internal error, 2 usage, 3 I/O, 4 bad model,\n"
                  "5 out of memory, 6 bad input, 7 device, 8 bad KV file, 9 some batch requests\n"
@@ -63,7 +69,75 @@ static int unknown_command(const char *cmd)
     return ig_error(IG_E_USAGE, "unknown command '%s' (run 'ignite --help')", cmd);
 }
 
+/* Takes `--tp N` (or --tp=N) out of argv wherever it is: the ranks of a
+ * tensor-parallel job, every command's (backend/tp.h). IG_OK, or
+ * IG_E_USAGE after one line. */
+static int take_tp(int *argc, char **argv)
+{
+    int out = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "--tp")) {
+            if (i + 1 >= *argc)
+                return ig_error(IG_E_USAGE, "--tp: expected a number of ranks");
+            v = argv[++i];
+        } else if (!strncmp(argv[i], "--tp=", 5)) {
+            v = argv[i] + 5;
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || n < 1 || n > MODEL_TP_MAX_RANKS)
+            return ig_error(IG_E_USAGE, "--tp: expected 1..%d ranks, got '%s'",
+                            MODEL_TP_MAX_RANKS, v);
+        backend_tp_set_asked((int)n);
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return IG_OK;
+}
+
+/* --tp N against the job this process is in: under mpirun the ranks must be
+ * N; without it, how to start them (`info --tp N` only describes). */
+static int check_tp(const char *cmd)
+{
+    int n = backend_tp_asked(), size = ig_coll_size();
+    if (n > 1 && !ig_coll_available() && strcmp(cmd, "info"))
+        return ig_error(IG_E_USAGE, "--tp %d needs MPI: this ignite was built without it "
+                        "(install libopenmpi-dev and openmpi-bin, rebuild)", n);
+    if (n > 1 && size == 1 && strcmp(cmd, "info"))
+        return ig_error(IG_E_USAGE, "--tp %d: start the ranks with MPI: mpirun -np %d ignite %s "
+                        "... (without --tp; srun works too)", n, n, cmd);
+    if (n && size > 1 && n != size)
+        return ig_error(IG_E_USAGE, "--tp %d, but mpirun started %d ranks", n, size);
+    return IG_OK;
+}
+
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    int st = ig_coll_start(&argc, &argv);
+    if (st != IG_OK)
+        return st;
+    if (ig_coll_rank() != 0) { /* the others follow rank 0's steps, quietly */
+        st = backend_tp_follow();
+        ig_coll_finish();
+        return st;
+    }
+    st = take_tp(&argc, argv);
+    if (st == IG_OK)
+        st = check_tp(argc > 1 && argv[1][0] != '-' ? argv[1] : "run");
+    if (st == IG_OK)
+        st = run_command(argc, argv);
+    backend_tp_end();
+    ig_coll_finish();
+    return st;
+}
+
+static int run_command(int argc, char **argv)
 {
     cli_stdout_init();
     if (argc < 2) {

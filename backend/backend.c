@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 
 #include "backend/cpu.h"
+#include "backend/tp.h"
 #include "core/status.h"
 
 #if IGNITE_HAVE_CUDA
@@ -88,8 +89,13 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     struct backend_opts r = *o;
     if (!r.n_blocks)
         r.n_blocks = (int64_t)r.n_slots * kv_blocks_for(r.n_ctx);
+    if (r.device.kind == BACKEND_CPU && backend_tp_wanted()) /* mpirun -np N */
+        return backend_tp_create(m, &r, out);
     if (r.device.kind == BACKEND_CPU)
         return backend_cpu_create(m, &r, out);
+    if (backend_tp_wanted())
+        return ig_error(IG_E_DEVICE, "tensor parallelism runs on the CPU only for now "
+                        "(--device cpu); the CUDA ranks (NCCL) are not done");
     /* The CUDA kernels read f16 blocks only (a quantized cache's kernels are
      * a later change: docs/kvcache.md). */
     if (kv_dtype_quantized(r.kv_dtype) || kv_dtype_quantized(r.kv_dtype_v))

@@ -35,6 +35,17 @@ struct cpu_backend {
 
 /* ---- the step --------------------------------------------------------------------- */
 
+/* The output head of the n wanted rows at the front of x into logits [n,
+ * n_vocab]: a tensor-parallel rank's gathered on rank 0. */
+static void head(struct cpu_backend *c, int64_t n, float *logits)
+{
+    struct ops_buffers *b = ops_ctx_buffers(c->step.ops);
+    if (c->step.tp)
+        cpu_output_head_tp(&c->step, b->x, n, logits);
+    else
+        cpu_output_head(c->step.ops, b->x, n, logits);
+}
+
 static int cpu_step(struct backend *base, const struct backend_batch *batch)
 {
     struct cpu_backend *c = (struct cpu_backend *)base;
@@ -68,7 +79,7 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         return IG_OK;
     /* the wanted rows are at the front of x now */
     if (!batch->greedy) {
-        cpu_output_head(ops, b->x, n_want, batch->logits);
+        head(c, n_want, batch->logits);
         return IG_OK;
     }
     /* greedy tokens from logits computed here: into the caller's buffer where
@@ -83,7 +94,7 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
         c->greedy_rows = n_want;
     }
     out = out ? out : c->greedy_logits;
-    cpu_output_head(ops, b->x, n_want, out);
+    head(c, n_want, out);
     for (int64_t k = 0; k < n_want; k++)
         batch->greedy[k] = sampler_greedy(out + k * hp->n_vocab, hp->n_vocab);
     return IG_OK;
@@ -145,11 +156,18 @@ static const struct backend_ops cpu_ops = {
 
 int backend_cpu_create(const struct model *m, const struct backend_opts *o, struct backend **out)
 {
+    return backend_cpu_create_tp(m, o, NULL, out);
+}
+
+int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
+                          struct backend **out)
+{
     *out = NULL;
     struct cpu_backend *c = calloc(1, sizeof *c);
     if (!c)
         return ig_error(IG_E_NOMEM, "out of memory");
     c->base = (struct backend){.ops = &cpu_ops, .m = m, .o = *o, .shares_blocks = true};
+    c->step.tp = tp;
     int st = ops_qmm_check_env();
     if (st == IG_OK) /* CUDA's, but an unknown value is refused wherever it is set */
         st = gk_qmm_check_env();

@@ -8,4 +8,12 @@
 /* backend_create for the CPU, with o->n_blocks resolved. */
 int backend_cpu_create(const struct model *m, const struct backend_opts *o, struct backend **out);
 
+struct cpu_tp;
+
+/* backend_cpu_create for a tensor-parallel rank (backend/tp.c): m is the
+ * rank's part (models/tp.h), tp (borrowed, outlives the backend) its side
+ * of the all-reduces and the logits' gather. */
+int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
+                          struct backend **out);
+
 #endif

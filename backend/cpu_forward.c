@@ -13,7 +13,11 @@
  * steps). */
 #include "backend/cpu_layer.h"
 
+#include "core/coll.h"
 #include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* By enum layer_mixer. */
 static const cpu_mixer_fn mixers[] = {
@@ -27,11 +31,12 @@ static const cpu_ffn_fn ffns[] = {
 };
 
 /* Sums a block's output y [n, w] over the ranks that each computed a part
- * of it: nothing in one process; where tensor parallelism will put its
- * all-reduce (the row-split matrices' partial sums meet here). */
+ * of it: nothing in one process; across tensor-parallel ranks the
+ * all-reduce of the column-split matrices' partial sums (backend/tp.c). */
 static void reduce(struct cpu_step *s, float *y, int64_t n, int64_t w)
 {
-    (void)s, (void)y, (void)n, (void)w;
+    if (s->tp)
+        ig_coll_allreduce_sum(y, n * w);
 }
 
 /* x += post_norm(proj) (the norm where the model has it: Gemma 3's). */
@@ -71,6 +76,38 @@ void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logi
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     ops_rmsnorm(x, &m->w[MODEL_OUTPUT_NORM], n, m->hp.n_embd, m->hp.norm_eps, b->xn);
     ops_matmul(ctx, &m->w[MODEL_OUTPUT], b->xn, n, logits); /* [n, n_vocab] */
-    if (m->hp.final_softcap > 0)
-        ops_softcap(logits, n * m->hp.n_vocab, m->hp.final_softcap);
+    if (m->hp.final_softcap > 0) /* (a tensor-parallel rank's head has its rows only) */
+        ops_softcap(logits, n * m->w[MODEL_OUTPUT].rows, m->hp.final_softcap);
+}
+
+void cpu_output_head_tp(struct cpu_step *s, const float *x, int64_t n, float *logits)
+{
+    struct cpu_tp *tp = s->tp;
+    if (n > tp->rows) { /* (every rank alike: the same step) */
+        float *p = realloc(tp->part, (size_t)(n * tp->n_v[tp->rank]) * sizeof *p);
+        if (p)
+            tp->part = p;
+        float *a = p && tp->rank == 0 ? realloc(tp->all, (size_t)(n * tp->n_vocab) * sizeof *a)
+                                      : tp->all;
+        if (!p || (tp->rank == 0 && !a))
+            ig_coll_abort(ig_error(IG_E_NOMEM, "rank %d: out of memory for %lld rows of logits",
+                                   tp->rank, (long long)n));
+        tp->all = a;
+        tp->rows = n;
+    }
+    cpu_output_head(s->ops, x, n, tp->part); /* [n, n_v[rank]] */
+    int64_t at = 0;
+    for (int r = 0; r < tp->n_ranks; r++) {
+        tp->cnt[r] = n * tp->n_v[r];
+        tp->at[r] = at;
+        at += tp->cnt[r];
+    }
+    ig_coll_gatherv(tp->part, n * tp->n_v[tp->rank], tp->all, tp->cnt, tp->at, 0);
+    if (tp->rank != 0)
+        return;
+    /* rank r's [n, n_v[r]] block into columns v0[r].. of each row */
+    for (int r = 0; r < tp->n_ranks; r++)
+        for (int64_t i = 0; i < n; i++)
+            memcpy(logits + i * tp->n_vocab + tp->v0[r], tp->all + tp->at[r] + i * tp->n_v[r],
+                   (size_t)tp->n_v[r] * sizeof *logits);
 }

@@ -7,7 +7,7 @@
  * decode rows of any number of sequences): each weight is read once per
  * step. The residual stream is ops_buffers.x [n, n_embd]; a mixer or an FFN
  * reads it and leaves its output in ops_buffers.proj [n, n_embd], which the
- * loop reduces (across tensor-parallel ranks, one day) and adds into x
+ * loop reduces (across tensor-parallel ranks: struct cpu_tp) and adds into x
  * through the layer's post norm. Covered by tests/cpu/ (numpy reference;
  * chunked vs one-row steps) and everything that runs `ignite` on the CPU. */
 #ifndef IGNITE_BACKEND_CPU_LAYER_H
@@ -21,6 +21,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A tensor-parallel rank's side of the forward (backend/tp.c): its model is
+ * its part (models/tp.h), the reduces all-reduce, the head's logits are
+ * gathered on rank 0. */
+struct cpu_tp {
+    int rank, n_ranks;
+    int64_t n_vocab;   /* the whole model's */
+    int64_t *v0, *n_v; /* [n_ranks] each rank's vocabulary rows */
+    int64_t *at, *cnt; /* [n_ranks] scratch: the gather's offsets and counts */
+    float *part;       /* [rows, n_v[rank]] this rank's logits */
+    float *all;        /* rank 0: [rows, n_vocab] the ranks' parts in rank order */
+    int64_t rows;      /* what part and all hold: grown to a step's rows wanting logits */
+};
+
 /* What a step's layer functions share: the run state, the cache and the
  * step in progress. */
 struct cpu_step {
@@ -29,6 +42,7 @@ struct cpu_step {
     const struct backend_batch *batch; /* the step's rows and sequences */
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */
+    struct cpu_tp *tp;                 /* NULL in one process */
 };
 
 /* ---- the loop (cpu_forward.c) --------------------------------------------- */
@@ -42,6 +56,10 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
 /* Final RMSNorm and output head (with the final soft-cap) of n residual
  * rows x [n, n_embd] into logits [n, n_vocab]. */
 void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits);
+
+/* cpu_output_head of a tensor-parallel rank: its vocabulary rows, gathered
+ * into rank 0's logits [n, n_vocab] (logits unused on the other ranks). */
+void cpu_output_head_tp(struct cpu_step *s, const float *x, int64_t n, float *logits);
 
 /* ---- the kinds of layer ------------------------------------------------------ */
 

@@ -269,4 +269,10 @@ int cli_line_edit_read(const char *prompt, char **line);
 void cli_line_edit_add(const char *msg);
 void cli_line_edit_close(void);
 
+/* `ignite info --tp N`: what each of N tensor-parallel ranks holds of m
+ * (cli/info_tp.c), on stdout. IG_OK, or the status of a split m cannot
+ * make (one line). */
+struct model;
+int cli_info_tp(const struct model *m, int n_ranks);
+
 #endif

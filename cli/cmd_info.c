@@ -12,6 +12,8 @@
  * test_hf_folder.py and tests/cli/test_args.sh (write errors). */
 #include "cli/cli.h"
 
+#include "backend/tp.h"
+
 #include "backend/backend.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -598,6 +600,8 @@ int cmd_info(int argc, char **argv)
         st = print_json(m->path, m->gguf, m, &in);
     else
         print_text(m, &in);
+    if (st == IG_OK && !json && backend_tp_asked() > 1)
+        st = cli_info_tp(m, backend_tp_asked());
     cli_stdout_ok(true); /* before model_free, while errno is the write's */
     info_free(&in);
     model_free(m);

@@ -111,8 +111,9 @@ enum tensor_kind {
  * share) replicated. The embedding table and the output head split by
  * vocabulary rows (Megatron's vocab-parallel embedding: each rank looks up
  * the ids in its range and the all-reduce fills in the rest; the head's
- * logits are gathered), which also keeps a tied pair split alike. Data
- * only for now: nothing splits yet. */
+ * logits are gathered), which also keeps a tied pair split alike.
+ * models/tp.c splits by this column; the embedding table is not split
+ * there yet: every rank reads the rows of its step's tokens. */
 enum tensor_split {
     TENSOR_SPLIT_NONE,    /* replicated on every rank */
     TENSOR_SPLIT_ROWS,    /* by output rows */

@@ -27,6 +27,10 @@ have python3 || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
 [ -f /usr/include/editline/readline.h ] || need+=(libedit-dev) # line editing in chat
+# MPI ranks: tensor parallelism (mpirun -np N ignite ...) and its tests
+[ -f /usr/include/x86_64-linux-gnu/mpi/mpi.h ] || [ -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] \
+    || need+=(libopenmpi-dev)
+have mpirun || need+=(openmpi-bin)
 if [ "$what" != run ]; then
     have clang || need+=(clang)
     # libFuzzer and clang's sanitizer runtimes

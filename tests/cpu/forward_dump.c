@@ -9,8 +9,12 @@
  * CHUNK if given), then one decode step per id of -d, then N greedy decode steps (each feeds
  * the argmax of the previous logits). OUT receives the float32 logits of the
  * last prefill position and of every decode step, back to back. The greedy
- * tokens go to stdout, one line "greedy: a b c"; timings to stderr. */
+ * tokens go to stdout, one line "greedy: a b c"; timings to stderr. Under
+ * mpirun the ranks run it tensor-parallel (backend/tp.h): rank 0 as above,
+ * the others follow (tests/tp/). */
 #include "backend/backend.h"
+#include "backend/tp.h"
+#include "core/coll.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "kvcache/kvcache.h"
@@ -58,7 +62,7 @@ static int write_logits(FILE *f, const float *logits, int64_t n)
     return IG_OK;
 }
 
-int main(int argc, char **argv)
+static int dump_main(int argc, char **argv)
 {
     char model_path[4096] = "";
     const char *out_path = NULL, *decode_arg = "";
@@ -166,5 +170,16 @@ done:
     free(table);
     backend_free(be);
     model_free(m);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    int st = ig_coll_start(&argc, &argv);
+    if (st != IG_OK)
+        return st;
+    st = ig_coll_rank() == 0 ? dump_main(argc, argv) : backend_tp_follow();
+    backend_tp_end();
+    ig_coll_finish();
     return st;
 }

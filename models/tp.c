@@ -1,0 +1,279 @@
+/* models/tp.c: a model's split across tensor-parallel ranks (models/tp.h):
+ * each rank's heads, KV heads, FFN columns and vocabulary rows, and the
+ * rank's part as a model of its own. Covered by tests/tp/. */
+#include "models/tp.h"
+
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* [*at, *at + *n) of n_all things split over ranks as evenly as they go,
+ * the lower ranks taking one more. */
+static void even(int64_t n_all, int rank, int n_ranks, int64_t *at, int64_t *n)
+{
+    int64_t q = n_all / n_ranks, rest = n_all % n_ranks;
+    *at = rank * q + (rank < rest ? rank : rest);
+    *n = q + (rank < rest);
+}
+
+/* The attention's share: whole KV groups per rank where there are enough,
+ * else one KV head per rank (replicated) and a part of its query heads. */
+static int attention_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
+                           struct model_tp_layer *s)
+{
+    int64_t kv = L->n_head_kv, gs = L->n_head / L->n_head_kv;
+    if (kv >= n_ranks) {
+        even(kv, rank, n_ranks, &s->kv0, &s->n_kv);
+        s->q0 = s->kv0 * gs;
+        s->n_q = s->n_kv * gs;
+        return IG_OK;
+    }
+    /* KV head g's ranks: those r with r * kv / n_ranks == g */
+    int64_t g = (int64_t)rank * kv / n_ranks, first = -1, count = 0;
+    for (int r = 0; r < n_ranks; r++)
+        if ((int64_t)r * kv / n_ranks == g) {
+            first = first < 0 ? r : first;
+            count++;
+        }
+    if (count > gs)
+        return ig_error(IG_E_USAGE, "--tp %d: layer %lld's KV head %lld has %lld query heads "
+                        "for %lld ranks (at most %lld ranks share a KV head's queries)",
+                        n_ranks, (long long)il, (long long)g, (long long)gs, (long long)count,
+                        (long long)gs);
+    int64_t at, n;
+    even(gs, rank - (int)first, (int)count, &at, &n);
+    s->kv0 = g;
+    s->n_kv = 1;
+    s->q0 = g * gs + at;
+    s->n_q = n;
+    return IG_OK;
+}
+
+int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out)
+{
+    const struct model_hparams *hp = &m->hp;
+    *out = (struct model_tp_part){.rank = rank, .n_ranks = n_ranks};
+    if (n_ranks < 1 || n_ranks > MODEL_TP_MAX_RANKS || rank < 0 || rank >= n_ranks)
+        return ig_error(IG_E_USAGE, "--tp %d: expected 1..%d ranks", n_ranks,
+                        MODEL_TP_MAX_RANKS);
+    if (hp->has_moe)
+        return ig_error(IG_E_USAGE, "--tp %d: a mixture of experts does not split across ranks "
+                        "yet (experts per rank: not done)", n_ranks);
+    out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
+    if (!out->layers)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    even(hp->n_vocab, rank, n_ranks, &out->v0, &out->n_v);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        struct model_tp_layer *s = &out->layers[il];
+        int st = attention_share(L, il, rank, n_ranks, s);
+        if (st != IG_OK) {
+            model_tp_part_free(out);
+            return st;
+        }
+        /* wo's columns start at the rank's first query head: on a block */
+        const struct quant_traits *wo = quant_traits_of(L->w[LAYER_WO].type);
+        const struct quant_traits *dn = quant_traits_of(L->w[LAYER_FFN_DOWN].type);
+        int64_t bo = wo->block_elems, bd = dn->block_elems;
+        if ((s->q0 * L->head_dim) % bo || (s->n_q * L->head_dim) % bo) {
+            model_tp_part_free(out);
+            return ig_error(IG_E_USAGE, "--tp %d: layer %lld's attention output (%s, blocks of "
+                            "%lld) cannot split at rank %d's heads %lld..%lld of %lld values",
+                            n_ranks, (long long)il, quant_type_name(L->w[LAYER_WO].type),
+                            (long long)bo, rank, (long long)s->q0,
+                            (long long)(s->q0 + s->n_q - 1), (long long)L->head_dim);
+        }
+        int64_t units = L->n_ff / bd;
+        if (units < n_ranks) {
+            model_tp_part_free(out);
+            return ig_error(IG_E_USAGE, "--tp %d: layer %lld's FFN of %lld columns has %lld "
+                            "blocks of %lld (%s), fewer than the ranks", n_ranks, (long long)il,
+                            (long long)L->n_ff, (long long)units, (long long)bd,
+                            quant_type_name(L->w[LAYER_FFN_DOWN].type));
+        }
+        even(units, rank, n_ranks, &s->ff0, &s->n_ff);
+        s->ff0 *= bd;
+        s->n_ff *= bd;
+    }
+    return IG_OK;
+}
+
+void model_tp_part_free(struct model_tp_part *p)
+{
+    free(p->layers);
+    p->layers = NULL;
+}
+
+/* ---- the part as a model ---------------------------------------------------- */
+
+struct shard {
+    struct model m; /* first: the shard is handed out as this */
+    void **copies;  /* the column-split matrices' copies */
+    int64_t n_copies;
+};
+
+/* The range of a split dimension this part holds: [*at, *at + *n). */
+static void dim_range(const struct model_layer *L, const struct model_tp_layer *s,
+                      enum tensor_dim d, int64_t *at, int64_t *n)
+{
+    switch (d) {
+    case TENSOR_DIM_Q:
+        *at = s->q0 * L->head_dim, *n = s->n_q * L->head_dim;
+        return;
+    case TENSOR_DIM_KV:
+        *at = s->kv0 * L->head_dim, *n = s->n_kv * L->head_dim;
+        return;
+    case TENSOR_DIM_FF:
+        *at = s->ff0, *n = s->n_ff;
+        return;
+    default:
+        IG_ASSERT(!"a split along a dimension tensor parallelism does not split");
+    }
+}
+
+/* w's rows [r0, r0 + n): a view into the same memory. */
+static struct model_weight rows_of(const struct model_weight *w, int64_t r0, int64_t n)
+{
+    struct model_weight v = *w;
+    v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    v.rows = n;
+    return v;
+}
+
+/* A bias's elements [c0, c0 + n) (f32): a view. */
+static struct model_weight bias_of(const struct model_weight *w, int64_t c0, int64_t n)
+{
+    struct model_weight v = *w;
+    IG_ASSERT(w->type == QUANT_F32 && w->rows == 1);
+    v.data = (const float *)w->data + c0;
+    v.cols = n;
+    v.row_bytes = (size_t)n * sizeof(float);
+    return v;
+}
+
+/* Bytes of a row of w's columns [c0, c0 + n) (whole blocks). */
+static size_t cols_bytes(const struct model_weight *w, int64_t n)
+{
+    return quant_row_bytes(w->type, n);
+}
+
+/* w's columns [c0, c0 + n) of every row, copied into *copy (owned by the
+ * caller). */
+static int cols_of(const struct model_weight *w, int64_t c0, int64_t n, struct model_weight *out,
+                   void **copy)
+{
+    size_t rb = cols_bytes(w, n), skip = quant_row_bytes(w->type, c0);
+    IG_ASSERT(rb > 0 && (c0 == 0 || skip > 0));
+    char *d = malloc((size_t)w->rows * rb);
+    if (!d)
+        return ig_error(IG_E_NOMEM, "out of memory for a %lld x %lld part of a weight",
+                        (long long)w->rows, (long long)n);
+    for (int64_t r = 0; r < w->rows; r++)
+        memcpy(d + (size_t)r * rb, (const char *)w->data + (size_t)r * w->row_bytes + skip, rb);
+    *out = *w;
+    out->data = d;
+    out->cols = n;
+    out->row_bytes = rb;
+    *copy = d;
+    return IG_OK;
+}
+
+void model_tp_shard_free(struct model *shard)
+{
+    if (!shard)
+        return;
+    struct shard *s = (struct shard *)shard;
+    for (int64_t i = 0; i < s->n_copies; i++)
+        free(s->copies[i]);
+    free(s->copies);
+    free(s->m.layers);
+    free(s);
+}
+
+int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct model **out)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    struct shard *s = calloc(1, sizeof *s);
+    if (!s)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    s->m = *m;
+    s->m.gguf = NULL; /* m's: read through m */
+    s->m.hf = NULL;
+    s->m.layers = malloc((size_t)hp->n_layer * sizeof *s->m.layers);
+    s->copies = calloc((size_t)hp->n_layer * 2, sizeof *s->copies);
+    if (!s->m.layers || !s->copies) {
+        model_tp_shard_free(&s->m);
+        return ig_error(IG_E_NOMEM, "out of memory");
+    }
+    s->m.w[MODEL_OUTPUT] = rows_of(&m->w[MODEL_OUTPUT], p->v0, p->n_v);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct model_tp_layer *t = &p->layers[il];
+        struct model_layer *S = &s->m.layers[il];
+        *S = *L;
+        S->n_head = t->n_q;
+        S->n_head_kv = t->n_kv;
+        S->n_ff = t->n_ff;
+        struct model_tensor_it it;
+        model_tensors_begin_layer(&it, m, il, MODEL_TENSORS_LAYERS);
+        while (model_tensors_next(&it)) {
+            const struct model_weight *w = it.w;
+            struct model_weight *o = &S->w[it.t->role];
+            int64_t at, n;
+            if (!w->data || it.t->split == TENSOR_SPLIT_NONE)
+                continue;
+            if (it.t->split == TENSOR_SPLIT_ROWS && it.t->kind == TENSOR_BIAS) {
+                dim_range(L, t, it.t->cols, &at, &n);
+                *o = bias_of(w, at, n);
+            } else if (it.t->split == TENSOR_SPLIT_ROWS) {
+                dim_range(L, t, it.t->rows, &at, &n);
+                *o = rows_of(w, at, n);
+            } else if (it.t->split == TENSOR_SPLIT_COLS) {
+                dim_range(L, t, it.t->cols, &at, &n);
+                int st = cols_of(w, at, n, o, &s->copies[s->n_copies]);
+                if (st != IG_OK) {
+                    model_tp_shard_free(&s->m);
+                    return st;
+                }
+                s->n_copies++;
+            } else {
+                model_tp_shard_free(&s->m);
+                return ig_error(IG_E_USAGE, "tensor parallelism: %s splits by experts (not done)",
+                                it.t->gguf);
+            }
+        }
+    }
+    *out = &s->m;
+    return IG_OK;
+}
+
+size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p)
+{
+    size_t bytes = (size_t)p->n_v * m->w[MODEL_OUTPUT].row_bytes;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
+        const struct model_weight *w = it.w;
+        if (it.layer < 0 || !w->data)
+            continue;
+        const struct model_layer *L = &m->layers[it.layer];
+        const struct model_tp_layer *t = &p->layers[it.layer];
+        int64_t at, n;
+        if (it.t->split == TENSOR_SPLIT_NONE) {
+            bytes += model_weight_size(w);
+        } else if (it.t->split == TENSOR_SPLIT_ROWS && it.t->kind == TENSOR_BIAS) {
+            dim_range(L, t, it.t->cols, &at, &n);
+            bytes += (size_t)n * sizeof(float);
+        } else if (it.t->split == TENSOR_SPLIT_ROWS) {
+            dim_range(L, t, it.t->rows, &at, &n);
+            bytes += (size_t)n * w->row_bytes;
+        } else if (it.t->split == TENSOR_SPLIT_COLS) {
+            dim_range(L, t, it.t->cols, &at, &n);
+            bytes += (size_t)w->rows * cols_bytes(w, n);
+        }
+    }
+    /* the per-model norms */
+    bytes += model_weight_size(&m->w[MODEL_OUTPUT_NORM]);
+    return bytes;
+}

@@ -1,0 +1,64 @@
+/* models/tp.h: how a model splits across tensor-parallel ranks, and one
+ * rank's part of it as a model of its own.
+ *
+ * Megatron's split, by the split column of the table of tensors
+ * (models/tensors.c): Q, K, V (and their biases), gate and up by output
+ * rows, the attention output and down projections by input columns, the
+ * output head by vocabulary rows; norms and the embedding table (read by
+ * token id: a rank reads only the rows of its step's tokens) on every rank.
+ * A rank holds whole query heads with the KV heads they read: KV heads are
+ * split where there are at least as many as ranks (query heads follow
+ * their KV head), else each KV head is replicated on the ranks that share
+ * its query heads. Heads, FFN columns (in whole blocks of the down
+ * projection's type) and vocabulary rows that do not divide are split as
+ * evenly as they go, lower ranks taking one more.
+ *
+ * A rank's part (model_tp_shard) is a struct model whose layers have the
+ * rank's heads, KV heads and FFN width and whose weights are those parts:
+ * row ranges point into the mapped file (nothing else of it is read), the
+ * column-split matrices are copies of the rank's columns. The forward runs
+ * it unchanged; backend/tp.c adds the all-reduces and the logits' gather.
+ * Covered by tests/tp/. */
+#ifndef IGNITE_MODELS_TP_H
+#define IGNITE_MODELS_TP_H
+
+#include "models/model.h"
+
+#include <stdint.h>
+
+/* Most ranks a job may have (sizes of per-rank arrays in messages). */
+#define MODEL_TP_MAX_RANKS 256
+
+/* One rank's share of one layer. */
+struct model_tp_layer {
+    int64_t q0, n_q;   /* query heads [q0, q0 + n_q) */
+    int64_t kv0, n_kv; /* the KV heads they read */
+    int64_t ff0, n_ff; /* FFN columns */
+};
+
+/* One rank's share of a model. */
+struct model_tp_part {
+    int rank, n_ranks;
+    int64_t v0, n_v;               /* output head: vocabulary rows [v0, v0 + n_v) */
+    struct model_tp_layer *layers; /* [n_layer], owned */
+};
+
+/* Rank `rank`'s share of m over n_ranks ranks. IG_OK, or IG_E_USAGE after
+ * one line where m cannot split so (more ranks than KV groups' query
+ * heads, a column split off its type's blocks, a mixture of experts),
+ * IG_E_NOMEM. Free with model_tp_part_free. */
+int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out);
+void model_tp_part_free(struct model_tp_part *p);
+
+/* The model of part p of m: borrows m's mapped weights (m outlives it),
+ * owns its layers and column copies. IG_OK or IG_E_NOMEM. Free with
+ * model_tp_shard_free (never model_free). */
+int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct model **out);
+void model_tp_shard_free(struct model *shard);
+
+/* Bytes of the weights a rank reads for its part: its slices of the
+ * matrices, the replicated norms and biases (the embedding table's rows
+ * are read by token and not counted). */
+size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p);
+
+#endif

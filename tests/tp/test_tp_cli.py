@@ -1,0 +1,218 @@
+"""tests/tp/test_tp_cli.py: `ignite` under mpirun against one process
+(--exact, greedy), 2 and 3 ranks: `run`'s text byte for byte on SmolLM2 and
+Gemma 3 270M; a batch of 16 requests (SmolLM2) request by request; saved
+caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
+3; saved by one process, loaded at 2), each continuation's text equal;
+`info --tp N`; and the failures: --tp without mpirun (how to launch, exit
+2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
+(IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
+(exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
+rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang), a
+rank stopped mid-run (the watchdog, IGNITE_TP_WATCHDOG=5: exit 7).
+Greedy steps that are near ties (one process's top two logits within 1e-4)
+are test_tp_logits.py's: none occur on these prompts, so the texts must be
+equal. Under the sanitizers: run's text on SmolLM2 alone, the batch at 2 ranks.
+Usage: test_tp_cli.py   (363 s at load average 14 on 2 cores)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
+
+IGNITE = os.environ.get("IGNITE_BIN", "ignite")
+# seconds a run may take before the test calls it a hang (the sanitizers' build
+# runs a batch of 16 on one process in minutes on a loaded machine)
+LIMIT = 900 if sanitized() else 120
+
+
+def check(cond, what):
+    _check(cond, what)
+    return cond
+
+
+def run(mpirun, n, args, **kw):
+    argv = [IGNITE] + args
+    if n == 1:
+        return subprocess.run(argv, capture_output=True, timeout=LIMIT, **kw)
+    return mpi(mpirun, n, argv, timeout=LIMIT, **kw)
+
+
+def gen(model, prompt, n_predict, *extra):
+    return ["run", "-m", model, "--exact", "--temp", "0", "-t", "1", "-p", prompt,
+            "-n", str(n_predict), *extra]
+
+
+def texts(mpirun):
+    real = ((model_path(), "SmolLM2"), (gemma3_path(), "Gemma 3 270M"))
+    for path, name in real[:1] if sanitized() else real:  # (the sanitizers: ~30x slower)
+        if not os.path.exists(path):
+            print(f"{name}: {path} absent, not run", file=sys.stderr)
+            continue
+        args = gen(path, "The three largest cities of Europe are", 6 if sanitized() else 16)
+        one = run(mpirun, 1, args)
+        check(one.returncode == 0 and one.stdout, f"{name}: one process: {one.stderr[-300:]}")
+        for n in (2, 3):
+            tp = run(mpirun, n, args)
+            check(tp.returncode == 0, f"{name}, {n} ranks: exit {tp.returncode}: "
+                  f"{tp.stderr[-300:]}")
+            check(tp.stdout == one.stdout, f"{name}, {n} ranks: text {tp.stdout!r} != one "
+                  f"process's {one.stdout!r}")
+
+
+def batch(mpirun, tmp):
+    path = model_path()
+    if not os.path.exists(path):
+        return
+    words = ["red", "seven", "river", "Paris", "code", "music", "winter", "apple"]
+    reqs = [{"id": i, "prompt": f"Write about {words[i % 8]} number {i}:",
+             "n_predict": 3 + i % 5, "temperature": 0} for i in range(16)]
+    f = os.path.join(tmp, "reqs.jsonl")
+    with open(f, "w") as out:
+        out.write("".join(json.dumps(r) + "\n" for r in reqs))
+    args = ["batch", "-m", path, "--exact", "-t", "1", "-P", "6", "-b", "32", "--ordered",
+            "-f", f]
+
+    def results(r):
+        rows = [json.loads(line) for line in r.stdout.decode().splitlines()]
+        return [(o["id"], o["text"], o["stop"], o["tokens"]) for o in rows]
+
+    one = run(mpirun, 1, args)
+    check(one.returncode == 0, f"batch, one process: {one.stderr[-300:]}")
+    want = results(one)
+    check(len(want) == 16, f"batch: {len(want)} results of 16")
+    for n in (2,) if sanitized() else (2, 3):
+        tp = run(mpirun, n, args)
+        check(tp.returncode == 0, f"batch, {n} ranks: exit {tp.returncode}: {tp.stderr[-300:]}")
+        got = results(tp)
+        diff = [g for g, w in zip(got, want) if g != w]
+        check(len(got) == 16 and not diff, f"batch, {n} ranks: {len(diff)} requests differ, "
+              f"first {diff[:1]}")
+
+
+def caches(mpirun, tmp):
+    path = model_path()
+    if not os.path.exists(path):
+        return
+    saved = {}
+    for n in (1, 2):
+        saved[n] = os.path.join(tmp, f"saved{n}.kv")
+        r = run(mpirun, n, gen(path, "The sky over the sea is", 8, "--save-kv", saved[n]))
+        check(r.returncode == 0, f"--save-kv at {n} ranks: {r.stderr[-300:]}")
+    cont = gen(path, " and the grass", 10, "--load-kv")
+
+    def loaded(n, f):
+        r = run(mpirun, n, cont[:-1] + ["--load-kv", f])
+        check(r.returncode == 0, f"--load-kv {os.path.basename(f)} at {n} ranks: "
+              f"{r.stderr[-300:]}")
+        return r.stdout
+
+    want = loaded(1, saved[1])
+    check(bool(want), "--load-kv: no text")
+    for n, f in ((1, saved[2]), (3, saved[2]), (2, saved[1])):
+        got = loaded(n, f)
+        check(got == want, f"cache saved at {2 if f == saved[2] else 1} rank(s), loaded at "
+              f"{n}: {got!r} != {want!r}")
+
+
+def one_line(stderr, *words):
+    lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.startswith("ignite:")]
+    return len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+def failures(mpirun, tmp):
+    path = model_path()
+    r = subprocess.run([IGNITE, "run", "-m", path, "--tp", "2", "-p", "x"], capture_output=True,
+                       env=sanitizer_env(),
+                       timeout=LIMIT)
+    ok, lines = one_line(r.stderr, "mpirun -np 2")
+    check(r.returncode == 2 and ok, f"--tp 2 without mpirun: exit {r.returncode}, {lines}")
+    r = run(mpirun, 2, ["run", "-m", path, "--tp", "3", "-p", "x", "-n", "1"])
+    ok, lines = one_line(r.stderr, "--tp 3", "2 ranks")
+    check(r.returncode == 2 and ok, f"--tp 3 on 2 ranks: exit {r.returncode}, {lines}")
+    # MPMD: rank 0 as usual, rank 1 told to read another file
+    base = [mpirun, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    args = [IGNITE] + gen(path, "Hello", 4)
+    for other, status, words in ((os.path.join(tmp, "absent.gguf"), 3, ["rank 1 of 2"]),
+                                 (gemma3_path(), 4, ["rank 1 of 2", "not rank 0's model"])):
+        if not os.path.exists(other) and status == 4:
+            continue
+        t = time.time()
+        r = subprocess.run(base + ["-np", "1"] + args + [":", "-np", "1", "-x",
+                           f"IGNITE_TP_MODEL={other}"] + args, capture_output=True,
+                           env=sanitizer_env(), timeout=LIMIT)
+        ok, lines = one_line(r.stderr, *words)
+        check(r.returncode == status and ok and not r.stdout,
+              f"{os.path.basename(other)} on rank 1: exit {r.returncode} (want {status}), "
+              f"{lines}, stdout {r.stdout[:80]!r}")
+        print(f"{os.path.basename(other)} on rank 1: exit {r.returncode} in "
+              f"{time.time() - t:.1f} s: {lines}", file=sys.stderr)
+    if not sanitized():  # (ASan's shadow memory does not live under ulimit -v)
+        # rank 1 out of memory: 400 MB of address space holds MPI and the model, not the
+        # buffers of 512-row steps
+        t = time.time()
+        r = subprocess.run(base + ["-np", "1"] + args + ["-c", "4096", ":", "-np", "1", "sh",
+                           "-c", f"ulimit -v 400000; exec {IGNITE} run"], capture_output=True,
+                           env=sanitizer_env(), timeout=LIMIT)
+        ok, lines = one_line(r.stderr, "rank 1 of 2", "out of memory")
+        check(r.returncode == 5 and ok, f"rank 1 out of memory: exit {r.returncode}, {lines}")
+        print(f"rank 1 out of memory: exit {r.returncode} in {time.time() - t:.1f} s: {lines}",
+              file=sys.stderr)
+    r = run(mpirun, 2, gen(os.path.join(tmp, "absent.gguf"), "Hello", 4))
+    check(r.returncode == 3, f"a bad file on every rank: exit {r.returncode}")
+    # rank 1 killed (SIGKILL) a second into a long generation
+    t = time.time()
+    cmd = " ".join(f"'{a}'" for a in gen(path, "Once upon a time", 4000))
+    killer = f"(sleep 1; kill -9 $$) & exec {IGNITE} {cmd}"
+    try:
+        r = subprocess.run(base + ["-np", "1", IGNITE] + gen(path, "Once upon a time", 4000) +
+                           [":", "-np", "1", "sh", "-c", killer], capture_output=True,
+                           env=sanitizer_env(), timeout=LIMIT)
+        check(r.returncode != 0, "a killed rank: the job exited 0")
+        print(f"rank 1 killed: the job ended with exit {r.returncode} in {time.time() - t:.1f} s",
+              file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        check(False, f"a killed rank: the job still ran after {LIMIT} s (a hang)")
+    # rank 1 stopped (SIGSTOP: alive, silent): the watchdog ends the job, exit 7
+    t = time.time()
+    stopper = f"(sleep 1; kill -STOP $$) & exec {IGNITE} {cmd}"
+    try:
+        r = subprocess.run(base + ["-np", "1", IGNITE] + gen(path, "Once upon a time", 4000) +
+                           [":", "-np", "1", "sh", "-c", stopper], capture_output=True,
+                           env=dict(sanitizer_env(), IGNITE_TP_WATCHDOG="5"), timeout=LIMIT)
+        check(r.returncode == 7 and b"no answer from the other ranks" in r.stderr,
+              f"a stopped rank: exit {r.returncode}, {r.stderr[-300:]!r}")
+        print(f"rank 1 stopped: the job ended with exit {r.returncode} in "
+              f"{time.time() - t:.1f} s", file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        check(False, f"a stopped rank: the job still ran after {LIMIT} s (a hang)")
+
+
+def info():
+    r = subprocess.run([IGNITE, "info", "-m", model_path(), "--tp", "3"], capture_output=True,
+                       env=sanitizer_env(),
+                       text=True, timeout=LIMIT)
+    ranks = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("rank ")]
+    check(r.returncode == 0 and len(ranks) == 3, f"info --tp 3: {r.stdout[-400:]}")
+    check(all("query heads" in ln and "MiB" in ln for ln in ranks), f"info --tp 3: {ranks}")
+
+
+def main():
+    mpirun = mpirun_or_skip()
+    tmp = tempfile.mkdtemp()
+    for name, fn in (("texts", lambda: texts(mpirun)), ("batch", lambda: batch(mpirun, tmp)),
+                     ("caches", lambda: caches(mpirun, tmp)),
+                     ("failures", lambda: failures(mpirun, tmp)), ("info", info)):
+        t = time.time()
+        fn()
+        print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr)
+    return summary("test_tp_cli")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

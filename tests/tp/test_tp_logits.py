@@ -1,0 +1,126 @@
+"""tests/tp/test_tp_logits.py: tensor parallelism's forward against one
+process on the exact path (IGNITE_MATMUL=exact: f32 matmuls): 2 and 3 ranks
+(mpirun), the real test models (SmolLM2: 9 query / 3 KV heads; Gemma 3 270M:
+4 / 1, the KV head replicated) and synthetic GQA models (tests/pylib/archgen.py:
+Qwen2's Q/K/V biases split with their rows, 8 / 2 heads at 3 ranks (two ranks
+share a KV head), 6 / 3 heads, Gemma 3's head norms and window). Each case
+prefills a prompt in chunks, then greedy steps (forward_dump); every step's
+logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
+and the greedy tokens equal, except at a step where one process's top two
+logits lie within 1e-4 (the ranks' sums are added in another order): such a
+step is named and the comparison of that case ends there. Under the
+sanitizers: SmolLM2 and the synthetic models only, 2 greedy steps.
+Usage: test_tp_logits.py FORWARD_DUMP   (29 s at load average 5 on 2 cores, 228 s
+at 14)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from archgen import write_model  # noqa: E402
+from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
+import gguf  # noqa: E402
+from tplib import mpi, mpirun_or_skip  # noqa: E402
+
+REL = 1e-5
+TIE = 1e-4
+U32 = gguf.GGUFValueType.UINT32
+
+
+def check(cond, what):
+    """igtest.check that also returns cond."""
+    _check(cond, what)
+    return cond
+
+
+def dump(mpirun, n, dumper, model, ids, chunk, greedy, out):
+    argv = [dumper, "-m", model, "-o", out, "-t", "1", "-c", str(chunk), "-g", str(greedy),
+            ",".join(map(str, ids))]
+    env = dict(os.environ, IGNITE_MATMUL="exact")
+    r = mpi(mpirun, n, argv, env=env, text=True) if n > 1 else \
+        subprocess.run(argv, capture_output=True, env=env, text=True)
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+        return None, None
+    toks = [int(t) for t in r.stdout.split("greedy:")[1].split()] if greedy else []
+    return toks, out
+
+
+def compare(name, n, one, tp, n_vocab):
+    (t1, f1), (tn, fn) = one, tp
+    if not check(fn is not None, f"{name}, {n} ranks: the run failed"):
+        return
+    a = np.fromfile(f1, dtype=np.float32).reshape(-1, n_vocab)
+    b = np.fromfile(fn, dtype=np.float32).reshape(-1, n_vocab)
+    check(a.shape == b.shape, f"{name}, {n} ranks: {b.shape} logits, one process {a.shape}")
+    worst = 0.0
+    for i in range(min(len(a), len(b))):
+        rel = float(np.max(np.abs(a[i] - b[i])) / np.max(np.abs(a[i])))
+        worst = max(worst, rel)
+        if not check(rel <= REL, f"{name}, {n} ranks, step {i}: relative error {rel:.2e}"):
+            return
+        if i < len(t1):  # logits a[i] chose token t1[i]
+            if t1[i] != tn[i]:
+                top = np.sort(a[i])[-2:]
+                gap = float(top[1] - top[0])
+                check(gap < TIE, f"{name}, {n} ranks, greedy step {i}: {tn[i]} != {t1[i]} "
+                      f"(top-two gap {gap:.2e})")
+                print(f"{name}, {n} ranks: greedy step {i} is a near tie ({gap:.2e}): "
+                      "compared up to it", file=sys.stderr)
+                return
+    print(f"{name}, {n} ranks: {len(a)} steps, tokens equal, largest relative error "
+          f"{worst:.1e}", file=sys.stderr)
+
+
+def main():
+    dumper = sys.argv[1]
+    mpirun = mpirun_or_skip()
+    tmp = tempfile.mkdtemp()
+    cases = []
+    real = ((model_path(), "SmolLM2"), (gemma3_path(), "Gemma 3 270M"))
+    for path, name in real[:1] if sanitized() else real:  # (the sanitizers: ~30x slower)
+        if os.path.exists(path):
+            ids = [1, 504, 3458, 282, 4649, 314, 253, 1345, 30, 2, 444, 1171, 12345, 990] * 3
+            cases.append((name, path, ids, 16, 2 if sanitized() else 6))
+        else:
+            print(f"{name}: {path} absent, not run", file=sys.stderr)
+    syn = [
+        ("qwen2 biases, 8 q / 2 kv", dict(arch="qwen2", n_head=8, n_head_kv=2, head_dim=16,
+                                          n_embd=64, n_ff=96, tied=False)),
+        ("llama 6 q / 3 kv", dict(arch="llama", n_head=6, n_head_kv=3, head_dim=32,
+                                  n_embd=96, n_ff=128)),
+        ("gemma3 4 q / 1 kv, window 8", dict(arch="gemma3", n_head=4, n_head_kv=1, head_dim=32,
+                                              n_embd=64, n_ff=96, n_layer=3,
+                                              keys={"attention.sliding_window": (8, U32)})),
+    ]
+    for i, (name, kw) in enumerate(syn):
+        p = os.path.join(tmp, f"syn{i}.gguf")
+        write_model(p, seed=i + 1, **kw)
+        ids = list(np.random.default_rng(i).integers(0, 48, 30))
+        cases.append((name, p, ids, 7, 5))
+    for name, path, ids, chunk, greedy in cases:
+        one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
+        if not check(one[1] is not None, f"{name}: one process failed"):
+            continue
+        n_vocab = vocab_of(path)
+        for n in (2, 3):
+            tp = dump(mpirun, n, dumper, path, ids, chunk, greedy,
+                      os.path.join(tmp, f"tp{n}.f32"))
+            compare(name, n, one, tp, n_vocab)
+    return summary("test_tp_logits")
+
+
+def vocab_of(path):
+    r = gguf.GGUFReader(path)
+    for t in r.tensors:
+        if t.name == "token_embd.weight":
+            return int(t.shape[1])
+    raise ValueError("no token_embd")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
