@@ -13,7 +13,8 @@
  *   S_t = e^(g_t) S_(t-1) + k_t (beta_t (v_t - e^(g_t) S_(t-1)^T k_t))^T,
  *   o_t = S_t^T q_t
  *
- * A prompt chunk runs in the chunked form (chunks of DN_CHUNK rows: within
+ * A prompt chunk runs in the chunked form (chunks of DN_CHUNK positions,
+ * ending at multiples of DN_CHUNK: within
  * a chunk the WY / UT transform T = (I + strictly-lower(beta k k^T decay))^-1
  * makes the chunk's corrections at once, and the state is carried from one
  * chunk to the next: the Gated DeltaNet paper's form, transformers'
@@ -273,9 +274,13 @@ static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
                 step_row(j, S, q->row0 + t, h, sc);
             continue;
         }
-        for (int64_t t = 0; t < q->n_rows; t += DN_CHUNK)
-            chunk_rows(j, S, q->row0 + t, q->n_rows - t < DN_CHUNK ? q->n_rows - t : DN_CHUNK,
-                       h, sc);
+        /* chunks end at multiples of DN_CHUNK positions: a prompt split
+         * into steps at such multiples runs the same chunks, bit for bit */
+        for (int64_t t = 0, c; t < q->n_rows; t += c) {
+            c = DN_CHUNK - (q->pos0 + t) % DN_CHUNK;
+            c = q->n_rows - t < c ? q->n_rows - t : c;
+            chunk_rows(j, S, q->row0 + t, c, h, sc);
+        }
     }
 }
 
@@ -327,11 +332,11 @@ static void trace(const struct dn_job *j)
     for (int64_t i = 0; i < j->s->batch->n_seqs; i++) {
         const struct backend_seq *q = &j->s->batch->seqs[i];
         bool rec = j->recurrent || q->n_rows == 1;
+        int64_t end = q->pos0 + q->n_rows; /* chunks end at multiples of DN_CHUNK */
+        long long chunks = (long long)((end + DN_CHUNK - 1) / DN_CHUNK - q->pos0 / DN_CHUNK);
         fprintf(stderr, "deltanet: layer %lld slot %d pos %lld rows %lld %s %lld\n",
                 (long long)j->layer, q->slot, (long long)q->pos0, (long long)q->n_rows,
-                rec ? "recurrent" : "chunked", rec ? (long long)q->n_rows
-                                                   : (long long)((q->n_rows + DN_CHUNK - 1) /
-                                                                 DN_CHUNK));
+                rec ? "recurrent" : "chunked", rec ? (long long)q->n_rows : chunks);
     }
 }
 
