@@ -20,10 +20,18 @@ Q4_K_M.
 - The chunked form runs: IGNITE_DELTANET_TRACE names the form of each
   sequence's rows in each DeltaNet layer: the 150-row step "chunked 3" in
   all 3 layers, each decode row "recurrent 1".
+- The engine (with llama.cpp's qwen35 vocabulary, models/ggml-vocab-qwen35.gguf
+  of scripts/fetch-model.sh llama-src; skipped without it): `ignite batch`
+  of 4 greedy requests gives the same texts one at a time (-P 1) as 4 at
+  once in steps of 5 or 9 rows (each sequence's state in its own slot); a
+  prompt saved with --save-kv and continued with --load-kv gives the text of
+  the whole prompt run at once (the file carries the DeltaNet state); --lookup
+  is refused in one line, exit 2 (a recurrent state cannot roll back).
 - Bad files: value heads not a multiple of key heads, a missing ssm key, a
   missing DeltaNet weight: one line naming it, exit 4 (`ignite info`).
 Usage: test_deltanet.py FORWARD_DUMP IGNITE
 """
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +44,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import random_gguf  # noqa: E402
 import randgguf_qwen35  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+from igtest import cache_dir  # noqa: E402
 from ref_deltanet import Qwen35Ref  # noqa: E402
 
 BOUND = 1e-4
@@ -182,6 +192,62 @@ def bad_files(ignite, tmp):
     return ok
 
 
+def vocab_path():
+    src = os.environ.get("LLAMA_SRC") or os.path.join(
+        cache_dir(), "llama-src", "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
+    path = os.path.join(src, "models", "ggml-vocab-qwen35.gguf")
+    return path if os.path.isfile(path) else None
+
+
+def ignite_text(ignite, args, stdin=None):
+    res = subprocess.run([ignite, *args], capture_output=True, text=True, input=stdin)
+    return res.returncode, res.stdout, res.stderr
+
+
+def engine_cases(ignite, tmp):
+    vocab = vocab_path()
+    if not vocab:
+        print("skip   engine cases: no models/ggml-vocab-qwen35.gguf (fetch-model.sh llama-src)")
+        return True
+    path = os.path.join(tmp, "qwen35-vocab.gguf")
+    random_gguf.write(path, "tiny", "Q4_K_M", seed=5, arch="qwen35", vocab_from=vocab)
+    ok = True
+    reqs = "".join(json.dumps({"prompt": p, "n_predict": 12}) + "\n" for p in (
+        "The quick brown fox jumps over", "Once upon a time in a land far away there lived",
+        "1, 2, 3, 4,", "Hello"))
+    texts = {}
+    for label, opts in (("-P 1", ["-P", "1"]), ("-P 4 -b 5", ["-P", "4", "-b", "5"]),
+                        ("-P 4 -b 9", ["-P", "4", "-b", "9"])):
+        rc, out, err = ignite_text(ignite, ["batch", "-m", path, "--temp", "0", "-t", "2",
+                                            *opts], reqs)
+        objs = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+        texts[label] = {o.get("id"): o.get("text") for o in objs if "text" in o}
+        if rc != 0 or len(texts[label]) != 4:
+            print(f"FAIL batch {label}: exit {rc}, {len(texts[label])} texts: {err[-300:]}")
+            ok = False
+    if ok and not (texts["-P 1"] == texts["-P 4 -b 5"] == texts["-P 4 -b 9"]):
+        print(f"FAIL batch: texts differ with the batch: {texts}")
+        ok = False
+    kv = os.path.join(tmp, "a.kv")
+    head, tail = "Once upon a time in a land far away", " there lived a king"
+    r1 = ignite_text(ignite, ["run", "-m", path, "-p", head, "--prompt-only", "--save-kv", kv])
+    r2 = ignite_text(ignite, ["run", "-m", path, "--load-kv", kv, "-p", tail, "-n", "10",
+                              "--temp", "0"])
+    r3 = ignite_text(ignite, ["run", "-m", path, "-p", head + tail, "-n", "10", "--temp", "0"])
+    if r1[0] or r2[0] or r3[0] or r2[1] != r3[1] or not r3[1]:
+        print(f"FAIL --save-kv / --load-kv: {r2[1]!r} vs the whole prompt's {r3[1]!r} "
+              f"({r1[2][-200:]} {r2[2][-200:]})")
+        ok = False
+    rc, _, err = ignite_text(ignite, ["run", "-m", path, "-p", head, "-n", "4", "--lookup"])
+    lines = err.strip().splitlines()
+    if rc != 2 or len(lines) != 1 or "recurrent state" not in lines[0]:
+        print(f"FAIL --lookup on qwen35: exit {rc}, {err!r}")
+        ok = False
+    print(f"{'ok' if ok else 'FAILED':6} engine: batch texts the same at -P 1 and 4 (steps of "
+          "5, 9 rows), --load-kv continues the saved state, --lookup refused")
+    return ok
+
+
 def main():
     tool, ignite = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(5)
@@ -201,6 +267,7 @@ def main():
             ok &= chunk_sizes(tool, path, name, prompt, fixed, tmp)
             if qtype == "F16":
                 ok &= chunked_form_runs(tool, path, prompt, tmp)
+        ok &= engine_cases(ignite, tmp)
         ok &= bad_files(ignite, tmp)
     return 0 if ok else 1
 
