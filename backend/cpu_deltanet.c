@@ -34,6 +34,7 @@
 
 #include "core/status.h"
 #include "ops/qmatmul.h"
+#include "ops/simd.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ static float sigmoidf(float x)
 
 /* ---- the convolution: items are (sequence, block of 64 channels) ------------ */
 
+OPS_SIMD_CLONES
 static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
     (void)thread;
@@ -80,27 +82,34 @@ static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
     const float *w = j->L->w[LAYER_DN_CONV].data; /* [C, K] */
     for (int64_t it = i0; it < i1; it++) {
         const struct backend_seq *q = &j->s->batch->seqs[it / nblk];
-        int64_t c0 = it % nblk * 64, c1 = c0 + 64 < j->C ? c0 + 64 : j->C;
+        int64_t c0 = it % nblk * 64, nc = c0 + 64 < j->C ? 64 : j->C - c0;
         float *st = conv_state(j, q->slot);
-        for (int64_t c = c0; c < c1; c++) {
-            float hist[64]; /* the last K - 1 inputs, oldest first (K <= 64: model.c) */
-            for (int64_t i = 0; i < K - 1; i++)
-                hist[i] = st[i * j->C + c];
-            const float *wc = w + c * K;
-            for (int64_t t = 0; t < q->n_rows; t++) {
-                float *x = j->qkv + (q->row0 + t) * j->C + c;
-                float in = *x, acc = wc[K - 1] * in;
-                for (int64_t i = 0; i < K - 1; i++)
-                    acc += wc[i] * hist[i];
-                for (int64_t i = 0; i + 1 < K - 1; i++)
-                    hist[i] = hist[i + 1];
-                if (K > 1)
-                    hist[K - 2] = in;
-                *x = acc * sigmoidf(acc); /* SiLU */
+        /* the last K - 1 inputs of the block's channels, oldest first, as a
+         * ring (K <= 64: model.c); wt the kernel transposed, [K][64] */
+        float hist[63][64], wt[64][64], in[64];
+        for (int64_t i = 0; i < K - 1; i++)
+            memcpy(hist[i], st + i * j->C + c0, (size_t)nc * sizeof(float));
+        for (int64_t i = 0; i < K; i++)
+            for (int64_t c = 0; c < nc; c++)
+                wt[i][c] = w[(c0 + c) * K + i];
+        for (int64_t t = 0; t < q->n_rows; t++) {
+            float *x = j->qkv + (q->row0 + t) * j->C + c0;
+            memcpy(in, x, (size_t)nc * sizeof(float));
+            for (int64_t c = 0; c < nc; c++)
+                x[c] = wt[K - 1][c] * in[c];
+            for (int64_t i = 0; i < K - 1; i++) { /* oldest first: hist[(t + i) % (K - 1)] */
+                const float *h = hist[(t + i) % (K - 1)];
+                for (int64_t c = 0; c < nc; c++)
+                    x[c] += wt[i][c] * h[c];
             }
-            for (int64_t i = 0; i < K - 1; i++)
-                st[i * j->C + c] = hist[i];
+            for (int64_t c = 0; c < nc; c++)
+                x[c] = x[c] / (1.0f + expf(-x[c])); /* SiLU */
+            if (K > 1)
+                memcpy(hist[t % (K - 1)], in, (size_t)nc * sizeof(float));
         }
+        for (int64_t i = 0; i < K - 1; i++)
+            memcpy(st + i * j->C + c0, hist[(q->n_rows + i) % (K - 1)],
+                   (size_t)nc * sizeof(float));
     }
 }
 
@@ -146,28 +155,89 @@ static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
 #define KROW(j, t, kh) ((j)->qkv + (t) * (j)->C + ((j)->Hk + (kh)) * (j)->D)
 #define VROW(j, t, h) ((j)->qkv + (t) * (j)->C + (2 * (j)->Hk + (h)) * (j)->D)
 
-static float dot(const float *a, const float *b, int64_t n)
+/* Eight floats at any alignment (GCC's vector extension: one AVX register
+ * in the x86-64-v3 clone, two SSE ones in the baseline). */
+typedef float dn_v8 __attribute__((vector_size(32), aligned(4)));
+#define V8(p) (*(dn_v8 *)(void *)(p))
+
+/* a.b over n: eight lanes of partial sums, then the rest; the same order
+ * of operations for any caller (the chunked form and the step alike). */
+static inline float dot(const float *restrict a, const float *restrict b, int64_t n)
 {
-    float s = 0;
-    for (int64_t i = 0; i < n; i++)
+    dn_v8 acc = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc += V8(a + i) * V8(b + i);
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++)
         s += a[i] * b[i];
     return s;
 }
 
-static void axpy(float *y, float a, const float *x, int64_t n)
+/* y += a x over n. */
+static inline void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        V8(y + i) += a * V8(x + i);
+    for (; i < n; i++)
         y[i] += a * x[i];
 }
 
+/* y *= a over n. */
+static inline void scale(float *y, float a, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        V8(y + i) *= a;
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+/* Y[r] += sum_k A[r a_rs + k a_cs] B[k] over rows r < rows, k < inner, each
+ * row of Y and B n floats (ldy, ldb apart): four rows of Y at a time, so
+ * each row of B is loaded once for four. */
+static inline void gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs,
+                            int64_t a_cs, const float *B, int64_t ldb, int64_t rows,
+                            int64_t inner, int64_t n)
+{
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        float *y0 = Y + r * ldy, *y1 = y0 + ldy, *y2 = y1 + ldy, *y3 = y2 + ldy;
+        const float *a = A + r * a_rs;
+        for (int64_t k = 0; k < inner; k++) {
+            const float *b = B + k * ldb;
+            float c0 = a[k * a_cs], c1 = a[a_rs + k * a_cs], c2 = a[2 * a_rs + k * a_cs],
+                  c3 = a[3 * a_rs + k * a_cs];
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) {
+                dn_v8 bv = V8(b + i);
+                V8(y0 + i) += c0 * bv;
+                V8(y1 + i) += c1 * bv;
+                V8(y2 + i) += c2 * bv;
+                V8(y3 + i) += c3 * bv;
+            }
+            for (; i < n; i++) {
+                y0[i] += c0 * b[i];
+                y1[i] += c1 * b[i];
+                y2[i] += c2 * b[i];
+                y3[i] += c3 * b[i];
+            }
+        }
+    }
+    for (; r < rows; r++)
+        for (int64_t k = 0; k < inner; k++)
+            axpy(Y + r * ldy, A[r * a_rs + k * a_cs], B + k * ldb, n);
+}
+
 /* One row t of head h by the recurrent step: S and o. */
+OPS_SIMD_CLONES
 static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, float *kv)
 {
     int64_t D = j->D, kh = h % j->Hk;
     const float *q = QROW(j, t, kh), *k = KROW(j, t, kh), *v = VROW(j, t, h);
     float decay = expf(j->g[t * j->Hv + h]), beta = j->beta[t * j->Hv + h];
-    for (int64_t i = 0; i < D * D; i++)
-        S[i] *= decay;
+    scale(S, decay, D * D);
     memset(kv, 0, (size_t)D * sizeof *kv); /* S^T k */
     for (int64_t i = 0; i < D; i++)
         axpy(kv, k[i], S + i * D, D);
@@ -183,6 +253,7 @@ static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, flo
 
 /* Rows [t0, t0 + c) of head h as one chunk (c <= DN_CHUNK), from and into S.
  * sc: the thread's scratch of dn_scratch_floats. */
+OPS_SIMD_CLONES
 static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, int64_t h,
                        float *sc)
 {
@@ -192,6 +263,7 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float *U = T + DN_CHUNK * DN_CHUNK; /* [c, D] T (beta v), then v_new */
     float *W = U + DN_CHUNK * D;        /* [c, D] T (beta e^G k) */
     float *X = W + DN_CHUNK * D;        /* [c, D] rows being combined */
+    float *VB = X + DN_CHUNK * D;       /* [c, D] beta v */
     float acc = 0;
     for (int64_t i = 0; i < c; i++) {
         acc += j->g[(t0 + i) * Hv + h];
@@ -213,52 +285,50 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
                 Ti[p] += Mi[m] * T[m * c + p];
         Ti[i] = 1.0f;
     }
-    /* U = T (beta v), W = T (beta e^G k) */
-    for (int64_t i = 0; i < c; i++) {
-        float *u = U + i * D, *w = W + i * D;
-        memset(u, 0, (size_t)D * sizeof *u);
-        memset(w, 0, (size_t)D * sizeof *w);
-        for (int64_t m = 0; m <= i; m++) {
-            float bm = j->beta[(t0 + m) * Hv + h], tm = T[i * c + m];
-            axpy(u, tm * bm, VROW(j, t0 + m, h), D);
-            axpy(w, tm * bm * expf(G[m]), KROW(j, t0 + m, kh), D);
-        }
+    /* U = T (beta v), W = T (beta e^G k): the scaled rows into VB and X
+     * first, then the products (T's zeros above the diagonal included) */
+    for (int64_t m = 0; m < c; m++) {
+        float bm = j->beta[(t0 + m) * Hv + h];
+        memcpy(VB + m * D, VROW(j, t0 + m, h), (size_t)D * sizeof *VB);
+        scale(VB + m * D, bm, D);
+        memcpy(X + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *X);
+        scale(X + m * D, bm * expf(G[m]), D);
     }
+    memset(U, 0, (size_t)(c * D) * sizeof *U);
+    memset(W, 0, (size_t)(c * D) * sizeof *W);
+    gemm_acc(U, D, T, c, 1, VB, D, c, c, D);
+    gemm_acc(W, D, T, c, 1, X, D, c, c, D);
     /* v_new = U - W S (into U) */
-    for (int64_t i = 0; i < c; i++) {
-        float *x = X + i * D;
-        memset(x, 0, (size_t)D * sizeof *x);
-        for (int64_t p = 0; p < D; p++)
-            axpy(x, W[i * D + p], S + p * D, D);
-        for (int64_t p = 0; p < D; p++)
-            U[i * D + p] -= x[p];
-    }
+    memset(X, 0, (size_t)(c * D) * sizeof *X);
+    gemm_acc(X, D, W, D, 1, S, D, c, D, D);
+    for (int64_t i = 0; i < c; i++)
+        axpy(U + i * D, -1.0f, X + i * D, D);
     /* o_i = e^(G_i) q_i S + sum_(m <= i) (q_i.k_m) e^(G_i - G_m) v_new_m */
+    float *o0 = j->out + t0 * Hv * D + h * D;
+    for (int64_t i = 0; i < c; i++)
+        memset(o0 + i * Hv * D, 0, (size_t)D * sizeof *o0);
+    gemm_acc(o0, Hv * D, QROW(j, t0, kh), j->C, 1, S, D, c, D, D);
+    /* the chunk's own part: T := (q_i.k_m) e^(G_i - G_m) for m <= i, 0 above */
     for (int64_t i = 0; i < c; i++) {
         const float *qi = QROW(j, t0 + i, kh);
-        float *o = j->out + (t0 + i) * Hv * D + h * D;
-        memset(o, 0, (size_t)D * sizeof *o);
-        float e = expf(G[i]);
-        for (int64_t p = 0; p < D; p++)
-            axpy(o, e * qi[p], S + p * D, D);
-        for (int64_t m = 0; m <= i; m++)
-            axpy(o, dot(qi, KROW(j, t0 + m, kh), D) * expf(G[i] - G[m]), U + m * D, D);
+        scale(o0 + i * Hv * D, expf(G[i]), D);
+        for (int64_t m = 0; m < c; m++)
+            T[i * c + m] = m <= i ? dot(qi, KROW(j, t0 + m, kh), D) * expf(G[i] - G[m]) : 0.0f;
     }
+    gemm_acc(o0, Hv * D, T, c, 1, U, D, c, c, D);
     /* S = e^(G_last) S + sum_m (e^(G_last - G_m) k_m) v_new_m^T */
     float last = G[c - 1], el = expf(last);
-    for (int64_t p = 0; p < D * D; p++)
-        S[p] *= el;
-    for (int64_t m = 0; m < c; m++) {
-        const float *km = KROW(j, t0 + m, kh);
-        float e = expf(last - G[m]);
-        for (int64_t p = 0; p < D; p++)
-            axpy(S + p * D, e * km[p], U + m * D, D);
+    scale(S, el, D * D);
+    for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
+        memcpy(X + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *X);
+        scale(X + m * D, expf(last - G[m]), D);
     }
+    gemm_acc(S, D, X, 1, D, U, D, D, c, D);
 }
 
 static int64_t dn_scratch_floats(int64_t D)
 {
-    return DN_CHUNK + DN_CHUNK * DN_CHUNK + 3 * DN_CHUNK * D + D;
+    return DN_CHUNK + DN_CHUNK * DN_CHUNK + 4 * DN_CHUNK * D + D;
 }
 
 static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
