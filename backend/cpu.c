@@ -182,6 +182,8 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->step.ops);
     if (st == IG_OK) /* the attention borrows the matmuls' per-thread scratch */
         st = ops_ctx_reserve_scratch(c->step.ops, cpu_attention_scratch_floats(m));
+    if (st == IG_OK) /* and so does the DeltaNet mixer */
+        st = ops_ctx_reserve_scratch(c->step.ops, cpu_deltanet_scratch_floats(m));
     if (st == IG_OK && !ops_ctx_exact(c->step.ops)) /* (IGNITE_MATMUL=exact: no int8 path) */
         st = ops_packed_create(m, ops_ctx_pool(c->step.ops), &c->packed);
     if (st == IG_OK)

@@ -14,7 +14,29 @@
 #include "core/status.h"
 #include "ops/qmatmul.h"
 
+#include <math.h>
 #include <string.h>
+
+/* q_proj's rows [n, n_head, 2, head_dim] (each head's query, then its
+ * output gate: Qwen3.5's gated attention) into the queries [n, n_head *
+ * head_dim] at the front of q and the gates into `gate`. In row order, so
+ * the queries move down over rows already read. */
+static void split_gate(float *q, float *gate, int64_t n, int64_t n_head, int64_t hd)
+{
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t h = 0; h < n_head; h++) {
+            const float *src = q + (r * n_head + h) * 2 * hd;
+            memcpy(gate + (r * n_head + h) * hd, src + hd, (size_t)hd * sizeof *q);
+            memmove(q + (r * n_head + h) * hd, src, (size_t)hd * sizeof *q);
+        }
+}
+
+/* att *= sigmoid(gate), element by element (n values). */
+static void apply_gate(float *att, const float *gate, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        att[i] = att[i] / (1.0f + expf(-gate[i]));
+}
 
 /* The biases, head norms and RoPE of q and k. */
 static void qk_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
@@ -44,6 +66,8 @@ int64_t cpu_attention_scratch_floats(const struct model *m)
     int64_t floats = attn_tiled_scratch_floats(hp->n_head, hp->n_head_kv, hp->head_dim);
     for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
+        if (L->mixer != LAYER_MIXER_ATTENTION)
+            continue;
         int64_t f = attn_tiled_scratch_floats(L->n_head, L->n_head_kv, L->head_dim);
         floats = f > floats ? f : floats;
     }
@@ -128,8 +152,12 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
     float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
     cpu_rows_then_matmul(ctx, L, cpu_norm_rows, LAYER_ATTN_NORM, n, m->hp.n_embd, 3, qkv_w, b->xn,
                          qkv_y);
+    if (L->attn_gate)
+        split_gate(b->q, b->attn_gate, n, L->n_head, L->head_dim);
     cpu_rows_run(ctx, L, qk_rows, 0, n, false);
     attend(s, layer, n);
+    if (L->attn_gate)
+        apply_gate(b->att, b->attn_gate, n * q_dim);
 
     if (want) { /* only these rows are read after this layer's attention */
         compact_rows(b->x, m->hp.n_embd, want, n_want);

@@ -22,6 +22,7 @@
 /* By enum layer_mixer. */
 static const cpu_mixer_fn mixers[] = {
     [LAYER_MIXER_ATTENTION] = cpu_attention,
+    [LAYER_MIXER_DELTANET] = cpu_deltanet,
 };
 
 /* By enum layer_ffn. */

@@ -86,6 +86,17 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
  * borrows the run state's (ops_ctx_reserve_scratch). */
 int64_t cpu_attention_scratch_floats(const struct model *m);
 
+/* LAYER_MIXER_DELTANET (cpu_deltanet.c): RMSNorm, q|k|v, z, beta, alpha;
+ * the causal convolution with the sequence's conv state; the delta rule
+ * (chunked over a prompt chunk, the recurrent step for a decode row) on
+ * the sequence's state; the gated norm; ssm_out. */
+int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want,
+                     int64_t n_want);
+
+/* Floats of per-thread scratch cpu_deltanet needs for m's layers (0 without
+ * DeltaNet layers): it borrows the run state's, as the attention does. */
+int64_t cpu_deltanet_scratch_floats(const struct model *m);
+
 /* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
 

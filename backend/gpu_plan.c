@@ -29,6 +29,11 @@ int backend_parse_gpu_weights(const char *spec, enum backend_gpu_weights *out)
 int gpu_plan_check_model(const struct model *m)
 {
     for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
+            return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (gated "
+                            "DeltaNet and gated attention layers); use --device cpu",
+                            m->hp.arch);
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
         if (m->layers[l].ffn != LAYER_FFN_DENSE)
             return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (a "
                             "mixture-of-experts FFN in layer %lld); use --device cpu",

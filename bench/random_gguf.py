@@ -16,6 +16,8 @@ numpy only (no gguf package there).
                    use_more_bits; with 8 experts attn_k and attn_v in Q8_0
                    and attn_output in Q5_K); the router (ffn_gate_inp) F32,
                    as llama.cpp never quantizes it.
+  --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
+                   F16, Q8_0 or Q4_K_M
   --layers N       the first N layers of the shape only
   --vocab-from F   the tokenizer.* keys (vocabulary, merges, chat template)
                    copied from the GGUF F; the vocabulary size follows it.
@@ -29,7 +31,7 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe] [--shape SHAPE] [--type TYPE]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35] [--shape SHAPE] [--type TYPE]
                       [--layers N] [--vocab-from FILE] [--seed N]
 """
 import argparse
@@ -37,6 +39,8 @@ import struct
 import sys
 
 import numpy as np
+
+import randgguf_qwen35 as qwen35
 
 SHAPES = {  # layers, embd, heads, kv heads, head dim, ff, vocab, ctx, rope base
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0),
@@ -51,9 +55,9 @@ MOE_SHAPES = {
     "Qwen3-30B-A3B": dict(layers=48, embd=2048, heads=32, kv=4, hd=128, ff=6144, n_exp=128,
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
-ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES}
+ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
-              "qwen3moe": ("F16", "Q8_0", "Q4_K_M")}
+              "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
@@ -85,6 +89,8 @@ def kv(key, vtype, value):
         out += struct.pack("<f", value)
     elif vtype == 8:  # string
         out += gguf_str(value)
+    elif vtype == 9 and value[0] == 5:  # array of int32: (5, values)
+        out += struct.pack("<IQ", 5, len(value[1])) + struct.pack(f"<{len(value[1])}i", *value[1])
     else:
         raise ValueError(vtype)
     return out
@@ -275,6 +281,15 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                kv("llama.attention.layer_norm_rms_epsilon", 6, 1e-5),
                kv("llama.vocab_size", 4, vocab)]
         gain = {}
+    elif arch == "qwen35":  # bench/randgguf_qwen35.py
+        sh = dict(qwen35.SHAPES[shape_name])
+        if layers:
+            sh["layers"] = min(layers, sh["layers"])
+        toks, vocab = vocab_keys(vocab_from) if vocab_from else (None, sh["vocab"])
+        ts = qwen35.tensors(sh, qtype, vocab, use_more_bits)
+        kvs = qwen35.keys(kv, sh, shape_name, qtype, vocab, FILE_TYPES[qtype])
+        gain = {"output.weight" if "output.weight" in dict((t[0], 0) for t in ts)
+                else "token_embd.weight": OUT_GAIN}
     else:
         sh = dict(MOE_SHAPES[shape_name])
         if layers:
@@ -297,7 +312,8 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         f.write(b"".join(kvs) + infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, ttype, dims in ts:
-            d = data(ttype, dims, rng, gain.get(name, 1.0))
+            d = (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
+                data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
             f.write(d)
             f.write(b"\0" * (-len(d) % ALIGN))
@@ -318,7 +334,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     shapes = ARCH_SHAPES[args.arch]
-    shape = args.shape or ("Llama-3-8B" if args.arch == "llama" else "tiny")
+    shape = args.shape or ("Llama-3-8B" if args.arch == "llama" else "tiny")  # qwen35: tiny
     qtype = args.type or ("Q4_0" if args.arch == "llama" else "F16")
     if shape not in shapes:
         ap.error(f"--shape {shape}: {args.arch} has {', '.join(shapes)}")

@@ -261,6 +261,11 @@ static void print_features_text(const struct model *m)
                hp->rope[MODEL_ROPE_LOCAL].base);
     else
         printf("sliding window  none\n");
+    if (hp->has_deltanet) /* a hybrid: every full_attn_every-th layer attention */
+        printf("gated DeltaNet  %lld key / %lld value heads of %lld, conv kernel %lld, "
+               "attention every %lld layers (gated)\n", (long long)hp->dn_k_heads,
+               (long long)hp->dn_v_heads, (long long)hp->dn_head_dim, (long long)hp->dn_conv,
+               (long long)hp->full_attn_every);
     printf("norms           RMSNorm%s%s\n", hp->has_qk_norm ? ", Q/K per head" : "",
            hp->has_post_norms ? ", after attention and after the FFN" : "");
     printf("FFN activation  %s\n", hp->ffn_act == MODEL_ACT_GELU_TANH ? "GELU (tanh), GeGLU"
@@ -395,6 +400,14 @@ static void add_features_json(cJSON *o, const struct model_hparams *hp)
     else
         cJSON_AddNullToObject(f, "rope_base_local");
     cJSON_AddBoolToObject(f, "qk_norm", hp->has_qk_norm);
+    if (hp->has_deltanet) {
+        cJSON *d = cJSON_AddObjectToObject(f, "deltanet");
+        cJSON_AddNumberToObject(d, "key_heads", (double)hp->dn_k_heads);
+        cJSON_AddNumberToObject(d, "value_heads", (double)hp->dn_v_heads);
+        cJSON_AddNumberToObject(d, "head_dim", (double)hp->dn_head_dim);
+        cJSON_AddNumberToObject(d, "conv_kernel", (double)hp->dn_conv);
+        cJSON_AddNumberToObject(d, "full_attention_interval", (double)hp->full_attn_every);
+    }
     cJSON_AddBoolToObject(f, "post_norms", hp->has_post_norms);
     cJSON_AddStringToObject(f, "ffn_activation", act_name(hp->ffn_act));
     cJSON_AddNumberToObject(f, "embedding_scale", hp->embd_scale);

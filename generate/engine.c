@@ -120,6 +120,14 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->max_rows = o->max_rows < be->o.max_rows ? o->max_rows : be->o.max_rows;
     e->cost.fixed = o->spec_fixed_cost;
     IG_ASSERT(e->max_rows >= e->n_slots); /* room for every decode row */
+    /* A rejected draft is trimmed off the KV blocks; a recurrent state has
+     * taken it in and cannot give it back. */
+    if (be->n_states && (o->spec_max > 0 || o->draft)) {
+        free(e);
+        return ig_error(IG_E_USAGE, "speculative decoding (--lookup, -md) does not run with "
+                        "%s models: their recurrent state cannot roll a rejected draft back",
+                        be->m->hp.arch);
+    }
     /* A recurrent layer's state has a slot per sequence in flight: the
      * backend's n_states are the engine's slots (0 without such layers). */
     int st = kv_pool_create(be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks,

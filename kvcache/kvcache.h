@@ -167,6 +167,12 @@ struct kv_memory {
 int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_dtype dtype,
                     enum kv_dtype dtype_v, struct kv_memory **out);
 
+/* One sequence's state of a gated DeltaNet layer (float32): the
+ * convolution's last dn_conv - 1 input rows of every channel, then a
+ * dn_head_dim x dn_head_dim matrix per value head; rounded up to
+ * KV_STATE_ALIGN. backend/cpu_deltanet.c lays it out. */
+size_t kv_deltanet_state_bytes(const struct model_layer *L);
+
 /* The memory of model m with K elements of `dtype` and V elements of
  * `dtype_v`: every layer full attention (n_head_kv x head_dim of the
  * model) unless it has a window, the windowed ones sliding-window groups.

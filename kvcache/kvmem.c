@@ -200,6 +200,14 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
     return IG_OK;
 }
 
+size_t kv_deltanet_state_bytes(const struct model_layer *L)
+{
+    int64_t conv = (L->dn_conv - 1) * (2 * L->dn_k_heads + L->dn_v_heads) * L->dn_head_dim;
+    int64_t mat = L->dn_v_heads * L->dn_head_dim * L->dn_head_dim;
+    size_t bytes = (size_t)(conv + mat) * sizeof(float);
+    return (bytes + KV_STATE_ALIGN - 1) / KV_STATE_ALIGN * KV_STATE_ALIGN;
+}
+
 int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype_v,
                  struct kv_memory **out)
 {
@@ -218,6 +226,10 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype
                                           .n_head_kv = L->n_head_kv, .head_dim = L->head_dim,
                                           .window = L->window > 0 ? L->window : 0,
                                           .source = -1};
+            break;
+        case LAYER_MIXER_DELTANET: /* conv state and the delta rule's matrices */
+            ls[l] = (struct kv_layer_mem){.kind = KV_RECURRENT, .source = -1,
+                                          .state_bytes = kv_deltanet_state_bytes(L)};
             break;
         }
     }

@@ -15,7 +15,9 @@
  *           mixture-of-experts FFN in every layer (expert_count experts of
  *           expert_feed_forward_length, expert_used_count used; llama.cpp
  *           renormalizes the used experts' weights for every qwen3moe GGUF)
- * Every layer of these is attention and an FFN (dense, or the experts) of the model's sizes
+ *   qwen35  Qwen3.5 dense: gated DeltaNet layers with a gated attention
+ *           layer every full_attention_interval (the row's comment)
+ * Every other layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
 #include "models/arch.h"
@@ -46,6 +48,16 @@ static const struct model_arch_info archs[] = {
      .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_MOE, .act = MODEL_ACT_SILU, .norm_eps = 1e-6,
      .id_ext = true},
+    /* Qwen3.5 dense (Qwen3_5TextConfig): of every full_attention_interval
+     * layers the last is gated attention (qwen3's head norms, q_proj with an
+     * output gate, partial RoPE), the others gated DeltaNet; every layer's
+     * FFN dense SwiGLU. Text positions only: llama.cpp's interleaved
+     * multi-section RoPE gives every section the same position, which is
+     * half-split RoPE over rope.dimension_count. */
+    {.name = "qwen35", .id = MODEL_ARCH_QWEN35, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_DELTANET, .act = MODEL_ACT_SILU,
+     .norm_eps = 1e-6, .id_ext = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -87,6 +99,23 @@ void model_arch_layer(const struct model_arch_info *ai, const struct model_hpara
     L->moe_norm_topk = hp->moe_norm_topk;
 }
 
+void model_arch_layer_at(const struct model_arch_info *ai, const struct model_hparams *hp,
+                         bool local, bool recurrent, struct model_layer *L)
+{
+    model_arch_layer(ai, hp, local, L);
+    if (!(ai->features & MODEL_FEAT_DELTANET))
+        return;
+    L->attn_gate = true;
+    if (!recurrent)
+        return;
+    L->mixer = LAYER_MIXER_DELTANET;
+    L->n_head = L->n_head_kv = L->head_dim = 0;
+    L->dn_conv = hp->dn_conv;
+    L->dn_k_heads = hp->dn_k_heads;
+    L->dn_v_heads = hp->dn_v_heads;
+    L->dn_head_dim = hp->dn_head_dim;
+}
+
 static int64_t max_i64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
@@ -97,7 +126,9 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
     const struct model_hparams *hp = &m->hp;
     *out = (struct model_layer_max){hp->n_head, hp->n_head_kv, hp->head_dim,
                                     hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim,
-                                    hp->n_ff, hp->n_expert, hp->n_expert_used};
+                                    hp->n_ff, hp->n_expert, hp->n_expert_used,
+                                    hp->n_head * hp->head_dim * (hp->has_attn_gate ? 2 : 1),
+                                    0, 0, 0};
     for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         out->n_head = max_i64(out->n_head, L->n_head);
@@ -108,10 +139,15 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
         out->n_ff = max_i64(out->n_ff, L->n_ff);
         out->n_expert = max_i64(out->n_expert, L->n_expert);
         out->n_expert_used = max_i64(out->n_expert_used, L->n_expert_used);
+        out->q_rows = max_i64(out->q_rows, L->n_head * L->head_dim * (L->attn_gate ? 2 : 1));
+        int64_t vd = L->dn_v_heads * L->dn_head_dim;
+        out->dn_conv_dim = max_i64(out->dn_conv_dim, 2 * L->dn_k_heads * L->dn_head_dim + vd);
+        out->dn_v_dim = max_i64(out->dn_v_dim, vd);
+        out->dn_v_heads = max_i64(out->dn_v_heads, L->dn_v_heads);
     }
 }
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3, qwen3moe";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35";
 }

@@ -55,7 +55,14 @@ const struct model_arch_info *model_arch_of(enum model_arch id);
 void model_arch_layer(const struct model_arch_info *ai, const struct model_hparams *hp,
                       bool local, struct model_layer *L);
 
-/* "llama, qwen2, qwen3, gemma3, qwen3moe": the known names, for messages. */
+/* model_arch_layer, and a hybrid's kind of the layer: with
+ * MODEL_FEAT_DELTANET, gated DeltaNet of the hyper-parameters' sizes where
+ * `recurrent` (the file's attention.recurrent_layers, else all but every
+ * full_attention_interval-th layer), else gated attention. */
+void model_arch_layer_at(const struct model_arch_info *ai, const struct model_hparams *hp,
+                         bool local, bool recurrent, struct model_layer *L);
+
+/* "llama, ..., qwen35": the known names, for messages. */
 const char *model_arch_list(void);
 
 #endif

@@ -126,7 +126,7 @@ static int64_t layer_tensors_min(void)
     int n, k = 0;
     const struct model_tensor *t = model_tensor_table(&n);
     for (int i = 0; i < n; i++)
-        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature && !t[i].unless;
+        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature && !t[i].unless && !t[i].mixers;
     return k;
 }
 
@@ -154,6 +154,40 @@ static int read_experts(const struct loader *L)
                      &hp->n_ff_exp)))
         return st;
     hp->moe_norm_topk = true;
+    return IG_OK;
+}
+
+/* Gated DeltaNet's sizes (llama.cpp's ssm.* keys, all required, as
+ * llama.cpp requires them): ssm.conv_kernel, ssm.group_count (key heads),
+ * ssm.time_step_rank (value heads, a multiple of the key heads),
+ * ssm.state_size (the head dim of keys and values), ssm.inner_size (value
+ * heads x head dim); full_attention_interval, default 4. */
+static int read_deltanet(const struct loader *L)
+{
+    struct model_hparams *hp = L->hp;
+    int64_t inner;
+    int st;
+    if ((st = hp_int(L, "ssm.conv_kernel", -1, &hp->dn_conv)) ||
+        (st = hp_int(L, "ssm.group_count", -1, &hp->dn_k_heads)) ||
+        (st = hp_int(L, "ssm.time_step_rank", -1, &hp->dn_v_heads)) ||
+        (st = hp_int(L, "ssm.state_size", -1, &hp->dn_head_dim)) ||
+        (st = hp_int(L, "ssm.inner_size", -1, &inner)) ||
+        (st = hp_int(L, "full_attention_interval", 4, &hp->full_attn_every)))
+        return st;
+    if (hp->dn_v_heads % hp->dn_k_heads)
+        return ig_error(IG_E_MODEL, "'%s': %s.ssm.time_step_rank %lld (value heads) is not a "
+                        "multiple of ssm.group_count %lld (key heads)", L->path, hp->arch,
+                        (long long)hp->dn_v_heads, (long long)hp->dn_k_heads);
+    if (inner != hp->dn_v_heads * hp->dn_head_dim)
+        return ig_error(IG_E_MODEL, "'%s': %s.ssm.inner_size %lld is not ssm.time_step_rank %lld "
+                        "x ssm.state_size %lld", L->path, hp->arch, (long long)inner,
+                        (long long)hp->dn_v_heads, (long long)hp->dn_head_dim);
+    if (hp->dn_conv > 64 || hp->dn_head_dim > 1024 || hp->dn_v_heads > 4096)
+        return ig_error(IG_E_MODEL, "'%s': %s's gated DeltaNet sizes (conv_kernel %lld, "
+                        "state_size %lld, time_step_rank %lld) are past 64, 1024, 4096",
+                        L->path, hp->arch, (long long)hp->dn_conv, (long long)hp->dn_head_dim,
+                        (long long)hp->dn_v_heads);
+    hp->has_attn_gate = true;
     return IG_OK;
 }
 
@@ -196,6 +230,8 @@ static int read_hparams(const struct loader *L)
         (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
     if ((ai->features & MODEL_FEAT_MOE) && (st = read_experts(L)))
+        return st;
+    if ((ai->features & MODEL_FEAT_DELTANET) && (st = read_deltanet(L)))
         return st;
     hp->rope_style = ai->rope_style;
     hp->ffn_act = ai->act;
@@ -430,9 +466,20 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
         every = (int64_t)v;
         pat = NULL;
     }
+    /* a hybrid's recurrent layers: one bool per layer, else the interval */
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", hp->arch);
+    const struct gguf_kv *recr = hp->full_attn_every ? gguf_find_kv(L->g, key) : NULL;
+    if (recr && (recr->type != GGUF_TYPE_ARRAY || recr->arr_n != (uint64_t)hp->n_layer ||
+                 (recr->arr_type != GGUF_TYPE_BOOL && !gguf_type_is_int(recr->arr_type))))
+        return ig_error(IG_E_MODEL, "'%s': %s should be %lld bools (one per layer)", L->path,
+                        key, (long long)hp->n_layer);
     hp->n_swa = (int64_t)window;
     hp->n_swa_layers = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
+        bool recurrent = hp->full_attn_every && (il + 1) % hp->full_attn_every != 0;
+        if (recr)
+            recurrent = recr->arr_type == GGUF_TYPE_BOOL ? recr->arr_data[il] != 0
+                                                         : gguf_arr_int(recr, (uint64_t)il) != 0;
         bool local;
         if (!window)
             local = false;
@@ -441,7 +488,7 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
                                                     : gguf_arr_int(pat, (uint64_t)il) != 0;
         else
             local = every == 0 || il % every < every - 1;
-        model_arch_layer(L->ai, hp, local, &m->layers[il]);
+        model_arch_layer_at(L->ai, hp, local, recurrent, &m->layers[il]);
         hp->n_swa_layers += local;
     }
     return IG_OK;
@@ -496,7 +543,7 @@ static int load_weights(const struct loader *L, struct model *m)
             continue;
         char name[96];
         int64_t shape[3];
-        model_tensor_gguf_name(it.t, it.layer, name, sizeof name);
+        model_tensor_gguf_name_in(it.t, L->ai->features, it.layer, name, sizeof name);
         model_weight_shape(it.t, m, it.layer, shape);
         /* an expert's shape comes from the keys: name them */
         char hint[160] = "";
@@ -504,6 +551,11 @@ static int load_weights(const struct loader *L, struct model *m)
             snprintf(hint, sizeof hint, " by %s.expert_count %lld, embedding_length %lld and "
                      "expert_feed_forward_length %lld", hp->arch, (long long)hp->n_expert,
                      (long long)hp->n_embd, (long long)hp->n_ff_exp);
+        else if (it.t->feature & MODEL_FEAT_DELTANET)
+            snprintf(hint, sizeof hint, " by %s.ssm.group_count %lld, time_step_rank %lld, "
+                     "state_size %lld, conv_kernel %lld", hp->arch, (long long)hp->dn_k_heads,
+                     (long long)hp->dn_v_heads, (long long)hp->dn_head_dim,
+                     (long long)hp->dn_conv);
         struct model_weight *w = model_weight_at(m, it.t, it.layer);
         if ((st = get_weight(L, name, shape, it.t->kind != TENSOR_MATRIX, !required,
                              hint[0] ? hint : NULL, w)))

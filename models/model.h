@@ -57,6 +57,7 @@ enum model_arch {
     MODEL_ARCH_QWEN3,
     MODEL_ARCH_GEMMA3,
     MODEL_ARCH_QWEN3MOE,
+    MODEL_ARCH_QWEN35,
 };
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
@@ -126,6 +127,13 @@ struct model_hparams {
     int64_t n_expert_used; /* experts each row is routed to (top-k) */
     int64_t n_ff_exp;      /* an expert's FFN width */
     bool moe_norm_topk;    /* the k routing weights renormalized to sum to 1 */
+    /* A hybrid of gated DeltaNet and attention (qwen35): ssm.conv_kernel,
+     * ssm.group_count (key heads), ssm.time_step_rank (value heads),
+     * ssm.state_size (their head dim), full_attention_interval; 0 without. */
+    bool has_deltanet;
+    bool has_attn_gate;    /* attention's q_proj gives each head's query and an output gate */
+    int64_t dn_conv, dn_k_heads, dn_v_heads, dn_head_dim;
+    int64_t full_attn_every; /* layer il is attention where (il + 1) % this == 0 */
 };
 /* A weight in its stored format: n_expert consecutive [rows, cols]
  * matrices (1 for every weight today; the expert dimension of a
@@ -151,9 +159,9 @@ struct model_weight {
 enum layer_mixer {
     LAYER_MIXER_ATTENTION, /* softmax attention over the layer's KV cache (all of it,
                               or its sliding window) */
-    /* Room for a recurrent mixer (gated DeltaNet, a short convolution: a
-     * fixed state per sequence, kvcache's KV_RECURRENT), the next kind:
-     * docs/design.md, "How to add a layer kind". */
+    LAYER_MIXER_DELTANET,  /* gated DeltaNet (qwen35): a causal convolution and the
+                              delta rule's matrix per head, a fixed state per sequence
+                              (kvcache's KV_RECURRENT; backend/cpu_deltanet.c) */
 };
 
 /* A layer's feed-forward network, by the same tables. */
@@ -182,6 +190,15 @@ struct model_layer {
                                       p - window + 1 .. p; 0 = every key up to p */
     int rope;                      /* MODEL_ROPE_GLOBAL or MODEL_ROPE_LOCAL */
     double attn_scale;             /* softmax scale of the scores */
+    bool attn_gate;                /* q_proj gives [query | gate] per head; the output is
+                                      multiplied by sigmoid(gate) before wo (qwen35) */
+    /* gated DeltaNet (LAYER_MIXER_DELTANET) */
+    int64_t dn_conv;               /* causal convolution's kernel width (4) */
+    int64_t dn_k_heads;            /* query/key heads */
+    int64_t dn_v_heads;            /* value heads, a multiple of dn_k_heads: value head h
+                                      reads key head h % dn_k_heads (the converter's tiled
+                                      order) */
+    int64_t dn_head_dim;           /* of keys and values alike */
     /* the FFN */
     int64_t n_ff;                  /* FFN width (LAYER_FFN_MOE: each expert's) */
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
@@ -198,6 +215,9 @@ struct model_layer_max {
     int64_t kv_dim; /* n_head_kv * head_dim */
     int64_t n_ff;
     int64_t n_expert, n_expert_used; /* 0 without a mixture of experts */
+    int64_t q_rows; /* q_proj's output rows: q_dim, twice that with an output gate */
+    int64_t dn_conv_dim, dn_v_dim, dn_v_heads; /* gated DeltaNet's channels (q|k|v), value
+                                                  width and heads; 0 without */
 };
 
 /* Sampling settings a model ships with (generation_config.json); each

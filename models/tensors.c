@@ -36,36 +36,44 @@ static const struct model_tensor table[] = {
      .hf = HF("input_layernorm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WQ, .gguf = "attn_q.weight",
-     .hf = HF("self_attn.q_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_Q,
+     .hf = HF("self_attn.q_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_Q_ROWS,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV},
+     .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WK, .gguf = "attn_k.weight",
      .hf = HF("self_attn.k_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV},
+     .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WV, .gguf = "attn_v.weight",
      .hf = HF("self_attn.v_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV},
+     .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BQ, .gguf = "attn_q.bias",
      .hf = HF("self_attn.q_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_Q, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
-     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BK, .gguf = "attn_k.bias",
      .hf = HF("self_attn.k_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_KV, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
-     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BV, .gguf = "attn_v.bias",
      .hf = HF("self_attn.v_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_KV, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
-     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV},
+     .file_shows = true, .split = TENSOR_SPLIT_ROWS, .fuse = TENSOR_FUSE_QKV,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WO, .gguf = "attn_output.weight",
      .hf = HF("self_attn.o_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
-     .cols = TENSOR_DIM_Q, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS},
+     .cols = TENSOR_DIM_Q, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     /* The FFN's input norm: HF's post_attention_layernorm in the Llama
      * block, pre_feedforward_layernorm where Gemma 3 adds the post norms
      * (and its post_attention_layernorm is the attention's output norm). */
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_NORM, .gguf = "ffn_norm.weight",
+     .gguf_delta = "post_attention_norm.weight",
      .hf = {{"post_attention_layernorm.weight", 0, MODEL_FEAT_POST_NORMS},
             {"pre_feedforward_layernorm.weight", MODEL_FEAT_POST_NORMS, 0}},
      .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
@@ -85,11 +93,13 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_Q_NORM, .gguf = "attn_q_norm.weight",
      .hf = HF("self_attn.q_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
-     .id_pass = TENSOR_ID_EXT},
+     .id_pass = TENSOR_ID_EXT,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_K_NORM, .gguf = "attn_k_norm.weight",
      .hf = HF("self_attn.k_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
-     .id_pass = TENSOR_ID_EXT},
+     .id_pass = TENSOR_ID_EXT,
+     .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_POST_NORM, .gguf = "post_attention_norm.weight",
      .hf = HF("post_attention_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
@@ -121,6 +131,32 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
+    /* Gated DeltaNet (Qwen3_5GatedDeltaNet: linear_attn.*; llama.cpp's
+     * converter stores -exp(A_log), squeezes the convolution and reorders the
+     * value heads from grouped to tiled; the output norm is not widened). */
+#define DN(r, g, h, R, C, k)                                                                 \
+    {.scope = TENSOR_PER_LAYER, .role = r, .gguf = g, .hf = HF(h), .n_expert = TENSOR_DIM_ONE, \
+     .rows = R, .cols = C, .kind = k, .feature = MODEL_FEAT_DELTANET,                        \
+     .id_pass = TENSOR_ID_PRESENT, .mixers = TENSOR_MIXER(LAYER_MIXER_DELTANET)}
+    DN(LAYER_DN_QKV, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", TENSOR_DIM_DN_CONV,
+       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+    DN(LAYER_DN_Z, "attn_gate.weight", "linear_attn.in_proj_z.weight", TENSOR_DIM_DN_V,
+       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+    DN(LAYER_DN_CONV, "ssm_conv1d.weight", "linear_attn.conv1d.weight", TENSOR_DIM_DN_CONV,
+       TENSOR_DIM_DN_KERNEL, TENSOR_BIAS),
+    DN(LAYER_DN_DT, "ssm_dt.bias", "linear_attn.dt_bias", TENSOR_DIM_ONE, TENSOR_DIM_DN_VHEADS,
+       TENSOR_BIAS),
+    DN(LAYER_DN_A, "ssm_a", "linear_attn.A_log", TENSOR_DIM_ONE, TENSOR_DIM_DN_VHEADS,
+       TENSOR_BIAS),
+    DN(LAYER_DN_BETA, "ssm_beta.weight", "linear_attn.in_proj_b.weight", TENSOR_DIM_DN_VHEADS,
+       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+    DN(LAYER_DN_ALPHA, "ssm_alpha.weight", "linear_attn.in_proj_a.weight", TENSOR_DIM_DN_VHEADS,
+       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+    DN(LAYER_DN_NORM, "ssm_norm.weight", "linear_attn.norm.weight", TENSOR_DIM_ONE,
+       TENSOR_DIM_DN_HEAD, TENSOR_BIAS),
+    DN(LAYER_DN_OUT, "ssm_out.weight", "linear_attn.out_proj.weight", TENSOR_DIM_EMBD,
+       TENSOR_DIM_DN_V, TENSOR_MATRIX),
+#undef DN
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -154,6 +190,12 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_VOCAB: return hp->n_vocab;
     case TENSOR_DIM_EXPERT: return hp->n_expert;
     case TENSOR_DIM_FF_EXP: return hp->n_ff_exp;
+    case TENSOR_DIM_Q_ROWS: return hp->n_head * hp->head_dim * (hp->has_attn_gate ? 2 : 1);
+    case TENSOR_DIM_DN_CONV: return (2 * hp->dn_k_heads + hp->dn_v_heads) * hp->dn_head_dim;
+    case TENSOR_DIM_DN_V: return hp->dn_v_heads * hp->dn_head_dim;
+    case TENSOR_DIM_DN_VHEADS: return hp->dn_v_heads;
+    case TENSOR_DIM_DN_HEAD: return hp->dn_head_dim;
+    case TENSOR_DIM_DN_KERNEL: return hp->dn_conv;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -180,6 +222,12 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_FF:
     case TENSOR_DIM_FF_EXP: return L->n_ff; /* a mixture of experts': an expert's */
     case TENSOR_DIM_EXPERT: return L->n_expert;
+    case TENSOR_DIM_Q_ROWS: return L->n_head * L->head_dim * (L->attn_gate ? 2 : 1);
+    case TENSOR_DIM_DN_CONV: return (2 * L->dn_k_heads + L->dn_v_heads) * L->dn_head_dim;
+    case TENSOR_DIM_DN_V: return L->dn_v_heads * L->dn_head_dim;
+    case TENSOR_DIM_DN_VHEADS: return L->dn_v_heads;
+    case TENSOR_DIM_DN_HEAD: return L->dn_head_dim;
+    case TENSOR_DIM_DN_KERNEL: return L->dn_conv;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
 }
@@ -198,7 +246,8 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
            (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
-           (hp->has_moe ? MODEL_FEAT_MOE : 0u);
+           (hp->has_moe ? MODEL_FEAT_MOE : 0u) |
+           (hp->has_deltanet ? MODEL_FEAT_DELTANET : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -208,6 +257,7 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_post_norms = features & MODEL_FEAT_POST_NORMS;
     hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
     hp->has_moe = features & MODEL_FEAT_MOE;
+    hp->has_deltanet = features & MODEL_FEAT_DELTANET;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -218,6 +268,7 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_POST_NORMS: return "post-attention and post-FFN norms";
     case MODEL_FEAT_OUTPUT: return "output head";
     case MODEL_FEAT_MOE: return "mixture of experts";
+    case MODEL_FEAT_DELTANET: return "gated DeltaNet";
     }
     return "?";
 }
@@ -233,6 +284,21 @@ void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *b
         snprintf(buf, cap, "blk.%lld.%s", (long long)layer, t->gguf);
     else
         snprintf(buf, cap, "%s", t->gguf);
+}
+
+void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,
+                               char *buf, size_t cap)
+{
+    const char *base = t->gguf_delta && (features & MODEL_FEAT_DELTANET) ? t->gguf_delta : t->gguf;
+    if (t->scope == TENSOR_PER_LAYER)
+        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, base);
+    else
+        snprintf(buf, cap, "%s", base);
+}
+
+bool model_tensor_in_layer(const struct model_tensor *t, const struct model_layer *L)
+{
+    return !t->mixers || !L || (t->mixers & TENSOR_MIXER(L->mixer));
 }
 
 const char *model_tensor_hf_name(const struct model_tensor *t, unsigned features)
@@ -287,6 +353,9 @@ void model_tensors_begin_layer(struct model_tensor_it *it, const struct model *m
 /* Whether the walk yields row t. */
 static bool wanted(const struct model_tensor_it *it, const struct model_tensor *t)
 {
+    if (t->scope == TENSOR_PER_LAYER && it->m->layers &&
+        !model_tensor_in_layer(t, &it->m->layers[it->layer]))
+        return false;
     if (it->flags & MODEL_TENSORS_ABSENT || model_tensor_present(t, it->features))
         return true;
     return it->flags & MODEL_TENSORS_TIED && t->ties_to_embd;

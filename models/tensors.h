@@ -26,6 +26,7 @@
 
 struct model;
 struct model_hparams;
+struct model_layer;
 struct model_weight;
 
 /* The weights a model holds once (struct model's w[]). The values are
@@ -61,6 +62,18 @@ enum layer_role {
     LAYER_FFN_GATE_EXPS,  /* n_expert x [n_ff, n_embd] (n_ff the layer's: an expert's) */
     LAYER_FFN_UP_EXPS,    /* n_expert x [n_ff, n_embd] */
     LAYER_FFN_DOWN_EXPS,  /* n_expert x [n_embd, n_ff] */
+    /* gated DeltaNet (MODEL_FEAT_DELTANET, DeltaNet layers only); c = conv
+     * channels (q|k|v: 2 k_heads + v_heads heads of dn_head_dim), vd = v_heads
+     * * dn_head_dim, hv = v_heads */
+    LAYER_DN_QKV,         /* [c, n_embd] attn_qkv: q|k|v before the convolution */
+    LAYER_DN_Z,           /* [vd, n_embd] attn_gate: the output norm's gate z */
+    LAYER_DN_CONV,        /* [c, dn_conv] f32: the causal depthwise convolution */
+    LAYER_DN_DT,          /* [1, hv] f32: dt bias */
+    LAYER_DN_A,           /* [1, hv] f32: -exp(A_log), as the converter stores it */
+    LAYER_DN_BETA,        /* [hv, n_embd] */
+    LAYER_DN_ALPHA,       /* [hv, n_embd] */
+    LAYER_DN_NORM,        /* [1, dn_head_dim] f32: the gated output norm (stored as is) */
+    LAYER_DN_OUT,         /* [n_embd, vd] */
     MODEL_LAYER_ROLES
 };
 
@@ -74,7 +87,14 @@ enum model_feature {
     MODEL_FEAT_OUTPUT = 1u << 3,     /* an output head of its own (untied embeddings) */
     MODEL_FEAT_MOE = 1u << 4,        /* a mixture-of-experts FFN in place of the dense one
                                         (qwen3moe): a router and n_expert experts */
+    MODEL_FEAT_DELTANET = 1u << 5,   /* gated DeltaNet layers beside gated attention
+                                        ones (qwen35): the FFN's norm is GGUF's
+                                        post_attention_norm, q_proj carries the gate */
 };
+
+/* A row that applies to layers of some mixers only (struct model_tensor's
+ * mixers): the bit of enum layer_mixer m. */
+#define TENSOR_MIXER(m) (1u << (m))
 
 enum tensor_scope {
     TENSOR_PER_MODEL, /* one weight; role is an enum model_role */
@@ -94,6 +114,12 @@ enum tensor_dim {
     TENSOR_DIM_VOCAB, /* n_vocab */
     TENSOR_DIM_EXPERT, /* n_expert (the layer's experts) */
     TENSOR_DIM_FF_EXP, /* n_ff_exp, an expert's FFN width (the layer's n_ff) */
+    TENSOR_DIM_Q_ROWS, /* q_proj's rows: n_head * head_dim, twice that with an output gate */
+    TENSOR_DIM_DN_CONV,   /* gated DeltaNet's conv channels: (2 k_heads + v_heads) * head dim */
+    TENSOR_DIM_DN_V,      /* its value width: v_heads * head dim */
+    TENSOR_DIM_DN_VHEADS, /* its value heads */
+    TENSOR_DIM_DN_HEAD,   /* its head dim */
+    TENSOR_DIM_DN_KERNEL, /* its convolution's width */
 };
 
 enum tensor_kind {
@@ -174,6 +200,10 @@ struct model_tensor {
     enum tensor_split split;
     enum tensor_fuse fuse;
     enum tensor_id_pass id_pass;
+    unsigned mixers;         /* 0: every layer has it; else only layers whose mixer's
+                                TENSOR_MIXER bit is set (a hybrid's attention rows) */
+    const char *gguf_delta;  /* the GGUF name where the model has MODEL_FEAT_DELTANET,
+                                when it differs (qwen35's FFN norm) */
 };
 
 /* The table: *n rows, per-model rows first, each scope in the order the
@@ -217,6 +247,13 @@ bool model_tensor_present(const struct model_tensor *t, unsigned features);
 /* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf,
                             size_t cap);
+/* The same in a model with `features` (a row's gguf_delta where it applies). */
+void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,
+                               char *buf, size_t cap);
+
+/* True where layer L (of its mixer) has row t's weight at all: rows of
+ * other mixers are none of its own, not even absent ones. */
+bool model_tensor_in_layer(const struct model_tensor *t, const struct model_layer *L);
 
 /* The row's Hugging Face name under `features` (NULL: it has none). */
 const char *model_tensor_hf_name(const struct model_tensor *t, unsigned features);

@@ -105,7 +105,10 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     b->x = alloc_floats(max_batch * hp->n_embd);
     b->xn = alloc_floats(max_batch * hp->n_embd);
     b->proj = alloc_floats(max_batch * hp->n_embd);
-    b->q = alloc_floats(max_batch * mx.q_dim);
+    b->q = alloc_floats(max_batch * max_i64(mx.q_dim, mx.q_rows)); /* [query | gate] rows */
+    b->attn_gate = alloc_floats(mx.q_rows > mx.q_dim ? max_batch * mx.q_dim : 1);
+    b->dn = alloc_floats(mx.dn_conv_dim ? max_batch * (mx.dn_conv_dim + 2 * mx.dn_v_dim +
+                                                       2 * mx.dn_v_heads) : 1);
     b->k = alloc_floats(max_batch * mx.kv_dim);
     b->v = alloc_floats(max_batch * mx.kv_dim);
     b->att = alloc_floats(max_batch * mx.q_dim);
@@ -137,7 +140,7 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->exact = mode && strcmp(mode, "exact") == 0;
 
     if (!b->x || !b->xn || !b->proj || !b->q || !b->k || !b->v || !b->att || !b->gate ||
-        !b->up || !b->rope_cos || !b->rope_sin || !b->moe_x || !b->moe_y || !b->moe_logits ||
+        !b->up || !b->attn_gate || !b->dn || !b->rope_cos || !b->rope_sin || !b->moe_x || !b->moe_y || !b->moe_logits ||
         !b->moe_w || !b->moe_sel || !b->moe_rows || !b->moe_start || !ctx->rope_inv ||
         !ctx->scratch ||
         !ctx->qbuf || !ctx->qpack) {
@@ -173,6 +176,8 @@ void ops_ctx_free(struct ops_ctx *ctx)
     free(b->v);
     free(b->k);
     free(b->q);
+    free(b->dn);
+    free(b->attn_gate);
     free(b->proj);
     free(b->xn);
     free(b->x);

@@ -50,7 +50,12 @@ struct ops_buffers {
     float *x;        /* [max_batch, n_embd] residual stream */
     float *xn;       /* [max_batch, n_embd] normalized input of a sub-block */
     float *proj;     /* [max_batch, n_embd] output of wo / w_down before the residual add */
-    float *q;        /* [max_batch, n_head * head_dim] */
+    float *q;        /* [max_batch, n_head * head_dim], twice that where q_proj carries
+                        an output gate */
+    float *attn_gate;/* [max_batch, n_head * head_dim] the output gates (qwen35); 1 element
+                        without */
+    float *dn;       /* gated DeltaNet's rows (backend/cpu_deltanet.c): [max_batch, conv
+                        channels + 2 value widths + 2 value heads]; 1 element without */
     float *k, *v;    /* [max_batch, n_head_kv * head_dim] */
     float *att;      /* [max_batch, n_head * head_dim] attention output */
     float *gate, *up;/* [max_batch, n_ff] */

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# bench/qwen35_vs_llamacpp.sh: ignite's Qwen3.5 hybrid forward (qwen35: gated DeltaNet)
+# against llama.cpp's on the same random-weight files (bench/random_gguf.py,
+# the tokenizer copied from a real GGUF so both tools tokenize the text),
+# one per type: llama-perplexity writes its logits as a base
+# (--kl-divergence-base), then `ignite perplexity --kl-divergence` reads that
+# base (-f: ignite checks its tokens of the text are llama.cpp's) on the
+# int8 path (the default) and the exact one. A benchmark, not a test.
+# llama-perplexity runs with -b = -c: one sequence a batch. With its default
+# batch of 2048 (4 windows a batch) llama.cpp 0.3.36's logits of the 2nd and
+# later windows of a qwen35 file are not those it computes for the same
+# window alone (mean KL 10 against ignite's there, 0 with -b 512). And -nr
+# (no repacking): on an AMX machine its AMX matmul of quantized weights
+# segfaults (qwen3moe files too).
+#
+# usage: bench/qwen35_vs_llamacpp.sh [-s SHAPE] [-l LAYERS] [-n CHUNKS] [-T "F16 Q8_0 Q4_K_M"]
+#                                 [-f text] [-c 512] [-t 2] [-o DIR]
+# env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
+#        VOCAB (default llama.cpp's models/ggml-vocab-qwen35.gguf in the cache's llama-src)
+# Prints one table (mean KL divergence, same top token); every run's output
+# stays in DIR.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
+ignite=${IGNITE:-$here/build/ignite}
+vocab=${VOCAB:-$cache/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf}
+shape=tiny layers= chunks= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
+threads=$(nproc) out=
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    -s) shape=$2; shift 2 ;;
+    -l) layers=$2; shift 2 ;;
+    -n) chunks=$2; shift 2 ;;
+    -T) types=$2; shift 2 ;;
+    -f) text=$2; shift 2 ;;
+    -c) ctx=$2; shift 2 ;;
+    -t) threads=$2; shift 2 ;;
+    -o) out=$2; shift 2 ;;
+    *) echo "qwen35_vs_llamacpp.sh: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+out=${out:-$(mktemp -d)}
+mkdir -p "$out"
+bin=$("$here/bench/llamacpp_build.sh" llama-perplexity)
+
+for ty in $types; do
+    f=$out/qwen35-$shape${layers:+-$layers}-$ty.gguf
+    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch qwen35 \
+        --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
+    echo "llama-$ty: $(uptime)" >&2
+    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" -b "$ctx" -nr ${chunks:+--chunks "$chunks"} \
+        --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
+    for path in int8 exact; do
+        echo "ignite-$ty-$path: $(uptime)" >&2
+        "$ignite" perplexity -t "$threads" -m "$f" -f "$text" $([ $path = exact ] && echo --exact) \
+            --kl-divergence-base "$out/llama-$ty.kl" --kl-divergence \
+            >"$out/ignite-$ty-$path.txt" 2>"$out/ignite-$ty-$path.err"
+    done
+done
+
+# The figures under the labels both tools print.
+pick() { sed -n "s/^.*$2 *:[^0-9-]*\([-0-9.]*\)\( *± *\([0-9.]*\)\)\{0,1\}.*$/\1 \3/p" "$out/$1.txt" | head -1; }
+printf '%-24s %-12s %-22s %-12s %-10s %s\n' run "PPL (llama)" "mean KLD" "99% KLD" "max KLD" \
+    "same top (%)"
+for ty in $types; do
+    ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1/p' "$out/llama-$ty.txt")
+    for path in int8 exact; do
+        r=ignite-$ty-$path
+        printf '%-24s %-12s %-22s %-12s %-10s %s\n' "$r" "$ppl" \
+            "$(pick "$r" "Mean    KLD" | sed 's/ \(.\)/ ± \1/')" \
+            "$(pick "$r" "99.0%   KLD" | cut -d' ' -f1)" "$(pick "$r" "Maximum KLD" | cut -d' ' -f1)" \
+            "$(pick "$r" "Same top p" | sed 's/ \(.\)/ ± \1/')"
+    done
+done
+echo "outputs: $out" >&2
