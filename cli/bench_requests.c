@@ -319,16 +319,16 @@ static int make_requests(const struct bench_requests_opts *o, const struct model
         if (l && l->prompt && (st = encode_text(o, chat, vocab, l->prompt, &text)) != IG_OK)
             break;
         q->n_in = l ? (l->prompt ? text.n : l->input_len)
-                : prompt->n ? prompt->n : draw_one(o, &s, o->in_mean, o->in_sd);
+                : o->prompt_file ? prompt->n : draw_one(o, &s, o->in_mean, o->in_sd);
         q->n_out = l && l->output_len ? l->output_len : draw_one(o, &s, o->out_mean, o->out_sd);
         if (!q->n_in)
-            st = ig_error(IG_E_INPUT, "--requests-file line %lld: the prompt encodes to no "
-                          "tokens", (long long)(i + 1));
+            st = ig_error(IG_E_INPUT, "%s: the prompt encodes to no tokens",
+                          o->prompt_file ? o->prompt_file : o->requests_file);
         else if (!(q->tokens = malloc((size_t)q->n_in * sizeof *q->tokens)) ||
                  !(q->times = malloc((size_t)q->n_out * sizeof *q->times)))
             st = ig_error(IG_E_NOMEM, "out of memory for %lld requests", (long long)b->n);
         for (int64_t t = 0; st == IG_OK && t < q->n_in; t++)
-            q->tokens[t] = text.n ? text.ids[t] : prompt->n ? prompt->ids[t]
+            q->tokens[t] = text.n ? text.ids[t] : o->prompt_file ? prompt->ids[t]
                                   : (int32_t)(bench_rand(&s) % (uint64_t)m->hp.n_vocab);
         tok_ids_free(&text);
         *n_ctx = q->n_in + q->n_out > *n_ctx ? q->n_in + q->n_out : *n_ctx;
