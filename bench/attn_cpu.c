@@ -12,8 +12,11 @@
  * env: NOPREFILL=1 (decode rows only), REPS=k (the decode rows k times),
  *      LAYERS=l (decode against l layers' caches in turn: l = 30 is 94 MB at
  *      N = 4096, so the cache comes from memory as in a real step), F32=1,
- *      EXACT=1 (the exact path's attention; else the int8 path's fused one). */
+ *      EXACT=1 (the exact path's attention; else the int8 path's fused one),
+ *      KV=q8_0|q4_0 (a quantized cache, K and V: rows quantized as a step
+ *      writes them, kv_write_rows; F32 ignored). */
 #include "core/half.h"
+#include "kvcache/kvcache.h"
 #include "prefill/attn_tiled.h"
 
 #include <stdio.h>
@@ -50,7 +53,9 @@ int main(int argc, char **argv)
     }
     int64_t nh = 9, nkv = 3, hd = 64, npos = argc > 3 ? atoll(argv[3]) : 2048;
     int threads = argc > 2 ? atoi(argv[2]) : 1;
-    int f32 = env_int("F32", 0), reps = env_int("REPS", 1), nl = env_int("LAYERS", 1);
+    const char *kvq = getenv("KV");
+    enum kv_dtype qt = kvq && !strcmp(kvq, "q8_0") ? KV_Q8_0 : kvq && !strcmp(kvq, "q4_0") ? KV_Q4_0 : KV_F16;
+    int f32 = qt == KV_F16 ? env_int("F32", 0) : 0, reps = env_int("REPS", 1), nl = env_int("LAYERS", 1);
     if (npos < 128 || threads < 1 || reps < 1 || nl < 1) {
         fprintf(stderr, "attn_cpu: N >= 128, threads, REPS, LAYERS >= 1\n");
         return 2;
@@ -58,7 +63,8 @@ int main(int argc, char **argv)
     int64_t nblk = (npos + KV_BLOCK - 1) / KV_BLOCK;
     size_t esz = f32 ? 4 : 2;
     int64_t head_stride = KV_BLOCK * hd, block_stride = nkv * head_stride;
-    size_t layer_bytes = (size_t)(nblk * block_stride) * esz;
+    size_t layer_bytes = qt != KV_F16 ? kv_dtype_row_bytes(qt, nblk * block_stride)
+                                      : (size_t)(nblk * block_stride) * esz;
     char *K = malloc(layer_bytes * (size_t)nl), *V = malloc(layer_bytes * (size_t)nl);
     int32_t *table = malloc((size_t)nblk * sizeof *table);
     float *q = malloc((size_t)(npos * nh * hd) * sizeof *q);
@@ -72,7 +78,19 @@ int main(int argc, char **argv)
     }
     for (int64_t b = 0; b < nblk; b++)
         table[b] = (int32_t)b;
-    for (int64_t i = 0; i < nl * nblk * block_stride; i++) {
+    enum kv_dtype dt = f32 ? KV_F32 : qt;
+    struct kv_layout L = {K, V, dt, block_stride, head_stride, hd, dt};
+    for (int64_t l = 0; qt != KV_F16 && l < nl; l++) {
+        float *kr = malloc((size_t)(nkv * hd) * 2 * sizeof *kr);
+        L.k = K + (size_t)l * layer_bytes, L.v = V + (size_t)l * layer_bytes;
+        for (int64_t pos = 0; kr && pos < nblk * KV_BLOCK; pos++) {
+            for (int64_t i = 0; i < nkv * hd; i++)
+                kr[i] = 2 * rnd(), kr[nkv * hd + i] = rnd();
+            kv_write_rows(&L, table, nkv, pos, 1, kr, kr + nkv * hd);
+        }
+        free(kr);
+    }
+    for (int64_t i = 0; qt == KV_F16 && i < nl * nblk * block_stride; i++) {
         float k = 2 * rnd(), v = rnd();
         if (f32) {
             ((float *)(void *)K)[i] = k, ((float *)(void *)V)[i] = v;
@@ -87,8 +105,7 @@ int main(int argc, char **argv)
     struct attn_seq seq = {q, out, table, npos, 0};
     struct attn_params p;
     memset(&p, 0, sizeof p);
-    p.kv = (struct kv_layout){K, V, f32 ? KV_F32 : KV_F16, block_stride, head_stride, hd,
-                              f32 ? KV_F32 : KV_F16};
+    p.kv = (struct kv_layout){K, V, dt, block_stride, head_stride, hd, dt};
     p.seqs = &seq, p.n_seqs = 1, p.item_offsets = offs;
     p.q_tok_stride = p.out_tok_stride = nh * hd;
     p.n_head = nh, p.n_head_kv = nkv, p.head_dim = hd, p.scale = 0.125f;

@@ -4,6 +4,7 @@
 #define IGNITE_CLI_BENCH_REQUESTS_H
 
 #include "backend/backend.h"
+#include "cli/bench_schedule.h"
 #include "cli/gen_opts.h"
 #include "cli/device.h"
 
@@ -11,11 +12,16 @@
 #include <stdint.h>
 
 struct bench_requests_opts {
-    int64_t n_requests;         /* --requests */
+    int64_t n_requests;         /* --requests (0 with --requests-file: all its lines) */
     int64_t parallel;           /* --parallel: sequences in flight */
     double in_mean, in_sd;      /* --input-len MEAN[:SD] (prompt tokens) */
     double out_mean, out_sd;    /* --output-len MEAN[:SD] (generated tokens) */
-    uint64_t seed;              /* -s: lengths and token ids */
+    double range_ratio;         /* --range-ratio: > 0, uniform lengths instead of normal */
+    const char *requests_file;  /* --requests-file: JSONL, a request a line */
+    double rate;                /* --request-rate, requests/s; INFINITY: all at once */
+    double burstiness;          /* --burstiness: the gamma shape of the gaps */
+    struct bench_slo slo;       /* --goodput; < 0: no such objective */
+    uint64_t seed;              /* -s: lengths, token ids and arrivals */
     int64_t n_batch;            /* -b: the row budget of a step */
     int n_threads;              /* the first -t */
     struct backend_device device;

@@ -10,6 +10,7 @@
  * reader that closes stdout ends it quietly.
  * Covered by tests/cli/test_bench.py. */
 #include "cli/bench_requests.h"
+#include "cli/bench_schedule.h"
 #include "cli/cli.h"
 #include "cli/device.h"
 
@@ -35,8 +36,9 @@
 
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
        OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT,
-       OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V };
-_Static_assert((int)OPT_CACHE_TYPE_V < (int)GEN_OPT_LOOKUP,
+       OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V, OPT_RATE, OPT_BURSTINESS, OPT_GOODPUT, OPT_RANGE_RATIO,
+       OPT_REQUESTS_FILE };
+_Static_assert((int)OPT_REQUESTS_FILE < (int)GEN_OPT_LOOKUP,
                "bench's keys and the speculation rows' differ");
 
 static const struct cli_option bench_options[] = {
@@ -62,7 +64,12 @@ static const struct cli_option bench_options[] = {
     {"parallel", 'P', required_argument, "N", "--requests: sequences in flight", "8"},
     {"input-len", OPT_INPUT_LEN, required_argument, "MEAN[:SD]", "--requests: prompt tokens, normal (clipped to >= 1)", "128"},
     {"output-len", OPT_OUTPUT_LEN, required_argument, "MEAN[:SD]", "--requests: tokens generated, normal", "128"},
-    {"seed", 's', required_argument, "N", "--requests: seed of the lengths and token ids", "0"},
+    {"range-ratio", OPT_RANGE_RATIO, required_argument, "R", "--requests: lengths uniform in [LEN(1-R), LEN(1+R)] (vLLM's --random-range-ratio; not with :SD)", NULL},
+    {"requests-file", OPT_REQUESTS_FILE, required_argument, "FILE", "--requests: JSONL, a request a line: \"prompt\" or \"input_len\", \"output_len\"", NULL},
+    {"request-rate", OPT_RATE, required_argument, "R", "--requests: arrivals per second (Poisson), inf = all at once", "inf"},
+    {"burstiness", OPT_BURSTINESS, required_argument, "B", "--request-rate: gamma shape of the gaps (1 = Poisson, < 1 burstier, inf = even)", "1"},
+    {"goodput", OPT_GOODPUT, required_argument, "SLO..", "--requests: objectives ttft:MS tpot:MS e2el:MS; reports request_goodput", NULL},
+    {"seed", 's', required_argument, "N", "--requests: seed of the lengths, token ids and arrivals", "0"},
     {"prompt-file", OPT_PROMPT_FILE, required_argument, "FILE", "--requests: every request's prompt is FILE's text (an end-of-generation token ends it)", NULL},
     {"chat", OPT_CHAT, no_argument, NULL, "--prompt-file: in the model's chat template", NULL},
     GEN_CLI_SPEC_OPTIONS,
@@ -95,6 +102,8 @@ struct bench_opts {
     enum backend_gpu_weights gpu_weights;
     struct bench_requests_opts req; /* req.n_requests > 0: the throughput test instead */
     bool spec_given;                /* a speculation option (--requests only) */
+    bool arrivals_given;            /* --request-rate, --burstiness, --goodput, --range-ratio */
+    bool len_sd_given;              /* --input-len or --output-len with :SD */
 };
 
 /* "512,2048" -> list. Every item must be a number: an empty one ("64,,8",
@@ -155,8 +164,29 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     case OPT_NO_MMAP: cli_load_mode(IG_MAP_READ); return IG_OK;
     case OPT_REQUESTS: return cli_parse_i64("--requests", arg, 1, 1 << 24, &o->req.n_requests);
     case 'P': return cli_parse_i64("--parallel", arg, 1, 4096, &o->req.parallel);
-    case OPT_INPUT_LEN: return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
-    case OPT_OUTPUT_LEN: return bench_parse_len("--output-len", arg, &o->req.out_mean, &o->req.out_sd);
+    case OPT_INPUT_LEN:
+        o->len_sd_given |= strchr(arg, ':') != NULL;
+        return bench_parse_len("--input-len", arg, &o->req.in_mean, &o->req.in_sd);
+    case OPT_OUTPUT_LEN:
+        o->len_sd_given |= strchr(arg, ':') != NULL;
+        return bench_parse_len("--output-len", arg, &o->req.out_mean, &o->req.out_sd);
+    case OPT_RANGE_RATIO:
+        o->arrivals_given = true;
+        if (cli_parse_f64("--range-ratio", arg, 0, 1, &o->req.range_ratio) != IG_OK)
+            return IG_E_USAGE;
+        if (o->req.range_ratio >= 1) /* vLLM's bound: a ratio of 1 could draw 0 tokens */
+            return ig_error(IG_E_USAGE, "--range-ratio: expected a number in [0, 1), got '%s'", arg);
+        return IG_OK;
+    case OPT_REQUESTS_FILE: o->req.requests_file = arg; return IG_OK;
+    case OPT_RATE:
+        o->arrivals_given = true;
+        return bench_parse_rate("--request-rate", arg, &o->req.rate);
+    case OPT_BURSTINESS:
+        o->arrivals_given = true;
+        return bench_parse_rate("--burstiness", arg, &o->req.burstiness);
+    case OPT_GOODPUT:
+        o->arrivals_given = true;
+        return bench_parse_goodput(arg, &o->req.slo);
     case 's': {
         int64_t seed;
         if (cli_parse_i64("--seed", arg, 0, UINT32_MAX, &seed) != IG_OK)
@@ -200,7 +230,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                              .device_arg = "auto", .gpu_weights_arg = "native",
                              .n_gpu_layers = CLI_NGL_UNSET,
                              .format = "md", .kv = {KV_F16, KV_F16, false},
-                             .req = {.parallel = 8, .in_mean = 128, .out_mean = 128}};
+                             .req = {.parallel = 8, .in_mean = 128, .out_mean = 128,
+                                     .rate = INFINITY, .burstiness = 1,
+                                     .slo = {-1, -1, -1}}};
     gen_cli_defaults(&o->req.spec);
     struct cli_parser parser;
     const struct cli_command cmd = {"bench", bench_usage, bench_summary, bench_options};
@@ -211,21 +243,34 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     while ((key = cli_options_next(&parser, &cmd, argc, argv)) >= 0) {
         if ((st = set_option(o, key, optarg)) != IG_OK)
             return st;
+        /* vLLM's spelling, `--goodput ttft:500 tpot:50`: the words after it */
+        while (key == OPT_GOODPUT && optind < argc && bench_goodput_word(argv[optind]))
+            if ((st = bench_parse_goodput(argv[optind++], &o->req.slo)) != IG_OK)
+                return st;
     }
     if (key != CLI_OPTS_DONE)
         return key == CLI_OPTS_EXIT ? -1 : IG_E_USAGE;
     if (optind < argc)
         return cli_unexpected_argument("bench", argv[optind], NULL);
-    if (!any_test(o) && !o->req.n_requests)
+    if (!any_test(o) && !o->req.n_requests && !o->req.requests_file)
         return ig_error(IG_E_USAGE, "nothing to run: every -p and -n value is 0");
     if ((st = cli_choose_device(o->device_arg, o->n_gpu_layers, o->gpu_weights_arg, &o->device, &o->gpu_weights)) !=
         IG_OK)
         return st;
     if (!o->n_batch)
-        o->n_batch = o->req.n_requests ? backend_batch_rows_default(o->device.kind) : 512;
-    if (!o->req.n_requests && (o->spec_given || o->req.prompt_file || o->req.chat))
-        return ig_error(IG_E_USAGE, "speculation, --prompt-file and --chat are options of the "
+        o->n_batch = o->req.n_requests || o->req.requests_file
+                         ? backend_batch_rows_default(o->device.kind) : 512;
+    if (!o->req.n_requests && !o->req.requests_file &&
+        (o->spec_given || o->req.prompt_file || o->req.chat || o->arrivals_given))
+        return ig_error(IG_E_USAGE, "speculation, --prompt-file, --chat, --request-rate, "
+                        "--burstiness, --goodput and --range-ratio are options of the "
                         "throughput test: add --requests N");
+    if (o->req.range_ratio > 0 && o->len_sd_given)
+        return ig_error(IG_E_USAGE, "--range-ratio draws uniform lengths, MEAN:SD normal ones: "
+                        "give one");
+    if (o->req.requests_file && o->req.prompt_file)
+        return ig_error(IG_E_USAGE, "--requests-file gives each request's prompt: drop "
+                        "--prompt-file");
     if (o->req.chat && !o->req.prompt_file)
         return ig_error(IG_E_USAGE, "--chat wraps --prompt-file's text: give --prompt-file");
     if ((st = gen_cli_check_spec(&o->req.spec, o->device.kind)) != IG_OK)
@@ -780,7 +825,7 @@ int cmd_bench(int argc, char **argv)
         return st < 0 ? cli_flush_stdout() : st;
     if (o.n_models == 0)
         o.models[o.n_models++] = NULL; /* the default model */
-    if (o.req.n_requests) {
+    if (o.req.n_requests || o.req.requests_file) {
         struct bench_requests_opts *rq = &o.req;
         rq->n_batch = o.n_batch;
         rq->n_threads = (int)o.threads[0];

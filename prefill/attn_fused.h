@@ -37,6 +37,7 @@
 #define attn_decode_f16_fast attn_decode_f16_fast_fused
 #define attn_decode_scores_f16 attn_decode_scores_f16_fused
 #define attn_decode_accumulate_f16 attn_decode_accumulate_f16_fused
+#define attn_decode_accumulate_quant attn_decode_accumulate_quant_fused
 #endif
 
 #endif

@@ -41,6 +41,7 @@
 #include "ops/qmatmul.h"
 #include "ops/simd.h"
 #include "prefill/attn_decode.h"
+#include "prefill/attn_decode_quant.h"
 #include "prefill/attn_v8.h"
 
 #include <math.h>
@@ -188,7 +189,7 @@ static void load_kv_tile(const struct attn_params *p, const int32_t *table, int6
  * (other heads' rows and other blocks between them), a jump the hardware
  * prefetchers do not follow. Into L2 (hint T1): the tile is read once,
  * soon, by this core. (Decode rows ask line by line instead, as they read:
- * decode_f16_tile.) */
+ * decode_tile.) */
 static void prefetch_kv_tile(const struct attn_params *p, const int32_t *table, int64_t kvh,
                              int64_t k0, int64_t kend)
 {
@@ -940,29 +941,61 @@ static void scale_row(float *dst, const float *src, float f, int64_t n)
         dst[d] = src[d] * f;
 }
 
+/* The scores of a decode tile's rows from a quantized K tile in its blocks
+ * (kt: row 0): scores_quant's tile kernel calls, four keys at a time, with
+ * the next tile's same rows requested as these are read (kn: its row 0, or
+ * NULL), as attn_decode.c's f16 loops do. The same sums as scores_quant. */
+static void decode_scores_quant(const struct attn_params *p, struct attn_scratch *sc,
+                                qmm_tile_fn tile, const uint8_t *kt, int64_t rows, int64_t c0,
+                                int64_t nc, const uint8_t *kn)
+{
+    int64_t nb = p->head_dim / QMM_QK;
+    size_t rb = kv_dtype_row_bytes(p->kv.dtype, p->head_dim);
+    for (int64_t c = c0; c < nc; c += QMM_MR) {
+        int mr = nc - c < QMM_MR ? (int)(nc - c) : QMM_MR;
+        if (kn)
+            for (size_t off = 0; off < (size_t)mr * rb; off += 64)
+                __builtin_prefetch(kn + (size_t)c * rb + off, 0, 3);
+        for (int64_t r = 0; r < rows; r += QMM_NT) {
+            int nt = rows - r < QMM_NT ? (int)(rows - r) : QMM_NT;
+            tile(kt + (size_t)c * rb, rb, nb, sc->qq + r * nb, nb, mr, nt,
+                 sc->s + r * ATTN_TILE_K + c, ATTN_TILE_K);
+        }
+    }
+}
+
 /* One K/V tile of a decode item (one query token; rows: its KV head's query
- * heads in the walk) from an f16 cache, the halves converted in registers
- * as attn_decode.c loads them: the same scores, softmax and accumulation as
+ * heads in the walk) read in place: K f16 (converted in registers as
+ * attn_decode.c loads it) or quantized (scored in its blocks against the
+ * int8 query, `ktile`), V f16 or quantized (dequantized in registers,
+ * attn_decode_quant.c): the same scores, softmax and accumulation as
  * run_item's general loop, bit for bit, without the scratch tiles. The
  * same head's next block is requested line by line as this one is read
  * (it is elsewhere in the pool, and the hardware prefetchers missed its
  * start every time: bench/attn_cpu at depth 4096, 30 layers' caches, 0.26
  * -> 0.20 ms per layer and token; requesting it all at once before the tile
  * measured slower). */
-static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
-                            int64_t k0, int64_t c0, int64_t nc, int64_t kend, int64_t rows,
-                            struct attn_scratch *sc)
+static void decode_tile(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
+                        int64_t k0, int64_t c0, int64_t nc, int64_t kend, int64_t rows,
+                        qmm_tile_fn ktile, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim;
     /* Row 0 of the tile; rows before c0 are not read (behind the window). */
-    const ig_f16 *kt = (const ig_f16 *)kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + c0) - c0 * hd;
-    const ig_f16 *vt = (const ig_f16 *)kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + c0) - c0 * hd;
-    const ig_f16 *kn = NULL, *vn = NULL;
+    size_t kb = kv_dtype_row_bytes(p->kv.dtype, c0 * hd);
+    size_t vb = kv_dtype_row_bytes(p->kv.dtype_v, c0 * hd);
+    const char *kt = (const char *)kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + c0) - kb;
+    const char *vt = (const char *)kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + c0) - vb;
+    const char *kn = NULL, *vn = NULL;
     if (k0 + ATTN_TILE_K < kend) {
-        kn = (const ig_f16 *)kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + ATTN_TILE_K);
-        vn = (const ig_f16 *)kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + ATTN_TILE_K);
+        kn = kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + ATTN_TILE_K);
+        vn = kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + ATTN_TILE_K);
     }
-    attn_decode_scores_f16(sc->q, rows, kt, c0, nc, hd, sc->s, ATTN_TILE_K, kn);
+    if (ktile)
+        decode_scores_quant(p, sc, ktile, (const uint8_t *)kt, rows, c0, nc,
+                            (const uint8_t *)kn);
+    else
+        attn_decode_scores_f16(sc->q, rows, (const ig_f16 *)(const void *)kt, c0, nc, hd, sc->s,
+                               ATTN_TILE_K, (const ig_f16 *)(const void *)kn);
     if (p->softcap > 0)
         softcap_scores(sc, rows, c0, nc, p->softcap);
     /* The token at pos0 + t0 (kend - 1) sees keys up to itself, and with a
@@ -977,21 +1010,30 @@ static void decode_f16_tile(const struct attn_params *p, const struct attn_seq *
         softmax_max(sc, r, lo, hi);
     softmax_probs(sc, 0, rows, 1, lo, hi);
     correct_rows(sc, rows);
-    attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows, vt, lo, hi, hd, sc->o, sum,
-                               vn);
+    if (p->kv.dtype_v == KV_F16)
+        attn_decode_accumulate_f16(sc->s, ATTN_TILE_K, sc->corr, rows,
+                                   (const ig_f16 *)(const void *)vt, lo, hi, hd, sc->o, sum,
+                                   (const ig_f16 *)(const void *)vn);
+    else
+        attn_decode_accumulate_quant(p->kv.dtype_v, sc->s, ATTN_TILE_K, sc->corr, rows,
+                                     (const uint8_t *)vt, lo, hi, hd, sc->o, sum,
+                                     (const uint8_t *)vn);
     for (int64_t r = 0; r < rows; r++)
         sc->l[r] = row_sum_update(sc->l[r], sc->corr[r], sum[r]);
 }
 
-/* Whether the decode items of this call go through run_decode_f16: an f16
- * cache on a CPU that converts in registers, and groups of two or more query
- * heads (one head's lone row has too few rows per K/V element to gain), at
- * most ATTN_TILE_Q (decode_f16_tile's sums). */
-static bool decode_f16_ok(const struct attn_params *p)
+/* Whether the decode items of this call go through run_decode: K f16, or
+ * quantized where the int8 path scores it in its blocks (`ktile`; the exact
+ * path scores the dequantized values in f32, in run_item); V f16, q8_0 or
+ * q4_0; on a CPU that converts in registers, and groups of two or more
+ * query heads (one head's lone row has too few rows per K/V element to
+ * gain), at most ATTN_TILE_Q (decode_tile's sums). */
+static bool decode_walk_ok(const struct attn_params *p, qmm_tile_fn ktile)
 {
     int64_t group = p->n_head / p->n_head_kv;
-    return p->kv.dtype == KV_F16 && p->kv.dtype_v == KV_F16 && group >= 2 &&
-           group <= ATTN_TILE_Q && attn_decode_f16_fast();
+    bool k_ok = p->kv.dtype == KV_F16 || (kv_dtype_quantized(p->kv.dtype) && ktile);
+    bool v_ok = p->kv.dtype_v == KV_F16 || kv_dtype_quantized(p->kv.dtype_v);
+    return k_ok && v_ok && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
 /* Query heads h0 .. h1 - 1 of sequence s's one token (a decode token)
@@ -1002,15 +1044,19 @@ static bool decode_f16_ok(const struct attn_params *p)
  * start or end inside a KV head's group (a token split between threads):
  * each KV head it touches is read once for its rows there. Row r is query
  * head h0 + r (at most max_rows in the scratch); each row sees exactly
- * run_item's operations, so no split or grouping changes a bit. */
-static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s, int64_t h0,
-                           int64_t h1, struct attn_scratch *sc)
+ * run_item's operations (a quantized K: the query quantized as run_item
+ * quantizes it), so no split or grouping changes a bit. */
+static void run_decode(const struct attn_params *p, const struct attn_seq *s, int64_t h0,
+                       int64_t h1, qmm_tile_fn ktile, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = h1 - h0;
     int64_t kvh0 = h0 / group, kvh1 = (h1 - 1) / group + 1;
     const float *q = s->q + h0 * hd;
     scale_row(sc->q, q, p->scale, rows * hd);
+    if (ktile)
+        for (int64_t r = 0; r < rows; r++)
+            ops_qmm_quantize(sc->q + r * hd, hd, sc->qq + r * (hd / QMM_QK));
     memset(sc->o, 0, (size_t)(rows * hd) * sizeof *sc->o);
     for (int64_t r = 0; r < rows; r++) {
         sc->m[r] = -INFINITY;
@@ -1028,8 +1074,8 @@ static void run_decode_f16(const struct attn_params *p, const struct attn_seq *s
             int64_t r0 = a - h0;
             struct attn_scratch hs = *sc;
             hs.q += r0 * hd, hs.o += r0 * hd, hs.s += r0 * ATTN_TILE_K;
-            hs.m += r0, hs.l += r0, hs.corr += r0;
-            decode_f16_tile(p, s, kvh, k0, c0, nc, kend, b - a, &hs);
+            hs.m += r0, hs.l += r0, hs.corr += r0, hs.qq += r0 * (hd / QMM_QK);
+            decode_tile(p, s, kvh, k0, c0, nc, kend, b - a, ktile, &hs);
         }
     }
     float *out = s->out + h0 * hd;
@@ -1158,7 +1204,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
 
 /* Work items are numbered sequence by sequence; first_item[i] is sequence
  * i's first, first_item[n_seqs] the total. A sequence's items are its
- * (KV head, query tile) pairs, or for a decode token on the f16 path
+ * (KV head, query tile) pairs, or for a decode token on the decode walk
  * (decode_parts > 0) decode_parts ranges of its query heads, each walked
  * together by one thread. */
 struct attn_job {
@@ -1180,10 +1226,10 @@ static int64_t n_qtiles(const struct attn_seq *s)
  * where the call has a token (or more) per thread to go round, else enough
  * parts that every thread has one (a single sequence on 2 threads: 9 heads
  * as 4 and 5). A part holds at most the scratch's rows. 0: no decode item
- * goes through run_decode_f16. */
-static int64_t decode_parts(const struct attn_params *p, int64_t threads)
+ * goes through run_decode. */
+static int64_t decode_parts(const struct attn_params *p, int64_t threads, qmm_tile_fn ktile)
 {
-    if (!decode_f16_ok(p))
+    if (!decode_walk_ok(p, ktile))
         return 0;
     int64_t tokens = 0;
     for (int64_t i = 0; i < p->n_seqs; i++)
@@ -1215,7 +1261,8 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t local = item - job->first_item[si];
         if (s->n_tokens == 1 && job->decode_parts > 0) {
             int64_t n = job->decode_parts;
-            run_decode_f16(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, &sc);
+            run_decode(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, job->ktile,
+                       &sc);
             continue;
         }
         /* Latest query tiles (the most keys) first, so the tail balances. */
@@ -1254,13 +1301,14 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
     IG_ASSERT(p->n_head_kv > 0 && p->n_head % p->n_head_kv == 0);
     IG_ASSERT(scratch_stride >= attn_tiled_scratch_floats(p->n_head, p->n_head_kv, p->head_dim));
     IG_ASSERT(p->window >= 0);
-    int64_t parts = decode_parts(p, ops_pool_threads(pool));
+    qmm_tile_fn ktile = key_tile(p);
+    int64_t parts = decode_parts(p, ops_pool_threads(pool), ktile);
     int64_t *first = p->item_offsets;
     first[0] = 0;
     for (int64_t i = 0; i < p->n_seqs; i++) {
         IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
         first[i + 1] = first[i] + seq_items(&p->seqs[i], p->n_head_kv, parts);
     }
-    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm(), key_tile(p)};
+    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm(), ktile};
     ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }

@@ -22,7 +22,9 @@
  * package's twin: tests/models/test_dequant.py); on the int8 path a
  * quantized K is scored against the query quantized to int8 (ops/qmatmul.h's
  * quantizer, tests/cpu/test_qmatmul.c), so there the reference takes that
- * query's values too: the same bound holds for both paths. */
+ * query's values too: the same bound holds for both paths. Decode rows
+ * over quantized caches (prefill/attn_decode_quant.c) are checked as the
+ * f16 ones: against fp64 and bit for bit against the rows in one item. */
 #include "core/half.h"
 #include "core/status.h"
 #include "kvcache/kvcache.h"
@@ -393,6 +395,15 @@ static int run_all(void)
         {2, 100, 1, 2, 32, KV_F16, 33, 5.0f, 0}, {1, 200, 2, 3, 128, KV_F16, 0, 0, 0},
         {2, 80, 3, 2, 40, KV_F16, 0, 0, 0},    {2, 70, 17, 2, 32, KV_F16, 0, 0, 0},
         {2, 200, 3, 3, 64, KV_F16, 64, 0, 0},
+        /* quantized caches (V dequantized in registers, prefill/attn_decode_quant.c;
+         * a quantized K scored in its blocks on the int8 path), mixed with f16 */
+        {2, 1000, 3, 3, 64, KV_Q8_0, 0, 0, 0},  {2, 1000, 3, 3, 64, KV_Q4_0, 0, 0, 0},
+        {2, 150, 2, 2, 64, KV_Q4_0, 0, 0, 0},   {2, 130, 1, 4, 32, KV_Q8_0, 0, 0, 0},
+        {2, 300, 2, 3, 64, KV_Q8_0, 100, 0, 1 + KV_Q4_0},
+        {2, 100, 1, 2, 32, KV_Q4_0, 33, 5.0f, 1 + KV_Q8_0},
+        {1, 200, 2, 3, 128, KV_F16, 0, 0, 1 + KV_Q8_0},
+        {2, 90, 1, 8, 96, KV_Q4_0, 0, 0, 1 + KV_F16},
+        {2, 70, 17, 2, 32, KV_Q8_0, 0, 0, 0},   {2, 200, 1, 4, 256, KV_Q4_0, 64, 0, 0},
     };
     for (int t = 1; t <= 4; t++) {
         struct ops_pool *dp = pool;
