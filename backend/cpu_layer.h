@@ -29,6 +29,11 @@ struct cpu_step {
     const struct backend_batch *batch; /* the step's rows and sequences */
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */
+    /* per-layer embeddings (MODEL_FEAT_PLE; else NULL) */
+    int64_t max_rows;
+    float *ple;                        /* [n_layer, max_rows, n_embd_per_layer] the step's */
+    float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] */
+    float *ple_row;                    /* [n_layer * n_embd_per_layer] a token's table row */
 };
 
 /* ---- the loop (cpu_forward.c) --------------------------------------------- */
@@ -75,6 +80,19 @@ void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
  * the used experts' gate|up, SwiGLU and down over the rows routed to each,
  * summed by the routing weights. */
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
+
+/* ---- Gemma 4's per-layer embeddings and output scale (cpu_ple.c) ----------- */
+
+/* The step's per-layer inputs (s->ple) from the n rows' embeddings in x
+ * and their tokens. */
+void cpu_ple_inputs(struct cpu_step *s, int64_t n);
+
+/* x += the layer's per-layer embedding block over n rows (after its FFN);
+ * want: the last layer's kept rows (as cpu_attention moved x's), or NULL. */
+void cpu_ple_layer(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want);
+
+/* x *= the layer's output scale over n rows. */
+void cpu_out_scale(struct cpu_step *s, int64_t layer, int64_t n);
 
 /* ---- row steps (cpu_rows.c) ------------------------------------------------- */
 

@@ -16,6 +16,8 @@ numpy only (no gguf package there).
                    use_more_bits; with 8 experts attn_k and attn_v in Q8_0
                    and attn_output in Q5_K); the router (ffn_gate_inp) F32,
                    as llama.cpp never quantizes it.
+  --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
+                   Q4_K_M
   --layers N       the first N layers of the shape only
   --vocab-from F   the tokenizer.* keys (vocabulary, merges, chat template)
                    copied from the GGUF F; the vocabulary size follows it.
@@ -29,7 +31,7 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe] [--shape SHAPE] [--type TYPE]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|gemma4] [--shape SHAPE] [--type TYPE]
                       [--layers N] [--vocab-from FILE] [--seed N]
 """
 import argparse
@@ -37,6 +39,8 @@ import struct
 import sys
 
 import numpy as np
+
+import randgguf_gemma4
 
 SHAPES = {  # layers, embd, heads, kv heads, head dim, ff, vocab, ctx, rope base
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0),
@@ -51,9 +55,9 @@ MOE_SHAPES = {
     "Qwen3-30B-A3B": dict(layers=48, embd=2048, heads=32, kv=4, hd=128, ff=6144, n_exp=128,
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
-ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES}
+ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "gemma4": randgguf_gemma4.SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
-              "qwen3moe": ("F16", "Q8_0", "Q4_K_M")}
+              "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "gemma4": randgguf_gemma4.TYPES}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
@@ -257,6 +261,7 @@ def moe_keys(sh, shape_name, qtype, vocab):
 
 def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None):
     """Writes the file; returns the bytes of its tensors."""
+    fixed = {}  # tensors of given values (gemma4's rope_freqs)
     if arch == "llama":
         shape = SHAPES[shape_name]
         if layers:
@@ -275,6 +280,10 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                kv("llama.attention.layer_norm_rms_epsilon", 6, 1e-5),
                kv("llama.vocab_size", 4, vocab)]
         gain = {}
+    elif arch == "gemma4":  # bench/randgguf_gemma4.py
+        vocab = vocab_keys(vocab_from)[1] if vocab_from else None
+        toks = vocab_keys(vocab_from)[0] if vocab_from else None
+        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab)
     else:
         sh = dict(MOE_SHAPES[shape_name])
         if layers:
@@ -297,7 +306,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         f.write(b"".join(kvs) + infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, ttype, dims in ts:
-            d = data(ttype, dims, rng, gain.get(name, 1.0))
+            d = fixed[name] if name in fixed else data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
             f.write(d)
             f.write(b"\0" * (-len(d) % ALIGN))

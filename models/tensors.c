@@ -31,6 +31,21 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_VOCAB, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
      .feature = MODEL_FEAT_OUTPUT, .file_shows = true, .ties_to_embd = true,
      .split = TENSOR_SPLIT_ROWS},
+    /* Gemma 4's per-layer embeddings (Gemma4TextModel's embed_tokens_per_layer,
+     * per_layer_model_projection, per_layer_projection_norm): read in place,
+     * a row per token, never expanded. */
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_TOK_EMBD, .gguf = "per_layer_token_embd.weight",
+     .hf = HF("embed_tokens_per_layer.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_VOCAB, .cols = TENSOR_DIM_PLE_ALL, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .gathered = true, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_PROJ, .gguf = "per_layer_model_proj.weight",
+     .hf = HF("per_layer_model_projection.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_PLE_ALL, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_PROJ_NORM, .gguf = "per_layer_proj_norm.weight",
+     .hf = HF("per_layer_projection_norm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_PLE, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
 
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_NORM, .gguf = "attn_norm.weight",
      .hf = HF("input_layernorm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
@@ -42,11 +57,11 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WK, .gguf = "attn_k.weight",
      .hf = HF("self_attn.k_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV},
+     .fuse = TENSOR_FUSE_QKV, .layers = TENSOR_LAYERS_OWN_KV},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WV, .gguf = "attn_v.weight",
      .hf = HF("self_attn.v_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV},
+     .fuse = TENSOR_FUSE_QKV, .layers = TENSOR_LAYERS_OWN_V},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BQ, .gguf = "attn_q.bias",
      .hf = HF("self_attn.q_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_Q, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_QKV_BIAS,
@@ -89,7 +104,7 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_K_NORM, .gguf = "attn_k_norm.weight",
      .hf = HF("self_attn.k_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
-     .id_pass = TENSOR_ID_EXT},
+     .id_pass = TENSOR_ID_EXT, .layers = TENSOR_LAYERS_OWN_KV},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_POST_NORM, .gguf = "post_attention_norm.weight",
      .hf = HF("post_attention_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
@@ -121,6 +136,25 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
+    /* Gemma 4 (Gemma4TextDecoderLayer): a layer's per-layer embedding input
+     * (per_layer_input_gate, per_layer_projection, post_per_layer_input_norm)
+     * and its output scalar (layer_scalar). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_GATE, .gguf = "inp_gate.weight",
+     .hf = HF("per_layer_input_gate.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_PLE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_PROJ, .gguf = "proj.weight",
+     .hf = HF("per_layer_projection.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_PLE, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_POST_NORM, .gguf = "post_norm.weight",
+     .hf = HF("post_per_layer_input_norm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_OUT_SCALE, .gguf = "layer_output_scale.weight",
+     .hf = HF("layer_scalar"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_ONE, .kind = TENSOR_NORM, .feature = MODEL_FEAT_OUT_SCALE,
+     .file_shows = true, .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -154,6 +188,8 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_VOCAB: return hp->n_vocab;
     case TENSOR_DIM_EXPERT: return hp->n_expert;
     case TENSOR_DIM_FF_EXP: return hp->n_ff_exp;
+    case TENSOR_DIM_PLE: return hp->n_embd_per_layer;
+    case TENSOR_DIM_PLE_ALL: return hp->n_layer * hp->n_embd_per_layer;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -198,7 +234,8 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
            (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
-           (hp->has_moe ? MODEL_FEAT_MOE : 0u);
+           (hp->has_moe ? MODEL_FEAT_MOE : 0u) | (hp->has_ple ? MODEL_FEAT_PLE : 0u) |
+           (hp->has_out_scale ? MODEL_FEAT_OUT_SCALE : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -208,6 +245,8 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_post_norms = features & MODEL_FEAT_POST_NORMS;
     hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
     hp->has_moe = features & MODEL_FEAT_MOE;
+    hp->has_ple = features & MODEL_FEAT_PLE;
+    hp->has_out_scale = features & MODEL_FEAT_OUT_SCALE;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -218,6 +257,8 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_POST_NORMS: return "post-attention and post-FFN norms";
     case MODEL_FEAT_OUTPUT: return "output head";
     case MODEL_FEAT_MOE: return "mixture of experts";
+    case MODEL_FEAT_PLE: return "per-layer embeddings";
+    case MODEL_FEAT_OUT_SCALE: return "layer output scales";
     }
     return "?";
 }
@@ -225,6 +266,16 @@ const char *model_feature_name(unsigned feature)
 bool model_tensor_present(const struct model_tensor *t, unsigned features)
 {
     return (t->feature & features) == t->feature && !(t->unless & features);
+}
+
+bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer)
+{
+    if (t->scope != TENSOR_PER_LAYER || t->layers == TENSOR_LAYERS_ALL || !m->layers)
+        return true;
+    const struct model_layer *L = &m->layers[layer];
+    if (L->kv_shared)
+        return false;
+    return t->layers != TENSOR_LAYERS_OWN_V || !L->v_is_k;
 }
 
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)
@@ -287,8 +338,10 @@ void model_tensors_begin_layer(struct model_tensor_it *it, const struct model *m
 /* Whether the walk yields row t. */
 static bool wanted(const struct model_tensor_it *it, const struct model_tensor *t)
 {
-    if (it->flags & MODEL_TENSORS_ABSENT || model_tensor_present(t, it->features))
+    if (it->flags & MODEL_TENSORS_ABSENT)
         return true;
+    if (model_tensor_present(t, it->features))
+        return it->layer < 0 || model_layer_holds(it->m, t, it->layer);
     return it->flags & MODEL_TENSORS_TIED && t->ties_to_embd;
 }
 

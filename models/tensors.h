@@ -35,6 +35,10 @@ enum model_role {
     MODEL_TOK_EMBD,    /* [n_vocab, n_embd] */
     MODEL_OUTPUT_NORM, /* [1, n_embd] f32 */
     MODEL_OUTPUT,      /* [n_vocab, n_embd]; token_embd's weight when tied */
+    MODEL_PLE_TOK_EMBD,  /* [n_vocab, n_layer*n_embd_per_layer], with MODEL_FEAT_PLE: rows
+                            read by token id, each layer's n_embd_per_layer in turn */
+    MODEL_PLE_PROJ,      /* [n_layer*n_embd_per_layer, n_embd], likewise */
+    MODEL_PLE_PROJ_NORM, /* [1, n_embd_per_layer] f32, likewise */
     MODEL_ROLES
 };
 
@@ -61,6 +65,10 @@ enum layer_role {
     LAYER_FFN_GATE_EXPS,  /* n_expert x [n_ff, n_embd] (n_ff the layer's: an expert's) */
     LAYER_FFN_UP_EXPS,    /* n_expert x [n_ff, n_embd] */
     LAYER_FFN_DOWN_EXPS,  /* n_expert x [n_embd, n_ff] */
+    LAYER_PLE_GATE,       /* [n_embd_per_layer, n_embd], with MODEL_FEAT_PLE */
+    LAYER_PLE_PROJ,       /* [n_embd, n_embd_per_layer], likewise */
+    LAYER_PLE_POST_NORM,  /* [1, n_embd] f32, likewise */
+    LAYER_OUT_SCALE,      /* [1, 1] f32, with MODEL_FEAT_OUT_SCALE: the layer's output scale */
     MODEL_LAYER_ROLES
 };
 
@@ -74,6 +82,8 @@ enum model_feature {
     MODEL_FEAT_OUTPUT = 1u << 3,     /* an output head of its own (untied embeddings) */
     MODEL_FEAT_MOE = 1u << 4,        /* a mixture-of-experts FFN in place of the dense one
                                         (qwen3moe): a router and n_expert experts */
+    MODEL_FEAT_PLE = 1u << 5,        /* per-layer embeddings (gemma4 E2B, E4B) */
+    MODEL_FEAT_OUT_SCALE = 1u << 6,  /* a scalar times each layer's output (gemma4) */
 };
 
 enum tensor_scope {
@@ -94,6 +104,15 @@ enum tensor_dim {
     TENSOR_DIM_VOCAB, /* n_vocab */
     TENSOR_DIM_EXPERT, /* n_expert (the layer's experts) */
     TENSOR_DIM_FF_EXP, /* n_ff_exp, an expert's FFN width (the layer's n_ff) */
+    TENSOR_DIM_PLE,    /* n_embd_per_layer */
+    TENSOR_DIM_PLE_ALL, /* n_layer * n_embd_per_layer */
+};
+
+/* Which layers hold a per-layer weight (of a model that has its feature). */
+enum tensor_layers {
+    TENSOR_LAYERS_ALL,    /* every layer */
+    TENSOR_LAYERS_OWN_KV, /* layers that write their own K/V (not kv_shared) */
+    TENSOR_LAYERS_OWN_V,  /* those with a V of their own too (not v_is_k) */
 };
 
 enum tensor_kind {
@@ -173,6 +192,7 @@ struct model_tensor {
     enum tensor_split split;
     enum tensor_fuse fuse;
     enum tensor_id_pass id_pass;
+    enum tensor_layers layers; /* per layer: which layers hold it */
 };
 
 /* The table: *n rows, per-model rows first, each scope in the order the
@@ -212,6 +232,11 @@ const char *model_feature_name(unsigned feature);
 /* True where a model with `features` holds the row's weight of its own
  * (every bit of its feature, none of its unless). */
 bool model_tensor_present(const struct model_tensor *t, unsigned features);
+
+/* True where layer `layer` of m holds the row's weight by its kind (a
+ * shared-KV layer has no K/V weights, a V = K layer no V; per model:
+ * true). The walker skips the others as absent. */
+bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer);
 
 /* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf,
