@@ -127,6 +127,7 @@ static void cpu_destroy(struct backend *base)
     free(c->step.ple);
     free(c->step.ple_tmp);
     free(c->step.ple_row);
+    free(c->step.moe_mlp);
     free(c->step.attn_items);
     free(c->step.attn);
     free(c->want);
@@ -195,8 +196,13 @@ int backend_cpu_create(const struct model *m, const struct backend_opts *o, stru
             st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
                           (long long)o->max_rows);
     }
+    c->step.max_rows = o->max_rows;
     if (st == IG_OK && m->hp.has_ple) /* per-layer embeddings of a step's rows */
         st = ple_alloc(&c->step, m, o->max_rows);
+    if (st == IG_OK && m->hp.has_moe_mlp &&
+        !(c->step.moe_mlp = malloc((size_t)(o->max_rows * m->hp.n_embd) * sizeof(float))))
+        st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
+                      (long long)o->max_rows);
     if (st != IG_OK) {
         cpu_destroy(&c->base);
         return st;

@@ -15,6 +15,12 @@ its files with it.
   E2B   Gemma 4 E2B's text model: 35 layers of 1536 (global every fifth,
         window 512), 8 heads, 1 KV head of 256 / 512, FFN 6144 (12288 on the
         20 shared-KV layers), per-layer embeddings of 256, vocabulary 262144
+  moe-tiny  the mixture of experts, small: 6 layers of 256 (the last global),
+        8 experts of 128 (2 used) beside a dense MLP of 512, V = K on the
+        global layer, no per-layer embeddings, no shared KV
+  26B-A4B   26B-A4B-like: 30 layers of 2816 (global every sixth, window 1024),
+        16 heads, 8 KV heads of 256 local / 2 of 512 global (V = K there), 128
+        experts of 704 (8 used) beside a dense MLP of 2112 (--layers N: fewer)
 """
 import struct
 
@@ -27,7 +33,18 @@ SHAPES = {
     "E2B": dict(layers=35, embd=1536, heads=8, kv_local=1, kv_global=1, hd_local=256,
                 hd_global=512, ff=6144, shared=20, ple=256, vocab=262144, ctx=131072,
                 window=512, period=5, partial=0.25, v_is_k_global=False),
+    "moe-tiny": dict(layers=6, embd=256, heads=4, kv_local=2, kv_global=1, hd_local=64,
+                     hd_global=128, ff=512, shared=0, ple=0, vocab=1024, ctx=4096, window=16,
+                     period=6, partial=0.25, v_is_k_global=True, n_exp=8, used=2,
+                     ff_exp=128),
+    "26B-A4B": dict(layers=30, embd=2816, heads=16, kv_local=8, kv_global=2, hd_local=256,
+                    hd_global=512, ff=2112, shared=0, ple=0, vocab=262144, ctx=262144,
+                    window=1024, period=6, partial=0.25, v_is_k_global=True, n_exp=128,
+                    used=8, ff_exp=704),
 }
+# The router's weights times this: its logits spread enough that the k-th and
+# (k+1)-th expert seldom lie within a rounding (as random_gguf.py's qwen3moe)
+ROUTER_GAIN = 4.0
 TYPES = ("F16", "Q8_0", "Q4_K_M")
 FILE_TYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15}
 # tied embeddings: the token table times this gives logits with a spread of
@@ -112,12 +129,19 @@ def build(shape_name, qtype, layers=None, vocab=None):
             _kv(f"{a}.attention.shared_kv_layers", 4, sh["shared"]),
             _kv(f"{a}.embedding_length_per_layer_input", 4, d),
             _kv(f"{a}.final_logit_softcapping", 6, 30.0)]
+    moe = "n_exp" in sh
+    if moe:
+        keys += [_kv(f"{a}.expert_count", 4, sh["n_exp"]),
+                 _kv(f"{a}.expert_used_count", 4, sh["used"]),
+                 _kv(f"{a}.expert_feed_forward_length", 4, sh["ff_exp"])]
     base = _pick(qtype, e)
-    ts = [("token_embd.weight", _pick(qtype, e, True), [e, vocab]),
-          ("per_layer_token_embd.weight", _pick(qtype, n * d, True), [n * d, vocab]),
-          ("per_layer_model_proj.weight", base, [e, n * d]),
-          ("per_layer_proj_norm.weight", "F32", [d]),
-          ("rope_freqs.weight", "F32", [sh["hd_global"] // 2])]
+    ts = [("token_embd.weight", _pick(qtype, e, True), [e, vocab])]
+    if d:
+        ts += [("per_layer_token_embd.weight", _pick(qtype, n * d, True), [n * d, vocab]),
+               ("per_layer_model_proj.weight", base, [e, n * d]),
+               ("per_layer_proj_norm.weight", "F32", [d])]
+    ts.append(("rope_freqs.weight", "F32", [sh["hd_global"] // 2]))
+    gains = {"token_embd.weight": EMBD_GAIN}
     for i, f in enumerate(facts):
         p = f"blk.{i}."
         q, kvd = h * f["hd"], f["n_kv"] * f["hd"]
@@ -136,13 +160,26 @@ def build(shape_name, qtype, layers=None, vocab=None):
                (p + "ffn_gate.weight", base, [e, f["ff"]]),
                (p + "ffn_up.weight", base, [e, f["ff"]]),
                (p + "ffn_down.weight", _pick(qtype, f["ff"], True), [f["ff"], e]),
-               (p + "post_ffw_norm.weight", "F32", [e]),
-               (p + "inp_gate.weight", base, [e, d]),
-               (p + "proj.weight", _pick(qtype, d), [d, e]),
-               (p + "post_norm.weight", "F32", [e]),
-               (p + "layer_output_scale.weight", "F32", [1])]
+               (p + "post_ffw_norm.weight", "F32", [e])]
+        if moe:
+            ne, fe = sh["n_exp"], sh["ff_exp"]
+            ts += [(p + "ffn_gate_inp.weight", "F32", [e, ne]),
+                   (p + "ffn_gate_inp.scale", "F32", [e]),
+                   (p + "pre_ffw_norm_2.weight", "F32", [e]),
+                   (p + "post_ffw_norm_1.weight", "F32", [e]),
+                   (p + "post_ffw_norm_2.weight", "F32", [e]),
+                   (p + "ffn_gate_exps.weight", base, [e, fe, ne]),
+                   (p + "ffn_up_exps.weight", base, [e, fe, ne]),
+                   (p + "ffn_down_exps.weight", _pick(qtype, fe, True), [fe, e, ne]),
+                   (p + "ffn_down_exps.scale", "F32", [ne])]
+            gains[p + "ffn_gate_inp.weight"] = ROUTER_GAIN
+        if d:
+            ts += [(p + "inp_gate.weight", base, [e, d]),
+                   (p + "proj.weight", _pick(qtype, d), [d, e]),
+                   (p + "post_norm.weight", "F32", [e])]
+        ts.append((p + "layer_output_scale.weight", "F32", [1]))
     ts.append(("output_norm.weight", "F32", [e]))
     n_rot = int(sh["hd_global"] * sh["partial"] / 2)
     freqs = [1.0] * n_rot + [1e30] * (sh["hd_global"] // 2 - n_rot)
     fixed = {"rope_freqs.weight": np.array(freqs, dtype=np.float32).tobytes()}
-    return ts, keys, {"token_embd.weight": EMBD_GAIN}, fixed
+    return ts, keys, gains, fixed

@@ -59,7 +59,7 @@ static const struct model_arch_info archs[] = {
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_POST_NORMS, .act = MODEL_ACT_GELU_TANH,
      .embd_scale_sqrt = true, .norm_eps = 1e-6, .swa_pattern = 6, .rope_base_local = 10000.0,
      .id_ext = true, .per_layer_shapes = true, .attn_scale_one = true, .v_norm = true,
-     .v_optional = true, .kv_sharing = true},
+     .v_optional = true, .kv_sharing = true, .moe_optional = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)

@@ -50,6 +50,8 @@ struct model_arch_info {
     bool v_norm;
     bool v_optional;
     bool kv_sharing;
+    bool moe_optional; /* a mixture of experts where the file has expert_count, with a
+                          dense MLP beside it (gemma4 26B-A4B) */
 };
 
 /* The row for the architecture named `name`, or NULL. */

@@ -267,9 +267,13 @@ static int read_hparams(struct loader *L)
         (st = hp_float0(L, "attn_logit_softcapping", &hp->attn_softcap)) ||
         (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
-    if ((ai->features & MODEL_FEAT_MOE) && (st = read_experts(L)))
+    char moe_key[96];
+    snprintf(moe_key, sizeof moe_key, "%s.expert_count", hp->arch);
+    bool moe_file = ai->moe_optional && gguf_find_kv(L->g, moe_key);
+    if (((ai->features & MODEL_FEAT_MOE) || moe_file) && (st = read_experts(L)))
         return st;
-    L->features = ai->features | (hp->n_embd_per_layer > 0 ? MODEL_FEAT_PLE : 0u);
+    L->features = ai->features | (hp->n_embd_per_layer > 0 ? MODEL_FEAT_PLE : 0u) |
+                  (moe_file ? MODEL_FEAT_MOE | MODEL_FEAT_MOE_MLP : 0u);
     hp->rope_style = ai->rope_style;
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
@@ -484,6 +488,14 @@ static int read_layer_shapes(const struct loader *L, struct model *m)
             (st = hp_int_at(L, "attention.head_count_kv", il, hp->n_head_kv, &Ly->n_head_kv)) ||
             (st = hp_int_at(L, "feed_forward_length", il, hp->n_ff, &Ly->n_ff)))
             return st;
+        if (L->features & MODEL_FEAT_MOE) { /* gemma4: experts and the dense MLP beside */
+            Ly->ffn = LAYER_FFN_MOE;
+            Ly->n_ff_mlp = Ly->n_ff;
+            Ly->n_ff = hp->n_ff_exp;
+            Ly->n_expert = hp->n_expert;
+            Ly->n_expert_used = hp->n_expert_used;
+            Ly->moe_norm_topk = hp->moe_norm_topk;
+        }
         if (Ly->n_head % Ly->n_head_kv)
             return ig_error(IG_E_MODEL, "'%s': layer %lld's %lld heads are not a multiple of its "
                             "%lld KV heads", L->path, (long long)il, (long long)Ly->n_head,

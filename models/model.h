@@ -139,6 +139,7 @@ struct model_hparams {
     int64_t n_embd_per_layer;
     bool has_ple;          /* MODEL_FEAT_PLE: n_embd_per_layer > 0 */
     bool has_out_scale;    /* MODEL_FEAT_OUT_SCALE: each layer's output times its scalar */
+    bool has_moe_mlp;      /* MODEL_FEAT_MOE_MLP: gemma4's dense MLP beside its experts */
 };
 
 /* The rotated dims of RoPE variant r (MODEL_ROPE_GLOBAL or _LOCAL). */
@@ -212,6 +213,8 @@ struct model_layer {
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
     int64_t n_expert_used;
     bool moe_norm_topk;            /* the used experts' weights renormalized to sum 1 */
+    int64_t n_ff_mlp;              /* LAYER_FFN_MOE with MODEL_FEAT_MOE_MLP: the dense MLP's
+                                      width */
     /* Gemma 4: a layer that reads layer kv_source's K/V instead of writing
      * its own (kv_shared; no K/V weights then), and V taken from K's
      * projection (no V weight of its own: attention_k_eq_v). */

@@ -88,15 +88,15 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
      .hf = HF("mlp.gate_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP, .gguf = "ffn_up.weight",
      .hf = HF("mlp.up_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN, .gguf = "ffn_down.weight",
      .hf = HF("mlp.down_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
      .cols = TENSOR_DIM_FF, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS,
-     .unless = MODEL_FEAT_MOE},
+     .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_Q_NORM, .gguf = "attn_q_norm.weight",
      .hf = HF("self_attn.q_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
@@ -155,6 +155,29 @@ static const struct model_tensor table[] = {
      .hf = HF("layer_scalar"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_ONE, .kind = TENSOR_NORM, .feature = MODEL_FEAT_OUT_SCALE,
      .file_shows = true, .id_pass = TENSOR_ID_PRESENT},
+    /* Gemma 4's mixture of experts (Gemma4TextDecoderLayer with
+     * enable_moe_block: router.scale, pre_feedforward_layernorm_2,
+     * post_feedforward_layernorm_1/_2, router.per_expert_scale). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP_SCALE, .gguf = "ffn_gate_inp.scale",
+     .hf = HF("router.scale"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_MOE_MLP,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_PRE_NORM_2, .gguf = "pre_ffw_norm_2.weight",
+     .hf = HF("pre_feedforward_layernorm_2.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_POST_NORM_1, .gguf = "post_ffw_norm_1.weight",
+     .hf = HF("post_feedforward_layernorm_1.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_POST_NORM_2, .gguf = "post_ffw_norm_2.weight",
+     .hf = HF("post_feedforward_layernorm_2.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS_SCALE, .gguf = "ffn_down_exps.scale",
+     .hf = HF("router.per_expert_scale"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_NORM, .feature = MODEL_FEAT_MOE_MLP,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -213,7 +236,8 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_Q: return L->n_head * L->head_dim;
     case TENSOR_DIM_KV: return L->n_head_kv * L->head_dim;
     case TENSOR_DIM_HEAD: return L->head_dim;
-    case TENSOR_DIM_FF:
+    case TENSOR_DIM_FF: /* a mixture of experts' dense MLP beside them (gemma4) */
+        return L->ffn == LAYER_FFN_MOE ? L->n_ff_mlp : L->n_ff;
     case TENSOR_DIM_FF_EXP: return L->n_ff; /* a mixture of experts': an expert's */
     case TENSOR_DIM_EXPERT: return L->n_expert;
     default: return model_tensor_dim(&m->hp, layer, d);
@@ -235,7 +259,8 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
            (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
            (hp->has_moe ? MODEL_FEAT_MOE : 0u) | (hp->has_ple ? MODEL_FEAT_PLE : 0u) |
-           (hp->has_out_scale ? MODEL_FEAT_OUT_SCALE : 0u);
+           (hp->has_out_scale ? MODEL_FEAT_OUT_SCALE : 0u) |
+           (hp->has_moe_mlp ? MODEL_FEAT_MOE_MLP : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -247,6 +272,7 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_moe = features & MODEL_FEAT_MOE;
     hp->has_ple = features & MODEL_FEAT_PLE;
     hp->has_out_scale = features & MODEL_FEAT_OUT_SCALE;
+    hp->has_moe_mlp = features & MODEL_FEAT_MOE_MLP;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -259,13 +285,15 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_MOE: return "mixture of experts";
     case MODEL_FEAT_PLE: return "per-layer embeddings";
     case MODEL_FEAT_OUT_SCALE: return "layer output scales";
+    case MODEL_FEAT_MOE_MLP: return "a dense MLP beside the experts";
     }
     return "?";
 }
 
 bool model_tensor_present(const struct model_tensor *t, unsigned features)
 {
-    return (t->feature & features) == t->feature && !(t->unless & features);
+    return (t->feature & features) == t->feature &&
+           (!(t->unless & features) || (t->also & features));
 }
 
 bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer)

@@ -69,6 +69,12 @@ enum layer_role {
     LAYER_PLE_PROJ,       /* [n_embd, n_embd_per_layer], likewise */
     LAYER_PLE_POST_NORM,  /* [1, n_embd] f32, likewise */
     LAYER_OUT_SCALE,      /* [1, 1] f32, with MODEL_FEAT_OUT_SCALE: the layer's output scale */
+    LAYER_FFN_GATE_INP_SCALE, /* [1, n_embd] f32, with MODEL_FEAT_MOE_MLP: the router's input
+                                 scale (gemma4) */
+    LAYER_FFN_PRE_NORM_2,     /* [1, n_embd] f32, likewise: the experts' input norm */
+    LAYER_FFN_POST_NORM_1,    /* [1, n_embd] f32, likewise: the dense MLP's output norm */
+    LAYER_FFN_POST_NORM_2,    /* [1, n_embd] f32, likewise: the experts' output norm */
+    LAYER_FFN_DOWN_EXPS_SCALE, /* [1, n_expert] f32, likewise: each expert's output scale */
     MODEL_LAYER_ROLES
 };
 
@@ -84,6 +90,8 @@ enum model_feature {
                                         (qwen3moe): a router and n_expert experts */
     MODEL_FEAT_PLE = 1u << 5,        /* per-layer embeddings (gemma4 E2B, E4B) */
     MODEL_FEAT_OUT_SCALE = 1u << 6,  /* a scalar times each layer's output (gemma4) */
+    MODEL_FEAT_MOE_MLP = 1u << 7,    /* with MODEL_FEAT_MOE: a dense MLP beside the experts,
+                                        the router's own scaled norm (gemma4 26B-A4B) */
 };
 
 enum tensor_scope {
@@ -183,7 +191,9 @@ struct model_tensor {
     enum tensor_kind kind;
     unsigned feature;        /* 0: every model has it; else where the model has the feature */
     unsigned unless;         /* absent where the model has any of these features (the
-                                dense FFN of a mixture of experts) */
+                                dense FFN of a mixture of experts) ... */
+    unsigned also;           /* ... unless it has one of these (gemma4's dense MLP beside
+                                its experts) */
     bool file_shows;         /* a GGUF whose architecture lacks the feature may hold the
                                 weight, and then has the feature (llama.cpp's llama files
                                 with Q/K/V biases; output.weight, absent when tied) */

@@ -24,6 +24,13 @@ ignite:
   - per-layer embeddings: per_layer_inputs = (norm(x W_proj^T / sqrt(hidden))
     + E_ple[tok] sqrt(d)) / sqrt(2), split per layer; after a layer's MLP,
     x += norm(W_p (gelu(W_g x) * per_layer_input)); then x *= layer_scalar;
+  - the mixture of experts (26B-A4B; where the file has expert_count): the
+    dense MLP's output normed (post_feedforward_layernorm_1) plus the
+    experts' (post_feedforward_layernorm_2): the router reads
+    norm(x) / sqrt(hidden) * router.scale (no weight in the norm), softmax,
+    the k largest (ties: the lower index), renormalized; each expert
+    down(gelu(gate h) * up h) * per_expert_scale[e] on h =
+    pre_feedforward_layernorm_2(x); then post_feedforward_layernorm of the sum;
   - logits = norm(x) E^T, soft-capped c tanh(l / c).
 """
 import math
@@ -70,6 +77,7 @@ class Gemma4Ref:
         self.softcap = f("final_logit_softcapping")
         self.ple_dim = int(f("embedding_length_per_layer_input", 0))
         shared = int(f("attention.shared_kv_layers", 0))
+        self.n_expert_used = int(f("expert_used_count", 0))
         own = n - shared
         self.src = [i if i < own else own - (2 if self.sliding[i] else 1) for i in range(n)]
         t = {}
@@ -102,6 +110,24 @@ class Gemma4Ref:
         y[..., :half] = a * c - b * s
         y[..., half:2 * half] = a * s + b * c
         return y
+
+    def _moe(self, x, p):
+        t, k = self.t, self.n_expert_used
+        r = self._norm(x) / math.sqrt(self.n_embd) * t[p + "ffn_gate_inp.scale"]
+        logits = r @ t[p + "ffn_gate_inp.weight"].T  # [n, n_expert]
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        h = self._norm(x, t[p + "pre_ffw_norm_2.weight"])
+        scale = t[p + "ffn_down_exps.scale"].reshape(-1)
+        out = np.zeros_like(x)
+        for row in range(x.shape[0]):
+            top = sorted(np.argsort(-probs[row], kind="stable")[:k])
+            w = probs[row, top] / probs[row, top].sum()
+            for e, we in zip(top, w):
+                g = h[row] @ t[p + "ffn_gate_exps.weight"][e].T
+                u = h[row] @ t[p + "ffn_up_exps.weight"][e].T
+                out[row] += we * scale[e] * ((gelu(g) * u) @ t[p + "ffn_down_exps.weight"][e].T)
+        return self._norm(out, t[p + "post_ffw_norm_2.weight"])
 
     def forward(self, tokens, cache):
         """The logits [n_vocab] of the last of tokens, run after the cache's
@@ -148,7 +174,10 @@ class Gemma4Ref:
             x = x + self._norm(o, t[p + "post_attention_norm.weight"])
             h = self._norm(x, t[p + "ffn_norm.weight"])
             f = (gelu(h @ t[p + "ffn_gate.weight"].T) * (h @ t[p + "ffn_up.weight"].T))
-            x = x + self._norm(f @ t[p + "ffn_down.weight"].T, t[p + "post_ffw_norm.weight"])
+            f = f @ t[p + "ffn_down.weight"].T
+            if self.n_expert_used:
+                f = self._norm(f, t[p + "post_ffw_norm_1.weight"]) + self._moe(x, p)
+            x = x + self._norm(f, t[p + "post_ffw_norm.weight"])
             if self.ple_dim:
                 gp = gelu(x @ t[p + "inp_gate.weight"].T) * ple[:, i]
                 x = x + self._norm(gp @ t[p + "proj.weight"].T, t[p + "post_norm.weight"])

@@ -19,7 +19,10 @@ embeddings, layer output scales, logits soft-capped.
     as the uninterrupted run (greedy text equal), and holds each KV once:
     its size grows by the own-KV layers' f32 bytes (and an id) a token;
   - the int8 path (the default) on Q8_0: the same top token as the
-    reference at every step (int8 activations: not within 1e-4).
+    reference at every step (int8 activations: not within 1e-4);
+  - the mixture of experts (`moe-tiny`: 8 experts of 128, 2 used, beside a
+    dense MLP; the router's own scaled norm, GELU experts, per-expert output
+    scales) in F16 and Q4_K_M, on the exact path as above.
 Usage: test_gemma4.py FORWARD_DUMP   (IGNITE_BIN: the ignite binary)
 """
 import json
@@ -194,6 +197,13 @@ def main():
             if qtype == "F16":
                 own = kv_memory(path, ref)
                 saved_cache(tmp, own)
+        for qtype in ("F16", "Q4_K_M"):
+            path = os.path.join(tmp, f"moe-{qtype}.gguf")
+            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4")
+            ref = Gemma4Ref(path)
+            prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
+            fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
+            against_reference(ref, tool, path, f"gemma4 moe-tiny {qtype}", prompt, fixed, tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
