@@ -13,7 +13,10 @@
 # usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4] [-s SHAPE] [-l LAYERS]
 #                                 [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2] [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
-#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf)
+#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf),
+#        LLAMA_EXTRA (more llama-perplexity options: -nr where its AMX weight
+#        repacking crashes on a CPU that has AMX, as it did on gemma4's Q8_0
+#        and Q4_K_M files)
 # Prints one table (mean KL divergence, same top token); every run's output
 # stays in DIR.
 set -euo pipefail
@@ -47,7 +50,8 @@ for ty in $types; do
     [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch "$arch" \
         --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
     echo "llama-$ty: $(uptime)" >&2
-    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" \
+    # shellcheck disable=SC2086
+    "$bin/llama-perplexity" ${LLAMA_EXTRA:-} -t "$threads" -m "$f" -f "$text" -c "$ctx" \
         --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
     for path in int8 exact; do
         echo "ignite-$ty-$path: $(uptime)" >&2

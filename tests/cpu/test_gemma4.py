@@ -20,6 +20,9 @@ embeddings, layer output scales, logits soft-capped.
     its size grows by the own-KV layers' f32 bytes (and an id) a token;
   - the int8 path (the default) on Q8_0: the same top token as the
     reference at every step (int8 activations: not within 1e-4);
+  - the Gemma 4 chat template (llama.cpp's models/ggml-vocab-gemma-4.gguf in
+    the sdist, when fetched: scripts/fetch-model.sh llama-src) rendered by
+    ignite as jinja2 renders it, a system turn and a conversation;
   - the mixture of experts (`moe-tiny`: 8 experts of 128, 2 used, beside a
     dense MLP; the router's own scaled norm, GELU experts, per-expert output
     scales) in F16 and Q4_K_M, on the exact path as above.
@@ -181,6 +184,40 @@ def saved_cache(tmp, own):
           "bytes a token (each KV once)")
 
 
+def chat_template(tmp):
+    import jinja2
+    from gguf import GGUFReader
+    vocab = os.path.join(os.environ.get("IGNITE_CACHE") or os.path.expanduser("~/.cache/ignite"),
+                         "llama-src", "llama_cpp_python-0.3.36", "vendor", "llama.cpp", "models",
+                         "ggml-vocab-gemma-4.gguf")
+    if not os.path.exists(vocab):
+        print("skip   the Gemma 4 chat template: no llama-src (scripts/fetch-model.sh llama-src)")
+        return
+    f = GGUFReader(vocab).fields["tokenizer.chat_template"]
+    text = bytes(f.parts[f.data[0]]).decode()
+    tfile = os.path.join(tmp, "gemma4.jinja")
+    with open(tfile, "w") as out:
+        out.write(text)
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.loopcontrols"])
+    for system in (None, "Be brief."):
+        msgs = ([{"role": "system", "content": system}] if system else []) + \
+            [{"role": "user", "content": "abc def"}]
+        want = env.from_string(text).render(messages=msgs, add_generation_prompt=True,
+                                            bos_token="<s>")
+        args = ["--system", system] if system else []
+        r = subprocess.run([IGNITE, "run", "-m", os.path.join(tmp, "vocab-f16.gguf"),
+                            "--chat-template-file", tfile, "-p", "abc def", "-n", "1",
+                            "--verbose-prompt", *args], capture_output=True, text=True,
+                           timeout=120)
+        got = [ln[len("prompt: "):] for ln in r.stderr.splitlines() if ln.startswith("prompt: ")]
+        # the toy vocabulary adds no BOS token itself: its text stays in the render
+        if r.returncode != 0 or got != [want.replace("\n", "\\n")]:
+            fail(f"Gemma 4 chat template: ignite {got!r} (exit {r.returncode}), jinja2 {want!r}")
+            return
+    print("ok     the Gemma 4 chat template: ignite's render = jinja2's")
+
+
 def main():
     tool = sys.argv[1]
     rng = np.random.default_rng(11)
@@ -197,6 +234,7 @@ def main():
             if qtype == "F16":
                 own = kv_memory(path, ref)
                 saved_cache(tmp, own)
+                chat_template(tmp)
         for qtype in ("F16", "Q4_K_M"):
             path = os.path.join(tmp, f"moe-{qtype}.gguf")
             random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4")
