@@ -93,9 +93,13 @@ def _pick(qtype, cols, heavy=False):
     return "Q6_K" if heavy else "Q4_K"
 
 
-def build(shape_name, qtype, layers=None, vocab=None):
+def build(shape_name, qtype, layers=None, vocab=None, seed=1):
     """(tensors [(name, type, dims)], keys [bytes], gains {name: gain},
-    fixed {name: bytes}) of a gemma4 file of the shape."""
+    fixed {name: bytes}) of a gemma4 file of the shape. The Q and K head
+    norms' weights are near head_dim^-1/4: Gemma 4's attention scale is 1,
+    its norms do the scaling (near 1, random heads' scores would spread by
+    sqrt(head_dim) and the softmax turn on a rounding: nothing like a trained
+    model, and every engine's int8 or f16 activations would move it)."""
     sh = dict(SHAPES[shape_name])
     n = min(layers, sh["layers"]) if layers else sh["layers"]
     if n < sh["layers"]:
@@ -182,4 +186,9 @@ def build(shape_name, qtype, layers=None, vocab=None):
     n_rot = int(sh["hd_global"] * sh["partial"] / 2)
     freqs = [1.0] * n_rot + [1e30] * (sh["hd_global"] // 2 - n_rot)
     fixed = {"rope_freqs.weight": np.array(freqs, dtype=np.float32).tobytes()}
+    rng = np.random.default_rng(seed + 1000)
+    for name, ttype, dims in ts:
+        if name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
+            w = dims[0] ** -0.25 * (1.0 + 0.1 * rng.uniform(-1, 1, dims[0]))
+            fixed[name] = w.astype(np.float32).tobytes()
     return ts, keys, gains, fixed

@@ -283,7 +283,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
     elif arch == "gemma4":  # bench/randgguf_gemma4.py
         vocab = vocab_keys(vocab_from)[1] if vocab_from else None
         toks = vocab_keys(vocab_from)[0] if vocab_from else None
-        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab)
+        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed)
     else:
         sh = dict(MOE_SHAPES[shape_name])
         if layers:
