@@ -132,7 +132,9 @@ def build(shape_name, qtype, layers=None, vocab=None, seed=1):
             _kv(f"{a}.attention.sliding_window_pattern", 7, [f["local"] for f in facts]),
             _kv(f"{a}.attention.shared_kv_layers", 4, sh["shared"]),
             _kv(f"{a}.embedding_length_per_layer_input", 4, d),
-            _kv(f"{a}.final_logit_softcapping", 6, 30.0)]
+            _kv(f"{a}.final_logit_softcapping", 6, 30.0),
+            # llama.cpp sizes the vocabulary by the tokenizer, or this without one
+            _kv(f"{a}.vocab_size", 4, vocab)]
     moe = "n_exp" in sh
     if moe:
         keys += [_kv(f"{a}.expert_count", 4, sh["n_exp"]),
