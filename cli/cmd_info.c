@@ -304,6 +304,32 @@ static size_t kv_unshared_bytes(const struct model *m, size_t elem)
     return shares ? bytes : 0;
 }
 
+/* Where layers differ in shape (gemma4): each size's range over the layers,
+ * the lines above giving the file's (largest) values. Nothing otherwise. */
+static void print_layer_ranges_text(const struct model *m)
+{
+    int64_t lo[4], hi[4];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        int64_t v[4] = {L->n_head, L->n_head_kv, L->head_dim,
+                        L->ffn == LAYER_FFN_MOE && L->n_ff_mlp ? L->n_ff_mlp : L->n_ff};
+        for (int i = 0; i < 4; i++) {
+            lo[i] = l == 0 || v[i] < lo[i] ? v[i] : lo[i];
+            hi[i] = l == 0 || v[i] > hi[i] ? v[i] : hi[i];
+        }
+    }
+    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && lo[3] == hi[3])
+        return;
+    static const char *const names[4] = {"heads", "KV heads", "head dim", "FFN size"};
+    printf("per layer      ");
+    for (int i = 0; i < 4; i++)
+        if (lo[i] == hi[i])
+            printf("%s %s %lld", i ? "," : "", names[i], (long long)lo[i]);
+        else
+            printf("%s %s %lld-%lld", i ? "," : "", names[i], (long long)lo[i], (long long)hi[i]);
+    printf("\n");
+}
+
 /* One line a group of the KV cache: its kind, layers and bytes (a token's
  * and a block's for the paged kinds, a sequence's for recurrent state). */
 static void print_kv_groups_text(const struct info *in)
@@ -337,6 +363,7 @@ static void print_text(const struct model *m, const struct info *in)
            (long long)hp->n_head_kv);
     printf("head dim        %lld\n", (long long)hp->head_dim);
     printf("FFN size        %lld\n", (long long)hp->n_ff);
+    print_layer_ranges_text(m);
     if (hp->has_moe) {
         int64_t active;
         size_t bytes;
