@@ -614,6 +614,13 @@ static int load_weights(const struct loader *L, struct model *m)
     int st = hp_int(L, "vocab_size", emb->ne[1] <= MODEL_MAX_DIM ? emb->ne[1] : -1, &hp->n_vocab);
     if (st)
         return st;
+    /* llama.cpp's converter fuses a Gemma 4 folder's experts.gate_up_proj into one
+     * tensor; ignite reads gate and up apart (random_gguf.py writes them so) */
+    if ((L->features & MODEL_FEAT_MOE_MLP) &&
+        gguf_find_tensor(L->g, "blk.0.ffn_gate_up_exps.weight"))
+        return ig_error(IG_E_MODEL, "'%s': tensor 'blk.0.ffn_gate_up_exps.weight' (the experts' "
+                        "gate and up fused) is not supported yet; ignite reads ffn_gate_exps "
+                        "and ffn_up_exps", L->path);
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
          model_tensors_next(&it);) {

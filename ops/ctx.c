@@ -189,7 +189,7 @@ int ops_ctx_n_rope(const struct ops_ctx *ctx)
 const double *ops_ctx_rope_freqs(const struct ops_ctx *ctx, int rope, double *mscale)
 {
     IG_ASSERT(rope >= 0 && rope < ctx->n_rope);
-    int64_t half = model_rope_dims_max(&ctx->m->hp) / 2 > 0 ? model_rope_dims_max(&ctx->m->hp) / 2 : 1;
+    int64_t rot = model_rope_dims_max(&ctx->m->hp), half = rot / 2 > 0 ? rot / 2 : 1;
     *mscale = ctx->rope_mscale[rope];
     return ctx->rope_inv + rope * half;
 }

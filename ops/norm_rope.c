@@ -188,7 +188,8 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
         int64_t half = model_rope_dims(hp, r) / 2;
         double mscale;
         const double *inv = ops_ctx_rope_freqs(ctx, r, &mscale);
-        float *cs = b->rope_cos + r * max_batch * stride, *sn = b->rope_sin + r * max_batch * stride;
+        float *cs = b->rope_cos + r * max_batch * stride;
+        float *sn = b->rope_sin + r * max_batch * stride;
         for (int64_t t = 0; t < n_tokens; t++) {
             double p = (double)pos[t];
             for (int64_t i = 0; i < half; i++) {
