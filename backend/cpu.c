@@ -135,6 +135,10 @@ static void cpu_destroy(struct backend *base)
 {
     struct cpu_backend *c = (struct cpu_backend *)base;
     free(c->greedy_logits);
+    free(c->step.ple);
+    free(c->step.ple_tmp);
+    free(c->step.ple_row);
+    free(c->step.moe_mlp);
     free(c->step.attn_items);
     free(c->step.attn);
     free(c->want);
@@ -153,6 +157,19 @@ static const struct backend_ops cpu_ops = {
     .device_bytes = cpu_device_bytes,
     .destroy = cpu_destroy,
 };
+
+static int ple_alloc(struct cpu_step *s, const struct model *m, int64_t max_rows)
+{
+    int64_t all = m->hp.n_layer * m->hp.n_embd_per_layer;
+    s->max_rows = max_rows;
+    s->ple = malloc((size_t)(max_rows * all) * sizeof *s->ple);
+    s->ple_tmp = malloc((size_t)(max_rows * all) * sizeof *s->ple_tmp);
+    s->ple_row = malloc((size_t)all * sizeof *s->ple_row);
+    if (!s->ple || !s->ple_tmp || !s->ple_row)
+        return ig_error(IG_E_NOMEM, "out of memory for the per-layer embeddings of %lld rows",
+                        (long long)max_rows);
+    return IG_OK;
+}
 
 int backend_cpu_create(const struct model *m, const struct backend_opts *o, struct backend **out)
 {
@@ -199,6 +216,13 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
             st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
                           (long long)o->max_rows);
     }
+    c->step.max_rows = o->max_rows;
+    if (st == IG_OK && m->hp.has_ple) /* per-layer embeddings of a step's rows */
+        st = ple_alloc(&c->step, m, o->max_rows);
+    if (st == IG_OK && m->hp.has_moe_mlp &&
+        !(c->step.moe_mlp = malloc((size_t)(o->max_rows * m->hp.n_embd) * sizeof(float))))
+        st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
+                      (long long)o->max_rows);
     if (st != IG_OK) {
         cpu_destroy(&c->base);
         return st;

@@ -7,7 +7,9 @@
  * the tiled attention of every sequence's rows over its blocks
  * (prefill/attn_tiled.c: prompt chunks and decode rows alike, the layer's
  * sliding window and scale), the output projection into proj. Every size is
- * the layer's own (struct model_layer: heads, KV heads, head dim).
+ * the layer's own (struct model_layer: heads, KV heads, head dim); Gemma 4's
+ * layers may read another layer's K/V (computing q alone), take V from K's
+ * projection and norm V without a weight.
  * Covered by tests/cpu/ (numpy reference; chunked vs one-row steps). */
 #include "backend/cpu_layer.h"
 
@@ -54,10 +56,14 @@ static void qk_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
     }
     if (hp->has_qk_norm) { /* RMSNorm of each head: rows of head_dim */
         ops_rmsnorm(q, &L->w[LAYER_Q_NORM], n * L->n_head, hd, hp->norm_eps, q);
-        ops_rmsnorm(k, &L->w[LAYER_K_NORM], n * L->n_head_kv, hd, hp->norm_eps, k);
+        if (!L->kv_shared)
+            ops_rmsnorm(k, &L->w[LAYER_K_NORM], n * L->n_head_kv, hd, hp->norm_eps, k);
     }
+    if (hp->has_v_norm && !L->kv_shared) /* Gemma 4: each V head normed, no weight */
+        ops_rmsnorm(v, NULL, n * L->n_head_kv, hd, hp->norm_eps, v);
     ops_rope_rows(job->ctx, b->q, r0, r1, L->n_head, hd, L->rope);
-    ops_rope_rows(job->ctx, b->k, r0, r1, L->n_head_kv, hd, L->rope);
+    if (!L->kv_shared) /* a shared layer's keys are its source's, rotated there */
+        ops_rope_rows(job->ctx, b->k, r0, r1, L->n_head_kv, hd, L->rope);
 }
 
 int64_t cpu_attention_scratch_floats(const struct model *m)
@@ -147,13 +153,18 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     int64_t q_dim = L->n_head * L->head_dim;
 
-    /* xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v; attend */
+    /* xn = norm(x); q, k, v = xn W^T; rotate q, k; cache k, v; attend. A
+     * shared-KV layer computes q alone, a V = K layer q and k (v is k's
+     * projection, before k's norm). */
     const struct model_weight *qkv_w[3] = {&L->w[LAYER_WQ], &L->w[LAYER_WK], &L->w[LAYER_WV]};
     float *qkv_y[3] = {b->q, b->k, b->v}; /* [n, n_head (or n_head_kv) * head_dim] */
-    cpu_rows_then_matmul(ctx, L, cpu_norm_rows, LAYER_ATTN_NORM, n, m->hp.n_embd, 3, qkv_w, b->xn,
-                         qkv_y);
+    int n_w = L->kv_shared ? 1 : L->v_is_k ? 2 : 3;
+    cpu_rows_then_matmul(ctx, L, cpu_norm_rows, LAYER_ATTN_NORM, n, m->hp.n_embd, n_w, qkv_w,
+                         b->xn, qkv_y);
     if (L->attn_gate)
         split_gate(b->q, b->attn_gate, n, L->n_head, L->head_dim);
+    if (L->v_is_k)
+        memcpy(b->v, b->k, (size_t)(n * L->n_head_kv * L->head_dim) * sizeof *b->v);
     cpu_rows_run(ctx, L, qk_rows, 0, n, false);
     attend(s, layer, n);
     if (L->attn_gate)

@@ -29,9 +29,13 @@ static void gate_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
 
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n)
 {
+    cpu_ffn_dense_of(s, &ops_ctx_model(s->ops)->layers[layer], n);
+}
+
+void cpu_ffn_dense_of(struct cpu_step *s, const struct model_layer *L, int64_t n)
+{
     struct ops_ctx *ctx = s->ops;
     const struct model *m = ops_ctx_model(ctx);
-    const struct model_layer *L = &m->layers[layer];
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     /* proj = W_down (act(xn W_gate^T) * (xn W_up^T)), xn = norm(x) */
     const struct model_weight *ff_w[2] = {&L->w[LAYER_FFN_GATE], &L->w[LAYER_FFN_UP]};

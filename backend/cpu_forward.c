@@ -57,6 +57,8 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
     const struct model *m = ops_ctx_model(s->ops);
     struct ops_buffers *b = ops_ctx_buffers(s->ops);
     int64_t e = m->hp.n_embd;
+    if (m->hp.has_ple)
+        cpu_ple_inputs(s, n);
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         bool last = il == m->hp.n_layer - 1;
@@ -68,6 +70,10 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
         ffns[L->ffn](s, il, n);
         reduce(s, b->proj, n, e);
         cpu_rows_run(s->ops, L, residual_rows, LAYER_FFN_POST_NORM, n, false);
+        if (m->hp.has_ple)
+            cpu_ple_layer(s, il, n, last ? want : NULL);
+        if (m->hp.has_out_scale)
+            cpu_out_scale(s, il, n);
     }
 }
 

@@ -43,6 +43,14 @@ struct cpu_step {
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */
     struct cpu_tp *tp;                 /* NULL in one process */
+
+    /* per-layer embeddings (MODEL_FEAT_PLE; else NULL) */
+    int64_t max_rows;
+    float *ple;                        /* [n_layer, max_rows, n_embd_per_layer] the step's */
+    float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] */
+    float *ple_row;                    /* [n_layer * n_embd_per_layer] a token's table row */
+    float *moe_mlp;                    /* [max_rows, n_embd] MODEL_FEAT_MOE_MLP's dense MLP
+                                          output (else NULL) */
 };
 
 /* ---- the loop (cpu_forward.c) --------------------------------------------- */
@@ -100,10 +108,30 @@ int64_t cpu_deltanet_scratch_floats(const struct model *m);
 /* LAYER_FFN_DENSE (cpu_ffn.c): RMSNorm, gate|up, SwiGLU or GeGLU, down. */
 void cpu_ffn_dense(struct cpu_step *s, int64_t layer, int64_t n);
 
+/* The same with the facts and weights of L (a copy of a layer's with the
+ * width of gemma4's dense MLP beside its experts). */
+void cpu_ffn_dense_of(struct cpu_step *s, const struct model_layer *L, int64_t n);
+
 /* LAYER_FFN_MOE (cpu_moe.c): RMSNorm, the router (f32), softmax and top-k,
- * the used experts' gate|up, SwiGLU and down over the rows routed to each,
- * summed by the routing weights. */
+ * the used experts' gate|up, SwiGLU (GeGLU: the model's activation) and
+ * down over the rows routed to each, summed by the routing weights; with
+ * MODEL_FEAT_MOE_MLP (gemma4) a dense MLP beside them, the router fed by
+ * its own scaled norm, each expert's output scale and the two outputs'
+ * norms. */
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
+
+/* ---- Gemma 4's per-layer embeddings and output scale (cpu_ple.c) ----------- */
+
+/* The step's per-layer inputs (s->ple) from the n rows' embeddings in x
+ * and their tokens. */
+void cpu_ple_inputs(struct cpu_step *s, int64_t n);
+
+/* x += the layer's per-layer embedding block over n rows (after its FFN);
+ * want: the last layer's kept rows (as cpu_attention moved x's), or NULL. */
+void cpu_ple_layer(struct cpu_step *s, int64_t layer, int64_t n, const int64_t *want);
+
+/* x *= the layer's output scale over n rows. */
+void cpu_out_scale(struct cpu_step *s, int64_t layer, int64_t n);
 
 /* ---- row steps (cpu_rows.c) ------------------------------------------------- */
 

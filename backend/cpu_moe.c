@@ -68,23 +68,56 @@ static void route_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
     }
 }
 
-/* gate = silu(gate) * up over rows [r0, r1) of an expert's (its width). */
+/* gate = act(gate) * up over rows [r0, r1) of an expert's (its width; the
+ * model's activation: SwiGLU, gemma4's GeGLU). */
 static void expert_gate_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
 {
     struct ops_buffers *b = ops_ctx_buffers(job->ctx);
     int64_t f = job->L->n_ff;
-    ops_swiglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, ops_ctx_exact(job->ctx));
+    bool exact = ops_ctx_exact(job->ctx);
+    if (ops_ctx_model(job->ctx)->hp.ffn_act == MODEL_ACT_GELU_TANH)
+        ops_geglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, exact);
+    else
+        ops_swiglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, exact);
 }
 
-/* The router's logits of n rows of xn on the exact f32 path, whatever the
+/* The router's logits of n rows of `in` on the exact f32 path, whatever the
  * context's (see the header). */
-static void router_logits(struct ops_ctx *ctx, const struct model_layer *L, int64_t n)
+static void router_logits(struct ops_ctx *ctx, const struct model_layer *L, const float *in,
+                          int64_t n)
 {
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     bool exact = ops_ctx_exact(ctx);
     ops_ctx_set_exact(ctx, true);
-    ops_matmul(ctx, &L->w[LAYER_FFN_GATE_INP], b->xn, n, b->moe_logits); /* [n, n_expert] */
+    ops_matmul(ctx, &L->w[LAYER_FFN_GATE_INP], in, n, b->moe_logits); /* [n, n_expert] */
     ops_ctx_set_exact(ctx, exact);
+}
+
+/* gemma4's router input of n rows into moe_x: rmsnorm(x) (no weight) /
+ * sqrt(n_embd) * ffn_gate_inp.scale (llama.cpp's gemma4.cpp). */
+static void router_input(struct ops_ctx *ctx, const struct model_layer *L, int64_t n)
+{
+    const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
+    struct ops_buffers *b = ops_ctx_buffers(ctx);
+    int64_t e = hp->n_embd;
+    const float *sc = L->w[LAYER_FFN_GATE_INP_SCALE].data;
+    float inv = (float)(1.0 / sqrt((double)e));
+    ops_rmsnorm(b->x, NULL, n, e, hp->norm_eps, b->moe_x);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < e; i++)
+            b->moe_x[t * e + i] = b->moe_x[t * e + i] * inv * sc[i];
+}
+
+/* gemma4's dense MLP beside the experts into s->moe_mlp: post_norm_1 of the
+ * dense FFN (ffn_norm, gate|up, GeGLU, down) at its own width. */
+static void dense_beside(struct cpu_step *s, const struct model_layer *L, int64_t n)
+{
+    const struct model_hparams *hp = &ops_ctx_model(s->ops)->hp;
+    struct ops_buffers *b = ops_ctx_buffers(s->ops);
+    struct model_layer D = *L;
+    D.n_ff = L->n_ff_mlp;
+    cpu_ffn_dense_of(s, &D, n);
+    ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_1], n, hp->n_embd, hp->norm_eps, s->moe_mlp);
 }
 
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
@@ -95,9 +128,15 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     int64_t e_dim = m->hp.n_embd, ne = L->n_expert, k = L->n_expert_used;
 
-    cpu_rows_run(ctx, L, cpu_norm_rows, LAYER_FFN_NORM, n, false);
-    router_logits(ctx, L, n);
+    bool beside = m->hp.has_moe_mlp;
+    if (beside)
+        dense_beside(s, L, n);
+    cpu_rows_run(ctx, L, cpu_norm_rows, beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM, n, false);
+    if (beside)
+        router_input(ctx, L, n);
+    router_logits(ctx, L, beside ? b->moe_x : b->xn, n);
     cpu_rows_run(ctx, L, route_rows, 0, n, false);
+    const float *down_scale = beside ? L->w[LAYER_FFN_DOWN_EXPS_SCALE].data : NULL;
 
     /* group the (row, slot) pairs by expert: counts, starts, then the pairs
      * in row order within each expert */
@@ -130,13 +169,22 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         ops_matmul_multi(ctx, 2, gu_w, b->moe_x, c, gu_y);
         cpu_rows_run(ctx, L, expert_gate_rows, 0, c, false);
         ops_matmul(ctx, &down, b->gate, c, b->moe_y); /* [c, n_embd] */
-        /* proj[row] += w * y: a row's experts come in ascending order */
+        /* proj[row] += w * y (gemma4: w * (s_e * y)): a row's experts come in
+         * ascending order */
         for (int64_t i = 0; i < c; i++) {
             float w = b->moe_w[pairs[i]];
             float *dst = b->proj + (pairs[i] / k) * e_dim;
             const float *y = b->moe_y + i * e_dim;
-            for (int64_t d = 0; d < e_dim; d++)
-                dst[d] += w * y[d];
+            if (down_scale)
+                for (int64_t d = 0; d < e_dim; d++)
+                    dst[d] += w * (down_scale[e] * y[d]);
+            else
+                for (int64_t d = 0; d < e_dim; d++)
+                    dst[d] += w * y[d];
         }
+    }
+    if (beside) { /* proj = post_norm_2(experts) + the dense MLP's */
+        ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_2], n, e_dim, m->hp.norm_eps, b->proj);
+        ops_add(b->proj, s->moe_mlp, n * e_dim);
     }
 }

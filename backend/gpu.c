@@ -113,6 +113,21 @@ static int check_model(const struct model *m)
     int st = gpu_plan_check_model(m);
     if (st != IG_OK)
         return st;
+    /* What the Llama block, Qwen 3 and Gemma 3 use runs; what no
+     * architecture ignite loads has together, or Gemma 2's attention
+     * soft-capping, or Gemma 4's, does not (before any
+     * check of a layer's shape: the architecture is the first thing to name). */
+    const char *missing = hp->attn_softcap > 0 ? "attention logit soft-capping"
+                          : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
+                          : hp->has_v_norm ? "V head norms (Gemma 4)"
+                          : hp->has_ple ? "per-layer embeddings"
+                          : hp->has_out_scale ? "layer output scales"
+                          : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
+                              ? "its FFN activation"
+                              : NULL;
+    if (missing)
+        return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
+                        "--device cpu", hp->arch, missing);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256)
@@ -128,17 +143,6 @@ static int check_model(const struct model *m)
             return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
                             "40960 elements; '%s' is wider (use --device cpu)", m->path);
     }
-    /* What the Llama block, Qwen 3 and Gemma 3 use runs; what no
-     * architecture ignite loads has together, or Gemma 2's attention
-     * soft-capping, does not. */
-    const char *missing = hp->attn_softcap > 0 ? "attention logit soft-capping"
-                          : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-                          : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
-                              ? "its FFN activation"
-                              : NULL;
-    if (missing)
-        return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
-                        "--device cpu", hp->arch, missing);
     return IG_OK;
 }
 

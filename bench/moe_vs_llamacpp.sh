@@ -7,10 +7,16 @@
 # base (-f: ignite checks its tokens of the text are llama.cpp's) on the
 # int8 path (the default) and the exact one. A benchmark, not a test.
 #
-# usage: bench/moe_vs_llamacpp.sh [-s SHAPE] [-l LAYERS] [-T "F16 Q8_0 Q4_K_M"]
-#                                 [-f text] [-c 512] [-t 2] [-o DIR]
+# -a gemma4 does the same for Gemma 4's shapes (bench/randgguf_gemma4.py; give
+# VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf, the sdist's).
+#
+# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4] [-s SHAPE] [-l LAYERS]
+#                                 [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2] [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
-#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf)
+#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf),
+#        LLAMA_EXTRA (more llama-perplexity options: -nr where its AMX weight
+#        repacking crashes on a CPU that has AMX, as it did on gemma4's Q8_0
+#        and Q4_K_M files)
 # Prints one table (mean KL divergence, same top token); every run's output
 # stays in DIR.
 set -euo pipefail
@@ -19,11 +25,12 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ignite=${IGNITE:-$here/build/ignite}
 vocab=${VOCAB:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}
-shape=tiny layers= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
+arch=qwen3moe shape=tiny layers= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
 threads=$(nproc) out=
 
 while [ $# -gt 0 ]; do
     case $1 in
+    -a) arch=$2; shift 2 ;;
     -s) shape=$2; shift 2 ;;
     -l) layers=$2; shift 2 ;;
     -T) types=$2; shift 2 ;;
@@ -39,11 +46,12 @@ mkdir -p "$out"
 bin=$("$here/bench/llamacpp_build.sh" llama-perplexity)
 
 for ty in $types; do
-    f=$out/qwen3moe-$shape${layers:+-$layers}-$ty.gguf
-    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch qwen3moe \
+    f=$out/$arch-$shape${layers:+-$layers}-$ty.gguf
+    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch "$arch" \
         --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
     echo "llama-$ty: $(uptime)" >&2
-    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" \
+    # shellcheck disable=SC2086
+    "$bin/llama-perplexity" ${LLAMA_EXTRA:-} -t "$threads" -m "$f" -f "$text" -c "$ctx" \
         --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
     for path in int8 exact; do
         echo "ignite-$ty-$path: $(uptime)" >&2

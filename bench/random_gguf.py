@@ -18,6 +18,9 @@ numpy only (no gguf package there).
                    as llama.cpp never quantizes it.
   --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
+
+  --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
+                   Q4_K_M
   --layers N       the first N layers of the shape only
   --vocab-from F   the tokenizer.* keys (vocabulary, merges, chat template)
                    copied from the GGUF F; the vocabulary size follows it.
@@ -31,7 +34,7 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35] [--shape SHAPE] [--type TYPE]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|gemma4] [--shape SHAPE] [--type TYPE]
                       [--layers N] [--vocab-from FILE] [--seed N]
 """
 import argparse
@@ -42,6 +45,7 @@ import numpy as np
 
 import randgguf_qwen35 as qwen35
 
+import randgguf_gemma4
 SHAPES = {  # layers, embd, heads, kv heads, head dim, ff, vocab, ctx, rope base
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0),
     "Llama-tiny": (2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0),
@@ -55,9 +59,11 @@ MOE_SHAPES = {
     "Qwen3-30B-A3B": dict(layers=48, embd=2048, heads=32, kv=4, hd=128, ff=6144, n_exp=128,
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
-ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES}
+ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
+               "gemma4": randgguf_gemma4.SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
-              "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES}
+              "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
+              "gemma4": randgguf_gemma4.TYPES}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
@@ -263,6 +269,7 @@ def moe_keys(sh, shape_name, qtype, vocab):
 
 def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None):
     """Writes the file; returns the bytes of its tensors."""
+    fixed = {}  # tensors of given values (gemma4's rope_freqs)
     if arch == "llama":
         shape = SHAPES[shape_name]
         if layers:
@@ -290,6 +297,11 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         kvs = qwen35.keys(kv, sh, shape_name, qtype, vocab, FILE_TYPES[qtype])
         gain = {"output.weight" if "output.weight" in dict((t[0], 0) for t in ts)
                 else "token_embd.weight": OUT_GAIN}
+
+    elif arch == "gemma4":  # bench/randgguf_gemma4.py
+        vocab = vocab_keys(vocab_from)[1] if vocab_from else None
+        toks = vocab_keys(vocab_from)[0] if vocab_from else None
+        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed)
     else:
         sh = dict(MOE_SHAPES[shape_name])
         if layers:
@@ -312,7 +324,8 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         f.write(b"".join(kvs) + infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, ttype, dims in ts:
-            d = (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
+            d = fixed[name] if name in fixed else \
+                (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
                 data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
             f.write(d)

@@ -295,6 +295,48 @@ static void print_layer_ranges(const struct kv_memory *mem, int64_t g)
     }
 }
 
+/* K and V bytes a token of elements of `elem` bytes if every layer kept its
+ * own (the shared-KV layers too): what sharing saves, for comparison.
+ * 0 where no layer shares. */
+static size_t kv_unshared_bytes(const struct model *m, size_t elem)
+{
+    size_t bytes = 0;
+    bool shares = false;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        shares |= L->kv_shared;
+        if (L->mixer == LAYER_MIXER_ATTENTION)
+            bytes += 2 * (size_t)(L->n_head_kv * L->head_dim) * elem;
+    }
+    return shares ? bytes : 0;
+}
+
+/* Where layers differ in shape (gemma4): each size's range over the layers,
+ * the lines above giving the file's (largest) values. Nothing otherwise. */
+static void print_layer_ranges_text(const struct model *m)
+{
+    int64_t lo[4], hi[4];
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        int64_t v[4] = {L->n_head, L->n_head_kv, L->head_dim,
+                        L->ffn == LAYER_FFN_MOE && L->n_ff_mlp ? L->n_ff_mlp : L->n_ff};
+        for (int i = 0; i < 4; i++) {
+            lo[i] = l == 0 || v[i] < lo[i] ? v[i] : lo[i];
+            hi[i] = l == 0 || v[i] > hi[i] ? v[i] : hi[i];
+        }
+    }
+    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && lo[3] == hi[3])
+        return;
+    static const char *const names[4] = {"heads", "KV heads", "head dim", "FFN size"};
+    printf("per layer      ");
+    for (int i = 0; i < 4; i++)
+        if (lo[i] == hi[i])
+            printf("%s %s %lld", i ? "," : "", names[i], (long long)lo[i]);
+        else
+            printf("%s %s %lld-%lld", i ? "," : "", names[i], (long long)lo[i], (long long)hi[i]);
+    printf("\n");
+}
+
 /* One line a group of the KV cache: its kind, layers and bytes (a token's
  * and a block's for the paged kinds, a sequence's for recurrent state). */
 static void print_kv_groups_text(const struct info *in)
@@ -328,6 +370,7 @@ static void print_text(const struct model *m, const struct info *in)
            (long long)hp->n_head_kv);
     printf("head dim        %lld\n", (long long)hp->head_dim);
     printf("FFN size        %lld\n", (long long)hp->n_ff);
+    print_layer_ranges_text(m);
     if (hp->has_moe) {
         int64_t active;
         size_t bytes;
@@ -353,6 +396,9 @@ static void print_text(const struct model *m, const struct info *in)
         if (in->kv[t])
             printf(", %zu %s", in->kv[t]->block_bytes / KV_BLOCK, kv_dtype_name((enum kv_dtype)t));
     printf("\n");
+    if (kv_unshared_bytes(m, 4))
+        printf("KV unshared     %zu bytes/token f32, %zu f16 (the same layers, each with K/V "
+               "of its own)\n", kv_unshared_bytes(m, 4), kv_unshared_bytes(m, 2));
     print_kv_groups_text(in);
     if (hp->has_moe) {
         printf("CUDA weights    none: the CUDA backend does not run mixtures of experts yet\n");
@@ -523,6 +569,11 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
             if (in->kv[t])
                 cJSON_AddNumberToObject(kv, kv_dtype_name((enum kv_dtype)t),
                                         (double)(in->kv[t]->block_bytes / KV_BLOCK));
+        if (kv_unshared_bytes(m, 4)) {
+            cJSON *un = cJSON_AddObjectToObject(o, "kv_bytes_per_token_unshared");
+            cJSON_AddNumberToObject(un, "f32", (double)kv_unshared_bytes(m, 4));
+            cJSON_AddNumberToObject(un, "f16", (double)kv_unshared_bytes(m, 2));
+        }
         add_kv_groups_json(o, in);
         if (m->hp.has_moe) { /* not run on the GPU yet */
             cJSON_AddNullToObject(o, "cuda_weight_bytes");

@@ -217,11 +217,16 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype
     if (!ls)
         return ig_error(IG_E_NOMEM, "out of memory describing the KV cache");
     /* A layer's memory by its mixer: attention keeps K/V of its own KV heads
-     * and head dim in paged blocks (a windowed layer's as sliding-window). */
+     * and head dim in paged blocks (a windowed layer's as sliding-window),
+     * or reads its source's (a shared-KV layer: no blocks of its own). */
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         switch (L->mixer) {
         case LAYER_MIXER_ATTENTION:
+            if (L->kv_shared) { /* Gemma 4's last layers: another layer's K/V */
+                ls[l] = (struct kv_layer_mem){.kind = KV_SHARED, .source = L->kv_source};
+                break;
+            }
             ls[l] = (struct kv_layer_mem){.kind = L->window > 0 ? KV_WINDOW : KV_FULL,
                                           .n_head_kv = L->n_head_kv, .head_dim = L->head_dim,
                                           .window = L->window > 0 ? L->window : 0,

@@ -17,6 +17,11 @@
  *           renormalizes the used experts' weights for every qwen3moe GGUF)
  *   qwen35  Qwen3.5 dense: gated DeltaNet layers with a gated attention
  *           layer every full_attention_interval (the row's comment)
+ *   gemma4  Gemma 4 text (E2B, E4B, 31B dense): gemma3's block with head
+ *           counts, head dims (global / local), RoPE dims and FFN widths per
+ *           layer, softmax scale 1, V normed without a weight, V = K where
+ *           the file has no attn_v, shared-KV last layers, per-layer
+ *           embeddings, a layer output scale (llama.cpp's src/models/gemma4.cpp)
  * Every other layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
@@ -58,6 +63,16 @@ static const struct model_arch_info archs[] = {
      .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT,
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_DELTANET, .act = MODEL_ACT_SILU,
      .norm_eps = 1e-6, .id_ext = true},
+
+    /* Gemma4TextConfig: layer_types (the file's sliding_window_pattern
+     * array), sliding rope_theta 10000, full ones proportional (rope_freqs
+     * of 1 on the rotated pairs, 1e30 on the others), self.scaling = 1. */
+    {.name = "gemma4", .id = MODEL_ARCH_GEMMA4, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_DENSE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_POST_NORMS, .act = MODEL_ACT_GELU_TANH,
+     .embd_scale_sqrt = true, .norm_eps = 1e-6, .swa_pattern = 6, .rope_base_local = 10000.0,
+     .id_ext = true, .per_layer_shapes = true, .attn_scale_one = true, .v_norm = true,
+     .v_optional = true, .kv_sharing = true, .moe_optional = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -89,7 +104,7 @@ void model_arch_layer(const struct model_arch_info *ai, const struct model_hpara
     L->ffn = ai->ffn;
     L->n_head = hp->n_head;
     L->n_head_kv = hp->n_head_kv;
-    L->head_dim = hp->head_dim;
+    L->head_dim = local && hp->head_dim_local ? hp->head_dim_local : hp->head_dim;
     L->window = local ? hp->n_swa : 0;
     L->rope = local ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL;
     L->attn_scale = hp->attn_scale;
@@ -97,6 +112,9 @@ void model_arch_layer(const struct model_arch_info *ai, const struct model_hpara
     L->n_expert = ai->ffn == LAYER_FFN_MOE ? hp->n_expert : 0;
     L->n_expert_used = ai->ffn == LAYER_FFN_MOE ? hp->n_expert_used : 0;
     L->moe_norm_topk = hp->moe_norm_topk;
+    L->kv_shared = false;
+    L->kv_source = -1;
+    L->v_is_k = false;
 }
 
 void model_arch_layer_at(const struct model_arch_info *ai, const struct model_hparams *hp,
@@ -149,5 +167,5 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35, gemma4";
 }

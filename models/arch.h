@@ -39,6 +39,19 @@ struct model_arch_info {
      * (kvcache/kvfile.c): false for Llama 2's and Qwen2's block, whose ids
      * predate the pass (model_arch_id_ext). */
     bool id_ext;
+    /* Gemma 4: head counts and FFN widths may differ between layers (the
+     * file's per-layer arrays), softmax scale 1 (the head norms scale),
+     * V RMS-normed without a weight, V absent where it is K
+     * (attention_k_eq_v), the last attention.shared_kv_layers layers
+     * reading an earlier layer's K/V, per-layer embeddings where
+     * embedding_length_per_layer_input > 0. */
+    bool per_layer_shapes;
+    bool attn_scale_one;
+    bool v_norm;
+    bool v_optional;
+    bool kv_sharing;
+    bool moe_optional; /* a mixture of experts where the file has expert_count, with a
+                          dense MLP beside it (gemma4 26B-A4B) */
 };
 
 /* The row for the architecture named `name`, or NULL. */

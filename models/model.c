@@ -40,11 +40,15 @@ struct loader {
     const struct gguf_file *g;
     struct model_hparams *hp;
     const struct model_arch_info *ai;
+    unsigned features; /* the architecture's, and those its keys turn on (per-layer
+                          embeddings); their weights are required */
 };
 
 /* <arch>.<suffix> as an integer in [1, MODEL_MAX_DIM]; `def` < 0 means
  * required. An array (llama.cpp's per-layer form of head counts and FFN
- * widths) is read when every layer has the same value. */
+ * widths) is read when every layer has the same value, or, where the
+ * architecture has per-layer shapes, as its largest value (each layer's:
+ * hp_int_at). */
 static int hp_int(const struct loader *L, const char *suffix, int64_t def, int64_t *out)
 {
     char key[96];
@@ -56,7 +60,9 @@ static int hp_int(const struct loader *L, const char *suffix, int64_t def, int64
         if (kv->arr_n == 0)
             return ig_error(IG_E_MODEL, "'%s': metadata key '%s' is an empty array", L->path, key);
         int64_t first = gguf_arr_int(kv, 0);
-        for (uint64_t i = 1; i < kv->arr_n; i++)
+        for (uint64_t i = 1; L->ai->per_layer_shapes && i < kv->arr_n; i++)
+            first = gguf_arr_int(kv, i) > first ? gguf_arr_int(kv, i) : first;
+        for (uint64_t i = 1; !L->ai->per_layer_shapes && i < kv->arr_n; i++)
             if (gguf_arr_int(kv, i) != first)
                 return ig_error(IG_E_MODEL,
                                 "'%s': %s differs between layers (%lld, then %lld at layer %llu); "
@@ -74,6 +80,28 @@ static int hp_int(const struct loader *L, const char *suffix, int64_t def, int64
         return ig_error(IG_E_MODEL, "'%s': %s is %llu, expected 1 to %lld", L->path, key,
                         (unsigned long long)v, (long long)MODEL_MAX_DIM);
     *out = (int64_t)v;
+    return IG_OK;
+}
+
+/* Layer il's value of <arch>.<suffix>: its element of a per-layer array
+ * (n_layer integers in [1, MODEL_MAX_DIM]), else `model` (hp_int's). */
+static int hp_int_at(const struct loader *L, const char *suffix, int64_t il, int64_t model,
+                     int64_t *out)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", L->hp->arch, suffix);
+    const struct gguf_kv *kv = gguf_find_kv(L->g, key);
+    *out = model;
+    if (!kv || kv->type != GGUF_TYPE_ARRAY)
+        return IG_OK;
+    if (kv->arr_n != (uint64_t)L->hp->n_layer)
+        return ig_error(IG_E_MODEL, "'%s': %s has %llu values, expected one per layer (%lld)",
+                        L->path, key, (unsigned long long)kv->arr_n, (long long)L->hp->n_layer);
+    int64_t v = gguf_arr_int(kv, (uint64_t)il);
+    if (v < 1 || v > MODEL_MAX_DIM)
+        return ig_error(IG_E_MODEL, "'%s': %s is %lld at layer %lld, expected 1 to %lld", L->path,
+                        key, (long long)v, (long long)il, (long long)MODEL_MAX_DIM);
+    *out = v;
     return IG_OK;
 }
 
@@ -126,7 +154,8 @@ static int64_t layer_tensors_min(void)
     int n, k = 0;
     const struct model_tensor *t = model_tensor_table(&n);
     for (int i = 0; i < n; i++)
-        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature && !t[i].unless && !t[i].mixers;
+        k += t[i].scope == TENSOR_PER_LAYER && !t[i].feature && !t[i].unless && !t[i].mixers &&
+             t[i].layers == TENSOR_LAYERS_ALL;
     return k;
 }
 
@@ -191,7 +220,48 @@ static int read_deltanet(const struct loader *L)
     return IG_OK;
 }
 
-static int read_hparams(const struct loader *L)
+/* Gemma 4's keys beyond gemma3's: the local layers' head dim and rotated
+ * dims, the shared-KV layer count and the per-layer embedding width
+ * (whose weights it then requires). */
+static int read_local_shapes(const struct loader *L)
+{
+    struct model_hparams *hp = L->hp;
+    int st;
+    int64_t v_len, shared = 0, ple = 0;
+    if ((st = hp_int(L, "attention.key_length_swa", hp->head_dim, &hp->head_dim_local)) ||
+        (st = hp_int(L, "attention.value_length_swa", hp->head_dim_local, &v_len)) ||
+        (st = hp_int(L, "rope.dimension_count_swa", hp->head_dim_local, &hp->n_rot_local)))
+        return st;
+    if (v_len != hp->head_dim_local)
+        return ig_error(IG_E_MODEL, "'%s': %s.attention.value_length_swa %lld differs from "
+                        "key_length_swa %lld (not supported)", L->path, hp->arch,
+                        (long long)v_len, (long long)hp->head_dim_local);
+    if (hp->n_rot_local > hp->head_dim_local || hp->n_rot_local % 2)
+        return ig_error(IG_E_MODEL, "'%s': %s.rope.dimension_count_swa %lld must be even and at "
+                        "most key_length_swa %lld", L->path, hp->arch,
+                        (long long)hp->n_rot_local, (long long)hp->head_dim_local);
+    char key[96];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.attention.shared_kv_layers", hp->arch);
+    if (gguf_get_u64(L->g, key, &u)) {
+        if (u >= (uint64_t)hp->n_layer)
+            return ig_error(IG_E_MODEL, "'%s': %s is %llu, expected fewer than the %lld layers",
+                            L->path, key, (unsigned long long)u, (long long)hp->n_layer);
+        shared = (int64_t)u;
+    }
+    snprintf(key, sizeof key, "%s.embedding_length_per_layer_input", hp->arch);
+    if (gguf_get_u64(L->g, key, &u)) {
+        if (u > (uint64_t)MODEL_MAX_DIM / (uint64_t)hp->n_layer)
+            return ig_error(IG_E_MODEL, "'%s': %s is %llu, too large for %lld layers", L->path,
+                            key, (unsigned long long)u, (long long)hp->n_layer);
+        ple = (int64_t)u;
+    }
+    hp->n_kv_shared = shared;
+    hp->n_embd_per_layer = ple;
+    return IG_OK;
+}
+
+static int read_hparams(struct loader *L)
 {
     struct model_hparams *hp = L->hp;
     const struct model_arch_info *ai = L->ai;
@@ -203,7 +273,7 @@ static int read_hparams(const struct loader *L)
         (st = hp_int(L, "feed_forward_length", -1, &hp->n_ff)) ||
         (st = hp_int(L, "context_length", -1, &hp->n_ctx_train)))
         return st;
-    if (hp->n_head % hp->n_head_kv)
+    if (!L->ai->per_layer_shapes && hp->n_head % hp->n_head_kv)
         return ig_error(IG_E_MODEL, "'%s': %lld heads are not a multiple of %lld KV heads",
                         L->path, (long long)hp->n_head, (long long)hp->n_head_kv);
     int64_t def_head_dim = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;
@@ -224,15 +294,23 @@ static int read_hparams(const struct loader *L)
                         "'%s': %s.rope.dimension_count %lld must be even and at most "
                         "head_dim %lld", L->path, hp->arch, (long long)hp->n_rot,
                         (long long)hp->head_dim);
+    if (ai->per_layer_shapes && (st = read_local_shapes(L)))
+        return st;
     if ((st = hp_float(L, "rope.freq_base", 10000.0, &hp->rope_base)) ||
         (st = hp_float(L, "attention.layer_norm_rms_epsilon", ai->norm_eps, &hp->norm_eps)) ||
         (st = hp_float0(L, "attn_logit_softcapping", &hp->attn_softcap)) ||
         (st = hp_float0(L, "final_logit_softcapping", &hp->final_softcap)))
         return st;
-    if ((ai->features & MODEL_FEAT_MOE) && (st = read_experts(L)))
+    char moe_key[96];
+    snprintf(moe_key, sizeof moe_key, "%s.expert_count", hp->arch);
+    bool moe_file = ai->moe_optional && gguf_find_kv(L->g, moe_key);
+    if (((ai->features & MODEL_FEAT_MOE) || moe_file) && (st = read_experts(L)))
         return st;
     if ((ai->features & MODEL_FEAT_DELTANET) && (st = read_deltanet(L)))
         return st;
+
+    L->features = ai->features | (hp->n_embd_per_layer > 0 ? MODEL_FEAT_PLE : 0u) |
+                  (moe_file ? MODEL_FEAT_MOE | MODEL_FEAT_MOE_MLP : 0u);
     hp->rope_style = ai->rope_style;
     hp->ffn_act = ai->act;
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
@@ -240,7 +318,8 @@ static int read_hparams(const struct loader *L)
     double qpas = ai->qpas_embd_layers && hp->n_layer == ai->qpas_embd_layers
                       ? (double)(hp->n_embd / hp->n_head)
                       : (double)hp->head_dim;
-    hp->attn_scale = 1.0 / sqrt(qpas);
+    hp->attn_scale = ai->attn_scale_one ? 1.0 : 1.0 / sqrt(qpas);
+    hp->has_v_norm = ai->v_norm;
     /* Each layer needs the table's rows every model has: reject absurd
      * counts before allocating. */
     if (hp->n_layer > L->g->n_tensors / layer_tensors_min())
@@ -430,6 +509,54 @@ static int read_rope(const struct loader *L)
                     &hp->rope[MODEL_ROPE_LOCAL].base);
 }
 
+/* Where the architecture has per-layer shapes: each layer's head counts
+ * and FFN width from the file's arrays, which layers read another's K/V
+ * (llama.cpp's rule: the last shared_kv_layers layers reuse the last
+ * layer with K/V of their own of the same kind, local or global), and
+ * which take V from K (no attn_v of their own). */
+static int read_layer_shapes(const struct loader *L, struct model *m)
+{
+    struct model_hparams *hp = L->hp;
+    int64_t n_own = hp->n_layer - hp->n_kv_shared;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        struct model_layer *Ly = &m->layers[il];
+        int st;
+        if ((st = hp_int_at(L, "attention.head_count", il, hp->n_head, &Ly->n_head)) ||
+            (st = hp_int_at(L, "attention.head_count_kv", il, hp->n_head_kv, &Ly->n_head_kv)) ||
+            (st = hp_int_at(L, "feed_forward_length", il, hp->n_ff, &Ly->n_ff)))
+            return st;
+        if (L->features & MODEL_FEAT_MOE) { /* gemma4: experts and the dense MLP beside */
+            Ly->ffn = LAYER_FFN_MOE;
+            Ly->n_ff_mlp = Ly->n_ff;
+            Ly->n_ff = hp->n_ff_exp;
+            Ly->n_expert = hp->n_expert;
+            Ly->n_expert_used = hp->n_expert_used;
+            Ly->moe_norm_topk = hp->moe_norm_topk;
+        }
+        if (Ly->n_head % Ly->n_head_kv)
+            return ig_error(IG_E_MODEL, "'%s': layer %lld's %lld heads are not a multiple of its "
+                            "%lld KV heads", L->path, (long long)il, (long long)Ly->n_head,
+                            (long long)Ly->n_head_kv);
+        if (il >= n_own) {
+            int64_t src = n_own - (Ly->window > 0 ? 2 : 1);
+            const struct model_layer *S = src >= 0 ? &m->layers[src] : NULL;
+            if (!S || S->kv_shared || (S->window > 0) != (Ly->window > 0) ||
+                S->n_head_kv != Ly->n_head_kv || S->head_dim != Ly->head_dim)
+                return ig_error(IG_E_MODEL, "'%s': layer %lld shares the K/V of layer %lld "
+                                "(%s.attention.shared_kv_layers %lld), which is not a layer of "
+                                "its kind and shape with K/V of its own", L->path, (long long)il,
+                                (long long)src, hp->arch, (long long)hp->n_kv_shared);
+            Ly->kv_shared = true;
+            Ly->kv_source = src;
+        } else if (L->ai->v_optional) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%lld.attn_v.weight", (long long)il);
+            Ly->v_is_k = gguf_find_tensor(L->g, name) == NULL;
+        }
+    }
+    return IG_OK;
+}
+
 /* Each layer's kind and sizes (model_arch_layer), and which layers are
  * local (sliding-window): from attention.sliding_window and
  * attention.sliding_window_pattern (an integer n: every n-th layer global,
@@ -491,7 +618,7 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
         model_arch_layer_at(L->ai, hp, local, recurrent, &m->layers[il]);
         hp->n_swa_layers += local;
     }
-    return IG_OK;
+    return L->ai->per_layer_shapes ? read_layer_shapes(L, m) : IG_OK;
 }
 
 /* The features the architecture lacks but a file shows by holding their
@@ -500,13 +627,13 @@ static int read_layer_kinds(const struct loader *L, struct model *m)
  * and then every layer must have all of its weights, else none. */
 static int shown_features(const struct loader *L, const struct model *m, unsigned *shown)
 {
-    unsigned decided = L->ai->features;
+    unsigned decided = L->features;
     *shown = 0;
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
          model_tensors_next(&it);) {
         unsigned f = it.t->feature;
-        if (!it.t->file_shows || (L->ai->features & f))
+        if (!it.t->file_shows || (L->features & f))
             continue;
         if (!(decided & f)) {
             decided |= f;
@@ -535,12 +662,21 @@ static int load_weights(const struct loader *L, struct model *m)
     int st = hp_int(L, "vocab_size", emb->ne[1] <= MODEL_MAX_DIM ? emb->ne[1] : -1, &hp->n_vocab);
     if (st)
         return st;
+    /* llama.cpp's converter fuses a Gemma 4 folder's experts.gate_up_proj into one
+     * tensor; ignite reads gate and up apart (random_gguf.py writes them so) */
+    if ((L->features & MODEL_FEAT_MOE_MLP) &&
+        gguf_find_tensor(L->g, "blk.0.ffn_gate_up_exps.weight"))
+        return ig_error(IG_E_MODEL, "'%s': tensor 'blk.0.ffn_gate_up_exps.weight' (the experts' "
+                        "gate and up fused) is not supported yet; ignite reads ffn_gate_exps "
+                        "and ffn_up_exps", L->path);
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
          model_tensors_next(&it);) {
-        bool required = model_tensor_present(it.t, L->ai->features);
+        bool required = model_tensor_present(it.t, L->features);
         if (!required && !it.t->file_shows)
             continue;
+        if (it.layer >= 0 && !model_layer_holds(m, it.t, it.layer))
+            continue; /* a shared-KV layer's K/V, a V = K layer's V */
         char name[96];
         int64_t shape[3];
         model_tensor_gguf_name_in(it.t, L->ai->features, it.layer, name, sizeof name);
@@ -569,7 +705,7 @@ static int load_weights(const struct loader *L, struct model *m)
     unsigned shown;
     if ((st = shown_features(L, m, &shown)))
         return st;
-    model_features_set(hp, L->ai->features | shown);
+    model_features_set(hp, L->features | shown);
     model_tensors_tie(m);
     return IG_OK;
 }
@@ -584,7 +720,7 @@ int model_from_gguf(const char *path, struct gguf_file *g, struct model **out)
     }
     snprintf(m->path, sizeof m->path, "%s", path);
     m->gguf = g;
-    struct loader L = {path, m->gguf, &m->hp, NULL};
+    struct loader L = {path, m->gguf, &m->hp, NULL, 0};
     int st;
     if ((st = read_arch(&L)) || (st = read_hparams(&L)))
         goto fail;

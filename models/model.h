@@ -58,6 +58,8 @@ enum model_arch {
     MODEL_ARCH_GEMMA3,
     MODEL_ARCH_QWEN3MOE,
     MODEL_ARCH_QWEN35,
+
+    MODEL_ARCH_GEMMA4,
 };
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
@@ -99,10 +101,13 @@ struct model_hparams {
     int64_t n_head;
     int64_t n_head_kv;    /* grouped-query attention: n_head % n_head_kv == 0 */
     int64_t head_dim;     /* n_embd / n_head unless the file says otherwise */
+    int64_t head_dim_local; /* the local layers' (attention.key_length_swa); 0: head_dim */
     int64_t n_ff;
     int64_t n_vocab;
     int64_t n_ctx_train;  /* <arch>.context_length */
     int64_t n_rot;        /* rope.dimension_count, <= head_dim */
+    int64_t n_rot_local;  /* the local layers' (rope.dimension_count_swa); 0: n_rot
+                             (model_rope_dims) */
     double rope_base;     /* rope.freq_base, default 10000 (== rope[MODEL_ROPE_GLOBAL].base) */
     double norm_eps;      /* attention.layer_norm_rms_epsilon, default 1e-5 (gemma3 1e-6) */
     enum rope_style rope_style;
@@ -134,7 +139,30 @@ struct model_hparams {
     bool has_attn_gate;    /* attention's q_proj gives each head's query and an output gate */
     int64_t dn_conv, dn_k_heads, dn_v_heads, dn_head_dim;
     int64_t full_attn_every; /* layer il is attention where (il + 1) % this == 0 */
+
+    /* Gemma 4 (models/arch.c): V RMS-normed per head without a weight; the
+     * last n_kv_shared layers read an earlier layer's K/V (struct
+     * model_layer's kv_source); per-layer embeddings of n_embd_per_layer
+     * per layer (0: none; MODEL_FEAT_PLE's weights). */
+    bool has_v_norm;
+    int64_t n_kv_shared;
+    int64_t n_embd_per_layer;
+    bool has_ple;          /* MODEL_FEAT_PLE: n_embd_per_layer > 0 */
+    bool has_out_scale;    /* MODEL_FEAT_OUT_SCALE: each layer's output times its scalar */
+    bool has_moe_mlp;      /* MODEL_FEAT_MOE_MLP: gemma4's dense MLP beside its experts */
 };
+
+/* The rotated dims of RoPE variant r (MODEL_ROPE_GLOBAL or _LOCAL). */
+static inline int64_t model_rope_dims(const struct model_hparams *hp, int r)
+{
+    return r == MODEL_ROPE_LOCAL && hp->n_rot_local > 0 ? hp->n_rot_local : hp->n_rot;
+}
+
+/* The most rotated dims of any variant: what a table of angles per row holds. */
+static inline int64_t model_rope_dims_max(const struct model_hparams *hp)
+{
+    return hp->n_rot_local > hp->n_rot ? hp->n_rot_local : hp->n_rot;
+}
 /* A weight in its stored format: n_expert consecutive [rows, cols]
  * matrices (1 for every weight today; the expert dimension of a
  * mixture-of-experts FFN), 1-D when rows == 1. Which weights a model has
@@ -204,6 +232,14 @@ struct model_layer {
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
     int64_t n_expert_used;
     bool moe_norm_topk;            /* the used experts' weights renormalized to sum 1 */
+    int64_t n_ff_mlp;              /* LAYER_FFN_MOE with MODEL_FEAT_MOE_MLP: the dense MLP's
+                                      width */
+    /* Gemma 4: a layer that reads layer kv_source's K/V instead of writing
+     * its own (kv_shared; no K/V weights then), and V taken from K's
+     * projection (no V weight of its own: attention_k_eq_v). */
+    bool kv_shared;
+    int64_t kv_source;
+    bool v_is_k;
 };
 
 /* The largest of each per-layer size over a model's layers (and its

@@ -31,6 +31,21 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_VOCAB, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
      .feature = MODEL_FEAT_OUTPUT, .file_shows = true, .ties_to_embd = true,
      .split = TENSOR_SPLIT_ROWS},
+    /* Gemma 4's per-layer embeddings (Gemma4TextModel's embed_tokens_per_layer,
+     * per_layer_model_projection, per_layer_projection_norm): read in place,
+     * a row per token, never expanded. */
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_TOK_EMBD, .gguf = "per_layer_token_embd.weight",
+     .hf = HF("embed_tokens_per_layer.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_VOCAB, .cols = TENSOR_DIM_PLE_ALL, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .gathered = true, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_PROJ, .gguf = "per_layer_model_proj.weight",
+     .hf = HF("per_layer_model_projection.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_PLE_ALL, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_MODEL, .role = MODEL_PLE_PROJ_NORM, .gguf = "per_layer_proj_norm.weight",
+     .hf = HF("per_layer_projection_norm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_PLE, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
 
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_NORM, .gguf = "attn_norm.weight",
      .hf = HF("input_layernorm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
@@ -43,12 +58,12 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WK, .gguf = "attn_k.weight",
      .hf = HF("self_attn.k_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV,
+     .fuse = TENSOR_FUSE_QKV, .layers = TENSOR_LAYERS_OWN_KV,
      .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_WV, .gguf = "attn_v.weight",
      .hf = HF("self_attn.v_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_KV,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_QKV,
+     .fuse = TENSOR_FUSE_QKV, .layers = TENSOR_LAYERS_OWN_V,
      .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BQ, .gguf = "attn_q.bias",
      .hf = HF("self_attn.q_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
@@ -81,15 +96,15 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
      .hf = HF("mlp.gate_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP, .gguf = "ffn_up.weight",
      .hf = HF("mlp.up_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_FF,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_ROWS,
-     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE},
+     .fuse = TENSOR_FUSE_GATE_UP, .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN, .gguf = "ffn_down.weight",
      .hf = HF("mlp.down_proj.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EMBD,
      .cols = TENSOR_DIM_FF, .kind = TENSOR_MATRIX, .split = TENSOR_SPLIT_COLS,
-     .unless = MODEL_FEAT_MOE},
+     .unless = MODEL_FEAT_MOE, .also = MODEL_FEAT_MOE_MLP},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_Q_NORM, .gguf = "attn_q_norm.weight",
      .hf = HF("self_attn.q_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
@@ -98,7 +113,7 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_K_NORM, .gguf = "attn_k_norm.weight",
      .hf = HF("self_attn.k_norm.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEAD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_QK_NORM,
-     .id_pass = TENSOR_ID_EXT,
+     .id_pass = TENSOR_ID_EXT, .layers = TENSOR_LAYERS_OWN_KV,
      .mixers = TENSOR_MIXER(LAYER_MIXER_ATTENTION)},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_POST_NORM, .gguf = "post_attention_norm.weight",
      .hf = HF("post_attention_layernorm.weight"), .n_expert = TENSOR_DIM_ONE,
@@ -157,6 +172,49 @@ static const struct model_tensor table[] = {
     DN(LAYER_DN_OUT, "ssm_out.weight", "linear_attn.out_proj.weight", TENSOR_DIM_EMBD,
        TENSOR_DIM_DN_V, TENSOR_MATRIX),
 #undef DN
+
+    /* Gemma 4 (Gemma4TextDecoderLayer): a layer's per-layer embedding input
+     * (per_layer_input_gate, per_layer_projection, post_per_layer_input_norm)
+     * and its output scalar (layer_scalar). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_GATE, .gguf = "inp_gate.weight",
+     .hf = HF("per_layer_input_gate.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_PLE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_PROJ, .gguf = "proj.weight",
+     .hf = HF("per_layer_projection.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_PLE, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_PLE_POST_NORM, .gguf = "post_norm.weight",
+     .hf = HF("post_per_layer_input_norm.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_PLE, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_OUT_SCALE, .gguf = "layer_output_scale.weight",
+     .hf = HF("layer_scalar"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_ONE, .kind = TENSOR_NORM, .feature = MODEL_FEAT_OUT_SCALE,
+     .file_shows = true, .id_pass = TENSOR_ID_PRESENT},
+    /* Gemma 4's mixture of experts (Gemma4TextDecoderLayer with
+     * enable_moe_block: router.scale, pre_feedforward_layernorm_2,
+     * post_feedforward_layernorm_1/_2, router.per_expert_scale). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP_SCALE, .gguf = "ffn_gate_inp.scale",
+     .hf = HF("router.scale"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM, .feature = MODEL_FEAT_MOE_MLP,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_PRE_NORM_2, .gguf = "pre_ffw_norm_2.weight",
+     .hf = HF("pre_feedforward_layernorm_2.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_POST_NORM_1, .gguf = "post_ffw_norm_1.weight",
+     .hf = HF("post_feedforward_layernorm_1.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_POST_NORM_2, .gguf = "post_ffw_norm_2.weight",
+     .hf = HF("post_feedforward_layernorm_2.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_NORM,
+     .feature = MODEL_FEAT_MOE_MLP, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS_SCALE, .gguf = "ffn_down_exps.scale",
+     .hf = HF("router.per_expert_scale"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_NORM, .feature = MODEL_FEAT_MOE_MLP,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -196,6 +254,9 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_DN_VHEADS: return hp->dn_v_heads;
     case TENSOR_DIM_DN_HEAD: return hp->dn_head_dim;
     case TENSOR_DIM_DN_KERNEL: return hp->dn_conv;
+
+    case TENSOR_DIM_PLE: return hp->n_embd_per_layer;
+    case TENSOR_DIM_PLE_ALL: return hp->n_layer * hp->n_embd_per_layer;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -219,7 +280,8 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_Q: return L->n_head * L->head_dim;
     case TENSOR_DIM_KV: return L->n_head_kv * L->head_dim;
     case TENSOR_DIM_HEAD: return L->head_dim;
-    case TENSOR_DIM_FF:
+    case TENSOR_DIM_FF: /* a mixture of experts' dense MLP beside them (gemma4) */
+        return L->ffn == LAYER_FFN_MOE ? L->n_ff_mlp : L->n_ff;
     case TENSOR_DIM_FF_EXP: return L->n_ff; /* a mixture of experts': an expert's */
     case TENSOR_DIM_EXPERT: return L->n_expert;
     case TENSOR_DIM_Q_ROWS: return L->n_head * L->head_dim * (L->attn_gate ? 2 : 1);
@@ -246,7 +308,9 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
            (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
-           (hp->has_moe ? MODEL_FEAT_MOE : 0u) |
+           (hp->has_moe ? MODEL_FEAT_MOE : 0u) | (hp->has_ple ? MODEL_FEAT_PLE : 0u) |
+           (hp->has_out_scale ? MODEL_FEAT_OUT_SCALE : 0u) |
+           (hp->has_moe_mlp ? MODEL_FEAT_MOE_MLP : 0u) |
            (hp->has_deltanet ? MODEL_FEAT_DELTANET : 0u);
 }
 
@@ -258,6 +322,10 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
     hp->has_moe = features & MODEL_FEAT_MOE;
     hp->has_deltanet = features & MODEL_FEAT_DELTANET;
+
+    hp->has_ple = features & MODEL_FEAT_PLE;
+    hp->has_out_scale = features & MODEL_FEAT_OUT_SCALE;
+    hp->has_moe_mlp = features & MODEL_FEAT_MOE_MLP;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -269,13 +337,28 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_OUTPUT: return "output head";
     case MODEL_FEAT_MOE: return "mixture of experts";
     case MODEL_FEAT_DELTANET: return "gated DeltaNet";
+
+    case MODEL_FEAT_PLE: return "per-layer embeddings";
+    case MODEL_FEAT_OUT_SCALE: return "layer output scales";
+    case MODEL_FEAT_MOE_MLP: return "a dense MLP beside the experts";
     }
     return "?";
 }
 
 bool model_tensor_present(const struct model_tensor *t, unsigned features)
 {
-    return (t->feature & features) == t->feature && !(t->unless & features);
+    return (t->feature & features) == t->feature &&
+           (!(t->unless & features) || (t->also & features));
+}
+
+bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer)
+{
+    if (t->scope != TENSOR_PER_LAYER || t->layers == TENSOR_LAYERS_ALL || !m->layers)
+        return true;
+    const struct model_layer *L = &m->layers[layer];
+    if (L->kv_shared)
+        return false;
+    return t->layers != TENSOR_LAYERS_OWN_V || !L->v_is_k;
 }
 
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)
@@ -356,8 +439,10 @@ static bool wanted(const struct model_tensor_it *it, const struct model_tensor *
     if (t->scope == TENSOR_PER_LAYER && it->m->layers &&
         !model_tensor_in_layer(t, &it->m->layers[it->layer]))
         return false;
-    if (it->flags & MODEL_TENSORS_ABSENT || model_tensor_present(t, it->features))
+    if (it->flags & MODEL_TENSORS_ABSENT)
         return true;
+    if (model_tensor_present(t, it->features))
+        return it->layer < 0 || model_layer_holds(it->m, t, it->layer);
     return it->flags & MODEL_TENSORS_TIED && t->ties_to_embd;
 }
 

@@ -36,6 +36,10 @@ enum model_role {
     MODEL_TOK_EMBD,    /* [n_vocab, n_embd] */
     MODEL_OUTPUT_NORM, /* [1, n_embd] f32 */
     MODEL_OUTPUT,      /* [n_vocab, n_embd]; token_embd's weight when tied */
+    MODEL_PLE_TOK_EMBD,  /* [n_vocab, n_layer*n_embd_per_layer], with MODEL_FEAT_PLE: rows
+                            read by token id, each layer's n_embd_per_layer in turn */
+    MODEL_PLE_PROJ,      /* [n_layer*n_embd_per_layer, n_embd], likewise */
+    MODEL_PLE_PROJ_NORM, /* [1, n_embd_per_layer] f32, likewise */
     MODEL_ROLES
 };
 
@@ -74,6 +78,17 @@ enum layer_role {
     LAYER_DN_ALPHA,       /* [hv, n_embd] */
     LAYER_DN_NORM,        /* [1, dn_head_dim] f32: the gated output norm (stored as is) */
     LAYER_DN_OUT,         /* [n_embd, vd] */
+
+    LAYER_PLE_GATE,       /* [n_embd_per_layer, n_embd], with MODEL_FEAT_PLE */
+    LAYER_PLE_PROJ,       /* [n_embd, n_embd_per_layer], likewise */
+    LAYER_PLE_POST_NORM,  /* [1, n_embd] f32, likewise */
+    LAYER_OUT_SCALE,      /* [1, 1] f32, with MODEL_FEAT_OUT_SCALE: the layer's output scale */
+    LAYER_FFN_GATE_INP_SCALE, /* [1, n_embd] f32, with MODEL_FEAT_MOE_MLP: the router's input
+                                 scale (gemma4) */
+    LAYER_FFN_PRE_NORM_2,     /* [1, n_embd] f32, likewise: the experts' input norm */
+    LAYER_FFN_POST_NORM_1,    /* [1, n_embd] f32, likewise: the dense MLP's output norm */
+    LAYER_FFN_POST_NORM_2,    /* [1, n_embd] f32, likewise: the experts' output norm */
+    LAYER_FFN_DOWN_EXPS_SCALE, /* [1, n_expert] f32, likewise: each expert's output scale */
     MODEL_LAYER_ROLES
 };
 
@@ -90,6 +105,10 @@ enum model_feature {
     MODEL_FEAT_DELTANET = 1u << 5,   /* gated DeltaNet layers beside gated attention
                                         ones (qwen35): the FFN's norm is GGUF's
                                         post_attention_norm, q_proj carries the gate */
+    MODEL_FEAT_PLE = 1u << 6,        /* per-layer embeddings (gemma4 E2B, E4B) */
+    MODEL_FEAT_OUT_SCALE = 1u << 7,  /* a scalar times each layer's output (gemma4) */
+    MODEL_FEAT_MOE_MLP = 1u << 8,    /* with MODEL_FEAT_MOE: a dense MLP beside the experts,
+                                        the router's own scaled norm (gemma4 26B-A4B) */
 };
 
 /* A row that applies to layers of some mixers only (struct model_tensor's
@@ -120,6 +139,16 @@ enum tensor_dim {
     TENSOR_DIM_DN_VHEADS, /* its value heads */
     TENSOR_DIM_DN_HEAD,   /* its head dim */
     TENSOR_DIM_DN_KERNEL, /* its convolution's width */
+
+    TENSOR_DIM_PLE,    /* n_embd_per_layer */
+    TENSOR_DIM_PLE_ALL, /* n_layer * n_embd_per_layer */
+};
+
+/* Which layers hold a per-layer weight (of a model that has its feature). */
+enum tensor_layers {
+    TENSOR_LAYERS_ALL,    /* every layer */
+    TENSOR_LAYERS_OWN_KV, /* layers that write their own K/V (not kv_shared) */
+    TENSOR_LAYERS_OWN_V,  /* those with a V of their own too (not v_is_k) */
 };
 
 enum tensor_kind {
@@ -191,7 +220,9 @@ struct model_tensor {
     enum tensor_kind kind;
     unsigned feature;        /* 0: every model has it; else where the model has the feature */
     unsigned unless;         /* absent where the model has any of these features (the
-                                dense FFN of a mixture of experts) */
+                                dense FFN of a mixture of experts) ... */
+    unsigned also;           /* ... unless it has one of these (gemma4's dense MLP beside
+                                its experts) */
     bool file_shows;         /* a GGUF whose architecture lacks the feature may hold the
                                 weight, and then has the feature (llama.cpp's llama files
                                 with Q/K/V biases; output.weight, absent when tied) */
@@ -204,6 +235,8 @@ struct model_tensor {
                                 TENSOR_MIXER bit is set (a hybrid's attention rows) */
     const char *gguf_delta;  /* the GGUF name where the model has MODEL_FEAT_DELTANET,
                                 when it differs (qwen35's FFN norm) */
+
+    enum tensor_layers layers; /* per layer: which layers hold it */
 };
 
 /* The table: *n rows, per-model rows first, each scope in the order the
@@ -243,6 +276,11 @@ const char *model_feature_name(unsigned feature);
 /* True where a model with `features` holds the row's weight of its own
  * (every bit of its feature, none of its unless). */
 bool model_tensor_present(const struct model_tensor *t, unsigned features);
+
+/* True where layer `layer` of m holds the row's weight by its kind (a
+ * shared-KV layer has no K/V weights, a V = K layer no V; per model:
+ * true). The walker skips the others as absent. */
+bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer);
 
 /* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf,

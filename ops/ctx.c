@@ -91,7 +91,8 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     /* buffers that hold any layer's rows: the largest layer's sizes */
     struct model_layer_max mx;
     model_layers_max(m, &mx);
-    int64_t half_rot = hp->n_rot / 2 > 0 ? hp->n_rot / 2 : 1;
+    /* each variant's angles in a row of the most any variant rotates */
+    int64_t half_rot = model_rope_dims_max(hp) / 2 > 0 ? model_rope_dims_max(hp) / 2 : 1;
     ctx->n_rope = 1;
     for (int64_t l = 0; m->layers && l < hp->n_layer; l++)
         if (m->layers[l].rope == MODEL_ROPE_LOCAL)
@@ -99,7 +100,7 @@ int ops_ctx_create(const struct model *m, int n_threads, int64_t max_batch,
     ctx->rope_inv = malloc((size_t)(ctx->n_rope * half_rot) * sizeof *ctx->rope_inv);
     if (ctx->rope_inv)
         for (int r = 0; r < ctx->n_rope; r++)
-            ops_rope_freqs(&hp->rope[r], hp->n_rot, ctx->rope_inv + r * half_rot,
+            ops_rope_freqs(&hp->rope[r], model_rope_dims(hp, r), ctx->rope_inv + r * half_rot,
                            &ctx->rope_mscale[r]);
     struct ops_buffers *b = &ctx->buf;
     b->x = alloc_floats(max_batch * hp->n_embd);
@@ -193,7 +194,7 @@ int ops_ctx_n_rope(const struct ops_ctx *ctx)
 const double *ops_ctx_rope_freqs(const struct ops_ctx *ctx, int rope, double *mscale)
 {
     IG_ASSERT(rope >= 0 && rope < ctx->n_rope);
-    int64_t half = ctx->m->hp.n_rot / 2 > 0 ? ctx->m->hp.n_rot / 2 : 1;
+    int64_t rot = model_rope_dims_max(&ctx->m->hp), half = rot / 2 > 0 ? rot / 2 : 1;
     *mscale = ctx->rope_mscale[rope];
     return ctx->rope_inv + rope * half;
 }

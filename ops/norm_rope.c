@@ -77,6 +77,13 @@ norm_row(const float *xt, const float *g, int64_t n, double ss, double eps, floa
 {
     float r = (float)(1.0 / sqrt(ss / (double)n + eps));
     int64_t i = 0;
+    if (!g) { /* no weight (Gemma 4's V) */
+        for (; i + 8 <= n; i += 8)
+            OPS_V8(yt + i) = OPS_V8(xt + i) * r;
+        for (; i < n; i++)
+            yt[i] = xt[i] * r;
+        return;
+    }
     for (; i + 8 <= n; i += 8)
         OPS_V8(yt + i) = OPS_V8(xt + i) * r * OPS_V8(g + i);
     for (; i < n; i++)
@@ -151,14 +158,15 @@ __attribute__((target("avx2"))) static void rmsnorm_rows_avx2(const float *x, co
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y)
 {
-    IG_ASSERT(w->type == QUANT_F32 && w->rows * w->cols == n);
+    IG_ASSERT(!w || (w->type == QUANT_F32 && w->rows * w->cols == n));
+    const float *g = w ? w->data : NULL;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (ops_qmm_best_isa() != QMM_SCALAR) { /* AVX2 and up; IGNITE_SIMD=scalar: the C form */
-        rmsnorm_rows_avx2(x, w->data, n_tokens, n, eps, y);
+        rmsnorm_rows_avx2(x, g, n_tokens, n, eps, y);
         return;
     }
 #endif
-    rmsnorm_rows(x, w->data, n_tokens, n, eps, y);
+    rmsnorm_rows(x, g, n_tokens, n, eps, y);
 }
 
 void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, int64_t n)
@@ -174,19 +182,21 @@ void ops_rope_prepare(struct ops_ctx *ctx, const int64_t *pos, int64_t n_tokens)
 {
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t half = hp->n_rot / 2, max_batch = ops_ctx_max_batch(ctx);
+    int64_t stride = model_rope_dims_max(hp) / 2, max_batch = ops_ctx_max_batch(ctx);
     IG_ASSERT(n_tokens <= max_batch);
     for (int r = 0; r < ops_ctx_n_rope(ctx); r++) {
+        int64_t half = model_rope_dims(hp, r) / 2;
         double mscale;
         const double *inv = ops_ctx_rope_freqs(ctx, r, &mscale);
-        float *cs = b->rope_cos + r * max_batch * half, *sn = b->rope_sin + r * max_batch * half;
+        float *cs = b->rope_cos + r * max_batch * stride;
+        float *sn = b->rope_sin + r * max_batch * stride;
         for (int64_t t = 0; t < n_tokens; t++) {
             double p = (double)pos[t];
             for (int64_t i = 0; i < half; i++) {
                 /* Angles in double: at pos 8000 an f32 angle would be off by ~1e-3. */
                 double theta = p * inv[i];
-                cs[t * half + i] = (float)(cos(theta) * mscale);
-                sn[t * half + i] = (float)(sin(theta) * mscale);
+                cs[t * stride + i] = (float)(cos(theta) * mscale);
+                sn[t * stride + i] = (float)(sin(theta) * mscale);
             }
         }
     }
@@ -238,14 +248,14 @@ void ops_rope_rows(struct ops_ctx *ctx, float *x, int64_t t0, int64_t t1, int64_
     const struct model_hparams *hp = &ops_ctx_model(ctx)->hp;
     const struct ops_buffers *b = ops_ctx_buffers(ctx);
     IG_ASSERT(rope >= 0 && rope < ops_ctx_n_rope(ctx));
-    IG_ASSERT(hp->n_rot <= hd);
-    int64_t half = hp->n_rot / 2;
-    const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * half;
-    const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * half;
+    IG_ASSERT(model_rope_dims(hp, rope) <= hd);
+    int64_t half = model_rope_dims(hp, rope) / 2, stride = model_rope_dims_max(hp) / 2;
+    const float *cos_t = b->rope_cos + rope * ops_ctx_max_batch(ctx) * stride;
+    const float *sin_t = b->rope_sin + rope * ops_ctx_max_batch(ctx) * stride;
     bool adjacent = hp->rope_style == ROPE_ADJACENT;
     for (int64_t t = t0; t < t1; t++)
         for (int64_t h = 0; h < n_heads; h++)
-            rope_head(x + (t * n_heads + h) * hd, cos_t + t * half, sin_t + t * half, half,
+            rope_head(x + (t * n_heads + h) * hd, cos_t + t * stride, sin_t + t * stride, half,
                       adjacent);
 }
 

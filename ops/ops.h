@@ -151,7 +151,8 @@ void ops_matmul_rows(const struct model_weight *w, int64_t r0, int64_t r1, const
                      int64_t n_tokens, float *y, float *row_buf);
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for t < n_tokens; x and y are
- * [n_tokens, n], w an f32 weight of n elements. y may equal x. */
+ * [n_tokens, n], w an f32 weight of n elements, or NULL: no weight. y may
+ * equal x. */
 void ops_rmsnorm(const float *x, const struct model_weight *w, int64_t n_tokens, int64_t n,
                  double eps, float *y);
 

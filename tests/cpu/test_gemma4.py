@@ -1,0 +1,252 @@
+"""tests/cpu/test_gemma4.py: Gemma 4 (gemma4) on the CPU against the fp64
+numpy reference tests/cpu/ref_gemma4.py (weights dequantized by the gguf
+package), on bench/random_gguf.py's gemma4 `tiny` shape written here in F16,
+Q8_0 and Q4_K_M: 9 layers (global every third, window 16), per-layer KV
+heads, head dims 64 local / 128 global, RoPE over 64 local dims and the
+global layers' proportional RoPE (rope_freqs), FFN widths per layer, V = K
+on two global layers, the last 3 layers reading earlier layers' K/V, per-layer
+embeddings, layer output scales, logits soft-capped.
+
+  - exact path (IGNITE_MATMUL=exact): a 40-token prompt whole and in chunks
+    of 7 (the 16-position window crossed inside the prompt and between
+    chunks), then 20 fixed decode tokens (crossing it again) and 4 greedy
+    ones: logits within 1e-4 relative of the reference at every step,
+    greedy tokens equal; chunked = whole bit for bit;
+  - the KV memory: `ignite info --json` bytes per token equal to the own-KV
+    layers' 2 x KV heads x head dim x element (the shared layers add none),
+    and the no-sharing figure beside it equal to every layer's;
+  - a saved cache (`run --prompt-only --save-kv`, `--load-kv`) continues
+    as the uninterrupted run (greedy text equal), and holds each KV once:
+    its size grows by the own-KV layers' f32 bytes (and an id) a token;
+  - the int8 path (the default) on Q8_0: the same top token as the
+    reference at every step (int8 activations: not within 1e-4);
+  - the Gemma 4 chat template (llama.cpp's models/ggml-vocab-gemma-4.gguf in
+    the sdist, when fetched: scripts/fetch-model.sh llama-src) rendered by
+    ignite as jinja2 renders it, a system turn and a conversation;
+  - the mixture of experts (`moe-tiny`: 8 experts of 128, 2 used, beside a
+    dense MLP; the router's own scaled norm, GELU experts, per-expert output
+    scales) in F16 and Q4_K_M, on the exact path as above.
+Usage: test_gemma4.py FORWARD_DUMP   (IGNITE_BIN: the ignite binary)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import ggufgen  # noqa: E402
+import random_gguf  # noqa: E402
+import randgguf_gemma4  # noqa: E402
+from ref_gemma4 import Gemma4Ref  # noqa: E402
+
+BOUND = 1e-4
+IGNITE = os.environ.get("IGNITE_BIN") or os.path.join(HERE, "..", "..", "build", "ignite")
+failures = []
+
+
+def fail(msg):
+    print("FAIL " + msg)
+    failures.append(msg)
+
+
+def dump(tool, path, prompt, fixed, n_greedy, out, exact=True, chunk=None):
+    env = dict(os.environ, IGNITE_MATMUL="exact" if exact else "int8")
+    cmd = [tool, "-m", path, "-o", out, "-g", str(n_greedy), "-d", ",".join(map(str, fixed))]
+    cmd += (["-c", str(chunk)] if chunk else []) + [",".join(map(str, prompt))]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if res.returncode != 0:
+        sys.stderr.write(res.stderr)
+        raise SystemExit(f"forward_dump failed with status {res.returncode}: {' '.join(cmd)}")
+    greedy = [int(t) for line in res.stdout.splitlines() if line.startswith("greedy:")
+              for t in line.split()[1:]]
+    return np.fromfile(out, dtype=np.float32), greedy
+
+
+def against_reference(ref, tool, path, name, prompt, fixed, tmp):
+    runs = {}
+    for chunk in (None, 7):
+        flat, greedy = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "l.bin"),
+                            chunk=chunk)
+        runs[chunk] = (flat, greedy)
+    if not (np.array_equal(runs[None][0], runs[7][0]) and runs[None][1] == runs[7][1]):
+        fail(f"{name}: chunks of 7 differ from the whole prompt")
+    flat, greedy = runs[7]
+    ours = flat.reshape(-1, ref.n_vocab).astype(np.float64)
+    cache = ref.new_cache()
+    worst = 0.0
+    steps = [prompt] + [[t] for t in fixed + greedy]
+    for i, toks in enumerate(steps):
+        r = ref.forward(toks, cache)
+        err = np.abs(ours[i] - r).max() / np.abs(r).max()
+        worst = max(worst, err)
+        if err > BOUND:
+            fail(f"{name}, step {i}: relative error {err:.3e} > {BOUND:.0e}")
+            return
+        if i > len(fixed):  # a greedy step's token: the argmax of the step before
+            mine, theirs = greedy[i - 1 - len(fixed)], int(np.argmax(prev))
+            if mine != theirs and (prev[theirs] - prev[mine]) / np.abs(prev).max() > BOUND:
+                fail(f"{name}, greedy step {i - 1 - len(fixed)}: ours {mine}, reference {theirs}")
+                return
+        prev = r
+    print(f"ok     {name}: {len(steps)} steps (prompt in chunks of 7 = whole), worst relative "
+          f"error {worst:.2e}")
+
+
+def int8_top(ref, tool, path, name, prompt, fixed, tmp):
+    flat, _ = dump(tool, path, prompt, fixed, 0, os.path.join(tmp, "q.bin"), exact=False)
+    ours = flat.reshape(-1, ref.n_vocab)
+    cache = ref.new_cache()
+    for i, toks in enumerate([prompt] + [[t] for t in fixed]):
+        r = ref.forward(toks, cache)
+        if int(np.argmax(ours[i])) != int(np.argmax(r)):
+            fail(f"{name}, int8 path, step {i}: top {int(np.argmax(ours[i]))} vs "
+                 f"{int(np.argmax(r))}")
+            return
+    print(f"ok     {name}, int8 path: the reference's top token at all {len(fixed) + 1} steps")
+
+
+def kv_memory(path, ref):
+    res = subprocess.run([IGNITE, "info", "-m", path, "--json"], capture_output=True, text=True)
+    info = json.loads(res.stdout)
+    own = sum(2 * ref.n_head_kv[i] * ref.head_dim[i] for i in range(ref.n_layer)
+              if ref.src[i] == i)
+    every = sum(2 * ref.n_head_kv[i] * ref.head_dim[i] for i in range(ref.n_layer))
+    got = info.get("kv_bytes_per_token", {})
+    unshared = info.get("kv_bytes_per_token_unshared", {})
+    if got.get("f32") != 4 * own or got.get("f16") != 2 * own:
+        fail(f"KV bytes a token {got}, expected {4 * own} f32 ({own} elements of the own-KV "
+             "layers)")
+    elif unshared.get("f32") != 4 * every or unshared.get("f16") != 2 * every:
+        fail(f"no-sharing KV bytes a token {unshared}, expected {4 * every} f32")
+    else:
+        print(f"ok     KV memory: {4 * own} bytes a token f32 (no sharing: {4 * every})")
+    return own
+
+
+def vocab_file(tmp, n_vocab):
+    """A GGUF holding only a toy gpt2 vocabulary of n_vocab tokens (letters,
+    space, fillers), for random_gguf.py's --vocab-from."""
+    toks = ["<unk>", "<s>", "</s>", "\u0120"] + [chr(ord("a") + i) for i in range(26)]
+    toks += [f"<f{i}>" for i in range(n_vocab - len(toks))]
+    g = ggufgen.Gguf()
+    g.add("tokenizer.ggml.model", ggufgen.STR, "gpt2")
+    g.add("tokenizer.ggml.pre", ggufgen.STR, "gpt2")
+    g.add("tokenizer.ggml.tokens", ggufgen.ARR, toks, ggufgen.STR)
+    g.add("tokenizer.ggml.token_type", ggufgen.ARR, [3, 3, 3] + [1] * (len(toks) - 3),
+          ggufgen.I32)
+    g.add("tokenizer.ggml.merges", ggufgen.ARR, ["x y"], ggufgen.STR)
+    g.add("tokenizer.ggml.bos_token_id", ggufgen.U32, 1)
+    g.add("tokenizer.ggml.eos_token_id", ggufgen.U32, 2)
+    path = os.path.join(tmp, "vocab.gguf")
+    with open(path, "wb") as f:
+        f.write(g.build())
+    return path
+
+
+def run_json(model, *args):
+    r = subprocess.run([IGNITE, "run", "-m", model, "-t", "2", "--json", "--temp", "0",
+                        "--ignore-eos", *args], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        fail(f"ignite run {args}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        return {}
+    return json.loads(r.stdout)
+
+
+def saved_cache(tmp, own):
+    path = os.path.join(tmp, "vocab-f16.gguf")
+    random_gguf.write(path, "tiny", "F16", seed=5, arch="gemma4",
+                      vocab_from=vocab_file(tmp, 1024))
+    prompt = "the quick brown fox jumps over the lazy dog again and again"
+    full = run_json(path, "-p", prompt, "-n", "12")
+    sizes = []
+    for cut, name in ((prompt[:20], "a.kv"), (prompt, "b.kv")):
+        kvf = os.path.join(tmp, name)
+        saved = run_json(path, "-p", cut, "--prompt-only", "--save-kv", kvf)
+        sizes.append((saved.get("tokens", {}).get("prompt", 0), os.path.getsize(kvf)))
+    rest = run_json(path, "--load-kv", os.path.join(tmp, "b.kv"), "-n", "12")
+    if not full or rest.get("text") != full.get("text"):
+        fail(f"saved cache: continued {rest.get('text')!r}, uninterrupted {full.get('text')!r}")
+        return
+    (n1, s1), (n2, s2) = sizes
+    per_token = (s2 - s1) / (n2 - n1)
+    # a token's K and V of the own-KV layers (the CPU's f32 cache), its id
+    if abs(per_token - (4 * own + 4)) > 0.5:
+        fail(f"saved cache: {per_token:.1f} bytes a token, expected {4 * own + 4} (f32 K/V of "
+             "the own-KV layers once, and the id)")
+        return
+    print(f"ok     saved cache: --load-kv continues as the uninterrupted run; {per_token:.0f} "
+          "bytes a token (each KV once)")
+
+
+def chat_template(tmp):
+    import jinja2
+    from gguf import GGUFReader
+    vocab = os.path.join(os.environ.get("IGNITE_CACHE") or os.path.expanduser("~/.cache/ignite"),
+                         "llama-src", "llama_cpp_python-0.3.36", "vendor", "llama.cpp", "models",
+                         "ggml-vocab-gemma-4.gguf")
+    if not os.path.exists(vocab):
+        print("skip   the Gemma 4 chat template: no llama-src (scripts/fetch-model.sh llama-src)")
+        return
+    f = GGUFReader(vocab).fields["tokenizer.chat_template"]
+    text = bytes(f.parts[f.data[0]]).decode()
+    tfile = os.path.join(tmp, "gemma4.jinja")
+    with open(tfile, "w") as out:
+        out.write(text)
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.loopcontrols"])
+    for system in (None, "Be brief."):
+        msgs = ([{"role": "system", "content": system}] if system else []) + \
+            [{"role": "user", "content": "abc def"}]
+        want = env.from_string(text).render(messages=msgs, add_generation_prompt=True,
+                                            bos_token="<s>")
+        args = ["--system", system] if system else []
+        r = subprocess.run([IGNITE, "run", "-m", os.path.join(tmp, "vocab-f16.gguf"),
+                            "--chat-template-file", tfile, "-p", "abc def", "-n", "1",
+                            "--verbose-prompt", *args], capture_output=True, text=True,
+                           timeout=120)
+        got = [ln[len("prompt: "):] for ln in r.stderr.splitlines() if ln.startswith("prompt: ")]
+        # the toy vocabulary adds no BOS token itself: its text stays in the render
+        if r.returncode != 0 or got != [want.replace("\n", "\\n")]:
+            fail(f"Gemma 4 chat template: ignite {got!r} (exit {r.returncode}), jinja2 {want!r}")
+            return
+    print("ok     the Gemma 4 chat template: ignite's render = jinja2's")
+
+
+def main():
+    tool = sys.argv[1]
+    rng = np.random.default_rng(11)
+    with tempfile.TemporaryDirectory() as tmp:
+        for qtype in ("F16", "Q8_0", "Q4_K_M"):
+            path = os.path.join(tmp, f"tiny-{qtype}.gguf")
+            random_gguf.write(path, "tiny", qtype, seed=3, arch="gemma4")
+            ref = Gemma4Ref(path)
+            prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
+            fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
+            against_reference(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
+            if qtype == "Q8_0":
+                int8_top(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
+            if qtype == "F16":
+                own = kv_memory(path, ref)
+                saved_cache(tmp, own)
+                chat_template(tmp)
+        for qtype in ("F16", "Q4_K_M"):
+            path = os.path.join(tmp, f"moe-{qtype}.gguf")
+            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4")
+            ref = Gemma4Ref(path)
+            prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
+            fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
+            against_reference(ref, tool, path, f"gemma4 moe-tiny {qtype}", prompt, fixed, tmp)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
