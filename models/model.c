@@ -264,7 +264,7 @@ static int get_weight(const struct loader *L, const char *name, const int64_t sh
     if (!q || !q->can_dequantize)
         return ig_error(IG_E_MODEL,
                         "'%s': tensor '%s' has type %s, which ignite cannot compute with "
-                        "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS)",
+                        "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4)",
                         L->path, name, quant_type_name(t->type));
     /* The kernels read F32 rows as floats and block fields as 16-bit
      * halves in place: a file laid out with general.alignment 1 or 2 can
