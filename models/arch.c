@@ -15,6 +15,13 @@
  *           mixture-of-experts FFN in every layer (expert_count experts of
  *           expert_feed_forward_length, expert_used_count used; llama.cpp
  *           renormalizes the used experts' weights for every qwen3moe GGUF)
+ *   gpt-oss gpt-oss-20b/-120b (GptOssForCausalLM; llama.cpp's openai-moe):
+ *           Q/K/V and output biases, a learned sink logit per head in every
+ *           softmax, sliding window on even layers (pattern 2), YaRN on
+ *           local and global layers alike, the FFN input norm named
+ *           post_attention_norm in GGUF, experts with biases routed by the
+ *           softmax of the top-k router logits (= renormalized) and the
+ *           clamped SwiGLU (MODEL_ACT_SWIGLU_OAI), an untied output head
  * Every layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
@@ -45,6 +52,12 @@ static const struct model_arch_info archs[] = {
     {.name = "qwen3moe", .id = MODEL_ARCH_QWEN3MOE, .mixer = LAYER_MIXER_ATTENTION,
      .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
      .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_MOE, .act = MODEL_ACT_SILU, .norm_eps = 1e-6,
+     .id_ext = true},
+    {.name = "gpt-oss", .id = MODEL_ARCH_GPT_OSS, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QKV_BIAS | MODEL_FEAT_MOE | MODEL_FEAT_O_BIAS |
+                 MODEL_FEAT_ATTN_SINKS | MODEL_FEAT_MOE_BIAS | MODEL_FEAT_OUTPUT,
+     .act = MODEL_ACT_SWIGLU_OAI, .norm_eps = 1e-5, .swa_pattern = 2, .swa_rope_scaled = true,
      .id_ext = true},
 };
 
@@ -113,5 +126,5 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3, qwen3moe";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss";
 }

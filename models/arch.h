@@ -31,6 +31,9 @@ struct model_arch_info {
      * local layers, a window key is refused). */
     int64_t swa_pattern;
     double rope_base_local;  /* local layers' base without rope.freq_base_swa */
+    bool swa_rope_scaled;    /* local layers' RoPE is scaled as the global one is
+                                (gpt-oss: llama.cpp's freq_scale_swa = freq_scale);
+                                false: unscaled (Gemma 3) */
     /* The layer count of the one size whose attention scale is
      * 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) (Gemma 3 27B's
      * query_pre_attn_scalar of 168); 0: none. */
@@ -55,7 +58,7 @@ const struct model_arch_info *model_arch_of(enum model_arch id);
 void model_arch_layer(const struct model_arch_info *ai, const struct model_hparams *hp,
                       bool local, struct model_layer *L);
 
-/* "llama, qwen2, qwen3, gemma3, qwen3moe": the known names, for messages. */
+/* "llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss": the known names, for messages. */
 const char *model_arch_list(void);
 
 #endif

@@ -57,12 +57,15 @@ enum model_arch {
     MODEL_ARCH_QWEN3,
     MODEL_ARCH_GEMMA3,
     MODEL_ARCH_QWEN3MOE,
+    MODEL_ARCH_GPT_OSS,
 };
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
 enum model_act {
     MODEL_ACT_SILU,      /* SwiGLU (llama, qwen) */
     MODEL_ACT_GELU_TANH, /* GeGLU with GELU's tanh approximation (gemma3) */
+    MODEL_ACT_SWIGLU_OAI, /* gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up,
+                             -7, 7), (u + 1) g sigmoid(1.702 g) (ops_swiglu_oai) */
 };
 
 /* Which of hp.rope a layer uses. Local (sliding-window) layers of Gemma 3
@@ -126,6 +129,8 @@ struct model_hparams {
     int64_t n_expert_used; /* experts each row is routed to (top-k) */
     int64_t n_ff_exp;      /* an expert's FFN width */
     bool moe_norm_topk;    /* the k routing weights renormalized to sum to 1 */
+    /* gpt-oss: wo's bias, attention sinks, the router's and experts' biases */
+    bool has_o_bias, has_attn_sinks, has_moe_bias;
 };
 /* A weight in its stored format: n_expert consecutive [rows, cols]
  * matrices (1 for every weight today; the expert dimension of a

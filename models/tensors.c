@@ -2,7 +2,7 @@
  * of the weights ignite knows, and the walker every other list became.
  * GGUF names are llama.cpp's (its llama-arch.cpp); Hugging Face names are
  * transformers' (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
- * modeling_gemma3.py, modeling_qwen3_moe.py). Covered by tests/models/test_tensor_table.py. */
+ * modeling_gemma3.py, modeling_qwen3_moe.py, modeling_gpt_oss.py). Covered by tests/models/test_tensor_table.py. */
 #include "models/tensors.h"
 
 #include "models/model.h"
@@ -68,6 +68,7 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_NORM, .gguf = "ffn_norm.weight",
      .hf = {{"post_attention_layernorm.weight", 0, MODEL_FEAT_POST_NORMS},
             {"pre_feedforward_layernorm.weight", MODEL_FEAT_POST_NORMS, 0}},
+     .gguf_alt = "post_attention_norm.weight", .gguf_alt_when = MODEL_FEAT_ATTN_SINKS,
      .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_NORM},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
@@ -121,6 +122,37 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
+    /* gpt-oss (GptOssAttention, GptOssMLP; llama.cpp's openai-moe): wo's
+     * bias, the sinks, the router's and the experts' biases (the HF names
+     * are transformers'; a folder's experts are fused tensors ignite does
+     * not map yet). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_BO, .gguf = "attn_output.bias",
+     .hf = HF("self_attn.o_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_O_BIAS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_SINKS, .gguf = "attn_sinks.weight",
+     .hf = HF("self_attn.sinks"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_HEADS, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_ATTN_SINKS,
+     .split = TENSOR_SPLIT_ROWS, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP_B, .gguf = "ffn_gate_inp.bias",
+     .hf = HF("mlp.router.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS_B, .gguf = "ffn_gate_exps.bias",
+     .hf = HF("mlp.experts.%lld.gate_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS_B, .gguf = "ffn_up_exps.bias",
+     .hf = HF("mlp.experts.%lld.up_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS_B, .gguf = "ffn_down_exps.bias",
+     .hf = HF("mlp.experts.%lld.down_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -154,6 +186,7 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_VOCAB: return hp->n_vocab;
     case TENSOR_DIM_EXPERT: return hp->n_expert;
     case TENSOR_DIM_FF_EXP: return hp->n_ff_exp;
+    case TENSOR_DIM_HEADS: return hp->n_head;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -180,6 +213,7 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_FF:
     case TENSOR_DIM_FF_EXP: return L->n_ff; /* a mixture of experts': an expert's */
     case TENSOR_DIM_EXPERT: return L->n_expert;
+    case TENSOR_DIM_HEADS: return L->n_head;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
 }
@@ -198,7 +232,9 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_qk_norm ? MODEL_FEAT_QK_NORM : 0u) |
            (hp->has_post_norms ? MODEL_FEAT_POST_NORMS : 0u) |
            (hp->tied_embeddings ? 0u : MODEL_FEAT_OUTPUT) |
-           (hp->has_moe ? MODEL_FEAT_MOE : 0u);
+           (hp->has_moe ? MODEL_FEAT_MOE : 0u) | (hp->has_o_bias ? MODEL_FEAT_O_BIAS : 0u) |
+           (hp->has_attn_sinks ? MODEL_FEAT_ATTN_SINKS : 0u) |
+           (hp->has_moe_bias ? MODEL_FEAT_MOE_BIAS : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -208,6 +244,9 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_post_norms = features & MODEL_FEAT_POST_NORMS;
     hp->tied_embeddings = !(features & MODEL_FEAT_OUTPUT);
     hp->has_moe = features & MODEL_FEAT_MOE;
+    hp->has_o_bias = features & MODEL_FEAT_O_BIAS;
+    hp->has_attn_sinks = features & MODEL_FEAT_ATTN_SINKS;
+    hp->has_moe_bias = features & MODEL_FEAT_MOE_BIAS;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -218,6 +257,9 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_POST_NORMS: return "post-attention and post-FFN norms";
     case MODEL_FEAT_OUTPUT: return "output head";
     case MODEL_FEAT_MOE: return "mixture of experts";
+    case MODEL_FEAT_O_BIAS: return "attention output bias";
+    case MODEL_FEAT_ATTN_SINKS: return "attention sinks";
+    case MODEL_FEAT_MOE_BIAS: return "router and expert biases";
     }
     return "?";
 }
@@ -227,12 +269,16 @@ bool model_tensor_present(const struct model_tensor *t, unsigned features)
     return (t->feature & features) == t->feature && !(t->unless & features);
 }
 
-void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)
+void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
+                            char *buf, size_t cap)
 {
+    const char *name = t->gguf_alt && (features & t->gguf_alt_when) == t->gguf_alt_when
+                           ? t->gguf_alt
+                           : t->gguf;
     if (t->scope == TENSOR_PER_LAYER)
-        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, t->gguf);
+        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, name);
     else
-        snprintf(buf, cap, "%s", t->gguf);
+        snprintf(buf, cap, "%s", name);
 }
 
 const char *model_tensor_hf_name(const struct model_tensor *t, unsigned features)

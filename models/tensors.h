@@ -61,6 +61,12 @@ enum layer_role {
     LAYER_FFN_GATE_EXPS,  /* n_expert x [n_ff, n_embd] (n_ff the layer's: an expert's) */
     LAYER_FFN_UP_EXPS,    /* n_expert x [n_ff, n_embd] */
     LAYER_FFN_DOWN_EXPS,  /* n_expert x [n_embd, n_ff] */
+    LAYER_BO,             /* [1, n_embd] f32, with MODEL_FEAT_O_BIAS: wo's bias */
+    LAYER_ATTN_SINKS,     /* [1, n_head] f32, with MODEL_FEAT_ATTN_SINKS */
+    LAYER_FFN_GATE_INP_B, /* [1, n_expert] f32, with MODEL_FEAT_MOE_BIAS: the router's */
+    LAYER_FFN_GATE_EXPS_B, /* n_expert x [1, n_ff] f32, likewise: each expert's biases */
+    LAYER_FFN_UP_EXPS_B,  /* n_expert x [1, n_ff] f32 */
+    LAYER_FFN_DOWN_EXPS_B, /* n_expert x [1, n_embd] f32 */
     MODEL_LAYER_ROLES
 };
 
@@ -74,6 +80,11 @@ enum model_feature {
     MODEL_FEAT_OUTPUT = 1u << 3,     /* an output head of its own (untied embeddings) */
     MODEL_FEAT_MOE = 1u << 4,        /* a mixture-of-experts FFN in place of the dense one
                                         (qwen3moe): a router and n_expert experts */
+    MODEL_FEAT_O_BIAS = 1u << 5,     /* a bias on the attention's output (gpt-oss) */
+    MODEL_FEAT_ATTN_SINKS = 1u << 6, /* a learned logit per query head that joins every
+                                        softmax's denominator (gpt-oss) */
+    MODEL_FEAT_MOE_BIAS = 1u << 7,   /* biases on the router and on each expert's
+                                        gate, up and down (gpt-oss) */
 };
 
 enum tensor_scope {
@@ -94,6 +105,7 @@ enum tensor_dim {
     TENSOR_DIM_VOCAB, /* n_vocab */
     TENSOR_DIM_EXPERT, /* n_expert (the layer's experts) */
     TENSOR_DIM_FF_EXP, /* n_ff_exp, an expert's FFN width (the layer's n_ff) */
+    TENSOR_DIM_HEADS,  /* n_head (one value per query head: attention sinks) */
 };
 
 enum tensor_kind {
@@ -154,6 +166,11 @@ struct model_tensor {
     enum tensor_scope scope;
     int role;                /* enum model_role or enum layer_role, by scope */
     const char *gguf;        /* "token_embd.weight"; per layer the part after "blk.N." */
+    /* The GGUF name instead where the model has every feature of
+     * gguf_alt_when (gpt-oss's FFN input norm is llama.cpp's
+     * post_attention_norm); NULL: none. */
+    const char *gguf_alt;
+    unsigned gguf_alt_when;
     /* The part after the text model's prefix ("model."; per layer after
      * "model.layers.N."), the first that applies; where an architecture
      * names the role differently, a feature tells them apart. An expert
@@ -213,9 +230,10 @@ const char *model_feature_name(unsigned feature);
  * (every bit of its feature, none of its unless). */
 bool model_tensor_present(const struct model_tensor *t, unsigned features);
 
-/* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */
-void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf,
-                            size_t cap);
+/* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf, for
+ * a model with `features` (gguf_alt where they call for it). */
+void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
+                            char *buf, size_t cap);
 
 /* The row's Hugging Face name under `features` (NULL: it has none). */
 const char *model_tensor_hf_name(const struct model_tensor *t, unsigned features);
