@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe)
-# against llama.cpp's on the same random-weight files (bench/random_gguf.py,
+# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe,
+# or gpt-oss with -a gpt-oss: its types F16 Q8_0 MXFP4 by default) against llama.cpp's on the same random-weight files (bench/random_gguf.py,
 # the tokenizer copied from a real GGUF so both tools tokenize the text),
 # one per type: llama-perplexity writes its logits as a base
 # (--kl-divergence-base), then `ignite perplexity --kl-divergence` reads that
 # base (-f: ignite checks its tokens of the text are llama.cpp's) on the
 # int8 path (the default) and the exact one. A benchmark, not a test.
 #
-# usage: bench/moe_vs_llamacpp.sh [-s SHAPE] [-l LAYERS] [-T "F16 Q8_0 Q4_K_M"]
+# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gpt-oss] [-s SHAPE] [-l LAYERS] [-T "F16 Q8_0 Q4_K_M"]
 #                                 [-f text] [-c 512] [-t 2] [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
-#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf)
+#        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf),
+#        LLAMA_ARGS (more llama-perplexity options; gpt-oss: --no-repack by
+#        default: llama.cpp 0.3.36's repacked Q8_0 crashes (SIGSEGV) in a
+#        batch of the gpt-oss tiny Q8_0 file, single rows (-ub 1) and
+#        unrepacked weights do not)
 # Prints one table (mean KL divergence, same top token); every run's output
 # stays in DIR.
 set -euo pipefail
@@ -19,11 +23,12 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ignite=${IGNITE:-$here/build/ignite}
 vocab=${VOCAB:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}
-shape=tiny layers= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
+arch=qwen3moe shape=tiny layers= types= text=$here/bench/data/ppl-text.txt ctx=512
 threads=$(nproc) out=
 
 while [ $# -gt 0 ]; do
     case $1 in
+    -a) arch=$2; shift 2 ;;
     -s) shape=$2; shift 2 ;;
     -l) layers=$2; shift 2 ;;
     -T) types=$2; shift 2 ;;
@@ -34,16 +39,18 @@ while [ $# -gt 0 ]; do
     *) echo "moe_vs_llamacpp.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
 done
+llama_args=${LLAMA_ARGS-$([ "$arch" = gpt-oss ] && echo --no-repack)}
+[ -n "$types" ] || types=$([ "$arch" = gpt-oss ] && echo "F16 Q8_0 MXFP4" || echo "F16 Q8_0 Q4_K_M")
 out=${out:-$(mktemp -d)}
 mkdir -p "$out"
 bin=$("$here/bench/llamacpp_build.sh" llama-perplexity)
 
 for ty in $types; do
-    f=$out/qwen3moe-$shape${layers:+-$layers}-$ty.gguf
-    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch qwen3moe \
+    f=$out/$arch-$shape${layers:+-$layers}-$ty.gguf
+    [ -f "$f" ] || "$here/.venv/bin/python" "$here/bench/random_gguf.py" "$f" --arch "$arch" \
         --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
     echo "llama-$ty: $(uptime)" >&2
-    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" \
+    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" $llama_args \
         --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
     for path in int8 exact; do
         echo "ignite-$ty-$path: $(uptime)" >&2

@@ -12,8 +12,10 @@ converter (conversion/gpt_oss.py) writes, random weights.
           MXFP4_MOE: experts MXFP4, the other matrices Q8_0); norms, biases,
           sinks and the router F32, as llama.cpp leaves them
 
-Gains keep a random model from being flat: the output head and the router
-as for qwen3moe (random_gguf.py OUT_GAIN, ROUTER_GAIN), the experts' gate
+Gains keep a random model from being flat: the output head as for qwen3moe
+(random_gguf.py OUT_GAIN), the router twice qwen3moe's ROUTER_GAIN (at 1x the
+tiny Q8_0 file's 2-of-8 routing flipped under llama.cpp's int8 activations
+often enough to give KL 0.02-0.026 against it, F16 0.0006), the experts' gate
 and up large enough that the clamp at 7 of the SwiGLU bites, sinks of the
 scores' size so they take a real share of each softmax. Imported by
 random_gguf.py (its helpers passed in, so this module needs none of its
@@ -92,7 +94,7 @@ def keys(kv, sh, shape_name, qtype, vocab):
 def gains(sh, out_gain, router_gain):
     g = {"output.weight": out_gain}
     for i in range(sh["layers"]):
-        g[f"blk.{i}.ffn_gate_inp.weight"] = router_gain
+        g[f"blk.{i}.ffn_gate_inp.weight"] = 2 * router_gain
         g[f"blk.{i}.ffn_gate_exps.weight"] = EXPERT_GAIN
         g[f"blk.{i}.ffn_up_exps.weight"] = EXPERT_GAIN
     return g
