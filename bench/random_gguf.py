@@ -312,7 +312,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         f.write(b"".join(kvs) + infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, ttype, dims in ts:
-            if arch == "gpt-oss" and randgguf_gptoss.is_bias(name):
+            if arch == "gpt-oss" and ttype == "F32" and randgguf_gptoss.is_bias(name):
                 d = randgguf_gptoss.bias_data(name, dims, rng)
             else:
                 d = data(ttype, dims, rng, gain.get(name, 1.0))

@@ -19,7 +19,9 @@ first step has a top-2 close enough for int8 activations to swap them, nmse
 exact path (and the int8 path for Q8_0 and MXFP4): the prompt in chunks of
 7 = whole, one thread = two. The weights' gains put some gate and up values
 past the clamp of 7 and give the sinks a real share of each softmax, so
-dropping either breaks the comparison (tried: both fail it).
+dropping either breaks the comparison (tried: both fail it). Last, broken
+files (sinks missing or of the wrong length, an expert bias of the wrong
+shape, the router or a bias in MXFP4) are one line naming the tensor, exit 4.
 Usage: test_gptoss.py FORWARD_DUMP
 """
 import os
@@ -67,6 +69,54 @@ def int8_against_reference(ref, tool, path, name, prompt, fixed, n_greedy, tmp):
     return True
 
 
+def refusals(tmp):
+    """Broken gpt-oss files: one line naming the tensor, exit 4 (`ignite info`)."""
+    import subprocess
+
+    import randgguf_gptoss
+    bin_ = os.environ.get("IGNITE_BIN", "build/ignite")
+    orig = randgguf_gptoss.tensors
+
+    def edited(drop=None, dims=None, ttype=None):
+        def f(sh, qtype, vocab):
+            out = []
+            for name, t, d in orig(sh, qtype, vocab):
+                if name == drop:
+                    continue
+                out.append((name, ttype.get(name, t) if ttype else t,
+                            dims.get(name, d) if dims else d))
+            return out
+        return f
+    cases = [
+        ("a layer's sinks missing", edited(drop="blk.1.attn_sinks.weight"),
+         "tensor 'blk.1.attn_sinks.weight' is missing"),
+        ("sinks of the wrong length", edited(dims={"blk.0.attn_sinks.weight": [5]}),
+         "tensor 'blk.0.attn_sinks.weight' has shape ne=[5, 1, 1, 1], expected ne=[4, 1]"),
+        ("an expert bias of the wrong shape", edited(dims={"blk.0.ffn_up_exps.bias": [256, 7]}),
+         "tensor 'blk.0.ffn_up_exps.bias' has shape ne=[256, 7, 1, 1], expected ne=[256, 8]"),
+        ("the router in MXFP4", edited(ttype={"blk.0.ffn_gate_inp.weight": "MXFP4"}),
+         "tensor 'blk.0.ffn_gate_inp.weight' (the router) has type MXFP4, expected F32"),
+        ("a bias in MXFP4", edited(ttype={"blk.0.attn_output.bias": "MXFP4"}),
+         "tensor 'blk.0.attn_output.bias' has type MXFP4, expected F32"),
+    ]
+    ok = True
+    path = os.path.join(tmp, "broken.gguf")
+    try:
+        for what, fn, needle in cases:
+            randgguf_gptoss.tensors = fn
+            random_gguf.write(path, "tiny", "MXFP4", seed=1, arch="gpt-oss")
+            r = subprocess.run([bin_, "info", "-m", path], capture_output=True, text=True)
+            lines = r.stderr.strip().splitlines()
+            if r.returncode != 4 or len(lines) != 1 or needle not in r.stderr or r.stdout:
+                print(f"FAIL refusal, {what}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+                ok = False
+    finally:
+        randgguf_gptoss.tensors = orig
+    print(f"{'ok' if ok else 'FAILED':6} gpt-oss: {len(cases)} broken files refused in one line, "
+          "exit 4")
+    return ok
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit("usage: test_gptoss.py FORWARD_DUMP")
@@ -87,6 +137,7 @@ def main():
                                                      fixed, 6, tmp)
             paths = (True,) if qtype == "F16" else (True, False)
             failed += not invariance(tool, path, name, prompt, fixed, 3, tmp, paths)
+        failed += not refusals(tmp)
     print(f"test_gptoss: {failed} failed")
     return 1 if failed else 0
 

@@ -167,7 +167,7 @@ def main():
             failures.append(f"gemma4 info: exit {rc}, {o}, {err.strip()!r}")
         check_refused(tmp, "unknown_arch", dict(arch="gpt2", **SMALL),
                       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, "
-                      "gemma3, qwen3moe)", cmd="run")
+                      "gemma3, qwen3moe, gpt-oss)", cmd="run")
 
         check_refused(tmp, "gemma3_no_post_norm", dict(
             arch="gemma3", skip=("blk.1.post_ffw_norm.weight",), **SMALL),
