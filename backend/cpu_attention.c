@@ -6,7 +6,8 @@
  * (a quantized cache's rows rotated first, kvcache.h's kv_rotation),
  * the tiled attention of every sequence's rows over its blocks
  * (prefill/attn_tiled.c: prompt chunks and decode rows alike, the layer's
- * sliding window and scale), the output projection into proj. Every size is
+ * sliding window and scale, attention sinks), the output projection (and its
+ * bias) into proj. Every size is
  * the layer's own (struct model_layer: heads, KV heads, head dim); Gemma 4's
  * layers may read another layer's K/V (computing q alone), take V from K's
  * projection and norm V without a weight.
@@ -106,6 +107,7 @@ static void attend(struct cpu_step *s, int64_t layer, int64_t n)
         .scale = (float)L->attn_scale,
         .window = L->window,
         .softcap = (float)m->hp.attn_softcap,
+        .sinks = m->hp.has_attn_sinks ? L->w[LAYER_ATTN_SINKS].data : NULL,
         .fused = !ops_ctx_exact(s->ops),
     };
     /* A quantized cache stores its rows rotated (kv_rotation, as llama.cpp
@@ -176,5 +178,7 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
         n = n_want;
     }
     ops_matmul(ctx, &L->w[LAYER_WO], b->att, n, b->proj); /* [n, n_embd] */
+    if (m->hp.has_o_bias)
+        ops_add_bias(b->proj, &L->w[LAYER_BO], n, m->hp.n_embd);
     return n;
 }

@@ -7,6 +7,12 @@
  *   llama.cpp's argsort), their weights renormalized to sum 1 (the layer's
  *   moe_norm_topk); proj = sum over them of w_e down_e(silu(gate_e xn) * up_e xn).
  *
+ * gpt-oss (llama.cpp's build_moe_ffn with SOFTMAX_WEIGHT and SWIGLU_OAI,
+ * transformers' GptOssMLP) adds biases (MODEL_FEAT_MOE_BIAS: the router's
+ * to its logits, each expert's to its gate, up and down outputs), picks the
+ * top k of the logits and softmaxes them (the renormalized softmax: the
+ * same weights), and gates with the clamped SwiGLU (MODEL_ACT_SWIGLU_OAI).
+ *
  * The step's rows are grouped by expert (a counting sort: within an expert
  * the rows keep their order), and each used expert's matrices are read once
  * per step by the same matmuls as the dense FFN's (ops_matmul_multi: the
@@ -68,14 +74,21 @@ static void route_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
     }
 }
 
+/* gpt-oss's SwiGLU constants (GptOssExperts: alpha, limit). */
+#define OAI_ALPHA 1.702f
+#define OAI_LIMIT 7.0f
+
 /* gate = act(gate) * up over rows [r0, r1) of an expert's (its width; the
- * model's activation: SwiGLU, gemma4's GeGLU). */
+ * model's activation: SwiGLU, gemma4's GeGLU or gpt-oss's clamped SwiGLU). */
 static void expert_gate_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
 {
     struct ops_buffers *b = ops_ctx_buffers(job->ctx);
     int64_t f = job->L->n_ff;
     bool exact = ops_ctx_exact(job->ctx);
-    if (ops_ctx_model(job->ctx)->hp.ffn_act == MODEL_ACT_GELU_TANH)
+    enum model_act act = ops_ctx_model(job->ctx)->hp.ffn_act;
+    if (act == MODEL_ACT_SWIGLU_OAI)
+        ops_swiglu_oai(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, OAI_ALPHA, OAI_LIMIT);
+    else if (act == MODEL_ACT_GELU_TANH)
         ops_geglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, exact);
     else
         ops_swiglu(b->gate + r0 * f, b->up + r0 * f, (r1 - r0) * f, exact);
@@ -91,6 +104,8 @@ static void router_logits(struct ops_ctx *ctx, const struct model_layer *L, cons
     ops_ctx_set_exact(ctx, true);
     ops_matmul(ctx, &L->w[LAYER_FFN_GATE_INP], in, n, b->moe_logits); /* [n, n_expert] */
     ops_ctx_set_exact(ctx, exact);
+    if (ops_ctx_model(ctx)->hp.has_moe_bias)
+        ops_add_bias(b->moe_logits, &L->w[LAYER_FFN_GATE_INP_B], n, L->n_expert);
 }
 
 /* gemma4's router input of n rows into moe_x: rmsnorm(x) (no weight) /
@@ -167,8 +182,18 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         const struct model_weight *gu_w[2] = {&gate, &up};
         float *gu_y[2] = {b->gate, b->up}; /* [c, n_ff] */
         ops_matmul_multi(ctx, 2, gu_w, b->moe_x, c, gu_y);
+        if (m->hp.has_moe_bias) {
+            struct model_weight gb = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS_B], e);
+            struct model_weight ub = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS_B], e);
+            ops_add_bias(b->gate, &gb, c, L->n_ff);
+            ops_add_bias(b->up, &ub, c, L->n_ff);
+        }
         cpu_rows_run(ctx, L, expert_gate_rows, 0, c, false);
         ops_matmul(ctx, &down, b->gate, c, b->moe_y); /* [c, n_embd] */
+        if (m->hp.has_moe_bias) {
+            struct model_weight db = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS_B], e);
+            ops_add_bias(b->moe_y, &db, c, e_dim);
+        }
         /* proj[row] += w * y (gemma4: w * (s_e * y)): a row's experts come in
          * ascending order */
         for (int64_t i = 0; i < c; i++) {

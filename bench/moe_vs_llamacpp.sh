@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe)
-# against llama.cpp's on the same random-weight files (bench/random_gguf.py,
+# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe,
+# or gpt-oss with -a gpt-oss: its types F16 Q8_0 MXFP4 by default) against llama.cpp's on the same random-weight files (bench/random_gguf.py,
 # the tokenizer copied from a real GGUF so both tools tokenize the text),
 # one per type: llama-perplexity writes its logits as a base
 # (--kl-divergence-base), then `ignite perplexity --kl-divergence` reads that
@@ -8,15 +8,16 @@
 # int8 path (the default) and the exact one. A benchmark, not a test.
 #
 # -a gemma4 does the same for Gemma 4's shapes (bench/randgguf_gemma4.py; give
-# VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf, the sdist's).
+# VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf, the sdist's); -a gpt-oss
+# for gpt-oss's (bench/randgguf_gptoss.py).
 #
-# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4] [-s SHAPE] [-l LAYERS]
+# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4|gpt-oss] [-s SHAPE] [-l LAYERS]
 #                                 [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2] [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
 #        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf),
-#        LLAMA_EXTRA (more llama-perplexity options: -nr where its AMX weight
-#        repacking crashes on a CPU that has AMX, as it did on gemma4's Q8_0
-#        and Q4_K_M files)
+#        LLAMA_ARGS (more llama-perplexity options, e.g. --no-repack: llama.cpp's
+#        AMX weight repacking crashed on gemma4's and gpt-oss's quantized files
+#        on a CPU with AMX before llamacpp_build.sh built the AVX-512 variant there)
 # Prints one table (mean KL divergence, same top token); every run's output
 # stays in DIR.
 set -euo pipefail
@@ -25,7 +26,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ignite=${IGNITE:-$here/build/ignite}
 vocab=${VOCAB:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}
-arch=qwen3moe shape=tiny layers= types="F16 Q8_0 Q4_K_M" text=$here/bench/data/ppl-text.txt ctx=512
+arch=qwen3moe shape=tiny layers= types= text=$here/bench/data/ppl-text.txt ctx=512
 threads=$(nproc) out=
 
 while [ $# -gt 0 ]; do
@@ -41,6 +42,8 @@ while [ $# -gt 0 ]; do
     *) echo "moe_vs_llamacpp.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
 done
+llama_args=${LLAMA_ARGS:-}
+[ -n "$types" ] || types=$([ "$arch" = gpt-oss ] && echo "F16 Q8_0 MXFP4" || echo "F16 Q8_0 Q4_K_M")
 out=${out:-$(mktemp -d)}
 mkdir -p "$out"
 bin=$("$here/bench/llamacpp_build.sh" llama-perplexity)
@@ -51,7 +54,7 @@ for ty in $types; do
         --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
     echo "llama-$ty: $(uptime)" >&2
     # shellcheck disable=SC2086
-    "$bin/llama-perplexity" ${LLAMA_EXTRA:-} -t "$threads" -m "$f" -f "$text" -c "$ctx" \
+    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" $llama_args \
         --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
     for path in int8 exact; do
         echo "ignite-$ty-$path: $(uptime)" >&2

@@ -21,6 +21,9 @@ numpy only (no gguf package there).
 
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
+
+  --arch gpt-oss   shapes tiny and gpt-oss-20b; F16, Q8_0 or MXFP4 (experts
+                   MXFP4, the rest Q8_0): bench/randgguf_gptoss.py
   --layers N       the first N layers of the shape only
   --vocab-from F   the tokenizer.* keys (vocabulary, merges, chat template)
                    copied from the GGUF F; the vocabulary size follows it.
@@ -34,7 +37,8 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|gemma4] [--shape SHAPE] [--type TYPE]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|gemma4|gpt-oss] [--shape SHAPE]
+       [--type TYPE]
                       [--layers N] [--vocab-from FILE] [--seed N]
 """
 import argparse
@@ -46,6 +50,8 @@ import numpy as np
 import randgguf_qwen35 as qwen35
 
 import randgguf_gemma4
+
+import randgguf_gptoss
 SHAPES = {  # layers, embd, heads, kv heads, head dim, ff, vocab, ctx, rope base
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0),
     "Llama-tiny": (2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0),
@@ -60,13 +66,14 @@ MOE_SHAPES = {
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
 ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
-               "gemma4": randgguf_gemma4.SHAPES}
+               "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
               "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
-              "gemma4": randgguf_gemma4.TYPES}
+              "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
-         "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210)}
+         "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210),
+         "MXFP4": (39,) + randgguf_gptoss.MXFP4_BLOCK}
 FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18, "Q4_K_M": 15}  # llama_ftype
 # The output head's weights times this in a qwen3moe file: logits with a
 # spread of a few units, so that a step's top token stands out (random
@@ -187,6 +194,8 @@ def data(ttype, dims, rng, gain=1.0):
             return (a * rng.uniform(-1, 1, n)).astype(dt).tobytes()
         block = (a * rng.uniform(-1, 1, 1 << 20)).astype(dt)
         return np.resize(block, n).tobytes()
+    if ttype == "MXFP4":
+        return randgguf_gptoss.mxfp4_data(dims, rng, gain)
     _, blk, bb = TYPES[ttype]
     raw = np.frombuffer(rng.bytes(n // blk * bb), dtype=np.uint8).reshape(-1, bb).copy()
     if ttype == "Q4_0":  # d (q - 8)
@@ -302,6 +311,15 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         vocab = vocab_keys(vocab_from)[1] if vocab_from else None
         toks = vocab_keys(vocab_from)[0] if vocab_from else None
         ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed)
+
+    elif arch == "gpt-oss":
+        sh = dict(randgguf_gptoss.SHAPES[shape_name])
+        if layers:
+            sh["layers"] = min(layers, sh["layers"])
+        toks, vocab = vocab_keys(vocab_from) if vocab_from else (None, sh["vocab"])
+        ts = randgguf_gptoss.tensors(sh, qtype, vocab)
+        kvs = randgguf_gptoss.keys(kv, sh, shape_name, qtype, vocab)
+        gain = randgguf_gptoss.gains(sh, OUT_GAIN, ROUTER_GAIN)
     else:
         sh = dict(MOE_SHAPES[shape_name])
         if layers:
@@ -324,7 +342,10 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         f.write(b"".join(kvs) + infos)
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, ttype, dims in ts:
-            d = fixed[name] if name in fixed else \
+            if arch == "gpt-oss" and ttype == "F32" and randgguf_gptoss.is_bias(name):
+                d = randgguf_gptoss.bias_data(name, dims, rng)
+            else:
+                d = fixed[name] if name in fixed else \
                 (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
                 data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
@@ -338,10 +359,11 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--arch", default="llama", choices=sorted(ARCH_SHAPES))
     ap.add_argument("--shape", help="llama: Llama-3-8B (default), Llama-tiny; "
-                    "qwen3moe: tiny (default), Qwen3-30B-A3B")
+                    "qwen3moe: tiny (default), Qwen3-30B-A3B; gpt-oss: tiny (default), "
+                    "gpt-oss-20b")
     ap.add_argument("--type", default=None,
                     help="llama: F16 Q4_0 (default) Q4_K Q6_K Q4_K_M; qwen3moe: F16 (default) "
-                    "Q8_0 Q4_K_M")
+                    "Q8_0 Q4_K_M; gpt-oss: F16 (default) Q8_0 MXFP4")
     ap.add_argument("--layers", type=int, default=None, help="the first N layers only")
     ap.add_argument("--vocab-from", default=None, help="copy tokenizer.* keys from this GGUF")
     ap.add_argument("--seed", type=int, default=1)

@@ -196,7 +196,7 @@ static const char *scaling_name(enum rope_scaling s)
 
 static const char *act_name(enum model_act a)
 {
-    return a == MODEL_ACT_GELU_TANH ? "gelu_tanh" : "silu";
+    return a == MODEL_ACT_GELU_TANH ? "gelu_tanh" : a == MODEL_ACT_SWIGLU_OAI ? "swiglu_oai" : "silu";
 }
 
 static const char *rope_style_name(enum rope_style s)
@@ -268,8 +268,9 @@ static void print_features_text(const struct model *m)
                (long long)hp->full_attn_every);
     printf("norms           RMSNorm%s%s\n", hp->has_qk_norm ? ", Q/K per head" : "",
            hp->has_post_norms ? ", after attention and after the FFN" : "");
-    printf("FFN activation  %s\n", hp->ffn_act == MODEL_ACT_GELU_TANH ? "GELU (tanh), GeGLU"
-                                                                      : "SiLU, SwiGLU");
+    printf("FFN activation  %s\n", hp->ffn_act == MODEL_ACT_GELU_TANH    ? "GELU (tanh), GeGLU"
+                                   : hp->ffn_act == MODEL_ACT_SWIGLU_OAI ? "SwiGLU, clamped at 7 (gpt-oss)"
+                                                                         : "SiLU, SwiGLU");
     printf("attention scale 1/sqrt(%g)\n", 1.0 / (hp->attn_scale * hp->attn_scale));
     if (hp->embd_scale != 1.0)
         printf("embedding scale %g\n", hp->embd_scale);

@@ -22,6 +22,13 @@
  *           layer, softmax scale 1, V normed without a weight, V = K where
  *           the file has no attn_v, shared-KV last layers, per-layer
  *           embeddings, a layer output scale (llama.cpp's src/models/gemma4.cpp)
+ *   gpt-oss gpt-oss-20b/-120b (GptOssForCausalLM; llama.cpp's openai-moe):
+ *           Q/K/V and output biases, a learned sink logit per head in every
+ *           softmax, sliding window on even layers (pattern 2), YaRN on
+ *           local and global layers alike, the FFN input norm named
+ *           post_attention_norm in GGUF, experts with biases routed by the
+ *           softmax of the top-k router logits (= renormalized) and the
+ *           clamped SwiGLU (MODEL_ACT_SWIGLU_OAI), an untied output head
  * Every other layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
@@ -73,6 +80,13 @@ static const struct model_arch_info archs[] = {
      .embd_scale_sqrt = true, .norm_eps = 1e-6, .swa_pattern = 6, .rope_base_local = 10000.0,
      .id_ext = true, .per_layer_shapes = true, .attn_scale_one = true, .v_norm = true,
      .v_optional = true, .kv_sharing = true, .moe_optional = true},
+
+    {.name = "gpt-oss", .id = MODEL_ARCH_GPT_OSS, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QKV_BIAS | MODEL_FEAT_MOE | MODEL_FEAT_O_BIAS |
+                 MODEL_FEAT_ATTN_SINKS | MODEL_FEAT_MOE_BIAS | MODEL_FEAT_OUTPUT,
+     .act = MODEL_ACT_SWIGLU_OAI, .norm_eps = 1e-5, .swa_pattern = 2, .swa_rope_scaled = true,
+     .id_ext = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -167,5 +181,5 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35, gemma4";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35, gemma4, gpt-oss";
 }

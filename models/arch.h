@@ -31,6 +31,9 @@ struct model_arch_info {
      * local layers, a window key is refused). */
     int64_t swa_pattern;
     double rope_base_local;  /* local layers' base without rope.freq_base_swa */
+    bool swa_rope_scaled;    /* local layers' RoPE is scaled as the global one is
+                                (gpt-oss: llama.cpp's freq_scale_swa = freq_scale);
+                                false: unscaled (Gemma 3) */
     /* The layer count of the one size whose attention scale is
      * 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim) (Gemma 3 27B's
      * query_pre_attn_scalar of 168); 0: none. */

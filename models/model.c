@@ -345,7 +345,8 @@ static int read_hparams(struct loader *L)
 }
 
 /* Finds `name` and checks it is n_expert x [rows, cols] (shape; 1-D when
- * rows == 1, 2-D when n_expert == 1) of a type ignite computes with; norms
+ * rows == 1, 2-D when n_expert == 1; [cols, n_expert] for experts' vectors,
+ * rows == 1: gpt-oss's expert biases) of a type ignite computes with; norms
  * and biases (f32_only) must be F32. With optional set, an absent tensor
  * leaves w zeroed and is not an error. */
 static int get_weight(const struct loader *L, const char *name, const int64_t shape[3],
@@ -359,11 +360,15 @@ static int get_weight(const struct loader *L, const char *name, const int64_t sh
         return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->path, name);
     }
     int64_t n_expert = shape[0], rows = shape[1], cols = shape[2];
-    bool shape_ok = t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == n_expert && t->ne[3] == 1;
+    bool vecs = rows == 1 && n_expert > 1; /* one vector per expert */
+    bool shape_ok = vecs ? t->ne[0] == cols && t->ne[1] == n_expert && t->ne[2] == 1 && t->ne[3] == 1
+                         : t->ne[0] == cols && t->ne[1] == rows && t->ne[2] == n_expert &&
+                               t->ne[3] == 1;
     if (!shape_ok) {
         char want[64];
-        if (n_expert == 1)
-            snprintf(want, sizeof want, "%lld, %lld", (long long)cols, (long long)rows);
+        if (n_expert == 1 || vecs)
+            snprintf(want, sizeof want, "%lld, %lld", (long long)cols,
+                     (long long)(vecs ? n_expert : rows));
         else
             snprintf(want, sizeof want, "%lld, %lld, %lld", (long long)cols, (long long)rows,
                      (long long)n_expert);
@@ -379,7 +384,7 @@ static int get_weight(const struct loader *L, const char *name, const int64_t sh
     if (!q || !q->can_dequantize)
         return ig_error(IG_E_MODEL,
                         "'%s': tensor '%s' has type %s, which ignite cannot compute with "
-                        "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS)",
+                        "(F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4)",
                         L->path, name, quant_type_name(t->type));
     /* The kernels read F32 rows as floats and block fields as 16-bit
      * halves in place: a file laid out with general.alignment 1 or 2 can
@@ -505,6 +510,8 @@ static int read_rope(const struct loader *L)
         .scaling = ROPE_SCALING_NONE, .factor = 1.0, .orig_ctx = hp->n_ctx_train,
         .attn_factor = 1.0, .yarn_ext_factor = 1.0, .yarn_beta_fast = 32.0,
         .yarn_beta_slow = 1.0};
+    if (L->ai->swa_rope_scaled) /* gpt-oss: the global scaling, its own base if the file says */
+        hp->rope[MODEL_ROPE_LOCAL] = *r;
     return hp_float(L, "rope.freq_base_swa", hp->rope[MODEL_ROPE_LOCAL].base,
                     &hp->rope[MODEL_ROPE_LOCAL].base);
 }
@@ -679,7 +686,7 @@ static int load_weights(const struct loader *L, struct model *m)
             continue; /* a shared-KV layer's K/V, a V = K layer's V */
         char name[96];
         int64_t shape[3];
-        model_tensor_gguf_name_in(it.t, L->ai->features, it.layer, name, sizeof name);
+        model_tensor_gguf_name_in(it.t, L->ai->features, it.layer, L->ai->features, name, sizeof name);
         model_weight_shape(it.t, m, it.layer, shape);
         /* an expert's shape comes from the keys: name them */
         char hint[160] = "";

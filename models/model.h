@@ -60,12 +60,16 @@ enum model_arch {
     MODEL_ARCH_QWEN35,
 
     MODEL_ARCH_GEMMA4,
+
+    MODEL_ARCH_GPT_OSS,
 };
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
 enum model_act {
     MODEL_ACT_SILU,      /* SwiGLU (llama, qwen) */
     MODEL_ACT_GELU_TANH, /* GeGLU with GELU's tanh approximation (gemma3) */
+    MODEL_ACT_SWIGLU_OAI, /* gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up,
+                             -7, 7), (u + 1) g sigmoid(1.702 g) (ops_swiglu_oai) */
 };
 
 /* Which of hp.rope a layer uses. Local (sliding-window) layers of Gemma 3
@@ -150,6 +154,9 @@ struct model_hparams {
     bool has_ple;          /* MODEL_FEAT_PLE: n_embd_per_layer > 0 */
     bool has_out_scale;    /* MODEL_FEAT_OUT_SCALE: each layer's output times its scalar */
     bool has_moe_mlp;      /* MODEL_FEAT_MOE_MLP: gemma4's dense MLP beside its experts */
+
+    /* gpt-oss: wo's bias, attention sinks, the router's and experts' biases */
+    bool has_o_bias, has_attn_sinks, has_moe_bias;
 };
 
 /* The rotated dims of RoPE variant r (MODEL_ROPE_GLOBAL or _LOCAL). */

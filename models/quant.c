@@ -51,7 +51,7 @@ static const struct quant_traits traits[] = {
     [30] = {"BF16", 1, 2, true},
     [34] = {"TQ1_0", QK_K, 2 + 4 * 13, false},
     [35] = {"TQ2_0", QK_K, 2 + 64, false},
-    [39] = {"MXFP4", 32, 1 + 16, false},
+    [39] = {"MXFP4", QK_MXFP4, sizeof(struct block_mxfp4), true},
     [40] = {"NVFP4", 64, 4 + 32, false},
     [41] = {"Q1_0", 128, 2 + 16, false},
 };
@@ -302,6 +302,16 @@ static void deq_iq4_nl(const uint8_t *b, float *y)
     deq_iq4_32(b + offsetof(struct block_iq4_nl, qs), ig_f16_at(b), y);
 }
 
+static void deq_mxfp4(const uint8_t *b, float *y)
+{
+    float d = quant_e8m0_half(b[0]);
+    const uint8_t *qs = b + offsetof(struct block_mxfp4, qs);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)quant_mxfp4_value(qs[j] & 0x0f);
+        y[j + 16] = d * (float)quant_mxfp4_value(qs[j] >> 4);
+    }
+}
+
 static void deq_iq4_xs(const uint8_t *b, float *y)
 {
     float d = ig_f16_at(b);
@@ -329,6 +339,7 @@ static block_fn block_fn_of(enum quant_type type)
     case QUANT_Q6_K: return deq_q6_K;
     case QUANT_IQ4_NL: return deq_iq4_nl;
     case QUANT_IQ4_XS: return deq_iq4_xs;
+    case QUANT_MXFP4: return deq_mxfp4;
     default: return NULL;
     }
 }

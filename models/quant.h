@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Values are ggml's type ids, as written in GGUF tensor infos. */
 enum quant_type {
@@ -33,6 +34,7 @@ enum quant_type {
     QUANT_IQ4_NL = 20,
     QUANT_IQ4_XS = 23,
     QUANT_BF16 = 30,
+    QUANT_MXFP4 = 39,
 };
 
 #define QK4_0 32
@@ -41,6 +43,7 @@ enum quant_type {
 #define QK5_1 32
 #define QK8_0 32
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
@@ -63,6 +66,8 @@ struct block_q5_K { ig_f16 d; ig_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; ig_f16 d; };
 struct block_iq4_nl { ig_f16 d; uint8_t qs[QK4_NL / 2]; };
 struct block_iq4_xs { ig_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+/* OCP microscaling FP4 (gpt-oss's experts): an E8M0 scale and 32 E2M1 values */
+struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
 
 QUANT_STATIC_ASSERT(sizeof(struct block_q4_0) == 18, "q4_0 block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q4_1) == 20, "q4_1 block");
@@ -76,6 +81,7 @@ QUANT_STATIC_ASSERT(sizeof(struct block_q5_K) == 176, "q5_K block");
 QUANT_STATIC_ASSERT(sizeof(struct block_q6_K) == 210, "q6_K block");
 QUANT_STATIC_ASSERT(sizeof(struct block_iq4_nl) == 18, "iq4_nl block");
 QUANT_STATIC_ASSERT(sizeof(struct block_iq4_xs) == 136, "iq4_xs block");
+QUANT_STATIC_ASSERT(sizeof(struct block_mxfp4) == 17, "mxfp4 block");
 
 /* Facts about a type: elements per block and bytes per block. Both are 0 for
  * ids that GGUF may contain but ignite does not know. */
@@ -168,6 +174,25 @@ static inline int quant_iq4_xs_scale(const uint8_t *block, int j)
     int h = (h16[0] | h16[1] << 8) >> (2 * j) & 3;
     int l = lo[j / 2] >> (4 * (j % 2)) & 0x0f;
     return (l | h << 4) - 32;
+}
+
+/* MXFP4 (ggml's block_mxfp4): a quant q (nibbles laid out as IQ4_NL's) is
+ * the E2M1 value doubled, quant_mxfp4_value(q) in {0, 1, 2, 3, 4, 6, 8, 12}
+ * and their negatives (ggml's kvalues_mxfp4), and the E8M0 scale e stands
+ * for 2^(e - 127) halved (GGML_E8M0_TO_FP32_HALF): w = 2^(e - 128) value,
+ * exact in f32 for every e (e < 2: subnormal). */
+static inline int quant_mxfp4_value(int q)
+{
+    static const int8_t values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    return values[q & 15];
+}
+
+static inline float quant_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
 /* Dequantizes one row of n elements (n a multiple of the block size) from

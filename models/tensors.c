@@ -2,7 +2,7 @@
  * of the weights ignite knows, and the walker every other list became.
  * GGUF names are llama.cpp's (its llama-arch.cpp); Hugging Face names are
  * transformers' (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
- * modeling_gemma3.py, modeling_qwen3_moe.py). Covered by tests/models/test_tensor_table.py. */
+ * modeling_gemma3.py, modeling_qwen3_moe.py, modeling_gpt_oss.py). Covered by tests/models/test_tensor_table.py. */
 #include "models/tensors.h"
 
 #include "models/model.h"
@@ -91,6 +91,7 @@ static const struct model_tensor table[] = {
      .gguf_delta = "post_attention_norm.weight",
      .hf = {{"post_attention_layernorm.weight", 0, MODEL_FEAT_POST_NORMS},
             {"pre_feedforward_layernorm.weight", MODEL_FEAT_POST_NORMS, 0}},
+     .gguf_alt = "post_attention_norm.weight", .gguf_alt_when = MODEL_FEAT_ATTN_SINKS,
      .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_NORM},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
@@ -215,6 +216,38 @@ static const struct model_tensor table[] = {
      .hf = HF("router.per_expert_scale"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_NORM, .feature = MODEL_FEAT_MOE_MLP,
      .id_pass = TENSOR_ID_PRESENT},
+
+    /* gpt-oss (GptOssAttention, GptOssMLP; llama.cpp's openai-moe): wo's
+     * bias, the sinks, the router's and the experts' biases (the HF names
+     * are transformers'; a folder's experts are fused tensors ignite does
+     * not map yet). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_BO, .gguf = "attn_output.bias",
+     .hf = HF("self_attn.o_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_O_BIAS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_SINKS, .gguf = "attn_sinks.weight",
+     .hf = HF("self_attn.sinks"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_HEADS, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_ATTN_SINKS,
+     .split = TENSOR_SPLIT_ROWS, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP_B, .gguf = "ffn_gate_inp.bias",
+     .hf = HF("mlp.router.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
+     .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS_B, .gguf = "ffn_gate_exps.bias",
+     .hf = HF("mlp.experts.%lld.gate_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS_B, .gguf = "ffn_up_exps.bias",
+     .hf = HF("mlp.experts.%lld.up_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS_B, .gguf = "ffn_down_exps.bias",
+     .hf = HF("mlp.experts.%lld.down_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -257,6 +290,8 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
 
     case TENSOR_DIM_PLE: return hp->n_embd_per_layer;
     case TENSOR_DIM_PLE_ALL: return hp->n_layer * hp->n_embd_per_layer;
+
+    case TENSOR_DIM_HEADS: return hp->n_head;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -290,6 +325,8 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_DN_VHEADS: return L->dn_v_heads;
     case TENSOR_DIM_DN_HEAD: return L->dn_head_dim;
     case TENSOR_DIM_DN_KERNEL: return L->dn_conv;
+
+    case TENSOR_DIM_HEADS: return L->n_head;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
 }
@@ -311,7 +348,10 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_moe ? MODEL_FEAT_MOE : 0u) | (hp->has_ple ? MODEL_FEAT_PLE : 0u) |
            (hp->has_out_scale ? MODEL_FEAT_OUT_SCALE : 0u) |
            (hp->has_moe_mlp ? MODEL_FEAT_MOE_MLP : 0u) |
-           (hp->has_deltanet ? MODEL_FEAT_DELTANET : 0u);
+           (hp->has_deltanet ? MODEL_FEAT_DELTANET : 0u) |
+           (hp->has_o_bias ? MODEL_FEAT_O_BIAS : 0u) |
+           (hp->has_attn_sinks ? MODEL_FEAT_ATTN_SINKS : 0u) |
+           (hp->has_moe_bias ? MODEL_FEAT_MOE_BIAS : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -326,6 +366,10 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_ple = features & MODEL_FEAT_PLE;
     hp->has_out_scale = features & MODEL_FEAT_OUT_SCALE;
     hp->has_moe_mlp = features & MODEL_FEAT_MOE_MLP;
+
+    hp->has_o_bias = features & MODEL_FEAT_O_BIAS;
+    hp->has_attn_sinks = features & MODEL_FEAT_ATTN_SINKS;
+    hp->has_moe_bias = features & MODEL_FEAT_MOE_BIAS;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -341,6 +385,10 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_PLE: return "per-layer embeddings";
     case MODEL_FEAT_OUT_SCALE: return "layer output scales";
     case MODEL_FEAT_MOE_MLP: return "a dense MLP beside the experts";
+
+    case MODEL_FEAT_O_BIAS: return "attention output bias";
+    case MODEL_FEAT_ATTN_SINKS: return "attention sinks";
+    case MODEL_FEAT_MOE_BIAS: return "router and expert biases";
     }
     return "?";
 }
@@ -361,12 +409,16 @@ bool model_layer_holds(const struct model *m, const struct model_tensor *t, int6
     return t->layers != TENSOR_LAYERS_OWN_V || !L->v_is_k;
 }
 
-void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf, size_t cap)
+void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
+                            char *buf, size_t cap)
 {
+    const char *name = t->gguf_alt && (features & t->gguf_alt_when) == t->gguf_alt_when
+                           ? t->gguf_alt
+                           : t->gguf;
     if (t->scope == TENSOR_PER_LAYER)
-        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, t->gguf);
+        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, name);
     else
-        snprintf(buf, cap, "%s", t->gguf);
+        snprintf(buf, cap, "%s", name);
 }
 
 void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,

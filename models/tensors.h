@@ -89,6 +89,13 @@ enum layer_role {
     LAYER_FFN_POST_NORM_1,    /* [1, n_embd] f32, likewise: the dense MLP's output norm */
     LAYER_FFN_POST_NORM_2,    /* [1, n_embd] f32, likewise: the experts' output norm */
     LAYER_FFN_DOWN_EXPS_SCALE, /* [1, n_expert] f32, likewise: each expert's output scale */
+
+    LAYER_BO,             /* [1, n_embd] f32, with MODEL_FEAT_O_BIAS: wo's bias */
+    LAYER_ATTN_SINKS,     /* [1, n_head] f32, with MODEL_FEAT_ATTN_SINKS */
+    LAYER_FFN_GATE_INP_B, /* [1, n_expert] f32, with MODEL_FEAT_MOE_BIAS: the router's */
+    LAYER_FFN_GATE_EXPS_B, /* n_expert x [1, n_ff] f32, likewise: each expert's biases */
+    LAYER_FFN_UP_EXPS_B,  /* n_expert x [1, n_ff] f32 */
+    LAYER_FFN_DOWN_EXPS_B, /* n_expert x [1, n_embd] f32 */
     MODEL_LAYER_ROLES
 };
 
@@ -109,6 +116,12 @@ enum model_feature {
     MODEL_FEAT_OUT_SCALE = 1u << 7,  /* a scalar times each layer's output (gemma4) */
     MODEL_FEAT_MOE_MLP = 1u << 8,    /* with MODEL_FEAT_MOE: a dense MLP beside the experts,
                                         the router's own scaled norm (gemma4 26B-A4B) */
+
+    MODEL_FEAT_O_BIAS = 1u << 9,     /* a bias on the attention's output (gpt-oss) */
+    MODEL_FEAT_ATTN_SINKS = 1u << 10, /* a learned logit per query head that joins every
+                                        softmax's denominator (gpt-oss) */
+    MODEL_FEAT_MOE_BIAS = 1u << 11,  /* biases on the router and on each expert's
+                                        gate, up and down (gpt-oss) */
 };
 
 /* A row that applies to layers of some mixers only (struct model_tensor's
@@ -149,6 +162,8 @@ enum tensor_layers {
     TENSOR_LAYERS_ALL,    /* every layer */
     TENSOR_LAYERS_OWN_KV, /* layers that write their own K/V (not kv_shared) */
     TENSOR_LAYERS_OWN_V,  /* those with a V of their own too (not v_is_k) */
+
+    TENSOR_DIM_HEADS,  /* n_head (one value per query head: attention sinks) */
 };
 
 enum tensor_kind {
@@ -210,6 +225,11 @@ struct model_tensor {
     enum tensor_scope scope;
     int role;                /* enum model_role or enum layer_role, by scope */
     const char *gguf;        /* "token_embd.weight"; per layer the part after "blk.N." */
+    /* The GGUF name instead where the model has every feature of
+     * gguf_alt_when (gpt-oss's FFN input norm is llama.cpp's
+     * post_attention_norm); NULL: none. */
+    const char *gguf_alt;
+    unsigned gguf_alt_when;
     /* The part after the text model's prefix ("model."; per layer after
      * "model.layers.N."), the first that applies; where an architecture
      * names the role differently, a feature tells them apart. An expert
@@ -282,9 +302,10 @@ bool model_tensor_present(const struct model_tensor *t, unsigned features);
  * true). The walker skips the others as absent. */
 bool model_layer_holds(const struct model *m, const struct model_tensor *t, int64_t layer);
 
-/* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf. */
-void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, char *buf,
-                            size_t cap);
+/* The row's GGUF name for layer `layer` ("blk.3.attn_q.weight") in buf, for
+ * a model with `features` (gguf_alt where they call for it). */
+void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
+                            char *buf, size_t cap);
 /* The same in a model with `features` (a row's gguf_delta where it applies). */
 void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,
                                char *buf, size_t cap);

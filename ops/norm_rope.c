@@ -305,6 +305,16 @@ void ops_geglu(float *gate, const float *up, int64_t n, bool exact)
     gate_rows(gate, up, n, true, exact);
 }
 
+void ops_swiglu_oai(float *gate, const float *up, int64_t n, float alpha, float limit)
+{
+    for (int64_t i = 0; i < n; i++) {
+        /* std::min and std::clamp's comparisons: a NaN goes through */
+        float g = limit < gate[i] ? limit : gate[i];
+        float u = up[i] < -limit ? -limit : limit < up[i] ? limit : up[i];
+        gate[i] = g / (1.0f + expf(alpha * -g)) * (u + 1.0f);
+    }
+}
+
 void ops_softcap(float *x, int64_t n, double cap)
 {
     float c = (float)cap, inv = (float)(1.0 / cap);

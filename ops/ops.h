@@ -197,6 +197,12 @@ void ops_swiglu(float *gate, const float *up, int64_t n, bool exact);
  * `exact` as for ops_swiglu. */
 void ops_geglu(float *gate, const float *up, int64_t n, bool exact);
 
+/* gpt-oss's clamped SwiGLU (MODEL_ACT_SWIGLU_OAI), as ggml's swiglu_oai and
+ * transformers' GptOssExperts: g = min(gate[i], limit), u = clamp(up[i],
+ * -limit, limit), gate[i] = g / (1 + e^(-alpha g)) * (u + 1), in f32 with
+ * expf on either path (alpha 1.702, limit 7 for gpt-oss). */
+void ops_swiglu_oai(float *gate, const float *up, int64_t n, float alpha, float limit);
+
 /* x[i] = cap * tanh(x[i] / cap) for i < n (logit soft-capping). */
 void ops_softcap(float *x, int64_t n, double cap);
 

@@ -121,7 +121,8 @@ typedef void (*qmm_fgemm8_fn)(enum quant_type type, const uint8_t *w, size_t row
  * unpacked vector 4 v + s's byte b); its offsets come from the token's
  * half sums too. The IQ4 formats' quants are 4-bit indices into 16 int8
  * levels v (models/quant.h quant_iq4_value): IQ4_NL (w = d v per 32
- * elements) is laid out as Q4_0, IQ4_XS (w = d sc v, sc in -32..31 per 32
+ * elements) is laid out as Q4_0 (and MXFP4 so, with its own 16 levels and its
+ * E8M0 scale as the f16 d), IQ4_XS (w = d sc v, sc in -32..31 per 32
  * elements of a super-block) goes super-block by super-block (QMM_XS_SUPER
  * bytes: f16 d[8], then each block's i8 sc[8] and nibbles), a kernel
  * forming d sc (an exact product); a kernel turns the nibbles into the bytes
@@ -177,6 +178,15 @@ static inline const uint8_t *qmm_xs_block(const uint8_t *group, int64_t b)
 
 /* The IQ4 levels plus 128 (1..241), the byte a nibble q stands for. */
 #define QMM_IQ4_BYTES 1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241
+/* MXFP4's doubled E2M1 values plus 128 (models/quant.h quant_mxfp4_value). */
+#define QMM_MXFP4_BYTES 128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116
+
+/* MXFP4 goes into IQ4_NL's packed layout with its scale 2^(e - 128) as the
+ * f16 d, which holds it exactly for e in [QMM_MXFP4_E_MIN, QMM_MXFP4_E_MAX]
+ * (2^-24 .. 2^15); a weight with a scale outside (no trained model's) is
+ * not packed and its stored rows are read (ops_qmm_packable). */
+#define QMM_MXFP4_E_MIN 104
+#define QMM_MXFP4_E_MAX 143
 
 static inline const uint8_t *qmm_k2_head(const uint8_t *group, int64_t b)
 {
@@ -225,6 +235,11 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type);
 
 /* Bytes of the packed copy of a rows x cols weight of `type`. */
 size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols);
+
+/* False where w's stored blocks cannot go into the packed layout as they
+ * are (an MXFP4 scale outside QMM_MXFP4_E_MIN..E_MAX): its stored rows are
+ * read instead. Reads every MXFP4 scale; true at once for other types. */
+bool ops_qmm_packable(const struct model_weight *w);
 
 /* Packs row groups [g0, g1) of w into `dst` (the whole packed copy, of
  * ops_qmm_packed_bytes). */

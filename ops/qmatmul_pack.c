@@ -1,6 +1,6 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
- * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K (as Q6_K), Q4_K,
+ * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K (as Q6_K), Q4_K,
  * Q5_K, Q6_K or IQ4_XS weight into it. Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
@@ -18,6 +18,7 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
 {
     switch (type) {
     case QUANT_IQ4_NL: /* Q4_0's layout, the nibbles indices */
+    case QUANT_MXFP4:
     case QUANT_Q4_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2;
     case QUANT_Q4_1: return QMM_PR * 4 + QMM_PR * QMM_QK / 2;
     case QUANT_Q5_0: return QMM_PR * 2 + QMM_PR * QMM_QK / 2 + QMM_PR * 4;
@@ -46,7 +47,12 @@ size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols)
 static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint8_t *p,
                            int qoff)
 {
-    memcpy(p + 2 * j, blk, 2); /* d */
+    if (type == QUANT_MXFP4) { /* 2^(e - 128) as f16 (ops_qmm_packable: exact) */
+        ig_f16 d = ig_f32_to_f16(quant_e8m0_half(blk[0]));
+        memcpy(p + 2 * j, &d, 2);
+    } else {
+        memcpy(p + 2 * j, blk, 2); /* d */
+    }
     uint8_t *q = p + qoff + 4 * j;
     if (type == QUANT_Q8_0) {
         for (int k = 0; k < QMM_QK / 4; k++)
@@ -58,6 +64,7 @@ static void pack_row_block(enum quant_type type, const uint8_t *blk, int j, uint
     if (has_m)
         memcpy(p + 2 * QMM_PR + 2 * j, blk + 2, 2); /* m */
     const uint8_t *qs = blk + (type == QUANT_Q4_0 || type == QUANT_IQ4_NL ? 2
+                               : type == QUANT_MXFP4 ? 1
                                : type == QUANT_Q4_1 ? 4
                                : type == QUANT_Q5_0 ? 6 : 8);
     if (type == QUANT_Q5_0 || type == QUANT_Q5_1) {
@@ -210,6 +217,22 @@ static void pack_row_iq4_xs(const uint8_t *blk, int j, uint8_t *out)
     }
 }
 
+bool ops_qmm_packable(const struct model_weight *w)
+{
+    if (w->type != QUANT_MXFP4)
+        return true;
+    int64_t n_blk = w->cols / QK_MXFP4;
+    for (int64_t r = 0; r < w->rows; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        for (int64_t b = 0; b < n_blk; b++) {
+            uint8_t e = row[(size_t)b * sizeof(struct block_mxfp4)];
+            if (e < QMM_MXFP4_E_MIN || e > QMM_MXFP4_E_MAX)
+                return false;
+        }
+    }
+    return true;
+}
+
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
     if (w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
@@ -252,6 +275,7 @@ void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_
               : w->type == QUANT_Q5_0 ? sizeof(struct block_q5_0)
               : w->type == QUANT_Q5_1 ? sizeof(struct block_q5_1)
               : w->type == QUANT_IQ4_NL ? sizeof(struct block_iq4_nl)
+              : w->type == QUANT_MXFP4 ? sizeof(struct block_mxfp4)
                                       : sizeof(struct block_q8_0);
     IG_ASSERT(pb != 0 && w->cols % QMM_QK == 0);
     int64_t n_blk = w->cols / QMM_QK;

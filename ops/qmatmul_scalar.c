@@ -118,6 +118,21 @@ static float row_iq4_nl(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
     return acc;
 }
 
+/* MXFP4: w = 2^(e - 128) * quant_mxfp4_value(q), IQ4_NL's nibbles. */
+static float row_mxfp4(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
+{
+    float acc = 0;
+    for (int64_t b = 0; b < n_blk; b++) {
+        const struct block_mxfp4 *blk = (const struct block_mxfp4 *)(const void *)w + b;
+        int32_t s = 0;
+        for (int j = 0; j < QMM_QK / 2; j++)
+            s += quant_mxfp4_value(blk->qs[j] & 0x0f) * x[b].qs[j] +
+                 quant_mxfp4_value(blk->qs[j] >> 4) * x[b].qs[j + QMM_QK / 2];
+        acc += quant_e8m0_half(blk->e) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
 /* IQ4_XS: 8 sub-blocks of 32, w = d * sc_j * quant_iq4_value(q). */
 static float row_iq4_xs(const uint8_t *w, int64_t n_blk, const struct qmm_q8 *x)
 {
@@ -282,6 +297,7 @@ SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
 SCALAR_TILE(iq4_nl)
 SCALAR_TILE(iq4_xs)
+SCALAR_TILE(mxfp4)
 SCALAR_TILE(q2_K)
 SCALAR_TILE(q3_K)
 SCALAR_TILE(q4_K)
@@ -303,6 +319,7 @@ qmm_tile_fn ops_qmm_tile_scalar(enum quant_type type)
     case QUANT_Q5_K: return tile_q5_K;
     case QUANT_Q6_K: return tile_q6_K;
     case QUANT_IQ4_XS: return tile_iq4_xs;
+    case QUANT_MXFP4: return tile_mxfp4;
     default: return NULL;
     }
 }
@@ -391,7 +408,8 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
     size_t pb = ops_qmm_packed_block_bytes(type);
     bool k4 = type == QUANT_Q4_K || type == QUANT_Q5_K; /* super-blocks, Q4_K's scales */
     bool xs = type == QUANT_IQ4_XS;                     /* super-blocks, i8 scales */
-    bool iq4 = type == QUANT_IQ4_NL || xs;              /* nibbles index the levels */
+    bool mx = type == QUANT_MXFP4;                      /* IQ4_NL's, MXFP4's levels */
+    bool iq4 = type == QUANT_IQ4_NL || xs || mx;        /* nibbles index the levels */
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < nr; j++) {
             float acc = 0, add = 0;
@@ -426,7 +444,8 @@ static void gemv8_packed(enum quant_type type, const uint8_t *p, int64_t n_blk,
                 int32_t s = 0;
                 for (int e = 0; e < QMM_QK; e++) {
                     int u = packed_quant(type, q, j, e);
-                    s += (iq4 ? quant_iq4_value(u) + 128 : u) * xb->qs[e]; /* m: -128 d */
+                    int v = mx ? quant_mxfp4_value(u) + 128 : iq4 ? quant_iq4_value(u) + 128 : u;
+                    s += v * xb->qs[e]; /* IQ4, MXFP4: m -128 d */
                 }
                 acc += d * xb->d * (float)s;
                 add += m * xb->s;
@@ -448,6 +467,7 @@ SCALAR_GEMV8(q5_1, QUANT_Q5_1)
 SCALAR_GEMV8(q8_0, QUANT_Q8_0)
 SCALAR_GEMV8(iq4_nl, QUANT_IQ4_NL)
 SCALAR_GEMV8(iq4_xs, QUANT_IQ4_XS)
+SCALAR_GEMV8(mxfp4, QUANT_MXFP4)
 SCALAR_GEMV8(q4_K, QUANT_Q4_K)
 SCALAR_GEMV8(q5_K, QUANT_Q5_K)
 
@@ -466,6 +486,7 @@ qmm_gemv8_fn ops_qmm_gemv8_scalar(enum quant_type type)
     case QUANT_Q3_K: /* packed as Q6_K (ops/qmatmul.h) */
     case QUANT_Q6_K: return gemv8_packed_q6_K;
     case QUANT_IQ4_XS: return gemv8_iq4_xs;
+    case QUANT_MXFP4: return gemv8_mxfp4;
     default: return NULL;
     }
 }

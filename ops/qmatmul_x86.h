@@ -92,7 +92,8 @@ AVX2 INLINE __m256i load32(const void *p)
 /* ---- 32-element block formats ----------------------------------------------- */
 
 /* The IQ4 kinds exist in the packed layout only. */
-enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K, K_Q5_K, K_IQ4_NL, K_IQ4_XS };
+enum kind { K_Q4_0, K_Q4_1, K_Q8_0, K_Q5_0, K_Q5_1, K_Q4_K, K_Q5_K, K_IQ4_NL, K_IQ4_XS,
+            K_MXFP4 /* IQ4_NL's layout and kernels, its own levels */ };
 
 /* The fifth bits of a Q5_0/Q5_1 block (qh, 32 bits: bit i for element i) as
  * 32 bytes, 16 where the bit is set: byte i takes byte i / 8 of qh (the
@@ -593,7 +594,7 @@ AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const st
 }
 
 /* Nibbles that index the IQ4 levels (one vpshufb to their bytes). */
-#define KIND_LUT(kind) ((kind) == K_IQ4_NL || (kind) == K_IQ4_XS)
+#define KIND_LUT(kind) ((kind) == K_IQ4_NL || (kind) == K_IQ4_XS || (kind) == K_MXFP4)
 /* Quants that are whole bytes q + 128 in the dot products (Q8_0's as
  * stored, the IQ4 levels' after the lookup), not 4 or 5 unsigned bits. */
 #define KIND_BYTES(kind) ((kind) == K_Q8_0 || KIND_LUT(kind))
@@ -601,11 +602,11 @@ AVX2 INLINE void gemm8_all(const struct qmm_pack8 *pack, int64_t n_blk, const st
 /* The nibbles of q[0..8) as the IQ4 levels' bytes v + 128, or with
  * `signed_levels` as the levels v themselves (the table's top bits flipped
  * once, where AVX2's GEMV would flip every looked-up byte). */
-AVX2 INLINE void iq4_bytes(__m256i q[8], const bool signed_levels)
+AVX2 INLINE void iq4_bytes(const enum kind kind, __m256i q[8], const bool signed_levels)
 {
-    static const uint8_t bytes[16] = {QMM_IQ4_BYTES};
-    __m256i lut =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)bytes));
+    static const uint8_t bytes[16] = {QMM_IQ4_BYTES}, mx_bytes[16] = {QMM_MXFP4_BYTES};
+    __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(const void *)(kind == K_MXFP4 ? mx_bytes : bytes)));
     if (signed_levels)
         lut = _mm256_xor_si256(lut, _mm256_set1_epi8((char)0x80));
     UNROLL for (int k = 0; k < 8; k++)
@@ -687,7 +688,8 @@ AVX2 INLINE size_t packed_bytes(const enum kind kind)
 {
     return kind == K_Q4_0 ? 144 : kind == K_Q4_1 ? 160 : kind == K_Q5_0 ? 176
          : kind == K_Q5_1 ? 192 : kind == K_Q4_K ? QMM_K4_SUPER / 8
-         : kind == K_Q5_K ? QMM_K5_SUPER / 8 : kind == K_IQ4_NL ? 144 /* Q4_0's layout */
+         : kind == K_Q5_K ? QMM_K5_SUPER / 8
+         : kind == K_IQ4_NL || kind == K_MXFP4 ? 144 /* Q4_0's layout */
          : kind == K_IQ4_XS ? QMM_XS_SUPER / 8 : 272;
 }
 
@@ -792,7 +794,7 @@ AVX2 INLINE void gemv8_tokens(const enum kind kind, const uint8_t *p, int64_t n_
                     q[k] = _mm256_or_si256(q[k], plane_bits(plane, k));
             }
             if (KIND_LUT(kind))
-                iq4_bytes(q, !QMM_X86_VNNI);
+                iq4_bytes(kind, q, !QMM_X86_VNNI);
         }
 #if !QMM_X86_VNNI
         if (KIND_BYTES(kind)) {
@@ -1137,6 +1139,7 @@ GEMV8(q4_K, K_Q4_K)
 GEMV8(q5_K, K_Q5_K)
 GEMV8(iq4_nl, K_IQ4_NL)
 GEMV8(iq4_xs, K_IQ4_XS)
+GEMV8(mxfp4, K_MXFP4)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
  * interleaved, so the repacking is only the nibble split (no transpose). */
@@ -1167,7 +1170,7 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
                 }
             }
             if (KIND_LUT(kind))
-                iq4_bytes(q, false);
+                iq4_bytes(kind, q, false);
         }
         store_unpacked(out, b, q, d, m);
     }
@@ -1203,6 +1206,7 @@ GEMM8P(q5_K, K_Q5_K)
 GEMM8P(q8_0, K_Q8_0)
 GEMM8P(iq4_nl, K_IQ4_NL)
 GEMM8P(iq4_xs, K_IQ4_XS)
+GEMM8P(mxfp4, K_MXFP4)
 #endif
 
 static qmm_gemm8_fn gemm8p_of(enum quant_type type)
@@ -1221,6 +1225,7 @@ static qmm_gemm8_fn gemm8p_of(enum quant_type type)
     case QUANT_Q8_0: return gemm8p_q8_0;
     case QUANT_IQ4_NL: return gemm8p_iq4_nl;
     case QUANT_IQ4_XS: return gemm8p_iq4_xs;
+    case QUANT_MXFP4: return gemm8p_mxfp4;
 #endif
     default: return NULL;
     }
@@ -1241,6 +1246,7 @@ static qmm_gemv8_fn gemv8_of(enum quant_type type)
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemv8_q6_K;
     case QUANT_IQ4_XS: return gemv8_iq4_xs;
+    case QUANT_MXFP4: return gemv8_mxfp4;
     default: return NULL;
     }
 }

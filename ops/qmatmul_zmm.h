@@ -194,6 +194,7 @@ GEMM16P(q4_K, K_Q4_K, false, false)
 GEMM16P(q5_K, K_Q5_K, false, false)
 GEMM16P(iq4_nl, K_IQ4_NL, false, false)
 GEMM16P(iq4_xs, K_IQ4_XS, false, false)
+GEMM16P(mxfp4, K_MXFP4, false, false)
 GEMM16P(q6_K, K_Q4_0, true, false) /* (kind unused by the k6 steps) */
 GEMM16P(q2_K, K_Q4_0, true, true)
 
@@ -210,6 +211,7 @@ static qmm_gemm16_fn gemm16p_of(enum quant_type type)
     case QUANT_Q5_K: return gemm16p_q5_K;
     case QUANT_IQ4_NL: return gemm16p_iq4_nl;
     case QUANT_IQ4_XS: return gemm16p_iq4_xs;
+    case QUANT_MXFP4: return gemm16p_mxfp4;
     case QUANT_Q2_K: return gemm16p_q2_K;
     case QUANT_Q3_K: /* packed as Q6_K */
     case QUANT_Q6_K: return gemm16p_q6_K;

@@ -1036,6 +1036,15 @@ static bool decode_walk_ok(const struct attn_params *p, qmm_tile_fn ktile)
     return k_ok && v_ok && group >= 2 && group <= ATTN_TILE_Q && attn_decode_f16_fast();
 }
 
+/* Row r's softmax denominator at the end: its sum l of e^(s - m), plus
+ * e^(sink - m) where query head h has a sink (gpt-oss: the sink takes its
+ * share of the probability and gives no value). */
+static float row_denominator(const struct attn_params *p, int64_t h,
+                             const struct attn_scratch *sc, int64_t r)
+{
+    return p->sinks ? sc->l[r] + expf(p->sinks[h] - sc->m[r]) : sc->l[r];
+}
+
 /* Query heads h0 .. h1 - 1 of sequence s's one token (a decode token)
  * walked together, block by block: a block's K (and V) rows of
  * consecutive KV heads are contiguous in the pool, so one walk streams them
@@ -1080,7 +1089,7 @@ static void run_decode(const struct attn_params *p, const struct attn_seq *s, in
     }
     float *out = s->out + h0 * hd;
     for (int64_t r = 0; r < rows; r++)
-        scale_row(out + r * hd, sc->o + r * hd, 1.0f / sc->l[r], hd);
+        scale_row(out + r * hd, sc->o + r * hd, 1.0f / row_denominator(p, h0 + r, sc, r), hd);
 }
 
 /* The columns [lo, hi) of the tile at k0 (nc columns) that the query token
@@ -1195,7 +1204,7 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         for (int64_t i = 0; i < nq; i++) {
             int64_t r = g * nq + i;
             scale_row(s->out + (t0 + i) * p->out_tok_stride + h * hd, sc->o + r * hd,
-                      1.0f / sc->l[r], hd);
+                      1.0f / row_denominator(p, h, sc, r), hd);
         }
     }
 }

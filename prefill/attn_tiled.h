@@ -41,6 +41,8 @@ struct attn_params {
     int64_t window;         /* sliding window: a row at position p sees only keys
                                p - window + 1 .. p; 0 = no window */
     float softcap;          /* scores (after scale) become softcap * tanh(s / softcap); 0 = off */
+    const float *sinks;     /* [n_head] a logit per query head that joins each of its rows'
+                               softmax denominators, no value (gpt-oss); NULL = none */
     bool fused;             /* the int8 path's attention: FMA and a polynomial exp
                                (prefill/attn_fused.h); false: the exact path's bits */
 };

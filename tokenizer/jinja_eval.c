@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct scope {
     struct scope *parent;
@@ -536,6 +537,28 @@ static struct jj_value *g_raise(struct jj_eval *ev, struct jj_node *at, struct j
     return jj_efail(ev, at, "the template raised an exception: %s", msg, NULL);
 }
 
+/* strftime_now(format): the local time now in C's strftime's format (what
+ * transformers gives templates: datetime.now().strftime; the codes
+ * templates use, %Y %m %d %B %b %A %H %M, mean the same in both; gpt-oss's
+ * harmony template writes "Current date: %Y-%m-%d"). */
+static struct jj_value *g_strftime_now(struct jj_eval *ev, struct jj_node *at,
+                                       struct jj_value **v, const char **kw, int64_t n,
+                                       struct jj_value *self)
+{
+    (void)kw, (void)self;
+    if (n != 1 || v[0]->type != JV_STRING)
+        return jj_efail(ev, at, "strftime_now takes one string (a format)", NULL, NULL);
+    time_t now = time(NULL);
+    struct tm tm;
+    char out[256];
+    /* the template's format: strftime reads only the codes, writes at most out's size */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    size_t len = localtime_r(&now, &tm) ? strftime(out, sizeof out, v[0]->s, &tm) : 0;
+#pragma GCC diagnostic pop
+    return jj_str_v(ev, out, len);
+}
+
 /* ---- expressions ---- */
 
 static bool eval_args(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct jj_args *a)
@@ -891,6 +914,7 @@ int jinja_render(const char *src, size_t len, const char *name, const struct jin
              set_global(&ev, "namespace", func(&ev, g_namespace)) &&
              set_global(&ev, "dict", func(&ev, g_dict)) &&
              set_global(&ev, "raise_exception", func(&ev, g_raise)) &&
+             set_global(&ev, "strftime_now", func(&ev, g_strftime_now)) &&
              (in->enable_thinking < 0 ||
               set_global(&ev, "enable_thinking", jj_bool(&a, in->enable_thinking > 0)));
         if (!ok && !e.set)

@@ -13,6 +13,8 @@
  *   tekken  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
  *           [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|
  *           \p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+   (Mistral Nemo)
+ *   gpt-4o  tekken with (?i:'s|'t|'re|'ve|'m|'ll|'d)? after either letter alternative
+ *           and \p{N}{1,3} for \p{N} (o200k: gpt-oss, Llama 4)
  *
  * and, as sequences of regexes each splitting the pieces of the one before
  * ("isolated": a match is a piece, and so is the text between matches):
@@ -267,7 +269,17 @@ static size_t tek_upper(const unsigned char *s, size_t k, size_t end)
     return j;
 }
 
-static size_t tekken_next(const unsigned char *s, size_t i, size_t end)
+/* A letter alternative's end j, extended by the optional contraction
+ * that follows it in gpt-4o's regex (with `contractions`). */
+static size_t tek_suffix(const unsigned char *s, size_t j, size_t end, bool contractions)
+{
+    size_t c = contractions && j < end ? contraction(s, j, end, true) : 0;
+    return c ? c : j;
+}
+
+/* tekken (contractions false, digits 1) and gpt-4o (true, 3). */
+static size_t tekken_family_next(const unsigned char *s, size_t i, size_t end,
+                                 bool contractions, int digits)
 {
     int len;
     unsigned f = char_at(s, i, end, &len);
@@ -276,11 +288,11 @@ static size_t tekken_next(const unsigned char *s, size_t i, size_t end)
     bool prefix = !(f & (CF_LN | TOK_CF_NL)) && i + (size_t)len < end;
     size_t j;
     if ((prefix && (j = tek_cased(s, i + (size_t)len, end))) || (j = tek_cased(s, i, end)))
-        return j;
+        return tek_suffix(s, j, end, contractions);
     if ((prefix && (j = tek_upper(s, i + (size_t)len, end))) || (j = tek_upper(s, i, end)))
-        return j;
+        return tek_suffix(s, j, end, contractions);
     if (f & TOK_CF_NUMBER)
-        return i + (size_t)len;
+        return run(s, i, end, TOK_CF_NUMBER, TOK_CF_NUMBER, digits);
     /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
     size_t k = i;
     unsigned g = f;
@@ -296,6 +308,16 @@ static size_t tekken_next(const unsigned char *s, size_t i, size_t end)
         return k;
     }
     return newline_spaces(s, i, end);
+}
+
+static size_t tekken_next(const unsigned char *s, size_t i, size_t end)
+{
+    return tekken_family_next(s, i, end, false, 1);
+}
+
+static size_t gpt4o_next(const unsigned char *s, size_t i, size_t end)
+{
+    return tekken_family_next(s, i, end, true, 3);
 }
 
 /* ---- patterns of the multi-regex pre-tokenizers --------------------------------- *
@@ -486,6 +508,8 @@ int tok_pre_from_name(const char *name, enum tok_pre *out)
         {"deepseek-r1-qwen", TOK_PRE_QWEN2}, {"qwen35", TOK_PRE_QWEN35},
         {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM}, {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
         {"falcon", TOK_PRE_FALCON},     {"tekken", TOK_PRE_TEKKEN},
+        {"gpt-4o", TOK_PRE_GPT4O},      {"llama4", TOK_PRE_GPT4O},
+        {"kanana2", TOK_PRE_GPT4O},     {"talkie", TOK_PRE_GPT4O},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (!strcmp(name, names[k].name)) {
@@ -494,7 +518,8 @@ int tok_pre_from_name(const char *name, enum tok_pre *out)
         }
     return ig_error(IG_E_MODEL, "tokenizer: unsupported pre-tokenizer type '%s' "
                     "(tokenizer.ggml.pre); supported: the gpt2, smollm, llama3 (llama-bpe), "
-                    "qwen2, qwen35, deepseek-llm, deepseek-coder, falcon and tekken families",
+                    "qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, tekken and gpt-4o "
+                    "families",
                     name);
 }
 
@@ -519,6 +544,7 @@ static const struct stages pipelines[] = {
     [TOK_PRE_QWEN2] = {1, {qwen2_next}},
     [TOK_PRE_QWEN35] = {1, {qwen35_next}},
     [TOK_PRE_TEKKEN] = {1, {tekken_next}},
+    [TOK_PRE_GPT4O] = {1, {gpt4o_next}},
     [TOK_PRE_DEEPSEEK_LLM] = {6, {m_newline, m_ds_letters, m_ds_punct, m_trailing_space, m_cjk,
                                   m_numbers}},
     [TOK_PRE_DEEPSEEK_CODER] = {5, {m_newline, m_space_letters, m_space_punct, m_cjk,

@@ -62,6 +62,8 @@ enum tok_pre {
     TOK_PRE_DEEPSEEK_LLM,   /* six regexes in sequence (tokenizer/pretok.c) */
     TOK_PRE_DEEPSEEK_CODER, /* five */
     TOK_PRE_FALCON, /* punctuation runs, GPT-2's regex, digits in threes */
+    TOK_PRE_GPT4O,  /* o200k (gpt-oss, Llama 4): tekken's with contractions, digits
+                       in threes */
 };
 
 /* Token types as GGUF numbers them (tokenizer.ggml.token_type). */

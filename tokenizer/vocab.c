@@ -434,6 +434,7 @@ const char *tok_pre_name(enum tok_pre p)
     case TOK_PRE_QWEN2: return "qwen2";
     case TOK_PRE_QWEN35: return "qwen35";
     case TOK_PRE_TEKKEN: return "tekken";
+    case TOK_PRE_GPT4O: return "gpt-4o";
     case TOK_PRE_DEEPSEEK_LLM: return "deepseek-llm";
     case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
     case TOK_PRE_FALCON: return "falcon";

@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A type under test and the byte offsets of the f16 scales inside its block. */
+/* A type under test and the byte offsets of the f16 scales inside its block
+ * (MXFP4: none, its E8M0 scale is byte 0; n_scales 0 draws it where the
+ * packed layout holds it exactly, 104..143, n_scales 1 from 60..200, most
+ * of which it does not: ops/qmatmul.h QMM_MXFP4_E_MIN). */
 struct type_case {
     enum quant_type type;
     int64_t cols;
@@ -44,7 +47,10 @@ static inline struct model_weight random_weight(const struct type_case *tc, int6
     } else {
         for (size_t i = 0; i < bytes; i++)
             p[i] = (uint8_t)(test_rand_u64(rng) >> 24);
-        for (size_t b = 0; b < bytes / tr->block_bytes; b++)
+        for (size_t b = 0; tc->type == QUANT_MXFP4 && b < bytes / tr->block_bytes; b++)
+            p[b * tr->block_bytes] = (uint8_t)(tc->n_scales ? 60 + test_rand_u64(rng) % 141
+                                                            : 104 + test_rand_u64(rng) % 40);
+        for (size_t b = 0; tc->type != QUANT_MXFP4 && b < bytes / tr->block_bytes; b++)
             for (int s = 0; s < tc->n_scales; s++) {
                 ig_f16 h = ig_f32_to_f16(0.01f + 0.05f * (test_rand_f(rng) + 1.0f));
                 memcpy(p + b * tr->block_bytes + tc->scale_off[s], &h, sizeof h);

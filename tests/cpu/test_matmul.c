@@ -50,6 +50,7 @@ static const struct type_case cases[] = {
     {QUANT_Q6_K, 512, 1, {208}},
     {QUANT_IQ4_NL, 576, 1, {0}}, /* as Q8_0 */
     {QUANT_IQ4_XS, 512, 1, {0}},
+    {QUANT_MXFP4, 576, 0, {0}}, /* the generic path (quant_dequantize_row) */
 };
 
 /* An ops context sized for weights of `cols` columns; only hp matters. */

@@ -1,5 +1,6 @@
 /* tests/cpu/test_qmatmul.c: the int8 matmul path. For Q4_0, Q4_1, Q5_0,
- * Q5_1, Q8_0, IQ4_NL, the K-quants and IQ4_XS weights of random valid blocks
+ * Q5_1, Q8_0, IQ4_NL, the K-quants, IQ4_XS and MXFP4 weights of random valid blocks
+ * (MXFP4 also with scales the packed layout cannot hold: left unpacked)
  * and random activations (the K-quants and IQ4_XS also in the packed layout,
  * super-block by super-block):
  *  - ops_qmm_quantize: |x - d q| <= d / 2 per element, s = d * sum(q), d
@@ -64,6 +65,8 @@ static const struct type_case cases[] = {
     {QUANT_Q5_K, 768, 2, {0, 2}},
     {QUANT_Q6_K, 768, 1, {208}},
     {QUANT_IQ4_XS, 512, 1, {0}},
+    {QUANT_MXFP4, 576, 0, {0}},
+    {QUANT_MXFP4, 576, 1, {0}}, /* scales outside the packed layout's */
 };
 
 /* The 16-row GEMM (two packed groups a call, where an ISA has one) bit for
@@ -362,7 +365,7 @@ static void check_type(const struct type_case *tc, const struct model *model,
     /* the packed decode layout (8 rows interleaved, 37 rows: a ragged last
      * group) through every ISA's kernel: against the reference, only its
      * nr x nt outputs written, and bit for bit like the prefill GEMM */
-    if (ops_qmm_packed_block_bytes(tc->type) != 0) {
+    if (ops_qmm_packed_block_bytes(tc->type) != 0 && ops_qmm_packable(&w)) {
         size_t pbytes = ops_qmm_packed_bytes(tc->type, ROWS, cols);
         uint8_t *packed = malloc(pbytes);
         ops_qmm_repack(&w, 0, (ROWS + QMM_PR - 1) / QMM_PR, packed);
@@ -451,7 +454,8 @@ static void check_type(const struct type_case *tc, const struct model *model,
     ops_ctx_set_packed(pctx, packed);
     bool has_packed = ops_packed_find(packed, &w) != NULL;
     CHECKF(has_packed == (ops_qmm_best_isa() != QMM_SCALAR &&
-                          ops_qmm_gemv8(tc->type, ops_qmm_best_isa()) != NULL),
+                          ops_qmm_gemv8(tc->type, ops_qmm_best_isa()) != NULL &&
+                          ops_qmm_packable(&w)),
            "%s: a packed copy exactly where the ISA has a packed kernel", name);
     float first[ROWS];
     static const int64_t token_counts[] = {1, 2, 3, 5, 64, 65, 130};

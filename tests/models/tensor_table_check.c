@@ -47,7 +47,7 @@ static int load(const char *spec, struct model **m)
 static const char *name_of(const struct model_tensor_it *it)
 {
     static char buf[96];
-    model_tensor_gguf_name(it->t, it->layer, buf, sizeof buf);
+    model_tensor_gguf_name(it->t, it->layer, it->features, buf, sizeof buf);
     return buf;
 }
 

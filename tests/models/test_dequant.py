@@ -27,8 +27,11 @@ from igtest import model_path
 # make infinities and NaNs, so they get sane values instead.
 SCALE_OFFSETS = {Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
                  Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
-                 Q.Q6_K: [208], Q.IQ4_NL: [0], Q.IQ4_XS: [0]}
+                 Q.Q6_K: [208], Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.MXFP4: []}
 EXACT = (Q.F32, Q.F16, Q.BF16)
+# MXFP4's value is one exact f32 product (a power of two times a small
+# integer): bit for bit too, every E8M0 scale from 0 (subnormal) up.
+BIT_EXACT = EXACT + (Q.MXFP4,)
 SUPPORTED = EXACT + tuple(SCALE_OFFSETS)
 
 failures = []
@@ -45,6 +48,8 @@ def random_tensor(qtype, rows, cols, rng):
         return rng.integers(0, 1 << 16, (rows, cols), dtype=np.uint16).view(np.uint8)
     bs, ts = gguf.GGML_QUANT_SIZES[qtype]
     blocks = rng.integers(0, 256, (rows * cols // bs, ts), dtype=np.uint8)
+    if qtype == Q.MXFP4:  # scales 0..249: 2^121 x 12 stays finite
+        blocks[:, 0] = rng.integers(0, 250, blocks.shape[0], dtype=np.uint8)
     for off in SCALE_OFFSETS[qtype]:
         d = rng.uniform(-2, 2, blocks.shape[0]).astype(np.float16)
         blocks[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
@@ -59,7 +64,7 @@ def compare(name, qtype, ours, ref):
         return
     ob, rb = ours.view(np.uint32), ref.view(np.uint32)
     same = (ob == rb) | (np.isnan(ours) & np.isnan(ref))
-    if qtype in EXACT:
+    if qtype in BIT_EXACT:
         bad = ~same
     else:
         tol = 1e-6 * np.maximum(np.abs(ref).max(initial=0.0), 1e-30)

@@ -16,7 +16,9 @@ what each check is), on:
     on), qwen2, qwen3 and gemma3 (tests/pylib/archgen.py);
   - a qwen3moe GGUF (bench/random_gguf.py's tiny shape in Q8_0: a router
     and three expert tensors a layer, no dense FFN; each expert packed on
-    its own; the CUDA backend refuses it in one line), and a
+    its own; the CUDA backend refuses it in one line), a gpt-oss GGUF (the
+    tiny shape in MXFP4: sinks, biases on wo, the router and the experts,
+    the FFN norm under its GGUF name post_attention_norm), and a
     Qwen3MoeForCausalLM folder (a tensor per expert) with the GGUF of its
     weights (tests/pylib/moegen.py);
   - the synthetic models Llama-tiny (Q4_K_M), Qwen3-tiny and Gemma3-tiny.
@@ -195,6 +197,9 @@ def main():
         moe = os.path.join(d, "qwen3moe.gguf")
         random_gguf.write(moe, "tiny", "Q8_0", arch="qwen3moe")
         run(moe)
+        oss = os.path.join(d, "gpt-oss.gguf")
+        random_gguf.write(oss, "tiny", "MXFP4", arch="gpt-oss")
+        run(oss)
         folder, path, _ = moegen.write_folder_and_gguf(d, 3, True)
         run(folder, path)
 

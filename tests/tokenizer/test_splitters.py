@@ -9,6 +9,7 @@ boundaries must be identical.
   qwen2   Split(<Qwen2 regex>, "isolated")
   qwen35  Split(<Qwen3.5 regex>, "isolated")
   tekken  Split(<Mistral Nemo's regex>, "isolated")
+  gpt-4o  Split(<o200k's regex, gpt-oss's tokenizer.json and llama.cpp's>, "isolated")
   deepseek-llm, deepseek-coder, falcon: a Sequence of Splits, one per regex
           llama.cpp lists for them (from their tokenizer.json files)
 The regexes are the ones the models' tokenizer.json files carry. The newer
@@ -30,6 +31,11 @@ QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
 TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
           r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
           r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+         r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+         r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 DS_LETTERS = ("A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf"
               "\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f"
               "\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481"
@@ -81,6 +87,7 @@ def main():
         "qwen2": pre_tokenizers.Split(Regex(QWEN2), "isolated"),
         "qwen35": pre_tokenizers.Split(Regex(QWEN35), "isolated"),
         "tekken": pre_tokenizers.Split(Regex(TEKKEN), "isolated"),
+        "gpt-4o": pre_tokenizers.Split(Regex(GPT4O), "isolated"),
         "deepseek-llm": splits(DEEPSEEK_LLM),
         "deepseek-coder": splits(DEEPSEEK_CODER),
         "falcon": splits(FALCON),

@@ -1,7 +1,7 @@
 """tests/unit/test_jinja.py: tokenizer/jinja_*.c against jinja2, set as
 transformers sets it for chat templates (an immutable sandbox, trim_blocks,
 lstrip_blocks, loop controls, tojson as json.dumps with ensure_ascii off,
-raise_exception).
+raise_exception, strftime_now).
 
 Templates: the test models' (SmolLM2's read from its GGUF by the gguf
 package, Gemma 3's from tests/pylib/chat_templates.py, Qwen2.5's in
@@ -15,6 +15,7 @@ exactly jinja2's text, or fail where jinja2 raises. Templates outside the
 subset must be refused with one line naming the construct at its line:col.
 
 usage: test_jinja.py JINJA_RENDER_TOOL"""
+import datetime
 import json
 import os
 import subprocess
@@ -54,6 +55,7 @@ PUBLISHED = [
     "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
     "unsloth-mistral-Devstral-Small-2507.jinja",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    "openai-gpt-oss-120b.jinja",  # harmony (gpt-oss): strftime_now, namespaces, macros
 ]
 
 # Constructs the published ones may not reach.
@@ -145,6 +147,9 @@ ENV = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_bloc
                                                    extensions=[jinja2.ext.loopcontrols])
 ENV.filters["tojson"] = tojson
 ENV.globals["raise_exception"] = raise_exception
+# transformers' strftime_now (the harmony template's date; a render that
+# straddles midnight could differ by a day)
+ENV.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
 
 
 _COMPILED = {}
