@@ -686,7 +686,7 @@ static int load_weights(const struct loader *L, struct model *m)
             continue; /* a shared-KV layer's K/V, a V = K layer's V */
         char name[96];
         int64_t shape[3];
-        model_tensor_gguf_name_in(it.t, L->ai->features, it.layer, L->ai->features, name, sizeof name);
+        model_tensor_gguf_name(it.t, it.layer, L->ai->features, name, sizeof name);
         model_weight_shape(it.t, m, it.layer, shape);
         /* an expert's shape comes from the keys: name them */
         char hint[160] = "";

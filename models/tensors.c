@@ -88,10 +88,9 @@ static const struct model_tensor table[] = {
      * block, pre_feedforward_layernorm where Gemma 3 adds the post norms
      * (and its post_attention_layernorm is the attention's output norm). */
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_NORM, .gguf = "ffn_norm.weight",
-     .gguf_delta = "post_attention_norm.weight",
      .hf = {{"post_attention_layernorm.weight", 0, MODEL_FEAT_POST_NORMS},
             {"pre_feedforward_layernorm.weight", MODEL_FEAT_POST_NORMS, 0}},
-     .gguf_alt = "post_attention_norm.weight", .gguf_alt_when = MODEL_FEAT_ATTN_SINKS,
+     .gguf_alt = "post_attention_norm.weight", .gguf_alt_when = MODEL_FEAT_ATTN_SINKS | MODEL_FEAT_DELTANET,
      .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_NORM},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE, .gguf = "ffn_gate.weight",
@@ -287,10 +286,8 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_DN_VHEADS: return hp->dn_v_heads;
     case TENSOR_DIM_DN_HEAD: return hp->dn_head_dim;
     case TENSOR_DIM_DN_KERNEL: return hp->dn_conv;
-
     case TENSOR_DIM_PLE: return hp->n_embd_per_layer;
     case TENSOR_DIM_PLE_ALL: return hp->n_layer * hp->n_embd_per_layer;
-
     case TENSOR_DIM_HEADS: return hp->n_head;
     }
     IG_ASSERT(!"an unknown dimension");
@@ -325,7 +322,6 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_DN_VHEADS: return L->dn_v_heads;
     case TENSOR_DIM_DN_HEAD: return L->dn_head_dim;
     case TENSOR_DIM_DN_KERNEL: return L->dn_conv;
-
     case TENSOR_DIM_HEADS: return L->n_head;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
@@ -412,23 +408,13 @@ bool model_layer_holds(const struct model *m, const struct model_tensor *t, int6
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
                             char *buf, size_t cap)
 {
-    const char *name = t->gguf_alt && (features & t->gguf_alt_when) == t->gguf_alt_when
+    const char *name = t->gguf_alt && (features & t->gguf_alt_when)
                            ? t->gguf_alt
                            : t->gguf;
     if (t->scope == TENSOR_PER_LAYER)
         snprintf(buf, cap, "blk.%lld.%s", (long long)layer, name);
     else
         snprintf(buf, cap, "%s", name);
-}
-
-void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,
-                               char *buf, size_t cap)
-{
-    const char *base = t->gguf_delta && (features & MODEL_FEAT_DELTANET) ? t->gguf_delta : t->gguf;
-    if (t->scope == TENSOR_PER_LAYER)
-        snprintf(buf, cap, "blk.%lld.%s", (long long)layer, base);
-    else
-        snprintf(buf, cap, "%s", base);
 }
 
 bool model_tensor_in_layer(const struct model_tensor *t, const struct model_layer *L)

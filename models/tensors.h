@@ -152,9 +152,9 @@ enum tensor_dim {
     TENSOR_DIM_DN_VHEADS, /* its value heads */
     TENSOR_DIM_DN_HEAD,   /* its head dim */
     TENSOR_DIM_DN_KERNEL, /* its convolution's width */
-
     TENSOR_DIM_PLE,    /* n_embd_per_layer */
     TENSOR_DIM_PLE_ALL, /* n_layer * n_embd_per_layer */
+    TENSOR_DIM_HEADS,  /* n_head (one value per query head: attention sinks) */
 };
 
 /* Which layers hold a per-layer weight (of a model that has its feature). */
@@ -162,8 +162,6 @@ enum tensor_layers {
     TENSOR_LAYERS_ALL,    /* every layer */
     TENSOR_LAYERS_OWN_KV, /* layers that write their own K/V (not kv_shared) */
     TENSOR_LAYERS_OWN_V,  /* those with a V of their own too (not v_is_k) */
-
-    TENSOR_DIM_HEADS,  /* n_head (one value per query head: attention sinks) */
 };
 
 enum tensor_kind {
@@ -225,9 +223,9 @@ struct model_tensor {
     enum tensor_scope scope;
     int role;                /* enum model_role or enum layer_role, by scope */
     const char *gguf;        /* "token_embd.weight"; per layer the part after "blk.N." */
-    /* The GGUF name instead where the model has every feature of
-     * gguf_alt_when (gpt-oss's FFN input norm is llama.cpp's
-     * post_attention_norm); NULL: none. */
+    /* The GGUF name instead where the model has any feature of
+     * gguf_alt_when (the FFN input norm is llama.cpp's post_attention_norm
+     * in gpt-oss and qwen35 files); NULL: none. */
     const char *gguf_alt;
     unsigned gguf_alt_when;
     /* The part after the text model's prefix ("model."; per layer after
@@ -253,8 +251,6 @@ struct model_tensor {
     enum tensor_id_pass id_pass;
     unsigned mixers;         /* 0: every layer has it; else only layers whose mixer's
                                 TENSOR_MIXER bit is set (a hybrid's attention rows) */
-    const char *gguf_delta;  /* the GGUF name where the model has MODEL_FEAT_DELTANET,
-                                when it differs (qwen35's FFN norm) */
 
     enum tensor_layers layers; /* per layer: which layers hold it */
 };
@@ -306,10 +302,6 @@ bool model_layer_holds(const struct model *m, const struct model_tensor *t, int6
  * a model with `features` (gguf_alt where they call for it). */
 void model_tensor_gguf_name(const struct model_tensor *t, int64_t layer, unsigned features,
                             char *buf, size_t cap);
-/* The same in a model with `features` (a row's gguf_delta where it applies). */
-void model_tensor_gguf_name_in(const struct model_tensor *t, unsigned features, int64_t layer,
-                               char *buf, size_t cap);
-
 /* True where layer L (of its mixer) has row t's weight at all: rows of
  * other mixers are none of its own, not even absent ones. */
 bool model_tensor_in_layer(const struct model_tensor *t, const struct model_layer *L);
