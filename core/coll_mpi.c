@@ -23,7 +23,8 @@ static double spent;  /* seconds in collectives */
 /* The watchdog (IGNITE_TP_WATCHDOG seconds, default 600; 0 off): a rank
  * that stops answering without dying (stopped, stuck) leaves the others
  * waiting inside a collective, where MPI cannot tell; a thread ends the job
- * when one call has waited that long. Waiting for rank 0's next command
+ * when one call has waited that long (a step's all-reduce or gather, the
+ * set-up's agreement, point to point). Waiting for rank 0's next command
  * (ig_coll_bcast: a chat waits for its user) is not watched. */
 static _Atomic long long armed_ns; /* when the watched call began; 0: none */
 static double watch_limit;
@@ -159,8 +160,10 @@ void ig_coll_allreduce_sum(float *buf, int64_t n)
 
 void ig_coll_allreduce_max(int64_t *v)
 {
+    arm(); /* (the set-up's agreement: a rank stopped while loading) */
     if (started)
         MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    disarm();
 }
 
 void ig_coll_gatherv(const float *part, int64_t n_part, float *out, const int64_t *n,
@@ -192,19 +195,23 @@ void ig_coll_gatherv(const float *part, int64_t n_part, float *out, const int64_
 
 void ig_coll_send(const void *buf, size_t bytes, int to, int tag)
 {
+    arm();
     for (size_t at = 0; at < bytes; at += PIECE) {
         size_t k = bytes - at < PIECE ? bytes - at : PIECE;
         MPI_Send((const char *)buf + at, (int)k, MPI_BYTE, to, tag, MPI_COMM_WORLD);
     }
+    disarm();
 }
 
 void ig_coll_recv(void *buf, size_t bytes, int from, int tag)
 {
+    arm();
     for (size_t at = 0; at < bytes; at += PIECE) {
         size_t k = bytes - at < PIECE ? bytes - at : PIECE;
         MPI_Recv((char *)buf + at, (int)k, MPI_BYTE, from, tag, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
     }
+    disarm();
 }
 
 double ig_coll_seconds(void)
