@@ -206,7 +206,8 @@ static void check_gpu(const char *spec, const struct model *m)
     struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 16,
                              .n_slots = 1, .n_blocks = 1, .gpu_weights = BACKEND_GPU_F16};
     struct backend *be = NULL;
-    if (m->hp.has_moe) { /* refused in one line, not uploaded (no expert kernels yet) */
+    /* refused in one line, not uploaded (no expert or DeltaNet kernels yet) */
+    if (m->hp.has_moe || m->hp.has_deltanet) {
         CHECK(gpu_backend_create_emu(m, &o, &be) == IG_E_MODEL && !be);
         return;
     }

@@ -21,6 +21,9 @@ what each check is), on:
     the FFN norm under its GGUF name post_attention_norm), and a
     Qwen3MoeForCausalLM folder (a tensor per expert) with the GGUF of its
     weights (tests/pylib/moegen.py);
+  - a qwen35 GGUF (bench/random_gguf.py's tiny shape in Q8_0: three gated
+    DeltaNet layers, whose rows are not the attention's, and a gated
+    attention layer; the CUDA backend refuses it in one line);
   - the synthetic models Llama-tiny (Q4_K_M), Qwen3-tiny and Gemma3-tiny.
 The GGUFs are not faithful conversions (no Q/K permutation for llama): only
 which weight is bound where is checked, not a forward. Every f16 matrix is
@@ -202,6 +205,9 @@ def main():
         run(oss)
         folder, path, _ = moegen.write_folder_and_gguf(d, 3, True)
         run(folder, path)
+        hybrid = os.path.join(d, "qwen35.gguf")
+        random_gguf.write(hybrid, "tiny", "Q8_0", arch="qwen35")
+        run(hybrid)
 
         for spec in ("synthetic:Llama-tiny:Q4_K_M", "synthetic:Qwen3-tiny:Q8_0",
                      "synthetic:Gemma3-tiny:Q4_0"):
