@@ -148,7 +148,7 @@ static int check_model(const struct model *m)
 
 /* The kernels read and write K/V in paged blocks, each layer of its own
  * shape: refused, in one line, a memory with layers that share another's
- * KV or recurrent ones (no model ignite loads has them yet; kv_memory_of). */
+ * KV (Gemma 4, refused before by check_model) or recurrent ones (kv_memory_of). */
 static int check_memory(const struct gpu_backend *g)
 {
     const struct kv_memory *mem = g->base.kv_mem;
