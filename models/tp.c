@@ -60,6 +60,18 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     if (hp->has_moe)
         return ig_error(IG_E_USAGE, "--tp %d: a mixture of experts does not split across ranks "
                         "yet (experts per rank: not done)", n_ranks);
+    /* what the split below knows: attention layers with their own Q/K/V and
+     * the Llama block's additions (biases on Q/K/V, head norms, post norms) */
+    const char *unsplit = hp->has_deltanet ? "gated DeltaNet layers"
+                          : hp->has_ple ? "per-layer embeddings"
+                          : hp->n_kv_shared ? "layers sharing an earlier layer's KV"
+                          : hp->has_v_norm ? "V head norms"
+                          : hp->has_out_scale ? "layer output scales"
+                          : hp->has_o_bias || hp->has_attn_sinks ? "output biases and sinks"
+                                                                 : NULL;
+    if (unsplit)
+        return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
+                        n_ranks, hp->arch, unsplit);
     out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
     if (!out->layers)
         return ig_error(IG_E_NOMEM, "out of memory");

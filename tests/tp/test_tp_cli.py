@@ -202,12 +202,29 @@ def info():
     check(all("query heads" in ln and "MiB" in ln for ln in ranks), f"info --tp 3: {ranks}")
 
 
+def unsplit(tmp):
+    """Layer kinds the split does not know yet are refused in one line, exit 2:
+    a hybrid's DeltaNet layers, Gemma 4's shared KV and per-layer embeddings."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    for arch, what in (("qwen35", "gated DeltaNet"), ("gemma4", "")):
+        path = os.path.join(tmp, f"{arch}.gguf")
+        random_gguf.write(path, "tiny", "F16", 1, arch)
+        r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "2"], capture_output=True,
+                           env=sanitizer_env(), text=True, timeout=LIMIT)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and "do not split across ranks" in lines[0]
+              and what in lines[0], f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
+
+
 def main():
     mpirun = mpirun_or_skip()
     tmp = tempfile.mkdtemp()
     for name, fn in (("texts", lambda: texts(mpirun)), ("batch", lambda: batch(mpirun, tmp)),
                      ("caches", lambda: caches(mpirun, tmp)),
-                     ("failures", lambda: failures(mpirun, tmp)), ("info", info)):
+                     ("failures", lambda: failures(mpirun, tmp)), ("info", info),
+                     ("unsplit", lambda: unsplit(tmp))):
         t = time.time()
         fn()
         print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr)
