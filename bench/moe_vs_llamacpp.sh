@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# bench/moe_vs_llamacpp.sh: ignite's mixture-of-experts forward (qwen3moe,
-# or gpt-oss with -a gpt-oss: its types F16 Q8_0 MXFP4 by default) against llama.cpp's on the same random-weight files (bench/random_gguf.py,
+# bench/moe_vs_llamacpp.sh: ignite's forward of an architecture with no
+# weights to download (qwen3moe, the default; -a gpt-oss: its types F16 Q8_0
+# MXFP4 by default; -a gemma4; -a qwen35) against llama.cpp's on the same
+# random-weight files (bench/random_gguf.py,
 # the tokenizer copied from a real GGUF so both tools tokenize the text),
 # one per type: llama-perplexity writes its logits as a base
 # (--kl-divergence-base), then `ignite perplexity --kl-divergence` reads that
 # base (-f: ignite checks its tokens of the text are llama.cpp's) on the
 # int8 path (the default) and the exact one. A benchmark, not a test.
 #
-# -a gemma4 does the same for Gemma 4's shapes (bench/randgguf_gemma4.py; give
-# VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf, the sdist's); -a gpt-oss
-# for gpt-oss's (bench/randgguf_gptoss.py).
+# gemma4: give VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf (the sdist's);
+# qwen35's default VOCAB is llama.cpp's models/ggml-vocab-qwen35.gguf.
 #
-# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4|gpt-oss] [-s SHAPE] [-l LAYERS]
-#                                 [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2] [-o DIR]
+# llama-perplexity runs with -b = -c: one window a batch. With its default
+# batch of 2048 (4 windows a batch) llama.cpp 0.3.36's logits of the 2nd and
+# later windows of a qwen35 file are not those it computes for the same
+# window alone (mean KL 10 against ignite's there, 0 with -b 512).
+#
+# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4|gpt-oss|qwen35] [-s SHAPE] [-l LAYERS]
+#                                 [-n CHUNKS] [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2]
+#                                 [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
 #        VOCAB (default the cache's SmolLM2-135M-Instruct.Q4_1.gguf),
 #        LLAMA_ARGS (more llama-perplexity options, e.g. --no-repack: llama.cpp's
@@ -25,13 +32,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IGNITE_CACHE:-$HOME/.cache/ignite}
 ignite=${IGNITE:-$here/build/ignite}
-vocab=${VOCAB:-$cache/SmolLM2-135M-Instruct.Q4_1.gguf}
-arch=qwen3moe shape=tiny layers= types= text=$here/bench/data/ppl-text.txt ctx=512
+arch=qwen3moe shape=tiny layers= chunks= types= text=$here/bench/data/ppl-text.txt ctx=512
 threads=$(nproc) out=
 
 while [ $# -gt 0 ]; do
     case $1 in
     -a) arch=$2; shift 2 ;;
+    -n) chunks=$2; shift 2 ;;
     -s) shape=$2; shift 2 ;;
     -l) layers=$2; shift 2 ;;
     -T) types=$2; shift 2 ;;
@@ -43,6 +50,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 llama_args=${LLAMA_ARGS:-}
+vocab=${VOCAB:-$([ "$arch" = qwen35 ] &&
+    echo "$cache/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf" ||
+    echo "$cache/SmolLM2-135M-Instruct.Q4_1.gguf")}
 [ -n "$types" ] || types=$([ "$arch" = gpt-oss ] && echo "F16 Q8_0 MXFP4" || echo "F16 Q8_0 Q4_K_M")
 out=${out:-$(mktemp -d)}
 mkdir -p "$out"
@@ -54,7 +64,8 @@ for ty in $types; do
         --shape "$shape" --type "$ty" ${layers:+--layers "$layers"} --vocab-from "$vocab"
     echo "llama-$ty: $(uptime)" >&2
     # shellcheck disable=SC2086
-    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" $llama_args \
+    "$bin/llama-perplexity" -t "$threads" -m "$f" -f "$text" -c "$ctx" -b "$ctx" \
+        ${chunks:+--chunks "$chunks"} $llama_args \
         --kl-divergence-base "$out/llama-$ty.kl" >"$out/llama-$ty.txt" 2>&1
     for path in int8 exact; do
         echo "ignite-$ty-$path: $(uptime)" >&2
