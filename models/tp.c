@@ -130,6 +130,10 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
                       enum tensor_dim d, int64_t *at, int64_t *n)
 {
     switch (d) {
+    case TENSOR_DIM_Q_ROWS: /* q_proj's rows: the query heads' without an output gate
+                               (model_tp_part refuses gated attention) */
+        IG_ASSERT(!L->attn_gate);
+        /* fall through */
     case TENSOR_DIM_Q:
         *at = s->q0 * L->head_dim, *n = s->n_q * L->head_dim;
         return;
