@@ -14,16 +14,6 @@ bool ig_coll_available(void)
     return false;
 }
 
-bool ig_coll_launched(void)
-{
-    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!n)
-        n = getenv("PMI_SIZE");
-    if (!n)
-        n = getenv("PMIX_SIZE");
-    return n && atoi(n) > 1;
-}
-
 int ig_coll_start(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
