@@ -48,6 +48,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import random_gguf  # noqa: E402
 from ref_forward import RefModel  # noqa: E402
+from int8_check import int8_steps_match  # noqa: E402
 from test_forward_ref import describe  # noqa: E402
 from moegen import write_folder_and_gguf  # noqa: E402
 
@@ -117,19 +118,7 @@ def int8_against_reference(ref, tool, path, name, prompt, fixed, n_greedy, tmp):
     flat, greedy = dump(tool, path, prompt, [], fixed, n_greedy, os.path.join(tmp, "q8.bin"),
                         exact=False)
     ours = flat.reshape(-1, ref.n_vocab).astype(np.float64)
-    cache = ref.new_cache()
-    worst = [0.0, 0.0]
-    for i, toks in enumerate([prompt] + [[t] for t in fixed + greedy]):
-        r = ref.forward(toks, cache)
-        nmse = np.mean((ours[i] - r) ** 2) / np.mean(r ** 2)
-        rel = np.abs(ours[i] - r).max() / np.abs(r).max()
-        worst = [max(worst[0], nmse), max(worst[1], rel)]
-        if nmse > 1e-3 or rel > 4e-2 or int(np.argmax(ours[i])) != int(np.argmax(r)):
-            print(f"FAIL {name}, int8 path, step {i}: nmse {nmse:.2e}, relative {rel:.2e}, "
-                  f"top {int(np.argmax(ours[i]))} vs {int(np.argmax(r))}")
-            return False
-    print(f"ok     {name}, int8 path: worst nmse {worst[0]:.2e}, relative {worst[1]:.2e}")
-    return True
+    return int8_steps_match(ours, ref, [prompt] + [[t] for t in fixed + greedy], name)
 
 
 def invariance(tool, path, name, prompt, fixed, n_greedy, tmp, paths):
