@@ -112,9 +112,10 @@ struct job {
     struct tok_ids ids;
     struct grammar *grammar; /* the line's own constraint, owned; NULL: the command line's */
     struct gen_request r;
-    char *text;             /* generated text */
+    char *text;             /* generated text (a harmony chat's final channel) */
     size_t len, cap;
     char *out;              /* the finished JSON line (--ordered: until its turn) */
+    struct run_channels ch; /* a harmony chat line's channels (off: the text as it is) */
 };
 
 struct batch {
@@ -147,6 +148,7 @@ static void job_free(struct job *j)
     tok_ids_free(&j->ids);
     free(j->text);
     free(j->out);
+    run_channels_free(&j->ch);
     free(j);
 }
 
@@ -225,10 +227,10 @@ static void job_error(struct batch *b, struct job *j, int status)
     job_finish(b, j, obj);
 }
 
-static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
+/* The answer's text (a harmony chat's final channel) into the job's. */
+static int on_final(void *user, const char *text, size_t len)
 {
-    struct job *j = r->user;
-    (void)user;
+    struct job *j = user;
     if (j->len + len > j->cap) {
         size_t cap = (j->len + len) * 2 + 64;
         char *t = realloc(j->text, cap);
@@ -240,6 +242,13 @@ static int on_text(void *user, struct gen_request *r, const char *text, size_t l
     memcpy(j->text + j->len, text, len);
     j->len += len;
     return 0;
+}
+
+static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
+{
+    struct job *j = r->user;
+    (void)user;
+    return run_channels_text(&j->ch, text, len);
 }
 
 static void on_done(void *user, struct gen_request *r)
@@ -259,10 +268,18 @@ static void on_done(void *user, struct gen_request *r)
         b->ttft[b->n_ttft++] = res->ttft_ms;
     if (res->n_gen >= 2)
         b->tpot[b->n_tpot++] = res->decode_ms / (double)(res->n_gen - 1);
+    if (res->stop != GEN_STOP_OUTPUT)
+        run_channels_finish(&j->ch); /* (into memory: it cannot fail) */
     cJSON *obj = run_result_json(res, &j->in.opts.sp, j->text, j->len,
                                  res->stop == GEN_STOP_INTERRUPT ? IG_E_INTERRUPTED : IG_OK);
     if (!obj) {
         job_error(b, j, ig_error(IG_E_NOMEM, "out of memory building the result"));
+        return;
+    }
+    int cst = run_channels_json(obj, &j->ch);
+    if (cst != IG_OK) {
+        cJSON_Delete(obj);
+        job_error(b, j, cst);
         return;
     }
     job_finish(b, j, obj);
@@ -337,10 +354,13 @@ static int make_request(struct batch *b, struct job *j)
     j->r.tokens = j->ids.ids;
     j->r.n_tokens = j->ids.n;
     j->in.opts.sp.seed = gen_cli_pick_seed(o->seed);
+    bool harmony = o->chat && b->chat->harmony;
+    run_channels_init(&j->ch, harmony, false, on_final, j);
     j->r.params = (struct gen_params){.n_predict = o->n_predict, .sp = j->in.opts.sp,
                                       .ignore_eog = o->ignore_eos, .stop = o->stop,
                                       .n_stop = o->n_stop,
-                                      .grammar = j->grammar ? j->grammar : b->grammar};
+                                      .grammar = j->grammar ? j->grammar : b->grammar,
+                                      .special_text = harmony};
     gen_cli_spec(o, &j->r.params.spec);
     j->r.user = j;
     if (st == IG_OK)

@@ -256,13 +256,38 @@ struct chat {
     int64_t n_ctx, kept;         /* the conversation's kept sequence, 0 before the first */
     int64_t turns, n_prompt, n_gen;
     bool context_full;
+    /* a harmony template: each answer's channels; the last answer as the
+     * user saw it (its final channel) and where it began in the cache, for
+     * the next turn to write it back as the template does */
+    struct run_channels ch;
+    struct run_text answer;
+    int64_t answer_at;           /* 0: no answer to write back */
+    bool answer_nomem;
 };
+
+/* The answer's text (a harmony chat's final channel) to stdout. */
+static int on_final(void *user, const char *text, size_t len)
+{
+    struct chat *c = user;
+    if (c->tmpl.harmony) {
+        char *b = realloc(c->answer.buf, c->answer.len + len + 1);
+        if (b) {
+            memcpy(b + c->answer.len, text, len);
+            c->answer.buf = b;
+            c->answer.len += len;
+            b[c->answer.len] = '\0';
+        } else {
+            c->answer_nomem = true;
+        }
+    }
+    return run_stream_write(&c->out, text, len);
+}
 
 static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
 {
     struct chat *c = user;
     (void)r;
-    return run_stream_write(&c->out, text, len);
+    return run_channels_text(&c->ch, text, len);
 }
 
 static void on_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns)
@@ -282,6 +307,13 @@ static int render_turn(struct chat *c, const char *msg, char **text)
     const int32_t *tokens;
     const float *logits;
     int64_t n;
+    if (c->answer_at) { /* harmony: the cache goes back to where the answer began */
+        int st = engine_kept_rewind(c->engine, c->kept, c->answer_at);
+        return st != IG_OK ? st
+                           : chat_tmpl_next_answer(&c->tmpl.t, c->o->g.system,
+                                                   c->answer.buf ? c->answer.buf : "", msg,
+                                                   c->o->g.no_think, text);
+    }
     int st = engine_kept(c->engine, c->kept, &tokens, &n, &logits);
     return st != IG_OK ? st
                        : run_render_next(&c->tmpl, c->vocab, tokens[n - 1], c->o->g.system,
@@ -309,6 +341,11 @@ static int turn(struct chat *c, const char *msg)
         const float *l;
         engine_kept(c->engine, c->kept, &t, &n_kept, &l);
     }
+    /* a harmony answer: its channels split, the user's answer kept */
+    run_channels_free(&c->ch);
+    run_channels_init(&c->ch, c->tmpl.harmony, c->o->g.verbose, on_final, c);
+    struct run_text last = c->answer;
+    c->answer = (struct run_text){0};
     if (st == IG_OK)
         run_warn_train_ctx(c->m, n_kept + ids.n, c->n_ctx);
     r.tokens = ids.ids;
@@ -316,7 +353,7 @@ static int turn(struct chat *c, const char *msg)
     r.params = (struct gen_params){.n_predict = c->o->g.n_predict, .sp = c->o->g.sp,
                                    .ignore_eog = c->o->g.ignore_eos, .keep = true,
                                    .stop = c->o->g.stop, .n_stop = c->o->g.n_stop,
-                                   .grammar = c->grammar};
+                                   .grammar = c->grammar, .special_text = c->tmpl.harmony};
     gen_cli_spec(&c->o->g, &r.params.spec);
     if (st == IG_OK)
         st = engine_submit(c->engine, &r); /* (a message too long for what is left: skipped) */
@@ -328,9 +365,20 @@ static int turn(struct chat *c, const char *msg)
             run_stream_prefill(&c->out, &r.result, r.n_tokens);
         }
         cli_progress_clear(&c->out.progress);
-        const struct gen_result *res = &r.result;
+        struct gen_result *res = &r.result;
+        if (res->stop != GEN_STOP_OUTPUT && run_channels_finish(&c->ch))
+            res->stop = GEN_STOP_OUTPUT;
         if (st == IG_OK)
             st = res->status;
+        if (st == IG_OK && c->answer_nomem)
+            st = ig_error(IG_E_NOMEM, "out of memory keeping the answer");
+        /* a harmony answer that went into the cache is written back next turn */
+        if (c->tmpl.harmony && res->kept && res->ttft_set) {
+            c->answer_at = n_kept + ids.n;
+            free(last.buf);
+            last = c->answer;
+            c->answer = (struct run_text){0};
+        }
         if (res->stop != GEN_STOP_OUTPUT)
             run_stream_end_line(&c->out);
         if (res->kept)
@@ -349,6 +397,8 @@ static int turn(struct chat *c, const char *msg)
             st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(c->out.write_errno));
     }
     cli_interrupted = 0;
+    free(c->answer.buf); /* an answer that did not go into the cache */
+    c->answer = last;    /* the one whose tokens the cache holds */
     tok_ids_free(&ids);
     free(text);
     return st;
@@ -456,6 +506,8 @@ int cmd_chat(int argc, char **argv)
                 c.be->threads, kv);
     }
 done:
+    run_channels_free(&c.ch);
+    free(c.answer.buf);
     engine_free(c.engine);
     grammar_free(grammar);
     backend_free(c.draft);

@@ -149,13 +149,14 @@ struct run_state {
     char *buf;
     size_t len, cap;
     int buf_errno;         /* ENOMEM growing the buffer */
+    struct run_channels ch; /* a harmony chat's channels (off: the text as it is) */
 };
 
-/* on_text: stdout with a flush per token, or the buffer of --json. */
-static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
+/* The answer's text (a harmony chat's final channel): stdout with a flush
+ * per token, or the buffer of --json. */
+static int on_final(void *user, const char *text, size_t len)
 {
     struct run_state *rs = user;
-    (void)r;
     if (!rs->to_buffer)
         return run_stream_write(&rs->out, text, len);
     if (rs->len + len + 1 > rs->cap) {
@@ -171,6 +172,14 @@ static int on_text(void *user, struct gen_request *r, const char *text, size_t l
     memcpy(rs->buf + rs->len, text, len);
     rs->len += len;
     return 0;
+}
+
+/* on_text: through the harmony channels, when the chat has them. */
+static int on_text(void *user, struct gen_request *r, const char *text, size_t len)
+{
+    struct run_state *rs = user;
+    (void)r;
+    return run_channels_text(&rs->ch, text, len);
 }
 
 /* on_token: the first token ends the prefill's progress line. */
@@ -345,6 +354,7 @@ struct run_inputs {
     const struct grammar *grammar;
     struct cli_outfile *save; /* --save-kv, open; NULL without */
     double load_ms;
+    bool harmony;         /* --chat with a harmony template: the answer in channels */
 };
 
 /* Runs the one request to its end and reports it. */
@@ -357,6 +367,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     struct gen_request r = {.history = lc->kv ? &lc->h : NULL};
     double save_ms = 0;
     size_t kv_bytes = 0;
+    run_channels_init(&rs.ch, in->harmony, o->g.verbose, on_final, &rs);
     struct engine_opts eo = {
         .max_rows = in->be->o.max_rows, .interrupt = &cli_interrupted,
         .cb = {.on_text = on_text, .on_token = on_token, .user = &rs},
@@ -381,7 +392,8 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     r.params = (struct gen_params){.n_predict = o->g.n_predict, .sp = o->g.sp,
                                    .ignore_eog = o->g.ignore_eos, .prompt_only = o->prompt_only,
                                    .keep = in->save != NULL, .stop = o->g.stop,
-                                   .n_stop = o->g.n_stop, .grammar = in->grammar};
+                                   .n_stop = o->g.n_stop, .grammar = in->grammar,
+                                   .special_text = in->harmony};
     gen_cli_spec(&o->g, &r.params.spec);
     if (st == IG_OK)
         st = engine_submit(engine, &r);
@@ -391,6 +403,8 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     }
     cli_progress_clear(&rs.out.progress);
     const struct gen_result *res = &r.result;
+    if (res->stop != GEN_STOP_OUTPUT && run_channels_finish(&rs.ch))
+        r.result.stop = GEN_STOP_OUTPUT;
     if (engine)
         kv_bytes = (size_t)backend_kv_bytes(in->be, kv_pool_peak(engine_pool(engine)),
                                             kv_pool_states_peak(engine_pool(engine)));
@@ -427,7 +441,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
             .weight_bytes = backend_weight_bytes(in->be),
             .gpu_weights = in->be->o.device.kind == BACKEND_CUDA
                                ? backend_gpu_weights_name(in->be->o.gpu_weights) : NULL,
-            .text = rs.buf, .len = rs.len, .status = st,
+            .text = rs.buf, .len = rs.len, .status = st, .channels = &rs.ch,
             .write_failed = res->stop == GEN_STOP_OUTPUT && write_errno != EPIPE,
         };
         if (!o->g.quiet)
@@ -441,6 +455,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     engine_free(engine);
     tok_ids_free(&ids);
     free(rs.buf);
+    run_channels_free(&rs.ch);
     return st;
 }
 
@@ -512,7 +527,8 @@ int cmd_run(int argc, char **argv)
         goto done;
     struct run_inputs in = {.draft = draft, .m = m, .path = path, .vocab = vocab, .be = be, .n_ctx = n_ctx, .lc = &lc,
                             .prompt = prompt, .grammar = grammar,
-                            .save = o.save_kv ? &save : NULL, .load_ms = load_ms};
+                            .save = o.save_kv ? &save : NULL, .load_ms = load_ms,
+                            .harmony = o.g.chat && chat.harmony};
     st = generate(&o, &in);
 done:
     cli_outfile_abort(&save); /* (after a commit: nothing left to remove) */

@@ -73,6 +73,7 @@ int gen_cli_set(struct gen_cli *o, int key, const char *arg)
     case GEN_OPT_CHAT: o->chat = true; return IG_OK;
     case GEN_OPT_SYSTEM: o->system = arg; return IG_OK;
     case GEN_OPT_NO_THINK: o->no_think = true; return IG_OK;
+    case GEN_OPT_VERBOSE: o->verbose = true; return IG_OK;
     case GEN_OPT_DEVICE: o->device = arg; return IG_OK;
     case GEN_OPT_GPU_WEIGHTS: o->gpu_weights = arg; return IG_OK;
     case GEN_OPT_NGL: return cli_parse_ngl(arg, false, &o->n_gpu_layers);

@@ -26,6 +26,7 @@ enum {
     GEN_OPT_JINJA, GEN_OPT_LOOKUP, GEN_OPT_DRAFT_MODEL, GEN_OPT_DRAFT_N_MAX,
     GEN_OPT_DRAFT_N_MIN, GEN_OPT_DRAFT_MAX, GEN_OPT_DRAFT_MIN, GEN_OPT_DRAFT_P_MIN,
     GEN_OPT_SPEC_P_MIN, GEN_OPT_LOOKUP_NGRAM_MIN, GEN_OPT_LOOKUP_NGRAM_MAX,
+    GEN_OPT_VERBOSE,
     GEN_OPT_END
 };
 
@@ -72,6 +73,7 @@ enum {
     {"format", GEN_OPT_FORMAT, required_argument, "json", "constrain the output to one JSON value", NULL}, \
     {"system", GEN_OPT_SYSTEM, required_argument, "TEXT", "system message for --chat", "the template's"}, \
     {"no-think", GEN_OPT_NO_THINK, no_argument, NULL, "with --chat: turn the model's thinking off (Qwen3's enable_thinking)", NULL}, \
+    {"verbose", GEN_OPT_VERBOSE, no_argument, NULL, "with --chat on a harmony model (gpt-oss): the analysis channel to stderr (else dropped)", NULL}, \
     {"chat-template", GEN_OPT_CHAT_TEMPLATE, required_argument, "NAME", "llama.cpp's built-in template NAME instead of the model's (chatml, llama3, gemma, ...; implies --chat)", NULL}, \
     {"chat-template-file", GEN_OPT_CHAT_TEMPLATE_FILE, required_argument, "FILE", "a Jinja chat template instead of the model's (implies --chat)", NULL}, \
     {"jinja", GEN_OPT_JINJA, no_argument, NULL, "llama.cpp's, taken: ignite always renders chat templates as Jinja", NULL}, \
@@ -114,6 +116,7 @@ struct gen_cli {
     bool chat, quiet, no_special, ignore_eos;
     bool exact;            /* --exact: the CPU's f32-activation matmuls */
     bool no_think;         /* --no-think: the template's thinking switch off (Qwen3) */
+    bool verbose;          /* --verbose: a harmony answer's other channels to stderr */
     /* speculation (cli/gen_spec.c) */
     bool lookup;           /* --lookup */
     const char *draft_model; /* -md FILE */

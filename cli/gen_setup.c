@@ -47,6 +47,12 @@ static void token_text(const struct tok_vocab *v, int32_t id, char *buf, size_t 
     buf[n > 0 && n < (int64_t)cap ? n : 0] = '\0';
 }
 
+/* A harmony template (gpt-oss): its answers come in channels. */
+static bool harmony_template(const char *text, size_t len)
+{
+    return text && memmem(text, len, "<|channel|>", 11) && memmem(text, len, "<|message|>", 11);
+}
+
 int run_chat_setup(const struct gen_cli *o, const struct model *m, const struct tok_vocab *v,
                    struct run_chat *c)
 {
@@ -74,6 +80,7 @@ int run_chat_setup(const struct gen_cli *o, const struct model *m, const struct 
         t->name = c->name;
         t->text = c->file_text;
         t->len = len;
+        c->harmony = harmony_template(t->text, t->len);
         /* refused now, before the model runs: exit 2 as for a bad argument */
         return jinja_check(t->text, t->len, t->name);
     }
@@ -92,6 +99,7 @@ int run_chat_setup(const struct gen_cli *o, const struct model *m, const struct 
     ig_error_capture(NULL, 0);
     if (st == IG_OK) {
         t->kind = CHAT_TMPL_JINJA;
+        c->harmony = harmony_template(text, len);
     } else if (st == IG_E_USAGE) { /* outside the subset: the family renderer, if any */
         t->kind = CHAT_TMPL_FAMILY;
         t->style = chat_detect(text, len);

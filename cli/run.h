@@ -7,6 +7,7 @@
 #include "cli/gen_opts.h"
 #include "tokenizer/chat_template.h"
 #include "generate/generate.h"
+#include "generate/harmony.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 
 struct model;
 struct tok_vocab;
+struct run_channels;
 
 /* What the run report prints besides a request's result. */
 struct run_report {
@@ -37,6 +39,7 @@ struct run_report {
     size_t len;
     int status;          /* the exit status the run ends with */
     bool write_failed;   /* stdout failed other than EPIPE: stop output_error */
+    const struct run_channels *channels; /* a harmony chat's, or NULL */
 };
 
 /* The one stats line on stderr (format in docs/cli.md). */
@@ -66,6 +69,7 @@ struct run_chat {
     char why[320];         /* the model's template: why Jinja refused it */
     const char *model_path; /* the model's, borrowed */
     bool missing, folder;  /* the model has no template; it is a folder */
+    bool harmony;          /* a harmony template (gpt-oss): answers come in channels */
 };
 
 /* Chooses the template for the options and model. IG_OK, or IG_E_IO /
@@ -125,5 +129,37 @@ int run_stream_write(struct run_stream *s, const char *text, size_t len);
 void run_stream_end_line(struct run_stream *s);
 /* After a step: the progress line of a prefill of `total` tokens, when due. */
 void run_stream_prefill(struct run_stream *s, const struct gen_result *res, int64_t total);
+
+/* A harmony chat's answer by channel (cli/channels.c; generate/harmony.h):
+ * the final channel's text to `final` (the command's stdout or --json
+ * buffer), the analysis kept (--json's "analysis", a batch line's) and, with
+ * --verbose, every other channel's text on stderr after "[analysis] " (or
+ * "[other] "); the answer as the model wrote it kept in `raw`. With on
+ * false the text goes to `final` as it is. The request must have asked for
+ * special_text. */
+struct run_text {
+    char *buf; /* NUL-terminated, or NULL while empty */
+    size_t len, cap;
+};
+struct run_channels {
+    bool on, verbose;
+    int (*final)(void *user, const char *text, size_t len); /* 0 to go on */
+    void *user;
+    struct harmony h;
+    struct run_text analysis, raw;
+    bool nomem;                 /* analysis or raw lost text: out of memory */
+    bool err_open;              /* a "[channel] " line is open on stderr */
+    enum harmony_channel err_ch;
+};
+void run_channels_init(struct run_channels *c, bool on, bool verbose,
+                       int (*final)(void *user, const char *text, size_t len), void *user);
+/* The request's text in order; returns final's non-zero answer, else 0. */
+int run_channels_text(struct run_channels *c, const char *text, size_t len);
+/* The end of the request's text (a held-back start of a marker). */
+int run_channels_finish(struct run_channels *c);
+void run_channels_free(struct run_channels *c);
+/* A harmony answer's "analysis" and "raw" keys on a --json object or batch
+ * line (none when off). IG_OK or IG_E_NOMEM. */
+int run_channels_json(cJSON *o, const struct run_channels *c);
 
 #endif

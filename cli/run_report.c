@@ -132,6 +132,11 @@ int run_print_json(const struct run_report *r)
 {
     cJSON *root = run_result_json(r->res, r->sp, r->text, r->len, r->status);
     cJSON *kvo = NULL;
+    int cst = root && r->channels ? run_channels_json(root, r->channels) : IG_OK;
+    if (cst != IG_OK) {
+        cJSON_Delete(root);
+        return cst;
+    }
     if (!root || !cli_add_model_json(root, r->model_path, r->m) ||
         !cJSON_AddStringToObject(root, "device", r->device) ||
         !cJSON_AddNumberToObject(root, "threads", r->threads) ||

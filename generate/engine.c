@@ -65,6 +65,7 @@ struct seq {
     int64_t n_kept;          /* tokens kept before the request in flight */
     float *kept_logits;      /* [n_vocab] after the last token fed (or the prompt's) */
     bool logits_taken;       /* the request in flight has overwritten kept_logits */
+    bool logits_stale;       /* kept_logits are not after the last token (a rewind) */
     enum gen_stop closing;   /* SEQ_CLOSING: how the request ends */
     /* speculation (generate/spec.h) */
     struct spec_len len;     /* how many tokens to draft next */
@@ -244,9 +245,13 @@ static int check_follows(const struct engine *e, const struct gen_request *r)
     if (r->history)
         return ig_error(IG_E_USAGE, "a request cannot both follow a kept sequence and "
                                     "bring a history");
-    if (!kept_seq(e, r->follows))
+    const struct seq *k = kept_seq(e, r->follows);
+    if (!k)
         return ig_error(IG_E_USAGE, "no sequence %lld is kept to continue",
                         (long long)r->follows);
+    if (k->logits_stale && r->n_tokens == 0)
+        return ig_error(IG_E_INPUT, "sequence %lld was cut back: a request continuing it "
+                        "needs tokens", (long long)r->follows);
     for (int64_t i = 0; i < e->q_len; i++)
         if (e->queue[(e->q_head + i) % e->q_cap]->follows == r->follows)
             return ig_error(IG_E_USAGE, "another queued request already continues sequence "
@@ -380,6 +385,23 @@ int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
         return ig_error(IG_E_USAGE, "no sequence %lld is kept", (long long)id);
     struct backend_seq v = seq_view(e, s);
     return backend_kv_export(e->be, &v, s->kv.n_pos, st, table, slot);
+}
+
+int engine_kept_rewind(struct engine *e, int64_t id, int64_t n)
+{
+    struct seq *s = kept_seq(e, id);
+    if (!s)
+        return ig_error(IG_E_USAGE, "no sequence %lld is kept", (long long)id);
+    if (n <= 0 || n > s->kv.n_pos)
+        return ig_error(IG_E_USAGE, "cannot cut sequence %lld of %lld tokens back to %lld",
+                        (long long)id, (long long)s->kv.n_pos, (long long)n);
+    if (s->kv.has_state)
+        return ig_error(IG_E_USAGE, "a recurrent layer's state cannot go back %lld tokens",
+                        (long long)(s->kv.n_pos - n));
+    kv_pool_shrink(e->pool, &s->kv, n);
+    s->n_tokens = n;
+    s->logits_stale = true;
+    return IG_OK;
 }
 
 void engine_drop(struct engine *e, int64_t id)
@@ -559,6 +581,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
         if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) != IG_OK)
             return st;
         s->kept_id = 0;
+        s->logits_stale = false;
         if (r->params.keep) /* it may go back and write its blocks again */
             s->kv.n_registered = s->kv.max_blocks;
     }
@@ -572,7 +595,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     r->result.n_cached = n_hist + n_shared * KV_BLOCK;
     r->result.queue_ms = ms_between(r->t_arrival_ns, ig_now_ns());
     if (e->vocab)
-        tok_stream_init(&s->stream, e->vocab, e->o.print_special);
+        tok_stream_init(&s->stream, e->vocab, e->o.print_special || r->params.special_text);
     stop_init(&s->stop, r->params.stop, r->params.n_stop);
     if (r->params.keep && !s->kept_logits &&
         !(s->kept_logits = malloc((size_t)e->n_vocab * sizeof *s->kept_logits)))
@@ -713,6 +736,7 @@ static void sample(struct engine *e, struct seq *s, float *logits, int32_t greed
         IG_ASSERT(logits);
         memcpy(s->kept_logits, logits, (size_t)e->n_vocab * sizeof *logits);
         s->logits_taken = true;
+        s->logits_stale = false;
     }
     if (s->phase == SEQ_CLOSING) {
         finish(e, s, s->closing, IG_OK);
@@ -872,6 +896,7 @@ static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
         if (keep) { /* the logits after the last token in the cache */
             memcpy(s->kept_logits, l, (size_t)e->n_vocab * sizeof *l);
             s->logits_taken = true;
+            s->logits_stale = false;
         }
         int32_t d = i < k ? s->draft[i] : -1;
         bool ok;

@@ -96,6 +96,8 @@ struct gen_params {
     bool ignore_eog;            /* keep going past end-of-generation tokens */
     bool prompt_only;           /* stop after the prefill (GEN_STOP_PROMPT) */
     bool keep;                  /* keep the sequence when the request ends (above) */
+    bool special_text;          /* its text writes control tokens out (a harmony chat's
+                                 * channel markers, split by generate/harmony.h) */
     const char *const *stop;    /* stop strings (borrowed), n_stop of them */
     int n_stop;
     /* A constraint (grammar/grammar.h, borrowed), or NULL: each sequence gets
@@ -225,6 +227,15 @@ int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int6
  * save it. */
 int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
                        const int32_t **table, int64_t *slot);
+
+/* Cuts the kept sequence `id` back to its first n tokens (0 < n <= what it
+ * holds): a chat whose answer the template writes otherwise than the model
+ * did (harmony drops the analysis) goes on from where the answer began.
+ * Its logits are gone: the request that follows it must bring tokens. Only
+ * for a model without recurrent layers (their state cannot go back).
+ * IG_OK, or IG_E_USAGE (no such sequence, n out of range, a recurrent
+ * state). */
+int engine_kept_rewind(struct engine *e, int64_t id, int64_t n);
 
 /* Frees the kept sequence `id` (no-op when none is kept). */
 void engine_drop(struct engine *e, int64_t id);

@@ -93,3 +93,34 @@ int chat_tmpl_next(const struct chat_tmpl *t, const char *system, const char *us
     free(full);
     return *out ? IG_OK : ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
 }
+
+int chat_tmpl_next_answer(const struct chat_tmpl *t, const char *system, const char *answer,
+                          const char *user, bool no_think, char **out)
+{
+    *out = NULL;
+    if (system && !*system)
+        system = NULL;
+    if (t->kind == CHAT_TMPL_FAMILY)
+        return ig_error(IG_E_USAGE, "the %s family renderer cannot write an answer back",
+                        chat_style_name(t->style));
+    struct chat_message msgs[4];
+    int64_t n = 0;
+    if (system)
+        msgs[n++] = (struct chat_message){"system", system};
+    msgs[n++] = (struct chat_message){"user", "."};
+    char *start = NULL, *full = NULL;
+    int st = render(t, msgs, n, no_think, &start);
+    msgs[n++] = (struct chat_message){"assistant", answer};
+    msgs[n++] = (struct chat_message){"user", user};
+    if (st == IG_OK)
+        st = render(t, msgs, n, no_think, &full);
+    size_t k = start ? strlen(start) : 0;
+    if (st == IG_OK && strncmp(full, start, k))
+        st = ig_error(IG_E_USAGE, "%s writes a conversation's start otherwise once an answer "
+                      "follows: the chat cannot go on from its cache", t->name);
+    if (st == IG_OK && !(*out = strdup(full + k)))
+        st = ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+    free(start);
+    free(full);
+    return st;
+}

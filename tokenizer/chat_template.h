@@ -150,4 +150,17 @@ int chat_tmpl_first(const struct chat_tmpl *t, const char *system, const char *u
 int chat_tmpl_next(const struct chat_tmpl *t, const char *system, const char *user,
                    bool no_think, const char *closing, char **out);
 
+/* The next user turn after an answer whose tokens in the cache are not the
+ * ones the template writes for it (harmony: the model's analysis is dropped
+ * from the history, its <|return|> becomes <|end|>): the cache is cut back
+ * to where the answer began (after the generation prompt), and this is
+ * what follows there: the answer as the template writes it (`answer`, the
+ * text the user saw), then the next turn with the generation prompt. Found
+ * as the difference between renders of [system?, user] with the generation
+ * prompt and [system?, user, assistant `answer`, user `user`]; a template
+ * whose first render is not the start of the second is refused. Returns as
+ * chat_tmpl_first (IG_E_USAGE for a FAMILY template). */
+int chat_tmpl_next_answer(const struct chat_tmpl *t, const char *system, const char *answer,
+                          const char *user, bool no_think, char **out);
+
 #endif

@@ -35,7 +35,7 @@ struct tok_cache {
 };
 
 /* End-of-turn token texts vocab.c looks for (find_eog). */
-#define TOK_EOG_NAMES 10
+#define TOK_EOG_NAMES 12
 
 struct tok_vocab {
     enum tok_model model;
@@ -65,6 +65,7 @@ struct tok_vocab {
      * by their text (vocab.c: find_eog) */
     int32_t eog_ids[TOK_MAX_EOG + TOK_EOG_NAMES];
     int n_eog;
+    int32_t end_not_eog;    /* harmony's <|end|> (ends a message, not the answer), or -1 */
     bool add_bos, add_eos, add_space_prefix;
     int space_prefix_hf;    /* tok_vocab_desc's */
     bool ignore_merges;     /* BPE: a piece that is a token is taken whole (Llama 3) */

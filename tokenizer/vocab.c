@@ -245,13 +245,20 @@ static void find_eog(struct tok_vocab *v)
 {
     static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
                                         "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-                                        "<EOT>", "<|end_of_text|>", "<turn|>", "<eos>"};
+                                        "<EOT>", "<|end_of_text|>", "<turn|>", "<eos>",
+                                        "<|return|>", "<|call|>"};
     _Static_assert(sizeof names / sizeof names[0] == TOK_EOG_NAMES, "room for every name");
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         int32_t id = tok_find(v, names[k], strlen(names[k]));
         if (id >= 0 && v->types[id] == TOK_TYPE_CONTROL && !tok_is_eog(v, id))
             v->eog_ids[v->n_eog++] = id;
     }
+    /* harmony (gpt-oss): <|end|> closes one message of an answer that goes
+     * on (analysis, then final); <|return|> and <|call|> end it. llama.cpp
+     * takes <|end|> out of its EOG ids when both of those are there. */
+    int32_t ret = tok_find(v, "<|return|>", 10), call = tok_find(v, "<|call|>", 8);
+    if (ret >= 0 && call >= 0 && tok_is_eog(v, ret) && tok_is_eog(v, call))
+        v->end_not_eog = tok_find(v, "<|end|>", 7);
 }
 
 int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
@@ -262,6 +269,7 @@ int tok_vocab_build(const struct tok_vocab_desc *d, struct tok_vocab **out)
     struct tok_vocab *v = calloc(1, sizeof *v);
     if (!v)
         return ig_error(IG_E_NOMEM, "tokenizer: out of memory");
+    v->end_not_eog = -1;
     int rc = IG_OK;
     if (!strcmp(d->model, "gpt2")) {
         v->model = TOK_MODEL_BPE;
@@ -410,7 +418,7 @@ int32_t tok_eot(const struct tok_vocab *v) { return v->eot_id; }
 
 bool tok_is_eog(const struct tok_vocab *v, int32_t id)
 {
-    if (id < 0)
+    if (id < 0 || id == v->end_not_eog)
         return false;
     for (int k = 0; k < v->n_eog; k++)
         if (id == v->eog_ids[k])
