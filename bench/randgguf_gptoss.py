@@ -28,8 +28,8 @@ SHAPES = {
     "gpt-oss-20b": dict(layers=24, embd=2880, heads=64, kv=8, hd=64, n_exp=32, used=4,
                         ff_exp=2880, vocab=201088, ctx=131072, window=128),
 }
-TYPES = ("F16", "Q8_0", "MXFP4")
-FILE_TYPES = {"F16": 1, "Q8_0": 7, "MXFP4": 38}  # llama_ftype (38: MOSTLY_MXFP4_MOE)
+TYPES = ("F16", "Q8_0", "MXFP4", "MXFP4_F16")
+FILE_TYPES = {"F16": 1, "Q8_0": 7, "MXFP4": 38, "MXFP4_F16": 38}  # llama_ftype (38: MOSTLY_MXFP4_MOE)
 ROPE_BASE, YARN_FACTOR, YARN_ORIG_CTX = 150000.0, 32.0, 4096
 EXPERT_GAIN = 6.0  # gate and up: a few values past the clamp of 7
 SINK_SPREAD = 2.0  # sinks uniform in [-2, 2]: the scores' size
@@ -42,8 +42,8 @@ def tensors(sh, qtype, vocab):
     """(name, type, dims) in the order llama.cpp's converter writes them."""
     n, e, hd, ne, fe = sh["layers"], sh["embd"], sh["hd"], sh["n_exp"], sh["ff_exp"]
     q, kvd = sh["heads"] * hd, sh["kv"] * hd
-    mat = "F16" if qtype == "F16" else "Q8_0"
-    exp = "MXFP4" if qtype == "MXFP4" else mat
+    mat = "F16" if qtype in ("F16", "MXFP4_F16") else "Q8_0"
+    exp = "MXFP4" if qtype.startswith("MXFP4") else mat
     out = [("token_embd.weight", mat, [e, vocab])]
     for i in range(n):
         p = f"blk.{i}."

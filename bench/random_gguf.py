@@ -22,8 +22,9 @@ numpy only (no gguf package there).
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
 
-  --arch gpt-oss   shapes tiny and gpt-oss-20b; F16, Q8_0 or MXFP4 (experts
-                   MXFP4, the rest Q8_0): bench/randgguf_gptoss.py
+  --arch gpt-oss   shapes tiny and gpt-oss-20b; F16, Q8_0, MXFP4 (experts
+                   MXFP4, the rest Q8_0) or MXFP4_F16 (the rest F16):
+                   bench/randgguf_gptoss.py
   --layers N       the first N layers of the shape only
   --vocab-from F   the tokenizer.* keys (vocabulary, merges, chat template)
                    copied from the GGUF F; the vocabulary size follows it.
@@ -363,7 +364,7 @@ def main():
                     "gpt-oss-20b")
     ap.add_argument("--type", default=None,
                     help="llama: F16 Q4_0 (default) Q4_K Q6_K Q4_K_M; qwen3moe: F16 (default) "
-                    "Q8_0 Q4_K_M; gpt-oss: F16 (default) Q8_0 MXFP4")
+                    "Q8_0 Q4_K_M; gpt-oss: F16 (default) Q8_0 MXFP4 MXFP4_F16")
     ap.add_argument("--layers", type=int, default=None, help="the first N layers only")
     ap.add_argument("--vocab-from", default=None, help="copy tokenizer.* keys from this GGUF")
     ap.add_argument("--seed", type=int, default=1)

@@ -53,6 +53,11 @@ struct hf_arch {
     const struct hf_default *defaults; /* more defaults, ending with a NULL key; or NULL */
 };
 
+/* gpt-oss (id MODEL_ARCH_GPT_OSS): the experts are fused MXFP4 tensors
+ * (quantization_config "mxfp4"), repacked at load into ggml's blocks
+ * (hf_mxfp4.c); config.json's num_local_experts, intermediate_size. */
+#define HF_MXFP4_EXPERTS(a) ((a)->id == MODEL_ARCH_GPT_OSS)
+
 /* Layers a config.json may describe (num_hidden_layers' upper bound). */
 #define HF_MAX_LAYERS 4096
 
@@ -104,7 +109,22 @@ struct hf_folder {
     size_t n_experts, cap_experts;
     char *chat_template;        /* NUL-terminated, or NULL */
     float *rope_freqs;          /* Llama 3's RoPE divisors, or NULL */
+    void **repacked;            /* gpt-oss's experts in ggml's MXFP4 blocks, a buffer
+                                   per weight (hf_mxfp4.c), n_repacked of them */
+    int64_t n_repacked;
 };
+
+/* gpt-oss's fused MXFP4 experts (models/hf_mxfp4.c), as llama.cpp's
+ * converter (conversion/gpt_oss.py) repacks them. `blocks` is
+ * [n_expert, n_src_rows, cols / 32, 16] (two E2M1 values a byte, element
+ * 2j in byte j's low nibble), `scales` [n_expert, n_src_rows, cols / 32]
+ * (E8M0, as ggml's); rows first, first + step, ... of each expert (gate:
+ * 0, 2; up: 1, 2; down: 0, 1) become `rows` rows of ggml's 17-byte blocks
+ * (the scale, then byte j holding elements j and j + 16) in `out`, sized
+ * n_expert * rows * cols / 32 * 17 bytes. */
+void hf_mxfp4_repack(const uint8_t *blocks, const uint8_t *scales, int64_t n_expert,
+                     int64_t n_src_rows, int64_t rows, int64_t first, int64_t step, int64_t cols,
+                     uint8_t *out);
 
 /* Loads the folder `dir` into m (path already set). Returns IG_OK, or
  * IG_E_MODEL / IG_E_IO / IG_E_NOMEM after one line naming the file. */

@@ -49,6 +49,16 @@ static const struct hf_default gemma3_defaults[] = {
     {"sliding_window", 4096}, {"sliding_window_pattern", 6}, {NULL, 0},
 };
 
+/* GptOssConfig's defaults (gpt-oss-120b's sizes; rope_scaling's YaRN is
+ * read_rope's). */
+static const struct hf_default gptoss_defaults[] = {
+    {"num_hidden_layers", 36}, {"num_local_experts", 128}, {"vocab_size", 201088},
+    {"hidden_size", 2880}, {"intermediate_size", 2880}, {"head_dim", 64},
+    {"num_attention_heads", 64}, {"num_key_value_heads", 8}, {"sliding_window", 128},
+    {"max_position_embeddings", 131072}, {"num_experts_per_tok", 4},
+    {"rope_theta", 150000.0}, {NULL, 0},
+};
+
 /* The defaults are those of transformers' config classes (LlamaConfig:
  * rms_norm_eps 1e-6, tie_word_embeddings false; Qwen2Config, Qwen3Config
  * the same; Gemma3TextConfig ties). */
@@ -68,15 +78,18 @@ static const struct hf_arch archs[] = {
     {"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3, "text_config",
      "language_model.model.", "language_model.", "model.language_model.", "",
      "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
+    {"GptOssForCausalLM", "gpt-oss", MODEL_ARCH_GPT_OSS, NULL, "model.", "", NULL, NULL, "silu",
+     false, false, 1e-5, gptoss_defaults},
 };
 
 /* rope_scaling kinds the forward computes; "default" is plain RoPE. */
-static const char *const rope_kinds[] = {"default", "linear", "llama3"};
+static const char *const rope_kinds[] = {"default", "linear", "llama3", "yarn"};
 
 const char *hf_arch_names(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "Qwen3MoeForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration";
+           "Qwen3MoeForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, "
+           "GptOssForCausalLM";
 }
 
 /* Everything a config step needs to name the file in a message. */
@@ -159,6 +172,13 @@ static int find_arch(const char *name, const cJSON *root, const struct hf_arch *
                     name, first, hf_arch_names());
 }
 
+/* rope_scaling, or transformers 5's rope_parameters (NULL: neither). */
+static const cJSON *rope_scaling(const struct cfg *c)
+{
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
+    return rs && !cJSON_IsNull(rs) ? rs : cJSON_GetObjectItemCaseSensitive(c->j, "rope_parameters");
+}
+
 /* Refuses settings the forward would silently get wrong. */
 static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
 {
@@ -179,7 +199,7 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
         return st;
     if (b)
         return ig_error(IG_E_MODEL, "'%s': mlp_bias true is not supported", c->name);
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
+    const cJSON *rs = rope_scaling(c);
     if (rs && !cJSON_IsNull(rs)) {
         const char *kind = ig_json_str(rs, "rope_type");
         if (!kind)
@@ -192,7 +212,16 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
             k++;
         if (k == sizeof rope_kinds / sizeof rope_kinds[0])
             return ig_error(IG_E_MODEL, "'%s': rope_scaling type '%.40s' is not supported yet "
-                            "(supported: default, linear, llama3)", c->name, kind);
+                            "(supported: default, linear, llama3, yarn)", c->name, kind);
+    }
+    if (HF_MXFP4_EXPERTS(a)) { /* the clamped SwiGLU's constants are the forward's */
+        double limit = 7.0, alpha = 1.702;
+        if ((st = get_pos_float(c, "swiglu_limit", 7.0, &limit)) ||
+            (st = get_pos_float(c, "swiglu_alpha", 1.702, &alpha)))
+            return st;
+        if (limit != 7.0 || alpha != 1.702)
+            return ig_error(IG_E_MODEL, "'%s': swiglu_limit %g, swiglu_alpha %g: ignite computes "
+                            "gpt-oss's 7 and 1.702", c->name, limit, alpha);
     }
     /* Qwen2/Qwen3's own sliding window (layers from max_window_layers on) is
      * not computed; their released configs leave it off. */
@@ -238,18 +267,57 @@ static int read_llama3(const struct cfg *c, const cJSON *rs, struct hf_config *o
     return IG_OK;
 }
 
+/* rope_scaling "yarn" as llama.cpp's converter writes it to a GGUF (type,
+ * factor, original context; beta_fast 32 and beta_slow 1 unless given;
+ * the attention factor YaRN's own 0.1 ln(factor) + 1, as in both): what
+ * the forward computes for a GGUF. `rs` NULL: GptOssConfig's default
+ * (factor 32 over 4096 positions). Refused: attention_factor, mscale and
+ * mscale_all_dim (another attention factor). */
+static int read_yarn(const struct cfg *c, const cJSON *rs, struct hf_config *out)
+{
+    struct model_rope *r = &out->hp.rope[MODEL_ROPE_GLOBAL];
+    r->scaling = ROPE_SCALING_YARN;
+    r->factor = 32.0;
+    r->orig_ctx = 4096;
+    if (!rs)
+        return IG_OK;
+    static const char *const refused[] = {"attention_factor", "mscale", "mscale_all_dim"};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, refused[k]);
+        if (v && !cJSON_IsNull(v))
+            return ig_error(IG_E_MODEL, "'%s': rope_scaling 'yarn' with '%s' is not supported",
+                            c->name, refused[k]);
+    }
+    struct cfg sub = {c->name, rs, NULL};
+    int64_t orig;
+    int st;
+    if ((st = get_pos_float(&sub, "factor", 0, &r->factor)) ||
+        (st = get_pos_float(&sub, "beta_fast", 32.0, &r->yarn_beta_fast)) ||
+        (st = get_pos_float(&sub, "beta_slow", 1.0, &r->yarn_beta_slow)) ||
+        (st = get_int(&sub, "original_max_position_embeddings", out->hp.n_ctx_train, 1,
+                      INT64_C(1) << 30, &orig)))
+        return st;
+    if (!(r->factor >= 1 && r->factor <= 1e6))
+        return ig_error(IG_E_MODEL, "'%s': rope_scaling 'yarn' needs a 'factor' from 1 to 1e6",
+                        c->name);
+    r->orig_ctx = orig;
+    return IG_OK;
+}
+
 /* rope_scaling "linear" divides the positions by its factor (on Gemma 3's
  * global layers only: the local ones keep plain RoPE at
  * rope_local_base_freq, as transformers' rotary_emb_local). */
 static int read_rope(const struct cfg *c, struct hf_config *out)
 {
     struct model_hparams *hp = &out->hp;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
+    const cJSON *rs = rope_scaling(c);
     const char *kind = ig_json_str(rs, "rope_type");
     if (!kind)
         kind = ig_json_str(rs, "type");
     if (kind && !strcmp(kind, "llama3"))
         return read_llama3(c, rs, out);
+    if ((kind && !strcmp(kind, "yarn")) || (!kind && c->a && HF_MXFP4_EXPERTS(c->a)))
+        return read_yarn(c, kind ? rs : NULL, out);
     if (!kind || strcmp(kind, "linear"))
         return IG_OK;
     struct cfg sub = {c->name, rs, NULL};
@@ -303,6 +371,8 @@ static int read_window(const struct cfg *c, const struct model_arch_info *ai,
             out->local[il / 8] |= (uint8_t)(1u << (il % 8));
         hp->n_swa_layers += local;
     }
+    if (ai->swa_rope_scaled) /* gpt-oss: local layers rotate as the global ones */
+        hp->rope[MODEL_ROPE_LOCAL] = hp->rope[MODEL_ROPE_GLOBAL];
     return IG_OK;
 }
 
@@ -314,6 +384,14 @@ static int read_moe(const struct cfg *c, struct model_hparams *hp)
 {
     int st;
     int64_t step;
+    if (HF_MXFP4_EXPERTS(c->a)) { /* GptOssConfig: every layer's experts; top-k softmaxed */
+        hp->moe_norm_topk = true;
+        if ((st = get_int(c, "num_local_experts", -1, 1, MODEL_MAX_EXPERTS, &hp->n_expert)) ||
+            (st = get_int(c, "num_experts_per_tok", -1, 1, hp->n_expert, &hp->n_expert_used)))
+            return st;
+        hp->n_ff_exp = hp->n_ff;
+        return IG_OK;
+    }
     if ((st = get_int(c, "num_experts", -1, 1, MODEL_MAX_EXPERTS, &hp->n_expert)) ||
         (st = get_int(c, "num_experts_per_tok", -1, 1, hp->n_expert, &hp->n_expert_used)) ||
         (st = get_int(c, "moe_intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff_exp)) ||
@@ -381,17 +459,17 @@ int hf_parse_config(const char *name, const cJSON *root, struct hf_config *out)
     memset(out, 0, sizeof *out);
     if (!cJSON_IsObject(root))
         return ig_error(IG_E_MODEL, "'%s': expected a JSON object", name);
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (q && !cJSON_IsNull(q)) {
-        const char *method = ig_json_str(q, "quant_method");
-        return ig_error(IG_E_MODEL, "'%s': the weights are quantized (quantization_config, "
-                        "method '%.40s'); ignite reads F32, F16 and BF16 folders: use a GGUF "
-                        "of this model", name, method ? method : "?");
-    }
     const struct hf_arch *a = NULL;
     int st = find_arch(name, root, &a);
     if (st)
         return st;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    const char *method = q && !cJSON_IsNull(q) ? ig_json_str(q, "quant_method") : NULL;
+    if (q && !cJSON_IsNull(q) && !(HF_MXFP4_EXPERTS(a) && method && !strcmp(method, "mxfp4")))
+        return ig_error(IG_E_MODEL, "'%s': the weights are quantized (quantization_config, "
+                        "method '%.40s'); ignite reads F32, F16 and BF16 folders%s: use a GGUF "
+                        "of this model", name, method ? method : "?",
+                        HF_MXFP4_EXPERTS(a) ? " (gpt-oss: and MXFP4 experts)" : "");
     struct cfg c = {name, root, a};
     if (a->text_config) {
         c.j = cJSON_GetObjectItemCaseSensitive(root, a->text_config);

@@ -10,8 +10,11 @@
  * (sampling defaults) are read here too; the tokenizer itself is
  * tokenizer/hf_vocab.c's. Gemma's norms are stored as HF applies them,
  * x * (1 + w): widen() adds the 1, so the forward sees what a GGUF holds.
+ * gpt-oss's experts are fused MXFP4 tensors (mlp.experts.gate_up_proj_blocks,
+ * _scales, _bias; down_proj_*): bind_fused splits gate from up and repacks
+ * the blocks into ggml's (hf_mxfp4.c), as llama.cpp's converter does.
  * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
- * test_hf_arch.py and test_hf_malformed.py. */
+ * test_hf_arch.py, test_hf_malformed.py and tests/cpu/test_gptoss_hf.py. */
 #include "models/hf.h"
 
 #include "models/arch.h"
@@ -203,8 +206,13 @@ static int index_tensors(struct loader *L)
     L->m->n_tensors = n;
     for (int i = 0; i < h->n_shards; i++)
         L->m->file_bytes += h->shards[i]->file_size;
-    for (int64_t i = 0; i < n; i++)
-        L->m->n_params += h->by_name[i]->n_elems;
+    /* gpt-oss's MXFP4 experts: a _blocks byte holds two values, _scales none */
+    for (int64_t i = 0; i < n; i++) {
+        const struct st_tensor *t = h->by_name[i];
+        bool mxfp4 = t->dtype == ST_U8 && HF_MXFP4_EXPERTS(L->arch);
+        L->m->n_params += !mxfp4 ? t->n_elems
+                          : has_suffix(t->name, "_blocks") ? 2 * t->n_elems : 0;
+    }
     return IG_OK;
 }
 
@@ -409,6 +417,126 @@ static int bind_experts(struct loader *L, const struct model_tensor *row, int64_
     return IG_OK;
 }
 
+/* ---- gpt-oss's fused experts (models/hf.h: hf_mxfp4_repack) ----------------- */
+
+/* "[a, b, c]" of a stored tensor's shape, for messages. */
+static void shape_text(const struct st_tensor *t, char *buf, size_t cap)
+{
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->n_dims && k < cap - 24; d++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    snprintf(buf + k, cap - k, "]");
+}
+
+/* t is dims[0..n) of dtype (ST_DTYPE_COUNT: a float one); else one line. */
+static int check_stored(const struct loader *L, const struct st_tensor *t, const char *name,
+                        enum st_dtype dtype, const int64_t *dims, int n, const char *what)
+{
+    bool ok = t->n_dims == n;
+    for (int d = 0; d < n && ok; d++)
+        ok = t->shape[d] == dims[d];
+    char got[96], want[96] = "[";
+    if (!ok) {
+        shape_text(t, got, sizeof got);
+        size_t k = 1;
+        for (int d = 0; d < n; d++)
+            k += (size_t)snprintf(want + k, sizeof want - k, "%s%lld", d ? ", " : "",
+                                  (long long)dims[d]);
+        snprintf(want + k, sizeof want - k, "]");
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' in '%s' has shape %s, config.json makes "
+                        "it %s (%s)", L->dir, name, file_of(L->h, t), got, want, what);
+    }
+    bool is_float = t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
+    if (dtype == ST_DTYPE_COUNT ? !is_float : t->dtype != dtype)
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' has dtype %s, expected %s", L->dir, name,
+                        st_dtype_name(t->dtype),
+                        dtype == ST_DTYPE_COUNT ? "F32, F16 or BF16" : st_dtype_name(dtype));
+    return IG_OK;
+}
+
+/* Binds row's weight of gpt-oss's fused experts in layer `layer`: gate and
+ * up are gate_up's even and odd rows, down is down_proj; a matrix from
+ * NAME_blocks and NAME_scales (MXFP4, repacked into h->repacked), a bias
+ * from NAME_bias (widened to f32 into h->vectors). */
+static int bind_fused(struct loader *L, const struct model_tensor *row, int64_t layer,
+                      struct model_weight *w)
+{
+    struct hf_folder *h = L->h;
+    int64_t shape[3];
+    model_weight_shape(row, L->m, layer, shape);
+    memset(w, 0, sizeof *w);
+    bool vec = row->kind != TENSOR_MATRIX;
+    int64_t E = shape[0], rows = vec ? shape[2] : shape[1], cols = shape[2];
+    bool down = row->role == LAYER_FFN_DOWN_EXPS || row->role == LAYER_FFN_DOWN_EXPS_B;
+    bool up = row->role == LAYER_FFN_UP_EXPS || row->role == LAYER_FFN_UP_EXPS_B;
+    int64_t n_src = down ? rows : 2 * rows, first = up, step = down ? 1 : 2;
+    char base[224], name[256];
+    hf_name(L, row, layer, base, sizeof base);
+    const struct st_tensor *t;
+    int st;
+    if (vec) {
+        if (!(t = find(h, base)))
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->dir, base);
+        const int64_t dims[2] = {E, n_src};
+        if ((st = check_stored(L, t, base, ST_DTYPE_COUNT, dims, 2, "experts, their rows")))
+            return st;
+        IG_ASSERT(h->n_vectors + (size_t)(E * rows) <= h->cap_vectors);
+        float *dst = h->vectors + h->n_vectors;
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t r = 0; r < rows; r++) {
+                size_t i = (size_t)(e * n_src + first + r * step);
+                const unsigned char *src = (const unsigned char *)t->data;
+                float x;
+                uint16_t b;
+                if (t->dtype == ST_F32) {
+                    memcpy(&x, src + 4 * i, 4);
+                } else {
+                    memcpy(&b, src + 2 * i, 2);
+                    x = t->dtype == ST_F16 ? ig_f16_to_f32(b) : ig_bf16_to_f32(b);
+                }
+                dst[e * rows + r] = x;
+            }
+        h->n_vectors += (size_t)(E * rows);
+        *w = (struct model_weight){.type = QUANT_F32, .n_expert = E, .rows = 1, .cols = rows,
+                                   .row_bytes = (size_t)rows * 4, .data = dst};
+        return IG_OK;
+    }
+    if (cols % 32)
+        return ig_error(IG_E_MODEL, "'%s': '%s' rows of %lld values are not whole MXFP4 blocks "
+                        "of 32", L->dir, base, (long long)cols);
+    snprintf(name, sizeof name, "%s_blocks", base);
+    const struct st_tensor *blocks = find(h, name);
+    if (!blocks)
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing (ignite reads gpt-oss's "
+                        "experts as MXFP4 _blocks and _scales, as the released checkpoints "
+                        "store them)", L->dir, name);
+    const int64_t bdims[4] = {E, n_src, cols / 32, 16};
+    if ((st = check_stored(L, blocks, name, ST_U8, bdims, 4,
+                           "experts, rows, blocks of 32, 16 bytes of E2M1 pairs")))
+        return st;
+    snprintf(name, sizeof name, "%s_scales", base);
+    const struct st_tensor *scales = find(h, name);
+    if (!scales)
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing (the E8M0 scales of '%s_blocks')",
+                        L->dir, name, base);
+    const int64_t sdims[3] = {E, n_src, cols / 32};
+    if ((st = check_stored(L, scales, name, ST_U8, sdims, 3,
+                           "experts, rows, an E8M0 scale per block of 32")))
+        return st;
+    size_t row_bytes = quant_row_bytes(QUANT_MXFP4, cols);
+    void **list = realloc(h->repacked, (size_t)(h->n_repacked + 1) * sizeof *list);
+    if (list)
+        h->repacked = list;
+    uint8_t *out = list ? malloc((size_t)(E * rows) * row_bytes) : NULL;
+    if (!out)
+        return ig_error(IG_E_NOMEM, "out of memory repacking '%s' of %s", base, L->dir);
+    h->repacked[h->n_repacked++] = out;
+    hf_mxfp4_repack(blocks->data, scales->data, E, n_src, rows, first, step, cols, out);
+    *w = (struct model_weight){.type = QUANT_MXFP4, .n_expert = E, .rows = rows, .cols = cols,
+                               .row_bytes = row_bytes, .data = out};
+    return IG_OK;
+}
+
 /* Binds every weight the model has (config.json's features), in the table's
  * order; the output head of tied embeddings is token_embd's (a copy of
  * lm_head some folders keep is not read). */
@@ -429,10 +557,15 @@ static int bind_weights(struct loader *L)
     }
     struct model_tensor_it it;
     int st;
-    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
-        if ((st = (it.t->n_expert == TENSOR_DIM_EXPERT ? bind_experts : bind)(
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
+        /* experts: a tensor each ("%lld" in the name), or fused (gpt-oss) */
+        bool per_expert = strstr(model_tensor_hf_name(it.t, model_features(&m->hp)), "%lld");
+        if ((st = (it.t->n_expert != TENSOR_DIM_EXPERT ? bind
+                   : per_expert                          ? bind_experts
+                                                         : bind_fused)(
                  L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
             return st;
+    }
     model_tensors_tie(m);
     return IG_OK;
 }
@@ -529,7 +662,7 @@ int hf_load(const char *dir, struct model *m)
             int64_t shape[3];
             model_weight_shape(it.t, m, it.layer, shape);
             h->cap_vectors += (size_t)(shape[0] * shape[1] * shape[2]);
-        } else if (it.t->n_expert == TENSOR_DIM_EXPERT) {
+        } else if (it.t->n_expert == TENSOR_DIM_EXPERT && !HF_MXFP4_EXPERTS(c.arch)) {
             h->cap_experts += (size_t)model_layer_dim(m, it.layer, TENSOR_DIM_EXPERT);
         }
     if (!(h->vectors = malloc(h->cap_vectors * sizeof *h->vectors)) ||
@@ -555,5 +688,8 @@ void hf_folder_free(struct hf_folder *h)
     free(h->experts);
     free(h->chat_template);
     free(h->rope_freqs);
+    for (int64_t i = 0; i < h->n_repacked; i++)
+        free(h->repacked[i]);
+    free(h->repacked);
     free(h);
 }

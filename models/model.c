@@ -871,8 +871,12 @@ void model_tensor_types(const struct model *m, int64_t *count, int64_t *bytes, i
         const struct st_tensor *t = m->hf->by_name[i];
         int type = t->dtype == ST_F32 ? QUANT_F32 : t->dtype == ST_F16 ? QUANT_F16
                  : t->dtype == ST_BF16 ? QUANT_BF16 : -1;
+        size_t k = strlen(t->name);
         if (type >= 0)
             count_type(count, bytes, n, (uint32_t)type, t->nbytes);
+        else if (t->dtype == ST_U8 && k > 7 && !strcmp(t->name + k - 7, "_blocks"))
+            /* gpt-oss's MXFP4 experts: blocks and their scales, 17 bytes of 32 values */
+            count_type(count, bytes, n, QUANT_MXFP4, t->nbytes / 16 * 17);
     }
 }
 

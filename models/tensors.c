@@ -128,21 +128,25 @@ static const struct model_tensor table[] = {
      * weight points at each, struct model_weight's expert_data). The router stays F32
      * in llama.cpp's quantizations (llama-quant.cpp leaves ffn_gate_inp). */
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP, .gguf = "ffn_gate_inp.weight",
-     .hf = HF("mlp.gate.weight"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EXPERT,
+     .hf = {{"mlp.router.weight", MODEL_FEAT_MOE_BIAS, 0}, {"mlp.gate.weight", 0, 0}},
+     .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_EXPERT,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS, .gguf = "ffn_gate_exps.weight",
-     .hf = HF("mlp.experts.%lld.gate_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = {{"mlp.experts.gate_up_proj", MODEL_FEAT_MOE_BIAS, 0},
+            {"mlp.experts.%lld.gate_proj.weight", 0, 0}}, .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS, .gguf = "ffn_up_exps.weight",
-     .hf = HF("mlp.experts.%lld.up_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = {{"mlp.experts.gate_up_proj", MODEL_FEAT_MOE_BIAS, 0},
+            {"mlp.experts.%lld.up_proj.weight", 0, 0}}, .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_FF_EXP, .cols = TENSOR_DIM_EMBD,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS, .gguf = "ffn_down_exps.weight",
-     .hf = HF("mlp.experts.%lld.down_proj.weight"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = {{"mlp.experts.down_proj", MODEL_FEAT_MOE_BIAS, 0},
+            {"mlp.experts.%lld.down_proj.weight", 0, 0}}, .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_EXP,
      .kind = TENSOR_MATRIX, .feature = MODEL_FEAT_MOE, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
@@ -218,8 +222,9 @@ static const struct model_tensor table[] = {
 
     /* gpt-oss (GptOssAttention, GptOssMLP; llama.cpp's openai-moe): wo's
      * bias, the sinks, the router's and the experts' biases (the HF names
-     * are transformers'; a folder's experts are fused tensors ignite does
-     * not map yet). */
+     * are transformers'; a folder's experts are fused: gate_up_proj's even
+     * rows are gate's, its odd ones up's, stored as MXFP4 _blocks and
+     * _scales; models/hf_model.c's bind_fused). */
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BO, .gguf = "attn_output.bias",
      .hf = HF("self_attn.o_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_O_BIAS,
@@ -233,17 +238,17 @@ static const struct model_tensor table[] = {
      .cols = TENSOR_DIM_EXPERT, .kind = TENSOR_BIAS,
      .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_EXPS_B, .gguf = "ffn_gate_exps.bias",
-     .hf = HF("mlp.experts.%lld.gate_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = HF("mlp.experts.gate_up_proj_bias"), .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
      .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_EXPS_B, .gguf = "ffn_up_exps.bias",
-     .hf = HF("mlp.experts.%lld.up_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = HF("mlp.experts.gate_up_proj_bias"), .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_FF_EXP, .kind = TENSOR_BIAS,
      .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_EXPS_B, .gguf = "ffn_down_exps.bias",
-     .hf = HF("mlp.experts.%lld.down_proj.bias"), .n_expert = TENSOR_DIM_EXPERT,
+     .hf = HF("mlp.experts.down_proj_bias"), .n_expert = TENSOR_DIM_EXPERT,
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS,
      .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
