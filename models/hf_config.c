@@ -210,9 +210,12 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
         size_t k = 0;
         while (k < sizeof rope_kinds / sizeof rope_kinds[0] && strcmp(kind, rope_kinds[k]))
             k++;
-        if (k == sizeof rope_kinds / sizeof rope_kinds[0])
+        /* YaRN as a GGUF of the model has it: proven for gpt-oss only */
+        if (k == sizeof rope_kinds / sizeof rope_kinds[0] ||
+            (!strcmp(kind, "yarn") && !HF_MXFP4_EXPERTS(a)))
             return ig_error(IG_E_MODEL, "'%s': rope_scaling type '%.40s' is not supported yet "
-                            "(supported: default, linear, llama3, yarn)", c->name, kind);
+                            "(supported: default, linear, llama3; yarn on gpt-oss)", c->name,
+                            kind);
     }
     if (HF_MXFP4_EXPERTS(a)) { /* the clamped SwiGLU's constants are the forward's */
         double limit = 7.0, alpha = 1.702;

@@ -179,6 +179,13 @@ def json_corpus():
     files["config_Gemma3ForConditionalGeneration.json"] = {
         "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
         "vision_config": {"hidden_size": 16}}
+    files["config_GptOssForCausalLM.json"] = dict(
+        hfgen.tiny_config("GptOssForCausalLM", head_dim=16), num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=4, attention_bias=True, swiglu_limit=7.0,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 64},
+        quantization_config={"quant_method": "mxfp4"})
     files["generation_config.json"] = {"do_sample": True, "temperature": 0.6, "top_p": 0.9,
                                        "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.05,
                                        "bos_token_id": 1, "eos_token_id": [2, 3]}
