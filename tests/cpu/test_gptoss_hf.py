@@ -8,8 +8,9 @@ from it in Hugging Face's layout by tests/pylib/gptosshf.py (the inverse of
 llama.cpp's converter, independent of ignite's repacking). Both through
 forward_dump on a 70-token prompt, 2 fixed and 4 greedy steps: logits equal
 bit for bit on the exact path and on the int8 path (the folder's experts
-are repacked into the very blocks the GGUF holds, never dequantized), and
-`ignite info` on the folder reports MXFP4 experts. Broken folders (a
+are repacked into the very blocks the GGUF holds, never dequantized).
+`ignite info` on both: the experts, active parameters and bytes a token
+reads as the gguf package's count of the GGUF gives them, MXFP4 tensors. Broken folders (a
 `_scales` of the wrong shape or dtype, a missing `_scales`, a `_blocks` of
 the wrong shape, a quantization method other than mxfp4): one line naming
 the tensor or key, exit 4.
@@ -55,14 +56,51 @@ def same_logits(tool, gguf_path, folder, tmp):
     return ok
 
 
-def info_reports_experts(folder):
+def expected_use(gguf_path):
+    """What a token uses, counted here from the GGUF by the gguf package
+    (docs/cli.md's definition: the used experts of each expert tensor, the
+    rest whole; bytes: one row of the embedding table)."""
+    import gguf
+    r = gguf.GGUFReader(gguf_path)
+    E = int(r.fields["gpt-oss.expert_count"].contents())
+    k = int(r.fields["gpt-oss.expert_used_count"].contents())
+    active, nbytes = 0, 0
+    for t in r.tensors:
+        n, b = int(np.prod(t.shape)), int(t.n_bytes)
+        if "_exps" in t.name:
+            n, b = n // E * k, b // E * k
+        elif t.name == "token_embd.weight":
+            b //= int(t.shape[1])
+        active += n
+        nbytes += b
+    return {"n_expert": E, "n_expert_used": k, "n_ff_exp": 256, "active_params": active,
+            "bytes_per_token": nbytes}
+
+
+def info_reports_experts(gguf_path, folder):
+    """`ignite info` on the GGUF and on the folder: experts, active
+    parameters and bytes a token reads as counted here; MXFP4 tensors."""
     import hfgen  # a tokenizer.json (the tiny byte-level BPE): info loads one
     hfgen.tiny_tokenizer().save(os.path.join(folder, "tokenizer.json"))
-    r = subprocess.run([IGNITE, "info", "-m", folder], capture_output=True, text=True)
-    ok = r.returncode == 0 and "MXFP4" in r.stdout and "gpt-oss" in r.stdout
-    if not ok:
-        print(f"FAIL info on the folder: exit {r.returncode}, {r.stdout[-400:]!r} "
-              f"{r.stderr.strip()!r}")
+    want = expected_use(gguf_path)
+    ok = True
+    for path in (gguf_path, folder):
+        r = subprocess.run([IGNITE, "info", "-m", path, "--json"], capture_output=True,
+                           text=True)
+        got = json.loads(r.stdout) if r.returncode == 0 else {}
+        mine = {key: got.get(key) for key in want}
+        types = set(got.get("tensor_types", {}))
+        if mine != want or "MXFP4" not in types:
+            print(f"FAIL info on {os.path.basename(path)}: {mine}, want {want}; types {types} "
+                  f"{r.stderr.strip()!r}")
+            ok = False
+        r = subprocess.run([IGNITE, "info", "-m", path], capture_output=True, text=True)
+        line = "experts         8, 2 used a token, FFN size 256 each"
+        if line not in r.stdout or f"{want['active_params']} parameters a token" not in r.stdout:
+            print(f"FAIL info text on {os.path.basename(path)}: {r.stdout!r}")
+            ok = False
+    print(f"{'ok' if ok else 'FAILED':6} info: {want['active_params']} active parameters, "
+          f"{want['bytes_per_token']} bytes a token, on the GGUF and the folder")
     return ok
 
 
@@ -116,7 +154,7 @@ def main():
         random_gguf.write(path, "tiny", "MXFP4_F16", seed=46, arch="gpt-oss")
         folder = gptosshf.write_folder(path, os.path.join(tmp, "gptoss-folder"))
         ok = same_logits(tool, path, folder, tmp)
-        ok &= info_reports_experts(folder)
+        ok &= info_reports_experts(path, folder)
         ok &= refusals(folder)
     print(f"test_gptoss_hf: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
