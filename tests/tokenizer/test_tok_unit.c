@@ -301,6 +301,21 @@ static void test_eog_by_text(void)
     CHECK(tok_is_eog(v, 256) && tok_is_eog(v, 257));   /* EOS, <end_of_turn> */
     CHECK(!tok_is_eog(v, 258) && !tok_is_eog(v, 259)); /* normal-typed, not an end */
     tok_vocab_free(v);
+    /* harmony (gpt-oss): <|return|> and <|call|> end the answer; with both
+     * there, <|end|> (the end of one message) does not (llama.cpp's rule) */
+    const char *oss[] = {"<|endoftext|>", "<|return|>", "<|call|>", "<|end|>"};
+    const int32_t ctl[] = {TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_CONTROL,
+                           TOK_TYPE_CONTROL};
+    if ((v = bpe_vocab("gpt2", oss, ctl, 4, NULL, 0))) {
+        CHECK(tok_is_eog(v, 256) && tok_is_eog(v, 257) && tok_is_eog(v, 258));
+        CHECK(!tok_is_eog(v, 259));
+        tok_vocab_free(v);
+    }
+    const char *no_call[] = {"<|endoftext|>", "<|return|>", "<|end|>"};
+    if ((v = bpe_vocab("gpt2", no_call, ctl, 3, NULL, 0))) {
+        CHECK(tok_is_eog(v, 257) && tok_is_eog(v, 258)); /* without <|call|>: as before */
+        tok_vocab_free(v);
+    }
 }
 
 static void test_errors(void)
