@@ -315,10 +315,25 @@ static int read_user_text(const struct run_opts *o, char **user)
 }
 
 /* The text to encode: the user's, wrapped by the chat template (a continued
- * chat: only its next turn). */
-static int render(const struct run_opts *o, const struct run_chat *c, const struct tok_vocab *v,
-                  const struct loaded_cache *lc, const char *user, char **prompt)
+ * chat: only its next turn; a harmony one goes back to where the last answer
+ * began, which is then written back as the template writes it: the history
+ * is cut there). */
+static int render(const struct run_opts *o, const struct run_chat *c, struct tok_vocab *v,
+                  struct loaded_cache *lc, const char *user, char **prompt)
 {
+    if (o->g.chat && lc->kv && c->harmony && !lc->kv->n_states) {
+        int64_t at;
+        char *answer;
+        int st = run_harmony_last_answer(v, lc->tokens, lc->h.n, &at, &answer);
+        if (st == IG_OK && answer) {
+            lc->h.n = at;
+            lc->h.logits = NULL; /* those after the answer's start are not kept */
+            st = chat_tmpl_next_answer(&c->t, NULL, answer, user, o->g.no_think, prompt);
+        }
+        free(answer);
+        if (st != IG_OK || *prompt)
+            return st;
+    }
     if (o->g.chat && lc->kv)
         return run_render_next(c, v, lc->tokens[lc->h.n - 1], NULL, o->g.no_think, user, prompt);
     return run_render_prompt(c, o->g.chat, o->g.no_think, o->g.system, user, prompt);

@@ -158,6 +158,12 @@ int run_channels_text(struct run_channels *c, const char *text, size_t len);
 /* The end of the request's text (a held-back start of a marker). */
 int run_channels_finish(struct run_channels *c);
 void run_channels_free(struct run_channels *c);
+/* A harmony conversation's cache, tokens[0..n) (cli/harmony_history.c):
+ * where its last answer began (*at: after the last user turn's
+ * "<|start|>assistant"; 0 when there is none) and that answer's final
+ * channel text (*answer, malloc'd; NULL when none). IG_OK or IG_E_NOMEM. */
+int run_harmony_last_answer(struct tok_vocab *v, const int32_t *tokens, int64_t n,
+                            int64_t *at, char **answer);
 /* A harmony answer's "analysis" and "raw" keys on a --json object or batch
  * line (none when off). IG_OK or IG_E_NOMEM. */
 int run_channels_json(cJSON *o, const struct run_channels *c);

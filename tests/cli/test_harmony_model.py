@@ -247,6 +247,14 @@ def check_chat(model, d):
     a2 = json.loads(out2)
     want = "".join(a + "\n" for a in (a1["text"], a2["text"]) if a)
     check(out == want, f"chat printed {out!r}; run gives {want!r}")
+    # the same conversation through a saved cache: run --save-kv, then
+    # --load-kv --chat, whose history goes back to where the answer began
+    kv = os.path.join(d, "c.kv")
+    rc3, out3, err3 = ignite("run", *greedy, "--chat", "-p", "What is 2+2?", "--save-kv", kv)
+    rc4, out4, err4 = ignite("run", *greedy, "--chat", "--load-kv", kv, "-p", "Again", "--json")
+    check(rc3 == 0 and rc4 == 0, f"--save-kv / --load-kv exit {rc3}, {rc4}: {err3} {err4}")
+    check(rc4 == 0 and json.loads(out4)["text"] == a2["text"],
+          f"--load-kv --chat answers {out4[:300]!r}; run gives {a2['text']!r}")
     # the second turn's text begins with the first answer's final channel
     turn2 = f"<|channel|>final<|message|>{a1['text']}<|end|><|start|>user<|message|>Again"
     check(turn2.encode("unicode_escape").decode() in err or turn2 in err,
