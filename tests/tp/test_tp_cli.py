@@ -11,7 +11,10 @@ rank (exit 3), a rank killed mid-run (the job ends, non-zero, no hang), a
 rank stopped mid-run (the watchdog, IGNITE_TP_WATCHDOG=5: exit 7).
 Greedy steps that are near ties (one process's top two logits within 1e-4)
 are test_tp_logits.py's: none occur on these prompts, so the texts must be
-equal. Under the sanitizers: run's text on SmolLM2 alone, the batch at 2 ranks.
+equal. Under the sanitizers (the memory of the code paths, not the orchestration
+again): run's text on SmolLM2 at 2 ranks, the batch at 2, caches without the 3-rank
+load, the failures that end in ignite's own checks (the killed and stopped ranks, which
+test mpirun and the watchdog, run in the normal build only).
 Usage: test_tp_cli.py   (363 s at load average 14 on 2 cores)
 """
 import json
@@ -57,7 +60,7 @@ def texts(mpirun):
         args = gen(path, "The three largest cities of Europe are", 6 if sanitized() else 16)
         one = run(mpirun, 1, args)
         check(one.returncode == 0 and one.stdout, f"{name}: one process: {one.stderr[-300:]}")
-        for n in (2, 3):
+        for n in (2,) if sanitized() else (2, 3):
             tp = run(mpirun, n, args)
             check(tp.returncode == 0, f"{name}, {n} ranks: exit {tp.returncode}: "
                   f"{tp.stderr[-300:]}")
@@ -114,7 +117,9 @@ def caches(mpirun, tmp):
 
     want = loaded(1, saved[1])
     check(bool(want), "--load-kv: no text")
-    for n, f in ((1, saved[2]), (3, saved[2]), (2, saved[1])):
+    loads = ((1, saved[2]), (2, saved[1])) if sanitized() else \
+        ((1, saved[2]), (3, saved[2]), (2, saved[1]))
+    for n, f in loads:
         got = loaded(n, f)
         check(got == want, f"cache saved at {2 if f == saved[2] else 1} rank(s), loaded at "
               f"{n}: {got!r} != {want!r}")
@@ -172,6 +177,9 @@ def failures(mpirun, tmp):
               file=sys.stderr)
     r = run(mpirun, 2, gen(os.path.join(tmp, "absent.gguf"), "Hello", 4))
     check(r.returncode == 3, f"a bad file on every rank: exit {r.returncode}")
+    if sanitized():
+        print("killed and stopped ranks: run in the normal build only", file=sys.stderr)
+        return
     # rank 1 killed (SIGKILL) a second into a long generation
     t = time.time()
     cmd = " ".join(f"'{a}'" for a in gen(path, "Once upon a time", 4000))
