@@ -270,9 +270,12 @@ void cli_line_edit_add(const char *msg);
 void cli_line_edit_close(void);
 
 /* `ignite info --tp N`: what each of N tensor-parallel ranks holds of m
- * (cli/info_tp.c), on stdout. IG_OK, or the status of a split m cannot
- * make (one line). */
+ * (cli/info_tp.c), on stdout, or as the "tensor_parallel" member of json
+ * where json is not NULL. IG_OK, or the status of a split m cannot make
+ * (one line); cli_info_tp_check says that alone, printing nothing else. */
 struct model;
-int cli_info_tp(const struct model *m, int n_ranks);
+struct cJSON;
+int cli_info_tp(const struct model *m, int n_ranks, struct cJSON *json);
+int cli_info_tp_check(const struct model *m, int n_ranks);
 
 #endif

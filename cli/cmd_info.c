@@ -504,7 +504,7 @@ static void add_kv_groups_json(cJSON *o, const struct info *in)
  * only what the file says (metadata, tokenizer, tensors) and "supported":
  * false; g is the file (NULL for a folder). */
 static int print_json(const char *path, const struct gguf_file *g, const struct model *m,
-                      const struct info *in)
+                      const struct info *in, int tp)
 {
     cJSON *o = cJSON_CreateObject();
     add_str_or_null(o, "path", path);
@@ -586,8 +586,11 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
                                     (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
         }
     }
-    char *s = cJSON_PrintUnformatted(o);
+    int st = m && tp > 1 ? cli_info_tp(m, tp, o) : IG_OK;
+    char *s = st == IG_OK ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
+    if (st != IG_OK)
+        return st;
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
@@ -631,7 +634,7 @@ int cmd_info(int argc, char **argv)
     st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
-    struct info in;
+    struct info in = {0};
     struct stat sb;
     struct model *m = NULL;
     if (!(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
@@ -641,7 +644,7 @@ int cmd_info(int argc, char **argv)
         if (!model_arch_known(g)) { /* describe the file, do not refuse it */
             gather_unknown(g, &in);
             if (json) {
-                st = print_json(path, g, NULL, &in);
+                st = print_json(path, g, NULL, &in, 0);
             } else {
                 print_file_text(path, &in, false);
                 print_tokenizer_text(&in);
@@ -656,17 +659,18 @@ int cmd_info(int argc, char **argv)
     }
     if (st)
         return st;
-    if ((st = gather(m, &in))) {
+    int tp = backend_tp_asked();
+    if ((tp > 1 && (st = cli_info_tp_check(m, tp))) || (st = gather(m, &in))) {
         info_free(&in);
         model_free(m);
         return st;
     }
     if (json)
-        st = print_json(m->path, m->gguf, m, &in);
+        st = print_json(m->path, m->gguf, m, &in, tp);
     else
         print_text(m, &in);
-    if (st == IG_OK && !json && backend_tp_asked() > 1)
-        st = cli_info_tp(m, backend_tp_asked());
+    if (st == IG_OK && !json && tp > 1)
+        st = cli_info_tp(m, tp, NULL);
     cli_stdout_ok(true); /* before model_free, while errno is the write's */
     info_free(&in);
     model_free(m);

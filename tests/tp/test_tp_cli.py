@@ -215,6 +215,20 @@ def info():
     ranks = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("rank ")]
     check(r.returncode == 0 and len(ranks) == 3, f"info --tp 3: {r.stdout[-400:]}")
     check(all("query heads" in ln and "MiB" in ln for ln in ranks), f"info --tp 3: {ranks}")
+    # --json: the same parts; SmolLM2's 9 query heads over 3 ranks, 3 each, one KV head each,
+    # every vocabulary row once
+    r = subprocess.run([IGNITE, "info", "-m", model_path(), "--tp", "3", "--json"],
+                       capture_output=True, env=sanitizer_env(), text=True, timeout=LIMIT)
+    tp = json.loads(r.stdout).get("tensor_parallel", {}) if r.returncode == 0 else {}
+    parts = tp.get("parts", [])
+    check(len(parts) == 3 and [p["query_heads"] for p in parts] == [[0, 2], [3, 5], [6, 8]]
+          and [p["kv_heads"] for p in parts] == [[0, 0], [1, 1], [2, 2]],
+          f"info --tp 3 --json: {r.returncode} {str(tp)[:400]}")
+    rows = [p["vocab_rows"] for p in parts]
+    check(rows and rows[0][0] == 0 and all(a[1] + 1 == b[0] for a, b in zip(rows, rows[1:]))
+          and rows[-1][1] + 1 == json.loads(r.stdout)["n_vocab"], f"vocab rows {rows}")
+    check(sum(p["weight_bytes"] for p in parts) < 1.5 * tp.get("weight_bytes_one_process", 0),
+          f"info --tp 3 --json: weight bytes {[p['weight_bytes'] for p in parts]}")
 
 
 def unsplit(tmp):
@@ -230,7 +244,9 @@ def unsplit(tmp):
                            env=sanitizer_env(), text=True, timeout=LIMIT)
         lines = r.stderr.strip().splitlines()
         check(r.returncode == 2 and len(lines) == 1 and "do not split across ranks" in lines[0]
-              and what in lines[0], f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
+              and what in lines[0] and not r.stdout,
+              f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}, stdout "
+              f"{r.stdout[:80]!r}")
 
 
 def main():
