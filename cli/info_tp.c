@@ -1,6 +1,6 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
- * of the model (models/tp.h): its query and KV heads, FFN columns and
- * vocabulary rows (layer 0's, and whether every layer is alike), the bytes
+ * of the model (models/tp.h): its query and KV heads, FFN columns (or
+ * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
  * of weights it reads and its KV cache per token; with --json, the same as
  * the object's "tensor_parallel" member. Covered by
  * tests/tp/test_tp_cli.py. */
@@ -58,11 +58,14 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
            "process\n", n_ranks, n_ranks, (double)all / 1048576.0);
     for (int r = 0; r < n_ranks; r++) {
         const struct model_tp_layer *s = &rows[r].p.layers[0];
-        printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, FFN columns "
+        bool experts = s->n_e > 0;
+        printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, %s "
                "%lld-%lld, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
                r, (long long)s->q0, (long long)(s->q0 + s->n_q - 1), (long long)s->kv0,
                (long long)(s->kv0 + s->n_kv - 1), rows[r].replicated ? " (replicated)" : "",
-               (long long)s->ff0, (long long)(s->ff0 + s->n_ff - 1), (long long)rows[r].p.v0,
+               experts ? "experts" : "FFN columns", (long long)(experts ? s->e0 : s->ff0),
+               (long long)(experts ? s->e0 + s->n_e - 1 : s->ff0 + s->n_ff - 1),
+               (long long)rows[r].p.v0,
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                rows[r].alike ? "" : " (layer 0; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
@@ -82,7 +85,10 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         add_range(e, "query_heads", s->q0, s->n_q);
         add_range(e, "kv_heads", s->kv0, s->n_kv);
         cJSON_AddBoolToObject(e, "kv_replicated", rows[r].replicated);
-        add_range(e, "ffn_columns", s->ff0, s->n_ff);
+        if (s->n_e)
+            add_range(e, "experts", s->e0, s->n_e);
+        else
+            add_range(e, "ffn_columns", s->ff0, s->n_ff);
         add_range(e, "vocab_rows", rows[r].p.v0, rows[r].p.n_v);
         cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
         cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);
