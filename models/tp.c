@@ -64,8 +64,7 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
                           : hp->n_kv_shared ? "layers sharing an earlier layer's KV"
                           : hp->has_v_norm ? "V head norms"
                           : hp->has_out_scale ? "layer output scales"
-                          : hp->has_o_bias || hp->has_attn_sinks ? "output biases and sinks"
-                                                                 : NULL;
+                                              : NULL;
     if (unsplit)
         return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
                         n_ranks, hp->arch, unsplit);
@@ -147,6 +146,9 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
         return;
     case TENSOR_DIM_KV:
         *at = s->kv0 * L->head_dim, *n = s->n_kv * L->head_dim;
+        return;
+    case TENSOR_DIM_HEADS: /* one value a query head (gpt-oss's sinks) */
+        *at = s->q0, *n = s->n_q;
         return;
     case TENSOR_DIM_FF:
         *at = s->ff0, *n = s->n_ff;
@@ -277,8 +279,10 @@ int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct 
                     return st;
                 }
                 s->n_copies++;
-            } else { /* TENSOR_SPLIT_EXPERTS */
+            } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
                 *o = experts_of(w, t->e0, t->n_e);
+            } else if (p->rank != 0) { /* TENSOR_SPLIT_ONCE */
+                *o = (struct model_weight){0};
             }
         }
     }
@@ -310,6 +314,8 @@ size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p)
             bytes += (size_t)w->rows * cols_bytes(w, n);
         } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
             bytes += (size_t)t->n_e * (size_t)w->rows * w->row_bytes;
+        } else if (it.t->split == TENSOR_SPLIT_ONCE && p->rank == 0) {
+            bytes += model_weight_size(w);
         }
     }
     /* the per-model norms */

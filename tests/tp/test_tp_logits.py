@@ -4,7 +4,8 @@ process on the exact path (IGNITE_MATMUL=exact: f32 matmuls): 2 and 3 ranks
 4 / 1, the KV head replicated) and synthetic GQA models (tests/pylib/archgen.py:
 Qwen2's Q/K/V biases split with their rows, 8 / 2 heads at 3 ranks (two ranks
 share a KV head), 6 / 3 heads, Gemma 3's head norms and window; a qwen3moe's
-experts split across the ranks). Each case
+experts split across the ranks; gpt-oss's sinks, output bias and experts' biases).
+Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
 and the greedy tokens equal, except at a step where one process's top two
@@ -111,6 +112,11 @@ def main():
     p = os.path.join(tmp, "moe.gguf")
     random_gguf.write(p, "tiny", "F16", 7, "qwen3moe")
     cases.append(("qwen3moe 8 experts, 2 used", p, list(range(3, 60, 3)), 7, 5))
+    # gpt-oss: each rank's sinks with its query heads, the output bias added once (rank 0's),
+    # the experts' biases with their experts; its window of 32 crossed
+    p = os.path.join(tmp, "oss.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "gpt-oss")
+    cases.append(("gpt-oss sinks, biases, experts", p, list(range(5, 200, 5)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
