@@ -60,11 +60,9 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     /* what the split below knows: attention layers with their own Q/K/V and
      * the Llama block's additions (biases on Q/K/V, head norms, post norms) */
     const char *unsplit = hp->has_deltanet ? "gated DeltaNet layers"
-                          : hp->has_ple ? "per-layer embeddings"
-                          : hp->n_kv_shared ? "layers sharing an earlier layer's KV"
-                          : hp->has_v_norm ? "V head norms"
-                          : hp->has_out_scale ? "layer output scales"
-                                              : NULL;
+                          : hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
+                                              "their sum"
+                                            : NULL;
     if (unsplit)
         return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
                         n_ranks, hp->arch, unsplit);
@@ -79,6 +77,15 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
         if (st != IG_OK) {
             model_tp_part_free(out);
             return st;
+        }
+        /* a layer reading an earlier layer's K/V (gemma4) reads this rank's
+         * heads of it: the two must split alike */
+        const struct model_tp_layer *src = &out->layers[L->kv_source];
+        if (L->kv_shared && (src->kv0 != s->kv0 || src->n_kv != s->n_kv)) {
+            model_tp_part_free(out);
+            return ig_error(IG_E_USAGE, "--tp %d: layer %lld reads layer %lld's KV heads, "
+                            "which split otherwise", n_ranks, (long long)il,
+                            (long long)L->kv_source);
         }
         /* wo's columns start at the rank's first query head: on a block */
         const struct quant_traits *wo = quant_traits_of(L->w[LAYER_WO].type);

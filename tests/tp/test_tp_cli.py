@@ -233,13 +233,14 @@ def info():
 
 def unsplit(tmp):
     """Layer kinds the split does not know yet are refused in one line, exit 2:
-    a hybrid's DeltaNet layers, Gemma 4's shared KV and per-layer embeddings."""
+    a hybrid's DeltaNet layers, Gemma 4's MoE (a dense MLP beside the experts)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
-    for arch, what in (("qwen35", "gated DeltaNet"), ("gemma4", "")):
+    for arch, shape, what in (("qwen35", "tiny", "gated DeltaNet"),
+                              ("gemma4", "moe-tiny", "dense MLP beside the experts")):
         path = os.path.join(tmp, f"{arch}.gguf")
-        random_gguf.write(path, "tiny", "F16", 1, arch)
+        random_gguf.write(path, shape, "F16", 1, arch)
         r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "2"], capture_output=True,
                            env=sanitizer_env(), text=True, timeout=LIMIT)
         lines = r.stderr.strip().splitlines()

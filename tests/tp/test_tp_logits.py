@@ -4,7 +4,8 @@ process on the exact path (IGNITE_MATMUL=exact: f32 matmuls): 2 and 3 ranks
 4 / 1, the KV head replicated) and synthetic GQA models (tests/pylib/archgen.py:
 Qwen2's Q/K/V biases split with their rows, 8 / 2 heads at 3 ranks (two ranks
 share a KV head), 6 / 3 heads, Gemma 3's head norms and window; a qwen3moe's
-experts split across the ranks; gpt-oss's sinks, output bias and experts' biases).
+experts split across the ranks; gpt-oss's sinks, output bias and experts' biases;
+gemma4's shared KV and per-layer embeddings).
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -117,6 +118,11 @@ def main():
     p = os.path.join(tmp, "oss.gguf")
     random_gguf.write(p, "tiny", "F16", 3, "gpt-oss")
     cases.append(("gpt-oss sinks, biases, experts", p, list(range(5, 200, 5)), 7, 5))
+    # gemma4: per-layer heads and head dims, shared-KV layers reading their source's heads,
+    # per-layer embeddings and output scales (replicated), V normed without a weight
+    p = os.path.join(tmp, "gemma4.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "gemma4")
+    cases.append(("gemma4 shared KV, per-layer embeddings", p, list(range(4, 300, 4)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
