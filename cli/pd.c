@@ -45,7 +45,7 @@ struct done_hdr {
 
 /* every rank → rank 0 at the end */
 struct stats_msg {
-    int64_t prompt_rows, decode_rows, caches, kv_bytes;
+    int64_t prompt_rows, decode_rows, caches, kv_bytes, waited;
     double transfer_ms;
 };
 
@@ -63,6 +63,7 @@ struct pjob {
     char *msg;         /* kv_hdr + line + cache, once prefilled */
     size_t msg_bytes;
     struct pjob *next; /* the outbox */
+    bool waited;       /* no decode rank had room for it when it was ready */
 };
 
 /* A request decoding on a decode rank. */
@@ -423,8 +424,11 @@ static bool ship(struct pd *pd)
     while (pd->outbox) {
         struct pjob *j = pd->outbox;
         int d = pick_decode(pd, j->h.need);
-        if (d < 0)
+        if (d < 0) {
+            pd->stats.waited += !j->waited;
+            j->waited = true;
             break;
+        }
         struct kv_hdr h;
         memcpy(&h, j->msg, sizeof h);
         h.ago_ms = (double)(ig_now_ns() - j->r.t_arrival_ns) / 1e6;
@@ -505,7 +509,10 @@ static void decode_done(void *user, struct gen_request *r)
  * history, the request into this rank's engine. */
 static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
 {
+    if (bytes < sizeof j->h)
+        return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
     memcpy(&j->h, buf, sizeof j->h);
+    pd->stats.kv_bytes += j->h.kv_bytes;
     const char *line = buf + sizeof j->h, *kv = line + j->h.line_len;
     if (sizeof j->h + (size_t)j->h.line_len + (size_t)j->h.kv_bytes != bytes)
         return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
@@ -555,7 +562,6 @@ static void receive_cache(struct pd *pd, size_t bytes, int from)
     j->transfer_ms = (double)(j->t_recv_ns - t0) / 1e6;
     j->prefill_rank = from;
     pd->stats.caches++;
-    pd->stats.kv_bytes += (int64_t)bytes;
     pd->stats.transfer_ms += j->transfer_ms;
     char err[1024] = "";
     ig_error_capture(err, sizeof err);
@@ -815,11 +821,18 @@ void pd_finish(struct pd *pd, bool quiet)
     if (all)
         all[0] = pd->stats;
     for (int r = 0; all && !quiet && r < pd->size; r++)
-        fprintf(stderr, "pd: rank %d (%s): %lld prompt rows, %lld decode rows, %lld caches %s "
-                "(%.2f MiB%s)\n", r, role_name(pd, r), (long long)all[r].prompt_rows,
-                (long long)all[r].decode_rows, (long long)all[r].caches,
-                r < pd->o.n_prefill ? "sent" : "received",
-                (double)all[r].kv_bytes / 1048576.0, "");
+        if (r < pd->o.n_prefill)
+            fprintf(stderr, "pd: rank %d (prefill): %lld prompt rows, %lld decode rows, %lld "
+                    "caches sent (%.2f MiB), %lld waited for a decode rank's room\n", r,
+                    (long long)all[r].prompt_rows, (long long)all[r].decode_rows,
+                    (long long)all[r].caches, (double)all[r].kv_bytes / 1048576.0,
+                    (long long)all[r].waited);
+        else
+            fprintf(stderr, "pd: rank %d (decode): %lld prompt rows, %lld decode rows, %lld "
+                    "caches received (%.2f MiB in %.1f ms)\n", r,
+                    (long long)all[r].prompt_rows, (long long)all[r].decode_rows,
+                    (long long)all[r].caches, (double)all[r].kv_bytes / 1048576.0,
+                    all[r].transfer_ms);
     free(all);
 }
 
