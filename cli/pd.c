@@ -610,7 +610,8 @@ int pd_submit(struct pd *pd, struct gen_request *r, const char *line, size_t len
         return ig_error(IG_E_NOMEM, "out of memory");
     }
     int64_t n_ctx = pd->o.be->o.n_ctx, n = r->n_tokens;
-    int64_t max_pos = n + (r->params.n_predict > 0 ? r->params.n_predict : n_ctx);
+    /* the engine's promise: the last sampled token is never fed back */
+    int64_t max_pos = n + (r->params.n_predict > 0 ? r->params.n_predict - 1 : n_ctx);
     q->h = (struct req_hdr){.seq = pd->n_seq, .seed = (int64_t)r->params.sp.seed,
                             .line_no = line_no, .n_tokens = n, .line_len = (int64_t)len,
                             .need = kv_blocks_for(max_pos < n_ctx ? max_pos : n_ctx),

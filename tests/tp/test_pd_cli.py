@@ -140,6 +140,31 @@ def equal_runs(mpirun, tmp):
           f" differ of {len(res)}: {got.stderr[-300:]}")
 
 
+def errors(mpirun, tmp):
+    """Requests that fail on the prefill rank (over the context), on rank 0 (not
+    JSON, a grammar that does not compile) and on the decode rank (more blocks
+    than its pool: --kv-mem 3 holds one) get one process's error objects; the
+    others run (exit 9 both)."""
+    path = model_path()
+    f = os.path.join(tmp, "bad.jsonl")
+    with open(f, "w") as out:
+        out.write(json.dumps({"id": "ok", "prompt": "Hello there", "n_predict": 3,
+                              "temperature": 0}) + "\n")
+        out.write(json.dumps({"id": "long", "prompt": LONG, "n_predict": 3}) + "\n")
+        out.write("{not json\n")
+        out.write(json.dumps({"id": "gbnf", "prompt": "Hi", "grammar": "root ::= ("}) + "\n")
+        out.write(json.dumps({"id": "many", "prompt": "Hi", "n_predict": 100}) + "\n")
+    args = ["-m", path, "-t", "1", "-c", "128", "--kv-mem", "3", "--ordered", "-f", f]
+
+    def rows(r):
+        return [(o.get("id"), o.get("text"), o.get("error"), o.get("status"))
+                for o in map(json.loads, r.stdout.decode().splitlines())]
+    one, pd = batch(mpirun, 1, args), batch(mpirun, 2, args + ["--pd", "1:1"])
+    check(one.returncode == 9 and pd.returncode == 9 and rows(pd) == rows(one) and
+          len(rows(one)) == 5, f"failing requests: exit {one.returncode}/{pd.returncode}: "
+          f"{rows(pd)} against {rows(one)}")
+
+
 def one_line(stderr, *words):
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.startswith("ignite:")]
     return len(lines) == 1 and all(w in lines[0] for w in words), lines
@@ -198,6 +223,7 @@ def main():
         return 77
     tmp = tempfile.mkdtemp()
     for name, fn in (("equal", lambda: equal_runs(mpirun, tmp)),
+                     ("errors", lambda: errors(mpirun, tmp)),
                      ("failures", lambda: failures(mpirun, tmp))):
         t = time.time()
         fn()
