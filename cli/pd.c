@@ -20,13 +20,15 @@ enum { TAG_REQ = 900, TAG_KV, TAG_ROOM, TAG_SHIPPED, TAG_DONE, TAG_STOP, TAG_STA
 
 /* rank 0 → prefill: then tokens[n_tokens] (int32), the line */
 struct req_hdr {
-    int64_t seq, seed, line_no, n_tokens, line_len, need;
+    int64_t seq, line_no, n_tokens, line_len, need, n_predict, ignore_eog;
+    struct sampler_params sp;   /* the seed picked */
     double ago_ms, tokenize_ms; /* since arrival, on rank 0's clock */
 };
 
 /* prefill → decode: then the line, then the saved cache */
 struct kv_hdr {
-    int64_t seq, seed, line_no, line_len, kv_bytes, need, n_prompt, n_cached;
+    int64_t seq, line_no, line_len, kv_bytes, need, n_prompt, n_cached, n_predict, ignore_eog;
+    struct sampler_params sp;
     double ago_ms, queue_ms, prefill_ms, pack_ms;
 };
 
@@ -35,10 +37,11 @@ struct room_msg {
     int64_t blocks, slots, total;
 };
 
-/* any → rank 0: a request ended (then its text, then its error line) */
+/* any → rank 0: a request ended (then its text, its error line, n_times
+ * tokens' times (ns before the message, int64) and ids (int32)) */
 struct done_hdr {
     int64_t seq, status, stop, n_prompt, n_cached, n_gen, n_decode, ttft_set, grammar,
-        grammar_complete, text_len, err_len, prefill_rank, kv_bytes, has_first;
+        grammar_complete, text_len, err_len, prefill_rank, kv_bytes, has_first, n_times;
     double queue_ms, prefill_ms, ttft_ms, decode_ms, first_ago_ms, last_ago_ms, pack_ms,
         transfer_ms;
 };
@@ -79,6 +82,9 @@ struct djob {
     struct kv_store *kv;
     char *text;
     size_t len, cap;
+    int64_t *times;          /* each token's time, where rank 0 asks (on_token) */
+    int32_t *toks;
+    int64_t n_times, cap_times;
     int64_t t_recv_ns;
     double transfer_ms, pack_ms;
 };
@@ -242,10 +248,13 @@ static char *take(struct pd *pd, size_t bytes, int from, int tag)
 
 /* A request's end to rank 0: its result, text and error line. */
 static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, const char *text,
-                      size_t len, const char *err, const struct pd_transfer *t)
+                      size_t len, const char *err, const struct pd_transfer *t,
+                      const struct djob *j)
 {
     int64_t now = ig_now_ns();
     size_t n_err = err ? strlen(err) : 0;
+    int64_t n_times = j ? j->n_times : 0;
+    size_t tb = (size_t)n_times * (sizeof(int64_t) + sizeof(int32_t));
     struct done_hdr h = {
         .seq = seq, .status = res->status, .stop = res->stop, .n_prompt = res->n_prompt,
         .n_cached = res->n_cached, .n_gen = res->n_gen, .n_decode = res->n_decode,
@@ -258,8 +267,9 @@ static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, 
         .first_ago_ms = res->t_first_ns ? (double)(now - res->t_first_ns) / 1e6 : 0,
         .last_ago_ms = res->t_last_ns ? (double)(now - res->t_last_ns) / 1e6 : 0,
         .pack_ms = t ? t->pack_ms : 0, .transfer_ms = t ? t->transfer_ms : 0,
+        .n_times = n_times,
     };
-    char *buf = malloc(sizeof h + len + n_err + 1);
+    char *buf = malloc(sizeof h + len + n_err + tb + 1);
     if (!buf)
         fatal(pd, IG_E_NOMEM, "out of memory for a result");
     memcpy(buf, &h, sizeof h);
@@ -267,14 +277,22 @@ static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, 
         memcpy(buf + sizeof h, text, len);
     if (n_err)
         memcpy(buf + sizeof h + len, err, n_err);
-    post(pd, buf, sizeof h + len + n_err, 0, TAG_DONE);
+    int64_t *ago = (int64_t *)(void *)(buf + sizeof h + len + n_err);
+    for (int64_t i = 0; i < n_times; i++) { /* (unaligned: copied, not stored through) */
+        int64_t a = now - j->times[i];
+        memcpy(ago + i, &a, sizeof a);
+    }
+    if (n_times)
+        memcpy(buf + sizeof h + len + n_err + (size_t)n_times * sizeof(int64_t), j->toks,
+               (size_t)n_times * sizeof(int32_t));
+    post(pd, buf, sizeof h + len + n_err + tb, 0, TAG_DONE);
 }
 
 /* A request that failed before any result: its status and line. */
 static void send_error(struct pd *pd, int64_t seq, int st, const char *err)
 {
     struct gen_result res = {.status = st};
-    send_done(pd, seq, &res, NULL, 0, err[0] ? err : ig_status_name(st), NULL);
+    send_done(pd, seq, &res, NULL, 0, err[0] ? err : ig_status_name(st), NULL, NULL);
 }
 
 /* ---- prefill ranks ------------------------------------------------------------------------ */
@@ -321,7 +339,8 @@ static int pack(struct pd *pd, struct pjob *j)
     }
     const struct gen_result *res = &j->r.result;
     h = (struct kv_hdr){
-        .seq = j->h.seq, .seed = j->h.seed, .line_no = j->h.line_no, .line_len = j->h.line_len,
+        .seq = j->h.seq, .line_no = j->h.line_no, .line_len = j->h.line_len,
+        .n_predict = j->h.n_predict, .ignore_eog = j->h.ignore_eog, .sp = j->h.sp,
         .kv_bytes = (int64_t)(bytes - sizeof h - (size_t)j->h.line_len), .need = j->h.need,
         .n_prompt = res->n_prompt, .n_cached = res->n_cached, .queue_ms = res->queue_ms,
         .prefill_ms = res->prefill_ms, .pack_ms = (double)(ig_now_ns() - t0) / 1e6,
@@ -358,7 +377,7 @@ static void prefill_done(void *user, struct gen_request *r)
     } else if (st != IG_OK) {
         send_error(pd, j->h.seq, st, "");
     } else { /* ended otherwise (interrupted): the result as it is */
-        send_done(pd, j->h.seq, &r->result, NULL, 0, NULL, NULL);
+        send_done(pd, j->h.seq, &r->result, NULL, 0, NULL, NULL, NULL);
     }
     pjob_free(j);
 }
@@ -461,7 +480,29 @@ static void djob_free(struct djob *j)
     free(j->logits);
     kv_store_free(j->kv);
     free(j->text);
+    free(j->times);
+    free(j->toks);
     free(j);
+}
+
+static void decode_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns)
+{
+    struct djob *j = r->user;
+    (void)user;
+    if (j->n_times == j->cap_times) {
+        int64_t cap = j->cap_times ? 2 * j->cap_times : 64;
+        int64_t *t = realloc(j->times, (size_t)cap * sizeof *t);
+        if (t)
+            j->times = t;
+        int32_t *k = t ? realloc(j->toks, (size_t)cap * sizeof *k) : NULL;
+        if (k)
+            j->toks = k;
+        if (!t || !k)
+            return; /* (the times are for a benchmark's inter-token latencies) */
+        j->cap_times = cap;
+    }
+    j->times[j->n_times] = t_ns;
+    j->toks[j->n_times++] = token;
 }
 
 static int decode_text(void *user, struct gen_request *r, const char *text, size_t len)
@@ -499,7 +540,7 @@ static void decode_done(void *user, struct gen_request *r)
                             .kv_bytes = j->h.kv_bytes, .pack_ms = j->h.pack_ms + j->pack_ms,
                             .transfer_ms = j->transfer_ms};
     send_done(pd, j->h.seq, &res, j->text, j->len,
-              res.status != IG_OK ? ig_status_name(res.status) : NULL, &t);
+              res.status != IG_OK ? ig_status_name(res.status) : NULL, &t, j);
     pd->live_need -= j->h.need;
     pd->live_n--;
     djob_free(j);
@@ -517,14 +558,20 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
     if (sizeof j->h + (size_t)j->h.line_len + (size_t)j->h.kv_bytes != bytes)
         return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
     int64_t t0 = ig_now_ns();
-    int st = batch_request_parse(line, (size_t)j->h.line_len, pd->o.plain, pd->o.defaults,
-                                 &j->in);
-    if (st == IG_OK)
-        st = batch_request_grammar(&j->in, j->h.line_no, &j->grammar);
-    if (st != IG_OK)
-        return st;
-    j->in.opts.sp.seed = (uint64_t)j->h.seed;
-    batch_request_params(&j->in, j->grammar, pd->o.grammar, &j->r.params);
+    if (j->h.line_len) { /* batch: the line's stop strings, constraint, ... */
+        int st = batch_request_parse(line, (size_t)j->h.line_len, pd->o.plain, pd->o.defaults,
+                                     &j->in);
+        if (st == IG_OK)
+            st = batch_request_grammar(&j->in, j->h.line_no, &j->grammar);
+        if (st != IG_OK)
+            return st;
+        j->in.opts.sp.seed = j->h.sp.seed;
+        batch_request_params(&j->in, j->grammar, pd->o.grammar, &j->r.params);
+    } else { /* bench: its length and greedy sampling */
+        j->r.params = (struct gen_params){.n_predict = j->h.n_predict,
+                                          .ignore_eog = j->h.ignore_eog, .sp = j->h.sp};
+    }
+    int st;
     FILE *f = fmemopen((void *)kv, (size_t)j->h.kv_bytes, "rb");
     if (!f)
         return ig_error(IG_E_NOMEM, "out of memory reading a cache");
@@ -612,13 +659,16 @@ int pd_submit(struct pd *pd, struct gen_request *r, const char *line, size_t len
     int64_t n_ctx = pd->o.be->o.n_ctx, n = r->n_tokens;
     /* the engine's promise: the last sampled token is never fed back */
     int64_t max_pos = n + (r->params.n_predict > 0 ? r->params.n_predict - 1 : n_ctx);
-    q->h = (struct req_hdr){.seq = pd->n_seq, .seed = (int64_t)r->params.sp.seed,
+    q->h = (struct req_hdr){.seq = pd->n_seq, .sp = r->params.sp,
+                            .n_predict = r->params.n_predict,
+                            .ignore_eog = r->params.ignore_eog,
                             .line_no = line_no, .n_tokens = n, .line_len = (int64_t)len,
                             .need = kv_blocks_for(max_pos < n_ctx ? max_pos : n_ctx),
                             .tokenize_ms = r->result.tokenize_ms};
     q->r.t_arrival_ns = r->t_arrival_ns;
     memcpy(q->msg + sizeof q->h, r->tokens, tb);
-    memcpy(q->msg + sizeof q->h + tb, line, len);
+    if (len)
+        memcpy(q->msg + sizeof q->h + tb, line, len);
     q->msg_bytes = sizeof q->h + tb + len;
     pd->waiting[pd->n_seq++] = r;
     pd->n_pending++;
@@ -665,7 +715,8 @@ static void take_done(struct pd *pd, const char *buf, size_t bytes, int from)
 {
     struct done_hdr h;
     memcpy(&h, buf, sizeof h);
-    if (sizeof h + (size_t)h.text_len + (size_t)h.err_len != bytes || h.seq < 0 ||
+    size_t tb = (size_t)h.n_times * (sizeof(int64_t) + sizeof(int32_t));
+    if (sizeof h + (size_t)h.text_len + (size_t)h.err_len + tb != bytes || h.seq < 0 ||
         h.seq >= pd->n_seq || !pd->waiting[h.seq])
         fatal(pd, IG_E_INTERNAL, "a result message that fits no request");
     if (from < pd->o.n_prefill)
@@ -689,6 +740,14 @@ static void take_done(struct pd *pd, const char *buf, size_t bytes, int from)
     struct pd_transfer t = {.prefill_rank = (int)h.prefill_rank, .decode_rank = from,
                             .kv_bytes = h.kv_bytes, .pack_ms = h.pack_ms,
                             .transfer_ms = h.transfer_ms};
+    const char *at = buf + sizeof h + h.text_len + h.err_len;
+    for (int64_t i = 0; pd->o.on_token && i < h.n_times; i++) { /* on this rank's clock */
+        int64_t ago;
+        int32_t tok;
+        memcpy(&ago, at + (size_t)i * sizeof ago, sizeof ago);
+        memcpy(&tok, at + (size_t)h.n_times * sizeof ago + (size_t)i * sizeof tok, sizeof tok);
+        pd->o.on_token(pd->o.user, r, tok, now - ago);
+    }
     pd->o.on_result(pd->o.user, r, buf + sizeof h, (size_t)h.text_len, err,
                     from >= pd->o.n_prefill ? &t : NULL);
 }
@@ -859,6 +918,8 @@ int pd_create(const struct pd_opts *o, struct pd **out)
                              .interrupt = pd->rank == 0 ? o->interrupt : NULL,
                              .cb = {.on_done = pd->prefill ? prefill_done : decode_done,
                                     .on_text = pd->prefill ? NULL : decode_text,
+                                    .on_token = pd->prefill || !o->want_times ? NULL
+                                                                              : decode_token,
                                     .user = pd}};
     int st = engine_create(o->be, o->vocab, &eo, &pd->e);
     if (st == IG_OK)

@@ -55,6 +55,10 @@ struct pd_opts {
     bool plain;                    /* --lines */
     const struct grammar *grammar; /* the command line's constraint, or NULL */
     volatile sig_atomic_t *interrupt;
+    /* rank 0: each token of r (its time on rank 0's clock), before on_result;
+     * NULL: none. want_times (every rank): the decode ranks keep the times */
+    void (*on_token)(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
+    bool want_times;
     /* rank 0: request r ended (r->result filled); `err` its error line where
      * r->result.status is not IG_OK */
     void (*on_result)(void *user, struct gen_request *r, const char *text, size_t len,
@@ -86,7 +90,9 @@ void pd_free(struct pd *pd);
 const struct engine *pd_engine(const struct pd *pd);
 
 /* Rank 0: queues r (its tokens, params with the seed picked, arrival;
- * borrowed until on_result) with its line as read. */
+ * borrowed until on_result) with its line as read (batch: the decode rank
+ * parses it again for the rest of its parameters), or none (len 0, bench:
+ * r's n_predict, ignore_eog and sampler alone). */
 int pd_submit(struct pd *pd, struct gen_request *r, const char *line, size_t len,
               int64_t line_no);
 /* Rank 0: requests submitted and not yet ended. */

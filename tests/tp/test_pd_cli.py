@@ -13,7 +13,8 @@ the same texts; and the failures: --pd without mpirun, against the ranks
 started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
 (the job ends, non-zero, no hang), one stopped (IGNITE_TP_WATCHDOG=3: one
 line naming it, exit 7).
-Usage: test_pd_cli.py   (about 30 s on 2 loaded cores)
+Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
+Usage: test_pd_cli.py   (about 35 s on 2 cores at load average 9)
 """
 import json
 import os
@@ -48,6 +49,8 @@ def requests():
     # the long prompt's first blocks again: shared on the prefill rank as in one process
     reqs.append({"id": "long2", "prompt": LONG + "Who built the bridge?", "n_predict": 5,
                  "temperature": 0.7, "seed": 7})
+    if sanitized():  # (~30x slower) a greedy, a seeded, the long pair
+        reqs = [r for r in reqs if r["id"] in (0, 1, "long", "long2")]
     return reqs
 
 
@@ -82,14 +85,15 @@ def equal_runs(mpirun, tmp):
     one = batch(mpirun, 1, args)
     check(one.returncode == 0, f"one process: {one.stderr[-300:]}")
     _, want = results(one.stdout)
-    check(len(want) == 13 and all(w[1] for w in want), f"one process: {want}")
+    n = len(requests())
+    check(len(want) == n and all(w[1] for w in want), f"one process: {want}")
     # the long request's cache as `run --prompt-only --save-kv` writes it
     kv = os.path.join(tmp, "long.kv")
     r = subprocess.run([IGNITE, "run", "-m", path, "-t", "1", "-p", LONG + "What sold best?",
                         "--prompt-only", "--save-kv", kv], capture_output=True, timeout=LIMIT,
                        env=sanitizer_env())
     check(r.returncode == 0 and os.path.exists(kv), f"run --save-kv: {r.stderr[-300:]}")
-    layouts = ((1, 1), (1, 2)) if sanitized() else ((1, 1), (1, 2), (2, 1))
+    layouts = ((1, 2),) if sanitized() else ((1, 1), (1, 2), (2, 1))
     for p, d in layouts:
         t = time.time()
         got = batch(mpirun, p + d, args + ["--pd", f"{p}:{d}"])
@@ -102,7 +106,7 @@ def equal_runs(mpirun, tmp):
         else:
             want_p = want
         diff = [(g, w) for g, w in zip(res, want_p) if g != w]
-        check(len(res) == 13 and not diff, f"{what}: {len(diff)} requests differ, first {diff[:1]}")
+        check(len(res) == n and not diff, f"{what}: {len(diff)} requests differ, first {diff[:1]}")
         ranks = pd_lines(got.stderr)
         check(sorted(ranks) == list(range(p + d)), f"{what}: pd lines {ranks}")
         check(all(ranks[r][2] == 0 for r in range(p)) and all(ranks[r][1] == 0 for r in
@@ -135,7 +139,7 @@ def equal_runs(mpirun, tmp):
               if ln.startswith("pd: rank 0") and "waited" in ln]
     check(waited and int(waited[0].split(", ")[-1].split()[0]) > 0,
           f"--kv-mem 12, --pd 1:1: no cache waited for room: {waited}")
-    check(one.returncode == 0 and got.returncode == 0 and res == want and len(res) == 13,
+    check(one.returncode == 0 and got.returncode == 0 and res == want and len(res) == n,
           f"--kv-mem 12, --pd 1:1: exit {got.returncode}, {sum(g != w for g, w in zip(res, want))}"
           f" differ of {len(res)}: {got.stderr[-300:]}")
 
@@ -194,6 +198,8 @@ def failures(mpirun, tmp):
     argv = ["batch", "-m", path, "-t", "1", "-c", "4096", "--pd", "1:1", "-f", long]
     cmd = " ".join(f"'{a}'" for a in [IGNITE] + argv)
     base = [mpirun, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    if sanitized():  # they test mpirun and the watchdog: the normal build runs them
+        return
     for sig, env, want in (("KILL", {}, None), ("STOP", {"IGNITE_TP_WATCHDOG": "3"}, 7)):
         t = time.time()
         try:
