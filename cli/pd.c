@@ -10,6 +10,7 @@
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,7 @@ struct pd {
     bool stop;
     int64_t alive_ns;
     struct stats_msg stats;
+    struct stats_msg *all;    /* rank 0, after pd_finish: every rank's */
 };
 
 /* ---- the job and its checks ------------------------------------------------------ */
@@ -893,7 +895,36 @@ void pd_finish(struct pd *pd, bool quiet)
                     (long long)all[r].prompt_rows, (long long)all[r].decode_rows,
                     (long long)all[r].caches, (double)all[r].kv_bytes / 1048576.0,
                     all[r].transfer_ms);
-    free(all);
+    pd->all = all;
+}
+
+bool pd_ranks_json(const struct pd *pd, cJSON *j)
+{
+    cJSON *o = cJSON_AddObjectToObject(j, "pd");
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "ranks") : NULL;
+    if (!arr)
+        return false;
+    cJSON_AddNumberToObject(o, "prefill_ranks", pd->o.n_prefill);
+    cJSON_AddNumberToObject(o, "decode_ranks", pd->o.n_decode);
+    for (int r = 0; pd->all && r < pd->size; r++) {
+        const struct stats_msg *s = &pd->all[r];
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e)) {
+            cJSON_Delete(e);
+            return false;
+        }
+        cJSON_AddNumberToObject(e, "rank", r);
+        cJSON_AddStringToObject(e, "role", role_name(pd, r));
+        cJSON_AddNumberToObject(e, "prompt_rows", (double)s->prompt_rows);
+        cJSON_AddNumberToObject(e, "decode_rows", (double)s->decode_rows);
+        cJSON_AddNumberToObject(e, "caches", (double)s->caches);
+        cJSON_AddNumberToObject(e, "kv_bytes", (double)s->kv_bytes);
+        if (r < pd->o.n_prefill)
+            cJSON_AddNumberToObject(e, "waited", (double)s->waited);
+        else
+            cJSON_AddNumberToObject(e, "transfer_ms", s->transfer_ms);
+    }
+    return true;
 }
 
 /* ---- life ----------------------------------------------------------------------------- */
@@ -966,5 +997,6 @@ void pd_free(struct pd *pd)
     free(pd->heard_ns);
     free(pd->room);
     free(pd->room_known);
+    free(pd->all);
     free(pd);
 }

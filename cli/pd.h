@@ -108,4 +108,9 @@ int pd_serve(struct pd *pd);
  * (unless quiet). */
 void pd_finish(struct pd *pd, bool quiet);
 
+/* Rank 0, after pd_finish: j's "pd" member, every rank's rows, caches and
+ * bytes (bench's JSON). False when out of memory. */
+struct cJSON;
+bool pd_ranks_json(const struct pd *pd, struct cJSON *j);
+
 #endif

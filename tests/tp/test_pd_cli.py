@@ -12,7 +12,8 @@ one request at a time (--kv-mem): prefill waits, every request completes,
 the same texts; and the failures: --pd without mpirun, against the ranks
 started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
 (the job ends, non-zero, no hang), one stopped (IGNITE_TP_WATCHDOG=3: one
-line naming it, exit 7).
+line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
+schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
 Usage: test_pd_cli.py   (about 35 s on 2 cores at load average 9)
 """
@@ -169,6 +170,38 @@ def errors(mpirun, tmp):
           f"{rows(pd)} against {rows(one)}")
 
 
+def bench(mpirun):
+    """bench --requests --pd 1:2 on a seeded schedule: the requests, their
+    arrivals and lengths one process's; every token's gap reported; each rank's
+    rows in the JSON (decode rows: a row per token after the first)."""
+    path = model_path()
+    args = ["bench", "-m", path, "-t", "1", "--requests", "6", "-P", "2", "--input-len", "40",
+            "--output-len", "6:2", "--request-rate", "20", "-s", "3", "-o", "json"]
+
+    def report(r):
+        d = json.loads(r.stdout)
+        return d[0] if isinstance(d, list) else d
+    one = subprocess.run([IGNITE] + args, capture_output=True, timeout=LIMIT, env=sanitizer_env())
+    got = mpi(mpirun, 3, [IGNITE] + args + ["--pd", "1:2"], timeout=LIMIT)
+    check(one.returncode == 0 and got.returncode == 0,
+          f"bench --pd 1:2: exit {one.returncode}/{got.returncode}: {got.stderr[-300:]}")
+    if one.returncode or got.returncode:
+        return
+    a, b = report(one), report(got)
+    keys = ("completed", "total_input_tokens", "total_output_tokens")
+    check(all(a[k] == b[k] for k in keys), f"bench --pd: {[(a[k], b[k]) for k in keys]}")
+    req = [[(q["index"], q["arrival_s"], q["input_len"], q["output_len"]) for q in x["requests"]]
+           for x in (a, b)]
+    check(sorted(req[0]) == sorted(req[1]), f"bench --pd: requests {req[1]} against {req[0]}")
+    check(all(len(q["itl_ms"]) == q["output_len"] - 1 and q["pd"]["kv_bytes"] > 0
+              for q in b["requests"]), "bench --pd: a request's gaps or cache bytes")
+    ranks = b.get("pd", {}).get("ranks", [])
+    check(len(ranks) == 3 and ranks[0]["decode_rows"] == 0 and
+          sum(r["prompt_rows"] for r in ranks[1:]) == 0 and
+          sum(r["decode_rows"] for r in ranks) == b["total_output_tokens"] - b["completed"],
+          f"bench --pd: ranks {ranks}")
+
+
 def one_line(stderr, *words):
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.startswith("ignite:")]
     return len(lines) == 1 and all(w in lines[0] for w in words), lines
@@ -230,6 +263,7 @@ def main():
     tmp = tempfile.mkdtemp()
     for name, fn in (("equal", lambda: equal_runs(mpirun, tmp)),
                      ("errors", lambda: errors(mpirun, tmp)),
+                     ("bench", lambda: bench(mpirun)),
                      ("failures", lambda: failures(mpirun, tmp))):
         t = time.time()
         fn()
