@@ -1,126 +1,18 @@
-/* cli/pd.c: prefill and decode on different ranks (cli/pd.h): the
- * messages between them and each rank's loop. Covered by tests/pd/. */
-#include "cli/pd.h"
+/* cli/pd.c: prefill and decode on different ranks (cli/pd.h): the checks
+ * of the job, sending, rank 0's part (hand-outs, results) and the round
+ * every rank runs; a prefill rank's part is pd_prefill.c, a decode rank's
+ * pd_decode.c. Covered by tests/tp/test_pd_cli.py. */
+#include "cli/pd_impl.h"
 
-#include "cli/batch_request.h"
 #include "core/coll.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "grammar/grammar.h"
-#include "kvcache/kvcache.h"
-#include "models/model.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Message kinds (MPI tags). */
-enum { TAG_REQ = 900, TAG_KV, TAG_ROOM, TAG_SHIPPED, TAG_DONE, TAG_STOP, TAG_STATS, TAG_ALIVE };
-
-/* rank 0 → prefill: then tokens[n_tokens] (int32), the line */
-struct req_hdr {
-    int64_t seq, line_no, n_tokens, line_len, need, n_predict, ignore_eog;
-    struct sampler_params sp;   /* the seed picked */
-    double ago_ms, tokenize_ms; /* since arrival, on rank 0's clock */
-};
-
-/* prefill → decode: then the line, then the saved cache */
-struct kv_hdr {
-    int64_t seq, line_no, line_len, kv_bytes, need, n_prompt, n_cached, n_predict, ignore_eog;
-    struct sampler_params sp;
-    double ago_ms, queue_ms, prefill_ms, pack_ms;
-};
-
-/* decode → prefill ranks: what a new request may still take */
-struct room_msg {
-    int64_t blocks, slots, total;
-};
-
-/* any → rank 0: a request ended (then its text, its error line, n_times
- * tokens' times (ns before the message, int64) and ids (int32)) */
-struct done_hdr {
-    int64_t seq, status, stop, n_prompt, n_cached, n_gen, n_decode, ttft_set, grammar,
-        grammar_complete, text_len, err_len, prefill_rank, kv_bytes, has_first, n_times;
-    double queue_ms, prefill_ms, ttft_ms, decode_ms, first_ago_ms, last_ago_ms, pack_ms,
-        transfer_ms;
-};
-
-/* every rank → rank 0 at the end */
-struct stats_msg {
-    int64_t prompt_rows, decode_rows, caches, kv_bytes, waited;
-    double transfer_ms;
-};
-
-struct out { /* a send in flight and its buffer */
-    void *buf;
-    struct ig_coll_send_req *req;
-};
-
-/* A prompt on a prefill rank, then its cache waiting for a decode rank. */
-struct pjob {
-    struct gen_request r;
-    struct req_hdr h;
-    int32_t *tokens;
-    char *line;
-    char *msg;         /* kv_hdr + line + cache, once prefilled */
-    size_t msg_bytes;
-    struct pjob *next; /* the outbox */
-    bool waited;       /* no decode rank had room for it when it was ready */
-};
-
-/* A request decoding on a decode rank. */
-struct djob {
-    struct gen_request r;
-    struct kv_hdr h;
-    int prefill_rank;
-    struct batch_request in;
-    struct grammar *grammar;
-    struct gen_history hist;
-    int32_t *tokens;
-    float *logits;
-    struct kv_store *kv;
-    char *text;
-    size_t len, cap;
-    int64_t *times;          /* each token's time, where rank 0 asks (on_token) */
-    int32_t *toks;
-    int64_t n_times, cap_times;
-    int64_t t_recv_ns;
-    double transfer_ms, pack_ms;
-};
-
-struct pd {
-    struct pd_opts o;
-    int rank, size;
-    bool prefill, decode;     /* this rank's role */
-    struct engine *e;
-    int64_t n_slots, n_blocks;
-    unsigned char model_id[KV_MODEL_ID_BYTES];
-    struct kv_memory *layers; /* what a cache must hold */
-    struct out *outs;
-    int64_t n_outs, cap_outs;
-    /* rank 0 */
-    struct gen_request **waiting; /* by seq, until their result */
-    int64_t n_seq, cap_waiting, n_pending;
-    struct pjob *queue, *queue_tail; /* requests not yet handed to a prefill rank */
-    int64_t *in_hand;         /* [n_prefill] requests each prefill rank holds */
-    int64_t *heard_ns;        /* [size] the last message from each rank */
-    double watch_s;
-    /* prefill ranks */
-    struct pjob *outbox, *outbox_tail;
-    struct room_msg *room;    /* [n_decode] each decode rank's, as last heard and spent */
-    bool *room_known;
-    /* decode ranks */
-    int64_t live_need, live_n;
-    struct room_msg told;     /* the last room sent */
-    bool told_once;
-    /* the end */
-    bool stop;
-    int64_t alive_ns;
-    struct stats_msg stats;
-    struct stats_msg *all;    /* rank 0, after pd_finish: every rank's */
-};
 
 /* ---- the job and its checks ------------------------------------------------------ */
 
@@ -186,42 +78,42 @@ const struct engine *pd_engine(const struct pd *pd)
     return pd->e;
 }
 
-static const char *role_name(const struct pd *pd, int rank)
+const char *pd_role_name(const struct pd *pd, int rank)
 {
     return rank < pd->o.n_prefill ? "prefill" : "decode";
 }
 
 /* A rank other than 0 cannot go on: one line naming it, every rank ends. */
-_Noreturn static void fatal(const struct pd *pd, int st, const char *what)
+_Noreturn void pd_fatal(const struct pd *pd, int st, const char *what)
 {
     fprintf(stderr, "ignite: rank %d of %d (%s): %s\n", pd->rank, pd->size,
-            role_name(pd, pd->rank), what);
+            pd_role_name(pd, pd->rank), what);
     ig_coll_abort(st);
 }
 
 /* ---- sending ------------------------------------------------------------------------ */
 
 /* Sends buf (owned from here; freed once sent) to `to`. */
-static void post(struct pd *pd, void *buf, size_t bytes, int to, int tag)
+void pd_post(struct pd *pd, void *buf, size_t bytes, int to, int tag)
 {
     if (pd->n_outs == pd->cap_outs) {
         int64_t cap = pd->cap_outs ? 2 * pd->cap_outs : 16;
         struct out *o = realloc(pd->outs, (size_t)cap * sizeof *o);
         if (!o)
-            fatal(pd, IG_E_NOMEM, "out of memory for a message");
+            pd_fatal(pd, IG_E_NOMEM, "out of memory for a message");
         pd->outs = o;
         pd->cap_outs = cap;
     }
     pd->outs[pd->n_outs++] = (struct out){buf, ig_coll_isend(buf, bytes, to, tag)};
 }
 
-static void post_copy(struct pd *pd, const void *v, size_t bytes, int to, int tag)
+void pd_post_copy(struct pd *pd, const void *v, size_t bytes, int to, int tag)
 {
     void *buf = malloc(bytes ? bytes : 1);
     if (!buf)
-        fatal(pd, IG_E_NOMEM, "out of memory for a message");
+        pd_fatal(pd, IG_E_NOMEM, "out of memory for a message");
     memcpy(buf, v, bytes);
-    post(pd, buf, bytes, to, tag);
+    pd_post(pd, buf, bytes, to, tag);
 }
 
 /* Frees the sends that went. Returns whether any is still in flight. */
@@ -239,17 +131,17 @@ static bool progress(struct pd *pd)
 }
 
 /* Receives the message ig_coll_poll announced into a new buffer. */
-static char *take(struct pd *pd, size_t bytes, int from, int tag)
+char *pd_take(struct pd *pd, size_t bytes, int from, int tag)
 {
     char *buf = malloc(bytes ? bytes : 1);
     if (!buf)
-        fatal(pd, IG_E_NOMEM, "out of memory for a message");
+        pd_fatal(pd, IG_E_NOMEM, "out of memory for a message");
     ig_coll_recv(buf, bytes, from, tag);
     return buf;
 }
 
 /* A request's end to rank 0: its result, text and error line. */
-static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, const char *text,
+void pd_send_done(struct pd *pd, int64_t seq, const struct gen_result *res, const char *text,
                       size_t len, const char *err, const struct pd_transfer *t,
                       const struct djob *j)
 {
@@ -273,7 +165,7 @@ static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, 
     };
     char *buf = malloc(sizeof h + len + n_err + tb + 1);
     if (!buf)
-        fatal(pd, IG_E_NOMEM, "out of memory for a result");
+        pd_fatal(pd, IG_E_NOMEM, "out of memory for a result");
     memcpy(buf, &h, sizeof h);
     if (len)
         memcpy(buf + sizeof h, text, len);
@@ -287,356 +179,14 @@ static void send_done(struct pd *pd, int64_t seq, const struct gen_result *res, 
     if (n_times)
         memcpy(buf + sizeof h + len + n_err + (size_t)n_times * sizeof(int64_t), j->toks,
                (size_t)n_times * sizeof(int32_t));
-    post(pd, buf, sizeof h + len + n_err + tb, 0, TAG_DONE);
+    pd_post(pd, buf, sizeof h + len + n_err + tb, 0, TAG_DONE);
 }
 
 /* A request that failed before any result: its status and line. */
-static void send_error(struct pd *pd, int64_t seq, int st, const char *err)
+void pd_send_error(struct pd *pd, int64_t seq, int st, const char *err)
 {
     struct gen_result res = {.status = st};
-    send_done(pd, seq, &res, NULL, 0, err[0] ? err : ig_status_name(st), NULL, NULL);
-}
-
-/* ---- prefill ranks ------------------------------------------------------------------------ */
-
-static void pjob_free(struct pjob *j)
-{
-    if (!j)
-        return;
-    free(j->tokens);
-    free(j->line);
-    free(j->msg);
-    free(j);
-}
-
-/* The prompt is in the cache: its message to a decode rank (header, line,
- * the saved cache: kvcache/'s format, written as --save-kv writes it). */
-static int pack(struct pd *pd, struct pjob *j)
-{
-    int64_t t0 = ig_now_ns();
-    struct gen_handoff ho;
-    int st = engine_handoff(pd->e, &j->r, &ho);
-    if (st != IG_OK)
-        return st;
-    char *buf = NULL;
-    size_t bytes = 0;
-    FILE *f = open_memstream(&buf, &bytes);
-    if (!f)
-        return ig_error(IG_E_NOMEM, "out of memory for the request's cache");
-    struct kv_hdr h = {0};
-    bool ok = fwrite(&h, sizeof h, 1, f) == 1 &&
-              fwrite(j->line, 1, (size_t)j->h.line_len, f) == (size_t)j->h.line_len;
-    st = ok ? kv_file_write(f, "'the cache sent'", ho.kv, ho.table, ho.slot, ho.n_pos,
-                            pd->model_id, ho.tokens, ho.logits, pd->o.m->hp.n_vocab)
-            : ig_error(IG_E_NOMEM, "out of memory for the request's cache");
-    if (fclose(f) != 0 && st == IG_OK)
-        st = ig_error(IG_E_NOMEM, "out of memory for the request's cache");
-    if (st == IG_OK && bytes > IG_COLL_MESSAGE_MAX)
-        st = ig_error(IG_E_NOMEM, "the request's cache is %.0f MiB, over the %.0f MiB one "
-                      "transfer holds", (double)bytes / 1048576.0,
-                      (double)IG_COLL_MESSAGE_MAX / 1048576.0);
-    if (st != IG_OK) {
-        free(buf);
-        return st;
-    }
-    const struct gen_result *res = &j->r.result;
-    h = (struct kv_hdr){
-        .seq = j->h.seq, .line_no = j->h.line_no, .line_len = j->h.line_len,
-        .n_predict = j->h.n_predict, .ignore_eog = j->h.ignore_eog, .sp = j->h.sp,
-        .kv_bytes = (int64_t)(bytes - sizeof h - (size_t)j->h.line_len), .need = j->h.need,
-        .n_prompt = res->n_prompt, .n_cached = res->n_cached, .queue_ms = res->queue_ms,
-        .prefill_ms = res->prefill_ms, .pack_ms = (double)(ig_now_ns() - t0) / 1e6,
-    };
-    memcpy(buf, &h, sizeof h);
-    j->msg = buf;
-    j->msg_bytes = bytes;
-    return IG_OK;
-}
-
-static void prefill_done(void *user, struct gen_request *r)
-{
-    struct pd *pd = user;
-    struct pjob *j = r->user;
-    pd->stats.prompt_rows += r->result.n_prompt;
-    char err[1024] = "";
-    int st = r->result.status;
-    if (st == IG_OK && r->result.stop == GEN_STOP_PROMPT) {
-        ig_error_capture(err, sizeof err);
-        st = pack(pd, j);
-        ig_error_capture(NULL, 0);
-        if (st == IG_OK) {
-            free(j->tokens);
-            j->tokens = NULL;
-            j->next = NULL;
-            if (pd->outbox_tail)
-                pd->outbox_tail->next = j;
-            else
-                pd->outbox = j;
-            pd->outbox_tail = j;
-            return;
-        }
-        send_error(pd, j->h.seq, st, err);
-    } else if (st != IG_OK) {
-        send_error(pd, j->h.seq, st, "");
-    } else { /* ended otherwise (interrupted): the result as it is */
-        send_done(pd, j->h.seq, &r->result, NULL, 0, NULL, NULL, NULL);
-    }
-    pjob_free(j);
-}
-
-/* A request from rank 0 into this rank's engine, prompt only. */
-static void take_request(struct pd *pd, char *buf, size_t bytes)
-{
-    struct pjob *j = calloc(1, sizeof *j);
-    if (!j || bytes < sizeof j->h)
-        fatal(pd, IG_E_NOMEM, "out of memory for a request");
-    memcpy(&j->h, buf, sizeof j->h);
-    size_t tb = (size_t)j->h.n_tokens * sizeof(int32_t);
-    if (sizeof j->h + tb + (size_t)j->h.line_len != bytes)
-        fatal(pd, IG_E_INTERNAL, "a request message of the wrong size");
-    j->tokens = malloc(tb ? tb : 1);
-    j->line = malloc((size_t)j->h.line_len + 1);
-    if (!j->tokens || !j->line)
-        fatal(pd, IG_E_NOMEM, "out of memory for a request");
-    memcpy(j->tokens, buf + sizeof j->h, tb);
-    memcpy(j->line, buf + sizeof j->h + tb, (size_t)j->h.line_len);
-    j->r = (struct gen_request){
-        .tokens = j->tokens, .n_tokens = j->h.n_tokens, .user = j,
-        .t_arrival_ns = ig_now_ns() - (int64_t)(j->h.ago_ms * 1e6),
-        .params = {.n_predict = 1, .prompt_only = true, .handoff = true,
-                   .sp = {.temperature = 0, .top_k = 1, .top_p = 1, .repeat_penalty = 1}},
-    };
-    j->r.result.tokenize_ms = j->h.tokenize_ms;
-    char err[1024] = "";
-    ig_error_capture(err, sizeof err);
-    int st = engine_submit(pd->e, &j->r);
-    ig_error_capture(NULL, 0);
-    if (st != IG_OK) {
-        send_error(pd, j->h.seq, st, err);
-        pjob_free(j);
-    }
-}
-
-/* The decode rank with the most free blocks that has room for `need` and
- * a slot; -1 where none has. A request larger than any decode rank's pool
- * goes to the largest, whose engine refuses it as one process would. */
-static int pick_decode(const struct pd *pd, int64_t need)
-{
-    int best = -1, largest = -1;
-    for (int i = 0; i < pd->o.n_decode; i++) {
-        if (!pd->room_known[i])
-            return -1; /* not every decode rank has spoken yet */
-        const struct room_msg *m = &pd->room[i];
-        if (largest < 0 || m->total > pd->room[largest].total)
-            largest = i;
-        if (m->blocks >= need && m->slots > 0 && (best < 0 || m->blocks > pd->room[best].blocks))
-            best = i;
-    }
-    if (best < 0 && largest >= 0 && need > pd->room[largest].total)
-        best = largest;
-    return best;
-}
-
-/* Sends the waiting caches in order while a decode rank has room; the
- * first that finds none holds back the rest (prefill then waits). */
-static bool ship(struct pd *pd)
-{
-    bool any = false;
-    while (pd->outbox) {
-        struct pjob *j = pd->outbox;
-        int d = pick_decode(pd, j->h.need);
-        if (d < 0) {
-            pd->stats.waited += !j->waited;
-            j->waited = true;
-            break;
-        }
-        struct kv_hdr h;
-        memcpy(&h, j->msg, sizeof h);
-        h.ago_ms = (double)(ig_now_ns() - j->r.t_arrival_ns) / 1e6;
-        memcpy(j->msg, &h, sizeof h);
-        pd->room[d].blocks -= j->h.need;
-        pd->room[d].slots--;
-        pd->stats.caches++;
-        pd->stats.kv_bytes += h.kv_bytes;
-        post(pd, j->msg, j->msg_bytes, pd->o.n_prefill + d, TAG_KV);
-        j->msg = NULL;
-        post_copy(pd, &j->h.seq, sizeof j->h.seq, 0, TAG_SHIPPED);
-        pd->outbox = j->next;
-        if (!pd->outbox)
-            pd->outbox_tail = NULL;
-        pjob_free(j);
-        any = true;
-    }
-    return any;
-}
-
-/* ---- decode ranks ---------------------------------------------------------------------- */
-
-static void djob_free(struct djob *j)
-{
-    if (!j)
-        return;
-    batch_request_free(&j->in);
-    grammar_free(j->grammar);
-    free(j->tokens);
-    free(j->logits);
-    kv_store_free(j->kv);
-    free(j->text);
-    free(j->times);
-    free(j->toks);
-    free(j);
-}
-
-static void decode_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns)
-{
-    struct djob *j = r->user;
-    (void)user;
-    if (j->n_times == j->cap_times) {
-        int64_t cap = j->cap_times ? 2 * j->cap_times : 64;
-        int64_t *t = realloc(j->times, (size_t)cap * sizeof *t);
-        if (t)
-            j->times = t;
-        int32_t *k = t ? realloc(j->toks, (size_t)cap * sizeof *k) : NULL;
-        if (k)
-            j->toks = k;
-        if (!t || !k)
-            return; /* (the times are for a benchmark's inter-token latencies) */
-        j->cap_times = cap;
-    }
-    j->times[j->n_times] = t_ns;
-    j->toks[j->n_times++] = token;
-}
-
-static int decode_text(void *user, struct gen_request *r, const char *text, size_t len)
-{
-    struct djob *j = r->user;
-    (void)user;
-    if (j->len + len > j->cap) {
-        size_t cap = (j->len + len) * 2 + 64;
-        char *t = realloc(j->text, cap);
-        if (!t)
-            return 1;
-        j->text = t;
-        j->cap = cap;
-    }
-    memcpy(j->text + j->len, text, len);
-    j->len += len;
-    return 0;
-}
-
-static void decode_done(void *user, struct gen_request *r)
-{
-    struct pd *pd = user;
-    struct djob *j = r->user;
-    struct gen_result res = r->result;
-    pd->stats.decode_rows += res.n_decode;
-    pd->stats.prompt_rows += res.n_prompt; /* 0: a decode rank runs no prompt rows */
-    /* the figures of the whole trip: the prompt's from the prefill rank; the
-     * queue: waiting for a prefill rank and a slot there, then for a slot here */
-    double before_ms = (double)(j->t_recv_ns - r->t_arrival_ns) / 1e6 + j->pack_ms;
-    res.queue_ms = j->h.queue_ms + (res.queue_ms > before_ms ? res.queue_ms - before_ms : 0);
-    res.n_prompt = j->h.n_prompt;
-    res.n_cached = j->h.n_cached;
-    res.prefill_ms = j->h.prefill_ms;
-    struct pd_transfer t = {.prefill_rank = j->prefill_rank, .decode_rank = pd->rank,
-                            .kv_bytes = j->h.kv_bytes, .pack_ms = j->h.pack_ms + j->pack_ms,
-                            .transfer_ms = j->transfer_ms};
-    send_done(pd, j->h.seq, &res, j->text, j->len,
-              res.status != IG_OK ? ig_status_name(res.status) : NULL, &t, j);
-    pd->live_need -= j->h.need;
-    pd->live_n--;
-    djob_free(j);
-}
-
-/* A cache from a prefill rank: the line parsed again, the cache read as a
- * history, the request into this rank's engine. */
-static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
-{
-    if (bytes < sizeof j->h)
-        return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
-    memcpy(&j->h, buf, sizeof j->h);
-    pd->stats.kv_bytes += j->h.kv_bytes;
-    const char *line = buf + sizeof j->h, *kv = line + j->h.line_len;
-    if (sizeof j->h + (size_t)j->h.line_len + (size_t)j->h.kv_bytes != bytes)
-        return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
-    int64_t t0 = ig_now_ns();
-    if (j->h.line_len) { /* batch: the line's stop strings, constraint, ... */
-        int st = batch_request_parse(line, (size_t)j->h.line_len, pd->o.plain, pd->o.defaults,
-                                     &j->in);
-        if (st == IG_OK)
-            st = batch_request_grammar(&j->in, j->h.line_no, &j->grammar);
-        if (st != IG_OK)
-            return st;
-        j->in.opts.sp.seed = j->h.sp.seed;
-        batch_request_params(&j->in, j->grammar, pd->o.grammar, &j->r.params);
-    } else { /* bench: its length and greedy sampling */
-        j->r.params = (struct gen_params){.n_predict = j->h.n_predict,
-                                          .ignore_eog = j->h.ignore_eog, .sp = j->h.sp};
-    }
-    int st;
-    FILE *f = fmemopen((void *)kv, (size_t)j->h.kv_bytes, "rb");
-    if (!f)
-        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
-    struct kv_file_reader rd;
-    st = kv_file_read_header(&rd, f, "'the cache received'", pd->layers, pd->o.m->hp.n_vocab,
-                             pd->model_id);
-    if (st == IG_OK &&
-        (!(j->tokens = malloc((size_t)rd.hdr.n_tokens * sizeof *j->tokens)) ||
-         !(j->logits = malloc((size_t)pd->o.m->hp.n_vocab * sizeof *j->logits))))
-        st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)rd.hdr.n_tokens);
-    if (st == IG_OK)
-        st = kv_file_read_body(&rd, &j->kv, j->tokens, j->logits);
-    fclose(f);
-    if (st != IG_OK)
-        return st;
-    j->hist = (struct gen_history){.tokens = j->tokens, .n = rd.hdr.n_tokens,
-                                   .logits = rd.hdr.n_vocab > 0 ? j->logits : NULL, .kv = j->kv};
-    j->pack_ms = (double)(ig_now_ns() - t0) / 1e6;
-    j->r.history = &j->hist;
-    j->r.user = j;
-    /* arrival on rank 0, on this rank's clock (the time before this rank is
-     * the sum of each rank's part, the transfer's included) */
-    j->r.t_arrival_ns = j->t_recv_ns - (int64_t)((j->h.ago_ms + j->transfer_ms) * 1e6);
-    return engine_submit(pd->e, &j->r);
-}
-
-static void receive_cache(struct pd *pd, size_t bytes, int from)
-{
-    struct djob *j = calloc(1, sizeof *j);
-    if (!j)
-        fatal(pd, IG_E_NOMEM, "out of memory for a request");
-    int64_t t0 = ig_now_ns();
-    char *buf = take(pd, bytes, from, TAG_KV);
-    j->t_recv_ns = ig_now_ns();
-    j->transfer_ms = (double)(j->t_recv_ns - t0) / 1e6;
-    j->prefill_rank = from;
-    pd->stats.caches++;
-    pd->stats.transfer_ms += j->transfer_ms;
-    char err[1024] = "";
-    ig_error_capture(err, sizeof err);
-    int st = take_cache(pd, j, buf, bytes);
-    ig_error_capture(NULL, 0);
-    free(buf);
-    if (st != IG_OK) {
-        send_error(pd, j->h.seq, st, err);
-        djob_free(j);
-        return;
-    }
-    pd->live_need += j->h.need;
-    pd->live_n++;
-}
-
-/* Tells every prefill rank this rank's room where it changed. */
-static void tell_room(struct pd *pd)
-{
-    struct room_msg m = {.blocks = pd->n_blocks - pd->live_need, .slots = pd->n_slots - pd->live_n,
-                         .total = pd->n_blocks};
-    if (pd->told_once && !memcmp(&m, &pd->told, sizeof m))
-        return;
-    pd->told = m;
-    pd->told_once = true;
-    for (int p = 0; p < pd->o.n_prefill; p++)
-        post_copy(pd, &m, sizeof m, p, TAG_ROOM);
+    pd_send_done(pd, seq, &res, NULL, 0, err[0] ? err : ig_status_name(st), NULL, NULL);
 }
 
 /* ---- rank 0 -------------------------------------------------------------------------- */
@@ -701,7 +251,7 @@ static bool hand_out(struct pd *pd)
         struct pjob *q = pd->queue;
         q->h.ago_ms = (double)(ig_now_ns() - q->r.t_arrival_ns) / 1e6;
         memcpy(q->msg, &q->h, sizeof q->h);
-        post(pd, q->msg, q->msg_bytes, p, TAG_REQ);
+        pd_post(pd, q->msg, q->msg_bytes, p, TAG_REQ);
         pd->in_hand[p]++;
         pd->queue = q->next;
         if (!pd->queue)
@@ -720,7 +270,7 @@ static void take_done(struct pd *pd, const char *buf, size_t bytes, int from)
     size_t tb = (size_t)h.n_times * (sizeof(int64_t) + sizeof(int32_t));
     if (sizeof h + (size_t)h.text_len + (size_t)h.err_len + tb != bytes || h.seq < 0 ||
         h.seq >= pd->n_seq || !pd->waiting[h.seq])
-        fatal(pd, IG_E_INTERNAL, "a result message that fits no request");
+        pd_fatal(pd, IG_E_INTERNAL, "a result message that fits no request");
     if (from < pd->o.n_prefill)
         pd->in_hand[from]--; /* it failed there */
     struct gen_request *r = pd->waiting[h.seq];
@@ -767,12 +317,12 @@ static bool receive(struct pd *pd)
         if (pd->heard_ns)
             pd->heard_ns[from] = ig_now_ns();
         if (tag == TAG_KV) { /* received straight into its request */
-            receive_cache(pd, bytes, from);
+            pd_receive_cache(pd, bytes, from);
             continue;
         }
-        char *buf = take(pd, bytes, from, tag);
+        char *buf = pd_take(pd, bytes, from, tag);
         switch (tag) {
-        case TAG_REQ: take_request(pd, buf, bytes); break;
+        case TAG_REQ: pd_take_request(pd, buf, bytes); break;
         case TAG_ROOM: {
             int d = from - pd->o.n_prefill;
             if (d >= 0 && d < pd->o.n_decode && bytes == sizeof pd->room[d]) {
@@ -802,7 +352,7 @@ static void watch(struct pd *pd)
         if ((double)(now - pd->heard_ns[r]) / 1e9 > pd->watch_s) {
             fprintf(stderr, "ignite: rank %d of %d (%s) sent nothing in %.0f s while requests "
                     "waited (stopped or stuck; IGNITE_TP_WATCHDOG sets the limit): ending the "
-                    "job\n", r, pd->size, role_name(pd, r), pd->watch_s);
+                    "job\n", r, pd->size, pd_role_name(pd, r), pd->watch_s);
             ig_coll_abort(IG_E_DEVICE);
         }
 }
@@ -814,18 +364,18 @@ static bool round_once(struct pd *pd, int *st)
     if (pd->rank == 0)
         busy |= hand_out(pd);
     if (pd->decode)
-        tell_room(pd);
+        pd_tell_room(pd);
     /* a prefill rank whose caches find no decode rank waits: no prompt runs */
     if (pd->e && engine_pending(pd->e) && !(pd->prefill && pd->outbox)) {
         *st = engine_step(pd->e);
         busy = true;
     }
     if (pd->prefill)
-        busy |= ship(pd);
+        busy |= pd_ship(pd);
     progress(pd);
     int64_t now = ig_now_ns();
     if (pd->rank != 0 && !pd->stop && now - pd->alive_ns > 1000000000LL) {
-        post_copy(pd, &pd->rank, sizeof pd->rank, 0, TAG_ALIVE);
+        pd_post_copy(pd, &pd->rank, sizeof pd->rank, 0, TAG_ALIVE);
         pd->alive_ns = now;
     }
     if (pd->rank == 0)
@@ -859,7 +409,7 @@ int pd_serve(struct pd *pd)
 void pd_finish(struct pd *pd, bool quiet)
 {
     for (int r = 1; r < pd->size; r++)
-        post_copy(pd, "", 1, r, TAG_STOP);
+        pd_post_copy(pd, "", 1, r, TAG_STOP);
     struct stats_msg *all = calloc((size_t)pd->size, sizeof *all);
     int left = pd->size - 1;
     while (left > 0) {
@@ -870,7 +420,7 @@ void pd_finish(struct pd *pd, bool quiet)
             usleep(200);
             continue;
         }
-        char *buf = take(pd, bytes, from, tag);
+        char *buf = pd_take(pd, bytes, from, tag);
         if (tag == TAG_STATS && bytes == sizeof *all) {
             if (all)
                 memcpy(&all[from], buf, bytes);
@@ -914,7 +464,7 @@ bool pd_ranks_json(const struct pd *pd, cJSON *j)
             return false;
         }
         cJSON_AddNumberToObject(e, "rank", r);
-        cJSON_AddStringToObject(e, "role", role_name(pd, r));
+        cJSON_AddStringToObject(e, "role", pd_role_name(pd, r));
         cJSON_AddNumberToObject(e, "prompt_rows", (double)s->prompt_rows);
         cJSON_AddNumberToObject(e, "decode_rows", (double)s->decode_rows);
         cJSON_AddNumberToObject(e, "caches", (double)s->caches);
@@ -947,10 +497,10 @@ int pd_create(const struct pd_opts *o, struct pd **out)
     pd->alive_ns = ig_now_ns();
     struct engine_opts eo = {.max_rows = o->be->o.max_rows, .share_prefixes = true,
                              .interrupt = pd->rank == 0 ? o->interrupt : NULL,
-                             .cb = {.on_done = pd->prefill ? prefill_done : decode_done,
-                                    .on_text = pd->prefill ? NULL : decode_text,
+                             .cb = {.on_done = pd->prefill ? pd_prefill_done : pd_decode_done,
+                                    .on_text = pd->prefill ? NULL : pd_decode_text,
                                     .on_token = pd->prefill || !o->want_times ? NULL
-                                                                              : decode_token,
+                                                                              : pd_decode_token,
                                     .user = pd}};
     int st = engine_create(o->be, o->vocab, &eo, &pd->e);
     if (st == IG_OK)
@@ -981,12 +531,12 @@ void pd_free(struct pd *pd)
     while (pd->outbox) {
         struct pjob *j = pd->outbox;
         pd->outbox = j->next;
-        pjob_free(j);
+        pd_pjob_free(j);
     }
     while (pd->queue) {
         struct pjob *j = pd->queue;
         pd->queue = j->next;
-        pjob_free(j);
+        pd_pjob_free(j);
     }
     for (int64_t i = 0; i < pd->n_outs; i++)
         free(pd->outs[i].buf); /* (only after the job ended: nothing reads them) */
@@ -1000,3 +550,4 @@ void pd_free(struct pd *pd)
     free(pd->all);
     free(pd);
 }
+

@@ -23,7 +23,7 @@
  * wait for each other. A rank killed ends the job (MPI's handler: mpirun
  * names it); a rank alive but silent for IGNITE_TP_WATCHDOG seconds (600)
  * while rank 0 waits for work is named by rank 0, exit 7.
- * Covered by tests/pd/test_pd.py. */
+ * Covered by tests/tp/test_pd_cli.py. */
 #ifndef IGNITE_CLI_PD_H
 #define IGNITE_CLI_PD_H
 
