@@ -171,10 +171,10 @@ void pd_send_done(struct pd *pd, int64_t seq, const struct gen_result *res, cons
         memcpy(buf + sizeof h, text, len);
     if (n_err)
         memcpy(buf + sizeof h + len, err, n_err);
-    int64_t *ago = (int64_t *)(void *)(buf + sizeof h + len + n_err);
-    for (int64_t i = 0; i < n_times; i++) { /* (unaligned: copied, not stored through) */
+    char *ago = buf + sizeof h + len + n_err; /* (unaligned: copied byte-wise) */
+    for (int64_t i = 0; i < n_times; i++) {
         int64_t a = now - j->times[i];
-        memcpy(ago + i, &a, sizeof a);
+        memcpy(ago + (size_t)i * sizeof a, &a, sizeof a);
     }
     if (n_times)
         memcpy(buf + sizeof h + len + n_err + (size_t)n_times * sizeof(int64_t), j->toks,
@@ -218,7 +218,8 @@ int pd_submit(struct pd *pd, struct gen_request *r, const char *line, size_t len
                             .need = kv_blocks_for(max_pos < n_ctx ? max_pos : n_ctx),
                             .tokenize_ms = r->result.tokenize_ms};
     q->r.t_arrival_ns = r->t_arrival_ns;
-    memcpy(q->msg + sizeof q->h, r->tokens, tb);
+    if (tb) /* (no tokens: the prefill rank's engine refuses it, as one process's) */
+        memcpy(q->msg + sizeof q->h, r->tokens, tb);
     if (len)
         memcpy(q->msg + sizeof q->h + tb, line, len);
     q->msg_bytes = sizeof q->h + tb + len;
