@@ -396,10 +396,9 @@ int pd_step(struct pd *pd)
 int pd_serve(struct pd *pd)
 {
     while (!pd->stop) {
-        int st = IG_OK;
+        int st = IG_OK; /* an engine's error ended the requests in flight with it, each
+                         * reported to rank 0: the rank goes on with the next */
         round_once(pd, &st);
-        if (st != IG_OK) /* the requests in flight ended with it; the rank goes on */
-            continue;
     }
     while (progress(pd)) /* everything sent before the last word */
         receive(pd);
