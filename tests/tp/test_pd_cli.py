@@ -15,7 +15,7 @@ started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
 line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
 schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
-Usage: test_pd_cli.py   (about 35 s on 2 cores at load average 9)
+Usage: test_pd_cli.py   (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
 """
 import json
 import os
@@ -125,22 +125,24 @@ def equal_runs(mpirun, tmp):
               f"{what}: the long prompt's cache: {long_row and long_row[0]['pd']} against "
               f"{os.path.exists(kv) and os.path.getsize(kv)} bytes saved by run")
         shared = [o["tokens"]["cached"] for o in rows if o["id"] == "long2"]
-        check(p > 1 or (shared and shared[0] >= 64),
+        # (the sanitizers' 4 requests are admitted together: nothing computed to share yet)
+        check(p > 1 or sanitized() or (shared and shared[0] >= 64),
               f"{what}: the long prompt's blocks not shared: {shared}")
         print(f"{what}: {time.time() - t:.1f} s", file=sys.stderr)
     # a decode rank with room for one request at a time (SmolLM2's f32 block is
     # 2.8 MiB: 12 MiB hold 4 blocks, the long request's): prefill waits, and
-    # every request completes as in one process with the same pool
+    # every request completes with one process's text (a request's text does
+    # not depend on the pool: what was cached may move to "prompt")
     small = args + ["--kv-mem", "12", "-P", "2"]
-    one = batch(mpirun, 1, small)
-    _, want = results(one.stdout)
     got = batch(mpirun, 2, small + ["--pd", "1:1"])
     _, res = results(got.stdout)
+    res, want = ([(i, t, s, (n["prompt"] + n["cached"], n["generated"])) for i, t, s, n in x]
+                 for x in (res, want))
     waited = [ln for ln in got.stderr.decode(errors="replace").splitlines()
               if ln.startswith("pd: rank 0") and "waited" in ln]
     check(waited and int(waited[0].split(", ")[-1].split()[0]) > 0,
           f"--kv-mem 12, --pd 1:1: no cache waited for room: {waited}")
-    check(one.returncode == 0 and got.returncode == 0 and res == want and len(res) == n,
+    check(got.returncode == 0 and res == want and len(res) == n,
           f"--kv-mem 12, --pd 1:1: exit {got.returncode}, {sum(g != w for g, w in zip(res, want))}"
           f" differ of {len(res)}: {got.stderr[-300:]}")
 
@@ -175,7 +177,8 @@ def bench(mpirun):
     arrivals and lengths one process's; every token's gap reported; each rank's
     rows in the JSON (decode rows: a row per token after the first)."""
     path = model_path()
-    args = ["bench", "-m", path, "-t", "1", "--requests", "6", "-P", "2", "--input-len", "40",
+    args = ["bench", "-m", path, "-t", "1", "--requests", "4" if sanitized() else "6", "-P", "2",
+            "--input-len", "40",
             "--output-len", "6:2", "--request-rate", "20", "-s", "3", "-o", "json"]
 
     def report(r):
