@@ -99,7 +99,7 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
         return IG_E_USAGE;
     if (o->pd_p && (o->g.lookup || o->g.draft_model))
         return ig_error(IG_E_USAGE, "--pd does not take speculative decoding (--lookup, -md) yet");
-    if (o->pd_p && pd_check_job(o->pd_p, o->pd_d) != IG_OK)
+    if (o->pd_p && pd_check_job("batch", o->pd_p, o->pd_d) != IG_OK)
         return IG_E_USAGE;
     return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);
 }

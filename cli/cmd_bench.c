@@ -280,7 +280,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return ig_error(IG_E_USAGE, "--pd runs the throughput test: add --requests N");
     if (o->req.pd_p && o->spec_given)
         return ig_error(IG_E_USAGE, "--pd does not take speculative decoding (--lookup, -md) yet");
-    if (o->req.pd_p && (st = pd_check_job(o->req.pd_p, o->req.pd_d)) != IG_OK)
+    if (o->req.pd_p && (st = pd_check_job("bench", o->req.pd_p, o->req.pd_d)) != IG_OK)
         return st;
     if ((st = gen_cli_check_spec(&o->req.spec, o->device.kind)) != IG_OK)
         return st;

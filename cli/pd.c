@@ -42,7 +42,7 @@ int pd_parse(const char *arg, int *p, int *d)
     return IG_OK;
 }
 
-int pd_check_job(int p, int d)
+int pd_check_job(const char *cmd, int p, int d)
 {
     int size = ig_coll_size();
     if (!ig_coll_available())
@@ -50,7 +50,7 @@ int pd_check_job(int p, int d)
                         "(install libopenmpi-dev and openmpi-bin, rebuild)", p, d);
     if (size == 1)
         return ig_error(IG_E_USAGE, "--pd %d:%d: start the ranks with MPI: mpirun -np %d ignite "
-                        "batch --pd %d:%d ...", p, d, p + d, p, d);
+                        "%s --pd %d:%d ...", p, d, p + d, cmd, p, d);
     if (size != p + d)
         return ig_error(IG_E_USAGE, "--pd %d:%d needs %d ranks, but mpirun started %d", p, d,
                         p + d, size);
@@ -60,11 +60,12 @@ int pd_check_job(int p, int d)
 int pd_agree(int st, const char *msg)
 {
     /* the largest status, the lowest rank with it */
-    int64_t v = st == IG_OK ? -1 : (int64_t)st * 4096 + 4095 - ig_coll_rank();
+    enum { RANKS = 4096 }; /* more than --pd's 1024 + 1024 */
+    int64_t v = st == IG_OK ? -1 : (int64_t)st * RANKS + RANKS - 1 - ig_coll_rank();
     ig_coll_allreduce_max(&v);
     if (v < 0)
         return IG_OK;
-    int bad = 4095 - (int)(v % 4096), status = (int)(v / 4096);
+    int bad = RANKS - 1 - (int)(v % RANKS), status = (int)(v / RANKS);
     char line[512];
     snprintf(line, sizeof line, "%s", msg ? msg : "");
     ig_coll_bcast(line, sizeof line, bad);

@@ -76,7 +76,7 @@ int pd_parse(const char *arg, int *p, int *d);
 
 /* --pd P:D against the job: MPI in the build, mpirun's ranks P + D.
  * IG_E_USAGE after one line (rank 0's). */
-int pd_check_job(int p, int d);
+int pd_check_job(const char *cmd, int p, int d);
 
 /* Collective: every rank's set-up status; IG_OK where all went well, else
  * the failing rank's, which rank 0 names in one line with its message. */
