@@ -253,6 +253,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+/* argv asks for batch --pd (cli/pd.c): every rank of the job runs the command. */
+bool cli_pd_asked(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
