@@ -122,7 +122,14 @@ int main(int argc, char **argv)
     int st = ig_coll_start(&argc, &argv);
     if (st != IG_OK)
         return st;
-    if (ig_coll_rank() != 0) { /* the others follow rank 0's steps, quietly */
+    if (cli_pd_asked(argc, argv)) { /* batch --pd: every rank runs the command (cli/pd.c) */
+        backend_tp_off();
+        if (ig_coll_rank() != 0) { /* rank 0 reads, writes and speaks for the job */
+            ig_status_quiet(1);
+            if (!freopen("/dev/null", "w", stdout))
+                return IG_E_IO;
+        }
+    } else if (ig_coll_rank() != 0) { /* the others follow rank 0's steps, quietly */
         st = backend_tp_follow();
         ig_coll_finish();
         return st;

@@ -65,6 +65,11 @@ const char *backend_gpu_weights_name(enum backend_gpu_weights mode);
 /* Device bytes the CUDA backend's weights of m take in `mode` (computed on
  * the host, in every build: backend/gpu_plan.c). */
 size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode);
+/* What the CUDA backend does not run yet of m (a layer kind or a feature,
+ * in words; *layer the first such layer where it is one layer's, else -1),
+ * or NULL where it runs m. In every build: info says it, the backend
+ * refuses with it (gpu_plan_check_model). */
+const char *backend_gpu_missing(const struct model *m, int64_t *layer);
 /* Of them, what one decode step reads: all but an untied embedding table,
  * of which it reads one row (the bandwidth figures of `ignite bench`). */
 size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode);

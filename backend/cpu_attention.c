@@ -178,7 +178,7 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
         n = n_want;
     }
     ops_matmul(ctx, &L->w[LAYER_WO], b->att, n, b->proj); /* [n, n_embd] */
-    if (m->hp.has_o_bias)
+    if (m->hp.has_o_bias && L->w[LAYER_BO].data) /* (a tensor-parallel rank but 0: none) */
         ops_add_bias(b->proj, &L->w[LAYER_BO], n, m->hp.n_embd);
     return n;
 }

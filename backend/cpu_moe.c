@@ -23,8 +23,10 @@
  * exact f32 path on either path (an int8 or GEMM rounding that changed with
  * the step's row count could flip a near choice), and proj's sum runs over
  * the row's experts in ascending index whatever the step holds.
- * Covered by tests/cpu/test_moe.py (fp64 numpy reference, chunked = whole,
- * 1 thread = 2). */
+ * A tensor-parallel rank runs the experts its part holds (whole experts,
+ * models/tp.c) for the rows routed to them; the layer loop's reduce sums
+ * the ranks' outputs. Covered by tests/cpu/test_moe.py (fp64 numpy
+ * reference, chunked = whole, 1 thread = 2) and tests/tp/test_tp_logits.py. */
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
@@ -167,8 +169,11 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         start[e] = start[e - 1];
     start[0] = 0;
 
+    /* a tensor-parallel rank holds experts [e0, e1) (models/tp.c): the other
+     * ranks' sum the rest into the reduce that follows */
+    int64_t e0 = L->expert0, e1 = e0 + L->w[LAYER_FFN_GATE_EXPS].n_expert;
     memset(b->proj, 0, (size_t)(n * e_dim) * sizeof *b->proj);
-    for (int64_t e = 0; e < ne; e++) {
+    for (int64_t e = e0; e < e1; e++) {
         int64_t c = start[e + 1] - start[e];
         if (!c)
             continue; /* not read */
@@ -176,22 +181,22 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         for (int64_t i = 0; i < c; i++)
             memcpy(b->moe_x + i * e_dim, b->xn + (pairs[i] / k) * e_dim,
                    (size_t)e_dim * sizeof(float));
-        struct model_weight gate = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS], e);
-        struct model_weight up = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS], e);
-        struct model_weight down = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS], e);
+        struct model_weight gate = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS], e - e0);
+        struct model_weight up = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS], e - e0);
+        struct model_weight down = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS], e - e0);
         const struct model_weight *gu_w[2] = {&gate, &up};
         float *gu_y[2] = {b->gate, b->up}; /* [c, n_ff] */
         ops_matmul_multi(ctx, 2, gu_w, b->moe_x, c, gu_y);
         if (m->hp.has_moe_bias) {
-            struct model_weight gb = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS_B], e);
-            struct model_weight ub = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS_B], e);
+            struct model_weight gb = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS_B], e - e0);
+            struct model_weight ub = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS_B], e - e0);
             ops_add_bias(b->gate, &gb, c, L->n_ff);
             ops_add_bias(b->up, &ub, c, L->n_ff);
         }
         cpu_rows_run(ctx, L, expert_gate_rows, 0, c, false);
         ops_matmul(ctx, &down, b->gate, c, b->moe_y); /* [c, n_embd] */
         if (m->hp.has_moe_bias) {
-            struct model_weight db = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS_B], e);
+            struct model_weight db = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS_B], e - e0);
             ops_add_bias(b->moe_y, &db, c, e_dim);
         }
         /* proj[row] += w * y (gemma4: w * (s_e * y)): a row's experts come in

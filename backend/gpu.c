@@ -110,24 +110,9 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
 static int check_model(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
-    int st = gpu_plan_check_model(m);
+    int st = gpu_plan_check_model(m); /* the architecture first, then a layer's shape */
     if (st != IG_OK)
         return st;
-    /* What the Llama block, Qwen 3 and Gemma 3 use runs; what no
-     * architecture ignite loads has together, or Gemma 2's attention
-     * soft-capping, or Gemma 4's, does not (before any
-     * check of a layer's shape: the architecture is the first thing to name). */
-    const char *missing = hp->attn_softcap > 0 ? "attention logit soft-capping"
-                          : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-                          : hp->has_v_norm ? "V head norms (Gemma 4)"
-                          : hp->has_ple ? "per-layer embeddings"
-                          : hp->has_out_scale ? "layer output scales"
-                          : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
-                              ? "its FFN activation"
-                              : NULL;
-    if (missing)
-        return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
-                        "--device cpu", hp->arch, missing);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256)

@@ -26,19 +26,41 @@ int backend_parse_gpu_weights(const char *spec, enum backend_gpu_weights *out)
     return ig_error(IG_E_USAGE, "--gpu-weights: expected native or f16, got '%s'", spec);
 }
 
+const char *backend_gpu_missing(const struct model *m, int64_t *layer)
+{
+    const struct model_hparams *hp = &m->hp;
+    *layer = -1;
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
+            return "gated DeltaNet and gated attention layers";
+    for (int64_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].ffn != LAYER_FFN_DENSE) {
+            *layer = l;
+            return "a mixture-of-experts FFN";
+        }
+    /* What no architecture ignite loads has together, or Gemma 2's
+     * attention soft-capping, or Gemma 4's additions */
+    return hp->attn_softcap > 0 ? "attention logit soft-capping"
+           : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
+           : hp->has_v_norm ? "V head norms (Gemma 4)"
+           : hp->has_ple ? "per-layer embeddings"
+           : hp->has_out_scale ? "layer output scales"
+           : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
+               ? "its FFN activation"
+               : NULL;
+}
+
 int gpu_plan_check_model(const struct model *m)
 {
-    for (int64_t l = 0; l < m->hp.n_layer; l++)
-        if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
-            return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (gated "
-                            "DeltaNet and gated attention layers); use --device cpu",
-                            m->hp.arch);
-    for (int64_t l = 0; l < m->hp.n_layer; l++)
-        if (m->layers[l].ffn != LAYER_FFN_DENSE)
-            return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (a "
-                            "mixture-of-experts FFN in layer %lld); use --device cpu",
-                            m->hp.arch, (long long)l);
-    return IG_OK;
+    int64_t l;
+    const char *missing = backend_gpu_missing(m, &l);
+    if (!missing)
+        return IG_OK;
+    if (l >= 0)
+        return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s in layer "
+                        "%lld); use --device cpu", m->hp.arch, missing, (long long)l);
+    return ig_error(IG_E_MODEL, "the CUDA backend does not run %s models yet (%s); use "
+                    "--device cpu", m->hp.arch, missing);
 }
 
 const char *backend_gpu_weights_name(enum backend_gpu_weights mode)

@@ -25,11 +25,10 @@ struct gpu_plan_part {
     int first, count; /* weights [first, first + count) of the list */
 };
 
-/* IG_OK where the CUDA backend runs every layer kind of m, else
- * IG_E_MODEL after one line naming what it does not run yet (a
- * mixture-of-experts FFN: no expert kernels on the device); in every build,
- * so the refusal is tested without a GPU. The CUDA backend's check_model
- * asks it first. */
+/* IG_OK where the CUDA backend runs every layer kind and feature of m,
+ * else IG_E_MODEL after one line naming what it does not run yet
+ * (backend_gpu_missing); in every build, so the refusal is tested without a
+ * GPU. The CUDA backend's check_model asks it first. */
 int gpu_plan_check_model(const struct model *m);
 
 /* The device type of w: its own where the device layout and kernels take it

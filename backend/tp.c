@@ -17,6 +17,7 @@
 #include <string.h>
 
 static bool made;  /* rank 0: a tensor-parallel backend exists */
+static bool off;   /* backend_tp_off: the ranks do something else */
 static int asked;  /* --tp N */
 
 void backend_tp_set_asked(int n)
@@ -31,7 +32,12 @@ int backend_tp_asked(void)
 
 bool backend_tp_wanted(void)
 {
-    return ig_coll_size() > 1 && ig_coll_rank() == 0 && !made;
+    return ig_coll_size() > 1 && ig_coll_rank() == 0 && !made && !off;
+}
+
+void backend_tp_off(void)
+{
+    off = true;
 }
 
 /* ---- a step's rows in a message ---------------------------------------------- */
@@ -197,7 +203,7 @@ int backend_tp_create(const struct model *m, const struct backend_opts *o, struc
 
 void backend_tp_end(void)
 {
-    if (ig_coll_size() > 1 && ig_coll_rank() == 0)
+    if (ig_coll_size() > 1 && ig_coll_rank() == 0 && !off)
         send_cmd(TP_END, 0, 0, 0, 0, 0);
 }
 

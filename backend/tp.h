@@ -33,6 +33,11 @@ int backend_tp_follow(void);
 /* On rank 0, at the end of the command: lets the other ranks go. */
 void backend_tp_end(void);
 
+/* The job's ranks are not tensor-parallel (batch --pd: prefill and decode
+ * ranks, cli/pd.c): backend_tp_wanted is false, backend_tp_end does
+ * nothing. */
+void backend_tp_off(void);
+
 /* `--tp N` as the user gave it (0: not given), for `info --tp N` and the
  * checks at start. */
 void backend_tp_set_asked(int n);

@@ -46,4 +46,17 @@ int batch_request_parse(const char *line, size_t len, bool plain, const struct g
                         struct batch_request *r);
 void batch_request_free(struct batch_request *r);
 
+struct grammar;
+struct gen_params;
+
+/* The line's own constraint ("grammar" or "json_schema") compiled, named
+ * "line N" in its messages; *out NULL where it has none. IG_OK, or the
+ * compiler's status after one line. */
+int batch_request_grammar(const struct batch_request *r, int64_t line_no, struct grammar **out);
+
+/* How to continue the request: its options, its constraint (`own`, else the
+ * command line's `shared`, else none). The seed is r->opts.sp.seed as it is. */
+void batch_request_params(const struct batch_request *r, const struct grammar *own,
+                          const struct grammar *shared, struct gen_params *out);
+
 #endif

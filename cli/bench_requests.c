@@ -26,7 +26,9 @@
 
 #include "cli/bench_reqfile.h"
 #include "cli/cli.h"
+#include "cli/pd.h"
 #include "cli/run.h"
+#include "core/coll.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
@@ -73,6 +75,7 @@ static int64_t draw_len(uint64_t *s, double mean, double sd)
 
 struct bench_req {
     struct gen_request r;
+    struct pd_transfer pd; /* --pd: its ranks and its cache's trip */
     int32_t *tokens;
     int64_t n_in, n_out;
     double at_s;         /* its arrival, seconds after the start */
@@ -356,11 +359,12 @@ static void nap_until(int64_t until)
 /* Steps the engine from t0, handing each request to it at its arrival time,
  * never before; with nothing to run until the next arrival, waits for it. */
 static int run_requests(const struct bench_requests_opts *o, struct engine *engine,
-                        struct bench_state *b, int64_t t0)
+                        struct pd *pd, struct bench_state *b, int64_t t0)
 {
     int st = IG_OK;
     int64_t next = 0;
-    while (st == IG_OK && !cli_interrupted && (next < b->n || engine_pending(engine))) {
+    while (st == IG_OK && !cli_interrupted &&
+           (next < b->n || (pd ? pd_pending(pd) : engine_pending(engine)))) {
         int64_t now = ig_now_ns();
         for (; st == IG_OK && next < b->n; next++) {
             struct bench_req *q = &b->reqs[next];
@@ -374,11 +378,13 @@ static int run_requests(const struct bench_requests_opts *o, struct engine *engi
                            .sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1}},
             };
             gen_cli_spec(&o->spec, &q->r.params.spec);
-            st = engine_submit(engine, &q->r);
+            st = pd ? pd_submit(pd, &q->r, NULL, 0, next + 1) : engine_submit(engine, &q->r);
         }
         if (st != IG_OK)
             break;
-        if (engine_pending(engine))
+        if (pd && pd_pending(pd))
+            st = pd_step(pd);
+        else if (!pd && engine_pending(engine))
             st = engine_step(engine);
         else if (next < b->n)
             nap_until(t0 + (int64_t)llround(b->reqs[next].at_s * 1e9));
@@ -412,7 +418,7 @@ static bool meets_slo(const struct bench_slo *slo, const struct bench_req *q)
 /* "requests": each finished request's timings, for scripts that compute
  * their own statistics: arrival and submission (s after the start), queue
  * (arrival to admission), TTFT, E2EL and every inter-token gap, ms. */
-static int add_timings(cJSON *j, const struct bench_state *b, int64_t t0)
+static int add_timings(cJSON *j, const struct bench_state *b, int64_t t0, bool pd)
 {
     cJSON *arr = cJSON_AddArrayToObject(j, "requests");
     for (int64_t i = 0; arr && i < b->n; i++) {
@@ -432,6 +438,14 @@ static int add_timings(cJSON *j, const struct bench_state *b, int64_t t0)
         cJSON_AddNumberToObject(o, "output_len", (double)q->r.result.n_gen);
         cJSON_AddNumberToObject(o, "ttft_ms", q->r.result.ttft_ms);
         cJSON_AddNumberToObject(o, "e2el_ms", e2el_ms(q));
+        cJSON *po = pd ? cJSON_AddObjectToObject(o, "pd") : NULL;
+        if (po) {
+            cJSON_AddNumberToObject(po, "prefill_rank", q->pd.prefill_rank);
+            cJSON_AddNumberToObject(po, "decode_rank", q->pd.decode_rank);
+            cJSON_AddNumberToObject(po, "kv_bytes", (double)q->pd.kv_bytes);
+            cJSON_AddNumberToObject(po, "transfer_ms", q->pd.transfer_ms);
+            cJSON_AddNumberToObject(po, "pack_ms", q->pd.pack_ms);
+        }
         cJSON *itl = cJSON_AddArrayToObject(o, "itl_ms");
         if (!itl)
             return ig_error(IG_E_NOMEM, "out of memory");
@@ -442,6 +456,17 @@ static int add_timings(cJSON *j, const struct bench_state *b, int64_t t0)
         }
     }
     return arr ? IG_OK : ig_error(IG_E_NOMEM, "out of memory");
+}
+
+/* --pd: a request ended on the decode ranks (its tokens' times came first). */
+static void on_pd_result(void *user, struct gen_request *r, const char *text, size_t len,
+                         const char *err, const struct pd_transfer *t)
+{
+    (void)text, (void)len, (void)err;
+    struct bench_req *q = r->user;
+    if (t)
+        q->pd = *t;
+    on_done(user, r);
 }
 
 int bench_requests(const struct bench_requests_opts *o, const char *spec)
@@ -461,6 +486,12 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     int64_t n_lines = 0;
     size_t text_len = 0;
     int st = IG_OK;
+    /* --pd: ranks but 0 serve (cli/pd.h); their set-up lines go to rank 0 */
+    struct pd *pd = NULL;
+    bool serves = o->pd_p && ig_coll_rank() != 0, agreed = !o->pd_p, finished = false;
+    char setup_msg[512] = "";
+    if (serves)
+        ig_error_capture(setup_msg, sizeof setup_msg);
     if (o->requests_file) {
         if ((st = bench_read_requests(o->requests_file, &lines, &n_lines)) != IG_OK)
             goto done;
@@ -515,11 +546,32 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         (st = gen_cli_load_draft(&o->spec, vocab, &be->o, &dm, &draft)) != IG_OK)
         goto done;
     eo.draft = draft;
-    if ((st = engine_create(be, vocab, &eo, &engine)) != IG_OK)
+    if (o->pd_p) {
+        struct gen_cli defaults;
+        gen_cli_defaults(&defaults);
+        struct pd_opts po = {.n_prefill = o->pd_p, .n_decode = o->pd_d, .be = be, .vocab = vocab,
+                             .m = m, .defaults = &defaults, .interrupt = &cli_interrupted,
+                             .on_token = on_token, .want_times = true,
+                             .on_result = on_pd_result, .user = &b};
+        st = pd_create(&po, &pd);
+        ig_error_capture(NULL, 0);
+        agreed = true;
+        if ((st = pd_agree(st, setup_msg)) != IG_OK)
+            goto done;
+        if (serves) {
+            st = pd_serve(pd);
+            goto done;
+        }
+    } else if ((st = engine_create(be, vocab, &eo, &engine)) != IG_OK) {
         goto done;
+    }
     cli_catch_sigint(true); /* the step loop ends; the report covers what was done */
     int64_t t0 = ig_now_ns();
-    if ((st = run_requests(o, engine, &b, t0)) != IG_OK)
+    st = run_requests(o, engine, pd, &b, t0);
+    if (pd)
+        pd_finish(pd, false);
+    finished = true;
+    if (st != IG_OK)
         goto done;
     /* After Ctrl-C the report covers the requests that ended. */
     bool interrupted = cli_interrupted;
@@ -631,11 +683,16 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     add_dist(j, "tpot", dist_of(tpot, n_tpot));
     add_dist(j, "itl", dist_of(b.itl, b.n_itl));
     add_dist(j, "e2el", dist_of(e2el, n_done));
+    if (pd && !pd_ranks_json(pd, j)) {
+        free(ttft), free(tpot), free(e2el), cJSON_Delete(j);
+        st = ig_error(IG_E_NOMEM, "out of memory");
+        goto done;
+    }
     free(ttft);
     free(tpot);
     free(e2el);
     if ((!strcmp(o->format, "json") || !strcmp(o->format, "jsonl")) &&
-        (st = add_timings(j, &b, t0)) != IG_OK) {
+        (st = add_timings(j, &b, t0, pd != NULL)) != IG_OK) {
         cJSON_Delete(j);
         goto done;
     }
@@ -644,6 +701,13 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
     if (st == IG_OK && interrupted)
         st = IG_E_INTERRUPTED;
 done:
+    if (!agreed) { /* a set-up that failed: every rank hears which */
+        ig_error_capture(NULL, 0);
+        st = pd_agree(st, setup_msg);
+    } else if (pd && !serves && !finished) {
+        pd_finish(pd, true); /* the others wait for rank 0's word */
+    }
+    pd_free(pd);
     engine_free(engine);
     backend_free(draft);
     model_free(dm);

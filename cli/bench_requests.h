@@ -32,6 +32,7 @@ struct bench_requests_opts {
     const char *prompt_file;    /* --prompt-file: every request's prompt (--input-len
                                  * unused; an end-of-generation token ends it) */
     bool chat;                  /* --chat: that prompt in the model's chat template */
+    int pd_p, pd_d;             /* --pd P:D (cli/pd.h); 0: one process */
     struct gen_cli spec;        /* the speculation options (--lookup, -md, ...); the
                                  * rest of it unused */
 };

@@ -253,6 +253,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+/* argv asks for batch --pd (cli/pd.c): every rank of the job runs the command. */
+bool cli_pd_asked(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
@@ -270,9 +272,12 @@ void cli_line_edit_add(const char *msg);
 void cli_line_edit_close(void);
 
 /* `ignite info --tp N`: what each of N tensor-parallel ranks holds of m
- * (cli/info_tp.c), on stdout. IG_OK, or the status of a split m cannot
- * make (one line). */
+ * (cli/info_tp.c), on stdout, or as the "tensor_parallel" member of json
+ * where json is not NULL. IG_OK, or the status of a split m cannot make
+ * (one line); cli_info_tp_check says that alone, printing nothing else. */
 struct model;
-int cli_info_tp(const struct model *m, int n_ranks);
+struct cJSON;
+int cli_info_tp(const struct model *m, int n_ranks, struct cJSON *json);
+int cli_info_tp_check(const struct model *m, int n_ranks);
 
 #endif

@@ -11,9 +11,11 @@
 #include "cli/cli.h"
 #include "cli/device.h"
 #include "cli/lines.h"
+#include "cli/pd.h"
 #include "cli/run.h"
 
 #include "backend/backend.h"
+#include "core/coll.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
@@ -32,7 +34,7 @@
 
 #define BATCH_DEFAULT_PARALLEL 8
 
-enum { OPT_LINES = 300, OPT_ORDERED, OPT_KV_MEM };
+enum { OPT_LINES = 300, OPT_ORDERED, OPT_KV_MEM, OPT_PD };
 
 static const struct cli_option batch_options[] = {
     {"file", 'f', required_argument, "FILE", "requests, one JSON object per line ('-' = stdin)", "-"},
@@ -40,6 +42,7 @@ static const struct cli_option batch_options[] = {
     {"parallel", 'P', required_argument, "N", "sequences in flight at once", "8"},
     {"kv-mem", OPT_KV_MEM, required_argument, "MIB", "KV cache memory, MiB (0 = -P full contexts)", "0"},
     {"ordered", OPT_ORDERED, no_argument, NULL, "write the results in input order", NULL},
+    {"pd", OPT_PD, required_argument, "P:D", "prefill on P ranks, decode on D (mpirun -np P+D)", NULL},
     GEN_CLI_OPTIONS("512; on CUDA 2048"),
     GEN_CLI_PROMPT_OPTIONS,
     {"help", 'h', no_argument, NULL, "show this help and exit", NULL},
@@ -61,6 +64,7 @@ struct batch_opts {
     const char *file;
     int64_t parallel, kv_mem_mib;
     bool lines, ordered;
+    int pd_p, pd_d;         /* --pd P:D; 0: one process */
 };
 
 static int parse_args(int argc, char **argv, struct batch_opts *o)
@@ -79,6 +83,7 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
             case OPT_KV_MEM: st = cli_parse_i64("--kv-mem", optarg, 0, (int64_t)1 << 30, &o->kv_mem_mib); break;
             case OPT_LINES: o->lines = true; st = IG_OK; break;
             case OPT_ORDERED: o->ordered = true; st = IG_OK; break;
+            case OPT_PD: st = pd_parse(optarg, &o->pd_p, &o->pd_d); break;
             default: st = ig_error(IG_E_INTERNAL, "option key %d has no handler", key);
             }
         }
@@ -91,6 +96,10 @@ static int parse_args(int argc, char **argv, struct batch_opts *o)
         return cli_unexpected_argument("batch", argv[optind],
                                        "requests come from -f FILE or stdin");
     if (gen_cli_check(&o->g) != IG_OK)
+        return IG_E_USAGE;
+    if (o->pd_p && (o->g.lookup || o->g.draft_model))
+        return ig_error(IG_E_USAGE, "--pd does not take speculative decoding (--lookup, -md) yet");
+    if (o->pd_p && pd_check_job("batch", o->pd_p, o->pd_d) != IG_OK)
         return IG_E_USAGE;
     return gen_cli_check_grammar(&o->g, strcmp(o->file, "-") ? NULL : "-f", false);
 }
@@ -126,6 +135,8 @@ struct batch {
     const struct kv_memory *kv; /* the pool's types, named in each line (NULL before it is made) */
     struct tok_vocab *vocab;
     struct engine *engine;
+    struct pd *pd;          /* --pd: the ranks run the requests instead of engine */
+    const struct pd_transfer *pd_t; /* the result being written came over these ranks */
     struct grammar *grammar; /* the command line's constraint, shared; NULL: none */
     struct job **jobs;      /* ring by seq: jobs not yet written */
     int64_t cap, next_seq, next_out;
@@ -282,7 +293,42 @@ static void on_done(void *user, struct gen_request *r)
         job_error(b, j, cst);
         return;
     }
+    cJSON *pdo = b->pd_t ? cJSON_AddObjectToObject(obj, "pd") : NULL;
+    if (pdo) { /* where the request ran and what its cache's trip cost */
+        cJSON_AddNumberToObject(pdo, "prefill_rank", b->pd_t->prefill_rank);
+        cJSON_AddNumberToObject(pdo, "decode_rank", b->pd_t->decode_rank);
+        cJSON_AddNumberToObject(pdo, "kv_bytes", (double)b->pd_t->kv_bytes);
+        cJSON_AddNumberToObject(pdo, "transfer_ms", b->pd_t->transfer_ms);
+        cJSON_AddNumberToObject(pdo, "pack_ms", b->pd_t->pack_ms);
+    }
     job_finish(b, j, obj);
+}
+
+/* --pd: a request ended on another rank (or failed on one): written as one
+ * process writes it, with where it ran. */
+static void on_pd_result(void *user, struct gen_request *r, const char *text, size_t len,
+                         const char *err, const struct pd_transfer *t)
+{
+    struct batch *b = user;
+    struct job *j = r->user;
+    if (r->result.status != IG_OK) {
+        snprintf(b->err, sizeof b->err, "%s", err);
+        job_error(b, j, r->result.status);
+        return;
+    }
+    if (len && on_text(b, r, text, len)) {
+        job_error(b, j, ig_error(IG_E_NOMEM, "out of memory for the text"));
+        return;
+    }
+    b->pd_t = t;
+    on_done(b, r);
+    b->pd_t = NULL;
+}
+
+/* Requests read and not yet ended. */
+static int64_t batch_pending(const struct batch *b)
+{
+    return b->pd ? pd_pending(b->pd) : engine_pending(b->engine);
 }
 
 /* ---- reading ------------------------------------------------------------------------ */
@@ -333,18 +379,11 @@ static int grow_stats(struct batch *b)
 }
 
 /* The request of a parsed line: prompt rendered and tokenized, options. */
-static int make_request(struct batch *b, struct job *j)
+static int make_request(struct batch *b, struct job *j, const char *line, size_t len)
 {
     const struct gen_cli *o = &j->in.opts;
     char *text = NULL;
-    char source[48];
-    snprintf(source, sizeof source, "line %lld", (long long)j->line);
-    int st = IG_OK;
-    if (j->in.grammar)
-        st = grammar_from_gbnf(j->in.grammar, strlen(j->in.grammar), source, &j->grammar);
-    else if (j->in.json_schema)
-        st = grammar_from_json_schema(j->in.json_schema, strlen(j->in.json_schema), source,
-                                      &j->grammar);
+    int st = batch_request_grammar(&j->in, j->line, &j->grammar);
     if (st == IG_OK)
         st = run_render_prompt(b->chat, o->chat, o->no_think, o->system, j->in.prompt, &text);
     if (st == IG_OK)
@@ -356,15 +395,11 @@ static int make_request(struct batch *b, struct job *j)
     j->in.opts.sp.seed = gen_cli_pick_seed(o->seed);
     bool harmony = o->chat && b->chat->harmony;
     run_channels_init(&j->ch, harmony, false, on_final, j);
-    j->r.params = (struct gen_params){.n_predict = o->n_predict, .sp = j->in.opts.sp,
-                                      .ignore_eog = o->ignore_eos, .stop = o->stop,
-                                      .n_stop = o->n_stop,
-                                      .grammar = j->grammar ? j->grammar : b->grammar,
-                                      .special_text = harmony};
-    gen_cli_spec(o, &j->r.params.spec);
+    batch_request_params(&j->in, j->grammar, b->grammar, &j->r.params);
+    j->r.params.special_text = harmony;
     j->r.user = j;
     if (st == IG_OK)
-        st = engine_submit(b->engine, &j->r);
+        st = b->pd ? pd_submit(b->pd, &j->r, line, len, j->line) : engine_submit(b->engine, &j->r);
     return st;
 }
 
@@ -389,7 +424,7 @@ static int take_line(struct batch *b, int64_t line_no, const char *line, size_t 
     if (too_long)
         st = ig_error(IG_E_INPUT, "the line is longer than %u bytes", LINES_MAX);
     else if ((st = batch_request_parse(line, len, b->o->lines, &b->o->g, &j->in)) == IG_OK)
-        st = make_request(b, j);
+        st = make_request(b, j, line, len);
     ig_error_capture(NULL, 0);
     if (st != IG_OK)
         job_error(b, j, st);
@@ -409,7 +444,7 @@ static int read_requests(struct batch *b, struct line_reader *in, int64_t ahead)
             st = take_line(b, in->line_no, line, len, too_long);
             continue;
         }
-        bool idle = engine_pending(b->engine) == 0;
+        bool idle = batch_pending(b) == 0;
         size_t before = in->len - in->start;
         if ((st = lines_fill(in, idle)) != IG_OK || (!idle && in->len - in->start == before &&
                                                      !in->eof))
@@ -443,7 +478,7 @@ static double quantile(double *v, int64_t n, double q)
 static void print_summary(struct batch *b, double secs, const struct backend *be)
 {
     double s = secs > 0 ? secs : 1e-9;
-    const struct kv_pool *pool = engine_pool(b->engine);
+    const struct kv_pool *pool = engine_pool(b->pd ? pd_engine(b->pd) : b->engine);
     int64_t n_left = 0, n_unstarted = 0; /* still in the ring without a result */
     for (int64_t q = b->next_out; b->jobs && q < b->next_seq; q++) {
         const struct job *j = b->jobs[q % b->cap];
@@ -482,23 +517,24 @@ static int run_batch(struct batch *b, struct backend *be, struct backend *draft,
         .cb = {.on_text = on_text, .on_done = on_done, .user = b},
         .spec_max = spec_max, .draft = draft,
     };
-    int st = engine_create(be, b->vocab, &eo, &b->engine);
+    int st = b->pd ? IG_OK : engine_create(be, b->vocab, &eo, &b->engine);
     if (st != IG_OK)
         return st;
-    int64_t ahead = 2 * (int64_t)be->o.n_slots + 64;
+    int64_t ahead = 2 * (int64_t)be->o.n_slots * (b->o->pd_p ? b->o->pd_p + b->o->pd_d : 1) + 64;
     while (st == IG_OK && !b->out_errno) {
         if (!cli_interrupted)
             st = read_requests(b, in, ahead);
         if (st != IG_OK)
             break;
-        if (cli_interrupted || !engine_pending(b->engine)) {
+        if (cli_interrupted || !batch_pending(b)) {
             if (cli_interrupted || lines_done(in)) {
-                st = engine_step(b->engine); /* ends what is in flight */
+                if (!b->pd)
+                    st = engine_step(b->engine); /* ends what is in flight */
                 break;
             }
             continue;
         }
-        st = engine_step(b->engine);
+        st = b->pd ? pd_step(b->pd) : engine_step(b->engine);
     }
     /* After Ctrl-C or a closed stdout the requests that never ended leave
      * gaps: the finished ones go out in order anyway. The jobs are freed
@@ -554,18 +590,23 @@ int cmd_batch(int argc, char **argv)
     struct model *m = NULL, *dm = NULL;
     struct backend *be = NULL, *draft = NULL;
     struct line_reader in;
+    /* --pd: ranks but 0 serve (cli/pd.h); their set-up lines go to rank 0 */
+    bool serves = o.pd_p && ig_coll_rank() != 0, agreed = !o.pd_p, finished = false;
+    char setup_msg[512] = "";
+    if (serves)
+        ig_error_capture(setup_msg, sizeof setup_msg);
     bool is_stdin = !strcmp(o.file, "-");
-    int fd = is_stdin ? 0 : open(o.file, O_RDONLY | O_CLOEXEC);
+    int fd = serves ? -1 : is_stdin ? 0 : open(o.file, O_RDONLY | O_CLOEXEC);
     lines_init(&in, fd, is_stdin ? "standard input" : o.file);
     struct stat fst;
-    if (fd < 0 || fstat(fd, &fst) != 0) {
+    if (!serves && (fd < 0 || fstat(fd, &fst) != 0)) {
         if (is_stdin)
             st = ig_error(IG_E_IO, "cannot read standard input: %s", strerror(errno));
         else
             st = ig_error(IG_E_IO, "cannot open '%s': %s", o.file, strerror(errno));
         goto done;
     }
-    if (S_ISDIR(fst.st_mode)) {
+    if (!serves && S_ISDIR(fst.st_mode)) {
         st = ig_error(IG_E_IO, "cannot read '%s': %s", o.file, strerror(EISDIR));
         goto done;
     }
@@ -605,6 +646,21 @@ int cmd_batch(int argc, char **argv)
         (st = gen_cli_load_draft(&o.g, b.vocab, &be->o, &dm, &draft)) != IG_OK)
         goto done;
     b.kv = backend_kv_memory(be);
+    if (o.pd_p) {
+        struct pd_opts po = {.n_prefill = o.pd_p, .n_decode = o.pd_d, .be = be, .vocab = b.vocab,
+                             .m = m, .defaults = &o.g, .plain = o.lines, .grammar = b.grammar,
+                             .interrupt = &cli_interrupted, .on_result = on_pd_result,
+                             .user = &b};
+        st = pd_create(&po, &b.pd);
+        ig_error_capture(NULL, 0);
+        agreed = true;
+        if ((st = pd_agree(st, setup_msg)) != IG_OK)
+            goto done;
+        if (serves) {
+            st = pd_serve(b.pd);
+            goto done;
+        }
+    }
     install_signals();
     int64_t t0 = ig_now_ns();
     /* a line may ask for up to 16 drafted tokens where the command line speculates */
@@ -612,6 +668,9 @@ int cmd_batch(int argc, char **argv)
                        : gen_cli_spec_max(&o.g) > 16 ? gen_cli_spec_max(&o.g) : 16;
     st = run_batch(&b, be, draft, spec_max, &in);
     double secs = (double)(ig_now_ns() - t0) / 1e9;
+    if (b.pd)
+        pd_finish(b.pd, o.g.quiet);
+    finished = true;
     if (!o.g.quiet)
         print_summary(&b, secs, be);
     if (st == IG_OK && b.out_errno && b.out_errno != EPIPE)
@@ -621,6 +680,13 @@ int cmd_batch(int argc, char **argv)
     if (st == IG_OK && b.n_failed && b.out_errno != EPIPE)
         st = IG_E_PARTIAL;
 done:
+    if (!agreed) { /* a set-up that failed: every rank hears which */
+        ig_error_capture(NULL, 0);
+        st = pd_agree(st, setup_msg);
+    } else if (b.pd && !serves && !finished) {
+        pd_finish(b.pd, true); /* the others wait for rank 0's word */
+    }
+    pd_free(b.pd);
     engine_free(b.engine);
     for (int64_t s = b.next_out; b.jobs && s < b.next_seq; s++)
         job_free(b.jobs[s % b.cap]);

@@ -13,6 +13,7 @@
 #include "cli/bench_schedule.h"
 #include "cli/cli.h"
 #include "cli/device.h"
+#include "cli/pd.h"
 
 #include "backend/backend.h"
 #include "core/mapped_file.h"
@@ -37,8 +38,8 @@
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
        OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT,
        OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V, OPT_RATE, OPT_BURSTINESS, OPT_GOODPUT, OPT_RANGE_RATIO,
-       OPT_REQUESTS_FILE };
-_Static_assert((int)OPT_REQUESTS_FILE < (int)GEN_OPT_LOOKUP,
+       OPT_REQUESTS_FILE, OPT_PD };
+_Static_assert((int)OPT_PD < (int)GEN_OPT_LOOKUP,
                "bench's keys and the speculation rows' differ");
 
 static const struct cli_option bench_options[] = {
@@ -66,6 +67,7 @@ static const struct cli_option bench_options[] = {
     {"output-len", OPT_OUTPUT_LEN, required_argument, "MEAN[:SD]", "--requests: tokens generated, normal", "128"},
     {"range-ratio", OPT_RANGE_RATIO, required_argument, "R", "--requests: lengths uniform in [LEN(1-R), LEN(1+R)] (vLLM's --random-range-ratio; not with :SD)", NULL},
     {"requests-file", OPT_REQUESTS_FILE, required_argument, "FILE", "--requests: JSONL, a request a line: \"prompt\" or \"input_len\", \"output_len\"", NULL},
+    {"pd", OPT_PD, required_argument, "P:D", "--requests: prefill on P ranks, decode on D (mpirun -np P+D)", NULL},
     {"request-rate", OPT_RATE, required_argument, "R", "--requests: arrivals per second (Poisson), inf = all at once", "inf"},
     {"burstiness", OPT_BURSTINESS, required_argument, "B", "--request-rate: gamma shape of the gaps (1 = Poisson, < 1 burstier, inf = even)", "1"},
     {"goodput", OPT_GOODPUT, required_argument, "SLO..", "--requests: objectives ttft:MS tpot:MS e2el:MS; reports request_goodput", NULL},
@@ -178,6 +180,7 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
             return ig_error(IG_E_USAGE, "--range-ratio: expected a number in [0, 1), got '%s'", arg);
         return IG_OK;
     case OPT_REQUESTS_FILE: o->req.requests_file = arg; return IG_OK;
+    case OPT_PD: return pd_parse(arg, &o->req.pd_p, &o->req.pd_d);
     case OPT_RATE:
         o->arrivals_given = true;
         return bench_parse_rate("--request-rate", arg, &o->req.rate);
@@ -273,6 +276,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                         "--prompt-file");
     if (o->req.chat && !o->req.prompt_file)
         return ig_error(IG_E_USAGE, "--chat wraps --prompt-file's text: give --prompt-file");
+    if (o->req.pd_p && !o->req.n_requests && !o->req.requests_file)
+        return ig_error(IG_E_USAGE, "--pd runs the throughput test: add --requests N");
+    if (o->req.pd_p && o->spec_given)
+        return ig_error(IG_E_USAGE, "--pd does not take speculative decoding (--lookup, -md) yet");
+    if (o->req.pd_p && (st = pd_check_job("bench", o->req.pd_p, o->req.pd_d)) != IG_OK)
+        return st;
     if ((st = gen_cli_check_spec(&o->req.spec, o->device.kind)) != IG_OK)
         return st;
     return IG_OK;

@@ -312,21 +312,26 @@ static size_t kv_unshared_bytes(const struct model *m, size_t elem)
     return shares ? bytes : 0;
 }
 
-/* Where layers differ in shape (gemma4): each size's range over the layers,
- * the lines above giving the file's (largest) values. Nothing otherwise. */
+/* Where attention layers differ in shape (gemma4): each size's range over
+ * them, the lines above giving the file's (largest) values. Nothing
+ * otherwise. */
 static void print_layer_ranges_text(const struct model *m)
 {
     int64_t lo[4], hi[4];
+    bool first = true;
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
+        if (L->mixer != LAYER_MIXER_ATTENTION) /* a DeltaNet layer has no heads of this kind */
+            continue;
         int64_t v[4] = {L->n_head, L->n_head_kv, L->head_dim,
                         L->ffn == LAYER_FFN_MOE && L->n_ff_mlp ? L->n_ff_mlp : L->n_ff};
         for (int i = 0; i < 4; i++) {
-            lo[i] = l == 0 || v[i] < lo[i] ? v[i] : lo[i];
-            hi[i] = l == 0 || v[i] > hi[i] ? v[i] : hi[i];
+            lo[i] = first || v[i] < lo[i] ? v[i] : lo[i];
+            hi[i] = first || v[i] > hi[i] ? v[i] : hi[i];
         }
+        first = false;
     }
-    if (lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && lo[3] == hi[3])
+    if (first || (lo[0] == hi[0] && lo[1] == hi[1] && lo[2] == hi[2] && lo[3] == hi[3]))
         return;
     static const char *const names[4] = {"heads", "KV heads", "head dim", "FFN size"};
     printf("per layer      ");
@@ -401,8 +406,10 @@ static void print_text(const struct model *m, const struct info *in)
         printf("KV unshared     %zu bytes/token f32, %zu f16 (the same layers, each with K/V "
                "of its own)\n", kv_unshared_bytes(m, 4), kv_unshared_bytes(m, 2));
     print_kv_groups_text(in);
-    if (hp->has_moe) {
-        printf("CUDA weights    none: the CUDA backend does not run mixtures of experts yet\n");
+    int64_t layer;
+    const char *missing = backend_gpu_missing(m, &layer);
+    if (missing) {
+        printf("CUDA weights    none: the CUDA backend does not run %s yet\n", missing);
         return;
     }
     size_t native = backend_gpu_weight_bytes(m, BACKEND_GPU_NATIVE);
@@ -504,7 +511,7 @@ static void add_kv_groups_json(cJSON *o, const struct info *in)
  * only what the file says (metadata, tokenizer, tensors) and "supported":
  * false; g is the file (NULL for a folder). */
 static int print_json(const char *path, const struct gguf_file *g, const struct model *m,
-                      const struct info *in)
+                      const struct info *in, int tp)
 {
     cJSON *o = cJSON_CreateObject();
     add_str_or_null(o, "path", path);
@@ -576,7 +583,8 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
             cJSON_AddNumberToObject(un, "f16", (double)kv_unshared_bytes(m, 2));
         }
         add_kv_groups_json(o, in);
-        if (m->hp.has_moe) { /* not run on the GPU yet */
+        int64_t layer;
+        if (backend_gpu_missing(m, &layer)) { /* not run on the GPU yet */
             cJSON_AddNullToObject(o, "cuda_weight_bytes");
         } else {
             cJSON *cw = cJSON_AddObjectToObject(o, "cuda_weight_bytes");
@@ -586,8 +594,11 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
                                     (double)backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
         }
     }
-    char *s = cJSON_PrintUnformatted(o);
+    int st = m && tp > 1 ? cli_info_tp(m, tp, o) : IG_OK;
+    char *s = st == IG_OK ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
+    if (st != IG_OK)
+        return st;
     if (!s)
         return ig_error(IG_E_NOMEM, "out of memory formatting JSON");
     puts(s);
@@ -631,7 +642,7 @@ int cmd_info(int argc, char **argv)
     st = cli_model_path(model_arg, path, sizeof path);
     if (st)
         return st;
-    struct info in;
+    struct info in = {0};
     struct stat sb;
     struct model *m = NULL;
     if (!(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
@@ -641,7 +652,7 @@ int cmd_info(int argc, char **argv)
         if (!model_arch_known(g)) { /* describe the file, do not refuse it */
             gather_unknown(g, &in);
             if (json) {
-                st = print_json(path, g, NULL, &in);
+                st = print_json(path, g, NULL, &in, 0);
             } else {
                 print_file_text(path, &in, false);
                 print_tokenizer_text(&in);
@@ -656,17 +667,18 @@ int cmd_info(int argc, char **argv)
     }
     if (st)
         return st;
-    if ((st = gather(m, &in))) {
+    int tp = backend_tp_asked();
+    if ((tp > 1 && (st = cli_info_tp_check(m, tp))) || (st = gather(m, &in))) {
         info_free(&in);
         model_free(m);
         return st;
     }
     if (json)
-        st = print_json(m->path, m->gguf, m, &in);
+        st = print_json(m->path, m->gguf, m, &in, tp);
     else
         print_text(m, &in);
-    if (st == IG_OK && !json && backend_tp_asked() > 1)
-        st = cli_info_tp(m, backend_tp_asked());
+    if (st == IG_OK && !json && tp > 1)
+        st = cli_info_tp(m, tp, NULL);
     cli_stdout_ok(true); /* before model_free, while errno is the write's */
     info_free(&in);
     model_free(m);

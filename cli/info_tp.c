@@ -1,7 +1,8 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
- * of the model (models/tp.h): its query and KV heads, FFN columns and
- * vocabulary rows (layer 0's, and whether every layer is alike), the bytes
- * of weights it reads and its KV cache per token. Covered by
+ * of the model (models/tp.h): its query and KV heads, FFN columns (or
+ * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
+ * of weights it reads and its KV cache per token; with --json, the same as
+ * the object's "tensor_parallel" member. Covered by
  * tests/tp/test_tp_cli.py. */
 #include "cli/cli.h"
 
@@ -9,7 +10,10 @@
 #include "kvcache/kvcache.h"
 #include "models/tp.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* True when every layer of part p splits as layer 0 does. */
@@ -33,37 +37,111 @@ static int64_t kv_bytes_per_token(const struct model *m, const struct kv_memory 
     return bytes;
 }
 
-int cli_info_tp(const struct model *m, int n_ranks)
+/* One rank's share as info reports it. */
+struct rank_row {
+    struct model_tp_part p;
+    bool replicated, alike;
+    size_t weight_bytes;
+    int64_t kv_bytes;
+};
+
+static void add_range(cJSON *o, const char *name, int64_t first, int64_t n)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, name);
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)first));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)(first + n - 1)));
+}
+
+static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
+{
+    printf("tensor parallel %d ranks (mpirun -np %d): weights read per step %.1f MiB in one "
+           "process\n", n_ranks, n_ranks, (double)all / 1048576.0);
+    for (int r = 0; r < n_ranks; r++) {
+        const struct model_tp_layer *s = &rows[r].p.layers[0];
+        bool experts = s->n_e > 0;
+        printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, %s "
+               "%lld-%lld, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
+               r, (long long)s->q0, (long long)(s->q0 + s->n_q - 1), (long long)s->kv0,
+               (long long)(s->kv0 + s->n_kv - 1), rows[r].replicated ? " (replicated)" : "",
+               experts ? "experts" : "FFN columns", (long long)(experts ? s->e0 : s->ff0),
+               (long long)(experts ? s->e0 + s->n_e - 1 : s->ff0 + s->n_ff - 1),
+               (long long)rows[r].p.v0,
+               (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
+               rows[r].alike ? "" : " (layer 0; others differ)",
+               (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
+    }
+}
+
+static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, size_t all)
+{
+    cJSON *tp = cJSON_AddObjectToObject(o, "tensor_parallel");
+    cJSON_AddNumberToObject(tp, "ranks", n_ranks);
+    cJSON_AddNumberToObject(tp, "weight_bytes_one_process", (double)all);
+    cJSON *a = cJSON_AddArrayToObject(tp, "parts");
+    for (int r = 0; r < n_ranks; r++) {
+        const struct model_tp_layer *s = &rows[r].p.layers[0];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", r);
+        add_range(e, "query_heads", s->q0, s->n_q);
+        add_range(e, "kv_heads", s->kv0, s->n_kv);
+        cJSON_AddBoolToObject(e, "kv_replicated", rows[r].replicated);
+        if (s->n_e)
+            add_range(e, "experts", s->e0, s->n_e);
+        else
+            add_range(e, "ffn_columns", s->ff0, s->n_ff);
+        add_range(e, "vocab_rows", rows[r].p.v0, rows[r].p.n_v);
+        cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
+        cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);
+        cJSON_AddNumberToObject(e, "kv_bytes_per_token_f32", (double)rows[r].kv_bytes);
+        cJSON_AddItemToArray(a, e);
+    }
+}
+
+int cli_info_tp_check(const struct model *m, int n_ranks)
+{
+    int st = IG_OK;
+    for (int r = 0; st == IG_OK && r < n_ranks; r++) {
+        struct model_tp_part p;
+        if ((st = model_tp_part(m, r, n_ranks, &p)) == IG_OK)
+            model_tp_part_free(&p);
+    }
+    return st;
+}
+
+int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
 {
     struct kv_memory *mem;
     int st = kv_memory_of(m, KV_F32, KV_F32, &mem);
     if (st != IG_OK)
         return st;
-    size_t all = 0;
-    struct model_tensor_it it;
-    model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
-    while (model_tensors_next(&it))
-        if (!it.t->gathered)
-            all += model_weight_size(it.w);
-    printf("tensor parallel %d ranks (mpirun -np %d): weights read per step %.1f MiB in one "
-           "process\n", n_ranks, n_ranks, (double)all / 1048576.0);
-    for (int r = 0; r < n_ranks; r++) {
-        struct model_tp_part p;
-        if ((st = model_tp_part(m, r, n_ranks, &p)) != IG_OK)
+    struct rank_row *rows = calloc((size_t)n_ranks, sizeof *rows);
+    int made = 0;
+    if (!rows)
+        st = ig_error(IG_E_NOMEM, "out of memory describing %d ranks", n_ranks);
+    for (; st == IG_OK && made < n_ranks; made++) {
+        struct rank_row *w = &rows[made];
+        if ((st = model_tp_part(m, made, n_ranks, &w->p)) != IG_OK)
             break;
-        const struct model_tp_layer *s = &p.layers[0];
-        bool rep = m->layers[0].n_head_kv < n_ranks;
-        printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, FFN columns "
-               "%lld-%lld, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
-               r, (long long)s->q0, (long long)(s->q0 + s->n_q - 1), (long long)s->kv0,
-               (long long)(s->kv0 + s->n_kv - 1), rep ? " (replicated)" : "",
-               (long long)s->ff0, (long long)(s->ff0 + s->n_ff - 1), (long long)p.v0,
-               (long long)(p.v0 + p.n_v - 1),
-               layers_alike(m, &p) ? "" : " (layer 0; others differ)",
-               (double)model_tp_part_bytes(m, &p) / 1048576.0,
-               (long long)kv_bytes_per_token(m, mem, &p));
-        model_tp_part_free(&p);
+        w->replicated = m->layers[0].n_head_kv < n_ranks;
+        w->alike = layers_alike(m, &w->p);
+        w->weight_bytes = model_tp_part_bytes(m, &w->p);
+        w->kv_bytes = kv_bytes_per_token(m, mem, &w->p);
     }
+    if (st == IG_OK) {
+        size_t all = 0;
+        struct model_tensor_it it;
+        model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
+        while (model_tensors_next(&it))
+            if (!it.t->gathered)
+                all += model_weight_size(it.w);
+        if (json)
+            add_rows_json(json, rows, n_ranks, all);
+        else
+            print_rows(rows, n_ranks, all);
+    }
+    for (int r = 0; r < made; r++)
+        model_tp_part_free(&rows[r].p);
+    free(rows);
     kv_memory_free(mem);
     return st;
 }

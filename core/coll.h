@@ -69,6 +69,22 @@ void ig_coll_gatherv(const float *part, int64_t n_part, float *out, const int64_
 void ig_coll_send(const void *buf, size_t bytes, int to, int tag);
 void ig_coll_recv(void *buf, size_t bytes, int from, int tag);
 
+/* Without waiting: a message for this rank from any rank (not yet
+ * received)? Fills its sender, tag and bytes. Where a rank serves several
+ * others at once (prefill/decode separation, cli/pd.c) and must not block
+ * on one of them. Not collective. */
+bool ig_coll_poll(int *from, int *tag, size_t *bytes);
+
+/* A send that does not wait for the receiver: buf (at most 1 GiB, one
+ * message, so that ig_coll_poll sees its whole size) must stay as it is
+ * until ig_coll_sent says it went. Returns the send's handle. Ranks that
+ * send to each other at once never deadlock this way. Not collective. */
+struct ig_coll_send_req;
+struct ig_coll_send_req *ig_coll_isend(const void *buf, size_t bytes, int to, int tag);
+/* True when the send is done (the handle is then freed); false: not yet. */
+bool ig_coll_sent(struct ig_coll_send_req *req);
+#define IG_COLL_MESSAGE_MAX ((size_t)1 << 30)
+
 /* Seconds spent in this rank's collectives since the start (the all-reduce's
  * cost per step: ignite bench with --tp). */
 double ig_coll_seconds(void);

@@ -204,6 +204,47 @@ void ig_coll_recv(void *buf, size_t bytes, int from, int tag)
     disarm();
 }
 
+bool ig_coll_poll(int *from, int *tag, size_t *bytes)
+{
+    int flag = 0, count = 0;
+    MPI_Status s;
+    if (!started)
+        return false;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &s);
+    if (!flag)
+        return false;
+    MPI_Get_count(&s, MPI_BYTE, &count);
+    *from = s.MPI_SOURCE;
+    *tag = s.MPI_TAG;
+    *bytes = (size_t)count;
+    return true;
+}
+
+struct ig_coll_send_req {
+    MPI_Request req;
+};
+
+struct ig_coll_send_req *ig_coll_isend(const void *buf, size_t bytes, int to, int tag)
+{
+    IG_ASSERT(bytes <= IG_COLL_MESSAGE_MAX);
+    struct ig_coll_send_req *r = malloc(sizeof *r);
+    if (!r) {
+        fprintf(stderr, "ignite: out of memory for a send\n");
+        ig_coll_abort(IG_E_NOMEM);
+    }
+    MPI_Isend(buf, (int)bytes, MPI_BYTE, to, tag, MPI_COMM_WORLD, &r->req);
+    return r;
+}
+
+bool ig_coll_sent(struct ig_coll_send_req *r)
+{
+    int flag = 0;
+    MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE);
+    if (flag)
+        free(r);
+    return flag;
+}
+
 double ig_coll_seconds(void)
 {
     return spent;

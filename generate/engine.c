@@ -404,6 +404,20 @@ int engine_kept_rewind(struct engine *e, int64_t id, int64_t n)
     return IG_OK;
 }
 
+int engine_handoff(struct engine *e, const struct gen_request *r, struct gen_handoff *out)
+{
+    struct seq *s = NULL;
+    for (int i = 0; i < e->n_slots && !s; i++)
+        if (e->seqs[i].r == r)
+            s = &e->seqs[i];
+    if (!s || !r->params.handoff || r->result.stop != GEN_STOP_PROMPT)
+        return ig_error(IG_E_INTERNAL, "engine_handoff: not a finished handoff request");
+    struct backend_seq v = seq_view(e, s);
+    *out = (struct gen_handoff){.tokens = s->tokens, .n_pos = s->kv.n_pos,
+                                .logits = s->kept_logits};
+    return backend_kv_export(e->be, &v, s->kv.n_pos, &out->kv, &out->table, &out->slot);
+}
+
 void engine_drop(struct engine *e, int64_t id)
 {
     struct seq *s = kept_seq(e, id);
@@ -597,7 +611,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     if (e->vocab)
         tok_stream_init(&s->stream, e->vocab, e->o.print_special || r->params.special_text);
     stop_init(&s->stop, r->params.stop, r->params.n_stop);
-    if (r->params.keep && !s->kept_logits &&
+    if ((r->params.keep || r->params.handoff) && !s->kept_logits &&
         !(s->kept_logits = malloc((size_t)e->n_vocab * sizeof *s->kept_logits)))
         return ig_error(IG_E_NOMEM, "out of memory for %lld logits", (long long)e->n_vocab);
     if ((st = sampler_create(&r->params.sp, e->n_vocab, &s->smp)) != IG_OK ||
@@ -732,7 +746,7 @@ static void take_token(struct engine *e, struct seq *s, int32_t tok, int64_t t_n
 static void sample(struct engine *e, struct seq *s, float *logits, int32_t greedy)
 {
     struct gen_request *r = s->r;
-    if (r->params.keep) { /* the logits after the last token fed, whatever comes next */
+    if (r->params.keep || r->params.handoff) { /* the logits after the last token fed */
         IG_ASSERT(logits);
         memcpy(s->kept_logits, logits, (size_t)e->n_vocab * sizeof *logits);
         s->logits_taken = true;
@@ -981,7 +995,7 @@ int engine_step(struct engine *e)
     for (int i = 0; i < n_seqs && greedy; i++) {
         const struct seq *s = e->order[i];
         if (s->logits_row >= 0)
-            greedy = !s->r->params.keep && sampler_greedy_only(s->smp);
+            greedy = !s->r->params.keep && !s->r->params.handoff && sampler_greedy_only(s->smp);
     }
     struct backend_batch batch = {.tokens = e->tokens, .want_logits = e->want, .n_rows = rows,
                                   .seqs = e->bseqs, .n_seqs = n_seqs,

@@ -105,6 +105,11 @@ struct gen_params {
      * stops when the grammar is done. */
     const struct grammar *grammar;
     struct gen_spec spec;       /* all zero: no speculation */
+    /* With prompt_only: the caller takes the prefilled cache (and the logits
+     * after the prompt) inside on_done, engine_handoff, to run the request
+     * on elsewhere (prefill/decode separation, cli/pd.c); its blocks are
+     * shared with later prompts as any prompt's are. */
+    bool handoff;
 };
 
 /* What the cache holds before the prompt (--load-kv): its tokens and rows. */
@@ -236,6 +241,19 @@ int engine_kept_export(struct engine *e, int64_t id, const struct kv_store **st,
  * IG_OK, or IG_E_USAGE (no such sequence, n out of range, a recurrent
  * state). */
 int engine_kept_rewind(struct engine *e, int64_t id, int64_t n);
+
+/* Inside on_done of a params.handoff request that ended GEN_STOP_PROMPT:
+ * its cache (backend_kv_export: store, table, state slot, n_pos
+ * positions), its tokens [n_pos] and the logits after the last [n_vocab],
+ * valid until on_done returns. IG_OK, or the backend's error. */
+struct gen_handoff {
+    const struct kv_store *kv;
+    const int32_t *table;
+    int64_t slot, n_pos;
+    const int32_t *tokens;
+    const float *logits;
+};
+int engine_handoff(struct engine *e, const struct gen_request *r, struct gen_handoff *out);
 
 /* Frees the kept sequence `id` (no-op when none is kept). */
 void engine_drop(struct engine *e, int64_t id);

@@ -238,6 +238,9 @@ struct model_layer {
     int64_t n_ff;                  /* FFN width (LAYER_FFN_MOE: each expert's) */
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
     int64_t n_expert_used;
+    int64_t expert0;               /* the first expert this model holds: a tensor-parallel
+                                      rank's part holds experts [expert0, expert0 + the expert
+                                      weights' n_expert) of n_expert; 0 otherwise */
     bool moe_norm_topk;            /* the used experts' weights renormalized to sum 1 */
     int64_t n_ff_mlp;              /* LAYER_FFN_MOE with MODEL_FEAT_MOE_MLP: the dense MLP's
                                       width */

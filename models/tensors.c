@@ -228,7 +228,7 @@ static const struct model_tensor table[] = {
     {.scope = TENSOR_PER_LAYER, .role = LAYER_BO, .gguf = "attn_output.bias",
      .hf = HF("self_attn.o_proj.bias"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_O_BIAS,
-     .id_pass = TENSOR_ID_PRESENT},
+     .split = TENSOR_SPLIT_ONCE, .id_pass = TENSOR_ID_PRESENT},
     {.scope = TENSOR_PER_LAYER, .role = LAYER_ATTN_SINKS, .gguf = "attn_sinks.weight",
      .hf = HF("self_attn.sinks"), .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE,
      .cols = TENSOR_DIM_HEADS, .kind = TENSOR_BIAS, .feature = MODEL_FEAT_ATTN_SINKS,

@@ -187,6 +187,8 @@ enum tensor_split {
     TENSOR_SPLIT_ROWS,    /* by output rows */
     TENSOR_SPLIT_COLS,    /* by input columns */
     TENSOR_SPLIT_EXPERTS, /* whole experts per rank (mixture-of-experts) */
+    TENSOR_SPLIT_ONCE,    /* on rank 0 alone: a bias after a column-split matrix, which the
+                             reduce would otherwise add once a rank */
 };
 
 /* The fused device matrix (or vector) a weight joins on the CUDA backend:

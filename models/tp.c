@@ -57,18 +57,12 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     if (n_ranks < 1 || n_ranks > MODEL_TP_MAX_RANKS || rank < 0 || rank >= n_ranks)
         return ig_error(IG_E_USAGE, "--tp %d: expected 1..%d ranks", n_ranks,
                         MODEL_TP_MAX_RANKS);
-    if (hp->has_moe)
-        return ig_error(IG_E_USAGE, "--tp %d: a mixture of experts does not split across ranks "
-                        "yet (experts per rank: not done)", n_ranks);
     /* what the split below knows: attention layers with their own Q/K/V and
      * the Llama block's additions (biases on Q/K/V, head norms, post norms) */
     const char *unsplit = hp->has_deltanet ? "gated DeltaNet layers"
-                          : hp->has_ple ? "per-layer embeddings"
-                          : hp->n_kv_shared ? "layers sharing an earlier layer's KV"
-                          : hp->has_v_norm ? "V head norms"
-                          : hp->has_out_scale ? "layer output scales"
-                          : hp->has_o_bias || hp->has_attn_sinks ? "output biases and sinks"
-                                                                 : NULL;
+                          : hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
+                                              "their sum"
+                                            : NULL;
     if (unsplit)
         return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
                         n_ranks, hp->arch, unsplit);
@@ -84,6 +78,15 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
             model_tp_part_free(out);
             return st;
         }
+        /* a layer reading an earlier layer's K/V (gemma4) reads this rank's
+         * heads of it: the two must split alike */
+        const struct model_tp_layer *src = &out->layers[L->kv_source];
+        if (L->kv_shared && (src->kv0 != s->kv0 || src->n_kv != s->n_kv)) {
+            model_tp_part_free(out);
+            return ig_error(IG_E_USAGE, "--tp %d: layer %lld reads layer %lld's KV heads, "
+                            "which split otherwise", n_ranks, (long long)il,
+                            (long long)L->kv_source);
+        }
         /* wo's columns start at the rank's first query head: on a block */
         const struct quant_traits *wo = quant_traits_of(L->w[LAYER_WO].type);
         const struct quant_traits *dn = quant_traits_of(L->w[LAYER_FFN_DOWN].type);
@@ -95,6 +98,17 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
                             n_ranks, (long long)il, quant_type_name(L->w[LAYER_WO].type),
                             (long long)bo, rank, (long long)s->q0,
                             (long long)(s->q0 + s->n_q - 1), (long long)L->head_dim);
+        }
+        if (L->ffn == LAYER_FFN_MOE) { /* whole experts per rank, each at its full width */
+            if (L->n_expert < n_ranks) {
+                model_tp_part_free(out);
+                return ig_error(IG_E_USAGE, "--tp %d: layer %lld has %lld experts, fewer than "
+                                "the ranks", n_ranks, (long long)il, (long long)L->n_expert);
+            }
+            even(L->n_expert, rank, n_ranks, &s->e0, &s->n_e);
+            s->ff0 = 0;
+            s->n_ff = L->n_ff;
+            continue;
         }
         int64_t units = L->n_ff / bd;
         if (units < n_ranks) {
@@ -140,6 +154,9 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
     case TENSOR_DIM_KV:
         *at = s->kv0 * L->head_dim, *n = s->n_kv * L->head_dim;
         return;
+    case TENSOR_DIM_HEADS: /* one value a query head (gpt-oss's sinks) */
+        *at = s->q0, *n = s->n_q;
+        return;
     case TENSOR_DIM_FF:
         *at = s->ff0, *n = s->n_ff;
         return;
@@ -154,6 +171,20 @@ static struct model_weight rows_of(const struct model_weight *w, int64_t r0, int
     struct model_weight v = *w;
     v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
     v.rows = n;
+    return v;
+}
+
+/* w's experts [e0, e0 + n): a view (a folder's experts by their pointers). */
+static struct model_weight experts_of(const struct model_weight *w, int64_t e0, int64_t n)
+{
+    struct model_weight v = *w;
+    v.n_expert = n;
+    if (w->expert_data) {
+        v.expert_data = w->expert_data + e0;
+        v.data = v.expert_data[0];
+    } else {
+        v.data = (const char *)w->data + (size_t)e0 * (size_t)w->rows * w->row_bytes;
+    }
     return v;
 }
 
@@ -232,6 +263,7 @@ int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct 
         S->n_head = t->n_q;
         S->n_head_kv = t->n_kv;
         S->n_ff = t->n_ff;
+        S->expert0 = t->e0;
         struct model_tensor_it it;
         model_tensors_begin_layer(&it, m, il, MODEL_TENSORS_LAYERS);
         while (model_tensors_next(&it)) {
@@ -254,10 +286,10 @@ int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct 
                     return st;
                 }
                 s->n_copies++;
-            } else {
-                model_tp_shard_free(&s->m);
-                return ig_error(IG_E_USAGE, "tensor parallelism: %s splits by experts (not done)",
-                                it.t->gguf);
+            } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
+                *o = experts_of(w, t->e0, t->n_e);
+            } else if (p->rank != 0) { /* TENSOR_SPLIT_ONCE */
+                *o = (struct model_weight){0};
             }
         }
     }
@@ -287,6 +319,10 @@ size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p)
         } else if (it.t->split == TENSOR_SPLIT_COLS) {
             dim_range(L, t, it.t->cols, &at, &n);
             bytes += (size_t)w->rows * cols_bytes(w, n);
+        } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
+            bytes += (size_t)t->n_e * (size_t)w->rows * w->row_bytes;
+        } else if (it.t->split == TENSOR_SPLIT_ONCE && p->rank == 0) {
+            bytes += model_weight_size(w);
         }
     }
     /* the per-model norms */

@@ -33,7 +33,8 @@
 struct model_tp_layer {
     int64_t q0, n_q;   /* query heads [q0, q0 + n_q) */
     int64_t kv0, n_kv; /* the KV heads they read */
-    int64_t ff0, n_ff; /* FFN columns */
+    int64_t ff0, n_ff; /* FFN columns (a mixture of experts: each expert's, all of them) */
+    int64_t e0, n_e;   /* a mixture of experts: whole experts [e0, e0 + n_e) */
 };
 
 /* One rank's share of a model. */
@@ -45,7 +46,7 @@ struct model_tp_part {
 
 /* Rank `rank`'s share of m over n_ranks ranks. IG_OK, or IG_E_USAGE after
  * one line where m cannot split so (more ranks than KV groups' query
- * heads, a column split off its type's blocks, a mixture of experts),
+ * heads, a column split off its type's blocks, fewer experts than ranks),
  * IG_E_NOMEM. Free with model_tp_part_free. */
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out);
 void model_tp_part_free(struct model_tp_part *p);

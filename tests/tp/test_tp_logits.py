@@ -3,7 +3,10 @@ process on the exact path (IGNITE_MATMUL=exact: f32 matmuls): 2 and 3 ranks
 (mpirun), the real test models (SmolLM2: 9 query / 3 KV heads; Gemma 3 270M:
 4 / 1, the KV head replicated) and synthetic GQA models (tests/pylib/archgen.py:
 Qwen2's Q/K/V biases split with their rows, 8 / 2 heads at 3 ranks (two ranks
-share a KV head), 6 / 3 heads, Gemma 3's head norms and window). Each case
+share a KV head), 6 / 3 heads, Gemma 3's head norms and window; a qwen3moe's
+experts split across the ranks; gpt-oss's sinks, output bias and experts' biases;
+gemma4's shared KV and per-layer embeddings).
+Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
 and the greedy tokens equal, except at a step where one process's top two
@@ -102,6 +105,24 @@ def main():
         write_model(p, seed=i + 1, **kw)
         ids = list(np.random.default_rng(i).integers(0, 48, 30))
         cases.append((name, p, ids, 7, 5))
+    # experts across ranks (whole experts a rank: 8 over 2 and 3 ranks), the router on
+    # every rank (bench/random_gguf.py's qwen3moe tiny: 8 experts, 2 used)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    p = os.path.join(tmp, "moe.gguf")
+    random_gguf.write(p, "tiny", "F16", 7, "qwen3moe")
+    cases.append(("qwen3moe 8 experts, 2 used", p, list(range(3, 60, 3)), 7, 5))
+    # gpt-oss: each rank's sinks with its query heads, the output bias added once (rank 0's),
+    # the experts' biases with their experts; its window of 32 crossed
+    p = os.path.join(tmp, "oss.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "gpt-oss")
+    cases.append(("gpt-oss sinks, biases, experts", p, list(range(5, 200, 5)), 7, 5))
+    # gemma4: per-layer heads and head dims, shared-KV layers reading their source's heads,
+    # per-layer embeddings and output scales (replicated), V normed without a weight
+    p = os.path.join(tmp, "gemma4.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "gemma4")
+    cases.append(("gemma4 shared KV, per-layer embeddings", p, list(range(4, 300, 4)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):

@@ -1,0 +1,278 @@
+"""tests/tp/test_pd_cli.py: `mpirun -np P+D ignite batch --pd P:D` (prefill
+and decode on different ranks, cli/pd.c) against one process's `ignite
+batch` on SmolLM2: a batch of 13 requests (greedy and seeded sampled ones,
+one long prompt over several chunks and KV blocks, and again with another
+question: its first blocks shared on the prefill rank as in one process),
+request by request (id, text, stop, token counts; at 2:1 prompt + cached, as
+prompt blocks are shared within a prefill rank) at 1:1, 1:2 and 2:1; where
+each request ran (decode ranks ran no prompt rows, prefill ranks no decode
+rows, both decode ranks of 1:2 used) and its cache's bytes (those of `run
+--prompt-only --save-kv` for the same prompt); a decode rank with room for
+one request at a time (--kv-mem): prefill waits, every request completes,
+the same texts; and the failures: --pd without mpirun, against the ranks
+started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
+(the job ends, non-zero, no hang), one stopped (IGNITE_TP_WATCHDOG=3: one
+line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
+schedule: one process's requests, every token's gap, each rank's rows.
+Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
+Usage: test_pd_cli.py   (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from igtest import check, model_path, sanitized, summary  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
+
+IGNITE = os.environ.get("IGNITE_BIN", "ignite")
+LIMIT = 900 if sanitized() else 120
+LONG = ("The history of the river town begins with a mill, a bridge and a market "
+        "square where farmers sold grain, wool and apples every week. ") * 8
+
+
+def requests():
+    words = ["red", "seven", "river", "Paris", "code", "music"]
+    reqs = []
+    for i in range(11):
+        r = {"id": i, "prompt": f"Tell me about {words[i % 6]} and the number {i}:",
+             "n_predict": 4 + i % 5}
+        if i % 3 == 1:  # seeded sampling: the same stream on whichever rank
+            r.update(temperature=0.9, seed=100 + i)
+        else:
+            r["temperature"] = 0
+        reqs.append(r)
+    reqs.insert(5, {"id": "long", "prompt": LONG + "What sold best?", "n_predict": 6,
+                    "temperature": 0})
+    # the long prompt's first blocks again: shared on the prefill rank as in one process
+    reqs.append({"id": "long2", "prompt": LONG + "Who built the bridge?", "n_predict": 5,
+                 "temperature": 0.7, "seed": 7})
+    if sanitized():  # (~30x slower) a greedy, a seeded, the long pair
+        reqs = [r for r in reqs if r["id"] in (0, 1, "long", "long2")]
+    return reqs
+
+
+def results(stdout):
+    rows = [json.loads(line) for line in stdout.decode().splitlines()]
+    return rows, [(o["id"], o.get("text"), o.get("stop"), o.get("tokens")) for o in rows]
+
+
+def batch(mpirun, n, args, **kw):
+    argv = [IGNITE, "batch"] + args
+    if n == 1:
+        return subprocess.run(argv, capture_output=True, timeout=LIMIT, **kw)
+    return mpi(mpirun, n, argv, timeout=LIMIT, **kw)
+
+
+def pd_lines(stderr):
+    """{rank: (role, prompt rows, decode rows)} from the `pd: rank` lines."""
+    out = {}
+    for ln in stderr.decode(errors="replace").splitlines():
+        if ln.startswith("pd: rank "):
+            w = ln.split()
+            out[int(w[2])] = (w[3].strip("():"), int(w[4]), int(w[7]))
+    return out
+
+
+def equal_runs(mpirun, tmp):
+    path = model_path()
+    f = os.path.join(tmp, "reqs.jsonl")
+    with open(f, "w") as out:
+        out.write("".join(json.dumps(r) + "\n" for r in requests()))
+    args = ["-m", path, "-t", "1", "-P", "4", "-b", "32", "--ordered", "-f", f]
+    one = batch(mpirun, 1, args)
+    check(one.returncode == 0, f"one process: {one.stderr[-300:]}")
+    _, want = results(one.stdout)
+    n = len(requests())
+    check(len(want) == n and all(w[1] for w in want), f"one process: {want}")
+    # the long request's cache as `run --prompt-only --save-kv` writes it
+    kv = os.path.join(tmp, "long.kv")
+    r = subprocess.run([IGNITE, "run", "-m", path, "-t", "1", "-p", LONG + "What sold best?",
+                        "--prompt-only", "--save-kv", kv], capture_output=True, timeout=LIMIT,
+                       env=sanitizer_env())
+    check(r.returncode == 0 and os.path.exists(kv), f"run --save-kv: {r.stderr[-300:]}")
+    layouts = ((1, 2),) if sanitized() else ((1, 1), (1, 2), (2, 1))
+    for p, d in layouts:
+        t = time.time()
+        got = batch(mpirun, p + d, args + ["--pd", f"{p}:{d}"])
+        what = f"--pd {p}:{d}"
+        check(got.returncode == 0, f"{what}: exit {got.returncode}: {got.stderr[-400:]}")
+        rows, res = results(got.stdout)
+        if p > 1:  # blocks are shared within a prefill rank: "cached" may move to "prompt"
+            res, want_p = ([(i, t, s, (n["prompt"] + n["cached"], n["generated"]))
+                            for i, t, s, n in x] for x in (res, want))
+        else:
+            want_p = want
+        diff = [(g, w) for g, w in zip(res, want_p) if g != w]
+        check(len(res) == n and not diff, f"{what}: {len(diff)} requests differ, first {diff[:1]}")
+        ranks = pd_lines(got.stderr)
+        check(sorted(ranks) == list(range(p + d)), f"{what}: pd lines {ranks}")
+        check(all(ranks[r][2] == 0 for r in range(p)) and all(ranks[r][1] == 0 for r in
+                                                               range(p, p + d)),
+              f"{what}: a prefill rank decoded or a decode rank ran prompt rows: {ranks}")
+        check(sum(ranks[r][2] for r in ranks) == sum(o["tokens"]["generated"] - 1 for o in rows),
+              f"{what}: decode rows {ranks} against the generated tokens")
+        used = {o["pd"]["decode_rank"] for o in rows}
+        check(used == set(range(p, p + d)), f"{what}: decode ranks used {used}")
+        check({o["pd"]["prefill_rank"] for o in rows} == set(range(p)),
+              f"{what}: prefill ranks used")
+        long_row = [o for o in rows if o["id"] == "long"]
+        check(long_row and os.path.exists(kv) and
+              long_row[0]["pd"]["kv_bytes"] == os.path.getsize(kv),
+              f"{what}: the long prompt's cache: {long_row and long_row[0]['pd']} against "
+              f"{os.path.exists(kv) and os.path.getsize(kv)} bytes saved by run")
+        shared = [o["tokens"]["cached"] for o in rows if o["id"] == "long2"]
+        # (the sanitizers' 4 requests are admitted together: nothing computed to share yet)
+        check(p > 1 or sanitized() or (shared and shared[0] >= 64),
+              f"{what}: the long prompt's blocks not shared: {shared}")
+        print(f"{what}: {time.time() - t:.1f} s", file=sys.stderr)
+    # a decode rank with room for one request at a time (SmolLM2's f32 block is
+    # 2.8 MiB: 12 MiB hold 4 blocks, the long request's): prefill waits, and
+    # every request completes with one process's text (a request's text does
+    # not depend on the pool: what was cached may move to "prompt")
+    small = args + ["--kv-mem", "12", "-P", "2"]
+    got = batch(mpirun, 2, small + ["--pd", "1:1"])
+    _, res = results(got.stdout)
+    res, want = ([(i, t, s, (n["prompt"] + n["cached"], n["generated"])) for i, t, s, n in x]
+                 for x in (res, want))
+    waited = [ln for ln in got.stderr.decode(errors="replace").splitlines()
+              if ln.startswith("pd: rank 0") and "waited" in ln]
+    check(waited and int(waited[0].split(", ")[-1].split()[0]) > 0,
+          f"--kv-mem 12, --pd 1:1: no cache waited for room: {waited}")
+    check(got.returncode == 0 and res == want and len(res) == n,
+          f"--kv-mem 12, --pd 1:1: exit {got.returncode}, {sum(g != w for g, w in zip(res, want))}"
+          f" differ of {len(res)}: {got.stderr[-300:]}")
+
+
+def errors(mpirun, tmp):
+    """Requests that fail on the prefill rank (over the context), on rank 0 (not
+    JSON, a grammar that does not compile) and on the decode rank (more blocks
+    than its pool: --kv-mem 3 holds one) get one process's error objects; the
+    others run (exit 9 both)."""
+    path = model_path()
+    f = os.path.join(tmp, "bad.jsonl")
+    with open(f, "w") as out:
+        out.write(json.dumps({"id": "ok", "prompt": "Hello there", "n_predict": 3,
+                              "temperature": 0}) + "\n")
+        out.write(json.dumps({"id": "long", "prompt": LONG, "n_predict": 3}) + "\n")
+        out.write("{not json\n")
+        out.write(json.dumps({"id": "gbnf", "prompt": "Hi", "grammar": "root ::= ("}) + "\n")
+        out.write(json.dumps({"id": "many", "prompt": "Hi", "n_predict": 100}) + "\n")
+    args = ["-m", path, "-t", "1", "-c", "128", "--kv-mem", "3", "--ordered", "-f", f]
+
+    def rows(r):
+        return [(o.get("id"), o.get("text"), o.get("error"), o.get("status"))
+                for o in map(json.loads, r.stdout.decode().splitlines())]
+    one, pd = batch(mpirun, 1, args), batch(mpirun, 2, args + ["--pd", "1:1"])
+    check(one.returncode == 9 and pd.returncode == 9 and rows(pd) == rows(one) and
+          len(rows(one)) == 5, f"failing requests: exit {one.returncode}/{pd.returncode}: "
+          f"{rows(pd)} against {rows(one)}")
+
+
+def bench(mpirun):
+    """bench --requests --pd 1:2 on a seeded schedule: the requests, their
+    arrivals and lengths one process's; every token's gap reported; each rank's
+    rows in the JSON (decode rows: a row per token after the first)."""
+    path = model_path()
+    args = ["bench", "-m", path, "-t", "1", "--requests", "4" if sanitized() else "6", "-P", "2",
+            "--input-len", "40",
+            "--output-len", "6:2", "--request-rate", "20", "-s", "3", "-o", "json"]
+
+    def report(r):
+        d = json.loads(r.stdout)
+        return d[0] if isinstance(d, list) else d
+    one = subprocess.run([IGNITE] + args, capture_output=True, timeout=LIMIT, env=sanitizer_env())
+    got = mpi(mpirun, 3, [IGNITE] + args + ["--pd", "1:2"], timeout=LIMIT)
+    check(one.returncode == 0 and got.returncode == 0,
+          f"bench --pd 1:2: exit {one.returncode}/{got.returncode}: {got.stderr[-300:]}")
+    if one.returncode or got.returncode:
+        return
+    a, b = report(one), report(got)
+    keys = ("completed", "total_input_tokens", "total_output_tokens")
+    check(all(a[k] == b[k] for k in keys), f"bench --pd: {[(a[k], b[k]) for k in keys]}")
+    req = [[(q["index"], q["arrival_s"], q["input_len"], q["output_len"]) for q in x["requests"]]
+           for x in (a, b)]
+    check(sorted(req[0]) == sorted(req[1]), f"bench --pd: requests {req[1]} against {req[0]}")
+    check(all(len(q["itl_ms"]) == q["output_len"] - 1 and q["pd"]["kv_bytes"] > 0
+              for q in b["requests"]), "bench --pd: a request's gaps or cache bytes")
+    ranks = b.get("pd", {}).get("ranks", [])
+    check(len(ranks) == 3 and ranks[0]["decode_rows"] == 0 and
+          sum(r["prompt_rows"] for r in ranks[1:]) == 0 and
+          sum(r["decode_rows"] for r in ranks) == b["total_output_tokens"] - b["completed"],
+          f"bench --pd: ranks {ranks}")
+
+
+def one_line(stderr, *words):
+    lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.startswith("ignite:")]
+    return len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+def failures(mpirun, tmp):
+    path = model_path()
+    f = os.path.join(tmp, "one.jsonl")
+    with open(f, "w") as out:
+        out.write(json.dumps({"prompt": "Hello", "n_predict": 2}) + "\n")
+    r = subprocess.run([IGNITE, "batch", "-m", path, "--pd", "1:1", "-f", f],
+                       capture_output=True, env=sanitizer_env(), timeout=LIMIT)
+    ok, lines = one_line(r.stderr, "mpirun -np 2")
+    check(r.returncode == 2 and ok, f"--pd 1:1 without mpirun: exit {r.returncode}, {lines}")
+    r = batch(mpirun, 3, ["-m", path, "--pd", "1:1", "-f", f])
+    ok, lines = one_line(r.stderr, "--pd 1:1", "needs 2 ranks", "started 3")
+    check(r.returncode == 2 and ok, f"--pd 1:1 on 3 ranks: exit {r.returncode}, {lines}")
+    r = subprocess.run([IGNITE, "batch", "-m", path, "--pd", "0:1", "-f", f],
+                       capture_output=True, env=sanitizer_env(), timeout=LIMIT)
+    ok, lines = one_line(r.stderr, "--pd", "P:D")
+    check(r.returncode == 2 and ok, f"--pd 0:1: exit {r.returncode}, {lines}")
+    # rank 1 (decode) killed, then stopped, a second into long generations
+    long = os.path.join(tmp, "long.jsonl")
+    with open(long, "w") as out:
+        out.write("".join(json.dumps({"prompt": f"Story {i}:", "n_predict": 3000,
+                                      "ignore_eos": True}) + "\n" for i in range(3)))
+    argv = ["batch", "-m", path, "-t", "1", "-c", "4096", "--pd", "1:1", "-f", long]
+    cmd = " ".join(f"'{a}'" for a in [IGNITE] + argv)
+    base = [mpirun, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    if sanitized():  # they test mpirun and the watchdog: the normal build runs them
+        return
+    for sig, env, want in (("KILL", {}, None), ("STOP", {"IGNITE_TP_WATCHDOG": "3"}, 7)):
+        t = time.time()
+        try:
+            r = subprocess.run(base + ["-np", "1", IGNITE] + argv +
+                               [":", "-np", "1", "sh", "-c", f"(sleep 2; kill -{sig} $$) & exec {cmd}"],
+                               capture_output=True, env=dict(sanitizer_env(), **env),
+                               timeout=LIMIT)
+        except subprocess.TimeoutExpired:
+            check(False, f"decode rank {sig}: the job still ran after {LIMIT} s (a hang)")
+            continue
+        if want is None:
+            # Open MPI ends every rank and names the dead one: "process rank 1 ..."
+            check(r.returncode != 0 and b"rank 1" in r.stderr,
+                  f"decode rank killed: exit {r.returncode}, {r.stderr[-300:]!r}")
+        else:
+            ok, lines = one_line(r.stderr, "rank 1 of 2 (decode)", "sent nothing")
+            check(r.returncode == want and ok, f"decode rank stopped: exit {r.returncode}, "
+                  f"{lines}")
+        print(f"decode rank {sig}: exit {r.returncode} in {time.time() - t:.1f} s",
+              file=sys.stderr)
+
+
+def main():
+    mpirun = mpirun_or_skip()
+    if not os.path.exists(model_path()):
+        print(f"SKIP: {model_path()} absent (scripts/fetch-model.sh)", file=sys.stderr)
+        return 77
+    tmp = tempfile.mkdtemp()
+    for name, fn in (("equal", lambda: equal_runs(mpirun, tmp)),
+                     ("errors", lambda: errors(mpirun, tmp)),
+                     ("bench", lambda: bench(mpirun)),
+                     ("failures", lambda: failures(mpirun, tmp))):
+        t = time.time()
+        fn()
+        print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr)
+    return summary("test_pd_cli")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
