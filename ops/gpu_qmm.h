@@ -47,7 +47,8 @@ struct gk_qkv_params; /* ops/gpu_ops.h */
 /* A weight matrix on the device: rows x cols of `type` (enum quant_type).
  * For QUANT_F16, q is the [rows][cols] f16 matrix and h, s are NULL. For a
  * block type, with nb = cols / block blocks per row (struct gk_qlayout):
- *   q [rows][nb][layout.q]  quants, as in the file's blocks
+ *   q [rows][nb][layout.q]  quants, as in the file's blocks (K types:
+ *                           halves of chunks reordered, GK_KQ_OFF)
  *   h [rows][nb][layout.h]  high bits, reordered (NULL when layout.h is 0)
  *   s [rows][nb][layout.s]  scales (and mins) */
 struct gk_qmat {
@@ -55,6 +56,15 @@ struct gk_qmat {
     int64_t rows, cols;
     uint8_t *q, *h, *s;
 };
+
+/* K types (Q4_K, Q5_K, Q6_K): a super-block's 128 quant bytes are four GEMV
+ * chunks of 32 (chunk k: the file's bytes 32k .. 32k + 31). On the device
+ * the first 16 bytes of every chunk come first, then the second 16: half h
+ * (0, 1) of chunk k lies at GK_KQ_OFF(k, h). A warp's lanes walk
+ * consecutive chunks, so each of their two 16-byte loads reads whole 32-byte
+ * sectors (in the file's order every load used half of each sector it
+ * touched, the other half coming in again with the next load). */
+#define GK_KQ_OFF(k, h) (64 * (h) + 16 * (k))
 
 struct gk_qlayout {
     int64_t block;  /* elements per block (32, or 256 for the K types) */

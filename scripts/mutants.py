@@ -182,6 +182,27 @@ MUTANTS = [
      "if (r->size - r->pos >= n)", "if (r->size - r->pos + 1 >= n)",
      ["ignite"], ["test_gguf_malformed"],
      "the GGUF reader's bounds check lets one byte past the end through", "caught"),
+    ("qmm-kq-repack", "ops/gpu_qweights.cu",
+     "return GK_KQ_OFF(k / 32, (k % 32) / 16) + k % 16;", "return k;",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the device repack keeps a K type's quants in the file's order (not GK_KQ_OFF's)",
+     "caught"),
+    ("qmm-kq-gemv-half", "ops/gpu_qgemv.cu",
+     "k.q1 = ld16(w.q + sb * T::kQ + GK_KQ_OFF(p, 1));",
+     "k.q1 = ld16(w.q + sb * T::kQ + GK_KQ_OFF(p, 0) + 16);",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the quantized GEMV reads a K chunk's second half where the file's order had it",
+     "caught"),
+    ("qmm-ring-overwrite", "ops/gpu_qgemv.cu",
+     "                load_stage<TYPE, U>(w, ra, rb, c0 + 32 * U, cs1, na, nb);",
+     "                load_stage<TYPE, U>(w, ra, rb, c0 + 32 * U, cs1, ka, kb);",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the GEMV's load ring loads the next stage over the one about to be reduced", "caught"),
+    ("qmm-ring-no-advance", "ops/gpu_qgemv.cu",
+     "                    ka[u] = na[u], kb[u] = nb[u];", "                    (void)na[u], (void)nb[u];",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the GEMV's load ring never moves to its next stage (a lane reduces its first chunks "
+     "again)", "caught"),
 ]
 
 

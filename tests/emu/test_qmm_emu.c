@@ -41,6 +41,7 @@
 #include "tests/emu/rope_case.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,20 @@ static void test_layout_and_rows(int type, uint64_t *st)
         round &= memcmp(back, src + r * rb, rb) == 0;
     }
     CHECKF(round, "%s: repack and unpack do not give back the file's bytes", tname(type));
+    if (l.block == 256) { /* K types: chunk halves where GK_KQ_OFF puts them */
+        const size_t qs = type == QUANT_Q4_K   ? offsetof(struct block_q4_K, qs)
+                          : type == QUANT_Q5_K ? offsetof(struct block_q5_K, qs)
+                                               : offsetof(struct block_q6_K, ql);
+        bool placed = true;
+        for (int64_t i = 0; i < rows * 3; i++)
+            for (int k = 0; k < 4; k++)
+                for (int h = 0; h < 2; h++)
+                    placed &= memcmp(ref.q + i * 128 + GK_KQ_OFF(k, h),
+                                     src + (i / 3) * rb + (i % 3) * tr->block_bytes + qs +
+                                         32 * k + 16 * h,
+                                     16) == 0;
+        CHECKF(placed, "%s: quant chunk halves not at GK_KQ_OFF", tname(type));
+    }
     CHECK(IG_DEV(gk_qrepack)(&dev, src, rb, NULL) == IG_OK);
     CHECKF(same_planes(&ref, &dev), "%s: device repack differs from the twin", tname(type));
 
@@ -538,6 +553,10 @@ static void test_gemv(int type, uint64_t *st)
     rope_gemv_case(type, 2, ROPE_HALF_SPLIT, RC_HD / 2, false, st);
     /* two slabs of x: 8 rows take 4096 columns at a time */
     gemv_case(type, 5, k ? 4352 : 4128, 6, 0, st, false);
+    /* the load ring: 104 (200) chunks a row, so a lane reduces 3 or 4 stages
+     * of the 1- and 2-row instances, the last one ragged */
+    gemv_case(type, 3, k ? 6656 : 6400, 1, 1, st, false);
+    gemv_case(type, 2, k ? 6656 : 6400, 2, 0, st, false);
 }
 
 static void test_gemv_refusals(void)
