@@ -354,6 +354,36 @@ __device__ __forceinline__ float dot_chunk(const qchunk &k, const xchunk &x, int
            f16hi(k.s.w[0]) * (mA * x.da.y + mB * x.db.y);
 }
 
+/* ---- h's int8 blocks (the gate|up product) ---------------------------------------------- */
+
+/* With glu a block writes kWarps outputs of h, so 32 outputs (one int8
+ * block of h, what the down product's GEMV loads) are 4 blocks' work: the
+ * last of the 4 to get here (tickets[group]) quantizes those 32 outputs of
+ * every row of x (gk_quantize32: the bits stage_x would give) and puts the
+ * ticket back to 0. Every thread of every block calls it, after its own
+ * writes to h. */
+constexpr int kGroupBlocks = 32 / kWarps;
+
+__device__ __forceinline__ void glu_quant_tail(const uint16_t *h, int64_t ld_h, int n,
+                                               uint32_t *tickets, int8_t *hq, gk_f32x2 *hqd)
+{
+    IG_SHARED(uint32_t, drawn, [1]);
+    const int64_t group = blockIdx.x / kGroupBlocks;
+    ig_threadfence(); /* this block's h before its ticket */
+    ig_syncthreads();
+    if (threadIdx.x == 0)
+        ig_sts(&drawn[0], ig_atomic_add_u32(&tickets[group], 1u));
+    ig_syncthreads();
+    if (ig_lds(&drawn[0]) != kGroupBlocks - 1)
+        return;
+    ig_threadfence(); /* the other 3 blocks' h after their tickets */
+    for (int t = (int)threadIdx.x; t < n; t += kThreads)
+        gk_quantize32(h + t * ld_h + 32 * group, hq + t * ld_h + 32 * group,
+                      hqd + t * (ld_h / 32) + group);
+    if (threadIdx.x == 0)
+        tickets[group] = 0;
+}
+
 /* ---- the kernel ------------------------------------------------------------------------- */
 
 /* 2 blocks (16 warps) an SM: up to 128 registers (ptxas, left alone, aimed at
@@ -463,6 +493,8 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
     if (norm_w)
         gk_norm_tail(y, ld_y, n, w.rows, norm_w, norm_eps, xn, ticket, norm_vec, norm_nt, qn,
                      qnd);
+    else if (glu && qn)
+        glu_quant_tail(h, ld_h, n, ticket, qn, qnd);
 }
 
 /* IGNITE_PDL=1 on compute capability 9.0+: programmatic dependent launch, so
@@ -557,7 +589,9 @@ extern "C" int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream)
                     (!p->norm_w || (p->glu == GK_GLU_NONE && p->beta == 1 && p->xn &&
                                     p->ticket)) &&
                     (!p->qn || (p->norm_w && p->qnd && p->w.rows % 32 == 0 &&
-                                gk_aligned(p->qnd, 8))) &&
+                                gk_aligned(p->qnd, 8)) ||
+                     (p->glu != GK_GLU_NONE && p->qnd && p->ticket && p->w.rows % 64 == 0 &&
+                      p->ld_h % 32 == 0 && gk_aligned(p->qnd, 8))) &&
                     (!p->xq || (p->xqd && p->ld_x % 32 == 0 && gk_aligned(p->xq, 16) &&
                                 gk_aligned(p->xqd, 8))) &&
                     (p->w.rows + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff;

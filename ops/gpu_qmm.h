@@ -195,7 +195,12 @@ struct gk_qgemv_params {
     /* gk_qgemv only. With norm_w: where non-NULL, the tail also writes xn's
      * int8 blocks into qn ([n][rows] int8) and qnd ([n][rows / 32] (d, s)
      * float pairs; rows % 32 == 0), quantized as the GEMV quantizes x.
-     * As input: xq/xqd, where non-NULL, are x's int8 blocks in that layout
+     * With glu: where qn is non-NULL, h's int8 blocks go to qn ([n][ld_h])
+     * and qnd ([n][ld_h / 32]; rows / 2 and ld_h multiples of 32), each 32
+     * outputs' block written by the last of the 4 blocks of the grid that
+     * computed them (ticket: (rows / 2) / 32 counters, 0 before the launch
+     * and left 0), so the down product loads h's blocks (xq) instead of
+     * quantizing h in every one of its blocks. As input: xq/xqd, where non-NULL, are x's int8 blocks in that layout
      * (row stride ld_x, a multiple of 32), which the kernel loads instead of
      * quantizing x itself (the same bits); x is still required (the twin
      * reads it). */

@@ -203,6 +203,10 @@ MUTANTS = [
      ["test_qmm_emu"], ["test_qmm_emu"],
      "the GEMV's load ring never moves to its next stage (a lane reduces its first chunks "
      "again)", "caught"),
+    ("qmm-glu-ticket-kept", "ops/gpu_qgemv.cu",
+     "        tickets[group] = 0;", "        (void)tickets;",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the gate|up GEMV's tail for h's int8 blocks keeps its group's ticket", "caught"),
 ]
 
 
