@@ -182,6 +182,10 @@ MUTANTS = [
      "if (r->size - r->pos >= n)", "if (r->size - r->pos + 1 >= n)",
      ["ignite"], ["test_gguf_malformed"],
      "the GGUF reader's bounds check lets one byte past the end through", "caught"),
+    ("moe-shexp-gate", "backend/cpu_moe.c",
+     "float gate = 1.0f / (1.0f + expf(-dot));", "float gate = 1.0f + 0.0f * dot;",
+     ["forward_dump", "ignite"], ["test_qwen35moe"],
+     "qwen35moe's shared expert is added without its sigmoid gate", "caught"),
 ]
 
 
