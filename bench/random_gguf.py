@@ -19,7 +19,8 @@ numpy only (no gguf package there).
   --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
   --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert) and
-                   Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0 or Q4_K_M
+                   Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0, Q4_K_M or
+                   F32 (llama.cpp's F32 products round no activation to f16)
 
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
@@ -73,12 +74,13 @@ ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
               "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
               "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES,
-              "qwen35moe": qwen35.TYPES}
+              "qwen35moe": qwen35.TYPES + ("F32",)}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210),
          "MXFP4": (39,) + randgguf_gptoss.MXFP4_BLOCK}
-FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18, "Q4_K_M": 15}  # llama_ftype
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18,
+              "Q4_K_M": 15}  # llama_ftype
 # The output head's weights times this in a qwen3moe file: logits with a
 # spread of a few units, so that a step's top token stands out (random
 # weights of the embedding's scale give logits within about +-2 of each
