@@ -242,6 +242,9 @@ struct model_layer {
                                       reads key head h % dn_k_heads (the converter's tiled
                                       order) */
     int64_t dn_head_dim;           /* of keys and values alike */
+    bool dn_grouped;               /* value heads in the checkpoint's grouped order (a
+                                      Hugging Face folder): value head h reads key head
+                                      h / (dn_v_heads / dn_k_heads); false: the tiled order */
     /* the FFN */
     int64_t n_ff;                  /* FFN width (LAYER_FFN_MOE: each expert's) */
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
