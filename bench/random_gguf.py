@@ -18,6 +18,9 @@ numpy only (no gguf package there).
                    as llama.cpp never quantizes it.
   --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
+  --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert) and
+                   Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0, Q4_K_M or
+                   F32 (llama.cpp's F32 products round no activation to f16)
 
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
@@ -37,8 +40,8 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|gemma4|gpt-oss] [--shape SHAPE]
-       [--type TYPE]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|qwen35moe|gemma4|gpt-oss]
+                      [--shape SHAPE] [--type TYPE]
                       [--layers N] [--vocab-from FILE] [--seed N]
 """
 import argparse
@@ -66,15 +69,18 @@ MOE_SHAPES = {
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
 ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
-               "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES}
+               "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES,
+               "qwen35moe": qwen35.MOE_SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
               "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
-              "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES}
+              "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES,
+              "qwen35moe": qwen35.TYPES + ("F32",)}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210),
          "MXFP4": (39,) + randgguf_gptoss.MXFP4_BLOCK}
-FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18, "Q4_K_M": 15}  # llama_ftype
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18,
+              "Q4_K_M": 15}  # llama_ftype
 # The output head's weights times this in a qwen3moe file: logits with a
 # spread of a few units, so that a step's top token stands out (random
 # weights of the embedding's scale give logits within about +-2 of each
@@ -297,8 +303,8 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                kv("llama.attention.layer_norm_rms_epsilon", 6, 1e-5),
                kv("llama.vocab_size", 4, vocab)]
         gain = {}
-    elif arch == "qwen35":  # bench/randgguf_qwen35.py
-        sh = dict(qwen35.SHAPES[shape_name])
+    elif arch in ("qwen35", "qwen35moe"):  # bench/randgguf_qwen35.py
+        sh = dict((qwen35.SHAPES if arch == "qwen35" else qwen35.MOE_SHAPES)[shape_name])
         if layers:
             sh["layers"] = min(layers, sh["layers"])
         toks, vocab = vocab_keys(vocab_from) if vocab_from else (None, sh["vocab"])
@@ -306,6 +312,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         kvs = qwen35.keys(kv, sh, shape_name, qtype, vocab, FILE_TYPES[qtype])
         gain = {"output.weight" if "output.weight" in dict((t[0], 0) for t in ts)
                 else "token_embd.weight": OUT_GAIN}
+        gain.update({f"blk.{i}.ffn_gate_inp.weight": ROUTER_GAIN for i in range(sh["layers"])})
 
     elif arch == "gemma4":  # bench/randgguf_gemma4.py
         vocab = vocab_keys(vocab_from)[1] if vocab_from else None
@@ -346,7 +353,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                 d = randgguf_gptoss.bias_data(name, dims, rng)
             else:
                 d = fixed[name] if name in fixed else \
-                (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
+                (qwen35.special(name, dims, rng) if arch in ("qwen35", "qwen35moe") else None) or \
                 data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
             f.write(d)

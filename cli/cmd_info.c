@@ -375,7 +375,10 @@ static void print_text(const struct model *m, const struct info *in)
     printf("heads           %lld, KV heads %lld\n", (long long)hp->n_head,
            (long long)hp->n_head_kv);
     printf("head dim        %lld\n", (long long)hp->head_dim);
-    printf("FFN size        %lld\n", (long long)hp->n_ff);
+    if (hp->n_ff)
+        printf("FFN size        %lld\n", (long long)hp->n_ff);
+    else /* qwen35moe's files state no dense width */
+        printf("FFN size        none (experts only)\n");
     print_layer_ranges_text(m);
     if (hp->has_moe) {
         int64_t active;
@@ -383,6 +386,8 @@ static void print_text(const struct model *m, const struct info *in)
         model_active_size(m, &active, &bytes);
         printf("experts         %lld, %lld used a token, FFN size %lld each\n",
                (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp);
+        if (hp->has_moe_shexp)
+            printf("shared expert   FFN size %lld, gated\n", (long long)hp->n_ff_shexp);
         printf("active          %lld parameters a token (%.1f M); %zu bytes of weights read "
                "a token (%.2f GiB)\n", (long long)active, (double)active / 1e6, bytes,
                (double)bytes / (1 << 30));
@@ -550,6 +555,8 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
             cJSON_AddNumberToObject(o, "n_expert", (double)hp->n_expert);
             cJSON_AddNumberToObject(o, "n_expert_used", (double)hp->n_expert_used);
             cJSON_AddNumberToObject(o, "n_ff_exp", (double)hp->n_ff_exp);
+            if (hp->has_moe_shexp)
+                cJSON_AddNumberToObject(o, "n_ff_shexp", (double)hp->n_ff_shexp);
             cJSON_AddNumberToObject(o, "active_params", (double)active);
             cJSON_AddNumberToObject(o, "bytes_per_token", (double)bytes);
         }

@@ -163,7 +163,8 @@ static int64_t layer_tensors_min(void)
  * expert_used_count in [1, expert_count], expert_feed_forward_length
  * (llama.cpp's default: feed_forward_length / expert_used_count). The
  * used experts' weights are renormalized: llama.cpp does for every
- * qwen3moe file. */
+ * qwen3moe file. With a shared expert (qwen35moe) its width,
+ * expert_shared_feed_forward_length. */
 static int read_experts(const struct loader *L)
 {
     struct model_hparams *hp = L->hp;
@@ -183,6 +184,11 @@ static int read_experts(const struct loader *L)
                      &hp->n_ff_exp)))
         return st;
     hp->moe_norm_topk = true;
+    /* the shared expert's width (llama.cpp's default: feed_forward_length) */
+    if ((L->ai->features & MODEL_FEAT_MOE_SHEXP) &&
+        (st = hp_int(L, "expert_shared_feed_forward_length", hp->n_ff ? hp->n_ff : -1,
+                     &hp->n_ff_shexp)))
+        return st;
     return IG_OK;
 }
 
@@ -270,7 +276,10 @@ static int read_hparams(struct loader *L)
         (st = hp_int(L, "embedding_length", -1, &hp->n_embd)) ||
         (st = hp_int(L, "attention.head_count", -1, &hp->n_head)) ||
         (st = hp_int(L, "attention.head_count_kv", hp->n_head, &hp->n_head_kv)) ||
-        (st = hp_int(L, "feed_forward_length", -1, &hp->n_ff)) ||
+        /* a mixture of experts may state no dense width (qwen35moe's converter
+         * writes none: its config has no intermediate_size) */
+        (st = hp_int(L, "feed_forward_length", ai->features & MODEL_FEAT_MOE ? 0 : -1,
+                     &hp->n_ff)) ||
         (st = hp_int(L, "context_length", -1, &hp->n_ctx_train)))
         return st;
     if (!L->ai->per_layer_shapes && hp->n_head % hp->n_head_kv)
@@ -690,7 +699,11 @@ static int load_weights(const struct loader *L, struct model *m)
         model_weight_shape(it.t, m, it.layer, shape);
         /* an expert's shape comes from the keys: name them */
         char hint[160] = "";
-        if (it.t->feature & MODEL_FEAT_MOE)
+        if (it.t->feature & MODEL_FEAT_MOE_SHEXP)
+            snprintf(hint, sizeof hint, " by %s.expert_shared_feed_forward_length %lld and "
+                     "embedding_length %lld", hp->arch, (long long)hp->n_ff_shexp,
+                     (long long)hp->n_embd);
+        else if (it.t->feature & MODEL_FEAT_MOE)
             snprintf(hint, sizeof hint, " by %s.expert_count %lld, embedding_length %lld and "
                      "expert_feed_forward_length %lld", hp->arch, (long long)hp->n_expert,
                      (long long)hp->n_embd, (long long)hp->n_ff_exp);

@@ -207,6 +207,10 @@ MUTANTS = [
      "        tickets[group] = 0;", "        (void)tickets;",
      ["test_qmm_emu"], ["test_qmm_emu"],
      "the gate|up GEMV's tail for h's int8 blocks keeps its group's ticket", "caught"),
+    ("moe-shexp-gate", "backend/cpu_moe.c",
+     "float gate = 1.0f / (1.0f + expf(-dot));", "float gate = 1.0f + 0.0f * dot;",
+     ["forward_dump", "ignite"], ["test_qwen35moe"],
+     "qwen35moe's shared expert is added without its sigmoid gate", "caught"),
 ]
 
 
