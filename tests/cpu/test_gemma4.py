@@ -55,16 +55,20 @@ def fail(msg):
     failures.append(msg)
 
 
-def dump(tool, path, prompt, fixed, n_greedy, out, exact=True, chunk=None):
+def dump(tool, path, prompt, fixed, n_greedy, out, exact=True, chunk=None, window=None):
     env = dict(os.environ, IGNITE_MATMUL="exact" if exact else "int8")
     cmd = [tool, "-m", path, "-o", out, "-g", str(n_greedy), "-d", ",".join(map(str, fixed))]
-    cmd += (["-c", str(chunk)] if chunk else []) + [",".join(map(str, prompt))]
+    cmd += (["-c", str(chunk)] if chunk else []) + (["-w"] if window is not None else [])
+    cmd += [",".join(map(str, prompt))]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if res.returncode != 0:
         sys.stderr.write(res.stderr)
         raise SystemExit(f"forward_dump failed with status {res.returncode}: {' '.join(cmd)}")
     greedy = [int(t) for line in res.stdout.splitlines() if line.startswith("greedy:")
               for t in line.split()[1:]]
+    if window is not None:  # the pool's window counts (forward_dump -w)
+        w = next(l for l in res.stdout.splitlines() if l.startswith("window:")).split()[1:]
+        window.update({w[i]: int(w[i + 1]) for i in range(0, len(w), 2)})
     return np.fromfile(out, dtype=np.float32), greedy
 
 
@@ -96,6 +100,41 @@ def against_reference(ref, tool, path, name, prompt, fixed, tmp):
         prev = r
     print(f"ok     {name}: {len(steps)} steps (prompt in chunks of 7 = whole), worst relative "
           f"error {worst:.2e}")
+
+
+def window_rule(ref, tool, path, name, tmp, rng):
+    """The window rule (forward_dump -w): the local layers' blocks (and
+    the shared layers reading them) in the pool's window side, given back
+    as the window passes. A 150-token prompt in chunks of 7 and 40 decode
+    steps: every step within 1e-4 of the reference, bit for bit the run
+    keeping every block, and the window side's counts: at most its cap of
+    2 blocks (15 positions back and 7 rows) of the sequence's 4, blocks
+    given back."""
+    prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 150)]
+    fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
+    counts = {}
+    flat, greedy = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "w.bin"), chunk=7,
+                        window=counts)
+    every, greedy_every = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "e.bin"),
+                               chunk=7)
+    if not (np.array_equal(flat, every) and greedy == greedy_every):
+        fail(f"{name}: the window rule changes the logits")
+    n_pos = 150 + 40 + 4
+    gone = (n_pos - 1 - (ref.window - 1)) // 64  # blocks behind the last row's window
+    if counts.get("cap") != 2 or counts["peak"] > 2 or counts["freed"] != gone or \
+            counts["used"] != -(-n_pos // 64) - gone:
+        fail(f"{name}: window counts {counts}; expected cap 2, {gone} blocks given back")
+    ours = flat.reshape(-1, ref.n_vocab).astype(np.float64)
+    cache = ref.new_cache()
+    worst = 0.0
+    for i, toks in enumerate([prompt] + [[t] for t in fixed + greedy]):
+        r = ref.forward(toks, cache)
+        worst = max(worst, np.abs(ours[i] - r).max() / np.abs(r).max())
+    if worst > BOUND:
+        fail(f"{name}, window rule: relative error {worst:.3e} > {BOUND:.0e}")
+    else:
+        print(f"ok     {name}, window rule: {len(fixed) + 5} steps over 194 positions, worst "
+              f"relative error {worst:.2e}, = keeping every block; window side {counts}")
 
 
 def int8_top(ref, tool, path, name, prompt, fixed, tmp):
@@ -232,6 +271,7 @@ def main():
             if qtype == "Q8_0":
                 int8_top(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
             if qtype == "F16":
+                window_rule(ref, tool, path, f"gemma4 tiny {qtype}", tmp, rng)
                 own = kv_memory(path, ref)
                 saved_cache(tmp, own)
                 chat_template(tmp)
