@@ -223,6 +223,50 @@ def saved_cache(tmp, own):
           "bytes a token (each KV once)")
 
 
+def window_cli(tmp):
+    """The window rule through the CLI on saved_cache's model (window 16,
+    kv groups from `info`): a ~400-position request (-b 16) through `batch
+    --kv-mem 2`, which holds its blocks only with the rule (the window side's
+    2 blocks beside the full layers' blocks: the premise is checked from
+    info's bytes), gives run's text; a cache saved after a prompt that
+    crossed the window (its local rows given back: saved as zeros) continues
+    as the uninterrupted run."""
+    path = os.path.join(tmp, "vocab-f16.gguf")
+    info = json.loads(subprocess.run([IGNITE, "info", "-m", path, "--json"],
+                                     capture_output=True, text=True).stdout)
+    per_block = {g["kind"]: g["bytes_per_block"]["f32"] for g in info["kv_groups"]}
+    prompt = "the quick brown fox jumps over the lazy dog again and again " * 5  # 300 tokens
+    opts = ("-c", "1024", "-b", "16", "-n", "100")
+    full = run_json(path, "-p", prompt, *opts)
+    n_prompt = full.get("tokens", {}).get("prompt", 0)
+    blocks = -(-(n_prompt + 100) // 64)
+    mem = 2 << 20
+    if blocks * (per_block["full"] + per_block["sliding_window"]) <= mem or \
+            blocks * per_block["full"] + 2 * per_block["sliding_window"] > mem:
+        fail(f"window rule: {blocks} blocks of {per_block}: the premise (fits in 2 MiB only "
+             "with the rule) does not hold")
+        return
+    line = json.dumps({"prompt": prompt, "n_predict": 100}) + "\n"
+    r = subprocess.run([IGNITE, "batch", "-m", path, "-t", "2", "-P", "1", "--kv-mem", "2",
+                        "--temp", "0", "--ignore-eos", *opts[:4]], input=line,
+                       capture_output=True, text=True, timeout=120)
+    got = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and r.stdout else {}
+    if got.get("text") != full.get("text"):
+        fail(f"window rule: batch --kv-mem 2 (exit {r.returncode}) gave {got!r:.200}, run "
+             f"{full.get('text')!r:.200} ({r.stderr.strip()[-300:]})")
+        return
+    kvf = os.path.join(tmp, "long.kv")
+    run_json(path, "-p", prompt, "--prompt-only", "--save-kv", kvf, *opts[:4])
+    rest = run_json(path, "--load-kv", kvf, *opts)
+    if rest.get("text") != full.get("text"):
+        fail(f"window rule: continued {rest.get('text')!r:.200}, uninterrupted "
+             f"{full.get('text')!r:.200}")
+        return
+    print(f"ok     window rule through the CLI: {n_prompt} + 100 positions in batch --kv-mem 2 "
+          f"({blocks} blocks: {blocks * sum(per_block.values()) / 1048576:.2f} MiB without the "
+          "rule) = run; a saved cache past the window continues as the uninterrupted run")
+
+
 def chat_template(tmp):
     import jinja2
     from gguf import GGUFReader
@@ -274,6 +318,7 @@ def main():
                 window_rule(ref, tool, path, f"gemma4 tiny {qtype}", tmp, rng)
                 own = kv_memory(path, ref)
                 saved_cache(tmp, own)
+                window_cli(tmp)
                 chat_template(tmp)
         for qtype in ("F16", "Q4_K_M"):
             path = os.path.join(tmp, f"moe-{qtype}.gguf")
