@@ -165,6 +165,21 @@ def kv_memory(path, ref):
         fail(f"no-sharing KV bytes a token {unshared}, expected {4 * every} f32")
     else:
         print(f"ok     KV memory: {4 * own} bytes a token f32 (no sharing: {4 * every})")
+    # the window rule: the full layers' bytes a token, the local layers' a
+    # window's blocks (15 positions back and a step of 512 rows, one block
+    # more) a sequence
+    full = sum(2 * ref.n_head_kv[i] * ref.head_dim[i] for i in range(ref.n_layer)
+               if ref.src[i] == i and not ref.sliding[i])
+    cap = min(-(-(ref.window - 1 + 512) // 64) + 1, -(-info["n_ctx_train"] // 64))
+    want = {"bytes_per_token": {"f32": 4 * full, "f16": 2 * full},
+            "window_bytes_per_sequence": {"f32": 4 * cap * 64 * (own - full),
+                                          "f16": 2 * cap * 64 * (own - full)},
+            "window_blocks": cap, "rows_per_step": 512}
+    if info.get("kv_window_rule") != want:
+        fail(f"KV memory under the window rule: {info.get('kv_window_rule')}, expected {want}")
+    else:
+        print(f"ok     KV memory under the window rule: {4 * full} bytes a token f32 and "
+              f"{4 * cap * 64 * (own - full)} a sequence for the local layers")
     return own
 
 
