@@ -25,7 +25,13 @@ embeddings, layer output scales, logits soft-capped.
     ignite as jinja2 renders it, a system turn and a conversation;
   - the mixture of experts (`moe-tiny`: 8 experts of 128, 2 used, beside a
     dense MLP; the router's own scaled norm, GELU experts, per-expert output
-    scales) in F16 and Q4_K_M, on the exact path as above.
+    scales) in F16 and Q4_K_M, on the exact path as above, and in Q4_K_M with
+    the experts' gate and up fused (ffn_gate_up_exps, as llama.cpp's converter
+    writes a real 26B-A4B) on both paths;
+  - the window rule (the local layers' blocks given back as the window
+    passes): 194 positions against the reference and = keeping every block,
+    the window side's counts; `batch --kv-mem` holding a request only with
+    the rule = run; a cache saved past the window continues; `info`'s bytes.
 Usage: test_gemma4.py FORWARD_DUMP   (IGNITE_BIN: the ignite binary)
 """
 import json
@@ -335,13 +341,18 @@ def main():
                 saved_cache(tmp, own)
                 window_cli(tmp)
                 chat_template(tmp)
-        for qtype in ("F16", "Q4_K_M"):
-            path = os.path.join(tmp, f"moe-{qtype}.gguf")
-            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4")
+        # the experts' gate and up apart, and fused as llama.cpp's converter writes them
+        for qtype, fused in (("F16", False), ("Q4_K_M", False), ("Q4_K_M", True)):
+            path = os.path.join(tmp, f"moe-{qtype}-{fused}.gguf")
+            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4",
+                              fused_experts=fused)
             ref = Gemma4Ref(path)
             prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
             fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
-            against_reference(ref, tool, path, f"gemma4 moe-tiny {qtype}", prompt, fixed, tmp)
+            name = f"gemma4 moe-tiny {qtype}" + (" (ffn_gate_up_exps)" if fused else "")
+            against_reference(ref, tool, path, name, prompt, fixed, tmp)
+            if fused:
+                int8_top(ref, tool, path, name, prompt, fixed, tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
