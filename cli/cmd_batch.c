@@ -496,10 +496,13 @@ static int run_batch(struct batch *b, struct backend *be, struct backend *draft,
 /* --kv-mem as blocks of the pool, beside the state slot each of the -P
  * sequences has where the model has recurrent layers and, under the window
  * rule, the window side's blocks (a window's worth a sequence:
- * backend_window_blocks) (kvcache.h's one formula). IG_E_USAGE when they
- * hold no block. */
+ * backend_window_blocks) (kvcache.h's one formula). The rule is dropped
+ * (bo->free_window_blocks) where it would leave the full layers fewer
+ * blocks than keeping every block gives all (a small --kv-mem beside large
+ * steps: a window's blocks a sequence cost more than they save). IG_E_USAGE
+ * when they hold no block. */
 static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
-                         const struct backend_opts *bo, int64_t *n_blocks)
+                         struct backend_opts *bo, int64_t *n_blocks)
 {
     struct kv_memory *mem = NULL;
     bool cuda = bo->device.kind == BACKEND_CUDA;
@@ -509,8 +512,12 @@ static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
     int64_t n_states = kv_memory_states_for(mem, o->parallel);
     int64_t nw = backend_window_blocks(mem, bo);
     double bytes = (double)(o->kv_mem_mib << 20);
-    *n_blocks = nw ? kv_memory_blocks_in_windowed(mem, bytes, nw, n_states)
-                   : kv_memory_blocks_in(mem, bytes, n_states);
+    *n_blocks = kv_memory_blocks_in(mem, bytes, n_states);
+    if (nw && kv_memory_blocks_in_windowed(mem, bytes, nw, n_states) >= *n_blocks)
+        *n_blocks = kv_memory_blocks_in_windowed(mem, bytes, nw, n_states);
+    else
+        nw = 0;
+    bo->free_window_blocks = nw > 0;
     if (*n_blocks < 1)
         st = ig_error(IG_E_USAGE, "--kv-mem %lld MiB holds no block of %d positions (%.2f "
                       "MiB)%s", (long long)o->kv_mem_mib, KV_BLOCK,
