@@ -39,6 +39,7 @@ struct cpu_tp {
 struct cpu_step {
     struct ops_ctx *ops;
     struct kv_store *kv;
+    bool window_rule;          /* the sliding-window layers' rows through the seqs' wtable */
     const struct backend_batch *batch; /* the step's rows and sequences */
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */

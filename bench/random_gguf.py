@@ -24,6 +24,8 @@ numpy only (no gguf package there).
 
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
+  --fused-experts  gemma4 moe shapes: each layer's gate and up experts as one
+                   ffn_gate_up_exps tensor, as llama.cpp's converter writes them
 
   --arch gpt-oss   shapes tiny and gpt-oss-20b; F16, Q8_0 or MXFP4 (experts
                    MXFP4, the rest Q8_0): bench/randgguf_gptoss.py
@@ -42,7 +44,7 @@ and loads it in ignite.
 
 Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|qwen35moe|gemma4|gpt-oss]
                       [--shape SHAPE] [--type TYPE]
-                      [--layers N] [--vocab-from FILE] [--seed N]
+                      [--layers N] [--vocab-from FILE] [--seed N] [--fused-experts]
 """
 import argparse
 import struct
@@ -282,7 +284,8 @@ def moe_keys(sh, shape_name, qtype, vocab):
             kv(f"{a}.vocab_size", 4, vocab)]
 
 
-def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None):
+def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None,
+          fused_experts=False):
     """Writes the file; returns the bytes of its tensors."""
     fixed = {}  # tensors of given values (gemma4's rope_freqs)
     if arch == "llama":
@@ -317,7 +320,8 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
     elif arch == "gemma4":  # bench/randgguf_gemma4.py
         vocab = vocab_keys(vocab_from)[1] if vocab_from else None
         toks = vocab_keys(vocab_from)[0] if vocab_from else None
-        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed)
+        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed,
+                                                     fused_experts)
 
     elif arch == "gpt-oss":
         sh = dict(randgguf_gptoss.SHAPES[shape_name])
@@ -374,6 +378,8 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="the first N layers only")
     ap.add_argument("--vocab-from", default=None, help="copy tokenizer.* keys from this GGUF")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="gemma4: gate and up experts as one ffn_gate_up_exps (llama.cpp's)")
     args = ap.parse_args()
     shapes = ARCH_SHAPES[args.arch]
     shape = args.shape or ("Llama-3-8B" if args.arch == "llama" else "tiny")  # qwen35: tiny
@@ -384,7 +390,8 @@ def main():
         ap.error(f"--type {qtype}: {args.arch} files are {', '.join(ARCH_TYPES[args.arch])}")
     if args.layers is not None and args.layers < 1:
         ap.error("--layers must be at least 1")
-    n = write(args.out, shape, qtype, args.seed, args.arch, args.layers, args.vocab_from)
+    n = write(args.out, shape, qtype, args.seed, args.arch, args.layers, args.vocab_from,
+              args.fused_experts)
     print(f"{args.out}: {args.arch} {shape} {qtype}, {n} bytes of tensors", file=sys.stderr)
     return 0
 

@@ -295,6 +295,8 @@ struct model {
     struct model_layer *layers;      /* n_layer entries, owned */
     struct gguf_file *gguf;          /* owned; metadata for the tokenizer; NULL for a folder */
     struct hf_folder *hf;            /* owned; a Hugging Face folder's files, else NULL */
+    const void **fused_experts;      /* owned: the expert_data of gate and up experts read
+                                      * from a fused ffn_gate_up_exps (GGUF), else NULL */
     struct model_sampling sampling;  /* the model's sampling defaults (folders only for now) */
     int64_t n_tensors;               /* tensors in the file(s), used or not */
     size_t file_bytes;               /* bytes of the file(s) */
