@@ -81,6 +81,13 @@ int backend_resolve_device(struct backend_device *dev)
 
 /* ---- lifetime ----------------------------------------------------------------- */
 
+int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_opts *o)
+{
+    if (!o->free_window_blocks || o->device.kind != BACKEND_CPU || backend_tp_wanted())
+        return 0;
+    return kv_memory_window_blocks(mem, o->n_slots, o->n_ctx, o->max_rows);
+}
+
 int backend_create(const struct model *m, const struct backend_opts *o, struct backend **out)
 {
     *out = NULL;
@@ -89,6 +96,9 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     struct backend_opts r = *o;
     if (!r.n_blocks)
         r.n_blocks = (int64_t)r.n_slots * kv_blocks_for(r.n_ctx);
+    r.n_window_blocks = 0; /* the CPU backend sets it */
+    if (r.device.kind != BACKEND_CPU || backend_tp_wanted())
+        r.free_window_blocks = false;
     if (r.device.kind == BACKEND_CPU && backend_tp_wanted()) /* mpirun -np N */
         return backend_tp_create(m, &r, out);
     if (r.device.kind == BACKEND_CPU)
@@ -186,5 +196,8 @@ const struct kv_memory *backend_kv_memory(const struct backend *b)
 
 double backend_kv_bytes(const struct backend *b, int64_t n_blocks, int64_t n_states)
 {
-    return kv_memory_bytes(b->kv_mem, n_blocks, n_states);
+    /* under the window rule, the window side holds at most its own blocks */
+    int64_t nw = b->o.n_window_blocks;
+    return kv_memory_bytes_windowed(b->kv_mem, n_blocks, nw && n_blocks > nw ? nw : n_blocks,
+                                    n_states);
 }

@@ -89,11 +89,20 @@ struct backend_opts {
     enum backend_gpu_weights gpu_weights; /* CUDA: native (the default) or f16 */
     const char *oom_hint; /* what the user can do when the cache or the rows do not fit,
                            * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
+    bool free_window_blocks; /* the window rule (kvcache.h): the sliding-window layers'
+                              * blocks in a side of their own, a sequence holding only
+                              * what its window reaches; the CPU backend in one process
+                              * takes it (backend_window_blocks), the others keep
+                              * every block. A step's sequences then give wtable */
+    int64_t n_window_blocks; /* resolved by backend_create: the window side's blocks
+                              * (0: none; the window layers are indexed by `table`) */
 };
 
 /* One sequence's rows in a step. */
 struct backend_seq {
     const int32_t *table; /* its block table: positions 0 .. pos0 + n_rows - 1 have blocks */
+    const int32_t *wtable;/* where o.n_window_blocks: its window table (kv_seq.wtable), the
+                           * sliding-window layers' blocks from the first its rows see on */
     int slot;             /* which sequence in flight (0 .. n_slots - 1) */
     int64_t row0, n_rows; /* its rows: [row0, row0 + n_rows) of the step */
     int64_t pos0;         /* position of its first row; positions 0 .. pos0 - 1 are cached */
@@ -157,6 +166,12 @@ struct backend {
                                 * backend, for one engine at a time; NULL: any will do */
 };
 
+/* The window side's blocks a backend with opts o will have for memory mem
+ * (kv_memory_window_blocks): 0 unless o asks for the window rule and the
+ * backend takes it (the CPU in one process) and mem has sliding-window
+ * layers. `ignite batch --kv-mem` asks it before the backend exists. */
+int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_opts *o);
+
 /* Builds the backend for model m (borrowed; outlives the backend): uploads
  * weights for CUDA and allocates the KV pool's memory (refused up front,
  * with both numbers, when it cannot fit). Returns IG_OK, or IG_E_NOMEM,
@@ -190,7 +205,8 @@ size_t backend_device_bytes(const struct backend *b);
 size_t backend_weight_bytes(const struct backend *b);
 
 /* The pool's layers (b->kv_mem), and the bytes of n_blocks blocks and
- * n_states state slots of them (kv_memory_bytes). */
+ * n_states state slots of them (kv_memory_bytes; under the window rule the
+ * window side's blocks at most its own: the most a pool of n_blocks holds). */
 const struct kv_memory *backend_kv_memory(const struct backend *b);
 double backend_kv_bytes(const struct backend *b, int64_t n_blocks, int64_t n_states);
 

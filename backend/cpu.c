@@ -31,6 +31,9 @@ struct cpu_backend {
     float *greedy_logits;  /* [greedy_rows, n_vocab] a greedy step's logits, where the
                             * caller lends no buffer */
     int64_t greedy_rows;
+    /* under the window rule, a saved sequence's copy (cpu_kv_export) */
+    struct kv_store *export_kv;
+    int32_t *export_table;
 };
 
 /* ---- the step --------------------------------------------------------------------- */
@@ -105,10 +108,32 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
 static int cpu_kv_export(struct backend *base, const struct backend_seq *seq, int64_t n_pos,
                          const struct kv_store **st, const int32_t **table, int64_t *slot)
 {
-    (void)n_pos;
-    *st = ((struct cpu_backend *)base)->step.kv;
-    *table = seq->table;
-    *slot = seq->slot;
+    struct cpu_backend *c = (struct cpu_backend *)base;
+    if (!base->o.n_window_blocks) {
+        *st = c->step.kv;
+        *table = seq->table;
+        *slot = seq->slot;
+        return IG_OK;
+    }
+    /* Under the window rule one table no longer finds every layer's rows: the
+     * sequence goes into a store of its own, blocks 0.. in order, the rows
+     * its window layers gave back as zeros (no later row reads them). */
+    kv_store_free(c->export_kv);
+    free(c->export_table);
+    c->export_kv = NULL;
+    int64_t nb = kv_blocks_for(n_pos > 0 ? n_pos : 1);
+    if (!(c->export_table = malloc((size_t)nb * sizeof *c->export_table)))
+        return ig_error(IG_E_NOMEM, "out of memory saving the KV cache");
+    int s = kv_store_create(c->step.kv->memory, nb, kv_memory_states_for(c->step.kv->memory, 1),
+                            NULL, &c->export_kv);
+    if (s != IG_OK)
+        return s;
+    kv_identity_table(c->export_table, nb);
+    kv_copy_seq_windowed(c->export_kv, c->export_table, NULL, 0, c->step.kv, seq->table,
+                         seq->wtable, seq->slot, n_pos);
+    *st = c->export_kv;
+    *table = c->export_table;
+    *slot = 0;
     return IG_OK;
 }
 
@@ -120,7 +145,8 @@ static int cpu_kv_import(struct backend *base, const struct backend_seq *seq,
     if (!ids)
         return ig_error(IG_E_NOMEM, "out of memory loading the KV cache");
     kv_identity_table(ids, kv_blocks_for(n_pos));
-    kv_copy_seq(c->step.kv, seq->table, seq->slot, src, ids, 0, n_pos);
+    kv_copy_seq_windowed(c->step.kv, seq->table, base->o.n_window_blocks ? seq->wtable : NULL,
+                         seq->slot, src, ids, NULL, 0, n_pos);
     free(ids);
     return IG_OK;
 }
@@ -144,6 +170,8 @@ static void cpu_destroy(struct backend *base)
     free(c->want);
     free(c->pos);
     kv_store_free(c->step.kv);
+    kv_store_free(c->export_kv);
+    free(c->export_table);
     kv_memory_free(c->base.kv_mem);
     ops_ctx_free(c->step.ops);
     ops_packed_free(c->packed); /* (after the context that borrowed them) */
@@ -192,8 +220,11 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
         st = kv_memory_of(m, o->kv_dtype, o->kv_dtype_v, &c->base.kv_mem);
     if (st == IG_OK) {
         c->base.n_states = kv_memory_states_for(c->base.kv_mem, o->n_slots);
-        st = kv_store_create(c->base.kv_mem, o->n_blocks, c->base.n_states, o->oom_hint,
-                             &c->step.kv);
+        int64_t nw = tp ? 0 : backend_window_blocks(c->base.kv_mem, o);
+        c->base.o.n_window_blocks = nw;
+        c->step.window_rule = nw > 0;
+        st = kv_store_create_windowed(c->base.kv_mem, o->n_blocks, nw ? nw : o->n_blocks,
+                                      c->base.n_states, o->oom_hint, &c->step.kv);
     }
     if (st == IG_OK)
         st = ops_ctx_create(m, o->n_threads, o->max_rows, &c->step.ops);
@@ -219,7 +250,7 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
     c->step.max_rows = o->max_rows;
     if (st == IG_OK && m->hp.has_ple) /* per-layer embeddings of a step's rows */
         st = ple_alloc(&c->step, m, o->max_rows);
-    if (st == IG_OK && m->hp.has_moe_mlp &&
+    if (st == IG_OK && (m->hp.has_moe_mlp || m->hp.has_moe_shexp) &&
         !(c->step.moe_mlp = malloc((size_t)(o->max_rows * m->hp.n_embd) * sizeof(float))))
         st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
                       (long long)o->max_rows);

@@ -122,13 +122,18 @@ static void attend(struct cpu_step *s, int64_t layer, int64_t n)
     }
     if (rot_v && writes)
         ops_hadamard_rows(b->v, n * kv_dim, rot_v);
+    /* Under the window rule a sliding-window layer's rows are the window
+     * side's, through the sequence's window table. */
+    bool windowed = s->window_rule && kv_layer_windowed(s->kv->memory, layer);
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *q = &batch->seqs[i];
+        IG_ASSERT(!windowed || q->wtable);
+        const int32_t *table = windowed ? q->wtable : q->table;
         if (writes)
-            kv_write_rows(&ap.kv, q->table, L->n_head_kv, q->pos0, q->n_rows,
+            kv_write_rows(&ap.kv, table, L->n_head_kv, q->pos0, q->n_rows,
                           b->k + q->row0 * kv_dim, b->v + q->row0 * kv_dim);
         s->attn[i] = (struct attn_seq){
-            .q = b->q + q->row0 * q_dim, .out = b->att + q->row0 * q_dim, .table = q->table,
+            .q = b->q + q->row0 * q_dim, .out = b->att + q->row0 * q_dim, .table = table,
             .n_tokens = q->n_rows, .pos0 = q->pos0,
         };
     }

@@ -8,7 +8,9 @@
  * (its conv state), and SiLU; q and k L2-normalized per head, q scaled by
  * 1/sqrt(head dim); beta = sigmoid(beta), the log decay g = A softplus(alpha
  * + dt) (A = -exp(A_log) as stored). Per value head h (reading key head
- * h % k_heads) the delta rule on its state S [head_dim keys, head_dim values]:
+ * h % k_heads in the converter's tiled order; h / (v_heads / k_heads) in a
+ * folder's grouped one, dn_grouped) the delta rule on its state S [head_dim
+ * keys, head_dim values]:
  *
  *   S_t = e^(g_t) S_(t-1) + k_t (beta_t (v_t - e^(g_t) S_(t-1)^T k_t))^T,
  *   o_t = S_t^T q_t
@@ -54,7 +56,15 @@ struct dn_job {
     int64_t C, Hk, Hv, D, K;     /* channels, key heads, value heads, head dim, kernel */
     float *qkv, *z, *beta, *g, *out; /* [n, C], [n, Hv*D], [n, Hv], [n, Hv], [n, Hv*D] */
     bool recurrent;              /* every row by the recurrent step */
+    bool grouped;                /* value heads grouped by key head (struct model_layer) */
 };
+
+/* The key head value head h reads: tiled (a GGUF: h % Hk) or grouped (a
+ * folder: h / (Hv / Hk)); the same pairs, the value heads numbered apart. */
+static int64_t key_head(const struct dn_job *j, int64_t h)
+{
+    return j->grouped ? h / (j->Hv / j->Hk) : h % j->Hk;
+}
 
 static float *conv_state(const struct dn_job *j, int64_t slot)
 {
@@ -234,7 +244,7 @@ static inline void gemm_acc(float *restrict Y, int64_t ldy, const float *A, int6
 OPS_SIMD_CLONES
 static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, float *kv)
 {
-    int64_t D = j->D, kh = h % j->Hk;
+    int64_t D = j->D, kh = key_head(j, h);
     const float *q = QROW(j, t, kh), *k = KROW(j, t, kh), *v = VROW(j, t, h);
     float decay = expf(j->g[t * j->Hv + h]), beta = j->beta[t * j->Hv + h];
     scale(S, decay, D * D);
@@ -257,7 +267,7 @@ OPS_SIMD_CLONES
 static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, int64_t h,
                        float *sc)
 {
-    int64_t D = j->D, kh = h % j->Hk, Hv = j->Hv;
+    int64_t D = j->D, kh = key_head(j, h), Hv = j->Hv;
     float *G = sc;                      /* [c] cumulative log decay */
     float *T = G + DN_CHUNK;            /* [c, c] (I + lower)^-1, then q.k decay */
     float *U = T + DN_CHUNK * DN_CHUNK; /* [c, D] T (beta v), then v_new */
@@ -420,6 +430,7 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
     struct ops_pool *pool = ops_ctx_pool(ctx);
     const char *form = getenv("IGNITE_DELTANET");
     struct dn_job j = {.s = s, .L = L, .layer = layer, .n = n, .Hk = L->dn_k_heads,
+                       .grouped = L->dn_grouped,
                        .Hv = L->dn_v_heads, .D = L->dn_head_dim, .K = L->dn_conv,
                        .recurrent = form && !strcmp(form, "recurrent")};
     j.C = (2 * j.Hk + j.Hv) * j.D;

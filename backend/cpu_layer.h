@@ -39,6 +39,7 @@ struct cpu_tp {
 struct cpu_step {
     struct ops_ctx *ops;
     struct kv_store *kv;
+    bool window_rule;          /* the sliding-window layers' rows through the seqs' wtable */
     const struct backend_batch *batch; /* the step's rows and sequences */
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */
@@ -50,7 +51,8 @@ struct cpu_step {
     float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] */
     float *ple_row;                    /* [n_layer * n_embd_per_layer] a token's table row */
     float *moe_mlp;                    /* [max_rows, n_embd] MODEL_FEAT_MOE_MLP's dense MLP
-                                          output (else NULL) */
+                                          output, MODEL_FEAT_MOE_SHEXP's gated shared
+                                          expert's (else NULL) */
 };
 
 /* ---- the loop (cpu_forward.c) --------------------------------------------- */
@@ -117,7 +119,8 @@ void cpu_ffn_dense_of(struct cpu_step *s, const struct model_layer *L, int64_t n
  * down over the rows routed to each, summed by the routing weights; with
  * MODEL_FEAT_MOE_MLP (gemma4) a dense MLP beside them, the router fed by
  * its own scaled norm, each expert's output scale and the two outputs'
- * norms. */
+ * norms; with MODEL_FEAT_MOE_SHEXP (qwen35moe) a shared expert every row
+ * runs, gated by its own sigmoid. */
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
 
 /* ---- Gemma 4's per-layer embeddings and output scale (cpu_ple.c) ----------- */

@@ -13,6 +13,12 @@
  * top k of the logits and softmaxes them (the renormalized softmax: the
  * same weights), and gates with the clamped SwiGLU (MODEL_ACT_SWIGLU_OAI).
  *
+ * qwen35moe (llama.cpp's qwen35moe.cpp build_layer_ffn, transformers'
+ * Qwen3_5MoeSparseMoeBlock) adds a shared expert every row runs
+ * (MODEL_FEAT_MOE_SHEXP: a dense SwiGLU FFN on the same normed input),
+ * its output times sigmoid(ffn_gate_inp_shexp . xn), added to the routed
+ * experts' sum.
+ *
  * The step's rows are grouped by expert (a counting sort: within an expert
  * the rows keep their order), and each used expert's matrices are read once
  * per step by the same matmuls as the dense FFN's (ops_matmul_multi: the
@@ -26,7 +32,8 @@
  * A tensor-parallel rank runs the experts its part holds (whole experts,
  * models/tp.c) for the rows routed to them; the layer loop's reduce sums
  * the ranks' outputs. Covered by tests/cpu/test_moe.py (fp64 numpy
- * reference, chunked = whole, 1 thread = 2) and tests/tp/test_tp_logits.py. */
+ * reference, chunked = whole, 1 thread = 2), with the shared expert
+ * tests/cpu/test_deltanet.py, across ranks tests/tp/test_tp_logits.py. */
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
@@ -137,6 +144,33 @@ static void dense_beside(struct cpu_step *s, const struct model_layer *L, int64_
     ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_1], n, hp->n_embd, hp->norm_eps, s->moe_mlp);
 }
 
+/* qwen35moe's shared expert into s->moe_mlp: the dense FFN (ffn_norm,
+ * gate|up, SwiGLU, down) at the shared width on the shared expert's
+ * weights, each row times sigmoid(ffn_gate_inp_shexp . xn) (one logit a
+ * row, in f32 on either path as llama.cpp's F32 product is). */
+static void shared_expert(struct cpu_step *s, const struct model_layer *L, int64_t n)
+{
+    const struct model_hparams *hp = &ops_ctx_model(s->ops)->hp;
+    struct ops_buffers *b = ops_ctx_buffers(s->ops);
+    int64_t e = hp->n_embd;
+    struct model_layer D = *L;
+    D.n_ff = hp->n_ff_shexp;
+    D.w[LAYER_FFN_GATE] = L->w[LAYER_FFN_GATE_SHEXP];
+    D.w[LAYER_FFN_UP] = L->w[LAYER_FFN_UP_SHEXP];
+    D.w[LAYER_FFN_DOWN] = L->w[LAYER_FFN_DOWN_SHEXP];
+    cpu_ffn_dense_of(s, &D, n); /* proj = the expert's output; xn = norm(x) */
+    const float *g = L->w[LAYER_FFN_GATE_INP_SHEXP].data; /* [n_embd] */
+    for (int64_t t = 0; t < n; t++) {
+        const float *xn = b->xn + t * e;
+        float dot = 0;
+        for (int64_t i = 0; i < e; i++)
+            dot += xn[i] * g[i];
+        float gate = 1.0f / (1.0f + expf(-dot));
+        for (int64_t i = 0; i < e; i++)
+            s->moe_mlp[t * e + i] = gate * b->proj[t * e + i];
+    }
+}
+
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
 {
     struct ops_ctx *ctx = s->ops;
@@ -145,9 +179,11 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     int64_t e_dim = m->hp.n_embd, ne = L->n_expert, k = L->n_expert_used;
 
-    bool beside = m->hp.has_moe_mlp;
+    bool beside = m->hp.has_moe_mlp, shared = m->hp.has_moe_shexp;
     if (beside)
         dense_beside(s, L, n);
+    if (shared)
+        shared_expert(s, L, n);
     cpu_rows_run(ctx, L, cpu_norm_rows, beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM, n, false);
     if (beside)
         router_input(ctx, L, n);
@@ -217,4 +253,6 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_2], n, e_dim, m->hp.norm_eps, b->proj);
         ops_add(b->proj, s->moe_mlp, n * e_dim);
     }
+    if (shared) /* proj = the routed experts' + the gated shared expert's */
+        ops_add(b->proj, s->moe_mlp, n * e_dim);
 }

@@ -102,6 +102,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
               4.0 * hp->n_vocab * (double)g->logit_rows +
               4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
+              (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
 }
 
@@ -212,6 +213,11 @@ static int alloc_state(struct gpu_backend *g)
         return st;
     if (e % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * e, &g->xq, NULL)) ||
                         (st = IG_DEV(gpu_alloc)(g, B * (e / 32) * 8, &g->xqd, NULL))))
+        return st;
+    if (ff % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * ff, &g->hq, NULL)) ||
+                         (st = IG_DEV(gpu_alloc)(g, B * (ff / 32) * 8, &g->hqd, NULL)) ||
+                         (st = IG_DEV(gpu_alloc)(g, ff / 32 * 4, &g->glu_tickets, NULL)) ||
+                         (st = IG_DEV(dev_memset)(g->dev, g->glu_tickets, 0, ff / 32 * 4))))
         return st;
     /* Each RoPE variant's frequencies and cos/sin factor (Gemma 3's local
      * layers have their own base). */

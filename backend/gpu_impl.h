@@ -104,6 +104,13 @@ struct gpu_backend {
     float *xqd;                /* [max_batch][n_embd / 32] their (d, s) (NULL: n_embd not
                                   a multiple of 32) */
     bool xq_ready;             /* xq holds xn's blocks: quantized GEMVs of xn load them */
+    int8_t *hq;                /* [max_batch][n_ff] h16's int8 blocks from the quantized
+                                  gate|up GEMV's tail, and */
+    float *hqd;                /* [max_batch][n_ff / 32] their (d, s) (NULL: n_ff not a
+                                  multiple of 32) */
+    uint32_t *glu_tickets;     /* [n_ff / 32] that tail's (zero between launches) */
+    int64_t hq_ld;             /* the row stride the last gate|up GEMV wrote them at */
+    bool hq_ready;             /* hq holds h16's blocks: the down GEMV loads them */
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
     size_t mm_scratch_bytes;
     bool emu_kernels;          /* emulated build: products by the emulated kernels, not the twins */

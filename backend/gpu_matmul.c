@@ -65,12 +65,22 @@ static int twin_product(struct gpu_backend *g, enum gk_qmm_path path,
 #endif
 
 /* Where x is g->xn and a norm tail left its int8 blocks (g->xq_ready), the
- * quantized GEMV loads them instead of quantizing x again in every block. */
-static void x_blocks(const struct gpu_backend *g, struct gk_qgemv_params *p)
+ * quantized GEMV loads them instead of quantizing x again in every block;
+ * likewise where x is g->h16 and the gate|up GEMV's tail left its blocks
+ * (g->hq_ready). A product of anything else ends hq_ready: only
+ * gpu_matmul_glu sets it, and the unfused FFN's gate|up product, which
+ * comes before its activation rewrites h16, clears it. */
+static void x_blocks(struct gpu_backend *g, struct gk_qgemv_params *p)
 {
     if (g->xq_ready && p->x == g->xn && p->ld_x == g->m->hp.n_embd) {
         p->xq = g->xq;
         p->xqd = g->xqd;
+    }
+    if (p->x != g->h16)
+        g->hq_ready = false;
+    else if (g->hq_ready && p->ld_x == g->hq_ld) {
+        p->xq = g->hq;
+        p->xqd = g->hqd;
     }
 }
 
@@ -254,6 +264,14 @@ int IG_DEV(gpu_matmul_glu)(struct gpu_backend *g, const struct gpu_matrix *w, co
     struct gk_qgemv_params p = {.w = *p0, .x = x, .ld_x = ld_x, .n = n, .glu = act, .h = h,
                                 .ld_h = ld_h};
     x_blocks(g, &p);
+    /* the tail also leaves h's int8 blocks for the down GEMV */
+    if (g->hq && h == g->h16 && ld_h % 32 == 0 && p0->rows % 64 == 0) {
+        p.qn = g->hq;
+        p.qnd = g->hqd;
+        p.ticket = g->glu_tickets;
+        g->hq_ld = ld_h;
+        g->hq_ready = true;
+    }
 #if defined(IG_EMU_BACKEND)
     if (!g->emu_kernels) {
         IG_DEV(dev_note_launch)(g->dev);

@@ -10,8 +10,14 @@
  * write). First one launch of each shape is checked against its CPU twin
  * (exit 1 on a mismatch). decode_attn again with the combine in the last
  * split (tickets: decode_attn_fused lines, the tickets checked back at 0
- * after the timed launches). Exits 77 without a GPU. */
+ * after the timed launches); 256 sequences at 640 (the batched step's
+ * decode attention, issue 44's target). gk_greedy_rows (the batched greedy
+ * step's token per row) on 1, 64 and 256 rows of Llama 3's 128256 logits,
+ * each row's token checked against the twin:
+ *   greedy rows=256 vocab=128256 us=... GBps=... of_copy=...
+ * Exits 77 without a GPU. */
 #include "decode/decode_attn.h"
+#include "decode/greedy.h"
 #include "ops/gpu_ops.h"
 
 #include "core/half.h"
@@ -181,6 +187,55 @@ static int bench_gemv(int64_t rows, int64_t cols, double copy)
     return bad != 0;
 }
 
+/* ---- gk_greedy_rows --------------------------------------------------------- */
+
+struct greedy_ctx {
+    void *x[64];
+    int64_t rows, vocab;
+    int32_t *ids;
+};
+
+static int greedy_launch(void *ctx, int copy)
+{
+    struct greedy_ctx *g = ctx;
+    return gk_greedy_rows_cuda(g->x[copy], g->vocab, g->rows, g->vocab, g->ids, NULL);
+}
+
+static int bench_greedy(int64_t rows, int64_t vocab, double copy)
+{
+    struct greedy_ctx g = {.rows = rows, .vocab = vocab};
+    const size_t n = (size_t)(rows * vocab);
+    float *hx = malloc(n * sizeof(float)), *x0;
+    for (size_t i = 0; i < n; i++)
+        hx[i] = ig_f16_to_f32(rand_f16(8.0f));
+    CK(cudaMalloc((void **)&x0, n * sizeof(float)));
+    CK(cudaMemcpy(x0, hx, n * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&g.ids, (size_t)rows * 4));
+    const int nc = replicate(x0, n * sizeof(float), g.x, 64);
+
+    int32_t *ids = malloc((size_t)rows * 4), *ids_ref = malloc((size_t)rows * 4);
+    if (greedy_launch(&g, 0))
+        return 1;
+    CK(cudaMemcpy(ids, g.ids, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    gk_greedy_rows_ref(hx, vocab, rows, vocab, ids_ref);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        if (ids[r] != ids_ref[r] && bad++ < 3)
+            fprintf(stderr, "greedy rows=%lld: row %lld gpu %d ref %d\n", (long long)rows,
+                    (long long)r, ids[r], ids_ref[r]);
+
+    float ms = time_ms(greedy_launch, &g, nc);
+    double gbps = (double)n * sizeof(float) / (ms * 1e-3) / 1e9;
+    printf("greedy rows=%lld vocab=%lld us=%.2f GBps=%.0f of_copy=%.3f check=%s\n",
+           (long long)rows, (long long)vocab, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
+    fflush(stdout);
+    for (int i = 0; i < nc; i++)
+        CK(cudaFree(g.x[i]));
+    CK(cudaFree(g.ids));
+    free(hx), free(ids), free(ids_ref);
+    return bad != 0;
+}
+
 /* ---- decode_attn ------------------------------------------------------------ */
 
 struct attn_ctx {
@@ -308,6 +363,10 @@ int main(void)
         fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy, fused);
         fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy, fused);
         fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy, fused); /* the batch's last decode */
+        fail |= bench_attn(256, 32, 8, 128, 640, n_sm, copy, fused); /* 256 x (512 in, 128 out) */
     }
+    static const int64_t greedy_rows[] = {1, 64, 256};
+    for (int i = 0; i < 3; i++)
+        fail |= bench_greedy(greedy_rows[i], 128256, copy);
     return fail;
 }

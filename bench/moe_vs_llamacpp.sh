@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/moe_vs_llamacpp.sh: ignite's forward of an architecture with no
 # weights to download (qwen3moe, the default; -a gpt-oss: its types F16 Q8_0
-# MXFP4 by default; -a gemma4; -a qwen35) against llama.cpp's on the same
+# MXFP4 by default; -a gemma4; -a qwen35; -a qwen35moe) against llama.cpp's on the same
 # random-weight files (bench/random_gguf.py,
 # the tokenizer copied from a real GGUF so both tools tokenize the text),
 # one per type: llama-perplexity writes its logits as a base
@@ -10,14 +10,15 @@
 # int8 path (the default) and the exact one. A benchmark, not a test.
 #
 # gemma4: give VOCAB=llama.cpp's models/ggml-vocab-gemma-4.gguf (the sdist's);
-# qwen35's default VOCAB is llama.cpp's models/ggml-vocab-qwen35.gguf.
+# qwen35's and qwen35moe's default VOCAB is llama.cpp's models/ggml-vocab-qwen35.gguf.
 #
 # llama-perplexity runs with -b = -c: one window a batch. With its default
 # batch of 2048 (4 windows a batch) llama.cpp 0.3.36's logits of the 2nd and
 # later windows of a qwen35 file are not those it computes for the same
 # window alone (mean KL 10 against ignite's there, 0 with -b 512).
 #
-# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4|gpt-oss|qwen35] [-s SHAPE] [-l LAYERS]
+# usage: bench/moe_vs_llamacpp.sh [-a qwen3moe|gemma4|gpt-oss|qwen35|qwen35moe] [-s SHAPE]
+#                                 [-l LAYERS]
 #                                 [-n CHUNKS] [-T "F16 Q8_0 Q4_K_M"] [-f text] [-c 512] [-t 2]
 #                                 [-o DIR]
 # env:   IGNITE (default build/ignite), IGNITE_CACHE (~/.cache/ignite),
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 llama_args=${LLAMA_ARGS:-}
-vocab=${VOCAB:-$([ "$arch" = qwen35 ] &&
+vocab=${VOCAB:-$(case $arch in qwen35*) true ;; *) false ;; esac &&
     echo "$cache/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf" ||
     echo "$cache/SmolLM2-135M-Instruct.Q4_1.gguf")}
 [ -n "$types" ] || types=$([ "$arch" = gpt-oss ] && echo "F16 Q8_0 MXFP4" || echo "F16 Q8_0 Q4_K_M")

@@ -93,13 +93,16 @@ def _pick(qtype, cols, heavy=False):
     return "Q6_K" if heavy else "Q4_K"
 
 
-def build(shape_name, qtype, layers=None, vocab=None, seed=1):
+def build(shape_name, qtype, layers=None, vocab=None, seed=1, fused=False):
     """(tensors [(name, type, dims)], keys [bytes], gains {name: gain},
     fixed {name: bytes}) of a gemma4 file of the shape. The Q and K head
     norms' weights are near head_dim^-1/4: Gemma 4's attention scale is 1,
     its norms do the scaling (near 1, random heads' scores would spread by
     sqrt(head_dim) and the softmax turn on a rounding: nothing like a trained
-    model, and every engine's int8 or f16 activations would move it)."""
+    model, and every engine's int8 or f16 activations would move it). With
+    fused, a MoE layer's gate and up experts are one ffn_gate_up_exps of
+    [embd, 2 ff_exp, n_exp] (each expert's gate rows, then its up rows), as
+    llama.cpp's converter writes a Gemma 4 folder's experts.gate_up_proj."""
     sh = dict(SHAPES[shape_name])
     n = min(layers, sh["layers"]) if layers else sh["layers"]
     if n < sh["layers"]:
@@ -174,8 +177,9 @@ def build(shape_name, qtype, layers=None, vocab=None, seed=1):
                    (p + "pre_ffw_norm_2.weight", "F32", [e]),
                    (p + "post_ffw_norm_1.weight", "F32", [e]),
                    (p + "post_ffw_norm_2.weight", "F32", [e]),
-                   (p + "ffn_gate_exps.weight", base, [e, fe, ne]),
-                   (p + "ffn_up_exps.weight", base, [e, fe, ne]),
+                   *([(p + "ffn_gate_up_exps.weight", base, [e, 2 * fe, ne])] if fused else
+                     [(p + "ffn_gate_exps.weight", base, [e, fe, ne]),
+                      (p + "ffn_up_exps.weight", base, [e, fe, ne])]),
                    (p + "ffn_down_exps.weight", _pick(qtype, fe, True), [fe, e, ne]),
                    (p + "ffn_down_exps.scale", "F32", [ne])]
             gains[p + "ffn_gate_inp.weight"] = ROUTER_GAIN

@@ -1,4 +1,4 @@
-"""bench/randgguf_qwen35.py: the qwen35 (Qwen3.5 dense) writer of
+"""bench/randgguf_qwen35.py: the qwen35 (Qwen3.5 dense) and qwen35moe writer of
 bench/random_gguf.py: the shapes, the tensors as llama.cpp's converter names
 and lays them out (llama.cpp's src/models/qwen35.cpp loads them), the keys,
 and the values of the DeltaNet parameters that random blocks would make
@@ -13,7 +13,9 @@ of 256, DeltaNet 16 key and 16 value heads of 128, FFN 3584, vocabulary
 248320, tied embeddings, partial RoPE 0.25 in sections [11, 11, 10]).
 Types F16, Q8_0, Q4_K_M (llama-quant.cpp's: Q4_K, attn_v / ffn_down Q6_K on
 use_more_bits layers; the head (token_embd, tied) Q6_K; the convolution,
-A, dt and norms F32 as llama.cpp leaves every 1-D tensor and ssm_conv1d).
+A, dt and norms F32 as llama.cpp leaves every 1-D tensor and ssm_conv1d;
+qwen35moe's experts as the FFN: gate/up Q4_K, down Q6_K on use_more_bits
+layers, the router and the shared expert's gate F32).
 """
 import numpy as np
 
@@ -25,7 +27,27 @@ SHAPES = {
                          dn_v=16, dn_hd=128, conv=4, every=4, vocab=248320, ctx=262144,
                          rope=10000000.0, sections=[11, 11, 10, 0], tied=True),
 }
+# qwen35moe: the same layers with a mixture of experts in every FFN (n_exp
+# experts of ff_exp, used routed, one shared expert of ff_shexp beside them
+# with its own sigmoid gate). tiny: 16 experts of 256, 2 used, a shared
+# expert of 512 (a width of its own, so that a mix-up of the two shows);
+# Qwen3.5-35B-A3B: Qwen3_5MoeTextConfig's defaults (40 layers of 2048,
+# attention 16 heads and 2 KV heads of 256, DeltaNet 16 key and 32 value
+# heads of 128, 256 experts of 512, 8 used, a shared expert of 512, vocabulary
+# 248320, an output head of its own). No feed_forward_length key: the
+# converter writes none (the config has no intermediate_size).
+MOE_SHAPES = {
+    "tiny": dict(SHAPES["tiny"], ff=None, n_exp=16, used=2, ff_exp=256, ff_shexp=512),
+    "Qwen3.5-35B-A3B": dict(layers=40, embd=2048, heads=16, kv=2, hd=256, ff=None, dn_k=16,
+                            dn_v=32, dn_hd=128, conv=4, every=4, vocab=248320, ctx=262144,
+                            rope=10000000.0, sections=[11, 11, 10, 0], tied=False, n_exp=256,
+                            used=8, ff_exp=512, ff_shexp=512),
+}
 TYPES = ("F16", "Q8_0", "Q4_K_M")
+
+
+def arch_of(sh):
+    return "qwen35moe" if "n_exp" in sh else "qwen35"
 
 
 def recurrent(sh, i):
@@ -66,12 +88,25 @@ def tensors(sh, qtype, vocab, use_more_bits):
                 (p + "attn_q_norm.weight", "F32", [hd]),
                 (p + "attn_k_norm.weight", "F32", [hd]),
             ]
-        out += [
-            (p + "post_attention_norm.weight", "F32", [e]),
-            (p + "ffn_gate.weight", base, [e, sh["ff"]]),
-            (p + "ffn_up.weight", base, [e, sh["ff"]]),
-            (p + "ffn_down.weight", more, [sh["ff"], e]),
-        ]
+        out.append((p + "post_attention_norm.weight", "F32", [e]))
+        if "n_exp" in sh:  # the router and the shared expert's gate stay F32
+            ne, fe, fs = sh["n_exp"], sh["ff_exp"], sh["ff_shexp"]
+            out += [
+                (p + "ffn_gate_inp.weight", "F32", [e, ne]),
+                (p + "ffn_gate_exps.weight", base, [e, fe, ne]),
+                (p + "ffn_up_exps.weight", base, [e, fe, ne]),
+                (p + "ffn_down_exps.weight", more, [fe, e, ne]),
+                (p + "ffn_gate_inp_shexp.weight", "F32", [e, 1]),
+                (p + "ffn_gate_shexp.weight", base, [e, fs]),
+                (p + "ffn_up_shexp.weight", base, [e, fs]),
+                (p + "ffn_down_shexp.weight", more, [fs, e]),
+            ]
+        else:
+            out += [
+                (p + "ffn_gate.weight", base, [e, sh["ff"]]),
+                (p + "ffn_up.weight", base, [e, sh["ff"]]),
+                (p + "ffn_down.weight", more, [sh["ff"], e]),
+            ]
     out.append(("output_norm.weight", "F32", [e]))
     if not sh["tied"]:
         out.append(("output.weight", head, [e, vocab]))
@@ -79,13 +114,19 @@ def tensors(sh, qtype, vocab, use_more_bits):
 
 
 def keys(kv, sh, shape_name, qtype, vocab, file_type):
-    a = "qwen35"
+    a = arch_of(sh)
+    moe = []
+    if "n_exp" in sh:
+        moe = [kv(f"{a}.expert_count", 4, sh["n_exp"]),
+               kv(f"{a}.expert_used_count", 4, sh["used"]),
+               kv(f"{a}.expert_feed_forward_length", 4, sh["ff_exp"]),
+               kv(f"{a}.expert_shared_feed_forward_length", 4, sh["ff_shexp"])]
     return [kv("general.architecture", 8, a),
             kv("general.name", 8, f"random {a} {shape_name} {qtype}"),
             kv("general.file_type", 4, file_type),
             kv(f"{a}.block_count", 4, sh["layers"]), kv(f"{a}.context_length", 4, sh["ctx"]),
-            kv(f"{a}.embedding_length", 4, sh["embd"]),
-            kv(f"{a}.feed_forward_length", 4, sh["ff"]),
+            kv(f"{a}.embedding_length", 4, sh["embd"])] + \
+        ([kv(f"{a}.feed_forward_length", 4, sh["ff"])] if sh["ff"] else []) + moe + [
             kv(f"{a}.attention.head_count", 4, sh["heads"]),
             kv(f"{a}.attention.head_count_kv", 4, sh["kv"]),
             kv(f"{a}.attention.key_length", 4, sh["hd"]),

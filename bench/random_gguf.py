@@ -18,9 +18,14 @@ numpy only (no gguf package there).
                    as llama.cpp never quantizes it.
   --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
+  --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert) and
+                   Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0, Q4_K_M or
+                   F32 (llama.cpp's F32 products round no activation to f16)
 
   --arch gemma4    shapes tiny and E2B (bench/randgguf_gemma4.py); F16, Q8_0 or
                    Q4_K_M
+  --fused-experts  gemma4 moe shapes: each layer's gate and up experts as one
+                   ffn_gate_up_exps tensor, as llama.cpp's converter writes them
 
   --arch gpt-oss   shapes tiny and gpt-oss-20b; F16, Q8_0, MXFP4 (experts
                    MXFP4, the rest Q8_0) or MXFP4_F16 (the rest F16):
@@ -38,9 +43,9 @@ llama.cpp accepts for benchmarks; ignite's bench needs no tokenizer either.
 tests/models/test_random_gguf.py reads a small one back with the gguf package
 and loads it in ignite.
 
-Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|gemma4|gpt-oss] [--shape SHAPE]
-       [--type TYPE]
-                      [--layers N] [--vocab-from FILE] [--seed N]
+Usage: random_gguf.py OUT.gguf [--arch llama|qwen3moe|qwen35|qwen35moe|gemma4|gpt-oss]
+                      [--shape SHAPE] [--type TYPE]
+                      [--layers N] [--vocab-from FILE] [--seed N] [--fused-experts]
 """
 import argparse
 import struct
@@ -67,15 +72,18 @@ MOE_SHAPES = {
                           used=8, ff_exp=768, vocab=151936, ctx=40960, rope=1000000.0),
 }
 ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
-               "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES}
+               "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES,
+               "qwen35moe": qwen35.MOE_SHAPES}
 ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
               "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
-              "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES}
+              "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES,
+              "qwen35moe": qwen35.TYPES + ("F32",)}
 # ggml type ids, elements and bytes per block
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210),
          "MXFP4": (39,) + randgguf_gptoss.MXFP4_BLOCK}
-FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18, "Q4_K_M": 15}  # llama_ftype
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18,
+              "Q4_K_M": 15}  # llama_ftype
 # The output head's weights times this in a qwen3moe file: logits with a
 # spread of a few units, so that a step's top token stands out (random
 # weights of the embedding's scale give logits within about +-2 of each
@@ -277,7 +285,8 @@ def moe_keys(sh, shape_name, qtype, vocab):
             kv(f"{a}.vocab_size", 4, vocab)]
 
 
-def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None):
+def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from=None,
+          fused_experts=False):
     """Writes the file; returns the bytes of its tensors."""
     fixed = {}  # tensors of given values (gemma4's rope_freqs)
     if arch == "llama":
@@ -298,8 +307,8 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                kv("llama.attention.layer_norm_rms_epsilon", 6, 1e-5),
                kv("llama.vocab_size", 4, vocab)]
         gain = {}
-    elif arch == "qwen35":  # bench/randgguf_qwen35.py
-        sh = dict(qwen35.SHAPES[shape_name])
+    elif arch in ("qwen35", "qwen35moe"):  # bench/randgguf_qwen35.py
+        sh = dict((qwen35.SHAPES if arch == "qwen35" else qwen35.MOE_SHAPES)[shape_name])
         if layers:
             sh["layers"] = min(layers, sh["layers"])
         toks, vocab = vocab_keys(vocab_from) if vocab_from else (None, sh["vocab"])
@@ -307,11 +316,13 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
         kvs = qwen35.keys(kv, sh, shape_name, qtype, vocab, FILE_TYPES[qtype])
         gain = {"output.weight" if "output.weight" in dict((t[0], 0) for t in ts)
                 else "token_embd.weight": OUT_GAIN}
+        gain.update({f"blk.{i}.ffn_gate_inp.weight": ROUTER_GAIN for i in range(sh["layers"])})
 
     elif arch == "gemma4":  # bench/randgguf_gemma4.py
         vocab = vocab_keys(vocab_from)[1] if vocab_from else None
         toks = vocab_keys(vocab_from)[0] if vocab_from else None
-        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed)
+        ts, kvs, gain, fixed = randgguf_gemma4.build(shape_name, qtype, layers, vocab, seed,
+                                                     fused_experts)
 
     elif arch == "gpt-oss":
         sh = dict(randgguf_gptoss.SHAPES[shape_name])
@@ -347,7 +358,7 @@ def write(path, shape_name, qtype, seed=1, arch="llama", layers=None, vocab_from
                 d = randgguf_gptoss.bias_data(name, dims, rng)
             else:
                 d = fixed[name] if name in fixed else \
-                (qwen35.special(name, dims, rng) if arch == "qwen35" else None) or \
+                (qwen35.special(name, dims, rng) if arch in ("qwen35", "qwen35moe") else None) or \
                 data(ttype, dims, rng, gain.get(name, 1.0))
             assert len(d) == nbytes(ttype, dims)
             f.write(d)
@@ -368,6 +379,8 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="the first N layers only")
     ap.add_argument("--vocab-from", default=None, help="copy tokenizer.* keys from this GGUF")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="gemma4: gate and up experts as one ffn_gate_up_exps (llama.cpp's)")
     args = ap.parse_args()
     shapes = ARCH_SHAPES[args.arch]
     shape = args.shape or ("Llama-3-8B" if args.arch == "llama" else "tiny")  # qwen35: tiny
@@ -378,7 +391,8 @@ def main():
         ap.error(f"--type {qtype}: {args.arch} files are {', '.join(ARCH_TYPES[args.arch])}")
     if args.layers is not None and args.layers < 1:
         ap.error("--layers must be at least 1")
-    n = write(args.out, shape, qtype, args.seed, args.arch, args.layers, args.vocab_from)
+    n = write(args.out, shape, qtype, args.seed, args.arch, args.layers, args.vocab_from,
+              args.fused_experts)
     print(f"{args.out}: {args.arch} {shape} {qtype}, {n} bytes of tensors", file=sys.stderr)
     return 0
 

@@ -533,6 +533,7 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         .gpu_weights = o->gpu_weights,
         .max_rows = o->n_batch > o->parallel ? o->n_batch : o->parallel,
         .oom_hint = "lower --parallel, --input-len, --output-len or -b",
+        .free_window_blocks = true, /* the window rule (kvcache.h), as batch */
     };
     bool speculate = o->spec.lookup || o->spec.draft_model;
     if (speculate && !vocab) {

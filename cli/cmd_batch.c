@@ -499,7 +499,7 @@ static void print_summary(struct batch *b, double secs, const struct backend *be
             quantile(b->ttft, b->n_ttft, 0.5), quantile(b->ttft, b->n_ttft, 0.99),
             quantile(b->tpot, b->n_tpot, 0.5), quantile(b->tpot, b->n_tpot, 0.99),
             be->o.n_slots,
-            backend_kv_bytes(be, kv_pool_peak(pool), kv_pool_states_peak(pool)) / 1048576.0,
+            kv_pool_peak_bytes(pool, backend_kv_memory(be)) / 1048576.0,
             kv_dtype_name(backend_kv_memory(be)->dtype),
             kv_dtype_name(backend_kv_memory(be)->dtype_v),
             (long long)kv_pool_hits(pool));
@@ -550,23 +550,37 @@ static int run_batch(struct batch *b, struct backend *be, struct backend *draft,
 }
 
 /* --kv-mem as blocks of the pool, beside the state slot each of the -P
- * sequences has where the model has recurrent layers (kvcache.h's one
- * formula). IG_E_USAGE when they hold no block. */
+ * sequences has where the model has recurrent layers and, under the window
+ * rule, the window side's blocks (a window's worth a sequence:
+ * backend_window_blocks) (kvcache.h's one formula). The rule is dropped
+ * (bo->free_window_blocks) where it would leave the full layers fewer
+ * blocks than keeping every block gives all (a small --kv-mem beside large
+ * steps: a window's blocks a sequence cost more than they save). IG_E_USAGE
+ * when they hold no block. */
 static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
-                         enum backend_kind kind, int64_t *n_blocks)
+                         struct backend_opts *bo, int64_t *n_blocks)
 {
     struct kv_memory *mem = NULL;
-    bool cuda = kind == BACKEND_CUDA;
+    bool cuda = bo->device.kind == BACKEND_CUDA;
     int st = kv_memory_of(m, cuda ? KV_F16 : o->g.kv.k, cuda ? KV_F16 : o->g.kv.v, &mem);
     if (st != IG_OK)
         return st;
     int64_t n_states = kv_memory_states_for(mem, o->parallel);
-    *n_blocks = kv_memory_blocks_in(mem, (double)(o->kv_mem_mib << 20), n_states);
+    int64_t nw = backend_window_blocks(mem, bo);
+    double bytes = (double)(o->kv_mem_mib << 20);
+    *n_blocks = kv_memory_blocks_in(mem, bytes, n_states);
+    if (nw && kv_memory_blocks_in_windowed(mem, bytes, nw, n_states) >= *n_blocks)
+        *n_blocks = kv_memory_blocks_in_windowed(mem, bytes, nw, n_states);
+    else
+        nw = 0;
+    bo->free_window_blocks = nw > 0;
     if (*n_blocks < 1)
         st = ig_error(IG_E_USAGE, "--kv-mem %lld MiB holds no block of %d positions (%.2f "
                       "MiB)%s", (long long)o->kv_mem_mib, KV_BLOCK,
-                      kv_memory_bytes(mem, 1, 0) / 1048576.0,
-                      n_states ? " beside the sequences' recurrent state" : "");
+                      kv_memory_bytes_windowed(mem, 1, nw ? 1 : 0, 0) / 1048576.0,
+                      nw ? (n_states ? " beside the sequences' windows and recurrent state"
+                                     : " beside the sequences' windows")
+                         : n_states ? " beside the sequences' recurrent state" : "");
     kv_memory_free(mem);
     return st;
 }
@@ -639,8 +653,9 @@ int cmd_batch(int argc, char **argv)
         .max_rows = rows > o.parallel ? rows : o.parallel,
         .oom_hint = o.kv_mem_mib ? "lower --kv-mem"
                                  : "lower -c/--ctx-size, -P/--parallel or -b, or give --kv-mem",
+        .free_window_blocks = true, /* the window rule: --kv-mem holds more */
     };
-    if (o.kv_mem_mib && (st = kv_mem_blocks(m, &o, dev.kind, &bo.n_blocks)) != IG_OK)
+    if (o.kv_mem_mib && (st = kv_mem_blocks(m, &o, &bo, &bo.n_blocks)) != IG_OK)
         goto done;
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
         (st = gen_cli_load_draft(&o.g, b.vocab, &be->o, &dm, &draft)) != IG_OK)

@@ -498,7 +498,7 @@ int cmd_chat(int argc, char **argv)
     run_stream_done(&c.out);
     if (!o.g.quiet) {
         const struct kv_pool *pool = engine_pool(c.engine);
-        double kv = backend_kv_bytes(c.be, kv_pool_peak(pool), kv_pool_states_peak(pool)) /
+        double kv = kv_pool_peak_bytes(pool, backend_kv_memory(c.be)) /
                     1048576.0;
         fprintf(stderr, "chat: %lld turns | prompt %lld tok | gen %lld tok | device %s | "
                         "threads %d | kv %.1f MiB\n",

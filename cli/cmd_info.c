@@ -296,6 +296,16 @@ static void print_layer_ranges(const struct kv_memory *mem, int64_t g)
     }
 }
 
+/* The window rule (kvcache.h) for steps of INFO_WINDOW_ROWS rows (run's
+ * default --chunk): the sliding-window layers' blocks a sequence holds at
+ * most, within the training context. 0 without such layers. */
+#define INFO_WINDOW_ROWS 512
+static int64_t info_window_cap(const struct model *m, const struct kv_memory *mem)
+{
+    int64_t n_ctx = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : INFO_WINDOW_ROWS;
+    return kv_memory_window_cap(mem, n_ctx, INFO_WINDOW_ROWS);
+}
+
 /* K and V bytes a token of elements of `elem` bytes if every layer kept its
  * own (the shared-KV layers too): what sharing saves, for comparison.
  * 0 where no layer shares. */
@@ -375,7 +385,10 @@ static void print_text(const struct model *m, const struct info *in)
     printf("heads           %lld, KV heads %lld\n", (long long)hp->n_head,
            (long long)hp->n_head_kv);
     printf("head dim        %lld\n", (long long)hp->head_dim);
-    printf("FFN size        %lld\n", (long long)hp->n_ff);
+    if (hp->n_ff)
+        printf("FFN size        %lld\n", (long long)hp->n_ff);
+    else /* qwen35moe's files state no dense width */
+        printf("FFN size        none (experts only)\n");
     print_layer_ranges_text(m);
     if (hp->has_moe) {
         int64_t active;
@@ -383,6 +396,8 @@ static void print_text(const struct model *m, const struct info *in)
         model_active_size(m, &active, &bytes);
         printf("experts         %lld, %lld used a token, FFN size %lld each\n",
                (long long)hp->n_expert, (long long)hp->n_expert_used, (long long)hp->n_ff_exp);
+        if (hp->has_moe_shexp)
+            printf("shared expert   FFN size %lld, gated\n", (long long)hp->n_ff_shexp);
         printf("active          %lld parameters a token (%.1f M); %zu bytes of weights read "
                "a token (%.2f GiB)\n", (long long)active, (double)active / 1e6, bytes,
                (double)bytes / (1 << 30));
@@ -405,6 +420,15 @@ static void print_text(const struct model *m, const struct info *in)
     if (kv_unshared_bytes(m, 4))
         printf("KV unshared     %zu bytes/token f32, %zu f16 (the same layers, each with K/V "
                "of its own)\n", kv_unshared_bytes(m, 4), kv_unshared_bytes(m, 2));
+    int64_t wcap = info_window_cap(m, in->kv[0]);
+    if (wcap) /* the window rule: the full layers grow with the context, the others not */
+        printf("KV windowed     %zu bytes/token f32, %zu f16 (the full-attention layers), and "
+               "at most %.2f MiB f32 a sequence for the sliding-window layers (%lld blocks: "
+               "window %lld, steps of %d rows)\n",
+               (in->kv[0]->block_bytes - in->kv[0]->window_bytes) / KV_BLOCK,
+               (in->kv[1]->block_bytes - in->kv[1]->window_bytes) / KV_BLOCK,
+               (double)wcap * (double)in->kv[0]->window_bytes / 1048576.0, (long long)wcap,
+               (long long)in->kv[0]->window_max, INFO_WINDOW_ROWS);
     print_kv_groups_text(in);
     int64_t layer;
     const char *missing = backend_gpu_missing(m, &layer);
@@ -550,6 +574,8 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
             cJSON_AddNumberToObject(o, "n_expert", (double)hp->n_expert);
             cJSON_AddNumberToObject(o, "n_expert_used", (double)hp->n_expert_used);
             cJSON_AddNumberToObject(o, "n_ff_exp", (double)hp->n_ff_exp);
+            if (hp->has_moe_shexp)
+                cJSON_AddNumberToObject(o, "n_ff_shexp", (double)hp->n_ff_shexp);
             cJSON_AddNumberToObject(o, "active_params", (double)active);
             cJSON_AddNumberToObject(o, "bytes_per_token", (double)bytes);
         }
@@ -583,6 +609,21 @@ static int print_json(const char *path, const struct gguf_file *g, const struct 
             cJSON_AddNumberToObject(un, "f16", (double)kv_unshared_bytes(m, 2));
         }
         add_kv_groups_json(o, in);
+        int64_t wcap = info_window_cap(m, in->kv[0]);
+        if (wcap) { /* the window rule (kvcache.h) */
+            cJSON *w = cJSON_AddObjectToObject(o, "kv_window_rule");
+            cJSON *pt = cJSON_AddObjectToObject(w, "bytes_per_token");
+            cJSON *ps = cJSON_AddObjectToObject(w, "window_bytes_per_sequence");
+            for (int t = 0; t < 2; t++) {
+                const struct kv_memory *k = in->kv[t];
+                const char *name = kv_dtype_name((enum kv_dtype)t);
+                cJSON_AddNumberToObject(pt, name, (double)((k->block_bytes - k->window_bytes) /
+                                                           KV_BLOCK));
+                cJSON_AddNumberToObject(ps, name, (double)wcap * (double)k->window_bytes);
+            }
+            cJSON_AddNumberToObject(w, "window_blocks", (double)wcap);
+            cJSON_AddNumberToObject(w, "rows_per_step", INFO_WINDOW_ROWS);
+        }
         int64_t layer;
         if (backend_gpu_missing(m, &layer)) { /* not run on the GPU yet */
             cJSON_AddNullToObject(o, "cuda_weight_bytes");

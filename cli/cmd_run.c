@@ -421,8 +421,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     if (res->stop != GEN_STOP_OUTPUT && run_channels_finish(&rs.ch))
         r.result.stop = GEN_STOP_OUTPUT;
     if (engine)
-        kv_bytes = (size_t)backend_kv_bytes(in->be, kv_pool_peak(engine_pool(engine)),
-                                            kv_pool_states_peak(engine_pool(engine)));
+        kv_bytes = (size_t)kv_pool_peak_bytes(engine_pool(engine), backend_kv_memory(in->be));
     if (st == IG_OK)
         st = res->status;
     int write_errno = rs.out.write_errno ? rs.out.write_errno : rs.buf_errno;
@@ -536,6 +535,7 @@ int cmd_run(int argc, char **argv)
         .kv_dtype = lc.kv ? lc.kv->memory->dtype : o.g.kv.k,
         .kv_dtype_v = lc.kv ? lc.kv->memory->dtype_v : o.g.kv.v,
         .gpu_weights = gpu_weights,
+        .free_window_blocks = true, /* the window rule (kvcache.h) */
     };
     if ((st = backend_create(m, &bo, &be)) != IG_OK ||
         (st = gen_cli_load_draft(&o.g, vocab, &be->o, &dm, &draft)) != IG_OK)

@@ -72,6 +72,7 @@ int gen_cli_load_draft(const struct gen_cli *o, const struct tok_vocab *vocab,
     if (st == IG_OK) {
         struct backend_opts dbo = *bo;
         dbo.n_blocks = 0; /* a whole context per slot: a draft never waits */
+        dbo.free_window_blocks = false; /* its pool (generate/draft.c) has no window side */
         st = backend_create(*dm, &dbo, dbe);
     }
     if (st != IG_OK) {

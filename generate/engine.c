@@ -131,8 +131,14 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     }
     /* A recurrent layer's state has a slot per sequence in flight: the
      * backend's n_states are the engine's slots (0 without such layers). */
-    int st = kv_pool_create(be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks,
-                            &e->pool);
+    /* The window rule (the backend's window side): a sequence's window table
+     * holds what its rows can still see, at most w_cap blocks. */
+    const struct kv_memory *mem = be->kv_mem;
+    int64_t nw = be->o.n_window_blocks;
+    int st = kv_pool_create_windowed(
+        be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks, nw,
+        nw ? mem->window_max - 1 : 0, nw ? kv_memory_window_cap(mem, be->o.n_ctx, be->o.max_rows) : 0,
+        &e->pool);
     size_t ns = (size_t)e->n_slots;
     e->seqs = calloc(ns, sizeof *e->seqs);
     e->tokens = malloc((size_t)e->max_rows * sizeof *e->tokens);
@@ -252,6 +258,11 @@ static int check_follows(const struct engine *e, const struct gen_request *r)
     if (k->logits_stale && r->n_tokens == 0)
         return ig_error(IG_E_INPUT, "sequence %lld was cut back: a request continuing it "
                         "needs tokens", (long long)r->follows);
+    /* A turn interrupted in its prefill goes back to its start, whose window
+     * the window rule has given back (ignite chat keeps every block). */
+    if (kv_pool_window_blocks(e->pool))
+        return ig_error(IG_E_USAGE, "a kept sequence cannot be continued under the window "
+                        "rule (the backend was made with free_window_blocks)");
     for (int64_t i = 0; i < e->q_len; i++)
         if (e->queue[(e->q_head + i) % e->q_cap]->follows == r->follows)
             return ig_error(IG_E_USAGE, "another queued request already continues sequence "
@@ -362,7 +373,8 @@ static int slot_of(const struct engine *e, const struct seq *s)
 
 static struct backend_seq seq_view(const struct engine *e, const struct seq *s)
 {
-    return (struct backend_seq){.table = s->kv.table, .slot = slot_of(e, s)};
+    return (struct backend_seq){.table = s->kv.table, .wtable = s->kv.wtable,
+                                .slot = slot_of(e, s)};
 }
 
 int engine_kept(const struct engine *e, int64_t id, const int32_t **tokens, int64_t *n,
@@ -621,7 +633,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     for (int64_t i = 0; i < s->n_all_prompt; i++)
         sampler_accept(s->smp, s->tokens[i]);
     if (h && !cont) {
-        kv_pool_grow(e->pool, &s->kv, n_hist);
+        kv_pool_grow_loaded(e->pool, &s->kv, n_hist); /* (the window's rows only) */
         struct backend_seq v = seq_view(e, s);
         if ((st = backend_kv_import(e->be, &v, h->kv, n_hist)) != IG_OK)
             return st;
@@ -984,7 +996,8 @@ int engine_step(struct engine *e)
 
     for (int i = 0; i < n_seqs; i++) {
         struct seq *s = e->order[i];
-        e->bseqs[i] = (struct backend_seq){.table = s->kv.table, .slot = slot_of(e, s),
+        e->bseqs[i] = (struct backend_seq){.table = s->kv.table, .wtable = s->kv.wtable,
+                                           .slot = slot_of(e, s),
                                            .row0 = s->step_row0, .n_rows = s->step_rows,
                                            .pos0 = s->kv.n_pos};
     }

@@ -110,9 +110,11 @@ static inline int64_t kv_blocks_for(int64_t n_pos)
 /* What a layer keeps for a sequence. */
 enum kv_kind {
     KV_FULL,      /* K and V of every position, in the pool's blocks */
-    KV_WINDOW,    /* sliding-window attention: paged like KV_FULL. It keeps every
-                   * block too (its attention skips the blocks behind the window);
-                   * keeping only the window's blocks is not done yet */
+    KV_WINDOW,    /* sliding-window attention: paged like KV_FULL. Under the window
+                   * rule (a pool with a window side, kv_pool_create_windowed) its
+                   * blocks are a block-id space of their own and a sequence keeps
+                   * only the blocks its window can still reach; otherwise it keeps
+                   * every block (its attention skips the blocks behind the window) */
     KV_SHARED,    /* reads another layer's K and V: no memory of its own */
     KV_RECURRENT, /* a fixed-size state per sequence (gated DeltaNet, a short
                    * convolution), in the sequence's state slot */
@@ -154,6 +156,8 @@ struct kv_memory {
     struct kv_group *groups;      /* [n_groups] owned */
     size_t block_bytes;           /* the one formula: the groups' block_bytes summed */
     size_t state_bytes;           /* and their state_bytes: one sequence's state */
+    size_t window_bytes;          /* of block_bytes, the sliding-window groups' */
+    int64_t window_max;           /* the largest window (0: no sliding-window layer) */
 };
 
 /* Builds a memory from n_layer layers' kind, shape, window, source and
@@ -200,6 +204,29 @@ bool kv_memory_same_layers(const struct kv_memory *a, const struct kv_memory *b)
  * not fit in memory). Every size the tools print or check comes from it. */
 double kv_memory_bytes(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states);
 
+/* The window rule. A pool may keep the sliding-window layers' blocks in a
+ * block-id space of their own (the "window side"): a sequence's window
+ * table then holds only the blocks its rows can still reach, those behind
+ * (the position of the step's first row - window_max + 1) going back to the
+ * pool. n_wblocks window blocks cost n_wblocks x window_bytes, the others
+ * (full attention) n_blocks x (block_bytes - window_bytes); n_wblocks 0
+ * means no window side (the window layers keep every block, sized and
+ * indexed like the full ones): kv_memory_bytes. */
+double kv_memory_bytes_windowed(const struct kv_memory *mem, int64_t n_blocks,
+                                int64_t n_wblocks, int64_t n_states);
+
+/* Blocks one sequence's window layers hold at once under the window rule,
+ * when its steps have at most max_rows rows and it holds at most n_ctx
+ * positions: the window_max - 1 positions its first row looks back over
+ * and the step's rows, which may straddle one block more. 0 for a memory
+ * without sliding-window layers. */
+int64_t kv_memory_window_cap(const struct kv_memory *mem, int64_t n_ctx, int64_t max_rows);
+
+/* The window side of a pool of n_slots sequences under the window rule: a
+ * cap (kv_memory_window_cap) for each; 0 without sliding-window layers. */
+int64_t kv_memory_window_blocks(const struct kv_memory *mem, int n_slots, int64_t n_ctx,
+                                int64_t max_rows);
+
 /* State slots a pool of n_slots sequences needs: n_slots when the memory
  * has a recurrent group (a slot each, indexed by the sequence's slot), else 0. */
 int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots);
@@ -207,6 +234,10 @@ int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots);
 /* Blocks that `bytes` hold beside n_states state slots (0 when the states
  * alone take them; as many as a pool can count when no layer is paged). */
 int64_t kv_memory_blocks_in(const struct kv_memory *mem, double bytes, int64_t n_states);
+/* The same beside a window side of n_wblocks blocks (> 0): the full
+ * layers' blocks that the rest holds. */
+int64_t kv_memory_blocks_in_windowed(const struct kv_memory *mem, double bytes,
+                                     int64_t n_wblocks, int64_t n_states);
 
 /* Elements of one block of a paged layer's K (as many of V):
  * n_head_kv x KV_BLOCK x head_dim. */
@@ -284,6 +315,8 @@ void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst);
 struct kv_store {
     struct kv_memory *memory; /* its layout (an owned copy) */
     int64_t n_blocks, n_states;
+    int64_t n_wblocks; /* blocks of each sliding-window layer: n_blocks, or the
+                        * window side's under the window rule (kv_store_create_windowed) */
     char *base;     /* each paged layer's K blocks then its V blocks, each recurrent
                      * layer's states, in layer order */
     size_t *offset; /* [n_layer] bytes from base to the layer's K blocks (a shared
@@ -299,7 +332,17 @@ struct kv_store {
  * missing where the layout has recurrent layers. */
 int kv_store_create(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states,
                     const char *hint, struct kv_store **out);
+/* The same with n_wblocks blocks for each sliding-window layer (the window
+ * side of a pool under the window rule; tables index them with the
+ * sequence's window table). */
+int kv_store_create_windowed(const struct kv_memory *mem, int64_t n_blocks, int64_t n_wblocks,
+                             int64_t n_states, const char *hint, struct kv_store **out);
 void kv_store_free(struct kv_store *st);
+
+/* Whether layer l's K/V (its own or its source's) are a sliding-window
+ * layer's: under the window rule it reads and writes them through the
+ * sequence's window table. */
+bool kv_layer_windowed(const struct kv_memory *mem, int64_t layer);
 
 /* Layer l's blocks: a paged layer's own, a shared layer's source's. */
 struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer);
@@ -315,6 +358,15 @@ void *kv_store_state(const struct kv_store *st, int64_t layer, int64_t slot);
 void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t dst_slot,
                  const struct kv_store *src, const int32_t *src_table, int64_t src_slot,
                  int64_t n_pos);
+/* The same where either side may keep its sliding-window layers' rows
+ * through a window table (NULL: the table): a window entry below 0 is a
+ * block given back (kv_pool_grow): such a source's rows arrive as zeros
+ * (no later row of the sequence reads them), such a destination's are not
+ * written. */
+void kv_copy_seq_windowed(const struct kv_store *dst, const int32_t *dst_table,
+                          const int32_t *dst_wtable, int64_t dst_slot,
+                          const struct kv_store *src, const int32_t *src_table,
+                          const int32_t *src_wtable, int64_t src_slot, int64_t n_pos);
 
 /* ---- the allocator ------------------------------------------------------------------ */
 
@@ -328,6 +380,18 @@ struct kv_pool;
  * blocks another computed. Returns IG_OK or IG_E_NOMEM. */
 int kv_pool_create(int64_t n_blocks, int64_t n_states, bool share_prefixes,
                    struct kv_pool **out);
+/* The same with a window side (the window rule): n_wblocks block ids for
+ * the sliding-window layers, handed out and shared beside the full ones
+ * (a sequence's window table, entry i beside full entry i), a sequence
+ * holding at most w_cap of them (kv_memory_window_cap) and giving back the
+ * blocks wholly before (its next row's position - w_span), w_span the
+ * positions a row looks back (window_max - 1). A shared prefix shares the
+ * window blocks its last rows' windows reach, where they are still held or
+ * untouched on the free list (else the match is cut back to where they
+ * are). n_wblocks 0: kv_pool_create. */
+int kv_pool_create_windowed(int64_t n_blocks, int64_t n_states, bool share_prefixes,
+                            int64_t n_wblocks, int64_t w_span, int64_t w_cap,
+                            struct kv_pool **out);
 void kv_pool_free(struct kv_pool *p);
 
 int64_t kv_pool_n_blocks(const struct kv_pool *p);
@@ -342,6 +406,14 @@ int64_t kv_pool_hits(const struct kv_pool *p);
 int64_t kv_pool_n_states(const struct kv_pool *p);
 int64_t kv_pool_states_used(const struct kv_pool *p);
 int64_t kv_pool_states_peak(const struct kv_pool *p);
+/* The window side: its blocks (0: none), held now, the most at any time,
+ * and how many a sequence gave back as its window moved on. */
+int64_t kv_pool_window_blocks(const struct kv_pool *p);
+int64_t kv_pool_window_used(const struct kv_pool *p);
+int64_t kv_pool_window_peak(const struct kv_pool *p);
+int64_t kv_pool_window_freed(const struct kv_pool *p);
+/* Bytes of the most blocks (both sides) and state slots held at once. */
+double kv_pool_peak_bytes(const struct kv_pool *p, const struct kv_memory *mem);
 
 /* A sequence's view of the pool. */
 struct kv_seq {
@@ -352,6 +424,12 @@ struct kv_seq {
     int64_t reserved;     /* blocks it may still take */
     int64_t n_registered; /* leading full blocks entered in the prefix index */
     bool has_state;       /* it holds one of the pool's state slots */
+    /* the window side (a pool with one; else unused) */
+    int32_t *wtable;      /* [max_blocks] window block ids beside table's; -1: given
+                           * back (every entry below w_lo) or none yet; owned */
+    int64_t w_lo;         /* entries below it are given back (or never taken) */
+    int64_t w_reserved;   /* window blocks promised to it: the most it may hold at
+                           * once (kv_memory_window_cap), those held included */
 };
 
 /* An empty sequence that may grow to max_pos positions. IG_OK or IG_E_NOMEM. */
@@ -378,8 +456,15 @@ int kv_pool_admit(struct kv_pool *p, struct kv_seq *s, const int32_t *tokens, in
 bool kv_pool_can_admit(const struct kv_pool *p, const int32_t *tokens, int64_t n_shared,
                        int64_t max_pos);
 
-/* Makes the table cover positions [0, n_pos), taking reserved blocks. */
+/* Makes the table cover positions [0, n_pos), taking reserved blocks. With
+ * a window side, the window blocks wholly before s->n_pos - w_span (which
+ * the rows s->n_pos .. n_pos - 1 cannot see) go back to the pool first,
+ * and the window table covers the rest. */
 void kv_pool_grow(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
+/* The same for rows that are filled from elsewhere (a loaded cache), no
+ * row of them attending: the window table covers only what a row at n_pos
+ * can see. */
+void kv_pool_grow_loaded(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
 
 /* Enters the sequence's full blocks written so far (below s->n_pos) into the
  * prefix index; tokens[i] is the token at position i. Only blocks computed

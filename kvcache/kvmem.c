@@ -193,8 +193,13 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         G->state_bytes += L->state_bytes;
     }
     for (int64_t g = 0; g < mem->n_groups; g++) {
-        mem->block_bytes += mem->groups[g].block_bytes;
-        mem->state_bytes += mem->groups[g].state_bytes;
+        const struct kv_group *G = &mem->groups[g];
+        mem->block_bytes += G->block_bytes;
+        mem->state_bytes += G->state_bytes;
+        if (G->kind == KV_WINDOW) {
+            mem->window_bytes += G->block_bytes;
+            mem->window_max = G->window > mem->window_max ? G->window : mem->window_max;
+        }
     }
     *out = mem;
     return IG_OK;
@@ -295,6 +300,46 @@ double kv_memory_bytes(const struct kv_memory *mem, int64_t n_blocks, int64_t n_
            (double)n_states * (double)mem->state_bytes;
 }
 
+double kv_memory_bytes_windowed(const struct kv_memory *mem, int64_t n_blocks,
+                                int64_t n_wblocks, int64_t n_states)
+{
+    if (!n_wblocks)
+        return kv_memory_bytes(mem, n_blocks, n_states);
+    return (double)n_blocks * (double)(mem->block_bytes - mem->window_bytes) +
+           (double)n_wblocks * (double)mem->window_bytes +
+           (double)n_states * (double)mem->state_bytes;
+}
+
+int64_t kv_memory_window_cap(const struct kv_memory *mem, int64_t n_ctx, int64_t max_rows)
+{
+    if (!mem->window_max)
+        return 0;
+    /* rows pos0 .. pos0 + max_rows - 1 see back to pos0 - (window - 1):
+     * window - 1 + max_rows positions, over at most one block more than
+     * they fill */
+    int64_t cap = kv_blocks_for(mem->window_max - 1 + max_rows) + 1;
+    return cap < kv_blocks_for(n_ctx) ? cap : kv_blocks_for(n_ctx);
+}
+
+int64_t kv_memory_window_blocks(const struct kv_memory *mem, int n_slots, int64_t n_ctx,
+                                int64_t max_rows)
+{
+    return (int64_t)n_slots * kv_memory_window_cap(mem, n_ctx, max_rows);
+}
+
+int64_t kv_memory_blocks_in_windowed(const struct kv_memory *mem, double bytes,
+                                     int64_t n_wblocks, int64_t n_states)
+{
+    double left = bytes - kv_memory_bytes_windowed(mem, 0, n_wblocks, n_states);
+    size_t full = mem->block_bytes - mem->window_bytes;
+    if (left < 0)
+        return 0;
+    if (!full) /* every paged layer windowed: full ids cost nothing but the table */
+        return INT32_MAX / 4;
+    double n = left / (double)full;
+    return n > INT32_MAX / 4 ? INT32_MAX / 4 : (int64_t)n;
+}
+
 int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots)
 {
     return mem->state_bytes ? n_slots : 0;
@@ -317,6 +362,11 @@ int64_t kv_memory_kv_layer(const struct kv_memory *mem, int64_t layer)
     const struct kv_layer_mem *L = &mem->layers[layer];
     IG_ASSERT(L->kind != KV_RECURRENT);
     return L->kind == KV_SHARED ? L->source : layer;
+}
+
+bool kv_layer_windowed(const struct kv_memory *mem, int64_t layer)
+{
+    return mem->layers[kv_memory_kv_layer(mem, layer)].kind == KV_WINDOW;
 }
 
 struct kv_layout kv_memory_layout(const struct kv_memory *mem, int64_t layer, void *k, void *v)

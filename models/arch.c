@@ -29,6 +29,9 @@
  *           post_attention_norm in GGUF, experts with biases routed by the
  *           softmax of the top-k router logits (= renormalized) and the
  *           clamped SwiGLU (MODEL_ACT_SWIGLU_OAI), an untied output head
+ *   qwen35moe Qwen3.5 MoE (35B-A3B, 122B-A10B, 397B-A17B): qwen35's layers,
+ *           every FFN a mixture of experts (softmax, top k renormalized)
+ *           plus a shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)
  * Every other layer of these is attention and an FFN (dense, or the experts) of the model's sizes
  * (model_arch_layer); a hybrid's row will give a pattern of kinds.
  * Covered by tests/models/test_arch_load.py. */
@@ -87,6 +90,15 @@ static const struct model_arch_info archs[] = {
                  MODEL_FEAT_ATTN_SINKS | MODEL_FEAT_MOE_BIAS | MODEL_FEAT_OUTPUT,
      .act = MODEL_ACT_SWIGLU_OAI, .norm_eps = 1e-5, .swa_pattern = 2, .swa_rope_scaled = true,
      .id_ext = true},
+    /* Qwen3.5 MoE (Qwen3_5MoeTextConfig): qwen35's layers with a mixture of
+     * experts in every FFN (softmax over the experts, the top k renormalized:
+     * llama.cpp's build_moe_ffn with norm_w, transformers' TopKRouter) and a
+     * shared expert beside them, gated by its own sigmoid. */
+    {.name = "qwen35moe", .id = MODEL_ARCH_QWEN35MOE, .mixer = LAYER_MIXER_ATTENTION,
+     .ffn = LAYER_FFN_MOE, .rope_style = ROPE_HALF_SPLIT,
+     .features = MODEL_FEAT_QK_NORM | MODEL_FEAT_DELTANET | MODEL_FEAT_MOE |
+                 MODEL_FEAT_MOE_SHEXP,
+     .act = MODEL_ACT_SILU, .norm_eps = 1e-6, .id_ext = true},
 };
 
 const struct model_arch_info *model_arch_find(struct gguf_str name)
@@ -158,7 +170,8 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
     const struct model_hparams *hp = &m->hp;
     *out = (struct model_layer_max){hp->n_head, hp->n_head_kv, hp->head_dim,
                                     hp->n_head * hp->head_dim, hp->n_head_kv * hp->head_dim,
-                                    hp->n_ff, hp->n_expert, hp->n_expert_used,
+                                    max_i64(hp->n_ff, hp->n_ff_shexp), hp->n_expert,
+                                    hp->n_expert_used,
                                     hp->n_head * hp->head_dim * (hp->has_attn_gate ? 2 : 1),
                                     0, 0, 0};
     for (int64_t l = 0; m->layers && l < hp->n_layer; l++) {
@@ -181,5 +194,5 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
 
 const char *model_arch_list(void)
 {
-    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35, gemma4, gpt-oss";
+    return "llama, qwen2, qwen3, gemma3, qwen3moe, qwen35, gemma4, gpt-oss, qwen35moe";
 }

@@ -75,6 +75,7 @@ static const struct known_key arch_keys[] = {
     {"expert_count", K_UINT},
     {"expert_used_count", K_UINT},
     {"expert_feed_forward_length", K_UINT_OR_ARR},
+    {"expert_shared_feed_forward_length", K_UINT},
 };
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))

@@ -68,6 +68,9 @@ struct hf_config {
     /* Bit il set: layer il is local (sliding window hp.n_swa, RoPE
      * hp.rope[MODEL_ROPE_LOCAL]); from layer_types or sliding_window_pattern. */
     uint8_t local[HF_MAX_LAYERS / 8];
+    /* Bit il set: layer il is gated DeltaNet (Qwen3.5: layer_types'
+     * "linear_attention", else all but every full_attention_interval-th). */
+    uint8_t recurrent[HF_MAX_LAYERS / 8];
     /* rope_scaling "llama3" (factor 0: none), made into rope_freqs divisors
      * by hf_load (ops_rope_llama3_factors). */
     struct {

@@ -39,6 +39,15 @@ static const struct hf_default qwen3moe_defaults[] = {
     {"moe_intermediate_size", 768}, {"decoder_sparse_step", 1}, {NULL, 0},
 };
 
+/* Qwen3_5TextConfig's and Qwen3_5MoeTextConfig's defaults (Qwen3.5-35B-A3B's
+ * sizes for the experts). */
+static const struct hf_default qwen35_defaults[] = {
+    {"head_dim", 256}, {"linear_conv_kernel_dim", 4}, {"linear_key_head_dim", 128},
+    {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16},
+    {"linear_num_value_heads", 32}, {"num_experts", 256}, {"num_experts_per_tok", 8},
+    {"moe_intermediate_size", 512}, {"shared_expert_intermediate_size", 512}, {NULL, 0},
+};
+
 /* Gemma3TextConfig's __init__ defaults: a multimodal config.json's
  * text_config often states only the sizes that differ from them. */
 static const struct hf_default gemma3_defaults[] = {
@@ -78,6 +87,14 @@ static const struct hf_arch archs[] = {
     {"Gemma3ForConditionalGeneration", "gemma3", MODEL_ARCH_GEMMA3, "text_config",
      "language_model.model.", "language_model.", "model.language_model.", "",
      "gelu_pytorch_tanh", true, true, 1e-6, gemma3_defaults},
+    /* Qwen3.5 (the published checkpoints' multimodal classes; the text model
+     * only: the vision tower's and the MTP head's tensors are not read).
+     * Their RMSNorms multiply by 1 + w, except the DeltaNet's gated output
+     * norm (a TENSOR_BIAS row). */
+    {"Qwen3_5ForConditionalGeneration", "qwen35", MODEL_ARCH_QWEN35, "text_config",
+     "model.language_model.", "", NULL, NULL, "silu", true, false, 1e-6, qwen35_defaults},
+    {"Qwen3_5MoeForConditionalGeneration", "qwen35moe", MODEL_ARCH_QWEN35MOE, "text_config",
+     "model.language_model.", "", NULL, NULL, "silu", true, false, 1e-6, qwen35_defaults},
     {"GptOssForCausalLM", "gpt-oss", MODEL_ARCH_GPT_OSS, NULL, "model.", "", NULL, NULL, "silu",
      false, false, 1e-5, gptoss_defaults},
 };
@@ -89,6 +106,7 @@ const char *hf_arch_names(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
            "Qwen3MoeForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, "
+           "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, "
            "GptOssForCausalLM";
 }
 
@@ -408,6 +426,79 @@ static int read_moe(const struct cfg *c, struct model_hparams *hp)
     return IG_OK;
 }
 
+/* rope_parameters' member `key` (transformers 5 keeps rope_theta and
+ * partial_rotary_factor there), else the config's own, else `def`. */
+static int get_rope_param(const struct cfg *c, const char *key, double def, double *out)
+{
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->j, "rope_parameters");
+    if (cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, key)) {
+        struct cfg sub = {c->name, rp, NULL};
+        return get_pos_float(&sub, key, def, out);
+    }
+    return get_pos_float(c, key, def, out);
+}
+
+/* Qwen3.5's gated DeltaNet (Qwen3_5TextConfig): linear_* sizes (key and
+ * value heads of one head dim, value heads a multiple of key heads),
+ * which layers are DeltaNet (layer_types, else full_attention_interval),
+ * the attention's partial RoPE (partial_rotary_factor of head_dim: text
+ * positions make the multi-section RoPE plain half-split RoPE); a MoE
+ * model's shared expert and its always-renormalized routing. */
+static int read_deltanet(const struct cfg *c, const struct model_arch_info *ai,
+                         struct hf_config *out)
+{
+    struct model_hparams *hp = &out->hp;
+    int64_t vd, every;
+    double prf;
+    int st;
+    if ((st = get_int(c, "linear_conv_kernel_dim", -1, 1, 64, &hp->dn_conv)) ||
+        (st = get_int(c, "linear_key_head_dim", -1, 1, 1024, &hp->dn_head_dim)) ||
+        (st = get_int(c, "linear_value_head_dim", -1, 1, 1024, &vd)) ||
+        (st = get_int(c, "linear_num_key_heads", -1, 1, 4096, &hp->dn_k_heads)) ||
+        (st = get_int(c, "linear_num_value_heads", -1, 1, 4096, &hp->dn_v_heads)) ||
+        (st = get_int(c, "full_attention_interval", 4, 1, HF_MAX_LAYERS, &every)) ||
+        (st = get_rope_param(c, "partial_rotary_factor", 0.25, &prf)) ||
+        (st = get_rope_param(c, "rope_theta", 10000.0, &hp->rope_base)))
+        return st;
+    if (vd != hp->dn_head_dim || hp->dn_v_heads % hp->dn_k_heads)
+        return ig_error(IG_E_MODEL, "'%s': linear_value_head_dim %lld must equal "
+                        "linear_key_head_dim %lld and linear_num_value_heads %lld be a multiple "
+                        "of linear_num_key_heads %lld", c->name, (long long)vd,
+                        (long long)hp->dn_head_dim, (long long)hp->dn_v_heads,
+                        (long long)hp->dn_k_heads);
+    hp->rope[MODEL_ROPE_GLOBAL].base = hp->rope_base;
+    hp->n_rot = (int64_t)(hp->head_dim * prf);
+    if (prf > 1 || hp->n_rot < 2 || hp->n_rot % 2)
+        return ig_error(IG_E_MODEL, "'%s': partial_rotary_factor %g of head_dim %lld is not an "
+                        "even number of dims", c->name, prf, (long long)hp->head_dim);
+    hp->full_attn_every = every;
+    hp->has_attn_gate = true;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
+    if (types && !cJSON_IsNull(types) &&
+        (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != hp->n_layer))
+        return ig_error(IG_E_MODEL, "'%s': 'layer_types' must list one kind for each of the %lld "
+                        "layers", c->name, (long long)hp->n_layer);
+    const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        bool recurrent = (il + 1) % every != 0;
+        if (e) {
+            const char *k = cJSON_IsString(e) ? e->valuestring : "";
+            if (strcmp(k, "linear_attention") && strcmp(k, "full_attention"))
+                return ig_error(IG_E_MODEL, "'%s': layer_types[%lld] is '%.40s', expected "
+                                "'linear_attention' or 'full_attention'", c->name,
+                                (long long)il, k);
+            recurrent = !strcmp(k, "linear_attention");
+            e = e->next;
+        }
+        if (recurrent)
+            out->recurrent[il / 8] |= (uint8_t)(1u << (il % 8));
+    }
+    if (!(ai->features & MODEL_FEAT_MOE_SHEXP))
+        return IG_OK;
+    hp->moe_norm_topk = true; /* Qwen3_5MoeTopKRouter divides by the top k's sum */
+    return get_int(c, "shared_expert_intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff_shexp);
+}
+
 /* What the architecture's row of models/arch.c adds to the Llama block, with
  * config.json's values where it has keys for them. */
 static int read_arch_extras(const struct cfg *c, const struct model_arch_info *ai,
@@ -420,6 +511,8 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
     hp->embd_scale = ai->embd_scale_sqrt ? sqrt((double)hp->n_embd) : 1.0;
     int st;
     if ((ai->features & MODEL_FEAT_MOE) && (st = read_moe(c, hp)))
+        return st;
+    if ((ai->features & MODEL_FEAT_DELTANET) && (st = read_deltanet(c, ai, out)))
         return st;
     double qpas = 0;
     if ((st = get_pos_float(c, "query_pre_attn_scalar", 0, &qpas)))
@@ -436,11 +529,13 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
 static int read_dims(const struct cfg *c, struct model_hparams *hp)
 {
     int st;
+    /* a mixture of experts may have no dense width (Qwen3_5MoeTextConfig) */
+    int64_t ff_def = model_arch_of(c->a->id)->features & MODEL_FEAT_MOE ? 0 : -1;
     if ((st = get_int(c, "num_hidden_layers", -1, 1, HF_MAX_LAYERS, &hp->n_layer)) ||
         (st = get_int(c, "hidden_size", -1, 1, HF_MAX_DIM, &hp->n_embd)) ||
         (st = get_int(c, "num_attention_heads", -1, 1, HF_MAX_DIM, &hp->n_head)) ||
         (st = get_int(c, "num_key_value_heads", hp->n_head, 1, HF_MAX_DIM, &hp->n_head_kv)) ||
-        (st = get_int(c, "intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff)) ||
+        (st = get_int(c, "intermediate_size", ff_def, 1, HF_MAX_DIM, &hp->n_ff)) ||
         (st = get_int(c, "vocab_size", -1, 1, HF_MAX_DIM, &hp->n_vocab)) ||
         (st = get_int(c, "max_position_embeddings", -1, 1, INT64_C(1) << 30, &hp->n_ctx_train)))
         return st;

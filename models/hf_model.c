@@ -26,6 +26,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,7 +258,11 @@ static const char *file_of(const struct hf_folder *h, const struct st_tensor *t)
 
 /* Widens t into the next n floats of h->vectors (sized for every vector of
  * the model up front, so pointers into it stay valid). */
-static const float *widen(struct hf_folder *h, const struct st_tensor *t, bool plus_one)
+enum widen_as { AS_IS, PLUS_ONE, NEG_EXP };
+
+/* ... as it is, plus one (HF's (1 + w) norms), or as -exp(x) (Qwen3.5's
+ * A_log, the A = -exp(A_log) llama.cpp's converter stores). */
+static const float *widen(struct hf_folder *h, const struct st_tensor *t, enum widen_as as)
 {
     size_t n = (size_t)t->n_elems;
     IG_ASSERT(h->n_vectors + n <= h->cap_vectors);
@@ -272,7 +277,7 @@ static const float *widen(struct hf_folder *h, const struct st_tensor *t, bool p
             memcpy(&b, src + 2 * i, 2);
             x = t->dtype == ST_F16 ? ig_f16_to_f32(b) : ig_bf16_to_f32(b);
         }
-        dst[i] = plus_one ? x + 1.0f : x;
+        dst[i] = as == PLUS_ONE ? x + 1.0f : as == NEG_EXP ? -expf(x) : x;
     }
     h->n_vectors += n;
     return dst;
@@ -314,12 +319,19 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
     int n_want = 0;
     if (shape[0] != 1)
         want_dims[n_want++] = shape[0];
-    if (!vec)
+    if (!vec || shape[1] != 1) /* (a vector per row: Qwen3.5's conv1d) */
         want_dims[n_want++] = shape[1];
     want_dims[n_want++] = shape[2];
-    bool shape_ok = t->n_dims == n_want;
+    /* a vector's dims of 1 do not count: Qwen3.5's conv1d [C, 1, K] and
+     * shared_expert_gate [1, n_embd] are [C, K] and [n_embd] */
+    int64_t have[ST_MAX_DIMS];
+    int n_have = 0;
+    for (int d = 0; d < t->n_dims; d++)
+        if (!vec || t->shape[d] != 1)
+            have[n_have++] = t->shape[d];
+    bool shape_ok = n_have == n_want;
     for (int d = 0; d < n_want && shape_ok; d++)
-        shape_ok = t->shape[d] == want_dims[d];
+        shape_ok = have[d] == want_dims[d];
     if (!shape_ok) {
         char got[96] = "", want[64] = "";
         size_t k = 0;
@@ -342,11 +354,13 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
         return ig_error(IG_E_MODEL, "'%s': tensor '%s' has dtype %s; ignite computes with F32, "
                         "F16 and BF16", L->dir, name, st_dtype_name(t->dtype));
     }
-    bool plus_one = row->kind == TENSOR_NORM && L->arch->norm_plus_one;
-    if (vec && (type != QUANT_F32 || plus_one || (uintptr_t)t->data % HF_DATA_ALIGN)) {
-        *w = (struct model_weight){.type = QUANT_F32, .n_expert = shape[0], .rows = 1,
+    enum widen_as as = row->kind == TENSOR_NORM && L->arch->norm_plus_one ? PLUS_ONE
+                       : row->role == LAYER_DN_A && row->scope == TENSOR_PER_LAYER ? NEG_EXP
+                                                                                  : AS_IS;
+    if (vec && (type != QUANT_F32 || as != AS_IS || (uintptr_t)t->data % HF_DATA_ALIGN)) {
+        *w = (struct model_weight){.type = QUANT_F32, .n_expert = shape[0], .rows = shape[1],
                                    .cols = shape[2], .row_bytes = (size_t)shape[2] * 4,
-                                   .data = widen(h, t, plus_one)};
+                                   .data = widen(h, t, as)};
         return IG_OK;
     }
     /* The kernels read F32 rows as floats and F16/BF16 as 16-bit halves in
@@ -357,7 +371,7 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
                         L->dir, name, (unsigned long long)t->offset, HF_DATA_ALIGN);
     w->type = type;
     w->n_expert = shape[0];
-    w->rows = vec ? 1 : shape[1];
+    w->rows = shape[1];
     w->cols = shape[2];
     w->row_bytes = quant_row_bytes(type, shape[2]);
     w->data = t->data;
@@ -653,8 +667,14 @@ int hf_load(const char *dir, struct model *m)
         return ig_error(IG_E_NOMEM, "out of memory loading %s", dir);
     /* each layer's kind and sizes, which its weights' shapes are checked against */
     const struct model_arch_info *ai = model_arch_of(m->hp.arch_id);
-    for (int64_t il = 0; il < m->hp.n_layer; il++)
-        model_arch_layer(ai, &m->hp, c.local[il / 8] >> (il % 8) & 1, &m->layers[il]);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        struct model_layer *Ly = &m->layers[il];
+        model_arch_layer_at(ai, &m->hp, c.local[il / 8] >> (il % 8) & 1,
+                            c.recurrent[il / 8] >> (il % 8) & 1, Ly);
+        /* a folder keeps Qwen3.5's value heads grouped by key head (llama.cpp's
+         * converter tiles them): the DeltaNet pairs them so */
+        Ly->dn_grouped = Ly->mixer == LAYER_MIXER_DELTANET;
+    }
     /* Room for every norm and bias in f32, in case all are stored narrower. */
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)

@@ -163,7 +163,8 @@ static int64_t layer_tensors_min(void)
  * expert_used_count in [1, expert_count], expert_feed_forward_length
  * (llama.cpp's default: feed_forward_length / expert_used_count). The
  * used experts' weights are renormalized: llama.cpp does for every
- * qwen3moe file. */
+ * qwen3moe file. With a shared expert (qwen35moe) its width,
+ * expert_shared_feed_forward_length. */
 static int read_experts(const struct loader *L)
 {
     struct model_hparams *hp = L->hp;
@@ -183,6 +184,11 @@ static int read_experts(const struct loader *L)
                      &hp->n_ff_exp)))
         return st;
     hp->moe_norm_topk = true;
+    /* the shared expert's width (llama.cpp's default: feed_forward_length) */
+    if ((L->ai->features & MODEL_FEAT_MOE_SHEXP) &&
+        (st = hp_int(L, "expert_shared_feed_forward_length", hp->n_ff ? hp->n_ff : -1,
+                     &hp->n_ff_shexp)))
+        return st;
     return IG_OK;
 }
 
@@ -270,7 +276,10 @@ static int read_hparams(struct loader *L)
         (st = hp_int(L, "embedding_length", -1, &hp->n_embd)) ||
         (st = hp_int(L, "attention.head_count", -1, &hp->n_head)) ||
         (st = hp_int(L, "attention.head_count_kv", hp->n_head, &hp->n_head_kv)) ||
-        (st = hp_int(L, "feed_forward_length", -1, &hp->n_ff)) ||
+        /* a mixture of experts may state no dense width (qwen35moe's converter
+         * writes none: its config has no intermediate_size) */
+        (st = hp_int(L, "feed_forward_length", ai->features & MODEL_FEAT_MOE ? 0 : -1,
+                     &hp->n_ff)) ||
         (st = hp_int(L, "context_length", -1, &hp->n_ctx_train)))
         return st;
     if (!L->ai->per_layer_shapes && hp->n_head % hp->n_head_kv)
@@ -654,6 +663,47 @@ static int shown_features(const struct loader *L, const struct model *m, unsigne
     return IG_OK;
 }
 
+/* llama.cpp's converter writes a layer's gate and up experts fused, as
+ * blk.N.ffn_gate_up_exps.weight, ne [n_embd, 2 n_ff_exp, n_expert]: each
+ * expert's gate rows, then its up rows (llama.cpp's build_moe_ffn views
+ * them at 0 and n_ff). Binds the gate (or, `up`, the up) half of layer
+ * `layer`'s as the weight of `shape` [n_expert, n_ff_exp, n_embd], in
+ * place: each expert's matrix through expert_data. Returns -1 when bound, 1
+ * when the layer has no fused tensor (read the separate ones), or an error
+ * status (0 is never returned). */
+static int fused_gate_up(const struct loader *L, struct model *m, int64_t layer, bool up,
+                         const int64_t shape[3], struct model_weight *w)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%lld.ffn_gate_up_exps.weight", (long long)layer);
+    if (!gguf_find_tensor(L->g, name))
+        return 1;
+    char sep[96];
+    snprintf(sep, sizeof sep, "blk.%lld.ffn_%s_exps.weight", (long long)layer,
+             up ? "up" : "gate");
+    if (gguf_find_tensor(L->g, sep))
+        return ig_error(IG_E_MODEL, "'%s': layer %lld has both '%s' and the fused '%s'",
+                        L->path, (long long)layer, sep, name);
+    int64_t n_expert = shape[0], n_ff = shape[1];
+    int64_t fused[3] = {n_expert, 2 * n_ff, shape[2]};
+    int st = get_weight(L, name, fused, false, false,
+                        " (the experts' gate and up fused: 2 x expert_feed_forward_length)", w);
+    if (st)
+        return st;
+    if (!m->fused_experts) { /* room for every layer's gate and up */
+        m->fused_experts = calloc((size_t)(2 * m->hp.n_layer * n_expert), sizeof(void *));
+        if (!m->fused_experts)
+            return ig_error(IG_E_NOMEM, "out of memory loading '%s'", L->path);
+    }
+    const void **ptrs = m->fused_experts + (2 * layer + up) * n_expert;
+    for (int64_t e = 0; e < n_expert; e++)
+        ptrs[e] = (const uint8_t *)w->data + ((size_t)(2 * e + up) * (size_t)n_ff) * w->row_bytes;
+    w->rows = n_ff;
+    w->data = ptrs[0];
+    w->expert_data = ptrs;
+    return -1;
+}
+
 /* Binds every weight of the table of tensors: those of the features the
  * architecture has are required, those a file may show are read where it
  * has them, the others are not read (a file may carry tensors ignite's
@@ -669,13 +719,6 @@ static int load_weights(const struct loader *L, struct model *m)
     int st = hp_int(L, "vocab_size", emb->ne[1] <= MODEL_MAX_DIM ? emb->ne[1] : -1, &hp->n_vocab);
     if (st)
         return st;
-    /* llama.cpp's converter fuses a Gemma 4 folder's experts.gate_up_proj into one
-     * tensor; ignite reads gate and up apart (random_gguf.py writes them so) */
-    if ((L->features & MODEL_FEAT_MOE_MLP) &&
-        gguf_find_tensor(L->g, "blk.0.ffn_gate_up_exps.weight"))
-        return ig_error(IG_E_MODEL, "'%s': tensor 'blk.0.ffn_gate_up_exps.weight' (the experts' "
-                        "gate and up fused) is not supported yet; ignite reads ffn_gate_exps "
-                        "and ffn_up_exps", L->path);
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
          model_tensors_next(&it);) {
@@ -690,7 +733,11 @@ static int load_weights(const struct loader *L, struct model *m)
         model_weight_shape(it.t, m, it.layer, shape);
         /* an expert's shape comes from the keys: name them */
         char hint[160] = "";
-        if (it.t->feature & MODEL_FEAT_MOE)
+        if (it.t->feature & MODEL_FEAT_MOE_SHEXP)
+            snprintf(hint, sizeof hint, " by %s.expert_shared_feed_forward_length %lld and "
+                     "embedding_length %lld", hp->arch, (long long)hp->n_ff_shexp,
+                     (long long)hp->n_embd);
+        else if (it.t->feature & MODEL_FEAT_MOE)
             snprintf(hint, sizeof hint, " by %s.expert_count %lld, embedding_length %lld and "
                      "expert_feed_forward_length %lld", hp->arch, (long long)hp->n_expert,
                      (long long)hp->n_embd, (long long)hp->n_ff_exp);
@@ -700,6 +747,13 @@ static int load_weights(const struct loader *L, struct model *m)
                      (long long)hp->dn_v_heads, (long long)hp->dn_head_dim,
                      (long long)hp->dn_conv);
         struct model_weight *w = model_weight_at(m, it.t, it.layer);
+        if ((it.t->role == LAYER_FFN_GATE_EXPS || it.t->role == LAYER_FFN_UP_EXPS) &&
+            it.t->scope == TENSOR_PER_LAYER && it.layer >= 0 &&
+            (st = fused_gate_up(L, m, it.layer, it.t->role == LAYER_FFN_UP_EXPS, shape, w)) <= 0) {
+            if (st < 0) /* bound from the fused tensor */
+                continue;
+            return st;
+        }
         if ((st = get_weight(L, name, shape, it.t->kind != TENSOR_MATRIX, !required,
                              hint[0] ? hint : NULL, w)))
             return st;
@@ -802,6 +856,7 @@ void model_free(struct model *m)
     if (!m)
         return;
     free(m->layers);
+    free(m->fused_experts);
     gguf_close(m->gguf);
     hf_folder_free(m->hf);
     free(m);

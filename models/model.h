@@ -62,6 +62,8 @@ enum model_arch {
     MODEL_ARCH_GEMMA4,
 
     MODEL_ARCH_GPT_OSS,
+
+    MODEL_ARCH_QWEN35MOE,
 };
 
 /* The FFN's gate activation: down(act(gate x) * up x). */
@@ -157,6 +159,12 @@ struct model_hparams {
 
     /* gpt-oss: wo's bias, attention sinks, the router's and experts' biases */
     bool has_o_bias, has_attn_sinks, has_moe_bias;
+
+    /* qwen35moe: a shared expert beside the routed ones (MODEL_FEAT_MOE_SHEXP),
+     * a dense SwiGLU FFN of expert_shared_feed_forward_length every row runs,
+     * its output times sigmoid(ffn_gate_inp_shexp . xn); 0 without. */
+    bool has_moe_shexp;
+    int64_t n_ff_shexp;
 };
 
 /* The rotated dims of RoPE variant r (MODEL_ROPE_GLOBAL or _LOCAL). */
@@ -234,6 +242,9 @@ struct model_layer {
                                       reads key head h % dn_k_heads (the converter's tiled
                                       order) */
     int64_t dn_head_dim;           /* of keys and values alike */
+    bool dn_grouped;               /* value heads in the checkpoint's grouped order (a
+                                      Hugging Face folder): value head h reads key head
+                                      h / (dn_v_heads / dn_k_heads); false: the tiled order */
     /* the FFN */
     int64_t n_ff;                  /* FFN width (LAYER_FFN_MOE: each expert's) */
     int64_t n_expert;              /* LAYER_FFN_MOE: experts, and how many a row uses */
@@ -284,6 +295,8 @@ struct model {
     struct model_layer *layers;      /* n_layer entries, owned */
     struct gguf_file *gguf;          /* owned; metadata for the tokenizer; NULL for a folder */
     struct hf_folder *hf;            /* owned; a Hugging Face folder's files, else NULL */
+    const void **fused_experts;      /* owned: the expert_data of gate and up experts read
+                                      * from a fused ffn_gate_up_exps (GGUF), else NULL */
     struct model_sampling sampling;  /* the model's sampling defaults (folders only for now) */
     int64_t n_tensors;               /* tensors in the file(s), used or not */
     size_t file_bytes;               /* bytes of the file(s) */

@@ -2,7 +2,8 @@
  * of the weights ignite knows, and the walker every other list became.
  * GGUF names are llama.cpp's (its llama-arch.cpp); Hugging Face names are
  * transformers' (modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py,
- * modeling_gemma3.py, modeling_qwen3_moe.py, modeling_gpt_oss.py). Covered by tests/models/test_tensor_table.py. */
+ * modeling_gemma3.py, modeling_qwen3_moe.py, modeling_gpt_oss.py,
+ * modeling_qwen3_5_moe.py). Covered by tests/models/test_tensor_table.py. */
 #include "models/tensors.h"
 
 #include "models/model.h"
@@ -252,6 +253,29 @@ static const struct model_tensor table[] = {
      .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_BIAS,
      .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_BIAS, .split = TENSOR_SPLIT_EXPERTS,
      .id_pass = TENSOR_ID_PRESENT},
+
+    /* qwen35moe's shared expert (Qwen3_5MoeSparseMoeBlock: shared_expert,
+     * shared_expert_gate, a [1, n_embd] Linear the converter keeps F32). */
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_INP_SHEXP,
+     .gguf = "ffn_gate_inp_shexp.weight", .hf = HF("mlp.shared_expert_gate.weight"),
+     .n_expert = TENSOR_DIM_ONE, .rows = TENSOR_DIM_ONE, .cols = TENSOR_DIM_EMBD,
+     .kind = TENSOR_BIAS, .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_SHEXP,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_GATE_SHEXP, .gguf = "ffn_gate_shexp.weight",
+     .hf = HF("mlp.shared_expert.gate_proj.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_FF_SHEXP, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_SHEXP, .split = TENSOR_SPLIT_ROWS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_UP_SHEXP, .gguf = "ffn_up_shexp.weight",
+     .hf = HF("mlp.shared_expert.up_proj.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_FF_SHEXP, .cols = TENSOR_DIM_EMBD, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_SHEXP, .split = TENSOR_SPLIT_ROWS,
+     .id_pass = TENSOR_ID_PRESENT},
+    {.scope = TENSOR_PER_LAYER, .role = LAYER_FFN_DOWN_SHEXP, .gguf = "ffn_down_shexp.weight",
+     .hf = HF("mlp.shared_expert.down_proj.weight"), .n_expert = TENSOR_DIM_ONE,
+     .rows = TENSOR_DIM_EMBD, .cols = TENSOR_DIM_FF_SHEXP, .kind = TENSOR_MATRIX,
+     .feature = MODEL_FEAT_MOE | MODEL_FEAT_MOE_SHEXP, .split = TENSOR_SPLIT_COLS,
+     .id_pass = TENSOR_ID_PRESENT},
 };
 #define N_ROWS ((int)(sizeof table / sizeof table[0]))
 
@@ -294,6 +318,8 @@ int64_t model_tensor_dim(const struct model_hparams *hp, int64_t layer, enum ten
     case TENSOR_DIM_PLE: return hp->n_embd_per_layer;
     case TENSOR_DIM_PLE_ALL: return hp->n_layer * hp->n_embd_per_layer;
     case TENSOR_DIM_HEADS: return hp->n_head;
+
+    case TENSOR_DIM_FF_SHEXP: return hp->n_ff_shexp;
     }
     IG_ASSERT(!"an unknown dimension");
     return 0;
@@ -352,7 +378,8 @@ unsigned model_features(const struct model_hparams *hp)
            (hp->has_deltanet ? MODEL_FEAT_DELTANET : 0u) |
            (hp->has_o_bias ? MODEL_FEAT_O_BIAS : 0u) |
            (hp->has_attn_sinks ? MODEL_FEAT_ATTN_SINKS : 0u) |
-           (hp->has_moe_bias ? MODEL_FEAT_MOE_BIAS : 0u);
+           (hp->has_moe_bias ? MODEL_FEAT_MOE_BIAS : 0u) |
+           (hp->has_moe_shexp ? MODEL_FEAT_MOE_SHEXP : 0u);
 }
 
 void model_features_set(struct model_hparams *hp, unsigned features)
@@ -371,6 +398,8 @@ void model_features_set(struct model_hparams *hp, unsigned features)
     hp->has_o_bias = features & MODEL_FEAT_O_BIAS;
     hp->has_attn_sinks = features & MODEL_FEAT_ATTN_SINKS;
     hp->has_moe_bias = features & MODEL_FEAT_MOE_BIAS;
+
+    hp->has_moe_shexp = features & MODEL_FEAT_MOE_SHEXP;
 }
 
 const char *model_feature_name(unsigned feature)
@@ -390,6 +419,8 @@ const char *model_feature_name(unsigned feature)
     case MODEL_FEAT_O_BIAS: return "attention output bias";
     case MODEL_FEAT_ATTN_SINKS: return "attention sinks";
     case MODEL_FEAT_MOE_BIAS: return "router and expert biases";
+
+    case MODEL_FEAT_MOE_SHEXP: return "a shared expert";
     }
     return "?";
 }

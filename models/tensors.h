@@ -96,6 +96,12 @@ enum layer_role {
     LAYER_FFN_GATE_EXPS_B, /* n_expert x [1, n_ff] f32, likewise: each expert's biases */
     LAYER_FFN_UP_EXPS_B,  /* n_expert x [1, n_ff] f32 */
     LAYER_FFN_DOWN_EXPS_B, /* n_expert x [1, n_embd] f32 */
+
+    LAYER_FFN_GATE_INP_SHEXP, /* [1, n_embd] f32, with MODEL_FEAT_MOE_SHEXP: the shared
+                                 expert's gate (one logit a row) */
+    LAYER_FFN_GATE_SHEXP, /* [n_ff_shexp, n_embd], likewise: the shared expert's */
+    LAYER_FFN_UP_SHEXP,   /* [n_ff_shexp, n_embd] */
+    LAYER_FFN_DOWN_SHEXP, /* [n_embd, n_ff_shexp] */
     MODEL_LAYER_ROLES
 };
 
@@ -122,6 +128,9 @@ enum model_feature {
                                         softmax's denominator (gpt-oss) */
     MODEL_FEAT_MOE_BIAS = 1u << 11,  /* biases on the router and on each expert's
                                         gate, up and down (gpt-oss) */
+
+    MODEL_FEAT_MOE_SHEXP = 1u << 12, /* with MODEL_FEAT_MOE: a shared expert every row runs,
+                                        scaled by its own sigmoid gate (qwen35moe) */
 };
 
 /* A row that applies to layers of some mixers only (struct model_tensor's
@@ -155,6 +164,8 @@ enum tensor_dim {
     TENSOR_DIM_PLE,    /* n_embd_per_layer */
     TENSOR_DIM_PLE_ALL, /* n_layer * n_embd_per_layer */
     TENSOR_DIM_HEADS,  /* n_head (one value per query head: attention sinks) */
+
+    TENSOR_DIM_FF_SHEXP, /* n_ff_shexp, the shared expert's FFN width */
 };
 
 /* Which layers hold a per-layer weight (of a model that has its feature). */

@@ -62,7 +62,8 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     const char *unsplit = hp->has_deltanet ? "gated DeltaNet layers"
                           : hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
                                               "their sum"
-                                            : NULL;
+                          : hp->has_moe_shexp ? "a shared expert beside the routed ones"
+                                              : NULL;
     if (unsplit)
         return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
                         n_ranks, hp->arch, unsplit);

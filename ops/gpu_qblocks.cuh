@@ -129,9 +129,10 @@ __device__ __forceinline__ qraw qb_load32(const gk_qmat &w, int64_t row, int64_t
     const int j = (int)(xb % 8);
     if (TYPE == QUANT_Q6_K) {
         const int half = j / 4, quarter = j % 4;
-        const uint8_t *ql = w.q + sb * T::kQ + 64 * half + 32 * (quarter % 2);
-        r.q0 = *(const gk_u32x4 *)ql;
-        r.q1 = *(const gk_u32x4 *)(ql + 16);
+        const uint8_t *ql = w.q + sb * T::kQ;
+        const int k = 2 * half + quarter % 2; /* the 32-byte chunk of the file's ql */
+        r.q0 = *(const gk_u32x4 *)(ql + GK_KQ_OFF(k, 0));
+        r.q1 = *(const gk_u32x4 *)(ql + GK_KQ_OFF(k, 1));
         const uint8_t *h = w.h + sb * T::kH + 16 * (2 * half + quarter % 2) + 8 * (quarter / 2);
         r.h0 = qb_u32(h);
         r.h1 = qb_u32(h + 4);
@@ -140,9 +141,9 @@ __device__ __forceinline__ qraw qb_load32(const gk_qmat &w, int64_t row, int64_t
         r.s[1] = qb_u16(s + 4 + 8 * half + 2 * quarter);
         return r;
     }
-    const uint8_t *q = w.q + sb * T::kQ + 32 * (j / 2);
-    r.q0 = *(const gk_u32x4 *)q;
-    r.q1 = *(const gk_u32x4 *)(q + 16);
+    const uint8_t *q = w.q + sb * T::kQ;
+    r.q0 = *(const gk_u32x4 *)(q + GK_KQ_OFF(j / 2, 0));
+    r.q1 = *(const gk_u32x4 *)(q + GK_KQ_OFF(j / 2, 1));
     if (T::kH)
         r.h0 = qb_u32(w.h + sb * T::kH + 4 * j);
     const gk_u32x4 s = *(const gk_u32x4 *)(w.s + sb * T::kS);

@@ -12,8 +12,11 @@
  * KiB: 32768 columns for 1 row, 4096 for 8) is taken in slabs, quantized
  * one after the other. Then a lane walks its rows in chunks (a 32-element
  * block, or two 32-element sub-blocks of a K type's super-block), lane,
- * lane + 32, ..., U chunks of both rows in flight (16- and 32-byte loads that
- * bypass L1), each chunk's quants widened to bytes with masks and shifts
+ * lane + 32, ..., through a ring of two stages of U chunks of both rows in
+ * registers: the next stage's loads (16-byte loads that bypass L1, whole
+ * sectors across the warp: ops/gpu_qmm.h's GK_KQ_OFF for the K types) are
+ * issued before the current stage is reduced, so loads are always out, not
+ * a burst and then none. Each chunk's quants widened to bytes with masks and shifts
  * (high bits: one shift of the reordered word per 4 elements) and
  * multiplied with the activations' int8 by dp4a, 4 products per
  * instruction; the integer sums are scaled in f32 per block (scale, and the
@@ -139,18 +142,25 @@ __device__ __forceinline__ void stage_xq(const int8_t *__restrict__ xq,
 
 /* ---- one chunk of weights -------------------------------------------------------- */
 
-/* Elements per chunk, and chunks of each row loaded ahead for one row of x:
- * 4 of the 16-byte 4/5-bit blocks, 2 of the larger chunks. With NMAX rows
- * of x a chunk does NMAX times the work, so fewer loads in flight cover the
- * same latency: the unroll is divided by NMAX (at least 1), which also keeps
- * every instance's code about the same size. */
+/* Elements per chunk, and chunks of each row in one stage of the load ring
+ * (two stages in registers: the next stage's loads are out while this one
+ * is reduced) for one row of x: 2 of the 16-byte 4/5-bit blocks, 1 of the
+ * larger chunks, so a warp has 4 or 2 chunks a row in flight while it waits,
+ * as many registers as the single burst of twice that before the ring. With
+ * NMAX rows of x a chunk does NMAX times the work, so fewer loads in flight
+ * cover the same latency: the stage is divided by NMAX (at least 1), which
+ * also keeps every instance's code about the same size. */
 template <int TYPE, int NMAX> struct qchunk_shape {
     static constexpr int kElems = qtraits<TYPE>::kBlock == 256 ? 64 : 32;
     static constexpr int kBase = TYPE == QUANT_Q4_0 || TYPE == QUANT_Q4_1 ||
                                          TYPE == QUANT_Q5_0 || TYPE == QUANT_Q5_1
                                      ? 4
                                      : 2;
-    static constexpr int kUnroll = kBase / NMAX > 1 ? kBase / NMAX : 1;
+    static constexpr int kUnroll = kBase / 2 / NMAX > 1 ? kBase / 2 / NMAX : 1;
+    /* Two stages, except for the K types at 8 rows of x: there the second
+     * stage spilled Q5_K and Q6_K (128 registers), and a chunk's eight rows
+     * of work already cover much of a load's latency. */
+    static constexpr int kStages = kElems == 64 && NMAX >= 8 ? 1 : 2;
 };
 
 /* The registers of one chunk of one row (the union of what the types need;
@@ -184,8 +194,8 @@ __device__ __forceinline__ qchunk load_chunk(const gk_qmat &w, int64_t row, int6
     }
     const int64_t sb = row * nb + c / 4;
     const int p = (int)(c % 4);
-    k.q0 = ld16(w.q + sb * T::kQ + 32 * p);
-    k.q1 = ld16(w.q + sb * T::kQ + 32 * p + 16);
+    k.q0 = ld16(w.q + sb * T::kQ + GK_KQ_OFF(p, 0)); /* whole sectors across the warp */
+    k.q1 = ld16(w.q + sb * T::kQ + GK_KQ_OFF(p, 1));
     if (TYPE == QUANT_Q6_K) {
         k.h = ld16(w.h + sb * T::kH + 16 * p);
         const uint8_t *s = w.s + sb * T::kS;
@@ -200,6 +210,23 @@ __device__ __forceinline__ qchunk load_chunk(const gk_qmat &w, int64_t row, int6
     }
     k.s = *(const gk_u32x4 *)(w.s + sb * T::kS);
     return k;
+}
+
+/* One stage of the load ring: chunks c, c + 32, ..., c + 32 (U - 1) of rows
+ * ra and rb, those below `end`; the others zero (never reduced). */
+template <int TYPE, int U>
+__device__ __forceinline__ void load_stage(const gk_qmat &w, int64_t ra, int64_t rb, int64_t c,
+                                           int64_t end, qchunk ka[U], qchunk kb[U])
+{
+    IG_UNROLL
+    for (int u = 0; u < U; u++) {
+        if (c + 32 * u < end) {
+            ka[u] = load_chunk<TYPE>(w, ra, c + 32 * u);
+            kb[u] = load_chunk<TYPE>(w, rb, c + 32 * u);
+        } else {
+            ka[u] = kb[u] = qchunk{};
+        }
+    }
 }
 
 /* One activation row's quants and scales for one chunk (from shared memory). */
@@ -327,6 +354,36 @@ __device__ __forceinline__ float dot_chunk(const qchunk &k, const xchunk &x, int
            f16hi(k.s.w[0]) * (mA * x.da.y + mB * x.db.y);
 }
 
+/* ---- h's int8 blocks (the gate|up product) ---------------------------------------------- */
+
+/* With glu a block writes kWarps outputs of h, so 32 outputs (one int8
+ * block of h, what the down product's GEMV loads) are 4 blocks' work: the
+ * last of the 4 to get here (tickets[group]) quantizes those 32 outputs of
+ * every row of x (gk_quantize32: the bits stage_x would give) and puts the
+ * ticket back to 0. Every thread of every block calls it, after its own
+ * writes to h. */
+constexpr int kGroupBlocks = 32 / kWarps;
+
+__device__ __forceinline__ void glu_quant_tail(const uint16_t *h, int64_t ld_h, int n,
+                                               uint32_t *tickets, int8_t *hq, gk_f32x2 *hqd)
+{
+    IG_SHARED(uint32_t, drawn, [1]);
+    const int64_t group = blockIdx.x / kGroupBlocks;
+    ig_threadfence(); /* this block's h before its ticket */
+    ig_syncthreads();
+    if (threadIdx.x == 0)
+        ig_sts(&drawn[0], ig_atomic_add_u32(&tickets[group], 1u));
+    ig_syncthreads();
+    if (ig_lds(&drawn[0]) != kGroupBlocks - 1)
+        return;
+    ig_threadfence(); /* the other 3 blocks' h after their tickets */
+    for (int t = (int)threadIdx.x; t < n; t += kThreads)
+        gk_quantize32(h + t * ld_h + 32 * group, hq + t * ld_h + 32 * group,
+                      hqd + t * (ld_h / 32) + group);
+    if (threadIdx.x == 0)
+        tickets[group] = 0;
+}
+
 /* ---- the kernel ------------------------------------------------------------------------- */
 
 /* 2 blocks (16 warps) an SM: up to 128 registers (ptxas, left alone, aimed at
@@ -343,6 +400,7 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
              const gk_qkv_params rope, const bool rope_on)
 {
     constexpr int E = qchunk_shape<TYPE, NMAX>::kElems, U = qchunk_shape<TYPE, NMAX>::kUnroll;
+    constexpr bool kRing = qchunk_shape<TYPE, NMAX>::kStages == 2;
     IG_DYN_SHARED(int8_t, smem);
     int8_t *xs = smem;                              /* [NMAX][slab] */
     gk_f32x2 *xds = (gk_f32x2 *)(smem + NMAX * slab); /* [NMAX][slab / 32] */
@@ -362,18 +420,9 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
     IG_UNROLL
     for (int t = 0; t < NMAX; t++)
         acc_a[t] = acc_b[t] = 0;
-    qchunk ka[U], kb[U];
-    const int64_t first_end = (slab < w.cols ? slab : w.cols) / E;
-    if (live) { /* the first loads are in flight while x is quantized */
-        IG_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int64_t c = lane + 32 * u;
-            if (c < first_end) {
-                ka[u] = load_chunk<TYPE>(w, ra, c);
-                kb[u] = load_chunk<TYPE>(w, rb, c);
-            }
-        }
-    }
+    qchunk ka[U], kb[U]; /* the stage being reduced */
+    if (live) /* the first stage is in flight while x is quantized */
+        load_stage<TYPE, U>(w, ra, rb, lane, (slab < w.cols ? slab : w.cols) / E, ka, kb);
 
     /* x (and y, with beta) may come from the previous kernel: launched with
      * IG_LAUNCH_PDL, this grid may have started before it ended. */
@@ -390,17 +439,14 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
         if (!live)
             continue;
         const int64_t cs0 = s0 / E, cs1 = (s0 + len) / E;
+        if (s0 != 0) /* this slab's first stage (the first slab's went out before x) */
+            load_stage<TYPE, U>(w, ra, rb, cs0 + lane, cs1, ka, kb);
         for (int64_t c0 = cs0 + lane; c0 < cs1; c0 += 32 * U) {
-            if (s0 != 0 || c0 != lane) {
-                IG_UNROLL
-                for (int u = 0; u < U; u++) {
-                    const int64_t c = c0 + 32 * u;
-                    if (c < cs1) {
-                        ka[u] = load_chunk<TYPE>(w, ra, c);
-                        kb[u] = load_chunk<TYPE>(w, rb, c);
-                    }
-                }
-            }
+            /* The ring's second stage: the next U chunks are in flight while
+             * this stage's are reduced, so a warp always has loads out. */
+            qchunk na[U], nb[U];
+            if (kRing)
+                load_stage<TYPE, U>(w, ra, rb, c0 + 32 * U, cs1, na, nb);
             IG_UNROLL
             for (int u = 0; u < U; u++) {
                 const int64_t c = c0 + 32 * u;
@@ -413,6 +459,13 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
                         acc_b[t] += dot_chunk<TYPE>(kb[u], xc, (int)(c % 4));
                     }
                 }
+            }
+            if (kRing) {
+                IG_UNROLL
+                for (int u = 0; u < U; u++)
+                    ka[u] = na[u], kb[u] = nb[u];
+            } else { /* one stage: the next loads go out once this one is reduced */
+                load_stage<TYPE, U>(w, ra, rb, c0 + 32 * U, cs1, ka, kb);
             }
         }
     }
@@ -440,6 +493,8 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
     if (norm_w)
         gk_norm_tail(y, ld_y, n, w.rows, norm_w, norm_eps, xn, ticket, norm_vec, norm_nt, qn,
                      qnd);
+    else if (glu && qn)
+        glu_quant_tail(h, ld_h, n, ticket, qn, qnd);
 }
 
 /* IGNITE_PDL=1 on compute capability 9.0+: programmatic dependent launch, so
@@ -534,7 +589,9 @@ extern "C" int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream)
                     (!p->norm_w || (p->glu == GK_GLU_NONE && p->beta == 1 && p->xn &&
                                     p->ticket)) &&
                     (!p->qn || (p->norm_w && p->qnd && p->w.rows % 32 == 0 &&
-                                gk_aligned(p->qnd, 8))) &&
+                                gk_aligned(p->qnd, 8)) ||
+                     (p->glu != GK_GLU_NONE && p->qnd && p->ticket && p->w.rows % 64 == 0 &&
+                      p->ld_h % 32 == 0 && gk_aligned(p->qnd, 8))) &&
                     (!p->xq || (p->xqd && p->ld_x % 32 == 0 && gk_aligned(p->xq, 16) &&
                                 gk_aligned(p->xqd, 8))) &&
                     (p->w.rows + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7fffffff;

@@ -11,7 +11,9 @@
  *   Q4_K  128| -  | 16 (d, dmin, 12 scale bytes)      = 144
  *   Q5_K  128| 32 | 16                                = 176
  *   Q6_K  128| 64 | 20 (d, 2 zero bytes, 16 scales)   = 212, the file's 210
- * Quants keep the file's byte order. High bits are reordered so that for
+ * Quants keep the file's byte order, except that a K type's super-block
+ * holds the first 16 bytes of its four 32-byte chunks, then the second 16
+ * (GK_KQ_OFF, ops/gpu_qmm.h). High bits are reordered so that for
  * the 32 elements of an activation block, one u32 and a shift give 4
  * elements' bits in the 4 bytes: bit 8b + k (1 bit per element: Q5_0,
  * Q5_1, Q5_K) belongs to element 4k + b; for Q6_K's 2 bits, bits 2m, 2m+1
@@ -148,6 +150,21 @@ static void put_u32(uint8_t *p, uint32_t v)
     memcpy(p, &v, 4);
 }
 
+/* A K type's 128 quant bytes, the file's order <-> the device's (GK_KQ_OFF). */
+static void kq_to_planes(const uint8_t *file, uint8_t *q)
+{
+    for (int k = 0; k < 4; k++)
+        for (int h = 0; h < 2; h++)
+            memcpy(q + GK_KQ_OFF(k, h), file + 32 * k + 16 * h, 16);
+}
+
+static void kq_from_planes(const uint8_t *q, uint8_t *file)
+{
+    for (int k = 0; k < 4; k++)
+        for (int h = 0; h < 2; h++)
+            memcpy(file + 32 * k + 16 * h, q + GK_KQ_OFF(k, h), 16);
+}
+
 /* ---- one block: file <-> planes ------------------------------------------------- */
 
 /* Block `blk` (the file's bytes at b) into the planes at q, h, s. */
@@ -178,7 +195,7 @@ static void block_to_planes(int type, const uint8_t *b, uint8_t *q, uint8_t *h, 
         return;
     case QUANT_Q4_K:
         memcpy(s, b, 16);
-        memcpy(q, b + 16, 128);
+        kq_to_planes(b + 16, q);
         return;
     case QUANT_Q5_K: {
         memcpy(s, b, 16);
@@ -189,12 +206,12 @@ static void block_to_planes(int type, const uint8_t *b, uint8_t *q, uint8_t *h, 
                 bits |= (uint32_t)((qh[l] >> j) & 1u) << l;
             put_u32(h + 4 * j, spread1(bits));
         }
-        memcpy(q, b + offsetof(struct block_q5_K, qs), 128);
+        kq_to_planes(b + offsetof(struct block_q5_K, qs), q);
         return;
     }
     case QUANT_Q6_K: {
         const uint8_t *qh = b + offsetof(struct block_q6_K, qh);
-        memcpy(q, b + offsetof(struct block_q6_K, ql), 128);
+        kq_to_planes(b + offsetof(struct block_q6_K, ql), q);
         for (int c = 0; c < 4; c++) {
             int half = c / 2, sub = c % 2;
             for (int piece = 0; piece < 2; piece++) { /* A, then B = A + 64 */
@@ -245,7 +262,7 @@ static void planes_to_block(int type, const uint8_t *q, const uint8_t *h, const 
         return;
     case QUANT_Q4_K:
         memcpy(b, s, 16);
-        memcpy(b + 16, q, 128);
+        kq_from_planes(q, b + 16);
         return;
     case QUANT_Q5_K: {
         memcpy(b, s, 16);
@@ -256,13 +273,13 @@ static void planes_to_block(int type, const uint8_t *q, const uint8_t *h, const 
             for (int l = 0; l < 32; l++)
                 qh[l] |= (uint8_t)(((bits >> l) & 1u) << j);
         }
-        memcpy(b + offsetof(struct block_q5_K, qs), q, 128);
+        kq_from_planes(q, b + offsetof(struct block_q5_K, qs));
         return;
     }
     case QUANT_Q6_K: {
         uint8_t *qh = b + offsetof(struct block_q6_K, qh);
         memset(qh, 0, 64);
-        memcpy(b + offsetof(struct block_q6_K, ql), q, 128);
+        kq_from_planes(q, b + offsetof(struct block_q6_K, ql));
         for (int c = 0; c < 4; c++) {
             int half = c / 2, sub = c % 2;
             for (int piece = 0; piece < 2; piece++) {

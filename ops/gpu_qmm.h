@@ -47,7 +47,8 @@ struct gk_qkv_params; /* ops/gpu_ops.h */
 /* A weight matrix on the device: rows x cols of `type` (enum quant_type).
  * For QUANT_F16, q is the [rows][cols] f16 matrix and h, s are NULL. For a
  * block type, with nb = cols / block blocks per row (struct gk_qlayout):
- *   q [rows][nb][layout.q]  quants, as in the file's blocks
+ *   q [rows][nb][layout.q]  quants, as in the file's blocks (K types:
+ *                           halves of chunks reordered, GK_KQ_OFF)
  *   h [rows][nb][layout.h]  high bits, reordered (NULL when layout.h is 0)
  *   s [rows][nb][layout.s]  scales (and mins) */
 struct gk_qmat {
@@ -55,6 +56,15 @@ struct gk_qmat {
     int64_t rows, cols;
     uint8_t *q, *h, *s;
 };
+
+/* K types (Q4_K, Q5_K, Q6_K): a super-block's 128 quant bytes are four GEMV
+ * chunks of 32 (chunk k: the file's bytes 32k .. 32k + 31). On the device
+ * the first 16 bytes of every chunk come first, then the second 16: half h
+ * (0, 1) of chunk k lies at GK_KQ_OFF(k, h). A warp's lanes walk
+ * consecutive chunks, so each of their two 16-byte loads reads whole 32-byte
+ * sectors (in the file's order every load used half of each sector it
+ * touched, the other half coming in again with the next load). */
+#define GK_KQ_OFF(k, h) (64 * (h) + 16 * (k))
 
 struct gk_qlayout {
     int64_t block;  /* elements per block (32, or 256 for the K types) */
@@ -185,7 +195,12 @@ struct gk_qgemv_params {
     /* gk_qgemv only. With norm_w: where non-NULL, the tail also writes xn's
      * int8 blocks into qn ([n][rows] int8) and qnd ([n][rows / 32] (d, s)
      * float pairs; rows % 32 == 0), quantized as the GEMV quantizes x.
-     * As input: xq/xqd, where non-NULL, are x's int8 blocks in that layout
+     * With glu: where qn is non-NULL, h's int8 blocks go to qn ([n][ld_h])
+     * and qnd ([n][ld_h / 32]; rows / 2 and ld_h multiples of 32), each 32
+     * outputs' block written by the last of the 4 blocks of the grid that
+     * computed them (ticket: (rows / 2) / 32 counters, 0 before the launch
+     * and left 0), so the down product loads h's blocks (xq) instead of
+     * quantizing h in every one of its blocks. As input: xq/xqd, where non-NULL, are x's int8 blocks in that layout
      * (row stride ld_x, a multiple of 32), which the kernel loads instead of
      * quantizing x itself (the same bits); x is still required (the twin
      * reads it). */

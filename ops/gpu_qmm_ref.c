@@ -178,6 +178,29 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
     t->beta = -(dmin * (float)mn);
 }
 
+/* Rows t < n of x (f16, dim columns, stride ld) as the GEMV quantizes x:
+ * q [n][ld] int8, qd [n][ld / 32] (d, s) pairs (ld % 32 == 0). */
+static void quantize_rows(const uint16_t *x, int64_t ld, int64_t n, int64_t dim, int8_t *q,
+                          float *qd)
+{
+    int64_t nb = dim / 32;
+    float *f = malloc((size_t)dim * sizeof *f);
+    struct qmm_q8 *b = malloc((size_t)nb * sizeof *b);
+    IG_ASSERT(f && b);
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t c = 0; c < dim; c++)
+            f[c] = ig_f16_to_f32(x[t * ld + c]);
+        ops_qmm_quantize(f, dim, b);
+        for (int64_t i = 0; i < nb; i++) {
+            memcpy(q + t * ld + 32 * i, b[i].qs, 32);
+            qd[2 * (t * (ld / 32) + i)] = b[i].d;
+            qd[2 * (t * (ld / 32) + i) + 1] = b[i].s;
+        }
+    }
+    free(b);
+    free(f);
+}
+
 void gk_qgemv_ref(const struct gk_qgemv_params *p)
 {
     if (p->rope) { /* the product, then gk_qkv_rope's twin over it */
@@ -192,11 +215,12 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
         free(y);
         return;
     }
-    if (p->glu != GK_GLU_NONE) { /* the product, then the activation's twin */
+    if (p->glu != GK_GLU_NONE) { /* the product, then the activation's twin (and h's blocks) */
         struct gk_qgemv_params q = *p;
         float *y = malloc((size_t)(p->n * p->w.rows) * sizeof *y);
         IG_ASSERT(y);
         q.glu = GK_GLU_NONE, q.y = y, q.ld_y = p->w.rows, q.beta = 0;
+        q.qn = NULL, q.qnd = NULL, q.ticket = NULL;
         gk_qgemv_ref(&q);
         for (int64_t t = 0; t < p->n; t++) {
             if (p->glu == GK_GLU_GELU)
@@ -205,6 +229,8 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
                 gk_swiglu_ref(y + t * p->w.rows, 1, p->w.rows / 2, p->h + t * p->ld_h);
         }
         free(y);
+        if (p->qn)
+            quantize_rows(p->h, p->ld_h, p->n, p->w.rows / 2, p->qn, p->qnd);
         return;
     }
     const struct gk_qmat *w = &p->w;
@@ -247,24 +273,8 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
     free(xq);
     if (p->norm_w) /* the norm tail's twin */
         gk_rmsnorm_ref(p->y, p->ld_y, p->norm_w, p->n, w->rows, p->norm_eps, p->xn);
-    if (p->qn) { /* and its int8 blocks, as the GEMV quantizes x */
-        int64_t nbn = w->rows / 32;
-        float *f = malloc((size_t)w->rows * sizeof *f);
-        struct qmm_q8 *b = malloc((size_t)nbn * sizeof *b);
-        IG_ASSERT(f && b);
-        for (int64_t t = 0; t < p->n; t++) {
-            for (int64_t c = 0; c < w->rows; c++)
-                f[c] = ig_f16_to_f32(p->xn[t * w->rows + c]);
-            ops_qmm_quantize(f, w->rows, b);
-            for (int64_t i = 0; i < nbn; i++) {
-                memcpy(p->qn + t * w->rows + 32 * i, b[i].qs, 32);
-                p->qnd[2 * (t * nbn + i)] = b[i].d;
-                p->qnd[2 * (t * nbn + i) + 1] = b[i].s;
-            }
-        }
-        free(b);
-        free(f);
-    }
+    if (p->qn) /* and its int8 blocks, as the GEMV quantizes x */
+        quantize_rows(p->xn, w->rows, p->n, w->rows, p->qn, p->qnd);
 }
 
 /* ---- the tensor-core kernel's result ------------------------------------------------- */

@@ -52,6 +52,12 @@ __device__ __forceinline__ void store_u32(uint8_t *p, uint32_t v)
     *(uint32_t *)p = v;
 }
 
+/* Where a K type's quant byte k (the file's order) goes: GK_KQ_OFF. */
+__device__ __forceinline__ int kq_dst(int k)
+{
+    return GK_KQ_OFF(k / 32, (k % 32) / 16) + k % 16;
+}
+
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
 repack_kernel(gk_qmat w, const uint8_t *__restrict__ src, size_t row_bytes, size_t block_bytes)
@@ -102,14 +108,14 @@ repack_kernel(gk_qmat w, const uint8_t *__restrict__ src, size_t row_bytes, size
             for (int k = 0; k < 16; k++)
                 s[4 + k] = b[192 + k];
             for (int k = 0; k < 128; k++)
-                q[k] = b[k];
+                q[kq_dst(k)] = b[k];
             continue;
         }
         }
         for (int k = 0; k < s_len; k++)
             s[k] = b[k];
         for (int k = 0; k < T::kQ; k++)
-            q[k] = b[q_off + k];
+            q[T::kBlock == 256 ? kq_dst(k) : k] = b[q_off + k];
     }
 }
 

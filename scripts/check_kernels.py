@@ -11,7 +11,11 @@ For a library, program or object file with CUDA code (the GPU check's
     (USETMAXREG), warpgroup MMAs (HGMMA) and named barriers (BAR.SYNC with a
     thread count), and uses exactly the registers its setmaxnreg split
     starts from (168 for 384 threads, 128 for 512; a different count means
-    ptxas did not honour the launch bound the split assumes).
+    ptxas did not honour the launch bound the split assumes);
+  * each quantized GEMV (qgemv_kernel, ops/gpu_qgemv.cu) streams its weights
+    with 16-byte loads that bypass L1 (LDG.E.NA.128) and no narrower ones
+    (ld.global.nc.L1::no_allocate of another width would be a weight load
+    the K-type repack or the load ring broke into pieces).
 Prints one line per kernel; exit status 1 on any problem.
 
 cuobjdump (and the nvdisasm it runs for -sass) come from --cuobjdump,
@@ -115,6 +119,20 @@ def check(tool, path, archs):
         if reg not in LAUNCH_REGS:
             problems.append(f"{short}: {reg} registers, not a launch count the setmaxnreg "
                             f"split assumes ({sorted(LAUNCH_REGS)})")
+    qgemv = {}
+    for body in funcs[1:]:
+        name = body.split("\n", 1)[0].strip()
+        if "qgemv_kernel" not in name:
+            continue
+        na = re.findall(r"\bLDG\.E(?:\.[A-Z0-9]+)*\.NA(?:\.[A-Z0-9]+)*", body)
+        wide = [op for op in na if ".128" in op]
+        qgemv[name] = (len(wide), len(na) - len(wide))
+        if not wide or len(na) != len(wide):
+            problems.append(f"{name}: {len(wide)} LDG.E.NA.128, {len(na) - len(wide)} narrower "
+                            "streaming loads")
+    if qgemv:
+        counts = sorted({w for w, _ in qgemv.values()})
+        print(f"qgemv_kernel: {len(qgemv)} instances, LDG.E.NA.128 per instance {counts}")
     print(f"check_kernels: {path}: {len(elfs)} ELF ({', '.join(sorted(set(elfs)))[:120]}), "
           f"PTX: {'yes' if has_ptx else 'none'}, {n_ws} ws kernels")
     return problems, n_ws

@@ -121,7 +121,18 @@ static uint32_t cp_lower(uint32_t c)
 
 static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c; }
 
-/* 0 lower, 1 upper, 2 capitalize, 3 title (Python's, for the letters above) */
+/* Python's str.isspace (what re's \s matches in a str). */
+static bool cp_space(uint32_t c)
+{
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* 0 lower, 1 upper, 2 capitalize, 3 title (Python's str.title, for the
+ * letters above), 4 the title filter (jinja2's do_title: a word starts
+ * after a run of '-', white space, '(', '{', '[' or '<', not after any
+ * character without case: "</think>" stays) */
 static struct jj_value *change_case(struct jj_eval *ev, const struct jj_value *v, int mode)
 {
     struct jj_buf b = {0};
@@ -132,7 +143,9 @@ static struct jj_value *change_case(struct jj_eval *ev, const struct jj_value *v
         uint32_t c = s[i];
         if (k == 2)
             c = (uint32_t)(s[i] & 0x1F) << 6 | (s[i + 1] & 0x3F);
-        bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        else if (k == 3)
+            c = (uint32_t)(s[i] & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode >= 3 && word_start);
         if (k <= 2) {
             uint32_t d = up ? cp_upper(c) : cp_lower(c);
             char t[2];
@@ -147,8 +160,11 @@ static struct jj_value *change_case(struct jj_eval *ev, const struct jj_value *v
         } else {
             jj_buf_add(&b, v->s + i, k);
         }
-        /* title: a word starts after any character that has no case */
-        word_start = !(k <= 2 ? cp_cased(c) : false);
+        /* str.title: a word starts after any character that has no case */
+        if (mode == 4)
+            word_start = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || cp_space(c);
+        else
+            word_start = !(k <= 2 ? cp_cased(c) : false);
         i += k;
     }
     return jj_buf_v(ev, &b);
@@ -463,7 +479,7 @@ struct jj_value *jj_filter(struct jj_eval *ev, struct jj_node *at, const char *n
         !strcmp(name, "title")) {
         struct jj_value *s = jj_to_string(ev, v);
         return s ? change_case(ev, s, name[0] == 'l' ? 0 : name[0] == 'u' ? 1
-                                       : name[0] == 'c' ? 2 : 3)
+                                       : name[0] == 'c' ? 2 : 4)
                  : NULL;
     }
     if (!strcmp(name, "tojson")) {

@@ -3,13 +3,17 @@
  * compare with the numpy reference (it also serves as a small benchmark).
  *
  *   forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] [-c CHUNK]
- *                [--f16] PROMPT_IDS
+ *                [--f16] [-w] PROMPT_IDS
  *
  * Runs the CPU backend: prefills PROMPT_IDS (comma-separated; in chunks of
  * CHUNK if given), then one decode step per id of -d, then N greedy decode steps (each feeds
  * the argmax of the previous logits). OUT receives the float32 logits of the
  * last prefill position and of every decode step, back to back. The greedy
- * tokens go to stdout, one line "greedy: a b c"; timings to stderr. Under
+ * tokens go to stdout, one line "greedy: a b c"; timings to stderr. With -w
+ * the window rule (kvcache.h): the sliding-window layers' blocks come from
+ * a pool's window side, given back as the sequence moves on; stdout gets a
+ * line "window: blocks B cap C peak P freed F used U" (the pool's counts
+ * after the last step). Under
  * mpirun the ranks run it tensor-parallel (backend/tp.h): rank 0 as above,
  * the others follow (tests/tp/). */
 #include "backend/backend.h"
@@ -62,6 +66,21 @@ static int write_logits(FILE *f, const float *logits, int64_t n)
     return IG_OK;
 }
 
+/* Runs tokens [0, n) at pos0 through the pool (window rule): the tables
+ * grown (window blocks behind the rows' windows given back), one step. */
+static int run_pooled(struct backend *be, struct kv_pool *pool, struct kv_seq *seq,
+                      const int32_t *tokens, int64_t n, int64_t pos0, float *logits)
+{
+    kv_pool_grow(pool, seq, pos0 + n);
+    struct backend_seq bs = {.table = seq->table, .wtable = seq->wtable, .n_rows = n,
+                             .pos0 = pos0};
+    struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &bs, .n_seqs = 1,
+                                  .logits = logits};
+    int st = backend_step(be, &batch);
+    seq->n_pos = pos0 + n;
+    return st;
+}
+
 static int dump_main(int argc, char **argv)
 {
     char model_path[4096] = "";
@@ -69,10 +88,11 @@ static int dump_main(int argc, char **argv)
     int64_t n_greedy = 0, chunk = 0;
     int n_threads = 0;
     enum kv_dtype kv_dtype = KV_F32;
+    bool window_rule = false;
     static const struct option longopts[] = {
         {"f16", no_argument, NULL, 'f'}, {NULL, 0, NULL, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:o:d:g:t:c:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:o:d:g:t:c:w", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': snprintf(model_path, sizeof model_path, "%s", optarg); break;
         case 'o': out_path = optarg; break;
@@ -81,12 +101,13 @@ static int dump_main(int argc, char **argv)
         case 't': n_threads = atoi(optarg); break;
         case 'c': chunk = atoll(optarg); break;
         case 'f': kv_dtype = KV_F16; break;
+        case 'w': window_rule = true; break;
         default: return IG_E_USAGE;
         }
     }
     if (optind != argc - 1) {
         fprintf(stderr, "usage: forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] "
-                        "[-c CHUNK] [--f16] PROMPT_IDS\n");
+                        "[-c CHUNK] [--f16] [-w] PROMPT_IDS\n");
         return IG_E_USAGE;
     }
     if (!model_path[0] && test_model_path(model_path, sizeof model_path) != 0)
@@ -104,6 +125,8 @@ static int dump_main(int argc, char **argv)
     struct backend *be = NULL;
     int32_t *table = NULL;
     float *logits = NULL;
+    struct kv_pool *pool = NULL;
+    struct kv_seq seq = {0};
     FILE *out = NULL;
     int st = model_load(model_path, &m);
     if (st != IG_OK)
@@ -111,8 +134,17 @@ static int dump_main(int argc, char **argv)
     int64_t n_ctx = n_prompt + n_fixed + n_greedy;
     struct backend_opts bo = {.device = {.kind = BACKEND_CPU}, .n_threads = n_threads,
                               .n_ctx = n_ctx, .max_rows = chunk, .n_slots = 1,
-                              .kv_dtype = kv_dtype, .kv_dtype_v = kv_dtype};
+                              .kv_dtype = kv_dtype, .kv_dtype_v = kv_dtype,
+                              .free_window_blocks = window_rule};
     if ((st = backend_create(m, &bo, &be)) != IG_OK)
+        goto done;
+    int64_t w_cap = kv_memory_window_cap(be->kv_mem, n_ctx, chunk);
+    if (window_rule &&
+        ((st = kv_pool_create_windowed(be->o.n_blocks, be->n_states, false,
+                                       be->o.n_window_blocks, be->kv_mem->window_max - 1,
+                                       w_cap, &pool)) != IG_OK ||
+         (st = kv_seq_init(&seq, n_ctx)) != IG_OK ||
+         (st = kv_pool_admit(pool, &seq, NULL, 0, n_ctx)) != IG_OK))
         goto done;
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     table = malloc((size_t)kv_blocks_for(n_ctx) * sizeof *table);
@@ -129,7 +161,8 @@ static int dump_main(int argc, char **argv)
     int64_t t0 = ig_now_ns();
     for (int64_t p = 0; p < n_prompt && st == IG_OK; p += chunk) {
         int64_t n = n_prompt - p < chunk ? n_prompt - p : chunk;
-        st = backend_run_seq(be, table, 0, prompt + p, n, p, logits);
+        st = pool ? run_pooled(be, pool, &seq, prompt + p, n, p, logits)
+                  : backend_run_seq(be, table, 0, prompt + p, n, p, logits);
     }
     int64_t t1 = ig_now_ns();
     if (st != IG_OK || (st = write_logits(out, logits, m->hp.n_vocab)) != IG_OK)
@@ -138,18 +171,25 @@ static int dump_main(int argc, char **argv)
     int64_t pos = n_prompt;
     int64_t t2 = ig_now_ns();
     for (int64_t i = 0; i < n_fixed && st == IG_OK; i++, pos++)
-        if ((st = backend_run_seq(be, table, 0, &fixed[i], 1, pos, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &fixed[i], 1, pos, logits)
+                       : backend_run_seq(be, table, 0, &fixed[i], 1, pos, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     if (n_greedy > 0)
         printf("greedy:");
     for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
         int32_t tok = argmax(logits, m->hp.n_vocab);
         printf(" %ld", (long)tok);
-        if ((st = backend_run_seq(be, table, 0, &tok, 1, pos, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, logits)
+                       : backend_run_seq(be, table, 0, &tok, 1, pos, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     }
     if (n_greedy > 0)
         printf("\n");
+    if (pool)
+        printf("window: blocks %lld cap %lld peak %lld freed %lld used %lld\n",
+               (long long)kv_pool_window_blocks(pool), (long long)w_cap,
+               (long long)kv_pool_window_peak(pool), (long long)kv_pool_window_freed(pool),
+               (long long)kv_pool_window_used(pool));
     int64_t t3 = ig_now_ns();
     if (st != IG_OK)
         goto done;
@@ -168,6 +208,10 @@ done:
         st = ig_error(IG_E_IO, "cannot write %s", out_path);
     free(logits);
     free(table);
+    if (pool)
+        kv_pool_release(pool, &seq);
+    kv_seq_destroy(&seq);
+    kv_pool_free(pool);
     backend_free(be);
     model_free(m);
     return st;

@@ -1,5 +1,6 @@
 """tests/cpu/ref_deltanet.py: an independent fp64 numpy forward of a qwen35
-GGUF (Qwen3.5 dense: gated DeltaNet and gated attention), token by token,
+GGUF (Qwen3.5 dense: gated DeltaNet and gated attention) or a qwen35moe one
+(the same with a mixture of experts and a shared expert), token by token,
 the reference tests/cpu/test_deltanet.py checks ignite's CPU forward against.
 
 Weights are dequantized by the gguf package; everything after is float64.
@@ -19,6 +20,11 @@ the weights as llama.cpp's converter stored them:
     rope.dimension_count dims in halves (text positions: every section of
     the multi-section RoPE has the same position), base rope.freq_base;
   - the FFN norm is post_attention_norm; the FFN SwiGLU; embeddings tied.
+qwen35moe (Qwen3_5MoeSparseMoeBlock: Qwen3_5MoeTopKRouter, Qwen3_5MoeExperts,
+the shared expert and its gate) replaces the FFN with
+  p = softmax(router h); the top k of p, divided by their sum;
+  y = sum_j p_j down_j(silu(gate_j h) * up_j h)
+      + sigmoid(shared_expert_gate h) * down_s(silu(gate_s h) * up_s h).
 The recurrence, per value head with state S [d_k, d_v] (zeros at first):
   q, k = l2norm(q), l2norm(k) (x / sqrt(sum x^2 + 1e-6)); q *= d_k^-0.5
   S = S * exp(g); kv = k^T S; delta = (v - kv) * beta; S += k delta^T;
@@ -61,7 +67,8 @@ def softplus(x):
 class Qwen35Ref:
     def __init__(self, path):
         r = GGUFReader(path)
-        a = "qwen35"
+        a = _field(r, "general.architecture")
+        self.n_used = _field(r, f"{a}.expert_used_count")  # None: the dense FFN
         self.n_layer = _field(r, f"{a}.block_count")
         self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
         self.n_head = _field(r, f"{a}.attention.head_count")
@@ -151,6 +158,24 @@ class Qwen35Ref:
         o = rms(o, W[p + "ssm_norm.weight"], self.eps) * silu(z)
         return W[p + "ssm_out.weight"] @ o.reshape(-1)
 
+    def ffn(self, il, h):
+        p = f"blk.{il}."
+        W = self.w
+        if self.n_used is None:
+            return W[p + "ffn_down.weight"] @ (silu(W[p + "ffn_gate.weight"] @ h)
+                                               * (W[p + "ffn_up.weight"] @ h))
+        lg = W[p + "ffn_gate_inp.weight"] @ h
+        pr = np.exp(lg - lg.max())
+        pr /= pr.sum()
+        top = np.argsort(-pr, kind="stable")[:self.n_used]  # torch.topk: the lower index on a tie
+        y = np.zeros_like(h)
+        for e, w in zip(top, pr[top] / pr[top].sum()):
+            f = silu(W[p + "ffn_gate_exps.weight"][e] @ h) * (W[p + "ffn_up_exps.weight"][e] @ h)
+            y += w * (W[p + "ffn_down_exps.weight"][e] @ f)
+        f = silu(W[p + "ffn_gate_shexp.weight"] @ h) * (W[p + "ffn_up_shexp.weight"] @ h)
+        g = (W[p + "ffn_gate_inp_shexp.weight"].reshape(-1) @ h)
+        return y + (W[p + "ffn_down_shexp.weight"] @ f) / (1.0 + np.exp(-g))
+
     def forward(self, toks, cache):
         """Logits [n_vocab] of the last of toks, fed one by one."""
         W = self.w
@@ -164,9 +189,7 @@ class Qwen35Ref:
                     x = x + self.deltanet(il, h, cache[il])
                 else:
                     x = x + self.attention(il, h, cache[il], pos)
-                h = rms(x, W[p + "post_attention_norm.weight"], self.eps)
-                f = silu(W[p + "ffn_gate.weight"] @ h) * (W[p + "ffn_up.weight"] @ h)
-                x = x + W[p + "ffn_down.weight"] @ f
+                x = x + self.ffn(il, rms(x, W[p + "post_attention_norm.weight"], self.eps))
             cache["pos"] = pos + 1
         out = W["output.weight"] if "output.weight" in W else W["token_embd.weight"]
         return out @ rms(x, W["output_norm.weight"], self.eps)

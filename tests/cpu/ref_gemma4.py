@@ -84,6 +84,12 @@ class Gemma4Ref:
         for ten in r.tensors:
             w = dequantize(ten.data, GGMLQuantizationType(ten.tensor_type))
             t[ten.name] = np.asarray(w, dtype=np.float64)
+        for i in range(n):  # llama.cpp's fused experts: each one's gate rows, then its up rows
+            gu = t.pop(f"blk.{i}.ffn_gate_up_exps.weight", None)
+            if gu is not None:
+                half = gu.shape[1] // 2
+                t[f"blk.{i}.ffn_gate_exps.weight"] = gu[:, :half]
+                t[f"blk.{i}.ffn_up_exps.weight"] = gu[:, half:]
         self.t = t
         self.n_vocab = t["token_embd.weight"].shape[0]
         ff = t["rope_freqs.weight"].reshape(-1)

@@ -25,7 +25,13 @@ embeddings, layer output scales, logits soft-capped.
     ignite as jinja2 renders it, a system turn and a conversation;
   - the mixture of experts (`moe-tiny`: 8 experts of 128, 2 used, beside a
     dense MLP; the router's own scaled norm, GELU experts, per-expert output
-    scales) in F16 and Q4_K_M, on the exact path as above.
+    scales) in F16 and Q4_K_M, on the exact path as above, and in Q4_K_M with
+    the experts' gate and up fused (ffn_gate_up_exps, as llama.cpp's converter
+    writes a real 26B-A4B) on both paths;
+  - the window rule (the local layers' blocks given back as the window
+    passes): 194 positions against the reference and = keeping every block,
+    the window side's counts; `batch --kv-mem` holding a request only with
+    the rule = run; a cache saved past the window continues; `info`'s bytes.
 Usage: test_gemma4.py FORWARD_DUMP   (IGNITE_BIN: the ignite binary)
 """
 import json
@@ -55,16 +61,20 @@ def fail(msg):
     failures.append(msg)
 
 
-def dump(tool, path, prompt, fixed, n_greedy, out, exact=True, chunk=None):
+def dump(tool, path, prompt, fixed, n_greedy, out, exact=True, chunk=None, window=None):
     env = dict(os.environ, IGNITE_MATMUL="exact" if exact else "int8")
     cmd = [tool, "-m", path, "-o", out, "-g", str(n_greedy), "-d", ",".join(map(str, fixed))]
-    cmd += (["-c", str(chunk)] if chunk else []) + [",".join(map(str, prompt))]
+    cmd += (["-c", str(chunk)] if chunk else []) + (["-w"] if window is not None else [])
+    cmd += [",".join(map(str, prompt))]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if res.returncode != 0:
         sys.stderr.write(res.stderr)
         raise SystemExit(f"forward_dump failed with status {res.returncode}: {' '.join(cmd)}")
     greedy = [int(t) for line in res.stdout.splitlines() if line.startswith("greedy:")
               for t in line.split()[1:]]
+    if window is not None:  # the pool's window counts (forward_dump -w)
+        w = next(l for l in res.stdout.splitlines() if l.startswith("window:")).split()[1:]
+        window.update({w[i]: int(w[i + 1]) for i in range(0, len(w), 2)})
     return np.fromfile(out, dtype=np.float32), greedy
 
 
@@ -98,6 +108,41 @@ def against_reference(ref, tool, path, name, prompt, fixed, tmp):
           f"error {worst:.2e}")
 
 
+def window_rule(ref, tool, path, name, tmp, rng):
+    """The window rule (forward_dump -w): the local layers' blocks (and
+    the shared layers reading them) in the pool's window side, given back
+    as the window passes. A 150-token prompt in chunks of 7 and 40 decode
+    steps: every step within 1e-4 of the reference, bit for bit the run
+    keeping every block, and the window side's counts: at most its cap of
+    2 blocks (15 positions back and 7 rows) of the sequence's 4, blocks
+    given back."""
+    prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 150)]
+    fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
+    counts = {}
+    flat, greedy = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "w.bin"), chunk=7,
+                        window=counts)
+    every, greedy_every = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "e.bin"),
+                               chunk=7)
+    if not (np.array_equal(flat, every) and greedy == greedy_every):
+        fail(f"{name}: the window rule changes the logits")
+    n_pos = 150 + 40 + 4
+    gone = (n_pos - 1 - (ref.window - 1)) // 64  # blocks behind the last row's window
+    if counts.get("cap") != 2 or counts["peak"] > 2 or counts["freed"] != gone or \
+            counts["used"] != -(-n_pos // 64) - gone:
+        fail(f"{name}: window counts {counts}; expected cap 2, {gone} blocks given back")
+    ours = flat.reshape(-1, ref.n_vocab).astype(np.float64)
+    cache = ref.new_cache()
+    worst = 0.0
+    for i, toks in enumerate([prompt] + [[t] for t in fixed + greedy]):
+        r = ref.forward(toks, cache)
+        worst = max(worst, np.abs(ours[i] - r).max() / np.abs(r).max())
+    if worst > BOUND:
+        fail(f"{name}, window rule: relative error {worst:.3e} > {BOUND:.0e}")
+    else:
+        print(f"ok     {name}, window rule: {len(fixed) + 5} steps over 194 positions, worst "
+              f"relative error {worst:.2e}, = keeping every block; window side {counts}")
+
+
 def int8_top(ref, tool, path, name, prompt, fixed, tmp):
     flat, _ = dump(tool, path, prompt, fixed, 0, os.path.join(tmp, "q.bin"), exact=False)
     ours = flat.reshape(-1, ref.n_vocab)
@@ -126,6 +171,21 @@ def kv_memory(path, ref):
         fail(f"no-sharing KV bytes a token {unshared}, expected {4 * every} f32")
     else:
         print(f"ok     KV memory: {4 * own} bytes a token f32 (no sharing: {4 * every})")
+    # the window rule: the full layers' bytes a token, the local layers' a
+    # window's blocks (15 positions back and a step of 512 rows, one block
+    # more) a sequence
+    full = sum(2 * ref.n_head_kv[i] * ref.head_dim[i] for i in range(ref.n_layer)
+               if ref.src[i] == i and not ref.sliding[i])
+    cap = min(-(-(ref.window - 1 + 512) // 64) + 1, -(-info["n_ctx_train"] // 64))
+    want = {"bytes_per_token": {"f32": 4 * full, "f16": 2 * full},
+            "window_bytes_per_sequence": {"f32": 4 * cap * 64 * (own - full),
+                                          "f16": 2 * cap * 64 * (own - full)},
+            "window_blocks": cap, "rows_per_step": 512}
+    if info.get("kv_window_rule") != want:
+        fail(f"KV memory under the window rule: {info.get('kv_window_rule')}, expected {want}")
+    else:
+        print(f"ok     KV memory under the window rule: {4 * full} bytes a token f32 and "
+              f"{4 * cap * 64 * (own - full)} a sequence for the local layers")
     return own
 
 
@@ -184,6 +244,50 @@ def saved_cache(tmp, own):
           "bytes a token (each KV once)")
 
 
+def window_cli(tmp):
+    """The window rule through the CLI on saved_cache's model (window 16,
+    kv groups from `info`): a ~400-position request (-b 16) through `batch
+    --kv-mem 2`, which holds its blocks only with the rule (the window side's
+    2 blocks beside the full layers' blocks: the premise is checked from
+    info's bytes), gives run's text; a cache saved after a prompt that
+    crossed the window (its local rows given back: saved as zeros) continues
+    as the uninterrupted run."""
+    path = os.path.join(tmp, "vocab-f16.gguf")
+    info = json.loads(subprocess.run([IGNITE, "info", "-m", path, "--json"],
+                                     capture_output=True, text=True).stdout)
+    per_block = {g["kind"]: g["bytes_per_block"]["f32"] for g in info["kv_groups"]}
+    prompt = "the quick brown fox jumps over the lazy dog again and again " * 5  # 300 tokens
+    opts = ("-c", "1024", "-b", "16", "-n", "100")
+    full = run_json(path, "-p", prompt, *opts)
+    n_prompt = full.get("tokens", {}).get("prompt", 0)
+    blocks = -(-(n_prompt + 100) // 64)
+    mem = 2 << 20
+    if blocks * (per_block["full"] + per_block["sliding_window"]) <= mem or \
+            blocks * per_block["full"] + 2 * per_block["sliding_window"] > mem:
+        fail(f"window rule: {blocks} blocks of {per_block}: the premise (fits in 2 MiB only "
+             "with the rule) does not hold")
+        return
+    line = json.dumps({"prompt": prompt, "n_predict": 100}) + "\n"
+    r = subprocess.run([IGNITE, "batch", "-m", path, "-t", "2", "-P", "1", "--kv-mem", "2",
+                        "--temp", "0", "--ignore-eos", *opts[:4]], input=line,
+                       capture_output=True, text=True, timeout=120)
+    got = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and r.stdout else {}
+    if got.get("text") != full.get("text"):
+        fail(f"window rule: batch --kv-mem 2 (exit {r.returncode}) gave {got!r:.200}, run "
+             f"{full.get('text')!r:.200} ({r.stderr.strip()[-300:]})")
+        return
+    kvf = os.path.join(tmp, "long.kv")
+    run_json(path, "-p", prompt, "--prompt-only", "--save-kv", kvf, *opts[:4])
+    rest = run_json(path, "--load-kv", kvf, *opts)
+    if rest.get("text") != full.get("text"):
+        fail(f"window rule: continued {rest.get('text')!r:.200}, uninterrupted "
+             f"{full.get('text')!r:.200}")
+        return
+    print(f"ok     window rule through the CLI: {n_prompt} + 100 positions in batch --kv-mem 2 "
+          f"({blocks} blocks: {blocks * sum(per_block.values()) / 1048576:.2f} MiB without the "
+          "rule) = run; a saved cache past the window continues as the uninterrupted run")
+
+
 def chat_template(tmp):
     import jinja2
     from gguf import GGUFReader
@@ -232,16 +336,23 @@ def main():
             if qtype == "Q8_0":
                 int8_top(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
             if qtype == "F16":
+                window_rule(ref, tool, path, f"gemma4 tiny {qtype}", tmp, rng)
                 own = kv_memory(path, ref)
                 saved_cache(tmp, own)
+                window_cli(tmp)
                 chat_template(tmp)
-        for qtype in ("F16", "Q4_K_M"):
-            path = os.path.join(tmp, f"moe-{qtype}.gguf")
-            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4")
+        # the experts' gate and up apart, and fused as llama.cpp's converter writes them
+        for qtype, fused in (("F16", False), ("Q4_K_M", False), ("Q4_K_M", True)):
+            path = os.path.join(tmp, f"moe-{qtype}-{fused}.gguf")
+            random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4",
+                              fused_experts=fused)
             ref = Gemma4Ref(path)
             prompt = [int(t) for t in rng.integers(3, ref.n_vocab, 40)]
             fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
-            against_reference(ref, tool, path, f"gemma4 moe-tiny {qtype}", prompt, fixed, tmp)
+            name = f"gemma4 moe-tiny {qtype}" + (" (ffn_gate_up_exps)" if fused else "")
+            against_reference(ref, tool, path, name, prompt, fixed, tmp)
+            if fused:
+                int8_top(ref, tool, path, name, prompt, fixed, tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1

@@ -25,7 +25,12 @@ decode cross the local layers' 512-position window): f32_twin must match
 every step (it does: 128 of 128); "quant" is llama.cpp on the Q4_K_M file,
 whose activations it quantizes to 8 bits (Q8_0/Q8_K) in its matmuls: there
 the gap changes by up to 0.31 logits on matched steps and the four prompts
-fork at llama.cpp margins of 0.02 to 0.18, under the same Q4_BOUND.
+fork at llama.cpp margins of 0.02 to 0.18, under the same Q4_BOUND. Gemma 3
+runs under the window rule (forward_dump -w, prefill in chunks of 128): the
+local layers' blocks come from the pool's window side and go back as the
+window passes; each prompt's counts are checked (the window side never holds
+more than its cap, which is below the blocks of the whole sequence, and the
+two long prompts give blocks back).
 Usage: test_greedy_llamacpp.py FORWARD_DUMP [--gemma3]   (exits 77 when the
 model is absent)
 """
@@ -56,9 +61,12 @@ def sha256(path):
     return h.hexdigest()
 
 
-def run_ignite(tool, model, prompt_ids, n, out):
-    """ignite's n greedy ids, and the logits each was chosen from (n x n_vocab)."""
-    cmd = [tool, "-m", model, "-o", out, "-g", str(n), ",".join(map(str, prompt_ids))]
+def run_ignite(tool, model, prompt_ids, n, out, window=False):
+    """ignite's n greedy ids, and the logits each was chosen from (n x n_vocab);
+    with window, under the window rule: also the pool's counts (forward_dump -w)."""
+    cmd = [tool, "-m", model, "-o", out, "-g", str(n)]
+    cmd += ["-w", "-c", "128"] if window else []
+    cmd += [",".join(map(str, prompt_ids))]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         sys.stderr.write(res.stderr)
@@ -66,7 +74,28 @@ def run_ignite(tool, model, prompt_ids, n, out):
     line = next(l for l in res.stdout.splitlines() if l.startswith("greedy:"))
     ids = [int(t) for t in line.split()[1:]]
     logits = np.fromfile(out, dtype=np.float32).reshape(n + 1, -1)[:n]
+    if window:
+        w = next(l for l in res.stdout.splitlines() if l.startswith("window:")).split()[1:]
+        return ids, logits, {w[i]: int(w[i + 1]) for i in range(0, len(w), 2)}
     return ids, logits
+
+
+def check_window(name, counts, n_pos, chunk):
+    """The window rule's counts for a sequence of n_pos positions (Gemma 3
+    270M: window 512, chunks of 128): within the cap, the cap below the
+    sequence's blocks once it is longer than the window and a chunk, blocks
+    given back once the window has passed a whole block, none held at the
+    end but the window's. Returns the failures."""
+    blocks = -(-n_pos // 64)
+    cap = min(-(-(511 + chunk) // 64) + 1, blocks)
+    bad = []
+    if counts["cap"] != cap or counts["peak"] > cap:
+        bad.append(f"cap {counts['cap']} (expected {cap}), peak {counts['peak']}")
+    gone = max(0, (n_pos - 1 - 511) // 64)  # blocks wholly behind the last row's window
+    if counts["freed"] != gone or counts["used"] != blocks - gone:
+        bad.append(f"freed {counts['freed']}, held {counts['used']}; expected {gone} given back "
+                   f"and {blocks - gone} held of {blocks}")
+    return [f"window rule, {name}: " + b for b in bad]
 
 
 def compare(name, ref, ids, logits, n, bound):
@@ -114,7 +143,16 @@ def main():
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         for p in golden["prompts"]:
-            ids, logits = run_ignite(tool, model, p["prompt_ids"], n, os.path.join(tmp, "l.bin"))
+            got = run_ignite(tool, model, p["prompt_ids"], n, os.path.join(tmp, "l.bin"),
+                             window=gemma3)
+            ids, logits = got[0], got[1]
+            if gemma3:
+                # forward_dump feeds every greedy token: the prompt's positions and n
+                n_prompt = len(p["prompt_ids"])
+                for msg in check_window(p["name"], got[2], n_prompt + n, min(128, n_prompt)):
+                    print("FAIL " + msg)
+                    failed = True
+                print(f"window rule, {p['name']}: {got[2]}")
             for r, (bound, _) in runs.items():
                 k, msg, ok, d = compare(f"{r} {p['name']}", p[r], ids, logits, n, bound)
                 s = stats[r]

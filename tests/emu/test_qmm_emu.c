@@ -41,6 +41,7 @@
 #include "tests/emu/rope_case.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,6 +174,20 @@ static void test_layout_and_rows(int type, uint64_t *st)
         round &= memcmp(back, src + r * rb, rb) == 0;
     }
     CHECKF(round, "%s: repack and unpack do not give back the file's bytes", tname(type));
+    if (l.block == 256) { /* K types: chunk halves where GK_KQ_OFF puts them */
+        const size_t qs = type == QUANT_Q4_K   ? offsetof(struct block_q4_K, qs)
+                          : type == QUANT_Q5_K ? offsetof(struct block_q5_K, qs)
+                                               : offsetof(struct block_q6_K, ql);
+        bool placed = true;
+        for (int64_t i = 0; i < rows * 3; i++)
+            for (int k = 0; k < 4; k++)
+                for (int h = 0; h < 2; h++)
+                    placed &= memcmp(ref.q + i * 128 + GK_KQ_OFF(k, h),
+                                     src + (i / 3) * rb + (i % 3) * tr->block_bytes + qs +
+                                         32 * k + 16 * h,
+                                     16) == 0;
+        CHECKF(placed, "%s: quant chunk halves not at GK_KQ_OFF", tname(type));
+    }
     CHECK(IG_DEV(gk_qrepack)(&dev, src, rb, NULL) == IG_OK);
     CHECKF(same_planes(&ref, &dev), "%s: device repack differs from the twin", tname(type));
 
@@ -395,6 +410,77 @@ static void glu_case(int type, int64_t n_ff, int64_t cols, int64_t n, int act, u
     free(y), free(h_two), free(h_ref), free(h_tw), free(x), free(buf), free(src);
 }
 
+/* The gate|up GEMV's h blocks (qn with glu): each 32 outputs' int8 block by
+ * the last of its 4 blocks, bit for bit ops_qmm_quantize of the kernel's h
+ * (the twin does the same to its own h), the tickets left 0; and a down product loading them (xq) gives
+ * the y it gives quantizing h itself, bit for bit. n_ff = 256: 8 groups. */
+static void glu_blocks_case(int type, int64_t n, uint64_t *st)
+{
+    const int64_t n_ff = 256, rows = 2 * n_ff, cols = 256, ld_h = n_ff + 32, down_rows = 18;
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    uint8_t *dsrc = rand_rows(type, down_rows, n_ff, 0.02f, st);
+    void *buf, *dbuf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    struct gk_qmat wd = host_mat(type, down_rows, n_ff, &dbuf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    CHECK(IG_DEV(gk_qrepack)(&wd, dsrc, quant_row_bytes((enum quant_type)type, n_ff), NULL) ==
+          IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    uint16_t *h = calloc((size_t)(n * ld_h), 2), *h_ref = calloc((size_t)(n * ld_h), 2);
+    int8_t *hq = calloc((size_t)(n * ld_h), 1), *hq_ref = calloc((size_t)(n * ld_h), 1);
+    float *hqd = calloc((size_t)(n * ld_h / 32) * 2, 4), *hqd_ref = calloc((size_t)(n * ld_h / 32) * 2, 4);
+    uint32_t tickets[8] = {0};
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .glu = GK_GLU_SILU,
+                                .h = h, .ld_h = ld_h, .qn = hq, .qnd = hqd, .ticket = tickets};
+    CHECKF(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK, "%s glu blocks n %lld: launch", tname(type),
+           (long long)n);
+    /* the twin's blocks are those of its own h (within the GEMV's tolerance of
+     * the kernel's): each against ops_qmm_quantize of its h */
+    p.h = h_ref, p.qn = hq_ref, p.qnd = hqd_ref, p.ticket = NULL;
+    gk_qgemv_ref(&p);
+    int64_t off_q = 0, off_ref = 0;
+    float f[256];
+    struct qmm_q8 b[8];
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t t = 0; t < n; t++) {
+            const uint16_t *hh = (pass ? h_ref : h) + t * ld_h;
+            const int8_t *qq = (pass ? hq_ref : hq) + t * ld_h;
+            const float *dd = (pass ? hqd_ref : hqd) + t * (ld_h / 16);
+            for (int64_t i = 0; i < n_ff; i++)
+                f[i] = ig_f16_to_f32(hh[i]);
+            ops_qmm_quantize(f, n_ff, b);
+            bool same = true;
+            for (int i = 0; i < 8; i++)
+                same &= memcmp(qq + 32 * i, b[i].qs, 32) == 0 &&
+                        memcmp(&dd[2 * i], &b[i].d, 4) == 0 && memcmp(&dd[2 * i + 1], &b[i].s, 4) == 0;
+            *(pass ? &off_ref : &off_q) += !same;
+        }
+    CHECKF(off_q == 0, "%s glu blocks n %lld: %lld rows of h's int8 blocks off ops_qmm_quantize",
+           tname(type), (long long)n, (long long)off_q);
+    CHECKF(off_ref == 0, "%s glu blocks n %lld: the twin's blocks, %lld rows", tname(type),
+           (long long)n, (long long)off_ref);
+    bool zero = true;
+    for (int i = 0; i < 8; i++)
+        zero &= tickets[i] == 0;
+    CHECKF(zero, "%s glu blocks: tickets not left 0", tname(type));
+    /* the down product from h's blocks and from h itself */
+    float *y1 = calloc((size_t)(n * down_rows), 4), *y2 = calloc((size_t)(n * down_rows), 4);
+    struct gk_qgemv_params d = {.w = wd, .x = h, .ld_x = ld_h, .n = n, .y = y1,
+                                .ld_y = down_rows};
+    CHECK(IG_DEV(gk_qgemv)(&d, NULL) == IG_OK);
+    d.y = y2, d.xq = hq, d.xqd = hqd;
+    CHECK(IG_DEV(gk_qgemv)(&d, NULL) == IG_OK);
+    CHECKF(memcmp(y1, y2, (size_t)(n * down_rows) * 4) == 0,
+           "%s glu blocks n %lld: the down product from h's blocks differs", tname(type),
+           (long long)n);
+    /* refused: outputs not whole blocks of 32, no tickets */
+    p.h = h, p.qn = hq, p.qnd = hqd, p.ticket = NULL;
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
+    free(y1), free(y2), free(h), free(h_ref), free(hq), free(hq_ref), free(hqd), free(hqd_ref);
+    free(x), free(buf), free(dbuf), free(src), free(dsrc);
+}
+
 /* Elements per block of `type`. */
 static int64_t l_block(int type)
 {
@@ -530,6 +616,8 @@ static void test_gemv(int type, uint64_t *st)
     /* gate|up with its activation: an output per warp, a ragged last block */
     glu_case(type, 13, k ? 512 : 96, 1, GK_GLU_SILU, st);
     glu_case(type, 9, k ? 256 : 160, 3, GK_GLU_GELU, st);
+    /* and its int8 blocks of h for the down product */
+    glu_blocks_case(type, type == QUANT_Q4_K ? 3 : 1, st);
     /* the next norm in the last block and its int8 blocks: 6 or 32 blocks of
      * rows, 1 row of x (2 for Q4_K) */
     norm_case(type, k ? 512 : 96, k ? 256 : 96, type == QUANT_Q4_K ? 2 : 1, st);
@@ -538,6 +626,10 @@ static void test_gemv(int type, uint64_t *st)
     rope_gemv_case(type, 2, ROPE_HALF_SPLIT, RC_HD / 2, false, st);
     /* two slabs of x: 8 rows take 4096 columns at a time */
     gemv_case(type, 5, k ? 4352 : 4128, 6, 0, st, false);
+    /* the load ring: 104 (200) chunks a row, so a lane reduces 3 or 4 stages
+     * of the 1- and 2-row instances, the last one ragged */
+    gemv_case(type, 3, k ? 6656 : 6400, 1, 1, st, false);
+    gemv_case(type, 2, k ? 6656 : 6400, 2, 0, st, false);
 }
 
 static void test_gemv_refusals(void)

@@ -167,7 +167,7 @@ def main():
             failures.append(f"mamba info: exit {rc}, {o}, {err.strip()!r}")
         check_refused(tmp, "unknown_arch", dict(arch="gpt2", **SMALL),
                       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, "
-                      "gemma3, qwen3moe, qwen35, gemma4, gpt-oss)", cmd="run")
+                      "gemma3, qwen3moe, qwen35, gemma4, gpt-oss, qwen35moe)", cmd="run")
         # gemma4 (tests/cpu/test_gemma4.py runs it): a llama-shaped file lacks its weights
         check_refused(tmp, "gemma4_llama_shaped", dict(
             arch="gemma4", keys={"attention.head_count_kv": ([1, 2], ARR)}, **SMALL),

@@ -23,7 +23,8 @@ what each check is), on:
     weights (tests/pylib/moegen.py);
   - a qwen35 GGUF (bench/random_gguf.py's tiny shape in Q8_0: three gated
     DeltaNet layers, whose rows are not the attention's, and a gated
-    attention layer; the CUDA backend refuses it in one line);
+    attention layer; the CUDA backend refuses it in one line) and a qwen35moe
+    one (the same layers, experts and a shared expert with its F32 gate);
   - the synthetic models Llama-tiny (Q4_K_M), Qwen3-tiny and Gemma3-tiny.
 The GGUFs are not faithful conversions (no Q/K permutation for llama): only
 which weight is bound where is checked, not a forward. Every f16 matrix is
@@ -208,6 +209,9 @@ def main():
         hybrid = os.path.join(d, "qwen35.gguf")
         random_gguf.write(hybrid, "tiny", "Q8_0", arch="qwen35")
         run(hybrid)
+        hybrid_moe = os.path.join(d, "qwen35moe.gguf")
+        random_gguf.write(hybrid_moe, "tiny", "Q8_0", arch="qwen35moe")
+        run(hybrid_moe)
 
         for spec in ("synthetic:Llama-tiny:Q4_K_M", "synthetic:Qwen3-tiny:Q8_0",
                      "synthetic:Gemma3-tiny:Q4_0"):

@@ -12,6 +12,9 @@ conversation layer.
    turn: first + answer [+ the closing token] + next must be exactly
    jinja2's render of the whole conversation (llama.cpp's built-in renders
    for a built-in), BOS stripped where the tokenizer adds it.
+3. Qwen3.5's template (llama.cpp's models/templates/Qwen3.5-4B.jinja) with
+   thinking on and off (--no-think): each turn against jinja2 (its history
+   drops past reasoning, so the turns are checked one by one).
 
 usage: test_chat_builtin.py JINJA_RENDER_TOOL"""
 import json
@@ -142,6 +145,48 @@ def main():
                     failures += 1
                     print(f"TURNS {name} system={system!r} closed={closed}:\n  jinja2: {want!r}\n"
                           f"  ignite: {got!r} {first} {nxt}", file=sys.stderr)
+    # 3. Qwen3.5's template (qwen35, qwen35moe) with thinking on and off
+    # (--no-think). Its history drops a past answer's <think> block, so first +
+    # answer + next is not the whole render: each turn is checked on its own,
+    # the first against jinja2's render of [system?, user], the next against
+    # what follows the answer in jinja2's render of the whole conversation
+    # (less the end-of-turn token the cache holds where the answer was closed).
+    q35 = os.path.join(test_jinja.LLAMA_TEMPLATES, "Qwen3.5-4B.jinja")
+    if os.path.exists(q35):
+        with open(q35, encoding="utf-8") as f:
+            tmpl = f.read()
+        eot, answer = "<|im_end|>", "It is 4."
+        for thinking in (None, False):
+            for system in (None, "Be brief."):
+                for closed in (True, False):
+                    think = {} if thinking is None else {"enable_thinking": thinking}
+                    base = dict(template=tmpl, bos_token="", eos_token=eot, system=system,
+                                **think)
+                    first, nxt = test_jinja.run_tool(tool, [
+                        dict(base, turn="first", user="2+2?"),
+                        dict(base, turn="next", user=" And 3+3? ", closing=eot if closed else None)])
+                    msgs = ([{"role": "system", "content": system}] if system else []) + \
+                        [{"role": "user", "content": "2+2?"}]
+                    case = dict(bos_token="", eos_token=eot, add_generation_prompt=True, **think)
+                    want_first, _ = test_jinja.reference(tmpl, dict(case, messages=msgs))
+                    whole, _ = test_jinja.reference(tmpl, dict(case, messages=msgs + [
+                        {"role": "assistant", "content": answer},
+                        {"role": "user", "content": " And 3+3? "}]))
+                    tail = whole[whole.index(answer) + len(answer):]
+                    want_next = tail[len(eot):] if closed else tail
+                    gen = "<think>\n\n</think>\n\n" if thinking is False else "<think>\n"
+                    checks += 1
+                    if first.get("text") != want_first or nxt.get("text") != want_next or \
+                            not want_first.endswith("<|im_start|>assistant\n" + gen) or \
+                            not want_next.endswith("<|im_start|>assistant\n" + gen):
+                        failures += 1
+                        print(f"TURNS Qwen3.5 thinking={thinking} system={system!r} "
+                              f"closed={closed}:\n  jinja2: {want_first!r} {want_next!r}\n"
+                              f"  ignite: {first} {nxt}", file=sys.stderr)
+        print("Qwen3.5's turns with thinking on and off against jinja2")
+    else:
+        print("note: llama.cpp's source is absent: Qwen3.5's turns are not checked",
+              file=sys.stderr)
     # a built-in's turns against its own whole render
     for name in ("chatml", "llama3", "gemma", "zephyr", "phi3"):
         base = {"builtin": name, "bos_token": "", "eos_token": "</s>"}

@@ -47,6 +47,7 @@ PUBLISHED = [
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
     "Qwen-Qwen3-0.6B.jinja",
     "Qwen-QwQ-32B.jinja",
+    "Qwen3.5-4B.jinja",  # qwen35/qwen35moe: past turns' <think> dropped, enable_thinking
     "HuggingFaceTB-SmolLM3-3B.jinja",
     "ibm-granite-granite-3.3-2B-Instruct.jinja",
     "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
@@ -131,6 +132,10 @@ CONVERSATIONS = [
     ([("user", "Hi"), ("assistant", "Hello, how can I help?")], False),
     ([("system", "Sys"), ("user", "Hi")], False),
     ([("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"), ("user", "e")], True),
+    # a thinking model's answers: reasoning kept after the last query, dropped before it
+    ([("user", "2+2?"), ("assistant", "<think>\nAdd them.\n</think>\n\nIt is 4."),
+      ("user", "And 3+3?"), ("assistant", "<think>\n\n</think>\n\n6.")], False),
+    ([("user", "2+2?"), ("assistant", "<think>\nAdd.\n</think>\n\n4."), ("user", "More?")], True),
 ]
 
 
