@@ -215,6 +215,7 @@ int pd_submit(struct pd *pd, struct gen_request *r, const char *line, size_t len
     q->h = (struct req_hdr){.seq = pd->n_seq, .sp = r->params.sp,
                             .n_predict = r->params.n_predict,
                             .ignore_eog = r->params.ignore_eog,
+                            .special_text = r->params.special_text,
                             .line_no = line_no, .n_tokens = n, .line_len = (int64_t)len,
                             .need = kv_blocks_for(max_pos < n_ctx ? max_pos : n_ctx),
                             .tokenize_ms = r->result.tokenize_ms};

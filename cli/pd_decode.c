@@ -114,6 +114,7 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
         j->r.params = (struct gen_params){.n_predict = j->h.n_predict,
                                           .ignore_eog = j->h.ignore_eog, .sp = j->h.sp};
     }
+    j->r.params.special_text = j->h.special_text; /* rank 0's channels read the markers */
     int st;
     FILE *f = fmemopen((void *)kv, (size_t)j->h.kv_bytes, "rb");
     if (!f)

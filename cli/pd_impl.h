@@ -21,6 +21,7 @@ enum { TAG_REQ = 900, TAG_KV, TAG_ROOM, TAG_SHIPPED, TAG_DONE, TAG_STOP, TAG_STA
 /* rank 0 → prefill: then tokens[n_tokens] (int32), the line */
 struct req_hdr {
     int64_t seq, line_no, n_tokens, line_len, need, n_predict, ignore_eog;
+    int64_t special_text;       /* a harmony chat's: its text keeps the channel markers */
     struct sampler_params sp;   /* the seed picked */
     double ago_ms, tokenize_ms; /* since arrival, on rank 0's clock */
 };
@@ -28,6 +29,7 @@ struct req_hdr {
 /* prefill → decode: then the line, then the saved cache */
 struct kv_hdr {
     int64_t seq, line_no, line_len, kv_bytes, need, n_prompt, n_cached, n_predict, ignore_eog;
+    int64_t special_text;
     struct sampler_params sp;
     double ago_ms, queue_ms, prefill_ms, pack_ms;
 };

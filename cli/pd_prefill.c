@@ -58,6 +58,7 @@ static int pack(struct pd *pd, struct pjob *j)
     h = (struct kv_hdr){
         .seq = j->h.seq, .line_no = j->h.line_no, .line_len = j->h.line_len,
         .n_predict = j->h.n_predict, .ignore_eog = j->h.ignore_eog, .sp = j->h.sp,
+        .special_text = j->h.special_text,
         .kv_bytes = (int64_t)(bytes - sizeof h - (size_t)j->h.line_len), .need = j->h.need,
         .n_prompt = res->n_prompt, .n_cached = res->n_cached, .queue_ms = res->queue_ms,
         .prefill_ms = res->prefill_ms, .pack_ms = (double)(ig_now_ns() - t0) / 1e6,

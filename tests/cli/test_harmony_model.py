@@ -13,7 +13,8 @@ that never wrote one would prove nothing: the test checks it did).
   - batch: 24 chat lines of different seeds in one run; each line's
     "text" and "analysis" are the reference parse of its "raw" (the
     answer with its markers); no "text" holds a marker; some lines have
-    markers in "raw", some an analysis, one at least a final channel.
+    markers in "raw", some an analysis, one at least a final channel; the
+    same lines through `batch --pd 1:1` under mpirun give the same lines.
   - run --chat (a seed whose answer has an analysis, if any, and another):
     stdout is the --json run's "text" (same seed), no markup; with
     --verbose stderr shows "[analysis] " and the analysis text.
@@ -28,6 +29,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,11 +166,38 @@ def has_marker(s):
     return any(m in s for m in MARKERS)
 
 
+def batch_lines():
+    return "".join(json.dumps({"prompt": "Hello", "chat": True, "seed": s, "n_predict": 48})
+                   + "\n" for s in range(1, N_LINES + 1)).encode()
+
+
+def check_batch_pd(model, want):
+    """batch --pd 1:1 (prefill and decode ranks): each line's text, analysis
+    and raw answer are one process's (the decode rank keeps the markers for
+    rank 0's channels). Skipped without mpirun or an MPI build."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("batch --pd: no mpirun, not run")
+        return
+    cmd = [mpirun, "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"]
+                                                     if os.geteuid() == 0 else [])
+    r = subprocess.run(cmd + [IGNITE, "batch", "--pd", "1:1", "-m", model, "-t", "1", "-q"],
+                       input=batch_lines(), capture_output=True, timeout=300)
+    if b"built without" in r.stderr:
+        print("batch --pd: this ignite has no MPI, not run")
+        return
+    check(r.returncode == 0, f"batch --pd 1:1 exits {r.returncode}: {r.stderr[-300:]!r}")
+    got = [json.loads(x) for x in r.stdout.decode("utf-8", "replace").splitlines() if x.strip()]
+    key = [(o["sampling"]["seed"], o.get("text"), o.get("analysis"), o.get("raw")) for o in want]
+    gkey = sorted((o["sampling"]["seed"], o.get("text"), o.get("analysis"), o.get("raw"))
+                  for o in got)
+    check(gkey == sorted(key), f"batch --pd 1:1: {len(got)} lines; the first that differs "
+          f"{[g for g, k in zip(gkey, sorted(key)) if g != k][:1]}")
+
+
 def check_batch(model):
     """Returns the seeds whose answers have an analysis."""
-    lines = "".join(json.dumps({"prompt": "Hello", "chat": True, "seed": s, "n_predict": 48})
-                    + "\n" for s in range(1, N_LINES + 1))
-    rc, out, err = ignite("batch", "-m", model, "-t", "2", "-q", stdin=lines.encode())
+    rc, out, err = ignite("batch", "-m", model, "-t", "2", "-q", stdin=batch_lines())
     check(rc == 0, f"batch exits {rc}: {err.strip()[-300:]}")
     objs = [json.loads(x) for x in out.splitlines() if x.strip()]
     check(len(objs) == N_LINES, f"batch wrote {len(objs)} lines, not {N_LINES}")
@@ -189,6 +218,7 @@ def check_batch(model):
           "the random model wrote too few markers to prove anything")
     if not analysed:  # (test_harmony covers the analysis channel's routing)
         print("note: no answer wrote <|channel|>analysis<|message|> (a random model's chance)")
+    check_batch_pd(model, objs)
     return [o["sampling"]["seed"] for o in objs if o.get("analysis")]
 
 
