@@ -4,12 +4,9 @@
 #include "cli/batch_request.h"
 
 #include "core/json.h"
-#include "generate/generate.h"
-#include "grammar/grammar.h"
 #include "core/status.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -430,26 +427,4 @@ int batch_request_parse(const char *line, size_t len, bool plain, const struct g
         r->opts.n_stop = r->n_stop;
     }
     return IG_OK;
-}
-
-int batch_request_grammar(const struct batch_request *r, int64_t line_no, struct grammar **out)
-{
-    char source[48];
-    snprintf(source, sizeof source, "line %lld", (long long)line_no);
-    *out = NULL;
-    if (r->grammar)
-        return grammar_from_gbnf(r->grammar, strlen(r->grammar), source, out);
-    if (r->json_schema)
-        return grammar_from_json_schema(r->json_schema, strlen(r->json_schema), source, out);
-    return IG_OK;
-}
-
-void batch_request_params(const struct batch_request *r, const struct grammar *own,
-                          const struct grammar *shared, struct gen_params *out)
-{
-    const struct gen_cli *o = &r->opts;
-    *out = (struct gen_params){.n_predict = o->n_predict, .sp = o->sp,
-                               .ignore_eog = o->ignore_eos, .stop = o->stop,
-                               .n_stop = o->n_stop, .grammar = own ? own : shared};
-    gen_cli_spec(o, &out->spec);
 }

@@ -53,7 +53,7 @@ safetensors)
     corpus=corpus_st max_len=65536 libs=(-lcjson) ;;
 hf_json)
     srcs=("${gguf[@]}" core/utf8.c core/json.c models/arch.c models/model.c models/tensors.c
-          models/safetensors.c models/hf_config.c models/hf_model.c ops/rope_freqs.c
+          models/safetensors.c models/hf_config.c models/hf_model.c models/hf_mxfp4.c ops/rope_freqs.c
           tokenizer/unicode.c tokenizer/unicode_tables.c tokenizer/vocab.c tokenizer/pretok.c
           tokenizer/bpe.c tokenizer/spm.c tokenizer/encode.c tokenizer/decode.c
           tokenizer/gguf_vocab.c tokenizer/hf_vocab.c)
