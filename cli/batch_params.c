@@ -5,6 +5,7 @@
  * engine's types. Used by cmd_batch.c and the decode ranks (pd_decode.c). */
 #include "cli/batch_request.h"
 
+#include "core/status.h"
 #include "generate/generate.h"
 #include "grammar/grammar.h"
 
