@@ -13,8 +13,8 @@
  * fresh backend continues with the same logits.
  * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]: the
  * model's first N layers only (both backends), for a weight mode whose code
- * is the same in every layer (ctest's f16 run: the native run keeps the
- * whole depth). Exits 77 without the model. */
+ * is the same in every layer (ctest runs native weights on 12 layers, f16
+ * on 8). Exits 77 without the model. */
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/cpu/model_path.h"
