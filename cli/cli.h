@@ -271,6 +271,10 @@ int cli_line_edit_read(const char *prompt, char **line);
 void cli_line_edit_add(const char *msg);
 void cli_line_edit_close(void);
 
+/* Appends n bytes of s to *buf (*len used of *cap, grown as needed): 0,
+ * or 1 where memory ran out (the buffer as it was). cli/textbuf.c */
+int cli_text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+
 /* `ignite info --tp N`: what each of N tensor-parallel ranks holds of m
  * (cli/info_tp.c), on stdout, or as the "tensor_parallel" member of json
  * where json is not NULL. IG_OK, or the status of a split m cannot make

@@ -242,17 +242,7 @@ static void job_error(struct batch *b, struct job *j, int status)
 static int on_final(void *user, const char *text, size_t len)
 {
     struct job *j = user;
-    if (j->len + len > j->cap) {
-        size_t cap = (j->len + len) * 2 + 64;
-        char *t = realloc(j->text, cap);
-        if (!t)
-            return 1;
-        j->text = t;
-        j->cap = cap;
-    }
-    memcpy(j->text + j->len, text, len);
-    j->len += len;
-    return 0;
+    return cli_text_append(&j->text, &j->len, &j->cap, text, len);
 }
 
 static int on_text(void *user, struct gen_request *r, const char *text, size_t len)

@@ -52,17 +52,7 @@ int pd_decode_text(void *user, struct gen_request *r, const char *text, size_t l
 {
     struct djob *j = r->user;
     (void)user;
-    if (j->len + len > j->cap) {
-        size_t cap = (j->len + len) * 2 + 64;
-        char *t = realloc(j->text, cap);
-        if (!t)
-            return 1;
-        j->text = t;
-        j->cap = cap;
-    }
-    memcpy(j->text + j->len, text, len);
-    j->len += len;
-    return 0;
+    return cli_text_append(&j->text, &j->len, &j->cap, text, len);
 }
 
 void pd_decode_done(void *user, struct gen_request *r)
