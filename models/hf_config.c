@@ -354,6 +354,37 @@ static int read_rope(const struct cfg *c, struct hf_config *out)
     return IG_OK;
 }
 
+/* layer_types (transformers' list of each layer's kind): the layers of kind
+ * `other` (the rest "full_attention") as bits of out, their count in *n;
+ * without the list, all but every every-th layer (layer i is `other` when
+ * (i + 1) % every != 0). IG_OK, or IG_E_MODEL after one line. */
+static int layer_kinds(const struct cfg *c, int64_t n_layer, int64_t every, const char *other,
+                       uint8_t *out, int64_t *n)
+{
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
+    if (types && !cJSON_IsNull(types) &&
+        (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n_layer))
+        return ig_error(IG_E_MODEL, "'%s': 'layer_types' must list one kind for each of the %lld "
+                        "layers", c->name, (long long)n_layer);
+    const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
+    *n = 0;
+    for (int64_t il = 0; il < n_layer; il++) {
+        bool is = (il + 1) % every != 0;
+        if (e) {
+            const char *k = cJSON_IsString(e) ? e->valuestring : "";
+            if (strcmp(k, other) && strcmp(k, "full_attention"))
+                return ig_error(IG_E_MODEL, "'%s': layer_types[%lld] is '%.40s', expected '%s' "
+                                "or 'full_attention'", c->name, (long long)il, k, other);
+            is = !strcmp(k, other);
+            e = e->next;
+        }
+        if (is)
+            out[il / 8] |= (uint8_t)(1u << (il % 8));
+        *n += is;
+    }
+    return IG_OK;
+}
+
 /* Gemma 3's local layers: sliding_window keys back from each query, on the
  * layers layer_types calls "sliding_attention", else on all but every
  * sliding_window_pattern-th (transformers: layer i is local when
@@ -369,29 +400,10 @@ static int read_window(const struct cfg *c, const struct model_arch_info *ai,
         (st = get_pos_float(c, "rope_local_base_freq", ai->rope_base_local,
                             &hp->rope[MODEL_ROPE_LOCAL].base)))
         return st;
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
-    if (types && !cJSON_IsNull(types) &&
-        (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != hp->n_layer))
-        return ig_error(IG_E_MODEL, "'%s': 'layer_types' must list one kind for each of the %lld "
-                        "layers", c->name, (long long)hp->n_layer);
-    const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
     hp->n_swa = window;
-    hp->n_swa_layers = 0;
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-        bool local = (il + 1) % every != 0;
-        if (e) {
-            const char *k = cJSON_IsString(e) ? e->valuestring : "";
-            if (strcmp(k, "sliding_attention") && strcmp(k, "full_attention"))
-                return ig_error(IG_E_MODEL, "'%s': layer_types[%lld] is '%.40s', expected "
-                                "'sliding_attention' or 'full_attention'", c->name,
-                                (long long)il, k);
-            local = !strcmp(k, "sliding_attention");
-            e = e->next;
-        }
-        if (local)
-            out->local[il / 8] |= (uint8_t)(1u << (il % 8));
-        hp->n_swa_layers += local;
-    }
+    if ((st = layer_kinds(c, hp->n_layer, every, "sliding_attention", out->local,
+                          &hp->n_swa_layers)))
+        return st;
     if (ai->swa_rope_scaled) /* gpt-oss: local layers rotate as the global ones */
         hp->rope[MODEL_ROPE_LOCAL] = hp->rope[MODEL_ROPE_GLOBAL];
     return IG_OK;
@@ -473,26 +485,10 @@ static int read_deltanet(const struct cfg *c, const struct model_arch_info *ai,
                         "even number of dims", c->name, prf, (long long)hp->head_dim);
     hp->full_attn_every = every;
     hp->has_attn_gate = true;
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(c->j, "layer_types");
-    if (types && !cJSON_IsNull(types) &&
-        (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != hp->n_layer))
-        return ig_error(IG_E_MODEL, "'%s': 'layer_types' must list one kind for each of the %lld "
-                        "layers", c->name, (long long)hp->n_layer);
-    const cJSON *e = cJSON_IsArray(types) ? types->child : NULL;
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-        bool recurrent = (il + 1) % every != 0;
-        if (e) {
-            const char *k = cJSON_IsString(e) ? e->valuestring : "";
-            if (strcmp(k, "linear_attention") && strcmp(k, "full_attention"))
-                return ig_error(IG_E_MODEL, "'%s': layer_types[%lld] is '%.40s', expected "
-                                "'linear_attention' or 'full_attention'", c->name,
-                                (long long)il, k);
-            recurrent = !strcmp(k, "linear_attention");
-            e = e->next;
-        }
-        if (recurrent)
-            out->recurrent[il / 8] |= (uint8_t)(1u << (il % 8));
-    }
+    int64_t n_recurrent;
+    if ((st = layer_kinds(c, hp->n_layer, every, "linear_attention", out->recurrent,
+                          &n_recurrent)))
+        return st;
     if (!(ai->features & MODEL_FEAT_MOE_SHEXP))
         return IG_OK;
     hp->moe_norm_topk = true; /* Qwen3_5MoeTopKRouter divides by the top k's sum */
