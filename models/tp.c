@@ -81,8 +81,8 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
         }
         /* a layer reading an earlier layer's K/V (gemma4) reads this rank's
          * heads of it: the two must split alike */
-        const struct model_tp_layer *src = &out->layers[L->kv_source];
-        if (L->kv_shared && (src->kv0 != s->kv0 || src->n_kv != s->n_kv)) {
+        const struct model_tp_layer *src = L->kv_shared ? &out->layers[L->kv_source] : s;
+        if (src->kv0 != s->kv0 || src->n_kv != s->n_kv) {
             model_tp_part_free(out);
             return ig_error(IG_E_USAGE, "--tp %d: layer %lld reads layer %lld's KV heads, "
                             "which split otherwise", n_ranks, (long long)il,
