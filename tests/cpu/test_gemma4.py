@@ -32,6 +32,7 @@ embeddings, layer output scales, logits soft-capped.
     passes): 194 positions against the reference and = keeping every block,
     the window side's counts; `batch --kv-mem` holding a request only with
     the rule = run; a cache saved past the window continues; `info`'s bytes.
+Under the sanitizers: the dense F16 file and the fused MoE file only.
 Usage: test_gemma4.py FORWARD_DUMP   (IGNITE_BIN: the ignite binary)
 """
 import json
@@ -50,6 +51,7 @@ import ggufgen  # noqa: E402
 import random_gguf  # noqa: E402
 import randgguf_gemma4  # noqa: E402
 from ref_gemma4 import Gemma4Ref  # noqa: E402
+from igtest import sanitized  # noqa: E402
 
 BOUND = 1e-4
 IGNITE = os.environ.get("IGNITE_BIN") or os.path.join(HERE, "..", "..", "build", "ignite")
@@ -326,7 +328,9 @@ def main():
     tool = sys.argv[1]
     rng = np.random.default_rng(11)
     with tempfile.TemporaryDirectory() as tmp:
-        for qtype in ("F16", "Q8_0", "Q4_K_M"):
+        # (the sanitizers, ~30x slower: the F16 file, whose cases reach every path the
+        # quantized ones do, and the fused experts)
+        for qtype in ("F16",) if sanitized() else ("F16", "Q8_0", "Q4_K_M"):
             path = os.path.join(tmp, f"tiny-{qtype}.gguf")
             random_gguf.write(path, "tiny", qtype, seed=3, arch="gemma4")
             ref = Gemma4Ref(path)
@@ -342,7 +346,8 @@ def main():
                 window_cli(tmp)
                 chat_template(tmp)
         # the experts' gate and up apart, and fused as llama.cpp's converter writes them
-        for qtype, fused in (("F16", False), ("Q4_K_M", False), ("Q4_K_M", True)):
+        moe = (("F16", False), ("Q4_K_M", False), ("Q4_K_M", True))
+        for qtype, fused in moe[2:] if sanitized() else moe:
             path = os.path.join(tmp, f"moe-{qtype}-{fused}.gguf")
             random_gguf.write(path, "moe-tiny", qtype, seed=4, arch="gemma4",
                               fused_experts=fused)
