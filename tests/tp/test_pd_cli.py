@@ -140,7 +140,10 @@ def equal_runs(mpirun, tmp):
                  for x in (res, want))
     waited = [ln for ln in got.stderr.decode(errors="replace").splitlines()
               if ln.startswith("pd: rank 0") and "waited" in ln]
-    check(waited and int(waited[0].split(", ")[-1].split()[0]) > 0,
+    # (whether a cache waited is a race between the ranks: under the sanitizers, whose
+    # slowdown is not even across the ranks' work, it may not happen; the normal build
+    # is where it is shown)
+    check(sanitized() or (waited and int(waited[0].split(", ")[-1].split()[0]) > 0),
           f"--kv-mem 12, --pd 1:1: no cache waited for room: {waited}")
     check(got.returncode == 0 and res == want and len(res) == n,
           f"--kv-mem 12, --pd 1:1: exit {got.returncode}, {sum(g != w for g, w in zip(res, want))}"
