@@ -145,7 +145,6 @@ def chunked_form_runs(tool, path, prompt, tmp):
 
 
 def bad_files(ignite, tmp):
-    ok = True
     path = os.path.join(tmp, "bad.gguf")
     keys = randgguf_qwen35.keys
     cases = []
@@ -170,6 +169,13 @@ def bad_files(ignite, tmp):
         finally:
             randgguf_qwen35.tensors = tensors
     cases.append(("missing weight", no_weight, "blk.1.ssm_beta.weight' is missing"))
+    return refused(ignite, path, cases, "qwen35")
+
+
+def refused(ignite, path, cases, arch):
+    """Each case (label, make, words) writes a bad file at path, which `ignite
+    info` must refuse with one line holding words, exit 4."""
+    ok = True
     for label, make, words in cases:
         make()
         res = subprocess.run([ignite, "info", "-m", path], capture_output=True, text=True)
@@ -177,7 +183,7 @@ def bad_files(ignite, tmp):
         if res.returncode != 4 or len(lines) != 1 or words not in lines[0]:
             print(f"FAIL bad file ({label}): exit {res.returncode}, stderr {res.stderr!r}")
             ok = False
-    print(f"{'ok' if ok else 'FAILED':6} bad qwen35 files: one line, exit 4")
+    print(f"{'ok' if ok else 'FAILED':6} bad {arch} files: one line, exit 4")
     return ok
 
 
