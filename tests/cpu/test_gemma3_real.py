@@ -152,10 +152,10 @@ def main():
     if sanitized():  # 30x slower: one short case crossing a small prefix of the window
         cases = [("gemma3 270M, 40 tokens", ids[:40], ["-c", "16"], [], 2, 1e-4)]
     else:
+        # (prefill queries past the window in the last chunk, decode steps past it)
         cases = [
             ("gemma3 270M, 600 tokens in chunks of 256 (across the window)", ids[:600],
-             ["-c", "256"], ids[600:604], 4, 1e-4),
-            ("gemma3 270M, 500 tokens, decode past the window", ids[:500], [], [], 20, 1e-4),
+             ["-c", "256"], ids[600:604], 8, 1e-4),
         ]
     t0 = time.time()
     ref = RefModel(path)
