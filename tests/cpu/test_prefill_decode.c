@@ -203,6 +203,13 @@ int main(void)
                  {KV_Q8_0, KV_Q4_0, true, "exact, q8_0 K / q4_0 V cache"}};
     float *steps = malloc((size_t)(N_PROMPT * f.nv) * sizeof *steps);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+#if defined(__SANITIZE_ADDRESS__)
+        /* (the exact path's f32 and f16 caches run under the sanitizers in
+         * test_forward_ref and test_kv_model: here the int8 path's three and
+         * the exact path's dequantized blocks) */
+        if (modes[i].exact && modes[i].dt != KV_Q8_0)
+            continue;
+#endif
         CHECK(make_backend(&f, modes[i].dt, modes[i].dv, modes[i].exact, N_PROMPT) == IG_OK);
         check_chunking(&f, prompt, steps, modes[i].name);
         check_interleaved(&f, prompts, steps, modes[i].name);
