@@ -10,8 +10,8 @@
  *     step's router flipped an expert, 0.14 relative, near the bound), and
  *     as f16 (--gpu-weights f16: the f16 bounds, NMSE 1e-3, against the
  *     exact path);
- *   - per mode: 24 ids prefilled in chunks of 17 and 7 (a prefill step's
- *     tiles of several pairs of an expert), 5 decode steps (a row's 2
+ *   - per mode: 24 ids prefilled (native: in chunks of 17 and 7) (a
+ *     prefill step's tiles of several pairs of an expert), 5 decode steps (a row's 2
  *     experts only), teacher-forced, each step's logits within the bound
  *     and the same top token (a top two within twice the largest logit
  *     error of the CPU's is a tie: allow_ties); native: two sequences
@@ -58,8 +58,9 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode)
         uint64_t s = 7;
         for (int i = 0; i < 24; i++)
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
-        run_prompt(&p, ids, 24, 17, name);
-        if (mode == BACKEND_GPU_NATIVE)
+        bool native = mode == BACKEND_GPU_NATIVE;
+        run_prompt(&p, ids, 24, native ? 17 : 24, name);
+        if (native)
             run_two(&p, ids, 12, 6, 24 + N_STEPS);
         fprintf(stderr, "%s: worst rel err %.2e, NMSE %.2e\n", name, p.worst, p.worst_nmse);
     }

@@ -2,9 +2,9 @@
  * run by the CPU emulator against their twins (ops/gpu_moe_ref.c), one
  * layer's pipeline of route, sort, gate|up with the activation, down and
  * the weighted sum, on seeded random data: 8 experts of which 2 a row, 5
- * rows (a tile of several pairs, experts no row picks), n_embd 256,
- * expert width 256 (the K types' super-blocks) and 96 (a width that is not
- * a multiple of 256: f16 and Q8_0 down experts); gate|up / down in
+ * rows (a tile of several pairs, experts no row picks), n_embd and
+ * expert width 256 (the K types' super-blocks), or 128 and 96 (a width that
+ * is not a multiple of 256: f16 and Q8_0 down experts); gate|up / down in
  * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 with
  * gpt-oss's clamped SwiGLU and biases.
  *
@@ -42,7 +42,6 @@ int gk_moe_route_emu_moe_no_renorm(const struct gk_moe_route_params *p, void *st
 #define NE 8
 #define K 2
 #define N 5
-#define E 256
 
 typedef int (*route_fn)(const struct gk_moe_route_params *, void *);
 typedef int (*gemv_fn)(const struct gk_moe_gemv_params *, void *);
@@ -121,8 +120,8 @@ static int64_t count_off(const float *a, const float *b, int64_t n, double tol)
 /* One layer's pipeline on the emulator (route and gemv possibly mutants)
  * against the twins. Returns whether everything matched; with `quiet` no
  * failure is recorded (a mutant's run, expected to differ). */
-static bool run_case(int type, int down_type, int64_t ff, int glu, bool bias, route_fn route,
-                     gemv_fn gemv, bool quiet, uint64_t seed)
+static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bool bias,
+                     route_fn route, gemv_fn gemv, bool quiet, uint64_t seed)
 {
     uint64_t st = seed;
     int64_t pairs = N * K, max_tiles = gk_moe_max_tiles(pairs, NE);
@@ -251,26 +250,27 @@ int main(void)
 {
     struct {
         int type, down;
-        int64_t ff;
+        int64_t e, ff;
         int glu;
         bool bias;
     } cases[] = {
-        {QUANT_F16, QUANT_Q8_0, 96, GK_GLU_SILU, false},
-        {QUANT_Q4_K, QUANT_Q6_K, 256, GK_GLU_SILU, false},
-        {QUANT_Q8_0, QUANT_F16, 96, GK_MOE_GLU_OAI, true},
+        {QUANT_F16, QUANT_Q8_0, 128, 96, GK_GLU_SILU, false},
+        {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
+        {QUANT_Q8_0, QUANT_F16, 128, 96, GK_MOE_GLU_OAI, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fprintf(stderr, "%s gate|up, %s down, width %lld, glu %d%s\n",
+        fprintf(stderr, "%s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
                 quant_type_name((uint32_t)cases[i].type), quant_type_name((uint32_t)cases[i].down),
-                (long long)cases[i].ff, cases[i].glu, cases[i].bias ? ", biases" : "");
-        CHECK(run_case(cases[i].type, cases[i].down, cases[i].ff, cases[i].glu, cases[i].bias,
-                       IG_DEV(gk_moe_route), IG_DEV(gk_moe_gemv), false, 11 + i));
+                (long long)cases[i].e, (long long)cases[i].ff, cases[i].glu,
+                cases[i].bias ? ", biases" : "");
+        CHECK(run_case(cases[i].type, cases[i].down, cases[i].e, cases[i].ff, cases[i].glu,
+                       cases[i].bias, IG_DEV(gk_moe_route), IG_DEV(gk_moe_gemv), false, 11 + i));
     }
     /* planted bugs must be caught */
-    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 96, GK_GLU_SILU, false, IG_DEV(gk_moe_route),
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false, IG_DEV(gk_moe_route),
                      gk_moe_gemv_emu_moe_wrong_expert, true, 11),
            "mutant moe_wrong_expert (a product reads the wrong expert's rows) not caught");
-    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 96, GK_GLU_SILU, false,
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false,
                      gk_moe_route_emu_moe_no_renorm, IG_DEV(gk_moe_gemv), true, 11),
            "mutant moe_no_renorm (no renormalization) not caught");
     return test_summary("test_moe_emu");
