@@ -33,14 +33,20 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
     for (int64_t l = 0; l < hp->n_layer; l++)
         if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
             return "gated DeltaNet and gated attention layers";
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].ffn != LAYER_FFN_DENSE &&
-            (m->layers[l].ffn != LAYER_FFN_MOE || hp->has_moe_shexp || hp->has_moe_mlp)) {
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        /* backend/gpu_moe.c runs every expert of the layer, held whole */
+        bool part = L->ffn == LAYER_FFN_MOE &&
+                    (L->expert0 != 0 || L->w[LAYER_FFN_GATE_EXPS].n_expert != L->n_expert);
+        if (L->ffn != LAYER_FFN_DENSE &&
+            (L->ffn != LAYER_FFN_MOE || hp->has_moe_shexp || hp->has_moe_mlp || part)) {
             *layer = l;
             return hp->has_moe_shexp ? "a shared expert beside the routed ones"
                    : hp->has_moe_mlp ? "a dense MLP beside the experts"
+                   : part            ? "a tensor-parallel part of the experts"
                                      : "a mixture-of-experts FFN";
         }
+    }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
