@@ -157,6 +157,7 @@ template <> struct decode<QUANT_F16> {
         IG_UNROLL
         for (int i = 0; i < 4; i++) {
             const gk_u32x4 v = s[i];
+            IG_UNROLL
             for (int k = 0; k < 4; k++) {
                 y[8 * i + 2 * k] = gk_f16_bits_to_f32(v.w[k] & 0xffffu);
                 y[8 * i + 2 * k + 1] = gk_f16_bits_to_f32(v.w[k] >> 16);
@@ -172,6 +173,7 @@ __device__ __forceinline__ float dot32(const float w[32], const uint16_t *xs)
     IG_UNROLL
     for (int i = 0; i < 4; i++) {
         const gk_u32x4 v = ((const gk_u32x4 *)xs)[i];
+        IG_UNROLL
         for (int k = 0; k < 4; k++) {
             s += w[8 * i + 2 * k] * gk_f16_bits_to_f32(v.w[k] & 0xffffu);
             s += w[8 * i + 2 * k + 1] * gk_f16_bits_to_f32(v.w[k] >> 16);
@@ -187,8 +189,10 @@ __device__ __forceinline__ float glu_oai(float g, float u)
     return g / (1.0f + expf(1.702f * -g)) * (u + 1.0f);
 }
 
+/* (kThreads, 1): with the bound alone ptxas spilled 8-12 bytes in some
+ * instances (sm_80) at 80-100 registers. */
 template <int TYPE, bool GLU>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const gk_moe_gemv_params p)
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_params p)
 {
     const int64_t tile = blockIdx.y;
     if (tile >= *p.n_tiles) /* the whole block: no barriers below */
@@ -208,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const gk_moe_gemv_params
     IG_UNROLL
     for (int j = 0; j < kTile; j++)
         acc[j] = acc2[j] = 0;
-    for (int64_t xb = lane; xb < p.w.cols / 32; xb += 32) {
+    for (int xb = lane; xb < (int)(p.w.cols / 32); xb += 32) {
         /* one weight block in registers at a time (gate, then up): two
          * spilled at 128 registers */
         IG_UNROLL
@@ -281,6 +285,7 @@ int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
 {
     if (p->n < 0 || p->n > 0x7fffffff || p->n_embd < 1 || p->ld_x < p->n_embd ||
         p->n_expert < 1 || p->n_expert > GK_MOE_MAX_EXPERTS || p->k < 1 || p->k > p->n_expert ||
+        (p->n_embd + p->n_expert) * 4 > 48 * 1024 /* the default dynamic shared memory */ ||
         !p->x || !p->norm_w || !p->router || !p->sel || !p->wts)
         return ig_error(IG_E_INTERNAL, "gk_moe_route: bad sizes (n %lld, n_embd %lld, %lld "
                         "experts, k %lld) or NULL", (long long)p->n, (long long)p->n_embd,
