@@ -20,7 +20,7 @@
 # defaults to .gpubin, WORK to build-gpu-moe. Exit 1 when a part failed (the
 # later ones still run).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BIN=${BIN:-$PWD/.gpubin}
 WORK=${WORK:-$PWD/build-gpu-moe}
 PY=${PY:-python3}
