@@ -103,7 +103,8 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
               4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
-              (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch);
+              (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch) +
+              (double)IG_DEV(gpu_moe_buf_bytes)(g->m, g->max_batch);
 }
 
 /* ---- setup ------------------------------------------------------------------------ */
@@ -317,6 +318,8 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     }
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
         st = alloc_state(g);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_moe_alloc)(g);
     if (st != IG_OK) {
         gpu_ops.destroy(&g->base);
         return st;

@@ -305,6 +305,12 @@ static int ffn_dense(const struct gpu_pass *p, int64_t l, int64_t row0)
                        L->vec[LAYER_FFN_POST_NORM], next_norm(p, l, false));
 }
 
+/* LAYER_FFN_MOE: backend/gpu_moe.c. */
+static int ffn_moe(const struct gpu_pass *p, int64_t l, int64_t row0)
+{
+    return IG_DEV(gpu_ffn_moe)(p->g, l, row0, p->n);
+}
+
 /* ---- the loop -------------------------------------------------------------------- */
 
 /* By enum layer_mixer. */
@@ -315,6 +321,7 @@ static const gpu_mixer_fn mixers[] = {
 /* By enum layer_ffn. */
 static const gpu_ffn_fn ffns[] = {
     [LAYER_FFN_DENSE] = ffn_dense,
+    [LAYER_FFN_MOE] = ffn_moe,
 };
 
 /* Sums a block's output over the ranks that each computed a part of it:

@@ -51,6 +51,18 @@ struct gpu_layer {
  * as a graph: at most this many buckets (2^16 sequences). */
 #define GPU_MAX_BUCKETS 17
 
+/* A mixture of experts' step buffers (backend/gpu_moe.c), for max_batch
+ * rows of n_expert_used (row, slot) pairs each; NULL without experts. */
+struct gpu_moe_bufs {
+    int32_t *sel;      /* [pairs] each pair's expert (ascending within a row) */
+    float *wts;        /* [pairs] its routing weight */
+    int32_t *order;    /* [pairs] the pairs by expert */
+    int32_t *tiles;    /* [max_tiles][3] (expert, first, count) */
+    int32_t *n_tiles;  /* [1] */
+    uint16_t *h;       /* [pairs][n_ff] f16: act(gate) * up of each pair */
+    float *y;          /* [pairs][n_embd] each pair's down product */
+};
+
 struct gpu_backend {
     struct backend base;       /* first: the backend.h view */
     struct dev *dev;
@@ -123,6 +135,7 @@ struct gpu_backend {
     size_t weight_bytes, kv_bytes, device_bytes;
     struct kv_store *host_kv;  /* the last export's host copy */
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
+    struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
 };
 
 /* Rows of one output-head GEMM when several rows of a prefill step want
@@ -241,6 +254,13 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket);
  * one download. */
 int IG_DEV(gpu_head_rows)(struct gpu_backend *g, const int64_t *want, int64_t k, float *logits,
                           int32_t *greedy);
+
+/* backend/gpu_moe.c: LAYER_FFN_MOE over the residual rows row0 .. n of
+ * layer l (gpu_forward.c's FFN table), and its buffers (g->moe, for
+ * max_batch rows; nothing without experts), and their bytes for the plan. */
+int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t n);
+int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g);
+size_t IG_DEV(gpu_moe_buf_bytes)(const struct model *m, int64_t max_batch);
 
 /* Reads the matmul settings of the environment once per backend:
  * IGNITE_QMM_PATH (checked, ops/gpu_qmm.h), IGNITE_GPU_FUSE=0|1 (checked:

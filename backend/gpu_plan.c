@@ -33,14 +33,27 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
     for (int64_t l = 0; l < hp->n_layer; l++)
         if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
             return "gated DeltaNet and gated attention layers";
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].ffn != LAYER_FFN_DENSE) {
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        /* backend/gpu_moe.c runs every expert of the layer, held whole */
+        bool part = L->ffn == LAYER_FFN_MOE &&
+                    (L->expert0 != 0 || L->w[LAYER_FFN_GATE_EXPS].n_expert != L->n_expert);
+        /* the router's row and logits in 48 KiB of shared memory (gk_moe_route) */
+        bool wide = L->ffn == LAYER_FFN_MOE && hp->n_embd + L->n_expert > 12 * 1024;
+        if (L->ffn != LAYER_FFN_DENSE &&
+            (L->ffn != LAYER_FFN_MOE || hp->has_moe_shexp || hp->has_moe_mlp || part || wide)) {
             *layer = l;
-            return "a mixture-of-experts FFN";
+            return hp->has_moe_shexp ? "a shared expert beside the routed ones"
+                   : hp->has_moe_mlp ? "a dense MLP beside the experts"
+                   : part            ? "a tensor-parallel part of the experts"
+                   : wide            ? "a mixture of experts wider than 12288 (n_embd + experts)"
+                                     : "a mixture-of-experts FFN";
         }
+    }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
+           : hp->has_attn_sinks ? "attention sinks (gpt-oss)"
            : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
            : hp->has_v_norm ? "V head norms (Gemma 4)"
            : hp->has_ple ? "per-layer embeddings"
@@ -82,14 +95,20 @@ int gpu_plan_parts(const struct model_weight *const *ws, int n, enum backend_gpu
     int k = 0;
     for (int i = 0; i < n; i++) {
         int type = gpu_plan_type(ws[i], mode);
+        int64_t rows = ws[i]->n_expert * ws[i]->rows; /* experts' matrices stacked */
         if (k > 0 && parts[k - 1].type == type) {
-            parts[k - 1].rows += ws[i]->rows;
+            parts[k - 1].rows += rows;
             parts[k - 1].count++;
         } else {
-            parts[k++] = (struct gpu_plan_part){type, ws[i]->rows, i, 1};
+            parts[k++] = (struct gpu_plan_part){type, rows, i, 1};
         }
     }
     return k;
+}
+
+bool gpu_plan_f32_matrix(const struct model_tensor *t)
+{
+    return t->scope == TENSOR_PER_LAYER && t->role == LAYER_FFN_GATE_INP;
 }
 
 int gpu_plan_group(const struct model_tensor_it *at,
@@ -116,13 +135,15 @@ int gpu_plan_group(const struct model_tensor_it *at,
     return n;
 }
 
-/* Calls f(ctx, parts, n_parts, cols) for every matrix the backend holds,
- * walking the table of tensors: each fused group (Q|K|V, gate|up) once,
- * every other matrix alone; with products_only the matrices products read
- * (the output head, token_embd's matrix when tied, but not the embedding
- * table, whose rows are looked up), else every matrix stored once (not the
- * tied head). */
-typedef void (*matrix_fn)(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols);
+/* Calls f(ctx, parts, n_parts, cols, w) for every matrix the backend holds
+ * in parts (not the f32 router: gpu_plan_f32_matrix), walking the table of
+ * tensors: each fused group (Q|K|V, gate|up) once, every other matrix
+ * alone (w: the group's first weight); with products_only the matrices
+ * products read (the output head, token_embd's matrix when tied, but not
+ * the embedding table, whose rows are looked up), else every matrix stored
+ * once (not the tied head). */
+typedef void (*matrix_fn)(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols,
+                          const struct model_tensor_it *w);
 
 static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bool products_only,
                         matrix_fn f, void *ctx)
@@ -132,34 +153,46 @@ static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bo
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
          model_tensors_next(&it);) {
         bool tied = !model_tensor_present(it.t, it.features);
-        if (it.t->kind != TENSOR_MATRIX || (products_only ? it.t->gathered : tied))
+        if (it.t->kind != TENSOR_MATRIX || (products_only ? it.t->gathered : tied) ||
+            gpu_plan_f32_matrix(it.t))
             continue;
         const struct model_weight *ws[GPU_PLAN_MAX_PARTS];
         int n = gpu_plan_group(&it, group);
         for (int i = 0; i < n; i++)
             ws[i] = group[i].w;
         if (n)
-            f(ctx, parts, gpu_plan_parts(ws, n, mode, parts), ws[0]->cols);
+            f(ctx, parts, gpu_plan_parts(ws, n, mode, parts), ws[0]->cols, &it);
     }
 }
 
-static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols)
+struct bytes_ctx {
+    size_t bytes;
+    bool step; /* a step's: of an expert matrix the experts a row uses */
+};
+
+static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols,
+                      const struct model_tensor_it *w)
 {
-    for (int i = 0; i < n; i++)
-        *(size_t *)ctx += gk_qmat_bytes(parts[i].type, parts[i].rows, cols);
+    struct bytes_ctx *c = ctx;
+    int64_t ne = w->w->n_expert, used = w->layer >= 0 ? w->m->layers[w->layer].n_expert_used : 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = gk_qmat_bytes(parts[i].type, parts[i].rows, cols);
+        c->bytes += c->step && ne > 1 && used > 0 ? b / (size_t)ne * (size_t)used : b;
+    }
 }
 
-/* The weights' bytes, with (all) or without an untied embedding table:
- * the matrices as planned, the norms and biases f32. */
+/* The weights' bytes, with (all) or without an untied embedding table and
+ * the experts a row does not use (a step's): the matrices as planned, the
+ * norms, biases and routers f32. */
 static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode, bool all)
 {
-    size_t bytes = 0;
-    each_matrix(m, mode, !all, add_bytes, &bytes);
+    struct bytes_ctx c = {0, !all};
+    each_matrix(m, mode, !all, add_bytes, &c);
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
-        if (it.t->kind != TENSOR_MATRIX)
-            bytes += (size_t)(it.w->n_expert * it.w->rows * it.w->cols) * 4;
-    return bytes;
+        if (it.t->kind != TENSOR_MATRIX || gpu_plan_f32_matrix(it.t))
+            c.bytes += (size_t)(it.w->n_expert * it.w->rows * it.w->cols) * 4;
+    return c.bytes;
 }
 
 size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode)
@@ -177,9 +210,12 @@ struct scratch_ctx {
     size_t bytes;
 };
 
-static void max_scratch(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols)
+static void max_scratch(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols,
+                        const struct model_tensor_it *w)
 {
     struct scratch_ctx *c = ctx;
+    if (w->w->n_expert > 1)
+        return; /* the experts' own product (backend/gpu_moe.c) needs none */
     for (int i = 0; i < n; i++) {
         struct gk_qmm_plan p;
         /* The path only moves towards DEQUANT as n grows: the plan for the

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +36,13 @@ int gpu_plan_check_model(const struct model *m);
  * and the mode is native, else f16 (ops/gpu_qmm.h, gk_qmm_native). */
 int gpu_plan_type(const struct model_weight *w, enum backend_gpu_weights mode);
 
-/* Splits the n weights ws (same cols, rows stacked in order) into parts;
+/* Whether weight t goes to the device as an f32 [rows * cols] vector, not
+ * a matrix of parts: a mixture of experts' router (backend/gpu_moe.c reads
+ * it in f32, as the CPU's exact router: an f16 one flips near choices). */
+bool gpu_plan_f32_matrix(const struct model_tensor *t);
+
+/* Splits the n weights ws (same cols, rows stacked in order: an expert
+ * weight's n_expert matrices one after the other) into parts;
  * returns their number (1..n). */
 int gpu_plan_parts(const struct model_weight *const *ws, int n, enum backend_gpu_weights mode,
                    struct gpu_plan_part parts[GPU_PLAN_MAX_PARTS]);

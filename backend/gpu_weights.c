@@ -16,6 +16,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "ops/gpu_ops.h"
+#include "ops/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -98,13 +99,18 @@ static int put_matrix(struct gpu_backend *g, struct gpu_matrix *m,
         m->row0[p] = m->rows;
         m->rows += pp->rows;
         int64_t r = 0;
-        for (int i = pp->first; i < pp->first + pp->count && st == IG_OK; i++) {
-            struct gk_qmat rows = gk_qmat_rows(&m->part[p], r, ws[i]->rows);
-            st = pp->type == QUANT_F16
-                     ? put_f16(g, ws[i], (uint16_t *)rows.q, staging, seeds[i])
-                     : put_native(g, ws[i], &rows, staging, seeds[i]);
-            r += ws[i]->rows;
-        }
+        for (int i = pp->first; i < pp->first + pp->count && st == IG_OK; i++)
+            for (int64_t e = 0; e < ws[i]->n_expert && st == IG_OK; e++) {
+                /* an expert weight's matrices one after the other (each
+                 * read through its own pointer: a folder's lie apart) */
+                struct model_weight w = ops_weight_expert(ws[i], e);
+                struct gk_qmat rows = gk_qmat_rows(&m->part[p], r, w.rows);
+                uint64_t seed = seeds[i] + 0x51ED27ULL * (uint64_t)e;
+                st = pp->type == QUANT_F16
+                         ? put_f16(g, &w, (uint16_t *)rows.q, staging, seed)
+                         : put_native(g, &w, &rows, staging, seed);
+                r += w.rows;
+            }
         /* The staging buffer is reused by the next weight's copy: stream
          * order keeps it behind this weight's kernels. */
     }
@@ -119,6 +125,33 @@ static int put_vector(struct gpu_backend *g, const struct model_weight *w, float
         return IG_DEV(gk_random_f32)(dst, n, seed, center, center ? 0.1f : 0.02f, g->stream);
     IG_ASSERT(w->type == QUANT_F32 && w->n_expert * w->rows * w->cols == n);
     return IG_DEV(dev_upload)(g->dev, dst, w->data, (size_t)n * sizeof(float));
+}
+
+/* A router (gpu_plan_f32_matrix) as f32 [rows * cols] into a new *vec:
+ * random for a shapes-only model, else its values (dequantized on the host
+ * where the file's type is not F32). */
+static int put_router(struct gpu_backend *g, const struct model_weight *w, float **vec,
+                      uint64_t seed)
+{
+    int64_t n = w->rows * w->cols;
+    int st = IG_DEV(gpu_alloc)(g, (size_t)n * 4, vec, &g->weight_bytes);
+    if (st != IG_OK)
+        return st;
+    if (!w->data)
+        return IG_DEV(gk_random_f32)(*vec, n, seed, 0.0f, 1.0f / sqrtf((float)w->cols),
+                                     g->stream);
+    if (w->type == QUANT_F32)
+        return IG_DEV(dev_upload)(g->dev, *vec, w->data, (size_t)n * 4);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return ig_error(IG_E_NOMEM, "out of memory converting weights");
+    for (int64_t r = 0; r < w->rows; r++)
+        quant_dequantize_row(w->type, (const char *)w->data + (size_t)r * w->row_bytes,
+                             f + r * w->cols, w->cols);
+    st = IG_DEV(dev_upload)(g->dev, *vec, f, (size_t)n * 4);
+    /* the copy is synchronous from pageable memory: f may go */
+    free(f);
+    return st;
 }
 
 static size_t raw_bytes(const struct model_weight *w)
@@ -148,9 +181,9 @@ static int put_group(struct gpu_backend *g, const struct model_tensor_it *at,
         ws[i] = group[i].w;
         seeds[i] = weight_seed(at->layer, group[i].t->role);
         len += ws[i]->n_expert * ws[i]->rows * ws[i]->cols;
-        /* experts' matrices need the backend's expert-indexed product first */
-        IG_ASSERT(at->t->kind != TENSOR_MATRIX || ws[i]->n_expert == 1);
     }
+    if (gpu_plan_f32_matrix(at->t)) /* alone in its group */
+        return put_router(g, ws[0], vec, seeds[0]);
     if (at->t->kind == TENSOR_MATRIX)
         return put_matrix(g, mat, ws, n, seeds, staging);
     /* norms near 1, biases near 0 for a shapes-only model */

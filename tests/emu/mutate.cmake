@@ -1,4 +1,5 @@
-# tests/emu/mutate.cmake: writes a copy of a prefill kernel source with one
+# tests/emu/mutate.cmake: writes a copy of a prefill kernel source (or of
+# ops/gpu_moe.cu: the moe_* mutants, entry points suffixed alike) with one
 # deliberate bug (a "mutant"), to show the tests catch it in the real kernel.
 # cmake -DIN=flash_attn[_wgmma|_ws].cu -DTILES=flash_tiles.cuh -DWGMMA=flash_wgmma.cuh
 #       -DOUT=file -DMUTANT=name -P mutate.cmake
@@ -83,6 +84,12 @@ elseif(MUTANT STREQUAL "ws_seq_tail")
 elseif(MUTANT STREQUAL "ws_no_dec")
   set(from "        ig_setmaxnreg<false, ws_cfg<V>::kProducerRegs, kLaunch>();\n")
   set(to "        /* mutant: the producer keeps its registers */\n")
+elseif(MUTANT STREQUAL "moe_wrong_expert")
+  set(from "const int64_t row = (int64_t)ex * p.rows + i;")
+  set(to "const int64_t row = (int64_t)(ex ^ 1) * p.rows + i; /* mutant: the neighbour expert's rows */")
+elseif(MUTANT STREQUAL "moe_no_renorm")
+  set(from "const double denom = p.norm_topk ? chosen : all;")
+  set(to "const double denom = all; /* mutant: the renormalization dropped */")
 else()
   message(FATAL_ERROR "unknown mutant ${MUTANT}")
 endif()
@@ -91,6 +98,9 @@ if(at EQUAL -1)
   message(FATAL_ERROR "mutant ${MUTANT}: text not found in ${IN}")
 endif()
 string(REPLACE "${from}" "${to}" src "${src}")
+foreach(k gk_moe_route gk_moe_sort gk_moe_gemv gk_moe_combine) # ops/gpu_moe.cu's mutants
+  string(REPLACE "int IG_DEV(${k})(" "int ${k}_emu_${MUTANT}(" src "${src}")
+endforeach()
 string(REPLACE "int IG_DEV(prefill_attn)(" "int prefill_attn_emu_${MUTANT}(" src "${src}")
 string(REPLACE "int IG_DEV(prefill_attn_wgmma)(" "int prefill_attn_wgmma_emu_${MUTANT}(" src "${src}")
 string(REPLACE "int IG_DEV(prefill_attn_ws)(" "int prefill_attn_ws_emu_${MUTANT}(" src "${src}")

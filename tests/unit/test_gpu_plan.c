@@ -6,7 +6,8 @@
  * the layout's formula summed by hand, a decode step's bytes (all but an
  * untied embedding table), and the matmul scratch (none for a decode-sized
  * batch, the f16 slab of the largest part for a long prefill chunk), and
- * the refusal of a layer kind the device does not run (a mixture of experts).
+ * the refusal of what the device does not run (a shared expert, a
+ * tensor-parallel rank's part of the experts).
  * Label unit. */
 #include "backend/gpu_plan.h"
 #include "core/status.h"
@@ -97,14 +98,23 @@ static void test_bytes(const char *spec)
     model_free(m);
 }
 
-/* A model whose second layer is a mixture of experts is refused (exit 4,
- * a bad model for the device), one with dense layers only is not. */
+/* A model whose second layer is a mixture of experts runs (qwen3moe's,
+ * backend/gpu_moe.c); with part of its experts (a tensor-parallel rank's)
+ * or a shared expert beside the routed ones (qwen35moe's) it is refused
+ * (exit 4, a bad model for the device). */
 static void test_check_model(void)
 {
     struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE}, {.ffn = LAYER_FFN_DENSE}};
     struct model m = {.hp = {.arch = "qwen3moe", .n_layer = 2}, .layers = layers};
     CHECK(gpu_plan_check_model(&m) == IG_OK);
     layers[1].ffn = LAYER_FFN_MOE;
+    layers[1].n_expert = 8;
+    layers[1].w[LAYER_FFN_GATE_EXPS].n_expert = 8;
+    CHECK(gpu_plan_check_model(&m) == IG_OK);
+    layers[1].w[LAYER_FFN_GATE_EXPS].n_expert = 4; /* a tensor-parallel rank's half */
+    CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
+    layers[1].w[LAYER_FFN_GATE_EXPS].n_expert = 8;
+    m.hp.has_moe_shexp = true;
     CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
 }
 

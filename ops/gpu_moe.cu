@@ -1,0 +1,351 @@
+/* ops/gpu_moe.cu: the mixture-of-experts kernels (contracts in
+ * ops/gpu_moe.h; results defined by the twins in ops/gpu_moe_ref.c).
+ *
+ * Routing: one block a row normalizes the residual row in f32 into shared
+ * memory, a warp per expert takes its router dot product (f32 weights, as
+ * the CPU's exact router: an f16 router would flip near choices), then one
+ * thread picks the top k (the lower index on a tie), softmaxes in f64 and
+ * writes the k experts in ascending order with their weights.
+ *
+ * Sorting: one block; a thread per expert counts its pairs, one thread lays
+ * out the experts' starts and tile numbers, then each expert's thread
+ * writes its pairs (in pair order) and tiles. Deterministic: the tile a pair
+ * lands in never depends on the order of atomics (there are none).
+ *
+ * The product: grid (output rows / 8, tiles), 8 warps of a block each own
+ * one output row of the tile's expert (glu: its gate and up rows) for the
+ * tile's up to GK_MOE_TILE pairs: lane l walks 32-element blocks l, l + 32,
+ * ..., dequantizes each once (ops/gpu_qblocks.cuh, the CPU's values) and
+ * multiplies it with each pair's x (f16 to f32), f32 sums, one butterfly per
+ * pair at the end. So an expert's rows are read once per tile: a decode row
+ * reads its k experts only, a prefill step each used expert once per 8 rows
+ * routed to it. Blocks of tiles past the step's count exit at once. What it
+ * lacks against the dense path: int8 activations with dp4a (ops/gpu_qgemv.cu)
+ * and tensor cores for long tiles (ops/gpu_qgemm.cu).
+ *
+ * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator
+ * through ops/gpu_moe_emu.cc (name_emu). Covered by tests/emu/test_moe_emu.c. */
+#include "ops/gpu_moe.h"
+#include "ops/gpu_ops.h"
+#include "ops/gpu_qblocks.cuh"
+
+#include <math.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = GK_MOE_TILE;
+
+/* ---- routing ------------------------------------------------------------------ */
+
+__global__ void __launch_bounds__(kThreads) route_kernel(const gk_moe_route_params p)
+{
+    IG_DYN_SHARED(float, route_smem);
+    float *xn = route_smem;            /* [n_embd] the normed row */
+    float *lg = route_smem + p.n_embd; /* [n_expert] its router logits */
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const float *xr = p.x + (int64_t)blockIdx.x * p.ld_x;
+    float ss = 0;
+    for (int64_t c = threadIdx.x; c < p.n_embd; c += kThreads)
+        ss += xr[c] * xr[c];
+    ss = gk_block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)p.n_embd + p.eps);
+    for (int64_t c = threadIdx.x; c < p.n_embd; c += kThreads)
+        ig_sts(&xn[c], xr[c] * r * p.norm_w[c]);
+    ig_syncthreads();
+    for (int64_t e = warp; e < p.n_expert; e += kWarps) {
+        const float *wr = p.router + e * p.n_embd;
+        float a = 0;
+        for (int64_t c = lane; c < p.n_embd; c += 32)
+            a += wr[c] * ig_lds(&xn[c]);
+        for (int m = 16; m > 0; m >>= 1)
+            a += ig_shfl_xor_f32(a, m);
+        if (lane == 0)
+            ig_sts(&lg[e], p.bias ? a + p.bias[e] : a);
+    }
+    ig_syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    /* top k: the largest first, the lower index on a tie (torch.topk's and
+     * llama.cpp's argsort order) */
+    uint32_t taken[(GK_MOE_MAX_EXPERTS + 31) / 32] = {0};
+    for (int64_t j = 0; j < p.k; j++) {
+        int64_t best = -1;
+        float bv = 0;
+        for (int64_t e = 0; e < p.n_expert; e++) {
+            const float v = ig_lds(&lg[e]);
+            if (!(taken[e / 32] >> (e % 32) & 1u) && (best < 0 || v > bv))
+                best = e, bv = v;
+        }
+        taken[best / 32] |= 1u << (best % 32);
+    }
+    double mx = -INFINITY, all = 0, chosen = 0;
+    for (int64_t e = 0; e < p.n_expert; e++)
+        mx = fmax(mx, (double)ig_lds(&lg[e]));
+    for (int64_t e = 0; e < p.n_expert; e++)
+        all += exp((double)ig_lds(&lg[e]) - mx);
+    int32_t *sel = p.sel + (int64_t)blockIdx.x * p.k;
+    int64_t j = 0;
+    for (int64_t e = 0; e < p.n_expert; e++)
+        if (taken[e / 32] >> (e % 32) & 1u) {
+            sel[j++] = (int32_t)e;
+            chosen += exp((double)ig_lds(&lg[e]) - mx);
+        }
+    const double denom = p.norm_topk ? chosen : all;
+    for (j = 0; j < p.k; j++)
+        p.wts[(int64_t)blockIdx.x * p.k + j] =
+            (float)(exp((double)ig_lds(&lg[sel[j]]) - mx) / denom);
+}
+
+/* ---- grouping by expert -------------------------------------------------------- */
+
+__global__ void __launch_bounds__(kThreads) sort_kernel(const gk_moe_sort_params p)
+{
+    IG_DYN_SHARED(int32_t, sort_smem);
+    int32_t *cnt = sort_smem, *start = sort_smem + p.n_expert, *tile0 = sort_smem + 2 * p.n_expert;
+    for (int64_t e = threadIdx.x; e < p.n_expert; e += kThreads) {
+        int32_t c = 0;
+        for (int64_t i = 0; i < p.n_pairs; i++)
+            c += p.sel[i] == e;
+        ig_sts(&cnt[e], c);
+    }
+    ig_syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t s = 0, t = 0;
+        for (int64_t e = 0; e < p.n_expert; e++) {
+            const int32_t c = ig_lds(&cnt[e]);
+            ig_sts(&start[e], s);
+            ig_sts(&tile0[e], t);
+            s += c;
+            t += (c + kTile - 1) / kTile;
+        }
+        *p.n_tiles = t;
+    }
+    ig_syncthreads();
+    for (int64_t e = threadIdx.x; e < p.n_expert; e += kThreads) {
+        const int32_t s = ig_lds(&start[e]), c = ig_lds(&cnt[e]);
+        int32_t j = s, t = ig_lds(&tile0[e]);
+        for (int64_t i = 0; i < p.n_pairs; i++)
+            if (p.sel[i] == e)
+                p.order[j++] = (int32_t)i;
+        for (int32_t o = 0; o < c; o += kTile, t++) {
+            p.tiles[3 * t] = (int32_t)e;
+            p.tiles[3 * t + 1] = s + o;
+            p.tiles[3 * t + 2] = c - o < kTile ? c - o : kTile;
+        }
+    }
+}
+
+/* ---- the expert-indexed product ---------------------------------------------------- */
+
+/* y[0..31] = the values of 32-element block xb of row `row` of w: the
+ * file's block types through gpu_qblocks.cuh, f16 as it is. */
+template <int TYPE> struct decode {
+    static __device__ __forceinline__ void block(const gk_qmat &w, int64_t row, int64_t xb,
+                                                 float y[32])
+    {
+        qb_decode32<TYPE>(w, row, xb, y);
+    }
+};
+
+template <> struct decode<QUANT_F16> {
+    static __device__ __forceinline__ void block(const gk_qmat &w, int64_t row, int64_t xb,
+                                                 float y[32])
+    {
+        const gk_u32x4 *s = (const gk_u32x4 *)((const uint16_t *)w.q + row * w.cols + 32 * xb);
+        IG_UNROLL
+        for (int i = 0; i < 4; i++) {
+            const gk_u32x4 v = s[i];
+            IG_UNROLL
+            for (int k = 0; k < 4; k++) {
+                y[8 * i + 2 * k] = gk_f16_bits_to_f32(v.w[k] & 0xffffu);
+                y[8 * i + 2 * k + 1] = gk_f16_bits_to_f32(v.w[k] >> 16);
+            }
+        }
+    }
+};
+
+/* sum over 32 of w[l] x[l], x the f16 row's block at xs (16-byte aligned). */
+__device__ __forceinline__ float dot32(const float w[32], const uint16_t *xs)
+{
+    float s = 0;
+    IG_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const gk_u32x4 v = ((const gk_u32x4 *)xs)[i];
+        IG_UNROLL
+        for (int k = 0; k < 4; k++) {
+            s += w[8 * i + 2 * k] * gk_f16_bits_to_f32(v.w[k] & 0xffffu);
+            s += w[8 * i + 2 * k + 1] * gk_f16_bits_to_f32(v.w[k] >> 16);
+        }
+    }
+    return s;
+}
+
+__device__ __forceinline__ float glu_oai(float g, float u)
+{
+    g = 7.0f < g ? 7.0f : g; /* std::min / std::clamp: a NaN goes through */
+    u = u < -7.0f ? -7.0f : 7.0f < u ? 7.0f : u;
+    return g / (1.0f + expf(1.702f * -g)) * (u + 1.0f);
+}
+
+/* (kThreads, 1): with the bound alone ptxas spilled 8-12 bytes in some
+ * instances (sm_80) at 80-100 registers. */
+template <int TYPE, bool GLU>
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_params p)
+{
+    const int64_t tile = blockIdx.y;
+    if (tile >= *p.n_tiles) /* the whole block: no barriers below */
+        return;
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int64_t i = (int64_t)blockIdx.x * kWarps + warp; /* output row within the expert */
+    if (i >= p.rows) /* whole warps: the shuffles are per warp */
+        return;
+    const int32_t ex = p.tiles[3 * tile], first = p.tiles[3 * tile + 1],
+                  cnt = p.tiles[3 * tile + 2];
+    int32_t pair[kTile];
+    IG_UNROLL
+    for (int j = 0; j < kTile; j++)
+        pair[j] = j < cnt ? p.order[first + j] : 0;
+    const int64_t row = (int64_t)ex * p.rows + i;
+    float acc[kTile], acc2[kTile];
+    IG_UNROLL
+    for (int j = 0; j < kTile; j++)
+        acc[j] = acc2[j] = 0;
+    for (int xb = lane; xb < (int)(p.w.cols / 32); xb += 32) {
+        /* one weight block in registers at a time (gate, then up): two
+         * spilled at 128 registers */
+        IG_UNROLL
+        for (int m = 0; m < (GLU ? 2 : 1); m++) {
+            float wv[32];
+            decode<TYPE>::block(m ? p.w2 : p.w, row, xb, wv);
+            IG_UNROLL
+            for (int j = 0; j < kTile; j++) {
+                if (j < cnt) {
+                    const float d =
+                        dot32(wv, p.x + (int64_t)(pair[j] / p.x_div) * p.ld_x + 32 * xb);
+                    if (m)
+                        acc2[j] += d;
+                    else
+                        acc[j] += d;
+                }
+            }
+        }
+    }
+    IG_UNROLL
+    for (int j = 0; j < kTile; j++) {
+        float a = acc[j], b = acc2[j];
+        for (int m = 16; m > 0; m >>= 1) {
+            a += ig_shfl_xor_f32(a, m);
+            if (GLU)
+                b += ig_shfl_xor_f32(b, m);
+        }
+        if (lane != 0 || j >= cnt)
+            continue;
+        if (p.bias)
+            a += p.bias[row];
+        if (GLU && p.bias2)
+            b += p.bias2[row];
+        if (GLU)
+            p.h[(int64_t)pair[j] * p.ld_h + i] =
+                gk_f32_to_f16(p.glu == GK_MOE_GLU_OAI ? glu_oai(a, b) : gk_silu_mul(a, b));
+        else
+            p.y[(int64_t)pair[j] * p.ld_y + i] = a;
+    }
+}
+
+/* The types the product reads: the file's block types and f16. */
+template <class F> int moe_type_dispatch(int type, F &&f)
+{
+    if (type == QUANT_F16)
+        return f(qtype_tag<QUANT_F16>());
+    return qtype_dispatch(type, f);
+}
+
+/* ---- the weighted sum into the residual ---------------------------------------------- */
+
+__global__ void __launch_bounds__(kThreads)
+combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts, int64_t k,
+               int64_t dim)
+{
+    const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (d >= dim)
+        return;
+    float s = 0;
+    for (int64_t j = 0; j < k; j++)
+        s += wts[t * k + j] * y[(t * k + j) * ld_y + d];
+    x[t * ld_x + d] += s;
+}
+
+} /* namespace */
+
+extern "C" {
+
+int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
+{
+    if (p->n < 0 || p->n > 0x7fffffff || p->n_embd < 1 || p->ld_x < p->n_embd ||
+        p->n_expert < 1 || p->n_expert > GK_MOE_MAX_EXPERTS || p->k < 1 || p->k > p->n_expert ||
+        (p->n_embd + p->n_expert) * 4 > 48 * 1024 /* the default dynamic shared memory */ ||
+        !p->x || !p->norm_w || !p->router || !p->sel || !p->wts)
+        return ig_error(IG_E_INTERNAL, "gk_moe_route: bad sizes (n %lld, n_embd %lld, %lld "
+                        "experts, k %lld) or NULL", (long long)p->n, (long long)p->n_embd,
+                        (long long)p->n_expert, (long long)p->k);
+    if (p->n == 0)
+        return IG_OK;
+    const size_t smem = (size_t)(p->n_embd + p->n_expert) * sizeof(float);
+    return IG_LAUNCH(route_kernel, dim3((unsigned)p->n), dim3(kThreads), smem,
+                     (cudaStream_t)stream, *p);
+}
+
+int IG_DEV(gk_moe_sort)(const struct gk_moe_sort_params *p, void *stream)
+{
+    if (p->n_pairs < 1 || p->n_pairs > 0x7fffffff || p->n_expert < 1 ||
+        p->n_expert > GK_MOE_MAX_EXPERTS || !p->sel || !p->order || !p->tiles || !p->n_tiles)
+        return ig_error(IG_E_INTERNAL, "gk_moe_sort: bad sizes (%lld pairs, %lld experts) or "
+                        "NULL", (long long)p->n_pairs, (long long)p->n_expert);
+    const size_t smem = (size_t)(3 * p->n_expert) * sizeof(int32_t);
+    return IG_LAUNCH(sort_kernel, dim3(1), dim3(kThreads), smem, (cudaStream_t)stream, *p);
+}
+
+int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
+{
+    const bool glu = p->glu != GK_GLU_NONE;
+    const bool ok =
+        p->rows >= 1 && p->w.rows % p->rows == 0 && p->w.cols >= 32 && p->w.cols % 32 == 0 &&
+        p->w.q && (p->w.type == QUANT_F16 || gk_qmm_native(p->w.type, p->w.rows, p->w.cols)) &&
+        p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
+        p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
+        p->max_tiles <= 65535 && (p->rows + kWarps - 1) / kWarps <= 0x7fffffff &&
+        (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_MOE_GLU_OAI) && p->h &&
+                   p->ld_h >= p->rows && p->w2.q && p->w2.type == p->w.type &&
+                   p->w2.rows == p->w.rows && p->w2.cols == p->w.cols
+             : p->y && p->ld_y >= p->rows);
+    if (!ok)
+        return ig_error(IG_E_INTERNAL, "gk_moe_gemv: unsupported %s %lld x %lld (%lld a expert), "
+                        "ld_x %lld, %lld tiles (or a NULL or misaligned pointer)",
+                        quant_type_name((uint32_t)p->w.type), (long long)p->w.rows,
+                        (long long)p->w.cols, (long long)p->rows, (long long)p->ld_x,
+                        (long long)p->max_tiles);
+    const gk_moe_gemv_params q = *p;
+    const dim3 grid((unsigned)((q.rows + kWarps - 1) / kWarps), (unsigned)q.max_tiles);
+    return moe_type_dispatch(q.w.type, [&](auto tag) {
+        constexpr int T = decltype(tag)::value;
+        auto *kernel = glu ? gemv_kernel<T, true> : gemv_kernel<T, false>;
+        return IG_LAUNCH(kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, q);
+    });
+}
+
+int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
+                           const float *wts, int64_t n, int64_t k, int64_t dim, void *stream)
+{
+    if (n < 0 || n > 65535 || k < 1 || dim < 1 || ld_x < dim || ld_y < dim || !x || !y || !wts)
+        return ig_error(IG_E_INTERNAL, "gk_moe_combine: bad sizes (n %lld, k %lld, dim %lld) "
+                        "or NULL", (long long)n, (long long)k, (long long)dim);
+    if (n == 0)
+        return IG_OK;
+    const dim3 grid((unsigned)((dim + kThreads - 1) / kThreads), (unsigned)n);
+    return IG_LAUNCH(combine_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, x, ld_x, y,
+                     ld_y, wts, k, dim);
+}
+
+} /* extern "C" */

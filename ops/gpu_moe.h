@@ -1,0 +1,113 @@
+/* ops/gpu_moe.h: the mixture-of-experts kernels of the CUDA backend
+ * (backend/gpu_moe.c runs them in this order), after llama.cpp's
+ * mul_mat_id: the routing and the expert-indexed products stay on the
+ * device, so a step never waits for the host and a decode graph replays
+ * for any routing.
+ *
+ *   gk_moe_route    each row's router logits (its own RMSNorm of the
+ *                   residual, f32 weights), top-k, softmax, renormalization:
+ *                   sel [n][k] (ascending expert), wts [n][k];
+ *   gk_moe_sort     the n k (row, slot) pairs grouped by expert (stable) and
+ *                   cut into tiles of at most GK_MOE_TILE pairs of one expert;
+ *   gk_moe_gemv     one launch over every tile: each expert's weight rows
+ *                   read once per tile for its pairs (the gate|up product
+ *                   with the activation, or the down product);
+ *   gk_moe_combine  x[t] += sum over t's slots, ascending expert, w y.
+ *
+ * The expert matrices are one gk_qmat of n_expert * rows rows (expert e's
+ * rows from e * rows: ops/gpu_qmm.h's planes are row-major), in the file's
+ * block type or f16. The product dequantizes each weight block to the CPU's
+ * f32 values (ops/gpu_qblocks.cuh) and sums w x in f32 with x read as f16;
+ * the twins (_ref, ops/gpu_moe_ref.c) sum the same terms in f64.
+ * Covered by tests/emu/test_moe_emu.c (each kernel against its twin) and
+ * tests/emu/test_backend_moe_emu.c (the backend against the CPU's). */
+#ifndef IGNITE_OPS_GPU_MOE_H
+#define IGNITE_OPS_GPU_MOE_H
+
+#include "ops/gpu_qmm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most experts a layer has (models/model.h's MODEL_MAX_EXPERTS). */
+#define GK_MOE_MAX_EXPERTS 1024
+
+/* Pairs of one expert a tile holds: the weights are read once for them. */
+#define GK_MOE_TILE 8
+
+/* The most tiles n_pairs pairs over n_expert experts cut into: a grid's
+ * fixed size (blocks past the step's count exit). */
+static inline int64_t gk_moe_max_tiles(int64_t n_pairs, int64_t n_expert)
+{
+    int64_t t = (n_pairs + GK_MOE_TILE - 1) / GK_MOE_TILE + n_expert;
+    return t < n_pairs ? t : n_pairs;
+}
+
+struct gk_moe_route_params {
+    const float *x;       /* f32 [n][ld_x] residual rows */
+    int64_t ld_x;
+    const float *norm_w;  /* f32 [n_embd] the FFN norm */
+    float eps;
+    const float *router;  /* f32 [n_expert][n_embd] */
+    const float *bias;    /* f32 [n_expert] router bias (gpt-oss), or NULL */
+    int64_t n, n_embd, n_expert, k;
+    int norm_topk;        /* 1: the k weights renormalized to sum 1 (of all: 0) */
+    int32_t *sel;         /* out [n][k]: the k largest logits' experts, ascending (ties:
+                             the lower index wins) */
+    float *wts;           /* out [n][k]: their softmax weights */
+};
+
+/* Routing of n rows (struct gk_moe_route_params). One block a row. */
+int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream);
+void gk_moe_route_ref(const struct gk_moe_route_params *p);
+
+struct gk_moe_sort_params {
+    const int32_t *sel;   /* [n_pairs] each pair's expert (pair = row k + slot) */
+    int64_t n_pairs, n_expert;
+    int32_t *order;       /* out [n_pairs]: pair ids, by expert, ascending within one */
+    int32_t *tiles;       /* out [gk_moe_max_tiles][3]: (expert, first in order, count) */
+    int32_t *n_tiles;     /* out [1] */
+};
+
+/* Groups the pairs by expert (one block). */
+int IG_DEV(gk_moe_sort)(const struct gk_moe_sort_params *p, void *stream);
+void gk_moe_sort_ref(const struct gk_moe_sort_params *p);
+
+struct gk_moe_gemv_params {
+    struct gk_qmat w;     /* [n_expert * rows][cols]: the gate (glu) or down experts */
+    struct gk_qmat w2;    /* glu: the up experts, same shape and type */
+    int64_t rows;         /* rows of one expert */
+    const float *bias, *bias2; /* f32 [n_expert][rows] w's and w2's (gpt-oss), or NULL */
+    const uint16_t *x;    /* f16: pair p reads row p / x_div (ld_x) */
+    int64_t ld_x, x_div;
+    const int32_t *order, *tiles, *n_tiles; /* gk_moe_sort's */
+    int64_t max_tiles;    /* the grid's tiles (gk_moe_max_tiles) */
+    int glu;              /* GK_GLU_SILU or GK_MOE_GLU_OAI: h[p][i] = f16(act(w_i x, w2_i x));
+                             0: y[p][i] = w_i x */
+    uint16_t *h;          /* glu: out [pairs][ld_h] */
+    int64_t ld_h;
+    float *y;             /* no glu: out [pairs][ld_y] */
+    int64_t ld_y;
+};
+
+/* gpt-oss's clamped SwiGLU (GptOssExperts: alpha 1.702, limit 7):
+ * g = min(g, 7), u = clamp(u, -7, 7), out = (u + 1) g sigmoid(1.702 g).
+ * A value beside enum gk_glu's. */
+#define GK_MOE_GLU_OAI 16
+
+/* The expert-indexed product over every tile (struct gk_moe_gemv_params). */
+int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream);
+void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p);
+
+/* x[t][d] += sum_j wts[t][j] y[t k + j][d] (j ascending) for t < n, d < dim. */
+int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
+                           const float *wts, int64_t n, int64_t k, int64_t dim, void *stream);
+void gk_moe_combine_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts,
+                        int64_t n, int64_t k, int64_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

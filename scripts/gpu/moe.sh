@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# scripts/gpu/moe.sh: the moe step of the GPU check (scripts/gpu-steps-moe.txt;
+# the mixture of experts on the CUDA backend, docs/gpu.md "Mixture of experts").
+# Its parts, in order (MOE_PARTS picks):
+#
+#   part     about  what
+#   correct   5 s   test_backend_moe_gpu on bench/random_gguf.py's tiny qwen3moe
+#                   (Q8_0): the backend against the CPU backend, native and f16
+#                   weights, every product the real kernels' (the emulated test's
+#                   checks, tests/emu/test_backend_moe_emu.c)
+#   speed    ~150 s Qwen3-30B-A3B's shape with its first MOE_LAYERS (default 12)
+#                   layers in Q4_K_M (bench/random_gguf.py; written, measured,
+#                   deleted: the machine's disk holds one large file at a time):
+#                   ignite bench --device cuda pp512, pp2048, tg128, and
+#                   llama-bench on the same file where .gpubin/llama.cpp/bin runs
+#                   (scripts/llamacpp-cuda.sh); the ratios in moe.txt
+#
+# Under scripts/gpu-check.sh: $BIN (the prebuilt programs), $WORK (this step's
+# directory; moe.txt there comes back), $PY. Alone, from the repository: BIN
+# defaults to .gpubin, WORK to build-gpu-moe. Exit 1 when a part failed (the
+# later ones still run).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+BIN=${BIN:-$PWD/.gpubin}
+WORK=${WORK:-$PWD/build-gpu-moe}
+PY=${PY:-python3}
+PARTS=${MOE_PARTS:-correct speed}
+LAYERS=${MOE_LAYERS:-12}
+MODEL_DIR=${MODEL_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$WORK"
+cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+export LD_LIBRARY_PATH="$BIN/lib:$cuda_root/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+TABLE=$WORK/moe.txt
+: >"$TABLE"
+status=0
+t0=$(date +%s)
+say() { echo "-- $* ($(( $(date +%s) - t0 )) s)"; }
+fail() { echo "FAILED: $*" | tee -a "$TABLE"; status=1; }
+
+part_correct() {
+    local f=$WORK/qwen3moe_tiny_q8_0.gguf
+    timeout 30 "$PY" bench/random_gguf.py "$f" --arch qwen3moe --shape tiny --type Q8_0 ||
+        { fail "random_gguf tiny"; return; }
+    say "test_backend_moe_gpu"
+    timeout 60 "$BIN/test_backend_moe_gpu" "$f" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
+        fail "test_backend_moe_gpu (exit $?)"
+    grep -E "worst|checks" "$WORK/test_backend_moe_gpu.log" | tee -a "$TABLE"
+}
+
+part_speed() {
+    local f=$MODEL_DIR/random-qwen3-30b-a3b-l$LAYERS-q4_k_m.gguf
+    local lb=$BIN/llama.cpp/bin/llama-bench lib=$BIN/llama.cpp/lib
+    rm -f "$WORK/ignite_moe.jsonl" "$WORK/llama_moe.jsonl"
+    say "write $f"
+    timeout 150 "$PY" bench/random_gguf.py "$f" --arch qwen3moe --shape Qwen3-30B-A3B \
+        --layers "$LAYERS" --type Q4_K_M || { fail "random_gguf Qwen3-30B-A3B"; return; }
+    say "ignite bench"
+    timeout 120 "$BIN/ignite" bench --device cuda -m "$f" -p 512,2048 -n 128 -r 3 -b 2048 \
+        -o jsonl >>"$WORK/ignite_moe.jsonl" || fail "ignite bench qwen3moe"
+    if LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" "$lb" --help >/dev/null 2>&1; then
+        say "llama-bench"
+        LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" timeout 120 "$lb" -m "$f" -p 512,2048 \
+            -n 128 -r 3 -ngl 99 -b 2048 -ub 2048 -o jsonl >>"$WORK/llama_moe.jsonl" \
+            2>"$WORK/llama_moe.err" || fail "llama-bench qwen3moe"
+    else
+        echo "llama.cpp: skipped, no runnable $lb (scripts/llamacpp-cuda.sh)" | tee -a "$TABLE"
+    fi
+    rm -f "$f"
+    "$PY" - "$WORK/llama_moe.jsonl" "$WORK/ignite_moe.jsonl" <<'PY' | tee -a "$TABLE"
+import json, os, sys
+def rows(p):
+    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+llama = {(r["n_prompt"], r["n_gen"]): r for r in rows(sys.argv[1])}
+print("| test | llama.cpp t/s | ignite t/s | ignite / llama.cpp |")
+print("| --- | ---: | ---: | ---: |")
+for r in rows(sys.argv[2]):
+    k = (r["n_prompt"], r["n_gen"])
+    t = f"pp{k[0]}" if k[0] else f"tg{k[1]}"
+    l = llama.get(k)
+    ratio = f"{r['avg_ts'] / l['avg_ts']:.2f}" if l else "-"
+    lts = f"{l['avg_ts']:.1f}" if l else "-"
+    print(f"| {t} | {lts} | {r['avg_ts']:.1f} | {ratio} |")
+PY
+}
+
+for p in $PARTS; do
+    case $p in
+    correct) part_correct ;;
+    speed) part_speed ;;
+    *) fail "unknown part $p (correct, speed)" ;;
+    esac
+done
+say "done"
+exit $status

@@ -1,0 +1,277 @@
+/* tests/emu/test_moe_emu.c: the mixture-of-experts kernels (ops/gpu_moe.cu)
+ * run by the CPU emulator against their twins (ops/gpu_moe_ref.c), one
+ * layer's pipeline of route, sort, gate|up with the activation, down and
+ * the weighted sum, on seeded random data: 8 experts of which 2 a row, 5
+ * rows (a tile of several pairs, experts no row picks), n_embd and
+ * expert width 256 (the K types' super-blocks), or 128 and 96 (a width that
+ * is not a multiple of 256: f16 and Q8_0 down experts); gate|up / down in
+ * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 with
+ * gpt-oss's clamped SwiGLU and biases.
+ *
+ * - route: the same experts (a row whose k-th and (k+1)-th twin logits lie
+ *   within 1e-4 would be allowed to differ: none does with this seed, the
+ *   test says so if one did), weights within 1e-5 relative; renormalized
+ *   weights sum to 1, unrenormalized ones to less;
+ * - sort: order, tiles and their count equal; every pair once, grouped by
+ *   ascending expert, no tile over GK_MOE_TILE;
+ * - the products: against the twin (fp64 sums of the same f32 weights, read
+ *   back from the file's blocks by quant_dequantize_row), h within 2^-9
+ *   relative + 1e-4 (f16 output), y within 1e-4 of max |y|; the weighted
+ *   sum within 1e-5 of max |x|;
+ * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
+ *   a product that reads the wrong expert's rows, a routing that drops the
+ *   renormalization: both caught by the same comparisons.
+ * Outputs are poisoned first. Label emu. */
+#include "ops/gpu_moe.h"
+#include "ops/gpu_ops.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "models/quant.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the mutants' entry points (tests/emu/mutate.cmake) */
+int gk_moe_gemv_emu_moe_wrong_expert(const struct gk_moe_gemv_params *p, void *stream);
+int gk_moe_route_emu_moe_no_renorm(const struct gk_moe_route_params *p, void *stream);
+
+#define NE 8
+#define K 2
+#define N 5
+
+typedef int (*route_fn)(const struct gk_moe_route_params *, void *);
+typedef int (*gemv_fn)(const struct gk_moe_gemv_params *, void *);
+
+static void *zalloc(size_t bytes)
+{
+    void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    memset(p, 0xff, (bytes + 255) / 256 * 256); /* poison: NaN */
+    return p;
+}
+
+/* An expert matrix of `type`, n_expert * rows x cols: random file blocks
+ * repacked into the device layout (host memory), or random f16. */
+static struct gk_qmat rand_experts(int type, int64_t rows, int64_t cols, uint64_t *st,
+                                   void **buf)
+{
+    struct gk_qmat w;
+    *buf = zalloc(gk_qmat_bytes(type, rows, cols));
+    gk_qmat_carve(&w, type, rows, cols, *buf);
+    float a = 1.0f / sqrtf((float)cols);
+    if (type == QUANT_F16) {
+        for (int64_t i = 0; i < rows * cols; i++)
+            ((uint16_t *)w.q)[i] = ig_f32_to_f16(2.0f * a * test_rand_f(st));
+        return w;
+    }
+    /* random quant bytes, the f16 scales set so |w| stays near a (as
+     * tests/emu/test_qmm_emu.c's rand_rows) */
+    const struct quant_traits *t = quant_traits_of((uint32_t)type);
+    size_t rb = quant_row_bytes((enum quant_type)type, cols), bytes = rb * (size_t)rows;
+    uint8_t *src = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        src[i] = (uint8_t)test_rand_u64(st);
+    for (size_t b = 0; b < bytes / t->block_bytes; b++) {
+        uint8_t *blk = src + b * t->block_bytes;
+        float d = a * (0.5f + 0.5f * fabsf(test_rand_f(st))) * (test_rand_f(st) < 0 ? -1 : 1);
+        uint16_t h[2] = {0, 0};
+        size_t at = 0;
+        switch (type) {
+        case QUANT_Q8_0: h[0] = ig_f32_to_f16(d / 64); break;
+        case QUANT_Q4_K: h[0] = ig_f32_to_f16(d / 32), h[1] = ig_f32_to_f16(fabsf(d) / 16); break;
+        case QUANT_Q6_K: h[0] = ig_f32_to_f16(d / 64), at = offsetof(struct block_q6_K, d); break;
+        default: IG_ASSERT(0);
+        }
+        memcpy(blk + at, h, type == QUANT_Q4_K ? 4 : 2);
+    }
+    gk_qrepack_ref(&w, src, rb);
+    free(src);
+    return w;
+}
+
+static float *rand_f32(int64_t n, float scale, float center, uint64_t *st)
+{
+    float *v = zalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = center + scale * test_rand_f(st);
+    return v;
+}
+
+static double max_abs(const float *v, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        m = fabs(v[i]) > m ? fabs(v[i]) : m;
+    return m;
+}
+
+/* The number of elements of a and b (n) further apart than tol. */
+static int64_t count_off(const float *a, const float *b, int64_t n, double tol)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !(fabs((double)a[i] - b[i]) <= tol);
+    return bad;
+}
+
+/* One layer's pipeline on the emulator (route and gemv possibly mutants)
+ * against the twins. Returns whether everything matched; with `quiet` no
+ * failure is recorded (a mutant's run, expected to differ). */
+static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bool bias,
+                     route_fn route, gemv_fn gemv, bool quiet, uint64_t seed)
+{
+    uint64_t st = seed;
+    int64_t pairs = N * K, max_tiles = gk_moe_max_tiles(pairs, NE);
+    bool ok = true;
+    void *bg, *bu, *bd;
+    struct gk_qmat wg = rand_experts(type, NE * ff, E, &st, &bg);
+    struct gk_qmat wu = rand_experts(type, NE * ff, E, &st, &bu);
+    struct gk_qmat wd = rand_experts(down_type, NE * E, ff, &st, &bd);
+    float *x = rand_f32(N * E, 2.0f, 0.0f, &st), *norm_w = rand_f32(E, 0.2f, 1.0f, &st);
+    float *router = rand_f32(NE * E, 1.0f / 16, 0.0f, &st);
+    float *rb = bias ? rand_f32(NE, 0.5f, 0.0f, &st) : NULL;
+    float *b1 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
+    float *b2 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
+    float *b3 = bias ? rand_f32(NE * E, 0.5f, 0.0f, &st) : NULL;
+    uint16_t *xn = zalloc((size_t)(N * E) * 2);
+    for (int64_t i = 0; i < N * E; i++) /* an f16 input as the norm leaves it */
+        xn[i] = ig_f32_to_f16(x[i] * norm_w[i % E]);
+    int32_t *sel[2], *order[2], *tiles[2], *n_tiles[2];
+    float *wts[2], *y[2], *xo[2];
+    uint16_t *h[2];
+    for (int s = 0; s < 2; s++) { /* 0: the emulated kernels, 1: the twins */
+        sel[s] = zalloc((size_t)pairs * 4);
+        wts[s] = zalloc((size_t)pairs * 4);
+        order[s] = zalloc((size_t)pairs * 4);
+        tiles[s] = zalloc((size_t)max_tiles * 12);
+        n_tiles[s] = zalloc(4);
+        h[s] = zalloc((size_t)(pairs * ff) * 2);
+        y[s] = zalloc((size_t)(pairs * E) * 4);
+        xo[s] = zalloc((size_t)(N * E) * 4);
+        memcpy(xo[s], x, (size_t)(N * E) * 4);
+    }
+    /* route */
+    struct gk_moe_route_params rp = {.x = x, .ld_x = E, .norm_w = norm_w, .eps = 1e-6f,
+                                     .router = router, .bias = rb, .n = N, .n_embd = E,
+                                     .n_expert = NE, .k = K, .norm_topk = 1};
+    rp.sel = sel[0], rp.wts = wts[0];
+    CHECK(route(&rp, NULL) == IG_OK);
+    rp.sel = sel[1], rp.wts = wts[1];
+    gk_moe_route_ref(&rp);
+    bool same_sel = memcmp(sel[0], sel[1], (size_t)pairs * 4) == 0;
+    ok &= same_sel && count_off(wts[0], wts[1], pairs, 1e-5) == 0;
+    for (int64_t t = 0; t < N && !quiet; t++) {
+        double sum = 0;
+        for (int64_t j = 0; j < K; j++) {
+            sum += wts[1][t * K + j];
+            CHECKF(j == 0 || sel[1][t * K + j] > sel[1][t * K + j - 1], "row %lld: experts "
+                   "not ascending", (long long)t);
+        }
+        CHECKF(fabs(sum - 1) < 1e-6, "row %lld: renormalized weights sum to %.9f",
+               (long long)t, sum);
+    }
+    /* sort (the twin's routing for both, so each later kernel is compared alone) */
+    for (int s = 0; s < 2; s++) {
+        struct gk_moe_sort_params sp = {.sel = sel[1], .n_pairs = pairs, .n_expert = NE,
+                                        .order = order[s], .tiles = tiles[s],
+                                        .n_tiles = n_tiles[s]};
+        if (s == 0)
+            CHECK(IG_DEV(gk_moe_sort)(&sp, NULL) == IG_OK);
+        else
+            gk_moe_sort_ref(&sp);
+    }
+    CHECK(*n_tiles[0] == *n_tiles[1] && *n_tiles[1] <= max_tiles &&
+          memcmp(order[0], order[1], (size_t)pairs * 4) == 0 &&
+          memcmp(tiles[0], tiles[1], (size_t)*n_tiles[1] * 12) == 0);
+    int32_t seen = 0, last = -1;
+    for (int32_t t = 0; t < *n_tiles[1]; t++) {
+        const int32_t *tl = tiles[1] + 3 * t;
+        CHECK(tl[0] >= last && tl[2] >= 1 && tl[2] <= GK_MOE_TILE && tl[1] == seen);
+        for (int32_t j = 0; j < tl[2]; j++)
+            CHECK(sel[1][order[1][tl[1] + j]] == tl[0]);
+        last = tl[0], seen += tl[2];
+    }
+    CHECK(seen == pairs);
+    /* gate|up with the activation, then down (of the twin's h), from the
+     * twins' tiles: the twins first */
+    for (int s = 1; s >= 0; s--) {
+        struct gk_moe_gemv_params gp = {
+            .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn, .ld_x = E,
+            .x_div = K, .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+            .max_tiles = max_tiles, .glu = glu, .h = h[s], .ld_h = ff};
+        struct gk_moe_gemv_params dp = {
+            .w = wd, .rows = E, .bias = b3, .x = h[1], .ld_x = ff, .x_div = 1,
+            .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+            .max_tiles = max_tiles, .y = y[s], .ld_y = E};
+        if (s == 0) {
+            CHECK(gemv(&gp, NULL) == IG_OK);
+            CHECK(gemv(&dp, NULL) == IG_OK);
+        } else {
+            gk_moe_gemv_ref(&gp);
+            gk_moe_gemv_ref(&dp);
+        }
+    }
+    int64_t h_bad = 0;
+    for (int64_t i = 0; i < pairs * ff; i++) {
+        float a = ig_f16_to_f32(h[0][i]), b = ig_f16_to_f32(h[1][i]);
+        h_bad += !(fabsf(a - b) <= fabsf(b) / 512 + 1e-4f);
+    }
+    double ymax = max_abs(y[1], pairs * E);
+    int64_t y_bad = count_off(y[0], y[1], pairs * E, 1e-4 * ymax);
+    ok &= h_bad == 0 && y_bad == 0;
+    /* the weighted sum */
+    CHECK(IG_DEV(gk_moe_combine)(xo[0], E, y[1], E, wts[1], N, K, E, NULL) == IG_OK);
+    gk_moe_combine_ref(xo[1], E, y[1], E, wts[1], N, K, E);
+    int64_t x_bad = count_off(xo[0], xo[1], N * E, 1e-5 * max_abs(xo[1], N * E));
+    CHECK(x_bad == 0);
+    if (!quiet) {
+        CHECKF(same_sel, "%s: the routing's experts differ from the twin's",
+               quant_type_name((uint32_t)type));
+        CHECKF(count_off(wts[0], wts[1], pairs, 1e-5) == 0, "routing weights differ");
+        CHECKF(h_bad == 0 && y_bad == 0, "%s/%s ff %lld glu %d: %lld of h, %lld of y off "
+               "(max |y| %.3g)", quant_type_name((uint32_t)type),
+               quant_type_name((uint32_t)down_type), (long long)ff, glu, (long long)h_bad,
+               (long long)y_bad, ymax);
+        CHECKF(ymax > 0.01, "y is flat (max %.3g): the case proves nothing", ymax);
+    }
+    for (int s = 0; s < 2; s++) {
+        free(sel[s]), free(wts[s]), free(order[s]), free(tiles[s]), free(n_tiles[s]);
+        free(h[s]), free(y[s]), free(xo[s]);
+    }
+    free(bg), free(bu), free(bd), free(x), free(norm_w), free(router), free(rb), free(b1);
+    free(b2), free(b3), free(xn);
+    return ok;
+}
+
+int main(void)
+{
+    struct {
+        int type, down;
+        int64_t e, ff;
+        int glu;
+        bool bias;
+    } cases[] = {
+        {QUANT_F16, QUANT_Q8_0, 128, 96, GK_GLU_SILU, false},
+        {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
+        {QUANT_Q8_0, QUANT_F16, 128, 96, GK_MOE_GLU_OAI, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fprintf(stderr, "%s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
+                quant_type_name((uint32_t)cases[i].type), quant_type_name((uint32_t)cases[i].down),
+                (long long)cases[i].e, (long long)cases[i].ff, cases[i].glu,
+                cases[i].bias ? ", biases" : "");
+        CHECK(run_case(cases[i].type, cases[i].down, cases[i].e, cases[i].ff, cases[i].glu,
+                       cases[i].bias, IG_DEV(gk_moe_route), IG_DEV(gk_moe_gemv), false, 11 + i));
+    }
+    /* planted bugs must be caught */
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false, IG_DEV(gk_moe_route),
+                     gk_moe_gemv_emu_moe_wrong_expert, true, 11),
+           "mutant moe_wrong_expert (a product reads the wrong expert's rows) not caught");
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false,
+                     gk_moe_route_emu_moe_no_renorm, IG_DEV(gk_moe_gemv), true, 11),
+           "mutant moe_no_renorm (no renormalization) not caught");
+    return test_summary("test_moe_emu");
+}
