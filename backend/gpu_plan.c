@@ -31,9 +31,6 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
     const struct model_hparams *hp = &m->hp;
     *layer = -1;
     for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
-            return "gated DeltaNet and gated attention layers";
-    for (int64_t l = 0; l < hp->n_layer; l++)
         if (m->layers[l].ffn != LAYER_FFN_DENSE) {
             *layer = l;
             return "a mixture-of-experts FFN";
