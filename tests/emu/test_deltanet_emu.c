@@ -183,6 +183,7 @@ static void compare_states(struct pair *p, const struct model *m, int64_t n_pos,
     CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr, &sr) == IG_OK);
     CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td, &sd) == IG_OK);
     int layers = 0;
+    double worst = 0;
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         if (m->layers[l].mixer != LAYER_MIXER_DELTANET)
             continue;
@@ -191,10 +192,12 @@ static void compare_states(struct pair *p, const struct model *m, int64_t n_pos,
         double e = test_rel_err(b, a, nf);
         CHECKF(e <= tol, "layer %lld's DeltaNet state: rel err %.2e > %.1e", (long long)l, e,
                tol);
+        worst = e > worst ? e : worst;
         layers++;
     }
     CHECK(layers == 3);
-    fprintf(stderr, "DeltaNet states of %d layers within %.0e of the CPU's\n", layers, tol);
+    fprintf(stderr, "DeltaNet states of %d layers: worst rel err %.2e against the CPU's "
+            "(bound %.0e)\n", layers, worst, tol);
 }
 
 /* The last row's logits of ids[0..n) prefilled into `slot` of b from
@@ -324,7 +327,7 @@ int main(int argc, char **argv)
 #else /* tests/gpu's test_deltanet_gpu: the backend part on a GPU */
     if (argc < 2 || IG_DEV(gpu_device_count)() == 0) {
         fprintf(stderr, "test_deltanet_gpu: skipped (needs a GPU and the qwen35 tiny file)\n");
-        return TEST_SKIP;
+        return 77;
     }
 #endif
     if (argc > 1)
