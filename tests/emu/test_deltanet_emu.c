@@ -17,9 +17,10 @@
  * for f16 weights, greedy equal), the exported DeltaNet states against the
  * CPU's, two sequences in one step (one decoding while the other
  * prefills); on the device alone a prompt in one step against the same in
- * chunks, and two requests batched against each alone (their states apart).
- * Label emu. Built again as tests/gpu's test_deltanet_gpu: the backend part on a
- * GPU (scripts/gpu/qwen35.sh runs it on the tiny file). */
+ * chunks, and two requests batched against each alone (their states apart);
+ * a mixture-of-experts FFN (qwen35moe) still refused. Label emu. Built
+ * again as tests/gpu's test_deltanet_gpu: the backend part on a GPU
+ * (scripts/gpu/qwen35.sh runs it on the tiny file). */
 #include "backend/backend.h"
 #include "core/half.h"
 #include "kvcache/kvcache.h"
@@ -315,6 +316,10 @@ static void test_backend(const char *path)
     }
     backend_free(p.cpu);
     backend_free(p.dev);
+    /* qwen35moe's experts wait for the GPU's MoE: refused in one line */
+    struct backend *moe = NULL;
+    m->layers[1].ffn = LAYER_FFN_MOE;
+    CHECK(IG_DEV(gpu_backend_create)(m, &oe, &moe) == IG_E_MODEL && !moe);
     free(p.lc);
     free(p.le);
     model_free(m);
