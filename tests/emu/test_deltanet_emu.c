@@ -18,7 +18,8 @@
  * CPU's, two sequences in one step (one decoding while the other
  * prefills); on the device alone a prompt in one step against the same in
  * chunks, and two requests batched against each alone (their states apart);
- * a mixture-of-experts FFN (qwen35moe) still refused. Label emu. Built
+ * a sequence's cache and states exported and imported into another
+ * backend continuing bit for bit; a mixture-of-experts FFN (qwen35moe) still refused. Label emu. Built
  * again as tests/gpu's test_deltanet_gpu: the backend part on a GPU
  * (scripts/gpu/qwen35.sh runs it on the tiny file). */
 #include "backend/backend.h"
@@ -285,6 +286,32 @@ static void device_only(struct pair *p, const int32_t *ids, int64_t n)
     free(both);
 }
 
+/* Slot 0 of the device (n_pos positions through table 0) exported, imported
+ * into slot 1 of a fresh device backend (table 1): one more step on each
+ * gives the same logits bit for bit (the states went through the host). */
+static void check_import(struct pair *p, const struct model *m, const struct backend_opts *o,
+                         int64_t n_pos)
+{
+    struct backend *fresh = NULL;
+    struct backend_seq s0 = {.table = p->table[0], .slot = 0};
+    struct backend_seq s1 = {.table = p->table[1], .slot = 1};
+    const struct kv_store *dl;
+    const int32_t *td;
+    int64_t slot;
+    CHECK(IG_DEV(gpu_backend_create)(m, o, &fresh) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s0, n_pos, &dl, &td, &slot) == IG_OK);
+    if (!fresh)
+        return;
+    CHECK(slot == 0 && backend_kv_import(fresh, &s1, dl, n_pos) == IG_OK);
+    int32_t tok = 42;
+    CHECK(backend_run_seq(p->dev, p->table[0], 0, &tok, 1, n_pos, p->le) == IG_OK);
+    CHECK(backend_run_seq(fresh, p->table[1], 1, &tok, 1, n_pos, p->lc) == IG_OK);
+    CHECKF(memcmp(p->lc, p->le, (size_t)p->n_vocab * sizeof *p->lc) == 0,
+           "imported cache and state: logits differ (rel err %.3e)",
+           test_rel_err(p->lc, p->le, p->n_vocab));
+    backend_free(fresh);
+}
+
 static void test_backend(const char *path)
 {
     struct model *m = NULL;
@@ -312,6 +339,7 @@ static void test_backend(const char *path)
         compare_states(&p, m, 40 + N_STEPS, 1e-2);
         run_two(&p, ids + 40, 20, 4, 40 + N_STEPS);
         device_only(&p, ids, 40);
+        check_import(&p, m, &oe, 24); /* slot 0 holds 24 positions of table 0 now */
         fprintf(stderr, "qwen35 tiny: worst rel err %.2e against the CPU backend\n", p.worst);
     }
     backend_free(p.cpu);
