@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "decode/decode_attn.h"
 #include "decode/greedy.h"
+#include "ops/gpu_deltanet.h"
 #include "ops/ops.h"
 
 #include <math.h>
@@ -84,6 +85,8 @@ static size_t attn_work_floats(const struct gpu_backend *g)
     size_t most = 1;
     for (int i = 0; i < g->n_buckets; i++)
         for (int64_t l = 0; l < g->m->hp.n_layer; l++) {
+            if (g->m->layers[l].mixer != LAYER_MIXER_ATTENTION)
+                continue;
             struct decode_attn_params ap = gpu_bucket_attn(g, i, l);
             size_t f = decode_attn_work_floats(&ap);
             most = f > most ? f : most;
@@ -104,7 +107,8 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch) +
-              (double)IG_DEV(gpu_moe_buf_bytes)(g->m, g->max_batch);
+              (double)IG_DEV(gpu_moe_buf_bytes)(g->m, g->max_batch) +
+              IG_DEV(gpu_deltanet_act_bytes)(g->m, g->max_batch, g->max_seqs);
 }
 
 /* ---- setup ------------------------------------------------------------------------ */
@@ -117,6 +121,14 @@ static int check_model(const struct model *m)
         return st;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
+        if (L->mixer == LAYER_MIXER_DELTANET) { /* ops/gpu_deltanet.h's kernels */
+            if (!GK_DN_HEAD_DIM_OK(L->dn_head_dim) || L->dn_conv > GK_DN_MAX_CONV)
+                return ig_error(IG_E_MODEL, "the CUDA backend's gated DeltaNet takes head dims "
+                                "64 and 128 and convolutions of at most %d; '%s' has %lld and "
+                                "%lld (use --device cpu)", GK_DN_MAX_CONV, m->path,
+                                (long long)L->dn_head_dim, (long long)L->dn_conv);
+            continue;
+        }
         if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256)
             return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64, 128 and 256; "
                             "'%s' has %lld (use --device cpu)", m->path, (long long)L->head_dim);
@@ -134,14 +146,15 @@ static int check_model(const struct model *m)
 }
 
 /* The kernels read and write K/V in paged blocks, each layer of its own
- * shape: refused, in one line, a memory with layers that share another's
- * KV (Gemma 4, refused before by check_model) or recurrent ones (kv_memory_of). */
+ * shape, and recurrent state in slots (gpu_deltanet.c): refused, in one
+ * line, a memory with layers that share another's KV (Gemma 4, refused
+ * before by check_model). */
 static int check_memory(const struct gpu_backend *g)
 {
     const struct kv_memory *mem = g->base.kv_mem;
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
-        if (L->kind != KV_FULL && L->kind != KV_WINDOW)
+        if (L->kind != KV_FULL && L->kind != KV_WINDOW && L->kind != KV_RECURRENT)
             return ig_error(IG_E_MODEL, "the CUDA backend runs layers of full or sliding-window "
                             "attention; layer %lld of '%s' is %s: use --device cpu",
                             (long long)l, g->m->path, kv_kind_name(L->kind));
@@ -210,7 +223,8 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, 4, &g->norm_ticket, NULL)) ||
         (st = IG_DEV(dev_memset)(g->dev, g->norm_ticket, 0, 4)))
         return st;
-    if (hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL)))
+    if ((hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL))) ||
+        (st = IG_DEV(gpu_deltanet_alloc)(g)))
         return st;
     if (e % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * e, &g->xq, NULL)) ||
                         (st = IG_DEV(gpu_alloc)(g, B * (e / 32) * 8, &g->xqd, NULL))))
@@ -341,6 +355,7 @@ static void gpu_destroy(struct backend *b)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->h_stage);
         IG_DEV(dev_free_host)(g->dev, g->h_logits);
+        IG_DEV(dev_free_host)(g->dev, g->h_dn_seqs);
         IG_DEV(dev_close)(g->dev);
     }
     kv_store_free(g->host_kv);
@@ -395,7 +410,8 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
         (st = IG_DEV(dev_upload)(g->dev, g->tables, g->h_tables,
                                  (size_t)(ns * g->table_stride) * 4)) ||
         (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
-                                            (size_t)ns * sizeof *g->seqs))))
+                                            (size_t)ns * sizeof *g->seqs))) ||
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)))
         return st;
     /* Past attention, the last layer matters for the rows that want logits. */
     st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_want ? want[0] : n);
@@ -455,7 +471,7 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch)
         (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
                                        (size_t)(rows * g->table_stride) * 4)) ||
-        (st = run_bucket(g, bucket)))
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) || (st = run_bucket(g, bucket)))
         return st;
     int64_t n_want = 0;
     for (int64_t i = 0; i < ns; i++)

@@ -33,6 +33,7 @@
 #include "core/status.h"
 #include "decode/decode_attn.h"
 #include "decode/greedy.h"
+#include "ops/gpu_deltanet.h"
 #include "ops/gpu_ops.h"
 #include "prefill/flash_attn_pool.h"
 
@@ -122,7 +123,9 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
     const float *q_norm = L->vec[LAYER_Q_NORM], *k_norm = L->vec[LAYER_K_NORM];
     int st;
     if ((st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM])) ||
-        (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) || !q_norm)
+        (st = ML->attn_gate ? IG_DEV(gpu_gated_qkv)(g, l, n) /* gpu_deltanet.c */
+                            : IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) ||
+        !q_norm)
         return st;
     st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
                                  g->stream);
@@ -175,7 +178,8 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
 static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
 {
     const struct gpu_layer *L = &g->layers[l];
-    return !L->vec[LAYER_Q_NORM] && IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
+    return !L->vec[LAYER_Q_NORM] && !g->m->layers[l].attn_gate &&
+           IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
 }
 
 /* A decode step's norm, then the Q|K|V GEMV with bias, RoPE and the pool
@@ -269,6 +273,8 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;
+    if (ML->attn_gate && (st = IG_DEV(gk_gate_apply)(g->att16, g->gate, p->n * q_dim, g->stream)))
+        return st; /* Qwen3.5: times sigmoid(gate) before wo */
     if (row0 == p->n)
         return IG_OK;
     const struct gpu_layer *L = &g->layers[l];
@@ -311,11 +317,31 @@ static int ffn_moe(const struct gpu_pass *p, int64_t l, int64_t row0)
     return IG_DEV(gpu_ffn_moe)(p->g, l, row0, p->n);
 }
 
+/* ---- gated DeltaNet ---------------------------------------------------------------- */
+
+/* LAYER_MIXER_DELTANET: its input norm, the mixer (gpu_deltanet.c: a
+ * decode bucket's rows are its sequences), ssm_out into the residual. */
+static int deltanet(const struct gpu_pass *p, int64_t l, int64_t row0)
+{
+    struct gpu_backend *g = p->g;
+    const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
+    int64_t e = g->m->hp.n_embd, vd = ML->dn_v_heads * ML->dn_head_dim;
+    int st = norm_rows(g, g->x, p->n, L->vec[LAYER_ATTN_NORM]);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_deltanet_mix)(g, l, p->n, p->bucket >= 0 ? p->n : p->n_seqs);
+    if (st != IG_OK || row0 == p->n)
+        return st;
+    return add_product(g, &L->mat[LAYER_DN_OUT], g->dn_out16 + row0 * vd, vd, p->n - row0,
+                       g->x + row0 * e, NULL, next_norm(p, l, true));
+}
+
 /* ---- the loop -------------------------------------------------------------------- */
 
 /* By enum layer_mixer. */
 static const gpu_mixer_fn mixers[] = {
     [LAYER_MIXER_ATTENTION] = attention,
+    [LAYER_MIXER_DELTANET] = deltanet,
 };
 
 /* By enum layer_ffn. */

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct gk_dn_seq;
+
 /* A weight matrix on the device: its rows in parts of one type each
  * (quantized blocks or f16; backend/gpu_plan.h), e.g. Q|K in Q4_K then V in
  * Q6_K. Read only through gpu_matmul and gpu_embed. */
@@ -136,6 +138,14 @@ struct gpu_backend {
     struct kv_store *host_kv;  /* the last export's host copy */
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
     struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
+    /* Qwen3.5's hybrid layers (gpu_deltanet.c; NULL without): the step's
+     * sequences [max_seqs] (staged in pinned h_dn_seqs), the DeltaNet
+     * mixer's activations [max_batch][...], gated attention's raw Q|K|V
+     * product and gates */
+    struct gk_dn_seq *dn_seqs, *h_dn_seqs;
+    float *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out;
+    uint16_t *dn_out16;
+    float *gate_raw, *gate;
 };
 
 /* Rows of one output-head GEMM when several rows of a prefill step want
@@ -267,5 +277,28 @@ size_t IG_DEV(gpu_moe_buf_bytes)(const struct model *m, int64_t max_batch);
  * g->fuse) and, in the emulated build, IGNITE_EMU_MATMUL=kernels
  * (gpu_matmul.c). */
 int IG_DEV(gpu_matmul_setup)(struct gpu_backend *g);
+
+/* ---- Qwen3.5's hybrid layers (gpu_deltanet.c) ---------------------------- */
+
+/* Allocates the buffers above that the model's layers need. */
+int IG_DEV(gpu_deltanet_alloc)(struct gpu_backend *g);
+
+/* The bytes gpu_deltanet_alloc takes (gpu.c's memory check). */
+double IG_DEV(gpu_deltanet_act_bytes)(const struct model *m, int64_t max_batch,
+                                      int64_t max_seqs);
+
+/* The step's sequences to dn_seqs (rows entries: a decode bucket's padding
+ * past the batch's); nothing without DeltaNet layers. Queues work only. */
+int IG_DEV(gpu_deltanet_stage)(struct gpu_backend *g, const struct backend_batch *batch,
+                               int64_t rows);
+
+/* DeltaNet layer l over n rows of n_seqs sequences (dn_seqs), from xn (its
+ * input norm's output) to dn_out16 [n][v_heads * head_dim], ssm_out's input;
+ * each sequence's state read and written in its slot. */
+int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_t n_seqs);
+
+/* Gated attention layer l's Q|K|V product of xn's n rows: queries, K, V to
+ * g->qkv (gpu_layer_qkv_rows wide), the output gates to g->gate. */
+int IG_DEV(gpu_gated_qkv)(struct gpu_backend *g, int64_t l, int64_t n);
 
 #endif

@@ -30,9 +30,6 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
 {
     const struct model_hparams *hp = &m->hp;
     *layer = -1;
-    for (int64_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].mixer != LAYER_MIXER_ATTENTION || m->layers[l].attn_gate)
-            return "gated DeltaNet and gated attention layers";
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         /* backend/gpu_moe.c runs every expert of the layer, held whole */

@@ -1,0 +1,104 @@
+/* ops/gpu_deltanet.h: the CUDA kernels of Qwen3.5's hybrid layers (gated
+ * DeltaNet and the output gate of its full attention), each with a CPU twin
+ * (the same name with _ref, plain C, host pointers) that defines its
+ * result, as ops/gpu_ops.h's do; backend/cpu_deltanet.c and
+ * backend/cpu_attention.c state the rules. f32 throughout but the gated
+ * norm's output, which feeds the ssm_out product (f16).
+ *
+ * A sequence's recurrent state is kvcache's layout (kv_deltanet_state_bytes):
+ * [conv - 1][C] the convolution's last inputs, oldest first, then per value
+ * head S [D keys][D values]. A sequence at position 0 starts from zeros (the
+ * kernels read none of its slot). Launchers only queue work (a decode graph
+ * captures them); the sequences come from device memory.
+ *
+ * Built twice (devkit/dev_entry.h): ops/gpu_deltanet.cu (name_cuda) and
+ * ops/gpu_deltanet_emu.cc (name_emu). Covered by
+ * tests/emu/test_deltanet_emu.c. */
+#ifndef IGNITE_OPS_GPU_DELTANET_H
+#define IGNITE_OPS_GPU_DELTANET_H
+
+#include "devkit/dev_entry.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A step's sequence as the DeltaNet kernels see it: rows [row0, row0 +
+ * n_rows) at positions pos0.., state in slot `slot`. n_rows 0: a decode
+ * bucket's padding (nothing read or written). */
+struct gk_dn_seq {
+    int32_t row0, n_rows, pos0, slot;
+};
+
+/* The largest convolution kernel and the head dims the kernels take. */
+#define GK_DN_MAX_CONV 8
+#define GK_DN_HEAD_DIM_OK(d) ((d) == 64 || (d) == 128)
+
+/* The layer's shapes and the state array. */
+struct gk_dn_shape {
+    int64_t C;          /* channels: (2 Hk + Hv) D */
+    int64_t Hk, Hv, D;  /* key heads, value heads, head dim */
+    int64_t K;          /* convolution width, 1..GK_DN_MAX_CONV */
+    int grouped;        /* value head h reads key head h / (Hv / Hk); else h % Hk */
+    float *state;       /* [slots][state_bytes / 4] */
+    int64_t state_floats; /* a slot's stride */
+};
+
+/* The causal depthwise convolution and SiLU of each sequence's rows of qkv
+ * [n][C] in place, continuing and then updating its conv state: x_t[c] =
+ * silu(w[c][K-1] x_t[c] + sum_(i < K-1) w[c][i] h_i[c]) over the K - 1
+ * inputs before t, oldest first. conv_w f32 [C][K]. One thread a channel
+ * of a sequence, its rows in order. */
+int IG_DEV(gk_dn_conv)(const struct gk_dn_shape *s, float *qkv, const float *conv_w,
+                       const struct gk_dn_seq *seqs, int64_t n_seqs, void *stream);
+void gk_dn_conv_ref(const struct gk_dn_shape *s, float *qkv, const float *conv_w,
+                    const struct gk_dn_seq *seqs, int64_t n_seqs);
+
+/* Per row of n: each key head's q and k L2-normalized (x / sqrt(sum x^2 +
+ * 1e-6), q also times 1/sqrt(D)) in place in qkv; beta = sigmoid(beta),
+ * alpha becomes the log decay A[h] softplus(alpha + dt[h]) (softplus
+ * linear above 20), both [n][Hv] in place. One block a row. */
+int IG_DEV(gk_dn_gates)(const struct gk_dn_shape *s, float *qkv, float *beta, float *alpha,
+                        const float *dt, const float *A, int64_t n, void *stream);
+void gk_dn_gates_ref(const struct gk_dn_shape *s, float *qkv, float *beta, float *alpha,
+                     const float *dt, const float *A, int64_t n);
+
+/* The delta rule, the recurrent form, over each sequence's rows in order:
+ * S = e^g S; u = beta (v - S^T k); S += k u^T; o = S^T q, o into out
+ * [n][Hv][D]; S read from and written back to the slot once. One block
+ * per (value head, sequence), two threads a column of S, each half its
+ * rows (the sums over S's rows: the first half's, plus the second's). */
+int IG_DEV(gk_dn_rule)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                       const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs,
+                       void *stream);
+void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                    const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs);
+
+/* The gated norm: y[t][h] = f16(o r w silu(z)), r = 1 / sqrt(mean(o^2) +
+ * eps) over each head's D values; o, z f32 [n][Hv][D], w f32 [D], y f16. */
+int IG_DEV(gk_dn_norm)(const struct gk_dn_shape *s, const float *o, const float *z,
+                       const float *w, float eps, int64_t n, uint16_t *y, void *stream);
+void gk_dn_norm_ref(const struct gk_dn_shape *s, const float *o, const float *z,
+                    const float *w, float eps, int64_t n, uint16_t *y);
+
+/* Gated attention's Q projection [n][n_head][2][hd] (each head's query
+ * then its gate), K and V after it (raw [n][2 q_dim + 2 kv_dim]): the
+ * queries, K and V to qkv [n][q_dim + 2 kv_dim] (what gk_qkv_rope reads),
+ * the gates to gate [n][q_dim]. */
+int IG_DEV(gk_gate_split)(const float *raw, int64_t n, int64_t n_head, int64_t n_head_kv,
+                          int64_t hd, float *qkv, float *gate, void *stream);
+void gk_gate_split_ref(const float *raw, int64_t n, int64_t n_head, int64_t n_head_kv,
+                       int64_t hd, float *qkv, float *gate);
+
+/* att[i] = f16(att[i] sigmoid(gate[i])) for i < n (the attention's f16
+ * output, before wo). */
+int IG_DEV(gk_gate_apply)(uint16_t *att, const float *gate, int64_t n, void *stream);
+void gk_gate_apply_ref(uint16_t *att, const float *gate, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# scripts/gpu/qwen35.sh: step qwen35 of the GPU check: Qwen3.5's hybrid layers on the
+# CUDA backend (backend/gpu_deltanet.c, ops/gpu_deltanet.cu). First the tiny file
+# (bench/random_gguf.py --arch qwen35 --shape tiny, F16): test_deltanet_gpu, the CUDA
+# backend against the CPU backend on it (tests/emu/test_deltanet_emu.c's backend part:
+# prefill in chunks, decode, the states, two sequences a step, batched vs alone). Then Qwen3.5-0.8B's shape (the
+# file bench/arch_speed.sh names, written here in Q8_0: numpy writes it in seconds, where
+# Q4_K_M takes minutes) at pp512, tg128 and pp8192 (one chunk: the DeltaNet prefill is
+# the recurrent form, one launch per layer, its cost linear in n). Rows into
+# $WORK/qwen35.jsonl.
+set -uo pipefail
+out="$WORK/qwen35.jsonl"
+: >"$out"
+"$PY" bench/random_gguf.py "$WORK/tiny.gguf" --arch qwen35 --shape tiny --type F16 || exit 1
+"$BIN/test_deltanet_gpu" "$WORK/tiny.gguf" >"$WORK/test_deltanet_gpu.log" 2>&1
+rc=$?
+tail -4 "$WORK/test_deltanet_gpu.log"
+[ $rc = 0 ] || { echo "FAILED: test_deltanet_gpu (exit $rc)"; exit 1; }
+"$PY" bench/random_gguf.py "$WORK/q35.gguf" --arch qwen35 --shape Qwen3.5-0.8B --type Q8_0 ||
+    exit 1
+rc=0
+"$BIN/ignite" bench --device cuda -m "$WORK/q35.gguf" -p 512 -n 128 -r 2 -o jsonl >>"$out" || rc=1
+"$BIN/ignite" bench --device cuda -m "$WORK/q35.gguf" -p 8192 -n 0 -b 8192 -r 1 -o jsonl \
+    >>"$out" || rc=1
+cat "$out"
+exit $rc

@@ -1,0 +1,369 @@
+/* tests/emu/test_deltanet_emu.c: Qwen3.5's hybrid layers on the CUDA
+ * backend under the emulator.
+ *
+ * Kernels (ops/gpu_deltanet.h) against their CPU twins, bit for bit, on two
+ * sequences of one step (one starting at position 0 over a slot of garbage,
+ * one continuing its state) and a padding entry: the convolution, the L2
+ * norms and gates, the delta rule (head dims 64 and 128, the tiled and the
+ * grouped value heads), the gated norm, gated attention's split and gate;
+ * each output and both slots' states compared. Mutants of the kernel source
+ * (tests/emu/mutate.cmake: the state not written back, the state read at
+ * position 0, the output gate's sign, the decay's sign) must differ.
+ *
+ * The backend (argv[1]: bench/random_gguf.py's qwen35 tiny F16 file: 3
+ * DeltaNet layers and a gated attention layer, head dims 64) against the CPU
+ * backend (f32 cache, exact matmuls, the chunked DeltaNet form): 40 ids
+ * prefilled in chunks of 33 and 7, 5 decode steps (backend_checks.h's bound
+ * for f16 weights, greedy equal), the exported DeltaNet states against the
+ * CPU's, two sequences in one step (one decoding while the other
+ * prefills); on the device alone a prompt in one step against the same in
+ * chunks, and two requests batched against each alone (their states apart);
+ * a sequence's cache and states exported and imported into another
+ * backend continuing bit for bit; a mixture-of-experts FFN (qwen35moe) still refused. Label emu. Built
+ * again as tests/gpu's test_deltanet_gpu: the backend part on a GPU
+ * (scripts/gpu/qwen35.sh runs it on the tiny file). */
+#include "backend/backend.h"
+#include "core/half.h"
+#include "kvcache/kvcache.h"
+#include "models/model.h"
+#include "ops/gpu_deltanet.h"
+#include "tests/emu/backend_checks.h"
+#if defined(IG_EMU_BACKEND)
+#include "dn_mutants.h" /* DN_MUTANTS(X): tests/emu/CMakeLists.txt */
+#endif
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- kernels against twins (emulated: host pointers) ------------------------------- */
+#if defined(IG_EMU_BACKEND)
+
+/* The launchers of one build of ops/gpu_deltanet.cu: the real one or a
+ * mutant copy (gk_<mutant>_dn_*, tests/emu/CMakeLists.txt). */
+struct dn_kernels {
+    const char *name;
+    int (*conv)(const struct gk_dn_shape *, float *, const float *, const struct gk_dn_seq *,
+                int64_t, void *);
+    int (*gates)(const struct gk_dn_shape *, float *, float *, float *, const float *,
+                 const float *, int64_t, void *);
+    int (*rule)(const struct gk_dn_shape *, const float *, const float *, const float *, float *,
+                const struct gk_dn_seq *, int64_t, void *);
+    int (*gate_apply)(uint16_t *, const float *, int64_t, void *);
+};
+
+#define MUTANT(m)                                                                             \
+    int gk_##m##_dn_conv(const struct gk_dn_shape *, float *, const float *,                \
+                         const struct gk_dn_seq *, int64_t, void *);                          \
+    int gk_##m##_dn_gates(const struct gk_dn_shape *, float *, float *, float *, const float *, \
+                          const float *, int64_t, void *);                                     \
+    int gk_##m##_dn_rule(const struct gk_dn_shape *, const float *, const float *,           \
+                         const float *, float *, const struct gk_dn_seq *, int64_t, void *);   \
+    int gk_##m##_gate_apply(uint16_t *, const float *, int64_t, void *);
+#define MUTANT_ROW(m) {#m, gk_##m##_dn_conv, gk_##m##_dn_gates, gk_##m##_dn_rule, gk_##m##_gate_apply},
+DN_MUTANTS(MUTANT)
+
+static float *rnd(uint64_t *st, int64_t n, float scale)
+{
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = scale * test_rand_f(st);
+    return x;
+}
+
+static float *dup(const float *x, int64_t n)
+{
+    float *y = malloc((size_t)n * sizeof *y);
+    memcpy(y, x, (size_t)n * sizeof *y);
+    return y;
+}
+
+static bool same(const void *a, const void *b, size_t bytes)
+{
+    return memcmp(a, b, bytes) == 0;
+}
+
+/* One step's case through kernels k and the twins; returns whether every
+ * output and state matched bit for bit (and the launches succeeded). */
+static bool kernel_case(const struct dn_kernels *k, int64_t Hk, int64_t Hv, int64_t D,
+                        int grouped, uint64_t seed)
+{
+    uint64_t st = seed;
+    struct gk_dn_shape s = {.Hk = Hk, .Hv = Hv, .D = D, .K = 4, .grouped = grouped};
+    s.C = (2 * Hk + Hv) * D;
+    s.state_floats = (s.K - 1) * s.C + Hv * D * D + 7; /* a slot's stride past its state */
+    const int64_t n = 6, vd = Hv * D, slots = 2;
+    /* slot 1 starts at 0 over garbage (NaN: must not be read), slot 0 continues */
+    const struct gk_dn_seq seqs[3] = {{0, 5, 0, 1}, {5, 1, 9, 0}, {6, 0, -1, 0}};
+    float *state = rnd(&st, slots * s.state_floats, 0.5f);
+    for (int64_t i = 0; i < s.state_floats; i++)
+        state[s.state_floats + i] = NAN;
+    float *qkv = rnd(&st, n * s.C, 1.0f), *w = rnd(&st, s.C * s.K, 0.6f);
+    float *beta = rnd(&st, n * Hv, 2.0f), *alpha = rnd(&st, n * Hv, 2.0f);
+    float *dt = rnd(&st, Hv, 1.0f), *A = rnd(&st, Hv, 1.0f), *z = rnd(&st, n * vd, 2.0f);
+    float *nw = rnd(&st, D, 1.0f);
+    for (int64_t h = 0; h < Hv; h++)
+        A[h] = -fabsf(A[h]) - 0.1f; /* -exp(A_log) */
+    float *state_r = dup(state, slots * s.state_floats), *qkv_r = dup(qkv, n * s.C);
+    float *beta_r = dup(beta, n * Hv), *alpha_r = dup(alpha, n * Hv);
+    float *out = calloc((size_t)(n * vd), sizeof *out), *out_r = calloc((size_t)(n * vd), 4);
+    uint16_t *y = calloc((size_t)(n * vd), 2), *y_r = calloc((size_t)(n * vd), 2);
+    bool ok = true;
+    s.state = state;
+    ok &= k->conv(&s, qkv, w, seqs, 3, NULL) == IG_OK;
+    ok &= k->gates(&s, qkv, beta, alpha, dt, A, n, NULL) == IG_OK;
+    ok &= k->rule(&s, qkv, beta, alpha, out, seqs, 3, NULL) == IG_OK;
+    ok &= IG_DEV(gk_dn_norm)(&s, out, z, nw, 1e-6f, n, y, NULL) == IG_OK;
+    s.state = state_r;
+    gk_dn_conv_ref(&s, qkv_r, w, seqs, 3);
+    gk_dn_gates_ref(&s, qkv_r, beta_r, alpha_r, dt, A, n);
+    gk_dn_rule_ref(&s, qkv_r, beta_r, alpha_r, out_r, seqs, 3);
+    gk_dn_norm_ref(&s, out_r, z, nw, 1e-6f, n, y_r);
+    ok &= same(qkv, qkv_r, (size_t)(n * s.C) * 4) && same(beta, beta_r, (size_t)(n * Hv) * 4) &&
+          same(alpha, alpha_r, (size_t)(n * Hv) * 4);
+    ok &= same(out, out_r, (size_t)(n * vd) * 4) && same(y, y_r, (size_t)(n * vd) * 2);
+    ok &= same(state, state_r, (size_t)(slots * s.state_floats) * 4);
+    for (int64_t i = 0; i < n * vd; i++) /* the NaN slot was not read */
+        ok &= isfinite(out[i]);
+    /* gated attention: 3 heads of D, 1 KV head */
+    int64_t nh = 3, q_dim = nh * D, raw_w = 2 * q_dim + 2 * D;
+    float *raw = rnd(&st, n * raw_w, 3.0f), *qkvc = calloc((size_t)(n * (q_dim + 2 * D)), 4);
+    float *qkvc_r = calloc((size_t)(n * (q_dim + 2 * D)), 4), *gate = calloc((size_t)(n * q_dim), 4);
+    float *gate_r = calloc((size_t)(n * q_dim), 4);
+    uint16_t *att = malloc((size_t)(n * q_dim) * 2), *att_r = malloc((size_t)(n * q_dim) * 2);
+    for (int64_t i = 0; i < n * q_dim; i++)
+        att[i] = att_r[i] = ig_f32_to_f16(2.0f * test_rand_f(&st));
+    ok &= IG_DEV(gk_gate_split)(raw, n, nh, 1, D, qkvc, gate, NULL) == IG_OK;
+    gk_gate_split_ref(raw, n, nh, 1, D, qkvc_r, gate_r);
+    ok &= k->gate_apply(att, gate, n * q_dim, NULL) == IG_OK;
+    gk_gate_apply_ref(att_r, gate_r, n * q_dim);
+    ok &= same(qkvc, qkvc_r, (size_t)(n * (q_dim + 2 * D)) * 4) &&
+          same(gate, gate_r, (size_t)(n * q_dim) * 4) && same(att, att_r, (size_t)(n * q_dim) * 2);
+    void *bufs[] = {state, qkv, w, beta, alpha, dt, A, z, nw, state_r, qkv_r, beta_r, alpha_r,
+                    out, out_r, y, y_r, raw, qkvc, qkvc_r, gate, gate_r, att, att_r};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    return ok;
+}
+
+static void test_kernels(void)
+{
+    static const struct dn_kernels real = {"real", IG_DEV(gk_dn_conv), IG_DEV(gk_dn_gates),
+                                           IG_DEV(gk_dn_rule), IG_DEV(gk_gate_apply)};
+    static const struct dn_kernels mutants[] = {DN_MUTANTS(MUTANT_ROW)};
+    CHECKF(kernel_case(&real, 2, 4, 64, 0, 11), "kernels = twins: 2/4 heads of 64, tiled");
+    CHECKF(kernel_case(&real, 1, 2, 64, 1, 12), "kernels = twins: 1/2 heads of 64, grouped");
+    CHECKF(kernel_case(&real, 1, 1, 128, 0, 13), "kernels = twins: 1 head of 128");
+    for (size_t i = 0; i < sizeof mutants / sizeof mutants[0]; i++) {
+        bool caught = !kernel_case(&mutants[i], 2, 4, 64, 0, 11);
+        CHECKF(caught, "mutant %s: the kernels still match their twins", mutants[i].name);
+        fprintf(stderr, "mutant %s: %s\n", mutants[i].name, caught ? "caught" : "MISSED");
+    }
+    /* sizes the kernels refuse: a head dim without a kernel, a wide convolution */
+    struct gk_dn_shape s = {.Hk = 1, .Hv = 1, .D = 96, .K = 4, .C = 288};
+    float f = 0;
+    s.state = &f;
+    s.state_floats = 3 * 288 + 96 * 96;
+    struct gk_dn_seq q = {0, 1, 0, 0};
+    CHECK(IG_DEV(gk_dn_rule)(&s, &f, &f, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
+    s.D = 64, s.C = 192, s.K = GK_DN_MAX_CONV + 1;
+    CHECK(IG_DEV(gk_dn_conv)(&s, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
+}
+
+#endif
+
+/* ---- the backend ------------------------------------------------------------------ */
+
+/* Each DeltaNet layer's state of slot 0, device against CPU: max |d| / max
+ * |cpu| within tol. */
+static void compare_states(struct pair *p, const struct model *m, int64_t n_pos, double tol)
+{
+    struct backend_seq s = {.table = p->table[0], .slot = 0};
+    const struct kv_store *ref, *dl;
+    const int32_t *tr, *td;
+    int64_t sr, sd;
+    CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr, &sr) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td, &sd) == IG_OK);
+    int layers = 0;
+    double worst = 0;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        if (m->layers[l].mixer != LAYER_MIXER_DELTANET)
+            continue;
+        int64_t nf = (int64_t)(kv_deltanet_state_bytes(&m->layers[l]) / 4);
+        const float *a = kv_store_state(ref, l, sr), *b = kv_store_state(dl, l, sd);
+        double e = test_rel_err(b, a, nf);
+        CHECKF(e <= tol, "layer %lld's DeltaNet state: rel err %.2e > %.1e", (long long)l, e,
+               tol);
+        worst = e > worst ? e : worst;
+        layers++;
+    }
+    CHECK(layers == 3);
+    fprintf(stderr, "DeltaNet states of %d layers: worst rel err %.2e against the CPU's "
+            "(bound %.0e)\n", layers, worst, tol);
+}
+
+/* The last row's logits of ids[0..n) prefilled into `slot` of b from
+ * position 0 in steps of `chunk` rows. */
+static void prefill(struct backend *b, const int32_t *table, int slot, const int32_t *ids,
+                    int64_t n, int64_t chunk, float *logits)
+{
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t len = n - i < chunk ? n - i : chunk;
+        CHECK(backend_run_seq(b, table, slot, ids + i, len, i, logits) == IG_OK);
+    }
+}
+
+/* On the device alone: a prompt in one step against the same in chunks of
+ * 33 and 7 (slot 1); two requests batched (prefill then 3 decode steps
+ * together) against each alone, then a fourth step with their slots
+ * swapped (each reading the other's state), which must not match. The
+ * bound is not bit equality: a step's shape picks the attention's splits
+ * and tiles (1e-4..1e-3 of max |logit| seen), where mixed states move the
+ * logits by far more (the control). */
+static void device_only(struct pair *p, const int32_t *ids, int64_t n)
+{
+    int64_t nv = p->n_vocab;
+    float *one = malloc((size_t)nv * 4), *chunked = malloc((size_t)nv * 4);
+    float *alone = malloc((size_t)(10 * nv) * 4), *both = malloc((size_t)(2 * nv) * 4);
+    prefill(p->dev, p->table[0], 0, ids, n, n, one);
+    prefill(p->dev, p->table[1], 1, ids, n, 33, chunked);
+    double e = test_rel_err(chunked, one, nv);
+    CHECKF(e <= 1e-3 && test_argmax(chunked, nv) == test_argmax(one, nv),
+           "one step vs chunks of 33 and 7: rel err %.2e", e);
+    fprintf(stderr, "prompt of %lld in one step vs chunks: rel err %.2e\n", (long long)n, e);
+    /* request r: its prompt (ids from r * 7, 20 + 9 r long), then 4 steps
+     * fed with its own greedy tokens; alone in slot r, then both batched */
+    int64_t len[2] = {20, 29};
+    int32_t tok[2][5];
+    for (int r = 0; r < 2; r++) {
+        prefill(p->dev, p->table[r], r, ids + 7 * r, len[r], len[r], alone + (5 * r) * nv);
+        for (int s = 0; s < 4; s++) {
+            tok[r][s] = (int32_t)test_argmax(alone + (5 * r + s) * nv, nv);
+            CHECK(backend_run_seq(p->dev, p->table[r], r, &tok[r][s], 1, len[r] + s,
+                                  alone + (5 * r + s + 1) * nv) == IG_OK);
+        }
+    }
+    const double tol = 2e-3;
+    double worst = 0, control = 1e30;
+    for (int s = 0; s < 5; s++) {
+        bool swap = s == 4;
+        int32_t tokens[64];
+        struct backend_seq seqs[2];
+        int64_t rows = 0;
+        for (int r = 0; r < 2; r++) {
+            int64_t k = s ? 1 : len[r];
+            if (s)
+                tokens[rows] = tok[r][s - 1];
+            else
+                memcpy(tokens + rows, ids + 7 * r, (size_t)k * sizeof *tokens);
+            seqs[r] = (struct backend_seq){.table = p->table[r], .slot = swap ? 1 - r : r,
+                                           .row0 = rows,
+                                           .n_rows = k, .pos0 = s ? len[r] + s - 1 : 0};
+            rows += k;
+        }
+        struct backend_batch b = {.tokens = tokens, .n_rows = rows, .seqs = seqs, .n_seqs = 2,
+                                  .logits = both};
+        CHECK(backend_step(p->dev, &b) == IG_OK);
+        for (int r = 0; r < 2; r++) {
+            const float *a = alone + (5 * r + s) * nv;
+            double er = test_rel_err(both + r * nv, a, nv);
+            if (swap) {
+                control = er < control ? er : control;
+                CHECKF(er > 10 * tol, "control: request %d on the other's state: rel err "
+                       "%.2e, within 10x the bound", r, er);
+                continue;
+            }
+            worst = er > worst ? er : worst;
+            CHECKF(er <= tol && test_argmax(both + r * nv, nv) == test_argmax(a, nv),
+                   "batched vs alone: request %d, step %d: rel err %.2e", r, s, er);
+        }
+    }
+    fprintf(stderr, "two requests batched vs alone: worst rel err %.2e (bound %.0e); with "
+            "their states swapped: %.2e\n", worst, tol, control);
+    free(one);
+    free(chunked);
+    free(alone);
+    free(both);
+}
+
+/* Slot 0 of the device (n_pos positions through table 0) exported, imported
+ * into slot 1 of a fresh device backend (table 1): one more step on each
+ * gives the same logits bit for bit (the states went through the host). */
+static void check_import(struct pair *p, const struct model *m, const struct backend_opts *o,
+                         int64_t n_pos)
+{
+    struct backend *fresh = NULL;
+    struct backend_seq s0 = {.table = p->table[0], .slot = 0};
+    struct backend_seq s1 = {.table = p->table[1], .slot = 1};
+    const struct kv_store *dl;
+    const int32_t *td;
+    int64_t slot;
+    CHECK(IG_DEV(gpu_backend_create)(m, o, &fresh) == IG_OK);
+    CHECK(backend_kv_export(p->dev, &s0, n_pos, &dl, &td, &slot) == IG_OK);
+    if (!fresh)
+        return;
+    CHECK(slot == 0 && backend_kv_import(fresh, &s1, dl, n_pos) == IG_OK);
+    int32_t tok = 42;
+    CHECK(backend_run_seq(p->dev, p->table[0], 0, &tok, 1, n_pos, p->le) == IG_OK);
+    CHECK(backend_run_seq(fresh, p->table[1], 1, &tok, 1, n_pos, p->lc) == IG_OK);
+    CHECKF(memcmp(p->lc, p->le, (size_t)p->n_vocab * sizeof *p->lc) == 0,
+           "imported cache and state: logits differ (rel err %.3e)",
+           test_rel_err(p->lc, p->le, p->n_vocab));
+    backend_free(fresh);
+}
+
+static void test_backend(const char *path)
+{
+    struct model *m = NULL;
+    CHECK(model_load(path, &m) == IG_OK);
+    if (!m)
+        return;
+    CHECK(m->hp.n_layer == 4 && m->layers[0].mixer == LAYER_MIXER_DELTANET &&
+          m->layers[3].mixer == LAYER_MIXER_ATTENTION && m->layers[3].attn_gate);
+    struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
+                             .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
+    struct pair p = {.n_vocab = m->hp.n_vocab};
+    pair_init(&p, &o);
+    CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
+    struct backend_opts oe = o;
+    oe.device.kind = BACKEND_CUDA;
+    oe.gpu_weights = BACKEND_GPU_F16;
+    oe.n_blocks = 2 * (N_CTX / KV_BLOCK);
+    CHECK(IG_DEV(gpu_backend_create)(m, &oe, &p.dev) == IG_OK);
+    if (p.cpu && p.dev && p.lc && p.le) {
+        int32_t ids[64];
+        uint64_t st = 7;
+        for (int i = 0; i < 64; i++)
+            ids[i] = (int32_t)(test_rand_u64(&st) % (uint64_t)m->hp.n_vocab);
+        run_prompt(&p, ids, 40, 33, "qwen35 tiny");
+        compare_states(&p, m, 40 + N_STEPS, 1e-2);
+        run_two(&p, ids + 40, 20, 4, 40 + N_STEPS);
+        device_only(&p, ids, 40);
+        check_import(&p, m, &oe, 24); /* slot 0 holds 24 positions of table 0 now */
+        fprintf(stderr, "qwen35 tiny: worst rel err %.2e against the CPU backend\n", p.worst);
+    }
+    backend_free(p.cpu);
+    backend_free(p.dev);
+    /* qwen35moe's experts wait for the GPU's MoE: refused in one line */
+    struct backend *moe = NULL;
+    m->layers[1].ffn = LAYER_FFN_MOE;
+    CHECK(IG_DEV(gpu_backend_create)(m, &oe, &moe) == IG_E_MODEL && !moe);
+    free(p.lc);
+    free(p.le);
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+#if defined(IG_EMU_BACKEND)
+    test_kernels();
+#else /* tests/gpu's test_deltanet_gpu: the backend part on a GPU */
+    if (argc < 2 || IG_DEV(gpu_device_count)() == 0) {
+        fprintf(stderr, "test_deltanet_gpu: skipped (needs a GPU and the qwen35 tiny file)\n");
+        return 77;
+    }
+#endif
+    if (argc > 1)
+        test_backend(argv[1]);
+    return test_summary("test_deltanet");
+}
