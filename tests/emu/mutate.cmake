@@ -6,12 +6,22 @@
 # (prefill_attn_emu_NAME, prefill_attn_wgmma_emu_NAME, prefill_attn_ws_emu_NAME).
 # The shared headers are inlined into the copy first, so a bug can be planted
 # in any of them. Fails when the text to mutate is no longer there (update it here).
+# The decode attention (-DIN=decode/decode_attn.cu, no TILES/WGMMA): its
+# mutants are named dec_*, the copy's entry point decode_attn_emu_NAME.
 file(READ "${IN}" src)
-file(READ "${TILES}" tiles)
-file(READ "${WGMMA}" wgmma)
-string(REPLACE "#include \"prefill/flash_tiles.cuh\"" "${tiles}" src "${src}")
-string(REPLACE "#include \"prefill/flash_wgmma.cuh\"" "${wgmma}" src "${src}")
-if(MUTANT STREQUAL "no_wait")
+if(TILES)
+  file(READ "${TILES}" tiles)
+  file(READ "${WGMMA}" wgmma)
+  string(REPLACE "#include \"prefill/flash_tiles.cuh\"" "${tiles}" src "${src}")
+  string(REPLACE "#include \"prefill/flash_wgmma.cuh\"" "${wgmma}" src "${src}")
+endif()
+if(MUTANT STREQUAL "dec_row_past")
+  set(from "sees[u] = j < j_end && j >= lo && j <= hi;")
+  set(to "sees[u] = j < j_end && j >= lo && j <= hi + 1; /* mutant: a row sees the next row's key */")
+elseif(MUTANT STREQUAL "dec_no_wait")
+  set(from "        ig_cp_async_wait<0>(); /* this stage's copies have landed */\n")
+  set(to "        /* mutant: the stage read before its copies complete */\n")
+elseif(MUTANT STREQUAL "no_wait")
   set(from "        ig_cp_async_wait<kStages - 2 - kMore>();\n")
   set(to "        /* mutant: no cp.async wait before the barrier */\n")
 elseif(MUTANT STREQUAL "no_barrier")
@@ -92,6 +102,7 @@ if(at EQUAL -1)
 endif()
 string(REPLACE "${from}" "${to}" src "${src}")
 string(REPLACE "int IG_DEV(prefill_attn)(" "int prefill_attn_emu_${MUTANT}(" src "${src}")
+string(REPLACE "int IG_DEV(decode_attn)(" "int decode_attn_emu_${MUTANT}(" src "${src}")
 string(REPLACE "int IG_DEV(prefill_attn_wgmma)(" "int prefill_attn_wgmma_emu_${MUTANT}(" src "${src}")
 string(REPLACE "int IG_DEV(prefill_attn_ws)(" "int prefill_attn_ws_emu_${MUTANT}(" src "${src}")
 # A copy builds only the variants test_flash_attn_mutants runs it on
