@@ -470,12 +470,18 @@ static int run_bucket(struct gpu_backend *g, int bucket)
 
 /* q_len for a step through the decode kernels: 1 for one row a sequence;
  * 2, 4, 8 or 16 for a verify step (each sequence 1..16 rows, the most
- * rounded up) whose bucket of sequences times q_len fits verify_rows; 0:
- * a prefill step. */
+ * rounded up) whose bucket of sequences times q_len fits verify_rows, in a
+ * model without recurrent layers; 0: a prefill step. */
 static int64_t step_q_len(const struct gpu_backend *g, const struct backend_batch *batch)
 {
     if (batch->n_rows == batch->n_seqs)
         return 1;
+    /* A recurrent layer's decode step takes a row per sequence: its
+     * sequences' rows must run in order (the prefill path). */
+    const struct kv_memory *mem = g->base.kv_mem;
+    for (int64_t l = 0; l < mem->n_layer; l++)
+        if (mem->layers[l].kind == KV_RECURRENT)
+            return 0;
     int64_t most = 1, nb = 1;
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const int64_t n = batch->seqs[i].n_rows;
