@@ -64,33 +64,55 @@ int IG_DEV(gpu_alloc)(struct gpu_backend *g, size_t bytes, void *out, size_t *ac
     return IG_OK;
 }
 
-/* The decode attention's tickets (decode_attn_params): one per sequence of
- * the largest bucket and KV head of the widest layer, zero between launches. */
+/* Bucket i's decode attention in layer l at q_len rows a sequence, or
+ * false where a verify step of that shape does not fit verify_rows. */
+static bool bucket_attn_at(const struct gpu_backend *g, int i, int64_t l, int64_t q_len,
+                           struct decode_attn_params *ap)
+{
+    if (g->m->layers[l].mixer != LAYER_MIXER_ATTENTION ||
+        (q_len > 1 && ((int64_t)1 << i) * q_len > g->verify_rows))
+        return false;
+    *ap = gpu_bucket_attn(g, i, l);
+    ap->q_len = q_len;
+    return true;
+}
+
+/* The decode attention's tickets (decode_attn_params), zero between
+ * launches: the most any bucket, q_len and layer needs. */
 static size_t attn_tickets(const struct gpu_backend *g)
 {
-    int64_t kv = 1;
-    for (int64_t l = 0; l < g->m->hp.n_layer; l++)
-        kv = g->m->layers[l].n_head_kv > kv ? g->m->layers[l].n_head_kv : kv;
-    return (size_t)(g->max_seqs * kv);
+    size_t most = 1;
+    struct decode_attn_params ap;
+    for (int i = 0; i < g->n_buckets; i++)
+        for (int64_t q = 1; q <= (1 << GPU_VERIFY_Q_LOG2); q *= 2)
+            for (int64_t l = 0; l < g->m->hp.n_layer; l++)
+                if (bucket_attn_at(g, i, l, q, &ap) && decode_attn_tickets(&ap) > most)
+                    most = decode_attn_tickets(&ap);
+    return most;
+}
+
+/* Rows of the staged tables: a decode step's sequences, or a verify step's
+ * rows (a table a row). */
+static int64_t table_rows(const struct gpu_backend *g)
+{
+    return g->verify_rows > g->max_seqs ? g->verify_rows : g->max_seqs;
 }
 
 struct gpu_sizes {
     double weights, kv, acts;
 };
 
-/* Floats of the decode attention's work buffer: the most any bucket of any
- * layer needs. */
+/* Floats of the decode attention's work buffer: the most any bucket (at
+ * any verify q_len) of any layer needs. */
 static size_t attn_work_floats(const struct gpu_backend *g)
 {
     size_t most = 1;
+    struct decode_attn_params ap;
     for (int i = 0; i < g->n_buckets; i++)
-        for (int64_t l = 0; l < g->m->hp.n_layer; l++) {
-            if (g->m->layers[l].mixer != LAYER_MIXER_ATTENTION)
-                continue;
-            struct decode_attn_params ap = gpu_bucket_attn(g, i, l);
-            size_t f = decode_attn_work_floats(&ap);
-            most = f > most ? f : most;
-        }
+        for (int64_t q = 1; q <= (1 << GPU_VERIFY_Q_LOG2); q *= 2)
+            for (int64_t l = 0; l < g->m->hp.n_layer; l++)
+                if (bucket_attn_at(g, i, l, q, &ap) && decode_attn_work_floats(&ap) > most)
+                    most = decode_attn_work_floats(&ap);
     return most;
 }
 
@@ -103,7 +125,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
-              4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
+              4.0 * (double)(table_rows(g) * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch) +
@@ -184,7 +206,7 @@ static int alloc_state(struct gpu_backend *g)
     const struct model_hparams *hp = &g->m->hp;
     size_t B = (size_t)g->max_batch, e = (size_t)hp->n_embd, ff = (size_t)g->n_ff;
     const struct kv_memory *mem = g->base.kv_mem;
-    size_t tables = (size_t)(g->max_seqs * g->table_stride) * sizeof(int32_t);
+    size_t tables = (size_t)(table_rows(g) * g->table_stride) * sizeof(int32_t);
     int st;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
@@ -258,9 +280,9 @@ static int alloc_state(struct gpu_backend *g)
         g->h_tokens = g->h_stage;
         g->h_pos = g->h_tokens + B;
         g->h_tables = g->h_pos + B;
-        g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + g->max_seqs * g->table_stride);
+        g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + table_rows(g) * g->table_stride);
         if (!(g->want = malloc(B * sizeof *g->want)) ||
-            !(g->h_greedy = malloc((size_t)g->max_seqs * sizeof *g->h_greedy)))
+            !(g->h_greedy = malloc((size_t)table_rows(g) * sizeof *g->h_greedy)))
             st = ig_error(IG_E_NOMEM, "out of memory");
     }
     /* Page-locked logits for the engine, up to a GiB (beyond, the engine's
@@ -317,6 +339,14 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
     g->logit_rows = g->max_rows < GPU_HEAD_ROWS ? g->max_rows : GPU_HEAD_ROWS;
     if (g->logit_rows < g->max_seqs)
         g->logit_rows = g->max_seqs;
+    /* Verify steps through the decode kernels while their rows fit the
+     * activations and the logits (IGNITE_GPU_VERIFY=0: through the prefill
+     * path, for comparison). */
+    const char *verify = getenv("IGNITE_GPU_VERIFY");
+    g->q_len = 1;
+    g->verify_rows = g->max_batch < g->logit_rows ? g->max_batch : g->logit_rows;
+    if (g->verify_rows < 2 || (verify && !strcmp(verify, "0")))
+        g->verify_rows = 0;
     if ((st = kv_memory_of(m, KV_F16, KV_F16, &g->base.kv_mem)) == IG_OK &&
         (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
@@ -349,8 +379,11 @@ static void gpu_destroy(struct backend *b)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     if (g->dev) {
-        for (int i = 0; i < g->n_buckets; i++)
+        for (int i = 0; i < g->n_buckets; i++) {
             IG_DEV(dev_graph_free)(g->graphs[i]);
+            for (int k = 0; k <= GPU_VERIFY_Q_LOG2; k++)
+                IG_DEV(dev_graph_free)(g->verify_graphs[i][k]);
+        }
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->h_stage);
@@ -422,13 +455,17 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
 
 /* ---- a decode step ----------------------------------------------------------------- */
 
-/* Runs bucket i's step: the first call captures it as a graph where the
- * device layer can, later calls replay it. */
+/* Runs bucket i's step (at g->q_len rows a sequence): the first call
+ * captures it as a graph where the device layer can, later calls replay it. */
 static int run_bucket(struct gpu_backend *g, int bucket)
 {
-    if (g->graphs[bucket]) {
-        g->base.step_nodes = IG_DEV(dev_graph_nodes)(g->graphs[bucket]);
-        return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
+    int k = 0;
+    while (((int64_t)1 << k) < g->q_len)
+        k++;
+    struct dev_graph **slot = k ? &g->verify_graphs[bucket][k] : &g->graphs[bucket];
+    if (*slot) {
+        g->base.step_nodes = IG_DEV(dev_graph_nodes)(*slot);
+        return IG_DEV(dev_graph_launch)(g->dev, *slot);
     }
     if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
         g->no_graph = true;
@@ -444,57 +481,100 @@ static int run_bucket(struct gpu_backend *g, int bucket)
         IG_DEV(dev_graph_free)(graph);
         return st != IG_OK ? st : st_end;
     }
-    g->graphs[bucket] = graph;
+    *slot = graph;
     g->base.step_nodes = IG_DEV(dev_graph_nodes)(graph);
-    return IG_DEV(dev_graph_launch)(g->dev, g->graphs[bucket]);
+    return IG_DEV(dev_graph_launch)(g->dev, *slot);
 }
 
-/* A step of one row per sequence: padded to its bucket (padding rows token
- * 0 at position -1: nothing of them reaches the pool), the inputs uploaded
- * into the fixed buffers, the bucket's graph run, the wanted rows' logits
- * downloaded. */
-static int decode_step(struct gpu_backend *g, const struct backend_batch *batch)
+/* q_len for a step through the decode kernels: 1 for one row a sequence;
+ * 2, 4, 8 or 16 for a verify step (each sequence 1..16 rows, the most
+ * rounded up) whose bucket of sequences times q_len fits verify_rows, in a
+ * model without recurrent layers; 0: a prefill step. */
+static int64_t step_q_len(const struct gpu_backend *g, const struct backend_batch *batch)
+{
+    if (batch->n_rows == batch->n_seqs)
+        return 1;
+    /* A recurrent layer's decode step takes a row per sequence: its
+     * sequences' rows must run in order (the prefill path). */
+    const struct kv_memory *mem = g->base.kv_mem;
+    for (int64_t l = 0; l < mem->n_layer; l++)
+        if (mem->layers[l].kind == KV_RECURRENT)
+            return 0;
+    int64_t most = 1, nb = 1;
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const int64_t n = batch->seqs[i].n_rows;
+        if (n < 1 || n > (1 << GPU_VERIFY_Q_LOG2))
+            return 0;
+        most = n > most ? n : most;
+    }
+    int64_t q = 2;
+    while (q < most)
+        q *= 2;
+    while (nb < batch->n_seqs)
+        nb *= 2;
+    return nb * q <= g->verify_rows ? q : 0;
+}
+
+/* A step through the decode kernels, q_len rows a sequence (1: a decode
+ * step; more: a verify step, the sequences' rows padded to q_len): the
+ * sequences padded to their bucket (padding rows token 0 at position -1:
+ * nothing of them reaches the pool), the inputs uploaded into the fixed
+ * buffers (at q_len > 1 each row's table: the RoPE writes through it), the
+ * (bucket, q_len) graph run, the wanted rows' logits or tokens downloaded
+ * in the batch's order (sequence by sequence, row by row). */
+static int decode_step(struct gpu_backend *g, const struct backend_batch *batch, int64_t q_len)
 {
     int64_t ns = batch->n_seqs, nv = g->m->hp.n_vocab;
     int bucket = 0;
     while (((int64_t)1 << bucket) < ns)
         bucket++;
-    int64_t rows = (int64_t)1 << bucket;
+    int64_t rows = ((int64_t)1 << bucket) * q_len, n_want = 0;
     for (int64_t i = 0; i < rows; i++) {
-        const struct backend_seq *s = i < ns ? &batch->seqs[i] : NULL;
-        g->h_tokens[i] = s ? batch->tokens[i] : 0;
-        g->h_pos[i] = s ? (int32_t)s->pos0 : -1;
-        stage_table(g, i, s ? s->table : NULL, s ? s->pos0 + 1 : 0);
+        const int64_t si = i / q_len, r = i % q_len;
+        const struct backend_seq *s = si < ns ? &batch->seqs[si] : NULL;
+        const bool live = s && r < s->n_rows;
+        g->h_tokens[i] = live ? batch->tokens[s->row0 + r] : 0;
+        g->h_pos[i] = live ? (int32_t)(s->pos0 + r) : -1;
+        stage_table(g, i, s ? s->table : NULL, s ? s->pos0 + s->n_rows : 0);
+        if (live && row_wanted(batch, s, s->row0 + r))
+            g->want[n_want++] = i;
     }
     int st;
+    g->q_len = q_len;
     if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, g->h_tokens, (size_t)rows * 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
                                        (size_t)(rows * g->table_stride) * 4)) ||
-        (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) || (st = run_bucket(g, bucket)))
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) || (st = run_bucket(g, bucket))) {
+        g->q_len = 1;
         return st;
-    int64_t n_want = 0;
-    for (int64_t i = 0; i < ns; i++)
-        n_want += row_wanted(batch, &batch->seqs[i], i);
+    }
+    g->q_len = 1;
+    g->verify_steps += q_len > 1;
+    /* The live rows end at the last sequence's: rows past it are padding. */
+    const int64_t used = (ns - 1) * q_len + batch->seqs[ns - 1].n_rows;
     if (batch->greedy) { /* a token a row comes back, not the row */
-        int32_t *dst = n_want == ns ? batch->greedy : g->h_greedy;
-        if ((st = IG_DEV(gk_greedy_rows)(g->logits, nv, ns, nv, g->greedy, g->stream)) ||
-            (st = IG_DEV(dev_download)(g->dev, dst, g->greedy, (size_t)ns * 4)))
+        int32_t *dst = n_want == used ? batch->greedy : g->h_greedy;
+        if ((st = IG_DEV(gk_greedy_rows)(g->logits, nv, used, nv, g->greedy, g->stream)) ||
+            (st = IG_DEV(dev_download)(g->dev, dst, g->greedy, (size_t)used * 4)))
             return st;
         if (dst == g->h_greedy)
-            for (int64_t i = 0, k = 0; i < ns; i++)
-                if (row_wanted(batch, &batch->seqs[i], i))
-                    batch->greedy[k++] = g->h_greedy[i];
+            for (int64_t k = 0; k < n_want; k++)
+                batch->greedy[k] = g->h_greedy[g->want[k]];
         return IG_OK;
     }
-    if (n_want == ns) /* the usual case: one download */
-        return IG_DEV(dev_download)(g->dev, batch->logits, g->logits, (size_t)(ns * nv) * 4);
+    if (n_want == used) /* the usual case: one download */
+        return IG_DEV(dev_download)(g->dev, batch->logits, g->logits, (size_t)(used * nv) * 4);
     float *out = batch->logits;
-    for (int64_t i = 0; i < ns && st == IG_OK; i++)
-        if (row_wanted(batch, &batch->seqs[i], i)) {
-            st = IG_DEV(dev_download)(g->dev, out, g->logits + i * nv, (size_t)nv * 4);
-            out += nv;
-        }
+    for (int64_t k = 0; k < n_want && st == IG_OK;) {
+        int64_t run = 1; /* wanted rows next to each other: one download */
+        while (k + run < n_want && g->want[k + run] == g->want[k] + run)
+            run++;
+        st = IG_DEV(dev_download)(g->dev, out, g->logits + g->want[k] * nv,
+                                  (size_t)(run * nv) * 4);
+        out += run * nv;
+        k += run;
+    }
     return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
 }
 
@@ -524,7 +604,8 @@ static int gpu_step(struct backend *b, const struct backend_batch *batch)
     int st = check_batch(g, batch);
     if (st != IG_OK)
         return st;
-    return batch->n_rows == batch->n_seqs ? decode_step(g, batch) : prefill_step(g, batch);
+    const int64_t q_len = step_q_len(g, batch);
+    return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
 }
 
 /* ---- state ---------------------------------------------------------------------------- */
@@ -537,7 +618,8 @@ static size_t gpu_device_bytes(const struct backend *b)
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info)
 {
     const struct gpu_backend *g = (const struct gpu_backend *)b;
-    *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes};
+    *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes,
+                                      .verify_steps = g->verify_steps};
     for (int i = 0; i < g->n_buckets; i++)
         info->graphs += g->graphs[i] != NULL;
 }

@@ -37,6 +37,7 @@ struct gpu_backend_info {
     size_t kv_bytes;      /* device cache memory */
     size_t weight_bytes;  /* device weight memory */
     int graphs;           /* decode batch-size buckets whose step replays a graph */
+    int64_t verify_steps; /* steps of 2..16 rows a sequence run by the decode kernels */
 };
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
 

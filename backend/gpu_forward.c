@@ -42,8 +42,9 @@
 struct gpu_pass {
     struct gpu_backend *g;
     int64_t n;      /* rows */
-    int bucket;     /* a decode step's bucket (n = 2^bucket rows, one per sequence, read
-                       from the fixed buffers), or -1: a prefill step */
+    int bucket;     /* a decode step's bucket (n = 2^bucket rows, one per sequence, or
+                       g->q_len a sequence in a verify step, read from the fixed
+                       buffers), or -1: a prefill step */
     int64_t n_seqs; /* a prefill step's sequences (g->h_seqs, staged) */
 };
 
@@ -227,7 +228,7 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
 }
 
 /* Layer l's attention over a decode step's bucket: one row per sequence
- * over the pool, K/V already there (rope_rows). */
+ * (q_len in a verify step) over the pool, K/V already there (rope_rows). */
 static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
 {
     const struct gpu_layer *L = &g->layers[l];
@@ -240,6 +241,8 @@ static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
     ap.o = g->att16;
     ap.work = g->attn_work;
     ap.tickets = g->fuse ? g->attn_tickets : NULL; /* the combine in the last split */
+    ap.q_len = g->q_len > 1 ? g->q_len : 1;       /* a verify step's rows a sequence */
+    ap.table_stride *= ap.q_len; /* a table staged a row: the sequence's first row's */
     return IG_DEV(decode_attn)(&ap, g->stream);
 }
 
@@ -391,7 +394,7 @@ int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs
 int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
 {
     const struct model_hparams *hp = &g->m->hp;
-    int64_t rows = (int64_t)1 << bucket, e = hp->n_embd;
+    int64_t rows = ((int64_t)1 << bucket) * (g->q_len > 1 ? g->q_len : 1), e = hp->n_embd;
     struct gpu_pass p = {g, rows, bucket, rows};
     g->xn_of = NULL;
     g->xq_ready = false;

@@ -65,6 +65,10 @@ struct gpu_moe_bufs {
     float *y;          /* [pairs][n_embd] each pair's down product */
 };
 
+/* Verify steps take q_len 2, 4, 8 or 16 rows a sequence (the most any
+ * sequence has, rounded up: 4 graphs a bucket at most). */
+#define GPU_VERIFY_Q_LOG2 4
+
 struct gpu_backend {
     struct backend base;       /* first: the backend.h view */
     struct dev *dev;
@@ -92,13 +96,14 @@ struct gpu_backend {
     float *x, *qkv, *gu, *logits;
     int64_t logit_rows;        /* max(max_seqs, GPU_HEAD_ROWS or max_rows when fewer) */
     int32_t *greedy;           /* [logit_rows] a greedy step's tokens (gk_greedy_rows) */
-    int32_t *h_greedy;         /* host [max_seqs]: a decode step's, before the wanted ones */
+    int32_t *h_greedy;         /* host [max(max_seqs, verify_rows)]: a decode step's, before
+                                  the wanted ones */
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
     /* The step's inputs in fixed device buffers (a graph replays them for
      * any batch of its bucket), staged in pinned host memory (h_*) */
     int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
-    int32_t *tables;           /* [max_seqs][table_stride] */
+    int32_t *tables;           /* [max(max_seqs, verify_rows)][table_stride] */
     struct prefill_attn_seq *seqs; /* [max_seqs] a prefill step's sequences */
     int32_t *h_tokens, *h_pos, *h_tables;
     struct prefill_attn_seq *h_seqs;
@@ -146,6 +151,13 @@ struct gpu_backend {
     float *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out;
     uint16_t *dn_out16;
     float *gate_raw, *gate;
+    /* Verify steps (a sequence of 2..16 rows: the decode kernels, q_len rows a
+     * sequence): the q_len the forward being run or captured takes (1: a
+     * decode step), the most rows one takes (bucket x q_len; 0: none), and
+     * each (bucket, log2 q_len)'s graph. Its rows' tables are staged one a
+     * row (the RoPE's pool write reads a row's own). */
+    int64_t q_len, verify_rows, verify_steps;
+    struct dev_graph *verify_graphs[GPU_MAX_BUCKETS][GPU_VERIFY_Q_LOG2 + 1];
 };
 
 /* Rows of one output-head GEMM when several rows of a prefill step want
@@ -251,7 +263,8 @@ int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, f
  * The residuals end in g->x. Queues work only. */
 int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0);
 
-/* Bucket `bucket`'s forward: 2^bucket rows, one per sequence, tokens,
+/* Bucket `bucket`'s forward: 2^bucket rows, one per sequence (g->q_len
+ * rows a sequence in a verify step, each row with its table), tokens,
  * positions (-1: padding) and tables read from device memory, so a graph
  * of it replays for any batch of that size. Logits of every row into
  * g->logits. Queues work only (a decode graph captures it). */

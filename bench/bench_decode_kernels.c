@@ -11,7 +11,9 @@
  * (exit 1 on a mismatch). decode_attn again with the combine in the last
  * split (tickets: decode_attn_fused lines, the tickets checked back at 0
  * after the timed launches); 256 sequences at 640 (the batched step's
- * decode attention, issue 44's target). gk_greedy_rows (the batched greedy
+ * decode attention, issue 44's target); a verify step's q_len rows (5 and
+ * 16) of one sequence at 4096 and 32768 (the bytes: the cache once, as
+ * one row's: the rows share each K/V read). gk_greedy_rows (the batched greedy
  * step's token per row) on 1, 64 and 256 rows of Llama 3's 128256 logits,
  * each row's token checked against the twin:
  *   greedy rows=256 vocab=128256 us=... GBps=... of_copy=...
@@ -252,31 +254,34 @@ static int attn_launch(void *ctx, int copy)
     return decode_attn_cuda(&p, NULL);
 }
 
-/* n_seqs sequences of n_ctx positions each (every query at n_ctx - 1) in a
- * pool of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s,
- * s + n_seqs, s + 2 n_seqs, ... (one sequence: consecutive blocks). */
+/* n_seqs sequences of n_ctx positions each, q_len query rows each (a
+ * verify step's: row r at n_ctx - q_len + r; one row: n_ctx - 1) in a pool
+ * of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s, s +
+ * n_seqs, s + 2 n_seqs, ... (one sequence: consecutive blocks). */
 static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                      int64_t n_ctx, int n_sm, double copy, int fused)
+                      int64_t n_ctx, int n_sm, double copy, int fused, int64_t q_len)
 {
     struct attn_ctx a;
     memset(&a, 0, sizeof a);
     struct decode_attn_params *p = &a.p;
     const int64_t ts = (n_ctx + 63) / 64, n_blocks = n_seqs * ts;
     const int64_t head_stride = 64 * hd, block_stride = n_head_kv * head_stride;
-    const size_t cache = (size_t)(n_blocks * block_stride), qo = (size_t)(n_seqs * n_head * hd);
+    const size_t cache = (size_t)(n_blocks * block_stride);
+    const size_t qo = (size_t)(n_seqs * q_len * n_head * hd);
     uint16_t *q, *k0, *v0, *o;
     uint16_t *hq = make_f16(qo, 2.0f, &q);
     uint16_t *hk = make_f16(cache, 1.0f, &k0), *hv = make_f16(cache, 1.0f, &v0);
     CK(cudaMalloc((void **)&o, qo * 2));
-    int32_t *pos = malloc((size_t)n_seqs * 4), *table = malloc((size_t)n_blocks * 4);
+    int32_t *pos = malloc((size_t)(n_seqs * q_len) * 4), *table = malloc((size_t)n_blocks * 4);
     for (int64_t s = 0; s < n_seqs; s++) {
-        pos[s] = (int32_t)(n_ctx - 1);
+        for (int64_t r = 0; r < q_len; r++)
+            pos[s * q_len + r] = (int32_t)(n_ctx - q_len + r);
         for (int64_t i = 0; i < ts; i++)
             table[s * ts + i] = (int32_t)(i * n_seqs + s);
     }
     int32_t *dpos, *dtable;
-    CK(cudaMalloc((void **)&dpos, (size_t)n_seqs * 4));
-    CK(cudaMemcpy(dpos, pos, (size_t)n_seqs * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&dpos, (size_t)(n_seqs * q_len) * 4));
+    CK(cudaMemcpy(dpos, pos, (size_t)(n_seqs * q_len) * 4, cudaMemcpyHostToDevice));
     CK(cudaMalloc((void **)&dtable, (size_t)n_blocks * 4));
     CK(cudaMemcpy(dtable, table, (size_t)n_blocks * 4, cudaMemcpyHostToDevice));
     *p = (struct decode_attn_params){
@@ -284,9 +289,9 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
         .head_stride = head_stride, .pos = dpos, .o = o, .n_seqs = n_seqs, .n_head = n_head,
         .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx,
         .n_splits = decode_attn_choose_splits(n_ctx, n_seqs, n_head_kv, n_sm),
-        .scale = 1.0f / sqrtf((float)hd)};
+        .scale = 1.0f / sqrtf((float)hd), .q_len = q_len};
     CK(cudaMalloc((void **)&p->work, decode_attn_work_floats(p) * sizeof(float)));
-    const size_t n_tickets = (size_t)(n_seqs * n_head_kv);
+    const size_t n_tickets = decode_attn_tickets(p);
     if (fused) { /* the combine in the last split: tickets 0 before, and after every launch */
         CK(cudaMalloc((void **)&p->tickets, n_tickets * 4));
         CK(cudaMemset(p->tickets, 0, n_tickets * 4));
@@ -324,10 +329,11 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
     }
     double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)qo;
     double gbps = bytes / (ms * 1e-3) / 1e9;
-    printf("decode_attn%s seqs=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld splits=%d "
-           "us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", fused ? "_fused" : "",
-           (long long)n_seqs, (long long)n_head, (long long)n_head_kv, (long long)hd,
-           (long long)n_ctx, p->n_splits, ms * 1e3, gbps, gbps / copy, bad ? "FAIL" : "ok");
+    printf("decode_attn%s seqs=%lld q_len=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld "
+           "splits=%d us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", fused ? "_fused" : "",
+           (long long)n_seqs, (long long)q_len, (long long)n_head, (long long)n_head_kv,
+           (long long)hd, (long long)n_ctx, p->n_splits, ms * 1e3, gbps, gbps / copy,
+           bad ? "FAIL" : "ok");
     fflush(stdout);
     for (int i = 0; i < n; i++) {
         CK(cudaFree(a.k[i]));
@@ -360,11 +366,22 @@ int main(void)
     /* each also with the combine in the last split (IGNITE_GPU_FUSE's): the
      * GPU's blocks race for the tickets, which the emulator's never do */
     for (int fused = 0; fused < 2; fused++) {
-        fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy, fused);
-        fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy, fused);
-        fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy, fused); /* the batch's last decode */
-        fail |= bench_attn(256, 32, 8, 128, 640, n_sm, copy, fused); /* 256 x (512 in, 128 out) */
+        fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy, fused, 1);
+        fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy, fused, 1);
+        fail |= bench_attn(64, 32, 8, 128, 640, n_sm, copy, fused, 1); /* the batch's last decode */
+        fail |= bench_attn(256, 32, 8, 128, 640, n_sm, copy, fused, 1); /* 256 x (512 in, 128 out) */
     }
+    /* A verify step's attention (issue 50): k + 1 = 5 and 16 rows of one
+     * sequence at 4096 and 32768 positions, against the one-row lines
+     * above (k plain steps cost k of those). Qwen2.5 1.5B's heads too (12 /
+     * 2, hd 128: 6 query heads a KV head, 3 (row, head) blocks at 5 rows). */
+    static const int64_t verify_q[] = {5, 16};
+    for (int i = 0; i < 2; i++) {
+        fail |= bench_attn(1, 32, 8, 128, 4096, n_sm, copy, 1, verify_q[i]);
+        fail |= bench_attn(1, 32, 8, 128, 32768, n_sm, copy, 1, verify_q[i]);
+        fail |= bench_attn(1, 12, 2, 128, 4096, n_sm, copy, 1, verify_q[i]);
+    }
+    fail |= bench_attn(1, 12, 2, 128, 4096, n_sm, copy, 1, 1);
     static const int64_t greedy_rows[] = {1, 64, 256};
     for (int i = 0; i < 3; i++)
         fail |= bench_greedy(greedy_rows[i], 128256, copy);

@@ -170,8 +170,8 @@ void gen_cli_spec(const struct gen_cli *o, struct gen_spec *out);
 int64_t gen_cli_spec_max(const struct gen_cli *o);
 
 /* The checks of the speculation options: not both sources, n-gram sizes in
- * order, n-min <= n-max; not on CUDA (`kind`: enum backend_kind), whose
- * verify steps are not checked yet. IG_OK or IG_E_USAGE (one line). */
+ * order, n-min <= n-max (on any device `kind`, enum backend_kind: CUDA's
+ * verify steps run on its decode kernels). IG_OK or IG_E_USAGE (one line). */
 int gen_cli_check_spec(const struct gen_cli *o, int kind);
 
 /* With -md: loads the draft model, checks its vocabulary against `vocab`

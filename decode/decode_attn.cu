@@ -3,32 +3,38 @@
  * and the kernel that combines the splits; semantics and params in
  * decode/decode_attn.h.
  *
- * Split kernel: one block per (split, KV head, sequence), 4 warps. It computes every
- * query head of the KV head's group (up to 8), so each K/V row is read once
- * for the whole group. A key row of head_dim halves is read by head_dim / 8
- * lanes with 16-byte loads (1 row per warp load at hd 256, 2 at hd 128, 4 at
- * hd 64), U
- * rows per lane in flight. Scores are reduced across those lanes with
- * shuffles; each lane keeps an online softmax (running max, sum, its 8 output
- * dims) per query head, in the log2 domain (scale * log2(e) folded into q).
- * At the end the lane groups merge by shuffles, the warps through shared
- * memory, and the block writes its partial (o unnormalized, max, sum) per
- * query head to `work`. The sequence's live keys lo..pos (lo > 0 behind a
- * sliding window) are spread over the splits at run time (split_chunk);
- * splits that start past pos exit at once and the combine kernel never
- * looks at them. Each key row's block comes from the sequence's table (one
- * int32 load per row, from L1: the rows a lane loads in one iteration lie
- * in at most two blocks). Keys outside lo..pos are never loaded (the pool
- * there may hold anything). A padding sequence (pos < 0) exits at once.
+ * Split kernel: one block per (split, KV head x row group, sequence), 4
+ * warps. It computes up to 8 (row, query head) pairs of the KV head (every
+ * query head of the group at q_len 1; a verify step's rows too), so each K/V
+ * row is read once for all of them. A key row of head_dim halves is read by
+ * head_dim / 8 lanes, 16 bytes each (1 row per warp load at hd 256, 2 at hd
+ * 128, 4 at hd 64), U rows per lane a stage, through a two-stage cp.async
+ * pipeline: the next stage's copies are issued before the current one is
+ * reduced, so the cache streams (FlashInfer's decode does the same). A
+ * lane reads back only the bytes it copied itself: no barrier between
+ * stages. Scores are reduced across a row's lanes with shuffles; each lane
+ * keeps an online softmax (running max, sum, its 8 output dims) per pair,
+ * in the log2 domain (scale * log2(e) folded into q), over the keys the
+ * pair's row sees (lo..its own pos: causal among the rows). At the end the
+ * lane groups merge by shuffles, the warps through shared memory (the
+ * stages' bytes), and the block writes its partial (o unnormalized, max,
+ * sum) per pair to `work`. The sequence's live keys (the union of its
+ * rows' lo..pos; lo > 0 behind a sliding window) are spread over the
+ * splits at run time (split_chunk); splits that start past them exit at
+ * once and the combine never looks at them; a split that holds none of a
+ * row's keys leaves that row's partial empty (max -inf). Each key row's
+ * block comes from the sequence's table (one int32 load per row, from L1).
+ * Keys outside the union are never loaded (the pool there may hold
+ * anything). A sequence whose rows are all padding (pos < 0) exits at once.
  *
  * Combine: with tickets (decode_attn_params), in the split kernel: a block
  * that wrote its partials fences and takes a ticket of its (sequence, KV
- * head); the one that draws n_used - 1 (every live split has written) reads
- * the partials back from L2 and writes o for the group's query heads, then
- * puts the ticket back to 0 for the next launch (a graph replays it). Split
- * 0 of a padding sequence writes its zeros. Without tickets, the combine
- * kernel: one block per (query head, sequence), one thread per dim; it
- * writes a padding sequence's rows as zeros. Both merge in the same order
+ * head, row group); the one that draws n_used - 1 (every live split has
+ * written) reads the partials back from L2 and writes o for its pairs
+ * (zeros for a padding row), then puts the ticket back to 0 for the next launch (a graph replays it). Split
+ * 0 of an all-padding sequence writes its zeros. Without tickets, the
+ * combine kernel: one block per (query head, row), one thread per dim; it
+ * writes a padding row as zeros. Both merge in the same order
  * (combine_dim), so their results are the same bits.
  *
  * Built twice: nvcc (decode_attn_cuda) and the emulator through
@@ -45,6 +51,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+constexpr int kStages = 2;      /* the K/V pipeline: the next stage loads while one is reduced */
+constexpr int kRowsPerLane = 4; /* U: key rows a lane copies a stage */
 
 __device__ __forceinline__ void unpack8(const gk_u32x4 &c, float f[8])
 {
@@ -77,6 +85,12 @@ __device__ __forceinline__ int64_t split_chunk(int64_t lo, int64_t pos, int n_sp
     return c < 64 ? 64 : c;
 }
 
+/* Query rows a sequence (decode_attn_q_len on the device). */
+__device__ __host__ __forceinline__ int64_t q_rows(const decode_attn_params &p)
+{
+    return p.q_len > 0 ? p.q_len : 1;
+}
+
 /* Floats of one partial in `work`: o[hd], max, sum (decode_attn_work_floats
  * in decode/decode_attn_ref.c counts the same). */
 __device__ __host__ __forceinline__ int64_t partial_floats(int64_t hd)
@@ -91,62 +105,139 @@ __device__ __forceinline__ int64_t used_splits(int64_t key0, int64_t pos, int n_
     return n < n_splits ? n : n_splits;
 }
 
-/* Dim d of query head h of sequence seq (pos >= 0) from its n_used
- * partials: f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)). */
+/* Position of row r of sequence seq, past n_ctx taken as n_ctx - 1; < 0:
+ * padding. */
+__device__ __forceinline__ int64_t row_pos(const decode_attn_params &p, int64_t seq, int64_t r,
+                                           int64_t R)
+{
+    const int64_t pos = p.pos[seq * R + r];
+    return pos < p.n_ctx ? pos : p.n_ctx - 1;
+}
+
+/* The live keys of a sequence: the union of its rows' lo..pos (the first
+ * row's lo to the last row's pos in a verify step); hi < 0: every row is
+ * padding. Every block of the sequence and the combine read the same. */
+struct key_range {
+    int64_t lo, hi;
+};
+
+__device__ __forceinline__ key_range seq_keys(const decode_attn_params &p, int64_t seq, int64_t R)
+{
+    key_range k = {INT64_MAX, -1};
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t pos = row_pos(p, seq, r, R);
+        if (pos < 0)
+            continue;
+        const int64_t lo = first_key(pos, p.window);
+        k.lo = lo < k.lo ? lo : k.lo;
+        k.hi = pos > k.hi ? pos : k.hi;
+    }
+    return k;
+}
+
+/* Dim d of query head h of row r of sequence seq (pos >= 0) from its
+ * n_used partials: f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)); a
+ * split that held none of the row's keys has m_s = -inf and adds nothing. */
 template <int HD>
 __device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int64_t seq,
-                                                int64_t h, int64_t d, int64_t n_used)
+                                                int64_t r, int64_t h, int64_t d, int64_t n_used)
 {
-    const float *part = p.work + (seq * p.n_head + h) * p.n_splits * partial_floats(HD);
+    const int64_t R = q_rows(p);
+    const float *part = p.work + ((seq * R + r) * p.n_head + h) * p.n_splits * partial_floats(HD);
     float M = -INFINITY;
     for (int64_t s = 0; s < n_used; s++)
         M = fmaxf(M, ig_ld_cg_f32(part + s * partial_floats(HD) + HD));
     float acc = 0, sum = 0;
     for (int64_t s = 0; s < n_used; s++) {
         const float *ps = part + s * partial_floats(HD);
-        const float f = ig_exp2(ig_ld_cg_f32(ps + HD) - M);
+        const float f = rescale(ig_ld_cg_f32(ps + HD), M);
         acc += ig_ld_cg_f32(ps + d) * f;
         sum += ig_ld_cg_f32(ps + HD + 1) * f;
     }
     return gk_f32_to_f16(acc / sum);
 }
 
-/* HD: head_dim; GM: query heads per block rounded up to a power of two (the
- * last real head is computed again for the padding); U: key rows per lane in
- * flight; FUSED: the last split combines (p.tickets). */
+/* The pipeline's shared memory: kStages stages of each thread's U key rows
+ * and U value rows (16 bytes each, a thread reads back only what it copied
+ * itself: no barrier between stages), and after the loop the same bytes as
+ * the warps' partials for their merge. */
+template <int HD, int GM, int U> struct split_smem {
+    static constexpr int kStageVecs = kStages * 2 * U * kThreads;
+    static constexpr int kRedFloats = kWarps * GM * (HD + 2);
+    static constexpr int kVecs =
+        kStageVecs > (kRedFloats + 3) / 4 ? kStageVecs : (kRedFloats + 3) / 4;
+    /* Stage st's K (kv 0) or V (kv 1) row u of thread t. */
+    static __device__ __forceinline__ int at(int st, int kv, int u, int t)
+    {
+        return ((st * 2 + kv) * U + u) * kThreads + t;
+    }
+};
+
+/* HD: head_dim; GM: (row, query head) pairs per block, a power of two
+ * (decode_attn_block_pairs; padding pairs compute the last real pair
+ * again); U: key rows per lane a stage; FUSED: the last split combines
+ * (p.tickets). Block (split, KV head hk x row group rg, sequence). */
 template <int HD, int GM, int U, bool FUSED>
 __global__ void __launch_bounds__(kThreads)
-decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
+decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, const int64_t n_rg)
 {
     constexpr int L = HD / 8;        /* lanes per key row */
     constexpr int KPW = 32 / L;      /* rows per warp load */
-    constexpr int KB = kWarps * KPW * U; /* rows per block iteration */
-    IG_SHARED(float, red, [kWarps][GM][HD + 2]);
+    constexpr int KB = kWarps * KPW * U; /* rows per block iteration (a stage) */
+    using SM = split_smem<HD, GM, U>;
+    IG_SHARED(gk_u32x4, smem, [SM::kVecs]);
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-    const int sub = lane / L, dl = lane % L;
+    const int tid = (int)threadIdx.x, sub = lane / L, dl = lane % L;
     const int split = (int)blockIdx.x;
-    const int64_t hk = blockIdx.y, seq = blockIdx.z, G = p.n_head / p.n_head_kv;
-    int64_t pos = p.pos[seq];
-    if (pos < 0) { /* padding: zeros, from split 0 or the combine kernel */
+    const int64_t hk = blockIdx.y / n_rg, rg = blockIdx.y % n_rg, seq = blockIdx.z;
+    const int64_t G = p.n_head / p.n_head_kv, R = q_rows(p), pairs = R * G;
+    const int64_t pair0 = rg * GM, n_mine = pairs - pair0 < GM ? pairs - pair0 : GM;
+    /* Pair t of the sequence's KV head: row t / G, query head hk * G + t % G. */
+    const auto pair_row = [&](int g) { return (pair0 + (g < n_mine ? g : n_mine - 1)) / G; };
+    const auto pair_head = [&](int g) {
+        return hk * G + (pair0 + (g < n_mine ? g : n_mine - 1)) % G;
+    };
+    const key_range keys = seq_keys(p, seq, R);
+    if (keys.hi < 0) { /* every row padding: zeros, from split 0 or the combine kernel */
         if (FUSED && split == 0)
-            for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads)
-                p.o[(seq * p.n_head + hk * G) * HD + idx] = 0;
+            for (int idx = tid; idx < n_mine * HD; idx += kThreads)
+                p.o[((seq * R + pair_row(idx / HD)) * p.n_head + pair_head(idx / HD)) * HD +
+                    idx % HD] = 0;
         return;
     }
-    pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
-    const int64_t key0 = first_key(pos, p.window);
-    const int64_t chunk = split_chunk(key0, pos, p.n_splits);
-    const int64_t k0 = key0 + (int64_t)split * chunk;
-    if (k0 > pos)
+    const int64_t chunk = split_chunk(keys.lo, keys.hi, p.n_splits);
+    const int64_t k0 = keys.lo + (int64_t)split * chunk;
+    if (k0 > keys.hi)
         return; /* nothing to attend to: the combine skips this split */
     int64_t k_end = k0 + chunk;
-    k_end = k_end < pos + 1 ? k_end : pos + 1;
+    k_end = k_end < keys.hi + 1 ? k_end : keys.hi + 1;
+
+    /* Each pair's keys lo..hi (hi < 0: a padding row, none), in shared
+     * memory (registers at GM 8 are full); the block loads the split's keys
+     * that some pair of it sees. */
+    IG_SHARED(int32_t, seen, [2][GM]);
+    int64_t b_lo = INT64_MAX, b_hi = -1;
+    for (int g = 0; g < GM; g++) {
+        const int64_t hi = row_pos(p, seq, pair_row(g), R);
+        const int64_t lo = hi < 0 ? 0 : first_key(hi, p.window);
+        if (tid == g) {
+            ig_sts(&seen[0][g], (int32_t)lo);
+            ig_sts(&seen[1][g], (int32_t)hi);
+        }
+        if (hi >= 0) {
+            b_lo = lo < b_lo ? lo : b_lo;
+            b_hi = hi > b_hi ? hi : b_hi;
+        }
+    }
+    ig_syncthreads();
+    const int64_t j_begin = k0 > b_lo ? k0 : b_lo;
+    const int64_t j_end = k_end < b_hi + 1 ? k_end : b_hi + 1;
 
     float q[GM][8];
     for (int g = 0; g < GM; g++) {
-        const int64_t h = hk * G + (g < G ? g : G - 1);
-        unpack8(*(const gk_u32x4 *)(p.q + (seq * p.n_head + h) * HD + dl * 8), q[g]);
+        const int64_t row = seq * R + pair_row(g);
+        unpack8(*(const gk_u32x4 *)(p.q + (row * p.n_head + pair_head(g)) * HD + dl * 8), q[g]);
         for (int i = 0; i < 8; i++)
             q[g][i] *= scale_log2;
     }
@@ -161,25 +252,37 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     const int32_t *table = p.block_table + seq * p.table_stride;
     const uint16_t *kc = p.k_cache + hk * p.head_stride + dl * 8;
     const uint16_t *vc = p.v_cache + hk * p.head_stride + dl * 8;
-    for (int64_t jb = k0; jb < k_end; jb += KB) {
-        gk_u32x4 kr[U], vr[U];
-        bool ok[U];
+    /* This lane's key u of the stage that starts at jb. */
+    const auto key_of = [&](int64_t jb, int u) { return jb + (u * kWarps + warp) * KPW + sub; };
+    /* The K/V loads, in one place: key rows jb.. of this lane into stage
+     * st, zeros past j_end (then nothing is read; the source is the pool's
+     * first row, a valid address). */
+    const auto load_stage = [&](int64_t jb, int st) {
         for (int u = 0; u < U; u++) {
-            const int64_t j = jb + (u * kWarps + warp) * KPW + sub;
-            ok[u] = j < k_end;
-            if (ok[u]) {
-                const int64_t row = table[j / KV_BLOCK] * p.block_stride + (j % KV_BLOCK) * HD;
-                kr[u] = gk_ld_stream16(kc + row);
-                vr[u] = gk_ld_stream16(vc + row);
-            } else {
-                kr[u] = vr[u] = gk_u32x4{{0, 0, 0, 0}};
-            }
+            const int64_t j = key_of(jb, u);
+            const bool valid = j < j_end;
+            const int64_t row =
+                valid ? table[j / KV_BLOCK] * p.block_stride + (j % KV_BLOCK) * HD : 0;
+            ig_cp_async16(&smem[SM::at(st, 0, u, tid)], kc + row, valid);
+            ig_cp_async16(&smem[SM::at(st, 1, u, tid)], vc + row, valid);
         }
+        ig_cp_async_commit();
+    };
+    if (j_begin < j_end)
+        load_stage(j_begin, 0);
+    int st = 0;
+    for (int64_t jb = j_begin; jb < j_end; jb += KB, st ^= 1) {
+        ig_cp_async_wait<0>(); /* this stage's copies have landed */
+        /* The next stage's copies go out before this one is reduced. After
+         * the wait (a compiler memory barrier): this lane's reads of that
+         * stage, an iteration ago, come before its refill. */
+        if (jb + KB < j_end)
+            load_stage(jb + KB, st ^ 1);
         /* s[u][g] = this lane's 8 dims of q[g] . k[u], then the row's sum. */
         float s[U][GM];
         for (int u = 0; u < U; u++) {
             float kf[8];
-            unpack8(kr[u], kf);
+            unpack8(ig_lds(&smem[SM::at(st, 0, u, tid)]), kf);
             for (int g = 0; g < GM; g++) {
                 float acc = 0;
                 for (int i = 0; i < 8; i++)
@@ -191,29 +294,38 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
             for (int u = 0; u < U; u++)
                 for (int g = 0; g < GM; g++)
                     s[u][g] += ig_shfl_xor_f32(s[u][g], off);
-        /* Online softmax: s becomes p = exp2(s - new max). */
+        /* Online softmax over the keys each pair sees: s becomes p = exp2(s -
+         * new max), 0 for a key outside the pair's lo..hi. */
         for (int g = 0; g < GM; g++) {
+            const int64_t lo = ig_lds(&seen[0][g]), hi = ig_lds(&seen[1][g]);
+            bool sees[U];
             float mx = m[g];
-            for (int u = 0; u < U; u++)
-                if (ok[u])
+            for (int u = 0; u < U; u++) {
+                const int64_t j = key_of(jb, u);
+                sees[u] = j < j_end && j >= lo && j <= hi;
+                if (sees[u])
                     mx = fmaxf(mx, s[u][g]);
-            if (mx == -INFINITY) /* no key yet for this lane group */
+            }
+            if (mx == -INFINITY) { /* no key yet for this lane group */
+                for (int u = 0; u < U; u++)
+                    s[u][g] = 0.0f;
                 continue;
+            }
             const float corr = rescale(m[g], mx);
             m[g] = mx;
             l[g] *= corr;
             for (int i = 0; i < 8; i++)
                 o[g][i] *= corr;
             for (int u = 0; u < U; u++) {
-                s[u][g] = ok[u] ? ig_exp2(s[u][g] - mx) : 0.0f;
+                s[u][g] = sees[u] ? ig_exp2(s[u][g] - mx) : 0.0f;
                 l[g] += s[u][g];
             }
         }
         for (int u = 0; u < U; u++) {
-            if (!ok[u])
+            if (key_of(jb, u) >= j_end)
                 continue;
             float vf[8];
-            unpack8(vr[u], vf);
+            unpack8(ig_lds(&smem[SM::at(st, 1, u, tid)]), vf);
             for (int g = 0; g < GM; g++)
                 for (int i = 0; i < 8; i++)
                     o[g][i] = fmaf(s[u][g], vf[i], o[g][i]);
@@ -223,40 +335,46 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     /* Merge the warp's lane groups (same dims at lane ^ L, ^ 2L, ...). */
     for (int off = L; off < 32; off <<= 1)
         for (int g = 0; g < GM; g++) {
-            const float mo = ig_shfl_xor_f32(m[g], off), lo = ig_shfl_xor_f32(l[g], off);
+            const float mo = ig_shfl_xor_f32(m[g], off), lo2 = ig_shfl_xor_f32(l[g], off);
             const float M = fmaxf(m[g], mo);
             const float fa = rescale(m[g], M), fb = rescale(mo, M);
-            l[g] = l[g] * fa + lo * fb;
+            l[g] = l[g] * fa + lo2 * fb;
             for (int i = 0; i < 8; i++) {
                 const float oo = ig_shfl_xor_f32(o[g][i], off);
                 o[g][i] = o[g][i] * fa + oo * fb;
             }
             m[g] = M;
         }
+    /* The stages become the warps' partials: every thread past its last
+     * read of them. */
+    ig_syncthreads();
+    float *red = reinterpret_cast<float *>(smem);
+    const auto red_at = [&](int w, int g, int d) { return &red[(w * GM + g) * (HD + 2) + d]; };
     if (sub == 0)
         for (int g = 0; g < GM; g++) {
             for (int i = 0; i < 8; i++)
-                ig_sts(&red[warp][g][dl * 8 + i], o[g][i]);
+                ig_sts(red_at(warp, g, dl * 8 + i), o[g][i]);
             if (dl == 0) {
-                ig_sts(&red[warp][g][HD], m[g]);
-                ig_sts(&red[warp][g][HD + 1], l[g]);
+                ig_sts(red_at(warp, g, HD), m[g]);
+                ig_sts(red_at(warp, g, HD + 1), l[g]);
             }
         }
     ig_syncthreads();
 
-    /* Merge the warps; one (query head, dim) per thread. */
-    for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads) {
+    /* Merge the warps; one (pair, dim) per thread. */
+    for (int idx = tid; idx < n_mine * HD; idx += kThreads) {
         const int g = idx / HD, d = idx % HD;
         float M = -INFINITY;
         for (int w = 0; w < kWarps; w++)
-            M = fmaxf(M, ig_lds(&red[w][g][HD]));
+            M = fmaxf(M, ig_lds(red_at(w, g, HD)));
         float acc = 0, sum = 0;
         for (int w = 0; w < kWarps; w++) {
-            const float f = rescale(ig_lds(&red[w][g][HD]), M);
-            acc += ig_lds(&red[w][g][d]) * f;
-            sum += ig_lds(&red[w][g][HD + 1]) * f;
+            const float f = rescale(ig_lds(red_at(w, g, HD)), M);
+            acc += ig_lds(red_at(w, g, d)) * f;
+            sum += ig_lds(red_at(w, g, HD + 1)) * f;
         }
-        float *part = p.work + ((seq * p.n_head + hk * G + g) * p.n_splits + split) *
+        const int64_t row = seq * R + pair_row(g);
+        float *part = p.work + ((row * p.n_head + pair_head(g)) * p.n_splits + split) *
                                    partial_floats(HD);
         part[d] = acc;
         if (d == 0) {
@@ -267,73 +385,80 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2)
     if (!FUSED)
         return;
 
-    /* The last live split of (seq, hk) to get here combines. */
+    /* The last live split of (seq, hk, rg) to get here combines. */
     IG_SHARED(uint32_t, ticket, [1]);
     ig_threadfence(); /* this thread's partials before the ticket */
     ig_syncthreads();
-    uint32_t *counter = p.tickets + seq * p.n_head_kv + hk;
+    uint32_t *counter = p.tickets + (seq * p.n_head_kv + hk) * n_rg + rg;
     if (threadIdx.x == 0)
         ig_sts(&ticket[0], ig_atomic_add_u32(counter, 1u));
     ig_syncthreads();
-    const int64_t n_used = used_splits(key0, pos, p.n_splits);
+    const int64_t n_used = used_splits(keys.lo, keys.hi, p.n_splits);
     if ((int64_t)ig_lds(&ticket[0]) != n_used - 1)
         return;
     ig_threadfence(); /* the others' partials after their tickets */
-    for (int idx = (int)threadIdx.x; idx < G * HD; idx += kThreads) {
-        const int64_t h = hk * G + idx / HD, d = idx % HD;
-        p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, n_used);
+    for (int idx = tid; idx < n_mine * HD; idx += kThreads) {
+        const int g = idx / HD, d = idx % HD;
+        const int64_t r = pair_row(g), h = pair_head(g);
+        p.o[((seq * R + r) * p.n_head + h) * HD + d] =
+            ig_lds(&seen[1][g]) < 0 ? (uint16_t)0 : combine_dim<HD>(p, seq, r, h, d, n_used);
     }
     if (threadIdx.x == 0)
         *counter = 0; /* for the next launch: nobody else touches it in this one */
 }
 
-/* o[seq][h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)) over
- * the splits that start at or before pos (each holds at least one key);
- * zeros for a padding sequence. */
+/* o[seq][r][h][d] = f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M))
+ * over the splits that start at or before the sequence's last key (each
+ * holds at least one key); zeros for a padding row. Block (h, seq * q_len
+ * + r). */
 template <int HD>
 __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p)
 {
-    const int64_t h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-    uint16_t *o = p.o + (seq * p.n_head + h) * HD;
-    int64_t pos = p.pos[seq];
-    if (pos < 0) {
+    const int64_t R = q_rows(p);
+    const int64_t h = blockIdx.x, seq = blockIdx.y / R, r = blockIdx.y % R, d = threadIdx.x;
+    uint16_t *o = p.o + (blockIdx.y * p.n_head + h) * HD;
+    if (row_pos(p, seq, r, R) < 0) {
         o[d] = 0;
         return;
     }
-    pos = pos < p.n_ctx ? pos : p.n_ctx - 1;
-    const int64_t key0 = first_key(pos, p.window);
-    o[d] = combine_dim<HD>(p, seq, h, d, used_splits(key0, pos, p.n_splits));
+    const key_range keys = seq_keys(p, seq, R);
+    o[d] = combine_dim<HD>(p, seq, r, h, d, used_splits(keys.lo, keys.hi, p.n_splits));
 }
 
 template <int HD, int GM>
 int launch(const decode_attn_params &p, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)p.n_splits, (unsigned)p.n_head_kv, (unsigned)p.n_seqs), block(kThreads);
+    const int64_t n_rg = decode_attn_row_groups(&p);
+    dim3 grid((unsigned)p.n_splits, (unsigned)(p.n_head_kv * n_rg), (unsigned)p.n_seqs),
+        block(kThreads);
     if (p.tickets) {
-        auto *fused = decode_attn_split_kernel<HD, GM, 4, true>;
-        return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2);
+        auto *fused = decode_attn_split_kernel<HD, GM, kRowsPerLane, true>;
+        return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
-    auto *split = decode_attn_split_kernel<HD, GM, 4, false>;
-    int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2);
+    auto *split = decode_attn_split_kernel<HD, GM, kRowsPerLane, false>;
+    int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
         return st;
     auto *combine = decode_attn_combine_kernel<HD>;
-    return IG_LAUNCH(combine, dim3((unsigned)p.n_head, (unsigned)p.n_seqs), dim3(HD), 0, stream,
-                     p);
+    return IG_LAUNCH(combine,
+                     dim3((unsigned)p.n_head, (unsigned)(p.n_seqs * q_rows(p))),
+                     dim3(HD), 0, stream, p);
 }
 
 template <int HD>
 int launch_hd(const decode_attn_params &p, cudaStream_t stream)
 {
-    const int64_t G = p.n_head / p.n_head_kv;
-    if (G == 1)
+    switch (decode_attn_block_pairs(&p)) {
+    case 1:
         return launch<HD, 1>(p, stream);
-    if (G == 2)
+    case 2:
         return launch<HD, 2>(p, stream);
-    if (G <= 4)
+    case 4:
         return launch<HD, 4>(p, stream);
-    return launch<HD, 8>(p, stream);
+    default:
+        return launch<HD, 8>(p, stream);
+    }
 }
 
 } /* namespace */
@@ -349,13 +474,17 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
         p->n_head % p->n_head_kv || p->n_head / p->n_head_kv > 8 || p->n_ctx < 1 ||
         p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535 ||
         p->n_seqs < 0 || p->n_seqs > 65535 || p->n_ctx > p->table_stride * KV_BLOCK ||
+        p->q_len < 0 || p->q_len > DECODE_ATTN_MAX_Q_LEN ||
+        p->n_head_kv * decode_attn_row_groups(p) > 65535 ||
+        p->n_seqs * decode_attn_q_len(p) > 65535 ||
         p->block_stride < 0 || p->block_stride % 8 || p->head_stride < 0 ||
         p->head_stride % 8 || !gk_aligned(p->k_cache, 16) || !gk_aligned(p->v_cache, 16))
         return ig_error(IG_E_INTERNAL,
-                        "decode attention: unsupported sizes (%lld sequences, heads %lld/%lld, "
-                        "hd %lld, n_ctx %lld, table stride %lld, block/head strides %lld/%lld, "
-                        "splits %d)",
-                        (long long)p->n_seqs, (long long)p->n_head, (long long)p->n_head_kv,
+                        "decode attention: unsupported sizes (%lld sequences of %lld rows, heads "
+                        "%lld/%lld, hd %lld, n_ctx %lld, table stride %lld, block/head strides "
+                        "%lld/%lld, splits %d)",
+                        (long long)p->n_seqs, (long long)p->q_len, (long long)p->n_head,
+                        (long long)p->n_head_kv,
                         (long long)p->head_dim, (long long)p->n_ctx,
                         (long long)p->table_stride, (long long)p->block_stride,
                         (long long)p->head_stride, p->n_splits);

@@ -1,7 +1,8 @@
 /* decode/decode_attn_ref.c: the CPU twin of decode/decode_attn.cu, the
  * definition of its result: plain loops, f64 softmax and sums, the output
- * rounded once to f16, each row through its sequence's block table
- * (kv_row_offset). Host pointers; work is not used. Covered by
+ * rounded once to f16, each query row on its own (causal among a
+ * sequence's rows: row r sees keys up to its own position), through its
+ * sequence's block table (kv_row_offset). Host pointers; work is not used. Covered by
  * tests/emu/test_decode_attn_emu.c (against the emulated kernel and an
  * independent f64 computation). */
 #include "decode/decode_attn.h"
@@ -29,10 +30,16 @@ int decode_attn_choose_splits(int64_t n_ctx, int64_t n_seqs, int64_t n_head_kv, 
     return s < 1 ? 1 : (int)s;
 }
 
-/* One partial per (sequence, query head, split): o[head_dim], max, sum. */
+/* One partial per (sequence, row, query head, split): o[head_dim], max, sum. */
 size_t decode_attn_work_floats(const struct decode_attn_params *p)
 {
-    return (size_t)(p->n_seqs * p->n_head * p->n_splits * (p->head_dim + 2));
+    return (size_t)(p->n_seqs * decode_attn_q_len(p) * p->n_head * p->n_splits *
+                    (p->head_dim + 2));
+}
+
+size_t decode_attn_tickets(const struct decode_attn_params *p)
+{
+    return (size_t)(p->n_seqs * p->n_head_kv * decode_attn_row_groups(p));
 }
 
 int decode_attn_ref(const struct decode_attn_params *p)
@@ -40,7 +47,8 @@ int decode_attn_ref(const struct decode_attn_params *p)
     const int64_t hd = p->head_dim;
     if (!p->q || !p->k_cache || !p->v_cache || !p->block_table || !p->pos || !p->o ||
         p->n_head_kv < 1 || p->n_head < 1 || p->n_head % p->n_head_kv || p->n_ctx < 1 ||
-        p->n_seqs < 0 || hd < 1 || p->window < 0 || p->n_ctx > p->table_stride * KV_BLOCK)
+        p->n_seqs < 0 || hd < 1 || p->window < 0 || p->n_ctx > p->table_stride * KV_BLOCK ||
+        p->q_len < 0 || p->q_len > DECODE_ATTN_MAX_Q_LEN)
         return ig_error(IG_E_INTERNAL, "decode_attn_ref: bad params");
     const int64_t group = p->n_head / p->n_head_kv;
     const struct kv_layout L = {.block_stride = p->block_stride, .head_stride = p->head_stride,
@@ -48,8 +56,9 @@ int decode_attn_ref(const struct decode_attn_params *p)
     double *w = malloc((size_t)p->n_ctx * sizeof *w);
     if (!w)
         return ig_error(IG_E_NOMEM, "decode_attn_ref: out of memory");
-    for (int64_t s = 0; s < p->n_seqs; s++) {
-        const int32_t *table = p->block_table + s * p->table_stride;
+    /* Row s of the step is row s % q_len of sequence s / q_len. */
+    for (int64_t s = 0; s < p->n_seqs * decode_attn_q_len(p); s++) {
+        const int32_t *table = p->block_table + s / decode_attn_q_len(p) * p->table_stride;
         uint16_t *o = p->o + s * p->n_head * hd;
         if (p->pos[s] < 0) { /* padding */
             memset(o, 0, (size_t)(p->n_head * hd) * sizeof *o);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu/moe.sh: the moe step of the GPU check (scripts/gpu-steps-moe.txt;
+# scripts/gpu/moe.sh: the moe step of the GPU check (scripts/gpu-steps-arch.txt;
 # the mixture of experts on the CUDA backend, docs/gpu.md "Mixture of experts").
 # Its parts, in order (MOE_PARTS picks):
 #

@@ -71,13 +71,14 @@ static int64_t row_at(const struct decode_attn_params *p, const int32_t *table, 
            (j % 64) * p->head_dim;
 }
 
-/* f64 attention of sequence s's head h, written independently of the twin:
- * one pass over the keys with a running max. */
-static void exact_head(const struct decode_attn_params *p, int64_t s, int64_t h, double *out)
+/* f64 attention of query row i's head h (row i % q_len of sequence i /
+ * q_len), written independently of the twin: one pass over the keys up to
+ * the row's own position with a running max. */
+static void exact_head(const struct decode_attn_params *p, int64_t i, int64_t h, double *out)
 {
-    const int64_t hd = p->head_dim, hk = h / (p->n_head / p->n_head_kv), pos = p->pos[s];
-    const int32_t *table = p->block_table + s * p->table_stride;
-    const uint16_t *q = p->q + (s * p->n_head + h) * hd;
+    const int64_t hd = p->head_dim, hk = h / (p->n_head / p->n_head_kv), pos = p->pos[i];
+    const int32_t *table = p->block_table + i / p->q_len * p->table_stride;
+    const uint16_t *q = p->q + (i * p->n_head + h) * hd;
     double m = -INFINITY, l = 0;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0;
@@ -98,33 +99,36 @@ static void exact_head(const struct decode_attn_params *p, int64_t s, int64_t h,
         out[d] /= l;
 }
 
-/* Outputs of `a` and `b` over the non-padding sequences that differ by
- * more than 2 ulps (NaN counts). */
+/* Outputs of `a` and `b` over the non-padding rows that differ by more
+ * than 2 ulps (NaN counts). */
 static int count_off(const struct decode_attn_params *p, const uint16_t *a, const uint16_t *b,
                      const char *name, int report)
 {
     int bad = 0;
-    for (int64_t s = 0; s < p->n_seqs; s++)
+    for (int64_t s = 0; s < p->n_seqs * p->q_len; s++)
         for (int64_t i = 0; i < p->n_head * p->head_dim && p->pos[s] >= 0; i++) {
             const int64_t e = s * p->n_head * p->head_dim + i;
             const double x = ig_f16_to_f32(a[e]), y = ig_f16_to_f32(b[e]);
             if (!(fabs(x - y) <= 2 * f16_ulp(fmax(fabs(x), fabs(y))) + 1e-6) && bad++ < 3 &&
                 report)
-                fprintf(stderr, "%s: seq %lld o[%lld] kernel %.8g ref %.8g\n", name,
+                fprintf(stderr, "%s: row %lld o[%lld] kernel %.8g ref %.8g\n", name,
                         (long long)s, (long long)i, x, y);
         }
     return bad;
 }
 
-/* One launch of n_seqs sequences at positions pos[] (-1: padding) in a pool
- * sized for n_ctx positions a sequence. splits < 0: the chooser's for the
- * batch on 132 SMs. mutant: also show that a swapped table is caught. */
-static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t group,
-                     int64_t n_head_kv, int64_t hd, int splits, int64_t window, int mutant,
-                     uint64_t seed)
+/* One launch of n_seqs sequences of q_len query rows each, row r of
+ * sequence s at pos[s] + r (pos[s] < 0: every row padding; live: NULL, or
+ * the rows of each sequence that are not padding, the rest at -1), in a
+ * pool sized for n_ctx positions a sequence. splits < 0: the chooser's for
+ * the batch on 132 SMs. mutant: also show that a swapped table is caught. */
+static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const int64_t *live,
+                     int64_t n_ctx, int64_t group, int64_t n_head_kv, int64_t hd, int splits,
+                     int64_t window, int mutant, uint64_t seed)
 {
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
-    const int64_t n_head = group * n_head_kv, o_elems = n_seqs * n_head * hd;
+    const int64_t n_head = group * n_head_kv, n_rows = n_seqs * q_len;
+    const int64_t o_elems = n_rows * n_head * hd;
     const int64_t ts = (n_ctx + 63) / 64, n_blocks = n_seqs * ts + 3;
     const int64_t head_stride = 64 * hd, block_stride = n_head_kv * head_stride;
     const int64_t pool = n_blocks * block_stride;
@@ -134,9 +138,10 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
     uint16_t *kc = malloc((size_t)pool * 2), *vc = malloc((size_t)pool * 2);
     uint16_t *o = malloc((size_t)(o_elems + GUARD) * 2), *o_ref = malloc((size_t)o_elems * 2);
     int32_t *table = malloc((size_t)(n_seqs * ts) * sizeof *table), ids[MAX_SEQS * 16 + 3];
-    int32_t pos32[MAX_SEQS];
+    int32_t pos32[MAX_SEQS * DECODE_ATTN_MAX_Q_LEN];
     double *exact = malloc((size_t)hd * sizeof *exact);
     IG_ASSERT(n_seqs <= MAX_SEQS && n_blocks <= MAX_SEQS * 16 + 3);
+    IG_ASSERT(q_len >= 1 && q_len <= DECODE_ATTN_MAX_Q_LEN);
     fill_f16(q, o_elems, 2.0f, &rng); /* larger q: sharper softmax */
     /* The pool: NaN and huge garbage everywhere, then the live rows. */
     for (int64_t i = 0; i < pool; i++) {
@@ -156,11 +161,15 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
         .block_stride = block_stride, .head_stride = head_stride, .pos = pos32, .o = o,
         .work = NULL, .n_seqs = n_seqs, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .n_ctx = n_ctx, .n_splits = splits, .scale = 1.0f / sqrtf((float)hd),
-        .window = window};
+        .window = window, .q_len = q_len};
     for (int64_t s = 0; s < n_seqs; s++) {
-        pos32[s] = (int32_t)pos[s];
-        for (int64_t hk = 0; hk < n_head_kv; hk++)
-            for (int64_t j = first_key(pos[s], window); j <= pos[s]; j++) {
+        const int64_t n_live = pos[s] < 0 ? 0 : live ? live[s] : q_len;
+        for (int64_t r = 0; r < q_len; r++)
+            pos32[s * q_len + r] = r < n_live ? (int32_t)(pos[s] + r) : -1;
+        /* Live: the first row's window edge to the last row (the keys a
+         * verify step's rows see); every other row of the pool poison. */
+        for (int64_t hk = 0; hk < n_head_kv && n_live; hk++)
+            for (int64_t j = first_key(pos[s], window); j < pos[s] + n_live; j++) {
                 fill_f16(kc + row_at(&p, table + s * ts, hk, j), hd, 1.0f, &rng);
                 fill_f16(vc + row_at(&p, table + s * ts, hk, j), hd, 1.0f, &rng);
             }
@@ -172,8 +181,8 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
     for (int64_t i = 0; i < o_elems + GUARD; i++)
         o[i] = i < o_elems ? 0xffffu : GUARD_BITS;
 
-    char name[160];
-    int len = snprintf(name, sizeof name, "pos");
+    char name[200];
+    int len = snprintf(name, sizeof name, "q_len=%lld pos", (long long)q_len);
     for (int64_t s = 0; s < n_seqs; s++)
         len += snprintf(name + len, sizeof name - (size_t)len, "%c%lld", s ? ',' : '=',
                         (long long)pos[s]);
@@ -190,20 +199,20 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
 
     int bad_ref = 0, bad_pad = 0, bad_guard = 0;
     const int bad_kernel = count_off(&p, o, o_ref, name, 1);
-    for (int64_t s = 0; s < n_seqs; s++)
+    for (int64_t i = 0; i < n_rows; i++)
         for (int64_t h = 0; h < n_head; h++) {
-            const int64_t at = (s * n_head + h) * hd;
-            if (pos[s] < 0) { /* padding: zeros from both */
+            const int64_t at = (i * n_head + h) * hd;
+            if (pos32[i] < 0) { /* padding: zeros from both */
                 for (int64_t d = 0; d < hd; d++)
                     bad_pad += o[at + d] != 0 || o_ref[at + d] != 0;
                 continue;
             }
-            exact_head(&p, s, h, exact);
+            exact_head(&p, i, h, exact);
             for (int64_t d = 0; d < hd; d++) {
                 const double r = ig_f16_to_f32(o_ref[at + d]), e = exact[d];
                 if (!(fabs(r - e) <= f16_ulp(e)) && bad_ref++ < 3)
-                    fprintf(stderr, "%s: seq %lld o[%lld][%lld] ref %.8g exact %.8g\n", name,
-                            (long long)s, (long long)h, (long long)d, r, e);
+                    fprintf(stderr, "%s: row %lld o[%lld][%lld] ref %.8g exact %.8g\n", name,
+                            (long long)i, (long long)h, (long long)d, r, e);
             }
         }
     for (int64_t i = o_elems; i < o_elems + GUARD; i++)
@@ -233,6 +242,14 @@ static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t 
     free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work), free(table);
 }
 
+/* One query row a sequence (a decode step). */
+static void run_case(int64_t n_seqs, const int64_t *pos, int64_t n_ctx, int64_t group,
+                     int64_t n_head_kv, int64_t hd, int splits, int64_t window, int mutant,
+                     uint64_t seed)
+{
+    run_rows(n_seqs, pos, 1, NULL, n_ctx, group, n_head_kv, hd, splits, window, mutant, seed);
+}
+
 /* The combine in the last split (tickets): launched twice over the
  * unfused launch's inputs (a graph replays it: the tickets must be back to
  * 0), its output the same bits as the combine kernel's, padding rows zeros
@@ -241,7 +258,7 @@ static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
                         int64_t o_elems, const char *name)
 {
     struct decode_attn_params pf = *p;
-    const int64_t n_tickets = p->n_seqs * p->n_head_kv;
+    const int64_t n_tickets = (int64_t)decode_attn_tickets(p);
     const size_t wf = decode_attn_work_floats(p);
     uint16_t *of = malloc((size_t)(o_elems + GUARD) * sizeof *of);
     pf.tickets = calloc((size_t)n_tickets, sizeof *pf.tickets);
@@ -331,6 +348,33 @@ int main(void)
         static const int64_t bw[] = {62, 63, 64, 199, -1};
         run_case(5, bw, 200, 4, 1, 256, -1, 64, 1, seed++);
         run_case(5, bw, 200, 2, 2, 128, 3, 64, 1, seed++);
+    }
+    /* Several query rows a sequence (a verify step: causal among them, row
+     * r at pos + r), the rows across the block edge at 64 and the splits'
+     * boundaries (33 splits: 64-key ranges), the first row at position 0,
+     * a window's edge between the first and the last row, (row, head)
+     * pairs over several row groups (gqa 4 x 5 rows: 3 blocks of 8 pairs;
+     * gqa 3 x 5: a padding pair), 16 rows, and a batch with a sequence
+     * half padding and one all padding (with the table mutant). */
+    {
+        static const int64_t p1[] = {60}, p0[] = {0}, p2[] = {126}, p3[] = {62};
+        run_rows(1, p1, 2, NULL, 300, 1, 2, 64, 33, 0, 0, seed++);
+        run_rows(1, p2, 5, NULL, 300, 4, 1, 128, 33, 0, 0, seed++);
+        run_rows(1, p0, 5, NULL, 300, 3, 2, 64, -1, 0, 0, seed++);
+        run_rows(1, p1, 5, NULL, 300, 8, 1, 128, 7, 0, 0, seed++);
+        run_rows(1, p3, 5, NULL, 200, 4, 1, 256, 33, 64, 0, seed++);
+        run_rows(1, p2, 16, NULL, 300, 1, 1, 64, 33, 0, 0, seed++);
+        static const int64_t pb[] = {130, 63, -1}, lb[] = {5, 2, 5};
+        run_rows(3, pb, 5, lb, 300, 2, 2, 128, -1, 0, 1, seed++);
+        run_rows(3, pb, 2, NULL, 300, 4, 1, 64, 33, 0, 1, seed++);
+    }
+    {
+        struct decode_attn_params g = {.n_head = 12, .n_head_kv = 2, .q_len = 5};
+        CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 4);
+        g.q_len = 0;
+        CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 1);
+        g.n_head = 6;
+        CHECK(decode_attn_block_pairs(&g) == 4 && decode_attn_row_groups(&g) == 1);
     }
     /* The chooser: at least 64 keys per split, within the limits, fewer
      * splits when the sequences' KV heads already fill the device. */
