@@ -220,13 +220,14 @@ static int alloc_state(struct gpu_backend *g)
                          (st = IG_DEV(dev_memset)(g->dev, g->glu_tickets, 0, ff / 32 * 4))))
         return st;
     /* Each RoPE variant's frequencies and cos/sin factor (Gemma 3's local
-     * layers have their own base). */
-    size_t half = (size_t)(hp->n_rot / 2);
+     * layers have their own base, Gemma 4's their own rotated dims too). */
+    size_t half = (size_t)(model_rope_dims_max(hp) / 2);
     double *inv = malloc((half ? half : 1) * sizeof *inv);
     if (!inv)
         return ig_error(IG_E_NOMEM, "out of memory");
     for (int r = 0; r < 2 && st == IG_OK; r++) {
-        ops_rope_freqs(&hp->rope[r], hp->n_rot, inv, &g->mscale[r]);
+        half = (size_t)(model_rope_dims(hp, r) / 2);
+        ops_rope_freqs(&hp->rope[r], model_rope_dims(hp, r), inv, &g->mscale[r]);
         st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq[r], NULL);
         if (st == IG_OK)
             st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);

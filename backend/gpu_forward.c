@@ -122,7 +122,8 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
     const float *q_norm = L->vec[LAYER_Q_NORM], *k_norm = L->vec[LAYER_K_NORM];
     int st;
     if ((st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM])) ||
-        (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) || !q_norm)
+        (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) ||
+        (st = IG_DEV(gpu_gemma4_v_norm)(g, l, n)) || !q_norm)
         return st;
     st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
                                  g->stream);
@@ -145,7 +146,7 @@ static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_
         .qkv = g->qkv, .bias = L->vec[LAYER_BQ] /* Q|K|V biases */,
         .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
         .n = n, .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
-        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
+        .n_rot = model_rope_dims(hp, ML->rope), .rope_style = (int)hp->rope_style, .q = g->q16,
         .mscale = g->mscale[ML->rope],
     };
     if (to_pool) {
@@ -175,7 +176,8 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
 static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
 {
     const struct gpu_layer *L = &g->layers[l];
-    return !L->vec[LAYER_Q_NORM] && IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
+    return !L->vec[LAYER_Q_NORM] && !g->m->hp.has_v_norm &&
+           IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
 }
 
 /* A decode step's norm, then the Q|K|V GEMV with bias, RoPE and the pool
@@ -247,6 +249,8 @@ static const float *next_norm(const struct gpu_pass *p, int64_t l, bool after_mi
     const struct gpu_backend *g = p->g;
     if (p->bucket < 0)
         return NULL; /* a prefill step: the rows of the last layer and the head differ */
+    if (!after_mixer && g->m->hp.has_out_scale)
+        return NULL; /* the scale comes after the product: its norm would be stale */
     if (after_mixer) /* LAYER_FFN_DENSE, the only FFN */
         return g->layers[l].vec[LAYER_FFN_NORM];
     if (l + 1 < g->m->hp.n_layer) /* LAYER_MIXER_ATTENTION, the only mixer */
@@ -342,6 +346,9 @@ static int layers(const struct gpu_pass *p, int64_t want0)
             continue;
         if ((st = ffns[ML->ffn](p, l, row0)) == IG_OK)
             st = reduce(p, row0);
+        if (st == IG_OK)
+            st = IG_DEV(gpu_gemma4_out_scale)(p->g, l, p->g->x + row0 * m->hp.n_embd,
+                                              p->n - row0);
     }
     return st;
 }

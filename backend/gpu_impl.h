@@ -72,7 +72,8 @@ struct gpu_backend {
     struct gpu_layer *layers;
     struct gpu_matrix mat[MODEL_ROLES]; /* [MODEL_TOK_EMBD], [MODEL_OUTPUT] (the same when tied) */
     float *vec[MODEL_ROLES];            /* [MODEL_OUTPUT_NORM] */
-    double *inv_freq[2];       /* [n_rot / 2] per RoPE variant (MODEL_ROPE_GLOBAL, _LOCAL) */
+    double *inv_freq[2];       /* [model_rope_dims / 2] per RoPE variant (MODEL_ROPE_GLOBAL,
+                                  _LOCAL) */
     double mscale[2];          /* their cos/sin factors (YaRN's attention factor) */
     /* activations for max_batch tokens; logits for logit_rows rows */
     float *x, *qkv, *gu, *logits;
@@ -218,6 +219,12 @@ bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_ma
 int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
                             const uint16_t *x, int64_t ld_x, int64_t n,
                             const struct gk_qkv_params *rope);
+
+/* Gemma 4 (gpu_gemma4.c): layer l's V heads in g->qkv RMS-normed without a
+ * weight (n rows; nothing without has_v_norm), and rows residuals from x
+ * times the layer's output scale (nothing without has_out_scale). */
+int IG_DEV(gpu_gemma4_v_norm)(struct gpu_backend *g, int64_t l, int64_t n);
+int IG_DEV(gpu_gemma4_out_scale)(struct gpu_backend *g, int64_t l, float *x, int64_t rows);
 
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);

@@ -38,13 +38,16 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
             *layer = l;
             return "a mixture-of-experts FFN";
         }
+    for (int64_t l = 0; l < hp->n_layer; l++) /* Gemma 4's */
+        if (m->layers[l].kv_shared || m->layers[l].v_is_k) {
+            *layer = l;
+            return m->layers[l].kv_shared ? "a layer reading another's K/V" : "V = K";
+        }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
            : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-           : hp->has_v_norm ? "V head norms (Gemma 4)"
            : hp->has_ple ? "per-layer embeddings"
-           : hp->has_out_scale ? "layer output scales"
            : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
                ? "its FFN activation"
                : NULL;

@@ -1,6 +1,6 @@
 /* ops/gpu_arch.cu: the element-wise kernels the architectures after Llama
- * add to a block on the GPU (Qwen 3, Gemma 3): RMSNorm of each Q and K head
- * in place before RoPE, the post-attention and post-FFN norms folded into
+ * add to a block on the GPU (Qwen 3, Gemma 3, Gemma 4): RMSNorm of each Q
+ * and K head in place before RoPE (and Gemma 4's V heads, without a weight), the post-attention and post-FFN norms folded into
  * the residual add, scaling (Gemma's embeddings), soft-capping (final
  * logits). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
  * ops/gpu_arch_ref.c.
@@ -40,8 +40,8 @@ head_rmsnorm_kernel(float *__restrict__ x, int64_t ld_x, int64_t n_heads, int64_
     for (int m = 16; m > 0; m >>= 1)
         ss = gk_add(ss, ig_shfl_xor_f32(ss, m));
     const float r = 1.0f / sqrtf(ss / (float)head_dim + eps);
-    for (int64_t d = lane; d < head_dim; d += 32)
-        v[d] = gk_mul(gk_mul(v[d], r), w[d]);
+    for (int64_t d = lane; d < head_dim; d += 32) /* w NULL: Gemma 4's V, no weight */
+        v[d] = w ? gk_mul(gk_mul(v[d], r), w[d]) : gk_mul(v[d], r);
 }
 
 /* One block per row: x[t] += y[t] r w, r = 1 / sqrt(mean(y[t]^2) + eps). */
@@ -92,7 +92,7 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
                             int64_t head_dim, const float *w, float eps, void *stream_)
 {
     if (n < 0 || n > 0x7fffffff || n_heads < 1 || head_dim < 1 || ld_x < n_heads * head_dim ||
-        (n_heads + kHeadWarps - 1) / kHeadWarps > 65535 || !x || !w)
+        (n_heads + kHeadWarps - 1) / kHeadWarps > 65535 || !x)
         return ig_error(IG_E_INTERNAL, "gk_head_rmsnorm: bad sizes (n %lld, heads %lld, "
                         "head_dim %lld, ld_x %lld) or NULL", (long long)n, (long long)n_heads,
                         (long long)head_dim, (long long)ld_x);

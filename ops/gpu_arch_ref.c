@@ -51,7 +51,7 @@ void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int
             const float r =
                 1.0f / sqrtf(block_sum_squares(v, head_dim, 32) / (float)head_dim + eps);
             for (int64_t d = 0; d < head_dim; d++)
-                v[d] = v[d] * r * w[d];
+                v[d] = w ? v[d] * r * w[d] : v[d] * r;
         }
 }
 

@@ -99,7 +99,8 @@ void gk_geglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h);
 
 /* RMSNorm of each head before RoPE: for t < n, h < n_heads, the head_dim
  * elements at x + t * ld_x + h * head_dim become v r w, r = 1 / sqrt(mean(v^2)
- * + eps): x f32 (the QKV GEMM's output, q or k heads), w f32 [head_dim]. */
+ * + eps): x f32 (the QKV GEMM's output, q or k heads), w f32 [head_dim], or
+ * NULL: v r (Gemma 4's V heads). */
 int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
                             int64_t head_dim, const float *w, float eps, void *stream);
 void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int64_t head_dim,

@@ -13,6 +13,12 @@
  *   Qwen3-tiny again with its second layer narrower than the model (half
  *     the query heads, one KV head, two thirds of the FFN width): layers of
  *     their own sizes, on both backends and in the cache.
+ *   Gemma3-tiny with Gemma 4's rules (backend/gpu_gemma4.c): V heads
+ *     RMS-normed without a weight, layer output scales (0.25, 1.5), the
+ *     local layer's RoPE over half its head (rope.dimension_count_swa);
+ *     then the device's copy of the model without the V norm, and without
+ *     the output scales (the backend skipping them), must be off by more
+ *     than the bounds (relative error 3e-2, NMSE 1e-4 on this run).
  * Weights go to the device as f16 (--gpu-weights f16): the bound is the f16
  * one of backend_checks.h plus NMSE 1e-3. Per model (teacher-forced, as
  * backend_checks.h does): 40 ids prefilled in chunks of 33 and 7 (Gemma:
@@ -60,6 +66,26 @@ static struct model *make(const char *spec)
     return m;
 }
 
+/* Gemma 4's attention rules on the Gemma 3 model (layer l's output scale
+ * out_scales[l]); v_norm or out_scale false: that rule left out. */
+static float out_scales[2] = {0.25f, 1.5f};
+
+/* The NMSE bound of the run with Gemma 4's rules: the real backend measured
+ * 4e-6 there, the V norm skipped 1.4e-3 (Gemma's post norms take most of
+ * what V's scale does), so the bound sits between with room both ways. */
+#define GEMMA4_NMSE_TOL 1e-4
+
+static void gemma4_rules(struct model *m, bool v_norm, bool out_scale)
+{
+    m->hp.has_v_norm = v_norm;
+    m->hp.has_out_scale = out_scale;
+    m->hp.n_rot_local = m->hp.head_dim / 2;
+    for (int64_t l = 0; l < m->hp.n_layer && l < 2; l++)
+        m->layers[l].w[LAYER_OUT_SCALE] = (struct model_weight){
+            .type = QUANT_F32, .n_expert = 1, .rows = 1, .cols = 1, .row_bytes = 4,
+            .data = &out_scales[l]};
+}
+
 static void set_cols(struct model_weight *w, int64_t cols)
 {
     w->cols = cols;
@@ -86,17 +112,20 @@ static void narrow_layer(struct model *m, int64_t l)
     set_cols(&L->w[LAYER_FFN_DOWN], L->n_ff);
 }
 
-static void run_model(const char *spec, bool all, bool narrow)
+static void run_model(const char *spec, bool all, bool narrow, bool gemma4)
 {
     struct model *m = make(spec);
     if (!m)
         return;
     if (narrow)
         narrow_layer(m, 1);
-    fprintf(stderr, "== %s%s\n", spec, narrow ? ", layer 1 narrower" : "");
+    if (gemma4)
+        gemma4_rules(m, true, true);
+    fprintf(stderr, "== %s%s%s\n", spec, narrow ? ", layer 1 narrower" : "",
+            gemma4 ? ", Gemma 4's V norm, output scales, local RoPE dims" : "");
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
                              .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
-    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = 1e-3};
+    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = gemma4 ? GEMMA4_NMSE_TOL : 1e-3};
     pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
@@ -132,6 +161,59 @@ static void run_model(const char *spec, bool all, bool narrow)
     model_free(m);
 }
 
+/* A mutant of the backend's Gemma 4 rules: the CPU backend on the model
+ * with them all, the device on a copy without the V norm (mutant 1) or the
+ * output scales (mutant 2); a 40-id prefill's logits must differ by more
+ * than the bound run_model holds the real backend to. */
+static void check_gemma4_mutant(int mutant)
+{
+    const char *spec = "synthetic:Gemma3-tiny:Q8_0";
+    struct model *mc = make(spec), *md = make(spec);
+    struct backend *cpu = NULL, *dev = NULL;
+    if (mc && md) {
+        gemma4_rules(mc, true, true);
+        gemma4_rules(md, mutant != 1, mutant != 2);
+        struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2,
+                                 .n_ctx = N_CTX, .max_rows = 64, .n_slots = 1,
+                                 .kv_dtype = KV_F32, .exact = true};
+        struct backend_opts og = o;
+        og.device.kind = BACKEND_CUDA;
+        og.n_blocks = N_CTX / KV_BLOCK;
+        og.gpu_weights = BACKEND_GPU_F16;
+        CHECK(backend_create(mc, &o, &cpu) == IG_OK);
+        CHECK(gpu_backend_create_emu(md, &og, &dev) == IG_OK);
+        int64_t nv = mc->hp.n_vocab;
+        float *lc = malloc((size_t)nv * sizeof *lc), *le = malloc((size_t)nv * sizeof *le);
+        int32_t ids[40], table[N_CTX / KV_BLOCK];
+        uint64_t s = 7;
+        for (int i = 0; i < 40; i++)
+            ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)nv);
+        for (int b = 0; b < N_CTX / KV_BLOCK; b++)
+            table[b] = b;
+        if (cpu && dev && lc && le &&
+            backend_run_seq(cpu, table, 0, ids, 40, 0, lc) == IG_OK &&
+            backend_run_seq(dev, table, 0, ids, 40, 0, le) == IG_OK) {
+            double e = test_rel_err(le, lc, nv), se = 0, sr = 0;
+            for (int64_t i = 0; i < nv; i++) {
+                se += ((double)le[i] - lc[i]) * ((double)le[i] - lc[i]);
+                sr += (double)lc[i] * lc[i];
+            }
+            fprintf(stderr, "mutant (%s): rel err %.2e, NMSE %.2e\n",
+                    mutant == 1 ? "V norm skipped" : "output scales dropped", e, se / sr);
+            CHECKF(e > LOGIT_TOL || se / sr > GEMMA4_NMSE_TOL, "mutant %d not caught: rel "
+                   "err %.2e, NMSE %.2e within the bounds", mutant, e, se / sr);
+        } else {
+            CHECKF(false, "mutant %d: the backends did not run", mutant);
+        }
+        free(lc);
+        free(le);
+    }
+    backend_free(cpu);
+    backend_free(dev);
+    model_free(mc);
+    model_free(md);
+}
+
 /* What the CUDA backend still does not run is refused with one line. */
 static void check_refused(void)
 {
@@ -165,11 +247,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!gemma_only)
-        run_model("synthetic:Qwen3-tiny:Q8_0", false, false); /* no window: the rest is Gemma's */
-    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only, false);
-    if (!gemma_only) /* per-layer heads, KV heads and FFN width */
-        run_model("synthetic:Qwen3-tiny:Q8_0", false, true);
-    if (!gemma_only)
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, false, false); /* no window: see Gemma */
+    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only, false, false);
+    if (!gemma_only) { /* per-layer heads, KV heads and FFN width; Gemma 4's rules */
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, true, false);
+        run_model("synthetic:Gemma3-tiny:Q8_0", false, false, true);
+        check_gemma4_mutant(1);
+        check_gemma4_mutant(2);
         check_refused();
+    }
     return test_summary("test_backend_arch_emu");
 }
