@@ -3,8 +3,9 @@
  * head without a weight (after the K norm, before the pool write), and a
  * layer's output scale (layer_output_scale, after the FFN). The CPU rules
  * are backend/cpu_attention.c's qk_rows and cpu_ple.c's cpu_out_scale.
- * Still refused here (backend_gpu_missing): per-layer embeddings, layers
- * whose V is K, layers that read another's K/V.
+ * V = K layers take K's rows again as V's in their Q|K|V matrix
+ * (gpu_plan_group). Still refused (backend_gpu_missing): per-layer
+ * embeddings, layers that read another's K/V.
  *
  * Compiled twice like gpu.c (backend/gpu.h). Covered by
  * tests/emu/test_backend_arch_emu.c (and its mutants, tests/emu/mutate.cmake). */

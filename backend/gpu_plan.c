@@ -39,9 +39,9 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
             return "a mixture-of-experts FFN";
         }
     for (int64_t l = 0; l < hp->n_layer; l++) /* Gemma 4's */
-        if (m->layers[l].kv_shared || m->layers[l].v_is_k) {
+        if (m->layers[l].kv_shared) {
             *layer = l;
-            return m->layers[l].kv_shared ? "a layer reading another's K/V" : "V = K";
+            return "a layer reading another's K/V";
         }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
@@ -116,6 +116,17 @@ int gpu_plan_group(const struct model_tensor_it *at,
         IG_ASSERT(n < GPU_PLAN_MAX_PARTS);
         group[n++] = it;
     }
+    /* Gemma 4's V = K layers have no V weight: K's rows again where V's
+     * would be, so the Q|K|V product's V is K's projection (V = K before
+     * K's norm and RoPE, as the CPU's copy) */
+    const struct model_layer *L = at->layer >= 0 ? &at->m->layers[at->layer] : NULL;
+    if (L && L->v_is_k && at->t->fuse == TENSOR_FUSE_QKV && at->t->kind == TENSOR_MATRIX)
+        for (int i = 0; i < n; i++)
+            if (group[i].t->role == LAYER_WK) {
+                IG_ASSERT(n < GPU_PLAN_MAX_PARTS);
+                group[n++] = group[i];
+                break;
+            }
     return n;
 }
 
