@@ -133,14 +133,14 @@ static int check_model(const struct model *m)
 }
 
 /* The kernels read and write K/V in paged blocks, each layer of its own
- * shape: refused, in one line, a memory with layers that share another's
- * KV (Gemma 4, refused before by check_model) or recurrent ones (kv_memory_of). */
+ * shape (or, Gemma 4's shared-KV layers, its source's): refused, in one
+ * line, a memory with recurrent layers (kv_memory_of). */
 static int check_memory(const struct gpu_backend *g)
 {
     const struct kv_memory *mem = g->base.kv_mem;
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
-        if (L->kind != KV_FULL && L->kind != KV_WINDOW)
+        if (L->kind != KV_FULL && L->kind != KV_WINDOW && L->kind != KV_SHARED)
             return ig_error(IG_E_MODEL, "the CUDA backend runs layers of full or sliding-window "
                             "attention; layer %lld of '%s' is %s: use --device cpu",
                             (long long)l, g->m->path, kv_kind_name(L->kind));
@@ -195,6 +195,7 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->k16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->v16, NULL)) ||
+        (st = IG_DEV(gpu_gemma4_alloc)(g)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||

@@ -125,6 +125,9 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
         (st = IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) ||
         (st = IG_DEV(gpu_gemma4_v_norm)(g, l, n)) || !q_norm)
         return st;
+    if (ML->kv_shared) /* Q alone: K and V are another layer's */
+        return IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm,
+                                       eps, g->stream);
     st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
                                  g->stream);
     return st != IG_OK ? st
@@ -157,9 +160,12 @@ static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_
         qp.table_stride = g->table_stride;
         qp.block_stride = lay.block_stride;
         qp.head_stride = lay.head_stride;
-    } else {
+    } else if (ML->kv_shared) { /* no K/V of its own: the scratch, never read */
         qp.k = g->k16;
         qp.v = g->v16;
+    } else {
+        qp.k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0);
+        qp.v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1);
     }
     return qp;
 }
@@ -201,7 +207,8 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
     const struct model_layer *ML = &g->m->layers[l];
     int64_t hd = ML->head_dim, q_dim = ML->n_head * hd, kv_dim = ML->n_head_kv * hd;
     struct prefill_attn_params ap = {
-        .q = g->q16, .k = g->k16, .v = g->v16, .o = g->att16, .lse = NULL,
+        .q = g->q16, .k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0),
+        .v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1), .o = g->att16, .lse = NULL,
         .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = hd,
         .q_row_stride = q_dim, .q_head_stride = hd,
         .k_row_stride = kv_dim, .k_head_stride = hd,
@@ -268,8 +275,8 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     int st;
     if (decode && qkv_rope_fusable(g, l, p->n))
         st = qkv_rope_fused(g, l, p->n);
-    else if ((st = qkv_block(g, l, p->n)) == IG_OK)
-        st = rope_rows(g, l, p->n, decode);
+    else if ((st = qkv_block(g, l, p->n)) == IG_OK) /* a shared layer writes no K/V */
+        st = rope_rows(g, l, p->n, decode && !ML->kv_shared);
     if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;

@@ -82,6 +82,10 @@ struct gpu_backend {
     int32_t *h_greedy;         /* host [max_seqs]: a decode step's, before the wanted ones */
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
+    /* Gemma 4's shared KV: [local][0 K, 1 V] a prefill step's rows of K/V
+     * that a source layer of that kind leaves for the layers reading its
+     * K/V, [max_batch][kv_dim] f16; NULL without such layers (gpu_gemma4.c) */
+    uint16_t *kv_keep[2][2];
     /* The step's inputs in fixed device buffers (a graph replays them for
      * any batch of its bucket), staged in pinned host memory (h_*) */
     int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
@@ -225,6 +229,13 @@ int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
  * times the layer's output scale (nothing without has_out_scale). */
 int IG_DEV(gpu_gemma4_v_norm)(struct gpu_backend *g, int64_t l, int64_t n);
 int IG_DEV(gpu_gemma4_out_scale)(struct gpu_backend *g, int64_t l, float *x, int64_t rows);
+
+/* Shared KV (gpu_gemma4.c): kv_keep's buffers where a layer reads another's
+ * K/V (alloc_state); and where layer l's prefill attention reads its rows'
+ * K (v 0) or V (v 1): the kept rows of its source (a shared layer) or its
+ * own (a source: its RoPE writes them there), else g->k16 / g->v16. */
+int IG_DEV(gpu_gemma4_alloc)(struct gpu_backend *g);
+uint16_t *IG_DEV(gpu_gemma4_kv_rows)(const struct gpu_backend *g, int64_t l, int v);
 
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);

@@ -38,11 +38,6 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
             *layer = l;
             return "a mixture-of-experts FFN";
         }
-    for (int64_t l = 0; l < hp->n_layer; l++) /* Gemma 4's */
-        if (m->layers[l].kv_shared) {
-            *layer = l;
-            return "a layer reading another's K/V";
-        }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
