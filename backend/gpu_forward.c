@@ -256,8 +256,8 @@ static const float *next_norm(const struct gpu_pass *p, int64_t l, bool after_mi
     const struct gpu_backend *g = p->g;
     if (p->bucket < 0)
         return NULL; /* a prefill step: the rows of the last layer and the head differ */
-    if (!after_mixer && g->m->hp.has_out_scale)
-        return NULL; /* the scale comes after the product: its norm would be stale */
+    if (!after_mixer && (g->m->hp.has_out_scale || g->m->hp.has_ple))
+        return NULL; /* more comes after the product: its norm would be stale */
     if (after_mixer) /* LAYER_FFN_DENSE, the only FFN */
         return g->layers[l].vec[LAYER_FFN_NORM];
     if (l + 1 < g->m->hp.n_layer) /* LAYER_MIXER_ATTENTION, the only mixer */
@@ -354,6 +354,8 @@ static int layers(const struct gpu_pass *p, int64_t want0)
         if ((st = ffns[ML->ffn](p, l, row0)) == IG_OK)
             st = reduce(p, row0);
         if (st == IG_OK)
+            st = IG_DEV(gpu_gemma4_ple_layer)(p->g, l, row0, p->n - row0);
+        if (st == IG_OK)
             st = IG_DEV(gpu_gemma4_out_scale)(p->g, l, p->g->x + row0 * m->hp.n_embd,
                                               p->n - row0);
     }
@@ -366,6 +368,8 @@ int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, n);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_gemma4_ple_inputs)(g, n);
     return st != IG_OK ? st : layers(&p, want0);
 }
 
@@ -377,6 +381,8 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, rows);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_gemma4_ple_inputs)(g, rows);
     if (st == IG_OK)
         st = layers(&p, 0);
     if (st == IG_OK)

@@ -86,6 +86,10 @@ struct gpu_backend {
      * that a source layer of that kind leaves for the layers reading its
      * K/V, [max_batch][kv_dim] f16; NULL without such layers (gpu_gemma4.c) */
     uint16_t *kv_keep[2][2];
+    /* Gemma 4's per-layer embeddings (has_ple; else NULL): the step's token
+     * rows and projection [max_batch][n_layer * n_embd_per_layer], and each
+     * layer's gate | input rows [n_layer][max_batch][2 n_embd_per_layer] */
+    float *ple_tok, *ple_proj, *ple_gu;
     /* The step's inputs in fixed device buffers (a graph replays them for
      * any batch of its bucket), staged in pinned host memory (h_*) */
     int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
@@ -229,6 +233,13 @@ int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
  * times the layer's output scale (nothing without has_out_scale). */
 int IG_DEV(gpu_gemma4_v_norm)(struct gpu_backend *g, int64_t l, int64_t n);
 int IG_DEV(gpu_gemma4_out_scale)(struct gpu_backend *g, int64_t l, float *x, int64_t rows);
+
+/* Per-layer embeddings (gpu_gemma4.c; nothing without has_ple): the step's
+ * n rows' inputs from g->tokens and the embeddings in g->x (after embed),
+ * and layer l's residual rows row0 .. row0 + rows given theirs (after its
+ * FFN). Both rewrite g->xn. */
+int IG_DEV(gpu_gemma4_ple_inputs)(struct gpu_backend *g, int64_t n);
+int IG_DEV(gpu_gemma4_ple_layer)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t rows);
 
 /* Shared KV (gpu_gemma4.c): kv_keep's buffers where a layer reads another's
  * K/V (alloc_state); and where layer l's prefill attention reads its rows'

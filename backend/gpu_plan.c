@@ -42,7 +42,6 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
            : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-           : hp->has_ple ? "per-layer embeddings"
            : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
                ? "its FFN activation"
                : NULL;

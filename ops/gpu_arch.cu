@@ -77,6 +77,29 @@ softcap_kernel(float *__restrict__ x, int64_t n, float cap, float inv)
         x[i] = gk_mul(cap, tanhf(gk_mul(x[i], inv)));
 }
 
+__global__ void __launch_bounds__(kThreads)
+to_f16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y)
+{
+    const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (i < n)
+        y[i] = gk_f32_to_f16(x[i]);
+}
+
+/* Element i of row t's n_layer * d: layer l = i / d's input, into the second
+ * half of its row of out (ld_rows rows a layer, 2 d floats a row). */
+__global__ void __launch_bounds__(kThreads)
+ple_combine_kernel(const float *__restrict__ p, const float *__restrict__ e, int64_t n,
+                   int64_t all, int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                   float *__restrict__ out)
+{
+    const int64_t k = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (k >= n * all)
+        return;
+    const int64_t t = k / all, i = k % all, l = i / d;
+    out[(l * ld_rows + t) * 2 * d + d + i % d] =
+        gk_mul(gk_add(p[k], gk_mul(e[k], tok_scale)), in_scale);
+}
+
 /* Blocks of kThreads for n elements; 0 when more than the grid's x holds. */
 unsigned flat_blocks(int64_t n)
 {
@@ -101,6 +124,32 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
     dim3 grid((unsigned)n, (unsigned)((n_heads + kHeadWarps - 1) / kHeadWarps));
     return IG_LAUNCH(head_rmsnorm_kernel, grid, dim3(32 * kHeadWarps), 0,
                      (cudaStream_t)stream_, x, ld_x, n_heads, head_dim, w, eps);
+}
+
+int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream_)
+{
+    const unsigned blocks = flat_blocks(n);
+    if (n < 0 || (n > 0 && !blocks) || !x || !y)
+        return ig_error(IG_E_INTERNAL, "gk_to_f16: bad size %lld or NULL", (long long)n);
+    if (n == 0)
+        return IG_OK;
+    return IG_LAUNCH(to_f16_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_, x,
+                     n, y);
+}
+
+int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_layer,
+                           int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                           float *out, void *stream_)
+{
+    const unsigned blocks = flat_blocks(n * n_layer * d);
+    if (n < 0 || n > ld_rows || n_layer < 1 || d < 1 || (n > 0 && !blocks) || !p || !e || !out)
+        return ig_error(IG_E_INTERNAL, "gk_ple_combine: bad sizes (n %lld, layers %lld, d %lld, "
+                        "ld_rows %lld) or NULL", (long long)n, (long long)n_layer, (long long)d,
+                        (long long)ld_rows);
+    if (n == 0)
+        return IG_OK;
+    return IG_LAUNCH(ple_combine_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_,
+                     p, e, n, n_layer * d, d, ld_rows, tok_scale, in_scale, out);
 }
 
 int IG_DEV(gk_rmsnorm_add)(float *x, int64_t ld_x, const float *y, int64_t ld_y,

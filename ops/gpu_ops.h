@@ -106,6 +106,24 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
 void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int64_t head_dim,
                          const float *w, float eps);
 
+/* y[i] = f16(x[i]) for i < n (Gemma 4's per-layer embedding gate reads the
+ * residual itself, not its norm). */
+int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream);
+void gk_to_f16_ref(const float *x, int64_t n, uint16_t *y);
+
+/* Gemma 4's per-layer inputs of a step's n rows (llama.cpp's
+ * project_per_layer_inputs): for t < n, l < n_layer, i < d, k = t n_layer d +
+ * l d + i,
+ *   out[(l ld_rows + t) 2d + d + i] = (p[k] + e[k] tok_scale) in_scale
+ * p the normed projection and e the tokens' rows, f32 [n][n_layer d]; out
+ * f32, per layer [ld_rows][2d] (n <= ld_rows), the first d of a row left for
+ * the layer's gate (gk_geglu then reads gate | input). */
+int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_layer,
+                           int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                           float *out, void *stream);
+void gk_ple_combine_ref(const float *p, const float *e, int64_t n, int64_t n_layer, int64_t d,
+                        int64_t ld_rows, float tok_scale, float in_scale, float *out);
+
 /* The post-attention / post-FFN norm and the residual add: x[t] += y[t] r w,
  * r = 1 / sqrt(mean(y[t]^2) + eps), for t < n: x, y f32 rows of dim (strides
  * ld_x, ld_y), w f32 [dim]. */

@@ -44,6 +44,10 @@
 static struct model *make(const char *spec)
 {
     struct model *m = NULL;
+    if (strncmp(spec, "synthetic:", 10)) { /* a file (--model): as it is */
+        CHECK(model_load(spec, &m) == IG_OK);
+        return m;
+    }
     CHECK(model_synthetic_spec(spec, &m) == IG_OK);
     if (!m)
         return NULL;
@@ -132,13 +136,13 @@ static void narrow_layer(struct model *m, int64_t l)
     set_cols(&L->w[LAYER_FFN_DOWN], L->n_ff);
 }
 
-enum variant { PLAIN, NARROW, GEMMA4 };
+enum variant { PLAIN, NARROW, GEMMA4, FILE_SHORT };
 
 static void run_model(const char *spec, bool all, enum variant v)
 {
     static const char *const what[] = {
         "", ", layer 1 narrower",
-        ", Gemma 4's V norm, output scales, local RoPE dims, V = K, shared KV"};
+        ", Gemma 4's V norm, output scales, local RoPE dims, V = K, shared KV", ""};
     struct model *m = make(spec);
     if (!m)
         return;
@@ -169,9 +173,13 @@ static void run_model(const char *spec, bool all, enum variant v)
         uint64_t s = 7;
         for (int i = 0; i < 40; i++)
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
-        run_prompt(&p, ids, 40, 33, "chunks of 33 and 7");
-        compare_caches(&p, m, 40 + N_STEPS);
-        check_upload(&p, m, &og, 40 + N_STEPS);
+        /* a file (FILE_SHORT): one prefill past the window (each costs
+         * seconds emulated), then the decode steps */
+        int64_t n = v == FILE_SHORT ? 24 : 40;
+        run_prompt(&p, ids, n, v == FILE_SHORT ? n : 33,
+                   v == FILE_SHORT ? "24 ids in one chunk" : "chunks of 33 and 7");
+        compare_caches(&p, m, n + N_STEPS);
+        check_upload(&p, m, &og, n + N_STEPS);
         if (all) {
             run_prompt(&p, ids, 40, 40, "one chunk");
             run_prompt(&p, ids + 5, 13, 13, "decode across the window's edge");
@@ -265,10 +273,15 @@ static void check_refused(void)
 int main(int argc, char **argv)
 {
     /* --gemma-only: the Gemma model's first checks alone (CMake's entry on
-     * a forced prefill kernel) */
+     * a forced prefill kernel); --model FILE: Gemma's checks on a file
+     * (tests/emu/test_gemma4_emu.py's gemma4 GGUF) */
     bool gemma_only = argc == 2 && !strcmp(argv[1], "--gemma-only");
+    if (argc == 3 && !strcmp(argv[1], "--model")) {
+        run_model(argv[2], false, FILE_SHORT);
+        return test_summary("test_backend_arch_emu --model");
+    }
     if (argc != 1 && !gemma_only) {
-        fprintf(stderr, "usage: test_backend_arch_emu [--gemma-only]\n");
+        fprintf(stderr, "usage: test_backend_arch_emu [--gemma-only | --model FILE]\n");
         return 2;
     }
     if (!gemma_only)
