@@ -38,6 +38,12 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
             *layer = l;
             return "a mixture-of-experts FFN";
         }
+    for (int64_t l = 0; l < hp->n_layer; l++) /* the attention kernels' (Gemma 4's global 512) */
+        if (m->layers[l].head_dim != 64 && m->layers[l].head_dim != 128 &&
+            m->layers[l].head_dim != 256) {
+            *layer = l;
+            return "head dims other than 64, 128 and 256 (Gemma 4's global 512)";
+        }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
