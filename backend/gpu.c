@@ -98,7 +98,10 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
     s->kv = kv_memory_bytes(g->base.kv_mem, g->n_blocks, g->n_states);
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
-                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
+                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0 +
+                   /* Gemma 4's (gpu_gemma4.c): per-layer inputs, shared-KV rows */
+                   (hp->has_ple ? 16.0 * (double)(hp->n_layer * hp->n_embd_per_layer) : 0.0) +
+                   (hp->n_kv_shared ? 8.0 * (double)g->kv_dim : 0.0)) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
               4.0 * (double)(g->max_seqs * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
