@@ -123,7 +123,10 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
     s->kv = kv_memory_bytes(g->base.kv_mem, g->n_blocks, g->n_states);
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
-                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0) +
+                   4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0 +
+                   /* Gemma 4's (gpu_gemma4.c): per-layer inputs, shared-KV rows */
+                   (hp->has_ple ? 16.0 * (double)(hp->n_layer * hp->n_embd_per_layer) : 0.0) +
+                   (hp->n_kv_shared ? 8.0 * (double)g->kv_dim : 0.0)) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
               4.0 * (double)(table_rows(g) * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
@@ -168,15 +171,15 @@ static int check_model(const struct model *m)
 }
 
 /* The kernels read and write K/V in paged blocks, each layer of its own
- * shape, and recurrent state in slots (gpu_deltanet.c): refused, in one
- * line, a memory with layers that share another's KV (Gemma 4, refused
- * before by check_model). */
+ * shape (or, Gemma 4's shared-KV layers, its source's), and recurrent state
+ * in slots (gpu_deltanet.c). */
 static int check_memory(const struct gpu_backend *g)
 {
     const struct kv_memory *mem = g->base.kv_mem;
     for (int64_t l = 0; l < mem->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
-        if (L->kind != KV_FULL && L->kind != KV_WINDOW && L->kind != KV_RECURRENT)
+        if (L->kind != KV_FULL && L->kind != KV_WINDOW && L->kind != KV_RECURRENT &&
+            L->kind != KV_SHARED)
             return ig_error(IG_E_MODEL, "the CUDA backend runs layers of full or sliding-window "
                             "attention; layer %lld of '%s' is %s: use --device cpu",
                             (long long)l, g->m->path, kv_kind_name(L->kind));
@@ -231,6 +234,7 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->q16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->k16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->kv_dim * 2, &g->v16, NULL)) ||
+        (st = IG_DEV(gpu_gemma4_alloc)(g)) ||
         (st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim * 2, &g->att16, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 2 * ff * 4, &g->gu, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * ff * 2, &g->h16, NULL)) ||
@@ -257,13 +261,14 @@ static int alloc_state(struct gpu_backend *g)
                          (st = IG_DEV(dev_memset)(g->dev, g->glu_tickets, 0, ff / 32 * 4))))
         return st;
     /* Each RoPE variant's frequencies and cos/sin factor (Gemma 3's local
-     * layers have their own base). */
-    size_t half = (size_t)(hp->n_rot / 2);
+     * layers have their own base, Gemma 4's their own rotated dims too). */
+    size_t half = (size_t)(model_rope_dims_max(hp) / 2);
     double *inv = malloc((half ? half : 1) * sizeof *inv);
     if (!inv)
         return ig_error(IG_E_NOMEM, "out of memory");
     for (int r = 0; r < 2 && st == IG_OK; r++) {
-        ops_rope_freqs(&hp->rope[r], hp->n_rot, inv, &g->mscale[r]);
+        half = (size_t)(model_rope_dims(hp, r) / 2);
+        ops_rope_freqs(&hp->rope[r], model_rope_dims(hp, r), inv, &g->mscale[r]);
         st = IG_DEV(gpu_alloc)(g, (half ? half : 1) * sizeof *inv, &g->inv_freq[r], NULL);
         if (st == IG_OK)
             st = IG_DEV(dev_upload)(g->dev, g->inv_freq[r], inv, half * sizeof *inv);

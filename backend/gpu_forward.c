@@ -126,8 +126,11 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
     if ((st = norm_rows(g, g->x, n, L->vec[LAYER_ATTN_NORM])) ||
         (st = ML->attn_gate ? IG_DEV(gpu_gated_qkv)(g, l, n) /* gpu_deltanet.c */
                             : IG_DEV(gpu_matmul)(g, wqkv, g->xn, e, n, g->qkv, qkv_rows, 0.0f)) ||
-        !q_norm)
+        (st = IG_DEV(gpu_gemma4_v_norm)(g, l, n)) || !q_norm)
         return st;
+    if (ML->kv_shared) /* Q alone: K and V are another layer's */
+        return IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm,
+                                       eps, g->stream);
     st = IG_DEV(gk_head_rmsnorm)(g->qkv, qkv_rows, n, ML->n_head, ML->head_dim, q_norm, eps,
                                  g->stream);
     return st != IG_OK ? st
@@ -149,7 +152,7 @@ static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_
         .qkv = g->qkv, .bias = L->vec[LAYER_BQ] /* Q|K|V biases */,
         .inv_freq = g->inv_freq[ML->rope], .pos = g->pos,
         .n = n, .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
-        .n_rot = hp->n_rot, .rope_style = (int)hp->rope_style, .q = g->q16,
+        .n_rot = model_rope_dims(hp, ML->rope), .rope_style = (int)hp->rope_style, .q = g->q16,
         .mscale = g->mscale[ML->rope],
     };
     if (to_pool) {
@@ -160,9 +163,12 @@ static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_
         qp.table_stride = g->table_stride;
         qp.block_stride = lay.block_stride;
         qp.head_stride = lay.head_stride;
-    } else {
+    } else if (ML->kv_shared) { /* no K/V of its own: the scratch, never read */
         qp.k = g->k16;
         qp.v = g->v16;
+    } else {
+        qp.k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0);
+        qp.v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1);
     }
     return qp;
 }
@@ -179,7 +185,7 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
 static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
 {
     const struct gpu_layer *L = &g->layers[l];
-    return !L->vec[LAYER_Q_NORM] && !g->m->layers[l].attn_gate &&
+    return !L->vec[LAYER_Q_NORM] && !g->m->layers[l].attn_gate && !g->m->hp.has_v_norm &&
            IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
 }
 
@@ -204,7 +210,8 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
     const struct model_layer *ML = &g->m->layers[l];
     int64_t hd = ML->head_dim, q_dim = ML->n_head * hd, kv_dim = ML->n_head_kv * hd;
     struct prefill_attn_params ap = {
-        .q = g->q16, .k = g->k16, .v = g->v16, .o = g->att16, .lse = NULL,
+        .q = g->q16, .k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0),
+        .v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1), .o = g->att16, .lse = NULL,
         .n_head = ML->n_head, .n_head_kv = ML->n_head_kv, .head_dim = hd,
         .q_row_stride = q_dim, .q_head_stride = hd,
         .k_row_stride = kv_dim, .k_head_stride = hd,
@@ -254,6 +261,8 @@ static const float *next_norm(const struct gpu_pass *p, int64_t l, bool after_mi
     const struct gpu_backend *g = p->g;
     if (p->bucket < 0)
         return NULL; /* a prefill step: the rows of the last layer and the head differ */
+    if (!after_mixer && (g->m->hp.has_out_scale || g->m->hp.has_ple))
+        return NULL; /* more comes after the product: its norm would be stale */
     if (after_mixer) /* LAYER_FFN_DENSE, the only FFN */
         return g->layers[l].vec[LAYER_FFN_NORM];
     if (l + 1 < g->m->hp.n_layer) /* LAYER_MIXER_ATTENTION, the only mixer */
@@ -271,8 +280,8 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     int st;
     if (decode && qkv_rope_fusable(g, l, p->n))
         st = qkv_rope_fused(g, l, p->n);
-    else if ((st = qkv_block(g, l, p->n)) == IG_OK)
-        st = rope_rows(g, l, p->n, decode);
+    else if ((st = qkv_block(g, l, p->n)) == IG_OK) /* a shared layer writes no K/V */
+        st = rope_rows(g, l, p->n, decode && !ML->kv_shared);
     if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;
@@ -378,6 +387,11 @@ static int layers(const struct gpu_pass *p, int64_t want0)
             continue;
         if ((st = ffns[ML->ffn](p, l, row0)) == IG_OK)
             st = reduce(p, row0);
+        if (st == IG_OK)
+            st = IG_DEV(gpu_gemma4_ple_layer)(p->g, l, row0, p->n - row0);
+        if (st == IG_OK)
+            st = IG_DEV(gpu_gemma4_out_scale)(p->g, l, p->g->x + row0 * m->hp.n_embd,
+                                              p->n - row0);
     }
     return st;
 }
@@ -388,6 +402,8 @@ int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, n);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_gemma4_ple_inputs)(g, n);
     return st != IG_OK ? st : layers(&p, want0);
 }
 
@@ -399,6 +415,8 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, rows);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_gemma4_ple_inputs)(g, rows);
     if (st == IG_OK)
         st = layers(&p, 0);
     if (st == IG_OK)

@@ -90,7 +90,8 @@ struct gpu_backend {
     struct gpu_layer *layers;
     struct gpu_matrix mat[MODEL_ROLES]; /* [MODEL_TOK_EMBD], [MODEL_OUTPUT] (the same when tied) */
     float *vec[MODEL_ROLES];            /* [MODEL_OUTPUT_NORM] */
-    double *inv_freq[2];       /* [n_rot / 2] per RoPE variant (MODEL_ROPE_GLOBAL, _LOCAL) */
+    double *inv_freq[2];       /* [model_rope_dims / 2] per RoPE variant (MODEL_ROPE_GLOBAL,
+                                  _LOCAL) */
     double mscale[2];          /* their cos/sin factors (YaRN's attention factor) */
     /* activations for max_batch tokens; logits for logit_rows rows */
     float *x, *qkv, *gu, *logits;
@@ -100,6 +101,14 @@ struct gpu_backend {
                                   the wanted ones */
     float *proj;               /* [max_batch][n_embd] before a post norm, or NULL */
     uint16_t *xn, *q16, *k16, *v16, *att16, *h16;
+    /* Gemma 4's shared KV: [local][0 K, 1 V] a prefill step's rows of K/V
+     * that a source layer of that kind leaves for the layers reading its
+     * K/V, [max_batch][kv_dim] f16; NULL without such layers (gpu_gemma4.c) */
+    uint16_t *kv_keep[2][2];
+    /* Gemma 4's per-layer embeddings (has_ple; else NULL): the step's token
+     * rows and projection [max_batch][n_layer * n_embd_per_layer], and each
+     * layer's gate | input rows [n_layer][max_batch][2 n_embd_per_layer] */
+    float *ple_tok, *ple_proj, *ple_gu;
     /* The step's inputs in fixed device buffers (a graph replays them for
      * any batch of its bucket), staged in pinned host memory (h_*) */
     int32_t *tokens, *pos;     /* [max_batch] each row's token and position (-1: padding) */
@@ -253,6 +262,26 @@ bool IG_DEV(gpu_matmul_rope_ok)(const struct gpu_backend *g, const struct gpu_ma
 int IG_DEV(gpu_matmul_rope)(struct gpu_backend *g, const struct gpu_matrix *w,
                             const uint16_t *x, int64_t ld_x, int64_t n,
                             const struct gk_qkv_params *rope);
+
+/* Gemma 4 (gpu_gemma4.c): layer l's V heads in g->qkv RMS-normed without a
+ * weight (n rows; nothing without has_v_norm), and rows residuals from x
+ * times the layer's output scale (nothing without has_out_scale). */
+int IG_DEV(gpu_gemma4_v_norm)(struct gpu_backend *g, int64_t l, int64_t n);
+int IG_DEV(gpu_gemma4_out_scale)(struct gpu_backend *g, int64_t l, float *x, int64_t rows);
+
+/* Per-layer embeddings (gpu_gemma4.c; nothing without has_ple): the step's
+ * n rows' inputs from g->tokens and the embeddings in g->x (after embed),
+ * and layer l's residual rows row0 .. row0 + rows given theirs (after its
+ * FFN). Both rewrite g->xn. */
+int IG_DEV(gpu_gemma4_ple_inputs)(struct gpu_backend *g, int64_t n);
+int IG_DEV(gpu_gemma4_ple_layer)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t rows);
+
+/* Shared KV (gpu_gemma4.c): kv_keep's buffers where a layer reads another's
+ * K/V (alloc_state); and where layer l's prefill attention reads its rows'
+ * K (v 0) or V (v 1): the kept rows of its source (a shared layer) or its
+ * own (a source: its RoPE writes them there), else g->k16 / g->v16. */
+int IG_DEV(gpu_gemma4_alloc)(struct gpu_backend *g);
+uint16_t *IG_DEV(gpu_gemma4_kv_rows)(const struct gpu_backend *g, int64_t l, int v);
 
 /* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);

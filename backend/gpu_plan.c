@@ -47,14 +47,17 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
                                      : "a mixture-of-experts FFN";
         }
     }
+    for (int64_t l = 0; l < hp->n_layer; l++) /* the attention kernels' (Gemma 4's global 512) */
+        if (m->layers[l].mixer == LAYER_MIXER_ATTENTION && m->layers[l].head_dim != 64 &&
+            m->layers[l].head_dim != 128 && m->layers[l].head_dim != 256) {
+            *layer = l;
+            return "head dims other than 64, 128 and 256 (Gemma 4's global 512)";
+        }
     /* What no architecture ignite loads has together, or Gemma 2's
      * attention soft-capping, or Gemma 4's additions */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
            : hp->has_attn_sinks ? "attention sinks (gpt-oss)"
            : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-           : hp->has_v_norm ? "V head norms (Gemma 4)"
-           : hp->has_ple ? "per-layer embeddings"
-           : hp->has_out_scale ? "layer output scales"
            : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
                ? "its FFN activation"
                : NULL;
@@ -129,6 +132,17 @@ int gpu_plan_group(const struct model_tensor_it *at,
         IG_ASSERT(n < GPU_PLAN_MAX_PARTS);
         group[n++] = it;
     }
+    /* Gemma 4's V = K layers have no V weight: K's rows again where V's
+     * would be, so the Q|K|V product's V is K's projection (V = K before
+     * K's norm and RoPE, as the CPU's copy) */
+    const struct model_layer *L = at->layer >= 0 ? &at->m->layers[at->layer] : NULL;
+    if (L && L->v_is_k && at->t->fuse == TENSOR_FUSE_QKV && at->t->kind == TENSOR_MATRIX)
+        for (int i = 0; i < n; i++)
+            if (group[i].t->role == LAYER_WK) {
+                IG_ASSERT(n < GPU_PLAN_MAX_PARTS);
+                group[n++] = group[i];
+                break;
+            }
     return n;
 }
 

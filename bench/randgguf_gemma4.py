@@ -12,6 +12,10 @@ its files with it.
   tiny  9 layers of 256 (global every third, window 16), 4 heads, 2 KV heads
         local / 1 global of 64 / 128, FFN 512 (1024 on the 3 shared-KV layers),
         per-layer embeddings of 32, V = K on the global layers with K/V
+  emu   the smallest with every rule, for the emulated CUDA backend: 4 layers of
+        128 (local, global, then two reading their K/V), window 8, 2 heads, 1 KV
+        head of 64 / 128, FFN 256 (512 shared), per-layer embeddings of 16, V = K
+        on the global layer, vocabulary 256
   E2B   Gemma 4 E2B's text model: 35 layers of 1536 (global every fifth,
         window 512), 8 heads, 1 KV head of 256 / 512, FFN 6144 (12288 on the
         20 shared-KV layers), per-layer embeddings of 256, vocabulary 262144
@@ -30,6 +34,9 @@ SHAPES = {
     "tiny": dict(layers=9, embd=256, heads=4, kv_local=2, kv_global=1, hd_local=64,
                  hd_global=128, ff=512, shared=3, ple=32, vocab=1024, ctx=4096, window=16,
                  period=3, partial=0.25, v_is_k_global=True),
+    "emu": dict(layers=4, embd=128, heads=2, kv_local=1, kv_global=1, hd_local=64,
+                hd_global=128, ff=256, shared=2, ple=16, vocab=256, ctx=1024, window=8,
+                period=2, partial=0.25, v_is_k_global=True),
     "E2B": dict(layers=35, embd=1536, heads=8, kv_local=1, kv_global=1, hd_local=256,
                 hd_global=512, ff=6144, shared=20, ple=256, vocab=262144, ctx=131072,
                 window=512, period=5, partial=0.25, v_is_k_global=False),

@@ -76,6 +76,19 @@ struct hf_config {
     struct {
         double factor, low, high, orig_ctx;
     } llama3;
+    /* Gemma 4 (Gemma4TextConfig): what its layers do not share. hp.head_dim
+     * is the full_attention layers' (global_head_dim), hp.head_dim_local the
+     * sliding ones' (head_dim); hp.n_kv_shared the last layers that read
+     * the K/V of the last earlier layer of their kind. */
+    struct {
+        int64_t n_kv_global; /* full_attention layers' KV heads (num_global_key_value_heads
+                                with attention_k_eq_v, else num_key_value_heads) */
+        int64_t n_ff_shared; /* the shared-KV layers' FFN width (2 x intermediate_size
+                                with use_double_wide_mlp) */
+        int64_t rot_pairs;   /* proportional RoPE: the full_attention layers' rotated
+                                pairs of head_dim / 2 (the rest rotate by 0) */
+        bool k_eq_v;         /* attention_k_eq_v: full_attention layers' V is K */
+    } gemma4;
 };
 
 /* Reads a parsed config.json (`name` names it in messages). Returns IG_OK,
@@ -111,7 +124,7 @@ struct hf_folder {
                                    expert_data point into it) */
     size_t n_experts, cap_experts;
     char *chat_template;        /* NUL-terminated, or NULL */
-    float *rope_freqs;          /* Llama 3's RoPE divisors, or NULL */
+    float *rope_freqs;          /* Llama 3's or Gemma 4's (proportional) RoPE divisors, or NULL */
     void **repacked;            /* gpt-oss's experts in ggml's MXFP4 blocks, a buffer
                                    per weight (hf_mxfp4.c), n_repacked of them */
     int64_t n_repacked;

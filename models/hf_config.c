@@ -15,7 +15,7 @@
  * models/arch.c, as for a GGUF; this file reads the config.json keys that
  * set it. The weights' names are the table of tensors' (models/tensors.h).
  * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
- * test_hf_arch.py and test_hf_malformed.py. */
+ * test_hf_arch.py, test_hf_malformed.py and test_hf_gemma4.py. */
 #include "models/hf.h"
 
 #include "core/json.h"
@@ -58,6 +58,17 @@ static const struct hf_default gemma3_defaults[] = {
     {"sliding_window", 4096}, {"sliding_window_pattern", 6}, {NULL, 0},
 };
 
+/* Gemma4TextConfig's (E2B's layer count aside, a 30-layer model's sizes;
+ * layer_types every sixth layer full, as its __post_init__). */
+static const struct hf_default gemma4_defaults[] = {
+    {"vocab_size", 262144}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+    {"num_hidden_layers", 30}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+    {"head_dim", 256}, {"global_head_dim", 512}, {"max_position_embeddings", 131072},
+    {"sliding_window", 512}, {"sliding_window_pattern", 6},
+    {"vocab_size_per_layer_input", 262144}, {"hidden_size_per_layer_input", 256},
+    {"num_kv_shared_layers", 0}, {NULL, 0},
+};
+
 /* GptOssConfig's defaults (gpt-oss-120b's sizes; rope_scaling's YaRN is
  * read_rope's). */
 static const struct hf_default gptoss_defaults[] = {
@@ -97,6 +108,13 @@ static const struct hf_arch archs[] = {
      "model.language_model.", "", NULL, NULL, "silu", true, false, 1e-6, qwen35_defaults},
     {"GptOssForCausalLM", "gpt-oss", MODEL_ARCH_GPT_OSS, NULL, "model.", "", NULL, NULL, "silu",
      false, false, 1e-5, gptoss_defaults},
+    /* Gemma 4 (the text model only: Gemma4ForConditionalGeneration's vision
+     * and audio towers are not read). Its RMSNorms multiply by w, not 1 + w. */
+    {"Gemma4ForCausalLM", "gemma4", MODEL_ARCH_GEMMA4, NULL, "model.", "", NULL, NULL,
+     "gelu_pytorch_tanh", false, true, 1e-6, gemma4_defaults},
+    {"Gemma4ForConditionalGeneration", "gemma4", MODEL_ARCH_GEMMA4, "text_config",
+     "model.language_model.", "", NULL, NULL, "gelu_pytorch_tanh", false, true, 1e-6,
+     gemma4_defaults},
 };
 
 /* rope_scaling kinds the forward computes; "default" is plain RoPE. */
@@ -107,7 +125,7 @@ const char *hf_arch_names(void)
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
            "Qwen3MoeForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, "
            "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration, "
-           "GptOssForCausalLM";
+           "GptOssForCausalLM, Gemma4ForCausalLM, Gemma4ForConditionalGeneration";
 }
 
 /* Everything a config step needs to name the file in a message. */
@@ -217,7 +235,10 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
         return st;
     if (b)
         return ig_error(IG_E_MODEL, "'%s': mlp_bias true is not supported", c->name);
-    const cJSON *rs = rope_scaling(c);
+    /* Gemma 4: rope_parameters per layer kind, use_bidirectional_attention a
+     * string: read_gemma4's */
+    bool g4 = model_arch_of(a->id)->per_layer_shapes;
+    const cJSON *rs = g4 ? NULL : rope_scaling(c);
     if (rs && !cJSON_IsNull(rs)) {
         const char *kind = ig_json_str(rs, "rope_type");
         if (!kind)
@@ -251,7 +272,7 @@ static int check_unsupported(const struct cfg *c, const struct hf_arch *a)
     if (b)
         return ig_error(IG_E_MODEL, "'%s': use_sliding_window true is not supported", c->name);
     /* EmbeddingGemma's Gemma 3 text model attends both ways: not a decoder. */
-    if ((st = get_bool(c, "use_bidirectional_attention", false, &b)))
+    if (!g4 && (st = get_bool(c, "use_bidirectional_attention", false, &b)))
         return st;
     if (b)
         return ig_error(IG_E_MODEL, "'%s': use_bidirectional_attention true (an encoder such "
@@ -495,6 +516,110 @@ static int read_deltanet(const struct cfg *c, const struct model_arch_info *ai,
     return get_int(c, "shared_expert_intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff_shexp);
 }
 
+/* One entry of Gemma 4's rope_parameters (keyed by layer kind; absent:
+ * Gemma4TextConfig's default): its rope_theta into *base and, for the
+ * full_attention layers ("proportional" allowed), its rotated pairs of
+ * head_dim / 2 into *pairs as transformers' _compute_proportional_rope_
+ * parameters counts them (int(partial_rotary_factor * head_dim // 2)). */
+static int gemma4_rope(const struct cfg *c, const char *kind, double def_base, int64_t head_dim,
+                       double *base, int64_t *pairs)
+{
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->j, "rope_parameters");
+    const cJSON *e = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, kind) : NULL;
+    bool full = !strcmp(kind, "full_attention");
+    *base = def_base;
+    *pairs = full ? (int64_t)floor(0.25 * (double)head_dim / 2) : head_dim / 2;
+    if (!e || cJSON_IsNull(e))
+        return IG_OK;
+    const char *type = ig_json_str(e, "rope_type");
+    if (!cJSON_IsObject(e) || !type ||
+        (strcmp(type, "default") && !(full && !strcmp(type, "proportional"))))
+        return ig_error(IG_E_MODEL, "'%s': rope_parameters.%s must be an object with rope_type "
+                        "'default'%s (found '%.40s')", c->name, kind,
+                        full ? " or 'proportional'" : "", type ? type : "?");
+    struct cfg sub = {c->name, e, NULL};
+    double prf, factor;
+    int st;
+    if ((st = get_pos_float(&sub, "rope_theta", def_base, base)) ||
+        (st = get_pos_float(&sub, "partial_rotary_factor", 1.0, &prf)) ||
+        (st = get_pos_float(&sub, "factor", 1.0, &factor)))
+        return st;
+    bool proportional = !strcmp(type, "proportional");
+    if (factor != 1 || prf > 1 || (!proportional && prf != 1))
+        return ig_error(IG_E_MODEL, "'%s': rope_parameters.%s: factor %g, partial_rotary_factor "
+                        "%g are not supported (factor 1; a partial factor on 'proportional' "
+                        "only)", c->name, kind, factor, prf);
+    *pairs = proportional ? (int64_t)floor(prf * (double)head_dim / 2) : head_dim / 2;
+    return IG_OK;
+}
+
+/* Gemma 4 (Gemma4TextConfig): head_dim on the sliding layers, global_head_dim
+ * (and with attention_k_eq_v, num_global_key_value_heads and V = K) on the
+ * full ones; the last num_kv_shared_layers reading the K/V of the last
+ * earlier layer of their kind, their FFN twice as wide with
+ * use_double_wide_mlp; per-layer embeddings of hidden_size_per_layer_input
+ * (0: none); rope_parameters per kind; V normed, a layer_scalar each,
+ * softmax scale 1. The last layer is full_attention whatever layer_types
+ * says (its __post_init__ forces it). The mixture of experts
+ * (enable_moe_block) is refused. */
+static int read_gemma4(const struct cfg *c, struct hf_config *out)
+{
+    struct model_hparams *hp = &out->hp;
+    int64_t hd_global, shared, ple, ple_vocab, kv_global = -1;
+    bool moe, wide;
+    int st;
+    const cJSON *bi = cJSON_GetObjectItemCaseSensitive(c->j, "use_bidirectional_attention");
+    if (bi && !cJSON_IsNull(bi) && !(cJSON_IsString(bi) && !strcmp(bi->valuestring, "vision")))
+        return ig_error(IG_E_MODEL, "'%s': use_bidirectional_attention must be null or \"vision\" "
+                        "(text attends causally); other values are not a decoder", c->name);
+    if ((st = get_bool(c, "enable_moe_block", false, &moe)))
+        return st;
+    if (moe)
+        return ig_error(IG_E_MODEL, "'%s': enable_moe_block true (Gemma 4's mixture of experts) "
+                        "is not supported in a folder yet: use a GGUF of this model", c->name);
+    if ((st = get_int(c, "global_head_dim", -1, 2, HF_MAX_DIM, &hd_global)) ||
+        (st = get_int(c, "num_kv_shared_layers", 0, 0, hp->n_layer - 1, &shared)) ||
+        (st = get_int(c, "hidden_size_per_layer_input", -1, 0, HF_MAX_DIM / hp->n_layer, &ple)) ||
+        (st = get_int(c, "vocab_size_per_layer_input", hp->n_vocab, 1, HF_MAX_DIM, &ple_vocab)) ||
+        (st = get_bool(c, "attention_k_eq_v", false, &out->gemma4.k_eq_v)) ||
+        (st = get_bool(c, "use_double_wide_mlp", false, &wide)))
+        return st;
+    const cJSON *kvg = cJSON_GetObjectItemCaseSensitive(c->j, "num_global_key_value_heads");
+    if (out->gemma4.k_eq_v && kvg && !cJSON_IsNull(kvg) &&
+        (st = get_int(c, "num_global_key_value_heads", -1, 1, hp->n_head, &kv_global)))
+        return st;
+    out->gemma4.n_kv_global = kv_global > 0 ? kv_global : hp->n_head_kv;
+    if (hd_global % 2 || hp->n_head % out->gemma4.n_kv_global)
+        return ig_error(IG_E_MODEL, "'%s': global_head_dim %lld must be even and "
+                        "num_attention_heads %lld a multiple of the full layers' %lld KV heads",
+                        c->name, (long long)hd_global, (long long)hp->n_head,
+                        (long long)out->gemma4.n_kv_global);
+    if (ple && ple_vocab != hp->n_vocab)
+        return ig_error(IG_E_MODEL, "'%s': vocab_size_per_layer_input %lld differs from "
+                        "vocab_size %lld (not supported)", c->name, (long long)ple_vocab,
+                        (long long)hp->n_vocab);
+    hp->head_dim_local = hp->n_rot_local = hp->head_dim;
+    hp->head_dim = hp->n_rot = hd_global;
+    hp->n_kv_shared = shared;
+    hp->n_embd_per_layer = ple;
+    hp->has_v_norm = true;
+    hp->attn_scale = 1.0;
+    out->gemma4.n_ff_shared = wide ? 2 * hp->n_ff : hp->n_ff;
+    int64_t last = hp->n_layer - 1, pairs;
+    if (out->local[last / 8] >> (last % 8) & 1) { /* transformers forces it full */
+        out->local[last / 8] &= (uint8_t)~(1u << (last % 8));
+        hp->n_swa_layers--;
+    }
+    if ((st = gemma4_rope(c, "sliding_attention", 10000.0, hp->head_dim_local,
+                          &hp->rope[MODEL_ROPE_LOCAL].base, &pairs)) ||
+        (st = gemma4_rope(c, "full_attention", 1000000.0, hd_global,
+                          &hp->rope[MODEL_ROPE_GLOBAL].base, &out->gemma4.rot_pairs)))
+        return st;
+    model_features_set(hp, model_features(hp) | MODEL_FEAT_OUT_SCALE |
+                               (ple ? MODEL_FEAT_PLE : 0u));
+    return IG_OK;
+}
+
 /* What the architecture's row of models/arch.c adds to the Llama block, with
  * config.json's values where it has keys for them. */
 static int read_arch_extras(const struct cfg *c, const struct model_arch_info *ai,
@@ -519,7 +644,9 @@ static int read_arch_extras(const struct cfg *c, const struct model_arch_info *a
         (st = get_pos_float(c, "final_logit_softcapping", 0, &hp->final_softcap)) ||
         (st = read_rope(c, out)))
         return st;
-    return ai->swa_pattern ? read_window(c, ai, out) : IG_OK;
+    if (ai->swa_pattern && (st = read_window(c, ai, out)))
+        return st;
+    return ai->per_layer_shapes ? read_gemma4(c, out) : IG_OK;
 }
 
 static int read_dims(const struct cfg *c, struct model_hparams *hp)

@@ -321,7 +321,8 @@ static int bind(struct loader *L, const struct model_tensor *row, int64_t layer,
         want_dims[n_want++] = shape[0];
     if (!vec || shape[1] != 1) /* (a vector per row: Qwen3.5's conv1d) */
         want_dims[n_want++] = shape[1];
-    want_dims[n_want++] = shape[2];
+    if (!vec || shape[2] != 1 || n_want) /* (a scalar: Gemma 4's layer_scalar [1]) */
+        want_dims[n_want++] = shape[2];
     /* a vector's dims of 1 do not count: Qwen3.5's conv1d [C, 1, K] and
      * shared_expert_gate [1, n_embd] are [C, K] and [n_embd] */
     int64_t have[ST_MAX_DIMS];
@@ -584,6 +585,47 @@ static int bind_weights(struct loader *L)
     return IG_OK;
 }
 
+/* Gemma 4's layers (hf_config's gemma4 facts): the full ones' KV heads
+ * and V = K, the shared-KV layers' source (transformers' kv_sharing_modes:
+ * the last earlier layer of their kind with K/V of its own) and FFN width. */
+static int gemma4_layers(struct loader *L, const struct hf_config *c)
+{
+    struct model *m = L->m;
+    int64_t n_own = m->hp.n_layer - m->hp.n_kv_shared;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        struct model_layer *Ly = &m->layers[il];
+        bool local = Ly->window > 0;
+        if (!local)
+            Ly->n_head_kv = c->gemma4.n_kv_global;
+        if (il < n_own) {
+            Ly->v_is_k = c->gemma4.k_eq_v && !local;
+            continue;
+        }
+        int64_t src = n_own - 1;
+        while (src >= 0 && (m->layers[src].window > 0) != local)
+            src--;
+        if (src < 0)
+            return ig_error(IG_E_MODEL, "'%s': layer %lld shares the K/V of an earlier %s layer "
+                            "(num_kv_shared_layers %lld), and none of the first %lld is one",
+                            L->dir, (long long)il, local ? "sliding" : "full",
+                            (long long)m->hp.n_kv_shared, (long long)n_own);
+        Ly->kv_shared = true;
+        Ly->kv_source = src;
+        Ly->n_ff = c->gemma4.n_ff_shared;
+    }
+    /* proportional RoPE: the pairs past rot_pairs turn by 0 (1e30 divides
+     * their angle, as the GGUF's rope_freqs) */
+    int64_t half = m->hp.n_rot / 2;
+    if (c->gemma4.rot_pairs >= half)
+        return IG_OK;
+    if (!(L->h->rope_freqs = malloc((size_t)half * sizeof *L->h->rope_freqs)))
+        return ig_error(IG_E_NOMEM, "out of memory loading %s", L->dir);
+    for (int64_t i = 0; i < half; i++)
+        L->h->rope_freqs[i] = i < c->gemma4.rot_pairs ? 1.0f : 1e30f;
+    m->hp.rope[MODEL_ROPE_GLOBAL].freq_factors = L->h->rope_freqs;
+    return IG_OK;
+}
+
 /* ---- the other files ---------------------------------------------------------- */
 
 static int read_chat_template(struct loader *L)
@@ -675,6 +717,8 @@ int hf_load(const char *dir, struct model *m)
          * converter tiles them): the DeltaNet pairs them so */
         Ly->dn_grouped = Ly->mixer == LAYER_MIXER_DELTANET;
     }
+    if (ai->per_layer_shapes && (st = gemma4_layers(&L, &c)))
+        return st;
     /* Room for every norm and bias in f32, in case all are stored narrower. */
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)

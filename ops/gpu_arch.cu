@@ -1,6 +1,6 @@
 /* ops/gpu_arch.cu: the element-wise kernels the architectures after Llama
- * add to a block on the GPU (Qwen 3, Gemma 3): RMSNorm of each Q and K head
- * in place before RoPE, the post-attention and post-FFN norms folded into
+ * add to a block on the GPU (Qwen 3, Gemma 3, Gemma 4): RMSNorm of each Q
+ * and K head in place before RoPE (and Gemma 4's V heads, without a weight), the post-attention and post-FFN norms folded into
  * the residual add, scaling (Gemma's embeddings), soft-capping (final
  * logits). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
  * ops/gpu_arch_ref.c.
@@ -40,8 +40,8 @@ head_rmsnorm_kernel(float *__restrict__ x, int64_t ld_x, int64_t n_heads, int64_
     for (int m = 16; m > 0; m >>= 1)
         ss = gk_add(ss, ig_shfl_xor_f32(ss, m));
     const float r = 1.0f / sqrtf(ss / (float)head_dim + eps);
-    for (int64_t d = lane; d < head_dim; d += 32)
-        v[d] = gk_mul(gk_mul(v[d], r), w[d]);
+    for (int64_t d = lane; d < head_dim; d += 32) /* w NULL: Gemma 4's V, no weight */
+        v[d] = w ? gk_mul(gk_mul(v[d], r), w[d]) : gk_mul(v[d], r);
 }
 
 /* One block per row: x[t] += y[t] r w, r = 1 / sqrt(mean(y[t]^2) + eps). */
@@ -77,6 +77,29 @@ softcap_kernel(float *__restrict__ x, int64_t n, float cap, float inv)
         x[i] = gk_mul(cap, tanhf(gk_mul(x[i], inv)));
 }
 
+__global__ void __launch_bounds__(kThreads)
+to_f16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y)
+{
+    const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (i < n)
+        y[i] = gk_f32_to_f16(x[i]);
+}
+
+/* Element i of row t's n_layer * d: layer l = i / d's input, into the second
+ * half of its row of out (ld_rows rows a layer, 2 d floats a row). */
+__global__ void __launch_bounds__(kThreads)
+ple_combine_kernel(const float *__restrict__ p, const float *__restrict__ e, int64_t n,
+                   int64_t all, int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                   float *__restrict__ out)
+{
+    const int64_t k = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (k >= n * all)
+        return;
+    const int64_t t = k / all, i = k % all, l = i / d;
+    out[(l * ld_rows + t) * 2 * d + d + i % d] =
+        gk_mul(gk_add(p[k], gk_mul(e[k], tok_scale)), in_scale);
+}
+
 /* Blocks of kThreads for n elements; 0 when more than the grid's x holds. */
 unsigned flat_blocks(int64_t n)
 {
@@ -92,7 +115,7 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
                             int64_t head_dim, const float *w, float eps, void *stream_)
 {
     if (n < 0 || n > 0x7fffffff || n_heads < 1 || head_dim < 1 || ld_x < n_heads * head_dim ||
-        (n_heads + kHeadWarps - 1) / kHeadWarps > 65535 || !x || !w)
+        (n_heads + kHeadWarps - 1) / kHeadWarps > 65535 || !x)
         return ig_error(IG_E_INTERNAL, "gk_head_rmsnorm: bad sizes (n %lld, heads %lld, "
                         "head_dim %lld, ld_x %lld) or NULL", (long long)n, (long long)n_heads,
                         (long long)head_dim, (long long)ld_x);
@@ -101,6 +124,32 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
     dim3 grid((unsigned)n, (unsigned)((n_heads + kHeadWarps - 1) / kHeadWarps));
     return IG_LAUNCH(head_rmsnorm_kernel, grid, dim3(32 * kHeadWarps), 0,
                      (cudaStream_t)stream_, x, ld_x, n_heads, head_dim, w, eps);
+}
+
+int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream_)
+{
+    const unsigned blocks = flat_blocks(n);
+    if (n < 0 || (n > 0 && !blocks) || !x || !y)
+        return ig_error(IG_E_INTERNAL, "gk_to_f16: bad size %lld or NULL", (long long)n);
+    if (n == 0)
+        return IG_OK;
+    return IG_LAUNCH(to_f16_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_, x,
+                     n, y);
+}
+
+int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_layer,
+                           int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                           float *out, void *stream_)
+{
+    const unsigned blocks = flat_blocks(n * n_layer * d);
+    if (n < 0 || n > ld_rows || n_layer < 1 || d < 1 || (n > 0 && !blocks) || !p || !e || !out)
+        return ig_error(IG_E_INTERNAL, "gk_ple_combine: bad sizes (n %lld, layers %lld, d %lld, "
+                        "ld_rows %lld) or NULL", (long long)n, (long long)n_layer, (long long)d,
+                        (long long)ld_rows);
+    if (n == 0)
+        return IG_OK;
+    return IG_LAUNCH(ple_combine_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_,
+                     p, e, n, n_layer * d, d, ld_rows, tok_scale, in_scale, out);
 }
 
 int IG_DEV(gk_rmsnorm_add)(float *x, int64_t ld_x, const float *y, int64_t ld_y,

@@ -9,6 +9,8 @@
  * double-precision formulas). */
 #include "ops/gpu_ops.h"
 
+#include "core/half.h"
+
 #include <math.h>
 
 /* What the xor butterfly over 32 lanes leaves in every lane (IEEE addition
@@ -51,8 +53,25 @@ void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int
             const float r =
                 1.0f / sqrtf(block_sum_squares(v, head_dim, 32) / (float)head_dim + eps);
             for (int64_t d = 0; d < head_dim; d++)
-                v[d] = v[d] * r * w[d];
+                v[d] = w ? v[d] * r * w[d] : v[d] * r;
         }
+}
+
+void gk_to_f16_ref(const float *x, int64_t n, uint16_t *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = ig_f32_to_f16(x[i]);
+}
+
+void gk_ple_combine_ref(const float *p, const float *e, int64_t n, int64_t n_layer, int64_t d,
+                        int64_t ld_rows, float tok_scale, float in_scale, float *out)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t l = 0; l < n_layer; l++)
+            for (int64_t i = 0; i < d; i++) {
+                int64_t k = t * n_layer * d + l * d + i;
+                out[(l * ld_rows + t) * 2 * d + d + i] = (p[k] + e[k] * tok_scale) * in_scale;
+            }
 }
 
 void gk_rmsnorm_add_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *w,

@@ -99,11 +99,30 @@ void gk_geglu_ref(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h);
 
 /* RMSNorm of each head before RoPE: for t < n, h < n_heads, the head_dim
  * elements at x + t * ld_x + h * head_dim become v r w, r = 1 / sqrt(mean(v^2)
- * + eps): x f32 (the QKV GEMM's output, q or k heads), w f32 [head_dim]. */
+ * + eps): x f32 (the QKV GEMM's output, q or k heads), w f32 [head_dim], or
+ * NULL: v r (Gemma 4's V heads). */
 int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
                             int64_t head_dim, const float *w, float eps, void *stream);
 void gk_head_rmsnorm_ref(float *x, int64_t ld_x, int64_t n, int64_t n_heads, int64_t head_dim,
                          const float *w, float eps);
+
+/* y[i] = f16(x[i]) for i < n (Gemma 4's per-layer embedding gate reads the
+ * residual itself, not its norm). */
+int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream);
+void gk_to_f16_ref(const float *x, int64_t n, uint16_t *y);
+
+/* Gemma 4's per-layer inputs of a step's n rows (llama.cpp's
+ * project_per_layer_inputs): for t < n, l < n_layer, i < d, k = t n_layer d +
+ * l d + i,
+ *   out[(l ld_rows + t) 2d + d + i] = (p[k] + e[k] tok_scale) in_scale
+ * p the normed projection and e the tokens' rows, f32 [n][n_layer d]; out
+ * f32, per layer [ld_rows][2d] (n <= ld_rows), the first d of a row left for
+ * the layer's gate (gk_geglu then reads gate | input). */
+int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_layer,
+                           int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
+                           float *out, void *stream);
+void gk_ple_combine_ref(const float *p, const float *e, int64_t n, int64_t n_layer, int64_t d,
+                        int64_t ld_rows, float tok_scale, float in_scale, float *out);
 
 /* The post-attention / post-FFN norm and the residual add: x[t] += y[t] r w,
  * r = 1 / sqrt(mean(y[t]^2) + eps), for t < n: x, y f32 rows of dim (strides

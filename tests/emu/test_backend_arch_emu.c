@@ -13,6 +13,16 @@
  *   Qwen3-tiny again with its second layer narrower than the model (half
  *     the query heads, one KV head, two thirds of the FFN width): layers of
  *     their own sizes, on both backends and in the cache.
+ *   Gemma3-tiny with Gemma 4's rules (backend/gpu_gemma4.c), all of
+ *     Gemma's checks: V heads RMS-normed without a weight, layer output
+ *     scales (0.25, 1.5), the local layers' RoPE over half the head
+ *     (rope.dimension_count_swa), V = K in layer 0 (attention_k_eq_v: K's
+ *     rows uploaded again as V's, backend/gpu_plan.c), layer 1 made local
+ *     and reading layer 0's K/V (shared KV: no blocks, no K/V of its own;
+ *     a prefill step's rows kept from layer 0's RoPE);
+ *     then the device's copy of the model without the V norm, and without
+ *     the output scales (the backend skipping them), must be off by more
+ *     than the bounds (relative error 3e-2, NMSE 1e-4 on this run).
  * Weights go to the device as f16 (--gpu-weights f16): the bound is the f16
  * one of backend_checks.h plus NMSE 1e-3. Per model (teacher-forced, as
  * backend_checks.h does): 40 ids prefilled in chunks of 33 and 7 (Gemma:
@@ -34,6 +44,10 @@
 static struct model *make(const char *spec)
 {
     struct model *m = NULL;
+    if (strncmp(spec, "synthetic:", 10)) { /* a file (--model): as it is */
+        CHECK(model_load(spec, &m) == IG_OK);
+        return m;
+    }
     CHECK(model_synthetic_spec(spec, &m) == IG_OK);
     if (!m)
         return NULL;
@@ -58,6 +72,42 @@ static struct model *make(const char *spec)
         hp->final_softcap = 30.0;
     }
     return m;
+}
+
+/* Gemma 4's shared KV on the Gemma 3 model: layer 1 made local too and
+ * reading layer 0's K/V (no blocks, no K/V weights of its own). */
+static void share_kv(struct model *m)
+{
+    struct model_layer *L = &m->layers[1];
+    L->window = m->layers[0].window;
+    L->rope = MODEL_ROPE_LOCAL;
+    L->kv_shared = true;
+    L->kv_source = 0;
+    m->hp.n_swa_layers = 2;
+    m->hp.n_kv_shared = 1;
+}
+
+/* Gemma 4's attention rules on the Gemma 3 model (layer l's output scale
+ * out_scales[l]; layer 1 reading layer 0's K/V, layer 0's V its K); v_norm
+ * or out_scale false: that rule left out. */
+static float out_scales[2] = {0.25f, 1.5f};
+
+/* The NMSE bound of the run with Gemma 4's rules: the real backend measured
+ * 7.2e-6 there, the V norm skipped 4.9e-3 (Gemma's post norms take most of
+ * what V's scale does), so the bound sits between with room both ways. */
+#define GEMMA4_NMSE_TOL 1e-4
+
+static void gemma4_rules(struct model *m, bool v_norm, bool out_scale)
+{
+    m->hp.has_v_norm = v_norm;
+    m->hp.has_out_scale = out_scale;
+    m->hp.n_rot_local = m->hp.head_dim / 2;
+    share_kv(m);
+    m->layers[0].v_is_k = true; /* no V weight: V = K */
+    for (int64_t l = 0; l < m->hp.n_layer && l < 2; l++)
+        m->layers[l].w[LAYER_OUT_SCALE] = (struct model_weight){
+            .type = QUANT_F32, .n_expert = 1, .rows = 1, .cols = 1, .row_bytes = 4,
+            .data = &out_scales[l]};
 }
 
 static void set_cols(struct model_weight *w, int64_t cols)
@@ -86,17 +136,25 @@ static void narrow_layer(struct model *m, int64_t l)
     set_cols(&L->w[LAYER_FFN_DOWN], L->n_ff);
 }
 
-static void run_model(const char *spec, bool all, bool narrow)
+enum variant { PLAIN, NARROW, GEMMA4, FILE_SHORT };
+
+static void run_model(const char *spec, bool all, enum variant v)
 {
+    static const char *const what[] = {
+        "", ", layer 1 narrower",
+        ", Gemma 4's V norm, output scales, local RoPE dims, V = K, shared KV", ""};
     struct model *m = make(spec);
     if (!m)
         return;
-    if (narrow)
+    if (v == NARROW)
         narrow_layer(m, 1);
-    fprintf(stderr, "== %s%s\n", spec, narrow ? ", layer 1 narrower" : "");
+    if (v == GEMMA4)
+        gemma4_rules(m, true, true);
+    bool gemma4 = v == GEMMA4;
+    fprintf(stderr, "== %s%s\n", spec, what[v]);
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
                              .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
-    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = 1e-3};
+    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = gemma4 ? GEMMA4_NMSE_TOL : 1e-3};
     pair_init(&p, &o);
     struct backend_opts og = o;
     og.device.kind = BACKEND_CUDA;
@@ -115,9 +173,13 @@ static void run_model(const char *spec, bool all, bool narrow)
         uint64_t s = 7;
         for (int i = 0; i < 40; i++)
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
-        run_prompt(&p, ids, 40, 33, "chunks of 33 and 7");
-        compare_caches(&p, m, 40 + N_STEPS);
-        check_upload(&p, m, &og, 40 + N_STEPS);
+        /* a file (FILE_SHORT): one prefill past the window (each costs
+         * seconds emulated), then the decode steps */
+        int64_t n = v == FILE_SHORT ? 24 : 40;
+        run_prompt(&p, ids, n, v == FILE_SHORT ? n : 33,
+                   v == FILE_SHORT ? "24 ids in one chunk" : "chunks of 33 and 7");
+        compare_caches(&p, m, n + N_STEPS);
+        check_upload(&p, m, &og, n + N_STEPS);
         if (all) {
             run_prompt(&p, ids, 40, 40, "one chunk");
             run_prompt(&p, ids + 5, 13, 13, "decode across the window's edge");
@@ -130,6 +192,59 @@ static void run_model(const char *spec, bool all, bool narrow)
     free(p.lc);
     free(p.le);
     model_free(m);
+}
+
+/* A mutant of the backend's Gemma 4 rules: the CPU backend on the model
+ * with them all, the device on a copy without the V norm (mutant 1) or the
+ * output scales (mutant 2); a 40-id prefill's logits must differ by more
+ * than the bound run_model holds the real backend to. */
+static void check_gemma4_mutant(int mutant)
+{
+    const char *spec = "synthetic:Gemma3-tiny:Q8_0";
+    struct model *mc = make(spec), *md = make(spec);
+    struct backend *cpu = NULL, *dev = NULL;
+    if (mc && md) {
+        gemma4_rules(mc, true, true);
+        gemma4_rules(md, mutant != 1, mutant != 2);
+        struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2,
+                                 .n_ctx = N_CTX, .max_rows = 64, .n_slots = 1,
+                                 .kv_dtype = KV_F32, .exact = true};
+        struct backend_opts og = o;
+        og.device.kind = BACKEND_CUDA;
+        og.n_blocks = N_CTX / KV_BLOCK;
+        og.gpu_weights = BACKEND_GPU_F16;
+        CHECK(backend_create(mc, &o, &cpu) == IG_OK);
+        CHECK(gpu_backend_create_emu(md, &og, &dev) == IG_OK);
+        int64_t nv = mc->hp.n_vocab;
+        float *lc = malloc((size_t)nv * sizeof *lc), *le = malloc((size_t)nv * sizeof *le);
+        int32_t ids[40], table[N_CTX / KV_BLOCK];
+        uint64_t s = 7;
+        for (int i = 0; i < 40; i++)
+            ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)nv);
+        for (int b = 0; b < N_CTX / KV_BLOCK; b++)
+            table[b] = b;
+        if (cpu && dev && lc && le &&
+            backend_run_seq(cpu, table, 0, ids, 40, 0, lc) == IG_OK &&
+            backend_run_seq(dev, table, 0, ids, 40, 0, le) == IG_OK) {
+            double e = test_rel_err(le, lc, nv), se = 0, sr = 0;
+            for (int64_t i = 0; i < nv; i++) {
+                se += ((double)le[i] - lc[i]) * ((double)le[i] - lc[i]);
+                sr += (double)lc[i] * lc[i];
+            }
+            fprintf(stderr, "mutant (%s): rel err %.2e, NMSE %.2e\n",
+                    mutant == 1 ? "V norm skipped" : "output scales dropped", e, se / sr);
+            CHECKF(e > LOGIT_TOL || se / sr > GEMMA4_NMSE_TOL, "mutant %d not caught: rel "
+                   "err %.2e, NMSE %.2e within the bounds", mutant, e, se / sr);
+        } else {
+            CHECKF(false, "mutant %d: the backends did not run", mutant);
+        }
+        free(lc);
+        free(le);
+    }
+    backend_free(cpu);
+    backend_free(dev);
+    model_free(mc);
+    model_free(md);
 }
 
 /* What the CUDA backend still does not run is refused with one line. */
@@ -158,18 +273,26 @@ static void check_refused(void)
 int main(int argc, char **argv)
 {
     /* --gemma-only: the Gemma model's first checks alone (CMake's entry on
-     * a forced prefill kernel) */
+     * a forced prefill kernel); --model FILE: Gemma's checks on a file
+     * (tests/emu/test_gemma4_emu.py's gemma4 GGUF) */
     bool gemma_only = argc == 2 && !strcmp(argv[1], "--gemma-only");
+    if (argc == 3 && !strcmp(argv[1], "--model")) {
+        run_model(argv[2], false, FILE_SHORT);
+        return test_summary("test_backend_arch_emu --model");
+    }
     if (argc != 1 && !gemma_only) {
-        fprintf(stderr, "usage: test_backend_arch_emu [--gemma-only]\n");
+        fprintf(stderr, "usage: test_backend_arch_emu [--gemma-only | --model FILE]\n");
         return 2;
     }
     if (!gemma_only)
-        run_model("synthetic:Qwen3-tiny:Q8_0", false, false); /* no window: the rest is Gemma's */
-    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only, false);
-    if (!gemma_only) /* per-layer heads, KV heads and FFN width */
-        run_model("synthetic:Qwen3-tiny:Q8_0", false, true);
-    if (!gemma_only)
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, PLAIN); /* no window: see Gemma */
+    run_model("synthetic:Gemma3-tiny:Q8_0", !gemma_only, PLAIN);
+    if (!gemma_only) { /* per-layer heads, KV heads and FFN width; Gemma 4's rules */
+        run_model("synthetic:Qwen3-tiny:Q8_0", false, NARROW);
+        run_model("synthetic:Gemma3-tiny:Q8_0", true, GEMMA4);
+        check_gemma4_mutant(1);
+        check_gemma4_mutant(2);
         check_refused();
+    }
     return test_summary("test_backend_arch_emu");
 }

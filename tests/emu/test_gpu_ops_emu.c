@@ -539,6 +539,84 @@ static void test_scale_softcap(uint64_t *st)
     CHECK(IG_DEV(gk_softcap)(NULL, 4, 0.0f, NULL) != 0); /* a cap of 0 is the caller's bug */
 }
 
+/* Gemma 4's: the head norm without a weight (V heads), x to f16 (the
+ * per-layer gate's input) and the per-layer inputs into each layer's second
+ * half of gate | input rows; bit for bit the twins, the twins against
+ * double, nothing written outside. */
+static void test_gemma4_ops(uint64_t *st)
+{
+    int64_t hd = 128, nh = 3, n = 5, ld = (nh + 1) * hd;
+    float *x = rand_floats(st, n * ld, -3.0f, 3.0f);
+    float *ref = malloc((size_t)(n * ld) * 4), *orig = malloc((size_t)(n * ld) * 4);
+    memcpy(ref, x, (size_t)(n * ld) * 4);
+    memcpy(orig, x, (size_t)(n * ld) * 4);
+    gk_head_rmsnorm_ref(ref, ld, n, nh, hd, NULL, 1e-6f);
+    CHECK(IG_DEV(gk_head_rmsnorm)(x, ld, n, nh, hd, NULL, 1e-6f, NULL) == 0);
+    CHECKF(memcmp(x, ref, (size_t)(n * ld) * 4) == 0, "head_rmsnorm without a weight: emu "
+           "vs ref differs");
+    double worst = 0;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *o = orig + t * ld + h * hd;
+            double ss = 0;
+            for (int64_t d = 0; d < hd; d++)
+                ss += (double)o[d] * o[d];
+            double r = 1.0 / sqrt(ss / (double)hd + 1e-6);
+            for (int64_t d = 0; d < hd; d++)
+                worst = fmax(worst, fabs(ref[t * ld + h * hd + d] - o[d] * r) /
+                                        fmax(fabs(o[d] * r), 1e-30));
+        }
+    CHECKF(worst <= 4.8e-7, "head_rmsnorm without a weight: twin vs double %.2e", worst);
+    CHECK(memcmp(x + nh * hd, orig + nh * hd, (size_t)hd * 4) == 0); /* past the heads */
+    free(x), free(ref), free(orig);
+
+    int64_t m = 1000;
+    float *f = rand_floats(st, m, -70000.0f, 70000.0f);
+    uint16_t *h = malloc((size_t)(m + GUARD) * 2), *hr = malloc((size_t)(m + GUARD) * 2);
+    memset(h, GUARD_BYTE, (size_t)(m + GUARD) * 2);
+    memset(hr, GUARD_BYTE, (size_t)(m + GUARD) * 2);
+    gk_to_f16_ref(f, m, hr);
+    CHECK(IG_DEV(gk_to_f16)(f, m, h, NULL) == 0);
+    CHECKF(memcmp(h, hr, (size_t)(m + GUARD) * 2) == 0, "to_f16: emu vs ref differs (or wrote "
+           "past n)");
+    int near = 1;
+    for (int64_t i = 0; i < m; i++) /* nearest f16, or inf past its range */
+        near &= fabsf(f[i]) > 65504.0f ? isinf(ig_f16_to_f32(hr[i]))
+                                       : fabs(ig_f16_to_f32(hr[i]) - f[i]) <=
+                                             fabs(f[i]) * 0x1p-11 + 0x1p-25;
+    CHECK(near);
+    free(f), free(h), free(hr);
+
+    int64_t rows = 3, layers = 4, dd = 16, ld_rows = 5, all = layers * dd;
+    float *pp = rand_floats(st, rows * all, -2.0f, 2.0f), *e = rand_floats(st, rows * all, -1, 1);
+    size_t out_n = (size_t)(layers * ld_rows * 2 * dd);
+    float *o = rand_floats(st, (int64_t)out_n, -5.0f, 5.0f), *ro = malloc(out_n * 4);
+    float *o0 = malloc(out_n * 4);
+    memcpy(ro, o, out_n * 4);
+    memcpy(o0, o, out_n * 4);
+    const float ts = 4.0f, is = (float)(1.0 / sqrt(2.0));
+    gk_ple_combine_ref(pp, e, rows, layers, dd, ld_rows, ts, is, ro);
+    CHECK(IG_DEV(gk_ple_combine)(pp, e, rows, layers, dd, ld_rows, ts, is, o, NULL) == 0);
+    CHECKF(memcmp(o, ro, out_n * 4) == 0, "ple_combine: emu vs ref differs");
+    worst = 0;
+    int others = 1;
+    for (int64_t l = 0; l < layers; l++)
+        for (int64_t t = 0; t < ld_rows; t++)
+            for (int64_t i = 0; i < 2 * dd; i++) {
+                size_t k = (size_t)((l * ld_rows + t) * 2 * dd + i);
+                if (t >= rows || i < dd) { /* the gate's half, rows past n: not written */
+                    others &= ro[k] == o0[k];
+                    continue;
+                }
+                size_t q = (size_t)(t * all + l * dd + i - dd);
+                double want = ((double)pp[q] + (double)e[q] * ts) * is;
+                worst = fmax(worst, fabs(ro[k] - want) / (fabs(want) + 1e-30));
+            }
+    CHECK(others);
+    CHECKF(worst <= 3e-7, "ple_combine: twin vs double %.2e", worst);
+    free(pp), free(e), free(o), free(ro), free(o0);
+}
+
 /* ---- greedy tokens (decode/greedy.cu) ---------------------------------------- */
 
 /* Rows drawn from a few values (ties across threads and warps) with NaN,
@@ -729,6 +807,7 @@ int main(void)
     test_head_rmsnorm(&st);
     test_rmsnorm_add(&st);
     test_scale_softcap(&st);
+    test_gemma4_ops(&st);
     test_greedy_rows(&st);
     test_dequant(&st);
     test_random();

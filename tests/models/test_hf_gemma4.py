@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""tests/models/test_hf_gemma4.py: Gemma 4 Hugging Face folders
+(Gemma4ForCausalLM; Gemma4ForConditionalGeneration's text model under
+model.language_model.) against the GGUF of the same weights.
+
+bench/random_gguf.py writes the gemma4 `tiny` file (F16: 9 layers, full
+every third, window 16, head dims 64 sliding / 128 full, 2 KV heads sliding
+/ 1 full with V = K there, the last 3 layers reading earlier layers' K/V
+with FFNs twice as wide, per-layer embeddings of 32, proportional RoPE on a
+quarter of the full layers' pairs, logits soft-capped at 30). This test
+writes it as the folders transformers' Gemma 4 classes load: the GGUF's
+names mapped back to transformers' (norms as they are: Gemma4RMSNorm
+multiplies by w), no rope_freqs (config.json's rope_parameters say it), the
+shape in Gemma4TextConfig's keys (head_dim, global_head_dim,
+num_global_key_value_heads with attention_k_eq_v, num_kv_shared_layers,
+use_double_wide_mlp, hidden_size_per_layer_input, layer_types,
+final_logit_softcapping). The conditional-generation folder also holds a
+vision tensor and a shared layer's K projection, which the loader must
+leave alone. Checked with IGNITE_MATMUL=exact: a 40-token prompt (the
+window crossed), 4 fixed decode tokens and 4 greedy ones give the GGUF's
+logits within 1e-5 relative and its greedy tokens; the same folder with
+partial_rotary_factor 0.5 must not (the proportional RoPE is read from
+config.json). Bad folders (a per-layer embedding gate missing; a shared
+layer's FFN of the single width; the MoE block) are refused with one line
+and status 4. Label: unit (about 5 s).
+
+usage: test_hf_gemma4.py FORWARD_DUMP"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import random_gguf  # noqa: E402
+import randgguf_gemma4  # noqa: E402
+
+try:
+    import gguf
+    from gguf.quants import dequantize
+    from safetensors.numpy import save_file
+except ImportError:
+    print("gguf or safetensors is missing (pip install -r tests/requirements.txt)")
+    sys.exit(77)
+
+BOUND = 1e-5
+IG_E_MODEL = 4
+LAYER = {"attn_norm.weight": "input_layernorm.weight",
+         "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+         "attn_v.weight": "self_attn.v_proj.weight",
+         "attn_output.weight": "self_attn.o_proj.weight",
+         "attn_q_norm.weight": "self_attn.q_norm.weight",
+         "attn_k_norm.weight": "self_attn.k_norm.weight",
+         "post_attention_norm.weight": "post_attention_layernorm.weight",
+         "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+         "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+         "ffn_down.weight": "mlp.down_proj.weight",
+         "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+         "inp_gate.weight": "per_layer_input_gate.weight",
+         "proj.weight": "per_layer_projection.weight",
+         "post_norm.weight": "post_per_layer_input_norm.weight",
+         "layer_output_scale.weight": "layer_scalar"}
+MODEL = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight": "norm.weight",
+         "per_layer_token_embd.weight": "embed_tokens_per_layer.weight",
+         "per_layer_model_proj.weight": "per_layer_model_projection.weight",
+         "per_layer_proj_norm.weight": "per_layer_projection_norm.weight"}
+
+
+def read_gguf(path):
+    r = gguf.GGUFReader(path)
+    return {t.name: (dequantize(t.data, t.tensor_type)
+                     .reshape([int(d) for d in reversed(t.shape)]), t.tensor_type.name)
+            for t in r.tensors}
+
+
+def hf_tensors(w, pre):
+    """The GGUF's tensors under transformers' names (prefix `pre`)."""
+    out = {}
+    for k, (x, ty) in w.items():
+        if k == "rope_freqs.weight":  # config.json's rope_parameters say it
+            continue
+        dt = np.float16 if ty == "F16" else np.float32
+        if k in MODEL:
+            name = pre + MODEL[k]
+        else:
+            il, n = k[4:].split(".", 1)
+            if n not in LAYER:
+                raise SystemExit(f"test_hf_gemma4: no HF name for {k}")
+            name = f"{pre}layers.{il}.{LAYER[n]}"
+        out[name] = np.ascontiguousarray(x.astype(dt))
+    return out
+
+
+def text_config(sh):
+    facts = randgguf_gemma4.layer_facts(sh, sh["layers"])
+    return {"hidden_size": sh["embd"], "num_hidden_layers": sh["layers"],
+            "num_attention_heads": sh["heads"], "num_key_value_heads": sh["kv_local"],
+            "num_global_key_value_heads": sh["kv_global"], "head_dim": sh["hd_local"],
+            "global_head_dim": sh["hd_global"], "intermediate_size": sh["ff"],
+            "vocab_size": sh["vocab"], "vocab_size_per_layer_input": sh["vocab"],
+            "hidden_size_per_layer_input": sh["ple"], "max_position_embeddings": sh["ctx"],
+            "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+            "sliding_window": sh["window"], "attention_k_eq_v": sh["v_is_k_global"],
+            "num_kv_shared_layers": sh["shared"], "use_double_wide_mlp": True,
+            "layer_types": ["sliding_attention" if f["local"] else "full_attention"
+                            for f in facts],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                   "partial_rotary_factor": sh["partial"]}},
+            "final_logit_softcapping": 30.0, "use_bidirectional_attention": "vision",
+            "enable_moe_block": False, "tie_word_embeddings": True}
+
+
+def write_folder(path, w, sh, cls, edit=None, drop=None):
+    text = text_config(sh)
+    if edit:
+        edit(text)
+    if cls == "Gemma4ForCausalLM":
+        t = hf_tensors(w, "model.")
+        cfg = dict(text, architectures=[cls], model_type="gemma4_text")
+    else:
+        t = hf_tensors(w, "model.language_model.")
+        # what the loader must not read: a vision tensor, a shared layer's K
+        # (transformers ignores those on load)
+        t["model.vision_tower.patch_embedder.input_proj.weight"] = np.ones((8, 12), np.float32)
+        last = sh["layers"] - 1
+        t[f"model.language_model.layers.{last}.self_attn.k_proj.weight"] = np.ones(
+            (sh["hd_global"], sh["embd"]), np.float16)
+        cfg = {"architectures": [cls], "model_type": "gemma4", "text_config": text,
+               "vision_config": {"hidden_size": 8}, "tie_word_embeddings": True}
+    if drop:
+        del t[drop]
+    os.makedirs(path, exist_ok=True)
+    save_file(t, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def dump(tool, path, prompt, fixed, n_greedy, out):
+    env = dict(os.environ, IGNITE_MATMUL="exact")
+    cmd = [tool, "-m", path, "-o", out, "-g", str(n_greedy), "-d", ",".join(map(str, fixed)),
+           "-t", "2", ",".join(map(str, prompt))]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    greedy = [int(t) for line in res.stdout.splitlines() if line.startswith("greedy:")
+              for t in line.split()[1:]]
+    if res.returncode:
+        return None, greedy, res
+    return np.fromfile(out, dtype=np.float32).astype(np.float64), greedy, res
+
+
+def main():
+    tool = sys.argv[1]
+    sh = dict(randgguf_gemma4.SHAPES["tiny"])
+    rng = np.random.default_rng(17)
+    prompt = [int(t) for t in rng.integers(0, sh["vocab"], 40)]
+    fixed = [int(t) for t in rng.integers(0, sh["vocab"], 4)]
+    ok = True
+
+    def report(good, msg):
+        nonlocal ok
+        ok &= good
+        print(f"{'ok' if good else 'FAIL':6} {msg}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        gpath = os.path.join(tmp, "g.gguf")
+        random_gguf.write(gpath, "tiny", "F16", seed=5, arch="gemma4")
+        base, gb, res = dump(tool, gpath, prompt, fixed, 4, os.path.join(tmp, "g.bin"))
+        if base is None:
+            sys.stderr.write(res.stderr)
+            return 1
+        w = read_gguf(gpath)
+
+        def half_rope(t):
+            t["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 0.5
+
+        for cls, edit, must in (("Gemma4ForCausalLM", None, True),
+                                ("Gemma4ForConditionalGeneration", None, True),
+                                ("Gemma4ForCausalLM", half_rope, False)):
+            folder = os.path.join(tmp, f"{cls}-{must}")
+            write_folder(folder, w, sh, cls, edit)
+            lg, g, res = dump(tool, folder, prompt, fixed, 4, os.path.join(tmp, "f.bin"))
+            if lg is None:
+                report(False, f"{cls}: forward_dump failed: {res.stderr.strip()}")
+                continue
+            err = np.abs(lg - base).max() / np.abs(base).max()
+            same = lg.shape == base.shape and err <= BOUND and g == gb
+            label = "as written" if must else "partial_rotary_factor 0.5"
+            report(same == must, f"{cls} folder, {label}: relative {err:.2e} from the GGUF, "
+                   f"greedy {g} vs {gb} ({'must' if must else 'must not'} match)")
+
+        def single_width(t):
+            t["use_double_wide_mlp"] = False
+
+        def moe(t):
+            t.update(enable_moe_block=True, num_experts=4, top_k_experts=2,
+                     moe_intermediate_size=64)
+
+        gate = "model.layers.3.per_layer_input_gate.weight"
+        for name, edit, drop, needle in (
+                ("missing", None, gate, gate),
+                ("shape", single_width, None, "model.layers.6.mlp.gate_proj.weight"),
+                ("moe", moe, None, "enable_moe_block")):
+            folder = os.path.join(tmp, f"bad-{name}")
+            write_folder(folder, w, sh, "Gemma4ForCausalLM", edit, drop)
+            _, _, res = dump(tool, folder, prompt, fixed, 1, os.path.join(tmp, "b.bin"))
+            err = res.stderr.strip()
+            report(res.returncode == IG_E_MODEL and len(err.splitlines()) == 1
+                   and err.startswith("ignite: ") and needle in err,
+                   f"bad folder ({name}): status {res.returncode}, {err!r}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
