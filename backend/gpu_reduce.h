@@ -37,6 +37,11 @@ struct gpu_reduce {
  * failed (the line names the rank and the file); *out NULL then. */
 int gpu_reduce_nccl_open(struct gpu_reduce **out);
 
+/* Every rank: whether each can load NCCL, agreed (collective): IG_OK, or
+ * IG_E_DEVICE on every rank, rank 0 printing the line of a rank that cannot
+ * (naming it and the file). */
+int gpu_reduce_nccl_check(void);
+
 /* Whether this rank can load NCCL (no collective; for IGNITE_TP_REDUCE=auto).
  * Fills why (a line's worth) where not. */
 bool gpu_reduce_nccl_loads(char *why, size_t cap);

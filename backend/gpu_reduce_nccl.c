@@ -119,6 +119,13 @@ static int agreed(bool ok, const char *why)
     return ig_error(IG_E_DEVICE, "rank %d of %d: %s", (int)bad, ig_coll_size(), line);
 }
 
+int gpu_reduce_nccl_check(void)
+{
+    char why[400] = "";
+    bool ok = gpu_reduce_nccl_loads(why, sizeof why);
+    return agreed(ok, why);
+}
+
 int gpu_reduce_nccl_open(struct gpu_reduce **out)
 {
     *out = NULL;

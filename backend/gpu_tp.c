@@ -112,10 +112,13 @@ int IG_DEV(gpu_tp_connect)(struct backend *b)
                                          "nccl or mpi", getenv("IGNITE_TP_REDUCE"));
     bool nccl = strcmp(mode, "mpi") != 0;
 #ifdef IG_EMU_BACKEND
-    if (!strcmp(mode, "nccl")) /* NCCL reads real device memory */
-        return ig_coll_rank() ? IG_E_USAGE
-                              : ig_error(IG_E_USAGE, "IGNITE_TP_REDUCE=nccl: the emulated "
-                                         "backend's memory is the host's (use mpi)");
+    if (!strcmp(mode, "nccl")) { /* the library checked, but NCCL reads real device memory */
+        int st = gpu_reduce_nccl_check();
+        if (st != IG_OK || ig_coll_rank())
+            return st != IG_OK ? st : IG_E_USAGE;
+        return ig_error(IG_E_USAGE, "IGNITE_TP_REDUCE=nccl: the emulated backend's memory is "
+                        "the host's (use mpi)");
+    }
     nccl = false;
 #else
     if (!strcmp(mode, "auto")) { /* NCCL where every rank loads it and has its own GPU */

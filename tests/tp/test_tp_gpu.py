@@ -11,8 +11,8 @@ process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
 equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
-one reduced twice) must miss REL by far. IGNITE_TP_REDUCE=nccl is refused in
-one line. One mpirun gives both sides of the comparison (rank 0 runs each
+one reduced twice) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+library is missing: one line naming the rank and the file, exit 7. One mpirun gives both sides of the comparison (rank 0 runs each
 model alone first: tp_gpu_dump_emu -s).
 Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...]   (time: see docs/gpu.md "Tensor
 parallelism")
@@ -26,12 +26,18 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import write_model  # noqa: E402
-from igtest import check, summary  # noqa: E402
+from igtest import check as _check, summary  # noqa: E402
 from tplib import mpi, mpirun_or_skip  # noqa: E402
 
 REL = 1e-4   # the emulator measures 0 (the log line "largest relative error")
 TIE = 1e-4
 FAR = 0.05   # a mutant's error is at least this
+
+
+def check(cond, what):
+    """igtest.check that also returns cond."""
+    _check(cond, what)
+    return cond
 
 
 def dump(mpirun, exe, models, prefix, alone=False, env=None):
@@ -114,12 +120,15 @@ def main():
             if "0" in toks else float("inf")
         check(err > FAR, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
-    # NCCL reads device memory: the emulated backend refuses it, every rank alike
+    # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
+    # the file (backend/gpu_reduce_nccl.c's loader; every rank checks), exit 7
+    lib = os.path.join(tmp, "no", "libnccl.so.2")
     r, _ = dump(mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
-                env={"IGNITE_TP_REDUCE": "nccl"})
-    lines = [ln for ln in r.stderr.splitlines() if "the emulated backend's memory" in ln]
-    check(r.returncode != 0 and len(lines) == 1,
-          f"IGNITE_TP_REDUCE=nccl: exit {r.returncode}, stderr {r.stderr[-600:]!r}")
+                env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
+    lines = [ln for ln in r.stderr.splitlines() if "cannot load NCCL" in ln]
+    check(r.returncode == 7 and len(lines) == 1 and lib in lines[0]
+          and "rank 1 of 2" in lines[0],
+          f"IGNITE_TP_REDUCE=nccl, no library: exit {r.returncode}, stderr {r.stderr[-600:]!r}")
     return summary("test_tp_gpu")
 
 
