@@ -12,10 +12,10 @@ order, and the residual's f16 copies may round apart), the greedy tokens
 equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
 one reduced twice) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
-library is missing: one line naming the rank and the file, exit 7. One mpirun gives both sides of the comparison (rank 0 runs each
-model alone first: tp_gpu_dump_emu -s).
-Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...]   (time: see docs/gpu.md "Tensor
-parallelism")
+library is missing: one line naming the rank and the file, exit 7. One mpirun
+gives both sides of the comparison (rank 0 runs each model alone first:
+tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
+docs/gpu.md "Tensor parallelism")
 """
 import os
 import sys
