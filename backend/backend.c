@@ -103,15 +103,14 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
         return backend_tp_create(m, &r, out);
     if (r.device.kind == BACKEND_CPU)
         return backend_cpu_create(m, &r, out);
-    if (backend_tp_wanted())
-        return ig_error(IG_E_DEVICE, "tensor parallelism runs on the CPU only for now "
-                        "(--device cpu); the CUDA ranks (NCCL) are not done");
     /* The CUDA kernels read f16 blocks only (a quantized cache's kernels are
      * a later change: docs/kvcache.md). */
     if (kv_dtype_quantized(r.kv_dtype) || kv_dtype_quantized(r.kv_dtype_v))
         return ig_error(IG_E_USAGE, "a %s KV cache runs on the CPU only for now (--device cpu); "
                         "the CUDA backend's cache is f16",
                         kv_dtype_name(kv_dtype_quantized(r.kv_dtype) ? r.kv_dtype : r.kv_dtype_v));
+    if (backend_tp_wanted()) /* mpirun -np N --device cuda: a GPU a rank */
+        return backend_tp_create(m, &r, out);
 #if IGNITE_HAVE_CUDA
     return gpu_backend_create_cuda(m, &r, out);
 #else

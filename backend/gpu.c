@@ -249,7 +249,8 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, 4, &g->norm_ticket, NULL)) ||
         (st = IG_DEV(dev_memset)(g->dev, g->norm_ticket, 0, 4)))
         return st;
-    if ((hp->has_post_norms && (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL))) ||
+    if (((hp->has_post_norms || g->tp) &&
+         (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL))) ||
         (st = IG_DEV(gpu_deltanet_alloc)(g)))
         return st;
     if (e % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * e, &g->xq, NULL)) ||
@@ -309,7 +310,19 @@ static const struct backend_ops gpu_ops;
 int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts *o,
                                struct backend **out)
 {
+    return IG_DEV(gpu_backend_create_tp)(m, o, NULL, out);
+}
+
+int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_opts *o_in,
+                                  struct cpu_tp *tp, struct backend **out)
+{
     *out = NULL;
+    struct backend_opts tp_o = *o_in; /* a rank's device: its own where there are several */
+    int here;
+    if (tp)
+        tp_o.device.index =
+            IG_DEV(gpu_tp_device)(o_in->device.index, IG_DEV(dev_count)(), &here);
+    const struct backend_opts *o = &tp_o;
     int st = check_model(m);
     if (st != IG_OK)
         return st;
@@ -365,6 +378,8 @@ int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts 
                                                        mx.n_head_kv, g->info.n_sm);
         st = check_fits(g, o->oom_hint);
     }
+    if (st == IG_OK && tp)
+        st = IG_DEV(gpu_tp_open)(g, tp);
     if (st == IG_OK && (st = IG_DEV(gpu_upload_weights)(g)) == IG_OK)
         st = alloc_state(g);
     if (st == IG_OK)
@@ -396,6 +411,7 @@ static void gpu_destroy(struct backend *b)
         IG_DEV(dev_free_host)(g->dev, g->h_dn_seqs);
         IG_DEV(dev_close)(g->dev);
     }
+    IG_DEV(gpu_tp_free)(g);
     kv_store_free(g->host_kv);
     kv_memory_free(g->base.kv_mem);
     free(g->host_table);
@@ -603,14 +619,19 @@ static int check_batch(const struct gpu_backend *g, const struct backend_batch *
     return IG_OK;
 }
 
+static int run_step(struct gpu_backend *g, const struct backend_batch *batch)
+{
+    const int64_t q_len = step_q_len(g, batch);
+    return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
+}
+
 static int gpu_step(struct backend *b, const struct backend_batch *batch)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     int st = check_batch(g, batch);
     if (st != IG_OK)
         return st;
-    const int64_t q_len = step_q_len(g, batch);
-    return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
+    return g->tp ? IG_DEV(gpu_tp_step)(g, batch, run_step) : run_step(g, batch);
 }
 
 /* ---- state ---------------------------------------------------------------------------- */

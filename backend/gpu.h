@@ -32,6 +32,18 @@ int IG_DEV(gpu_device_count)(void);
 int IG_DEV(gpu_backend_create)(const struct model *m, const struct backend_opts *o,
                                struct backend **out);
 
+/* The same for a tensor-parallel rank (backend/tp.h): m is the rank's part
+ * (models/tp.h), tp its share of the head (NULL: one process, as above);
+ * the device is o's plus the rank's on its machine (backend/gpu_tp.c). */
+struct cpu_tp;
+int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_opts *o,
+                                  struct cpu_tp *tp, struct backend **out);
+
+/* Every rank, after each made its backend: the all-reduce between them
+ * (backend/gpu_reduce.h, IGNITE_TP_REDUCE). The same status on every rank,
+ * rank 0 printing one line where it fails. */
+int IG_DEV(gpu_tp_connect)(struct backend *b);
+
 /* What backend.h does not say about a CUDA backend. */
 struct gpu_backend_info {
     size_t kv_bytes;      /* device cache memory */

@@ -86,6 +86,8 @@ static int add_product(struct gpu_backend *g, const struct gpu_matrix *w, const 
     int64_t e = hp->n_embd;
     g->xn_of = NULL;
     g->xq_ready = false; /* this product's input is not xn; its tail may refill both */
+    if (g->tp) /* a rank's partial sum, for reduce */
+        return IG_DEV(gpu_tp_partial)(g, w, in, ld_in, rows, x, post_norm);
     if (!post_norm && next_norm && IG_DEV(gpu_matmul_norm_ok)(g, w, rows)) {
         g->xn_of = next_norm;
         return IG_DEV(gpu_matmul_norm)(g, w, in, ld_in, rows, x, e, next_norm,
@@ -362,15 +364,13 @@ static const gpu_ffn_fn ffns[] = {
     [LAYER_FFN_MOE] = ffn_moe,
 };
 
-/* Sums a block's output over the ranks that each computed a part of it:
- * nothing in one process. Where tensor parallelism will put its
- * all-reduce (the rank's partial product then goes to g->proj, not
- * straight into the residual). Launches nothing: a decode graph keeps its
- * nodes. */
+/* Sums a block's output over the ranks that each computed a part of it
+ * (backend/gpu_tp.c: add_product left a rank's partial sum): nothing in one
+ * process, where it launches nothing (a decode graph keeps its nodes). */
 static int reduce(const struct gpu_pass *p, int64_t row0)
 {
-    (void)p, (void)row0;
-    return IG_OK;
+    (void)row0;
+    return p->g->tp ? IG_DEV(gpu_tp_reduce)(p->g) : IG_OK;
 }
 
 /* Every layer; in the last, only rows want0.. go on past the mixing. */

@@ -167,6 +167,7 @@ struct gpu_backend {
      * row (the RoPE's pool write reads a row's own). */
     int64_t q_len, verify_rows, verify_steps;
     struct dev_graph *verify_graphs[GPU_MAX_BUCKETS][GPU_VERIFY_Q_LOG2 + 1];
+    struct gpu_tp *tp;         /* a tensor-parallel rank's (gpu_tp.c), NULL in one process */
 };
 
 /* Rows of one output-head GEMM when several rows of a prefill step want
@@ -342,5 +343,37 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
 /* Gated attention layer l's Q|K|V product of xn's n rows: queries, K, V to
  * g->qkv (gpu_layer_qkv_rows wide), the output gates to g->gate. */
 int IG_DEV(gpu_gated_qkv)(struct gpu_backend *g, int64_t l, int64_t n);
+
+/* ---- a tensor-parallel rank (gpu_tp.c) ---------------------------------------------- */
+
+struct cpu_tp;
+struct gpu_reduce;
+
+/* g->tp for the rank's share (its vocabulary rows; the caller's). */
+int IG_DEV(gpu_tp_open)(struct gpu_backend *g, struct cpu_tp *share);
+void IG_DEV(gpu_tp_free)(struct gpu_backend *g);
+
+/* The rank's CUDA device: first + its rank on this machine, modulo
+ * n_devices; *ranks_here: the job's ranks on this machine. */
+int IG_DEV(gpu_tp_device)(int first, int n_devices, int *ranks_here);
+
+/* A residual product of a rank (add_product's, wo and down): its partial
+ * sum, x's rows once in it (rank 0's beta), left for gpu_tp_reduce. */
+int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
+                           const uint16_t *in, int64_t ld_in, int64_t rows, float *x,
+                           const float *post_norm);
+
+/* The waiting partial sum summed over the ranks into the residual (nothing
+ * where none waits). */
+int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g);
+
+/* A step of a rank: run (the one-process step) with the logits the rank
+ * computes (its vocabulary rows) gathered into rank 0's batch. A failure
+ * past the step's checks ends the job (the others would wait). */
+int IG_DEV(gpu_tp_step)(struct gpu_backend *g, const struct backend_batch *batch,
+                        int (*run)(struct gpu_backend *, const struct backend_batch *));
+
+/* The host path's all-reduce over g's device (gpu_reduce_host.c). */
+int IG_DEV(gpu_reduce_host_open)(struct dev *dev, struct gpu_reduce **out);
 
 #endif

@@ -138,10 +138,10 @@ static int tp_kv_import(struct backend *base, const struct backend_seq *seq,
     return IG_OK;
 }
 
+/* Rank 0's device memory (each rank holds about as much). */
 static size_t tp_device_bytes(const struct backend *b)
 {
-    (void)b;
-    return 0;
+    return backend_device_bytes(((const struct tp_backend *)b)->r->cpu);
 }
 
 static void tp_destroy(struct backend *base)
@@ -194,7 +194,8 @@ int backend_tp_create(const struct model *m, const struct backend_opts *o, struc
         tp_destroy(&t->base);
         return st;
     }
-    snprintf(t->base.device, sizeof t->base.device, "cpu");
+    snprintf(t->base.device, sizeof t->base.device, "%s", r->cpu->device);
+    t->base.weight_bytes = r->cpu->weight_bytes; /* rank 0's part */
     snprintf(t->base.device_name, sizeof t->base.device_name, "%.90s x %d ranks",
              r->cpu->device_name, n);
     *out = &t->base;

@@ -1,5 +1,6 @@
-/* backend/tp.h: tensor parallelism on the CPU: one model across the ranks of
- * an MPI job (core/coll.h), Megatron's split (models/tp.h).
+/* backend/tp.h: tensor parallelism: one model across the ranks of an MPI
+ * job (core/coll.h), Megatron's split (models/tp.h), each rank on the CPU or
+ * on its GPU (backend/gpu_tp.c).
  *
  * Rank 0 runs the command (reads input, tokenizes, schedules, writes
  * output) with a backend like any other (backend_tp_create, through
@@ -15,8 +16,8 @@
 
 #include "backend/backend.h"
 
-/* backend_create on rank 0 of a job of several ranks, CPU device: the
- * ranks' parts of m and a CPU backend of each. IG_OK, or the status of the
+/* backend_create on rank 0 of a job of several ranks: the ranks' parts of m
+ * and a backend of each on o's device (CUDA: each rank's own GPU). IG_OK, or the status of the
  * rank that failed after one line naming it. */
 int backend_tp_create(const struct model *m, const struct backend_opts *o, struct backend **out);
 
@@ -37,6 +38,17 @@ void backend_tp_end(void);
  * ranks, cli/pd.c): backend_tp_wanted is false, backend_tp_end does
  * nothing. */
 void backend_tp_off(void);
+
+/* The CUDA backend a rank's part runs on (--device cuda): its create and
+ * connect (backend/gpu.h's gpu_backend_create_tp and gpu_tp_connect); the
+ * CUDA build's by default, the emulated ones in the emulated tests. */
+struct cpu_tp;
+struct backend_tp_gpu {
+    int (*create)(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
+                  struct backend **out);
+    int (*connect)(struct backend *b);
+};
+void backend_tp_set_gpu(const struct backend_tp_gpu *gpu);
 
 /* `--tp N` as the user gave it (0: not given), for `info --tp N` and the
  * checks at start. */

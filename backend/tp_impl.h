@@ -40,7 +40,8 @@ struct tp_rank {
     struct model_tp_part *parts; /* [n_ranks] every rank's share (the cache's heads) */
     struct model *shard;         /* this rank's part as a model */
     struct cpu_tp tp;
-    struct backend *cpu;         /* the CPU backend over shard */
+    struct backend *cpu;         /* the backend over shard: the CPU's, or the GPU's
+                                    (backend/gpu_tp.c) */
     struct kv_memory *part_mem;  /* shard's memory at a file's dtypes (import) */
     struct kv_store *staging;    /* the cache on its way to or from a file */
     int32_t *ids;                /* identity block table of staging */

@@ -64,7 +64,29 @@ static void drop_file_pages(const struct model *m)
     madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-/* This rank's part of m and its CPU backend. */
+#if IGNITE_HAVE_CUDA
+#include "backend/gpu.h"
+static struct backend_tp_gpu gpu = {gpu_backend_create_tp_cuda, gpu_tp_connect_cuda};
+#else
+static struct backend_tp_gpu gpu;
+#endif
+
+void backend_tp_set_gpu(const struct backend_tp_gpu *g)
+{
+    gpu = *g;
+}
+
+/* This rank's backend over its part: the CPU's, or the GPU's. */
+static int rank_backend(struct tp_rank *r, const struct backend_opts *o)
+{
+    if (o->device.kind == BACKEND_CPU)
+        return backend_cpu_create_tp(r->shard, o, &r->tp, &r->cpu);
+    if (!gpu.create)
+        return ig_error(IG_E_DEVICE, "this ignite was built without CUDA");
+    return gpu.create(r->shard, o, &r->tp, &r->cpu);
+}
+
+/* This rank's part of m and its backend. */
 static int rank_setup(const struct model *m, const struct backend_opts *o, struct tp_rank **out)
 {
     int rank = ig_coll_rank(), n = ig_coll_size();
@@ -91,7 +113,7 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
     if (st == IG_OK)
         st = model_tp_shard(m, &r->parts[rank], &r->shard);
     if (st == IG_OK)
-        st = backend_cpu_create_tp(r->shard, o, &r->tp, &r->cpu);
+        st = rank_backend(r, o);
     if (st == IG_OK && r->cpu->n_states)
         st = ig_error(IG_E_USAGE, "tensor parallelism: recurrent layers do not split yet");
     if (st == IG_OK)
@@ -137,6 +159,8 @@ int tp_setup_agreed(const struct model *m, const struct backend_opts *o, int st_
         snprintf(msg, sizeof msg, "%s", msg_before);
     }
     int all = agree(st, msg);
+    if (all == IG_OK && o->device.kind != BACKEND_CPU) /* the GPUs' all-reduce, agreed */
+        all = gpu.connect((*out)->cpu);
     if (all != IG_OK) {
         tp_rank_free(*out);
         *out = NULL;

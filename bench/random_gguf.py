@@ -5,7 +5,7 @@ timed and compared on the same file on a machine that can download nothing
 (the GPU check's quant step, scripts/gpu/quant.sh; bench/moe_vs_llamacpp.sh).
 numpy only (no gguf package there).
 
-  --arch llama     shapes Llama-3-8B, Llama-tiny; F16, Q4_0, Q4_K, Q6_K or
+  --arch llama     shapes Llama-3-8B, Llama-tiny, Qwen2.5-1.5B; F16, Q4_0, Q4_K, Q6_K or
                    Q4_K_M (llama.cpp's recipe: Q4_K, with attn_v and ffn_down
                    in Q6_K on the layers its use_more_bits picks and the
                    output head in Q6_K)
@@ -61,6 +61,9 @@ import randgguf_gptoss
 SHAPES = {  # layers, embd, heads, kv heads, head dim, ff, vocab, ctx, rope base
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0),
     "Llama-tiny": (2, 256, 4, 2, 64, 768, 1000, 1024, 10000.0),
+    # Qwen2.5-Coder-1.5B's sizes as a llama (no Q/K/V biases; an untied head):
+    # the GPU check's tp step (scripts/gpu/tp.sh)
+    "Qwen2.5-1.5B": (28, 1536, 12, 2, 128, 8960, 151936, 32768, 1000000.0),
 }
 # Qwen3-MoE (Qwen3MoeConfig): layers, embd, heads, kv heads, head dim, ff
 # (the dense width the config states), experts, used, an expert's ff, vocab,

@@ -2,11 +2,13 @@
  * of the model (models/tp.h): its query and KV heads, FFN columns (or
  * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
  * of weights it reads and its KV cache per token; with --json, the same as
- * the object's "tensor_parallel" member. Covered by
+ * the object's "tensor_parallel" member, with each rank's CUDA weight bytes
+ * (backend/gpu_plan.c over its part's shapes). Covered by
  * tests/tp/test_tp_cli.py. */
 #include "cli/cli.h"
 
 #include "core/status.h"
+#include "backend/backend.h"
 #include "kvcache/kvcache.h"
 #include "models/tp.h"
 
@@ -43,7 +45,25 @@ struct rank_row {
     bool replicated, alike;
     size_t weight_bytes;
     int64_t kv_bytes;
+    size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
 };
+
+/* Row w's CUDA plan: its part's shapes through backend/gpu_plan.c (nothing
+ * where the GPU does not run m). */
+static int cuda_bytes(const struct model *m, struct rank_row *w)
+{
+    int64_t layer;
+    struct model *shard;
+    if (backend_gpu_missing(m, &layer))
+        return IG_OK;
+    int st = model_tp_shard_shapes(m, &w->p, &shard);
+    if (st != IG_OK)
+        return st;
+    w->cuda_native = backend_gpu_weight_bytes(shard, BACKEND_GPU_NATIVE);
+    w->cuda_f16 = backend_gpu_weight_bytes(shard, BACKEND_GPU_F16);
+    model_tp_shard_free(shard);
+    return IG_OK;
+}
 
 static void add_range(cJSON *o, const char *name, int64_t first, int64_t n)
 {
@@ -93,6 +113,13 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
         cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);
         cJSON_AddNumberToObject(e, "kv_bytes_per_token_f32", (double)rows[r].kv_bytes);
+        if (rows[r].cuda_native) { /* the rank's CUDA backend's weights */
+            cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
+            cJSON_AddNumberToObject(cw, "native", (double)rows[r].cuda_native);
+            cJSON_AddNumberToObject(cw, "f16", (double)rows[r].cuda_f16);
+        } else {
+            cJSON_AddNullToObject(e, "cuda_weight_bytes");
+        }
         cJSON_AddItemToArray(a, e);
     }
 }
@@ -126,6 +153,10 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
         w->alike = layers_alike(m, &w->p);
         w->weight_bytes = model_tp_part_bytes(m, &w->p);
         w->kv_bytes = kv_bytes_per_token(m, mem, &w->p);
+        if (json && (st = cuda_bytes(m, w)) != IG_OK) {
+            made++; /* its part is freed below */
+            break;
+        }
     }
     if (st == IG_OK) {
         size_t all = 0;

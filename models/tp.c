@@ -207,12 +207,19 @@ static size_t cols_bytes(const struct model_weight *w, int64_t n)
 }
 
 /* w's columns [c0, c0 + n) of every row, copied into *copy (owned by the
- * caller). */
+ * caller); copy NULL: the shape alone (data NULL). */
 static int cols_of(const struct model_weight *w, int64_t c0, int64_t n, struct model_weight *out,
                    void **copy)
 {
     size_t rb = cols_bytes(w, n), skip = quant_row_bytes(w->type, c0);
     IG_ASSERT(rb > 0 && (c0 == 0 || skip > 0));
+    if (!copy) {
+        *out = *w;
+        out->data = NULL;
+        out->cols = n;
+        out->row_bytes = rb;
+        return IG_OK;
+    }
     char *d = malloc((size_t)w->rows * rb);
     if (!d)
         return ig_error(IG_E_NOMEM, "out of memory for a %lld x %lld part of a weight",
@@ -239,7 +246,10 @@ void model_tp_shard_free(struct model *shard)
     free(s);
 }
 
-int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct model **out)
+/* The shard of part p; without copies, its column-split matrices are shapes
+ * alone. */
+static int shard_of(const struct model *m, const struct model_tp_part *p, bool copies,
+                    struct model **out)
 {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
@@ -281,7 +291,7 @@ int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct 
                 *o = rows_of(w, at, n);
             } else if (it.t->split == TENSOR_SPLIT_COLS) {
                 dim_range(L, t, it.t->cols, &at, &n);
-                int st = cols_of(w, at, n, o, &s->copies[s->n_copies]);
+                int st = cols_of(w, at, n, o, copies ? &s->copies[s->n_copies] : NULL);
                 if (st != IG_OK) {
                     model_tp_shard_free(&s->m);
                     return st;
@@ -329,4 +339,15 @@ size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p)
     /* the per-model norms */
     bytes += model_weight_size(&m->w[MODEL_OUTPUT_NORM]);
     return bytes;
+}
+
+int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct model **out)
+{
+    return shard_of(m, p, true, out);
+}
+
+int model_tp_shard_shapes(const struct model *m, const struct model_tp_part *p,
+                          struct model **out)
+{
+    return shard_of(m, p, false, out);
 }

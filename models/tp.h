@@ -57,6 +57,11 @@ void model_tp_part_free(struct model_tp_part *p);
 int model_tp_shard(const struct model *m, const struct model_tp_part *p, struct model **out);
 void model_tp_shard_free(struct model *shard);
 
+/* The same with the column-split matrices' shapes alone (no data, nothing of
+ * the file read): what a part's plan needs (`info --tp N`'s device bytes). */
+int model_tp_shard_shapes(const struct model *m, const struct model_tp_part *p,
+                          struct model **out);
+
 /* Bytes of the weights a rank reads for its part: its slices of the
  * matrices, the replicated norms and biases (the embedding table's rows
  * are read by token and not counted). */

@@ -238,6 +238,13 @@ def info():
           and rows[-1][1] + 1 == json.loads(r.stdout)["n_vocab"], f"vocab rows {rows}")
     check(sum(p["weight_bytes"] for p in parts) < 1.5 * tp.get("weight_bytes_one_process", 0),
           f"info --tp 3 --json: weight bytes {[p['weight_bytes'] for p in parts]}")
+    # each rank's CUDA plan: a part of the whole's, the replicated tables (the tied
+    # embedding, norms) on every rank
+    whole = (json.loads(r.stdout).get("cuda_weight_bytes") or {}).get("native", 0) \
+        if r.returncode == 0 else 0
+    cuda = [(p.get("cuda_weight_bytes") or {}).get("native", 0) for p in parts]
+    check(whole > 0 and all(0 < c < whole for c in cuda) and sum(cuda) > whole,
+          f"info --tp 3 --json: CUDA weight bytes {cuda}, one process {whole}")
 
 
 def unsplit(tmp):

@@ -1,0 +1,166 @@
+/* backend/gpu_reduce_nccl.c: the NCCL all-reduce of tensor-parallel GPU
+ * ranks (backend/gpu_reduce.h). libnccl.so.2 is loaded with dlopen at run
+ * time, so that a build needs neither NCCL's headers nor its library and a
+ * machine without it says so in one line; the few declarations below are
+ * NCCL's stable C ABI (nccl.h, 2.x). Host code only: the stream and the
+ * buffers pass through as pointers. Covered by tests/tp/test_tp_gpu.py (a
+ * missing library) and the GPU check's tp step. */
+#include "backend/gpu_reduce.h"
+
+#include "core/coll.h"
+#include "core/status.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* nccl.h's types, as its ABI has them. */
+typedef struct {
+    char internal[128];
+} nccl_id;
+typedef void *nccl_comm;
+enum { NCCL_SUCCESS = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
+
+struct nccl_lib {
+    void *so;
+    int (*get_unique_id)(nccl_id *id);
+    int (*comm_init_rank)(nccl_comm *comm, int n_ranks, nccl_id id, int rank);
+    int (*all_reduce)(const void *send, void *recv, size_t count, int dtype, int op,
+                      nccl_comm comm, void *stream);
+    int (*comm_destroy)(nccl_comm comm);
+    const char *(*error_string)(int result);
+};
+
+struct nccl_reduce {
+    struct gpu_reduce base;
+    struct nccl_lib lib;
+    nccl_comm comm;
+};
+
+/* The library's file: IGNITE_NCCL_LIB, else the soname (the loader's path:
+ * the CUDA installation, or LD_LIBRARY_PATH naming the nvidia-nccl-cu12
+ * package's lib/). */
+static const char *lib_name(void)
+{
+    const char *e = getenv("IGNITE_NCCL_LIB");
+    return e && *e ? e : "libnccl.so.2";
+}
+
+/* Loads the library and its entry points into L. false with why filled
+ * where it cannot. */
+static bool load(struct nccl_lib *L, char *why, size_t cap)
+{
+    memset(L, 0, sizeof *L);
+    const char *name = lib_name();
+    if (!(L->so = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+        const char *e = dlerror();
+        snprintf(why, cap, "cannot load NCCL (%s): %s", name, e ? e : "not found");
+        return false;
+    }
+    *(void **)&L->get_unique_id = dlsym(L->so, "ncclGetUniqueId");
+    *(void **)&L->comm_init_rank = dlsym(L->so, "ncclCommInitRank");
+    *(void **)&L->all_reduce = dlsym(L->so, "ncclAllReduce");
+    *(void **)&L->comm_destroy = dlsym(L->so, "ncclCommDestroy");
+    *(void **)&L->error_string = dlsym(L->so, "ncclGetErrorString");
+    if (L->get_unique_id && L->comm_init_rank && L->all_reduce && L->comm_destroy &&
+        L->error_string)
+        return true;
+    snprintf(why, cap, "%s is not NCCL 2 (ncclCommInitRank, ncclAllReduce missing)", name);
+    dlclose(L->so);
+    L->so = NULL;
+    return false;
+}
+
+bool gpu_reduce_nccl_loads(char *why, size_t cap)
+{
+    struct nccl_lib L;
+    if (!load(&L, why, cap))
+        return false;
+    dlclose(L.so);
+    return true;
+}
+
+static int nccl_sum(struct gpu_reduce *base, float *buf, int64_t n, void *stream)
+{
+    struct nccl_reduce *r = (struct nccl_reduce *)base;
+    int rc = r->lib.all_reduce(buf, buf, (size_t)n, NCCL_FLOAT32, NCCL_SUM, r->comm, stream);
+    if (rc != NCCL_SUCCESS)
+        return ig_error(IG_E_DEVICE, "rank %d: ncclAllReduce of %lld floats: %s",
+                        ig_coll_rank(), (long long)n, r->lib.error_string(rc));
+    return IG_OK;
+}
+
+static void nccl_free(struct gpu_reduce *base)
+{
+    struct nccl_reduce *r = (struct nccl_reduce *)base;
+    if (!r)
+        return;
+    if (r->comm)
+        r->lib.comm_destroy(r->comm);
+    if (r->lib.so)
+        dlclose(r->lib.so);
+    free(r);
+}
+
+/* Every rank's ok, agreed: IG_OK, or on every rank IG_E_DEVICE, rank 0
+ * printing the failing rank's line (the last such rank's). */
+static int agreed(bool ok, const char *why)
+{
+    int64_t bad = ok ? -1 : ig_coll_rank();
+    ig_coll_allreduce_max(&bad);
+    if (bad < 0)
+        return IG_OK;
+    char line[512];
+    snprintf(line, sizeof line, "%s", why);
+    ig_coll_bcast(line, sizeof line, (int)bad);
+    if (ig_coll_rank() != 0)
+        return IG_E_DEVICE;
+    return ig_error(IG_E_DEVICE, "rank %d of %d: %s", (int)bad, ig_coll_size(), line);
+}
+
+int gpu_reduce_nccl_check(void)
+{
+    char why[400] = "";
+    bool ok = gpu_reduce_nccl_loads(why, sizeof why);
+    return agreed(ok, why);
+}
+
+int gpu_reduce_nccl_open(struct gpu_reduce **out)
+{
+    *out = NULL;
+    char why[400] = "";
+    struct nccl_reduce *r = calloc(1, sizeof *r);
+    bool ok = r && load(&r->lib, why, sizeof why);
+    if (!r)
+        snprintf(why, sizeof why, "out of memory");
+    int st = agreed(ok, why);
+    nccl_id id = {{0}};
+    int rc = NCCL_SUCCESS;
+    if (st == IG_OK && ig_coll_rank() == 0)
+        rc = r->lib.get_unique_id(&id);
+    if (st == IG_OK) { /* rank 0's id: the others wait for it */
+        if (rc != NCCL_SUCCESS)
+            snprintf(why, sizeof why, "ncclGetUniqueId: %s", r->lib.error_string(rc));
+        st = agreed(rc == NCCL_SUCCESS, why);
+    }
+    if (st == IG_OK) {
+        ig_coll_bcast(&id, sizeof id, 0);
+        rc = r->lib.comm_init_rank(&r->comm, ig_coll_size(), id, ig_coll_rank());
+        if (rc != NCCL_SUCCESS) {
+            r->comm = NULL;
+            snprintf(why, sizeof why, "ncclCommInitRank: %s (two ranks on one GPU need "
+                     "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL 2.30, or IGNITE_TP_REDUCE=mpi)",
+                     r->lib.error_string(rc));
+        }
+        st = agreed(rc == NCCL_SUCCESS, why);
+    }
+    if (st != IG_OK) {
+        nccl_free(r ? &r->base : NULL);
+        return st;
+    }
+    r->base = (struct gpu_reduce){.name = "nccl", .capturable = true, .sum = nccl_sum,
+                                  .free = nccl_free};
+    *out = &r->base;
+    return IG_OK;
+}

@@ -1,0 +1,265 @@
+/* backend/gpu_tp.c: a tensor-parallel rank of the CUDA backend
+ * (backend/tp.h runs the ranks; models/tp.h splits the model). The rank's
+ * model is its part: Q|K|V and gate|up by output rows, wo and down by
+ * input columns, the output head by vocabulary rows. So wo's and down's
+ * products are partial sums, which the layer loop's two reduce points
+ * (gpu_forward.c) sum over the ranks before the residual goes on:
+ *
+ *   partial  rank 0: x += W_0 in, rank r > 0: x = W_r in (the product's
+ *            beta), or with a post norm (Gemma 3) proj = W_r in;
+ *   reduce   x (or proj) summed over the ranks in place (backend/
+ *            gpu_reduce.h: NCCL, or the host path), then with a post norm
+ *            x += RMSNorm(proj).
+ *
+ * The residual add thus rides in the all-reduce: no launch of its own, and
+ * none of the fused norm tails (the next norm needs the whole sum). The
+ * logits: each rank's vocabulary rows, gathered on rank 0 over MPI (the
+ * greedy token then picked there); a tied head (token_embd's, uploaded
+ * whole on every rank) gives every rank the whole row, so rank 0 keeps its
+ * own and the others bring back a token a row. Compiled twice like gpu.c
+ * (backend/gpu.h). Covered by tests/tp/test_tp_gpu.py. */
+#include "backend/cpu_layer.h"
+#include "backend/gpu_impl.h"
+#include "backend/gpu_reduce.h"
+
+#include "core/coll.h"
+#include "core/status.h"
+#include "decode/greedy.h"
+#include "ops/gpu_ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gpu_tp {
+    struct cpu_tp *share;     /* the rank's vocabulary rows and the gather's scratch */
+    struct gpu_reduce *red;   /* NULL until gpu_tp_connect */
+    /* the partial product waiting for the reduce: buf [rows][n_embd] (x's
+     * rows, or proj with a post norm into x) */
+    float *buf, *x;
+    const float *post_norm;
+    int64_t rows;
+    float *host;              /* [cap] logits on their way to rank 0 */
+    int64_t cap;
+    int32_t *tokens;          /* [cap_tokens] a tied head's greedy tokens (ranks > 0) */
+    int64_t cap_tokens;
+    bool stats;               /* IGNITE_TP_STATS: rank 0 says which reduce runs */
+};
+
+int IG_DEV(gpu_tp_open)(struct gpu_backend *g, struct cpu_tp *share)
+{
+    g->tp = calloc(1, sizeof *g->tp);
+    if (!g->tp)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    g->tp->share = share;
+    g->tp->stats = getenv("IGNITE_TP_STATS") != NULL;
+    return IG_OK;
+}
+
+void IG_DEV(gpu_tp_free)(struct gpu_backend *g)
+{
+    if (!g->tp)
+        return;
+    if (g->tp->red)
+        g->tp->red->free(g->tp->red);
+    free(g->tp->host);
+    free(g->tp->tokens);
+    free(g->tp);
+    g->tp = NULL;
+}
+
+/* A rank's CUDA device: `first` plus its rank on this machine (the
+ * launcher's environment), modulo the devices there; ranks beyond the
+ * devices share them. */
+int IG_DEV(gpu_tp_device)(int first, int n_devices, int *ranks_here)
+{
+    static const char *const local_rank[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                             "SLURM_LOCALID", "PMI_LOCAL_RANK"};
+    static const char *const local_size[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                             "SLURM_NTASKS_PER_NODE", "PMI_LOCAL_SIZE"};
+    int lr = ig_coll_rank(), ls = ig_coll_size();
+    for (size_t i = 0; i < sizeof local_rank / sizeof local_rank[0]; i++)
+        if (getenv(local_rank[i])) {
+            lr = atoi(getenv(local_rank[i]));
+            break;
+        }
+    for (size_t i = 0; i < sizeof local_size / sizeof local_size[0]; i++)
+        if (getenv(local_size[i])) {
+            ls = atoi(getenv(local_size[i]));
+            break;
+        }
+    *ranks_here = ls > 0 ? ls : 1;
+    return n_devices > 0 ? (first + lr) % n_devices : first;
+}
+
+/* IGNITE_TP_REDUCE: "auto" (unset), "nccl" or "mpi"; anything else NULL. */
+static const char *reduce_asked(void)
+{
+    const char *e = getenv("IGNITE_TP_REDUCE");
+    if (!e || !*e || !strcmp(e, "auto"))
+        return "auto";
+    return !strcmp(e, "nccl") || !strcmp(e, "mpi") ? e : NULL;
+}
+
+int IG_DEV(gpu_tp_connect)(struct backend *b)
+{
+    struct gpu_backend *g = (struct gpu_backend *)b;
+    const char *mode = reduce_asked();
+    char why[400] = "";
+    if (!mode) /* the same environment on every rank: each refuses alike */
+        return ig_coll_rank() ? IG_E_USAGE
+                              : ig_error(IG_E_USAGE, "IGNITE_TP_REDUCE=%s: expected auto, "
+                                         "nccl or mpi", getenv("IGNITE_TP_REDUCE"));
+    bool nccl = strcmp(mode, "mpi") != 0;
+#ifdef IG_EMU_BACKEND
+    if (!strcmp(mode, "nccl")) { /* the library checked, but NCCL reads real device memory */
+        int st = gpu_reduce_nccl_check();
+        if (st != IG_OK || ig_coll_rank())
+            return st != IG_OK ? st : IG_E_USAGE;
+        return ig_error(IG_E_USAGE, "IGNITE_TP_REDUCE=nccl: the emulated backend's memory is "
+                        "the host's (use mpi)");
+    }
+    nccl = false;
+#else
+    if (!strcmp(mode, "auto")) { /* NCCL where every rank loads it and has its own GPU */
+        int here, n_dev = IG_DEV(dev_count)();
+        IG_DEV(gpu_tp_device)(0, n_dev, &here);
+        int64_t no = here > n_dev || !gpu_reduce_nccl_loads(why, sizeof why);
+        ig_coll_allreduce_max(&no);
+        nccl = !no;
+    }
+#endif
+    int st = nccl ? gpu_reduce_nccl_open(&g->tp->red)
+                  : IG_DEV(gpu_reduce_host_open)(g->dev, &g->tp->red);
+    if (st != IG_OK)
+        return st;
+    g->no_graph |= !g->tp->red->capturable; /* the host path's steps run without graphs */
+    if (g->tp->stats && ig_coll_rank() == 0)
+        fprintf(stderr, "tp: the ranks' sums by %s%s%s%s\n", g->tp->red->name,
+                why[0] ? " (NCCL: " : "", why, why[0] ? ")" : "");
+    return IG_OK;
+}
+
+/* ---- the two reduce points -------------------------------------------------------- */
+
+int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
+                           const uint16_t *in, int64_t ld_in, int64_t rows, float *x,
+                           const float *post_norm)
+{
+    struct gpu_tp *t = g->tp;
+    int64_t e = g->m->hp.n_embd;
+    float *dst = post_norm ? g->proj : x;
+    float beta = !post_norm && t->share->rank == 0 ? 1.0f : 0.0f; /* x once in the sum */
+    IG_ASSERT(!t->buf); /* every partial meets its reduce */
+    t->buf = dst;
+    t->x = x;
+    t->post_norm = post_norm;
+    t->rows = rows;
+    return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, dst, e, beta);
+}
+
+int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g)
+{
+    struct gpu_tp *t = g->tp;
+    if (!t->buf) /* the block added nothing (the last layer's rows all past) */
+        return IG_OK;
+    const struct model_hparams *hp = &g->m->hp;
+    int64_t e = hp->n_embd;
+    float *buf = t->buf;
+    t->buf = NULL;
+    int st = t->red->sum(t->red, buf, t->rows * e, g->stream);
+    if (st == IG_OK && t->post_norm)
+        st = IG_DEV(gk_rmsnorm_add)(t->x, e, g->proj, e, t->post_norm, t->rows, e,
+                                    (float)hp->norm_eps, g->stream);
+    return st;
+}
+
+/* ---- the logits ---------------------------------------------------------------------- */
+
+/* Rows of the step that want logits. */
+static int64_t wanted(const struct backend_batch *b)
+{
+    if (!b->want_logits)
+        return b->n_seqs;
+    int64_t k = 0;
+    for (int64_t r = 0; r < b->n_rows; r++)
+        k += b->want_logits[r];
+    return k;
+}
+
+static int grow(void **p, int64_t *cap, int64_t n, size_t size)
+{
+    if (n <= *cap)
+        return IG_OK;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q)
+        return ig_error(IG_E_NOMEM, "rank %d: out of memory for %lld rows of logits",
+                        ig_coll_rank(), (long long)n);
+    *p = q;
+    *cap = n;
+    return IG_OK;
+}
+
+/* The k wanted rows of the ranks' logits: each rank's [k][n_v] (t->host,
+ * packed from rows of n_vocab) gathered on rank 0 into the whole rows of
+ * `out` [k][n_vocab]. */
+static int gather(struct gpu_tp *t, int64_t k, float *out)
+{
+    struct cpu_tp *s = t->share;
+    int64_t nv = s->n_vocab, mine = s->n_v[s->rank], at = 0;
+    for (int64_t i = 0; i < k; i++) /* packed in place: row i's part moves down */
+        memmove(t->host + i * mine, t->host + i * nv, (size_t)mine * sizeof *t->host);
+    for (int r = 0; r < s->n_ranks; r++) {
+        s->cnt[r] = k * s->n_v[r];
+        s->at[r] = at;
+        at += s->cnt[r];
+    }
+    float *all = NULL;
+    if (s->rank == 0 && !(all = malloc((size_t)(k * nv) * sizeof *all)))
+        ig_coll_abort(ig_error(IG_E_NOMEM, "rank 0: out of memory for the logits' gather"));
+    ig_coll_gatherv(t->host, k * mine, all, s->cnt, s->at, 0);
+    for (int r = 0; s->rank == 0 && r < s->n_ranks; r++)
+        for (int64_t i = 0; i < k; i++)
+            memcpy(out + i * nv + s->v0[r], all + s->at[r] + i * s->n_v[r],
+                   (size_t)s->n_v[r] * sizeof *out);
+    free(all);
+    return IG_OK;
+}
+
+int IG_DEV(gpu_tp_step)(struct gpu_backend *g, const struct backend_batch *batch,
+                        int (*run)(struct gpu_backend *, const struct backend_batch *))
+{
+    struct gpu_tp *t = g->tp;
+    struct cpu_tp *s = t->share;
+    int64_t k = wanted(batch), nv = s->n_vocab;
+    bool whole = g->mat[MODEL_OUTPUT].rows == nv; /* a tied head: every rank's row is whole */
+    struct backend_batch b = *batch;
+    int st = IG_OK;
+    if (whole && s->rank != 0) {
+        if ((st = grow((void **)&t->tokens, &t->cap_tokens, k ? k : 1, sizeof *t->tokens)))
+            ig_coll_abort(st);
+        b.logits = NULL;
+        b.greedy = t->tokens; /* a token a row, not the row */
+    } else if (!whole) {
+        if ((st = grow((void **)&t->host, &t->cap, (k ? k : 1) * nv, sizeof *t->host)))
+            ig_coll_abort(st);
+        b.logits = t->host;
+        b.greedy = NULL;
+    }
+    /* a rank that fails in its forward would leave the others in an
+     * all-reduce: the job ends, this rank's line naming it */
+    if ((st = run(g, &b)) != IG_OK)
+        ig_coll_abort(st);
+    if (whole || !k)
+        return IG_OK;
+    float *out = batch->greedy ? t->host : batch->logits; /* rank 0's; t->host is packed */
+    if (s->rank == 0 && batch->greedy && !(out = malloc((size_t)(k * nv) * sizeof *out)))
+        ig_coll_abort(ig_error(IG_E_NOMEM, "rank 0: out of memory for %lld rows of logits",
+                               (long long)k));
+    gather(t, k, out);
+    if (s->rank == 0 && batch->greedy) {
+        gk_greedy_rows_ref(out, nv, k, nv, batch->greedy);
+        free(out);
+    }
+    return IG_OK;
+}

@@ -1,0 +1,136 @@
+"""tests/tp/test_tp_gpu.py: tensor-parallel ranks of the CUDA backend
+(backend/gpu_tp.c) under the emulator: tests/emu/tp_gpu_dump_emu at 2 ranks
+(mpirun, the host path's all-reduce: IGNITE_TP_REDUCE=mpi, what CI runs)
+against one emulated process, on tiny synthetic models (tests/pylib/archgen.py):
+a llama (4 query / 2 KV heads of 64, an untied head: each rank's vocabulary
+rows gathered on rank 0) and a gemma3 (4 / 1: the KV head replicated, post
+norms: the partial sums reduced before their norm, a tied head whole on every
+rank). Two sequences: chunked prefill, decode steps of both, a last step's
+greedy tokens from the backend. Every row's logits within REL of one
+process's (max |tp - one| / max |one|: the ranks' sums meet in another
+order, and the residual's f16 copies may round apart), the greedy tokens
+equal (a step where one process's top two lie within TIE is named and ends
+the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
+one reduced twice) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+library is missing: one line naming the rank and the file, exit 7. One mpirun
+gives both sides of the comparison (rank 0 runs each model alone first:
+tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
+docs/gpu.md "Tensor parallelism")
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from archgen import write_model  # noqa: E402
+from igtest import check as _check, summary  # noqa: E402
+from tplib import mpi, mpirun_or_skip  # noqa: E402
+
+REL = 1e-4   # the emulator measures 0 (the log line "largest relative error")
+TIE = 1e-4
+FAR = 0.05   # a mutant's error is at least this
+
+
+def check(cond, what):
+    """igtest.check that also returns cond."""
+    _check(cond, what)
+    return cond
+
+
+def dump(mpirun, exe, models, prefix, alone=False, env=None):
+    """exe at 2 ranks on each model (with alone: rank 0 by itself first);
+    the run and its greedy tokens by label ("0", "0 one", ...)."""
+    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else [])
+    for m in models:
+        argv += ["-m", m]
+    argv.append("3,17,5,9,30,2,41,7,11,23,19,4")
+    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | (env or {})
+    r = mpi(mpirun, 2, argv, env=env, text=True)
+    toks = {}
+    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+        if line.startswith("greedy "):
+            label, rest = line[len("greedy "):].split(":", 1)
+            toks[label] = [int(t) for t in rest.split()]
+    return r, toks
+
+
+def worst_error(f1, fn, n_vocab):
+    a = np.fromfile(f1, dtype=np.float32).reshape(-1, n_vocab)
+    b = np.fromfile(fn, dtype=np.float32).reshape(-1, n_vocab)
+    if a.shape != b.shape:
+        return float("inf"), a, b
+    rel = [float(np.max(np.abs(a[i] - b[i])) / np.max(np.abs(a[i]))) for i in range(len(a))]
+    return max(rel), a, b
+
+
+def tokens_match(name, a, t1, tn):
+    """Greedy tokens equal up to a near tie of one process's logits. The
+    tokens fed in: row 0 is A's prefill, 1 B's, then pairs per decode step."""
+    if len(t1) != len(tn):
+        return check(False, f"{name}: {len(tn)} greedy tokens, one process {len(t1)}")
+    for i, (x, y) in enumerate(zip(t1, tn)):
+        if x == y:
+            continue
+        row = a[i] if i < len(a) else None
+        gap = float(np.diff(np.sort(row)[-2:])[0]) if row is not None else 0.0
+        check(row is not None and gap < TIE,
+              f"{name}: greedy token {i}: {y} != {x} (top-two gap {gap:.1e})")
+        print(f"{name}: token {i} is a near tie ({gap:.1e}): compared up to it",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def main():
+    dumper, mutants = sys.argv[1], sys.argv[2:]
+    mpirun = mpirun_or_skip()
+    tmp = tempfile.mkdtemp()
+    n_vocab = 48
+    models = [
+        ("llama 4 q / 2 kv, untied head", dict(arch="llama", n_head=4, n_head_kv=2,
+                                                head_dim=64, n_embd=128, n_ff=128,
+                                                tied=False)),
+        ("gemma3 4 q / 1 kv, post norms, tied head", dict(arch="gemma3", n_head=4,
+                                                           n_head_kv=1, head_dim=64,
+                                                           n_embd=128, n_ff=128)),
+    ]
+    paths = []
+    for i, (name, kw) in enumerate(models):
+        paths.append(os.path.join(tmp, f"m{i}.gguf"))
+        write_model(paths[-1], seed=i + 3, n_vocab=n_vocab, **kw)
+    pre = os.path.join(tmp, "d")
+    r, toks = dump(mpirun, dumper, paths, pre, alone=True)
+    check(r.returncode == 0, f"2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
+    for i, (name, _) in enumerate(models):
+        t1, t2 = toks.get(f"{i} one"), toks.get(f"{i}")
+        if not check(t1 is not None and t2 is not None, f"{name}: no greedy tokens"):
+            continue
+        err, a, _ = worst_error(f"{pre}{i}.one.f32", f"{pre}{i}.f32", n_vocab)
+        check(err <= REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {REL}")
+        tokens_match(name, a, t1, t2)
+        print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
+              f"greedy {t2}", file=sys.stderr)
+    for exe in mutants:
+        name = os.path.basename(exe)
+        r, toks = dump(mpirun, exe, paths[:1], os.path.join(tmp, name))
+        err = worst_error(f"{pre}0.one.f32", os.path.join(tmp, f"{name}0.f32"), n_vocab)[0] \
+            if "0" in toks else float("inf")
+        check(err > FAR, f"mutant {name}: not caught (largest relative error {err:.2e})")
+        print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
+    # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
+    # the file (backend/gpu_reduce_nccl.c's loader; every rank checks), exit 7
+    lib = os.path.join(tmp, "no", "libnccl.so.2")
+    r, _ = dump(mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
+                env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
+    lines = [ln for ln in r.stderr.splitlines() if "cannot load NCCL" in ln]
+    check(r.returncode == 7 and len(lines) == 1 and lib in lines[0]
+          and "rank 1 of 2" in lines[0],
+          f"IGNITE_TP_REDUCE=nccl, no library: exit {r.returncode}, stderr {r.stderr[-600:]!r}")
+    return summary("test_tp_gpu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
