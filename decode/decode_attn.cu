@@ -454,8 +454,6 @@ int launch_hd(const decode_attn_params &p, cudaStream_t stream)
         return launch<HD, 1>(p, stream);
     case 2:
         return launch<HD, 2>(p, stream);
-    case 4:
-        return launch<HD, 4>(p, stream);
     default:
         return launch<HD, 8>(p, stream);
     }

@@ -73,12 +73,14 @@ struct decode_attn_params {
 #define DECODE_ATTN_MAX_Q_LEN 16
 
 /* (row, query head) pairs a block computes (the kernel's GM): a sequence's
- * q_len * group pairs of one KV head rounded up to a power of two, at most 8
- * (at q_len 1: the group, each K/V read once for it). */
+ * q_len * group pairs of one KV head, 1, 2 or 8 (at q_len 1: the group, each
+ * K/V read once for it; 3 to 8 pairs take 8, the last real pair computed again
+ * in the rest: ptxas (nvcc 13.0) spills a block of 4 past 255 registers on
+ * sm_80, not one of 8). */
 static inline int decode_attn_block_pairs(const struct decode_attn_params *p)
 {
     const int64_t pairs = (p->q_len > 0 ? p->q_len : 1) * (p->n_head / p->n_head_kv);
-    return pairs <= 1 ? 1 : pairs <= 2 ? 2 : pairs <= 4 ? 4 : 8;
+    return pairs <= 1 ? 1 : pairs <= 2 ? 2 : 8;
 }
 
 /* Blocks a (split, KV head, sequence) takes: ceil(pairs / block pairs). */

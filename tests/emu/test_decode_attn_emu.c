@@ -373,8 +373,10 @@ int main(void)
         CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 4);
         g.q_len = 0;
         CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 1);
-        g.n_head = 6;
-        CHECK(decode_attn_block_pairs(&g) == 4 && decode_attn_row_groups(&g) == 1);
+        g.n_head = 6; /* 3 pairs: a block of 8 (4 spills on sm_80) */
+        CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 1);
+        g.n_head = 4;
+        CHECK(decode_attn_block_pairs(&g) == 2 && decode_attn_row_groups(&g) == 1);
     }
     /* The chooser: at least 64 keys per split, within the limits, fewer
      * splits when the sequences' KV heads already fill the device. */
