@@ -63,6 +63,8 @@ struct gpu_moe_bufs {
     int32_t *n_tiles;  /* [1] */
     uint16_t *h;       /* [pairs][n_ff] f16: act(gate) * up of each pair */
     float *y;          /* [pairs][n_embd] each pair's down product */
+    float *shexp_w;    /* qwen35moe: [max_batch] each row's shared expert gate, and */
+    float *shexp_y;    /* [max_batch][n_embd] the shared expert's output (else NULL) */
 };
 
 /* Verify steps take q_len 2, 4, 8 or 16 rows a sequence (the most any

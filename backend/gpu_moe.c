@@ -1,5 +1,5 @@
 /* backend/gpu_moe.c: the mixture-of-experts FFN of the CUDA backend
- * (LAYER_FFN_MOE; qwen3moe), the rules of backend/cpu_moe.c on the device:
+ * (LAYER_FFN_MOE; qwen3moe, gpt-oss, qwen35moe), the rules of backend/cpu_moe.c on the device:
  *
  *   xn = norm(x) (f16, the experts' input; a fused product before may have
  *   left it); route: each row's router logits from its own f32 norm and the
@@ -8,6 +8,12 @@
  *   with SwiGLU into h (gk_moe_gemv, one launch), down of every tile into y
  *   (one launch); x += sum over a row's experts, ascending, w y
  *   (gk_moe_combine).
+ *
+ * qwen35moe's shared expert (MODEL_FEAT_MOE_SHEXP): its gate|up (one fused
+ * matrix) with SwiGLU and its down through gpu_matmul, the dense FFN's
+ * products, on the same xn; its weight sigmoid(ffn_gate_inp_shexp . xn)
+ * from the router's f32 norm (gk_moe_route); x += weight * output by
+ * gk_moe_combine with one slot. Three launches more (two fused).
  *
  * Five launches (six with the norm) whatever the routing: nothing goes to
  * the host, so a decode step's graph replays for any choice of experts. A
@@ -42,18 +48,19 @@ size_t IG_DEV(gpu_moe_buf_bytes)(const struct model *m, int64_t max_batch)
 {
     int64_t ne, k, ff;
     moe_max(m, &ne, &k, &ff);
-    size_t pairs = (size_t)(max_batch * k);
+    size_t pairs = (size_t)(max_batch * k), e = (size_t)m->hp.n_embd;
     if (!pairs)
         return 0;
-    return pairs * (4 + 4 + 4 + 2 * (size_t)ff + 4 * (size_t)m->hp.n_embd) +
-           (size_t)gk_moe_max_tiles((int64_t)pairs, ne) * 12 + 4;
+    return pairs * (4 + 4 + 4 + 2 * (size_t)ff + 4 * e) +
+           (size_t)gk_moe_max_tiles((int64_t)pairs, ne) * 12 + 4 +
+           (m->hp.has_moe_shexp ? (size_t)max_batch * (4 + 4 * e) : 0);
 }
 
 int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
 {
     int64_t ne, k, ff;
     moe_max(g->m, &ne, &k, &ff);
-    size_t pairs = (size_t)(g->max_batch * k);
+    size_t pairs = (size_t)(g->max_batch * k), e = (size_t)g->m->hp.n_embd;
     struct gpu_moe_bufs *b = &g->moe;
     if (!pairs)
         return IG_OK;
@@ -64,9 +71,15 @@ int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, pairs * 4, &b->order, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, tiles * 12, &b->tiles, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, 4, &b->n_tiles, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, pairs * (size_t)ff * 2, &b->h, NULL)))
+        (st = IG_DEV(gpu_alloc)(g, pairs * (size_t)ff * 2, &b->h, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, pairs * e * 4, &b->y, NULL)))
         return st;
-    return IG_DEV(gpu_alloc)(g, pairs * (size_t)g->m->hp.n_embd * 4, &b->y, NULL);
+    if (!g->m->hp.has_moe_shexp)
+        return IG_OK;
+    size_t rows = (size_t)g->max_batch;
+    if ((st = IG_DEV(gpu_alloc)(g, rows * 4, &b->shexp_w, NULL)))
+        return st;
+    return IG_DEV(gpu_alloc)(g, rows * e * 4, &b->shexp_y, NULL);
 }
 
 /* One expert-indexed product: the kernel, or in the emulated build its
@@ -82,6 +95,24 @@ static int expert_product(struct gpu_backend *g, const struct gk_moe_gemv_params
     }
 #endif
     return IG_DEV(gk_moe_gemv)(p, g->stream);
+}
+
+/* qwen35moe's shared expert over `rows` rows of xn into b->shexp_y: gate|up
+ * with SwiGLU into h16 (the activation in the GEMV where it fuses, as the
+ * dense FFN's), down into the f32 rows. */
+static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64_t rows)
+{
+    int64_t e = g->m->hp.n_embd, ff = g->m->hp.n_ff_shexp;
+    const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE_SHEXP];
+    int st;
+    if (IG_DEV(gpu_matmul_glu_ok)(g, gu, rows))
+        st = IG_DEV(gpu_matmul_glu)(g, gu, g->xn, e, rows, GK_GLU_SILU, g->h16, ff);
+    else if ((st = IG_DEV(gpu_matmul)(g, gu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) == IG_OK)
+        st = IG_DEV(gk_swiglu)(g->gu, rows, ff, g->h16, g->stream);
+    if (st != IG_OK)
+        return st;
+    return IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_DOWN_SHEXP], g->h16, ff, rows,
+                              g->moe.shexp_y, e, 0.0f);
 }
 
 int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t n)
@@ -109,6 +140,8 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .x = x, .ld_x = e, .norm_w = norm, .eps = eps, .router = L->vec[LAYER_FFN_GATE_INP],
         .bias = L->vec[LAYER_FFN_GATE_INP_B], .n = rows, .n_embd = e, .n_expert = ML->n_expert,
         .k = k, .norm_topk = ML->moe_norm_topk, .sel = b->sel, .wts = b->wts,
+        .shexp_gate = hp->has_moe_shexp ? L->vec[LAYER_FFN_GATE_INP_SHEXP] : NULL,
+        .shexp_w = b->shexp_w,
     };
     struct gk_moe_sort_params sp = {
         .sel = b->sel, .n_pairs = pairs, .n_expert = ML->n_expert, .order = b->order,
@@ -129,7 +162,12 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .y = b->y, .ld_y = e,
     };
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
-        (st = expert_product(g, &gu)) || (st = expert_product(g, &dp)))
+        (hp->has_moe_shexp && (st = shared_expert(g, L, rows))) ||
+        (st = expert_product(g, &gu)) || (st = expert_product(g, &dp)) ||
+        (st = IG_DEV(gk_moe_combine)(x, e, b->y, e, b->wts, rows, k, e, g->stream)))
         return st;
-    return IG_DEV(gk_moe_combine)(x, e, b->y, e, b->wts, rows, k, e, g->stream);
+    /* x += the shared expert's weight times its output: one slot a row */
+    return hp->has_moe_shexp
+               ? IG_DEV(gk_moe_combine)(x, e, b->shexp_y, e, b->shexp_w, rows, 1, e, g->stream)
+               : IG_OK;
 }

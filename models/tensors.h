@@ -209,6 +209,7 @@ enum tensor_fuse {
     TENSOR_FUSE_NONE,    /* a buffer of its own */
     TENSOR_FUSE_QKV,     /* Q|K|V, and their biases */
     TENSOR_FUSE_GATE_UP, /* gate|up */
+    TENSOR_FUSE_GATE_UP_SHEXP, /* the shared expert's gate|up (qwen35moe) */
 };
 
 /* Where the saved-cache model id (kvcache/kvfile.c) hashes a weight. The

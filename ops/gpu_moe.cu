@@ -5,7 +5,8 @@
  * memory, a warp per expert takes its router dot product (f32 weights, as
  * the CPU's exact router: an f16 router would flip near choices), then one
  * thread picks the top k (the lower index on a tie), softmaxes in f64 and
- * writes the k experts in ascending order with their weights.
+ * writes the k experts in ascending order with their weights (qwen35moe:
+ * warp 0 also takes the shared expert gate's dot product, sigmoid).
  *
  * Sorting: one block; a thread per expert counts its pairs, one thread lays
  * out the experts' starts and tile numbers, then each expert's thread
@@ -63,6 +64,15 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const gk_moe_route_para
             a += ig_shfl_xor_f32(a, m);
         if (lane == 0)
             ig_sts(&lg[e], p.bias ? a + p.bias[e] : a);
+    }
+    if (p.shexp_gate && warp == 0) { /* the shared expert's gate, from the same f32 row */
+        float a = 0;
+        for (int64_t c = lane; c < p.n_embd; c += 32)
+            a += p.shexp_gate[c] * ig_lds(&xn[c]);
+        for (int m = 16; m > 0; m >>= 1)
+            a += ig_shfl_xor_f32(a, m);
+        if (lane == 0)
+            p.shexp_w[blockIdx.x] = 1.0f / (1.0f + expf(-a));
     }
     ig_syncthreads();
     if (threadIdx.x != 0)
@@ -286,7 +296,8 @@ int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
     if (p->n < 0 || p->n > 0x7fffffff || p->n_embd < 1 || p->ld_x < p->n_embd ||
         p->n_expert < 1 || p->n_expert > GK_MOE_MAX_EXPERTS || p->k < 1 || p->k > p->n_expert ||
         (p->n_embd + p->n_expert) * 4 > 48 * 1024 /* the default dynamic shared memory */ ||
-        !p->x || !p->norm_w || !p->router || !p->sel || !p->wts)
+        !p->x || !p->norm_w || !p->router || !p->sel || !p->wts ||
+        (p->shexp_gate && !p->shexp_w))
         return ig_error(IG_E_INTERNAL, "gk_moe_route: bad sizes (n %lld, n_embd %lld, %lld "
                         "experts, k %lld) or NULL", (long long)p->n, (long long)p->n_embd,
                         (long long)p->n_expert, (long long)p->k);

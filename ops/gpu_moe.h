@@ -56,9 +56,12 @@ struct gk_moe_route_params {
     int32_t *sel;         /* out [n][k]: the k largest logits' experts, ascending (ties:
                              the lower index wins) */
     float *wts;           /* out [n][k]: their softmax weights */
+    const float *shexp_gate; /* f32 [n_embd] qwen35moe's shared expert gate, or NULL */
+    float *shexp_w;       /* with it, out [n]: sigmoid(shexp_gate . the normed row) */
 };
 
-/* Routing of n rows (struct gk_moe_route_params). One block a row. */
+/* Routing of n rows (struct gk_moe_route_params). One block a row; with
+ * shexp_gate, also each row's shared expert weight from the same f32 norm. */
 int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream);
 void gk_moe_route_ref(const struct gk_moe_route_params *p);
 

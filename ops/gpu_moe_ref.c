@@ -33,6 +33,12 @@ void gk_moe_route_ref(const struct gk_moe_route_params *p)
                 a += (double)p->router[e * e_dim + c] * xn[c];
             lg[e] = (float)a + (p->bias ? p->bias[e] : 0.0f);
         }
+        if (p->shexp_gate) {
+            double a = 0;
+            for (int64_t c = 0; c < e_dim; c++)
+                a += (double)p->shexp_gate[c] * xn[c];
+            p->shexp_w[t] = (float)(1.0 / (1.0 + exp(-a)));
+        }
         /* the largest first, the lower index on a tie */
         char taken[GK_MOE_MAX_EXPERTS] = {0};
         for (int64_t j = 0; j < k; j++) {

@@ -21,12 +21,15 @@
  *     device's;
  *   - the device's weight bytes are the plan's (the f32 routers, the
  *     experts' stacked matrices);
- *   - a qwen3moe model with a shared expert or a dense MLP beside its
- *     experts is still refused with one line (IG_E_MODEL).
+ *   - a qwen3moe model with a dense MLP beside its experts (Gemma 4's) is
+ *     still refused with one line (IG_E_MODEL);
+ *   - with a second argument, random_gguf.py's qwen35moe tiny Q8_0 file:
+ *     the shared expert beside the routed ones (run_shexp), with a control
+ *     showing the comparison sees it.
  * Label emu. Built again for a GPU as tests/gpu's test_backend_moe_gpu (the
  * CUDA entry points, every product the real kernel's; exits 77 without a
  * device), which the GPU check's moe step runs (scripts/gpu/moe.sh).
- * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf */
+ * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf] */
 #include "backend/backend.h"
 #include "tests/emu/backend_checks.h"
 
@@ -73,20 +76,75 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode)
     free(p.le);
 }
 
-/* What the backend's MoE does not run yet is refused with one line. */
+/* What the backend's MoE does not run yet (Gemma 4's dense MLP beside
+ * the experts) is refused with one line. */
 static void check_refused(struct model *m)
 {
-    for (int i = 0; i < 2; i++) {
-        struct backend *g = NULL;
-        bool *flag = i ? &m->hp.has_moe_shexp : &m->hp.has_moe_mlp;
-        *flag = true; /* not run wrongly: refused */
-        struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64,
-                                 .max_rows = 16, .n_slots = 1, .n_blocks = 1};
-        fprintf(stderr, "(a refusal naming %s is expected next)\n", m->hp.arch);
-        CHECKF(IG_DEV(gpu_backend_create)(m, &o, &g) == IG_E_MODEL && g == NULL, "refusal %d", i);
-        *flag = false;
-        backend_free(g);
+    struct backend *g = NULL;
+    m->hp.has_moe_mlp = true; /* not run wrongly: refused */
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 16,
+                             .n_slots = 1, .n_blocks = 1};
+    fprintf(stderr, "(a refusal naming %s is expected next)\n", m->hp.arch);
+    CHECK(IG_DEV(gpu_backend_create)(m, &o, &g) == IG_E_MODEL && g == NULL);
+    m->hp.has_moe_mlp = false;
+    backend_free(g);
+}
+
+/* qwen35moe's shared expert (the tiny Q8_0 file: 3 DeltaNet layers and a
+ * gated attention layer, each FFN 16 experts of 256, 2 used, and a shared
+ * expert of 512) on f16 weights (--gpu-weights f16: an F16 file's upload
+ * takes a minute under the emulator) against the CPU's exact path: 16 ids
+ * prefilled in chunks of 11 and 5, 5 decode steps, within the f16 bounds
+ * (as the qwen3moe f16 mode's) and the same top token. Control: the CPU
+ * without the shared expert (hp.has_moe_shexp off for its step alone) is
+ * outside the bound from the device on a fresh prompt in slot 1, so the
+ * comparison sees the shared expert's part. */
+static void run_shexp(const char *path)
+{
+    struct model *m = NULL;
+    CHECK(model_load(path, &m) == IG_OK);
+    if (!m)
+        return;
+    CHECKF(m->hp.arch_id == MODEL_ARCH_QWEN35MOE && m->hp.has_moe_shexp &&
+           m->layers[0].ffn == LAYER_FFN_MOE, "%s: not a qwen35moe file with a shared expert",
+           path);
+    struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
+                             .max_rows = 64, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
+    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = 1e-3, .allow_ties = true};
+    pair_init(&p, &o);
+    struct backend_opts og = o;
+    og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
+    og.gpu_weights = BACKEND_GPU_F16;
+    CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, &og, &p.dev) == IG_OK);
+    if (p.cpu && p.dev && p.lc && p.le) {
+        struct gpu_backend_info info;
+        IG_DEV(gpu_get_info)(p.dev, &info);
+        CHECKF(info.weight_bytes == backend_gpu_weight_bytes(m, BACKEND_GPU_F16),
+               "qwen35moe: %zu weight bytes on the device, the plan says %zu", info.weight_bytes,
+               backend_gpu_weight_bytes(m, BACKEND_GPU_F16));
+        int32_t ids[16];
+        uint64_t s = 9;
+        for (int i = 0; i < 16; i++)
+            ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
+        run_prompt(&p, ids, 16, 11, "qwen35moe");
+        fprintf(stderr, "qwen35moe: worst rel err %.2e, NMSE %.2e\n", p.worst, p.worst_nmse);
+        /* the control: slot 1 from position 0 */
+        m->hp.has_moe_shexp = false;
+        CHECK(backend_run_seq(p.cpu, p.table[1], 1, ids, 12, 0, p.lc) == IG_OK);
+        m->hp.has_moe_shexp = true;
+        CHECK(backend_run_seq(p.dev, p.table[1], 1, ids, 12, 0, p.le) == IG_OK);
+        double e = test_rel_err(p.le, p.lc, p.n_vocab);
+        fprintf(stderr, "control, the CPU without the shared expert: rel err %.2e\n", e);
+        CHECKF(e > 4 * LOGIT_TOL, "the shared expert moves the logits by %.2e only: the "
+               "comparison would not see it missing", e);
     }
+    backend_free(p.cpu);
+    backend_free(p.dev);
+    free(p.lc);
+    free(p.le);
+    model_free(m);
 }
 
 int main(int argc, char **argv)
@@ -95,8 +153,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_backend_moe: no CUDA device, skipped\n");
         return 77;
     }
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf\n");
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf]\n");
         return 2;
     }
     struct model *m = NULL;
@@ -109,5 +167,7 @@ int main(int argc, char **argv)
     run_mode(m, BACKEND_GPU_F16);
     check_refused(m);
     model_free(m);
+    if (argc == 3)
+        run_shexp(argv[2]);
     return test_summary("test_backend_moe_emu");
 }

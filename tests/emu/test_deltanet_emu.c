@@ -19,7 +19,7 @@
  * prefills); on the device alone a prompt in one step against the same in
  * chunks, and two requests batched against each alone (their states apart);
  * a sequence's cache and states exported and imported into another
- * backend continuing bit for bit; a mixture-of-experts FFN (qwen35moe) still refused. Label emu. Built
+ * backend continuing bit for bit; experts with a dense MLP beside them refused. Label emu. Built
  * again as tests/gpu's test_deltanet_gpu: the backend part on a GPU
  * (scripts/gpu/qwen35.sh runs it on the tiny file). */
 #include "backend/backend.h"
@@ -344,9 +344,11 @@ static void test_backend(const char *path)
     }
     backend_free(p.cpu);
     backend_free(p.dev);
-    /* qwen35moe's experts wait for the GPU's MoE: refused in one line */
+    /* qwen35moe runs (tests/emu/test_backend_moe_emu.c); experts with a
+     * dense MLP beside them (Gemma 4's) are refused in one line */
     struct backend *moe = NULL;
     m->layers[1].ffn = LAYER_FFN_MOE;
+    m->hp.has_moe_mlp = true;
     CHECK(IG_DEV(gpu_backend_create)(m, &oe, &moe) == IG_E_MODEL && !moe);
     free(p.lc);
     free(p.le);

@@ -11,7 +11,8 @@
  * - route: the same experts (a row whose k-th and (k+1)-th twin logits lie
  *   within 1e-4 would be allowed to differ: none does with this seed, the
  *   test says so if one did), weights within 1e-5 relative; renormalized
- *   weights sum to 1, unrenormalized ones to less;
+ *   weights sum to 1, unrenormalized ones to less; each row's shared expert
+ *   weight (qwen35moe: sigmoid of the gate's dot product) within 1e-5;
  * - sort: order, tiles and their count equal; every pair once, grouped by
  *   ascending expert, no tile over GK_MOE_TILE;
  * - the products: against the twin (fp64 sums of the same f32 weights, read
@@ -20,7 +21,8 @@
  *   sum within 1e-5 of max |x|;
  * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
  *   a product that reads the wrong expert's rows, a routing that drops the
- *   renormalization: both caught by the same comparisons.
+ *   renormalization, a shared expert weight without its sigmoid: each
+ *   caught by the same comparisons.
  * Outputs are poisoned first. Label emu. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
@@ -38,6 +40,7 @@
 /* the mutants' entry points (tests/emu/mutate.cmake) */
 int gk_moe_gemv_emu_moe_wrong_expert(const struct gk_moe_gemv_params *p, void *stream);
 int gk_moe_route_emu_moe_no_renorm(const struct gk_moe_route_params *p, void *stream);
+int gk_moe_route_emu_moe_shexp_no_sigmoid(const struct gk_moe_route_params *p, void *stream);
 
 #define NE 8
 #define K 2
@@ -133,6 +136,7 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     float *x = rand_f32(N * E, 2.0f, 0.0f, &st), *norm_w = rand_f32(E, 0.2f, 1.0f, &st);
     float *router = rand_f32(NE * E, 1.0f / 16, 0.0f, &st);
     float *rb = bias ? rand_f32(NE, 0.5f, 0.0f, &st) : NULL;
+    float *sg = rand_f32(E, 1.0f / 8, 0.0f, &st); /* the shared expert's gate */
     float *b1 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
     float *b2 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
     float *b3 = bias ? rand_f32(NE * E, 0.5f, 0.0f, &st) : NULL;
@@ -140,11 +144,12 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     for (int64_t i = 0; i < N * E; i++) /* an f16 input as the norm leaves it */
         xn[i] = ig_f32_to_f16(x[i] * norm_w[i % E]);
     int32_t *sel[2], *order[2], *tiles[2], *n_tiles[2];
-    float *wts[2], *y[2], *xo[2];
+    float *wts[2], *y[2], *xo[2], *sw[2];
     uint16_t *h[2];
     for (int s = 0; s < 2; s++) { /* 0: the emulated kernels, 1: the twins */
         sel[s] = zalloc((size_t)pairs * 4);
         wts[s] = zalloc((size_t)pairs * 4);
+        sw[s] = zalloc((size_t)N * 4);
         order[s] = zalloc((size_t)pairs * 4);
         tiles[s] = zalloc((size_t)max_tiles * 12);
         n_tiles[s] = zalloc(4);
@@ -156,13 +161,15 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     /* route */
     struct gk_moe_route_params rp = {.x = x, .ld_x = E, .norm_w = norm_w, .eps = 1e-6f,
                                      .router = router, .bias = rb, .n = N, .n_embd = E,
-                                     .n_expert = NE, .k = K, .norm_topk = 1};
-    rp.sel = sel[0], rp.wts = wts[0];
+                                     .n_expert = NE, .k = K, .norm_topk = 1,
+                                     .shexp_gate = sg};
+    rp.sel = sel[0], rp.wts = wts[0], rp.shexp_w = sw[0];
     CHECK(route(&rp, NULL) == IG_OK);
-    rp.sel = sel[1], rp.wts = wts[1];
+    rp.sel = sel[1], rp.wts = wts[1], rp.shexp_w = sw[1];
     gk_moe_route_ref(&rp);
     bool same_sel = memcmp(sel[0], sel[1], (size_t)pairs * 4) == 0;
-    ok &= same_sel && count_off(wts[0], wts[1], pairs, 1e-5) == 0;
+    int64_t sw_bad = count_off(sw[0], sw[1], N, 1e-5);
+    ok &= same_sel && count_off(wts[0], wts[1], pairs, 1e-5) == 0 && sw_bad == 0;
     for (int64_t t = 0; t < N && !quiet; t++) {
         double sum = 0;
         for (int64_t j = 0; j < K; j++) {
@@ -231,6 +238,7 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
         CHECKF(same_sel, "%s: the routing's experts differ from the twin's",
                quant_type_name((uint32_t)type));
         CHECKF(count_off(wts[0], wts[1], pairs, 1e-5) == 0, "routing weights differ");
+        CHECKF(sw_bad == 0, "%lld of %d shared expert weights differ", (long long)sw_bad, N);
         CHECKF(h_bad == 0 && y_bad == 0, "%s/%s ff %lld glu %d: %lld of h, %lld of y off "
                "(max |y| %.3g)", quant_type_name((uint32_t)type),
                quant_type_name((uint32_t)down_type), (long long)ff, glu, (long long)h_bad,
@@ -238,11 +246,11 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
         CHECKF(ymax > 0.01, "y is flat (max %.3g): the case proves nothing", ymax);
     }
     for (int s = 0; s < 2; s++) {
-        free(sel[s]), free(wts[s]), free(order[s]), free(tiles[s]), free(n_tiles[s]);
+        free(sel[s]), free(wts[s]), free(sw[s]), free(order[s]), free(tiles[s]), free(n_tiles[s]);
         free(h[s]), free(y[s]), free(xo[s]);
     }
     free(bg), free(bu), free(bd), free(x), free(norm_w), free(router), free(rb), free(b1);
-    free(b2), free(b3), free(xn);
+    free(b2), free(b3), free(xn), free(sg);
     return ok;
 }
 
@@ -273,5 +281,8 @@ int main(void)
     CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false,
                      gk_moe_route_emu_moe_no_renorm, IG_DEV(gk_moe_gemv), true, 11),
            "mutant moe_no_renorm (no renormalization) not caught");
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false,
+                     gk_moe_route_emu_moe_shexp_no_sigmoid, IG_DEV(gk_moe_gemv), true, 11),
+           "mutant moe_shexp_no_sigmoid (the shared expert gate's sigmoid dropped) not caught");
     return test_summary("test_moe_emu");
 }

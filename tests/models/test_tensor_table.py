@@ -16,15 +16,17 @@ what each check is), on:
     on), qwen2, qwen3 and gemma3 (tests/pylib/archgen.py);
   - a qwen3moe GGUF (bench/random_gguf.py's tiny shape in Q8_0: a router
     and three expert tensors a layer, no dense FFN; each expert packed on
-    its own; the CUDA backend refuses it in one line), a gpt-oss GGUF (the
+    its own; the emulated CUDA backend uploads it: its bytes the plan's and
+    the table's sum, the routers f32), a gpt-oss GGUF (the
     tiny shape in MXFP4: sinks, biases on wo, the router and the experts,
     the FFN norm under its GGUF name post_attention_norm), and a
     Qwen3MoeForCausalLM folder (a tensor per expert) with the GGUF of its
     weights (tests/pylib/moegen.py);
   - a qwen35 GGUF (bench/random_gguf.py's tiny shape in Q8_0: three gated
     DeltaNet layers, whose rows are not the attention's, and a gated
-    attention layer; the CUDA backend refuses it in one line) and a qwen35moe
-    one (the same layers, experts and a shared expert with its F32 gate);
+    attention layer; uploaded likewise) and a qwen35moe one (the same
+    layers, experts and a shared expert with its F32 gate; likewise);
+    what backend_gpu_missing names (gpt-oss's sinks) is refused in one line;
   - the synthetic models Llama-tiny (Q4_K_M), Qwen3-tiny and Gemma3-tiny.
 The GGUFs are not faithful conversions (no Q/K permutation for llama): only
 which weight is bound where is checked, not a forward. Every f16 matrix is

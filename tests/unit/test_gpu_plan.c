@@ -99,12 +99,14 @@ static void test_bytes(const char *spec)
 }
 
 /* A model whose second layer is a mixture of experts runs (qwen3moe's,
- * backend/gpu_moe.c); with part of its experts (a tensor-parallel rank's)
- * or a shared expert beside the routed ones (qwen35moe's) it is refused
- * (exit 4, a bad model for the device). */
+ * backend/gpu_moe.c), with a shared expert beside the routed ones too
+ * (qwen35moe's); with part of its experts (a tensor-parallel rank's) or a
+ * dense MLP beside them (Gemma 4's) it is refused (exit 4, a bad model for
+ * the device). */
 static void test_check_model(void)
 {
-    struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE}, {.ffn = LAYER_FFN_DENSE}};
+    struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE, .head_dim = 64},
+                                    {.ffn = LAYER_FFN_DENSE, .head_dim = 64}};
     struct model m = {.hp = {.arch = "qwen3moe", .n_layer = 2}, .layers = layers};
     CHECK(gpu_plan_check_model(&m) == IG_OK);
     layers[1].ffn = LAYER_FFN_MOE;
@@ -115,6 +117,9 @@ static void test_check_model(void)
     CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
     layers[1].w[LAYER_FFN_GATE_EXPS].n_expert = 8;
     m.hp.has_moe_shexp = true;
+    CHECK(gpu_plan_check_model(&m) == IG_OK);
+    m.hp.has_moe_shexp = false;
+    m.hp.has_moe_mlp = true;
     CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
 }
 
