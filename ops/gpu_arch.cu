@@ -2,7 +2,8 @@
  * add to a block on the GPU (Qwen 3, Gemma 3, Gemma 4): RMSNorm of each Q
  * and K head in place before RoPE (and Gemma 4's V heads, without a weight), the post-attention and post-FFN norms folded into
  * the residual add, scaling (Gemma's embeddings), soft-capping (final
- * logits), a bias added to rows (gpt-oss's wo bias, after the residual add). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
+ * logits), a bias added to rows (gpt-oss's wo bias, after the residual
+ * add). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
  * ops/gpu_arch_ref.c.
  *
  * Head norms: one warp per head (head_dim / 32 elements a lane, shuffles),
