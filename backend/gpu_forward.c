@@ -220,7 +220,7 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
         .v_row_stride = kv_dim, .v_head_stride = hd,
         .o_row_stride = q_dim, .o_head_stride = hd,
         .window = ML->window, .scale = (float)ML->attn_scale,
-        .dtype = PREFILL_ATTN_F16,
+        .dtype = PREFILL_ATTN_F16, .sinks = g->layers[l].vec[LAYER_ATTN_SINKS],
     };
     struct kv_layout lay = gpu_layer_layout(g, l);
     int st;
@@ -292,8 +292,16 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     if (row0 == p->n)
         return IG_OK;
     const struct gpu_layer *L = &g->layers[l];
-    return add_product(g, &L->mat[LAYER_WO], g->att16 + row0 * q_dim, q_dim, p->n - row0,
-                       g->x + row0 * e, L->vec[LAYER_ATTN_POST_NORM], next_norm(p, l, true));
+    /* gpt-oss's wo bias joins the residual after the product: the product
+     * then leaves no next norm (it would be of x without the bias). A
+     * tensor-parallel rank but 0 holds none (TENSOR_SPLIT_ONCE). */
+    const float *bo = L->vec[LAYER_BO];
+    st = add_product(g, &L->mat[LAYER_WO], g->att16 + row0 * q_dim, q_dim, p->n - row0,
+                     g->x + row0 * e, L->vec[LAYER_ATTN_POST_NORM],
+                     bo ? NULL : next_norm(p, l, true));
+    return st != IG_OK || !bo ? st
+                              : IG_DEV(gk_add_rows_f32)(g->x + row0 * e, e, bo, p->n - row0, e,
+                                                        g->stream);
 }
 
 /* ---- the dense FFN ------------------------------------------------------------- */

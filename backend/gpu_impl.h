@@ -190,7 +190,7 @@ static inline int64_t gpu_layer_qkv_rows(const struct model_layer *L)
 }
 
 /* The decode attention of bucket i (2^i rows) in layer l: its sizes,
- * strides, scale and window (the pointers are the caller's). */
+ * strides, scale, window and sinks (the other pointers are the caller's). */
 static inline struct decode_attn_params gpu_bucket_attn(const struct gpu_backend *g, int i,
                                                         int64_t l)
 {
@@ -208,6 +208,7 @@ static inline struct decode_attn_params gpu_bucket_attn(const struct gpu_backend
     ap.head_stride = lay.head_stride;
     ap.scale = (float)L->attn_scale;
     ap.window = L->window;
+    ap.sinks = g->layers[l].vec[LAYER_ATTN_SINKS]; /* gpt-oss's; NULL for the others */
     return ap;
 }
 

@@ -54,14 +54,19 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
             *layer = l;
             return "head dims other than 64, 128 and 256 (Gemma 4's global 512)";
         }
+    /* The dense FFN's activations; gpt-oss's clamped SwiGLU runs in its
+     * experts (backend/gpu_moe.c), never in a dense FFN */
+    bool act_ok = hp->ffn_act == MODEL_ACT_SILU || hp->ffn_act == MODEL_ACT_GELU_TANH ||
+                  hp->ffn_act == MODEL_ACT_SWIGLU_OAI;
+    for (int64_t l = 0; l < hp->n_layer && hp->ffn_act == MODEL_ACT_SWIGLU_OAI; l++)
+        act_ok &= m->layers[l].ffn != LAYER_FFN_DENSE;
     /* What no architecture ignite loads has together, or Gemma 2's
-     * attention soft-capping, or Gemma 4's additions */
+     * attention soft-capping, or Gemma 4's additions (gpt-oss's sinks run:
+     * the decode and the mma.sync prefill attention take them) */
     return hp->attn_softcap > 0 ? "attention logit soft-capping"
-           : hp->has_attn_sinks ? "attention sinks (gpt-oss)"
            : hp->has_qk_norm && hp->has_qkv_bias ? "Q/K head norms with QKV biases"
-           : hp->ffn_act != MODEL_ACT_SILU && hp->ffn_act != MODEL_ACT_GELU_TANH
-               ? "its FFN activation"
-               : NULL;
+           : !act_ok ? "its FFN activation"
+                     : NULL;
 }
 
 int gpu_plan_check_model(const struct model *m)

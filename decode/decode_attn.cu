@@ -135,9 +135,16 @@ __device__ __forceinline__ key_range seq_keys(const decode_attn_params &p, int64
     return k;
 }
 
+/* Query head h's sink in log2 units (the partials' maxima are). */
+__device__ __forceinline__ float sink_log2(const decode_attn_params &p, int64_t h)
+{
+    return p.sinks[h] * 1.4426950408889634f;
+}
+
 /* Dim d of query head h of row r of sequence seq (pos >= 0) from its
  * n_used partials: f16(sum_s o_s[d] 2^(m_s - M) / sum_s l_s 2^(m_s - M)); a
- * split that held none of the row's keys has m_s = -inf and adds nothing. */
+ * split that held none of the row's keys has m_s = -inf and adds nothing.
+ * With sinks, M also covers sink_h and the denominator gains 2^(sink_h - M). */
 template <int HD>
 __device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int64_t seq,
                                                 int64_t r, int64_t h, int64_t d, int64_t n_used)
@@ -147,6 +154,11 @@ __device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int
     float M = -INFINITY;
     for (int64_t s = 0; s < n_used; s++)
         M = fmaxf(M, ig_ld_cg_f32(part + s * partial_floats(HD) + HD));
+    /* gpt-oss's sink (log2 units, as the partials' maxima): one more term
+     * of the denominator, joined here once, not once a split (read again
+     * after the loop: no register held across it). */
+    if (p.sinks)
+        M = fmaxf(M, sink_log2(p, h));
     float acc = 0, sum = 0;
     for (int64_t s = 0; s < n_used; s++) {
         const float *ps = part + s * partial_floats(HD);
@@ -154,6 +166,8 @@ __device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int
         acc += ig_ld_cg_f32(ps + d) * f;
         sum += ig_ld_cg_f32(ps + HD + 1) * f;
     }
+    if (p.sinks)
+        sum += rescale(sink_log2(p, h), M);
     return gk_f32_to_f16(acc / sum);
 }
 

@@ -10,6 +10,8 @@
  * those of the sequence's earlier rows, already in the pool: causal among
  * the rows), lo = 0, or with a sliding window W > 0 lo = max(0, pos - W + 1),
  *   o[s][r][h] = f16(sum_{lo <= j <= pos} softmax_j(scale * q[s][r][h] . k_s[j]) v_s[j])
+ * where with sinks the softmax's denominator also holds e^sinks[h] (once a
+ * row and head, however many splits; scores and sink share one max),
  * where row j of KV head hk of sequence s is at (kvcache/kvcache.h's layout)
  *   k_cache + t_s[j / 64] * block_stride + hk * head_stride + (j % 64) * head_dim,
  * t_s = block_table + s * table_stride. A sequence's keys outside the union
@@ -67,6 +69,9 @@ struct decode_attn_params {
     float scale;                /* usually 1 / sqrt(head_dim) */
     int64_t window;             /* sliding window in keys, the query's included; 0 = none */
     int64_t q_len;              /* query rows a sequence, 1 .. DECODE_ATTN_MAX_Q_LEN (0: 1) */
+    const float *sinks;         /* [n_head] f32 or NULL (device memory for the kernel, host
+                                   for _ref): gpt-oss's learned logit of query head h, in
+                                   the softmax's denominator with no value (below) */
 };
 
 #define DECODE_ATTN_MAX_SPLITS 128

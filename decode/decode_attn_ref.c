@@ -69,7 +69,9 @@ int decode_attn_ref(const struct decode_attn_params *p)
         const int64_t n_keys = last - lo + 1;
         for (int64_t h = 0; h < p->n_head; h++) {
             const uint16_t *q = p->q + (s * p->n_head + h) * hd;
-            double mx = -INFINITY, sum = 0;
+            /* gpt-oss's sink: a logit in the max and the denominator alone */
+            const double sink = p->sinks ? p->sinks[h] : -INFINITY;
+            double mx = sink, sum = 0;
             for (int64_t j = 0; j < n_keys; j++) {
                 const uint16_t *k = p->k_cache + kv_row_offset(&L, table, h / group, lo + j);
                 double dot = 0;
@@ -82,6 +84,8 @@ int decode_attn_ref(const struct decode_attn_params *p)
                 w[j] = exp(w[j] - mx);
                 sum += w[j];
             }
+            if (p->sinks)
+                sum += exp(sink - mx);
             for (int64_t d = 0; d < hd; d++) {
                 double acc = 0;
                 for (int64_t j = 0; j < n_keys; j++)

@@ -2,7 +2,8 @@
  * add to a block on the GPU (Qwen 3, Gemma 3, Gemma 4): RMSNorm of each Q
  * and K head in place before RoPE (and Gemma 4's V heads, without a weight), the post-attention and post-FFN norms folded into
  * the residual add, scaling (Gemma's embeddings), soft-capping (final
- * logits). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
+ * logits), a bias added to rows (gpt-oss's wo bias, after the residual
+ * add). Contracts in ops/gpu_ops.h, results defined by the CPU twins in
  * ops/gpu_arch_ref.c.
  *
  * Head norms: one warp per head (head_dim / 32 elements a lane, shuffles),
@@ -67,6 +68,16 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, 
     const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (i < n)
         x[i] = gk_mul(x[i], s);
+}
+
+/* x[t][i] += b[i]: one thread per element of the n x dim rows. */
+__global__ void __launch_bounds__(kThreads)
+add_rows_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict__ b, int64_t n,
+                int64_t dim)
+{
+    const int64_t k = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (k < n * dim)
+        x[k / dim * ld_x + k % dim] = gk_add(x[k / dim * ld_x + k % dim], b[k % dim]);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -174,6 +185,19 @@ int IG_DEV(gk_scale_f32)(float *x, int64_t n, float s, void *stream_)
         return IG_OK;
     return IG_LAUNCH(scale_kernel, dim3(flat_blocks(n)), dim3(kThreads), 0,
                      (cudaStream_t)stream_, x, n, s);
+}
+
+int IG_DEV(gk_add_rows_f32)(float *x, int64_t ld_x, const float *b, int64_t n, int64_t dim,
+                            void *stream_)
+{
+    if (n < 0 || dim < 0 || ld_x < dim ||
+        (n * dim > 0 && (!x || !b || flat_blocks(n * dim) == 0)))
+        return ig_error(IG_E_INTERNAL, "gk_add_rows_f32: bad size %lld x %lld (ld %lld) or NULL",
+                        (long long)n, (long long)dim, (long long)ld_x);
+    if (n * dim == 0)
+        return IG_OK;
+    return IG_LAUNCH(add_rows_kernel, dim3(flat_blocks(n * dim)), dim3(kThreads), 0,
+                     (cudaStream_t)stream_, x, ld_x, b, n, dim);
 }
 
 int IG_DEV(gk_softcap)(float *x, int64_t n, float cap, void *stream_)

@@ -93,6 +93,13 @@ void gk_scale_f32_ref(float *x, int64_t n, float s)
         x[i] = x[i] * s;
 }
 
+void gk_add_rows_f32_ref(float *x, int64_t ld_x, const float *b, int64_t n, int64_t dim)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < dim; i++)
+            x[t * ld_x + i] = x[t * ld_x + i] + b[i];
+}
+
 void gk_softcap_ref(float *x, int64_t n, float cap)
 {
     const float inv = (float)(1.0 / (double)cap);

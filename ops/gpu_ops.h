@@ -136,6 +136,12 @@ void gk_rmsnorm_add_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, co
 int IG_DEV(gk_scale_f32)(float *x, int64_t n, float s, void *stream);
 void gk_scale_f32_ref(float *x, int64_t n, float s);
 
+/* x[t][i] += b[i] for t < n, i < dim: x f32 rows of stride ld_x >= dim, b
+ * f32 [dim] (gpt-oss's wo bias, added after the product's residual add). */
+int IG_DEV(gk_add_rows_f32)(float *x, int64_t ld_x, const float *b, int64_t n, int64_t dim,
+                            void *stream);
+void gk_add_rows_f32_ref(float *x, int64_t ld_x, const float *b, int64_t n, int64_t dim);
+
 /* x[i] = cap tanh(x[i] / cap) for i < n, cap > 0 (final logit soft-capping;
  * 1 / cap rounded to f32 once, as ops_softcap). */
 int IG_DEV(gk_softcap)(float *x, int64_t n, float cap, void *stream);

@@ -10,6 +10,8 @@
  * Query head h uses KV head h / (n_head / n_head_kv).
  *   O[i][h]  = sum_j softmax_j(scale * q_i . k_j) v_j    (rounded to dtype)
  *   lse[h][i] = ln sum_j exp(scale * q_i . k_j)           (fp32, natural log)
+ * With sinks (gpt-oss), head h's softmax denominator, and the sum in lse,
+ * also hold exp(sinks[h]): a logit with no value (the mma.sync variants).
  * and cache rows pos0 .. pos0+n_tokens-1 of every KV head get the chunk's
  * K and V (no other cache row is touched).
  *
@@ -110,6 +112,8 @@ struct prefill_attn_params {
     float scale;       /* softmax scale, usually 1/sqrt(head_dim) */
     int dtype;         /* enum prefill_attn_dtype of q, k, v, caches and o */
     int variant;       /* enum prefill_attn_variant: 0 = the chooser's pick */
+    const float *sinks; /* [n_head] f32 or NULL (device memory for the CUDA kernel, host
+                           for the reference): see Semantics; the mma.sync variants */
 };
 
 /* The CUDA kernels' tile configurations ("variants"), compiled side by side.

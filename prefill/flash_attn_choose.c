@@ -102,10 +102,19 @@ static int windows(int v)
     return variants[v].isa == PREFILL_ATTN_ISA_MMA || variants[v].isa == PREFILL_ATTN_ISA_WS;
 }
 
-/* Whether variant v can run p (head dim, window, paged cache) on cc. */
+/* Whether variant v has gpt-oss's sinks: the mma.sync kernel (its epilogue,
+ * store_rows; the ws kernel's is its own, and the wgmma one is not tested
+ * with them). */
+static int sinks(int v)
+{
+    return variants[v].isa == PREFILL_ATTN_ISA_MMA;
+}
+
+/* Whether variant v can run p (head dim, window, paged cache, sinks) on cc. */
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     return prefill_attn_variant_supports(v, p->head_dim) && (p->window == 0 || windows(v)) &&
+           (!p->sinks || sinks(v)) &&
            (!p->block_table || pages(v)) && (!p->seqs || varlen(v, p)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
@@ -166,10 +175,10 @@ static int pick_variant(const struct prefill_attn_params *p, int cc, int have_sm
     for (v = PREFILL_ATTN_AUTO + 1; v < PREFILL_ATTN_N_VARIANTS; v++)
         if (fits(v, p, cc, have_sm90a))
             return v;
-    ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s%s on compute "
+    ig_error(IG_E_INTERNAL, "flash attention: no variant for head_dim %lld%s%s%s on compute "
              "capability %d.%d%s", (long long)p->head_dim, p->window ? " with a window" : "",
              p->seqs ? " with variable length" : p->block_table ? " with a paged cache" : "",
-             cc / 10, cc % 10,
+             p->sinks ? " with sinks" : "", cc / 10, cc % 10,
              have_sm90a ? "" : " (no sm_90a kernels built)");
     return PREFILL_ATTN_AUTO;
 }
@@ -237,6 +246,9 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (p->window && !windows(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no sliding window "
                         "(the mma.sync and ws variants do)", variants[v].name);
+    if (p->sinks && !sinks(v))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no attention sinks "
+                        "(the mma.sync variants do)", variants[v].name);
     if (p->block_table && !pages(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
                         "(the mma.sync variants and the ws ones with tiles of whole "

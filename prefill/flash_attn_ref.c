@@ -67,7 +67,8 @@ static void one_seq(const struct prefill_attn_params *p)
                 q[d] = load(p->q, i * p->q_row_stride + h * p->q_head_stride + d, p->dtype);
                 acc[d] = 0;
             }
-            float m = -INFINITY, l = 0;
+            /* gpt-oss's sink starts the running state: its e^0 in l, no value */
+            float m = p->sinks ? p->sinks[h] : -INFINITY, l = p->sinks ? 1.0f : 0.0f;
             for (int64_t j0 = first; j0 <= last; j0 += REF_BLOCK_N) {
                 int64_t j1 = j0 + REF_BLOCK_N;
                 if (j1 > last + 1)

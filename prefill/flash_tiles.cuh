@@ -464,7 +464,9 @@ __device__ __forceinline__ void pack_p(const float (&s)[kMT][kBlockN / 8][4],
 }
 
 /* The epilogue: O / l rounded to T into the rows of this warp (from row0
- * of sequence sq) that exist, and their log-sum-exp in natural log. */
+ * of sequence sq) that exist, and their log-sum-exp in natural log. With
+ * gpt-oss's sinks, head h's sink joins l here, once a row (the running
+ * state and the sink brought to their common max: no overflow). */
 template <class T, int kMT, int HD>
 __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
                                            const float (&o)[kMT][HD / 8][4],
@@ -481,7 +483,14 @@ __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
             const int row = row0 + mt * 16 + g + 8 * r;
             if (row >= sq.n)
                 continue;
-            const float inv = 1.0f / lr;
+            float base = m[mt][r] == -INFINITY ? 0.0f : m[mt][r] * scale_log2, keep = 1.0f;
+            if (p.sinks) {
+                const float sink = p.sinks[h] * 1.4426950408889634f, top = fmaxf(base, sink);
+                keep = ig_exp2_approx(base - top);
+                lr = lr * keep + ig_exp2_approx(sink - top);
+                base = top;
+            }
+            const float inv = keep / lr;
             const int64_t srow = (int64_t)sq.row0 + row; /* the step's row */
             uint16_t *out = (uint16_t *)p.o + srow * p.o_row_stride + h * p.o_head_stride;
             IG_UNROLL
@@ -490,7 +499,7 @@ __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
                     ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
             if (p.lse && t == 0)
                 p.lse[(int64_t)h * p.lse_head_stride + srow] =
-                    (m[mt][r] * scale_log2 + log2f(lr)) * 0.6931471805599453f;
+                    (base + log2f(lr)) * 0.6931471805599453f;
         }
 }
 

@@ -5,8 +5,9 @@
 #
 #   part     about  what
 #   correct   5 s   test_backend_moe_gpu on bench/random_gguf.py's tiny qwen3moe
-#                   (Q8_0): the backend against the CPU backend, native and f16
-#                   weights, every product the real kernels' (the emulated test's
+#                   (Q8_0) and tiny gpt-oss (F16: sinks, biases, window): the
+#                   backend against the CPU backend, native and f16 weights,
+#                   every product the real kernels' (the emulated test's
 #                   checks, tests/emu/test_backend_moe_emu.c), and on its tiny
 #                   qwen35moe (Q8_0): the shared expert beside the routed ones
 #   speed    ~150 s Qwen3-30B-A3B's shape with its first MOE_LAYERS (default 12)
@@ -39,13 +40,15 @@ say() { echo "-- $* ($(( $(date +%s) - t0 )) s)"; }
 fail() { echo "FAILED: $*" | tee -a "$TABLE"; status=1; }
 
 part_correct() {
-    local f=$WORK/qwen3moe_tiny_q8_0.gguf f35=$WORK/qwen35moe_tiny_q8_0.gguf
+    local f=$WORK/qwen3moe_tiny_q8_0.gguf f35=$WORK/qwen35moe_tiny_q8_0.gguf o=$WORK/gptoss_tiny_f16.gguf
     timeout 30 "$PY" bench/random_gguf.py "$f" --arch qwen3moe --shape tiny --type Q8_0 ||
         { fail "random_gguf tiny"; return; }
     timeout 30 "$PY" bench/random_gguf.py "$f35" --arch qwen35moe --shape tiny --type Q8_0 ||
         { fail "random_gguf qwen35moe tiny"; return; }
+    timeout 30 "$PY" bench/random_gguf.py "$o" --arch gpt-oss --shape tiny --type F16 ||
+        { fail "random_gguf gpt-oss tiny"; return; }
     say "test_backend_moe_gpu"
-    timeout 60 "$BIN/test_backend_moe_gpu" "$f" "$f35" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
+    timeout 60 "$BIN/test_backend_moe_gpu" "$f" "$f35" "$o" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
         fail "test_backend_moe_gpu (exit $?)"
     grep -E "worst|checks" "$WORK/test_backend_moe_gpu.log" | tee -a "$TABLE"
 }

@@ -48,6 +48,7 @@ struct attn_case {
     uint16_t *o;         /* GUARD + [n][n_head][hd] + GUARD */
     float *lse;          /* GUARD + [n_head][n] + GUARD */
     size_t qkv_elems, cache_elems, o_elems, lse_elems;
+    const float *sinks;  /* NULL, or gpt-oss's [n_head] sink logits (the caller's) */
 };
 
 static inline uint64_t attn_rng(uint64_t *s)
@@ -207,6 +208,7 @@ static inline struct prefill_attn_params attn_case_params(const struct attn_case
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = c->dtype;
     p.window = c->window;
+    p.sinks = c->sinks;
     return p;
 }
 
@@ -264,6 +266,9 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
                 m = fmax(m, s[j]);
                 mf = fmaxf(mf, df);
             }
+            /* a sink: in the max and the denominator, with no value */
+            const double sink = c->sinks ? c->sinks[h] : -INFINITY;
+            m = fmax(m, sink);
             for (int64_t x = 0; x < hd; x++)
                 acc[x] = 0, accf[x] = 0;
             for (int64_t j = j0; j < nk; j++) {
@@ -278,6 +283,10 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
                     acc[x] += p * vx;
                     accf[x] += pr * (float)vx;
                 }
+            }
+            if (c->sinks) {
+                l += exp(sink - m);
+                lf += expf((float)sink - (float)scale * mf);
             }
             double *o = r->o + (i * c->n_head + h) * hd;
             for (int64_t x = 0; x < hd; x++) {
@@ -616,7 +625,9 @@ static inline void attn_case_name(const struct attn_case *c, char *buf, size_t s
     if (c->window && len > 0 && (size_t)len < size)
         len += snprintf(buf + len, size - (size_t)len, " window=%lld", (long long)c->window);
     if (c->paged && len > 0 && (size_t)len < size)
-        snprintf(buf + len, size - (size_t)len, " paged");
+        len += snprintf(buf + len, size - (size_t)len, " paged");
+    if (c->sinks && len > 0 && (size_t)len < size)
+        snprintf(buf + len, size - (size_t)len, " sinks");
 }
 
 #endif

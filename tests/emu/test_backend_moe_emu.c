@@ -25,15 +25,19 @@
  *     still refused with one line (IG_E_MODEL);
  *   - with a second argument, random_gguf.py's qwen35moe tiny Q8_0 file:
  *     the shared expert beside the routed ones (run_shexp), with a control
- *     showing the comparison sees it.
+ *     showing the comparison sees it;
+ *   - with a third, gpt-oss's tiny F16 file (run_gptoss): its attention
+ *     (sinks, biases, window, YaRN) and MoE in f16 weights.
  * Label emu. Built again for a GPU as tests/gpu's test_backend_moe_gpu (the
  * CUDA entry points, every product the real kernel's; exits 77 without a
  * device), which the GPU check's moe step runs (scripts/gpu/moe.sh).
- * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf] */
+ * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf [GPTOSS_TINY_F16.gguf]] */
 #include "backend/backend.h"
 #include "tests/emu/backend_checks.h"
 
-static void run_mode(const struct model *m, enum backend_gpu_weights mode)
+/* n_ids prompt ids (at most 48) in chunks of `chunk` (0: native 17, f16
+ * whole), then the decode steps. */
+static void run_mode(const struct model *m, enum backend_gpu_weights mode, int n_ids, int chunk)
 {
     const char *name = mode == BACKEND_GPU_F16 ? "f16 weights" : "native weights";
     fprintf(stderr, "== %s\n", name);
@@ -60,14 +64,14 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode)
         CHECKF(info.weight_bytes == backend_gpu_weight_bytes(m, mode),
                "%s: %zu weight bytes on the device, the plan says %zu", name, info.weight_bytes,
                backend_gpu_weight_bytes(m, mode));
-        int32_t ids[24];
+        int32_t ids[48];
         uint64_t s = 7;
-        for (int i = 0; i < 24; i++)
+        for (int i = 0; i < n_ids; i++)
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
         bool native = mode == BACKEND_GPU_NATIVE;
-        run_prompt(&p, ids, 24, native ? 17 : 24, name);
+        run_prompt(&p, ids, n_ids, chunk ? chunk : native ? 17 : n_ids, name);
         if (native)
-            run_two(&p, ids, 12, 6, 24 + N_STEPS);
+            run_two(&p, ids, 12, 6, n_ids + N_STEPS);
         fprintf(stderr, "%s: worst rel err %.2e, NMSE %.2e\n", name, p.worst, p.worst_nmse);
     }
     backend_free(p.cpu);
@@ -147,14 +151,31 @@ static void run_shexp(const char *path)
     model_free(m);
 }
 
+/* gpt-oss (sinks, Q/K/V and wo biases, window 32 on layer 0, YaRN RoPE, the
+ * clamped SwiGLU with expert biases) on the tiny F16 file: 40 ids in
+ * chunks of 24 (the second chunk's window reaches into the cache), then
+ * decode steps past the window, against the CPU's exact path. */
+static void run_gptoss(const char *path)
+{
+    struct model *m = NULL;
+    CHECK(model_load(path, &m) == IG_OK);
+    if (!m)
+        return;
+    CHECKF(m->hp.arch_id == MODEL_ARCH_GPT_OSS && m->hp.has_attn_sinks && m->hp.has_o_bias &&
+           m->layers[0].window > 0, "%s: not gpt-oss's tiny file", path);
+    run_mode(m, BACKEND_GPU_F16, 40, 24);
+    model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (IG_DEV(gpu_device_count)() < 1) {
         fprintf(stderr, "test_backend_moe: no CUDA device, skipped\n");
         return 77;
     }
-    if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf]\n");
+    if (argc < 2 || argc > 4) {
+        fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf "
+                        "[GPTOSS_TINY_F16.gguf]]\n");
         return 2;
     }
     struct model *m = NULL;
@@ -163,11 +184,13 @@ int main(int argc, char **argv)
         return test_summary("test_backend_moe_emu");
     CHECKF(m->hp.arch_id == MODEL_ARCH_QWEN3MOE && m->layers[0].ffn == LAYER_FFN_MOE,
            "%s: not a qwen3moe file", argv[1]);
-    run_mode(m, BACKEND_GPU_NATIVE);
-    run_mode(m, BACKEND_GPU_F16);
+    run_mode(m, BACKEND_GPU_NATIVE, 24, 0);
+    run_mode(m, BACKEND_GPU_F16, 24, 0);
     check_refused(m);
     model_free(m);
-    if (argc == 3)
+    if (argc >= 3)
         run_shexp(argv[2]);
+    if (argc == 4)
+        run_gptoss(argv[3]);
     return test_summary("test_backend_moe_emu");
 }

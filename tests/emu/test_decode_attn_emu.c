@@ -25,7 +25,8 @@
  * bits as the combine kernel's, twice in a row (the tickets back to 0).
  * The output and `work` are poisoned first, guard elements follow the
  * output. Tolerance: 2 f16 ulps kernel vs twin (the kernel's f32 sums may
- * round the other way), 1 ulp twin vs f64. Label emu. */
+ * round the other way), 1 ulp twin vs f64. gpt-oss's attention sinks: a
+ * few of the cases above again with a sink per query head. Label emu. */
 #include "decode/decode_attn.h"
 #include "tests/test.h"
 
@@ -36,6 +37,10 @@
 #include <string.h>
 
 enum { GUARD = 16, MAX_SEQS = 5 };
+
+/* gpt-oss's sinks for the cases run while it is set (NULL: none), a
+ * logit per query head, up to 32 heads. */
+static const float *case_sinks;
 #define GUARD_BITS 0x5a5au
 
 /* One f16 ulp at |x| (normal range), 2^-24 below it. */
@@ -79,7 +84,8 @@ static void exact_head(const struct decode_attn_params *p, int64_t i, int64_t h,
     const int64_t hd = p->head_dim, hk = h / (p->n_head / p->n_head_kv), pos = p->pos[i];
     const int32_t *table = p->block_table + i / p->q_len * p->table_stride;
     const uint16_t *q = p->q + (i * p->n_head + h) * hd;
-    double m = -INFINITY, l = 0;
+    /* a sink starts the running state: its e^0 in the sum, no value */
+    double m = p->sinks ? p->sinks[h] : -INFINITY, l = p->sinks ? 1 : 0;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0;
     for (int64_t j = first_key(pos, p->window); j <= pos; j++) {
@@ -161,7 +167,7 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
         .block_stride = block_stride, .head_stride = head_stride, .pos = pos32, .o = o,
         .work = NULL, .n_seqs = n_seqs, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .n_ctx = n_ctx, .n_splits = splits, .scale = 1.0f / sqrtf((float)hd),
-        .window = window, .q_len = q_len};
+        .window = window, .q_len = q_len, .sinks = case_sinks};
     for (int64_t s = 0; s < n_seqs; s++) {
         const int64_t n_live = pos[s] < 0 ? 0 : live ? live[s] : q_len;
         for (int64_t r = 0; r < q_len; r++)
@@ -187,8 +193,8 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
         len += snprintf(name + len, sizeof name - (size_t)len, "%c%lld", s ? ',' : '=',
                         (long long)pos[s]);
     snprintf(name + len, sizeof name - (size_t)len, " n_ctx=%lld gqa=%lld kv=%lld hd=%lld "
-             "splits=%d window=%lld", (long long)n_ctx, (long long)group, (long long)n_head_kv,
-             (long long)hd, splits, (long long)window);
+             "splits=%d window=%lld%s", (long long)n_ctx, (long long)group, (long long)n_head_kv,
+             (long long)hd, splits, (long long)window, case_sinks ? " sinks" : "");
     CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
     check_fused(&p, o, o_elems, name);
     struct decode_attn_params pr = p;
@@ -367,6 +373,22 @@ int main(void)
         static const int64_t pb[] = {130, 63, -1}, lb[] = {5, 2, 5};
         run_rows(3, pb, 5, lb, 300, 2, 2, 128, -1, 0, 1, seed++);
         run_rows(3, pb, 2, NULL, 300, 4, 1, 64, 33, 0, 1, seed++);
+    }
+    /* gpt-oss's sinks (head dim 64, 8 query heads a KV head, window 128 on
+     * alternate layers): sinks above, near and below the scores, over
+     * several splits (the sink joins once at the combine), within and past
+     * a window, a verify step's rows, a batch with padding. */
+    {
+        static float sinks[32];
+        for (int h = 0; h < 32; h++)
+            sinks[h] = (float)(h % 4) * 1.5f - 1.5f; /* -1.5, 0, 1.5, 3 */
+        case_sinks = sinks;
+        run_one(300, 299, 8, 2, 64, 7, 0, seed++);
+        run_one(300, 299, 8, 1, 64, 3, 128, seed++);
+        static const int64_t p2[] = {126}, pb[] = {130, 63, -1};
+        run_rows(1, p2, 3, NULL, 300, 4, 1, 64, 33, 128, 0, seed++);
+        run_case(3, pb, 300, 8, 1, 64, -1, 0, 1, seed++);
+        case_sinks = NULL;
     }
     {
         struct decode_attn_params g = {.n_head = 12, .n_head_kv = 2, .q_len = 5};

@@ -5,8 +5,10 @@
  * of 66 keys, 2 pipeline stages each at head_dim 64): a row that sees the
  * next row's key (causality among the rows broken) comes out off the CPU
  * twin; a stage read before its cp.async wait is a fault of the
- * emulator's (a read of shared memory a copy still has in flight). The
- * unmutated kernel on the same case matches the twin. Label emu. */
+ * emulator's (a read of shared memory a copy still has in flight). With
+ * gpt-oss's sinks on the same case: a sink added once a split (here twice)
+ * or left out of the denominator comes out off the twin. The unmutated
+ * kernel on the same cases matches the twin. Label emu. */
 #include "decode/decode_attn.h"
 #include "tests/emu/expect_fault.h"
 #include "tests/test.h"
@@ -17,6 +19,10 @@
 
 extern "C" int decode_attn_emu_dec_row_past(const struct decode_attn_params *p, void *stream);
 extern "C" int decode_attn_emu_dec_no_wait(const struct decode_attn_params *p, void *stream);
+extern "C" int decode_attn_emu_dec_sink_per_split(const struct decode_attn_params *p,
+                                                  void *stream);
+extern "C" int decode_attn_emu_dec_sink_dropped(const struct decode_attn_params *p,
+                                                void *stream);
 
 enum { HD = 64, ROWS = 5, HEADS = 2, CTX = 192, SPLITS = 2 };
 
@@ -61,5 +67,19 @@ int main(void)
     CHECKF(count_off(o, o_ref, n) > 0,
            "mutant dec_row_past (a row sees the next row's key) went unnoticed");
     EXPECT_FAULT(decode_attn_emu_dec_no_wait(&p, NULL), "still in flight");
+
+    /* Sinks near the scores' scale: each one's term a visible share. */
+    static const float sinks[HEADS] = {0.5f, 2.0f};
+    p.sinks = sinks, p.o = o_ref;
+    CHECK(decode_attn_ref(&p) == 0);
+    p.o = o;
+    CHECK(decode_attn_emu(&p, NULL) == 0);
+    CHECKF(count_off(o, o_ref, n) == 0, "the unmutated kernel with sinks is off the twin");
+    memset(o, 0xff, sizeof o);
+    CHECK(decode_attn_emu_dec_sink_per_split(&p, NULL) == 0);
+    CHECKF(count_off(o, o_ref, n) > 0, "mutant dec_sink_per_split went unnoticed");
+    memset(o, 0xff, sizeof o);
+    CHECK(decode_attn_emu_dec_sink_dropped(&p, NULL) == 0);
+    CHECKF(count_off(o, o_ref, n) > 0, "mutant dec_sink_dropped went unnoticed");
     return test_summary("test_decode_attn_mutants");
 }

@@ -19,7 +19,9 @@
  * cache and variable-length calls: several sequences of different rows and
  * pos0 in one call over a shuffled pool, attn_varlen in attn_case.h,
  * windows on each head dim's default). The chooser's pick by
- * measured speed is checked on a table of the test's own. Label emu. */
+ * measured speed is checked on a table of the test's own. gpt-oss's
+ * attention sinks: a few cases with a sink per query head (run_sink_cases).
+ * Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -129,6 +131,10 @@ static void poison_behind_window(struct attn_case *c, int variant)
         }
 }
 
+/* gpt-oss's sinks for the cases run while it is set (NULL: none): a logit
+ * per query head, up to 16 heads. */
+static const float *case_sinks;
+
 /* The case on the CPU twin and on the emulated kernel (variant, or AUTO),
  * with a window and a paged cache if asked. */
 static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int dtype,
@@ -144,6 +150,7 @@ static void run_case_p(int64_t n, int64_t pos0, int64_t ratio, int64_t hd, int d
     c.dtype = dtype;
     c.window = window;
     c.paged = paged;
+    c.sinks = case_sinks;
     c.seed = (uint64_t)(n * 131 + pos0 * 7 + ratio * 3 + hd + dtype + window * 11);
     attn_case_init(&c);
     struct attn_ref ref;
@@ -191,6 +198,9 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
     vl.seed = (uint64_t)(n_rows[0] * 131 + pos0[n_seqs - 1] * 7 + ratio * 3 + hd + dtype +
                          window * 11 + n_seqs);
     attn_varlen_init(&vl);
+    vl.c.sinks = case_sinks;
+    for (int i = 0; i < n_seqs; i++)
+        vl.one[i].sinks = case_sinks;
     struct attn_ref ref[ATTN_MAX_SEQS];
     attn_varlen_reference(&vl, ref);
     char name[200];
@@ -509,6 +519,35 @@ static void run_variant(int v)
             (double)(ig_now_ns() - t0) * 1e-9);
 }
 
+/* gpt-oss's sinks (head dim 64, 8 query heads a KV head, window 128 on
+ * alternate layers): sinks below, near and above the scores on the chooser's
+ * pick (an mma.sync variant: the only ones with sinks), a chunk after a
+ * cache, a paged cache behind a window, a variable-length call with a
+ * window; a forced wgmma or ws variant refused. */
+static void run_sink_cases(void)
+{
+    static const float sinks[16] = {-2, 0, 1, 3, 5, -1, 2, 0.5f, -2, 0, 1, 3, 5, -1, 2, 0.5f};
+    case_sinks = sinks;
+    run_case(65, 37, 8, 64, PREFILL_ATTN_BF16);
+    run_case_p(150, 200, 8, 64, PREFILL_ATTN_F16, PREFILL_ATTN_AUTO, 128, 1);
+    static const int32_t n_rows[] = {1, 70, 5}, pos0[] = {100, 0, 190};
+    run_varlen(3, n_rows, pos0, 4, 64, PREFILL_ATTN_F16, PREFILL_ATTN_AUTO, 128);
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 17, c.n_head = 8, c.n_head_kv = 1, c.hd = 64, c.dtype = PREFILL_ATTN_F16, c.seed = 3;
+    c.sinks = sinks;
+    attn_case_init(&c);
+    struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    struct prefill_attn_tile t;
+    CHECK(prefill_attn_choose_for(&p, 90, 1, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
+    p.variant = PREFILL_ATTN_WS128N64;
+    CHECKF(prefill_attn_choose(&p, &t) != 0, "ws128n64 took sinks");
+    p.variant = PREFILL_ATTN_WG64N64;
+    CHECKF(prefill_attn_choose(&p, &t) != 0, "wg64n64 took sinks");
+    attn_case_free(&c);
+    case_sinks = NULL;
+}
+
 int main(int argc, char **argv)
 {
     static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
@@ -547,5 +586,8 @@ int main(int argc, char **argv)
         run_case(1024, 333, 1, 64, PREFILL_ATTN_F16);
     }
     fprintf(stderr, "large shapes: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
+    t0 = ig_now_ns();
+    run_sink_cases();
+    fprintf(stderr, "sinks: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
     return test_summary("test_flash_attn_emu");
 }

@@ -10,7 +10,8 @@
  * output rescaled when no row maximum grew instead of when one did; a full
  * tile's mma fed the fragment being prefetched; a variable-length call
  * whose sequences all read the first one's block table, or whose full chunk
- * tiles come from the step's first rows instead of the sequence's; in the
+ * tiles come from the step's first rows instead of the sequence's; gpt-oss's
+ * sink left out of the softmax's denominator; in the
  * wgmma kernel, V's
  * descriptor offsets swapped, Q/K k-steps that never reach the second
  * 64-column page, and (three stages) the next tile's S dropped. By the
@@ -42,6 +43,7 @@ extern "C" int prefill_attn_emu_rescale_skip(const struct prefill_attn_params *p
 extern "C" int prefill_attn_emu_prefetch_slot(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_seq_table(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_seq_rows(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_sink_dropped(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
@@ -82,14 +84,15 @@ static int via_tile(const struct prefill_attn_params *p, void *stream)
  * (AUTO: the default one for the head dim, pinned so the environment cannot
  * change what is tested). When err is given, it gets the output's max error
  * against fp64 in units of the naive same-precision error (the kernels pass
- * at <= 2). */
+ * at <= 2). sinks: gpt-oss's sink logit of the one head, or NULL. */
 static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL,
-               int variant = PREFILL_ATTN_AUTO, int64_t hd = 64)
+               int variant = PREFILL_ATTN_AUTO, int64_t hd = 64, const float *sinks = NULL)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
     c.n = 150, c.pos0 = 100, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
     c.seed = 5;
+    c.sinks = sinks;
     attn_case_init(&c);
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
     p.variant = variant == PREFILL_ATTN_AUTO ? PREFILL_ATTN_DEFAULT_VARIANT(hd) : variant;
@@ -172,6 +175,12 @@ int main(void)
     CHECKF(err > 10, "rescale_skip mutant: error only %.2f x naive", err);
     CHECK(run(prefill_attn_emu_prefetch_slot, &err) == 0);
     CHECKF(err > 10, "prefetch_slot mutant: error only %.2f x naive", err);
+    /* gpt-oss's sink, a logit above the scores: kept, and left out of l. */
+    static const float sink[1] = {4.0f};
+    CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_AUTO, 64, sink) == 0);
+    CHECKF(err <= 2, "the kernel itself with a sink: error %.2f x naive", err);
+    CHECK(run(prefill_attn_emu_sink_dropped, &err, PREFILL_ATTN_AUTO, 64, sink) == 0);
+    CHECKF(err > 10, "sink_dropped mutant: error only %.2f x naive", err);
     /* Variable length: each sequence's own block table and its own rows. */
     CHECK(run_varlen(prefill_attn_emu, &err) == 0);
     CHECKF(err <= 2, "the kernel itself, varlen: error %.2f x naive", err);

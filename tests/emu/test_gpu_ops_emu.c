@@ -505,6 +505,26 @@ static void test_rmsnorm_add(uint64_t *st)
     }
 }
 
+/* gk_add_rows_f32: rows of a wider array (the stride's tail and the guard
+ * untouched), the twin's bits, each element x + b by its definition. */
+static void test_add_rows(uint64_t *st)
+{
+    const int64_t n = 3, dim = 70, ld = 80, len = n * ld + GUARD;
+    float *x = rand_floats(st, len, -10.0f, 10.0f), *b = rand_floats(st, dim, -1.0f, 1.0f);
+    float *r = malloc((size_t)len * 4), *orig = malloc((size_t)len * 4);
+    memcpy(orig, x, (size_t)len * 4);
+    memcpy(r, x, (size_t)len * 4);
+    gk_add_rows_f32_ref(r, ld, b, n, dim);
+    CHECK(IG_DEV(gk_add_rows_f32)(x, ld, b, n, dim, NULL) == 0);
+    CHECKF(memcmp(x, r, (size_t)len * 4) == 0, "add_rows: differs from the twin");
+    int ok = 1;
+    for (int64_t i = 0; i < len; i++)
+        ok &= r[i] == (i < n * ld && i % ld < dim ? orig[i] + b[i % ld] : orig[i]);
+    CHECKF(ok, "add_rows: not x + b inside the rows, or wrote outside them");
+    CHECK(IG_DEV(gk_add_rows_f32)(x, dim - 1, b, n, dim, NULL) != 0);
+    free(x), free(b), free(r), free(orig);
+}
+
 static void test_scale_softcap(uint64_t *st)
 {
     const int64_t ns[] = {1, 300, 1000};
@@ -807,6 +827,7 @@ int main(void)
     test_head_rmsnorm(&st);
     test_rmsnorm_add(&st);
     test_scale_softcap(&st);
+    test_add_rows(&st);
     test_gemma4_ops(&st);
     test_greedy_rows(&st);
     test_dequant(&st);
