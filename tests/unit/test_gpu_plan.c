@@ -116,7 +116,9 @@ static void test_bytes(const char *spec)
  * (exit 4, a bad model for the device). */
 static void test_check_model(void)
 {
-    struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE}, {.ffn = LAYER_FFN_DENSE}};
+    /* head dim 128: one the attention kernels take (backend_gpu_missing) */
+    struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE, .head_dim = 128},
+                                    {.ffn = LAYER_FFN_DENSE, .head_dim = 128}};
     struct model m = {.hp = {.arch = "qwen3moe", .n_layer = 2}, .layers = layers};
     CHECK(gpu_plan_check_model(&m) == IG_OK);
     layers[1].ffn = LAYER_FFN_MOE;
