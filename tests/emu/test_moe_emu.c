@@ -260,7 +260,8 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
 static void test_mxfp4_blocks(void)
 {
     enum { ROWS = 256, COLS = 64, NB = COLS / QK_MXFP4 };
-    const size_t rb = quant_row_bytes(QUANT_MXFP4, COLS), bytes = gk_qmat_bytes(QUANT_MXFP4, ROWS, COLS);
+    const size_t rb = quant_row_bytes(QUANT_MXFP4, COLS),
+                 bytes = gk_qmat_bytes(QUANT_MXFP4, ROWS, COLS);
     uint8_t *src = malloc(rb * ROWS), *back = malloc(rb);
     for (int r = 0; r < ROWS; r++)
         for (int b = 0; b < NB; b++) {
