@@ -8,7 +8,8 @@
  * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 and
  * MXFP4 / MXFP4 (gpt-oss's experts) with gpt-oss's clamped SwiGLU and
  * biases; and MXFP4's blocks alone (test_mxfp4_blocks: repack, and the
- * values the kernels read bit for bit models/quant.c's, every E8M0 byte).
+ * values the kernels read bit for bit models/quant.c's, every E8M0 byte;
+ * random blocks the twin's).
  *
  * - route: the same experts (a row whose k-th and (k+1)-th twin logits lie
  *   within 1e-4 would be allowed to differ: none does with this seed, the
@@ -296,6 +297,16 @@ static void test_mxfp4_blocks(void)
     /* the ends: 2^-128 (e 0), 12 2^124 (e 252; above, 12 2^(e - 128) is inf, as the CPU's) */
     quant_dequantize_row(QUANT_MXFP4, src, want, COLS);
     CHECK(want[1] == ldexpf(1.0f, -128) && got[252 * COLS + 7] == 12 * ldexpf(1.0f, 124));
+    /* random blocks (shapes-only models): the emulated kernel's bytes the
+     * host twin's, |w| <= 1 / sqrt(cols) */
+    gk_qrandom_ref(&host, 5);
+    CHECK(IG_DEV(gk_qrandom)(&dev, 5, NULL) == IG_OK);
+    CHECK(memcmp(host.q, dev.q, (size_t)ROWS * NB * 16) == 0 &&
+          memcmp(host.s, dev.s, (size_t)ROWS * NB) == 0);
+    gk_qunpack_row_ref(&dev, 3, back);
+    quant_dequantize_row(QUANT_MXFP4, back, want, COLS);
+    CHECKF(max_abs(want, COLS) <= 1 / sqrt(COLS) && max_abs(want, COLS) > 0.25 / sqrt(COLS),
+           "MXFP4 random blocks: max |w| %.4g", max_abs(want, COLS));
     free(src), free(back), free(hb), free(db), free(srcd), free(tokens), free(got), free(want);
 }
 
