@@ -89,7 +89,11 @@ const char *backend_gpu_weights_name(enum backend_gpu_weights mode)
 
 int gpu_plan_type(const struct model_weight *w, enum backend_gpu_weights mode)
 {
-    if (mode == BACKEND_GPU_NATIVE && gk_qmm_native((int)w->type, w->rows, w->cols))
+    /* experts are read by the expert-indexed product alone, which takes
+     * MXFP4 (gpt-oss's) as well: their bytes are the file's */
+    bool native = w->n_expert > 1 ? gk_qmm_native_experts((int)w->type, w->rows, w->cols)
+                                  : gk_qmm_native((int)w->type, w->rows, w->cols);
+    if (mode == BACKEND_GPU_NATIVE && native)
         return (int)w->type;
     return QUANT_F16;
 }

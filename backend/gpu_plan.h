@@ -33,7 +33,8 @@ struct gpu_plan_part {
 int gpu_plan_check_model(const struct model *m);
 
 /* The device type of w: its own where the device layout and kernels take it
- * and the mode is native, else f16 (ops/gpu_qmm.h, gk_qmm_native). */
+ * and the mode is native, else f16 (ops/gpu_qmm.h, gk_qmm_native; for an
+ * expert weight, n_expert > 1, gk_qmm_native_experts: MXFP4 too). */
 int gpu_plan_type(const struct model_weight *w, enum backend_gpu_weights mode);
 
 /* Whether weight t goes to the device as an f32 [rows * cols] vector, not

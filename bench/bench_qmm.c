@@ -417,7 +417,7 @@ static int parse_type(const char *name)
 {
     for (uint32_t t = 0; t < 64; t++) {
         const struct quant_traits *tr = quant_traits_of(t);
-        if (tr && !strcmp(tr->name, name) && (t == QUANT_F16 || gk_qlayout_of((int)t, NULL)))
+        if (tr && !strcmp(tr->name, name) && (t == QUANT_F16 || gk_qmm_native((int)t, 1, 256)))
             return (int)t;
     }
     fprintf(stderr, "bench_qmm: unknown or unsupported type '%s'\n", name);

@@ -16,7 +16,8 @@
  * The product: grid (output rows / 8, tiles), 8 warps of a block each own
  * one output row of the tile's expert (glu: its gate and up rows) for the
  * tile's up to GK_MOE_TILE pairs: lane l walks 32-element blocks l, l + 32,
- * ..., dequantizes each once (ops/gpu_qblocks.cuh, the CPU's values) and
+ * ..., dequantizes each once (ops/gpu_qblocks.cuh, the CPU's values; MXFP4's
+ * 16 quant bytes one aligned load, its E8M0 byte a second) and
  * multiplies it with each pair's x (f16 to f32), f32 sums, one butterfly per
  * pair at the end. So an expert's rows are read once per tile: a decode row
  * reads its k experts only, a prefill step each used expert once per 8 rows
@@ -264,12 +265,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_par
     }
 }
 
-/* The types the product reads: the file's block types and f16. */
+/* The types the product reads: the file's block types (MXFP4 too) and f16. */
 template <class F> int moe_type_dispatch(int type, F &&f)
 {
     if (type == QUANT_F16)
         return f(qtype_tag<QUANT_F16>());
-    return qtype_dispatch(type, f);
+    return qtype_dispatch_experts(type, f);
 }
 
 /* ---- the weighted sum into the residual ---------------------------------------------- */
@@ -323,7 +324,7 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
     const bool glu = p->glu != GK_GLU_NONE;
     const bool ok =
         p->rows >= 1 && p->w.rows % p->rows == 0 && p->w.cols >= 32 && p->w.cols % 32 == 0 &&
-        p->w.q && (p->w.type == QUANT_F16 || gk_qmm_native(p->w.type, p->w.rows, p->w.cols)) &&
+        p->w.q && (p->w.type == QUANT_F16 || gk_qmm_native_experts(p->w.type, p->w.rows, p->w.cols)) &&
         p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
         p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
         p->max_tiles <= 65535 && (p->rows + kWarps - 1) / kWarps <= 0x7fffffff &&

@@ -12,6 +12,8 @@
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_qmm.h"
 
+#include <string.h>
+
 extern "C" {
 #include "models/quant.h"
 }
@@ -29,6 +31,7 @@ template <> struct qtraits<QUANT_Q8_0> { static constexpr int kBlock = 32, kQ = 
 template <> struct qtraits<QUANT_Q4_K> { static constexpr int kBlock = 256, kQ = 128, kH = 0, kS = 16; };
 template <> struct qtraits<QUANT_Q5_K> { static constexpr int kBlock = 256, kQ = 128, kH = 32, kS = 16; };
 template <> struct qtraits<QUANT_Q6_K> { static constexpr int kBlock = 256, kQ = 128, kH = 64, kS = 20; };
+template <> struct qtraits<QUANT_MXFP4> { static constexpr int kBlock = 32, kQ = 16, kH = 0, kS = 1; };
 
 /* Calls f(tag) for the runtime type, tag.value being the type as a
  * constant: f is a generic lambda (`[&](auto tag) {...}`); -1 for a type
@@ -48,6 +51,15 @@ template <class F> inline int qtype_dispatch(int type, F &&f) /* host: launchers
     case QUANT_Q6_K: return f(qtype_tag<QUANT_Q6_K>());
     default: return -1;
     }
+}
+
+/* qtype_dispatch's types and MXFP4: the launchers of the kernels that read
+ * expert matrices (gk_qmm_native_experts) or load them (ops/gpu_qweights.cu). */
+template <class F> inline int qtype_dispatch_experts(int type, F &&f)
+{
+    if (type == QUANT_MXFP4)
+        return f(qtype_tag<QUANT_MXFP4>());
+    return qtype_dispatch(type, f);
 }
 
 __device__ __forceinline__ uint16_t qb_u16(const uint8_t *p) /* p 2-byte aligned */
@@ -122,7 +134,9 @@ __device__ __forceinline__ qraw qb_load32(const gk_qmat &w, int64_t row, int64_t
             r.q1 = *(const gk_u32x4 *)(w.q + i * T::kQ + 16);
         if (T::kH)
             r.h0 = qb_u32(w.h + i * T::kH);
-        r.s[0] = T::kS == 4 ? qb_u32(w.s + i * T::kS) : (uint32_t)qb_u16(w.s + i * T::kS);
+        r.s[0] = T::kS == 4   ? qb_u32(w.s + i * T::kS)
+                 : T::kS == 2 ? (uint32_t)qb_u16(w.s + i * T::kS)
+                              : (uint32_t)w.s[i]; /* MXFP4's E8M0 byte */
         return r;
     }
     const int64_t sb = row * nb + xb / 8;
@@ -152,6 +166,30 @@ __device__ __forceinline__ qraw qb_load32(const gk_qmat &w, int64_t row, int64_t
     return r;
 }
 
+/* models/quant.h's quant_mxfp4_value (the E2M1 value doubled) from bits:
+ * magnitudes 0, 1, 2, 3, 4, 6, 8, 12 are (2 + m) 2^(x - 1) for exponent
+ * field x >= 1, m for x = 0; bit 3 the sign. No table in local memory. */
+__device__ __forceinline__ int qb_mxfp4_value(int q)
+{
+    const int x = (q >> 1) & 3, m = q & 1;
+    const int mag = x == 0 ? m : (2 + m) << (x - 1);
+    return q & 8 ? -mag : mag;
+}
+
+/* models/quant.h's quant_e8m0_half (ggml's GGML_E8M0_TO_FP32_HALF):
+ * 2^(e - 128), subnormal for e < 2. */
+__device__ __forceinline__ float qb_e8m0_half(uint32_t e)
+{
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(bits);
+#else
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
 /* Quant byte l (0..31) of q0 | q1. */
 __device__ __forceinline__ int qb_qbyte(const qraw &r, int l)
 {
@@ -170,6 +208,16 @@ __device__ __forceinline__ void qb_values32(const qraw &r, int j, float y[32])
         IG_UNROLL
         for (int l = 0; l < 32; l++)
             y[l] = gk_mul((float)(int8_t)qb_qbyte(r, l), d);
+        return;
+    }
+    if (TYPE == QUANT_MXFP4) { /* quant_mxfp4_value(q) 2^(e - 128): exact in f32 */
+        const float d = qb_e8m0_half(r.s[0]);
+        IG_UNROLL
+        for (int l = 0; l < 16; l++) {
+            const int b = qb_qbyte(r, l);
+            y[l] = gk_mul((float)qb_mxfp4_value(b & 15), d);
+            y[l + 16] = gk_mul((float)qb_mxfp4_value(b >> 4), d);
+        }
         return;
     }
     if (T::kBlock == 32) {

@@ -157,7 +157,8 @@ qmma_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x,
 extern "C" int IG_DEV(gk_qmma)(const struct gk_qgemv_params *p, void *stream)
 {
     struct gk_qlayout l;
-    const bool ok = gk_qlayout_of(p->w.type, &l) && p->w.rows >= 1 && p->w.cols >= l.block &&
+    const bool ok = gk_qlayout_of(p->w.type, &l) && p->w.type != QUANT_MXFP4 /* experts' */ &&
+                    p->w.rows >= 1 && p->w.cols >= l.block &&
                     p->w.cols % l.block == 0 && p->n >= 1 && p->w.q && p->w.s &&
                     (!l.h || p->w.h) && p->x && p->y && p->ld_x >= p->w.cols &&
                     p->ld_x % 8 == 0 && gk_aligned(p->x, 16) && p->ld_y >= p->w.rows &&

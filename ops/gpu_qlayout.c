@@ -11,6 +11,8 @@
  *   Q4_K  128| -  | 16 (d, dmin, 12 scale bytes)      = 144
  *   Q5_K  128| 32 | 16                                = 176
  *   Q6_K  128| 64 | 20 (d, 2 zero bytes, 16 scales)   = 212, the file's 210
+ *   MXFP4 16 | -  | 1 (e, the E8M0 scale)             = 17, the file's 17
+ *         (the expert products' alone, ops/gpu_moe.cu: gk_qmm_native_experts)
  * Quants keep the file's byte order, except that a K type's super-block
  * holds the first 16 bytes of its four 32-byte chunks, then the second 16
  * (GK_KQ_OFF, ops/gpu_qmm.h). High bits are reordered so that for
@@ -45,6 +47,7 @@ bool gk_qlayout_of(int type, struct gk_qlayout *out)
     case QUANT_Q4_K: l = (struct gk_qlayout){256, 64, 128, 0, 16}; break;
     case QUANT_Q5_K: l = (struct gk_qlayout){256, 64, 128, 32, 16}; break;
     case QUANT_Q6_K: l = (struct gk_qlayout){256, 64, 128, 64, 20}; break;
+    case QUANT_MXFP4: l = (struct gk_qlayout){32, 32, 16, 0, 1}; break;
     default: return false;
     }
     if (out)
@@ -193,6 +196,10 @@ static void block_to_planes(int type, const uint8_t *b, uint8_t *q, uint8_t *h, 
         memcpy(s, b, 2);
         memcpy(q, b + 2, 32);
         return;
+    case QUANT_MXFP4:
+        s[0] = b[0];
+        memcpy(q, b + 1, 16);
+        return;
     case QUANT_Q4_K:
         memcpy(s, b, 16);
         kq_to_planes(b + 16, q);
@@ -259,6 +266,10 @@ static void planes_to_block(int type, const uint8_t *q, const uint8_t *h, const 
     case QUANT_Q8_0:
         memcpy(b, s, 2);
         memcpy(b + 2, q, 32);
+        return;
+    case QUANT_MXFP4:
+        b[0] = s[0];
+        memcpy(b + 1, q, 16);
         return;
     case QUANT_Q4_K:
         memcpy(b, s, 16);
@@ -377,11 +388,17 @@ int gk_qmm_check_env(void)
     return IG_OK;
 }
 
-bool gk_qmm_native(int type, int64_t rows, int64_t cols)
+bool gk_qmm_native_experts(int type, int64_t rows, int64_t cols)
 {
     struct gk_qlayout l;
     return gk_qlayout_of(type, &l) && rows >= 1 && cols >= l.block && cols % l.block == 0 &&
            rows <= INT32_MAX && cols <= INT32_MAX;
+}
+
+bool gk_qmm_native(int type, int64_t rows, int64_t cols)
+{
+    /* MXFP4: no dense kernel reads it (gpt-oss has it in its experts only) */
+    return type != QUANT_MXFP4 && gk_qmm_native_experts(type, rows, cols);
 }
 
 int gk_qmm_choose(int type, int64_t rows, int64_t cols, int64_t n, struct gk_qmm_plan *plan)

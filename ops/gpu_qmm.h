@@ -1,6 +1,7 @@
 /* ops/gpu_qmm.h: block-quantized weights on the GPU and the matrix products
  * that read them where they lie (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
- * Q6_K; weights of other types go to the device as f16, ops/gpu_ops.h).
+ * Q6_K; MXFP4 for expert matrices only, gk_qmm_native_experts; weights of
+ * other types go to the device as f16, ops/gpu_ops.h).
  *
  * A matrix is held in its own blocks, split into planes (struct gk_qmat):
  * quants, high bits, scales, each row-major over the blocks of a row, so a
@@ -132,6 +133,12 @@ const char *gk_qmm_path_name(enum gk_qmm_path path);
  * `type` (the loader keeps it native, else it converts it to f16). */
 bool gk_qmm_native(int type, int64_t rows, int64_t cols);
 
+/* The same for an expert matrix, read by the expert-indexed product alone
+ * (ops/gpu_moe.h): gk_qmm_native's types and MXFP4 (gpt-oss's experts;
+ * planes q 16 bytes, s the E8M0 byte, repacked, dequantized and made random
+ * by ops/gpu_qweights.cu as the others, but read by no dense product). */
+bool gk_qmm_native_experts(int type, int64_t rows, int64_t cols);
+
 /* IG_OK, or IG_E_USAGE naming the accepted values when IGNITE_QMM_PATH holds
  * something else (checked once when a backend is made). */
 int gk_qmm_check_env(void);
@@ -162,7 +169,8 @@ void gk_qembed_ref(const struct gk_qmat *w, const int32_t *tokens, int64_t n, fl
 int IG_DEV(gk_qrandom)(const struct gk_qmat *w, uint64_t seed, void *stream);
 void gk_qrandom_ref(const struct gk_qmat *w, uint64_t seed);
 /* The fixed f16 fields of gk_qrandom's scale records for `type` and `cols`
- * (fixed[0] d, fixed[1] m or dmin or 0), one computation for both builds. */
+ * (fixed[0] d, fixed[1] m or dmin or 0; MXFP4: fixed[0] the E8M0 byte), one
+ * computation for both builds. */
 void gk_qrandom_fixed(int type, int64_t cols, uint16_t fixed[2]);
 
 /* ---- ops/gpu_qgemv.cu: few activation rows ------------------------------- */

@@ -72,6 +72,10 @@ void gk_qrandom_fixed(int type, int64_t cols, uint16_t fixed[2])
     case QUANT_Q4_K: d = 2 * a / (15 * 63), m = a / 63; break; /* d sc q - dmin mn */
     case QUANT_Q5_K: d = 2 * a / (31 * 63), m = a / 63; break;
     case QUANT_Q6_K: d = a / (32 * 128); break;              /* d sc (q - 32) */
+    case QUANT_MXFP4: /* the E8M0 byte e: 12 2^(e - 128) <= a, |value| <= 12 */
+        fixed[0] = (uint16_t)(128 + (int)floorf(log2f(a / 12)));
+        fixed[1] = 0;
+        return;
     default: break;
     }
     fixed[0] = ig_f32_to_f16(d);
@@ -95,6 +99,10 @@ void gk_qrandom_ref(const struct gk_qmat *w, uint64_t seed)
     }
     for (size_t b = 0; b < blocks; b++) {
         uint8_t *s = w->s + b * l.s;
+        if (l.s == 1) { /* MXFP4's E8M0 byte */
+            s[0] = (uint8_t)fixed[0];
+            continue;
+        }
         memcpy(s, &fixed[0], 2);
         if (l.s >= 4)
             memcpy(s + 2, &fixed[1], 2);

@@ -2,7 +2,8 @@
  * time: the repack from the file's blocks into the planes (load time),
  * dequantization of rows to f16 (the just-in-time slabs of the cuBLAS path),
  * the embedding lookup straight from the quantized table, and random blocks
- * for shapes-only synthetic models. Contracts in ops/gpu_qmm.h; the twins
+ * for shapes-only synthetic models (MXFP4 too: expert matrices,
+ * gk_qmm_native_experts). Contracts in ops/gpu_qmm.h; the twins
  * are gk_qrepack_ref (ops/gpu_qlayout.c) and ops/gpu_qmm_ref.c.
  *
  * One thread per block (repack, random) or per 32-element activation block
@@ -76,6 +77,7 @@ repack_kernel(gk_qmat w, const uint8_t *__restrict__ src, size_t row_bytes, size
         case QUANT_Q5_0: q_off = 6, s_len = 2; store_u32(h, reorder1(load_u32_bytes(b + 2))); break;
         case QUANT_Q5_1: q_off = 8, s_len = 4; store_u32(h, reorder1(load_u32_bytes(b + 4))); break;
         case QUANT_Q8_0: q_off = 2, s_len = 2; break;
+        case QUANT_MXFP4: q_off = 1, s_len = 1; break;
         case QUANT_Q4_K: q_off = 16, s_len = 16; break;
         case QUANT_Q5_K: {
             q_off = 48, s_len = 16;
@@ -174,6 +176,10 @@ random_kernel(gk_qmat w, uint64_t seed, uint32_t fixed)
             store_u32(w.h + i * T::kH + 4 * k,
                       gk_random_u32(seed + 1, (uint64_t)(i * (T::kH / 4) + k)));
         uint8_t *s = w.s + i * T::kS;
+        if (T::kS == 1) { /* MXFP4: the E8M0 byte */
+            *s = (uint8_t)fixed;
+            continue;
+        }
         *(uint16_t *)s = (uint16_t)(fixed & 0xffffu);
         if (T::kS >= 4)
             *(uint16_t *)(s + 2) = (uint16_t)(fixed >> 16);
@@ -202,7 +208,7 @@ extern "C" {
 int IG_DEV(gk_qrepack)(const struct gk_qmat *w, const void *src, size_t row_bytes, void *stream)
 {
     const struct quant_traits *t = quant_traits_of((uint32_t)w->type);
-    if (!shape_ok(*w, "gk_qrepack") || !src || row_bytes % 2 ||
+    if (!shape_ok(*w, "gk_qrepack") || !src || (row_bytes % 2 && w->type != QUANT_MXFP4) ||
         row_bytes < (size_t)(w->cols / t->block_elems) * t->block_bytes)
         return ig_error(IG_E_INTERNAL, "gk_qrepack: bad source rows (row_bytes %zu)", row_bytes);
     if (w->rows == 0)
@@ -210,7 +216,7 @@ int IG_DEV(gk_qrepack)(const struct gk_qmat *w, const void *src, size_t row_byte
     const gk_qmat m = *w;
     const uint8_t *s = (const uint8_t *)src;
     const size_t bb = t->block_bytes;
-    return qtype_dispatch(m.type, [&](auto tag) {
+    return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = repack_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(m.rows * (m.cols / t->block_elems))), block(kThreads);
         return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, s, row_bytes, bb);
@@ -228,7 +234,7 @@ int IG_DEV(gk_qdequant_f16)(const struct gk_qmat *w, int64_t r0, int64_t nr, uin
     if (nr == 0)
         return IG_OK;
     const gk_qmat m = *w;
-    return qtype_dispatch(m.type, [&](auto tag) {
+    return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = dequant_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(nr * (m.cols / 32))), block(kThreads);
         return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, r0, nr, dst);
@@ -244,7 +250,7 @@ int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n,
     if (n == 0)
         return IG_OK;
     const gk_qmat m = *w;
-    return qtype_dispatch(m.type, [&](auto tag) {
+    return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = embed_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(n * (m.cols / 32))), block(kThreads);
         return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, tokens, n, x);
@@ -263,7 +269,7 @@ int IG_DEV(gk_qrandom)(const struct gk_qmat *w, uint64_t seed, void *stream)
     const gk_qmat m = *w;
     struct gk_qlayout l;
     gk_qlayout_of(m.type, &l);
-    return qtype_dispatch(m.type, [&](auto tag) {
+    return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = random_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(m.rows * (m.cols / l.block))), block(kThreads);
         return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, seed, f);

@@ -5,8 +5,11 @@
  * rows (a tile of several pairs, experts no row picks), n_embd and
  * expert width 256 (the K types' super-blocks), or 128 and 96 (a width that
  * is not a multiple of 256: f16 and Q8_0 down experts); gate|up / down in
- * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 with
- * gpt-oss's clamped SwiGLU and biases.
+ * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 and
+ * MXFP4 / MXFP4 (gpt-oss's experts) with gpt-oss's clamped SwiGLU and
+ * biases; and MXFP4's blocks alone (test_mxfp4_blocks: repack, and the
+ * values the kernels read bit for bit models/quant.c's, every E8M0 byte;
+ * random blocks the twin's).
  *
  * - route: the same experts (a row whose k-th and (k+1)-th twin logits lie
  *   within 1e-4 would be allowed to differ: none does with this seed, the
@@ -86,6 +89,9 @@ static struct gk_qmat rand_experts(int type, int64_t rows, int64_t cols, uint64_
         case QUANT_Q8_0: h[0] = ig_f32_to_f16(d / 64); break;
         case QUANT_Q4_K: h[0] = ig_f32_to_f16(d / 32), h[1] = ig_f32_to_f16(fabsf(d) / 16); break;
         case QUANT_Q6_K: h[0] = ig_f32_to_f16(d / 64), at = offsetof(struct block_q6_K, d); break;
+        case QUANT_MXFP4: /* E8M0: 2^(e - 128) near a / 8, |value| <= 12 */
+            blk[0] = (uint8_t)(128 + (int)floorf(log2f(fabsf(d) / 8)));
+            continue;
         default: IG_ASSERT(0);
         }
         memcpy(blk + at, h, type == QUANT_Q4_K ? 4 : 2);
@@ -254,6 +260,64 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     return ok;
 }
 
+/* MXFP4 on the device, every E8M0 byte (row r's blocks have e = r: 0 and 1
+ * subnormal, 255) and every nibble: the emulated repack equals the host's
+ * (gk_qrepack_ref) byte for byte and unpacks to the file's blocks, and the
+ * values a kernel reads (qb_decode32, through gk_qembed's f32 rows, the
+ * dequantization gk_moe_gemv does in registers) are models/quant.c's
+ * quant_dequantize_row's bit for bit. */
+static void test_mxfp4_blocks(void)
+{
+    enum { ROWS = 256, COLS = 64, NB = COLS / QK_MXFP4 };
+    const size_t rb = quant_row_bytes(QUANT_MXFP4, COLS),
+                 bytes = gk_qmat_bytes(QUANT_MXFP4, ROWS, COLS);
+    uint8_t *src = malloc(rb * ROWS), *back = malloc(rb);
+    for (int r = 0; r < ROWS; r++)
+        for (int b = 0; b < NB; b++) {
+            uint8_t *blk = src + (size_t)r * rb + (size_t)b * sizeof(struct block_mxfp4);
+            blk[0] = (uint8_t)r;
+            for (int j = 0; j < QK_MXFP4 / 2; j++) /* nibbles j and 15 - j, then swapped */
+                blk[1 + j] = (uint8_t)(b ? (15 - j) | j << 4 : j | (15 - j) << 4);
+        }
+    void *hb = zalloc(bytes), *db = zalloc(bytes), *srcd = zalloc(rb * ROWS);
+    memcpy(srcd, src, rb * ROWS);
+    struct gk_qmat host, dev;
+    gk_qmat_carve(&host, QUANT_MXFP4, ROWS, COLS, hb);
+    gk_qmat_carve(&dev, QUANT_MXFP4, ROWS, COLS, db);
+    gk_qrepack_ref(&host, src, rb);
+    CHECK(IG_DEV(gk_qrepack)(&dev, srcd, rb, NULL) == IG_OK);
+    CHECK(memcmp(host.q, dev.q, (size_t)ROWS * NB * 16) == 0 &&
+          memcmp(host.s, dev.s, (size_t)ROWS * NB) == 0);
+    int32_t *tokens = malloc(ROWS * sizeof *tokens);
+    float *got = zalloc((size_t)ROWS * COLS * 4), *want = malloc(COLS * sizeof *want);
+    for (int r = 0; r < ROWS; r++)
+        tokens[r] = r;
+    CHECK(IG_DEV(gk_qembed)(&dev, tokens, ROWS, got, NULL) == IG_OK);
+    int bad_blocks = 0, bad_values = 0;
+    for (int r = 0; r < ROWS; r++) {
+        gk_qunpack_row_ref(&dev, r, back);
+        bad_blocks += memcmp(back, src + (size_t)r * rb, rb) != 0;
+        quant_dequantize_row(QUANT_MXFP4, src + (size_t)r * rb, want, COLS);
+        bad_values += memcmp(got + (size_t)r * COLS, want, COLS * sizeof *want) != 0;
+    }
+    CHECKF(bad_blocks == 0 && bad_values == 0, "MXFP4: %d rows unpack wrong, %d rows' values "
+           "differ from quant_dequantize_row's", bad_blocks, bad_values);
+    /* the ends: 2^-128 (e 0), 12 2^124 (e 252; above, 12 2^(e - 128) is inf, as the CPU's) */
+    quant_dequantize_row(QUANT_MXFP4, src, want, COLS);
+    CHECK(want[1] == ldexpf(1.0f, -128) && got[252 * COLS + 7] == 12 * ldexpf(1.0f, 124));
+    /* random blocks (shapes-only models): the emulated kernel's bytes the
+     * host twin's, |w| <= 1 / sqrt(cols) */
+    gk_qrandom_ref(&host, 5);
+    CHECK(IG_DEV(gk_qrandom)(&dev, 5, NULL) == IG_OK);
+    CHECK(memcmp(host.q, dev.q, (size_t)ROWS * NB * 16) == 0 &&
+          memcmp(host.s, dev.s, (size_t)ROWS * NB) == 0);
+    gk_qunpack_row_ref(&dev, 3, back);
+    quant_dequantize_row(QUANT_MXFP4, back, want, COLS);
+    CHECKF(max_abs(want, COLS) <= 1 / sqrt(COLS) && max_abs(want, COLS) > 0.25 / sqrt(COLS),
+           "MXFP4 random blocks: max |w| %.4g", max_abs(want, COLS));
+    free(src), free(back), free(hb), free(db), free(srcd), free(tokens), free(got), free(want);
+}
+
 int main(void)
 {
     struct {
@@ -265,7 +329,9 @@ int main(void)
         {QUANT_F16, QUANT_Q8_0, 128, 96, GK_GLU_SILU, false},
         {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
         {QUANT_Q8_0, QUANT_F16, 128, 96, GK_MOE_GLU_OAI, true},
+        {QUANT_MXFP4, QUANT_MXFP4, 128, 96, GK_MOE_GLU_OAI, true}, /* gpt-oss's */
     };
+    test_mxfp4_blocks();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fprintf(stderr, "%s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
                 quant_type_name((uint32_t)cases[i].type), quant_type_name((uint32_t)cases[i].down),

@@ -42,6 +42,18 @@ static void test_parts(void)
     CHECK(gpu_plan_type(&f32, BACKEND_GPU_NATIVE) == QUANT_F16);
     CHECK(gpu_plan_type(&bf, BACKEND_GPU_NATIVE) == QUANT_F16);
     CHECK(gpu_plan_type(&v, BACKEND_GPU_NATIVE) == QUANT_Q6_K);
+    /* MXFP4: native as experts (gpt-oss's; the expert product reads it),
+     * their device bytes the file's 17 a block up to two planes' padding;
+     * f16 as a dense matrix, which no dense kernel reads */
+    struct model_weight mx = mat(QUANT_MXFP4, 64, 2880), mxe = mx;
+    mxe.n_expert = 32;
+    CHECK(gpu_plan_type(&mx, BACKEND_GPU_NATIVE) == QUANT_F16);
+    CHECK(gpu_plan_type(&mxe, BACKEND_GPU_NATIVE) == QUANT_MXFP4);
+    CHECK(gpu_plan_type(&mxe, BACKEND_GPU_F16) == QUANT_F16);
+    size_t file = (size_t)(mxe.n_expert * mxe.rows) * mxe.row_bytes,
+           dev = gk_qmat_bytes(QUANT_MXFP4, mxe.n_expert * mxe.rows, mxe.cols);
+    CHECKF(dev >= file && dev < file + 512, "MXFP4 experts: %zu device bytes, file %zu", dev,
+           file);
 }
 
 static void test_bytes(const char *spec)
