@@ -340,23 +340,13 @@ def main():
         # table (16 x 32, tied) and the output norm
         moe = tiny_moe(n_layer=2)
         per_layer = 2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 2 * 16 + 8 * 32 + 2 * 3 * 32 * 32
-        # on the CUDA backend (backend/gpu_plan.c, ops/gpu_qmm.h's planes, each
-        # on a 256-byte boundary): per layer Q|K|V (64 rows), O (32) and the
-        # experts' 8 stacked matrices (256 rows each) of 32 columns, Q4_0 (16
-        # quant bytes and a 2-byte scale a row) or f16, and the router f32 as
-        # the norms (4 * (8 * 32 + 2 * 32 + 2 * 16)); the tied table (16 rows
-        # Q8_0: 32 + 2 bytes a row, or f16) and the output norm
-        def al(n):
-            return (n + 255) // 256 * 256
-        f32 = 4 * (8 * 32 + 2 * 32 + 2 * 16)
-        q4 = sum(al(16 * r) + al(2 * r) for r in (64, 32, 256, 256, 256))
-        f16 = sum(al(64 * r) for r in (64, 32, 256, 256, 256))
-        native = 2 * (q4 + f32) + al(32 * 16) + al(2 * 16) + 4 * 32
-        cuda_f16 = 2 * (f16 + f32) + 16 * 32 * 2 + 4 * 32
+        # no CUDA bytes: its head dim 16 is not one the CUDA attention takes
+        # (backend_gpu_missing); the experts' device bytes are checked on files
+        # it runs by tests/models/tensor_table_check.c
         check_valid(tmp, "qwen3moe", moe,
                     {"architecture": "qwen3moe", "n_expert": 8, "n_expert_used": 2,
                      "n_ff_exp": 32, "active_params": 2 * per_layer + 16 * 32 + 32,
-                     "cuda_weight_bytes": {"native": native, "f16": cuda_f16}})
+                     "cuda_weight_bytes": None})
         check_valid(tmp, "align64", tiny_llama(alignment=64).add("general.alignment", U32, 64),
                     {"n_embd": 32})
         check_valid(tmp, "qwen2", tiny_llama(arch="qwen2", bias=True, tied=False, n_layer=2),
