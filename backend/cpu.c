@@ -10,6 +10,7 @@
 #include "backend/cpu.h"
 
 #include "backend/cpu_layer.h"
+#include "core/coll.h"
 #include "core/status.h"
 #include "decode/sampler.h"
 #include "ops/gpu_qmm.h"
@@ -49,6 +50,26 @@ static void head(struct cpu_backend *c, int64_t n, float *logits)
         cpu_output_head(c->step.ops, b->x, n, logits);
 }
 
+/* x [n, n_embd] = the tokens' rows of the embedding table. A tensor-parallel
+ * rank looks up the tokens of its vocabulary rows only (a tied head's rows:
+ * the bytes it holds anyway), zeros for the others, and the all-reduce sums
+ * the ranks' rows (x + 0 is x: the same rows as one process), so no rank
+ * pages in the whole table. */
+static int embed(struct cpu_backend *c, const int32_t *tokens, int64_t n, float *x)
+{
+    const struct model *m = c->base.m;
+    const struct cpu_tp *tp = c->step.tp;
+    if (!tp)
+        return ops_embed(m, tokens, n, x);
+    int64_t v0 = tp->v0[tp->rank], n_v = tp->n_v[tp->rank];
+    if (tp->rank == tp->n_ranks - 1) /* and rows past the vocabulary, where a table has them */
+        n_v = m->w[MODEL_TOK_EMBD].rows - v0;
+    int st = ops_embed_part(m, tokens, n, v0, n_v, x);
+    if (st == IG_OK)
+        ig_coll_allreduce_sum(x, n * m->hp.n_embd);
+    return st;
+}
+
 static int cpu_step(struct backend *base, const struct backend_batch *batch)
 {
     struct cpu_backend *c = (struct cpu_backend *)base;
@@ -71,7 +92,7 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
             if (batch->want_logits ? batch->want_logits[r] : r == s->row0 + s->n_rows - 1)
                 c->want[n_want++] = r;
     }
-    if ((st = ops_embed(m, batch->tokens, n, b->x)) != IG_OK) /* [n, n_embd] */
+    if ((st = embed(c, batch->tokens, n, b->x)) != IG_OK) /* [n, n_embd] */
         return st;
 
     ops_rope_prepare(ops, c->pos, n);
@@ -264,4 +285,9 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
              ops_qmm_isa_name(ops_qmm_best_isa()));
     *out = &c->base;
     return IG_OK;
+}
+
+size_t backend_cpu_packed_bytes(const struct backend *b)
+{
+    return ops_packed_bytes(((const struct cpu_backend *)b)->packed);
 }

@@ -16,4 +16,9 @@ struct cpu_tp;
 int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
                           struct backend **out);
 
+/* The bytes of b's packed weight copies (ops/packed.h): a CPU backend's
+ * (backend_cpu_create*), 0 for IGNITE_MATMUL=exact. For the tensor-parallel
+ * ranks' accounting (IGNITE_TP_STATS). */
+size_t backend_cpu_packed_bytes(const struct backend *b);
+
 #endif

@@ -9,7 +9,9 @@
 #include "backend/cpu_layer.h"
 #include "backend/tp.h"
 #include "models/tp.h"
+#include "core/mapped_file.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +50,8 @@ struct tp_rank {
     char *buf;                   /* messages */
     size_t buf_cap;
     int64_t steps;               /* steps run (IGNITE_TP_STATS) */
+    const struct ig_mapped_file *map; /* the model file the part points into, or NULL */
+    bool packed;                 /* cpu is the CPU's backend (its packed copies count) */
 };
 
 /* r->buf holds at least `bytes`. IG_OK or IG_E_NOMEM (one line). */

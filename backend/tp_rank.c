@@ -79,8 +79,10 @@ void backend_tp_set_gpu(const struct backend_tp_gpu *g)
 /* This rank's backend over its part: the CPU's, or the GPU's. */
 static int rank_backend(struct tp_rank *r, const struct backend_opts *o)
 {
-    if (o->device.kind == BACKEND_CPU)
+    if (o->device.kind == BACKEND_CPU) {
+        r->packed = true;
         return backend_cpu_create_tp(r->shard, o, &r->tp, &r->cpu);
+    }
     if (!gpu.create)
         return ig_error(IG_E_DEVICE, "this ignite was built without CUDA");
     return gpu.create(r->shard, o, &r->tp, &r->cpu);
@@ -118,6 +120,7 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
         st = ig_error(IG_E_USAGE, "tensor parallelism: recurrent layers do not split yet");
     if (st == IG_OK)
         drop_file_pages(m);
+    r->map = m->gguf ? &m->gguf->map : NULL;
     if (st != IG_OK) {
         tp_rank_free(r);
         return st;
@@ -184,23 +187,30 @@ static double rss_mib(void)
     return kib / 1024.0;
 }
 
-/* Every rank at the backend's end: its steps, seconds in collectives and
- * resident MiB to rank 0, which prints a line a rank where IGNITE_TP_STATS
- * is set (the cost of the all-reduces: docs/benchmarks.md). */
+/* Every rank at the backend's end: its steps, seconds in collectives,
+ * resident MiB and the weights' share of it (the model file's pages it has
+ * mapped, its packed copies) to rank 0, which prints a line a rank where
+ * IGNITE_TP_STATS is set (the cost of the all-reduces and what a rank
+ * holds: docs/benchmarks.md). */
 void tp_stats(struct tp_rank *r)
 {
+    enum { K = 5 };
     int n = ig_coll_size();
-    float mine[3] = {(float)r->steps, (float)ig_coll_seconds(), (float)rss_mib()};
-    float all[3 * MODEL_TP_MAX_RANKS];
+    float mine[K] = {(float)r->steps, (float)ig_coll_seconds(), (float)rss_mib(),
+                     r->map ? (float)ig_mapped_resident(r->map) / 1048576.0f : 0.0f,
+                     r->packed ? (float)backend_cpu_packed_bytes(r->cpu) / 1048576.0f : 0.0f};
+    float all[K * MODEL_TP_MAX_RANKS];
     int64_t cnt[MODEL_TP_MAX_RANKS], at[MODEL_TP_MAX_RANKS];
     for (int i = 0; i < n; i++)
-        cnt[i] = 3, at[i] = 3 * i;
-    ig_coll_gatherv(mine, 3, all, cnt, at, 0);
+        cnt[i] = K, at[i] = K * i;
+    ig_coll_gatherv(mine, K, all, cnt, at, 0);
     if (ig_coll_rank() != 0 || !getenv("IGNITE_TP_STATS"))
         return;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        const float *a = all + K * i;
         fprintf(stderr, "tp: rank %d of %d: %.0f steps, %.3f s in collectives (%.3f ms a "
-                "step), resident %.1f MiB\n", i, n, all[3 * i], all[3 * i + 1],
-                all[3 * i] > 0 ? 1e3 * all[3 * i + 1] / all[3 * i] : 0.0, all[3 * i + 2]);
+                "step), resident %.1f MiB (model file pages %.1f, packed weights %.1f)\n", i, n,
+                a[0], a[1], a[0] > 0 ? 1e3 * a[1] / a[0] : 0.0, a[2], a[3], a[4]);
+    }
 }
 

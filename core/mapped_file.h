@@ -30,6 +30,11 @@ void ig_map_set_mode(unsigned flags);
  * strerror(errno) (missing file, directory, no access, a failed read). */
 int ig_map_file(const char *path, struct ig_mapped_file *out);
 
+/* Bytes of f this process has in memory now: the mapped pages present in
+ * its page tables (/proc/self/pagemap; 0 where that cannot be read), or all
+ * of them where f was read. For the tensor-parallel ranks' accounting. */
+size_t ig_mapped_resident(const struct ig_mapped_file *f);
+
 /* Unmaps (or frees), unlocking first; safe on a zeroed struct. */
 void ig_unmap_file(struct ig_mapped_file *f);
 

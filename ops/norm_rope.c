@@ -18,12 +18,14 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #endif
 
-int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
+int ops_embed_part(const struct model *m, const int32_t *tokens, int64_t n_tokens, int64_t v0,
+                   int64_t n_v, float *x)
 {
     const struct model_weight *e = &m->w[MODEL_TOK_EMBD];
     const struct mm_format *f = ops_mm_format_of(e->type);
@@ -35,14 +37,23 @@ int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, fl
     }
     float scale = (float)m->hp.embd_scale;
     for (int64_t t = 0; t < n_tokens; t++) {
-        const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes;
         float *xt = x + t * e->cols;
+        if (tokens[t] < v0 || tokens[t] >= v0 + n_v) {
+            memset(xt, 0, (size_t)e->cols * sizeof *xt);
+            continue;
+        }
+        const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes;
         f->decode_row(e->type, row, xt, e->cols);
         if (scale != 1.0f)
             for (int64_t i = 0; i < e->cols; i++)
                 xt[i] *= scale;
     }
     return IG_OK;
+}
+
+int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
+{
+    return ops_embed_part(m, tokens, n_tokens, 0, m->w[MODEL_TOK_EMBD].rows, x);
 }
 
 /* Vectors for the loops -O2 leaves scalar (trip counts not known multiples

@@ -129,3 +129,12 @@ const uint8_t *ops_packed_find(const struct ops_packed *p, const struct model_we
                ? e->data
                : NULL;
 }
+
+size_t ops_packed_bytes(const struct ops_packed *p)
+{
+    size_t bytes = 0;
+    for (int64_t i = 0; p && i < p->n; i++)
+        bytes += (ops_qmm_packed_bytes(p->w[i].type, p->w[i].rows, p->w[i].cols) + 63) &
+                 ~(size_t)63;
+    return bytes;
+}

@@ -31,6 +31,9 @@ void ops_packed_free(struct ops_packed *p);
  * IG_E_NOMEM. */
 int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct ops_pool *pool);
 
+/* The bytes of every packed copy in p (0 for NULL). */
+size_t ops_packed_bytes(const struct ops_packed *p);
+
 /* The packed copy of w (ops_qmm_packed_bytes bytes, 64-byte aligned), or
  * NULL: none, or p NULL. */
 const uint8_t *ops_packed_find(const struct ops_packed *p, const struct model_weight *w);
