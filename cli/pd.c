@@ -543,6 +543,13 @@ int pd_create(const struct pd_opts *o, struct pd **out)
         (!(pd->room = calloc((size_t)o->n_decode, sizeof *pd->room)) ||
          !(pd->room_known = calloc((size_t)o->n_decode, sizeof *pd->room_known))))
         st = ig_error(IG_E_NOMEM, "out of memory");
+    /* every rank has the same options, so each decode rank's pool is this
+     * rank's: prompts start before the decode ranks first speak */
+    for (int i = 0; pd->room && i < o->n_decode; i++) {
+        pd->room[i] = (struct room_msg){.blocks = pd->n_blocks, .slots = pd->n_slots,
+                                        .total = pd->n_blocks};
+        pd->room_known[i] = true;
+    }
     for (int r = 0; pd->heard_ns && r < pd->size; r++)
         pd->heard_ns[r] = ig_now_ns();
     if (st != IG_OK) {
