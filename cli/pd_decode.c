@@ -107,6 +107,7 @@ static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t byte
         st = ig_error(IG_E_INTERNAL, "a cache's head of the wrong size");
     fclose(f);
     j->rd.f = NULL;
+    j->rd.no_crc = true; /* the parts: MPI's messages, no checksum of their own */
     if (st == IG_OK && j->rd.hdr.n_vocab != pd->o.m->hp.n_vocab)
         st = ig_error(IG_E_INTERNAL, "a cache's head without logits");
     return st == IG_OK ? kv_file_new_store(&j->rd, &j->kv) : st;

@@ -113,6 +113,8 @@ void pd_prefill_layer(void *user, struct gen_request *r, int64_t layer,
  * IGNITE_PD_WHOLE), then the token ids, logits and figures (TAG_KV). */
 static int finish(struct pd *pd, struct pjob *j)
 {
+    if (j->failed) /* a part could not be written */
+        return j->failed;
     int64_t t0 = ig_now_ns();
     struct gen_handoff ho;
     bool rest = j->sent < j->h.n_tokens || !j->state_sent;
@@ -263,6 +265,11 @@ static void admit(struct pd *pd, struct pjob *j, int d)
              : IG_E_NOMEM;
     ig_error_capture(NULL, 0);
     msg_post(pd, j, &m, st, sizeof h + (size_t)h.line_len, TAG_KV_HEAD);
+    if (j->failed) { /* no head went: the decode rank knows nothing of it */
+        pd->room[d].blocks += j->h.need;
+        pd->room[d].slots++;
+        j->to = -1;
+    }
     double ms = (double)(ig_now_ns() - t0) / 1e6;
     j->pack_ms += ms;
     pd->stats.pack_ms += ms;

@@ -537,6 +537,8 @@ struct kv_file_reader {
     FILE *f;
     const char *name;
     uint32_t crc;       /* CRC-32C of the bytes read so far */
+    bool no_crc;        /* parts (kv_file_read_layer, _tokens after the head): no
+                         * checksum to check, none computed */
     uint64_t n_read;    /* bytes read so far */
     int64_t model_vocab;/* token ids must be below this */
     const struct kv_memory *want; /* the model's layers (borrowed until the body is read) */
