@@ -260,11 +260,10 @@ static void admit(struct pd *pd, struct pjob *j, int d)
     st = msg_open(&m, &h, sizeof h) &&
                  fwrite(j->line, 1, (size_t)h.line_len, m.f) == (size_t)h.line_len
              ? kv_file_write_head(m.f, "'the cache sent'", backend_kv_memory(pd->o.be),
-                                  j->h.n_tokens, pd->model_id,
-                                  pd->o.m->hp.n_vocab)
+                                  j->h.n_tokens, pd->model_id, pd->o.m->hp.n_vocab)
              : IG_E_NOMEM;
-    ig_error_capture(NULL, 0);
     msg_post(pd, j, &m, st, sizeof h + (size_t)h.line_len, TAG_KV_HEAD);
+    ig_error_capture(NULL, 0);
     if (j->failed) { /* no head went: the decode rank knows nothing of it */
         pd->room[d].blocks += j->h.need;
         pd->room[d].slots++;
