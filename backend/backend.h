@@ -121,6 +121,14 @@ struct backend_batch {
                                      * token (sampler_greedy) instead of its logits, which
                                      * then need not leave the device (`logits`, if given,
                                      * may serve as scratch: its contents are undefined) */
+    /* Called as each layer's mixer has written the step's K/V (or recurrent
+     * state) of that layer, with the backend's host store, so a sequence's
+     * rows may leave layer by layer while the next layers run (prefill and
+     * decode on different ranks: generate/'s gen_callbacks.on_layer). The
+     * CPU backend calls it; the others do not (their caller sends the cache
+     * after the step). NULL: none. */
+    void (*on_layer)(void *user, int64_t layer, const struct kv_store *kv);
+    void *layer_user;
 };
 
 struct backend;

@@ -117,8 +117,7 @@ void pd_post_copy(struct pd *pd, const void *v, size_t bytes, int to, int tag)
     pd_post(pd, buf, bytes, to, tag);
 }
 
-/* Frees the sends that went. Returns whether any is still in flight. */
-static bool progress(struct pd *pd)
+bool pd_progress(struct pd *pd)
 {
     int64_t k = 0;
     for (int64_t i = 0; i < pd->n_outs; i++) {
@@ -319,8 +318,8 @@ static bool receive(struct pd *pd)
         any = true;
         if (pd->heard_ns)
             pd->heard_ns[from] = ig_now_ns();
-        if (tag == TAG_KV) { /* received straight into its request */
-            pd_receive_cache(pd, bytes, from);
+        if (tag == TAG_KV || tag == TAG_KV_HEAD || tag == TAG_KV_ROWS || tag == TAG_KV_DROP) {
+            pd_receive_part(pd, bytes, from, tag); /* into its request */
             continue;
         }
         char *buf = pd_take(pd, bytes, from, tag);
@@ -363,19 +362,25 @@ static void watch(struct pd *pd)
 /* One round of this rank's roles. Returns whether anything happened. */
 static bool round_once(struct pd *pd, int *st)
 {
+    int64_t t0 = ig_now_ns();
     bool busy = receive(pd);
     if (pd->rank == 0)
         busy |= hand_out(pd);
     if (pd->decode)
         pd_tell_room(pd);
-    /* a prefill rank whose caches find no decode rank waits: no prompt runs */
-    if (pd->e && engine_pending(pd->e) && !(pd->prefill && pd->outbox)) {
+    /* a prefill rank admits a prompt only where a decode rank has room for
+     * it: the others wait, none is dropped */
+    if (pd->prefill)
+        busy |= pd_admit(pd);
+    bool stepped = pd->e && engine_pending(pd->e);
+    if (stepped) {
+        int64_t s0 = ig_now_ns();
         *st = engine_step(pd->e);
         busy = true;
+        if (pd->prefill)
+            pd->stats.compute_ms += (double)(ig_now_ns() - s0) / 1e6;
     }
-    if (pd->prefill)
-        busy |= pd_ship(pd);
-    progress(pd);
+    bool sending = pd_progress(pd);
     int64_t now = ig_now_ns();
     if (pd->rank != 0 && !pd->stop && now - pd->alive_ns > 1000000000LL) {
         pd_post_copy(pd, &pd->rank, sizeof pd->rank, 0, TAG_ALIVE);
@@ -385,6 +390,13 @@ static bool round_once(struct pd *pd, int *st)
         watch(pd);
     if (!busy)
         usleep(200); /* nothing came: leave the core to the ranks working beside */
+    if (pd->prefill && !stepped) { /* idle: on a decode rank's room, or on the sends */
+        double ms = (double)(ig_now_ns() - t0) / 1e6;
+        if (pd->outbox)
+            pd->stats.room_wait_ms += ms;
+        else if (sending)
+            pd->stats.send_wait_ms += ms;
+    }
     return busy;
 }
 
@@ -402,7 +414,7 @@ int pd_serve(struct pd *pd)
                          * reported to rank 0: the rank goes on with the next */
         round_once(pd, &st);
     }
-    while (progress(pd)) /* everything sent before the last word */
+    while (pd_progress(pd)) /* everything sent before the last word */
         receive(pd);
     ig_coll_send(&pd->stats, sizeof pd->stats, 0, TAG_STATS);
     return IG_OK;
@@ -417,7 +429,7 @@ void pd_finish(struct pd *pd, bool quiet)
     while (left > 0) {
         int from, tag;
         size_t bytes;
-        progress(pd);
+        pd_progress(pd);
         if (!ig_coll_poll(&from, &tag, &bytes)) {
             usleep(200);
             continue;
@@ -430,17 +442,21 @@ void pd_finish(struct pd *pd, bool quiet)
         }
         free(buf);
     }
-    while (progress(pd))
+    while (pd_progress(pd))
         usleep(200);
     if (all)
         all[0] = pd->stats;
     for (int r = 0; all && !quiet && r < pd->size; r++)
         if (r < pd->o.n_prefill)
             fprintf(stderr, "pd: rank %d (prefill): %lld prompt rows, %lld decode rows, %lld "
-                    "caches sent (%.2f MiB), %lld waited for a decode rank's room\n", r,
+                    "caches sent (%.2f MiB), %lld waited for a decode rank's room; %.0f ms "
+                    "computing, %.0f ms sending %lld parts%s, idle %.0f ms on the sends, %.0f "
+                    "ms on room\n", r,
                     (long long)all[r].prompt_rows, (long long)all[r].decode_rows,
                     (long long)all[r].caches, (double)all[r].kv_bytes / 1048576.0,
-                    (long long)all[r].waited);
+                    (long long)all[r].waited, all[r].compute_ms, all[r].pack_ms,
+                    (long long)all[r].messages, pd->whole ? " (whole)" : " (layer by layer)",
+                    all[r].send_wait_ms, all[r].room_wait_ms);
         else
             fprintf(stderr, "pd: rank %d (decode): %lld prompt rows, %lld decode rows, %lld "
                     "caches received (%.2f MiB in %.1f ms)\n", r,
@@ -458,6 +474,7 @@ bool pd_ranks_json(const struct pd *pd, cJSON *j)
         return false;
     cJSON_AddNumberToObject(o, "prefill_ranks", pd->o.n_prefill);
     cJSON_AddNumberToObject(o, "decode_ranks", pd->o.n_decode);
+    cJSON_AddStringToObject(o, "transfer", pd->whole ? "whole" : "layers");
     for (int r = 0; pd->all && r < pd->size; r++) {
         const struct stats_msg *s = &pd->all[r];
         cJSON *e = cJSON_CreateObject();
@@ -471,10 +488,18 @@ bool pd_ranks_json(const struct pd *pd, cJSON *j)
         cJSON_AddNumberToObject(e, "decode_rows", (double)s->decode_rows);
         cJSON_AddNumberToObject(e, "caches", (double)s->caches);
         cJSON_AddNumberToObject(e, "kv_bytes", (double)s->kv_bytes);
-        if (r < pd->o.n_prefill)
+        cJSON_AddNumberToObject(e, "messages", (double)s->messages);
+        if (r < pd->o.n_prefill) {
             cJSON_AddNumberToObject(e, "waited", (double)s->waited);
-        else
+            /* the overlap: computing, writing and posting the parts (inside the
+             * steps, layer by layer), idle with sends in flight, idle on room */
+            cJSON_AddNumberToObject(e, "compute_ms", s->compute_ms);
+            cJSON_AddNumberToObject(e, "pack_ms", s->pack_ms);
+            cJSON_AddNumberToObject(e, "send_wait_ms", s->send_wait_ms);
+            cJSON_AddNumberToObject(e, "room_wait_ms", s->room_wait_ms);
+        } else {
             cJSON_AddNumberToObject(e, "transfer_ms", s->transfer_ms);
+        }
     }
     return true;
 }
@@ -494,6 +519,8 @@ int pd_create(const struct pd_opts *o, struct pd **out)
     pd->n_slots = o->be->o.n_slots;
     pd->n_blocks = o->be->o.n_blocks;
     kv_model_id(o->m, pd->model_id);
+    const char *whole = getenv("IGNITE_PD_WHOLE");
+    pd->whole = whole && *whole && strcmp(whole, "0") != 0;
     const char *w = getenv("IGNITE_TP_WATCHDOG");
     pd->watch_s = w ? atof(w) : 600;
     pd->alive_ns = ig_now_ns();
@@ -501,6 +528,7 @@ int pd_create(const struct pd_opts *o, struct pd **out)
                              .interrupt = pd->rank == 0 ? o->interrupt : NULL,
                              .cb = {.on_done = pd->prefill ? pd_prefill_done : pd_decode_done,
                                     .on_text = pd->prefill ? NULL : pd_decode_text,
+                                    .on_layer = pd->prefill ? pd_prefill_layer : NULL,
                                     .on_token = pd->prefill || !o->want_times ? NULL
                                                                               : pd_decode_token,
                                     .user = pd}};
@@ -515,6 +543,13 @@ int pd_create(const struct pd_opts *o, struct pd **out)
         (!(pd->room = calloc((size_t)o->n_decode, sizeof *pd->room)) ||
          !(pd->room_known = calloc((size_t)o->n_decode, sizeof *pd->room_known))))
         st = ig_error(IG_E_NOMEM, "out of memory");
+    /* every rank has the same options, so each decode rank's pool is this
+     * rank's: prompts start before the decode ranks first speak */
+    for (int i = 0; pd->room && i < o->n_decode; i++) {
+        pd->room[i] = (struct room_msg){.blocks = pd->n_blocks, .slots = pd->n_slots,
+                                        .total = pd->n_blocks};
+        pd->room_known[i] = true;
+    }
     for (int r = 0; pd->heard_ns && r < pd->size; r++)
         pd->heard_ns[r] = ig_now_ns();
     if (st != IG_OK) {
@@ -539,6 +574,11 @@ void pd_free(struct pd *pd)
         struct pjob *j = pd->queue;
         pd->queue = j->next;
         pd_pjob_free(j);
+    }
+    while (pd->arriving) {
+        struct djob *j = pd->arriving;
+        pd->arriving = j->next;
+        pd_djob_free(j);
     }
     for (int64_t i = 0; i < pd->n_outs; i++)
         free(pd->outs[i].buf); /* (only after the job ended: nothing reads them) */

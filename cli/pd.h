@@ -5,14 +5,17 @@
  * requests and writes the results (cmd_batch.c, as one process does).
  *   rank 0      hands each request (its line, seed and prompt tokens) to the
  *               prefill rank with the fewest in hand (at most -P each);
- *   prefill     runs prompts only (the engine's prompt_only + handoff:
- *               chunked, prompt blocks shared as in one process), writes
- *               each finished prompt's cache as a saved cache (kvcache/'s
- *               format: tokens, K/V rows, the logits after the prompt) and
- *               sends it whole to the decode rank with the most free blocks
- *               that has room for the request's blocks and a slot; where
- *               none has, it waits (no prompt runs) and drops nothing;
- *   decode      parses the line again, loads the cache as a history
+ *   prefill     starts a prompt once the decode rank with the most free
+ *               blocks has room for the request's blocks and a slot (where
+ *               none has, the prompt waits; nothing is dropped), runs
+ *               prompts only (the engine's prompt_only + handoff: chunked,
+ *               prompt blocks shared as in one process) and sends the cache
+ *               in a saved cache's parts (kvcache/'s format) as it is
+ *               written: the head, each layer's new rows as the layer loop
+ *               writes them (gen_callbacks.on_layer; a recurrent state once
+ *               it is the prompt's), the tokens and logits after the prompt;
+ *   decode      assembles the parts, parses the line again, loads the
+ *               cache as a history
  *               (--load-kv's path) and runs decode-only continuous
  *               batching: the first token is sampled here from the logits
  *               that came with the cache, by the request's own sampler and

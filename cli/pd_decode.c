@@ -1,6 +1,8 @@
 /* cli/pd_decode.c: a decode rank of batch --pd (cli/pd.h): each cache from
- * a prefill rank read as a history (--load-kv's path) with its line parsed
- * again, run decode-only; the text, figures and token times back to rank
+ * a prefill rank assembled from its parts as they come (its head, each
+ * layer's rows, the tokens and logits: kvcache/'s saved-cache parts), then
+ * run as a history (--load-kv's path) with its line parsed again,
+ * decode-only; the text, figures and token times back to rank
  * 0; its room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
@@ -13,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void djob_free(struct djob *j)
+void pd_djob_free(struct djob *j)
 {
     if (!j)
         return;
+    free(j->line);
+    free(j->got);
     batch_request_free(&j->in);
     grammar_free(j->grammar);
     free(j->tokens);
@@ -76,24 +80,107 @@ void pd_decode_done(void *user, struct gen_request *r)
               res.status != IG_OK ? ig_status_name(res.status) : NULL, &t, j);
     pd->live_need -= j->h.need;
     pd->live_n--;
-    djob_free(j);
+    pd_djob_free(j);
 }
 
-/* A cache from a prefill rank: the line parsed again, the cache read as a
- * history, the request into this rank's engine. */
+/* TAG_KV_HEAD: the request, its line and its cache's head; a store for the
+ * rows to come. */
+static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
+{
+    if (bytes < sizeof j->h)
+        return ig_error(IG_E_INTERNAL, "a cache's head of the wrong size");
+    memcpy(&j->h, buf, sizeof j->h);
+    size_t rest = bytes - sizeof j->h;
+    if (j->h.line_len < 0 || (size_t)j->h.line_len >= rest)
+        return ig_error(IG_E_INTERNAL, "a cache's head of the wrong size");
+    if (!(j->line = malloc((size_t)j->h.line_len + 1)) ||
+        !(j->got = calloc((size_t)pd->layers->n_layer, sizeof *j->got)))
+        return ig_error(IG_E_NOMEM, "out of memory for a request");
+    memcpy(j->line, buf + sizeof j->h, (size_t)j->h.line_len);
+    FILE *f = fmemopen((void *)(buf + sizeof j->h + j->h.line_len), rest - (size_t)j->h.line_len,
+                       "rb");
+    if (!f)
+        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
+    int st = kv_file_read_header(&j->rd, f, "'the cache received'", pd->layers,
+                                 pd->o.m->hp.n_vocab, pd->model_id);
+    if (st == IG_OK && fgetc(f) != EOF)
+        st = ig_error(IG_E_INTERNAL, "a cache's head of the wrong size");
+    fclose(f);
+    j->rd.f = NULL;
+    j->rd.no_crc = true; /* the parts: MPI's messages, no checksum of their own */
+    if (st == IG_OK && j->rd.hdr.n_vocab != pd->o.m->hp.n_vocab)
+        st = ig_error(IG_E_INTERNAL, "a cache's head without logits");
+    return st == IG_OK ? kv_file_new_store(&j->rd, &j->kv) : st;
+}
+
+/* Reads a part's bytes with `read` (the reader on them), all of them. */
+static FILE *part(struct djob *j, const char *at, size_t bytes)
+{
+    FILE *f = bytes ? fmemopen((void *)at, bytes, "rb") : NULL;
+    j->rd.f = f;
+    return f;
+}
+
+static int part_end(struct djob *j, FILE *f, int st)
+{
+    if (st == IG_OK && fgetc(f) != EOF)
+        st = ig_error(IG_E_INTERNAL, "a part of a cache of the wrong size");
+    fclose(f);
+    j->rd.f = NULL;
+    return st;
+}
+
+/* TAG_KV_ROWS: a layer's next rows (or state) into the store. */
+static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
+{
+    struct rows_hdr h;
+    if (bytes < sizeof h)
+        return ig_error(IG_E_INTERNAL, "a part of a cache of the wrong size");
+    memcpy(&h, buf, sizeof h);
+    if (h.layer < 0 || h.layer >= pd->layers->n_layer || h.p0 != j->got[h.layer] ||
+        h.p1 <= h.p0 || h.p1 > j->rd.hdr.n_tokens)
+        return ig_error(IG_E_INTERNAL, "a part of a cache out of order (layer %lld, rows "
+                        "%lld..%lld)", (long long)h.layer, (long long)h.p0, (long long)h.p1);
+    FILE *f = part(j, buf + sizeof h, bytes - sizeof h);
+    if (!f)
+        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
+    int st = part_end(j, f, kv_file_read_layer(&j->rd, j->kv, h.layer, h.p0, h.p1));
+    if (st == IG_OK)
+        j->got[h.layer] = h.p1;
+    return st;
+}
+
+/* TAG_KV: every layer arrived (else it is an error), the tokens and logits;
+ * the line parsed again, the cache as a history, the request into this
+ * rank's engine. */
 static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
 {
+    int64_t line_len = j->h.line_len;
     if (bytes < sizeof j->h)
         return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
     memcpy(&j->h, buf, sizeof j->h);
-    pd->stats.kv_bytes += j->h.kv_bytes;
-    const char *line = buf + sizeof j->h, *kv = line + j->h.line_len;
-    if (sizeof j->h + (size_t)j->h.line_len + (size_t)j->h.kv_bytes != bytes)
-        return ig_error(IG_E_INTERNAL, "a cache message of the wrong size");
+    j->h.line_len = line_len;
+    /* arrival on rank 0, on this rank's clock (the time before this rank is
+     * the sum of each rank's part, this last part's trip included) */
+    j->r.t_arrival_ns = j->t_recv_ns - (int64_t)((j->h.ago_ms + j->last_ms) * 1e6);
+    for (int64_t l = 0; l < pd->layers->n_layer; l++)
+        if (pd->layers->layers[l].kind != KV_SHARED && j->got[l] != j->rd.hdr.n_tokens)
+            return ig_error(IG_E_INTERNAL, "a cache ended with layer %lld's rows to %lld of "
+                            "%lld", (long long)l, (long long)j->got[l],
+                            (long long)j->rd.hdr.n_tokens);
+    int64_t n = j->rd.hdr.n_tokens;
+    if (!(j->tokens = malloc((size_t)n * sizeof *j->tokens)) ||
+        !(j->logits = malloc((size_t)pd->o.m->hp.n_vocab * sizeof *j->logits)))
+        return ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)n);
+    FILE *f = part(j, buf + sizeof j->h, bytes - sizeof j->h);
+    if (!f)
+        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
+    int st = part_end(j, f, kv_file_read_tokens(&j->rd, j->tokens, j->logits));
+    if (st != IG_OK)
+        return st;
     int64_t t0 = ig_now_ns();
-    if (j->h.line_len) { /* batch: the line's stop strings, constraint, ... */
-        int st = batch_request_parse(line, (size_t)j->h.line_len, pd->o.plain, pd->o.defaults,
-                                     &j->in);
+    if (line_len) { /* batch: the line's stop strings, constraint, ... */
+        st = batch_request_parse(j->line, (size_t)line_len, pd->o.plain, pd->o.defaults, &j->in);
         if (st == IG_OK)
             st = batch_request_grammar(&j->in, j->h.line_no, &j->grammar);
         if (st != IG_OK)
@@ -105,57 +192,90 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
                                           .ignore_eog = j->h.ignore_eog, .sp = j->h.sp};
     }
     j->r.params.special_text = j->h.special_text; /* rank 0's channels read the markers */
-    int st;
-    FILE *f = fmemopen((void *)kv, (size_t)j->h.kv_bytes, "rb");
-    if (!f)
-        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
-    struct kv_file_reader rd;
-    st = kv_file_read_header(&rd, f, "'the cache received'", pd->layers, pd->o.m->hp.n_vocab,
-                             pd->model_id);
-    if (st == IG_OK &&
-        (!(j->tokens = malloc((size_t)rd.hdr.n_tokens * sizeof *j->tokens)) ||
-         !(j->logits = malloc((size_t)pd->o.m->hp.n_vocab * sizeof *j->logits))))
-        st = ig_error(IG_E_NOMEM, "out of memory for %lld token ids", (long long)rd.hdr.n_tokens);
-    if (st == IG_OK)
-        st = kv_file_read_body(&rd, &j->kv, j->tokens, j->logits);
-    fclose(f);
-    if (st != IG_OK)
-        return st;
-    j->hist = (struct gen_history){.tokens = j->tokens, .n = rd.hdr.n_tokens,
-                                   .logits = rd.hdr.n_vocab > 0 ? j->logits : NULL, .kv = j->kv};
-    j->pack_ms = (double)(ig_now_ns() - t0) / 1e6;
+    j->hist = (struct gen_history){.tokens = j->tokens, .n = n, .logits = j->logits,
+                                   .kv = j->kv};
+    j->pack_ms += (double)(ig_now_ns() - t0) / 1e6;
     j->r.history = &j->hist;
     j->r.user = j;
-    /* arrival on rank 0, on this rank's clock (the time before this rank is
-     * the sum of each rank's part, the transfer's included) */
-    j->r.t_arrival_ns = j->t_recv_ns - (int64_t)((j->h.ago_ms + j->transfer_ms) * 1e6);
     return engine_submit(pd->e, &j->r);
 }
 
-void pd_receive_cache(struct pd *pd, size_t bytes, int from)
+/* The cache arriving from `from` for request seq (unlinked where `take`). */
+static struct djob *arriving(struct pd *pd, int from, int64_t seq, bool take)
 {
-    struct djob *j = calloc(1, sizeof *j);
-    if (!j)
-        pd_fatal(pd, IG_E_NOMEM, "out of memory for a request");
+    for (struct djob **p = &pd->arriving; *p; p = &(*p)->next)
+        if ((*p)->prefill_rank == from && (*p)->h.seq == seq) {
+            struct djob *j = *p;
+            if (take)
+                *p = j->next;
+            return j;
+        }
+    return NULL;
+}
+
+/* Its room back (a cache dropped or refused). */
+static void forget(struct pd *pd, struct djob *j)
+{
+    pd->live_need -= j->h.need;
+    pd->live_n--;
+    pd_djob_free(j);
+}
+
+void pd_receive_part(struct pd *pd, size_t bytes, int from, int tag)
+{
     int64_t t0 = ig_now_ns();
-    char *buf = pd_take(pd, bytes, from, TAG_KV);
-    j->t_recv_ns = ig_now_ns();
-    j->transfer_ms = (double)(j->t_recv_ns - t0) / 1e6;
-    j->prefill_rank = from;
-    pd->stats.caches++;
-    pd->stats.transfer_ms += j->transfer_ms;
-    char err[1024] = "";
-    ig_error_capture(err, sizeof err);
-    int st = take_cache(pd, j, buf, bytes);
-    ig_error_capture(NULL, 0);
-    free(buf);
-    if (st != IG_OK) {
-        pd_send_error(pd, j->h.seq, st, err);
-        djob_free(j);
+    char *buf = pd_take(pd, bytes, from, tag);
+    int64_t t1 = ig_now_ns();
+    double ms = (double)(t1 - t0) / 1e6;
+    pd->stats.transfer_ms += ms;
+    pd->stats.messages++;
+    int64_t seq = -1;
+    if (bytes >= sizeof seq)
+        memcpy(&seq, buf, sizeof seq); /* (every part starts with it) */
+    struct djob *j = tag == TAG_KV_HEAD ? calloc(1, sizeof *j)
+                                        : arriving(pd, from, seq, tag != TAG_KV_ROWS);
+    if (!j) {
+        if (tag == TAG_KV_HEAD)
+            pd_fatal(pd, IG_E_NOMEM, "out of memory for a request");
+        pd_fatal(pd, IG_E_INTERNAL, "a part of a cache that fits no request");
+    }
+    j->transfer_ms += ms;
+    if (tag == TAG_KV_DROP) { /* its prompt failed: the prefill rank tells rank 0 */
+        free(buf);
+        forget(pd, j);
         return;
     }
-    pd->live_need += j->h.need;
-    pd->live_n++;
+    int st = IG_OK;
+    char err[sizeof j->err] = "";
+    ig_error_capture(err, sizeof err);
+    if (tag == TAG_KV_HEAD) {
+        j->prefill_rank = from;
+        st = take_head(pd, j, buf, bytes);
+        if (j->h.need < 0 || bytes < sizeof j->h)
+            pd_fatal(pd, IG_E_INTERNAL, "a cache's head of the wrong size");
+        j->next = pd->arriving;
+        pd->arriving = j;
+        pd->live_need += j->h.need; /* its room, from now */
+        pd->live_n++;
+    } else if (!j->failed) {
+        j->t_recv_ns = t1;
+        j->last_ms = ms;
+        st = tag == TAG_KV_ROWS ? take_rows(pd, j, buf, bytes) : take_cache(pd, j, buf, bytes);
+    }
+    ig_error_capture(NULL, 0);
+    free(buf);
+    if (st != IG_OK && !j->failed) {
+        j->failed = st;
+        memcpy(j->err, err, sizeof err);
+    }
+    if (tag != TAG_KV)
+        return;
+    pd->stats.caches++;
+    pd->stats.kv_bytes += j->h.kv_bytes;
+    if (j->failed) {
+        pd_send_error(pd, j->h.seq, j->failed, j->err);
+        forget(pd, j);
+    }
 }
 
 /* Tells every prefill rank this rank's room where it changed. */

@@ -15,8 +15,13 @@
 #include <stdint.h>
 
 
-/* Message kinds (MPI tags). */
-enum { TAG_REQ = 900, TAG_KV, TAG_ROOM, TAG_SHIPPED, TAG_DONE, TAG_STOP, TAG_STATS, TAG_ALIVE };
+/* Message kinds (MPI tags). A cache goes prefill → decode in parts, in
+ * this order (MPI keeps one sender's order): TAG_KV_HEAD when its prompt
+ * is admitted, TAG_KV_ROWS as each layer of a chunk is written (and where
+ * the rank sent less, the rest after the prompt), TAG_KV last, or
+ * TAG_KV_DROP where the prompt failed. */
+enum { TAG_REQ = 900, TAG_KV, TAG_ROOM, TAG_SHIPPED, TAG_DONE, TAG_STOP, TAG_STATS, TAG_ALIVE,
+       TAG_KV_HEAD, TAG_KV_ROWS, TAG_KV_DROP };
 
 /* rank 0 → prefill: then tokens[n_tokens] (int32), the line */
 struct req_hdr {
@@ -26,12 +31,20 @@ struct req_hdr {
     double ago_ms, tokenize_ms; /* since arrival, on rank 0's clock */
 };
 
-/* prefill → decode: then the line, then the saved cache */
+/* prefill → decode: TAG_KV_HEAD's, then the line and the saved cache's head
+ * (kv_file_write_head); TAG_KV's, with every figure, then the token ids and
+ * logits (kv_file_write_tokens) */
 struct kv_hdr {
     int64_t seq, line_no, line_len, kv_bytes, need, n_prompt, n_cached, n_predict, ignore_eog;
     int64_t special_text;
     struct sampler_params sp;
     double ago_ms, queue_ms, prefill_ms, pack_ms;
+};
+
+/* prefill → decode, TAG_KV_ROWS: then layer `layer`'s part, rows [p0, p1)
+ * (kv_file_write_layer; a recurrent layer's state: 0, n_pos) */
+struct rows_hdr {
+    int64_t seq, layer, p0, p1;
 };
 
 /* decode → prefill ranks: what a new request may still take */
@@ -50,8 +63,12 @@ struct done_hdr {
 
 /* every rank → rank 0 at the end */
 struct stats_msg {
-    int64_t prompt_rows, decode_rows, caches, kv_bytes, waited;
+    int64_t prompt_rows, decode_rows, caches, kv_bytes, waited, messages;
     double transfer_ms;
+    /* a prefill rank's time: in the engine's steps (its layer hooks included),
+     * writing and posting the caches' parts, with no prompt to run while its
+     * sends were in flight, and with prompts held for a decode rank's room */
+    double compute_ms, pack_ms, send_wait_ms, room_wait_ms;
 };
 
 struct out { /* a send in flight and its buffer */
@@ -59,16 +76,25 @@ struct out { /* a send in flight and its buffer */
     struct ig_coll_send_req *req;
 };
 
-/* A prompt on a prefill rank, then its cache waiting for a decode rank. */
+/* A request on rank 0's queue, or a prompt on a prefill rank: held until a
+ * decode rank has room for it, then in the engine, its cache leaving layer
+ * by layer. */
 struct pjob {
     struct gen_request r;
     struct req_hdr h;
     int32_t *tokens;
     char *line;
-    char *msg;         /* kv_hdr + line + cache, once prefilled */
+    char *msg;         /* rank 0's queue: the request's message */
     size_t msg_bytes;
-    struct pjob *next; /* the outbox */
-    bool waited;       /* no decode rank had room for it when it was ready */
+    struct pjob *next; /* rank 0's queue; a prefill rank's held ones */
+    bool waited;       /* no decode rank had room for it when it came */
+    int to;            /* the decode rank its cache goes to, once admitted; else -1 */
+    int64_t sent;      /* positions of every layer sent */
+    bool state_sent;   /* the recurrent layers' states (the prompt's last rows) */
+    int64_t kv_bytes;  /* the cache's bytes sent so far */
+    double pack_ms;
+    int failed;        /* a part could not be written: the status */
+    char err[256];
 };
 
 /* A request decoding on a decode rank. */
@@ -87,8 +113,15 @@ struct djob {
     int64_t *times;          /* each token's time, where rank 0 asks (on_token) */
     int32_t *toks;
     int64_t n_times, cap_times;
-    int64_t t_recv_ns;
-    double transfer_ms, pack_ms;
+    int64_t t_recv_ns;      /* its last part's arrival */
+    double transfer_ms, pack_ms, last_ms;
+    /* while its cache arrives (TAG_KV_HEAD .. TAG_KV) */
+    char *line;
+    struct kv_file_reader rd; /* the cache's head */
+    int64_t *got;             /* [n_layer] positions of each layer arrived */
+    int failed;               /* a part could not be read: the status, told at TAG_KV */
+    char err[256];
+    struct djob *next;        /* pd.arriving */
 };
 
 struct pd {
@@ -109,10 +142,12 @@ struct pd {
     int64_t *heard_ns;        /* [size] the last message from each rank */
     double watch_s;
     /* prefill ranks */
-    struct pjob *outbox, *outbox_tail;
+    struct pjob *outbox, *outbox_tail; /* requests held for a decode rank's room */
+    bool whole;               /* IGNITE_PD_WHOLE=1: every part after the prompt (A/B) */
     struct room_msg *room;    /* [n_decode] each decode rank's, as last heard and spent */
     bool *room_known;
     /* decode ranks */
+    struct djob *arriving;    /* caches still arriving */
     int64_t live_need, live_n;
     struct room_msg told;     /* the last room sent */
     bool told_once;
@@ -130,6 +165,8 @@ _Noreturn void pd_fatal(const struct pd *pd, int st, const char *what);
 /* Sends buf (owned from here; freed once sent) to `to`; or a copy of v. */
 void pd_post(struct pd *pd, void *buf, size_t bytes, int to, int tag);
 void pd_post_copy(struct pd *pd, const void *v, size_t bytes, int to, int tag);
+/* Frees the sends that went. Returns whether any is still in flight. */
+bool pd_progress(struct pd *pd);
 /* Receives the message ig_coll_poll announced into a new buffer. */
 char *pd_take(struct pd *pd, size_t bytes, int from, int tag);
 /* A request's end to rank 0: its result, text, error line and (j) token times. */
@@ -142,14 +179,19 @@ void pd_send_error(struct pd *pd, int64_t seq, int st, const char *err);
 /* pd_prefill.c */
 void pd_prefill_done(void *user, struct gen_request *r); /* the engine's on_done */
 void pd_take_request(struct pd *pd, char *buf, size_t bytes);
-bool pd_ship(struct pd *pd); /* whether a cache went */
+/* Admits held requests while a decode rank has room. Whether any went. */
+bool pd_admit(struct pd *pd);
 void pd_pjob_free(struct pjob *j);
+void pd_prefill_layer(void *user, struct gen_request *r, int64_t layer,
+                      const struct gen_layer_rows *rows); /* the engine's on_layer */
 
 /* pd_decode.c */
 void pd_decode_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
 int pd_decode_text(void *user, struct gen_request *r, const char *text, size_t len);
 void pd_decode_done(void *user, struct gen_request *r);
-void pd_receive_cache(struct pd *pd, size_t bytes, int from);
+/* A part of a cache (TAG_KV_HEAD, TAG_KV_ROWS, TAG_KV, TAG_KV_DROP). */
+void pd_receive_part(struct pd *pd, size_t bytes, int from, int tag);
+void pd_djob_free(struct djob *j);
 void pd_tell_room(struct pd *pd);
 
 #endif

@@ -94,6 +94,7 @@ struct engine {
     bool *want;              /* [max_rows] */
     struct backend_seq *bseqs; /* [n_slots] */
     struct seq **order;      /* [n_slots] the sequences of the step */
+    int step_seqs;           /* of them, in the step running */
     float *logits;           /* [n_slots, n_vocab] a row per sequence at most */
     int32_t *greedy;         /* [logits_rows] a greedy step's tokens, in the logits' order */
     int64_t logits_rows;     /* rows of logits a step may return: n_slots, and the
@@ -416,7 +417,8 @@ int engine_kept_rewind(struct engine *e, int64_t id, int64_t n)
     return IG_OK;
 }
 
-int engine_handoff(struct engine *e, const struct gen_request *r, struct gen_handoff *out)
+int engine_handoff(struct engine *e, const struct gen_request *r, bool with_kv,
+                   struct gen_handoff *out)
 {
     struct seq *s = NULL;
     for (int i = 0; i < e->n_slots && !s; i++)
@@ -427,6 +429,8 @@ int engine_handoff(struct engine *e, const struct gen_request *r, struct gen_han
     struct backend_seq v = seq_view(e, s);
     *out = (struct gen_handoff){.tokens = s->tokens, .n_pos = s->kv.n_pos,
                                 .logits = s->kept_logits};
+    if (!with_kv)
+        return IG_OK;
     return backend_kv_export(e->be, &v, s->kv.n_pos, &out->kv, &out->table, &out->slot);
 }
 
@@ -949,6 +953,23 @@ static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
         spec_draft_rollback(e->draft, slot_of(e, s), s->kv.n_pos);
 }
 
+/* backend_batch.on_layer: each handoff prompt's rows of the layer to the caller. */
+static void layer_written(void *user, int64_t layer, const struct kv_store *kv)
+{
+    struct engine *e = user;
+    for (int i = 0; i < e->step_seqs; i++) {
+        struct seq *s = e->order[i];
+        if (s->phase != SEQ_PREFILL || !s->r->params.handoff)
+            continue;
+        int64_t end = s->kv.n_pos + s->step_rows;
+        struct gen_layer_rows rows = {
+            .kv = kv, .table = s->kv.table,
+            .wtable = e->be->o.n_window_blocks ? s->kv.wtable : NULL, .slot = slot_of(e, s),
+            .pos0 = s->kv.n_pos, .n_pos = end, .final = end == s->n_all_prompt};
+        e->o.cb.on_layer(e->o.cb.user, s->r, layer, &rows);
+    }
+}
+
 int engine_step(struct engine *e)
 {
     bool interrupted = e->o.interrupt && *e->o.interrupt;
@@ -1013,6 +1034,12 @@ int engine_step(struct engine *e)
     struct backend_batch batch = {.tokens = e->tokens, .want_logits = e->want, .n_rows = rows,
                                   .seqs = e->bseqs, .n_seqs = n_seqs,
                                   .logits = e->logits, .greedy = greedy ? e->greedy : NULL};
+    e->step_seqs = n_seqs;
+    for (int i = 0; i < n_seqs && e->o.cb.on_layer && !batch.on_layer; i++)
+        if (e->order[i]->phase == SEQ_PREFILL && e->order[i]->r->params.handoff) {
+            batch.on_layer = layer_written;
+            batch.layer_user = e;
+        }
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());

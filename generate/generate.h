@@ -163,6 +163,18 @@ struct gen_request {
     struct gen_result result;
 };
 
+/* A prefilling sequence's cache after one layer of a step (on_layer):
+ * positions [0, n_pos) of that layer are written, [pos0, n_pos) by this
+ * step; final where n_pos is the whole prompt (a recurrent layer's state
+ * is then the prompt's). The store, its table, the window table where the
+ * backend keeps one (else NULL) and the state slot, valid during the call. */
+struct gen_layer_rows {
+    const struct kv_store *kv;
+    const int32_t *table, *wtable;
+    int64_t slot, pos0, n_pos;
+    bool final;
+};
+
 /* What the engine tells its caller. */
 struct gen_callbacks {
     /* Text of request r, in order, as it becomes final (whole UTF-8, not
@@ -171,6 +183,11 @@ struct gen_callbacks {
     int (*on_text)(void *user, struct gen_request *r, const char *text, size_t len);
     /* Token `token` of r was sampled at time t_ns (ig_now_ns). May be NULL. */
     void (*on_token)(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
+    /* Layer `layer` of params.handoff request r's prompt rows of a step is in
+     * the cache (backend_batch.on_layer: the CPU backend's layer loop; not
+     * called on the others). May be NULL. */
+    void (*on_layer)(void *user, struct gen_request *r, int64_t layer,
+                     const struct gen_layer_rows *rows);
     /* r ended: r->result is complete (result.kept is set after it returns). */
     void (*on_done)(void *user, struct gen_request *r);
     void *user;
@@ -244,8 +261,10 @@ int engine_kept_rewind(struct engine *e, int64_t id, int64_t n);
 
 /* Inside on_done of a params.handoff request that ended GEN_STOP_PROMPT:
  * its cache (backend_kv_export: store, table, state slot, n_pos
- * positions), its tokens [n_pos] and the logits after the last [n_vocab],
- * valid until on_done returns. IG_OK, or the backend's error. */
+ * positions; with_kv false: kv and table NULL, nothing exported, where
+ * on_layer sent the rows already), its tokens [n_pos] and the logits after
+ * the last [n_vocab], valid until on_done returns. IG_OK, or the backend's
+ * error. */
 struct gen_handoff {
     const struct kv_store *kv;
     const int32_t *table;
@@ -253,7 +272,8 @@ struct gen_handoff {
     const int32_t *tokens;
     const float *logits;
 };
-int engine_handoff(struct engine *e, const struct gen_request *r, struct gen_handoff *out);
+int engine_handoff(struct engine *e, const struct gen_request *r, bool with_kv,
+                   struct gen_handoff *out);
 
 /* Frees the kept sequence `id` (no-op when none is kept). */
 void engine_drop(struct engine *e, int64_t id);

@@ -537,6 +537,8 @@ struct kv_file_reader {
     FILE *f;
     const char *name;
     uint32_t crc;       /* CRC-32C of the bytes read so far */
+    bool no_crc;        /* parts (kv_file_read_layer, _tokens after the head): no
+                         * checksum to check, none computed */
     uint64_t n_read;    /* bytes read so far */
     int64_t model_vocab;/* token ids must be below this */
     const struct kv_memory *want; /* the model's layers (borrowed until the body is read) */
@@ -563,6 +565,31 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
  * trailing bytes), IG_E_NOMEM or IG_E_IO with *out NULL. */
 int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
                       float *logits);
+
+/* A saved cache in parts, for a cache sent while it is written (prefill and
+ * decode on different ranks, cli/pd_prefill.c): kv_file_write's bytes but
+ * the checksum, cut where they can be written apart. The head (the header
+ * and the tables, n_vocab 0 for no logits); the token ids and logits; and
+ * a layer's part, rows [p0, p1) of a paged layer (K then V, by KV head:
+ * the file's order within the range) through `table`, or `wtable` for a
+ * sliding-window layer where given (the window rule: a given-back block,
+ * below 0, as zeros), a recurrent layer's state (whole: write it once the
+ * rows are the prompt's last), nothing for a shared one. Each IG_OK or
+ * IG_E_IO. */
+int kv_file_write_head(FILE *f, const char *name, const struct kv_memory *mem, int64_t n_pos,
+                       const unsigned char id[KV_MODEL_ID_BYTES], int64_t n_vocab);
+int kv_file_write_tokens(FILE *f, const char *name, const int32_t *tokens, int64_t n_pos,
+                         const float *logits, int64_t n_vocab);
+int kv_file_write_layer(FILE *f, const char *name, const struct kv_store *st,
+                        const int32_t *table, const int32_t *wtable, int64_t slot, int64_t layer,
+                        int64_t p0, int64_t p1);
+/* Reading them (r->f may change from part to part) after kv_file_read_header
+ * read the head: a store for the sequence (kv_file_read_body's), its tokens
+ * and logits, a layer's part into it. IG_OK, or kv_file_read_body's errors. */
+int kv_file_new_store(const struct kv_file_reader *r, struct kv_store **out);
+int kv_file_read_tokens(struct kv_file_reader *r, int32_t *tokens, float *logits);
+int kv_file_read_layer(struct kv_file_reader *r, struct kv_store *store, int64_t layer,
+                       int64_t p0, int64_t p1);
 
 /* The table 0, 1, 2, ... of n entries: a store read from a file, or staged
  * for one, holds its sequence in blocks 0.. in order. */

@@ -180,6 +180,7 @@ struct writer {
     FILE *f;
     const char *name;
     uint32_t crc;
+    bool no_crc; /* a part (kv_file_write_head, _layer, _tokens): no checksum to end it */
     int failed;
 };
 
@@ -187,7 +188,8 @@ static void put(struct writer *w, const void *p, size_t n)
 {
     if (w->failed || !n)
         return;
-    w->crc = ig_crc32c(w->crc, p, n);
+    if (!w->no_crc) /* (byte by byte: the parts, whose bytes MPI checks, skip it) */
+        w->crc = ig_crc32c(w->crc, p, n);
     if (fwrite(p, 1, n, w->f) != n)
         w->failed = errno ? errno : EIO;
 }
@@ -235,6 +237,69 @@ static void put_layers(struct writer *w, const struct kv_memory *mem)
     }
 }
 
+/* The head: magic .. n_vocab and the tables. */
+static void put_head(struct writer *w, const struct kv_memory *mem, int64_t n_pos,
+                     const unsigned char id[KV_MODEL_ID_BYTES], int64_t n_vocab)
+{
+    put(w, kv_magic, sizeof kv_magic);
+    put_u32(w, KV_FILE_VERSION);
+    put_u32(w, kv_file_dtype_word(mem->dtype, mem->dtype_v));
+    put(w, id, KV_MODEL_ID_BYTES);
+    put_i64(w, mem->n_layer);
+    put_i64(w, mem->n_groups);
+    put_i64(w, n_pos);
+    put_i64(w, n_vocab);
+    put_layers(w, mem);
+}
+
+/* Layer l's part: a recurrent layer's state; a paged layer's rows [p0, p1)
+ * (K then V, by KV head, each a run of positions), block by block through
+ * table, or wtable for a sliding-window layer where it is given (the window
+ * rule: a block given back, below 0, is written as zeros, as
+ * kv_copy_seq_windowed reads it); nothing for a shared layer. */
+static void put_layer(struct writer *w, const struct kv_store *st, const int32_t *table,
+                      const int32_t *wtable, int64_t slot, int64_t l, int64_t p0, int64_t p1)
+{
+    const struct kv_memory *mem = st->memory;
+    const struct kv_layer_mem *Lm = &mem->layers[l];
+    if (Lm->kind == KV_RECURRENT) {
+        put(w, kv_store_state(st, l, slot), Lm->state_bytes);
+        return;
+    }
+    if (Lm->kind == KV_SHARED) /* its rows are its source's, saved there */
+        return;
+    const int32_t *t = wtable && kv_layer_windowed(mem, l) ? wtable : table;
+    struct kv_layout L = kv_store_layout(st, l);
+    static const unsigned char zeros[4096];
+    for (int kind = 0; kind < 2; kind++) {
+        size_t row = kv_dtype_row_bytes(kind ? mem->dtype_v : mem->dtype, Lm->head_dim);
+        for (int64_t h = 0; h < Lm->n_head_kv; h++)
+            for (int64_t p = p0; p < p1;) {
+                int64_t run = KV_BLOCK - p % KV_BLOCK;
+                run = p1 - p < run ? p1 - p : run;
+                if (t[p / KV_BLOCK] >= 0) {
+                    put(w, kv_row(&L, kind ? L.v : L.k, t, h, p), (size_t)run * row);
+                } else {
+                    for (size_t left = (size_t)run * row; left;) {
+                        size_t n = left < sizeof zeros ? left : sizeof zeros;
+                        put(w, zeros, n);
+                        left -= n;
+                    }
+                }
+                p += run;
+            }
+    }
+}
+
+static int finish(struct writer *w, const char *name)
+{
+    if (!w->failed && fflush(w->f) != 0)
+        w->failed = errno ? errno : EIO;
+    if (w->failed)
+        return ig_error(IG_E_IO, "cannot write the KV cache to %s: %s", name, strerror(w->failed));
+    return IG_OK;
+}
+
 int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const int32_t *table,
                   int64_t slot, int64_t n_pos, const unsigned char id[KV_MODEL_ID_BYTES],
                   const int32_t *tokens, const float *logits, int64_t n_vocab)
@@ -243,42 +308,46 @@ int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const in
     const struct kv_memory *mem = st->memory;
     struct writer w = {.f = f, .name = name};
     errno = 0;
-    put(&w, kv_magic, sizeof kv_magic);
-    put_u32(&w, KV_FILE_VERSION);
-    put_u32(&w, kv_file_dtype_word(mem->dtype, mem->dtype_v));
-    put(&w, id, KV_MODEL_ID_BYTES);
-    put_i64(&w, mem->n_layer);
-    put_i64(&w, mem->n_groups);
-    put_i64(&w, n_pos);
-    put_i64(&w, logits ? n_vocab : 0);
-    put_layers(&w, mem);
+    put_head(&w, mem, n_pos, id, logits ? n_vocab : 0);
     put(&w, tokens, (size_t)n_pos * sizeof *tokens);
     if (logits)
         put(&w, logits, (size_t)n_vocab * sizeof *logits);
-    for (int64_t l = 0; l < mem->n_layer; l++) {
-        const struct kv_layer_mem *Lm = &mem->layers[l];
-        if (Lm->kind == KV_RECURRENT) {
-            put(&w, kv_store_state(st, l, slot), Lm->state_bytes);
-            continue;
-        }
-        if (Lm->kind == KV_SHARED) /* its rows are its source's, saved there */
-            continue;
-        struct kv_layout L = kv_store_layout(st, l);
-        for (int kind = 0; kind < 2; kind++) {
-            size_t row = kv_dtype_row_bytes(kind ? mem->dtype_v : mem->dtype, Lm->head_dim);
-            for (int64_t h = 0; h < Lm->n_head_kv; h++)
-                for (int64_t p = 0; p < n_pos; p += KV_BLOCK) {
-                    int64_t run = n_pos - p < KV_BLOCK ? n_pos - p : KV_BLOCK;
-                    put(&w, kv_row(&L, kind ? L.v : L.k, table, h, p), (size_t)run * row);
-                }
-        }
-    }
+    for (int64_t l = 0; l < mem->n_layer; l++)
+        put_layer(&w, st, table, NULL, slot, l, 0, n_pos);
     put_u32(&w, w.crc);
-    if (!w.failed && fflush(f) != 0)
-        w.failed = errno ? errno : EIO;
-    if (w.failed)
-        return ig_error(IG_E_IO, "cannot write the KV cache to %s: %s", name, strerror(w.failed));
-    return IG_OK;
+    return finish(&w, name);
+}
+
+int kv_file_write_head(FILE *f, const char *name, const struct kv_memory *mem, int64_t n_pos,
+                       const unsigned char id[KV_MODEL_ID_BYTES], int64_t n_vocab)
+{
+    IG_ASSERT(n_pos >= 1);
+    struct writer w = {.f = f, .name = name, .no_crc = true};
+    errno = 0;
+    put_head(&w, mem, n_pos, id, n_vocab);
+    return finish(&w, name);
+}
+
+int kv_file_write_tokens(FILE *f, const char *name, const int32_t *tokens, int64_t n_pos,
+                         const float *logits, int64_t n_vocab)
+{
+    struct writer w = {.f = f, .name = name, .no_crc = true};
+    errno = 0;
+    put(&w, tokens, (size_t)n_pos * sizeof *tokens);
+    if (logits)
+        put(&w, logits, (size_t)n_vocab * sizeof *logits);
+    return finish(&w, name);
+}
+
+int kv_file_write_layer(FILE *f, const char *name, const struct kv_store *st,
+                        const int32_t *table, const int32_t *wtable, int64_t slot, int64_t layer,
+                        int64_t p0, int64_t p1)
+{
+    IG_ASSERT(layer >= 0 && layer < st->memory->n_layer && 0 <= p0 && p0 <= p1);
+    struct writer w = {.f = f, .name = name, .no_crc = true};
+    errno = 0;
+    put_layer(&w, st, table, wtable, slot, layer, p0, p1);
+    return finish(&w, name);
 }
 
 /* ---- reading ---------------------------------------------------------------------- */
@@ -287,7 +356,8 @@ int kv_file_write(FILE *f, const char *name, const struct kv_store *st, const in
 static int get(struct kv_file_reader *r, void *p, size_t n)
 {
     size_t got = fread(p, 1, n, r->f);
-    r->crc = ig_crc32c(r->crc, p, got);
+    if (!r->no_crc)
+        r->crc = ig_crc32c(r->crc, p, got);
     r->n_read += got;
     if (got == n)
         return IG_OK;
@@ -450,46 +520,42 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
     return IG_OK;
 }
 
-/* The body after the logits: each layer's rows or state, into `store`
- * (blocks 0, 1, ... in order, state slot 0). */
-static int read_layers(struct kv_file_reader *r, struct kv_store *store)
+int kv_file_read_layer(struct kv_file_reader *r, struct kv_store *store, int64_t layer,
+                       int64_t p0, int64_t p1)
 {
     const struct kv_memory *mem = store->memory;
-    int64_t n = r->hdr.n_tokens;
+    IG_ASSERT(layer >= 0 && layer < mem->n_layer && 0 <= p0 && p0 <= p1 &&
+              p1 <= store->n_blocks * KV_BLOCK);
+    const struct kv_layer_mem *Lm = &mem->layers[layer];
+    if (Lm->kind == KV_RECURRENT)
+        return get(r, kv_store_state(store, layer, 0), Lm->state_bytes);
+    if (Lm->kind == KV_SHARED)
+        return IG_OK;
+    struct kv_layout L = kv_store_layout(store, layer);
     int st;
-    for (int64_t l = 0; l < mem->n_layer; l++) {
-        const struct kv_layer_mem *Lm = &mem->layers[l];
-        if (Lm->kind == KV_RECURRENT) {
-            if ((st = get(r, kv_store_state(store, l, 0), Lm->state_bytes)) != IG_OK)
-                return st;
-            continue;
-        }
-        if (Lm->kind == KV_SHARED)
-            continue;
-        struct kv_layout L = kv_store_layout(store, l);
-        for (int kind = 0; kind < 2; kind++) {
-            enum kv_dtype dt = kind ? L.dtype_v : L.dtype;
-            size_t row = kv_dtype_row_bytes(dt, Lm->head_dim);
-            for (int64_t hh = 0; hh < Lm->n_head_kv; hh++)
-                for (int64_t p = 0; p < n; p += KV_BLOCK) {
-                    int64_t run = n - p < KV_BLOCK ? n - p : KV_BLOCK;
-                    /* The store's blocks are the file's positions in order. */
-                    int64_t block = p / KV_BLOCK;
-                    void *dst = (char *)(kind ? L.v : L.k) +
-                                kv_dtype_row_bytes(dt, block * L.block_stride + hh * L.head_stride);
-                    if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
-                        return st;
-                }
-        }
+    for (int kind = 0; kind < 2; kind++) {
+        enum kv_dtype dt = kind ? L.dtype_v : L.dtype;
+        size_t row = kv_dtype_row_bytes(dt, Lm->head_dim);
+        for (int64_t hh = 0; hh < Lm->n_head_kv; hh++)
+            for (int64_t p = p0; p < p1;) {
+                int64_t run = KV_BLOCK - p % KV_BLOCK;
+                run = p1 - p < run ? p1 - p : run;
+                /* The store's blocks are the file's positions in order. */
+                int64_t block = p / KV_BLOCK;
+                void *dst = (char *)(kind ? L.v : L.k) +
+                            kv_dtype_row_bytes(dt, block * L.block_stride + hh * L.head_stride +
+                                                       (p % KV_BLOCK) * L.head_dim);
+                if ((st = get(r, dst, (size_t)run * row)) != IG_OK)
+                    return st;
+                p += run;
+            }
     }
     return IG_OK;
 }
 
-int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
-                      float *logits)
+int kv_file_read_tokens(struct kv_file_reader *r, int32_t *tokens, float *logits)
 {
     const struct kv_file_header *h = &r->hdr;
-    *out = NULL;
     int st = get(r, tokens, (size_t)h->n_tokens * sizeof *tokens);
     if (st != IG_OK)
         return st;
@@ -499,14 +565,34 @@ int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *
                             r->name, (long long)i, tokens[i]);
     if (h->n_vocab && (st = get(r, logits, (size_t)h->n_vocab * sizeof *logits)) != IG_OK)
         return st;
+    return IG_OK;
+}
+
+int kv_file_new_store(const struct kv_file_reader *r, struct kv_store **out)
+{
+    const struct kv_file_header *h = &r->hdr;
     struct kv_memory *mem = NULL;
-    struct kv_store *store = NULL;
-    if ((st = kv_memory_copy(r->want, h->dtype, h->dtype_v, &mem)) == IG_OK)
-        st = kv_store_create(mem, kv_blocks_for(h->n_tokens), kv_memory_states_for(mem, 1),
-                             NULL, &store);
-    kv_memory_free(mem);
+    *out = NULL;
+    int st = kv_memory_copy(r->want, h->dtype, h->dtype_v, &mem);
     if (st == IG_OK)
-        st = read_layers(r, store);
+        st = kv_store_create(mem, kv_blocks_for(h->n_tokens), kv_memory_states_for(mem, 1),
+                             NULL, out);
+    kv_memory_free(mem);
+    return st;
+}
+
+int kv_file_read_body(struct kv_file_reader *r, struct kv_store **out, int32_t *tokens,
+                      float *logits)
+{
+    const struct kv_file_header *h = &r->hdr;
+    *out = NULL;
+    int st = kv_file_read_tokens(r, tokens, logits);
+    if (st != IG_OK)
+        return st;
+    struct kv_store *store = NULL;
+    st = kv_file_new_store(r, &store);
+    for (int64_t l = 0; st == IG_OK && l < store->memory->n_layer; l++)
+        st = kv_file_read_layer(r, store, l, 0, h->n_tokens);
     uint32_t want = r->crc;
     unsigned char b[4];
     if (st == IG_OK && (st = get(r, b, 4)) == IG_OK && le_u32(b) != want)

@@ -7,7 +7,8 @@
  * rewritten in place invalidating what hung off it: the generation
  * counter); tiled attention through a table of scattered blocks equal (bit
  * for bit) to the same rows in blocks in order; a saved cache read back
- * exactly (also with n_pos on a block edge), a version 1 file (written here
+ * exactly (also with n_pos on a block edge), and in the parts batch --pd
+ * sends (rows cut inside blocks, read back part by part), a version 1 file (written here
  * by the old format's table) read into the same rows, and every refused
  * file: bad magic, another version, another model, other layers, a bad
  * token id, a flipped byte (checksum), truncation at many lengths, and bytes
@@ -585,6 +586,102 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     kv_memory_free(mem);
 }
 
+/* Writes one part (kv_file_write_*'s call in `part`) and appends it to *all. */
+#define PART(all, call)                                                                       \
+    do {                                                                                      \
+        char *b_ = NULL;                                                                      \
+        size_t n_ = 0;                                                                        \
+        FILE *f_ = open_memstream(&b_, &n_);                                                  \
+        CHECK(f_ && (call) == IG_OK);                                                         \
+        fclose(f_);                                                                           \
+        (all)->data = realloc((all)->data, (all)->len + n_ + 1);                              \
+        memcpy((all)->data + (all)->len, b_, n_);                                             \
+        (all)->len += n_;                                                                     \
+        free(b_);                                                                             \
+    } while (0)
+
+/* The parts a cache goes in while it is written (batch --pd): the head, the
+ * tokens and each layer over [0, n) are kv_file_write's bytes but the
+ * checksum; rows cut at positions inside blocks ([0, 5), [5, 70), [70, n))
+ * read back part by part into a store are the rows; a window table's
+ * given-back block (-1) is written as zeros. */
+static void check_parts(int64_t n_pos)
+{
+    struct model_hparams hp = small_hp();
+    struct kv_memory *mem = small_memory(KV_F32);
+    unsigned char id[32] = {7};
+    int64_t nb = kv_blocks_for(n_pos), L = hp.n_layer;
+    struct kv_store *kv = make_store(KV_F16, nb + 1), *back = NULL;
+    int32_t *table = malloc((size_t)nb * sizeof *table), *ident = malloc((size_t)nb * 4);
+    for (int64_t b = 0; b < nb; b++)
+        table[b] = (int32_t)(nb - b);
+    kv_identity_table(ident, nb);
+    fill(kv, table, n_pos);
+    int32_t *tok = malloc((size_t)n_pos * 4), *tok2 = malloc((size_t)n_pos * 4);
+    float logits[100], logits2[100];
+    for (int64_t i = 0; i < n_pos; i++)
+        tok[i] = (int32_t)(i * 5 % hp.n_vocab);
+    for (int i = 0; i < 100; i++)
+        logits[i] = frand();
+    struct saved whole = save(kv, table, n_pos, id, tok, logits, hp.n_vocab), cat = {0};
+    PART(&cat, kv_file_write_head(f_, "mem", kv->memory, n_pos, id, hp.n_vocab));
+    PART(&cat, kv_file_write_tokens(f_, "mem", tok, n_pos, logits, hp.n_vocab));
+    for (int64_t l = 0; l < L; l++)
+        PART(&cat, kv_file_write_layer(f_, "mem", kv, table, NULL, 0, l, 0, n_pos));
+    CHECK(cat.len == whole.len - 4 && !memcmp(cat.data, whole.data, cat.len));
+
+    int64_t cut[] = {0, 5, 70, n_pos};
+    struct saved head = {0}, end = {0}, rows[3][8] = {{{0}}};
+    CHECK(L <= 8);
+    PART(&head, kv_file_write_head(f_, "mem", kv->memory, n_pos, id, hp.n_vocab));
+    PART(&end, kv_file_write_tokens(f_, "mem", tok, n_pos, logits, hp.n_vocab));
+    for (int c = 0; c < 3; c++)
+        for (int64_t l = 0; l < L; l++)
+            PART(&rows[c][l], kv_file_write_layer(f_, "mem", kv, table, NULL, 0, l, cut[c],
+                                                  cut[c + 1]));
+    struct kv_file_reader r;
+    FILE *f = fmemopen(head.data, head.len, "rb");
+    CHECK(kv_file_read_header(&r, f, "mem", mem, hp.n_vocab, id) == IG_OK);
+    fclose(f);
+    CHECK(kv_file_new_store(&r, &back) == IG_OK && back->memory->dtype == KV_F16);
+    for (int c = 2; c >= 0; c--) /* (any order: each part knows its rows) */
+        for (int64_t l = 0; l < L; l++) {
+            r.f = fmemopen(rows[c][l].data, rows[c][l].len, "rb");
+            CHECK(kv_file_read_layer(&r, back, l, cut[c], cut[c + 1]) == IG_OK &&
+                  fgetc(r.f) == EOF);
+            fclose(r.f);
+        }
+    r.f = fmemopen(end.data, end.len, "rb");
+    CHECK(kv_file_read_tokens(&r, tok2, logits2) == IG_OK && fgetc(r.f) == EOF);
+    fclose(r.f);
+    CHECK(same_rows(kv, table, back, ident, n_pos) && !memcmp(tok, tok2, (size_t)n_pos * 4) &&
+          !memcmp(logits, logits2, sizeof logits));
+    /* the window rule's given-back block: zeros (the table stands in for a
+     * window table: a uniform memory has no window layer, so wtable is not
+     * read; the -1 goes through `table`) */
+    table[0] = -1;
+    struct saved z = {0};
+    PART(&z, kv_file_write_layer(f_, "mem", kv, table, NULL, 0, 0, 0, 2));
+    int nonzero = 0;
+    for (size_t i = 0; i < z.len; i++)
+        nonzero |= z.data[i];
+    CHECK(z.len == (size_t)(2 * hp.n_head_kv * 2 * hp.head_dim * 2) && !nonzero);
+    free(z.data);
+    for (int c = 0; c < 3; c++)
+        for (int64_t l = 0; l < L; l++)
+            free(rows[c][l].data);
+    free(head.data);
+    free(end.data);
+    free(cat.data);
+    free(whole.data);
+    free(tok);
+    free(tok2);
+    free(ident);
+    free(table);
+    kv_store_free(back);
+    kv_store_free(kv);
+    kv_memory_free(mem);
+}
 
 int main(void)
 {
@@ -599,5 +696,6 @@ int main(void)
     check_file(KV_F32, 3);
     check_file(KV_F32, KV_BLOCK);
     check_file(KV_F16, 4 * KV_BLOCK + 9);
+    check_parts(2 * KV_BLOCK + 9);
     return test_summary("test_kvcache");
 }

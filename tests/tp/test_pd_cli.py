@@ -4,10 +4,13 @@ batch` on SmolLM2: a batch of 13 requests (greedy and seeded sampled ones,
 one long prompt over several chunks and KV blocks, and again with another
 question: its first blocks shared on the prefill rank as in one process),
 request by request (id, text, stop, token counts; at 2:1 prompt + cached, as
-prompt blocks are shared within a prefill rank) at 1:1, 1:2 and 2:1; where
-each request ran (decode ranks ran no prompt rows, prefill ranks no decode
-rows, both decode ranks of 1:2 used) and its cache's bytes (those of `run
---prompt-only --save-kv` for the same prompt); a decode rank with room for
+prompt blocks are shared within a prefill rank) at 1:1, 1:2 and 2:1, each
+cache sent layer by layer as it is written; where each request ran (decode
+ranks ran no prompt rows, prefill ranks no decode rows, both decode ranks of
+1:2 used) and its cache's bytes (those of `run --prompt-only --save-kv` for
+the same prompt, but the checksum); a hybrid (the tiny qwen35: DeltaNet
+states and attention rows, prompts over several chunks) at 1:1, its parts
+chunk by chunk; a decode rank with room for
 one request at a time (--kv-mem): prefill waits, every request completes,
 the same texts; and the failures: --pd without mpirun, against the ranks
 started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
@@ -120,8 +123,9 @@ def equal_runs(mpirun, tmp):
         check({o["pd"]["prefill_rank"] for o in rows} == set(range(p)),
               f"{what}: prefill ranks used")
         long_row = [o for o in rows if o["id"] == "long"]
+        # (the parts carry every byte of the saved file but its 4-byte checksum)
         check(long_row and os.path.exists(kv) and
-              long_row[0]["pd"]["kv_bytes"] == os.path.getsize(kv),
+              long_row[0]["pd"]["kv_bytes"] == os.path.getsize(kv) - 4,
               f"{what}: the long prompt's cache: {long_row and long_row[0]['pd']} against "
               f"{os.path.exists(kv) and os.path.getsize(kv)} bytes saved by run")
         shared = [o["tokens"]["cached"] for o in rows if o["id"] == "long2"]
@@ -148,6 +152,61 @@ def equal_runs(mpirun, tmp):
     check(got.returncode == 0 and res == want and len(res) == n,
           f"--kv-mem 12, --pd 1:1: exit {got.returncode}, {sum(g != w for g, w in zip(res, want))}"
           f" differ of {len(res)}: {got.stderr[-300:]}")
+
+
+def parts(stderr):
+    """The parts prefill rank 0 sent, from its `pd: rank 0` line."""
+    for ln in stderr.decode(errors="replace").splitlines():
+        if ln.startswith("pd: rank 0 ") and " parts " in ln:
+            return int(ln.split(" parts ")[0].split()[-1])
+    return -1
+
+
+def hybrid(mpirun, tmp):
+    """The tiny qwen35 (bench/randgguf_qwen35.py: 3 gated DeltaNet layers, then
+    1 attention layer) with llama.cpp's qwen35 vocabulary, prompts over several
+    chunks of -b 8: at --pd 1:1 each prompt's cache leaves layer by layer as
+    written, the attention layer's rows chunk by chunk and each DeltaNet
+    state once the prompt's last chunk is in it: the texts are one process's,
+    and the parts at least 1 head + a chunk's rows per 8 prompt rows + 3
+    states + 1 end each (every part after the prompt, IGNITE_PD_WHOLE=1,
+    would be 6)."""
+    src = os.environ.get("LLAMA_SRC") or os.path.join(
+        os.path.expanduser("~/.cache/ignite"), "llama-src", "llama_cpp_python-0.3.36", "vendor",
+        "llama.cpp")
+    vocab = os.path.join(src, "models", "ggml-vocab-qwen35.gguf")
+    if not os.path.isfile(vocab):
+        print("SKIP hybrid: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh llama-src)",
+              file=sys.stderr)
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    path = os.path.join(tmp, "qwen35.gguf")
+    random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
+    f = os.path.join(tmp, "hybrid.jsonl")
+    words = "the river town mill bridge market farmers grain wool apples week".split()
+    with open(f, "w") as out:
+        for i in range(2 if sanitized() else 5):
+            r = {"id": i, "prompt": " ".join(words[j % 11] for j in range(i, 9 + 7 * i)),
+                 "n_predict": 5, "temperature": 0.8 if i % 2 else 0, "seed": 50 + i}
+            out.write(json.dumps(r) + "\n")
+    # --exact: the int8 fast path's rows are not independent of the step's other
+    # rows on this random model (one process's -P 1 and -P 3 texts differ
+    # without it), and a decode rank's steps are not one process's
+    args = ["-m", path, "-t", "1", "-P", "3", "-b", "8", "--exact", "--ordered", "-f", f]
+    one = batch(mpirun, 1, args)
+    rows, want = results(one.stdout)
+    check(one.returncode == 0 and all(w[1] for w in want), f"qwen35, one process: "
+          f"{one.stderr[-300:]}")
+    least = sum(5 + -(-o["tokens"]["prompt"] // 8) for o in rows)
+    got = batch(mpirun, 2, args + ["--pd", "1:1"])
+    _, res = results(got.stdout)
+    n = parts(got.stderr)
+    check(got.returncode == 0 and res == want, f"qwen35 --pd 1:1: exit {got.returncode}, {res} "
+          f"against {want}: {got.stderr[-300:]}")
+    check(n >= least, f"qwen35 --pd 1:1: {n} parts for {len(want)} requests, not layer by "
+          f"layer (at least {least})")
 
 
 def errors(mpirun, tmp):
@@ -202,6 +261,12 @@ def bench(mpirun):
     check(all(len(q["itl_ms"]) == q["output_len"] - 1 and q["pd"]["kv_bytes"] > 0
               for q in b["requests"]), "bench --pd: a request's gaps or cache bytes")
     ranks = b.get("pd", {}).get("ranks", [])
+    # the prefill rank's overlap: its time computing (the layers' parts posted
+    # inside), writing the parts, idle on the sends and on room
+    check(b.get("pd", {}).get("transfer") == "layers" and len(ranks) == 3 and
+          ranks[0].get("compute_ms", 0) > 0 and ranks[0].get("pack_ms", 0) > 0 and
+          all(k in ranks[0] for k in ("send_wait_ms", "room_wait_ms", "messages")),
+          f"bench --pd: the prefill rank's figures {ranks[:1]}")
     check(len(ranks) == 3 and ranks[0]["decode_rows"] == 0 and
           sum(r["prompt_rows"] for r in ranks[1:]) == 0 and
           sum(r["decode_rows"] for r in ranks) == b["total_output_tokens"] - b["completed"],
@@ -269,6 +334,7 @@ def main():
     tmp = tempfile.mkdtemp()
     for name, fn in (("equal", lambda: equal_runs(mpirun, tmp)),
                      ("errors", lambda: errors(mpirun, tmp)),
+                     ("hybrid", lambda: hybrid(mpirun, tmp)),
                      ("bench", lambda: bench(mpirun)),
                      ("failures", lambda: failures(mpirun, tmp))):
         t = time.time()
