@@ -15,6 +15,14 @@
  * from the router's f32 norm (gk_moe_route); x += weight * output by
  * gk_moe_combine with one slot. Three launches more (two fused).
  *
+ * Gemma 4's MoE (MODEL_FEAT_MOE_MLP, llama.cpp's gemma4.cpp; the CPU's
+ * rules in cpu_moe.c): a dense GeGLU MLP beside the experts on its own
+ * norm (ffn_norm) into g->proj; the experts on pre_ffw_norm_2's xn, routed
+ * from rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale (gk_moe_route's
+ * in_scale), GeGLU experts, each down product times its expert's scale
+ * (gk_moe_gemv's scale) and summed into b->acc (zeroed); then acc =
+ * post_ffw_norm_2(acc) + post_ffw_norm_1(proj) and x += post_ffw_norm(acc).
+ *
  * Five launches (six with the norm) whatever the routing: nothing goes to
  * the host, so a decode step's graph replays for any choice of experts. A
  * row's result depends on its own routing alone (each pair's products are
@@ -26,6 +34,8 @@
 #include "core/status.h"
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
+
+#include <math.h>
 
 _Static_assert(GK_MOE_MAX_EXPERTS == MODEL_MAX_EXPERTS, "the kernels' expert bound");
 
@@ -53,7 +63,8 @@ size_t IG_DEV(gpu_moe_buf_bytes)(const struct model *m, int64_t max_batch)
         return 0;
     return pairs * (4 + 4 + 4 + 2 * (size_t)ff + 4 * e) +
            (size_t)gk_moe_max_tiles((int64_t)pairs, ne) * 12 + 4 +
-           (m->hp.has_moe_shexp ? (size_t)max_batch * (4 + 4 * e) : 0);
+           (m->hp.has_moe_shexp ? (size_t)max_batch * (4 + 4 * e) : 0) +
+           (m->hp.has_moe_mlp ? (size_t)max_batch * 4 * e : 0);
 }
 
 int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
@@ -74,9 +85,11 @@ int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, pairs * (size_t)ff * 2, &b->h, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, pairs * e * 4, &b->y, NULL)))
         return st;
+    size_t rows = (size_t)g->max_batch;
+    if (g->m->hp.has_moe_mlp && (st = IG_DEV(gpu_alloc)(g, rows * e * 4, &b->acc, NULL)))
+        return st;
     if (!g->m->hp.has_moe_shexp)
         return IG_OK;
-    size_t rows = (size_t)g->max_batch;
     if ((st = IG_DEV(gpu_alloc)(g, rows * 4, &b->shexp_w, NULL)))
         return st;
     return IG_DEV(gpu_alloc)(g, rows * e * 4, &b->shexp_y, NULL);
@@ -115,6 +128,48 @@ static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64
                               g->moe.shexp_y, e, 0.0f);
 }
 
+/* gemma4's dense MLP beside the experts over `rows` rows of x into
+ * g->proj (f32, not yet normed): ffn_norm, gate|up with GeGLU at the MLP's
+ * own width, down. */
+static int dense_beside(struct gpu_backend *g, const struct gpu_layer *L, int64_t l, float *x,
+                        int64_t rows, bool first)
+{
+    int64_t e = g->m->hp.n_embd, ff = g->m->layers[l].n_ff_mlp;
+    const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE];
+    const float *norm = L->vec[LAYER_FFN_NORM];
+    bool ready = g->xn_of == norm && first;
+    g->xn_of = NULL;
+    g->xq_ready &= ready;
+    int st = ready ? IG_OK
+                   : IG_DEV(gk_rmsnorm)(x, e, norm, rows, e, (float)g->m->hp.norm_eps, g->xn,
+                                        g->stream);
+    if (st != IG_OK)
+        return st;
+    if (IG_DEV(gpu_matmul_glu_ok)(g, gu, rows))
+        st = IG_DEV(gpu_matmul_glu)(g, gu, g->xn, e, rows, GK_GLU_GELU, g->h16, ff);
+    else if ((st = IG_DEV(gpu_matmul)(g, gu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) == IG_OK)
+        st = IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream);
+    if (st != IG_OK)
+        return st;
+    return IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, g->proj, e, 0.0f);
+}
+
+/* gemma4: acc = post_ffw_norm_2(experts' sum) + post_ffw_norm_1(the dense
+ * MLP's, in proj); x += post_ffw_norm(acc). */
+static int beside_sum(struct gpu_backend *g, const struct gpu_layer *L, float *x, int64_t rows)
+{
+    int64_t e = g->m->hp.n_embd;
+    float eps = (float)g->m->hp.norm_eps, *acc = g->moe.acc;
+    int st = IG_DEV(gk_head_rmsnorm)(acc, e, rows, 1, e, L->vec[LAYER_FFN_POST_NORM_2], eps,
+                                     g->stream);
+    if (st == IG_OK)
+        st = IG_DEV(gk_rmsnorm_add)(acc, e, g->proj, e, L->vec[LAYER_FFN_POST_NORM_1], rows, e,
+                                    eps, g->stream);
+    return st != IG_OK ? st
+                       : IG_DEV(gk_rmsnorm_add)(x, e, acc, e, L->vec[LAYER_FFN_POST_NORM], rows,
+                                                e, eps, g->stream);
+}
+
 int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t n)
 {
     const struct model_hparams *hp = &g->m->hp;
@@ -124,20 +179,28 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     int64_t e = hp->n_embd, rows = n - row0, k = ML->n_expert_used, ff = ML->n_ff;
     int64_t pairs = rows * k, max_tiles = gk_moe_max_tiles(pairs, ML->n_expert);
     float *x = g->x + row0 * e, eps = (float)hp->norm_eps;
-    const float *norm = L->vec[LAYER_FFN_NORM];
+    bool beside = hp->has_moe_mlp; /* gemma4 */
+    const float *norm = L->vec[beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM];
     const struct gpu_matrix *gate = &L->mat[LAYER_FFN_GATE_EXPS], *up = &L->mat[LAYER_FFN_UP_EXPS],
                             *down = &L->mat[LAYER_FFN_DOWN_EXPS];
     IG_ASSERT(gate->n_parts == 1 && up->n_parts == 1 && down->n_parts == 1 && b->sel);
+    IG_ASSERT(!beside || (b->acc && g->proj));
+    int st = beside && rows ? dense_beside(g, L, l, x, rows, row0 == 0) : IG_OK;
+    if (st != IG_OK)
+        return st;
     /* the product before may have left xn = norm(x) (a decode step's whole rows) */
     bool ready = g->xn_of == norm && row0 == 0;
     g->xn_of = NULL;
     g->xq_ready = false;
-    int st = ready ? IG_OK : IG_DEV(gk_rmsnorm)(x, e, norm, rows, e, eps, g->xn, g->stream);
+    st = ready ? IG_OK : IG_DEV(gk_rmsnorm)(x, e, norm, rows, e, eps, g->xn, g->stream);
     if (st != IG_OK || rows == 0)
         return st;
 
     struct gk_moe_route_params rp = {
-        .x = x, .ld_x = e, .norm_w = norm, .eps = eps, .router = L->vec[LAYER_FFN_GATE_INP],
+        .x = x, .ld_x = e, .eps = eps, .router = L->vec[LAYER_FFN_GATE_INP],
+        /* gemma4: rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale */
+        .norm_w = beside ? L->vec[LAYER_FFN_GATE_INP_SCALE] : norm,
+        .in_scale = beside ? (float)(1.0 / sqrt((double)e)) : 0.0f,
         .bias = L->vec[LAYER_FFN_GATE_INP_B], .n = rows, .n_embd = e, .n_expert = ML->n_expert,
         .k = k, .norm_topk = ML->moe_norm_topk, .sel = b->sel, .wts = b->wts,
         .shexp_gate = hp->has_moe_shexp ? L->vec[LAYER_FFN_GATE_INP_SHEXP] : NULL,
@@ -152,19 +215,24 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .bias = L->vec[LAYER_FFN_GATE_EXPS_B], .bias2 = L->vec[LAYER_FFN_UP_EXPS_B],
         .x = g->xn, .ld_x = e, .x_div = k,
         .order = b->order, .tiles = b->tiles, .n_tiles = b->n_tiles, .max_tiles = max_tiles,
-        .glu = hp->ffn_act == MODEL_ACT_SWIGLU_OAI ? GK_MOE_GLU_OAI : GK_GLU_SILU,
+        .glu = hp->ffn_act == MODEL_ACT_SWIGLU_OAI ? GK_MOE_GLU_OAI
+               : hp->ffn_act == MODEL_ACT_GELU_TANH ? GK_GLU_GELU
+                                                    : GK_GLU_SILU,
         .h = b->h, .ld_h = ff,
     };
     struct gk_moe_gemv_params dp = {
         .w = down->part[0], .rows = e, .bias = L->vec[LAYER_FFN_DOWN_EXPS_B],
         .x = b->h, .ld_x = ff, .x_div = 1,
         .order = b->order, .tiles = b->tiles, .n_tiles = b->n_tiles, .max_tiles = max_tiles,
-        .y = b->y, .ld_y = e,
+        .y = b->y, .ld_y = e, .scale = beside ? L->vec[LAYER_FFN_DOWN_EXPS_SCALE] : NULL,
     };
+    float *sum = beside ? b->acc : x; /* gemma4: the experts' sum alone, normed after */
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
         (hp->has_moe_shexp && (st = shared_expert(g, L, rows))) ||
         (st = expert_product(g, &gu)) || (st = expert_product(g, &dp)) ||
-        (st = IG_DEV(gk_moe_combine)(x, e, b->y, e, b->wts, rows, k, e, g->stream)))
+        (beside && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
+        (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, rows, k, e, g->stream)) ||
+        (beside && (st = beside_sum(g, L, x, rows))))
         return st;
     /* x += the shared expert's weight times its output: one slot a row */
     return hp->has_moe_shexp

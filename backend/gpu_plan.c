@@ -32,20 +32,22 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
     *layer = -1;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        /* backend/gpu_moe.c runs every expert of the layer, held whole, and
-         * qwen35moe's shared expert; not Gemma 4's dense MLP beside them
-         * (its own norms, GeGLU experts, the router's input scale) */
+        /* backend/gpu_moe.c runs every expert of the layer, held whole,
+         * qwen35moe's shared expert and Gemma 4's dense MLP beside GeGLU
+         * experts (its own norms, the router's input scale, the per-expert
+         * scale); a dense MLP beside other experts is no model's */
         bool part = L->ffn == LAYER_FFN_MOE &&
                     (L->expert0 != 0 || L->w[LAYER_FFN_GATE_EXPS].n_expert != L->n_expert);
         /* the router's row and logits in 48 KiB of shared memory (gk_moe_route) */
         bool wide = L->ffn == LAYER_FFN_MOE && hp->n_embd + L->n_expert > 12 * 1024;
+        bool beside_other = hp->has_moe_mlp && hp->ffn_act != MODEL_ACT_GELU_TANH;
         if (L->ffn != LAYER_FFN_DENSE &&
-            (L->ffn != LAYER_FFN_MOE || hp->has_moe_mlp || part || wide)) {
+            (L->ffn != LAYER_FFN_MOE || beside_other || part || wide)) {
             *layer = l;
-            return hp->has_moe_mlp ? "a dense MLP beside the experts"
-                   : part          ? "a tensor-parallel part of the experts"
-                   : wide          ? "a mixture of experts wider than 12288 (n_embd + experts)"
-                                   : "a mixture-of-experts FFN";
+            return beside_other ? "a dense MLP beside experts other than GeGLU ones"
+                   : part         ? "a tensor-parallel part of the experts"
+                   : wide         ? "a mixture of experts wider than 12288 (n_embd + experts)"
+                                  : "a mixture-of-experts FFN";
         }
     }
     for (int64_t l = 0; l < hp->n_layer; l++) /* the attention kernels' (Gemma 4's global 512) */

@@ -22,6 +22,11 @@ its files with it.
   moe-tiny  the mixture of experts, small: 6 layers of 256 (the last global),
         8 experts of 128 (2 used) beside a dense MLP of 512, V = K on the
         global layer, no per-layer embeddings, no shared KV
+  moe-emu   the smallest MoE, for the emulated CUDA backend: 2 layers of 128
+        (local, global), window 8, 2 heads, 1 KV head of 64 / 128, 4 experts of
+        64 (2 used) beside a dense MLP of 256, V = K on the global layer,
+        vocabulary 256; per-expert down scales in [0.25, 2] (not near 1: a
+        device that dropped them would be seen through the norms after)
   26B-A4B   26B-A4B-like: 30 layers of 2816 (global every sixth, window 1024),
         16 heads, 8 KV heads of 256 local / 2 of 512 global (V = K there), 128
         experts of 704 (8 used) beside a dense MLP of 2112 (--layers N: fewer)
@@ -44,6 +49,10 @@ SHAPES = {
                      hd_global=128, ff=512, shared=0, ple=0, vocab=1024, ctx=4096, window=16,
                      period=6, partial=0.25, v_is_k_global=True, n_exp=8, used=2,
                      ff_exp=128),
+    "moe-emu": dict(layers=2, embd=128, heads=2, kv_local=1, kv_global=1, hd_local=64,
+                    hd_global=128, ff=256, shared=0, ple=0, vocab=256, ctx=1024, window=8,
+                    period=2, partial=0.25, v_is_k_global=True, n_exp=4, used=2, ff_exp=64,
+                    exp_scale=(0.25, 2.0)),
     "26B-A4B": dict(layers=30, embd=2816, heads=16, kv_local=8, kv_global=2, hd_local=256,
                     hd_global=512, ff=2112, shared=0, ple=0, vocab=262144, ctx=262144,
                     window=1024, period=6, partial=0.25, v_is_k_global=True, n_exp=128,
@@ -204,4 +213,6 @@ def build(shape_name, qtype, layers=None, vocab=None, seed=1, fused=False):
         if name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
             w = dims[0] ** -0.25 * (1.0 + 0.1 * rng.uniform(-1, 1, dims[0]))
             fixed[name] = w.astype(np.float32).tobytes()
+        if name.endswith("ffn_down_exps.scale") and "exp_scale" in sh:
+            fixed[name] = rng.uniform(*sh["exp_scale"], dims[0]).astype(np.float32).tobytes()
     return ts, keys, gains, fixed

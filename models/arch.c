@@ -181,7 +181,7 @@ void model_layers_max(const struct model *m, struct model_layer_max *out)
         out->head_dim = max_i64(out->head_dim, L->head_dim);
         out->q_dim = max_i64(out->q_dim, L->n_head * L->head_dim);
         out->kv_dim = max_i64(out->kv_dim, L->n_head_kv * L->head_dim);
-        out->n_ff = max_i64(out->n_ff, L->n_ff);
+        out->n_ff = max_i64(out->n_ff, max_i64(L->n_ff, L->n_ff_mlp)); /* gemma4's MLP too */
         out->n_expert = max_i64(out->n_expert, L->n_expert);
         out->n_expert_used = max_i64(out->n_expert_used, L->n_expert_used);
         out->q_rows = max_i64(out->q_rows, L->n_head * L->head_dim * (L->attn_gate ? 2 : 1));

@@ -560,8 +560,9 @@ static int gemma4_rope(const struct cfg *c, const char *kind, double def_base, i
  * use_double_wide_mlp; per-layer embeddings of hidden_size_per_layer_input
  * (0: none); rope_parameters per kind; V normed, a layer_scalar each,
  * softmax scale 1. The last layer is full_attention whatever layer_types
- * says (its __post_init__ forces it). The mixture of experts
- * (enable_moe_block) is refused. */
+ * says (its __post_init__ forces it). With enable_moe_block, every layer's
+ * mixture of experts beside its dense MLP (Gemma4TextRouter: num_experts,
+ * top_k_experts renormalized, moe_intermediate_size). */
 static int read_gemma4(const struct cfg *c, struct hf_config *out)
 {
     struct model_hparams *hp = &out->hp;
@@ -574,9 +575,11 @@ static int read_gemma4(const struct cfg *c, struct hf_config *out)
                         "(text attends causally); other values are not a decoder", c->name);
     if ((st = get_bool(c, "enable_moe_block", false, &moe)))
         return st;
-    if (moe)
-        return ig_error(IG_E_MODEL, "'%s': enable_moe_block true (Gemma 4's mixture of experts) "
-                        "is not supported in a folder yet: use a GGUF of this model", c->name);
+    if (moe && ((st = get_int(c, "num_experts", -1, 1, MODEL_MAX_EXPERTS, &hp->n_expert)) ||
+                (st = get_int(c, "top_k_experts", -1, 1, hp->n_expert, &hp->n_expert_used)) ||
+                (st = get_int(c, "moe_intermediate_size", -1, 1, HF_MAX_DIM, &hp->n_ff_exp))))
+        return st;
+    hp->moe_norm_topk = moe; /* top_k_weights /= their sum */
     if ((st = get_int(c, "global_head_dim", -1, 2, HF_MAX_DIM, &hd_global)) ||
         (st = get_int(c, "num_kv_shared_layers", 0, 0, hp->n_layer - 1, &shared)) ||
         (st = get_int(c, "hidden_size_per_layer_input", -1, 0, HF_MAX_DIM / hp->n_layer, &ple)) ||
@@ -616,7 +619,8 @@ static int read_gemma4(const struct cfg *c, struct hf_config *out)
                           &hp->rope[MODEL_ROPE_GLOBAL].base, &out->gemma4.rot_pairs)))
         return st;
     model_features_set(hp, model_features(hp) | MODEL_FEAT_OUT_SCALE |
-                               (ple ? MODEL_FEAT_PLE : 0u));
+                               (ple ? MODEL_FEAT_PLE : 0u) |
+                               (moe ? MODEL_FEAT_MOE | MODEL_FEAT_MOE_MLP : 0u));
     return IG_OK;
 }
 

@@ -13,6 +13,8 @@
  * gpt-oss's experts are fused MXFP4 tensors (mlp.experts.gate_up_proj_blocks,
  * _scales, _bias; down_proj_*): bind_fused splits gate from up and repacks
  * the blocks into ggml's (hf_mxfp4.c), as llama.cpp's converter does.
+ * Gemma 4's experts (experts.gate_up_proj, down_proj) are read in place,
+ * gate and up each expert's halves (bind_gate_up_halves).
  * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
  * test_hf_arch.py, test_hf_malformed.py and tests/cpu/test_gptoss_hf.py. */
 #include "models/hf.h"
@@ -469,6 +471,51 @@ static int check_stored(const struct loader *L, const struct st_tensor *t, const
     return IG_OK;
 }
 
+/* Binds row's weight of Gemma 4's experts in layer `layer`
+ * (Gemma4TextExperts): gate and up are each expert's first and second
+ * halves of experts.gate_up_proj [E, 2 F, H] (its forward's chunk(2)),
+ * read in place through w->expert_data; down_proj [E, H, F] is bound
+ * whole. */
+static int bind_gate_up_halves(struct loader *L, const struct model_tensor *row, int64_t layer,
+                               struct model_weight *w)
+{
+    if (row->role == LAYER_FFN_DOWN_EXPS)
+        return bind(L, row, layer, w);
+    struct hf_folder *h = L->h;
+    int64_t shape[3];
+    model_weight_shape(row, L->m, layer, shape);
+    memset(w, 0, sizeof *w);
+    int64_t E = shape[0], F = shape[1], H = shape[2];
+    char name[256];
+    hf_name(L, row, layer, name, sizeof name);
+    const struct st_tensor *t = find(h, name);
+    if (!t)
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' is missing", L->dir, name);
+    const int64_t dims[3] = {E, 2 * F, H};
+    int st = check_stored(L, t, name, ST_DTYPE_COUNT, dims, 3,
+                          "num_experts, 2 moe_intermediate_size, hidden_size");
+    if (st)
+        return st;
+    if ((uintptr_t)t->data % HF_DATA_ALIGN)
+        return ig_error(IG_E_MODEL, "'%s': tensor '%s' starts at data byte %llu, not a multiple "
+                        "of %d; ignite reads weights in place and needs them aligned", L->dir,
+                        name, (unsigned long long)t->offset, HF_DATA_ALIGN);
+    IG_ASSERT(h->n_experts + (size_t)E <= h->cap_experts);
+    w->type = t->dtype == ST_F32 ? QUANT_F32 : t->dtype == ST_F16 ? QUANT_F16 : QUANT_BF16;
+    w->n_expert = E;
+    w->rows = F;
+    w->cols = H;
+    w->row_bytes = quant_row_bytes(w->type, H);
+    const void **ptrs = h->experts + h->n_experts;
+    bool up = row->role == LAYER_FFN_UP_EXPS;
+    for (int64_t e = 0; e < E; e++)
+        ptrs[e] = (const uint8_t *)t->data + (size_t)(2 * e + up) * (size_t)F * w->row_bytes;
+    h->n_experts += (size_t)E;
+    w->data = ptrs[0];
+    w->expert_data = ptrs;
+    return IG_OK;
+}
+
 /* Binds row's weight of gpt-oss's fused experts in layer `layer`: gate and
  * up are gate_up's even and odd rows, down is down_proj; a matrix from
  * NAME_blocks and NAME_scales (MXFP4, repacked into h->repacked), a bias
@@ -573,10 +620,12 @@ static int bind_weights(struct loader *L)
     struct model_tensor_it it;
     int st;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
-        /* experts: a tensor each ("%lld" in the name), or fused (gpt-oss) */
+        /* experts: a tensor each ("%lld" in the name), or fused (gpt-oss;
+         * Gemma 4's gate|up halves) */
         bool per_expert = strstr(model_tensor_hf_name(it.t, model_features(&m->hp)), "%lld");
         if ((st = (it.t->n_expert != TENSOR_DIM_EXPERT ? bind
                    : per_expert                          ? bind_experts
+                   : m->hp.has_moe_mlp                   ? bind_gate_up_halves
                                                          : bind_fused)(
                  L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
             return st;
@@ -612,6 +661,15 @@ static int gemma4_layers(struct loader *L, const struct hf_config *c)
         Ly->kv_shared = true;
         Ly->kv_source = src;
         Ly->n_ff = c->gemma4.n_ff_shared;
+    }
+    for (int64_t il = 0; il < m->hp.n_layer && m->hp.has_moe_mlp; il++) {
+        struct model_layer *Ly = &m->layers[il]; /* the experts beside the dense MLP */
+        Ly->ffn = LAYER_FFN_MOE;
+        Ly->n_ff_mlp = Ly->n_ff;
+        Ly->n_ff = m->hp.n_ff_exp;
+        Ly->n_expert = m->hp.n_expert;
+        Ly->n_expert_used = m->hp.n_expert_used;
+        Ly->moe_norm_topk = m->hp.moe_norm_topk;
     }
     /* proportional RoPE: the pairs past rot_pairs turn by 0 (1e30 divides
      * their angle, as the GGUF's rope_freqs) */

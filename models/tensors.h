@@ -230,7 +230,7 @@ struct tensor_hf_name {
     unsigned when, unless;
 };
 
-#define TENSOR_HF_NAMES 2
+#define TENSOR_HF_NAMES 3
 
 /* One weight role: a row of the table. */
 struct model_tensor {

@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const gk_moe_route_para
         ss += xr[c] * xr[c];
     ss = gk_block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)p.n_embd + p.eps);
-    for (int64_t c = threadIdx.x; c < p.n_embd; c += kThreads)
-        ig_sts(&xn[c], xr[c] * r * p.norm_w[c]);
+    for (int64_t c = threadIdx.x; c < p.n_embd; c += kThreads) /* gemma4: times in_scale */
+        ig_sts(&xn[c], (p.in_scale != 0.0f ? xr[c] * r * p.in_scale : xr[c] * r) * p.norm_w[c]);
     ig_syncthreads();
     for (int64_t e = warp; e < p.n_expert; e += kWarps) {
         const float *wr = p.router + e * p.n_embd;
@@ -259,9 +259,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_par
             b += p.bias2[row];
         if (GLU)
             p.h[(int64_t)pair[j] * p.ld_h + i] =
-                gk_f32_to_f16(p.glu == GK_MOE_GLU_OAI ? glu_oai(a, b) : gk_silu_mul(a, b));
-        else
-            p.y[(int64_t)pair[j] * p.ld_y + i] = a;
+                gk_f32_to_f16(p.glu == GK_MOE_GLU_OAI ? glu_oai(a, b)
+                              : p.glu == GK_GLU_GELU  ? gk_gelu_mul(a, b)
+                                                      : gk_silu_mul(a, b));
+        else /* gemma4's per-expert scale, before the combine's weight */
+            p.y[(int64_t)pair[j] * p.ld_y + i] = p.scale ? p.scale[ex] * a : a;
     }
 }
 
@@ -328,7 +330,8 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
         p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
         p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
         p->max_tiles <= 65535 && (p->rows + kWarps - 1) / kWarps <= 0x7fffffff &&
-        (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_MOE_GLU_OAI) && p->h &&
+        (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU || p->glu == GK_MOE_GLU_OAI) &&
+                   p->h && !p->scale &&
                    p->ld_h >= p->rows && p->w2.q && p->w2.type == p->w.type &&
                    p->w2.rows == p->w.rows && p->w2.cols == p->w.cols
              : p->y && p->ld_y >= p->rows);

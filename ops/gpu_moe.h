@@ -47,8 +47,10 @@ static inline int64_t gk_moe_max_tiles(int64_t n_pairs, int64_t n_expert)
 struct gk_moe_route_params {
     const float *x;       /* f32 [n][ld_x] residual rows */
     int64_t ld_x;
-    const float *norm_w;  /* f32 [n_embd] the FFN norm */
+    const float *norm_w;  /* f32 [n_embd] the FFN norm (gemma4: ffn_gate_inp.scale) */
     float eps;
+    float in_scale;       /* gemma4: the normed row times in_scale (1 / sqrt(n_embd)) before
+                             norm_w, as llama.cpp's gemma4.cpp; 0: norm_w alone */
     const float *router;  /* f32 [n_expert][n_embd] */
     const float *bias;    /* f32 [n_expert] router bias (gpt-oss), or NULL */
     int64_t n, n_embd, n_expert, k;
@@ -86,8 +88,10 @@ struct gk_moe_gemv_params {
     int64_t ld_x, x_div;
     const int32_t *order, *tiles, *n_tiles; /* gk_moe_sort's */
     int64_t max_tiles;    /* the grid's tiles (gk_moe_max_tiles) */
-    int glu;              /* GK_GLU_SILU or GK_MOE_GLU_OAI: h[p][i] = f16(act(w_i x, w2_i x));
-                             0: y[p][i] = w_i x */
+    int glu;              /* GK_GLU_SILU, GK_GLU_GELU (gemma4's GeGLU) or GK_MOE_GLU_OAI:
+                             h[p][i] = f16(act(w_i x, w2_i x)); 0: y[p][i] = w_i x */
+    const float *scale;   /* no glu: f32 [n_expert], y[p][i] = scale[expert] (w_i x) (gemma4's
+                             per-expert down scale), or NULL */
     uint16_t *h;          /* glu: out [pairs][ld_h] */
     int64_t ld_h;
     float *y;             /* no glu: out [pairs][ld_y] */

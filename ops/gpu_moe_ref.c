@@ -5,6 +5,7 @@
  * choice of experts are the kernels' exactly; the sums differ by their
  * order only. Covered by tests/emu/test_moe_emu.c. */
 #include "ops/gpu_moe.h"
+#include "ops/gpu_ops.h"
 
 #include "core/half.h"
 #include "core/status.h"
@@ -26,7 +27,7 @@ void gk_moe_route_ref(const struct gk_moe_route_params *p)
             ss += (double)xr[c] * xr[c];
         double r = 1.0 / sqrt(ss / (double)e_dim + p->eps);
         for (int64_t c = 0; c < e_dim; c++)
-            xn[c] = xr[c] * r * p->norm_w[c];
+            xn[c] = (p->in_scale != 0.0f ? xr[c] * r * p->in_scale : xr[c] * r) * p->norm_w[c];
         for (int64_t e = 0; e < ne; e++) {
             double a = 0;
             for (int64_t c = 0; c < e_dim; c++)
@@ -125,18 +126,20 @@ void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p)
                 const uint16_t *x = p->x + (pair / p->x_div) * p->ld_x;
                 float a = (float)dot_f16(wa, x, cols) + (p->bias ? p->bias[row] : 0.0f);
                 if (!p->glu) {
-                    p->y[pair * p->ld_y + i] = a;
+                    p->y[pair * p->ld_y + i] = p->scale ? p->scale[ex] * a : a;
                     continue;
                 }
-                float b = (float)dot_f16(wb, x, cols) + (p->bias2 ? p->bias2[row] : 0.0f), h;
+                float b = (float)dot_f16(wb, x, cols) + (p->bias2 ? p->bias2[row] : 0.0f);
                 if (p->glu == GK_MOE_GLU_OAI) {
                     float g = 7.0f < a ? 7.0f : a;
                     float u = b < -7.0f ? -7.0f : 7.0f < b ? 7.0f : b;
-                    h = g / (1.0f + expf(1.702f * -g)) * (u + 1.0f);
-                } else {
-                    h = a / (1.0f + expf(-a)) * b;
+                    p->h[pair * p->ld_h + i] =
+                        ig_f32_to_f16(g / (1.0f + expf(1.702f * -g)) * (u + 1.0f));
+                } else { /* gk_swiglu's and gk_geglu's twins on the one pair */
+                    float gu[2] = {a, b};
+                    (p->glu == GK_GLU_GELU ? gk_geglu_ref : gk_swiglu_ref)(gu, 1, 1,
+                                                                          p->h + pair * p->ld_h + i);
                 }
-                p->h[pair * p->ld_h + i] = ig_f32_to_f16(h);
             }
         }
     }

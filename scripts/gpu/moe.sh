@@ -16,6 +16,12 @@
 #                   ignite bench --device cuda pp512, pp2048, tg128, and
 #                   llama-bench on the same file where .gpubin/llama.cpp/bin runs
 #                   (scripts/llamacpp-cuda.sh); the ratios in moe.txt
+#   gemma4   ~20 s  Gemma 4's MoE (the dense MLP beside GeGLU experts, router
+#                   and per-expert scales) on bench/random_gguf.py's gemma4
+#                   moe-tiny (F16, head dims 64 / 128: the real 26B-A4B's
+#                   global 512 is not on the GPU yet): ignite bench --device
+#                   cuda pp512, tg128 (it runs, not refused) and llama-bench
+#                   on the same file; not a default part (MOE_PARTS=gemma4)
 #
 # Under scripts/gpu-check.sh: $BIN (the prebuilt programs), $WORK (this step's
 # directory; moe.txt there comes back), $PY. Alone, from the repository: BIN
@@ -89,11 +95,30 @@ for r in rows(sys.argv[2]):
 PY
 }
 
+part_gemma4() {
+    local f=$WORK/gemma4_moe_tiny_f16.gguf lb=$BIN/llama.cpp/bin/llama-bench
+    local lib=$BIN/llama.cpp/lib
+    timeout 60 "$PY" bench/random_gguf.py "$f" --arch gemma4 --shape moe-tiny --type F16 ||
+        { fail "random_gguf gemma4 moe-tiny"; return; }
+    say "ignite bench gemma4 moe-tiny"
+    timeout 60 "$BIN/ignite" bench --device cuda -m "$f" -p 512 -n 128 -r 3 -o jsonl \
+        >"$WORK/ignite_g4moe.jsonl" || fail "ignite bench gemma4 moe-tiny"
+    if LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" "$lb" --help >/dev/null 2>&1; then
+        LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" timeout 60 "$lb" -m "$f" -p 512 -n 128 \
+            -r 3 -ngl 99 -o jsonl >"$WORK/llama_g4moe.jsonl" 2>"$WORK/llama_g4moe.err" ||
+            fail "llama-bench gemma4 moe-tiny"
+    fi
+    for r in "$WORK/ignite_g4moe.jsonl" "$WORK/llama_g4moe.jsonl"; do
+        [ -s "$r" ] && sed "s|^|gemma4 moe-tiny $(basename "$r" .jsonl): |" "$r" | tee -a "$TABLE"
+    done
+}
+
 for p in $PARTS; do
     case $p in
     correct) part_correct ;;
     speed) part_speed ;;
-    *) fail "unknown part $p (correct, speed)" ;;
+    gemma4) part_gemma4 ;;
+    *) fail "unknown part $p (correct, speed, gemma4)" ;;
     esac
 done
 say "done"

@@ -21,8 +21,9 @@
  *     device's;
  *   - the device's weight bytes are the plan's (the f32 routers, the
  *     experts' stacked matrices);
- *   - a qwen3moe model with a dense MLP beside its experts (Gemma 4's) is
- *     still refused with one line (IG_E_MODEL);
+ *   - a qwen3moe model with a dense MLP beside its SwiGLU experts (Gemma 4's
+ *     beside GeGLU ones run: tests/emu/test_gemma4_emu.py) is refused with
+ *     one line (IG_E_MODEL);
  *   - with a second argument, random_gguf.py's qwen35moe tiny Q8_0 file:
  *     the shared expert beside the routed ones (run_shexp), with a control
  *     showing the comparison sees it;
@@ -80,8 +81,8 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode, int n
     free(p.le);
 }
 
-/* What the backend's MoE does not run yet (Gemma 4's dense MLP beside
- * the experts) is refused with one line. */
+/* What the backend's MoE does not run (a dense MLP beside experts other
+ * than Gemma 4's GeGLU ones) is refused with one line. */
 static void check_refused(struct model *m)
 {
     struct backend *g = NULL;

@@ -8,7 +8,12 @@ logits soft-capped), written here, run by test_backend_arch_emu --model:
 24 ids prefilled in one chunk (past the window), 5 decode steps, each
 step's logits within the f16 bound of backend_checks.h (3e-2 of max |logit|,
 NMSE 1e-3) and the same top-1, the exported cache against the CPU's, an
-imported one continuing. Label emu (about 6 s of CPU).
+imported one continuing. Then the same on the `moe-emu` shape (F16: 2 layers
+of 128, local then global, head dims 64 / 128, 4 experts of 64, 2 used,
+beside a dense MLP of 256): Gemma 4's MoE on the device (backend/gpu_moe.c:
+the MLP beside the experts, the router's input scale, GeGLU experts, the
+per-expert scale, the three norms after). Label emu (about 6 s of CPU, and
+the MoE file's).
 
 usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU"""
 import os
@@ -23,9 +28,13 @@ import random_gguf  # noqa: E402
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "gemma4-emu.gguf")
-        random_gguf.write(path, "emu", "F16", seed=2, arch="gemma4")
-        return subprocess.run([sys.argv[1], "--model", path], timeout=600).returncode
+        rc = 0
+        for shape in ("emu", "moe-emu"):
+            path = os.path.join(tmp, f"gemma4-{shape}.gguf")
+            random_gguf.write(path, shape, "F16", seed=2, arch="gemma4")
+            print(f"== gemma4 {shape}", flush=True)
+            rc |= subprocess.run([sys.argv[1], "--model", path], timeout=600).returncode
+        return rc
 
 
 if __name__ == "__main__":

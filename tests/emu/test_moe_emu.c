@@ -7,7 +7,8 @@
  * is not a multiple of 256: f16 and Q8_0 down experts); gate|up / down in
  * F16 / Q8_0, Q4_K / Q6_K (random blocks) with SwiGLU, Q8_0 / F16 and
  * MXFP4 / MXFP4 (gpt-oss's experts) with gpt-oss's clamped SwiGLU and
- * biases; and MXFP4's blocks alone (test_mxfp4_blocks: repack, and the
+ * biases, Q8_0 / F16 with Gemma 4's rules (GeGLU, the router's input
+ * scale 1 / sqrt(n_embd), a per-expert down scale in [0.5, 1.5]); and MXFP4's blocks alone (test_mxfp4_blocks: repack, and the
  * values the kernels read bit for bit models/quant.c's, every E8M0 byte;
  * random blocks the twin's).
  *
@@ -24,8 +25,9 @@
  *   sum within 1e-5 of max |x|;
  * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
  *   a product that reads the wrong expert's rows, a routing that drops the
- *   renormalization, a shared expert weight without its sigmoid: each
- *   caught by the same comparisons.
+ *   renormalization, a shared expert weight without its sigmoid, a down
+ *   product without its per-expert scale, a routing without its input
+ *   scale (Gemma 4's): each caught by the same comparisons.
  * Outputs are poisoned first. Label emu. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
@@ -44,6 +46,8 @@
 int gk_moe_gemv_emu_moe_wrong_expert(const struct gk_moe_gemv_params *p, void *stream);
 int gk_moe_route_emu_moe_no_renorm(const struct gk_moe_route_params *p, void *stream);
 int gk_moe_route_emu_moe_shexp_no_sigmoid(const struct gk_moe_route_params *p, void *stream);
+int gk_moe_gemv_emu_moe_no_expert_scale(const struct gk_moe_gemv_params *p, void *stream);
+int gk_moe_route_emu_moe_no_router_scale(const struct gk_moe_route_params *p, void *stream);
 
 #define NE 8
 #define K 2
@@ -146,6 +150,9 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     float *b1 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
     float *b2 = bias ? rand_f32(NE * ff, 0.5f, 0.0f, &st) : NULL;
     float *b3 = bias ? rand_f32(NE * E, 0.5f, 0.0f, &st) : NULL;
+    /* Gemma 4's (with GeGLU): each expert's down scale */
+    bool gemma = glu == GK_GLU_GELU;
+    float *es = gemma ? rand_f32(NE, 0.5f, 1.0f, &st) : NULL;
     uint16_t *xn = zalloc((size_t)(N * E) * 2);
     for (int64_t i = 0; i < N * E; i++) /* an f16 input as the norm leaves it */
         xn[i] = ig_f32_to_f16(x[i] * norm_w[i % E]);
@@ -168,7 +175,8 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     struct gk_moe_route_params rp = {.x = x, .ld_x = E, .norm_w = norm_w, .eps = 1e-6f,
                                      .router = router, .bias = rb, .n = N, .n_embd = E,
                                      .n_expert = NE, .k = K, .norm_topk = 1,
-                                     .shexp_gate = sg};
+                                     .shexp_gate = sg,
+                                     .in_scale = gemma ? 1.0f / sqrtf((float)E) : 0.0f};
     rp.sel = sel[0], rp.wts = wts[0], rp.shexp_w = sw[0];
     CHECK(route(&rp, NULL) == IG_OK);
     rp.sel = sel[1], rp.wts = wts[1], rp.shexp_w = sw[1];
@@ -218,7 +226,7 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
         struct gk_moe_gemv_params dp = {
             .w = wd, .rows = E, .bias = b3, .x = h[1], .ld_x = ff, .x_div = 1,
             .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
-            .max_tiles = max_tiles, .y = y[s], .ld_y = E};
+            .max_tiles = max_tiles, .y = y[s], .ld_y = E, .scale = es};
         if (s == 0) {
             CHECK(gemv(&gp, NULL) == IG_OK);
             CHECK(gemv(&dp, NULL) == IG_OK);
@@ -256,7 +264,7 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
         free(h[s]), free(y[s]), free(xo[s]);
     }
     free(bg), free(bu), free(bd), free(x), free(norm_w), free(router), free(rb), free(b1);
-    free(b2), free(b3), free(xn), free(sg);
+    free(b2), free(b3), free(xn), free(sg), free(es);
     return ok;
 }
 
@@ -330,6 +338,7 @@ int main(void)
         {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
         {QUANT_Q8_0, QUANT_F16, 128, 96, GK_MOE_GLU_OAI, true},
         {QUANT_MXFP4, QUANT_MXFP4, 128, 96, GK_MOE_GLU_OAI, true}, /* gpt-oss's */
+        {QUANT_Q8_0, QUANT_F16, 128, 96, GK_GLU_GELU, false},      /* Gemma 4's */
     };
     test_mxfp4_blocks();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -350,5 +359,11 @@ int main(void)
     CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false,
                      gk_moe_route_emu_moe_shexp_no_sigmoid, IG_DEV(gk_moe_gemv), true, 11),
            "mutant moe_shexp_no_sigmoid (the shared expert gate's sigmoid dropped) not caught");
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_GELU, false, IG_DEV(gk_moe_route),
+                     gk_moe_gemv_emu_moe_no_expert_scale, true, 11),
+           "mutant moe_no_expert_scale (the per-expert down scale dropped) not caught");
+    CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_GELU, false,
+                     gk_moe_route_emu_moe_no_router_scale, IG_DEV(gk_moe_gemv), true, 11),
+           "mutant moe_no_router_scale (the router's input scale dropped) not caught");
     return test_summary("test_moe_emu");
 }

@@ -20,9 +20,17 @@ leave alone. Checked with IGNITE_MATMUL=exact: a 40-token prompt (the
 window crossed), 4 fixed decode tokens and 4 greedy ones give the GGUF's
 logits within 1e-5 relative and its greedy tokens; the same folder with
 partial_rotary_factor 0.5 must not (the proportional RoPE is read from
-config.json). Bad folders (a per-layer embedding gate missing; a shared
-layer's FFN of the single width; the MoE block) are refused with one line
-and status 4. Label: unit (about 5 s).
+config.json). The mixture of experts: the gemma4 `moe-tiny` file (F16, 6
+layers, 8 experts of 128, 2 used, beside a dense MLP of 512) written as a
+Gemma4ForCausalLM folder with enable_moe_block (router.proj, router.scale,
+router.per_expert_scale, the experts fused as experts.gate_up_proj [E, 2F,
+H], each expert's gate rows then its up rows, and experts.down_proj [E, H,
+F]; pre_feedforward_layernorm_2, post_feedforward_layernorm_1/_2) gives
+the GGUF's logits within the same bound and its greedy tokens; with the
+gate and up halves swapped it must not. Bad folders (a per-layer embedding
+gate missing; a shared layer's FFN of the single width; the MoE block on
+a folder without experts) are refused with one line and status 4. Label:
+unit (about 7 s).
 
 usage: test_hf_gemma4.py FORWARD_DUMP"""
 import copy
@@ -63,7 +71,14 @@ LAYER = {"attn_norm.weight": "input_layernorm.weight",
          "inp_gate.weight": "per_layer_input_gate.weight",
          "proj.weight": "per_layer_projection.weight",
          "post_norm.weight": "post_per_layer_input_norm.weight",
-         "layer_output_scale.weight": "layer_scalar"}
+         "layer_output_scale.weight": "layer_scalar",
+         # the mixture of experts (Gemma4TextRouter, Gemma4TextExperts)
+         "ffn_gate_inp.weight": "router.proj.weight", "ffn_gate_inp.scale": "router.scale",
+         "ffn_down_exps.scale": "router.per_expert_scale",
+         "ffn_down_exps.weight": "experts.down_proj",
+         "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+         "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+         "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight"}
 MODEL = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight": "norm.weight",
          "per_layer_token_embd.weight": "embed_tokens_per_layer.weight",
          "per_layer_model_proj.weight": "per_layer_model_projection.weight",
@@ -77,11 +92,21 @@ def read_gguf(path):
             for t in r.tensors}
 
 
-def hf_tensors(w, pre):
-    """The GGUF's tensors under transformers' names (prefix `pre`)."""
+def hf_tensors(w, pre, swap_halves=False):
+    """The GGUF's tensors under transformers' names (prefix `pre`); a
+    layer's gate and up experts fused into experts.gate_up_proj [E, 2F, H]
+    (up first with swap_halves)."""
     out = {}
     for k, (x, ty) in w.items():
         if k == "rope_freqs.weight":  # config.json's rope_parameters say it
+            continue
+        if k.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
+            if k.endswith("up_exps.weight"):
+                continue
+            up = w[k.replace("gate_exps", "up_exps")][0]
+            halves = (up, x) if swap_halves else (x, up)
+            out[f"{pre}layers.{k[4:].split('.', 1)[0]}.experts.gate_up_proj"] = \
+                np.ascontiguousarray(np.concatenate(halves, axis=1).astype(np.float16))
             continue
         dt = np.float16 if ty == "F16" else np.float32
         if k in MODEL:
@@ -113,15 +138,17 @@ def text_config(sh):
                 "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
                                    "partial_rotary_factor": sh["partial"]}},
             "final_logit_softcapping": 30.0, "use_bidirectional_attention": "vision",
-            "enable_moe_block": False, "tie_word_embeddings": True}
+            "enable_moe_block": "n_exp" in sh, "num_experts": sh.get("n_exp"),
+            "top_k_experts": sh.get("used"), "moe_intermediate_size": sh.get("ff_exp"),
+            "tie_word_embeddings": True}
 
 
-def write_folder(path, w, sh, cls, edit=None, drop=None):
+def write_folder(path, w, sh, cls, edit=None, drop=None, swap_halves=False):
     text = text_config(sh)
     if edit:
         edit(text)
     if cls == "Gemma4ForCausalLM":
-        t = hf_tensors(w, "model.")
+        t = hf_tensors(w, "model.", swap_halves)
         cfg = dict(text, architectures=[cls], model_type="gemma4_text")
     else:
         t = hf_tensors(w, "model.language_model.")
@@ -196,7 +223,7 @@ def main():
         def single_width(t):
             t["use_double_wide_mlp"] = False
 
-        def moe(t):
+        def moe(t):  # on a folder without experts
             t.update(enable_moe_block=True, num_experts=4, top_k_experts=2,
                      moe_intermediate_size=64)
 
@@ -204,7 +231,7 @@ def main():
         for name, edit, drop, needle in (
                 ("missing", None, gate, gate),
                 ("shape", single_width, None, "model.layers.6.mlp.gate_proj.weight"),
-                ("moe", moe, None, "enable_moe_block")):
+                ("moe", moe, None, "router.proj.weight")):
             folder = os.path.join(tmp, f"bad-{name}")
             write_folder(folder, w, sh, "Gemma4ForCausalLM", edit, drop)
             _, _, res = dump(tool, folder, prompt, fixed, 1, os.path.join(tmp, "b.bin"))
@@ -212,6 +239,28 @@ def main():
             report(res.returncode == IG_E_MODEL and len(err.splitlines()) == 1
                    and err.startswith("ignite: ") and needle in err,
                    f"bad folder ({name}): status {res.returncode}, {err!r}")
+
+        # the mixture of experts: the moe-tiny GGUF as a folder
+        msh = dict(randgguf_gemma4.SHAPES["moe-tiny"])
+        mpath = os.path.join(tmp, "moe.gguf")
+        random_gguf.write(mpath, "moe-tiny", "F16", seed=6, arch="gemma4")
+        mbase, mgb, res = dump(tool, mpath, prompt, fixed, 4, os.path.join(tmp, "m.bin"))
+        if mbase is None:
+            sys.stderr.write(res.stderr)
+            return 1
+        mw = read_gguf(mpath)
+        for swap, must in ((False, True), (True, False)):
+            folder = os.path.join(tmp, f"moe-{swap}")
+            write_folder(folder, mw, msh, "Gemma4ForCausalLM", swap_halves=swap)
+            lg, g, res = dump(tool, folder, prompt, fixed, 4, os.path.join(tmp, "f.bin"))
+            if lg is None:
+                report(False, f"MoE folder: forward_dump failed: {res.stderr.strip()}")
+                continue
+            err = np.abs(lg - mbase).max() / np.abs(mbase).max()
+            same = lg.shape == mbase.shape and err <= BOUND and g == mgb
+            label = "gate|up halves swapped" if swap else "as written"
+            report(same == must, f"MoE folder, {label}: relative {err:.2e} from the GGUF, "
+                   f"greedy {g} vs {mgb} ({'must' if must else 'must not'} match)")
     return 0 if ok else 1
 
 

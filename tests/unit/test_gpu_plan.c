@@ -112,9 +112,9 @@ static void test_bytes(const char *spec)
 
 /* A model whose second layer is a mixture of experts runs (qwen3moe's,
  * backend/gpu_moe.c), with a shared expert beside the routed ones too
- * (qwen35moe's); with part of its experts (a tensor-parallel rank's) or a
- * dense MLP beside them (Gemma 4's) it is refused (exit 4, a bad model for
- * the device). */
+ * (qwen35moe's), and a dense MLP beside GeGLU experts (Gemma 4's); with
+ * part of its experts (a tensor-parallel rank's) or a dense MLP beside
+ * SwiGLU experts it is refused (exit 4, a bad model for the device). */
 static void test_check_model(void)
 {
     struct model_layer layers[2] = {{.ffn = LAYER_FFN_DENSE, .head_dim = 64},
@@ -131,8 +131,10 @@ static void test_check_model(void)
     m.hp.has_moe_shexp = true;
     CHECK(gpu_plan_check_model(&m) == IG_OK);
     m.hp.has_moe_shexp = false;
-    m.hp.has_moe_mlp = true;
+    m.hp.has_moe_mlp = true; /* beside SwiGLU experts: no model's */
     CHECK(gpu_plan_check_model(&m) == IG_E_MODEL);
+    m.hp.ffn_act = MODEL_ACT_GELU_TANH; /* beside GeGLU ones: Gemma 4's, run */
+    CHECK(gpu_plan_check_model(&m) == IG_OK);
 }
 
 int main(void)
