@@ -164,6 +164,8 @@ struct backend {
     size_t weight_bytes;       /* device memory of the weights (0 on the CPU) */
     int64_t step_nodes;        /* launches of the last decode step: its graph's nodes on
                                   CUDA, the emulator's count without graphs; 0 on the CPU */
+    int64_t dn_chunked_rows;   /* DeltaNet rows run in the chunked form so far, summed over
+                                  layers (CUDA; a test's witness of the kernel choice) */
     struct kv_memory *kv_mem;  /* the pool's layers (kv_memory_of at the pool's dtype),
                                 * owned; NULL for a backend without a pool (a test's) */
     int64_t n_states;          /* recurrent state slots: n_slots when a layer is

@@ -5,8 +5,10 @@
  *   (gpu_forward.c calls it and does those two): the q|k|v, z, beta and
  *   alpha products of the normed rows, then the convolution with each
  *   sequence's conv state, the L2 norms and gates, the delta rule on each
- *   sequence's state (ops/gpu_deltanet.h: the recurrent form, one launch
- *   per layer for a prompt's rows and a decode bucket's alike), the gated
+ *   sequence's state (ops/gpu_deltanet.h: the chunked form for a prompt's
+ *   sequences of GK_DN_CHUNK_MIN rows or more, the recurrent form for the
+ *   others and every decode row; IGNITE_DELTANET=recurrent runs every row
+ *   in the recurrent form, as on the CPU), the gated
  *   norm into f16 rows for ssm_out. A sequence's state lives in the
  *   layer's state array in its slot (gpu.c allocates it; gpu_cache.c moves
  *   it to and from the host), in kvcache's layout, so a saved cache is the
@@ -23,6 +25,9 @@
 
 #include "core/status.h"
 #include "ops/gpu_deltanet.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static bool has_deltanet(const struct model *m)
 {
@@ -46,7 +51,9 @@ int IG_DEV(gpu_deltanet_alloc)(struct gpu_backend *g)
     model_layers_max(g->m, &mx);
     size_t B = (size_t)g->max_batch, C = (size_t)mx.dn_conv_dim, vd = (size_t)mx.dn_v_dim,
            hv = (size_t)mx.dn_v_heads, seqs = (size_t)g->max_seqs * sizeof(struct gk_dn_seq);
+    const char *form = getenv("IGNITE_DELTANET");
     int st = IG_OK;
+    g->dn_recurrent = form && !strcmp(form, "recurrent");
     if (has_deltanet(g->m) &&
         ((st = IG_DEV(gpu_alloc)(g, B * C * 4, &g->dn_qkv, NULL)) ||
          (st = IG_DEV(gpu_alloc)(g, B * vd * 4, &g->dn_z, NULL)) ||
@@ -83,8 +90,11 @@ int IG_DEV(gpu_deltanet_stage)(struct gpu_backend *g, const struct backend_batch
 {
     if (!g->dn_seqs)
         return IG_OK;
+    g->dn_chunk_rows = 0;
     for (int64_t i = 0; i < rows; i++) {
         const struct backend_seq *s = i < batch->n_seqs ? &batch->seqs[i] : NULL;
+        if (s && s->n_rows >= GK_DN_CHUNK_MIN && !g->dn_recurrent)
+            g->dn_chunk_rows += s->n_rows;
         g->h_dn_seqs[i] = s ? (struct gk_dn_seq){(int32_t)s->row0, (int32_t)s->n_rows,
                                                  (int32_t)s->pos0, s->slot}
                             : (struct gk_dn_seq){(int32_t)i, 0, -1, 0}; /* a bucket's padding */
@@ -102,6 +112,9 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
         .Hk = ML->dn_k_heads, .Hv = ML->dn_v_heads, .D = ML->dn_head_dim, .K = ML->dn_conv,
         .grouped = ML->dn_grouped, .state = (float *)(void *)L->state,
         .state_floats = (int64_t)(g->base.kv_mem->layers[l].state_bytes / sizeof(float)),
+        /* rule and chunk kernels split the sequences by rows on the device,
+         * the same for any batch a captured graph replays with */
+        .chunk_min = g->dn_chunk_rows ? GK_DN_CHUNK_MIN : 0,
     };
     s.C = (2 * s.Hk + s.Hv) * s.D;
     int64_t vd = s.Hv * s.D;
@@ -117,8 +130,12 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
         (st = IG_DEV(gk_dn_gates)(&s, g->dn_qkv, g->dn_beta, g->dn_alpha, L->vec[LAYER_DN_DT],
                                   L->vec[LAYER_DN_A], n, q)) ||
         (st = IG_DEV(gk_dn_rule)(&s, g->dn_qkv, g->dn_beta, g->dn_alpha, g->dn_out, g->dn_seqs,
-                                 n_seqs, q)))
+                                 n_seqs, q)) ||
+        (g->dn_chunk_rows &&
+         (st = IG_DEV(gk_dn_chunk)(&s, g->dn_qkv, g->dn_beta, g->dn_alpha, g->dn_out,
+                                   g->dn_seqs, n_seqs, q))))
         return st;
+    g->base.dn_chunked_rows += g->dn_chunk_rows;
     return IG_DEV(gk_dn_norm)(&s, g->dn_out, g->dn_z, L->vec[LAYER_DN_NORM],
                               (float)g->m->hp.norm_eps, n, g->dn_out16, q);
 }

@@ -160,6 +160,8 @@ struct gpu_backend {
      * mixer's activations [max_batch][...], gated attention's raw Q|K|V
      * product and gates */
     struct gk_dn_seq *dn_seqs, *h_dn_seqs;
+    int64_t dn_chunk_rows;     /* the step's rows in sequences for gk_dn_chunk (staged) */
+    bool dn_recurrent;         /* IGNITE_DELTANET=recurrent: every row by gk_dn_rule */
     float *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out;
     uint16_t *dn_out16;
     float *gate_raw, *gate;

@@ -4,13 +4,14 @@
  * ops/gpu_deltanet_ref.c (bit for bit: every f32 operation rounded on its
  * own, the sums in the twins' order).
  *
- * The delta rule is the recurrent form for prefill and decode alike: one
+ * The delta rule here is the recurrent form: one
  * block per (value head, sequence) of 2 D threads, each pair holding a
  * column of S in registers for the whole launch (read from the slot once,
  * written once), the rows of the sequence in order; q_t and k_t are the same for
  * every thread (broadcast loads). A prompt of n rows is n dependent steps
- * of O(D) work per thread: the chunked form (tensor cores for the chunk
- * products) is what long prompts want next (docs/gpu.md). The convolution
+ * of O(D) work per thread: the backend gives a prompt's sequences of
+ * GK_DN_CHUNK_MIN rows or more to the chunked form (ops/gpu_deltanet_chunk.cu,
+ * tensor cores for the chunk products) and decode rows here. The convolution
  * is one thread per channel of a sequence, its K - 1 inputs in registers;
  * the norms are one warp per head.
  *
@@ -124,7 +125,7 @@ dn_rule_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
     const gk_dn_seq q = seqs[blockIdx.y];
     const int64_t h = blockIdx.x, kh = dn_key_head(s, h);
     const int j = (int)threadIdx.x / 2, i0 = (int)threadIdx.x % 2 * R;
-    if (q.n_rows <= 0)
+    if (q.n_rows <= 0 || (s.chunk_min && q.n_rows >= s.chunk_min)) /* gk_dn_chunk's */
         return;
     float *S = s.state + (int64_t)q.slot * s.state_floats + (s.K - 1) * s.C + h * D * D;
     float col[R]; /* S[i0 + i][j] */

@@ -44,6 +44,8 @@ struct gk_dn_shape {
     int grouped;        /* value head h reads key head h / (Hv / Hk); else h % Hk */
     float *state;       /* [slots][state_bytes / 4] */
     int64_t state_floats; /* a slot's stride */
+    int32_t chunk_min;  /* 0: gk_dn_rule and gk_dn_chunk take every sequence; else
+                         * gk_dn_chunk those of at least this many rows, gk_dn_rule the rest */
 };
 
 /* The causal depthwise convolution and SiLU of each sequence's rows of qkv
@@ -65,7 +67,8 @@ int IG_DEV(gk_dn_gates)(const struct gk_dn_shape *s, float *qkv, float *beta, fl
 void gk_dn_gates_ref(const struct gk_dn_shape *s, float *qkv, float *beta, float *alpha,
                      const float *dt, const float *A, int64_t n);
 
-/* The delta rule, the recurrent form, over each sequence's rows in order:
+/* The delta rule, the recurrent form, over each sequence's rows in order
+ * (those of fewer than chunk_min rows when it is set):
  * S = e^g S; u = beta (v - S^T k); S += k u^T; o = S^T q, o into out
  * [n][Hv][D]; S read from and written back to the slot once. One block
  * per (value head, sequence), two threads a column of S, each half its
@@ -75,6 +78,29 @@ int IG_DEV(gk_dn_rule)(const struct gk_dn_shape *s, const float *qkv, const floa
                        void *stream);
 void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                     const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs);
+
+/* The delta rule, the chunked form (the Gated DeltaNet paper's,
+ * flash-linear-attention's chunk_gated_delta_rule), over each sequence's
+ * rows in chunks ending at multiples of GK_DN_CHUNK positions (as
+ * backend/cpu_deltanet.c's): per chunk of c rows, G the cumulative log
+ * decay, T = (I - M)^-1 with M[i][m] = -beta_i k_i.k_m e^(G_i - G_m) (m < i)
+ * by forward substitution in f32, then on tensor cores (mma.sync, f16 in,
+ * f32 accumulate; a partial chunk padded with zero rows): W = T (beta e^G
+ * k), v_new = T (beta v) - W S, o = e^G (q S) + (q k^T e^(G_i - G_m), m <=
+ * i) v_new, S = e^(G_last) S + (e^(G_last - G) k)^T v_new. S in f32 in
+ * shared memory (its f16 copy the products read), read from and written
+ * back to the slot once. One block per (value head, 64 value columns,
+ * sequence), 4 warps. Equal to gk_dn_rule within f16 rounding (the tests
+ * state the bound); its twin bit for bit. */
+#define GK_DN_CHUNK 64
+/* The fewest rows of a sequence the backend gives to gk_dn_chunk: a chunk
+ * costs a padded 64-row chunk's products and solve whatever its rows. */
+#define GK_DN_CHUNK_MIN 16
+int IG_DEV(gk_dn_chunk)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                        const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs,
+                        void *stream);
+void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                     const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs);
 
 /* The gated norm: y[t][h] = f16(o r w silu(z)), r = 1 / sqrt(mean(o^2) +
  * eps) over each head's D values; o, z f32 [n][Hv][D], w f32 [D], y f16. */

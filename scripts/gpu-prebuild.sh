@@ -19,7 +19,7 @@ BUILD=${BUILD:-build-gpubin}
 MAX_MIB=${MAX_MIB:-56}
 TARGETS="ignite test_device_gpu test_backend_gpu test_gpu_ops_gpu test_flash_attn_gpu
          bench_decode_kernels bench_flash_attn test_qmm_gpu test_backend_qgpu bench_qmm
-         test_backend_moe_gpu test_deltanet_gpu"
+         test_backend_moe_gpu test_deltanet_gpu bench_deltanet"
 mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON -DIGNITE_SHARED_CORE=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90-real >"$BUILD/configure.log"
@@ -34,6 +34,10 @@ for t in $TARGETS; do
 done
 strip --strip-debug -o .gpubin/lib/libignite_core.so "$BUILD/libignite_core.so"
 scripts/device-deps.sh .gpubin/lib .gpubin/ignite
+# flash-linear-attention's kernels (pure Python over Triton) for the qwen35 step's
+# comparison: ~1.2 MiB of wheels; without a registry the step says it skipped
+"${PY:-python3}" -m pip download -q --no-deps -d .gpubin/wheels fla-core==0.6.0 einops ||
+    echo "gpu-prebuild: no fla wheels (the qwen35 step skips its fla comparison)"
 {
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')"
     echo "$(nvcc --version | tail -1); CMAKE_CUDA_ARCHITECTURES=90-real + sm_90a kernels"

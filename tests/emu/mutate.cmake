@@ -6,7 +6,8 @@
 # with TILES and WGMMA: the shared headers are inlined into the copy first, so a bug
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
-# ops/gpu_deltanet.cu (dn_*) and backend/gpu_tp.c (tp_*). The copy's entry points
+# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*) and
+# backend/gpu_tp.c (tp_*). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
 # gk_moe_route_emu_NAME, ...; the DeltaNet launchers gk_NAME_*), so the copies link
 # beside the real ones. Fails when the text to mutate is no longer there (update
@@ -132,6 +133,12 @@ elseif(MUTANT STREQUAL "dn_gate_sign")
 elseif(MUTANT STREQUAL "dn_decay_sign")
   set(from "const float decay = expf(g[t * s.Hv + h])")
   set(to "const float decay = expf(-g[t * s.Hv + h]) /* mutant: the decay's sign */")
+elseif(MUTANT STREQUAL "dnc_no_decay") # IN=ops/gpu_deltanet_chunk.cu (test_deltanet_emu.c)
+  set(from "const float el = expf(glast);")
+  set(to "const float el = 1.0f; /* mutant: the state not decayed across a chunk boundary */")
+elseif(MUTANT STREQUAL "dnc_no_carry")
+  set(from "            ig_sts(Sh + e, gk_f32_to_f16(ig_lds(Sf + e)));\n")
+  set(to "            (void)0; /* mutant: the next chunk reads the state before this one */\n")
 elseif(MUTANT STREQUAL "tp_no_reduce") # IN=backend/gpu_tp.c (tests/tp/test_tp_gpu.py)
   set(from "int st = t->red->sum(t->red, buf, t->rows * e, g->stream);")
   set(to "int st = IG_OK; (void)buf; /* mutant: a rank's partial sum not reduced */")
@@ -146,7 +153,7 @@ if(at EQUAL -1)
   message(FATAL_ERROR "mutant ${MUTANT}: text not found in ${IN}")
 endif()
 string(REPLACE "${from}" "${to}" src "${src}")
-if(IN MATCHES "gpu_deltanet\\.cu$") # its launchers gk_<MUTANT>_* (test_deltanet_emu.c)
+if(IN MATCHES "gpu_deltanet(_chunk)?\\.cu$") # its launchers gk_<MUTANT>_* (test_deltanet_emu.c)
   string(REPLACE "IG_DEV(gk_" "(gk_${MUTANT}_" src "${src}")
 endif()
 foreach(k gk_moe_route gk_moe_sort gk_moe_gemv gk_moe_combine) # ops/gpu_moe.cu's mutants
