@@ -81,7 +81,7 @@ struct prefill_attn_params {
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
     int64_t head_dim;  /* 64, 128 or 256 (256: m64w4, m64w4n32h and the ws variants),
-                          or 512 (m64w4n16 only) */
+                          or 512 (m64w4n16 only, f16 only: the backend's type) */
     int64_t window;    /* sliding window in keys (a query sees its last `window`
                           positions, itself included); 0 = none (mma.sync and ws
                           variants) */

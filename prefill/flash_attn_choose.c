@@ -196,6 +196,8 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
         return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
                         p->dtype);
+    if (p->head_dim == 512 && p->dtype != PREFILL_ATTN_F16) /* Gemma 4's: one instantiation */
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim 512 takes f16 only");
     /* Varlen: each sequence's pos0 + n_rows <= n_ctx is the kernel's to
      * trust (device memory); the largest n_rows and pos0 each fit. */
     const int64_t extent = p->seqs ? (p->pos0 > p->n_tokens ? p->pos0 : p->n_tokens)

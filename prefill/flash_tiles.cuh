@@ -351,10 +351,9 @@ int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
         if (p.head_dim == 256)
             return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 256>{})
                         : launch(ig_f16_t{}, std::integral_constant<int, 256>{});
-    if constexpr ((variant<V>::head_dims & 8) != 0)
-        if (p.head_dim == 512)
-            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 512>{})
-                        : launch(ig_f16_t{}, std::integral_constant<int, 512>{});
+    if constexpr ((variant<V>::head_dims & 8) != 0) /* f16 only (the chooser's rule) */
+        if (p.head_dim == 512 && !bf16)
+            return launch(ig_f16_t{}, std::integral_constant<int, 512>{});
     return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld",
                     prefill_attn_variant_name(V), (long long)p.head_dim);
 }

@@ -93,7 +93,8 @@ static int run(int (*fn)(const struct prefill_attn_params *, void *), double *er
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
-    c.n = n, c.pos0 = pos0, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
+    c.n = n, c.pos0 = pos0, c.n_head = 1, c.n_head_kv = 1, c.hd = hd,
+    c.dtype = hd == 512 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16; /* 512: f16 only */
     c.seed = 5;
     c.sinks = sinks;
     attn_case_init(&c);

@@ -242,15 +242,15 @@ static void varlen_cases(int64_t hd_max)
 }
 
 /* Head dim 512 (Gemma 4's global layers, 8 query heads on 1 KV head; the
- * variants built for it): a chunk alone and after a cache, a window, a
- * paged prefix behind a window, variable length. */
+ * variants built for it, f16 only): a chunk alone and after a cache, a
+ * window, a paged prefix behind a window, variable length. */
 static void cases_512(void)
 {
     static const int32_t n1[] = {1, 300, 65}, p1[] = {1000, 0, 37};
     run_case(65, 0, 8, 1, 512, PREFILL_ATTN_F16);
-    run_case(300, 100, 8, 1, 512, PREFILL_ATTN_BF16);
+    run_case(300, 100, 8, 1, 512, PREFILL_ATTN_F16);
     run_case_w(300, 200, 8, 1, 512, PREFILL_ATTN_F16, 64);
-    run_case_p(150, 200, 8, 1, 512, PREFILL_ATTN_BF16, 64, 1);
+    run_case_p(150, 200, 8, 1, 512, PREFILL_ATTN_F16, 64, 1);
     run_varlen(3, n1, p1, 8, 1, 512, PREFILL_ATTN_F16, 0);
 }
 
