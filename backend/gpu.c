@@ -154,9 +154,11 @@ static int check_model(const struct model *m)
                                 (long long)L->dn_head_dim, (long long)L->dn_conv);
             continue;
         }
-        if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256)
-            return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64, 128 and 256; "
-                            "'%s' has %lld (use --device cpu)", m->path, (long long)L->head_dim);
+        if (L->head_dim != 64 && L->head_dim != 128 && L->head_dim != 256 &&
+            L->head_dim != 512)
+            return ig_error(IG_E_MODEL, "the CUDA backend supports head_dim 64, 128, 256 and "
+                            "512; '%s' has %lld (use --device cpu)", m->path,
+                            (long long)L->head_dim);
         if (L->n_head / L->n_head_kv > 8)
             return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV "
                             "head; '%s' has %lld (use --device cpu)", m->path,

@@ -50,11 +50,12 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
                                   : "a mixture-of-experts FFN";
         }
     }
-    for (int64_t l = 0; l < hp->n_layer; l++) /* the attention kernels' (Gemma 4's global 512) */
+    for (int64_t l = 0; l < hp->n_layer; l++) /* the attention kernels' */
         if (m->layers[l].mixer == LAYER_MIXER_ATTENTION && m->layers[l].head_dim != 64 &&
-            m->layers[l].head_dim != 128 && m->layers[l].head_dim != 256) {
+            m->layers[l].head_dim != 128 && m->layers[l].head_dim != 256 &&
+            m->layers[l].head_dim != 512) {
             *layer = l;
-            return "head dims other than 64, 128 and 256 (Gemma 4's global 512)";
+            return "head dims other than 64, 128, 256 and 512";
         }
     /* The dense FFN's activations; gpt-oss's clamped SwiGLU runs in its
      * experts (backend/gpu_moe.c), never in a dense FFN */

@@ -16,6 +16,8 @@ its files with it.
         128 (local, global, then two reading their K/V), window 8, 2 heads, 1 KV
         head of 64 / 128, FFN 256 (512 shared), per-layer embeddings of 16, V = K
         on the global layer, vocabulary 256
+  emu512  emu with Gemma 4's real head dims, 256 local / 512 global (the CUDA
+        attention's widest rows), and 1 head (half the emulated attention's time)
   E2B   Gemma 4 E2B's text model: 35 layers of 1536 (global every fifth,
         window 512), 8 heads, 1 KV head of 256 / 512, FFN 6144 (12288 on the
         20 shared-KV layers), per-layer embeddings of 256, vocabulary 262144
@@ -42,6 +44,9 @@ SHAPES = {
     "emu": dict(layers=4, embd=128, heads=2, kv_local=1, kv_global=1, hd_local=64,
                 hd_global=128, ff=256, shared=2, ple=16, vocab=256, ctx=1024, window=8,
                 period=2, partial=0.25, v_is_k_global=True),
+    "emu512": dict(layers=4, embd=128, heads=1, kv_local=1, kv_global=1, hd_local=256,
+                   hd_global=512, ff=256, shared=2, ple=16, vocab=256, ctx=1024, window=8,
+                   period=2, partial=0.25, v_is_k_global=True),
     "E2B": dict(layers=35, embd=1536, heads=8, kv_local=1, kv_global=1, hd_local=256,
                 hd_global=512, ff=6144, shared=20, ple=256, vocab=262144, ctx=131072,
                 window=512, period=5, partial=0.25, v_is_k_global=False),

@@ -8,7 +8,9 @@
  * query head of the group at q_len 1; a verify step's rows too), so each K/V
  * row is read once for all of them. A key row of head_dim halves is read by
  * head_dim / 8 lanes, 16 bytes each (1 row per warp load at hd 256, 2 at hd
- * 128, 4 at hd 64), U rows per lane a stage, through a two-stage cp.async
+ * 128, 4 at hd 64; at hd 512 by 32 lanes, two 16-byte chunks each, 256
+ * columns apart, and at most 2 pairs a block: 16 dims of q and o per pair
+ * in a lane's registers), U rows per lane a stage, through a two-stage cp.async
  * pipeline: the next stage's copies are issued before the current one is
  * reduced, so the cache streams (FlashInfer's decode does the same). A
  * lane reads back only the bytes it copied itself: no barrier between
@@ -195,10 +197,11 @@ template <int HD, int GM, int U, bool FUSED>
 __global__ void __launch_bounds__(kThreads)
 decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, const int64_t n_rg)
 {
-    constexpr int L = HD / 8;        /* lanes per key row */
+    constexpr int C = HD > 256 ? HD / 256 : 1; /* 16-byte chunks a lane holds of a row */
+    constexpr int L = HD / (8 * C);  /* lanes per key row */
     constexpr int KPW = 32 / L;      /* rows per warp load */
     constexpr int KB = kWarps * KPW * U; /* rows per block iteration (a stage) */
-    using SM = split_smem<HD, GM, U>;
+    using SM = split_smem<HD, GM, U * C>; /* a stage's K/V vectors: row u's chunk c at u C + c */
     IG_SHARED(gk_u32x4, smem, [SM::kVecs]);
 
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
@@ -248,18 +251,22 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
     const int64_t j_begin = k0 > b_lo ? k0 : b_lo;
     const int64_t j_end = k_end < b_hi + 1 ? k_end : b_hi + 1;
 
-    float q[GM][8];
+    /* This lane's dims of a row: chunk c holds c * (HD / C) + dl * 8 .. + 7. */
+    float q[GM][8 * C];
     for (int g = 0; g < GM; g++) {
         const int64_t row = seq * R + pair_row(g);
-        unpack8(*(const gk_u32x4 *)(p.q + (row * p.n_head + pair_head(g)) * HD + dl * 8), q[g]);
-        for (int i = 0; i < 8; i++)
+        for (int c = 0; c < C; c++)
+            unpack8(*(const gk_u32x4 *)(p.q + (row * p.n_head + pair_head(g)) * HD +
+                                        c * (HD / C) + dl * 8),
+                    q[g] + 8 * c);
+        for (int i = 0; i < 8 * C; i++)
             q[g][i] *= scale_log2;
     }
-    float m[GM], l[GM], o[GM][8];
+    float m[GM], l[GM], o[GM][8 * C];
     for (int g = 0; g < GM; g++) {
         m[g] = -INFINITY;
         l[g] = 0;
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 8 * C; i++)
             o[g][i] = 0;
     }
 
@@ -277,8 +284,12 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
             const bool valid = j < j_end;
             const int64_t row =
                 valid ? table[j / KV_BLOCK] * p.block_stride + (j % KV_BLOCK) * HD : 0;
-            ig_cp_async16(&smem[SM::at(st, 0, u, tid)], kc + row, valid);
-            ig_cp_async16(&smem[SM::at(st, 1, u, tid)], vc + row, valid);
+            for (int c = 0; c < C; c++) {
+                ig_cp_async16(&smem[SM::at(st, 0, u * C + c, tid)], kc + row + c * (HD / C),
+                              valid);
+                ig_cp_async16(&smem[SM::at(st, 1, u * C + c, tid)], vc + row + c * (HD / C),
+                              valid);
+            }
         }
         ig_cp_async_commit();
     };
@@ -295,13 +306,17 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
         /* s[u][g] = this lane's 8 dims of q[g] . k[u], then the row's sum. */
         float s[U][GM];
         for (int u = 0; u < U; u++) {
-            float kf[8];
-            unpack8(ig_lds(&smem[SM::at(st, 0, u, tid)]), kf);
-            for (int g = 0; g < GM; g++) {
-                float acc = 0;
-                for (int i = 0; i < 8; i++)
-                    acc = fmaf(q[g][i], kf[i], acc);
-                s[u][g] = acc;
+            for (int g = 0; g < GM; g++)
+                s[u][g] = 0;
+            for (int c = 0; c < C; c++) {
+                float kf[8];
+                unpack8(ig_lds(&smem[SM::at(st, 0, u * C + c, tid)]), kf);
+                for (int g = 0; g < GM; g++) {
+                    float acc = s[u][g];
+                    for (int i = 0; i < 8; i++)
+                        acc = fmaf(q[g][8 * c + i], kf[i], acc);
+                    s[u][g] = acc;
+                }
             }
         }
         for (int off = 1; off < L; off <<= 1)
@@ -328,7 +343,7 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
             const float corr = rescale(m[g], mx);
             m[g] = mx;
             l[g] *= corr;
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 8 * C; i++)
                 o[g][i] *= corr;
             for (int u = 0; u < U; u++) {
                 s[u][g] = sees[u] ? ig_exp2(s[u][g] - mx) : 0.0f;
@@ -338,11 +353,13 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
         for (int u = 0; u < U; u++) {
             if (key_of(jb, u) >= j_end)
                 continue;
-            float vf[8];
-            unpack8(ig_lds(&smem[SM::at(st, 1, u, tid)]), vf);
-            for (int g = 0; g < GM; g++)
-                for (int i = 0; i < 8; i++)
-                    o[g][i] = fmaf(s[u][g], vf[i], o[g][i]);
+            for (int c = 0; c < C; c++) {
+                float vf[8];
+                unpack8(ig_lds(&smem[SM::at(st, 1, u * C + c, tid)]), vf);
+                for (int g = 0; g < GM; g++)
+                    for (int i = 0; i < 8; i++)
+                        o[g][8 * c + i] = fmaf(s[u][g], vf[i], o[g][8 * c + i]);
+            }
         }
     }
 
@@ -353,7 +370,7 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
             const float M = fmaxf(m[g], mo);
             const float fa = rescale(m[g], M), fb = rescale(mo, M);
             l[g] = l[g] * fa + lo2 * fb;
-            for (int i = 0; i < 8; i++) {
+            for (int i = 0; i < 8 * C; i++) {
                 const float oo = ig_shfl_xor_f32(o[g][i], off);
                 o[g][i] = o[g][i] * fa + oo * fb;
             }
@@ -366,8 +383,8 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
     const auto red_at = [&](int w, int g, int d) { return &red[(w * GM + g) * (HD + 2) + d]; };
     if (sub == 0)
         for (int g = 0; g < GM; g++) {
-            for (int i = 0; i < 8; i++)
-                ig_sts(red_at(warp, g, dl * 8 + i), o[g][i]);
+            for (int i = 0; i < 8 * C; i++)
+                ig_sts(red_at(warp, g, i / 8 * (HD / C) + dl * 8 + i % 8), o[g][i]);
             if (dl == 0) {
                 ig_sts(red_at(warp, g, HD), m[g]);
                 ig_sts(red_at(warp, g, HD + 1), l[g]);
@@ -446,11 +463,13 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
     const int64_t n_rg = decode_attn_row_groups(&p);
     dim3 grid((unsigned)p.n_splits, (unsigned)(p.n_head_kv * n_rg), (unsigned)p.n_seqs),
         block(kThreads);
+    /* hd 512: 2 rows a lane a stage (4 would take 64 KB of static shared memory) */
+    constexpr int U = HD > 256 ? 2 : kRowsPerLane;
     if (p.tickets) {
-        auto *fused = decode_attn_split_kernel<HD, GM, kRowsPerLane, true>;
+        auto *fused = decode_attn_split_kernel<HD, GM, U, true>;
         return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
-    auto *split = decode_attn_split_kernel<HD, GM, kRowsPerLane, false>;
+    auto *split = decode_attn_split_kernel<HD, GM, U, false>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
         return st;
@@ -468,8 +487,8 @@ int launch_hd(const decode_attn_params &p, cudaStream_t stream)
         return launch<HD, 1>(p, stream);
     case 2:
         return launch<HD, 2>(p, stream);
-    default:
-        return launch<HD, 8>(p, stream);
+    default: /* hd 512 never gets here (decode_attn_block_pairs): no block of 8 built */
+        return launch<HD, (HD > 256 ? 2 : 8)>(p, stream);
     }
 }
 
@@ -481,7 +500,8 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
         !p->work)
         return ig_error(IG_E_INTERNAL, "decode attention: missing buffer");
     /* 16-byte row loads: every row of the pool starts 8 elements aligned. */
-    if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256) || p->window < 0 ||
+    if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256 &&
+         p->head_dim != 512) || p->window < 0 ||
         p->n_head_kv < 1 || p->n_head < 1 ||
         p->n_head % p->n_head_kv || p->n_head / p->n_head_kv > 8 || p->n_ctx < 1 ||
         p->n_splits < 1 || p->n_splits > DECODE_ATTN_MAX_SPLITS || p->n_head_kv > 65535 ||
@@ -505,5 +525,6 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
     cudaStream_t s = (cudaStream_t)stream;
     return p->head_dim == 64    ? launch_hd<64>(*p, s)
            : p->head_dim == 128 ? launch_hd<128>(*p, s)
-                                : launch_hd<256>(*p, s);
+           : p->head_dim == 256 ? launch_hd<256>(*p, s)
+                                : launch_hd<512>(*p, s);
 }

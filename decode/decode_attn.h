@@ -61,7 +61,7 @@ struct decode_attn_params {
                                    left 0 after it: the last split of each (sequence, KV
                                    head) combines the partials (one launch); NULL: a
                                    second kernel combines them (kernel only) */
-    int64_t n_seqs, n_head, n_head_kv, head_dim; /* head_dim 64, 128 or 256;
+    int64_t n_seqs, n_head, n_head_kv, head_dim; /* head_dim 64, 128, 256 or 512;
                                                     n_head / n_head_kv <= 8 */
     int64_t n_ctx;              /* most positions one sequence holds (<= table_stride * 64);
                                    a pos past it is taken as n_ctx - 1 */
@@ -81,11 +81,12 @@ struct decode_attn_params {
  * q_len * group pairs of one KV head, 1, 2 or 8 (at q_len 1: the group, each
  * K/V read once for it; 3 to 8 pairs take 8, the last real pair computed again
  * in the rest: ptxas (nvcc 13.0) spills a block of 4 past 255 registers on
- * sm_80, not one of 8). */
+ * sm_80, not one of 8). Head dim 512: 1 or 2 (a lane holds 16 dims of q and
+ * o a pair; 8 pairs would not fit its registers). */
 static inline int decode_attn_block_pairs(const struct decode_attn_params *p)
 {
     const int64_t pairs = (p->q_len > 0 ? p->q_len : 1) * (p->n_head / p->n_head_kv);
-    return pairs <= 1 ? 1 : pairs <= 2 ? 2 : 8;
+    return pairs <= 1 ? 1 : pairs <= 2 || p->head_dim > 256 ? 2 : 8;
 }
 
 /* Blocks a (split, KV head, sequence) takes: ceil(pairs / block pairs). */

@@ -23,7 +23,10 @@
  * (tiles wholly behind every row's window are never loaded), skips the
  * 16-key slices behind the warp's first row's window, and masks the keys
  * behind each row's. Head dim 256 in the variants of one m16 tile per warp
- * (Q reloaded from shared memory). Shared tiles use the 128-byte XOR swizzle
+ * (Q reloaded from shared memory); head dim 512 (m64w4n16) the same, each
+ * block holding half of O's columns (attn_o_passes: blockIdx.y = 2 h +
+ * half; both compute S over the whole head, the same bits, so the halves'
+ * softmax agrees). Shared tiles use the 128-byte XOR swizzle
  * (16-byte chunk index ^ row % 8), conflict-free for cp.async and ldmatrix.
  * The first query head of each KV group also copies its rows of the chunk's
  * K and V into the cache (blocks read only cache rows < pos0, so no block
@@ -74,6 +77,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     constexpr int kMT = variant<V>::m_tiles;     /* m16 tiles per warp */
     constexpr int kRowsW = 16 * kMT;             /* query rows per warp */
     constexpr bool kQRegs = HD <= variant<V>::q_regs_max_hd;
+    constexpr int kHDO = HD / attn_o_passes(HD); /* O's columns a block computes */
     /* Fragments prefetched on full tiles (see "A full tile"): not for the
      * variants that force 2+ blocks per SM (min_blocks), short of registers,
      * nor at head dim 256 (its 64 unrolled steps per tile took a stack
@@ -82,8 +86,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     static_assert(kBlockM == kRowsW * kWarps, "the warps' m16 tiles make up the block's rows");
     static_assert(kBlockN % 16 == 0, "keys come in k16 steps of the P.V mma");
     static_assert(variant<V>::s_ahead == 0, "S one tile ahead is the wgmma kernel's");
-    static_assert((variant<V>::head_dims & (HD == 64 ? 1 : HD == 128 ? 2 : 4)) != 0,
-                  "variant not built for HD");
+    static_assert(
+        (variant<V>::head_dims & (HD == 64 ? 1 : HD == 128 ? 2 : HD == 256 ? 4 : 8)) != 0,
+        "variant not built for HD");
 
     constexpr int kStages = variant<V>::stages;  /* K/V tiles in shared memory */
     IG_DYN_SHARED(uint16_t, smem);
@@ -97,7 +102,8 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
      * 32-bit loop state leaves registers to the accumulators. Heaviest tiles
      * (most keys) first: better tail balance. */
     const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
-    const int h = (int)blockIdx.y, group = (int)(p.n_head / p.n_head_kv), hk = h / group;
+    const int h = (int)blockIdx.y / attn_o_passes(HD), group = (int)(p.n_head / p.n_head_kv);
+    const int hk = h / group, col0 = (int)blockIdx.y % attn_o_passes(HD) * kHDO; /* O's */
     /* The block's sequence (blockIdx.z; the whole call without seqs): a
      * block past its rows has nothing to do (the grid has the query tiles
      * of the longest). Read again (attn_seq_at) where the K/V loop needs it
@@ -108,9 +114,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     if (q0 >= sq.n)
         return;
 
-    if (p.block_table)
+    if (col0 == 0 && p.block_table) /* head dim 512: the first half's block only */
         write_cache_rows<HD, kBlockM, kThreads, true>(p, h, q0, (int)threadIdx.x, sq);
-    else
+    else if (col0 == 0)
         write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x, sq);
 
     /* Keys of the last query of the tile bound the tiles to visit; with a
@@ -140,7 +146,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     /* This warp's query rows as A fragments: all of them (kQRegs), or one
      * k-step's worth reloaded from sQ each time. */
     uint32_t qf[kMT][kQRegs ? HD / 16 : 1][4];
-    float o[kMT][HD / 8][4];      /* O accumulator, C fragments (rows g, g+8 of each m16) */
+    float o[kMT][kHDO / 8][4];    /* O accumulator, C fragments (rows g, g+8 of each m16) */
     float m[kMT][2];              /* running max of rows g, g+8 (raw scores) */
     float l[kMT][2];              /* this lane's part of the running sums */
     IG_UNROLL
@@ -148,7 +154,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0;
         IG_UNROLL
-        for (int d = 0; d < HD / 8; d++)
+        for (int d = 0; d < kHDO / 8; d++)
             o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0;
     }
     /* Lanes' ldmatrix rows: Q and V (rows lane % 16, column half lane / 16),
@@ -285,14 +291,15 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         }
 
         mask_scores<kMT, kBlockN>(s, diag, n_keys, g, t, wlo);
-        online_softmax<kMT, kBlockN, HD>(s, o, m, l, scale_log2);
+        online_softmax<kMT, kBlockN, kHDO>(s, o, m, l, scale_log2);
 
         /* O += P V; each V fragment feeds kMT m16 tiles. */
         uint32_t pa[kBlockN / 16][kMT][4];
         pack_p<T, kMT, kBlockN>(s, pa);
-        const uint16_t *v_s = sV + stage * kBlockN * HD;
+        /* This block's columns col0 .. of V: whole 64-column pages of the tile */
+        const uint16_t *v_s = sV + stage * kBlockN * HD + col0 * kBlockN;
         if (full) { /* the same one-step-ahead fragment loads as in S */
-            constexpr int kDN = HD / 16, kSteps = (kBlockN / 16) * kDN;
+            constexpr int kDN = kHDO / 16, kSteps = (kBlockN / 16) * kDN;
             uint32_t vb[2][4];
             auto v_load = [&](uint32_t r[4], int i) { /* step i = kk * kDN + dn */
                 const int off = blk_off<kBlockN>(z_qv, (i / kDN) * 16, (i % kDN) * 16);
@@ -317,7 +324,7 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
                 if (kk >= live || kk < first_live)
                     continue;
                 IG_UNROLL
-                for (int dn = 0; dn < HD / 16; dn++) {
+                for (int dn = 0; dn < kHDO / 16; dn++) {
                     uint32_t vb[4];
                     ig_ldmatrix_x4_trans(vb, &v_s[blk_off<kBlockN>(z_qv, kk * 16, dn * 16)]);
                     IG_UNROLL
@@ -331,7 +338,8 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
         }
     }
 
-    store_rows<T, kMT, HD>(p, o, m, l, row0, h, g, t, scale_log2, attn_seq_at(p, (int)blockIdx.z));
+    store_rows<T, kMT, kHDO>(p, o, m, l, row0, h, g, t, scale_log2,
+                             attn_seq_at(p, (int)blockIdx.z), col0);
 }
 
 /* One mma.sync variant: dtype and head_dim (only those the variant is built for). */

@@ -1,5 +1,6 @@
 /* prefill/flash_attn.h: fused causal attention for a chunk of prompt tokens
  * (FlashAttention-2 and -3 style kernels), GQA, head_dim 64, 128 or 256,
+ * or 512 (Gemma 4's global layers: m64w4n16),
  * bf16 or f16 inputs, fp32 softmax and accumulation, an optional sliding
  * window. The same call writes the chunk's K and V into the KV cache.
  *
@@ -79,7 +80,8 @@ struct prefill_attn_params {
                           n_tokens <= n_ctx (varlen: each sequence's pos0 + n_rows) */
     int64_t n_head;    /* query heads, a multiple of n_head_kv */
     int64_t n_head_kv; /* key/value heads */
-    int64_t head_dim;  /* 64, 128 or 256 (256: m64w4, m64w4n32h and the ws variants) */
+    int64_t head_dim;  /* 64, 128 or 256 (256: m64w4, m64w4n32h and the ws variants),
+                          or 512 (m64w4n16 only, f16 only: the backend's type) */
     int64_t window;    /* sliding window in keys (a query sees its last `window`
                           positions, itself included); 0 = none (mma.sync and ws
                           variants) */
@@ -126,7 +128,10 @@ struct prefill_attn_params {
  *             fragments are reloaded from shared memory every k-step (frees
  *             registers for the O accumulator)
  *   head_dims which head dims it is built for, a mask: 1 = 64, 2 = 128,
- *             4 = 256 (a tile that would spill at 128 is built for 64 only)
+ *             4 = 256, 8 = 512 (a tile that would spill at 128 is built for 64
+ *             only). At 512 a block computes half of O's columns (256, the
+ *             accumulator of the 256 variants), S over the whole head: two
+ *             blocks a query tile and head (blockIdx.y = 2 h + half)
  *   min_blocks blocks per SM the register allocation must allow
  *             (__launch_bounds__); 0 = unspecified, ptxas's own choice,
  *             which is not the same as 1 (it differs per variant which is
@@ -180,7 +185,8 @@ struct prefill_attn_params {
     X(WS128N128K3, "ws128n128k3", 128, 128, 12, 1, 0, 3, 1, PREFILL_ATTN_ISA_WS, 3, 1) \
     X(WS128N160, "ws128n160", 128, 160, 12, 1, 0, 2, 1, PREFILL_ATTN_ISA_WS, 2, 1)     \
     X(WS128N64, "ws128n64", 128, 64, 12, 1, 0, 7, 1, PREFILL_ATTN_ISA_WS, 2, 1)        \
-    X(WS192N64, "ws192n64", 192, 64, 16, 1, 0, 1, 1, PREFILL_ATTN_ISA_WS, 2, 1)
+    X(WS192N64, "ws192n64", 192, 64, 16, 1, 0, 1, 1, PREFILL_ATTN_ISA_WS, 2, 1)         \
+    X(M64W4N16, "m64w4n16", 64, 16, 4, 1, 128, 8, 0, PREFILL_ATTN_ISA_MMA, 2, 0)
 
 enum prefill_attn_variant {
     PREFILL_ATTN_AUTO = 0, /* the chooser decides (IGNITE_FLASH_VARIANT may force one) */
@@ -195,6 +201,7 @@ enum prefill_attn_variant {
 #define PREFILL_ATTN_DEFAULT_VARIANT(head_dim)                  \
     ((head_dim) == 128   ? PREFILL_ATTN_M128W4N48                \
      : (head_dim) == 256 ? PREFILL_ATTN_M64W4N32H                \
+     : (head_dim) == 512 ? PREFILL_ATTN_M64W4N16                 \
                          : PREFILL_ATTN_M128W4)
 
 /* One measured speed: variant `variant` ran at `tflops` on a GPU of compute

@@ -64,7 +64,11 @@ int prefill_attn_variant_supports(int variant, int64_t head_dim)
 {
     if (!prefill_attn_variant_name(variant))
         return 0;
-    int bit = head_dim == 64 ? 1 : head_dim == 128 ? 2 : head_dim == 256 ? 4 : 0;
+    int bit = head_dim == 64    ? 1
+              : head_dim == 128 ? 2
+              : head_dim == 256 ? 4
+              : head_dim == 512 ? 8
+                                : 0;
     return (variants[variant].head_dims & bit) != 0;
 }
 
@@ -186,18 +190,21 @@ static int pick_variant(const struct prefill_attn_params *p, int cc, int have_sm
 int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int have_sm90a,
                             struct prefill_attn_tile *t)
 {
-    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256)
-        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64, 128 or 256",
-                        (long long)p->head_dim);
+    if (p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256 && p->head_dim != 512)
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim %lld, expected 64, 128, 256 "
+                        "or 512", (long long)p->head_dim);
     if (p->dtype != PREFILL_ATTN_BF16 && p->dtype != PREFILL_ATTN_F16)
         return ig_error(IG_E_INTERNAL, "flash attention: dtype %d, expected bf16 or f16",
                         p->dtype);
+    if (p->head_dim == 512 && p->dtype != PREFILL_ATTN_F16) /* Gemma 4's: one instantiation */
+        return ig_error(IG_E_INTERNAL, "flash attention: head_dim 512 takes f16 only");
     /* Varlen: each sequence's pos0 + n_rows <= n_ctx is the kernel's to
      * trust (device memory); the largest n_rows and pos0 each fit. */
     const int64_t extent = p->seqs ? (p->pos0 > p->n_tokens ? p->pos0 : p->n_tokens)
                                    : p->pos0 + p->n_tokens;
     if (p->n_tokens < 1 || p->pos0 < 0 || extent > p->n_ctx ||
         p->n_head_kv < 1 || p->n_head % p->n_head_kv || p->n_head > 65535 || p->window < 0 ||
+        (p->head_dim == 512 && p->n_head > 32767) || /* 2 blocks a head (grid y) */
         p->n_ctx > INT32_MAX) /* the kernel keeps positions in 32 bits */
         return ig_error(IG_E_INTERNAL, "flash attention: bad sizes (n_tokens %lld, pos0 %lld, "
                         "n_ctx %lld, n_head %lld, n_head_kv %lld, window %lld)",

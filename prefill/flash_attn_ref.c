@@ -54,7 +54,7 @@ static const uint16_t *key_row(const struct prefill_attn_params *p, const void *
 static void one_seq(const struct prefill_attn_params *p)
 {
     const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
-    float q[256], acc[256];
+    float q[512], acc[512];
 
     for (int64_t h = 0; h < p->n_head; h++) {
         const int64_t hk = h / group;
@@ -119,7 +119,7 @@ static void one_seq(const struct prefill_attn_params *p)
 
 int prefill_attn_ref(const struct prefill_attn_params *p)
 {
-    if (p->head_dim < 1 || p->head_dim > 256 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+    if (p->head_dim < 1 || p->head_dim > 512 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
         p->pos0 < 0 || p->n_tokens < 0 || p->window < 0 ||
         (p->seqs ? p->n_tokens > p->n_ctx : p->pos0 + p->n_tokens > p->n_ctx) ||
         (p->block_table && p->block_rows < 1) ||

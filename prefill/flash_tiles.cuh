@@ -87,7 +87,7 @@ template <int HD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, int stride)
 {
     constexpr int kChunksPerRow = HD / 8, kRows = THREADS / kChunksPerRow;
-    static_assert(THREADS % kChunksPerRow == 0 && kRows % 4 == 0 && ROWS % kRows == 0,
+    static_assert(THREADS % kChunksPerRow == 0 && kRows % 2 == 0 && ROWS % kRows == 0,
                   "every thread copies the same column of rows kRows apart");
     const int tid = ig_thread_index_fresh();
     const int r0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * 8;
@@ -99,6 +99,10 @@ __device__ __forceinline__ void load_rows(uint16_t *tile, const uint16_t *base, 
         IG_UNROLL
         for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
             ig_cp_async16(dst + i * kRows * 64, src, true);
+    } else if constexpr (kRows % 4 != 0) { /* 2 rows apart (head dim 512, 4 warps) */
+        IG_UNROLL
+        for (int i = 0; i < ROWS / kRows; i++, src += kRows * stride)
+            ig_cp_async16(&tile[swz<HD, ROWS>(r0 + i * kRows, col)], src, true);
     } else { /* 4 rows apart (head dim 256, 4 warps): two swizzles, alternating */
         uint16_t *dst2 = &tile[swz<HD, ROWS>(r0 + kRows, col)];
         IG_UNROLL
@@ -347,8 +351,19 @@ int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
         if (p.head_dim == 256)
             return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 256>{})
                         : launch(ig_f16_t{}, std::integral_constant<int, 256>{});
+    if constexpr ((variant<V>::head_dims & 8) != 0) /* f16 only (the chooser's rule) */
+        if (p.head_dim == 512 && !bf16)
+            return launch(ig_f16_t{}, std::integral_constant<int, 512>{});
     return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld",
                     prefill_attn_variant_name(V), (long long)p.head_dim);
+}
+
+/* Blocks a query tile and head: head dim 512 splits O's columns in two
+ * halves (an accumulator of 512 columns does not fit a warp's registers),
+ * each block computing S over the whole head (the mma.sync kernel). */
+__host__ __device__ constexpr int attn_o_passes(int64_t head_dim)
+{
+    return head_dim > 256 ? 2 : 1;
 }
 
 /* Launches an attention kernel (an instantiation of either kernel, taking
@@ -360,7 +375,8 @@ int launch_attention(Kernel *flash_attn, const prefill_attn_params &p,
                      const prefill_attn_tile &tile, cudaStream_t stream)
 {
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)p.n_head, p.seqs ? (unsigned)p.n_seqs : 1u);
+    dim3 grid((unsigned)tile.n_q_tiles, (unsigned)(p.n_head * attn_o_passes(p.head_dim)),
+              p.seqs ? (unsigned)p.n_seqs : 1u);
     dim3 block(32u * (unsigned)tile.warps);
 #if defined(__CUDACC__)
     IG_CUDA_CHECK(cudaFuncSetAttribute(flash_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -464,7 +480,9 @@ __device__ __forceinline__ void pack_p(const float (&s)[kMT][kBlockN / 8][4],
 }
 
 /* The epilogue: O / l rounded to T into the rows of this warp (from row0
- * of sequence sq) that exist, and their log-sum-exp in natural log. With
+ * of sequence sq) that exist, columns col0 .. col0 + HD - 1 (head dim 512:
+ * a half, its lse from the first half's block), and their log-sum-exp in
+ * natural log. With
  * gpt-oss's sinks, head h's sink joins l here, once a row (the running
  * state and the sink brought to their common max: no overflow). */
 template <class T, int kMT, int HD>
@@ -472,7 +490,7 @@ __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
                                            const float (&o)[kMT][HD / 8][4],
                                            const float (&m)[kMT][2], const float (&l)[kMT][2],
                                            int row0, int h, int g, int t, float scale_log2,
-                                           const attn_seq &sq)
+                                           const attn_seq &sq, int col0 = 0)
 {
     IG_UNROLL
     for (int mt = 0; mt < kMT; mt++)
@@ -492,12 +510,12 @@ __device__ __forceinline__ void store_rows(const prefill_attn_params &p,
             }
             const float inv = keep / lr;
             const int64_t srow = (int64_t)sq.row0 + row; /* the step's row */
-            uint16_t *out = (uint16_t *)p.o + srow * p.o_row_stride + h * p.o_head_stride;
+            uint16_t *out = (uint16_t *)p.o + srow * p.o_row_stride + h * p.o_head_stride + col0;
             IG_UNROLL
             for (int d = 0; d < HD / 8; d++)
                 *(uint32_t *)&out[d * 8 + 2 * t] =
                     ig_pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
-            if (p.lse && t == 0)
+            if (p.lse && t == 0 && col0 == 0)
                 p.lse[(int64_t)h * p.lse_head_stride + srow] =
                     (base + log2f(lr)) * 0.6931471805599453f;
         }

@@ -238,8 +238,8 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
     const double scale = 1.0 / sqrt((double)hd);
     double *s = (double *)malloc(sizeof(double) * (size_t)(c->pos0 + c->n));
     float *sf = (float *)malloc(sizeof(float) * (size_t)(c->pos0 + c->n));
-    double acc[256];
-    float accf[256];
+    double acc[512];
+    float accf[512];
     r->o = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head * hd));
     r->lse = (double *)malloc(sizeof(double) * (size_t)(c->n * c->n_head));
     r->naive = 0;
@@ -248,7 +248,7 @@ static inline void attn_reference(const struct attn_case *c, struct attn_ref *r)
             const uint16_t *q = c->qkv + i * c->qkv_width + h * hd;
             int64_t nk = c->pos0 + i + 1; /* keys j0 .. nk - 1 */
             int64_t j0 = c->window > 0 && nk - c->window > 0 ? nk - c->window : 0;
-            double m = -INFINITY, l = 0, qd[256];
+            double m = -INFINITY, l = 0, qd[512];
             float mf = -INFINITY, lf = 0;
             for (int64_t x = 0; x < hd; x++)
                 qd[x] = attn_val(c, q[x]);

@@ -390,7 +390,7 @@ static inline void compare_caches(struct pair *p, const struct model *m, int64_t
     CHECK(backend_kv_export(p->cpu, &s, n_pos, &ref, &tr, &slot) == IG_OK);
     CHECK(backend_kv_export(p->dev, &s, n_pos, &dl, &td, &slot) == IG_OK);
     double max_err = 0, max_ref = 0;
-    float a[256], b[256];
+    float a[512], b[512]; /* a K row: head dims up to 512 */
     for (int64_t l = 0; l < m->hp.n_layer; l++) {
         struct kv_layout lr = kv_store_layout(ref, l), ld = kv_store_layout(dl, l);
         const struct model_layer *L = &m->layers[l]; /* the layer's own KV shape */

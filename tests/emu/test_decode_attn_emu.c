@@ -26,7 +26,9 @@
  * The output and `work` are poisoned first, guard elements follow the
  * output. Tolerance: 2 f16 ulps kernel vs twin (the kernel's f32 sums may
  * round the other way), 1 ulp twin vs f64. gpt-oss's attention sinks: a
- * few of the cases above again with a sink per query head. Label emu. */
+ * few of the cases above again with a sink per query head. Head dim 512
+ * (Gemma 4's global layers): several splits, a window, a verify step, a
+ * batch with padding. Label emu. */
 #include "decode/decode_attn.h"
 #include "tests/test.h"
 
@@ -374,6 +376,16 @@ int main(void)
         run_rows(3, pb, 5, lb, 300, 2, 2, 128, -1, 0, 1, seed++);
         run_rows(3, pb, 2, NULL, 300, 4, 1, 64, 33, 0, 1, seed++);
     }
+    /* Head dim 512 (Gemma 4's global layers: 8 query heads on 1 KV head;
+     * blocks of 2 pairs, two 16-byte chunks a lane): several splits; a
+     * batch across a window's edge with a padding row (and the table
+     * mutant); a verify step's rows of one query head. */
+    {
+        run_one(140, 139, 8, 1, 512, 3, 0, seed++);
+        static const int64_t bw[] = {62, 100, -1}, pv[] = {62};
+        run_case(3, bw, 101, 8, 1, 512, -1, 64, 1, seed++);
+        run_rows(1, pv, 3, NULL, 70, 1, 2, 512, 2, 0, 0, seed++);
+    }
     /* gpt-oss's sinks (head dim 64, 8 query heads a KV head, window 128 on
      * alternate layers): sinks above, near and below the scores, over
      * several splits (the sink joins once at the combine), within and past
@@ -399,6 +411,8 @@ int main(void)
         CHECK(decode_attn_block_pairs(&g) == 8 && decode_attn_row_groups(&g) == 1);
         g.n_head = 4;
         CHECK(decode_attn_block_pairs(&g) == 2 && decode_attn_row_groups(&g) == 1);
+        g.n_head = 8, g.n_head_kv = 1, g.head_dim = 512; /* blocks of 2 at 512 */
+        CHECK(decode_attn_block_pairs(&g) == 2 && decode_attn_row_groups(&g) == 4);
     }
     /* The chooser: at least 64 keys per split, within the limits, fewer
      * splits when the sequences' KV heads already fill the device. */

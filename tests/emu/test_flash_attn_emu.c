@@ -21,7 +21,7 @@
  * windows on each head dim's default). The chooser's pick by
  * measured speed is checked on a table of the test's own. gpt-oss's
  * attention sinks: a few cases with a sink per query head (run_sink_cases).
- * Label emu. */
+ * Head dim 512 on the variant built for it (run_512_cases). Label emu. */
 #include "tests/emu/attn_case.h"
 #include "tests/test.h"
 
@@ -339,6 +339,19 @@ static void check_chooser(void)
         CHECK(prefill_attn_choose_for(&q, 80, 1, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA);
         q.variant = PREFILL_ATTN_M128W4N48; /* not built for 256 */
         CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO, q.head_dim = 512; /* m64w4n16 only, any device */
+        q.dtype = PREFILL_ATTN_F16;
+        CHECK(prefill_attn_choose_for(&q, 80, 0, &t) == 0 && t.variant == PREFILL_ATTN_M64W4N16 &&
+              t.smem_bytes <= 163 * 1024);
+        CHECK(prefill_attn_choose_for(&q, 90, 1, &t) == 0 && t.variant == PREFILL_ATTN_M64W4N16);
+        q.dtype = PREFILL_ATTN_BF16; /* 512 is built for f16 only */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.dtype = PREFILL_ATTN_F16;
+        q.variant = PREFILL_ATTN_M64W4N32H; /* not built for 512 */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.variant = PREFILL_ATTN_AUTO, q.n_head = 32768, q.n_head_kv = 1; /* grid y 65536 */
+        CHECK(prefill_attn_choose(&q, &t) != 0);
+        q.n_head = p.n_head, q.n_head_kv = p.n_head_kv, q.head_dim = 256, q.dtype = p.dtype;
         q.variant = PREFILL_ATTN_AUTO;
         /* A paged cache: an mma.sync variant or a ws one with whole-block
          * tiles, never a wgmma one; blocks of 64. */
@@ -450,10 +463,25 @@ static void check_chooser(void)
  * other ws variants share all that code, so their list stays short (the CI
  * runs this twice under ASan). The mma.sync variants that are a head dim's
  * default also sliding windows. */
+/* Head dim 512 (Gemma 4's global layers; 8 query heads on 1 KV head, or 2
+ * on 2): a chunk after a cache, a window (tiles behind it NaN), a paged
+ * prefix behind a window, a variable-length call; f16 only (bf16 refused).
+ * Tiny shapes: a case at 512 costs the emulator 4 to 8 times one at 128. */
+static void run_512_cases(int v)
+{
+    run_case_v(17, 37, 8, 512, PREFILL_ATTN_F16, v);
+    run_case_w(40, 70, 2, 512, PREFILL_ATTN_F16, v, 24);
+    run_case_p(20, 70, 8, 512, PREFILL_ATTN_F16, v, 32, 1);
+    static const int32_t n_rows[] = {1, 20}, pos0[] = {70, 3};
+    run_varlen(2, n_rows, pos0, 2, 512, PREFILL_ATTN_F16, v, 0);
+}
+
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
     const int ws = prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS;
+    if (prefill_attn_variant_supports(v, 512))
+        run_512_cases(v);
     for (int64_t hd = 64; hd <= 256; hd *= 2) {
         if (!prefill_attn_variant_supports(v, hd))
             continue;

@@ -11,7 +11,8 @@
  * tile's mma fed the fragment being prefetched; a variable-length call
  * whose sequences all read the first one's block table, or whose full chunk
  * tiles come from the step's first rows instead of the sequence's; gpt-oss's
- * sink left out of the softmax's denominator; in the
+ * sink left out of the softmax's denominator; at head dim 512, every
+ * block computing O's first half (the second never written); in the
  * wgmma kernel, V's
  * descriptor offsets swapped, Q/K k-steps that never reach the second
  * 64-column page, and (three stages) the next tile's S dropped. By the
@@ -44,6 +45,7 @@ extern "C" int prefill_attn_emu_prefetch_slot(const struct prefill_attn_params *
 extern "C" int prefill_attn_emu_seq_table(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_seq_rows(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_emu_sink_dropped(const struct prefill_attn_params *p, void *stream);
+extern "C" int prefill_attn_emu_half_head(const struct prefill_attn_params *p, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_lbo_sbo(const struct prefill_attn_params *p,
                                                  const struct prefill_attn_tile *t, void *stream);
 extern "C" int prefill_attn_wgmma_emu_wg_no_wait(const struct prefill_attn_params *p,
@@ -86,11 +88,13 @@ static int via_tile(const struct prefill_attn_params *p, void *stream)
  * against fp64 in units of the naive same-precision error (the kernels pass
  * at <= 2). sinks: gpt-oss's sink logit of the one head, or NULL. */
 static int run(int (*fn)(const struct prefill_attn_params *, void *), double *err = NULL,
-               int variant = PREFILL_ATTN_AUTO, int64_t hd = 64, const float *sinks = NULL)
+               int variant = PREFILL_ATTN_AUTO, int64_t hd = 64, const float *sinks = NULL,
+               int64_t n = 150, int64_t pos0 = 100)
 {
     struct attn_case c;
     memset(&c, 0, sizeof c);
-    c.n = 150, c.pos0 = 100, c.n_head = 1, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16;
+    c.n = n, c.pos0 = pos0, c.n_head = 1, c.n_head_kv = 1, c.hd = hd,
+    c.dtype = hd == 512 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16; /* 512: f16 only */
     c.seed = 5;
     c.sinks = sinks;
     attn_case_init(&c);
@@ -181,6 +185,10 @@ int main(void)
     CHECKF(err <= 2, "the kernel itself with a sink: error %.2f x naive", err);
     CHECK(run(prefill_attn_emu_sink_dropped, &err, PREFILL_ATTN_AUTO, 64, sink) == 0);
     CHECKF(err > 10, "sink_dropped mutant: error only %.2f x naive", err);
+    /* Head dim 512 (a short chunk after a cache): blocks that all compute
+     * O's first half leave the second unwritten (NaN). */
+    CHECK(run(prefill_attn_emu_half_head, &err, PREFILL_ATTN_AUTO, 512, NULL, 20, 37) == 0);
+    CHECKF(!(err <= 10), "half_head mutant: error only %.2f x naive", err);
     /* Variable length: each sequence's own block table and its own rows. */
     CHECK(run_varlen(prefill_attn_emu, &err) == 0);
     CHECKF(err <= 2, "the kernel itself, varlen: error %.2f x naive", err);

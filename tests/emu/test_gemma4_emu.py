@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """tests/emu/test_gemma4_emu.py: Gemma 4 through the CUDA backend under the
 emulator against the CPU backend, on a gemma4 file: bench/random_gguf.py's
-`emu` shape (F16: 4 layers of 128, window 8, head dims 64 local / 128
-global, V = K on the global layer, the last two layers reading the first
-two's K/V, per-layer embeddings of 16, output scales, proportional RoPE,
-logits soft-capped), written here, run by test_backend_arch_emu --model:
+`emu512` shape (F16: 4 layers of 128, window 8, 1 head on 1 KV head of
+Gemma 4's head dims 256 local / 512 global, V = K on the global layer, the last two layers reading
+the first two's K/V, per-layer embeddings of 16, output scales, proportional
+RoPE, logits soft-capped; the `emu` shape's head dims 64 / 128 cost less
+but run no kernel Gemma 4 runs), written here, run by test_backend_arch_emu --model:
 24 ids prefilled in one chunk (past the window), 5 decode steps, each
 step's logits within the f16 bound of backend_checks.h (3e-2 of max |logit|,
 NMSE 1e-3) and the same top-1, the exported cache against the CPU's, an
@@ -12,8 +13,8 @@ imported one continuing. Then the same on the `moe-emu` shape (F16: 2 layers
 of 128, local then global, head dims 64 / 128, 4 experts of 64, 2 used,
 beside a dense MLP of 256): Gemma 4's MoE on the device (backend/gpu_moe.c:
 the MLP beside the experts, the router's input scale, GeGLU experts, the
-per-expert scale, the three norms after). Label emu (about 6 s of CPU, and
-the MoE file's).
+per-expert scale, the three norms after). Label emu (about 8 s of CPU, and
+the MoE file's 5).
 
 usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU"""
 import os
@@ -29,7 +30,7 @@ import random_gguf  # noqa: E402
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         rc = 0
-        for shape in ("emu", "moe-emu"):
+        for shape in ("emu512", "moe-emu"):
             path = os.path.join(tmp, f"gemma4-{shape}.gguf")
             random_gguf.write(path, shape, "F16", seed=2, arch="gemma4")
             print(f"== gemma4 {shape}", flush=True)

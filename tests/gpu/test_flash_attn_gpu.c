@@ -241,6 +241,19 @@ static void varlen_cases(int64_t hd_max)
     }
 }
 
+/* Head dim 512 (Gemma 4's global layers, 8 query heads on 1 KV head; the
+ * variants built for it, f16 only): a chunk alone and after a cache, a
+ * window, a paged prefix behind a window, variable length. */
+static void cases_512(void)
+{
+    static const int32_t n1[] = {1, 300, 65}, p1[] = {1000, 0, 37};
+    run_case(65, 0, 8, 1, 512, PREFILL_ATTN_F16);
+    run_case(300, 100, 8, 1, 512, PREFILL_ATTN_F16);
+    run_case_w(300, 200, 8, 1, 512, PREFILL_ATTN_F16, 64);
+    run_case_p(150, 200, 8, 1, 512, PREFILL_ATTN_F16, 64, 1);
+    run_varlen(3, n1, p1, 8, 1, 512, PREFILL_ATTN_F16, 0);
+}
+
 /* The GPU check's list: small n on every head dim and GQA shape (K/V from
  * the cache, the chunk, both), windows, then medium n. */
 static void quick_cases(void)
@@ -262,6 +275,7 @@ static void quick_cases(void)
         run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
     }
     varlen_cases(256);
+    cases_512();
     run_case(1024, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(1024, 333, 4, 1, 64, PREFILL_ATTN_F16);
     run_case(1024, 100, 4, 2, 256, PREFILL_ATTN_BF16);
@@ -316,6 +330,7 @@ int main(int argc, char **argv)
         run_case_p(150, 200, 8, 2, hd, PREFILL_ATTN_BF16, 64, 1);
     }
     varlen_cases(256);
+    cases_512();
     run_case(4096, 0, 8, 2, 128, PREFILL_ATTN_BF16);
     run_case(2000, 2096, 4, 1, 64, PREFILL_ATTN_F16);
     return test_summary("test_flash_attn_gpu");
