@@ -129,7 +129,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
                    (hp->n_kv_shared ? 8.0 * (double)g->kv_dim : 0.0)) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
               4.0 * (double)(table_rows(g) * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
-              4.0 * (double)attn_tickets(g) + 4.0 + B * (e + e / 4) +
+              4.0 * (double)attn_tickets(g) + 4.0 + 8.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch) +
               (double)IG_DEV(gpu_moe_buf_bytes)(g->m, g->max_batch) +
@@ -250,7 +250,9 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, attn_tickets(g) * 4, &g->attn_tickets, NULL)) ||
         (st = IG_DEV(dev_memset)(g->dev, g->attn_tickets, 0, attn_tickets(g) * 4)) ||
         (st = IG_DEV(gpu_alloc)(g, 4, &g->norm_ticket, NULL)) ||
-        (st = IG_DEV(dev_memset)(g->dev, g->norm_ticket, 0, 4)))
+        (st = IG_DEV(dev_memset)(g->dev, g->norm_ticket, 0, 4)) ||
+        (st = IG_DEV(gpu_alloc)(g, 8, &g->attn_tiles, NULL)) ||
+        (st = IG_DEV(dev_memset)(g->dev, g->attn_tiles, 0, 8)))
         return st;
     if (((hp->has_post_norms || g->tp) &&
          (st = IG_DEV(gpu_alloc)(g, B * e * 4, &g->proj, NULL))) ||

@@ -221,6 +221,7 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
         .o_row_stride = q_dim, .o_head_stride = hd,
         .window = ML->window, .scale = (float)ML->attn_scale,
         .dtype = PREFILL_ATTN_F16, .sinks = g->layers[l].vec[LAYER_ATTN_SINKS],
+        .tile_counter = g->attn_tiles, /* the ws kernel's dynamic schedule */
     };
     struct kv_layout lay = gpu_layer_layout(g, l);
     int st;

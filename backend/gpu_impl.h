@@ -126,6 +126,8 @@ struct gpu_backend {
     uint32_t *attn_tickets;    /* its tickets (zero between launches: the combine in the
                                   last split) */
     uint32_t *norm_ticket;     /* the GEMVs' norm tail's (one, zero between launches) */
+    uint32_t *attn_tiles;      /* the prefill attention's work counter (two, zero between
+                                  launches: prefill_attn_params.tile_counter) */
     bool fuse;                 /* IGNITE_GPU_FUSE (default 1): a decode step's fused
                                   launches; 0: the earlier one launch per step */
     const float *xn_of;        /* the norm weights whose RMSNorm of x a fused product's

@@ -9,7 +9,10 @@
  * buffers (made once for the largest n). `bench_flash_attn --list HD` prints
  * the variants built for head dim HD that this device can run, one name a
  * line (a script runs each in a process of its own, so one that faults the
- * context cannot cost the others their figures). Exits 77 without a GPU.
+ * context cannot cost the others their figures). The ws variants take
+ * their work items from a counter (prefill_attn_params.tile_counter, the
+ * backend's dynamic schedule); IGNITE_WS_STATIC=1 times them on the static
+ * schedule instead (the A/B pair). Exits 77 without a GPU.
  * Driven by bench/sdpa_compare.py. */
 #include "prefill/flash_attn.h"
 
@@ -83,6 +86,7 @@ struct bufs {
     int64_t n_head, n_head_kv, hd, n_max;
     void *q, *k, *v, *k_cache, *v_cache, *o;
     float *lse;
+    uint32_t *tiles; /* the ws variants' work counter, zero between launches */
 };
 
 static void bufs_make(struct bufs *b, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_max)
@@ -95,11 +99,13 @@ static void bufs_make(struct bufs *b, int64_t n_head, int64_t n_head_kv, int64_t
     b->v_cache = dev_random((size_t)(n_max * n_head_kv * hd), 5);
     b->o = dev_random((size_t)(n_max * n_head * hd), 6);
     CK(cudaMalloc((void **)&b->lse, (size_t)(n_max * n_head) * sizeof(float)));
+    CK(cudaMalloc((void **)&b->tiles, 2 * sizeof(uint32_t)));
+    CK(cudaMemset(b->tiles, 0, 2 * sizeof(uint32_t)));
 }
 
 static void bufs_free(struct bufs *b)
 {
-    const void *all[] = {b->q, b->k, b->v, b->k_cache, b->v_cache, b->o, b->lse};
+    const void *all[] = {b->q, b->k, b->v, b->k_cache, b->v_cache, b->o, b->lse, b->tiles};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         CK(cudaFree((void *)all[i]));
 }
@@ -121,6 +127,8 @@ static int bench(const struct bufs *b, int64_t n, int variant)
     p.lse_head_stride = b->n_max;
     p.scale = 1.0f / sqrtf((float)hd);
     p.dtype = PREFILL_ATTN_BF16;
+    const char *st = getenv("IGNITE_WS_STATIC");
+    p.tile_counter = st && strcmp(st, "1") == 0 ? NULL : b->tiles;
 
     int failed = 0;
     const double flops = 4.0 * (double)hd * (double)n_head * (double)n * (double)(n + 1) / 2.0;
@@ -144,9 +152,10 @@ static int bench(const struct bufs *b, int64_t n, int variant)
             continue;
         }
         printf("flash_attn variant=%s n_head=%lld n_head_kv=%lld hd=%lld n=%lld ms=%.4f "
-               "tflops=%.2f\n", prefill_attn_variant_name(t.variant), (long long)n_head,
+               "tflops=%.2f%s\n", prefill_attn_variant_name(t.variant), (long long)n_head,
                (long long)n_head_kv, (long long)hd, (long long)n, ms,
-               flops / (ms * 1e-3) / 1e12);
+               flops / (ms * 1e-3) / 1e12,
+               t.isa == PREFILL_ATTN_ISA_WS && !p.tile_counter ? " schedule=static" : "");
         fflush(stdout);
     }
     return failed;

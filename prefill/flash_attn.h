@@ -116,7 +116,23 @@ struct prefill_attn_params {
     int variant;       /* enum prefill_attn_variant: 0 = the chooser's pick */
     const float *sinks; /* [n_head] f32 or NULL (device memory for the CUDA kernel, host
                            for the reference): see Semantics; the mma.sync variants */
+    /* The ws variants' work counter (device memory, 2 uint32, zero before
+     * the launch; the launch leaves them zero: graph-safe): tiles handed out
+     * longest first by an atomic draw, as blocks free up. NULL: the static
+     * schedule (block b takes items b, b + grid, ...). Other variants and
+     * the reference ignore it. */
+    uint32_t *tile_counter;
 };
+
+/* The ws kernel stages O in its own shared-memory area (so the next item's
+ * Q loads while this one's epilogue runs) when its tiles are whole 64-key
+ * blocks (the variants on the dynamic schedule) and Q, the K/V ring, O and
+ * the kernel's 1152 bytes of mbarriers and alignment fit sm_90's 227 KB a
+ * block; else O goes into Q's rows (Q released after the store). */
+#define PREFILL_ATTN_SMEM_MAX 232448
+#define PREFILL_ATTN_WS_OWN_O(block_m, block_n, stages, hd)                             \
+    ((block_n) % 64 == 0 && (2 * (int64_t)(block_m) + 2 * (int64_t)(stages) * (block_n)) * (hd) * 2 + 1024 + 128 <= \
+     PREFILL_ATTN_SMEM_MAX)
 
 /* The CUDA kernels' tile configurations ("variants"), compiled side by side.
  * X(ID, name, block_m, block_n, warps, m_tiles, q_regs_max_hd, head_dims, min_blocks, isa,

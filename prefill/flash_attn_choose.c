@@ -284,6 +284,10 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
                     (r->isa == PREFILL_ATTN_ISA_WGMMA ? 1024
                      : r->isa == PREFILL_ATTN_ISA_WS  ? 1024 + 128
                                                       : 0);
+    /* The ws kernel's own O area where it fits (PREFILL_ATTN_WS_OWN_O). */
+    if (r->isa == PREFILL_ATTN_ISA_WS &&
+        PREFILL_ATTN_WS_OWN_O(t->block_m, t->block_n, r->stages, p->head_dim))
+        t->smem_bytes += (size_t)t->block_m * (size_t)p->head_dim * 2;
     return 0;
 }
 

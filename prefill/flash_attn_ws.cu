@@ -21,12 +21,22 @@
  *     tile t's softmax while that P V completes; the consumers take turns
  *     issuing their MMAs through named barriers (ping-pong), so one's
  *     softmax runs while the other's MMAs use the tensor cores;
- *   - the output is normalized into shared memory (over the warpgroup's
- *     own Q rows, no longer read) and written by a TMA store; the Q buffer
- *     is released once the store has read it.
- * Persistent grid: min(work items, SMs) blocks, each taking items b, b +
- * grid, ...; an item is (query tile, head), longest causal tiles first and
- * the heads of one KV group next to each other (their K and V stay in L2).
+ *   - the output is normalized into shared memory and written by a TMA
+ *     store: into O's own area where it fits (PREFILL_ATTN_WS_OWN_O; Q is
+ *     released once the item's last S has completed, so the next item's Q
+ *     loads under this one's last P V and epilogue), else into the
+ *     warpgroup's own Q rows, Q released once the store has read them.
+ * Persistent grid: min(work items, SMs) blocks; an item is (query tile,
+ * head), numbered longest causal tiles first and the heads of one KV group
+ * next to each other (their K and V stay in L2). Block b takes item b
+ * first, then with p.tile_counter the next undrawn item of an atomic
+ * counter each time it finishes one (FlashAttention-3's dynamic
+ * scheduler: no block idles while another still has two long tiles), the
+ * producer drawing the next item once it has issued item i's loads (while
+ * the consumers still compute i's last tiles) and passing each to the
+ * consumers through a shared slot under full_q's mbarrier; the last
+ * block done puts the counter back to zero (ws_done). Without a counter,
+ * items b, b + grid, ... (the static stride).
  * A sliding window skips the K/V tiles wholly outside it and masks the
  * rest. A paged cache (the batch engine's pool of 64-position blocks) is
  * read one block per TMA box (see ws_item). The first head of each KV group
@@ -69,8 +79,17 @@ template <int V> struct ws_cfg {
     /* Variable length: the tiles that read the paged pool (whole blocks),
      * head dim up to 128 (ws_varlen). */
     static constexpr bool kVarlen = kBlockN % 64 == 0;
+    /* Items drawn from the work counter (p.tile_counter) and passed to the
+     * consumers through the item slot: not at 160-key tiles, whose
+     * consumers (80 S and 40 P registers) spilled 16 bytes with the slot's
+     * loop; they keep the static schedule, each warpgroup computing it. */
+    static constexpr bool kDynamic = kBlockN % 64 == 0;
     static constexpr int kLaunchRegs = ig_launch_regs(kThreads);
-    static constexpr int kProducerRegs = 24;
+    /* 24 (FA3's at two consumer warpgroups) spilled 16 to 600 bytes once
+     * the producer drew items from the counter (atom.global); 40 leaves
+     * the consumers 232 registers at 12 warps (240 before) and 152 at 16
+     * (160). */
+    static constexpr int kProducerRegs = kDynamic ? 40 : 24;
     /* What the consumers may take from the launch pool, at most 240. */
     static constexpr int kConsumerRegs0 =
         (kLaunchRegs * kThreads - kProducerRegs * 128) / (128 * kConsumers) / 8 * 8;
@@ -103,6 +122,7 @@ struct ws_args { /* aligned as its maps */
     int n_items, n_q_tiles, window;
     int paged; /* a paged cache: block-aligned cache tiles */
     uint32_t swap;
+    uint32_t *tiles; /* p.tile_counter: [0] draws, [1] blocks done; NULL: static */
 };
 
 /* One work item: query rows q0 .. of its sequence (ws_seq), head h (KV
@@ -144,19 +164,45 @@ template <int V, bool VL> __device__ __forceinline__ int ws_q0(const ws_args &a,
     return (a.n_q_tiles - 1 - item / per_tile) * ws_cfg<V>::kBlockM; /* most keys first */
 }
 
-/* The first of items item, item + grid, ... with rows (the longest
- * sequence's query tiles are every sequence's items; a shorter one's past
- * its rows are skipped), or n_items. */
+/* The item this block takes after `item` (its first is blockIdx.x): with
+ * the counter the next draw (draw d is item grid + d, items 0 .. grid - 1
+ * being the blocks' first), so a block that finishes early takes the next
+ * longest tile; without it the static stride item + grid. */
+template <int V> __device__ __forceinline__ int ws_draw(const ws_args &a, int item)
+{
+    if (ws_cfg<V>::kDynamic && a.tiles)
+        return (int)ig_atomic_add_u32(&a.tiles[0], 1u) + (int)gridDim.x;
+    return item + (int)gridDim.x;
+}
+
+/* The first of item and the block's later items (ws_draw) with rows (the
+ * longest sequence's query tiles are every sequence's items; a shorter
+ * one's past its rows are skipped), or n_items or more: no more. */
 template <int V, bool VL> __device__ __forceinline__ int ws_next(const ws_args &a, int item)
 {
     if constexpr (VL) {
-        for (; item < a.n_items; item += (int)gridDim.x) {
+        for (; item < a.n_items; item = ws_draw<V>(a, item)) {
             const int s = (item / (int)a.p.n_head) % (int)a.p.n_seqs;
             if (ws_q0<V, VL>(a, item) < ig_ld_fresh_s32(&a.p.seqs[s].n_rows))
                 break;
         }
     }
     return item;
+}
+
+/* The block has made its last draw: the last block to get here puts the
+ * counter back to zero for the next launch (no draw follows in this one),
+ * so a graph replays it as it is. */
+template <int V> __device__ __forceinline__ void ws_done(const ws_args &a)
+{
+    if (!ws_cfg<V>::kDynamic || !a.tiles)
+        return;
+    ig_threadfence(); /* this block's draws before its ticket */
+    if (ig_atomic_add_u32(&a.tiles[1], 1u) == gridDim.x - 1) {
+        ig_threadfence(); /* every block's draws before the reset */
+        a.tiles[0] = 0;
+        a.tiles[1] = 0;
+    }
 }
 
 /* Paged: the tiles of sequence sq's cache keys, -n .. -1. */
@@ -202,15 +248,18 @@ __device__ __forceinline__ ws_item ws_item_at(const ws_args &a, int item, const 
     return it;
 }
 
-/* The block's shared memory: mbarriers, then (1024-byte aligned) Q
- * [kBlockM][HD], K and V [kStages][kBlockN][HD], flash_tiles.cuh's layout.
+/* The block's shared memory: mbarriers, the item slot (byte 120), then
+ * (1024-byte aligned) Q [kBlockM][HD], K and V [kStages][kBlockN][HD], and
+ * where it fits O [kBlockM][HD] (kOwnO), flash_tiles.cuh's layout.
  * Every address is computed where it is used from the dynamic area's
  * symbol and the padding (constants to the compiler, not registers held
  * across the loops the accumulators need them in). */
 template <int HD, int V> struct ws_smem {
     static constexpr int kStages = ws_cfg<V>::kStages;
     static constexpr int kQ = ws_cfg<V>::kBlockM * HD, kKV = kStages * ws_cfg<V>::kBlockN * HD;
-    static_assert((2 + 4 * kStages) * 8 <= 128, "the mbarriers fit before the tiles");
+    static constexpr bool kOwnO =
+        PREFILL_ATTN_WS_OWN_O(ws_cfg<V>::kBlockM, ws_cfg<V>::kBlockN, kStages, HD);
+    static_assert((2 + 4 * kStages) * 8 <= 120, "the mbarriers fit before the item slot");
     unsigned char *raw;
     uint32_t pad; /* from raw to the tiles: past the mbarriers, 1024-byte aligned */
 
@@ -227,9 +276,14 @@ template <int HD, int V> struct ws_smem {
     {
         return bar(2 + 3 * kStages + st);
     }
+    /* The producer's next item for the consumers (written before full_q's
+     * arrival, read after its wait; n_items or more: no more). */
+    __device__ __forceinline__ int32_t *item() const { return (int32_t *)(raw + 120); }
     __device__ __forceinline__ uint16_t *q() const { return (uint16_t *)(raw + pad); }
     __device__ __forceinline__ uint16_t *k() const { return q() + kQ; }
     __device__ __forceinline__ uint16_t *v() const { return k() + kKV; }
+    /* Where the epilogue stages O: its own area, or Q's rows. */
+    __device__ __forceinline__ uint16_t *o() const { return kOwnO ? v() + kKV : q(); }
     /* Shared addresses of the tiles, for the wgmma descriptors. */
     __device__ __forceinline__ uint32_t aq() const { return ig_shared_address(raw) + pad; }
     __device__ __forceinline__ uint32_t ak() const { return aq() + kQ * 2; }
@@ -346,15 +400,23 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
                         row + rb * kBox, hk);
     };
 
+    /* Each item (and at the end n_items: no more) goes to the consumers
+     * through the item slot, written before full_q's arrival. */
     int fill = 0, q_fill = 0;
-    for (int item = ws_next<V, VL>(a, (int)blockIdx.x); item < a.n_items;
-         item = ws_next<V, VL>(a, item + (int)gridDim.x)) {
+    for (int item = ws_next<V, VL>(a, (int)blockIdx.x);; q_fill++) {
+        if (!ws_cfg<V>::kDynamic && item >= a.n_items)
+            break; /* the consumers count the static schedule themselves */
+        ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
+        ig_sts(sm.item(), (int32_t)item);
+        if (item >= a.n_items) {
+            ig_mbarrier_arrive(sm.full_q()); /* no Q: the consumers stop */
+            break;
+        }
         int t_lo, t_hi;
         {
             const attn_seq sq = ws_seq<V, VL>(a, item);
             const ws_item it = ws_item_at<V, VL>(a, item, sq);
             t_lo = it.t_lo, t_hi = it.t_hi;
-            ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
             ig_mbarrier_arrive_expect_tx(sm.full_q(), kBlockM * HD * 2);
             if (varlen && it.q0 + kBlockM > sq.n) {
                 rows_1(MAP_Q1, sm.q(), kBlockM, sm.full_q(), sq.row0 + it.q0, sq.n - it.q0,
@@ -366,14 +428,18 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
                             sq.row0 + it.q0, it.h);
             }
         }
-        q_fill++;
         for (int t = t_lo; t <= t_hi; t++, fill++) {
             const int stage = fill % kStages;
             const uint32_t free_parity = (uint32_t)((fill / kStages) & 1) ^ 1u;
             fill_stage(t, item, stage, false, free_parity);
             fill_stage(t, item, stage, true, free_parity);
         }
+        /* The next item, drawn as soon as this one's loads are issued: its
+         * latency hides under the consumers' last tiles, before Q's buffer
+         * frees. */
+        item = ws_next<V, VL>(a, ws_draw<V>(a, item));
     }
+    ws_done<V>(a);
 }
 
 /* ---- the consumers -------------------------------------------------------- */
@@ -500,13 +566,20 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
             ig_mbarrier_arrive(bar);
     };
 
-    /* The first turn is the first warpgroup's (varlen: a block whose items
-     * all lie past their sequences' rows takes none). */
-    if (wg() == C - 1 && ws_next<V, VL>(a, (int)blockIdx.x) < a.n_items)
+    /* Each item from the producer's slot (written before full_q's arrival,
+     * read after its wait; n_items or more: no more), the first before the
+     * loop, the next at the end of each item. */
+    constexpr bool kDyn = ws_cfg<V>::kDynamic;
+    int fill = 0, q_fill = 0, item;
+    if constexpr (kDyn) {
+        ig_mbarrier_wait(sm.full_q(), 0u);
+        item = ig_lds(sm.item());
+    } else {
+        item = ws_next<V, VL>(a, (int)blockIdx.x);
+    }
+    if (item < a.n_items && wg() == C - 1) /* the first turn is the first warpgroup's */
         ig_named_barrier_arrive(1, kTurn);
-    int fill = 0, q_fill = 0;
-    for (int item = ws_next<V, VL>(a, (int)blockIdx.x); item < a.n_items;
-         item = ws_next<V, VL>(a, item + (int)gridDim.x)) {
+    while (item < a.n_items) {
         /* The item's fields and its sequence's are recomputed where used
          * (integer math, the sequence's from the constant bank or an L1
          * hit) rather than held through the tile loop. */
@@ -535,8 +608,8 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
                              a.window, lane / 4, lane % 4);
             ws_softmax<kBlockN>(s, m, corr, l, a.scale_log2);
         };
-        ig_mbarrier_wait(sm.full_q(), (uint32_t)(q_fill & 1));
-        q_fill++;
+        if constexpr (!kDyn)
+            ig_mbarrier_wait(sm.full_q(), (uint32_t)(q_fill & 1));
 
         /* The first tile: S alone. */
         int st = fill % kStages;
@@ -581,25 +654,31 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
             pack_p<T, 1, kBlockN>(s, pa);
         }
 
+        /* Every S has completed: with O staged apart, Q is free for the
+         * next item's (one arrival per warp, as for K). */
+        if (sm.kOwnO)
+            release(sm.empty_q());
+
         /* The last P V. The last warpgroup's last turn of the last item
-         * passes to nobody (varlen: to the first warpgroup, which takes it
-         * after the loop: whether an item is the last is not known here
-         * without a search past the skipped items, whose registers the
-         * accumulators need). */
+         * passes to the first warpgroup, which takes it after the loop
+         * (whether an item is the last is known only at the next one; on
+         * the static schedule without variable length it passes to nobody). */
         const int sv = fill % kStages;
         ig_mbarrier_wait(sm.full_v(sv), (uint32_t)((fill / kStages) & 1));
         fill++;
         ig_named_barrier_sync(turn_mine(), kTurn);
         issue_pv(sv);
-        if (VL || !(item + (int)gridDim.x >= a.n_items && wg() == C - 1))
+        if (kDyn || VL || !(item + (int)gridDim.x >= a.n_items && wg() == C - 1))
             ig_named_barrier_arrive(turn_next(), kTurn);
         ig_wgmma_wait<0>();
         ig_wgmma_fence_operand(flat(o));
         ig_wgmma_fence_operand(pa);
         release(sm.empty_v(sv));
 
-        /* O / l into the warpgroup's own rows of the Q buffer (every S that
-         * read them has completed), then one TMA store per 64 columns. Row
+        /* O / l into the warpgroup's own rows of O's area (ws_smem::o: its
+         * own, whose previous store this thread's warpgroup waited for in
+         * its last epilogue, or the Q buffer, every S that read it having
+         * completed), then one TMA store per 64 columns. Row
          * `row` of the tile, columns 8 d + 2 tq: swz's chunk d % 8 ^ g (the
          * row's low bits are g) as one XOR per store. With variable length,
          * 64 rows the sequence's end cuts are stored row by row, only those
@@ -612,7 +691,7 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
             l[r] += ig_shfl_xor_f32(l[r], 2);
             const float inv = 1.0f / l[r];
             const int row = 64 * w + 16 * (c / 32) + g + 8 * r; /* in the block's tile */
-            uint16_t *o_row = sm.q() + row * 64 + 2 * tq;
+            uint16_t *o_row = sm.o() + row * 64 + 2 * tq;
             IG_UNROLL
             for (int d = 0; d < HD / 8; d++)
                 ig_sts((uint32_t *)&o_row[(d / 8) * kBlockM * 64 + ((((d % 8) ^ g)) << 3)],
@@ -631,21 +710,31 @@ __device__ __forceinline__ void ws_consumer(const ws_args &a, const ws_smem<HD, 
                 for (int r = 0; r < sq.n - r0; r++)
                     IG_UNROLL
                     for (int pg = 0; pg < HD / 64; pg++)
-                        ws_store(a, MAP_O1, sm.q() + pg * kBlockM * 64 + (r0 - q0 + r) * 64,
+                        ws_store(a, MAP_O1, sm.o() + pg * kBlockM * 64 + (r0 - q0 + r) * 64,
                                  pg * 64, sq.row0 + r0 + r, h);
             } else {
                 IG_UNROLL
                 for (int pg = 0; pg < HD / 64; pg++)
-                    ws_store(a, MAP_O, sm.q() + pg * kBlockM * 64 + 64 * w * 64, pg * 64,
+                    ws_store(a, MAP_O, sm.o() + pg * kBlockM * 64 + 64 * w * 64, pg * 64,
                              sq.row0 + r0, h);
             }
             ig_bulk_commit();
+            /* O's area (or Q's) written again only after this (the next
+             * item's turns order the warpgroup's other threads after it) */
             ig_bulk_wait_read<0>();
-            ig_mbarrier_arrive(sm.empty_q()); /* the producer may load the next Q */
+            if (!sm.kOwnO)
+                ig_mbarrier_arrive(sm.empty_q()); /* the producer may load the next Q */
+        }
+        q_fill++;
+        if constexpr (kDyn) {
+            ig_mbarrier_wait(sm.full_q(), (uint32_t)(q_fill & 1));
+            item = ig_lds(sm.item());
+        } else {
+            item = ws_next<V, VL>(a, item + (int)gridDim.x);
         }
     }
-    if (VL && wg() == 0 && ws_next<V, VL>(a, (int)blockIdx.x) < a.n_items)
-        ig_named_barrier_sync(1, kTurn); /* the last turn of the last item */
+    if ((kDyn || VL) && q_fill > 0 && wg() == 0) /* the block took items: the last one's last turn */
+        ig_named_barrier_sync(1, kTurn);
     if (ct() == 0)
         ig_bulk_wait<0>();
 }
@@ -668,7 +757,7 @@ flash_attn_ws_kernel(const __grid_constant__ ws_args a)
     const ws_smem<HD, V> sm = ws_smem_at<HD, V>(smem_raw);
     if (threadIdx.x == 0) {
         ig_mbarrier_init(sm.full_q(), 1);
-        ig_mbarrier_init(sm.empty_q(), C);
+        ig_mbarrier_init(sm.empty_q(), sm.kOwnO ? 4 * C : C); /* per warp, or per warpgroup */
         for (int st = 0; st < kStages; st++) {
             ig_mbarrier_init(sm.full_k(st), 1);
             ig_mbarrier_init(sm.empty_k(st), 4 * C);
@@ -769,6 +858,7 @@ int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &til
             a.p = p;
             a.scale_log2 = p.scale * 1.4426950408889634f;
             a.n_q_tiles = tile.n_q_tiles;
+            a.tiles = p.tile_counter;
             /* Variable length: items for every sequence at the longest's
              * query tiles (those past a sequence's rows skipped), and maps
              * over rows to 2^31 - 1 (the step's rows are in device memory):

@@ -25,3 +25,11 @@ extern "C" void test_emu_set_sm_count(int n)
 {
     ig_emu_set_sm_count(n);
 }
+
+/* TMA stores completed in the last launch (the ws kernel's O boxes: each
+ * work item's stored once). */
+extern "C" uint64_t test_emu_tma_stores(void);
+extern "C" uint64_t test_emu_tma_stores(void)
+{
+    return ig_emu_last_stats().tma_stores;
+}

@@ -41,6 +41,32 @@ void test_emu_set_seed(uint64_t seed);         /* emu_knobs.cc */
 uint64_t test_emu_ldmatrix_conflicts(void); /* emu_knobs.cc */
 
 void test_emu_set_sm_count(int n);            /* emu_knobs.cc */
+uint64_t test_emu_tma_stores(void);           /* emu_knobs.cc */
+
+/* The ws variants' work counter (p.tile_counter), one for every run as a
+ * graph would replay it: each launch must leave it zero, or the next one
+ * takes too few items (NaN sentinels left). ws_static: the runs that take
+ * the static schedule instead (no counter). */
+static uint32_t ws_tiles[2];
+static int ws_static;
+
+/* Whether p runs on the ws kernel (its tiles in *t), and then its counter
+ * (unless ws_static). */
+static int ws_schedule(struct prefill_attn_params *p, struct prefill_attn_tile *t)
+{
+    if (prefill_attn_choose(p, t) != 0 || t->isa != PREFILL_ATTN_ISA_WS)
+        return 0;
+    p->tile_counter = ws_static ? NULL : ws_tiles;
+    return 1;
+}
+
+/* After a ws launch: the counter back at zero. */
+static void check_ws_counter(const char *name)
+{
+    CHECKF(ws_tiles[0] == 0 && ws_tiles[1] == 0, "%s: the work counter left at %u, %u", name,
+           ws_tiles[0], ws_tiles[1]);
+    ws_tiles[0] = ws_tiles[1] = 0;
+}
 
 /* A run's own copies of the case's outputs (o, lse as initialised) and
  * caches (as before any run), so every run starts from the same state. */
@@ -88,8 +114,20 @@ static void run_one(struct attn_case *c, const struct attn_ref *ref, attn_fn fn,
         size_t len = strlen(name);
         snprintf(name + len, sizeof name - len, " %s", prefill_attn_variant_name(variant));
     }
+    struct prefill_attn_tile t;
+    const int ws = fn == emu_entry && ws_schedule(&p, &t);
     int rc = fn(&p);
     CHECKF(rc == 0, "%s %s: returned %d", who, name, rc);
+    if (ws && rc == 0) {
+        /* Every item once: all O written (the sentinels below), and no
+         * more stores than one per consumer warpgroup and 64 columns. */
+        check_ws_counter(name);
+        const uint64_t want =
+            (uint64_t)t.n_q_tiles * (uint64_t)c->n_head * (uint64_t)(t.warps / 4 - 1) *
+            (uint64_t)(c->hd / 64);
+        CHECKF(test_emu_tma_stores() == want, "%s %s: %llu O stores, not %llu", who, name,
+               (unsigned long long)test_emu_tma_stores(), (unsigned long long)want);
+    }
     if (fn == emu_entry) /* the swizzled layout must be conflict-free */
         CHECKF(test_emu_ldmatrix_conflicts() == 0, "%s: %llu ldmatrix bank conflicts", name,
                (unsigned long long)test_emu_ldmatrix_conflicts());
@@ -220,8 +258,12 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
         int rc;
         if (who) {
             p.variant = variant;
+            struct prefill_attn_tile t;
+            const int ws = ws_schedule(&p, &t);
             test_emu_set_seed(vl.seed);
             rc = prefill_attn_emu(&p, NULL);
+            if (ws && rc == 0)
+                check_ws_counter(name);
         } else {
             rc = prefill_attn_ref(&p);
         }
@@ -457,7 +499,9 @@ static void check_chooser(void)
  * and K/V tiles, every GQA ratio, each head dim it is built for and both
  * types. The ws variants also K/V tiles wholly from the cache and the chunk
  * with a grid of 1 SM (a block runs several work items: ring phases and the
- * Q buffer reused) and 2 SMs; the two that the chooser falls back to
+ * Q buffer reused) and 2 SMs, the items drawn from the work counter (one
+ * case on the static schedule; each launch must store every item's O once
+ * and leave the counter zero); the two that the chooser falls back to
  * (ws128n128, and ws128n64 at head dim 256) also sliding windows and paged
  * caches (whole blocks, the block holding pos0, windows over the pool): the
  * other ws variants share all that code, so their list stays short (the CI
@@ -488,7 +532,9 @@ static void run_variant(int v)
         const int dt = hd == 128 ? PREFILL_ATTN_F16 : PREFILL_ATTN_BF16;
         const int full = v == PREFILL_ATTN_WS128N128 || (v == PREFILL_ATTN_WS128N64 && hd == 256);
         run_case_v(1, 37, 8, hd, PREFILL_ATTN_BF16, v);
+        ws_static = 1; /* the ws kernel without a counter: items b, b + grid, ... */
         run_case_v(17, 0, 3, hd, PREFILL_ATTN_F16, v);
+        ws_static = 0;
         run_case_v(65, 37, 4, hd, dt, v);
         if (ws)
             test_emu_set_sm_count(2);

@@ -29,7 +29,9 @@
  * largest pos0, or whose 64-row halves are stored whole past a sequence's
  * end (rows of the gap and the next sequence written), or whose chunk tile
  * holding a sequence's last key is loaded whole (the gap row's NaN reaches
- * P V). Label emu. */
+ * P V). The ws kernel's work counter: draws that hand the blocks' first
+ * items out again (more O stores than items), and a counter left non-zero
+ * for the next launch (which then skips items: NaN left). Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -70,6 +72,8 @@ WS_MUTANT_(ws_seq_table)
 WS_MUTANT_(ws_seq_pos0)
 WS_MUTANT_(ws_seq_store)
 WS_MUTANT_(ws_seq_tail)
+WS_MUTANT_(ws_draw_twice)
+WS_MUTANT_(ws_no_reset)
 #undef WS_MUTANT_
 
 /* A wgmma launcher behind the public signature (p->variant picks the tiles). */
@@ -151,6 +155,54 @@ static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), dou
         attn_ref_free(&r[i]);
     }
     attn_varlen_free(&vl);
+    return rc;
+}
+
+/* The ws kernel's dynamic schedule: 12 items (3 query tiles x 4 heads) on
+ * 2 blocks, launched twice with one counter as a graph replays it (the
+ * outputs reset between). *err: the worse launch's error in naive units;
+ * *stores: the second launch's TMA stores; *left: the counter's words
+ * after it, or'ed. */
+static int run_sched(int (*fn)(const struct prefill_attn_params *, void *), double *err,
+                     uint64_t *stores, uint32_t *left)
+{
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 300, c.pos0 = 100, c.n_head = 4, c.n_head_kv = 2, c.hd = 64;
+    c.dtype = PREFILL_ATTN_BF16, c.seed = 9;
+    attn_case_init(&c);
+    const size_t o_bytes = c.o_elems * 2, lse_bytes = c.lse_elems * sizeof(float);
+    uint16_t *o0 = (uint16_t *)malloc(o_bytes);
+    float *lse0 = (float *)malloc(lse_bytes);
+    memcpy(o0, c.o, o_bytes);
+    memcpy(lse0, c.lse, lse_bytes);
+    static uint32_t tiles[2];
+    tiles[0] = tiles[1] = 0;
+    struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    p.variant = PREFILL_ATTN_WS128N128;
+    p.tile_counter = tiles;
+    struct attn_ref r;
+    attn_reference(&c, &r);
+    ig_emu_set_sm_count(2);
+    ig_emu_set_quiet(1);
+    int rc = 0;
+    *err = 0;
+    for (int launch = 0; launch < 2 && rc == 0; launch++) {
+        memcpy(c.o, o0, o_bytes);
+        memcpy(c.lse, lse0, lse_bytes);
+        rc = fn(&p, NULL);
+        struct attn_err e;
+        attn_errors(&c, &r, c.o, c.lse, &e);
+        *err = fmax(*err, e.o_max / r.naive); /* a NaN left: infinite (attn_errors) */
+    }
+    ig_emu_set_quiet(0);
+    ig_emu_set_sm_count(3);
+    *stores = ig_emu_last_stats().tma_stores;
+    *left = tiles[0] | tiles[1];
+    attn_ref_free(&r);
+    free(o0);
+    free(lse0);
+    attn_case_free(&c);
     return rc;
 }
 
@@ -255,5 +307,18 @@ int main(void)
      * a masked P times a NaN V is NaN. */
     CHECK(run_varlen(via_tile<prefill_attn_ws_emu_ws_seq_tail>, &err, ws, 128) == 0);
     CHECKF(!(err <= 10), "ws_seq_tail mutant: error only %.2f x naive", err);
+    /* The work counter: every item once (2 consumer warpgroups, one box
+     * each at head dim 64), the counter zero after each launch. */
+    uint64_t stores = 0;
+    uint32_t left = 0;
+    CHECK(run_sched(prefill_attn_emu, &err, &stores, &left) == 0);
+    CHECKF(err <= 2 && stores == 12 * 2 && left == 0,
+           "the ws kernel's schedule: error %.2f x naive, %llu stores, counter %u", err,
+           (unsigned long long)stores, left);
+    CHECK(run_sched(via_tile<prefill_attn_ws_emu_ws_draw_twice>, &err, &stores, &left) == 0);
+    CHECKF(stores > 12 * 2, "ws_draw_twice mutant: %llu stores", (unsigned long long)stores);
+    CHECK(run_sched(via_tile<prefill_attn_ws_emu_ws_no_reset>, &err, &stores, &left) == 0);
+    CHECKF(left != 0 && !(err <= 10), "ws_no_reset mutant: counter %u, error %.2f x naive", left,
+           err);
     return test_summary("test_flash_attn_mutants");
 }

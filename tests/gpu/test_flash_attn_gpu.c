@@ -20,6 +20,29 @@
 #include "tests/gpu/cuda_check.h"
 #include "tests/test.h"
 
+/* The ws variants' work counter (two words, zero between launches), one
+ * for every launch as the backend's; NULL before the first. */
+static uint32_t *ws_tiles;
+
+/* Every launch draws its items from ws_tiles (the other variants ignore it). */
+static void use_ws_tiles(struct prefill_attn_params *p)
+{
+    if (!ws_tiles) {
+        CK(cudaMalloc((void **)&ws_tiles, 2 * sizeof(uint32_t)));
+        CK(cudaMemset(ws_tiles, 0, 2 * sizeof(uint32_t)));
+    }
+    p->tile_counter = ws_tiles;
+}
+
+/* After a launch: the counter back at zero (or the next launch skips items). */
+static void check_ws_tiles(int variant)
+{
+    uint32_t w[2];
+    CK(cudaMemcpy(w, ws_tiles, sizeof w, cudaMemcpyDeviceToHost));
+    CHECKF(w[0] == 0 && w[1] == 0, "%s: the work counter left at %u, %u",
+           prefill_attn_variant_name(variant), w[0], w[1]);
+}
+
 /* One variant on the GPU: fresh device copies of the case's buffers, the
  * kernel, the results back into the case's host buffers (o, lse, kc, vc). */
 static int run_variant(struct attn_case *c, int variant)
@@ -35,8 +58,10 @@ static int run_variant(struct attn_case *c, int variant)
     if (c->paged) /* the kernel reads the block table from device memory */
         p.block_table = (const int32_t *)(table = test_to_device(
                             c->table, sizeof(int32_t) * (size_t)(c->n_ctx / ATTN_BLOCK)));
+    use_ws_tiles(&p);
     int rc = prefill_attn_cuda(&p, NULL);
     CK(cudaDeviceSynchronize());
+    check_ws_tiles(variant);
     CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(c->lse, lse, c->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(c->kc, kc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
@@ -193,8 +218,10 @@ static void run_varlen(int n_seqs, const int32_t *n_rows, const int32_t *pos0, i
             &vl, qkv, kc, vc, o, lse, (const struct prefill_attn_seq *)seqs,
             (const int32_t *)tables);
         p.variant = v;
+        use_ws_tiles(&p);
         int rc = prefill_attn_cuda(&p, NULL);
         CK(cudaDeviceSynchronize());
+        check_ws_tiles(v);
         CK(cudaMemcpy(c->o, o, c->o_elems * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(c->lse, lse, c->lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(c->kc, kc, c->cache_elems * 2, cudaMemcpyDeviceToHost));
