@@ -114,6 +114,12 @@ struct prefill_attn_params {
     int variant;       /* enum prefill_attn_variant: 0 = the chooser's pick */
     const float *sinks; /* [n_head] f32 or NULL (device memory for the CUDA kernel, host
                            for the reference): see Semantics; the mma.sync variants */
+    /* A quantized pool (kvcache/kv_devq.h's KVQ_Q8_0 / KVQ_FP8; KVQ_F16 = 0:
+     * the 2-byte dtype above): paged f16 only, the mma.sync variants. The
+     * chunk's rows are already in the pool (ops/gpu_kvq.h writes them):
+     * every key, the chunk's too, is read from it, dequantized into the
+     * shared tile as f16 (f16(d q)); nothing is written. */
+    int cache_k_dtype, cache_v_dtype;
 };
 
 /* The CUDA kernels' tile configurations ("variants"), compiled side by side.
