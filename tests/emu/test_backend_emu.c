@@ -11,7 +11,12 @@
  * row of a prompt that wants logits (as `ignite perplexity` asks); the cache
  * exported from the device matches the CPU cache; a cache imported into a
  * fresh backend continues with the same logits.
- * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]: the
+ * With --cache-type q8_0 both backends keep a q8_0 cache (rotated rows,
+ * ggml's blocks: the device's rows are rounded to f16 before the rotation,
+ * so a value may differ by one quant step, max|K| / 127, within the bounds
+ * above); the exported caches compare as above.
+ * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]
+ * [--cache-type q8_0]: the
  * model's first N layers only (both backends), for a weight mode whose code
  * is the same in every layer (ctest runs native weights on 12 layers, f16
  * on 8). Exits 77 without the model. */
@@ -43,15 +48,21 @@ int main(int argc, char **argv)
 {
     enum backend_gpu_weights mode = BACKEND_GPU_NATIVE;
     long layers = 0; /* 0: all */
+    enum kv_dtype cache = KV_F32;
     for (int i = 1; i < argc; i += 2) {
         char *end = NULL;
         if (i + 1 < argc && !strcmp(argv[i], "--gpu-weights") &&
             backend_parse_gpu_weights(argv[i + 1], &mode) == IG_OK)
             continue;
+        if (i + 1 < argc && !strcmp(argv[i], "--cache-type") && !strcmp(argv[i + 1], "q8_0")) {
+            cache = KV_Q8_0;
+            continue;
+        }
         if (i + 1 < argc && !strcmp(argv[i], "--layers") &&
             (layers = strtol(argv[i + 1], &end, 10)) > 0 && !*end)
             continue;
-        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16] [--layers N]\n");
+        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16] [--layers N] "
+                        "[--cache-type q8_0]\n");
         return 2;
     }
     char path[4096];
@@ -65,7 +76,8 @@ int main(int argc, char **argv)
         m->hp.n_layer = layers;
 
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
-                             .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 128, .n_slots = 2, .kv_dtype = cache,
+                             .kv_dtype_v = cache, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab};
     if (mode == BACKEND_GPU_NATIVE)
         p.tol = LOGIT_TOL_INT8, p.nmse_tol = NMSE_TOL_INT8, p.allow_ties = true;
