@@ -44,6 +44,19 @@ static void check_too_big(void)
     model_free(big);
 }
 
+/* q4_0 on cuda is refused in one line before any device is looked for
+ * (backend_create; fp8 on the CPU too). */
+static void check_refused_types(const struct model *m)
+{
+    struct backend *b = NULL;
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 8,
+                             .n_slots = 1, .kv_dtype = KV_F16, .kv_dtype_v = KV_Q4_0};
+    CHECK(backend_create(m, &o, &b) == IG_E_USAGE && b == NULL);
+    o.device.kind = BACKEND_CPU;
+    o.kv_dtype = KV_FP8, o.kv_dtype_v = KV_F16;
+    CHECK(backend_create(m, &o, &b) == IG_E_USAGE && b == NULL);
+}
+
 int main(int argc, char **argv)
 {
     enum backend_gpu_weights mode = BACKEND_GPU_NATIVE;
@@ -114,6 +127,7 @@ int main(int argc, char **argv)
     /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
     run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
+    check_refused_types(m);
     run_all_rows(&p, ids[1].ids, ids[1].n, 100);
     fprintf(stderr, "%s weights: worst rel err %.2e, NMSE %.2e\n",
             backend_gpu_weights_name(mode), p.worst, p.worst_nmse);

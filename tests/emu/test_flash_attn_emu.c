@@ -575,7 +575,8 @@ static void run_quant(int kt, int vt, int n_seqs, const int32_t *n_rows, const i
     }
     const int64_t head_stride = 64 * hd, block_stride = HKV * head_stride;
     const int64_t n_blocks = n_seqs * TS + 2;
-    const size_t bytes = ((size_t)kvq_region(n_blocks * block_stride) + 63) / 64 * 64;
+    /* f16-sized: a mixed pool's f16 array, and the mutant reading K as f16 */
+    const size_t bytes = (size_t)(2 * n_blocks * block_stride);
     unsigned char *kc = aligned_alloc(64, bytes), *vc = aligned_alloc(64, bytes);
     unsigned char *kc0 = malloc(bytes), *vc0 = malloc(bytes);
     const size_t qe = (size_t)(n * H * hd), ke = (size_t)(n * HKV * hd);
