@@ -99,15 +99,24 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     r.n_window_blocks = 0; /* the CPU backend sets it */
     if (r.device.kind != BACKEND_CPU || backend_tp_wanted())
         r.free_window_blocks = false;
+    /* fp8 is the CUDA pool's type (kvcache/kv_devq.h); the CPU attention
+     * reads f32, f16, q8_0 and q4_0. */
+    if (r.device.kind == BACKEND_CPU && (r.kv_dtype == KV_FP8 || r.kv_dtype_v == KV_FP8))
+        return ig_error(IG_E_USAGE, "an fp8 KV cache runs on --device cuda only; the CPU's "
+                        "cache is f32, f16, q8_0 or q4_0");
     if (r.device.kind == BACKEND_CPU && backend_tp_wanted()) /* mpirun -np N */
         return backend_tp_create(m, &r, out);
     if (r.device.kind == BACKEND_CPU)
         return backend_cpu_create(m, &r, out);
-    /* The CUDA kernels read f16 blocks only (a quantized cache's kernels are
-     * a later change: docs/kvcache.md). */
-    if (kv_dtype_quantized(r.kv_dtype) || kv_dtype_quantized(r.kv_dtype_v))
-        return ig_error(IG_E_USAGE, "a %s KV cache runs on the CPU only for now (--device cpu); "
-                        "the CUDA backend's cache is f16",
+    /* The CUDA pool holds f16, q8_0 or fp8 (kvcache/kv_devq.h); q4_0 is the
+     * CPU's. A tensor-parallel rank's pool is f16. */
+    if (r.kv_dtype == KV_Q4_0 || r.kv_dtype_v == KV_Q4_0)
+        return ig_error(IG_E_USAGE, "a q4_0 KV cache runs on the CPU only (--device cpu); the "
+                        "CUDA backend's cache is f16, q8_0 or fp8");
+    if (backend_tp_wanted() && (kv_dtype_quantized(r.kv_dtype) ||
+                                kv_dtype_quantized(r.kv_dtype_v)))
+        return ig_error(IG_E_USAGE, "a %s KV cache with tensor parallelism (mpirun) is not "
+                        "supported; the ranks' cache is f16",
                         kv_dtype_name(kv_dtype_quantized(r.kv_dtype) ? r.kv_dtype : r.kv_dtype_v));
     if (backend_tp_wanted()) /* mpirun -np N --device cuda: a GPU a rank */
         return backend_tp_create(m, &r, out);

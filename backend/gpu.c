@@ -216,14 +216,18 @@ static int alloc_state(struct gpu_backend *g)
     int st;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct kv_layer_mem *L = &mem->layers[l];
-        size_t pool = (size_t)(g->n_blocks * kv_layer_block_elems(L)) * 2;
+        /* bytes of the layer's blocks, each array in its own type (q8_0, fp8:
+         * 34 bytes a 32 values, kvcache/kv_devq.h) */
+        size_t pool = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(L));
+        size_t pool_v = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v,
+                                                                 kv_layer_block_elems(L));
         if (L->kind == KV_RECURRENT)
             st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes, &g->layers[l].state,
                                    &g->kv_bytes);
         else if (L->kind == KV_SHARED) /* below: its source's arrays */
             st = IG_OK;
         else if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) == IG_OK)
-            st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].v_cache, &g->kv_bytes);
+            st = IG_DEV(gpu_alloc)(g, pool_v, &g->layers[l].v_cache, &g->kv_bytes);
         if (st != IG_OK)
             return st;
     }
@@ -370,7 +374,15 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
     g->verify_rows = g->max_batch < g->logit_rows ? g->max_batch : g->logit_rows;
     if (g->verify_rows < 2 || (verify && !strcmp(verify, "0")))
         g->verify_rows = 0;
-    if ((st = kv_memory_of(m, KV_F16, KV_F16, &g->base.kv_mem)) == IG_OK &&
+    /* The pool: f16 (an f32 request too), or q8_0 / fp8 as asked
+     * (backend.c refuses q4_0). */
+    enum kv_dtype kt = kv_dtype_quantized(o->kv_dtype) ? o->kv_dtype : KV_F16;
+    enum kv_dtype vt = kv_dtype_quantized(o->kv_dtype_v) ? o->kv_dtype_v : KV_F16;
+    if ((kt != KV_F16 || vt != KV_F16) && m->hp.n_kv_shared)
+        st = ig_error(IG_E_USAGE, "a %s KV cache on cuda: %s shares KV between layers, which "
+                      "the quantized pool does not take yet (use f16)",
+                      kv_dtype_name(kt != KV_F16 ? kt : vt), m->path);
+    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
         (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
         st = IG_DEV(dev_open)(o->device.index, &g->dev);

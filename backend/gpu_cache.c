@@ -9,9 +9,36 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kvcache/kv_devq.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A quantized array's (q8_0, fp8) block i between the device's regions
+ * (kvcache/kv_devq.h: each KV head's quants, then its scales; dev holds
+ * the block's bytes) and the host store's ggml blocks (d, then 32 quants:
+ * base, block i of an identity table): the same bytes, reordered. */
+static void kvq_block_copy(const struct kv_layout *L, void *base, const int32_t *ids, int64_t i,
+                           int64_t n_head_kv, unsigned char *dev, bool to_host)
+{
+    const int64_t hd = L->head_dim;
+    for (int64_t h = 0; h < n_head_kv; h++)
+        for (int64_t r = 0; r < KV_BLOCK; r++) {
+            unsigned char *row = kv_row(L, base, ids, h, i * KV_BLOCK + r);
+            unsigned char *region = dev + kvq_region(h * L->head_stride);
+            for (int64_t b = 0; b < hd / 32; b++) {
+                unsigned char *d = region + kvq_scale_at(hd, r, 32 * b);
+                unsigned char *q = region + kvq_quant_at(hd, r, 32 * b);
+                if (to_host) {
+                    memcpy(row + 34 * b, d, 2);
+                    memcpy(row + 34 * b + 2, q, 32);
+                } else {
+                    memcpy(d, row + 34 * b, 2);
+                    memcpy(q, row + 34 * b + 2, 32);
+                }
+            }
+        }
+}
 
 int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n,
                           const struct kv_store **out, const int32_t **table, int64_t *slot)
@@ -39,15 +66,23 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
         if (Lm->kind == KV_SHARED) /* its rows are its source's */
             continue;
         struct kv_layout L = kv_store_layout(g->host_kv, l);
-        size_t block = (size_t)L.block_stride * sizeof(uint16_t);
         for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
-            const uint16_t *src = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
-            uint16_t *dst = kv_i ? L.v : L.k;
+            const enum kv_dtype dt = kv_i ? L.dtype_v : L.dtype;
+            const size_t block = kv_dtype_row_bytes(dt, L.block_stride);
+            const unsigned char *src = kv_i ? (void *)g->layers[l].v_cache
+                                            : (void *)g->layers[l].k_cache;
+            unsigned char *dst = kv_i ? L.v : L.k;
+            unsigned char *tmp = kv_dtype_quantized(dt) ? malloc(block) : NULL;
+            if (kv_dtype_quantized(dt) && !tmp)
+                st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
             for (int64_t i = 0; i < nb && st == IG_OK; i++) {
                 IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
-                st = IG_DEV(dev_download)(g->dev, dst + i * L.block_stride,
-                                          src + seq->table[i] * L.block_stride, block);
+                st = IG_DEV(dev_download)(g->dev, tmp ? tmp : dst + i * block,
+                                          src + (size_t)seq->table[i] * block, block);
+                if (st == IG_OK && tmp) /* regions -> ggml blocks */
+                    kvq_block_copy(&L, dst, ids, i, Lm->n_head_kv, tmp, true);
             }
+            free(tmp);
         }
     }
     if (st == IG_OK) {
@@ -81,6 +116,36 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
             continue;
         int64_t hd = Lm->head_dim, block_elems = kv_layer_block_elems(Lm);
         struct kv_layout L = kv_store_layout(src, l);
+        if (kv_dtype_quantized(mem->dtype) || kv_dtype_quantized(mem->dtype_v)) {
+            /* a quantized pool takes its own type's blocks only, reordered */
+            if (L.dtype != mem->dtype || L.dtype_v != mem->dtype_v) {
+                st = ig_error(IG_E_USAGE, "the saved KV cache is %s/%s but the CUDA pool is "
+                              "%s/%s (--cache-type-k/-v)", kv_dtype_name(L.dtype),
+                              kv_dtype_name(L.dtype_v), kv_dtype_name(mem->dtype),
+                              kv_dtype_name(mem->dtype_v));
+                break;
+            }
+            for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
+                const enum kv_dtype dt = kv_i ? L.dtype_v : L.dtype;
+                const size_t block = kv_dtype_row_bytes(dt, L.block_stride);
+                unsigned char *dst = kv_i ? (void *)g->layers[l].v_cache
+                                          : (void *)g->layers[l].k_cache;
+                unsigned char *tmp = calloc(1, block);
+                if (!tmp)
+                    st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+                for (int64_t i = 0; i < nb && st == IG_OK; i++) {
+                    IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
+                    if (kv_dtype_quantized(dt))
+                        kvq_block_copy(&L, kv_i ? L.v : L.k, ids, i, Lm->n_head_kv, tmp, false);
+                    else
+                        memcpy(tmp, (unsigned char *)(kv_i ? L.v : L.k) + i * block, block);
+                    st = IG_DEV(dev_upload)(g->dev, dst + (size_t)seq->table[i] * block, tmp,
+                                            block);
+                }
+                free(tmp);
+            }
+            continue;
+        }
         uint16_t *blk = malloc((size_t)block_elems * sizeof *blk);
         float *f = malloc((size_t)hd * sizeof *f);
         if (!blk || !f)

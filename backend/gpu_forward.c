@@ -34,6 +34,7 @@
 #include "decode/decode_attn.h"
 #include "decode/greedy.h"
 #include "ops/gpu_deltanet.h"
+#include "ops/gpu_kvq.h"
 #include "ops/gpu_ops.h"
 #include "prefill/flash_attn_pool.h"
 
@@ -182,12 +183,51 @@ static int rope_rows(struct gpu_backend *g, int64_t l, int64_t n, bool to_pool)
     return IG_DEV(gk_qkv_rope)(&qp, g->stream);
 }
 
+/* Whether layer l's pool is quantized (q8_0 / fp8, kvcache/kv_devq.h):
+ * then RoPE writes the step's buffers and gk_kvq_write the pool. */
+static bool pool_quantized(const struct gpu_backend *g, int64_t l)
+{
+    const struct kv_layout lay = gpu_layer_layout(g, l);
+    return kv_dtype_quantized(lay.dtype) || kv_dtype_quantized(lay.dtype_v);
+}
+
+/* A quantized pool's write of the step's K/V rows (k16, v16) of layer l,
+ * rotated and quantized (ops/gpu_kvq.h), then the queries rotated by K's
+ * rotation: decode rows through their own tables, a prefill step's
+ * sequences through theirs. */
+static int kvq_write_rows(struct gpu_backend *g, int64_t l, int64_t n, int64_t n_seqs,
+                          bool decode)
+{
+    const struct model_layer *ML = &g->m->layers[l];
+    const struct kv_layout lay = gpu_layer_layout(g, l);
+    struct gk_kvq_params kp = {
+        .k = g->k16, .v = g->v16, .n = n, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
+        .pos = g->pos, .block_table = g->tables, .table_stride = g->table_stride,
+        .block_stride = lay.block_stride, .head_stride = lay.head_stride,
+        .k_cache = lay.k, .v_cache = lay.v, .k_dtype = gpu_kvq_type(lay.dtype),
+        .v_dtype = gpu_kvq_type(lay.dtype_v),
+        .rot_k = kv_rotation(lay.dtype, ML->head_dim, false),
+        .rot_v = kv_rotation(lay.dtype_v, ML->head_dim, true),
+    };
+    if (!decode && n_seqs == 1)
+        kp.table_stride = 0; /* one sequence: every row through its table */
+    else if (!decode) {
+        kp.seqs = (const int32_t *)g->seqs;
+        kp.n_seqs = n_seqs;
+    }
+    int st = IG_DEV(gk_kvq_write)(&kp, g->stream);
+    if (st == IG_OK && kp.rot_k)
+        st = IG_DEV(gk_hadamard_f16)(g->q16, n * ML->n_head, ML->head_dim, kp.rot_k, g->stream);
+    return st;
+}
+
 /* Whether a decode step's layer l takes qkv_rope_fused: no head norms
  * (they need whole heads before RoPE), a Q|K|V GEMV that can. */
 static bool qkv_rope_fusable(const struct gpu_backend *g, int64_t l, int64_t n)
 {
     const struct gpu_layer *L = &g->layers[l];
     return !L->vec[LAYER_Q_NORM] && !g->m->layers[l].attn_gate && !g->m->hp.has_v_norm &&
+           !pool_quantized(g, l) &&
            IG_DEV(gpu_matmul_rope_ok)(g, &L->mat[LAYER_WQ], n);
 }
 
@@ -281,13 +321,21 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     bool decode = p->bucket >= 0;
     int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
     int st;
+    const bool quant = pool_quantized(g, l); /* never a shared layer (gpu.c) */
     if (decode && qkv_rope_fusable(g, l, p->n))
         st = qkv_rope_fused(g, l, p->n);
     else if ((st = qkv_block(g, l, p->n)) == IG_OK) /* a shared layer writes no K/V */
-        st = rope_rows(g, l, p->n, decode && !ML->kv_shared);
+        st = rope_rows(g, l, p->n, decode && !ML->kv_shared && !quant);
+    if (st == IG_OK && quant)
+        st = kvq_write_rows(g, l, p->n, p->n_seqs, decode);
     if (st != IG_OK ||
         (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
         return st;
+    const int64_t rot_v = quant ? kv_rotation(gpu_layer_layout(g, l).dtype_v, ML->head_dim, true)
+                                : 0;
+    if (rot_v && (st = IG_DEV(gk_hadamard_f16)(g->att16, p->n * ML->n_head, ML->head_dim, rot_v,
+                                               g->stream)))
+        return st; /* the output rotated back: V's rows were stored rotated */
     if (ML->attn_gate && (st = IG_DEV(gk_gate_apply)(g->att16, g->gate, p->n * q_dim, g->stream)))
         return st; /* Qwen3.5: times sigmoid(gate) before wo */
     if (row0 == p->n)

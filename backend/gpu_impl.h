@@ -188,6 +188,13 @@ static inline struct kv_layout gpu_layer_layout(const struct gpu_backend *g, int
     return kv_memory_layout(g->base.kv_mem, l, g->layers[l].k_cache, g->layers[l].v_cache);
 }
 
+/* The kernels' name (kvcache/kv_devq.h's KVQ_*) of a pool element type:
+ * q8_0 and fp8 regions, else f16. */
+static inline int gpu_kvq_type(enum kv_dtype t)
+{
+    return t == KV_Q8_0 ? 1 : t == KV_FP8 ? 2 : 0;
+}
+
 /* Rows of layer L's fused Q|K|V product (the row stride of g->qkv in it). */
 static inline int64_t gpu_layer_qkv_rows(const struct model_layer *L)
 {
@@ -214,6 +221,8 @@ static inline struct decode_attn_params gpu_bucket_attn(const struct gpu_backend
     ap.scale = (float)L->attn_scale;
     ap.window = L->window;
     ap.sinks = g->layers[l].vec[LAYER_ATTN_SINKS]; /* gpt-oss's; NULL for the others */
+    ap.k_dtype = gpu_kvq_type(lay.dtype);
+    ap.v_dtype = gpu_kvq_type(lay.dtype_v);
     return ap;
 }
 

@@ -23,6 +23,7 @@
 #include "ops/gpu_ops.h"
 
 #include "core/half.h"
+#include "kvcache/kv_devq.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -59,6 +60,26 @@ static uint16_t *make_f16(size_t n, float amp, uint16_t **dev)
     CK(cudaMalloc((void **)dev, n * 2));
     CK(cudaMemcpy(*dev, h, n * 2, cudaMemcpyHostToDevice));
     return h;
+}
+
+/* Host copy (returned) and device copy (*dev) of a quantized pool of `type`
+ * (kvcache/kv_devq.h) holding `elems` values: random quants (fp8 without
+ * its NaN), every scale 1/64. */
+static uint16_t *make_kvq(size_t elems, int type, int64_t hd, uint16_t **dev)
+{
+    const size_t bytes = (size_t)kvq_region((int64_t)elems);
+    unsigned char *h = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) {
+        const unsigned r = (unsigned)rand_f16(1.0f) * 2654435761u >> 8;
+        h[i] = (unsigned char)(type == KVQ_FP8 ? (r % 0x7e) | (r & 0x80) : r);
+    }
+    const uint16_t d = ig_f32_to_f16(1.0f / 64);
+    for (size_t e = 0; e < elems; e += (size_t)(64 * hd))
+        for (int64_t i = 0; i < 64 * hd / 32; i++)
+            memcpy(h + kvq_region((int64_t)e) + 64 * hd + 2 * i, &d, 2);
+    CK(cudaMalloc((void **)dev, bytes));
+    CK(cudaMemcpy(*dev, h, bytes, cudaMemcpyHostToDevice));
+    return (uint16_t *)h;
 }
 
 /* Copies of a device buffer until they total ROTATE_BYTES (at least 1). */
@@ -258,8 +279,9 @@ static int attn_launch(void *ctx, int copy)
  * verify step's: row r at n_ctx - q_len + r; one row: n_ctx - 1) in a pool
  * of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s, s +
  * n_seqs, s + 2 n_seqs, ... (one sequence: consecutive blocks). */
-static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                      int64_t n_ctx, int n_sm, double copy, int fused, int64_t q_len)
+static int bench_attn_t(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                        int64_t n_ctx, int n_sm, double copy, int fused, int64_t q_len,
+                        int kvt)
 {
     struct attn_ctx a;
     memset(&a, 0, sizeof a);
@@ -270,7 +292,10 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
     const size_t qo = (size_t)(n_seqs * q_len * n_head * hd);
     uint16_t *q, *k0, *v0, *o;
     uint16_t *hq = make_f16(qo, 2.0f, &q);
-    uint16_t *hk = make_f16(cache, 1.0f, &k0), *hv = make_f16(cache, 1.0f, &v0);
+    /* a quantized pool (kvt: KVQ_Q8_0 / KVQ_FP8) is 34 bytes a 32 values */
+    const size_t cache_bytes = kvt ? (size_t)kvq_region((int64_t)cache) : cache * 2;
+    uint16_t *hk = kvt ? make_kvq(cache, kvt, hd, &k0) : make_f16(cache, 1.0f, &k0);
+    uint16_t *hv = kvt ? make_kvq(cache, kvt, hd, &v0) : make_f16(cache, 1.0f, &v0);
     CK(cudaMalloc((void **)&o, qo * 2));
     int32_t *pos = malloc((size_t)(n_seqs * q_len) * 4), *table = malloc((size_t)n_blocks * 4);
     for (int64_t s = 0; s < n_seqs; s++) {
@@ -289,15 +314,15 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
         .head_stride = head_stride, .pos = dpos, .o = o, .n_seqs = n_seqs, .n_head = n_head,
         .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx,
         .n_splits = decode_attn_choose_splits(n_ctx, n_seqs, n_head_kv, n_sm),
-        .scale = 1.0f / sqrtf((float)hd), .q_len = q_len};
+        .scale = 1.0f / sqrtf((float)hd), .q_len = q_len, .k_dtype = kvt, .v_dtype = kvt};
     CK(cudaMalloc((void **)&p->work, decode_attn_work_floats(p) * sizeof(float)));
     const size_t n_tickets = decode_attn_tickets(p);
     if (fused) { /* the combine in the last split: tickets 0 before, and after every launch */
         CK(cudaMalloc((void **)&p->tickets, n_tickets * 4));
         CK(cudaMemset(p->tickets, 0, n_tickets * 4));
     }
-    int n = replicate(k0, cache * 2, a.k, 32);
-    replicate(v0, cache * 2, a.v, n);
+    int n = replicate(k0, cache_bytes, a.k, 32);
+    replicate(v0, cache_bytes, a.v, n);
 
     uint16_t *ho = malloc(qo * 2), *ho_ref = malloc(qo * 2);
     if (attn_launch(&a, 0))
@@ -327,10 +352,11 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
         free(ht);
         CK(cudaFree(p->tickets));
     }
-    double bytes = 2.0 * (double)cache * 2 + 4.0 * (double)qo;
+    double bytes = 2.0 * (double)cache_bytes + 4.0 * (double)qo;
     double gbps = bytes / (ms * 1e-3) / 1e9;
-    printf("decode_attn%s seqs=%lld q_len=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld "
+    printf("decode_attn%s%s seqs=%lld q_len=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld "
            "splits=%d us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", fused ? "_fused" : "",
+           kvt == KVQ_Q8_0 ? "_q8_0" : kvt == KVQ_FP8 ? "_fp8" : "",
            (long long)n_seqs, (long long)q_len, (long long)n_head, (long long)n_head_kv,
            (long long)hd, (long long)n_ctx, p->n_splits, ms * 1e3, gbps, gbps / copy,
            bad ? "FAIL" : "ok");
@@ -348,7 +374,13 @@ static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t
     return bad != 0;
 }
 
-int main(void)
+static int bench_attn(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                      int64_t n_ctx, int n_sm, double copy, int fused, int64_t q_len)
+{
+    return bench_attn_t(n_seqs, n_head, n_head_kv, hd, n_ctx, n_sm, copy, fused, q_len, 0);
+}
+
+int main(int argc, char **argv)
 {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -358,6 +390,18 @@ int main(void)
     int n_sm = 0;
     CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
     const double copy = copy_gbps();
+    /* --kv: the attention over an f16, q8_0 and fp8 pool (issue 51), one
+     * sequence of Llama-3-8B's heads at 4096 and 32768 positions and 8 at
+     * 32768, fused combine; GB/s of the pool's own bytes */
+    if (argc > 1 && !strcmp(argv[1], "--kv")) {
+        int fail = 0;
+        for (int t = KVQ_F16; t <= KVQ_FP8; t++) {
+            fail |= bench_attn_t(1, 32, 8, 128, 4096, n_sm, copy, 1, 1, t);
+            fail |= bench_attn_t(1, 32, 8, 128, 32768, n_sm, copy, 1, 1, t);
+            fail |= bench_attn_t(8, 32, 8, 128, 32768, n_sm, copy, 1, 1, t);
+        }
+        return fail;
+    }
     static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336},
                                         {128256, 4096}};
     int fail = 0;

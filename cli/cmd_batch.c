@@ -552,7 +552,10 @@ static int kv_mem_blocks(const struct model *m, const struct batch_opts *o,
 {
     struct kv_memory *mem = NULL;
     bool cuda = bo->device.kind == BACKEND_CUDA;
-    int st = kv_memory_of(m, cuda ? KV_F16 : o->g.kv.k, cuda ? KV_F16 : o->g.kv.v, &mem);
+    /* the CUDA pool: f16, or q8_0 / fp8 as asked (backend/gpu.c) */
+    enum kv_dtype k = cuda && !kv_dtype_quantized(o->g.kv.k) ? KV_F16 : o->g.kv.k;
+    enum kv_dtype v = cuda && !kv_dtype_quantized(o->g.kv.v) ? KV_F16 : o->g.kv.v;
+    int st = kv_memory_of(m, k, v, &mem);
     if (st != IG_OK)
         return st;
     int64_t n_states = kv_memory_states_for(mem, o->parallel);

@@ -372,8 +372,9 @@ static cJSON *row_json(const struct bench_env *e, const struct bench_row *r)
     cJSON_AddNumberToObject(j, "device_step_nodes", (double)r->device_step_nodes);
     cJSON_AddNumberToObject(j, "n_batch", (double)e->o->n_batch);
     cJSON_AddNumberToObject(j, "n_threads", r->threads);
-    /* the CUDA pool is f16 whatever was asked (a quantized type is refused there) */
-    const char *tk = cpu ? kv_dtype_name(e->o->kv.k) : "f16", *tv = cpu ? kv_dtype_name(e->o->kv.v) : "f16";
+    /* the CUDA pool is f16 unless q8_0 or fp8 was asked (q4_0 is refused there) */
+    const char *tk = cpu || kv_dtype_quantized(e->o->kv.k) ? kv_dtype_name(e->o->kv.k) : "f16",
+               *tv = cpu || kv_dtype_quantized(e->o->kv.v) ? kv_dtype_name(e->o->kv.v) : "f16";
     cJSON_AddStringToObject(j, "type_kv", tk); /* ignite's first name for K's, kept */
     cJSON_AddStringToObject(j, "type_k", tk);  /* llama-bench's */
     cJSON_AddStringToObject(j, "type_v", tv);

@@ -48,6 +48,7 @@
 extern "C" {
 #include "kvcache/kvcache.h"
 }
+#include "kvcache/kv_devq.h"
 
 namespace {
 
@@ -62,6 +63,44 @@ __device__ __forceinline__ void unpack8(const gk_u32x4 &c, float f[8])
         f[2 * i] = gk_f16_bits_to_f32(c.w[i] & 0xffffu);
         f[2 * i + 1] = gk_f16_bits_to_f32(c.w[i] >> 16);
     }
+}
+
+/* A quantized pool's row piece for one lane (kvcache/kv_devq.h): 8 quants
+ * in w[0..1], the f16 scale pair holding theirs in w[2]. Lane dl (dims
+ * 8 dl .. 8 dl + 7, block dl / 4) takes the scale of its block. */
+__device__ __forceinline__ void unpack8_q(const gk_u32x4 *c, int type, int dl, float f[8])
+{
+    const uint32_t w[2] = {ig_lds(&c->w[0]), ig_lds(&c->w[1])};
+    const float d = gk_f16_bits_to_f32(ig_lds(&c->w[2]) >> (16 * ((dl / 4) & 1)));
+    for (int i = 0; i < 8; i++)
+        f[i] = kvq_value(type, (w[i / 4] >> (8 * (i % 4))) & 0xffu, d);
+}
+
+/* A K or V row piece of the stage (shared memory) in registers: f16, or
+ * dequantized (w[3] of a quantized piece is never written nor read). */
+__device__ __forceinline__ void unpack8_any(const gk_u32x4 *c, int type, int dl, float f[8])
+{
+    if (type == KVQ_F16)
+        unpack8(ig_lds(c), f);
+    else
+        unpack8_q(c, type, dl, f);
+}
+
+/* Issues this lane's copy of row r of the (block, KV head) region at
+ * element offset e of `cache` (type: kv_devq.h's) into *dst: 16 bytes of
+ * f16, or 8 quants and the 4-byte scale pair that holds their scale. */
+template <int HD>
+__device__ __forceinline__ void load_row_piece(gk_u32x4 *dst, const uint16_t *cache, int type,
+                                               int64_t e, int r, int dl, bool valid)
+{
+    if (type == KVQ_F16) {
+        ig_cp_async16(dst, cache + e + (r * HD + dl * 8), valid);
+        return;
+    }
+    /* kv_devq.h's offsets in 32 bits: a region is under 2^31 bytes */
+    const unsigned char *region = (const unsigned char *)cache + kvq_region(e);
+    ig_cp_async8(&dst->w[0], region + (r * HD + dl * 8), valid);
+    ig_cp_async4(&dst->w[2], region + (64 * HD + r * (HD / 16) + (dl / 8) * 4), valid);
 }
 
 /* exp2(m - M), 0 for an empty state (m = -inf), without -inf - -inf. */
@@ -192,8 +231,11 @@ template <int HD, int GM, int U> struct split_smem {
 /* HD: head_dim; GM: (row, query head) pairs per block, a power of two
  * (decode_attn_block_pairs; padding pairs compute the last real pair
  * again); U: key rows per lane a stage; FUSED: the last split combines
- * (p.tickets). Block (split, KV head hk x row group rg, sequence). */
-template <int HD, int GM, int U, bool FUSED>
+ * (p.tickets); QUANT: a quantized K or V (p.k_dtype, p.v_dtype: kv_devq.h's
+ * regions, dequantized in registers; a kernel of its own, so the f16 one
+ * keeps its code and registers). Block (split, KV head hk x row group rg,
+ * sequence). */
+template <int HD, int GM, int U, bool FUSED, bool QUANT = false>
 __global__ void __launch_bounds__(kThreads)
 decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, const int64_t n_rg)
 {
@@ -279,6 +321,21 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
      * st, zeros past j_end (then nothing is read; the source is the pool's
      * first row, a valid address). */
     const auto load_stage = [&](int64_t jb, int st) {
+        if constexpr (QUANT) { /* regions of kv_devq.h, each array its type */
+            for (int u = 0; u < U; u++) {
+                const int64_t j = key_of(jb, u);
+                const bool valid = j < j_end;
+                const int64_t e = valid ? table[j / KV_BLOCK] * p.block_stride : 0;
+                const int64_t e_h = e + hk * p.head_stride;
+                const int r = valid ? (int)(j % KV_BLOCK) : 0;
+                load_row_piece<HD>(&smem[SM::at(st, 0, u, tid)], p.k_cache, p.k_dtype, e_h, r,
+                                   dl, valid);
+                load_row_piece<HD>(&smem[SM::at(st, 1, u, tid)], p.v_cache, p.v_dtype, e_h, r,
+                                   dl, valid);
+            }
+            ig_cp_async_commit();
+            return;
+        }
         for (int u = 0; u < U; u++) {
             const int64_t j = key_of(jb, u);
             const bool valid = j < j_end;
@@ -310,7 +367,10 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
                 s[u][g] = 0;
             for (int c = 0; c < C; c++) {
                 float kf[8];
-                unpack8(ig_lds(&smem[SM::at(st, 0, u * C + c, tid)]), kf);
+                if constexpr (QUANT)
+                    unpack8_any(&smem[SM::at(st, 0, u * C + c, tid)], p.k_dtype, dl, kf);
+                else
+                    unpack8(ig_lds(&smem[SM::at(st, 0, u * C + c, tid)]), kf);
                 for (int g = 0; g < GM; g++) {
                     float acc = s[u][g];
                     for (int i = 0; i < 8; i++)
@@ -355,7 +415,10 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
                 continue;
             for (int c = 0; c < C; c++) {
                 float vf[8];
-                unpack8(ig_lds(&smem[SM::at(st, 1, u * C + c, tid)]), vf);
+                if constexpr (QUANT)
+                    unpack8_any(&smem[SM::at(st, 1, u * C + c, tid)], p.v_dtype, dl, vf);
+                else
+                    unpack8(ig_lds(&smem[SM::at(st, 1, u * C + c, tid)]), vf);
                 for (int g = 0; g < GM; g++)
                     for (int i = 0; i < 8; i++)
                         o[g][8 * c + i] = fmaf(s[u][g], vf[i], o[g][8 * c + i]);
@@ -465,11 +528,14 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
         block(kThreads);
     /* hd 512: 2 rows a lane a stage (4 would take 64 KB of static shared memory) */
     constexpr int U = HD > 256 ? 2 : kRowsPerLane;
+    const bool quant = p.k_dtype != KVQ_F16 || p.v_dtype != KVQ_F16;
     if (p.tickets) {
-        auto *fused = decode_attn_split_kernel<HD, GM, U, true>;
+        auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, (HD <= 256)>
+                            : decode_attn_split_kernel<HD, GM, U, true>;
         return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
-    auto *split = decode_attn_split_kernel<HD, GM, U, false>;
+    auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, (HD <= 256)>
+                        : decode_attn_split_kernel<HD, GM, U, false>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
         return st;
@@ -510,7 +576,11 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
         p->n_head_kv * decode_attn_row_groups(p) > 65535 ||
         p->n_seqs * decode_attn_q_len(p) > 65535 ||
         p->block_stride < 0 || p->block_stride % 8 || p->head_stride < 0 ||
-        p->head_stride % 8 || !gk_aligned(p->k_cache, 16) || !gk_aligned(p->v_cache, 16))
+        p->head_stride % 8 || !gk_aligned(p->k_cache, 16) || !gk_aligned(p->v_cache, 16) ||
+        p->k_dtype < KVQ_F16 || p->k_dtype > KVQ_FP8 || p->v_dtype < KVQ_F16 ||
+        p->v_dtype > KVQ_FP8 ||
+        /* a quantized pool at hd 512: not built (Gemma 4's shared KV refuses it first) */
+        (p->head_dim > 256 && (p->k_dtype != KVQ_F16 || p->v_dtype != KVQ_F16)))
         return ig_error(IG_E_INTERNAL,
                         "decode attention: unsupported sizes (%lld sequences of %lld rows, heads "
                         "%lld/%lld, hd %lld, n_ctx %lld, table stride %lld, block/head strides "

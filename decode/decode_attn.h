@@ -72,6 +72,10 @@ struct decode_attn_params {
     const float *sinks;         /* [n_head] f32 or NULL (device memory for the kernel, host
                                    for _ref): gpt-oss's learned logit of query head h, in
                                    the softmax's denominator with no value (below) */
+    int k_dtype, v_dtype;       /* KVQ_F16 (0), KVQ_Q8_0 or KVQ_FP8 (kvcache/kv_devq.h): the
+                                   pool's K and V elements; a quantized array's rows are
+                                   read as kv_devq.h lays them out, dequantized in
+                                   registers */
 };
 
 #define DECODE_ATTN_MAX_SPLITS 128

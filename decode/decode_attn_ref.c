@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kvcache/kv_devq.h"
 #include "kvcache/kvcache.h"
 
 #include <math.h>
@@ -42,6 +43,20 @@ size_t decode_attn_tickets(const struct decode_attn_params *p)
     return (size_t)(p->n_seqs * p->n_head_kv * decode_attn_row_groups(p));
 }
 
+/* Value d of row pos of KV head hk in `cache` of kv_devq.h's `type`. */
+static float cache_value(const uint16_t *cache, int type, const struct kv_layout *L,
+                         const int32_t *table, int64_t hk, int64_t pos, int64_t d)
+{
+    const int64_t e = kv_row_offset(L, table, hk, pos);
+    if (type == KVQ_F16)
+        return ig_f16_to_f32(cache[e + d]);
+    const int64_t r = pos % KV_BLOCK, hd = L->head_dim;
+    const unsigned char *region = (const unsigned char *)cache + kvq_region(e - r * hd);
+    const unsigned char *sc = region + kvq_scale_at(hd, r, d);
+    return kvq_value(type, region[kvq_quant_at(hd, r, d)],
+                     ig_f16_to_f32((uint16_t)(sc[0] | sc[1] << 8)));
+}
+
 int decode_attn_ref(const struct decode_attn_params *p)
 {
     const int64_t hd = p->head_dim;
@@ -73,10 +88,10 @@ int decode_attn_ref(const struct decode_attn_params *p)
             const double sink = p->sinks ? p->sinks[h] : -INFINITY;
             double mx = sink, sum = 0;
             for (int64_t j = 0; j < n_keys; j++) {
-                const uint16_t *k = p->k_cache + kv_row_offset(&L, table, h / group, lo + j);
                 double dot = 0;
                 for (int64_t d = 0; d < hd; d++)
-                    dot += (double)ig_f16_to_f32(q[d]) * ig_f16_to_f32(k[d]);
+                    dot += (double)ig_f16_to_f32(q[d]) *
+                           cache_value(p->k_cache, p->k_dtype, &L, table, h / group, lo + j, d);
                 w[j] = dot * p->scale;
                 mx = w[j] > mx ? w[j] : mx;
             }
@@ -89,8 +104,8 @@ int decode_attn_ref(const struct decode_attn_params *p)
             for (int64_t d = 0; d < hd; d++) {
                 double acc = 0;
                 for (int64_t j = 0; j < n_keys; j++)
-                    acc += w[j] * ig_f16_to_f32(
-                                      p->v_cache[kv_row_offset(&L, table, h / group, lo + j) + d]);
+                    acc += w[j] * cache_value(p->v_cache, p->v_dtype, &L, table, h / group,
+                                              lo + j, d);
                 o[h * hd + d] = ig_f32_to_f16((float)(acc / sum));
             }
         }

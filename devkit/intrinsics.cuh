@@ -299,6 +299,28 @@ __device__ __forceinline__ void ig_cp_async16(void *smem_dst, const void *gmem_s
 #endif
 }
 
+/* The same for 8 and 4 bytes (cp.async.ca: the .cg form takes 16 only),
+ * both addresses aligned to the size: the quantized KV pool's pieces. */
+__device__ __forceinline__ void ig_cp_async8(void *smem_dst, const void *gmem_src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(ig_smem_addr(smem_dst)),
+                 "l"(gmem_src), "r"(valid ? 8 : 0));
+#elif !defined(__CUDACC__)
+    ig_emu_cp_async(smem_dst, gmem_src, 8u, valid ? 8u : 0u);
+#endif
+}
+
+__device__ __forceinline__ void ig_cp_async4(void *smem_dst, const void *gmem_src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(ig_smem_addr(smem_dst)),
+                 "l"(gmem_src), "r"(valid ? 4 : 0));
+#elif !defined(__CUDACC__)
+    ig_emu_cp_async(smem_dst, gmem_src, 4u, valid ? 4u : 0u);
+#endif
+}
+
 /* Closes this thread's group of outstanding cp.async (possibly empty). */
 __device__ __forceinline__ void ig_cp_async_commit()
 {

@@ -151,6 +151,8 @@ uint32_t ig_emu_shared_address(const void *p);
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_size (src_size 0 or 16). */
 void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size);
+/* cp.async of `size` bytes (4, 8 or 16), src_size 0 or size. */
+void ig_emu_cp_async(void *dst, const void *src, uint32_t size, uint32_t src_size);
 void ig_emu_cp_async_commit(void);
 void ig_emu_cp_async_wait(int n);
 

@@ -94,6 +94,7 @@ struct emu_copy {
     unsigned char *dst;
     const unsigned char *src;
     uint32_t src_size;
+    uint32_t size; /* bytes copied: 16, or 8 and 4 (ig_cp_async8/4) */
 };
 
 /* A TMA operation (cp.async.bulk.tensor) in flight: a load completes on its

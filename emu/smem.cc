@@ -268,22 +268,30 @@ void ig_emu_shared_write(const void *p, size_t n)
 
 /* ---- cp.async ------------------------------------------------------------- */
 
-void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size)
+void ig_emu_cp_async(void *dst, const void *src, uint32_t size, uint32_t src_size)
 {
     struct emu_thread *t = emu.cur;
-    if (((uintptr_t)dst | (uintptr_t)src) & 15)
-        emu_fail("cp.async of 16 bytes with a misaligned address (dst %p, src %p)", dst, src);
-    if (src_size != 0 && src_size != 16)
-        emu_fail("cp.async src_size %u (only 0 and 16 are used)", src_size);
+    if (size != 16 && size != 8 && size != 4)
+        emu_fail("cp.async of %u bytes (only 4, 8 and 16 exist)", size);
+    if (((uintptr_t)dst | (uintptr_t)src) & (size - 1))
+        emu_fail("cp.async of %u bytes with a misaligned address (dst %p, src %p)", size, dst,
+                 src);
+    if (src_size != 0 && src_size != size)
+        emu_fail("cp.async src_size %u (only 0 and %u are used)", src_size, size);
     /* The copy may happen any time until its wait: check the hazards now. */
-    emu_smem_thread_write(t, dst, 16, "cp.async");
-    struct emu_smem *s = emu_smem_find(dst, 16, "cp.async");
+    emu_smem_thread_write(t, dst, size, "cp.async");
+    struct emu_smem *s = emu_smem_find(dst, size, "cp.async");
     size_t off = (size_t)((unsigned char *)dst - s->data);
-    for (size_t i = off; i < off + 16; i++) {
+    for (size_t i = off; i < off + size; i++) {
         s->shadow[i].pending++;
         s->shadow[i].pender = (int16_t)t->tid;
     }
-    t->uncommitted.push_back({(unsigned char *)dst, (const unsigned char *)src, src_size});
+    t->uncommitted.push_back({(unsigned char *)dst, (const unsigned char *)src, src_size, size});
+}
+
+void ig_emu_cp_async16(void *dst, const void *src, uint32_t src_size)
+{
+    ig_emu_cp_async(dst, src, 16u, src_size);
 }
 
 void ig_emu_cp_async_commit(void)
@@ -297,14 +305,14 @@ void emu_cp_async_complete(struct emu_thread *t, size_t keep)
 {
     while (t->groups.size() > keep) {
         for (const emu_copy &c : t->groups.front()) {
-            struct emu_smem *s = emu_smem_find(c.dst, 16, "cp.async");
+            struct emu_smem *s = emu_smem_find(c.dst, c.size, "cp.async");
             size_t off = (size_t)(c.dst - s->data);
-            for (size_t i = off; i < off + 16; i++)
+            for (size_t i = off; i < off + c.size; i++)
                 s->shadow[i].pending--;
-            emu_smem_thread_write(t, c.dst, 16, "cp.async completion");
+            emu_smem_thread_write(t, c.dst, c.size, "cp.async completion");
             if (c.src_size)
                 memcpy(c.dst, c.src, c.src_size); /* ASan checks the global read here */
-            memset(c.dst + c.src_size, 0, 16 - c.src_size);
+            memset(c.dst + c.src_size, 0, c.size - c.src_size);
         }
         t->groups.pop_front();
     }

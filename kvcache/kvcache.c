@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kvcache/kv_devq.h"
 #include "models/quant.h"
 
 #include <stdlib.h>
@@ -27,9 +28,27 @@ static enum quant_type quant_of(enum kv_dtype dtype)
  * it: the scalar rounding was 0.8 % of a two-thread prefill; a quantized
  * type's blocks from the row alone, so a row's bytes never depend on its
  * neighbours). */
+static uint16_t f16_bits(float x)
+{
+    return ig_f32_to_f16(x);
+}
+
+/* fp8 blocks (kvcache/kv_devq.h's quantizer) laid out as q8_0's: d, then
+ * the 32 e4m3 bytes. */
+static void fp8_row(uint8_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += KV_QBLOCK, dst += 34) {
+        uint16_t d;
+        KVQ_QUANTIZE_BLOCK(KVQ_FP8, src + i, dst + 2, d, f16_bits);
+        memcpy(dst, &d, 2);
+    }
+}
+
 static void store_row(enum kv_dtype dtype, void *dst, const float *src, int64_t n)
 {
-    if (dtype == KV_F32)
+    if (dtype == KV_FP8)
+        fp8_row(dst, src, n);
+    else if (dtype == KV_F32)
         memcpy(dst, src, (size_t)n * sizeof(float));
     else if (dtype == KV_F16)
         ig_f32_to_f16_row(src, dst, n);
@@ -55,6 +74,15 @@ void kv_row_to_f32(enum kv_dtype dtype, const void *src, int64_t n, float *dst)
 {
     if (dtype == KV_F32) {
         memcpy(dst, src, (size_t)n * sizeof *dst);
+        return;
+    }
+    if (dtype == KV_FP8) {
+        const uint8_t *b = src;
+        for (int64_t i = 0; i < n; i += KV_QBLOCK, b += 34) {
+            const float d = ig_f16_to_f32((ig_f16)(b[0] | b[1] << 8));
+            for (int j = 0; j < KV_QBLOCK; j++)
+                dst[i + j] = kvq_value(KVQ_FP8, b[2 + j], d);
+        }
         return;
     }
     if (kv_dtype_quantized(dtype)) {

@@ -64,8 +64,10 @@
  * 32 values with an f16 scale, 34 bytes (q8_0) or 18 (q4_0), rows
  * quantized as they are written (kv_write_rows); a row of head_dim values is
  * head_dim / 32 whole blocks, so a quantized type needs head_dim % 32 == 0. */
-enum kv_dtype { KV_F32, KV_F16, KV_Q8_0, KV_Q4_0 };
-#define KV_N_DTYPES 4
+/* KV_FP8: e4m3 in blocks of 32 with an f16 scale (kvcache/kv_devq.h), the
+ * CUDA backend's only (a block is laid out as q8_0's: d, then 32 bytes). */
+enum kv_dtype { KV_F32, KV_F16, KV_Q8_0, KV_Q4_0, KV_FP8 };
+#define KV_N_DTYPES 5
 /* The values of a quantized type's block. */
 #define KV_QBLOCK 32
 
@@ -80,7 +82,7 @@ size_t kv_dtype_row_bytes(enum kv_dtype dtype, int64_t n);
 /* Whether `dtype` is a quantized block format. */
 static inline bool kv_dtype_quantized(enum kv_dtype dtype)
 {
-    return dtype == KV_Q8_0 || dtype == KV_Q4_0;
+    return dtype == KV_Q8_0 || dtype == KV_Q4_0 || dtype == KV_FP8;
 }
 
 /* The order of the Walsh-Hadamard rotation (ops_hadamard_rows) applied to

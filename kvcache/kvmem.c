@@ -26,6 +26,7 @@ size_t kv_dtype_row_bytes(enum kv_dtype dtype, int64_t n)
     case KV_F16: return (size_t)n * 2;
     case KV_Q8_0: return (size_t)(n / KV_QBLOCK) * sizeof(struct block_q8_0);
     case KV_Q4_0: return (size_t)(n / KV_QBLOCK) * sizeof(struct block_q4_0);
+    case KV_FP8: return (size_t)(n / KV_QBLOCK) * sizeof(struct block_q8_0); /* d, 32 x e4m3 */
     }
     return 0;
 }
@@ -42,7 +43,7 @@ int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v)
     return n;
 }
 
-static const char *const dtype_names[KV_N_DTYPES] = {"f32", "f16", "q8_0", "q4_0"};
+static const char *const dtype_names[KV_N_DTYPES] = {"f32", "f16", "q8_0", "q4_0", "fp8"};
 
 const char *kv_dtype_name(enum kv_dtype dtype)
 {

@@ -114,7 +114,9 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     if (q0 >= sq.n)
         return;
 
-    if (col0 == 0 && p.block_table) /* head dim 512: the first half's block only */
+    if (p.cache_k_dtype != KVQ_F16 || p.cache_v_dtype != KVQ_F16)
+        ; /* a quantized pool holds the chunk's rows already (ops/gpu_kvq.h) */
+    else if (col0 == 0 && p.block_table) /* head dim 512: the first half's block only */
         write_cache_rows<HD, kBlockM, kThreads, true>(p, h, q0, (int)threadIdx.x, sq);
     else if (col0 == 0)
         write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x, sq);
@@ -133,7 +135,10 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const auto kv = make_kv_pipeline<V>(n_tiles - t_lo, [&](int i, int stage) {
         uint16_t *k_dst = sK + stage * kBlockN * HD, *v_dst = sV + stage * kBlockN * HD;
         const attn_seq s = attn_seq_at(p, (int)blockIdx.z);
-        if (p.block_table)
+        if (p.cache_k_dtype != KVQ_F16 || p.cache_v_dtype != KVQ_F16)
+            load_kv_quant<HD, kBlockN, kThreads>(p, k_dst, v_dst, hk, (t_lo + i) * kBlockN, s,
+                                                 s.pos0 + s.n);
+        else if (p.block_table)
             load_kv<HD, kBlockN, kThreads, true>(p, k_dst, v_dst, hk, (t_lo + i) * kBlockN, s,
                                                  s.pos0 + s.n);
         else

@@ -122,6 +122,12 @@ struct prefill_attn_params {
      * schedule (block b takes items b, b + grid, ...). Other variants and
      * the reference ignore it. */
     uint32_t *tile_counter;
+    /* A quantized pool (kvcache/kv_devq.h's KVQ_Q8_0 / KVQ_FP8; KVQ_F16 = 0:
+     * the 2-byte dtype above): paged f16 only, the mma.sync variants. The
+     * chunk's rows are already in the pool (ops/gpu_kvq.h writes them):
+     * every key, the chunk's too, is read from it, dequantized into the
+     * shared tile as f16 (f16(d q)); nothing is written. */
+    int cache_k_dtype, cache_v_dtype;
 };
 
 /* The ws kernel stages O in its own shared-memory area (so the next item's

@@ -114,11 +114,19 @@ static int sinks(int v)
     return variants[v].isa == PREFILL_ATTN_ISA_MMA;
 }
 
+/* Whether p reads a quantized pool (q8_0 / fp8, kvcache/kv_devq.h): the
+ * mma.sync kernel's dequantizing tile loads only (AUTO falls back to them),
+ * paged f16. */
+static int quant_pool(const struct prefill_attn_params *p)
+{
+    return p->cache_k_dtype != 0 || p->cache_v_dtype != 0;
+}
+
 /* Whether variant v can run p (head dim, window, paged cache, sinks) on cc. */
 static int fits(int v, const struct prefill_attn_params *p, int cc, int have_sm90a)
 {
     return prefill_attn_variant_supports(v, p->head_dim) && (p->window == 0 || windows(v)) &&
-           (!p->sinks || sinks(v)) &&
+           (!p->sinks || sinks(v)) && (!quant_pool(p) || sinks(v)) &&
            (!p->block_table || pages(v)) && (!p->seqs || varlen(v, p)) &&
            prefill_attn_isa_runs_on(variants[v].isa, cc, have_sm90a);
 }
@@ -256,6 +264,13 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
     if (p->sinks && !sinks(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no attention sinks "
                         "(the mma.sync variants do)", variants[v].name);
+    if (quant_pool(p) && (variants[v].isa != PREFILL_ATTN_ISA_MMA || !p->block_table ||
+                          p->dtype != PREFILL_ATTN_F16 || p->head_dim > 256 ||
+                          p->cache_k_dtype < 0 || p->cache_k_dtype > 2 ||
+                          p->cache_v_dtype < 0 || p->cache_v_dtype > 2))
+        return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no quantized pool "
+                        "(the mma.sync variants do, paged, f16, head dims to 256)",
+                        variants[v].name);
     if (p->block_table && !pages(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "
                         "(the mma.sync variants and the ws ones with tiles of whole "

@@ -33,8 +33,14 @@ extern "C" {
 static inline int prefill_attn_use_pool(struct prefill_attn_params *p, const struct kv_layout *L,
                                         const int32_t *table, int64_t n_table, int64_t n_blocks)
 {
-    if (L->dtype != KV_F16)
+    /* a quantized pool (q8_0 / fp8, kvcache/kv_devq.h's regions): the
+     * mma.sync kernel's dequantizing loads */
+    const int kt = L->dtype == KV_Q8_0 ? 1 : L->dtype == KV_FP8 ? 2 : 0;
+    const int vt = L->dtype_v == KV_Q8_0 ? 1 : L->dtype_v == KV_FP8 ? 2 : 0;
+    if ((L->dtype != KV_F16 && !kt) || (L->dtype_v != KV_F16 && !vt))
         return -1;
+    p->cache_k_dtype = kt;
+    p->cache_v_dtype = vt;
     p->k_cache = L->k;
     p->v_cache = L->v;
     p->n_ctx = n_table * KV_BLOCK;

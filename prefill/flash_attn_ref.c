@@ -12,8 +12,10 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kvcache/kv_devq.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,11 +52,34 @@ static const uint16_t *key_row(const struct prefill_attn_params *p, const void *
     return (const uint16_t *)chunk + (pos - p->pos0) * row_stride + hk * head_stride;
 }
 
+/* Value d of key `pos` of kv head hk: key_row's, or from a quantized pool
+ * (type: KVQ_Q8_0 / KVQ_FP8) every key, f16(d q) as the kernel's tile
+ * holds it. */
+static float key_val(const struct prefill_attn_params *p, const void *cache, int type,
+                     const uint16_t *row, int64_t hk, int64_t pos, int64_t d)
+{
+    if (type == KVQ_F16)
+        return load(row, d, p->dtype);
+    const int64_t hd = p->head_dim, r = pos % p->block_rows;
+    const unsigned char *region =
+        (const unsigned char *)cache + kvq_region(cache_row(p, hk, pos) - r * hd);
+    const unsigned char *sc = region + kvq_scale_at(hd, r, d);
+    const float x = kvq_value(type, region[kvq_quant_at(hd, r, d)],
+                              ig_f16_to_f32((uint16_t)(sc[0] | sc[1] << 8)));
+    return ig_f16_to_f32(ig_f32_to_f16(x));
+}
+
 /* One sequence: p's rows 0 .. n_tokens - 1 at pos0 (sizes checked). */
 static void one_seq(const struct prefill_attn_params *p)
 {
     const int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     float q[512], acc[512];
+    /* a quantized pool holds every key, the chunk's too (a mixed pool's f16
+     * array as well) */
+    const bool quant = p->cache_k_dtype != KVQ_F16 || p->cache_v_dtype != KVQ_F16;
+    struct prefill_attn_params all = *p;
+    if (quant)
+        all.pos0 = p->pos0 + p->n_tokens;
 
     for (int64_t h = 0; h < p->n_head; h++) {
         const int64_t hk = h / group;
@@ -75,11 +100,11 @@ static void one_seq(const struct prefill_attn_params *p)
                     j1 = last + 1;
                 float s[REF_BLOCK_N], m_tile = -INFINITY;
                 for (int64_t j = j0; j < j1; j++) {
-                    const uint16_t *k = key_row(p, p->k_cache, p->k, p->k_row_stride,
+                    const uint16_t *k = key_row(&all, p->k_cache, p->k, p->k_row_stride,
                                                 p->k_head_stride, hk, j);
                     float dot = 0;
                     for (int64_t d = 0; d < hd; d++)
-                        dot += q[d] * load(k, d, p->dtype);
+                        dot += q[d] * key_val(p, p->k_cache, p->cache_k_dtype, k, hk, j, d);
                     s[j - j0] = dot * p->scale;
                     m_tile = fmaxf(m_tile, s[j - j0]);
                 }
@@ -89,11 +114,11 @@ static void one_seq(const struct prefill_attn_params *p)
                     acc[d] *= corr;
                 for (int64_t j = j0; j < j1; j++) {
                     float pj = expf(s[j - j0] - m_new);
-                    const uint16_t *v = key_row(p, p->v_cache, p->v, p->v_row_stride,
+                    const uint16_t *v = key_row(&all, p->v_cache, p->v, p->v_row_stride,
                                                 p->v_head_stride, hk, j);
                     l += pj;
                     for (int64_t d = 0; d < hd; d++)
-                        acc[d] += pj * load(v, d, p->dtype);
+                        acc[d] += pj * key_val(p, p->v_cache, p->cache_v_dtype, v, hk, j, d);
                 }
                 m = m_new;
             }
@@ -104,8 +129,9 @@ static void one_seq(const struct prefill_attn_params *p)
                 p->lse[h * p->lse_head_stride + i] = m + logf(l);
         }
     }
-    /* The chunk's K and V into the cache, after every read of the cache. */
-    for (int64_t hk = 0; hk < p->n_head_kv; hk++)
+    /* The chunk's K and V into the cache, after every read of the cache
+     * (a quantized pool's are there already). */
+    for (int64_t hk = 0; hk < p->n_head_kv && !quant; hk++)
         for (int64_t i = 0; i < p->n_tokens; i++) {
             int64_t c = cache_row(p, hk, p->pos0 + i);
             memcpy((uint16_t *)p->k_cache + c,

@@ -13,6 +13,7 @@
 
 #include "devkit/intrinsics.cuh"
 #include "prefill/flash_attn.h"
+#include "kvcache/kv_devq.h"
 
 #include <type_traits>
 
@@ -239,6 +240,73 @@ __device__ __forceinline__ void load_kv(const prefill_attn_params &p, uint16_t *
     };
     load_tile<HD, ROWS, THREADS>(k_dst, kc, row_of(kc, kn, p.k_row_stride));
     load_tile<HD, ROWS, THREADS>(v_dst, vc, row_of(vc, vn, p.v_row_stride));
+}
+
+/* 8 quants of a quantized pool, one 8-byte load. */
+struct alignas(8) kvq_u32x2 {
+    uint32_t x, y;
+};
+
+/* f16 bits to f32 (a quantized pool's scale). */
+__device__ __forceinline__ float kvq_half(uint32_t h)
+{
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+#elif defined(__CUDACC__)
+    return 0.0f; /* host pass of nvcc: never called */
+#else
+    return ig_f16_to_f32((uint16_t)h);
+#endif
+}
+
+/* Columns col .. col + 7 of row r of the (block, KV head) region at
+ * element offset e of a pool of `type` (kvcache/kv_devq.h) as 8 f16:
+ * f16 as is, quantized as f16(d q). */
+template <int HD>
+__device__ __forceinline__ chunk16 kvq_chunk(const void *cache, int type, int64_t e, int r,
+                                             int col)
+{
+    if (type == KVQ_F16)
+        return *(const chunk16 *)((const uint16_t *)cache + e + r * HD + col);
+    const unsigned char *region = (const unsigned char *)cache + kvq_region(e);
+    const kvq_u32x2 qs = *(const kvq_u32x2 *)(region + kvq_quant_at(HD, r, col));
+    const float d = kvq_half(*(const uint16_t *)(region + kvq_scale_at(HD, r, col)));
+    chunk16 c;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t w = i < 2 ? qs.x : qs.y, sh = 16 * (i % 2);
+        c.w[i] = ig_pack2<ig_f16_t>(kvq_value(type, (w >> sh) & 0xffu, d),
+                                    kvq_value(type, (w >> (sh + 8)) & 0xffu, d));
+    }
+    return c;
+}
+
+/* A quantized pool's K/V tile (p.cache_k_dtype / cache_v_dtype): keys
+ * j0 .. j0 + ROWS - 1 of KV head hk of sequence sq, every one from the pool
+ * through its block table (the chunk's rows are there already: ops/gpu_kvq.h),
+ * dequantized to f16 on the way into the swizzled tile; past kv_len zeros.
+ * Plain loads and shared stores, not cp.async (the bytes change on the way):
+ * the pipeline's barriers order them as they order the copies. */
+template <int HD, int ROWS, int THREADS>
+__device__ __forceinline__ void load_kv_quant(const prefill_attn_params &p, uint16_t *k_dst,
+                                              uint16_t *v_dst, int hk, int j0,
+                                              const attn_seq &sq, int kv_len)
+{
+    const int32_t *table = p.block_table + sq.s * p.table_stride;
+    constexpr int kChunks = ROWS * HD / 8;
+    for (int c = ig_thread_index_fresh(); c < kChunks; c += THREADS) {
+        const int r = c / (HD / 8), col = (c % (HD / 8)) * 8, pos = j0 + r;
+        chunk16 kc = {}, vc = {};
+        if (pos < kv_len) {
+            const int64_t e = (int64_t)table[pos / 64] * p.cache_block_stride +
+                              hk * p.cache_head_stride;
+            kc = kvq_chunk<HD>(p.k_cache, p.cache_k_dtype, e, pos % 64, col);
+            vc = kvq_chunk<HD>(p.v_cache, p.cache_v_dtype, e, pos % 64, col);
+        }
+        ig_sts((chunk16 *)&k_dst[swz<HD, ROWS>(r, col)], kc);
+        ig_sts((chunk16 *)&v_dst[swz<HD, ROWS>(r, col)], vc);
+    }
 }
 
 /* The K/V tiles' way through shared memory, the same in both kernels:

@@ -11,7 +11,12 @@
  * row of a prompt that wants logits (as `ignite perplexity` asks); the cache
  * exported from the device matches the CPU cache; a cache imported into a
  * fresh backend continues with the same logits.
- * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]: the
+ * With --cache-type q8_0 both backends keep a q8_0 cache (rotated rows,
+ * ggml's blocks: the device's rows are rounded to f16 before the rotation,
+ * so a value may differ by one quant step, max|K| / 127, within the bounds
+ * above); the exported caches compare as above.
+ * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]
+ * [--cache-type q8_0]: the
  * model's first N layers only (both backends), for a weight mode whose code
  * is the same in every layer (ctest runs native weights on 12 layers, f16
  * on 8). Exits 77 without the model. */
@@ -39,19 +44,38 @@ static void check_too_big(void)
     model_free(big);
 }
 
+/* q4_0 on cuda is refused in one line before any device is looked for
+ * (backend_create; fp8 on the CPU too). */
+static void check_refused_types(const struct model *m)
+{
+    struct backend *b = NULL;
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 64, .max_rows = 8,
+                             .n_slots = 1, .kv_dtype = KV_F16, .kv_dtype_v = KV_Q4_0};
+    CHECK(backend_create(m, &o, &b) == IG_E_USAGE && b == NULL);
+    o.device.kind = BACKEND_CPU;
+    o.kv_dtype = KV_FP8, o.kv_dtype_v = KV_F16;
+    CHECK(backend_create(m, &o, &b) == IG_E_USAGE && b == NULL);
+}
+
 int main(int argc, char **argv)
 {
     enum backend_gpu_weights mode = BACKEND_GPU_NATIVE;
     long layers = 0; /* 0: all */
+    enum kv_dtype cache = KV_F32;
     for (int i = 1; i < argc; i += 2) {
         char *end = NULL;
         if (i + 1 < argc && !strcmp(argv[i], "--gpu-weights") &&
             backend_parse_gpu_weights(argv[i + 1], &mode) == IG_OK)
             continue;
+        if (i + 1 < argc && !strcmp(argv[i], "--cache-type") && !strcmp(argv[i + 1], "q8_0")) {
+            cache = KV_Q8_0;
+            continue;
+        }
         if (i + 1 < argc && !strcmp(argv[i], "--layers") &&
             (layers = strtol(argv[i + 1], &end, 10)) > 0 && !*end)
             continue;
-        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16] [--layers N]\n");
+        fprintf(stderr, "usage: test_backend_emu [--gpu-weights native|f16] [--layers N] "
+                        "[--cache-type q8_0]\n");
         return 2;
     }
     char path[4096];
@@ -65,7 +89,8 @@ int main(int argc, char **argv)
         m->hp.n_layer = layers;
 
     struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
-                             .max_rows = 128, .n_slots = 2, .kv_dtype = KV_F32, .exact = true};
+                             .max_rows = 128, .n_slots = 2, .kv_dtype = cache,
+                             .kv_dtype_v = cache, .exact = true};
     struct pair p = {.n_vocab = m->hp.n_vocab};
     if (mode == BACKEND_GPU_NATIVE)
         p.tol = LOGIT_TOL_INT8, p.nmse_tol = NMSE_TOL_INT8, p.allow_ties = true;
@@ -102,6 +127,7 @@ int main(int argc, char **argv)
     /* slot 0 decodes after the long prompt while slot 1 prefills the short one */
     run_two(&p, ids[0].ids, ids[0].n, 4, n_pos);
     check_too_big();
+    check_refused_types(m);
     run_all_rows(&p, ids[1].ids, ids[1].n, 100);
     fprintf(stderr, "%s weights: worst rel err %.2e, NMSE %.2e\n",
             backend_gpu_weights_name(mode), p.worst, p.worst_nmse);

@@ -30,6 +30,11 @@
  * (Gemma 4's global layers): several splits, a window, a verify step, a
  * batch with padding. Label emu. */
 #include "decode/decode_attn.h"
+#include "kvcache/kv_devq.h"
+#include "kvcache/kvcache.h"
+#include "models/quant.h"
+#include "ops/gpu_kvq.h"
+#include "ops/ops.h"
 #include "tests/test.h"
 
 #include "core/half.h"
@@ -296,6 +301,216 @@ static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
     free(pf.work);
 }
 
+/* A quantized pool (kvcache/kv_devq.h): K of type kt, V of vt (KVQ_*),
+ * sequences at pos[] (n_seqs, one row each) through shuffled tables, the
+ * live rows quantized from random f32 by the block quantizer, every other
+ * byte 0xff (a scale of NaN bits). The kernel (both combines) against the
+ * twin reading the same blocks, 2 f16 ulps; the twin against f64 over the
+ * unquantized rows within the types' rounding (q8_0: scores and values off
+ * by under 1/254 of a block's largest value; fp8: 1/16); and the twin
+ * reading the pool with the wrong type (K as f16 bytes, V with its scale
+ * pair's other half) must come out off the kernel. */
+static uint16_t f16_of(float x)
+{
+    return ig_f32_to_f16(x);
+}
+
+static void run_quant(int kt, int vt, int64_t n_seqs, const int64_t *pos, int64_t n_ctx,
+                      int64_t group, int64_t hd, int splits, uint64_t seed)
+{
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    const int64_t n_head_kv = 2, n_head = group * n_head_kv, o_elems = n_seqs * n_head * hd;
+    const int64_t ts = (n_ctx + 63) / 64, n_blocks = n_seqs * ts + 2;
+    const int64_t head_stride = 64 * hd, block_stride = n_head_kv * head_stride;
+    /* f16-sized: the mutant below reads K's bytes as f16 */
+    const size_t bytes = (size_t)(2 * n_blocks * block_stride);
+    uint16_t *q = malloc((size_t)o_elems * 2), *o = malloc((size_t)o_elems * 2);
+    uint16_t *o_ref = malloc((size_t)o_elems * 2);
+    unsigned char *kc = malloc(bytes), *vc = malloc(bytes);
+    float *kf = malloc((size_t)(n_seqs * n_ctx * n_head_kv * hd) * sizeof *kf);
+    float *vf = malloc((size_t)(n_seqs * n_ctx * n_head_kv * hd) * sizeof *vf);
+    int32_t table[MAX_SEQS * 16], pos32[MAX_SEQS], ids[MAX_SEQS * 16 + 2];
+    IG_ASSERT(n_seqs <= MAX_SEQS && n_blocks <= MAX_SEQS * 16 + 2);
+    fill_f16(q, o_elems, 2.0f, &rng);
+    memset(kc, 0xff, bytes);
+    memset(vc, 0xff, bytes);
+    for (int64_t i = 0; i < n_blocks; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = n_blocks - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(test_rand_u64(&rng) % (uint64_t)(i + 1));
+        const int32_t x = ids[i];
+        ids[i] = ids[j], ids[j] = x;
+    }
+    memcpy(table, ids, (size_t)(n_seqs * ts) * sizeof *table);
+    struct decode_attn_params p = {
+        .q = q, .k_cache = (const uint16_t *)kc, .v_cache = (const uint16_t *)vc,
+        .block_table = table, .table_stride = ts, .block_stride = block_stride,
+        .head_stride = head_stride, .pos = pos32, .o = o, .n_seqs = n_seqs, .n_head = n_head,
+        .n_head_kv = n_head_kv, .head_dim = hd, .n_ctx = n_ctx, .n_splits = splits,
+        .scale = 1.0f / sqrtf((float)hd), .q_len = 1, .k_dtype = kt, .v_dtype = vt};
+    for (int64_t s = 0; s < n_seqs; s++) {
+        pos32[s] = (int32_t)pos[s];
+        for (int64_t hk = 0; hk < n_head_kv; hk++)
+            for (int64_t j = 0; j <= pos[s]; j++)
+                for (int kv = 0; kv < 2; kv++) {
+                    float *x = (kv ? vf : kf) + ((s * n_ctx + j) * n_head_kv + hk) * hd;
+                    unsigned char *c = kv ? vc : kc;
+                    const int type = kv ? vt : kt;
+                    const int64_t e = row_at(&p, table + s * ts, hk, j);
+                    for (int64_t d = 0; d < hd; d++)
+                        x[d] = test_rand_f(&rng) * (d % 16 == 3 ? 6.0f : 1.0f); /* outliers */
+                    if (type == KVQ_F16) { /* the f16 array: row as kv_row_offset says */
+                        for (int64_t d = 0; d < hd; d++) {
+                            const uint16_t b = ig_f32_to_f16(x[d]);
+                            memcpy(c + 2 * (e + d), &b, 2);
+                            x[d] = ig_f16_to_f32(b);
+                        }
+                        continue;
+                    }
+                    const int64_t r = j % 64;
+                    unsigned char *region = c + kvq_region(e - r * hd);
+                    for (int64_t b = 0; b < hd / 32; b++) {
+                        uint8_t qb[32];
+                        uint16_t db;
+                        KVQ_QUANTIZE_BLOCK(type, x + 32 * b, qb, db, f16_of);
+                        memcpy(region + kvq_quant_at(hd, r, 32 * b), qb, 32);
+                        memcpy(region + kvq_scale_at(hd, r, 32 * b), &db, 2);
+                    }
+                }
+    }
+    p.work = malloc(decode_attn_work_floats(&p) * sizeof(float));
+    char name[160];
+    snprintf(name, sizeof name, "quant k%d v%d seqs=%lld pos0=%lld hd=%lld gqa=%lld splits=%d",
+             kt, vt, (long long)n_seqs, (long long)pos[0], (long long)hd, (long long)group,
+             splits);
+    CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
+    check_fused(&p, o, o_elems, name);
+    struct decode_attn_params pr = p;
+    pr.o = o_ref;
+    CHECKF(decode_attn_ref(&pr) == 0, "%s: ref failed", name);
+    CHECKF(count_off(&p, o, o_ref, name, 1) == 0, "%s: kernel off the twin", name);
+    /* f64 over the unquantized rows: the cache's rounding only */
+    const double tol = (kt == KVQ_FP8 || vt == KVQ_FP8) ? 0.25 : 0.05;
+    double worst = 0;
+    for (int64_t s = 0; s < n_seqs; s++)
+        for (int64_t h = 0; h < n_head; h++) {
+            const int64_t hk = h / group;
+            double mx = -INFINITY, sum = 0, acc[256] = {0};
+            double *w = malloc((size_t)(pos[s] + 1) * sizeof *w);
+            for (int64_t j = 0; j <= pos[s]; j++) {
+                const float *k = kf + ((s * n_ctx + j) * n_head_kv + hk) * hd;
+                double dot = 0;
+                for (int64_t d = 0; d < hd; d++)
+                    dot += (double)ig_f16_to_f32(q[(s * n_head + h) * hd + d]) * k[d];
+                w[j] = dot * p.scale;
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            for (int64_t j = 0; j <= pos[s]; j++) {
+                const float *v = vf + ((s * n_ctx + j) * n_head_kv + hk) * hd;
+                const double e = exp(w[j] - mx);
+                sum += e;
+                for (int64_t d = 0; d < hd; d++)
+                    acc[d] += e * v[d];
+            }
+            for (int64_t d = 0; d < hd; d++) {
+                const double err =
+                    fabs(ig_f16_to_f32(o_ref[(s * n_head + h) * hd + d]) - acc[d] / sum);
+                worst = err > worst ? err : worst;
+            }
+            free(w);
+        }
+    CHECKF(worst < tol, "%s: twin %.4g off the unquantized f64 (bound %.3g)", name, worst, tol);
+    if (kt != KVQ_F16) { /* mutant: K's quantized bytes read as f16 */
+        pr.k_dtype = KVQ_F16;
+        CHECKF(decode_attn_ref(&pr) == 0 && count_off(&p, o, o_ref, name, 0) > 0,
+               "%s: K read as f16 went unnoticed", name);
+        pr.k_dtype = kt;
+    }
+    if (vt != KVQ_F16) { /* mutant: V read with the other type (a wrong scale for fp8/q8) */
+        pr.v_dtype = vt == KVQ_Q8_0 ? KVQ_FP8 : KVQ_Q8_0;
+        CHECKF(decode_attn_ref(&pr) == 0 && count_off(&p, o, o_ref, name, 0) > 0,
+               "%s: V read as the other type went unnoticed", name);
+    }
+    free(q), free(o), free(o_ref), free(kc), free(vc), free(kf), free(vf), free(p.work);
+}
+
+/* The pool write (ops/gpu_kvq.cu) emulated against its twin, bit for bit:
+ * 5 rows (one padding) of 2 KV heads through per-row tables, and a prefill
+ * step's 2 sequences through theirs, K q8_0 rotated by rot_k, V fp8 (or f16)
+ * by 64; the twin's q8_0 rows against ggml's quantizer (models/quant.c)
+ * over the rotated row (ops_hadamard_rows), byte for byte; the Hadamard
+ * kernel against its twin, and H H = I within f16 rounding. */
+static void check_kvq_write(int64_t hd, int vt, int per_seq)
+{
+    uint64_t rng = (uint64_t)hd * 31 + (uint64_t)vt;
+    enum { N = 5, HKV = 2, NB = 6 };
+    const int64_t head_stride = 64 * hd, block_stride = HKV * head_stride;
+    const size_t bytes = (size_t)kvq_region(NB * block_stride);
+    uint16_t k[N * HKV * 256], v[N * HKV * 256];
+    int32_t pos[N] = {3, 64, -1, 200, 127}, table[N * 4] = {0}, seqs[2 * 4] = {0, 2, 70, 0,
+                                                                              2, 3, 125, 0};
+    for (int t = 0; t < N * 4; t++)
+        table[t] = (int32_t)((t * 7 + 3) % NB);
+    fill_f16(k, N * HKV * hd, 3.0f, &rng);
+    fill_f16(v, N * HKV * hd, 1.0f, &rng);
+    unsigned char *kc[2] = {calloc(1, bytes), calloc(1, bytes)};
+    unsigned char *vc[2] = {calloc(1, bytes * 2), calloc(1, bytes * 2)};
+    struct gk_kvq_params p = {
+        .k = k, .v = v, .n = N, .n_head_kv = HKV, .head_dim = hd, .pos = pos,
+        .block_table = table, .table_stride = 4, .block_stride = block_stride,
+        .head_stride = head_stride, .k_dtype = KVQ_Q8_0, .v_dtype = vt,
+        .rot_k = kv_rotation(KV_Q8_0, hd, false), .rot_v = vt == KVQ_F16 ? 0 : 64};
+    if (per_seq) { /* rows 0-1 sequence 0 at 70, rows 2-4 sequence 1 at 125 */
+        p.seqs = seqs, p.n_seqs = 2;
+        static int32_t pp[N] = {70, 71, 125, 126, 127};
+        p.pos = pp;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct gk_kvq_params q = p;
+        q.k_cache = kc[i], q.v_cache = vc[i];
+        if (i)
+            gk_kvq_write_ref(&q);
+        else
+            CHECK(gk_kvq_write_emu(&q, NULL) == 0);
+    }
+    CHECKF(!memcmp(kc[0], kc[1], bytes) && !memcmp(vc[0], vc[1], bytes * 2),
+           "kvq write hd=%lld v=%d seqs=%d: kernel and twin differ", (long long)hd, vt, per_seq);
+    /* row 0 (or sequence 0's first row), head 1, against ggml's quantizer */
+    float x[256];
+    for (int64_t d = 0; d < hd; d++)
+        x[d] = ig_f16_to_f32(k[HKV * 0 * hd + hd + d]);
+    ops_hadamard_rows(x, hd, p.rot_k);
+    unsigned char ggml[8 * 34];
+    quant_quantize_row(QUANT_Q8_0, x, ggml, hd);
+    const int32_t pos0 = p.pos[0];
+    const int32_t *tb = per_seq ? table : table;
+    const int64_t e = tb[pos0 / 64] * block_stride + head_stride;
+    int same = 1;
+    for (int64_t b = 0; b < hd / 32; b++)
+        same &= !memcmp(ggml + 34 * b, kc[0] + kvq_region(e) + kvq_scale_at(hd, pos0 % 64, 32 * b),
+                        2) &&
+                !memcmp(ggml + 34 * b + 2,
+                        kc[0] + kvq_region(e) + kvq_quant_at(hd, pos0 % 64, 32 * b), 32);
+    CHECKF(same, "kvq write hd=%lld: q8_0 row not ggml's bytes", (long long)hd);
+    /* the padding row wrote nothing: row 2 (pos -1) of the per-row case */
+    uint16_t h[2][8 * 256], h0[8 * 256];
+    fill_f16(h0, 8 * hd, 2.0f, &rng);
+    memcpy(h[0], h0, sizeof h0);
+    memcpy(h[1], h0, sizeof h0);
+    CHECK(gk_hadamard_f16_emu(h[0], 8, hd, 64, NULL) == 0);
+    gk_hadamard_f16_ref(h[1], 8, hd, 64);
+    CHECKF(!memcmp(h[0], h[1], (size_t)(8 * hd) * 2), "hadamard hd=%lld: kernel off the twin",
+           (long long)hd);
+    gk_hadamard_f16_ref(h[1], 8, hd, 64); /* H H = I */
+    double worst = 0;
+    for (int64_t i = 0; i < 8 * hd; i++) {
+        const double d = fabs(ig_f16_to_f32(h[1][i]) - ig_f16_to_f32(h0[i]));
+        worst = d > worst ? d : worst;
+    }
+    CHECKF(worst < 4e-3, "hadamard hd=%lld: H H off I by %.3g", (long long)hd, worst);
+    free(kc[0]), free(kc[1]), free(vc[0]), free(vc[1]);
+}
+
 static void run_one(int64_t n_ctx, int64_t pos, int64_t group, int64_t n_head_kv, int64_t hd,
                     int n_splits, int64_t window, uint64_t seed)
 {
@@ -401,6 +616,18 @@ int main(void)
         run_rows(1, p2, 3, NULL, 300, 4, 1, 64, 33, 128, 0, seed++);
         run_case(3, pb, 300, 8, 1, 64, -1, 0, 1, seed++);
         case_sinks = NULL;
+    }
+    /* Quantized pools (q8_0, fp8, mixed with f16): 2 sequences over
+     * several splits and blocks, head dims 64, 128 and 256. */
+    {
+        static const int64_t pq[] = {299, 70}, p1[] = {130};
+        run_quant(KVQ_Q8_0, KVQ_Q8_0, 2, pq, 300, 4, 64, 7, seed++);
+        run_quant(KVQ_FP8, KVQ_FP8, 2, pq, 300, 2, 128, 33, seed++);
+        run_quant(KVQ_Q8_0, KVQ_F16, 1, p1, 200, 4, 256, 3, seed++);
+        run_quant(KVQ_F16, KVQ_FP8, 1, p1, 200, 1, 64, 2, seed++);
+        check_kvq_write(64, KVQ_FP8, 0);
+        check_kvq_write(128, KVQ_F16, 1);
+        check_kvq_write(256, KVQ_Q8_0, 0);
     }
     {
         struct decode_attn_params g = {.n_head = 12, .n_head_kv = 2, .q_len = 5};

@@ -26,6 +26,7 @@
 #include "tests/test.h"
 
 #include "core/timer.h"
+#include "kvcache/kv_devq.h"
 
 #include <stdlib.h>
 
@@ -622,6 +623,204 @@ static void run_sink_cases(void)
     case_sinks = NULL;
 }
 
+static uint16_t f16_of(float x)
+{
+    return ig_f32_to_f16(x);
+}
+
+/* A quantized pool (kvcache/kv_devq.h; K of type kt, V of vt): n_seqs
+ * sequences of n_rows[s] rows after pos0[s] cached positions, every row
+ * (the chunk's too) already in the pool, read through shuffled tables. The
+ * chooser's pick (mma.sync) against the twin reading the same blocks
+ * (4e-3: the kernel rounds P to f16), the twin against f64 over the
+ * dequantized values f16(d q) (1e-5); the pool unchanged (nothing
+ * written); the twin reading K as f16 or V with the other quantized type
+ * off the kernel; a forced ws variant refused. */
+static void run_quant(int kt, int vt, int n_seqs, const int32_t *n_rows, const int32_t *pos0,
+                      int64_t hd, uint64_t seed)
+{
+    enum { HKV = 2, H = 8, TS = 4 };
+    uint64_t rng = seed;
+    int64_t n = 0;
+    struct prefill_attn_seq seqs[4];
+    for (int s = 0; s < n_seqs; s++) {
+        seqs[s] = (struct prefill_attn_seq){(int32_t)n, n_rows[s], pos0[s], 0};
+        n += n_rows[s];
+    }
+    const int64_t head_stride = 64 * hd, block_stride = HKV * head_stride;
+    const int64_t n_blocks = n_seqs * TS + 2;
+    /* f16-sized: a mixed pool's f16 array, and the mutant reading K as f16 */
+    const size_t bytes = (size_t)(2 * n_blocks * block_stride);
+    unsigned char *kc = aligned_alloc(64, bytes), *vc = aligned_alloc(64, bytes);
+    unsigned char *kc0 = malloc(bytes), *vc0 = malloc(bytes);
+    const size_t qe = (size_t)(n * H * hd), ke = (size_t)(n * HKV * hd);
+    uint16_t *q = aligned_alloc(64, (qe * 2 + 63) / 64 * 64);
+    uint16_t *kv = aligned_alloc(64, (ke * 2 + 63) / 64 * 64);
+    uint16_t *o = aligned_alloc(64, (qe * 2 + 63) / 64 * 64), *o_ref = malloc(qe * 2);
+    int32_t table[4 * TS], ids[4 * TS + 2];
+    memset(kc, 0xff, bytes); /* NaN scales everywhere no table reaches */
+    memset(vc, 0xff, bytes);
+    memset(kv, 0, ke * 2);
+    for (size_t i = 0; i < qe; i++)
+        q[i] = ig_f32_to_f16(2.0f * test_rand_f(&rng));
+    for (int64_t i = 0; i < n_blocks; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = n_blocks - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(test_rand_u64(&rng) % (uint64_t)(i + 1));
+        const int32_t x = ids[i];
+        ids[i] = ids[j], ids[j] = x;
+    }
+    memcpy(table, ids, sizeof(int32_t) * (size_t)(n_seqs * TS));
+    for (int s = 0; s < n_seqs; s++)
+        for (int64_t hk = 0; hk < HKV; hk++)
+            for (int64_t j = 0; j < pos0[s] + n_rows[s]; j++)
+                for (int c = 0; c < 2; c++) {
+                    const int type = c ? vt : kt;
+                    unsigned char *pool = c ? vc : kc;
+                    const int64_t e = table[s * TS + j / 64] * block_stride + hk * head_stride;
+                    float x[256];
+                    for (int64_t d = 0; d < hd; d++)
+                        x[d] = test_rand_f(&rng) * (d % 16 == 5 ? 4.0f : 1.0f);
+                    if (type == KVQ_F16) {
+                        for (int64_t d = 0; d < hd; d++) {
+                            const uint16_t b = ig_f32_to_f16(x[d]);
+                            memcpy(pool + 2 * (e + (j % 64) * hd + d), &b, 2);
+                        }
+                        continue;
+                    }
+                    for (int64_t b = 0; b < hd / 32; b++) {
+                        uint8_t qb[32];
+                        uint16_t db;
+                        KVQ_QUANTIZE_BLOCK(type, x + 32 * b, qb, db, f16_of);
+                        memcpy(pool + kvq_region(e) + kvq_quant_at(hd, j % 64, 32 * b), qb, 32);
+                        memcpy(pool + kvq_region(e) + kvq_scale_at(hd, j % 64, 32 * b), &db, 2);
+                    }
+                }
+    memcpy(kc0, kc, bytes);
+    memcpy(vc0, vc, bytes);
+    struct prefill_attn_params p = {
+        .q = q, .k = kv, .v = kv, .k_cache = kc, .v_cache = vc, .o = o, .n_tokens = 0,
+        .n_head = H, .n_head_kv = HKV, .head_dim = hd,
+        .q_row_stride = H * hd, .q_head_stride = hd, .k_row_stride = HKV * hd,
+        .k_head_stride = hd, .v_row_stride = HKV * hd, .v_head_stride = hd,
+        .o_row_stride = H * hd, .o_head_stride = hd, .cache_row_stride = hd,
+        .cache_head_stride = head_stride, .block_table = table, .block_rows = 64,
+        .cache_block_stride = block_stride, .n_blocks = n_blocks, .n_ctx = TS * 64,
+        .scale = 1.0f / sqrtf((float)hd), .dtype = PREFILL_ATTN_F16,
+        .cache_k_dtype = kt, .cache_v_dtype = vt};
+    if (n_seqs == 1) {
+        p.n_tokens = n_rows[0];
+        p.pos0 = pos0[0];
+    } else {
+        p.seqs = seqs, p.n_seqs = n_seqs, p.table_stride = TS;
+        for (int s = 0; s < n_seqs; s++) {
+            p.n_tokens = n_rows[s] > p.n_tokens ? n_rows[s] : p.n_tokens;
+            p.pos0 = pos0[s] > p.pos0 ? pos0[s] : p.pos0;
+        }
+    }
+    char name[96];
+    snprintf(name, sizeof name, "quant pool k%d v%d seqs=%d hd=%lld", kt, vt, n_seqs,
+             (long long)hd);
+    struct prefill_attn_tile t;
+    CHECKF(prefill_attn_choose_for(&p, 90, 1, &t) == 0 && t.isa == PREFILL_ATTN_ISA_MMA,
+           "%s: AUTO did not fall back to mma.sync", name);
+    struct prefill_attn_params pw = p;
+    pw.variant = PREFILL_ATTN_WS128N64;
+    CHECKF(prefill_attn_choose(&pw, &t) != 0, "%s: ws128n64 took a quantized pool", name);
+    CHECKF(prefill_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
+    CHECKF(!memcmp(kc, kc0, bytes) && !memcmp(vc, vc0, bytes), "%s: the pool was written", name);
+    struct prefill_attn_params pr = p;
+    pr.o = o_ref;
+    CHECKF(prefill_attn_ref(&pr) == 0, "%s: ref failed", name);
+    double worst = 0;
+    for (size_t i = 0; i < qe; i++) {
+        const double d = fabs((double)ig_f16_to_f32(o[i]) - ig_f16_to_f32(o_ref[i]));
+        worst = d > worst || d != d ? d : worst;
+    }
+    CHECKF(worst <= 4e-3, "%s: kernel %.3g off the twin", name, worst);
+    /* the twin against f64 over the blocks' values f16(d q), sequence 0 */
+    {
+        const int64_t rows = n_rows[0], base = pos0[0];
+        double worst_ref = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t hk = h / (H / HKV);
+                double mx = -INFINITY, sum = 0, acc[256] = {0}, w[512];
+                for (int64_t j = 0; j <= base + i; j++) {
+                    double dot = 0;
+                    const int64_t e = table[j / 64] * block_stride + hk * head_stride;
+                    for (int64_t d = 0; d < hd; d++) {
+                        const unsigned char *r = kc + kvq_region(e);
+                        const unsigned char *sc = r + kvq_scale_at(hd, j % 64, d);
+                        const float kvv =
+                            kt == KVQ_F16
+                                ? ig_f16_to_f32((uint16_t)(kc[2 * (e + (j % 64) * hd + d)] |
+                                                           kc[2 * (e + (j % 64) * hd + d) + 1] << 8))
+                                : ig_f16_to_f32(ig_f32_to_f16(kvq_value(
+                                      kt, r[kvq_quant_at(hd, j % 64, d)],
+                                      ig_f16_to_f32((uint16_t)(sc[0] | sc[1] << 8)))));
+                        dot += (double)ig_f16_to_f32(q[(i * H + h) * hd + d]) * kvv;
+                    }
+                    w[j] = dot * p.scale;
+                    mx = w[j] > mx ? w[j] : mx;
+                }
+                for (int64_t j = 0; j <= base + i; j++) {
+                    const double ex = exp(w[j] - mx);
+                    const int64_t e = table[j / 64] * block_stride + hk * head_stride;
+                    sum += ex;
+                    for (int64_t d = 0; d < hd; d++) {
+                        const unsigned char *r = vc + kvq_region(e);
+                        const unsigned char *sc = r + kvq_scale_at(hd, j % 64, d);
+                        const float vv =
+                            vt == KVQ_F16
+                                ? ig_f16_to_f32((uint16_t)(vc[2 * (e + (j % 64) * hd + d)] |
+                                                           vc[2 * (e + (j % 64) * hd + d) + 1] << 8))
+                                : ig_f16_to_f32(ig_f32_to_f16(kvq_value(
+                                      vt, r[kvq_quant_at(hd, j % 64, d)],
+                                      ig_f16_to_f32((uint16_t)(sc[0] | sc[1] << 8)))));
+                        acc[d] += ex * vv;
+                    }
+                }
+                for (int64_t d = 0; d < hd; d++) {
+                    const double err = fabs(ig_f16_to_f32(o_ref[(i * H + h) * hd + d]) -
+                                            acc[d] / sum);
+                    worst_ref = err > worst_ref ? err : worst_ref;
+                }
+            }
+        CHECKF(worst_ref <= 1e-3, "%s: twin %.3g off f64 over the blocks", name, worst_ref);
+    }
+    if (kt != KVQ_F16) { /* mutant: K's quantized bytes read as f16 */
+        pr.cache_k_dtype = KVQ_F16;
+        prefill_attn_ref(&pr);
+        double off = 0;
+        for (size_t i = 0; i < qe; i++) {
+            const double d = fabs((double)ig_f16_to_f32(o[i]) - ig_f16_to_f32(o_ref[i]));
+            off = d > off || d != d ? (d != d ? INFINITY : d) : off;
+        }
+        CHECKF(off > 4e-3, "%s: K read as f16 went unnoticed", name);
+        pr.cache_k_dtype = kt;
+    }
+    if (vt != KVQ_F16) { /* mutant: V with the other quantized type's values */
+        pr.cache_v_dtype = vt == KVQ_Q8_0 ? KVQ_FP8 : KVQ_Q8_0;
+        prefill_attn_ref(&pr);
+        double off = 0;
+        for (size_t i = 0; i < qe; i++) {
+            const double d = fabs((double)ig_f16_to_f32(o[i]) - ig_f16_to_f32(o_ref[i]));
+            off = d > off || d != d ? (d != d ? INFINITY : d) : off;
+        }
+        CHECKF(off > 4e-3, "%s: V read as the other type went unnoticed", name);
+    }
+    free(kc), free(vc), free(kc0), free(vc0), free(q), free(kv), free(o), free(o_ref);
+}
+
+static void run_quant_cases(void)
+{
+    static const int32_t r1[] = {40}, p1[] = {100}, r2[] = {17, 65}, p2[] = {150, 3};
+    run_quant(KVQ_Q8_0, KVQ_Q8_0, 1, r1, p1, 64, 11);
+    run_quant(KVQ_FP8, KVQ_FP8, 2, r2, p2, 128, 12);
+    run_quant(KVQ_Q8_0, KVQ_F16, 1, r1, p1, 128, 13);
+}
+
 int main(int argc, char **argv)
 {
     static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
@@ -631,6 +830,10 @@ int main(int argc, char **argv)
         if (v != PREFILL_ATTN_AUTO)
             run_variant(v);
         return test_summary("test_flash_attn_emu --variant");
+    }
+    if (argc > 1 && strcmp(argv[1], "--quant") == 0) { /* the quantized pools alone */
+        run_quant_cases();
+        return test_summary("test_flash_attn_emu --quant");
     }
     check_chooser();
     int full = getenv("IGNITE_EMU_FULL") != NULL;
@@ -663,5 +866,8 @@ int main(int argc, char **argv)
     t0 = ig_now_ns();
     run_sink_cases();
     fprintf(stderr, "sinks: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
+    t0 = ig_now_ns();
+    run_quant_cases();
+    fprintf(stderr, "quantized pools: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
     return test_summary("test_flash_attn_emu");
 }

@@ -10,7 +10,8 @@
 #     gets the text `run` gives it alone;
 #   - chunked prefill (--chunk 64, a last chunk of 8 rows or more, where the
 #     int8 matmuls keep their kernel) gives the unchunked text;
-#   - run --json names the types.
+#   - run --json names the types;
+#   - fp8 on the CPU is refused in one line (exit 2).
 # The bit-for-bit logits of chunked and interleaved rows are
 # tests/cpu/test_prefill_decode.c's; this is the CLI's wiring. Exits 77
 # without the model.
@@ -82,5 +83,10 @@ same "--chunk 64" "$TMP/chunk.txt" "$TMP/full.txt"
 # run --json names the types
 "$IGNITE" run -m "$MODEL" -t 2 -p "$P2" -n 2 "${TYPES[@]}" --json >"$TMP/j" 2>/dev/null
 expect_grep "$TMP/j" '"type_k":"q8_0","type_v":"q4_0"' "run --json"
+
+# fp8 is the CUDA pool's type (issue 51): on the CPU one line, exit 2 (q4_0 on cuda:
+# tests/emu/test_backend_emu.c, which needs no device)
+expect_rc 2 "fp8 on the CPU" "$IGNITE" run -m "$MODEL" -t 2 -q -p "$P2" -n 1 -ctk fp8
+expect_grep "$TMP/err" "an fp8 KV cache runs on --device cuda only" "fp8 on the CPU's line"
 
 finish test_kv_quant_cli

@@ -100,9 +100,11 @@ def main():
         failures.append(f"cuda_weight_bytes.f16 {cw['f16']}: 2 bytes a weight make {f16_bytes}")
     n_kv = a("attention.head_count_kv", a("attention.head_count"))
     per = 2 * a("block_count") * n_kv * head_dim
-    # ggml's q8_0 and q4_0: 32 values in 34 and 18 bytes (head dims of whole blocks)
+    # ggml's q8_0 and q4_0: 32 values in 34 and 18 bytes (head dims of whole blocks);
+    # the CUDA pool's fp8 (e4m3, an f16 scale a 32): 34
     expect("kv_bytes_per_token", info["kv_bytes_per_token"],
-           {"f32": per * 4, "f16": per * 2, "q8_0": per // 32 * 34, "q4_0": per // 32 * 18}
+           {"f32": per * 4, "f16": per * 2, "q8_0": per // 32 * 34, "q4_0": per // 32 * 18,
+            "fp8": per // 32 * 34}
            if head_dim % 32 == 0 else {"f32": per * 4, "f16": per * 2})
     # no window: one group of full attention, every layer
     n_layer = a("block_count")
