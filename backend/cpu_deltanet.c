@@ -231,10 +231,12 @@ static inline void copy_scaled(float *restrict y, const float *restrict x, float
  * row of Y and B n floats (ldy, ldb apart): four rows of Y at a time, so
  * each row of B is loaded once for four, 16 columns of them held in
  * registers over the whole sum (k ascending for every element, as axpy's
- * would add them one k at a time: the same bits). */
-static inline void gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs,
-                            int64_t a_cs, const float *B, int64_t ldb, int64_t rows,
-                            int64_t inner, int64_t n)
+ * would add them one k at a time: the same bits). Inlined, so that each
+ * clone of its caller has its own (an AVX-512 caller calling a baseline
+ * copy ran slower than the AVX2 clone had). */
+static inline __attribute__((always_inline)) void
+gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a_cs,
+         const float *B, int64_t ldb, int64_t rows, int64_t inner, int64_t n)
 {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
