@@ -171,108 +171,25 @@ static void shared_expert(struct cpu_step *s, const struct model_layer *L, int64
     }
 }
 
-/* gemma4's per-expert scales of the down projection's output, or NULL. */
-static const float *expert_down_scale(const struct model *m, const struct model_layer *L)
+void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
 {
-    return m->hp.has_moe_mlp ? L->w[LAYER_FFN_DOWN_EXPS_SCALE].data : NULL;
-}
-
-/* dst += w * y (gemma4, its expert's scale s_e not NULL: w * (*s_e * y)),
- * one row of n_embd. */
-static void add_expert(float *dst, float w, const float *s_e, const float *y, int64_t e_dim)
-{
-    if (s_e)
-        for (int64_t d = 0; d < e_dim; d++)
-            dst[d] += w * (*s_e * y[d]);
-    else
-        for (int64_t d = 0; d < e_dim; d++)
-            dst[d] += w * y[d];
-}
-
-/* Whether a lone row's experts can take the fused path below: the int8
- * path takes every expert matrix for one token, and the buffers hold a
- * row a used expert (the context's rows, at least k). */
-static bool lone_row_fused(struct ops_ctx *ctx, const struct model_layer *L)
-{
-    int64_t k = L->n_expert_used;
-    if (2 * k > QMM_MAX_GEMVS || k > ops_ctx_max_batch(ctx) ||
-        L->w[LAYER_FFN_GATE_EXPS].n_expert < 1)
-        return false;
-    struct model_weight gate = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS], 0);
-    struct model_weight up = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS], 0);
-    struct model_weight down = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS], 0);
-    const struct model_weight *gu[2] = {&gate, &up}, *dn[1] = {&down};
-    return ops_qmatmul_quantizes(ctx, 2, gu, 1) && ops_qmatmul_quantizes(ctx, 1, dn, 1);
-}
-
-/* The experts' sum into proj for one row (decode): its k experts' gate and
- * up in one job on the row quantized once, the activations (slot j of
- * gate, up and moe_y is its j-th expert), their downs in a second job; the
- * same products and sum, in the same order, as experts_grouped's. */
-static void experts_lone_row(struct ops_ctx *ctx, const struct model_layer *L)
-{
+    struct ops_ctx *ctx = s->ops;
     const struct model *m = ops_ctx_model(ctx);
-    struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t e_dim = m->hp.n_embd, f = L->n_ff, k = L->n_expert_used;
-    int64_t e0 = L->expert0, e1 = e0 + L->w[LAYER_FFN_GATE_EXPS].n_expert;
-    const float *down_scale = expert_down_scale(m, L);
-    struct model_weight gate[QMM_MAX_GEMVS / 2], up[QMM_MAX_GEMVS / 2], down[QMM_MAX_GEMVS / 2];
-    const struct model_weight *gu_w[QMM_MAX_GEMVS], *dn_w[QMM_MAX_GEMVS / 2];
-    float *gu_y[QMM_MAX_GEMVS], *dn_y[QMM_MAX_GEMVS / 2];
-    int64_t x_row[QMM_MAX_GEMVS] = {0}, slot_of[QMM_MAX_GEMVS / 2];
-    int n = 0; /* the row's experts this rank holds (models/tp.c) */
-    for (int64_t j = 0; j < k; j++) {
-        int64_t e = b->moe_sel[j];
-        if (e < e0 || e >= e1)
-            continue;
-        gate[n] = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS], e - e0);
-        up[n] = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS], e - e0);
-        down[n] = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS], e - e0);
-        gu_w[2 * n] = &gate[n];
-        gu_w[2 * n + 1] = &up[n];
-        gu_y[2 * n] = b->gate + n * f;
-        gu_y[2 * n + 1] = b->up + n * f;
-        dn_w[n] = &down[n];
-        dn_y[n] = b->moe_y + n * e_dim;
-        slot_of[n++] = j;
-    }
-    memset(b->proj, 0, (size_t)e_dim * sizeof *b->proj);
-    if (!n)
-        return;
-    ops_qmatmul_quantize_rows(ctx, b->xn, e_dim, 0, 1);
-    ops_qmatmul_gemvs_q8(ctx, 2 * n, gu_w, x_row, gu_y);
-    struct cpu_rows act = {.ctx = ctx, .L = L};
-    for (int i = 0; i < n; i++) {
-        int64_t e = b->moe_sel[slot_of[i]] - e0;
-        if (m->hp.has_moe_bias) {
-            struct model_weight gb = ops_weight_expert(&L->w[LAYER_FFN_GATE_EXPS_B], e);
-            struct model_weight ub = ops_weight_expert(&L->w[LAYER_FFN_UP_EXPS_B], e);
-            ops_add_bias(b->gate + i * f, &gb, 1, f);
-            ops_add_bias(b->up + i * f, &ub, 1, f);
-        }
-        expert_gate_rows(&act, i, i + 1);
-        ops_qmatmul_quantize_rows(ctx, b->gate + i * f, f, i, i + 1);
-        x_row[i] = i;
-    }
-    ops_qmatmul_gemvs_q8(ctx, n, dn_w, x_row, dn_y);
-    for (int i = 0; i < n; i++) {
-        int64_t j = slot_of[i], e = b->moe_sel[j];
-        if (m->hp.has_moe_bias) {
-            struct model_weight db = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS_B], e - e0);
-            ops_add_bias(dn_y[i], &db, 1, e_dim);
-        }
-        add_expert(b->proj, b->moe_w[j], down_scale ? &down_scale[e] : NULL, dn_y[i], e_dim);
-    }
-}
-
-/* The experts' sum into proj for n rows: each used expert's rows gathered
- * and run through the matmuls together, its matrices read once. */
-static void experts_grouped(struct ops_ctx *ctx, const struct model_layer *L, int64_t n)
-{
-    const struct model *m = ops_ctx_model(ctx);
+    const struct model_layer *L = &m->layers[layer];
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     int64_t e_dim = m->hp.n_embd, ne = L->n_expert, k = L->n_expert_used;
-    const float *down_scale = expert_down_scale(m, L);
+
+    bool beside = m->hp.has_moe_mlp, shared = m->hp.has_moe_shexp;
+    if (beside)
+        dense_beside(s, L, n);
+    if (shared)
+        shared_expert(s, L, n);
+    cpu_rows_run(ctx, L, cpu_norm_rows, beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM, n, false);
+    if (beside)
+        router_input(ctx, L, n);
+    router_logits(ctx, L, beside ? b->moe_x : b->xn, n);
+    cpu_rows_run(ctx, L, route_rows, 0, n, false);
+    const float *down_scale = beside ? L->w[LAYER_FFN_DOWN_EXPS_SCALE].data : NULL;
 
     /* group the (row, slot) pairs by expert: counts, starts, then the pairs
      * in row order within each expert */
@@ -318,35 +235,20 @@ static void experts_grouped(struct ops_ctx *ctx, const struct model_layer *L, in
             struct model_weight db = ops_weight_expert(&L->w[LAYER_FFN_DOWN_EXPS_B], e - e0);
             ops_add_bias(b->moe_y, &db, c, e_dim);
         }
-        /* a row's experts come in ascending order */
-        for (int64_t i = 0; i < c; i++)
-            add_expert(b->proj + (pairs[i] / k) * e_dim, b->moe_w[pairs[i]],
-                       down_scale ? &down_scale[e] : NULL, b->moe_y + i * e_dim, e_dim);
+        /* proj[row] += w * y (gemma4: w * (s_e * y)): a row's experts come in
+         * ascending order */
+        for (int64_t i = 0; i < c; i++) {
+            float w = b->moe_w[pairs[i]];
+            float *dst = b->proj + (pairs[i] / k) * e_dim;
+            const float *y = b->moe_y + i * e_dim;
+            if (down_scale)
+                for (int64_t d = 0; d < e_dim; d++)
+                    dst[d] += w * (down_scale[e] * y[d]);
+            else
+                for (int64_t d = 0; d < e_dim; d++)
+                    dst[d] += w * y[d];
+        }
     }
-}
-
-void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
-{
-    struct ops_ctx *ctx = s->ops;
-    const struct model *m = ops_ctx_model(ctx);
-    const struct model_layer *L = &m->layers[layer];
-    struct ops_buffers *b = ops_ctx_buffers(ctx);
-    int64_t e_dim = m->hp.n_embd;
-
-    bool beside = m->hp.has_moe_mlp, shared = m->hp.has_moe_shexp;
-    if (beside)
-        dense_beside(s, L, n);
-    if (shared)
-        shared_expert(s, L, n);
-    cpu_rows_run(ctx, L, cpu_norm_rows, beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM, n, false);
-    if (beside)
-        router_input(ctx, L, n);
-    router_logits(ctx, L, beside ? b->moe_x : b->xn, n);
-    cpu_rows_run(ctx, L, route_rows, 0, n, false);
-    if (n == 1 && lone_row_fused(ctx, L))
-        experts_lone_row(ctx, L);
-    else
-        experts_grouped(ctx, L, n);
     if (beside) { /* proj = post_norm_2(experts) + the dense MLP's */
         ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_2], n, e_dim, m->hp.norm_eps, b->proj);
         ops_add(b->proj, s->moe_mlp, n * e_dim);

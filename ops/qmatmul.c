@@ -40,8 +40,6 @@
 #define QMM_X_BLOCK_BYTES_DEFAULT (256 << 10)
 /* Row chunks per thread, for balance; a chunk is a multiple of QMM_MR rows. */
 #define QMM_CHUNKS_PER_THREAD 4
-/* The same for a job of lone-token products (ops_qmatmul_gemvs_q8). */
-#define QMM_GEMVS_CHUNKS_PER_THREAD 16
 /* Token blocks at least this long go through the 8-row GEMM (repacking 8
  * rows costs about as much as 2 tokens' worth of tiles). */
 #define QMM_GEMM8_MIN_TOKENS 8
@@ -296,12 +294,8 @@ void ops_qmm_quantize(const float *x, int64_t cols, struct qmm_q8 *out)
 
 /* ---- the driver ------------------------------------------------------------------ */
 
-/* Up to this many weights share one job (Q, K, V); a job of lone-token
- * products (ops_qmatmul_gemvs_q8: a decode row's experts) up to
- * QMM_MAX_GEMVS. */
+/* Up to this many weights share one job (Q, K, V). */
 #define QMM_MAX_WEIGHTS 4
-#define QMM_JOB_WEIGHTS QMM_MAX_GEMVS
-_Static_assert(QMM_MAX_GEMVS >= QMM_MAX_WEIGHTS, "a job holds ops_qmatmul_multi's weights");
 
 /* n weights with the same cols applied to one quantized input; their rows
  * are numbered one after the other, each weight's padded to a multiple of
@@ -310,14 +304,13 @@ struct qmm_job {
     int n;
     const struct model_weight *const *w;
     float *const *y;                   /* y[i] is [n_tokens, w[i]->rows] */
-    qmm_tile_fn tile[QMM_JOB_WEIGHTS];
-    qmm_gemm8_fn gemm8[QMM_JOB_WEIGHTS]; /* NULL: tiles only */
-    qmm_gemm16_fn gemm16[QMM_JOB_WEIGHTS]; /* NULL: 8 rows at a time */
-    qmm_fgemm8_fn fgemm8[QMM_JOB_WEIGHTS]; /* float weights: x itself, no tiles */
-    qmm_fgemm16_fn fgemm16[QMM_JOB_WEIGHTS]; /* NULL: 8 rows at a time */
-    qmm_gemv8_fn gemv8[QMM_JOB_WEIGHTS]; /* NULL: no packed copy, tiles */
-    const uint8_t *packed[QMM_JOB_WEIGHTS];  /* the packed copy of w[i] the context reads */
-    const struct qmm_q8 *xq_of[QMM_JOB_WEIGHTS]; /* w[i]'s first token's int8 blocks */
+    qmm_tile_fn tile[QMM_MAX_WEIGHTS];
+    qmm_gemm8_fn gemm8[QMM_MAX_WEIGHTS]; /* NULL: tiles only */
+    qmm_gemm16_fn gemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
+    qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
+    qmm_fgemm16_fn fgemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
+    qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
+    const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the packed copy of w[i] the context reads */
     struct ops_ctx *ctx;
     int64_t cols;
     const float *x;                    /* [n_tokens, cols] */
@@ -381,17 +374,17 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
             const uint8_t *base = job->packed[i] ? job->packed[i] : data;
             if (job->gemm16[i])
                 for (; r + 16 <= r1; r += 16)
-                    job->gemm16[i](base + (size_t)(r / 8) * step, step, nb, job->xq_of[i] + t0 * nb,
+                    job->gemm16[i](base + (size_t)(r / 8) * step, step, nb, job->xq + t0 * nb,
                                    nb, t1 - t0, y + t0 * rows + r, rows, pack);
             for (; r + 8 <= r1; r += 8)
                 job->gemm8[i](base + (size_t)(r / 8) * step, w->row_bytes, nb,
-                              job->xq_of[i] + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
+                              job->xq + t0 * nb, nb, t1 - t0, y + t0 * rows + r, rows, pack);
         }
         if (job->gemv8[i]) { /* the packed copy, 8 rows at a time */
             size_t group_bytes = (size_t)nb * ops_qmm_packed_block_bytes(w->type);
             for (; r < r1; r += QMM_PR)
                 job->gemv8[i](job->packed[i] + (size_t)(r / QMM_PR) * group_bytes, nb,
-                              job->xq_of[i] + t0 * nb, nb, t1 - t0,
+                              job->xq + t0 * nb, nb, t1 - t0,
                               r1 - r < QMM_PR ? (int)(r1 - r) : QMM_PR, y + t0 * rows + r,
                               rows);
         }
@@ -400,7 +393,7 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
             const uint8_t *wr = data + (size_t)r * w->row_bytes;
             for (int64_t t = t0; t < t1; t += QMM_NT) {
                 int nt = t1 - t < QMM_NT ? (int)(t1 - t) : QMM_NT;
-                job->tile[i](wr, w->row_bytes, nb, job->xq_of[i] + t * nb, nb, mr, nt,
+                job->tile[i](wr, w->row_bytes, nb, job->xq + t * nb, nb, mr, nt,
                              y + t * rows + r, rows);
             }
         }
@@ -472,28 +465,6 @@ void ops_qmatmul_quantize_rows(struct ops_ctx *ctx, const float *x, int64_t cols
         ops_qmm_quantize(x + (t - t0) * cols, cols, xq + t * nb);
 }
 
-/* Weight i's kernels in `job` (job->w, ctx and n_tokens set); true where
- * a 512-bit GEMM takes its rows 16 at a time (chunks then hold whole pairs). */
-static bool job_weight(struct qmm_job *job, int i)
-{
-    const struct model_weight *w = job->w[i];
-    enum qmm_isa isa = ops_qmm_best_isa();
-    job->fgemm8[i] = ops_qmm_fgemm8(w->type);
-    job->fgemm16[i] = ops_qmm_fgemm16(w->type);
-    if (job->fgemm8[i])
-        return job->fgemm16[i] != NULL;
-    job->tile[i] = ops_qmm_tile(w->type, isa);
-    job->gemm8[i] = ops_qmm_gemm8(w->type, isa);
-    job->packed[i] = ops_packed_find(ops_ctx_packed(job->ctx), w);
-    if (!job->packed[i])
-        return false;
-    /* the packed copy only: the stored rows stay cold */
-    job->gemv8[i] = ops_qmm_gemv8(w->type, isa);
-    job->gemm8[i] = ops_qmm_gemm8_packed(w->type, isa);
-    job->gemm16[i] = ops_qmm_gemm16_packed(w->type, isa);
-    return job->gemm16[i] != NULL;
-}
-
 /* ops_qmatmul_multi; quantized: x's int8 form is in the context's buffer
  * already (ops_qmatmul_quantize_rows). */
 static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
@@ -505,9 +476,21 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
     int64_t total = 0;
     bool quantize = false, pairs = false;
     for (int i = 0; i < n; i++) {
-        pairs |= job_weight(&job, i) && n_tokens >= QMM_GEMM8_MIN_TOKENS;
-        job.xq_of[i] = job.xq;
-        quantize |= !job.fgemm8[i] && !quantized;
+        job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
+        job.fgemm16[i] = ops_qmm_fgemm16(w[i]->type);
+        pairs |= job.fgemm16[i] != NULL && n_tokens >= QMM_GEMM8_MIN_TOKENS;
+        if (!job.fgemm8[i]) {
+            job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
+            job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
+            job.packed[i] = ops_packed_find(ops_ctx_packed(ctx), w[i]);
+            if (job.packed[i]) { /* the packed copy only: the stored rows stay cold */
+                job.gemv8[i] = ops_qmm_gemv8(w[i]->type, ops_qmm_best_isa());
+                job.gemm8[i] = ops_qmm_gemm8_packed(w[i]->type, ops_qmm_best_isa());
+                job.gemm16[i] = ops_qmm_gemm16_packed(w[i]->type, ops_qmm_best_isa());
+                pairs |= job.gemm16[i] != NULL && n_tokens >= QMM_GEMM8_MIN_TOKENS;
+            }
+            quantize = !quantized;
+        }
         total += padded_rows(w[i]);
     }
     struct ops_pool *pool = ops_ctx_pool(ctx);
@@ -544,26 +527,4 @@ void ops_qmatmul(struct ops_ctx *ctx, const struct model_weight *w, const float 
                  int64_t n_tokens, float *y)
 {
     ops_qmatmul_multi(ctx, 1, &w, x, n_tokens, &y);
-}
-
-void ops_qmatmul_gemvs_q8(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
-                          const int64_t *x_row, float *const *y)
-{
-    IG_ASSERT(n >= 1 && n <= QMM_MAX_GEMVS);
-    int64_t cols = w[0]->cols, nb = cols / QMM_QK, total = 0;
-    struct qmm_job job = {.n = n, .w = w, .y = y, .ctx = ctx, .cols = cols,
-                          .xq = ops_ctx_qbuf(ctx), .n_tokens = 1}; /* kernels NULL */
-    for (int i = 0; i < n; i++) {
-        IG_ASSERT(w[i]->cols == cols && !is_float_type(w[i]->type) &&
-                  ops_qmatmul_handles(ctx, w[i], 1) && x_row[i] < ops_ctx_max_batch(ctx));
-        job_weight(&job, i);
-        job.xq_of[i] = job.xq + x_row[i] * nb;
-        total += padded_rows(w[i]);
-    }
-    /* finer chunks than one weight's job: the whole job ends when its last
-     * chunk does, and its chunks are the step's whole expert read */
-    int64_t chunks = (int64_t)ops_ctx_threads(ctx) * QMM_GEMVS_CHUNKS_PER_THREAD;
-    int64_t grain = (total + chunks - 1) / chunks;
-    grain = (grain + QMM_ROW_ALIGN - 1) / QMM_ROW_ALIGN * QMM_ROW_ALIGN;
-    ops_pool_run(ops_ctx_pool(ctx), total, grain, rows_task, &job);
 }

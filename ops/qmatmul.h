@@ -375,19 +375,6 @@ void ops_qmatmul_quantize_rows(struct ops_ctx *ctx, const float *x, int64_t cols
 void ops_qmatmul_multi_q8(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
                           const float *x, int64_t n_tokens, float *const *y);
 
-/* y[i] = W_i x (one token, [w[i]->rows]) for i < n <= QMM_MAX_GEMVS, where
- * x is token x_row[i] of the context's int8 buffer (quantized by
- * ops_qmatmul_quantize_rows at the weights' common cols): all n products
- * in one job over the pool, each the bits ops_qmatmul_multi gives that
- * token. For a decode row's experts (backend/cpu_moe.c): their gate and up
- * on the one normed row, then their downs each on its own activation, two
- * jobs where a job per expert and matrix paid the pool's hand-off and its
- * last chunk's wait 2k times. Every w[i] quantized and taken by
- * ops_qmatmul_handles for one token. */
-#define QMM_MAX_GEMVS 32
-void ops_qmatmul_gemvs_q8(struct ops_ctx *ctx, int n, const struct model_weight *const *w,
-                          const int64_t *x_row, float *const *y);
-
 /* ---- context support (ops/ctx.c) --------------------------------------- */
 
 /* The context's buffer for quantized activations: max_batch tokens of the

@@ -18,8 +18,8 @@ order), checked against the reference the same way.
 
 Then, bit for bit on the exact path and (Q4_K_M) on the int8 path: the
 prompt in chunks of 7 = a row at a time = whole, one thread = two (a row's
-experts and sums do not depend on the rows that share its step; a lone
-row's experts run fused, backend/cpu_moe.c). Not F16 on the int8 path:
+experts and sums do not depend on the rows that share its step, a decode's
+lone rows included). Not F16 on the int8 path:
 there float weights take the FMA GEMM from 8 rows on and ops/matmul.c
 below, whose roundings differ, for a dense model's F16 weights as much as
 for experts (ops/qmatmul.c's ops_qmatmul_handles). And the files' logits
@@ -123,8 +123,8 @@ def int8_against_reference(ref, tool, path, name, prompt, fixed, n_greedy, tmp):
 
 
 def invariance(tool, path, name, prompt, fixed, n_greedy, tmp, paths):
-    """Bit for bit: whole = chunks of 7 = a row at a time (the int8 path's
-    lone-row experts, backend/cpu_moe.c) = one thread, on each path (exact: True)."""
+    """Bit for bit: whole = chunks of 7 = a row at a time = one thread, on
+    each path (exact: True)."""
     ok = True
     for exact in paths:
         path_name = "exact" if exact else "int8"
