@@ -169,6 +169,13 @@ static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
  * in the x86-64-v3 clone, two SSE ones in the baseline). */
 typedef float dn_v8 __attribute__((vector_size(32), aligned(4)));
 #define V8(p) (*(dn_v8 *)(void *)(p))
+/* Sixteen: one AVX-512 register in chunk_rows's x86-64-v4 clone, two AVX
+ * ones in the v3 clone. The element-wise steps below (axpy, scale,
+ * gemm_acc) run 16 lanes, then 8, then one at a time: each element's
+ * operations are the same in any lane or width, so every clone gives the
+ * same bits. */
+typedef float dn_v16 __attribute__((vector_size(64), aligned(4)));
+#define V16(p) (*(dn_v16 *)(void *)(p))
 
 /* a.b over n: eight lanes of partial sums, then the rest; the same order
  * of operations for any caller (the chunked form and the step alike). */
@@ -188,6 +195,8 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
 static inline void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
     int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        V16(y + i) += a * V16(x + i);
     for (; i + 8 <= n; i += 8)
         V8(y + i) += a * V8(x + i);
     for (; i < n; i++)
@@ -198,40 +207,64 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
 static inline void scale(float *y, float a, int64_t n)
 {
     int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        V16(y + i) *= a;
     for (; i + 8 <= n; i += 8)
         V8(y + i) *= a;
     for (; i < n; i++)
         y[i] *= a;
 }
 
+/* y = x a over n (a copy then scale(), in one pass). */
+static inline void copy_scaled(float *restrict y, const float *restrict x, float a, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        V16(y + i) = V16(x + i) * a;
+    for (; i + 8 <= n; i += 8)
+        V8(y + i) = V8(x + i) * a;
+    for (; i < n; i++)
+        y[i] = x[i] * a;
+}
+
 /* Y[r] += sum_k A[r a_rs + k a_cs] B[k] over rows r < rows, k < inner, each
  * row of Y and B n floats (ldy, ldb apart): four rows of Y at a time, so
- * each row of B is loaded once for four. */
-static inline void gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs,
-                            int64_t a_cs, const float *B, int64_t ldb, int64_t rows,
-                            int64_t inner, int64_t n)
+ * each row of B is loaded once for four, 16 columns of them held in
+ * registers over the whole sum (k ascending for every element, as axpy's
+ * would add them one k at a time: the same bits). Inlined, so that each
+ * clone of its caller has its own (an AVX-512 caller calling a baseline
+ * copy ran slower than the AVX2 clone had). */
+static inline __attribute__((always_inline)) void
+gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a_cs,
+         const float *B, int64_t ldb, int64_t rows, int64_t inner, int64_t n)
 {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         float *y0 = Y + r * ldy, *y1 = y0 + ldy, *y2 = y1 + ldy, *y3 = y2 + ldy;
-        const float *a = A + r * a_rs;
-        for (int64_t k = 0; k < inner; k++) {
-            const float *b = B + k * ldb;
-            float c0 = a[k * a_cs], c1 = a[a_rs + k * a_cs], c2 = a[2 * a_rs + k * a_cs],
-                  c3 = a[3 * a_rs + k * a_cs];
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8) {
-                dn_v8 bv = V8(b + i);
-                V8(y0 + i) += c0 * bv;
-                V8(y1 + i) += c1 * bv;
-                V8(y2 + i) += c2 * bv;
-                V8(y3 + i) += c3 * bv;
+        const float *a0 = A + r * a_rs, *a1 = a0 + a_rs, *a2 = a1 + a_rs, *a3 = a2 + a_rs;
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            dn_v16 s0 = V16(y0 + i), s1 = V16(y1 + i), s2 = V16(y2 + i), s3 = V16(y3 + i);
+            for (int64_t k = 0; k < inner; k++) {
+                dn_v16 bv = V16(B + k * ldb + i);
+                s0 += a0[k * a_cs] * bv;
+                s1 += a1[k * a_cs] * bv;
+                s2 += a2[k * a_cs] * bv;
+                s3 += a3[k * a_cs] * bv;
             }
-            for (; i < n; i++) {
-                y0[i] += c0 * b[i];
-                y1[i] += c1 * b[i];
-                y2[i] += c2 * b[i];
-                y3[i] += c3 * b[i];
+            V16(y0 + i) = s0;
+            V16(y1 + i) = s1;
+            V16(y2 + i) = s2;
+            V16(y3 + i) = s3;
+        }
+        for (int64_t k = 0; k < inner && i < n; k++) {
+            const float *b = B + k * ldb;
+            float c0 = a0[k * a_cs], c1 = a1[k * a_cs], c2 = a2[k * a_cs], c3 = a3[k * a_cs];
+            for (int64_t l = i; l < n; l++) {
+                y0[l] += c0 * b[l];
+                y1[l] += c1 * b[l];
+                y2[l] += c2 * b[l];
+                y3[l] += c3 * b[l];
             }
         }
     }
@@ -263,7 +296,7 @@ static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, flo
 
 /* Rows [t0, t0 + c) of head h as one chunk (c <= DN_CHUNK), from and into S.
  * sc: the thread's scratch of dn_scratch_floats. */
-OPS_SIMD_CLONES
+OPS_SIMD_CLONES_V4
 static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, int64_t h,
                        float *sc)
 {
@@ -299,10 +332,8 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
      * first, then the products (T's zeros above the diagonal included) */
     for (int64_t m = 0; m < c; m++) {
         float bm = j->beta[(t0 + m) * Hv + h];
-        memcpy(VB + m * D, VROW(j, t0 + m, h), (size_t)D * sizeof *VB);
-        scale(VB + m * D, bm, D);
-        memcpy(X + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *X);
-        scale(X + m * D, bm * expf(G[m]), D);
+        copy_scaled(VB + m * D, VROW(j, t0 + m, h), bm, D);
+        copy_scaled(X + m * D, KROW(j, t0 + m, kh), bm * expf(G[m]), D);
     }
     memset(U, 0, (size_t)(c * D) * sizeof *U);
     memset(W, 0, (size_t)(c * D) * sizeof *W);
@@ -330,8 +361,7 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float last = G[c - 1], el = expf(last);
     scale(S, el, D * D);
     for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
-        memcpy(X + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *X);
-        scale(X + m * D, expf(last - G[m]), D);
+        copy_scaled(X + m * D, KROW(j, t0 + m, kh), expf(last - G[m]), D);
     }
     gemm_acc(S, D, X, 1, D, U, D, D, c, D);
 }

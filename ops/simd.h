@@ -10,9 +10,16 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     defined(__linux__) && !defined(IGNITE_NO_SIMD_CLONES)
 #define OPS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* The same with an AVX-512 clone first (x86-64-v4), for a kernel written
+ * with 64-byte vectors (GCC's vector extension), element by element the
+ * same operations in every clone: two 512-bit FP pipes (Xeons, Zen 5) run
+ * them at twice the AVX2 clone's rate. */
+#define OPS_SIMD_CLONES_V4                                                                   \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define OPS_SIMD_CLONES_ON 1
 #else
 #define OPS_SIMD_CLONES
+#define OPS_SIMD_CLONES_V4
 #define OPS_SIMD_CLONES_ON 0
 #endif
 

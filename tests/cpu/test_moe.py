@@ -17,8 +17,9 @@ exactly, and the lower index must win (torch.topk's and llama.cpp's
 order), checked against the reference the same way.
 
 Then, bit for bit on the exact path and (Q4_K_M) on the int8 path: the
-prompt in chunks of 7 = whole, one thread = two (a row's experts and sums
-do not depend on the rows that share its step). Not F16 on the int8 path:
+prompt in chunks of 7 = a row at a time = whole, one thread = two (a row's
+experts and sums do not depend on the rows that share its step, a decode's
+lone rows included). Not F16 on the int8 path:
 there float weights take the FMA GEMM from 8 rows on and ops/matmul.c
 below, whose roundings differ, for a dense model's F16 weights as much as
 for experts (ops/qmatmul.c's ops_qmatmul_handles). And the files' logits
@@ -122,13 +123,15 @@ def int8_against_reference(ref, tool, path, name, prompt, fixed, n_greedy, tmp):
 
 
 def invariance(tool, path, name, prompt, fixed, n_greedy, tmp, paths):
-    """Bit for bit: whole = chunks of 7 = one thread, on each path (exact: True)."""
+    """Bit for bit: whole = chunks of 7 = a row at a time = one thread, on
+    each path (exact: True)."""
     ok = True
     for exact in paths:
         path_name = "exact" if exact else "int8"
         runs = {}
         for label, opts in (("whole, 2 threads", ["-t", "2"]),
                             ("chunks of 7", ["-t", "2", "-c", "7"]),
+                            ("a row at a time", ["-t", "2", "-c", "1"]),
                             ("1 thread", ["-t", "1"])):
             out = os.path.join(tmp, f"inv{len(runs)}.bin")
             runs[label] = dump(tool, path, prompt, opts, fixed, n_greedy, out, exact)
@@ -139,7 +142,8 @@ def invariance(tool, path, name, prompt, fixed, n_greedy, tmp, paths):
                 print(f"FAIL {name}, {path_name}: {label} differs from whole, 2 threads "
                       f"(max {diff:.3e}; greedy {g} vs {base_g})")
                 ok = False
-    print(f"{'ok' if ok else 'FAILED':6} {name}: chunked = whole, 1 thread = 2, bit for bit "
+    print(f"{'ok' if ok else 'FAILED':6} {name}: chunked = a row at a time = whole, "
+          "1 thread = 2, bit for bit "
           f"({' and '.join('exact' if e else 'int8' for e in paths)})")
     return ok
 
