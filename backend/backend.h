@@ -152,6 +152,12 @@ struct backend_ops {
     void (*destroy)(struct backend *b);
 };
 
+/* A recurrent layer runs a prompt's rows in chunks that end at multiples of
+ * this many positions (DeltaNet's chunked form, on the CPU and the GPU), so a
+ * state's bits depend on where a step cuts a prompt unless the cut falls on
+ * such a multiple (generate/engine.c cuts there: batch invariance). */
+#define BACKEND_STATE_CHUNK 64
+
 /* What every backend shares; each embeds it first. */
 struct backend {
     const struct backend_ops *ops;

@@ -44,8 +44,8 @@
 #include <string.h>
 
 /* Rows of a chunk of the chunked form (flash-linear-attention's and
- * llama.cpp's 64). */
-#define DN_CHUNK 64
+ * llama.cpp's 64; the engine's prompt cuts fall on its multiples). */
+#define DN_CHUNK BACKEND_STATE_CHUNK
 
 /* What every job of a layer's step reads. */
 struct dn_job {

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(GK_DN_CHUNK == BACKEND_STATE_CHUNK, "the engine cuts prompts on the kernel's chunks");
+
 static bool has_deltanet(const struct model *m)
 {
     for (int64_t l = 0; l < m->hp.n_layer; l++)

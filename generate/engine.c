@@ -786,8 +786,29 @@ static void sample(struct engine *e, struct seq *s, float *logits, int32_t greed
 
 /* Appends s's rows for this step: its decode row, or up to `room` prompt
  * tokens. Returns the rows added. */
+/* The rows of s's prompt that go into a step with room rows free: all that
+ * fit, but a hybrid model's prompt cut short ends at a multiple of
+ * BACKEND_STATE_CHUNK positions, where its recurrent layers end a chunk, so
+ * the state's bits are those of the prompt in one step whatever shares the
+ * steps (batch invariance). Where the room does not reach the next multiple
+ * (under a chunk left) the prompt waits a step (0) if another prompt's chunk
+ * took the rest, else is cut where the room ends: a row budget -b under the
+ * chunk, or decode rows filling the step; its state then differs within
+ * rounding (docs/kvcache.md). */
+static int64_t prompt_rows(const struct engine *e, const struct seq *s, int64_t room,
+                           bool first_prompt)
+{
+    int64_t pos0 = s->kv.n_pos, left = s->n_all_prompt - pos0;
+    if (left <= room || !e->be->n_states)
+        return left < room ? left : room;
+    int64_t cut = (pos0 + room) / BACKEND_STATE_CHUNK * BACKEND_STATE_CHUNK - pos0;
+    if (cut > 0)
+        return cut;
+    return first_prompt ? room : 0;
+}
+
 static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t room,
-                        int64_t *n_logits)
+                        bool first_prompt, int64_t *n_logits)
 {
     int64_t pos0 = s->kv.n_pos, n;
     bool fed = s->phase == SEQ_DECODE || s->phase == SEQ_CLOSING;
@@ -797,7 +818,7 @@ static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t r
         if (s->n_draft)
             memcpy(e->tokens + row0 + 1, s->draft, (size_t)s->n_draft * sizeof *e->tokens);
     } else {
-        n = s->n_all_prompt - pos0 < room ? s->n_all_prompt - pos0 : room;
+        n = prompt_rows(e, s, room, first_prompt);
         memcpy(e->tokens + row0, s->tokens + pos0, (size_t)n * sizeof *e->tokens);
     }
     kv_pool_grow(e->pool, &s->kv, pos0 + n);
@@ -997,8 +1018,9 @@ int engine_step(struct engine *e)
     for (int i = 0; i < e->n_slots; i++)
         if (e->seqs[i].phase == SEQ_DECODE || e->seqs[i].phase == SEQ_CLOSING) {
             e->order[n_seqs++] = &e->seqs[i];
-            rows += add_rows(e, &e->seqs[i], rows, 1 + e->seqs[i].n_draft, &n_logits);
+            rows += add_rows(e, &e->seqs[i], rows, 1 + e->seqs[i].n_draft, false, &n_logits);
         }
+    const int n_fed_seqs = n_seqs;
     for (;;) {
         struct seq *next = NULL;
         for (int i = 0; i < e->n_slots; i++) {
@@ -1007,10 +1029,11 @@ int engine_step(struct engine *e)
                 (!next || s->order < next->order))
                 next = s;
         }
-        if (!next || rows == e->max_rows)
+        bool first = n_seqs == n_fed_seqs;
+        if (!next || rows == e->max_rows || !prompt_rows(e, next, e->max_rows - rows, first))
             break;
         e->order[n_seqs++] = next;
-        rows += add_rows(e, next, rows, e->max_rows - rows, &n_logits);
+        rows += add_rows(e, next, rows, e->max_rows - rows, first, &n_logits);
     }
     if (!rows)
         return IG_OK;

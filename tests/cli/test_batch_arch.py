@@ -9,8 +9,9 @@ norms, GeGLU, scaled embeddings, Q5_0 matrices) from tests/pylib/archgen.py:
 several requests at once in steps of at most 16 rows (-b 16), so prompt
 chunks of one sequence share steps with decode rows of others, prompts and
 generations cross the window's edge (and a 64-position cache block), greedy
-and seeded sampling, the int8 path and the exact one. Then a small check on
-Gemma 3 270M's real weights (skipped without the file: make fetch-model).
+and seeded sampling, the int8 path and the exact one. A hybrid (the tiny
+qwen35) whose prompts share steps gives what each alone gives. Then a small
+check on Gemma 3 270M's real weights (skipped without the file: make fetch-model).
 """
 import json
 import os
@@ -22,7 +23,7 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 from archgen import write_model
-from igtest import check, gemma3_path, summary
+from igtest import cache_dir, check, gemma3_path, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
 
@@ -131,11 +132,44 @@ def gemma3_checks(env):
     check_same(path, reqs, ["-P", "3", "-b", "16"], env, "Gemma 3 270M, -P 3 -b 16")
 
 
+def hybrid_checks(tmp, env):
+    """The tiny qwen35 (3 gated DeltaNet layers, 1 attention layer; llama.cpp's
+    qwen35 vocabulary): prompts of 40-215 tokens at -P 4 in steps of 96 rows,
+    where prompts share steps and one is cut short, against -P 1 (each prompt
+    in one step). The engine cuts a hybrid's prompt where its DeltaNet chunks
+    end (multiples of 64 positions), so the states and the int8 path's texts
+    are bit for bit the same; cut at 96 as a dense model's is (main before this
+    check), request 1's text differed on this file."""
+    vocab = os.path.join(cache_dir(), "llama-src", "llama_cpp_python-0.3.36", "vendor",
+                         "llama.cpp", "models", "ggml-vocab-qwen35.gguf")
+    if not os.path.isfile(vocab):
+        print("SKIP hybrid: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh llama-src)",
+              file=sys.stderr)
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    path = os.path.join(tmp, "qwen35.gguf")
+    random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
+    words = "the river town mill bridge market farmers grain wool apples week".split()
+    reqs = [{"id": i, "prompt": " ".join(words[(j * 7 + i) % 11] for j in range(40 + 35 * i)),
+             "n_predict": 12, "temperature": 0} for i in range(6)]
+    texts = {}
+    for args in (["-P", "1"], ["-P", "4", "-b", "96"]):
+        rc, objs, err = batch(path, reqs, ["--ordered", *args], env)
+        check(rc == 0 and len(objs) == len(reqs), f"qwen35 batch {args}: rc {rc} {err[-300:]!r}")
+        texts[args[1]] = [o.get("text") for o in objs]
+    for i, (one, four) in enumerate(zip(texts["1"], texts["4"])):
+        check(one == four, f"qwen35 request {i}: -P 4 -b 96 {four!r} != -P 1 {one!r}")
+    print(f"ok     qwen35 (hybrid), int8: -P 4 -b 96 = -P 1, {len(reqs)} requests")
+
+
 def main():
     env = dict(os.environ)
     env.pop("IGNITE_MATMUL", None)
     with tempfile.TemporaryDirectory() as tmp:
         synthetic_checks(tmp, env)
+        hybrid_checks(tmp, env)
     gemma3_checks(env)
     return summary("test_batch_arch")
 
