@@ -106,6 +106,8 @@ struct backend_seq {
     int slot;             /* which sequence in flight (0 .. n_slots - 1) */
     int64_t row0, n_rows; /* its rows: [row0, row0 + n_rows) of the step */
     int64_t pos0;         /* position of its first row; positions 0 .. pos0 - 1 are cached */
+    bool prompt;          /* its rows are a prompt's (a recurrent layer runs them in its
+                           * chunked form whatever their number); false: a decode row */
 };
 
 /* A step. The sequences' rows tile [0, n_rows) in order. */

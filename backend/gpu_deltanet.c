@@ -6,8 +6,8 @@
  *   alpha products of the normed rows, then the convolution with each
  *   sequence's conv state, the L2 norms and gates, the delta rule on each
  *   sequence's state (ops/gpu_deltanet.h: the chunked form for a prompt's
- *   sequences of GK_DN_CHUNK_MIN rows or more, the recurrent form for the
- *   others and every decode row; IGNITE_DELTANET=recurrent runs every row
+ *   rows, and another sequence's of GK_DN_CHUNK_MIN rows or more, the
+ *   recurrent form for the others and every decode row; IGNITE_DELTANET=recurrent runs every row
  *   in the recurrent form, as on the CPU), the gated
  *   norm into f16 rows for ssm_out. A sequence's state lives in the
  *   layer's state array in its slot (gpu.c allocates it; gpu_cache.c moves
@@ -95,11 +95,12 @@ int IG_DEV(gpu_deltanet_stage)(struct gpu_backend *g, const struct backend_batch
     g->dn_chunk_rows = 0;
     for (int64_t i = 0; i < rows; i++) {
         const struct backend_seq *s = i < batch->n_seqs ? &batch->seqs[i] : NULL;
-        if (s && s->n_rows >= GK_DN_CHUNK_MIN && !g->dn_recurrent)
+        bool chunked = s && !g->dn_recurrent && (s->prompt || s->n_rows >= GK_DN_CHUNK_MIN);
+        if (chunked)
             g->dn_chunk_rows += s->n_rows;
         g->h_dn_seqs[i] = s ? (struct gk_dn_seq){(int32_t)s->row0, (int32_t)s->n_rows,
-                                                 (int32_t)s->pos0, s->slot}
-                            : (struct gk_dn_seq){(int32_t)i, 0, -1, 0}; /* a bucket's padding */
+                                                 (int32_t)s->pos0, s->slot, chunked}
+                            : (struct gk_dn_seq){(int32_t)i, 0, -1, 0, 0}; /* a bucket's padding */
     }
     return IG_DEV(dev_upload_async)(g->dev, g->dn_seqs, g->h_dn_seqs,
                                     (size_t)rows * sizeof *g->h_dn_seqs);
@@ -116,7 +117,7 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
         .state_floats = (int64_t)(g->base.kv_mem->layers[l].state_bytes / sizeof(float)),
         /* rule and chunk kernels split the sequences by rows on the device,
          * the same for any batch a captured graph replays with */
-        .chunk_min = g->dn_chunk_rows ? GK_DN_CHUNK_MIN : 0,
+        .split = g->dn_chunk_rows > 0,
     };
     s.C = (2 * s.Hk + s.Hv) * s.D;
     int64_t vd = s.Hv * s.D;

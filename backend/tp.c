@@ -42,14 +42,14 @@ void backend_tp_off(void)
 
 /* ---- a step's rows in a message ---------------------------------------------- */
 
-/* The bytes of batch b's message: per sequence slot, row0, n_rows, pos0,
- * table length (int64); the tokens; the tables; want_logits. */
+/* The bytes of batch b's message: per sequence TP_SEQ_FIELDS int64; the
+ * tokens; the tables; want_logits. */
 static size_t step_bytes(const struct backend_batch *b, int64_t *n_tab)
 {
     *n_tab = 0;
     for (int64_t i = 0; i < b->n_seqs; i++)
         *n_tab += kv_blocks_for(b->seqs[i].pos0 + b->seqs[i].n_rows);
-    return (size_t)b->n_seqs * 5 * sizeof(int64_t) + (size_t)(b->n_rows + *n_tab) * 4 +
+    return (size_t)b->n_seqs * TP_SEQ_FIELDS * sizeof(int64_t) + (size_t)(b->n_rows + *n_tab) * 4 +
            (b->want_logits ? (size_t)b->n_rows : 0);
 }
 
@@ -58,15 +58,15 @@ static void step_pack(const struct backend_batch *b, char *p)
     int64_t *s = (int64_t *)p;
     for (int64_t i = 0; i < b->n_seqs; i++) {
         const struct backend_seq *q = &b->seqs[i];
-        int64_t *e = s + 5 * i;
-        e[0] = q->slot, e[1] = q->row0, e[2] = q->n_rows, e[3] = q->pos0;
-        e[4] = kv_blocks_for(q->pos0 + q->n_rows);
+        int64_t *e = s + TP_SEQ_FIELDS * i;
+        e[0] = q->slot, e[1] = q->row0, e[2] = q->n_rows, e[3] = q->pos0, e[4] = q->prompt;
+        e[5] = kv_blocks_for(q->pos0 + q->n_rows);
     }
-    int32_t *t = (int32_t *)(s + 5 * b->n_seqs);
+    int32_t *t = (int32_t *)(s + TP_SEQ_FIELDS * b->n_seqs);
     memcpy(t, b->tokens, (size_t)b->n_rows * 4);
     t += b->n_rows;
     for (int64_t i = 0; i < b->n_seqs; i++) {
-        int64_t k = s[5 * i + 4];
+        int64_t k = s[TP_SEQ_FIELDS * i + 5];
         memcpy(t, b->seqs[i].table, (size_t)k * 4);
         t += k;
     }

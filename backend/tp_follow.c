@@ -46,13 +46,13 @@ static void follow_step(struct tp_rank *r, const struct tp_msg *msg)
         ig_coll_abort(st);
     ig_coll_bcast(r->buf, bytes, 0);
     const int64_t *s = (const int64_t *)r->buf;
-    const int32_t *tokens = (const int32_t *)(s + 5 * n_seqs);
+    const int32_t *tokens = (const int32_t *)(s + TP_SEQ_FIELDS * n_seqs);
     const int32_t *t = tokens + n_rows;
     for (int64_t i = 0; i < n_seqs; i++) {
-        const int64_t *e = s + 5 * i;
+        const int64_t *e = s + TP_SEQ_FIELDS * i;
         seqs[i] = (struct backend_seq){.table = t, .slot = (int)e[0], .row0 = e[1],
-                                       .n_rows = e[2], .pos0 = e[3]};
-        t += e[4];
+                                       .n_rows = e[2], .pos0 = e[3], .prompt = e[4] != 0};
+        t += e[5];
     }
     IG_ASSERT(t == tokens + n_rows + n_tab);
     bool *w = NULL;

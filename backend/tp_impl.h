@@ -19,6 +19,10 @@
 
 enum tp_cmd { TP_SETUP = 1, TP_STEP, TP_EXPORT, TP_IMPORT, TP_DESTROY, TP_END };
 
+/* int64 fields a sequence has in a TP_STEP message: slot, row0, n_rows, pos0,
+ * prompt, table length (tp.c packs them, tp_follow.c reads them). */
+#define TP_SEQ_FIELDS 6
+
 /* A command's header; its payload, where it has one, follows in a second
  * broadcast of v[0] bytes. */
 struct tp_msg {

@@ -1043,7 +1043,8 @@ int engine_step(struct engine *e)
         e->bseqs[i] = (struct backend_seq){.table = s->kv.table, .wtable = s->kv.wtable,
                                            .slot = slot_of(e, s),
                                            .row0 = s->step_row0, .n_rows = s->step_rows,
-                                           .pos0 = s->kv.n_pos};
+                                           .pos0 = s->kv.n_pos,
+                                           .prompt = s->phase == SEQ_PREFILL};
     }
     /* Where every row wanting logits picks greedily from them as they are,
      * the backend returns its token instead (on a GPU the logits then stay

@@ -125,7 +125,7 @@ dn_rule_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
     const gk_dn_seq q = seqs[blockIdx.y];
     const int64_t h = blockIdx.x, kh = dn_key_head(s, h);
     const int j = (int)threadIdx.x / 2, i0 = (int)threadIdx.x % 2 * R;
-    if (q.n_rows <= 0 || (s.chunk_min && q.n_rows >= s.chunk_min)) /* gk_dn_chunk's */
+    if (q.n_rows <= 0 || (s.split && q.chunked)) /* gk_dn_chunk's */
         return;
     float *S = s.state + (int64_t)q.slot * s.state_floats + (s.K - 1) * s.C + h * D * D;
     float col[R]; /* S[i0 + i][j] */

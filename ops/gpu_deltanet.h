@@ -30,6 +30,7 @@ extern "C" {
  * bucket's padding (nothing read or written). */
 struct gk_dn_seq {
     int32_t row0, n_rows, pos0, slot;
+    int32_t chunked; /* where the shape's split is set: gk_dn_chunk's (else gk_dn_rule's) */
 };
 
 /* The largest convolution kernel and the head dims the kernels take. */
@@ -44,8 +45,8 @@ struct gk_dn_shape {
     int grouped;        /* value head h reads key head h / (Hv / Hk); else h % Hk */
     float *state;       /* [slots][state_bytes / 4] */
     int64_t state_floats; /* a slot's stride */
-    int32_t chunk_min;  /* 0: gk_dn_rule and gk_dn_chunk take every sequence; else
-                         * gk_dn_chunk those of at least this many rows, gk_dn_rule the rest */
+    int32_t split;      /* 0: gk_dn_rule and gk_dn_chunk take every sequence; else
+                         * gk_dn_chunk those marked chunked, gk_dn_rule the rest */
 };
 
 /* The causal depthwise convolution and SiLU of each sequence's rows of qkv
@@ -68,7 +69,7 @@ void gk_dn_gates_ref(const struct gk_dn_shape *s, float *qkv, float *beta, float
                      const float *dt, const float *A, int64_t n);
 
 /* The delta rule, the recurrent form, over each sequence's rows in order
- * (those of fewer than chunk_min rows when it is set):
+ * (those not marked chunked when the shape's split is set):
  * S = e^g S; u = beta (v - S^T k); S += k u^T; o = S^T q, o into out
  * [n][Hv][D]; S read from and written back to the slot once. One block
  * per (value head, sequence), two threads a column of S, each half its
@@ -93,8 +94,10 @@ void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *
  * sequence), 4 warps. Equal to gk_dn_rule within f16 rounding (the tests
  * state the bound); its twin bit for bit. */
 #define GK_DN_CHUNK 64
-/* The fewest rows of a sequence the backend gives to gk_dn_chunk: a chunk
- * costs a padded 64-row chunk's products and solve whatever its rows. */
+/* The fewest rows of a sequence other than a prompt's the backend gives to
+ * gk_dn_chunk: a chunk costs a padded 64-row chunk's products and solve
+ * whatever its rows. A prompt's rows take it whatever their number, so a
+ * prompt's state does not depend on where the engine cut it. */
 #define GK_DN_CHUNK_MIN 16
 int IG_DEV(gk_dn_chunk)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                         const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs,

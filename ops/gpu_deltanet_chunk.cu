@@ -96,7 +96,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
     using L = ChunkSmem<D>;
     constexpr int kVb = D / kBv;
     const gk_dn_seq q = seqs[blockIdx.y];
-    if (q.n_rows <= 0 || (s.chunk_min && q.n_rows < s.chunk_min)) /* gk_dn_rule's */
+    if (q.n_rows <= 0 || (s.split && !q.chunked)) /* gk_dn_rule's */
         return;
     const int64_t h = blockIdx.x / kVb, v0 = blockIdx.x % kVb * kBv;
     const int64_t kh = s.grouped ? h / (s.Hv / s.Hk) : h % s.Hk;

@@ -129,7 +129,7 @@ void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float 
     k.Ph = k.Kb + CH * D, k.Th = k.Ph + CH * CH, k.Vb = k.Th + CH * CH, k.VN = k.Vb + CH * BV;
     for (int64_t i = 0; i < n_seqs; i++) {
         struct gk_dn_seq q = seqs[i];
-        if (q.n_rows <= 0 || (s->chunk_min && q.n_rows < s->chunk_min))
+        if (q.n_rows <= 0 || (s->split && !q.chunked))
             continue;
         for (int64_t h = 0; h < s->Hv; h++)
             for (int64_t v0 = 0; v0 < D; v0 += BV) {

@@ -92,7 +92,7 @@ void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *
     int64_t D = s->D;
     for (int64_t i = 0; i < n_seqs; i++) {
         struct gk_dn_seq q = seqs[i];
-        if (q.n_rows <= 0 || (s->chunk_min && q.n_rows >= s->chunk_min))
+        if (q.n_rows <= 0 || (s->split && q.chunked))
             continue;
         for (int64_t h = 0; h < s->Hv; h++) {
             int64_t kh = key_head(s, h);

@@ -100,7 +100,7 @@ static bool kernel_case(const struct dn_kernels *k, int64_t Hk, int64_t Hv, int6
     s.state_floats = (s.K - 1) * s.C + Hv * D * D + 7; /* a slot's stride past its state */
     const int64_t n = 6, vd = Hv * D, slots = 2;
     /* slot 1 starts at 0 over garbage (NaN: must not be read), slot 0 continues */
-    const struct gk_dn_seq seqs[3] = {{0, 5, 0, 1}, {5, 1, 9, 0}, {6, 0, -1, 0}};
+    const struct gk_dn_seq seqs[3] = {{0, 5, 0, 1, 0}, {5, 1, 9, 0, 0}, {6, 0, -1, 0, 0}};
     float *state = rnd(&st, slots * s.state_floats, 0.5f);
     for (int64_t i = 0; i < s.state_floats; i++)
         state[s.state_floats + i] = NAN;
@@ -170,8 +170,8 @@ DNC_MUTANTS(CHUNK_MUTANT)
 /* One step of q, k (L2-normed), v, beta and the log decay over rows of
  * sequences: 70 rows from position 0 (a chunk and a tail of 6, in a slot
  * of NaN), 100 continuing at 37 (a 27-row chunk to the boundary, one of 64, a
- * tail of 9), a decode row and a padding entry. With chunk_min 16, `chunk`
- * takes the first two and the recurrent kernel the decode row: against the
+ * tail of 9), a decode row and a padding entry. Split, `chunk` takes the
+ * first two (marked chunked) and the recurrent kernel the decode row: against the
  * twins (gk_dn_chunk_ref, gk_dn_rule_ref) bit for bit when *exact, and
  * against the recurrent kernel on every row: the worst relative error of the
  * outputs and states returned (the recurrent form by its twin, which
@@ -183,8 +183,8 @@ static double chunk_case(dn_chunk_fn chunk, int64_t Hk, int64_t Hv, int64_t D, i
     struct gk_dn_shape s = {.Hk = Hk, .Hv = Hv, .D = D, .K = 4, .grouped = grouped};
     s.C = (2 * Hk + Hv) * D;
     s.state_floats = (s.K - 1) * s.C + Hv * D * D + 5;
-    const struct gk_dn_seq seqs[4] = {{0, 70, 0, 1}, {70, 100, 37, 0}, {170, 1, 60, 2},
-                                      {171, 0, -1, 0}};
+    const struct gk_dn_seq seqs[4] = {{0, 70, 0, 1, 1}, {70, 100, 37, 0, 1}, {170, 1, 60, 2, 0},
+                                      {171, 0, -1, 0, 0}};
     const int64_t n = 171, vd = Hv * D, slots = 3, nf = slots * s.state_floats;
     float *state = rnd(&st, nf, 0.3f), *qkv = rnd(&st, n * s.C, 1.0f);
     float *beta = rnd(&st, n * Hv, 1.0f), *g = rnd(&st, n * Hv, 1.0f);
@@ -207,7 +207,7 @@ static double chunk_case(dn_chunk_fn chunk, int64_t Hk, int64_t Hv, int64_t D, i
     float *st_k = dup(state, nf), *st_r = dup(state, nf), *st_rec = dup(state, nf);
     float *out = calloc((size_t)(n * vd), 4), *out_r = calloc((size_t)(n * vd), 4);
     float *out_rec = calloc((size_t)(n * vd), 4);
-    s.chunk_min = 16;
+    s.split = 1;
     s.state = st_k;
     bool ok = chunk(&s, qkv, beta, g, out, seqs, 4, NULL) == IG_OK &&
               IG_DEV(gk_dn_rule)(&s, qkv, beta, g, out, seqs, 4, NULL) == IG_OK;
@@ -215,7 +215,7 @@ static double chunk_case(dn_chunk_fn chunk, int64_t Hk, int64_t Hv, int64_t D, i
     gk_dn_chunk_ref(&s, qkv, beta, g, out_r, seqs, 4);
     gk_dn_rule_ref(&s, qkv, beta, g, out_r, seqs, 4);
     *exact = ok && same(out, out_r, (size_t)(n * vd) * 4) && same(st_k, st_r, (size_t)nf * 4);
-    s.chunk_min = 0; /* the recurrent kernel's twin (equal to it: test_kernels) on every row */
+    s.split = 0; /* the recurrent kernel's twin (equal to it: test_kernels) on every row */
     s.state = st_rec;
     gk_dn_rule_ref(&s, qkv, beta, g, out_rec, seqs, 4);
     double e = ok ? 0 : INFINITY;
@@ -232,8 +232,53 @@ static double chunk_case(dn_chunk_fn chunk, int64_t Hk, int64_t Hv, int64_t D, i
     return e;
 }
 
+/* A prompt of 70 rows in one step, then cut where the engine cuts a hybrid's
+ * prompt (64 rows, then 6 in a step of their own), both through the chunked
+ * kernel: the outputs and the state bit for bit. With the 6 rows marked for
+ * the recurrent kernel (the rule before prompts were marked: under
+ * GK_DN_CHUNK_MIN rows) they are not, which shows the comparison can fail. */
+static bool cut_case(bool tail_chunked)
+{
+    uint64_t st = 31;
+    struct gk_dn_shape s = {.Hk = 1, .Hv = 1, .D = 64, .K = 4, .split = 1};
+    s.C = 3 * s.D;
+    s.state_floats = (s.K - 1) * s.C + s.D * s.D;
+    const int64_t n = 70, vd = s.D;
+    float *qkv = rnd(&st, n * s.C, 1.0f), *beta = rnd(&st, n, 1.0f), *g = rnd(&st, n, 1.0f);
+    for (int64_t t = 0; t < n; t++) {
+        for (int64_t hh = 0; hh < 2; hh++) {
+            float *x = qkv + t * s.C + hh * s.D, ss = 0;
+            for (int64_t d = 0; d < s.D; d++)
+                ss += x[d] * x[d];
+            for (int64_t d = 0; d < s.D; d++)
+                x[d] /= sqrtf(ss + 1e-6f);
+        }
+        beta[t] = 0.5f + 0.5f * beta[t];
+        g[t] = -0.15f * (1.0f + g[t]);
+    }
+    float *st_one = calloc((size_t)s.state_floats, 4), *st_cut = calloc((size_t)s.state_floats, 4);
+    float *out_one = calloc((size_t)(n * vd), 4), *out_cut = calloc((size_t)(n * vd), 4);
+    const struct gk_dn_seq one = {0, 70, 0, 0, 1}, head = {0, 64, 0, 0, 1},
+                           tail = {64, 6, 64, 0, tail_chunked};
+    s.state = st_one;
+    bool ok = IG_DEV(gk_dn_chunk)(&s, qkv, beta, g, out_one, &one, 1, NULL) == IG_OK;
+    s.state = st_cut;
+    ok = ok && IG_DEV(gk_dn_chunk)(&s, qkv, beta, g, out_cut, &head, 1, NULL) == IG_OK &&
+         IG_DEV(gk_dn_chunk)(&s, qkv, beta, g, out_cut, &tail, 1, NULL) == IG_OK &&
+         IG_DEV(gk_dn_rule)(&s, qkv, beta, g, out_cut, &tail, 1, NULL) == IG_OK;
+    ok = ok && same(out_one, out_cut, (size_t)(n * vd) * 4) &&
+         same(st_one, st_cut, (size_t)s.state_floats * 4);
+    void *bufs[] = {qkv, beta, g, st_one, st_cut, out_one, out_cut};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    return ok;
+}
+
 static void test_chunk(void)
 {
+    CHECKF(cut_case(true), "a prompt cut at 64 rows + 6 != the prompt in one step (chunked)");
+    CHECKF(!cut_case(false), "the 6 rows through the recurrent kernel gave the same bits: the "
+           "cut check cannot fail");
     static const struct {
         const char *name;
         dn_chunk_fn fn;
@@ -264,7 +309,7 @@ static void test_chunk(void)
     float f = 0;
     s.state = &f;
     s.state_floats = 3 * 288 + 96 * 96;
-    struct gk_dn_seq q = {0, 1, 0, 0};
+    struct gk_dn_seq q = {0, 1, 0, 0, 0};
     CHECK(IG_DEV(gk_dn_chunk)(&s, &f, &f, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
 }
 
@@ -286,7 +331,7 @@ static void test_kernels(void)
     float f = 0;
     s.state = &f;
     s.state_floats = 3 * 288 + 96 * 96;
-    struct gk_dn_seq q = {0, 1, 0, 0};
+    struct gk_dn_seq q = {0, 1, 0, 0, 0};
     CHECK(IG_DEV(gk_dn_rule)(&s, &f, &f, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
     s.D = 64, s.C = 192, s.K = GK_DN_MAX_CONV + 1;
     CHECK(IG_DEV(gk_dn_conv)(&s, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
