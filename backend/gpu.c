@@ -430,8 +430,11 @@ static void gpu_destroy(struct backend *b)
     }
     IG_DEV(gpu_tp_free)(g);
     kv_store_free(g->host_kv);
+    kv_store_free(g->layer_kv);
     kv_memory_free(g->base.kv_mem);
     free(g->host_table);
+    free(g->layer_tables);
+    free(g->layer_seqs);
     free(g->want);
     free(g->h_greedy);
     free(g->allocs);
@@ -482,10 +485,12 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
                                  (size_t)(ns * g->table_stride) * 4)) ||
         (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
                                             (size_t)ns * sizeof *g->seqs))) ||
-        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)))
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)) ||
+        (batch->on_layer && (st = IG_DEV(gpu_layer_out_begin)(g, batch))))
         return st;
     /* Past attention, the last layer matters for the rows that want logits. */
     st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_want ? want[0] : n);
+    g->layer_batch = NULL;
     if (st == IG_OK && n_want)
         st = IG_DEV(gpu_head_rows)(g, want, n_want, batch->logits, batch->greedy);
     return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
@@ -638,7 +643,9 @@ static int check_batch(const struct gpu_backend *g, const struct backend_batch *
 
 static int run_step(struct gpu_backend *g, const struct backend_batch *batch)
 {
-    const int64_t q_len = step_q_len(g, batch);
+    /* A step whose layers go to on_layer takes the prefill path: a decode
+     * step runs as one graph, with no host code between its layers. */
+    const int64_t q_len = batch->on_layer ? 0 : step_q_len(g, batch);
     return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
 }
 
