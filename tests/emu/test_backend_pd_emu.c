@@ -15,16 +15,22 @@
  * after the step (backend_kv_export); the first prompt's parts of the three
  * steps, read as a decode rank reads them (cli/pd_decode.c: header, layers,
  * tokens) and imported into a second backend (--load-kv's path), export the
- * same bytes again. With a hybrid file (argv[1], CMake:
+ * same bytes again. Through an engine over the backend (cli/pd_prefill.c's
+ * rule: each layer's rows from those sent so far): two prompt-only handoff
+ * requests, the second sharing the first's first block, its first step at
+ * position 64 given from 0; the parts equal those of engine_handoff's
+ * export. With a hybrid file (argv[1], CMake:
  * bench/random_gguf.py's qwen35 tiny Q8_0, 3 DeltaNet layers and a gated
  * attention layer) the same for one step of two prompts: the DeltaNet
  * layers' states and the attention rows. Weights native (the default).
  * Mutants by hand (docs/gpu.md): the hook called before its layer's mixer
  * (gpu_forward.c), a one-row-a-sequence step left to the decode path
- * (gpu.c). Label emu. */
+ * (gpu.c), the engine's layer_from without the shared prefix (engine.c).
+ * Label emu. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "core/status.h"
+#include "generate/generate.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
@@ -296,6 +302,120 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     backend_free(g);
 }
 
+/* ---- through the engine (cli/pd_prefill.c's rule) ------------------------------ */
+
+/* A handoff request as the PD sender keeps it: rows sent so far, and each
+ * step's range, its parts written as they came. */
+struct ho_job {
+    struct gen_request r;
+    int64_t sent, n_steps, p0[8], p1[8];
+    char *buf;
+    size_t bytes;
+    FILE *f;
+    int done;
+};
+
+/* The engine and the model's layers, for the callbacks. */
+struct ho_ctx {
+    struct engine *e;
+    int64_t n_layer;
+};
+
+static void ho_layer(void *user, struct gen_request *r, int64_t layer,
+                     const struct gen_layer_rows *rows)
+{
+    const struct ho_ctx *c = user;
+    struct ho_job *j = r->user;
+    CHECKF(rows->from <= j->sent, "layer %lld: the store holds rows from %lld, %lld were sent",
+           (long long)layer, (long long)rows->from, (long long)j->sent);
+    if (layer == 0 && j->n_steps < 8) {
+        j->p0[j->n_steps] = j->sent;
+        j->p1[j->n_steps++] = rows->n_pos;
+    }
+    CHECK(kv_file_write_layer(j->f, "'the part'", rows->kv, rows->table, rows->wtable,
+                              rows->slot, layer, j->sent, rows->n_pos) == IG_OK);
+    if (layer == c->n_layer - 1) /* every layer has these rows now */
+        j->sent = rows->n_pos;
+}
+
+/* The prompt is in: the parts sent equal, byte for byte, those written from
+ * the cache engine_handoff exports (what IGNITE_PD_WHOLE=1 would send). */
+static void ho_done(void *user, struct gen_request *r)
+{
+    const struct ho_ctx *c = user;
+    struct ho_job *j = r->user;
+    j->done++;
+    CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
+    struct gen_handoff ho;
+    CHECK(engine_handoff(c->e, r, true, &ho) == IG_OK);
+    fflush(j->f);
+    char *want = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&want, &n);
+    for (int64_t k = 0; f && k < j->n_steps; k++)
+        for (int64_t l = 0; l < c->n_layer; l++)
+            CHECK(kv_file_write_layer(f, "'the export'", ho.kv, ho.table, NULL, ho.slot, l,
+                                      j->p0[k], j->p1[k]) == IG_OK);
+    if (f)
+        fclose(f);
+    CHECKF(j->sent == r->n_tokens && j->bytes == n && memcmp(j->buf, want, n) == 0,
+           "a handoff prompt of %lld tokens (%lld cached): %lld rows in %lld steps, %zu bytes "
+           "sent, the export's %zu", (long long)r->n_tokens, (long long)r->result.n_cached,
+           (long long)j->sent, (long long)j->n_steps, j->bytes, n);
+    free(want);
+}
+
+/* Two prompt-only handoff requests on an engine over the CUDA backend, the
+ * second after the first, sharing its first block (64 tokens): its first
+ * step has rows 64..65 and the hook gives it from 0. */
+static void engine_handoffs(const struct model *m)
+{
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 48,
+                             .n_slots = 2, .n_blocks = 8, .kv_dtype = KV_F16,
+                             .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
+    struct backend *g = NULL;
+    struct ho_ctx c = {.n_layer = m->hp.n_layer};
+    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    struct engine_opts eo = {.max_rows = 48, .share_prefixes = true,
+                             .cb = {.on_layer = ho_layer, .on_done = ho_done, .user = &c}};
+    CHECK(!g || engine_create(g, NULL, &eo, &c.e) == IG_OK);
+    struct engine *e = c.e;
+    int32_t ids[80];
+    uint64_t r = 37;
+    for (int i = 0; i < 80; i++)
+        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    int32_t ids2[66];
+    memcpy(ids2, ids, 64 * sizeof *ids2);
+    ids2[64] = ids[70], ids2[65] = ids[71];
+    struct ho_job jobs[2] = {0};
+    const int32_t *toks[2] = {ids, ids2};
+    int64_t lens[2] = {80, 66};
+    for (int k = 0; e && k < 2; k++) {
+        struct ho_job *j = &jobs[k];
+        j->f = open_memstream(&j->buf, &j->bytes);
+        j->r = (struct gen_request){.tokens = toks[k], .n_tokens = lens[k], .user = j,
+                                    .params = {.n_predict = 1, .prompt_only = true,
+                                               .handoff = true,
+                                               .sp = {.temperature = 0, .top_k = 1,
+                                                      .top_p = 1, .repeat_penalty = 1}}};
+        CHECK(engine_submit(e, &j->r) == IG_OK);
+        for (int n = 0; n < 8 && engine_pending(e) > 0; n++)
+            CHECK(engine_step(e) == IG_OK);
+        CHECKF(j->done == 1, "request %d ended %d times", k, j->done);
+    }
+    CHECKF(jobs[1].r.result.n_cached == 64 && jobs[1].n_steps == 1 && jobs[1].p0[0] == 0,
+           "the second prompt: %lld cached, %lld steps, its first from %lld (expected 64, 1, "
+           "0)", (long long)jobs[1].r.result.n_cached, (long long)jobs[1].n_steps,
+           (long long)jobs[1].p0[0]);
+    for (int k = 0; k < 2; k++) {
+        if (jobs[k].f)
+            fclose(jobs[k].f);
+        free(jobs[k].buf);
+    }
+    engine_free(e);
+    backend_free(g);
+}
+
 /* The hybrid: one step of two prompts (12 and 7 rows). */
 static void hybrid_step(const char *path)
 {
@@ -337,6 +457,7 @@ int main(int argc, char **argv)
     if (m) {
         llama_steps(m, KV_F16);
         llama_steps(m, KV_Q8_0);
+        engine_handoffs(m);
     }
     model_free(m);
     if (argc > 1)
