@@ -14,16 +14,17 @@
  * A step runs all its rows at once, every weight read once. A step whose
  * sequences all have one row is a decode step: padded to its bucket, its
  * inputs in the fixed buffers, its forward (gpu_forward_decode) captured as
- * a graph per bucket and replayed; any other step is a prefill step
- * (gpu_forward_prefill, then the output head of the rows that want
- * logits). The logits come back, or for a greedy step (batch->greedy) each
+ * a graph per bucket and replayed; any other step, and any step with
+ * batch->on_layer (its layers' rows go to the host between layers,
+ * gpu_cache.c), is a prefill step (gpu_forward_prefill, then the output
+ * head of the rows that want logits). The logits come back, or for a greedy step (batch->greedy) each
  * row's token (decode/greedy.h): a token crosses the bus, not the row.
  *
  * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
  * over the emulated one. Covered by tests/emu/test_backend_emu.c,
- * test_backend_qemu.c, test_backend_arch_emu.c, test_backend_batch_emu.c and
- * tests/gpu/. */
+ * test_backend_qemu.c, test_backend_arch_emu.c, test_backend_batch_emu.c,
+ * test_backend_pd_emu.c and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
