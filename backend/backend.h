@@ -110,6 +110,14 @@ struct backend_seq {
                            * chunked form whatever their number); false: a decode row */
 };
 
+/* Where on_layer's store holds a sequence of the step: its block table
+ * there (entries for positions before the sequence's layer_from unused,
+ * -1 where the store holds nothing of them) and its state slot. */
+struct backend_layer_seq {
+    const int32_t *table;
+    int64_t slot;
+};
+
 /* A step. The sequences' rows tile [0, n_rows) in order. */
 struct backend_batch {
     const int32_t *tokens;          /* [n_rows] */
@@ -124,13 +132,22 @@ struct backend_batch {
                                      * then need not leave the device (`logits`, if given,
                                      * may serve as scratch: its contents are undefined) */
     /* Called as each layer's mixer has written the step's K/V (or recurrent
-     * state) of that layer, with the backend's host store, so a sequence's
+     * state) of that layer, with a host store holding them, so a sequence's
      * rows may leave layer by layer while the next layers run (prefill and
      * decode on different ranks: generate/'s gen_callbacks.on_layer). The
-     * CPU backend calls it; the others do not (their caller sends the cache
-     * after the step). NULL: none. */
-    void (*on_layer)(void *user, int64_t layer, const struct kv_store *kv);
+     * CPU backend passes its own store and seqs NULL (the sequences' own
+     * tables and slots index it); the CUDA backend a host copy of the rows
+     * layer_from asks for (backend/gpu_cache.c), seqs [n_seqs] saying where
+     * each sequence is in it. NULL: none. */
+    void (*on_layer)(void *user, int64_t layer, const struct kv_store *kv,
+                     const struct backend_layer_seq *seqs);
     void *layer_user;
+    /* [n_seqs] with on_layer: the first position of each sequence the hook
+     * reads (its pos0, or below it: positions cached before the step), -1:
+     * none of it (a copying backend copies nothing of it); a recurrent
+     * layer's state goes with any sequence that is read. NULL: every
+     * sequence from its pos0. */
+    const int64_t *layer_from;
 };
 
 struct backend;

@@ -66,7 +66,7 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
         IG_ASSERT((size_t)L->ffn < sizeof ffns / sizeof ffns[0] && ffns[L->ffn]);
         n = mixers[L->mixer](s, il, n, last ? want : NULL, n_want);
         if (s->batch && s->batch->on_layer) /* the layer's K/V are written: they may leave */
-            s->batch->on_layer(s->batch->layer_user, il, s->kv);
+            s->batch->on_layer(s->batch->layer_user, il, s->kv, NULL);
         reduce(s, b->proj, n, e);
         cpu_rows_run(s->ops, L, residual_rows, LAYER_ATTN_POST_NORM, n, false);
         ffns[L->ffn](s, il, n);

@@ -14,16 +14,17 @@
  * A step runs all its rows at once, every weight read once. A step whose
  * sequences all have one row is a decode step: padded to its bucket, its
  * inputs in the fixed buffers, its forward (gpu_forward_decode) captured as
- * a graph per bucket and replayed; any other step is a prefill step
- * (gpu_forward_prefill, then the output head of the rows that want
- * logits). The logits come back, or for a greedy step (batch->greedy) each
+ * a graph per bucket and replayed; any other step, and any step with
+ * batch->on_layer (its layers' rows go to the host between layers,
+ * gpu_cache.c), is a prefill step (gpu_forward_prefill, then the output
+ * head of the rows that want logits). The logits come back, or for a greedy step (batch->greedy) each
  * row's token (decode/greedy.h): a token crosses the bus, not the row.
  *
  * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
  * over the emulated one. Covered by tests/emu/test_backend_emu.c,
- * test_backend_qemu.c, test_backend_arch_emu.c, test_backend_batch_emu.c and
- * tests/gpu/. */
+ * test_backend_qemu.c, test_backend_arch_emu.c, test_backend_batch_emu.c,
+ * test_backend_pd_emu.c and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
@@ -430,8 +431,11 @@ static void gpu_destroy(struct backend *b)
     }
     IG_DEV(gpu_tp_free)(g);
     kv_store_free(g->host_kv);
+    kv_store_free(g->layer_kv);
     kv_memory_free(g->base.kv_mem);
     free(g->host_table);
+    free(g->layer_tables);
+    free(g->layer_seqs);
     free(g->want);
     free(g->h_greedy);
     free(g->allocs);
@@ -482,10 +486,12 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
                                  (size_t)(ns * g->table_stride) * 4)) ||
         (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
                                             (size_t)ns * sizeof *g->seqs))) ||
-        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)))
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)) ||
+        (batch->on_layer && (st = IG_DEV(gpu_layer_out_begin)(g, batch))))
         return st;
     /* Past attention, the last layer matters for the rows that want logits. */
     st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_want ? want[0] : n);
+    g->layer_batch = NULL;
     if (st == IG_OK && n_want)
         st = IG_DEV(gpu_head_rows)(g, want, n_want, batch->logits, batch->greedy);
     return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
@@ -638,7 +644,9 @@ static int check_batch(const struct gpu_backend *g, const struct backend_batch *
 
 static int run_step(struct gpu_backend *g, const struct backend_batch *batch)
 {
-    const int64_t q_len = step_q_len(g, batch);
+    /* A step whose layers go to on_layer takes the prefill path: a decode
+     * step runs as one graph, with no host code between its layers. */
+    const int64_t q_len = batch->on_layer ? 0 : step_q_len(g, batch);
     return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
 }
 

@@ -1,10 +1,12 @@
 /* backend/gpu_cache.c: a sequence's blocks of the device KV pool (and its
  * recurrent layers' states) to and from host memory (--save-kv downloads
- * them into a host kv_store, --load-kv uploads one), one block of one
- * layer's K or V per copy: a device block [n_head_kv][KV_BLOCK][head_dim]
- * f16 is laid out as a host f16 store's block, so the copy needs no
- * reordering; a layer sharing another's KV has nothing of its own. Covered by
- * tests/emu/test_backend_emu.c and tests/gpu/. */
+ * them into a host kv_store, --load-kv uploads one), and a prefill step's
+ * rows layer by layer for backend_batch.on_layer (batch --pd's prefill
+ * ranks). A device block [n_head_kv][KV_BLOCK][head_dim] f16 is laid out as
+ * a host f16 store's block, so a download needs no reordering (one copy a
+ * run of consecutive blocks; a quantized pool's blocks are reordered one by
+ * one); a layer sharing another's KV has nothing of its own. Covered by
+ * tests/emu/test_backend_emu.c, test_backend_pd_emu.c and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
@@ -40,6 +42,45 @@ static void kvq_block_copy(const struct kv_layout *L, void *base, const int32_t 
         }
 }
 
+/* Blocks [i0, i1) of a sequence's device table dev_ids, paged layer l, into
+ * host store st's blocks host_ids[i0..i1) (st of the pool's types): one
+ * download per run of blocks consecutive on both sides, or per block where
+ * the type is quantized (its regions into ggml blocks). */
+static int download_blocks(struct gpu_backend *g, const struct kv_store *st, int64_t l,
+                           const int32_t *dev_ids, const int32_t *host_ids, int64_t i0,
+                           int64_t i1)
+{
+    const int64_t n_head_kv = g->base.kv_mem->layers[l].n_head_kv;
+    struct kv_layout L = kv_store_layout(st, l);
+    int rc = IG_OK;
+    for (int kv_i = 0; kv_i < 2 && rc == IG_OK; kv_i++) {
+        const enum kv_dtype dt = kv_i ? L.dtype_v : L.dtype;
+        const bool quant = kv_dtype_quantized(dt);
+        const size_t block = kv_dtype_row_bytes(dt, L.block_stride);
+        const unsigned char *src = kv_i ? (void *)g->layers[l].v_cache
+                                        : (void *)g->layers[l].k_cache;
+        unsigned char *dst = kv_i ? L.v : L.k;
+        unsigned char *tmp = quant ? malloc(block) : NULL;
+        if (quant && !tmp)
+            rc = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+        for (int64_t i = i0; i < i1 && rc == IG_OK;) {
+            IG_ASSERT(dev_ids[i] >= 0 && dev_ids[i] < g->n_blocks && host_ids[i] >= 0 &&
+                      host_ids[i] < st->n_blocks);
+            int64_t run = 1;
+            while (!quant && i + run < i1 && dev_ids[i + run] == dev_ids[i] + run &&
+                   host_ids[i + run] == host_ids[i] + run)
+                run++;
+            rc = IG_DEV(dev_download)(g->dev, tmp ? tmp : dst + (size_t)host_ids[i] * block,
+                                      src + (size_t)dev_ids[i] * block, (size_t)run * block);
+            if (rc == IG_OK && tmp) /* regions -> ggml blocks */
+                kvq_block_copy(&L, dst, host_ids, i, n_head_kv, tmp, true);
+            i += run;
+        }
+        free(tmp);
+    }
+    return rc;
+}
+
 int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n,
                           const struct kv_store **out, const int32_t **table, int64_t *slot)
 {
@@ -63,27 +104,8 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
                                       Lm->state_bytes);
             continue;
         }
-        if (Lm->kind == KV_SHARED) /* its rows are its source's */
-            continue;
-        struct kv_layout L = kv_store_layout(g->host_kv, l);
-        for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
-            const enum kv_dtype dt = kv_i ? L.dtype_v : L.dtype;
-            const size_t block = kv_dtype_row_bytes(dt, L.block_stride);
-            const unsigned char *src = kv_i ? (void *)g->layers[l].v_cache
-                                            : (void *)g->layers[l].k_cache;
-            unsigned char *dst = kv_i ? L.v : L.k;
-            unsigned char *tmp = kv_dtype_quantized(dt) ? malloc(block) : NULL;
-            if (kv_dtype_quantized(dt) && !tmp)
-                st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
-            for (int64_t i = 0; i < nb && st == IG_OK; i++) {
-                IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
-                st = IG_DEV(dev_download)(g->dev, tmp ? tmp : dst + i * block,
-                                          src + (size_t)seq->table[i] * block, block);
-                if (st == IG_OK && tmp) /* regions -> ggml blocks */
-                    kvq_block_copy(&L, dst, ids, i, Lm->n_head_kv, tmp, true);
-            }
-            free(tmp);
-        }
+        if (Lm->kind != KV_SHARED) /* (a shared layer's rows are its source's) */
+            st = download_blocks(g, g->host_kv, l, seq->table, ids, 0, nb);
     }
     if (st == IG_OK) {
         *out = g->host_kv;
@@ -173,5 +195,89 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
         free(f);
     }
     free(ids);
+    return st;
+}
+
+/* ---- a prefill step's layers for backend_batch.on_layer ------------------------ */
+
+/* The first position of step sequence i the hook reads, -1: none. */
+static int64_t layer_from(const struct backend_batch *batch, int64_t i)
+{
+    return batch->layer_from ? batch->layer_from[i] : batch->seqs[i].pos0;
+}
+
+int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batch *batch)
+{
+    const struct kv_memory *mem = g->base.kv_mem;
+    int64_t n_blocks = 0, n_read = 0, n_entries = 0;
+    g->layer_batch = NULL;
+    for (int64_t i = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        int64_t from = layer_from(batch, i), nb = kv_blocks_for(s->pos0 + s->n_rows);
+        IG_ASSERT(from <= s->pos0);
+        if (from < 0)
+            continue;
+        n_blocks += nb - from / KV_BLOCK;
+        n_entries += nb;
+        n_read++;
+    }
+    int64_t n_states = kv_memory_states_for(mem, n_read);
+    n_blocks = n_blocks > 0 ? n_blocks : 1; /* (a store has a block at least) */
+    if (!g->layer_kv || g->layer_kv->n_blocks < n_blocks || g->layer_kv->n_states < n_states) {
+        kv_store_free(g->layer_kv);
+        g->layer_kv = NULL;
+        int st = kv_store_create(mem, n_blocks, n_states, g->base.o.oom_hint, &g->layer_kv);
+        if (st != IG_OK)
+            return st;
+    }
+    if (n_entries > g->layer_tables_cap) {
+        int32_t *t = realloc(g->layer_tables, (size_t)n_entries * sizeof *t);
+        if (!t)
+            return ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+        g->layer_tables = t;
+        g->layer_tables_cap = n_entries;
+    }
+    if (!g->layer_seqs &&
+        !(g->layer_seqs = calloc((size_t)g->n_slots, sizeof *g->layer_seqs)))
+        return ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+    int32_t *t = g->layer_tables, next = 0;
+    for (int64_t i = 0, slot = 0; i < batch->n_seqs; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        int64_t from = layer_from(batch, i), nb = kv_blocks_for(s->pos0 + s->n_rows);
+        g->layer_seqs[i] = (struct backend_layer_seq){.table = NULL, .slot = -1};
+        if (from < 0)
+            continue;
+        for (int64_t b = 0; b < nb; b++)
+            t[b] = b < from / KV_BLOCK ? -1 : next++;
+        g->layer_seqs[i] = (struct backend_layer_seq){.table = t, .slot = slot++};
+        t += nb;
+    }
+    g->layer_batch = batch;
+    return IG_OK;
+}
+
+int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l)
+{
+    const struct backend_batch *batch = g->layer_batch;
+    if (!batch)
+        return IG_OK;
+    const struct kv_layer_mem *Lm = &g->base.kv_mem->layers[l];
+    int st = IG_OK;
+    for (int64_t i = 0; i < batch->n_seqs && st == IG_OK; i++) {
+        const struct backend_seq *s = &batch->seqs[i];
+        const struct backend_layer_seq *ls = &g->layer_seqs[i];
+        if (!ls->table)
+            continue;
+        if (Lm->kind == KV_RECURRENT) /* the state after the step's rows */
+            st = IG_DEV(dev_download)(g->dev, kv_store_state(g->layer_kv, l, ls->slot),
+                                      g->layers[l].state + (size_t)s->slot * Lm->state_bytes,
+                                      Lm->state_bytes);
+        else if (Lm->kind != KV_SHARED)
+            st = download_blocks(g, g->layer_kv, l, s->table, ls->table,
+                                 layer_from(batch, i) / KV_BLOCK,
+                                 kv_blocks_for(s->pos0 + s->n_rows));
+    }
+    if (st == IG_OK)
+        batch->on_layer(batch->layer_user, l, g->layer_kv, g->layer_seqs);
     return st;
 }

@@ -156,6 +156,15 @@ struct gpu_backend {
     size_t weight_bytes, kv_bytes, device_bytes;
     struct kv_store *host_kv;  /* the last export's host copy */
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
+    /* A prefill step's backend_batch.on_layer (gpu_cache.c): the step's batch
+     * while the hook wants its layers (else NULL), the host store their rows
+     * are copied into layer by layer (kept for the next such step, grown as
+     * needed), where each sequence is in it and their tables there */
+    const struct backend_batch *layer_batch;
+    struct kv_store *layer_kv;
+    struct backend_layer_seq *layer_seqs; /* [n_slots] */
+    int32_t *layer_tables;
+    int64_t layer_tables_cap;
     struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
     /* Qwen3.5's hybrid layers (gpu_deltanet.c; NULL without): the step's
      * sequences [max_seqs] (staged in pinned h_dn_seqs), the DeltaNet
@@ -235,6 +244,18 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
                           const struct kv_store **st, const int32_t **table, int64_t *slot);
 int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                           const struct kv_store *src, int64_t n_pos);
+
+/* A prefill step with backend_batch.on_layer (gpu_cache.c): the host store
+ * for the rows the hook reads (batch->layer_from: each such sequence's
+ * blocks from its first position's to its last row's, and a state slot
+ * each where the model has recurrent layers), then g->layer_batch = batch.
+ * gpu_layer_out after a layer's mixer: its rows (and states) copied into
+ * the store, one synchronizing download a run of blocks consecutive in
+ * both (each block of a quantized pool, reordered as kv_export does), then
+ * the hook called; nothing while g->layer_batch is NULL. IG_OK, or
+ * IG_E_NOMEM / IG_E_DEVICE after one line. */
+int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batch *batch);
+int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l);
 
 /* Allocates and fills every weight, and the matmul scratch for max_batch
  * rows (gpu_weights.c). */

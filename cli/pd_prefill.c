@@ -3,9 +3,9 @@
  * engine, prompt only; each prompt's cache sent as it is written, in the
  * parts of a saved cache (kvcache/'s format, kv_file_write_head/_layer/
  * _tokens): the head when the prompt is admitted, each layer's new rows as
- * the layer loop writes them (the engine's on_layer, while the next layers
- * and the next prompts run: the sends are not waited for), the token ids
- * and logits after the prompt. Covered by tests/tp/test_pd_cli.py. */
+ * the layer loop writes them (the engine's on_layer, on the CPU or CUDA
+ * backend, while the next layers and the next prompts run: the sends are
+ * not waited for), the token ids and logits after the prompt. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
 #include "core/coll.h"
@@ -94,8 +94,13 @@ void pd_prefill_layer(void *user, struct gen_request *r, int64_t layer,
     int64_t t0 = ig_now_ns();
     char err[sizeof j->err] = "";
     ig_error_capture(err, sizeof err);
-    send_layer(pd, j, layer, rows->kv, rows->table, rows->wtable, rows->slot, rows->n_pos,
-               rows->final);
+    if (rows->from > j->sent) /* (the store lacks rows not sent yet: never by the engine) */
+        j->failed = ig_error(IG_E_INTERNAL, "layer %lld's rows from %lld were not sent, but "
+                             "the cache holds them from %lld only", (long long)layer,
+                             (long long)j->sent, (long long)rows->from);
+    else
+        send_layer(pd, j, layer, rows->kv, rows->table, rows->wtable, rows->slot, rows->n_pos,
+                   rows->final);
     ig_error_capture(NULL, 0);
     if (j->failed && !j->err[0])
         memcpy(j->err, err, sizeof err);

@@ -94,6 +94,7 @@ struct engine {
     bool *want;              /* [max_rows] */
     struct backend_seq *bseqs; /* [n_slots] */
     struct seq **order;      /* [n_slots] the sequences of the step */
+    int64_t *layer_from;     /* [n_slots] backend_batch.layer_from of a step with on_layer */
     int step_seqs;           /* of them, in the step running */
     float *logits;           /* [n_slots, n_vocab] a row per sequence at most */
     int32_t *greedy;         /* [logits_rows] a greedy step's tokens, in the logits' order */
@@ -146,6 +147,7 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     e->want = malloc((size_t)e->max_rows * sizeof *e->want);
     e->bseqs = malloc(ns * sizeof *e->bseqs);
     e->order = malloc(ns * sizeof *e->order);
+    e->layer_from = malloc(ns * sizeof *e->layer_from);
     /* A verify step returns a row of logits per drafted token too. */
     int64_t spec_rows = o->spec_max * e->n_slots;
     e->logits_rows = e->n_slots + (spec_rows < e->max_rows ? spec_rows : e->max_rows);
@@ -154,7 +156,7 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
                     ? be->host_logits
                     : malloc((size_t)e->logits_rows * (size_t)e->n_vocab * sizeof *e->logits);
     if (st == IG_OK && (!e->seqs || !e->tokens || !e->want || !e->bseqs || !e->order ||
-                        !e->greedy || !e->logits))
+                        !e->layer_from || !e->greedy || !e->logits))
         st = ig_error(IG_E_NOMEM, "out of memory for %d sequences", e->n_slots);
     for (int i = 0; i < e->n_slots && st == IG_OK; i++) {
         struct seq *s = &e->seqs[i];
@@ -205,6 +207,7 @@ void engine_free(struct engine *e)
     free(e->want);
     free(e->bseqs);
     free(e->order);
+    free(e->layer_from);
     free(e->greedy);
     spec_draft_free(e->draft);
     free(e->jobs);
@@ -974,18 +977,36 @@ static void verify(struct engine *e, struct seq *s, bool greedy, double step_ms)
         spec_draft_rollback(e->draft, slot_of(e, s), s->kv.n_pos);
 }
 
-/* backend_batch.on_layer: each handoff prompt's rows of the layer to the caller. */
-static void layer_written(void *user, int64_t layer, const struct kv_store *kv)
+/* Whether s's rows of the step go to gen_callbacks.on_layer. */
+static bool hands_off(const struct seq *s)
+{
+    return s->phase == SEQ_PREFILL && s->r->params.handoff;
+}
+
+/* The first position of s the step's on_layer gives (backend_batch.
+ * layer_from): the whole prompt so far on its first step (prefix blocks
+ * shared at admission were never given), then this step's rows. */
+static int64_t layer_from(const struct seq *s)
+{
+    return s->kv.n_pos == s->r->result.n_cached ? 0 : s->kv.n_pos;
+}
+
+/* backend_batch.on_layer: each handoff prompt's rows of the layer to the
+ * caller, through the backend's store (bseqs: where it holds each sequence
+ * when not at its own table and slot). */
+static void layer_written(void *user, int64_t layer, const struct kv_store *kv,
+                          const struct backend_layer_seq *bseqs)
 {
     struct engine *e = user;
     for (int i = 0; i < e->step_seqs; i++) {
         struct seq *s = e->order[i];
-        if (s->phase != SEQ_PREFILL || !s->r->params.handoff)
+        if (!hands_off(s))
             continue;
         int64_t end = s->kv.n_pos + s->step_rows;
         struct gen_layer_rows rows = {
-            .kv = kv, .table = s->kv.table,
-            .wtable = e->be->o.n_window_blocks ? s->kv.wtable : NULL, .slot = slot_of(e, s),
+            .kv = kv, .table = bseqs ? bseqs[i].table : s->kv.table,
+            .wtable = !bseqs && e->be->o.n_window_blocks ? s->kv.wtable : NULL,
+            .slot = bseqs ? bseqs[i].slot : slot_of(e, s), .from = e->layer_from[i],
             .pos0 = s->kv.n_pos, .n_pos = end, .final = end == s->n_all_prompt};
         e->o.cb.on_layer(e->o.cb.user, s->r, layer, &rows);
     }
@@ -1059,11 +1080,14 @@ int engine_step(struct engine *e)
                                   .seqs = e->bseqs, .n_seqs = n_seqs,
                                   .logits = e->logits, .greedy = greedy ? e->greedy : NULL};
     e->step_seqs = n_seqs;
-    for (int i = 0; i < n_seqs && e->o.cb.on_layer && !batch.on_layer; i++)
-        if (e->order[i]->phase == SEQ_PREFILL && e->order[i]->r->params.handoff) {
+    for (int i = 0; i < n_seqs && e->o.cb.on_layer; i++) {
+        e->layer_from[i] = hands_off(e->order[i]) ? layer_from(e->order[i]) : -1;
+        if (e->layer_from[i] >= 0) {
             batch.on_layer = layer_written;
             batch.layer_user = e;
+            batch.layer_from = e->layer_from;
         }
+    }
     int64_t t0 = ig_now_ns();
     int st = backend_step(e->be, &batch);
     double step_ms = ms_between(t0, ig_now_ns());

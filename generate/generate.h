@@ -167,11 +167,14 @@ struct gen_request {
  * positions [0, n_pos) of that layer are written, [pos0, n_pos) by this
  * step; final where n_pos is the whole prompt (a recurrent layer's state
  * is then the prompt's). The store, its table, the window table where the
- * backend keeps one (else NULL) and the state slot, valid during the call. */
+ * backend keeps one (else NULL) and the state slot, valid during the call.
+ * The store holds positions [from, n_pos) for sure (0 on the prompt's
+ * first step, pos0 on the next: what earlier calls did not give): the
+ * CPU's holds every position, the CUDA backend's host copy only these. */
 struct gen_layer_rows {
     const struct kv_store *kv;
     const int32_t *table, *wtable;
-    int64_t slot, pos0, n_pos;
+    int64_t slot, from, pos0, n_pos;
     bool final;
 };
 
@@ -184,8 +187,8 @@ struct gen_callbacks {
     /* Token `token` of r was sampled at time t_ns (ig_now_ns). May be NULL. */
     void (*on_token)(void *user, struct gen_request *r, int32_t token, int64_t t_ns);
     /* Layer `layer` of params.handoff request r's prompt rows of a step is in
-     * the cache (backend_batch.on_layer: the CPU backend's layer loop; not
-     * called on the others). May be NULL. */
+     * the cache (backend_batch.on_layer: the CPU's and the CUDA backend's
+     * layer loops). May be NULL. */
     void (*on_layer)(void *user, struct gen_request *r, int64_t layer,
                      const struct gen_layer_rows *rows);
     /* r ended: r->result is complete (result.kept is set after it returns). */

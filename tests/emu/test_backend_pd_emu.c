@@ -1,0 +1,466 @@
+/* tests/emu/test_backend_pd_emu.c: the CUDA backend's backend_batch.on_layer
+ * under the emulator (batch --pd's prefill ranks: backend/gpu_cache.c's
+ * gpu_layer_out, called by gpu_forward.c's layer loop after each layer's
+ * mixer). Three prefill steps of the synthetic Llama-tiny (2 layers) on an
+ * f16 pool and on a q8_0 pool (its blocks reordered as kv_export does):
+ * two prompts of 66 and 10 rows in blocks that are not in order; then the
+ * first's next 4 rows (read from position 66), the second's one row not
+ * read (layer_from -1: no table for it), a third prompt starting at 64
+ * whose first block is the first prompt's (a shared prefix: read from 0,
+ * rows the step did not write); then a row of each of the two (a step of
+ * one row a sequence: the prefill path, not a decode graph). In each step
+ * the hook comes once a layer, in order, and each read sequence's part as
+ * the PD sender writes it (kv_file_write_layer through the hook's table
+ * and slot) equals, byte for byte, that written from the cache exported
+ * after the step (backend_kv_export); the first prompt's parts of the three
+ * steps, read as a decode rank reads them (cli/pd_decode.c: header, layers,
+ * tokens) and imported into a second backend (--load-kv's path), export the
+ * same bytes again. Through an engine over the backend (cli/pd_prefill.c's
+ * rule: each layer's rows from those sent so far): two prompt-only handoff
+ * requests, the second sharing the first's first block, its first step at
+ * position 64 given from 0; the parts equal those of engine_handoff's
+ * export. With a hybrid file (argv[1], CMake:
+ * bench/random_gguf.py's qwen35 tiny Q8_0, 3 DeltaNet layers and a gated
+ * attention layer) the same for one step of two prompts: the DeltaNet
+ * layers' states and the attention rows. Weights native (the default).
+ * Mutants by hand (docs/gpu.md): the hook called before its layer's mixer
+ * (gpu_forward.c), a one-row-a-sequence step left to the decode path
+ * (gpu.c), the engine's layer_from without the shared prefix (engine.c).
+ * Label emu. */
+#include "backend/backend.h"
+#include "backend/gpu.h"
+#include "core/status.h"
+#include "generate/generate.h"
+#include "kvcache/kvcache.h"
+#include "models/model.h"
+#include "models/synthetic.h"
+#include "tests/test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SEQS 3
+#define MAX_LAYERS 8
+
+/* What the hook saw in a step: each read sequence's part of each layer. */
+struct capture {
+    const struct backend_batch *batch;
+    int64_t n_layer, next_layer;
+    char *part[MAX_SEQS][MAX_LAYERS];
+    size_t bytes[MAX_SEQS][MAX_LAYERS];
+};
+
+/* Sequence i's part of layer l from p0 to p1 in store st (the PD sender's
+ * writer), into *buf. */
+static void write_part(const struct kv_store *st, const int32_t *table, int64_t slot, int64_t l,
+                       int64_t p0, int64_t p1, char **buf, size_t *bytes)
+{
+    FILE *f = open_memstream(buf, bytes);
+    CHECK(f && kv_file_write_layer(f, "'the part'", st, table, NULL, slot, l, p0, p1) == IG_OK);
+    if (f)
+        fclose(f);
+}
+
+static void on_layer(void *user, int64_t layer, const struct kv_store *kv,
+                     const struct backend_layer_seq *ls)
+{
+    struct capture *c = user;
+    const struct backend_batch *b = c->batch;
+    CHECKF(layer == c->next_layer, "the hook came for layer %lld, expected %lld",
+           (long long)layer, (long long)c->next_layer);
+    c->next_layer = layer + 1;
+    CHECK(ls != NULL && layer < MAX_LAYERS);
+    for (int64_t i = 0; ls && layer < MAX_LAYERS && i < b->n_seqs; i++) {
+        const struct backend_seq *s = &b->seqs[i];
+        if (b->layer_from[i] < 0) {
+            CHECKF(!ls[i].table, "sequence %lld is not read but has a table", (long long)i);
+            continue;
+        }
+        CHECK(ls[i].table != NULL);
+        if (ls[i].table)
+            write_part(kv, ls[i].table, ls[i].slot, layer, b->layer_from[i],
+                       s->pos0 + s->n_rows, &c->part[i][layer], &c->bytes[i][layer]);
+    }
+}
+
+/* The parts of step sequence 0 a decode rank would get: a step's layers. */
+struct sent {
+    int64_t n_steps, p0[4], p1[4];
+    char *part[4][MAX_LAYERS];
+    size_t bytes[4][MAX_LAYERS];
+};
+
+/* Runs the step with the hook, then compares each read sequence's parts
+ * with those of the cache exported after it; sequence 0's parts to *keep
+ * where given. */
+static void step_and_check(struct backend *g, struct backend_batch *b, const char *what,
+                           struct sent *keep)
+{
+    const int64_t n_layer = g->m->hp.n_layer;
+    struct capture c = {.batch = b, .n_layer = n_layer};
+    b->on_layer = on_layer;
+    b->layer_user = &c;
+    CHECK(backend_step(g, b) == IG_OK);
+    CHECKF(c.next_layer == n_layer, "%s: the hook came for %lld layers of %lld", what,
+           (long long)c.next_layer, (long long)n_layer);
+    int64_t bad = 0, parts = 0;
+    for (int64_t i = 0; i < b->n_seqs && i < MAX_SEQS; i++) {
+        const struct backend_seq *s = &b->seqs[i];
+        if (b->layer_from[i] < 0)
+            continue;
+        const struct kv_store *st = NULL;
+        const int32_t *table = NULL;
+        int64_t slot = 0, end = s->pos0 + s->n_rows;
+        CHECK(backend_kv_export(g, s, end, &st, &table, &slot) == IG_OK);
+        for (int64_t l = 0; st && l < n_layer && l < MAX_LAYERS; l++) {
+            char *want = NULL;
+            size_t n = 0;
+            write_part(st, table, slot, l, b->layer_from[i], end, &want, &n);
+            parts++;
+            if (!c.part[i][l] || c.bytes[i][l] != n || memcmp(c.part[i][l], want, n) != 0) {
+                if (bad++ < 4)
+                    fprintf(stderr, "%s: sequence %lld, layer %lld, rows %lld..%lld: the "
+                            "hook's part (%zu bytes) is not the exported cache's (%zu)\n",
+                            what, (long long)i, (long long)l, (long long)b->layer_from[i],
+                            (long long)end, c.bytes[i][l], n);
+            }
+            free(want);
+        }
+    }
+    CHECKF(bad == 0, "%s: %lld of %lld parts differ", what, (long long)bad, (long long)parts);
+    if (keep && keep->n_steps < 4 && b->layer_from[0] >= 0) {
+        int64_t k = keep->n_steps++;
+        keep->p0[k] = b->layer_from[0];
+        keep->p1[k] = b->seqs[0].pos0 + b->seqs[0].n_rows;
+        for (int l = 0; l < MAX_LAYERS; l++) {
+            keep->part[k][l] = c.part[0][l];
+            keep->bytes[k][l] = c.bytes[0][l];
+            c.part[0][l] = NULL;
+        }
+    }
+    for (int i = 0; i < MAX_SEQS; i++)
+        for (int l = 0; l < MAX_LAYERS; l++)
+            free(c.part[i][l]);
+    b->on_layer = NULL;
+}
+
+/* Every layer's rows [0, n) of sequence seq of g as kv_file_write_layer
+ * writes them, one buffer (the export's). */
+static char *exported(struct backend *g, const struct backend_seq *seq, int64_t n, size_t *bytes)
+{
+    const struct kv_store *st = NULL;
+    const int32_t *table = NULL;
+    int64_t slot = 0;
+    char *buf = NULL;
+    *bytes = 0;
+    FILE *f = open_memstream(&buf, bytes);
+    CHECK(f && backend_kv_export(g, seq, n, &st, &table, &slot) == IG_OK);
+    for (int64_t l = 0; f && st && l < g->m->hp.n_layer; l++)
+        CHECK(kv_file_write_layer(f, "'the export'", st, table, NULL, slot, l, 0, n) == IG_OK);
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* The decode rank's side (cli/pd_decode.c's reads, --load-kv's import): the
+ * head, the kept parts of sequence seq of g and its tokens and logits read
+ * into a store, imported into a second backend's blocks 1 and 4 (slot 1),
+ * exported again: the same bytes as g's export of the sequence. */
+static void receive(const struct model *m, const struct backend_opts *o, struct backend *g,
+                    const struct backend_seq *seq, const struct sent *sent,
+                    const int32_t *tokens, const char *what)
+{
+    int64_t n = sent->p1[sent->n_steps - 1], nv = m->hp.n_vocab;
+    unsigned char id[KV_MODEL_ID_BYTES];
+    kv_model_id(m, id);
+    char *head = NULL, *tail = NULL;
+    size_t head_bytes = 0, tail_bytes = 0;
+    float *logits = calloc((size_t)nv, sizeof *logits);
+    int32_t *got = malloc((size_t)n * sizeof *got);
+    FILE *f = open_memstream(&head, &head_bytes);
+    CHECK(f && kv_file_write_head(f, "'the head'", backend_kv_memory(g), n, id, nv) == IG_OK);
+    if (f)
+        fclose(f);
+    f = open_memstream(&tail, &tail_bytes);
+    CHECK(f && kv_file_write_tokens(f, "'the tokens'", tokens, n, logits, nv) == IG_OK);
+    if (f)
+        fclose(f);
+    struct kv_memory *want = NULL;
+    struct kv_store *st = NULL;
+    struct kv_file_reader rd = {0};
+    CHECK(kv_memory_of(m, KV_F32, KV_F32, &want) == IG_OK);
+    f = head ? fmemopen(head, head_bytes, "rb") : NULL;
+    CHECK(f && want && kv_file_read_header(&rd, f, "'the head'", want, nv, id) == IG_OK);
+    if (f)
+        fclose(f);
+    rd.no_crc = true;
+    CHECK(kv_file_new_store(&rd, &st) == IG_OK);
+    for (int64_t k = 0; st && k < sent->n_steps; k++)
+        for (int64_t l = 0; l < m->hp.n_layer; l++) {
+            rd.f = sent->part[k][l] ? fmemopen(sent->part[k][l], sent->bytes[k][l], "rb") : NULL;
+            CHECK(rd.f && kv_file_read_layer(&rd, st, l, sent->p0[k], sent->p1[k]) == IG_OK);
+            if (rd.f)
+                fclose(rd.f);
+        }
+    rd.f = tail ? fmemopen(tail, tail_bytes, "rb") : NULL;
+    CHECK(rd.f && got && kv_file_read_tokens(&rd, got, logits) == IG_OK);
+    if (rd.f)
+        fclose(rd.f);
+    CHECK(got && memcmp(got, tokens, (size_t)n * sizeof *got) == 0);
+    struct backend *g2 = NULL;
+    CHECK(gpu_backend_create_emu(m, o, &g2) == IG_OK);
+    int32_t table2[2] = {1, 4};
+    struct backend_seq seq2 = {.table = table2, .slot = 1};
+    if (g2 && st) {
+        CHECK(backend_kv_import(g2, &seq2, st, n) == IG_OK);
+        size_t a_bytes = 0, b_bytes = 0;
+        char *a = exported(g, seq, n, &a_bytes), *b = exported(g2, &seq2, n, &b_bytes);
+        CHECKF(a && b && a_bytes == b_bytes && memcmp(a, b, a_bytes) == 0,
+               "%s: the cache received and imported (%zu bytes) is not the prefill side's "
+               "(%zu)", what, b_bytes, a_bytes);
+        free(a);
+        free(b);
+    }
+    backend_free(g2);
+    kv_store_free(st);
+    kv_memory_free(want);
+    free(head);
+    free(tail);
+    free(logits);
+    free(got);
+}
+
+/* The three steps of the header on Llama-tiny with K/V pool type `dt`. */
+static void llama_steps(const struct model *m, enum kv_dtype dt)
+{
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 128,
+                             .n_slots = MAX_SEQS, .n_blocks = 8, .kv_dtype = dt,
+                             .kv_dtype_v = dt, .gpu_weights = BACKEND_GPU_NATIVE};
+    struct backend *g = NULL;
+    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    if (!g)
+        return;
+    const char *name = kv_dtype_name(dt);
+    int32_t ids[128];
+    uint64_t r = 29;
+    for (int i = 0; i < 128; i++)
+        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    int32_t ta[2] = {5, 2}, tb[1] = {3}, tc[2] = {5, 6}, tokens[128];
+    char what[64];
+
+    /* 1: A rows 0..65 (blocks 5, 2), B rows 0..9 */
+    memcpy(tokens, ids, 66 * sizeof *tokens);
+    memcpy(tokens + 66, ids + 100, 10 * sizeof *tokens);
+    struct backend_seq s1[2] = {{.table = ta, .slot = 0, .row0 = 0, .n_rows = 66, .pos0 = 0},
+                                {.table = tb, .slot = 1, .row0 = 66, .n_rows = 10, .pos0 = 0}};
+    int64_t from1[2] = {0, 0};
+    float *logits = malloc((size_t)(3 * m->hp.n_vocab) * sizeof *logits);
+    struct backend_batch b = {.tokens = tokens, .n_rows = 76, .seqs = s1, .n_seqs = 2,
+                              .logits = logits, .layer_from = from1};
+    struct sent sent = {0};
+    snprintf(what, sizeof what, "%s step 1", name);
+    step_and_check(g, &b, what, &sent);
+
+    /* 2: A rows 66..69 from 66; B one row, not read; C (A's first block
+     * shared) rows 64..66, read from 0 */
+    memcpy(tokens, ids + 66, 4 * sizeof *tokens);
+    tokens[4] = ids[110];
+    memcpy(tokens + 5, ids + 111, 3 * sizeof *tokens);
+    struct backend_seq s2[3] = {{.table = ta, .slot = 0, .row0 = 0, .n_rows = 4, .pos0 = 66},
+                                {.table = tb, .slot = 1, .row0 = 4, .n_rows = 1, .pos0 = 10},
+                                {.table = tc, .slot = 2, .row0 = 5, .n_rows = 3, .pos0 = 64}};
+    int64_t from2[3] = {66, -1, 0};
+    b = (struct backend_batch){.tokens = tokens, .n_rows = 8, .seqs = s2, .n_seqs = 3,
+                               .logits = logits, .layer_from = from2};
+    snprintf(what, sizeof what, "%s step 2", name);
+    step_and_check(g, &b, what, &sent);
+
+    /* 3: a row of A and of C: one row a sequence, still the hook's */
+    tokens[0] = ids[121];
+    tokens[1] = ids[122];
+    struct backend_seq s3[2] = {{.table = ta, .slot = 0, .row0 = 0, .n_rows = 1, .pos0 = 70},
+                                {.table = tc, .slot = 2, .row0 = 1, .n_rows = 1, .pos0 = 67}};
+    int64_t from3[2] = {70, 67};
+    b = (struct backend_batch){.tokens = tokens, .n_rows = 2, .seqs = s3, .n_seqs = 2,
+                               .logits = logits, .layer_from = from3};
+    snprintf(what, sizeof what, "%s step 3", name);
+    step_and_check(g, &b, what, &sent);
+
+    /* A's prompt (ids 0..69, 121) through the decode rank's reads */
+    int32_t a_tokens[71];
+    memcpy(a_tokens, ids, 70 * sizeof *a_tokens);
+    a_tokens[70] = ids[121];
+    CHECK(sent.n_steps == 3 && sent.p1[2] == 71);
+    snprintf(what, sizeof what, "%s received", name);
+    if (sent.n_steps == 3)
+        receive(m, &o, g, &s3[0], &sent, a_tokens, what);
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < MAX_LAYERS; l++)
+            free(sent.part[k][l]);
+    free(logits);
+    backend_free(g);
+}
+
+/* ---- through the engine (cli/pd_prefill.c's rule) ------------------------------ */
+
+/* A handoff request as the PD sender keeps it: rows sent so far, and each
+ * step's range, its parts written as they came. */
+struct ho_job {
+    struct gen_request r;
+    int64_t sent, n_steps, p0[8], p1[8];
+    char *buf;
+    size_t bytes;
+    FILE *f;
+    int done;
+};
+
+/* The engine and the model's layers, for the callbacks. */
+struct ho_ctx {
+    struct engine *e;
+    int64_t n_layer;
+};
+
+static void ho_layer(void *user, struct gen_request *r, int64_t layer,
+                     const struct gen_layer_rows *rows)
+{
+    const struct ho_ctx *c = user;
+    struct ho_job *j = r->user;
+    CHECKF(rows->from <= j->sent, "layer %lld: the store holds rows from %lld, %lld were sent",
+           (long long)layer, (long long)rows->from, (long long)j->sent);
+    if (layer == 0 && j->n_steps < 8) {
+        j->p0[j->n_steps] = j->sent;
+        j->p1[j->n_steps++] = rows->n_pos;
+    }
+    CHECK(kv_file_write_layer(j->f, "'the part'", rows->kv, rows->table, rows->wtable,
+                              rows->slot, layer, j->sent, rows->n_pos) == IG_OK);
+    if (layer == c->n_layer - 1) /* every layer has these rows now */
+        j->sent = rows->n_pos;
+}
+
+/* The prompt is in: the parts sent equal, byte for byte, those written from
+ * the cache engine_handoff exports (what IGNITE_PD_WHOLE=1 would send). */
+static void ho_done(void *user, struct gen_request *r)
+{
+    const struct ho_ctx *c = user;
+    struct ho_job *j = r->user;
+    j->done++;
+    CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
+    struct gen_handoff ho;
+    CHECK(engine_handoff(c->e, r, true, &ho) == IG_OK);
+    fflush(j->f);
+    char *want = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&want, &n);
+    for (int64_t k = 0; f && k < j->n_steps; k++)
+        for (int64_t l = 0; l < c->n_layer; l++)
+            CHECK(kv_file_write_layer(f, "'the export'", ho.kv, ho.table, NULL, ho.slot, l,
+                                      j->p0[k], j->p1[k]) == IG_OK);
+    if (f)
+        fclose(f);
+    CHECKF(j->sent == r->n_tokens && j->bytes == n && memcmp(j->buf, want, n) == 0,
+           "a handoff prompt of %lld tokens (%lld cached): %lld rows in %lld steps, %zu bytes "
+           "sent, the export's %zu", (long long)r->n_tokens, (long long)r->result.n_cached,
+           (long long)j->sent, (long long)j->n_steps, j->bytes, n);
+    free(want);
+}
+
+/* Two prompt-only handoff requests on an engine over the CUDA backend, the
+ * second after the first, sharing its first block (64 tokens): its first
+ * step has rows 64..65 and the hook gives it from 0. */
+static void engine_handoffs(const struct model *m)
+{
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 48,
+                             .n_slots = 2, .n_blocks = 8, .kv_dtype = KV_F16,
+                             .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
+    struct backend *g = NULL;
+    struct ho_ctx c = {.n_layer = m->hp.n_layer};
+    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    struct engine_opts eo = {.max_rows = 48, .share_prefixes = true,
+                             .cb = {.on_layer = ho_layer, .on_done = ho_done, .user = &c}};
+    CHECK(!g || engine_create(g, NULL, &eo, &c.e) == IG_OK);
+    struct engine *e = c.e;
+    int32_t ids[80];
+    uint64_t r = 37;
+    for (int i = 0; i < 80; i++)
+        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    int32_t ids2[66];
+    memcpy(ids2, ids, 64 * sizeof *ids2);
+    ids2[64] = ids[70], ids2[65] = ids[71];
+    struct ho_job jobs[2] = {0};
+    const int32_t *toks[2] = {ids, ids2};
+    int64_t lens[2] = {80, 66};
+    for (int k = 0; e && k < 2; k++) {
+        struct ho_job *j = &jobs[k];
+        j->f = open_memstream(&j->buf, &j->bytes);
+        j->r = (struct gen_request){.tokens = toks[k], .n_tokens = lens[k], .user = j,
+                                    .params = {.n_predict = 1, .prompt_only = true,
+                                               .handoff = true,
+                                               .sp = {.temperature = 0, .top_k = 1,
+                                                      .top_p = 1, .repeat_penalty = 1}}};
+        CHECK(engine_submit(e, &j->r) == IG_OK);
+        for (int n = 0; n < 8 && engine_pending(e) > 0; n++)
+            CHECK(engine_step(e) == IG_OK);
+        CHECKF(j->done == 1, "request %d ended %d times", k, j->done);
+    }
+    CHECKF(jobs[1].r.result.n_cached == 64 && jobs[1].n_steps == 1 && jobs[1].p0[0] == 0,
+           "the second prompt: %lld cached, %lld steps, its first from %lld (expected 64, 1, "
+           "0)", (long long)jobs[1].r.result.n_cached, (long long)jobs[1].n_steps,
+           (long long)jobs[1].p0[0]);
+    for (int k = 0; k < 2; k++) {
+        if (jobs[k].f)
+            fclose(jobs[k].f);
+        free(jobs[k].buf);
+    }
+    engine_free(e);
+    backend_free(g);
+}
+
+/* The hybrid: one step of two prompts (12 and 7 rows). */
+static void hybrid_step(const char *path)
+{
+    struct model *m = NULL;
+    CHECK(model_load(path, &m) == IG_OK);
+    if (!m)
+        return;
+    bool dn = false;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        dn |= m->layers[l].mixer == LAYER_MIXER_DELTANET;
+    CHECKF(dn && m->hp.n_layer <= MAX_LAYERS, "%s: not a small hybrid", path);
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 128, .max_rows = 80,
+                             .n_slots = 2, .n_blocks = 4, .kv_dtype = KV_F16,
+                             .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
+    struct backend *g = NULL;
+    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    if (g && dn && m->hp.n_layer <= MAX_LAYERS) {
+        int32_t tokens[19], ta[1] = {2}, tb[1] = {0};
+        uint64_t r = 31;
+        for (int i = 0; i < 19; i++)
+            tokens[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+        struct backend_seq s[2] = {{.table = ta, .slot = 1, .row0 = 0, .n_rows = 12},
+                                   {.table = tb, .slot = 0, .row0 = 12, .n_rows = 7}};
+        int64_t from[2] = {0, 0};
+        float *logits = malloc((size_t)(2 * m->hp.n_vocab) * sizeof *logits);
+        struct backend_batch b = {.tokens = tokens, .n_rows = 19, .seqs = s, .n_seqs = 2,
+                                  .logits = logits, .layer_from = from};
+        step_and_check(g, &b, "qwen35 tiny", NULL);
+        free(logits);
+    }
+    backend_free(g);
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    struct model *m = NULL;
+    CHECK(model_synthetic_spec("synthetic:Llama-tiny:Q8_0", &m) == IG_OK);
+    if (m) {
+        llama_steps(m, KV_F16);
+        llama_steps(m, KV_Q8_0);
+        engine_handoffs(m);
+    }
+    model_free(m);
+    if (argc > 1)
+        hybrid_step(argv[1]);
+    return test_summary("test_backend_pd_emu");
+}
