@@ -17,8 +17,9 @@
  * a graph per bucket and replayed; any other step is a prefill step
  * (gpu_forward_prefill, then the output head of the rows that want
  * logits; its one-row sequences' rows ordered last for the decode
- * attention: order_rows). The logits come back, or for a greedy step (batch->greedy) each
- * row's token (decode/greedy.h): a token crosses the bus, not the row.
+ * attention: order_rows). The logits come back, or for a greedy step
+ * (batch->greedy) each row's token (decode/greedy.h): a token crosses the
+ * bus, not the row.
  *
  * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and

@@ -249,8 +249,9 @@ struct batch_req {
  * logits that backend had returned. The steps with a one-row sequence
  * beside a chunk of more than 16 rows (prefill steps) must each have taken
  * the device's mixed route (gpu_backend_info.mixed_steps, twice a step;
- * none under IGNITE_GPU_MIXED=0), left in p->mixed_steps. *n_buckets: how many decode buckets the steps used; *n_graphs:
- * the graphs the device backend holds after (gpu_get_info: one per bucket
+ * none under IGNITE_GPU_MIXED=0), left in p->mixed_steps. *n_buckets:
+ * how many decode buckets the steps used; *n_graphs: the graphs the
+ * device backend holds after (gpu_get_info: one per bucket
  * where the device captures them, none under the emulator). ids: at least
  * 200 ids. */
 static inline void run_batch(struct pair *p, const struct model *m,
@@ -393,7 +394,8 @@ static inline void run_batch(struct pair *p, const struct model *m,
     CHECKF(n_mixed > 0, "batch: no step mixes one-row sequences with a long chunk");
     CHECKF(off ? info.mixed_steps == 0 : info.mixed_steps >= 2 * n_mixed,
            "batch: %lld prefill steps took the mixed route, expected %s %lld",
-           (long long)info.mixed_steps, off ? "exactly" : "at least", off ? 0LL : 2 * (long long)n_mixed);
+           (long long)info.mixed_steps, off ? "exactly" : "at least",
+           off ? 0LL : 2 * (long long)n_mixed);
 done:
     free(lc);
     free(le);
