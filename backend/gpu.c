@@ -17,8 +17,10 @@
  * a graph per bucket and replayed; any other step, and any step with
  * batch->on_layer (its layers' rows go to the host between layers,
  * gpu_cache.c), is a prefill step (gpu_forward_prefill, then the output
- * head of the rows that want logits). The logits come back, or for a greedy step (batch->greedy) each
- * row's token (decode/greedy.h): a token crosses the bus, not the row.
+ * head of the rows that want logits; its one-row sequences' rows ordered
+ * last for the decode attention: order_rows). The logits come back, or for
+ * a greedy step (batch->greedy) each row's token (decode/greedy.h): a token
+ * crosses the bus, not the row.
  *
  * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and
@@ -251,7 +253,8 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, tables, &g->tables, NULL)) ||
-        (st = IG_DEV(gpu_alloc)(g, attn_work_floats(g) * 4, &g->attn_work, NULL)) ||
+        (st = IG_DEV(gpu_alloc)(g, (g->attn_work_floats = attn_work_floats(g)) * 4,
+                                &g->attn_work, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, attn_tickets(g) * 4, &g->attn_tickets, NULL)) ||
         (st = IG_DEV(dev_memset)(g->dev, g->attn_tickets, 0, attn_tickets(g) * 4)) ||
         (st = IG_DEV(gpu_alloc)(g, 4, &g->norm_ticket, NULL)) ||
@@ -298,7 +301,9 @@ static int alloc_state(struct gpu_backend *g)
         g->h_tables = g->h_pos + B;
         g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + table_rows(g) * g->table_stride);
         if (!(g->want = malloc(B * sizeof *g->want)) ||
-            !(g->h_greedy = malloc((size_t)table_rows(g) * sizeof *g->h_greedy)))
+            !(g->h_greedy = malloc((size_t)table_rows(g) * sizeof *g->h_greedy)) ||
+            !(g->h_order = malloc((size_t)g->max_seqs * sizeof *g->h_order)) ||
+            !(g->row_of = malloc(B * sizeof *g->row_of)))
             st = ig_error(IG_E_NOMEM, "out of memory");
     }
     /* Page-locked logits for the engine, up to a GiB (beyond, the engine's
@@ -375,6 +380,10 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
     g->verify_rows = g->max_batch < g->logit_rows ? g->max_batch : g->logit_rows;
     if (g->verify_rows < 2 || (verify && !strcmp(verify, "0")))
         g->verify_rows = 0;
+    /* A prefill step's one-row sequences through decode_attn
+     * (IGNITE_GPU_MIXED=0: through the prefill kernel, for comparison). */
+    const char *mixed = getenv("IGNITE_GPU_MIXED");
+    g->mixed_decode = !(mixed && !strcmp(mixed, "0"));
     /* The pool: f16 (an f32 request too), or q8_0 / fp8 as asked
      * (backend.c refuses q4_0). */
     enum kv_dtype kt = kv_dtype_quantized(o->kv_dtype) ? o->kv_dtype : KV_F16;
@@ -438,6 +447,8 @@ static void gpu_destroy(struct backend *b)
     free(g->layer_seqs);
     free(g->want);
     free(g->h_greedy);
+    free(g->h_order);
+    free(g->row_of);
     free(g->allocs);
     free(g->layers);
     free(g);
@@ -463,34 +474,81 @@ static void stage_table(struct gpu_backend *g, int64_t i, const int32_t *table, 
         row[b] = -1;
 }
 
-/* A step of any other shape: inputs staged and uploaded, the forward
- * (gpu_forward.c), the wanted rows' logits or tokens downloaded. */
+/* The batch as the forward takes it: with the mixed route (g->mixed_decode)
+ * and both kinds of sequence, those of several rows first, then those of
+ * one row, each kind in the batch's order, their rows renumbered in that
+ * order (tokens into h_tokens, sequences into h_order): the one-row
+ * sequences' rows are then the step's last, contiguous, as decode_attn
+ * takes a bucket's, and their tables follow the others'. g->row_of maps a
+ * batch row to its row. Returns the one-row sequences so placed (0: the
+ * batch as it is, row_of the identity). */
+static int64_t order_rows(struct gpu_backend *g, const struct backend_batch *batch,
+                          struct backend_batch *out)
+{
+    int64_t ns = batch->n_seqs, n_single = 0, row = 0, k = 0;
+    for (int64_t i = 0; i < ns; i++)
+        n_single += batch->seqs[i].n_rows == 1;
+    *out = *batch;
+    if (!g->mixed_decode || n_single == 0 || n_single == ns) {
+        for (int64_t r = 0; r < batch->n_rows; r++)
+            g->row_of[r] = (int32_t)r;
+        return 0;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < ns; i++) {
+            const struct backend_seq *s = &batch->seqs[i];
+            if ((s->n_rows == 1) != (pass == 1))
+                continue;
+            g->h_order[k] = *s;
+            g->h_order[k++].row0 = row;
+            for (int64_t r = 0; r < s->n_rows; r++, row++) {
+                g->row_of[s->row0 + r] = (int32_t)row;
+                g->h_tokens[row] = batch->tokens[s->row0 + r];
+            }
+        }
+    out->seqs = g->h_order;
+    out->tokens = g->h_tokens;
+    return n_single;
+}
+
+/* A step of any other shape: the rows ordered (order_rows), inputs staged
+ * and uploaded, the forward (gpu_forward.c), the wanted rows' logits or
+ * tokens downloaded in the batch's order. */
 static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch)
 {
-    int64_t n = batch->n_rows, ns = batch->n_seqs, n_want = 0, *want = g->want;
+    int64_t n = batch->n_rows, ns = batch->n_seqs, n_want = 0, *want = g->want, want0 = n;
+    struct backend_batch b;
+    const int64_t n_single = order_rows(g, batch, &b);
     for (int64_t i = 0; i < ns; i++) {
-        const struct backend_seq *s = &batch->seqs[i];
-        for (int64_t r = 0; r < s->n_rows; r++) {
+        const struct backend_seq *s = &b.seqs[i];
+        for (int64_t r = 0; r < s->n_rows; r++)
             g->h_pos[s->row0 + r] = (int32_t)(s->pos0 + r);
-            if (row_wanted(batch, s, s->row0 + r))
-                want[n_want++] = s->row0 + r;
-        }
         g->h_seqs[i] = (struct prefill_attn_seq){
             .row0 = (int32_t)s->row0, .n_rows = (int32_t)s->n_rows, .pos0 = (int32_t)s->pos0};
         stage_table(g, i, s->table, s->pos0 + s->n_rows);
     }
+    for (int64_t i = 0; i < ns; i++) { /* in the batch's order: the logits' */
+        const struct backend_seq *s = &batch->seqs[i];
+        for (int64_t r = s->row0; r < s->row0 + s->n_rows; r++)
+            if (row_wanted(batch, s, r)) {
+                want[n_want] = g->row_of[r];
+                want0 = want[n_want] < want0 ? want[n_want] : want0;
+                n_want++;
+            }
+    }
     int st;
-    if ((st = IG_DEV(dev_upload)(g->dev, g->tokens, batch->tokens, (size_t)n * 4)) ||
+    if ((st = IG_DEV(dev_upload)(g->dev, g->tokens, b.tokens, (size_t)n * 4)) ||
         (st = IG_DEV(dev_upload)(g->dev, g->pos, g->h_pos, (size_t)n * 4)) ||
         (st = IG_DEV(dev_upload)(g->dev, g->tables, g->h_tables,
                                  (size_t)(ns * g->table_stride) * 4)) ||
         (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
                                             (size_t)ns * sizeof *g->seqs))) ||
-        (st = IG_DEV(gpu_deltanet_stage)(g, batch, ns)) ||
+        (st = IG_DEV(gpu_deltanet_stage)(g, &b, ns)) ||
         (batch->on_layer && (st = IG_DEV(gpu_layer_out_begin)(g, batch))))
         return st;
+    g->mixed_steps += n_single > 0;
     /* Past attention, the last layer matters for the rows that want logits. */
-    st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_want ? want[0] : n);
+    st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_single, want0);
     g->layer_batch = NULL;
     if (st == IG_OK && n_want)
         st = IG_DEV(gpu_head_rows)(g, want, n_want, batch->logits, batch->greedy);
@@ -670,7 +728,8 @@ void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info
 {
     const struct gpu_backend *g = (const struct gpu_backend *)b;
     *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes,
-                                      .verify_steps = g->verify_steps};
+                                      .verify_steps = g->verify_steps,
+                                      .mixed_steps = g->mixed_steps};
     for (int i = 0; i < g->n_buckets; i++)
         info->graphs += g->graphs[i] != NULL;
 }

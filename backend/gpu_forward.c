@@ -10,8 +10,10 @@
  * post norm: Gemma 3). The attention mixer: RMSNorm -> Q|K|V GEMM -> [head
  * norms] -> bias+RoPE at each row's position -> attention over each
  * sequence's blocks (prefill: the fused flash kernel, one variable-length
- * launch for several sequences, writing the rows' K/V; decode: K/V written
- * by the RoPE kernel into the pool, the split-KV kernel of the bucket) ->
+ * launch for several sequences, writing the rows' K/V, and a mixed step's
+ * one-row sequences through the split-KV kernel, their K/V written by
+ * RoPE; decode: K/V written by the RoPE kernel into the pool, the split-KV
+ * kernel of the bucket) ->
  * wo GEMM += x. The dense FFN: RMSNorm -> gate|up GEMM -> SwiGLU or GeGLU
  * -> down GEMM += x. Every size is the layer's own (heads, KV heads, head
  * dim, window, RoPE variant, scale, FFN width); the buffers are sized for
@@ -47,6 +49,8 @@ struct gpu_pass {
                        g->q_len a sequence in a verify step, read from the fixed
                        buffers), or -1: a prefill step */
     int64_t n_seqs; /* a prefill step's sequences (g->h_seqs, staged) */
+    int64_t n_single; /* of which the last, one row each and the step's last rows,
+                         go through decode_attn (a mixed step: mixed_attention) */
 };
 
 /* A mixer (enum layer_mixer): layer l over the pass's rows; its output is
@@ -277,6 +281,51 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
     return IG_DEV(prefill_attn)(&ap, g->stream);
 }
 
+/* A mixed prefill step's one-row sequences in layer l (the step's last
+ * p->n_single rows; their tables after the other sequences'): bias and
+ * RoPE with K/V written into the pool through each row's table, as a
+ * decode step's rope_rows, for mixed_attention to read there. */
+static int rope_single_rows(struct gpu_backend *g, const struct gpu_pass *p, int64_t l)
+{
+    const struct model_layer *ML = &g->m->layers[l];
+    const int64_t d0 = p->n - p->n_single;
+    struct gk_qkv_params qp = rope_params(g, l, p->n_single, true);
+    qp.qkv += d0 * gpu_layer_qkv_rows(ML);
+    qp.pos += d0;
+    qp.q += d0 * ML->n_head * ML->head_dim;
+    qp.block_table += (p->n_seqs - p->n_single) * g->table_stride;
+    return IG_DEV(gk_qkv_rope)(&qp, g->stream);
+}
+
+/* Layer l's attention over a mixed prefill step's one-row sequences: the
+ * split-KV kernel over them as over a bucket of that many (no padding),
+ * each row's q, position and output at its own row of the step, its K/V
+ * already in the pool (rope_single_rows, or gk_kvq_write for a quantized
+ * pool; a layer sharing another's K/V reads what its source wrote there).
+ * Splits by decode_attn_choose_splits for these sequences, fewer where the
+ * work buffer (sized for the buckets) would not hold them. */
+static int mixed_attention(struct gpu_backend *g, const struct gpu_pass *p, int64_t l)
+{
+    const struct gpu_layer *L = &g->layers[l];
+    const struct model_layer *ML = &g->m->layers[l];
+    const int64_t d0 = p->n - p->n_single, q_dim = ML->n_head * ML->head_dim;
+    struct decode_attn_params ap = gpu_bucket_attn(g, 0, l);
+    ap.n_seqs = p->n_single;
+    ap.n_splits = decode_attn_choose_splits(g->n_ctx, ap.n_seqs, ap.n_head_kv, g->info.n_sm);
+    while (ap.n_splits > 1 && decode_attn_work_floats(&ap) > g->attn_work_floats)
+        ap.n_splits--;
+    ap.q = g->q16 + d0 * q_dim;
+    ap.k_cache = L->k_cache;
+    ap.v_cache = L->v_cache;
+    ap.block_table = g->tables + (p->n_seqs - p->n_single) * g->table_stride;
+    ap.pos = g->pos + d0;
+    ap.o = g->att16 + d0 * q_dim;
+    ap.work = g->attn_work;
+    ap.tickets = g->fuse ? g->attn_tickets : NULL;
+    ap.q_len = 1;
+    return IG_DEV(decode_attn)(&ap, g->stream);
+}
+
 /* Layer l's attention over a decode step's bucket: one row per sequence
  * (q_len in a verify step) over the pool, K/V already there (rope_rows). */
 static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
@@ -322,14 +371,22 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
     int st;
     const bool quant = pool_quantized(g, l); /* never a shared layer (gpu.c) */
+    /* a mixed step's one-row sequences' K/V into the pool by RoPE, the
+     * others' by the prefill kernel (quantized: gk_kvq_write, every row) */
+    const bool single_rope = p->n_single && !ML->kv_shared && !quant;
     if (decode && qkv_rope_fusable(g, l, p->n))
         st = qkv_rope_fused(g, l, p->n);
     else if ((st = qkv_block(g, l, p->n)) == IG_OK) /* a shared layer writes no K/V */
-        st = rope_rows(g, l, p->n, decode && !ML->kv_shared && !quant);
+        st = rope_rows(g, l, single_rope ? p->n - p->n_single : p->n,
+                       decode && !ML->kv_shared && !quant);
+    if (st == IG_OK && single_rope)
+        st = rope_single_rows(g, p, l);
     if (st == IG_OK && quant)
         st = kvq_write_rows(g, l, p->n, p->n_seqs, decode);
     if (st != IG_OK ||
-        (st = decode ? decode_attention(g, l, p->bucket) : prefill_attention(g, l, p->n_seqs)))
+        (st = decode ? decode_attention(g, l, p->bucket)
+                     : prefill_attention(g, l, p->n_seqs - p->n_single)) ||
+        (p->n_single && (st = mixed_attention(g, p, l))))
         return st;
     const int64_t rot_v = quant ? kv_rotation(gpu_layer_layout(g, l).dtype_v, ML->head_dim, true)
                                 : 0;
@@ -457,9 +514,10 @@ static int layers(const struct gpu_pass *p, int64_t want0)
     return st;
 }
 
-int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0)
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs,
+                                int64_t n_single, int64_t want0)
 {
-    struct gpu_pass p = {g, n, -1, n_seqs};
+    struct gpu_pass p = {g, n, -1, n_seqs, n_single};
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, n);
@@ -472,7 +530,7 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
 {
     const struct model_hparams *hp = &g->m->hp;
     int64_t rows = ((int64_t)1 << bucket) * (g->q_len > 1 ? g->q_len : 1), e = hp->n_embd;
-    struct gpu_pass p = {g, rows, bucket, rows};
+    struct gpu_pass p = {g, rows, bucket, rows, 0};
     g->xn_of = NULL;
     g->xq_ready = false;
     int st = embed(g, rows);

@@ -119,10 +119,19 @@ struct gpu_backend {
     struct prefill_attn_seq *seqs; /* [max_seqs] a prefill step's sequences */
     int32_t *h_tokens, *h_pos, *h_tables;
     struct prefill_attn_seq *h_seqs;
+    /* A mixed prefill step (gpu.c's order_rows): its sequences as the
+     * forward takes them, those of several rows first, and each batch
+     * row's row in that order (host [max_seqs], [max_batch]) */
+    struct backend_seq *h_order;
+    int32_t *row_of;
+    bool mixed_decode;         /* IGNITE_GPU_MIXED (default 1): a prefill step's one-row
+                                  sequences through decode_attn; 0: the prefill kernel's */
+    int64_t mixed_steps;       /* prefill steps that took that route (gpu_get_info) */
     int64_t *want;             /* host [max_batch]: the step's rows that want logits */
     void *h_stage;             /* the pinned allocation h_* point into */
     void *h_logits;            /* base.host_logits, pinned */
-    float *attn_work;          /* the decode attention's, for the largest bucket */
+    float *attn_work;          /* the decode attention's, for the largest bucket: */
+    size_t attn_work_floats;   /* its floats */
     uint32_t *attn_tickets;    /* its tickets (zero between launches: the combine in the
                                   last split) */
     uint32_t *norm_ticket;     /* the GEMVs' norm tail's (one, zero between launches) */
@@ -328,8 +337,12 @@ int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, f
 /* The forward (gpu_forward.c). A prefill step's n rows of n_seqs
  * sequences (inputs, tables and h_seqs staged): embeddings and every layer;
  * in the last, rows want0.. alone go on past the mixing (none: want0 = n).
- * The residuals end in g->x. Queues work only. */
-int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs, int64_t want0);
+ * The last n_single sequences have one row each, the step's last rows, and
+ * go through decode_attn (their K/V into the pool by the RoPE launch); the
+ * others through the prefill kernel (0: every sequence). The residuals end
+ * in g->x. Queues work only. */
+int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs,
+                                int64_t n_single, int64_t want0);
 
 /* Bucket `bucket`'s forward: 2^bucket rows, one per sequence (g->q_len
  * rows a sequence in a verify step, each row with its table), tokens,

@@ -48,6 +48,8 @@ struct pair {
     double nmse_tol; /* sum (dev - cpu)^2 / sum cpu^2; 0: not checked */
     bool allow_ties; /* a top-1 within twice the largest logit error of the CPU's is a tie */
     double worst, worst_nmse; /* the largest errors seen */
+    int64_t mixed_steps;      /* run_batch: the device's prefill steps whose one-row
+                                 sequences took the decode attention (gpu_backend_info) */
 };
 
 /* Both backends over the same options but the device; slot 1's blocks after
@@ -244,8 +246,12 @@ struct batch_req {
  * bound, top-1 where the margin exceeds it) and the CPU's choice fed back
  * to both; each step runs again on each backend asking for greedy tokens
  * (the same K/V written again), each the sampler's greedy pick of the
- * logits that backend had returned. *n_buckets: how many decode buckets the steps used; *n_graphs:
- * the graphs the device backend holds after (gpu_get_info: one per bucket
+ * logits that backend had returned. The steps with a one-row sequence
+ * beside a chunk of more than 16 rows (prefill steps) must each have taken
+ * the device's mixed route (gpu_backend_info.mixed_steps, twice a step;
+ * none under IGNITE_GPU_MIXED=0), left in p->mixed_steps. *n_buckets:
+ * how many decode buckets the steps used; *n_graphs: the graphs the
+ * device backend holds after (gpu_get_info: one per bucket
  * where the device captures them, none under the emulator). ids: at least
  * 200 ids. */
 static inline void run_batch(struct pair *p, const struct model *m,
@@ -264,6 +270,7 @@ static inline void run_batch(struct pair *p, const struct model *m,
     float *lc = malloc((size_t)(BATCH_SLOTS * p->n_vocab) * sizeof *lc);
     float *le = malloc((size_t)(BATCH_SLOTS * p->n_vocab) * sizeof *le);
     bool used[8] = {false};
+    int64_t n_mixed = 0; /* steps that must take the mixed route */
     *n_buckets = *n_graphs = 0;
     if (!bc || !bd || !lc || !le)
         goto done;
@@ -316,6 +323,12 @@ static inline void run_batch(struct pair *p, const struct model *m,
             }
         if (ns == 0)
             break;
+        bool one_row = false, long_seq = false; /* long: past a verify step's 16 rows */
+        for (int64_t i = 0; i < ns; i++) {
+            one_row |= seqs[i].n_rows == 1;
+            long_seq |= seqs[i].n_rows > 16;
+        }
+        n_mixed += one_row && long_seq; /* a prefill step with one-row sequences */
         if (n_dec == ns) {
             int bk = 0;
             while (((int64_t)1 << bk) < ns)
@@ -373,6 +386,16 @@ static inline void run_batch(struct pair *p, const struct model *m,
     struct gpu_backend_info info;
     IG_DEV(gpu_get_info)(bd, &info);
     *n_graphs = info.graphs;
+    /* Each such step ran twice (logits, then greedy tokens). With
+     * IGNITE_GPU_MIXED=0 none takes the route. */
+    const char *mixed = getenv("IGNITE_GPU_MIXED");
+    const bool off = mixed && !strcmp(mixed, "0");
+    p->mixed_steps = info.mixed_steps;
+    CHECKF(n_mixed > 0, "batch: no step mixes one-row sequences with a long chunk");
+    CHECKF(off ? info.mixed_steps == 0 : info.mixed_steps >= 2 * n_mixed,
+           "batch: %lld prefill steps took the mixed route, expected %s %lld",
+           (long long)info.mixed_steps, off ? "exactly" : "at least",
+           off ? 0LL : 2 * (long long)n_mixed);
 done:
     free(lc);
     free(le);

@@ -10,7 +10,9 @@
  * later decode steps run 3, 2 and 1 sequences), every wanted row's logits
  * within the f16 bound (max |dev - cpu| / max |cpu| <= 3e-2, NMSE <= 1e-3),
  * top-1 compared where the CPU's margin exceeds twice the largest logit
- * error (random weights). The emulator captures no graphs (the decode steps
+ * error (random weights); the steps mixing one-row sequences with a chunk
+ * past 16 rows take the decode attention for those (gpu_backend_info's
+ * mixed_steps; none with IGNITE_GPU_MIXED=0). The emulator captures no graphs (the decode steps
  * run their launches directly: tests/gpu/test_backend_gpu.c checks the
  * graph count). A token out of the vocabulary in a step is IG_E_INPUT.
  * The prefill kernel is the chooser's pick (mma.sync here); CMake runs the
@@ -42,7 +44,8 @@ int main(void)
     run_batch(&p, m, &o, &og, ids, &n_buckets, &n_graphs);
     CHECKF(n_buckets == 3, "the decode steps used %d buckets, expected 3 (4, 2, 1)", n_buckets);
     CHECKF(n_graphs == 0, "the emulator captured %d graphs", n_graphs);
-    fprintf(stderr, "batch: worst rel err %.2e, NMSE %.2e\n", p.worst, p.worst_nmse);
+    fprintf(stderr, "batch: worst rel err %.2e, NMSE %.2e, %lld mixed steps\n", p.worst,
+            p.worst_nmse, (long long)p.mixed_steps);
 
     /* A decode step (three sequences, bucket 4 with a padding row) where
      * not every row wants logits: the greedy tokens of the wanted rows only,
