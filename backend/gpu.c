@@ -729,7 +729,8 @@ void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info
     const struct gpu_backend *g = (const struct gpu_backend *)b;
     *info = (struct gpu_backend_info){.kv_bytes = g->kv_bytes, .weight_bytes = g->weight_bytes,
                                       .verify_steps = g->verify_steps,
-                                      .mixed_steps = g->mixed_steps};
+                                      .mixed_steps = g->mixed_steps,
+                                      .moe_mma_layers = g->moe.mma_layers};
     for (int i = 0; i < g->n_buckets; i++)
         info->graphs += g->graphs[i] != NULL;
 }

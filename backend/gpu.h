@@ -52,6 +52,7 @@ struct gpu_backend_info {
     int64_t verify_steps; /* steps of 2..16 rows a sequence run by the decode kernels */
     int64_t mixed_steps;  /* prefill steps whose one-row sequences went through the decode
                              attention (IGNITE_GPU_MIXED, docs/gpu.md) */
+    int64_t moe_mma_layers; /* MoE layer steps queued on the tensor-core expert products */
 };
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
 

@@ -66,6 +66,7 @@ struct gpu_moe_bufs {
     float *shexp_w;    /* qwen35moe: [max_batch] each row's shared expert gate, and */
     float *shexp_y;    /* [max_batch][n_embd] the shared expert's output (else NULL) */
     float *acc;        /* gemma4: [max_batch][n_embd] the experts' sum, then the FFN's (else NULL) */
+    int64_t mma_layers; /* layer steps queued whose expert products took gk_moe_mma */
 };
 
 /* Verify steps take q_len 2, 4, 8 or 16 rows a sequence (the most any

@@ -7,7 +7,9 @@
  *   pairs grouped by expert into tiles (gk_moe_sort); gate|up of every tile
  *   with SwiGLU into h (gk_moe_gemv, one launch), down of every tile into y
  *   (one launch); x += sum over a row's experts, ascending, w y
- *   (gk_moe_combine).
+ *   (gk_moe_combine). Prefill steps whose pairs average GK_MOE_MMA_MIN_PAIRS
+ *   an expert or more take the tensor cores instead (gk_moe_choose): tiles
+ *   of 64 pairs, both products gk_moe_mma.
  *
  * qwen35moe's shared expert (MODEL_FEAT_MOE_SHEXP): its gate|up (one fused
  * matrix) with SwiGLU and its down through gpu_matmul, the dense FFN's
@@ -95,10 +97,11 @@ int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
     return IG_DEV(gpu_alloc)(g, rows * e * 4, &b->shexp_y, NULL);
 }
 
-/* One expert-indexed product: the kernel, or in the emulated build its
- * twin unless IGNITE_EMU_MATMUL=kernels (as every product there:
- * backend/gpu_matmul.c; tests/emu/test_moe_emu.c runs the kernel). */
-static int expert_product(struct gpu_backend *g, const struct gk_moe_gemv_params *p)
+/* One expert-indexed product, on the tensor cores over tiles of
+ * GK_MOE_MMA_TILE (mma) or the GEMV: the kernel, or in the emulated build
+ * their twin unless IGNITE_EMU_MATMUL=kernels (as every product there:
+ * backend/gpu_matmul.c; tests/emu/test_moe_emu.c runs the kernels). */
+static int expert_product(struct gpu_backend *g, const struct gk_moe_gemv_params *p, bool mma)
 {
 #if defined(IG_EMU_BACKEND)
     if (!g->emu_kernels) {
@@ -107,7 +110,7 @@ static int expert_product(struct gpu_backend *g, const struct gk_moe_gemv_params
         return IG_OK;
     }
 #endif
-    return IG_DEV(gk_moe_gemv)(p, g->stream);
+    return mma ? IG_DEV(gk_moe_mma)(p, g->stream) : IG_DEV(gk_moe_gemv)(p, g->stream);
 }
 
 /* qwen35moe's shared expert over `rows` rows of xn into b->shexp_y: gate|up
@@ -177,7 +180,7 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     const struct gpu_layer *L = &g->layers[l];
     struct gpu_moe_bufs *b = &g->moe;
     int64_t e = hp->n_embd, rows = n - row0, k = ML->n_expert_used, ff = ML->n_ff;
-    int64_t pairs = rows * k, max_tiles = gk_moe_max_tiles(pairs, ML->n_expert);
+    int64_t pairs = rows * k;
     float *x = g->x + row0 * e, eps = (float)hp->norm_eps;
     bool beside = hp->has_moe_mlp; /* gemma4 */
     const float *norm = L->vec[beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM];
@@ -185,6 +188,10 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
                             *down = &L->mat[LAYER_FFN_DOWN_EXPS];
     IG_ASSERT(gate->n_parts == 1 && up->n_parts == 1 && down->n_parts == 1 && b->sel);
     IG_ASSERT(!beside || (b->acc && g->proj));
+    /* tiles of 64 pairs on the tensor cores, or of 8 for the GEMV */
+    int64_t tile = gk_moe_choose(gate->part[0].type, down->part[0].type, pairs, ML->n_expert);
+    int64_t max_tiles = gk_moe_max_tiles_of(pairs, ML->n_expert, tile);
+    bool mma = tile == GK_MOE_MMA_TILE;
     int st = beside && rows ? dense_beside(g, L, l, x, rows, row0 == 0) : IG_OK;
     if (st != IG_OK)
         return st;
@@ -207,8 +214,8 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .shexp_w = b->shexp_w,
     };
     struct gk_moe_sort_params sp = {
-        .sel = b->sel, .n_pairs = pairs, .n_expert = ML->n_expert, .order = b->order,
-        .tiles = b->tiles, .n_tiles = b->n_tiles,
+        .sel = b->sel, .n_pairs = pairs, .n_expert = ML->n_expert, .tile = tile,
+        .order = b->order, .tiles = b->tiles, .n_tiles = b->n_tiles,
     };
     struct gk_moe_gemv_params gu = {
         .w = gate->part[0], .w2 = up->part[0], .rows = ff,
@@ -229,11 +236,12 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     float *sum = beside ? b->acc : x; /* gemma4: the experts' sum alone, normed after */
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
         (hp->has_moe_shexp && (st = shared_expert(g, L, rows))) ||
-        (st = expert_product(g, &gu)) || (st = expert_product(g, &dp)) ||
+        (st = expert_product(g, &gu, mma)) || (st = expert_product(g, &dp, mma)) ||
         (beside && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
         (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, rows, k, e, g->stream)) ||
         (beside && (st = beside_sum(g, L, x, rows))))
         return st;
+    b->mma_layers += mma;
     /* x += the shared expert's weight times its output: one slot a row */
     return hp->has_moe_shexp
                ? IG_DEV(gk_moe_combine)(x, e, b->shexp_y, e, b->shexp_w, rows, 1, e, g->stream)

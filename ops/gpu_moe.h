@@ -8,10 +8,13 @@
  *                   residual, f32 weights), top-k, softmax, renormalization:
  *                   sel [n][k] (ascending expert), wts [n][k];
  *   gk_moe_sort     the n k (row, slot) pairs grouped by expert (stable) and
- *                   cut into tiles of at most GK_MOE_TILE pairs of one expert;
+ *                   cut into tiles of at most GK_MOE_TILE pairs of one expert
+ *                   (GK_MOE_MMA_TILE for gk_moe_mma);
  *   gk_moe_gemv     one launch over every tile: each expert's weight rows
  *                   read once per tile for its pairs (the gate|up product
  *                   with the activation, or the down product);
+ *   gk_moe_mma      the same products on the tensor cores, for prefill
+ *                   steps (gk_moe_choose picks one of the two);
  *   gk_moe_combine  x[t] += sum over t's slots, ascending expert, w y.
  *
  * The expert matrices are one gk_qmat of n_expert * rows rows (expert e's
@@ -36,13 +39,37 @@ extern "C" {
 /* Pairs of one expert a tile holds: the weights are read once for them. */
 #define GK_MOE_TILE 8
 
-/* The most tiles n_pairs pairs over n_expert experts cut into: a grid's
- * fixed size (blocks past the step's count exit). */
-static inline int64_t gk_moe_max_tiles(int64_t n_pairs, int64_t n_expert)
+/* Pairs of one expert a tile of the tensor-core product (gk_moe_mma) holds:
+ * its x tile's 64 rows. */
+#define GK_MOE_MMA_TILE 64
+
+/* The most tiles of at most `tile` pairs n_pairs pairs over n_expert
+ * experts cut into: a grid's fixed size (blocks past the step's count exit). */
+static inline int64_t gk_moe_max_tiles_of(int64_t n_pairs, int64_t n_expert, int64_t tile)
 {
-    int64_t t = (n_pairs + GK_MOE_TILE - 1) / GK_MOE_TILE + n_expert;
+    int64_t t = (n_pairs + tile - 1) / tile + n_expert;
     return t < n_pairs ? t : n_pairs;
 }
+
+/* The same for GK_MOE_TILE, the most of any tile size (buffers are sized by it). */
+static inline int64_t gk_moe_max_tiles(int64_t n_pairs, int64_t n_expert)
+{
+    return gk_moe_max_tiles_of(n_pairs, n_expert, GK_MOE_TILE);
+}
+
+/* gk_moe_mma takes a step when its pairs average at least this many per
+ * expert: below, a 64-pair tile is mostly zeros and the GEMV reads the same
+ * weight bytes. A first guess, not yet measured on a GPU (docs/gpu.md). */
+#define GK_MOE_MMA_MIN_PAIRS 4
+
+/* The one chooser of a MoE layer's expert products for a step of n_pairs
+ * pairs over n_expert experts, gate|up of `type` and down of `down_type`:
+ * GK_MOE_MMA_TILE (sort into tiles of 64, both products gk_moe_mma) or
+ * GK_MOE_TILE (tiles of 8, gk_moe_gemv: decode steps, and f16 or MXFP4
+ * experts, whose dequantized values f16 tiles do not hold: MXFP4's
+ * 2^(e - 128) scales leave f16's range; f16 experts are left to the GEMV
+ * for now). In ops/gpu_moe_ref.c. */
+int64_t gk_moe_choose(int type, int down_type, int64_t n_pairs, int64_t n_expert);
 
 struct gk_moe_route_params {
     const float *x;       /* f32 [n][ld_x] residual rows */
@@ -70,8 +97,10 @@ void gk_moe_route_ref(const struct gk_moe_route_params *p);
 struct gk_moe_sort_params {
     const int32_t *sel;   /* [n_pairs] each pair's expert (pair = row k + slot) */
     int64_t n_pairs, n_expert;
+    int64_t tile;         /* pairs a tile at most: GK_MOE_TILE (also 0) or GK_MOE_MMA_TILE */
     int32_t *order;       /* out [n_pairs]: pair ids, by expert, ascending within one */
-    int32_t *tiles;       /* out [gk_moe_max_tiles][3]: (expert, first in order, count) */
+    int32_t *tiles;       /* out [gk_moe_max_tiles_of(.., tile)][3]: (expert, first in order,
+                             count) */
     int32_t *n_tiles;     /* out [1] */
 };
 
@@ -86,8 +115,9 @@ struct gk_moe_gemv_params {
     const float *bias, *bias2; /* f32 [n_expert][rows] w's and w2's (gpt-oss), or NULL */
     const uint16_t *x;    /* f16: pair p reads row p / x_div (ld_x) */
     int64_t ld_x, x_div;
-    const int32_t *order, *tiles, *n_tiles; /* gk_moe_sort's */
-    int64_t max_tiles;    /* the grid's tiles (gk_moe_max_tiles) */
+    const int32_t *order, *tiles, *n_tiles; /* gk_moe_sort's: tiles of GK_MOE_TILE
+                             (gk_moe_gemv) or GK_MOE_MMA_TILE (gk_moe_mma) */
+    int64_t max_tiles;    /* the grid's tiles (gk_moe_max_tiles_of the tile) */
     int glu;              /* GK_GLU_SILU, GK_GLU_GELU (gemma4's GeGLU) or GK_MOE_GLU_OAI:
                              h[p][i] = f16(act(w_i x, w2_i x)); 0: y[p][i] = w_i x */
     const float *scale;   /* no glu: f32 [n_expert], y[p][i] = scale[expert] (w_i x) (gemma4's
@@ -106,6 +136,16 @@ struct gk_moe_gemv_params {
 /* The expert-indexed product over every tile (struct gk_moe_gemv_params). */
 int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream);
 void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p);
+
+/* The same product on the tensor cores (mma.sync m16n8k16, f16 in, f32
+ * accumulate) over tiles of up to GK_MOE_MMA_TILE pairs: each weight block
+ * dequantized once per tile into shared memory and rounded to f16 there (as
+ * gk_qmma's), x gathered by the tile's pairs. Block types of gk_qmm_native
+ * only (not f16, not MXFP4: gk_moe_choose). Its twin is gk_moe_gemv_ref: it
+ * differs from the twin by the weights' f16 rounding (at most 2^-11 of each
+ * |w x| term) and f32 sums: |y - y_ref| <= 2^-10 sum_c |w_c x_c| + 1e-6
+ * (tests/emu/test_moe_emu.c checks that bound). */
+int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream);
 
 /* x[t][d] += sum_j wts[t][j] y[t k + j][d] (j ascending) for t < n, d < dim. */
 int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,

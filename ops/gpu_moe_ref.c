@@ -3,7 +3,8 @@
  * sums in f64, the weights' values through the file's blocks
  * (gk_qunpack_row_ref, quant_dequantize_row). Routing, grouping and the
  * choice of experts are the kernels' exactly; the sums differ by their
- * order only. Covered by tests/emu/test_moe_emu.c. */
+ * order only (gk_moe_mma's also by its f16 weights). And the chooser of the
+ * two products, gk_moe_choose. Covered by tests/emu/test_moe_emu.c. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
 
@@ -13,6 +14,14 @@
 
 #include <math.h>
 #include <stdlib.h>
+
+int64_t gk_moe_choose(int type, int down_type, int64_t n_pairs, int64_t n_expert)
+{
+    bool mma_type = type != QUANT_F16 && type != QUANT_MXFP4 && down_type != QUANT_F16 &&
+                    down_type != QUANT_MXFP4;
+    return mma_type && n_pairs >= GK_MOE_MMA_MIN_PAIRS * n_expert ? GK_MOE_MMA_TILE
+                                                                  : GK_MOE_TILE;
+}
 
 void gk_moe_route_ref(const struct gk_moe_route_params *p)
 {
@@ -71,16 +80,16 @@ void gk_moe_route_ref(const struct gk_moe_route_params *p)
 
 void gk_moe_sort_ref(const struct gk_moe_sort_params *p)
 {
-    int32_t j = 0, t = 0;
+    int32_t j = 0, t = 0, tile = p->tile ? (int32_t)p->tile : GK_MOE_TILE;
     for (int64_t e = 0; e < p->n_expert; e++) {
         int32_t s = j;
         for (int64_t i = 0; i < p->n_pairs; i++)
             if (p->sel[i] == e)
                 p->order[j++] = (int32_t)i;
-        for (int32_t o = s; o < j; o += GK_MOE_TILE, t++) {
+        for (int32_t o = s; o < j; o += tile, t++) {
             p->tiles[3 * t] = (int32_t)e;
             p->tiles[3 * t + 1] = o;
-            p->tiles[3 * t + 2] = j - o < GK_MOE_TILE ? j - o : GK_MOE_TILE;
+            p->tiles[3 * t + 2] = j - o < tile ? j - o : tile;
         }
     }
     *p->n_tiles = t;

@@ -10,6 +10,11 @@
 #                   every product the real kernels' (the emulated test's
 #                   checks, tests/emu/test_backend_moe_emu.c), and on its tiny
 #                   qwen35moe (Q8_0): the shared expert beside the routed ones
+#   kernels  ~10 s  bench_moe --peak 989 (H100/H200 SXM dense f16): the expert
+#                   products at Qwen3-30B-A3B's shape (one layer, Q4_K/Q6_K),
+#                   tensor cores (gk_moe_mma) against the GEMV, rows 512 and
+#                   2048: TFLOPS, over cuBLAS's f16 GEMM and of the peak (issue
+#                   45: >= 0.40 at pp2048); the lines into moe.txt
 #   speed    ~150 s Qwen3-30B-A3B's shape with its first MOE_LAYERS (default 12)
 #                   layers in Q4_K_M (bench/random_gguf.py; written, measured,
 #                   deleted: the machine's disk holds one large file at a time):
@@ -32,7 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 BIN=${BIN:-$PWD/.gpubin}
 WORK=${WORK:-$PWD/build-gpu-moe}
 PY=${PY:-python3}
-PARTS=${MOE_PARTS:-correct speed}
+PARTS=${MOE_PARTS:-correct kernels speed}
 LAYERS=${MOE_LAYERS:-12}
 MODEL_DIR=${MODEL_DIR:-${TMPDIR:-/tmp}}
 mkdir -p "$WORK"
@@ -57,6 +62,13 @@ part_correct() {
     timeout 60 "$BIN/test_backend_moe_gpu" "$f" "$f35" "$o" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
         fail "test_backend_moe_gpu (exit $?)"
     grep -E "worst|checks" "$WORK/test_backend_moe_gpu.log" | tee -a "$TABLE"
+}
+
+part_kernels() {
+    say "bench_moe"
+    timeout 60 "$BIN/bench_moe" --rows 512,2048 --peak 989 >"$WORK/bench_moe.txt" 2>&1 ||
+        fail "bench_moe (exit $?)"
+    grep "^moe " "$WORK/bench_moe.txt" | tee -a "$TABLE"
 }
 
 part_speed() {
@@ -116,9 +128,10 @@ part_gemma4() {
 for p in $PARTS; do
     case $p in
     correct) part_correct ;;
+    kernels) part_kernels ;;
     speed) part_speed ;;
     gemma4) part_gemma4 ;;
-    *) fail "unknown part $p (correct, speed, gemma4)" ;;
+    *) fail "unknown part $p (correct, kernels, speed, gemma4)" ;;
     esac
 done
 say "done"

@@ -21,6 +21,10 @@
  *     device's;
  *   - the device's weight bytes are the plan's (the f32 routers, the
  *     experts' stacked matrices);
+ *   - native: the prefill's 17-row chunk takes the tensor-core expert
+ *     products (gk_moe_mma's tiles of 64; gpu_backend_info.moe_mma_layers
+ *     one a layer but the last, whose rows are the logits' one), the 7-row
+ *     chunk and the decode steps the GEMV;
  *   - a qwen3moe model with a dense MLP beside its SwiGLU experts (Gemma 4's
  *     beside GeGLU ones run: tests/emu/test_gemma4_emu.py) is refused with
  *     one line (IG_E_MODEL);
@@ -71,6 +75,17 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode, int n
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
         bool native = mode == BACKEND_GPU_NATIVE;
         run_prompt(&p, ids, n_ids, chunk ? chunk : native ? 17 : n_ids, name);
+        /* native: the 17-row chunk's 34 pairs over 8 experts take the tensor
+         * cores (gk_moe_choose) in every MoE layer but the last (which runs
+         * the rows that want logits alone), the 7-row chunk and the decode
+         * steps the GEMV; f16 experts always the GEMV */
+        struct gpu_backend_info after;
+        IG_DEV(gpu_get_info)(p.dev, &after);
+        int64_t want = 0;
+        for (int64_t l = 0; l + 1 < m->hp.n_layer && native && !chunk; l++)
+            want += m->layers[l].ffn == LAYER_FFN_MOE;
+        CHECKF(after.moe_mma_layers == want, "%s: %lld MoE layer steps on the tensor cores, "
+               "expected %lld", name, (long long)after.moe_mma_layers, (long long)want);
         if (native)
             run_two(&p, ids, 12, 6, n_ids + N_STEPS);
         fprintf(stderr, "%s: worst rel err %.2e, NMSE %.2e\n", name, p.worst, p.worst_nmse);

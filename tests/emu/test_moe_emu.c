@@ -23,11 +23,20 @@
  *   back from the file's blocks by quant_dequantize_row), h within 2^-9
  *   relative + 1e-4 (f16 output), y within 1e-4 of max |y|; the weighted
  *   sum within 1e-5 of max |x|;
+ * - the tensor-core product (gk_moe_mma, run_mma_case): 7 experts taking
+ *   1, 0, 7, 17, 70, 40, 0 pairs (tiles of 64: one of a single pair, a full
+ *   one, an expert over two), 5 slots a row, in Q4_K / Q6_K with SwiGLU,
+ *   Q8_0 / Q8_0 with the clamped SwiGLU and biases, Q8_0 / Q8_0 with GeGLU
+ *   and the per-expert scale (widths 96: ragged rows and k-tiles), each
+ *   output within ops/gpu_moe.h's bound of the twin (the weights' f16
+ *   rounding: 2^-10 sum |w x| + 2^-24 sum |x|, carried through the
+ *   activation for h); the chooser's picks, and MXFP4 refused;
  * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
  *   a product that reads the wrong expert's rows, a routing that drops the
  *   renormalization, a shared expert weight without its sigmoid, a down
  *   product without its per-expert scale, a routing without its input
- *   scale (Gemma 4's): each caught by the same comparisons.
+ *   scale (Gemma 4's), a tensor-core product reading the next expert's rows
+ *   (moe_mma_expert_off): each caught by the same comparisons.
  * Outputs are poisoned first. Label emu. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
@@ -48,6 +57,7 @@ int gk_moe_route_emu_moe_no_renorm(const struct gk_moe_route_params *p, void *st
 int gk_moe_route_emu_moe_shexp_no_sigmoid(const struct gk_moe_route_params *p, void *stream);
 int gk_moe_gemv_emu_moe_no_expert_scale(const struct gk_moe_gemv_params *p, void *stream);
 int gk_moe_route_emu_moe_no_router_scale(const struct gk_moe_route_params *p, void *stream);
+int gk_moe_mma_emu_moe_mma_expert_off(const struct gk_moe_gemv_params *p, void *stream);
 
 #define NE 8
 #define K 2
@@ -326,6 +336,179 @@ static void test_mxfp4_blocks(void)
     free(src), free(back), free(hb), free(db), free(srcd), free(tokens), free(got), free(want);
 }
 
+/* The tensor-core product's bound (ops/gpu_moe.h) for one output: ref and
+ * sabs, sx = sum_c w_c x_c (f64, the twin's terms), sum_c |w_c x_c|, sum_c
+ * |x_c| of weight row `row` and f16 row x. */
+static void row_sums(const struct gk_qmat *w, int64_t row, const uint16_t *x, float *wf,
+                     void *raw, double *ref, double *sabs, double *sx)
+{
+    if (w->type == QUANT_F16) {
+        for (int64_t c = 0; c < w->cols; c++)
+            wf[c] = ig_f16_to_f32(((const uint16_t *)w->q)[row * w->cols + c]);
+    } else {
+        gk_qunpack_row_ref(w, row, raw);
+        quant_dequantize_row((uint32_t)w->type, raw, wf, w->cols);
+    }
+    *ref = *sabs = *sx = 0;
+    for (int64_t c = 0; c < w->cols; c++) {
+        double xv = ig_f16_to_f32(x[c]);
+        *ref += wf[c] * xv;
+        *sabs += fabs(wf[c] * xv);
+        *sx += fabs(xv);
+    }
+}
+
+/* |mma - twin| allowed for a product of that row: the weights' f16
+ * rounding (2^-11 of each term; subnormal f16 weights 2^-25 absolute) and
+ * f32 sums, with room: 2^-10 sum |w x| + 2^-24 sum |x| (+ 2^-20 |ref| for a
+ * bias added in f32). */
+static double mma_bound(double ref, double sabs, double sx)
+{
+    return ldexp(sabs, -10) + ldexp(sx, -24) + ldexp(fabs(ref), -20);
+}
+
+/* gk_moe_mma (or a mutant) against the twin on a ragged set of experts: 7
+ * experts, of which 0, 2, 3, 4, 5 take 1, 7, 17, 70, 40 pairs (a tile of one
+ * pair, tiles under 16, a full tile of 64 and an expert of two tiles; 1 and
+ * 6 none), k = 5 slots a row (x_div), the pairs' experts shuffled over the
+ * rows; sorted into tiles of GK_MOE_MMA_TILE by the kernel and the twin
+ * (equal). gate|up with the activation, then down (of the twin's h) with
+ * the per-expert scale where gemma, each output within mma_bound of the
+ * twin (glu: the bound of a and b carried through the activation to first
+ * order, |d act / d a| <= 1.2 (|b| + 1), |d act / d b| <= |a|, plus the f16
+ * output's 2^-10). Returns whether all matched. */
+static bool run_mma_case(int type, int down_type, int64_t E, int64_t ff, int glu, bool bias,
+                         gemv_fn mma, bool quiet, uint64_t seed)
+{
+    enum { NX = 7, KX = 5, NPX = 135 };
+    static const int counts[NX] = {1, 0, 7, 17, 70, 40, 0};
+    uint64_t st = seed;
+    int64_t pairs = NPX, rows = NPX / KX;
+    int64_t max_tiles = gk_moe_max_tiles_of(pairs, NX, GK_MOE_MMA_TILE);
+    void *bg, *bu, *bd;
+    struct gk_qmat wg = rand_experts(type, NX * ff, E, &st, &bg);
+    struct gk_qmat wu = rand_experts(type, NX * ff, E, &st, &bu);
+    struct gk_qmat wd = rand_experts(down_type, NX * E, ff, &st, &bd);
+    float *b1 = bias ? rand_f32(NX * ff, 0.5f, 0.0f, &st) : NULL;
+    float *b2 = bias ? rand_f32(NX * ff, 0.5f, 0.0f, &st) : NULL;
+    float *b3 = bias ? rand_f32(NX * E, 0.5f, 0.0f, &st) : NULL;
+    float *es = glu == GK_GLU_GELU ? rand_f32(NX, 0.5f, 1.0f, &st) : NULL;
+    uint16_t *xn = zalloc((size_t)(rows * E) * 2);
+    for (int64_t i = 0; i < rows * E; i++)
+        xn[i] = ig_f32_to_f16(2.0f * test_rand_f(&st));
+    int32_t *sel = zalloc((size_t)pairs * 4);
+    for (int64_t e = 0, i = 0; e < NX; e++)
+        for (int c = 0; c < counts[e]; c++)
+            sel[i++] = (int32_t)e;
+    for (int64_t i = pairs - 1; i > 0; i--) { /* Fisher-Yates */
+        int64_t j = (int64_t)(test_rand_u64(&st) % (uint64_t)(i + 1));
+        int32_t t = sel[i];
+        sel[i] = sel[j], sel[j] = t;
+    }
+    int32_t *order[2], *tiles[2], *n_tiles[2];
+    uint16_t *h[2];
+    float *y[2];
+    for (int s = 0; s < 2; s++) {
+        order[s] = zalloc((size_t)pairs * 4);
+        tiles[s] = zalloc((size_t)max_tiles * 12);
+        n_tiles[s] = zalloc(4);
+        h[s] = zalloc((size_t)(pairs * ff) * 2);
+        y[s] = zalloc((size_t)(pairs * E) * 4);
+        struct gk_moe_sort_params sp = {.sel = sel, .n_pairs = pairs, .n_expert = NX,
+                                        .tile = GK_MOE_MMA_TILE, .order = order[s],
+                                        .tiles = tiles[s], .n_tiles = n_tiles[s]};
+        if (s == 0)
+            CHECK(IG_DEV(gk_moe_sort)(&sp, NULL) == IG_OK);
+        else
+            gk_moe_sort_ref(&sp);
+    }
+    CHECK(*n_tiles[1] == 6 && *n_tiles[0] == *n_tiles[1] &&
+          memcmp(order[0], order[1], (size_t)pairs * 4) == 0 &&
+          memcmp(tiles[0], tiles[1], 12 * 6) == 0 && tiles[1][3 * 3 + 2] == 64);
+    for (int s = 1; s >= 0; s--) { /* the twin first: the down product reads its h */
+        struct gk_moe_gemv_params gp = {
+            .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn, .ld_x = E,
+            .x_div = KX, .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+            .max_tiles = max_tiles, .glu = glu, .h = h[s], .ld_h = ff};
+        struct gk_moe_gemv_params dp = {
+            .w = wd, .rows = E, .bias = b3, .x = h[1], .ld_x = ff, .x_div = 1,
+            .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+            .max_tiles = max_tiles, .y = y[s], .ld_y = E, .scale = es};
+        if (s == 0) {
+            CHECK(mma(&gp, NULL) == IG_OK);
+            CHECK(mma(&dp, NULL) == IG_OK);
+        } else {
+            gk_moe_gemv_ref(&gp);
+            gk_moe_gemv_ref(&dp);
+        }
+    }
+    int64_t h_bad = 0, y_bad = 0, cols = E > ff ? E : ff;
+    double h_worst = 0, y_worst = 0; /* |error| / bound */
+    float *wf = malloc((size_t)cols * sizeof *wf);
+    void *raw = malloc((size_t)cols * 4 + 64);
+    for (int64_t pr = 0; pr < pairs; pr++) {
+        int64_t ex = sel[pr];
+        const uint16_t *x = xn + (pr / KX) * E;
+        for (int64_t i = 0; i < ff; i++) {
+            double a, sa, xa, b, sb, xb;
+            row_sums(&wg, ex * ff + i, x, wf, raw, &a, &sa, &xa);
+            row_sums(&wu, ex * ff + i, x, wf, raw, &b, &sb, &xb);
+            double ea = mma_bound(a, sa, xa), eb = mma_bound(b, sb, xb);
+            a += b1 ? b1[ex * ff + i] : 0, b += b2 ? b2[ex * ff + i] : 0;
+            double want = ig_f16_to_f32(h[1][pr * ff + i]), got = ig_f16_to_f32(h[0][pr * ff + i]);
+            double tol = 1.2 * (fabs(b) + eb + 1) * ea + (fabs(a) + ea) * eb +
+                         ldexp(fabs(want), -10) + 1e-7;
+            double err = fabs(got - want);
+            h_bad += !(err <= tol);
+            h_worst = err / tol > h_worst ? err / tol : h_worst;
+        }
+        for (int64_t i = 0; i < E; i++) {
+            double r, sr, xr;
+            row_sums(&wd, ex * E + i, h[1] + pr * ff, wf, raw, &r, &sr, &xr);
+            double sc = es ? es[ex] : 1.0, tol = sc * mma_bound(r, sr, xr) + 1e-7;
+            double err = fabs((double)y[0][pr * E + i] - y[1][pr * E + i]);
+            y_bad += !(err <= tol);
+            y_worst = err / tol > y_worst ? err / tol : y_worst;
+        }
+    }
+    bool ok = h_bad == 0 && y_bad == 0;
+    if (!quiet) {
+        fprintf(stderr, "  mma: worst error / bound: h %.3f, y %.3f\n", h_worst, y_worst);
+        CHECKF(ok, "gk_moe_mma %s/%s glu %d: %lld of h, %lld of y outside the bound",
+               quant_type_name((uint32_t)type), quant_type_name((uint32_t)down_type), glu,
+               (long long)h_bad, (long long)y_bad);
+        CHECKF(max_abs(y[1], pairs * E) > 0.01, "y is flat: the case proves nothing");
+    }
+    for (int s = 0; s < 2; s++)
+        free(order[s]), free(tiles[s]), free(n_tiles[s]), free(h[s]), free(y[s]);
+    free(bg), free(bu), free(bd), free(b1), free(b2), free(b3), free(es), free(xn), free(sel);
+    free(wf), free(raw);
+    return ok;
+}
+
+/* The chooser: tiles of 64 on the tensor cores for prefill steps of block
+ * types, the GEMV for decode steps and for f16 or MXFP4 experts (which
+ * gk_moe_mma refuses). */
+static void test_mma_choose(void)
+{
+    CHECK(gk_moe_choose(QUANT_Q4_K, QUANT_Q6_K, 2048 * 8, 128) == GK_MOE_MMA_TILE);
+    CHECK(gk_moe_choose(QUANT_Q4_K, QUANT_Q6_K, 8 * 8, 128) == GK_MOE_TILE);
+    CHECK(gk_moe_choose(QUANT_MXFP4, QUANT_MXFP4, 2048 * 4, 32) == GK_MOE_TILE);
+    CHECK(gk_moe_choose(QUANT_Q8_0, QUANT_F16, 2048 * 8, 128) == GK_MOE_TILE);
+    void *buf;
+    uint64_t st = 3;
+    struct gk_qmat w = rand_experts(QUANT_MXFP4, 64, 64, &st, &buf);
+    int32_t tiles[3] = {0, 0, 1}, order[1] = {0}, n_tiles[1] = {1};
+    uint16_t *x = zalloc(64 * 2);
+    float *y = zalloc(64 * 4);
+    struct gk_moe_gemv_params p = {.w = w, .rows = 64, .x = x, .ld_x = 64, .x_div = 1,
+                                   .order = order, .tiles = tiles, .n_tiles = n_tiles,
+                                   .max_tiles = 1, .y = y, .ld_y = 64};
+    fprintf(stderr, "(an error line expected:)\n");
+    CHECK(IG_DEV(gk_moe_mma)(&p, NULL) == IG_E_INTERNAL);
+    free(buf), free(x), free(y);
+}
+
 int main(void)
 {
     struct {
@@ -349,7 +532,30 @@ int main(void)
         CHECK(run_case(cases[i].type, cases[i].down, cases[i].e, cases[i].ff, cases[i].glu,
                        cases[i].bias, IG_DEV(gk_moe_route), IG_DEV(gk_moe_gemv), false, 11 + i));
     }
+    /* the tensor-core product (prefill) */
+    test_mma_choose();
+    struct {
+        int type, down;
+        int64_t e, ff;
+        int glu;
+        bool bias;
+    } mcases[] = {
+        {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
+        {QUANT_Q8_0, QUANT_Q8_0, 128, 96, GK_MOE_GLU_OAI, true},
+        {QUANT_Q8_0, QUANT_Q8_0, 64, 96, GK_GLU_GELU, false}, /* Gemma 4's scale */
+    };
+    for (size_t i = 0; i < sizeof mcases / sizeof mcases[0]; i++) {
+        fprintf(stderr, "mma: %s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
+                quant_type_name((uint32_t)mcases[i].type),
+                quant_type_name((uint32_t)mcases[i].down), (long long)mcases[i].e,
+                (long long)mcases[i].ff, mcases[i].glu, mcases[i].bias ? ", biases" : "");
+        CHECK(run_mma_case(mcases[i].type, mcases[i].down, mcases[i].e, mcases[i].ff,
+                           mcases[i].glu, mcases[i].bias, IG_DEV(gk_moe_mma), false, 31 + i));
+    }
     /* planted bugs must be caught */
+    CHECKF(!run_mma_case(QUANT_Q8_0, QUANT_Q8_0, 64, 96, GK_GLU_SILU, false,
+                         gk_moe_mma_emu_moe_mma_expert_off, true, 31),
+           "mutant moe_mma_expert_off (the expert's weight rows one expert off) not caught");
     CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false, IG_DEV(gk_moe_route),
                      gk_moe_gemv_emu_moe_wrong_expert, true, 11),
            "mutant moe_wrong_expert (a product reads the wrong expert's rows) not caught");
