@@ -51,20 +51,17 @@ static void head(struct cpu_backend *c, int64_t n, float *logits)
 }
 
 /* x [n, n_embd] = the tokens' rows of the embedding table. A tensor-parallel
- * rank looks up the tokens of its vocabulary rows only (a tied head's rows:
- * the bytes it holds anyway), zeros for the others, and the all-reduce sums
- * the ranks' rows (x + 0 is x: the same rows as one process), so no rank
- * pages in the whole table. */
+ * rank's table is its vocabulary rows only (models/tp.h; a tied head's rows:
+ * the bytes it holds anyway): it looks up the tokens there, zeros for the
+ * others, and the all-reduce sums the ranks' rows (x + 0 is x: the same rows
+ * as one process), so no rank pages in the whole table. */
 static int embed(struct cpu_backend *c, const int32_t *tokens, int64_t n, float *x)
 {
     const struct model *m = c->base.m;
     const struct cpu_tp *tp = c->step.tp;
     if (!tp)
         return ops_embed(m, tokens, n, x);
-    int64_t v0 = tp->v0[tp->rank], n_v = tp->n_v[tp->rank];
-    if (tp->rank == tp->n_ranks - 1) /* and rows past the vocabulary, where a table has them */
-        n_v = m->w[MODEL_TOK_EMBD].rows - v0;
-    int st = ops_embed_part(m, tokens, n, v0, n_v, x);
+    int st = ops_embed_part(m, tokens, n, tp->v0[tp->rank], x);
     if (st == IG_OK)
         ig_coll_allreduce_sum(x, n * m->hp.n_embd);
     return st;

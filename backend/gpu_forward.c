@@ -106,13 +106,17 @@ static int add_product(struct gpu_backend *g, const struct gpu_matrix *w, const 
                                                 (float)hp->norm_eps, g->stream);
 }
 
-/* The step's residuals from the embedding table (scaled for Gemma). */
+/* The step's residuals from the embedding table (scaled for Gemma); a
+ * tensor-parallel rank's rows of its own tokens (zeros for the others',
+ * scaled still zeros), summed over the ranks before layer 0. */
 static int embed(struct gpu_backend *g, int64_t n)
 {
     const struct model_hparams *hp = &g->m->hp;
     int st = IG_DEV(gpu_embed)(g, g->tokens, n, g->x);
     if (st == IG_OK && hp->embd_scale != 1.0)
         st = IG_DEV(gk_scale_f32)(g->x, n * hp->n_embd, (float)hp->embd_scale, g->stream);
+    if (st == IG_OK && g->tp)
+        st = IG_DEV(gpu_tp_embedded)(g, g->x, n);
     return st;
 }
 

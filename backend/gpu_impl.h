@@ -93,6 +93,8 @@ struct gpu_backend {
     enum backend_gpu_weights weights_mode;
     struct gpu_layer *layers;
     struct gpu_matrix mat[MODEL_ROLES]; /* [MODEL_TOK_EMBD], [MODEL_OUTPUT] (the same when tied) */
+    int64_t vocab0;            /* the vocabulary row mat[MODEL_TOK_EMBD] starts at (a
+                                  tensor-parallel rank's part; else 0) */
     float *vec[MODEL_ROLES];            /* [MODEL_OUTPUT_NORM] */
     double *inv_freq[2];       /* [model_rope_dims / 2] per RoPE variant (MODEL_ROPE_GLOBAL,
                                   _LOCAL) */
@@ -332,7 +334,8 @@ int IG_DEV(gpu_gemma4_ple_layer)(struct gpu_backend *g, int64_t l, int64_t row0,
 int IG_DEV(gpu_gemma4_alloc)(struct gpu_backend *g);
 uint16_t *IG_DEV(gpu_gemma4_kv_rows)(const struct gpu_backend *g, int64_t l, int v);
 
-/* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]). */
+/* x[t] = row tokens[t] of the embedding table (f32 [n][n_embd]); on a
+ * tensor-parallel rank zeros for the tokens outside its rows (vocab0). */
 int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, float *x);
 
 /* The forward (gpu_forward.c). A prefill step's n rows of n_seqs
@@ -418,6 +421,10 @@ int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
 /* The waiting partial sum summed over the ranks into the residual (nothing
  * where none waits). */
 int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g);
+
+/* The step's embedded rows x [n][n_embd] (each rank's tokens, zeros for the
+ * others') summed over the ranks in place: every rank's whole rows. */
+int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n);
 
 /* A step of a rank: run (the one-process step) with the logits the rank
  * computes (its vocabulary rows) gathered into rank 0's batch. A failure

@@ -286,6 +286,7 @@ int IG_DEV(gpu_embed)(struct gpu_backend *g, const int32_t *tokens, int64_t n, f
 {
     const struct gk_qmat *t = &g->mat[MODEL_TOK_EMBD].part[0];
     if (t->type == QUANT_F16)
-        return IG_DEV(gk_embed)((const uint16_t *)t->q, tokens, n, t->cols, x, g->stream);
-    return IG_DEV(gk_qembed)(t, tokens, n, x, g->stream);
+        return IG_DEV(gk_embed)((const uint16_t *)t->q, tokens, n, t->cols, g->vocab0, t->rows,
+                                x, g->stream);
+    return IG_DEV(gk_qembed)(t, tokens, n, g->vocab0, x, g->stream);
 }

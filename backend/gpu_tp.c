@@ -12,11 +12,16 @@
  *            x += RMSNorm(proj).
  *
  * The residual add thus rides in the all-reduce: no launch of its own, and
- * none of the fused norm tails (the next norm needs the whole sum). The
- * logits: each rank's vocabulary rows, gathered on rank 0 over MPI (the
- * greedy token then picked there); a tied head (token_embd's, uploaded
- * whole on every rank) gives every rank the whole row, so rank 0 keeps its
- * own and the others bring back a token a row. Compiled twice like gpu.c
+ * none of the fused norm tails (the next norm needs the whole sum).
+ *
+ * The vocabulary: a rank holds token_embd's rows of its vocabulary part
+ * alone (models/tp.c's shard; the last rank any rows past the vocabulary),
+ * so the embedding kernel writes the rows of the step's tokens that fall
+ * there and zeros for the others, and one more all-reduce before layer 0
+ * sums them (x + 0 = x: one process's rows, bit for bit). The output head
+ * is the same rows, the file's own or (tied) token_embd's, so every rank
+ * computes its vocabulary rows of the logits, gathered on rank 0 over MPI
+ * (the greedy token then picked there). Compiled twice like gpu.c
  * (backend/gpu.h). Covered by tests/tp/test_tp_gpu.py. */
 #include "backend/cpu_layer.h"
 #include "backend/gpu_impl.h"
@@ -41,8 +46,6 @@ struct gpu_tp {
     int64_t rows;
     float *host;              /* [cap] logits on their way to rank 0 */
     int64_t cap;
-    int32_t *tokens;          /* [cap_tokens] a tied head's greedy tokens (ranks > 0) */
-    int64_t cap_tokens;
     bool stats;               /* IGNITE_TP_STATS: rank 0 says which reduce runs */
 };
 
@@ -53,6 +56,7 @@ int IG_DEV(gpu_tp_open)(struct gpu_backend *g, struct cpu_tp *share)
         return ig_error(IG_E_NOMEM, "out of memory");
     g->tp->share = share;
     g->tp->stats = getenv("IGNITE_TP_STATS") != NULL;
+    g->vocab0 = share->v0[share->rank]; /* the shard's token_embd starts there */
     return IG_OK;
 }
 
@@ -63,7 +67,6 @@ void IG_DEV(gpu_tp_free)(struct gpu_backend *g)
     if (g->tp->red)
         g->tp->red->free(g->tp->red);
     free(g->tp->host);
-    free(g->tp->tokens);
     free(g->tp);
     g->tp = NULL;
 }
@@ -140,7 +143,12 @@ int IG_DEV(gpu_tp_connect)(struct backend *b)
     return IG_OK;
 }
 
-/* ---- the two reduce points -------------------------------------------------------- */
+/* ---- the reduces: the embedded rows, the two points of a layer -------------------- */
+
+int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n)
+{
+    return g->tp->red->sum(g->tp->red, x, n * g->m->hp.n_embd, g->stream);
+}
 
 int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
                            const uint16_t *in, int64_t ld_in, int64_t rows, float *x,
@@ -232,25 +240,17 @@ int IG_DEV(gpu_tp_step)(struct gpu_backend *g, const struct backend_batch *batch
     struct gpu_tp *t = g->tp;
     struct cpu_tp *s = t->share;
     int64_t k = wanted(batch), nv = s->n_vocab;
-    bool whole = g->mat[MODEL_OUTPUT].rows == nv; /* a tied head: every rank's row is whole */
     struct backend_batch b = *batch;
-    int st = IG_OK;
-    if (whole && s->rank != 0) {
-        if ((st = grow((void **)&t->tokens, &t->cap_tokens, k ? k : 1, sizeof *t->tokens)))
-            ig_coll_abort(st);
-        b.logits = NULL;
-        b.greedy = t->tokens; /* a token a row, not the row */
-    } else if (!whole) {
-        if ((st = grow((void **)&t->host, &t->cap, (k ? k : 1) * nv, sizeof *t->host)))
-            ig_coll_abort(st);
-        b.logits = t->host;
-        b.greedy = NULL;
-    }
+    int st = grow((void **)&t->host, &t->cap, (k ? k : 1) * nv, sizeof *t->host);
+    if (st != IG_OK)
+        ig_coll_abort(st);
+    b.logits = t->host; /* the rank's vocabulary rows, in rows of n_vocab */
+    b.greedy = NULL;
     /* a rank that fails in its forward would leave the others in an
      * all-reduce: the job ends, this rank's line naming it */
     if ((st = run(g, &b)) != IG_OK)
         ig_coll_abort(st);
-    if (whole || !k)
+    if (!k)
         return IG_OK;
     float *out = batch->greedy ? t->host : batch->logits; /* rank 0's; t->host is packed */
     if (s->rank == 0 && batch->greedy && !(out = malloc((size_t)(k * nv) * sizeof *out)))

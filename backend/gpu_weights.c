@@ -223,8 +223,13 @@ int IG_DEV(gpu_upload_weights)(struct gpu_backend *g)
          st == IG_OK && model_tensors_next(&it);)
         if (model_tensor_present(it.t, it.features))
             st = put_group(g, &it, &g->mat[it.t->role], &g->vec[it.t->role], staging);
-        else /* the output head of tied embeddings: token_embd's matrix */
-            g->mat[it.t->role] = g->mat[MODEL_TOK_EMBD];
+        else { /* the output head of tied embeddings: token_embd's matrix, its rows
+                  the head's (a tensor-parallel rank's: its vocabulary rows) */
+            struct gpu_matrix *h = &g->mat[it.t->role];
+            *h = g->mat[MODEL_TOK_EMBD];
+            IG_ASSERT(h->n_parts == 1 && it.w->rows <= h->rows);
+            h->rows = h->part[0].rows = it.w->rows;
+        }
     /* The f16 slabs the products of max_batch rows dequantize into. */
     g->mm_scratch_bytes = gpu_plan_scratch_bytes(m, g->weights_mode, g->max_batch);
     if (st == IG_OK && g->mm_scratch_bytes)

@@ -189,16 +189,17 @@ static double rss_mib(void)
 
 /* Every rank at the backend's end: its steps, seconds in collectives,
  * resident MiB and the weights' share of it (the model file's pages it has
- * mapped, its packed copies) to rank 0, which prints a line a rank where
- * IGNITE_TP_STATS is set (the cost of the all-reduces and what a rank
- * holds: docs/benchmarks.md). */
+ * mapped, its packed copies) and a GPU rank's weights on its device to rank
+ * 0, which prints a line a rank where IGNITE_TP_STATS is set (the cost of
+ * the all-reduces and what a rank holds: docs/benchmarks.md, docs/gpu.md). */
 void tp_stats(struct tp_rank *r)
 {
-    enum { K = 5 };
+    enum { K = 6 };
     int n = ig_coll_size();
     float mine[K] = {(float)r->steps, (float)ig_coll_seconds(), (float)rss_mib(),
                      r->map ? (float)ig_mapped_resident(r->map) / 1048576.0f : 0.0f,
-                     r->packed ? (float)backend_cpu_packed_bytes(r->cpu) / 1048576.0f : 0.0f};
+                     r->packed ? (float)backend_cpu_packed_bytes(r->cpu) / 1048576.0f : 0.0f,
+                     (float)r->cpu->weight_bytes / 1048576.0f};
     float all[K * MODEL_TP_MAX_RANKS];
     int64_t cnt[MODEL_TP_MAX_RANKS], at[MODEL_TP_MAX_RANKS];
     for (int i = 0; i < n; i++)
@@ -209,8 +210,9 @@ void tp_stats(struct tp_rank *r)
     for (int i = 0; i < n; i++) {
         const float *a = all + K * i;
         fprintf(stderr, "tp: rank %d of %d: %.0f steps, %.3f s in collectives (%.3f ms a "
-                "step), resident %.1f MiB (model file pages %.1f, packed weights %.1f)\n", i, n,
-                a[0], a[1], a[0] > 0 ? 1e3 * a[1] / a[0] : 0.0, a[2], a[3], a[4]);
+                "step), resident %.1f MiB (model file pages %.1f, packed weights %.1f), "
+                "device weights %.3f MiB\n", i, n, a[0], a[1], a[0] > 0 ? 1e3 * a[1] / a[0] : 0.0,
+                a[2], a[3], a[4], a[5]);
     }
 }
 

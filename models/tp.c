@@ -170,7 +170,7 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
 static struct model_weight rows_of(const struct model_weight *w, int64_t r0, int64_t n)
 {
     struct model_weight v = *w;
-    v.data = (const char *)w->data + (size_t)r0 * w->row_bytes;
+    v.data = w->data ? (const char *)w->data + (size_t)r0 * w->row_bytes : NULL;
     v.rows = n;
     return v;
 }
@@ -266,6 +266,11 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
         return ig_error(IG_E_NOMEM, "out of memory");
     }
     s->m.w[MODEL_OUTPUT] = rows_of(&m->w[MODEL_OUTPUT], p->v0, p->n_v);
+    /* the embedding table by the same rows (a tied head's are these), the
+     * last rank any past the vocabulary: a rank looks up its own tokens */
+    const struct model_weight *E = &m->w[MODEL_TOK_EMBD];
+    s->m.w[MODEL_TOK_EMBD] =
+        rows_of(E, p->v0, p->rank == p->n_ranks - 1 ? E->rows - p->v0 : p->n_v);
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         const struct model_tp_layer *t = &p->layers[il];

@@ -4,8 +4,10 @@
  * Megatron's split, by the split column of the table of tensors
  * (models/tensors.c): Q, K, V (and their biases), gate and up by output
  * rows, the attention output and down projections by input columns, the
- * output head by vocabulary rows; norms and the embedding table (read by
- * token id: a rank reads only the rows of its step's tokens) on every rank.
+ * output head and the embedding table by vocabulary rows (the last rank the
+ * table's rows past the vocabulary, if any: a rank looks up the tokens of
+ * its rows, zeros for the others, summed by the backend's all-reduce);
+ * norms on every rank.
  * A rank holds whole query heads with the KV heads they read: KV heads are
  * split where there are at least as many as ranks (query heads follow
  * their KV head), else each KV head is replicated on the ranks that share

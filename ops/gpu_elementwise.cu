@@ -33,16 +33,28 @@ constexpr int kRopeSlotsPerThread = 4; /* pairs per thread; a block covers 512 p
 /* ---- embedding ------------------------------------------------------------ */
 
 /* Block (t, chunk range): VEC moves 8 elements per thread (16-byte f16 load,
- * two 16-byte f32 stores); otherwise one element. */
+ * two 16-byte f32 stores); otherwise one element. The table holds the
+ * vocabulary rows [v0, v0 + n_v); a token outside them gets zeros (a
+ * tensor-parallel rank's part: the all-reduce adds the other ranks' rows). */
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
 embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tokens,
-             int64_t n_embd, float *__restrict__ x)
+             int64_t n_embd, int64_t v0, int64_t n_v, float *__restrict__ x)
 {
     const int64_t t = blockIdx.x;
     const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
-    const uint16_t *src = table + (int64_t)tokens[t] * n_embd;
+    const int64_t row = (int64_t)tokens[t] - v0;
+    const uint16_t *src = table + row * n_embd;
     float *dst = x + t * n_embd;
+    if (row < 0 || row >= n_v) { /* another rank's token */
+        if (VEC && c < n_embd / 8) {
+            ((gk_f32x4 *)dst)[2 * c] = gk_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
+            ((gk_f32x4 *)dst)[2 * c + 1] = gk_f32x4{0.0f, 0.0f, 0.0f, 0.0f};
+        } else if (!VEC && c < n_embd) {
+            dst[c] = 0.0f;
+        }
+        return;
+    }
     if (VEC) {
         if (c >= n_embd / 8)
             return;
@@ -170,11 +182,12 @@ unsigned blocks_for(int64_t items, int64_t per_block)
 extern "C" {
 
 int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
-                     float *x, void *stream_)
+                     int64_t v0, int64_t n_v, float *x, void *stream_)
 {
-    if (n < 0 || n_embd < 1 || n > 0x7fffffff || !table || !tokens || !x)
-        return ig_error(IG_E_INTERNAL, "gk_embed: bad sizes (n %lld, n_embd %lld) or NULL",
-                        (long long)n, (long long)n_embd);
+    if (n < 0 || n_embd < 1 || n > 0x7fffffff || v0 < 0 || n_v < 0 || !table || !tokens || !x)
+        return ig_error(IG_E_INTERNAL, "gk_embed: bad sizes (n %lld, n_embd %lld, rows %lld "
+                        "from %lld) or NULL", (long long)n, (long long)n_embd, (long long)n_v,
+                        (long long)v0);
     if (n == 0)
         return IG_OK;
     const bool vec = n_embd % 8 == 0 && gk_aligned(table, 16) && gk_aligned(x, 16);
@@ -184,7 +197,8 @@ int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, in
     if (grid.y == 0)
         return ig_error(IG_E_INTERNAL, "gk_embed: n_embd %lld too wide", (long long)n_embd);
     auto *kernel = vec ? embed_kernel<true> : embed_kernel<false>;
-    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, table, tokens, n_embd, x);
+    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, table, tokens, n_embd, v0, n_v,
+                     x);
 }
 
 int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,

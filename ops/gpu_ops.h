@@ -28,12 +28,14 @@ extern "C" {
 
 /* ---- ops/gpu_elementwise.cu -------------------------------------------- */
 
-/* x[t][i] = table[tokens[t]][i] for t < n, i < n_embd: table f16
- * [n_vocab][n_embd], tokens int32 [n] (checked by the caller), x f32. */
+/* x[t][i] = table[tokens[t] - v0][i] for t < n, i < n_embd: table f16
+ * [n_v][n_embd], the vocabulary rows [v0, v0 + n_v) (the whole table: 0,
+ * n_vocab); a token outside them gets a row of zeros (a tensor-parallel
+ * rank's part); tokens int32 [n] (checked by the caller), x f32. */
 int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
-                     float *x, void *stream);
+                     int64_t v0, int64_t n_v, float *x, void *stream);
 void gk_embed_ref(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
-                  float *x);
+                  int64_t v0, int64_t n_v, float *x);
 
 /* y[t] = f16(x[t] * w / sqrt(mean(x[t]^2) + eps)) for t < n: x f32 [n][dim]
  * (row stride ld_x), w f32 [dim], y f16 [n][dim] (contiguous). Sums in f32. */

@@ -22,11 +22,14 @@
 /* ---- element-wise ---------------------------------------------------------- */
 
 void gk_embed_ref(const uint16_t *table, const int32_t *tokens, int64_t n, int64_t n_embd,
-                  float *x)
+                  int64_t v0, int64_t n_v, float *x)
 {
-    for (int64_t t = 0; t < n; t++)
+    for (int64_t t = 0; t < n; t++) {
+        int64_t row = (int64_t)tokens[t] - v0;
         for (int64_t i = 0; i < n_embd; i++)
-            x[t * n_embd + i] = ig_f16_to_f32(table[(int64_t)tokens[t] * n_embd + i]);
+            x[t * n_embd + i] = row >= 0 && row < n_v ? ig_f16_to_f32(table[row * n_embd + i])
+                                                      : 0.0f;
+    }
 }
 
 void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,

@@ -156,11 +156,14 @@ int IG_DEV(gk_qdequant_f16)(const struct gk_qmat *w, int64_t r0, int64_t nr, uin
                             void *stream);
 void gk_qdequant_f16_ref(const struct gk_qmat *w, int64_t r0, int64_t nr, uint16_t *dst);
 
-/* x[t][c] = value of row tokens[t], column c (f32, bit for bit
- * quant_dequantize_row's) for t < n: the embedding lookup. */
-int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n, float *x,
-                      void *stream);
-void gk_qembed_ref(const struct gk_qmat *w, const int32_t *tokens, int64_t n, float *x);
+/* x[t][c] = value of row tokens[t] - v0, column c (f32, bit for bit
+ * quant_dequantize_row's) for t < n: the embedding lookup, w holding the
+ * vocabulary rows [v0, v0 + w->rows) (the whole table: v0 = 0); a token
+ * outside them gets a row of zeros (a tensor-parallel rank's part). */
+int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n, int64_t v0,
+                      float *x, void *stream);
+void gk_qembed_ref(const struct gk_qmat *w, const int32_t *tokens, int64_t n, int64_t v0,
+                   float *x);
 
 /* Random blocks for a shapes-only synthetic model: quant and high-bit bytes
  * from a counter hash of (seed, byte), scales fixed per type (K types'

@@ -48,13 +48,19 @@ void gk_qdequant_f16_ref(const struct gk_qmat *w, int64_t r0, int64_t nr, uint16
     free(f);
 }
 
-void gk_qembed_ref(const struct gk_qmat *w, const int32_t *tokens, int64_t n, float *x)
+void gk_qembed_ref(const struct gk_qmat *w, const int32_t *tokens, int64_t n, int64_t v0,
+                   float *x)
 {
     uint8_t *row = malloc(file_row_bytes(w));
     IG_ASSERT(row);
-    for (int64_t t = 0; t < n; t++)
-        quant_dequantize_row((enum quant_type)w->type, unpack_row(w, tokens[t], row),
-                             x + t * w->cols, w->cols);
+    for (int64_t t = 0; t < n; t++) {
+        int64_t r = (int64_t)tokens[t] - v0;
+        if (r >= 0 && r < w->rows)
+            quant_dequantize_row((enum quant_type)w->type, unpack_row(w, r, row),
+                                 x + t * w->cols, w->cols);
+        else /* another rank's token */
+            memset(x + t * w->cols, 0, (size_t)w->cols * sizeof *x);
+    }
     free(row);
 }
 

@@ -144,16 +144,25 @@ dequant_kernel(gk_qmat w, int64_t r0, int64_t nr, uint16_t *__restrict__ dst)
 }
 
 /* One thread per (token, activation block): 32 f32 values, eight 16-byte
- * stores (x rows are 16-byte aligned: cols is a multiple of 32). */
+ * stores (x rows are 16-byte aligned: cols is a multiple of 32). w holds
+ * the vocabulary rows [v0, v0 + w.rows); a token outside them gets zeros (a
+ * tensor-parallel rank's part: the all-reduce adds the other ranks' rows). */
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
-embed_kernel(gk_qmat w, const int32_t *__restrict__ tokens, int64_t n, float *__restrict__ x)
+embed_kernel(gk_qmat w, const int32_t *__restrict__ tokens, int64_t n, int64_t v0,
+             float *__restrict__ x)
 {
     const int64_t nxb = w.cols / 32, total = n * nxb;
     for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * kThreads) {
         float y[32];
-        qb_decode32<TYPE>(w, tokens[i / nxb], i % nxb, y);
+        const int64_t row = (int64_t)tokens[i / nxb] - v0;
+        if (row >= 0 && row < w.rows) {
+            qb_decode32<TYPE>(w, row, i % nxb, y);
+        } else { /* another rank's token */
+            for (int c = 0; c < 32; c++)
+                y[c] = 0.0f;
+        }
         gk_f32x4 *out = (gk_f32x4 *)(x + i * 32);
         for (int c = 0; c < 8; c++)
             out[c] = gk_f32x4{y[4 * c], y[4 * c + 1], y[4 * c + 2], y[4 * c + 3]};
@@ -241,10 +250,11 @@ int IG_DEV(gk_qdequant_f16)(const struct gk_qmat *w, int64_t r0, int64_t nr, uin
     });
 }
 
-int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n, float *x,
-                      void *stream)
+int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n, int64_t v0,
+                      float *x, void *stream)
 {
-    if (!shape_ok(*w, "gk_qembed") || n < 0 || (n && (!tokens || !x)) || !gk_aligned(x, 16))
+    if (!shape_ok(*w, "gk_qembed") || n < 0 || v0 < 0 || (n && (!tokens || !x)) ||
+        !gk_aligned(x, 16))
         return ig_error(IG_E_INTERNAL, "gk_qembed: %lld tokens, NULL or misaligned output",
                         (long long)n);
     if (n == 0)
@@ -253,7 +263,7 @@ int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n,
     return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = embed_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(n * (m.cols / 32))), block(kThreads);
-        return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, tokens, n, x);
+        return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, tokens, n, v0, x);
     });
 }
 

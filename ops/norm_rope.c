@@ -25,24 +25,26 @@
 #endif
 
 int ops_embed_part(const struct model *m, const int32_t *tokens, int64_t n_tokens, int64_t v0,
-                   int64_t n_v, float *x)
+                   float *x)
 {
     const struct model_weight *e = &m->w[MODEL_TOK_EMBD];
     const struct mm_format *f = ops_mm_format_of(e->type);
     IG_ASSERT(f != NULL);
+    /* the whole table's ids: a part's last row, or the vocabulary */
+    int64_t n_ids = v0 + e->rows > m->hp.n_vocab ? v0 + e->rows : m->hp.n_vocab;
     for (int64_t t = 0; t < n_tokens; t++) {
-        if (tokens[t] < 0 || tokens[t] >= e->rows)
+        if (tokens[t] < 0 || tokens[t] >= n_ids)
             return ig_error(IG_E_INPUT, "token id %ld at index %lld is outside the vocabulary [0, %lld)",
-                            (long)tokens[t], (long long)t, (long long)e->rows);
+                            (long)tokens[t], (long long)t, (long long)n_ids);
     }
     float scale = (float)m->hp.embd_scale;
     for (int64_t t = 0; t < n_tokens; t++) {
         float *xt = x + t * e->cols;
-        if (tokens[t] < v0 || tokens[t] >= v0 + n_v) {
+        if (tokens[t] < v0 || tokens[t] >= v0 + e->rows) { /* another rank's */
             memset(xt, 0, (size_t)e->cols * sizeof *xt);
             continue;
         }
-        const uint8_t *row = (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes;
+        const uint8_t *row = (const uint8_t *)e->data + (size_t)(tokens[t] - v0) * e->row_bytes;
         f->decode_row(e->type, row, xt, e->cols);
         if (scale != 1.0f)
             for (int64_t i = 0; i < e->cols; i++)
@@ -53,7 +55,7 @@ int ops_embed_part(const struct model *m, const int32_t *tokens, int64_t n_token
 
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x)
 {
-    return ops_embed_part(m, tokens, n_tokens, 0, m->w[MODEL_TOK_EMBD].rows, x);
+    return ops_embed_part(m, tokens, n_tokens, 0, x);
 }
 
 /* Vectors for the loops -O2 leaves scalar (trip counts not known multiples

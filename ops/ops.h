@@ -223,11 +223,12 @@ void ops_add_bias(float *x, const struct model_weight *bias, int64_t n_tokens, i
  * IG_E_INPUT naming the first id outside [0, n_vocab). */
 int ops_embed(const struct model *m, const int32_t *tokens, int64_t n_tokens, float *x);
 
-/* ops_embed over the vocabulary rows [v0, v0 + n_v) alone: a token outside
- * them gets a row of zeros, its table row untouched (a tensor-parallel
- * rank's share of the lookup, summed over the ranks: backend/cpu.c). Every
- * id is still checked against the whole vocabulary. */
+/* ops_embed where m's table holds the vocabulary rows [v0, v0 + its rows)
+ * alone (a tensor-parallel rank's part, models/tp.h): a token outside them
+ * gets a row of zeros (the rank's share of the lookup, summed over the
+ * ranks: backend/cpu.c). Every id is still checked against the whole
+ * vocabulary. */
 int ops_embed_part(const struct model *m, const int32_t *tokens, int64_t n_tokens, int64_t v0,
-                   int64_t n_v, float *x);
+                   float *x);
 
 #endif

@@ -160,6 +160,12 @@ elseif(MUTANT STREQUAL "tp_no_reduce") # IN=backend/gpu_tp.c (tests/tp/test_tp_g
 elseif(MUTANT STREQUAL "tp_twice")
   set(from "int st = t->red->sum(t->red, buf, t->rows * e, g->stream);")
   set(to "int st = t->red->sum(t->red, buf, t->rows * e, g->stream); /* mutant: reduced twice */\n    if (st == IG_OK)\n        st = t->red->sum(t->red, buf, t->rows * e, g->stream);")
+elseif(MUTANT STREQUAL "tp_embed_no_sum") # IN=backend/gpu_tp.c: the embedded rows not summed
+  set(from "return g->tp->red->sum(g->tp->red, x, n * g->m->hp.n_embd, g->stream);")
+  set(to "(void)x, (void)n; /* mutant: the embedded rows not summed */\n    return IG_OK;")
+elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
+  set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
+  set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")
 else()
   message(FATAL_ERROR "unknown mutant ${MUTANT}")
 endif()

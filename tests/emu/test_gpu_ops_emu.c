@@ -110,8 +110,8 @@ static void test_embed(uint64_t *st)
             struct out_buf ob;
             float *x = out_init(&ob, (size_t)(n * d) * 4, 4);
             float *ref = malloc((size_t)(n * d) * 4);
-            gk_embed_ref(table, tok, n, d, ref);
-            int rc = IG_DEV(gk_embed)(table, tok, n, d, x, NULL);
+            gk_embed_ref(table, tok, n, d, 0, n_vocab, ref);
+            int rc = IG_DEV(gk_embed)(table, tok, n, d, 0, n_vocab, x, NULL);
             CHECKF(rc == 0, "embed d %lld n %lld: rc %d", (long long)d, (long long)n, rc);
             CHECKF(memcmp(x, ref, (size_t)(n * d) * 4) == 0, "embed d %lld n %lld: differs",
                    (long long)d, (long long)n);
@@ -119,6 +119,20 @@ static void test_embed(uint64_t *st)
             for (int64_t t = 0; t < n; t++)
                 for (int64_t i = 0; i < d; i++)
                     ok &= ref[t * d + i] == ig_f16_to_f32(table[tok[t] * d + i]);
+            CHECK(ok);
+            /* a tensor-parallel rank's part: rows [v0, v0 + n_v) of the
+             * table, zeros for the other tokens (x holds the whole rows) */
+            const int64_t v0 = 7, n_v = 30;
+            gk_embed_ref(table + v0 * d, tok, n, d, v0, n_v, ref);
+            rc = IG_DEV(gk_embed)(table + v0 * d, tok, n, d, v0, n_v, x, NULL);
+            CHECKF(rc == 0 && memcmp(x, ref, (size_t)(n * d) * 4) == 0,
+                   "embed d %lld n %lld, rows %lld + %lld: differs", (long long)d, (long long)n,
+                   (long long)v0, (long long)n_v);
+            for (int64_t t = 0; t < n; t++) {
+                bool mine = tok[t] >= v0 && tok[t] < v0 + n_v;
+                for (int64_t i = 0; i < d; i++)
+                    ok &= ref[t * d + i] == (mine ? ig_f16_to_f32(table[tok[t] * d + i]) : 0.0f);
+            }
             CHECK(ok);
             CHECKF(out_guards_ok(&ob), "embed d %lld n %lld: guards", (long long)d,
                    (long long)n);

@@ -310,7 +310,7 @@ static void test_mxfp4_blocks(void)
     float *got = zalloc((size_t)ROWS * COLS * 4), *want = malloc(COLS * sizeof *want);
     for (int r = 0; r < ROWS; r++)
         tokens[r] = r;
-    CHECK(IG_DEV(gk_qembed)(&dev, tokens, ROWS, got, NULL) == IG_OK);
+    CHECK(IG_DEV(gk_qembed)(&dev, tokens, ROWS, 0, got, NULL) == IG_OK);
     int bad_blocks = 0, bad_values = 0;
     for (int r = 0; r < ROWS; r++) {
         gk_qunpack_row_ref(&dev, r, back);

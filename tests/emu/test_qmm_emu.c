@@ -214,9 +214,9 @@ static void test_layout_and_rows(int type, uint64_t *st)
     const int32_t tok[] = {12, 0, 5, 5, 7};
     const int64_t n = 5;
     float *x = out_init(&ob, (size_t)(n * cols) * 4);
-    CHECK(IG_DEV(gk_qembed)(&dev, tok, n, x, NULL) == IG_OK);
+    CHECK(IG_DEV(gk_qembed)(&dev, tok, n, 0, x, NULL) == IG_OK);
     float *x_ref = malloc((size_t)(n * cols) * 4);
-    gk_qembed_ref(&ref, tok, n, x_ref);
+    gk_qembed_ref(&ref, tok, n, 0, x_ref);
     exact = true;
     for (int64_t t = 0; t < n; t++) {
         quant_dequantize_row((enum quant_type)type, src + tok[t] * rb, f, cols);
@@ -224,6 +224,23 @@ static void test_layout_and_rows(int type, uint64_t *st)
     }
     CHECKF(exact, "%s: twin embedding differs from quant_dequantize_row", tname(type));
     CHECKF(memcmp(x, x_ref, (size_t)(n * cols) * 4) == 0, "%s: embedding kernel", tname(type));
+    /* a tensor-parallel rank's part: the matrix as the vocabulary rows
+     * [v0, v0 + rows), zeros for the tokens outside (x holds whole rows) */
+    const int64_t v0 = 3;
+    const int32_t tok_part[] = {12, 0, 5, 2, (int32_t)(v0 + rows)};
+    CHECK(IG_DEV(gk_qembed)(&dev, tok_part, n, v0, x, NULL) == IG_OK);
+    gk_qembed_ref(&ref, tok_part, n, v0, x_ref);
+    exact = true;
+    for (int64_t t = 0; t < n; t++) {
+        bool mine = tok_part[t] >= v0 && tok_part[t] < v0 + rows;
+        if (mine)
+            quant_dequantize_row((enum quant_type)type, src + (tok_part[t] - v0) * rb, f, cols);
+        for (int64_t c = 0; c < cols; c++)
+            exact &= x_ref[t * cols + c] == (mine ? f[c] : 0.0f);
+    }
+    CHECKF(exact, "%s: twin embedding of a part differs", tname(type));
+    CHECKF(memcmp(x, x_ref, (size_t)(n * cols) * 4) == 0, "%s: embedding kernel, a part",
+           tname(type));
     CHECKF(out_guards_ok(&ob), "%s: embedding wrote outside", tname(type));
 
     /* random blocks */
@@ -245,7 +262,7 @@ static void test_layout_and_rows(int type, uint64_t *st)
     CHECK(IG_DEV(gk_qdequant_f16)(&dev, 0, 1, dq_ref + 1, NULL) != IG_OK); /* misaligned */
     struct gk_qmat bad = dev;
     bad.cols = l.block + 16;
-    CHECK(IG_DEV(gk_qembed)(&bad, tok, 1, x_ref, NULL) != IG_OK);
+    CHECK(IG_DEV(gk_qembed)(&bad, tok, 1, 0, x_ref, NULL) != IG_OK);
     free(f), free(x_ref), free(dq_ref), free(back), free(src), free(b1), free(b2);
 }
 

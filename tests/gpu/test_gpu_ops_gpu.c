@@ -103,12 +103,12 @@ static void test_model(uint64_t *st, const struct dims *m, int64_t n)
     int32_t *dtok = test_to_device(tok, (size_t)n * 4);
     float *dx = dev_poison((size_t)(n * d) * 4);
     float *xref = malloc((size_t)(n * d) * 4);
-    gk_embed_ref(table, tok, n, d, xref);
-    CHECK(gk_embed_cuda(dtable, dtok, n, d, dx, NULL) == 0);
+    gk_embed_ref(table, tok, n, d, 0, n_vocab, xref);
+    CHECK(gk_embed_cuda(dtable, dtok, n, d, 0, n_vocab, dx, NULL) == 0);
     float *x = host_copy(dx, (size_t)(n * d) * 4);
     CHECKF(memcmp(x, xref, (size_t)(n * d) * 4) == 0, "%s n %lld: embed", m->name, (long long)n);
     snprintf(name, sizeof name, "embed %s n %lld", m->name, (long long)n);
-    BENCH(name, n * d * 6, gk_embed_cuda(dtable, dtok, n, d, dx, NULL));
+    BENCH(name, n * d * 6, gk_embed_cuda(dtable, dtok, n, d, 0, n_vocab, dx, NULL));
 
     /* rmsnorm over the embeddings (scaled up) */
     for (int64_t i = 0; i < n * d; i++)

@@ -140,9 +140,9 @@ static void test_rows(int type, uint64_t *st)
     int32_t *dtok = dev_copy_of(tok, sizeof tok);
     float *dx = NULL;
     CK(cudaMalloc((void **)&dx, (size_t)(4 * cols) * 4));
-    CHECK(gk_qembed_cuda(&m.d, dtok, 4, dx, NULL) == IG_OK);
+    CHECK(gk_qembed_cuda(&m.d, dtok, 4, 0, dx, NULL) == IG_OK);
     float *x = host_of(dx, (size_t)(4 * cols) * 4), *x_ref = malloc((size_t)(4 * cols) * 4);
-    gk_qembed_ref(&m.h, tok, 4, x_ref);
+    gk_qembed_ref(&m.h, tok, 4, 0, x_ref);
     CHECKF(memcmp(x, x_ref, (size_t)(4 * cols) * 4) == 0, "%s: embedding", tname(type));
 
     CHECK(gk_qrandom_cuda(&m.d, 99, NULL) == IG_OK);

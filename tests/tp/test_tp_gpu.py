@@ -2,16 +2,20 @@
 (backend/gpu_tp.c) under the emulator: tests/emu/tp_gpu_dump_emu at 2 ranks
 (mpirun, the host path's all-reduce: IGNITE_TP_REDUCE=mpi, what CI runs)
 against one emulated process, on tiny synthetic models (tests/pylib/archgen.py):
-a llama (4 query / 2 KV heads of 64, an untied head: each rank's vocabulary
-rows gathered on rank 0) and a gemma3 (4 / 1: the KV head replicated, post
-norms: the partial sums reduced before their norm, a tied head whole on every
-rank). Two sequences: chunked prefill, decode steps of both, a last step's
+a llama (4 query / 2 KV heads of 64, an untied head, an f16 embedding table:
+gk_embed) and a gemma3 (4 / 1: the KV head replicated, post norms: the
+partial sums reduced before their norm, a tied head over a Q8_0 table:
+gk_qembed, the sqrt(n_embd) scale). Each rank holds its vocabulary rows of
+the embedding table (zeros for the other ranks' tokens, summed before layer
+0) and of the head (a tied one's are the same rows), its logits gathered on
+rank 0. Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
 equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
-one reduced twice) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+one reduced twice, the embedded rows not summed, the embedding kernel writing
+no zeros for the other ranks' tokens; run on the llama) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
@@ -20,12 +24,13 @@ docs/gpu.md "Tensor parallelism")
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from archgen import write_model  # noqa: E402
+from archgen import QT, write_model  # noqa: E402
 from igtest import check as _check, summary  # noqa: E402
 from tplib import mpi, mpirun_or_skip  # noqa: E402
 
@@ -90,12 +95,11 @@ def main():
     tmp = tempfile.mkdtemp()
     n_vocab = 48
     models = [
-        ("llama 4 q / 2 kv, untied head", dict(arch="llama", n_head=4, n_head_kv=2,
-                                                head_dim=64, n_embd=128, n_ff=128,
-                                                tied=False)),
-        ("gemma3 4 q / 1 kv, post norms, tied head", dict(arch="gemma3", n_head=4,
-                                                           n_head_kv=1, head_dim=64,
-                                                           n_embd=128, n_ff=128)),
+        ("llama 4 q / 2 kv, untied head, f16 table",
+         dict(arch="llama", n_head=4, n_head_kv=2, head_dim=64, n_embd=128, n_ff=128,
+              tied=False, emb=QT.F16)),
+        ("gemma3 4 q / 1 kv, post norms, tied Q8_0 head",
+         dict(arch="gemma3", n_head=4, n_head_kv=1, head_dim=64, n_embd=128, n_ff=128)),
     ]
     paths = []
     for i, (name, kw) in enumerate(models):
@@ -113,18 +117,24 @@ def main():
         tokens_match(name, a, t1, t2)
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {t2}", file=sys.stderr)
-    for exe in mutants:
+    # the mutants and the refusal below at once: a launch mostly waits (mpirun's
+    # start), so side by side they take about the time of one
+    lib = os.path.join(tmp, "no", "libnccl.so.2")
+    with ThreadPoolExecutor(max_workers=len(mutants) + 1) as pool:
+        runs = [pool.submit(dump, mpirun, exe, paths[:1], os.path.join(tmp, os.path.basename(exe)))
+                for exe in mutants]
+        refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
+                              env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
+    for exe, run in zip(mutants, runs):
         name = os.path.basename(exe)
-        r, toks = dump(mpirun, exe, paths[:1], os.path.join(tmp, name))
+        r, toks = run.result()
         err = worst_error(f"{pre}0.one.f32", os.path.join(tmp, f"{name}0.f32"), n_vocab)[0] \
             if "0" in toks else float("inf")
         check(err > FAR, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
     # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
     # the file (backend/gpu_reduce_nccl.c's loader; every rank checks), exit 7
-    lib = os.path.join(tmp, "no", "libnccl.so.2")
-    r, _ = dump(mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
-                env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
+    r, _ = refusal.result()
     lines = [ln for ln in r.stderr.splitlines() if "cannot load NCCL" in ln]
     check(r.returncode == 7 and len(lines) == 1 and lib in lines[0]
           and "rank 1 of 2" in lines[0],
