@@ -14,9 +14,13 @@
  * _scales, _bias; down_proj_*): bind_fused splits gate from up and repacks
  * the blocks into ggml's (hf_mxfp4.c), as llama.cpp's converter does.
  * Gemma 4's experts (experts.gate_up_proj, down_proj) are read in place,
- * gate and up each expert's halves (bind_gate_up_halves).
+ * gate and up each expert's halves (bind_gate_up_halves); so are Qwen3.5-MoE's
+ * as transformers 5 saves them (mlp.experts.gate_up_proj [E, 2 F, H], its
+ * forward's chunk(2), and down_proj [E, H, F]), where a Qwen3-MoE-style
+ * folder has a tensor per expert (bind_experts): fused_experts says which.
  * Covered by tests/models/test_hf_folder.py, test_hf_tiny.py,
- * test_hf_arch.py, test_hf_malformed.py and tests/cpu/test_gptoss_hf.py. */
+ * test_hf_arch.py, test_hf_malformed.py, test_hf_qwen35.py and
+ * tests/cpu/test_gptoss_hf.py. */
 #include "models/hf.h"
 
 #include "models/arch.h"
@@ -44,7 +48,15 @@ struct loader {
     struct hf_folder *h;
     const struct hf_arch *arch;
     const char *prefix, *beside; /* the arch's, or its other layout's */
+    /* The experts the table names a tensor each ("mlp.experts.%lld.*") are
+     * fused instead: layer 0 has mlp.experts.gate_up_proj. */
+    bool fused_experts;
 };
+
+/* The fused experts' names (Qwen3_5MoeExperts' parameters). */
+#define HF_FUSED_GATE_UP "mlp.experts.gate_up_proj"
+#define HF_FUSED_DOWN "mlp.experts.down_proj"
+
 
 static void join(char *buf, size_t cap, const char *dir, const char *file)
 {
@@ -290,6 +302,8 @@ static void hf_name(const struct loader *L, const struct model_tensor *t, int64_
                     char *buf, size_t cap)
 {
     const char *n = model_tensor_hf_name(t, model_features(&L->m->hp));
+    if (L->fused_experts && t->n_expert == TENSOR_DIM_EXPERT && t->kind == TENSOR_MATRIX)
+        n = t->role == LAYER_FFN_DOWN_EXPS ? HF_FUSED_DOWN : HF_FUSED_GATE_UP;
     if (t->scope == TENSOR_PER_LAYER)
         snprintf(buf, cap, "%slayers.%lld.%s", L->prefix, (long long)layer, n);
     else
@@ -472,7 +486,7 @@ static int check_stored(const struct loader *L, const struct st_tensor *t, const
 }
 
 /* Binds row's weight of Gemma 4's experts in layer `layer`
- * (Gemma4TextExperts): gate and up are each expert's first and second
+ * (Gemma4TextExperts; Qwen3_5MoeExperts alike): gate and up are each expert's first and second
  * halves of experts.gate_up_proj [E, 2 F, H] (its forward's chunk(2)),
  * read in place through w->expert_data; down_proj [E, H, F] is bound
  * whole. */
@@ -617,16 +631,22 @@ static int bind_weights(struct loader *L)
             L->beside = L->arch->beside;
         }
     }
+    if (m->hp.has_moe && !m->hp.has_moe_bias && !m->hp.has_moe_mlp) {
+        char fused[256]; /* (every layer has experts: hf_config's read_moe) */
+        snprintf(fused, sizeof fused, "%slayers.0." HF_FUSED_GATE_UP, L->prefix);
+        L->fused_experts = find(L->h, fused) != NULL;
+    }
     struct model_tensor_it it;
     int st;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
         /* experts: a tensor each ("%lld" in the name), or fused (gpt-oss;
-         * Gemma 4's gate|up halves) */
-        bool per_expert = strstr(model_tensor_hf_name(it.t, model_features(&m->hp)), "%lld");
-        if ((st = (it.t->n_expert != TENSOR_DIM_EXPERT ? bind
-                   : per_expert                          ? bind_experts
-                   : m->hp.has_moe_mlp                   ? bind_gate_up_halves
-                                                         : bind_fused)(
+         * Gemma 4's and Qwen3.5-MoE's gate|up halves) */
+        bool per_expert = !L->fused_experts &&
+                          strstr(model_tensor_hf_name(it.t, model_features(&m->hp)), "%lld");
+        if ((st = (it.t->n_expert != TENSOR_DIM_EXPERT   ? bind
+                   : per_expert                            ? bind_experts
+                   : m->hp.has_moe_mlp || L->fused_experts ? bind_gate_up_halves
+                                                           : bind_fused)(
                  L, it.t, it.layer, model_weight_at(m, it.t, it.layer))))
             return st;
     }
@@ -755,7 +775,7 @@ int hf_load(const char *dir, struct model *m)
                                 c.llama3.orig_ctx, h->rope_freqs);
         m->hp.rope[MODEL_ROPE_GLOBAL].freq_factors = h->rope_freqs;
     }
-    struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->beside};
+    struct loader L = {dir, m, h, c.arch, c.arch->prefix, c.arch->beside, false};
     if ((st = open_weights(&L)))
         return st;
     /* Each layer needs several tensors: refuse absurd counts before allocating. */

@@ -12,15 +12,19 @@ w - 1 (Qwen3.5's RMSNorm multiplies by 1 + w; the DeltaNet's gated norm
 as it is), A_log = log(-A), the dt bias under its HF name, the conv1d as
 [C, 1, K], the value heads back from the tiled order to the grouped one
 (in_proj_qkv's V rows, in_proj_z, in_proj_a / in_proj_b, A_log, dt_bias,
-the conv1d's V channels, out_proj's columns), the experts a tensor each,
-the shared expert's gate [1, hidden]; plus a vision tensor and an MTP
-tensor the loader must leave alone. config.json carries the text model's
+the conv1d's V channels, out_proj's columns), the experts fused as the
+published checkpoints hold them (Qwen3_5MoeExperts: mlp.experts.gate_up_proj
+[experts, 2 ff, hidden], gate the first half, down_proj [experts, hidden,
+ff]) or a tensor each (mlp.experts.E.gate_proj.weight, ...), the shared
+expert's gate [1, hidden]; plus a vision tensor and an MTP tensor the
+loader must leave alone. config.json carries the text model's
 settings in text_config (rope_parameters with partial_rotary_factor,
 layer_types). Checked with IGNITE_MATMUL=exact: a 70-token prompt (the
 chunked DeltaNet form) and greedy steps give the GGUF's logits within 1e-5
 relative (A goes through exp(log) in float32) and the same greedy tokens;
 the same folder with its value heads left tiled does not (the pairing is
-what the grouped order changes). Label: unit (about 5 s).
+what the grouped order changes), nor one whose fused experts hold up
+before gate. Label: unit (about 6 s).
 
 usage: test_hf_qwen35.py FORWARD_DUMP"""
 import json
@@ -81,7 +85,9 @@ def read_gguf(path):
     return w, types
 
 
-def write_folder(path, gguf_path, arch, sh, regroup=True):
+def write_folder(path, gguf_path, arch, sh, regroup=True, experts="fused"):
+    """experts: "fused" (gate_up_proj, down_proj), "swapped" (the same with
+    up before gate: a mutant) or "each" (a tensor per expert)."""
     w, types = read_gguf(gguf_path)
     hk, hv, d = sh["dn_k"], sh["dn_v"], sh["dn_hd"]
     r = hv // hk
@@ -107,6 +113,13 @@ def write_folder(path, gguf_path, arch, sh, regroup=True):
                 put(q + NORMS[n], x - 1, k)
             elif n in PLAIN:
                 put(q + PLAIN[n], x, k)
+            elif n in EXPERTS and experts != "each":
+                if n == "ffn_down_exps.weight":
+                    put(q + "mlp.experts.down_proj", x, k)
+                elif n == "ffn_gate_exps.weight":
+                    up = w[p + "ffn_up_exps.weight"]
+                    halves = (up, x) if experts == "swapped" else (x, up)
+                    put(q + "mlp.experts.gate_up_proj", np.concatenate(halves, axis=1), k)
             elif n in EXPERTS:
                 for e in range(x.shape[0]):
                     put(f"{q}mlp.experts.{e}.{EXPERTS[n]}.weight", x[e], k)
@@ -172,18 +185,23 @@ def main():
             prompt = [int(t) for t in rng.integers(0, sh["vocab"], 70)]
             fixed = [int(t) for t in rng.integers(0, sh["vocab"], 2)]
             base, gb, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "g.bin"))
-            for regroup in (True, False):
-                folder = os.path.join(tmp, f"{arch}-{regroup}")
-                write_folder(folder, path, arch, sh, regroup)
+            # (label, value heads regrouped, experts' layout, must match)
+            cases = [("as published", True, "fused", True),
+                     ("value heads left tiled", False, "fused", False)]
+            if arch == "qwen35moe":
+                cases += [("experts a tensor each", True, "each", True),
+                          ("fused experts up before gate", True, "swapped", False)]
+            for i, (label, regroup, experts, must) in enumerate(cases):
+                folder = os.path.join(tmp, f"{arch}-{i}")
+                write_folder(folder, path, arch, sh, regroup, experts)
                 lg, g, _ = dump(tool, folder, prompt, fixed, 4, os.path.join(tmp, "f.bin"))
                 err = np.abs(lg.astype(np.float64) - base).max() / np.abs(base).max()
                 same = err <= BOUND and g == gb
-                label = "grouped (as published)" if regroup else "left tiled"
-                if same != regroup:
+                if same != must:
                     ok = False
-                print(f"{'ok' if same == regroup else 'FAIL':6} {arch} folder, value heads "
-                      f"{label}: relative {err:.2e} from the GGUF, greedy {g} vs {gb}"
-                      f" ({'must' if regroup else 'must not'} match)")
+                print(f"{'ok' if same == must else 'FAIL':6} {arch} folder, {label}: "
+                      f"relative {err:.2e} from the GGUF, greedy {g} vs {gb}"
+                      f" ({'must' if must else 'must not'} match)")
     return 0 if ok else 1
 
 
