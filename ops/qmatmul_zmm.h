@@ -50,6 +50,118 @@ AVX2 INLINE __m512 join8(__m256 lo, __m256 hi)
                                                _mm256_castps_pd(hi), 1));
 }
 
+/* ---- unpacking two groups at once: Q4_K and Q6_K -------------------------- */
+
+/* 32 bytes of group 0 (at a) and of group 1 (at b) as one vector: the
+ * halves of a pack16 entry's vectors. */
+AVX2 INLINE __m512i join32(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1);
+}
+
+/* 8 f16 of each group as 16 f32. */
+AVX2 INLINE __m512 join_f16(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)b),
+                                            _mm_loadu_si128((const __m128i *)(const void *)a)));
+}
+
+/* 8 bytes of each group (group 0's first), for a widening conversion. */
+AVX2 INLINE __m128i join_bytes8(const uint8_t *a, const uint8_t *b)
+{
+    return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+                              _mm_loadl_epi64((const __m128i *)(const void *)b));
+}
+
+/* The nibbles of two groups' blocks (128 bytes each at a and b) split into
+ * the 8 quant vectors. */
+AVX2 INLINE void split16(const uint8_t *a, const uint8_t *b, __m512i q[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    UNROLL for (int v = 0; v < 4; v++) {
+        __m512i V = join32(a + 32 * v, b + 32 * v);
+        q[2 * v] = _mm512_and_si512(V, m4);
+        q[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16(V, 4), m4);
+    }
+}
+
+AVX2 INLINE void store16(struct pack16 *e, const __m512i q[8], __m512 d, __m512 m)
+{
+    UNROLL for (int k = 0; k < 8; k++)
+        _mm512_store_si512((void *)e->q[k], q[k]);
+    _mm512_store_ps(e->d, d);
+    _mm512_store_ps(e->m, m);
+}
+
+/* Q4_K blocks [b0, b1) of the groups w0 and w1 into p (block b at entry
+ * b - b0): unpack8 of each into its half, the same values (the exact
+ * products d sc, -dmin mn), on 512-bit vectors: half the operations. */
+AVX2 INLINE void unpack16_k4(const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *h0 = qmm_k4_head(w0, b), *h1 = qmm_k4_head(w1, b);
+        const uint8_t *k0 = qmm_k4_block(w0, b), *k1 = qmm_k4_block(w1, b);
+        __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join_bytes8(k0, k1)));
+        __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join_bytes8(k0 + 8, k1 + 8)));
+        __m512 d = _mm512_mul_ps(join_f16(h0, h1), sc);
+        __m512 dmin = join_f16(h0 + 16, h1 + 16); /* negated: its sign bit flipped (no DQ) */
+        dmin = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(INT32_MIN)));
+        __m512 m = _mm512_mul_ps(dmin, mn);
+        __m512i q[8];
+        split16(k0 + 2 * QMM_PR, k1 + 2 * QMM_PR, q);
+        store16(p + (b - b0), q, d, m);
+    }
+}
+
+/* top2_bits on 512 bits. */
+AVX2 INLINE __m512i top2_bits16(__m512i plane, const int i)
+{
+    __m512i v = i < 2 ? _mm512_slli_epi16(plane, 4 - 2 * i) : i == 2 ? plane
+                                                                     : _mm512_srli_epi16(plane, 2);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x30));
+}
+
+/* Q6_K (and Q3_K) blocks [b0, b1) of w0 and w1 into p: k6_block of each
+ * into its half (d sc_0 in d, d sc_1 in m), on 512-bit vectors. */
+AVX2 INLINE void unpack16_k6(const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    const int nib = 2 * QMM_PR, plane = nib + QMM_PR * QMM_QK / 2; /* offsets in the block */
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *k0 = qmm_k6_block(w0, b), *k1 = qmm_k6_block(w1, b);
+        __m512 d = join_f16(qmm_k6_head(w0, b), qmm_k6_head(w1, b));
+        __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join_bytes8(k0, k1))));
+        __m512 d1 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join_bytes8(k0 + 8, k1 + 8))));
+        __m512i q[8];
+        split16(k0 + nib, k1 + nib, q);
+        __m512i top[2] = {join32(k0 + plane, k1 + plane), join32(k0 + plane + 32, k1 + plane + 32)};
+        UNROLL for (int k = 0; k < 8; k++)
+            q[k] = _mm512_or_si512(q[k], top2_bits16(top[k / 4], k % 4));
+        store16(p + (b - b0), q, d0, d1);
+    }
+}
+
+/* Blocks [b0, b1) of the pair w0, w1 unpacked into p from entry 0. */
+AVX2 INLINE void unpack_pair(const enum kind kind, const bool k6, const bool k2,
+                             const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    if (k6 && !k2)
+        unpack16_k6(w0, w1, b0, b1, p);
+    else if (!k6 && kind == K_Q4_K)
+        unpack16_k4(w0, w1, b0, b1, p);
+    else
+        for (int h = 0; h < 2; h++) {
+            if (k6)
+                unpack_k6(k2, h ? w1 : w0, b0, b1, half_dst(p, h));
+            else
+                unpack8(kind, h ? w1 : w0, b0, b1, half_dst(p, h));
+        }
+}
+
 /* Blocks a chunk where rows are long (gemm16p): both groups' unpacked
  * blocks (640 bytes each) and 8 tokens' blocks of x (60 bytes each) stay in
  * L1 (35 KB) through a chunk's token steps, where a whole row's unpacked
@@ -264,12 +376,7 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
                 break;
             chunk = -1; /* the finishing steps */
         } else {
-            for (int h = 0; h < 2; h++) {
-                if (k6)
-                    unpack_k6(k2, w + h * group_bytes, c0, c1, half_dst(p, h));
-                else
-                    unpack8(kind, w + h * group_bytes, c0, c1, half_dst(p, h));
-            }
+            unpack_pair(kind, k6, k2, w, w + group_bytes, c0, c1, p);
             if (chunked)
                 for (int64_t b = c0; b < c1; b++) {
                     const struct pack16 *e = p + (b - c0);
