@@ -175,10 +175,12 @@ AVX2 INLINE void unpack_pair(const enum kind kind, const bool k6, const bool k2,
  * token's chain of 8 followed another's (the same integers, and the FMAs
  * of each token in the same order). */
 AVX2 INLINE void gemm16_sums(const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
-                             int64_t ldx, const int nt, __m512 acc[ZMM_NT], const enum kind kind)
+                             int64_t ldx, const int nt, __m512 acc[ZMM_NT], const enum kind kind,
+                             struct next_group *next)
 {
     const bool zp = KIND_ZERO_POINT(kind);
     for (int64_t b = 0; b < n_blk; b++) {
+        next_group_step(next);
         __m512 d = _mm512_load_ps(p[b].d);
         __m512i sum[ZMM_NT];
         UNROLL for (int t = 0; t < nt; t++)
@@ -218,9 +220,11 @@ AVX2 INLINE void gemm16_offsets(const float *m, size_t m_step, int64_t n_blk,
  * (a token's FMAs in gemv8_k6_tokens's order: half 0, half 1, block by
  * block). */
 AVX2 INLINE void gemm16_k6_sums(const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
-                                int64_t ldx, const int nt, __m512 acc[ZMM_NT])
+                                int64_t ldx, const int nt, __m512 acc[ZMM_NT],
+                                struct next_group *next)
 {
     for (int64_t b = 0; b < n_blk; b++) {
+        next_group_step(next);
         UNROLL for (int h = 0; h < 2; h++) {
             __m512 dh = _mm512_load_ps(h ? p[b].m : p[b].d);
             __m512i sum[ZMM_NT];
@@ -286,7 +290,7 @@ AVX2 INLINE void gemm16_chunk(const enum kind kind, const bool k6, const bool k2
                               const uint8_t *w0, const uint8_t *w1, const struct pack16 *p,
                               int64_t c0, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
                               const int nt, float *y, int64_t ldy, const bool resume,
-                              const struct offsets16 *off)
+                              const struct offsets16 *off, struct next_group *next)
 {
     __m512 acc[ZMM_NT], add[ZMM_NT];
     UNROLL for (int t = 0; t < nt; t++) {
@@ -294,9 +298,9 @@ AVX2 INLINE void gemm16_chunk(const enum kind kind, const bool k6, const bool k2
         add[t] = _mm512_setzero_ps();
     }
     if (k6)
-        gemm16_k6_sums(p, n_blk, x + c0, ldx, nt, acc);
+        gemm16_k6_sums(p, n_blk, x + c0, ldx, nt, acc, next);
     else
-        gemm16_sums(p, n_blk, x + c0, ldx, nt, acc, kind);
+        gemm16_sums(p, n_blk, x + c0, ldx, nt, acc, kind, next);
     if (!off) {
         UNROLL for (int t = 0; t < nt; t++)
             _mm512_storeu_ps(y + t * ldy, acc[t]);
@@ -342,7 +346,7 @@ AVX2 INLINE void gemm16_finish(const enum kind kind, const bool k6, const bool k
                                n, y + (t) * ldy, ldy, &off)                                  \
                : gemm16_chunk(kind, k6, k2, w, w + group_bytes, p, c0, c1 - c0,              \
                               x + (t) * ldx, ldx, n, y + (t) * ldy, ldy, c0 > 0,             \
-                              chunked ? NULL : &off))
+                              chunked ? NULL : &off, &next))
 
 /* Two packed groups (at w and w + group_bytes) against nt tokens. A row of
  * under 2 ZMM_KC blocks is one chunk: unpacked once, then ZMM_NT tokens a
@@ -367,8 +371,11 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
     struct offsets16 off = chunked ? (struct offsets16){copy, off_floats}
                                    : (struct offsets16){k6 ? p[0].d : p[0].m,
                                                         sizeof *p / sizeof(float)};
-    const int64_t steps = nt / ZMM_NT + (nt % ZMM_NT != 0);
-    struct next_group next = next_group_of(w, 2 * group_bytes, n_chunks * steps);
+    /* the next pair asked for a few lines at each block of every step: in
+     * bursts at each step (70 lines for Gemma 4's Q6_K ffn_down, 36 steps
+     * of 384 blocks) the requests stalled the loop (11 % of its samples) */
+    const int64_t steps = nt / ZMM_NT + (nt % 8 >= 4) + (nt % 4 >= 2) + (nt % 2);
+    struct next_group next = next_group_of(w, 2 * group_bytes, steps * n_blk);
     for (int64_t chunk = 0; chunk <= n_chunks; chunk++) {
         int64_t c0 = chunk * kc, c1 = c0 + kc < n_blk ? c0 + kc : n_blk;
         if (chunk == n_chunks) {
@@ -389,13 +396,8 @@ AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, con
                 }
         }
         int64_t t = 0;
-        for (; t + ZMM_NT <= nt; t += ZMM_NT) {
-            if (chunk >= 0)
-                next_group_step(&next);
+        for (; t + ZMM_NT <= nt; t += ZMM_NT)
             GEMM16_STEP(t, ZMM_NT);
-        }
-        if (chunk >= 0 && t < nt)
-            next_group_step(&next);
         if (nt - t >= 4) {
             GEMM16_STEP(t, 4);
             t += 4;
