@@ -168,6 +168,18 @@ AVX2 INLINE void unpack_pair(const enum kind kind, const bool k6, const bool k2,
  * blocks (245 KB for Gemma 4's 12288 columns) came from L2 at every step. */
 #define ZMM_KC 32
 
+/* sum + u x (the int32 at s, broadcast), with the broadcast inside the
+ * vpdpbusd (an {1to16} memory operand) where GCC emits it apart. */
+AVX2 INLINE __m512i dpbusd_bcst(__m512i sum, __m512i u, const int32_t *s)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sum) : "v"(u), "m"(*s));
+    return sum;
+#else
+    return _mm512_dpbusd_epi32(sum, u, _mm512_set1_epi32(*s));
+#endif
+}
+
 /* The 32-element formats, Q4_K, Q5_K and the IQ4 kinds: gemm8_tokens's
  * integer sums and scale FMAs for blocks [0, n_blk) of p (x from the same
  * block on) into acc, on 16 lanes. Vector k of every token before vector
@@ -189,7 +201,7 @@ AVX2 INLINE void gemm16_sums(const struct pack16 *p, int64_t n_blk, const struct
             __m512i q = _mm512_load_si512((const void *)p[b].q[k]);
             UNROLL for (int t = 0; t < nt; t++) {
                 const int32_t *xq = (const int32_t *)(const void *)x[t * ldx + b].qs;
-                sum[t] = _mm512_dpbusd_epi32(sum[t], q, _mm512_set1_epi32(xq[k]));
+                sum[t] = dpbusd_bcst(sum[t], q, xq + k);
             }
         }
         UNROLL for (int t = 0; t < nt; t++) {
@@ -234,7 +246,7 @@ AVX2 INLINE void gemm16_k6_sums(const struct pack16 *p, int64_t n_blk, const str
                 __m512i q = _mm512_load_si512((const void *)p[b].q[k]);
                 UNROLL for (int t = 0; t < nt; t++) {
                     const int32_t *xq = (const int32_t *)(const void *)x[t * ldx + b].qs;
-                    sum[t] = _mm512_dpbusd_epi32(sum[t], q, _mm512_set1_epi32(xq[k]));
+                    sum[t] = dpbusd_bcst(sum[t], q, xq + k);
                 }
             }
             UNROLL for (int t = 0; t < nt; t++)
