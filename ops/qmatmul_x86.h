@@ -1076,19 +1076,19 @@ AVX2 static void gemv8_q2_K(const uint8_t *p, int64_t n_blk, const struct qmm_q8
         k6_all(true, p, NULL, false, n_blk, x, ldx, nt, nr, y, ldy, false, NO_NEXT_GROUP);
 }
 
-/* A Q6_K (or Q2_K) group's blocks unpacked: d sc_0 in d, d sc_1 in m, the
- * quants as bytes. */
-AVX2 INLINE void unpack_k6(const bool k2, const uint8_t *w, int64_t n_blk,
+/* A Q6_K (or Q2_K) group's blocks [b0, b1) unpacked, block b at entry
+ * b - b0: d sc_0 in d, d sc_1 in m, the quants as bytes. */
+AVX2 INLINE void unpack_k6(const bool k2, const uint8_t *w, int64_t b0, int64_t b1,
                            const struct unpack_dst out)
 {
-    for (int64_t b = 0; b < n_blk; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         __m256 d0, d1;
         __m256i q[8];
         if (k2)
             k2_block(w, b, &d0, &d1, q);
         else
             k6_block(w, b, &d0, &d1, q);
-        store_unpacked(out, b, q, d0, d1);
+        store_unpacked(out, b - b0, q, d0, d1);
     }
 }
 
@@ -1099,7 +1099,7 @@ AVX2 INLINE void gemm8p_k6(const bool k2, const uint8_t *w, int64_t n_blk,
                            const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
                            struct qmm_pack8 *pack)
 {
-    unpack_k6(k2, w, n_blk, pack8_dst(pack));
+    unpack_k6(k2, w, 0, n_blk, pack8_dst(pack));
     size_t block_bytes = k2 ? QMM_K2_SUPER / 8 : QMM_K6_SUPER / 8;
     k6_all(k2, w, pack, true, n_blk, x, ldx, nt, 8, y, ldy, false,
            next_group_of(w, (size_t)n_blk * block_bytes, (nt + QMM_NT - 1) / QMM_NT));
@@ -1142,14 +1142,15 @@ GEMV8(iq4_xs, K_IQ4_XS)
 GEMV8(mxfp4, K_MXFP4)
 
 /* The prefill GEMM on a packed group: its blocks are already 8 rows
- * interleaved, so the repacking is only the nibble split (no transpose). */
-AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
+ * interleaved, so the repacking is only the nibble split (no transpose).
+ * Blocks [b0, b1), block b at entry b - b0. */
+AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t b0, int64_t b1,
                          const struct unpack_dst out)
 {
     const size_t pb = packed_bytes(kind);
     const int qoff = packed_qoff(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int64_t b = 0; b < n_blk; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *head;
         const uint8_t *blk = packed_block(kind, p, b, pb, &head);
         __m256 d, m;
@@ -1172,7 +1173,7 @@ AVX2 INLINE void unpack8(const enum kind kind, const uint8_t *p, int64_t n_blk,
             if (KIND_LUT(kind))
                 iq4_bytes(kind, q, false);
         }
-        store_unpacked(out, b, q, d, m);
+        store_unpacked(out, b - b0, q, d, m);
     }
 }
 
@@ -1181,7 +1182,7 @@ AVX2 INLINE void gemm8p(const enum kind kind, const uint8_t *w, int64_t n_blk,
                         const struct qmm_q8 *x, int64_t ldx, int64_t nt, float *y, int64_t ldy,
                         struct qmm_pack8 *pack)
 {
-    unpack8(kind, w, n_blk, pack8_dst(pack));
+    unpack8(kind, w, 0, n_blk, pack8_dst(pack));
     gemm8_all(pack, n_blk, x, ldx, nt, y, ldy, kind,
               next_group_of(w, (size_t)n_blk * packed_bytes(kind), nt / QMM_NT));
 }

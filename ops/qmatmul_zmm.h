@@ -50,80 +50,232 @@ AVX2 INLINE __m512 join8(__m256 lo, __m256 hi)
                                                _mm256_castps_pd(hi), 1));
 }
 
+/* ---- unpacking two groups at once: Q4_K and Q6_K -------------------------- */
+
+/* 32 bytes of group 0 (at a) and of group 1 (at b) as one vector: the
+ * halves of a pack16 entry's vectors. */
+AVX2 INLINE __m512i join32(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1);
+}
+
+/* 8 f16 of each group as 16 f32. */
+AVX2 INLINE __m512 join_f16(const uint8_t *a, const uint8_t *b)
+{
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)b),
+                                            _mm_loadu_si128((const __m128i *)(const void *)a)));
+}
+
+/* 8 bytes of each group (group 0's first), for a widening conversion. */
+AVX2 INLINE __m128i join_bytes8(const uint8_t *a, const uint8_t *b)
+{
+    return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+                              _mm_loadl_epi64((const __m128i *)(const void *)b));
+}
+
+/* The nibbles of two groups' blocks (128 bytes each at a and b) split into
+ * the 8 quant vectors. */
+AVX2 INLINE void split16(const uint8_t *a, const uint8_t *b, __m512i q[8])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    UNROLL for (int v = 0; v < 4; v++) {
+        __m512i V = join32(a + 32 * v, b + 32 * v);
+        q[2 * v] = _mm512_and_si512(V, m4);
+        q[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16(V, 4), m4);
+    }
+}
+
+AVX2 INLINE void store16(struct pack16 *e, const __m512i q[8], __m512 d, __m512 m)
+{
+    UNROLL for (int k = 0; k < 8; k++)
+        _mm512_store_si512((void *)e->q[k], q[k]);
+    _mm512_store_ps(e->d, d);
+    _mm512_store_ps(e->m, m);
+}
+
+/* Q4_K blocks [b0, b1) of the groups w0 and w1 into p (block b at entry
+ * b - b0): unpack8 of each into its half, the same values (the exact
+ * products d sc, -dmin mn), on 512-bit vectors: half the operations. */
+AVX2 INLINE void unpack16_k4(const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *h0 = qmm_k4_head(w0, b), *h1 = qmm_k4_head(w1, b);
+        const uint8_t *k0 = qmm_k4_block(w0, b), *k1 = qmm_k4_block(w1, b);
+        __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join_bytes8(k0, k1)));
+        __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(join_bytes8(k0 + 8, k1 + 8)));
+        __m512 d = _mm512_mul_ps(join_f16(h0, h1), sc);
+        __m512 dmin = join_f16(h0 + 16, h1 + 16); /* negated: its sign bit flipped (no DQ) */
+        dmin = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(INT32_MIN)));
+        __m512 m = _mm512_mul_ps(dmin, mn);
+        __m512i q[8];
+        split16(k0 + 2 * QMM_PR, k1 + 2 * QMM_PR, q);
+        store16(p + (b - b0), q, d, m);
+    }
+}
+
+/* top2_bits on 512 bits. */
+AVX2 INLINE __m512i top2_bits16(__m512i plane, const int i)
+{
+    __m512i v = i < 2 ? _mm512_slli_epi16(plane, 4 - 2 * i) : i == 2 ? plane
+                                                                     : _mm512_srli_epi16(plane, 2);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x30));
+}
+
+/* Q6_K (and Q3_K) blocks [b0, b1) of w0 and w1 into p: k6_block of each
+ * into its half (d sc_0 in d, d sc_1 in m), on 512-bit vectors. */
+AVX2 INLINE void unpack16_k6(const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    const int nib = 2 * QMM_PR, plane = nib + QMM_PR * QMM_QK / 2; /* offsets in the block */
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *k0 = qmm_k6_block(w0, b), *k1 = qmm_k6_block(w1, b);
+        __m512 d = join_f16(qmm_k6_head(w0, b), qmm_k6_head(w1, b));
+        __m512 d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join_bytes8(k0, k1))));
+        __m512 d1 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(join_bytes8(k0 + 8, k1 + 8))));
+        __m512i q[8];
+        split16(k0 + nib, k1 + nib, q);
+        __m512i top[2] = {join32(k0 + plane, k1 + plane), join32(k0 + plane + 32, k1 + plane + 32)};
+        UNROLL for (int k = 0; k < 8; k++)
+            q[k] = _mm512_or_si512(q[k], top2_bits16(top[k / 4], k % 4));
+        store16(p + (b - b0), q, d0, d1);
+    }
+}
+
+/* Blocks [b0, b1) of the pair w0, w1 unpacked into p from entry 0. */
+AVX2 INLINE void unpack_pair(const enum kind kind, const bool k6, const bool k2,
+                             const uint8_t *w0, const uint8_t *w1, int64_t b0, int64_t b1,
+                             struct pack16 *p)
+{
+    if (k6 && !k2)
+        unpack16_k6(w0, w1, b0, b1, p);
+    else if (!k6 && kind == K_Q4_K)
+        unpack16_k4(w0, w1, b0, b1, p);
+    else
+        for (int h = 0; h < 2; h++) {
+            if (k6)
+                unpack_k6(k2, h ? w1 : w0, b0, b1, half_dst(p, h));
+            else
+                unpack8(kind, h ? w1 : w0, b0, b1, half_dst(p, h));
+        }
+}
+
+/* Blocks a chunk where rows are long (gemm16p): both groups' unpacked
+ * blocks (640 bytes each) and 8 tokens' blocks of x (60 bytes each) stay in
+ * L1 (35 KB) through a chunk's token steps, where a whole row's unpacked
+ * blocks (245 KB for Gemma 4's 12288 columns) came from L2 at every step. */
+#define ZMM_KC 32
+
+/* sum + u x (the int32 at s, broadcast), with the broadcast inside the
+ * vpdpbusd (an {1to16} memory operand) where GCC emits it apart. */
+AVX2 INLINE __m512i dpbusd_bcst(__m512i sum, __m512i u, const int32_t *s)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sum) : "v"(u), "m"(*s));
+    return sum;
+#else
+    return _mm512_dpbusd_epi32(sum, u, _mm512_set1_epi32(*s));
+#endif
+}
+
 /* The 32-element formats, Q4_K, Q5_K and the IQ4 kinds: gemm8_tokens's
- * VNNI steps on 16 lanes. */
-AVX2 INLINE void gemm16_tokens(const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
-                               int64_t ldx, const int nt, float *y, int64_t ldy,
-                               const enum kind kind)
+ * integer sums and scale FMAs for blocks [0, n_blk) of p (x from the same
+ * block on) into acc, on 16 lanes. Vector k of every token before vector
+ * k + 1 of any: nt independent vpdpbusd chains side by side, where one
+ * token's chain of 8 followed another's (the same integers, and the FMAs
+ * of each token in the same order). */
+AVX2 INLINE void gemm16_sums(const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
+                             int64_t ldx, const int nt, __m512 acc[ZMM_NT], const enum kind kind,
+                             struct next_group *next)
 {
     const bool zp = KIND_ZERO_POINT(kind);
-    __m512 acc[ZMM_NT], add[ZMM_NT];
-    UNROLL for (int t = 0; t < nt; t++) {
-        acc[t] = _mm512_setzero_ps();
-        add[t] = _mm512_setzero_ps();
-    }
     for (int64_t b = 0; b < n_blk; b++) {
+        next_group_step(next);
         __m512 d = _mm512_load_ps(p[b].d);
-        __m512i q[8];
-        UNROLL for (int k = 0; k < 8; k++)
-            q[k] = _mm512_load_si512((const void *)p[b].q[k]);
+        __m512i sum[ZMM_NT];
+        UNROLL for (int t = 0; t < nt; t++)
+            sum[t] = _mm512_setzero_si512();
+        UNROLL for (int k = 0; k < 8; k++) {
+            __m512i q = _mm512_load_si512((const void *)p[b].q[k]);
+            UNROLL for (int t = 0; t < nt; t++) {
+                const int32_t *xq = (const int32_t *)(const void *)x[t * ldx + b].qs;
+                sum[t] = dpbusd_bcst(sum[t], q, xq + k);
+            }
+        }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
-            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
-            __m512i sum = _mm512_setzero_si512();
-            UNROLL for (int k = 0; k < 8; k++)
-                sum = _mm512_dpbusd_epi32(sum, q[k], _mm512_set1_epi32(xq[k]));
             if (zp)
-                sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(zero_point_sum(kind, xb)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                sum[t] = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(zero_point_sum(kind, xb)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]),
                                      _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[t]);
         }
     }
-    if (!zp) /* the offsets apart, as gemm8_tokens's */
-        for (int64_t b = 0; b < n_blk; b++) {
-            __m512 m = _mm512_load_ps(p[b].m);
-            UNROLL for (int t = 0; t < nt; t++)
-                add[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(x[t * ldx + b].s), add[t]);
-        }
-    UNROLL for (int t = 0; t < nt; t++)
-        _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(acc[t], add[t]));
 }
 
-/* Q6_K (and Q3_K) or Q2_K (k2; its offsets from the packed groups w0, w1):
- * gemv8_k6_tokens's steps on unpacked blocks, on 16 lanes. */
-AVX2 INLINE void gemm16_k6_tokens(const bool k2, const uint8_t *w0, const uint8_t *w1,
-                                  const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
-                                  int64_t ldx, const int nt, float *y, int64_t ldy)
+/* The offsets' sums apart, as gemm8_tokens's: block b's 16 offsets at
+ * m + b * m_step floats. */
+AVX2 INLINE void gemm16_offsets(const float *m, size_t m_step, int64_t n_blk,
+                                const struct qmm_q8 *x, int64_t ldx, const int nt,
+                                __m512 add[ZMM_NT])
 {
-    __m512 acc[ZMM_NT], add[ZMM_NT];
-    UNROLL for (int t = 0; t < nt; t++) {
-        acc[t] = _mm512_setzero_ps();
-        add[t] = _mm512_setzero_ps();
-    }
     for (int64_t b = 0; b < n_blk; b++) {
-        __m512 d0 = _mm512_load_ps(p[b].d), d1 = _mm512_load_ps(p[b].m);
-        __m512i q[8];
-        UNROLL for (int k = 0; k < 8; k++)
-            q[k] = _mm512_load_si512((const void *)p[b].q[k]);
-        UNROLL for (int t = 0; t < nt; t++) {
-            const struct qmm_q8 *xb = x + t * ldx + b;
-            const int32_t *xq = (const int32_t *)(const void *)xb->qs;
-            __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-            UNROLL for (int k = 0; k < 8; k++)
-                s[k / 4] = _mm512_dpbusd_epi32(s[k / 4], q[k], _mm512_set1_epi32(xq[k]));
-            __m512 xd = _mm512_set1_ps(xb->d);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(d0, xd), acc[t]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(d1, xd), acc[t]);
+        __m512 mv = _mm512_load_ps(m + (size_t)b * m_step);
+        UNROLL for (int t = 0; t < nt; t++)
+            add[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(x[t * ldx + b].s), add[t]);
+    }
+}
+
+/* Q6_K (and Q3_K) or Q2_K: gemv8_k6_tokens's sums on unpacked blocks, on
+ * 16 lanes: each half's 4 vectors for every token, then that half's FMA
+ * (a token's FMAs in gemv8_k6_tokens's order: half 0, half 1, block by
+ * block). */
+AVX2 INLINE void gemm16_k6_sums(const struct pack16 *p, int64_t n_blk, const struct qmm_q8 *x,
+                                int64_t ldx, const int nt, __m512 acc[ZMM_NT],
+                                struct next_group *next)
+{
+    for (int64_t b = 0; b < n_blk; b++) {
+        next_group_step(next);
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m512 dh = _mm512_load_ps(h ? p[b].m : p[b].d);
+            __m512i sum[ZMM_NT];
+            UNROLL for (int t = 0; t < nt; t++)
+                sum[t] = _mm512_setzero_si512();
+            UNROLL for (int k = 4 * h; k < 4 * h + 4; k++) {
+                __m512i q = _mm512_load_si512((const void *)p[b].q[k]);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const int32_t *xq = (const int32_t *)(const void *)x[t * ldx + b].qs;
+                    sum[t] = dpbusd_bcst(sum[t], q, xq + k);
+                }
+            }
+            UNROLL for (int t = 0; t < nt; t++)
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]),
+                                         _mm512_mul_ps(dh, _mm512_set1_ps(x[t * ldx + b].d)),
+                                         acc[t]);
         }
     }
-    for (int64_t b = 0; b < n_blk; b++) { /* k6_offsets, k2_offsets */
-        __m512 o0 = _mm512_load_ps(p[b].d), o1 = _mm512_load_ps(p[b].m);
+}
+
+/* k6_offsets, k2_offsets on 16 lanes for blocks [0, n_blk): Q6_K's halves'
+ * scales at o + b * o_step and 16 floats on; Q2_K's mins from the packed
+ * groups w0, w1. */
+AVX2 INLINE void gemm16_k6_offsets(const bool k2, const uint8_t *w0, const uint8_t *w1,
+                                   const float *o, size_t o_step, int64_t n_blk,
+                                   const struct qmm_q8 *x, int64_t ldx, const int nt,
+                                   __m512 add[ZMM_NT])
+{
+    for (int64_t b = 0; b < n_blk; b++) {
+        __m512 o0, o1;
         if (k2) {
             __m256 a0, a1, b0, b1;
             k2_mins(w0, b, &a0, &a1);
             k2_mins(w1, b, &b0, &b1);
             o0 = join8(a0, b0);
             o1 = join8(a1, b1);
+        } else {
+            o0 = _mm512_load_ps(o + (size_t)b * o_step);
+            o1 = _mm512_load_ps(o + (size_t)b * o_step + 16);
         }
         UNROLL for (int t = 0; t < nt; t++) {
             const struct qmm_q8 *xb = x + t * ldx + b;
@@ -131,52 +283,151 @@ AVX2 INLINE void gemm16_k6_tokens(const bool k2, const uint8_t *w0, const uint8_
             add[t] = _mm512_fmadd_ps(o1, _mm512_set1_ps(xb->dhs[1]), add[t]);
         }
     }
-    const __m512 scale = _mm512_set1_ps(k2 ? 1.0f : -32.0f); /* as gemv8_k6_tokens */
-    UNROLL for (int t = 0; t < nt; t++)
-        _mm512_storeu_ps(y + t * ldy, _mm512_add_ps(acc[t], _mm512_mul_ps(add[t], scale)));
 }
 
-/* The token step for tokens [t, t + n), n 1, 2, 4 or ZMM_NT. */
-#define GEMM16_STEP(t, n)                                                                    \
-    (k6 ? gemm16_k6_tokens(k2, w, w + group_bytes, p, n_blk, x + (t) * ldx, ldx, n,          \
-                           y + (t) * ldy, ldy)                                               \
-        : gemm16_tokens(p, n_blk, x + (t) * ldx, ldx, n, y + (t) * ldy, ldy, kind))
+/* Where a pair's offsets come from: its unpacked blocks (p, one chunk), or
+ * where rows go in chunks the copy of every block's (off: 16 floats a
+ * block, Q6_K's two halves' 32). */
+struct offsets16 {
+    const float *at;
+    size_t step; /* floats from one block's to the next */
+};
 
-/* Two packed groups (at w and w + group_bytes) against nt tokens: unpacked
- * once, then ZMM_NT tokens a step and the rest 4, 2 and 1 at a time (a
- * token's sums do not depend on its step), asking for the next pair. */
+/* nt (a constant) tokens' sums over one chunk, blocks [c0, c0 + n_blk) of
+ * the pair (unpacked in p from entry 0): the accumulators start at zero
+ * (`resume` false) or from what the chunk before left in y; with `off` the
+ * chunk is the whole row and y gets acc plus the offsets' sums, else acc
+ * alone (gemm16_finish adds them). */
+AVX2 INLINE void gemm16_chunk(const enum kind kind, const bool k6, const bool k2,
+                              const uint8_t *w0, const uint8_t *w1, const struct pack16 *p,
+                              int64_t c0, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
+                              const int nt, float *y, int64_t ldy, const bool resume,
+                              const struct offsets16 *off, struct next_group *next)
+{
+    __m512 acc[ZMM_NT], add[ZMM_NT];
+    UNROLL for (int t = 0; t < nt; t++) {
+        acc[t] = resume ? _mm512_loadu_ps(y + t * ldy) : _mm512_setzero_ps();
+        add[t] = _mm512_setzero_ps();
+    }
+    if (k6)
+        gemm16_k6_sums(p, n_blk, x + c0, ldx, nt, acc, next);
+    else
+        gemm16_sums(p, n_blk, x + c0, ldx, nt, acc, kind, next);
+    if (!off) {
+        UNROLL for (int t = 0; t < nt; t++)
+            _mm512_storeu_ps(y + t * ldy, acc[t]);
+        return;
+    }
+    if (k6)
+        gemm16_k6_offsets(k2, w0, w1, off->at, off->step, n_blk, x, ldx, nt, add);
+    else if (!KIND_ZERO_POINT(kind))
+        gemm16_offsets(off->at, off->step, n_blk, x, ldx, nt, add);
+    const __m512 scale = _mm512_set1_ps(k2 ? 1.0f : -32.0f); /* as gemv8_k6_tokens */
+    UNROLL for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(y + t * ldy, k6 ? _mm512_add_ps(acc[t], _mm512_mul_ps(add[t], scale))
+                                         : _mm512_add_ps(acc[t], add[t]));
+}
+
+/* After the last chunk: the offsets' sums over the whole row, added to the
+ * sums the chunks left in y (the same operations as gemm16_chunk's whole
+ * row: the offsets never depended on the quants). */
+AVX2 INLINE void gemm16_finish(const enum kind kind, const bool k6, const bool k2,
+                               const uint8_t *w0, const uint8_t *w1, int64_t n_blk,
+                               const struct qmm_q8 *x, int64_t ldx, const int nt, float *y,
+                               int64_t ldy, const struct offsets16 *off)
+{
+    __m512 add[ZMM_NT];
+    UNROLL for (int t = 0; t < nt; t++)
+        add[t] = _mm512_setzero_ps();
+    if (k6)
+        gemm16_k6_offsets(k2, w0, w1, off->at, off->step, n_blk, x, ldx, nt, add);
+    else if (!KIND_ZERO_POINT(kind))
+        gemm16_offsets(off->at, off->step, n_blk, x, ldx, nt, add);
+    const __m512 scale = _mm512_set1_ps(k2 ? 1.0f : -32.0f);
+    UNROLL for (int t = 0; t < nt; t++) {
+        __m512 acc = _mm512_loadu_ps(y + t * ldy);
+        _mm512_storeu_ps(y + t * ldy, k6 ? _mm512_add_ps(acc, _mm512_mul_ps(add[t], scale))
+                                         : _mm512_add_ps(acc, add[t]));
+    }
+}
+
+/* One chunk's token step for tokens [t, t + n), n 1, 2, 4 or ZMM_NT, or the
+ * finishing step (chunk < 0). */
+#define GEMM16_STEP(t, n)                                                                    \
+    (chunk < 0 ? gemm16_finish(kind, k6, k2, w, w + group_bytes, n_blk, x + (t) * ldx, ldx,   \
+                               n, y + (t) * ldy, ldy, &off)                                  \
+               : gemm16_chunk(kind, k6, k2, w, w + group_bytes, p, c0, c1 - c0,              \
+                              x + (t) * ldx, ldx, n, y + (t) * ldy, ldy, c0 > 0,             \
+                              chunked ? NULL : &off, &next))
+
+/* Two packed groups (at w and w + group_bytes) against nt tokens. A row of
+ * under 2 ZMM_KC blocks is one chunk: unpacked once, then ZMM_NT tokens a
+ * step and the rest 4, 2 and 1 at a time (a token's sums do not depend on
+ * its step). Longer rows go ZMM_KC blocks a chunk, each unpacked and then
+ * run for every token, the accumulators kept in y between chunks (each
+ * token's operations in the same order), the blocks' offsets copied aside
+ * (after the chunk's entries in `pack`) and summed at the end. The next
+ * pair is asked for over all the steps. */
 AVX2 INLINE void gemm16p(const enum kind kind, const bool k6, const bool k2, const uint8_t *w,
                          size_t group_bytes, int64_t n_blk, const struct qmm_q8 *x, int64_t ldx,
                          int64_t nt, float *y, int64_t ldy, struct qmm_pack8 *pack)
 {
     struct pack16 *p = (struct pack16 *)(void *)pack;
-    for (int h = 0; h < 2; h++) {
-        if (k6)
-            unpack_k6(k2, w + h * group_bytes, n_blk, half_dst(p, h));
-        else
-            unpack8(kind, w + h * group_bytes, n_blk, half_dst(p, h));
+    const bool chunked = n_blk >= 2 * ZMM_KC;
+    const int64_t kc = chunked ? ZMM_KC : n_blk, n_chunks = (n_blk + kc - 1) / kc;
+    /* chunked: every block's offsets (Q6_K: both halves' scales) after the
+     * chunk's entries; the scratch holds n_blk entries, and kc of them plus
+     * n_blk x 128 bytes fit since kc <= n_blk / 2 */
+    const size_t off_floats = k6 ? 32 : 16;
+    float *copy = (float *)(void *)(p + kc);
+    struct offsets16 off = chunked ? (struct offsets16){copy, off_floats}
+                                   : (struct offsets16){k6 ? p[0].d : p[0].m,
+                                                        sizeof *p / sizeof(float)};
+    /* the next pair asked for a few lines at each block of every step: in
+     * bursts at each step (70 lines for Gemma 4's Q6_K ffn_down, 36 steps
+     * of 384 blocks) the requests stalled the loop (11 % of its samples) */
+    const int64_t steps = nt / ZMM_NT + (nt % 8 >= 4) + (nt % 4 >= 2) + (nt % 2);
+    struct next_group next = next_group_of(w, 2 * group_bytes, steps * n_blk);
+    for (int64_t chunk = 0; chunk <= n_chunks; chunk++) {
+        int64_t c0 = chunk * kc, c1 = c0 + kc < n_blk ? c0 + kc : n_blk;
+        if (chunk == n_chunks) {
+            if (!chunked)
+                break;
+            chunk = -1; /* the finishing steps */
+        } else {
+            unpack_pair(kind, k6, k2, w, w + group_bytes, c0, c1, p);
+            if (chunked)
+                for (int64_t b = c0; b < c1; b++) {
+                    const struct pack16 *e = p + (b - c0);
+                    if (k6) {
+                        memcpy(copy + (size_t)b * 32, e->d, sizeof e->d);
+                        memcpy(copy + (size_t)b * 32 + 16, e->m, sizeof e->m);
+                    } else {
+                        memcpy(copy + (size_t)b * 16, e->m, sizeof e->m);
+                    }
+                }
+        }
+        int64_t t = 0;
+        for (; t + ZMM_NT <= nt; t += ZMM_NT)
+            GEMM16_STEP(t, ZMM_NT);
+        if (nt - t >= 4) {
+            GEMM16_STEP(t, 4);
+            t += 4;
+        }
+        if (nt - t >= 2) {
+            GEMM16_STEP(t, 2);
+            t += 2;
+        }
+        if (nt - t >= 1)
+            GEMM16_STEP(t, 1);
+        if (chunk < 0)
+            break;
     }
-    /* the next pair asked for over the whole steps and the rest as one */
-    struct next_group next =
-        next_group_of(w, 2 * group_bytes, nt / ZMM_NT + (nt % ZMM_NT != 0));
-    int64_t t = 0;
-    for (; t + ZMM_NT <= nt; t += ZMM_NT) {
-        next_group_step(&next);
-        GEMM16_STEP(t, ZMM_NT);
-    }
-    next_group_step(&next);
-    if (nt - t >= 4) {
-        GEMM16_STEP(t, 4);
-        t += 4;
-    }
-    if (nt - t >= 2) {
-        GEMM16_STEP(t, 2);
-        t += 2;
-    }
-    if (nt - t >= 1)
-        GEMM16_STEP(t, 1);
 }
 _Static_assert(ZMM_NT == 8, "gemm16p's remainder runs 4, 2 and 1 tokens");
+_Static_assert(ZMM_KC * sizeof(struct pack16) + 2 * ZMM_KC * 32 * sizeof(float) <=
+                   2 * ZMM_KC * sizeof(struct pack16),
+               "a chunked row's offsets fit after its chunk in the scratch");
 
 #define GEMM16P(name, kind, k6, k2)                                                          \
     AVX2 static void gemm16p_##name(const uint8_t *w, size_t group_bytes, int64_t n_blk,     \

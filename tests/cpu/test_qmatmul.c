@@ -67,6 +67,13 @@ static const struct type_case cases[] = {
     {QUANT_IQ4_XS, 512, 1, {0}},
     {QUANT_MXFP4, 576, 0, {0}},
     {QUANT_MXFP4, 576, 1, {0}}, /* scales outside the packed layout's */
+    /* rows of 80 blocks: the 16-row GEMM goes in chunks of 32, the last
+     * ragged (ops/qmatmul_zmm.h), with offsets, a zero point, Q6_K's and
+     * Q2_K's halves */
+    {QUANT_Q4_K, 2560, 2, {0, 2}},
+    {QUANT_Q4_0, 2560, 1, {0}},
+    {QUANT_Q6_K, 2560, 1, {208}},
+    {QUANT_Q2_K, 2560, 2, {80, 82}},
 };
 
 /* The 16-row GEMM (two packed groups a call, where an ISA has one) bit for
@@ -713,7 +720,8 @@ int main(void)
 {
     struct model m;
     memset(&m, 0, sizeof m);
-    m.hp.n_embd = m.hp.n_ff = 1536;
+    m.hp.n_embd = 1536;
+    m.hp.n_ff = 2560; /* the widest case's columns */
     m.hp.n_head = m.hp.n_head_kv = 1;
     m.hp.head_dim = m.hp.n_rot = 64;
     m.hp.rope_base = 10000.0;
