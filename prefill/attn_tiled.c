@@ -121,9 +121,14 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
 /* dst[0..n) = the n values of a quantized row run at src (whole blocks):
  * d q, d the block's f16 scale in f32 and q its integer (q8_0: the byte;
  * q4_0: the nibble less 8), the one product models/quant.c's
- * quant_dequantize_row makes, so the same f32 values. */
+ * quant_dequantize_row makes, so the same f32 values. restrict: without
+ * it GCC's -O2 cost model left the block loops scalar (an alias check to
+ * version them), a byte at a time, 8-14 % of a q8_0 cache's prefill at
+ * depth 4096 and sensitive to where the loop landed (docs/benchmarks.md,
+ * issue 51). */
 OPS_SIMD_CLONES
-static void dequant_run(enum kv_dtype dtype, const uint8_t *src, float *dst, int64_t n)
+static void dequant_run(enum kv_dtype dtype, const uint8_t *restrict src, float *restrict dst,
+                        int64_t n)
 {
     if (dtype == KV_Q8_0) {
         for (int64_t b = 0; b < n / QK8_0; b++, src += sizeof(struct block_q8_0)) {
