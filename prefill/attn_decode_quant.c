@@ -8,7 +8,11 @@
  * o * corr, then + p_c v_c in column order, the softmax's sums on the
  * first pass), and every value the product models/quant.c's
  * quant_dequantize_row and attn_tiled.c's dequant_run make, so a row's
- * bits are those of the general loops. Covered by
+ * bits are those of the general loops. Where ignite runs AVX-512 a pass
+ * covers 64 columns in zmm (accz), each key's blocks dequantized once for
+ * all of them, where the eight-lane forms did it (and converted the scale)
+ * once per 16 or 32 columns: the same operations per element
+ * (docs/benchmarks.md, issue 51, for the time). Covered by
  * tests/cpu/test_attn_decode_quant.c (against fp64 over the same
  * quantized cache) and tests/cpu/test_attn_tiled.c (bit for bit against
  * the same rows in a prompt chunk). */
@@ -17,8 +21,10 @@
 
 #include "core/half.h"
 #include "models/quant.h"
+#include "ops/qmatmul.h"
 #include "prefill/attn_v8.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -182,6 +188,95 @@ DEC_FN DEC_INLINE void acc1(const enum kv_dtype dt, const float *p0, const float
     sum[0] = u0;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* ---- AVX-512: sixty-four columns of a row as four zmm -------------------------------- */
+
+/* The forms above with a pass of 64 columns (hd % 64 == 0) in zmm: each key
+ * row's blocks dequantized once a pass where the eight-lane forms did it
+ * once per 16 or 32 columns (with the scale's conversion and the rows'
+ * p_c loads each time), a multiply-add covering 16 columns. Each element
+ * sees the same operations in the same order (o * corr, then + p_c v_c in
+ * column order, v_c = d q the same product), so the same bits; the scale
+ * converted by F16C, the float ig_f16_at gives. */
+#define ZMM_FN __attribute__((target("avx512f,avx2,f16c,fma")))
+
+/* Values db .. db + 15 of a quantized row (db % 16 == 0: half a block). */
+ZMM_FN DEC_INLINE attn_v16 load16(const enum kv_dtype dt, const uint8_t *row, int64_t db)
+{
+    int64_t j = db % QK8_0;
+    if (dt == KV_Q8_0) {
+        const uint8_t *blk = row + db / QK8_0 * (int64_t)sizeof(struct block_q8_0);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + j));
+        __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+        return (attn_v16)q * _cvtsh_ss(ig_f16_load(blk));
+    }
+    const uint8_t *blk = row + db / QK4_0 * (int64_t)sizeof(struct block_q4_0);
+    __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)));
+    w = j < QK4_0 / 2 ? _mm512_and_si512(w, _mm512_set1_epi32(15)) : _mm512_srli_epi32(w, 4);
+    __m512 q = _mm512_cvtepi32_ps(_mm512_sub_epi32(w, _mm512_set1_epi32(8)));
+    return (attn_v16)q * _cvtsh_ss(ig_f16_load(blk));
+}
+
+/* n rows (1..3) of the pass at db: 4 n sums, each key's 64 values
+ * dequantized once for the n rows. */
+#define ACCZ_STEP(extra)                                                                   \
+    for (int64_t c = lo; c < hi; c++) {                                                    \
+        const uint8_t *v = vt + c * rb;                                                    \
+        attn_v16 v0 = load16(dt, v, db), v1 = load16(dt, v, db + 16);                      \
+        attn_v16 v2 = load16(dt, v, db + 32), v3 = load16(dt, v, db + 48);                 \
+        a0 += p0[c] * v0, a1 += p0[c] * v1, a2 += p0[c] * v2, a3 += p0[c] * v3;           \
+        if (n > 1)                                                                         \
+            b0 += p1[c] * v0, b1 += p1[c] * v1, b2 += p1[c] * v2, b3 += p1[c] * v3;       \
+        if (n > 2)                                                                         \
+            e0 += p2[c] * v0, e1 += p2[c] * v1, e2 += p2[c] * v2, e3 += p2[c] * v3;       \
+        extra;                                                                             \
+    }
+ZMM_FN DEC_INLINE void accz(const enum kv_dtype dt, const int n, const float *p0,
+                            const float *p1, const float *p2, const float *corr,
+                            const uint8_t *vt, int64_t lo, int64_t hi, int64_t hd, float *o0,
+                            float *o1, float *o2, float *sum, const uint8_t *pf)
+{
+    int64_t rb = (int64_t)kv_dtype_row_bytes(dt, hd);
+    float c0 = corr[0], c1 = n > 1 ? corr[1] : 0.0f, c2 = n > 2 ? corr[2] : 0.0f;
+    float u0 = 0.0f, u1 = 0.0f, u2 = 0.0f;
+    for (int64_t db = 0; db < hd; db += 64) {
+        attn_v16 a0 = v16_load(o0 + db) * c0, a1 = v16_load(o0 + db + 16) * c0;
+        attn_v16 a2 = v16_load(o0 + db + 32) * c0, a3 = v16_load(o0 + db + 48) * c0;
+        attn_v16 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        attn_v16 e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        if (n > 1) {
+            b0 = v16_load(o1 + db) * c1, b1 = v16_load(o1 + db + 16) * c1;
+            b2 = v16_load(o1 + db + 32) * c1, b3 = v16_load(o1 + db + 48) * c1;
+        }
+        if (n > 2) {
+            e0 = v16_load(o2 + db) * c2, e1 = v16_load(o2 + db + 16) * c2;
+            e2 = v16_load(o2 + db + 32) * c2, e3 = v16_load(o2 + db + 48) * c2;
+        }
+        if (db == 0) {
+            ACCZ_STEP((u0 += p0[c], u1 += n > 1 ? p1[c] : 0.0f, u2 += n > 2 ? p2[c] : 0.0f,
+                       prefetch_row(pf, c, rb)))
+        } else {
+            ACCZ_STEP((void)0)
+        }
+        v16_store(o0 + db, a0), v16_store(o0 + db + 16, a1);
+        v16_store(o0 + db + 32, a2), v16_store(o0 + db + 48, a3);
+        if (n > 1) {
+            v16_store(o1 + db, b0), v16_store(o1 + db + 16, b1);
+            v16_store(o1 + db + 32, b2), v16_store(o1 + db + 48, b3);
+        }
+        if (n > 2) {
+            v16_store(o2 + db, e0), v16_store(o2 + db + 16, e1);
+            v16_store(o2 + db + 32, e2), v16_store(o2 + db + 48, e3);
+        }
+    }
+    sum[0] = u0;
+    if (n > 1)
+        sum[1] = u1;
+    if (n > 2)
+        sum[2] = u2;
+}
+#endif
+
 /* Rows in blocks of three, the last four or two as two blocks of two, a
  * lone row alone (attn_decode.c's grouping). */
 static int64_t block_rows(int64_t left)
@@ -225,11 +320,74 @@ DEC_FN static void accumulate_q4_0(const float *s, int64_t s_stride, const float
     accumulate(KV_Q4_0, s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* accumulate's walk with the AVX-512 form. */
+ZMM_FN DEC_INLINE void accumulate_z(const enum kv_dtype dt, const float *s, int64_t s_stride,
+                                    const float *corr, int64_t rows, const uint8_t *vt,
+                                    int64_t lo, int64_t hi, int64_t hd, float *o, float *sum,
+                                    const uint8_t *pf)
+{
+    for (int64_t r = 0; r < rows;) {
+        const float *sr = s + r * s_stride;
+        float *orow = o + r * hd;
+        int64_t n = block_rows(rows - r);
+        const uint8_t *pfr = r == 0 ? pf : NULL;
+        if (n == 3)
+            accz(dt, 3, sr, sr + s_stride, sr + 2 * s_stride, corr + r, vt, lo, hi, hd, orow,
+                 orow + hd, orow + 2 * hd, sum + r, pfr);
+        else if (n == 2)
+            accz(dt, 2, sr, sr + s_stride, NULL, corr + r, vt, lo, hi, hd, orow, orow + hd,
+                 NULL, sum + r, pfr);
+        else
+            accz(dt, 1, sr, NULL, NULL, corr + r, vt, lo, hi, hd, orow, NULL, NULL, sum + r,
+                 pfr);
+        r += n;
+    }
+}
+
+ZMM_FN static void accumulate_q8_0_z(const float *s, int64_t s_stride, const float *corr,
+                                     int64_t rows, const uint8_t *vt, int64_t lo, int64_t hi,
+                                     int64_t hd, float *o, float *sum, const uint8_t *pf)
+{
+    accumulate_z(KV_Q8_0, s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
+}
+
+ZMM_FN static void accumulate_q4_0_z(const float *s, int64_t s_stride, const float *corr,
+                                     int64_t rows, const uint8_t *vt, int64_t lo, int64_t hi,
+                                     int64_t hd, float *o, float *sum, const uint8_t *pf)
+{
+    accumulate_z(KV_Q4_0, s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
+}
+
+/* Whether the AVX-512 form runs: attn_tiled.c's attn_zmm() (AVX-512 present,
+ * not capped by IGNITE_SIMD, and the fused build's FMA forms allowed), and
+ * whole passes of 64 columns. */
+static bool zmm_runs(int64_t hd)
+{
+    return hd % 64 == 0 && ops_qmm_best_isa() == QMM_VNNI && attn_fma_forms_ok();
+}
+#else
+static bool zmm_runs(int64_t hd)
+{
+    (void)hd;
+    return false;
+}
+#define accumulate_q8_0_z accumulate_q8_0
+#define accumulate_q4_0_z accumulate_q4_0
+#endif
+
 void attn_decode_accumulate_quant(enum kv_dtype dtype, const float *s, int64_t s_stride,
                                   const float *corr, int64_t rows, const uint8_t *vt, int64_t lo,
                                   int64_t hi, int64_t hd, float *o, float *sum,
                                   const uint8_t *pf)
 {
+    if (zmm_runs(hd)) {
+        if (dtype == KV_Q8_0)
+            accumulate_q8_0_z(s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
+        else
+            accumulate_q4_0_z(s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
+        return;
+    }
     if (dtype == KV_Q8_0)
         accumulate_q8_0(s, s_stride, corr, rows, vt, lo, hi, hd, o, sum, pf);
     else

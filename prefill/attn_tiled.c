@@ -41,6 +41,7 @@
 #include "ops/qmatmul.h"
 #include "ops/simd.h"
 #include "prefill/attn_decode.h"
+#include "prefill/attn_decode_qk.h"
 #include "prefill/attn_decode_quant.h"
 #include "prefill/attn_v8.h"
 
@@ -120,9 +121,14 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
 /* dst[0..n) = the n values of a quantized row run at src (whole blocks):
  * d q, d the block's f16 scale in f32 and q its integer (q8_0: the byte;
  * q4_0: the nibble less 8), the one product models/quant.c's
- * quant_dequantize_row makes, so the same f32 values. */
+ * quant_dequantize_row makes, so the same f32 values. restrict: without
+ * it GCC's -O2 cost model left the block loops scalar (an alias check to
+ * version them), a byte at a time, 8-14 % of a q8_0 cache's prefill at
+ * depth 4096 and sensitive to where the loop landed (docs/benchmarks.md,
+ * issue 51). */
 OPS_SIMD_CLONES
-static void dequant_run(enum kv_dtype dtype, const uint8_t *src, float *dst, int64_t n)
+static void dequant_run(enum kv_dtype dtype, const uint8_t *restrict src, float *restrict dst,
+                        int64_t n)
 {
     if (dtype == KV_Q8_0) {
         for (int64_t b = 0; b < n / QK8_0; b++, src += sizeof(struct block_q8_0)) {
@@ -966,9 +972,10 @@ static void decode_scores_quant(const struct attn_params *p, struct attn_scratch
 
 /* One K/V tile of a decode item (one query token; rows: its KV head's query
  * heads in the walk) read in place: K f16 (converted in registers as
- * attn_decode.c loads it) or quantized (scored in its blocks against the
- * int8 query, `ktile`), V f16 or quantized (dequantized in registers,
- * attn_decode_quant.c): the same scores, softmax and accumulation as
+ * attn_decode.c loads it) or quantized (scored against the int8 query in
+ * registers, `kqk`: attn_decode_qk.c, the tile kernel's bits; where it has
+ * no kernel, by the tile kernel itself, `ktile`), V f16 or quantized
+ * (dequantized in registers, attn_decode_quant.c): the same scores, softmax and accumulation as
  * run_item's general loop, bit for bit, without the scratch tiles. The
  * same head's next block is requested line by line as this one is read
  * (it is elsewhere in the pool, and the hardware prefetchers missed its
@@ -977,7 +984,7 @@ static void decode_scores_quant(const struct attn_params *p, struct attn_scratch
  * measured slower). */
 static void decode_tile(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
                         int64_t k0, int64_t c0, int64_t nc, int64_t kend, int64_t rows,
-                        qmm_tile_fn ktile, struct attn_scratch *sc)
+                        qmm_tile_fn ktile, attn_qk_fn kqk, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim;
     /* Row 0 of the tile; rows before c0 are not read (behind the window). */
@@ -990,7 +997,10 @@ static void decode_tile(const struct attn_params *p, const struct attn_seq *s, i
         kn = kv_row(&p->kv, p->kv.k, s->table, kvh, k0 + ATTN_TILE_K);
         vn = kv_row(&p->kv, p->kv.v, s->table, kvh, k0 + ATTN_TILE_K);
     }
-    if (ktile)
+    if (kqk)
+        kqk(sc->qq, rows, (const uint8_t *)kt, c0, nc, hd, sc->s, ATTN_TILE_K,
+            (const uint8_t *)kn);
+    else if (ktile)
         decode_scores_quant(p, sc, ktile, (const uint8_t *)kt, rows, c0, nc,
                             (const uint8_t *)kn);
     else
@@ -1056,7 +1066,7 @@ static float row_denominator(const struct attn_params *p, int64_t h,
  * run_item's operations (a quantized K: the query quantized as run_item
  * quantizes it), so no split or grouping changes a bit. */
 static void run_decode(const struct attn_params *p, const struct attn_seq *s, int64_t h0,
-                       int64_t h1, qmm_tile_fn ktile, struct attn_scratch *sc)
+                       int64_t h1, qmm_tile_fn ktile, attn_qk_fn kqk, struct attn_scratch *sc)
 {
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
     int64_t rows = h1 - h0;
@@ -1084,7 +1094,7 @@ static void run_decode(const struct attn_params *p, const struct attn_seq *s, in
             struct attn_scratch hs = *sc;
             hs.q += r0 * hd, hs.o += r0 * hd, hs.s += r0 * ATTN_TILE_K;
             hs.m += r0, hs.l += r0, hs.corr += r0, hs.qq += r0 * (hd / QMM_QK);
-            decode_tile(p, s, kvh, k0, c0, nc, kend, b - a, ktile, &hs);
+            decode_tile(p, s, kvh, k0, c0, nc, kend, b - a, ktile, kqk, &hs);
         }
     }
     float *out = s->out + h0 * hd;
@@ -1224,6 +1234,7 @@ struct attn_job {
     int64_t decode_parts;
     bool zmm; /* attn_zmm(), asked once per call rather than per item */
     qmm_tile_fn ktile; /* a quantized K's int8 scores (the int8 path), else NULL */
+    attn_qk_fn kqk;    /* the same scores for decode rows in registers, or NULL */
 };
 
 static int64_t n_qtiles(const struct attn_seq *s)
@@ -1271,7 +1282,7 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         if (s->n_tokens == 1 && job->decode_parts > 0) {
             int64_t n = job->decode_parts;
             run_decode(p, s, local * p->n_head / n, (local + 1) * p->n_head / n, job->ktile,
-                       &sc);
+                       job->kqk, &sc);
             continue;
         }
         /* Latest query tiles (the most keys) first, so the tail balances. */
@@ -1318,6 +1329,8 @@ void attn_tiled_run(const struct attn_params *p, struct ops_pool *pool, float *s
         IG_ASSERT(p->seqs[i].pos0 >= 0 && p->seqs[i].n_tokens >= 0);
         first[i + 1] = first[i] + seq_items(&p->seqs[i], p->n_head_kv, parts);
     }
-    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm(), ktile};
+    attn_qk_fn kqk =
+        ktile ? attn_decode_qk(p->kv.dtype, ops_qmm_best_isa(), p->head_dim) : NULL;
+    struct attn_job job = {p, scratch, scratch_stride, first, parts, attn_zmm(), ktile, kqk};
     ops_pool_run(pool, first[p->n_seqs], 1, attn_task, &job);
 }

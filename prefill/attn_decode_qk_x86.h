@@ -1,0 +1,178 @@
+/* prefill/attn_decode_qk_x86.h: the body of prefill/attn_decode_qk.c's
+ * kernels, included once per instruction set (no include guard). The
+ * includer defines QK_TARGET (a target attribute), QK_NAME(name) (the
+ * set's suffix) and, where vpdpbusd runs, QK_DPBUSD (its intrinsic). */
+
+#define QK_FN QK_TARGET static inline __attribute__((always_inline))
+/* the loops over a tile's rows and keys, unrolled: their sums stay in registers */
+#define QK_UNROLL _Pragma("GCC unroll 4")
+
+/* Lane i: sum over j < 4 of key quant 4i + j times query quant 4i + j, exact
+ * in int32, whatever the set (the tile kernel's lanes). q8_0 with vpdpbusd:
+ * ku the key bytes + 128 (unsigned), xc -128 times the query's four-quant
+ * sums, so the sum starts at the offset's product; without: |k| times x
+ * signed as k (pairs <= 2 * 128 * 127, no int16 saturation). q4_0: ku the
+ * nibbles 0..15 (the -8 is the tile's f32 term, below). */
+QK_FN __m256i QK_NAME(kdot)(const enum kv_dtype dt, __m256i ku, __m256i ka, __m256i x,
+                            __m256i xc)
+{
+#ifdef QK_DPBUSD
+    (void)ka;
+    return QK_DPBUSD(dt == KV_Q8_0 ? xc : _mm256_setzero_si256(), ku, x);
+#else
+    (void)xc;
+    __m256i p = dt == KV_Q8_0 ? _mm256_maddubs_epi16(ka, _mm256_sign_epi8(x, ku))
+                              : _mm256_maddubs_epi16(ku, x);
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+/* Rows 0 .. n - 1 (n <= 3) of x against keys 0 .. nk - 1 (nk 4 or 1) at k
+ * (rb bytes a key), their scores to s[r * ss + j]. Per (row, key) an
+ * eight-lane f32 sum, each block's lanes added by FMA with the product of
+ * the two scales (rounded once, as the tile kernel's dd); q4_0's -8 dk sx
+ * by FMAs in a lane of its own (lanes: keys, as the tile's per-row add). */
+QK_FN void QK_NAME(keys)(const enum kv_dtype dt, const int n, const int nk,
+                         const struct qmm_q8 *x, int64_t nb, const __m256i *xc,
+                         const uint8_t *k, size_t rb, float *s, int64_t ss)
+{
+    const size_t bb = dt == KV_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    __m256 acc[3][4];
+    __m128 add[3];
+    QK_UNROLL for (int r = 0; r < n; r++) {
+        add[r] = _mm_setzero_ps();
+        QK_UNROLL for (int j = 0; j < nk; j++)
+            acc[r][j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *kb = k + (size_t)b * bb;
+        __m128i h = _mm_setzero_si128();
+        h = _mm_insert_epi16(h, ig_f16_load(kb), 0);
+        if (nk == 4) {
+            h = _mm_insert_epi16(h, ig_f16_load(kb + rb), 1);
+            h = _mm_insert_epi16(h, ig_f16_load(kb + 2 * rb), 2);
+            h = _mm_insert_epi16(h, ig_f16_load(kb + 3 * rb), 3);
+        }
+        __m128 dk = _mm_cvtph_ps(h);
+        float dd[3][4];
+        QK_UNROLL for (int r = 0; r < n; r++) {
+            const struct qmm_q8 *xb = x + r * nb + b;
+            _mm_storeu_ps(dd[r], _mm_mul_ps(dk, _mm_set1_ps(xb->d)));
+            if (dt == KV_Q4_0)
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-8.0f), dk), _mm_set1_ps(xb->s),
+                                      add[r]);
+        }
+        QK_UNROLL for (int j = 0; j < nk; j++) {
+            const uint8_t *q = kb + (size_t)j * rb + 2;
+            __m256i ku, ka = _mm256_setzero_si256();
+            if (dt == KV_Q8_0) {
+                ku = _mm256_loadu_si256((const __m256i *)(const void *)q);
+#ifdef QK_DPBUSD
+                ku = _mm256_xor_si256(ku, _mm256_set1_epi8((char)0x80));
+#else
+                ka = _mm256_sign_epi8(ku, ku);
+#endif
+            } else {
+                __m128i v = _mm_loadu_si128((const __m128i *)(const void *)q);
+                __m128i m = _mm_set1_epi8(0x0f);
+                ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m),
+                                      _mm_and_si128(v, m));
+            }
+            QK_UNROLL for (int r = 0; r < n; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)x[r * nb + b].qs);
+                __m256 p = _mm256_cvtepi32_ps(QK_NAME(kdot)(dt, ku, ka, xv, xc[r * nb + b]));
+                acc[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(dd[r][j]), p, acc[r][j]);
+            }
+        }
+    }
+    if (nk == 1) {
+        QK_UNROLL for (int r = 0; r < n; r++) {
+            attn_v8 a = (attn_v8)acc[r][0];
+            s[r * ss] = v8_sum(a) + add[r][0];
+        }
+        return;
+    }
+    /* v8_sums8: eight sums at once, each in v8_sum's order (the tile's hsum) */
+    attn_v8 a0 = (attn_v8)acc[0][0], a1 = (attn_v8)acc[0][1];
+    attn_v8 a2 = (attn_v8)acc[0][2], a3 = (attn_v8)acc[0][3];
+    attn_v8 b0 = n > 1 ? (attn_v8)acc[1][0] : a0, b1 = n > 1 ? (attn_v8)acc[1][1] : a1;
+    attn_v8 b2 = n > 1 ? (attn_v8)acc[1][2] : a2, b3 = n > 1 ? (attn_v8)acc[1][3] : a3;
+    attn_v8 sum;
+    v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[0]));
+    if (n > 1)
+        _mm_storeu_ps(s + ss, _mm_add_ps(_mm256_extractf128_ps((__m256)sum, 1), add[1]));
+    if (n > 2) {
+        attn_v8 e0 = (attn_v8)acc[2][0], e1 = (attn_v8)acc[2][1];
+        attn_v8 e2 = (attn_v8)acc[2][2], e3 = (attn_v8)acc[2][3];
+        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum);
+        _mm_storeu_ps(s + 2 * ss, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[2]));
+    }
+}
+
+/* Rows 0 .. n - 1 of the call against keys c0 .. nc - 1, four at a time
+ * (the next tile's same rows requested as these are read), then one. */
+QK_FN void QK_NAME(rows)(const enum kv_dtype dt, const int n, const struct qmm_q8 *x,
+                         int64_t nb, const uint8_t *kt, int64_t c0, int64_t nc, float *s,
+                         int64_t ss, const uint8_t *pf)
+{
+    size_t rb = kv_dtype_row_bytes(dt, nb * QMM_QK);
+    __m256i xc[3 * QK_MAX_BLOCKS];
+    for (int64_t i = 0; i < n * nb; i++) {
+#ifdef QK_DPBUSD
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)x[i].qs);
+        __m256i s128 = QK_DPBUSD(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), xv);
+        xc[i] = _mm256_sub_epi32(_mm256_setzero_si256(), s128);
+#else
+        xc[i] = _mm256_setzero_si256();
+#endif
+    }
+    int64_t c = c0;
+    for (; c + 4 <= nc; c += 4) {
+        if (pf)
+            for (size_t o = 0; o < 4 * rb; o += 64)
+                prefetch_line(pf + (size_t)c * rb + o);
+        QK_NAME(keys)(dt, n, 4, x, nb, xc, kt + (size_t)c * rb, rb, s + c, ss);
+    }
+    for (; c < nc; c++)
+        QK_NAME(keys)(dt, n, 1, x, nb, xc, kt + (size_t)c * rb, rb, s + c, ss);
+}
+
+/* The rows in blocks of three, the last four or two as two blocks of two, a
+ * lone row alone (attn_decode.c's grouping); the first block prefetches. */
+QK_FN void QK_NAME(scores)(const enum kv_dtype dt, const struct qmm_q8 *qq, int64_t rows,
+                           const uint8_t *kt, int64_t c0, int64_t nc, int64_t hd, float *s,
+                           int64_t ss, const uint8_t *pf)
+{
+    int64_t nb = hd / QMM_QK;
+    for (int64_t r = 0; r < rows;) {
+        int64_t n = block_rows(rows - r);
+        const struct qmm_q8 *x = qq + r * nb;
+        float *sr = s + r * ss;
+        const uint8_t *pfr = r == 0 ? pf : NULL;
+        if (n == 3)
+            QK_NAME(rows)(dt, 3, x, nb, kt, c0, nc, sr, ss, pfr);
+        else if (n == 2)
+            QK_NAME(rows)(dt, 2, x, nb, kt, c0, nc, sr, ss, pfr);
+        else
+            QK_NAME(rows)(dt, 1, x, nb, kt, c0, nc, sr, ss, pfr);
+        r += n;
+    }
+}
+
+QK_TARGET static void QK_NAME(scores_q8_0)(const struct qmm_q8 *qq, int64_t rows,
+                                           const uint8_t *kt, int64_t c0, int64_t nc,
+                                           int64_t hd, float *s, int64_t ss, const uint8_t *pf)
+{
+    QK_NAME(scores)(KV_Q8_0, qq, rows, kt, c0, nc, hd, s, ss, pf);
+}
+
+QK_TARGET static void QK_NAME(scores_q4_0)(const struct qmm_q8 *qq, int64_t rows,
+                                           const uint8_t *kt, int64_t c0, int64_t nc,
+                                           int64_t hd, float *s, int64_t ss, const uint8_t *pf)
+{
+    QK_NAME(scores)(KV_Q4_0, qq, rows, kt, c0, nc, hd, s, ss, pf);
+}
+
+#undef QK_FN
+#undef QK_UNROLL
