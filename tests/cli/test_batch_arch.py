@@ -23,7 +23,7 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 from archgen import write_model
-from igtest import cache_dir, check, gemma3_path, summary
+from igtest import check, gemma3_path, summary, tiny_qwen35
 
 IGNITE = os.environ["IGNITE_BIN"]
 
@@ -140,17 +140,9 @@ def hybrid_checks(tmp, env):
     end (multiples of 64 positions), so the states and the int8 path's texts
     are bit for bit the same; cut at 96 as a dense model's is (main before this
     check), request 1's text differed on this file."""
-    vocab = os.path.join(cache_dir(), "llama-src", "llama_cpp_python-0.3.36", "vendor",
-                         "llama.cpp", "models", "ggml-vocab-qwen35.gguf")
-    if not os.path.isfile(vocab):
-        print("SKIP hybrid: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh llama-src)",
-              file=sys.stderr)
+    path = tiny_qwen35(tmp)
+    if not path:
         return
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
-    path = os.path.join(tmp, "qwen35.gguf")
-    random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
     words = "the river town mill bridge market farmers grain wool apples week".split()
     reqs = [{"id": i, "prompt": " ".join(words[(j * 7 + i) % 11] for j in range(40 + 35 * i)),
              "n_predict": 12, "temperature": 0} for i in range(6)]

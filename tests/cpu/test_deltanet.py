@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import random_gguf  # noqa: E402
 import randgguf_qwen35  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-from igtest import cache_dir  # noqa: E402
+from igtest import llama_vocab  # noqa: E402
 from ref_deltanet import Qwen35Ref  # noqa: E402
 from int8_check import int8_steps_match  # noqa: E402
 
@@ -187,20 +187,13 @@ def refused(ignite, path, cases, arch):
     return ok
 
 
-def vocab_path():
-    src = os.environ.get("LLAMA_SRC") or os.path.join(
-        cache_dir(), "llama-src", "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
-    path = os.path.join(src, "models", "ggml-vocab-qwen35.gguf")
-    return path if os.path.isfile(path) else None
-
-
 def ignite_text(ignite, args, stdin=None):
     res = subprocess.run([ignite, *args], capture_output=True, text=True, input=stdin)
     return res.returncode, res.stdout, res.stderr
 
 
 def engine_cases(ignite, tmp):
-    vocab = vocab_path()
+    vocab = llama_vocab("qwen35")
     if not vocab:
         print("skip   engine cases: no models/ggml-vocab-qwen35.gguf (fetch-model.sh llama-src)")
         return True

@@ -26,6 +26,33 @@ def gemma3_path():
     return os.environ.get("IGNITE_GEMMA3") or os.path.join(cache_dir(), GEMMA3_FILE)
 
 
+def llama_vocab(name):
+    """llama.cpp's models/ggml-vocab-NAME.gguf from its source ($LLAMA_SRC, else
+    the copy scripts/fetch-model.sh llama-src unpacks into the cache), or None
+    where it is absent."""
+    src = os.environ.get("LLAMA_SRC") or os.path.join(
+        cache_dir(), "llama-src", "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
+    path = os.path.join(src, "models", f"ggml-vocab-{name}.gguf")
+    return path if os.path.isfile(path) else None
+
+
+def tiny_qwen35(tmp):
+    """bench/random_gguf.py's tiny qwen35 (3 gated DeltaNet layers, then 1
+    attention layer; Q8_0, seed 5) with llama.cpp's qwen35 vocabulary, written
+    into folder tmp: its path, or None (said on stderr) without the vocabulary."""
+    vocab = llama_vocab("qwen35")
+    if not vocab:
+        print("SKIP the tiny qwen35: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh "
+              "llama-src)", file=sys.stderr)
+        return None
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    path = os.path.join(tmp, "qwen35.gguf")
+    random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
+    return path
+
+
 _checks = 0
 _failures = 0
 

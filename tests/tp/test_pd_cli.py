@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from igtest import check, model_path, sanitized, summary  # noqa: E402
+from igtest import check, model_path, sanitized, summary, tiny_qwen35  # noqa: E402
 from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
@@ -171,19 +171,9 @@ def hybrid(mpirun, tmp):
     and the parts at least 1 head + a chunk's rows per 8 prompt rows + 3
     states + 1 end each (every part after the prompt, IGNITE_PD_WHOLE=1,
     would be 6)."""
-    src = os.environ.get("LLAMA_SRC") or os.path.join(
-        os.path.expanduser("~/.cache/ignite"), "llama-src", "llama_cpp_python-0.3.36", "vendor",
-        "llama.cpp")
-    vocab = os.path.join(src, "models", "ggml-vocab-qwen35.gguf")
-    if not os.path.isfile(vocab):
-        print("SKIP hybrid: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh llama-src)",
-              file=sys.stderr)
+    path = tiny_qwen35(tmp)
+    if not path:
         return
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
-    path = os.path.join(tmp, "qwen35.gguf")
-    random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
     f = os.path.join(tmp, "hybrid.jsonl")
     words = "the river town mill bridge market farmers grain wool apples week".split()
     with open(f, "w") as out:
