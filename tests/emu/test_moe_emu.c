@@ -143,6 +143,28 @@ static int64_t count_off(const float *a, const float *b, int64_t n, double tol)
 /* One layer's pipeline on the emulator (route and gemv possibly mutants)
  * against the twins. Returns whether everything matched; with `quiet` no
  * failure is recorded (a mutant's run, expected to differ). */
+/* gate|up with the activation, then down, through kernel and through the
+ * twins: the twin first, since both down products read the twin's h (the
+ * down product then checks alone what the gate|up one left). gp and dp carry
+ * every input; h[s], y[s] take pass s's outputs (0 the kernel, 1 the twin). */
+static void products_and_twins(gemv_fn kernel, struct gk_moe_gemv_params gp,
+                               struct gk_moe_gemv_params dp, uint16_t *const h[2],
+                               float *const y[2])
+{
+    for (int s = 1; s >= 0; s--) {
+        gp.h = h[s];
+        dp.x = h[1];
+        dp.y = y[s];
+        if (s == 0) {
+            CHECK(kernel(&gp, NULL) == IG_OK);
+            CHECK(kernel(&dp, NULL) == IG_OK);
+        } else {
+            gk_moe_gemv_ref(&gp);
+            gk_moe_gemv_ref(&dp);
+        }
+    }
+}
+
 static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bool bias,
                      route_fn route, gemv_fn gemv, bool quiet, uint64_t seed)
 {
@@ -227,24 +249,18 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     }
     CHECK(seen == pairs);
     /* gate|up with the activation, then down (of the twin's h), from the
-     * twins' tiles: the twins first */
-    for (int s = 1; s >= 0; s--) {
-        struct gk_moe_gemv_params gp = {
-            .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn, .ld_x = E,
-            .x_div = K, .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
-            .max_tiles = max_tiles, .glu = glu, .h = h[s], .ld_h = ff};
-        struct gk_moe_gemv_params dp = {
-            .w = wd, .rows = E, .bias = b3, .x = h[1], .ld_x = ff, .x_div = 1,
-            .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
-            .max_tiles = max_tiles, .y = y[s], .ld_y = E, .scale = es};
-        if (s == 0) {
-            CHECK(gemv(&gp, NULL) == IG_OK);
-            CHECK(gemv(&dp, NULL) == IG_OK);
-        } else {
-            gk_moe_gemv_ref(&gp);
-            gk_moe_gemv_ref(&dp);
-        }
-    }
+     * twins' tiles */
+    products_and_twins(gemv,
+                       (struct gk_moe_gemv_params){
+                           .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn,
+                           .ld_x = E, .x_div = K, .order = order[1], .tiles = tiles[1],
+                           .n_tiles = n_tiles[1], .max_tiles = max_tiles, .glu = glu,
+                           .ld_h = ff},
+                       (struct gk_moe_gemv_params){
+                           .w = wd, .rows = E, .bias = b3, .ld_x = ff, .x_div = 1,
+                           .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+                           .max_tiles = max_tiles, .ld_y = E, .scale = es},
+                       h, y);
     int64_t h_bad = 0;
     for (int64_t i = 0; i < pairs * ff; i++) {
         float a = ig_f16_to_f32(h[0][i]), b = ig_f16_to_f32(h[1][i]);
@@ -425,23 +441,17 @@ static bool run_mma_case(int type, int down_type, int64_t E, int64_t ff, int glu
     CHECK(*n_tiles[1] == 6 && *n_tiles[0] == *n_tiles[1] &&
           memcmp(order[0], order[1], (size_t)pairs * 4) == 0 &&
           memcmp(tiles[0], tiles[1], 12 * 6) == 0 && tiles[1][3 * 3 + 2] == 64);
-    for (int s = 1; s >= 0; s--) { /* the twin first: the down product reads its h */
-        struct gk_moe_gemv_params gp = {
-            .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn, .ld_x = E,
-            .x_div = KX, .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
-            .max_tiles = max_tiles, .glu = glu, .h = h[s], .ld_h = ff};
-        struct gk_moe_gemv_params dp = {
-            .w = wd, .rows = E, .bias = b3, .x = h[1], .ld_x = ff, .x_div = 1,
-            .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
-            .max_tiles = max_tiles, .y = y[s], .ld_y = E, .scale = es};
-        if (s == 0) {
-            CHECK(mma(&gp, NULL) == IG_OK);
-            CHECK(mma(&dp, NULL) == IG_OK);
-        } else {
-            gk_moe_gemv_ref(&gp);
-            gk_moe_gemv_ref(&dp);
-        }
-    }
+    products_and_twins(mma,
+                       (struct gk_moe_gemv_params){
+                           .w = wg, .w2 = wu, .rows = ff, .bias = b1, .bias2 = b2, .x = xn,
+                           .ld_x = E, .x_div = KX, .order = order[1], .tiles = tiles[1],
+                           .n_tiles = n_tiles[1], .max_tiles = max_tiles, .glu = glu,
+                           .ld_h = ff},
+                       (struct gk_moe_gemv_params){
+                           .w = wd, .rows = E, .bias = b3, .ld_x = ff, .x_div = 1,
+                           .order = order[1], .tiles = tiles[1], .n_tiles = n_tiles[1],
+                           .max_tiles = max_tiles, .ld_y = E, .scale = es},
+                       h, y);
     int64_t h_bad = 0, y_bad = 0, cols = E > ff ? E : ff;
     double h_worst = 0, y_worst = 0; /* |error| / bound */
     float *wf = malloc((size_t)cols * sizeof *wf);
