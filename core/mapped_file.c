@@ -1,5 +1,6 @@
 /* core/mapped_file.c: read-only mmap of a whole file (POSIX), or (--no-mmap)
- * the file read into memory; either locked (--mlock) on request.
+ * the file read into memory; either locked (--mlock) on request. The live
+ * mappings are listed, so a range of one can be given back (ig_mapped_release).
  * Covered by tests/unit/test_core.c, every model test and
  * tests/cli/test_load_mode.sh. */
 #include "core/mapped_file.h"
@@ -7,6 +8,7 @@
 #include "core/status.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -18,6 +20,60 @@
 static unsigned map_mode; /* IG_MAP_* */
 
 void ig_map_set_mode(unsigned flags) { map_mode = flags; }
+
+/* The files mapped and not locked: the ranges ig_mapped_release may give
+ * back (a file read into memory or locked is kept whole). */
+struct map_range {
+    uintptr_t a, e; /* [a, e) */
+};
+static struct map_range *maps;
+static size_t n_maps, cap_maps;
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lists [p, p + n); where that fails the range is only never given back. */
+static void maps_add(const void *p, size_t n)
+{
+    pthread_mutex_lock(&maps_lock);
+    if (n_maps == cap_maps) {
+        size_t cap = cap_maps ? 2 * cap_maps : 16;
+        struct map_range *r = realloc(maps, cap * sizeof *r);
+        if (r) {
+            maps = r;
+            cap_maps = cap;
+        }
+    }
+    if (n_maps < cap_maps)
+        maps[n_maps++] = (struct map_range){(uintptr_t)p, (uintptr_t)p + n};
+    pthread_mutex_unlock(&maps_lock);
+}
+
+static void maps_remove(const void *p)
+{
+    pthread_mutex_lock(&maps_lock);
+    for (size_t i = 0; i < n_maps; i++)
+        if (maps[i].a == (uintptr_t)p) {
+            maps[i] = maps[--n_maps];
+            break;
+        }
+    pthread_mutex_unlock(&maps_lock);
+}
+
+void ig_mapped_release(const void *p, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + n) & ~(page - 1);
+    if (!p || a >= e)
+        return;
+    pthread_mutex_lock(&maps_lock); /* (held: the mapping cannot go away meanwhile) */
+    for (size_t i = 0; i < n_maps; i++)
+        if (maps[i].a <= (uintptr_t)p && (uintptr_t)p + n <= maps[i].e) {
+            /* PROT_READ, MAP_PRIVATE: no page was ever written, so the next
+             * read finds the file's bytes again */
+            madvise((void *)a, e - a, MADV_DONTNEED);
+            break;
+        }
+    pthread_mutex_unlock(&maps_lock);
+}
 
 /* The whole file into a malloc'd buffer. IG_OK, IG_E_NOMEM or IG_E_IO. */
 static int read_whole(int fd, const char *path, size_t size, struct ig_mapped_file *out)
@@ -90,11 +146,15 @@ int ig_map_file(const char *path, struct ig_mapped_file *out)
             ig_warn("--mlock: cannot lock '%s' (%.1f MiB) in memory: %s (raise 'ulimit -l')",
                     path, (double)out->size / 1048576.0, strerror(errno));
     }
+    if (out->data && !out->read && !out->locked)
+        maps_add(out->data, out->size);
     return IG_OK;
 }
 
 void ig_unmap_file(struct ig_mapped_file *f)
 {
+    if (f->data && !f->read && !f->locked)
+        maps_remove(f->data);
     if (f->data && f->locked)
         munlock(f->data, f->size);
     if (f->data && f->read)

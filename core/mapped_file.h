@@ -35,6 +35,15 @@ int ig_map_file(const char *path, struct ig_mapped_file *out);
  * of them where f was read. For the tensor-parallel ranks' accounting. */
 size_t ig_mapped_resident(const struct ig_mapped_file *f);
 
+/* Gives back this process's pages of [p, p + n) where those bytes lie in a
+ * file ig_map_file mapped (not read, not locked): whole pages inside the
+ * range only, so a neighbour's bytes stay; they stay in the page cache and
+ * a later read maps them again (the mapping is read-only: nothing is lost).
+ * For a weight read once to make a copy (ops/packed.c), which then no longer
+ * counts in the process's resident memory. A range elsewhere is left alone.
+ * Thread-safe against ig_map_file and ig_unmap_file. */
+void ig_mapped_release(const void *p, size_t n);
+
 /* Unmaps (or frees), unlocking first; safe on a zeroed struct. */
 void ig_unmap_file(struct ig_mapped_file *f);
 

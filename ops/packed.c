@@ -1,9 +1,12 @@
 /* ops/packed.c: the packed weights (ops/packed.h): a table of decode-layout
  * copies sorted by the stored weight's data pointer, each made once by
- * ops_qmm_repack over the pool.
+ * ops_qmm_repack over the pool. The int8 kernels read a packed weight's
+ * copy only, so the stored rows' pages of a mapped file are given back once
+ * copied (ig_mapped_release): the process holds each weight once, not twice.
  * Covered by tests/cpu/test_qmatmul.c and tests/models/tensor_table_check.c. */
 #include "ops/packed.h"
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "ops/ops.h"
 #include "ops/qmatmul.h"
@@ -111,6 +114,7 @@ int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct op
     struct repack_job job = {w, data};
     int64_t groups = (w->rows + QMM_PR - 1) / QMM_PR;
     ops_pool_run(pool, groups, 16, repack_task, &job);
+    ig_mapped_release(w->data, (size_t)w->rows * w->row_bytes);
     memmove(p->w + at + 1, p->w + at, (size_t)(p->n - at) * sizeof *p->w);
     p->w[at] = (struct packed_weight){w->data, w->type, w->rows, w->cols, data};
     p->n++;

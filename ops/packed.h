@@ -26,9 +26,11 @@ int ops_packed_create(const struct model *m, struct ops_pool *pool, struct ops_p
 void ops_packed_free(struct ops_packed *p);
 
 /* Adds a packed copy of w when the process's ISA has a packed kernel for
- * w's type (a weight already there is kept). Weights are told apart by their
- * data pointer. Returns IG_OK (also when w's type has no such kernel) or
- * IG_E_NOMEM. */
+ * w's type (a weight already there is kept), then gives back the pages of
+ * w's stored rows where they lie in a mapped file (ig_mapped_release: read
+ * again from the file should anything read them). Weights are told apart
+ * by their data pointer. Returns IG_OK (also when w's type has no such
+ * kernel) or IG_E_NOMEM. */
 int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct ops_pool *pool);
 
 /* The bytes of every packed copy in p (0 for NULL). */

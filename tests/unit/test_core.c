@@ -1,15 +1,18 @@
 /* tests/unit/test_core.c: core/ primitives: half conversions against exact
  * arithmetic, status names, the cache-path rule, the hook that runs before
- * each diagnostic line. */
+ * each diagnostic line, a mapped file's pages given back. */
 #include "core/half.h"
+#include "core/mapped_file.h"
 #include "core/paths.h"
 #include "core/status.h"
 #include "core/utf8.h"
 #include "tests/test.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Exact value of an f16 bit pattern computed independently with ldexp. */
 static double f16_value(uint16_t h)
@@ -182,9 +185,45 @@ static void test_diag_hook(void)
     ig_set_diag_hook(NULL, NULL);
 }
 
+/* ig_mapped_release: a mapped file's whole pages inside the range leave
+ * the process (ig_mapped_resident) and read back the file's bytes; a page
+ * only partly inside stays; a file read into memory keeps its bytes. */
+static void test_mapped_release(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), size = 4 * page;
+    char path[] = "/tmp/ignite_test_core_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    unsigned char *bytes = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        bytes[i] = (unsigned char)(i * 7 + i / page);
+    CHECK(write(fd, bytes, size) == (ssize_t)size);
+    close(fd);
+    for (unsigned mode = 0; mode <= IG_MAP_READ; mode += IG_MAP_READ) {
+        ig_map_set_mode(mode);
+        struct ig_mapped_file f;
+        CHECK(ig_map_file(path, &f) == IG_OK);
+        unsigned sum = 0;
+        for (size_t i = 0; i < size; i++) /* every page in */
+            sum += ((const volatile unsigned char *)f.data)[i];
+        (void)sum;
+        CHECK(ig_mapped_resident(&f) == size);
+        ig_mapped_release(f.data + page / 2, 2 * page); /* page 1 whole, 0 and 2 in part */
+        CHECK(ig_mapped_resident(&f) == (mode == IG_MAP_READ ? size : size - page));
+        CHECK(memcmp(f.data, bytes, size) == 0);
+        ig_unmap_file(&f);
+    }
+    ig_map_set_mode(0);
+    ig_mapped_release(bytes, size); /* not a mapped file's: left alone */
+    CHECK(bytes[size - 1] == (unsigned char)((size - 1) * 7 + 3));
+    free(bytes);
+    unlink(path);
+}
+
 int main(void)
 {
     test_diag_hook();
+    test_mapped_release();
     test_f16_all_patterns();
     test_f16_rows();
     test_f16_rows_from_f32();
