@@ -401,6 +401,12 @@ static void print_text(const struct model *m, const struct info *in)
         printf("active          %lld parameters a token (%.1f M); %zu bytes of weights read "
                "a token (%.2f GiB)\n", (long long)active, (double)active / 1e6, bytes,
                (double)bytes / (1 << 30));
+    } else { /* what a decode step streams: tok/s x these bytes is the bandwidth it uses */
+        int64_t active;
+        size_t bytes;
+        model_active_size(m, &active, &bytes);
+        printf("weights read    %zu bytes a token (%.2f GiB): every weight, a row of each "
+               "looked-up table\n", bytes, (double)bytes / (1 << 30));
     }
     printf("vocab size      %lld\n", (long long)hp->n_vocab);
     printf("context length  %lld\n", (long long)hp->n_ctx_train);

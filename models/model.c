@@ -873,9 +873,12 @@ void model_active_size(const struct model *m, int64_t *active, size_t *bytes)
         if (w->n_expert > 1)
             used = m->layers[it.layer].n_expert_used;
         *active += used * w->rows * w->cols;
-        bool head = !model_tensor_present(model_tensor_row(TENSOR_PER_MODEL, MODEL_OUTPUT),
+        bool head = it.t->scope == TENSOR_PER_MODEL && it.t->role == MODEL_TOK_EMBD &&
+                    !model_tensor_present(model_tensor_row(TENSOR_PER_MODEL, MODEL_OUTPUT),
                                           model_features(&m->hp));
-        if (!it.t->gathered || head) /* a tied table is the head: read whole */
+        /* a tied table is the head: read whole; another looked-up table
+         * (Gemma 4's per-layer embeddings) a row a token */
+        if (!it.t->gathered || head)
             *bytes += (size_t)used * (size_t)w->rows * w->row_bytes;
         else
             *bytes += w->row_bytes;

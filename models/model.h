@@ -348,8 +348,9 @@ static inline size_t model_weight_size(const struct model_weight *w)
 /* What a token uses of m's weights (a mixture of experts runs
  * n_expert_used of each layer's n_expert): *active the parameters of every
  * weight with the unused experts left out; *bytes the bytes a decode step
- * reads: those weights but the embedding table, of which one row is read
- * (unless it is the output head too). */
+ * reads: those weights but the looked-up tables (the embedding table,
+ * Gemma 4's per-layer one), of which one row each is read (the embedding
+ * table whole where it is the output head too). */
 void model_active_size(const struct model *m, int64_t *active, size_t *bytes);
 
 /* ---- what the model says besides its weights, in either format ---------- */

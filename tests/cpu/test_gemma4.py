@@ -20,6 +20,8 @@ embeddings, layer output scales, logits soft-capped.
     its size grows by the own-KV layers' f32 bytes (and an id) a token;
   - the int8 path (the default) on Q8_0: the same top token as the
     reference at every step (int8 activations: not within 1e-4);
+  - `ignite info`'s weights read a token (Q4_K_M): the gguf package's
+    tensor bytes, of the per-layer embedding table a row;
   - the Gemma 4 chat template (llama.cpp's models/ggml-vocab-gemma-4.gguf in
     the sdist, when fetched: scripts/fetch-model.sh llama-src) rendered by
     ignite as jinja2 renders it, a system turn and a conversation;
@@ -191,6 +193,27 @@ def kv_memory(path, ref):
     return own
 
 
+def weights_read(path):
+    """`ignite info`'s weights read a token (what a decode step streams)
+    against the gguf package's tensor sizes: every tensor whole (rope_freqs,
+    read at load, aside), of the two looked-up tables a row each, and
+    token_embd whole where no output.weight makes it the head too."""
+    from gguf import GGUFReader
+    ts = {t.name: t for t in GGUFReader(path).tensors if t.name != "rope_freqs.weight"}
+    tied = "output.weight" not in ts
+    want = 0
+    for name, t in ts.items():
+        looked_up = name == "per_layer_token_embd.weight" or (name == "token_embd.weight"
+                                                              and not tied)
+        want += int(t.n_bytes) // int(t.shape[-1]) if looked_up else int(t.n_bytes)
+    out = subprocess.run([IGNITE, "info", "-m", path], capture_output=True, text=True).stdout
+    line = next((l for l in out.splitlines() if l.startswith("weights read")), "")
+    if line.split()[2:3] != [str(want)]:
+        fail(f"weights read a token: '{line}', expected {want} bytes")
+    else:
+        print(f"ok     weights read a token: {want} bytes (tied: {tied})")
+
+
 def vocab_file(tmp, n_vocab):
     """A GGUF holding only a toy gpt2 vocabulary of n_vocab tokens (letters,
     space, fillers), for random_gguf.py's --vocab-from."""
@@ -339,6 +362,8 @@ def main():
             against_reference(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
             if qtype == "Q8_0":
                 int8_top(ref, tool, path, f"gemma4 tiny {qtype}", prompt, fixed, tmp)
+            if qtype == "Q4_K_M":
+                weights_read(path)
             if qtype == "F16":
                 window_rule(ref, tool, path, f"gemma4 tiny {qtype}", tmp, rng)
                 own = kv_memory(path, ref)
