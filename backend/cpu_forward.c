@@ -79,14 +79,35 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
     }
 }
 
+/* Logits soft-capped a slice of SOFTCAP_ITEM an item over the pool: a
+ * tanhf each, 262144 a row in Gemma's vocabularies, which on one thread
+ * while the others waited were the longest serial stretch of a decode step. */
+#define SOFTCAP_ITEM 4096
+struct softcap_job {
+    float *logits; /* [n] */
+    int64_t n;
+    double cap;
+};
+
+static void softcap_task(void *arg, int64_t i0, int64_t i1, int thread)
+{
+    const struct softcap_job *job = arg;
+    (void)thread;
+    int64_t a = i0 * SOFTCAP_ITEM, e = i1 * SOFTCAP_ITEM < job->n ? i1 * SOFTCAP_ITEM : job->n;
+    ops_softcap(job->logits + a, e - a, job->cap);
+}
+
 void cpu_output_head(struct ops_ctx *ctx, const float *x, int64_t n, float *logits)
 {
     const struct model *m = ops_ctx_model(ctx);
     struct ops_buffers *b = ops_ctx_buffers(ctx);
     ops_rmsnorm(x, &m->w[MODEL_OUTPUT_NORM], n, m->hp.n_embd, m->hp.norm_eps, b->xn);
     ops_matmul(ctx, &m->w[MODEL_OUTPUT], b->xn, n, logits); /* [n, n_vocab] */
-    if (m->hp.final_softcap > 0) /* (a tensor-parallel rank's head has its rows only) */
-        ops_softcap(logits, n * m->w[MODEL_OUTPUT].rows, m->hp.final_softcap);
+    if (m->hp.final_softcap > 0) { /* (a tensor-parallel rank's head has its rows only) */
+        struct softcap_job job = {logits, n * m->w[MODEL_OUTPUT].rows, m->hp.final_softcap};
+        ops_pool_run(ops_ctx_pool(ctx), (job.n + SOFTCAP_ITEM - 1) / SOFTCAP_ITEM, 1,
+                     softcap_task, &job);
+    }
 }
 
 void cpu_output_head_tp(struct cpu_step *s, const float *x, int64_t n, float *logits)
