@@ -9,7 +9,8 @@
  *   - the saved-cache model id (kvcache/kvfile.c) changes when the bytes of
  *     any one weight the model has change;
  *   - CPU int8 packing (ops/ctx.c) holds a packed copy of every matrix a
- *     product reads, where the ISA and the type pack;
+ *     product reads, where the ISA and the type pack, and none of a table
+ *     looked up by token (an untied token_embd);
  *   - the CUDA backend's plan (backend/gpu_plan.c) with --gpu-weights f16
  *     is the table's sum over the stored weights (2 bytes a matrix element,
  *     4 a norm or bias element: the test's models keep every f16 matrix a
@@ -179,8 +180,14 @@ static void check_packing(const char *spec, const struct model *m)
     }
     int packed = 0, skipped = 0;
     struct model_tensor_it it;
+    bool tied = !model_tensor_present(model_tensor_row(TENSOR_PER_MODEL, MODEL_OUTPUT),
+                                      model_features(&m->hp));
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_TIED);
          model_tensors_next(&it);) {
+        bool head = tied && it.t->scope == TENSOR_PER_MODEL && it.t->role == MODEL_TOK_EMBD;
+        if (it.t->gathered && !head) /* rows read by token: kept as stored */
+            CHECKF(ops_packed_find(p, it.w) == NULL, "%s: %s is looked up, yet packed", spec,
+                   name_of(&it));
         if (it.t->kind != TENSOR_MATRIX || it.t->gathered)
             continue;
         const struct model_weight *w = it.w;
