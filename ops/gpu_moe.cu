@@ -25,7 +25,7 @@
  * lacks against the dense path: int8 activations with dp4a (ops/gpu_qgemv.cu).
  *
  * The product on the tensor cores (prefill steps, gk_moe_choose): gk_qmma's
- * tiling (ops/gpu_qgemm.cu) over one tile of up to 64 pairs of one expert,
+ * main loop (ops/gpu_qmma_tile.cuh) over one tile of up to 64 pairs of one expert,
  * the W tile from that expert's rows, x's rows gathered by the tile's pairs
  * (mma_kernel below).
  *
@@ -33,7 +33,7 @@
  * through ops/gpu_moe_emu.cc (name_emu). Covered by tests/emu/test_moe_emu.c. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
-#include "ops/gpu_qblocks.cuh"
+#include "ops/gpu_qmma_tile.cuh"
 
 #include <math.h>
 
@@ -274,25 +274,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_par
 
 /* ---- the expert-indexed product on the tensor cores ------------------------------------ */
 
-/* gk_qmma's tiling (ops/gpu_qgemm.cu) over one tile of an expert's pairs: a
+/* gk_qmma's main loop (ops/gpu_qmma_tile.cuh) over one tile of an expert's pairs: a
  * block of 4 warps takes a 64-row W tile x the tile's (up to) 64 pairs'
  * rows of x, over k-tiles of 64 columns, each warp 32 rows x 32 pairs (2 m16
  * x 4 n8 mma tiles). The glu product's W tile holds 32 output rows twice:
  * tile rows 32 a + b (b < 16) are gate row 16 a + b, rows 32 a + 16 + b its
  * up row, so a warp's two m16 tiles are the gate and up of the same 16
  * rows and the activation needs no exchange. */
-constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
-constexpr int kMM = 64, kMN = GK_MOE_MMA_TILE, kMK = 64; /* W rows, pairs, columns a tile */
-constexpr int kMTile = kMM * kMK;                        /* f16 elements of one W (or x) tile */
-static_assert(kMM == kMN && kMM * (kMK / 32) == kMmaThreads,
-              "W and x tiles share the swizzle; one 32-element weight block per thread");
-
-/* Element offset of (row, col) in a [64][64] tile: 16-byte chunks XORed
- * with row % 8 (gk_qmma's swizzle; col % 8 == 0 for every caller). */
-__device__ __forceinline__ int mma_swz(int row, int col)
-{
-    return row * kMK + ((((col / 8) ^ row) & 7) << 3) + (col & 7);
-}
+constexpr int kMmaThreads = qmma_tile::kThreads;
+constexpr int kMM = qmma_tile::kBM, kMN = qmma_tile::kBN, kMK = qmma_tile::kBK;
+static_assert(kMN == GK_MOE_MMA_TILE, "a tile's pairs are the x rows of the main loop");
 
 template <int TYPE, bool GLU>
 __global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_params p)
@@ -301,47 +292,16 @@ __global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_para
     if (tile >= *p.n_tiles) /* the whole block: before any barrier */
         return;
     IG_DYN_SHARED(uint16_t, mma_smem); /* W[2][tile], X[2][tile] */
-    uint16_t *ws = mma_smem, *xs = mma_smem + 2 * kMTile;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int32_t ex = p.tiles[3 * tile], first = p.tiles[3 * tile + 1],
                   cnt = p.tiles[3 * tile + 2];
     constexpr int kRows = GLU ? kMM / 2 : kMM; /* output rows of the expert a block */
     const int64_t i0 = (int64_t)blockIdx.x * kRows; /* its first, within the expert */
-    const int64_t n_xb = p.w.cols / 32, k_tiles = (p.w.cols + kMK - 1) / kMK;
 
-    /* this thread's weight block: its tile row's matrix and row, which 32
-     * columns of the k-tile */
-    const int my_row = tid / 2, my_half = tid % 2;
+    /* this thread's weight block: its tile row's (tid / 2) matrix and row */
+    const int my_row = tid / 2;
     const bool my_up = GLU && (my_row / 16) % 2;
     const int64_t my_i = GLU ? i0 + (my_row / 32) * 16 + my_row % 16 : i0 + my_row;
-    const bool row_ok = my_i < p.rows;
-    const gk_qmat &wm_ = my_up ? p.w2 : p.w;
-    const int64_t wrow = (int64_t)ex * p.rows + my_i;
-    qraw raw;
-    auto load_w = [&](int64_t kt) {
-        const int64_t xb = kt * 2 + my_half;
-        if (row_ok && xb < n_xb)
-            raw = qb_load32<TYPE>(wm_, wrow, xb);
-    };
-    auto store_w = [&](int64_t kt, uint16_t *dst) {
-        const int64_t xb = kt * 2 + my_half;
-        float v[32];
-        if (row_ok && xb < n_xb) {
-            qb_values32<TYPE>(raw, (int)(xb % 8), v);
-        } else {
-            IG_UNROLL
-            for (int i = 0; i < 32; i++)
-                v[i] = 0;
-        }
-        IG_UNROLL
-        for (int c = 0; c < 4; c++) {
-            gk_u32x4 o;
-            IG_UNROLL
-            for (int k = 0; k < 4; k++)
-                o.w[k] = ig_pack2<ig_f16_t>(v[8 * c + 2 * k], v[8 * c + 2 * k + 1]);
-            ig_sts((gk_u32x4 *)&dst[mma_swz(my_row, 32 * my_half + 8 * c)], o);
-        }
-    };
     /* this thread's x chunks: pairs tid / 8 + 16 j (j < 4), columns 8 (tid % 8) */
     constexpr int kXPer = kMN * kMK / 8 / kMmaThreads;
     const int x_col = (tid % (kMK / 8)) * 8;
@@ -357,60 +317,15 @@ __global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_para
         for (int j = 0; j < kXPer; j++) {
             const int pr = tid / (kMK / 8) + j * (kMmaThreads / (kMK / 8));
             const bool ok = xrow[j] && gc < p.w.cols;
-            ig_cp_async16(&dst[mma_swz(pr, x_col)], ok ? xrow[j] + gc : p.x, ok);
+            ig_cp_async16(&dst[qmma_tile::swz(pr, x_col)], ok ? xrow[j] + gc : p.x, ok);
         }
         ig_cp_async_commit();
     };
-
+    const int64_t wrow = (int64_t)ex * p.rows + my_i;
     float acc[2][4][4];
-    IG_UNROLL
-    for (int mt = 0; mt < 2; mt++)
-        IG_UNROLL
-        for (int nt = 0; nt < 4; nt++)
-            IG_UNROLL
-            for (int i = 0; i < 4; i++)
-                acc[mt][nt][i] = 0;
+    qmma_tile::mainloop<TYPE>(my_up ? p.w2 : p.w, wrow, my_i < p.rows, p.w.cols, mma_smem, load_x,
+                              acc);
     const int wm = warp % 2, wn = warp / 2; /* the warp's 32 tile rows and 32 pairs */
-
-    load_x(0, xs);
-    load_w(0);
-    store_w(0, ws);
-    for (int64_t kt = 0; kt < k_tiles; kt++) {
-        const int cur = (int)(kt % 2), nxt = cur ^ 1;
-        ig_cp_async_wait<0>();
-        ig_syncthreads(); /* stage cur complete; stage nxt no longer read */
-        const bool more = kt + 1 < k_tiles;
-        if (more) {
-            load_x(kt + 1, xs + nxt * kMTile);
-            load_w(kt + 1); /* in registers across the mma */
-        }
-        const uint16_t *wt = ws + cur * kMTile, *xt = xs + cur * kMTile;
-        IG_UNROLL
-        for (int ks = 0; ks < kMK / 16; ks++) {
-            uint32_t a[2][4], b[4][2];
-            const int mi = lane / 8, ri = lane % 8;
-            IG_UNROLL
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + (mi % 2) * 8 + ri;
-                ig_ldmatrix_x4(a[mt], &wt[mma_swz(r, ks * 16 + (mi / 2) * 8)]);
-            }
-            IG_UNROLL
-            for (int np = 0; np < 2; np++) {
-                uint32_t r4[4];
-                const int t = wn * 32 + np * 16 + (mi / 2) * 8 + ri;
-                ig_ldmatrix_x4(r4, &xt[mma_swz(t, ks * 16 + (mi % 2) * 8)]);
-                b[2 * np][0] = r4[0], b[2 * np][1] = r4[1];
-                b[2 * np + 1][0] = r4[2], b[2 * np + 1][1] = r4[3];
-            }
-            IG_UNROLL
-            for (int mt = 0; mt < 2; mt++)
-                IG_UNROLL
-                for (int nt = 0; nt < 4; nt++)
-                    ig_mma_16816<ig_f16_t>(acc[mt][nt], a[mt], b[nt], acc[mt][nt]);
-        }
-        if (more)
-            store_w(kt + 1, ws + nxt * kMTile);
-    }
 
     /* C fragment: c0, c1 at (row g, pairs 2q, 2q + 1), c2, c3 at row g + 8;
      * glu: acc[0] the gate, acc[1] the up of the same rows */
@@ -560,7 +475,7 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
     const gk_moe_gemv_params q = *p;
     const int64_t per = glu ? kMM / 2 : kMM; /* output rows a block (mma_kernel's kRows) */
     const dim3 grid((unsigned)((q.rows + per - 1) / per), (unsigned)q.max_tiles);
-    const size_t smem = 4 * kMTile * sizeof(uint16_t); /* 32 KiB */
+    const size_t smem = qmma_tile::kSmemBytes;
     return qtype_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? mma_kernel<T, true> : mma_kernel<T, false>;

@@ -30,7 +30,9 @@
  * cache against the CPU's, an imported one continuing bit for bit; the
  * device's weight bytes are the plan's (the norms included). Gemma also:
  * 40 ids in one chunk; 13 ids then 5 steps across the window's edge
- * (positions 13..17); two sequences sharing steps. The prefill attention kernel is the
+ * (positions 13..17); two sequences sharing steps (run_two; with --model
+ * FILE too, its step of 17 prompt rows beside a decode row counted on the
+ * mixed route, none under IGNITE_GPU_MIXED=0). The prefill attention kernel is the
  * chooser's pick, the mma.sync kernel here (IGNITE_FLASH_VARIANT may force
  * another: CMake runs the Gemma model again on the ws kernel). Then what the
  * backend still refuses, with IG_E_MODEL: attention soft-capping (Gemma 2's),
@@ -180,6 +182,20 @@ static void run_model(const char *spec, bool all, enum variant v)
                    v == FILE_SHORT ? "24 ids in one chunk" : "chunks of 33 and 7");
         compare_caches(&p, m, n + N_STEPS);
         check_upload(&p, m, &og, n + N_STEPS);
+        if (v == FILE_SHORT) {
+            /* a prompt of 20 beside a decode row: 17 rows (past a verify
+             * step's 16: the mixed route), 3 (a verify step), then both
+             * decoding */
+            gpu_get_info_emu(p.dev, &info);
+            const int64_t mixed0 = info.mixed_steps;
+            run_two(&p, ids, 20, 17, n + N_STEPS);
+            gpu_get_info_emu(p.dev, &info);
+            const char *env = getenv("IGNITE_GPU_MIXED");
+            const int64_t want = env && !strcmp(env, "0") ? 0 : 1;
+            CHECKF(info.mixed_steps - mixed0 == want, "%s: %lld steps took the mixed route, "
+                   "expected %lld", spec, (long long)(info.mixed_steps - mixed0),
+                   (long long)want);
+        }
         if (all) {
             run_prompt(&p, ids, 40, 40, "one chunk");
             run_prompt(&p, ids + 5, 13, 13, "decode across the window's edge");

@@ -9,12 +9,17 @@ but run no kernel Gemma 4 runs), written here, run by test_backend_arch_emu --mo
 24 ids prefilled in one chunk (past the window), 5 decode steps, each
 step's logits within the f16 bound of backend_checks.h (3e-2 of max |logit|,
 NMSE 1e-3) and the same top-1, the exported cache against the CPU's, an
-imported one continuing. Then the same on the `moe-emu` shape (F16: 2 layers
-of 128, local then global, head dims 64 / 128, 4 experts of 64, 2 used,
-beside a dense MLP of 256): Gemma 4's MoE on the device (backend/gpu_moe.c:
+imported one continuing; then two sequences a step (backend_checks.h's
+run_two): a second prompt of 20 ids beside the first's decode row, 17 rows in
+a step that takes the mixed route (the decode row through the decode attention
+at head dim 512 on the global layer, 256 on the local, the shared-KV layers
+reading their sources' rows: issue 44), 3 in a verify step, then both
+decoding. Then the
+same on the `moe-emu` shape (F16: 2 layers of 128, local then global, head
+dims 64 / 128, 4 experts of 64, 2 used, beside a dense MLP of 256): Gemma 4's MoE on the device (backend/gpu_moe.c:
 the MLP beside the experts, the router's input scale, GeGLU experts, the
 per-expert scale, the three norms after). Label emu (about 8 s of CPU, and
-the MoE file's 5).
+the MoE file's 4-5; the two sequences take about 1 s of each).
 
 usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU"""
 import os
