@@ -29,13 +29,31 @@ struct dev_graph {
 
 /* Host memory the emulated device may hand out: the machine's RAM, so an
  * absurd request fails with IG_E_NOMEM as on a GPU (and never reaches the
- * allocator, which ASan would abort on). */
+ * allocator, which ASan would abort on). Free is Linux's MemAvailable (free
+ * pages plus the page cache it can reclaim): _SC_AVPHYS_PAGES leaves the
+ * cache out, so a busy page cache made the emulator refuse small models. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
 static void host_memory(size_t *total, size_t *free_b)
 {
     long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
     long avail = sysconf(_SC_AVPHYS_PAGES);
     *total = page > 0 && phys > 0 ? (size_t)page * (size_t)phys : 0;
-    *free_b = page > 0 && avail > 0 ? (size_t)page * (size_t)avail : 0;
+    *free_b = mem_available();
+    if (!*free_b && page > 0 && avail > 0)
+        *free_b = (size_t)page * (size_t)avail;
 }
 
 extern "C" {
