@@ -181,7 +181,6 @@ static void cpu_destroy(struct backend *base)
     free(c->greedy_logits);
     free(c->step.ple);
     free(c->step.ple_tmp);
-    free(c->step.ple_row);
     free(c->step.moe_mlp);
     free(c->step.attn_items);
     free(c->step.attn);
@@ -210,8 +209,7 @@ static int ple_alloc(struct cpu_step *s, const struct model *m, int64_t max_rows
     s->max_rows = max_rows;
     s->ple = malloc((size_t)(max_rows * all) * sizeof *s->ple);
     s->ple_tmp = malloc((size_t)(max_rows * all) * sizeof *s->ple_tmp);
-    s->ple_row = malloc((size_t)all * sizeof *s->ple_row);
-    if (!s->ple || !s->ple_tmp || !s->ple_row)
+    if (!s->ple || !s->ple_tmp)
         return ig_error(IG_E_NOMEM, "out of memory for the per-layer embeddings of %lld rows",
                         (long long)max_rows);
     return IG_OK;

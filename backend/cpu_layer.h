@@ -48,8 +48,8 @@ struct cpu_step {
     /* per-layer embeddings (MODEL_FEAT_PLE; else NULL) */
     int64_t max_rows;
     float *ple;                        /* [n_layer, max_rows, n_embd_per_layer] the step's */
-    float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] */
-    float *ple_row;                    /* [n_layer * n_embd_per_layer] a token's table row */
+    float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] the
+                                          tokens' table rows, then the projection */
     float *moe_mlp;                    /* [max_rows, n_embd] MODEL_FEAT_MOE_MLP's dense MLP
                                           output, MODEL_FEAT_MOE_SHEXP's gated shared
                                           expert's (else NULL) */
@@ -126,7 +126,8 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
 /* ---- Gemma 4's per-layer embeddings and output scale (cpu_ple.c) ----------- */
 
 /* The step's per-layer inputs (s->ple) from the n rows' embeddings in x
- * and their tokens. */
+ * and their tokens (a tensor-parallel rank: its table rows' share, summed
+ * by an all-reduce every rank makes). */
 void cpu_ple_inputs(struct cpu_step *s, int64_t n);
 
 /* x += the layer's per-layer embedding block over n rows (after its FFN);

@@ -85,10 +85,14 @@ int IG_DEV(gpu_gemma4_ple_inputs)(struct gpu_backend *g, int64_t n)
         return IG_OK;
     int64_t e = hp->n_embd, d = hp->n_embd_per_layer, all = hp->n_layer * d;
     const struct gk_qmat *E = &g->mat[MODEL_PLE_TOK_EMBD].part[0];
+    /* a tensor-parallel rank's table is its vocabulary rows (vocab0 on, as
+     * token_embd's): zeros for the other ranks' tokens, the rows summed */
     int st = E->type == QUANT_F16
-                 ? IG_DEV(gk_embed)((const uint16_t *)E->q, g->tokens, n, E->cols, 0, E->rows,
-                                    g->ple_tok, g->stream)
-                 : IG_DEV(gk_qembed)(E, g->tokens, n, 0, g->ple_tok, g->stream);
+                 ? IG_DEV(gk_embed)((const uint16_t *)E->q, g->tokens, n, E->cols, g->vocab0,
+                                    E->rows, g->ple_tok, g->stream)
+                 : IG_DEV(gk_qembed)(E, g->tokens, n, g->vocab0, g->ple_tok, g->stream);
+    if (st == IG_OK && g->tp)
+        st = IG_DEV(gpu_tp_ple_rows)(g, g->ple_tok, n);
     g->xn_of = NULL; /* xn becomes the scaled embeddings in f16 */
     g->xq_ready = false;
     if (st == IG_OK)

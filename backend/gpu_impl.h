@@ -426,6 +426,11 @@ int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g);
  * others') summed over the ranks in place: every rank's whole rows. */
 int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n);
 
+/* Gemma 4's per-layer table rows of the step rows [n][n_layer *
+ * n_embd_per_layer] (each rank's tokens, zeros for the others') summed over
+ * the ranks in place, as gpu_tp_embedded's. */
+int IG_DEV(gpu_tp_ple_rows)(struct gpu_backend *g, float *rows, int64_t n);
+
 /* A step of a rank: run (the one-process step) with the logits the rank
  * computes (its vocabulary rows) gathered into rank 0's batch. A failure
  * past the step's checks ends the job (the others would wait). */

@@ -21,7 +21,9 @@
  * sums them (x + 0 = x: one process's rows, bit for bit). The output head
  * is the same rows, the file's own or (tied) token_embd's, so every rank
  * computes its vocabulary rows of the logits, gathered on rank 0 over MPI
- * (the greedy token then picked there). Compiled twice like gpu.c
+ * (the greedy token then picked there). Gemma 4's per-layer table splits
+ * by the same rows, its looked-up rows summed by one more all-reduce
+ * (gpu_gemma4.c). Compiled twice like gpu.c
  * (backend/gpu.h). Covered by tests/tp/test_tp_gpu.py. */
 #include "backend/cpu_layer.h"
 #include "backend/gpu_impl.h"
@@ -148,6 +150,12 @@ int IG_DEV(gpu_tp_connect)(struct backend *b)
 int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n)
 {
     return g->tp->red->sum(g->tp->red, x, n * g->m->hp.n_embd, g->stream);
+}
+
+int IG_DEV(gpu_tp_ple_rows)(struct gpu_backend *g, float *rows, int64_t n)
+{
+    const struct model_hparams *hp = &g->m->hp;
+    return g->tp->red->sum(g->tp->red, rows, n * hp->n_layer * hp->n_embd_per_layer, g->stream);
 }
 
 int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,

@@ -55,6 +55,8 @@ struct tp_rank {
     size_t buf_cap;
     int64_t steps;               /* steps run (IGNITE_TP_STATS) */
     const struct ig_mapped_file *map; /* the model file the part points into, or NULL */
+    const void *ple_at;          /* the whole model's per-layer table (Gemma 4; else */
+    size_t ple_bytes;            /* NULL, 0): its pages this rank has (IGNITE_TP_STATS) */
     bool packed;                 /* cpu is the CPU's backend (its packed copies count) */
 };
 

@@ -64,6 +64,21 @@ static void drop_file_pages(const struct model *m)
     madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
+/* A rank reads its rows of Gemma 4's per-layer table a token at a time
+ * (backend/cpu_ple.c), scattered: read-around would page in the rows about
+ * each, another rank's at the ends of its range and tokens it may never
+ * see elsewhere (128 KiB a fault for an E2B row of 9 KiB), so the range is
+ * marked random (the pages a rank holds: IGNITE_TP_STATS). */
+static void table_random(const struct model *shard)
+{
+    const struct model_weight *E = &shard->w[MODEL_PLE_TOK_EMBD];
+    if (!shard->hp.has_ple || !E->data || !E->rows)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)E->data & ~(page - 1), e = (uintptr_t)E->data + model_weight_size(E);
+    madvise((void *)a, e - a, MADV_RANDOM);
+}
+
 #if IGNITE_HAVE_CUDA
 #include "backend/gpu.h"
 static struct backend_tp_gpu gpu = {gpu_backend_create_tp_cuda, gpu_tp_connect_cuda};
@@ -118,9 +133,15 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
         st = rank_backend(r, o);
     if (st == IG_OK && r->cpu->n_states)
         st = ig_error(IG_E_USAGE, "tensor parallelism: recurrent layers do not split yet");
-    if (st == IG_OK)
+    if (st == IG_OK) {
         drop_file_pages(m);
+        table_random(r->shard);
+    }
     r->map = m->gguf ? &m->gguf->map : NULL;
+    if (m->hp.has_ple) {
+        r->ple_at = m->w[MODEL_PLE_TOK_EMBD].data;
+        r->ple_bytes = model_weight_size(&m->w[MODEL_PLE_TOK_EMBD]);
+    }
     if (st != IG_OK) {
         tp_rank_free(r);
         return st;
@@ -194,12 +215,14 @@ static double rss_mib(void)
  * the all-reduces and what a rank holds: docs/benchmarks.md, docs/gpu.md). */
 void tp_stats(struct tp_rank *r)
 {
-    enum { K = 6 };
+    enum { K = 7 };
     int n = ig_coll_size();
+    size_t ple = !r->map ? 0 : r->map->read ? r->ple_bytes
+                                             : ig_resident_bytes(r->ple_at, r->ple_bytes);
     float mine[K] = {(float)r->steps, (float)ig_coll_seconds(), (float)rss_mib(),
                      r->map ? (float)ig_mapped_resident(r->map) / 1048576.0f : 0.0f,
                      r->packed ? (float)backend_cpu_packed_bytes(r->cpu) / 1048576.0f : 0.0f,
-                     (float)r->cpu->weight_bytes / 1048576.0f};
+                     (float)r->cpu->weight_bytes / 1048576.0f, (float)ple / 1048576.0f};
     float all[K * MODEL_TP_MAX_RANKS];
     int64_t cnt[MODEL_TP_MAX_RANKS], at[MODEL_TP_MAX_RANKS];
     for (int i = 0; i < n; i++)
@@ -211,8 +234,12 @@ void tp_stats(struct tp_rank *r)
         const float *a = all + K * i;
         fprintf(stderr, "tp: rank %d of %d: %.0f steps, %.3f s in collectives (%.3f ms a "
                 "step), resident %.1f MiB (model file pages %.1f, packed weights %.1f), "
-                "device weights %.3f MiB\n", i, n, a[0], a[1], a[0] > 0 ? 1e3 * a[1] / a[0] : 0.0,
+                "device weights %.3f MiB", i, n, a[0], a[1], a[0] > 0 ? 1e3 * a[1] / a[0] : 0.0,
                 a[2], a[3], a[4], a[5]);
+        if (r->ple_bytes) /* Gemma 4's per-layer table: its vocabulary rows a rank */
+            fprintf(stderr, ", per-layer table pages %.3f of %.3f MiB", a[6],
+                    (double)r->ple_bytes / 1048576.0);
+        fputc('\n', stderr);
     }
 }
 

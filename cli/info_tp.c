@@ -1,7 +1,8 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
  * of the model (models/tp.h): its query and KV heads, FFN columns (or
  * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
- * of weights it reads and its KV cache per token; with --json, the same as
+ * of weights it reads, of its rows of Gemma 4's per-layer embedding table,
+ * and its KV cache per token; with --json, the same as
  * the object's "tensor_parallel" member, with each rank's CUDA weight bytes
  * (backend/gpu_plan.c over its part's shapes). Covered by
  * tests/tp/test_tp_cli.py. */
@@ -44,6 +45,7 @@ struct rank_row {
     struct model_tp_part p;
     bool replicated, alike;
     size_t weight_bytes;
+    size_t ple_bytes; /* its rows of Gemma 4's per-layer table (0: none) */
     int64_t kv_bytes;
     size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
 };
@@ -89,6 +91,11 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                rows[r].alike ? "" : " (layer 0; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
+        if (rows[r].ple_bytes)
+            printf("                per-layer embedding table: vocabulary rows %lld-%lld, "
+                   "%.1f MiB\n", (long long)rows[r].p.v0,
+                   (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
+                   (double)rows[r].ple_bytes / 1048576.0);
     }
 }
 
@@ -112,6 +119,8 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         add_range(e, "vocab_rows", rows[r].p.v0, rows[r].p.n_v);
         cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
         cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);
+        if (rows[r].ple_bytes)
+            cJSON_AddNumberToObject(e, "per_layer_embd_bytes", (double)rows[r].ple_bytes);
         cJSON_AddNumberToObject(e, "kv_bytes_per_token_f32", (double)rows[r].kv_bytes);
         if (rows[r].cuda_native) { /* the rank's CUDA backend's weights */
             cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
@@ -152,6 +161,10 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
         w->replicated = m->layers[0].n_head_kv < n_ranks;
         w->alike = layers_alike(m, &w->p);
         w->weight_bytes = model_tp_part_bytes(m, &w->p);
+        if (m->hp.has_ple) {
+            const struct model_weight *E = &m->w[MODEL_PLE_TOK_EMBD];
+            w->ple_bytes = (size_t)model_tp_table_rows(E, &w->p) * E->row_bytes;
+        }
         w->kv_bytes = kv_bytes_per_token(m, mem, &w->p);
         if (json && (st = cuda_bytes(m, w)) != IG_OK) {
             made++; /* its part is freed below */

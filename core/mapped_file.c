@@ -164,31 +164,36 @@ void ig_unmap_file(struct ig_mapped_file *f)
     memset(f, 0, sizeof *f);
 }
 
-size_t ig_mapped_resident(const struct ig_mapped_file *f)
+size_t ig_resident_bytes(const void *p, size_t n)
 {
-    if (!f->data || !f->size)
+    if (!p || !n)
         return 0;
-    if (f->read)
-        return f->size;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)f->data & ~(page - 1), e = (uintptr_t)f->data + f->size;
+    uintptr_t a = (uintptr_t)p & ~(page - 1), e = (uintptr_t)p + n;
     int fd = open("/proc/self/pagemap", O_RDONLY);
     if (fd < 0)
         return 0;
     /* one 8-byte entry a page, bit 63: present */
     uint64_t ent[512];
     size_t present = 0;
-    for (uintptr_t p = a; p < e;) {
-        size_t n = (e - p + page - 1) / page;
-        n = n < 512 ? n : 512;
-        ssize_t got = pread(fd, ent, n * sizeof *ent, (off_t)(p / page * sizeof *ent));
+    for (uintptr_t q = a; q < e;) {
+        size_t k = (e - q + page - 1) / page;
+        k = k < 512 ? k : 512;
+        ssize_t got = pread(fd, ent, k * sizeof *ent, (off_t)(q / page * sizeof *ent));
         if (got <= 0)
             break;
-        n = (size_t)got / sizeof *ent;
-        for (size_t i = 0; i < n; i++)
+        k = (size_t)got / sizeof *ent;
+        for (size_t i = 0; i < k; i++)
             present += ent[i] >> 63;
-        p += n * page;
+        q += k * page;
     }
     close(fd);
     return present * page;
+}
+
+size_t ig_mapped_resident(const struct ig_mapped_file *f)
+{
+    if (!f->data || !f->size)
+        return 0;
+    return f->read ? f->size : ig_resident_bytes(f->data, f->size);
 }

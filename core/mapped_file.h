@@ -44,6 +44,11 @@ size_t ig_mapped_resident(const struct ig_mapped_file *f);
  * Thread-safe against ig_map_file and ig_unmap_file. */
 void ig_mapped_release(const void *p, size_t n);
 
+/* Bytes of the pages holding [p, p + n) that are present in this process's
+ * page tables (/proc/self/pagemap; 0 where that cannot be read): what of a
+ * mapped range it has in memory, for the same accounting. */
+size_t ig_resident_bytes(const void *p, size_t n);
+
 /* Unmaps (or frees), unlocking first; safe on a zeroed struct. */
 void ig_unmap_file(struct ig_mapped_file *f);
 

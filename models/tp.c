@@ -126,6 +126,11 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     return IG_OK;
 }
 
+int64_t model_tp_table_rows(const struct model_weight *w, const struct model_tp_part *p)
+{
+    return p->rank == p->n_ranks - 1 ? w->rows - p->v0 : p->n_v;
+}
+
 void model_tp_part_free(struct model_tp_part *p)
 {
     free(p->layers);
@@ -269,8 +274,14 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
     /* the embedding table by the same rows (a tied head's are these), the
      * last rank any past the vocabulary: a rank looks up its own tokens */
     const struct model_weight *E = &m->w[MODEL_TOK_EMBD];
-    s->m.w[MODEL_TOK_EMBD] =
-        rows_of(E, p->v0, p->rank == p->n_ranks - 1 ? E->rows - p->v0 : p->n_v);
+    s->m.w[MODEL_TOK_EMBD] = rows_of(E, p->v0, model_tp_table_rows(E, p));
+    /* Gemma 4's per-layer table (the file's largest) likewise: by vocabulary
+     * rows, not by its n_layer * n_embd_per_layer columns, as those would
+     * split each layer's per-layer input and its projection's sum, an
+     * all-reduce a layer where the rows take one a step */
+    const struct model_weight *P = &m->w[MODEL_PLE_TOK_EMBD];
+    if (hp->has_ple)
+        s->m.w[MODEL_PLE_TOK_EMBD] = rows_of(P, p->v0, model_tp_table_rows(P, p));
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         const struct model_tp_layer *t = &p->layers[il];

@@ -4,9 +4,10 @@
  * Megatron's split, by the split column of the table of tensors
  * (models/tensors.c): Q, K, V (and their biases), gate and up by output
  * rows, the attention output and down projections by input columns, the
- * output head and the embedding table by vocabulary rows (the last rank the
- * table's rows past the vocabulary, if any: a rank looks up the tokens of
- * its rows, zeros for the others, summed by the backend's all-reduce);
+ * output head and the embedding tables (token_embd, Gemma 4's per-layer
+ * table) by vocabulary rows (the last rank the tables' rows past the
+ * vocabulary, if any: a rank looks up the tokens of its rows, zeros for the
+ * others, summed by the backend's all-reduce);
  * norms on every rank.
  * A rank holds whole query heads with the KV heads they read: KV heads are
  * split where there are at least as many as ranks (query heads follow
@@ -52,6 +53,11 @@ struct model_tp_part {
  * IG_E_NOMEM. Free with model_tp_part_free. */
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out);
 void model_tp_part_free(struct model_tp_part *p);
+
+/* Rows of a table looked up by token id (token_embd, Gemma 4's per-layer
+ * table) part p holds from row p->v0 on: its vocabulary rows, the last
+ * rank's with any past the vocabulary. */
+int64_t model_tp_table_rows(const struct model_weight *w, const struct model_tp_part *p);
 
 /* The model of part p of m: borrows m's mapped weights (m outlives it),
  * owns its layers and column copies. IG_OK or IG_E_NOMEM. Free with

@@ -163,6 +163,9 @@ elseif(MUTANT STREQUAL "tp_twice")
 elseif(MUTANT STREQUAL "tp_embed_no_sum") # IN=backend/gpu_tp.c: the embedded rows not summed
   set(from "return g->tp->red->sum(g->tp->red, x, n * g->m->hp.n_embd, g->stream);")
   set(to "(void)x, (void)n; /* mutant: the embedded rows not summed */\n    return IG_OK;")
+elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table rows not summed
+  set(from "return g->tp->red->sum(g->tp->red, rows, n * hp->n_layer * hp->n_embd_per_layer, g->stream);")
+  set(to "(void)rows, (void)n, (void)hp; /* mutant: the per-layer table rows not summed */\n    return IG_OK;")
 elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
   set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
   set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")

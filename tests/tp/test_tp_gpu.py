@@ -8,14 +8,18 @@ partial sums reduced before their norm, a tied head over a Q8_0 table:
 gk_qembed, the sqrt(n_embd) scale). Each rank holds its vocabulary rows of
 the embedding table (zeros for the other ranks' tokens, summed before layer
 0) and of the head (a tied one's are the same rows), its logits gathered on
-rank 0. Two sequences: chunked prefill, decode steps of both, a last step's
+rank 0. Then a gemma4 (random_gguf.py's emu shape: 2 / 1 heads, shared KV,
+per-layer embeddings, whose table splits by vocabulary rows too, the looked-up
+rows summed) with a prompt of its own whose tokens fall in both ranks' rows,
+within G4_REL (its f16 residual copies round apart, see below). Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
 equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
 one reduced twice, the embedded rows not summed, the embedding kernel writing
-no zeros for the other ranks' tokens; run on the llama) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
+table rows not summed, on the gemma4) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
@@ -31,12 +35,24 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import QT, write_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import random_gguf  # noqa: E402
 from igtest import check as _check, summary  # noqa: E402
 from tplib import mpi, mpirun_or_skip  # noqa: E402
 
 REL = 1e-4   # the emulator measures 0 (the log line "largest relative error")
 TIE = 1e-4
 FAR = 0.05   # a mutant's error is at least this
+IDS = "3,17,5,9,30,2,41,7,11,23,19,4"
+# gemma4's (vocabulary 256): tokens in both ranks' rows of its two tables
+G4_IDS = "3,200,17,150,5,130,41,255,9,140,30,2"
+G4_VOCAB = 256
+# gemma4's bounds: its ranks' partial sums, added in another order than one process's
+# products, move the residual's f16 copies by a rounding here and there (measured
+# 2.6e-4, the same bits with its per-layer table whole on each rank, as before the
+# split: the table's sum adds zeros, exact); the mutant of that sum misses by 8.6e-2
+G4_REL = 1e-3
+G4_FAR = 2e-2
 
 
 def check(cond, what):
@@ -45,13 +61,13 @@ def check(cond, what):
     return cond
 
 
-def dump(mpirun, exe, models, prefix, alone=False, env=None):
+def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS):
     """exe at 2 ranks on each model (with alone: rank 0 by itself first);
     the run and its greedy tokens by label ("0", "0 one", ...)."""
     argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else [])
     for m in models:
         argv += ["-m", m]
-    argv.append("3,17,5,9,30,2,41,7,11,23,19,4")
+    argv.append(ids)
     env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | (env or {})
     r = mpi(mpirun, 2, argv, env=env, text=True)
     toks = {}
@@ -117,20 +133,41 @@ def main():
         tokens_match(name, a, t1, t2)
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {t2}", file=sys.stderr)
-    # the mutants and the refusal below at once: a launch mostly waits (mpirun's
-    # start), so side by side they take about the time of one
+    # the mutants, gemma4 and the refusal below at once: a launch mostly waits (mpirun's
+    # start), so side by side they take about the time of one. Gemma 4 (the emu shape:
+    # shared KV, per-layer embeddings whose table splits by vocabulary rows as
+    # token_embd's) with a prompt of its own; the mutant of its table's sum on it
+    g4 = os.path.join(tmp, "g4.gguf")
+    random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
-    with ThreadPoolExecutor(max_workers=len(mutants) + 1) as pool:
-        runs = [pool.submit(dump, mpirun, exe, paths[:1], os.path.join(tmp, os.path.basename(exe)))
+    with ThreadPoolExecutor(max_workers=len(mutants) + 2) as pool:
+        runs = [pool.submit(dump, mpirun, exe, [g4] if "ple" in exe else paths[:1],
+                            os.path.join(tmp, os.path.basename(exe)),
+                            ids=G4_IDS if "ple" in exe else IDS)
                 for exe in mutants]
+        gemma4 = pool.submit(dump, mpirun, dumper, [g4], os.path.join(tmp, "g"), alone=True,
+                             ids=G4_IDS)
         refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
                               env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
+    name = "gemma4 emu, per-layer embeddings"
+    r, toks = gemma4.result()
+    check(r.returncode == 0, f"{name}, 2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
+    if check("0 one" in toks and "0" in toks, f"{name}: no greedy tokens"):
+        g = os.path.join(tmp, "g")
+        err, a, _ = worst_error(f"{g}0.one.f32", f"{g}0.f32", G4_VOCAB)
+        check(err <= G4_REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {G4_REL}")
+        tokens_match(name, a, toks["0 one"], toks["0"])
+        print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
+              f"greedy {toks['0']}", file=sys.stderr)
     for exe, run in zip(mutants, runs):
         name = os.path.basename(exe)
         r, toks = run.result()
-        err = worst_error(f"{pre}0.one.f32", os.path.join(tmp, f"{name}0.f32"), n_vocab)[0] \
+        ref, nv = (f"{tmp}/g0.one.f32", G4_VOCAB) if "ple" in name else (f"{pre}0.one.f32",
+                                                                          n_vocab)
+        err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv)[0] \
             if "0" in toks else float("inf")
-        check(err > FAR, f"mutant {name}: not caught (largest relative error {err:.2e})")
+        far = G4_FAR if "ple" in name else FAR
+        check(err > far, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
     # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
     # the file (backend/gpu_reduce_nccl.c's loader; every rank checks), exit 7

@@ -5,7 +5,10 @@ process on the exact path (IGNITE_MATMUL=exact: f32 matmuls): 2 and 3 ranks
 Qwen2's Q/K/V biases split with their rows, 8 / 2 heads at 3 ranks (two ranks
 share a KV head), 6 / 3 heads, Gemma 3's head norms and window; a qwen3moe's
 experts split across the ranks; gpt-oss's sinks, output bias and experts' biases;
-gemma4's shared KV and per-layer embeddings).
+gemma4's shared KV and per-layer embeddings, whose table splits by vocabulary rows:
+the prompt's tokens fall in every rank's rows, each rank's pages of the table
+(IGNITE_TP_STATS) at most 1/N of it and the 64 KiB the kernel maps around a
+fault at either end, `info --tp N --json`'s per_layer_embd_bytes its rows').
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -16,7 +19,9 @@ sanitizers: SmolLM2 (not Gemma 3), 2 greedy steps, every case at 2 ranks only.
 Usage: test_tp_logits.py FORWARD_DUMP   (29 s at load average 5 on 2 cores, 228 s
 at 14)
 """
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,10 +32,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import write_model  # noqa: E402
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
 import gguf  # noqa: E402
-from tplib import mpi, mpirun_or_skip  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
 
 REL = 1e-5
 TIE = 1e-4
+GEMMA4 = "gemma4 shared KV, per-layer embeddings"
+FAULT_AROUND = 2 * 64 / 1024  # MiB: 64 KiB mapped beside each end of a rank's rows
+IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 U32 = gguf.GGUFValueType.UINT32
 
 
@@ -41,20 +49,22 @@ def check(cond, what):
 
 
 def dump(mpirun, n, dumper, model, ids, chunk, greedy, out):
+    """The logits' file and greedy tokens of a forward_dump run, and the
+    ranks' IGNITE_TP_STATS lines (stderr)."""
     argv = [dumper, "-m", model, "-o", out, "-t", "1", "-c", str(chunk), "-g", str(greedy),
             ",".join(map(str, ids))]
-    env = dict(os.environ, IGNITE_MATMUL="exact")
+    env = dict(os.environ, IGNITE_MATMUL="exact", IGNITE_TP_STATS="1")
     r = mpi(mpirun, n, argv, env=env, text=True) if n > 1 else \
         subprocess.run(argv, capture_output=True, env=env, text=True)
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
-        return None, None
+        return None, None, []
     toks = [int(t) for t in r.stdout.split("greedy:")[1].split()] if greedy else []
-    return toks, out
+    return toks, out, [ln for ln in r.stderr.splitlines() if ln.startswith("tp: rank ")]
 
 
 def compare(name, n, one, tp, n_vocab):
-    (t1, f1), (tn, fn) = one, tp
+    (t1, f1, _), (tn, fn, _) = one, tp
     if not check(fn is not None, f"{name}, {n} ranks: the run failed"):
         return
     a = np.fromfile(f1, dtype=np.float32).reshape(-1, n_vocab)
@@ -119,10 +129,11 @@ def main():
     random_gguf.write(p, "tiny", "F16", 3, "gpt-oss")
     cases.append(("gpt-oss sinks, biases, experts", p, list(range(5, 200, 5)), 7, 5))
     # gemma4: per-layer heads and head dims, shared-KV layers reading their source's heads,
-    # per-layer embeddings and output scales (replicated), V normed without a weight
+    # per-layer embeddings (their table by vocabulary rows, as token_embd: the prompt's
+    # tokens in every rank's rows) and output scales (replicated), V normed without a weight
     p = os.path.join(tmp, "gemma4.gguf")
     random_gguf.write(p, "tiny", "F16", 3, "gemma4")
-    cases.append(("gemma4 shared KV, per-layer embeddings", p, list(range(4, 300, 4)), 7, 5))
+    cases.append((GEMMA4, p, list(range(4, 1024, 14)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
@@ -133,7 +144,42 @@ def main():
             tp = dump(mpirun, n, dumper, path, ids, chunk, greedy,
                       os.path.join(tmp, f"tp{n}.f32"))
             compare(name, n, one, tp, n_vocab)
+            if name == GEMMA4 and tp[1] is not None:
+                ple_pages(name, n, tp[2])
+    ple_info(os.path.join(tmp, "gemma4.gguf"))
     return summary("test_tp_logits")
+
+
+def ple_pages(name, n, stats):
+    """Each rank's pages of the per-layer table (IGNITE_TP_STATS) about 1/n of
+    it: its rows' pages, and those the kernel's fault-around (64 KiB aligned)
+    maps beside the two ends of its range."""
+    got = [re.search(r"per-layer table pages ([0-9.]+) of ([0-9.]+) MiB", ln) for ln in stats]
+    if not check(len(got) == n and all(got), f"{name}, {n} ranks: per-layer table pages in "
+                 f"{stats}"):
+        return
+    pages = [float(g.group(1)) for g in got]
+    whole = float(got[0].group(2))
+    check(all(0 < p <= whole / n + FAULT_AROUND for p in pages),
+          f"{name}, {n} ranks: per-layer table pages {pages} MiB, the table {whole} MiB")
+    print(f"{name}, {n} ranks: per-layer table pages {pages} MiB of {whole}", file=sys.stderr)
+
+
+def ple_info(path):
+    """`info --tp N --json`: each rank's bytes of the per-layer table, its
+    vocabulary rows', together the table's."""
+    r = gguf.GGUFReader(path)
+    t = next(t for t in r.tensors if t.name == "per_layer_token_embd.weight")
+    whole, rows = int(t.n_bytes), int(t.shape[1])
+    for n in (2, 3):
+        q = subprocess.run([IGNITE, "info", "-m", path, "--tp", str(n), "--json"],
+                           capture_output=True, env=sanitizer_env(), text=True)
+        parts = json.loads(q.stdout)["tensor_parallel"]["parts"] if q.returncode == 0 else []
+        got = [p.get("per_layer_embd_bytes", 0) for p in parts]
+        want = [(v[1] - v[0] + 1) * whole // rows for v in (p["vocab_rows"] for p in parts)]
+        check(len(got) == n and got == want and sum(got) == whole,
+              f"info --tp {n}: per-layer table bytes {got}, the vocabulary rows' {want}, "
+              f"the table {whole}: {q.stderr[-300:]}")
 
 
 def vocab_of(path):
