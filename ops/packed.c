@@ -1,8 +1,10 @@
 /* ops/packed.c: the packed weights (ops/packed.h): a table of decode-layout
  * copies sorted by the stored weight's data pointer, each made once by
- * ops_qmm_repack over the pool. The int8 kernels read a packed weight's
- * copy only, so the stored rows' pages of a mapped file are given back once
- * copied (ig_mapped_release): the process holds each weight once, not twice.
+ * ops_qmm_repack over the pool, laid one after the other in arenas of
+ * transparent huge pages (see struct packed_arena). The int8 kernels read a
+ * packed weight's copy only, so the stored rows' pages of a mapped file are
+ * given back once copied (ig_mapped_release): the process holds each weight
+ * once, not twice.
  * Covered by tests/cpu/test_qmatmul.c and tests/models/tensor_table_check.c. */
 #include "ops/packed.h"
 
@@ -13,6 +15,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* A weight's copy in the decode layout of ops/qmatmul.h. */
 struct packed_weight {
@@ -22,9 +25,29 @@ struct packed_weight {
     uint8_t *data;   /* ops_qmm_packed_bytes, 64-byte aligned */
 };
 
+/* The copies live in arenas of 2 MiB pages, asked of the kernel with
+ * madvise(MADV_HUGEPAGE) (transparent huge pages are "madvise" on common
+ * hosts: without the request every copy is 4 KiB pages). A decode token
+ * streams every used matrix once: a qwen3moe token reads 1.1 GB of copies,
+ * its experts 0.9 MB each, and in 4 KiB pages that is a TLB miss and a
+ * page walk every 4 KiB, and the L2 streamer stops at each page's end
+ * (docs/benchmarks.md, "qwen3moe decode, the packed copies in huge
+ * pages"). Copies are placed one after the other, 64-byte aligned; a
+ * copy larger than an arena gets one of its own size. Where the kernel
+ * gives no huge pages the arena is ordinary memory. */
+#define PACKED_ARENA_BYTES ((size_t)64 << 20)
+#define PACKED_HUGE_PAGE ((size_t)2 << 20)
+
+struct packed_arena {
+    uint8_t *base;
+    size_t size, used;
+};
+
 struct ops_packed {
     struct packed_weight *w; /* [n] sorted by src */
     int64_t n, cap;
+    struct packed_arena *arena; /* [n_arena]; the last one is filled */
+    int64_t n_arena, cap_arena;
 };
 
 int ops_packed_create(const struct model *m, struct ops_pool *pool, struct ops_packed **out)
@@ -57,10 +80,49 @@ void ops_packed_free(struct ops_packed *p)
 {
     if (!p)
         return;
-    for (int64_t i = 0; i < p->n; i++)
-        free(p->w[i].data);
+    for (int64_t i = 0; i < p->n_arena; i++)
+        munmap(p->arena[i].base, p->arena[i].size);
+    free(p->arena);
     free(p->w);
     free(p);
+}
+
+/* bytes (a multiple of 64) from the last arena, or from a new one where
+ * they do not fit: NULL when out of memory. */
+static uint8_t *arena_take(struct ops_packed *p, size_t bytes)
+{
+    struct packed_arena *a = p->n_arena ? &p->arena[p->n_arena - 1] : NULL;
+    if (!a || a->size - a->used < bytes) {
+        if (p->n_arena == p->cap_arena) {
+            int64_t cap = p->cap_arena ? 2 * p->cap_arena : 16;
+            struct packed_arena *na = realloc(p->arena, (size_t)cap * sizeof *na);
+            if (!na)
+                return NULL;
+            p->arena = na;
+            p->cap_arena = cap;
+        }
+        size_t size = bytes > PACKED_ARENA_BYTES ? bytes : PACKED_ARENA_BYTES;
+        size = (size + PACKED_HUGE_PAGE - 1) / PACKED_HUGE_PAGE * PACKED_HUGE_PAGE;
+        /* 2 MiB more, to start on a huge page's boundary */
+        uint8_t *map = mmap(NULL, size + PACKED_HUGE_PAGE, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED)
+            return NULL;
+        uintptr_t at = ((uintptr_t)map + PACKED_HUGE_PAGE - 1) & ~(uintptr_t)(PACKED_HUGE_PAGE - 1);
+        uint8_t *base = (uint8_t *)at;
+        if (base > map)
+            munmap(map, (size_t)(base - map));
+        if (base + size < map + size + PACKED_HUGE_PAGE)
+            munmap(base + size, (size_t)(map + size + PACKED_HUGE_PAGE - (base + size)));
+#ifdef MADV_HUGEPAGE
+        madvise(base, size, MADV_HUGEPAGE); /* a request: refused, 4 KiB pages */
+#endif
+        a = &p->arena[p->n_arena++];
+        *a = (struct packed_arena){base, size, 0};
+    }
+    uint8_t *data = a->base + a->used;
+    a->used += bytes;
+    return data;
 }
 
 struct repack_job {
@@ -107,7 +169,7 @@ int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct op
         p->cap = cap;
     }
     size_t bytes = (ops_qmm_packed_bytes(w->type, w->rows, w->cols) + 63) & ~(size_t)63;
-    uint8_t *data = aligned_alloc(64, bytes ? bytes : 64);
+    uint8_t *data = arena_take(p, bytes ? bytes : 64);
     if (!data)
         return ig_error(IG_E_NOMEM, "out of memory repacking a %lld x %lld weight (%zu bytes)",
                         (long long)w->rows, (long long)w->cols, bytes);
