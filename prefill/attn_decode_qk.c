@@ -15,9 +15,12 @@
  * v8_sum's order; q4_0's -8 dk sx summed by FMAs apart and added last. So a
  * decode row gives the bits the tile gives the same row inside a prompt
  * chunk. Not for the scalar set, whose tile sums in another order.
- * Covered by tests/cpu/test_attn_tiled.c (a decode row alone against the
- * same row in one item, bit for bit, q8_0 and q4_0 K, several group sizes
- * and head dims, also under IGNITE_SIMD=avx2). */
+ * Prompt chunks' items score a quantized K here too (their attention
+ * 1.1-1.15x less CPU than through the tile kernel: docs/benchmarks.md,
+ * issue 51).
+ * Covered by tests/cpu/test_attn_qk.c (against the tile kernel, bit for bit,
+ * every set the CPU runs) and tests/cpu/test_attn_tiled.c (a decode row
+ * alone against the same row in one item, also under IGNITE_SIMD=avx2). */
 #include "prefill/attn_decode_qk.h"
 
 #include "core/half.h"
