@@ -1122,7 +1122,7 @@ static bool token_cols(const struct attn_params *p, const struct attn_seq *s, in
  * int8 tile kernel that scores a quantized K (NULL: f32 scores); kqk, where
  * there is one, the same scores in registers (attn_decode_qk.c, the tile's
  * bits), which a prompt's items take too: through the tile kernel's call
- * per 4 keys x 3 rows a q8_0/q4_0 cache's prefill attention cost 1.12-1.17x
+ * per 4 keys x 3 rows a q8_0/q4_0 cache's prefill attention cost 1.14-1.18x
  * an f16 one's, with it about the same (docs/benchmarks.md, issue 51). */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
                      int64_t t0, int64_t nq, bool zmm, qmm_tile_fn ktile, attn_qk_fn kqk,
