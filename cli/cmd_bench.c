@@ -9,6 +9,7 @@
  * device. Ctrl-C ends at once with the rows so far (a json array closed); a
  * reader that closes stdout ends it quietly.
  * Covered by tests/cli/test_bench.py. */
+#include "cli/bench_fill.h"
 #include "cli/bench_requests.h"
 #include "cli/bench_schedule.h"
 #include "cli/cli.h"
@@ -38,8 +39,8 @@
 enum { OPT_DEVICE = 256, OPT_CACHE_TYPE, OPT_EXACT, OPT_REQUESTS, OPT_INPUT_LEN, OPT_OUTPUT_LEN,
        OPT_GPU_WEIGHTS, OPT_NGL, OPT_FA, OPT_MLOCK, OPT_NO_MMAP, OPT_PROMPT_FILE, OPT_CHAT,
        OPT_CACHE_TYPE_K, OPT_CACHE_TYPE_V, OPT_RATE, OPT_BURSTINESS, OPT_GOODPUT, OPT_RANGE_RATIO,
-       OPT_REQUESTS_FILE, OPT_PD };
-_Static_assert((int)OPT_PD < (int)GEN_OPT_LOOKUP,
+       OPT_REQUESTS_FILE, OPT_PD, OPT_DEPTH_FILL };
+_Static_assert((int)OPT_DEPTH_FILL < (int)GEN_OPT_LOOKUP,
                "bench's keys and the speculation rows' differ");
 
 static const struct cli_option bench_options[] = {
@@ -47,6 +48,7 @@ static const struct cli_option bench_options[] = {
     {"n-prompt", 'p', required_argument, "N,..", "prefill tests: prompt lengths, 0 = none", "512"},
     {"n-gen", 'n', required_argument, "N,..", "decode tests: tokens generated, 0 = none", "128"},
     {"n-depth", 'd', required_argument, "N,..", "tokens already in the KV cache before each test", "0"},
+    {"depth-fill", OPT_DEPTH_FILL, required_argument, "N", "-d: prefill N tokens (a multiple of 64), copy their K/V rows over the rest of the depth; 0 = prefill it all", "0"},
     {"repetitions", 'r', required_argument, "N", "timed runs per test (after one warm-up run)", "5"},
     {"threads", 't', required_argument, "N,..", "CPU thread counts, 0 = one per core", "0"},
     {"batch-size", 'b', required_argument, "N", "prompt tokens per prefill chunk (--requests: rows per step, 2048 on CUDA)", "512"},
@@ -94,6 +96,7 @@ struct bench_opts {
     int64_t prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
     int64_t depths[BENCH_MAX_LIST];
     int n_prompts, n_gens, n_threads, n_depths;
+    int64_t depth_fill; /* --depth-fill: positions of -d prefilled, the rest copies; 0: all */
     int64_t reps, n_batch; /* n_batch 0: not given (512; --requests: the device's default) */
     const char *format;
     const char *device_arg, *gpu_weights_arg; /* --device, --gpu-weights as given */
@@ -150,6 +153,13 @@ static int set_option(struct bench_opts *o, int key, const char *arg)
     case 'p': return parse_list("--n-prompt", arg, 0, 1 << 20, o->prompts, &o->n_prompts);
     case 'n': return parse_list("--n-gen", arg, 0, 1 << 20, o->gens, &o->n_gens);
     case 'd': return parse_list("--n-depth", arg, 0, 1 << 20, o->depths, &o->n_depths);
+    case OPT_DEPTH_FILL:
+        if (cli_parse_i64("--depth-fill", arg, 0, 1 << 20, &o->depth_fill) != IG_OK)
+            return IG_E_USAGE;
+        if (o->depth_fill % KV_BLOCK != 0) /* copies go block by block */
+            return ig_error(IG_E_USAGE, "--depth-fill: expected a multiple of %d (the cache's "
+                            "block), got '%s'", KV_BLOCK, arg);
+        return IG_OK;
     case 't': /* as run's -t: past the pool's most, refused, not cut */
         return parse_list("--threads", arg, 0, OPS_POOL_MAX_THREADS, o->threads, &o->n_threads);
     case 'r': return cli_parse_i64("--repetitions", arg, 1, 1000, &o->reps);
@@ -689,7 +699,11 @@ static int run_test(struct bench_env *e, struct bench_run *b, struct bench_row *
     double sum = 0, sum_ns = 0;
     if (r->n_depth)
         progress(b, r->model, r->threads, test, "filling the cache", -1, 0);
-    int st = prefill_span(b, 0, r->n_depth); /* untimed; each run rewrites what follows it */
+    /* untimed; each run rewrites what follows it */
+    int64_t fill = e->o->depth_fill, real = fill && fill < r->n_depth ? fill : r->n_depth;
+    int st = prefill_span(b, 0, real);
+    if (st == IG_OK && real < r->n_depth)
+        st = bench_fill_copies(b->be, b->table, real, r->n_depth);
     if (st != IG_OK)
         return st;
     for (int64_t rep = 0; rep <= e->o->reps; rep++) {

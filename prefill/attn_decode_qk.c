@@ -15,9 +15,12 @@
  * v8_sum's order; q4_0's -8 dk sx summed by FMAs apart and added last. So a
  * decode row gives the bits the tile gives the same row inside a prompt
  * chunk. Not for the scalar set, whose tile sums in another order.
- * Covered by tests/cpu/test_attn_tiled.c (a decode row alone against the
- * same row in one item, bit for bit, q8_0 and q4_0 K, several group sizes
- * and head dims, also under IGNITE_SIMD=avx2). */
+ * Prompt chunks' items score a quantized K here too (their attention
+ * 1.1-1.15x less CPU than through the tile kernel: docs/benchmarks.md,
+ * issue 51).
+ * Covered by tests/cpu/test_attn_qk.c (against the tile kernel, bit for bit,
+ * every set the CPU runs) and tests/cpu/test_attn_tiled.c (a decode row
+ * alone against the same row in one item, also under IGNITE_SIMD=avx2). */
 #include "prefill/attn_decode_qk.h"
 
 #include "core/half.h"
@@ -49,14 +52,18 @@ static int64_t block_rows(int64_t left)
 #undef QK_TARGET
 #undef QK_NAME
 
-/* AVX512-VNNI with VL: vpdpbusd on ymm, 32 registers. */
+/* AVX512-VNNI with VL: vpdpbusd on ymm, 32 registers; four keys as two zmm
+ * of two keys each (keys4z: a prompt item's q8_0 attention at 4096 tokens
+ * 1.1x less CPU, docs/benchmarks.md). */
 #define QK_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define QK_NAME(name) name##_vnni
 #define QK_DPBUSD _mm256_dpbusd_epi32
+#define QK_ZMM 1 /* four keys as two zmm: keys4z */
 #include "prefill/attn_decode_qk_x86.h"
 #undef QK_TARGET
 #undef QK_NAME
 #undef QK_DPBUSD
+#undef QK_ZMM
 
 #if defined(__has_include)
 #if __has_include(<avxvnniintrin.h>)

@@ -1,10 +1,10 @@
 /* prefill/attn_decode_qk.h: a decode item's scores straight from a q8_0 or
  * q4_0 K tile, each key block's int8 dot products against the int8 query
  * in registers (prefill/attn_decode_qk.c), the twin of attn_decode.h's f16
- * score loops. prefill/attn_tiled.c runs it for decode items on the int8
- * path in place of the int8 matmul's tile kernel, whose bits it gives.
- * Covered by tests/cpu/test_attn_tiled.c (a decode row alone against the
- * same row in a prompt chunk, which the tile kernel scores, bit for bit). */
+ * score loops. prefill/attn_tiled.c runs it for every item on the int8
+ * path (decode rows and prompt chunks) in place of the int8 matmul's tile
+ * kernel, whose bits it gives. Covered by tests/cpu/test_attn_qk.c (against
+ * the tile kernel, bit for bit) and tests/cpu/test_attn_tiled.c. */
 #ifndef IGNITE_PREFILL_ATTN_DECODE_QK_H
 #define IGNITE_PREFILL_ATTN_DECODE_QK_H
 

@@ -110,6 +110,95 @@ QK_FN void QK_NAME(keys)(const enum kv_dtype dt, const int n, const int nk,
     }
 }
 
+#ifdef QK_ZMM
+/* keys() for four keys on AVX512-VNNI: two keys side by side in a zmm
+ * (lanes 0..7 the first's eight lane sums, 8..15 the second's), so each
+ * vpdpbusd, conversion and FMA covers two keys where keys() spends one on
+ * each. Every lane sees keys()'s operations: the same exact int32 sums, the
+ * same conversion, the FMA with the same dk dx (computed as keys() computes
+ * it, then spread to its key's eight lanes), and at the end the halves go
+ * through the same v8_sums8; so the same bits (tests/cpu/test_attn_qk.c). */
+QK_FN void QK_NAME(keys4z)(const enum kv_dtype dt, const int n, const struct qmm_q8 *x,
+                           int64_t nb, const __m512i *xcz, const uint8_t *k, size_t rb,
+                           float *s, int64_t ss)
+{
+    const size_t bb = dt == KV_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    const __m512i lo2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi2 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    __m512 acc[3][2];
+    __m128 add[3];
+    QK_UNROLL for (int r = 0; r < n; r++) {
+        add[r] = _mm_setzero_ps();
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *kb = k + (size_t)b * bb;
+        __m128i h = _mm_setzero_si128();
+        h = _mm_insert_epi16(h, ig_f16_load(kb), 0);
+        h = _mm_insert_epi16(h, ig_f16_load(kb + rb), 1);
+        h = _mm_insert_epi16(h, ig_f16_load(kb + 2 * rb), 2);
+        h = _mm_insert_epi16(h, ig_f16_load(kb + 3 * rb), 3);
+        __m128 dk = _mm_cvtph_ps(h);
+        __m512i ku[2];
+        QK_UNROLL for (int j = 0; j < 2; j++) { /* keys 2j and 2j + 1 */
+            const uint8_t *q0 = kb + (size_t)(2 * j) * rb + 2, *q1 = q0 + rb;
+            if (dt == KV_Q8_0) {
+                __m512i z = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)q0)),
+                    _mm256_loadu_si256((const __m256i *)(const void *)q1), 1);
+                ku[j] = _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+            } else { /* 128-bit lanes: q0's low nibbles, its high ones, q1's, q1's */
+                __m128i v0 = _mm_loadu_si128((const __m128i *)(const void *)q0);
+                __m128i v1 = _mm_loadu_si128((const __m128i *)(const void *)q1);
+                __m512i z = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_broadcastsi128_si256(v0)),
+                    _mm256_broadcastsi128_si256(v1), 1);
+                z = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+                ku[j] = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+            }
+        }
+        QK_UNROLL for (int r = 0; r < n; r++) {
+            const struct qmm_q8 *xb = x + r * nb + b;
+            __m512 dd = _mm512_castps128_ps512(_mm_mul_ps(dk, _mm_set1_ps(xb->d)));
+            if (dt == KV_Q4_0)
+                add[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-8.0f), dk), _mm_set1_ps(xb->s),
+                                      add[r]);
+            __m512i xv = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(const void *)xb->qs));
+            __m512i xc = dt == KV_Q8_0 ? xcz[r * nb + b] : _mm512_setzero_si512();
+            QK_UNROLL for (int j = 0; j < 2; j++) {
+                __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xc, ku[j], xv));
+                __m512 d2 = _mm512_permutexvar_ps(j ? hi2 : lo2, dd);
+                acc[r][j] = _mm512_fmadd_ps(d2, p, acc[r][j]);
+            }
+        }
+    }
+    /* v8_sums8 on the halves: keys()'s reduction */
+#define QK_LO(z) ((attn_v8)_mm512_castps512_ps256(z))
+#define QK_HI(z) ((attn_v8)_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)))
+    attn_v8 a0 = QK_LO(acc[0][0]), a1 = QK_HI(acc[0][0]);
+    attn_v8 a2 = QK_LO(acc[0][1]), a3 = QK_HI(acc[0][1]);
+    attn_v8 b0 = a0, b1 = a1, b2 = a2, b3 = a3;
+    if (n > 1) {
+        b0 = QK_LO(acc[1][0]), b1 = QK_HI(acc[1][0]);
+        b2 = QK_LO(acc[1][1]), b3 = QK_HI(acc[1][1]);
+    }
+    attn_v8 sum;
+    v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[0]));
+    if (n > 1)
+        _mm_storeu_ps(s + ss, _mm_add_ps(_mm256_extractf128_ps((__m256)sum, 1), add[1]));
+    if (n > 2) {
+        attn_v8 e0 = QK_LO(acc[2][0]), e1 = QK_HI(acc[2][0]);
+        attn_v8 e2 = QK_LO(acc[2][1]), e3 = QK_HI(acc[2][1]);
+        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum);
+        _mm_storeu_ps(s + 2 * ss, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[2]));
+    }
+#undef QK_LO
+#undef QK_HI
+}
+#endif
+
 /* Rows 0 .. n - 1 of the call against keys c0 .. nc - 1, four at a time
  * (the next tile's same rows requested as these are read), then one. */
 QK_FN void QK_NAME(rows)(const enum kv_dtype dt, const int n, const struct qmm_q8 *x,
@@ -118,6 +207,9 @@ QK_FN void QK_NAME(rows)(const enum kv_dtype dt, const int n, const struct qmm_q
 {
     size_t rb = kv_dtype_row_bytes(dt, nb * QMM_QK);
     __m256i xc[3 * QK_MAX_BLOCKS];
+#ifdef QK_ZMM
+    __m512i xcz[3 * QK_MAX_BLOCKS]; /* xc in both halves */
+#endif
     for (int64_t i = 0; i < n * nb; i++) {
 #ifdef QK_DPBUSD
         __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)x[i].qs);
@@ -126,13 +218,20 @@ QK_FN void QK_NAME(rows)(const enum kv_dtype dt, const int n, const struct qmm_q
 #else
         xc[i] = _mm256_setzero_si256();
 #endif
+#ifdef QK_ZMM
+        xcz[i] = _mm512_broadcast_i64x4(xc[i]);
+#endif
     }
     int64_t c = c0;
     for (; c + 4 <= nc; c += 4) {
         if (pf)
             for (size_t o = 0; o < 4 * rb; o += 64)
                 prefetch_line(pf + (size_t)c * rb + o);
+#ifdef QK_ZMM
+        QK_NAME(keys4z)(dt, n, x, nb, xcz, kt + (size_t)c * rb, rb, s + c, ss);
+#else
         QK_NAME(keys)(dt, n, 4, x, nb, xc, kt + (size_t)c * rb, rb, s + c, ss);
+#endif
     }
     for (; c < nc; c++)
         QK_NAME(keys)(dt, n, 1, x, nb, xc, kt + (size_t)c * rb, rb, s + c, ss);

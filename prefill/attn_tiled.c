@@ -18,8 +18,9 @@
  * read in place from an f32 cache, dequantized into f32 from q8_0 or q4_0
  * blocks (V always; K on the exact path: f32 math over the dequantized
  * values), while on the int8 path a quantized K is scored in its blocks
- * against the query quantized to int8 (scores_quant, the int8 matmul's
- * tile kernel), converted once per item from f16 (a
+ * against the query quantized to int8 (in registers, attn_decode_qk.c,
+ * with the int8 matmul's tile kernel's bits; that kernel itself,
+ * scores_quant, where there is no register one), converted once per item from f16 (a
  * decode item, one token's group of heads, reads an f16 cache in place too,
  * converting in registers: prefill/attn_decode.c; one thread walks a token's
  * KV heads together, block by block, or, with fewer tokens than threads to
@@ -1118,9 +1119,14 @@ static bool token_cols(const struct attn_params *p, const struct attn_seq *s, in
 
 /* Rows of an item: r = g * nq + i is query head kvh * group + g, token t0 + i
  * of sequence s (nq <= ATTN_TILE_Q). zmm: attn_zmm()'s answer. ktile: the
- * int8 tile kernel that scores a quantized K (NULL: f32 scores). */
+ * int8 tile kernel that scores a quantized K (NULL: f32 scores); kqk, where
+ * there is one, the same scores in registers (attn_decode_qk.c, the tile's
+ * bits), which a prompt's items take too: through the tile kernel's call
+ * per 4 keys x 3 rows a q8_0/q4_0 cache's prefill attention cost 1.14-1.18x
+ * an f16 one's, with it about the same (docs/benchmarks.md, issue 51). */
 static void run_item(const struct attn_params *p, const struct attn_seq *s, int64_t kvh,
-                     int64_t t0, int64_t nq, bool zmm, qmm_tile_fn ktile, struct attn_scratch *sc)
+                     int64_t t0, int64_t nq, bool zmm, qmm_tile_fn ktile, attn_qk_fn kqk,
+                     struct attn_scratch *sc)
 {
     IG_ASSERT(nq <= ATTN_TILE_Q);
     int64_t hd = p->head_dim, group = p->n_head / p->n_head_kv;
@@ -1154,7 +1160,9 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
         load_kv_tile(p, s->table, kvh, k0, c0, nc, sc, &kt, &vt, ktile ? &kq : NULL);
         if (k0 + ATTN_TILE_K < kend)
             prefetch_kv_tile(p, s->table, kvh, k0 + ATTN_TILE_K, kend);
-        if (ktile)
+        if (kqk)
+            kqk(sc->qq, rows, kq, c0, nc, hd, sc->s, ATTN_TILE_K, NULL);
+        else if (ktile)
             scores_quant(p, sc, ktile, kq, rows, c0, nc);
         else
             scores(sc, kt, rows, c0, nc, hd, zmm);
@@ -1234,7 +1242,7 @@ struct attn_job {
     int64_t decode_parts;
     bool zmm; /* attn_zmm(), asked once per call rather than per item */
     qmm_tile_fn ktile; /* a quantized K's int8 scores (the int8 path), else NULL */
-    attn_qk_fn kqk;    /* the same scores for decode rows in registers, or NULL */
+    attn_qk_fn kqk;    /* the same scores in registers (every item's), or NULL */
 };
 
 static int64_t n_qtiles(const struct attn_seq *s)
@@ -1290,7 +1298,7 @@ static void attn_task(void *arg, int64_t i0, int64_t i1, int thread)
         int64_t qt = n_qtiles(s) - 1 - local / p->n_head_kv;
         int64_t t0 = qt * ATTN_TILE_Q;
         int64_t nq = s->n_tokens - t0 < ATTN_TILE_Q ? s->n_tokens - t0 : ATTN_TILE_Q;
-        run_item(p, s, kvh, t0, nq, job->zmm, job->ktile, &sc);
+        run_item(p, s, kvh, t0, nq, job->zmm, job->ktile, job->kqk, &sc);
     }
 }
 

@@ -6,7 +6,7 @@ thread counts and two prompt lengths give one row each; a GGUF model made by
 tests/pylib/ggufgen.py works too; a list longer than 255 characters is read whole; bad options exit 2, a CUDA device that is not
 there exits 7, a context beyond memory exits 5 naming -p, -n and -d, a stdout that cannot
 take the rows exits 3 naming why, a closed stdout ends it with 0, Ctrl-C leaves a
-closed json array (exit 130). Rows name the build (its commit checked with git);
+closed json array (exit 130); --depth-fill copies the depth past N (a multiple of 64, else exit 2). Rows name the build (its commit checked with git);
 avg_ns and stddev_ns are whole numbers; nothing to run or an empty list item is exit 2.
 No timing asserts."""
 import csv
@@ -179,6 +179,17 @@ def main():
     got = [(r.get("test"), r.get("n_depth")) for r in rows]
     check(got == [("pp8", 0), ("tg4", 0), ("pp8 @ d16", 16), ("tg4 @ d16", 16)],
           f"depth rows: {got}")
+
+    # --depth-fill: the depth past N copied (tests/cli/test_bench_fill.c checks the rows);
+    # not a multiple of the block is a usage error
+    rc, out, err = bench("-p", "0", "-n", "2", "-d", "200", "--depth-fill", "64", "-t", "1",
+                         "-o", "jsonl")
+    rows = [json.loads(l) for l in out.splitlines() if l.strip()]
+    got = [(r.get("test"), r.get("n_depth")) for r in rows]
+    check(rc == 0 and got == [("tg2 @ d200", 200)], f"--depth-fill: exit {rc}, {got}: {err}")
+    rc, out, err = bench("-n", "2", "-d", "200", "--depth-fill", "100")
+    check(rc == 2 and out == "" and "multiple of 64" in err and err.count("\n") == 1,
+          f"--depth-fill 100: exit {rc}: {err!r}")
 
     # csv numbers keep their precision: the fractions read back the same
     rc, out, err = bench("-p", "8", "-n", "0", "-t", "1", "-o", "csv")
