@@ -89,10 +89,18 @@ static inline bool kv_dtype_quantized(enum kv_dtype dtype)
  * K's rows (and the queries), or V's (and the attention's output, back),
  * before a cache of `dtype` stores them, as llama.cpp does (its attn_rot_k,
  * attn_rot_v): quantized types with a head dim that is a multiple of 64,
- * K in chunks of the largest power of two dividing the head dim, V in
- * chunks of 64; 0 (no rotation) otherwise. The stored rows are rotated, so
- * the rotation is part of the cache's type (saved caches too). */
+ * K in chunks of the largest power of two dividing the head dim but at most
+ * KV_ROT_K_MAX, V in chunks of 64; 0 (no rotation) otherwise. The stored
+ * rows are rotated, so the rotation is part of the cache's type (saved
+ * caches too: file version 3). */
 int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v);
+
+/* K's largest rotation. llama.cpp rotates K by the whole power of two (256
+ * for a head dim of 256); on Gemma 3 270M a q4_0 K's KL divergence against
+ * the f16 cache was 0.105 with chunks of 256, 0.075 with 128, 0.086 with 64
+ * (docs/benchmarks.md, "A quantized KV cache"). Version 2 files rotated K
+ * by the whole power of two. */
+#define KV_ROT_K_MAX 128
 
 /* "f32", "f16", "q8_0", "q4_0" (llama.cpp's names). */
 const char *kv_dtype_name(enum kv_dtype dtype);
@@ -501,8 +509,10 @@ void kv_pool_trim(struct kv_pool *p, struct kv_seq *s, int64_t n_pos);
 /* ---- saved caches (kvcache/kvfile.c; the format is docs/kvcache.md) ------- */
 
 /* Version 2 describes the groups of layers and stores what each holds;
- * version 1 (every layer full attention of one shape) still loads. */
-#define KV_FILE_VERSION 2
+ * version 3 is version 2 with a quantized K rotated in chunks of at most
+ * KV_ROT_K_MAX; version 1 (every layer full attention of one shape), and
+ * version 2 where its K's rotation is version 3's, still load. */
+#define KV_FILE_VERSION 3
 #define KV_MODEL_ID_BYTES 32
 
 /* The identity a saved cache is bound to: SHA-256 over the architecture, the

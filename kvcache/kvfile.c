@@ -461,9 +461,9 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
                         name);
     struct kv_file_header *h = &r->hdr;
     h->version = le_u32(b + 8);
-    if (h->version != 1 && h->version != KV_FILE_VERSION)
+    if (h->version < 1 || h->version > KV_FILE_VERSION)
         return ig_error(IG_E_KVFILE, "%s is a version %u KV cache file; this ignite reads "
-                        "versions 1 and %d (save it again with this version)",
+                        "versions 1 to %d (save it again with this version)",
                         name, h->version, KV_FILE_VERSION);
     size_t head = h->version == 1 ? KV_V1_HEADER_BYTES : KV_V2_HEADER_BYTES;
     if ((st = get(r, b + 16, head - 16)) != IG_OK)
@@ -516,6 +516,16 @@ int kv_file_read_header(struct kv_file_reader *r, FILE *f, const char *name,
                             "is not whole blocks of %d", name, kv_dtype_name(h->dtype),
                             kv_dtype_name(h->dtype_v), (long long)l, (long long)L->head_dim,
                             KV_QBLOCK);
+        /* before version 3 a quantized K was rotated by the whole power of two
+         * dividing the head dim: rows this ignite would read rotated otherwise */
+        int64_t rot = kv_rotation(h->dtype, L->head_dim, false);
+        if (h->version < 3 && (L->kind == KV_FULL || L->kind == KV_WINDOW) && rot &&
+            L->head_dim % (2 * rot) == 0)
+            return ig_error(IG_E_KVFILE, "%s is a version %u file whose %s K rows are rotated "
+                            "in chunks of more than %lld (layer %lld, head dim %lld); this "
+                            "ignite rotates them in chunks of %lld: save it again with this "
+                            "version", name, h->version, kv_dtype_name(h->dtype), (long long)rot,
+                            (long long)l, (long long)L->head_dim, (long long)rot);
     }
     return IG_OK;
 }

@@ -38,7 +38,7 @@ int64_t kv_rotation(enum kv_dtype dtype, int64_t head_dim, bool is_v)
     if (is_v)
         return 64;
     int64_t n = 64;
-    while (head_dim % (2 * n) == 0)
+    while (head_dim % (2 * n) == 0 && 2 * n <= KV_ROT_K_MAX)
         n *= 2;
     return n;
 }

@@ -78,6 +78,9 @@ class RefModel:
         self.moe = a == "qwen3moe"
         self.n_expert_used = int(f("expert_used_count", 0))
         self.moe_ties = self.moe_exact_ties = 0
+        # (q, k, v) -> (q, k, v) after RoPE, each [n, heads, head_dim]: what a
+        # quantized KV cache and its query hold (bench/kvq_judge.py); None: exact
+        self.kv_hook = None
         self.norm_topk = True  # a folder's norm_topk_prob may say otherwise
         self.gemma = gemma
         # rope_scaling as transformers' config has it
@@ -244,6 +247,8 @@ class RefModel:
                        else (self.inv_freq_global, self.mscale_global))
             q, k = self._rope(q, pos, inv, ms), self._rope(k, pos, inv, ms)
             v = v.reshape(n, self.n_head_kv, hd)
+            if self.kv_hook is not None:
+                q, k, v = self.kv_hook(q, k, v)
             K = cache["k"][i] = np.concatenate([cache["k"][i], k])
             V = cache["v"][i] = np.concatenate([cache["v"][i], v])
             Kh, Vh = np.repeat(K, g, axis=1), np.repeat(V, g, axis=1)  # [P, n_head, hd]

@@ -5,7 +5,7 @@ needs no download and stays fast under ASan:
     with a seed, through a file, through a pipe (`--save-kv - | --load-kv -`)
     and through a chain (load, add text, save again); a version 1 file
     (written by tests/pylib/kvfile.py from the docs' table) continues as the
-    version 2 one;
+    version 3 one;
   - prefix reuse: load + more text = the whole text in one run, and only
     the new tokens are prefilled;
   - --chunk and its aliases give the unchunked text;
@@ -224,7 +224,7 @@ def main():
             good = f.read()
 
         # the same cache as version 1 wrote it (before groups of layers) loads
-        # and continues as the version 2 file does
+        # and continues as the version 3 file does
         v1 = os.path.join(tmp, "v1.kv")
         with open(v1, "wb") as f:
             f.write(kv_v1_of(good))
@@ -244,7 +244,7 @@ def main():
         check(rc == 8 and "another model" in err, f"other model: rc {rc} {err!r}")
         for cut in (0, 10, 88, len(good) // 2, len(good) - 1):
             refused(good[:cut], f"truncated at {cut}", "truncated")
-        refused(good[:8] + struct.pack("<I", 3) + good[12:], "version 3", "version 3")
+        refused(good[:8] + struct.pack("<I", 4) + good[12:], "version 4", "version 4")
         mid = len(good) // 2
         refused(good[:mid] + bytes([good[mid] ^ 1]) + good[mid + 1:], "flipped byte", "checksum")
         refused(b"hello, this is not a cache" * 10, "text file", "not an ignite KV")

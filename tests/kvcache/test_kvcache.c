@@ -531,7 +531,7 @@ static void check_file(enum kv_dtype dt, int64_t n_pos)
     bad[0] = 'X';
     CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     memcpy(bad, s.data, s.len);
-    bad[8] = 3; /* version 3 */
+    bad[8] = KV_FILE_VERSION + 1; /* a later version */
     CHECK(load(mem, hp.n_vocab, id, bad, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     CHECK(load(mem, hp.n_vocab, other, s.data, s.len, &back, tok2, logits2) == IG_E_KVFILE);
     CHECK(load(mem, hp.n_vocab, other, v1.data, v1.len, &back, tok2, logits2) == IG_E_KVFILE);

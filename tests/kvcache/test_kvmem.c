@@ -536,8 +536,69 @@ static void check_quant_refusals(void)
     kv_memory_free(mem);
 }
 
+/* The rotation orders by hand: K by the largest power of two dividing the
+ * head dim up to KV_ROT_K_MAX (128), V by 64, none for f32/f16 or a head
+ * dim that is not a multiple of 64. */
+static void check_rotation(void)
+{
+    CHECKF(kv_rotation(KV_Q4_0, 64, false) == 64 && kv_rotation(KV_Q4_0, 128, false) == 128 &&
+              kv_rotation(KV_Q4_0, 256, false) == 128 && kv_rotation(KV_Q8_0, 512, false) == 128 &&
+              kv_rotation(KV_Q8_0, 192, false) == 64,
+          "K's rotation orders");
+    CHECKF(kv_rotation(KV_Q4_0, 256, true) == 64 && kv_rotation(KV_F16, 256, false) == 0 &&
+              kv_rotation(KV_Q4_0, 96, false) == 0,
+          "V's rotation order, none for f16 or a head dim of 96");
+}
+
+/* A version 2 file (K rotated by the whole power of two dividing the head
+ * dim) reads its header where that is version 3's rotation (head dim 128)
+ * and is refused in one line where it is not (256, a quantized K); a V
+ * alone quantized was never rotated otherwise. */
+static void check_v2_rotation(void)
+{
+    static const struct {
+        int64_t hd;
+        enum kv_dtype dk, dv;
+        int want;
+    } cases[] = {{128, KV_Q4_0, KV_Q4_0, IG_OK}, {256, KV_Q4_0, KV_F16, IG_E_KVFILE},
+                 {256, KV_Q8_0, KV_Q8_0, IG_E_KVFILE}, {256, KV_F16, KV_Q4_0, IG_OK}};
+    fprintf(stderr, "(error lines expected below)\n");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct kv_layer_mem one[1] = {{KV_FULL, 1, cases[c].hd, 0, -1, 0, 0}};
+        struct kv_memory *mem = NULL;
+        struct kv_store *st = NULL;
+        CHECK(kv_memory_build(one, 1, cases[c].dk, cases[c].dv, &mem) == IG_OK);
+        CHECK(mem && kv_store_create(mem, 1, 1, NULL, &st) == IG_OK);
+        if (!st) {
+            kv_memory_free(mem);
+            continue;
+        }
+        int32_t table[1] = {0}, tok[3] = {1, 2, 3};
+        float logits[N_VOCAB] = {0};
+        unsigned char id[KV_MODEL_ID_BYTES] = {7};
+        char *data = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&data, &len);
+        CHECK(f && kv_file_write(f, "mem", st, table, 0, 3, id, tok, logits, N_VOCAB) == IG_OK);
+        fclose(f);
+        data[8] = 2; /* the version */
+        f = fmemopen(data, len, "rb");
+        struct kv_file_reader r;
+        int got = kv_file_read_header(&r, f, "mem", mem, N_VOCAB, id);
+        CHECKF(got == cases[c].want, "a version 2 file, head dim %lld, K %s V %s: %d, want %d",
+               (long long)cases[c].hd, kv_dtype_name(cases[c].dk), kv_dtype_name(cases[c].dv),
+               got, cases[c].want);
+        fclose(f);
+        free(data);
+        kv_store_free(st);
+        kv_memory_free(mem);
+    }
+}
+
 int main(void)
 {
+    check_rotation();
+    check_v2_rotation();
     check_groups(KV_F32, KV_F32);
     check_groups(KV_F16, KV_F16);
     check_groups(KV_Q8_0, KV_Q8_0);

@@ -1,7 +1,8 @@
 """tests/pylib/kvfile.py: the token ids of a saved KV cache (--save-kv), read
-by the format's table in docs/kvcache.md rather than by ignite: version 2
-(the head, then a 24-byte entry a group and a 40-byte entry a layer, then
-the tokens) and version 1 (an 88-byte head, then the tokens)."""
+by the format's table in docs/kvcache.md rather than by ignite: versions 2
+and 3 (the head, then a 24-byte entry a group and a 40-byte entry a layer,
+then the tokens; 3 differs only in a quantized K's rotation) and version 1
+(an 88-byte head, then the tokens)."""
 import struct
 
 
@@ -13,7 +14,7 @@ def kv_tokens_of(data):
     if version == 1:
         n = struct.unpack_from("<q", data, 72)[0]
         at = 88
-    elif version == 2:
+    elif version in (2, 3):
         n_layer, n_groups, n = struct.unpack_from("<3q", data, 48)
         at = 80 + 24 * n_groups + 40 * n_layer
     else:
@@ -38,7 +39,7 @@ def crc32c(data, crc=0):
 
 
 def kv_v1_of(data):
-    """The version 1 file (docs/kvcache.md) of a version 2 file whose layers
+    """The version 1 file (docs/kvcache.md) of a version 2 or 3 file whose layers
     are all full attention or sliding window with one shape: the same body
     after the old 88-byte head, the checksum computed again."""
     n_layer, n_groups, n, n_vocab = struct.unpack_from("<4q", data, 48)
