@@ -225,23 +225,34 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
 /* dot() of a with four rows b[0..3] at once: four independent chains where
  * one dot's each add waits on the last (the chunk's q.k and k.k were bound
  * by that latency), each sum in dot()'s order of operations: its bits. */
-static inline __attribute__((always_inline)) void
-dot4(const float *restrict a, const float *const b[4], int64_t n, float out[4])
+static inline __attribute__((always_inline)) float dot_sum(dn_v8 x)
 {
-    dn_v8 acc[4] = {{0}, {0}, {0}, {0}};
+    return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+}
+
+static inline __attribute__((always_inline)) void
+dot4(const float *restrict a, const float *b0, const float *b1, const float *b2,
+     const float *b3, int64_t n, float out[4])
+{
+    /* four named sums: an array of them stayed in memory, each add a
+     * store and a reload */
+    dn_v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         dn_v8 av = V8(a + i);
-        for (int r = 0; r < 4; r++)
-            acc[r] += av * V8(b[r] + i);
+        s0 += av * V8(b0 + i);
+        s1 += av * V8(b1 + i);
+        s2 += av * V8(b2 + i);
+        s3 += av * V8(b3 + i);
     }
-    for (int r = 0; r < 4; r++) {
-        dn_v8 x = acc[r];
-        float s = ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
-        for (int64_t l = i; l < n; l++)
-            s += a[l] * b[r][l];
-        out[r] = s;
+    float r0 = dot_sum(s0), r1 = dot_sum(s1), r2 = dot_sum(s2), r3 = dot_sum(s3);
+    for (; i < n; i++) {
+        r0 += a[i] * b0[i];
+        r1 += a[i] * b1[i];
+        r2 += a[i] * b2[i];
+        r3 += a[i] * b3[i];
     }
+    out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
 }
 
 /* dot(a, row m of the rows `stride` floats apart from b) for m < n, into out[m]. */
@@ -251,9 +262,8 @@ dots(const float *restrict a, const float *b, int64_t stride, int64_t n, int64_t
 {
     int64_t m = 0;
     for (; m + 4 <= n; m += 4) {
-        const float *rows[4] = {b + m * stride, b + (m + 1) * stride, b + (m + 2) * stride,
-                                b + (m + 3) * stride};
-        dot4(a, rows, len, out + m);
+        const float *b0 = b + m * stride;
+        dot4(a, b0, b0 + stride, b0 + 2 * stride, b0 + 3 * stride, len, out + m);
     }
     for (; m < n; m++)
         out[m] = dot(a, b + m * stride, len);
@@ -376,18 +386,24 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float *X = W + DN_CHUNK * D;        /* [c, D] rows being combined */
     float *VB = X + DN_CHUNK * D;       /* [c, D] beta v */
     float *E = VB + DN_CHUNK * D;       /* [c, c] e^(G_i - G_m) for m <= i */
+    float *KC = E + DN_CHUNK * DN_CHUNK; /* [c, D] the chunk's keys, side by side */
     float acc = 0;
     for (int64_t i = 0; i < c; i++) {
         acc += j->g[(t0 + i) * Hv + h];
         G[i] = acc;
     }
+    /* the keys, read c times each below, copied out of their rows C floats
+     * apart: a multiple of 4 KiB there, all c of them fell in the same few
+     * L1 sets and evicted each other */
+    for (int64_t m = 0; m < c; m++)
+        memcpy(KC + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *KC);
     /* T = (I - M)^-1 by forward substitution, M[i][m] = -beta_i k_i.k_m
      * e^(G_i - G_m) for m < i (transformers' loop over the rows) */
     for (int64_t i = 0; i < c; i++) {
-        const float *ki = KROW(j, t0 + i, kh);
+        const float *ki = KC + i * D;
         float bi = j->beta[(t0 + i) * Hv + h];
         float *Ti = T + i * c, *Mi = X, *Ei = E + i * c; /* row i of M, then of T */
-        dots(ki, KROW(j, t0, kh), j->C, i, D, Mi);
+        dots(ki, KC, D, i, D, Mi);
         for (int64_t m = 0; m <= i; m++)
             Ei[m] = expf(G[i] - G[m]);
         for (int64_t m = 0; m < i; m++)
@@ -405,7 +421,7 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     for (int64_t m = 0; m < c; m++) {
         float bm = j->beta[(t0 + m) * Hv + h];
         copy_scaled(VB + m * D, VROW(j, t0 + m, h), bm, D);
-        copy_scaled(X + m * D, KROW(j, t0 + m, kh), bm * expf(G[m]), D);
+        copy_scaled(X + m * D, KC + m * D, bm * expf(G[m]), D);
     }
     memset(U, 0, (size_t)(c * D) * sizeof *U);
     memset(W, 0, (size_t)(c * D) * sizeof *W);
@@ -426,7 +442,7 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
         const float *qi = QROW(j, t0 + i, kh);
         scale(o0 + i * Hv * D, expf(G[i]), D);
         float *Ti = T + i * c;
-        dots(qi, KROW(j, t0, kh), j->C, i + 1, D, Ti);
+        dots(qi, KC, D, i + 1, D, Ti);
         for (int64_t m = 0; m < c; m++)
             Ti[m] = m <= i ? Ti[m] * E[i * c + m] : 0.0f;
     }
@@ -435,14 +451,14 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float last = G[c - 1], el = expf(last);
     scale(S, el, D * D);
     for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
-        copy_scaled(X + m * D, KROW(j, t0 + m, kh), expf(last - G[m]), D);
+        copy_scaled(X + m * D, KC + m * D, expf(last - G[m]), D);
     }
     gemm_acc(S, D, X, 1, D, U, D, D, c, D);
 }
 
 static int64_t dn_scratch_floats(int64_t D)
 {
-    return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 4 * DN_CHUNK * D + D;
+    return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 5 * DN_CHUNK * D + D;
 }
 
 static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
