@@ -54,6 +54,7 @@ struct dn_job {
     int64_t layer;
     int64_t n;                   /* the step's rows */
     int64_t C, Hk, Hv, D, K;     /* channels, key heads, value heads, head dim, kernel */
+    int64_t conv_w;              /* channels of a convolution item (conv_width) */
     float *qkv, *z, *beta, *g, *out; /* [n, C], [n, Hv*D], [n, Hv], [n, Hv], [n, Hv*D] */
     bool recurrent;              /* every row by the recurrent step */
     bool grouped;                /* value heads grouped by key head (struct model_layer) */
@@ -81,44 +82,74 @@ static float sigmoidf(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-/* ---- the convolution: items are (sequence, block of 64 channels) ------------ */
+/* ---- the convolution: items are (sequence, block of conv_w channels) --------- */
+
+/* The widest block of channels a convolution item takes. An item walks its
+ * sequence's rows, C floats apart (24 KiB on Qwen3.5-0.8B), and each row's
+ * block starts on a new page: blocks of 64 channels (256 bytes) a row made
+ * the walk wait on memory and TLB misses (the convolution was 14 % of a
+ * pp4096 on Qwen3.5-0.8B, 2 threads), blocks of 512 take 8x fewer. */
+#define DN_CONV_W_MAX 512
+
+/* Channels of a convolution item: a multiple of 64 up to DN_CONV_W_MAX,
+ * leaving at least four items a thread for a lone sequence. Each element's
+ * operations are the same at any width: the same bits. */
+static int64_t conv_width(int64_t C, int threads)
+{
+    int64_t w = (C + 63) / 64 / (4 * (int64_t)threads);
+    w = w < 1 ? 1 : w > DN_CONV_W_MAX / 64 ? DN_CONV_W_MAX / 64 : w;
+    return 64 * w;
+}
+
+/* Floats of a thread's scratch the convolution takes: the kernel
+ * transposed [K][W], the ring of the last K - 1 inputs [K - 1][W], a row's
+ * inputs [W]. */
+static int64_t conv_scratch_floats(int64_t K)
+{
+    return 2 * K * DN_CONV_W_MAX;
+}
 
 OPS_SIMD_CLONES
 static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
-    (void)thread;
     const struct dn_job *j = arg;
-    int64_t nblk = (j->C + 63) / 64, K = j->K;
+    int64_t W = j->conv_w, nblk = (j->C + W - 1) / W, K = j->K;
     const float *w = j->L->w[LAYER_DN_CONV].data; /* [C, K] */
+    float *wt = ops_ctx_scratch(j->s->ops, thread); /* [K][W] */
+    float *hist = wt + K * W;                       /* [K - 1][W] */
+    float *in = hist + (K - 1) * W;                 /* [W] */
     for (int64_t it = i0; it < i1; it++) {
         const struct backend_seq *q = &j->s->batch->seqs[it / nblk];
-        int64_t c0 = it % nblk * 64, nc = c0 + 64 < j->C ? 64 : j->C - c0;
+        int64_t c0 = it % nblk * W, nc = c0 + W < j->C ? W : j->C - c0;
         float *st = conv_state(j, q->slot);
         /* the last K - 1 inputs of the block's channels, oldest first, as a
-         * ring (K <= 64: model.c); wt the kernel transposed, [K][64] */
-        float hist[63][64], wt[64][64], in[64];
+         * ring (K <= 64: model.c) */
         for (int64_t i = 0; i < K - 1; i++)
-            memcpy(hist[i], st + i * j->C + c0, (size_t)nc * sizeof(float));
+            memcpy(hist + i * W, st + i * j->C + c0, (size_t)nc * sizeof(float));
         for (int64_t i = 0; i < K; i++)
             for (int64_t c = 0; c < nc; c++)
-                wt[i][c] = w[(c0 + c) * K + i];
+                wt[i * W + c] = w[(c0 + c) * K + i];
         for (int64_t t = 0; t < q->n_rows; t++) {
             float *x = j->qkv + (q->row0 + t) * j->C + c0;
+            /* two rows ahead: the next page's lines on their way */
+            if (t + 2 < q->n_rows)
+                for (int64_t c = 0; c < nc; c += 16)
+                    __builtin_prefetch(x + 2 * j->C + c, 1);
             memcpy(in, x, (size_t)nc * sizeof(float));
             for (int64_t c = 0; c < nc; c++)
-                x[c] = wt[K - 1][c] * in[c];
+                x[c] = wt[(K - 1) * W + c] * in[c];
             for (int64_t i = 0; i < K - 1; i++) { /* oldest first: hist[(t + i) % (K - 1)] */
-                const float *h = hist[(t + i) % (K - 1)];
+                const float *h = hist + (t + i) % (K - 1) * W, *wi = wt + i * W;
                 for (int64_t c = 0; c < nc; c++)
-                    x[c] += wt[i][c] * h[c];
+                    x[c] += wi[c] * h[c];
             }
             for (int64_t c = 0; c < nc; c++)
                 x[c] = x[c] / (1.0f + expf(-x[c])); /* SiLU */
             if (K > 1)
-                memcpy(hist[t % (K - 1)], in, (size_t)nc * sizeof(float));
+                memcpy(hist + t % (K - 1) * W, in, (size_t)nc * sizeof(float));
         }
         for (int64_t i = 0; i < K - 1; i++)
-            memcpy(st + i * j->C + c0, hist[(q->n_rows + i) % (K - 1)],
+            memcpy(st + i * j->C + c0, hist + (q->n_rows + i) % (K - 1) * W,
                    (size_t)nc * sizeof(float));
     }
 }
@@ -189,6 +220,53 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
+}
+
+/* dot() of a with four rows b[0..3] at once: four independent chains where
+ * one dot's each add waits on the last (the chunk's q.k and k.k were bound
+ * by that latency), each sum in dot()'s order of operations: its bits. */
+static inline __attribute__((always_inline)) float dot_sum(dn_v8 x)
+{
+    return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+}
+
+static inline __attribute__((always_inline)) void
+dot4(const float *restrict a, const float *b0, const float *b1, const float *b2,
+     const float *b3, int64_t n, float out[4])
+{
+    /* four named sums: an array of them stayed in memory, each add a
+     * store and a reload */
+    dn_v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        dn_v8 av = V8(a + i);
+        s0 += av * V8(b0 + i);
+        s1 += av * V8(b1 + i);
+        s2 += av * V8(b2 + i);
+        s3 += av * V8(b3 + i);
+    }
+    float r0 = dot_sum(s0), r1 = dot_sum(s1), r2 = dot_sum(s2), r3 = dot_sum(s3);
+    for (; i < n; i++) {
+        r0 += a[i] * b0[i];
+        r1 += a[i] * b1[i];
+        r2 += a[i] * b2[i];
+        r3 += a[i] * b3[i];
+    }
+    out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
+}
+
+/* dot(a, row m of the rows `stride` floats apart from b) for m < n, into out[m]. */
+static inline __attribute__((always_inline)) void
+dots(const float *restrict a, const float *b, int64_t stride, int64_t n, int64_t len,
+     float *restrict out)
+{
+    int64_t m = 0;
+    for (; m + 4 <= n; m += 4) {
+        const float *b0 = b + m * stride;
+        dot4(a, b0, b0 + stride, b0 + 2 * stride, b0 + 3 * stride, len, out + m);
+    }
+    for (; m < n; m++)
+        out[m] = dot(a, b + m * stride, len);
 }
 
 /* y += a x over n. */
@@ -307,25 +385,35 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float *W = U + DN_CHUNK * D;        /* [c, D] T (beta e^G k) */
     float *X = W + DN_CHUNK * D;        /* [c, D] rows being combined */
     float *VB = X + DN_CHUNK * D;       /* [c, D] beta v */
+    float *E = VB + DN_CHUNK * D;       /* [c, c] e^(G_i - G_m) for m <= i */
+    float *KC = E + DN_CHUNK * DN_CHUNK; /* [c, D] the chunk's keys, side by side */
     float acc = 0;
     for (int64_t i = 0; i < c; i++) {
         acc += j->g[(t0 + i) * Hv + h];
         G[i] = acc;
     }
+    /* the keys, read c times each below, copied out of their rows C floats
+     * apart: a multiple of 4 KiB there, all c of them fell in the same few
+     * L1 sets and evicted each other */
+    for (int64_t m = 0; m < c; m++)
+        memcpy(KC + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *KC);
     /* T = (I - M)^-1 by forward substitution, M[i][m] = -beta_i k_i.k_m
      * e^(G_i - G_m) for m < i (transformers' loop over the rows) */
     for (int64_t i = 0; i < c; i++) {
-        const float *ki = KROW(j, t0 + i, kh);
+        const float *ki = KC + i * D;
         float bi = j->beta[(t0 + i) * Hv + h];
-        float *Ti = T + i * c, *Mi = X; /* row i of M, then of T */
+        float *Ti = T + i * c, *Mi = X, *Ei = E + i * c; /* row i of M, then of T */
+        dots(ki, KC, D, i, D, Mi);
+        for (int64_t m = 0; m <= i; m++)
+            Ei[m] = expf(G[i] - G[m]);
         for (int64_t m = 0; m < i; m++)
-            Mi[m] = -bi * dot(ki, KROW(j, t0 + m, kh), D) * expf(G[i] - G[m]);
-        /* T_i = sum_(m < i) M_im T_m over the rows already solved (T_mm = 1) */
+            Mi[m] = -bi * Mi[m] * Ei[m];
+        /* T_i = sum_(m < i) M_im T_m over the rows already solved (T_mm = 1);
+         * row m of T is zero beyond m */
         for (int64_t p = 0; p < c; p++)
             Ti[p] = 0.0f;
         for (int64_t m = 0; m < i; m++)
-            for (int64_t p = 0; p <= m; p++)
-                Ti[p] += Mi[m] * T[m * c + p];
+            axpy(Ti, Mi[m], T + m * c, m + 1);
         Ti[i] = 1.0f;
     }
     /* U = T (beta v), W = T (beta e^G k): the scaled rows into VB and X
@@ -333,7 +421,7 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     for (int64_t m = 0; m < c; m++) {
         float bm = j->beta[(t0 + m) * Hv + h];
         copy_scaled(VB + m * D, VROW(j, t0 + m, h), bm, D);
-        copy_scaled(X + m * D, KROW(j, t0 + m, kh), bm * expf(G[m]), D);
+        copy_scaled(X + m * D, KC + m * D, bm * expf(G[m]), D);
     }
     memset(U, 0, (size_t)(c * D) * sizeof *U);
     memset(W, 0, (size_t)(c * D) * sizeof *W);
@@ -353,22 +441,24 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     for (int64_t i = 0; i < c; i++) {
         const float *qi = QROW(j, t0 + i, kh);
         scale(o0 + i * Hv * D, expf(G[i]), D);
+        float *Ti = T + i * c;
+        dots(qi, KC, D, i + 1, D, Ti);
         for (int64_t m = 0; m < c; m++)
-            T[i * c + m] = m <= i ? dot(qi, KROW(j, t0 + m, kh), D) * expf(G[i] - G[m]) : 0.0f;
+            Ti[m] = m <= i ? Ti[m] * E[i * c + m] : 0.0f;
     }
     gemm_acc(o0, Hv * D, T, c, 1, U, D, c, c, D);
     /* S = e^(G_last) S + sum_m (e^(G_last - G_m) k_m) v_new_m^T */
     float last = G[c - 1], el = expf(last);
     scale(S, el, D * D);
     for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
-        copy_scaled(X + m * D, KROW(j, t0 + m, kh), expf(last - G[m]), D);
+        copy_scaled(X + m * D, KC + m * D, expf(last - G[m]), D);
     }
     gemm_acc(S, D, X, 1, D, U, D, D, c, D);
 }
 
 static int64_t dn_scratch_floats(int64_t D)
 {
-    return DN_CHUNK + DN_CHUNK * DN_CHUNK + 4 * DN_CHUNK * D + D;
+    return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 5 * DN_CHUNK * D + D;
 }
 
 static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
@@ -421,6 +511,8 @@ int64_t cpu_deltanet_scratch_floats(const struct model *m)
     for (int64_t l = 0; m->layers && l < m->hp.n_layer; l++)
         if (m->layers[l].mixer == LAYER_MIXER_DELTANET) {
             int64_t f = dn_scratch_floats(m->layers[l].dn_head_dim);
+            int64_t fc = conv_scratch_floats(m->layers[l].dn_conv);
+            f = fc > f ? fc : f;
             floats = f > floats ? f : floats;
         }
     return floats;
@@ -464,6 +556,7 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
                        .Hv = L->dn_v_heads, .D = L->dn_head_dim, .K = L->dn_conv,
                        .recurrent = form && !strcmp(form, "recurrent")};
     j.C = (2 * j.Hk + j.Hv) * j.D;
+    j.conv_w = conv_width(j.C, ops_pool_threads(pool));
     int64_t vd = j.Hv * j.D;
     j.qkv = b->dn;
     j.z = j.qkv + n * j.C;
@@ -483,7 +576,7 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
         if (s->batch->seqs[i].pos0 == 0)
             memset(conv_state(&j, s->batch->seqs[i].slot), 0, bytes);
     trace(&j);
-    ops_pool_run(pool, s->batch->n_seqs * ((j.C + 63) / 64), 1, conv_task, &j);
+    ops_pool_run(pool, s->batch->n_seqs * ((j.C + j.conv_w - 1) / j.conv_w), 1, conv_task, &j);
     ops_pool_run(pool, n, 16, gates_task, &j);
     ops_pool_run(pool, s->batch->n_seqs * j.Hv, 1, rule_task, &j);
     ops_pool_run(pool, n, 16, norm_task, &j);

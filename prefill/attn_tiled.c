@@ -46,6 +46,9 @@
 #include "prefill/attn_decode_quant.h"
 #include "prefill/attn_v8.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -81,6 +84,7 @@ struct attn_scratch {
     float *m;  /* [rows] running max */
     float *l;  /* [rows] running sum */
     float *corr; /* [rows] e^(m_old - m_new) of the current tile */
+    float *qp; /* [rows, head_dim] the queries in pairs, side by side by eights (pair_queries) */
 };
 
 static int64_t max_rows(int64_t n_head, int64_t n_head_kv)
@@ -98,7 +102,7 @@ int64_t attn_tiled_scratch_floats(int64_t n_head, int64_t n_head_kv, int64_t hea
 {
     int64_t rows = max_rows(n_head, n_head_kv);
     return rows * head_dim * 2 + head_dim * ATTN_TILE_K * 2 + rows * ATTN_TILE_K + rows * 3 +
-           qq_floats(rows, head_dim);
+           rows * head_dim + qq_floats(rows, head_dim);
 }
 
 static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, int64_t head_dim)
@@ -113,6 +117,7 @@ static struct attn_scratch carve(float *p, int64_t n_head, int64_t n_head_kv, in
     s.m = p, p += rows;
     s.l = p, p += rows;
     s.corr = p, p += rows;
+    s.qp = p, p += rows * hd;
     s.qq = (struct qmm_q8 *)(void *)p;
     return s;
 }
@@ -407,50 +412,87 @@ scores_rows2(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, in
         (out) = (attn_v16)v16_shuf((attn_d8)z_, (attn_d8)z_, 0, 2, 1, 3, 4, 6, 5, 7);          \
     } while (0)
 
-/* K rows a and b at d as one zmm: [k_a(d..d+8) | k_b(d..d+8)]. */
-#define K_PAIR(ka, kb) __builtin_shufflevector(v8_load(ka), v8_load(kb), 0, 1, 2, 3, 4, 5, 6, 7, \
-                                               8, 9, 10, 11, 12, 13, 14, 15)
-#define Q_BOTH(qp) __builtin_shufflevector(v8_load(qp), v8_load(qp), 0, 1, 2, 3, 4, 5, 6, 7, 0, \
-                                           1, 2, 3, 4, 5, 6, 7)
+/* Eight floats at p in both halves of a zmm: one broadcast load
+ * (vbroadcastf64x4; the vector extension's shuffle became a load and a
+ * shuffle). */
+#define V8_BOTH(p) ((attn_v16)_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(const void *)(p))))
 
-/* scores_rows2 (hd a multiple of 8) for blocks of eight columns from c0 on:
- * accumulator p of a row holds columns c + p and c + 4 + p. Returns the
- * first column it left (fewer than eight left) for scores_rows2. */
-__attribute__((target("avx512f"))) static int64_t
-scores_rows2_zmm(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0, int64_t nc,
-                 int64_t hd)
+/* The first row of scores()'s two-row blocks on AVX-512: rows 0..2 go as
+ * one three-row block where the count is odd. */
+static int64_t pairs_from(int64_t rows)
 {
-    const float *q = sc->q + r * hd, *q1 = q + hd;
-    float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
+    return rows % 2 == 1 && rows >= 3 ? 3 : 0;
+}
+
+/* The item's queries in pairs for scores_pairs_zmm, once an item: pair p
+ * (rows pairs_from + 2p and the next) as [q_a(d..d+8) | q_b(d..d+8)] for
+ * each d, 2 head_dim floats a pair. */
+static void pair_queries(struct attn_scratch *sc, int64_t rows, int64_t hd)
+{
+    for (int64_t r = pairs_from(rows); r + 2 <= rows; r += 2) {
+        const float *q = sc->q + r * hd, *q1 = q + hd;
+        float *qp = sc->qp + (r - pairs_from(rows)) * hd;
+        for (int64_t d = 0; d < hd; d += 8) {
+            memcpy(qp + 2 * d, q + d, 8 * sizeof *qp);
+            memcpy(qp + 2 * d + 8, q1 + d, 8 * sizeof *qp);
+        }
+    }
+}
+
+/* scores_rows2 (hd a multiple of 8) of every two-row block from r0 on
+ * (sc->qp: pair_queries) for blocks of eight columns from c0 on: accumulator
+ * p holds column c + p, row r in its low half and row r + 1 in its high
+ * one. A step takes one load of the pair's queries and a broadcast load of
+ * each K row: pairing two K rows in a zmm instead took a shuffle each on
+ * the port the multiplies and adds need (hd 256 at depth 8192 spent 1.7x
+ * the accumulation's time here). Columns outside, rows inside: the eight K
+ * rows stay in L1 while the pairs stream past (a K tile of hd 256, 64 KiB,
+ * does not fit). Returns the first column it left (fewer than eight left)
+ * for scores_rows2. */
+__attribute__((target("avx512f"))) static int64_t
+scores_pairs_zmm(struct attn_scratch *sc, const float *kt, int64_t r0, int64_t rows, int64_t c0,
+                 int64_t nc, int64_t hd)
+{
     int64_t c = c0;
     for (; c + 8 <= nc; c += 8) {
         const float *k = kt + c * hd;
-        attn_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        attn_v16 b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-        for (int64_t d = 0; d < hd; d += 8) {
-            attn_v16 qv = Q_BOTH(q + d), qw = Q_BOTH(q1 + d);
-            attn_v16 k0 = K_PAIR(k + d, k + 4 * hd + d);
-            attn_v16 k1 = K_PAIR(k + hd + d, k + 5 * hd + d);
-            attn_v16 k2 = K_PAIR(k + 2 * hd + d, k + 6 * hd + d);
-            attn_v16 k3 = K_PAIR(k + 3 * hd + d, k + 7 * hd + d);
-            a0 += qv * k0, b0 += qw * k0;
-            a1 += qv * k1, b1 += qw * k1;
-            a2 += qv * k2, b2 += qw * k2;
-            a3 += qv * k3, b3 += qw * k3;
+        for (int64_t r = r0; r + 2 <= rows; r += 2) {
+            const float *qp = sc->qp + (r - r0) * hd;
+            float *s = sc->s + r * ATTN_TILE_K, *s1 = s + ATTN_TILE_K;
+            attn_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            attn_v16 a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+            for (int64_t d = 0; d < hd; d += 8) {
+                attn_v16 qv = v16_load(qp + 2 * d);
+                a0 += qv * V8_BOTH(k + d);
+                a1 += qv * V8_BOTH(k + hd + d);
+                a2 += qv * V8_BOTH(k + 2 * hd + d);
+                a3 += qv * V8_BOTH(k + 3 * hd + d);
+                a4 += qv * V8_BOTH(k + 4 * hd + d);
+                a5 += qv * V8_BOTH(k + 5 * hd + d);
+                a6 += qv * V8_BOTH(k + 6 * hd + d);
+                a7 += qv * V8_BOTH(k + 7 * hd + d);
+            }
+            attn_v16 sum; /* [row r: columns c .. c + 7 | row r + 1: the same] */
+            v16_sums8(a0, a1, a2, a3, a4, a5, a6, a7, sum);
+            sum += (attn_v16){0}; /* scores_rows2's + 0 */
+            v8_store(s + c, v16_shuf(sum, sum, 0, 1, 2, 3, 4, 5, 6, 7));
+            v8_store(s1 + c, v16_shuf(sum, sum, 8, 9, 10, 11, 12, 13, 14, 15));
         }
-        attn_v16 sum;
-        v16_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
-        sum += (attn_v16){0}; /* scores_rows2's + 0 */
-        v4_store(s + c, v16_shuf(sum, sum, 0, 1, 2, 3));
-        v4_store(s1 + c, v16_shuf(sum, sum, 4, 5, 6, 7));
-        v4_store(s + c + 4, v16_shuf(sum, sum, 8, 9, 10, 11));
-        v4_store(s1 + c + 4, v16_shuf(sum, sum, 12, 13, 14, 15));
     }
     return c;
 }
 #else
-static int64_t scores_rows2_zmm(struct attn_scratch *sc, const float *kt, int64_t r, int64_t c0,
-                                int64_t nc, int64_t hd)
+static int64_t pairs_from(int64_t rows)
+{
+    return rows % 2 == 1 && rows >= 3 ? 3 : 0;
+}
+
+static void pair_queries(struct attn_scratch *sc, int64_t rows, int64_t hd)
+{
+}
+
+static int64_t scores_pairs_zmm(struct attn_scratch *sc, const float *kt, int64_t r0, int64_t rows,
+                                int64_t c0, int64_t nc, int64_t hd)
 {
     return c0;
 }
@@ -471,14 +513,15 @@ static void scores(struct attn_scratch *sc, const float *kt, int64_t rows, int64
     if (!zmm) { /* threes: each K load serves three rows, twelve sums in flight */
         for (; r + 3 <= rows; r += 3)
             scores3(sc, kt, r, c0, nc, hd);
-    } else if (rows % 2 == 1 && rows >= 3) {
+    } else if (pairs_from(rows) == 3) {
         scores3(sc, kt, 0, c0, nc, hd);
         r = 3;
     }
+    /* the columns the zmm blocks leave, fewer than eight */
+    int64_t cz = zmm && hd % 8 == 0 ? scores_pairs_zmm(sc, kt, r, rows, c0, nc, hd) : c0;
     for (; r + 2 <= rows; r += 2) {
         if (hd % 8 == 0)
-            scores_rows2(sc, kt, r, zmm ? scores_rows2_zmm(sc, kt, r, c0, nc, hd) : c0, nc, hd,
-                         false);
+            scores_rows2(sc, kt, r, cz, nc, hd, false);
         else
             scores_rows2(sc, kt, r, c0, nc, hd, true);
     }
@@ -1146,6 +1189,8 @@ static void run_item(const struct attn_params *p, const struct attn_seq *s, int6
     if (ktile) /* each row's scaled query, quantized once for every tile */
         for (int64_t r = 0; r < rows; r++)
             ops_qmm_quantize(sc->q + r * hd, hd, sc->qq + r * (hd / QMM_QK));
+    else if (zmm && hd % 8 == 0) /* or paired once for every tile */
+        pair_queries(sc, rows, hd);
 
     /* Keys kbegin .. kend - 1 are visible to at least one query of the
      * tile: the last query sees up to kend - 1, the first from kbegin on. */

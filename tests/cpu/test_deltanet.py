@@ -112,6 +112,13 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp):
         print(f"FAIL {name}: steps of 64 rows differ from the whole prompt in one step (max "
               f"{np.abs(lg - base).max():.3e}): the same chunks must give the same bits")
         ok = False
+    # one thread: the convolution's items 128 channels wide where two threads
+    # take 64 (backend/cpu_deltanet.c, conv_width); the same bits
+    lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"), opts=["-t", "1"])
+    if not np.array_equal(lg, base) or g != gb:
+        print(f"FAIL {name}: one thread differs from two (max {np.abs(lg - base).max():.3e}): "
+              "the convolution's width, or any split, must not change the bits")
+        ok = False
     for label, opts, env in (("chunks of 7", ["-c", "7"], None),
                              ("chunks of 100", ["-c", "100"], None),
                              ("one token a step", ["-c", "1"], None),
@@ -124,8 +131,8 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp):
             print(f"FAIL {name}: {label}: relative {err:.3e} from the whole prompt "
                   f"(> {CHUNK_BOUND:.0e}?), greedy {g} vs {gb}")
             ok = False
-    print(f"{'ok' if ok else 'FAILED':6} {name}: steps of 64 rows = the whole prompt bit for "
-          f"bit; of 7, 100, 1 and the recurrent form within {worst:.2e} relative, the same "
+    print(f"{'ok' if ok else 'FAILED':6} {name}: steps of 64 rows and one thread = the whole "
+          f"prompt bit for bit; of 7, 100, 1 and the recurrent form within {worst:.2e} relative, the same "
           "greedy tokens")
     return ok
 
