@@ -27,6 +27,26 @@ QK_FN __m256i QK_NAME(kdot)(const enum kv_dtype dt, __m256i ku, __m256i ka, __m2
 #endif
 }
 
+/* The scores of four keys for rows 0 .. n - 1 (n <= 3; v[r][j]: row r's
+ * eight lane sums for key j) through v8_sums8, each sum in v8_sum's order
+ * (the tile's hsum), plus the row's add, to s[r * ss + j]. Rows n.. of v
+ * are not read. */
+QK_FN void QK_NAME(sums4)(const int n, attn_v8 v[3][4], const __m128 *add, float *s,
+                          int64_t ss)
+{
+    const attn_v8 *b = v[n > 1 ? 1 : 0];
+    attn_v8 sum;
+    v8_sums8(v[0][0], v[0][1], v[0][2], v[0][3], b[0], b[1], b[2], b[3], sum);
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[0]));
+    if (n > 1)
+        _mm_storeu_ps(s + ss, _mm_add_ps(_mm256_extractf128_ps((__m256)sum, 1), add[1]));
+    if (n > 2) {
+        const attn_v8 *e = v[2];
+        v8_sums8(e[0], e[1], e[2], e[3], e[0], e[1], e[2], e[3], sum);
+        _mm_storeu_ps(s + 2 * ss, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[2]));
+    }
+}
+
 /* Rows 0 .. n - 1 (n <= 3) of x against keys 0 .. nk - 1 (nk 4 or 1) at k
  * (rb bytes a key), their scores to s[r * ss + j]. Per (row, key) an
  * eight-lane f32 sum, each block's lanes added by FMA with the product of
@@ -92,22 +112,11 @@ QK_FN void QK_NAME(keys)(const enum kv_dtype dt, const int n, const int nk,
         }
         return;
     }
-    /* v8_sums8: eight sums at once, each in v8_sum's order (the tile's hsum) */
-    attn_v8 a0 = (attn_v8)acc[0][0], a1 = (attn_v8)acc[0][1];
-    attn_v8 a2 = (attn_v8)acc[0][2], a3 = (attn_v8)acc[0][3];
-    attn_v8 b0 = n > 1 ? (attn_v8)acc[1][0] : a0, b1 = n > 1 ? (attn_v8)acc[1][1] : a1;
-    attn_v8 b2 = n > 1 ? (attn_v8)acc[1][2] : a2, b3 = n > 1 ? (attn_v8)acc[1][3] : a3;
-    attn_v8 sum;
-    v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
-    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[0]));
-    if (n > 1)
-        _mm_storeu_ps(s + ss, _mm_add_ps(_mm256_extractf128_ps((__m256)sum, 1), add[1]));
-    if (n > 2) {
-        attn_v8 e0 = (attn_v8)acc[2][0], e1 = (attn_v8)acc[2][1];
-        attn_v8 e2 = (attn_v8)acc[2][2], e3 = (attn_v8)acc[2][3];
-        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum);
-        _mm_storeu_ps(s + 2 * ss, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[2]));
-    }
+    attn_v8 v[3][4];
+    QK_UNROLL for (int r = 0; r < n; r++)
+        QK_UNROLL for (int j = 0; j < 4; j++)
+            v[r][j] = (attn_v8)acc[r][j];
+    QK_NAME(sums4)(n, v, add, s, ss);
 }
 
 #ifdef QK_ZMM
@@ -176,24 +185,13 @@ QK_FN void QK_NAME(keys4z)(const enum kv_dtype dt, const int n, const struct qmm
     /* v8_sums8 on the halves: keys()'s reduction */
 #define QK_LO(z) ((attn_v8)_mm512_castps512_ps256(z))
 #define QK_HI(z) ((attn_v8)_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)))
-    attn_v8 a0 = QK_LO(acc[0][0]), a1 = QK_HI(acc[0][0]);
-    attn_v8 a2 = QK_LO(acc[0][1]), a3 = QK_HI(acc[0][1]);
-    attn_v8 b0 = a0, b1 = a1, b2 = a2, b3 = a3;
-    if (n > 1) {
-        b0 = QK_LO(acc[1][0]), b1 = QK_HI(acc[1][0]);
-        b2 = QK_LO(acc[1][1]), b3 = QK_HI(acc[1][1]);
-    }
-    attn_v8 sum;
-    v8_sums8(a0, a1, a2, a3, b0, b1, b2, b3, sum);
-    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[0]));
-    if (n > 1)
-        _mm_storeu_ps(s + ss, _mm_add_ps(_mm256_extractf128_ps((__m256)sum, 1), add[1]));
-    if (n > 2) {
-        attn_v8 e0 = QK_LO(acc[2][0]), e1 = QK_HI(acc[2][0]);
-        attn_v8 e2 = QK_LO(acc[2][1]), e3 = QK_HI(acc[2][1]);
-        v8_sums8(e0, e1, e2, e3, e0, e1, e2, e3, sum);
-        _mm_storeu_ps(s + 2 * ss, _mm_add_ps(_mm256_castps256_ps128((__m256)sum), add[2]));
-    }
+    attn_v8 v[3][4];
+    QK_UNROLL for (int r = 0; r < n; r++)
+        QK_UNROLL for (int j = 0; j < 2; j++) {
+            v[r][2 * j] = QK_LO(acc[r][j]);
+            v[r][2 * j + 1] = QK_HI(acc[r][j]);
+        }
+    QK_NAME(sums4)(n, v, add, s, ss);
 #undef QK_LO
 #undef QK_HI
 }
