@@ -385,13 +385,10 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
     const char *mixed = getenv("IGNITE_GPU_MIXED");
     g->mixed_decode = !(mixed && !strcmp(mixed, "0"));
     /* The pool: f16 (an f32 request too), or q8_0 / fp8 as asked
-     * (backend.c refuses q4_0). */
+     * (backend.c refuses q4_0); a shared-KV layer reads its source's blocks
+     * in their type (gpu_forward.c's kvq_write_rows). */
     enum kv_dtype kt = kv_dtype_quantized(o->kv_dtype) ? o->kv_dtype : KV_F16;
     enum kv_dtype vt = kv_dtype_quantized(o->kv_dtype_v) ? o->kv_dtype_v : KV_F16;
-    if ((kt != KV_F16 || vt != KV_F16) && m->hp.n_kv_shared)
-        st = ig_error(IG_E_USAGE, "a %s KV cache on cuda: %s shares KV between layers, which "
-                      "the quantized pool does not take yet (use f16)",
-                      kv_dtype_name(kt != KV_F16 ? kt : vt), m->path);
     if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
         (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);

@@ -199,17 +199,21 @@ static bool pool_quantized(const struct gpu_backend *g, int64_t l)
     return kv_dtype_quantized(lay.dtype) || kv_dtype_quantized(lay.dtype_v);
 }
 
-/* A quantized pool's write of the step's K/V rows (k16, v16) of layer l,
- * rotated and quantized (ops/gpu_kvq.h), then the queries rotated by K's
- * rotation: decode rows through their own tables, a prefill step's
- * sequences through theirs. */
+/* A quantized pool's write of the step's K/V rows of layer l (where its
+ * RoPE left them: k16 and v16, or a Gemma 4 source's kv_keep), rotated and
+ * quantized (ops/gpu_kvq.h), then the queries rotated by K's rotation:
+ * decode rows through their own tables, a prefill step's sequences through
+ * theirs. A layer sharing another's K/V (kv_shared) writes nothing: its
+ * layout is its source's (type, strides, rotation), whose blocks its
+ * source wrote this step; its queries are rotated alike. */
 static int kvq_write_rows(struct gpu_backend *g, int64_t l, int64_t n, int64_t n_seqs,
                           bool decode)
 {
     const struct model_layer *ML = &g->m->layers[l];
     const struct kv_layout lay = gpu_layer_layout(g, l);
     struct gk_kvq_params kp = {
-        .k = g->k16, .v = g->v16, .n = n, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
+        .k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0), .v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1),
+        .n = n, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
         .pos = g->pos, .block_table = g->tables, .table_stride = g->table_stride,
         .block_stride = lay.block_stride, .head_stride = lay.head_stride,
         .k_cache = lay.k, .v_cache = lay.v, .k_dtype = gpu_kvq_type(lay.dtype),
@@ -223,7 +227,7 @@ static int kvq_write_rows(struct gpu_backend *g, int64_t l, int64_t n, int64_t n
         kp.seqs = (const int32_t *)g->seqs;
         kp.n_seqs = n_seqs;
     }
-    int st = IG_DEV(gk_kvq_write)(&kp, g->stream);
+    int st = ML->kv_shared ? IG_OK : IG_DEV(gk_kvq_write)(&kp, g->stream);
     if (st == IG_OK && kp.rot_k)
         st = IG_DEV(gk_hadamard_f16)(g->q16, n * ML->n_head, ML->head_dim, kp.rot_k, g->stream);
     return st;
@@ -374,7 +378,7 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     bool decode = p->bucket >= 0;
     int64_t e = g->m->hp.n_embd, q_dim = ML->n_head * ML->head_dim;
     int st;
-    const bool quant = pool_quantized(g, l); /* never a shared layer (gpu.c) */
+    const bool quant = pool_quantized(g, l); /* a shared layer's: its source's */
     /* a mixed step's one-row sequences' K/V into the pool by RoPE, the
      * others' by the prefill kernel (quantized: gk_kvq_write, every row) */
     const bool single_rope = p->n_single && !ML->kv_shared && !quant;

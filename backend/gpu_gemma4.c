@@ -10,7 +10,9 @@
  * prefill step, attends over the rows its source's RoPE left in kv_keep
  * (which the flash kernel writes again into the same blocks: the same
  * values); in decode over the pool, its source having written the step's
- * row. Per-layer embeddings (cpu_ple.c's rule): once a step, each row's
+ * row. A quantized pool (q8_0 / fp8): the source's gk_kvq_write takes its
+ * rows from kv_keep, and the sharing layer reads the source's blocks in
+ * every step (its queries rotated by the source's K rotation). Per-layer embeddings (cpu_ple.c's rule): once a step, each row's
  * token row of the table (kept in its type, gathered as token_embd is)
  * beside the projection of its embedding, normed per layer, into each
  * layer's gate | input rows (ple_gu); after a layer's FFN, the gate of the

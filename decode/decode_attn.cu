@@ -86,21 +86,23 @@ __device__ __forceinline__ void unpack8_any(const gk_u32x4 *c, int type, int dl,
         unpack8_q(c, type, dl, f);
 }
 
-/* Issues this lane's copy of row r of the (block, KV head) region at
- * element offset e of `cache` (type: kv_devq.h's) into *dst: 16 bytes of
- * f16, or 8 quants and the 4-byte scale pair that holds their scale. */
+/* Issues this lane's copy of dims d0..d0+7 (d0 a multiple of 8) of row r
+ * of the (block, KV head) region at element offset e of `cache` (type:
+ * kv_devq.h's) into *dst: 16 bytes of f16, or 8 quants and the 4-byte
+ * scale pair that holds their scale (unpack8_q picks its half by (d0 / 32)
+ * % 2: dl / 4 % 2 for every chunk, a chunk being 256 dims). */
 template <int HD>
 __device__ __forceinline__ void load_row_piece(gk_u32x4 *dst, const uint16_t *cache, int type,
-                                               int64_t e, int r, int dl, bool valid)
+                                               int64_t e, int r, int d0, bool valid)
 {
     if (type == KVQ_F16) {
-        ig_cp_async16(dst, cache + e + (r * HD + dl * 8), valid);
+        ig_cp_async16(dst, cache + e + (r * HD + d0), valid);
         return;
     }
     /* kv_devq.h's offsets in 32 bits: a region is under 2^31 bytes */
     const unsigned char *region = (const unsigned char *)cache + kvq_region(e);
-    ig_cp_async8(&dst->w[0], region + (r * HD + dl * 8), valid);
-    ig_cp_async4(&dst->w[2], region + (64 * HD + r * (HD / 16) + (dl / 8) * 4), valid);
+    ig_cp_async8(&dst->w[0], region + (r * HD + d0), valid);
+    ig_cp_async4(&dst->w[2], region + (64 * HD + r * (HD / 16) + (d0 / 64) * 4), valid);
 }
 
 /* exp2(m - M), 0 for an empty state (m = -inf), without -inf - -inf. */
@@ -328,10 +330,13 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
                 const int64_t e = valid ? table[j / KV_BLOCK] * p.block_stride : 0;
                 const int64_t e_h = e + hk * p.head_stride;
                 const int r = valid ? (int)(j % KV_BLOCK) : 0;
-                load_row_piece<HD>(&smem[SM::at(st, 0, u, tid)], p.k_cache, p.k_dtype, e_h, r,
-                                   dl, valid);
-                load_row_piece<HD>(&smem[SM::at(st, 1, u, tid)], p.v_cache, p.v_dtype, e_h, r,
-                                   dl, valid);
+                for (int c = 0; c < C; c++) { /* hd 512: a lane's two chunks, 256 apart */
+                    const int d0 = c * (HD / C) + dl * 8;
+                    load_row_piece<HD>(&smem[SM::at(st, 0, u * C + c, tid)], p.k_cache,
+                                       p.k_dtype, e_h, r, d0, valid);
+                    load_row_piece<HD>(&smem[SM::at(st, 1, u * C + c, tid)], p.v_cache,
+                                       p.v_dtype, e_h, r, d0, valid);
+                }
             }
             ig_cp_async_commit();
             return;
@@ -530,11 +535,11 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
     constexpr int U = HD > 256 ? 2 : kRowsPerLane;
     const bool quant = p.k_dtype != KVQ_F16 || p.v_dtype != KVQ_F16;
     if (p.tickets) {
-        auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, (HD <= 256)>
+        auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, true>
                             : decode_attn_split_kernel<HD, GM, U, true>;
         return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
-    auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, (HD <= 256)>
+    auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, true>
                         : decode_attn_split_kernel<HD, GM, U, false>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
@@ -578,9 +583,7 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
         p->block_stride < 0 || p->block_stride % 8 || p->head_stride < 0 ||
         p->head_stride % 8 || !gk_aligned(p->k_cache, 16) || !gk_aligned(p->v_cache, 16) ||
         p->k_dtype < KVQ_F16 || p->k_dtype > KVQ_FP8 || p->v_dtype < KVQ_F16 ||
-        p->v_dtype > KVQ_FP8 ||
-        /* a quantized pool at hd 512: not built (Gemma 4's shared KV refuses it first) */
-        (p->head_dim > 256 && (p->k_dtype != KVQ_F16 || p->v_dtype != KVQ_F16)))
+        p->v_dtype > KVQ_FP8)
         return ig_error(IG_E_INTERNAL,
                         "decode attention: unsupported sizes (%lld sequences of %lld rows, heads "
                         "%lld/%lld, hd %lld, n_ctx %lld, table stride %lld, block/head strides "

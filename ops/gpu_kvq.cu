@@ -1,5 +1,6 @@
 /* ops/gpu_kvq.cu: the quantized KV pool's kernels (ops/gpu_kvq.h). One
- * block of head_dim threads a (row, KV head, K or V) or a vector: the row
+ * block of head_dim threads (64 to 512: Gemma 4's global layers) a (row,
+ * KV head, K or V) or a vector: the row
  * in shared memory as f32, the butterflies with a barrier between spans,
  * then each warp quantizes one block of 32 (its max by shuffles: a max is
  * exact in any order, so the scale is the twin's). Built twice: nvcc and
@@ -45,7 +46,7 @@ __device__ __forceinline__ const int32_t *row_table(const gk_kvq_params &p, int6
 /* Block (row t, KV head h, K = 0 / V = 1), head_dim threads. */
 __global__ void kvq_write_kernel(const gk_kvq_params p)
 {
-    IG_SHARED(float, v, [256]);
+    IG_SHARED(float, v, [512]);
     const int j = (int)threadIdx.x, hd = (int)p.head_dim;
     const int64_t t = blockIdx.x, h = blockIdx.y;
     const int kv = (int)blockIdx.z;
@@ -89,7 +90,7 @@ __global__ void kvq_write_kernel(const gk_kvq_params p)
 /* Block: one vector of len (a multiple of rot), len threads. */
 __global__ void hadamard_f16_kernel(uint16_t *x, int64_t len, int rot)
 {
-    IG_SHARED(float, v, [256]);
+    IG_SHARED(float, v, [512]);
     const int j = (int)threadIdx.x;
     uint16_t *row = x + (int64_t)blockIdx.x * len;
     ig_sts(&v[j], gk_f16_to_f32(row[j]));
@@ -101,7 +102,7 @@ __global__ void hadamard_f16_kernel(uint16_t *x, int64_t len, int rot)
 extern "C" int IG_DEV(gk_kvq_write)(const struct gk_kvq_params *p, void *stream)
 {
     const int64_t hd = p->head_dim;
-    if ((hd != 64 && hd != 128 && hd != 256) || p->n < 0 || p->n > 2147483647 ||
+    if ((hd != 64 && hd != 128 && hd != 256 && hd != 512) || p->n < 0 || p->n > 2147483647 ||
         p->n_head_kv < 1 || p->n_head_kv > 65535 || p->rot_k < 0 || p->rot_k > hd ||
         p->rot_v < 0 || p->rot_v > hd || (p->rot_k && hd % p->rot_k) ||
         (p->rot_v && hd % p->rot_v))
@@ -116,7 +117,7 @@ extern "C" int IG_DEV(gk_kvq_write)(const struct gk_kvq_params *p, void *stream)
 extern "C" int IG_DEV(gk_hadamard_f16)(uint16_t *x, int64_t n_vec, int64_t len, int64_t rot,
                                        void *stream)
 {
-    if ((rot != 64 && rot != 128 && rot != 256) || len < rot || len > 256 || len % rot ||
+    if ((rot != 64 && rot != 128 && rot != 256) || len < rot || len > 512 || len % rot ||
         n_vec < 0 || n_vec > 2147483647)
         return ig_error(IG_E_INTERNAL, "Hadamard rotation: unsupported sizes (%lld of %lld, "
                         "chunks of %lld)", (long long)n_vec, (long long)len, (long long)rot);

@@ -22,7 +22,7 @@ extern "C" {
 
 struct gk_kvq_params {
     const uint16_t *k, *v;      /* [n][n_head_kv][head_dim] f16 rows (after RoPE) */
-    int64_t n, n_head_kv, head_dim; /* head_dim 64, 128 or 256 */
+    int64_t n, n_head_kv, head_dim; /* head_dim 64, 128, 256 or 512 */
     const int32_t *pos;         /* [n] each row's position; < 0: padding, nothing written */
     /* Row t's table: with seqs NULL at block_table + t * table_stride (a
      * decode step's rows; 0: one table for all); else sequence s's (the
@@ -43,7 +43,7 @@ struct gk_kvq_params {
 int IG_DEV(gk_kvq_write)(const struct gk_kvq_params *p, void *stream);
 void gk_kvq_write_ref(const struct gk_kvq_params *p);
 
-/* x [n_vec][len] f16, len a multiple of rot (64, 128 or 256, <= 256):
+/* x [n_vec][len] f16, len a multiple of rot (64, 128 or 256, <= 512):
  * each chunk of rot values rotated by H (f32 butterflies, then times
  * 1 / sqrt(rot)), rounded back to f16, in place. */
 int IG_DEV(gk_hadamard_f16)(uint16_t *x, int64_t n_vec, int64_t len, int64_t rot, void *stream);

@@ -29,7 +29,7 @@ static const int32_t *row_table(const struct gk_kvq_params *p, int64_t t)
 void gk_kvq_write_ref(const struct gk_kvq_params *p)
 {
     const int64_t hd = p->head_dim;
-    float x[256];
+    float x[512];
     for (int64_t t = 0; t < p->n; t++) {
         const int32_t pos = p->pos[t];
         const int32_t *table = pos >= 0 ? row_table(p, t) : NULL;
@@ -65,7 +65,7 @@ void gk_kvq_write_ref(const struct gk_kvq_params *p)
 
 void gk_hadamard_f16_ref(uint16_t *x, int64_t n_vec, int64_t len, int64_t rot)
 {
-    float v[256];
+    float v[512];
     for (int64_t i = 0; i < n_vec; i++) {
         for (int64_t d = 0; d < len; d++)
             v[d] = ig_f16_to_f32(x[i * len + d]);

@@ -265,11 +265,11 @@ int prefill_attn_choose_for(const struct prefill_attn_params *p, int cc, int hav
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s has no attention sinks "
                         "(the mma.sync variants do)", variants[v].name);
     if (quant_pool(p) && (variants[v].isa != PREFILL_ATTN_ISA_MMA || !p->block_table ||
-                          p->dtype != PREFILL_ATTN_F16 || p->head_dim > 256 ||
+                          p->dtype != PREFILL_ATTN_F16 ||
                           p->cache_k_dtype < 0 || p->cache_k_dtype > 2 ||
                           p->cache_v_dtype < 0 || p->cache_v_dtype > 2))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no quantized pool "
-                        "(the mma.sync variants do, paged, f16, head dims to 256)",
+                        "(the mma.sync variants do, paged, f16)",
                         variants[v].name);
     if (p->block_table && !pages(v))
         return ig_error(IG_E_INTERNAL, "flash attention: variant %s reads no paged cache "

@@ -395,7 +395,7 @@ static void run_quant(int kt, int vt, int64_t n_seqs, const int64_t *pos, int64_
     for (int64_t s = 0; s < n_seqs; s++)
         for (int64_t h = 0; h < n_head; h++) {
             const int64_t hk = h / group;
-            double mx = -INFINITY, sum = 0, acc[256] = {0};
+            double mx = -INFINITY, sum = 0, acc[512] = {0};
             double *w = malloc((size_t)(pos[s] + 1) * sizeof *w);
             for (int64_t j = 0; j <= pos[s]; j++) {
                 const float *k = kf + ((s * n_ctx + j) * n_head_kv + hk) * hd;
@@ -446,7 +446,7 @@ static void check_kvq_write(int64_t hd, int vt, int per_seq)
     enum { N = 5, HKV = 2, NB = 6 };
     const int64_t head_stride = 64 * hd, block_stride = HKV * head_stride;
     const size_t bytes = (size_t)kvq_region(NB * block_stride);
-    uint16_t k[N * HKV * 256], v[N * HKV * 256];
+    uint16_t k[N * HKV * 512], v[N * HKV * 512];
     int32_t pos[N] = {3, 64, -1, 200, 127}, table[N * 4] = {0}, seqs[2 * 4] = {0, 2, 70, 0,
                                                                               2, 3, 125, 0};
     for (int t = 0; t < N * 4; t++)
@@ -476,11 +476,11 @@ static void check_kvq_write(int64_t hd, int vt, int per_seq)
     CHECKF(!memcmp(kc[0], kc[1], bytes) && !memcmp(vc[0], vc[1], bytes * 2),
            "kvq write hd=%lld v=%d seqs=%d: kernel and twin differ", (long long)hd, vt, per_seq);
     /* row 0 (or sequence 0's first row), head 1, against ggml's quantizer */
-    float x[256];
+    float x[512];
     for (int64_t d = 0; d < hd; d++)
         x[d] = ig_f16_to_f32(k[HKV * 0 * hd + hd + d]);
     ops_hadamard_rows(x, hd, p.rot_k);
-    unsigned char ggml[8 * 34];
+    unsigned char ggml[16 * 34];
     quant_quantize_row(QUANT_Q8_0, x, ggml, hd);
     const int32_t pos0 = p.pos[0];
     const int32_t *tb = per_seq ? table : table;
@@ -493,7 +493,7 @@ static void check_kvq_write(int64_t hd, int vt, int per_seq)
                         kc[0] + kvq_region(e) + kvq_quant_at(hd, pos0 % 64, 32 * b), 32);
     CHECKF(same, "kvq write hd=%lld: q8_0 row not ggml's bytes", (long long)hd);
     /* the padding row wrote nothing: row 2 (pos -1) of the per-row case */
-    uint16_t h[2][8 * 256], h0[8 * 256];
+    uint16_t h[2][8 * 512], h0[8 * 512];
     fill_f16(h0, 8 * hd, 2.0f, &rng);
     memcpy(h[0], h0, sizeof h0);
     memcpy(h[1], h0, sizeof h0);
@@ -618,7 +618,8 @@ int main(void)
         case_sinks = NULL;
     }
     /* Quantized pools (q8_0, fp8, mixed with f16): 2 sequences over
-     * several splits and blocks, head dims 64, 128 and 256. */
+     * several splits and blocks, head dims 64, 128, 256 and 512 (Gemma 4's
+     * global layers: a lane's two chunks of a row, 256 dims apart). */
     {
         static const int64_t pq[] = {299, 70}, p1[] = {130};
         run_quant(KVQ_Q8_0, KVQ_Q8_0, 2, pq, 300, 4, 64, 7, seed++);
@@ -628,6 +629,8 @@ int main(void)
         check_kvq_write(64, KVQ_FP8, 0);
         check_kvq_write(128, KVQ_F16, 1);
         check_kvq_write(256, KVQ_Q8_0, 0);
+        run_quant(KVQ_Q8_0, KVQ_FP8, 1, p1, 200, 2, 512, 3, seed++);
+        check_kvq_write(512, KVQ_Q8_0, 1);
     }
     {
         struct decode_attn_params g = {.n_head = 12, .n_head_kv = 2, .q_len = 5};

@@ -678,7 +678,7 @@ static void run_quant(int kt, int vt, int n_seqs, const int32_t *n_rows, const i
                     const int type = c ? vt : kt;
                     unsigned char *pool = c ? vc : kc;
                     const int64_t e = table[s * TS + j / 64] * block_stride + hk * head_stride;
-                    float x[256];
+                    float x[512];
                     for (int64_t d = 0; d < hd; d++)
                         x[d] = test_rand_f(&rng) * (d % 16 == 5 ? 4.0f : 1.0f);
                     if (type == KVQ_F16) {
@@ -745,7 +745,7 @@ static void run_quant(int kt, int vt, int n_seqs, const int32_t *n_rows, const i
         for (int64_t i = 0; i < rows; i++)
             for (int64_t h = 0; h < H; h++) {
                 const int64_t hk = h / (H / HKV);
-                double mx = -INFINITY, sum = 0, acc[256] = {0}, w[512];
+                double mx = -INFINITY, sum = 0, acc[512] = {0}, w[512];
                 for (int64_t j = 0; j <= base + i; j++) {
                     double dot = 0;
                     const int64_t e = table[j / 64] * block_stride + hk * head_stride;
@@ -819,6 +819,9 @@ static void run_quant_cases(void)
     run_quant(KVQ_Q8_0, KVQ_Q8_0, 1, r1, p1, 64, 11);
     run_quant(KVQ_FP8, KVQ_FP8, 2, r2, p2, 128, 12);
     run_quant(KVQ_Q8_0, KVQ_F16, 1, r1, p1, 128, 13);
+    /* head dim 512 (Gemma 4's global layers: O's two column halves) */
+    static const int32_t r3[] = {9}, p3[] = {70};
+    run_quant(KVQ_Q8_0, KVQ_FP8, 1, r3, p3, 512, 14);
 }
 
 int main(int argc, char **argv)

@@ -21,7 +21,15 @@ the MLP beside the experts, the router's input scale, GeGLU experts, the
 per-expert scale, the three norms after). Label emu (about 8 s of CPU, and
 the MoE file's 4-5; the two sequences take about 1 s of each).
 
-usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU"""
+The emu512 file again on a q8_0 pool (the CPU's cache q8_0 too: the same
+rotation and blocks, the exported K caches within a quant step) and an fp8
+pool (against the CPU's f16 cache, within the same bounds; fp8's rotated rows
+not compared with f16's; the prompt and its decode steps only, --short): issue 51, the shared-KV layers reading their
+sources' quantized blocks, with the queries rotated as the source's K. Then
+a copy of the backend whose shared layers read blocks of their own (zeros,
+never written: mutate.cmake's g4_own_blocks) must fail the q8_0 run.
+
+usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU [MUTANT]"""
 import os
 import subprocess
 import sys
@@ -40,6 +48,24 @@ def main():
             random_gguf.write(path, shape, "F16", seed=2, arch="gemma4")
             print(f"== gemma4 {shape}", flush=True)
             rc |= subprocess.run([sys.argv[1], "--model", path], timeout=600).returncode
+            if shape != "emu512":
+                continue
+            for ct, more in (("q8_0", []), ("fp8", ["--short"])):
+                print(f"== gemma4 {shape}, a {ct} pool", flush=True)
+                rc |= subprocess.run([sys.argv[1], "--model", path, "--cache-type", ct] + more,
+                                     timeout=600).returncode
+            if len(sys.argv) > 2:
+                print(f"== gemma4 {shape}, q8_0, mutant: shared layers read their own blocks",
+                      flush=True)
+                r = subprocess.run([sys.argv[2], "--model", path, "--cache-type", "q8_0",
+                                    "--short"], timeout=600, capture_output=True, text=True)
+                caught = (r.returncode == 1 and "FAIL" in r.stderr
+                          and "Sanitizer" not in r.stderr)
+                print(f"mutant g4_own_blocks: {'caught' if caught else 'NOT caught'} "
+                      f"(exit {r.returncode})", flush=True)
+                if not caught:
+                    print(r.stderr[-2000:], file=sys.stderr)
+                    rc |= 1
         return rc
 
 
