@@ -109,15 +109,11 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     if (r.device.kind == BACKEND_CPU)
         return backend_cpu_create(m, &r, out);
     /* The CUDA pool holds f16, q8_0 or fp8 (kvcache/kv_devq.h); q4_0 is the
-     * CPU's. A tensor-parallel rank's pool is f16. */
+     * CPU's. A tensor-parallel rank's pool is of the same type over its own
+     * KV heads (whole heads: a block of 32 values never straddles ranks). */
     if (r.kv_dtype == KV_Q4_0 || r.kv_dtype_v == KV_Q4_0)
         return ig_error(IG_E_USAGE, "a q4_0 KV cache runs on the CPU only (--device cpu); the "
                         "CUDA backend's cache is f16, q8_0 or fp8");
-    if (backend_tp_wanted() && (kv_dtype_quantized(r.kv_dtype) ||
-                                kv_dtype_quantized(r.kv_dtype_v)))
-        return ig_error(IG_E_USAGE, "a %s KV cache with tensor parallelism (mpirun) is not "
-                        "supported; the ranks' cache is f16",
-                        kv_dtype_name(kv_dtype_quantized(r.kv_dtype) ? r.kv_dtype : r.kv_dtype_v));
     if (backend_tp_wanted()) /* mpirun -np N --device cuda: a GPU a rank */
         return backend_tp_create(m, &r, out);
 #if IGNITE_HAVE_CUDA

@@ -6,8 +6,8 @@
 # with TILES and WGMMA: the shared headers are inlined into the copy first, so a bug
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
-# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*) and
-# backend/gpu_tp.c (tp_*). The copy's entry points
+# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*),
+# backend/gpu_tp.c and backend/tp_kv.c (tp_*) and backend/gpu.c (g4_*). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
 # gk_moe_route_emu_NAME, ...; the DeltaNet launchers gk_NAME_*), so the copies link
 # beside the real ones. Fails when the text to mutate is no longer there (update
@@ -166,6 +166,12 @@ elseif(MUTANT STREQUAL "tp_embed_no_sum") # IN=backend/gpu_tp.c: the embedded ro
 elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table rows not summed
   set(from "return g->tp->red->sum(g->tp->red, rows, n * hp->n_layer * hp->n_embd_per_layer, g->stream);")
   set(to "(void)rows, (void)n, (void)hp; /* mutant: the per-layer table rows not summed */\n    return IG_OK;")
+elseif(MUTANT STREQUAL "tp_kv_other_heads") # IN=backend/tp_kv.c (tests/tp/test_tp_gpu.py, q8_0)
+  set(from "heads_move(r, i, false, false, src, r->ids, nb, r->buf, true);")
+  set(to "heads_move(r, n - 1 - i, false, false, src, r->ids, nb, r->buf, true); /* mutant: a rank gets another rank's head rows */")
+elseif(MUTANT STREQUAL "g4_own_blocks") # IN=backend/gpu.c (tests/emu/test_gemma4_emu.py, q8_0)
+  set(from "            g->layers[l].k_cache = g->layers[mem->layers[l].source].k_cache;\n            g->layers[l].v_cache = g->layers[mem->layers[l].source].v_cache;\n")
+  set(to "            /* mutant: a shared layer's blocks its own, zeros, never written */\n            const struct kv_layer_mem *S = &mem->layers[mem->layers[l].source];\n            size_t b = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(S));\n            size_t bv = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v, kv_layer_block_elems(S));\n            if ((st = IG_DEV(gpu_alloc)(g, b, &g->layers[l].k_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(gpu_alloc)(g, bv, &g->layers[l].v_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].k_cache, 0, b)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].v_cache, 0, bv)))\n                return st;\n")
 elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
   set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
   set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")

@@ -2,7 +2,8 @@
  * process or tensor-parallel under mpirun (backend/gpu_tp.c), for
  * tests/tp/test_tp_gpu.py to compare.
  *
- *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] -m MODEL [-m MODEL...] PROMPT_IDS
+ *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] [-k TYPE [-x]] -m MODEL
+ *                   [-m MODEL...] PROMPT_IDS
  *
  * Per model i, two sequences: A (PROMPT_IDS, prefilled in chunks of CHUNK
  * rows) and B (A's ids reversed, at most CHUNK, one step); then N decode
@@ -14,7 +15,13 @@
  * mpirun rank 0 runs it on the ranks' backend, each rank on its own
  * emulated device, the others following (backend_tp_follow); with -s rank 0
  * first runs the same on a backend of its own alone (PREFIX<i>.one.f32,
- * "greedy <i> one: ..."): one launch gives both. */
+ * "greedy <i> one: ..."): one launch gives both. -k TYPE: the pool of
+ * that type (f16, q8_0, fp8) for K and V; -x then, after the last step, A's
+ * cache exported (the whole model's layout, gathered from the ranks:
+ * backend/tp_kv.c) into PREFIX<i>[.one].kv (each layer's K then V bytes,
+ * block by block), imported into B's slot over B's blocks (each rank its
+ * heads) and one more step of A's last token there, its logits appended to
+ * PREFIX<i>.f32: B's blocks now hold A's rows. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "backend/tp.h"
@@ -29,6 +36,9 @@
 #include <string.h>
 
 #define MAX_IDS 1024
+
+static enum kv_dtype cache = KV_F16; /* -k */
+static bool exchange;                /* -x */
 
 static int64_t parse_ids(const char *s, int32_t *ids)
 {
@@ -84,6 +94,52 @@ static int step(struct run *r, int n_seqs, const int32_t *const *tok, const int6
     return st;
 }
 
+/* The -x round trip of dump(): A's cache (n_pos positions, slot 0, table
+ * tab[0]) exported, its bytes written to kv_path, a copy imported into slot
+ * 1 (table tab[1]), then `tok` at n_pos there with its logits to r->out. */
+static int exchange_cache(struct run *r, const int32_t *const *tab, int64_t n_pos,
+                          int32_t tok, const char *kv_path)
+{
+    struct backend_seq a = {.table = tab[0], .slot = 0}, b = {.table = tab[1], .slot = 1};
+    const struct kv_store *ex;
+    const int32_t *et;
+    int64_t slot, nb = kv_blocks_for(n_pos);
+    struct kv_store *copy = NULL;
+    int32_t ident[MAX_IDS / KV_BLOCK + 2];
+    IG_ASSERT(nb <= (int64_t)(sizeof ident / sizeof *ident));
+    int st = backend_kv_export(r->be, &a, n_pos, &ex, &et, &slot);
+    if (st == IG_OK) /* the export is the backend's staging: import a copy */
+        st = kv_store_create(ex->memory, nb, 0, NULL, &copy);
+    if (st != IG_OK)
+        return st;
+    kv_identity_table(ident, nb);
+    kv_copy_seq(copy, ident, 0, ex, et, slot, n_pos);
+    FILE *f = fopen(kv_path, "wb");
+    if (!f)
+        st = ig_error(IG_E_IO, "cannot open %s", kv_path);
+    const struct kv_memory *mem = copy->memory;
+    for (int64_t l = 0; l < mem->n_layer && st == IG_OK; l++) {
+        if (mem->layers[l].kind == KV_SHARED)
+            continue;
+        struct kv_layout L = kv_store_layout(copy, l);
+        size_t kb = kv_dtype_row_bytes(L.dtype, nb * L.block_stride);
+        size_t vb = kv_dtype_row_bytes(L.dtype_v, nb * L.block_stride);
+        if (fwrite(L.k, 1, kb, f) != kb || fwrite(L.v, 1, vb, f) != vb)
+            st = ig_error(IG_E_IO, "short write of %s", kv_path);
+    }
+    if (f && fclose(f) && st == IG_OK)
+        st = ig_error(IG_E_IO, "cannot write %s", kv_path);
+    if (st == IG_OK)
+        st = backend_kv_import(r->be, &b, copy, n_pos);
+    if (st == IG_OK) {
+        const int32_t *t[1] = {&tok};
+        int64_t one[1] = {1}, pos[1] = {n_pos};
+        st = step(r, 1, t, one, pos, tab + 1, NULL);
+    }
+    kv_store_free(copy);
+    return st;
+}
+
 static int dump(const char *path, const char *out_path, bool alone, const char *label,
                 int64_t chunk, int64_t n_greedy, const char *ids_arg)
 {
@@ -109,7 +165,7 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
     kv_identity_table(tables, 2 * blocks); /* A: blocks 0.., B: blocks `blocks`.. */
     struct backend_opts bo = {.device = {.kind = BACKEND_CUDA}, .n_ctx = n_ctx,
                               .max_rows = chunk, .n_slots = 2, .n_blocks = 2 * blocks,
-                              .kv_dtype = KV_F16, .kv_dtype_v = KV_F16};
+                              .kv_dtype = cache, .kv_dtype_v = cache};
     st = backend_tp_wanted() && !alone ? backend_create(m, &bo, &r.be)
                                        : gpu_backend_create_emu(m, &bo, &r.be);
     if (st != IG_OK)
@@ -147,6 +203,11 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
         pos[0]++, pos[1]++;
     }
     printf("\n");
+    if (st == IG_OK && exchange) {
+        char kv_path[4200];
+        snprintf(kv_path, sizeof kv_path, "%.*skv", (int)(strlen(out_path) - 3), out_path);
+        st = exchange_cache(&r, tab, pos[0], next[0], kv_path);
+    }
 done:
     if (r.out && fclose(r.out) && st == IG_OK)
         st = ig_error(IG_E_IO, "cannot write %s", out_path);
@@ -187,7 +248,7 @@ int main(int argc, char **argv)
     bool alone = false;
     int64_t chunk = 8, n_greedy = 3;
     int c;
-    while ((c = getopt(argc, argv, "m:o:c:g:s")) != -1) {
+    while ((c = getopt(argc, argv, "m:o:c:g:sk:x")) != -1) {
         switch (c) {
         case 'm':
             if (n_models < MAX_MODELS)
@@ -197,12 +258,14 @@ int main(int argc, char **argv)
         case 'c': chunk = atoll(optarg); break;
         case 'g': n_greedy = atoll(optarg); break;
         case 's': alone = true; break;
+        case 'k': st = kv_dtype_parse("-k", optarg, &cache); break;
+        case 'x': exchange = true; break;
         default: st = IG_E_USAGE;
         }
     }
     if (st == IG_OK && (!n_models || !prefix || optind != argc - 1))
         st = ig_error(IG_E_USAGE, "usage: tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] "
-                      "-m MODEL [-m MODEL...] PROMPT_IDS");
+                      "[-k TYPE [-x]] -m MODEL [-m MODEL...] PROMPT_IDS");
     if (ig_coll_rank() != 0)
         st = backend_tp_follow(); /* whatever rank 0 makes of its arguments */
     else if (st == IG_OK)

@@ -53,6 +53,7 @@ G4_VOCAB = 256
 # split: the table's sum adds zeros, exact); the mutant of that sum misses by 8.6e-2
 G4_REL = 1e-3
 G4_FAR = 2e-2
+Q8_X = ("-k", "q8_0", "-x")  # a q8_0 pool, the cache exported and imported
 
 
 def check(cond, what):
@@ -61,10 +62,11 @@ def check(cond, what):
     return cond
 
 
-def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS):
-    """exe at 2 ranks on each model (with alone: rank 0 by itself first);
-    the run and its greedy tokens by label ("0", "0 one", ...)."""
-    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else [])
+def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=()):
+    """exe at 2 ranks on each model (with alone: rank 0 by itself first;
+    extra: more options, -k TYPE -x); the run and its greedy tokens by label
+    ("0", "0 one", ...)."""
+    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + list(extra)
     for m in models:
         argv += ["-m", m]
     argv.append(ids)
@@ -105,6 +107,32 @@ def tokens_match(name, a, t1, tn):
     return True
 
 
+def check_q8(run, tmp, n_vocab):
+    """The llama on a q8_0 pool (issue 51): each rank's pool quantized over
+    its own KV heads. Its logits within REL of one process's (a q8_0 pool
+    too), the greedy tokens equal; then (-x) A's cache exported from the
+    ranks (each head gathered from its rank) byte for byte the one process's
+    export, imported into B's slot (each rank its heads) and a step there
+    within REL of one process's same step: the rows moved as bytes, the type
+    in the store."""
+    name = "llama, q8_0 pool"
+    r, toks = run
+    check(r.returncode == 0, f"{name}, 2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
+    if not check("0 one" in toks and "0" in toks, f"{name}: no greedy tokens"):
+        return
+    q = os.path.join(tmp, "q")
+    err, a, _ = worst_error(f"{q}0.one.f32", f"{q}0.f32", n_vocab)
+    check(err <= REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {REL}")
+    tokens_match(name, a, toks["0 one"], toks["0"])
+    with open(f"{q}0.one.kv", "rb") as f1, open(f"{q}0.kv", "rb") as f2:
+        k1, k2 = f1.read(), f2.read()
+    check(len(k1) > 0 and k1 == k2,
+          f"{name}: the exported cache ({len(k2)} bytes) is not one process's ({len(k1)})")
+    print(f"{name}, 2 ranks: {len(a)} rows (the last after the cache's export and import), "
+          f"largest relative error {err:.1e}, exported cache {len(k2)} bytes equal, "
+          f"greedy {toks['0']}", file=sys.stderr)
+
+
 def main():
     dumper, mutants = sys.argv[1], sys.argv[2:]
     mpirun = mpirun_or_skip()
@@ -140,11 +168,14 @@ def main():
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
-    with ThreadPoolExecutor(max_workers=len(mutants) + 2) as pool:
+    with ThreadPoolExecutor(max_workers=len(mutants) + 3) as pool:
         runs = [pool.submit(dump, mpirun, exe, [g4] if "ple" in exe else paths[:1],
                             os.path.join(tmp, os.path.basename(exe)),
-                            ids=G4_IDS if "ple" in exe else IDS)
+                            ids=G4_IDS if "ple" in exe else IDS,
+                            extra=Q8_X if "_kv_" in exe else ())
                 for exe in mutants]
+        q8 = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "q"), alone=True,
+                         extra=Q8_X)
         gemma4 = pool.submit(dump, mpirun, dumper, [g4], os.path.join(tmp, "g"), alone=True,
                              ids=G4_IDS)
         refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
@@ -159,11 +190,14 @@ def main():
         tokens_match(name, a, toks["0 one"], toks["0"])
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {toks['0']}", file=sys.stderr)
+    check_q8(q8.result(), tmp, n_vocab)
     for exe, run in zip(mutants, runs):
         name = os.path.basename(exe)
         r, toks = run.result()
         ref, nv = (f"{tmp}/g0.one.f32", G4_VOCAB) if "ple" in name else (f"{pre}0.one.f32",
                                                                           n_vocab)
+        if "_kv_" in name:  # the q8_0 pool's run, its last row the imported cache's step
+            ref = f"{tmp}/q0.one.f32"
         err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv)[0] \
             if "0" in toks else float("inf")
         far = G4_FAR if "ple" in name else FAR
