@@ -19,7 +19,9 @@ equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
 one reduced twice, the embedded rows not summed, the embedding kernel writing
 no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
-table rows not summed, on the gemma4) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+table rows not summed, on the gemma4) must miss REL by far. The llama again on a
+q8_0 pool (issue 51: check_q8), with the mutant tp_kv_other_heads (an imported
+cache's head rows sent to the other rank) on it. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
