@@ -134,6 +134,7 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
               4.0 * (double)(table_rows(g) * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + 8.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
+              (g->q_dim % 32 == 0 ? B * (double)(g->q_dim + g->q_dim / 4) : 0.0) +
               (double)gpu_plan_scratch_bytes(g->m, g->weights_mode, g->max_batch) +
               (double)IG_DEV(gpu_moe_buf_bytes)(g->m, g->max_batch) +
               IG_DEV(gpu_deltanet_act_bytes)(g->m, g->max_batch, g->max_seqs);
@@ -268,6 +269,10 @@ static int alloc_state(struct gpu_backend *g)
         return st;
     if (e % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * e, &g->xq, NULL)) ||
                         (st = IG_DEV(gpu_alloc)(g, B * (e / 32) * 8, &g->xqd, NULL))))
+        return st;
+    if (g->q_dim % 32 == 0 &&
+        ((st = IG_DEV(gpu_alloc)(g, B * (size_t)g->q_dim, &g->oq, NULL)) ||
+         (st = IG_DEV(gpu_alloc)(g, B * (size_t)(g->q_dim / 32) * 8, &g->oqd, NULL))))
         return st;
     if (ff % 32 == 0 && ((st = IG_DEV(gpu_alloc)(g, B * ff, &g->hq, NULL)) ||
                          (st = IG_DEV(gpu_alloc)(g, B * (ff / 32) * 8, &g->hqd, NULL)) ||

@@ -66,16 +66,20 @@ typedef int (*gpu_ffn_fn)(const struct gpu_pass *p, int64_t l, int64_t row0);
 
 /* g->xn = RMSNorm(x rows) with weights w, the next product's input: one
  * launch, or none where the product that finished x left it there
- * (g->xn_of, a decode step's fused launches). */
+ * (g->xn_of, a decode step's fused launches). A fused decode step's launch
+ * (layer 0's, or where no product's tail could) also writes xn's int8
+ * blocks (g->norm_blocks) for the quantized GEMVs of xn. */
 static int norm_rows(struct gpu_backend *g, const float *x, int64_t rows, const float *w)
 {
     const struct model_hparams *hp = &g->m->hp;
     bool ready = g->xn_of == w;
     g->xn_of = NULL;
-    g->xq_ready &= ready; /* a norm launch rewrites xn: its blocks are stale */
-    return ready ? IG_OK
-                 : IG_DEV(gk_rmsnorm)(x, hp->n_embd, w, rows, hp->n_embd,
-                                      (float)hp->norm_eps, g->xn, g->stream);
+    if (ready)
+        return IG_OK; /* and xq_ready as that product's tail left it */
+    g->xq_ready = g->norm_blocks; /* a launch rewrites xn: its blocks are stale, or anew */
+    return IG_DEV(gk_rmsnorm_xq)(x, hp->n_embd, w, rows, hp->n_embd, (float)hp->norm_eps, g->xn,
+                                 g->norm_blocks ? g->xq : NULL, g->norm_blocks ? g->xqd : NULL,
+                                 g->stream);
 }
 
 /* x[rows] += w in (in: f16 rows of ld_in): the GEMM's beta = 1, or with a
@@ -335,8 +339,9 @@ static int mixed_attention(struct gpu_backend *g, const struct gpu_pass *p, int6
 }
 
 /* Layer l's attention over a decode step's bucket: one row per sequence
- * (q_len in a verify step) over the pool, K/V already there (rope_rows). */
-static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
+ * (q_len in a verify step) over the pool, K/V already there (rope_rows);
+ * with blocks, o's int8 blocks too, for the wo GEMV (g->oq_ready). */
+static int decode_attention(struct gpu_backend *g, int64_t l, int bucket, bool blocks)
 {
     const struct gpu_layer *L = &g->layers[l];
     struct decode_attn_params ap = gpu_bucket_attn(g, bucket, l);
@@ -350,6 +355,12 @@ static int decode_attention(struct gpu_backend *g, int64_t l, int bucket)
     ap.tickets = g->fuse ? g->attn_tickets : NULL; /* the combine in the last split */
     ap.q_len = g->q_len > 1 ? g->q_len : 1;       /* a verify step's rows a sequence */
     ap.table_stride *= ap.q_len; /* a table staged a row: the sequence's first row's */
+    if (blocks) {
+        ap.oq = g->oq;
+        ap.oqd = g->oqd;
+        g->oq_ld = ap.n_head * ap.head_dim;
+        g->oq_ready = true;
+    }
     return IG_DEV(decode_attn)(&ap, g->stream);
 }
 
@@ -382,6 +393,10 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     /* a mixed step's one-row sequences' K/V into the pool by RoPE, the
      * others' by the prefill kernel (quantized: gk_kvq_write, every row) */
     const bool single_rope = p->n_single && !ML->kv_shared && !quant;
+    /* o's int8 blocks for wo where nothing changes o after the attention (a
+     * quantized pool's rotation back, Qwen3.5's gate): a fused decode step */
+    const bool o_blocks = decode && g->fuse && g->oq && !quant && !ML->attn_gate;
+    g->oq_ready = false; /* att16 becomes this layer's */
     if (decode && qkv_rope_fusable(g, l, p->n))
         st = qkv_rope_fused(g, l, p->n);
     else if ((st = qkv_block(g, l, p->n)) == IG_OK) /* a shared layer writes no K/V */
@@ -392,7 +407,7 @@ static int attention(const struct gpu_pass *p, int64_t l, int64_t row0)
     if (st == IG_OK && quant)
         st = kvq_write_rows(g, l, p->n, p->n_seqs, decode);
     if (st != IG_OK ||
-        (st = decode ? decode_attention(g, l, p->bucket)
+        (st = decode ? decode_attention(g, l, p->bucket, o_blocks)
                      : prefill_attention(g, l, p->n_seqs - p->n_single)) ||
         (p->n_single && (st = mixed_attention(g, p, l))))
         return st;
@@ -528,6 +543,7 @@ int IG_DEV(gpu_forward_prefill)(struct gpu_backend *g, int64_t n, int64_t n_seqs
     struct gpu_pass p = {g, n, -1, n_seqs, n_single};
     g->xn_of = NULL;
     g->xq_ready = false;
+    g->norm_blocks = false;
     int st = embed(g, n);
     if (st == IG_OK)
         st = IG_DEV(gpu_gemma4_ple_inputs)(g, n);
@@ -541,6 +557,7 @@ int IG_DEV(gpu_forward_decode)(struct gpu_backend *g, int bucket)
     struct gpu_pass p = {g, rows, bucket, rows, 0};
     g->xn_of = NULL;
     g->xq_ready = false;
+    g->norm_blocks = g->fuse && g->xq; /* a norm launch leaves xn's blocks too */
     int st = embed(g, rows);
     if (st == IG_OK)
         st = IG_DEV(gpu_gemma4_ple_inputs)(g, rows);

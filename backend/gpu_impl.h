@@ -156,6 +156,14 @@ struct gpu_backend {
     uint32_t *glu_tickets;     /* [n_ff / 32] that tail's (zero between launches) */
     int64_t hq_ld;             /* the row stride the last gate|up GEMV wrote them at */
     bool hq_ready;             /* hq holds h16's blocks: the down GEMV loads them */
+    bool norm_blocks;          /* a fused decode step: a norm launch (norm_rows) also writes
+                                  xn's blocks into xq (gk_rmsnorm_xq) */
+    int8_t *oq;                /* [max_batch][q_dim] att16's int8 blocks from a fused decode
+                                  step's attention (decode_attn_params.oq), and */
+    float *oqd;                /* [max_batch][q_dim / 32] their (d, s) (NULL: q_dim not a
+                                  multiple of 32) */
+    int64_t oq_ld;             /* the row stride (the layer's q_dim) they were written at */
+    bool oq_ready;             /* oq holds att16's blocks: the wo GEMV loads them */
     uint16_t *mm_scratch;      /* f16 slabs of dequantized weights (gpu_matmul) */
     size_t mm_scratch_bytes;
     bool emu_kernels;          /* emulated build: products by the emulated kernels, not the twins */

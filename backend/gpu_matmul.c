@@ -64,17 +64,23 @@ static int twin_product(struct gpu_backend *g, enum gk_qmm_path path,
 }
 #endif
 
-/* Where x is g->xn and a norm tail left its int8 blocks (g->xq_ready), the
- * quantized GEMV loads them instead of quantizing x again in every block;
- * likewise where x is g->h16 and the gate|up GEMV's tail left its blocks
- * (g->hq_ready). A product of anything else ends hq_ready: only
- * gpu_matmul_glu sets it, and the unfused FFN's gate|up product, which
- * comes before its activation rewrites h16, clears it. */
+/* Where x is g->xn and a norm tail (or a decode step's norm launch) left
+ * its int8 blocks (g->xq_ready), the quantized GEMV loads them instead of
+ * quantizing x again in every block; likewise where x is g->att16 and the
+ * decode attention left o's (g->oq_ready: wo), and where x is g->h16 and
+ * the gate|up GEMV's tail left its blocks (g->hq_ready). A product of
+ * anything else ends hq_ready: only gpu_matmul_glu sets it, and the
+ * unfused FFN's gate|up product, which comes before its activation
+ * rewrites h16, clears it. */
 static void x_blocks(struct gpu_backend *g, struct gk_qgemv_params *p)
 {
     if (g->xq_ready && p->x == g->xn && p->ld_x == g->m->hp.n_embd) {
         p->xq = g->xq;
         p->xqd = g->xqd;
+    }
+    if (g->oq_ready && p->x == g->att16 && p->ld_x == g->oq_ld) {
+        p->xq = g->oq;
+        p->xqd = g->oqd;
     }
     if (p->x != g->h16)
         g->hq_ready = false;

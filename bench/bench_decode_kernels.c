@@ -10,7 +10,9 @@
  * write). First one launch of each shape is checked against its CPU twin
  * (exit 1 on a mismatch). decode_attn again with the combine in the last
  * split (tickets: decode_attn_fused lines, the tickets checked back at 0
- * after the timed launches); 256 sequences at 640 (the batched step's
+ * after the timed launches) writing o's int8 blocks for the wo GEMV too, as
+ * a fused decode step does (oq: checked bit for bit against
+ * ops_qmm_quantize of the GPU's o; their bytes counted); 256 sequences at 640 (the batched step's
  * decode attention, issue 44's target); a verify step's q_len rows (5 and
  * 16) of one sequence at 4096 and 32768 (the bytes: the cache once, as
  * one row's: the rows share each K/V read). gk_greedy_rows (the batched greedy
@@ -24,6 +26,7 @@
 
 #include "core/half.h"
 #include "kvcache/kv_devq.h"
+#include "ops/qmatmul.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -275,6 +278,34 @@ static int attn_launch(void *ctx, int copy)
     return decode_attn_cuda(&p, NULL);
 }
 
+/* Rows of the GPU's o (host copy ho, qo elements) whose int8 blocks in
+ * p->oq, p->oqd (device) differ from ops_qmm_quantize of the row, bit for
+ * bit; the first few reported. */
+static int blocks_off(const struct decode_attn_params *p, const uint16_t *ho, size_t qo)
+{
+    const int64_t dim = p->n_head * p->head_dim, nb = dim / 32, rows = (int64_t)qo / dim;
+    int8_t *q = malloc(qo);
+    float *qd = malloc(qo / 32 * 8), *f = malloc((size_t)dim * sizeof *f);
+    struct qmm_q8 *b = malloc((size_t)nb * sizeof *b);
+    CK(cudaMemcpy(q, p->oq, qo, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(qd, p->oqd, qo / 32 * 8, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t t = 0; t < rows; t++) {
+        for (int64_t c = 0; c < dim; c++)
+            f[c] = ig_f16_to_f32(ho[t * dim + c]);
+        ops_qmm_quantize(f, dim, b);
+        for (int64_t i = 0; i < nb; i++)
+            if ((memcmp(q + t * dim + 32 * i, b[i].qs, 32) ||
+                 memcmp(&qd[2 * (t * nb + i)], &b[i].d, 4) ||
+                 memcmp(&qd[2 * (t * nb + i) + 1], &b[i].s, 4)) && bad++ < 3)
+                fprintf(stderr, "attn seqs=%lld: row %lld's int8 block %lld of o differs from "
+                        "ops_qmm_quantize's\n", (long long)p->n_seqs, (long long)t,
+                        (long long)i);
+    }
+    free(q), free(qd), free(f), free(b);
+    return bad;
+}
+
 /* n_seqs sequences of n_ctx positions each, q_len query rows each (a
  * verify step's: row r at n_ctx - q_len + r; one row: n_ctx - 1) in a pool
  * of n_seqs * n_ctx / 64 blocks; sequence s's table holds blocks s, s +
@@ -320,6 +351,8 @@ static int bench_attn_t(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64
     if (fused) { /* the combine in the last split: tickets 0 before, and after every launch */
         CK(cudaMalloc((void **)&p->tickets, n_tickets * 4));
         CK(cudaMemset(p->tickets, 0, n_tickets * 4));
+        CK(cudaMalloc((void **)&p->oq, qo));
+        CK(cudaMalloc((void **)&p->oqd, qo / 32 * 8));
     }
     int n = replicate(k0, cache_bytes, a.k, 32);
     replicate(v0, cache_bytes, a.v, n);
@@ -341,6 +374,9 @@ static int bench_attn_t(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64
                     (long long)n_seqs, (long long)n_ctx, i, g, r);
     }
 
+    if (fused) /* o's int8 blocks: ops_qmm_quantize's of each row of the GPU's o */
+        bad += blocks_off(p, ho, qo);
+
     float ms = time_ms(attn_launch, &a, n);
     if (fused) { /* after every timed launch the tickets are back to 0 */
         uint32_t *ht = malloc(n_tickets * 4);
@@ -351,8 +387,11 @@ static int bench_attn_t(int64_t n_seqs, int64_t n_head, int64_t n_head_kv, int64
                         (long long)n_seqs, (long long)n_ctx, i, ht[i]);
         free(ht);
         CK(cudaFree(p->tickets));
+        CK(cudaFree(p->oq));
+        CK(cudaFree(p->oqd));
     }
-    double bytes = 2.0 * (double)cache_bytes + 4.0 * (double)qo;
+    double bytes = 2.0 * (double)cache_bytes + 4.0 * (double)qo +
+                   (fused ? (double)qo + (double)(qo / 32 * 8) : 0.0);
     double gbps = bytes / (ms * 1e-3) / 1e9;
     printf("decode_attn%s%s seqs=%lld q_len=%lld n_head=%lld n_head_kv=%lld hd=%lld n_ctx=%lld "
            "splits=%d us=%.2f GBps=%.0f of_copy=%.3f check=%s\n", fused ? "_fused" : "",

@@ -37,7 +37,10 @@
  * 0 of an all-padding sequence writes its zeros. Without tickets, the
  * combine kernel: one block per (query head, row), one thread per dim; it
  * writes a padding row as zeros. Both merge in the same order
- * (combine_dim), so their results are the same bits.
+ * (combine_dim), so their results are the same bits. With p.oq, the block
+ * that wrote o (the combining split, split 0 of an all-padding sequence, a
+ * combine kernel's block) also writes its heads' int8 blocks (quantize_o),
+ * which the wo GEMV loads instead of quantizing o in each of its blocks.
  *
  * Built twice: nvcc (decode_attn_cuda) and the emulator through
  * decode/decode_attn_emu.cc (decode_attn_emu). Covered by
@@ -214,6 +217,26 @@ __device__ __forceinline__ uint16_t combine_dim(const decode_attn_params &p, int
     return gk_f32_to_f16(acc / sum);
 }
 
+/* o's int8 blocks (p.oq, p.oqd) of the n (row, query head) pairs this
+ * block has just written o for (pair g: row row_of(g) of sequence seq,
+ * head head_of(g)), for the wo GEMV: a block of 32 dims is part of one
+ * head (head_dim >= 64), whole in this block's o, so no other block is
+ * waited for. One thread a block of 32 (gk_quantize32: the GEMV's staging
+ * bits). Every thread of the block calls it (a barrier: o complete). */
+template <int HD, typename RowOf, typename HeadOf>
+__device__ __forceinline__ void quantize_o(const decode_attn_params &p, int64_t seq, int64_t n,
+                                           RowOf row_of, HeadOf head_of)
+{
+    ig_syncthreads(); /* this block's o, read back through L1 */
+    constexpr int NB = HD / 32;
+    for (int idx = (int)threadIdx.x; idx < n * NB; idx += (int)blockDim.x) {
+        const int g = idx / NB;
+        const int64_t e =
+            ((seq * q_rows(p) + row_of(g)) * p.n_head + head_of(g)) * HD + 32 * (idx % NB);
+        gk_quantize32(p.o + e, p.oq + e, (gk_f32x2 *)p.oqd + e / 32);
+    }
+}
+
 /* The pipeline's shared memory: kStages stages of each thread's U key rows
  * and U value rows (16 bytes each, a thread reads back only what it copied
  * itself: no barrier between stages), and after the loop the same bytes as
@@ -261,10 +284,13 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
     };
     const key_range keys = seq_keys(p, seq, R);
     if (keys.hi < 0) { /* every row padding: zeros, from split 0 or the combine kernel */
-        if (FUSED && split == 0)
+        if (FUSED && split == 0) {
             for (int idx = tid; idx < n_mine * HD; idx += kThreads)
                 p.o[((seq * R + pair_row(idx / HD)) * p.n_head + pair_head(idx / HD)) * HD +
                     idx % HD] = 0;
+            if (p.oq)
+                quantize_o<HD>(p, seq, n_mine, pair_row, pair_head);
+        }
         return;
     }
     const int64_t chunk = split_chunk(keys.lo, keys.hi, p.n_splits);
@@ -502,6 +528,8 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
         p.o[((seq * R + r) * p.n_head + h) * HD + d] =
             ig_lds(&seen[1][g]) < 0 ? (uint16_t)0 : combine_dim<HD>(p, seq, r, h, d, n_used);
     }
+    if (p.oq)
+        quantize_o<HD>(p, seq, n_mine, pair_row, pair_head);
     if (threadIdx.x == 0)
         *counter = 0; /* for the next launch: nobody else touches it in this one */
 }
@@ -518,10 +546,12 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
     uint16_t *o = p.o + (blockIdx.y * p.n_head + h) * HD;
     if (row_pos(p, seq, r, R) < 0) {
         o[d] = 0;
-        return;
+    } else {
+        const key_range keys = seq_keys(p, seq, R);
+        o[d] = combine_dim<HD>(p, seq, r, h, d, used_splits(keys.lo, keys.hi, p.n_splits));
     }
-    const key_range keys = seq_keys(p, seq, R);
-    o[d] = combine_dim<HD>(p, seq, r, h, d, used_splits(keys.lo, keys.hi, p.n_splits));
+    if (p.oq) /* the block's one pair: its head's blocks */
+        quantize_o<HD>(p, seq, 1, [&](int) { return r; }, [&](int) { return h; });
 }
 
 template <int HD, int GM>
@@ -570,6 +600,9 @@ extern "C" int IG_DEV(decode_attn)(const struct decode_attn_params *p, void *str
     if (!p->q || !p->k_cache || !p->v_cache || !p->block_table || !p->pos || !p->o ||
         !p->work)
         return ig_error(IG_E_INTERNAL, "decode attention: missing buffer");
+    if (p->oq && (!p->oqd || !gk_aligned(p->oqd, 8)))
+        return ig_error(IG_E_INTERNAL, "decode attention: o's int8 blocks without their "
+                        "8-byte aligned (d, s) pairs");
     /* 16-byte row loads: every row of the pool starts 8 elements aligned. */
     if ((p->head_dim != 64 && p->head_dim != 128 && p->head_dim != 256 &&
          p->head_dim != 512) || p->window < 0 ||

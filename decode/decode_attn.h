@@ -76,6 +76,14 @@ struct decode_attn_params {
                                    pool's K and V elements; a quantized array's rows are
                                    read as kv_devq.h lays them out, dequantized in
                                    registers */
+    int8_t *oq;                 /* NULL, or o's int8 blocks too (the twin: of its o): oq
+                                   [n_seqs][q_len][n_head * head_dim] int8 and oqd
+                                   [n_seqs][q_len][n_head * head_dim / 32] (d, s) float
+                                   pairs (8-byte aligned), each 32 dims of a head quantized
+                                   as the quantized GEMV quantizes its x (gk_quantize32:
+                                   ops_qmm_quantize's bits; a padding row's zeros too), so
+                                   the wo GEMV loads them (gk_qgemv_params.xq) */
+    float *oqd;
 };
 
 #define DECODE_ATTN_MAX_SPLITS 128

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "kvcache/kv_devq.h"
 #include "kvcache/kvcache.h"
+#include "ops/gpu_qmm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -111,5 +112,8 @@ int decode_attn_ref(const struct decode_attn_params *p)
         }
     }
     free(w);
+    if (p->oq) /* o's int8 blocks, as the kernel's quantize_o */
+        gk_quantize_rows_ref(p->o, p->n_head * hd, p->n_seqs * decode_attn_q_len(p),
+                             p->n_head * hd, p->oq, p->oqd);
     return IG_OK;
 }

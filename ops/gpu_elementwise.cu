@@ -75,14 +75,22 @@ embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tok
 
 /* One block per row (gk_rmsnorm_row, which a GEMV's tail shares). VEC: 4
  * elements per access (f32x4 in, 4 f16 out); the row is read twice, the
- * second time from L1/L2. */
-template <bool VEC>
+ * second time from L1/L2. XQ (gk_rmsnorm_xq): then the row's int8 blocks,
+ * one thread a block of 32 (gk_quantize32, as the GEMVs' norm tail); a
+ * kernel of its own, so the plain norm keeps its registers (22, not 52). */
+template <bool VEC, bool XQ>
 __global__ void __launch_bounds__(kThreads)
 rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restrict__ w,
-               int64_t dim, float eps, uint16_t *__restrict__ y)
+               int64_t dim, float eps, uint16_t *__restrict__ y, int8_t *__restrict__ xq,
+               gk_f32x2 *__restrict__ xqd)
 {
     const int64_t t = blockIdx.x;
     gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);
+    if (!XQ)
+        return;
+    ig_syncthreads(); /* the row's y, read back through L1 */
+    for (int64_t i = threadIdx.x; i < dim / 32; i += blockDim.x)
+        gk_quantize32(y + t * dim + 32 * i, xq + t * dim + 32 * i, xqd + t * (dim / 32) + i);
 }
 
 /* ---- QKV: bias, RoPE, f16, K/V placement ------------------------------------ */
@@ -204,9 +212,19 @@ int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, in
 int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
                        float eps, uint16_t *y, void *stream_)
 {
+    return IG_DEV(gk_rmsnorm_xq)(x, ld_x, w, n, dim, eps, y, NULL, NULL, stream_);
+}
+
+int IG_DEV(gk_rmsnorm_xq)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                          float eps, uint16_t *y, int8_t *xq, float *xqd, void *stream_)
+{
     if (n < 0 || dim < 1 || ld_x < dim || n > 0x7fffffff || !x || !w || !y)
         return ig_error(IG_E_INTERNAL, "gk_rmsnorm: bad sizes (n %lld, dim %lld, ld_x %lld) "
                         "or NULL", (long long)n, (long long)dim, (long long)ld_x);
+    if (xq && (dim % 32 || !xqd || !gk_aligned(xqd, 8)))
+        return ig_error(IG_E_INTERNAL, "gk_rmsnorm_xq: int8 blocks of a row of %lld (not a "
+                        "multiple of 32) or without 8-byte aligned (d, s) pairs",
+                        (long long)dim);
     if (n == 0)
         return IG_OK;
     const bool vec = dim % 4 == 0 && ld_x % 4 == 0 && gk_aligned(x, 16) && gk_aligned(w, 16) &&
@@ -214,8 +232,10 @@ int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, 
     const int64_t items = vec ? dim / 4 : dim;
     const int threads = gk_rmsnorm_threads(items); /* the GEMVs' norm tail uses as many */
     dim3 grid((unsigned)n), block((unsigned)threads);
-    auto *kernel = vec ? rmsnorm_kernel<true> : rmsnorm_kernel<false>;
-    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y);
+    auto *kernel = xq ? (vec ? rmsnorm_kernel<true, true> : rmsnorm_kernel<false, true>)
+                      : (vec ? rmsnorm_kernel<true, false> : rmsnorm_kernel<false, false>);
+    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y, xq,
+                     (gk_f32x2 *)xqd);
 }
 
 int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)

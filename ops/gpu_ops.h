@@ -43,6 +43,16 @@ int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, 
                        float eps, uint16_t *y, void *stream);
 void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
                     float eps, uint16_t *y);
+/* gk_rmsnorm, then y's int8 blocks: xq [n][dim] int8 and xqd [n][dim / 32]
+ * (d, s) float pairs (dim % 32 == 0, 8-byte aligned), quantized as the
+ * quantized GEMV quantizes its x (ops_qmm_quantize's bits), so a quantized
+ * GEMV of y loads them (gk_qgemv_params.xq) instead of quantizing y in
+ * every block: a decode step's norm launch (layer 0's). xq NULL: gk_rmsnorm.
+ * The twin quantizes its own y (gk_quantize_rows_ref). */
+int IG_DEV(gk_rmsnorm_xq)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                          float eps, uint16_t *y, int8_t *xq, float *xqd, void *stream);
+void gk_rmsnorm_xq_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                       float eps, uint16_t *y, int8_t *xq, float *xqd);
 
 /* After the fused QKV GEMM: bias, RoPE, conversion to f16, and where K and V
  * go. Row t is at its own position pos[t] (the rows of a step may belong to

@@ -8,6 +8,7 @@
  * Covered by tests/emu/test_gpu_ops_emu.c (against the emulated kernels,
  * quant_dequantize_row and double-precision formulas). */
 #include "ops/gpu_ops.h"
+#include "ops/gpu_qmm.h"
 #include "ops/gpu_random.h"
 
 #include "core/half.h"
@@ -44,6 +45,14 @@ void gk_rmsnorm_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int
         for (int64_t i = 0; i < dim; i++)
             y[t * dim + i] = ig_f32_to_f16(xt[i] * r * w[i]);
     }
+}
+
+void gk_rmsnorm_xq_ref(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
+                       float eps, uint16_t *y, int8_t *xq, float *xqd)
+{
+    gk_rmsnorm_ref(x, ld_x, w, n, dim, eps, y);
+    if (xq)
+        gk_quantize_rows_ref(y, dim, n, dim, xq, xqd);
 }
 
 /* The destination row of head h (q | k | v) of token t at position pos, or

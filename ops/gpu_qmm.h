@@ -235,6 +235,13 @@ struct gk_qgemv_params {
 int IG_DEV(gk_qgemv)(const struct gk_qgemv_params *p, void *stream);
 void gk_qgemv_ref(const struct gk_qgemv_params *p);
 
+/* Rows t < n of x (f16, dim columns, row stride ld) as the quantized GEMV
+ * quantizes its x (ops_qmm_quantize): q [n][ld] int8, qd [n][ld / 32]
+ * (d, s) pairs (dim and ld multiples of 32): the twin of the kernels'
+ * gk_quantize32 tails (x's int8 blocks written where x is made). */
+void gk_quantize_rows_ref(const uint16_t *x, int64_t ld, int64_t n, int64_t dim, int8_t *q,
+                          float *qd);
+
 /* ---- ops/gpu_qgemm.cu: tensor cores over quantized weights ------------------- */
 
 /* Same params as the GEMV, any n >= 1: y[t][r] = sum_c f16(W[r][c]) x[t][c]

@@ -192,9 +192,8 @@ static void block_terms(int type, const uint8_t *row, int64_t b, struct wterms *
     t->beta = -(dmin * (float)mn);
 }
 
-/* Rows t < n of x (f16, dim columns, stride ld) as the GEMV quantizes x:
- * q [n][ld] int8, qd [n][ld / 32] (d, s) pairs (ld % 32 == 0). */
-static void quantize_rows(const uint16_t *x, int64_t ld, int64_t n, int64_t dim, int8_t *q,
+/* ops_qmm_quantize a row at a time, copied into the kernels' layout. */
+void gk_quantize_rows_ref(const uint16_t *x, int64_t ld, int64_t n, int64_t dim, int8_t *q,
                           float *qd)
 {
     int64_t nb = dim / 32;
@@ -244,7 +243,7 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
         }
         free(y);
         if (p->qn)
-            quantize_rows(p->h, p->ld_h, p->n, p->w.rows / 2, p->qn, p->qnd);
+            gk_quantize_rows_ref(p->h, p->ld_h, p->n, p->w.rows / 2, p->qn, p->qnd);
         return;
     }
     const struct gk_qmat *w = &p->w;
@@ -288,7 +287,7 @@ void gk_qgemv_ref(const struct gk_qgemv_params *p)
     if (p->norm_w) /* the norm tail's twin */
         gk_rmsnorm_ref(p->y, p->ld_y, p->norm_w, p->n, w->rows, p->norm_eps, p->xn);
     if (p->qn) /* and its int8 blocks, as the GEMV quantizes x */
-        quantize_rows(p->xn, w->rows, p->n, w->rows, p->qn, p->qnd);
+        gk_quantize_rows_ref(p->xn, w->rows, p->n, w->rows, p->qn, p->qnd);
 }
 
 /* ---- the tensor-core kernel's result ------------------------------------------------- */

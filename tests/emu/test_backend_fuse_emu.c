@@ -9,7 +9,10 @@
  * Per model and setting, the same work: three sequences prefilled (9, 70 and
  * 3 tokens: the second past a 64-key split, so its decode attention merges
  * several splits), two decode steps of all three (a bucket of 4 rows, one
- * of them padding), one of the first alone (a bucket of 1). What must hold:
+ * of them padding), one of the first alone (a bucket of 1), then 3 more
+ * tokens of the third as a prefill step (its products are GEMVs: the int8
+ * blocks a decode step's attention and norms left must not be taken for
+ * its own). What must hold:
  *   - every logit of the fused path is the bit of the other's: the fused
  *     kernels compute the same f32 values in the same order (the gate|up
  *     GEMV's activation is the element-wise kernel's function on the same
@@ -45,15 +48,18 @@
 /* What one setting gave: the logits of every step, the launches of the
  * bucket-4 and bucket-1 decode steps. */
 struct run {
-    float *logits; /* [N_SEQ prefills + 2 * N_SEQ + 1][n_vocab] */
+    float *logits; /* [N_SEQ prefills + 2 * N_SEQ + 1 + 1][n_vocab] */
     int64_t nodes4, nodes1;
 };
 
-static int run_setting(const struct model *m, bool f16, const char *fuse, struct run *r)
+static int run_setting(const struct model *m, bool f16, bool no_verify, const char *fuse,
+                       struct run *r)
 {
     const int64_t nv = m->hp.n_vocab;
     static const int64_t prompt[N_SEQ] = {9, 70, 3};
     setenv("IGNITE_GPU_FUSE", fuse, 1);
+    if (no_verify) /* a few rows of one sequence: a prefill step, not a verify step */
+        setenv("IGNITE_GPU_VERIFY", "0", 1);
     /* prefill through dequantized slabs and the (CPU) GEMM: the emulated
      * tensor-core kernel over 70 rows was most of the time; the decode
      * steps take the chooser's GEMV again (the scratch is sized for both) */
@@ -64,6 +70,7 @@ static int run_setting(const struct model *m, bool f16, const char *fuse, struct
     struct backend *g = NULL;
     int st = gpu_backend_create_emu(m, &o, &g);
     unsetenv("IGNITE_GPU_FUSE");
+    unsetenv("IGNITE_GPU_VERIFY");
     if (st != IG_OK) {
         unsetenv("IGNITE_QMM_PATH");
         return st;
@@ -74,7 +81,7 @@ static int run_setting(const struct model *m, bool f16, const char *fuse, struct
             table[s][b] = (int32_t)((N_SEQ - 1 - s) * (N_CTX / KV_BLOCK) + b);
     uint64_t rng = 7;
     int64_t pos[N_SEQ], k = 0;
-    r->logits = malloc((size_t)((3 * N_SEQ + 1) * nv) * sizeof *r->logits);
+    r->logits = malloc((size_t)((3 * N_SEQ + 2) * nv) * sizeof *r->logits);
     for (int s = 0; s < N_SEQ && st == IG_OK; s++) {
         for (int64_t i = 0; i < prompt[s]; i++)
             ids[i] = (int32_t)(test_rand_u64(&rng) % (uint64_t)nv);
@@ -99,13 +106,18 @@ static int run_setting(const struct model *m, bool f16, const char *fuse, struct
         else
             r->nodes1 = g->step_nodes;
     }
+    for (int i = 0; i < 3; i++)
+        ids[i] = (int32_t)(test_rand_u64(&rng) % (uint64_t)nv);
+    if (st == IG_OK)
+        st = backend_run_seq(g, table[2], 2, ids, 3, pos[2], r->logits + k * nv);
     backend_free(g);
     return st;
 }
 
 /* saved1, saved4: the launches a layer the fused path saves in a decode step
  * of one row and of four. */
-static void run_model(const char *spec, bool f16, int64_t saved1, int64_t saved4)
+static void run_model(const char *spec, bool f16, bool no_verify, int64_t saved1,
+                      int64_t saved4)
 {
     struct model *m = NULL;
     CHECK(model_synthetic_spec(spec, &m) == IG_OK);
@@ -113,9 +125,11 @@ static void run_model(const char *spec, bool f16, int64_t saved1, int64_t saved4
         return;
     const char *name = f16 ? "f16 weights" : spec;
     struct run a = {0}, b = {0};
-    CHECKF(run_setting(m, f16, "0", &a) == IG_OK, "%s: IGNITE_GPU_FUSE=0 failed", name);
-    CHECKF(run_setting(m, f16, "1", &b) == IG_OK, "%s: IGNITE_GPU_FUSE=1 failed", name);
-    const int64_t n = (3 * N_SEQ + 1) * m->hp.n_vocab, L = m->hp.n_layer;
+    CHECKF(run_setting(m, f16, no_verify, "0", &a) == IG_OK, "%s: IGNITE_GPU_FUSE=0 failed",
+           name);
+    CHECKF(run_setting(m, f16, no_verify, "1", &b) == IG_OK, "%s: IGNITE_GPU_FUSE=1 failed",
+           name);
+    const int64_t n = (3 * N_SEQ + 2) * m->hp.n_vocab, L = m->hp.n_layer;
     int64_t off = 0;
     for (int64_t i = 0; a.logits && b.logits && i < n; i++)
         off += memcmp(&a.logits[i], &b.logits[i], sizeof(float)) != 0;
@@ -144,20 +158,24 @@ int main(void)
      * weights' four rows go through the device GEMM (no epilogue): the
      * combine alone; Gemma 3 has head norms before RoPE and post norms
      * after its products: the combine and the activation. */
+    /* Q4_0 without verify steps (IGNITE_GPU_VERIFY=0): the last 3 rows are a
+     * prefill step whose products are GEMVs, after decode steps that left
+     * int8 blocks of o and xn (the others: a verify step, a padding row). */
     static const struct {
         const char *spec;
-        bool f16;
+        bool f16, no_verify;
         int64_t saved1, saved4;
     } models[] = {
-        {"synthetic:Llama-tiny:Q4_K", false, 5, 5},
-        {"synthetic:Llama-tiny:Q4_0", false, 5, 5},
-        {"synthetic:Llama-tiny:Q4_K_M", false, 4, 4},
-        {"synthetic:Llama-tiny:Q4_K", true, 5, 1},
-        {"synthetic:Gemma3-tiny:Q8_0", false, 2, 2},
+        {"synthetic:Llama-tiny:Q4_K", false, false, 5, 5},
+        {"synthetic:Llama-tiny:Q4_0", false, true, 5, 5},
+        {"synthetic:Llama-tiny:Q4_K_M", false, false, 4, 4},
+        {"synthetic:Llama-tiny:Q4_K", true, false, 5, 1},
+        {"synthetic:Gemma3-tiny:Q8_0", false, false, 2, 2},
     };
     /* the first model that fails ends the run (a broken fusion fails them all) */
     for (size_t i = 0; i < sizeof models / sizeof models[0] && !test_failures_; i++)
-        run_model(models[i].spec, models[i].f16, models[i].saved1, models[i].saved4);
+        run_model(models[i].spec, models[i].f16, models[i].no_verify, models[i].saved1,
+                  models[i].saved4);
 
     /* A value other than 0 or 1 is refused by name. */
     struct model *m = NULL;

@@ -23,6 +23,9 @@
  *
  * Every case again with the combine in the last split (tickets): the same
  * bits as the combine kernel's, twice in a row (the tickets back to 0).
+ * Both combines also write o's int8 blocks (oq, for the wo GEMV): bit for
+ * bit ops_qmm_quantize of each row of the kernel's o (padding rows' zeros
+ * too), nothing past them; the twin's of its own o likewise.
  * The output and `work` are poisoned first, guard elements follow the
  * output. Tolerance: 2 f16 ulps kernel vs twin (the kernel's f32 sums may
  * round the other way), 1 ulp twin vs f64. gpt-oss's attention sinks: a
@@ -35,6 +38,7 @@
 #include "models/quant.h"
 #include "ops/gpu_kvq.h"
 #include "ops/ops.h"
+#include "ops/qmatmul.h"
 #include "tests/test.h"
 
 #include "core/half.h"
@@ -73,6 +77,50 @@ static int64_t first_key(int64_t pos, int64_t window)
 
 static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
                         int64_t o_elems, const char *name);
+
+/* o's int8 blocks (decode_attn_params.oq, oqd) for o_elems outputs: the
+ * quants GUARD bytes longer, their (d, s) pairs GUARD floats longer,
+ * poisoned, the guards set. */
+static void blocks_init(struct decode_attn_params *p, int64_t o_elems)
+{
+    p->oq = malloc((size_t)(o_elems + GUARD));
+    p->oqd = malloc((size_t)(o_elems / 16 + GUARD) * sizeof *p->oqd);
+    IG_ASSERT(p->oq && p->oqd);
+    memset(p->oq, 0x80, (size_t)o_elems); /* -128: no quant is */
+    memset(p->oq + o_elems, GUARD_BITS & 0xff, GUARD);
+    memset(p->oqd, 0xff, (size_t)(o_elems / 16) * sizeof *p->oqd); /* NaN */
+    memset(p->oqd + o_elems / 16, GUARD_BITS & 0xff, GUARD * sizeof *p->oqd);
+}
+
+/* Rows of o ([rows][n_head * head_dim]) whose int8 blocks in p->oq, p->oqd
+ * are not ops_qmm_quantize's of the row, bit for bit (a padding row's zeros
+ * too), or -1 where a guard past them was written. */
+static int64_t blocks_off(const struct decode_attn_params *p, const uint16_t *o)
+{
+    const int64_t dim = p->n_head * p->head_dim, nb = dim / 32;
+    const int64_t rows = p->n_seqs * decode_attn_q_len(p);
+    float *f = malloc((size_t)dim * sizeof *f);
+    struct qmm_q8 *b = malloc((size_t)nb * sizeof *b);
+    IG_ASSERT(f && b);
+    int64_t off = 0;
+    for (int64_t t = 0; t < rows; t++) {
+        for (int64_t c = 0; c < dim; c++)
+            f[c] = ig_f16_to_f32(o[t * dim + c]);
+        ops_qmm_quantize(f, dim, b);
+        bool same = true;
+        for (int64_t i = 0; i < nb; i++)
+            same &= memcmp(p->oq + t * dim + 32 * i, b[i].qs, 32) == 0 &&
+                    memcmp(&p->oqd[2 * (t * nb + i)], &b[i].d, 4) == 0 &&
+                    memcmp(&p->oqd[2 * (t * nb + i) + 1], &b[i].s, 4) == 0;
+        off += !same;
+    }
+    for (int64_t i = 0; i < GUARD; i++)
+        if (p->oq[rows * dim + i] != (int8_t)(GUARD_BITS & 0xff) ||
+            ((const uint8_t *)(p->oqd + 2 * rows * nb))[i] != (GUARD_BITS & 0xff))
+            off = -1;
+    free(f), free(b);
+    return off;
+}
 
 /* Element offset of row j of KV head hk in a pool through `table`, written
  * out here from the layout's definition. */
@@ -202,13 +250,19 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
     snprintf(name + len, sizeof name - (size_t)len, " n_ctx=%lld gqa=%lld kv=%lld hd=%lld "
              "splits=%d window=%lld%s", (long long)n_ctx, (long long)group, (long long)n_head_kv,
              (long long)hd, splits, (long long)window, case_sinks ? " sinks" : "");
+    blocks_init(&p, o_elems);
     CHECKF(decode_attn_emu(&p, NULL) == 0, "%s: emulated launch failed", name);
+    const int64_t off_q = blocks_off(&p, o);
+    CHECKF(off_q == 0, "%s: the combine kernel's int8 blocks of o: %lld rows off "
+           "ops_qmm_quantize (-1: past them)", name, (long long)off_q);
     check_fused(&p, o, o_elems, name);
     struct decode_attn_params pr = p;
     pr.o = o_ref;
     for (int64_t i = 0; i < o_elems; i++)
         o_ref[i] = 0xffffu;
+    blocks_init(&pr, o_elems);
     CHECKF(decode_attn_ref(&pr) == 0, "%s: ref failed", name);
+    CHECKF(blocks_off(&pr, o_ref) == 0, "%s: the twin's int8 blocks of its o", name);
 
     int bad_ref = 0, bad_pad = 0, bad_guard = 0;
     const int bad_kernel = count_off(&p, o, o_ref, name, 1);
@@ -253,6 +307,7 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
         }
     }
     free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work), free(table);
+    free(p.oq), free(p.oqd), free(pr.oq), free(pr.oqd);
 }
 
 /* One query row a sequence (a decode step). */
@@ -282,7 +337,12 @@ static void check_fused(const struct decode_attn_params *p, const uint16_t *o,
             pf.work[i] = NAN;
         for (int64_t i = 0; i < o_elems + GUARD; i++)
             of[i] = i < o_elems ? 0xffffu : GUARD_BITS;
+        blocks_init(&pf, o_elems); /* the combining split's (or split 0's: all padding) */
         CHECKF(decode_attn_emu(&pf, NULL) == 0, "%s: fused launch %d failed", name, rep);
+        const int64_t off_q = blocks_off(&pf, of);
+        CHECKF(off_q == 0, "%s: fused launch %d: int8 blocks of o: %lld rows off "
+               "ops_qmm_quantize (-1: past them)", name, rep, (long long)off_q);
+        free(pf.oq), free(pf.oqd);
         int64_t off = 0, left = 0, guard = 0;
         for (int64_t i = 0; i < o_elems; i++)
             off += of[i] != o[i];

@@ -24,7 +24,8 @@
  *   residual GEMV with the next RMSNorm in its last block: the bits of the
  *   GEMV then gk_rmsnorm, twice (the ticket back to 0), and its int8 blocks
  *   of xn ops_qmm_quantize's, which a GEMV loading them turns into the bits
- *   of one that quantizes xn itself; the Q|K|V GEMV with bias, RoPE and the
+ *   of one that quantizes xn itself; the norm launch with blocks
+ *   (gk_rmsnorm_xq) the same xn and blocks; the Q|K|V GEMV with bias, RoPE and the
  *   pool write in its epilogue: the bits of the GEMV then gk_qkv_rope;
  * - tensor-core product: the kernel within 2^-20 sum |w x| of its twin, the
  *   twin (the f16 GEMM of the dequantized rows) exact to fp64 rounding;
@@ -568,6 +569,16 @@ static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t 
     }
     CHECKF(off_q == 0, "%s norm tail: %lld int8 blocks of xn off ops_qmm_quantize's",
            tname(type), (long long)off_q);
+    /* the norm launch with its blocks (gk_rmsnorm_xq: a decode step's layer
+     * 0): gk_rmsnorm's xn, and the blocks the tail wrote of the same bits */
+    int8_t *qn2 = malloc((size_t)(n * rows));
+    float *qnd2 = aligned_alloc(8, (size_t)(n * rows / 32) * 2 * sizeof *qnd2);
+    memset(qn2, 0x80, (size_t)(n * rows));
+    CHECK(IG_DEV(gk_rmsnorm_xq)(y2, rows, nw, n, rows, 1e-6f, xn2, qn2, qnd2, NULL) == IG_OK);
+    CHECKF(memcmp(xn2, xn, (size_t)(n * rows) * 2) == 0 && memcmp(qn2, qn, (size_t)(n * rows)) == 0 &&
+           memcmp(qnd2, qnd, (size_t)(n * rows / 32) * 2 * sizeof *qnd) == 0,
+           "%s: gk_rmsnorm_xq's xn or int8 blocks differ from the norm tail's", tname(type));
+    free(qn2), free(qnd2);
     if (rows % l_block(type) == 0) {
         size_t rb2 = quant_row_bytes((enum quant_type)type, rows);
         uint8_t *src2 = rand_rows(type, 24, rows, 0.02f, st);
