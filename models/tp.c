@@ -22,13 +22,19 @@ static void even(int64_t n_all, int rank, int n_ranks, int64_t *at, int64_t *n)
  * heads of gs readers each, whole groups per rank where there are at least
  * as many as ranks ([*kv0, + *n_kv) and every reader of theirs), else one
  * shared head per rank (replicated) and readers [*g0, + *n_g) of its group.
- * `what` and `readers` name them in the refusal. */
-static int group_share(int64_t kv, int64_t gs, int64_t il, const char *what,
+ * Whole groups go `unit` shared heads at a time where the heads divide so
+ * into at least as many units as ranks. `what` and `readers` name them in
+ * the refusal. */
+static int group_share(int64_t kv, int64_t gs, int64_t unit, int64_t il, const char *what,
                        const char *readers, int rank, int n_ranks, int64_t *kv0,
                        int64_t *n_kv, int64_t *g0, int64_t *n_g)
 {
     if (kv >= n_ranks) {
-        even(kv, rank, n_ranks, kv0, n_kv);
+        /* in units of `unit` shared heads where there are enough of those */
+        unit = kv % unit == 0 && kv / unit >= n_ranks ? unit : 1;
+        even(kv / unit, rank, n_ranks, kv0, n_kv);
+        *kv0 *= unit;
+        *n_kv *= unit;
         *g0 = 0;
         *n_g = gs;
         return IG_OK;
@@ -56,7 +62,7 @@ static int attention_share(const struct model_layer *L, int64_t il, int rank, in
                            struct model_tp_layer *s)
 {
     int64_t gs = L->n_head / L->n_head_kv, g0, n_g;
-    int st = group_share(L->n_head_kv, gs, il, "KV head", "query heads", rank, n_ranks,
+    int st = group_share(L->n_head_kv, gs, 1, il, "KV head", "query heads", rank, n_ranks,
                          &s->kv0, &s->n_kv, &g0, &n_g);
     s->q0 = s->kv0 * gs + g0;
     s->n_q = s->n_kv * n_g;
@@ -112,13 +118,18 @@ static int64_t dn_segs(const struct model_layer *L, const struct model_tp_layer 
 static int deltanet_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
                           struct model_tp_layer *s)
 {
-    int st = group_share(L->dn_k_heads, L->dn_v_heads / L->dn_k_heads, il,
+    /* key heads in units whose value heads' ssm_out columns are whole blocks
+     * (Q4_K's 256 are two heads of 128): a rank's runs of them then are */
+    const struct model_weight *o = &L->w[LAYER_DN_OUT];
+    int64_t b = quant_traits_of(o->type)->block_elems, unit = 1;
+    while (unit * L->dn_head_dim % b)
+        unit++;
+    int st = group_share(L->dn_k_heads, L->dn_v_heads / L->dn_k_heads, unit, il,
                          "DeltaNet key head", "value heads", rank, n_ranks, &s->dk0, &s->n_dk,
                          &s->dg0, &s->n_dg);
     if (st != IG_OK)
         return st;
-    const struct model_weight *o = &L->w[LAYER_DN_OUT];
-    int64_t b = quant_traits_of(o->type)->block_elems, n = dn_segs(L, s, TENSOR_DIM_DN_V, NULL);
+    int64_t n = dn_segs(L, s, TENSOR_DIM_DN_V, NULL);
     struct seg *segs = malloc((size_t)n * sizeof *segs);
     if (!segs)
         return ig_error(IG_E_NOMEM, "out of memory");

@@ -23,7 +23,8 @@
  * projection; the gated norm's weight (one per head dim) on every rank.
  * A rank's value heads are not contiguous in the converter's tiled order,
  * so those weights are gathered copies, the part's heads again tiled
- * (model_tp_dn_head).
+ * (model_tp_dn_head). Key heads split in units whose output projection's
+ * columns are whole blocks of its type (Q4_K: two heads of 128).
  *
  * A rank's part (model_tp_shard) is a struct model whose layers have the
  * rank's heads, KV heads and FFN width and whose weights are those parts:

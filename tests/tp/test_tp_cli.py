@@ -317,7 +317,8 @@ def info():
 
 def unsplit(tmp):
     """Layer kinds the split does not know yet are refused in one line, exit 2:
-    qwen35moe's shared expert, Gemma 4's MoE (a dense MLP beside the experts)."""
+    qwen35moe's shared expert, Gemma 4's MoE (a dense MLP beside the experts);
+    and a DeltaNet output that does not split on its blocks."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
@@ -332,6 +333,16 @@ def unsplit(tmp):
               and what in lines[0] and not r.stdout,
               f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}, stdout "
               f"{r.stdout[:80]!r}")
+    # a DeltaNet whose value heads' ssm_out columns are not whole blocks at the ranks'
+    # split: qwen35 tiny's heads of 64 in Q4_K's blocks of 256 (2 key heads: no units of 4)
+    path = os.path.join(tmp, "qwen35q4k.gguf")
+    random_gguf.write(path, "tiny", "Q4_K_M", 1, "qwen35")
+    r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "2"], capture_output=True,
+                       env=sanitizer_env(), text=True, timeout=LIMIT)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and "DeltaNet output (Q4_K, blocks of 256) "
+          "cannot split" in lines[0] and not r.stdout,
+          f"qwen35 Q4_K_M info --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
 
 
 def main():

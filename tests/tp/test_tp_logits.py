@@ -11,7 +11,8 @@ the prompt's tokens fall in every rank's rows, each rank's pages of the table
 fault at either end, `info --tp N --json`'s per_layer_embd_bytes its rows';
 qwen35's gated DeltaNet layers split by heads (2 key / 4 value heads: at 3
 ranks a key head replicated on two ranks, one of its value heads each) and
-its gated attention, a prompt of 84 crossing the chunked form's chunk of 64).
+its gated attention, a prompt of 84 crossing the chunked form's chunk of 64; the same
+weights as a Hugging Face folder, its value heads in the grouped order).
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -143,6 +144,14 @@ def main():
     p = os.path.join(tmp, "qwen35.gguf")
     random_gguf.write(p, "tiny", "F16", 3, "qwen35")
     cases.append(("qwen35 gated DeltaNet", p, list(range(3, 1000, 12)), 16, 5))
+    # the same weights as a Hugging Face folder: the value heads in the checkpoint's grouped
+    # order (a rank's part grouped again, models/tp.c's model_tp_dn_head)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+    from test_hf_qwen35 import write_folder
+    folder = os.path.join(tmp, "qwen35-folder")
+    write_folder(folder, p, "qwen35", random_gguf.qwen35.SHAPES["tiny"])
+    cases.append(("qwen35 folder, grouped value heads", folder, list(range(3, 1000, 12)), 16,
+                  5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
@@ -192,6 +201,10 @@ def ple_info(path):
 
 
 def vocab_of(path):
+    if os.path.isdir(path):  # a Hugging Face folder
+        with open(os.path.join(path, "config.json")) as f:
+            c = json.load(f)
+        return c.get("text_config", c)["vocab_size"]
     r = gguf.GGUFReader(path)
     for t in r.tensors:
         if t.name == "token_embd.weight":
