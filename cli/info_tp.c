@@ -1,6 +1,7 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
  * of the model (models/tp.h): its query and KV heads, FFN columns (or
- * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
+ * experts) and vocabulary rows (the first attention layer's, and whether every layer
+ * splits as the first of its kind), the bytes
  * of weights it reads, of its rows of Gemma 4's per-layer embedding table,
  * its KV cache per token and a gated DeltaNet's state per sequence (its
  * heads'); with --json, the same as
@@ -124,7 +125,7 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                (long long)(experts ? s->e0 + s->n_e - 1 : s->ff0 + s->n_ff - 1),
                (long long)rows[r].p.v0,
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
-               rows[r].alike ? "" : " (layer 0; others differ)",
+               rows[r].alike ? "" : " (the first layer; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
         if (rows[r].ple_bytes)
             printf("                per-layer embedding table: vocabulary rows %lld-%lld, "
@@ -132,10 +133,11 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                    (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                    (double)rows[r].ple_bytes / 1048576.0);
         if (rows[r].state_bytes)
-            printf("                DeltaNet key heads %lld-%lld%s, value heads: %lld of each "
-                   "one's; state %.1f KiB/sequence\n", (long long)d->dk0,
+            printf("                DeltaNet key heads %lld-%lld%s with %lld value heads (%lld "
+                   "of each one's); state %.1f KiB/sequence\n", (long long)d->dk0,
                    (long long)(d->dk0 + d->n_dk - 1), rows[r].dn_replicated ? " (replicated)" : "",
-                   (long long)d->n_dg, (double)rows[r].state_bytes / 1024.0);
+                   (long long)(d->n_dk * d->n_dg), (long long)d->n_dg,
+                   (double)rows[r].state_bytes / 1024.0);
     }
 }
 
