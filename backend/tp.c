@@ -196,6 +196,7 @@ int backend_tp_create(const struct model *m, const struct backend_opts *o, struc
     }
     snprintf(t->base.device, sizeof t->base.device, "%s", r->cpu->device);
     t->base.weight_bytes = r->cpu->weight_bytes; /* rank 0's part */
+    t->base.n_states = r->cpu->n_states;         /* a slot each, as the ranks' */
     snprintf(t->base.device_name, sizeof t->base.device_name, "%.90s x %d ranks",
              r->cpu->device_name, n);
     *out = &t->base;

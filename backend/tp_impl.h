@@ -44,6 +44,7 @@ struct tp_setup {
 /* What every rank holds while a tensor-parallel backend lives. */
 struct tp_rank {
     struct model_tp_part *parts; /* [n_ranks] every rank's share (the cache's heads) */
+    const struct model *m;       /* the whole model (its layers' shapes: the cache's heads) */
     struct model *shard;         /* this rank's part as a model */
     struct cpu_tp tp;
     struct backend *cpu;         /* the backend over shard: the CPU's, or the GPU's

@@ -111,6 +111,7 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
     struct tp_rank *r = calloc(1, sizeof *r);
     if (!r)
         return ig_error(IG_E_NOMEM, "out of memory");
+    r->m = m;
     r->tp = (struct cpu_tp){.rank = rank, .n_ranks = n, .n_vocab = m->hp.n_vocab};
     r->parts = calloc((size_t)n, sizeof *r->parts);
     r->tp.v0 = calloc((size_t)n, sizeof *r->tp.v0);
@@ -131,8 +132,6 @@ static int rank_setup(const struct model *m, const struct backend_opts *o, struc
         st = model_tp_shard(m, &r->parts[rank], &r->shard);
     if (st == IG_OK)
         st = rank_backend(r, o);
-    if (st == IG_OK && r->cpu->n_states)
-        st = ig_error(IG_E_USAGE, "tensor parallelism: recurrent layers do not split yet");
     if (st == IG_OK) {
         drop_file_pages(m);
         table_random(r->shard);

@@ -7,7 +7,8 @@ meaningless (A stored as -exp(A_log), the dt bias).
 Shapes: tiny (4 layers: 3 gated DeltaNet then 1 gated attention; 2 key and 4
 value heads of 64, so that value heads share key heads in the converter's
 tiled order; an output head of its own, so that a step's top token is not
-its input's: a random model with tied embeddings repeats its input) and Qwen3.5-0.8B (Qwen3_5TextConfig of Qwen/Qwen3.5-0.8B: 24
+its input's: a random model with tied embeddings repeats its input), emu (2
+layers: one of each, for the emulated CUDA backend) and Qwen3.5-0.8B (Qwen3_5TextConfig of Qwen/Qwen3.5-0.8B: 24
 layers of 1024, full_attention_interval 4, attention 8 heads and 2 KV heads
 of 256, DeltaNet 16 key and 16 value heads of 128, FFN 3584, vocabulary
 248320, tied embeddings, partial RoPE 0.25 in sections [11, 11, 10]).
@@ -23,6 +24,11 @@ SHAPES = {
     "tiny": dict(layers=4, embd=256, heads=4, kv=2, hd=64, ff=512, dn_k=2, dn_v=4, dn_hd=64,
                  conv=4, every=4, vocab=1024, ctx=4096, rope=10000000.0, sections=[3, 3, 2, 0],
                  tied=False),
+    # emu: the emulated CUDA tests' (tests/tp/test_tp_gpu.py): a DeltaNet layer and a gated
+    # attention layer, the tiny's DeltaNet heads (an emulated DeltaNet layer costs ~2 s)
+    "emu": dict(layers=2, embd=128, heads=2, kv=1, hd=64, ff=128, dn_k=2, dn_v=4, dn_hd=64,
+                conv=4, every=2, vocab=256, ctx=4096, rope=10000000.0, sections=[3, 3, 2, 0],
+                tied=False),
     "Qwen3.5-0.8B": dict(layers=24, embd=1024, heads=8, kv=2, hd=256, ff=3584, dn_k=16,
                          dn_v=16, dn_hd=128, conv=4, every=4, vocab=248320, ctx=262144,
                          rope=10000000.0, sections=[11, 11, 10, 0], tied=True),

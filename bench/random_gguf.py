@@ -16,7 +16,7 @@ numpy only (no gguf package there).
                    use_more_bits; with 8 experts attn_k and attn_v in Q8_0
                    and attn_output in Q5_K); the router (ffn_gate_inp) F32,
                    as llama.cpp never quantizes it.
-  --arch qwen35    shapes tiny and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
+  --arch qwen35    shapes tiny, emu and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
   --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert) and
                    Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0, Q4_K_M or

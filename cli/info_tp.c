@@ -1,8 +1,10 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
  * of the model (models/tp.h): its query and KV heads, FFN columns (or
- * experts) and vocabulary rows (layer 0's, and whether every layer is alike), the bytes
+ * experts) and vocabulary rows (the first attention layer's, and whether every layer
+ * splits as the first of its kind), the bytes
  * of weights it reads, of its rows of Gemma 4's per-layer embedding table,
- * and its KV cache per token; with --json, the same as
+ * its KV cache per token and a gated DeltaNet's state per sequence (its
+ * heads'); with --json, the same as
  * the object's "tensor_parallel" member, with each rank's CUDA weight bytes
  * (backend/gpu_plan.c over its part's shapes). Covered by
  * tests/tp/test_tp_cli.py. */
@@ -19,34 +21,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* True when every layer of part p splits as layer 0 does. */
+/* True when every layer of part p splits as the first layer of its kind
+ * (attention, DeltaNet) does. */
 static bool layers_alike(const struct model *m, const struct model_tp_part *p)
 {
-    for (int64_t l = 1; l < m->hp.n_layer; l++)
-        if (memcmp(&p->layers[l], &p->layers[0], sizeof p->layers[0]))
+    for (int64_t l = 1; l < m->hp.n_layer; l++) {
+        int64_t f = 0;
+        while (m->layers[f].mixer != m->layers[l].mixer)
+            f++;
+        if (memcmp(&p->layers[l], &p->layers[f], sizeof p->layers[0]))
             return false;
+    }
     return true;
 }
 
 /* f32 K and V bytes a token takes in part p's cache (layers that share
- * another's K/V keep none). */
+ * another's K/V keep none, recurrent ones a state a sequence). */
 static int64_t kv_bytes_per_token(const struct model *m, const struct kv_memory *mem,
                                   const struct model_tp_part *p)
 {
     int64_t bytes = 0;
     for (int64_t l = 0; l < m->hp.n_layer; l++)
-        if (mem->layers[l].kind != KV_SHARED)
+        if (mem->layers[l].kind != KV_SHARED && mem->layers[l].kind != KV_RECURRENT)
             bytes += 2 * p->layers[l].n_kv * m->layers[l].head_dim * (int64_t)sizeof(float);
     return bytes;
+}
+
+/* Bytes of a sequence's recurrent state in part p's cache: its DeltaNet
+ * heads' (the pool's state group holds a slot of these a sequence). */
+static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
+{
+    size_t bytes = 0;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].mixer == LAYER_MIXER_DELTANET) {
+            struct model_layer L = m->layers[l];
+            L.dn_k_heads = p->layers[l].n_dk;
+            L.dn_v_heads = p->layers[l].n_dk * p->layers[l].n_dg;
+            bytes += kv_deltanet_state_bytes(&L);
+        }
+    return bytes;
+}
+
+/* The first layer whose mixer is `mixer`, or -1. */
+static int64_t first_layer(const struct model *m, enum layer_mixer mixer)
+{
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].mixer == mixer)
+            return l;
+    return -1;
 }
 
 /* One rank's share as info reports it. */
 struct rank_row {
     struct model_tp_part p;
     bool replicated, alike;
+    bool dn_replicated; /* its DeltaNet key heads replicated (fewer than ranks) */
+    int64_t la, ld;     /* the first attention layer and DeltaNet layer (-1: none): what
+                           the heads reported are */
     size_t weight_bytes;
     size_t ple_bytes; /* its rows of Gemma 4's per-layer table (0: none) */
     int64_t kv_bytes;
+    size_t state_bytes; /* a sequence's recurrent state (0: none) */
     size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
 };
 
@@ -79,7 +114,8 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
     printf("tensor parallel %d ranks (mpirun -np %d): weights read per step %.1f MiB in one "
            "process\n", n_ranks, n_ranks, (double)all / 1048576.0);
     for (int r = 0; r < n_ranks; r++) {
-        const struct model_tp_layer *s = &rows[r].p.layers[0];
+        const struct model_tp_layer *s = &rows[r].p.layers[rows[r].la < 0 ? 0 : rows[r].la];
+        const struct model_tp_layer *d = &rows[r].p.layers[rows[r].ld < 0 ? 0 : rows[r].ld];
         bool experts = s->n_e > 0;
         printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, %s "
                "%lld-%lld, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
@@ -89,13 +125,19 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                (long long)(experts ? s->e0 + s->n_e - 1 : s->ff0 + s->n_ff - 1),
                (long long)rows[r].p.v0,
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
-               rows[r].alike ? "" : " (layer 0; others differ)",
+               rows[r].alike ? "" : " (the first layer; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
         if (rows[r].ple_bytes)
             printf("                per-layer embedding table: vocabulary rows %lld-%lld, "
                    "%.1f MiB\n", (long long)rows[r].p.v0,
                    (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                    (double)rows[r].ple_bytes / 1048576.0);
+        if (rows[r].state_bytes)
+            printf("                DeltaNet key heads %lld-%lld%s with %lld value heads (%lld "
+                   "of each one's); state %.1f KiB/sequence\n", (long long)d->dk0,
+                   (long long)(d->dk0 + d->n_dk - 1), rows[r].dn_replicated ? " (replicated)" : "",
+                   (long long)(d->n_dk * d->n_dg), (long long)d->n_dg,
+                   (double)rows[r].state_bytes / 1024.0);
     }
 }
 
@@ -106,7 +148,8 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
     cJSON_AddNumberToObject(tp, "weight_bytes_one_process", (double)all);
     cJSON *a = cJSON_AddArrayToObject(tp, "parts");
     for (int r = 0; r < n_ranks; r++) {
-        const struct model_tp_layer *s = &rows[r].p.layers[0];
+        const struct model_tp_layer *s = &rows[r].p.layers[rows[r].la < 0 ? 0 : rows[r].la];
+        const struct model_tp_layer *d = &rows[r].p.layers[rows[r].ld < 0 ? 0 : rows[r].ld];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", r);
         add_range(e, "query_heads", s->q0, s->n_q);
@@ -122,6 +165,11 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         if (rows[r].ple_bytes)
             cJSON_AddNumberToObject(e, "per_layer_embd_bytes", (double)rows[r].ple_bytes);
         cJSON_AddNumberToObject(e, "kv_bytes_per_token_f32", (double)rows[r].kv_bytes);
+        if (rows[r].state_bytes) {
+            add_range(e, "deltanet_key_heads", d->dk0, d->n_dk);
+            cJSON_AddNumberToObject(e, "deltanet_value_heads_per_key_head", (double)d->n_dg);
+            cJSON_AddNumberToObject(e, "state_bytes_per_sequence", (double)rows[r].state_bytes);
+        }
         if (rows[r].cuda_native) { /* the rank's CUDA backend's weights */
             cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
             cJSON_AddNumberToObject(cw, "native", (double)rows[r].cuda_native);
@@ -158,7 +206,10 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
         struct rank_row *w = &rows[made];
         if ((st = model_tp_part(m, made, n_ranks, &w->p)) != IG_OK)
             break;
-        w->replicated = m->layers[0].n_head_kv < n_ranks;
+        w->la = first_layer(m, LAYER_MIXER_ATTENTION);
+        w->ld = first_layer(m, LAYER_MIXER_DELTANET);
+        w->replicated = w->la >= 0 && m->layers[w->la].n_head_kv < n_ranks;
+        w->dn_replicated = m->hp.has_deltanet && m->hp.dn_k_heads < n_ranks;
         w->alike = layers_alike(m, &w->p);
         w->weight_bytes = model_tp_part_bytes(m, &w->p);
         if (m->hp.has_ple) {
@@ -166,6 +217,7 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
             w->ple_bytes = (size_t)model_tp_table_rows(E, &w->p) * E->row_bytes;
         }
         w->kv_bytes = kv_bytes_per_token(m, mem, &w->p);
+        w->state_bytes = state_bytes(m, &w->p);
         if (json && (st = cuda_bytes(m, w)) != IG_OK) {
             made++; /* its part is freed below */
             break;

@@ -158,28 +158,31 @@ static const struct model_tensor table[] = {
     /* Gated DeltaNet (Qwen3_5GatedDeltaNet: linear_attn.*; llama.cpp's
      * converter stores -exp(A_log), squeezes the convolution and reorders the
      * value heads from grouped to tiled; the output norm is not widened). */
-#define DN(r, g, h, R, C, k)                                                                 \
+#define DN(r, g, h, R, C, k, sp)                                                             \
     {.scope = TENSOR_PER_LAYER, .role = r, .gguf = g, .hf = HF(h), .n_expert = TENSOR_DIM_ONE, \
-     .rows = R, .cols = C, .kind = k, .feature = MODEL_FEAT_DELTANET,                        \
+     .rows = R, .cols = C, .kind = k, .feature = MODEL_FEAT_DELTANET, .split = sp,           \
      .id_pass = TENSOR_ID_PRESENT, .mixers = TENSOR_MIXER(LAYER_MIXER_DELTANET)}
+#define HG TENSOR_SPLIT_HEADS_GATHERED
     DN(LAYER_DN_QKV, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", TENSOR_DIM_DN_CONV,
-       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+       TENSOR_DIM_EMBD, TENSOR_MATRIX, HG),
     DN(LAYER_DN_Z, "attn_gate.weight", "linear_attn.in_proj_z.weight", TENSOR_DIM_DN_V,
-       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+       TENSOR_DIM_EMBD, TENSOR_MATRIX, HG),
     DN(LAYER_DN_CONV, "ssm_conv1d.weight", "linear_attn.conv1d.weight", TENSOR_DIM_DN_CONV,
-       TENSOR_DIM_DN_KERNEL, TENSOR_BIAS),
+       TENSOR_DIM_DN_KERNEL, TENSOR_BIAS, HG),
     DN(LAYER_DN_DT, "ssm_dt.bias", "linear_attn.dt_bias", TENSOR_DIM_ONE, TENSOR_DIM_DN_VHEADS,
-       TENSOR_BIAS),
+       TENSOR_BIAS, HG),
     DN(LAYER_DN_A, "ssm_a", "linear_attn.A_log", TENSOR_DIM_ONE, TENSOR_DIM_DN_VHEADS,
-       TENSOR_BIAS),
+       TENSOR_BIAS, HG),
     DN(LAYER_DN_BETA, "ssm_beta.weight", "linear_attn.in_proj_b.weight", TENSOR_DIM_DN_VHEADS,
-       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+       TENSOR_DIM_EMBD, TENSOR_MATRIX, HG),
     DN(LAYER_DN_ALPHA, "ssm_alpha.weight", "linear_attn.in_proj_a.weight", TENSOR_DIM_DN_VHEADS,
-       TENSOR_DIM_EMBD, TENSOR_MATRIX),
+       TENSOR_DIM_EMBD, TENSOR_MATRIX, HG),
+    /* one weight per head dim, every head's */
     DN(LAYER_DN_NORM, "ssm_norm.weight", "linear_attn.norm.weight", TENSOR_DIM_ONE,
-       TENSOR_DIM_DN_HEAD, TENSOR_BIAS),
+       TENSOR_DIM_DN_HEAD, TENSOR_BIAS, TENSOR_SPLIT_NONE),
     DN(LAYER_DN_OUT, "ssm_out.weight", "linear_attn.out_proj.weight", TENSOR_DIM_EMBD,
-       TENSOR_DIM_DN_V, TENSOR_MATRIX),
+       TENSOR_DIM_DN_V, TENSOR_MATRIX, HG),
+#undef HG
 #undef DN
 
     /* Gemma 4 (Gemma4TextDecoderLayer): a layer's per-layer embedding input

@@ -200,6 +200,10 @@ enum tensor_split {
     TENSOR_SPLIT_EXPERTS, /* whole experts per rank (mixture-of-experts) */
     TENSOR_SPLIT_ONCE,    /* on rank 0 alone: a bias after a column-split matrix, which the
                              reduce would otherwise add once a rank */
+    TENSOR_SPLIT_HEADS_GATHERED, /* a gated DeltaNet's: the rank's heads' rows (or, where
+                             the rows are not per head, columns: A and dt's entries,
+                             the output projection's inputs), gathered: its value heads
+                             lie apart in the tiled order (models/tp.c) */
 };
 
 /* The fused device matrix (or vector) a weight joins on the CUDA backend:

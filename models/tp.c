@@ -17,19 +17,29 @@ static void even(int64_t n_all, int rank, int n_ranks, int64_t *at, int64_t *n)
     *n = q + (rank < rest);
 }
 
-/* The attention's share: whole KV groups per rank where there are enough,
- * else one KV head per rank (replicated) and a part of its query heads. */
-static int attention_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
-                           struct model_tp_layer *s)
+/* A share of heads that read shared heads (attention's query heads and
+ * their KV head, DeltaNet's value heads and their key head): of n_kv shared
+ * heads of gs readers each, whole groups per rank where there are at least
+ * as many as ranks ([*kv0, + *n_kv) and every reader of theirs), else one
+ * shared head per rank (replicated) and readers [*g0, + *n_g) of its group.
+ * Whole groups go `unit` shared heads at a time where the heads divide so
+ * into at least as many units as ranks. `what` and `readers` name them in
+ * the refusal. */
+static int group_share(int64_t kv, int64_t gs, int64_t unit, int64_t il, const char *what,
+                       const char *readers, int rank, int n_ranks, int64_t *kv0,
+                       int64_t *n_kv, int64_t *g0, int64_t *n_g)
 {
-    int64_t kv = L->n_head_kv, gs = L->n_head / L->n_head_kv;
     if (kv >= n_ranks) {
-        even(kv, rank, n_ranks, &s->kv0, &s->n_kv);
-        s->q0 = s->kv0 * gs;
-        s->n_q = s->n_kv * gs;
+        /* in units of `unit` shared heads where there are enough of those */
+        unit = kv % unit == 0 && kv / unit >= n_ranks ? unit : 1;
+        even(kv / unit, rank, n_ranks, kv0, n_kv);
+        *kv0 *= unit;
+        *n_kv *= unit;
+        *g0 = 0;
+        *n_g = gs;
         return IG_OK;
     }
-    /* KV head g's ranks: those r with r * kv / n_ranks == g */
+    /* shared head g's ranks: those r with r * kv / n_ranks == g */
     int64_t g = (int64_t)rank * kv / n_ranks, first = -1, count = 0;
     for (int r = 0; r < n_ranks; r++)
         if ((int64_t)r * kv / n_ranks == g) {
@@ -37,17 +47,101 @@ static int attention_share(const struct model_layer *L, int64_t il, int rank, in
             count++;
         }
     if (count > gs)
-        return ig_error(IG_E_USAGE, "--tp %d: layer %lld's KV head %lld has %lld query heads "
-                        "for %lld ranks (at most %lld ranks share a KV head's queries)",
-                        n_ranks, (long long)il, (long long)g, (long long)gs, (long long)count,
-                        (long long)gs);
-    int64_t at, n;
-    even(gs, rank - (int)first, (int)count, &at, &n);
-    s->kv0 = g;
-    s->n_kv = 1;
-    s->q0 = g * gs + at;
-    s->n_q = n;
+        return ig_error(IG_E_USAGE, "--tp %d: layer %lld's %s %lld has %lld %s for %lld "
+                        "ranks (at most %lld ranks share a %s's %s)", n_ranks, (long long)il,
+                        what, (long long)g, (long long)gs, readers, (long long)count,
+                        (long long)gs, what, readers);
+    even(gs, rank - (int)first, (int)count, g0, n_g);
+    *kv0 = g;
+    *n_kv = 1;
     return IG_OK;
+}
+
+/* The attention's share: query heads with the KV heads they read. */
+static int attention_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
+                           struct model_tp_layer *s)
+{
+    int64_t gs = L->n_head / L->n_head_kv, g0, n_g;
+    int st = group_share(L->n_head_kv, gs, 1, il, "KV head", "query heads", rank, n_ranks,
+                         &s->kv0, &s->n_kv, &g0, &n_g);
+    s->q0 = s->kv0 * gs + g0;
+    s->n_q = s->n_kv * n_g;
+    return st;
+}
+
+int64_t model_tp_dn_head(const struct model_layer *L, const struct model_tp_layer *s, int64_t h)
+{
+    int64_t gs = L->dn_v_heads / L->dn_k_heads;
+    if (L->dn_grouped) /* key head k's values at k * gs .. */
+        return (s->dk0 + h / s->n_dg) * gs + s->dg0 + h % s->n_dg;
+    return (s->dg0 + h / s->n_dk) * L->dn_k_heads + s->dk0 + h % s->n_dk; /* tiled */
+}
+
+/* A run of units [at, at + n) along one dimension. */
+struct seg {
+    int64_t at, n;
+};
+
+/* The units along DeltaNet dimension d (the convolution's channels, value
+ * dims, value heads) that share s holds, in the part's order, as runs merged
+ * where they meet: returns their count and writes them to segs (NULL: just
+ * counts; at most 2 x key heads + value heads). */
+static int64_t dn_segs(const struct model_layer *L, const struct model_tp_layer *s,
+                       enum tensor_dim d, struct seg *segs)
+{
+    IG_ASSERT(d == TENSOR_DIM_DN_CONV || d == TENSOR_DIM_DN_V || d == TENSOR_DIM_DN_VHEADS);
+    bool conv = d == TENSOR_DIM_DN_CONV;
+    int64_t D = d == TENSOR_DIM_DN_VHEADS ? 1 : L->dn_head_dim, nk = s->n_dk;
+    int64_t n_qk = conv ? 2 * nk : 0, v0 = conv ? 2 * L->dn_k_heads * D : 0, k = 0;
+    struct seg cur = {0, 0};
+    for (int64_t u = 0; u < n_qk + nk * s->n_dg; u++) {
+        /* the convolution's q and k channels of the key heads, then the
+         * value heads' */
+        int64_t at = u < n_qk ? (u / nk * L->dn_k_heads + s->dk0 + u % nk) * D
+                              : v0 + model_tp_dn_head(L, s, u - n_qk) * D;
+        if (cur.n && cur.at + cur.n == at) {
+            cur.n += D;
+            continue;
+        }
+        if (cur.n && segs)
+            segs[k] = cur;
+        k += cur.n > 0;
+        cur = (struct seg){at, D};
+    }
+    if (cur.n && segs)
+        segs[k] = cur;
+    return k + (cur.n > 0);
+}
+
+/* The DeltaNet share: value heads with the key heads they read, and a
+ * check that the output projection's columns split on its blocks. */
+static int deltanet_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
+                          struct model_tp_layer *s)
+{
+    /* key heads in units whose value heads' ssm_out columns are whole blocks
+     * (Q4_K's 256 are two heads of 128): a rank's runs of them then are */
+    const struct model_weight *o = &L->w[LAYER_DN_OUT];
+    int64_t b = quant_traits_of(o->type)->block_elems, unit = 1;
+    while (unit * L->dn_head_dim % b)
+        unit++;
+    int st = group_share(L->dn_k_heads, L->dn_v_heads / L->dn_k_heads, unit, il,
+                         "DeltaNet key head", "value heads", rank, n_ranks, &s->dk0, &s->n_dk,
+                         &s->dg0, &s->n_dg);
+    if (st != IG_OK)
+        return st;
+    int64_t n = dn_segs(L, s, TENSOR_DIM_DN_V, NULL);
+    struct seg *segs = malloc((size_t)n * sizeof *segs);
+    if (!segs)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    dn_segs(L, s, TENSOR_DIM_DN_V, segs);
+    for (int64_t i = 0; i < n && st == IG_OK; i++)
+        if (segs[i].at % b || segs[i].n % b)
+            st = ig_error(IG_E_USAGE, "--tp %d: layer %lld's DeltaNet output (%s, blocks of "
+                          "%lld) cannot split at rank %d's value heads (columns %lld..%lld)",
+                          n_ranks, (long long)il, quant_type_name(o->type), (long long)b, rank,
+                          (long long)segs[i].at, (long long)(segs[i].at + segs[i].n - 1));
+    free(segs);
+    return st;
 }
 
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out)
@@ -58,9 +152,9 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
         return ig_error(IG_E_USAGE, "--tp %d: expected 1..%d ranks", n_ranks,
                         MODEL_TP_MAX_RANKS);
     /* what the split below knows: attention layers with their own Q/K/V and
-     * the Llama block's additions (biases on Q/K/V, head norms, post norms) */
-    const char *unsplit = hp->has_deltanet ? "gated DeltaNet layers"
-                          : hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
+     * the Llama block's additions (biases on Q/K/V, head norms, post norms,
+     * an output gate), gated DeltaNet layers */
+    const char *unsplit = hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
                                               "their sum"
                           : hp->has_moe_shexp ? "a shared expert beside the routed ones"
                                               : NULL;
@@ -74,7 +168,9 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         struct model_tp_layer *s = &out->layers[il];
-        int st = attention_share(L, il, rank, n_ranks, s);
+        bool rec = L->mixer == LAYER_MIXER_DELTANET;
+        int st = rec ? deltanet_share(L, il, rank, n_ranks, s)
+                    : attention_share(L, il, rank, n_ranks, s);
         if (st != IG_OK) {
             model_tp_part_free(out);
             return st;
@@ -88,11 +184,12 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
                             "which split otherwise", n_ranks, (long long)il,
                             (long long)L->kv_source);
         }
-        /* wo's columns start at the rank's first query head: on a block */
+        /* wo's columns start at the rank's first query head: on a block
+         * (a DeltaNet layer has no wo: its output's split is checked above) */
         const struct quant_traits *wo = quant_traits_of(L->w[LAYER_WO].type);
         const struct quant_traits *dn = quant_traits_of(L->w[LAYER_FFN_DOWN].type);
         int64_t bo = wo->block_elems, bd = dn->block_elems;
-        if ((s->q0 * L->head_dim) % bo || (s->n_q * L->head_dim) % bo) {
+        if (!rec && ((s->q0 * L->head_dim) % bo || (s->n_q * L->head_dim) % bo)) {
             model_tp_part_free(out);
             return ig_error(IG_E_USAGE, "--tp %d: layer %lld's attention output (%s, blocks of "
                             "%lld) cannot split at rank %d's heads %lld..%lld of %lld values",
@@ -150,10 +247,10 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
                       enum tensor_dim d, int64_t *at, int64_t *n)
 {
     switch (d) {
-    case TENSOR_DIM_Q_ROWS: /* q_proj's rows: the query heads' without an output gate
-                               (model_tp_part refuses gated attention) */
-        IG_ASSERT(!L->attn_gate);
-        /* fall through */
+    case TENSOR_DIM_Q_ROWS: /* q_proj's rows: each head's query, then its output gate */
+        *at = s->q0 * L->head_dim * (L->attn_gate ? 2 : 1);
+        *n = s->n_q * L->head_dim * (L->attn_gate ? 2 : 1);
+        return;
     case TENSOR_DIM_Q:
         *at = s->q0 * L->head_dim, *n = s->n_q * L->head_dim;
         return;
@@ -239,6 +336,58 @@ static int cols_of(const struct model_weight *w, int64_t c0, int64_t n, struct m
     return IG_OK;
 }
 
+/* Share t's rows of w, table row `row`'s weight of DeltaNet layer L (where
+ * its rows are per head), else its columns (A and dt's entries, ssm_out's
+ * inputs), gathered in the part's order: a copy into *copy (owned by the
+ * caller), or copy NULL: the shape alone (data NULL). */
+static int dn_gather(const struct model_layer *L, const struct model_tp_layer *t,
+                     const struct model_tensor *row, const struct model_weight *w,
+                     struct model_weight *out, void **copy)
+{
+    bool by_rows = row->rows != TENSOR_DIM_ONE && row->rows != TENSOR_DIM_EMBD;
+    enum tensor_dim d = by_rows ? row->rows : row->cols;
+    int64_t n_seg = dn_segs(L, t, d, NULL), n = 0;
+    struct seg *segs = malloc((size_t)n_seg * sizeof *segs);
+    if (!segs)
+        return ig_error(IG_E_NOMEM, "out of memory");
+    dn_segs(L, t, d, segs);
+    for (int64_t i = 0; i < n_seg; i++)
+        n += segs[i].n;
+    *out = *w;
+    if (by_rows)
+        out->rows = n;
+    else {
+        out->cols = n;
+        out->row_bytes = cols_bytes(w, n);
+    }
+    size_t bytes = (size_t)out->rows * out->row_bytes;
+    char *buf = copy ? malloc(bytes ? bytes : 1) : NULL;
+    out->data = buf;
+    if (!copy) {
+        free(segs);
+        return IG_OK;
+    }
+    if (!buf) {
+        free(segs);
+        return ig_error(IG_E_NOMEM, "out of memory for a %lld x %lld part of a weight",
+                        (long long)out->rows, (long long)out->cols);
+    }
+    const char *src = w->data;
+    char *at = buf;
+    for (int64_t r = 0; r < (by_rows ? 1 : w->rows); r++)
+        for (int64_t i = 0; i < n_seg; i++) {
+            size_t b = by_rows ? (size_t)segs[i].n * w->row_bytes : cols_bytes(w, segs[i].n);
+            size_t off = by_rows ? (size_t)segs[i].at * w->row_bytes
+                                 : (size_t)r * w->row_bytes +
+                                       quant_row_bytes(w->type, segs[i].at);
+            memcpy(at, src + off, b);
+            at += b;
+        }
+    free(segs);
+    *copy = buf;
+    return IG_OK;
+}
+
 void model_tp_shard_free(struct model *shard)
 {
     if (!shard)
@@ -265,7 +414,9 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
     s->m.gguf = NULL; /* m's: read through m */
     s->m.hf = NULL;
     s->m.layers = malloc((size_t)hp->n_layer * sizeof *s->m.layers);
-    s->copies = calloc((size_t)hp->n_layer * 2, sizeof *s->copies);
+    /* copies: a layer's wo and down, or a DeltaNet layer's eight gathered
+     * weights and down */
+    s->copies = calloc((size_t)hp->n_layer * 9, sizeof *s->copies);
     if (!s->m.layers || !s->copies) {
         model_tp_shard_free(&s->m);
         return ig_error(IG_E_NOMEM, "out of memory");
@@ -291,6 +442,8 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
         S->n_head_kv = t->n_kv;
         S->n_ff = t->n_ff;
         S->expert0 = t->e0;
+        S->dn_k_heads = t->n_dk;
+        S->dn_v_heads = t->n_dk * t->n_dg;
         struct model_tensor_it it;
         model_tensors_begin_layer(&it, m, il, MODEL_TENSORS_LAYERS);
         while (model_tensors_next(&it)) {
@@ -315,6 +468,13 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
                 s->n_copies++;
             } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
                 *o = experts_of(w, t->e0, t->n_e);
+            } else if (it.t->split == TENSOR_SPLIT_HEADS_GATHERED) {
+                int st = dn_gather(L, t, it.t, w, o, copies ? &s->copies[s->n_copies] : NULL);
+                if (st != IG_OK) {
+                    model_tp_shard_free(&s->m);
+                    return st;
+                }
+                s->n_copies++;
             } else if (p->rank != 0) { /* TENSOR_SPLIT_ONCE */
                 *o = (struct model_weight){0};
             }
@@ -348,6 +508,10 @@ size_t model_tp_part_bytes(const struct model *m, const struct model_tp_part *p)
             bytes += (size_t)w->rows * cols_bytes(w, n);
         } else if (it.t->split == TENSOR_SPLIT_EXPERTS) {
             bytes += (size_t)t->n_e * (size_t)w->rows * w->row_bytes;
+        } else if (it.t->split == TENSOR_SPLIT_HEADS_GATHERED) {
+            struct model_weight part;
+            if (dn_gather(L, t, it.t, w, &part, NULL) == IG_OK)
+                bytes += (size_t)part.rows * part.row_bytes;
         } else if (it.t->split == TENSOR_SPLIT_ONCE && p->rank == 0) {
             bytes += model_weight_size(w);
         }

@@ -16,6 +16,16 @@
  * projection's type) and vocabulary rows that do not divide are split as
  * evenly as they go, lower ranks taking one more.
  *
+ * A gated DeltaNet layer splits the same way by its heads: a rank's value
+ * heads with the key heads they read (replicated where fewer than ranks),
+ * its rows of q|k|v, z, beta and alpha, its channels of the convolution
+ * (weights and state), its entries of A and dt, its columns of the output
+ * projection; the gated norm's weight (one per head dim) on every rank.
+ * A rank's value heads are not contiguous in the converter's tiled order,
+ * so those weights are gathered copies, the part's heads again tiled
+ * (model_tp_dn_head). Key heads split in units whose output projection's
+ * columns are whole blocks of its type (Q4_K: two heads of 128).
+ *
  * A rank's part (model_tp_shard) is a struct model whose layers have the
  * rank's heads, KV heads and FFN width and whose weights are those parts:
  * row ranges point into the mapped file (nothing else of it is read), the
@@ -38,6 +48,12 @@ struct model_tp_layer {
     int64_t kv0, n_kv; /* the KV heads they read */
     int64_t ff0, n_ff; /* FFN columns (a mixture of experts: each expert's, all of them) */
     int64_t e0, n_e;   /* a mixture of experts: whole experts [e0, e0 + n_e) */
+    /* a gated DeltaNet layer: key heads [dk0, dk0 + n_dk) and of each key
+     * head's group of value heads those [dg0, dg0 + n_dg) (the whole group
+     * where there are at least as many key heads as ranks; else a key head
+     * is replicated on the ranks that share its group); zeros elsewhere */
+    int64_t dk0, n_dk;
+    int64_t dg0, n_dg;
 };
 
 /* One rank's share of a model. */
@@ -53,6 +69,12 @@ struct model_tp_part {
  * IG_E_NOMEM. Free with model_tp_part_free. */
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out);
 void model_tp_part_free(struct model_tp_part *p);
+
+/* The whole layer's value head that value head h of share s of DeltaNet
+ * layer L is (the part numbers its heads in L's order, tiled or grouped,
+ * over its own key heads). */
+int64_t model_tp_dn_head(const struct model_layer *L, const struct model_tp_layer *s,
+                         int64_t h);
 
 /* Rows of a table looked up by token id (token_embd, Gemma 4's per-layer
  * table) part p holds from row p->v0 on: its vocabulary rows, the last

@@ -3,7 +3,10 @@
 Gemma 3 270M; a batch of 16 requests (SmolLM2) request by request; saved
 caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
 3; saved by one process, loaded at 2), each continuation's text equal;
-`info --tp N`; and the failures: --tp without mpirun (how to launch, exit
+`info --tp N`; Qwen3.5's gated DeltaNet (bench/random_gguf.py's qwen35 tiny, Q8_0,
+with SmolLM2's vocabulary): run's text at 1 and 3 ranks, caches with the
+DeltaNet state saved at 3 loaded at 1 and saved at 1 loaded at 2, a batch of
+8 at 1 and 3, `info --tp 3 --json`'s DeltaNet heads and state bytes; and the failures: --tp without mpirun (how to launch, exit
 2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
 (IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
 (exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
@@ -132,6 +136,70 @@ def caches(mpirun, tmp):
         got = loaded(n, f)
         check(got == want, f"cache saved at {2 if f == saved[2] else 1} rank(s), loaded at "
               f"{n}: {got!r} != {want!r}")
+
+
+def hybrid(mpirun, tmp):
+    """Qwen3.5's DeltaNet layers split by heads, on a tiny random qwen35: run's
+    text at 1 and 3 ranks, each saving its cache (at 3 the replicated key
+    heads' state sent once), the one of 3 loaded at 1 and the one of 1 at 2,
+    each continuation's text equal; a batch of 8 at 1 and 3. The runs side by
+    side (a launch mostly waits on mpirun's start)."""
+    if not os.path.exists(model_path()):
+        return
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    path = os.path.join(tmp, "qwen35v.gguf")
+    random_gguf.write(path, "tiny", "Q8_0", 3, "qwen35", vocab_from=model_path())
+    many = 2 if sanitized() else 3
+    saved = {n: os.path.join(tmp, f"q35_{n}.kv") for n in (1, many)}
+    words = ["red", "seven", "river", "Paris", "code", "music", "winter", "apple"]
+    f = os.path.join(tmp, "q35reqs.jsonl")
+    with open(f, "w") as out:
+        out.write("".join(json.dumps({"id": i, "prompt": f"Write about {w} number {i}:",
+                                      "n_predict": 3 + i % 5, "temperature": 0}) + "\n"
+                          for i, w in enumerate(words)))
+    bargs = ["batch", "-m", path, "--exact", "-t", "1", "-P", "4", "-b", "32", "--ordered",
+             "-f", f]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        texts = {n: pool.submit(run, mpirun, n, gen(path, "The sky over the sea is", 12,
+                                                    "--save-kv", saved[n])) for n in saved}
+        batches = {n: pool.submit(run, mpirun, n, bargs) for n in (1, many)}
+        for n, t in texts.items():
+            r = t.result()
+            check(r.returncode == 0 and r.stdout, f"qwen35, {n} ranks: exit {r.returncode}: "
+                  f"{r.stderr[-300:]}")
+        one, tp = texts[1].result().stdout, texts[many].result().stdout
+        check(tp == one, f"qwen35, {many} ranks: text {tp!r} != one process's {one!r}")
+        cont = gen(path, " and the grass", 10)
+        loads = {(1, saved[many]): None, (2, saved[1]): None}
+        for n, f in loads:
+            loads[(n, f)] = pool.submit(run, mpirun, n, cont + ["--load-kv", f])
+        got = {}
+        for n, b in batches.items():
+            r = b.result()
+            check(r.returncode == 0, f"qwen35 batch, {n} ranks: {r.stderr[-300:]}")
+            got[n] = [(o["id"], o["text"], o["stop"], o["tokens"])
+                      for o in map(json.loads, r.stdout.decode().splitlines())]
+        check(len(got[1]) == 8 and got[many] == got[1], f"qwen35 batch, {many} ranks: "
+              f"{got[many][:2]} != one process's {got[1][:2]}")
+        (a, b) = [x.result() for x in loads.values()]
+        check(a.returncode == 0 and a.stdout and b.stdout == a.stdout,
+              f"qwen35: the cache of {many} ranks loaded at 1: {a.stdout!r}, the cache of 1 "
+              f"loaded at 2: {b.stdout!r}: {a.stderr[-300:]} {b.stderr[-300:]}")
+    # info: every value head on one rank, each rank's state its heads' (the key heads'
+    # channels replicated), less than the whole's
+    r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "3", "--json"],
+                       capture_output=True, env=sanitizer_env(), text=True, timeout=LIMIT)
+    d = json.loads(r.stdout) if r.returncode == 0 else {}
+    whole = sum(g["bytes_per_sequence"] for g in d.get("kv_groups", []))
+    parts = d.get("tensor_parallel", {}).get("parts", [])
+    heads = [(p.get("deltanet_key_heads"), p.get("deltanet_value_heads_per_key_head"))
+             for p in parts]
+    state = [p.get("state_bytes_per_sequence", 0) for p in parts]
+    check(heads == [([0, 0], 1), ([0, 0], 1), ([1, 1], 2)] and all(0 < b < whole for b in state)
+          and whole < sum(state) < 1.1 * whole, f"qwen35 info --tp 3 --json: heads {heads}, "
+          f"state {state} of {whole}: {r.stderr[-300:]}")
 
 
 def one_line(stderr, *words):
@@ -249,11 +317,12 @@ def info():
 
 def unsplit(tmp):
     """Layer kinds the split does not know yet are refused in one line, exit 2:
-    a hybrid's DeltaNet layers, Gemma 4's MoE (a dense MLP beside the experts)."""
+    qwen35moe's shared expert, Gemma 4's MoE (a dense MLP beside the experts);
+    and a DeltaNet output that does not split on its blocks."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
-    for arch, shape, what in (("qwen35", "tiny", "gated DeltaNet"),
+    for arch, shape, what in (("qwen35moe", "tiny", "shared expert"),
                               ("gemma4", "moe-tiny", "dense MLP beside the experts")):
         path = os.path.join(tmp, f"{arch}.gguf")
         random_gguf.write(path, shape, "F16", 1, arch)
@@ -264,6 +333,16 @@ def unsplit(tmp):
               and what in lines[0] and not r.stdout,
               f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}, stdout "
               f"{r.stdout[:80]!r}")
+    # a DeltaNet whose value heads' ssm_out columns are not whole blocks at the ranks'
+    # split: qwen35 tiny's heads of 64 in Q4_K's blocks of 256 (2 key heads: no units of 4)
+    path = os.path.join(tmp, "qwen35q4k.gguf")
+    random_gguf.write(path, "tiny", "Q4_K_M", 1, "qwen35")
+    r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "2"], capture_output=True,
+                       env=sanitizer_env(), text=True, timeout=LIMIT)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and "DeltaNet output (Q4_K, blocks of 256) "
+          "cannot split" in lines[0] and not r.stdout,
+          f"qwen35 Q4_K_M info --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
 
 
 def main():
@@ -271,6 +350,7 @@ def main():
     tmp = tempfile.mkdtemp()
     for name, fn in (("texts", lambda: texts(mpirun)), ("batch", lambda: batch(mpirun, tmp)),
                      ("caches", lambda: caches(mpirun, tmp)),
+                     ("hybrid", lambda: hybrid(mpirun, tmp)),
                      ("failures", lambda: failures(mpirun, tmp)), ("info", info),
                      ("unsplit", lambda: unsplit(tmp))):
         t = time.time()

@@ -8,7 +8,11 @@ experts split across the ranks; gpt-oss's sinks, output bias and experts' biases
 gemma4's shared KV and per-layer embeddings, whose table splits by vocabulary rows:
 the prompt's tokens fall in every rank's rows, each rank's pages of the table
 (IGNITE_TP_STATS) at most 1/N of it and the 64 KiB the kernel maps around a
-fault at either end, `info --tp N --json`'s per_layer_embd_bytes its rows').
+fault at either end, `info --tp N --json`'s per_layer_embd_bytes its rows';
+qwen35's gated DeltaNet layers split by heads (2 key / 4 value heads: at 3
+ranks a key head replicated on two ranks, one of its value heads each) and
+its gated attention, a prompt of 84 crossing the chunked form's chunk of 64; the same
+weights as a Hugging Face folder, its value heads in the grouped order).
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -134,6 +138,20 @@ def main():
     p = os.path.join(tmp, "gemma4.gguf")
     random_gguf.write(p, "tiny", "F16", 3, "gemma4")
     cases.append((GEMMA4, p, list(range(4, 1024, 14)), 7, 5))
+    # qwen35: each rank's value heads (tiled: not contiguous) with their key heads, their
+    # rows of q|k|v, z, beta, alpha, channels of the convolution and its state, A and dt,
+    # ssm_out's columns; the attention's q_proj rows with each head's output gate
+    p = os.path.join(tmp, "qwen35.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "qwen35")
+    cases.append(("qwen35 gated DeltaNet", p, list(range(3, 1000, 12)), 16, 5))
+    # the same weights as a Hugging Face folder: the value heads in the checkpoint's grouped
+    # order (a rank's part grouped again, models/tp.c's model_tp_dn_head)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+    from test_hf_qwen35 import write_folder
+    folder = os.path.join(tmp, "qwen35-folder")
+    write_folder(folder, p, "qwen35", random_gguf.qwen35.SHAPES["tiny"])
+    cases.append(("qwen35 folder, grouped value heads", folder, list(range(3, 1000, 12)), 16,
+                  5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
@@ -183,6 +201,10 @@ def ple_info(path):
 
 
 def vocab_of(path):
+    if os.path.isdir(path):  # a Hugging Face folder
+        with open(os.path.join(path, "config.json")) as f:
+            c = json.load(f)
+        return c.get("text_config", c)["vocab_size"]
     r = gguf.GGUFReader(path)
     for t in r.tensors:
         if t.name == "token_embd.weight":
