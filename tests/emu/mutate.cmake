@@ -191,8 +191,9 @@ string(REPLACE "int IG_DEV(prefill_attn_ws)(" "int prefill_attn_ws_emu_${MUTANT}
 # (IG_ATTN_BUILT, prefill/flash_tiles.cuh): a fraction of the compile of every
 # variant. A variant left out is refused at launch, which the test's checks
 # of each mutant's error or result would show.
-if(IN MATCHES "_ws\\.cu$")
+if(IN MATCHES "_ws\\.cu$") # and head dim 64 in bf16 alone (IG_ATTN_BUILT_HD): a quarter of the compile
   set(built "(v) == PREFILL_ATTN_WS128N128")
+  set(src "#define IG_ATTN_BUILT_HD(hd, bf16) ((hd) == 64 && (bf16))\n${src}")
 elseif(IN MATCHES "_wgmma\\.cu$")
   set(built "(v) == PREFILL_ATTN_WG128N64 || (v) == PREFILL_ATTN_WG128N64S3")
 elseif(MUTANT STREQUAL "half_head")
