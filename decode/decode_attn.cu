@@ -554,6 +554,14 @@ __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_at
         quantize_o<HD>(p, seq, 1, [&](int) { return r; }, [&](int) { return h; });
 }
 
+/* A copy built for one test may leave head dims or the quantized pool's
+ * kernels out (tests/emu/mutate.cmake's dec_* copies build what
+ * test_decode_attn_mutants runs: a fraction of the compile); what is left
+ * out is refused at launch. */
+#ifndef IG_DECODE_BUILT
+#define IG_DECODE_BUILT(hd, quant) true
+#endif
+
 template <int HD, int GM>
 int launch(const decode_attn_params &p, cudaStream_t stream)
 {
@@ -564,12 +572,15 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
     /* hd 512: 2 rows a lane a stage (4 would take 64 KB of static shared memory) */
     constexpr int U = HD > 256 ? 2 : kRowsPerLane;
     const bool quant = p.k_dtype != KVQ_F16 || p.v_dtype != KVQ_F16;
+    constexpr bool QB = IG_DECODE_BUILT(HD, true); /* quantized kernels built */
+    if (quant && !QB)
+        return ig_error(IG_E_INTERNAL, "decode attention: no quantized pool at hd %d here", HD);
     if (p.tickets) {
-        auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, true>
+        auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, QB>
                             : decode_attn_split_kernel<HD, GM, U, true>;
         return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
-    auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, true>
+    auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, QB>
                         : decode_attn_split_kernel<HD, GM, U, false>;
     int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
@@ -583,13 +594,17 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
 template <int HD>
 int launch_hd(const decode_attn_params &p, cudaStream_t stream)
 {
-    switch (decode_attn_block_pairs(&p)) {
-    case 1:
-        return launch<HD, 1>(p, stream);
-    case 2:
-        return launch<HD, 2>(p, stream);
-    default: /* hd 512 never gets here (decode_attn_block_pairs): no block of 8 built */
-        return launch<HD, (HD > 256 ? 2 : 8)>(p, stream);
+    if constexpr (!IG_DECODE_BUILT(HD, false)) {
+        return ig_error(IG_E_INTERNAL, "decode attention: hd %d not built here", HD);
+    } else {
+        switch (decode_attn_block_pairs(&p)) {
+        case 1:
+            return launch<HD, 1>(p, stream);
+        case 2:
+            return launch<HD, 2>(p, stream);
+        default: /* hd 512 never gets here (decode_attn_block_pairs): no block of 8 built */
+            return launch<HD, (HD > 256 ? 2 : 8)>(p, stream);
+        }
     }
 }
 

@@ -34,6 +34,11 @@ namespace {
 #ifndef IG_ATTN_BUILT
 #define IG_ATTN_BUILT(variant) true
 #endif
+/* Likewise the head dims and element types (bf16: true, f16: false) a copy
+ * builds (for_type_and_head_dim); every one in a build of the sources. */
+#ifndef IG_ATTN_BUILT_HD
+#define IG_ATTN_BUILT_HD(head_dim, bf16) true
+#endif
 
 /* The variant table as compile-time constants: variant<V>::block_m etc. */
 template <int V> struct variant;
@@ -407,23 +412,36 @@ template <int V, class Launch>
 int for_type_and_head_dim(const prefill_attn_params &p, Launch &&launch)
 {
     const bool bf16 = p.dtype == PREFILL_ATTN_BF16;
-    if constexpr ((variant<V>::head_dims & 1) != 0)
-        if (p.head_dim == 64)
-            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 64>{})
-                        : launch(ig_f16_t{}, std::integral_constant<int, 64>{});
-    if constexpr ((variant<V>::head_dims & 2) != 0)
-        if (p.head_dim == 128)
-            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 128>{})
-                        : launch(ig_f16_t{}, std::integral_constant<int, 128>{});
-    if constexpr ((variant<V>::head_dims & 4) != 0)
-        if (p.head_dim == 256)
-            return bf16 ? launch(ig_bf16_t{}, std::integral_constant<int, 256>{})
-                        : launch(ig_f16_t{}, std::integral_constant<int, 256>{});
-    if constexpr ((variant<V>::head_dims & 8) != 0) /* f16 only (the chooser's rule) */
+    if constexpr ((variant<V>::head_dims & 1) != 0) {
+        if constexpr (IG_ATTN_BUILT_HD(64, true))
+            if (p.head_dim == 64 && bf16)
+                return launch(ig_bf16_t{}, std::integral_constant<int, 64>{});
+        if constexpr (IG_ATTN_BUILT_HD(64, false))
+            if (p.head_dim == 64 && !bf16)
+                return launch(ig_f16_t{}, std::integral_constant<int, 64>{});
+    }
+    if constexpr ((variant<V>::head_dims & 2) != 0) {
+        if constexpr (IG_ATTN_BUILT_HD(128, true))
+            if (p.head_dim == 128 && bf16)
+                return launch(ig_bf16_t{}, std::integral_constant<int, 128>{});
+        if constexpr (IG_ATTN_BUILT_HD(128, false))
+            if (p.head_dim == 128 && !bf16)
+                return launch(ig_f16_t{}, std::integral_constant<int, 128>{});
+    }
+    if constexpr ((variant<V>::head_dims & 4) != 0) {
+        if constexpr (IG_ATTN_BUILT_HD(256, true))
+            if (p.head_dim == 256 && bf16)
+                return launch(ig_bf16_t{}, std::integral_constant<int, 256>{});
+        if constexpr (IG_ATTN_BUILT_HD(256, false))
+            if (p.head_dim == 256 && !bf16)
+                return launch(ig_f16_t{}, std::integral_constant<int, 256>{});
+    }
+    if constexpr ((variant<V>::head_dims & 8) != 0 && /* f16 only (the chooser's rule) */
+                  IG_ATTN_BUILT_HD(512, false))
         if (p.head_dim == 512 && !bf16)
             return launch(ig_f16_t{}, std::integral_constant<int, 512>{});
-    return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld",
-                    prefill_attn_variant_name(V), (long long)p.head_dim);
+    return ig_error(IG_E_INTERNAL, "flash attention: variant %s not built for head_dim %lld (%s)",
+                    prefill_attn_variant_name(V), (long long)p.head_dim, bf16 ? "bf16" : "f16");
 }
 
 /* Blocks a query tile and head: head dim 512 splits O's columns in two

@@ -85,6 +85,20 @@ static int via_tile(const struct prefill_attn_params *p, void *stream)
     return st ? st : F(p, &t, stream);
 }
 
+/* fn(p) on the emulator. A call that launched nothing (a copy built
+ * without p's variant, head dim or type: mutate.cmake's IG_ATTN_BUILT,
+ * IG_ATTN_BUILT_HD) would leave the last launch's fault for the checks
+ * to read as its own: it fails here. */
+static int launched(int (*fn)(const struct prefill_attn_params *, void *),
+                  const struct prefill_attn_params *p)
+{
+    const uint64_t before = ig_emu_launches();
+    const int rc = fn(p, NULL);
+    CHECKF(ig_emu_launches() > before, "%s, head dim %lld: nothing launched (not built?)",
+           prefill_attn_variant_name(p->variant), (long long)p->head_dim);
+    return rc;
+}
+
 /* Runs a mutant on a case long enough (3+ K/V tiles, full and partial, from
  * the cache and from the chunk) for each bug to bite, on the given variant
  * (AUTO: the default one for the head dim, pinned so the environment cannot
@@ -105,7 +119,7 @@ static int run(int (*fn)(const struct prefill_attn_params *, void *), double *er
     struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
     p.variant = variant == PREFILL_ATTN_AUTO ? PREFILL_ATTN_DEFAULT_VARIANT(hd) : variant;
     ig_emu_set_quiet(1);
-    int rc = fn(&p, NULL);
+    int rc = launched(fn, &p);
     ig_emu_set_quiet(0);
     if (err) {
         struct attn_ref r;
@@ -141,7 +155,7 @@ static int run_varlen(int (*fn)(const struct prefill_attn_params *, void *), dou
         attn_varlen_params(&vl, c->qkv, c->kc, c->vc, c->o, c->lse, vl.seqs, vl.tables);
     p.variant = variant;
     ig_emu_set_quiet(1);
-    int rc = fn(&p, NULL);
+    int rc = launched(fn, &p);
     ig_emu_set_quiet(0);
     if (bad)
         *bad = rc == 0 ? attn_varlen_check_memory(&vl, c->o, c->lse, c->kc, c->vc, "mutant") : 0;
@@ -190,7 +204,7 @@ static int run_sched(int (*fn)(const struct prefill_attn_params *, void *), doub
     for (int launch = 0; launch < 2 && rc == 0; launch++) {
         memcpy(c.o, o0, o_bytes);
         memcpy(c.lse, lse0, lse_bytes);
-        rc = fn(&p, NULL);
+        rc = launched(fn, &p);
         struct attn_err e;
         attn_errors(&c, &r, c.o, c.lse, &e);
         *err = fmax(*err, e.o_max / r.naive); /* a NaN left: infinite (attn_errors) */
