@@ -392,8 +392,11 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
         st = ig_error(IG_E_USAGE, "a %s KV cache on cuda: %s shares KV between layers, which "
                       "the quantized pool does not take yet (use f16)",
                       kv_dtype_name(kt != KV_F16 ? kt : vt), m->path);
-    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
-        (st = check_memory(g)) == IG_OK) {
+    struct kv_memory *with_ckpt = NULL; /* the CPU's: no checkpoints here yet (docs/gpu.md) */
+    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &with_ckpt)) == IG_OK)
+        st = kv_memory_without_ckpt(with_ckpt, &g->base.kv_mem);
+    kv_memory_free(with_ckpt);
+    if (st == IG_OK && (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
         st = IG_DEV(dev_open)(o->device.index, &g->dev);
     }
