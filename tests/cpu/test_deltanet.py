@@ -13,8 +13,10 @@ Q4_K_M.
 - Int8 path (Q4_K_M): NMSE <= 1e-3, relative <= 4e-2, the same top token.
 - Cuts (exact path; Q4_K_M also int8): the prompt in steps of 64, of 37, 50 and
   64+13, of 7, of 100 rows and one row a step gives the whole prompt's
-  DeltaNet states and logits bit for bit (a step ending inside a chunk
-  keeps a checkpoint; the next runs the chunk again whole); with
+  DeltaNet states and every prompt row's and decode step's logits bit for
+  bit (a step ending inside a chunk keeps a checkpoint; the next runs the
+  chunk again whole; a partial chunk's outputs are its rows' bits in the
+  whole chunk); with
   IGNITE_DELTANET=recurrent (every row of the 150-row step by the
   recurrent step) within 2e-5 relative (float32 sums in another order),
   the same greedy tokens.
@@ -106,15 +108,14 @@ def int8_against_reference(tool, path, name, ref, prompt, fixed, tmp):
 
 def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
     """The prompt in steps of any size gives the whole prompt's state (-s:
-    every DeltaNet layer's, after the prompt) and logits bit for bit, on
-    the exact and the int8 path: a step that ends inside a 64-row chunk
+    every DeltaNet layer's, after the prompt) and logits of every prompt row
+    (-a) and decode step bit for bit: a step that ends inside a 64-row chunk
     keeps a checkpoint, and the next runs that chunk again whole from it
     (backend/cpu_deltanet.c). The cut chunk's rows keep the outputs their
-    first step gave them (the next step does not write them), and those
-    rows' outputs feed the layers after (the attention's K/V, the next
-    DeltaNet layer's input), so equal logits also say a partial chunk's
-    outputs are its rows' bits in the whole chunk. Without the checkpoint
-    (the next step going on from the cut state) cuts of 37 rows differed.
+    first step gave them (the next step does not write them): each row's
+    logits equal to the whole prompt's say a partial chunk's outputs are
+    its rows' bits in the whole chunk. Without the checkpoint (the next
+    step going on from the cut state) every cut but 64 differed.
     `paths`: True the exact path, False the int8 one (on F16 weights the
     int8 path's products depend on a step's row count under 32 rows, in a
     dense llama file too: not the DeltaNet's, so the Q4_K_M file's only)."""
@@ -123,7 +124,7 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
         path_name = "exact" if exact else "int8"
         st0 = os.path.join(tmp, "s0.bin")
         base, gb, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c0.bin"),
-                           exact=exact, opts=["-s", st0])
+                           exact=exact, opts=["-s", st0, "-a"])
         state = np.fromfile(st0, dtype=np.uint8)
         cases = [("steps of 64 rows", ["-c", "64"]),
                  # one thread: the convolution's items 128 channels wide where
@@ -136,11 +137,14 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
         for label, opts in cases:
             st1 = os.path.join(tmp, "s1.bin")
             lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"),
-                            exact=exact, opts=[*opts, "-s", st1])
+                            exact=exact, opts=[*opts, "-s", st1, "-a"])
             same_state = np.array_equal(np.fromfile(st1, dtype=np.uint8), state)
             if not np.array_equal(lg, base) or g != gb or not same_state:
+                vocab = randgguf_qwen35.SHAPES["tiny"]["vocab"]
+                row = int(np.argmax(lg != base)) // vocab if lg.shape == base.shape else -1
                 print(f"FAIL {name}, {path_name}: {label}: logits differ from the whole prompt's "
-                      f"by {np.abs(lg - base).max():.3e}, states {'equal' if same_state else 'differ'}, "
+                      f"by {np.abs(lg - base).max():.3e} (first in row {row}), states "
+                      f"{'equal' if same_state else 'differ'}, "
                       f"greedy {g} vs {gb}: every cut must give the same bits")
                 ok = False
     # the recurrent form on every row: other sums, within rounding
@@ -153,7 +157,7 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
               f"form (> {CHUNK_BOUND:.0e}?), greedy {g} vs {gb}")
         ok = False
     print(f"{'ok' if ok else 'FAILED':6} {name}: steps of 64, 37/50/77, 7, 100 and 1 rows and "
-          f"one thread = the whole prompt bit for bit (state and logits, "
+          f"one thread = the whole prompt bit for bit (states, every row's logits, "
           f"{'exact and int8' if len(paths) > 1 else 'exact'}); the recurrent form within "
           f"{worst:.2e} relative, the same greedy tokens")
     return ok
