@@ -388,7 +388,7 @@ struct dn_rows {
     int64_t os;
 };
 
-/* Rows [0, c) of head h as one chunk (c <= DN_CHUNK), from and into S; the
+/* Rows [0, c) of one head as one chunk (c <= DN_CHUNK), from and into S; the
  * outputs of rows [p0, c) only (the rows before p0 were a prompt's rows of
  * an earlier step, run again from its checkpoint for the state: each
  * output row's operations are the same whatever c and p0, so its bits are
