@@ -21,7 +21,10 @@
  * makes the chunk's corrections at once, and the state is carried from one
  * chunk to the next: the Gated DeltaNet paper's form, transformers'
  * torch_chunk_gated_delta_rule); a decode row (one row of its sequence) the
- * recurrent step. Then o's RMSNorm per head times the norm weight (as
+ * recurrent step (a prompt's rows, however few, the chunked form; a
+ * prompt cut inside a chunk keeps a checkpoint and runs that chunk again
+ * whole in its next step: "the checkpoint" below). Then o's RMSNorm per
+ * head times the norm weight (as
  * stored: the converter does not widen it) times silu(z), and ssm_out into
  * proj. A sequence whose rows start at position 0 starts from a zero state.
  *
@@ -46,6 +49,7 @@
 /* Rows of a chunk of the chunked form (flash-linear-attention's and
  * llama.cpp's 64; the engine's prompt cuts fall on its multiples). */
 #define DN_CHUNK BACKEND_STATE_CHUNK
+_Static_assert(DN_CHUNK == KV_DELTANET_CHUNK, "the checkpoint holds a chunk's rows");
 
 /* What every job of a layer's step reads. */
 struct dn_job {
@@ -57,6 +61,7 @@ struct dn_job {
     int64_t conv_w;              /* channels of a convolution item (conv_width) */
     float *qkv, *z, *beta, *g, *out; /* [n, C], [n, Hv*D], [n, Hv], [n, Hv], [n, Hv*D] */
     bool recurrent;              /* every row by the recurrent step */
+    bool ckpt;                   /* the store keeps checkpoints (kv_deltanet_ckpt_bytes) */
     bool grouped;                /* value heads grouped by key head (struct model_layer) */
 };
 
@@ -372,13 +377,28 @@ static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, flo
         axpy(o, q[i], S + i * D, D);
 }
 
-/* Rows [t0, t0 + c) of head h as one chunk (c <= DN_CHUNK), from and into S.
- * sc: the thread's scratch of dn_scratch_floats. */
+/* A chunk's rows of one head as chunk_rows reads them: row i's q at
+ * q + (i - p0) qs (rows from p0 on), its k at k + i ks, v at v + i vs, its
+ * decay and beta at g[i gs], beta[i gs]; row i's output goes to
+ * o + (i - p0) os. */
+struct dn_rows {
+    const float *q, *k, *v, *g, *beta;
+    int64_t qs, ks, vs, gs;
+    float *o;
+    int64_t os;
+};
+
+/* Rows [0, c) of one head as one chunk (c <= DN_CHUNK), from and into S; the
+ * outputs of rows [p0, c) only (the rows before p0 were a prompt's rows of
+ * an earlier step, run again from its checkpoint for the state: each
+ * output row's operations are the same whatever c and p0, so its bits are
+ * those of the whole chunk; tests/cpu/test_deltanet.py). sc: the thread's
+ * scratch of dn_scratch_floats. */
 OPS_SIMD_CLONES_V4
-static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, int64_t h,
-                       float *sc)
+static void chunk_rows(const struct dn_job *j, float *S, const struct dn_rows *r, int64_t c,
+                       int64_t p0, float *sc)
 {
-    int64_t D = j->D, kh = key_head(j, h), Hv = j->Hv;
+    int64_t D = j->D;
     float *G = sc;                      /* [c] cumulative log decay */
     float *T = G + DN_CHUNK;            /* [c, c] (I + lower)^-1, then q.k decay */
     float *U = T + DN_CHUNK * DN_CHUNK; /* [c, D] T (beta v), then v_new */
@@ -389,19 +409,19 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     float *KC = E + DN_CHUNK * DN_CHUNK; /* [c, D] the chunk's keys, side by side */
     float acc = 0;
     for (int64_t i = 0; i < c; i++) {
-        acc += j->g[(t0 + i) * Hv + h];
+        acc += r->g[i * r->gs];
         G[i] = acc;
     }
     /* the keys, read c times each below, copied out of their rows C floats
      * apart: a multiple of 4 KiB there, all c of them fell in the same few
      * L1 sets and evicted each other */
     for (int64_t m = 0; m < c; m++)
-        memcpy(KC + m * D, KROW(j, t0 + m, kh), (size_t)D * sizeof *KC);
+        memcpy(KC + m * D, r->k + m * r->ks, (size_t)D * sizeof *KC);
     /* T = (I - M)^-1 by forward substitution, M[i][m] = -beta_i k_i.k_m
      * e^(G_i - G_m) for m < i (transformers' loop over the rows) */
     for (int64_t i = 0; i < c; i++) {
         const float *ki = KC + i * D;
-        float bi = j->beta[(t0 + i) * Hv + h];
+        float bi = r->beta[i * r->gs];
         float *Ti = T + i * c, *Mi = X, *Ei = E + i * c; /* row i of M, then of T */
         dots(ki, KC, D, i, D, Mi);
         for (int64_t m = 0; m <= i; m++)
@@ -419,8 +439,8 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     /* U = T (beta v), W = T (beta e^G k): the scaled rows into VB and X
      * first, then the products (T's zeros above the diagonal included) */
     for (int64_t m = 0; m < c; m++) {
-        float bm = j->beta[(t0 + m) * Hv + h];
-        copy_scaled(VB + m * D, VROW(j, t0 + m, h), bm, D);
+        float bm = r->beta[m * r->gs];
+        copy_scaled(VB + m * D, r->v + m * r->vs, bm, D);
         copy_scaled(X + m * D, KC + m * D, bm * expf(G[m]), D);
     }
     memset(U, 0, (size_t)(c * D) * sizeof *U);
@@ -433,20 +453,20 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     for (int64_t i = 0; i < c; i++)
         axpy(U + i * D, -1.0f, X + i * D, D);
     /* o_i = e^(G_i) q_i S + sum_(m <= i) (q_i.k_m) e^(G_i - G_m) v_new_m */
-    float *o0 = j->out + t0 * Hv * D + h * D;
-    for (int64_t i = 0; i < c; i++)
-        memset(o0 + i * Hv * D, 0, (size_t)D * sizeof *o0);
-    gemm_acc(o0, Hv * D, QROW(j, t0, kh), j->C, 1, S, D, c, D, D);
+    int64_t n_out = c - p0;
+    for (int64_t i = 0; i < n_out; i++)
+        memset(r->o + i * r->os, 0, (size_t)D * sizeof *r->o);
+    gemm_acc(r->o, r->os, r->q, r->qs, 1, S, D, n_out, D, D);
     /* the chunk's own part: T := (q_i.k_m) e^(G_i - G_m) for m <= i, 0 above */
-    for (int64_t i = 0; i < c; i++) {
-        const float *qi = QROW(j, t0 + i, kh);
-        scale(o0 + i * Hv * D, expf(G[i]), D);
+    for (int64_t i = p0; i < c; i++) {
+        const float *qi = r->q + (i - p0) * r->qs;
+        scale(r->o + (i - p0) * r->os, expf(G[i]), D);
         float *Ti = T + i * c;
         dots(qi, KC, D, i + 1, D, Ti);
         for (int64_t m = 0; m < c; m++)
             Ti[m] = m <= i ? Ti[m] * E[i * c + m] : 0.0f;
     }
-    gemm_acc(o0, Hv * D, T, c, 1, U, D, c, c, D);
+    gemm_acc(r->o, r->os, T + p0 * c, c, 1, U, D, n_out, c, D);
     /* S = e^(G_last) S + sum_m (e^(G_last - G_m) k_m) v_new_m^T */
     float last = G[c - 1], el = expf(last);
     scale(S, el, D * D);
@@ -456,31 +476,179 @@ static void chunk_rows(const struct dn_job *j, float *S, int64_t t0, int64_t c, 
     gemm_acc(S, D, X, 1, D, U, D, D, c, D);
 }
 
-static int64_t dn_scratch_floats(int64_t D)
+/* Floats of chunk_rows's scratch. */
+static int64_t dn_chunk_floats(int64_t D)
 {
     return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 5 * DN_CHUNK * D + D;
+}
+
+/* and the rows of a chunk run again gathered after it: k, v [DN_CHUNK, D],
+ * g, beta [DN_CHUNK] */
+static int64_t dn_scratch_floats(int64_t D)
+{
+    return dn_chunk_floats(D) + 2 * DN_CHUNK * D + 2 * DN_CHUNK;
+}
+
+/* ---- the checkpoint of a prompt cut mid-chunk ---------------------------------
+ *
+ * A chunk's state is the whole chunk's only when its rows ran in one
+ * chunk_rows. When a step ends a prompt's rows inside a chunk (a row budget
+ * under 64, decode rows filling the step), the sequence's checkpoint keeps
+ * S as it was where that chunk began and the chunk's rows so far (their
+ * keys, values, decay and beta: what the state update reads); the prompt's
+ * next step runs the whole chunk from there, those rows first with their
+ * outputs not written (they are the same bits as they were: chunk_rows),
+ * so every chunk's state is the bits of the prompt in one step whatever
+ * cut it. S itself is always the state after the step's last row (a
+ * decode row, a saved cache read it). The convolution needs nothing: each
+ * of its rows is the same operations at any cut. */
+
+/* The header of a checkpoint (KV_STATE_ALIGN bytes; zero: none): the
+ * position of the chunk's first row and how many rows it holds. */
+struct dn_ckpt {
+    int64_t pos, n;
+};
+
+_Static_assert(sizeof(struct dn_ckpt) <= KV_STATE_ALIGN, "the header fits its bytes");
+
+/* Floats of a pending row: k [Hk D], v [Hv D], g [Hv], beta [Hv]. */
+static int64_t ckpt_row_floats(const struct dn_job *j)
+{
+    return (j->Hk + j->Hv) * j->D + 2 * j->Hv;
+}
+
+static float *ckpt_mat(const struct dn_job *j, struct dn_ckpt *ck, int64_t h)
+{
+    return (float *)(void *)((char *)ck + KV_STATE_ALIGN) + h * j->D * j->D;
+}
+
+static float *ckpt_row(const struct dn_job *j, struct dn_ckpt *ck, int64_t i)
+{
+    return ckpt_mat(j, ck, j->Hv) + i * ckpt_row_floats(j);
+}
+
+/* q's checkpoint where its rows are a prompt's that keep one; else NULL. */
+static struct dn_ckpt *seq_ckpt(const struct dn_job *j, const struct backend_seq *q)
+{
+    if (!j->ckpt || !q->prompt)
+        return NULL;
+    return kv_store_ckpt(j->s->kv, j->layer, q->slot);
+}
+
+/* Rows of q's unfinished chunk an earlier step ran (0: none): the
+ * checkpoint's where it ends where q's rows start. */
+static int64_t ckpt_pending(const struct dn_job *j, const struct backend_seq *q)
+{
+    const struct dn_ckpt *ck = seq_ckpt(j, q);
+    return ck && q->pos0 > 0 && ck->n > 0 && ck->pos + ck->n == q->pos0 ? ck->n : 0;
+}
+
+/* Rows [0, c) of head h's chunk whose first p rows are the checkpoint's,
+ * gathered into g0 (the scratch after chunk_rows's), the rest the step's
+ * from row t; rows p on output. */
+static struct dn_rows gather_rows(const struct dn_job *j, struct dn_ckpt *ck, int64_t p,
+                                  int64_t t, int64_t c, int64_t h, float *g0)
+{
+    int64_t D = j->D, kh = key_head(j, h), kv = (j->Hk + j->Hv) * D;
+    float *K = g0, *V = K + DN_CHUNK * D, *G = V + DN_CHUNK * D, *B = G + DN_CHUNK;
+    for (int64_t i = 0; i < p; i++) {
+        const float *row = ckpt_row(j, ck, i);
+        memcpy(K + i * D, row + kh * D, (size_t)D * sizeof *K);
+        memcpy(V + i * D, row + (j->Hk + h) * D, (size_t)D * sizeof *V);
+        G[i] = row[kv + h];
+        B[i] = row[kv + j->Hv + h];
+    }
+    for (int64_t i = p; i < c; i++) {
+        int64_t r = t + i - p;
+        memcpy(K + i * D, KROW(j, r, kh), (size_t)D * sizeof *K);
+        memcpy(V + i * D, VROW(j, r, h), (size_t)D * sizeof *V);
+        G[i] = j->g[r * j->Hv + h];
+        B[i] = j->beta[r * j->Hv + h];
+    }
+    return (struct dn_rows){.q = QROW(j, t, kh), .qs = j->C, .k = K, .ks = D, .v = V, .vs = D,
+                            .g = G, .beta = B, .gs = 1,
+                            .o = j->out + t * j->Hv * D + h * D, .os = j->Hv * D};
+}
+
+/* Rows [t, t + c) of the step, head h. */
+static struct dn_rows step_rows(const struct dn_job *j, int64_t t, int64_t h)
+{
+    int64_t kh = key_head(j, h);
+    return (struct dn_rows){.q = QROW(j, t, kh), .k = KROW(j, t, kh), .v = VROW(j, t, h),
+                            .qs = j->C, .ks = j->C, .vs = j->C,
+                            .g = j->g + t * j->Hv + h, .beta = j->beta + t * j->Hv + h,
+                            .gs = j->Hv, .o = j->out + t * j->Hv * j->D + h * j->D,
+                            .os = j->Hv * j->D};
 }
 
 static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
     const struct dn_job *j = arg;
     float *sc = ops_ctx_scratch(j->s->ops, thread);
+    int64_t D = j->D;
     for (int64_t it = i0; it < i1; it++) {
         const struct backend_seq *q = &j->s->batch->seqs[it / j->Hv];
         int64_t h = it % j->Hv;
         float *S = mat_state(j, q->slot, h);
-        if (j->recurrent || q->n_rows == 1) {
+        if (j->recurrent || (q->n_rows == 1 && !q->prompt)) {
             for (int64_t t = 0; t < q->n_rows; t++)
                 step_row(j, S, q->row0 + t, h, sc);
             continue;
         }
+        struct dn_ckpt *ck = seq_ckpt(j, q);
+        int64_t p = ckpt_pending(j, q), end = q->pos0 + q->n_rows;
+        if (p) /* the unfinished chunk again, from its start */
+            memcpy(S, ckpt_mat(j, ck, h), (size_t)(D * D) * sizeof *S);
         /* chunks end at multiples of DN_CHUNK positions: a prompt split
-         * into steps at such multiples runs the same chunks, bit for bit */
-        for (int64_t t = 0, c; t < q->n_rows; t += c) {
-            c = DN_CHUNK - (q->pos0 + t) % DN_CHUNK;
-            c = q->n_rows - t < c ? q->n_rows - t : c;
-            chunk_rows(j, S, q->row0 + t, c, h, sc);
+         * into steps anywhere runs the same chunks, bit for bit */
+        for (int64_t pos = q->pos0 - p, c; pos < end; pos += c) {
+            c = DN_CHUNK - pos % DN_CHUNK;
+            c = end - pos < c ? end - pos : c;
+            if (ck && pos + c == end && end % DN_CHUNK && pos >= q->pos0)
+                memcpy(ckpt_mat(j, ck, h), S, (size_t)(D * D) * sizeof *S);
+            int64_t t = q->row0 + pos - q->pos0;
+            if (pos < q->pos0) {
+                struct dn_rows r = gather_rows(j, ck, p, q->row0, c, h, sc + dn_chunk_floats(D));
+                chunk_rows(j, S, &r, c, p, sc);
+            } else {
+                struct dn_rows r = step_rows(j, t, h);
+                chunk_rows(j, S, &r, c, 0, sc);
+            }
         }
+    }
+}
+
+/* After the delta rule: each sequence's checkpoint holds its unfinished
+ * chunk's rows (rule_task wrote S at its start), or nothing. */
+static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
+{
+    (void)thread;
+    const struct dn_job *j = arg;
+    int64_t kv = (j->Hk + j->Hv) * j->D;
+    for (int64_t i = i0; i < i1; i++) {
+        const struct backend_seq *q = &j->s->batch->seqs[i];
+        struct dn_ckpt *ck = j->ckpt ? kv_store_ckpt(j->s->kv, j->layer, q->slot) : NULL;
+        if (!ck)
+            continue;
+        int64_t p = ckpt_pending(j, q), end = q->pos0 + q->n_rows;
+        if (!q->prompt || end % DN_CHUNK == 0) {
+            *ck = (struct dn_ckpt){0};
+            continue;
+        }
+        /* the chunk's first position: a multiple of DN_CHUNK, or where the
+         * rows began (the checkpoint's, else the step's first) */
+        int64_t first = end / DN_CHUNK * DN_CHUNK;
+        first = first < q->pos0 - p ? q->pos0 - p : first;
+        int64_t from = first > q->pos0 ? first - q->pos0 : 0; /* its first row of the step */
+        int64_t at = first - (q->pos0 - p) > 0 ? 0 : p;        /* and where that row goes */
+        for (int64_t t = from; t < q->n_rows; t++) {
+            float *row = ckpt_row(j, ck, at + t - from);
+            int64_t r = q->row0 + t;
+            memcpy(row, KROW(j, r, 0), (size_t)kv * sizeof *row); /* k then v */
+            memcpy(row + kv, j->g + r * j->Hv, (size_t)j->Hv * sizeof *row);
+            memcpy(row + kv + j->Hv, j->beta + r * j->Hv, (size_t)j->Hv * sizeof *row);
+        }
+        *ck = (struct dn_ckpt){.pos = first, .n = end - first};
     }
 }
 
@@ -533,12 +701,14 @@ static void trace(const struct dn_job *j)
         return;
     for (int64_t i = 0; i < j->s->batch->n_seqs; i++) {
         const struct backend_seq *q = &j->s->batch->seqs[i];
-        bool rec = j->recurrent || q->n_rows == 1;
+        bool rec = j->recurrent || (q->n_rows == 1 && !q->prompt);
         int64_t end = q->pos0 + q->n_rows; /* chunks end at multiples of DN_CHUNK */
         long long chunks = (long long)((end + DN_CHUNK - 1) / DN_CHUNK - q->pos0 / DN_CHUNK);
-        fprintf(stderr, "deltanet: layer %lld slot %d pos %lld rows %lld %s %lld\n",
+        /* then the rows of an unfinished chunk run again from its checkpoint */
+        fprintf(stderr, "deltanet: layer %lld slot %d pos %lld rows %lld %s %lld again %lld\n",
                 (long long)j->layer, q->slot, (long long)q->pos0, (long long)q->n_rows,
-                rec ? "recurrent" : "chunked", rec ? (long long)q->n_rows : chunks);
+                rec ? "recurrent" : "chunked", rec ? (long long)q->n_rows : chunks,
+                rec ? 0LL : (long long)ckpt_pending(j, q));
     }
 }
 
@@ -555,6 +725,7 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
                        .grouped = L->dn_grouped,
                        .Hv = L->dn_v_heads, .D = L->dn_head_dim, .K = L->dn_conv,
                        .recurrent = form && !strcmp(form, "recurrent")};
+    j.ckpt = !j.recurrent && s->kv->memory->layers[layer].ckpt_bytes;
     j.C = (2 * j.Hk + j.Hv) * j.D;
     j.conv_w = conv_width(j.C, ops_pool_threads(pool));
     int64_t vd = j.Hv * j.D;
@@ -579,6 +750,7 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
     ops_pool_run(pool, s->batch->n_seqs * ((j.C + j.conv_w - 1) / j.conv_w), 1, conv_task, &j);
     ops_pool_run(pool, n, 16, gates_task, &j);
     ops_pool_run(pool, s->batch->n_seqs * j.Hv, 1, rule_task, &j);
+    ops_pool_run(pool, s->batch->n_seqs, 1, ckpt_task, &j);
     ops_pool_run(pool, n, 16, norm_task, &j);
 
     if (want) { /* only these rows are read after this layer's mixing */

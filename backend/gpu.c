@@ -394,8 +394,11 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
      * in their type (gpu_forward.c's kvq_write_rows). */
     enum kv_dtype kt = kv_dtype_quantized(o->kv_dtype) ? o->kv_dtype : KV_F16;
     enum kv_dtype vt = kv_dtype_quantized(o->kv_dtype_v) ? o->kv_dtype_v : KV_F16;
-    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
-        (st = check_memory(g)) == IG_OK) {
+    struct kv_memory *with_ckpt = NULL; /* the CPU's: no checkpoints here yet (docs/gpu.md) */
+    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &with_ckpt)) == IG_OK)
+        st = kv_memory_without_ckpt(with_ckpt, &g->base.kv_mem);
+    kv_memory_free(with_ckpt);
+    if (st == IG_OK && (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
         st = IG_DEV(dev_open)(o->device.index, &g->dev);
     }

@@ -109,9 +109,9 @@ static int check_layer(const struct kv_layer_mem *ls, int64_t n_layer, int64_t l
                             (long long)l);
         /* Every slot and every layer after it starts aligned for the widest
          * element a kernel loads from the store (16-byte vectors). */
-        if (L->state_bytes % KV_STATE_ALIGN)
+        if (L->state_bytes % KV_STATE_ALIGN || L->ckpt_bytes % KV_STATE_ALIGN)
             return ig_error(IG_E_INTERNAL, "KV memory: recurrent layer %lld's state of %zu bytes "
-                            "is not a multiple of %d bytes", (long long)l, L->state_bytes,
+                            "(or checkpoint) is not a multiple of %d bytes", (long long)l, L->state_bytes,
                             KV_STATE_ALIGN);
         return IG_OK;
     }
@@ -174,7 +174,7 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         if (L->kind != KV_WINDOW)
             L->window = 0;
         if (L->kind != KV_RECURRENT)
-            L->state_bytes = 0;
+            L->state_bytes = L->ckpt_bytes = 0;
         else
             L->n_head_kv = L->head_dim = 0;
         /* its group: the first of its kind (and window), else a new one */
@@ -191,7 +191,7 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         if (is_paged(L->kind))
             G->block_bytes += kv_dtype_row_bytes(dtype, kv_layer_block_elems(L)) +
                               kv_dtype_row_bytes(dtype_v, kv_layer_block_elems(L));
-        G->state_bytes += L->state_bytes;
+        G->state_bytes += L->state_bytes + L->ckpt_bytes;
     }
     for (int64_t g = 0; g < mem->n_groups; g++) {
         const struct kv_group *G = &mem->groups[g];
@@ -212,6 +212,14 @@ size_t kv_deltanet_state_bytes(const struct model_layer *L)
     int64_t mat = L->dn_v_heads * L->dn_head_dim * L->dn_head_dim;
     size_t bytes = (size_t)(conv + mat) * sizeof(float);
     return (bytes + KV_STATE_ALIGN - 1) / KV_STATE_ALIGN * KV_STATE_ALIGN;
+}
+
+size_t kv_deltanet_ckpt_bytes(const struct model_layer *L)
+{
+    int64_t D = L->dn_head_dim, Hv = L->dn_v_heads;
+    int64_t row = (L->dn_k_heads + Hv) * D + 2 * Hv; /* k, v, g, beta */
+    size_t bytes = (size_t)(Hv * D * D + (KV_DELTANET_CHUNK - 1) * row) * sizeof(float);
+    return KV_STATE_ALIGN + (bytes + KV_STATE_ALIGN - 1) / KV_STATE_ALIGN * KV_STATE_ALIGN;
 }
 
 int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype_v,
@@ -240,7 +248,8 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype
             break;
         case LAYER_MIXER_DELTANET: /* conv state and the delta rule's matrices */
             ls[l] = (struct kv_layer_mem){.kind = KV_RECURRENT, .source = -1,
-                                          .state_bytes = kv_deltanet_state_bytes(L)};
+                                          .state_bytes = kv_deltanet_state_bytes(L),
+                                          .ckpt_bytes = kv_deltanet_ckpt_bytes(L)};
             break;
         }
     }
@@ -260,6 +269,21 @@ int kv_memory_uniform(enum kv_dtype dtype, int64_t n_layer, int64_t n_head_kv,
         ls[l] = (struct kv_layer_mem){.kind = KV_FULL, .n_head_kv = n_head_kv,
                                       .head_dim = head_dim, .source = -1};
     int st = kv_memory_build(ls, n_layer, dtype, dtype, out);
+    free(ls);
+    return st;
+}
+
+int kv_memory_without_ckpt(const struct kv_memory *src, struct kv_memory **out)
+{
+    *out = NULL;
+    struct kv_layer_mem *ls = malloc((size_t)(src->n_layer > 0 ? src->n_layer : 1) * sizeof *ls);
+    if (!ls)
+        return ig_error(IG_E_NOMEM, "out of memory describing the KV cache");
+    for (int64_t l = 0; l < src->n_layer; l++) {
+        ls[l] = src->layers[l];
+        ls[l].ckpt_bytes = 0;
+    }
+    int st = kv_memory_build(ls, src->n_layer, src->dtype, src->dtype_v, out);
     free(ls);
     return st;
 }

@@ -134,26 +134,42 @@ def gemma3_checks(env):
 
 def hybrid_checks(tmp, env):
     """The tiny qwen35 (3 gated DeltaNet layers, 1 attention layer; llama.cpp's
-    qwen35 vocabulary): prompts of 40-215 tokens at -P 4 in steps of 96 rows,
-    where prompts share steps and one is cut short, against -P 1 (each prompt
-    in one step). The engine cuts a hybrid's prompt where its DeltaNet chunks
-    end (multiples of 64 positions), so the states and the int8 path's texts
-    are bit for bit the same; cut at 96 as a dense model's is (main before this
-    check), request 1's text differed on this file."""
+    qwen35 vocabulary): prompts of 40-215 tokens against -P 1 (each prompt in
+    one step): at -P 4 in steps of 96 rows, where prompts share steps and one
+    is cut short (the engine cuts a hybrid's prompt where its DeltaNet chunks
+    end, multiples of 64 positions; cut at 96 as a dense model's is, request
+    1's text differed on this file); at -P 4 -b 40, every prompt cut inside
+    its chunks; at -P 6 -b 66, decode rows leaving a prompt less than the way
+    to its next chunk. A prompt cut inside a chunk keeps a checkpoint and its
+    next step runs the chunk again whole (backend/cpu_deltanet.c), so the
+    states and the int8 path's texts are bit for bit the same (without the
+    checkpoint, requests 1 and 3 differed at -b 40, request 3 at -b 66).
+    IGNITE_DELTANET_TRACE says the cuts inside chunks happened ("again N"
+    above 0)."""
     path = tiny_qwen35(tmp)
     if not path:
         return
     words = "the river town mill bridge market farmers grain wool apples week".split()
     reqs = [{"id": i, "prompt": " ".join(words[(j * 7 + i) % 11] for j in range(40 + 35 * i)),
              "n_predict": 12, "temperature": 0} for i in range(6)]
+    runs = (["-P", "1"], ["-P", "4", "-b", "96"], ["-P", "4", "-b", "40"], ["-P", "6", "-b", "66"])
     texts = {}
-    for args in (["-P", "1"], ["-P", "4", "-b", "96"]):
-        rc, objs, err = batch(path, reqs, ["--ordered", *args], env)
+    for args in runs:
+        tenv = dict(env, IGNITE_DELTANET_TRACE="1") if "-b" in args else env
+        rc, objs, err = batch(path, reqs, ["--ordered", *args], tenv)
         check(rc == 0 and len(objs) == len(reqs), f"qwen35 batch {args}: rc {rc} {err[-300:]!r}")
-        texts[args[1]] = [o.get("text") for o in objs]
-    for i, (one, four) in enumerate(zip(texts["1"], texts["4"])):
-        check(one == four, f"qwen35 request {i}: -P 4 -b 96 {four!r} != -P 1 {one!r}")
-    print(f"ok     qwen35 (hybrid), int8: -P 4 -b 96 = -P 1, {len(reqs)} requests")
+        texts[" ".join(args)] = [o.get("text") for o in objs]
+        again = [int(ln.split()[12]) for ln in err.splitlines()
+                 if ln.startswith("deltanet:") and len(ln.split()) > 12]
+        if args[-1] in ("40", "66"):
+            check(any(a > 0 for a in again), f"qwen35 batch {args}: no prompt cut inside a chunk")
+    one = texts["-P 1"]
+    for args in runs[1:]:
+        key = " ".join(args)
+        for i, (a, b) in enumerate(zip(one, texts[key])):
+            check(a == b, f"qwen35 request {i}: {key} {b!r} != -P 1 {a!r}")
+    print(f"ok     qwen35 (hybrid), int8: -P 4 -b 96, -P 4 -b 40, -P 6 -b 66 = -P 1, "
+          f"{len(reqs)} requests")
 
 
 def main():

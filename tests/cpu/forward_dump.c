@@ -2,13 +2,17 @@
  * token ids and writes the logits for tests/cpu/test_forward_ref.py to
  * compare with the numpy reference (it also serves as a small benchmark).
  *
- *   forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] [-c CHUNK]
- *                [--f16] [-w] PROMPT_IDS
+ *   forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] [-c CHUNK[,CHUNK...]]
+ *                [-s STATE] [-a] [--f16] [-w] PROMPT_IDS
  *
- * Runs the CPU backend: prefills PROMPT_IDS (comma-separated; in chunks of
- * CHUNK if given), then one decode step per id of -d, then N greedy decode steps (each feeds
+ * Runs the CPU backend: prefills PROMPT_IDS (comma-separated; in steps of
+ * CHUNK rows if given, or of the list's sizes in turn, the last one
+ * repeated; each step's rows a prompt's), then one decode step per id of -d, then N greedy decode steps (each feeds
  * the argmax of the previous logits). OUT receives the float32 logits of the
- * last prefill position and of every decode step, back to back. The greedy
+ * last prefill position (-a: of every prompt position) and of every decode
+ * step, back to back; STATE the
+ * recurrent layers' states after the prompt (each layer's state_bytes, in
+ * layer order). The greedy
  * tokens go to stdout, one line "greedy: a b c"; timings to stderr. With -w
  * the window rule (kvcache.h): the sliding-window layers' blocks come from
  * a pool's window side, given back as the sequence moves on; stdout gets a
@@ -32,6 +36,7 @@
 #include <string.h>
 
 #define MAX_IDS 8192
+#define MAX_CUTS 64
 
 /* Parses "1,2,3" into ids; returns the count or -1. */
 static int64_t parse_ids(const char *s, int32_t *ids, int64_t cap)
@@ -66,14 +71,49 @@ static int write_logits(FILE *f, const float *logits, int64_t n)
     return IG_OK;
 }
 
+/* Runs tokens [0, n) at pos0 in blocks `table`, a prompt's rows or a decode
+ * row; want: NULL (the last row's logits) or every row's. */
+static int run_seq(struct backend *be, const int32_t *table, const int32_t *tokens, int64_t n,
+                   int64_t pos0, bool prompt, const bool *want, float *logits)
+{
+    struct backend_seq bs = {.table = table, .n_rows = n, .pos0 = pos0, .prompt = prompt};
+    struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &bs, .n_seqs = 1,
+                                  .want_logits = want, .logits = logits};
+    return backend_step(be, &batch);
+}
+
+/* Writes the recurrent layers' states of the sequence (n_pos positions). */
+static int write_states(struct backend *be, const int32_t *table, int64_t n_pos,
+                        const char *path)
+{
+    struct backend_seq bs = {.table = table, .n_rows = 1, .pos0 = n_pos - 1};
+    const struct kv_store *kv;
+    const int32_t *t;
+    int64_t slot;
+    int st = backend_kv_export(be, &bs, n_pos, &kv, &t, &slot);
+    FILE *f = st == IG_OK ? fopen(path, "wb") : NULL;
+    if (st == IG_OK && !f)
+        return ig_error(IG_E_IO, "cannot open %s", path);
+    for (int64_t l = 0; st == IG_OK && l < kv->memory->n_layer; l++) {
+        const struct kv_layer_mem *L = &kv->memory->layers[l];
+        if (L->kind == KV_RECURRENT &&
+            fwrite(kv_store_state(kv, l, slot), 1, L->state_bytes, f) != L->state_bytes)
+            st = ig_error(IG_E_IO, "short write of %s", path);
+    }
+    if (f && fclose(f) != 0 && st == IG_OK)
+        st = ig_error(IG_E_IO, "cannot write %s", path);
+    return st;
+}
+
 /* Runs tokens [0, n) at pos0 through the pool (window rule): the tables
  * grown (window blocks behind the rows' windows given back), one step. */
 static int run_pooled(struct backend *be, struct kv_pool *pool, struct kv_seq *seq,
-                      const int32_t *tokens, int64_t n, int64_t pos0, float *logits)
+                      const int32_t *tokens, int64_t n, int64_t pos0, bool prompt,
+                      float *logits)
 {
     kv_pool_grow(pool, seq, pos0 + n);
     struct backend_seq bs = {.table = seq->table, .wtable = seq->wtable, .n_rows = n,
-                             .pos0 = pos0};
+                             .pos0 = pos0, .prompt = prompt};
     struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &bs, .n_seqs = 1,
                                   .logits = logits};
     int st = backend_step(be, &batch);
@@ -84,22 +124,24 @@ static int run_pooled(struct backend *be, struct kv_pool *pool, struct kv_seq *s
 static int dump_main(int argc, char **argv)
 {
     char model_path[4096] = "";
-    const char *out_path = NULL, *decode_arg = "";
+    const char *out_path = NULL, *decode_arg = "", *chunk_arg = "", *state_path = NULL;
     int64_t n_greedy = 0, chunk = 0;
     int n_threads = 0;
     enum kv_dtype kv_dtype = KV_F32;
-    bool window_rule = false;
+    bool window_rule = false, all_rows = false;
     static const struct option longopts[] = {
         {"f16", no_argument, NULL, 'f'}, {NULL, 0, NULL, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:o:d:g:t:c:w", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:o:d:g:t:c:s:aw", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': snprintf(model_path, sizeof model_path, "%s", optarg); break;
         case 'o': out_path = optarg; break;
         case 'd': decode_arg = optarg; break;
         case 'g': n_greedy = atoll(optarg); break;
         case 't': n_threads = atoi(optarg); break;
-        case 'c': chunk = atoll(optarg); break;
+        case 'c': chunk_arg = optarg; break;
+        case 's': state_path = optarg; break;
+        case 'a': all_rows = true; break;
         case 'f': kv_dtype = KV_F16; break;
         case 'w': window_rule = true; break;
         default: return IG_E_USAGE;
@@ -107,19 +149,27 @@ static int dump_main(int argc, char **argv)
     }
     if (optind != argc - 1) {
         fprintf(stderr, "usage: forward_dump [-m MODEL] [-o OUT] [-d IDS] [-g N] [-t THREADS] "
-                        "[-c CHUNK] [--f16] [-w] PROMPT_IDS\n");
+                        "[-c CHUNK[,CHUNK...]] [-s STATE] [-a] [--f16] [-w] PROMPT_IDS\n");
         return IG_E_USAGE;
     }
     if (!model_path[0] && test_model_path(model_path, sizeof model_path) != 0)
         return TEST_SKIP;
 
-    static int32_t prompt[MAX_IDS], fixed[MAX_IDS];
+    static int32_t prompt[MAX_IDS], fixed[MAX_IDS], cuts[MAX_CUTS];
     int64_t n_prompt = parse_ids(argv[optind], prompt, MAX_IDS);
     int64_t n_fixed = parse_ids(decode_arg, fixed, MAX_IDS);
-    if (n_prompt < 1 || n_fixed < 0)
+    int64_t n_cuts = parse_ids(chunk_arg, cuts, MAX_CUTS);
+    if (n_prompt < 1 || n_fixed < 0 || n_cuts < 0)
         return ig_error(IG_E_USAGE, "bad token id list");
-    if (chunk <= 0 || chunk > n_prompt)
+    for (int64_t i = 0; i < n_cuts; i++) {
+        if (cuts[i] < 1)
+            return ig_error(IG_E_USAGE, "bad chunk size %d", (int)cuts[i]);
+        chunk = cuts[i] > chunk ? cuts[i] : chunk;
+    }
+    if (!n_cuts || chunk > n_prompt)
         chunk = n_prompt;
+    if (all_rows && window_rule)
+        return ig_error(IG_E_USAGE, "-a and -w: not together");
 
     struct model *m = NULL;
     struct backend *be = NULL;
@@ -146,7 +196,10 @@ static int dump_main(int argc, char **argv)
          (st = kv_seq_init(&seq, n_ctx)) != IG_OK ||
          (st = kv_pool_admit(pool, &seq, NULL, 0, n_ctx)) != IG_OK))
         goto done;
-    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    static bool want[MAX_IDS];
+    for (int64_t i = 0; i < chunk; i++)
+        want[i] = true;
+    logits = malloc((size_t)(all_rows ? chunk : 1) * (size_t)m->hp.n_vocab * sizeof *logits);
     table = malloc((size_t)kv_blocks_for(n_ctx) * sizeof *table);
     if (!logits || !table) {
         st = ig_error(IG_E_NOMEM, "out of memory");
@@ -159,28 +212,37 @@ static int dump_main(int argc, char **argv)
 
     kv_identity_table(table, kv_blocks_for(n_ctx));
     int64_t t0 = ig_now_ns();
-    for (int64_t p = 0; p < n_prompt && st == IG_OK; p += chunk) {
-        int64_t n = n_prompt - p < chunk ? n_prompt - p : chunk;
-        st = pool ? run_pooled(be, pool, &seq, prompt + p, n, p, logits)
-                  : backend_run_seq(be, table, 0, prompt + p, n, p, logits);
+    int64_t n = 0;
+    for (int64_t p = 0, i = 0; p < n_prompt && st == IG_OK; p += n, i++) {
+        n = n_cuts ? cuts[i < n_cuts ? i : n_cuts - 1] : chunk;
+        n = n_prompt - p < n ? n_prompt - p : n;
+        st = pool ? run_pooled(be, pool, &seq, prompt + p, n, p, true, logits)
+                  : run_seq(be, table, prompt + p, n, p, true, all_rows ? want : NULL, logits);
+        if (st == IG_OK && all_rows)
+            st = write_logits(out, logits, n * m->hp.n_vocab);
     }
     int64_t t1 = ig_now_ns();
-    if (st != IG_OK || (st = write_logits(out, logits, m->hp.n_vocab)) != IG_OK)
+    if (st != IG_OK || (!all_rows && (st = write_logits(out, logits, m->hp.n_vocab)) != IG_OK))
+        goto done;
+    if (all_rows) /* the last position's, for the greedy steps */
+        memmove(logits, logits + (n - 1) * m->hp.n_vocab, (size_t)m->hp.n_vocab * sizeof *logits);
+    if (state_path && (st = write_states(be, pool ? seq.table : table, n_prompt,
+                                         state_path)) != IG_OK)
         goto done;
 
     int64_t pos = n_prompt;
     int64_t t2 = ig_now_ns();
     for (int64_t i = 0; i < n_fixed && st == IG_OK; i++, pos++)
-        if ((st = pool ? run_pooled(be, pool, &seq, &fixed[i], 1, pos, logits)
-                       : backend_run_seq(be, table, 0, &fixed[i], 1, pos, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &fixed[i], 1, pos, false, logits)
+                       : run_seq(be, table, &fixed[i], 1, pos, false, NULL, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     if (n_greedy > 0)
         printf("greedy:");
     for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
         int32_t tok = argmax(logits, m->hp.n_vocab);
         printf(" %ld", (long)tok);
-        if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, logits)
-                       : backend_run_seq(be, table, 0, &tok, 1, pos, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, false, logits)
+                       : run_seq(be, table, &tok, 1, pos, false, NULL, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     }
     if (n_greedy > 0)

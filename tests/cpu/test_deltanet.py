@@ -11,12 +11,15 @@ Q4_K_M.
   decode steps (the recurrent step): logits within 1e-4 relative of the
   reference at every step, greedy tokens equal; the logits not flat.
 - Int8 path (Q4_K_M): NMSE <= 1e-3, relative <= 4e-2, the same top token.
-- Chunk sizes (exact path): the prompt in steps of 64 rows gives the whole
-  prompt's logits bit for bit (chunks end at multiples of 64 positions
-  either way); in steps of 7 or 100, one token a step (-c 1: every row the
-  recurrent step) and with IGNITE_DELTANET=recurrent (every row of the
-  150-row step by the recurrent step) within 2e-5 relative (float32 sums in
-  another order), the same greedy tokens.
+- Cuts (exact path; Q4_K_M also int8): the prompt in steps of 64, of 37, 50 and
+  64+13, of 7, of 100 rows and one row a step gives the whole prompt's
+  DeltaNet states and every prompt row's and decode step's logits bit for
+  bit (a step ending inside a chunk keeps a checkpoint; the next runs the
+  chunk again whole; a partial chunk's outputs are its rows' bits in the
+  whole chunk); with
+  IGNITE_DELTANET=recurrent (every row of the 150-row step by the
+  recurrent step) within 2e-5 relative (float32 sums in another order),
+  the same greedy tokens.
 - The chunked form runs: IGNITE_DELTANET_TRACE names the form of each
   sequence's rows in each DeltaNet layer: the 150-row step "chunked 3" in
   all 3 layers, each decode row "recurrent 1".
@@ -103,37 +106,60 @@ def int8_against_reference(tool, path, name, ref, prompt, fixed, tmp):
     return int8_steps_match(ours, ref, [prompt] + [[t] for t in fixed + greedy], name)
 
 
-def chunk_sizes(tool, path, name, prompt, fixed, tmp):
+def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
+    """The prompt in steps of any size gives the whole prompt's state (-s:
+    every DeltaNet layer's, after the prompt) and logits of every prompt row
+    (-a) and decode step bit for bit: a step that ends inside a 64-row chunk
+    keeps a checkpoint, and the next runs that chunk again whole from it
+    (backend/cpu_deltanet.c). The cut chunk's rows keep the outputs their
+    first step gave them (the next step does not write them): each row's
+    logits equal to the whole prompt's say a partial chunk's outputs are
+    its rows' bits in the whole chunk. Without the checkpoint (the next
+    step going on from the cut state) every cut but 64 differed.
+    `paths`: True the exact path, False the int8 one (on F16 weights the
+    int8 path's products depend on a step's row count under 32 rows, in a
+    dense llama file too: not the DeltaNet's, so the Q4_K_M file's only)."""
+    ok, worst = True, 0.0
+    for exact in paths:
+        path_name = "exact" if exact else "int8"
+        st0 = os.path.join(tmp, "s0.bin")
+        base, gb, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c0.bin"),
+                           exact=exact, opts=["-s", st0, "-a"])
+        state = np.fromfile(st0, dtype=np.uint8)
+        cases = [("steps of 64 rows", ["-c", "64"]),
+                 # one thread: the convolution's items 128 channels wide where
+                 # two threads take 64 (conv_width); the same bits
+                 ("one thread", ["-t", "1"]),
+                 ("steps of 37, 50, 64+13 rows", ["-c", "37,50,77"]),
+                 ("steps of 7 rows", ["-c", "7"]),
+                 ("steps of 100 rows", ["-c", "100"]),
+                 ("one row a step", ["-c", "1"])]
+        for label, opts in cases:
+            st1 = os.path.join(tmp, "s1.bin")
+            lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"),
+                            exact=exact, opts=[*opts, "-s", st1, "-a"])
+            same_state = np.array_equal(np.fromfile(st1, dtype=np.uint8), state)
+            if not np.array_equal(lg, base) or g != gb or not same_state:
+                vocab = randgguf_qwen35.SHAPES["tiny"]["vocab"]
+                row = int(np.argmax(lg != base)) // vocab if lg.shape == base.shape else -1
+                print(f"FAIL {name}, {path_name}: {label}: logits differ from the whole prompt's "
+                      f"by {np.abs(lg - base).max():.3e} (first in row {row}), states "
+                      f"{'equal' if same_state else 'differ'}, "
+                      f"greedy {g} vs {gb}: every cut must give the same bits")
+                ok = False
+    # the recurrent form on every row: other sums, within rounding
+    lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"),
+                    env_extra={"IGNITE_DELTANET": "recurrent"})
     base, gb, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c0.bin"))
-    ok, worst = True, 0.0
-    ok, worst = True, 0.0
-    lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"), opts=["-c", "64"])
-    if not np.array_equal(lg, base) or g != gb:
-        print(f"FAIL {name}: steps of 64 rows differ from the whole prompt in one step (max "
-              f"{np.abs(lg - base).max():.3e}): the same chunks must give the same bits")
+    worst = np.abs(lg.astype(np.float64) - base).max() / np.abs(base).max()
+    if worst > CHUNK_BOUND or g != gb:
+        print(f"FAIL {name}: IGNITE_DELTANET=recurrent: relative {worst:.3e} from the chunked "
+              f"form (> {CHUNK_BOUND:.0e}?), greedy {g} vs {gb}")
         ok = False
-    # one thread: the convolution's items 128 channels wide where two threads
-    # take 64 (backend/cpu_deltanet.c, conv_width); the same bits
-    lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"), opts=["-t", "1"])
-    if not np.array_equal(lg, base) or g != gb:
-        print(f"FAIL {name}: one thread differs from two (max {np.abs(lg - base).max():.3e}): "
-              "the convolution's width, or any split, must not change the bits")
-        ok = False
-    for label, opts, env in (("chunks of 7", ["-c", "7"], None),
-                             ("chunks of 100", ["-c", "100"], None),
-                             ("one token a step", ["-c", "1"], None),
-                             ("IGNITE_DELTANET=recurrent", [], {"IGNITE_DELTANET": "recurrent"})):
-        lg, g, _ = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "c1.bin"), opts=opts,
-                        env_extra=env)
-        err = np.abs(lg.astype(np.float64) - base).max() / np.abs(base).max()
-        worst = max(worst, err)
-        if err > CHUNK_BOUND or g != gb:
-            print(f"FAIL {name}: {label}: relative {err:.3e} from the whole prompt "
-                  f"(> {CHUNK_BOUND:.0e}?), greedy {g} vs {gb}")
-            ok = False
-    print(f"{'ok' if ok else 'FAILED':6} {name}: steps of 64 rows and one thread = the whole "
-          f"prompt bit for bit; of 7, 100, 1 and the recurrent form within {worst:.2e} relative, the same "
-          "greedy tokens")
+    print(f"{'ok' if ok else 'FAILED':6} {name}: steps of 64, 37/50/77, 7, 100 and 1 rows and "
+          f"one thread = the whole prompt bit for bit (states, every row's logits, "
+          f"{'exact and int8' if len(paths) > 1 else 'exact'}); the recurrent form within "
+          f"{worst:.2e} relative, the same greedy tokens")
     return ok
 
 
@@ -259,7 +285,8 @@ def main():
             ok &= good
             if good and qtype == "Q4_K_M":
                 ok &= int8_against_reference(tool, path, name, ref, prompt, fixed, tmp)
-            ok &= chunk_sizes(tool, path, name, prompt, fixed, tmp)
+            ok &= chunk_sizes(tool, path, name, prompt, fixed, tmp,
+                              (True, False) if qtype == "Q4_K_M" else (True,))
             if qtype == "F16":
                 ok &= chunked_form_runs(tool, path, prompt, tmp)
         ok &= engine_cases(ignite, tmp)

@@ -18,6 +18,10 @@
  *     the file's size by the format's table, every byte read back into a
  *     fresh store, and kv_copy_seq into another slot and table; quantized
  *     and mixed K/V types stored as their blocks, the header's type word;
+ *   - a recurrent layer's checkpoint (kv_store_ckpt): counted in the
+ *     sequence's bytes, stored after every slot's state, cleared by
+ *     kv_copy_seq, gone from kv_memory_without_ckpt's copy, absent where a
+ *     layer has none (bytes not whole KV_STATE_ALIGNs: refused below);
  *   - layouts that make no sense refused in one line (a quantized type
  *     with a head dim that is not whole blocks); kv_memory_of on a
  *     model with windowed layers; a version 1 file refused for layers that
@@ -43,17 +47,17 @@ static uint32_t rand_u32(void)
 #define N_LAYER 9
 #define N_VOCAB 50
 
-/* kind, KV heads, head dim, window, source, state bytes */
+/* kind, KV heads, head dim, window, source, state bytes, checkpoint bytes */
 static const struct kv_layer_mem layout[N_LAYER] = {
-    {KV_FULL, 2, 32, 0, -1, 0, 0},
-    {KV_WINDOW, 1, 32, 128, -1, 0, 0},
-    {KV_RECURRENT, 0, 0, 0, -1, 1008, 0},
-    {KV_FULL, 4, 32, 0, -1, 0, 0},
-    {KV_SHARED, 0, 0, 0, 0, 0, 0},       /* reads layer 0's K/V */
-    {KV_WINDOW, 2, 32, 128, -1, 0, 0},
-    {KV_RECURRENT, 0, 0, 0, -1, 336, 0},
-    {KV_WINDOW, 1, 64, 32, -1, 0, 0},    /* another window: a group of its own */
-    {KV_SHARED, 0, 0, 0, 1, 0, 0},       /* reads layer 1's */
+    {KV_FULL, 2, 32, 0, -1, 0, 0, 0},
+    {KV_WINDOW, 1, 32, 128, -1, 0, 0, 0},
+    {KV_RECURRENT, 0, 0, 0, -1, 1008, 0, 0},
+    {KV_FULL, 4, 32, 0, -1, 0, 0, 0},
+    {KV_SHARED, 0, 0, 0, 0, 0, 0, 0},    /* reads layer 0's K/V */
+    {KV_WINDOW, 2, 32, 128, -1, 0, 0, 0},
+    {KV_RECURRENT, 0, 0, 0, -1, 336, 0, 0},
+    {KV_WINDOW, 1, 64, 32, -1, 0, 0, 0}, /* another window: a group of its own */
+    {KV_SHARED, 0, 0, 0, 1, 0, 0, 0},    /* reads layer 1's */
 };
 
 /* The groups kv_memory_build must make, in order of their first layer. */
@@ -471,17 +475,18 @@ static void check_refusals(void)
     /* source recurrent, source shared, itself, out of range; a window of 0 on
      * a windowed layer, a window on a full one; an empty state, one that would
      * leave the next slot unaligned (UBSan caught f16 loads at odd addresses
-     * when the store took 333 bytes); no KV heads */
+     * when the store took 333 bytes), or a checkpoint that would; no KV heads */
     struct { int64_t layer; struct kv_layer_mem l; } bad[] = {
-        {4, {KV_SHARED, 0, 0, 0, 2, 0, 0}},
-        {4, {KV_SHARED, 0, 0, 0, 8, 0, 0}},
-        {4, {KV_SHARED, 0, 0, 0, 4, 0, 0}},
-        {4, {KV_SHARED, 0, 0, 0, N_LAYER, 0, 0}},
-        {1, {KV_WINDOW, 1, 32, 0, -1, 0, 0}},
-        {0, {KV_FULL, 2, 16, 64, -1, 0, 0}},
-        {2, {KV_RECURRENT, 0, 0, 0, -1, 0, 0}},
-        {6, {KV_RECURRENT, 0, 0, 0, -1, 333, 0}},
-        {3, {KV_FULL, 0, 8, 0, -1, 0, 0}},
+        {4, {KV_SHARED, 0, 0, 0, 2, 0, 0, 0}},
+        {4, {KV_SHARED, 0, 0, 0, 8, 0, 0, 0}},
+        {4, {KV_SHARED, 0, 0, 0, 4, 0, 0, 0}},
+        {4, {KV_SHARED, 0, 0, 0, N_LAYER, 0, 0, 0}},
+        {1, {KV_WINDOW, 1, 32, 0, -1, 0, 0, 0}},
+        {0, {KV_FULL, 2, 16, 64, -1, 0, 0, 0}},
+        {2, {KV_RECURRENT, 0, 0, 0, -1, 0, 0, 0}},
+        {6, {KV_RECURRENT, 0, 0, 0, -1, 333, 0, 0}},
+        {6, {KV_RECURRENT, 0, 0, 0, -1, 336, 24, 0}},
+        {3, {KV_FULL, 0, 8, 0, -1, 0, 0, 0}},
     };
     fprintf(stderr, "(%zu error lines expected)\n", sizeof bad / sizeof bad[0]);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -518,6 +523,48 @@ static void check_model_memory(void)
     /* today's layout: every layer's K and V a block, as before groups */
     CHECK(mem->block_bytes == 12 * 2 * (size_t)(2 * KV_BLOCK * 64) * 2 && !mem->state_bytes);
     CHECK(kv_memory_states_for(mem, 4) == 0);
+    kv_memory_free(mem);
+}
+
+/* A recurrent layer's checkpoint beside its states: layer 1 keeps 160
+ * bytes a sequence beside its 336 of state, layer 2 none. */
+static void check_ckpt(void)
+{
+    const struct kv_layer_mem ls[3] = {{KV_FULL, 1, 32, 0, -1, 0, 0, 0},
+                                       {KV_RECURRENT, 0, 0, 0, -1, 336, 160, 0},
+                                       {KV_RECURRENT, 0, 0, 0, -1, 48, 0, 0}};
+    struct kv_memory *mem = NULL, *bare = NULL;
+    struct kv_store *a = NULL, *b = NULL;
+    CHECK(kv_memory_build(ls, 3, KV_F32, KV_F32, &mem) == IG_OK && mem);
+    if (!mem)
+        return;
+    CHECK(mem->state_bytes == 336 + 160 + 48 && mem->groups[1].state_bytes == 336 + 160 + 48);
+    int64_t ns = 3;
+    CHECK(kv_store_create(mem, 2, ns, NULL, &a) == IG_OK &&
+          kv_store_create(mem, 2, ns, NULL, &b) == IG_OK);
+    if (a && b) {
+        CHECK((double)a->bytes == kv_memory_bytes(mem, 2, ns));
+        char *s0 = kv_store_state(a, 1, 0), *c0 = kv_store_ckpt(a, 1, 0);
+        char *c2 = kv_store_ckpt(a, 1, ns - 1);
+        CHECK(c0 == s0 + ns * 336 && c2 - c0 == (ns - 1) * 160);
+        CHECK(c2 + 160 <= (char *)kv_store_state(a, 2, 0) && !kv_store_ckpt(a, 2, 0));
+        /* a copied state has no checkpoint: dst's header zeroed, its rows kept */
+        int32_t table[1] = {0};
+        memset(kv_store_state(a, 1, 0), 7, 336);
+        memset(kv_store_ckpt(b, 1, 1), 9, 160);
+        kv_copy_seq(b, table, 1, a, table, 0, 1);
+        unsigned char *ck = kv_store_ckpt(b, 1, 1);
+        CHECK(!memcmp(kv_store_state(b, 1, 1), kv_store_state(a, 1, 0), 336));
+        CHECK(ck[0] == 0 && ck[KV_STATE_ALIGN - 1] == 0 && ck[KV_STATE_ALIGN] == 9);
+    }
+    CHECK(kv_memory_without_ckpt(mem, &bare) == IG_OK && bare);
+    if (bare) {
+        CHECK(bare->state_bytes == 336 + 48 && bare->layers[1].ckpt_bytes == 0 &&
+              bare->layers[1].state_bytes == 336 && kv_memory_same_layers(bare, mem));
+        kv_memory_free(bare);
+    }
+    kv_store_free(a);
+    kv_store_free(b);
     kv_memory_free(mem);
 }
 
@@ -564,7 +611,7 @@ static void check_v2_rotation(void)
                  {256, KV_Q8_0, KV_Q8_0, IG_E_KVFILE}, {256, KV_F16, KV_Q4_0, IG_OK}};
     fprintf(stderr, "(error lines expected below)\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        struct kv_layer_mem one[1] = {{KV_FULL, 1, cases[c].hd, 0, -1, 0, 0}};
+        struct kv_layer_mem one[1] = {{KV_FULL, 1, cases[c].hd, 0, -1, 0, 0, 0}};
         struct kv_memory *mem = NULL;
         struct kv_store *st = NULL;
         CHECK(kv_memory_build(one, 1, cases[c].dk, cases[c].dv, &mem) == IG_OK);
@@ -615,5 +662,6 @@ int main(void)
     check_quant_refusals();
     check_refusals();
     check_model_memory();
+    check_ckpt();
     return test_summary("test_kvmem");
 }
