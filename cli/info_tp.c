@@ -4,7 +4,8 @@
  * of weights it reads, of its rows of Gemma 4's per-layer embedding table,
  * and its KV cache per token; with --json, the same as
  * the object's "tensor_parallel" member, with each rank's CUDA weight bytes
- * (backend/gpu_plan.c over its part's shapes). Covered by
+ * (backend/gpu_plan.c over its part's shapes) and, of a mixture of experts,
+ * its experts' of them. Covered by
  * tests/tp/test_tp_cli.py. */
 #include "cli/cli.h"
 
@@ -48,6 +49,7 @@ struct rank_row {
     size_t ple_bytes; /* its rows of Gemma 4's per-layer table (0: none) */
     int64_t kv_bytes;
     size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
+    size_t cuda_experts_native, cuda_experts_f16; /* of them its experts' */
 };
 
 /* Row w's CUDA plan: its part's shapes through backend/gpu_plan.c (nothing
@@ -63,6 +65,8 @@ static int cuda_bytes(const struct model *m, struct rank_row *w)
         return st;
     w->cuda_native = backend_gpu_weight_bytes(shard, BACKEND_GPU_NATIVE);
     w->cuda_f16 = backend_gpu_weight_bytes(shard, BACKEND_GPU_F16);
+    w->cuda_experts_native = backend_gpu_expert_bytes(shard, BACKEND_GPU_NATIVE);
+    w->cuda_experts_f16 = backend_gpu_expert_bytes(shard, BACKEND_GPU_F16);
     model_tp_shard_free(shard);
     return IG_OK;
 }
@@ -126,6 +130,11 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
             cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
             cJSON_AddNumberToObject(cw, "native", (double)rows[r].cuda_native);
             cJSON_AddNumberToObject(cw, "f16", (double)rows[r].cuda_f16);
+            if (s->n_e) { /* of them, its experts' (models/tp.c: whole experts a rank) */
+                cJSON *ce = cJSON_AddObjectToObject(e, "cuda_expert_bytes");
+                cJSON_AddNumberToObject(ce, "native", (double)rows[r].cuda_experts_native);
+                cJSON_AddNumberToObject(ce, "f16", (double)rows[r].cuda_experts_f16);
+            }
         } else {
             cJSON_AddNullToObject(e, "cuda_weight_bytes");
         }

@@ -6,8 +6,8 @@
 # with TILES and WGMMA: the shared headers are inlined into the copy first, so a bug
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
-# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*) and
-# backend/gpu_tp.c (tp_*). The copy's entry points
+# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*),
+# backend/gpu_tp.c (tp_*) and backend/gpu_moe.c (tp_moe_*). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
 # gk_moe_route_emu_NAME, ...; the DeltaNet launchers gk_NAME_*), so the copies link
 # beside the real ones. Fails when the text to mutate is no longer there (update
@@ -166,6 +166,12 @@ elseif(MUTANT STREQUAL "tp_embed_no_sum") # IN=backend/gpu_tp.c: the embedded ro
 elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table rows not summed
   set(from "return g->tp->red->sum(g->tp->red, rows, n * hp->n_layer * hp->n_embd_per_layer, g->stream);")
   set(to "(void)rows, (void)n, (void)hp; /* mutant: the per-layer table rows not summed */\n    return IG_OK;")
+elseif(MUTANT STREQUAL "tp_moe_foreign") # IN=backend/gpu_moe.c (tests/tp/test_tp_gpu.py)
+  set(from "int64_t e0 = ML->expert0, n_local")
+  set(to "int64_t e0 = 0 /* mutant: a rank runs the pairs of experts 0.. (another rank's) */, n_local")
+elseif(MUTANT STREQUAL "tp_moe_local_route") # IN=backend/gpu_moe.c: top-k and weights of a part
+  set(from ".n_embd = e, .n_expert = ML->n_expert,")
+  set(to ".n_embd = e, .n_expert = n_local, /* mutant: routed over the rank's experts alone */")
 elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
   set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
   set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")

@@ -2,7 +2,8 @@
  * process or tensor-parallel under mpirun (backend/gpu_tp.c), for
  * tests/tp/test_tp_gpu.py to compare.
  *
- *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] -m MODEL [-m MODEL...] PROMPT_IDS
+ *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] [-w f16] -m MODEL [-m MODEL...]
+ *                   PROMPT_IDS
  *
  * Per model i, two sequences: A (PROMPT_IDS, prefilled in chunks of CHUNK
  * rows) and B (A's ids reversed, at most CHUNK, one step); then N decode
@@ -14,7 +15,8 @@
  * mpirun rank 0 runs it on the ranks' backend, each rank on its own
  * emulated device, the others following (backend_tp_follow); with -s rank 0
  * first runs the same on a backend of its own alone (PREFIX<i>.one.f32,
- * "greedy <i> one: ..."): one launch gives both. */
+ * "greedy <i> one: ..."): one launch gives both. -w f16: the weights as f16
+ * (--gpu-weights f16: no int8 activations). */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "backend/tp.h"
@@ -84,6 +86,8 @@ static int step(struct run *r, int n_seqs, const int32_t *const *tok, const int6
     return st;
 }
 
+static enum backend_gpu_weights weights = BACKEND_GPU_NATIVE;
+
 static int dump(const char *path, const char *out_path, bool alone, const char *label,
                 int64_t chunk, int64_t n_greedy, const char *ids_arg)
 {
@@ -109,7 +113,8 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
     kv_identity_table(tables, 2 * blocks); /* A: blocks 0.., B: blocks `blocks`.. */
     struct backend_opts bo = {.device = {.kind = BACKEND_CUDA}, .n_ctx = n_ctx,
                               .max_rows = chunk, .n_slots = 2, .n_blocks = 2 * blocks,
-                              .kv_dtype = KV_F16, .kv_dtype_v = KV_F16};
+                              .kv_dtype = KV_F16, .kv_dtype_v = KV_F16,
+                              .gpu_weights = weights};
     st = backend_tp_wanted() && !alone ? backend_create(m, &bo, &r.be)
                                        : gpu_backend_create_emu(m, &bo, &r.be);
     if (st != IG_OK)
@@ -187,7 +192,7 @@ int main(int argc, char **argv)
     bool alone = false;
     int64_t chunk = 8, n_greedy = 3;
     int c;
-    while ((c = getopt(argc, argv, "m:o:c:g:s")) != -1) {
+    while ((c = getopt(argc, argv, "m:o:c:g:sw:")) != -1) {
         switch (c) {
         case 'm':
             if (n_models < MAX_MODELS)
@@ -197,12 +202,16 @@ int main(int argc, char **argv)
         case 'c': chunk = atoll(optarg); break;
         case 'g': n_greedy = atoll(optarg); break;
         case 's': alone = true; break;
+        case 'w':
+            if (backend_parse_gpu_weights(optarg, &weights) != IG_OK)
+                st = IG_E_USAGE;
+            break;
         default: st = IG_E_USAGE;
         }
     }
     if (st == IG_OK && (!n_models || !prefix || optind != argc - 1))
         st = ig_error(IG_E_USAGE, "usage: tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] "
-                      "-m MODEL [-m MODEL...] PROMPT_IDS");
+                      "[-w f16] -m MODEL [-m MODEL...] PROMPT_IDS");
     if (ig_coll_rank() != 0)
         st = backend_tp_follow(); /* whatever rank 0 makes of its arguments */
     else if (st == IG_OK)

@@ -11,7 +11,11 @@ the embedding table (zeros for the other ranks' tokens, summed before layer
 rank 0. Then a gemma4 (random_gguf.py's emu shape: 2 / 1 heads, shared KV,
 per-layer embeddings, whose table splits by vocabulary rows too, the looked-up
 rows summed) with a prompt of its own whose tokens fall in both ranks' rows,
-within G4_REL (its f16 residual copies round apart, see below). Two sequences: chunked prefill, decode steps of both, a last step's
+within G4_REL (its f16 residual copies round apart, see below). Then
+random_gguf.py's qwen3moe (Q8_0) and gpt-oss (F16: sinks, biases, the
+clamped SwiGLU) tiny files, 8 experts of which 2 a row: each rank routes over
+all 8 and runs the pairs of its 4 (backend/gpu_moe.c), the sum in the
+all-reduce, within MOE_REL. Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
@@ -19,10 +23,13 @@ equal (a step where one process's top two lie within TIE is named and ends
 the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
 one reduced twice, the embedded rows not summed, the embedding kernel writing
 no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
-table rows not summed, on the gemma4) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+table rows not summed, on the gemma4; a rank running the pairs of another
+rank's experts, routing over a rank's experts alone (top-k and weights of a
+part), on the qwen3moe) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
-tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
+tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
+[MUTANT_DUMP...] (time: see
 docs/gpu.md "Tensor parallelism")
 """
 import os
@@ -53,6 +60,16 @@ G4_VOCAB = 256
 # split: the table's sum adds zeros, exact); the mutant of that sum misses by 8.6e-2
 G4_REL = 1e-3
 G4_FAR = 2e-2
+# the mixtures of experts (vocabulary 1024): tokens in both ranks' rows; a row's
+# experts summed over the ranks meet x in another order than one process's
+# combine (x + w0 y0 + w1 y1 against (x + w0 y0) + w1 y1), so the f16 copies of the
+# residual round apart here and there: gemma4's bound (measured 4.7e-4 qwen3moe,
+# 2.8e-4 gpt-oss). Their weights as f16 (dump's -w f16): the Q8_0 file's native
+# products quantize their activations to int8, where such a rounding moves a value
+# by a step (measured 6.7e-3 on the qwen3moe's, the greedy tokens equal)
+MOE_IDS = "3,700,17,900,5,530,41,1000,9,640,30,2"
+MOE_VOCAB = 1024
+MOE_REL = 1e-3
 
 
 def check(cond, what):
@@ -63,12 +80,19 @@ def check(cond, what):
 
 def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS):
     """exe at 2 ranks on each model (with alone: rank 0 by itself first);
-    the run and its greedy tokens by label ("0", "0 one", ...)."""
-    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else [])
+    the run and its greedy tokens by label ("0", "0 one", ...). The mixtures
+    of experts (MOE_IDS): their weights as f16, their attention on the
+    mma.sync kernel m64w4 (the emulated warp-specialized one the chooser
+    takes at head dim 64 took 2.2x the launch's CPU time; gpt-oss's sinks
+    take an mma.sync one anyway)."""
+    moe = ids == MOE_IDS
+    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + \
+        (["-w", "f16"] if moe else [])
+    env = (env or {}) | ({"IGNITE_FLASH_VARIANT": "m64w4"} if moe else {})
     for m in models:
         argv += ["-m", m]
     argv.append(ids)
-    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | (env or {})
+    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | env
     r = mpi(mpirun, 2, argv, env=env, text=True)
     toks = {}
     for line in r.stdout.splitlines() if r.returncode == 0 else []:
@@ -106,7 +130,9 @@ def tokens_match(name, a, t1, tn):
 
 
 def main():
-    dumper, mutants = sys.argv[1], sys.argv[2:]
+    dumper = sys.argv[1]
+    moe = [a for a in sys.argv[2:] if a.endswith(".gguf")]
+    mutants = [a for a in sys.argv[2:] if not a.endswith(".gguf")]
     mpirun = mpirun_or_skip()
     tmp = tempfile.mkdtemp()
     n_vocab = 48
@@ -140,13 +166,24 @@ def main():
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
-    with ThreadPoolExecutor(max_workers=len(mutants) + 2) as pool:
-        runs = [pool.submit(dump, mpirun, exe, [g4] if "ple" in exe else paths[:1],
-                            os.path.join(tmp, os.path.basename(exe)),
-                            ids=G4_IDS if "ple" in exe else IDS)
+    def mutant_case(exe):
+        """(models, ids, reference logits, vocabulary, far) of a mutant."""
+        name = os.path.basename(exe)
+        if "ple" in name:
+            return [g4], G4_IDS, f"{tmp}/g0.one.f32", G4_VOCAB, G4_FAR
+        if "moe" in name:
+            return moe[:1], MOE_IDS, f"{tmp}/e0.one.f32", MOE_VOCAB, FAR
+        return paths[:1], IDS, f"{pre}0.one.f32", n_vocab, FAR
+
+    mutants = [exe for exe in mutants if "moe" not in exe or moe]
+    with ThreadPoolExecutor(max_workers=len(mutants) + 3) as pool:
+        runs = [pool.submit(dump, mpirun, exe, mutant_case(exe)[0],
+                            os.path.join(tmp, os.path.basename(exe)), ids=mutant_case(exe)[1])
                 for exe in mutants]
         gemma4 = pool.submit(dump, mpirun, dumper, [g4], os.path.join(tmp, "g"), alone=True,
                              ids=G4_IDS)
+        experts = pool.submit(dump, mpirun, dumper, moe, os.path.join(tmp, "e"), alone=True,
+                              ids=MOE_IDS) if moe else None
         refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
                               env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
     name = "gemma4 emu, per-layer embeddings"
@@ -159,14 +196,26 @@ def main():
         tokens_match(name, a, toks["0 one"], toks["0"])
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {toks['0']}", file=sys.stderr)
+    r, toks = experts.result() if moe else (None, {})
+    check(not moe or r.returncode == 0,
+          f"mixtures of experts, 2 ranks failed: exit {r and r.returncode}: "
+          f"{r and r.stderr[-2000:]}")
+    for i, path in enumerate(moe):
+        name = os.path.basename(path)
+        if not check(f"{i} one" in toks and f"{i}" in toks, f"{name}: no greedy tokens"):
+            continue
+        e = os.path.join(tmp, "e")
+        err, a, _ = worst_error(f"{e}{i}.one.f32", f"{e}{i}.f32", MOE_VOCAB)
+        check(err <= MOE_REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {MOE_REL}")
+        tokens_match(name, a, toks[f"{i} one"], toks[f"{i}"])
+        print(f"{name}, 2 ranks of 4 experts: {len(a)} rows, largest relative error "
+              f"{err:.1e}, greedy {toks[f'{i}']}", file=sys.stderr)
     for exe, run in zip(mutants, runs):
         name = os.path.basename(exe)
         r, toks = run.result()
-        ref, nv = (f"{tmp}/g0.one.f32", G4_VOCAB) if "ple" in name else (f"{pre}0.one.f32",
-                                                                          n_vocab)
+        _, _, ref, nv, far = mutant_case(exe)
         err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv)[0] \
             if "0" in toks else float("inf")
-        far = G4_FAR if "ple" in name else FAR
         check(err > far, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
     # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
