@@ -25,12 +25,19 @@
  * (gk_moe_gemv's scale) and summed into b->acc (zeroed); then acc =
  * post_ffw_norm_2(acc) + post_ffw_norm_1(proj) and x += post_ffw_norm(acc).
  *
+ * A tensor-parallel rank (backend/gpu_tp.c) holds whole experts [expert0,
+ * expert0 + its count) (models/tp.c): it routes over all of them (the router
+ * replicated), sorts the pairs of its own alone (gk_moe_sort's expert0, its
+ * tiles naming them from 0: its rows of the expert matrices), combines
+ * those slots alone (struct gk_moe_part), rank 0's into x, the others' into
+ * zeroed rows, and the FFN's all-reduce sums them (gpu_tp_partial_rows).
+ *
  * Five launches (six with the norm) whatever the routing: nothing goes to
  * the host, so a decode step's graph replays for any choice of experts. A
  * row's result depends on its own routing alone (each pair's products are
  * its own sums; the tile it shares changes nothing), so batch invariance
  * holds. Kernels in ops/gpu_moe.cu. Compiled twice like gpu.c. Covered by
- * tests/emu/test_backend_moe_emu.c. */
+ * tests/emu/test_backend_moe_emu.c, across ranks tests/tp/test_tp_gpu.py. */
 #include "backend/gpu_impl.h"
 
 #include "core/status.h"

@@ -9,13 +9,15 @@
  *                   sel [n][k] (ascending expert), wts [n][k];
  *   gk_moe_sort     the n k (row, slot) pairs grouped by expert (stable) and
  *                   cut into tiles of at most GK_MOE_TILE pairs of one expert
- *                   (GK_MOE_MMA_TILE for gk_moe_mma);
+ *                   (GK_MOE_MMA_TILE for gk_moe_mma); a tensor-parallel
+ *                   rank's: its experts' pairs alone;
  *   gk_moe_gemv     one launch over every tile: each expert's weight rows
  *                   read once per tile for its pairs (the gate|up product
  *                   with the activation, or the down product);
  *   gk_moe_mma      the same products on the tensor cores, for prefill
  *                   steps (gk_moe_choose picks one of the two);
- *   gk_moe_combine  x[t] += sum over t's slots, ascending expert, w y.
+ *   gk_moe_combine  x[t] += sum over t's slots (a rank's: of its experts),
+ *                   ascending expert, w y.
  *
  * The expert matrices are one gk_qmat of n_expert * rows rows (expert e's
  * rows from e * rows: ops/gpu_qmm.h's planes are row-major), in the file's

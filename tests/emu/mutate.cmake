@@ -169,9 +169,6 @@ elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table r
 elseif(MUTANT STREQUAL "tp_moe_foreign") # IN=backend/gpu_moe.c (tests/tp/test_tp_gpu.py)
   set(from "int64_t e0 = ML->expert0, n_local")
   set(to "int64_t e0 = 0 /* mutant: a rank runs the pairs of experts 0.. (another rank's) */, n_local")
-elseif(MUTANT STREQUAL "tp_moe_local_route") # IN=backend/gpu_moe.c: top-k and weights of a part
-  set(from ".n_embd = e, .n_expert = ML->n_expert,")
-  set(to ".n_embd = e, .n_expert = n_local, /* mutant: routed over the rank's experts alone */")
 elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
   set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
   set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")

@@ -24,8 +24,7 @@ the comparison). Mutants (tests/emu/mutate.cmake: a partial sum not reduced,
 one reduced twice, the embedded rows not summed, the embedding kernel writing
 no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
 table rows not summed, on the gemma4; a rank running the pairs of another
-rank's experts, routing over a rank's experts alone (top-k and weights of a
-part), on the qwen3moe) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
+rank's experts, on the qwen3moe) must miss REL by far. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
