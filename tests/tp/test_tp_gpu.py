@@ -165,6 +165,7 @@ def main():
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
+
     def mutant_case(exe):
         """(models, ids, reference logits, vocabulary, far) of a mutant."""
         name = os.path.basename(exe)
