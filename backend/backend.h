@@ -73,6 +73,10 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer);
 /* Of them, what one decode step reads: all but an untied embedding table,
  * of which it reads one row (the bandwidth figures of `ignite bench`). */
 size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode);
+/* Of them, the mixture of experts' expert weights (gate, up, down and their
+ * biases: those with an expert dimension; 0 without experts): a
+ * tensor-parallel rank's part (info --tp N --json). */
+size_t backend_gpu_expert_bytes(const struct model *m, enum backend_gpu_weights mode);
 
 struct backend_opts {
     struct backend_device device;

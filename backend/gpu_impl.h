@@ -426,6 +426,12 @@ int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
                            const uint16_t *in, int64_t ld_in, int64_t rows, float *x,
                            const float *post_norm);
 
+/* A residual block a rank adds into x itself (the mixture of experts: its
+ * experts' weighted sum, backend/gpu_moe.c): x's `rows` rows left for
+ * gpu_tp_reduce. Returns whether the rank keeps the residual in them (rank
+ * 0); the others' rows must hold their part alone (zeroed before the add). */
+bool IG_DEV(gpu_tp_partial_rows)(struct gpu_backend *g, float *x, int64_t rows);
+
 /* The waiting partial sum summed over the ranks into the residual (nothing
  * where none waits). */
 int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g);

@@ -25,12 +25,19 @@
  * (gk_moe_gemv's scale) and summed into b->acc (zeroed); then acc =
  * post_ffw_norm_2(acc) + post_ffw_norm_1(proj) and x += post_ffw_norm(acc).
  *
+ * A tensor-parallel rank (backend/gpu_tp.c) holds whole experts [expert0,
+ * expert0 + its count) (models/tp.c): it routes over all of them (the router
+ * replicated), sorts the pairs of its own alone (gk_moe_sort's expert0, its
+ * tiles naming them from 0: its rows of the expert matrices), combines
+ * those slots alone (struct gk_moe_part), rank 0's into x, the others' into
+ * zeroed rows, and the FFN's all-reduce sums them (gpu_tp_partial_rows).
+ *
  * Five launches (six with the norm) whatever the routing: nothing goes to
  * the host, so a decode step's graph replays for any choice of experts. A
  * row's result depends on its own routing alone (each pair's products are
  * its own sums; the tile it shares changes nothing), so batch invariance
  * holds. Kernels in ops/gpu_moe.cu. Compiled twice like gpu.c. Covered by
- * tests/emu/test_backend_moe_emu.c. */
+ * tests/emu/test_backend_moe_emu.c, across ranks tests/tp/test_tp_gpu.py. */
 #include "backend/gpu_impl.h"
 
 #include "core/status.h"
@@ -188,9 +195,16 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
                             *down = &L->mat[LAYER_FFN_DOWN_EXPS];
     IG_ASSERT(gate->n_parts == 1 && up->n_parts == 1 && down->n_parts == 1 && b->sel);
     IG_ASSERT(!beside || (b->acc && g->proj));
+    /* the experts this backend holds: [e0, e0 + n_local) of the layer's (a
+     * tensor-parallel rank's part, models/tp.c: the others' pairs are
+     * theirs; models/tp.c refuses a shared expert or a dense MLP beside) */
+    int64_t e0 = ML->expert0, n_local = ML->w[LAYER_FFN_GATE_EXPS].n_expert;
+    bool part = n_local != ML->n_expert;
+    IG_ASSERT(e0 >= 0 && e0 + n_local <= ML->n_expert &&
+              (!g->tp || !(beside || hp->has_moe_shexp)));
     /* tiles of 64 pairs on the tensor cores, or of 8 for the GEMV */
     int64_t tile = gk_moe_choose(gate->part[0].type, down->part[0].type, pairs, ML->n_expert);
-    int64_t max_tiles = gk_moe_max_tiles_of(pairs, ML->n_expert, tile);
+    int64_t max_tiles = gk_moe_max_tiles_of(pairs, n_local, tile);
     bool mma = tile == GK_MOE_MMA_TILE;
     int st = beside && rows ? dense_beside(g, L, l, x, rows, row0 == 0) : IG_OK;
     if (st != IG_OK)
@@ -214,7 +228,7 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .shexp_w = b->shexp_w,
     };
     struct gk_moe_sort_params sp = {
-        .sel = b->sel, .n_pairs = pairs, .n_expert = ML->n_expert, .tile = tile,
+        .sel = b->sel, .n_pairs = pairs, .expert0 = e0, .n_expert = n_local, .tile = tile,
         .order = b->order, .tiles = b->tiles, .n_tiles = b->n_tiles,
     };
     struct gk_moe_gemv_params gu = {
@@ -231,19 +245,26 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         .w = down->part[0], .rows = e, .bias = L->vec[LAYER_FFN_DOWN_EXPS_B],
         .x = b->h, .ld_x = ff, .x_div = 1,
         .order = b->order, .tiles = b->tiles, .n_tiles = b->n_tiles, .max_tiles = max_tiles,
-        .y = b->y, .ld_y = e, .scale = beside ? L->vec[LAYER_FFN_DOWN_EXPS_SCALE] : NULL,
+        /* the tiles' experts are local: the scale is the whole layer's */
+        .y = b->y, .ld_y = e, .scale = beside ? L->vec[LAYER_FFN_DOWN_EXPS_SCALE] + e0 : NULL,
     };
     float *sum = beside ? b->acc : x; /* gemma4: the experts' sum alone, normed after */
+    /* the routed pairs of this part's experts alone (the others' y are not
+     * written here); a rank's sum goes to the layer loop's reduce, x's rows
+     * once in it */
+    struct gk_moe_part mine = {part ? b->sel : NULL, e0, n_local};
+    bool keep = !g->tp || IG_DEV(gpu_tp_partial_rows)(g, x, rows);
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
         (hp->has_moe_shexp && (st = shared_expert(g, L, rows))) ||
         (st = expert_product(g, &gu, mma)) || (st = expert_product(g, &dp, mma)) ||
-        (beside && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
-        (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, rows, k, e, g->stream)) ||
+        ((beside || !keep) && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
+        (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, mine, rows, k, e, g->stream)) ||
         (beside && (st = beside_sum(g, L, x, rows))))
         return st;
     b->mma_layers += mma;
     /* x += the shared expert's weight times its output: one slot a row */
     return hp->has_moe_shexp
-               ? IG_DEV(gk_moe_combine)(x, e, b->shexp_y, e, b->shexp_w, rows, 1, e, g->stream)
+               ? IG_DEV(gk_moe_combine)(x, e, b->shexp_y, e, b->shexp_w, (struct gk_moe_part){0},
+                                        rows, 1, e, g->stream)
                : IG_OK;
 }

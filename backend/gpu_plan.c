@@ -32,20 +32,18 @@ const char *backend_gpu_missing(const struct model *m, int64_t *layer)
     *layer = -1;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        /* backend/gpu_moe.c runs every expert of the layer, held whole,
-         * qwen35moe's shared expert and Gemma 4's dense MLP beside GeGLU
-         * experts (its own norms, the router's input scale, the per-expert
-         * scale); a dense MLP beside other experts is no model's */
-        bool part = L->ffn == LAYER_FFN_MOE &&
-                    (L->expert0 != 0 || L->w[LAYER_FFN_GATE_EXPS].n_expert != L->n_expert);
+        /* backend/gpu_moe.c runs the experts of the layer it holds (all, or
+         * a tensor-parallel rank's part: the router over all), qwen35moe's
+         * shared expert and Gemma 4's dense MLP beside GeGLU experts (its
+         * own norms, the router's input scale, the per-expert scale); a
+         * dense MLP beside other experts is no model's */
         /* the router's row and logits in 48 KiB of shared memory (gk_moe_route) */
         bool wide = L->ffn == LAYER_FFN_MOE && hp->n_embd + L->n_expert > 12 * 1024;
         bool beside_other = hp->has_moe_mlp && hp->ffn_act != MODEL_ACT_GELU_TANH;
         if (L->ffn != LAYER_FFN_DENSE &&
-            (L->ffn != LAYER_FFN_MOE || beside_other || part || wide)) {
+            (L->ffn != LAYER_FFN_MOE || beside_other || wide)) {
             *layer = l;
             return beside_other ? "a dense MLP beside experts other than GeGLU ones"
-                   : part         ? "a tensor-parallel part of the experts"
                    : wide         ? "a mixture of experts wider than 12288 (n_embd + experts)"
                                   : "a mixture-of-experts FFN";
         }
@@ -191,13 +189,21 @@ static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bo
 
 struct bytes_ctx {
     size_t bytes;
-    bool step; /* a step's: of an expert matrix the experts a row uses */
+    bool step;    /* a step's: of an expert matrix the experts a row uses */
+    bool experts; /* the weights with an expert dimension alone */
 };
+
+static bool counted(const struct bytes_ctx *c, const struct model_tensor *t)
+{
+    return !c->experts || t->n_expert == TENSOR_DIM_EXPERT;
+}
 
 static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64_t cols,
                       const struct model_tensor_it *w)
 {
     struct bytes_ctx *c = ctx;
+    if (!counted(c, w->t))
+        return;
     int64_t ne = w->w->n_expert, used = w->layer >= 0 ? w->m->layers[w->layer].n_expert_used : 0;
     for (int i = 0; i < n; i++) {
         size_t b = gk_qmat_bytes(parts[i].type, parts[i].rows, cols);
@@ -206,27 +212,33 @@ static void add_bytes(void *ctx, const struct gpu_plan_part *parts, int n, int64
 }
 
 /* The weights' bytes, with (all) or without an untied embedding table and
- * the experts a row does not use (a step's): the matrices as planned, the
- * norms, biases and routers f32. */
-static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode, bool all)
+ * the experts a row does not use (a step's), or of the experts alone: the
+ * matrices as planned, the norms, biases and routers f32. */
+static size_t weight_bytes(const struct model *m, enum backend_gpu_weights mode, bool all,
+                           bool experts)
 {
-    struct bytes_ctx c = {0, !all};
+    struct bytes_ctx c = {0, !all, experts};
     each_matrix(m, mode, !all, add_bytes, &c);
     struct model_tensor_it it;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);)
-        if (it.t->kind != TENSOR_MATRIX || gpu_plan_f32_matrix(it.t))
+        if ((it.t->kind != TENSOR_MATRIX || gpu_plan_f32_matrix(it.t)) && counted(&c, it.t))
             c.bytes += (size_t)(it.w->n_expert * it.w->rows * it.w->cols) * 4;
     return c.bytes;
 }
 
 size_t backend_gpu_weight_bytes(const struct model *m, enum backend_gpu_weights mode)
 {
-    return weight_bytes(m, mode, true);
+    return weight_bytes(m, mode, true, false);
 }
 
 size_t backend_gpu_step_bytes(const struct model *m, enum backend_gpu_weights mode)
 {
-    return weight_bytes(m, mode, false);
+    return weight_bytes(m, mode, false, false);
+}
+
+size_t backend_gpu_expert_bytes(const struct model *m, enum backend_gpu_weights mode)
+{
+    return weight_bytes(m, mode, true, true);
 }
 
 struct scratch_ctx {

@@ -6,7 +6,9 @@
  * (gpu_forward.c) sum over the ranks before the residual goes on:
  *
  *   partial  rank 0: x += W_0 in, rank r > 0: x = W_r in (the product's
- *            beta), or with a post norm (Gemma 3) proj = W_r in;
+ *            beta), or with a post norm (Gemma 3) proj = W_r in; a
+ *            mixture of experts' weighted sum over the rank's experts the
+ *            same way (rank r > 0's x zeroed before it: gpu_tp_partial_rows);
  *   reduce   x (or proj) summed over the ranks in place (backend/
  *            gpu_reduce.h: NCCL, or the host path), then with a post norm
  *            x += RMSNorm(proj).
@@ -172,6 +174,16 @@ int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
     t->post_norm = post_norm;
     t->rows = rows;
     return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, dst, e, beta);
+}
+
+bool IG_DEV(gpu_tp_partial_rows)(struct gpu_backend *g, float *x, int64_t rows)
+{
+    struct gpu_tp *t = g->tp;
+    IG_ASSERT(!t->buf); /* every partial meets its reduce */
+    t->buf = t->x = x;
+    t->post_norm = NULL;
+    t->rows = rows;
+    return t->share->rank == 0; /* x once in the sum */
 }
 
 int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g)

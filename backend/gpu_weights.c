@@ -38,6 +38,10 @@ static int put_f16(struct gpu_backend *g, const struct model_weight *w, uint16_t
     if (!w->data)
         return IG_DEV(gk_random_f16)(dst, w->rows * w->cols, seed, 0.0f,
                                      1.0f / sqrtf((float)w->cols), g->stream);
+    /* F16 rows are the layout already: gk_dequant_f16 would copy them bit
+     * for bit (and the emulator a thread an element) */
+    if (w->type == QUANT_F16 && w->row_bytes == (size_t)w->cols * 2)
+        return IG_DEV(dev_upload)(g->dev, dst, w->data, raw);
     if (gk_dequant_supported((int)w->type)) {
         int st = IG_DEV(dev_upload)(g->dev, staging, w->data, raw);
         if (st == IG_OK)
@@ -186,6 +190,9 @@ static int put_group(struct gpu_backend *g, const struct model_tensor_it *at,
         return put_router(g, ws[0], vec, seeds[0]);
     if (at->t->kind == TENSOR_MATRIX)
         return put_matrix(g, mat, ws, n, seeds, staging);
+    if (!len) /* a tensor-parallel rank's none (TENSOR_SPLIT_ONCE: gpt-oss's wo bias
+                 on rank 0 alone): NULL, which the forward skips */
+        return IG_OK;
     /* norms near 1, biases near 0 for a shapes-only model */
     float center = at->t->kind == TENSOR_NORM ? 1.0f : 0.0f;
     int st = IG_DEV(gpu_alloc)(g, (size_t)len * 4, vec, &g->weight_bytes);

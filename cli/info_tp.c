@@ -6,7 +6,8 @@
  * its KV cache per token and a gated DeltaNet's state per sequence (its
  * heads'); with --json, the same as
  * the object's "tensor_parallel" member, with each rank's CUDA weight bytes
- * (backend/gpu_plan.c over its part's shapes). Covered by
+ * (backend/gpu_plan.c over its part's shapes) and, of a mixture of experts,
+ * its experts' of them. Covered by
  * tests/tp/test_tp_cli.py. */
 #include "cli/cli.h"
 
@@ -83,6 +84,7 @@ struct rank_row {
     int64_t kv_bytes;
     size_t state_bytes; /* a sequence's recurrent state (0: none) */
     size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
+    size_t cuda_experts_native, cuda_experts_f16; /* of them its experts' */
 };
 
 /* Row w's CUDA plan: its part's shapes through backend/gpu_plan.c (nothing
@@ -98,6 +100,8 @@ static int cuda_bytes(const struct model *m, struct rank_row *w)
         return st;
     w->cuda_native = backend_gpu_weight_bytes(shard, BACKEND_GPU_NATIVE);
     w->cuda_f16 = backend_gpu_weight_bytes(shard, BACKEND_GPU_F16);
+    w->cuda_experts_native = backend_gpu_expert_bytes(shard, BACKEND_GPU_NATIVE);
+    w->cuda_experts_f16 = backend_gpu_expert_bytes(shard, BACKEND_GPU_F16);
     model_tp_shard_free(shard);
     return IG_OK;
 }
@@ -174,6 +178,11 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
             cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
             cJSON_AddNumberToObject(cw, "native", (double)rows[r].cuda_native);
             cJSON_AddNumberToObject(cw, "f16", (double)rows[r].cuda_f16);
+            if (s->n_e) { /* of them, its experts' (models/tp.c: whole experts a rank) */
+                cJSON *ce = cJSON_AddObjectToObject(e, "cuda_expert_bytes");
+                cJSON_AddNumberToObject(ce, "native", (double)rows[r].cuda_experts_native);
+                cJSON_AddNumberToObject(ce, "f16", (double)rows[r].cuda_experts_f16);
+            }
         } else {
             cJSON_AddNullToObject(e, "cuda_weight_bytes");
         }

@@ -11,7 +11,10 @@
  * Sorting: one block; a thread per expert counts its pairs, one thread lays
  * out the experts' starts and tile numbers, then each expert's thread
  * writes its pairs (in pair order) and tiles. Deterministic: the tile a pair
- * lands in never depends on the order of atomics (there are none).
+ * lands in never depends on the order of atomics (there are none). A
+ * tensor-parallel rank groups its own experts' pairs alone (expert0 on), its
+ * tiles naming them from 0: the rows of its part of the expert matrices; the
+ * combine then adds those slots alone.
  *
  * The product: grid (output rows / 8, tiles), 8 warps of a block each own
  * one output row of the tile's expert (glu: its gate and up rows) for the
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) sort_kernel(const gk_moe_sort_params
     for (int64_t e = threadIdx.x; e < p.n_expert; e += kThreads) {
         int32_t c = 0;
         for (int64_t i = 0; i < p.n_pairs; i++)
-            c += p.sel[i] == e;
+            c += p.sel[i] == p.expert0 + e;
         ig_sts(&cnt[e], c);
     }
     ig_syncthreads();
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) sort_kernel(const gk_moe_sort_params
         const int32_t s = ig_lds(&start[e]), c = ig_lds(&cnt[e]);
         int32_t j = s, t = ig_lds(&tile0[e]);
         for (int64_t i = 0; i < p.n_pairs; i++)
-            if (p.sel[i] == e)
+            if (p.sel[i] == p.expert0 + e)
                 p.order[j++] = (int32_t)i;
         for (int32_t o = 0; o < c; o += tile, t++) {
             p.tiles[3 * t] = (int32_t)e;
@@ -376,15 +379,19 @@ template <class F> int moe_type_dispatch(int type, F &&f)
 /* ---- the weighted sum into the residual ---------------------------------------------- */
 
 __global__ void __launch_bounds__(kThreads)
-combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts, int64_t k,
-               int64_t dim)
+combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts,
+               const gk_moe_part part, int64_t k, int64_t dim)
 {
     const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (d >= dim)
         return;
     float s = 0;
-    for (int64_t j = 0; j < k; j++)
+    for (int64_t j = 0; j < k; j++) {
+        /* another rank's expert: its y was not written here (that rank adds it) */
+        if (part.sel && (uint64_t)(part.sel[t * k + j] - part.expert0) >= (uint64_t)part.n_expert)
+            continue;
         s += wts[t * k + j] * y[(t * k + j) * ld_y + d];
+    }
     x[t * ld_x + d] += s;
 }
 
@@ -412,7 +419,9 @@ int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
 int IG_DEV(gk_moe_sort)(const struct gk_moe_sort_params *p, void *stream)
 {
     if (p->n_pairs < 1 || p->n_pairs > 0x7fffffff || p->n_expert < 1 ||
-        p->n_expert > GK_MOE_MAX_EXPERTS || !p->sel || !p->order || !p->tiles || !p->n_tiles ||
+        p->n_expert > GK_MOE_MAX_EXPERTS || p->expert0 < 0 ||
+        p->expert0 + p->n_expert > GK_MOE_MAX_EXPERTS || !p->sel || !p->order || !p->tiles ||
+        !p->n_tiles ||
         (p->tile != 0 && p->tile != GK_MOE_TILE && p->tile != GK_MOE_MMA_TILE))
         return ig_error(IG_E_INTERNAL, "gk_moe_sort: bad sizes (%lld pairs, %lld experts, "
                         "tile %lld) or NULL", (long long)p->n_pairs, (long long)p->n_expert,
@@ -484,16 +493,18 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
 }
 
 int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
-                           const float *wts, int64_t n, int64_t k, int64_t dim, void *stream)
+                           const float *wts, struct gk_moe_part part, int64_t n, int64_t k,
+                           int64_t dim, void *stream)
 {
-    if (n < 0 || n > 65535 || k < 1 || dim < 1 || ld_x < dim || ld_y < dim || !x || !y || !wts)
+    if (n < 0 || n > 65535 || k < 1 || dim < 1 || ld_x < dim || ld_y < dim || !x || !y || !wts ||
+        (part.sel && (part.expert0 < 0 || part.n_expert < 0)))
         return ig_error(IG_E_INTERNAL, "gk_moe_combine: bad sizes (n %lld, k %lld, dim %lld) "
                         "or NULL", (long long)n, (long long)k, (long long)dim);
     if (n == 0)
         return IG_OK;
     const dim3 grid((unsigned)((dim + kThreads - 1) / kThreads), (unsigned)n);
     return IG_LAUNCH(combine_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, x, ld_x, y,
-                     ld_y, wts, k, dim);
+                     ld_y, wts, part, k, dim);
 }
 
 } /* extern "C" */

@@ -9,13 +9,15 @@
  *                   sel [n][k] (ascending expert), wts [n][k];
  *   gk_moe_sort     the n k (row, slot) pairs grouped by expert (stable) and
  *                   cut into tiles of at most GK_MOE_TILE pairs of one expert
- *                   (GK_MOE_MMA_TILE for gk_moe_mma);
+ *                   (GK_MOE_MMA_TILE for gk_moe_mma); a tensor-parallel
+ *                   rank's: its experts' pairs alone;
  *   gk_moe_gemv     one launch over every tile: each expert's weight rows
  *                   read once per tile for its pairs (the gate|up product
  *                   with the activation, or the down product);
  *   gk_moe_mma      the same products on the tensor cores, for prefill
  *                   steps (gk_moe_choose picks one of the two);
- *   gk_moe_combine  x[t] += sum over t's slots, ascending expert, w y.
+ *   gk_moe_combine  x[t] += sum over t's slots (a rank's: of its experts),
+ *                   ascending expert, w y.
  *
  * The expert matrices are one gk_qmat of n_expert * rows rows (expert e's
  * rows from e * rows: ops/gpu_qmm.h's planes are row-major), in the file's
@@ -96,11 +98,14 @@ void gk_moe_route_ref(const struct gk_moe_route_params *p);
 
 struct gk_moe_sort_params {
     const int32_t *sel;   /* [n_pairs] each pair's expert (pair = row k + slot) */
-    int64_t n_pairs, n_expert;
+    int64_t n_pairs;
+    int64_t expert0, n_expert; /* the experts grouped: [expert0, expert0 + n_expert) of sel's
+                             (a tensor-parallel rank's; 0 and all in one process), the
+                             others' pairs left out; tiles name them from 0 (expert0's) */
     int64_t tile;         /* pairs a tile at most: GK_MOE_TILE (also 0) or GK_MOE_MMA_TILE */
     int32_t *order;       /* out [n_pairs]: pair ids, by expert, ascending within one */
-    int32_t *tiles;       /* out [gk_moe_max_tiles_of(.., tile)][3]: (expert, first in order,
-                             count) */
+    int32_t *tiles;       /* out [gk_moe_max_tiles_of(.., tile)][3]: (expert - expert0, first
+                             in order, count) */
     int32_t *n_tiles;     /* out [1] */
 };
 
@@ -147,11 +152,21 @@ void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p);
  * (tests/emu/test_moe_emu.c checks that bound). */
 int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream);
 
-/* x[t][d] += sum_j wts[t][j] y[t k + j][d] (j ascending) for t < n, d < dim. */
+/* Which of a row's k slots gk_moe_combine adds: those whose expert sel[t k + j]
+ * lies in [expert0, expert0 + n_expert) (a tensor-parallel rank's, whose y alone
+ * the products wrote: gk_moe_sort's range); sel NULL: every slot. */
+struct gk_moe_part {
+    const int32_t *sel;
+    int64_t expert0, n_expert;
+};
+
+/* x[t][d] += sum_j wts[t][j] y[t k + j][d] (j ascending, the slots of part) for t < n,
+ * d < dim. */
 int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
-                           const float *wts, int64_t n, int64_t k, int64_t dim, void *stream);
+                           const float *wts, struct gk_moe_part part, int64_t n, int64_t k,
+                           int64_t dim, void *stream);
 void gk_moe_combine_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts,
-                        int64_t n, int64_t k, int64_t dim);
+                        struct gk_moe_part part, int64_t n, int64_t k, int64_t dim);
 
 #ifdef __cplusplus
 }

@@ -84,7 +84,7 @@ void gk_moe_sort_ref(const struct gk_moe_sort_params *p)
     for (int64_t e = 0; e < p->n_expert; e++) {
         int32_t s = j;
         for (int64_t i = 0; i < p->n_pairs; i++)
-            if (p->sel[i] == e)
+            if (p->sel[i] == p->expert0 + e)
                 p->order[j++] = (int32_t)i;
         for (int32_t o = s; o < j; o += tile, t++) {
             p->tiles[3 * t] = (int32_t)e;
@@ -158,13 +158,16 @@ void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p)
 }
 
 void gk_moe_combine_ref(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts,
-                        int64_t n, int64_t k, int64_t dim)
+                        struct gk_moe_part part, int64_t n, int64_t k, int64_t dim)
 {
     for (int64_t t = 0; t < n; t++)
         for (int64_t d = 0; d < dim; d++) {
             double s = 0;
-            for (int64_t j = 0; j < k; j++)
-                s += (double)wts[t * k + j] * y[(t * k + j) * ld_y + d];
+            for (int64_t j = 0; j < k; j++) {
+                int64_t e = part.sel ? part.sel[t * k + j] : 0;
+                if (!part.sel || (e >= part.expert0 && e < part.expert0 + part.n_expert))
+                    s += (double)wts[t * k + j] * y[(t * k + j) * ld_y + d];
+            }
             x[t * ld_x + d] += (float)s;
         }
 }

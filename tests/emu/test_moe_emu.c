@@ -18,7 +18,9 @@
  *   weights sum to 1, unrenormalized ones to less; each row's shared expert
  *   weight (qwen35moe: sigmoid of the gate's dot product) within 1e-5;
  * - sort: order, tiles and their count equal; every pair once, grouped by
- *   ascending expert, no tile over GK_MOE_TILE;
+ *   ascending expert, no tile over GK_MOE_TILE; a tensor-parallel rank's
+ *   part (check_part: 2 and 3 ranks' expert ranges) its pairs alone, and
+ *   the ranks' combines adding up to the whole one;
  * - the products: against the twin (fp64 sums of the same f32 weights, read
  *   back from the file's blocks by quant_dequantize_row), h within 2^-9
  *   relative + 1e-4 (f16 output), y within 1e-4 of max |y|; the weighted
@@ -138,6 +140,71 @@ static int64_t count_off(const float *a, const float *b, int64_t n, double tol)
     for (int64_t i = 0; i < n; i++)
         bad += !(fabs((double)a[i] - b[i]) <= tol);
     return bad;
+}
+
+/* A tensor-parallel rank's part of the experts (backend/gpu_moe.c): for the
+ * ranks' ranges of 2 ranks and of 3 (experts 0-2, 3-5, 6-7): the sort kernel
+ * groups the pairs of its range alone, tiles naming them from 0, as its twin;
+ * the combine adds those slots alone (kernel and twin), and the ranks' sums
+ * from zero add up to the whole combine's within 1e-6 of max |x|. */
+static void check_part(const int32_t *sel, const float *wts, const float *y, int64_t E,
+                       int64_t pairs, int64_t max_tiles)
+{
+    static const int64_t split[2][4] = {{0, 4, 8, -1}, {0, 3, 6, 8}};
+    int32_t *order[2], *tiles[2], n_tiles[2];
+    float *whole = zalloc((size_t)(N * E) * 4), *sum = zalloc((size_t)(N * E) * 4);
+    float *xp[2] = {zalloc((size_t)(N * E) * 4), zalloc((size_t)(N * E) * 4)};
+    for (int s = 0; s < 2; s++) {
+        order[s] = zalloc((size_t)pairs * 4);
+        tiles[s] = zalloc((size_t)max_tiles * 12);
+    }
+    memset(whole, 0, (size_t)(N * E) * 4); /* zalloc's poison */
+    CHECK(IG_DEV(gk_moe_combine)(whole, E, y, E, wts, (struct gk_moe_part){0}, N, K, E, NULL) ==
+          IG_OK);
+    for (int sp_i = 0; sp_i < 2; sp_i++) {
+        memset(sum, 0, (size_t)(N * E) * 4);
+        for (int r = 0; r < 3 && split[sp_i][r + 1] >= 0; r++) {
+            int64_t e0 = split[sp_i][r], ne = split[sp_i][r + 1] - e0, mine = 0;
+            for (int s = 0; s < 2; s++) {
+                struct gk_moe_sort_params sp = {.sel = sel, .n_pairs = pairs, .expert0 = e0,
+                                                .n_expert = ne, .order = order[s],
+                                                .tiles = tiles[s], .n_tiles = &n_tiles[s]};
+                if (s == 0)
+                    CHECK(IG_DEV(gk_moe_sort)(&sp, NULL) == IG_OK);
+                else
+                    gk_moe_sort_ref(&sp);
+            }
+            for (int64_t i = 0; i < pairs; i++)
+                mine += sel[i] >= e0 && sel[i] < e0 + ne;
+            int32_t seen = 0;
+            for (int32_t t = 0; t < n_tiles[1]; t++) {
+                const int32_t *tl = tiles[1] + 3 * t;
+                CHECK(tl[0] >= 0 && tl[0] < ne && tl[1] == seen);
+                for (int32_t j = 0; j < tl[2]; j++)
+                    CHECK(sel[order[1][tl[1] + j]] == e0 + tl[0]);
+                seen += tl[2];
+            }
+            CHECKF(n_tiles[0] == n_tiles[1] && seen == mine &&
+                   !memcmp(order[0], order[1], (size_t)mine * 4) &&
+                   !memcmp(tiles[0], tiles[1], (size_t)n_tiles[1] * 12),
+                   "experts %lld-%lld: the sort's part differs from the twin's (%d tiles, %d of "
+                   "%lld pairs)", (long long)e0, (long long)(e0 + ne - 1), n_tiles[0], seen,
+                   (long long)mine);
+            struct gk_moe_part part = {sel, e0, ne};
+            for (int s = 0; s < 2; s++)
+                memset(xp[s], 0, (size_t)(N * E) * 4);
+            CHECK(IG_DEV(gk_moe_combine)(xp[0], E, y, E, wts, part, N, K, E, NULL) == IG_OK);
+            gk_moe_combine_ref(xp[1], E, y, E, wts, part, N, K, E);
+            CHECK(count_off(xp[0], xp[1], N * E, 1e-5 * max_abs(xp[1], N * E)) == 0);
+            for (int64_t i = 0; i < N * E; i++)
+                sum[i] += xp[0][i];
+        }
+        CHECKF(count_off(sum, whole, N * E, 1e-6 * max_abs(whole, N * E)) == 0,
+               "the ranks' combines (split %d) do not add up to the whole", sp_i);
+    }
+    for (int s = 0; s < 2; s++)
+        free(order[s]), free(tiles[s]), free(xp[s]);
+    free(whole), free(sum);
 }
 
 /* One layer's pipeline on the emulator (route and gemv possibly mutants)
@@ -270,10 +337,13 @@ static bool run_case(int type, int down_type, int64_t E, int64_t ff, int glu, bo
     int64_t y_bad = count_off(y[0], y[1], pairs * E, 1e-4 * ymax);
     ok &= h_bad == 0 && y_bad == 0;
     /* the weighted sum */
-    CHECK(IG_DEV(gk_moe_combine)(xo[0], E, y[1], E, wts[1], N, K, E, NULL) == IG_OK);
-    gk_moe_combine_ref(xo[1], E, y[1], E, wts[1], N, K, E);
+    CHECK(IG_DEV(gk_moe_combine)(xo[0], E, y[1], E, wts[1], (struct gk_moe_part){0}, N, K, E,
+                                 NULL) == IG_OK);
+    gk_moe_combine_ref(xo[1], E, y[1], E, wts[1], (struct gk_moe_part){0}, N, K, E);
     int64_t x_bad = count_off(xo[0], xo[1], N * E, 1e-5 * max_abs(xo[1], N * E));
     CHECK(x_bad == 0);
+    if (!quiet)
+        check_part(sel[1], wts[1], y[1], E, pairs, max_tiles);
     if (!quiet) {
         CHECKF(same_sel, "%s: the routing's experts differ from the twin's",
                quant_type_name((uint32_t)type));

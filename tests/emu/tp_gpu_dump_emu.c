@@ -2,7 +2,7 @@
  * process or tensor-parallel under mpirun (backend/gpu_tp.c), for
  * tests/tp/test_tp_gpu.py to compare.
  *
- *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] [-k TYPE [-x]] -m MODEL
+ *   tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] [-k TYPE [-x]] [-w f16] -m MODEL
  *                   [-m MODEL...] PROMPT_IDS
  *
  * Per model i, two sequences: A (PROMPT_IDS, prefilled in chunks of CHUNK
@@ -21,7 +21,8 @@
  * backend/tp_kv.c) into PREFIX<i>[.one].kv (each layer's K then V bytes,
  * block by block), imported into B's slot over B's blocks (each rank its
  * heads) and one more step of A's last token there, its logits appended to
- * PREFIX<i>.f32: B's blocks now hold A's rows. */
+ * PREFIX<i>.f32: B's blocks now hold A's rows. -w f16: the weights as f16
+ * (--gpu-weights f16: no int8 activations). */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "backend/tp.h"
@@ -94,6 +95,8 @@ static int step(struct run *r, int n_seqs, const int32_t *const *tok, const int6
     return st;
 }
 
+static enum backend_gpu_weights weights = BACKEND_GPU_NATIVE;
+
 /* The -x round trip of dump(): A's cache (n_pos positions, slot 0, table
  * tab[0]) exported, its bytes written to kv_path, a copy imported into slot
  * 1 (table tab[1]), then `tok` at n_pos there with its logits to r->out. */
@@ -165,7 +168,8 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
     kv_identity_table(tables, 2 * blocks); /* A: blocks 0.., B: blocks `blocks`.. */
     struct backend_opts bo = {.device = {.kind = BACKEND_CUDA}, .n_ctx = n_ctx,
                               .max_rows = chunk, .n_slots = 2, .n_blocks = 2 * blocks,
-                              .kv_dtype = cache, .kv_dtype_v = cache};
+                              .kv_dtype = cache, .kv_dtype_v = cache,
+                              .gpu_weights = weights};
     st = backend_tp_wanted() && !alone ? backend_create(m, &bo, &r.be)
                                        : gpu_backend_create_emu(m, &bo, &r.be);
     if (st != IG_OK)
@@ -248,7 +252,7 @@ int main(int argc, char **argv)
     bool alone = false;
     int64_t chunk = 8, n_greedy = 3;
     int c;
-    while ((c = getopt(argc, argv, "m:o:c:g:sk:x")) != -1) {
+    while ((c = getopt(argc, argv, "m:o:c:g:sk:xw:")) != -1) {
         switch (c) {
         case 'm':
             if (n_models < MAX_MODELS)
@@ -260,12 +264,16 @@ int main(int argc, char **argv)
         case 's': alone = true; break;
         case 'k': st = kv_dtype_parse("-k", optarg, &cache); break;
         case 'x': exchange = true; break;
+        case 'w':
+            if (backend_parse_gpu_weights(optarg, &weights) != IG_OK)
+                st = IG_E_USAGE;
+            break;
         default: st = IG_E_USAGE;
         }
     }
     if (st == IG_OK && (!n_models || !prefix || optind != argc - 1))
         st = ig_error(IG_E_USAGE, "usage: tp_gpu_dump_emu -o PREFIX [-s] [-c CHUNK] [-g N] "
-                      "[-k TYPE [-x]] -m MODEL [-m MODEL...] PROMPT_IDS");
+                      "[-k TYPE [-x]] [-w f16] -m MODEL [-m MODEL...] PROMPT_IDS");
     if (ig_coll_rank() != 0)
         st = backend_tp_follow(); /* whatever rank 0 makes of its arguments */
     else if (st == IG_OK)

@@ -6,7 +6,8 @@ caches interchangeable between TP sizes (saved at 2 ranks, loaded at 1 and
 `info --tp N`; Qwen3.5's gated DeltaNet (bench/random_gguf.py's qwen35 tiny, Q8_0,
 with SmolLM2's vocabulary): run's text at 1 and 3 ranks, caches with the
 DeltaNet state saved at 3 loaded at 1 and saved at 1 loaded at 2, a batch of
-8 at 1 and 3, `info --tp 3 --json`'s DeltaNet heads and state bytes; and the failures: --tp without mpirun (how to launch, exit
+8 at 1 and 3, `info --tp 3 --json`'s DeltaNet heads and state bytes; a qwen3moe's
+experts a rank with their CUDA bytes; and the failures: --tp without mpirun (how to launch, exit
 2), --tp against the ranks started (exit 2), a bad file on rank 1 alone
 (IGNITE_TP_MODEL: one line naming rank 1, exit 3), another model on rank 1
 (exit 4), rank 1 out of memory (ulimit -v; exit 5), a bad file on every
@@ -345,6 +346,31 @@ def unsplit(tmp):
           f"qwen35 Q4_K_M info --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
 
 
+def experts_info(tmp):
+    """info --tp N --json on random_gguf.py's qwen3moe tiny file (Q8_0, 8
+    experts): each rank's experts and their CUDA bytes (cuda_expert_bytes,
+    backend/gpu_plan.c over its part) against the file's shape: gate, up and
+    down of n_embd x an expert's width a layer and expert, 2 bytes a weight
+    (f16) or 34 a block of 32 (Q8_0)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    sh = random_gguf.MOE_SHAPES["tiny"]
+    path = os.path.join(tmp, "qwen3moe.gguf")
+    random_gguf.write(path, "tiny", "Q8_0", 1, "qwen3moe")
+    per = sh["layers"] * 3 * sh["embd"] * sh["ff_exp"]  # weights of one expert
+    for n, ranges in ((2, [[0, 3], [4, 7]]), (3, [[0, 2], [3, 5], [6, 7]])):
+        r = subprocess.run([IGNITE, "info", "-m", path, "--tp", str(n), "--json"],
+                           capture_output=True, env=sanitizer_env(), text=True, timeout=LIMIT)
+        parts = json.loads(r.stdout).get("tensor_parallel", {}).get("parts", []) \
+            if r.returncode == 0 else []
+        got = [(p.get("experts"), p.get("cuda_expert_bytes")) for p in parts]
+        want = [(e, {"native": (e[1] - e[0] + 1) * per // 32 * 34,
+                     "f16": (e[1] - e[0] + 1) * per * 2}) for e in ranges]
+        check(got == want, f"qwen3moe info --tp {n} --json: experts and their CUDA bytes "
+              f"{got}, expected {want}")
+
+
 def main():
     mpirun = mpirun_or_skip()
     tmp = tempfile.mkdtemp()
@@ -352,7 +378,7 @@ def main():
                      ("caches", lambda: caches(mpirun, tmp)),
                      ("hybrid", lambda: hybrid(mpirun, tmp)),
                      ("failures", lambda: failures(mpirun, tmp)), ("info", info),
-                     ("unsplit", lambda: unsplit(tmp))):
+                     ("unsplit", lambda: unsplit(tmp)), ("experts", lambda: experts_info(tmp))):
         t = time.time()
         fn()
         print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr)

@@ -15,7 +15,11 @@ the embedding table (zeros for the other ranks' tokens, summed before layer
 rank 0. Then a gemma4 (random_gguf.py's emu shape: 2 / 1 heads, shared KV,
 per-layer embeddings, whose table splits by vocabulary rows too, the looked-up
 rows summed) with a prompt of its own whose tokens fall in both ranks' rows,
-within G4_REL (its f16 residual copies round apart, see below). Two sequences: chunked prefill, decode steps of both, a last step's
+within G4_REL (its f16 residual copies round apart, see below). Then
+random_gguf.py's qwen3moe (Q8_0) and gpt-oss (F16: sinks, biases, the
+clamped SwiGLU) tiny files, 8 experts of which 2 a row: each rank routes over
+all 8 and runs the pairs of its 4 (backend/gpu_moe.c), the sum in the
+all-reduce, within MOE_REL. Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
@@ -25,10 +29,12 @@ one reduced twice, the embedded rows not summed, the embedding kernel writing
 no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
 table rows not summed, on the gemma4) must miss REL by far. The llama again on a
 q8_0 pool (issue 51: check_q8), with the mutant tp_kv_other_heads (an imported
-cache's head rows sent to the other rank) on it. IGNITE_TP_REDUCE=nccl where the
+cache's head rows sent to the other rank) on it; a rank running the pairs of
+another rank's experts, on the qwen3moe. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
-tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [MUTANT_DUMP...] (time: see
+tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
+[MUTANT_DUMP...] (time: see
 docs/gpu.md "Tensor parallelism")
 """
 import os
@@ -64,6 +70,16 @@ Q8_X = ("-k", "q8_0", "-x")  # a q8_0 pool, the cache exported and imported
 # 2.2e-3 from the CPU's exact logits on the tiny shape)
 Q35_REL = 1e-3
 Q35_VOCAB = 256
+# the mixtures of experts (vocabulary 1024): tokens in both ranks' rows; a row's
+# experts summed over the ranks meet x in another order than one process's
+# combine (x + w0 y0 + w1 y1 against (x + w0 y0) + w1 y1), so the f16 copies of the
+# residual round apart here and there: gemma4's bound (measured 4.7e-4 qwen3moe,
+# 2.8e-4 gpt-oss). Their weights as f16 (dump's -w f16): the Q8_0 file's native
+# products quantize their activations to int8, where such a rounding moves a value
+# by a step (measured 6.7e-3 on the qwen3moe's, the greedy tokens equal)
+MOE_IDS = "3,700,17,900,5,530,41,1000,9,640,30,2"
+MOE_VOCAB = 1024
+MOE_REL = 1e-3
 
 
 def check(cond, what):
@@ -75,12 +91,18 @@ def check(cond, what):
 def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=()):
     """exe at 2 ranks on each model (with alone: rank 0 by itself first;
     extra: more options, -k TYPE -x); the run and its greedy tokens by label
-    ("0", "0 one", ...)."""
-    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + list(extra)
+    ("0", "0 one", ...). The mixtures of experts (MOE_IDS): their weights as
+    f16, their attention on the mma.sync kernel m64w4 (the emulated
+    warp-specialized one the chooser takes at head dim 64 took 2.2x the
+    launch's CPU time; gpt-oss's sinks take an mma.sync one anyway)."""
+    moe = ids == MOE_IDS
+    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + \
+        list(extra) + (["-w", "f16"] if moe else [])
+    env = (env or {}) | ({"IGNITE_FLASH_VARIANT": "m64w4"} if moe else {})
     for m in models:
         argv += ["-m", m]
     argv.append(ids)
-    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | (env or {})
+    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | env
     r = mpi(mpirun, 2, argv, env=env, text=True)
     toks = {}
     for line in r.stdout.splitlines() if r.returncode == 0 else []:
@@ -144,7 +166,9 @@ def check_q8(run, tmp, n_vocab):
 
 
 def main():
-    dumper, mutants = sys.argv[1], sys.argv[2:]
+    dumper = sys.argv[1]
+    moe = [a for a in sys.argv[2:] if a.endswith(".gguf")]
+    mutants = [a for a in sys.argv[2:] if not a.endswith(".gguf")]
     mpirun = mpirun_or_skip()
     tmp = tempfile.mkdtemp()
     n_vocab = 48
@@ -182,16 +206,30 @@ def main():
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
+
+    def mutant_case(exe):
+        """(models, ids, reference logits, vocabulary, far) of a mutant."""
+        name = os.path.basename(exe)
+        if "ple" in name:
+            return [g4], G4_IDS, f"{tmp}/g0.one.f32", G4_VOCAB, G4_FAR
+        if "moe" in name:
+            return moe[:1], MOE_IDS, f"{tmp}/e0.one.f32", MOE_VOCAB, FAR
+        if "_kv_" in name:  # the q8_0 pool's run, its last row the imported cache's step
+            return paths[:1], IDS, f"{tmp}/q0.one.f32", n_vocab, FAR
+        return paths[:1], IDS, f"{pre}0.one.f32", n_vocab, FAR
+
+    mutants = [exe for exe in mutants if "moe" not in exe or moe]
     with ThreadPoolExecutor(max_workers=len(mutants) + 3) as pool:
-        runs = [pool.submit(dump, mpirun, exe, [g4] if "ple" in exe else paths[:1],
-                            os.path.join(tmp, os.path.basename(exe)),
-                            ids=G4_IDS if "ple" in exe else IDS,
+        runs = [pool.submit(dump, mpirun, exe, mutant_case(exe)[0],
+                            os.path.join(tmp, os.path.basename(exe)), ids=mutant_case(exe)[1],
                             extra=Q8_X if "_kv_" in exe else ())
                 for exe in mutants]
         q8 = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "q"), alone=True,
                          extra=Q8_X)
         gemma4 = pool.submit(dump, mpirun, dumper, [g4], os.path.join(tmp, "g"), alone=True,
                              ids=G4_IDS)
+        experts = pool.submit(dump, mpirun, dumper, moe, os.path.join(tmp, "e"), alone=True,
+                              ids=MOE_IDS) if moe else None
         refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
                               env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
     name = "gemma4 emu, per-layer embeddings"
@@ -205,16 +243,26 @@ def main():
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {toks['0']}", file=sys.stderr)
     check_q8(q8.result(), tmp, n_vocab)
+    r, toks = experts.result() if moe else (None, {})
+    check(not moe or r.returncode == 0,
+          f"mixtures of experts, 2 ranks failed: exit {r and r.returncode}: "
+          f"{r and r.stderr[-2000:]}")
+    for i, path in enumerate(moe):
+        name = os.path.basename(path)
+        if not check(f"{i} one" in toks and f"{i}" in toks, f"{name}: no greedy tokens"):
+            continue
+        e = os.path.join(tmp, "e")
+        err, a, _ = worst_error(f"{e}{i}.one.f32", f"{e}{i}.f32", MOE_VOCAB)
+        check(err <= MOE_REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {MOE_REL}")
+        tokens_match(name, a, toks[f"{i} one"], toks[f"{i}"])
+        print(f"{name}, 2 ranks of 4 experts: {len(a)} rows, largest relative error "
+              f"{err:.1e}, greedy {toks[f'{i}']}", file=sys.stderr)
     for exe, run in zip(mutants, runs):
         name = os.path.basename(exe)
         r, toks = run.result()
-        ref, nv = (f"{tmp}/g0.one.f32", G4_VOCAB) if "ple" in name else (f"{pre}0.one.f32",
-                                                                          n_vocab)
-        if "_kv_" in name:  # the q8_0 pool's run, its last row the imported cache's step
-            ref = f"{tmp}/q0.one.f32"
+        _, _, ref, nv, far = mutant_case(exe)
         err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv)[0] \
             if "0" in toks else float("inf")
-        far = G4_FAR if "ple" in name else FAR
         check(err > far, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
     # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
