@@ -424,8 +424,11 @@ bool ops_qmatmul_handles(const struct ops_ctx *ctx, const struct model_weight *w
 {
     if (ops_ctx_exact(ctx) || w->cols % QMM_QK != 0 || n_tokens > ops_ctx_max_batch(ctx))
         return false;
-    if (is_float_type(w->type)) /* FMA GEMM for prefill; decode stays on ops/matmul.c */
-        return n_tokens >= QMM_GEMM8_MIN_TOKENS && ops_qmm_fgemm8(w->type) != NULL;
+    /* Float weights: the FMA GEMM for any number of tokens, decode too, so
+     * a token's sums run in one order whatever shares its step (the exact
+     * path, ops/matmul.c, flushes into f64 in another) */
+    if (is_float_type(w->type))
+        return ops_qmm_fgemm8(w->type) != NULL;
     if ((w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
          w->type == QUANT_Q5_K || w->type == QUANT_Q6_K || w->type == QUANT_IQ4_XS) &&
         w->cols % QK_K != 0)

@@ -38,6 +38,10 @@ static const struct type_case cases[] = {
     {QUANT_F32, 203, 0, {0}}, /* not a multiple of the lane count: the tail path */
     {QUANT_F16, 200, 0, {0}},
     {QUANT_BF16, 200, 0, {0}},
+    /* multiples of 32 columns: the int8 path's FMA GEMM (ops_qmm_fgemm8) */
+    {QUANT_F32, 576, 0, {0}},
+    {QUANT_F16, 1536, 0, {0}},
+    {QUANT_BF16, 576, 0, {0}},
     {QUANT_Q4_0, 576, 1, {0}},
     {QUANT_Q4_1, 576, 2, {0, 2}},
     {QUANT_Q8_0, 1536, 1, {0}},
