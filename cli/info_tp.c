@@ -49,7 +49,8 @@ static int64_t kv_bytes_per_token(const struct model *m, const struct kv_memory 
 }
 
 /* Bytes of a sequence's recurrent state in part p's cache: its DeltaNet
- * heads' (the pool's state group holds a slot of these a sequence). */
+ * heads' state and checkpoint (the pool's state group holds a slot of these
+ * a sequence; the CPU's figure, as the whole model's kv_groups give it). */
 static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
 {
     size_t bytes = 0;
@@ -58,7 +59,7 @@ static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
             struct model_layer L = m->layers[l];
             L.dn_k_heads = p->layers[l].n_dk;
             L.dn_v_heads = p->layers[l].n_dk * p->layers[l].n_dg;
-            bytes += kv_deltanet_state_bytes(&L);
+            bytes += kv_deltanet_state_bytes(&L) + kv_deltanet_ckpt_bytes(&L);
         }
     return bytes;
 }
