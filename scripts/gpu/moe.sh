@@ -21,6 +21,16 @@
 #                   ignite bench --device cuda pp512, pp2048, tg128, and
 #                   llama-bench on the same file where .gpubin/llama.cpp/bin runs
 #                   (scripts/llamacpp-cuda.sh); the ratios in moe.txt
+#   full    ~420 s  issue 45's GPU targets at full size, one file at a time
+#                   (written, measured, deleted): gpt-oss-20b (MXFP4 experts,
+#                   the rest Q8_0) and Qwen3-30B-A3B (Q4_K_M). Per file: `ignite
+#                   info --json`'s bytes read a token (the active weights), tg128
+#                   and pp2048 of one sequence, 64 sequences in flight (`bench
+#                   --requests 128 -P 64`, 128 in / 128 out), llama-bench beside
+#                   where it runs; then the decode's bytes a token x tok/s over
+#                   the device-to-device copy (target >= 0.60) and 64 sequences'
+#                   output rate over one sequence's tg128 (target >= 8). Not a
+#                   default part: its own lease (scripts/gpu-steps-moe-full.txt)
 #   gemma4   ~20 s  Gemma 4's MoE (the dense MLP beside GeGLU experts, router
 #                   and per-expert scales) on bench/random_gguf.py's gemma4
 #                   moe-tiny (F16, head dims 64 / 128: the real 26B-A4B's
@@ -125,13 +135,81 @@ part_gemma4() {
     done
 }
 
+# full_one ARCH SHAPE TYPE: one full-size file through the full part.
+full_one() {
+    local arch=$1 shape=$2 type=$3 f tag lb=$BIN/llama.cpp/bin/llama-bench lib=$BIN/llama.cpp/lib
+    tag=$arch-$type
+    f=$MODEL_DIR/random-$shape-$type.gguf
+    say "write $f"
+    timeout 300 "$PY" bench/random_gguf.py "$f" --arch "$arch" --shape "$shape" --type "$type" ||
+        { fail "random_gguf $shape $type"; rm -f "$f"; return; }
+    timeout 60 "$BIN/ignite" info -m "$f" --json >"$WORK/info_$tag.json" ||
+        fail "ignite info $shape"
+    say "ignite bench $shape"
+    timeout 150 "$BIN/ignite" bench --device cuda -m "$f" -p 2048 -n 128 -r 2 -b 2048 -o jsonl \
+        >"$WORK/one_$tag.jsonl" || fail "ignite bench $shape"
+    say "ignite bench --requests 128 -P 64 $shape"
+    timeout 150 "$BIN/ignite" bench --device cuda -m "$f" --requests 128 -P 64 --input-len 128 \
+        --output-len 128 -o jsonl >"$WORK/p64_$tag.jsonl" || fail "ignite bench -P 64 $shape"
+    if LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" "$lb" --help >/dev/null 2>&1; then
+        say "llama-bench $shape"
+        LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" timeout 150 "$lb" -m "$f" -p 2048 -n 128 \
+            -r 2 -ngl 99 -b 2048 -ub 2048 -o jsonl >"$WORK/llama_$tag.jsonl" \
+            2>"$WORK/llama_$tag.err" || fail "llama-bench $shape"
+    fi
+    rm -f "$f"
+    "$PY" - "$tag" "$WORK" "$COPY" <<'PY' | tee -a "$TABLE"
+import json, os, sys
+tag, work, copy = sys.argv[1], sys.argv[2], float(sys.argv[3] or 0)
+def rows(name):
+    p = os.path.join(work, name)
+    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+def get(name):
+    p = os.path.join(work, name)
+    try:
+        return json.load(open(p))
+    except (OSError, ValueError):
+        return {}
+info = get(f"info_{tag}.json")
+bpt = (info.get("model") or info).get("bytes_per_token") or 0
+one = {("pp" if r["n_prompt"] else "tg"): r["avg_ts"] for r in rows(f"one_{tag}.jsonl")}
+lcp = {("pp" if r["n_prompt"] else "tg"): r["avg_ts"] for r in rows(f"llama_{tag}.jsonl")}
+p64 = rows(f"p64_{tag}.jsonl")
+p64 = p64[-1] if p64 else {}
+print(f"{tag}: bytes a token {bpt:.0f}, copy {copy:.0f} GB/s")
+for k in ("pp", "tg"):
+    if k in one:
+        n = "pp2048" if k == "pp" else "tg128"
+        line = f"{tag} {n}: ignite {one[k]:.1f} t/s"
+        if k in lcp:
+            line += f", llama.cpp {lcp[k]:.1f} t/s, x{one[k] / lcp[k]:.2f}"
+        if k == "tg" and bpt and copy:
+            gbps = bpt * one[k] / 1e9
+            line += f"; {gbps:.0f} GB/s = {gbps / copy:.2f} of the copy (target >= 0.60)"
+        print(line)
+out = p64.get("output_throughput")
+if out and one.get("tg"):
+    print(f"{tag} 64 in flight: {out:.1f} output t/s (decode {p64.get('tg_tok_s') or 0:.1f}), "
+          f"x{out / one['tg']:.1f} one sequence's tg128 (target >= 8)")
+PY
+}
+
+part_full() {
+    COPY=$(timeout 30 "$BIN/bench_qmm" --copy-only 2>/dev/null | sed -n 's/.*GBps=\([0-9.]*\).*/\1/p' |
+        head -1)
+    echo "copy ${COPY:-?} GB/s (bench_qmm --copy-only)" | tee -a "$TABLE"
+    full_one gpt-oss gpt-oss-20b MXFP4
+    full_one qwen3moe Qwen3-30B-A3B Q4_K_M
+}
+
 for p in $PARTS; do
     case $p in
     correct) part_correct ;;
     kernels) part_kernels ;;
     speed) part_speed ;;
+    full) part_full ;;
     gemma4) part_gemma4 ;;
-    *) fail "unknown part $p (correct, kernels, speed, gemma4)" ;;
+    *) fail "unknown part $p (correct, kernels, speed, full, gemma4)" ;;
     esac
 done
 say "done"
