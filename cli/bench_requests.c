@@ -32,6 +32,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "generate/generate.h"
+#include "models/gguf.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "ops/qmatmul.h"
@@ -269,8 +270,13 @@ static int load(const struct bench_requests_opts *o, const char *spec, struct mo
                                               : model_synthetic_spec(spec, m);
     }
     int st = cli_model_path(spec, path, cap);
-    if (st == IG_OK && (st = model_load(path, m)) == IG_OK)
-        st = tok_load_model(*m, vocab);
+    if (st == IG_OK && (st = model_load(path, m)) == IG_OK) {
+        /* A GGUF without a vocabulary (bench/random_gguf.py's at full size) runs
+         * random ids alone, as a synthetic model; texts then need one (the caller) */
+        const struct gguf_file *g = (*m)->gguf;
+        if (!g || gguf_find_kv(g, "tokenizer.ggml.tokens"))
+            st = tok_load_model(*m, vocab);
+    }
     return st;
 }
 

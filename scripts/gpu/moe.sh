@@ -21,16 +21,17 @@
 #                   ignite bench --device cuda pp512, pp2048, tg128, and
 #                   llama-bench on the same file where .gpubin/llama.cpp/bin runs
 #                   (scripts/llamacpp-cuda.sh); the ratios in moe.txt
-#   full    ~420 s  issue 45's GPU targets at full size, one file at a time
-#                   (written, measured, deleted): gpt-oss-20b (MXFP4 experts,
-#                   the rest Q8_0) and Qwen3-30B-A3B (Q4_K_M). Per file: `ignite
+#   full-gptoss ~200 s, full-qwen3 ~230 s: issue 45's GPU targets at full
+#                   size, one file a part (written, measured, deleted):
+#                   gpt-oss-20b (MXFP4 experts, the rest Q8_0), Qwen3-30B-A3B
+#                   (Q4_K_M). Per file: `ignite
 #                   info --json`'s bytes read a token (the active weights), tg128
 #                   and pp2048 of one sequence, 64 sequences in flight (`bench
 #                   --requests 128 -P 64`, 128 in / 128 out), llama-bench beside
 #                   where it runs; then the decode's bytes a token x tok/s over
 #                   the device-to-device copy (target >= 0.60) and 64 sequences'
-#                   output rate over one sequence's tg128 (target >= 8). Not a
-#                   default part: its own lease (scripts/gpu-steps-moe-full.txt)
+#                   output rate over one sequence's tg128 (target >= 8). Not
+#                   default parts: a lease of their own (gpu-steps-moe-full.txt)
 #   gemma4   ~20 s  Gemma 4's MoE (the dense MLP beside GeGLU experts, router
 #                   and per-expert scales) on bench/random_gguf.py's gemma4
 #                   moe-tiny (F16, head dims 64 / 128: the real 26B-A4B's
@@ -53,7 +54,7 @@ MODEL_DIR=${MODEL_DIR:-${TMPDIR:-/tmp}}
 mkdir -p "$WORK"
 cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
 export LD_LIBRARY_PATH="$BIN/lib:$cuda_root/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-TABLE=$WORK/moe.txt
+TABLE=$WORK/${MOE_TABLE:-moe.txt} # the step table names it
 : >"$TABLE"
 status=0
 t0=$(date +%s)
@@ -141,20 +142,20 @@ full_one() {
     tag=$arch-$type
     f=$MODEL_DIR/random-$shape-$type.gguf
     say "write $f"
-    timeout 300 "$PY" bench/random_gguf.py "$f" --arch "$arch" --shape "$shape" --type "$type" ||
+    timeout 150 "$PY" bench/random_gguf.py "$f" --arch "$arch" --shape "$shape" --type "$type" ||
         { fail "random_gguf $shape $type"; rm -f "$f"; return; }
     timeout 60 "$BIN/ignite" info -m "$f" --json >"$WORK/info_$tag.json" ||
         fail "ignite info $shape"
     say "ignite bench $shape"
-    timeout 150 "$BIN/ignite" bench --device cuda -m "$f" -p 2048 -n 128 -r 2 -b 2048 -o jsonl \
+    timeout 60 "$BIN/ignite" bench --device cuda -m "$f" -p 2048 -n 128 -r 2 -b 2048 -o jsonl \
         >"$WORK/one_$tag.jsonl" || fail "ignite bench $shape"
     say "ignite bench --requests 128 -P 64 $shape"
-    timeout 150 "$BIN/ignite" bench --device cuda -m "$f" --requests 128 -P 64 --input-len 128 \
+    timeout 50 "$BIN/ignite" bench --device cuda -m "$f" --requests 128 -P 64 --input-len 128 \
         --output-len 128 -o jsonl >"$WORK/p64_$tag.jsonl" || fail "ignite bench -P 64 $shape"
     if LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" "$lb" --help >/dev/null 2>&1; then
         say "llama-bench $shape"
-        LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" timeout 150 "$lb" -m "$f" -p 2048 -n 128 \
-            -r 2 -ngl 99 -b 2048 -ub 2048 -o jsonl >"$WORK/llama_$tag.jsonl" \
+        LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" timeout 50 "$lb" -m "$f" -p 2048 -n 128 \
+            -r 1 -ngl 99 -b 2048 -ub 2048 -o jsonl >"$WORK/llama_$tag.jsonl" \
             2>"$WORK/llama_$tag.err" || fail "llama-bench $shape"
     fi
     rm -f "$f"
@@ -194,12 +195,12 @@ if out and one.get("tg"):
 PY
 }
 
+# part_full ARCH SHAPE TYPE: the copy's bandwidth, then the file.
 part_full() {
-    COPY=$(timeout 30 "$BIN/bench_qmm" --copy-only 2>/dev/null | sed -n 's/.*GBps=\([0-9.]*\).*/\1/p' |
+    COPY=$(timeout 20 "$BIN/bench_qmm" --copy-only 2>/dev/null | sed -n 's/.*GBps=\([0-9.]*\).*/\1/p' |
         head -1)
     echo "copy ${COPY:-?} GB/s (bench_qmm --copy-only)" | tee -a "$TABLE"
-    full_one gpt-oss gpt-oss-20b MXFP4
-    full_one qwen3moe Qwen3-30B-A3B Q4_K_M
+    full_one "$@"
 }
 
 for p in $PARTS; do
@@ -207,9 +208,10 @@ for p in $PARTS; do
     correct) part_correct ;;
     kernels) part_kernels ;;
     speed) part_speed ;;
-    full) part_full ;;
+    full-gptoss) part_full gpt-oss gpt-oss-20b MXFP4 ;;
+    full-qwen3) part_full qwen3moe Qwen3-30B-A3B Q4_K_M ;;
     gemma4) part_gemma4 ;;
-    *) fail "unknown part $p (correct, kernels, speed, full, gemma4)" ;;
+    *) fail "unknown part $p (correct, kernels, speed, full-gptoss, full-qwen3, gemma4)" ;;
     esac
 done
 say "done"

@@ -4,8 +4,10 @@ report has vLLM's metric names, the counts are exact (N completed, the
 output lengths as asked: fixed lengths give N x len tokens), the same seed
 draws the same lengths, the latencies are ordered as their definitions
 imply (TTFT <= E2EL, median <= p99), bad lengths exit 2, and Ctrl-C ends
-with the report of the requests done (exit 130). No timing asserts beyond
-those orderings."""
+with the report of the requests done (exit 130). A GGUF without a vocabulary
+(bench/random_gguf.py's, as the GPU check writes at full size) runs random
+ids as a synthetic model does, and a prompt file on it is refused in one line.
+No timing asserts beyond those orderings."""
 import csv
 import io
 import json
@@ -13,10 +15,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from igtest import check, summary
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = "synthetic:SmolLM2-135M:Q4_1"
 KEYS = ["completed", "total_input_tokens", "total_output_tokens", "duration_s",
@@ -39,6 +44,31 @@ def bench_tiny(n, par, out_len):
     except ValueError:
         check(False, f"bench_tiny {n} {par} {out_len}: rc {r.returncode} {r.stderr[-300:]!r}")
         return {}
+
+
+def check_no_vocab():
+    import random_gguf
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tiny-novocab.gguf")
+        random_gguf.write(path, "Llama-tiny", "F16", seed=7)
+        r = subprocess.run([IGNITE, "bench", "-m", path, "-t", "2", "--requests", "3",
+                            "--input-len", "8", "--output-len", "4", "-o", "jsonl"],
+                           capture_output=True, timeout=600)
+        try:
+            row = json.loads(r.stdout)
+        except ValueError:
+            row = {}
+        check(r.returncode == 0 and row.get("completed") == 3 and
+              row.get("total_output_tokens") == 12,
+              f"no vocabulary: rc {r.returncode} {r.stdout[:200]!r} {r.stderr[-300:]!r}")
+        prompts = os.path.join(d, "prompts.txt")
+        with open(prompts, "w") as f:
+            f.write("one\ntwo\n")
+        r = subprocess.run([IGNITE, "bench", "-m", path, "--requests", "2", "--prompt-file",
+                            prompts], capture_output=True, timeout=600)
+        err = r.stderr.decode()
+        check(r.returncode == 2 and err.count("\n") == 1 and "vocabulary" in err,
+              f"no vocabulary, --prompt-file: rc {r.returncode} {err!r}")
 
 
 def main():
@@ -142,6 +172,7 @@ def main():
         neg = {k: v for k, v in r.items() if isinstance(v, (int, float)) and v < 0}
         check(not neg, f"Ctrl-C, --output-len {out_len}: negative figures {neg}")
 
+    check_no_vocab()
     for bad in (["0"], ["3", "--input-len", "x"], ["3", "--output-len", "5:-1"],
                 ["3", "--parallel", "0"]):
         rc, out, err = bench(*bad)
