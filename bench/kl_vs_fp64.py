@@ -34,8 +34,10 @@ logits) compared as sets:
                         path and the exact one (labels ignite-int8,
                         ignite-exact)
 Per engine: the decisions that differ from the reference's (of all), the
-reference's logit margin between its k-th and (k+1)-th expert there, and
-the largest difference of the router logits themselves.
+reference's logit margin between its k-th and (k+1)-th expert there, the
+largest difference of the router logits themselves, and the file of the
+same label's mean KL split: scored rows whose own position chose the
+reference's experts in every layer, and the others.
 
 usage: bench/kl_vs_fp64.py MODEL LABEL=BASE... [--chunks N] [--llama-routes FILE]
                            [--forward-dump BIN] [--threads T]
@@ -155,6 +157,7 @@ def main():
             engines[f"ignite-{path}"] = (lambda p: lambda c: ignite_routes(
                 a.forward_dump, a.model, window_of(c), p, a.threads, tmp))(path)
     rt = {e: {"n": 0, "differ": 0, "margins": [], "dlogit": 0.0} for e in engines}
+    flipped = {e: set() for e in engines}  # (window, position) where a layer's choice differs
     ref_margins = []
 
     def window_of(c):
@@ -210,6 +213,7 @@ def main():
                     for i, (x, y) in enumerate(zip(ours, theirs)):
                         if x != y:
                             r["differ"] += 1
+                            flipped[e].add((c, pos0 + i))
                             r["margins"].append(s[i, k - 1] - s[i, k])
         print(f"window {c}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     print(f"{os.path.basename(a.model)}: {n_rows} scored rows of {n_chunks} windows of {n_ctx}"
@@ -236,6 +240,13 @@ def main():
         print(f"  routing {e:14}: {r['differ']} of {r['n']} decisions differ from fp64's"
               + (f" (fp64's margin there: median {np.median(mg):.5f}, max {mg.max():.5f})"
                  if len(mg) else "") + f"; router logits at most {r['dlogit']:.2e} from fp64's")
+        if e in st:  # the file of the same label: its KL where the row's own routing is fp64's
+            kl = np.array(st[e]["kl"])
+            own = np.array([(c, first + row) in flipped[e] for c in range(n_chunks)
+                            for row in range(n_ctx - 1 - first)])
+            print(f"    scored rows whose every layer chose fp64's experts: {np.sum(~own)}, mean KL "
+                  f"{kl[~own].mean():.6f}; the {np.sum(own)} others: mean KL "
+                  + (f"{kl[own].mean():.6f}" if own.any() else "-"))
     return 0
 
 
