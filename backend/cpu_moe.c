@@ -40,6 +40,8 @@
 #include "ops/qmatmul.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Routing of rows [r0, r1): each row's k experts (ascending index) and
@@ -171,6 +173,27 @@ static void shared_expert(struct cpu_step *s, const struct model_layer *L, int64
     }
 }
 
+/* IGNITE_MOE_TRACE=1: a line on stderr per row of the step (its index
+ * among the rows the layer runs: past the last layer's mixer only the wanted
+ * ones) with its experts and the router's logits, for
+ * bench/kl_vs_fp64.py to compare the routing with a reference's. */
+static void trace_routes(const struct model_layer *L, int64_t layer, int64_t n,
+                         const struct ops_buffers *b)
+{
+    const char *e = getenv("IGNITE_MOE_TRACE");
+    if (!e || !*e || !strcmp(e, "0"))
+        return;
+    for (int64_t t = 0; t < n; t++) {
+        fprintf(stderr, "moe: layer %lld row %lld experts", (long long)layer, (long long)t);
+        for (int64_t j = 0; j < L->n_expert_used; j++)
+            fprintf(stderr, " %d", b->moe_sel[t * L->n_expert_used + j]);
+        fputs(" logits", stderr);
+        for (int64_t x = 0; x < L->n_expert; x++)
+            fprintf(stderr, " %.9g", b->moe_logits[t * L->n_expert + x]);
+        fputc('\n', stderr);
+    }
+}
+
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
 {
     struct ops_ctx *ctx = s->ops;
@@ -189,6 +212,7 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
         router_input(ctx, L, n);
     router_logits(ctx, L, beside ? b->moe_x : b->xn, n);
     cpu_rows_run(ctx, L, route_rows, 0, n, false);
+    trace_routes(L, layer, n, b);
     const float *down_scale = beside ? L->w[LAYER_FFN_DOWN_EXPS_SCALE].data : NULL;
 
     /* group the (row, slot) pairs by expert: counts, starts, then the pairs

@@ -91,6 +91,7 @@ class Gemma4Ref:
                 t[f"blk.{i}.ffn_gate_exps.weight"] = gu[:, :half]
                 t[f"blk.{i}.ffn_up_exps.weight"] = gu[:, half:]
         self.t = t
+        self.routes = None  # a list: _moe appends (layer prefix, router logits [n, n_expert])
         self.n_vocab = t["token_embd.weight"].shape[0]
         ff = t["rope_freqs.weight"].reshape(-1)
         turning = ff < 1e20  # the converter's 1e30: a pair that does not turn
@@ -121,6 +122,8 @@ class Gemma4Ref:
         t, k = self.t, self.n_expert_used
         r = self._norm(x) / math.sqrt(self.n_embd) * t[p + "ffn_gate_inp.scale"]
         logits = r @ t[p + "ffn_gate_inp.weight"].T  # [n, n_expert]
+        if self.routes is not None:  # (bench/kl_vs_fp64.py: the router's logits per layer)
+            self.routes.append((p, logits))
         probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         h = self._norm(x, t[p + "pre_ffw_norm_2.weight"])
@@ -135,9 +138,9 @@ class Gemma4Ref:
                 out[row] += we * scale[e] * ((gelu(g) * u) @ t[p + "ffn_down_exps.weight"][e].T)
         return self._norm(out, t[p + "post_ffw_norm_2.weight"])
 
-    def forward(self, tokens, cache):
-        """The logits [n_vocab] of the last of tokens, run after the cache's
-        positions (the cache grows)."""
+    def forward(self, tokens, cache, all_rows=False):
+        """The logits [n_vocab] of the last of tokens (all_rows: [n, n_vocab]
+        of each), run after the cache's positions (the cache grows)."""
         t, n = self.t, len(tokens)
         pos = np.arange(cache["n"], cache["n"] + n, dtype=np.float64)
         ids = np.asarray(tokens)
@@ -190,7 +193,8 @@ class Gemma4Ref:
             if p + "layer_output_scale.weight" in t:
                 x = x * t[p + "layer_output_scale.weight"].reshape(-1)[0]
         cache["n"] += n
-        logits = self._norm(x[-1], t["output_norm.weight"]) @ t["token_embd.weight"].T
+        logits = self._norm(x if all_rows else x[-1], t["output_norm.weight"]) @ \
+            t["token_embd.weight"].T
         if self.softcap:
             logits = np.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -37,6 +37,7 @@ class GptOssRef(RefModel):
         self.sliding = [i % 2 == 0 for i in range(self.n_layer)]
         self.scaling = self.head_dim ** -0.5
         self.moe = True
+        self.routes = None  # a list: _experts appends each layer's router logits [n, n_expert]
         names = {"bo": "attn_output.bias", "sinks": "attn_sinks.weight",
                  "router_b": "ffn_gate_inp.bias", "gate_b": "ffn_gate_exps.bias",
                  "up_b": "ffn_up_exps.bias", "down_b": "ffn_down_exps.bias"}
@@ -52,6 +53,8 @@ class GptOssRef(RefModel):
         """GptOssMLP of rows h [n, n_embd]."""
         k = self.n_expert_used
         logits = h @ L["router"].T + L["router_b"]
+        if self.routes is not None:  # (bench/kl_vs_fp64.py: the router's logits per layer)
+            self.routes.append(logits)
         top = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: lower index first
         srt = -np.sort(-logits, axis=1)
         if k < srt.shape[1]:

@@ -29,7 +29,8 @@ embeddings, layer output scales, logits soft-capped.
     dense MLP; the router's own scaled norm, GELU experts, per-expert output
     scales) in F16 and Q4_K_M, on the exact path as above, and in Q4_K_M with
     the experts' gate and up fused (ffn_gate_up_exps, as llama.cpp's converter
-    writes a real 26B-A4B) on both paths;
+    writes a real 26B-A4B) on both paths; IGNITE_MOE_TRACE's lines (F16): the
+    reference's experts and router logits;
   - the window rule (the local layers' blocks given back as the window
     passes): 194 positions against the reference and = keeping every block,
     the window side's counts; `batch --kv-mem` holding a request only with
@@ -158,6 +159,43 @@ def int8_top(ref, tool, path, name, prompt, fixed, tmp):
                  f"{int(np.argmax(r))}")
             return
     print(f"ok     {name}, int8 path: the reference's top token at all {len(fixed) + 1} steps")
+
+
+def moe_trace(ref, tool, path, name, prompt, tmp):
+    """IGNITE_MOE_TRACE (bench/kl_vs_fp64.py reads it): a line per layer and
+    row of the prompt's step (the last layer: the last row, the one wanted)
+    naming the reference's k experts, the router's logits within 1e-4 of
+    its."""
+    ref.routes = []
+    ref.forward(prompt, ref.new_cache())
+    want, ref.routes = ref.routes, None
+    env = dict(os.environ, IGNITE_MATMUL="exact", IGNITE_MOE_TRACE="1")
+    res = subprocess.run([tool, "-m", path, "-o", os.path.join(tmp, "t.bin"),
+                          ",".join(map(str, prompt))], capture_output=True, text=True, env=env,
+                         timeout=300)
+    got = {}
+    for line in res.stderr.splitlines():
+        if line.startswith("moe: layer "):
+            w = line.split()
+            i = w.index("logits")
+            got.setdefault(int(w[2]), []).append((int(w[4]), {int(e) for e in w[6:i]},
+                                                  [float(v) for v in w[i + 1:]]))
+    k = ref.n_expert_used
+    for layer, (_, lg) in enumerate(want):
+        rows = got.get(layer, [])
+        lg = lg[-1:] if layer == ref.n_layer - 1 else lg
+        if [r[0] for r in rows] != list(range(len(lg))):
+            fail(f"{name}, IGNITE_MOE_TRACE: layer {layer} rows {[r[0] for r in rows]}, "
+                 f"expected 0 .. {len(lg) - 1} (exit {res.returncode})")
+            return
+        for (row, experts, logits), r in zip(rows, lg):
+            top = set(int(e) for e in np.argsort(-r, kind="stable")[:k])
+            if experts != top or np.abs(np.array(logits) - r).max() > BOUND * np.abs(r).max():
+                fail(f"{name}, IGNITE_MOE_TRACE: layer {layer} row {row}: experts {experts} "
+                     f"logits {logits}, the reference's {top} {r}")
+                return
+    print(f"ok     {name}, IGNITE_MOE_TRACE: the reference's experts and router logits at "
+          f"{sum(len(v) for v in got.values())} rows of {len(got)} layers")
 
 
 def kv_memory(path, ref):
@@ -381,6 +419,8 @@ def main():
             fixed = [int(t) for t in rng.integers(3, ref.n_vocab, 20)]
             name = f"gemma4 moe-tiny {qtype}" + (" (ffn_gate_up_exps)" if fused else "")
             against_reference(ref, tool, path, name, prompt, fixed, tmp)
+            if qtype == "F16":
+                moe_trace(ref, tool, path, name, prompt, tmp)
             if fused:
                 int8_top(ref, tool, path, name, prompt, fixed, tmp)
     if failures:
