@@ -171,14 +171,14 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     if (n_ranks < 1 || n_ranks > MODEL_TP_MAX_RANKS || rank < 0 || rank >= n_ranks)
         return ig_error(IG_E_USAGE, "--tp %d: expected 1..%d ranks", n_ranks,
                         MODEL_TP_MAX_RANKS);
-    /* what the split below knows: attention layers with their own Q/K/V and
-     * the Llama block's additions (biases on Q/K/V, head norms, post norms,
-     * an output gate), gated DeltaNet layers, dense FFNs and experts, and a
-     * dense FFN beside the experts (qwen35moe's shared expert, Gemma 4's MLP) */
     out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
     if (!out->layers)
         return ig_error(IG_E_NOMEM, "out of memory");
     even(hp->n_vocab, rank, n_ranks, &out->v0, &out->n_v);
+    /* what the split knows: attention layers with their own Q/K/V and the
+     * Llama block's additions (biases on Q/K/V, head norms, post norms, an
+     * output gate), gated DeltaNet layers, dense FFNs, experts and a dense
+     * FFN beside them (qwen35moe's shared expert, Gemma 4's MLP) */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         struct model_tp_layer *s = &out->layers[il];

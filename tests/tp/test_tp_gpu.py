@@ -19,7 +19,12 @@ within G4_REL (its f16 residual copies round apart, see below). Then
 random_gguf.py's qwen3moe (Q8_0) and gpt-oss (F16: sinks, biases, the
 clamped SwiGLU) tiny files, 8 experts of which 2 a row: each rank routes over
 all 8 and runs the pairs of its 4 (backend/gpu_moe.c), the sum in the
-all-reduce, within MOE_REL. Two sequences: chunked prefill, decode steps of both, a last step's
+all-reduce, within MOE_REL. A dense FFN beside the experts, split by its
+columns: random_gguf.py's qwen35moe emu (a shared expert of 128, its gated
+partial output in the experts' partial sum) in the first launch, within
+Q35_REL; gemma4's moe-emu (a dense MLP of 256, its output and the experts'
+sum all-reduced together before their norms) in the gemma4 launch, within
+G4_REL. Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
@@ -30,7 +35,9 @@ no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
 table rows not summed, on the gemma4) must miss REL by far. The llama again on a
 q8_0 pool (issue 51: check_q8), with the mutant tp_kv_other_heads (an imported
 cache's head rows sent to the other rank) on it; a rank running the pairs of
-another rank's experts, on the qwen3moe. IGNITE_TP_REDUCE=nccl where the
+another rank's experts, on the qwen3moe; gemma4's MLP normed before its
+sum (tp_moe_mlp_no_sum), on the gemma4 MoE; the shared expert's columns
+added by rank 0 alone (tp_moe_shexp_once), on the qwen35moe. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]

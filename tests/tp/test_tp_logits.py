@@ -15,7 +15,7 @@ its gated attention, a prompt of 84 crossing the chunked form's chunk of 64; the
 weights as a Hugging Face folder, its value heads in the grouped order); a dense FFN
 beside the experts split by its columns: qwen35moe's shared expert (its sigmoid gate
 replicated) and Gemma 4's MLP (its output and the experts' sum all-reduced before
-their norms).
+their norms): 4.2 and 4.1 s at load 12.
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
