@@ -266,8 +266,11 @@ int backend_cpu_create_tp(const struct model *m, const struct backend_opts *o, s
     c->step.max_rows = o->max_rows;
     if (st == IG_OK && m->hp.has_ple) /* per-layer embeddings of a step's rows */
         st = ple_alloc(&c->step, m, o->max_rows);
+    /* gemma4's dense MLP output and the experts' sum beside it (one
+     * all-reduce of both under --tp), or qwen35moe's shared expert's */
+    int64_t moe_rows = (m->hp.has_moe_mlp ? 2 : 1) * o->max_rows;
     if (st == IG_OK && (m->hp.has_moe_mlp || m->hp.has_moe_shexp) &&
-        !(c->step.moe_mlp = malloc((size_t)(o->max_rows * m->hp.n_embd) * sizeof(float))))
+        !(c->step.moe_mlp = malloc((size_t)(moe_rows * m->hp.n_embd) * sizeof(float))))
         st = ig_error(IG_E_NOMEM, "out of memory for steps of %lld rows",
                       (long long)o->max_rows);
     if (st != IG_OK) {

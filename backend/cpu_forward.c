@@ -7,6 +7,8 @@
  *   for each layer L:  mixers[L.mixer]  reduce  x += post_norm(proj)
  *                      ffns[L.ffn]      reduce  x += post_norm(proj)
  *
+ * (gemma4's MoE reduces inside, before its norms: cpu_ffn_reduces).
+ *
  * A new kind of layer is a function in a table here (and one in the CUDA
  * backend's, backend/gpu_forward.c): docs/design.md, "How to add a layer
  * kind". Covered by tests/cpu/ (numpy reference; chunked vs one-row
@@ -70,7 +72,8 @@ void cpu_forward_layers(struct cpu_step *s, int64_t n, const int64_t *want, int6
         reduce(s, b->proj, n, e);
         cpu_rows_run(s->ops, L, residual_rows, LAYER_ATTN_POST_NORM, n, false);
         ffns[L->ffn](s, il, n);
-        reduce(s, b->proj, n, e);
+        if (!cpu_ffn_reduces(m, L))
+            reduce(s, b->proj, n, e);
         cpu_rows_run(s->ops, L, residual_rows, LAYER_FFN_POST_NORM, n, false);
         if (m->hp.has_ple)
             cpu_ple_layer(s, il, n, last ? want : NULL);

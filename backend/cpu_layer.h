@@ -50,9 +50,10 @@ struct cpu_step {
     float *ple;                        /* [n_layer, max_rows, n_embd_per_layer] the step's */
     float *ple_tmp;                    /* [max_rows, n_layer * n_embd_per_layer] the
                                           tokens' table rows, then the projection */
-    float *moe_mlp;                    /* [max_rows, n_embd] MODEL_FEAT_MOE_MLP's dense MLP
-                                          output, MODEL_FEAT_MOE_SHEXP's gated shared
-                                          expert's (else NULL) */
+    float *moe_mlp;                    /* [max_rows, n_embd] MODEL_FEAT_MOE_SHEXP's gated
+                                          shared expert's output; [2, max_rows, n_embd]
+                                          MODEL_FEAT_MOE_MLP's dense MLP output and the
+                                          experts' sum beside it (else NULL) */
 };
 
 /* ---- the loop (cpu_forward.c) --------------------------------------------- */
@@ -122,6 +123,10 @@ void cpu_ffn_dense_of(struct cpu_step *s, const struct model_layer *L, int64_t n
  * norms; with MODEL_FEAT_MOE_SHEXP (qwen35moe) a shared expert every row
  * runs, gated by its own sigmoid. */
 void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n);
+
+/* Whether layer L's FFN sums its output over tensor-parallel ranks itself
+ * (gemma4's MoE: before the norms of its two parts), so the loop does not. */
+bool cpu_ffn_reduces(const struct model *m, const struct model_layer *L);
 
 /* ---- Gemma 4's per-layer embeddings and output scale (cpu_ple.c) ----------- */
 

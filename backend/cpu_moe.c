@@ -30,12 +30,15 @@
  * the step's row count could flip a near choice), and proj's sum runs over
  * the row's experts in ascending index whatever the step holds.
  * A tensor-parallel rank runs the experts its part holds (whole experts,
- * models/tp.c) for the rows routed to them; the layer loop's reduce sums
- * the ranks' outputs. Covered by tests/cpu/test_moe.py (fp64 numpy
+ * models/tp.c) for the rows routed to them, and its columns of a shared
+ * expert or a dense MLP beside them; the layer loop's reduce sums the ranks'
+ * outputs, except gemma4's, whose two parts are summed over the ranks here
+ * before their norms (beside_sum: one all-reduce of twice the rows). Covered by tests/cpu/test_moe.py (fp64 numpy
  * reference, chunked = whole, 1 thread = 2), with the shared expert
  * tests/cpu/test_deltanet.py, across ranks tests/tp/test_tp_logits.py. */
 #include "backend/cpu_layer.h"
 
+#include "core/coll.h"
 #include "core/status.h"
 #include "ops/qmatmul.h"
 
@@ -134,8 +137,9 @@ static void router_input(struct ops_ctx *ctx, const struct model_layer *L, int64
             b->moe_x[t * e + i] = b->moe_x[t * e + i] * inv * sc[i];
 }
 
-/* gemma4's dense MLP beside the experts into s->moe_mlp: post_norm_1 of the
- * dense FFN (ffn_norm, gate|up, GeGLU, down) at its own width. */
+/* gemma4's dense MLP beside the experts into s->moe_mlp: the dense FFN
+ * (ffn_norm, gate|up, GeGLU, down) at its own width, not yet normed (a
+ * tensor-parallel rank's is a partial sum). */
 static void dense_beside(struct cpu_step *s, const struct model_layer *L, int64_t n)
 {
     const struct model_hparams *hp = &ops_ctx_model(s->ops)->hp;
@@ -143,7 +147,32 @@ static void dense_beside(struct cpu_step *s, const struct model_layer *L, int64_
     struct model_layer D = *L;
     D.n_ff = L->n_ff_mlp;
     cpu_ffn_dense_of(s, &D, n);
-    ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_1], n, hp->n_embd, hp->norm_eps, s->moe_mlp);
+    memcpy(s->moe_mlp, b->proj, (size_t)(n * hp->n_embd) * sizeof *s->moe_mlp);
+}
+
+/* gemma4: proj = post_norm_2(the experts' sum in proj) + post_norm_1(the
+ * dense MLP's in s->moe_mlp). A norm of a partial sum is not a part of the
+ * norm, so a tensor-parallel rank first sums both over the ranks: one
+ * all-reduce of the two side by side, in place of the layer loop's. */
+static void beside_sum(struct cpu_step *s, const struct model_layer *L, int64_t n)
+{
+    const struct model_hparams *hp = &ops_ctx_model(s->ops)->hp;
+    struct ops_buffers *b = ops_ctx_buffers(s->ops);
+    int64_t e = hp->n_embd;
+    float *mlp = s->moe_mlp, *experts = s->moe_mlp + n * e; /* [2, n, n_embd] */
+    if (s->tp) {
+        memcpy(experts, b->proj, (size_t)(n * e) * sizeof *experts);
+        ig_coll_allreduce_sum(mlp, 2 * n * e);
+        memcpy(b->proj, experts, (size_t)(n * e) * sizeof *experts);
+    }
+    ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_2], n, e, hp->norm_eps, b->proj);
+    ops_rmsnorm(mlp, &L->w[LAYER_FFN_POST_NORM_1], n, e, hp->norm_eps, mlp);
+    ops_add(b->proj, mlp, n * e);
+}
+
+bool cpu_ffn_reduces(const struct model *m, const struct model_layer *L)
+{
+    return L->ffn == LAYER_FFN_MOE && m->hp.has_moe_mlp;
 }
 
 /* qwen35moe's shared expert into s->moe_mlp: the dense FFN (ffn_norm,
@@ -156,7 +185,7 @@ static void shared_expert(struct cpu_step *s, const struct model_layer *L, int64
     struct ops_buffers *b = ops_ctx_buffers(s->ops);
     int64_t e = hp->n_embd;
     struct model_layer D = *L;
-    D.n_ff = hp->n_ff_shexp;
+    D.n_ff = L->n_ff_shexp; /* (a tensor-parallel rank's columns of it) */
     D.w[LAYER_FFN_GATE] = L->w[LAYER_FFN_GATE_SHEXP];
     D.w[LAYER_FFN_UP] = L->w[LAYER_FFN_UP_SHEXP];
     D.w[LAYER_FFN_DOWN] = L->w[LAYER_FFN_DOWN_SHEXP];
@@ -273,10 +302,11 @@ void cpu_ffn_moe(struct cpu_step *s, int64_t layer, int64_t n)
                     dst[d] += w * y[d];
         }
     }
-    if (beside) { /* proj = post_norm_2(experts) + the dense MLP's */
-        ops_rmsnorm(b->proj, &L->w[LAYER_FFN_POST_NORM_2], n, e_dim, m->hp.norm_eps, b->proj);
-        ops_add(b->proj, s->moe_mlp, n * e_dim);
-    }
-    if (shared) /* proj = the routed experts' + the gated shared expert's */
+    if (beside)
+        beside_sum(s, L, n);
+    /* proj = the routed experts' + the gated shared expert's (a rank's: its
+     * experts' and its columns' of the shared one, the gate every rank's
+     * own whole one: the loop's reduce sums the parts) */
+    if (shared)
         ops_add(b->proj, s->moe_mlp, n * e_dim);
 }

@@ -167,9 +167,9 @@ static int check_model(const struct model *m)
             return ig_error(IG_E_MODEL, "the CUDA backend supports up to 8 query heads per KV "
                             "head; '%s' has %lld (use --device cpu)", m->path,
                             (long long)(L->n_head / L->n_head_kv));
-        if (hp->n_embd % 8 || L->n_ff % 8 || hp->n_ff_shexp % 8 || L->n_ff_mlp % 8)
+        if (hp->n_embd % 8 || L->n_ff % 8 || L->n_ff_shexp % 8 || L->n_ff_mlp % 8)
             return ig_error(IG_E_MODEL, "the CUDA backend needs widths that are multiples of 8");
-        if (L->n_ff > 40960 || hp->n_ff_shexp > 40960 || L->n_ff_mlp > 40960 ||
+        if (L->n_ff > 40960 || L->n_ff_shexp > 40960 || L->n_ff_mlp > 40960 ||
             hp->n_embd > 40960 || L->n_head * L->head_dim > 40960)
             return ig_error(IG_E_MODEL, "the CUDA backend's decode GEMV takes inputs of at most "
                             "40960 elements; '%s' is wider (use --device cpu)", m->path);

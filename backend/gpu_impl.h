@@ -65,7 +65,9 @@ struct gpu_moe_bufs {
     float *y;          /* [pairs][n_embd] each pair's down product */
     float *shexp_w;    /* qwen35moe: [max_batch] each row's shared expert gate, and */
     float *shexp_y;    /* [max_batch][n_embd] the shared expert's output (else NULL) */
-    float *acc;        /* gemma4: [max_batch][n_embd] the experts' sum, then the FFN's (else NULL) */
+    float *acc;        /* gemma4: [2][max_batch][n_embd] the experts' sum, then the FFN's,
+                          and a tensor-parallel rank's dense MLP output after its rows
+                          (else NULL) */
     int64_t mma_layers; /* layer steps queued whose expert products took gk_moe_mma */
 };
 
@@ -439,6 +441,10 @@ int IG_DEV(gpu_tp_reduce)(struct gpu_backend *g);
 /* The step's embedded rows x [n][n_embd] (each rank's tokens, zeros for the
  * others') summed over the ranks in place: every rank's whole rows. */
 int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n);
+
+/* rows [n][n_embd] of a rank's partial sums summed over the ranks in place
+ * (gemma4's MoE: its two sums, each before its norm). */
+int IG_DEV(gpu_tp_sum_rows)(struct gpu_backend *g, float *rows, int64_t n);
 
 /* Gemma 4's per-layer table rows of the step rows [n][n_layer *
  * n_embd_per_layer] (each rank's tokens, zeros for the others') summed over

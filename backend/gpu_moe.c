@@ -19,7 +19,8 @@
  *
  * Gemma 4's MoE (MODEL_FEAT_MOE_MLP, llama.cpp's gemma4.cpp; the CPU's
  * rules in cpu_moe.c): a dense GeGLU MLP beside the experts on its own
- * norm (ffn_norm) into g->proj; the experts on pre_ffw_norm_2's xn, routed
+ * norm (ffn_norm) into g->proj (a tensor-parallel rank: acc's rows after
+ * the experts'); the experts on pre_ffw_norm_2's xn, routed
  * from rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale (gk_moe_route's
  * in_scale), GeGLU experts, each down product times its expert's scale
  * (gk_moe_gemv's scale) and summed into b->acc (zeroed); then acc =
@@ -31,6 +32,10 @@
  * tiles naming them from 0: its rows of the expert matrices), combines
  * those slots alone (struct gk_moe_part), rank 0's into x, the others' into
  * zeroed rows, and the FFN's all-reduce sums them (gpu_tp_partial_rows).
+ * Its columns of qwen35moe's shared expert add into the same rows (the
+ * sigmoid weight every rank's whole one). Gemma 4's two partial sums are
+ * summed by one all-reduce of both before their norms (beside_sum), in place
+ * of the layer loop's.
  *
  * Five launches (six with the norm) whatever the routing: nothing goes to
  * the host, so a decode step's graph replays for any choice of experts. A
@@ -73,7 +78,7 @@ size_t IG_DEV(gpu_moe_buf_bytes)(const struct model *m, int64_t max_batch)
     return pairs * (4 + 4 + 4 + 2 * (size_t)ff + 4 * e) +
            (size_t)gk_moe_max_tiles((int64_t)pairs, ne) * 12 + 4 +
            (m->hp.has_moe_shexp ? (size_t)max_batch * (4 + 4 * e) : 0) +
-           (m->hp.has_moe_mlp ? (size_t)max_batch * 4 * e : 0);
+           (m->hp.has_moe_mlp ? (size_t)max_batch * 8 * e : 0);
 }
 
 int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
@@ -95,7 +100,7 @@ int IG_DEV(gpu_moe_alloc)(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, pairs * e * 4, &b->y, NULL)))
         return st;
     size_t rows = (size_t)g->max_batch;
-    if (g->m->hp.has_moe_mlp && (st = IG_DEV(gpu_alloc)(g, rows * e * 4, &b->acc, NULL)))
+    if (g->m->hp.has_moe_mlp && (st = IG_DEV(gpu_alloc)(g, 2 * rows * e * 4, &b->acc, NULL)))
         return st;
     if (!g->m->hp.has_moe_shexp)
         return IG_OK;
@@ -123,9 +128,10 @@ static int expert_product(struct gpu_backend *g, const struct gk_moe_gemv_params
 /* qwen35moe's shared expert over `rows` rows of xn into b->shexp_y: gate|up
  * with SwiGLU into h16 (the activation in the GEMV where it fuses, as the
  * dense FFN's), down into the f32 rows. */
-static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64_t rows)
+static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64_t l,
+                         int64_t rows)
 {
-    int64_t e = g->m->hp.n_embd, ff = g->m->hp.n_ff_shexp;
+    int64_t e = g->m->hp.n_embd, ff = g->m->layers[l].n_ff_shexp; /* (a rank's columns) */
     const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE_SHEXP];
     int st;
     if (IG_DEV(gpu_matmul_glu_ok)(g, gu, rows))
@@ -138,11 +144,11 @@ static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64
                               g->moe.shexp_y, e, 0.0f);
 }
 
-/* gemma4's dense MLP beside the experts over `rows` rows of x into
- * g->proj (f32, not yet normed): ffn_norm, gate|up with GeGLU at the MLP's
- * own width, down. */
+/* gemma4's dense MLP beside the experts over `rows` rows of x into mlp
+ * (f32, not yet normed): ffn_norm, gate|up with GeGLU at the MLP's own
+ * width (a rank's columns), down. */
 static int dense_beside(struct gpu_backend *g, const struct gpu_layer *L, int64_t l, float *x,
-                        int64_t rows, bool first)
+                        int64_t rows, bool first, float *mlp)
 {
     int64_t e = g->m->hp.n_embd, ff = g->m->layers[l].n_ff_mlp;
     const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE];
@@ -161,19 +167,26 @@ static int dense_beside(struct gpu_backend *g, const struct gpu_layer *L, int64_
         st = IG_DEV(gk_geglu)(g->gu, rows, ff, g->h16, g->stream);
     if (st != IG_OK)
         return st;
-    return IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, g->proj, e, 0.0f);
+    return IG_DEV(gpu_matmul)(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, mlp, e, 0.0f);
 }
 
 /* gemma4: acc = post_ffw_norm_2(experts' sum) + post_ffw_norm_1(the dense
- * MLP's, in proj); x += post_ffw_norm(acc). */
-static int beside_sum(struct gpu_backend *g, const struct gpu_layer *L, float *x, int64_t rows)
+ * MLP's, in mlp); x += post_ffw_norm(acc). A tensor-parallel rank's two are
+ * partial sums, side by side (mlp = acc's rows after the experts'): a norm
+ * of a part is no part of the norm, so one all-reduce sums both first and
+ * every rank adds the whole to its x (the layer loop's reduce then has
+ * nothing). */
+static int beside_sum(struct gpu_backend *g, const struct gpu_layer *L, float *x, int64_t rows,
+                      float *mlp)
 {
     int64_t e = g->m->hp.n_embd;
     float eps = (float)g->m->hp.norm_eps, *acc = g->moe.acc;
-    int st = IG_DEV(gk_head_rmsnorm)(acc, e, rows, 1, e, L->vec[LAYER_FFN_POST_NORM_2], eps,
+    int st = g->tp ? IG_DEV(gpu_tp_sum_rows)(g, acc, 2 * rows) : IG_OK;
+    if (st == IG_OK)
+        st = IG_DEV(gk_head_rmsnorm)(acc, e, rows, 1, e, L->vec[LAYER_FFN_POST_NORM_2], eps,
                                      g->stream);
     if (st == IG_OK)
-        st = IG_DEV(gk_rmsnorm_add)(acc, e, g->proj, e, L->vec[LAYER_FFN_POST_NORM_1], rows, e,
+        st = IG_DEV(gk_rmsnorm_add)(acc, e, mlp, e, L->vec[LAYER_FFN_POST_NORM_1], rows, e,
                                     eps, g->stream);
     return st != IG_OK ? st
                        : IG_DEV(gk_rmsnorm_add)(x, e, acc, e, L->vec[LAYER_FFN_POST_NORM], rows,
@@ -197,16 +210,16 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     IG_ASSERT(!beside || (b->acc && g->proj));
     /* the experts this backend holds: [e0, e0 + n_local) of the layer's (a
      * tensor-parallel rank's part, models/tp.c: the others' pairs are
-     * theirs; models/tp.c refuses a shared expert or a dense MLP beside) */
+     * theirs; its columns of a shared expert or a dense MLP beside) */
     int64_t e0 = ML->expert0, n_local = ML->w[LAYER_FFN_GATE_EXPS].n_expert;
     bool part = n_local != ML->n_expert;
-    IG_ASSERT(e0 >= 0 && e0 + n_local <= ML->n_expert &&
-              (!g->tp || !(beside || hp->has_moe_shexp)));
+    IG_ASSERT(e0 >= 0 && e0 + n_local <= ML->n_expert);
     /* tiles of 64 pairs on the tensor cores, or of 8 for the GEMV */
     int64_t tile = gk_moe_choose(gate->part[0].type, down->part[0].type, pairs, ML->n_expert);
     int64_t max_tiles = gk_moe_max_tiles_of(pairs, n_local, tile);
     bool mma = tile == GK_MOE_MMA_TILE;
-    int st = beside && rows ? dense_beside(g, L, l, x, rows, row0 == 0) : IG_OK;
+    float *mlp = !beside ? NULL : g->tp ? b->acc + rows * e : g->proj; /* gemma4's MLP's */
+    int st = beside && rows ? dense_beside(g, L, l, x, rows, row0 == 0, mlp) : IG_OK;
     if (st != IG_OK)
         return st;
     /* the product before may have left xn = norm(x) (a decode step's whole rows) */
@@ -251,15 +264,15 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     float *sum = beside ? b->acc : x; /* gemma4: the experts' sum alone, normed after */
     /* the routed pairs of this part's experts alone (the others' y are not
      * written here); a rank's sum goes to the layer loop's reduce, x's rows
-     * once in it */
+     * once in it (gemma4's: beside_sum's own) */
     struct gk_moe_part mine = {part ? b->sel : NULL, e0, n_local};
-    bool keep = !g->tp || IG_DEV(gpu_tp_partial_rows)(g, x, rows);
+    bool keep = !g->tp || beside || IG_DEV(gpu_tp_partial_rows)(g, x, rows);
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
-        (hp->has_moe_shexp && (st = shared_expert(g, L, rows))) ||
+        (hp->has_moe_shexp && (st = shared_expert(g, L, l, rows))) ||
         (st = expert_product(g, &gu, mma)) || (st = expert_product(g, &dp, mma)) ||
         ((beside || !keep) && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
         (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, mine, rows, k, e, g->stream)) ||
-        (beside && (st = beside_sum(g, L, x, rows))))
+        (beside && (st = beside_sum(g, L, x, rows, mlp))))
         return st;
     b->mma_layers += mma;
     /* x += the shared expert's weight times its output: one slot a row */

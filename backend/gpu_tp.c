@@ -9,6 +9,9 @@
  *            beta), or with a post norm (Gemma 3) proj = W_r in; a
  *            mixture of experts' weighted sum over the rank's experts the
  *            same way (rank r > 0's x zeroed before it: gpu_tp_partial_rows);
+ *            Gemma 4's MoE sums its two parts before their norms itself
+ *            (gpu_tp_sum_rows: one all-reduce of both) and adds to x on
+ *            every rank, leaving this reduce nothing;
  *   reduce   x (or proj) summed over the ranks in place (backend/
  *            gpu_reduce.h: NCCL, or the host path), then with a post norm
  *            x += RMSNorm(proj).
@@ -152,6 +155,11 @@ int IG_DEV(gpu_tp_connect)(struct backend *b)
 int IG_DEV(gpu_tp_embedded)(struct gpu_backend *g, float *x, int64_t n)
 {
     return g->tp->red->sum(g->tp->red, x, n * g->m->hp.n_embd, g->stream);
+}
+
+int IG_DEV(gpu_tp_sum_rows)(struct gpu_backend *g, float *rows, int64_t n)
+{
+    return g->tp->red->sum(g->tp->red, rows, n * g->m->hp.n_embd, g->stream);
 }
 
 int IG_DEV(gpu_tp_ple_rows)(struct gpu_backend *g, float *rows, int64_t n)

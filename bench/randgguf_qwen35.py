@@ -44,6 +44,9 @@ SHAPES = {
 # converter writes none (the config has no intermediate_size).
 MOE_SHAPES = {
     "tiny": dict(SHAPES["tiny"], ff=None, n_exp=16, used=2, ff_exp=256, ff_shexp=512),
+    # emu: the emulated CUDA tests' (tests/tp/test_tp_gpu.py): the qwen35 emu's layers, 4
+    # experts of 64, 2 used, a shared expert of 128
+    "emu": dict(SHAPES["emu"], ff=None, n_exp=4, used=2, ff_exp=64, ff_shexp=128),
     "Qwen3.5-35B-A3B": dict(layers=40, embd=2048, heads=16, kv=2, hd=256, ff=None, dn_k=16,
                             dn_v=32, dn_hd=128, conv=4, every=4, vocab=248320, ctx=262144,
                             rope=10000000.0, sections=[11, 11, 10, 0], tied=False, n_exp=256,

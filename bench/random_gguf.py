@@ -18,7 +18,7 @@ numpy only (no gguf package there).
                    as llama.cpp never quantizes it.
   --arch qwen35    shapes tiny, emu and Qwen3.5-0.8B (bench/randgguf_qwen35.py);
                    F16, Q8_0 or Q4_K_M
-  --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert) and
+  --arch qwen35moe shapes tiny (16 experts, 2 used, a shared expert), emu and
                    Qwen3.5-35B-A3B (bench/randgguf_qwen35.py); F16, Q8_0, Q4_K_M or
                    F32 (llama.cpp's F32 products round no activation to f16)
 

@@ -132,6 +132,9 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                rows[r].alike ? "" : " (the first layer; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
+        if (s->n_mf)
+            printf("                dense FFN beside the experts: columns %lld-%lld\n",
+                   (long long)s->mf0, (long long)(s->mf0 + s->n_mf - 1));
         if (rows[r].ple_bytes)
             printf("                per-layer embedding table: vocabulary rows %lld-%lld, "
                    "%.1f MiB\n", (long long)rows[r].p.v0,
@@ -162,8 +165,8 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         cJSON_AddBoolToObject(e, "kv_replicated", rows[r].replicated);
         if (s->n_e)
             add_range(e, "experts", s->e0, s->n_e);
-        else
-            add_range(e, "ffn_columns", s->ff0, s->n_ff);
+        if (!s->n_e || s->n_mf) /* a dense FFN's, or the one beside the experts */
+            add_range(e, "ffn_columns", s->n_e ? s->mf0 : s->ff0, s->n_e ? s->n_mf : s->n_ff);
         add_range(e, "vocab_rows", rows[r].p.v0, rows[r].p.n_v);
         cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
         cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);

@@ -137,6 +137,7 @@ void model_arch_layer(const struct model_arch_info *ai, const struct model_hpara
     L->n_ff = ai->ffn == LAYER_FFN_MOE ? hp->n_ff_exp : hp->n_ff;
     L->n_expert = ai->ffn == LAYER_FFN_MOE ? hp->n_expert : 0;
     L->n_expert_used = ai->ffn == LAYER_FFN_MOE ? hp->n_expert_used : 0;
+    L->n_ff_shexp = ai->features & MODEL_FEAT_MOE_SHEXP ? hp->n_ff_shexp : 0;
     L->moe_norm_topk = hp->moe_norm_topk;
     L->kv_shared = false;
     L->kv_source = -1;

@@ -255,6 +255,8 @@ struct model_layer {
     bool moe_norm_topk;            /* the used experts' weights renormalized to sum 1 */
     int64_t n_ff_mlp;              /* LAYER_FFN_MOE with MODEL_FEAT_MOE_MLP: the dense MLP's
                                       width */
+    int64_t n_ff_shexp;            /* LAYER_FFN_MOE with MODEL_FEAT_MOE_SHEXP: the shared
+                                      expert's width (a tensor-parallel rank's: its part) */
     /* Gemma 4: a layer that reads layer kv_source's K/V instead of writing
      * its own (kv_shared; no K/V weights then), and V taken from K's
      * projection (no V weight of its own: attention_k_eq_v). */

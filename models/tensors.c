@@ -363,6 +363,7 @@ int64_t model_layer_dim(const struct model *m, int64_t layer, enum tensor_dim d)
     case TENSOR_DIM_DN_HEAD: return L->dn_head_dim;
     case TENSOR_DIM_DN_KERNEL: return L->dn_conv;
     case TENSOR_DIM_HEADS: return L->n_head;
+    case TENSOR_DIM_FF_SHEXP: return L->n_ff_shexp;
     default: return model_tensor_dim(&m->hp, layer, d);
     }
 }

@@ -144,6 +144,26 @@ static int deltanet_share(const struct model_layer *L, int64_t il, int rank, int
     return st;
 }
 
+/* A dense FFN's share of layer L: of its width columns, whole blocks of its
+ * down projection (role `down`) as evenly as they go ([*ff0, + *n_ff));
+ * `what` names it in the refusal where the blocks are fewer than ranks. */
+static int ff_share(const struct model_layer *L, int64_t il, int64_t width,
+                    enum layer_role down, const char *what, int rank, int n_ranks,
+                    int64_t *ff0, int64_t *n_ff)
+{
+    enum quant_type type = L->w[down].type;
+    int64_t bd = quant_traits_of(type)->block_elems, units = width / bd;
+    if (units < n_ranks)
+        return ig_error(IG_E_USAGE, "--tp %d: layer %lld's %s of %lld columns has %lld "
+                        "blocks of %lld (%s), fewer than the ranks", n_ranks, (long long)il,
+                        what, (long long)width, (long long)units, (long long)bd,
+                        quant_type_name(type));
+    even(units, rank, n_ranks, ff0, n_ff);
+    *ff0 *= bd;
+    *n_ff *= bd;
+    return IG_OK;
+}
+
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out)
 {
     const struct model_hparams *hp = &m->hp;
@@ -151,20 +171,14 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
     if (n_ranks < 1 || n_ranks > MODEL_TP_MAX_RANKS || rank < 0 || rank >= n_ranks)
         return ig_error(IG_E_USAGE, "--tp %d: expected 1..%d ranks", n_ranks,
                         MODEL_TP_MAX_RANKS);
-    /* what the split below knows: attention layers with their own Q/K/V and
-     * the Llama block's additions (biases on Q/K/V, head norms, post norms,
-     * an output gate), gated DeltaNet layers */
-    const char *unsplit = hp->has_moe_mlp ? "a dense MLP beside the experts, normed after "
-                                              "their sum"
-                          : hp->has_moe_shexp ? "a shared expert beside the routed ones"
-                                              : NULL;
-    if (unsplit)
-        return ig_error(IG_E_USAGE, "--tp %d: %s models do not split across ranks yet (%s)",
-                        n_ranks, hp->arch, unsplit);
     out->layers = calloc((size_t)hp->n_layer, sizeof *out->layers);
     if (!out->layers)
         return ig_error(IG_E_NOMEM, "out of memory");
     even(hp->n_vocab, rank, n_ranks, &out->v0, &out->n_v);
+    /* what the split knows: attention layers with their own Q/K/V and the
+     * Llama block's additions (biases on Q/K/V, head norms, post norms, an
+     * output gate), gated DeltaNet layers, dense FFNs, experts and a dense
+     * FFN beside them (qwen35moe's shared expert, Gemma 4's MLP) */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
         struct model_tp_layer *s = &out->layers[il];
@@ -187,8 +201,7 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
         /* wo's columns start at the rank's first query head: on a block
          * (a DeltaNet layer has no wo: its output's split is checked above) */
         const struct quant_traits *wo = quant_traits_of(L->w[LAYER_WO].type);
-        const struct quant_traits *dn = quant_traits_of(L->w[LAYER_FFN_DOWN].type);
-        int64_t bo = wo->block_elems, bd = dn->block_elems;
+        int64_t bo = wo->block_elems;
         if (!rec && ((s->q0 * L->head_dim) % bo || (s->n_q * L->head_dim) % bo)) {
             model_tp_part_free(out);
             return ig_error(IG_E_USAGE, "--tp %d: layer %lld's attention output (%s, blocks of "
@@ -206,19 +219,22 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
             even(L->n_expert, rank, n_ranks, &s->e0, &s->n_e);
             s->ff0 = 0;
             s->n_ff = L->n_ff;
-            continue;
+            /* the dense FFN beside them by its columns, as a dense layer's */
+            bool shexp = L->n_ff_shexp > 0;
+            st = L->n_ff_mlp || shexp
+                     ? ff_share(L, il, shexp ? L->n_ff_shexp : L->n_ff_mlp,
+                                shexp ? LAYER_FFN_DOWN_SHEXP : LAYER_FFN_DOWN,
+                                shexp ? "shared expert" : "dense MLP", rank, n_ranks, &s->mf0,
+                                &s->n_mf)
+                     : IG_OK;
+        } else {
+            st = ff_share(L, il, L->n_ff, LAYER_FFN_DOWN, "FFN", rank, n_ranks, &s->ff0,
+                          &s->n_ff);
         }
-        int64_t units = L->n_ff / bd;
-        if (units < n_ranks) {
+        if (st != IG_OK) {
             model_tp_part_free(out);
-            return ig_error(IG_E_USAGE, "--tp %d: layer %lld's FFN of %lld columns has %lld "
-                            "blocks of %lld (%s), fewer than the ranks", n_ranks, (long long)il,
-                            (long long)L->n_ff, (long long)units, (long long)bd,
-                            quant_type_name(L->w[LAYER_FFN_DOWN].type));
+            return st;
         }
-        even(units, rank, n_ranks, &s->ff0, &s->n_ff);
-        s->ff0 *= bd;
-        s->n_ff *= bd;
     }
     return IG_OK;
 }
@@ -260,8 +276,14 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
     case TENSOR_DIM_HEADS: /* one value a query head (gpt-oss's sinks) */
         *at = s->q0, *n = s->n_q;
         return;
-    case TENSOR_DIM_FF:
-        *at = s->ff0, *n = s->n_ff;
+    case TENSOR_DIM_FF: /* a mixture of experts': the dense MLP beside them (gemma4) */
+        if (L->ffn == LAYER_FFN_MOE)
+            *at = s->mf0, *n = s->n_mf;
+        else
+            *at = s->ff0, *n = s->n_ff;
+        return;
+    case TENSOR_DIM_FF_SHEXP:
+        *at = s->mf0, *n = s->n_mf;
         return;
     default:
         IG_ASSERT(!"a split along a dimension tensor parallelism does not split");
@@ -415,7 +437,7 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
     s->m.hf = NULL;
     s->m.layers = malloc((size_t)hp->n_layer * sizeof *s->m.layers);
     /* copies: a layer's wo and down, or a DeltaNet layer's eight gathered
-     * weights and down */
+     * weights and down (a shared expert's, its down beside the experts) */
     s->copies = calloc((size_t)hp->n_layer * 9, sizeof *s->copies);
     if (!s->m.layers || !s->copies) {
         model_tp_shard_free(&s->m);
@@ -441,6 +463,8 @@ static int shard_of(const struct model *m, const struct model_tp_part *p, bool c
         S->n_head = t->n_q;
         S->n_head_kv = t->n_kv;
         S->n_ff = t->n_ff;
+        S->n_ff_mlp = L->n_ff_mlp ? t->n_mf : 0;
+        S->n_ff_shexp = L->n_ff_shexp ? t->n_mf : 0;
         S->expert0 = t->e0;
         S->dn_k_heads = t->n_dk;
         S->dn_v_heads = t->n_dk * t->n_dg;

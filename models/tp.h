@@ -26,6 +26,13 @@
  * (model_tp_dn_head). Key heads split in units whose output projection's
  * columns are whole blocks of its type (Q4_K: two heads of 128).
  *
+ * A mixture of experts splits by whole experts (the router replicated);
+ * a dense FFN beside them (qwen35moe's shared expert, its one-row sigmoid
+ * gate replicated; Gemma 4's MLP) by its columns as a dense FFN's. Gemma 4
+ * norms the MLP's output and the experts' sum each before adding them, so
+ * its backends all-reduce the two partial sums before those norms, in place
+ * of the layer's FFN reduce (backend/cpu_moe.c).
+ *
  * A rank's part (model_tp_shard) is a struct model whose layers have the
  * rank's heads, KV heads and FFN width and whose weights are those parts:
  * row ranges point into the mapped file (nothing else of it is read), the
@@ -48,6 +55,8 @@ struct model_tp_layer {
     int64_t kv0, n_kv; /* the KV heads they read */
     int64_t ff0, n_ff; /* FFN columns (a mixture of experts: each expert's, all of them) */
     int64_t e0, n_e;   /* a mixture of experts: whole experts [e0, e0 + n_e) */
+    int64_t mf0, n_mf; /* and the dense FFN beside them (qwen35moe's shared expert,
+                          gemma4's MLP): its columns [mf0, mf0 + n_mf) */
     /* a gated DeltaNet layer: key heads [dk0, dk0 + n_dk) and of each key
      * head's group of value heads those [dg0, dg0 + n_dg) (the whole group
      * where there are at least as many key heads as ranks; else a key head

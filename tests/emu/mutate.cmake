@@ -176,6 +176,12 @@ elseif(MUTANT STREQUAL "g4_own_blocks") # IN=backend/gpu.c (tests/emu/test_gemma
 elseif(MUTANT STREQUAL "tp_moe_foreign") # IN=backend/gpu_moe.c (tests/tp/test_tp_gpu.py)
   set(from "int64_t e0 = ML->expert0, n_local")
   set(to "int64_t e0 = 0 /* mutant: a rank runs the pairs of experts 0.. (another rank's) */, n_local")
+elseif(MUTANT STREQUAL "tp_moe_mlp_no_sum") # IN=backend/gpu_moe.c: Gemma 4's MLP normed unsummed
+  set(from "int st = g->tp ? IG_DEV(gpu_tp_sum_rows)(g, acc, 2 * rows) : IG_OK;")
+  set(to "int st = g->tp ? IG_DEV(gpu_tp_sum_rows)(g, acc, rows) : IG_OK; /* mutant: the dense MLP's part normed as the whole */")
+elseif(MUTANT STREQUAL "tp_moe_shexp_once") # IN=backend/gpu_moe.c: the shared expert on rank 0 alone
+  set(from "    return hp->has_moe_shexp\n               ? IG_DEV(gk_moe_combine)")
+  set(to "    return hp->has_moe_shexp && keep /* mutant: rank 0's columns of the shared expert alone */\n               ? IG_DEV(gk_moe_combine)")
 elseif(MUTANT STREQUAL "tp_embed_no_zeros") # IN=ops/gpu_elementwise.cu (tests/tp/test_tp_gpu.py)
   set(from "if (row < 0 || row >= n_v) { /* another rank's token */")
   set(to "if (row < 0 || row >= n_v) { /* mutant: zeros not written */\n        return;")

@@ -317,23 +317,25 @@ def info():
 
 
 def unsplit(tmp):
-    """Layer kinds the split does not know yet are refused in one line, exit 2:
-    qwen35moe's shared expert, Gemma 4's MoE (a dense MLP beside the experts);
-    and a DeltaNet output that does not split on its blocks."""
+    """A dense FFN beside the experts splits by its columns (qwen35moe's shared
+    expert of 512, Gemma 4's MLP of 512: `info --tp 3 --json`'s ffn_columns beside
+    the experts; test_tp_logits.py runs them); a DeltaNet output that does not
+    split on its blocks is refused in one line, exit 2."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
-    for arch, shape, what in (("qwen35moe", "tiny", "shared expert"),
-                              ("gemma4", "moe-tiny", "dense MLP beside the experts")):
+    for arch, shape, experts in (("qwen35moe", "tiny", [[0, 5], [6, 10], [11, 15]]),
+                                 ("gemma4", "moe-tiny", [[0, 2], [3, 5], [6, 7]])):
         path = os.path.join(tmp, f"{arch}.gguf")
         random_gguf.write(path, shape, "F16", 1, arch)
-        r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "2"], capture_output=True,
-                           env=sanitizer_env(), text=True, timeout=LIMIT)
-        lines = r.stderr.strip().splitlines()
-        check(r.returncode == 2 and len(lines) == 1 and "do not split across ranks" in lines[0]
-              and what in lines[0] and not r.stdout,
-              f"{arch} info --tp 2: exit {r.returncode}: {r.stderr[-300:]}, stdout "
-              f"{r.stdout[:80]!r}")
+        r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "3", "--json"],
+                           capture_output=True, env=sanitizer_env(), text=True, timeout=LIMIT)
+        parts = json.loads(r.stdout).get("tensor_parallel", {}).get("parts", []) \
+            if r.returncode == 0 else []
+        got = [(p.get("experts"), p.get("ffn_columns")) for p in parts]
+        want = list(zip(experts, [[0, 170], [171, 341], [342, 511]]))
+        check(got == want, f"{arch} info --tp 3 --json: experts and the columns beside them "
+              f"{got}, expected {want}: exit {r.returncode}: {r.stderr[-300:]}")
     # a DeltaNet whose value heads' ssm_out columns are not whole blocks at the ranks'
     # split: qwen35 tiny's heads of 64 in Q4_K's blocks of 256 (2 key heads: no units of 4)
     path = os.path.join(tmp, "qwen35q4k.gguf")

@@ -19,7 +19,12 @@ within G4_REL (its f16 residual copies round apart, see below). Then
 random_gguf.py's qwen3moe (Q8_0) and gpt-oss (F16: sinks, biases, the
 clamped SwiGLU) tiny files, 8 experts of which 2 a row: each rank routes over
 all 8 and runs the pairs of its 4 (backend/gpu_moe.c), the sum in the
-all-reduce, within MOE_REL. Two sequences: chunked prefill, decode steps of both, a last step's
+all-reduce, within MOE_REL. A dense FFN beside the experts, split by its
+columns: random_gguf.py's qwen35moe emu (a shared expert of 128, its gated
+partial output in the experts' partial sum) in the first launch, within
+Q35_REL; gemma4's moe-emu (a dense MLP of 256, its output and the experts'
+sum all-reduced together before their norms) in the gemma4 launch, within
+G4_REL. Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
@@ -30,7 +35,9 @@ no zeros for the other ranks' tokens; run on the llama; gemma4's per-layer
 table rows not summed, on the gemma4) must miss REL by far. The llama again on a
 q8_0 pool (issue 51: check_q8), with the mutant tp_kv_other_heads (an imported
 cache's head rows sent to the other rank) on it; a rank running the pairs of
-another rank's experts, on the qwen3moe. IGNITE_TP_REDUCE=nccl where the
+another rank's experts, on the qwen3moe; gemma4's MLP normed before its
+sum (tp_moe_mlp_no_sum), on the gemma4 MoE; the shared expert's columns
+added by rank 0 alone (tp_moe_shexp_once), on the qwen35moe. IGNITE_TP_REDUCE=nccl where the
 library is missing: one line naming the rank and the file, exit 7. One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
@@ -185,8 +192,13 @@ def main():
         write_model(paths[-1], seed=i + 3, n_vocab=n_vocab, **kw)
     paths.append(os.path.join(tmp, "q35.gguf"))  # in the same launch: ~2 s a process more
     random_gguf.write(paths[-1], "emu", "F16", 5, "qwen35")
+    # qwen35moe: the qwen35 emu's layers with 4 experts beside a shared expert, whose
+    # columns split as a dense FFN's, added into the experts' partial sums
+    paths.append(os.path.join(tmp, "q35moe.gguf"))
+    random_gguf.write(paths[-1], "emu", "F16", 5, "qwen35moe")
     bounds = [(name, n_vocab, REL) for name, _ in models] + \
-        [("qwen35 emu, gated DeltaNet and attention", Q35_VOCAB, Q35_REL)]
+        [("qwen35 emu, gated DeltaNet and attention", Q35_VOCAB, Q35_REL),
+         ("qwen35moe emu, shared expert", Q35_VOCAB, Q35_REL)]
     pre = os.path.join(tmp, "d")
     r, toks = dump(mpirun, dumper, paths, pre, alone=True)
     check(r.returncode == 0, f"2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
@@ -205,6 +217,10 @@ def main():
     # token_embd's) with a prompt of its own; the mutant of its table's sum on it
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
+    # Gemma 4's MoE in the same launch: its dense MLP's columns and the experts split, the
+    # two partial sums summed before their norms
+    g4moe = os.path.join(tmp, "g4moe.gguf")
+    random_gguf.write(g4moe, "moe-emu", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
 
     def mutant_case(exe):
@@ -212,6 +228,10 @@ def main():
         name = os.path.basename(exe)
         if "ple" in name:
             return [g4], G4_IDS, f"{tmp}/g0.one.f32", G4_VOCAB, G4_FAR
+        if "mlp" in name:
+            return [g4moe], G4_IDS, f"{tmp}/g1.one.f32", G4_VOCAB, G4_FAR
+        if "shexp" in name:
+            return paths[3:4], IDS, f"{pre}3.one.f32", Q35_VOCAB, FAR
         if "moe" in name:
             return moe[:1], MOE_IDS, f"{tmp}/e0.one.f32", MOE_VOCAB, FAR
         if "_kv_" in name:  # the q8_0 pool's run, its last row the imported cache's step
@@ -226,22 +246,24 @@ def main():
                 for exe in mutants]
         q8 = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "q"), alone=True,
                          extra=Q8_X)
-        gemma4 = pool.submit(dump, mpirun, dumper, [g4], os.path.join(tmp, "g"), alone=True,
-                             ids=G4_IDS)
+        gemma4 = pool.submit(dump, mpirun, dumper, [g4, g4moe], os.path.join(tmp, "g"),
+                             alone=True, ids=G4_IDS)
         experts = pool.submit(dump, mpirun, dumper, moe, os.path.join(tmp, "e"), alone=True,
                               ids=MOE_IDS) if moe else None
         refusal = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "x"),
                               env={"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": lib})
-    name = "gemma4 emu, per-layer embeddings"
     r, toks = gemma4.result()
-    check(r.returncode == 0, f"{name}, 2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
-    if check("0 one" in toks and "0" in toks, f"{name}: no greedy tokens"):
+    check(r.returncode == 0, f"gemma4, 2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
+    for i, name in enumerate(("gemma4 emu, per-layer embeddings",
+                              "gemma4 moe-emu, dense MLP beside the experts")):
+        if not check(f"{i} one" in toks and f"{i}" in toks, f"{name}: no greedy tokens"):
+            continue
         g = os.path.join(tmp, "g")
-        err, a, _ = worst_error(f"{g}0.one.f32", f"{g}0.f32", G4_VOCAB)
+        err, a, _ = worst_error(f"{g}{i}.one.f32", f"{g}{i}.f32", G4_VOCAB)
         check(err <= G4_REL, f"{name}, 2 ranks: largest relative error {err:.2e} > {G4_REL}")
-        tokens_match(name, a, toks["0 one"], toks["0"])
+        tokens_match(name, a, toks[f"{i} one"], toks[f"{i}"])
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
-              f"greedy {toks['0']}", file=sys.stderr)
+              f"greedy {toks[str(i)]}", file=sys.stderr)
     check_q8(q8.result(), tmp, n_vocab)
     r, toks = experts.result() if moe else (None, {})
     check(not moe or r.returncode == 0,

@@ -12,7 +12,10 @@ fault at either end, `info --tp N --json`'s per_layer_embd_bytes its rows';
 qwen35's gated DeltaNet layers split by heads (2 key / 4 value heads: at 3
 ranks a key head replicated on two ranks, one of its value heads each) and
 its gated attention, a prompt of 84 crossing the chunked form's chunk of 64; the same
-weights as a Hugging Face folder, its value heads in the grouped order).
+weights as a Hugging Face folder, its value heads in the grouped order); a dense FFN
+beside the experts split by its columns: qwen35moe's shared expert (its sigmoid gate
+replicated) and Gemma 4's MLP (its output and the experts' sum all-reduced before
+their norms): 4.2 and 4.1 s at load 12.
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -152,6 +155,16 @@ def main():
     write_folder(folder, p, "qwen35", random_gguf.qwen35.SHAPES["tiny"])
     cases.append(("qwen35 folder, grouped value heads", folder, list(range(3, 1000, 12)), 16,
                   5))
+    # a dense FFN beside the experts, by its columns as a dense FFN's: qwen35moe's shared
+    # expert (its one-row sigmoid gate on every rank) beside 16 experts over DeltaNet layers;
+    # Gemma 4's MLP beside 8 experts, the MLP's output and the experts' sum each normed
+    # before they are added (summed over the ranks first: one all-reduce of the two)
+    p = os.path.join(tmp, "qwen35moe.gguf")
+    random_gguf.write(p, "tiny", "F16", 3, "qwen35moe")
+    cases.append(("qwen35moe shared expert", p, list(range(3, 1000, 12)), 16, 5))
+    p = os.path.join(tmp, "gemma4moe.gguf")
+    random_gguf.write(p, "moe-tiny", "F16", 3, "gemma4")
+    cases.append(("gemma4 MoE, dense MLP beside", p, list(range(4, 1024, 14)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
         if not check(one[1] is not None, f"{name}: one process failed"):
