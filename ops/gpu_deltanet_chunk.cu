@@ -20,7 +20,7 @@
  *      k)^T v_new in f32, then its f16 copy for the next chunk.
  * A prompt cut inside a chunk (ops/gpu_deltanet.h's checkpoint): the block
  * of its next step starts from the checkpoint's S and runs the chunk's
- * rows kept there first (their k, v, g, beta read from it; q zero and
+ * rows kept there first (their k, v, g, beta read from it, their k as q,
  * their outputs not written: a row's output reads only its own row of P
  * and of q S, so the rows the earlier step wrote stand), and writes S at
  * the start of a chunk its rows end inside; dn_ckpt_kernel then keeps that
@@ -34,7 +34,7 @@
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_deltanet_chunk_emu.cc (name_emu). Covered by
  * tests/emu/test_deltanet_emu.c (twin, the recurrent kernel, a prompt cut
- * at 37/50/87/164 rows against it in one step, mutants). */
+ * at 37/50/87 rows against it in one step, mutants). */
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_deltanet.h"
 
@@ -62,7 +62,7 @@ template <int D> struct ChunkSmem {
     static constexpr size_t gs = vn + kCh * kBv * 2;       /* f32 [kCh] G */
     static constexpr size_t bs = gs + kCh * 4;             /* f32 [kCh] beta */
     static constexpr size_t kp = bs + kCh * 4;             /* [kCh] each row's k (then v) */
-    static constexpr size_t qp = kp + kCh * sizeof(void *); /* [kCh] its q */
+    static constexpr size_t qp = kp + kCh * sizeof(void *); /* [kCh] its q (a kept row: k) */
     static constexpr size_t bytes = qp + kCh * sizeof(void *);
 };
 
@@ -194,8 +194,9 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
         }
         for (int e = tid; e < kCh * kBv; e += kThreads) {
             const int r = e / kBv;
-            const float vx =
-                r < c ? gk_mul(ig_lds(Bs + r), ig_lds(Kp + r)[(s.Hk + h) * D + v0 + e % kBv]) : 0.0f;
+            const float vx = r < c ? gk_mul(ig_lds(Bs + r),
+                                            ig_lds(Kp + r)[(s.Hk + h) * D + v0 + e % kBv])
+                                   : 0.0f;
             ig_sts(Vb + e, gk_f32_to_f16(vx));
         }
         ig_syncthreads();
@@ -255,8 +256,9 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
         const float glast = ig_lds(Gs + c - 1);
         for (int e = tid; e < kCh * D; e += kThreads) {
             const int r = e / D;
-            const float kd =
-                r < c ? gk_mul(expf(gk_sub(glast, ig_lds(Gs + r))), ig_lds(Kp + r)[kh * D + e % D]) : 0.0f;
+            const float kd = r < c ? gk_mul(expf(gk_sub(glast, ig_lds(Gs + r))),
+                                            ig_lds(Kp + r)[kh * D + e % D])
+                                   : 0.0f;
             ig_sts(Kb + e, gk_f32_to_f16(kd));
         }
         ig_syncthreads();
@@ -325,14 +327,14 @@ dn_ckpt_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
      * (the checkpoint's, else the step's first) */
     const int32_t first = end / kCh * kCh > q.pos0 - held ? end / kCh * kCh : q.pos0 - held;
     const int32_t from = first > q.pos0 ? first - q.pos0 : 0; /* its first row of the step */
-    const int32_t at = first > q.pos0 - held ? 0 : held;             /* and where that row goes */
+    const int32_t at = first > q.pos0 - held ? 0 : held;      /* and where that row goes */
     const int64_t kvw = (s.Hk + s.Hv) * s.D, ckr = kvw + 2 * s.Hv;
     float *rows = ck + GK_DN_CKPT_HEAD + s.Hv * s.D * s.D + (int64_t)at * ckr;
     for (int64_t e = threadIdx.x; e < (int64_t)(q.n_rows - from) * ckr; e += kThreads) {
         const int64_t j = e % ckr, r = q.row0 + from + e / ckr;
         rows[e] = j < kvw          ? qkv[r * s.C + s.Hk * s.D + j]
-                            : j < kvw + s.Hv ? g[r * s.Hv + j - kvw]
-                                             : beta[r * s.Hv + j - kvw - s.Hv];
+                  : j < kvw + s.Hv ? g[r * s.Hv + j - kvw]
+                                   : beta[r * s.Hv + j - kvw - s.Hv];
     }
     if (threadIdx.x == 0)
         head[0] = first, head[1] = end - first;

@@ -1,5 +1,6 @@
 /* ops/gpu_deltanet_chunk_ref.c: the CPU twin of ops/gpu_deltanet_chunk.cu
- * (gk_dn_chunk_ref; contract in ops/gpu_deltanet.h): the kernel's phases on
+ * (gk_dn_chunk_ref and the checkpoint's gk_dn_ckpt_ref; contract in
+ * ops/gpu_deltanet.h): the kernel's phases on
  * the same arrays, each f32 operation rounded on its own (built without FMA
  * contraction), each mma.sync as the emulator computes it (16 products of
  * f16 values added in double to the f32 accumulator, rounded once per 16),
@@ -37,8 +38,8 @@ struct blk {
 };
 
 /* Where a chunk's rows come from: rows [0, pp) the checkpoint's rows
- * (ckrows, a row ckr floats: k, v, g, beta; no q, no output), row i >= pp
- * the step's row t0 + i. */
+ * (ckrows, a row ckr floats: k, v, g, beta; their k as q, no output), row
+ * i >= pp the step's row t0 + i. */
 struct src {
     const float *qkv, *beta, *g, *ckrows;
     int64_t t0, ckr;

@@ -32,7 +32,8 @@
  * chunks, and two requests batched against each alone (their states apart);
  * a sequence's cache and states exported and imported into another
  * backend continuing bit for bit; a prompt of 50 in steps of 37 and 13 rows
- * against it in one step (the states bit for bit); experts with a dense MLP beside them refused. Label emu. Built
+ * against it in one step (the states bit for bit); experts with a dense MLP
+ * beside them refused. Label emu. Built
  * again as tests/gpu's test_deltanet_gpu: the backend part on a GPU
  * (scripts/gpu/qwen35.sh runs it on the tiny file). */
 #include "backend/backend.h"
@@ -371,8 +372,9 @@ static bool ckpt_step(const struct dnk_kernels *k, struct gk_dn_shape *s, float 
  * step (slot 0), then in steps of 37, 13, 37 and 41 rows (slot 1), each
  * beside a decode row: each step but the last ends inside a chunk, so the
  * next runs it again from the checkpoint (the 13 rows within the same
- * chunk: its rows appended; the 37 across a chunk's end). Every row's output and the state bit for bit; with `twin`,
- * every step against the twins bit for bit (*twin). Returns whether the cut
+ * chunk: its rows appended; the 37 across a chunk's end). Every row's
+ * output and the state bit for bit; with `twin`, every step against the
+ * twins bit for bit (*twin). Returns whether the cut
  * prompt matched the whole one. */
 static bool ckpt_case(const struct dnk_kernels *k, int64_t heads, bool *twin)
 {
@@ -385,7 +387,8 @@ static bool ckpt_case(const struct dnk_kernels *k, int64_t heads, bool *twin)
     float *qkv, *beta, *g;
     dn_rows(&st, &s, CK_ROWS + 1, &qkv, &beta, &g); /* and the decode row */
     float *state = rnd(&st, nf, 0.3f), *ckpt = calloc((size_t)nc, 4);
-    float *out_one = calloc((size_t)(CK_ROWS * vd), 4), *out_cut = calloc((size_t)(CK_ROWS * vd), 4);
+    float *out_one = calloc((size_t)(CK_ROWS * vd), 4);
+    float *out_cut = calloc((size_t)(CK_ROWS * vd), 4);
     static const struct dnk_kernels real = {"real", IG_DEV(gk_dn_chunk), IG_DEV(gk_dn_ckpt)};
     bool ok = true, twins = true;
     ok &= ckpt_step(&real, &s, state, ckpt, qkv, beta, g, out_one, 0, CK_ROWS, 0, NULL, NULL,
@@ -622,7 +625,8 @@ static float *export_states(struct backend *b, const struct model *m, const int3
     CHECK(backend_kv_export(b, &q, n_pos, &kv, &t, &at) == IG_OK);
     *bytes = 0;
     for (int64_t l = 0; l < m->hp.n_layer; l++)
-        *bytes += m->layers[l].mixer == LAYER_MIXER_DELTANET ? kv_deltanet_state_bytes(&m->layers[l]) : 0;
+        if (m->layers[l].mixer == LAYER_MIXER_DELTANET)
+            *bytes += kv_deltanet_state_bytes(&m->layers[l]);
     char *all = malloc(*bytes), *to = all;
     for (int64_t l = 0; kv && l < m->hp.n_layer; l++)
         if (m->layers[l].mixer == LAYER_MIXER_DELTANET) {
