@@ -8,7 +8,8 @@
  * [n_blocks][n_head_kv][KV_BLOCK][head_dim] of the layer's own shape
  * (kvcache.h's layout from kv_memory_of, allocated once for the engine's
  * blocks; a layer sharing another's KV points at its source's arrays, a
- * recurrent layer has [n_states][state_bytes]); activations for max_batch
+ * recurrent layer has [n_states][state_bytes] and as many checkpoints of
+ * ckpt_bytes, gpu_deltanet.c's); activations for max_batch
  * rows of the largest layer (model_layers_max); the step's tokens,
  * positions and compacted block tables in fixed buffers.
  * A step runs all its rows at once, every weight read once. A step whose
@@ -225,9 +226,13 @@ static int alloc_state(struct gpu_backend *g)
         size_t pool = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(L));
         size_t pool_v = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v,
                                                                  kv_layer_block_elems(L));
-        if (L->kind == KV_RECURRENT)
-            st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes, &g->layers[l].state,
-                                   &g->kv_bytes);
+        if (L->kind == KV_RECURRENT) { /* headers of zeros: no checkpoint */
+            size_t ck = (size_t)g->n_states * L->ckpt_bytes;
+            if ((st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes,
+                                        &g->layers[l].state, &g->kv_bytes)) == IG_OK && ck &&
+                (st = IG_DEV(gpu_alloc)(g, ck, &g->layers[l].ckpt, &g->kv_bytes)) == IG_OK)
+                st = IG_DEV(dev_memset)(g->dev, g->layers[l].ckpt, 0, ck);
+        }
         else if (L->kind == KV_SHARED) /* below: its source's arrays */
             st = IG_OK;
         else if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) == IG_OK)
@@ -394,11 +399,8 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
      * in their type (gpu_forward.c's kvq_write_rows). */
     enum kv_dtype kt = kv_dtype_quantized(o->kv_dtype) ? o->kv_dtype : KV_F16;
     enum kv_dtype vt = kv_dtype_quantized(o->kv_dtype_v) ? o->kv_dtype_v : KV_F16;
-    struct kv_memory *with_ckpt = NULL; /* the CPU's: no checkpoints here yet (docs/gpu.md) */
-    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &with_ckpt)) == IG_OK)
-        st = kv_memory_without_ckpt(with_ckpt, &g->base.kv_mem);
-    kv_memory_free(with_ckpt);
-    if (st == IG_OK && (st = check_memory(g)) == IG_OK) {
+    if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
+        (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
         st = IG_DEV(dev_open)(o->device.index, &g->dev);
     }

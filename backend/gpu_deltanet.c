@@ -8,11 +8,15 @@
  *   sequence's state (ops/gpu_deltanet.h: the chunked form for a prompt's
  *   rows, and another sequence's of GK_DN_CHUNK_MIN rows or more, the
  *   recurrent form for the others and every decode row; IGNITE_DELTANET=recurrent runs every row
- *   in the recurrent form, as on the CPU), the gated
+ *   in the recurrent form, as on the CPU; a prompt cut inside a chunk
+ *   keeps a checkpoint in its slot, gk_dn_ckpt after the rule, and its next
+ *   step runs that chunk again whole from it, as backend/cpu_deltanet.c's),
+ *   the gated
  *   norm into f16 rows for ssm_out. A sequence's state lives in the
- *   layer's state array in its slot (gpu.c allocates it; gpu_cache.c moves
- *   it to and from the host), in kvcache's layout, so a saved cache is the
- *   CPU backend's;
+ *   layer's state array in its slot, its checkpoint in the checkpoint
+ *   array's (gpu.c allocates them; gpu_cache.c moves the state to and from
+ *   the host and clears the checkpoint of a state it brings in), in
+ *   kvcache's layout, so a saved cache is the CPU backend's;
  * - gated attention's Q projection: the fused Q|K|V product into a raw
  *   buffer, split into the queries, K and V that the RoPE kernel reads and
  *   each head's output gate (applied to the attention's output before wo).
@@ -30,6 +34,8 @@
 #include <string.h>
 
 _Static_assert(GK_DN_CHUNK == BACKEND_STATE_CHUNK, "the engine cuts prompts on the kernel's chunks");
+_Static_assert(GK_DN_CHUNK == KV_DELTANET_CHUNK && GK_DN_CKPT_HEAD * 4 == KV_STATE_ALIGN,
+               "the kernels' checkpoint is kvcache's (kv_deltanet_ckpt_bytes)");
 
 static bool has_deltanet(const struct model *m)
 {
@@ -56,6 +62,8 @@ int IG_DEV(gpu_deltanet_alloc)(struct gpu_backend *g)
     const char *form = getenv("IGNITE_DELTANET");
     int st = IG_OK;
     g->dn_recurrent = form && !strcmp(form, "recurrent");
+    for (int64_t l = 0; l < g->m->hp.n_layer; l++)
+        g->dn_ckpt |= !g->dn_recurrent && g->base.kv_mem->layers[l].ckpt_bytes > 0;
     if (has_deltanet(g->m) &&
         ((st = IG_DEV(gpu_alloc)(g, B * C * 4, &g->dn_qkv, NULL)) ||
          (st = IG_DEV(gpu_alloc)(g, B * vd * 4, &g->dn_z, NULL)) ||
@@ -99,8 +107,9 @@ int IG_DEV(gpu_deltanet_stage)(struct gpu_backend *g, const struct backend_batch
         if (chunked)
             g->dn_chunk_rows += s->n_rows;
         g->h_dn_seqs[i] = s ? (struct gk_dn_seq){(int32_t)s->row0, (int32_t)s->n_rows,
-                                                 (int32_t)s->pos0, s->slot, chunked}
-                            : (struct gk_dn_seq){(int32_t)i, 0, -1, 0, 0}; /* a bucket's padding */
+                                                 (int32_t)s->pos0, s->slot, chunked,
+                                                 chunked && s->prompt && g->dn_ckpt}
+                            : (struct gk_dn_seq){(int32_t)i, 0, -1, 0, 0, 0}; /* padding */
     }
     return IG_DEV(dev_upload_async)(g->dev, g->dn_seqs, g->h_dn_seqs,
                                     (size_t)rows * sizeof *g->h_dn_seqs);
@@ -118,6 +127,8 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
         /* rule and chunk kernels split the sequences by rows on the device,
          * the same for any batch a captured graph replays with */
         .split = g->dn_chunk_rows > 0,
+        .ckpt = g->dn_ckpt ? (float *)(void *)L->ckpt : NULL,
+        .ckpt_floats = (int64_t)(g->base.kv_mem->layers[l].ckpt_bytes / sizeof(float)),
     };
     s.C = (2 * s.Hk + s.Hv) * s.D;
     int64_t vd = s.Hv * s.D;
@@ -136,7 +147,11 @@ int IG_DEV(gpu_deltanet_mix)(struct gpu_backend *g, int64_t l, int64_t n, int64_
                                  n_seqs, q)) ||
         (g->dn_chunk_rows &&
          (st = IG_DEV(gk_dn_chunk)(&s, g->dn_qkv, g->dn_beta, g->dn_alpha, g->dn_out,
-                                   g->dn_seqs, n_seqs, q))))
+                                   g->dn_seqs, n_seqs, q))) ||
+        /* a step of prompt rows: their checkpoints after the rule read them */
+        (g->dn_chunk_rows && s.ckpt &&
+         (st = IG_DEV(gk_dn_ckpt)(&s, g->dn_qkv, g->dn_beta, g->dn_alpha, g->dn_seqs, n_seqs,
+                                  q))))
         return st;
     g->base.dn_chunked_rows += g->dn_chunk_rows;
     return IG_DEV(gk_dn_norm)(&s, g->dn_out, g->dn_z, L->vec[LAYER_DN_NORM],

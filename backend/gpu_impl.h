@@ -46,6 +46,8 @@ struct gpu_layer {
     uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim];
                                   * a layer sharing another's KV: the source's arrays */
     unsigned char *state;      /* a recurrent layer's: [n_states][state_bytes], else NULL */
+    unsigned char *ckpt;       /* and its checkpoints [n_states][ckpt_bytes] (a prompt cut
+                                * inside a chunk, ops/gpu_deltanet.h), else NULL */
 };
 
 /* Decode steps are padded to a bucket of 1, 2, 4, ... rows (up to
@@ -195,6 +197,7 @@ struct gpu_backend {
     struct gk_dn_seq *dn_seqs, *h_dn_seqs;
     int64_t dn_chunk_rows;     /* the step's rows in sequences for gk_dn_chunk (staged) */
     bool dn_recurrent;         /* IGNITE_DELTANET=recurrent: every row by gk_dn_rule */
+    bool dn_ckpt;              /* prompts keep checkpoints (not with dn_recurrent) */
     float *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out;
     uint16_t *dn_out16;
     float *gate_raw, *gate;

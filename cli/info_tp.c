@@ -50,7 +50,7 @@ static int64_t kv_bytes_per_token(const struct model *m, const struct kv_memory 
 
 /* Bytes of a sequence's recurrent state in part p's cache: its DeltaNet
  * heads' state and checkpoint (the pool's state group holds a slot of these
- * a sequence; the CPU's figure, as the whole model's kv_groups give it). */
+ * a sequence, on either backend, as the whole model's kv_groups give it). */
 static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
 {
     size_t bytes = 0;

@@ -796,9 +796,9 @@ static void sample(struct engine *e, struct seq *s, float *logits, int32_t greed
  * steps (batch invariance). Where the room does not reach the next multiple
  * (under a chunk left) the prompt waits a step (0) if another prompt's chunk
  * took the rest, else is cut where the room ends: a row budget -b under the
- * chunk, or decode rows filling the step; the CPU backend then keeps a
+ * chunk, or decode rows filling the step; the backend then keeps a
  * checkpoint and runs the chunk again whole in the prompt's next step (the
- * same bits), the CUDA backend not yet (within rounding; docs/kvcache.md). */
+ * same bits; docs/kvcache.md). */
 static int64_t prompt_rows(const struct engine *e, const struct seq *s, int64_t room,
                            bool first_prompt)
 {

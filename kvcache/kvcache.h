@@ -216,8 +216,8 @@ int kv_memory_of(const struct model *m, enum kv_dtype dtype, enum kv_dtype dtype
 int kv_memory_uniform(enum kv_dtype dtype, int64_t n_layer, int64_t n_head_kv,
                       int64_t head_dim, struct kv_memory **out);
 
-/* A copy of `src` without checkpoints (every ckpt_bytes 0): a backend
- * that keeps none (the CUDA backend's, so far) sizes its slots by it. */
+/* A copy of `src` without checkpoints (every ckpt_bytes 0), for a backend
+ * that keeps none (both keep them now: the CUDA backend no longer asks). */
 int kv_memory_without_ckpt(const struct kv_memory *src, struct kv_memory **out);
 
 /* A copy of `src` with K elements of `dtype`, V of `dtype_v`. */

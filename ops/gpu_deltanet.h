@@ -31,6 +31,8 @@ extern "C" {
 struct gk_dn_seq {
     int32_t row0, n_rows, pos0, slot;
     int32_t chunked; /* where the shape's split is set: gk_dn_chunk's (else gk_dn_rule's) */
+    int32_t ckpt;    /* a prompt's rows (chunked) where the shape has checkpoints: gk_dn_chunk
+                      * continues its slot's checkpoint, gk_dn_ckpt keeps a new one */
 };
 
 /* The largest convolution kernel and the head dims the kernels take. */
@@ -47,7 +49,23 @@ struct gk_dn_shape {
     int64_t state_floats; /* a slot's stride */
     int32_t split;      /* 0: gk_dn_rule and gk_dn_chunk take every sequence; else
                          * gk_dn_chunk those marked chunked, gk_dn_rule the rest */
+    float *ckpt;        /* [slots][ckpt_floats] the checkpoints (below), or NULL: none */
+    int64_t ckpt_floats; /* a slot's stride */
 };
+
+/* A sequence's checkpoint is kvcache's layout (kv_deltanet_ckpt_bytes, the
+ * CPU backend's): a header of GK_DN_CKPT_HEAD floats (int64 position of
+ * the unfinished chunk's first row, int64 rows it holds; zeros: none),
+ * then per value head S [D][D] where that chunk began, then up to
+ * GK_DN_CHUNK - 1 rows of [k Hk D | v Hv D | g Hv | beta Hv] (after the
+ * convolution and the norms: what the delta rule reads). A prompt cut
+ * inside a chunk keeps one; its next step runs that chunk again whole from
+ * it, so every state is the bits of the prompt in one step whatever cut it
+ * (docs/kvcache.md). */
+#define GK_DN_CKPT_HEAD 4
+/* Floats a checkpoint needs (ckpt_floats at least this). */
+#define GK_DN_CKPT_FLOATS(Hk, Hv, D)                                                         \
+    (GK_DN_CKPT_HEAD + (Hv) * (D) * (D) + (GK_DN_CHUNK - 1) * (((Hk) + (Hv)) * (D) + 2 * (Hv)))
 
 /* The causal depthwise convolution and SiLU of each sequence's rows of qkv
  * [n][C] in place, continuing and then updating its conv state: x_t[c] =
@@ -99,11 +117,44 @@ void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *
  * whatever its rows. A prompt's rows take it whatever their number, so a
  * prompt's state does not depend on where the engine cut it. */
 #define GK_DN_CHUNK_MIN 16
+/* A sequence marked ckpt (the shape's ckpt set) whose slot's checkpoint
+ * ends where its rows start runs that chunk again from the checkpoint's S,
+ * its rows first (their outputs not written: they are the bits the step
+ * that ran them wrote), then the step's; where its rows end inside a chunk
+ * it writes S at that chunk's start to the checkpoint (gk_dn_ckpt keeps
+ * the rows after it). */
 int IG_DEV(gk_dn_chunk)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                         const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs,
                         void *stream);
 void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                      const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs);
+
+/* After gk_dn_chunk, of a step's sequences (the shape's ckpt set): a
+ * sequence marked ckpt whose rows end inside a chunk keeps that chunk's
+ * rows so far (the checkpoint's, then the step's) and its header; any
+ * other of rows clears its header. One block a sequence. */
+int IG_DEV(gk_dn_ckpt)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                       const float *g, const struct gk_dn_seq *seqs, int64_t n_seqs,
+                       void *stream);
+void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                    const float *g, const struct gk_dn_seq *seqs, int64_t n_seqs);
+
+/* Rows of seq's unfinished chunk its slot's checkpoint holds for it (0:
+ * none): where the checkpoint ends at the sequence's first position. */
+#if defined(__CUDACC__)
+#define GK_DN_HD __host__ __device__
+#else
+#define GK_DN_HD
+#endif
+static inline GK_DN_HD int32_t gk_dn_ckpt_pending(const float *ck, const struct gk_dn_seq *q)
+{
+    if (!ck || !q->ckpt || q->pos0 <= 0)
+        return 0;
+    const int64_t *head = (const int64_t *)(const void *)ck; /* pos, rows */
+    return head[1] > 0 && head[1] < GK_DN_CHUNK && head[0] + head[1] == q->pos0
+               ? (int32_t)head[1]
+               : 0;
+}
 
 /* The gated norm: y[t][h] = f16(o r w silu(z)), r = 1 / sqrt(mean(o^2) +
  * eps) over each head's D values; o, z f32 [n][Hv][D], w f32 [D], y f16. */

@@ -18,6 +18,14 @@
  *   4. -W = -(T beta e^G k); 5. v_new = T beta v - W S (f16 out);
  *   6. o = e^G (q S) + P v_new into out; S = e^(G_last) S + (e^(G_last - G)
  *      k)^T v_new in f32, then its f16 copy for the next chunk.
+ * A prompt cut inside a chunk (ops/gpu_deltanet.h's checkpoint): the block
+ * of its next step starts from the checkpoint's S and runs the chunk's
+ * rows kept there first (their k, v, g, beta read from it, their k as q,
+ * their outputs not written: a row's output reads only its own row of P
+ * and of q S, so the rows the earlier step wrote stand), and writes S at
+ * the start of a chunk its rows end inside; dn_ckpt_kernel then keeps that
+ * chunk's rows. The state at every chunk's end is the bits of the prompt
+ * in one step.
  * Fragments are loaded element by element with ig_lds (any stride, so the
  * transposed operands need no copies); ldmatrix and a pipelined state pass
  * across chunks (flash-linear-attention's split into intra-chunk kernels and
@@ -25,7 +33,8 @@
  *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_deltanet_chunk_emu.cc (name_emu). Covered by
- * tests/emu/test_deltanet_emu.c (twin, the recurrent kernel, mutants). */
+ * tests/emu/test_deltanet_emu.c (twin, the recurrent kernel, a prompt cut
+ * at 37/50/87 rows against it in one step, mutants). */
 #include "ops/gpu_math.cuh"
 #include "ops/gpu_deltanet.h"
 
@@ -52,7 +61,9 @@ template <int D> struct ChunkSmem {
     static constexpr size_t vn = vb + kCh * kBv * 2;       /* f16 [kCh][kBv] v_new */
     static constexpr size_t gs = vn + kCh * kBv * 2;       /* f32 [kCh] G */
     static constexpr size_t bs = gs + kCh * 4;             /* f32 [kCh] beta */
-    static constexpr size_t bytes = bs + kCh * 4;
+    static constexpr size_t kp = bs + kCh * 4;             /* [kCh] each row's k (then v) */
+    static constexpr size_t qp = kp + kCh * sizeof(void *); /* [kCh] its q (a kept row: k) */
+    static constexpr size_t bytes = qp + kCh * sizeof(void *);
 };
 
 __device__ __forceinline__ uint32_t dn_pack(uint16_t lo, uint16_t hi)
@@ -109,36 +120,72 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
     uint16_t *Qh = (uint16_t *)(void *)(sm + L::qh), *Kb = (uint16_t *)(void *)(sm + L::kb);
     uint16_t *Ph = (uint16_t *)(void *)(sm + L::ph), *Vb = (uint16_t *)(void *)(sm + L::vb);
     uint16_t *VN = (uint16_t *)(void *)(sm + L::vn);
+    const float **Kp = (const float **)(void *)(sm + L::kp);
+    const float **Qp = (const float **)(void *)(sm + L::qp);
     uint16_t *Th = (uint16_t *)(void *)Af, *Wn = Kh;
     float *S = s.state + (int64_t)q.slot * s.state_floats + (s.K - 1) * s.C + h * D * D;
+    /* its checkpoint, and the rows of its unfinished chunk an earlier step
+     * ran (held: that chunk runs again from the checkpoint's S, those rows first) */
+    float *ck = s.ckpt && q.ckpt ? s.ckpt + (int64_t)q.slot * s.ckpt_floats : nullptr;
+    const int32_t held = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
+    const int64_t ckr = (s.Hk + s.Hv) * D + 2 * s.Hv, kvw = (s.Hk + s.Hv) * D; /* a row's */
+    float *ckS = ck ? ck + GK_DN_CKPT_HEAD + h * D * D : nullptr;
+    const float *ckrows = ck ? ck + GK_DN_CKPT_HEAD + s.Hv * D * D : nullptr;
+    /* S where the chunk from position `at` begins goes to the checkpoint
+     * where that chunk is the step's last and ends inside (as S is loaded,
+     * or copied to f16 for that chunk) */
+    auto keep = [&](int32_t at) {
+        return ck && end % kCh && at >= q.pos0 && at < end && at / kCh == (end - 1) / kCh;
+    };
+    bool keep_S = keep(q.pos0 - held);
     for (int e = tid; e < D * kBv; e += kThreads) {
-        const float x = q.pos0 == 0 ? 0.0f : S[e / kBv * D + v0 + e % kBv];
+        const float x = held ? ckS[e / kBv * D + v0 + e % kBv]
+                          : q.pos0 == 0 ? 0.0f : S[e / kBv * D + v0 + e % kBv];
         ig_sts(Sf + e, x);
         ig_sts(Sh + e, gk_f32_to_f16(x));
+        if (keep_S)
+            ckS[e / kBv * D + v0 + e % kBv] = x;
     }
-    for (int32_t t = 0, c; t < q.n_rows; t += c) {
-        c = kCh - (q.pos0 + t) % kCh; /* chunks end at multiples of kCh positions */
-        c = q.n_rows - t < c ? q.n_rows - t : c;
-        const int64_t t0 = q.row0 + t;
-        /* 1: G, beta (padding rows: G stays, beta 0), then the f16 rows */
+    for (int32_t pos = q.pos0 - held, c; pos < end; pos += c) {
+        c = kCh - pos % kCh; /* chunks end at multiples of kCh positions */
+        c = end - pos < c ? end - pos : c;
+        /* rows [0, pp) the checkpoint's (no q, no output), row i >= pp the
+         * step's row t0 + i */
+        const int32_t pp = pos < q.pos0 ? held : 0;
+        const int64_t t0 = q.row0 + (pos - q.pos0);
+        /* 1: each row's decay, beta (padding rows: 0) and where its k|v
+         * and q are (a kept row's q is its k, any finite row: its output is
+         * not written), then G (padding rows: G stays), then the f16 rows.
+         * Tables, not a choice in each load: at D = 128 on sm_80 the kernel
+         * takes 103 registers so (113 before the checkpoint), 133 with the
+         * choices, 255 with G summed from global memory as before */
+        if (tid < kCh) {
+            const float *kv = tid < pp ? ckrows + tid * ckr : qkv + (t0 + tid) * s.C + s.Hk * D;
+            ig_sts(Kp + tid, kv);
+            ig_sts(Qp + tid, tid < pp ? kv : qkv + (t0 + tid) * s.C);
+            ig_sts(Gs + tid, tid >= c    ? 0.0f
+                             : tid < pp ? ckrows[tid * ckr + kvw + h]
+                                        : g[(t0 + tid) * s.Hv + h]);
+            ig_sts(Bs + tid, tid >= c    ? 0.0f
+                             : tid < pp ? ckrows[tid * ckr + kvw + s.Hv + h]
+                                        : beta[(t0 + tid) * s.Hv + h]);
+        }
+        ig_syncthreads();
         if (tid == 0) {
             float acc = 0;
             for (int i = 0; i < kCh; i++) {
                 if (i < c)
-                    acc = gk_add(acc, g[(t0 + i) * s.Hv + h]);
+                    acc = gk_add(acc, ig_lds(Gs + i));
                 ig_sts(Gs + i, acc);
             }
         }
-        if (tid < kCh)
-            ig_sts(Bs + tid, tid < c ? beta[(t0 + tid) * s.Hv + h] : 0.0f);
         ig_syncthreads();
         for (int e = tid; e < kCh * D; e += kThreads) {
             const int r = e / D, d = e % D;
             float kx = 0, qx = 0, kbx = 0;
             if (r < c) {
-                const float *row = qkv + (t0 + r) * s.C;
-                qx = row[kh * D + d];
-                kx = row[(s.Hk + kh) * D + d];
+                qx = ig_lds(Qp + r)[kh * D + d];
+                kx = ig_lds(Kp + r)[kh * D + d];
                 kbx = gk_mul(gk_mul(ig_lds(Bs + r), expf(ig_lds(Gs + r))), kx);
             }
             ig_sts(Kh + e, gk_f32_to_f16(kx));
@@ -148,8 +195,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
         for (int e = tid; e < kCh * kBv; e += kThreads) {
             const int r = e / kBv;
             const float vx = r < c ? gk_mul(ig_lds(Bs + r),
-                                            qkv[(t0 + r) * s.C + (2 * s.Hk + h) * D + v0 +
-                                                e % kBv])
+                                            ig_lds(Kp + r)[(s.Hk + h) * D + v0 + e % kBv])
                                    : 0.0f;
             ig_sts(Vb + e, gk_f32_to_f16(vx));
         }
@@ -211,7 +257,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
         for (int e = tid; e < kCh * D; e += kThreads) {
             const int r = e / D;
             const float kd = r < c ? gk_mul(expf(gk_sub(glast, ig_lds(Gs + r))),
-                                            qkv[(t0 + r) * s.C + (s.Hk + kh) * D + e % D])
+                                            ig_lds(Kp + r)[kh * D + e % D])
                                    : 0.0f;
             ig_sts(Kb + e, gk_f32_to_f16(kd));
         }
@@ -228,7 +274,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
             IG_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int i = r0 + dn_row(lane, e);
-                if (i < c)
+                if (i >= pp && i < c)
                     out[((t0 + i) * s.Hv + h) * D + v0 + n0 + dn_col(lane, e)] = acc[e];
             }
         }
@@ -246,12 +292,52 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
                 ig_sts(Sf + (r0 + dn_row(lane, e)) * kBv + n0 + dn_col(lane, e), acc[e]);
         }
         ig_syncthreads();
-        for (int e = tid; e < D * kBv; e += kThreads) /* the next chunk's copy of S */
+        keep_S = keep(pos + c);
+        for (int e = tid; e < D * kBv; e += kThreads) { /* the next chunk's copy of S */
             ig_sts(Sh + e, gk_f32_to_f16(ig_lds(Sf + e)));
+            if (keep_S)
+                ckS[e / kBv * D + v0 + e % kBv] = ig_lds(Sf + e);
+        }
     }
     ig_syncthreads();
     for (int e = tid; e < D * kBv; e += kThreads)
         S[e / kBv * D + v0 + e % kBv] = ig_lds(Sf + e);
+}
+
+/* gk_dn_ckpt: block of sequence blockIdx.x. Every thread reads the header
+ * before thread 0 rewrites it; a continued chunk's rows stay where they
+ * are, the step's go after them. */
+__global__ void __launch_bounds__(kThreads)
+dn_ckpt_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__restrict__ beta,
+               const float *__restrict__ g, const gk_dn_seq *__restrict__ seqs)
+{
+    const gk_dn_seq q = seqs[blockIdx.x];
+    if (q.n_rows <= 0)
+        return;
+    float *ck = s.ckpt + (int64_t)q.slot * s.ckpt_floats;
+    const int32_t held = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
+    ig_syncthreads();
+    int64_t *head = (int64_t *)(void *)ck;
+    if (!q.ckpt || end % kCh == 0) {
+        if (threadIdx.x == 0)
+            head[0] = head[1] = 0;
+        return;
+    }
+    /* the chunk's first position: a multiple of kCh, or where the rows began
+     * (the checkpoint's, else the step's first) */
+    const int32_t first = end / kCh * kCh > q.pos0 - held ? end / kCh * kCh : q.pos0 - held;
+    const int32_t from = first > q.pos0 ? first - q.pos0 : 0; /* its first row of the step */
+    const int32_t at = first > q.pos0 - held ? 0 : held;      /* and where that row goes */
+    const int64_t kvw = (s.Hk + s.Hv) * s.D, ckr = kvw + 2 * s.Hv;
+    float *rows = ck + GK_DN_CKPT_HEAD + s.Hv * s.D * s.D + (int64_t)at * ckr;
+    for (int64_t e = threadIdx.x; e < (int64_t)(q.n_rows - from) * ckr; e += kThreads) {
+        const int64_t j = e % ckr, r = q.row0 + from + e / ckr;
+        rows[e] = j < kvw          ? qkv[r * s.C + s.Hk * s.D + j]
+                  : j < kvw + s.Hv ? g[r * s.Hv + j - kvw]
+                                   : beta[r * s.Hv + j - kvw - s.Hv];
+    }
+    if (threadIdx.x == 0)
+        head[0] = first, head[1] = end - first;
 }
 
 template <int D>
@@ -284,8 +370,28 @@ extern "C" int IG_DEV(gk_dn_chunk)(const struct gk_dn_shape *s, const float *qkv
                         "%lld) or count %lld, or NULL", s ? (long long)s->C : 0LL,
                         s ? (long long)s->Hk : 0LL, s ? (long long)s->Hv : 0LL,
                         s ? (long long)s->D : 0LL, (long long)n_seqs);
+    if (s->ckpt && s->ckpt_floats < GK_DN_CKPT_FLOATS(s->Hk, s->Hv, s->D))
+        return ig_error(IG_E_INTERNAL, "gk_dn_chunk: a checkpoint of %lld floats, under %lld",
+                        (long long)s->ckpt_floats,
+                        (long long)GK_DN_CKPT_FLOATS(s->Hk, s->Hv, s->D));
     if (n_seqs == 0)
         return IG_OK;
     return s->D == 64 ? launch<64>(s, qkv, beta, g, out, seqs, n_seqs, (cudaStream_t)stream)
                       : launch<128>(s, qkv, beta, g, out, seqs, n_seqs, (cudaStream_t)stream);
+}
+
+extern "C" int IG_DEV(gk_dn_ckpt)(const struct gk_dn_shape *s, const float *qkv,
+                                  const float *beta, const float *g,
+                                  const struct gk_dn_seq *seqs, int64_t n_seqs, void *stream)
+{
+    if (!s || !s->ckpt || s->ckpt_floats < GK_DN_CKPT_FLOATS(s->Hk, s->Hv, s->D) ||
+        s->C != (2 * s->Hk + s->Hv) * s->D || n_seqs < 0 || n_seqs > 65535 ||
+        (n_seqs && (!qkv || !beta || !g || !seqs)))
+        return ig_error(IG_E_INTERNAL, "gk_dn_ckpt: no checkpoints, or too small (%lld "
+                        "floats), or count %lld, or NULL", s ? (long long)s->ckpt_floats : 0LL,
+                        (long long)n_seqs);
+    if (n_seqs == 0)
+        return IG_OK;
+    return IG_LAUNCH(dn_ckpt_kernel, dim3((unsigned)n_seqs), dim3(kThreads), 0,
+                     (cudaStream_t)stream, *s, qkv, beta, g, seqs);
 }

@@ -1,5 +1,6 @@
 /* ops/gpu_deltanet_chunk_ref.c: the CPU twin of ops/gpu_deltanet_chunk.cu
- * (gk_dn_chunk_ref; contract in ops/gpu_deltanet.h): the kernel's phases on
+ * (gk_dn_chunk_ref and the checkpoint's gk_dn_ckpt_ref; contract in
+ * ops/gpu_deltanet.h): the kernel's phases on
  * the same arrays, each f32 operation rounded on its own (built without FMA
  * contraction), each mma.sync as the emulator computes it (16 products of
  * f16 values added in double to the f32 accumulator, rounded once per 16),
@@ -36,26 +37,53 @@ struct blk {
     uint16_t *Sh, *Kh, *Qh, *Kb, *Ph, *Vb, *VN, *Th;
 };
 
-/* Rows [t0, t0 + c) of value head h, columns [v0, v0 + BV), one chunk. */
-static void chunk(const struct gk_dn_shape *s, struct blk *k, const float *qkv,
-                  const float *beta, const float *g, float *out, int64_t t0, int c, int64_t h,
-                  int64_t kh, int64_t v0)
+/* Where a chunk's rows come from: rows [0, pp) the checkpoint's rows
+ * (ckrows, a row ckr floats: k, v, g, beta; their k as q, no output), row
+ * i >= pp the step's row t0 + i. */
+struct src {
+    const float *qkv, *beta, *g, *ckrows;
+    int64_t t0, ckr;
+    int pp;
+};
+
+/* Row r's k (then v: s->Hk + h heads on) and its decay and beta. */
+static const float *kv_row(const struct gk_dn_shape *s, const struct src *x, int64_t r)
 {
-    int64_t D = s->D, Hv = s->Hv;
+    return r < x->pp ? x->ckrows + r * x->ckr : x->qkv + (x->t0 + r) * s->C + s->Hk * s->D;
+}
+
+static float row_g(const struct gk_dn_shape *s, const struct src *x, int64_t r, int64_t h)
+{
+    return r < x->pp ? x->ckrows[r * x->ckr + (s->Hk + s->Hv) * s->D + h]
+                     : x->g[(x->t0 + r) * s->Hv + h];
+}
+
+static float row_beta(const struct gk_dn_shape *s, const struct src *x, int64_t r, int64_t h)
+{
+    return r < x->pp ? x->ckrows[r * x->ckr + (s->Hk + s->Hv) * s->D + s->Hv + h]
+                     : x->beta[(x->t0 + r) * s->Hv + h];
+}
+
+/* Rows [0, c) of value head h, columns [v0, v0 + BV), one chunk; the
+ * outputs of rows [pp, c) to out. */
+static void chunk(const struct gk_dn_shape *s, struct blk *k, const struct src *x, float *out,
+                  int c, int64_t h, int64_t kh, int64_t v0)
+{
+    int64_t D = s->D, Hv = s->Hv, t0 = x->t0;
     float acc = 0;
     for (int i = 0; i < CH; i++) {
         if (i < c)
-            acc += g[(t0 + i) * Hv + h];
+            acc += row_g(s, x, i, h);
         k->G[i] = acc;
-        k->B[i] = i < c ? beta[(t0 + i) * Hv + h] : 0.0f;
+        k->B[i] = i < c ? row_beta(s, x, i, h) : 0.0f;
     }
     for (int64_t r = 0; r < CH; r++)
         for (int64_t d = 0; d < D; d++) {
             float kx = 0, qx = 0, kbx = 0;
             if (r < c) {
-                const float *row = qkv + (t0 + r) * s->C;
-                qx = row[kh * D + d];
-                kx = row[(s->Hk + kh) * D + d];
+                /* a kept row's q is its k (its output is not written) */
+                qx = (r < x->pp ? kv_row(s, x, r) : x->qkv + (t0 + r) * s->C)[kh * D + d];
+                kx = kv_row(s, x, r)[kh * D + d];
                 kbx = k->B[r] * expf(k->G[r]) * kx;
             }
             k->Kh[r * D + d] = ig_f32_to_f16(kx);
@@ -65,7 +93,7 @@ static void chunk(const struct gk_dn_shape *s, struct blk *k, const float *qkv,
     for (int64_t r = 0; r < CH; r++)
         for (int64_t j = 0; j < BV; j++)
             k->Vb[r * BV + j] = ig_f32_to_f16(
-                r < c ? k->B[r] * qkv[(t0 + r) * s->C + (2 * s->Hk + h) * D + v0 + j] : 0.0f);
+                r < c ? k->B[r] * kv_row(s, x, r)[(s->Hk + h) * D + v0 + j] : 0.0f);
     for (int i = 0; i < CH; i++) /* M and P */
         for (int m = 0; m < CH; m++) {
             float dec = expf(k->G[i] - k->G[m]);
@@ -97,9 +125,8 @@ static void chunk(const struct gk_dn_shape *s, struct blk *k, const float *qkv,
     for (int64_t r = 0; r < CH; r++)
         for (int64_t d = 0; d < D; d++)
             k->Kb[r * D + d] = ig_f32_to_f16(
-                r < c ? expf(glast - k->G[r]) * qkv[(t0 + r) * s->C + (s->Hk + kh) * D + d]
-                      : 0.0f);
-    for (int64_t i = 0; i < c; i++) /* o */
+                r < c ? expf(glast - k->G[r]) * kv_row(s, x, r)[kh * D + d] : 0.0f);
+    for (int64_t i = x->pp; i < c; i++) /* o */
         for (int64_t j = 0; j < BV; j++) {
             float o = mma_dot(0.0f, k->Qh + i * D, 1, k->Sh + j, BV, D) * expf(k->G[i]);
             out[((t0 + i) * Hv + h) * D + v0 + j] =
@@ -131,19 +158,30 @@ void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float 
         struct gk_dn_seq q = seqs[i];
         if (q.n_rows <= 0 || (s->split && !q.chunked))
             continue;
+        float *ck = s->ckpt && q.ckpt ? s->ckpt + (int64_t)q.slot * s->ckpt_floats : NULL;
+        int32_t p = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
         for (int64_t h = 0; h < s->Hv; h++)
             for (int64_t v0 = 0; v0 < D; v0 += BV) {
                 int64_t kh = s->grouped ? h / (s->Hv / s->Hk) : h % s->Hk;
                 float *S = s->state + (int64_t)q.slot * s->state_floats + (s->K - 1) * s->C +
                            h * D * D;
+                float *ckS = ck ? ck + GK_DN_CKPT_HEAD + h * D * D : NULL;
                 for (int64_t e = 0; e < D * BV; e++) {
-                    k.Sf[e] = q.pos0 == 0 ? 0.0f : S[e / BV * D + v0 + e % BV];
+                    k.Sf[e] = p ? ckS[e / BV * D + v0 + e % BV]
+                                : q.pos0 == 0 ? 0.0f : S[e / BV * D + v0 + e % BV];
                     k.Sh[e] = ig_f32_to_f16(k.Sf[e]);
                 }
-                for (int32_t t = 0, c; t < q.n_rows; t += c) {
-                    c = CH - (q.pos0 + t) % CH;
-                    c = q.n_rows - t < c ? q.n_rows - t : c;
-                    chunk(s, &k, qkv, beta, g, out, q.row0 + t, c, h, kh, v0);
+                for (int32_t pos = q.pos0 - p, c; pos < end; pos += c) {
+                    c = CH - pos % CH;
+                    c = end - pos < c ? end - pos : c;
+                    struct src x = {.qkv = qkv, .beta = beta, .g = g, .t0 = q.row0 + pos - q.pos0,
+                                    .ckr = (s->Hk + s->Hv) * D + 2 * s->Hv,
+                                    .pp = pos < q.pos0 ? p : 0};
+                    x.ckrows = ck ? ck + GK_DN_CKPT_HEAD + s->Hv * D * D : NULL;
+                    if (ck && pos + c == end && end % CH && pos >= q.pos0) /* S where it began */
+                        for (int64_t e = 0; e < D * BV; e++)
+                            ckS[e / BV * D + v0 + e % BV] = k.Sf[e];
+                    chunk(s, &k, &x, out, c, h, kh, v0);
                 }
                 for (int64_t e = 0; e < D * BV; e++)
                     S[e / BV * D + v0 + e % BV] = k.Sf[e];
@@ -153,4 +191,32 @@ void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float 
     free(k.Af);
     free(k.Tf);
     free(h16);
+}
+
+void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
+                    const float *g, const struct gk_dn_seq *seqs, int64_t n_seqs)
+{
+    int64_t kvw = (s->Hk + s->Hv) * s->D, ckr = kvw + 2 * s->Hv;
+    for (int64_t i = 0; i < n_seqs; i++) {
+        struct gk_dn_seq q = seqs[i];
+        if (q.n_rows <= 0)
+            continue;
+        float *ck = s->ckpt + (int64_t)q.slot * s->ckpt_floats;
+        int64_t *head = (int64_t *)(void *)ck;
+        int32_t p = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
+        if (!q.ckpt || end % CH == 0) {
+            head[0] = head[1] = 0;
+            continue;
+        }
+        int32_t first = end / CH * CH > q.pos0 - p ? end / CH * CH : q.pos0 - p;
+        int32_t from = first > q.pos0 ? first - q.pos0 : 0, at = first > q.pos0 - p ? 0 : p;
+        for (int32_t t = from; t < q.n_rows; t++) {
+            float *row = ck + GK_DN_CKPT_HEAD + s->Hv * s->D * s->D + (at + t - from) * ckr;
+            int64_t r = q.row0 + t;
+            memcpy(row, qkv + r * s->C + s->Hk * s->D, (size_t)kvw * sizeof *row);
+            memcpy(row + kvw, g + r * s->Hv, (size_t)s->Hv * sizeof *row);
+            memcpy(row + kvw + s->Hv, beta + r * s->Hv, (size_t)s->Hv * sizeof *row);
+        }
+        head[0] = first, head[1] = end - first;
+    }
 }

@@ -6,7 +6,7 @@
 # with TILES and WGMMA: the shared headers are inlined into the copy first, so a bug
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
-# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*),
+# ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*, dnk_*),
 # backend/gpu_tp.c and backend/tp_kv.c (tp_*), backend/gpu_moe.c (tp_moe_*) and
 # backend/gpu.c (g4_*). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
@@ -155,6 +155,15 @@ elseif(MUTANT STREQUAL "dnc_no_decay") # IN=ops/gpu_deltanet_chunk.cu (test_delt
 elseif(MUTANT STREQUAL "dnc_no_carry")
   set(from "            ig_sts(Sh + e, gk_f32_to_f16(ig_lds(Sf + e)));\n")
   set(to "            (void)0; /* mutant: the next chunk reads the state before this one */\n")
+elseif(MUTANT STREQUAL "dnk_cut_state") # IN=ops/gpu_deltanet_chunk.cu (test_deltanet_emu.c)
+  set(from "gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;")
+  set(to "0, end = q.pos0 + q.n_rows; /* mutant: a cut prompt continues from the cut state */")
+elseif(MUTANT STREQUAL "dnk_no_start")
+  set(from "return ck && end % kCh && at >= q.pos0")
+  set(to "return false && ck && end % kCh && at >= q.pos0 /* mutant: S where the chunk began not kept */")
+elseif(MUTANT STREQUAL "dnk_rows_at_0")
+  set(from "const int32_t at = first > q.pos0 - held ? 0 : held;")
+  set(to "const int32_t at = 0; /* mutant: a continued chunk's rows over its first ones */")
 elseif(MUTANT STREQUAL "tp_no_reduce") # IN=backend/gpu_tp.c (tests/tp/test_tp_gpu.py)
   set(from "int st = t->red->sum(t->red, buf, t->rows * e, g->stream);")
   set(to "int st = IG_OK; (void)buf; /* mutant: a rank's partial sum not reduced */")
