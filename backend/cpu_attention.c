@@ -15,7 +15,9 @@
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
+#include "ops/exp_row.h"
 #include "ops/qmatmul.h"
+#include "ops/simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -34,11 +36,29 @@ static void split_gate(float *q, float *gate, int64_t n, int64_t n_head, int64_t
         }
 }
 
-/* att *= sigmoid(gate), element by element (n values). */
-static void apply_gate(float *att, const float *gate, int64_t n)
+/* Elements of the gate's exponentials a call (a stack buffer). */
+#define GATE_CHUNK 256
+
+/* att *= sigmoid(gate) over rows [r0, r1), att / (1 + expf(-gate)) element
+ * by element: the expf's through ops_exp_row (its bits, several lanes a
+ * call), the rows over the pool (on thread 0 alone, one expf call an
+ * element, the other thread waited it out). */
+OPS_SIMD_CLONES
+static void attn_gate_rows(const struct cpu_rows *job, int64_t r0, int64_t r1)
 {
-    for (int64_t i = 0; i < n; i++)
-        att[i] = att[i] / (1.0f + expf(-gate[i]));
+    struct ops_buffers *b = ops_ctx_buffers(job->ctx);
+    int64_t q_dim = job->L->n_head * job->L->head_dim, n = (r1 - r0) * q_dim;
+    float *att = b->att + r0 * q_dim;
+    const float *gate = b->attn_gate + r0 * q_dim;
+    float e[GATE_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += GATE_CHUNK) {
+        int64_t m = n - i0 < GATE_CHUNK ? n - i0 : GATE_CHUNK;
+        for (int64_t i = 0; i < m; i++)
+            e[i] = -gate[i0 + i];
+        ops_exp_row(e, m, 0.0f); /* (-g - 0 is -g) */
+        for (int64_t i = 0; i < m; i++)
+            att[i0 + i] = att[i0 + i] / (1.0f + e[i]);
+    }
 }
 
 /* The biases, head norms and RoPE of q and k. */
@@ -175,7 +195,7 @@ int64_t cpu_attention(struct cpu_step *s, int64_t layer, int64_t n, const int64_
     cpu_rows_run(ctx, L, qk_rows, 0, n, false);
     attend(s, layer, n);
     if (L->attn_gate)
-        apply_gate(b->att, b->attn_gate, n * q_dim);
+        cpu_rows_run(ctx, L, attn_gate_rows, 0, n, false);
 
     if (want) { /* only these rows are read after this layer's attention */
         compact_rows(b->x, m->hp.n_embd, want, n_want);

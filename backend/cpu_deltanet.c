@@ -38,6 +38,7 @@
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
+#include "ops/exp_row.h"
 #include "ops/qmatmul.h"
 #include "ops/simd.h"
 
@@ -87,6 +88,18 @@ static float sigmoidf(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
+/* Eight floats at any alignment (GCC's vector extension: one AVX register
+ * in the x86-64-v3 clone, two SSE ones in the baseline). */
+typedef float dn_v8 __attribute__((vector_size(32), aligned(4)));
+#define V8(p) (*(dn_v8 *)(void *)(p))
+/* Sixteen: one AVX-512 register in the x86-64-v4 clones (OPS_SIMD_CLONES_V4:
+ * the convolution, the row steps, chunk_rows), two AVX ones in the v3
+ * clones. The element-wise steps below (conv_row, axpy, scale, gemm_acc)
+ * run 16 lanes, then 8, then one at a time: each element's operations are
+ * the same in any lane or width, so every clone gives the same bits. */
+typedef float dn_v16 __attribute__((vector_size(64), aligned(4)));
+#define V16(p) (*(dn_v16 *)(void *)(p))
+
 /* ---- the convolution: items are (sequence, block of conv_w channels) --------- */
 
 /* The widest block of channels a convolution item takes. An item walks its
@@ -108,13 +121,54 @@ static int64_t conv_width(int64_t C, int threads)
 
 /* Floats of a thread's scratch the convolution takes: the kernel
  * transposed [K][W], the ring of the last K - 1 inputs [K - 1][W], a row's
- * inputs [W]. */
+ * -outputs, then their exponentials [W]. */
 static int64_t conv_scratch_floats(int64_t K)
 {
     return 2 * K * DN_CONV_W_MAX;
 }
 
-OPS_SIMD_CLONES
+/* One row's block of nc channels: x[c] = silu(w_(K-1) x[c] + sum_i w_i
+ * hist_i[c]), the taps oldest first (ring slot (t + i) % (K - 1)), x's
+ * inputs into the ring's oldest slot; 16 lanes, then 8, then one at a
+ * time, each element's operations in that order in every width. The
+ * SiLU's expf through ops_exp_row (its bits, several lanes a call): one
+ * expf call an element was a third of the convolution's time. */
+static inline __attribute__((always_inline)) void
+conv_row(float *restrict x, const float *restrict wt, float *restrict hist, float *restrict e,
+         int64_t t, int64_t K, int64_t W, int64_t nc)
+{
+    float *slot = K > 1 ? hist + t % (K - 1) * W : NULL; /* the oldest input, replaced */
+    int64_t c = 0;
+#define CONV_STEP(V, lanes)                                                                  \
+    for (; c + (lanes) <= nc; c += (lanes)) {                                                \
+        __typeof__(V(x)) in = V(x + c), acc = V(wt + (K - 1) * W + c) * in;                 \
+        for (int64_t i = 0; i < K - 1; i++)                                                  \
+            acc += V(wt + i * W + c) * V(hist + (t + i) % (K - 1) * W + c);                  \
+        if (slot)                                                                            \
+            V(slot + c) = in;                                                                \
+        V(x + c) = acc;                                                                      \
+        V(e + c) = -acc;                                                                     \
+    }
+    CONV_STEP(V16, 16)
+    CONV_STEP(V8, 8)
+#undef CONV_STEP
+    for (; c < nc; c++) {
+        float in = x[c], acc = wt[(K - 1) * W + c] * in;
+        for (int64_t i = 0; i < K - 1; i++)
+            acc += wt[i * W + c] * hist[(t + i) % (K - 1) * W + c];
+        if (slot)
+            slot[c] = in;
+        x[c] = acc;
+        e[c] = -acc;
+    }
+    ops_exp_row(e, nc, 0.0f); /* expf(-x) (-x - 0 is -x) */
+    for (c = 0; c + 16 <= nc; c += 16)
+        V16(x + c) = V16(x + c) / (1.0f + V16(e + c)); /* SiLU */
+    for (; c < nc; c++)
+        x[c] = x[c] / (1.0f + e[c]);
+}
+
+OPS_SIMD_CLONES_V4
 static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
     const struct dn_job *j = arg;
@@ -122,7 +176,7 @@ static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
     const float *w = j->L->w[LAYER_DN_CONV].data; /* [C, K] */
     float *wt = ops_ctx_scratch(j->s->ops, thread); /* [K][W] */
     float *hist = wt + K * W;                       /* [K - 1][W] */
-    float *in = hist + (K - 1) * W;                 /* [W] */
+    float *e = hist + (K - 1) * W;                  /* [W] */
     for (int64_t it = i0; it < i1; it++) {
         const struct backend_seq *q = &j->s->batch->seqs[it / nblk];
         int64_t c0 = it % nblk * W, nc = c0 + W < j->C ? W : j->C - c0;
@@ -140,18 +194,7 @@ static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
             if (t + 2 < q->n_rows)
                 for (int64_t c = 0; c < nc; c += 16)
                     __builtin_prefetch(x + 2 * j->C + c, 1);
-            memcpy(in, x, (size_t)nc * sizeof(float));
-            for (int64_t c = 0; c < nc; c++)
-                x[c] = wt[(K - 1) * W + c] * in[c];
-            for (int64_t i = 0; i < K - 1; i++) { /* oldest first: hist[(t + i) % (K - 1)] */
-                const float *h = hist + (t + i) % (K - 1) * W, *wi = wt + i * W;
-                for (int64_t c = 0; c < nc; c++)
-                    x[c] += wi[c] * h[c];
-            }
-            for (int64_t c = 0; c < nc; c++)
-                x[c] = x[c] / (1.0f + expf(-x[c])); /* SiLU */
-            if (K > 1)
-                memcpy(hist + t % (K - 1) * W, in, (size_t)nc * sizeof(float));
+            conv_row(x, wt, hist, e, t, K, W, nc);
         }
         for (int64_t i = 0; i < K - 1; i++)
             memcpy(st + i * j->C + c0, hist + (q->n_rows + i) % (K - 1) * W,
@@ -161,29 +204,79 @@ static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
 
 /* ---- per row: L2 norms of q and k, beta and the decay ------------------------- */
 
-static void l2norm(float *x, int64_t n, float scale)
+/* y *= a over n. */
+static inline __attribute__((always_inline)) void scale(float *y, float a, int64_t n)
 {
-    double ss = 0;
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    /* transformers' l2norm: x / sqrt(sum x^2 + 1e-6) */
-    float r = (float)(1.0 / sqrt(ss + 1e-6)) * scale;
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= r;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        V16(y + i) *= a;
+    for (; i + 8 <= n; i += 8)
+        V8(y + i) *= a;
+    for (; i < n; i++)
+        y[i] *= a;
 }
 
+/* ss[k] = the sum of x_k[i]^2 in double, i ascending, for the four rows
+ * x_k = x + k stride of n floats: four chains of adds side by side where
+ * each row's one add waited on its last (the same sums, in the same order,
+ * as a row alone). */
+static inline __attribute__((always_inline)) void
+sumsq4(const float *x, int64_t stride, int64_t n, double ss[4])
+{
+    const float *x0 = x, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s0 += (double)x0[i] * x0[i];
+        s1 += (double)x1[i] * x1[i];
+        s2 += (double)x2[i] * x2[i];
+        s3 += (double)x3[i] * x3[i];
+    }
+    ss[0] = s0, ss[1] = s1, ss[2] = s2, ss[3] = s3;
+}
+
+/* ss[h] = sumsq4's sum of row h of the n_rows rows of n floats, stride
+ * apart, four at a time. */
+static inline __attribute__((always_inline)) void
+sumsq_rows(const float *x, int64_t stride, int64_t n_rows, int64_t n, double *ss)
+{
+    int64_t h = 0;
+    for (; h + 4 <= n_rows; h += 4)
+        sumsq4(x + h * stride, stride, n, ss + h);
+    for (; h < n_rows; h++) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += (double)x[h * stride + i] * x[h * stride + i];
+        ss[h] = s;
+    }
+}
+
+/* The heads of q and k L2-normalized (2 Hk heads of D floats from row),
+ * q's scaled by qscale: transformers' l2norm, x / sqrt(sum x^2 + 1e-6). */
+static inline __attribute__((always_inline)) void
+l2norm_heads(const struct dn_job *j, float *row, float qscale, double *ss)
+{
+    sumsq_rows(row, j->D, 2 * j->Hk, j->D, ss);
+    for (int64_t h = 0; h < 2 * j->Hk; h++) {
+        float r = (float)(1.0 / sqrt(ss[h] + 1e-6)) * (h < j->Hk ? qscale : 1.0f);
+        scale(row + h * j->D, r, j->D);
+    }
+}
+
+/* The thread's scratch as doubles past its first `floats` floats. */
+static double *scratch_doubles(const struct dn_job *j, int thread, int64_t floats)
+{
+    return (double *)(void *)(ops_ctx_scratch(j->s->ops, thread) + (floats + 1) / 2 * 2);
+}
+
+OPS_SIMD_CLONES_V4
 static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
 {
-    (void)thread;
     const struct dn_job *j = arg;
+    double *ss = scratch_doubles(j, thread, 0); /* [2 Hk] */
     const float *dt = j->L->w[LAYER_DN_DT].data, *A = j->L->w[LAYER_DN_A].data;
     float qscale = 1.0f / sqrtf((float)j->D);
     for (int64_t r = r0; r < r1; r++) {
-        float *row = j->qkv + r * j->C;
-        for (int64_t h = 0; h < j->Hk; h++) {
-            l2norm(row + h * j->D, j->D, qscale);
-            l2norm(row + (j->Hk + h) * j->D, j->D, 1.0f);
-        }
+        l2norm_heads(j, j->qkv + r * j->C, qscale, ss);
         for (int64_t h = 0; h < j->Hv; h++) {
             float *b = j->beta + r * j->Hv + h, *g = j->g + r * j->Hv + h;
             *b = sigmoidf(*b);
@@ -201,77 +294,43 @@ static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
 #define KROW(j, t, kh) ((j)->qkv + (t) * (j)->C + ((j)->Hk + (kh)) * (j)->D)
 #define VROW(j, t, h) ((j)->qkv + (t) * (j)->C + (2 * (j)->Hk + (h)) * (j)->D)
 
-/* Eight floats at any alignment (GCC's vector extension: one AVX register
- * in the x86-64-v3 clone, two SSE ones in the baseline). */
-typedef float dn_v8 __attribute__((vector_size(32), aligned(4)));
-#define V8(p) (*(dn_v8 *)(void *)(p))
-/* Sixteen: one AVX-512 register in chunk_rows's x86-64-v4 clone, two AVX
- * ones in the v3 clone. The element-wise steps below (axpy, scale,
- * gemm_acc) run 16 lanes, then 8, then one at a time: each element's
- * operations are the same in any lane or width, so every clone gives the
- * same bits. */
-typedef float dn_v16 __attribute__((vector_size(64), aligned(4)));
-#define V16(p) (*(dn_v16 *)(void *)(p))
-
-/* a.b over n: eight lanes of partial sums, then the rest; the same order
- * of operations for any caller (the chunked form and the step alike). */
-static inline float dot(const float *restrict a, const float *restrict b, int64_t n)
-{
-    dn_v8 acc = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc += V8(a + i) * V8(b + i);
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-/* dot() of a with four rows b[0..3] at once: four independent chains where
- * one dot's each add waits on the last (the chunk's q.k and k.k were bound
- * by that latency), each sum in dot()'s order of operations: its bits. */
-static inline __attribute__((always_inline)) float dot_sum(dn_v8 x)
-{
-    return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
-}
-
+/* out[m] = a.b_m for m < n, the rows b_m given transposed (the chunk's
+ * keys): b_m's element d at bt[d ldt + m] (columns up to n rounded up to 16
+ * readable, ldt >= that). Each a.b_m in one order of operations: eight
+ * partial sums, element d into sum d % 8 (d ascending), combined as ((s0 +
+ * s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)), then the elements past the
+ * last multiple of 8 one at a time; the eight sums are the lanes of the
+ * 8-lane dot these were before, so the same bits. 16 rows a vector: 16
+ * multiply-adds an instruction where that dot's steps, four rows at a
+ * time, had 8. */
 static inline __attribute__((always_inline)) void
-dot4(const float *restrict a, const float *b0, const float *b1, const float *b2,
-     const float *b3, int64_t n, float out[4])
+dots_t(const float *restrict a, const float *restrict bt, int64_t ldt, int64_t n, int64_t len,
+       float *restrict out)
 {
-    /* four named sums: an array of them stayed in memory, each add a
-     * store and a reload */
-    dn_v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        dn_v8 av = V8(a + i);
-        s0 += av * V8(b0 + i);
-        s1 += av * V8(b1 + i);
-        s2 += av * V8(b2 + i);
-        s3 += av * V8(b3 + i);
+    for (int64_t m = 0; m < n; m += 16) {
+        const float *b = bt + m;
+        dn_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};
+        int64_t d = 0;
+        for (; d + 8 <= len; d += 8) {
+            const float *bd = b + d * ldt;
+            s0 += a[d] * V16(bd);
+            s1 += a[d + 1] * V16(bd + ldt);
+            s2 += a[d + 2] * V16(bd + 2 * ldt);
+            s3 += a[d + 3] * V16(bd + 3 * ldt);
+            s4 += a[d + 4] * V16(bd + 4 * ldt);
+            s5 += a[d + 5] * V16(bd + 5 * ldt);
+            s6 += a[d + 6] * V16(bd + 6 * ldt);
+            s7 += a[d + 7] * V16(bd + 7 * ldt);
+        }
+        dn_v16 sum = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
+        for (; d < len; d++)
+            sum += a[d] * V16(b + d * ldt);
+        if (n - m >= 16)
+            V16(out + m) = sum;
+        else
+            for (int64_t l = 0; l < n - m; l++)
+                out[m + l] = sum[l];
     }
-    float r0 = dot_sum(s0), r1 = dot_sum(s1), r2 = dot_sum(s2), r3 = dot_sum(s3);
-    for (; i < n; i++) {
-        r0 += a[i] * b0[i];
-        r1 += a[i] * b1[i];
-        r2 += a[i] * b2[i];
-        r3 += a[i] * b3[i];
-    }
-    out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
-}
-
-/* dot(a, row m of the rows `stride` floats apart from b) for m < n, into out[m]. */
-static inline __attribute__((always_inline)) void
-dots(const float *restrict a, const float *b, int64_t stride, int64_t n, int64_t len,
-     float *restrict out)
-{
-    int64_t m = 0;
-    for (; m + 4 <= n; m += 4) {
-        const float *b0 = b + m * stride;
-        dot4(a, b0, b0 + stride, b0 + 2 * stride, b0 + 3 * stride, len, out + m);
-    }
-    for (; m < n; m++)
-        out[m] = dot(a, b + m * stride, len);
 }
 
 /* y += a x over n. */
@@ -284,18 +343,6 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
         V8(y + i) += a * V8(x + i);
     for (; i < n; i++)
         y[i] += a * x[i];
-}
-
-/* y *= a over n. */
-static inline void scale(float *y, float a, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        V16(y + i) *= a;
-    for (; i + 8 <= n; i += 8)
-        V8(y + i) *= a;
-    for (; i < n; i++)
-        y[i] *= a;
 }
 
 /* y = x a over n (a copy then scale(), in one pass). */
@@ -316,19 +363,29 @@ static inline void copy_scaled(float *restrict y, const float *restrict x, float
  * registers over the whole sum (k ascending for every element, as axpy's
  * would add them one k at a time: the same bits). Inlined, so that each
  * clone of its caller has its own (an AVX-512 caller calling a baseline
- * copy ran slower than the AVX2 clone had). */
+ * copy ran slower than the AVX2 clone had). With tri >= 0, A is lower
+ * triangular: row r's A is zero at every k > r + tri (the chunk's T, zero
+ * above its diagonal, set so), and a group of four rows stops at the last
+ * k its last row reads: half the multiply-adds of a chunk's T products.
+ * What that leaves out is (+0) B added to a sum: the sum's bits unless it
+ * is -0 or B is not finite. With zero true, Y's rows start from 0 (not
+ * read): the sums 0 + ... as from rows set to zero, without the memset. */
 static inline __attribute__((always_inline)) void
 gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a_cs,
-         const float *B, int64_t ldb, int64_t rows, int64_t inner, int64_t n)
+         const float *B, int64_t ldb, int64_t rows, int64_t inner, int64_t n, int64_t tri,
+         bool zero)
 {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
+        int64_t ks = tri >= 0 && r + 4 + tri < inner ? r + 4 + tri : inner;
         float *y0 = Y + r * ldy, *y1 = y0 + ldy, *y2 = y1 + ldy, *y3 = y2 + ldy;
         const float *a0 = A + r * a_rs, *a1 = a0 + a_rs, *a2 = a1 + a_rs, *a3 = a2 + a_rs;
         int64_t i = 0;
         for (; i + 16 <= n; i += 16) {
-            dn_v16 s0 = V16(y0 + i), s1 = V16(y1 + i), s2 = V16(y2 + i), s3 = V16(y3 + i);
-            for (int64_t k = 0; k < inner; k++) {
+            dn_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+            if (!zero)
+                s0 = V16(y0 + i), s1 = V16(y1 + i), s2 = V16(y2 + i), s3 = V16(y3 + i);
+            for (int64_t k = 0; k < ks; k++) {
                 dn_v16 bv = V16(B + k * ldb + i);
                 s0 += a0[k * a_cs] * bv;
                 s1 += a1[k * a_cs] * bv;
@@ -340,7 +397,10 @@ gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a
             V16(y2 + i) = s2;
             V16(y3 + i) = s3;
         }
-        for (int64_t k = 0; k < inner && i < n; k++) {
+        if (zero)
+            for (int64_t l = i; l < n; l++)
+                y0[l] = y1[l] = y2[l] = y3[l] = 0.0f;
+        for (int64_t k = 0; k < ks && i < n; k++) {
             const float *b = B + k * ldb;
             float c0 = a0[k * a_cs], c1 = a1[k * a_cs], c2 = a2[k * a_cs], c3 = a3[k * a_cs];
             for (int64_t l = i; l < n; l++) {
@@ -351,9 +411,13 @@ gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a
             }
         }
     }
-    for (; r < rows; r++)
-        for (int64_t k = 0; k < inner; k++)
+    for (; r < rows; r++) {
+        int64_t ks = tri >= 0 && r + 1 + tri < inner ? r + 1 + tri : inner;
+        if (zero)
+            memset(Y + r * ldy, 0, (size_t)n * sizeof *Y);
+        for (int64_t k = 0; k < ks; k++)
             axpy(Y + r * ldy, A[r * a_rs + k * a_cs], B + k * ldb, n);
+    }
 }
 
 /* One row t of head h by the recurrent step: S and o. */
@@ -407,6 +471,7 @@ static void chunk_rows(const struct dn_job *j, float *S, const struct dn_rows *r
     float *VB = X + DN_CHUNK * D;       /* [c, D] beta v */
     float *E = VB + DN_CHUNK * D;       /* [c, c] e^(G_i - G_m) for m <= i */
     float *KC = E + DN_CHUNK * DN_CHUNK; /* [c, D] the chunk's keys, side by side */
+    float *KT = KC + DN_CHUNK * D;       /* [D, DN_CHUNK] and transposed (dots_t) */
     float acc = 0;
     for (int64_t i = 0; i < c; i++) {
         acc += r->g[i * r->gs];
@@ -417,15 +482,22 @@ static void chunk_rows(const struct dn_job *j, float *S, const struct dn_rows *r
      * L1 sets and evicted each other */
     for (int64_t m = 0; m < c; m++)
         memcpy(KC + m * D, r->k + m * r->ks, (size_t)D * sizeof *KC);
+    /* KT's columns up to c rounded up to 16 (dots_t reads them; those past
+     * c come out in lanes never stored) */
+    int64_t c16 = (c + 15) / 16 * 16;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t m = 0; m < c16; m++)
+            KT[d * DN_CHUNK + m] = m < c ? KC[m * D + d] : 0.0f;
     /* T = (I - M)^-1 by forward substitution, M[i][m] = -beta_i k_i.k_m
      * e^(G_i - G_m) for m < i (transformers' loop over the rows) */
     for (int64_t i = 0; i < c; i++) {
         const float *ki = KC + i * D;
         float bi = r->beta[i * r->gs];
         float *Ti = T + i * c, *Mi = X, *Ei = E + i * c; /* row i of M, then of T */
-        dots(ki, KC, D, i, D, Mi);
+        dots_t(ki, KT, DN_CHUNK, i, D, Mi);
         for (int64_t m = 0; m <= i; m++)
-            Ei[m] = expf(G[i] - G[m]);
+            Ei[m] = G[i] - G[m];
+        ops_exp_row(Ei, i + 1, 0.0f); /* expf's bits, several lanes a call */
         for (int64_t m = 0; m < i; m++)
             Mi[m] = -bi * Mi[m] * Ei[m];
         /* T_i = sum_(m < i) M_im T_m over the rows already solved (T_mm = 1);
@@ -443,43 +515,38 @@ static void chunk_rows(const struct dn_job *j, float *S, const struct dn_rows *r
         copy_scaled(VB + m * D, r->v + m * r->vs, bm, D);
         copy_scaled(X + m * D, KC + m * D, bm * expf(G[m]), D);
     }
-    memset(U, 0, (size_t)(c * D) * sizeof *U);
-    memset(W, 0, (size_t)(c * D) * sizeof *W);
-    gemm_acc(U, D, T, c, 1, VB, D, c, c, D);
-    gemm_acc(W, D, T, c, 1, X, D, c, c, D);
+    gemm_acc(U, D, T, c, 1, VB, D, c, c, D, 0, true);
+    gemm_acc(W, D, T, c, 1, X, D, c, c, D, 0, true);
     /* v_new = U - W S (into U) */
-    memset(X, 0, (size_t)(c * D) * sizeof *X);
-    gemm_acc(X, D, W, D, 1, S, D, c, D, D);
+    gemm_acc(X, D, W, D, 1, S, D, c, D, D, -1, true);
     for (int64_t i = 0; i < c; i++)
         axpy(U + i * D, -1.0f, X + i * D, D);
     /* o_i = e^(G_i) q_i S + sum_(m <= i) (q_i.k_m) e^(G_i - G_m) v_new_m */
     int64_t n_out = c - p0;
-    for (int64_t i = 0; i < n_out; i++)
-        memset(r->o + i * r->os, 0, (size_t)D * sizeof *r->o);
-    gemm_acc(r->o, r->os, r->q, r->qs, 1, S, D, n_out, D, D);
+    gemm_acc(r->o, r->os, r->q, r->qs, 1, S, D, n_out, D, D, -1, true);
     /* the chunk's own part: T := (q_i.k_m) e^(G_i - G_m) for m <= i, 0 above */
     for (int64_t i = p0; i < c; i++) {
         const float *qi = r->q + (i - p0) * r->qs;
         scale(r->o + (i - p0) * r->os, expf(G[i]), D);
         float *Ti = T + i * c;
-        dots(qi, KC, D, i + 1, D, Ti);
+        dots_t(qi, KT, DN_CHUNK, i + 1, D, Ti);
         for (int64_t m = 0; m < c; m++)
             Ti[m] = m <= i ? Ti[m] * E[i * c + m] : 0.0f;
     }
-    gemm_acc(r->o, r->os, T + p0 * c, c, 1, U, D, n_out, c, D);
+    gemm_acc(r->o, r->os, T + p0 * c, c, 1, U, D, n_out, c, D, p0, false);
     /* S = e^(G_last) S + sum_m (e^(G_last - G_m) k_m) v_new_m^T */
     float last = G[c - 1], el = expf(last);
     scale(S, el, D * D);
     for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
         copy_scaled(X + m * D, KC + m * D, expf(last - G[m]), D);
     }
-    gemm_acc(S, D, X, 1, D, U, D, D, c, D);
+    gemm_acc(S, D, X, 1, D, U, D, D, c, D, -1, false);
 }
 
 /* Floats of chunk_rows's scratch. */
 static int64_t dn_chunk_floats(int64_t D)
 {
-    return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 5 * DN_CHUNK * D + D;
+    return DN_CHUNK + 2 * DN_CHUNK * DN_CHUNK + 6 * DN_CHUNK * D + D;
 }
 
 /* and the rows of a chunk run again gathered after it: k, v [DN_CHUNK, D],
@@ -654,23 +721,38 @@ static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
 
 /* ---- the gated norm ------------------------------------------------------------ */
 
+/* o = rmsnorm(o) w silu(z) per value head of each row: the heads' sums of
+ * squares four at a time (sumsq_rows), the row's sigmoids through
+ * ops_exp_row into the thread's scratch (expf's bits, several lanes a
+ * call), each element's operations as one at a time. */
+OPS_SIMD_CLONES_V4
 static void norm_task(void *arg, int64_t r0, int64_t r1, int thread)
 {
-    (void)thread;
     const struct dn_job *j = arg;
     const float *w = j->L->w[LAYER_DN_NORM].data;
     float eps = (float)ops_ctx_model(j->s->ops)->hp.norm_eps;
-    for (int64_t r = r0; r < r1; r++)
+    int64_t D = j->D, vd = j->Hv * D;
+    float *e = ops_ctx_scratch(j->s->ops, thread); /* [Hv D] */
+    double *ss = scratch_doubles(j, thread, vd);   /* [Hv] */
+    for (int64_t r = r0; r < r1; r++) {
+        float *orow = j->out + r * vd;
+        const float *zrow = j->z + r * vd;
+        for (int64_t i = 0; i < vd; i++)
+            e[i] = -zrow[i];
+        ops_exp_row(e, vd, 0.0f); /* expf(-z) */
+        sumsq_rows(orow, D, j->Hv, D, ss);
         for (int64_t h = 0; h < j->Hv; h++) {
-            float *o = j->out + (r * j->Hv + h) * j->D;
-            const float *z = j->z + (r * j->Hv + h) * j->D;
-            double ss = 0;
-            for (int64_t i = 0; i < j->D; i++)
-                ss += (double)o[i] * o[i];
-            float rs = (float)(1.0 / sqrt(ss / (double)j->D + eps));
-            for (int64_t i = 0; i < j->D; i++)
-                o[i] = o[i] * rs * w[i] * (z[i] * sigmoidf(z[i]));
+            float *o = orow + h * D;
+            const float *z = zrow + h * D, *eh = e + h * D;
+            float rs = (float)(1.0 / sqrt(ss[h] / (double)D + eps));
+            int64_t i = 0;
+            for (; i + 16 <= D; i += 16)
+                V16(o + i) = V16(o + i) * rs * V16(w + i) *
+                             (V16(z + i) * (1.0f / (1.0f + V16(eh + i))));
+            for (; i < D; i++)
+                o[i] = o[i] * rs * w[i] * (z[i] * (1.0f / (1.0f + eh[i])));
         }
+    }
 }
 
 int64_t cpu_deltanet_scratch_floats(const struct model *m)
@@ -681,6 +763,11 @@ int64_t cpu_deltanet_scratch_floats(const struct model *m)
             int64_t f = dn_scratch_floats(m->layers[l].dn_head_dim);
             int64_t fc = conv_scratch_floats(m->layers[l].dn_conv);
             f = fc > f ? fc : f;
+            /* the gated norm's row and the sums of squares (norm_task,
+             * gates_task) */
+            int64_t hv = m->layers[l].dn_v_heads, hk = m->layers[l].dn_k_heads;
+            int64_t fn = hv * m->layers[l].dn_head_dim + 2 + 2 * (hv > 2 * hk ? hv : 2 * hk);
+            f = fn > f ? fn : f;
             floats = f > floats ? f : floats;
         }
     return floats;

@@ -30,6 +30,9 @@ Q4_K_M.
   prompt saved with --save-kv and continued with --load-kv gives the text of
   the whole prompt run at once (the file carries the DeltaNet state); --lookup
   is refused in one line, exit 2 (a recurrent state cannot roll back).
+- The exact path on 3 key and 9 value heads (a 70-token prompt and 8 decode
+  steps) within 1e-4 relative of the reference: the heads' sums of squares
+  in groups of four and a rest.
 - Bad files: value heads not a multiple of key heads, a missing ssm key, a
   missing DeltaNet weight: one line naming it, exit 4 (`ignite info`).
 Usage: test_deltanet.py FORWARD_DUMP IGNITE
@@ -289,6 +292,16 @@ def main():
                               (True, False) if qtype == "Q4_K_M" else (True,))
             if qtype == "F16":
                 ok &= chunked_form_runs(tool, path, prompt, tmp)
+        # 3 key and 9 value heads (2 DeltaNet layers then 1 attention layer, F16): the
+        # heads' sums of squares go four heads at a time and then one by one
+        # (cpu_deltanet.c's sumsq_rows): q|k's 6 heads a group and a rest, the gated
+        # norm's 9 two groups and a rest (the tiny's 4 and 4 are one group each)
+        randgguf_qwen35.SHAPES["heads9"] = dict(randgguf_qwen35.SHAPES["tiny"], layers=3,
+                                                every=3, dn_k=3, dn_v=9)
+        path = os.path.join(tmp, "qwen35-heads9-F16.gguf")
+        random_gguf.write(path, "heads9", "F16", seed=7, arch="qwen35")
+        prompt = [int(t) for t in rng.integers(0, vocab, 70)]
+        ok &= against_reference(tool, path, "qwen35 heads9 F16", prompt, fixed, tmp)[0]
         ok &= engine_cases(ignite, tmp)
         ok &= bad_files(ignite, tmp)
     return 0 if ok else 1
