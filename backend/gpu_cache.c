@@ -158,6 +158,7 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
         /* a window layer's blocks given back (below 0) are not written */
         const int32_t *dst_ids = layer_table(g, seq, l);
         const int64_t dst_blocks = gpu_layer_blocks(g, l);
+        const int32_t dst_min = gpu_layer_windowed(g, l) ? -1 : 0;
         int64_t hd = Lm->head_dim, block_elems = kv_layer_block_elems(Lm);
         struct kv_layout L = kv_store_layout(src, l);
         if (kv_dtype_quantized(mem->dtype) || kv_dtype_quantized(mem->dtype_v)) {
@@ -178,7 +179,7 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                 if (!tmp)
                     st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
                 for (int64_t i = 0; i < nb && st == IG_OK; i++) {
-                    IG_ASSERT(dst_ids[i] < dst_blocks);
+                    IG_ASSERT(dst_ids[i] >= dst_min && dst_ids[i] < dst_blocks);
                     if (dst_ids[i] < 0)
                         continue;
                     if (kv_dtype_quantized(dt))
@@ -199,7 +200,7 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
         for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
             uint16_t *dst = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
             for (int64_t i = 0; i < nb && st == IG_OK; i++) {
-                IG_ASSERT(dst_ids[i] < dst_blocks);
+                IG_ASSERT(dst_ids[i] >= dst_min && dst_ids[i] < dst_blocks);
                 if (dst_ids[i] < 0)
                     continue;
                 /* positions past n in the last block stay zero */
