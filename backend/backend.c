@@ -83,7 +83,9 @@ int backend_resolve_device(struct backend_device *dev)
 
 int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_opts *o)
 {
-    if (!o->free_window_blocks || o->device.kind != BACKEND_CPU || backend_tp_wanted())
+    /* the CPU and CUDA backends in one process; tensor-parallel ranks keep
+     * every block */
+    if (!o->free_window_blocks || backend_tp_wanted())
         return 0;
     return kv_memory_window_blocks(mem, o->n_slots, o->n_ctx, o->max_rows);
 }
@@ -96,8 +98,8 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     struct backend_opts r = *o;
     if (!r.n_blocks)
         r.n_blocks = (int64_t)r.n_slots * kv_blocks_for(r.n_ctx);
-    r.n_window_blocks = 0; /* the CPU backend sets it */
-    if (r.device.kind != BACKEND_CPU || backend_tp_wanted())
+    r.n_window_blocks = 0; /* the backend sets it (backend_window_blocks) */
+    if (backend_tp_wanted())
         r.free_window_blocks = false;
     /* fp8 is the CUDA pool's type (kvcache/kv_devq.h); the CPU attention
      * reads f32, f16, q8_0 and q4_0. */

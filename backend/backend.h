@@ -95,9 +95,10 @@ struct backend_opts {
                            * ending the out-of-memory line; NULL: run's options (-c, --chunk) */
     bool free_window_blocks; /* the window rule (kvcache.h): the sliding-window layers'
                               * blocks in a side of their own, a sequence holding only
-                              * what its window reaches; the CPU backend in one process
-                              * takes it (backend_window_blocks), the others keep
-                              * every block. A step's sequences then give wtable */
+                              * what its window reaches; the CPU and CUDA backends in
+                              * one process take it (backend_window_blocks),
+                              * tensor-parallel ranks keep every block. A step's
+                              * sequences then give wtable */
     int64_t n_window_blocks; /* resolved by backend_create: the window side's blocks
                               * (0: none; the window layers are indexed by `table`) */
 };
@@ -207,7 +208,7 @@ struct backend {
 
 /* The window side's blocks a backend with opts o will have for memory mem
  * (kv_memory_window_blocks): 0 unless o asks for the window rule and the
- * backend takes it (the CPU in one process) and mem has sliding-window
+ * backend takes it (the CPU or CUDA in one process) and mem has sliding-window
  * layers. `ignite batch --kv-mem` asks it before the backend exists. */
 int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_opts *o);
 

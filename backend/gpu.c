@@ -7,9 +7,11 @@
  * biases f32; the KV pool f16, per paged layer K and V each
  * [n_blocks][n_head_kv][KV_BLOCK][head_dim] of the layer's own shape
  * (kvcache.h's layout from kv_memory_of, allocated once for the engine's
- * blocks; a layer sharing another's KV points at its source's arrays, a
- * recurrent layer has [n_states][state_bytes] and as many checkpoints of
- * ckpt_bytes, gpu_deltanet.c's); activations for max_batch
+ * blocks, or under the window rule a sliding-window layer's n_wblocks and a
+ * zero block, indexed through the window tables: gpu_impl.h; a layer sharing
+ * another's KV points at its source's arrays, a recurrent layer has
+ * [n_states][state_bytes] and as many checkpoints of ckpt_bytes,
+ * gpu_deltanet.c's); activations for max_batch
  * rows of the largest layer (model_layers_max); the step's tokens,
  * positions and compacted block tables in fixed buffers.
  * A step runs all its rows at once, every weight read once. A step whose
@@ -125,14 +127,17 @@ static void plan_sizes(const struct gpu_backend *g, struct gpu_sizes *s)
     const struct model_hparams *hp = &g->m->hp;
     double e = hp->n_embd, ff = (double)g->n_ff, B = (double)g->max_batch;
     s->weights = (double)backend_gpu_weight_bytes(g->m, g->weights_mode);
-    s->kv = kv_memory_bytes(g->base.kv_mem, g->n_blocks, g->n_states);
+    /* under the window rule the window layers' blocks and their zero block */
+    s->kv = kv_memory_bytes_windowed(g->base.kv_mem, g->n_blocks,
+                                     g->n_wblocks ? g->n_wblocks + 1 : 0, g->n_states);
     s->acts = B * (4.0 * e + 2.0 * e + 4.0 * g->qkv_rows + 2.0 * (2 * g->q_dim + 2 * g->kv_dim) +
                    4.0 * 2 * ff + 2.0 * ff + (hp->has_post_norms ? 4.0 * e : 0.0) + 8.0 +
                    /* Gemma 4's (gpu_gemma4.c): per-layer inputs, shared-KV rows */
                    (hp->has_ple ? 16.0 * (double)(hp->n_layer * hp->n_embd_per_layer) : 0.0) +
                    (hp->n_kv_shared ? 8.0 * (double)g->kv_dim : 0.0)) +
               4.0 * hp->n_vocab * (double)g->logit_rows +
-              4.0 * (double)(table_rows(g) * g->table_stride) + 4.0 * (double)attn_work_floats(g) +
+              4.0 * (double)(table_rows(g) * g->table_stride) * (g->n_wblocks ? 2 : 1) +
+              4.0 * (double)attn_work_floats(g) +
               4.0 * (double)attn_tickets(g) + 4.0 + 8.0 + B * (e + e / 4) +
               (g->n_ff % 32 == 0 ? B * (ff + ff / 4) + ff / 8 : 0.0) +
               (g->q_dim % 32 == 0 ? B * (double)(g->q_dim + g->q_dim / 4) : 0.0) +
@@ -212,6 +217,17 @@ static int check_fits(const struct gpu_backend *g, const char *hint)
                     hint ? hint : "lower -c/--ctx-size or --chunk, or use --device cpu");
 }
 
+/* Under the window rule, window layer l's last block (id n_wblocks, where
+ * the staged window tables point the blocks given back) zeros: K's block of
+ * kb bytes, V's of vb. */
+static int zero_last_block(struct gpu_backend *g, int64_t l, size_t kb, size_t vb)
+{
+    unsigned char *k = (unsigned char *)g->layers[l].k_cache + (size_t)g->n_wblocks * kb;
+    unsigned char *v = (unsigned char *)g->layers[l].v_cache + (size_t)g->n_wblocks * vb;
+    int st = IG_DEV(dev_memset)(g->dev, k, 0, kb);
+    return st != IG_OK ? st : IG_DEV(dev_memset)(g->dev, v, 0, vb);
+}
+
 static int alloc_state(struct gpu_backend *g)
 {
     const struct model_hparams *hp = &g->m->hp;
@@ -223,9 +239,9 @@ static int alloc_state(struct gpu_backend *g)
         const struct kv_layer_mem *L = &mem->layers[l];
         /* bytes of the layer's blocks, each array in its own type (q8_0, fp8:
          * 34 bytes a 32 values, kvcache/kv_devq.h) */
-        size_t pool = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(L));
-        size_t pool_v = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v,
-                                                                 kv_layer_block_elems(L));
+        const size_t nb = (size_t)gpu_layer_blocks(g, l); /* a window layer's: the window side's */
+        size_t pool = nb * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(L));
+        size_t pool_v = nb * kv_dtype_row_bytes(mem->dtype_v, kv_layer_block_elems(L));
         if (L->kind == KV_RECURRENT) { /* headers of zeros: no checkpoint */
             size_t ck = (size_t)g->n_states * L->ckpt_bytes;
             if ((st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes,
@@ -237,6 +253,8 @@ static int alloc_state(struct gpu_backend *g)
             st = IG_OK;
         else if ((st = IG_DEV(gpu_alloc)(g, pool, &g->layers[l].k_cache, &g->kv_bytes)) == IG_OK)
             st = IG_DEV(gpu_alloc)(g, pool_v, &g->layers[l].v_cache, &g->kv_bytes);
+        if (st == IG_OK && L->kind == KV_WINDOW && g->n_wblocks) /* the zero block, the last */
+            st = zero_last_block(g, l, pool / nb, pool_v / nb);
         if (st != IG_OK)
             return st;
     }
@@ -259,6 +277,7 @@ static int alloc_state(struct gpu_backend *g)
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->tokens, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, B * 4, &g->pos, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, tables, &g->tables, NULL)) ||
+        (g->n_wblocks && (st = IG_DEV(gpu_alloc)(g, tables, &g->wtables, NULL))) ||
         (st = IG_DEV(gpu_alloc)(g, (g->attn_work_floats = attn_work_floats(g)) * 4,
                                 &g->attn_work, NULL)) ||
         (st = IG_DEV(gpu_alloc)(g, attn_tickets(g) * 4, &g->attn_tickets, NULL)) ||
@@ -304,12 +323,15 @@ static int alloc_state(struct gpu_backend *g)
     /* the step's inputs staged in pinned memory: tokens, positions, tables,
      * sequences */
     if (st == IG_OK)
-        st = IG_DEV(dev_alloc_host)(g->dev, 2 * B * 4 + tables + seqs, &g->h_stage);
+        st = IG_DEV(dev_alloc_host)(g->dev, 2 * B * 4 + (g->n_wblocks ? 2 : 1) * tables + seqs,
+                                    &g->h_stage);
     if (st == IG_OK) {
+        const int64_t n_entries = table_rows(g) * g->table_stride;
         g->h_tokens = g->h_stage;
         g->h_pos = g->h_tokens + B;
         g->h_tables = g->h_pos + B;
-        g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + table_rows(g) * g->table_stride);
+        g->h_wtables = g->n_wblocks ? g->h_tables + n_entries : NULL;
+        g->h_seqs = (struct prefill_attn_seq *)(g->h_tables + (g->n_wblocks ? 2 : 1) * n_entries);
         if (!(g->want = malloc(B * sizeof *g->want)) ||
             !(g->h_greedy = malloc((size_t)table_rows(g) * sizeof *g->h_greedy)) ||
             !(g->h_order = malloc((size_t)g->max_seqs * sizeof *g->h_order)) ||
@@ -402,6 +424,9 @@ int IG_DEV(gpu_backend_create_tp)(const struct model *m, const struct backend_op
     if (st == IG_OK && (st = kv_memory_of(m, kt, vt, &g->base.kv_mem)) == IG_OK &&
         (st = check_memory(g)) == IG_OK) {
         g->n_states = g->base.n_states = kv_memory_states_for(g->base.kv_mem, o->n_slots);
+        /* the window rule where asked (a rank keeps every block) */
+        g->n_wblocks = tp ? 0 : backend_window_blocks(g->base.kv_mem, o);
+        g->base.o.n_window_blocks = g->n_wblocks;
         st = IG_DEV(dev_open)(o->device.index, &g->dev);
     }
     if (st == IG_OK) {
@@ -481,6 +506,26 @@ static void stage_table(struct gpu_backend *g, int64_t i, const int32_t *table, 
         row[b] = -1;
 }
 
+/* The same for its window table (the window rule): the blocks given back
+ * (entries below 0) point at the window side's zero block, n_wblocks. */
+static void stage_wtable(struct gpu_backend *g, int64_t i, const int32_t *wtable, int64_t n_pos)
+{
+    int32_t *row = g->h_wtables + i * g->table_stride;
+    int64_t nb = kv_blocks_for(n_pos);
+    for (int64_t b = 0; b < g->table_stride; b++)
+        row[b] = b >= nb ? -1 : wtable[b] >= 0 ? wtable[b] : (int32_t)g->n_wblocks;
+}
+
+/* Row i of the staged tables (and window tables) for sequence s up to its
+ * step's last row; s NULL: a padding row's, no blocks. */
+static void stage_tables(struct gpu_backend *g, int64_t i, const struct backend_seq *s)
+{
+    const int64_t n_pos = s ? s->pos0 + s->n_rows : 0;
+    stage_table(g, i, s ? s->table : NULL, n_pos);
+    if (g->n_wblocks)
+        stage_wtable(g, i, s ? s->wtable : NULL, n_pos);
+}
+
 /* The batch as the forward takes it: with the mixed route (g->mixed_decode)
  * and both kinds of sequence, those of several rows first, then those of
  * one row, each kind in the batch's order, their rows renumbered in that
@@ -532,7 +577,7 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
             g->h_pos[s->row0 + r] = (int32_t)(s->pos0 + r);
         g->h_seqs[i] = (struct prefill_attn_seq){
             .row0 = (int32_t)s->row0, .n_rows = (int32_t)s->n_rows, .pos0 = (int32_t)s->pos0};
-        stage_table(g, i, s->table, s->pos0 + s->n_rows);
+        stage_tables(g, i, s);
     }
     for (int64_t i = 0; i < ns; i++) { /* in the batch's order: the logits' */
         const struct backend_seq *s = &batch->seqs[i];
@@ -548,6 +593,8 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
         (st = IG_DEV(dev_upload)(g->dev, g->pos, g->h_pos, (size_t)n * 4)) ||
         (st = IG_DEV(dev_upload)(g->dev, g->tables, g->h_tables,
                                  (size_t)(ns * g->table_stride) * 4)) ||
+        (g->n_wblocks && (st = IG_DEV(dev_upload)(g->dev, g->wtables, g->h_wtables,
+                                                  (size_t)(ns * g->table_stride) * 4))) ||
         (ns > 1 && (st = IG_DEV(dev_upload)(g->dev, g->seqs, g->h_seqs,
                                             (size_t)ns * sizeof *g->seqs))) ||
         (st = IG_DEV(gpu_deltanet_stage)(g, &b, ns)) ||
@@ -644,7 +691,7 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch,
         const bool live = s && r < s->n_rows;
         g->h_tokens[i] = live ? batch->tokens[s->row0 + r] : 0;
         g->h_pos[i] = live ? (int32_t)(s->pos0 + r) : -1;
-        stage_table(g, i, s ? s->table : NULL, s ? s->pos0 + s->n_rows : 0);
+        stage_tables(g, i, s);
         if (live && row_wanted(batch, s, s->row0 + r))
             g->want[n_want++] = i;
     }
@@ -654,6 +701,8 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch,
         (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
         (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
                                        (size_t)(rows * g->table_stride) * 4)) ||
+        (g->n_wblocks && (st = IG_DEV(dev_upload_async)(g->dev, g->wtables, g->h_wtables,
+                                                        (size_t)(rows * g->table_stride) * 4))) ||
         (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) || (st = run_bucket(g, bucket))) {
         g->q_len = 1;
         return st;
@@ -697,9 +746,9 @@ static int check_batch(const struct gpu_backend *g, const struct backend_batch *
     if (st != IG_OK)
         return st;
     for (int64_t i = 0; i < batch->n_seqs; i++)
-        if (!batch->seqs[i].table)
-            return ig_error(IG_E_INTERNAL, "step sequence %lld has no block table",
-                            (long long)i);
+        if (!batch->seqs[i].table || (g->n_wblocks && !batch->seqs[i].wtable))
+            return ig_error(IG_E_INTERNAL, "step sequence %lld has no block table%s",
+                            (long long)i, batch->seqs[i].table ? " for its window layers" : "");
     for (int64_t i = 0; i < batch->n_rows; i++)
         if (batch->tokens[i] < 0 || batch->tokens[i] >= g->m->hp.n_vocab)
             return ig_error(IG_E_INPUT, "token id %d is outside the vocabulary (0..%lld)",

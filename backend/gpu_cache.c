@@ -5,8 +5,11 @@
  * ranks). A device block [n_head_kv][KV_BLOCK][head_dim] f16 is laid out as
  * a host f16 store's block, so a download needs no reordering (one copy a
  * run of consecutive blocks; a quantized pool's blocks are reordered one by
- * one); a layer sharing another's KV has nothing of its own. Covered by
- * tests/emu/test_backend_emu.c, test_backend_pd_emu.c and tests/gpu/. */
+ * one); a layer sharing another's KV has nothing of its own; under the
+ * window rule a window layer's blocks go through the window table, those
+ * given back zeros on the host and never written on the device. Covered by
+ * tests/emu/test_backend_emu.c, test_backend_pd_emu.c,
+ * test_backend_arch_emu.c (--window-rule) and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
 #include "core/half.h"
@@ -45,7 +48,9 @@ static void kvq_block_copy(const struct kv_layout *L, void *base, const int32_t 
 /* Blocks [i0, i1) of a sequence's device table dev_ids, paged layer l, into
  * host store st's blocks host_ids[i0..i1) (st of the pool's types): one
  * download per run of blocks consecutive on both sides, or per block where
- * the type is quantized (its regions into ggml blocks). */
+ * the type is quantized (its regions into ggml blocks). A window layer's
+ * blocks given back (dev_ids below 0, the window rule) become zeros there
+ * (no later row reads them: kv_copy_seq_windowed's rule). */
 static int download_blocks(struct gpu_backend *g, const struct kv_store *st, int64_t l,
                            const int32_t *dev_ids, const int32_t *host_ids, int64_t i0,
                            int64_t i1)
@@ -64,8 +69,13 @@ static int download_blocks(struct gpu_backend *g, const struct kv_store *st, int
         if (quant && !tmp)
             rc = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
         for (int64_t i = i0; i < i1 && rc == IG_OK;) {
-            IG_ASSERT(dev_ids[i] >= 0 && dev_ids[i] < g->n_blocks && host_ids[i] >= 0 &&
-                      host_ids[i] < st->n_blocks);
+            IG_ASSERT(dev_ids[i] < gpu_layer_blocks(g, l) && host_ids[i] >= 0 &&
+                      host_ids[i] < st->n_blocks && (dev_ids[i] >= 0 || gpu_layer_windowed(g, l)));
+            if (dev_ids[i] < 0) { /* given back: zeros, as the CPU's copy has them */
+                memset(dst + (size_t)host_ids[i] * block, 0, block);
+                i++;
+                continue;
+            }
             int64_t run = 1;
             while (!quant && i + run < i1 && dev_ids[i + run] == dev_ids[i] + run &&
                    host_ids[i + run] == host_ids[i] + run)
@@ -79,6 +89,15 @@ static int download_blocks(struct gpu_backend *g, const struct kv_store *st, int
         free(tmp);
     }
     return rc;
+}
+
+/* Where layer l of sequence seq has its blocks: its window table for a
+ * window layer under the window rule, else its table. */
+static const int32_t *layer_table(const struct gpu_backend *g, const struct backend_seq *seq,
+                                  int64_t l)
+{
+    IG_ASSERT(!gpu_layer_windowed(g, l) || seq->wtable);
+    return gpu_layer_windowed(g, l) ? seq->wtable : seq->table;
 }
 
 int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int64_t n,
@@ -105,7 +124,7 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
             continue;
         }
         if (Lm->kind != KV_SHARED) /* (a shared layer's rows are its source's) */
-            st = download_blocks(g, g->host_kv, l, seq->table, ids, 0, nb);
+            st = download_blocks(g, g->host_kv, l, layer_table(g, seq, l), ids, 0, nb);
     }
     if (st == IG_OK) {
         *out = g->host_kv;
@@ -140,6 +159,10 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
         }
         if (Lm->kind == KV_SHARED)
             continue;
+        /* a window layer's blocks given back (below 0) are not written */
+        const int32_t *dst_ids = layer_table(g, seq, l);
+        const int64_t dst_blocks = gpu_layer_blocks(g, l);
+        const int32_t dst_min = gpu_layer_windowed(g, l) ? -1 : 0;
         int64_t hd = Lm->head_dim, block_elems = kv_layer_block_elems(Lm);
         struct kv_layout L = kv_store_layout(src, l);
         if (kv_dtype_quantized(mem->dtype) || kv_dtype_quantized(mem->dtype_v)) {
@@ -160,12 +183,14 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                 if (!tmp)
                     st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
                 for (int64_t i = 0; i < nb && st == IG_OK; i++) {
-                    IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
+                    IG_ASSERT(dst_ids[i] >= dst_min && dst_ids[i] < dst_blocks);
+                    if (dst_ids[i] < 0)
+                        continue;
                     if (kv_dtype_quantized(dt))
                         kvq_block_copy(&L, kv_i ? L.v : L.k, ids, i, Lm->n_head_kv, tmp, false);
                     else
                         memcpy(tmp, (unsigned char *)(kv_i ? L.v : L.k) + i * block, block);
-                    st = IG_DEV(dev_upload)(g->dev, dst + (size_t)seq->table[i] * block, tmp,
+                    st = IG_DEV(dev_upload)(g->dev, dst + (size_t)dst_ids[i] * block, tmp,
                                             block);
                 }
                 free(tmp);
@@ -179,6 +204,9 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
         for (int kv_i = 0; kv_i < 2 && st == IG_OK; kv_i++) {
             uint16_t *dst = kv_i ? g->layers[l].v_cache : g->layers[l].k_cache;
             for (int64_t i = 0; i < nb && st == IG_OK; i++) {
+                IG_ASSERT(dst_ids[i] >= dst_min && dst_ids[i] < dst_blocks);
+                if (dst_ids[i] < 0)
+                    continue;
                 /* positions past n in the last block stay zero */
                 int64_t rows = n - i * KV_BLOCK < KV_BLOCK ? n - i * KV_BLOCK : KV_BLOCK;
                 memset(blk, 0, (size_t)block_elems * sizeof *blk);
@@ -190,8 +218,7 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                         for (int64_t d = 0; d < hd; d++)
                             blk[h * L.head_stride + r * hd + d] = ig_f32_to_f16(f[d]);
                     }
-                IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
-                st = IG_DEV(dev_upload)(g->dev, dst + seq->table[i] * block_elems, blk,
+                st = IG_DEV(dev_upload)(g->dev, dst + dst_ids[i] * block_elems, blk,
                                         (size_t)block_elems * sizeof *blk);
             }
         }
@@ -277,7 +304,7 @@ int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l)
                                       g->layers[l].state + (size_t)s->slot * Lm->state_bytes,
                                       Lm->state_bytes);
         else if (Lm->kind != KV_SHARED)
-            st = download_blocks(g, g->layer_kv, l, s->table, ls->table,
+            st = download_blocks(g, g->layer_kv, l, layer_table(g, s, l), ls->table,
                                  layer_from(batch, i) / KV_BLOCK,
                                  kv_blocks_for(s->pos0 + s->n_rows));
     }

@@ -156,7 +156,8 @@ static int qkv_block(struct gpu_backend *g, int64_t l, int64_t n)
 
 /* The params of bias and RoPE of layer l's n rows at their positions
  * g->pos; K and V to the step's buffers (k16, v16) or, with to_pool, into
- * the pool through the row's table (g->tables, one per row: a decode step). */
+ * the pool through the row's table (one per row: a decode step; a window
+ * layer's under the window rule, gpu_layer_tables). */
 static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_t n,
                                         bool to_pool)
 {
@@ -174,7 +175,7 @@ static struct gk_qkv_params rope_params(struct gpu_backend *g, int64_t l, int64_
         struct kv_layout lay = gpu_layer_layout(g, l);
         qp.k_cache = L->k_cache;
         qp.v_cache = L->v_cache;
-        qp.block_table = g->tables;
+        qp.block_table = gpu_layer_tables(g, l); /* a window layer's: the window tables */
         qp.table_stride = g->table_stride;
         qp.block_stride = lay.block_stride;
         qp.head_stride = lay.head_stride;
@@ -218,7 +219,7 @@ static int kvq_write_rows(struct gpu_backend *g, int64_t l, int64_t n, int64_t n
     struct gk_kvq_params kp = {
         .k = IG_DEV(gpu_gemma4_kv_rows)(g, l, 0), .v = IG_DEV(gpu_gemma4_kv_rows)(g, l, 1),
         .n = n, .n_head_kv = ML->n_head_kv, .head_dim = ML->head_dim,
-        .pos = g->pos, .block_table = g->tables, .table_stride = g->table_stride,
+        .pos = g->pos, .block_table = gpu_layer_tables(g, l), .table_stride = g->table_stride,
         .block_stride = lay.block_stride, .head_stride = lay.head_stride,
         .k_cache = lay.k, .v_cache = lay.v, .k_dtype = gpu_kvq_type(lay.dtype),
         .v_dtype = gpu_kvq_type(lay.dtype_v),
@@ -284,10 +285,11 @@ static int prefill_attention(struct gpu_backend *g, int64_t l, int64_t n_seqs)
     if (n_seqs == 1) {
         ap.n_tokens = g->h_seqs[0].n_rows;
         ap.pos0 = g->h_seqs[0].pos0;
-        st = prefill_attn_use_pool(&ap, &lay, g->tables, g->table_stride, g->n_blocks);
+        st = prefill_attn_use_pool(&ap, &lay, gpu_layer_tables(g, l), g->table_stride,
+                                   gpu_layer_blocks(g, l));
     } else {
-        st = prefill_attn_use_pool_varlen(&ap, &lay, g->tables, g->table_stride, g->n_blocks,
-                                          g->seqs, g->h_seqs, n_seqs);
+        st = prefill_attn_use_pool_varlen(&ap, &lay, gpu_layer_tables(g, l), g->table_stride,
+                                          gpu_layer_blocks(g, l), g->seqs, g->h_seqs, n_seqs);
     }
     IG_ASSERT(st == 0);
     return IG_DEV(prefill_attn)(&ap, g->stream);
@@ -329,7 +331,7 @@ static int mixed_attention(struct gpu_backend *g, const struct gpu_pass *p, int6
     ap.q = g->q16 + d0 * q_dim;
     ap.k_cache = L->k_cache;
     ap.v_cache = L->v_cache;
-    ap.block_table = g->tables + (p->n_seqs - p->n_single) * g->table_stride;
+    ap.block_table = gpu_layer_tables(g, l) + (p->n_seqs - p->n_single) * g->table_stride;
     ap.pos = g->pos + d0;
     ap.o = g->att16 + d0 * q_dim;
     ap.work = g->attn_work;
@@ -348,7 +350,7 @@ static int decode_attention(struct gpu_backend *g, int64_t l, int bucket, bool b
     ap.q = g->q16;
     ap.k_cache = L->k_cache;
     ap.v_cache = L->v_cache;
-    ap.block_table = g->tables;
+    ap.block_table = gpu_layer_tables(g, l);
     ap.pos = g->pos;
     ap.o = g->att16;
     ap.work = g->attn_work;

@@ -90,6 +90,15 @@ struct gpu_backend {
      * the step's compacted tables: sequence s of a step has its table at
      * tables + s * table_stride. */
     int64_t n_blocks, table_stride;
+    /* The window rule (kvcache.h; base.o.n_window_blocks): the sliding-window
+     * layers' K/V in a block-id space of their own, n_wblocks blocks and one
+     * more, `n_wblocks` itself, never written and zero: the staged window
+     * tables (wtables, beside tables, each sequence's kv_seq.wtable) point
+     * the blocks given back at it, so a tile that starts behind a row's
+     * window loads zeros it masks, never another sequence's rows or memory
+     * outside the pool. 0: no window side, every layer through tables. */
+    int64_t n_wblocks;
+    int32_t *wtables, *h_wtables; /* [table_rows][table_stride], device and staged */
     int64_t n_states;          /* recurrent state slots (base.n_states) */
     int64_t max_seqs;          /* the largest decode bucket (n_slots rounded up) */
     int64_t q_dim, kv_dim, qkv_rows, n_ff; /* the largest layer's (model_layers_max): the
@@ -220,6 +229,25 @@ struct gpu_backend {
 static inline struct kv_layout gpu_layer_layout(const struct gpu_backend *g, int64_t l)
 {
     return kv_memory_layout(g->base.kv_mem, l, g->layers[l].k_cache, g->layers[l].v_cache);
+}
+
+/* Whether layer l reads and writes its K/V (its own or its source's)
+ * through the window tables: the window rule and a sliding-window layer. */
+static inline bool gpu_layer_windowed(const struct gpu_backend *g, int64_t l)
+{
+    return g->n_wblocks && kv_layer_windowed(g->base.kv_mem, l);
+}
+
+/* The staged block tables layer l's kernels index (device memory), and the
+ * blocks of its arrays (the window side's with its zero block). */
+static inline const int32_t *gpu_layer_tables(const struct gpu_backend *g, int64_t l)
+{
+    return gpu_layer_windowed(g, l) ? g->wtables : g->tables;
+}
+
+static inline int64_t gpu_layer_blocks(const struct gpu_backend *g, int64_t l)
+{
+    return gpu_layer_windowed(g, l) ? g->n_wblocks + 1 : g->n_blocks;
 }
 
 /* The kernels' name (kvcache/kv_devq.h's KVQ_*) of a pool element type:

@@ -427,13 +427,15 @@ static void print_text(const struct model *m, const struct info *in)
         printf("KV unshared     %zu bytes/token f32, %zu f16 (the same layers, each with K/V "
                "of its own)\n", kv_unshared_bytes(m, 4), kv_unshared_bytes(m, 2));
     int64_t wcap = info_window_cap(m, in->kv[0]);
-    if (wcap) /* the window rule: the full layers grow with the context, the others not */
+    if (wcap) /* the window rule: the full layers grow with the context, the others not;
+               * the CPU's cache and the CUDA pool (f16) alike */
         printf("KV windowed     %zu bytes/token f32, %zu f16 (the full-attention layers), and "
-               "at most %.2f MiB f32 a sequence for the sliding-window layers (%lld blocks: "
-               "window %lld, steps of %d rows)\n",
+               "at most %.2f MiB f32, %.2f f16 a sequence for the sliding-window layers (%lld "
+               "blocks: window %lld, steps of %d rows)\n",
                (in->kv[0]->block_bytes - in->kv[0]->window_bytes) / KV_BLOCK,
                (in->kv[1]->block_bytes - in->kv[1]->window_bytes) / KV_BLOCK,
-               (double)wcap * (double)in->kv[0]->window_bytes / 1048576.0, (long long)wcap,
+               (double)wcap * (double)in->kv[0]->window_bytes / 1048576.0,
+               (double)wcap * (double)in->kv[1]->window_bytes / 1048576.0, (long long)wcap,
                (long long)in->kv[0]->window_max, INFO_WINDOW_ROWS);
     print_kv_groups_text(in);
     int64_t layer;

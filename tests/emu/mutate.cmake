@@ -7,8 +7,9 @@
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
 # ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*, dnk_*),
-# backend/gpu_tp.c and backend/tp_kv.c (tp_*), backend/gpu_moe.c (tp_moe_*) and
-# backend/gpu.c (g4_*). The copy's entry points
+# backend/gpu_tp.c and backend/tp_kv.c (tp_*), backend/gpu_moe.c (tp_moe_*),
+# backend/gpu.c (g4_*) and kvcache/kvcache.c (w_*: the whole file, linked in
+# place of the library's). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
 # gk_moe_route_emu_NAME, ...; the DeltaNet launchers gk_NAME_*), so the copies link
 # beside the real ones. Fails when the text to mutate is no longer there (update
@@ -182,6 +183,9 @@ elseif(MUTANT STREQUAL "tp_kv_other_heads") # IN=backend/tp_kv.c (tests/tp/test_
 elseif(MUTANT STREQUAL "g4_own_blocks") # IN=backend/gpu.c (tests/emu/test_gemma4_emu.py, q8_0)
   set(from "            g->layers[l].k_cache = g->layers[mem->layers[l].source].k_cache;\n            g->layers[l].v_cache = g->layers[mem->layers[l].source].v_cache;\n")
   set(to "            /* mutant: a shared layer's blocks its own, zeros, never written */\n            const struct kv_layer_mem *S = &mem->layers[mem->layers[l].source];\n            size_t b = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(S));\n            size_t bv = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v, kv_layer_block_elems(S));\n            if ((st = IG_DEV(gpu_alloc)(g, b, &g->layers[l].k_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(gpu_alloc)(g, bv, &g->layers[l].v_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].k_cache, 0, b)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].v_cache, 0, bv)))\n                return st;\n")
+elseif(MUTANT STREQUAL "w_early") # IN=kvcache/kvcache.c (tests/emu/test_gemma4_emu.py, --window-rule)
+  set(from "    return pos > p->w_span ? (pos - p->w_span) / KV_BLOCK : 0;\n")
+  set(to "    return pos > p->w_span - KV_BLOCK ? (pos - p->w_span + KV_BLOCK) / KV_BLOCK : 0; /* mutant: a window block given back one block early (window - 65) */\n")
 elseif(MUTANT STREQUAL "tp_moe_foreign") # IN=backend/gpu_moe.c (tests/tp/test_tp_gpu.py)
   set(from "int64_t e0 = ML->expert0, n_local")
   set(to "int64_t e0 = 0 /* mutant: a rank runs the pairs of experts 0.. (another rank's) */, n_local")

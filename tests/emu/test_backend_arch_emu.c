@@ -38,7 +38,9 @@
  * backend still refuses, with IG_E_MODEL: attention soft-capping (Gemma 2's),
  * Q/K norms with QKV biases. With --model FILE --cache-type q8_0|fp8 (issue
  * 51): the file's checks on a quantized pool (Gemma 4: its shared-KV layers
- * reading their sources' quantized blocks), see cache_type. Label emu. */
+ * reading their sources' quantized blocks), see cache_type. With --model FILE
+ * --window-rule [--short] (issue 47): the window rule on the device, see
+ * run_window_rule. Label emu. */
 #include "backend/backend.h"
 #include "models/synthetic.h"
 #include "tests/emu/backend_checks.h"
@@ -228,6 +230,221 @@ static void run_model(const char *spec, bool all, enum variant v)
     model_free(m);
 }
 
+/* --window-rule (with --model): the window rule on the CUDA backend (issue
+ * 47). One sequence of a pool with a window side (kvcache.h: the tables
+ * and window tables the engine would pass) through the device with the rule
+ * (one slot, steps of 32 rows: a window side of 2 blocks at the files'
+ * windows of 8 and 32), the device keeping every block and the CPU keeping
+ * every block (exact): 136 ids in steps of 32 (the prefill kernel) and 8 (a
+ * verify step's decode kernels), then 3 decode steps, the CPU's choice fed
+ * back (--short: 72 ids). Each step's logits: the rule's bit for bit the
+ * other device's (the first that differs ends the run), within the pair's
+ * bound of the CPU's. The sequence gave back the window blocks wholly behind
+ * its last row's window and, but --short, took more than the side has (3 of
+ * 2: a block given back was handed out again). Its cache exported under the
+ * rule: every row the other device's, bit for bit, but the window layers'
+ * rows given back, zeros; imported into a fresh sequence of the pool (the
+ * window's rows only), the next step's logits bit for bit the other
+ * device's. */
+static void run_window_rule(const char *path)
+{
+    struct model *m = make(path);
+    if (!m)
+        return;
+    fprintf(stderr, "== %s, the window rule\n", path);
+    struct backend_opts o = {.device = {.kind = BACKEND_CPU}, .n_threads = 2, .n_ctx = N_CTX,
+                             .max_rows = 32, .n_slots = 2, .kv_dtype = KV_F32,
+                             .kv_dtype_v = KV_F32, .exact = true};
+    struct pair p = {.n_vocab = m->hp.n_vocab, .nmse_tol = 1e-3};
+    pair_init(&p, &o);
+    struct backend_opts og = o;
+    og.device.kind = BACKEND_CUDA;
+    og.n_blocks = 2 * (N_CTX / KV_BLOCK);
+    og.gpu_weights = BACKEND_GPU_F16;
+    struct backend *all = NULL, *rule = NULL;
+    struct kv_pool *pool = NULL;
+    struct kv_seq sq = {0}, sb = {0}, s2 = {0};
+    float *la = malloc((size_t)(2 * p.n_vocab) * sizeof *la);
+    CHECK(backend_create(m, &o, &p.cpu) == IG_OK);
+    CHECK(gpu_backend_create_emu(m, &og, &all) == IG_OK);
+    og.free_window_blocks = true;
+    CHECK(gpu_backend_create_emu(m, &og, &rule) == IG_OK);
+    if (!p.cpu || !all || !rule || !la || !p.lc || !p.le)
+        goto done;
+    const struct kv_memory *mem = backend_kv_memory(rule);
+    const int64_t nw = rule->o.n_window_blocks, cap = kv_memory_window_cap(mem, N_CTX, 32);
+    CHECKF(all->o.n_window_blocks == 0 && nw == 2 * cap && cap < N_CTX / KV_BLOCK,
+           "window side of %lld blocks (cap %lld a sequence), %lld without the rule",
+           (long long)nw, (long long)cap, (long long)all->o.n_window_blocks);
+    /* The pool's window side: A's cap and B's one block (of the device's
+     * 2 cap: its ids a part of the device's) */
+    const int64_t n_pool = short_run ? nw : cap + 1;
+    CHECK(kv_pool_create_windowed(2 * (N_CTX / KV_BLOCK), 0, false, n_pool,
+                                  mem->window_max - 1, cap, &pool) == IG_OK);
+    CHECK(kv_seq_init(&sq, N_CTX) == IG_OK && kv_seq_init(&sb, KV_BLOCK) == IG_OK &&
+          kv_seq_init(&s2, N_CTX) == IG_OK);
+    if (!pool || nw < 1 || kv_pool_admit(pool, &sq, NULL, 0, N_CTX) != IG_OK)
+        goto done;
+    int32_t ids[160];
+    uint64_t r = 11;
+    for (int i = 0; i < 160; i++)
+        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    /* A's rows and B's a step (0: not in it): A 136 ids, B 24 beside it
+     * (several sequences in prefill steps, then B's decode row beside A's
+     * 24: a mixed step), a verify step of 8 beside B's row, both decoding.
+     * --short: A alone, 72 ids, then the decode steps (a block given back,
+     * none handed out again). */
+    static const int64_t steps[][2] = {{32, 0}, {24, 8}, {24, 8}, {24, 8}, {24, 1},
+                                       {8, 1},  {1, 1},  {1, 1},  {1, 1}};
+    static const int64_t steps_short[][2] = {{32, 0}, {32, 0}, {8, 0}, {1, 0}, {1, 0}, {1, 0}};
+    const int64_t(*step)[2] = short_run ? steps_short : steps;
+    const size_t n_steps = short_run ? sizeof steps_short / sizeof *steps_short
+                                     : sizeof steps / sizeof *steps;
+    const int64_t prompt[2] = {short_run ? 72 : 136, 24};
+    struct kv_seq *seqs[2] = {&sq, &sb};
+    int32_t next[2] = {0, 0};
+    char what[96];
+    for (size_t k = 0; k < n_steps; k++) {
+        struct backend_seq bs[2];
+        int32_t tokens[64];
+        int64_t rows = 0, ns = 0;
+        for (int q = 0; q < 2; q++) {
+            const int64_t k_rows = step[k][q], pos0 = seqs[q]->n_pos;
+            if (!k_rows)
+                continue;
+            if (q == 1 && pos0 == 0 && kv_pool_admit(pool, &sb, NULL, 0, KV_BLOCK) != IG_OK) {
+                CHECKF(false, "the window rule: B not admitted");
+                goto done;
+            }
+            kv_pool_grow(pool, seqs[q], pos0 + k_rows);
+            for (int64_t i = 0; i < k_rows; i++)
+                tokens[rows + i] = pos0 < prompt[q] ? ids[q * 136 + pos0 + i] : next[q];
+            bs[ns++] = (struct backend_seq){.table = seqs[q]->table, .wtable = seqs[q]->wtable,
+                                            .slot = q, .row0 = rows, .n_rows = k_rows,
+                                            .pos0 = pos0};
+            rows += k_rows;
+        }
+        struct backend_batch b = {.tokens = tokens, .n_rows = rows, .seqs = bs, .n_seqs = ns};
+        b.logits = p.lc;
+        CHECK(backend_step(p.cpu, &b) == IG_OK);
+        b.logits = la;
+        CHECK(backend_step(all, &b) == IG_OK);
+        b.logits = p.le;
+        CHECK(backend_step(rule, &b) == IG_OK);
+        for (int64_t i = 0; i < ns; i++) {
+            const int q = bs[i].slot;
+            float *lr = p.le + i * p.n_vocab, *lc = p.lc + i * p.n_vocab;
+            snprintf(what, sizeof what, "the window rule: %c's %lld rows at %lld (%lld in the "
+                     "step)", "AB"[q], (long long)bs[i].n_rows, (long long)bs[i].pos0,
+                     (long long)rows);
+            if (memcmp(la + i * p.n_vocab, lr, (size_t)p.n_vocab * sizeof *la)) {
+                CHECKF(false, "%s: the rule's logits are not those of the device keeping "
+                       "every block (rel err %.3e)", what,
+                       test_rel_err(lr, la + i * p.n_vocab, p.n_vocab));
+                goto done; /* the rest would differ too */
+            }
+            compare_rows(lr, lc, &p, what);
+            seqs[q]->n_pos += bs[i].n_rows;
+            next[q] = (int32_t)test_argmax(lc, p.n_vocab);
+        }
+    }
+    if (!short_run) { /* the rule's device took each kind of step */
+        struct gpu_backend_info info;
+        gpu_get_info_emu(rule, &info);
+        const char *env = getenv("IGNITE_GPU_MIXED");
+        CHECKF(info.verify_steps >= 1 && (info.mixed_steps >= 1 || (env && !strcmp(env, "0"))),
+               "the window rule: %lld verify steps, %lld mixed ones", (long long)info.verify_steps,
+               (long long)info.mixed_steps);
+    }
+    int32_t tok = next[0];
+    /* A's window blocks wholly behind its last row's window went back; the
+     * window blocks the two took in all outnumber the pool's (one was
+     * handed out again) */
+    const int64_t n = sq.n_pos, gone = (n - 1 - (mem->window_max - 1)) / KV_BLOCK;
+    const int64_t taken = kv_blocks_for(n) + kv_blocks_for(sb.n_pos);
+    fprintf(stderr, "window side: %lld blocks in the pool (%lld on the device), %lld taken, "
+            "%lld given back, the most held %lld\n", (long long)n_pool, (long long)nw,
+            (long long)taken, (long long)kv_pool_window_freed(pool),
+            (long long)kv_pool_window_peak(pool));
+    CHECKF((short_run || taken > n_pool) && gone >= 1 && kv_pool_window_freed(pool) >= gone &&
+           kv_pool_window_peak(pool) <= n_pool && sq.w_lo >= gone,
+           "the window side: %lld blocks taken, %lld given back (%lld wholly behind A's "
+           "window), %lld held at most of %lld", (long long)taken,
+           (long long)kv_pool_window_freed(pool), (long long)gone,
+           (long long)kv_pool_window_peak(pool), (long long)n_pool);
+    /* the cache out under the rule: the other device's rows, the window
+     * layers' given back zeros */
+    struct backend_seq s = {.table = sq.table, .wtable = sq.wtable, .slot = 0};
+    const struct kv_store *ka, *kr;
+    const int32_t *ta, *tr;
+    int64_t slot;
+    if (backend_kv_export(all, &s, n, &ka, &ta, &slot) != IG_OK ||
+        backend_kv_export(rule, &s, n, &kr, &tr, &slot) != IG_OK) {
+        CHECKF(false, "the window rule: a cache not exported");
+        goto done;
+    }
+    int64_t zero_rows = 0, bad = 0;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        if (mem->layers[l].kind == KV_SHARED)
+            continue;
+        struct kv_layout La = kv_store_layout(ka, l), Lr = kv_store_layout(kr, l);
+        size_t row = kv_dtype_row_bytes(La.dtype, La.head_dim);
+        for (int kv_i = 0; kv_i < 2; kv_i++)
+            for (int64_t h = 0; h < mem->layers[l].n_head_kv; h++)
+                for (int64_t pos = 0; pos < n; pos++) {
+                    const unsigned char *a = kv_row(&La, kv_i ? La.v : La.k, ta, h, pos);
+                    const unsigned char *e = kv_row(&Lr, kv_i ? Lr.v : Lr.k, tr, h, pos);
+                    bool given = kv_layer_windowed(mem, l) && pos / KV_BLOCK < sq.w_lo;
+                    bool ok = true;
+                    for (size_t i = 0; i < row; i++)
+                        ok &= e[i] == (given ? 0 : a[i]);
+                    bad += !ok;
+                    zero_rows += given;
+                }
+    }
+    CHECKF(bad == 0 && zero_rows > 0, "the exported cache under the rule: %lld rows not the "
+           "other device's (or zeros where given back; %lld such)", (long long)bad,
+           (long long)zero_rows);
+    /* ... and into a fresh sequence (the window's rows only), one step on
+     * (the export's store stays the rule device's until its next export) */
+    int32_t table_a[N_CTX / KV_BLOCK];
+    memcpy(table_a, sq.table, sizeof table_a);
+    kv_pool_release(pool, &sq);
+    if (kv_pool_admit(pool, &s2, NULL, 0, N_CTX) != IG_OK) {
+        CHECKF(false, "the window rule: a second sequence not admitted");
+        goto done;
+    }
+    kv_pool_grow_loaded(pool, &s2, n);
+    struct backend_seq s1 = {.table = s2.table, .wtable = s2.wtable, .slot = 0};
+    CHECK(backend_kv_import(rule, &s1, kr, n) == IG_OK);
+    s2.n_pos = n;
+    kv_pool_grow(pool, &s2, n + 1);
+    struct backend_seq sa = {.table = table_a, .slot = 0, .row0 = 0, .n_rows = 1, .pos0 = n};
+    struct backend_seq sr = {.table = s2.table, .wtable = s2.wtable, .slot = 0, .row0 = 0,
+                             .n_rows = 1, .pos0 = n};
+    struct backend_batch b = {.tokens = &tok, .n_rows = 1, .seqs = &sa, .n_seqs = 1,
+                              .logits = la};
+    CHECK(backend_step(all, &b) == IG_OK);
+    b.seqs = &sr;
+    b.logits = p.le;
+    CHECK(backend_step(rule, &b) == IG_OK);
+    CHECKF(memcmp(la, p.le, (size_t)p.n_vocab * sizeof *la) == 0, "the imported cache under "
+           "the rule: logits not the other device's (rel err %.3e)",
+           test_rel_err(p.le, la, p.n_vocab));
+done:
+    kv_seq_destroy(&sq);
+    kv_seq_destroy(&sb);
+    kv_seq_destroy(&s2);
+    kv_pool_free(pool);
+    backend_free(p.cpu);
+    backend_free(all);
+    backend_free(rule);
+    free(la);
+    free(p.lc);
+    free(p.le);
+    model_free(m);
+}
+
 /* A mutant of the backend's Gemma 4 rules: the CPU backend on the model
  * with them all, the device on a copy without the V norm (mutant 1) or the
  * output scales (mutant 2); a 40-id prefill's logits must differ by more
@@ -311,15 +528,21 @@ int main(int argc, char **argv)
      * (tests/emu/test_gemma4_emu.py's gemma4 GGUF) */
     bool gemma_only = argc == 2 && !strcmp(argv[1], "--gemma-only");
     if (argc >= 3 && !strcmp(argv[1], "--model")) {
-        bool ok = true;
+        bool ok = true, window_rule = false;
         for (int i = 3; i < argc && ok; i++) {
             if (!strcmp(argv[i], "--short"))
                 short_run = true;
+            else if (!strcmp(argv[i], "--window-rule"))
+                window_rule = true;
             else if (i + 1 < argc && !strcmp(argv[i], "--cache-type") &&
                      (!strcmp(argv[i + 1], "q8_0") || !strcmp(argv[i + 1], "fp8")))
                 cache_type = argv[++i][0] == 'q' ? KV_Q8_0 : KV_FP8;
             else
                 ok = false;
+        }
+        if (ok && window_rule) {
+            run_window_rule(argv[2]);
+            return test_summary("test_backend_arch_emu --window-rule");
         }
         if (ok) {
             run_model(argv[2], false, FILE_SHORT);
@@ -328,7 +551,7 @@ int main(int argc, char **argv)
     }
     if (argc != 1 && !gemma_only) {
         fprintf(stderr, "usage: test_backend_arch_emu [--gemma-only | --model FILE "
-                        "[--cache-type q8_0|fp8] [--short]]\n");
+                        "[--cache-type q8_0|fp8] [--short] | --model FILE --window-rule]\n");
         return 2;
     }
     if (!gemma_only)

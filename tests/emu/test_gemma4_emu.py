@@ -29,7 +29,17 @@ sources' quantized blocks, with the queries rotated as the source's K. Then
 a copy of the backend whose shared layers read blocks of their own (zeros,
 never written: mutate.cmake's g4_own_blocks) must fail the q8_0 run.
 
-usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU [MUTANT]"""
+The emu512 file again under the window rule (issue 47, test_backend_arch_emu
+--window-rule --short: 75 positions, the window of 8 leaving block 0 behind;
+the device with the rule bit for bit the device keeping every block, within
+the bound of the CPU's; the cache out and back), and a copy of the pool
+giving a window block back one block early (mutate.cmake's w_early) must
+fail it (its logits 2e-2 off at the second step: within the CPU bound, not
+the same bits). CMake's test_window_rule_gptoss_emu runs the long form on
+gpt-oss's tiny file (window 32: 139 positions, a block given back handed
+out again).
+
+usage: test_gemma4_emu.py TEST_BACKEND_ARCH_EMU [MUTANT [W_MUTANT]]"""
 import os
 import subprocess
 import sys
@@ -57,16 +67,29 @@ def main():
             if len(sys.argv) > 2:
                 print(f"== gemma4 {shape}, q8_0, mutant: shared layers read their own blocks",
                       flush=True)
-                r = subprocess.run([sys.argv[2], "--model", path, "--cache-type", "q8_0",
-                                    "--short"], timeout=600, capture_output=True, text=True)
-                caught = (r.returncode == 1 and "FAIL" in r.stderr
-                          and "Sanitizer" not in r.stderr)
-                print(f"mutant g4_own_blocks: {'caught' if caught else 'NOT caught'} "
-                      f"(exit {r.returncode})", flush=True)
-                if not caught:
-                    print(r.stderr[-2000:], file=sys.stderr)
-                    rc |= 1
+                rc |= mutant(sys.argv[2], "g4_own_blocks",
+                             ["--model", path, "--cache-type", "q8_0", "--short"])
+            print(f"== gemma4 {shape}, the window rule", flush=True)
+            rc |= subprocess.run([sys.argv[1], "--model", path, "--window-rule", "--short"],
+                                 timeout=600).returncode
+            if len(sys.argv) > 3:
+                print(f"== gemma4 {shape}, the window rule, mutant: a block given back early",
+                      flush=True)
+                rc |= mutant(sys.argv[3], "w_early",
+                             ["--model", path, "--window-rule", "--short"])
         return rc
+
+
+def mutant(exe, name, args):
+    """Runs a mutant's binary: 0 where its checks fail it (exit 1, a FAIL
+    line, no sanitizer report), else 1 after its output's end."""
+    r = subprocess.run([exe] + args, timeout=600, capture_output=True, text=True)
+    caught = r.returncode == 1 and "FAIL" in r.stderr and "Sanitizer" not in r.stderr
+    print(f"mutant {name}: {'caught' if caught else 'NOT caught'} (exit {r.returncode})",
+          flush=True)
+    if not caught:
+        print(r.stderr[-2000:], file=sys.stderr)
+    return 0 if caught else 1
 
 
 if __name__ == "__main__":
