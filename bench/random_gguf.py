@@ -5,7 +5,7 @@ timed and compared on the same file on a machine that can download nothing
 (the GPU check's quant step, scripts/gpu/quant.sh; bench/moe_vs_llamacpp.sh).
 numpy only (no gguf package there).
 
-  --arch llama     shapes Llama-3-8B, Llama-tiny, Qwen2.5-1.5B; F16, Q4_0, Q4_K, Q6_K or
+  --arch llama     shapes Llama-3-8B, Llama-tiny, Qwen2.5-1.5B; F16, BF16, Q4_0, Q4_K, Q6_K or
                    Q4_K_M (llama.cpp's recipe: Q4_K, with attn_v and ffn_down
                    in Q6_K on the layers its use_more_bits picks and the
                    output head in Q6_K)
@@ -77,15 +77,16 @@ MOE_SHAPES = {
 ARCH_SHAPES = {"llama": SHAPES, "qwen3moe": MOE_SHAPES, "qwen35": qwen35.SHAPES,
                "gemma4": randgguf_gemma4.SHAPES, "gpt-oss": randgguf_gptoss.SHAPES,
                "qwen35moe": qwen35.MOE_SHAPES}
-ARCH_TYPES = {"llama": ("F16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
+ARCH_TYPES = {"llama": ("F16", "BF16", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M"),
               "qwen3moe": ("F16", "Q8_0", "Q4_K_M"), "qwen35": qwen35.TYPES,
               "gemma4": randgguf_gemma4.TYPES, "gpt-oss": randgguf_gptoss.TYPES,
               "qwen35moe": qwen35.TYPES + ("F32",)}
 # ggml type ids, elements and bytes per block
-TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34),
+TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "BF16": (30, 1, 2), "Q4_0": (2, 32, 18),
+         "Q8_0": (8, 32, 34),
          "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210),
          "MXFP4": (39,) + randgguf_gptoss.MXFP4_BLOCK}
-FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18,
+FILE_TYPES = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q8_0": 7, "Q4_K": 15, "Q6_K": 18,
               "Q4_K_M": 15}  # llama_ftype
 # The output head's weights times this in a qwen3moe file: logits with a
 # spread of a few units, so that a step's top token stands out (random
@@ -198,6 +199,10 @@ def data(ttype, dims, rng, gain=1.0):
     cols = dims[0]
     a = gain / np.sqrt(cols)
     n = int(np.prod(dims))
+    if ttype == "BF16":  # f32's top 16 bits, rounded to nearest
+        u = (a * rng.uniform(-1, 1, min(n, 1 << 20))).astype(np.float32).view(np.uint32)
+        block = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        return np.resize(block, n).tobytes()
     if ttype in ("F32", "F16"):
         if len(dims) == 1:  # norms near 1
             return (1.0 + 0.1 * rng.uniform(-1, 1, n)).astype(np.float32).tobytes()
@@ -377,7 +382,7 @@ def main():
                     "qwen3moe: tiny (default), Qwen3-30B-A3B; gpt-oss: tiny (default), "
                     "gpt-oss-20b")
     ap.add_argument("--type", default=None,
-                    help="llama: F16 Q4_0 (default) Q4_K Q6_K Q4_K_M; qwen3moe: F16 (default) "
+                    help="llama: F16 BF16 Q4_0 (default) Q4_K Q6_K Q4_K_M; qwen3moe: F16 (default) "
                     "Q8_0 Q4_K_M; gpt-oss: F16 (default) Q8_0 MXFP4 MXFP4_F16")
     ap.add_argument("--layers", type=int, default=None, help="the first N layers only")
     ap.add_argument("--vocab-from", default=None, help="copy tokenizer.* keys from this GGUF")

@@ -155,7 +155,8 @@ int ops_packed_add(struct ops_packed *p, const struct model_weight *w, struct op
 {
     enum qmm_isa isa = ops_qmm_best_isa();
     if (!w->data || isa == QMM_SCALAR || w->cols % QMM_QK != 0 ||
-        !ops_qmm_gemv8(w->type, isa) || !ops_qmm_packable(w))
+        (!ops_qmm_gemv8(w->type, isa) && !ops_qmm_fgemm_packed(w->type)) ||
+        !ops_qmm_packable(w))
         return IG_OK; /* the tile kernels read the stored rows */
     int64_t at = lower_bound(p, w->data);
     if (at < p->n && p->w[at].src == w->data)

@@ -1,5 +1,6 @@
 /* ops/packed.h: the packed weights: copies of a model's block-quantized
- * matrices in the 8-row interleaved layout the int8 kernels read
+ * matrices in the 8-row interleaved layout the int8 kernels read, and of its
+ * F32, F16 and BF16 ones in the float GEMM's 16-rows-a-column layout
  * (ops/qmatmul.h; the repacking is ops/qmatmul_pack.c). Made once per model
  * by whoever holds the model on the CPU (the CPU backend), and lent to each
  * run state that multiplies by it (ops_ctx_set_packed): the run state is

@@ -196,6 +196,14 @@ qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type)
                                                                   : NULL;
 }
 
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed(enum quant_type type)
+{
+    if (!is_float_type(type) || ops_qmm_best_isa() == QMM_SCALAR)
+        return NULL;
+    return ops_qmm_best_isa() == QMM_VNNI ? ops_qmm_fgemm_packed_vnni()
+                                           : ops_qmm_fgemm_packed_avx2();
+}
+
 qmm_gemm16_fn ops_qmm_gemm16_packed(enum quant_type type, enum qmm_isa isa)
 {
     return isa == QMM_VNNI ? ops_qmm_gemm16_packed_vnni(type) : NULL;
@@ -309,6 +317,7 @@ struct qmm_job {
     qmm_gemm16_fn gemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
     qmm_fgemm8_fn fgemm8[QMM_MAX_WEIGHTS]; /* float weights: x itself, no tiles */
     qmm_fgemm16_fn fgemm16[QMM_MAX_WEIGHTS]; /* NULL: 8 rows at a time */
+    qmm_fgemm_packed_fn fgemmp[QMM_MAX_WEIGHTS]; /* float weights' packed copy */
     qmm_gemv8_fn gemv8[QMM_MAX_WEIGHTS]; /* NULL: no packed copy, tiles */
     const uint8_t *packed[QMM_MAX_WEIGHTS];  /* the packed copy of w[i] the context reads */
     struct ops_ctx *ctx;
@@ -348,6 +357,11 @@ static void weight_rows(const struct qmm_job *job, int i, int64_t r0, int64_t r1
         float *pack = (float *)(void *)ops_ctx_qpack(job->ctx, thread);
         for (int64_t t0 = 0; t0 < n; t0 += ftb) {
             int64_t t1 = t0 + ftb < n ? t0 + ftb : n;
+            if (job->fgemmp[i]) { /* the copy, the stored rows cold */
+                job->fgemmp[i](w->type, job->packed[i], cols, r0, r1, job->x + t0 * cols, cols,
+                               t1 - t0, y + t0 * rows + r0, rows, pack);
+                continue;
+            }
             int64_t r = r0;
             if (job->fgemm16[i])
                 for (; r + 16 <= r1; r += 16)
@@ -482,7 +496,13 @@ static void qmatmul_multi(struct ops_ctx *ctx, int n, const struct model_weight 
         job.fgemm8[i] = ops_qmm_fgemm8(w[i]->type);
         job.fgemm16[i] = ops_qmm_fgemm16(w[i]->type);
         pairs |= job.fgemm16[i] != NULL && n_tokens >= QMM_GEMM8_MIN_TOKENS;
-        if (!job.fgemm8[i]) {
+        if (job.fgemm8[i]) {
+            job.packed[i] = ops_packed_find(ops_ctx_packed(ctx), w[i]);
+            if (job.packed[i]) { /* whole 16-row groups, decode too */
+                job.fgemmp[i] = ops_qmm_fgemm_packed(w[i]->type);
+                pairs = true;
+            }
+        } else {
             job.tile[i] = ops_qmm_tile(w[i]->type, ops_qmm_best_isa());
             job.gemm8[i] = ops_qmm_gemm8(w[i]->type, ops_qmm_best_isa());
             job.packed[i] = ops_packed_find(ops_ctx_packed(ctx), w[i]);

@@ -233,7 +233,8 @@ static inline const uint8_t *qmm_k5_block(const uint8_t *group, int64_t b)
  * a multiple of 8), or 0 for a type without the layout. */
 size_t ops_qmm_packed_block_bytes(enum quant_type type);
 
-/* Bytes of the packed copy of a rows x cols weight of `type`. */
+/* Bytes of the packed copy of a rows x cols weight of `type` (the float
+ * types' too: the layout of QMM_FPR below). */
 size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols);
 
 /* False where w's stored blocks cannot go into the packed layout as they
@@ -241,8 +242,9 @@ size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols);
  * read instead. Reads every MXFP4 scale; true at once for other types. */
 bool ops_qmm_packable(const struct model_weight *w);
 
-/* Packs row groups [g0, g1) of w into `dst` (the whole packed copy, of
- * ops_qmm_packed_bytes). */
+/* Packs row groups [g0, g1) of QMM_PR rows of w into `dst` (the whole
+ * packed copy, of ops_qmm_packed_bytes); a float weight's 8-row group g is
+ * half g % 2 of its 16-row group (the last one's other half zeroed with it). */
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst);
 
 /* y[t * ldy + j] = dot(row j of the packed group p, activation t) for
@@ -307,6 +309,33 @@ typedef void (*qmm_fgemm16_fn)(enum quant_type type, const uint8_t *w, size_t ro
                                int64_t ldy, float *pack);
 qmm_fgemm16_fn ops_qmm_fgemm16_vnni(void);
 qmm_fgemm16_fn ops_qmm_fgemm16(enum quant_type type);
+
+/* ---- the packed float layout: 16 rows a column ---------------------------- *
+ *
+ * F32, F16 and BF16 weights are copied once (ops/packed.h) in the float
+ * GEMMs' column-major layout, kept in the stored type: rows in groups of 16
+ * (QMM_FPR; the last padded with zero rows), a group's columns one after the
+ * other, column c's 16 values contiguous (the first 8-row group in the low
+ * half, the second in the high: fgemm16's f32 scratch, ops/qmatmul_zmm.h,
+ * made without a transpose). Decode then reads one sequential stream a
+ * group with no conversion pass, and each row's FMAs run in column order as
+ * fgemm8's do, so a row's output is bit for bit the same from the copy as
+ * from the stored rows (tests/cpu/test_qmatmul.c, test_matmul's token
+ * invariance). The same bytes as the stored weight, but for the padding. */
+#define QMM_FPR 16
+
+/* y[t * ldy + (r - r0)] = dot(row r of the packed float copy p of `type`,
+ * x + t * ldx) for r0 <= r < r1 and t < nt; r0 a multiple of 8, r1 at most
+ * the weight's rows; cols a multiple of 8. `scratch` holds 16 * cols floats,
+ * 64-byte aligned. Bit for bit fgemm8's sums on the stored rows. */
+typedef void (*qmm_fgemm_packed_fn)(enum quant_type type, const uint8_t *p, int64_t cols,
+                                    int64_t r0, int64_t r1, const float *x, int64_t ldx,
+                                    int64_t nt, float *y, int64_t ldy, float *scratch);
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_avx2(void);
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_vnni(void);
+/* The packed float GEMM of the best ISA for `type`, or NULL (not a float
+ * type, or no SIMD set: such weights are not copied). */
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed(enum quant_type type);
 
 /* An ISA's table where it is not built (another architecture or compiler):
  * every kernel NULL. */

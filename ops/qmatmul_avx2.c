@@ -24,6 +24,11 @@ qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
     return fgemm8;
 }
 
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_avx2(void)
+{
+    return fgemm8_packed;
+}
+
 /* The quantizer's helpers: AVX2 alone, as ops_qmm_quantize checks (not the
  * kernels' AVX2 + FMA + F16C, which could not be inlined here). */
 #define AVX2_QUANT __attribute__((target("avx2"), always_inline)) static inline
@@ -204,6 +209,11 @@ void ops_qmm_quantize_avx2(const float *x, int64_t cols, struct qmm_q8 *out)
 QMM_EMPTY_TABLE(avx2)
 
 qmm_fgemm8_fn ops_qmm_fgemm8_avx2(void)
+{
+    return NULL;
+}
+
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_avx2(void)
 {
     return NULL;
 }

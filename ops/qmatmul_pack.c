@@ -1,7 +1,8 @@
 /* ops/qmatmul_pack.c: the decode layout of ops/qmatmul.h (8 rows
  * interleaved per block, scales first): its sizes and the repacking of a
  * stored Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K (as Q6_K), Q4_K,
- * Q5_K, Q6_K or IQ4_XS weight into it. Plain C, run once per weight
+ * Q5_K, Q6_K or IQ4_XS weight into it; and of an F32, F16 or BF16 weight into
+ * the float layout (16 rows a column, QMM_FPR). Plain C, run once per weight
  * when a context is created (ops/ctx.c). The kernels that read the layout
  * are in ops/qmatmul_scalar.c and ops/qmatmul_x86.h.
  * Covered by tests/cpu/test_qmatmul.c (packed kernels against the stored
@@ -34,8 +35,16 @@ size_t ops_qmm_packed_block_bytes(enum quant_type type)
     }
 }
 
+static bool is_float(enum quant_type type)
+{
+    return type == QUANT_F32 || type == QUANT_F16 || type == QUANT_BF16;
+}
+
 size_t ops_qmm_packed_bytes(enum quant_type type, int64_t rows, int64_t cols)
 {
+    if (is_float(type))
+        return (size_t)((rows + QMM_FPR - 1) / QMM_FPR * QMM_FPR * cols) *
+               (type == QUANT_F32 ? 4 : 2);
     int64_t groups = (rows + QMM_PR - 1) / QMM_PR;
     return (size_t)(groups * (cols / QMM_QK)) * ops_qmm_packed_block_bytes(type);
 }
@@ -233,8 +242,48 @@ bool ops_qmm_packable(const struct model_weight *w)
     return true;
 }
 
+/* The float layout (QMM_FPR in ops/qmatmul.h): 8-row group g's rows into
+ * half g % 2 of its 16-row group, value by value in the stored type (a
+ * copy: no rounding). The last group's missing rows are zeros; where it is
+ * the first half, the second half is all padding and zeroed here. A
+ * 16-row group is written column by column from its 8 rows' streams. */
+#define REPACK_FLOAT(T)                                                                      \
+    for (int64_t g = g0; g < g1; g++) {                                                      \
+        T *p = (T *)(void *)dst + (g / 2) * QMM_FPR * cols + (g % 2) * 8;                    \
+        int64_t rows = w->rows - g * QMM_PR < QMM_PR ? w->rows - g * QMM_PR : QMM_PR;        \
+        bool pad_half = g % 2 == 0 && (g + 1) * QMM_PR >= w->rows;                           \
+        const T *r[QMM_PR];                                                                  \
+        for (int64_t j = 0; j < QMM_PR; j++)                                                 \
+            r[j] = (const T *)(const void *)((const uint8_t *)w->data +                      \
+                                             (size_t)(g * QMM_PR + (j < rows ? j : 0)) *     \
+                                                 w->row_bytes);                              \
+        for (int64_t c = 0; c < cols; c++) {                                                 \
+            T *o = p + c * QMM_FPR;                                                          \
+            for (int64_t j = 0; j < QMM_PR; j++)                                             \
+                o[j] = j < rows ? r[j][c] : 0;                                               \
+            if (pad_half)                                                                    \
+                for (int64_t j = QMM_PR; j < QMM_FPR; j++)                                   \
+                    o[j] = 0;                                                                \
+        }                                                                                    \
+    }
+
+static void repack_float(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
+{
+    const int64_t cols = w->cols;
+    if (w->type == QUANT_F32) {
+        REPACK_FLOAT(uint32_t)
+    } else {
+        REPACK_FLOAT(uint16_t)
+    }
+}
+#undef REPACK_FLOAT
+
 void ops_qmm_repack(const struct model_weight *w, int64_t g0, int64_t g1, uint8_t *dst)
 {
+    if (is_float(w->type)) {
+        repack_float(w, g0, g1, dst);
+        return;
+    }
     if (w->type == QUANT_Q2_K || w->type == QUANT_Q3_K || w->type == QUANT_Q4_K ||
         w->type == QUANT_Q5_K || w->type == QUANT_Q6_K || w->type == QUANT_IQ4_XS) {
         size_t pb = ops_qmm_packed_block_bytes(w->type);

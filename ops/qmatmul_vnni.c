@@ -25,11 +25,13 @@
 QMM_X86_TABLE(vnni)
 qmm_gemm16_fn ops_qmm_gemm16_packed_vnni(enum quant_type type) { return gemm16p_of(type); }
 qmm_fgemm16_fn ops_qmm_fgemm16_vnni(void) { return fgemm16; }
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_vnni(void) { return fgemm16_packed; }
 
 #else
 
 QMM_EMPTY_TABLE(vnni)
 qmm_gemm16_fn ops_qmm_gemm16_packed_vnni(enum quant_type type) { return NULL; }
 qmm_fgemm16_fn ops_qmm_fgemm16_vnni(void) { return NULL; }
+qmm_fgemm_packed_fn ops_qmm_fgemm_packed_vnni(void) { return NULL; }
 
 #endif

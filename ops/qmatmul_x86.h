@@ -1287,24 +1287,68 @@ AVX2 INLINE void fpack8(enum quant_type type, const uint8_t *w, size_t row_bytes
             _mm256_store_si256((__m256i *)(void *)(p + (c + k) * stride), r[k]);
     }
 }
+
+/* n values of a packed float copy (ops/qmatmul.h, QMM_FPR) as f32 at dst:
+ * the conversion the GEMMs do once per 16-row group and token block, a
+ * plain stream (the copy is column-major already). n a multiple of 8. */
+AVX2 INLINE void fconvert(enum quant_type type, const uint8_t *src, int64_t n, float *dst)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        _mm256_store_ps(dst + i, load8_as_f32(type, src, i));
+}
+
+/* Bytes of one value of a float type. */
+INLINE size_t fvalue_bytes(enum quant_type type)
+{
+    return type == QUANT_F32 ? 4 : 2;
+}
 #endif
 
 #if !QMM_X86_VNNI /* built once, in the AVX2 file */
 #define FGEMM_NT 8
 
-AVX2 INLINE void fgemm8_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
-                               const int nt, float *y, int64_t ldy)
+/* Column c's 8 floats at p + c * stride (8: fpack8's scratch; 16: half of
+ * a 16-row group, the packed copy's or its conversion's). */
+AVX2 INLINE void fgemm8_tokens(const float *p, const int64_t stride, int64_t cols,
+                               const float *x, int64_t ldx, const int nt, float *y, int64_t ldy)
 {
     __m256 acc[FGEMM_NT];
     UNROLL for (int t = 0; t < nt; t++)
         acc[t] = _mm256_setzero_ps();
     for (int64_t c = 0; c < cols; c++) {
-        __m256 wv = _mm256_load_ps(p + c * 8);
+        __m256 wv = _mm256_load_ps(p + c * stride);
         UNROLL for (int t = 0; t < nt; t++)
             acc[t] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(x + t * ldx + c), acc[t]);
     }
     UNROLL for (int t = 0; t < nt; t++)
         _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* All nt tokens against the 8 rows (nr of them kept) of f32 columns at p. */
+AVX2 INLINE void fgemm8_run(const float *p, const int64_t stride, int nr, int64_t cols,
+                            const float *x, int64_t ldx, int64_t nt, float *y, int64_t ldy)
+{
+    float tmp[FGEMM_NT * 8];
+    for (int64_t t = 0; t < nt; t += FGEMM_NT) {
+        int n = nt - t < FGEMM_NT ? (int)(nt - t) : FGEMM_NT;
+        float *yt = nr == 8 ? y + t * ldy : tmp;
+        int64_t ld = nr == 8 ? ldy : 8;
+        const float *xt = x + t * ldx;
+        switch (n) {
+        case 1: fgemm8_tokens(p, stride, cols, xt, ldx, 1, yt, ld); break;
+        case 2: fgemm8_tokens(p, stride, cols, xt, ldx, 2, yt, ld); break;
+        case 3: fgemm8_tokens(p, stride, cols, xt, ldx, 3, yt, ld); break;
+        case 4: fgemm8_tokens(p, stride, cols, xt, ldx, 4, yt, ld); break;
+        case 5: fgemm8_tokens(p, stride, cols, xt, ldx, 5, yt, ld); break;
+        case 6: fgemm8_tokens(p, stride, cols, xt, ldx, 6, yt, ld); break;
+        case 7: fgemm8_tokens(p, stride, cols, xt, ldx, 7, yt, ld); break;
+        default: fgemm8_tokens(p, stride, cols, xt, ldx, 8, yt, ld); break;
+        }
+        if (nr < 8)
+            for (int k = 0; k < n; k++)
+                for (int j = 0; j < nr; j++)
+                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
+    }
 }
 
 /* y[t * ldy + j] for j < nr (<= 8), t < nt: rows of w against f32 tokens x. */
@@ -1313,29 +1357,112 @@ AVX2 static void fgemm8(enum quant_type type, const uint8_t *w, size_t row_bytes
                         int64_t ldy, float *pack)
 {
     fpack8(type, w, row_bytes, nr, cols, pack, 8);
-    float tmp[FGEMM_NT * 8];
-    for (int64_t t = 0; t < nt; t += FGEMM_NT) {
-        int n = nt - t < FGEMM_NT ? (int)(nt - t) : FGEMM_NT;
-        float *yt = nr == 8 ? y + t * ldy : tmp;
-        int64_t ld = nr == 8 ? ldy : 8;
-        const float *xt = x + t * ldx;
-        switch (n) {
-        case 1: fgemm8_tokens(pack, cols, xt, ldx, 1, yt, ld); break;
-        case 2: fgemm8_tokens(pack, cols, xt, ldx, 2, yt, ld); break;
-        case 3: fgemm8_tokens(pack, cols, xt, ldx, 3, yt, ld); break;
-        case 4: fgemm8_tokens(pack, cols, xt, ldx, 4, yt, ld); break;
-        case 5: fgemm8_tokens(pack, cols, xt, ldx, 5, yt, ld); break;
-        case 6: fgemm8_tokens(pack, cols, xt, ldx, 6, yt, ld); break;
-        case 7: fgemm8_tokens(pack, cols, xt, ldx, 7, yt, ld); break;
-        default: fgemm8_tokens(pack, cols, xt, ldx, 8, yt, ld); break;
-        }
-        if (nr < 8)
-            for (int k = 0; k < n; k++)
-                for (int j = 0; j < nr; j++)
-                    y[(t + k) * ldy + j] = tmp[k * 8 + j];
-    }
+    fgemm8_run(pack, 8, nr, cols, x, ldx, nt, y, ldy);
 }
 _Static_assert(FGEMM_NT == 8, "fgemm8 instantiates 1..8 tokens");
+
+/* One token step read from the packed copy as it is: g 8-row halves of
+ * 16-row groups (half k's column c at h[k] + 16 c values) against nt
+ * tokens, each half's lanes and each token an accumulator of its own, so
+ * g halves are in flight at once (one token alone is one FMA chain a half:
+ * its latency, not memory, would bound it). out[t * 8 g + 8 k + j]. The
+ * FMAs of each lane are fgemm8_tokens's, in the same order. */
+AVX2 INLINE void fgemv8_halves(const enum quant_type type, const uint8_t *const *h, const int g,
+                               int64_t cols, const float *x, int64_t ldx, const int nt,
+                               float *out)
+{
+    __m256 acc[4][3];
+    UNROLL for (int k = 0; k < g; k++)
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[k][t] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; c++) {
+        __m256 wv[4];
+        UNROLL for (int k = 0; k < g; k++)
+            wv[k] = load8_as_f32(type, h[k], c * QMM_FPR);
+        UNROLL for (int t = 0; t < nt; t++) {
+            __m256 xb = _mm256_broadcast_ss(x + t * ldx + c);
+            UNROLL for (int k = 0; k < g; k++)
+                acc[k][t] = _mm256_fmadd_ps(wv[k], xb, acc[k][t]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        UNROLL for (int k = 0; k < g; k++)
+            _mm256_storeu_ps(out + t * 8 * g + 8 * k, acc[k][t]);
+}
+
+/* Halves in flight for nt tokens of one step (acc[4][3] above). */
+#define FGEMV8_HALVES(nt) ((nt) == 1 ? 4 : 2)
+
+AVX2 INLINE void fgemv8_halves_t(const enum quant_type type, const uint8_t *const *h, int g,
+                                 int64_t cols, const float *x, int64_t ldx, int nt, float *out)
+{
+    switch (nt * 8 + g) {
+    case 8 + 1: fgemv8_halves(type, h, 1, cols, x, ldx, 1, out); break;
+    case 8 + 2: fgemv8_halves(type, h, 2, cols, x, ldx, 1, out); break;
+    case 8 + 3: fgemv8_halves(type, h, 3, cols, x, ldx, 1, out); break;
+    case 8 + 4: fgemv8_halves(type, h, 4, cols, x, ldx, 1, out); break;
+    case 16 + 1: fgemv8_halves(type, h, 1, cols, x, ldx, 2, out); break;
+    case 16 + 2: fgemv8_halves(type, h, 2, cols, x, ldx, 2, out); break;
+    case 24 + 1: fgemv8_halves(type, h, 1, cols, x, ldx, 3, out); break;
+    default: fgemv8_halves(type, h, 2, cols, x, ldx, 3, out); break;
+    }
+}
+
+/* The packed float copy (ops/qmatmul.h: qmm_fgemm_packed_fn) on 8 rows a
+ * register: up to 3 tokens straight from the copy, several halves at once;
+ * more through each 16-row group's f32 conversion (the layout fgemm8_tokens
+ * reads with stride 16), made once per call. */
+AVX2 INLINE void fgemm8_packed_t(const enum quant_type type, const uint8_t *p, int64_t cols,
+                                 int64_t r0, int64_t r1, const float *x, int64_t ldx, int64_t nt,
+                                 float *y, int64_t ldy, float *scratch)
+{
+    const size_t es = fvalue_bytes(type), group_bytes = (size_t)(QMM_FPR * cols) * es;
+    const int64_t h0 = r0 / 8, h1 = (r1 + 7) / 8;
+    if (nt <= 3) {
+        const int G = FGEMV8_HALVES(nt);
+        for (int64_t h = h0; h < h1; h += G) {
+            int g = h1 - h < G ? (int)(h1 - h) : G;
+            const uint8_t *hp[4];
+            for (int k = 0; k < g; k++)
+                hp[k] = p + (size_t)((h + k) / 2) * group_bytes + (size_t)((h + k) % 2) * 8 * es;
+            float out[3 * 32];
+            fgemv8_halves_t(type, hp, g, cols, x, ldx, (int)nt, out);
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t r = h * 8; r < (h + g) * 8 && r < r1; r++)
+                    y[t * ldy + r - r0] = out[t * 8 * g + r - h * 8];
+        }
+        return;
+    }
+    for (int64_t grp = h0 / 2; grp * 2 < h1; grp++) {
+        const uint8_t *gp = p + (size_t)grp * group_bytes;
+        const float *f = (const float *)(const void *)gp;
+        if (type != QUANT_F32) {
+            fconvert(type, gp, QMM_FPR * cols, scratch);
+            f = scratch;
+        }
+        for (int64_t h = grp * 2; h < grp * 2 + 2; h++)
+            if (h >= h0 && h < h1)
+                fgemm8_run(f + 8 * (h % 2), QMM_FPR, r1 - h * 8 < 8 ? (int)(r1 - h * 8) : 8,
+                           cols, x, ldx, nt, y + (h * 8 - r0), ldy);
+    }
+}
+
+AVX2 static void fgemm8_packed(enum quant_type type, const uint8_t *p, int64_t cols, int64_t r0,
+                               int64_t r1, const float *x, int64_t ldx, int64_t nt, float *y,
+                               int64_t ldy, float *scratch)
+{
+    switch (type) {
+    case QUANT_F32:
+        fgemm8_packed_t(QUANT_F32, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch);
+        break;
+    case QUANT_F16:
+        fgemm8_packed_t(QUANT_F16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch);
+        break;
+    default:
+        fgemm8_packed_t(QUANT_BF16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch);
+        break;
+    }
+}
 #endif
 
 /* ---- instantiation: (mr, nt) constants ------------------------------------------ */

@@ -472,20 +472,56 @@ static qmm_gemm16_fn gemm16p_of(enum quant_type type)
 
 /* ---- f32, f16, bf16 weights: fgemm8 on 16 rows ---------------------------------- */
 
+/* Column c's 16 values of a 16-row group at p + 16 c values, as f32:
+ * f32 (fgemm16's scratch, or an F32 weight's packed copy), f16 or bf16 (the
+ * packed copy, ops/qmatmul.h QMM_FPR). */
+AVX2 INLINE __m512 load16_as_f32(const enum quant_type type, const uint8_t *p, int64_t c)
+{
+    if (type == QUANT_F32)
+        return _mm512_load_ps((const float *)(const void *)p + c * 16);
+    __m256i h = _mm256_load_si256((const __m256i *)(const void *)(p + 32 * c));
+    if (type == QUANT_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
 /* fgemm8_tokens's FMAs, column by column in the same order, on 16 lanes. */
-AVX2 INLINE void fgemm16_tokens(const float *p, int64_t cols, const float *x, int64_t ldx,
-                                const int nt, float *y, int64_t ldy)
+AVX2 INLINE void fgemm16_tokens(const enum quant_type type, const uint8_t *p, int64_t cols,
+                                const float *x, int64_t ldx, const int nt, float *y,
+                                int64_t ldy)
 {
     __m512 acc[ZMM_NT];
     UNROLL for (int t = 0; t < nt; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < cols; c++) {
-        __m512 wv = _mm512_load_ps(p + c * 16);
+        __m512 wv = load16_as_f32(type, p, c);
         UNROLL for (int t = 0; t < nt; t++)
             acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * ldx + c]), acc[t]);
     }
     UNROLL for (int t = 0; t < nt; t++)
         _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* All nt tokens against the 16 f32 rows a column at p, ZMM_NT at a time. */
+AVX2 INLINE void fgemm16_run(const float *p, int64_t cols, const float *x, int64_t ldx,
+                             int64_t nt, float *y, int64_t ldy)
+{
+    const uint8_t *pb = (const uint8_t *)(const void *)p;
+    for (int64_t t = 0; t < nt; t += ZMM_NT) {
+        int n = nt - t < ZMM_NT ? (int)(nt - t) : ZMM_NT;
+        const float *xt = x + t * ldx;
+        float *yt = y + t * ldy;
+        switch (n) {
+        case 1: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 1, yt, ldy); break;
+        case 2: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 2, yt, ldy); break;
+        case 3: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 3, yt, ldy); break;
+        case 4: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 4, yt, ldy); break;
+        case 5: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 5, yt, ldy); break;
+        case 6: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 6, yt, ldy); break;
+        case 7: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 7, yt, ldy); break;
+        default: fgemm16_tokens(QUANT_F32, pb, cols, xt, ldx, 8, yt, ldy); break;
+        }
+    }
 }
 
 /* 16 rows: the two 8-row groups packed side by side, column c's 16 floats
@@ -496,20 +532,148 @@ AVX2 static void fgemm16(enum quant_type type, const uint8_t *w, size_t row_byte
 {
     fpack8(type, w, row_bytes, 8, cols, pack, 16);
     fpack8(type, w + 8 * row_bytes, row_bytes, 8, cols, pack + 8, 16);
-    for (int64_t t = 0; t < nt; t += ZMM_NT) {
-        int n = nt - t < ZMM_NT ? (int)(nt - t) : ZMM_NT;
-        const float *xt = x + t * ldx;
-        float *yt = y + t * ldy;
-        switch (n) {
-        case 1: fgemm16_tokens(pack, cols, xt, ldx, 1, yt, ldy); break;
-        case 2: fgemm16_tokens(pack, cols, xt, ldx, 2, yt, ldy); break;
-        case 3: fgemm16_tokens(pack, cols, xt, ldx, 3, yt, ldy); break;
-        case 4: fgemm16_tokens(pack, cols, xt, ldx, 4, yt, ldy); break;
-        case 5: fgemm16_tokens(pack, cols, xt, ldx, 5, yt, ldy); break;
-        case 6: fgemm16_tokens(pack, cols, xt, ldx, 6, yt, ldy); break;
-        case 7: fgemm16_tokens(pack, cols, xt, ldx, 7, yt, ldy); break;
-        default: fgemm16_tokens(pack, cols, xt, ldx, 8, yt, ldy); break;
+    fgemm16_run(pack, cols, x, ldx, nt, y, ldy);
+}
+
+/* ---- the packed float copy: several 16-row groups in flight ---------------- */
+
+/* One token step read from the packed copy as it is: g consecutive 16-row
+ * groups (group_bytes apart) against nt tokens, an accumulator each, so g
+ * FMA chains a token run at once (one alone would wait on its latency, not
+ * on memory). out[t * ldo + 16 k + j]. Each lane's FMAs are
+ * fgemm16_tokens's, in the same order. With one token the streams are asked
+ * for GEMV_PREFETCH_BYTES ahead, a line at a time. */
+AVX2 INLINE void fgemv16_groups(const enum quant_type type, const uint8_t *p, size_t group_bytes,
+                                const int g, int64_t cols, const float *x, int64_t ldx,
+                                const int nt, float *out, int64_t ldo, const bool to_l2)
+{
+    const int64_t line_cols = type == QUANT_F32 ? 1 : 2; /* a 64-byte line's columns */
+    __m512 acc[4][ZMM_NT];
+    UNROLL for (int k = 0; k < g; k++)
+        UNROLL for (int t = 0; t < nt; t++)
+            acc[k][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c += line_cols) {
+        if (nt == 1)
+            UNROLL for (int k = 0; k < g; k++)
+                prefetch_ahead(p + (size_t)k * group_bytes + (size_t)c * 64 / line_cols, 64,
+                               to_l2);
+        UNROLL for (int64_t i = 0; i < line_cols; i++) {
+            __m512 wv[4];
+            UNROLL for (int k = 0; k < g; k++)
+                wv[k] = load16_as_f32(type, p + (size_t)k * group_bytes, c + i);
+            UNROLL for (int t = 0; t < nt; t++) {
+                __m512 xb = _mm512_set1_ps(x[t * ldx + c + i]);
+                UNROLL for (int k = 0; k < g; k++)
+                    acc[k][t] = _mm512_fmadd_ps(wv[k], xb, acc[k][t]);
+            }
         }
+    }
+    UNROLL for (int t = 0; t < nt; t++)
+        UNROLL for (int k = 0; k < g; k++)
+            _mm512_storeu_ps(out + t * ldo + 16 * k, acc[k][t]);
+}
+
+/* Groups in flight for a step of nt tokens: at most 8 accumulators. */
+#define FGEMV16_GROUPS(nt) ((nt) <= 2 ? 4 : (nt) <= 4 ? 2 : 1)
+
+AVX2 INLINE void fgemv16_groups_t(const enum quant_type type, const uint8_t *p,
+                                  size_t group_bytes, int g, int64_t cols, const float *x,
+                                  int64_t ldx, int nt, float *out, int64_t ldo, const bool to_l2)
+{
+#define FGEMV16_CASE(G, NT)                                                                   \
+    case (NT) * 8 + (G):                                                                      \
+        fgemv16_groups(type, p, group_bytes, G, cols, x, ldx, NT, out, ldo, to_l2);          \
+        break;
+    switch (nt * 8 + g) {
+        FGEMV16_CASE(1, 1) FGEMV16_CASE(2, 1) FGEMV16_CASE(3, 1) FGEMV16_CASE(4, 1)
+        FGEMV16_CASE(1, 2) FGEMV16_CASE(2, 2) FGEMV16_CASE(3, 2) FGEMV16_CASE(4, 2)
+        FGEMV16_CASE(1, 3) FGEMV16_CASE(2, 3) FGEMV16_CASE(1, 4) FGEMV16_CASE(2, 4)
+        FGEMV16_CASE(1, 5) FGEMV16_CASE(1, 6) FGEMV16_CASE(1, 7)
+    default: fgemv16_groups(type, p, group_bytes, 1, cols, x, ldx, 8, out, ldo, to_l2); break;
+    }
+#undef FGEMV16_CASE
+}
+_Static_assert(ZMM_NT == 8, "fgemv16_groups_t instantiates 1..8 tokens");
+
+/* The packed float copy (ops/qmatmul.h: qmm_fgemm_packed_fn) on 16 rows a
+ * register: a step of up to ZMM_NT tokens straight from the copy, several
+ * groups at once; more through each group's f32 conversion (fgemm16's
+ * scratch layout, an F32 copy as it is), made once per call. Groups that
+ * [r0, r1) covers in part (a chunk starting at a group's second half, the
+ * weight's ragged end) go through out and keep their rows in range. */
+AVX2 INLINE void fgemm16_packed_t(const enum quant_type type, const uint8_t *p, int64_t cols,
+                                  int64_t r0, int64_t r1, const float *x, int64_t ldx,
+                                  int64_t nt, float *y, int64_t ldy, float *scratch,
+                                  const bool to_l2)
+{
+    const size_t group_bytes = (size_t)(QMM_FPR * cols) * fvalue_bytes(type);
+    const int64_t g0 = r0 / QMM_FPR, g1 = (r1 + QMM_FPR - 1) / QMM_FPR;
+    float out[ZMM_NT * 4 * QMM_FPR];
+    if (nt <= ZMM_NT) {
+        const int G = FGEMV16_GROUPS(nt);
+        for (int64_t grp = g0; grp < g1; grp += G) {
+            int g = g1 - grp < G ? (int)(g1 - grp) : G;
+            const uint8_t *gp = p + (size_t)grp * group_bytes;
+            int64_t lo = grp * QMM_FPR, hi = (grp + g) * QMM_FPR;
+            if (lo >= r0 && hi <= r1) {
+                fgemv16_groups_t(type, gp, group_bytes, g, cols, x, ldx, (int)nt, y + (lo - r0),
+                                 ldy, to_l2);
+                continue;
+            }
+            fgemv16_groups_t(type, gp, group_bytes, g, cols, x, ldx, (int)nt, out, 4 * QMM_FPR,
+                             to_l2);
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t r = lo > r0 ? lo : r0; r < hi && r < r1; r++)
+                    y[t * ldy + r - r0] = out[t * 4 * QMM_FPR + r - lo];
+        }
+        return;
+    }
+    for (int64_t grp = g0; grp < g1; grp++) {
+        const uint8_t *gp = p + (size_t)grp * group_bytes;
+        const float *f = (const float *)(const void *)gp;
+        if (type != QUANT_F32) {
+            fconvert(type, gp, QMM_FPR * cols, scratch);
+            f = scratch;
+        }
+        int64_t lo = grp * QMM_FPR, hi = lo + QMM_FPR;
+        if (lo >= r0 && hi <= r1) {
+            fgemm16_run(f, cols, x, ldx, nt, y + (lo - r0), ldy);
+            continue;
+        }
+        for (int64_t t = 0; t < nt; t += ZMM_NT) { /* out holds ZMM_NT tokens */
+            int64_t n = nt - t < ZMM_NT ? nt - t : ZMM_NT;
+            fgemm16_run(f, cols, x + t * ldx, ldx, n, out, QMM_FPR);
+            for (int64_t k = 0; k < n; k++)
+                for (int64_t r = lo > r0 ? lo : r0; r < hi && r < r1; r++)
+                    y[(t + k) * ldy + r - r0] = out[k * QMM_FPR + r - lo];
+        }
+    }
+}
+
+AVX2 static void fgemm16_packed(enum quant_type type, const uint8_t *p, int64_t cols, int64_t r0,
+                                int64_t r1, const float *x, int64_t ldx, int64_t nt, float *y,
+                                int64_t ldy, float *scratch)
+{
+    const bool l2 = gemv_prefetch_to_l2();
+    switch (type) {
+    case QUANT_F32:
+        if (l2)
+            fgemm16_packed_t(QUANT_F32, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, true);
+        else
+            fgemm16_packed_t(QUANT_F32, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, false);
+        break;
+    case QUANT_F16:
+        if (l2)
+            fgemm16_packed_t(QUANT_F16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, true);
+        else
+            fgemm16_packed_t(QUANT_F16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, false);
+        break;
+    default:
+        if (l2)
+            fgemm16_packed_t(QUANT_BF16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, true);
+        else
+            fgemm16_packed_t(QUANT_BF16, p, cols, r0, r1, x, ldx, nt, y, ldy, scratch, false);
+        break;
     }
 }
 

@@ -131,6 +131,22 @@ MUTANTS = [
      ["forward_dump", "ignite"], ["test_fast_forward", "test_gemma3_real"],
      "the int8 path's activation quantizer truncates instead of rounding (AVX2 and up)",
      "caught"),
+    # The packed copy of float weights (ops/qmatmul.h, QMM_FPR): bit for bit
+    # fgemm8's sums, padding rows zero, only the asked rows written.
+    ("fpack-gemv-unfused", "ops/qmatmul_zmm.h",
+     "acc[k][t] = _mm512_fmadd_ps(wv[k], xb, acc[k][t]);",
+     "acc[k][t] = _mm512_add_ps(_mm512_mul_ps(wv[k], xb), acc[k][t]);",
+     ["test_qmatmul", "test_matmul"], ["test_qmatmul", "test_matmul"],
+     "the packed float GEMV rounds each product (another sum than the GEMM's)", "caught"),
+    ("fpack-pad-rows", "ops/qmatmul_pack.c",
+     "o[j] = j < rows ? r[j][c] : 0;", "o[j] = r[j][c];",
+     ["test_qmatmul"], ["test_qmatmul"],
+     "a float copy's padding rows hold row 0 of its last group, not zeros", "caught"),
+    ("fpack-partial-rows", "ops/qmatmul_zmm.h",
+     "for (int64_t r = lo > r0 ? lo : r0; r < hi && r < r1; r++)\n                    y[t * ldy",
+     "for (int64_t r = lo; r < hi && r < r1; r++)\n                    y[t * ldy",
+     ["test_qmatmul"], ["test_qmatmul"],
+     "a row range starting inside a 16-row group writes the rows before it", "caught"),
     # A decode step's fused launches (docs/gpu.md): emulated tests, built in a
     # second copy with IGNITE_EMU_TESTS=ON (the first build of it is long).
     # (Which split combines is a race the emulator, running blocks one after

@@ -19,7 +19,9 @@
  *    reference, for 1..13 tokens, and that it writes only its 8 x nt outputs;
  *  - F32, F16 and BF16 weights through the float FMA GEMM (fast path, 8..130
  *    tokens, a ragged last row group) against fp64, and its 16-row form bit
- *    for bit like it;
+ *    for bit like it, and so the kernels of their packed copy (16 rows a
+ *    column, zero padding rows) for 1..21 tokens and row ranges that start
+ *    or end inside a 16-row group;
  *  - the packed decode layout (ops_qmm_repack, 8 rows interleaved, a ragged
  *    last group) through each ISA's kernel for 1..13 tokens against the same
  *    reference, writing only its outputs, and bit for bit like the GEMM
@@ -538,6 +540,78 @@ static void check_type(const struct type_case *tc, const struct model *model,
     free((void *)w.data);
 }
 
+/* The packed float copy (ops_qmm_repack: 16 rows a column, a ragged last
+ * group) through each ISA's kernel that this CPU runs, bit for bit like
+ * fgemm8 on the stored rows: one token step straight from the copy (1-8
+ * tokens, several groups at once) and longer ones through its conversion
+ * (9, 13, 21), over row ranges starting at either half of a group and
+ * ending inside one, writing only their (r1 - r0) x nt outputs. */
+static void check_float_packed(const struct model_weight *w, const float *x)
+{
+    enum { NT = 21, LD = ROWS + 3 };
+    const int64_t cols = w->cols;
+    const char *name = quant_type_name(w->type);
+    size_t bytes = ops_qmm_packed_bytes(w->type, ROWS, cols);
+    CHECKF(bytes == (size_t)((ROWS + 15) / 16 * 16 * cols) * (w->type == QUANT_F32 ? 4 : 2),
+           "%s: %zu packed bytes", name, bytes);
+    uint8_t *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    memset(packed, 0xa5, bytes); /* the padding rows must be written as zeros */
+    ops_qmm_repack(w, 0, (ROWS + QMM_PR - 1) / QMM_PR, packed);
+    float *scratch = aligned_alloc(64, (size_t)(16 * cols) * sizeof *scratch);
+    float *want = malloc((size_t)(NT * ROWS) * sizeof *want);
+    float *got = malloc((size_t)(NT * LD) * sizeof *got);
+    float *pack8 = aligned_alloc(64, (size_t)(8 * cols) * sizeof *pack8);
+    qmm_fgemm8_fn f8 = ops_qmm_fgemm8(w->type);
+    for (int64_t r = 0; f8 && r < ROWS; r += 8)
+        f8(w->type, (const uint8_t *)w->data + r * w->row_bytes, w->row_bytes,
+           ROWS - r < 8 ? (int)(ROWS - r) : 8, cols, x, cols, NT, want + r, ROWS, pack8);
+    static qmm_fgemm_packed_fn (*const kernels[])(void) = {ops_qmm_fgemm_packed_avx2,
+                                                           ops_qmm_fgemm_packed_vnni};
+    static const enum qmm_isa isas[] = {QMM_AVX2, QMM_VNNI};
+    static const int64_t counts[] = {1, 2, 3, 4, 5, 8, 9, 13, 21};
+    static const int64_t ranges[][2] = {{0, ROWS}, {8, ROWS}, {0, 24}, {8, 32}, {16, 21}};
+    int pad = 0;
+    for (int64_t i = 0; i < (ROWS + 15) / 16 * 16 * cols; i++)
+        if (i / (16 * cols) * 16 + i % 16 >= ROWS) /* group i / (16 cols), lane i % 16 */
+            pad += w->type == QUANT_F32 ? ((const uint32_t *)(const void *)packed)[i] != 0
+                                        : ((const uint16_t *)(const void *)packed)[i] != 0;
+    CHECKF(pad == 0, "%s packed: %d padding values not zero", name, pad);
+    for (size_t k = 0; f8 && k < sizeof kernels / sizeof kernels[0]; k++) {
+        qmm_fgemm_packed_fn f = kernels[k]();
+        if (!f || !ops_qmm_isa_runs(isas[k]))
+            continue;
+        int diff = 0, outside = 0;
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (size_t q = 0; q < sizeof ranges / sizeof ranges[0]; q++) {
+                int64_t nt = counts[c], r0 = ranges[q][0], r1 = ranges[q][1];
+                for (int64_t i = 0; i < NT * LD; i++)
+                    got[i] = SENTINEL;
+                f(w->type, packed, cols, r0, r1, x, cols, nt, got, LD, scratch);
+                for (int64_t t = 0; t < NT; t++)
+                    for (int64_t j = 0; j < LD; j++) {
+                        float v = got[t * LD + j];
+                        if (t >= nt || j >= r1 - r0)
+                            outside += v != SENTINEL;
+                        else if (v != want[t * ROWS + r0 + j] && diff++ < 3)
+                            fprintf(stderr, "%s packed %s rows %lld-%lld, %lld tokens: row "
+                                    "%lld tok %lld: %.9g but fgemm8 gave %.9g\n", name,
+                                    ops_qmm_isa_name(isas[k]), (long long)r0, (long long)r1,
+                                    (long long)nt, (long long)(r0 + j), (long long)t, v,
+                                    want[t * ROWS + r0 + j]);
+                    }
+            }
+        CHECKF(outside == 0, "%s packed %s: %d writes outside its outputs", name,
+               ops_qmm_isa_name(isas[k]), outside);
+        CHECKF(diff == 0, "%s packed %s: %d outputs differ from fgemm8", name,
+               ops_qmm_isa_name(isas[k]), diff);
+    }
+    free(pack8);
+    free(got);
+    free(want);
+    free(scratch);
+    free(packed);
+}
+
 /* F32, F16 and BF16 weights through the FMA GEMM (prefill sizes) against
  * an fp64 dot of the stored values, 1e-5 of sum |w x|. */
 static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
@@ -605,6 +679,7 @@ static void check_float_type(enum quant_type type, struct ops_ctx *ctx)
                diff);
         free(pack);
     }
+    check_float_packed(&w, x);
     static const int64_t token_counts[] = {8, 9, 15, 64, 130};
     for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
         int64_t n = token_counts[k];

@@ -193,7 +193,8 @@ static void check_packing(const char *spec, const struct model *m)
         if (it.t->kind != TENSOR_MATRIX || it.t->gathered)
             continue;
         const struct model_weight *w = it.w;
-        if (isa == QMM_SCALAR || w->cols % QMM_QK || !ops_qmm_gemv8(w->type, isa)) {
+        if (isa == QMM_SCALAR || w->cols % QMM_QK ||
+            (!ops_qmm_gemv8(w->type, isa) && !ops_qmm_fgemm_packed(w->type))) {
             skipped++;
             continue;
         }
