@@ -35,11 +35,14 @@
  *     showing the comparison sees it;
  *   - with a third, gpt-oss's tiny F16 file (run_gptoss): its attention
  *     (sinks, biases, window, YaRN) and MoE in f16 weights, its expert
- *     products (clamped SwiGLU, biases) on the tensor cores.
+ *     products (clamped SwiGLU, biases) on the tensor cores; with a
+ *     fourth, its tiny MXFP4 file (MXFP4 experts, Q8_0 elsewhere) in
+ *     native weights, the MXFP4 experts on the tensor cores the same way.
  * Label emu. Built again for a GPU as tests/gpu's test_backend_moe_gpu (the
  * CUDA entry points, every product the real kernel's; exits 77 without a
  * device), which the GPU check's moe step runs (scripts/gpu/moe.sh).
- * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf [GPTOSS_TINY_F16.gguf]] */
+ * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf [GPTOSS_TINY_F16.gguf
+ * [GPTOSS_TINY_MXFP4.gguf]]] */
 #include "backend/backend.h"
 #include "ops/gpu_moe.h"
 #include "tests/emu/backend_checks.h"
@@ -189,10 +192,11 @@ static void run_shexp(const char *path)
 }
 
 /* gpt-oss (sinks, Q/K/V and wo biases, window 32 on layer 0, YaRN RoPE, the
- * clamped SwiGLU with expert biases) on the tiny F16 file: 40 ids in
- * chunks of 24 (the second chunk's window reaches into the cache), then
- * decode steps past the window, against the CPU's exact path. */
-static void run_gptoss(const char *path)
+ * clamped SwiGLU with expert biases) on a tiny file: 40 ids in chunks of 24
+ * (the second chunk's window reaches into the cache), then decode steps
+ * past the window, against the CPU's exact path (F16 file, f16 weights) or
+ * its int8 path (MXFP4 file, native weights; then two sequences too). */
+static void run_gptoss(const char *path, enum backend_gpu_weights mode)
 {
     struct model *m = NULL;
     CHECK(model_load(path, &m) == IG_OK);
@@ -200,7 +204,11 @@ static void run_gptoss(const char *path)
         return;
     CHECKF(m->hp.arch_id == MODEL_ARCH_GPT_OSS && m->hp.has_attn_sinks && m->hp.has_o_bias &&
            m->layers[0].window > 0, "%s: not gpt-oss's tiny file", path);
-    run_mode(m, BACKEND_GPU_F16, 40, 24);
+    bool mxfp4 = m->layers[0].w[LAYER_FFN_GATE_EXPS].type == QUANT_MXFP4 &&
+                 m->layers[0].w[LAYER_FFN_DOWN_EXPS].type == QUANT_MXFP4;
+    CHECKF(mxfp4 == (mode == BACKEND_GPU_NATIVE), "%s: MXFP4 experts expected %s", path,
+           mode == BACKEND_GPU_NATIVE ? "(native weights)" : "only in native weights");
+    run_mode(m, mode, 40, 24);
     model_free(m);
 }
 
@@ -210,9 +218,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_backend_moe: no CUDA device, skipped\n");
         return 77;
     }
-    if (argc < 2 || argc > 4) {
+    if (argc < 2 || argc > 5) {
         fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf "
-                        "[GPTOSS_TINY_F16.gguf]]\n");
+                        "[GPTOSS_TINY_F16.gguf [GPTOSS_TINY_MXFP4.gguf]]]\n");
         return 2;
     }
     struct model *m = NULL;
@@ -227,7 +235,9 @@ int main(int argc, char **argv)
     model_free(m);
     if (argc >= 3)
         run_shexp(argv[2]);
-    if (argc == 4)
-        run_gptoss(argv[3]);
+    if (argc >= 4)
+        run_gptoss(argv[3], BACKEND_GPU_F16);
+    if (argc == 5)
+        run_gptoss(argv[4], BACKEND_GPU_NATIVE);
     return test_summary("test_backend_moe_emu");
 }
