@@ -29,8 +29,9 @@
  *
  * The product on the tensor cores (prefill steps, gk_moe_choose): gk_qmma's
  * main loop (ops/gpu_qmma_tile.cuh) over one tile of up to 64 pairs of one expert,
- * the W tile from that expert's rows, x's rows gathered by the tile's pairs
- * (mma_kernel below).
+ * the W tile from that expert's rows (any expert type: the block types,
+ * MXFP4 dequantized in registers as the GEMV's, f16 copied), x's rows
+ * gathered by the tile's pairs (mma_kernel below).
  *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator
  * through ops/gpu_moe_emu.cc (name_emu). Covered by tests/emu/test_moe_emu.c. */
@@ -462,18 +463,23 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
 int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
 {
     const bool glu = p->glu != GK_GLU_NONE;
-    struct gk_qlayout l;
+    /* f16 experts: 32-column blocks copied as they are (16-byte aligned rows) */
+    const bool f16 = p->w.type == QUANT_F16;
+    struct gk_qlayout l = {};
+    l.block = 32;
     const bool ok =
-        gk_qlayout_of(p->w.type, &l) && p->w.type != QUANT_MXFP4 && p->rows >= 1 &&
-        p->w.rows % p->rows == 0 && p->w.cols >= l.block && p->w.cols % l.block == 0 &&
-        p->w.q && p->w.s && (!l.h || p->w.h) && gk_qmm_native(p->w.type, p->w.rows, p->w.cols) &&
+        (f16 || (gk_qlayout_of(p->w.type, &l) &&
+                 gk_qmm_native_experts(p->w.type, p->w.rows, p->w.cols))) &&
+        p->rows >= 1 && p->w.rows % p->rows == 0 && p->w.cols >= l.block &&
+        p->w.cols % l.block == 0 && p->w.q && gk_aligned(p->w.q, 16) &&
+        (f16 || (p->w.s && (!l.h || p->w.h))) &&
         p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
         p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
         p->max_tiles <= 65535 && (p->rows + kMM - 1) / (kMM / 2) <= 0x7fffffff &&
         (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU || p->glu == GK_MOE_GLU_OAI) &&
-                   p->h && !p->scale && p->ld_h >= p->rows && p->w2.q && p->w2.s &&
-                   (!l.h || p->w2.h) && p->w2.type == p->w.type && p->w2.rows == p->w.rows &&
-                   p->w2.cols == p->w.cols
+                   p->h && !p->scale && p->ld_h >= p->rows && p->w2.q &&
+                   gk_aligned(p->w2.q, 16) && (f16 || (p->w2.s && (!l.h || p->w2.h))) &&
+                   p->w2.type == p->w.type && p->w2.rows == p->w.rows && p->w2.cols == p->w.cols
              : p->y && p->ld_y >= p->rows);
     if (!ok)
         return ig_error(IG_E_INTERNAL, "gk_moe_mma: unsupported %s %lld x %lld (%lld a expert), "
@@ -485,7 +491,7 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
     const int64_t per = glu ? kMM / 2 : kMM; /* output rows a block (mma_kernel's kRows) */
     const dim3 grid((unsigned)((q.rows + per - 1) / per), (unsigned)q.max_tiles);
     const size_t smem = qmma_tile::kSmemBytes;
-    return qtype_dispatch(q.w.type, [&](auto tag) {
+    return moe_type_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? mma_kernel<T, true> : mma_kernel<T, false>;
         return IG_LAUNCH(kernel, grid, dim3(kMmaThreads), smem, (cudaStream_t)stream, q);

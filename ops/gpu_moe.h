@@ -67,10 +67,9 @@ static inline int64_t gk_moe_max_tiles(int64_t n_pairs, int64_t n_expert)
 /* The one chooser of a MoE layer's expert products for a step of n_pairs
  * pairs over n_expert experts, gate|up of `type` and down of `down_type`:
  * GK_MOE_MMA_TILE (sort into tiles of 64, both products gk_moe_mma) or
- * GK_MOE_TILE (tiles of 8, gk_moe_gemv: decode steps, and f16 or MXFP4
- * experts, whose dequantized values f16 tiles do not hold: MXFP4's
- * 2^(e - 128) scales leave f16's range; f16 experts are left to the GEMV
- * for now). In ops/gpu_moe_ref.c. */
+ * GK_MOE_TILE (tiles of 8, gk_moe_gemv: decode steps, and a type the
+ * device keeps no experts in). Every expert type takes the tensor cores:
+ * the block types, MXFP4 (gpt-oss's) and f16. In ops/gpu_moe_ref.c. */
 int64_t gk_moe_choose(int type, int down_type, int64_t n_pairs, int64_t n_expert);
 
 struct gk_moe_route_params {
@@ -144,12 +143,17 @@ void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p);
 
 /* The same product on the tensor cores (mma.sync m16n8k16, f16 in, f32
  * accumulate) over tiles of up to GK_MOE_MMA_TILE pairs: each weight block
- * dequantized once per tile into shared memory and rounded to f16 there (as
- * gk_qmma's), x gathered by the tile's pairs. Block types of gk_qmm_native
- * only (not f16, not MXFP4: gk_moe_choose). Its twin is gk_moe_gemv_ref: it
- * differs from the twin by the weights' f16 rounding (at most 2^-11 of each
- * |w x| term) and f32 sums: |y - y_ref| <= 2^-10 sum_c |w_c x_c| + 1e-6
- * (tests/emu/test_moe_emu.c checks that bound). */
+ * dequantized once per tile in registers and stored to shared memory as
+ * f16 (as gk_qmma's; f16 experts copied as they are), x gathered by the
+ * tile's pairs. Every expert type: gk_qmm_native's, MXFP4 and f16. Its twin
+ * is gk_moe_gemv_ref: it differs from the twin by the weights' f16 rounding
+ * (at most 2^-11 of each |w x| term, or 2^-25 |x| where a weight falls
+ * below f16's normals) and f32 sums: |y - y_ref| <= 2^-10 sum_c |w_c x_c| +
+ * 2^-24 sum_c |x_c| (tests/emu/test_moe_emu.c checks that bound). MXFP4's
+ * values v 2^(e - 128) (v the doubled E2M1 level, at most 2 significant
+ * bits) are exact in f16 for E8M0 bytes e in [104, 140]; below, they round
+ * to f16's subnormals (the 2^-24 term); from 141 on, values of 2^16 and
+ * more overflow to inf (weights of 2^16: no trained model's come near). */
 int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream);
 
 /* Which of a row's k slots gk_moe_combine adds: those whose expert sel[t k + j]

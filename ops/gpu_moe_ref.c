@@ -15,10 +15,15 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* A type the device keeps expert matrices in (gk_moe_mma reads them all). */
+static bool expert_type(int type)
+{
+    return type == QUANT_F16 || gk_qlayout_of(type, NULL);
+}
+
 int64_t gk_moe_choose(int type, int down_type, int64_t n_pairs, int64_t n_expert)
 {
-    bool mma_type = type != QUANT_F16 && type != QUANT_MXFP4 && down_type != QUANT_F16 &&
-                    down_type != QUANT_MXFP4;
+    bool mma_type = expert_type(type) && expert_type(down_type);
     return mma_type && n_pairs >= GK_MOE_MMA_MIN_PAIRS * n_expert ? GK_MOE_MMA_TILE
                                                                   : GK_MOE_TILE;
 }

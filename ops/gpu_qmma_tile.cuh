@@ -4,7 +4,8 @@
  * or an expert's pairs), each warp 32 x 32 (2 m16 x 4 n8 mma.sync tiles,
  * f16 in, f32 accumulate), over k-tiles of 64 columns. Per k-tile every
  * thread dequantizes one 32-element block of its weight row (qb_values32:
- * gk_qdequant_f16's values, bit for bit) into the swizzled f16 W tile, and
+ * gk_qdequant_f16's values, bit for bit; MXFP4's too) into the swizzled f16
+ * W tile (f16 weights: copied by cp.async as they are), and
  * the caller's load_x brings x's tile by 16-byte cp.async. Two stages: while
  * the tensor cores run on k-tile t, the copies of t + 1 are in flight and
  * its weight bytes sit in registers, to be dequantized into the other stage
@@ -52,28 +53,48 @@ __device__ __forceinline__ void mainloop(const gk_qmat &w, const int64_t wrow, c
     const int64_t n_xb = cols / 32, k_tiles = (cols + kBK - 1) / kBK;
     const int my_row = tid / 2, my_half = tid % 2;
     qraw raw;
-    auto load_w = [&](int64_t kt) {
+    /* f16 weights (gk_moe_mma's f16 experts) need no dequantization: load_w
+     * copies the block's 64 bytes straight into stage dst by cp.async (its
+     * own commit group, which the loop's wait covers) and store_w has
+     * nothing left to do. The block types: load_w brings the bytes into
+     * registers, store_w writes their f16 values into dst. */
+    auto load_w = [&](int64_t kt, uint16_t *dst) {
         const int64_t xb = kt * 2 + my_half;
-        if (row_ok && xb < n_xb)
-            raw = qb_load32<TYPE>(w, wrow, xb);
+        if constexpr (TYPE == QUANT_F16) {
+            const bool ok = row_ok && xb < n_xb;
+            const uint16_t *src = (const uint16_t *)w.q + (ok ? wrow * cols + 32 * xb : 0);
+            IG_UNROLL
+            for (int c = 0; c < 4; c++)
+                ig_cp_async16(&dst[swz(my_row, 32 * my_half + 8 * c)], ok ? src + 8 * c : src,
+                              ok);
+            ig_cp_async_commit();
+        } else {
+            (void)dst;
+            if (row_ok && xb < n_xb)
+                raw = qb_load32<TYPE>(w, wrow, xb);
+        }
     };
     auto store_w = [&](int64_t kt, uint16_t *dst) {
-        const int64_t xb = kt * 2 + my_half;
-        float v[32];
-        if (row_ok && xb < n_xb) {
-            qb_values32<TYPE>(raw, (int)(xb % 8), v);
+        if constexpr (TYPE != QUANT_F16) {
+            const int64_t xb = kt * 2 + my_half;
+            float v[32];
+            if (row_ok && xb < n_xb) {
+                qb_values32<TYPE>(raw, (int)(xb % 8), v);
+            } else {
+                IG_UNROLL
+                for (int i = 0; i < 32; i++)
+                    v[i] = 0;
+            }
+            IG_UNROLL
+            for (int c = 0; c < 4; c++) {
+                gk_u32x4 o;
+                IG_UNROLL
+                for (int k = 0; k < 4; k++)
+                    o.w[k] = ig_pack2<ig_f16_t>(v[8 * c + 2 * k], v[8 * c + 2 * k + 1]);
+                ig_sts((gk_u32x4 *)&dst[swz(my_row, 32 * my_half + 8 * c)], o);
+            }
         } else {
-            IG_UNROLL
-            for (int i = 0; i < 32; i++)
-                v[i] = 0;
-        }
-        IG_UNROLL
-        for (int c = 0; c < 4; c++) {
-            gk_u32x4 o;
-            IG_UNROLL
-            for (int k = 0; k < 4; k++)
-                o.w[k] = ig_pack2<ig_f16_t>(v[8 * c + 2 * k], v[8 * c + 2 * k + 1]);
-            ig_sts((gk_u32x4 *)&dst[swz(my_row, 32 * my_half + 8 * c)], o);
+            (void)kt, (void)dst;
         }
     };
 
@@ -87,7 +108,7 @@ __device__ __forceinline__ void mainloop(const gk_qmat &w, const int64_t wrow, c
     const int wm = warp % 2, wn = warp / 2; /* the warp's 32 W rows and 32 x rows */
 
     load_x(0, xs);
-    load_w(0);
+    load_w(0, ws);
     store_w(0, ws);
     for (int64_t kt = 0; kt < k_tiles; kt++) {
         const int cur = (int)(kt % 2), nxt = cur ^ 1;
@@ -96,7 +117,7 @@ __device__ __forceinline__ void mainloop(const gk_qmat &w, const int64_t wrow, c
         const bool more = kt + 1 < k_tiles;
         if (more) {
             load_x(kt + 1, xs + nxt * kTile);
-            load_w(kt + 1); /* in registers across the mma */
+            load_w(kt + 1, ws + nxt * kTile); /* in registers across the mma (f16: copied) */
         }
         const uint16_t *wt = ws + cur * kTile, *xt = xs + cur * kTile;
         IG_UNROLL

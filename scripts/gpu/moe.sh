@@ -10,8 +10,10 @@
 #                   every product the real kernels' (the emulated test's
 #                   checks, tests/emu/test_backend_moe_emu.c), and on its tiny
 #                   qwen35moe (Q8_0): the shared expert beside the routed ones
-#   kernels  ~10 s  bench_moe --peak 989 (H100/H200 SXM dense f16): the expert
-#                   products at Qwen3-30B-A3B's shape (one layer, Q4_K/Q6_K),
+#   kernels  ~20 s  bench_moe --peak 989 (H100/H200 SXM dense f16): the expert
+#                   products at Qwen3-30B-A3B's shape (one layer, Q4_K/Q6_K)
+#                   and at gpt-oss-20b's (--shape gpt-oss: MXFP4, the clamped
+#                   SwiGLU with biases), a run each (60 s limit each),
 #                   tensor cores (gk_moe_mma) against the GEMV, rows 512 and
 #                   2048: TFLOPS, over cuBLAS's f16 GEMM and of the peak (issue
 #                   45: >= 0.40 at pp2048); the lines into moe.txt
@@ -76,10 +78,13 @@ part_correct() {
 }
 
 part_kernels() {
-    say "bench_moe"
-    timeout 60 "$BIN/bench_moe" --rows 512,2048 --peak 989 >"$WORK/bench_moe.txt" 2>&1 ||
-        fail "bench_moe (exit $?)"
-    grep "^moe " "$WORK/bench_moe.txt" | tee -a "$TABLE"
+    local shape
+    for shape in qwen3 gpt-oss; do
+        say "bench_moe --shape $shape"
+        timeout 60 "$BIN/bench_moe" --shape "$shape" --rows 512,2048 --peak 989 \
+            >"$WORK/bench_moe_$shape.txt" 2>&1 || fail "bench_moe --shape $shape (exit $?)"
+        grep "^moe " "$WORK/bench_moe_$shape.txt" | tee -a "$TABLE"
+    done
 }
 
 part_speed() {

@@ -21,10 +21,12 @@
  *     device's;
  *   - the device's weight bytes are the plan's (the f32 routers, the
  *     experts' stacked matrices);
- *   - native: the prefill's 17-row chunk takes the tensor-core expert
- *     products (gk_moe_mma's tiles of 64; gpu_backend_info.moe_mma_layers
- *     one a layer but the last, whose rows are the logits' one), the 7-row
- *     chunk and the decode steps the GEMV;
+ *   - the prefill chunks of 4 pairs an expert or more (native: the 17-row
+ *     one; f16: the 24 rows whole; gpt-oss: both of its chunks) take the
+ *     tensor-core expert products (gk_moe_mma's tiles of 64, f16 experts
+ *     too; gpu_backend_info.moe_mma_layers one a layer but the last, whose
+ *     rows are the logits' one, gpt-oss's 16-row chunk, a verify step, in
+ *     its last layer too), the 7-row chunk and the decode steps the GEMV;
  *   - a qwen3moe model with a dense MLP beside its SwiGLU experts (Gemma 4's
  *     beside GeGLU ones run: tests/emu/test_gemma4_emu.py) is refused with
  *     one line (IG_E_MODEL);
@@ -32,12 +34,17 @@
  *     the shared expert beside the routed ones (run_shexp), with a control
  *     showing the comparison sees it;
  *   - with a third, gpt-oss's tiny F16 file (run_gptoss): its attention
- *     (sinks, biases, window, YaRN) and MoE in f16 weights.
+ *     (sinks, biases, window, YaRN) and MoE in f16 weights, its expert
+ *     products (clamped SwiGLU, biases) on the tensor cores; with a
+ *     fourth, its tiny MXFP4 file (MXFP4 experts, Q8_0 elsewhere) in
+ *     native weights, the MXFP4 experts on the tensor cores the same way.
  * Label emu. Built again for a GPU as tests/gpu's test_backend_moe_gpu (the
  * CUDA entry points, every product the real kernel's; exits 77 without a
  * device), which the GPU check's moe step runs (scripts/gpu/moe.sh).
- * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf [GPTOSS_TINY_F16.gguf]] */
+ * Usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf [GPTOSS_TINY_F16.gguf
+ * [GPTOSS_TINY_MXFP4.gguf]]] */
 #include "backend/backend.h"
+#include "ops/gpu_moe.h"
 #include "tests/emu/backend_checks.h"
 
 /* n_ids prompt ids (at most 48) in chunks of `chunk` (0: native 17, f16
@@ -74,16 +81,33 @@ static void run_mode(const struct model *m, enum backend_gpu_weights mode, int n
         for (int i = 0; i < n_ids; i++)
             ids[i] = (int32_t)(test_rand_u64(&s) % (uint64_t)m->hp.n_vocab);
         bool native = mode == BACKEND_GPU_NATIVE;
-        run_prompt(&p, ids, n_ids, chunk ? chunk : native ? 17 : n_ids, name);
-        /* native: the 17-row chunk's 34 pairs over 8 experts take the tensor
-         * cores (gk_moe_choose) in every MoE layer but the last (which runs
-         * the rows that want logits alone), the 7-row chunk and the decode
-         * steps the GEMV; f16 experts always the GEMV */
+        int64_t step = chunk ? chunk : native ? 17 : n_ids;
+        run_prompt(&p, ids, n_ids, step, name);
+        /* a prompt chunk of 4 pairs an expert or more (qwen3moe native: the
+         * 17-row chunk's 34 pairs over 8 experts; f16: the 24 rows whole;
+         * gpt-oss: both chunks, 48 and 32 pairs) takes the tensor cores
+         * (gk_moe_choose), whatever the experts' type, in every MoE layer but
+         * the last, which in a prefill step runs the rows that want logits
+         * alone; a chunk of up to 16 rows (the 7-row one, gpt-oss's 16-row
+         * one) runs as a verify step (backend/gpu.c's step_q_len: these
+         * models have no recurrent layer), its rows padded to a power of two
+         * in every layer, the last too; the decode steps the GEMV */
         struct gpu_backend_info after;
         IG_DEV(gpu_get_info)(p.dev, &after);
         int64_t want = 0;
-        for (int64_t l = 0; l + 1 < m->hp.n_layer && native && !chunk; l++)
-            want += m->layers[l].ffn == LAYER_FFN_MOE;
+        for (int64_t at = 0; at < n_ids; at += step) {
+            int64_t rows = n_ids - at < step ? n_ids - at : step;
+            bool verify = rows > 1 && rows <= 16;
+            int64_t run = verify ? 2 : rows; /* the rows the MoE layers run */
+            while (run < rows)
+                run *= 2;
+            for (int64_t l = 0; l < m->hp.n_layer - (verify ? 0 : 1); l++)
+                want += m->layers[l].ffn == LAYER_FFN_MOE &&
+                        run * m->layers[l].n_expert_used >=
+                            GK_MOE_MMA_MIN_PAIRS * m->layers[l].n_expert;
+        }
+        CHECKF(want > 0, "%s: no prompt chunk takes the tensor cores: the case proves less",
+               name);
         CHECKF(after.moe_mma_layers == want, "%s: %lld MoE layer steps on the tensor cores, "
                "expected %lld", name, (long long)after.moe_mma_layers, (long long)want);
         if (native)
@@ -168,10 +192,11 @@ static void run_shexp(const char *path)
 }
 
 /* gpt-oss (sinks, Q/K/V and wo biases, window 32 on layer 0, YaRN RoPE, the
- * clamped SwiGLU with expert biases) on the tiny F16 file: 40 ids in
- * chunks of 24 (the second chunk's window reaches into the cache), then
- * decode steps past the window, against the CPU's exact path. */
-static void run_gptoss(const char *path)
+ * clamped SwiGLU with expert biases) on a tiny file: 40 ids in chunks of 24
+ * (the second chunk's window reaches into the cache), then decode steps
+ * past the window, against the CPU's exact path (F16 file, f16 weights) or
+ * its int8 path (MXFP4 file, native weights; then two sequences too). */
+static void run_gptoss(const char *path, enum backend_gpu_weights mode)
 {
     struct model *m = NULL;
     CHECK(model_load(path, &m) == IG_OK);
@@ -179,7 +204,11 @@ static void run_gptoss(const char *path)
         return;
     CHECKF(m->hp.arch_id == MODEL_ARCH_GPT_OSS && m->hp.has_attn_sinks && m->hp.has_o_bias &&
            m->layers[0].window > 0, "%s: not gpt-oss's tiny file", path);
-    run_mode(m, BACKEND_GPU_F16, 40, 24);
+    bool mxfp4 = m->layers[0].w[LAYER_FFN_GATE_EXPS].type == QUANT_MXFP4 &&
+                 m->layers[0].w[LAYER_FFN_DOWN_EXPS].type == QUANT_MXFP4;
+    CHECKF(mxfp4 == (mode == BACKEND_GPU_NATIVE), "%s: MXFP4 experts expected %s", path,
+           mode == BACKEND_GPU_NATIVE ? "(native weights)" : "only in native weights");
+    run_mode(m, mode, 40, 24);
     model_free(m);
 }
 
@@ -189,9 +218,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_backend_moe: no CUDA device, skipped\n");
         return 77;
     }
-    if (argc < 2 || argc > 4) {
+    if (argc < 2 || argc > 5) {
         fprintf(stderr, "usage: test_backend_moe_emu QWEN3MOE_TINY.gguf [QWEN35MOE_TINY.gguf "
-                        "[GPTOSS_TINY_F16.gguf]]\n");
+                        "[GPTOSS_TINY_F16.gguf [GPTOSS_TINY_MXFP4.gguf]]]\n");
         return 2;
     }
     struct model *m = NULL;
@@ -206,7 +235,9 @@ int main(int argc, char **argv)
     model_free(m);
     if (argc >= 3)
         run_shexp(argv[2]);
-    if (argc == 4)
-        run_gptoss(argv[3]);
+    if (argc >= 4)
+        run_gptoss(argv[3], BACKEND_GPU_F16);
+    if (argc == 5)
+        run_gptoss(argv[4], BACKEND_GPU_NATIVE);
     return test_summary("test_backend_moe_emu");
 }

@@ -29,16 +29,21 @@
  *   1, 0, 7, 17, 70, 40, 0 pairs (tiles of 64: one of a single pair, a full
  *   one, an expert over two), 5 slots a row, in Q4_K / Q6_K with SwiGLU,
  *   Q8_0 / Q8_0 with the clamped SwiGLU and biases, Q8_0 / Q8_0 with GeGLU
- *   and the per-expert scale (widths 96: ragged rows and k-tiles), each
- *   output within ops/gpu_moe.h's bound of the twin (the weights' f16
- *   rounding: 2^-10 sum |w x| + 2^-24 sum |x|, carried through the
- *   activation for h); the chooser's picks, and MXFP4 refused;
+ *   and the per-expert scale, MXFP4 / MXFP4 (gpt-oss's; every 8th block's
+ *   scale 2^-24 of the others', its values in f16's subnormals) and F16 /
+ *   F16 with the clamped SwiGLU and biases (widths 96: ragged rows and
+ *   k-tiles), each output within ops/gpu_moe.h's bound of the twin (the
+ *   weights' f16 rounding: 2^-10 sum |w x| + 2^-24 sum |x|, carried through
+ *   the activation for h); the chooser's picks (every expert type), and
+ *   f16 rows of 48 columns refused;
  * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
  *   a product that reads the wrong expert's rows, a routing that drops the
  *   renormalization, a shared expert weight without its sigmoid, a down
  *   product without its per-expert scale, a routing without its input
  *   scale (Gemma 4's), a tensor-core product reading the next expert's rows
- *   (moe_mma_expert_off): each caught by the same comparisons.
+ *   (moe_mma_expert_off), one with the gate and up rows of its W tile
+ *   swapped (moe_mma_glu_swap, on MXFP4 experts): each caught by the same
+ *   comparisons.
  * Outputs are poisoned first. Label emu. */
 #include "ops/gpu_moe.h"
 #include "ops/gpu_ops.h"
@@ -60,6 +65,7 @@ int gk_moe_route_emu_moe_shexp_no_sigmoid(const struct gk_moe_route_params *p, v
 int gk_moe_gemv_emu_moe_no_expert_scale(const struct gk_moe_gemv_params *p, void *stream);
 int gk_moe_route_emu_moe_no_router_scale(const struct gk_moe_route_params *p, void *stream);
 int gk_moe_mma_emu_moe_mma_expert_off(const struct gk_moe_gemv_params *p, void *stream);
+int gk_moe_mma_emu_moe_mma_glu_swap(const struct gk_moe_gemv_params *p, void *stream);
 
 #define NE 8
 #define K 2
@@ -105,8 +111,10 @@ static struct gk_qmat rand_experts(int type, int64_t rows, int64_t cols, uint64_
         case QUANT_Q8_0: h[0] = ig_f32_to_f16(d / 64); break;
         case QUANT_Q4_K: h[0] = ig_f32_to_f16(d / 32), h[1] = ig_f32_to_f16(fabsf(d) / 16); break;
         case QUANT_Q6_K: h[0] = ig_f32_to_f16(d / 64), at = offsetof(struct block_q6_K, d); break;
-        case QUANT_MXFP4: /* E8M0: 2^(e - 128) near a / 8, |value| <= 12 */
-            blk[0] = (uint8_t)(128 + (int)floorf(log2f(fabsf(d) / 8)));
+        case QUANT_MXFP4: /* E8M0: 2^(e - 128) near a / 8, |value| <= 12; every 8th
+                             block 2^-24 of that: below 2^-14, f16's subnormals in
+                             gk_moe_mma's tiles (e under 104: rounded there) */
+            blk[0] = (uint8_t)(128 + (int)floorf(log2f(fabsf(d) / 8)) - (b % 8 ? 0 : 24));
             continue;
         default: IG_ASSERT(0);
         }
@@ -566,22 +574,29 @@ static bool run_mma_case(int type, int down_type, int64_t E, int64_t ff, int glu
     return ok;
 }
 
-/* The chooser: tiles of 64 on the tensor cores for prefill steps of block
- * types, the GEMV for decode steps and for f16 or MXFP4 experts (which
- * gk_moe_mma refuses). */
+/* The chooser: tiles of 64 on the tensor cores for prefill steps of every
+ * expert type (block types, MXFP4, f16; from 4 pairs an expert on), the
+ * GEMV for decode steps and for a type the device keeps no experts in; and
+ * f16 experts whose rows are not whole 32-column blocks refused by
+ * gk_moe_mma. */
 static void test_mma_choose(void)
 {
     CHECK(gk_moe_choose(QUANT_Q4_K, QUANT_Q6_K, 2048 * 8, 128) == GK_MOE_MMA_TILE);
     CHECK(gk_moe_choose(QUANT_Q4_K, QUANT_Q6_K, 8 * 8, 128) == GK_MOE_TILE);
-    CHECK(gk_moe_choose(QUANT_MXFP4, QUANT_MXFP4, 2048 * 4, 32) == GK_MOE_TILE);
-    CHECK(gk_moe_choose(QUANT_Q8_0, QUANT_F16, 2048 * 8, 128) == GK_MOE_TILE);
+    CHECK(gk_moe_choose(QUANT_MXFP4, QUANT_MXFP4, 2048 * 4, 32) == GK_MOE_MMA_TILE);
+    CHECK(gk_moe_choose(QUANT_MXFP4, QUANT_MXFP4, 32 * 4, 32) == GK_MOE_MMA_TILE);
+    CHECK(gk_moe_choose(QUANT_MXFP4, QUANT_MXFP4, 31 * 4, 32) == GK_MOE_TILE);
+    CHECK(gk_moe_choose(QUANT_Q8_0, QUANT_F16, 2048 * 8, 128) == GK_MOE_MMA_TILE);
+    CHECK(gk_moe_choose(QUANT_F16, QUANT_F16, 2048 * 8, 128) == GK_MOE_MMA_TILE);
+    CHECK(gk_moe_choose(QUANT_F16, QUANT_F16, 8 * 8, 128) == GK_MOE_TILE);
+    CHECK(gk_moe_choose(QUANT_Q2_K, QUANT_F16, 2048 * 8, 128) == GK_MOE_TILE);
     void *buf;
     uint64_t st = 3;
-    struct gk_qmat w = rand_experts(QUANT_MXFP4, 64, 64, &st, &buf);
+    struct gk_qmat w = rand_experts(QUANT_F16, 64, 48, &st, &buf);
     int32_t tiles[3] = {0, 0, 1}, order[1] = {0}, n_tiles[1] = {1};
     uint16_t *x = zalloc(64 * 2);
     float *y = zalloc(64 * 4);
-    struct gk_moe_gemv_params p = {.w = w, .rows = 64, .x = x, .ld_x = 64, .x_div = 1,
+    struct gk_moe_gemv_params p = {.w = w, .rows = 64, .x = x, .ld_x = 48, .x_div = 1,
                                    .order = order, .tiles = tiles, .n_tiles = n_tiles,
                                    .max_tiles = 1, .y = y, .ld_y = 64};
     fprintf(stderr, "(an error line expected:)\n");
@@ -623,6 +638,8 @@ int main(void)
         {QUANT_Q4_K, QUANT_Q6_K, 256, 256, GK_GLU_SILU, false},
         {QUANT_Q8_0, QUANT_Q8_0, 128, 96, GK_MOE_GLU_OAI, true},
         {QUANT_Q8_0, QUANT_Q8_0, 64, 96, GK_GLU_GELU, false}, /* Gemma 4's scale */
+        {QUANT_MXFP4, QUANT_MXFP4, 128, 96, GK_MOE_GLU_OAI, true}, /* gpt-oss's */
+        {QUANT_F16, QUANT_F16, 64, 96, GK_MOE_GLU_OAI, true},     /* an F16 gpt-oss */
     };
     for (size_t i = 0; i < sizeof mcases / sizeof mcases[0]; i++) {
         fprintf(stderr, "mma: %s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
@@ -636,6 +653,9 @@ int main(void)
     CHECKF(!run_mma_case(QUANT_Q8_0, QUANT_Q8_0, 64, 96, GK_GLU_SILU, false,
                          gk_moe_mma_emu_moe_mma_expert_off, true, 31),
            "mutant moe_mma_expert_off (the expert's weight rows one expert off) not caught");
+    CHECKF(!run_mma_case(QUANT_MXFP4, QUANT_MXFP4, 64, 64, GK_MOE_GLU_OAI, true,
+                         gk_moe_mma_emu_moe_mma_glu_swap, true, 34),
+           "mutant moe_mma_glu_swap (gate and up rows swapped in the W tile) not caught");
     CHECKF(!run_case(QUANT_Q8_0, QUANT_Q8_0, 64, 64, GK_GLU_SILU, false, IG_DEV(gk_moe_route),
                      gk_moe_gemv_emu_moe_wrong_expert, true, 11),
            "mutant moe_wrong_expert (a product reads the wrong expert's rows) not caught");
