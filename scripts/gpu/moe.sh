@@ -9,7 +9,8 @@
 #                   backend against the CPU backend, native and f16 weights,
 #                   every product the real kernels' (the emulated test's
 #                   checks, tests/emu/test_backend_moe_emu.c), and on its tiny
-#                   qwen35moe (Q8_0): the shared expert beside the routed ones
+#                   qwen35moe (Q8_0): the shared expert beside the routed ones;
+#                   tiny gpt-oss MXFP4 in native weights (the tensor cores' MXFP4)
 #   kernels  ~20 s  bench_moe --peak 989 (H100/H200 SXM dense f16): the expert
 #                   products at Qwen3-30B-A3B's shape (one layer, Q4_K/Q6_K)
 #                   and at gpt-oss-20b's (--shape gpt-oss: MXFP4, the clamped
@@ -65,14 +66,17 @@ fail() { echo "FAILED: $*" | tee -a "$TABLE"; status=1; }
 
 part_correct() {
     local f=$WORK/qwen3moe_tiny_q8_0.gguf f35=$WORK/qwen35moe_tiny_q8_0.gguf o=$WORK/gptoss_tiny_f16.gguf
+    local o4=$WORK/gptoss_tiny_mxfp4.gguf
     timeout 30 "$PY" bench/random_gguf.py "$f" --arch qwen3moe --shape tiny --type Q8_0 ||
         { fail "random_gguf tiny"; return; }
     timeout 30 "$PY" bench/random_gguf.py "$f35" --arch qwen35moe --shape tiny --type Q8_0 ||
         { fail "random_gguf qwen35moe tiny"; return; }
     timeout 30 "$PY" bench/random_gguf.py "$o" --arch gpt-oss --shape tiny --type F16 ||
         { fail "random_gguf gpt-oss tiny"; return; }
+    timeout 30 "$PY" bench/random_gguf.py "$o4" --arch gpt-oss --shape tiny --type MXFP4 ||
+        { fail "random_gguf gpt-oss tiny MXFP4"; return; }
     say "test_backend_moe_gpu"
-    timeout 60 "$BIN/test_backend_moe_gpu" "$f" "$f35" "$o" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
+    timeout 60 "$BIN/test_backend_moe_gpu" "$f" "$f35" "$o" "$o4" >"$WORK/test_backend_moe_gpu.log" 2>&1 ||
         fail "test_backend_moe_gpu (exit $?)"
     grep -E "worst|checks" "$WORK/test_backend_moe_gpu.log" | tee -a "$TABLE"
 }
