@@ -105,7 +105,7 @@ static int run(int64_t n)
         g[i] = -0.15f * (1.0f + urand());
     }
     float *d_qkv, *d_beta, *d_g, *d_out, *d_state;
-    struct gk_dn_seq seq = {0, (int32_t)n, 0, 0, 0}, *d_seq;
+    struct gk_dn_seq seq = {.n_rows = (int32_t)n}, *d_seq;
     CK(cudaMalloc((void **)&d_qkv, nq * 4));
     CK(cudaMalloc((void **)&d_beta, nh * 4));
     CK(cudaMalloc((void **)&d_g, nh * 4));
