@@ -13,8 +13,11 @@
  *
  * IGNITE_TP_REDUCE=auto (default: nccl where it loads and every rank has a
  * GPU of its own, else mpi), nccl (a missing library is an error) or mpi.
+ * The emulated backend takes nccl only from the tests' stand-in
+ * (tests/emu/nccl_standin.c: NCCL's calls over MPI on host memory).
  * Covered by tests/tp/test_tp_gpu.py (the mpi path under the emulator, the
- * nccl path's refusals) and the GPU check's tp step (scripts/gpu/tp.sh). */
+ * nccl path's calls through the stand-in, its refusals) and the GPU check's
+ * tp step (scripts/gpu/tp.sh). */
 #ifndef IGNITE_BACKEND_GPU_REDUCE_H
 #define IGNITE_BACKEND_GPU_REDUCE_H
 
@@ -32,15 +35,12 @@ struct gpu_reduce {
 };
 
 /* The NCCL communicator of the job's ranks, each on its current CUDA
- * device (collective: every rank calls it). IG_OK; IG_E_DEVICE after one
- * line on every rank where a rank could not load the library or NCCL
- * failed (the line names the rank and the file); *out NULL then. */
-int gpu_reduce_nccl_open(struct gpu_reduce **out);
-
-/* Every rank: whether each can load NCCL, agreed (collective): IG_OK, or
- * IG_E_DEVICE on every rank, rank 0 printing the line of a rank that cannot
- * (naming it and the file). */
-int gpu_reduce_nccl_check(void);
+ * device (collective: every rank calls it). host_memory (the emulated
+ * backend): only a library that reads host memory, the tests' stand-in
+ * (tests/emu/nccl_standin.c). IG_OK; IG_E_DEVICE after one line (rank 0's)
+ * where a rank could not load the library or NCCL failed (the line names
+ * the rank and the file); *out NULL then. */
+int gpu_reduce_nccl_open(bool host_memory, struct gpu_reduce **out);
 
 /* Whether this rank can load NCCL (no collective; for IGNITE_TP_REDUCE=auto).
  * Fills why (a line's worth) where not. */

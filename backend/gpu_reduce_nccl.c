@@ -4,7 +4,8 @@
  * machine without it says so in one line; the few declarations below are
  * NCCL's stable C ABI (nccl.h, 2.x). Host code only: the stream and the
  * buffers pass through as pointers. Covered by tests/tp/test_tp_gpu.py (a
- * missing library) and the GPU check's tp step. */
+ * missing library; the emulated ranks' sums through the tests' stand-in,
+ * tests/emu/nccl_standin.c) and the GPU check's tp step. */
 #include "backend/gpu_reduce.h"
 
 #include "core/coll.h"
@@ -47,9 +48,12 @@ static const char *lib_name(void)
     return e && *e ? e : "libnccl.so.2";
 }
 
-/* Loads the library and its entry points into L. false with why filled
- * where it cannot. */
-static bool load(struct nccl_lib *L, char *why, size_t cap)
+/* Loads the library and its entry points into L. host_memory (the
+ * emulated backend, whose device pointers are host memory): only a library
+ * that says it reads host memory, the tests' stand-in
+ * (tests/emu/nccl_standin.c, its symbol ignite_nccl_stand_in). false with
+ * why filled where it cannot. */
+static bool load(struct nccl_lib *L, bool host_memory, char *why, size_t cap)
 {
     memset(L, 0, sizeof *L);
     const char *name = lib_name();
@@ -63,10 +67,15 @@ static bool load(struct nccl_lib *L, char *why, size_t cap)
     *(void **)&L->all_reduce = dlsym(L->so, "ncclAllReduce");
     *(void **)&L->comm_destroy = dlsym(L->so, "ncclCommDestroy");
     *(void **)&L->error_string = dlsym(L->so, "ncclGetErrorString");
-    if (L->get_unique_id && L->comm_init_rank && L->all_reduce && L->comm_destroy &&
-        L->error_string)
+    if (!(L->get_unique_id && L->comm_init_rank && L->all_reduce && L->comm_destroy &&
+          L->error_string))
+        snprintf(why, cap, "%s is not NCCL 2 (ncclCommInitRank, ncclAllReduce missing)", name);
+    else if (host_memory && !dlsym(L->so, "ignite_nccl_stand_in"))
+        snprintf(why, cap, "%s is NCCL, which reads device memory, and the emulated backend's "
+                 "is the host's (IGNITE_NCCL_LIB=the tests' stand-in, or IGNITE_TP_REDUCE=mpi)",
+                 name);
+    else
         return true;
-    snprintf(why, cap, "%s is not NCCL 2 (ncclCommInitRank, ncclAllReduce missing)", name);
     dlclose(L->so);
     L->so = NULL;
     return false;
@@ -75,7 +84,7 @@ static bool load(struct nccl_lib *L, char *why, size_t cap)
 bool gpu_reduce_nccl_loads(char *why, size_t cap)
 {
     struct nccl_lib L;
-    if (!load(&L, why, cap))
+    if (!load(&L, false, why, cap))
         return false;
     dlclose(L.so);
     return true;
@@ -119,19 +128,12 @@ static int agreed(bool ok, const char *why)
     return ig_error(IG_E_DEVICE, "rank %d of %d: %s", (int)bad, ig_coll_size(), line);
 }
 
-int gpu_reduce_nccl_check(void)
-{
-    char why[400] = "";
-    bool ok = gpu_reduce_nccl_loads(why, sizeof why);
-    return agreed(ok, why);
-}
-
-int gpu_reduce_nccl_open(struct gpu_reduce **out)
+int gpu_reduce_nccl_open(bool host_memory, struct gpu_reduce **out)
 {
     *out = NULL;
     char why[400] = "";
     struct nccl_reduce *r = calloc(1, sizeof *r);
-    bool ok = r && load(&r->lib, why, sizeof why);
+    bool ok = r && load(&r->lib, host_memory, why, sizeof why);
     if (!r)
         snprintf(why, sizeof why, "out of memory");
     int st = agreed(ok, why);

@@ -7,7 +7,8 @@
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
 # ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*, dnk_*),
-# backend/gpu_tp.c and backend/tp_kv.c (tp_*), backend/gpu_moe.c (tp_moe_*),
+# backend/gpu_tp.c, backend/tp_kv.c and backend/gpu_reduce_nccl.c (tp_*),
+# backend/gpu_moe.c (tp_moe_*),
 # backend/gpu.c (g4_*) and kvcache/kvcache.c (w_*: the whole file, linked in
 # place of the library's). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
@@ -183,6 +184,12 @@ elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table r
 elseif(MUTANT STREQUAL "tp_kv_other_heads") # IN=backend/tp_kv.c (tests/tp/test_tp_gpu.py, q8_0)
   set(from "heads_move(r, i, false, false, src, r->ids, 0, nb, r->buf, true);")
   set(to "heads_move(r, n - 1 - i, false, false, src, r->ids, 0, nb, r->buf, true); /* mutant: a rank gets another rank's head rows */")
+elseif(MUTANT STREQUAL "tp_nccl_half") # IN=backend/gpu_reduce_nccl.c (test_tp_gpu.py, the stand-in)
+  set(from "int rc = r->lib.all_reduce(buf, buf, (size_t)n, NCCL_FLOAT32, NCCL_SUM, r->comm, stream);")
+  set(to "int rc = r->lib.all_reduce(buf, buf, (size_t)n / 2, NCCL_FLOAT32, NCCL_SUM, r->comm, stream); /* mutant: half the floats summed */")
+elseif(MUTANT STREQUAL "tp_nccl_uneven") # IN=backend/gpu_reduce_nccl.c: the stand-in's refusal
+  set(from "int rc = r->lib.all_reduce(buf, buf, (size_t)n, NCCL_FLOAT32, NCCL_SUM, r->comm, stream);")
+  set(to "int rc = r->lib.all_reduce(buf, buf, (size_t)(n - ig_coll_rank()), NCCL_FLOAT32, NCCL_SUM, r->comm, stream); /* mutant: each rank its own count */")
 elseif(MUTANT STREQUAL "g4_own_blocks") # IN=backend/gpu.c (tests/emu/test_gemma4_emu.py, q8_0)
   set(from "            g->layers[l].k_cache = g->layers[mem->layers[l].source].k_cache;\n            g->layers[l].v_cache = g->layers[mem->layers[l].source].v_cache;\n")
   set(to "            /* mutant: a shared layer's blocks its own, zeros, never written */\n            const struct kv_layer_mem *S = &mem->layers[mem->layers[l].source];\n            size_t b = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(S));\n            size_t bv = (size_t)g->n_blocks * kv_dtype_row_bytes(mem->dtype_v, kv_layer_block_elems(S));\n            if ((st = IG_DEV(gpu_alloc)(g, b, &g->layers[l].k_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(gpu_alloc)(g, bv, &g->layers[l].v_cache, &g->kv_bytes)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].k_cache, 0, b)) ||\n                (st = IG_DEV(dev_memset)(g->dev, g->layers[l].v_cache, 0, bv)))\n                return st;\n")

@@ -38,10 +38,17 @@ cache's head rows sent to the other rank) on it; a rank running the pairs of
 another rank's experts, on the qwen3moe; gemma4's MLP normed before its
 sum (tp_moe_mlp_no_sum), on the gemma4 MoE; the shared expert's columns
 added by rank 0 alone (tp_moe_shexp_once), on the qwen35moe. IGNITE_TP_REDUCE=nccl where the
-library is missing: one line naming the rank and the file, exit 7. One mpirun
+library is missing: one line naming the rank and the file, exit 7. The NCCL path
+(IGNITE_TP_REDUCE=nccl) through the stand-in for libnccl.so.2 (STANDIN.so,
+tests/emu/nccl_standin.c: NCCL's calls over MPI on the emulated device's host
+memory), on the llama: its logits the MPI path's bit for bit (both sum 2 ranks'
+floats in one addition); the mutant tp_nccl_half (gpu_reduce_nccl.c summing
+half the floats) must miss REL by far, tp_nccl_uneven (each rank its own count)
+must end the run with the stand-in's line; the stand-in's sends and receives
+and its refusals (nccl_standin_check, [CHECKER]). One mpirun
 gives both sides of the comparison (rank 0 runs each model alone first:
 tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
-[MUTANT_DUMP...] (time: see
+[STANDIN.so CHECKER] [MUTANT_DUMP...] (time: see
 docs/gpu.md "Tensor parallelism")
 """
 import os
@@ -175,7 +182,10 @@ def check_q8(run, tmp, n_vocab):
 def main():
     dumper = sys.argv[1]
     moe = [a for a in sys.argv[2:] if a.endswith(".gguf")]
-    mutants = [a for a in sys.argv[2:] if not a.endswith(".gguf")]
+    standin = next((a for a in sys.argv[2:] if a.endswith(".so")), None)
+    checker = next((a for a in sys.argv[2:] if a.endswith("nccl_standin_check")), None)
+    mutants = [a for a in sys.argv[2:]
+               if not a.endswith((".gguf", ".so", "nccl_standin_check"))]
     mpirun = mpirun_or_skip()
     tmp = tempfile.mkdtemp()
     n_vocab = 48
@@ -238,12 +248,25 @@ def main():
             return paths[:1], IDS, f"{tmp}/q0.one.f32", n_vocab, FAR
         return paths[:1], IDS, f"{pre}0.one.f32", n_vocab, FAR
 
-    mutants = [exe for exe in mutants if "moe" not in exe or moe]
-    with ThreadPoolExecutor(max_workers=len(mutants) + 3) as pool:
+    # the NCCL path: ignite's calls into the stand-in (its sums over MPI)
+    nccl_env = {"IGNITE_TP_REDUCE": "nccl", "IGNITE_NCCL_LIB": standin or "",
+                "IGNITE_TP_STATS": "1"}
+    mutants = [exe for exe in mutants if ("moe" not in exe or moe)
+               and ("nccl" not in exe or standin)]
+    uneven = [exe for exe in mutants if "nccl_uneven" in exe]
+    mutants = [exe for exe in mutants if exe not in uneven]
+    with ThreadPoolExecutor(max_workers=len(mutants) + 6) as pool:
         runs = [pool.submit(dump, mpirun, exe, mutant_case(exe)[0],
                             os.path.join(tmp, os.path.basename(exe)), ids=mutant_case(exe)[1],
-                            extra=Q8_X if "_kv_" in exe else ())
+                            extra=Q8_X if "_kv_" in exe else (),
+                            env=nccl_env if "nccl" in exe else None)
                 for exe in mutants]
+        nccl = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "n"),
+                           env=nccl_env) if standin else None
+        nccl_bad = [pool.submit(dump, mpirun, exe, paths[:1], os.path.join(tmp, "u"),
+                                env=nccl_env) for exe in uneven]
+        p2p = pool.submit(mpi, mpirun, 2, [checker, standin], text=True) \
+            if standin and checker else None
         q8 = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "q"), alone=True,
                          extra=Q8_X)
         gemma4 = pool.submit(dump, mpirun, dumper, [g4, g4moe], os.path.join(tmp, "g"),
@@ -287,6 +310,30 @@ def main():
             if "0" in toks else float("inf")
         check(err > far, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
+    if nccl:  # the same sums as the MPI path's: the same bits
+        r, toks = nccl.result()
+        check(r.returncode == 0 and "tp: the ranks' sums by nccl" in r.stderr,
+              f"NCCL stand-in, 2 ranks failed: exit {r.returncode}: {r.stderr[-2000:]}")
+        a = np.fromfile(f"{pre}0.f32", dtype=np.float32)
+        b = np.fromfile(os.path.join(tmp, "n0.f32"), dtype=np.float32) \
+            if r.returncode == 0 else np.zeros(0, np.float32)
+        check(a.size > 0 and a.shape == b.shape and np.array_equal(a, b),
+              f"NCCL stand-in: the llama's logits ({b.size}) are not the MPI path's ({a.size})")
+        print(f"llama, 2 ranks by the NCCL stand-in: {a.size // n_vocab} rows, the MPI path's "
+              f"bits, greedy {toks.get('0')}", file=sys.stderr)
+    if p2p:  # the stand-in's sends, receives and refusals (nccl_standin_check.c)
+        r = p2p.result()
+        oks = [ln for ln in r.stdout.splitlines() if ": ok " in ln]
+        check(r.returncode == 0 and len(oks) == 2,
+              f"nccl_standin_check: exit {r.returncode}: {r.stdout[-800:]} {r.stderr[-800:]}")
+        print(f"the NCCL stand-in's point to point: {oks}", file=sys.stderr)
+    for run in nccl_bad:  # each rank its own count: the stand-in's one line, no hang
+        r, _ = run.result()
+        lines = [ln for ln in r.stderr.splitlines() if "nccl stand-in: rank" in ln]
+        check(r.returncode != 0 and lines and "ncclAllReduce #0: count" in lines[0],
+              f"mutant tp_nccl_uneven: exit {r.returncode}, stderr {r.stderr[-600:]!r}")
+        print(f"mutant tp_nccl_uneven: refused, exit {r.returncode}: {lines[:1]}",
+              file=sys.stderr)
     # IGNITE_TP_REDUCE=nccl without the library: one line on rank 0 naming the rank and
     # the file (backend/gpu_reduce_nccl.c's loader; every rank checks), exit 7
     r, _ = refusal.result()
