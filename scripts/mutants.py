@@ -154,8 +154,8 @@ MUTANTS = [
     # bench_decode_kernels checks the fused combine on a GPU, the GPU check's
     # decode step.)
     ("fuse-combine-all-splits", "decode/decode_attn.cu",
-     "p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, n_used);",
-     "p.o[(seq * p.n_head + h) * HD + d] = combine_dim<HD>(p, seq, h, d, p.n_splits);",
+     "(uint16_t)0 : combine_dim<HD>(p, seq, r, h, d, n_used);",
+     "(uint16_t)0 : combine_dim<HD>(p, seq, r, h, d, p.n_splits);",
      ["test_decode_attn_emu"], ["test_decode_attn_emu"],
      "the last split merges every split's partial, the unused ones' too", "caught"),
     ("fuse-combine-ticket-kept", "decode/decode_attn.cu",
