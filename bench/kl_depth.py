@@ -21,7 +21,12 @@ above its 16-nat floor, as kl_judge) and its same top; each rounding's mean
 KL from the exact at each of --depths (the model cut after that many layers:
 output norm and head on the residual there), its same top; at full depth
 each file's KL from each rounded forward too (is llama.cpp the fp64 with
-its rounding?).
+its rounding?); for the first window, the exact forward's residual RMS after
+each layer (and its mixer's and FFN's), and each rounded forward's residual's
+distance from the exact one's, relative (does a rounding grow or explode?).
+--save DIR keeps the full depth's fp64 log-probabilities (f64, 300 MB a
+rounding and window at the 0.8B vocabulary); --load DIR judges more base
+files against them without the forward.
 
 --check TINY.gguf: this forward against tests/cpu/ref_deltanet.py's
 token-by-token one on a small qwen35 file (exact and q8), the largest
@@ -29,6 +34,7 @@ difference of the logits.
 
 usage: bench/kl_depth.py MODEL.gguf [LABEL=BASE ...] [--chunks N] [--bos ID]
                          [--depths 4,8,16,24] [--roundings q8,f16,llama,ignite]
+                         [--save DIR | --load DIR]
        bench/kl_depth.py --check TINY.gguf
 """
 import argparse
@@ -182,6 +188,11 @@ def main():
             print("  window 0, exact: RMS of the residual after layers 0.. (mixer, FFN): " +
                   ", ".join(f"{il}: {r:.3g} ({m:.2g}, {f:.2g})"
                             for il, (r, m, f) in enumerate(ref.trace)), flush=True)
+            for i, name in enumerate(rnames):
+                print(f"  window 0, {name} rounding: the residual's distance from the exact's, "
+                      "relative, median over the positions, after layers 1..: " +
+                      ", ".join(f"{il + 1}: {d[i]:.2g}" for il, d in enumerate(ref.drift)),
+                      flush=True)
 
     n_rows = len(rows) * min(a.chunks, n_chunk)
     print(f"{a.model}: {n_rows} scored rows of {min(a.chunks, n_chunk)} windows of {n_ctx}")

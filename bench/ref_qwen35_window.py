@@ -165,6 +165,7 @@ class WindowRef:
         xs = [e.copy() for _ in roundings]
         # per layer (the embedding first): RMS of the residual after it, of its mixer, of its FFN
         self.trace = [[np.sqrt(np.mean(e * e)), 0.0, 0.0]]
+        self.drift = []
         for il in range(depths[-1]):
             raw = self.layer(il)
             for i, rnd in enumerate(roundings):
@@ -174,8 +175,12 @@ class WindowRef:
                 mix = self.deltanet(L, h) if self.recurrent[il] else self.attention(L, h)
                 f = self.ffn(L, rms(x + mix, L["post_attention_norm.weight"], self.eps))
                 xs[i] = x + mix + f
-                if i == 0:  # the exact forward's residual and branches, RMS over the window
+                if i == 0:  # the first forward's residual and branches, RMS over the window
                     self.trace.append([np.sqrt(np.mean(v * v)) for v in (xs[i], mix, f)])
+            # each other forward's residual's distance from the first's, relative, median
+            # over the positions
+            self.drift.append([np.median(np.linalg.norm(x - xs[0], axis=1) /
+                                         np.linalg.norm(xs[0], axis=1)) for x in xs[1:]])
             del raw
             if il + 1 in depths:
                 on_depth(il + 1, [self.logits(x[rows], r) for x, r in zip(xs, roundings)])
