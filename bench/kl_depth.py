@@ -32,7 +32,7 @@ files against them without the forward.
 token-by-token one on a small qwen35 file (exact and q8), the largest
 difference of the logits.
 
-usage: bench/kl_depth.py MODEL.gguf [LABEL=BASE ...] [--chunks N] [--bos ID]
+usage: bench/kl_depth.py MODEL.gguf [LABEL=BASE ...] [--chunks N] [--skip N] [--bos ID]
                          [--depths 4,8,16,24] [--roundings q8,f16,llama,ignite]
                          [--save DIR | --load DIR]
        bench/kl_depth.py --check TINY.gguf
@@ -120,6 +120,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("bases", nargs="*", metavar="LABEL=BASE")
     ap.add_argument("--chunks", type=int, default=1)
+    ap.add_argument("--skip", type=int, default=0, help="windows passed over first")
     ap.add_argument("--bos", type=int, default=-1)
     ap.add_argument("--depths", default="")
     ap.add_argument("--roundings", default="q8,f16")
@@ -147,7 +148,7 @@ def main():
     def add(key, v):
         acc.setdefault(key, []).append(np.asarray(v, dtype=np.float64))
 
-    for c in range(min(a.chunks, n_chunk)):
+    for c in range(a.skip, min(a.skip + a.chunks, n_chunk)):
         window = [int(t) for t in toks[c]]
         if a.bos >= 0:
             window[0] = a.bos
@@ -184,18 +185,19 @@ def main():
             continue
         ref.window(window[:n_ctx - 1], rows, on_depth, roundings, depths)
         print(f"window {c}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-        if c == 0:
-            print("  window 0, exact: RMS of the residual after layers 0.. (mixer, FFN): " +
+        if c == a.skip:
+            print(f"  window {c}, exact: RMS of the residual after layers 0.. (mixer, FFN): " +
                   ", ".join(f"{il}: {r:.3g} ({m:.2g}, {f:.2g})"
                             for il, (r, m, f) in enumerate(ref.trace)), flush=True)
             for i, name in enumerate(rnames):
-                print(f"  window 0, {name} rounding: the residual's distance from the exact's, "
+                print(f"  window {c}, {name} rounding: the residual's distance from the exact's, "
                       "relative, median over the positions, after layers 1..: " +
                       ", ".join(f"{il + 1}: {d[i]:.2g}" for il, d in enumerate(ref.drift)),
                       flush=True)
 
-    n_rows = len(rows) * min(a.chunks, n_chunk)
-    print(f"{a.model}: {n_rows} scored rows of {min(a.chunks, n_chunk)} windows of {n_ctx}")
+    n_win = len(range(a.skip, min(a.skip + a.chunks, n_chunk)))
+    print(f"{a.model}: {len(rows) * n_win} scored rows of {n_win} windows of {n_ctx} "
+          f"(from window {a.skip})")
     for name in rnames:
         for d in depths:
             kl = np.concatenate(acc[("round", name, d, "kl")])
