@@ -28,7 +28,8 @@ all-reduced together before their norms) in the gemma4 launch, within
 G4_REL. Issue 48's widths at 3 ranks in a launch of their own: llamas whose
 FFN leaves the last rank none (Q8_0, 2 blocks) or a short share (F16, 5 units
 of 8: 2, 2, 1), each refused before; the mutant tp_short_offset (models/tp.c's
-copy: the short rank's columns one unit early) on the F16 one. Two sequences: chunked prefill, decode steps of both, a last step's
+copy: the short rank's columns one unit early) on the F16 one.
+Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
