@@ -7,7 +7,7 @@
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
 # ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*, dnk_*),
-# backend/gpu_tp.c and backend/tp_kv.c (tp_*), backend/gpu_moe.c (tp_moe_*),
+# backend/gpu_tp.c, backend/tp_kv.c and models/tp.c (tp_*), backend/gpu_moe.c (tp_moe_*),
 # backend/gpu.c (g4_*) and kvcache/kvcache.c (w_*: the whole file, linked in
 # place of the library's). The copy's entry points
 # get the mutant's name as a suffix (prefill_attn_emu_NAME, decode_attn_emu_NAME,
