@@ -449,6 +449,9 @@ static int ffn_dense(const struct gpu_pass *p, int64_t l, int64_t row0)
     float *x = g->x + row0 * e;
     const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE];
     bool gelu = hp->ffn_act == MODEL_ACT_GELU_TANH;
+    if (ff == 0) /* a tensor-parallel rank's empty share (models/tp.c): its part zeros */
+        return add_product(g, &L->mat[LAYER_FFN_DOWN], g->h16, ff, rows, x,
+                           L->vec[LAYER_FFN_POST_NORM], NULL);
     int st = norm_rows(g, x, rows, L->vec[LAYER_FFN_NORM]);
     if (st != IG_OK)
         return st;

@@ -454,7 +454,9 @@ void IG_DEV(gpu_tp_free)(struct gpu_backend *g);
 int IG_DEV(gpu_tp_device)(int first, int n_devices, int *ranks_here);
 
 /* A residual product of a rank (add_product's, wo and down): its partial
- * sum, x's rows once in it (rank 0's beta), left for gpu_tp_reduce. */
+ * sum, x's rows once in it (rank 0's beta), left for gpu_tp_reduce; w
+ * without parts (an empty share: no columns) runs no product, its part
+ * zeros. */
 int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
                            const uint16_t *in, int64_t ld_in, int64_t rows, float *x,
                            const float *post_norm);

@@ -134,6 +134,7 @@ static int shared_expert(struct gpu_backend *g, const struct gpu_layer *L, int64
     int64_t e = g->m->hp.n_embd, ff = g->m->layers[l].n_ff_shexp; /* (a rank's columns) */
     const struct gpu_matrix *gu = &L->mat[LAYER_FFN_GATE_SHEXP];
     int st;
+    IG_ASSERT(ff > 0); /* an empty share's adds nothing: not called */
     if (IG_DEV(gpu_matmul_glu_ok)(g, gu, rows))
         st = IG_DEV(gpu_matmul_glu)(g, gu, g->xn, e, rows, GK_GLU_SILU, g->h16, ff);
     else if ((st = IG_DEV(gpu_matmul)(g, gu, g->xn, e, rows, g->gu, 2 * ff, 0.0f)) == IG_OK)
@@ -156,6 +157,8 @@ static int dense_beside(struct gpu_backend *g, const struct gpu_layer *L, int64_
     bool ready = g->xn_of == norm && first;
     g->xn_of = NULL;
     g->xq_ready &= ready;
+    if (ff == 0) /* a tensor-parallel rank's empty share (models/tp.c): zeros to the sum */
+        return IG_DEV(dev_memset)(g->dev, mlp, 0, (size_t)(rows * e) * sizeof *mlp);
     int st = ready ? IG_OK
                    : IG_DEV(gk_rmsnorm)(x, e, norm, rows, e, (float)g->m->hp.norm_eps, g->xn,
                                         g->stream);
@@ -203,6 +206,9 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     int64_t pairs = rows * k;
     float *x = g->x + row0 * e, eps = (float)hp->norm_eps;
     bool beside = hp->has_moe_mlp; /* gemma4 */
+    /* qwen35moe's shared expert, where this rank holds columns of it (models/tp.c:
+     * an empty share adds nothing) */
+    bool shexp = hp->has_moe_shexp && ML->n_ff_shexp > 0;
     const float *norm = L->vec[beside ? LAYER_FFN_PRE_NORM_2 : LAYER_FFN_NORM];
     const struct gpu_matrix *gate = &L->mat[LAYER_FFN_GATE_EXPS], *up = &L->mat[LAYER_FFN_UP_EXPS],
                             *down = &L->mat[LAYER_FFN_DOWN_EXPS];
@@ -268,7 +274,7 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
     struct gk_moe_part mine = {part ? b->sel : NULL, e0, n_local};
     bool keep = !g->tp || beside || IG_DEV(gpu_tp_partial_rows)(g, x, rows);
     if ((st = IG_DEV(gk_moe_route)(&rp, g->stream)) || (st = IG_DEV(gk_moe_sort)(&sp, g->stream)) ||
-        (hp->has_moe_shexp && (st = shared_expert(g, L, l, rows))) ||
+        (shexp && (st = shared_expert(g, L, l, rows))) ||
         (st = expert_product(g, &gu, mma)) || (st = expert_product(g, &dp, mma)) ||
         ((beside || !keep) && (st = IG_DEV(dev_memset)(g->dev, sum, 0, (size_t)(rows * e) * 4))) ||
         (st = IG_DEV(gk_moe_combine)(sum, e, b->y, e, b->wts, mine, rows, k, e, g->stream)) ||
@@ -276,6 +282,8 @@ int IG_DEV(gpu_ffn_moe)(struct gpu_backend *g, int64_t l, int64_t row0, int64_t 
         return st;
     b->mma_layers += mma;
     /* x += the shared expert's weight times its output: one slot a row */
+    if (hp->has_moe_shexp && !shexp)
+        return IG_OK; /* an empty share of the shared expert: nothing to add */
     return hp->has_moe_shexp
                ? IG_DEV(gk_moe_combine)(x, e, b->shexp_y, e, b->shexp_w, (struct gk_moe_part){0},
                                         rows, 1, e, g->stream)

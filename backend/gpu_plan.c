@@ -180,9 +180,12 @@ static void each_matrix(const struct model *m, enum backend_gpu_weights mode, bo
             continue;
         const struct model_weight *ws[GPU_PLAN_MAX_PARTS];
         int n = gpu_plan_group(&it, group);
-        for (int i = 0; i < n; i++)
+        int64_t elems = 0;
+        for (int i = 0; i < n; i++) {
             ws[i] = group[i].w;
-        if (n)
+            elems += ws[i]->n_expert * ws[i]->rows * ws[i]->cols;
+        }
+        if (elems) /* (none: a tensor-parallel rank's empty share, not uploaded) */
             f(ctx, parts, gpu_plan_parts(ws, n, mode, parts), ws[0]->cols, &it);
     }
 }

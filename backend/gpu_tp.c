@@ -176,6 +176,9 @@ int IG_DEV(gpu_tp_partial)(struct gpu_backend *g, const struct gpu_matrix *w,
     t->x = x;
     t->post_norm = post_norm;
     t->rows = rows;
+    if (w->n_parts == 0) /* an empty share (models/tp.c: no columns): x alone, or zeros */
+        return beta == 1.0f ? IG_OK
+                            : IG_DEV(dev_memset)(g->dev, dst, 0, (size_t)(rows * e) * sizeof *dst);
     return IG_DEV(gpu_matmul)(g, w, in, ld_in, rows, dst, e, beta);
 }
 

@@ -188,11 +188,12 @@ static int put_group(struct gpu_backend *g, const struct model_tensor_it *at,
     }
     if (gpu_plan_f32_matrix(at->t)) /* alone in its group */
         return put_router(g, ws[0], vec, seeds[0]);
+    if (!len) /* a tensor-parallel rank's none (TENSOR_SPLIT_ONCE: gpt-oss's wo bias on
+                 rank 0 alone; an FFN's empty share, models/tp.c): NULL or a matrix of
+                 no parts, which the forward skips (no empty allocation or launch) */
+        return IG_OK;
     if (at->t->kind == TENSOR_MATRIX)
         return put_matrix(g, mat, ws, n, seeds, staging);
-    if (!len) /* a tensor-parallel rank's none (TENSOR_SPLIT_ONCE: gpt-oss's wo bias
-                 on rank 0 alone): NULL, which the forward skips */
-        return IG_OK;
     /* norms near 1, biases near 0 for a shapes-only model */
     float center = at->t->kind == TENSOR_NORM ? 1.0f : 0.0f;
     int st = IG_DEV(gpu_alloc)(g, (size_t)len * 4, vec, &g->weight_bytes);

@@ -1,6 +1,7 @@
 /* cli/info_tp.c: `ignite info --tp N`: what each tensor-parallel rank holds
- * of the model (models/tp.h): its query and KV heads, FFN columns (or
- * experts) and vocabulary rows (the first attention layer's, and whether every layer
+ * of the model (models/tp.h): its query and KV heads, FFN columns ("none"
+ * in an empty share) or experts (and the dense FFN's columns beside them)
+ * and vocabulary rows (the first attention layer's, and whether every layer
  * splits as the first of its kind), the bytes
  * of weights it reads, of its rows of Gemma 4's per-layer embedding table,
  * its KV cache per token and a gated DeltaNet's state per sequence (its
@@ -77,6 +78,7 @@ static int64_t first_layer(const struct model *m, enum layer_mixer mixer)
 struct rank_row {
     struct model_tp_part p;
     bool replicated, alike;
+    bool beside; /* the first attention layer has a dense FFN beside its experts */
     bool dn_replicated; /* its DeltaNet key heads replicated (fewer than ranks) */
     int64_t la, ld;     /* the first attention layer and DeltaNet layer (-1: none): what
                            the heads reported are */
@@ -107,11 +109,26 @@ static int cuda_bytes(const struct model *m, struct rank_row *w)
     return IG_OK;
 }
 
+/* [first, last] of n things from first; [] where n is 0 (an empty share). */
 static void add_range(cJSON *o, const char *name, int64_t first, int64_t n)
 {
     cJSON *a = cJSON_AddArrayToObject(o, name);
+    if (n == 0)
+        return;
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)first));
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)(first + n - 1)));
+}
+
+/* "first-last (n)" of n columns from first, or "none" (an empty share:
+ * models/tp.c gives a rank none where the units are fewer than the ranks). */
+static const char *cols_text(char *buf, size_t size, int64_t first, int64_t n)
+{
+    if (n == 0)
+        snprintf(buf, size, "none");
+    else
+        snprintf(buf, size, "%lld-%lld (%lld)", (long long)first, (long long)(first + n - 1),
+                 (long long)n);
+    return buf;
 }
 
 static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
@@ -122,19 +139,24 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
         const struct model_tp_layer *s = &rows[r].p.layers[rows[r].la < 0 ? 0 : rows[r].la];
         const struct model_tp_layer *d = &rows[r].p.layers[rows[r].ld < 0 ? 0 : rows[r].ld];
         bool experts = s->n_e > 0;
+        char share[64];
+        if (experts)
+            snprintf(share, sizeof share, "%lld-%lld", (long long)s->e0,
+                     (long long)(s->e0 + s->n_e - 1));
+        else
+            cols_text(share, sizeof share, s->ff0, s->n_ff);
         printf("  rank %-3d      query heads %lld-%lld, KV heads %lld-%lld%s, %s "
-               "%lld-%lld, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
+               "%s, vocabulary %lld-%lld%s; weights %.1f MiB; KV %lld bytes/token f32\n",
                r, (long long)s->q0, (long long)(s->q0 + s->n_q - 1), (long long)s->kv0,
                (long long)(s->kv0 + s->n_kv - 1), rows[r].replicated ? " (replicated)" : "",
-               experts ? "experts" : "FFN columns", (long long)(experts ? s->e0 : s->ff0),
-               (long long)(experts ? s->e0 + s->n_e - 1 : s->ff0 + s->n_ff - 1),
+               experts ? "experts" : "FFN columns", share,
                (long long)rows[r].p.v0,
                (long long)(rows[r].p.v0 + rows[r].p.n_v - 1),
                rows[r].alike ? "" : " (the first layer; others differ)",
                (double)rows[r].weight_bytes / 1048576.0, (long long)rows[r].kv_bytes);
-        if (s->n_mf)
-            printf("                dense FFN beside the experts: columns %lld-%lld\n",
-                   (long long)s->mf0, (long long)(s->mf0 + s->n_mf - 1));
+        if (experts && rows[r].beside)
+            printf("                dense FFN beside the experts: columns %s\n",
+                   cols_text(share, sizeof share, s->mf0, s->n_mf));
         if (rows[r].ple_bytes)
             printf("                per-layer embedding table: vocabulary rows %lld-%lld, "
                    "%.1f MiB\n", (long long)rows[r].p.v0,
@@ -165,8 +187,11 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
         cJSON_AddBoolToObject(e, "kv_replicated", rows[r].replicated);
         if (s->n_e)
             add_range(e, "experts", s->e0, s->n_e);
-        if (!s->n_e || s->n_mf) /* a dense FFN's, or the one beside the experts */
+        if (!s->n_e || rows[r].beside) { /* a dense FFN's, or the one beside the experts:
+                                            [] and width 0 where the rank holds none */
             add_range(e, "ffn_columns", s->n_e ? s->mf0 : s->ff0, s->n_e ? s->n_mf : s->n_ff);
+            cJSON_AddNumberToObject(e, "ffn_width", (double)(s->n_e ? s->n_mf : s->n_ff));
+        }
         add_range(e, "vocab_rows", rows[r].p.v0, rows[r].p.n_v);
         cJSON_AddBoolToObject(e, "layers_alike", rows[r].alike);
         cJSON_AddNumberToObject(e, "weight_bytes", (double)rows[r].weight_bytes);
@@ -223,6 +248,8 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
         w->ld = first_layer(m, LAYER_MIXER_DELTANET);
         w->replicated = w->la >= 0 && m->layers[w->la].n_head_kv < n_ranks;
         w->dn_replicated = m->hp.has_deltanet && m->hp.dn_k_heads < n_ranks;
+        const struct model_layer *F = &m->layers[w->la < 0 ? 0 : w->la];
+        w->beside = F->ffn == LAYER_FFN_MOE && (F->n_ff_shexp || F->n_ff_mlp);
         w->alike = layers_alike(m, &w->p);
         w->weight_bytes = model_tp_part_bytes(m, &w->p);
         if (m->hp.has_ple) {

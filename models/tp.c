@@ -57,12 +57,17 @@ static int group_share(int64_t kv, int64_t gs, int64_t unit, int64_t il, const c
     return IG_OK;
 }
 
-/* The attention's share: query heads with the KV heads they read. */
+/* The attention's share: query heads with the KV heads they read, KV heads
+ * in units whose query heads' wo columns are whole blocks of its type (Q4_K's
+ * 256 are four heads of 64) where there are enough of those units. */
 static int attention_share(const struct model_layer *L, int64_t il, int rank, int n_ranks,
                            struct model_tp_layer *s)
 {
-    int64_t gs = L->n_head / L->n_head_kv, g0, n_g;
-    int st = group_share(L->n_head_kv, gs, 1, il, "KV head", "query heads", rank, n_ranks,
+    int64_t gs = L->n_head / L->n_head_kv, g0, n_g, unit = 1;
+    int64_t b = quant_traits_of(L->w[LAYER_WO].type)->block_elems;
+    while (unit * gs * L->head_dim % b)
+        unit++;
+    int st = group_share(L->n_head_kv, gs, unit, il, "KV head", "query heads", rank, n_ranks,
                          &s->kv0, &s->n_kv, &g0, &n_g);
     s->q0 = s->kv0 * gs + g0;
     s->n_q = s->n_kv * n_g;
@@ -137,31 +142,37 @@ static int deltanet_share(const struct model_layer *L, int64_t il, int rank, int
     for (int64_t i = 0; i < n && st == IG_OK; i++)
         if (segs[i].at % b || segs[i].n % b)
             st = ig_error(IG_E_USAGE, "--tp %d: layer %lld's DeltaNet output (%s, blocks of "
-                          "%lld) cannot split at rank %d's value heads (columns %lld..%lld)",
+                          "%lld) cannot split at rank %d's value heads (columns %lld..%lld; a "
+                          "rank holds whole heads, and a block's columns are one rank's)",
                           n_ranks, (long long)il, quant_type_name(o->type), (long long)b, rank,
                           (long long)segs[i].at, (long long)(segs[i].at + segs[i].n - 1));
     free(segs);
     return st;
 }
 
-/* A dense FFN's share of layer L: of its width columns, whole blocks of its
- * down projection (role `down`) as evenly as they go ([*ff0, + *n_ff));
- * `what` names it in the refusal where the blocks are fewer than ranks. */
-static int ff_share(const struct model_layer *L, int64_t il, int64_t width,
-                    enum layer_role down, const char *what, int rank, int n_ranks,
-                    int64_t *ff0, int64_t *n_ff)
+/* Columns of a column split of a weight of `type` that stay together: its
+ * blocks (32 or 256 columns quantized), and for float types 8, the CUDA
+ * kernels' multiple (backend/gpu.c's check), so a part runs on either
+ * backend alike; 1 where the width itself is no multiple of 8 (the CUDA
+ * backend refuses such a model whole). */
+static int64_t col_unit(enum quant_type type, int64_t width)
 {
-    enum quant_type type = L->w[down].type;
-    int64_t bd = quant_traits_of(type)->block_elems, units = width / bd;
-    if (units < n_ranks)
-        return ig_error(IG_E_USAGE, "--tp %d: layer %lld's %s of %lld columns has %lld "
-                        "blocks of %lld (%s), fewer than the ranks", n_ranks, (long long)il,
-                        what, (long long)width, (long long)units, (long long)bd,
-                        quant_type_name(type));
-    even(units, rank, n_ranks, ff0, n_ff);
-    *ff0 *= bd;
-    *n_ff *= bd;
-    return IG_OK;
+    int64_t b = quant_traits_of(type)->block_elems;
+    return b == 1 && width % MODEL_TP_FLOAT_UNIT == 0 ? MODEL_TP_FLOAT_UNIT : b;
+}
+
+/* A dense FFN's share of layer L: of its width columns, whole units of its
+ * down projection (role `down`, col_unit) as evenly as they go ([*ff0,
+ * + *n_ff)): uneven where they do not divide, and a rank past the last unit
+ * (fewer units than ranks) holds none (n_ff 0: it adds zeros to the
+ * reduce, running no product). */
+static void ff_share(const struct model_layer *L, int64_t width, enum layer_role down, int rank,
+                     int n_ranks, int64_t *ff0, int64_t *n_ff)
+{
+    int64_t u = col_unit(L->w[down].type, width);
+    even(width / u, rank, n_ranks, ff0, n_ff);
+    *ff0 *= u;
+    *n_ff *= u;
 }
 
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out)
@@ -205,7 +216,8 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
         if (!rec && ((s->q0 * L->head_dim) % bo || (s->n_q * L->head_dim) % bo)) {
             model_tp_part_free(out);
             return ig_error(IG_E_USAGE, "--tp %d: layer %lld's attention output (%s, blocks of "
-                            "%lld) cannot split at rank %d's heads %lld..%lld of %lld values",
+                            "%lld) cannot split at rank %d's heads %lld..%lld of %lld values "
+                            "(a rank holds whole heads, and a block's columns are one rank's)",
                             n_ranks, (long long)il, quant_type_name(L->w[LAYER_WO].type),
                             (long long)bo, rank, (long long)s->q0,
                             (long long)(s->q0 + s->n_q - 1), (long long)L->head_dim);
@@ -214,26 +226,20 @@ int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_
             if (L->n_expert < n_ranks) {
                 model_tp_part_free(out);
                 return ig_error(IG_E_USAGE, "--tp %d: layer %lld has %lld experts, fewer than "
-                                "the ranks", n_ranks, (long long)il, (long long)L->n_expert);
+                                "the ranks (a rank holds whole experts, at least one)",
+                                n_ranks, (long long)il, (long long)L->n_expert);
             }
             even(L->n_expert, rank, n_ranks, &s->e0, &s->n_e);
             s->ff0 = 0;
             s->n_ff = L->n_ff;
             /* the dense FFN beside them by its columns, as a dense layer's */
             bool shexp = L->n_ff_shexp > 0;
-            st = L->n_ff_mlp || shexp
-                     ? ff_share(L, il, shexp ? L->n_ff_shexp : L->n_ff_mlp,
-                                shexp ? LAYER_FFN_DOWN_SHEXP : LAYER_FFN_DOWN,
-                                shexp ? "shared expert" : "dense MLP", rank, n_ranks, &s->mf0,
-                                &s->n_mf)
-                     : IG_OK;
+            if (L->n_ff_mlp || shexp)
+                ff_share(L, shexp ? L->n_ff_shexp : L->n_ff_mlp,
+                         shexp ? LAYER_FFN_DOWN_SHEXP : LAYER_FFN_DOWN, rank, n_ranks, &s->mf0,
+                         &s->n_mf);
         } else {
-            st = ff_share(L, il, L->n_ff, LAYER_FFN_DOWN, "FFN", rank, n_ranks, &s->ff0,
-                          &s->n_ff);
-        }
-        if (st != IG_OK) {
-            model_tp_part_free(out);
-            return st;
+            ff_share(L, L->n_ff, LAYER_FFN_DOWN, rank, n_ranks, &s->ff0, &s->n_ff);
         }
     }
     return IG_OK;
@@ -290,11 +296,12 @@ static void dim_range(const struct model_layer *L, const struct model_tp_layer *
     }
 }
 
-/* w's rows [r0, r0 + n): a view into the same memory. */
+/* w's rows [r0, r0 + n): a view into the same memory (none: data NULL, an
+ * empty share that nothing reads). */
 static struct model_weight rows_of(const struct model_weight *w, int64_t r0, int64_t n)
 {
     struct model_weight v = *w;
-    v.data = w->data ? (const char *)w->data + (size_t)r0 * w->row_bytes : NULL;
+    v.data = w->data && n ? (const char *)w->data + (size_t)r0 * w->row_bytes : NULL;
     v.rows = n;
     return v;
 }
@@ -331,13 +338,14 @@ static size_t cols_bytes(const struct model_weight *w, int64_t n)
 }
 
 /* w's columns [c0, c0 + n) of every row, copied into *copy (owned by the
- * caller); copy NULL: the shape alone (data NULL). */
+ * caller); copy NULL, or no columns (an empty share): the shape alone (data
+ * NULL). */
 static int cols_of(const struct model_weight *w, int64_t c0, int64_t n, struct model_weight *out,
                    void **copy)
 {
     size_t rb = cols_bytes(w, n), skip = quant_row_bytes(w->type, c0);
-    IG_ASSERT(rb > 0 && (c0 == 0 || skip > 0));
-    if (!copy) {
+    IG_ASSERT((rb > 0 || n == 0) && (c0 == 0 || skip > 0));
+    if (!copy || n == 0) {
         *out = *w;
         out->data = NULL;
         out->cols = n;

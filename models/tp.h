@@ -12,9 +12,13 @@
  * A rank holds whole query heads with the KV heads they read: KV heads are
  * split where there are at least as many as ranks (query heads follow
  * their KV head), else each KV head is replicated on the ranks that share
- * its query heads. Heads, FFN columns (in whole blocks of the down
- * projection's type) and vocabulary rows that do not divide are split as
- * evenly as they go, lower ranks taking one more.
+ * its query heads (KV heads in units whose wo columns are whole blocks of
+ * its type, where there are enough). Heads, FFN columns (in whole units of
+ * the down projection's type: its blocks, a float type's
+ * MODEL_TP_FLOAT_UNIT) and vocabulary rows that do not divide are split as
+ * evenly as they go, lower ranks taking one more; where an FFN has fewer
+ * units than ranks, the last ranks hold none of it (n_ff 0, its weights
+ * empty: data NULL): such a rank's FFN adds zeros to the reduce.
  *
  * A gated DeltaNet layer splits the same way by its heads: a rank's value
  * heads with the key heads they read (replicated where fewer than ranks),
@@ -49,6 +53,10 @@
 /* Most ranks a job may have (sizes of per-rank arrays in messages). */
 #define MODEL_TP_MAX_RANKS 256
 
+/* A float weight's column split in units of this many columns: the CUDA
+ * kernels' multiple of 8 (a quantized one's are its blocks). */
+#define MODEL_TP_FLOAT_UNIT 8
+
 /* One rank's share of one layer. */
 struct model_tp_layer {
     int64_t q0, n_q;   /* query heads [q0, q0 + n_q) */
@@ -74,8 +82,9 @@ struct model_tp_part {
 
 /* Rank `rank`'s share of m over n_ranks ranks. IG_OK, or IG_E_USAGE after
  * one line where m cannot split so (more ranks than KV groups' query
- * heads, a column split off its type's blocks, fewer experts than ranks),
- * IG_E_NOMEM. Free with model_tp_part_free. */
+ * heads, wo's or a DeltaNet output's columns off its type's blocks at a
+ * rank's whole heads, fewer experts than ranks), IG_E_NOMEM. Free with
+ * model_tp_part_free. */
 int model_tp_part(const struct model *m, int rank, int n_ranks, struct model_tp_part *out);
 void model_tp_part_free(struct model_tp_part *p);
 

@@ -7,7 +7,7 @@
 # can be planted in any of them; wg_*, ws_* and the unprefixed ones), the decode
 # attention (decode/decode_attn.cu: dec_*), ops/gpu_moe.cu (moe_*),
 # ops/gpu_deltanet.cu (dn_*), ops/gpu_deltanet_chunk.cu (dnc_*, dnk_*),
-# backend/gpu_tp.c, backend/tp_kv.c and backend/gpu_reduce_nccl.c (tp_*),
+# backend/gpu_tp.c, backend/tp_kv.c, backend/gpu_reduce_nccl.c and models/tp.c (tp_*),
 # backend/gpu_moe.c (tp_moe_*),
 # backend/gpu.c (g4_*) and kvcache/kvcache.c (w_*: the whole file, linked in
 # place of the library's). The copy's entry points
@@ -181,6 +181,9 @@ elseif(MUTANT STREQUAL "tp_embed_no_sum") # IN=backend/gpu_tp.c: the embedded ro
 elseif(MUTANT STREQUAL "tp_ple_no_sum") # IN=backend/gpu_tp.c: Gemma 4's table rows not summed
   set(from "return g->tp->red->sum(g->tp->red, rows, n * hp->n_layer * hp->n_embd_per_layer, g->stream);")
   set(to "(void)rows, (void)n, (void)hp; /* mutant: the per-layer table rows not summed */\n    return IG_OK;")
+elseif(MUTANT STREQUAL "tp_short_offset") # IN=models/tp.c (tests/tp/test_tp_gpu.py, 3 ranks)
+  set(from "    *ff0 *= u;\n")
+  set(to "    *ff0 = (*ff0 - (*n_ff && rank >= width / u % n_ranks && width / u % n_ranks)) * u; /* mutant: a short share one unit early */\n")
 elseif(MUTANT STREQUAL "tp_kv_other_heads") # IN=backend/tp_kv.c (tests/tp/test_tp_gpu.py, q8_0)
   set(from "heads_move(r, i, false, false, src, r->ids, 0, nb, r->buf, true);")
   set(to "heads_move(r, n - 1 - i, false, false, src, r->ids, 0, nb, r->buf, true); /* mutant: a rank gets another rank's head rows */")

@@ -318,9 +318,13 @@ def info():
 
 def unsplit(tmp):
     """A dense FFN beside the experts splits by its columns (qwen35moe's shared
-    expert of 512, Gemma 4's MLP of 512: `info --tp 3 --json`'s ffn_columns beside
-    the experts; test_tp_logits.py runs them); a DeltaNet output that does not
-    split on its blocks is refused in one line, exit 2."""
+    expert of 512, Gemma 4's MLP of 512, F16: `info --tp 3 --json`'s ffn_columns
+    beside the experts, in units of 8; test_tp_logits.py runs them); widths with
+    fewer units than ranks (issue 48, refused before): a shared expert of 64 in
+    Q8_0 and a llama's Q4_K FFN of 512, 2 blocks each, at 3 ranks 1, 1 and none
+    (ffn_columns [], ffn_width 0, CUDA bytes still; the text's "none"), the
+    llama's 16 heads of 64 in units of 4 (wo's Q4_K blocks): 8, 4, 4; a DeltaNet
+    output that does not split on its blocks is refused in one line, exit 2."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
@@ -333,9 +337,40 @@ def unsplit(tmp):
         parts = json.loads(r.stdout).get("tensor_parallel", {}).get("parts", []) \
             if r.returncode == 0 else []
         got = [(p.get("experts"), p.get("ffn_columns")) for p in parts]
-        want = list(zip(experts, [[0, 170], [171, 341], [342, 511]]))
+        want = list(zip(experts, [[0, 175], [176, 343], [344, 511]]))
         check(got == want, f"{arch} info --tp 3 --json: experts and the columns beside them "
               f"{got}, expected {want}: exit {r.returncode}: {r.stderr[-300:]}")
+    random_gguf.qwen35.MOE_SHAPES["tpw"] = dict(random_gguf.qwen35.MOE_SHAPES["tiny"],
+                                                ff_shexp=64)
+    shexp = os.path.join(tmp, "qwen35moe_shexp64.gguf")
+    random_gguf.write(shexp, "tpw", "Q8_0", 1, "qwen35moe")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+    from archgen import QT, write_model
+    llama = os.path.join(tmp, "llama_q4k_ff512.gguf")
+    write_model(llama, "llama", seed=1, n_head=16, n_head_kv=16, head_dim=64, n_embd=256,
+                n_ff=512, mat=QT.Q4_K)
+    for path, heads, cols in ((shexp, None, [[0, 31], [32, 63], []]),
+                              (llama, [[0, 7], [8, 11], [12, 15]], [[0, 255], [256, 511], []])):
+        name = os.path.basename(path)
+        r = subprocess.run([IGNITE, "info", "-m", path, "--tp", "3", "--json"],
+                           capture_output=True, env=sanitizer_env(), text=True, timeout=LIMIT)
+        parts = json.loads(r.stdout).get("tensor_parallel", {}).get("parts", []) \
+            if r.returncode == 0 else []
+        got = [p.get("ffn_columns") for p in parts]
+        widths = [p.get("ffn_width") for p in parts]
+        check(got == cols and widths == [c and c[1] - c[0] + 1 or 0 for c in cols]
+              and all(p.get("cuda_weight_bytes") for p in parts),
+              f"{name} info --tp 3 --json: columns {got}, widths {widths}, expected {cols}: "
+              f"exit {r.returncode}: {r.stderr[-300:]}")
+        check(heads is None or [p["query_heads"] for p in parts] == heads,
+              f"{name} info --tp 3 --json: query heads {[p.get('query_heads') for p in parts]}"
+              f", expected {heads}")
+        t = subprocess.run([IGNITE, "info", "-m", path, "--tp", "3"], capture_output=True,
+                           env=sanitizer_env(), text=True, timeout=LIMIT)
+        ranks = [ln for ln in t.stdout.splitlines() if "rank " in ln or "beside" in ln]
+        check(t.returncode == 0 and "columns none" in t.stdout
+              and sum("none" in ln for ln in ranks) == 1,
+              f"{name} info --tp 3: exit {t.returncode}: {t.stdout[-600:]}{t.stderr[-300:]}")
     # a DeltaNet whose value heads' ssm_out columns are not whole blocks at the ranks'
     # split: qwen35 tiny's heads of 64 in Q4_K's blocks of 256 (2 key heads: no units of 4)
     path = os.path.join(tmp, "qwen35q4k.gguf")

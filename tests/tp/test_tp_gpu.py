@@ -20,11 +20,16 @@ random_gguf.py's qwen3moe (Q8_0) and gpt-oss (F16: sinks, biases, the
 clamped SwiGLU) tiny files, 8 experts of which 2 a row: each rank routes over
 all 8 and runs the pairs of its 4 (backend/gpu_moe.c), the sum in the
 all-reduce, within MOE_REL. A dense FFN beside the experts, split by its
-columns: random_gguf.py's qwen35moe emu (a shared expert of 128, its gated
-partial output in the experts' partial sum) in the first launch, within
-Q35_REL; gemma4's moe-emu (a dense MLP of 256, its output and the experts'
-sum all-reduced together before their norms) in the gemma4 launch, within
-G4_REL. Two sequences: chunked prefill, decode steps of both, a last step's
+columns: random_gguf.py's qwen35moe emu (a shared expert, here 24 wide: 16
+and 8 columns, issue 48's short share, its gated partial output in the
+experts' partial sum) in the first launch, within Q35_REL; gemma4's moe-emu
+(a dense MLP, here 24 wide: 16 and 8, its output and the experts' sum
+all-reduced together before their norms) in the gemma4 launch, within
+G4_REL. Issue 48's widths at 3 ranks in a launch of their own: llamas whose
+FFN leaves the last rank none (Q8_0, 2 blocks) or a short share (F16, 5 units
+of 8: 2, 2, 1), each refused before; the mutant tp_short_offset (models/tp.c's
+copy: the short rank's columns one unit early) on the F16 one.
+Two sequences: chunked prefill, decode steps of both, a last step's
 greedy tokens from the backend. Every row's logits within REL of one
 process's (max |tp - one| / max |one|: the ranks' sums meet in another
 order, and the residual's f16 copies may round apart), the greedy tokens
@@ -102,8 +107,8 @@ def check(cond, what):
     return cond
 
 
-def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=()):
-    """exe at 2 ranks on each model (with alone: rank 0 by itself first;
+def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), n=2):
+    """exe at n ranks on each model (with alone: rank 0 by itself first;
     extra: more options, -k TYPE -x); the run and its greedy tokens by label
     ("0", "0 one", ...). The mixtures of experts (MOE_IDS): their weights as
     f16, their attention on the mma.sync kernel m64w4 (the emulated
@@ -117,7 +122,7 @@ def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=()):
         argv += ["-m", m]
     argv.append(ids)
     env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | env
-    r = mpi(mpirun, 2, argv, env=env, text=True)
+    r = mpi(mpirun, n, argv, env=env, text=True)
     toks = {}
     for line in r.stdout.splitlines() if r.returncode == 0 else []:
         if line.startswith("greedy "):
@@ -132,7 +137,8 @@ def worst_error(f1, fn, n_vocab):
     if a.shape != b.shape:
         return float("inf"), a, b
     rel = [float(np.max(np.abs(a[i] - b[i])) / np.max(np.abs(a[i]))) for i in range(len(a))]
-    return max(rel), a, b
+    # a NaN row is the worst (max() would pass over it: NaN compares false)
+    return max(r if np.isfinite(r) else float("inf") for r in rel), a, b
 
 
 def tokens_match(name, a, t1, tn):
@@ -179,6 +185,27 @@ def check_q8(run, tmp, n_vocab):
           f"greedy {toks['0']}", file=sys.stderr)
 
 
+def widths(tmp):
+    """Issue 48's files: widths that leave a rank at 3 a short or an empty share
+    (models/tp.c: whole units, a float type's 8, uneven), each refused before: a
+    llama whose Q8_0 FFN of 64 is 2 blocks (32, 32, none: the last rank's FFN adds
+    zeros, no product), one whose F16 FFN of 40 is 5 units of 8 (16, 16, 8: the
+    short rank's columns 32..39). (qwen35moe's shared expert and Gemma 4's MLP: the
+    first launch's and the gemma4 launch's, 24 wide: 16 and 8 at 2 ranks.) Paths and
+    (name, vocabulary, bound): the F16 llama's products are f16 and sum in another
+    order over the ranks (measured 4.9e-4 at 2 ranks, where its shares are whole,
+    5.3e-4 at 3)."""
+    paths, names = [], []
+    for i, (name, kw, rel) in enumerate((
+            ("llama Q8_0 FFN of 64 at 3 ranks: 32, 32, none", dict(n_ff=64), REL),
+            ("llama F16 FFN of 40 at 3 ranks: 16, 16, 8", dict(n_ff=40, mat=QT.F16), Q35_REL))):
+        paths.append(os.path.join(tmp, f"w{i}.gguf"))
+        write_model(paths[-1], arch="llama", seed=i + 11, n_vocab=48, n_head=6, n_head_kv=3,
+                    head_dim=64, n_embd=128, emb=QT.F16, **kw)
+        names.append((name, 48, rel))
+    return paths, names
+
+
 def main():
     dumper = sys.argv[1]
     moe = [a for a in sys.argv[2:] if a.endswith(".gguf")]
@@ -203,9 +230,12 @@ def main():
     paths.append(os.path.join(tmp, "q35.gguf"))  # in the same launch: ~2 s a process more
     random_gguf.write(paths[-1], "emu", "F16", 5, "qwen35")
     # qwen35moe: the qwen35 emu's layers with 4 experts beside a shared expert, whose
-    # columns split as a dense FFN's, added into the experts' partial sums
+    # columns split as a dense FFN's, added into the experts' partial sums; 24 wide (issue
+    # 48): 3 units of 8, 16 and 8 at 2 ranks (12 and 12, refused before)
+    random_gguf.qwen35.MOE_SHAPES["emu24"] = dict(random_gguf.qwen35.MOE_SHAPES["emu"],
+                                                  ff_shexp=24)
     paths.append(os.path.join(tmp, "q35moe.gguf"))
-    random_gguf.write(paths[-1], "emu", "F16", 5, "qwen35moe")
+    random_gguf.write(paths[-1], "emu24", "F16", 5, "qwen35moe")
     bounds = [(name, n_vocab, REL) for name, _ in models] + \
         [("qwen35 emu, gated DeltaNet and attention", Q35_VOCAB, Q35_REL),
          ("qwen35moe emu, shared expert", Q35_VOCAB, Q35_REL)]
@@ -228,14 +258,19 @@ def main():
     g4 = os.path.join(tmp, "g4.gguf")
     random_gguf.write(g4, "emu", "F16", 5, "gemma4")
     # Gemma 4's MoE in the same launch: its dense MLP's columns and the experts split, the
-    # two partial sums summed before their norms
+    # two partial sums summed before their norms; the MLP 24 wide (issue 48): 16 and 8
+    random_gguf.randgguf_gemma4.SHAPES["moe-emu24"] = dict(
+        random_gguf.randgguf_gemma4.SHAPES["moe-emu"], ff=24)
     g4moe = os.path.join(tmp, "g4moe.gguf")
-    random_gguf.write(g4moe, "moe-emu", "F16", 5, "gemma4")
+    random_gguf.write(g4moe, "moe-emu24", "F16", 5, "gemma4")
     lib = os.path.join(tmp, "no", "libnccl.so.2")
+    wpaths, wnames = widths(tmp)
 
     def mutant_case(exe):
         """(models, ids, reference logits, vocabulary, far) of a mutant."""
         name = os.path.basename(exe)
+        if "short" in name:  # the F16 FFN of 40: its short rank's columns
+            return wpaths[1:2], IDS, f"{tmp}/w1.one.f32", 48, FAR
         if "ple" in name:
             return [g4], G4_IDS, f"{tmp}/g0.one.f32", G4_VOCAB, G4_FAR
         if "mlp" in name:
@@ -259,7 +294,8 @@ def main():
         runs = [pool.submit(dump, mpirun, exe, mutant_case(exe)[0],
                             os.path.join(tmp, os.path.basename(exe)), ids=mutant_case(exe)[1],
                             extra=Q8_X if "_kv_" in exe else (),
-                            env=nccl_env if "nccl" in exe else None)
+                            env=nccl_env if "nccl" in exe else None,
+                            n=3 if "short" in exe else 2)
                 for exe in mutants]
         nccl = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "n"),
                            env=nccl_env) if standin else None
@@ -267,6 +303,8 @@ def main():
                                 env=nccl_env) for exe in uneven]
         p2p = pool.submit(mpi, mpirun, 2, [checker, standin], text=True) \
             if standin and checker else None
+        width_run = pool.submit(dump, mpirun, dumper, wpaths, os.path.join(tmp, "w"), alone=True,
+                             n=3)
         q8 = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "q"), alone=True,
                          extra=Q8_X)
         gemma4 = pool.submit(dump, mpirun, dumper, [g4, g4moe], os.path.join(tmp, "g"),
@@ -288,6 +326,18 @@ def main():
         print(f"{name}, 2 ranks: {len(a)} rows, largest relative error {err:.1e}, "
               f"greedy {toks[str(i)]}", file=sys.stderr)
     check_q8(q8.result(), tmp, n_vocab)
+    r, toks = width_run.result()
+    check(r.returncode == 0, f"uneven widths, 3 ranks failed: exit {r.returncode}: "
+          f"{r.stderr[-2000:]}")
+    for i, (name, nv, rel) in enumerate(wnames):
+        if not check(f"{i} one" in toks and f"{i}" in toks, f"{name}: no greedy tokens"):
+            continue
+        w = os.path.join(tmp, "w")
+        err, a, _ = worst_error(f"{w}{i}.one.f32", f"{w}{i}.f32", nv)
+        check(err <= rel, f"{name}: largest relative error {err:.2e} > {rel}")
+        tokens_match(name, a, toks[f"{i} one"], toks[f"{i}"])
+        print(f"{name}: {len(a)} rows, largest relative error {err:.1e}, greedy {toks[str(i)]}",
+              file=sys.stderr)
     r, toks = experts.result() if moe else (None, {})
     check(not moe or r.returncode == 0,
           f"mixtures of experts, 2 ranks failed: exit {r and r.returncode}: "

@@ -15,7 +15,10 @@ its gated attention, a prompt of 84 crossing the chunked form's chunk of 64; the
 weights as a Hugging Face folder, its value heads in the grouped order); a dense FFN
 beside the experts split by its columns: qwen35moe's shared expert (its sigmoid gate
 replicated) and Gemma 4's MLP (its output and the experts' sum all-reduced before
-their norms): 4.2 and 4.1 s at load 12.
+their norms): 4.2 and 4.1 s at load 12. Widths that leave a rank nothing (issue 48,
+refused before): a llama's Q4_K FFN of 512 (2 blocks: 1, 1 and none at 3 ranks) with
+16 heads of 64 in units of 4 (wo's blocks: 8, 4, 4), the shared expert and the MLP
+64 wide in Q8_0 (2 blocks: 1, 1, none).
 Each case
 prefills a prompt in chunks, then greedy steps (forward_dump); every step's
 logits within 1e-5 relative (max |tp - one| / max |one|) of one process's,
@@ -36,7 +39,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from archgen import write_model  # noqa: E402
+from archgen import QT, write_model  # noqa: E402
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
 import gguf  # noqa: E402
 from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
@@ -116,6 +119,12 @@ def main():
         ("gemma3 4 q / 1 kv, window 8", dict(arch="gemma3", n_head=4, n_head_kv=1, head_dim=32,
                                               n_embd=64, n_ff=96, n_layer=3,
                                               keys={"attention.sliding_window": (8, U32)})),
+        # uneven widths (issue 48): Q4_K's FFN of 512 is 2 blocks, at 3 ranks 1, 1 and
+        # none (the last rank's FFN adds zeros); its 16 heads of 64 in units of 4 (a
+        # block of wo's columns): 8, 4, 4 at 3 ranks (by heads, 6, 5, 5 would cut blocks)
+        ("llama Q4_K, FFN 2 blocks, 16 heads of 64",
+         dict(arch="llama", n_head=16, n_head_kv=16, head_dim=64, n_embd=256, n_ff=512,
+              mat=QT.Q4_K)),
     ]
     for i, (name, kw) in enumerate(syn):
         p = os.path.join(tmp, f"syn{i}.gguf")
@@ -158,12 +167,18 @@ def main():
     # a dense FFN beside the experts, by its columns as a dense FFN's: qwen35moe's shared
     # expert (its one-row sigmoid gate on every rank) beside 16 experts over DeltaNet layers;
     # Gemma 4's MLP beside 8 experts, the MLP's output and the experts' sum each normed
-    # before they are added (summed over the ranks first: one all-reduce of the two)
+    # before they are added (summed over the ranks first: one all-reduce of the two). Each
+    # 64 wide in Q8_0 (issue 48): 2 blocks, at 3 ranks 1, 1 and none (the last rank's
+    # shared expert adds nothing, its MLP zeros to the sum before the norms)
+    random_gguf.qwen35.MOE_SHAPES["tpw"] = dict(random_gguf.qwen35.MOE_SHAPES["tiny"],
+                                                ff_shexp=64)
     p = os.path.join(tmp, "qwen35moe.gguf")
-    random_gguf.write(p, "tiny", "F16", 3, "qwen35moe")
+    random_gguf.write(p, "tpw", "Q8_0", 3, "qwen35moe")
     cases.append(("qwen35moe shared expert", p, list(range(3, 1000, 12)), 16, 5))
+    random_gguf.randgguf_gemma4.SHAPES["moe-tpw"] = dict(
+        random_gguf.randgguf_gemma4.SHAPES["moe-tiny"], ff=64)
     p = os.path.join(tmp, "gemma4moe.gguf")
-    random_gguf.write(p, "moe-tiny", "F16", 3, "gemma4")
+    random_gguf.write(p, "moe-tpw", "Q8_0", 3, "gemma4")
     cases.append(("gemma4 MoE, dense MLP beside", p, list(range(4, 1024, 14)), 7, 5))
     for name, path, ids, chunk, greedy in cases:
         one = dump(mpirun, 1, dumper, path, ids, chunk, greedy, os.path.join(tmp, "one.f32"))
