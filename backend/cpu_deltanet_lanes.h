@@ -264,25 +264,30 @@ DN_FN void DN_NAME(gemm_acc)(float *restrict Y, int64_t ldy, const float *A, int
     }
 }
 
-/* One row t of head h by the recurrent step: S and o. */
+/* One row t of head h by the recurrent step: S and o, in two passes over
+ * S (64 KiB a head at head dim 128: 18 layers' states are past L2) where
+ * four took each row of S again: the decay and S^T k row by row, then the
+ * update and S^T q. Each element's operations are those of the four passes
+ * (the sums i ascending): the same bits. */
 DN_TARGET static void DN_NAME(step_row)(const struct dn_job *j, float *S, int64_t t, int64_t h,
                                         float *kv)
 {
     int64_t D = j->D, kh = key_head(j, h);
     const float *q = QROW(j, t, kh), *k = KROW(j, t, kh), *v = VROW(j, t, h);
     float decay = expf(j->g[t * j->Hv + h]), beta = j->beta[t * j->Hv + h];
-    DN_NAME(scale)(S, decay, D * D);
-    memset(kv, 0, (size_t)D * sizeof *kv); /* S^T k */
-    for (int64_t i = 0; i < D; i++)
+    memset(kv, 0, (size_t)D * sizeof *kv); /* S^T k, S decayed */
+    for (int64_t i = 0; i < D; i++) {
+        DN_NAME(scale)(S + i * D, decay, D);
         DN_NAME(axpy)(kv, k[i], S + i * D, D);
+    }
     for (int64_t c = 0; c < D; c++)
         kv[c] = beta * (v[c] - kv[c]);
-    for (int64_t i = 0; i < D; i++)
-        DN_NAME(axpy)(S + i * D, k[i], kv, D);
     float *o = j->out + t * j->Hv * D + h * D;
     memset(o, 0, (size_t)D * sizeof *o);
-    for (int64_t i = 0; i < D; i++)
+    for (int64_t i = 0; i < D; i++) {
+        DN_NAME(axpy)(S + i * D, k[i], kv, D);
         DN_NAME(axpy)(o, q[i], S + i * D, D);
+    }
 }
 
 /* Rows [0, c) of one head as one chunk (c <= DN_CHUNK), from and into S; the
