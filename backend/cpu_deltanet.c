@@ -33,8 +33,10 @@
  * inputs, oldest first, then per value head S as [key i][value j].
  * IGNITE_DELTANET=recurrent runs every row in the recurrent form (a test's
  * second path); IGNITE_DELTANET_TRACE=1 says on stderr which form each
- * sequence's rows ran in. Covered by tests/cpu/test_deltanet.py (an fp64
- * numpy forward, token by token, from transformers' recurrent form). */
+ * sequence's rows ran in, and which instruction set's kernels (their body
+ * is backend/cpu_deltanet_lanes.h, once per set: the same bits in each).
+ * Covered by tests/cpu/test_deltanet.py (an fp64 numpy forward, token by
+ * token, from transformers' recurrent form). */
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
