@@ -33,8 +33,10 @@
  * inputs, oldest first, then per value head S as [key i][value j].
  * IGNITE_DELTANET=recurrent runs every row in the recurrent form (a test's
  * second path); IGNITE_DELTANET_TRACE=1 says on stderr which form each
- * sequence's rows ran in. Covered by tests/cpu/test_deltanet.py (an fp64
- * numpy forward, token by token, from transformers' recurrent form). */
+ * sequence's rows ran in, and which instruction set's kernels (their body
+ * is backend/cpu_deltanet_lanes.h, once per set: the same bits in each).
+ * Covered by tests/cpu/test_deltanet.py (an fp64 numpy forward, token by
+ * token, from transformers' recurrent form). */
 #include "backend/cpu_layer.h"
 
 #include "core/status.h"
@@ -52,6 +54,8 @@
 #define DN_CHUNK BACKEND_STATE_CHUNK
 _Static_assert(DN_CHUNK == KV_DELTANET_CHUNK, "the checkpoint holds a chunk's rows");
 
+struct dn_kernels;
+
 /* What every job of a layer's step reads. */
 struct dn_job {
     struct cpu_step *s;
@@ -64,6 +68,7 @@ struct dn_job {
     bool recurrent;              /* every row by the recurrent step */
     bool ckpt;                   /* the store keeps checkpoints (kv_deltanet_ckpt_bytes) */
     bool grouped;                /* value heads grouped by key head (struct model_layer) */
+    const struct dn_kernels *kern; /* the instruction set's (dn_kernels_here) */
 };
 
 /* The key head value head h reads: tiled (a GGUF: h % Hk) or grouped (a
@@ -88,17 +93,11 @@ static float sigmoidf(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-/* Eight floats at any alignment (GCC's vector extension: one AVX register
- * in the x86-64-v3 clone, two SSE ones in the baseline). */
+/* Eight and sixteen floats at any alignment (GCC's vector extension): the
+ * lanes of the AVX2 and baseline kernels, and of the AVX-512 ones
+ * (backend/cpu_deltanet_lanes.h). */
 typedef float dn_v8 __attribute__((vector_size(32), aligned(4)));
-#define V8(p) (*(dn_v8 *)(void *)(p))
-/* Sixteen: one AVX-512 register in the x86-64-v4 clones (OPS_SIMD_CLONES_V4:
- * the convolution, the row steps, chunk_rows), two AVX ones in the v3
- * clones. The element-wise steps below (conv_row, axpy, scale, gemm_acc)
- * run 16 lanes, then 8, then one at a time: each element's operations are
- * the same in any lane or width, so every clone gives the same bits. */
 typedef float dn_v16 __attribute__((vector_size(64), aligned(4)));
-#define V16(p) (*(dn_v16 *)(void *)(p))
 
 /* ---- the convolution: items are (sequence, block of conv_w channels) --------- */
 
@@ -127,94 +126,7 @@ static int64_t conv_scratch_floats(int64_t K)
     return 2 * K * DN_CONV_W_MAX;
 }
 
-/* One row's block of nc channels: x[c] = silu(w_(K-1) x[c] + sum_i w_i
- * hist_i[c]), the taps oldest first (ring slot (t + i) % (K - 1)), x's
- * inputs into the ring's oldest slot; 16 lanes, then 8, then one at a
- * time, each element's operations in that order in every width. The
- * SiLU's expf through ops_exp_row (its bits, several lanes a call): one
- * expf call an element was a third of the convolution's time. */
-static inline __attribute__((always_inline)) void
-conv_row(float *restrict x, const float *restrict wt, float *restrict hist, float *restrict e,
-         int64_t t, int64_t K, int64_t W, int64_t nc)
-{
-    float *slot = K > 1 ? hist + t % (K - 1) * W : NULL; /* the oldest input, replaced */
-    int64_t c = 0;
-#define CONV_STEP(V, lanes)                                                                  \
-    for (; c + (lanes) <= nc; c += (lanes)) {                                                \
-        __typeof__(V(x)) in = V(x + c), acc = V(wt + (K - 1) * W + c) * in;                 \
-        for (int64_t i = 0; i < K - 1; i++)                                                  \
-            acc += V(wt + i * W + c) * V(hist + (t + i) % (K - 1) * W + c);                  \
-        if (slot)                                                                            \
-            V(slot + c) = in;                                                                \
-        V(x + c) = acc;                                                                      \
-        V(e + c) = -acc;                                                                     \
-    }
-    CONV_STEP(V16, 16)
-    CONV_STEP(V8, 8)
-#undef CONV_STEP
-    for (; c < nc; c++) {
-        float in = x[c], acc = wt[(K - 1) * W + c] * in;
-        for (int64_t i = 0; i < K - 1; i++)
-            acc += wt[i * W + c] * hist[(t + i) % (K - 1) * W + c];
-        if (slot)
-            slot[c] = in;
-        x[c] = acc;
-        e[c] = -acc;
-    }
-    ops_exp_row(e, nc, 0.0f); /* expf(-x) (-x - 0 is -x) */
-    for (c = 0; c + 16 <= nc; c += 16)
-        V16(x + c) = V16(x + c) / (1.0f + V16(e + c)); /* SiLU */
-    for (; c < nc; c++)
-        x[c] = x[c] / (1.0f + e[c]);
-}
-
-OPS_SIMD_CLONES_V4
-static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
-{
-    const struct dn_job *j = arg;
-    int64_t W = j->conv_w, nblk = (j->C + W - 1) / W, K = j->K;
-    const float *w = j->L->w[LAYER_DN_CONV].data; /* [C, K] */
-    float *wt = ops_ctx_scratch(j->s->ops, thread); /* [K][W] */
-    float *hist = wt + K * W;                       /* [K - 1][W] */
-    float *e = hist + (K - 1) * W;                  /* [W] */
-    for (int64_t it = i0; it < i1; it++) {
-        const struct backend_seq *q = &j->s->batch->seqs[it / nblk];
-        int64_t c0 = it % nblk * W, nc = c0 + W < j->C ? W : j->C - c0;
-        float *st = conv_state(j, q->slot);
-        /* the last K - 1 inputs of the block's channels, oldest first, as a
-         * ring (K <= 64: model.c) */
-        for (int64_t i = 0; i < K - 1; i++)
-            memcpy(hist + i * W, st + i * j->C + c0, (size_t)nc * sizeof(float));
-        for (int64_t i = 0; i < K; i++)
-            for (int64_t c = 0; c < nc; c++)
-                wt[i * W + c] = w[(c0 + c) * K + i];
-        for (int64_t t = 0; t < q->n_rows; t++) {
-            float *x = j->qkv + (q->row0 + t) * j->C + c0;
-            /* two rows ahead: the next page's lines on their way */
-            if (t + 2 < q->n_rows)
-                for (int64_t c = 0; c < nc; c += 16)
-                    __builtin_prefetch(x + 2 * j->C + c, 1);
-            conv_row(x, wt, hist, e, t, K, W, nc);
-        }
-        for (int64_t i = 0; i < K - 1; i++)
-            memcpy(st + i * j->C + c0, hist + (q->n_rows + i) % (K - 1) * W,
-                   (size_t)nc * sizeof(float));
-    }
-}
-
 /* ---- per row: L2 norms of q and k, beta and the decay ------------------------- */
-
-/* y *= a over n. */
-static inline __attribute__((always_inline)) void scale(float *y, float a, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        V16(y + i) *= a;
-    for (; i + 8 <= n; i += 8)
-        V8(y + i) *= a;
-    for (; i < n; i++)
-        y[i] *= a;
-}
 
 /* ss[k] = the sum of x_k[i]^2 in double, i ascending, for the four rows
  * x_k = x + k stride of n floats: four chains of adds side by side where
@@ -250,41 +162,10 @@ sumsq_rows(const float *x, int64_t stride, int64_t n_rows, int64_t n, double *ss
     }
 }
 
-/* The heads of q and k L2-normalized (2 Hk heads of D floats from row),
- * q's scaled by qscale: transformers' l2norm, x / sqrt(sum x^2 + 1e-6). */
-static inline __attribute__((always_inline)) void
-l2norm_heads(const struct dn_job *j, float *row, float qscale, double *ss)
-{
-    sumsq_rows(row, j->D, 2 * j->Hk, j->D, ss);
-    for (int64_t h = 0; h < 2 * j->Hk; h++) {
-        float r = (float)(1.0 / sqrt(ss[h] + 1e-6)) * (h < j->Hk ? qscale : 1.0f);
-        scale(row + h * j->D, r, j->D);
-    }
-}
-
 /* The thread's scratch as doubles past its first `floats` floats. */
 static double *scratch_doubles(const struct dn_job *j, int thread, int64_t floats)
 {
     return (double *)(void *)(ops_ctx_scratch(j->s->ops, thread) + (floats + 1) / 2 * 2);
-}
-
-OPS_SIMD_CLONES_V4
-static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
-{
-    const struct dn_job *j = arg;
-    double *ss = scratch_doubles(j, thread, 0); /* [2 Hk] */
-    const float *dt = j->L->w[LAYER_DN_DT].data, *A = j->L->w[LAYER_DN_A].data;
-    float qscale = 1.0f / sqrtf((float)j->D);
-    for (int64_t r = r0; r < r1; r++) {
-        l2norm_heads(j, j->qkv + r * j->C, qscale, ss);
-        for (int64_t h = 0; h < j->Hv; h++) {
-            float *b = j->beta + r * j->Hv + h, *g = j->g + r * j->Hv + h;
-            *b = sigmoidf(*b);
-            float a = *g + dt[h];
-            float sp = a > 20.0f ? a : log1pf(expf(a)); /* softplus, as torch's threshold */
-            *g = A[h] * sp;
-        }
-    }
 }
 
 /* ---- the delta rule: items are (sequence, value head) ------------------------- */
@@ -293,153 +174,6 @@ static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
 #define QROW(j, t, kh) ((j)->qkv + (t) * (j)->C + (kh) * (j)->D)
 #define KROW(j, t, kh) ((j)->qkv + (t) * (j)->C + ((j)->Hk + (kh)) * (j)->D)
 #define VROW(j, t, h) ((j)->qkv + (t) * (j)->C + (2 * (j)->Hk + (h)) * (j)->D)
-
-/* out[m] = a.b_m for m < n, the rows b_m given transposed (the chunk's
- * keys): b_m's element d at bt[d ldt + m] (columns up to n rounded up to 16
- * readable, ldt >= that). Each a.b_m in one order of operations: eight
- * partial sums, element d into sum d % 8 (d ascending), combined as ((s0 +
- * s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)), then the elements past the
- * last multiple of 8 one at a time; the eight sums are the lanes of the
- * 8-lane dot these were before, so the same bits. 16 rows a vector: 16
- * multiply-adds an instruction where that dot's steps, four rows at a
- * time, had 8. */
-static inline __attribute__((always_inline)) void
-dots_t(const float *restrict a, const float *restrict bt, int64_t ldt, int64_t n, int64_t len,
-       float *restrict out)
-{
-    for (int64_t m = 0; m < n; m += 16) {
-        const float *b = bt + m;
-        dn_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};
-        int64_t d = 0;
-        for (; d + 8 <= len; d += 8) {
-            const float *bd = b + d * ldt;
-            s0 += a[d] * V16(bd);
-            s1 += a[d + 1] * V16(bd + ldt);
-            s2 += a[d + 2] * V16(bd + 2 * ldt);
-            s3 += a[d + 3] * V16(bd + 3 * ldt);
-            s4 += a[d + 4] * V16(bd + 4 * ldt);
-            s5 += a[d + 5] * V16(bd + 5 * ldt);
-            s6 += a[d + 6] * V16(bd + 6 * ldt);
-            s7 += a[d + 7] * V16(bd + 7 * ldt);
-        }
-        dn_v16 sum = ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7));
-        for (; d < len; d++)
-            sum += a[d] * V16(b + d * ldt);
-        if (n - m >= 16)
-            V16(out + m) = sum;
-        else
-            for (int64_t l = 0; l < n - m; l++)
-                out[m + l] = sum[l];
-    }
-}
-
-/* y += a x over n. */
-static inline void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        V16(y + i) += a * V16(x + i);
-    for (; i + 8 <= n; i += 8)
-        V8(y + i) += a * V8(x + i);
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* y = x a over n (a copy then scale(), in one pass). */
-static inline void copy_scaled(float *restrict y, const float *restrict x, float a, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        V16(y + i) = V16(x + i) * a;
-    for (; i + 8 <= n; i += 8)
-        V8(y + i) = V8(x + i) * a;
-    for (; i < n; i++)
-        y[i] = x[i] * a;
-}
-
-/* Y[r] += sum_k A[r a_rs + k a_cs] B[k] over rows r < rows, k < inner, each
- * row of Y and B n floats (ldy, ldb apart): four rows of Y at a time, so
- * each row of B is loaded once for four, 16 columns of them held in
- * registers over the whole sum (k ascending for every element, as axpy's
- * would add them one k at a time: the same bits). Inlined, so that each
- * clone of its caller has its own (an AVX-512 caller calling a baseline
- * copy ran slower than the AVX2 clone had). With tri >= 0, A is lower
- * triangular: row r's A is zero at every k > r + tri (the chunk's T, zero
- * above its diagonal, set so), and a group of four rows stops at the last
- * k its last row reads: half the multiply-adds of a chunk's T products.
- * What that leaves out is (+0) B added to a sum: the sum's bits unless it
- * is -0 or B is not finite. With zero true, Y's rows start from 0 (not
- * read): the sums 0 + ... as from rows set to zero, without the memset. */
-static inline __attribute__((always_inline)) void
-gemm_acc(float *restrict Y, int64_t ldy, const float *A, int64_t a_rs, int64_t a_cs,
-         const float *B, int64_t ldb, int64_t rows, int64_t inner, int64_t n, int64_t tri,
-         bool zero)
-{
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        int64_t ks = tri >= 0 && r + 4 + tri < inner ? r + 4 + tri : inner;
-        float *y0 = Y + r * ldy, *y1 = y0 + ldy, *y2 = y1 + ldy, *y3 = y2 + ldy;
-        const float *a0 = A + r * a_rs, *a1 = a0 + a_rs, *a2 = a1 + a_rs, *a3 = a2 + a_rs;
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16) {
-            dn_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-            if (!zero)
-                s0 = V16(y0 + i), s1 = V16(y1 + i), s2 = V16(y2 + i), s3 = V16(y3 + i);
-            for (int64_t k = 0; k < ks; k++) {
-                dn_v16 bv = V16(B + k * ldb + i);
-                s0 += a0[k * a_cs] * bv;
-                s1 += a1[k * a_cs] * bv;
-                s2 += a2[k * a_cs] * bv;
-                s3 += a3[k * a_cs] * bv;
-            }
-            V16(y0 + i) = s0;
-            V16(y1 + i) = s1;
-            V16(y2 + i) = s2;
-            V16(y3 + i) = s3;
-        }
-        if (zero)
-            for (int64_t l = i; l < n; l++)
-                y0[l] = y1[l] = y2[l] = y3[l] = 0.0f;
-        for (int64_t k = 0; k < ks && i < n; k++) {
-            const float *b = B + k * ldb;
-            float c0 = a0[k * a_cs], c1 = a1[k * a_cs], c2 = a2[k * a_cs], c3 = a3[k * a_cs];
-            for (int64_t l = i; l < n; l++) {
-                y0[l] += c0 * b[l];
-                y1[l] += c1 * b[l];
-                y2[l] += c2 * b[l];
-                y3[l] += c3 * b[l];
-            }
-        }
-    }
-    for (; r < rows; r++) {
-        int64_t ks = tri >= 0 && r + 1 + tri < inner ? r + 1 + tri : inner;
-        if (zero)
-            memset(Y + r * ldy, 0, (size_t)n * sizeof *Y);
-        for (int64_t k = 0; k < ks; k++)
-            axpy(Y + r * ldy, A[r * a_rs + k * a_cs], B + k * ldb, n);
-    }
-}
-
-/* One row t of head h by the recurrent step: S and o. */
-OPS_SIMD_CLONES
-static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, float *kv)
-{
-    int64_t D = j->D, kh = key_head(j, h);
-    const float *q = QROW(j, t, kh), *k = KROW(j, t, kh), *v = VROW(j, t, h);
-    float decay = expf(j->g[t * j->Hv + h]), beta = j->beta[t * j->Hv + h];
-    scale(S, decay, D * D);
-    memset(kv, 0, (size_t)D * sizeof *kv); /* S^T k */
-    for (int64_t i = 0; i < D; i++)
-        axpy(kv, k[i], S + i * D, D);
-    for (int64_t c = 0; c < D; c++)
-        kv[c] = beta * (v[c] - kv[c]);
-    for (int64_t i = 0; i < D; i++)
-        axpy(S + i * D, k[i], kv, D);
-    float *o = j->out + t * j->Hv * D + h * D;
-    memset(o, 0, (size_t)D * sizeof *o);
-    for (int64_t i = 0; i < D; i++)
-        axpy(o, q[i], S + i * D, D);
-}
 
 /* A chunk's rows of one head as chunk_rows reads them: row i's q at
  * q + (i - p0) qs (rows from p0 on), its k at k + i ks, v at v + i vs, its
@@ -452,95 +186,105 @@ struct dn_rows {
     int64_t os;
 };
 
-/* Rows [0, c) of one head as one chunk (c <= DN_CHUNK), from and into S; the
- * outputs of rows [p0, c) only (the rows before p0 were a prompt's rows of
- * an earlier step, run again from its checkpoint for the state: each
- * output row's operations are the same whatever c and p0, so its bits are
- * those of the whole chunk; tests/cpu/test_deltanet.py). sc: the thread's
- * scratch of dn_scratch_floats. */
-OPS_SIMD_CLONES_V4
+/* ---- the kernels of each instruction set -------------------------------------- */
+
+/* What a set runs (backend/cpu_deltanet_lanes.h). */
+struct dn_kernels {
+    void (*conv_task)(void *arg, int64_t i0, int64_t i1, int thread);
+    void (*gates_task)(void *arg, int64_t r0, int64_t r1, int thread);
+    void (*norm_task)(void *arg, int64_t r0, int64_t r1, int thread);
+    void (*chunk_rows)(const struct dn_job *j, float *S, const struct dn_rows *r, int64_t c,
+                       int64_t p0, float *sc);
+    void (*step_row)(const struct dn_job *j, float *S, int64_t t, int64_t h, float *kv);
+    const char *name; /* IGNITE_DELTANET_TRACE's */
+};
+
+/* The baseline: 8-float vectors (two SSE registers on x86-64). */
+#define DN_TARGET
+#define DN_NAME(name) name##_base
+#define DN_LANES 8
+#define DN_VEC dn_v8
+#define DN_SET_NAME "baseline"
+#include "backend/cpu_deltanet_lanes.h"
+#undef DN_TARGET
+#undef DN_NAME
+#undef DN_LANES
+#undef DN_VEC
+#undef DN_SET_NAME
+
+#if OPS_SIMD_CLONES_ON
+/* AVX2 and FMA (x86-64-v3): 8-float vectors, one ymm register (FMA not
+ * contracted: -ffp-contract=off keeps every set's bits). */
+#define DN_TARGET __attribute__((target("arch=x86-64-v3")))
+#define DN_NAME(name) name##_avx2
+#define DN_LANES 8
+#define DN_VEC dn_v8
+#define DN_SET_NAME "avx2"
+#include "backend/cpu_deltanet_lanes.h"
+#undef DN_TARGET
+#undef DN_NAME
+#undef DN_LANES
+#undef DN_VEC
+#undef DN_SET_NAME
+
+/* AVX-512 (x86-64-v4): 16-float vectors, one zmm register; two 512-bit FP
+ * pipes (Xeons, Zen 5) run them at twice the AVX2 set's rate. */
+#define DN_TARGET __attribute__((target("arch=x86-64-v4")))
+#define DN_NAME(name) name##_avx512
+#define DN_LANES 16
+#define DN_VEC dn_v16
+#define DN_SET_NAME "avx512"
+#include "backend/cpu_deltanet_lanes.h"
+#undef DN_TARGET
+#undef DN_NAME
+#undef DN_LANES
+#undef DN_VEC
+#undef DN_SET_NAME
+#endif
+
+/* The set this CPU runs: AVX-512 where it has x86-64-v4 and IGNITE_SIMD
+ * leaves ignite its AVX-512 kernels (unset, empty or avx512vnni), AVX2
+ * where it has x86-64-v3 and IGNITE_SIMD is not scalar (ops/norm_rope.c's
+ * rule), else the baseline. Every set gives the same bits. */
+static const struct dn_kernels *dn_kernels_here(void)
+{
+#if OPS_SIMD_CLONES_ON
+    const char *cap = getenv("IGNITE_SIMD");
+    bool avx512 = !cap || !*cap || !strcmp(cap, "avx512vnni");
+    __builtin_cpu_init();
+    if (avx512 && __builtin_cpu_supports("x86-64-v4"))
+        return &dn_kernels_avx512;
+    if (ops_qmm_best_isa() != QMM_SCALAR && __builtin_cpu_supports("x86-64-v3"))
+        return &dn_kernels_avx2;
+#endif
+    return &dn_kernels_base;
+}
+
+/* The job's set's kernels, under the names the steps below call. */
+static void conv_task(void *arg, int64_t i0, int64_t i1, int thread)
+{
+    ((const struct dn_job *)arg)->kern->conv_task(arg, i0, i1, thread);
+}
+
+static void gates_task(void *arg, int64_t r0, int64_t r1, int thread)
+{
+    ((const struct dn_job *)arg)->kern->gates_task(arg, r0, r1, thread);
+}
+
+static void norm_task(void *arg, int64_t r0, int64_t r1, int thread)
+{
+    ((const struct dn_job *)arg)->kern->norm_task(arg, r0, r1, thread);
+}
+
 static void chunk_rows(const struct dn_job *j, float *S, const struct dn_rows *r, int64_t c,
                        int64_t p0, float *sc)
 {
-    int64_t D = j->D;
-    float *G = sc;                      /* [c] cumulative log decay */
-    float *T = G + DN_CHUNK;            /* [c, c] (I + lower)^-1, then q.k decay */
-    float *U = T + DN_CHUNK * DN_CHUNK; /* [c, D] T (beta v), then v_new */
-    float *W = U + DN_CHUNK * D;        /* [c, D] T (beta e^G k) */
-    float *X = W + DN_CHUNK * D;        /* [c, D] rows being combined */
-    float *VB = X + DN_CHUNK * D;       /* [c, D] beta v */
-    float *E = VB + DN_CHUNK * D;       /* [c, c] e^(G_i - G_m) for m <= i */
-    float *KC = E + DN_CHUNK * DN_CHUNK; /* [c, D] the chunk's keys, side by side */
-    float *KT = KC + DN_CHUNK * D;       /* [D, DN_CHUNK] and transposed (dots_t) */
-    float acc = 0;
-    for (int64_t i = 0; i < c; i++) {
-        acc += r->g[i * r->gs];
-        G[i] = acc;
-    }
-    /* the keys, read c times each below, copied out of their rows C floats
-     * apart: a multiple of 4 KiB there, all c of them fell in the same few
-     * L1 sets and evicted each other */
-    for (int64_t m = 0; m < c; m++)
-        memcpy(KC + m * D, r->k + m * r->ks, (size_t)D * sizeof *KC);
-    /* KT's columns up to c rounded up to 16 (dots_t reads them; those past
-     * c come out in lanes never stored) */
-    int64_t c16 = (c + 15) / 16 * 16;
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t m = 0; m < c16; m++)
-            KT[d * DN_CHUNK + m] = m < c ? KC[m * D + d] : 0.0f;
-    /* T = (I - M)^-1 by forward substitution, M[i][m] = -beta_i k_i.k_m
-     * e^(G_i - G_m) for m < i (transformers' loop over the rows) */
-    for (int64_t i = 0; i < c; i++) {
-        const float *ki = KC + i * D;
-        float bi = r->beta[i * r->gs];
-        float *Ti = T + i * c, *Mi = X, *Ei = E + i * c; /* row i of M, then of T */
-        dots_t(ki, KT, DN_CHUNK, i, D, Mi);
-        for (int64_t m = 0; m <= i; m++)
-            Ei[m] = G[i] - G[m];
-        ops_exp_row(Ei, i + 1, 0.0f); /* expf's bits, several lanes a call */
-        for (int64_t m = 0; m < i; m++)
-            Mi[m] = -bi * Mi[m] * Ei[m];
-        /* T_i = sum_(m < i) M_im T_m over the rows already solved (T_mm = 1);
-         * row m of T is zero beyond m */
-        for (int64_t p = 0; p < c; p++)
-            Ti[p] = 0.0f;
-        for (int64_t m = 0; m < i; m++)
-            axpy(Ti, Mi[m], T + m * c, m + 1);
-        Ti[i] = 1.0f;
-    }
-    /* U = T (beta v), W = T (beta e^G k): the scaled rows into VB and X
-     * first, then the products (T's zeros above the diagonal included) */
-    for (int64_t m = 0; m < c; m++) {
-        float bm = r->beta[m * r->gs];
-        copy_scaled(VB + m * D, r->v + m * r->vs, bm, D);
-        copy_scaled(X + m * D, KC + m * D, bm * expf(G[m]), D);
-    }
-    gemm_acc(U, D, T, c, 1, VB, D, c, c, D, 0, true);
-    gemm_acc(W, D, T, c, 1, X, D, c, c, D, 0, true);
-    /* v_new = U - W S (into U) */
-    gemm_acc(X, D, W, D, 1, S, D, c, D, D, -1, true);
-    for (int64_t i = 0; i < c; i++)
-        axpy(U + i * D, -1.0f, X + i * D, D);
-    /* o_i = e^(G_i) q_i S + sum_(m <= i) (q_i.k_m) e^(G_i - G_m) v_new_m */
-    int64_t n_out = c - p0;
-    gemm_acc(r->o, r->os, r->q, r->qs, 1, S, D, n_out, D, D, -1, true);
-    /* the chunk's own part: T := (q_i.k_m) e^(G_i - G_m) for m <= i, 0 above */
-    for (int64_t i = p0; i < c; i++) {
-        const float *qi = r->q + (i - p0) * r->qs;
-        scale(r->o + (i - p0) * r->os, expf(G[i]), D);
-        float *Ti = T + i * c;
-        dots_t(qi, KT, DN_CHUNK, i + 1, D, Ti);
-        for (int64_t m = 0; m < c; m++)
-            Ti[m] = m <= i ? Ti[m] * E[i * c + m] : 0.0f;
-    }
-    gemm_acc(r->o, r->os, T + p0 * c, c, 1, U, D, n_out, c, D, p0, false);
-    /* S = e^(G_last) S + sum_m (e^(G_last - G_m) k_m) v_new_m^T */
-    float last = G[c - 1], el = expf(last);
-    scale(S, el, D * D);
-    for (int64_t m = 0; m < c; m++) { /* X = the decayed keys [c, D] */
-        copy_scaled(X + m * D, KC + m * D, expf(last - G[m]), D);
-    }
-    gemm_acc(S, D, X, 1, D, U, D, D, c, D, -1, false);
+    j->kern->chunk_rows(j, S, r, c, p0, sc);
+}
+
+static void step_row(const struct dn_job *j, float *S, int64_t t, int64_t h, float *kv)
+{
+    j->kern->step_row(j, S, t, h, kv);
 }
 
 /* Floats of chunk_rows's scratch. */
@@ -719,42 +463,6 @@ static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
     }
 }
 
-/* ---- the gated norm ------------------------------------------------------------ */
-
-/* o = rmsnorm(o) w silu(z) per value head of each row: the heads' sums of
- * squares four at a time (sumsq_rows), the row's sigmoids through
- * ops_exp_row into the thread's scratch (expf's bits, several lanes a
- * call), each element's operations as one at a time. */
-OPS_SIMD_CLONES_V4
-static void norm_task(void *arg, int64_t r0, int64_t r1, int thread)
-{
-    const struct dn_job *j = arg;
-    const float *w = j->L->w[LAYER_DN_NORM].data;
-    float eps = (float)ops_ctx_model(j->s->ops)->hp.norm_eps;
-    int64_t D = j->D, vd = j->Hv * D;
-    float *e = ops_ctx_scratch(j->s->ops, thread); /* [Hv D] */
-    double *ss = scratch_doubles(j, thread, vd);   /* [Hv] */
-    for (int64_t r = r0; r < r1; r++) {
-        float *orow = j->out + r * vd;
-        const float *zrow = j->z + r * vd;
-        for (int64_t i = 0; i < vd; i++)
-            e[i] = -zrow[i];
-        ops_exp_row(e, vd, 0.0f); /* expf(-z) */
-        sumsq_rows(orow, D, j->Hv, D, ss);
-        for (int64_t h = 0; h < j->Hv; h++) {
-            float *o = orow + h * D;
-            const float *z = zrow + h * D, *eh = e + h * D;
-            float rs = (float)(1.0 / sqrt(ss[h] / (double)D + eps));
-            int64_t i = 0;
-            for (; i + 16 <= D; i += 16)
-                V16(o + i) = V16(o + i) * rs * V16(w + i) *
-                             (V16(z + i) * (1.0f / (1.0f + V16(eh + i))));
-            for (; i < D; i++)
-                o[i] = o[i] * rs * w[i] * (z[i] * (1.0f / (1.0f + eh[i])));
-        }
-    }
-}
-
 int64_t cpu_deltanet_scratch_floats(const struct model *m)
 {
     int64_t floats = 0;
@@ -786,6 +494,8 @@ static void trace(const struct dn_job *j)
     const char *e = getenv("IGNITE_DELTANET_TRACE");
     if (!e || !*e || !strcmp(e, "0"))
         return;
+    /* (not "deltanet:": the lines below are read by their fields) */
+    fprintf(stderr, "deltanet kernels: layer %lld %s\n", (long long)j->layer, j->kern->name);
     for (int64_t i = 0; i < j->s->batch->n_seqs; i++) {
         const struct backend_seq *q = &j->s->batch->seqs[i];
         bool rec = j->recurrent || (q->n_rows == 1 && !q->prompt);
@@ -811,7 +521,8 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
     struct dn_job j = {.s = s, .L = L, .layer = layer, .n = n, .Hk = L->dn_k_heads,
                        .grouped = L->dn_grouped,
                        .Hv = L->dn_v_heads, .D = L->dn_head_dim, .K = L->dn_conv,
-                       .recurrent = form && !strcmp(form, "recurrent")};
+                       .recurrent = form && !strcmp(form, "recurrent"),
+                       .kern = dn_kernels_here()};
     j.ckpt = !j.recurrent && s->kv->memory->layers[layer].ckpt_bytes;
     j.C = (2 * j.Hk + j.Hv) * j.D;
     j.conv_w = conv_width(j.C, ops_pool_threads(pool));

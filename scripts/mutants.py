@@ -227,6 +227,16 @@ MUTANTS = [
      "float gate = 1.0f / (1.0f + expf(-dot));", "float gate = 1.0f + 0.0f * dot;",
      ["forward_dump", "ignite"], ["test_qwen35moe"],
      "qwen35moe's shared expert is added without its sigmoid gate", "caught"),
+    ("dn-avx2-second-vector", "backend/cpu_deltanet_lanes.h",
+     "DN_VEC bv = DN_V(B + k * ldb + i + v * DN_LANES);", "DN_VEC bv = DN_V(B + k * ldb + i);",
+     ["forward_dump", "ignite"], ["test_deltanet"],
+     "the DeltaNet's 8-float sets (AVX2, baseline) read the first vector's columns for a "
+     "16-column block's second", "caught"),
+    ("dn-avx2-lanes", "backend/cpu_deltanet.c",
+     "#define DN_NAME(name) name##_avx2\n#define DN_LANES 8",
+     "#define DN_NAME(name) name##_avx2\n#define DN_LANES 16",
+     ["forward_dump", "ignite"], ["test_deltanet"],
+     "the DeltaNet's AVX2 set steps 16 floats over 8-float vectors", "caught"),
 ]
 
 

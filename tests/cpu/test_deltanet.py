@@ -20,6 +20,12 @@ Q4_K_M.
   IGNITE_DELTANET=recurrent (every row of the 150-row step by the
   recurrent step) within 2e-5 relative (float32 sums in another order),
   the same greedy tokens.
+- Every instruction set's kernels (backend/cpu_deltanet_lanes.h) give the
+  same bits: IGNITE_SIMD=avx2 (the AVX2 set, 8-float vectors) and =scalar
+  (the baseline set) the uncapped run's logits (the AVX-512 set where the CPU
+  has it; else the AVX2 set, which the reference check above then holds),
+  F16, exact path, the 150-row prompt and 6 decode steps; the trace names
+  the set each ran.
 - The chunked form runs: IGNITE_DELTANET_TRACE names the form of each
   sequence's rows in each DeltaNet layer: the 150-row step "chunked 3" in
   all 3 layers, each decode row "recurrent 1".
@@ -166,6 +172,35 @@ def chunk_sizes(tool, path, name, prompt, fixed, tmp, paths=(True,)):
     return ok
 
 
+def instruction_sets(tool, path, name, prompt, fixed, tmp):
+    """IGNITE_SIMD=avx2 and =scalar against the uncapped run, bit for bit
+    (cpu_deltanet.c's dn_kernels_here picks the set; each element's
+    operations are the same in every set). The exact path: the int8 path's
+    scalar products round otherwise (not the DeltaNet's)."""
+    env = {"IGNITE_DELTANET_TRACE": "1", "IGNITE_SIMD": ""}  # "": no cap
+    base, gb, err = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "i0.bin"),
+                         env_extra=env)
+
+    def set_of(err):
+        sets = {ln.split()[-1] for ln in err.splitlines() if ln.startswith("deltanet kernels:")}
+        return sets.pop() if len(sets) == 1 else f"{sorted(sets)}"
+
+    ok, seen = True, [f"uncapped {set_of(err)}"]
+    for isa, want in (("avx2", ("avx2", "baseline")), ("scalar", ("baseline",))):
+        lg, g, err = dump(tool, path, prompt, fixed, 4, os.path.join(tmp, "i1.bin"),
+                          env_extra=dict(env, IGNITE_SIMD=isa))
+        got = set_of(err)
+        seen.append(f"{isa} {got}")
+        if got not in want or not np.array_equal(lg, base) or g != gb:
+            print(f"FAIL {name}: IGNITE_SIMD={isa} ran the {got} set: logits "
+                  f"{np.abs(lg - base).max():.3e} from the uncapped run's, greedy {g} vs {gb}: "
+                  f"every set must give the same bits")
+            ok = False
+    print(f"{'ok' if ok else 'FAILED':6} {name}: each instruction set's DeltaNet kernels the "
+          f"same bits ({', '.join(seen)})")
+    return ok
+
+
 def chunked_form_runs(tool, path, prompt, tmp):
     _, _, err = dump(tool, path, prompt, [3], 1, os.path.join(tmp, "t.bin"),
                      env_extra={"IGNITE_DELTANET_TRACE": "1"})
@@ -292,6 +327,7 @@ def main():
                               (True, False) if qtype == "Q4_K_M" else (True,))
             if qtype == "F16":
                 ok &= chunked_form_runs(tool, path, prompt, tmp)
+                ok &= instruction_sets(tool, path, name, prompt, fixed, tmp)
         # 3 key and 9 value heads (2 DeltaNet layers then 1 attention layer, F16): the
         # heads' sums of squares go four heads at a time and then one by one
         # (cpu_deltanet.c's sumsq_rows): q|k's 6 heads a group and a rest, the gated
