@@ -194,10 +194,11 @@ struct backend_ops {
  * ranks fed the same batches agree), before the backend runs it:
  *   - ckpt_read: the holder's slot where its prompt is in the step: it
  *     continues the checkpoint (where its header ends at the step's rows);
- *   - ckpt_take: the slot of the step's first prompt that ends inside a
- *     chunk with more to come, unless the holder is another sequence of
- *     the step (that one keeps none and later continues from its cut
- *     state, within rounding: a caller breaking backend_prompt_rows' rule);
+ *   - ckpt_take: the slot of a prompt that ends inside a chunk with more
+ *     to come: the holder where it is in the step (the holder check: no
+ *     other prompt of its step may; one that would keeps none and later
+ *     continues from its cut state, within rounding: a caller breaking
+ *     backend_prompt_rows' rule), else the step's first such prompt;
  * after it the taker holds the checkpoint, and a holder in the step that
  * took none gives it back; so does a state imported into its slot. */
 struct backend_ckpt_plan {
