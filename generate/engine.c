@@ -811,11 +811,13 @@ static int64_t prompt_rows(const struct engine *e, const struct seq *s, int64_t 
     if (!first_prompt)
         return 0;
     /* a cut inside the chunk takes the pool's one checkpoint: only where no
-     * other prompt still being fed holds it (the first prompt always does
-     * in this engine; the rule keeps it so whatever schedules) */
+     * other prompt still being fed holds it (in this engine the first prompt
+     * is the holder where one is live; the rule keeps it so whatever
+     * schedules). A slot's new request that has run no step is not the
+     * holder: its first step gives the checkpoint back (backend_step). */
     int h = e->be->ckpt_holder - 1;
     bool live = h >= 0 && h < e->n_slots && e->seqs[h].phase == SEQ_PREFILL &&
-                e->seqs[h].kv.n_pos < e->seqs[h].n_all_prompt;
+                e->seqs[h].kv.n_pos > 0 && e->seqs[h].kv.n_pos < e->seqs[h].n_all_prompt;
     return backend_prompt_rows(e->be, slot_of(e, s), pos0, room, left, live);
 }
 
