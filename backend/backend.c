@@ -156,9 +156,61 @@ int backend_check_step(const struct backend *b, const struct backend_batch *batc
     return IG_OK;
 }
 
+/* ---- the pool's one DeltaNet checkpoint (backend.h) ----------------------------- */
+
+static bool ends_in_chunk(const struct backend_seq *q)
+{
+    return q->prompt && q->more && (q->pos0 + q->n_rows) % BACKEND_STATE_CHUNK;
+}
+
+static struct backend_ckpt_plan ckpt_plan(const struct backend *b,
+                                          const struct backend_batch *batch)
+{
+    struct backend_ckpt_plan p = {-1, -1};
+    int holder = b->ckpt_holder - 1;
+    bool holder_here = false;
+    for (int64_t i = 0; i < batch->n_seqs; i++)
+        if (batch->seqs[i].slot == holder) {
+            holder_here = true;
+            p.read = batch->seqs[i].prompt ? holder : -1;
+        }
+    for (int64_t i = 0; i < batch->n_seqs && p.take < 0; i++) {
+        const struct backend_seq *q = &batch->seqs[i];
+        if (ends_in_chunk(q))
+            /* the holder check: never two prompts' rows in one checkpoint */
+            p.take = !holder_here || q->slot == holder ? q->slot : -2;
+    }
+    p.take = p.take < 0 ? -1 : p.take;
+    return p;
+}
+
+int64_t backend_prompt_rows(const struct backend *b, int slot, int64_t pos0, int64_t rows,
+                            int64_t left, bool holder_live)
+{
+    int holder = b->ckpt_holder - 1;
+    bool mid = b->n_states && rows < left && (pos0 + rows) % BACKEND_STATE_CHUNK;
+    if (!mid || holder < 0 || holder == slot || !holder_live)
+        return rows;
+    /* another prompt holds it: end at the chunk boundary (0: wait a step) */
+    int64_t cut = (pos0 + rows) / BACKEND_STATE_CHUNK * BACKEND_STATE_CHUNK - pos0;
+    return cut > 0 ? cut : 0;
+}
+
 int backend_step(struct backend *b, const struct backend_batch *batch)
 {
-    return b->ops->step(b, batch);
+    b->ckpt = ckpt_plan(b, batch);
+    int st = b->ops->step(b, batch);
+    if (st != IG_OK) { /* what the step left there is read by no one */
+        b->ckpt_holder = 0;
+    } else if (b->ckpt.take >= 0) {
+        b->ckpt_holder = b->ckpt.take + 1;
+    } else {
+        for (int64_t i = 0; i < batch->n_seqs; i++)
+            if (batch->seqs[i].slot == b->ckpt_holder - 1)
+                b->ckpt_holder = 0; /* its step ended on a boundary, its prompt, or decoded */
+    }
+    b->ckpt = (struct backend_ckpt_plan){-1, -1};
+    return st;
 }
 
 int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int32_t *tokens,
@@ -168,7 +220,7 @@ int backend_run_seq(struct backend *b, const int32_t *table, int slot, const int
     struct backend_seq seq = {.table = table, .slot = slot, .row0 = 0, .n_rows = n, .pos0 = pos0};
     struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &seq, .n_seqs = 1,
                                   .logits = logits};
-    return b->ops->step(b, &batch);
+    return backend_step(b, &batch);
 }
 
 int backend_kv_export(struct backend *b, const struct backend_seq *seq, int64_t n_pos,
@@ -182,6 +234,8 @@ int backend_kv_import(struct backend *b, const struct backend_seq *seq,
                       const struct kv_store *src, int64_t n_pos)
 {
     IG_ASSERT(n_pos >= 1 && n_pos <= b->o.n_ctx && src->n_blocks >= kv_blocks_for(n_pos));
+    if (b->ckpt_holder == seq->slot + 1) /* a state from elsewhere: nothing to continue */
+        b->ckpt_holder = 0;
     return b->ops->kv_import(b, seq, src, n_pos);
 }
 

@@ -113,6 +113,9 @@ struct backend_seq {
     int64_t pos0;         /* position of its first row; positions 0 .. pos0 - 1 are cached */
     bool prompt;          /* its rows are a prompt's (a recurrent layer runs them in its
                            * chunked form whatever their number); false: a decode row */
+    bool more;            /* a prompt's rows with more of its rows to come in a later
+                           * step: where they end inside a chunk a recurrent layer keeps
+                           * the pool's checkpoint for them (backend_step's rule) */
 };
 
 /* Where on_layer's store holds a sequence of the step: its block table
@@ -182,6 +185,38 @@ struct backend_ops {
  * such a multiple (generate/engine.c cuts there: batch invariance). */
 #define BACKEND_STATE_CHUNK 64
 
+/* The pool's one DeltaNet checkpoint (docs/kvcache.md). A prompt whose step
+ * ends inside a chunk with rows to come (`more`) keeps the unfinished
+ * chunk's start state and rows so that its next step runs the chunk again
+ * whole: the same bits at any cut. One checkpoint serves the pool: it
+ * belongs to one slot at a time (backend.ckpt_holder; its header names the
+ * slot). backend_step decides, from the batch alone (so tensor-parallel
+ * ranks fed the same batches agree), before the backend runs it:
+ *   - ckpt_read: the holder's slot where its prompt is in the step: it
+ *     continues the checkpoint (where its header ends at the step's rows);
+ *   - ckpt_take: the slot of a prompt that ends inside a chunk with more
+ *     to come: the holder where it is in the step (the holder check: no
+ *     other prompt of its step may; one that would keeps none and later
+ *     continues from its cut state, within rounding: a caller breaking
+ *     backend_prompt_rows' rule), else the step's first such prompt;
+ * after it the taker holds the checkpoint, and a holder in the step that
+ * took none gives it back; so does a state imported into its slot. */
+struct backend_ckpt_plan {
+    int read; /* slot, -1: none */
+    int take; /* slot, -1: none */
+};
+
+/* The rule a scheduler cuts a hybrid model's prompt by (generate/engine.c's
+ * prompt_rows, and any other): `rows` of a prompt in `slot` at pos0 with
+ * `left` rows to go (rows <= left), of which the step would take `rows`,
+ * where the checkpoint's holder is `holder_live` (its prompt still has rows
+ * to come): the rows it takes. A step ending inside a chunk with more to
+ * come needs the checkpoint; while another live slot holds it the prompt is
+ * cut at the chunk boundary instead (a cut at a multiple of
+ * BACKEND_STATE_CHUNK needs none; 0 rows: it waits a step). */
+int64_t backend_prompt_rows(const struct backend *b, int slot, int64_t pos0, int64_t rows,
+                            int64_t left, bool holder_live);
+
 /* What every backend shares; each embeds it first. */
 struct backend {
     const struct backend_ops *ops;
@@ -200,6 +235,9 @@ struct backend {
                                 * owned; NULL for a backend without a pool (a test's) */
     int64_t n_states;          /* recurrent state slots: n_slots when a layer is
                                 * recurrent (a slot's state is indexed by the slot), else 0 */
+    int ckpt_holder;           /* the slot + 1 holding the pool's DeltaNet checkpoint (0:
+                                * none; zero-initialized backends start without) */
+    struct backend_ckpt_plan ckpt; /* the running step's (backend_step sets it) */
     float *host_logits;        /* [n_slots, n_vocab] host memory its step writes logits into
                                 * fastest (CUDA: page-locked, so a batch's download runs at
                                 * the bus's speed; up to a GiB of it), owned by the

@@ -94,6 +94,7 @@ static int cpu_step(struct backend *base, const struct backend_batch *batch)
 
     ops_rope_prepare(ops, c->pos, n);
     c->step.batch = batch;
+    c->step.ckpt = &base->ckpt;
     cpu_forward_layers(&c->step, n, c->want, n_want);
     c->step.batch = NULL;
     if (!n_want)

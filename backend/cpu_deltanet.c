@@ -66,7 +66,9 @@ struct dn_job {
     int64_t conv_w;              /* channels of a convolution item (conv_width) */
     float *qkv, *z, *beta, *g, *out; /* [n, C], [n, Hv*D], [n, Hv], [n, Hv], [n, Hv*D] */
     bool recurrent;              /* every row by the recurrent step */
-    bool ckpt;                   /* the store keeps checkpoints (kv_deltanet_ckpt_bytes) */
+    bool ckpt;                   /* the store keeps a checkpoint (kv_deltanet_ckpt_bytes) */
+    int ckpt_read, ckpt_take;    /* the step's slots continuing it and keeping it (backend.h,
+                                  * struct backend_ckpt_plan; -1: none) */
     bool grouped;                /* value heads grouped by key head (struct model_layer) */
     const struct dn_kernels *kern; /* the instruction set's (dn_kernels_here) */
 };
@@ -314,13 +316,13 @@ static int64_t dn_scratch_floats(int64_t D)
  * decode row, a saved cache read it). The convolution needs nothing: each
  * of its rows is the same operations at any cut. */
 
-/* The header of a checkpoint (KV_STATE_ALIGN bytes; zero: none): the
- * position of the chunk's first row and how many rows it holds. */
-struct dn_ckpt {
-    int64_t pos, n;
-};
+/* The header of the checkpoint (KV_STATE_ALIGN bytes; zero: none): the
+ * position of the chunk's first row, how many rows it holds, whose slot.
+ * One checkpoint serves the pool: backend_step says which sequence of the
+ * step continues it (ckpt_read) and which keeps a new one (ckpt_take);
+ * no other sequence reads or touches it. */
 
-_Static_assert(sizeof(struct dn_ckpt) <= KV_STATE_ALIGN, "the header fits its bytes");
+_Static_assert(sizeof(struct kv_ckpt_head) <= KV_STATE_ALIGN, "the header fits its bytes");
 
 /* Floats of a pending row: k [Hk D], v [Hv D], g [Hv], beta [Hv]. */
 static int64_t ckpt_row_floats(const struct dn_job *j)
@@ -328,36 +330,38 @@ static int64_t ckpt_row_floats(const struct dn_job *j)
     return (j->Hk + j->Hv) * j->D + 2 * j->Hv;
 }
 
-static float *ckpt_mat(const struct dn_job *j, struct dn_ckpt *ck, int64_t h)
+static float *ckpt_mat(const struct dn_job *j, struct kv_ckpt_head *ck, int64_t h)
 {
     return (float *)(void *)((char *)ck + KV_STATE_ALIGN) + h * j->D * j->D;
 }
 
-static float *ckpt_row(const struct dn_job *j, struct dn_ckpt *ck, int64_t i)
+static float *ckpt_row(const struct dn_job *j, struct kv_ckpt_head *ck, int64_t i)
 {
     return ckpt_mat(j, ck, j->Hv) + i * ckpt_row_floats(j);
 }
 
-/* q's checkpoint where its rows are a prompt's that keep one; else NULL. */
-static struct dn_ckpt *seq_ckpt(const struct dn_job *j, const struct backend_seq *q)
+/* The checkpoint where q's prompt continues or keeps it this step; else NULL. */
+static struct kv_ckpt_head *seq_ckpt(const struct dn_job *j, const struct backend_seq *q)
 {
-    if (!j->ckpt || !q->prompt)
+    if (!j->ckpt || !q->prompt || (q->slot != j->ckpt_read && q->slot != j->ckpt_take))
         return NULL;
-    return kv_store_ckpt(j->s->kv, j->layer, q->slot);
+    return kv_store_ckpt(j->s->kv, j->layer);
 }
 
 /* Rows of q's unfinished chunk an earlier step ran (0: none): the
- * checkpoint's where it ends where q's rows start. */
+ * checkpoint's where it is q's slot's and ends where q's rows start. */
 static int64_t ckpt_pending(const struct dn_job *j, const struct backend_seq *q)
 {
-    const struct dn_ckpt *ck = seq_ckpt(j, q);
-    return ck && q->pos0 > 0 && ck->n > 0 && ck->pos + ck->n == q->pos0 ? ck->n : 0;
+    const struct kv_ckpt_head *ck = q->slot == j->ckpt_read ? seq_ckpt(j, q) : NULL;
+    return ck && q->pos0 > 0 && ck->n > 0 && ck->slot == q->slot && ck->pos + ck->n == q->pos0
+               ? ck->n
+               : 0;
 }
 
 /* Rows [0, c) of head h's chunk whose first p rows are the checkpoint's,
  * gathered into g0 (the scratch after chunk_rows's), the rest the step's
  * from row t; rows p on output. */
-static struct dn_rows gather_rows(const struct dn_job *j, struct dn_ckpt *ck, int64_t p,
+static struct dn_rows gather_rows(const struct dn_job *j, struct kv_ckpt_head *ck, int64_t p,
                                   int64_t t, int64_t c, int64_t h, float *g0)
 {
     int64_t D = j->D, kh = key_head(j, h), kv = (j->Hk + j->Hv) * D;
@@ -406,7 +410,7 @@ static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
                 step_row(j, S, q->row0 + t, h, sc);
             continue;
         }
-        struct dn_ckpt *ck = seq_ckpt(j, q);
+        struct kv_ckpt_head *ck = seq_ckpt(j, q);
         int64_t p = ckpt_pending(j, q), end = q->pos0 + q->n_rows;
         if (p) /* the unfinished chunk again, from its start */
             memcpy(S, ckpt_mat(j, ck, h), (size_t)(D * D) * sizeof *S);
@@ -415,7 +419,8 @@ static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
         for (int64_t pos = q->pos0 - p, c; pos < end; pos += c) {
             c = DN_CHUNK - pos % DN_CHUNK;
             c = end - pos < c ? end - pos : c;
-            if (ck && pos + c == end && end % DN_CHUNK && pos >= q->pos0)
+            if (ck && q->slot == j->ckpt_take && pos + c == end && end % DN_CHUNK &&
+                pos >= q->pos0)
                 memcpy(ckpt_mat(j, ck, h), S, (size_t)(D * D) * sizeof *S);
             int64_t t = q->row0 + pos - q->pos0;
             if (pos < q->pos0) {
@@ -429,8 +434,9 @@ static void rule_task(void *arg, int64_t i0, int64_t i1, int thread)
     }
 }
 
-/* After the delta rule: each sequence's checkpoint holds its unfinished
- * chunk's rows (rule_task wrote S at its start), or nothing. */
+/* After the delta rule: the taker's checkpoint holds its unfinished
+ * chunk's rows (rule_task wrote S at its start); a holder continuing it
+ * and keeping none gives it back; no other sequence touches it. */
 static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
 {
     (void)thread;
@@ -438,12 +444,12 @@ static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
     int64_t kv = (j->Hk + j->Hv) * j->D;
     for (int64_t i = i0; i < i1; i++) {
         const struct backend_seq *q = &j->s->batch->seqs[i];
-        struct dn_ckpt *ck = j->ckpt ? kv_store_ckpt(j->s->kv, j->layer, q->slot) : NULL;
+        struct kv_ckpt_head *ck = seq_ckpt(j, q);
         if (!ck)
             continue;
         int64_t p = ckpt_pending(j, q), end = q->pos0 + q->n_rows;
-        if (!q->prompt || end % DN_CHUNK == 0) {
-            *ck = (struct dn_ckpt){0};
+        if (q->slot != j->ckpt_take || end % DN_CHUNK == 0) {
+            *ck = (struct kv_ckpt_head){0};
             continue;
         }
         /* the chunk's first position: a multiple of DN_CHUNK, or where the
@@ -459,7 +465,7 @@ static void ckpt_task(void *arg, int64_t i0, int64_t i1, int thread)
             memcpy(row + kv, j->g + r * j->Hv, (size_t)j->Hv * sizeof *row);
             memcpy(row + kv + j->Hv, j->beta + r * j->Hv, (size_t)j->Hv * sizeof *row);
         }
-        *ck = (struct dn_ckpt){.pos = first, .n = end - first};
+        *ck = (struct kv_ckpt_head){.pos = first, .n = (int32_t)(end - first), .slot = q->slot};
     }
 }
 
@@ -524,6 +530,8 @@ int64_t cpu_deltanet(struct cpu_step *s, int64_t layer, int64_t n, const int64_t
                        .recurrent = form && !strcmp(form, "recurrent"),
                        .kern = dn_kernels_here()};
     j.ckpt = !j.recurrent && s->kv->memory->layers[layer].ckpt_bytes;
+    j.ckpt_read = s->ckpt ? s->ckpt->read : -1;
+    j.ckpt_take = s->ckpt ? s->ckpt->take : -1;
     j.C = (2 * j.Hk + j.Hv) * j.D;
     j.conv_w = conv_width(j.C, ops_pool_threads(pool));
     int64_t vd = j.Hv * j.D;

@@ -41,6 +41,7 @@ struct cpu_step {
     struct kv_store *kv;
     bool window_rule;          /* the sliding-window layers' rows through the seqs' wtable */
     const struct backend_batch *batch; /* the step's rows and sequences */
+    const struct backend_ckpt_plan *ckpt; /* the step's checkpoint holder (backend.h) */
     struct attn_seq *attn;             /* [n_slots] the attention's per-sequence scratch */
     int64_t *attn_items;               /* [n_slots + 1] */
     struct cpu_tp *tp;                 /* NULL in one process */

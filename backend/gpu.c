@@ -10,7 +10,7 @@
  * blocks, or under the window rule a sliding-window layer's n_wblocks and a
  * zero block, indexed through the window tables: gpu_impl.h; a layer sharing
  * another's KV points at its source's arrays, a recurrent layer has
- * [n_states][state_bytes] and as many checkpoints of ckpt_bytes,
+ * [n_states][state_bytes] and the pool's one checkpoint of ckpt_bytes,
  * gpu_deltanet.c's); activations for max_batch
  * rows of the largest layer (model_layers_max); the step's tokens,
  * positions and compacted block tables in fixed buffers.
@@ -242,8 +242,8 @@ static int alloc_state(struct gpu_backend *g)
         const size_t nb = (size_t)gpu_layer_blocks(g, l); /* a window layer's: the window side's */
         size_t pool = nb * kv_dtype_row_bytes(mem->dtype, kv_layer_block_elems(L));
         size_t pool_v = nb * kv_dtype_row_bytes(mem->dtype_v, kv_layer_block_elems(L));
-        if (L->kind == KV_RECURRENT) { /* headers of zeros: no checkpoint */
-            size_t ck = (size_t)g->n_states * L->ckpt_bytes;
+        if (L->kind == KV_RECURRENT) { /* one checkpoint, a header of zeros: none */
+            size_t ck = g->n_states ? L->ckpt_bytes : 0;
             if ((st = IG_DEV(gpu_alloc)(g, (size_t)g->n_states * L->state_bytes,
                                         &g->layers[l].state, &g->kv_bytes)) == IG_OK && ck &&
                 (st = IG_DEV(gpu_alloc)(g, ck, &g->layers[l].ckpt, &g->kv_bytes)) == IG_OK)

@@ -151,10 +151,8 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
             st = IG_DEV(dev_upload)(g->dev,
                                     g->layers[l].state + (size_t)seq->slot * Lm->state_bytes,
                                     kv_store_state(src, l, 0), Lm->state_bytes);
-            if (st == IG_OK && g->layers[l].ckpt) /* no step of a prompt here left it */
-                st = IG_DEV(dev_memset)(g->dev,
-                                        g->layers[l].ckpt + (size_t)seq->slot * Lm->ckpt_bytes, 0,
-                                        KV_STATE_ALIGN);
+            /* the checkpoint: backend_kv_import gave it back where this
+             * slot held it, so no step reads what it holds */
             continue;
         }
         if (Lm->kind == KV_SHARED)

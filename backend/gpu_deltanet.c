@@ -9,13 +9,14 @@
  *   rows, and another sequence's of GK_DN_CHUNK_MIN rows or more, the
  *   recurrent form for the others and every decode row; IGNITE_DELTANET=recurrent runs every row
  *   in the recurrent form, as on the CPU; a prompt cut inside a chunk
- *   keeps a checkpoint in its slot, gk_dn_ckpt after the rule, and its next
- *   step runs that chunk again whole from it, as backend/cpu_deltanet.c's),
+ *   keeps the pool's one checkpoint (backend_step's plan says whose),
+ *   gk_dn_ckpt after the rule, and its next step runs that chunk again
+ *   whole from it, as backend/cpu_deltanet.c's),
  *   the gated
  *   norm into f16 rows for ssm_out. A sequence's state lives in the
- *   layer's state array in its slot, its checkpoint in the checkpoint
- *   array's (gpu.c allocates them; gpu_cache.c moves the state to and from
- *   the host and clears the checkpoint of a state it brings in), in
+ *   layer's state array in its slot, the checkpoint beside the array
+ *   (gpu.c allocates them; gpu_cache.c moves the state to and from
+ *   the host), in
  *   kvcache's layout, so a saved cache is the CPU backend's;
  * - gated attention's Q projection: the fused Q|K|V product into a raw
  *   buffer, split into the queries, K and V that the RoPE kernel reads and
@@ -34,8 +35,9 @@
 #include <string.h>
 
 _Static_assert(GK_DN_CHUNK == BACKEND_STATE_CHUNK, "the engine cuts prompts on the kernel's chunks");
-_Static_assert(GK_DN_CHUNK == KV_DELTANET_CHUNK && GK_DN_CKPT_HEAD * 4 == KV_STATE_ALIGN,
-               "the kernels' checkpoint is kvcache's (kv_deltanet_ckpt_bytes)");
+_Static_assert(GK_DN_CHUNK == KV_DELTANET_CHUNK && GK_DN_CKPT_HEAD * 4 == KV_STATE_ALIGN &&
+                   sizeof(struct kv_ckpt_head) == KV_STATE_ALIGN,
+               "the kernels' checkpoint is kvcache's (kv_deltanet_ckpt_bytes, kv_ckpt_head)");
 
 static bool has_deltanet(const struct model *m)
 {
@@ -106,9 +108,13 @@ int IG_DEV(gpu_deltanet_stage)(struct gpu_backend *g, const struct backend_batch
         bool chunked = s && !g->dn_recurrent && (s->prompt || s->n_rows >= GK_DN_CHUNK_MIN);
         if (chunked)
             g->dn_chunk_rows += s->n_rows;
+        /* the pool's checkpoint: the step's holder continues it, its taker
+         * keeps it (backend_step's plan); no other sequence touches it */
+        int32_t ck = !chunked || !s->prompt || !g->dn_ckpt ? 0
+                     : (s->slot == g->base.ckpt.read ? GK_DN_CKPT_READ : 0) |
+                           (s->slot == g->base.ckpt.take ? GK_DN_CKPT_KEEP : 0);
         g->h_dn_seqs[i] = s ? (struct gk_dn_seq){(int32_t)s->row0, (int32_t)s->n_rows,
-                                                 (int32_t)s->pos0, s->slot, chunked,
-                                                 chunked && s->prompt && g->dn_ckpt}
+                                                 (int32_t)s->pos0, s->slot, chunked, ck}
                             : (struct gk_dn_seq){(int32_t)i, 0, -1, 0, 0, 0}; /* padding */
     }
     return IG_DEV(dev_upload_async)(g->dev, g->dn_seqs, g->h_dn_seqs,

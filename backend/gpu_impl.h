@@ -46,7 +46,7 @@ struct gpu_layer {
     uint16_t *k_cache, *v_cache; /* the pool: [n_blocks][n_head_kv][KV_BLOCK][head_dim];
                                   * a layer sharing another's KV: the source's arrays */
     unsigned char *state;      /* a recurrent layer's: [n_states][state_bytes], else NULL */
-    unsigned char *ckpt;       /* and its checkpoints [n_states][ckpt_bytes] (a prompt cut
+    unsigned char *ckpt;       /* and the pool's one checkpoint [ckpt_bytes] (a prompt cut
                                 * inside a chunk, ops/gpu_deltanet.h), else NULL */
 };
 

@@ -59,7 +59,7 @@ static void step_pack(const struct backend_batch *b, char *p)
     for (int64_t i = 0; i < b->n_seqs; i++) {
         const struct backend_seq *q = &b->seqs[i];
         int64_t *e = s + TP_SEQ_FIELDS * i;
-        e[0] = q->slot, e[1] = q->row0, e[2] = q->n_rows, e[3] = q->pos0, e[4] = q->prompt;
+        e[0] = q->slot, e[1] = q->row0, e[2] = q->n_rows, e[3] = q->pos0, e[4] = q->prompt | q->more << 1; /* flags */
         e[5] = kv_blocks_for(q->pos0 + q->n_rows);
     }
     int32_t *t = (int32_t *)(s + TP_SEQ_FIELDS * b->n_seqs);

@@ -51,7 +51,8 @@ static void follow_step(struct tp_rank *r, const struct tp_msg *msg)
     for (int64_t i = 0; i < n_seqs; i++) {
         const int64_t *e = s + TP_SEQ_FIELDS * i;
         seqs[i] = (struct backend_seq){.table = t, .slot = (int)e[0], .row0 = e[1],
-                                       .n_rows = e[2], .pos0 = e[3], .prompt = e[4] != 0};
+                                       .n_rows = e[2], .pos0 = e[3], .prompt = e[4] & 1,
+                                       .more = (e[4] & 2) != 0};
         t += e[5];
     }
     IG_ASSERT(t == tokens + n_rows + n_tab);

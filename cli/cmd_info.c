@@ -370,7 +370,8 @@ static void print_kv_groups_text(const struct info *in)
                    G->block_bytes / KV_BLOCK, H->block_bytes / KV_BLOCK, G->block_bytes,
                    H->block_bytes, KV_BLOCK);
         else if (G->kind == KV_RECURRENT)
-            printf("): %zu bytes/sequence\n", G->state_bytes);
+            printf("): %zu bytes/sequence, a checkpoint of %zu bytes once\n", G->state_bytes,
+                   G->ckpt_bytes); /* the pool's one (docs/kvcache.md) */
         else
             printf("): no memory of their own\n");
     }
@@ -536,6 +537,8 @@ static void add_kv_groups_json(cJSON *o, const struct info *in)
         cJSON_AddNumberToObject(b, "f32", (double)G->block_bytes);
         cJSON_AddNumberToObject(b, "f16", (double)H->block_bytes);
         cJSON_AddNumberToObject(e, "bytes_per_sequence", (double)G->state_bytes);
+        if (G->kind == KV_RECURRENT) /* the pool's one checkpoint */
+            cJSON_AddNumberToObject(e, "checkpoint_bytes", (double)G->ckpt_bytes);
     }
 }
 

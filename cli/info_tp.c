@@ -50,9 +50,10 @@ static int64_t kv_bytes_per_token(const struct model *m, const struct kv_memory 
 }
 
 /* Bytes of a sequence's recurrent state in part p's cache: its DeltaNet
- * heads' state and checkpoint (the pool's state group holds a slot of these
- * a sequence, on either backend, as the whole model's kv_groups give it). */
-static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
+ * heads' state (the pool's state group holds a slot of these a sequence, on
+ * either backend, as the whole model's kv_groups give it); with ckpt, of
+ * the pool's one checkpoint instead. */
+static size_t state_bytes(const struct model *m, const struct model_tp_part *p, bool ckpt)
 {
     size_t bytes = 0;
     for (int64_t l = 0; l < m->hp.n_layer; l++)
@@ -60,7 +61,7 @@ static size_t state_bytes(const struct model *m, const struct model_tp_part *p)
             struct model_layer L = m->layers[l];
             L.dn_k_heads = p->layers[l].n_dk;
             L.dn_v_heads = p->layers[l].n_dk * p->layers[l].n_dg;
-            bytes += kv_deltanet_state_bytes(&L) + kv_deltanet_ckpt_bytes(&L);
+            bytes += ckpt ? kv_deltanet_ckpt_bytes(&L) : kv_deltanet_state_bytes(&L);
         }
     return bytes;
 }
@@ -86,6 +87,7 @@ struct rank_row {
     size_t ple_bytes; /* its rows of Gemma 4's per-layer table (0: none) */
     int64_t kv_bytes;
     size_t state_bytes; /* a sequence's recurrent state (0: none) */
+    size_t ckpt_bytes;  /* the pool's one checkpoint of it */
     size_t cuda_native, cuda_f16; /* its CUDA weights' plan (0: not run on CUDA) */
     size_t cuda_experts_native, cuda_experts_f16; /* of them its experts' */
 };
@@ -164,10 +166,11 @@ static void print_rows(const struct rank_row *rows, int n_ranks, size_t all)
                    (double)rows[r].ple_bytes / 1048576.0);
         if (rows[r].state_bytes)
             printf("                DeltaNet key heads %lld-%lld%s with %lld value heads (%lld "
-                   "of each one's); state %.1f KiB/sequence\n", (long long)d->dk0,
+                   "of each one's); state %.1f KiB/sequence, checkpoint %.1f KiB once\n",
+                   (long long)d->dk0,
                    (long long)(d->dk0 + d->n_dk - 1), rows[r].dn_replicated ? " (replicated)" : "",
                    (long long)(d->n_dk * d->n_dg), (long long)d->n_dg,
-                   (double)rows[r].state_bytes / 1024.0);
+                   (double)rows[r].state_bytes / 1024.0, (double)rows[r].ckpt_bytes / 1024.0);
     }
 }
 
@@ -202,6 +205,7 @@ static void add_rows_json(cJSON *o, const struct rank_row *rows, int n_ranks, si
             add_range(e, "deltanet_key_heads", d->dk0, d->n_dk);
             cJSON_AddNumberToObject(e, "deltanet_value_heads_per_key_head", (double)d->n_dg);
             cJSON_AddNumberToObject(e, "state_bytes_per_sequence", (double)rows[r].state_bytes);
+            cJSON_AddNumberToObject(e, "checkpoint_bytes", (double)rows[r].ckpt_bytes);
         }
         if (rows[r].cuda_native) { /* the rank's CUDA backend's weights */
             cJSON *cw = cJSON_AddObjectToObject(e, "cuda_weight_bytes");
@@ -257,7 +261,8 @@ int cli_info_tp(const struct model *m, int n_ranks, cJSON *json)
             w->ple_bytes = (size_t)model_tp_table_rows(E, &w->p) * E->row_bytes;
         }
         w->kv_bytes = kv_bytes_per_token(m, mem, &w->p);
-        w->state_bytes = state_bytes(m, &w->p);
+        w->state_bytes = state_bytes(m, &w->p, false);
+        w->ckpt_bytes = state_bytes(m, &w->p, true);
         if (json && (st = cuda_bytes(m, w)) != IG_OK) {
             made++; /* its part is freed below */
             break;

@@ -808,7 +808,17 @@ static int64_t prompt_rows(const struct engine *e, const struct seq *s, int64_t 
     int64_t cut = (pos0 + room) / BACKEND_STATE_CHUNK * BACKEND_STATE_CHUNK - pos0;
     if (cut > 0)
         return cut;
-    return first_prompt ? room : 0;
+    if (!first_prompt)
+        return 0;
+    /* a cut inside the chunk takes the pool's one checkpoint: only where no
+     * other prompt still being fed holds it (in this engine the first prompt
+     * is the holder where one is live; the rule keeps it so whatever
+     * schedules). A slot's new request that has run no step is not the
+     * holder: its first step gives the checkpoint back (backend_step). */
+    int h = e->be->ckpt_holder - 1;
+    bool live = h >= 0 && h < e->n_slots && e->seqs[h].phase == SEQ_PREFILL &&
+                e->seqs[h].kv.n_pos > 0 && e->seqs[h].kv.n_pos < e->seqs[h].n_all_prompt;
+    return backend_prompt_rows(e->be, slot_of(e, s), pos0, room, left, live);
 }
 
 static int64_t add_rows(struct engine *e, struct seq *s, int64_t row0, int64_t room,
@@ -1066,7 +1076,9 @@ int engine_step(struct engine *e)
                                            .slot = slot_of(e, s),
                                            .row0 = s->step_row0, .n_rows = s->step_rows,
                                            .pos0 = s->kv.n_pos,
-                                           .prompt = s->phase == SEQ_PREFILL};
+                                           .prompt = s->phase == SEQ_PREFILL,
+                                           .more = s->phase == SEQ_PREFILL &&
+                                                   s->kv.n_pos + s->step_rows < s->n_all_prompt};
     }
     /* Where every row wanting logits picks greedily from them as they are,
      * the backend returns its token instead (on a GPU the logits then stay

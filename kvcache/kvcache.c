@@ -147,7 +147,7 @@ int kv_store_create_windowed(const struct kv_memory *mem, int64_t n_blocks, int6
         st->offset[l] = at;
         int64_t nb = layer_blocks(st, L);
         at += L->kind == KV_RECURRENT
-                  ? (size_t)n_states * (L->state_bytes + L->ckpt_bytes)
+                  ? (size_t)n_states * L->state_bytes + (n_states ? L->ckpt_bytes : 0)
                   : kv_dtype_row_bytes(mem->dtype, nb * kv_layer_block_elems(L)) +
                         kv_dtype_row_bytes(mem->dtype_v, nb * kv_layer_block_elems(L));
     }
@@ -199,16 +199,15 @@ void *kv_store_state(const struct kv_store *st, int64_t layer, int64_t slot)
     return st->base + st->offset[layer] + (size_t)slot * L->state_bytes;
 }
 
-void *kv_store_ckpt(const struct kv_store *st, int64_t layer, int64_t slot)
+void *kv_store_ckpt(const struct kv_store *st, int64_t layer)
 {
     const struct kv_memory *mem = st->memory;
-    IG_ASSERT(layer >= 0 && layer < mem->n_layer && slot >= 0 && slot < st->n_states);
+    IG_ASSERT(layer >= 0 && layer < mem->n_layer && st->n_states > 0);
     const struct kv_layer_mem *L = &mem->layers[layer];
     IG_ASSERT(L->kind == KV_RECURRENT);
     if (!L->ckpt_bytes)
         return NULL;
-    return st->base + st->offset[layer] + (size_t)st->n_states * L->state_bytes +
-           (size_t)slot * L->ckpt_bytes;
+    return st->base + st->offset[layer] + (size_t)st->n_states * L->state_bytes;
 }
 
 void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t dst_slot,
@@ -230,8 +229,8 @@ void kv_copy_seq_windowed(const struct kv_store *dst, const int32_t *dst_table,
         if (L->kind == KV_RECURRENT) {
             memcpy(kv_store_state(dst, l, dst_slot), kv_store_state(src, l, src_slot),
                    L->state_bytes);
-            void *ck = kv_store_ckpt(dst, l, dst_slot);
-            if (ck) /* no step of a prompt there left it */
+            struct kv_ckpt_head *ck = kv_store_ckpt(dst, l);
+            if (ck && ck->n && ck->slot == dst_slot) /* no step of a prompt there left it */
                 memset(ck, 0, KV_STATE_ALIGN);
             continue;
         }

@@ -143,9 +143,9 @@ struct kv_layer_mem {
     int64_t window;              /* KV_WINDOW: a query sees this many positions; else 0 */
     int64_t source;              /* KV_SHARED: the paged layer whose K/V it reads; else -1 */
     size_t state_bytes;          /* KV_RECURRENT: its state for one sequence; else 0 */
-    size_t ckpt_bytes;           /* KV_RECURRENT: its checkpoint for one sequence (a
-                                  * prompt cut mid-chunk: kv_deltanet_ckpt_bytes), 0:
-                                  * none; the store's, never a file's */
+    size_t ckpt_bytes;           /* KV_RECURRENT: its checkpoint (a prompt cut
+                                  * mid-chunk: kv_deltanet_ckpt_bytes), one for the
+                                  * whole pool, 0: none; the store's, never a file's */
     int64_t group;               /* its group (set by kv_memory_build) */
 };
 
@@ -155,8 +155,8 @@ struct kv_group {
     int64_t window;       /* KV_WINDOW's window; else 0 */
     int64_t n_layers;
     size_t block_bytes;   /* K and V of its layers for one block (paged kinds; else 0) */
-    size_t state_bytes;   /* its layers' state and checkpoint for one sequence
-                           * (KV_RECURRENT; else 0) */
+    size_t state_bytes;   /* its layers' state for one sequence (KV_RECURRENT; else 0) */
+    size_t ckpt_bytes;    /* its layers' checkpoints: once for the pool (KV_RECURRENT) */
 };
 
 /* A model's memory: the sum of its groups. Every paged layer has a block
@@ -169,8 +169,10 @@ struct kv_memory {
     struct kv_layer_mem *layers;  /* [n_layer] owned */
     struct kv_group *groups;      /* [n_groups] owned */
     size_t block_bytes;           /* the one formula: the groups' block_bytes summed */
-    size_t state_bytes;           /* and their state_bytes: one sequence's state (with
-                                   * its checkpoints: what a state slot costs) */
+    size_t state_bytes;           /* and their state_bytes: one sequence's state (what a
+                                   * state slot costs) */
+    size_t ckpt_bytes;            /* and their ckpt_bytes: the pool's one checkpoint,
+                                   * counted once where there are state slots */
     size_t window_bytes;          /* of block_bytes, the sliding-window groups' */
     int64_t window_max;           /* the largest window (0: no sliding-window layer) */
 };
@@ -195,13 +197,21 @@ size_t kv_deltanet_state_bytes(const struct model_layer *L);
 /* Rows of a gated DeltaNet chunk (its chunked form's; BACKEND_STATE_CHUNK). */
 #define KV_DELTANET_CHUNK 64
 
-/* One sequence's checkpoint of a gated DeltaNet layer, beside its state in
- * the store (never in a file): a header of KV_STATE_ALIGN bytes (all zero:
- * no checkpoint), the delta rule's matrices at the start of the prompt's
+/* The pool's checkpoint of a gated DeltaNet layer, after its states in the
+ * store (never in a file), one for every slot (it belongs to one at a time:
+ * backend.h's rule): a header of KV_STATE_ALIGN bytes (struct kv_ckpt_head;
+ * all zero: none), the delta rule's matrices at the start of the holder's
  * unfinished chunk, and that chunk's rows so far (up to KV_DELTANET_CHUNK - 1:
  * each row's keys, values, decay and beta), so that the prompt's next step
  * runs the whole chunk again (backend/cpu_deltanet.c; docs/kvcache.md). */
 size_t kv_deltanet_ckpt_bytes(const struct model_layer *L);
+
+/* The checkpoint's header: where the unfinished chunk begins, the rows it
+ * holds (0: none), and the state slot whose prompt they are. */
+struct kv_ckpt_head {
+    int64_t pos;
+    int32_t n, slot;
+};
 
 /* The memory of model m with K elements of `dtype` and V elements of
  * `dtype_v`: every layer full attention (n_head_kv x head_dim of the
@@ -230,8 +240,9 @@ void kv_memory_free(struct kv_memory *mem);
 bool kv_memory_same_layers(const struct kv_memory *a, const struct kv_memory *b);
 
 /* Bytes of n_blocks blocks and n_states state slots: n_blocks x block_bytes
- * + n_states x state_bytes (a double: the refusals print sizes that do
- * not fit in memory). Every size the tools print or check comes from it. */
+ * + n_states x state_bytes, + ckpt_bytes once where n_states > 0 (a double:
+ * the refusals print sizes that do not fit in memory). Every size the tools
+ * print or check comes from it. */
 double kv_memory_bytes(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states);
 
 /* The window rule. A pool may keep the sliding-window layers' blocks in a
@@ -348,7 +359,7 @@ struct kv_store {
     int64_t n_wblocks; /* blocks of each sliding-window layer: n_blocks, or the
                         * window side's under the window rule (kv_store_create_windowed) */
     char *base;     /* each paged layer's K blocks then its V blocks, each recurrent
-                     * layer's states then their checkpoints, in layer order */
+                     * layer's states then its one checkpoint, in layer order */
     size_t *offset; /* [n_layer] bytes from base to the layer's K blocks (a shared
                      * layer: its source's) or its states */
     size_t bytes;   /* of the mapping */
@@ -379,14 +390,15 @@ struct kv_layout kv_store_layout(const struct kv_store *st, int64_t layer);
 
 /* Recurrent layer l's state in state slot `slot` (state_bytes bytes). */
 void *kv_store_state(const struct kv_store *st, int64_t layer, int64_t slot);
-/* Its checkpoint there (ckpt_bytes bytes; NULL where the layer has none). */
-void *kv_store_ckpt(const struct kv_store *st, int64_t layer, int64_t slot);
+/* Its one checkpoint (ckpt_bytes bytes, a header naming its slot; NULL
+ * where the layer has none). */
+void *kv_store_ckpt(const struct kv_store *st, int64_t layer);
 
 /* Copies one sequence from `src` to `dst` (the same layers): positions
  * [0, n_pos) of every paged layer through src_table to dst_table,
  * converting the element type where the stores differ, and every
- * recurrent layer's state from src_slot to dst_slot (dst_slot's checkpoint
- * cleared: the state did not come from a step there). Shared layers have
+ * recurrent layer's state from src_slot to dst_slot (the checkpoint
+ * cleared where it is dst_slot's: the state did not come from a step there). Shared layers have
  * nothing of their own to copy. */
 void kv_copy_seq(const struct kv_store *dst, const int32_t *dst_table, int64_t dst_slot,
                  const struct kv_store *src, const int32_t *src_table, int64_t src_slot,

@@ -191,12 +191,14 @@ int kv_memory_build(const struct kv_layer_mem *layers, int64_t n_layer, enum kv_
         if (is_paged(L->kind))
             G->block_bytes += kv_dtype_row_bytes(dtype, kv_layer_block_elems(L)) +
                               kv_dtype_row_bytes(dtype_v, kv_layer_block_elems(L));
-        G->state_bytes += L->state_bytes + L->ckpt_bytes;
+        G->state_bytes += L->state_bytes;
+        G->ckpt_bytes += L->ckpt_bytes;
     }
     for (int64_t g = 0; g < mem->n_groups; g++) {
         const struct kv_group *G = &mem->groups[g];
         mem->block_bytes += G->block_bytes;
         mem->state_bytes += G->state_bytes;
+        mem->ckpt_bytes += G->ckpt_bytes;
         if (G->kind == KV_WINDOW) {
             mem->window_bytes += G->block_bytes;
             mem->window_max = G->window > mem->window_max ? G->window : mem->window_max;
@@ -322,7 +324,8 @@ bool kv_memory_same_layers(const struct kv_memory *a, const struct kv_memory *b)
 double kv_memory_bytes(const struct kv_memory *mem, int64_t n_blocks, int64_t n_states)
 {
     return (double)n_blocks * (double)mem->block_bytes +
-           (double)n_states * (double)mem->state_bytes;
+           (double)n_states * (double)mem->state_bytes +
+           (n_states > 0 ? (double)mem->ckpt_bytes : 0.0);
 }
 
 double kv_memory_bytes_windowed(const struct kv_memory *mem, int64_t n_blocks,
@@ -332,7 +335,8 @@ double kv_memory_bytes_windowed(const struct kv_memory *mem, int64_t n_blocks,
         return kv_memory_bytes(mem, n_blocks, n_states);
     return (double)n_blocks * (double)(mem->block_bytes - mem->window_bytes) +
            (double)n_wblocks * (double)mem->window_bytes +
-           (double)n_states * (double)mem->state_bytes;
+           (double)n_states * (double)mem->state_bytes +
+           (n_states > 0 ? (double)mem->ckpt_bytes : 0.0);
 }
 
 int64_t kv_memory_window_cap(const struct kv_memory *mem, int64_t n_ctx, int64_t max_rows)

@@ -31,8 +31,10 @@ extern "C" {
 struct gk_dn_seq {
     int32_t row0, n_rows, pos0, slot;
     int32_t chunked; /* where the shape's split is set: gk_dn_chunk's (else gk_dn_rule's) */
-    int32_t ckpt;    /* a prompt's rows (chunked) where the shape has checkpoints: gk_dn_chunk
-                      * continues its slot's checkpoint, gk_dn_ckpt keeps a new one */
+    int32_t ckpt;    /* a prompt's rows (chunked) where the shape has a checkpoint: of
+                      * GK_DN_CKPT_READ (gk_dn_chunk continues the checkpoint where
+                      * its header is this slot's) and GK_DN_CKPT_KEEP (it keeps a
+                      * new one); at most one sequence of a step has either */
 };
 
 /* The largest convolution kernel and the head dims the kernels take. */
@@ -49,13 +51,15 @@ struct gk_dn_shape {
     int64_t state_floats; /* a slot's stride */
     int32_t split;      /* 0: gk_dn_rule and gk_dn_chunk take every sequence; else
                          * gk_dn_chunk those marked chunked, gk_dn_rule the rest */
-    float *ckpt;        /* [slots][ckpt_floats] the checkpoints (below), or NULL: none */
-    int64_t ckpt_floats; /* a slot's stride */
+    float *ckpt;        /* [ckpt_floats] the pool's one checkpoint (below), or NULL: none */
+    int64_t ckpt_floats; /* its floats */
 };
 
-/* A sequence's checkpoint is kvcache's layout (kv_deltanet_ckpt_bytes, the
- * CPU backend's): a header of GK_DN_CKPT_HEAD floats (int64 position of
- * the unfinished chunk's first row, int64 rows it holds; zeros: none),
+/* The checkpoint is kvcache's layout (kv_deltanet_ckpt_bytes, the CPU
+ * backend's), one for the pool (backend.h's rule): a header of
+ * GK_DN_CKPT_HEAD floats (struct kv_ckpt_head: int64 position of the
+ * unfinished chunk's first row, int32 rows it holds, int32 the slot whose
+ * prompt they are; zeros: none),
  * then per value head S [D][D] where that chunk began, then up to
  * GK_DN_CHUNK - 1 rows of [k Hk D | v Hv D | g Hv | beta Hv] (after the
  * convolution and the norms: what the delta rule reads). A prompt cut
@@ -63,6 +67,8 @@ struct gk_dn_shape {
  * it, so every state is the bits of the prompt in one step whatever cut it
  * (docs/kvcache.md). */
 #define GK_DN_CKPT_HEAD 4
+#define GK_DN_CKPT_READ 1
+#define GK_DN_CKPT_KEEP 2
 /* Floats a checkpoint needs (ckpt_floats at least this). */
 #define GK_DN_CKPT_FLOATS(Hk, Hv, D)                                                         \
     (GK_DN_CKPT_HEAD + (Hv) * (D) * (D) + (GK_DN_CHUNK - 1) * (((Hk) + (Hv)) * (D) + 2 * (Hv)))
@@ -117,30 +123,32 @@ void gk_dn_rule_ref(const struct gk_dn_shape *s, const float *qkv, const float *
  * whatever its rows. A prompt's rows take it whatever their number, so a
  * prompt's state does not depend on where the engine cut it. */
 #define GK_DN_CHUNK_MIN 16
-/* A sequence marked ckpt (the shape's ckpt set) whose slot's checkpoint
- * ends where its rows start runs that chunk again from the checkpoint's S,
- * its rows first (their outputs not written: they are the bits the step
- * that ran them wrote), then the step's; where its rows end inside a chunk
- * it writes S at that chunk's start to the checkpoint (gk_dn_ckpt keeps
- * the rows after it). */
+/* A sequence marked GK_DN_CKPT_READ (the shape's ckpt set) whose slot's
+ * checkpoint ends where its rows start runs that chunk again from the
+ * checkpoint's S, its rows first (their outputs not written: they are the
+ * bits the step that ran them wrote), then the step's; one marked
+ * GK_DN_CKPT_KEEP whose rows end inside a chunk writes S at that chunk's
+ * start to the checkpoint (gk_dn_ckpt keeps the rows after it). */
 int IG_DEV(gk_dn_chunk)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                         const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs,
                         void *stream);
 void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                      const float *g, float *out, const struct gk_dn_seq *seqs, int64_t n_seqs);
 
-/* After gk_dn_chunk, of a step's sequences (the shape's ckpt set): a
- * sequence marked ckpt whose rows end inside a chunk keeps that chunk's
- * rows so far (the checkpoint's, then the step's) and its header; any
- * other of rows clears its header. One block a sequence. */
+/* After gk_dn_chunk, of a step's sequences (the shape's ckpt set): the
+ * sequence marked GK_DN_CKPT_KEEP whose rows end inside a chunk keeps that
+ * chunk's rows so far (the checkpoint's, then the step's) and the header
+ * naming its slot; one marked GK_DN_CKPT_READ only clears the header; no
+ * other touches it. One block a sequence. */
 int IG_DEV(gk_dn_ckpt)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                        const float *g, const struct gk_dn_seq *seqs, int64_t n_seqs,
                        void *stream);
 void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *beta,
                     const float *g, const struct gk_dn_seq *seqs, int64_t n_seqs);
 
-/* Rows of seq's unfinished chunk its slot's checkpoint holds for it (0:
- * none): where the checkpoint ends at the sequence's first position. */
+/* Rows of seq's unfinished chunk the checkpoint holds for it (0: none):
+ * where seq may read it and the header names its slot and ends at its
+ * first position. */
 #if defined(__CUDACC__)
 #define GK_DN_HD __host__ __device__
 #else
@@ -148,11 +156,12 @@ void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *
 #endif
 static inline GK_DN_HD int32_t gk_dn_ckpt_pending(const float *ck, const struct gk_dn_seq *q)
 {
-    if (!ck || !q->ckpt || q->pos0 <= 0)
+    if (!ck || !(q->ckpt & GK_DN_CKPT_READ) || q->pos0 <= 0)
         return 0;
-    const int64_t *head = (const int64_t *)(const void *)ck; /* pos, rows */
-    return head[1] > 0 && head[1] < GK_DN_CHUNK && head[0] + head[1] == q->pos0
-               ? (int32_t)head[1]
+    const int64_t pos = *(const int64_t *)(const void *)ck;
+    const int32_t *nh = (const int32_t *)(const void *)ck + 2; /* rows, slot */
+    return nh[0] > 0 && nh[0] < GK_DN_CHUNK && nh[1] == q->slot && pos + nh[0] == q->pos0
+               ? nh[0]
                : 0;
 }
 

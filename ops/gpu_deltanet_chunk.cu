@@ -126,7 +126,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
     float *S = s.state + (int64_t)q.slot * s.state_floats + (s.K - 1) * s.C + h * D * D;
     /* its checkpoint, and the rows of its unfinished chunk an earlier step
      * ran (held: that chunk runs again from the checkpoint's S, those rows first) */
-    float *ck = s.ckpt && q.ckpt ? s.ckpt + (int64_t)q.slot * s.ckpt_floats : nullptr;
+    float *ck = s.ckpt && q.ckpt ? s.ckpt : nullptr;
     const int32_t held = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
     const int64_t ckr = (s.Hk + s.Hv) * D + 2 * s.Hv, kvw = (s.Hk + s.Hv) * D; /* a row's */
     float *ckS = ck ? ck + GK_DN_CKPT_HEAD + h * D * D : nullptr;
@@ -135,7 +135,8 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
      * where that chunk is the step's last and ends inside (as S is loaded,
      * or copied to f16 for that chunk) */
     auto keep = [&](int32_t at) {
-        return ck && end % kCh && at >= q.pos0 && at < end && at / kCh == (end - 1) / kCh;
+        return ck && end % kCh && at >= q.pos0 && at < end && at / kCh == (end - 1) / kCh &&
+               (q.ckpt & GK_DN_CKPT_KEEP);
     };
     bool keep_S = keep(q.pos0 - held);
     for (int e = tid; e < D * kBv; e += kThreads) {
@@ -314,11 +315,13 @@ dn_ckpt_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
     const gk_dn_seq q = seqs[blockIdx.x];
     if (q.n_rows <= 0)
         return;
-    float *ck = s.ckpt + (int64_t)q.slot * s.ckpt_floats;
+    if (!q.ckpt) /* the pool's one checkpoint is not this sequence's */
+        return;
+    float *ck = s.ckpt;
     const int32_t held = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
     ig_syncthreads();
     int64_t *head = (int64_t *)(void *)ck;
-    if (!q.ckpt || end % kCh == 0) {
+    if (!(q.ckpt & GK_DN_CKPT_KEEP) || end % kCh == 0) { /* given back */
         if (threadIdx.x == 0)
             head[0] = head[1] = 0;
         return;
@@ -336,8 +339,10 @@ dn_ckpt_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
                   : j < kvw + s.Hv ? g[r * s.Hv + j - kvw]
                                    : beta[r * s.Hv + j - kvw - s.Hv];
     }
-    if (threadIdx.x == 0)
-        head[0] = first, head[1] = end - first;
+    if (threadIdx.x == 0) {
+        head[0] = first;
+        ((int32_t *)(void *)ck)[2] = end - first, ((int32_t *)(void *)ck)[3] = q.slot;
+    }
 }
 
 template <int D>

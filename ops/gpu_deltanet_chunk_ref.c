@@ -158,7 +158,7 @@ void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float 
         struct gk_dn_seq q = seqs[i];
         if (q.n_rows <= 0 || (s->split && !q.chunked))
             continue;
-        float *ck = s->ckpt && q.ckpt ? s->ckpt + (int64_t)q.slot * s->ckpt_floats : NULL;
+        float *ck = s->ckpt && q.ckpt ? s->ckpt : NULL;
         int32_t p = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
         for (int64_t h = 0; h < s->Hv; h++)
             for (int64_t v0 = 0; v0 < D; v0 += BV) {
@@ -178,7 +178,8 @@ void gk_dn_chunk_ref(const struct gk_dn_shape *s, const float *qkv, const float 
                                     .ckr = (s->Hk + s->Hv) * D + 2 * s->Hv,
                                     .pp = pos < q.pos0 ? p : 0};
                     x.ckrows = ck ? ck + GK_DN_CKPT_HEAD + s->Hv * D * D : NULL;
-                    if (ck && pos + c == end && end % CH && pos >= q.pos0) /* S where it began */
+                    if (ck && (q.ckpt & GK_DN_CKPT_KEEP) && pos + c == end && end % CH &&
+                        pos >= q.pos0) /* S where it began */
                         for (int64_t e = 0; e < D * BV; e++)
                             ckS[e / BV * D + v0 + e % BV] = k.Sf[e];
                     chunk(s, &k, &x, out, c, h, kh, v0);
@@ -199,12 +200,12 @@ void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *
     int64_t kvw = (s->Hk + s->Hv) * s->D, ckr = kvw + 2 * s->Hv;
     for (int64_t i = 0; i < n_seqs; i++) {
         struct gk_dn_seq q = seqs[i];
-        if (q.n_rows <= 0)
+        if (q.n_rows <= 0 || !q.ckpt) /* not this sequence's */
             continue;
-        float *ck = s->ckpt + (int64_t)q.slot * s->ckpt_floats;
+        float *ck = s->ckpt;
         int64_t *head = (int64_t *)(void *)ck;
         int32_t p = gk_dn_ckpt_pending(ck, &q), end = q.pos0 + q.n_rows;
-        if (!q.ckpt || end % CH == 0) {
+        if (!(q.ckpt & GK_DN_CKPT_KEEP) || end % CH == 0) { /* given back */
             head[0] = head[1] = 0;
             continue;
         }
@@ -217,6 +218,7 @@ void gk_dn_ckpt_ref(const struct gk_dn_shape *s, const float *qkv, const float *
             memcpy(row + kvw, g + r * s->Hv, (size_t)s->Hv * sizeof *row);
             memcpy(row + kvw + s->Hv, beta + r * s->Hv, (size_t)s->Hv * sizeof *row);
         }
-        head[0] = first, head[1] = end - first;
+        head[0] = first;
+        ((int32_t *)(void *)ck)[2] = end - first, ((int32_t *)(void *)ck)[3] = q.slot;
     }
 }

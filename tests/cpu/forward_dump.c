@@ -74,9 +74,10 @@ static int write_logits(FILE *f, const float *logits, int64_t n)
 /* Runs tokens [0, n) at pos0 in blocks `table`, a prompt's rows or a decode
  * row; want: NULL (the last row's logits) or every row's. */
 static int run_seq(struct backend *be, const int32_t *table, const int32_t *tokens, int64_t n,
-                   int64_t pos0, bool prompt, const bool *want, float *logits)
+                   int64_t pos0, bool prompt, bool more, const bool *want, float *logits)
 {
-    struct backend_seq bs = {.table = table, .n_rows = n, .pos0 = pos0, .prompt = prompt};
+    struct backend_seq bs = {.table = table, .n_rows = n, .pos0 = pos0, .prompt = prompt,
+                             .more = prompt && more};
     struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &bs, .n_seqs = 1,
                                   .want_logits = want, .logits = logits};
     return backend_step(be, &batch);
@@ -109,11 +110,11 @@ static int write_states(struct backend *be, const int32_t *table, int64_t n_pos,
  * grown (window blocks behind the rows' windows given back), one step. */
 static int run_pooled(struct backend *be, struct kv_pool *pool, struct kv_seq *seq,
                       const int32_t *tokens, int64_t n, int64_t pos0, bool prompt,
-                      float *logits)
+                      bool more, float *logits)
 {
     kv_pool_grow(pool, seq, pos0 + n);
     struct backend_seq bs = {.table = seq->table, .wtable = seq->wtable, .n_rows = n,
-                             .pos0 = pos0, .prompt = prompt};
+                             .pos0 = pos0, .prompt = prompt, .more = prompt && more};
     struct backend_batch batch = {.tokens = tokens, .n_rows = n, .seqs = &bs, .n_seqs = 1,
                                   .logits = logits};
     int st = backend_step(be, &batch);
@@ -216,8 +217,10 @@ static int dump_main(int argc, char **argv)
     for (int64_t p = 0, i = 0; p < n_prompt && st == IG_OK; p += n, i++) {
         n = n_cuts ? cuts[i < n_cuts ? i : n_cuts - 1] : chunk;
         n = n_prompt - p < n ? n_prompt - p : n;
-        st = pool ? run_pooled(be, pool, &seq, prompt + p, n, p, true, logits)
-                  : run_seq(be, table, prompt + p, n, p, true, all_rows ? want : NULL, logits);
+        bool more = p + n < n_prompt; /* a cut inside a chunk keeps the checkpoint */
+        st = pool ? run_pooled(be, pool, &seq, prompt + p, n, p, true, more, logits)
+                  : run_seq(be, table, prompt + p, n, p, true, more, all_rows ? want : NULL,
+                            logits);
         if (st == IG_OK && all_rows)
             st = write_logits(out, logits, n * m->hp.n_vocab);
     }
@@ -233,16 +236,16 @@ static int dump_main(int argc, char **argv)
     int64_t pos = n_prompt;
     int64_t t2 = ig_now_ns();
     for (int64_t i = 0; i < n_fixed && st == IG_OK; i++, pos++)
-        if ((st = pool ? run_pooled(be, pool, &seq, &fixed[i], 1, pos, false, logits)
-                       : run_seq(be, table, &fixed[i], 1, pos, false, NULL, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &fixed[i], 1, pos, false, false, logits)
+                       : run_seq(be, table, &fixed[i], 1, pos, false, false, NULL, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     if (n_greedy > 0)
         printf("greedy:");
     for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
         int32_t tok = argmax(logits, m->hp.n_vocab);
         printf(" %ld", (long)tok);
-        if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, false, logits)
-                       : run_seq(be, table, &tok, 1, pos, false, NULL, logits)) == IG_OK)
+        if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, false, false, logits)
+                       : run_seq(be, table, &tok, 1, pos, false, false, NULL, logits)) == IG_OK)
             st = write_logits(out, logits, m->hp.n_vocab);
     }
     if (n_greedy > 0)

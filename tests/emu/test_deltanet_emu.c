@@ -320,16 +320,18 @@ struct dnk_kernels {
 #define CK_ROWS 128
 #define CK_SLOTS 3
 
-/* One step of a prompt's rows [pos, pos + len) in slot `slot` beside a decode
- * row of slot 2 (its checkpoint header cleared: checked) through k's chunk,
- * the recurrent kernel and k's checkpoint kernel, as gpu_deltanet_mix
- * queues them, outputs to out's rows pos..; the same through the twins on
- * the `twin` arrays when given: *same whether they agreed bit for bit
- * (outputs, states, checkpoints). */
+/* One step of a prompt's rows [pos, pos + len) in slot `slot`, marked
+ * `flags` (GK_DN_CKPT_READ, _KEEP: backend_step's plan), beside a decode
+ * row of slot 2 (which leaves the pool's one checkpoint alone: its header
+ * is the prompt's after a step that keeps it, zeros after one that gives
+ * it back; checked) through k's chunk, the recurrent kernel and k's
+ * checkpoint kernel, as gpu_deltanet_mix queues them, outputs to out's
+ * rows pos..; the same through the twins on the `twin` arrays when given:
+ * *same whether they agreed bit for bit (outputs, states, checkpoint). */
 static bool ckpt_step(const struct dnk_kernels *k, struct gk_dn_shape *s, float *state,
                       float *ckpt, const float *qkv, const float *beta, const float *g,
-                      float *out, int32_t pos, int32_t len, int slot, float *twin_state,
-                      float *twin_ckpt, bool *same_twin)
+                      float *out, int32_t pos, int32_t len, int slot, int32_t flags,
+                      float *twin_state, float *twin_ckpt, bool *same_twin)
 {
     const int64_t C = s->C, Hv = s->Hv, vd = Hv * s->D, n = len + 1;
     /* the step's rows: the prompt's, then the decode row (row CK_ROWS) */
@@ -342,24 +344,25 @@ static bool ckpt_step(const struct dnk_kernels *k, struct gk_dn_shape *s, float 
     memcpy(sb + len * Hv, beta + CK_ROWS * Hv, (size_t)Hv * 4);
     memcpy(sg, g + pos * Hv, (size_t)(len * Hv) * 4);
     memcpy(sg + len * Hv, g + CK_ROWS * Hv, (size_t)Hv * 4);
-    const struct gk_dn_seq seqs[2] = {{0, len, pos, slot, 1, 1}, {len, 1, 300, 2, 0, 0}};
-    int64_t *dec = (int64_t *)(void *)(ckpt + 2 * s->ckpt_floats); /* slot 2's header */
-    dec[0] = 290, dec[1] = 10;
+    const struct gk_dn_seq seqs[2] = {{0, len, pos, slot, 1, flags}, {len, 1, 300, 2, 0, 0}};
     s->split = 1;
     s->state = state, s->ckpt = ckpt;
     bool ok = k->chunk(s, sq, sb, sg, so, seqs, 2, NULL) == IG_OK &&
               IG_DEV(gk_dn_rule)(s, sq, sb, sg, so, seqs, 2, NULL) == IG_OK &&
-              k->ckpt(s, sq, sb, sg, seqs, 2, NULL) == IG_OK && dec[0] == 0 && dec[1] == 0;
+              k->ckpt(s, sq, sb, sg, seqs, 2, NULL) == IG_OK;
+    const int32_t *head = (const int32_t *)(const void *)ckpt; /* pos (int64), rows, slot */
+    if ((flags & GK_DN_CKPT_KEEP) && (pos + len) % GK_DN_CHUNK)
+        ok &= head[2] == (pos + len) % GK_DN_CHUNK && head[3] == slot;
+    else if (flags)
+        ok &= head[0] == 0 && head[1] == 0 && head[2] == 0 && head[3] == 0;
     if (twin_state) {
-        int64_t *dec_r = (int64_t *)(void *)(twin_ckpt + 2 * s->ckpt_floats);
-        dec_r[0] = 290, dec_r[1] = 10;
         s->state = twin_state, s->ckpt = twin_ckpt;
         gk_dn_chunk_ref(s, sq, sb, sg, so_r, seqs, 2);
         gk_dn_rule_ref(s, sq, sb, sg, so_r, seqs, 2);
         gk_dn_ckpt_ref(s, sq, sb, sg, seqs, 2);
         *same_twin &= same(so, so_r, (size_t)(n * vd) * 4) &&
                       same(state, twin_state, (size_t)(CK_SLOTS * s->state_floats) * 4) &&
-                      same(ckpt, twin_ckpt, (size_t)(CK_SLOTS * s->ckpt_floats) * 4);
+                      same(ckpt, twin_ckpt, (size_t)s->ckpt_floats * 4);
     }
     memcpy(out + pos * vd, so, (size_t)(len * vd) * 4);
     void *bufs[] = {sq, sb, sg, so, so_r};
@@ -369,10 +372,12 @@ static bool ckpt_step(const struct dnk_kernels *k, struct gk_dn_shape *s, float 
 }
 
 /* A prompt of CK_ROWS rows (`heads` key and value heads of 64) in one
- * step (slot 0), then in steps of 37, 13, 37 and 41 rows (slot 1), each
- * beside a decode row: each step but the last ends inside a chunk, so the
- * next runs it again from the checkpoint (the 13 rows within the same
- * chunk: its rows appended; the 37 across a chunk's end). Every row's
+ * step (slot 0, marked nothing: the checkpoint untouched), then in steps of
+ * 37, 13, 37 and 41 rows (slot 1, marked as backend_step marks the holder:
+ * keep, then read and keep, then read), each beside a decode row: each
+ * step but the last ends inside a chunk, so the next runs it again from the
+ * pool's checkpoint (the 13 rows within the same chunk: its rows appended;
+ * the 37 across a chunk's end). Every row's
  * output and the state bit for bit; with `twin`, every step against the
  * twins bit for bit (*twin). Returns whether the cut
  * prompt matched the whole one. */
@@ -382,8 +387,8 @@ static bool ckpt_case(const struct dnk_kernels *k, int64_t heads, bool *twin)
     struct gk_dn_shape s = {.Hk = heads, .Hv = heads, .D = 64, .K = 4};
     s.C = (2 * s.Hk + s.Hv) * s.D;
     s.state_floats = (s.K - 1) * s.C + s.Hv * s.D * s.D;
-    s.ckpt_floats = GK_DN_CKPT_FLOATS(s.Hk, s.Hv, s.D) + 4; /* a stride past it */
-    const int64_t vd = s.Hv * s.D, nf = CK_SLOTS * s.state_floats, nc = CK_SLOTS * s.ckpt_floats;
+    s.ckpt_floats = GK_DN_CKPT_FLOATS(s.Hk, s.Hv, s.D) + 4; /* a few floats past it */
+    const int64_t vd = s.Hv * s.D, nf = CK_SLOTS * s.state_floats, nc = s.ckpt_floats;
     float *qkv, *beta, *g;
     dn_rows(&st, &s, CK_ROWS + 1, &qkv, &beta, &g); /* and the decode row */
     float *state = rnd(&st, nf, 0.3f), *ckpt = calloc((size_t)nc, 4);
@@ -391,13 +396,15 @@ static bool ckpt_case(const struct dnk_kernels *k, int64_t heads, bool *twin)
     float *out_cut = calloc((size_t)(CK_ROWS * vd), 4);
     static const struct dnk_kernels real = {"real", IG_DEV(gk_dn_chunk), IG_DEV(gk_dn_ckpt)};
     bool ok = true, twins = true;
-    ok &= ckpt_step(&real, &s, state, ckpt, qkv, beta, g, out_one, 0, CK_ROWS, 0, NULL, NULL,
+    ok &= ckpt_step(&real, &s, state, ckpt, qkv, beta, g, out_one, 0, CK_ROWS, 0, 0, NULL, NULL,
                     NULL);
     float *state_r = dup(state, nf), *ckpt_r = dup(ckpt, nc); /* the twins' from here */
     static const int32_t steps[] = {37, 13, 37, 41};
-    for (int32_t i = 0, pos = 0; i < 4; pos += steps[i++])
-        ok &= ckpt_step(k, &s, state, ckpt, qkv, beta, g, out_cut, pos, steps[i], 1,
+    for (int32_t i = 0, pos = 0; i < 4; pos += steps[i++]) {
+        int32_t flags = (i ? GK_DN_CKPT_READ : 0) | (i < 3 ? GK_DN_CKPT_KEEP : 0);
+        ok &= ckpt_step(k, &s, state, ckpt, qkv, beta, g, out_cut, pos, steps[i], 1, flags,
                         twin ? state_r : NULL, ckpt_r, &twins);
+    }
     const float *S0 = state + (s.K - 1) * s.C, *S1 = S0 + s.state_floats;
     bool cut = ok && same(out_one, out_cut, (size_t)(CK_ROWS * vd) * 4) &&
                same(S0, S1, (size_t)(s.Hv * s.D * s.D) * 4);
@@ -637,10 +644,14 @@ static float *export_states(struct backend *b, const struct model *m, const int3
 }
 
 /* On the device alone: a prompt of 50 ids in one step (slot 0), then in
- * steps of 37 and 13 rows (slot 1: the first ends inside a 64-row chunk, so
- * the second runs that chunk again from its checkpoint; test_ckpt cuts
- * across chunks' ends): the DeltaNet states bit for bit (continued from
- * the cut state they differ: test_ckpt's mutant), every prompt row's logits
+ * steps of 37, 8 and 5 rows (slot 1: the first two end inside a 64-row
+ * chunk, so the next runs that chunk again from the pool's checkpoint;
+ * test_ckpt cuts across chunks' ends), its second step beside another
+ * prompt's first 20 rows in slot 0 (more to come, inside a chunk: it keeps
+ * no checkpoint while slot 1 holds it, backend.h's holder check; without
+ * the check it takes it and slot 1's last step continues from its cut
+ * state): the DeltaNet states bit for bit (continued from the cut state
+ * they differ: test_ckpt's mutant), every prompt row's logits
  * within the bound of the attention's tiles and splits, which depend on a
  * step's shape (steps of 64, 64 and 42 rows, which need no checkpoint,
  * give logits that differ from the prompt in one step too). */
@@ -660,33 +671,157 @@ static void cut_prompt(const struct model *m, const struct backend_opts *oe, con
     bool want[N];
     for (int i = 0; i < N; i++)
         want[i] = true;
-    static const int64_t steps[2][3] = {{N}, {37, 13}};
+    static const int64_t steps[2][4] = {{N}, {37, 8, 5}};
+    enum { OTHER = 20 }; /* the other prompt's rows beside slot 1's second step */
+    float *s0 = NULL;
+    size_t bytes = 0, bytes1;
     for (int r = 0; r < 2; r++)
         for (int64_t i = 0, pos = 0; steps[r][i]; pos += steps[r][i++]) {
-            struct backend_seq q = {.table = p.table[r], .slot = r, .n_rows = steps[r][i],
-                                    .pos0 = pos, .prompt = true};
-            struct backend_batch bt = {.tokens = ids + pos, .want_logits = want,
-                                       .n_rows = steps[r][i], .seqs = &q, .n_seqs = 1,
+            bool other = r == 1 && i == 1;
+            struct backend_seq q[2] = {
+                {.table = p.table[0], .slot = 0, .n_rows = OTHER, .prompt = true, .more = true},
+                {.table = p.table[r], .slot = r, .row0 = other ? OTHER : 0,
+                 .n_rows = steps[r][i], .pos0 = pos, .prompt = true,
+                 .more = pos + steps[r][i] < N}};
+            int32_t tok[N + OTHER];
+            memcpy(tok, ids + N, OTHER * sizeof *tok);
+            memcpy(tok + (other ? OTHER : 0), ids + pos, (size_t)steps[r][i] * sizeof *tok);
+            bool w[N + OTHER] = {false}; /* the other prompt's rows want none */
+            for (int64_t t = 0; t < steps[r][i]; t++)
+                w[(other ? OTHER : 0) + t] = true;
+            struct backend_batch bt = {.tokens = other ? tok : ids + pos,
+                                       .want_logits = other ? w : want,
+                                       .n_rows = steps[r][i] + (other ? OTHER : 0),
+                                       .seqs = other ? q : q + 1, .n_seqs = 1 + other,
                                        .logits = (r ? cut : one) + pos * nv};
             CHECK(backend_step(b, &bt) == IG_OK);
+            if (!r) /* before slot 0 takes the other prompt */
+                s0 = export_states(b, m, p.table[0], 0, N, &bytes);
         }
-    size_t bytes, bytes1;
-    float *s0 = export_states(b, m, p.table[0], 0, N, &bytes);
     float *s1 = export_states(b, m, p.table[1], 1, N, &bytes1);
-    CHECKF(bytes == bytes1 && memcmp(s0, s1, bytes) == 0,
-           "a prompt in steps of 37 and 13 vs one step: DeltaNet states differ");
+    bool same_states = bytes == bytes1 && memcmp(s0, s1, bytes) == 0;
+    CHECKF(same_states, "a prompt in steps of 37, 8 and 5 (beside another cut prompt) vs one "
+           "step: DeltaNet states differ");
     double e = test_rel_err(cut, one, N * nv);
     bool top = true;
     for (int i = 0; i < N; i++)
         top &= test_argmax(cut + i * nv, nv) == test_argmax(one + i * nv, nv);
-    CHECKF(e <= 2e-3 && top, "a prompt in steps of 37 and 13 vs one step: logits rel err %.2e",
-           e);
-    fprintf(stderr, "prompt of %d in steps of 37 and 13 vs one step: DeltaNet states bit for "
-            "bit, logits rel err %.2e (bound 2e-3)\n", N, e);
+    CHECKF(e <= 2e-3 && top, "a prompt in steps of 37, 8 and 5 vs one step: logits rel err "
+           "%.2e", e);
+    fprintf(stderr, "prompt of %d in steps of 37, 8 (beside another cut prompt) and 5 vs one "
+            "step: DeltaNet states %s, logits rel err %.2e (bound 2e-3)\n", N,
+            same_states ? "bit for bit" : "DIFFER", e);
     free(one);
     free(cut);
     free(s0);
     free(s1);
+    free(p.lc);
+    free(p.le);
+    backend_free(b);
+}
+
+/* The pool's one checkpoint (backend.h), on backend kind `kind`: two
+ * prompts of pn ids (A in slot 0, B in slot 1, B's 20 ids on) each in one
+ * step first, their DeltaNet states the reference; then
+ *   - with `rule` (pn 100): a scheduler that wants A in steps of 37 rows
+ *     and B in steps of 70 in turn (both cut inside a chunk) asks
+ *     backend_prompt_rows: A takes the checkpoint, B is cut at 64 instead
+ *     while A holds it; both states bit for bit the reference's (without
+ *     the rule B takes A's checkpoint and A continues from its cut state);
+ *   - a caller breaking the rule: A's 37 rows, then one step of B's first
+ *     20 and A's next 13 (both more to come, both inside a chunk), then
+ *     A's last: the holder is in the step, so it keeps the checkpoint and
+ *     B nothing; A's state bit for bit (without the holder check B takes
+ *     it and A's last step continues from its cut state); with `rule`, B's
+ *     continued from its cut state within 1e-3.
+ * The CPU backend's (the rule and the plan are backend.c's, the same for
+ * every backend; cut_prompt puts the emulated device's holder beside
+ * another cut prompt: its chunks are the test's time). */
+#define PN_MAX 100
+static void pool_ckpt(const struct model *m, const struct backend_opts *oe,
+                      enum backend_kind kind, const int32_t *ids, int64_t pn, bool rule)
+{
+    const int64_t PN = pn;
+    struct backend_opts o = *oe;
+    o.device.kind = kind;
+    o.max_rows = PN;
+    o.n_blocks = 2 * (N_CTX / KV_BLOCK);
+    struct backend *b = NULL;
+    CHECK((kind == BACKEND_CPU ? backend_create(m, &o, &b) : IG_DEV(gpu_backend_create)(m, &o, &b)) ==
+          IG_OK);
+    if (!b)
+        return;
+    struct pair p = {.n_vocab = m->hp.n_vocab};
+    pair_init(&p, &o);
+    float *logits = malloc((size_t)(2 * m->hp.n_vocab) * 4); /* a step's last rows' */
+    const int32_t *prompt[2] = {ids, ids + 20};
+#define POOL_STEP(nq, ...)                                                                     \
+    do {                                                                                       \
+        struct backend_seq q_[] = {__VA_ARGS__};                                               \
+        int32_t tok_[PN_MAX];                                                                  \
+        int64_t n_ = 0;                                                                        \
+        for (int i_ = 0; i_ < (nq); i_++) {                                                    \
+            q_[i_].table = p.table[q_[i_].slot], q_[i_].row0 = n_, q_[i_].prompt = true;       \
+            q_[i_].more = q_[i_].pos0 + q_[i_].n_rows < PN;                                    \
+            memcpy(tok_ + n_, prompt[q_[i_].slot] + q_[i_].pos0,                               \
+                   (size_t)q_[i_].n_rows * sizeof *tok_);                                      \
+            n_ += q_[i_].n_rows;                                                               \
+        }                                                                                      \
+        struct backend_batch bt_ = {.tokens = tok_, .n_rows = n_, .seqs = q_, .n_seqs = (nq), \
+                                    .logits = logits};                                         \
+        CHECK(backend_step(b, &bt_) == IG_OK);                                                 \
+    } while (0)
+    size_t bytes = 0;
+    float *ref[2] = {NULL, NULL}, *got[2] = {NULL, NULL};
+    const char *name = kind == BACKEND_CPU ? "cpu" : "device";
+    for (int r = 0; r < 1 + rule; r++) {
+        POOL_STEP(1, {.slot = r, .n_rows = PN, .pos0 = 0});
+        ref[r] = export_states(b, m, p.table[r], r, PN, &bytes);
+    }
+    /* a scheduler in turns, by the rule */
+    int64_t cuts = 0;
+    if (rule) {
+        int64_t pos[2] = {0, 0}, want[2] = {37, 70};
+        for (int turn = 0; pos[0] < PN || pos[1] < PN; turn++) {
+            int r = turn % 2, h = b->ckpt_holder - 1;
+            int64_t left = PN - pos[r], n = left < want[r] ? left : want[r];
+            if (!left)
+                continue;
+            n = backend_prompt_rows(b, r, pos[r], n, left, h >= 0 && pos[h] < PN);
+            cuts += n < (left < want[r] ? left : want[r]);
+            if (n)
+                POOL_STEP(1, {.slot = r, .n_rows = n, .pos0 = pos[r]});
+            pos[r] += n;
+        }
+        for (int r = 0; r < 2; r++)
+            got[r] = export_states(b, m, p.table[r], r, PN, &bytes);
+        CHECKF(cuts == 1, "%s: the rule cut %lld steps back, want 1", name, (long long)cuts);
+        CHECKF(!memcmp(got[0], ref[0], bytes) && !memcmp(got[1], ref[1], bytes),
+               "%s: two prompts cut inside chunks in turn by the rule: DeltaNet states differ "
+               "from the prompts in one step", name);
+        for (int r = 0; r < 2; r++)
+            free(got[r]);
+    }
+    /* a caller breaking the rule: the holder and another cut in one step */
+    POOL_STEP(1, {.slot = 0, .n_rows = 37, .pos0 = 0});
+    POOL_STEP(2, {.slot = 1, .n_rows = 20, .pos0 = 0}, {.slot = 0, .n_rows = 13, .pos0 = 37});
+    POOL_STEP(1, {.slot = 0, .n_rows = PN - 50, .pos0 = 50});
+    if (rule)
+        POOL_STEP(1, {.slot = 1, .n_rows = PN - 20, .pos0 = 20});
+#undef POOL_STEP
+    for (int r = 0; r < 1 + rule; r++)
+        got[r] = export_states(b, m, p.table[r], r, PN, &bytes);
+    double e = rule ? test_rel_err(got[1], ref[1], (int64_t)(bytes / 4)) : 0;
+    bool held = !memcmp(got[0], ref[0], bytes);
+    CHECKF(held && e <= 1e-3,
+           "%s: the holder beside another cut prompt: its DeltaNet states differ from the "
+           "prompt in one step (the other's rel err %.2e)", name, e);
+    fprintf(stderr, "%s: the pool's one checkpoint: %lld step cut back to 64 by the rule; "
+            "the holder beside another cut prompt %s (the other's rel err %.2e)\n", name,
+            (long long)cuts, held ? "bit for bit" : "DIFFERS", e);
+    for (int r = 0; r < 2; r++)
+        free(got[r]), free(ref[r]);
+    free(logits);
     free(p.lc);
     free(p.le);
     backend_free(b);
@@ -747,6 +882,7 @@ static void test_backend(const char *path)
         device_only(&p, ids, 40);
         check_import(&p, m, &oe, 24); /* slot 0 holds 24 positions of table 0 now */
         cut_prompt(m, &oe, ids);
+        pool_ckpt(m, &oe, BACKEND_CPU, ids, PN_MAX, true);
         fprintf(stderr, "qwen35 tiny: worst rel err %.2e against the CPU backend\n", p.worst);
     }
     backend_free(p.cpu);

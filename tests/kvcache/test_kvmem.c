@@ -18,10 +18,12 @@
  *     the file's size by the format's table, every byte read back into a
  *     fresh store, and kv_copy_seq into another slot and table; quantized
  *     and mixed K/V types stored as their blocks, the header's type word;
- *   - a recurrent layer's checkpoint (kv_store_ckpt): counted in the
- *     sequence's bytes, stored after every slot's state, cleared by
- *     kv_copy_seq, gone from kv_memory_without_ckpt's copy, absent where a
- *     layer has none (bytes not whole KV_STATE_ALIGNs: refused below);
+ *   - a recurrent layer's checkpoint (kv_store_ckpt), one for the pool:
+ *     counted once (not in a sequence's bytes; in kv_memory_bytes and the
+ *     blocks a budget holds only where there are slots), stored after every
+ *     slot's state, cleared by kv_copy_seq into the slot its header names
+ *     only, gone from kv_memory_without_ckpt's copy, absent where a layer
+ *     has none (bytes not whole KV_STATE_ALIGNs: refused below);
  *   - layouts that make no sense refused in one line (a quantized type
  *     with a head dim that is not whole blocks); kv_memory_of on a
  *     model with windowed layers; a version 1 file refused for layers that
@@ -526,8 +528,8 @@ static void check_model_memory(void)
     kv_memory_free(mem);
 }
 
-/* A recurrent layer's checkpoint beside its states: layer 1 keeps 160
- * bytes a sequence beside its 336 of state, layer 2 none. */
+/* The pool's one checkpoint of a recurrent layer after its states: layer 1
+ * keeps 160 bytes once beside its 336 of state a sequence, layer 2 none. */
 static void check_ckpt(void)
 {
     const struct kv_layer_mem ls[3] = {{KV_FULL, 1, 32, 0, -1, 0, 0, 0},
@@ -538,28 +540,39 @@ static void check_ckpt(void)
     CHECK(kv_memory_build(ls, 3, KV_F32, KV_F32, &mem) == IG_OK && mem);
     if (!mem)
         return;
-    CHECK(mem->state_bytes == 336 + 160 + 48 && mem->groups[1].state_bytes == 336 + 160 + 48);
+    /* a slot costs its states; the checkpoint is counted once, where there
+     * are slots at all */
+    CHECK(mem->state_bytes == 336 + 48 && mem->groups[1].state_bytes == 336 + 48 &&
+          mem->ckpt_bytes == 160 && mem->groups[1].ckpt_bytes == 160);
+    CHECK(kv_memory_bytes(mem, 2, 3) == 2.0 * (double)mem->block_bytes + 3 * 384.0 + 160 &&
+          kv_memory_bytes(mem, 2, 0) == 2.0 * (double)mem->block_bytes);
+    CHECK(kv_memory_blocks_in(mem, 3 * 384.0 + 160 + 2.0 * (double)mem->block_bytes, 3) == 2 &&
+          kv_memory_blocks_in(mem, 3 * 384.0 + 159 + 2.0 * (double)mem->block_bytes, 3) == 1);
     int64_t ns = 3;
     CHECK(kv_store_create(mem, 2, ns, NULL, &a) == IG_OK &&
           kv_store_create(mem, 2, ns, NULL, &b) == IG_OK);
     if (a && b) {
         CHECK((double)a->bytes == kv_memory_bytes(mem, 2, ns));
-        char *s0 = kv_store_state(a, 1, 0), *c0 = kv_store_ckpt(a, 1, 0);
-        char *c2 = kv_store_ckpt(a, 1, ns - 1);
-        CHECK(c0 == s0 + ns * 336 && c2 - c0 == (ns - 1) * 160);
-        CHECK(c2 + 160 <= (char *)kv_store_state(a, 2, 0) && !kv_store_ckpt(a, 2, 0));
-        /* a copied state has no checkpoint: dst's header zeroed, its rows kept */
+        char *s0 = kv_store_state(a, 1, 0), *c0 = kv_store_ckpt(a, 1);
+        CHECK(c0 == s0 + ns * 336);
+        CHECK(c0 + 160 == (char *)kv_store_state(a, 2, 0) && !kv_store_ckpt(a, 2));
+        /* a state copied into the holder's slot gives the checkpoint back
+         * (its header zeroed, its rows kept); into another slot it stays */
         int32_t table[1] = {0};
         memset(kv_store_state(a, 1, 0), 7, 336);
-        memset(kv_store_ckpt(b, 1, 1), 9, 160);
+        unsigned char *ck = kv_store_ckpt(b, 1);
+        memset(ck, 9, 160);
+        *(struct kv_ckpt_head *)(void *)ck = (struct kv_ckpt_head){.pos = 64, .n = 5, .slot = 2};
         kv_copy_seq(b, table, 1, a, table, 0, 1);
-        unsigned char *ck = kv_store_ckpt(b, 1, 1);
         CHECK(!memcmp(kv_store_state(b, 1, 1), kv_store_state(a, 1, 0), 336));
+        CHECK(((struct kv_ckpt_head *)(void *)ck)->n == 5 && ck[KV_STATE_ALIGN] == 9);
+        kv_copy_seq(b, table, 2, a, table, 0, 1);
         CHECK(ck[0] == 0 && ck[KV_STATE_ALIGN - 1] == 0 && ck[KV_STATE_ALIGN] == 9);
     }
     CHECK(kv_memory_without_ckpt(mem, &bare) == IG_OK && bare);
     if (bare) {
-        CHECK(bare->state_bytes == 336 + 48 && bare->layers[1].ckpt_bytes == 0 &&
+        CHECK(bare->state_bytes == 336 + 48 && bare->ckpt_bytes == 0 &&
+              bare->layers[1].ckpt_bytes == 0 &&
               bare->layers[1].state_bytes == 336 && kv_memory_same_layers(bare, mem));
         kv_memory_free(bare);
     }
