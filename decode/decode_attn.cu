@@ -271,6 +271,11 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
     using SM = split_smem<HD, GM, U * C>; /* a stage's K/V vectors: row u's chunk c at u C + c */
     IG_SHARED(gk_u32x4, smem, [SM::kVecs]);
 
+    /* q and the step's K/V rows come from the Q|K|V product (launched with
+     * IG_LAUNCH_PDL, this grid may start before it ends): wait first, in
+     * every block; then let the wo product start loading its weights. */
+    ig_grid_dependency_wait();
+    ig_launch_dependents();
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int tid = (int)threadIdx.x, sub = lane / L, dl = lane % L;
     const int split = (int)blockIdx.x;
@@ -541,6 +546,8 @@ decode_attn_split_kernel(const decode_attn_params p, const float scale_log2, con
 template <int HD>
 __global__ void __launch_bounds__(HD) decode_attn_combine_kernel(const decode_attn_params p)
 {
+    ig_grid_dependency_wait(); /* the splits' partials (IG_LAUNCH_PDL) */
+    ig_launch_dependents();
     const int64_t R = q_rows(p);
     const int64_t h = blockIdx.x, seq = blockIdx.y / R, r = blockIdx.y % R, d = threadIdx.x;
     uint16_t *o = p.o + (blockIdx.y * p.n_head + h) * HD;
@@ -575,20 +582,23 @@ int launch(const decode_attn_params &p, cudaStream_t stream)
     constexpr bool QB = IG_DECODE_BUILT(HD, true); /* quantized kernels built */
     if (quant && !QB)
         return ig_error(IG_E_INTERNAL, "decode attention: no quantized pool at hd %d here", HD);
+    const bool pdl = ig_pdl_on(); /* waits first: docs/gpu.md, programmatic dependent launch */
     if (p.tickets) {
         auto *fused = quant ? decode_attn_split_kernel<HD, GM, U, true, QB>
                             : decode_attn_split_kernel<HD, GM, U, true>;
-        return IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
+        return pdl ? IG_LAUNCH_PDL(fused, grid, block, 0, stream, p, scale_log2, n_rg)
+                   : IG_LAUNCH(fused, grid, block, 0, stream, p, scale_log2, n_rg);
     }
     auto *split = quant ? decode_attn_split_kernel<HD, GM, U, false, QB>
                         : decode_attn_split_kernel<HD, GM, U, false>;
-    int st = IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
+    int st = pdl ? IG_LAUNCH_PDL(split, grid, block, 0, stream, p, scale_log2, n_rg)
+                 : IG_LAUNCH(split, grid, block, 0, stream, p, scale_log2, n_rg);
     if (st)
         return st;
     auto *combine = decode_attn_combine_kernel<HD>;
-    return IG_LAUNCH(combine,
-                     dim3((unsigned)p.n_head, (unsigned)(p.n_seqs * q_rows(p))),
-                     dim3(HD), 0, stream, p);
+    const dim3 cgrid((unsigned)p.n_head, (unsigned)(p.n_seqs * q_rows(p)));
+    return pdl ? IG_LAUNCH_PDL(combine, cgrid, dim3(HD), 0, stream, p)
+               : IG_LAUNCH(combine, cgrid, dim3(HD), 0, stream, p);
 }
 
 template <int HD>

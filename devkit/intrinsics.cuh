@@ -32,12 +32,31 @@ struct ig_f16_t {};  /* IEEE binary16 elements */
 
 /* griddepcontrol.wait: returns once the kernels this grid depends on have
  * completed and their writes are visible. A kernel launched with
- * IG_LAUNCH_PDL calls it before reading what they wrote; launched plainly
- * (or below sm_90, or emulated) it returns at once. */
+ * IG_LAUNCH_PDL calls it before reading what they wrote, in every block
+ * (a grid none of whose blocks waited could complete before the kernel it
+ * depends on, and the next kernel's wait would no longer cover that one);
+ * launched plainly (or below sm_90) it returns at once. Emulated, a
+ * dependent launch's block meets here (emu/emu.h, ig_emu_next_launch_pdl). */
 __device__ __forceinline__ void ig_grid_dependency_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#elif !defined(__CUDACC__)
+    ig_emu_grid_dependency_wait();
+#endif
+}
+
+/* griddepcontrol.launch_dependents: the next kernel on the stream, if
+ * launched with IG_LAUNCH_PDL, may start once every block of this grid has
+ * executed it or exited; its blocks then do what needs nothing of ours
+ * (load their weights) and wait for our end in ig_grid_dependency_wait.
+ * Where it is called changes only when they start, never what they read. */
+__device__ __forceinline__ void ig_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#elif !defined(__CUDACC__)
+    ig_emu_launch_dependents();
 #endif
 }
 

@@ -18,6 +18,8 @@
 #define IGNITE_DEVKIT_KERNEL_CUH
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/status.h"
 
@@ -92,6 +94,24 @@ static inline cudaError_t ig_launch_pdl(void (*kernel)(Params...), dim3 grid, di
     ig_cuda_check_launch(ig_launch_pdl(kernel, (grid), (block), (smem), (stream), __VA_ARGS__), \
                          #kernel " (programmatic dependent launch)", __FILE__, __LINE__)
 
+/* IGNITE_PDL=1 on compute capability 9.0+: the kernels that wait for their
+ * inputs (ig_grid_dependency_wait) go out with IG_LAUNCH_PDL (the GEMVs,
+ * the decode attention); off by default until the GPU check has measured it
+ * (docs/gpu.md, "Programmatic dependent launch"). Read once. */
+static inline bool ig_pdl_on()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("IGNITE_PDL");
+        int dev = 0, major = 0;
+        on = e && !strcmp(e, "1") && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             major >= 9;
+    }
+    return on == 1;
+}
+
 static inline int ig_cuda_check_launch(cudaError_t err, const char *what, const char *file,
                                        int line)
 {
@@ -131,8 +151,17 @@ typedef void *cudaStream_t;
          ? ig_error(IG_E_INTERNAL, "emulated %s failed: %s", #kernel,           \
                     ig_emu_last_error())                                        \
          : 0)
-/* The emulator runs launches one after another: nothing to overlap. */
-#define IG_LAUNCH_PDL IG_LAUNCH
+/* The emulator runs launches one after another; a dependent launch's blocks
+ * meet at ig_grid_dependency_wait, where what the previous kernel wrote may
+ * be hidden until then (emu/emu.h, ig_emu_set_pdl_hooks). */
+#define IG_LAUNCH_PDL(...) (ig_emu_next_launch_pdl(), IG_LAUNCH(__VA_ARGS__))
+/* Emulated, IGNITE_PDL=1 is read at every launch, so a test can run a
+ * kernel both ways in one process. */
+static inline bool ig_pdl_on()
+{
+    const char *e = getenv("IGNITE_PDL");
+    return e && !strcmp(e, "1");
+}
 
 #endif
 #endif

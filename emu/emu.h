@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "emu/pdl_hooks.h"
+
 #include <type_traits>
 
 struct ig_emu_dim3 {
@@ -51,6 +53,18 @@ typedef void (*ig_emu_kernel_fn)(void *ctx);
  * the first fault. */
 int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,
                   ig_emu_kernel_fn fn, void *ctx);
+
+/* The next launch is a programmatic dependent launch (IG_LAUNCH_PDL's host
+ * side): the kernel's blocks behave as if they started before the previous
+ * kernel on the stream had finished. Each block's threads meet at
+ * ig_grid_dependency_wait (griddepcontrol.wait); the hooks below model what
+ * the previous kernel writes as absent until then. A block whose threads all
+ * exit without waiting is a fault: on a GPU such a grid may complete before
+ * the kernel it depends on, and a kernel waiting on it would then read that
+ * kernel's outputs unfinished. */
+void ig_emu_next_launch_pdl(void);
+
+/* What its blocks see before they wait: emu/pdl_hooks.h (C and C++). */
 
 /* Launches made since the process started (failed ones too): what a CUDA
  * graph of the same launches would hold as kernel nodes (device/device_emu.cc's
@@ -95,6 +109,8 @@ struct ig_emu_stats {
     uint64_t tma_loads;       /* TMA loads completed */
     uint64_t tma_stores;      /* TMA stores completed */
     uint64_t named_barriers;  /* named barrier instances completed */
+    uint64_t griddep_waits;   /* blocks of a dependent launch that met at the wait */
+    uint64_t triggers;        /* griddepcontrol.launch_dependents executed (threads) */
 };
 struct ig_emu_stats ig_emu_last_stats(void);
 
@@ -112,6 +128,11 @@ void *ig_emu_dynamic_shared(void);
 
 /* __syncthreads(); where = call site for messages. */
 void ig_emu_barrier(const char *file, int line);
+/* griddepcontrol.wait: returns at once in a plain launch; in a programmatic
+ * dependent launch the block's threads meet here (ig_emu_next_launch_pdl). */
+void ig_emu_grid_dependency_wait(void);
+/* griddepcontrol.launch_dependents: counted (nothing runs concurrently here). */
+void ig_emu_launch_dependents(void);
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (d may alias c). */
 void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],

@@ -18,6 +18,7 @@ enum emu_state {
     EMU_AT_WARPGROUP, /* a warpgroup collective (wgmma, setmaxnreg) */
     EMU_AT_NBAR,      /* bar.sync on a named barrier */
     EMU_AT_MBAR,      /* mbarrier.try_wait.parity */
+    EMU_AT_GRIDDEP,   /* griddepcontrol.wait in a programmatic dependent launch */
     EMU_DONE
 };
 enum emu_op { EMU_OP_MMA = 1, EMU_OP_LDSM, EMU_OP_SHFL, EMU_OP_VOTE, EMU_OP_SYNCWARP };
@@ -197,6 +198,11 @@ struct emu_block {
     std::vector<emu_smem> smem;
     size_t smem_total;
     unsigned n, n_done, n_at_barrier;
+    /* A programmatic dependent launch (emu.pdl): threads waiting in
+     * griddepcontrol.wait, and whether the previous kernel's writes are
+     * there yet (ig_emu_pdl_hooks.show ran for this block). */
+    unsigned n_at_griddep;
+    bool griddep_done;
     unsigned n_agents;      /* vector clock width: threads, wgmma agents, the TMA unit */
     const char *bar_file;   /* site of the barrier threads wait at */
     int bar_line;
@@ -227,6 +233,7 @@ struct emu_ctx {
     uint64_t rng;
     uint32_t smem_base;     /* shared address of the dynamic area (launch seed) */
     int faulted;
+    int pdl; /* this launch is a programmatic dependent launch (IG_LAUNCH_PDL) */
     struct ig_emu_stats stats;
 };
 extern struct emu_ctx emu;

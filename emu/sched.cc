@@ -23,6 +23,8 @@ static int emu_quiet;
 static int emu_sm_count = 3;
 static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 static uint64_t emu_launch_count;
+static int emu_next_pdl;                 /* ig_emu_next_launch_pdl */
+static struct ig_emu_pdl_hooks emu_pdl_hooks;
 
 /* Big enough for a kernel's register arrays with ASan's redzones. */
 #define EMU_STACK_BYTES (256u * 1024u)
@@ -37,6 +39,11 @@ void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
 const char *ig_emu_last_error(void) { return emu_error; }
 uint64_t ig_emu_launches(void) { return emu_launch_count; }
 struct ig_emu_stats ig_emu_last_stats(void) { return emu.stats; }
+void ig_emu_next_launch_pdl(void) { emu_next_pdl = 1; }
+void ig_emu_set_pdl_hooks(const struct ig_emu_pdl_hooks *hooks)
+{
+    emu_pdl_hooks = hooks ? *hooks : ig_emu_pdl_hooks{};
+}
 
 static void emu_vfault(const char *fmt, va_list ap)
 {
@@ -109,6 +116,43 @@ void emu_block_current(int state)
     emu_fiber_yield(&t->fiber, &emu.sched);
 }
 
+/* ---- griddepcontrol (programmatic dependent launch) ------------------------ */
+
+/* Once every thread of a dependent launch's block waits in
+ * griddepcontrol.wait or has exited, the previous kernel has finished: its
+ * writes appear (the hook) and the waiting threads go on. */
+static void emu_griddep_check(struct emu_block *b)
+{
+    if (!emu.pdl || b->griddep_done || !b->n_at_griddep ||
+        b->n_at_griddep + b->n_done != b->n)
+        return;
+    b->griddep_done = true;
+    b->n_at_griddep = 0;
+    emu.stats.griddep_waits++;
+    if (emu_pdl_hooks.show)
+        emu_pdl_hooks.show(emu_pdl_hooks.ctx);
+    unsigned *order = b->order.data(), k = 0;
+    for (unsigned i = 0; i < b->n; i++)
+        if ((*b->threads)[i].state == EMU_AT_GRIDDEP)
+            order[k++] = i;
+    emu_shuffle(order, k);
+    for (unsigned i = 0; i < k; i++)
+        emu_wake(order[i]);
+}
+
+void ig_emu_grid_dependency_wait(void)
+{
+    struct emu_block *b = emu.blk;
+    if (!emu.pdl || b->griddep_done)
+        return; /* a plain launch, or the block has met here already */
+    emu.cur->state = EMU_AT_GRIDDEP;
+    b->n_at_griddep++;
+    emu_griddep_check(b);
+    emu_block_current(EMU_AT_GRIDDEP);
+}
+
+void ig_emu_launch_dependents(void) { emu.stats.triggers++; }
+
 /* ---- a thread's life ------------------------------------------------------ */
 
 static void emu_thread_main(void *arg)
@@ -130,6 +174,7 @@ static void emu_thread_main(void *arg)
     emu_wgmma_check_exit(t);
     t->state = EMU_DONE;
     emu.blk->n_done++;
+    emu_griddep_check(emu.blk);
     if (emu.blk->n_at_barrier)
         emu_fault("exits while %u threads wait at the barrier at %s:%d: a barrier not all "
                   "threads reach", emu.blk->n_at_barrier, emu.blk->bar_file, emu.blk->bar_line);
@@ -312,6 +357,7 @@ static const char *emu_state_name(int s)
     case EMU_AT_WARPGROUP: return "in a warpgroup collective";
     case EMU_AT_NBAR: return "at a named barrier";
     case EMU_AT_MBAR: return "waiting on an mbarrier";
+    case EMU_AT_GRIDDEP: return "in griddepcontrol.wait";
     case EMU_DONE: return "exited";
     default: return "runnable";
     }
@@ -439,6 +485,8 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
 {
     emu_error[0] = 0;
     emu_launch_count++;
+    emu.pdl = emu_next_pdl;
+    emu_next_pdl = 0;
     memset(&emu.stats, 0, sizeof emu.stats);
     emu.faulted = 0;
     emu.cur = NULL;
@@ -480,7 +528,8 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                 b.threads = &threads;
                 b.smem_total = 0;
                 b.n = (unsigned)nthreads;
-                b.n_done = b.n_at_barrier = 0;
+                b.n_done = b.n_at_barrier = b.n_at_griddep = 0;
+                b.griddep_done = false;
                 b.warp_arrived.assign((b.n + EMU_WARP - 1) / EMU_WARP, 0);
                 b.wg_arrived.assign((b.n + EMU_WARPGROUP - 1) / EMU_WARPGROUP, 0);
                 b.wg.resize(b.wg_arrived.size());
@@ -492,8 +541,20 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
                 b.bar_line = 0;
                 b.dyn = NULL;
                 rc = emu_smem_alloc_dynamic(&b, dyn_smem);
+                if (emu.pdl && emu_pdl_hooks.hide)
+                    emu_pdl_hooks.hide(emu_pdl_hooks.ctx);
                 if (!rc)
                     rc = emu_run_block(&b);
+                if (emu.pdl && !b.griddep_done) {
+                    if (emu_pdl_hooks.show) /* the inputs back, whatever happened */
+                        emu_pdl_hooks.show(emu_pdl_hooks.ctx);
+                    if (!rc) {
+                        emu_fault("a block of a programmatic dependent launch ended without "
+                                  "griddepcontrol.wait: the grid may complete before the "
+                                  "kernel it depends on");
+                        rc = -1;
+                    }
+                }
                 emu_smem_free_all(&b);
                 emu.blk = NULL;
                 emu.stats.blocks++;

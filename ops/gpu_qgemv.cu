@@ -424,8 +424,13 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
     if (live) /* the first stage is in flight while x is quantized */
         load_stage<TYPE, U>(w, ra, rb, lane, (slab < w.cols ? slab : w.cols) / E, ka, kb);
 
+    /* The next kernel (launched with IG_LAUNCH_PDL) may start loading its
+     * weights once our last blocks are here; it waits for our end. */
+    ig_launch_dependents();
     /* x (and y, with beta) may come from the previous kernel: launched with
-     * IG_LAUNCH_PDL, this grid may have started before it ended. */
+     * IG_LAUNCH_PDL, this grid may have started before it ended. Every block
+     * waits, dead warps too (devkit/intrinsics.cuh: completion stays
+     * transitive). */
     ig_grid_dependency_wait();
     for (int64_t s0 = 0; s0 < w.cols; s0 += slab) {
         const int64_t len = w.cols - s0 < slab ? w.cols - s0 : slab;
@@ -497,27 +502,6 @@ qgemv_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x
         glu_quant_tail(h, ld_h, n, ticket, qn, qnd);
 }
 
-/* IGNITE_PDL=1 on compute capability 9.0+: programmatic dependent launch, so
- * the first weight loads overlap the previous kernel's tail (off by default
- * until the GPU check has measured it; docs/gpu.md). */
-bool use_pdl()
-{
-#if defined(__CUDACC__)
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("IGNITE_PDL");
-        int dev = 0, major = 0;
-        on = e && !strcmp(e, "1") && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                 cudaSuccess &&
-             major >= 9;
-    }
-    return on == 1;
-#else
-    return false;
-#endif
-}
-
 template <int TYPE, int NMAX>
 int launch(const gk_qgemv_params &p, cudaStream_t stream)
 {
@@ -535,7 +519,7 @@ int launch(const gk_qgemv_params &p, cudaStream_t stream)
     const gk_f32x2 *xqd = (const gk_f32x2 *)p.xqd;
     const gk_qkv_params rope = p.rope ? *p.rope : gk_qkv_params{};
     const bool rope_on = p.rope != NULL;
-    if (use_pdl())
+    if (ig_pdl_on()) /* the first weight loads under the previous kernel's tail */
         return IG_LAUNCH_PDL(kernel, grid, block, smem, stream, p.w, p.x, p.ld_x, (int)p.n, p.y,
                              p.ld_y, p.beta, slab, p.glu, p.h, p.ld_h, p.norm_w, p.norm_eps,
                              p.xn, p.ticket, vec, nt, p.qn, qnd, p.xq, xqd, rope, rope_on);

@@ -164,6 +164,41 @@ MUTANTS = [
      ["test_decode_attn_emu", "test_backend_fuse_emu"],
      "the combine's ticket is not put back to 0 (a replayed graph combines at the wrong split)",
      "caught"),
+    # Programmatic dependent launch (docs/gpu.md, IGNITE_PDL=1): the emulator
+    # hides what the previous kernel writes until a block's threads meet at
+    # griddepcontrol.wait, and faults a block that never waits.
+    ("pdl-qgemv-late-wait", "ops/gpu_qgemv.cu",
+     ["    ig_grid_dependency_wait();\n    for (int64_t s0 = 0; s0 < w.cols; s0 += slab) {",
+      "            stage_x<NMAX>(x, ld_x, n, s0, len, slab, xs, xds);\n        ig_syncthreads();\n"],
+     ["    for (int64_t s0 = 0; s0 < w.cols; s0 += slab) {",
+      "            stage_x<NMAX>(x, ld_x, n, s0, len, slab, xs, xds);\n        ig_syncthreads();\n"
+      "        ig_grid_dependency_wait();\n"],
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the quantized GEMV stages x (or its int8 blocks) before it waits for the kernel that "
+     "wrote them", "caught"),
+    ("pdl-attn-late-wait", "decode/decode_attn.cu",
+     ["    ig_grid_dependency_wait();\n    ig_launch_dependents();\n    const int warp",
+      "            q[g][i] *= scale_log2;\n    }\n"],
+     ["    ig_launch_dependents();\n    const int warp",
+      "            q[g][i] *= scale_log2;\n    }\n    ig_grid_dependency_wait();\n"],
+     ["test_decode_attn_emu"], ["test_decode_attn_emu"],
+     "the decode attention reads the positions and q before it waits for the Q|K|V product",
+     "caught"),
+    ("pdl-attn-empty-split-no-wait", "decode/decode_attn.cu",
+     ["    ig_grid_dependency_wait();\n    ig_launch_dependents();\n    const int warp",
+      "        return; /* nothing to attend to: the combine skips this split */\n"],
+     ["    ig_launch_dependents();\n    const int warp",
+      "        return; /* nothing to attend to: the combine skips this split */\n"
+      "    ig_grid_dependency_wait();\n"],
+     ["test_decode_attn_emu"], ["test_decode_attn_emu"],
+     "a split with no keys exits without waiting (its grid may complete before the Q|K|V "
+     "product; the emulator's fault)", "caught"),
+    ("pdl-emu-no-meet", "emu/sched.cc",
+     "    if (!emu.pdl || b->griddep_done)\n        return; /* a plain launch",
+     "    if (1)\n        return; /* a plain launch",
+     ["test_emu_sched", "test_qmm_emu"], ["test_emu_sched", "test_qmm_emu"],
+     "the emulator's griddepcontrol.wait returns at once (nothing hidden is ever shown "
+     "before the block ends)", "caught"),
     ("fuse-glu-swapped", "ops/gpu_qgemv.cu",
      ": gk_silu_mul(a, b));", ": gk_silu_mul(b, a));",
      ["test_qmm_emu", "test_backend_fuse_emu"], ["test_qmm_emu", "test_backend_fuse_emu"],

@@ -12,7 +12,11 @@ Writes a TSV (-o), one row per run:
   engine run parallel requests completed seconds output_tok_s x_single status
 x_single = output tokens/s over ignite's single-sequence decode tokens/s (the
 issue's target: at least 10 for ignite at -P 64 and 256), then comment lines
-(#) with ignite against transformers at each batch size. A run that did not
+(#) with ignite against transformers at each batch size and each ignite run's
+pure decode steps: from its per-request timings (submitted_s, ttft_ms, itl_ms),
+the gaps that lie between the last request's first token and the first
+request's last token, when every request of the run is in flight and decoding
+(issue 44: a 256-row step <= 13 ms); their median and count. A run that did not
 finish has its status and empty figures.
 
   batch_table.py DIR --requests 256 --input-len 512 --output-len 128 -o DIR/batch.tsv
@@ -41,6 +45,28 @@ def read_parts(path):
     except OSError:
         pass
     return parts
+
+
+def pure_decode_gaps(rep):
+    """The inter-token gaps (ms) of the steps in which every request of the
+    report was decoding: after the last first token, before the first last
+    token. [] when the report has no timings or no such window."""
+    reqs = rep.get("requests") or []
+    firsts, lasts, tokens = [], [], []
+    for q in reqs:
+        t = float(q["submitted_s"]) + float(q["ttft_ms"]) / 1e3
+        times = [t]
+        for g in q.get("itl_ms") or []:
+            t += float(g) / 1e3
+            times.append(t)
+        firsts.append(times[0])
+        lasts.append(times[-1])
+        tokens.append(times)
+    if not reqs:
+        return []
+    lo, hi = max(firsts) - 1e-6, min(lasts) + 1e-6  # a microsecond of rounding
+    return [(b - a) * 1e3 for times in tokens for a, b in zip(times, times[1:])
+            if a >= lo and b <= hi]
 
 
 def fmt(x, digits=1):
@@ -74,7 +100,7 @@ def main(argv):
     rows.append(("ignite", f"decode tg{n_out}", 1, 1, 1 if single else None, None, single,
                  "bad" if st == "ok" and single is None else st))
 
-    ignite = {}
+    ignite, steps = {}, {}  # steps: -P -> (median pure decode gap ms, gaps)
     for name in sorted((k for k in parts if k.startswith("p") and k[1:].isdigit()),
                        key=lambda k: int(k[1:])):
         p = int(name[1:])
@@ -90,6 +116,9 @@ def main(argv):
                                     f"{rep['total_output_tokens']} of {n * n_out} tokens")
                 else:
                     ignite[p] = ts
+                gaps = sorted(pure_decode_gaps(rep))
+                if gaps:
+                    steps[p] = (gaps[len(gaps) // 2], len(gaps))
             except (OSError, ValueError, KeyError, IndexError) as e:
                 st = "bad"
                 problems.append(f"-P {p}: {e}")
@@ -128,6 +157,15 @@ def main(argv):
                     f"x single decode (target 10x: {target if single else 'unknown'})")
             f.write(f"; {fmt(ignite[p] / hf[p], 2)}x transformers at batch {p}\n" if p in hf
                     else "; transformers at this batch: no figure\n")
+        for p in sorted(k for k in parts if k.startswith("p") and k[1:].isdigit()):
+            p = int(p[1:])
+            if p in steps:
+                ms, k = steps[p]
+                f.write(f"# -P {p}: pure decode steps ({p} rows): median {ms:.2f} ms over {k} "
+                        f"gaps{' (target <= 13 ms: ' + ('met' if ms <= 13 else 'not met') + ')' if p == 256 else ''}\n")
+            else:
+                f.write(f"# -P {p}: pure decode steps: no figure (no per-request timings or "
+                        f"no step with every request decoding)\n")
         for msg in problems:
             f.write(f"# problem: {msg}\n")
     with open(args.out) as f:

@@ -16,8 +16,8 @@
 #                   tokens/s, x F16, the bytes a step reads x tokens/s against the copy,
 #                   the launches (graph nodes) a step; each again with a decode step's
 #                   launches unfused (IGNITE_GPU_FUSE=0, docs/gpu.md "A decode step's
-#                   launches"); Q4_K again with the GEMVs' programmatic dependent launch
-#                   (IGNITE_PDL=1)
+#                   launches"); Q4_0 and Q4_K again with programmatic dependent launch
+#                   (IGNITE_PDL=1: the GEMVs and the decode attention)
 #   prefill  10 s   pp2048 (-b 2048) of the same three: TTFT and x F16
 #   full     +60 s  (not by default) bench_qmm on Q4_0, Q4_K, Q6_K with every row
 #                   count, pp512 too, and pp2048 with IGNITE_QMM_PATH=qmma
@@ -111,9 +111,14 @@ part_decode() {
     done
     summarize "$WORK/decode_unfused.jsonl" "$copy" | sed 's/^/IGNITE_GPU_FUSE=0: /' |
         tee -a "$TABLE"
-    # The GEMVs launched with programmatic dependent launch (IGNITE_PDL=1).
-    IGNITE_PDL=1 timeout 30 "$BIN/ignite" bench --device cuda -m "$M8:Q4_K" -p 0 -n 64 -r 2 \
-        -o jsonl >"$WORK/decode_pdl.jsonl" || fail "ignite bench tg64 Q4_K, IGNITE_PDL=1"
+    # The GEMVs and the decode attention as programmatic dependent launches
+    # (IGNITE_PDL=1: each starts loading its weights under the previous kernel's
+    # last wave; docs/gpu.md), against the default lines above.
+    rm -f "$WORK/decode_pdl.jsonl"
+    for ty in Q4_0 Q4_K; do
+        IGNITE_PDL=1 timeout 30 "$BIN/ignite" bench --device cuda -m "$M8:$ty" -p 0 -n 64 -r 2 \
+            -o jsonl >>"$WORK/decode_pdl.jsonl" || fail "ignite bench tg64 $ty, IGNITE_PDL=1"
+    done
     summarize "$WORK/decode_pdl.jsonl" "$copy" | sed 's/^/IGNITE_PDL=1: /' | tee -a "$TABLE"
 }
 

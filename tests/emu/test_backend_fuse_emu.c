@@ -29,6 +29,10 @@
  *     residual product is one GEMV and no post norm follows (f16 weights'
  *     bucket of 4 goes through the device GEMM, which has no epilogue: the
  *     combine alone; Gemma 3 has head and post norms);
+ *   - Llama-tiny Q4_K's fused run again with IGNITE_PDL=1 (the GEMVs and the
+ *     decode attention as programmatic dependent launches, each block
+ *     meeting at griddepcontrol.wait under the emulator, a block that never
+ *     waits a fault): the same bits and launches as the default run;
  *   - IGNITE_GPU_FUSE=2 is refused when the backend is made.
  * Prints each model's launches per decode step and per layer, both paths.
  * Label emu. */
@@ -117,7 +121,7 @@ static int run_setting(const struct model *m, bool f16, bool no_verify, const ch
 /* saved1, saved4: the launches a layer the fused path saves in a decode step
  * of one row and of four. */
 static void run_model(const char *spec, bool f16, bool no_verify, int64_t saved1,
-                      int64_t saved4)
+                      int64_t saved4, bool pdl)
 {
     struct model *m = NULL;
     CHECK(model_synthetic_spec(spec, &m) == IG_OK);
@@ -144,6 +148,21 @@ static void run_model(const char *spec, bool f16, bool no_verify, int64_t saved1
     fprintf(stderr, "%s, %lld layers: a decode step's launches, 1 row: %lld unfused, %lld fused; "
             "4 rows: %lld, %lld\n", name, (long long)L, (long long)a.nodes1,
             (long long)b.nodes1, (long long)a.nodes4, (long long)b.nodes4);
+    if (pdl) { /* the fused run as programmatic dependent launches */
+        struct run c = {0};
+        setenv("IGNITE_PDL", "1", 1);
+        CHECKF(run_setting(m, f16, no_verify, "1", &c) == IG_OK, "%s: IGNITE_PDL=1 failed",
+               name);
+        unsetenv("IGNITE_PDL");
+        off = 0;
+        for (int64_t i = 0; b.logits && c.logits && i < n; i++)
+            off += memcmp(&b.logits[i], &c.logits[i], sizeof(float)) != 0;
+        CHECKF(c.logits && off == 0 && c.nodes1 == b.nodes1 && c.nodes4 == b.nodes4,
+               "%s: IGNITE_PDL=1: %lld logits differ, launches %lld/%lld (default %lld/%lld)",
+               name, (long long)off, (long long)c.nodes1, (long long)c.nodes4,
+               (long long)b.nodes1, (long long)b.nodes4);
+        free(c.logits);
+    }
     free(a.logits);
     free(b.logits);
     model_free(m);
@@ -165,17 +184,18 @@ int main(void)
         const char *spec;
         bool f16, no_verify;
         int64_t saved1, saved4;
+        bool pdl;
     } models[] = {
-        {"synthetic:Llama-tiny:Q4_K", false, false, 5, 5},
-        {"synthetic:Llama-tiny:Q4_0", false, true, 5, 5},
-        {"synthetic:Llama-tiny:Q4_K_M", false, false, 4, 4},
-        {"synthetic:Llama-tiny:Q4_K", true, false, 5, 1},
-        {"synthetic:Gemma3-tiny:Q8_0", false, false, 2, 2},
+        {"synthetic:Llama-tiny:Q4_K", false, false, 5, 5, true},
+        {"synthetic:Llama-tiny:Q4_0", false, true, 5, 5, false},
+        {"synthetic:Llama-tiny:Q4_K_M", false, false, 4, 4, false},
+        {"synthetic:Llama-tiny:Q4_K", true, false, 5, 1, false},
+        {"synthetic:Gemma3-tiny:Q8_0", false, false, 2, 2, false},
     };
     /* the first model that fails ends the run (a broken fusion fails them all) */
     for (size_t i = 0; i < sizeof models / sizeof models[0] && !test_failures_; i++)
         run_model(models[i].spec, models[i].f16, models[i].no_verify, models[i].saved1,
-                  models[i].saved4);
+                  models[i].saved4, models[i].pdl);
 
     /* A value other than 0 or 1 is refused by name. */
     struct model *m = NULL;

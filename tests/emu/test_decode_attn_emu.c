@@ -31,7 +31,11 @@
  * round the other way), 1 ulp twin vs f64. gpt-oss's attention sinks: a
  * few of the cases above again with a sink per query head. Head dim 512
  * (Gemma 4's global layers): several splits, a window, a verify step, a
- * batch with padding. Label emu. */
+ * batch with padding. Programmatic dependent launch (IGNITE_PDL=1) on a
+ * few cases: with q, the pool, the positions, the splits' partials and the
+ * tickets hidden from each block until its griddepcontrol.wait
+ * (tests/emu/pdl_hide.h), both combines' o the plain launch's bit for bit.
+ * Label emu. */
 #include "decode/decode_attn.h"
 #include "kvcache/kv_devq.h"
 #include "kvcache/kvcache.h"
@@ -39,6 +43,7 @@
 #include "ops/gpu_kvq.h"
 #include "ops/ops.h"
 #include "ops/qmatmul.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/test.h"
 
 #include "core/half.h"
@@ -52,6 +57,9 @@ enum { GUARD = 16, MAX_SEQS = 5 };
 /* gpt-oss's sinks for the cases run while it is set (NULL: none), a
  * logit per query head, up to 32 heads. */
 static const float *case_sinks;
+/* The cases run while it is set also go out as programmatic dependent
+ * launches (check_pdl). */
+static bool case_pdl;
 #define GUARD_BITS 0x5a5au
 
 /* One f16 ulp at |x| (normal range), 2^-24 below it. */
@@ -183,6 +191,9 @@ static int count_off(const struct decode_attn_params *p, const uint16_t *a, cons
  * the rows of each sequence that are not padding, the rest at -1), in a
  * pool sized for n_ctx positions a sequence. splits < 0: the chooser's for
  * the batch on 132 SMs. mutant: also show that a swapped table is caught. */
+static void check_pdl(const struct decode_attn_params *p, const uint16_t *o, int64_t o_elems,
+                      int64_t pool, const char *name);
+
 static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const int64_t *live,
                      int64_t n_ctx, int64_t group, int64_t n_head_kv, int64_t hd, int splits,
                      int64_t window, int mutant, uint64_t seed)
@@ -256,6 +267,8 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
     CHECKF(off_q == 0, "%s: the combine kernel's int8 blocks of o: %lld rows off "
            "ops_qmm_quantize (-1: past them)", name, (long long)off_q);
     check_fused(&p, o, o_elems, name);
+    if (case_pdl)
+        check_pdl(&p, o, o_elems, pool, name);
     struct decode_attn_params pr = p;
     pr.o = o_ref;
     for (int64_t i = 0; i < o_elems; i++)
@@ -308,6 +321,48 @@ static void run_rows(int64_t n_seqs, const int64_t *pos, int64_t q_len, const in
     }
     free(q), free(kc), free(vc), free(o), free(o_ref), free(exact), free(p.work), free(table);
     free(p.oq), free(p.oqd), free(pr.oq), free(pr.oqd);
+}
+
+/* Both combines as programmatic dependent launches (the split kernel, then
+ * the combine kernel or the last split's), with what earlier kernels write
+ * (q, the pool, the positions, the splits' partials, the tickets) hidden
+ * from each block until it waits: o the plain launch's bit for bit. */
+static void check_pdl(const struct decode_attn_params *p, const uint16_t *o, int64_t o_elems,
+                      int64_t pool, const char *name)
+{
+    const size_t wf = decode_attn_work_floats(p);
+    const int64_t n_tickets = (int64_t)decode_attn_tickets(p), n_rows = p->n_seqs * p->q_len;
+    uint16_t *op = malloc((size_t)o_elems * sizeof *op);
+    for (int fused = 0; fused < 2; fused++) {
+        struct decode_attn_params pp = *p;
+        pp.o = op, pp.oq = NULL, pp.oqd = NULL;
+        pp.work = malloc(wf * sizeof *pp.work);
+        pp.tickets = fused ? calloc((size_t)n_tickets, sizeof *pp.tickets) : NULL;
+        for (size_t i = 0; i < wf; i++)
+            pp.work[i] = NAN;
+        for (int64_t i = 0; i < o_elems; i++)
+            op[i] = 0xffffu;
+        struct pdl_hide h = {0};
+        pdl_hide_add(&h, (void *)pp.q, (size_t)o_elems * 2);
+        pdl_hide_add(&h, (void *)pp.k_cache, (size_t)pool * 2);
+        pdl_hide_add(&h, (void *)pp.v_cache, (size_t)pool * 2);
+        pdl_hide_add(&h, (void *)pp.pos, (size_t)n_rows * sizeof *pp.pos);
+        pdl_hide_add(&h, pp.work, wf * sizeof *pp.work);
+        if (fused)
+            pdl_hide_add(&h, pp.tickets, (size_t)n_tickets * sizeof *pp.tickets);
+        pdl_hide_on(&h);
+        CHECKF(decode_attn_emu(&pp, NULL) == 0, "%s: pdl launch failed", name);
+        pdl_hide_off(&h);
+        int64_t off = 0;
+        for (int64_t i = 0; i < o_elems; i++)
+            off += op[i] != o[i];
+        CHECKF(off == 0 && h.hides > 0 && h.shows == h.hides,
+               "%s: %s as dependent launches: %lld outputs differ from the plain launch's "
+               "(%d blocks hidden, %d shown)", name, fused ? "the fused combine" : "split and "
+               "combine kernels", (long long)off, h.hides, h.shows);
+        free(pp.work), free(pp.tickets);
+    }
+    free(op);
 }
 
 /* One query row a sequence (a decode step). */
@@ -627,8 +682,10 @@ int main(void)
         static const int64_t b3[] = {63, -1, 299};       /* the block edge, padding, 300 */
         static const int64_t b4[] = {0, 299, 64, 130};
         static const int64_t b5[] = {5, 64, -1, 63, 199};
+        case_pdl = true; /* and as dependent launches: batches, a padding row */
         run_case(2, b2, 65, 4, 2, 128, -1, 0, 1, seed++);
         run_case(3, b3, 300, 1, 2, 64, -1, 0, 1, seed++);
+        case_pdl = false;
         run_case(3, b3, 300, 8, 1, 128, 7, 0, 1, seed++);
         run_case(4, b4, 300, 3, 2, 64, 33, 0, 1, seed++);
         run_case(5, b5, 200, 4, 1, 256, -1, 0, 1, seed++);
@@ -647,7 +704,9 @@ int main(void)
     {
         static const int64_t p1[] = {60}, p0[] = {0}, p2[] = {126}, p3[] = {62};
         run_rows(1, p1, 2, NULL, 300, 1, 2, 64, 33, 0, 0, seed++);
+        case_pdl = true; /* a verify step's rows, 33 splits, as dependent launches */
         run_rows(1, p2, 5, NULL, 300, 4, 1, 128, 33, 0, 0, seed++);
+        case_pdl = false;
         run_rows(1, p0, 5, NULL, 300, 3, 2, 64, -1, 0, 0, seed++);
         run_rows(1, p1, 5, NULL, 300, 8, 1, 128, 7, 0, 0, seed++);
         run_rows(1, p3, 5, NULL, 200, 4, 1, 256, 33, 64, 0, seed++);

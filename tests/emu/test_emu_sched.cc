@@ -5,7 +5,9 @@
  * a cp.async never waited for, a barrier not every thread reaches, threads at
  * different barriers, a collective a lane never reaches, reading
  * uninitialised shared memory, a misaligned ldmatrix row, lanes of a warp in
- * different collectives. Label emu. */
+ * different collectives; a programmatic dependent launch: what the previous
+ * kernel writes is hidden from each block until all its threads have met at
+ * griddepcontrol.wait, and a block that never waits is a fault. Label emu. */
 #include "devkit/intrinsics.cuh"
 #include "tests/emu/expect_fault.h"
 #include "tests/test.h"
@@ -256,6 +258,68 @@ static void test_stuck(void)
     CHECK(launch(dim3(3, 2), dim3(8, 4, 2), ids_kernel, &io) == 0);
 }
 
+/* ---- programmatic dependent launch ------------------------------------------ */
+
+/* in[0] stands for what the previous kernel writes: the hooks hide it (-1)
+ * at each block's start and show it (7) at the block's wait. Each thread
+ * records what it read before its wait and after. */
+struct pdl_io {
+    int in[1];
+    int before[4][64], after[4][64];
+    int hides, shows;
+};
+static int pdl_mode; /* 0 every thread waits, 1 thread 9 exits first, 2 block 1 never waits */
+
+static void pdl_hide(void *c) { ((pdl_io *)c)->in[0] = -1, ((pdl_io *)c)->hides++; }
+static void pdl_show(void *c) { ((pdl_io *)c)->in[0] = 7, ((pdl_io *)c)->shows++; }
+
+__global__ void pdl_kernel(void *arg)
+{
+    pdl_io *io = (pdl_io *)arg;
+    const unsigned b = blockIdx.x, t = threadIdx.x;
+    io->before[b][t] = io->in[0];
+    ig_launch_dependents();
+    if ((pdl_mode == 1 && t == 9) || (pdl_mode == 2 && b == 1))
+        return;
+    ig_grid_dependency_wait();
+    io->after[b][t] = io->in[0];
+    ig_grid_dependency_wait(); /* a second wait returns at once */
+}
+
+static void test_pdl(void)
+{
+    static pdl_io io;
+    const ig_emu_pdl_hooks hooks = {pdl_hide, pdl_show, &io};
+    ig_emu_set_pdl_hooks(&hooks);
+    for (pdl_mode = 0; pdl_mode < 2; pdl_mode++) {
+        memset(&io, 0, sizeof io);
+        io.in[0] = 7;
+        ig_emu_next_launch_pdl();
+        CHECK(launch(dim3(4), dim3(64), pdl_kernel, &io) == 0);
+        int bad = 0;
+        for (int b = 0; b < 4; b++)
+            for (int t = 0; t < 64; t++)
+                bad += io.before[b][t] != -1 ||
+                       (io.after[b][t] != (pdl_mode == 1 && t == 9 ? 0 : 7));
+        CHECKF(bad == 0, "mode %d: %d threads saw the previous kernel's output before their "
+               "wait or not after it", pdl_mode, bad);
+        CHECK(io.hides == 4 && io.shows == 4 && io.in[0] == 7);
+        CHECK(ig_emu_last_stats().griddep_waits == 4 && ig_emu_last_stats().triggers == 256);
+        /* a plain launch: no hooks, the wait returns at once */
+        memset(&io, 0, sizeof io);
+        io.in[0] = 7;
+        CHECK(launch(dim3(4), dim3(64), pdl_kernel, &io) == 0);
+        CHECK(io.hides == 0 && io.before[3][63] == 7 && ig_emu_last_stats().griddep_waits == 0);
+    }
+    /* a block that never waits: its grid could complete before the previous one */
+    pdl_mode = 2;
+    memset(&io, 0, sizeof io);
+    ig_emu_next_launch_pdl();
+    EXPECT_FAULT(launch(dim3(4), dim3(64), pdl_kernel, &io), "without griddepcontrol.wait");
+    CHECK(io.in[0] == 7); /* shown again after the fault */
+    ig_emu_set_pdl_hooks(NULL);
+}
+
 int main(void)
 {
     test_indices();
@@ -263,5 +327,6 @@ int main(void)
     test_races();
     test_cp_async();
     test_stuck();
+    test_pdl();
     return test_summary("test_emu_sched");
 }

@@ -29,7 +29,10 @@
  *   pool write in its epilogue: the bits of the GEMV then gk_qkv_rope;
  * - tensor-core product: the kernel within 2^-20 sum |w x| of its twin, the
  *   twin (the f16 GEMM of the dequantized rows) exact to fp64 rounding;
- * - the chooser: paths by row count, their order, scratch, refusals.
+ * - the chooser: paths by row count, their order, scratch, refusals;
+ * - programmatic dependent launch (IGNITE_PDL=1): with x, its int8 blocks
+ *   and y (beta 1) hidden from each block until its griddepcontrol.wait
+ *   (tests/emu/pdl_hide.h), y the plain launch's bit for bit.
  * Outputs are poisoned and framed by guards. Label emu. */
 #include "ops/gpu_qmm.h"
 #include "ops/gpu_ops.h"
@@ -39,6 +42,7 @@
 #include "models/quant.h"
 #include "ops/qmatmul.h"
 #include "tests/test.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/emu/rope_case.h"
 
 #include <math.h>
@@ -628,6 +632,59 @@ static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool b
     free(y), free(x), free(buf), free(src);
 }
 
+/* The GEMV launched as a programmatic dependent launch with what a previous
+ * kernel writes (x, or x's int8 blocks, and y read with beta 1) hidden from
+ * each block until its wait: y must be the plain launch's bit for bit (a
+ * read before the wait computes from NaN), every block having met at the
+ * wait. */
+static void pdl_case(int type, int64_t rows, int64_t cols, int64_t n, bool blocks, uint64_t *st)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    int8_t *xq = blocks ? malloc((size_t)(n * cols)) : NULL;
+    float *xqd = blocks ? malloc((size_t)(n * cols / 16) * 4) : NULL;
+    float *f = malloc((size_t)cols * 4);
+    struct qmm_q8 *b = malloc((size_t)(cols / 32) * sizeof *b);
+    for (int64_t t = 0; blocks && t < n; t++) {
+        for (int64_t c = 0; c < cols; c++)
+            f[c] = ig_f16_to_f32(x[t * cols + c]);
+        ops_qmm_quantize(f, cols, b);
+        for (int64_t i = 0; i < cols / 32; i++) {
+            memcpy(xq + t * cols + 32 * i, b[i].qs, 32);
+            xqd[t * (cols / 16) + 2 * i] = b[i].d;
+            xqd[t * (cols / 16) + 2 * i + 1] = b[i].s;
+        }
+    }
+    float *ya = malloc((size_t)(n * rows) * 4), *yb = malloc((size_t)(n * rows) * 4);
+    for (int64_t i = 0; i < n * rows; i++)
+        ya[i] = yb[i] = test_rand_f(st);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .y = ya, .ld_y = rows,
+                                .beta = 1, .xq = xq, .xqd = xqd};
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK);
+    struct pdl_hide h = {0};
+    pdl_hide_add(&h, x, (size_t)(n * cols) * 2);
+    pdl_hide_add(&h, yb, (size_t)(n * rows) * 4);
+    if (blocks) {
+        pdl_hide_add(&h, xq, (size_t)(n * cols));
+        pdl_hide_add(&h, xqd, (size_t)(n * cols / 16) * 4);
+    }
+    pdl_hide_on(&h);
+    p.y = yb;
+    CHECK(IG_DEV(gk_qgemv)(&p, NULL) == IG_OK);
+    pdl_hide_off(&h);
+    const int grid = (int)(((rows + 1) / 2 + 7) / 8);
+    CHECKF(h.hides == grid && h.shows == grid, "%s pdl: %d blocks, %d hidden, %d shown",
+           tname(type), grid, h.hides, h.shows);
+    CHECKF(memcmp(ya, yb, (size_t)(n * rows) * 4) == 0,
+           "%s pdl %lld x %lld n %lld%s: y differs from the plain launch's", tname(type),
+           (long long)rows, (long long)cols, (long long)n, blocks ? " (x's blocks)" : "");
+    free(ya), free(yb), free(f), free(b), free(xq), free(xqd), free(x), free(buf), free(src);
+}
+
 static void test_gemv(int type, uint64_t *st)
 {
     struct gk_qlayout l;
@@ -658,6 +715,11 @@ static void test_gemv(int type, uint64_t *st)
      * of the 1- and 2-row instances, the last one ragged */
     gemv_case(type, 3, k ? 6656 : 6400, 1, 1, st, false);
     gemv_case(type, 2, k ? 6656 : 6400, 2, 0, st, false);
+    /* programmatic dependent launch: 3 blocks, x and x's blocks */
+    if (type == QUANT_Q4_K || type == QUANT_Q4_0) {
+        pdl_case(type, 40, k ? 512 : 256, 2, false, st);
+        pdl_case(type, 40, k ? 512 : 256, 1, true, st);
+    }
 }
 
 static void test_gemv_refusals(void)

@@ -67,7 +67,7 @@ p=0
 while [ $# -gt 0 ]; do [ "$1" = -P ] && p=$2; shift; done
 case $p in
     0) echo '{"test": "pp512", "avg_ts": 9000.0}'; echo '{"test": "tg128", "avg_ts": 100.0}' ;;
-    256) echo '{"completed": 256, "total_output_tokens": 32768, "duration_s": 8.0, "output_throughput": 4096.0}' ;;
+    256) echo '{"completed": 256, "total_output_tokens": 32768, "duration_s": 8.0, "output_throughput": 4096.0, "requests": [{"submitted_s": 0, "ttft_ms": 100, "itl_ms": [12, 12, 14, 12]}, {"submitted_s": 0, "ttft_ms": 112, "itl_ms": [12, 14, 12, 12]}]}' ;;
     *) echo '{"completed": 250, "total_output_tokens": 32000, "duration_s": 9.0, "output_throughput": 3555.5}' ;;
 esac
 FAKE
@@ -95,6 +95,11 @@ check 'row transformers 256 | grep -q "error: CUDA out of memory$"' "transformer
 check 'grep -q "^# -P 256: ignite 4096.0 tok/s = 40.96x single decode (target 10x: met); transformers at this batch: no figure" "$bt"' \
     "-P 256 summary: $(grep '^# -P 256' "$bt")"
 check 'grep -q "^# problem: -P 64: 250 of 256 requests" "$bt"' "the incomplete run named"
+# pure decode steps: the gaps between the last first token (112 ms) and the first
+# last token (150 ms): 12, 14, 12 of each request
+check 'grep -q "^# -P 256: pure decode steps (256 rows): median 12.00 ms over 6 gaps (target <= 13 ms: met)" "$bt"' \
+    "-P 256 pure decode steps: $(grep '^# -P 256: pure' "$bt")"
+check 'grep -q "^# -P 64: pure decode steps: no figure" "$bt"' "-P 64 pure decode steps"
 plan=$(cd "$src" && python3 bench/hf_batch_generate.py --dry-run --batches 64,256 --requests 100 2>&1)
 check 'echo "$plan" | grep -q "\"num_key_value_heads\": 8"' "hf plan: $plan"
 check 'echo "$plan" | tr -d " \n" | grep -q "\"batch\":64,\"calls\":\[64,36\]"' "hf plan's calls: $plan"
