@@ -109,6 +109,12 @@ int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
     if ((total && bytes > total) || posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
         return ig_error(IG_E_NOMEM, "emulated device: out of memory: %zu bytes asked for, "
                         "%zu of %zu host bytes free", bytes, free_b, total);
+    /* IGNITE_EMU_POISON=1: fresh device memory is 0xff bytes (NaN in f32, f16
+     * and bf16), as a real device's may hold anything: a read before the first
+     * write shows as NaN every time, not only where malloc reused a block. */
+    const char *poison = getenv("IGNITE_EMU_POISON");
+    if (poison && *poison && strcmp(poison, "0") != 0)
+        memset(q, 0xff, bytes);
     *p = q;
     return IG_OK;
 }

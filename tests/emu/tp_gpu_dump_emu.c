@@ -70,18 +70,20 @@ struct run {
     float *logits; /* [2][nv] */
 };
 
-/* One step of n_seqs sequences (rows of each: n[s] tokens at pos0[s]), the
- * last row of each wanting logits (written to OUT) or, with greedy, its
- * token. */
+/* One step of n_seqs sequences (rows of each: n[s] tokens at pos0[s], its
+ * table table[s] and state slot slot[s]: A's 0, B's 1 in every step, a
+ * recurrent layer's state is the slot's), the last row of each wanting
+ * logits (written to OUT) or, with greedy, its token. */
 static int step(struct run *r, int n_seqs, const int32_t *const *tok, const int64_t *n,
-                const int64_t *pos0, const int32_t *const *table, int32_t *greedy)
+                const int64_t *pos0, const int32_t *const *table, const int *slot,
+                int32_t *greedy)
 {
     int32_t rows[2 * MAX_IDS];
     struct backend_seq seqs[2];
     int64_t at = 0;
     for (int s = 0; s < n_seqs; s++) {
         memcpy(rows + at, tok[s], (size_t)n[s] * sizeof *rows);
-        seqs[s] = (struct backend_seq){.table = table[s], .slot = s, .row0 = at,
+        seqs[s] = (struct backend_seq){.table = table[s], .slot = slot[s], .row0 = at,
                                        .n_rows = n[s], .pos0 = pos0[s]};
         at += n[s];
     }
@@ -137,7 +139,7 @@ static int exchange_cache(struct run *r, const int32_t *const *tab, int64_t n_po
     if (st == IG_OK) {
         const int32_t *t[1] = {&tok};
         int64_t one[1] = {1}, pos[1] = {n_pos};
-        st = step(r, 1, t, one, pos, tab + 1, NULL);
+        st = step(r, 1, t, one, pos, tab + 1, (const int[1]){1}, NULL);
     }
     kv_store_free(copy);
     return st;
@@ -182,7 +184,7 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
     for (int64_t p = 0; p < na && st == IG_OK; p += chunk) { /* A in chunks */
         const int32_t *t[1] = {a + p};
         int64_t n[1] = {na - p < chunk ? na - p : chunk}, pos[1] = {p};
-        st = step(&r, 1, t, n, pos, tab, NULL);
+        st = step(&r, 1, t, n, pos, tab, (const int[1]){0}, NULL);
         if (st == IG_OK && p + chunk < na) /* only the last chunk's logits are kept */
             st = fseek(r.out, -(long)(r.nv * 4), SEEK_CUR) ? ig_error(IG_E_IO, "seek") : IG_OK;
     }
@@ -190,7 +192,7 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
     const int32_t *tb[1] = {b_ids};
     int64_t nbs[1] = {nb}, zero[1] = {0};
     if (st == IG_OK)
-        st = step(&r, 1, tb, nbs, zero, tab + 1, NULL);
+        st = step(&r, 1, tb, nbs, zero, tab + 1, (const int[1]){1}, NULL);
     next[1] = argmax(r.logits, r.nv);
     printf("greedy %s:", label);
     int64_t pos[2] = {na, nb}, ones[2] = {1, 1};
@@ -199,7 +201,7 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
         bool last = i == n_greedy;
         int32_t g[2];
         printf(" %d %d", next[0], next[1]);
-        st = step(&r, 2, t, ones, pos, tab, last ? g : NULL);
+        st = step(&r, 2, t, ones, pos, tab, (const int[2]){0, 1}, last ? g : NULL);
         if (st == IG_OK && last)
             printf(" %d %d", g[0], g[1]);
         next[0] = argmax(r.logits, r.nv);

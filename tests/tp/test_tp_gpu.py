@@ -113,7 +113,8 @@ def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), 
     ("0", "0 one", ...). The mixtures of experts (MOE_IDS): their weights as
     f16, their attention on the mma.sync kernel m64w4 (the emulated
     warp-specialized one the chooser takes at head dim 64 took 2.2x the
-    launch's CPU time; gpt-oss's sinks take an mma.sync one anyway)."""
+    launch's CPU time; gpt-oss's sinks take an mma.sync one anyway). Every
+    launch with the emulated device's fresh memory NaN (IGNITE_EMU_POISON)."""
     moe = ids == MOE_IDS
     argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + \
         list(extra) + (["-w", "f16"] if moe else [])
@@ -121,7 +122,9 @@ def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), 
     for m in models:
         argv += ["-m", m]
     argv.append(ids)
-    env = dict(os.environ, IGNITE_TP_REDUCE="mpi") | env
+    # fresh device memory NaN (device/device_emu.cc): a read of a never-written state
+    # slot or buffer is NaN every launch, not where malloc happens to reuse a block
+    env = dict(os.environ, IGNITE_TP_REDUCE="mpi", IGNITE_EMU_POISON="1") | env
     r = mpi(mpirun, n, argv, env=env, text=True)
     toks = {}
     for line in r.stdout.splitlines() if r.returncode == 0 else []:
