@@ -25,7 +25,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cpu"))
-from ref_deltanet import _field, l2norm, rms, silu, softplus  # noqa: E402
+from ref_deltanet import _field, l2norm, read_sizes, rms, silu, softplus  # noqa: E402
 
 HEAD_ROWS = 16384  # the head's rows a slice (f64: 128 MiB at 1024 wide)
 
@@ -36,19 +36,7 @@ class WindowRef:
         a = _field(r, "general.architecture")
         if a != "qwen35":
             raise SystemExit(f"ref_qwen35_window: {path} is {a}, not qwen35")
-        self.n_layer = _field(r, f"{a}.block_count")
-        self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
-        self.n_head = _field(r, f"{a}.attention.head_count")
-        self.n_kv = _field(r, f"{a}.attention.head_count_kv")
-        self.hd = _field(r, f"{a}.attention.key_length")
-        self.n_rot = _field(r, f"{a}.rope.dimension_count")
-        self.base = _field(r, f"{a}.rope.freq_base")
-        self.K = _field(r, f"{a}.ssm.conv_kernel")
-        self.dk = _field(r, f"{a}.ssm.state_size")
-        self.hk = _field(r, f"{a}.ssm.group_count")
-        self.hv = _field(r, f"{a}.ssm.time_step_rank")
-        every = _field(r, f"{a}.full_attention_interval", 4)
-        self.recurrent = [(i + 1) % every != 0 for i in range(self.n_layer)]
+        read_sizes(self, r, a)
         self.t = {t.name: t for t in r.tensors}
         head = "output.weight" if "output.weight" in self.t else "token_embd.weight"
         self.head_t, self.head = self.t[head], None  # dequantized at its first use

@@ -64,24 +64,30 @@ def softplus(x):
     return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
 
 
+def read_sizes(obj, r, a):
+    """The file's sizes onto obj (Qwen35Ref, bench/ref_qwen35_window.py's
+    WindowRef): layers, heads, RoPE, the DeltaNet's, which layers recur."""
+    obj.n_layer = _field(r, f"{a}.block_count")
+    obj.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
+    obj.n_head = _field(r, f"{a}.attention.head_count")
+    obj.n_kv = _field(r, f"{a}.attention.head_count_kv")
+    obj.hd = _field(r, f"{a}.attention.key_length")
+    obj.n_rot = _field(r, f"{a}.rope.dimension_count")
+    obj.base = _field(r, f"{a}.rope.freq_base")
+    obj.K = _field(r, f"{a}.ssm.conv_kernel")
+    obj.dk = _field(r, f"{a}.ssm.state_size")
+    obj.hk = _field(r, f"{a}.ssm.group_count")
+    obj.hv = _field(r, f"{a}.ssm.time_step_rank")
+    every = _field(r, f"{a}.full_attention_interval", 4)
+    obj.recurrent = [(i + 1) % every != 0 for i in range(obj.n_layer)]
+
+
 class Qwen35Ref:
     def __init__(self, path):
         r = GGUFReader(path)
         a = _field(r, "general.architecture")
         self.n_used = _field(r, f"{a}.expert_used_count")  # None: the dense FFN
-        self.n_layer = _field(r, f"{a}.block_count")
-        self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
-        self.n_head = _field(r, f"{a}.attention.head_count")
-        self.n_kv = _field(r, f"{a}.attention.head_count_kv")
-        self.hd = _field(r, f"{a}.attention.key_length")
-        self.n_rot = _field(r, f"{a}.rope.dimension_count")
-        self.base = _field(r, f"{a}.rope.freq_base")
-        self.K = _field(r, f"{a}.ssm.conv_kernel")
-        self.dk = _field(r, f"{a}.ssm.state_size")
-        self.hk = _field(r, f"{a}.ssm.group_count")
-        self.hv = _field(r, f"{a}.ssm.time_step_rank")
-        every = _field(r, f"{a}.full_attention_interval", 4)
-        self.recurrent = [(i + 1) % every != 0 for i in range(self.n_layer)]
+        read_sizes(self, r, a)
         self.w = {}
         for t in r.tensors:
             v = dequantize(t.data, t.tensor_type).astype(np.float64)
