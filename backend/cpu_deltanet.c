@@ -45,6 +45,7 @@
 #include "ops/simd.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,18 +249,27 @@ struct dn_kernels {
  * leaves ignite its AVX-512 kernels (unset, empty or avx512vnni), AVX2
  * where it has x86-64-v3 and IGNITE_SIMD is not scalar (ops/norm_rope.c's
  * rule), else the baseline. Every set gives the same bits. */
-static const struct dn_kernels *dn_kernels_here(void)
+static const struct dn_kernels *dn_kernels_chosen = &dn_kernels_base;
+static pthread_once_t dn_kernels_once = PTHREAD_ONCE_INIT;
+
+static void dn_kernels_choose(void)
 {
 #if OPS_SIMD_CLONES_ON
     const char *cap = getenv("IGNITE_SIMD");
     bool avx512 = !cap || !*cap || !strcmp(cap, "avx512vnni");
     __builtin_cpu_init();
     if (avx512 && __builtin_cpu_supports("x86-64-v4"))
-        return &dn_kernels_avx512;
-    if (ops_qmm_best_isa() != QMM_SCALAR && __builtin_cpu_supports("x86-64-v3"))
-        return &dn_kernels_avx2;
+        dn_kernels_chosen = &dn_kernels_avx512;
+    else if (ops_qmm_best_isa() != QMM_SCALAR && __builtin_cpu_supports("x86-64-v3"))
+        dn_kernels_chosen = &dn_kernels_avx2;
 #endif
-    return &dn_kernels_base;
+}
+
+/* Chosen once a process, as ops_qmm_best_isa is (not per layer and step). */
+static const struct dn_kernels *dn_kernels_here(void)
+{
+    pthread_once(&dn_kernels_once, dn_kernels_choose);
+    return dn_kernels_chosen;
 }
 
 /* The job's set's kernels, under the names the steps below call. */
