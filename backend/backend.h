@@ -156,6 +156,11 @@ struct backend_batch {
      * layer's state goes with any sequence that is read. NULL: every
      * sequence from its pos0. */
     const int64_t *layer_from;
+    /* The CUDA backend with on_layer: no host copy, the hook called with kv
+     * and seqs NULL moves the rows from the device itself (batch --pd's
+     * NCCL path, gpu_kv_send_layer in backend/gpu.h). The CPU backend
+     * ignores it. */
+    bool layer_device;
 };
 
 struct backend;

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "devkit/dev_entry.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,5 +56,29 @@ struct gpu_backend_info {
     int64_t moe_mma_layers; /* MoE layer steps queued on the tensor-core expert products */
 };
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
+
+/* batch --pd's cache between CUDA ranks by NCCL (backend/gpu_kv_p2p.c,
+ * backend/gpu_p2p.h): no host trip. Both ranks' pools of the same types.
+ * Whether b's model can move so: every layer paged or shared, no window
+ * tables (else why is filled: the host path, backend_batch.on_layer). */
+struct gpu_p2p;
+bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap);
+/* The prefill side, in an on_layer hook of a step with layer_device: layer
+ * l's whole blocks holding rows [p0, p1) of the sequence with block table
+ * `table`, K then V a block each, to rank peer in one NCCL group on the
+ * step's stream. IG_OK, or IG_E_DEVICE after one line. */
+int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
+                              const int32_t *table, int64_t l, int64_t p0, int64_t p1);
+/* The decode side: a device store for n_pos positions of every paged
+ * layer; a layer's part received into it (the counts gpu_kv_send_layer
+ * sends for the same l, p0, p1); once the sequence has its blocks, the
+ * store's n_pos positions copied into them on the device. */
+struct gpu_kv_stage;
+int IG_DEV(gpu_kv_stage_create)(struct backend *b, int64_t n_pos, struct gpu_kv_stage **out);
+void IG_DEV(gpu_kv_stage_free)(struct backend *b, struct gpu_kv_stage *s);
+int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
+                              struct gpu_kv_stage *s, int64_t l, int64_t p0, int64_t p1);
+int IG_DEV(gpu_kv_stage_import)(struct backend *b, const struct gpu_kv_stage *s,
+                                const struct backend_seq *seq, int64_t n_pos);
 
 #endif

@@ -240,6 +240,10 @@ int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batc
     const struct kv_memory *mem = g->base.kv_mem;
     int64_t n_blocks = 0, n_read = 0, n_entries = 0;
     g->layer_batch = NULL;
+    if (batch->layer_device) { /* the hook sends from the device: no store */
+        g->layer_batch = batch;
+        return IG_OK;
+    }
     for (int64_t i = 0; i < batch->n_seqs; i++) {
         const struct backend_seq *s = &batch->seqs[i];
         int64_t from = layer_from(batch, i), nb = kv_blocks_for(s->pos0 + s->n_rows);
@@ -290,6 +294,10 @@ int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l)
     const struct backend_batch *batch = g->layer_batch;
     if (!batch)
         return IG_OK;
+    if (batch->layer_device) {
+        batch->on_layer(batch->layer_user, l, NULL, NULL);
+        return IG_OK;
+    }
     const struct kv_layer_mem *Lm = &g->base.kv_mem->layers[l];
     int st = IG_OK;
     for (int64_t i = 0; i < batch->n_seqs && st == IG_OK; i++) {

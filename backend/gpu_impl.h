@@ -305,7 +305,9 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
  * gpu_layer_out after a layer's mixer: its rows (and states) copied into
  * the store, one synchronizing download a run of blocks consecutive in
  * both (each block of a quantized pool, reordered as kv_export does), then
- * the hook called; nothing while g->layer_batch is NULL. IG_OK, or
+ * the hook called; nothing while g->layer_batch is NULL; with
+ * batch->layer_device no store and no copy, the hook called with NULLs
+ * (it sends from the device: gpu_kv_p2p.c). IG_OK, or
  * IG_E_NOMEM / IG_E_DEVICE after one line. */
 int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batch *batch);
 int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l);

@@ -5,8 +5,12 @@
  * NCCL's stable C ABI (nccl.h, 2.x). Host code only: the stream and the
  * buffers pass through as pointers. Covered by tests/tp/test_tp_gpu.py (a
  * missing library; the emulated ranks' sums through the tests' stand-in,
- * tests/emu/nccl_standin.c) and the GPU check's tp step. */
+ * tests/emu/nccl_standin.c) and the GPU check's tp step. Also NCCL's sends
+ * and receives (gpu_p2p.h: batch --pd's cache between CUDA ranks), covered
+ * by tests/emu/pd_nccl_emu.c through the same stand-in. */
 #include "backend/gpu_reduce.h"
+
+#include "backend/gpu_p2p.h"
 
 #include "core/coll.h"
 #include "core/status.h"
@@ -21,7 +25,7 @@ typedef struct {
     char internal[128];
 } nccl_id;
 typedef void *nccl_comm;
-enum { NCCL_SUCCESS = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
+enum { NCCL_SUCCESS = 0, NCCL_UINT8 = 1, NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
 
 struct nccl_lib {
     void *so;
@@ -31,6 +35,12 @@ struct nccl_lib {
                       nccl_comm comm, void *stream);
     int (*comm_destroy)(nccl_comm comm);
     const char *(*error_string)(int result);
+    /* point to point (gpu_p2p.h; NULL where the library lacks them) */
+    int (*send)(const void *buf, size_t count, int dtype, int peer, nccl_comm comm,
+                void *stream);
+    int (*recv)(void *buf, size_t count, int dtype, int peer, nccl_comm comm, void *stream);
+    int (*group_start)(void);
+    int (*group_end)(void);
 };
 
 struct nccl_reduce {
@@ -67,6 +77,10 @@ static bool load(struct nccl_lib *L, bool host_memory, char *why, size_t cap)
     *(void **)&L->all_reduce = dlsym(L->so, "ncclAllReduce");
     *(void **)&L->comm_destroy = dlsym(L->so, "ncclCommDestroy");
     *(void **)&L->error_string = dlsym(L->so, "ncclGetErrorString");
+    *(void **)&L->send = dlsym(L->so, "ncclSend");
+    *(void **)&L->recv = dlsym(L->so, "ncclRecv");
+    *(void **)&L->group_start = dlsym(L->so, "ncclGroupStart");
+    *(void **)&L->group_end = dlsym(L->so, "ncclGroupEnd");
     if (!(L->get_unique_id && L->comm_init_rank && L->all_reduce && L->comm_destroy &&
           L->error_string))
         snprintf(why, cap, "%s is not NCCL 2 (ncclCommInitRank, ncclAllReduce missing)", name);
@@ -128,41 +142,125 @@ static int agreed(bool ok, const char *why)
     return ig_error(IG_E_DEVICE, "rank %d of %d: %s", (int)bad, ig_coll_size(), line);
 }
 
-int gpu_reduce_nccl_open(bool host_memory, struct gpu_reduce **out)
+/* The library into *L and the job's communicator into *comm (collective);
+ * p2p: the library must have ncclSend/Recv and the groups. */
+static int nccl_connect(bool host_memory, bool p2p, struct nccl_lib *L, nccl_comm *comm)
 {
-    *out = NULL;
     char why[400] = "";
-    struct nccl_reduce *r = calloc(1, sizeof *r);
-    bool ok = r && load(&r->lib, host_memory, why, sizeof why);
-    if (!r)
-        snprintf(why, sizeof why, "out of memory");
+    bool ok = load(L, host_memory, why, sizeof why);
+    if (ok && p2p && !(L->send && L->recv && L->group_start && L->group_end)) {
+        snprintf(why, sizeof why, "%s has no ncclSend/ncclRecv (NCCL 2.7 or later)", lib_name());
+        dlclose(L->so);
+        L->so = NULL;
+        ok = false;
+    }
     int st = agreed(ok, why);
     nccl_id id = {{0}};
     int rc = NCCL_SUCCESS;
     if (st == IG_OK && ig_coll_rank() == 0)
-        rc = r->lib.get_unique_id(&id);
+        rc = L->get_unique_id(&id);
     if (st == IG_OK) { /* rank 0's id: the others wait for it */
         if (rc != NCCL_SUCCESS)
-            snprintf(why, sizeof why, "ncclGetUniqueId: %s", r->lib.error_string(rc));
+            snprintf(why, sizeof why, "ncclGetUniqueId: %s", L->error_string(rc));
         st = agreed(rc == NCCL_SUCCESS, why);
     }
     if (st == IG_OK) {
         ig_coll_bcast(&id, sizeof id, 0);
-        rc = r->lib.comm_init_rank(&r->comm, ig_coll_size(), id, ig_coll_rank());
+        rc = L->comm_init_rank(comm, ig_coll_size(), id, ig_coll_rank());
         if (rc != NCCL_SUCCESS) {
-            r->comm = NULL;
+            *comm = NULL;
             snprintf(why, sizeof why, "ncclCommInitRank: %s (two ranks on one GPU need "
                      "NCCL_MULTI_RANK_GPU_ENABLE=1 and NCCL 2.30, or IGNITE_TP_REDUCE=mpi)",
-                     r->lib.error_string(rc));
+                     L->error_string(rc));
         }
         st = agreed(rc == NCCL_SUCCESS, why);
     }
+    return st;
+}
+
+int gpu_reduce_nccl_open(bool host_memory, struct gpu_reduce **out)
+{
+    *out = NULL;
+    struct nccl_reduce *r = calloc(1, sizeof *r);
+    if (!r) { /* (as a failed rank: the others wait for its word) */
+        (void)agreed(false, "out of memory");
+        return IG_E_DEVICE;
+    }
+    int st = nccl_connect(host_memory, false, &r->lib, &r->comm);
     if (st != IG_OK) {
-        nccl_free(r ? &r->base : NULL);
+        nccl_free(&r->base);
         return st;
     }
     r->base = (struct gpu_reduce){.name = "nccl", .capturable = true, .sum = nccl_sum,
                                   .free = nccl_free};
     *out = &r->base;
     return IG_OK;
+}
+
+/* ---- point to point (gpu_p2p.h) ------------------------------------------------- */
+
+struct gpu_p2p {
+    struct nccl_lib lib;
+    nccl_comm comm;
+};
+
+int gpu_p2p_nccl_open(bool host_memory, struct gpu_p2p **out)
+{
+    *out = NULL;
+    struct gpu_p2p *p = calloc(1, sizeof *p);
+    if (!p) {
+        (void)agreed(false, "out of memory");
+        return IG_E_DEVICE;
+    }
+    int st = nccl_connect(host_memory, true, &p->lib, &p->comm);
+    if (st != IG_OK) {
+        gpu_p2p_free(p);
+        return st;
+    }
+    *out = p;
+    return IG_OK;
+}
+
+void gpu_p2p_free(struct gpu_p2p *p)
+{
+    if (!p)
+        return;
+    if (p->comm)
+        p->lib.comm_destroy(p->comm);
+    if (p->lib.so)
+        dlclose(p->lib.so);
+    free(p);
+}
+
+static int p2p_status(const struct gpu_p2p *p, int rc, const char *what, size_t bytes, int peer)
+{
+    if (rc == NCCL_SUCCESS)
+        return IG_OK;
+    if (peer < 0) /* a group's start or end */
+        return ig_error(IG_E_DEVICE, "rank %d: %s: %s", ig_coll_rank(), what,
+                        p->lib.error_string(rc));
+    return ig_error(IG_E_DEVICE, "rank %d: %s of %zu bytes (rank %d): %s", ig_coll_rank(), what,
+                    bytes, peer, p->lib.error_string(rc));
+}
+
+int gpu_p2p_group_start(struct gpu_p2p *p)
+{
+    return p2p_status(p, p->lib.group_start(), "ncclGroupStart", 0, -1);
+}
+
+int gpu_p2p_group_end(struct gpu_p2p *p)
+{
+    return p2p_status(p, p->lib.group_end(), "ncclGroupEnd", 0, -1);
+}
+
+int gpu_p2p_send(struct gpu_p2p *p, const void *buf, size_t bytes, int peer, void *stream)
+{
+    return p2p_status(p, p->lib.send(buf, bytes, NCCL_UINT8, peer, p->comm, stream), "ncclSend",
+                      bytes, peer);
+}
+
+int gpu_p2p_recv(struct gpu_p2p *p, void *buf, size_t bytes, int peer, void *stream)
+{
+    return p2p_status(p, p->lib.recv(buf, bytes, NCCL_UINT8, peer, p->comm, stream), "ncclRecv",
+                      bytes, peer);
 }

@@ -451,6 +451,7 @@ static int add_timings(cJSON *j, const struct bench_state *b, int64_t t0, bool p
             cJSON_AddNumberToObject(po, "kv_bytes", (double)q->pd.kv_bytes);
             cJSON_AddNumberToObject(po, "transfer_ms", q->pd.transfer_ms);
             cJSON_AddNumberToObject(po, "pack_ms", q->pd.pack_ms);
+            cJSON_AddStringToObject(po, "path", q->pd.path ? q->pd.path : "host");
         }
         cJSON *itl = cJSON_AddArrayToObject(o, "itl_ms");
         if (!itl)

@@ -290,6 +290,7 @@ static void on_done(void *user, struct gen_request *r)
         cJSON_AddNumberToObject(pdo, "kv_bytes", (double)b->pd_t->kv_bytes);
         cJSON_AddNumberToObject(pdo, "transfer_ms", b->pd_t->transfer_ms);
         cJSON_AddNumberToObject(pdo, "pack_ms", b->pd_t->pack_ms);
+        cJSON_AddStringToObject(pdo, "path", b->pd_t->path ? b->pd_t->path : "host");
     }
     job_finish(b, j, obj);
 }

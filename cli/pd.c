@@ -293,7 +293,7 @@ static void take_done(struct pd *pd, const char *buf, size_t bytes, int from)
         snprintf(err, sizeof err, "%.*s", (int)h.err_len, buf + sizeof h + h.text_len);
     struct pd_transfer t = {.prefill_rank = (int)h.prefill_rank, .decode_rank = from,
                             .kv_bytes = h.kv_bytes, .pack_ms = h.pack_ms,
-                            .transfer_ms = h.transfer_ms};
+                            .transfer_ms = h.transfer_ms, .path = "host"};
     const char *at = buf + sizeof h + h.text_len + h.err_len;
     for (int64_t i = 0; pd->o.on_token && i < h.n_times; i++) { /* on this rank's clock */
         int64_t ago;

@@ -47,6 +47,9 @@ struct pd_transfer {
     int64_t kv_bytes;    /* the cache as sent */
     double pack_ms;      /* writing it (prefill rank) and reading it (decode rank) */
     double transfer_ms;  /* receiving it on the decode rank */
+    const char *path;    /* which way it moved: "host" (device -> host, MPI, host -> device;
+                          * the NCCL path between CUDA ranks is not wired in yet:
+                          * docs/gpu.md) */
 };
 
 struct pd_opts {

@@ -75,7 +75,7 @@ void pd_decode_done(void *user, struct gen_request *r)
     res.prefill_ms = j->h.prefill_ms;
     struct pd_transfer t = {.prefill_rank = j->prefill_rank, .decode_rank = pd->rank,
                             .kv_bytes = j->h.kv_bytes, .pack_ms = j->h.pack_ms + j->pack_ms,
-                            .transfer_ms = j->transfer_ms};
+                            .transfer_ms = j->transfer_ms, .path = "host"};
     pd_send_done(pd, j->h.seq, &res, j->text, j->len,
               res.status != IG_OK ? ig_status_name(res.status) : NULL, &t, j);
     pd->live_need -= j->h.need;

@@ -1,0 +1,32 @@
+/* backend/gpu_p2p.h: NCCL's sends and receives between CUDA ranks, for
+ * batch --pd's cache (a prefill rank's layer blocks to a decode rank:
+ * backend/gpu_kv_p2p.c). libnccl.so.2 loaded at run time as for the
+ * all-reduce (gpu_reduce_nccl.c, IGNITE_NCCL_LIB names another file); the
+ * communicator is every rank of the job (ranks as ig_coll_rank's).
+ * Bytes move as ncclUint8, on the stream given, in stream order; several
+ * in flight at once only between group_start and group_end, where NCCL
+ * runs them. The emulated backend (host memory) takes only the tests'
+ * stand-in (tests/emu/nccl_standin.c). Covered by tests/emu/pd_nccl_emu.c. */
+#ifndef IGNITE_BACKEND_GPU_P2P_H
+#define IGNITE_BACKEND_GPU_P2P_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct gpu_p2p;
+
+/* Collective (every rank of the job calls it): the library loaded and a
+ * communicator made. IG_OK; IG_E_DEVICE after one line (rank 0's) where a
+ * rank could not, *out NULL then. */
+int gpu_p2p_nccl_open(bool host_memory, struct gpu_p2p **out);
+void gpu_p2p_free(struct gpu_p2p *p);
+
+int gpu_p2p_group_start(struct gpu_p2p *p);
+/* Runs the group's sends and receives (a mismatch fails here). */
+int gpu_p2p_group_end(struct gpu_p2p *p);
+/* bytes of device memory buf to / from rank peer, whose receive / send
+ * must be of the same bytes. IG_OK or IG_E_DEVICE after one line. */
+int gpu_p2p_send(struct gpu_p2p *p, const void *buf, size_t bytes, int peer, void *stream);
+int gpu_p2p_recv(struct gpu_p2p *p, void *buf, size_t bytes, int peer, void *stream);
+
+#endif
