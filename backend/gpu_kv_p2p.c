@@ -4,7 +4,8 @@
  * the layer's mixer, on the step's stream), a decode rank receives them
  * into a device staging store (gpu_kv_recv_layer: the same blocks, in
  * order) and copies that into its pool's blocks once the sequence has them
- * (gpu_kv_stage_import, device to device). A block moves as the pool holds
+ * (gpu_kv_stage_import, device to device, a copy a run of consecutive
+ * blocks). A block moves as the pool holds
  * it (f16, or a quantized pool's regions), one ncclSend for K and one for
  * V a block, every send of a layer in one group: the receiver posts the
  * same counts from the layer and rows alone (the header, which goes over
@@ -171,13 +172,17 @@ int IG_DEV(gpu_kv_stage_import)(struct backend *b, const struct gpu_kv_stage *s,
             continue;
         const size_t kb = block_bytes(g, l, false), vb = block_bytes(g, l, true);
         unsigned char *k = (void *)g->layers[l].k_cache, *v = (void *)g->layers[l].v_cache;
-        for (int64_t i = 0; i < nb && st == IG_OK; i++) { /* (one copy a run: later) */
-            IG_ASSERT(seq->table[i] >= 0 && seq->table[i] < g->n_blocks);
+        for (int64_t i = 0; i < nb && st == IG_OK;) { /* one copy a run of blocks */
+            int64_t run = 1;
+            while (i + run < nb && seq->table[i + run] == seq->table[i] + run)
+                run++;
+            IG_ASSERT(seq->table[i] >= 0 && seq->table[i] + run <= g->n_blocks);
             st = IG_DEV(dev_copy)(g->dev, k + (size_t)seq->table[i] * kb,
-                                  s->mem + s->k_at[l] + (size_t)i * kb, kb);
+                                  s->mem + s->k_at[l] + (size_t)i * kb, (size_t)run * kb);
             if (st == IG_OK)
                 st = IG_DEV(dev_copy)(g->dev, v + (size_t)seq->table[i] * vb,
-                                      s->mem + s->v_at[l] + (size_t)i * vb, vb);
+                                      s->mem + s->v_at[l] + (size_t)i * vb, (size_t)run * vb);
+            i += run;
         }
     }
     return st;

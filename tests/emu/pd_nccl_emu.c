@@ -11,12 +11,12 @@
  *     layer's blocks by ncclSend in one group from the step's on_layer hook
  *     (backend_batch.layer_device: no host copy); rank 1 posts the
  *     matching receives into a device staging store, then copies it into
- *     its sequence's blocks (1, 4) on the device; the prompt's logits over
+ *     its sequence's blocks (3, 4: one copy) on the device; the prompt's logits over
  *     MPI;
  *   - the host path: the cache exported after the prompt (a download),
  *     written as the PD sender writes its parts (kv_file_write_head,
  *     _layer, _tokens; IGNITE_PD_WHOLE=1's parts) and sent over MPI, read
- *     and imported on rank 1 (--load-kv's path) into blocks 3, 0 (the
+ *     and imported on rank 1 (--load-kv's path) into blocks 1, 0 (the
  *     layer by layer host path's parts are test_backend_pd_emu's);
  *   - on the f16 pool, one process's: rank 1 runs the same two steps
  *     itself into blocks 6, 7, while rank 0 runs them.
@@ -25,7 +25,8 @@
  * batch: the same tokens and the same logits, bit for bit, and the caches
  * still equal. Mutants (tests/emu/mutate.cmake, built with
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
- * the layer before's K, a receive posted for another count.
+ * the layer before's K, a receive posted for another count, the import of
+ * a run of blocks copying its first block's K alone.
  * Label emu. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
@@ -255,7 +256,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     CHECK(gpu_backend_create_emu(model, &o, &g) == IG_OK);
     if (!g)
         return;
-    int32_t tables[3][2] = {{1, 4}, {3, 0}, {6, 7}};
+    int32_t tables[3][2] = {{3, 4}, {1, 0}, {6, 7}}; /* (the NCCL path's a run: one copy) */
     struct backend_seq seqs[3];
     for (int k = 0; k < 3; k++)
         seqs[k] = (struct backend_seq){.table = tables[k], .slot = k};
