@@ -27,7 +27,9 @@
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
  * the layer before's K, a receive posted for another count, the import of
  * a run of blocks copying its first block's K alone.
- * Label emu. */
+ * tests/gpu/CMakeLists.txt builds the same source with the CUDA entry points
+ * (pd_nccl_gpu: each rank its GPU, real NCCL; run by hand on a machine with
+ * 2: mpirun -np 2 build/tests/gpu/pd_nccl_gpu). Label emu. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "backend/gpu_p2p.h"
@@ -54,9 +56,20 @@ struct layer_hdr {
     int64_t layer, p0, p1; /* layer -1: the prompt's last */
 };
 
+/* Built as tests/gpu's pd_nccl_gpu too (the CUDA entry points): each rank on
+ * its own GPU, real NCCL (libnccl.so.2), the device's memory. */
+#if defined(IG_EMU_BACKEND)
+#define RANK_DEVICE 0
+#define HOST_MEMORY true
+#else
+#define RANK_DEVICE ig_coll_rank()
+#define HOST_MEMORY false
+#endif
+
 static struct backend_opts opts_of(enum kv_dtype dt)
 {
-    return (struct backend_opts){.device = {.kind = BACKEND_CUDA}, .n_ctx = 256,
+    return (struct backend_opts){.device = {.kind = BACKEND_CUDA, .index = RANK_DEVICE},
+                                 .n_ctx = 256,
                                  .max_rows = 64, .n_slots = 3, .n_blocks = 8, .kv_dtype = dt,
                                  .kv_dtype_v = dt, .gpu_weights = BACKEND_GPU_NATIVE};
 }
@@ -79,7 +92,7 @@ static void send_nccl(void *user, int64_t layer, const struct kv_store *kv,
     CHECK(kv == NULL && seqs == NULL);
     struct layer_hdr h = {layer, s->p0, s->p1};
     ig_coll_send(&h, sizeof h, 1, TAG_HDR);
-    int st = gpu_kv_send_layer_emu(s->g, p2p, 1, s->table, layer, s->p0, s->p1);
+    int st = IG_DEV(gpu_kv_send_layer)(s->g, p2p, 1, s->table, layer, s->p0, s->p1);
     CHECKF(st == IG_OK, "layer %lld's send failed", (long long)layer);
     s->failed |= st != IG_OK;
 }
@@ -127,9 +140,9 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
 {
     struct backend_opts o = opts_of(dt);
     struct backend *g = NULL;
-    CHECK(gpu_backend_create_emu(model, &o, &g) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     char why[200] = "";
-    CHECKF(!g || gpu_kv_p2p_fits_emu(g, why, sizeof why), "no NCCL path: %s", why);
+    CHECKF(!g || IG_DEV(gpu_kv_p2p_fits)(g, why, sizeof why), "no NCCL path: %s", why);
     float *logits = malloc((size_t)model->hp.n_vocab * sizeof *logits);
     int32_t table[2] = {5, 2};
     /* the NCCL path */
@@ -253,7 +266,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     const int n_seqs = own ? 3 : 2;
     struct backend_opts o = opts_of(dt);
     struct backend *g = NULL;
-    CHECK(gpu_backend_create_emu(model, &o, &g) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     if (!g)
         return;
     int32_t tables[3][2] = {{3, 4}, {1, 0}, {6, 7}}; /* (the NCCL path's a run: one copy) */
@@ -265,7 +278,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
         prefill(g, ids, tables[2], 2, NULL, NULL, false, logits + 2 * nv);
     /* the NCCL path: headers, then the receives into the staging store */
     struct gpu_kv_stage *stage = NULL;
-    CHECK(gpu_kv_stage_create_emu(g, N_PROMPT, &stage) == IG_OK);
+    CHECK(IG_DEV(gpu_kv_stage_create)(g, N_PROMPT, &stage) == IG_OK);
     int64_t n_parts = 0;
     for (;;) {
         struct layer_hdr h;
@@ -273,14 +286,14 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
         if (h.layer < 0)
             break;
         n_parts++;
-        int st = stage ? gpu_kv_recv_layer_emu(g, p2p, 0, stage, h.layer, h.p0, h.p1) : -1;
+        int st = stage ? IG_DEV(gpu_kv_recv_layer)(g, p2p, 0, stage, h.layer, h.p0, h.p1) : -1;
         CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
                (long long)h.layer, (long long)h.p0, (long long)h.p1);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
-    CHECK(stage && gpu_kv_stage_import_emu(g, stage, &seqs[0], N_PROMPT) == IG_OK);
-    gpu_kv_stage_free_emu(g, stage);
+    CHECK(stage && IG_DEV(gpu_kv_stage_import)(g, stage, &seqs[0], N_PROMPT) == IG_OK);
+    IG_DEV(gpu_kv_stage_free)(g, stage);
     receive_host(g, &seqs[1], ids);
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
     CHECKF(!own || memcmp(logits, logits + 2 * nv, (size_t)nv * sizeof *logits) == 0,
@@ -321,9 +334,14 @@ int main(int argc, char **argv)
         ig_coll_finish();
         return 2;
     }
+    if (IG_DEV(gpu_device_count)() < (HOST_MEMORY ? 1 : 2)) {
+        fprintf(stderr, "SKIP: pd_nccl: a GPU a rank, 2, is needed\n");
+        ig_coll_finish();
+        return 77;
+    }
     struct model *m = NULL;
     CHECK(model_synthetic_spec("synthetic:Llama-tiny:Q8_0", &m) == IG_OK);
-    CHECK(gpu_p2p_nccl_open(true, &p2p) == IG_OK);
+    CHECK(gpu_p2p_nccl_open(HOST_MEMORY, &p2p) == IG_OK);
     if (m && p2p) {
         model = m;
         int32_t ids[N_PROMPT];
