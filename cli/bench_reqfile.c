@@ -1,10 +1,12 @@
 /* cli/bench_reqfile.c: the JSONL of `ignite bench --requests-file`
  * (cli/bench_reqfile.h): every line checked whole before the run, so a bad
- * line ends it with one message and no half-run report. Covered by
+ * line ends it with one message and no half-run report; a line is JSON as
+ * strict as `ignite batch` reads it (ig_json_line). Covered by
  * tests/cli/test_bench_arrivals.py. */
 #include "cli/bench_reqfile.h"
 
 #include "cli/cli.h"
+#include "core/json.h"
 #include "core/status.h"
 
 #include <cjson/cJSON.h>
@@ -27,13 +29,11 @@ static int take_len(const cJSON *v, const char *key, int64_t line, int64_t *out)
 
 static int parse_line(const char *s, size_t len, int64_t line, struct bench_line *l)
 {
-    cJSON *j = cJSON_ParseWithLength(s, len);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return ig_error(IG_E_INPUT, "--requests-file line %lld: not one JSON object",
-                        (long long)line);
-    }
-    int st = IG_OK;
+    cJSON *j = NULL;
+    char why[128];
+    int st = ig_json_line(s, len, &j, why, sizeof why);
+    if (st != IG_OK)
+        return ig_error(st, "--requests-file line %lld: %s", (long long)line, why);
     for (const cJSON *v = j->child; v && st == IG_OK; v = v->next) {
         if (!strcmp(v->string, "prompt")) {
             if (!cJSON_IsString(v) || !*v->valuestring)
