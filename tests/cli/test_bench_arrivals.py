@@ -155,10 +155,10 @@ def requests_file():
                     '{"output_len": 3}', '{"input_len": 3, "temperature": 1}', 'not json',
                     '{"input_len": 2.5}',
                     # read as strictly as ignite batch reads a line (were taken: the first
-                    # object, the last value, 20, the prompt cut at the NUL)
+                    # object, the last value, 20, the prompt cut at the NUL; bad UTF-8 ran)
                     '{"input_len": 4}{"input_len": 9}', '{"input_len": 4, "input_len": 8}',
-                    '{"input_len": 020}', '{"prompt": "a\\u0000b"}'):
-            with open(f, "w") as fh:
+                    '{"input_len": 020}', '{"prompt": "a\\u0000b"}', '{"prompt": "a\udcffb"}'):
+            with open(f, "w", errors="surrogateescape") as fh:  # \udcff: the byte 0xff
                 fh.write('{"input_len": 4}\n' + bad + "\n")
             rc, out, err = bench("--requests-file", f)
             check(rc == 6 and err.count("\n") == 1 and "line 2" in err, f"{bad}: {rc} {err!r}")
