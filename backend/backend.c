@@ -90,6 +90,10 @@ int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_
     return kv_memory_window_blocks(mem, o->n_slots, o->n_ctx, o->max_rows);
 }
 
+/* The largest E8M0 byte the CUDA kernels' f16 holds MXFP4 weights of
+ * exactly or at all (12 x 2^12; ops/gpu_moe.h, docs/gpu.md). */
+#define BACKEND_CUDA_MXFP4_E_MAX 140
+
 int backend_create(const struct model *m, const struct backend_opts *o, struct backend **out)
 {
     *out = NULL;
@@ -101,6 +105,15 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
     r.n_window_blocks = 0; /* the backend sets it (backend_window_blocks) */
     if (backend_tp_wanted())
         r.free_window_blocks = false;
+    /* MXFP4 weights past what the device computes (the CUDA tile holds them
+     * in f16: ops/gpu_moe.h) would give inf and NaN logits, silently */
+    int st = r.device.kind == BACKEND_CPU
+                 ? model_check_mxfp4(m, MODEL_MXFP4_E_FINITE, "not finite (at most 252)")
+                 : model_check_mxfp4(m, BACKEND_CUDA_MXFP4_E_MAX,
+                                     "past f16 in the CUDA kernels (at most 140: weights "
+                                     "under 65536); the CPU computes up to 252");
+    if (st)
+        return st;
     /* fp8 is the CUDA pool's type (kvcache/kv_devq.h); the CPU attention
      * reads f32, f16, q8_0 and q4_0. */
     if (r.device.kind == BACKEND_CPU && (r.kv_dtype == KV_FP8 || r.kv_dtype_v == KV_FP8))

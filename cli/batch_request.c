@@ -22,27 +22,6 @@ void batch_request_free(struct batch_request *r)
     *r = (struct batch_request){0};
 }
 
-/* True when a JSON string escape in line[0..len) decodes to NUL (\u0000):
- * cJSON would end the C string there and drop the rest silently. */
-static bool has_nul_escape(const char *s, size_t len)
-{
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_string) {
-            in_string = s[i] == '"';
-            continue;
-        }
-        if (s[i] == '"')
-            in_string = false;
-        else if (s[i] == '\\' && i + 1 < len) {
-            if (s[i + 1] == 'u' && i + 5 < len && !strncmp(s + i + 2, "0000", 4))
-                return true;
-            i++; /* skip the escaped character */
-        }
-    }
-    return false;
-}
-
 /* ---- the id as it was written -------------------------------------------------------- */
 
 /* cJSON keeps a number as a double and prints it back with 15 or 17
@@ -58,15 +37,6 @@ static size_t skip_ws(const char *s, size_t i, size_t n)
     return i;
 }
 
-/* Past the string whose opening quote is at s[i]. */
-static size_t skip_string(const char *s, size_t i, size_t n)
-{
-    for (i++; i < n && s[i] != '"'; i++)
-        if (s[i] == '\\')
-            i++;
-    return i + 1;
-}
-
 /* Past the value that starts at s[i]. */
 static size_t skip_value(const char *s, size_t i, size_t n)
 {
@@ -74,7 +44,7 @@ static size_t skip_value(const char *s, size_t i, size_t n)
     for (; i < n; i++) {
         char c = s[i];
         if (c == '"') {
-            i = skip_string(s, i, n) - 1;
+            i = ig_json_skip_string(s, i, n) - 1;
             if (!depth)
                 return i + 1;
         } else if (c == '{' || c == '[') {
@@ -101,7 +71,7 @@ static size_t id_text(const char *s, size_t n, size_t *at)
         i = skip_ws(s, i, n);
         if (i >= n || s[i] != '"')
             return 0;
-        size_t k0 = i + 1, k1 = skip_string(s, i, n) - 1; /* the key's closing quote */
+        size_t k0 = i + 1, k1 = ig_json_skip_string(s, i, n) - 1; /* the key's closing quote */
         i = skip_ws(s, k1 + 1, n);
         if (k1 > n || i >= n || s[i] != ':')
             return 0;
@@ -117,61 +87,11 @@ static size_t id_text(const char *s, size_t n, size_t *at)
     }
 }
 
-/* JSON's number grammar (cJSON's strtod also takes 020, 1., .5, +1). */
-static bool json_number(const char *s, size_t n)
-{
-    size_t i = s[0] == '-';
-    if (i >= n || s[i] < '0' || s[i] > '9' || (s[i] == '0' && i + 1 < n && s[i + 1] >= '0' &&
-                                                s[i + 1] <= '9'))
-        return false;
-    while (i < n && s[i] >= '0' && s[i] <= '9')
-        i++;
-    if (i < n && s[i] == '.') {
-        size_t d = ++i;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-        if (i == d)
-            return false;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-'))
-            i++;
-        size_t d = i;
-        while (i < n && s[i] >= '0' && s[i] <= '9')
-            i++;
-        if (i == d)
-            return false;
-    }
-    return i == n;
-}
-
-/* The offset of the first number in the line that JSON's grammar does not
- * allow (cJSON reads numbers with strtod: 020, 1., -01 pass), or len. */
-static size_t bad_number_at(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        if (s[i] == '"') {
-            i = skip_string(s, i, n);
-        } else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
-            size_t j = i;
-            while (j < n && strchr("+-.0123456789eE", s[j]))
-                j++;
-            if (!json_number(s + i, j - i))
-                return i;
-            i = j;
-        } else {
-            i++;
-        }
-    }
-    return n;
-}
-
 /* A numeric id as its own text (a raw item), else the id as parsed. */
 static int keep_id_text(const char *line, size_t len, struct batch_request *r)
 {
     size_t at = 0, n = r->id && cJSON_IsNumber(r->id) ? id_text(line, len, &at) : 0;
-    if (!n || !json_number(line + at, n))
+    if (!n || !ig_json_number(line + at, n))
         return IG_OK;
     char *text = strndup(line + at, n);
     cJSON *raw = text ? cJSON_CreateRaw(text) : NULL;
@@ -338,40 +258,14 @@ static int apply_key(const cJSON *v, struct batch_request *r)
 
 static int parse_json(const char *line, size_t len, struct batch_request *r)
 {
-    /* cJSON stops a string at a raw NUL: the rest of the prompt would go */
-    const char *nul = memchr(line, '\0', len);
-    if (nul)
-        return ig_error(IG_E_INPUT, "the line holds a NUL byte (offset %zu)", (size_t)(nul - line));
-    if (has_nul_escape(line, len))
-        return ig_error(IG_E_INPUT, "a string holds a NUL character (\\u0000)");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
-    if (!root && end && (size_t)(end - line) >= ig_json_too_deep_at(line, len))
-        return ig_error(IG_E_INPUT, "JSON nested more than %d levels deep", CJSON_NESTING_LIMIT);
-    if (!root)
-        return ig_error(IG_E_INPUT, "not valid JSON (near byte %zu)",
-                        end ? (size_t)(end - line) : (size_t)0);
-    while (end && (size_t)(end - line) < len &&
-           (*end == ' ' || *end == '\t' || *end == '\r'))
-        end++;
-    int st = IG_OK;
-    size_t bad = bad_number_at(line, len);
-    if (end && (size_t)(end - line) < len)
-        st = ig_error(IG_E_INPUT, "text after the JSON object (at byte %zu)",
-                      (size_t)(end - line));
-    else if (bad < len)
-        st = ig_error(IG_E_INPUT, "not valid JSON: a number JSON does not allow at byte %zu",
-                      bad);
-    else if (!cJSON_IsObject(root))
-        st = ig_error(IG_E_INPUT, "a request must be a JSON object");
+    cJSON *root = NULL;
+    char why[128];
+    int st = ig_json_line(line, len, &root, why, sizeof why);
+    if (st != IG_OK)
+        return ig_error(st, "%s", why);
     const cJSON *v;
-    for (v = root->child; v && st == IG_OK; v = v->next) {
-        for (const cJSON *w = root->child; w != v && st == IG_OK; w = w->next)
-            if (!strcmp(w->string, v->string))
-                st = ig_error(IG_E_INPUT, "key \"%s\" appears twice", v->string);
-        if (st == IG_OK)
-            st = apply_key(v, r);
-    }
+    for (v = root->child; v && st == IG_OK; v = v->next)
+        st = apply_key(v, r);
     if (st == IG_OK && !r->prompt)
         st = ig_error(IG_E_INPUT, "no \"prompt\"");
     if (st == IG_OK) /* (an error object gives the line number: the request is freed) */

@@ -1,10 +1,12 @@
 /* cli/bench_reqfile.c: the JSONL of `ignite bench --requests-file`
  * (cli/bench_reqfile.h): every line checked whole before the run, so a bad
- * line ends it with one message and no half-run report. Covered by
+ * line ends it with one message and no half-run report; a line is JSON as
+ * strict as `ignite batch` reads it (ig_json_line). Covered by
  * tests/cli/test_bench_arrivals.py. */
 #include "cli/bench_reqfile.h"
 
 #include "cli/cli.h"
+#include "core/json.h"
 #include "core/status.h"
 
 #include <cjson/cJSON.h>
@@ -25,20 +27,23 @@ static int take_len(const cJSON *v, const char *key, int64_t line, int64_t *out)
     return IG_OK;
 }
 
-static int parse_line(const char *s, size_t len, int64_t line, struct bench_line *l)
+int bench_parse_request_line(const char *s, size_t len, int64_t line, struct bench_line *l)
 {
-    cJSON *j = cJSON_ParseWithLength(s, len);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return ig_error(IG_E_INPUT, "--requests-file line %lld: not one JSON object",
-                        (long long)line);
-    }
-    int st = IG_OK;
+    cJSON *j = NULL;
+    char why[128];
+    int st = ig_json_line(s, len, &j, why, sizeof why);
+    if (st != IG_OK)
+        return ig_error(st, "--requests-file line %lld: %s", (long long)line, why);
     for (const cJSON *v = j->child; v && st == IG_OK; v = v->next) {
         if (!strcmp(v->string, "prompt")) {
+            size_t bad;
             if (!cJSON_IsString(v) || !*v->valuestring)
                 st = ig_error(IG_E_INPUT, "--requests-file line %lld: \"prompt\" must be a "
                               "non-empty string", (long long)line);
+            else if (!cli_utf8_valid(v->valuestring, strlen(v->valuestring), &bad))
+                st = ig_error(IG_E_INPUT, "--requests-file line %lld: \"prompt\" is not valid "
+                              "UTF-8 (byte 0x%02x at offset %zu)", (long long)line,
+                              (unsigned char)v->valuestring[bad], bad);
             else if (!(l->prompt = strdup(v->valuestring)))
                 st = ig_error(IG_E_NOMEM, "out of memory");
         } else if (!strcmp(v->string, "input_len")) {
@@ -84,7 +89,7 @@ int bench_read_requests(const char *path, struct bench_line **lines, int64_t *n)
                 *lines = g;
             }
             (*lines)[*n] = (struct bench_line){0};
-            st = parse_line(text + at, end - at, line, &(*lines)[*n]);
+            st = bench_parse_request_line(text + at, end - at, line, &(*lines)[*n]);
             (*n)++;
         }
         at = end + 1;

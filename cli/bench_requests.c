@@ -509,6 +509,8 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         }
         b.n = b.n ? b.n : n_lines;
     }
+    if ((st = bench_check_schedule(b.n, o->rate)) != IG_OK)
+        goto done;
     bool texts = o->prompt_file;
     for (int64_t i = 0; i < b.n && lines; i++)
         texts |= lines[i].prompt != NULL;

@@ -77,6 +77,15 @@ void bench_arrivals(int64_t n, double rate, double burstiness, uint64_t seed, do
     }
 }
 
+int bench_check_schedule(int64_t n, double rate)
+{
+    if (isinf(rate) || (double)n / rate <= BENCH_MAX_SCHEDULE_S)
+        return IG_OK;
+    return ig_error(IG_E_USAGE, "--request-rate %g: %lld requests would arrive over %g s, more "
+                    "than a day (%.0f s)", rate, (long long)n, (double)n / rate,
+                    BENCH_MAX_SCHEDULE_S);
+}
+
 int64_t bench_draw_range(uint64_t *s, double len, double ratio)
 {
     int64_t lo = (int64_t)floor(len * (1.0 - ratio)), hi = (int64_t)ceil(len * (1.0 + ratio));
@@ -119,6 +128,8 @@ int bench_parse_goodput(const char *arg, struct bench_slo *slo)
         if (!at)
             return ig_error(IG_E_USAGE, "--goodput: expected ttft:MS, tpot:MS or e2el:MS, got "
                             "'%s'", w);
+        if (*at >= 0) /* which of two would count is a guess */
+            return ig_error(IG_E_USAGE, "--goodput: %.4s given twice", w);
         if (cli_parse_f64("--goodput", w + 5, 0, 1e12, at) != IG_OK)
             return IG_E_USAGE;
         n++;

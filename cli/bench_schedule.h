@@ -23,8 +23,9 @@ uint64_t bench_rand(uint64_t *x);
 int bench_parse_rate(const char *what, const char *arg, double *rate);
 
 /* Adds the objectives in `arg` to *slo: words "ttft:MS", "tpot:MS" or
- * "e2el:MS" (vLLM's spelling), separated by spaces or commas, MS >= 0.
- * Returns IG_OK or IG_E_USAGE (one line naming the bad word). */
+ * "e2el:MS" (vLLM's spelling), separated by spaces or commas, MS >= 0;
+ * *slo's unset objectives are < 0, and one set twice is refused. Returns
+ * IG_OK or IG_E_USAGE (one line naming the bad word). */
 int bench_parse_goodput(const char *arg, struct bench_slo *slo);
 
 /* True when `arg` reads as one goodput word ("ttft:..."), so that the words
@@ -37,6 +38,15 @@ bool bench_goodput_word(const char *arg);
  * constant gap), summed, then scaled so the last arrives at n/rate; rate
  * INFINITY: all at 0. Seeded by `seed` alone. */
 void bench_arrivals(int64_t n, double rate, double burstiness, uint64_t seed, double *at_s);
+
+/* The longest schedule --request-rate may ask for: the last of n requests
+ * arrives at n/rate, and a rate of 1e-9 (a typo of 1e9) would have bench
+ * wait for decades, past what a time in nanoseconds holds. */
+#define BENCH_MAX_SCHEDULE_S 86400.0
+
+/* IG_OK, or IG_E_USAGE (one line) where n requests at `rate` arrive over
+ * more than BENCH_MAX_SCHEDULE_S. */
+int bench_check_schedule(int64_t n, double rate);
 
 /* A length drawn uniformly from the integers [floor(len (1 - ratio)),
  * ceil(len (1 + ratio))], at least 1 (vLLM's random dataset). */

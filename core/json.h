@@ -7,6 +7,7 @@
 #define IGNITE_CORE_JSON_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Larger JSON files than this are refused (a tokenizer.json of a 256k
@@ -29,6 +30,23 @@ int ig_json_load(const char *path, cJSON **out);
  * CJSON_NESTING_LIMIT (1000) in text[0..len), or len: where cJSON failed at
  * or past it, the message says the text is too deep, not "not valid JSON". */
 size_t ig_json_too_deep_at(const char *text, size_t len);
+
+/* Parses one line of JSON Lines (line[0..len), no newline) as one JSON
+ * object, with what cJSON lets through refused: a raw NUL byte or a \u0000
+ * escape (cJSON ends the C string there and drops the rest), nesting past
+ * CJSON_NESTING_LIMIT, text after the object, a number JSON's grammar does
+ * not allow (cJSON reads numbers with strtod: 020, 1., -01 pass), a key
+ * twice among the object's members. Returns IG_OK and *root (free with
+ * cJSON_Delete), or IG_E_INPUT with the reason (naming the byte offset)
+ * in why[0..n) and *root NULL. Used by `ignite batch` and `bench
+ * --requests-file`. */
+int ig_json_line(const char *line, size_t len, cJSON **root, char *why, size_t n);
+
+/* Whether s[0..n) is a number by JSON's grammar. */
+bool ig_json_number(const char *s, size_t n);
+
+/* Past the string whose opening quote is at s[i] (s[0..n) holds valid JSON). */
+size_t ig_json_skip_string(const char *s, size_t i, size_t n);
 
 /* The string member `key` of `obj`, or NULL when absent or not a string. */
 const char *ig_json_str(const cJSON *obj, const char *key);

@@ -613,6 +613,41 @@ static int bind_fused(struct loader *L, const struct model_tensor *row, int64_t 
     return IG_OK;
 }
 
+/* Gemma 4's per-layer embeddings (hidden_size_per_layer_input) and experts
+ * (enable_moe_block) are on where config.json says so; a folder that holds
+ * their tensors while config.json says none is refused, not run without
+ * those weights (the GGUF loader's rule: models/model.c). */
+static int keyed_feature_off(const struct loader *L)
+{
+    const struct model_hparams *hp = &L->m->hp;
+    const struct model_arch_info *ai = model_arch_of(hp->arch_id);
+    unsigned have = model_features(hp);
+    unsigned off = ((ai && ai->per_layer_shapes ? MODEL_FEAT_PLE : 0u) |
+                    (ai && ai->moe_optional ? MODEL_FEAT_MOE : 0u)) & ~have;
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, L->m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
+         off && model_tensors_next(&it);) {
+        unsigned f = it.t->feature & off;
+        if (!f || it.layer > 0 || it.t->n_expert == TENSOR_DIM_EXPERT)
+            continue; /* layer 0's router (or the model's tensor) says it */
+        const char *n = model_tensor_hf_name(it.t, have | f | (f & MODEL_FEAT_MOE ?
+                                                               MODEL_FEAT_MOE_MLP : 0u));
+        char name[256];
+        if (it.t->scope == TENSOR_PER_LAYER)
+            snprintf(name, sizeof name, "%slayers.0.%s", L->prefix, n ? n : "");
+        else
+            snprintf(name, sizeof name, "%s%s", L->prefix, n ? n : "");
+        if (n && find(L->h, name))
+            return ig_error(IG_E_MODEL, "'%s': tensor '%s' is in the folder, but config.json "
+                            "says the model has no %s (%s)", L->dir, name,
+                            model_feature_name(f & MODEL_FEAT_PLE ? MODEL_FEAT_PLE
+                                                                  : MODEL_FEAT_MOE),
+                            f & MODEL_FEAT_PLE ? "hidden_size_per_layer_input"
+                                               : "enable_moe_block");
+    }
+    return IG_OK;
+}
+
 /* Binds every weight the model has (config.json's features), in the table's
  * order; the output head of tied embeddings is token_embd's (a copy of
  * lm_head some folders keep is not read). */
@@ -638,6 +673,8 @@ static int bind_weights(struct loader *L)
     }
     struct model_tensor_it it;
     int st;
+    if ((st = keyed_feature_off(L)))
+        return st;
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
         /* experts: a tensor each ("%lld" in the name), or fused (gpt-oss;
          * Gemma 4's and Qwen3.5-MoE's gate|up halves) */

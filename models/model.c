@@ -704,6 +704,29 @@ static int fused_gate_up(const struct loader *L, struct model *m, int64_t layer,
     return -1;
 }
 
+/* A feature its keys switch on (gemma4's per-layer embeddings by
+ * embedding_length_per_layer_input, its experts by expert_count) is off,
+ * yet the file holds one of its tensors: the keys are wrong, and a forward
+ * without those weights would answer wrongly (llama.cpp's count of the
+ * tensors it created refuses such a file too). */
+static int keyed_feature_off(const struct loader *L, const struct model_tensor_it *it)
+{
+    unsigned keyed = (L->ai->per_layer_shapes ? MODEL_FEAT_PLE : 0u) |
+                     (L->ai->moe_optional ? MODEL_FEAT_MOE : 0u);
+    unsigned off = it->t->feature & keyed & ~L->features;
+    if (!off)
+        return IG_OK;
+    char name[96];
+    model_tensor_gguf_name(it->t, it->layer, L->ai->features, name, sizeof name);
+    if (!gguf_find_tensor(L->g, name))
+        return IG_OK;
+    return ig_error(IG_E_MODEL, "'%s': tensor '%s' is in the file, but %s.%s (no %s)", L->path,
+                    name, L->hp->arch,
+                    off & MODEL_FEAT_PLE ? "embedding_length_per_layer_input is 0 or missing"
+                                         : "expert_count is missing",
+                    model_feature_name(off & MODEL_FEAT_PLE ? MODEL_FEAT_PLE : MODEL_FEAT_MOE));
+}
+
 /* Binds every weight of the table of tensors: those of the features the
  * architecture has are required, those a file may show are read where it
  * has them, the others are not read (a file may carry tensors ignite's
@@ -723,8 +746,11 @@ static int load_weights(const struct loader *L, struct model *m)
     for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL | MODEL_TENSORS_ABSENT);
          model_tensors_next(&it);) {
         bool required = model_tensor_present(it.t, L->features);
-        if (!required && !it.t->file_shows)
+        if (!required && !it.t->file_shows) {
+            if ((st = keyed_feature_off(L, &it)))
+                return st;
             continue;
+        }
         if (it.layer >= 0 && !model_layer_holds(m, it.t, it.layer))
             continue; /* a shared-KV layer's K/V, a V = K layer's V */
         char name[96];
@@ -826,6 +852,36 @@ int model_load(const char *path, struct model **out)
     if (st)
         return st;
     return model_from_gguf(path, g, out);
+}
+
+int model_check_mxfp4(const struct model *m, int max_e, const char *why)
+{
+    struct model_tensor_it it;
+    for (model_tensors_begin(&it, m, MODEL_TENSORS_ALL); model_tensors_next(&it);) {
+        const struct model_weight *w = it.w;
+        if (w->type != QUANT_MXFP4 || !w->data)
+            continue;
+        int64_t n_blk = w->cols / QK_MXFP4;
+        for (int64_t e = 0; e < w->n_expert; e++) {
+            const uint8_t *x = w->expert_data ? (const uint8_t *)w->expert_data[e]
+                                              : (const uint8_t *)w->data +
+                                                    (size_t)e * (size_t)w->rows * w->row_bytes;
+            for (int64_t r = 0; r < w->rows; r++, x += w->row_bytes)
+                for (int64_t b = 0; b < n_blk; b++) {
+                    int byte = x[(size_t)b * sizeof(struct block_mxfp4)];
+                    if (byte <= max_e)
+                        continue;
+                    char name[96];
+                    model_tensor_gguf_name(it.t, it.layer, model_features(&m->hp), name,
+                                           sizeof name);
+                    return ig_error(IG_E_MODEL, "'%s': tensor '%s', expert %lld, row %lld, "
+                                    "block %lld: E8M0 scale byte %d (weights up to 12 x "
+                                    "2^%d): %s", m->path, name, (long long)e, (long long)r,
+                                    (long long)b, byte, byte - 128, why);
+                }
+        }
+    }
+    return IG_OK;
 }
 
 void model_hparams_set_defaults(struct model_hparams *hp)

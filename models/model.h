@@ -355,6 +355,19 @@ static inline size_t model_weight_size(const struct model_weight *w)
  * table whole where it is the output head too). */
 void model_active_size(const struct model *m, int64_t *active, size_t *bytes);
 
+/* The largest E8M0 scale byte of an MXFP4 block whose weights (up to 12 x
+ * 2^(e - 128), ggml's values) are finite floats; 255 is NaN in the OCP MX
+ * format. */
+#define MODEL_MXFP4_E_FINITE 252
+
+/* Reads every MXFP4 weight's E8M0 scale bytes (gpt-oss's experts): the
+ * first above max_e is refused (IG_E_MODEL, one line naming the tensor, the
+ * expert, row and block, the byte and `why`, which says what max_e is the
+ * limit of). The loader does not read the weights' bytes (`info` stays
+ * instant on a 12 GB file); backend_create calls this before a backend
+ * takes the weights, which it reads all of anyway. */
+int model_check_mxfp4(const struct model *m, int max_e, const char *why);
+
 /* ---- what the model says besides its weights, in either format ---------- */
 
 /* True for a model loaded from a Hugging Face folder. */

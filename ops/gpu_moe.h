@@ -153,7 +153,8 @@ void gk_moe_gemv_ref(const struct gk_moe_gemv_params *p);
  * values v 2^(e - 128) (v the doubled E2M1 level, at most 2 significant
  * bits) are exact in f16 for E8M0 bytes e in [104, 140]; below, they round
  * to f16's subnormals (the 2^-24 term); from 141 on, values of 2^16 and
- * more overflow to inf (weights of 2^16: no trained model's come near). */
+ * more overflow to inf (weights of 2^16: no trained model's come near;
+ * backend_create refuses such a file on CUDA, model_check_mxfp4). */
 int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream);
 
 /* Which of a row's k slots gk_moe_combine adds: those whose expert sel[t k + j]

@@ -9,7 +9,8 @@ admitted before its arrival, the gaps' spread is the gamma shape's
 (coefficient of variation 1/sqrt(B)), the mean and p50/p90/p99 of TTFT, TPOT,
 ITL and E2EL equal numpy's on those timings, goodput is the count meeting
 every objective (vLLM's rule: TPOT 0 for one token) over the duration, and
-bad flags end with one line and exit 2 (a bad --requests-file line: 6).
+bad flags end with one line and exit 2 (a bad --requests-file line: 6; a
+schedule longer than a day, an objective given twice: 2).
 About 10 s on 2 cores."""
 import json
 import math
@@ -147,10 +148,17 @@ def requests_file():
         check(r.get("completed") == 2, f"--requests 2 of the file: {r.get('completed')}")
         rc, out, err = bench("--requests-file", f, "--requests", "4")
         check(rc == 2 and err.count("\n") == 1, f"--requests 4 of 3 lines: {rc} {err!r}")
+        rc, out, err = bench("--requests-file", f, "--request-rate", "3e-5")
+        check(rc == 2 and err.count("\n") == 1 and "3 requests would arrive over 100000 s" in err,
+              f"3 lines over 1e5 s: {rc} {err!r}")
         for bad in ('{"input_len": 0}', '{"prompt": ""}', '{"input_len": 3, "prompt": "x"}',
                     '{"output_len": 3}', '{"input_len": 3, "temperature": 1}', 'not json',
-                    '{"input_len": 2.5}'):
-            with open(f, "w") as fh:
+                    '{"input_len": 2.5}',
+                    # read as strictly as ignite batch reads a line (were taken: the first
+                    # object, the last value, 20, the prompt cut at the NUL; bad UTF-8 ran)
+                    '{"input_len": 4}{"input_len": 9}', '{"input_len": 4, "input_len": 8}',
+                    '{"input_len": 020}', '{"prompt": "a\\u0000b"}', '{"prompt": "a\udcffb"}'):
+            with open(f, "w", errors="surrogateescape") as fh:  # \udcff: the byte 0xff
                 fh.write('{"input_len": 4}\n' + bad + "\n")
             rc, out, err = bench("--requests-file", f)
             check(rc == 6 and err.count("\n") == 1 and "line 2" in err, f"{bad}: {rc} {err!r}")
@@ -176,7 +184,11 @@ def bad_flags():
                 ["--goodput", "foo:1"], ["--goodput", "ttft:-5"], ["--goodput", "ttft"],
                 ["--goodput", "ttft:abc"], ["--goodput", "tpot:"], ["--goodput", "ttft:5", "x:1"],
                 ["--range-ratio", "1"], ["--range-ratio", "-0.1"],
-                ["--range-ratio", "0.5", "--input-len", "8:2"]):
+                ["--range-ratio", "0.5", "--input-len", "8:2"],
+                # the last of 3 arrives at 3/R: 3e9 s (decades) and 3e300 s (past an int64
+                # of ns: negative TTFTs) were waited for or reported
+                ["--request-rate", "1e-9"], ["--request-rate", "1e-300"],
+                ["--goodput", "ttft:5", "ttft:6"], ["--goodput", "tpot:1,tpot:2"]):
         rc, out, err = bench(*base, *bad)
         check(rc == 2 and err.count("\n") == 1 and not out, f"bad {bad}: rc {rc} {err!r}")
     rc, out, err = bench("--request-rate", "5", "-p", "8", "-n", "0")

@@ -1,11 +1,14 @@
 /* tests/fuzz/fuzz_batch_line.c: libFuzzer entry for `ignite batch`'s request
- * parser (cli/batch_request.c). Every line of the input goes through it as
- * JSON and as a plain prompt; a line that parses must hold what the engine
- * relies on: a non-empty prompt of valid UTF-8 without NUL, options in their
- * ranges, stop strings that are non-empty. Any sanitizer report or failed
+ * parser (cli/batch_request.c) and `bench --requests-file`'s line parser
+ * (cli/bench_reqfile.c). Every line of the input goes through the first as
+ * JSON and as a plain prompt, and through the second; a line that parses
+ * must hold what the engine relies on: a non-empty prompt of valid UTF-8
+ * without NUL, options and lengths in their ranges, stop strings that are
+ * non-empty. Any sanitizer report or failed
  * check is a parser bug. fuzz_replay.c runs it over tests/fuzz/corpus_batch
  * in ordinary builds. */
 #include "cli/batch_request.h"
+#include "cli/bench_reqfile.h"
 #include "cli/cli.h"
 #include "core/status.h"
 
@@ -30,6 +33,23 @@ static void check_request(const struct batch_request *r)
             abort();
 }
 
+/* A --requests-file line: a prompt or a length, lengths in [1, 2^20]. */
+static void check_bench_line(const char *p, size_t len, char *msg)
+{
+    struct bench_line l = {0};
+    msg[0] = '\0';
+    if (bench_parse_request_line(p, len, 1, &l) == IG_OK) {
+        size_t n = l.prompt ? strlen(l.prompt) : 0;
+        if (!l.prompt == !l.input_len || (l.prompt && !cli_utf8_valid(l.prompt, n, NULL)) ||
+            (l.prompt && !n) || l.input_len < 0 || l.input_len > (1 << 20) ||
+            l.output_len < 0 || l.output_len > (1 << 20))
+            abort();
+    } else if (!msg[0] || strchr(msg, '\n')) {
+        abort();
+    }
+    free(l.prompt);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct gen_cli defaults;
@@ -50,6 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort(); /* a refusal always says why, in one line */
             }
         }
+        check_bench_line(p, len, msg);
         if (!nl)
             break;
         p = nl + 1;

@@ -63,9 +63,11 @@ def check_info(tmp, case, kw, want):
         expect(case, k, got, v)
 
 
-def check_refused(tmp, case, kw, want, cmd="info"):
-    path = os.path.join(tmp, case + ".gguf")
-    write_model(path, **kw)
+def check_refused(tmp, case, kw, want, cmd="info", path=None):
+    """kw: write_model's arguments, or None where `path` is written."""
+    path = path or os.path.join(tmp, case + ".gguf")
+    if kw is not None:
+        write_model(path, **kw)
     args = [BIN, "info", "-m", path] if cmd == "info" else \
         [BIN, "run", "-m", path, "-p", "t3", "-n", "1"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -82,6 +84,42 @@ def check_refused(tmp, case, kw, want, cmd="info"):
         problems.append("wrote to stdout")
     if problems:
         failures.append(f"{case}: {'; '.join(problems)}; stderr: {r.stderr.strip()!r}")
+
+
+def check_keyed_features(tmp):
+    """gemma4's per-layer embeddings and its experts are on where the keys say
+    so (embedding_length_per_layer_input, expert_count); a file that holds
+    their tensors while the key is 0 or missing is refused, not run without
+    those weights (bench/random_gguf.py's tiny and moe-tiny, a key dropped)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bench"))
+    import random_gguf
+    import randgguf_gemma4
+    build = randgguf_gemma4.build
+
+    def without(key, zero=False):
+        def edited(*a, **kw):
+            ts, kvs, gain, fixed = build(*a, **kw)
+            drop = random_gguf.gguf_str(key)
+            kvs = [k for k in kvs if not k.startswith(drop)]
+            if zero:
+                kvs.append(random_gguf.kv(key, 4, 0))
+            return ts, kvs, gain, fixed
+        return edited
+    cases = [("gemma4_ple_zero", "tiny", "gemma4.embedding_length_per_layer_input", True,
+              "tensor 'per_layer_token_embd.weight' is in the file, but gemma4.embedding_length"
+              "_per_layer_input is 0 or missing (no per-layer embeddings)"),
+             ("gemma4_expert_count_missing", "moe-tiny", "gemma4.expert_count", False,
+              "tensor 'blk.0.ffn_gate_inp.weight' is in the file, but gemma4.expert_count is "
+              "missing (no mixture of experts)")]
+    try:
+        for case, shape, key, zero, want in cases:
+            randgguf_gemma4.build = without(key, zero)
+            path = os.path.join(tmp, case + ".gguf")
+            random_gguf.write(path, shape, "Q8_0", arch="gemma4", layers=3 if zero else 1)
+            check_refused(tmp, case, None, want, path=path)
+    finally:
+        randgguf_gemma4.build = build
 
 
 def kv_group(kind, window, layers, n_head_kv, head_dim):
@@ -172,6 +210,8 @@ def main():
         check_refused(tmp, "gemma4_llama_shaped", dict(
             arch="gemma4", keys={"attention.head_count_kv": ([1, 2], ARR)}, **SMALL),
             "tensor 'blk.0.attn_q_norm.weight' is missing")
+
+        check_keyed_features(tmp)
 
         check_refused(tmp, "gemma3_no_post_norm", dict(
             arch="gemma3", skip=("blk.1.post_ffw_norm.weight",), **SMALL),

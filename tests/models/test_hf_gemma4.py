@@ -29,7 +29,8 @@ F]; pre_feedforward_layernorm_2, post_feedforward_layernorm_1/_2) gives
 the GGUF's logits within the same bound and its greedy tokens; with the
 gate and up halves swapped it must not. Bad folders (a per-layer embedding
 gate missing; a shared layer's FFN of the single width; the MoE block on
-a folder without experts) are refused with one line and status 4. Label:
+a folder without experts; per-layer embeddings or experts in a folder whose
+config.json says none) are refused with one line and status 4. Label:
 unit (about 7 s).
 
 usage: test_hf_gemma4.py FORWARD_DUMP"""
@@ -227,11 +228,16 @@ def main():
             t.update(enable_moe_block=True, num_experts=4, top_k_experts=2,
                      moe_intermediate_size=64)
 
+        def no_ple(t):  # on a folder with them: they were left out of the forward
+            t["hidden_size_per_layer_input"] = 0
+
         gate = "model.layers.3.per_layer_input_gate.weight"
         for name, edit, drop, needle in (
                 ("missing", None, gate, gate),
                 ("shape", single_width, None, "model.layers.6.mlp.gate_proj.weight"),
-                ("moe", moe, None, "router.proj.weight")):
+                ("moe", moe, None, "router.proj.weight"),
+                ("ple_off", no_ple, None, "tensor 'model.embed_tokens_per_layer.weight' is in "
+                 "the folder, but config.json says the model has no per-layer embeddings")):
             folder = os.path.join(tmp, f"bad-{name}")
             write_folder(folder, w, sh, "Gemma4ForCausalLM", edit, drop)
             _, _, res = dump(tool, folder, prompt, fixed, 1, os.path.join(tmp, "b.bin"))
@@ -249,6 +255,15 @@ def main():
             sys.stderr.write(res.stderr)
             return 1
         mw = read_gguf(mpath)
+        folder = os.path.join(tmp, "moe-off")  # experts in the folder, enable_moe_block false
+        write_folder(folder, mw, msh, "Gemma4ForCausalLM", lambda t: t.update(
+            enable_moe_block=False))
+        _, _, res = dump(tool, folder, prompt, fixed, 1, os.path.join(tmp, "b.bin"))
+        err = res.stderr.strip()
+        report(res.returncode == IG_E_MODEL and len(err.splitlines()) == 1 and
+               "tensor 'model.layers.0.router.proj.weight' is in the folder, but config.json "
+               "says the model has no mixture of experts (enable_moe_block)" in err,
+               f"MoE folder with enable_moe_block false: status {res.returncode}, {err!r}")
         for swap, must in ((False, True), (True, False)):
             folder = os.path.join(tmp, f"moe-{swap}")
             write_folder(folder, mw, msh, "Gemma4ForCausalLM", swap_halves=swap)

@@ -9,7 +9,10 @@ sqrt(cols), the Q4_K_M recipe puts Q6_K where llama.cpp's does; then ignite
 loads the file (`ignite info`) and runs `ignite bench` on it. The same for
 the qwen3moe tiny shape (F16, Q8_0, Q4_K_M: experts as llama-quant.cpp
 types them for 8 experts, the router F32), --layers, and --vocab-from (the
-SmolLM2 file's tokenizer keys copied, the vocabulary following it)."""
+SmolLM2 file's tokenizer keys copied, the vocabulary following it). A
+gpt-oss MXFP4 file with a block's scale byte past what its weights can be
+(inf) is refused by the backend; one past the CUDA kernels' f16 runs on the
+CPU."""
 import os
 import subprocess
 import sys
@@ -94,8 +97,35 @@ def check_moe(path, qtype, layers=3, vocab=1024):
         check(np.all(np.isfinite(w)), f"moe {qtype}: {t.name} not finite")
 
 
+def mxfp4_scales(tmp):
+    """An MXFP4 block's E8M0 scale byte past 252 makes its weights inf (255 is
+    NaN in the OCP format): the CPU's logits were NaN and greedy took token 0,
+    silently; now the backend refuses the file (exit 4, naming the block).
+    Byte 141 (weights of 98304) is past the CUDA kernels' f16 but the CPU's
+    f32 computes it: it runs."""
+    path = os.path.join(tmp, "gptoss-mxfp4.gguf")
+    random_gguf.write(path, "tiny", "MXFP4", arch="gpt-oss", layers=1)
+    t = {t.name: t for t in gguf.GGUFReader(path).tensors}["blk.0.ffn_down_exps.weight"]
+    row_bytes = int(t.shape[0]) // 32 * 17
+    at = int(t.data_offset) + (1 * int(t.shape[1]) + 2) * row_bytes + 3 * 17  # expert 1, row 2
+    for byte, rc, want in ((255, 4, "tensor 'blk.0.ffn_down_exps.weight', expert 1, row 2, "
+                                    "block 3: E8M0 scale byte 255 (weights up to 12 x 2^127): "
+                                    "not finite (at most 252)"),
+                           (141, 0, "")):
+        with open(path, "r+b") as f:
+            f.seek(at)
+            f.write(bytes([byte]))
+        b = subprocess.run([BIN, "bench", "-m", path, "-p", "4", "-n", "1", "-r", "1", "-t", "1",
+                            "--device", "cpu", "-o", "csv"], capture_output=True, text=True,
+                           timeout=120)
+        check(b.returncode == rc and want in b.stderr and
+              (rc == 0 or len(b.stderr.splitlines()) == 1 and not b.stdout),
+              f"MXFP4 scale byte {byte}: exit {b.returncode}, want {rc}: {b.stderr.strip()!r}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        mxfp4_scales(tmp)
         for qtype in ("F16", "Q8_0", "Q4_K_M"):
             path = os.path.join(tmp, f"moe-{qtype}.gguf")
             random_gguf.write(path, "tiny", qtype, arch="qwen3moe")
