@@ -1,10 +1,12 @@
 /* tests/cpu/test_prefill_decode.c: a row's logits do not depend on the step
  * it runs in, on the real model and the CPU backend, bit for bit:
- *   - a prompt as one block, in chunks (7, 64), and as one-row steps (what
- *     decode does) give the same logits at every position checked;
+ *   - a prompt as one-row steps (what decode does), as one block (every
+ *     row's logits), as blocks of 1, 17, 64, 65 (the last row's) and in
+ *     chunks (7, 64) gives the same logits at every position checked;
  *   - three sequences whose rows share steps in a ragged interleaving
  *     (prompt chunks beside decode rows, blocks of the pool in any order)
- *     give each the logits it gets alone;
+ *     give each the logits it gets alone (sequence 0 in one-row steps, the
+ *     others as one block);
  * with an f32 and an f16 cache, on the exact f32 path and on the default
  * int8 path, and with quantized caches (q4_0 K and q8_0 V on the int8 path,
  * q8_0 K and q4_0 V on the exact one). That is what makes `ignite batch` give every request the
@@ -72,8 +74,27 @@ static void check_chunking(struct fixture *f, const int32_t *prompt, float *step
     float *got = malloc((size_t)nv * sizeof *got);
     for (int64_t i = 0; i < N_PROMPT; i++)
         CHECK(backend_run_seq(f->be, f->table[0], 0, prompt + i, 1, i, steps + i * nv) == IG_OK);
-    /* Lengths around the query tile (16) and the key tile / block (64). */
-    static const int64_t lens[] = {1, 17, 64, 65, N_PROMPT};
+    /* The whole prompt as one block with every row's logits: each row = its
+     * one-row step (check_interleaved relies on it). */
+    bool *all = malloc(N_PROMPT * sizeof *all);
+    float *rows = malloc((size_t)(N_PROMPT * nv) * sizeof *rows);
+    for (int64_t i = 0; i < N_PROMPT; i++)
+        all[i] = true;
+    struct backend_seq seq = {.table = f->table[0], .slot = 0, .n_rows = N_PROMPT};
+    struct backend_batch b = {.tokens = prompt, .want_logits = all, .n_rows = N_PROMPT,
+                              .seqs = &seq, .n_seqs = 1, .logits = rows};
+    CHECK(backend_step(f->be, &b) == IG_OK);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < N_PROMPT; i++)
+        if (!same(rows + i * nv, steps + i * nv, nv) && bad++ < 3)
+            CHECKF(0, "%s: row %lld of one block of %d tokens differs from its one-row step "
+                   "(relative %.3e)", what, (long long)i, N_PROMPT,
+                   test_rel_err(rows + i * nv, steps + i * nv, nv));
+    free(rows);
+    free(all);
+    /* Blocks of lengths around the query tile (16) and the key tile / block
+     * (64), only their last row's logits. */
+    static const int64_t lens[] = {1, 17, 64, 65};
     for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
         int64_t n = lens[j];
         run_chunks(f, prompt, n, n, got);
@@ -92,7 +113,9 @@ static void check_chunking(struct fixture *f, const int32_t *prompt, float *step
 }
 
 /* Three sequences, each alone and then interleaved in shared steps;
- * sequence 0's logits alone are check_chunking's one-row `steps`. */
+ * sequence 0's logits alone are check_chunking's one-row `steps`, the
+ * others' one block each with every row's logits (check_chunking proves a
+ * block's rows = one-row steps, so no second set of one-row steps). */
 static void check_interleaved(struct fixture *f, int32_t prompts[N_SLOTS][N_SEQ_TOKENS],
                               const float *steps, const char *what)
 {
@@ -100,10 +123,16 @@ static void check_interleaved(struct fixture *f, int32_t prompts[N_SLOTS][N_SEQ_
     float *alone = malloc((size_t)(N_SLOTS * N_SEQ_TOKENS * nv) * sizeof *alone);
     float *logits = malloc((size_t)(N_SLOTS * 64 * nv) * sizeof *logits);
     memcpy(alone, steps, (size_t)(N_SEQ_TOKENS * nv) * sizeof *alone);
-    for (int s = 1; s < N_SLOTS; s++)
-        for (int64_t i = 0; i < N_SEQ_TOKENS; i++) /* one-row steps: every position's logits */
-            CHECK(backend_run_seq(f->be, f->table[s], s, prompts[s] + i, 1, i,
-                                  alone + (s * N_SEQ_TOKENS + i) * nv) == IG_OK);
+    bool all[N_SEQ_TOKENS];
+    for (int64_t i = 0; i < N_SEQ_TOKENS; i++)
+        all[i] = true;
+    for (int s = 1; s < N_SLOTS; s++) {
+        struct backend_seq seq = {.table = f->table[s], .slot = s, .n_rows = N_SEQ_TOKENS};
+        struct backend_batch b = {.tokens = prompts[s], .want_logits = all,
+                                  .n_rows = N_SEQ_TOKENS, .seqs = &seq, .n_seqs = 1,
+                                  .logits = alone + s * N_SEQ_TOKENS * nv};
+        CHECK(backend_step(f->be, &b) == IG_OK);
+    }
 
     /* Each step, sequence s takes a ragged number of rows (a prompt chunk or
      * a lone row) until it has all its tokens; every row wants logits. */
