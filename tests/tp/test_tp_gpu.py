@@ -125,9 +125,12 @@ def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), 
     launch with the emulated device's fresh memory NaN (IGNITE_EMU_POISON).
     leaks=False: no LeakSanitizer (a mutant's launch: the slow unwinder that
     tests/tp/lsan.supp needs was half its CPU time, and its leaks are the
-    dumper's own, which the other launches check)."""
+    dumper's own, which the other launches check); the 1-rank launch never (one
+    emulated process: test_backend_emu, test_backend_arch_emu and the other
+    in-process emu tests check its leaks)."""
     moe = ids == MOE_IDS
-    pre = ["env", "ASAN_OPTIONS=detect_leaks=0"] if not leaks else []
+    no_lsan = ["env", "ASAN_OPTIONS=detect_leaks=0"]
+    pre = no_lsan if not leaks else []
     opts = ["-c", "5", "-g", "3"] + list(extra) + (["-w", "f16"] if moe else [])
     env = (env or {}) | ({"IGNITE_FLASH_VARIANT": "m64w4"} if moe else {})
     for m in models:
@@ -137,8 +140,8 @@ def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), 
     # slot or buffer is NaN every launch, not where malloc happens to reuse a block
     env = dict(os.environ, IGNITE_TP_REDUCE="mpi", IGNITE_EMU_POISON="1") | env
     with ThreadPoolExecutor(max_workers=2) as pool:
-        one = pool.submit(mpi, mpirun, 1, pre + [exe, "-o", prefix + "one"] + opts, env=env,
-                          text=True) if alone else None
+        one = pool.submit(mpi, mpirun, 1, no_lsan + [exe, "-o", prefix + "one"] + opts,
+                          env=env, text=True) if alone else None
         r = mpi(mpirun, n, pre + [exe, "-o", prefix] + opts, env=env, text=True)
         r1 = one.result() if one else None
     toks = {}
