@@ -53,7 +53,8 @@ must end the run with the stand-in's line; the stand-in's sends and receives
 and its refusals (nccl_standin_check, [CHECKER]). Each comparison's
 one process is a 1-rank launch beside its ranks' launch (not -s: the other
 ranks spin in MPI while rank 0 runs alone); the mutants' launches run the
-prefill rows only (-g 0; tp_kv_other_heads whole) without LeakSanitizer. Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
+prefill rows only (-g 0; tp_kv_other_heads whole); they and the 1-rank
+launches without LeakSanitizer. Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
 [STANDIN.so CHECKER] [MUTANT_DUMP...] (time: see
 docs/gpu.md "Tensor parallelism")
 """
