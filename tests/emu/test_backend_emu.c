@@ -18,8 +18,8 @@
  * Usage: test_backend_emu [--gpu-weights native|f16] [--layers N]
  * [--cache-type q8_0]: the
  * model's first N layers only (both backends), for a weight mode whose code
- * is the same in every layer (ctest runs native weights on 12 layers, f16
- * on 8). Exits 77 without the model. */
+ * is the same in every layer (ctest runs native weights on 6 layers, f16
+ * on 4). Exits 77 without the model. */
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/cpu/model_path.h"

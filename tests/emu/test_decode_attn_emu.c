@@ -12,7 +12,8 @@
  *
  * One sequence: n_ctx 64, 300, 600; pos 0, 1, 63, 64, 299, n_ctx - 1; GQA
  * 1, 3, 4, 8; head_dim 64 and 128; 1, 7, the chosen, 33 and 128 splits (more
- * than needed: empty splits); head_dim 256 (Gemma 3: 4 query heads, 1 KV
+ * than needed: empty splits), each value against the others' edges, not
+ * their full product (main's comment); head_dim 256 (Gemma 3: 4 query heads, 1 KV
  * head) without and with sliding windows of 16, 64 and 200 keys, before, at
  * and past the window's edge. Batches: 2 to 5 sequences of different
  * lengths in one launch (1 position, 64 and 65 at the block edge, 300, and
@@ -638,7 +639,16 @@ int main(void)
 {
     /* 600 keys are 10 blocks, the last partial: 7 splits of 86 keys cross
      * block edges inside a split, 33 leave 23 of them empty, and one split
-     * takes them all (1000 crossed the same edges at twice the cost). */
+     * takes them all (1000 crossed the same edges at twice the cost).
+     * The kernel's paths hang on three things apart: the head dim (its
+     * instantiation), the (row, head) pairs of a block (the group: 1, 3
+     * with a padding pair, 4, 8 on one KV head) and where the live keys
+     * fall against block and split edges (pos, n_ctx, the split count).
+     * So each pos of each n_ctx runs on two of the eight (group, head dim)
+     * pairs, one of each head dim, rotating so that n_ctx 300 and 600 run
+     * all eight, and the last position (every key) on four, one per split
+     * count: 34 cases where the full product ran 128 (2026-12-07: the same
+     * edges crossed at a fraction of the cost; see docs/gpu.md). */
     static const int64_t ctxs[] = {64, 300, 600};
     static const int64_t groups[] = {1, 3, 4, 8};
     static const int64_t hds[] = {64, 128};
@@ -646,33 +656,34 @@ int main(void)
     for (int ci = 0; ci < 3; ci++) {
         const int64_t n_ctx = ctxs[ci];
         const int64_t poss[] = {0, 1, 63, 64, 299, n_ctx - 1};
-        for (int gi = 0; gi < 4; gi++)
-            for (int hi = 0; hi < 2; hi++)
-                for (int pi = 0; pi < 6; pi++) {
-                    const int64_t pos = poss[pi];
-                    if (pos >= n_ctx)
-                        continue;
-                    /* Rotate the split counts over the cases; 128 splits
-                     * (more than needed) only while few are live: every
-                     * live block costs 128 fibers under emulation. */
-                    const int splits[] = {1, 7, decode_attn_choose_splits(n_ctx, 1, 2, 132),
-                                          pos < 64 ? DECODE_ATTN_MAX_SPLITS : 33};
-                    const int64_t n_head_kv = groups[gi] == 8 ? 1 : 2;
-                    run_one(n_ctx, pos, groups[gi], n_head_kv, hds[hi],
-                            splits[(pi + gi + hi + ci) % 4], 0, seed);
-                    seed++;
-                }
+        for (int pi = 0; pi < 6; pi++) {
+            const int64_t pos = poss[pi];
+            if (pos >= n_ctx || (pi < 5 && pos == n_ctx - 1)) /* n_ctx - 1: once, last */
+                continue;
+            /* Rotate the split counts over the cases; 128 splits (more
+             * than needed) only while few are live: every live block
+             * costs 128 fibers under emulation. */
+            const int splits[] = {1, 7, decode_attn_choose_splits(n_ctx, 1, 2, 132),
+                                  pos < 64 ? DECODE_ATTN_MAX_SPLITS : 33};
+            for (int k = 0; k < (pos == n_ctx - 1 ? 4 : 2); k++) {
+                const int c = (2 * pi + 3 * ci + 5 * k) % 8, gi = c / 2, hi = c % 2;
+                const int64_t n_head_kv = groups[gi] == 8 ? 1 : 2;
+                run_one(n_ctx, pos, groups[gi], n_head_kv, hds[hi], splits[(pi + ci + k) % 4],
+                        0, seed++);
+            }
+        }
     }
     /* head_dim 256, Gemma 3's 4 query heads on 1 KV head: no window, and
      * windows with pos before, at and past their edge (W - 1, W, W + 1 and
-     * far past, where the live keys straddle split boundaries). */
+     * far past, where the live keys straddle split boundaries; n_ctx 600
+     * as above: 1000 crossed the same edges). */
     static const int64_t windows[] = {0, 16, 64, 200};
     for (int wi = 0; wi < 4; wi++) {
         const int64_t w = windows[wi];
-        const int64_t poss[] = {w ? w - 1 : 5, w, w + 1, 299, 999};
+        const int64_t poss[] = {w ? w - 1 : 5, w, w + 1, 299, 599};
         for (int pi = 0; pi < 5; pi++) {
-            const int splits[] = {1, 7, decode_attn_choose_splits(1000, 1, 1, 132), 33};
-            run_one(1000, poss[pi], 4, 1, 256, splits[(pi + wi) % 4], w, seed++);
+            const int splits[] = {1, 7, decode_attn_choose_splits(600, 1, 1, 132), 33};
+            run_one(600, poss[pi], 4, 1, 256, splits[(pi + wi) % 4], w, seed++);
         }
     }
     /* Batches: sequences of different lengths in one launch, a padding row

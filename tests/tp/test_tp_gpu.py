@@ -50,9 +50,11 @@ memory), on the llama: its logits the MPI path's bit for bit (both sum 2 ranks'
 floats in one addition); the mutant tp_nccl_half (gpu_reduce_nccl.c summing
 half the floats) must miss REL by far, tp_nccl_uneven (each rank its own count)
 must end the run with the stand-in's line; the stand-in's sends and receives
-and its refusals (nccl_standin_check, [CHECKER]). One mpirun
-gives both sides of the comparison (rank 0 runs each model alone first:
-tp_gpu_dump_emu -s). Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
+and its refusals (nccl_standin_check, [CHECKER]). Each comparison's
+one process is a 1-rank launch beside its ranks' launch (not -s: the other
+ranks spin in MPI while rank 0 runs alone); the mutants' launches run the
+prefill rows only (-g 0; tp_kv_other_heads whole); they and the 1-rank
+launches without LeakSanitizer. Usage: test_tp_gpu.py DUMP [QWEN3MOE.gguf GPTOSS.gguf]
 [STANDIN.so CHECKER] [MUTANT_DUMP...] (time: see
 docs/gpu.md "Tensor parallelism")
 """
@@ -85,6 +87,10 @@ G4_VOCAB = 256
 G4_REL = 1e-3
 G4_FAR = 2e-2
 Q8_X = ("-k", "q8_0", "-x")  # a q8_0 pool, the cache exported and imported
+# a mutant's launch: the two prefill rows (A's in chunks, B's) and no decode steps; every
+# mutant but tp_kv_other_heads (whose fault is in the imported cache's step: Q8_X's run
+# whole) misses there by far, as in the decode steps after
+MUTANT_G = ("-g", "0")
 # qwen35's: likewise the residual's f16 copies (measured 4.1e-4; one emulated process is
 # 2.2e-3 from the CPU's exact logits on the tiny shape)
 Q35_REL = 1e-3
@@ -107,36 +113,60 @@ def check(cond, what):
     return cond
 
 
-def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), n=2):
-    """exe at n ranks on each model (with alone: rank 0 by itself first;
-    extra: more options, -k TYPE -x); the run and its greedy tokens by label
-    ("0", "0 one", ...). The mixtures of experts (MOE_IDS): their weights as
+def dump(mpirun, exe, models, prefix, alone=False, env=None, ids=IDS, extra=(), n=2,
+         leaks=True):
+    """exe at n ranks on each model (with alone: by itself too, at 1 rank, beside
+    it; extra: more options, -k TYPE -x); the run and its greedy tokens by label
+    ("0", "0 one", ...), the one process's files as PREFIX<i>.one.f32 and .kv.
+    (Not -s, rank 0 alone first: the other ranks' MPI waits spin meanwhile, 10 of
+    the first launch's 33 CPU s.) The mixtures of experts (MOE_IDS): their weights as
     f16, their attention on the mma.sync kernel m64w4 (the emulated
     warp-specialized one the chooser takes at head dim 64 took 2.2x the
     launch's CPU time; gpt-oss's sinks take an mma.sync one anyway). Every
-    launch with the emulated device's fresh memory NaN (IGNITE_EMU_POISON)."""
+    launch with the emulated device's fresh memory NaN (IGNITE_EMU_POISON).
+    leaks=False: no LeakSanitizer (a mutant's launch: the slow unwinder that
+    tests/tp/lsan.supp needs was half its CPU time, and its leaks are the
+    dumper's own, which the other launches check); the 1-rank launch never (one
+    emulated process: test_backend_emu, test_backend_arch_emu and the other
+    in-process emu tests check its leaks)."""
     moe = ids == MOE_IDS
-    argv = [exe, "-o", prefix, "-c", "5", "-g", "3"] + (["-s"] if alone else []) + \
-        list(extra) + (["-w", "f16"] if moe else [])
+    no_lsan = ["env", "ASAN_OPTIONS=detect_leaks=0"]
+    pre = no_lsan if not leaks else []
+    opts = ["-c", "5", "-g", "3"] + list(extra) + (["-w", "f16"] if moe else [])
     env = (env or {}) | ({"IGNITE_FLASH_VARIANT": "m64w4"} if moe else {})
     for m in models:
-        argv += ["-m", m]
-    argv.append(ids)
+        opts += ["-m", m]
+    opts.append(ids)
     # fresh device memory NaN (device/device_emu.cc): a read of a never-written state
     # slot or buffer is NaN every launch, not where malloc happens to reuse a block
     env = dict(os.environ, IGNITE_TP_REDUCE="mpi", IGNITE_EMU_POISON="1") | env
-    r = mpi(mpirun, n, argv, env=env, text=True)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        one = pool.submit(mpi, mpirun, 1, no_lsan + [exe, "-o", prefix + "one"] + opts,
+                          env=env, text=True) if alone else None
+        r = mpi(mpirun, n, pre + [exe, "-o", prefix] + opts, env=env, text=True)
+        r1 = one.result() if one else None
     toks = {}
-    for line in r.stdout.splitlines() if r.returncode == 0 else []:
-        if line.startswith("greedy "):
-            label, rest = line[len("greedy "):].split(":", 1)
-            toks[label] = [int(t) for t in rest.split()]
+    for label, run in (("", r), (" one", r1)):
+        for line in run.stdout.splitlines() if run and run.returncode == 0 else []:
+            if line.startswith("greedy "):
+                i, rest = line[len("greedy "):].split(":", 1)
+                toks[i + label] = [int(t) for t in rest.split()]
+    if r1 is not None:  # the one process's files under the names the checks read
+        for i in range(len(models)):
+            for ext in ("f32", "kv"):
+                if os.path.exists(f"{prefix}one{i}.{ext}"):
+                    os.replace(f"{prefix}one{i}.{ext}", f"{prefix}{i}.one.{ext}")
+        if r1.returncode != 0:  # the failure the checks report
+            r = r1
     return r, toks
 
 
-def worst_error(f1, fn, n_vocab):
+def worst_error(f1, fn, n_vocab, rows=None):
+    """The largest relative error of fn's rows against f1's (rows: f1's first
+    rows only, fn must hold that many)."""
     a = np.fromfile(f1, dtype=np.float32).reshape(-1, n_vocab)
     b = np.fromfile(fn, dtype=np.float32).reshape(-1, n_vocab)
+    a = a[:rows] if rows else a
     if a.shape != b.shape:
         return float("inf"), a, b
     rel = [float(np.max(np.abs(a[i] - b[i])) / np.max(np.abs(a[i]))) for i in range(len(a))]
@@ -296,9 +326,9 @@ def main():
     with ThreadPoolExecutor(max_workers=len(mutants) + 6) as pool:
         runs = [pool.submit(dump, mpirun, exe, mutant_case(exe)[0],
                             os.path.join(tmp, os.path.basename(exe)), ids=mutant_case(exe)[1],
-                            extra=Q8_X if "_kv_" in exe else (),
+                            extra=Q8_X if "_kv_" in exe else MUTANT_G,
                             env=nccl_env if "nccl" in exe else None,
-                            n=3 if "short" in exe else 2)
+                            n=3 if "short" in exe else 2, leaks=False)
                 for exe in mutants]
         nccl = pool.submit(dump, mpirun, dumper, paths[:1], os.path.join(tmp, "n"),
                            env=nccl_env) if standin else None
@@ -359,8 +389,8 @@ def main():
         name = os.path.basename(exe)
         r, toks = run.result()
         _, _, ref, nv, far = mutant_case(exe)
-        err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv)[0] \
-            if "0" in toks else float("inf")
+        err = worst_error(ref, os.path.join(tmp, f"{name}0.f32"), nv,
+                          None if "_kv_" in name else 2)[0] if "0" in toks else float("inf")
         check(err > far, f"mutant {name}: not caught (largest relative error {err:.2e})")
         print(f"mutant {name}: caught, largest relative error {err:.2e}", file=sys.stderr)
     if nccl:  # the same sums as the MPI path's: the same bits
