@@ -21,7 +21,8 @@
  * memory as a pool of 64-position blocks, the table a shuffled permutation
  * (as a batch engine's pool after some traffic); those lines end in
  * " paged=1" (scripts/gpu/attn_paged_table.py pairs them with the
- * unpaged ones: issue 44's "within 5 %"). Exits 77 without a GPU.
+ * unpaged ones: issue 44's "within 5 %"); under "auto" the unpaged pick's
+ * kernel, none when it reads no pool. Exits 77 without a GPU.
  * Driven by bench/sdpa_compare.py and scripts/gpu/attn_speed.sh. */
 #include "prefill/flash_attn.h"
 
