@@ -216,6 +216,15 @@ MUTANTS = [
      ["test_qmm_emu"], ["test_qmm_emu"],
      "the quantized embedding never waits (the emulator's fault; its tokens read hidden)",
      "caught"),
+    ("pdl-prefill-late-wait", "prefill/flash_attn.cu",
+     ["    ig_grid_dependency_wait();\n    ig_launch_dependents();\n    /* The block's sequence",
+      "    /* Keys of the last query of the tile bound the tiles to visit; with a\n"],
+     ["    /* The block's sequence",
+      "    ig_grid_dependency_wait();\n    ig_launch_dependents();\n"
+      "    /* Keys of the last query of the tile bound the tiles to visit; with a\n"],
+     ["test_flash_attn_emu"], ["test_flash_attn_emu"],
+     "the mma.sync prefill kernel writes the chunk's K/V rows into the cache before it "
+     "waits for the kernel that wrote them", "caught"),
     ("pdl-emu-no-meet", "emu/sched.cc",
      "    if (!emu.pdl || b->griddep_done)\n        return; /* a plain launch",
      "    if (1)\n        return; /* a plain launch",
