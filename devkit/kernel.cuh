@@ -96,8 +96,10 @@ static inline cudaError_t ig_launch_pdl(void (*kernel)(Params...), dim3 grid, di
 
 /* IGNITE_PDL=1 on compute capability 9.0+: the kernels that wait for their
  * inputs (ig_grid_dependency_wait) go out with IG_LAUNCH_PDL (the GEMVs,
- * the decode attention); off by default until the GPU check has measured it
- * (docs/gpu.md, "Programmatic dependent launch"). Read once. */
+ * the decode attention, the embeddings, the element-wise kernels of
+ * ops/gpu_elementwise.cu and ops/gpu_arch.cu, the prefill attention); off
+ * by default until the GPU check has measured it (docs/gpu.md,
+ * "Programmatic dependent launch"). Read once. */
 static inline bool ig_pdl_on()
 {
     static int on = -1;
@@ -164,4 +166,9 @@ static inline bool ig_pdl_on()
 }
 
 #endif
+
+/* IG_LAUNCH_PDL under IGNITE_PDL=1 (ig_pdl_on), else IG_LAUNCH: for a kernel
+ * whose every block waits (ig_grid_dependency_wait) before it reads or
+ * writes anything an earlier kernel writes or reads. */
+#define IG_LAUNCH_DEP(...) (ig_pdl_on() ? IG_LAUNCH_PDL(__VA_ARGS__) : IG_LAUNCH(__VA_ARGS__))
 #endif

@@ -13,6 +13,9 @@
  * where the order is the same; the sums of squares are the one place it is
  * not.
  *
+ * Under IGNITE_PDL=1 each goes out with IG_LAUNCH_DEP and starts with
+ * gk_dep_start (ops/gpu_math.cuh): it waits, then lets the next kernel start.
+ *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_arch_emu.cc (name_emu). Covered by tests/emu/test_gpu_ops_emu.c
  * and tests/gpu/. */
@@ -30,6 +33,7 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
 head_rmsnorm_kernel(float *__restrict__ x, int64_t ld_x, int64_t n_heads, int64_t head_dim,
                     const float *__restrict__ w, float eps)
 {
+    gk_dep_start();
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int64_t h = (int64_t)blockIdx.y * kHeadWarps + warp;
     if (h >= n_heads) /* whole warps leave: the shuffles below are per warp */
@@ -50,6 +54,7 @@ __global__ void __launch_bounds__(kThreads)
 rmsnorm_add_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict__ y,
                    int64_t ld_y, const float *__restrict__ w, int64_t dim, float eps)
 {
+    gk_dep_start();
     const int64_t t = blockIdx.x;
     const float *yr = y + t * ld_y;
     float *xr = x + t * ld_x;
@@ -65,6 +70,7 @@ rmsnorm_add_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict_
 
 __global__ void __launch_bounds__(kThreads) scale_kernel(float *__restrict__ x, int64_t n, float s)
 {
+    gk_dep_start();
     const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (i < n)
         x[i] = gk_mul(x[i], s);
@@ -75,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
 add_rows_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict__ b, int64_t n,
                 int64_t dim)
 {
+    gk_dep_start();
     const int64_t k = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (k < n * dim)
         x[k / dim * ld_x + k % dim] = gk_add(x[k / dim * ld_x + k % dim], b[k % dim]);
@@ -83,6 +90,7 @@ add_rows_kernel(float *__restrict__ x, int64_t ld_x, const float *__restrict__ b
 __global__ void __launch_bounds__(kThreads)
 softcap_kernel(float *__restrict__ x, int64_t n, float cap, float inv)
 {
+    gk_dep_start();
     const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (i < n)
         x[i] = gk_mul(cap, tanhf(gk_mul(x[i], inv)));
@@ -91,6 +99,7 @@ softcap_kernel(float *__restrict__ x, int64_t n, float cap, float inv)
 __global__ void __launch_bounds__(kThreads)
 to_f16_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y)
 {
+    gk_dep_start();
     const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (i < n)
         y[i] = gk_f32_to_f16(x[i]);
@@ -103,6 +112,7 @@ ple_combine_kernel(const float *__restrict__ p, const float *__restrict__ e, int
                    int64_t all, int64_t d, int64_t ld_rows, float tok_scale, float in_scale,
                    float *__restrict__ out)
 {
+    gk_dep_start();
     const int64_t k = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (k >= n * all)
         return;
@@ -133,8 +143,8 @@ int IG_DEV(gk_head_rmsnorm)(float *x, int64_t ld_x, int64_t n, int64_t n_heads,
     if (n == 0)
         return IG_OK;
     dim3 grid((unsigned)n, (unsigned)((n_heads + kHeadWarps - 1) / kHeadWarps));
-    return IG_LAUNCH(head_rmsnorm_kernel, grid, dim3(32 * kHeadWarps), 0,
-                     (cudaStream_t)stream_, x, ld_x, n_heads, head_dim, w, eps);
+    return IG_LAUNCH_DEP(head_rmsnorm_kernel, grid, dim3(32 * kHeadWarps), 0,
+                         (cudaStream_t)stream_, x, ld_x, n_heads, head_dim, w, eps);
 }
 
 int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream_)
@@ -144,8 +154,8 @@ int IG_DEV(gk_to_f16)(const float *x, int64_t n, uint16_t *y, void *stream_)
         return ig_error(IG_E_INTERNAL, "gk_to_f16: bad size %lld or NULL", (long long)n);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(to_f16_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_, x,
-                     n, y);
+    return IG_LAUNCH_DEP(to_f16_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_,
+                         x, n, y);
 }
 
 int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_layer,
@@ -159,8 +169,9 @@ int IG_DEV(gk_ple_combine)(const float *p, const float *e, int64_t n, int64_t n_
                         (long long)ld_rows);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(ple_combine_kernel, dim3(blocks), dim3(kThreads), 0, (cudaStream_t)stream_,
-                     p, e, n, n_layer * d, d, ld_rows, tok_scale, in_scale, out);
+    return IG_LAUNCH_DEP(ple_combine_kernel, dim3(blocks), dim3(kThreads), 0,
+                         (cudaStream_t)stream_, p, e, n, n_layer * d, d, ld_rows, tok_scale,
+                         in_scale, out);
 }
 
 int IG_DEV(gk_rmsnorm_add)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
@@ -173,8 +184,8 @@ int IG_DEV(gk_rmsnorm_add)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
     if (n == 0)
         return IG_OK;
     const int threads = dim >= kThreads ? kThreads : (int)((dim + 31) / 32 * 32);
-    return IG_LAUNCH(rmsnorm_add_kernel, dim3((unsigned)n), dim3((unsigned)threads), 0,
-                     (cudaStream_t)stream_, x, ld_x, y, ld_y, w, dim, eps);
+    return IG_LAUNCH_DEP(rmsnorm_add_kernel, dim3((unsigned)n), dim3((unsigned)threads), 0,
+                         (cudaStream_t)stream_, x, ld_x, y, ld_y, w, dim, eps);
 }
 
 int IG_DEV(gk_scale_f32)(float *x, int64_t n, float s, void *stream_)
@@ -183,8 +194,8 @@ int IG_DEV(gk_scale_f32)(float *x, int64_t n, float s, void *stream_)
         return ig_error(IG_E_INTERNAL, "gk_scale_f32: bad size %lld or NULL", (long long)n);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(scale_kernel, dim3(flat_blocks(n)), dim3(kThreads), 0,
-                     (cudaStream_t)stream_, x, n, s);
+    return IG_LAUNCH_DEP(scale_kernel, dim3(flat_blocks(n)), dim3(kThreads), 0,
+                         (cudaStream_t)stream_, x, n, s);
 }
 
 int IG_DEV(gk_add_rows_f32)(float *x, int64_t ld_x, const float *b, int64_t n, int64_t dim,
@@ -196,8 +207,8 @@ int IG_DEV(gk_add_rows_f32)(float *x, int64_t ld_x, const float *b, int64_t n, i
                         (long long)n, (long long)dim, (long long)ld_x);
     if (n * dim == 0)
         return IG_OK;
-    return IG_LAUNCH(add_rows_kernel, dim3(flat_blocks(n * dim)), dim3(kThreads), 0,
-                     (cudaStream_t)stream_, x, ld_x, b, n, dim);
+    return IG_LAUNCH_DEP(add_rows_kernel, dim3(flat_blocks(n * dim)), dim3(kThreads), 0,
+                         (cudaStream_t)stream_, x, ld_x, b, n, dim);
 }
 
 int IG_DEV(gk_softcap)(float *x, int64_t n, float cap, void *stream_)
@@ -207,8 +218,8 @@ int IG_DEV(gk_softcap)(float *x, int64_t n, float cap, void *stream_)
                         (long long)n, (double)cap);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(softcap_kernel, dim3(flat_blocks(n)), dim3(kThreads), 0,
-                     (cudaStream_t)stream_, x, n, cap, (float)(1.0 / (double)cap));
+    return IG_LAUNCH_DEP(softcap_kernel, dim3(flat_blocks(n)), dim3(kThreads), 0,
+                         (cudaStream_t)stream_, x, n, cap, (float)(1.0 / (double)cap));
 }
 
 } /* extern "C" */

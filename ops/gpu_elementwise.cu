@@ -12,6 +12,10 @@
  * position (a step's rows may be of several sequences); in cache mode K and V
  * go to the KV pool through the row's block table.
  *
+ * Under IGNITE_PDL=1 each goes out as a programmatic dependent launch
+ * (IG_LAUNCH_DEP) and starts with gk_dep_start: nothing of theirs can run
+ * before their inputs, so they only wait and let the next kernel start.
+ *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_elementwise_emu.cc (name_emu). Covered by
  * tests/emu/test_gpu_ops_emu.c and tests/gpu/. */
@@ -41,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
 embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ tokens,
              int64_t n_embd, int64_t v0, int64_t n_v, float *__restrict__ x)
 {
+    gk_dep_start(); /* the tokens may be the greedy kernel's */
     const int64_t t = blockIdx.x;
     const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     const int64_t row = (int64_t)tokens[t] - v0;
@@ -84,6 +89,7 @@ rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restric
                int64_t dim, float eps, uint16_t *__restrict__ y, int8_t *__restrict__ xq,
                gk_f32x2 *__restrict__ xqd)
 {
+    gk_dep_start(); /* x: the previous product's */
     const int64_t t = blockIdx.x;
     gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);
     if (!XQ)
@@ -102,6 +108,7 @@ rmsnorm_kernel(const float *__restrict__ x, int64_t ld_x, const float *__restric
 __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const gk_qkv_params p)
 {
     IG_DYN_SHARED(float, cs); /* [n_rot / 2] cos, then [n_rot / 2] sin */
+    gk_dep_start(); /* qkv: the Q|K|V product's */
     const int64_t t = blockIdx.x;
     const int64_t pos = p.pos[t];
     const bool pad = pos < 0; /* a padding row: zeros out, nothing to the cache */
@@ -153,6 +160,7 @@ template <bool VEC, bool GELU = false>
 __global__ void __launch_bounds__(kThreads)
 swiglu_kernel(const float *__restrict__ gate_up, int64_t n_ff, uint16_t *__restrict__ h)
 {
+    gk_dep_start(); /* gate_up: the gate|up product's */
     const int64_t t = blockIdx.x;
     const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     const float *gr = gate_up + t * 2 * n_ff, *ur = gr + n_ff;
@@ -205,8 +213,8 @@ int IG_DEV(gk_embed)(const uint16_t *table, const int32_t *tokens, int64_t n, in
     if (grid.y == 0)
         return ig_error(IG_E_INTERNAL, "gk_embed: n_embd %lld too wide", (long long)n_embd);
     auto *kernel = vec ? embed_kernel<true> : embed_kernel<false>;
-    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, table, tokens, n_embd, v0, n_v,
-                     x);
+    return IG_LAUNCH_DEP(kernel, grid, block, 0, (cudaStream_t)stream_, table, tokens, n_embd, v0,
+                         n_v, x);
 }
 
 int IG_DEV(gk_rmsnorm)(const float *x, int64_t ld_x, const float *w, int64_t n, int64_t dim,
@@ -234,8 +242,8 @@ int IG_DEV(gk_rmsnorm_xq)(const float *x, int64_t ld_x, const float *w, int64_t 
     dim3 grid((unsigned)n), block((unsigned)threads);
     auto *kernel = xq ? (vec ? rmsnorm_kernel<true, true> : rmsnorm_kernel<false, true>)
                       : (vec ? rmsnorm_kernel<true, false> : rmsnorm_kernel<false, false>);
-    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y, xq,
-                     (gk_f32x2 *)xqd);
+    return IG_LAUNCH_DEP(kernel, grid, block, 0, (cudaStream_t)stream_, x, ld_x, w, dim, eps, y,
+                         xq, (gk_f32x2 *)xqd);
 }
 
 int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)
@@ -272,7 +280,7 @@ int IG_DEV(gk_qkv_rope)(const struct gk_qkv_params *p, void *stream_)
     if (grid.y == 0)
         return ig_error(IG_E_INTERNAL, "gk_qkv_rope: %lld heads too many", (long long)n_heads);
     const size_t smem = (size_t)(p->n_rot > 0 ? p->n_rot : 1) * sizeof(float);
-    return IG_LAUNCH(qkv_rope_kernel, grid, block, smem, (cudaStream_t)stream_, *p);
+    return IG_LAUNCH_DEP(qkv_rope_kernel, grid, block, smem, (cudaStream_t)stream_, *p);
 }
 
 /* SwiGLU (gelu false) or GeGLU over n rows. */
@@ -293,7 +301,7 @@ static int glu(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, bool 
                         (long long)n_ff);
     auto *kernel = gelu ? (vec ? swiglu_kernel<true, true> : swiglu_kernel<false, true>)
                         : (vec ? swiglu_kernel<true> : swiglu_kernel<false>);
-    return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream_, gate_up, n_ff, h);
+    return IG_LAUNCH_DEP(kernel, grid, block, 0, (cudaStream_t)stream_, gate_up, n_ff, h);
 }
 
 int IG_DEV(gk_swiglu)(const float *gate_up, int64_t n, int64_t n_ff, uint16_t *h, void *stream_)

@@ -86,6 +86,11 @@ gemv_f16_kernel(const uint16_t *__restrict__ w, const uint16_t *__restrict__ x,
     };
     if (live)
         load(lane);
+    /* Launched with IG_LAUNCH_DEP, the next kernel may start once our last
+     * blocks are here; x (and y, with beta) may be the previous kernel's,
+     * so every block waits for it before staging x, dead warps too. */
+    ig_launch_dependents();
+    ig_grid_dependency_wait();
 
     for (int64_t c = threadIdx.x; c < n_chunks; c += kThreads) {
         const gk_u32x4 v = *(const gk_u32x4 *)(x + c * 8);
@@ -166,9 +171,9 @@ static int launch(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, 
                      gk_aligned(nm.xn, 8);
     const int nt = gk_rmsnorm_threads(vec ? rows / 4 : rows);
     const gk_qkv_params r = rope ? *rope : gk_qkv_params{};
-    return IG_LAUNCH(gemv_f16_kernel, grid, block, smem, (cudaStream_t)stream, w, x, y, rows,
-                     cols, beta, glu, h, nm.w, nm.eps, nm.xn, nm.ticket, vec, nt, r,
-                     rope != NULL);
+    return IG_LAUNCH_DEP(gemv_f16_kernel, grid, block, smem, (cudaStream_t)stream, w, x, y, rows,
+                         cols, beta, glu, h, nm.w, nm.eps, nm.xn, nm.ticket, vec, nt, r,
+                         rope != NULL);
 }
 
 extern "C" int IG_DEV(gk_gemv_f16)(const uint16_t *w, const uint16_t *x, float *y, int64_t rows,

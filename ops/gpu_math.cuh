@@ -21,6 +21,17 @@ struct alignas(8) gk_f32x2 { float x, y; };          /* 2 f32, one 8-byte access
 struct alignas(16) gk_u32x4 { uint32_t w[4]; };      /* 8 f16, one 16-byte access */
 struct alignas(8) gk_u32x2 { uint32_t lo, hi; };     /* 4 f16, one 8-byte access */
 
+/* The first statement of a kernel launched with IG_LAUNCH_DEP that has
+ * nothing to do before its inputs: wait for the kernel before it (its
+ * writes visible, and its reads of what this one overwrites done), then let
+ * the next kernel's blocks take SMs as this one's last wave runs (docs/gpu.md,
+ * "Programmatic dependent launch"). Every block, before any early exit. */
+__device__ __forceinline__ void gk_dep_start()
+{
+    ig_grid_dependency_wait();
+    ig_launch_dependents();
+}
+
 __device__ __forceinline__ float gk_f16_to_f32(uint16_t h)
 {
 #if defined(IG_EMU)

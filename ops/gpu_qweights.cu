@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 embed_kernel(gk_qmat w, const int32_t *__restrict__ tokens, int64_t n, int64_t v0,
              float *__restrict__ x)
 {
+    gk_dep_start(); /* the tokens may be the greedy kernel's (IG_LAUNCH_DEP) */
     const int64_t nxb = w.cols / 32, total = n * nxb;
     for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * kThreads) {
@@ -263,7 +264,7 @@ int IG_DEV(gk_qembed)(const struct gk_qmat *w, const int32_t *tokens, int64_t n,
     return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = embed_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(n * (m.cols / 32))), block(kThreads);
-        return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, tokens, n, v0, x);
+        return IG_LAUNCH_DEP(kernel, grid, block, 0, (cudaStream_t)stream, m, tokens, n, v0, x);
     });
 }
 

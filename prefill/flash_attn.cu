@@ -104,6 +104,11 @@ flash_attn_kernel(const prefill_attn_params p, const float scale_log2)
     const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * kBlockM;
     const int h = (int)blockIdx.y / attn_o_passes(HD), group = (int)(p.n_head / p.n_head_kv);
     const int hk = h / group, col0 = (int)blockIdx.y % attn_o_passes(HD) * kHDO; /* O's */
+    /* Launched with IG_LAUNCH_DEP (IGNITE_PDL=1): q, k, v, the sequences and
+     * the tables may be the kernels' before; every block waits, then lets
+     * the next kernel's blocks start. */
+    ig_grid_dependency_wait();
+    ig_launch_dependents();
     /* The block's sequence (blockIdx.z; the whole call without seqs): a
      * block past its rows has nothing to do (the grid has the query tiles
      * of the longest). Read again (attn_seq_at) where the K/V loop needs it

@@ -69,6 +69,8 @@ flash_attn_wgmma_kernel(const prefill_attn_params p, const float scale_log2)
     const int h = (int)blockIdx.y, hk = h / (int)(p.n_head / p.n_head_kv);
     const int n = (int)p.n_tokens, pos0 = (int)p.pos0, kv_len = pos0 + n;
 
+    ig_grid_dependency_wait(); /* IG_LAUNCH_DEP: q, k, v may be the kernels' before */
+    ig_launch_dependents();
     write_cache_rows<HD, kBlockM, kThreads>(p, h, q0, (int)threadIdx.x, attn_seq_whole(p));
 
     /* Tiles the block visits (its last row's keys) and the ones this

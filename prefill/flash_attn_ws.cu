@@ -766,6 +766,11 @@ flash_attn_ws_kernel(const __grid_constant__ ws_args a)
         }
         ig_fence_mbarrier_init();
     }
+    /* Launched with IG_LAUNCH_DEP (IGNITE_PDL=1): the barriers are set up
+     * under the previous kernel's tail; q, k, v, the tables and the work
+     * counter are read only after it. Every thread waits. */
+    ig_grid_dependency_wait();
+    ig_launch_dependents();
     ig_syncthreads();
     const int wg = (int)threadIdx.x / 128;
     if (wg == 0) {
@@ -928,7 +933,8 @@ int launch_ws_variant(const prefill_attn_params &p, const prefill_attn_tile &til
             IG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)tile.smem_bytes));
 #endif
-            return IG_LAUNCH(kernel, grid, dim3(ws_cfg<V>::kThreads), tile.smem_bytes, stream, a);
+            return IG_LAUNCH_DEP(kernel, grid, dim3(ws_cfg<V>::kThreads), tile.smem_bytes, stream,
+                                 a);
         });
     }
 }

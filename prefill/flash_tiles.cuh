@@ -468,7 +468,7 @@ int launch_attention(Kernel *flash_attn, const prefill_attn_params &p,
     IG_CUDA_CHECK(cudaFuncSetAttribute(flash_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)tile.smem_bytes));
 #endif
-    return IG_LAUNCH(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
+    return IG_LAUNCH_DEP(flash_attn, grid, block, tile.smem_bytes, stream, p, scale_log2);
 }
 
 /* Masks the scores a row may not see, where the tile crosses this warp's

@@ -193,6 +193,38 @@ MUTANTS = [
      ["test_decode_attn_emu"], ["test_decode_attn_emu"],
      "a split with no keys exits without waiting (its grid may complete before the Q|K|V "
      "product; the emulator's fault)", "caught"),
+    ("pdl-norm-late-wait", "ops/gpu_elementwise.cu",
+     "    gk_dep_start(); /* x: the previous product's */\n    const int64_t t = blockIdx.x;\n"
+     "    gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);\n",
+     "    const int64_t t = blockIdx.x;\n"
+     "    gk_rmsnorm_row<VEC, false>(x + t * ld_x, w, dim, eps, y + t * dim, (int)blockDim.x);\n"
+     "    gk_dep_start(); /* x: the previous product's */\n",
+     ["test_gpu_ops_emu"], ["test_gpu_ops_emu"],
+     "RMSNorm reads its row before it waits for the product that wrote it", "caught"),
+    ("pdl-rope-late-wait", "ops/gpu_elementwise.cu",
+     ["    gk_dep_start(); /* qkv: the Q|K|V product's */\n", "    ig_syncthreads();\n    const int64_t blk"],
+     ["", "    ig_syncthreads();\n    gk_dep_start();\n    const int64_t blk"],
+     ["test_gpu_ops_emu"], ["test_gpu_ops_emu"],
+     "RoPE reads the rows' positions (their cos/sin) before it waits", "caught"),
+    ("pdl-gemv-f16-late-wait", "ops/gpu_gemv.cu",
+     ["    ig_launch_dependents();\n    ig_grid_dependency_wait();\n", "    ig_syncthreads();\n\n    float acc0"],
+     ["    ig_launch_dependents();\n", "    ig_syncthreads();\n    ig_grid_dependency_wait();\n\n    float acc0"],
+     ["test_gemv_emu"], ["test_gemv_emu"],
+     "the f16 GEMV stages x before it waits for the kernel that wrote it", "caught"),
+    ("pdl-qembed-no-wait", "ops/gpu_qweights.cu",
+     "    gk_dep_start(); /* the tokens may be the greedy kernel's (IG_LAUNCH_DEP) */\n", "",
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the quantized embedding never waits (the emulator's fault; its tokens read hidden)",
+     "caught"),
+    ("pdl-prefill-late-wait", "prefill/flash_attn.cu",
+     ["    ig_grid_dependency_wait();\n    ig_launch_dependents();\n    /* The block's sequence",
+      "    /* Keys of the last query of the tile bound the tiles to visit; with a\n"],
+     ["    /* The block's sequence",
+      "    ig_grid_dependency_wait();\n    ig_launch_dependents();\n"
+      "    /* Keys of the last query of the tile bound the tiles to visit; with a\n"],
+     ["test_flash_attn_emu"], ["test_flash_attn_emu"],
+     "the mma.sync prefill kernel writes the chunk's K/V rows into the cache before it "
+     "waits for the kernel that wrote them", "caught"),
     ("pdl-emu-no-meet", "emu/sched.cc",
      "    if (!emu.pdl || b->griddep_done)\n        return; /* a plain launch",
      "    if (1)\n        return; /* a plain launch",

@@ -7,6 +7,9 @@
 #   single  `ignite bench -p 512 -n 128`: the tg128 rate of one sequence
 #   p256    `ignite bench --requests 256 -P 256`, 512 in / 128 out each
 #   p64     the same at -P 64
+#   p256.mixed0  p256 again under IGNITE_GPU_MIXED=0 (decode rows of mixed steps
+#           through the prefill kernel: the A/B of issue 44's mixed route), in the
+#           time p64 and the rest leave (skipped before hf's share is touched)
 #   hf      bench/hf_batch_generate.py: LlamaForCausalLM of the same configuration,
 #           f16 random weights, one generate of 64 and one of 256 prompts of 512
 #           random tokens, exactly 128 new tokens each (a batch of 64's rate is the
@@ -68,6 +71,9 @@ part p256 35 95 "$WORK/p256.jsonl" "${ig[@]}" --requests $n -P 256 --input-len $
     --output-len $out_len -o jsonl || status=1
 part p64 30 65 "$WORK/p64.jsonl" "${ig[@]}" --requests $n -P 64 --input-len $in_len \
     --output-len $out_len -o jsonl || status=1
+part p256.mixed0 35 65 "$WORK/p256.mixed0.jsonl" env IGNITE_GPU_MIXED=0 "${ig[@]}" \
+    --requests $n -P 256 --input-len $in_len --output-len $out_len -o jsonl ||
+    grep -q '^p256.mixed0	skipped' "$WORK/parts.tsv" || status=1 # skipped: no failure
 part hf 65 0 "$WORK/hf.jsonl" "$PY" bench/hf_batch_generate.py --model $model \
     --batches 64,256 --input-len $in_len --output-len $out_len --dtype f16
 "$PY" scripts/gpu/batch_table.py "$WORK" --requests $n --input-len $in_len \

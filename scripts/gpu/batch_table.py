@@ -6,6 +6,8 @@
   single.jsonl   `ignite bench -p IN -n OUT -o jsonl`: the tgOUT row's avg_ts is the
                  single-sequence decode rate
   pN.jsonl       `ignite bench --requests R -P N -o jsonl`: one report
+  pN.mixed0.jsonl  the same under IGNITE_GPU_MIXED=0 (its row's run ends in
+                 "IGNITE_GPU_MIXED=0"; a # line: the default's tok/s over its)
   hf.jsonl       bench/hf_batch_generate.py: one row per batch size
 
 Writes a TSV (-o), one row per run:
@@ -100,11 +102,11 @@ def main(argv):
     rows.append(("ignite", f"decode tg{n_out}", 1, 1, 1 if single else None, None, single,
                  "bad" if st == "ok" and single is None else st))
 
-    ignite, steps = {}, {}  # steps: -P -> (median pure decode gap ms, gaps)
-    for name in sorted((k for k in parts if k.startswith("p") and k[1:].isdigit()),
-                       key=lambda k: int(k[1:])):
-        p = int(name[1:])
-        st, done, secs, ts = parts[name], None, None, None
+    ignite, steps, mixed0 = {}, {}, {}  # steps: -P -> (median pure decode gap ms, gaps)
+
+    def ignite_run(name, p, label):
+        """One `ignite bench --requests` part's row; its tok/s when complete."""
+        st, done, secs, ts, ok = parts[name], None, None, None, None
         if st == "ok":
             try:
                 rep = read_jsonl(os.path.join(d, f"{name}.jsonl"))[0]
@@ -112,17 +114,32 @@ def main(argv):
                 ts = float(rep["output_throughput"])
                 if done != n or int(rep["total_output_tokens"]) != n * n_out:
                     st = "incomplete"
-                    problems.append(f"-P {p}: {done} of {n} requests, "
+                    problems.append(f"-P {p}{label}: {done} of {n} requests, "
                                     f"{rep['total_output_tokens']} of {n * n_out} tokens")
                 else:
-                    ignite[p] = ts
+                    ok = ts
                 gaps = sorted(pure_decode_gaps(rep))
-                if gaps:
+                if gaps and not label:
                     steps[p] = (gaps[len(gaps) // 2], len(gaps))
             except (OSError, ValueError, KeyError, IndexError) as e:
                 st = "bad"
-                problems.append(f"-P {p}: {e}")
-        rows.append(("ignite", f"requests {args.input_len}/{n_out}", p, n, done, secs, ts, st))
+                problems.append(f"-P {p}{label}: {e}")
+        rows.append(("ignite", f"requests {args.input_len}/{n_out}{label}", p, n, done, secs,
+                     ts, st))
+        return ok
+
+    for name in sorted((k for k in parts if k.startswith("p") and k[1:].isdigit()),
+                       key=lambda k: int(k[1:])):
+        ts = ignite_run(name, int(name[1:]), "")
+        if ts is not None:
+            ignite[int(name[1:])] = ts
+    # pN.mixed0: the same run under IGNITE_GPU_MIXED=0 (decode rows of mixed steps
+    # through the prefill kernel, as before issue 44): the A/B of the mixed route
+    for name in sorted((k for k in parts if k.startswith("p") and k.endswith(".mixed0") and
+                        k[1:-7].isdigit()), key=lambda k: int(k[1:-7])):
+        ts = ignite_run(name, int(name[1:-7]), " IGNITE_GPU_MIXED=0")
+        if ts is not None:
+            mixed0[int(name[1:-7])] = ts
 
     hf = {}
     if "hf" in parts:
@@ -157,6 +174,11 @@ def main(argv):
                     f"x single decode (target 10x: {target if single else 'unknown'})")
             f.write(f"; {fmt(ignite[p] / hf[p], 2)}x transformers at batch {p}\n" if p in hf
                     else "; transformers at this batch: no figure\n")
+        for p in sorted(mixed0):
+            f.write(f"# -P {p}: IGNITE_GPU_MIXED=0 {fmt(mixed0[p])} tok/s; the default (decode "
+                    f"rows of mixed steps through the decode attention) "
+                    + (f"{fmt(ignite[p])} tok/s = {fmt(ignite[p] / mixed0[p], 3)}x\n"
+                       if p in ignite else "no figure\n"))
         for p in sorted(k for k in parts if k.startswith("p") and k[1:].isdigit()):
             p = int(p[1:])
             if p in steps:

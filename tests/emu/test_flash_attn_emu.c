@@ -22,8 +22,13 @@
  * windows on each head dim's default). The chooser's pick by
  * measured speed is checked on a table of the test's own. gpt-oss's
  * attention sinks: a few cases with a sink per query head (run_sink_cases).
- * Head dim 512 on the variant built for it (run_512_cases). Label emu. */
+ * Head dim 512 on the variant built for it (run_512_cases). Under
+ * IGNITE_PDL=1 (run_pdl_cases: a variant of each kernel, mma.sync, wgmma
+ * and ws, paged where it reads a pool) the plain launch's o, lse and caches
+ * bit for bit with q, k, v, the caches and the table hidden until each
+ * block's wait (tests/emu/pdl_hide.h). Label emu. */
 #include "tests/emu/attn_case.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/test.h"
 
 #include "core/timer.h"
@@ -825,6 +830,62 @@ static void run_quant_cases(void)
     run_quant(KVQ_Q8_0, KVQ_FP8, 1, r3, p3, 512, 14);
 }
 
+/* One case on variant v twice, plainly and as a dependent launch with
+ * everything the kernels before it could have written (q, k, v, the caches,
+ * the table) hidden from each block until its wait: the same bits. */
+static void run_pdl_case(int v, int paged)
+{
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 65, c.pos0 = 37, c.n_head_kv = 2, c.n_head = 8, c.hd = 64;
+    c.dtype = PREFILL_ATTN_F16, c.paged = paged, c.seed = 4242;
+    attn_case_init(&c);
+    struct fresh f[2] = {fresh_outputs(&c), fresh_outputs(&c)};
+    int hides = 0, shows = 0, rc[2];
+    for (int k = 0; k < 2; k++) {
+        struct prefill_attn_params p = attn_case_params(&c, c.qkv, f[k].kc, f[k].vc, f[k].o,
+                                                        f[k].lse);
+        p.variant = v;
+        struct prefill_attn_tile t;
+        const int ws = ws_schedule(&p, &t);
+        struct pdl_hide h = {0};
+        if (k) {
+            pdl_hide_add(&h, c.qkv, c.qkv_elems * 2);
+            pdl_hide_add(&h, f[k].kc, c.cache_elems * 2);
+            pdl_hide_add(&h, f[k].vc, c.cache_elems * 2);
+            if (paged)
+                pdl_hide_add(&h, c.table, (size_t)(c.n_ctx / ATTN_BLOCK) * 4);
+            pdl_hide_on(&h);
+        }
+        rc[k] = prefill_attn_emu(&p, NULL);
+        if (k) {
+            hides = h.hides, shows = h.shows;
+            pdl_hide_off(&h);
+        }
+        if (ws)
+            check_ws_counter(prefill_attn_variant_name(v));
+    }
+    CHECKF(rc[0] == 0 && rc[1] == 0 && hides > 0 && hides == shows,
+           "%s pdl: rc %d/%d, %d blocks hidden, %d shown", prefill_attn_variant_name(v), rc[0],
+           rc[1], hides, shows);
+    CHECKF(memcmp(f[0].o, f[1].o, c.o_elems * 2) == 0 &&
+           memcmp(f[0].lse, f[1].lse, c.lse_elems * 4) == 0 &&
+           memcmp(f[0].kc, f[1].kc, c.cache_elems * 2) == 0 &&
+           memcmp(f[0].vc, f[1].vc, c.cache_elems * 2) == 0,
+           "%s%s pdl: o, lse or the caches differ from the plain launch",
+           prefill_attn_variant_name(v), paged ? " paged" : "");
+    fresh_free(&f[0]);
+    fresh_free(&f[1]);
+    attn_case_free(&c);
+}
+
+static void run_pdl_cases(void)
+{
+    run_pdl_case(prefill_attn_variant_find("m64w4"), 1);
+    run_pdl_case(prefill_attn_variant_find("wg64n64"), 0);
+    run_pdl_case(prefill_attn_variant_find("ws128n128"), 1);
+}
+
 int main(int argc, char **argv)
 {
     static const int64_t small_n[] = {1, 17, 64, 65}, ratios[] = {1, 3, 4, 8};
@@ -834,6 +895,10 @@ int main(int argc, char **argv)
         if (v != PREFILL_ATTN_AUTO)
             run_variant(v);
         return test_summary("test_flash_attn_emu --variant");
+    }
+    if (argc > 1 && strcmp(argv[1], "--pdl") == 0) { /* the dependent launches alone */
+        run_pdl_cases();
+        return test_summary("test_flash_attn_emu --pdl");
     }
     if (argc > 1 && strcmp(argv[1], "--quant") == 0) { /* the quantized pools alone */
         run_quant_cases();
@@ -878,5 +943,8 @@ int main(int argc, char **argv)
     t0 = ig_now_ns();
     run_quant_cases();
     fprintf(stderr, "quantized pools: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
+    t0 = ig_now_ns();
+    run_pdl_cases();
+    fprintf(stderr, "dependent launches: %.1f s\n", (double)(ig_now_ns() - t0) * 1e-9);
     return test_summary("test_flash_attn_emu");
 }

@@ -9,12 +9,16 @@
  * the bits of the GEMV then gk_rmsnorm, twice (its ticket back to 0); the
  * Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
  * (gk_gemv_f16_rope): the bits of the GEMV then gk_qkv_rope.
+ * Under IGNITE_PDL=1 (run_pdl) the GEMV with beta 1 and the norm tail's GEMV
+ * keep the plain launch's bits with x and y hidden until their wait
+ * (tests/emu/pdl_hide.h).
  * Tolerance: f32 summation order, 2e-6 * cols^(1/2)... bounded by
  * 1e-5 * sum |w x|. Label emu. */
 #include <stddef.h> /* gpu_ops.h uses size_t without including it */
 
 #include "ops/gpu_ops.h"
 #include "tests/test.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/emu/rope_case.h"
 
 #include "core/half.h"
@@ -187,6 +191,49 @@ static void run_rope(int style, int64_t n_rot, bool bias, uint64_t seed)
     free(w), free(x), free(y);
 }
 
+/* As a programmatic dependent launch with x and y (beta 1: an input, in
+ * place) hidden from each block until its wait: the plain launch's y bit for
+ * bit, and with the norm tail its normalized row; every block hidden. */
+static void run_pdl(int64_t rows, int64_t cols, bool norm, uint64_t seed)
+{
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 19;
+    uint16_t *w = aligned_alloc(16, (size_t)(rows * cols * 2 + 15) / 16 * 16);
+    uint16_t *x = aligned_alloc(16, (size_t)(cols * 2 + 15) / 16 * 16);
+    const size_t yb = (size_t)(rows * 4 + 15) / 16 * 16;
+    float *y0 = aligned_alloc(16, yb), *y = aligned_alloc(16, yb), *y2 = aligned_alloc(16, yb);
+    float *nw = aligned_alloc(16, yb);
+    uint16_t *xn = malloc((size_t)rows * 2), *xn2 = malloc((size_t)rows * 2);
+    uint32_t ticket = 0;
+    for (int64_t i = 0; i < rows * cols; i++)
+        w[i] = ig_f32_to_f16(test_rand_f(&rng));
+    for (int64_t i = 0; i < cols; i++)
+        x[i] = ig_f32_to_f16(2.0f * test_rand_f(&rng));
+    for (int64_t r = 0; r < rows; r++) {
+        y0[r] = 4.0f * test_rand_f(&rng);
+        nw[r] = 1.0f + 0.5f * test_rand_f(&rng);
+    }
+    memcpy(y2, y0, (size_t)rows * 4);
+    CHECK((norm ? gk_gemv_f16_norm_emu(w, x, y2, rows, cols, nw, 1e-5f, xn2, &ticket, NULL)
+                : gk_gemv_f16_emu(w, x, y2, rows, cols, 1.0f, NULL)) == 0);
+    memcpy(y, y0, (size_t)rows * 4);
+    struct pdl_hide h = {0};
+    pdl_hide_add(&h, x, (size_t)cols * 2);
+    pdl_hide_add(&h, y, (size_t)rows * 4);
+    pdl_hide_on(&h);
+    int rc = norm ? gk_gemv_f16_norm_emu(w, x, y, rows, cols, nw, 1e-5f, xn, &ticket, NULL)
+                  : gk_gemv_f16_emu(w, x, y, rows, cols, 1.0f, NULL);
+    pdl_hide_off(&h);
+    const int64_t blocks = (rows + 15) / 16;
+    CHECKF(rc == 0 && h.hides == blocks && h.shows == blocks, "f16 GEMV pdl %lld x %lld: rc %d, "
+           "%d of %lld blocks hidden, %d shown", (long long)rows, (long long)cols, rc, h.hides,
+           (long long)blocks, h.shows);
+    CHECKF(memcmp(y, y2, (size_t)rows * 4) == 0 &&
+           (!norm || memcmp(xn, xn2, (size_t)rows * 2) == 0),
+           "f16 GEMV pdl %lld x %lld%s: differs from the plain launch", (long long)rows,
+           (long long)cols, norm ? " (norm tail)" : "");
+    free(w), free(x), free(y0), free(y), free(y2), free(nw), free(xn), free(xn2);
+}
+
 int main(void)
 {
     static const int64_t rows[] = {1, 7, 33, 576};
@@ -204,6 +251,8 @@ int main(void)
     run_norm(33, 1544, seed++);  /* 3 blocks; 33 elements: the scalar path */
     run_rope(ROPE_ADJACENT, RC_HD, true, seed++);
     run_rope(ROPE_HALF_SPLIT, RC_HD / 2, false, seed++);
+    run_pdl(40, 576, false, seed++); /* 3 blocks, the last's second warp dead */
+    run_pdl(64, 64, true, seed++);
     /* Unsupported sizes are refused, not launched. */
     CHECK(gk_gemv_f16_glu_emu(NULL, NULL, NULL, 3, 64, GK_GLU_SILU, NULL) != 0);
     CHECK(gk_gemv_f16_emu(NULL, NULL, NULL, 4, 12, 0, NULL) != 0);

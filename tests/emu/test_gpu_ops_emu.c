@@ -14,7 +14,11 @@
  * RMSNorm sums in another order (1 f16 ulp). Qwen 3 / Gemma 3's kernels
  * (ops/gpu_arch.cu: head norms at head_dim 64/128/256, post norms into the
  * residual, scale, soft-cap), GeGLU, RoPE with YaRN's cos/sin factor: bit
- * for bit their twins, the twins against double. Label emu. */
+ * for bit their twins, the twins against double. Under IGNITE_PDL=1 (a
+ * programmatic dependent launch, test_pdl) the embedding, RMSNorm (with and
+ * without int8 blocks), RoPE into the pool, SwiGLU and the ops/gpu_arch.cu
+ * kernels keep the plain launch's bits with their inputs hidden until their
+ * wait (tests/emu/pdl_hide.h). Label emu. */
 #include "ops/gpu_ops.h"
 #include "decode/greedy.h"
 
@@ -22,6 +26,7 @@
 #include "core/status.h"
 #include "models/model.h"
 #include "models/quant.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/test.h"
 
 #include <float.h>
@@ -830,6 +835,127 @@ static void test_random(void)
     CHECK(memcmp(a, b, sizeof a) != 0);
 }
 
+/* ---- programmatic dependent launch -------------------------------------------- */
+
+/* A launch run twice into `out` (bytes): plainly, then as a dependent launch
+ * whose inputs h holds are hidden from each block until its wait (pdl_hide.h;
+ * the kernel's in-place inputs put back first). Same bits, every block hidden
+ * and shown, at least min_blocks of them. */
+#define PDL_PAIR(what, h, out, bytes, restore, min_blocks, call)                          \
+    do {                                                                                \
+        unsigned char *plain_ = malloc(bytes);                                          \
+        (h)->hides = (h)->shows = 0;                                                    \
+        restore;                                                                        \
+        CHECKF((call) == 0, "%s: plain rc", what);                                      \
+        memcpy(plain_, out, bytes);                                                     \
+        memset(out, 0x5a, bytes); /* then the in-place inputs back */                   \
+        restore;                                                                        \
+        pdl_hide_on(h);                                                                 \
+        int rc_ = (call);                                                               \
+        int hides_ = (h)->hides, shows_ = (h)->shows;                                   \
+        pdl_hide_off(h);                                                                \
+        CHECKF(rc_ == 0 && hides_ == shows_ && hides_ >= (min_blocks),                  \
+               "%s pdl: rc %d, %d blocks hidden, %d shown", what, rc_, hides_, shows_); \
+        CHECKF(memcmp(plain_, out, bytes) == 0, "%s pdl: differs from the plain launch", \
+               what);                                                                   \
+        free(plain_);                                                                   \
+    } while (0)
+
+/* aligned_alloc's size must be a multiple of its alignment */
+static void *alloc64(size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static void test_pdl(uint64_t *st)
+{
+    const int64_t n = 7, d = 576, vocab = 50;
+    /* embedding: the tokens (a greedy kernel's) hidden */
+    uint16_t *table = alloc64((size_t)(vocab * d * 2));
+    for (int64_t i = 0; i < vocab * d; i++)
+        table[i] = ig_f32_to_f16(test_rand_f(st));
+    int32_t tok[7];
+    for (int64_t t = 0; t < n; t++)
+        tok[t] = (int32_t)(test_rand_u64(st) % vocab);
+    float *x = alloc64((size_t)(n * d * 4));
+    struct pdl_hide h = {0};
+    pdl_hide_add(&h, tok, sizeof tok);
+    PDL_PAIR("embed", &h, x, (size_t)(n * d * 4), (void)0, n,
+             IG_DEV(gk_embed)(table, tok, n, d, 0, vocab, x, NULL));
+
+    /* RMSNorm, with its int8 blocks and without: x hidden */
+    float *w = rand_floats(st, d, 0.5f, 1.5f);
+    uint16_t *y = alloc64((size_t)(n * d * 2));
+    int8_t *xq = alloc64((size_t)(n * d));
+    float *xqd = alloc64((size_t)(n * d / 16) * 4);
+    pdl_hide_add(&h, x, (size_t)(n * d * 4));
+    PDL_PAIR("rmsnorm", &h, y, (size_t)(n * d * 2), (void)0, n,
+             IG_DEV(gk_rmsnorm)(x, d, w, n, d, 1e-5f, y, NULL));
+    pdl_hide_add(&h, x, (size_t)(n * d * 4));
+    PDL_PAIR("rmsnorm_xq", &h, xq, (size_t)(n * d), (void)0, n,
+             IG_DEV(gk_rmsnorm_xq)(x, d, w, n, d, 1e-5f, y, xq, xqd, NULL));
+
+    /* SwiGLU and GeGLU: gate|up hidden */
+    float *gu = rand_floats(st, n * 2 * d, -6.0f, 6.0f);
+    pdl_hide_add(&h, gu, (size_t)(n * 2 * d * 4));
+    PDL_PAIR("swiglu", &h, y, (size_t)(n * d * 2), (void)0, n,
+             IG_DEV(gk_swiglu)(gu, n, d, y, NULL));
+    pdl_hide_add(&h, gu, (size_t)(n * 2 * d * 4));
+    PDL_PAIR("geglu", &h, y, (size_t)(n * d * 2), (void)0, n,
+             IG_DEV(gk_geglu)(gu, n, d, y, NULL));
+
+    /* RoPE into the pool through the rows' tables: qkv and the positions
+     * hidden (a hidden position reads as padding: nothing written) */
+    struct qkv_rows rows;
+    qkv_rows_make(st, n, 1, 5, &rows);
+    const int64_t nh = 4, nkv = 2, hd = 64, wd = (nh + 2 * nkv) * hd;
+    const int64_t bs = nkv * 64 * hd, cn = rows.n_blocks * bs;
+    float *qkv = rand_floats(st, n * wd, -2.0f, 2.0f);
+    double inv_freq[32];
+    for (int i = 0; i < 32; i++)
+        inv_freq[i] = pow(10000.0, -2.0 * i / 64.0);
+    /* q, then the pool's K and V: one output area, compared whole */
+    const size_t qb = (size_t)(n * nh * hd * 2), ob = qb + 2 * (size_t)cn * 2;
+    uint16_t *o = alloc64(ob), *o0 = malloc(ob);
+    for (size_t i = 0; i < ob / 2; i++)
+        o0[i] = (uint16_t)(test_rand_u64(st) & 0x7bff);
+    struct gk_qkv_params p = {
+        .qkv = qkv, .inv_freq = inv_freq, .pos = rows.pos, .n = n, .n_head = nh,
+        .n_head_kv = nkv, .head_dim = hd, .n_rot = hd, .rope_style = ROPE_HALF_SPLIT,
+        .q = o, .k_cache = o + qb / 2, .v_cache = o + qb / 2 + cn,
+        .block_table = rows.tables, .table_stride = rows.table_stride, .block_stride = bs,
+        .head_stride = 64 * hd};
+    pdl_hide_add(&h, qkv, (size_t)(n * wd * 4));
+    pdl_hide_add(&h, rows.pos, (size_t)n * 4);
+    PDL_PAIR("qkv_rope (pool)", &h, o, ob, memcpy(o, o0, ob), n, IG_DEV(gk_qkv_rope)(&p, NULL));
+
+    /* ops/gpu_arch.cu: the head norm in place, the post norm into the
+     * residual (x in place, y hidden), the bias rows, scale, soft-cap */
+    float *r0 = rand_floats(st, n * wd, -3.0f, 3.0f), *r = malloc((size_t)(n * wd * 4));
+    float *hw = rand_floats(st, hd, 0.5f, 1.5f);
+    pdl_hide_add(&h, r, (size_t)(n * wd * 4));
+    PDL_PAIR("head_rmsnorm", &h, r, (size_t)(n * wd * 4), memcpy(r, r0, (size_t)(n * wd * 4)), n,
+             IG_DEV(gk_head_rmsnorm)(r, wd, n, nh + nkv, hd, hw, 1e-6f, NULL));
+    pdl_hide_add(&h, r, (size_t)(n * wd * 4));
+    pdl_hide_add(&h, qkv, (size_t)(n * wd * 4));
+    PDL_PAIR("rmsnorm_add", &h, r, (size_t)(n * wd * 4), memcpy(r, r0, (size_t)(n * wd * 4)), n,
+             IG_DEV(gk_rmsnorm_add)(r, wd, qkv, wd, w, n, wd, 1e-6f, NULL));
+    pdl_hide_add(&h, r, (size_t)(n * wd * 4));
+    PDL_PAIR("add_rows", &h, r, (size_t)(n * wd * 4), memcpy(r, r0, (size_t)(n * wd * 4)), 1,
+             IG_DEV(gk_add_rows_f32)(r, wd, qkv, n, wd, NULL));
+    pdl_hide_add(&h, r, (size_t)(n * wd * 4));
+    PDL_PAIR("scale", &h, r, (size_t)(n * wd * 4), memcpy(r, r0, (size_t)(n * wd * 4)), 1,
+             IG_DEV(gk_scale_f32)(r, n * wd, 1.5f, NULL));
+    pdl_hide_add(&h, r, (size_t)(n * wd * 4));
+    PDL_PAIR("softcap", &h, r, (size_t)(n * wd * 4), memcpy(r, r0, (size_t)(n * wd * 4)), 1,
+             IG_DEV(gk_softcap)(r, n * wd, 30.0f, NULL));
+    pdl_hide_add(&h, r0, (size_t)(n * wd * 4));
+    PDL_PAIR("to_f16", &h, y, (size_t)(n * wd * 2), (void)0, 1,
+             IG_DEV(gk_to_f16)(r0, n * wd, y, NULL));
+    free(table), free(x), free(w), free(y), free(xq), free(xqd), free(gu), free(rows.tables);
+    free(qkv), free(o), free(o0), free(r0), free(r), free(hw);
+}
+
 int main(void)
 {
     uint64_t st = 0x9e3779b97f4a7c15ull;
@@ -846,5 +972,6 @@ int main(void)
     test_greedy_rows(&st);
     test_dequant(&st);
     test_random();
+    test_pdl(&st);
     return test_summary("test_gpu_ops_emu");
 }

@@ -32,7 +32,8 @@
  * - the chooser: paths by row count, their order, scratch, refusals;
  * - programmatic dependent launch (IGNITE_PDL=1): with x, its int8 blocks
  *   and y (beta 1) hidden from each block until its griddepcontrol.wait
- *   (tests/emu/pdl_hide.h), y the plain launch's bit for bit.
+ *   (tests/emu/pdl_hide.h), y the plain launch's bit for bit; the embedding
+ *   (gk_qembed) with its tokens hidden, the same rows.
  * Outputs are poisoned and framed by guards. Label emu. */
 #include "ops/gpu_qmm.h"
 #include "ops/gpu_ops.h"
@@ -246,6 +247,20 @@ static void test_layout_and_rows(int type, uint64_t *st)
     CHECKF(exact, "%s: twin embedding of a part differs", tname(type));
     CHECKF(memcmp(x, x_ref, (size_t)(n * cols) * 4) == 0, "%s: embedding kernel, a part",
            tname(type));
+    /* as a dependent launch (IGNITE_PDL=1), the tokens (a greedy kernel's)
+     * hidden until each block's wait: the same rows */
+    int32_t tok_pdl[5];
+    memcpy(tok_pdl, tok_part, sizeof tok_pdl);
+    memset(x, 0x5a, (size_t)(n * cols) * 4);
+    struct pdl_hide hide = {0};
+    pdl_hide_add(&hide, tok_pdl, sizeof tok_pdl);
+    pdl_hide_on(&hide);
+    CHECK(IG_DEV(gk_qembed)(&dev, tok_pdl, n, v0, x, NULL) == IG_OK);
+    pdl_hide_off(&hide);
+    CHECKF(hide.hides > 0 && hide.hides == hide.shows &&
+           memcmp(x, x_ref, (size_t)(n * cols) * 4) == 0,
+           "%s: embedding as a dependent launch (%d blocks hidden, %d shown)", tname(type),
+           hide.hides, hide.shows);
     CHECKF(out_guards_ok(&ob), "%s: embedding wrote outside", tname(type));
 
     /* random blocks */

@@ -5,7 +5,7 @@
 # no longer fits, an empty slot is reported as such, the statuses and seconds land
 # in steps.tsv, and what comes back is the tarball, steps.tsv and the steps'
 # tables, nothing else. The batch step's script and table on a fake ignite and a
-# fake transformers run. Then the real table against the 8-minute window and
+# fake transformers run; the attn-speed step's paged A/B on a fake bench. Then the real table against the 8-minute window and
 # docs/gpu.md (scripts/gpu_steps.py). Label unit.
 set -uo pipefail
 src=${IGNITE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -57,7 +57,7 @@ lim=$(awk -F'\t' '$1 == "hang" {print $5}' "$tmp/out2/steps.tsv")
 check '[ "$lim" -le 8 ]' "hang's limit cut to the budget: $lim"
 
 # The batch step (scripts/gpu/batch.sh) on a fake ignite and a fake transformers
-# run: the table's rows and ratios, a run that did not complete every request
+# run: the table's rows and ratios (IGNITE_GPU_MIXED=0's run beside the default's), a run that did not complete every request
 # fails the step, transformers' error shows in its row; its Python script's plan
 # without torch.
 mkdir -p "$tmp/batch" "$tmp/bbin"
@@ -67,7 +67,8 @@ p=0
 while [ $# -gt 0 ]; do [ "$1" = -P ] && p=$2; shift; done
 case $p in
     0) echo '{"test": "pp512", "avg_ts": 9000.0}'; echo '{"test": "tg128", "avg_ts": 100.0}' ;;
-    256) echo '{"completed": 256, "total_output_tokens": 32768, "duration_s": 8.0, "output_throughput": 4096.0, "requests": [{"submitted_s": 0, "ttft_ms": 100, "itl_ms": [12, 12, 14, 12]}, {"submitted_s": 0, "ttft_ms": 112, "itl_ms": [12, 14, 12, 12]}]}' ;;
+    256) [ "${IGNITE_GPU_MIXED:-}" = 0 ] && { echo '{"completed": 256, "total_output_tokens": 32768, "duration_s": 10.24, "output_throughput": 3200.0}'; exit 0; }
+         echo '{"completed": 256, "total_output_tokens": 32768, "duration_s": 8.0, "output_throughput": 4096.0, "requests": [{"submitted_s": 0, "ttft_ms": 100, "itl_ms": [12, 12, 14, 12]}, {"submitted_s": 0, "ttft_ms": 112, "itl_ms": [12, 14, 12, 12]}]}' ;;
     *) echo '{"completed": 250, "total_output_tokens": 32000, "duration_s": 9.0, "output_throughput": 3555.5}' ;;
 esac
 FAKE
@@ -90,6 +91,10 @@ row() { awk -F'\t' -v e="$1" -v p="$2" '$1 == e && $3 == p' "$bt"; }
 check 'row ignite 1 | grep -q "	100.0	1.00	ok$"' "single row: $(row ignite 1)"
 check 'row ignite 256 | grep -q "	256	256	8.00	4096.0	40.96	ok$"' "-P 256 row: $(row ignite 256)"
 check 'row ignite 64 | grep -q "incomplete$"' "-P 64 row: $(row ignite 64)"
+check 'grep -q "^ignite	requests 512/128 IGNITE_GPU_MIXED=0	256	256	256	10.24	3200.0	32.00	ok$" "$bt"' \
+    "-P 256 IGNITE_GPU_MIXED=0 row: $(grep MIXED=0 "$bt")"
+check 'grep -q "^# -P 256: IGNITE_GPU_MIXED=0 3200.0 tok/s; the default (decode rows of mixed steps through the decode attention) 4096.0 tok/s = 1.280x$" "$bt"' \
+    "the mixed A/B line: $(grep '^# -P 256: IGNITE' "$bt")"
 check 'row transformers 64 | grep -q "	2048.0	20.48	ok$"' "transformers 64: $(row transformers 64)"
 check 'row transformers 256 | grep -q "error: CUDA out of memory$"' "transformers 256: $(row transformers 256)"
 check 'grep -q "^# -P 256: ignite 4096.0 tok/s = 40.96x single decode (target 10x: met); transformers at this batch: no figure" "$bt"' \
@@ -105,6 +110,47 @@ check 'echo "$plan" | grep -q "\"num_key_value_heads\": 8"' "hf plan: $plan"
 check 'echo "$plan" | tr -d " \n" | grep -q "\"batch\":64,\"calls\":\[64,36\]"' "hf plan's calls: $plan"
 (cd "$src" && python3 bench/hf_batch_generate.py --batches 0 --dry-run >/dev/null 2>&1)
 check '[ $? = 2 ]' "hf_batch_generate refuses a batch of 0"
+
+# The attn-speed step's paged A/B (scripts/gpu/attn_speed.sh, attn_paged_table.py) on a
+# fake bench_flash_attn (paged 2 % slower at hd 128, 10 % at hd 64, a static line
+# kept apart) and a fake sdpa_compare.py: the pairs' ratios land in attn_speed.tsv.
+mkdir -p "$tmp/attn" "$tmp/abin"
+cat >"$tmp/abin/bench_flash_attn" <<'FAKE'
+#!/bin/sh
+paged=0 pos0=""
+while [ "${1#--}" != "$1" ]; do
+    case $1 in --paged) paged=1; shift ;; --pos0) pos0=" pos0=$2"; shift 2 ;; *) shift 2 ;; esac
+done
+hd=$3; shift 3
+for n in "$@"; do
+    echo "flash_attn variant=ws128n128 n_head=32 n_head_kv=8 hd=$hd n=$n ms=2.0000 tflops=500.00$pos0"
+    [ $paged = 1 ] && [ "$hd" = 128 ] && echo "flash_attn variant=ws128n128 n_head=32 n_head_kv=8 hd=$hd n=$n ms=2.0400 tflops=490.00$pos0 paged=1"
+    [ $paged = 1 ] && [ "$hd" = 64 ] && echo "flash_attn variant=ws128n128 n_head=32 n_head_kv=8 hd=$hd n=$n ms=2.2000 tflops=450.00$pos0 paged=1"
+done
+exit 0
+FAKE
+cat >"$tmp/abin/py" <<'FAKE'
+#!/bin/sh
+[ "$1" = bench/sdpa_compare.py ] && exit 0
+exec python3 "$@"
+FAKE
+chmod +x "$tmp/abin/bench_flash_attn" "$tmp/abin/py"
+(cd "$src" && BIN="$tmp/abin" PY="$tmp/abin/py" WORK="$tmp/attn" LIMIT=55 \
+    bash scripts/gpu/attn_speed.sh >"$tmp/attn.log" 2>&1)
+rc=$?
+at=$tmp/attn/attn_speed.tsv
+check '[ $rc = 0 ]' "attn-speed step on fakes: exit $rc"
+check 'grep -q "^# paged ws128n128 hd=128 n=4096 pos0=0: paged/unpaged time 1.020 (2.0400 / 2.0000 ms) (target <= 1.05: met)$" "$at"' \
+    "paged hd 128: $(grep 'hd=128 n=4096 pos0=0' "$at")"
+check 'grep -q "^# paged ws128n128 hd=128 n=4096 pos0=4096: paged/unpaged time 1.020" "$at"' "paged after pos0"
+check 'grep -q "^# paged ws128n128 hd=64 n=4096 pos0=0: paged/unpaged time 1.100 .*(target <= 1.05: not met)$" "$at"' \
+    "paged hd 64: $(grep 'hd=64' "$at")"
+check 'grep -q "^# paged: 4 of 5 pairs within 5 %$" "$at"' "paged summary: $(grep '^# paged:' "$at")"
+printf 'flash_attn variant=ws128n128 n_head=32 n_head_kv=8 hd=128 n=2048 ms=1.0 tflops=1.0 schedule=static paged=1\n' \
+    >"$tmp/orphan.txt"
+python3 "$src/scripts/gpu/attn_paged_table.py" "$tmp/orphan.txt" >"$tmp/orphan.out"
+rc=$?
+check '[ $rc = 1 ] && grep -q "no unpaged line" "$tmp/orphan.out"' "a paged line alone: $(cat "$tmp/orphan.out")"
 
 python3 "$src/scripts/gpu_steps.py" || { echo "FAIL: scripts/gpu_steps.py"; fails=$((fails + 1)); }
 [ $fails = 0 ] && echo "test_gpu_check: ok" || echo "test_gpu_check: $fails failed"
