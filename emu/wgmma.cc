@@ -406,9 +406,7 @@ int emu_warpgroup_compute(struct emu_block *b, unsigned g)
         const unsigned agent = emu_agent_wgmma(b, g);
         op->vc = t0[0].vc;
         for (unsigned l = 1; l < EMU_WARPGROUP; l++)
-            for (unsigned a = 0; a < b->n_agents; a++)
-                if (op->vc[a] > t0[l].vc[a])
-                    op->vc[a] = t0[l].vc[a];
+            emu_vc_meet(op->vc.data(), t0[l].vc.data(), b->n_agents);
         op->vc[agent] = ++wg->wgmma_clock;
         /* The MMA may read shared memory any time from now to its wait: its
          * operands must be valid already. */
