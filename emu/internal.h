@@ -11,6 +11,16 @@
 #include <map>
 #include <vector>
 
+/* On the emulator's own bookkeeping in its hottest loops (the shadow of
+ * shared memory, vector clocks, the arrival at collectives, the products of
+ * mma and wgmma on copies): no ASan or UBSan instrumentation there, as these
+ * loops touch only the emulator's data (shadow entries, clocks, copies),
+ * never a kernel's memory; a kernel's accesses keep every check (its code
+ * and the emulator's copies to and from kernel memory stay instrumented).
+ * The instrumentation took about half the time of these loops and kept the
+ * compiler from vectorizing them. */
+#define EMU_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
 enum emu_state {
     EMU_RUNNABLE,
     EMU_AT_BARRIER,   /* __syncthreads */
@@ -176,7 +186,7 @@ struct emu_smem {
  * Every access to a byte goes through emu_smem_check_read or _write first,
  * which take their entries from here; the other users (cp.async, TMA,
  * wgmma) touch only entries those checks took. */
-__attribute__((no_sanitize_address)) static inline struct emu_shadow *
+EMU_NO_SANITIZE static inline struct emu_shadow *
 emu_shadow_at(struct emu_smem *s, size_t i)
 {
     struct emu_shadow *h = &s->shadow[i];
@@ -257,13 +267,6 @@ struct emu_ctx {
     struct ig_emu_stats stats;
 };
 extern struct emu_ctx emu;
-
-/* On the emulator's own bookkeeping in its hottest loops (the shadow of
- * shared memory, vector clocks): no AddressSanitizer instrumentation there,
- * as these loops touch only the emulator's data (shadow bytes, clocks), never
- * a kernel's memory; a kernel's accesses keep every check (its code and the
- * emulator's copies to and from kernel memory stay instrumented). */
-#define EMU_NO_ASAN __attribute__((no_sanitize_address))
 
 /* Records a fault in the current thread (first one wins), then leaves the
  * thread for good: the launch stops. Called only from a running thread. */

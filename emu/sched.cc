@@ -83,7 +83,7 @@ void emu_fail(const char *fmt, ...)
 }
 
 /* xorshift64*: small, seeded, good enough to permute thread orders. */
-EMU_NO_ASAN static uint64_t emu_rand(void)
+EMU_NO_SANITIZE static uint64_t emu_rand(void)
 {
     emu.rng ^= emu.rng >> 12;
     emu.rng ^= emu.rng << 25;
@@ -91,7 +91,7 @@ EMU_NO_ASAN static uint64_t emu_rand(void)
     return emu.rng * 0x2545f4914f6cdd1dull;
 }
 
-EMU_NO_ASAN void emu_shuffle(unsigned *v, size_t n)
+EMU_NO_SANITIZE void emu_shuffle(unsigned *v, size_t n)
 {
     if (!emu_seed)
         return;
@@ -103,13 +103,13 @@ EMU_NO_ASAN void emu_shuffle(unsigned *v, size_t n)
     }
 }
 
-EMU_NO_ASAN void emu_wake(unsigned i)
+EMU_NO_SANITIZE void emu_wake(unsigned i)
 {
     (*emu.blk->threads)[i].state = EMU_RUNNABLE;
     emu.blk->runq.push_back(i);
 }
 
-EMU_NO_ASAN void emu_block_current(int state)
+EMU_NO_SANITIZE void emu_block_current(int state)
 {
     struct emu_thread *t = emu.cur;
     t->state = state;
@@ -228,14 +228,14 @@ void ig_emu_barrier(const char *file, int line)
 
 /* The arrival path (these functions, emu_shuffle, emu_wake, emu_block_current)
  * touches only the emulator's own state and small locals, and runs once per
- * lane and collective: no ASan frames (EMU_NO_ASAN); the collectives' math,
+ * lane and collective: no ASan frames (EMU_NO_SANITIZE); the collectives' math,
  * which reads and writes the lanes' registers, keeps ASan. */
 
 /* The calling thread arrives at a collective of the `size` consecutive
  * threads its group spans (a warp or a warpgroup), its operands already
  * stored; the last to arrive computes it for the whole group and releases
  * them in a seeded order. */
-EMU_NO_ASAN static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
+EMU_NO_SANITIZE static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
                              int (*compute)(struct emu_block *, unsigned), const char *what,
                              const char *unit)
 {
@@ -277,7 +277,7 @@ static int emu_warp_compute_all(struct emu_block *b, unsigned w)
 }
 
 /* A lane arrives at a warp collective (mma, ldmatrix, shfl, vote). */
-EMU_NO_ASAN static void emu_collective(const struct emu_coll *c)
+EMU_NO_SANITIZE static void emu_collective(const struct emu_coll *c)
 {
     emu.cur->coll = *c;
     emu_group_arrive(EMU_WARP, emu.blk->warp_arrived.data(), EMU_AT_WARP, emu_warp_compute_all,
@@ -293,7 +293,7 @@ void emu_wg_collective(const struct emu_wgcoll *c)
                      emu_warpgroup_compute, "wgmma", "warpgroups of 128");
 }
 
-EMU_NO_ASAN void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
+EMU_NO_SANITIZE void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
                       const float c[4])
 {
     struct emu_coll k = {};
@@ -306,7 +306,7 @@ EMU_NO_ASAN void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], con
     emu_collective(&k);
 }
 
-EMU_NO_ASAN void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
+EMU_NO_SANITIZE void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
 {
     struct emu_coll k = {};
     k.op = EMU_OP_LDSM;
@@ -316,7 +316,7 @@ EMU_NO_ASAN void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *ro
     emu_collective(&k);
 }
 
-EMU_NO_ASAN uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c)
+EMU_NO_SANITIZE uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c)
 {
     uint32_t out = 0;
     struct emu_coll k = {};
@@ -331,7 +331,7 @@ EMU_NO_ASAN uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b
     return out;
 }
 
-EMU_NO_ASAN void ig_emu_syncwarp(void)
+EMU_NO_SANITIZE void ig_emu_syncwarp(void)
 {
     struct emu_coll k = {};
     k.op = EMU_OP_SYNCWARP;
@@ -339,7 +339,7 @@ EMU_NO_ASAN void ig_emu_syncwarp(void)
     emu_collective(&k);
 }
 
-EMU_NO_ASAN uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
+EMU_NO_SANITIZE uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
 {
     uint32_t out = 0;
     struct emu_coll k = {};

@@ -150,7 +150,7 @@ void *ig_emu_dynamic_shared(void)
 
 /* ---- the shadow ----------------------------------------------------------- */
 
-EMU_NO_ASAN struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what)
+EMU_NO_SANITIZE struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what)
 {
     const unsigned char *c = (const unsigned char *)p;
     for (auto &s : emu.blk->smem) {
@@ -178,7 +178,7 @@ static const char *emu_agent_name(int who, char *buf, size_t size)
 }
 
 /* Whether an access by `who` at tick clk happened before one with clock vc. */
-EMU_NO_ASAN static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
+EMU_NO_SANITIZE static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
 {
     return clk <= vc[who];
 }
@@ -186,7 +186,7 @@ EMU_NO_ASAN static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
 /* Records a read by who at its tick in vc: readers ordered before it are
  * dropped (a later write racing them races this read too), the rest kept;
  * past EMU_READERS they move to a vector clock of their own. */
-EMU_NO_ASAN static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc)
+EMU_NO_SANITIZE static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc)
 {
     const uint32_t clk = vc[who];
     struct emu_block *b = emu.blk;
@@ -218,7 +218,7 @@ EMU_NO_ASAN static void emu_note_read(struct emu_shadow *h, unsigned who, const 
     h->r_more = (uint32_t)b->readers.size();
 }
 
-EMU_NO_ASAN void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t n,
+EMU_NO_SANITIZE void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t n,
                          const char *what)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);
@@ -241,7 +241,7 @@ EMU_NO_ASAN void emu_smem_check_read(unsigned who, const uint32_t *vc, const voi
     }
 }
 
-EMU_NO_ASAN void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_t n,
+EMU_NO_SANITIZE void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_t n,
                           const char *what, int async)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);

@@ -20,14 +20,14 @@
 
 #define EMU_WARP 32u
 
-EMU_NO_ASAN static float emu_half(int kind, uint16_t h)
+EMU_NO_SANITIZE static float emu_half(int kind, uint16_t h)
 {
     return kind == IG_EMU_MMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
 /* The math of emu_mma on copies of the lanes' registers: the emulator's own
- * arrays only, hence no ASan instrumentation (EMU_NO_ASAN). */
-EMU_NO_ASAN static void emu_mma_math(int kind, const uint32_t (*a)[4], const uint32_t (*b)[2],
+ * arrays only, hence no ASan instrumentation (EMU_NO_SANITIZE). */
+EMU_NO_SANITIZE static void emu_mma_math(int kind, const uint32_t (*a)[4], const uint32_t (*b)[2],
                                      const float (*c)[4], float (*d)[4])
 {
     float A[16][16], B[16][8], C[16][8];
