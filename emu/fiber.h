@@ -34,6 +34,9 @@ struct emu_fiber {
     size_t asan_size;
     void (*entry)(void *);
     void *arg;
+    /* Set by emu_fiber_finish: the stack above it is all ASan unpoisons at
+     * the next emu_fiber_prepare (NULL: the whole stack). */
+    const char *clean_from;
 };
 
 /* Allocates a stack of `size` bytes (plus a guard page). Returns 0 or -1. */
@@ -53,5 +56,9 @@ void emu_fiber_resume(struct emu_fiber *sched, struct emu_fiber *f);
 void emu_fiber_yield(struct emu_fiber *f, struct emu_fiber *sched);
 /* Fiber side: go back to the scheduler for good. */
 [[noreturn]] void emu_fiber_exit(struct emu_fiber *f, struct emu_fiber *sched);
+/* The same when every function the entry called has returned: ASan has
+ * unpoisoned their frames itself, so the next emu_fiber_prepare unpoisons
+ * only the few frames still there instead of the whole stack. */
+[[noreturn]] void emu_fiber_finish(struct emu_fiber *f, struct emu_fiber *sched);
 
 #endif

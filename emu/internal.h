@@ -11,6 +11,16 @@
 #include <map>
 #include <vector>
 
+/* On the emulator's own bookkeeping in its hottest loops (the shadow of
+ * shared memory, vector clocks, the arrival at collectives, the products of
+ * mma and wgmma on copies): no ASan or UBSan instrumentation there, as these
+ * loops touch only the emulator's data (shadow entries, clocks, copies),
+ * never a kernel's memory; a kernel's accesses keep every check (its code
+ * and the emulator's copies to and from kernel memory stay instrumented).
+ * The instrumentation took about half the time of these loops and kept the
+ * compiler from vectorizing them. */
+#define EMU_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
 enum emu_state {
     EMU_RUNNABLE,
     EMU_AT_BARRIER,   /* __syncthreads */
@@ -156,6 +166,7 @@ struct emu_shadow {
     uint16_t reading;  /* TMA stores in flight that read this byte */
     uint8_t w_async;   /* written by the async proxy (TMA) */
     uint8_t n_r;       /* readers since the write, at most EMU_READERS ... */
+    uint16_t epoch;    /* the emu_smem's epoch it belongs to; older: all zero */
     uint32_t r_more;   /* ... or 1 + index of a vector clock of them */
     struct emu_reader r[EMU_READERS];
 };
@@ -164,8 +175,27 @@ struct emu_smem {
     const void *key;        /* static declaration's key; NULL for dynamic */
     unsigned char *data;    /* exact-size heap buffer */
     size_t bytes;
+    /* Reset lazily: an entry whose epoch is not the buffer's is read as
+     * zero (emu_shadow_at), so a block's fresh shadow costs no memset of
+     * 72 bytes a byte, only the entries it touches. */
     struct emu_shadow *shadow;
+    uint16_t epoch;
 };
+
+/* Entry i of s's shadow, zeroed first when it is from an earlier block.
+ * Every access to a byte goes through emu_smem_check_read or _write first,
+ * which take their entries from here; the other users (cp.async, TMA,
+ * wgmma) touch only entries those checks took. */
+EMU_NO_SANITIZE static inline struct emu_shadow *
+emu_shadow_at(struct emu_smem *s, size_t i)
+{
+    struct emu_shadow *h = &s->shadow[i];
+    if (__builtin_expect(h->epoch != s->epoch, 0)) {
+        *h = emu_shadow{};
+        h->epoch = s->epoch;
+    }
+    return h;
+}
 
 /* __syncthreads and the named barriers bar.sync/bar.arrive a, b (PTX ISA
  * "bar, barrier"): 16 per block; arrivals of the current instance and the
@@ -261,6 +291,8 @@ static inline unsigned emu_agent_tma(const struct emu_block *b)
 }
 /* dst = max(dst, src), element-wise. */
 void emu_vc_join(std::vector<uint32_t> &dst, const std::vector<uint32_t> &src);
+/* dst = min(dst, src), element-wise, over n entries. */
+void emu_vc_meet(uint32_t *dst, const uint32_t *src, size_t n);
 /* A release by thread t: its clock moves on, so its later accesses are not
  * ordered before what acquires this release. */
 static inline void emu_vc_tick(struct emu_thread *t) { t->vc[t->tid]++; }

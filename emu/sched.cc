@@ -83,7 +83,7 @@ void emu_fail(const char *fmt, ...)
 }
 
 /* xorshift64*: small, seeded, good enough to permute thread orders. */
-static uint64_t emu_rand(void)
+EMU_NO_SANITIZE static uint64_t emu_rand(void)
 {
     emu.rng ^= emu.rng >> 12;
     emu.rng ^= emu.rng << 25;
@@ -91,7 +91,7 @@ static uint64_t emu_rand(void)
     return emu.rng * 0x2545f4914f6cdd1dull;
 }
 
-void emu_shuffle(unsigned *v, size_t n)
+EMU_NO_SANITIZE void emu_shuffle(unsigned *v, size_t n)
 {
     if (!emu_seed)
         return;
@@ -103,13 +103,13 @@ void emu_shuffle(unsigned *v, size_t n)
     }
 }
 
-void emu_wake(unsigned i)
+EMU_NO_SANITIZE void emu_wake(unsigned i)
 {
     (*emu.blk->threads)[i].state = EMU_RUNNABLE;
     emu.blk->runq.push_back(i);
 }
 
-void emu_block_current(int state)
+EMU_NO_SANITIZE void emu_block_current(int state)
 {
     struct emu_thread *t = emu.cur;
     t->state = state;
@@ -178,7 +178,7 @@ static void emu_thread_main(void *arg)
     if (emu.blk->n_at_barrier)
         emu_fault("exits while %u threads wait at the barrier at %s:%d: a barrier not all "
                   "threads reach", emu.blk->n_at_barrier, emu.blk->bar_file, emu.blk->bar_line);
-    emu_fiber_exit(&t->fiber, &emu.sched);
+    emu_fiber_finish(&t->fiber, &emu.sched);
 }
 
 /* ---- barriers ------------------------------------------------------------- */
@@ -226,11 +226,16 @@ void ig_emu_barrier(const char *file, int line)
 
 /* ---- warp collectives: arrival ------------------------------------------- */
 
+/* The arrival path (these functions, emu_shuffle, emu_wake, emu_block_current)
+ * touches only the emulator's own state and small locals, and runs once per
+ * lane and collective: no ASan frames (EMU_NO_SANITIZE); the collectives' math,
+ * which reads and writes the lanes' registers, keeps ASan. */
+
 /* The calling thread arrives at a collective of the `size` consecutive
  * threads its group spans (a warp or a warpgroup), its operands already
  * stored; the last to arrive computes it for the whole group and releases
  * them in a seeded order. */
-static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
+EMU_NO_SANITIZE static void emu_group_arrive(unsigned size, unsigned *arrived, int state,
                              int (*compute)(struct emu_block *, unsigned), const char *what,
                              const char *unit)
 {
@@ -272,7 +277,7 @@ static int emu_warp_compute_all(struct emu_block *b, unsigned w)
 }
 
 /* A lane arrives at a warp collective (mma, ldmatrix, shfl, vote). */
-static void emu_collective(const struct emu_coll *c)
+EMU_NO_SANITIZE static void emu_collective(const struct emu_coll *c)
 {
     emu.cur->coll = *c;
     emu_group_arrive(EMU_WARP, emu.blk->warp_arrived.data(), EMU_AT_WARP, emu_warp_compute_all,
@@ -288,7 +293,7 @@ void emu_wg_collective(const struct emu_wgcoll *c)
                      emu_warpgroup_compute, "wgmma", "warpgroups of 128");
 }
 
-void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
+EMU_NO_SANITIZE void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t b[2],
                       const float c[4])
 {
     struct emu_coll k = {};
@@ -301,7 +306,7 @@ void ig_emu_mma_16816(int kind, float d[4], const uint32_t a[4], const uint32_t 
     emu_collective(&k);
 }
 
-void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
+EMU_NO_SANITIZE void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
 {
     struct emu_coll k = {};
     k.op = EMU_OP_LDSM;
@@ -311,7 +316,7 @@ void ig_emu_ldmatrix(int num, int trans, uint32_t *r, const void *row)
     emu_collective(&k);
 }
 
-uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c)
+EMU_NO_SANITIZE uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c)
 {
     uint32_t out = 0;
     struct emu_coll k = {};
@@ -326,7 +331,7 @@ uint32_t ig_emu_shfl(int mode, uint32_t mask, uint32_t v, uint32_t b, uint32_t c
     return out;
 }
 
-void ig_emu_syncwarp(void)
+EMU_NO_SANITIZE void ig_emu_syncwarp(void)
 {
     struct emu_coll k = {};
     k.op = EMU_OP_SYNCWARP;
@@ -334,7 +339,7 @@ void ig_emu_syncwarp(void)
     emu_collective(&k);
 }
 
-uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
+EMU_NO_SANITIZE uint32_t ig_emu_vote(int mode, uint32_t mask, int pred)
 {
     uint32_t out = 0;
     struct emu_coll k = {};

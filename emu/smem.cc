@@ -26,6 +26,34 @@
 /* The largest shared memory a block may have (sm_90: 227 KiB). */
 #define EMU_MAX_SMEM (227u * 1024u)
 
+/* Buffers of blocks that ended, kept for the next block or launch with an
+ * array of the same size: a fresh shadow (72 bytes a byte) came from mmap
+ * every block, and its page faults were a tenth of the emulated tests' time.
+ * Each buffer keeps its exact size, so ASan still sees an overrun. */
+#define EMU_SMEM_SPARE 16
+static struct emu_smem emu_smem_spare[EMU_SMEM_SPARE]; /* plain globals: LSan's roots */
+static size_t emu_smem_nspare;
+
+static void emu_smem_spare_drop(size_t i)
+{
+    memmove(&emu_smem_spare[i], &emu_smem_spare[i + 1],
+            (emu_smem_nspare - i - 1) * sizeof emu_smem_spare[0]);
+    emu_smem_nspare--;
+}
+
+static int emu_smem_reuse(struct emu_smem *s)
+{
+    for (size_t i = 0; i < emu_smem_nspare; i++)
+        if (emu_smem_spare[i].bytes == s->bytes) {
+            s->data = emu_smem_spare[i].data;
+            s->shadow = emu_smem_spare[i].shadow;
+            s->epoch = emu_smem_spare[i].epoch;
+            emu_smem_spare_drop(i);
+            return 1;
+        }
+    return 0;
+}
+
 static struct emu_smem *emu_smem_add(struct emu_block *b, const void *key, size_t bytes)
 {
     if (b->smem_total + bytes > EMU_MAX_SMEM) {
@@ -33,22 +61,30 @@ static struct emu_smem *emu_smem_add(struct emu_block *b, const void *key, size_
                   b->smem_total, bytes);
         return NULL;
     }
-    void *data = NULL;
-    if (posix_memalign(&data, 128, bytes ? bytes : 1)) {
-        emu_fault("cannot allocate %zu bytes of shared memory", bytes);
-        return NULL;
-    }
-    memset(data, 0xff, bytes);
     struct emu_smem s;
     s.key = key;
-    s.data = (unsigned char *)data;
     s.bytes = bytes;
-    s.shadow = (struct emu_shadow *)calloc(bytes ? bytes : 1, sizeof *s.shadow);
-    if (!s.shadow) {
-        free(data);
-        emu_fault("cannot allocate the shadow of %zu bytes of shared memory", bytes);
-        return NULL;
+    if (!emu_smem_reuse(&s)) {
+        void *data = NULL;
+        if (posix_memalign(&data, 128, bytes ? bytes : 1)) {
+            emu_fault("cannot allocate %zu bytes of shared memory", bytes);
+            return NULL;
+        }
+        s.data = (unsigned char *)data;
+        s.shadow = (struct emu_shadow *)malloc((bytes ? bytes : 1) * sizeof *s.shadow);
+        if (!s.shadow) {
+            free(data);
+            emu_fault("cannot allocate the shadow of %zu bytes of shared memory", bytes);
+            return NULL;
+        }
+        memset(s.shadow, 0, (bytes ? bytes : 1) * sizeof *s.shadow); /* epoch 0 */
+        s.epoch = 0;
     }
+    if (++s.epoch == 0) { /* wrapped: entries of 65536 blocks ago would look fresh */
+        memset(s.shadow, 0, (bytes ? bytes : 1) * sizeof *s.shadow);
+        s.epoch = 1;
+    }
+    memset(s.data, 0xff, bytes);
     b->smem.push_back(s);
     b->smem_total += bytes;
     return &b->smem.back();
@@ -69,8 +105,12 @@ int emu_smem_alloc_dynamic(struct emu_block *b, size_t bytes)
 void emu_smem_free_all(struct emu_block *b)
 {
     for (auto &s : b->smem) {
-        free(s.data);
-        free(s.shadow);
+        if (emu_smem_nspare == EMU_SMEM_SPARE) { /* the oldest goes */
+            free(emu_smem_spare[0].data);
+            free(emu_smem_spare[0].shadow);
+            emu_smem_spare_drop(0);
+        }
+        emu_smem_spare[emu_smem_nspare++] = s;
     }
     b->smem.clear();
     b->smem_total = 0;
@@ -110,7 +150,7 @@ void *ig_emu_dynamic_shared(void)
 
 /* ---- the shadow ----------------------------------------------------------- */
 
-struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what)
+EMU_NO_SANITIZE struct emu_smem *emu_smem_find(const void *p, size_t n, const char *what)
 {
     const unsigned char *c = (const unsigned char *)p;
     for (auto &s : emu.blk->smem) {
@@ -138,7 +178,7 @@ static const char *emu_agent_name(int who, char *buf, size_t size)
 }
 
 /* Whether an access by `who` at tick clk happened before one with clock vc. */
-static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
+EMU_NO_SANITIZE static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
 {
     return clk <= vc[who];
 }
@@ -146,7 +186,7 @@ static inline int emu_hb(int who, uint32_t clk, const uint32_t *vc)
 /* Records a read by who at its tick in vc: readers ordered before it are
  * dropped (a later write racing them races this read too), the rest kept;
  * past EMU_READERS they move to a vector clock of their own. */
-static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc)
+EMU_NO_SANITIZE static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc)
 {
     const uint32_t clk = vc[who];
     struct emu_block *b = emu.blk;
@@ -178,14 +218,14 @@ static void emu_note_read(struct emu_shadow *h, unsigned who, const uint32_t *vc
     h->r_more = (uint32_t)b->readers.size();
 }
 
-void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t n,
+EMU_NO_SANITIZE void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t n,
                          const char *what)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);
     size_t off = (size_t)((const unsigned char *)p - s->data);
     char name[48];
     for (size_t i = off; i < off + n; i++) {
-        struct emu_shadow *h = &s->shadow[i];
+        struct emu_shadow *h = emu_shadow_at(s, i);
         if (h->pending)
             emu_fail("%s reads shared offset %zu while thread %d's %s to it is still in "
                      "flight (missing cp.async.wait_group or mbarrier wait?)", what, i,
@@ -201,7 +241,7 @@ void emu_smem_check_read(unsigned who, const uint32_t *vc, const void *p, size_t
     }
 }
 
-void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_t n,
+EMU_NO_SANITIZE void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_t n,
                           const char *what, int async)
 {
     struct emu_smem *s = emu_smem_find(p, n, what);
@@ -210,7 +250,7 @@ void emu_smem_check_write(unsigned who, const uint32_t *vc, const void *p, size_
     const uint32_t fences = who < b->n ? (*b->threads)[who].proxy_fences : 0;
     char name[48];
     for (size_t i = off; i < off + n; i++) {
-        struct emu_shadow *h = &s->shadow[i];
+        struct emu_shadow *h = emu_shadow_at(s, i);
         if (h->pending)
             emu_fail("%s writes shared offset %zu while thread %d's %s to it is in flight",
                      what, i, h->pender, h->w_async ? "TMA load" : "cp.async");

@@ -20,42 +20,56 @@
 
 #define EMU_WARP 32u
 
-static float emu_half(int kind, uint16_t h)
+EMU_NO_SANITIZE static float emu_half(int kind, uint16_t h)
 {
     return kind == IG_EMU_MMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
-static void emu_mma(struct emu_thread *lane0, int kind)
+/* The math of emu_mma on copies of the lanes' registers: the emulator's own
+ * arrays only, hence no ASan instrumentation (EMU_NO_SANITIZE). */
+EMU_NO_SANITIZE static void emu_mma_math(int kind, const uint32_t (*a)[4], const uint32_t (*b)[2],
+                                     const float (*c)[4], float (*d)[4])
 {
     float A[16][16], B[16][8], C[16][8];
     for (unsigned l = 0; l < EMU_WARP; l++) {
-        const struct emu_coll *k = &lane0[l].coll;
-        const uint32_t *a = (const uint32_t *)k->in[0];
-        const uint32_t *b = (const uint32_t *)k->in[1];
-        const float *c = (const float *)k->in[2];
         unsigned g = l / 4, t = l % 4;
         for (unsigned e = 0; e < 8; e++) {
-            uint16_t h = (uint16_t)(a[e / 2] >> (16 * (e % 2)));
+            uint16_t h = (uint16_t)(a[l][e / 2] >> (16 * (e % 2)));
             A[g + 8 * ((e / 2) % 2)][2 * t + e % 2 + 8 * (e / 4)] = emu_half(kind, h);
         }
         for (unsigned e = 0; e < 4; e++) {
-            uint16_t h = (uint16_t)(b[e / 2] >> (16 * (e % 2)));
+            uint16_t h = (uint16_t)(b[l][e / 2] >> (16 * (e % 2)));
             B[2 * t + e % 2 + 8 * (e / 2)][g] = emu_half(kind, h);
         }
         for (unsigned e = 0; e < 4; e++)
-            C[g + 8 * (e / 2)][2 * t + e % 2] = c[e];
+            C[g + 8 * (e / 2)][2 * t + e % 2] = c[l][e];
     }
     for (unsigned l = 0; l < EMU_WARP; l++) {
-        float *d = (float *)lane0[l].coll.out;
         unsigned g = l / 4, t = l % 4;
         for (unsigned e = 0; e < 4; e++) {
             unsigned r = g + 8 * (e / 2), n = 2 * t + e % 2;
             double s = C[r][n];
             for (unsigned kk = 0; kk < 16; kk++)
                 s += (double)A[r][kk] * (double)B[kk][n];
-            d[e] = (float)s;
+            d[l][e] = (float)s;
         }
     }
+}
+
+/* The lanes' registers (kernel memory: ASan checks these copies). */
+static void emu_mma(struct emu_thread *lane0, int kind)
+{
+    uint32_t a[EMU_WARP][4], b[EMU_WARP][2];
+    float c[EMU_WARP][4], d[EMU_WARP][4];
+    for (unsigned l = 0; l < EMU_WARP; l++) {
+        const struct emu_coll *k = &lane0[l].coll;
+        memcpy(a[l], k->in[0], sizeof a[l]);
+        memcpy(b[l], k->in[1], sizeof b[l]);
+        memcpy(c[l], k->in[2], sizeof c[l]);
+    }
+    emu_mma_math(kind, a, b, c, d);
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        memcpy(lane0[l].coll.out, d[l], sizeof d[l]);
 }
 
 static void emu_ldmatrix(struct emu_thread *lane0, int num, int trans)

@@ -99,7 +99,7 @@ struct emu_desc {
     int swizzle;              /* ig_wgmma_swizzle: 0 none, 1 128B, 2 64B, 3 32B */
 };
 
-static struct emu_desc emu_desc_decode(uint64_t v, char which)
+EMU_NO_SANITIZE static struct emu_desc emu_desc_decode(uint64_t v, char which)
 {
     struct emu_desc d;
     d.start = (uint32_t)(v & 0x3fff) << 4;
@@ -114,14 +114,14 @@ static struct emu_desc emu_desc_decode(uint64_t v, char which)
 }
 
 /* Swizzle width in bytes of a mode (the row length of its pattern). */
-static uint32_t emu_swizzle_bytes(int mode)
+EMU_NO_SANITIZE static uint32_t emu_swizzle_bytes(int mode)
 {
     return mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 16;
 }
 
 /* Byte address of element (x, k) of a 16-bit operand: x runs along M (A) or
  * N (B), k along K; mn_major = the transposed layout. docs/wgmma.md. */
-static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x, uint32_t k)
+EMU_NO_SANITIZE static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x, uint32_t k)
 {
     uint32_t a;
     if (d->swizzle == 0) {
@@ -146,7 +146,7 @@ static uint32_t emu_elem_addr(const struct emu_desc *d, int mn_major, uint32_t x
  * dynamic area's bounds and the shadow (uninitialised, cp.async or TMA in
  * flight, races, no proxy fence) as a read by the warpgroup's wgmma agent
  * with clock vc; at_issue says which check this is in messages. */
-static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned who,
+EMU_NO_SANITIZE static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, unsigned who,
                            const uint32_t *vc, char which, int at_issue)
 {
     const uint32_t base = emu.smem_base;
@@ -173,7 +173,7 @@ static float emu_read_half(int kind, uint32_t addr, const struct emu_smem *s, un
     return kind == IG_EMU_WGMMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
 }
 
-static float emu_reg_half(int kind, uint32_t reg, int hi)
+EMU_NO_SANITIZE static float emu_reg_half(int kind, uint32_t reg, int hi)
 {
     uint16_t h = (uint16_t)(reg >> (hi ? 16 : 0));
     return kind == IG_EMU_WGMMA_BF16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
@@ -182,7 +182,7 @@ static float emu_reg_half(int kind, uint32_t reg, int hi)
 /* An MMA's A and B (64 x 16, 16 x N) with every shared-memory check, at its
  * issue or its completion, read by agent `who` (the warpgroup's wgmma) with
  * the clock of the MMA's issue. */
-static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned who, int at_issue,
+EMU_NO_SANITIZE static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned who, int at_issue,
                                float (*A)[16], float (*B)[256])
 {
     const struct emu_smem *s = emu_dyn_smem("wgmma");
@@ -209,16 +209,17 @@ static void emu_wgmma_operands(const struct emu_wgmma_op *op, unsigned who, int 
                                      vc, 'B', at_issue);
 }
 
-/* One MMA at its completion: operands read now, D written. */
-static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned who)
+/* The products of emu_wgmma_run on the emulator's copies (dd: 128 threads'
+ * n/2 accumulators), hence EMU_NO_SANITIZE. */
+EMU_NO_SANITIZE static void emu_wgmma_math(const struct emu_wgmma_op *op, const float (*A)[16],
+                                       const float (*B)[256], float *dd)
 {
-    static float A[64][16], B[16][256];
-    emu_wgmma_operands(op, who, 0, A, B);
+    const int h = op->n / 2;
     /* Thread l of warp w: d[4j + e] = D[16w + g + 8(e/2)][8j + 2t + e%2]. */
     for (unsigned l = 0; l < EMU_WARPGROUP; l++) {
-        float *d = op->d[l];
+        float *d = dd + (size_t)l * (size_t)h;
         unsigned g = (l % 32) / 4, t = l % 4;
-        for (int i = 0; i < op->n / 2; i++) {
+        for (int i = 0; i < h; i++) {
             unsigned row = 16 * (l / 32) + g + 8 * ((i % 4) / 2);
             unsigned col = 8 * (i / 4) + 2 * t + i % 2;
             double sum = op->accumulate ? (double)d[i] : 0.0;
@@ -227,6 +228,20 @@ static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned who)
             d[i] = (float)sum;
         }
     }
+}
+
+/* One MMA at its completion: operands read now, D written (the copies to and
+ * from the threads' registers stay ASan-checked). */
+static void emu_wgmma_run(const struct emu_wgmma_op *op, unsigned who)
+{
+    static float A[64][16], B[16][256], D[EMU_WARPGROUP * 128];
+    emu_wgmma_operands(op, who, 0, A, B);
+    const size_t h = (size_t)(op->n / 2);
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        memcpy(&D[l * h], op->d[l], h * 4);
+    emu_wgmma_math(op, A, B, D);
+    for (unsigned l = 0; l < EMU_WARPGROUP; l++)
+        memcpy(op->d[l], &D[l * h], h * 4);
 }
 
 /* ---- registers a wgmma knows ----------------------------------------------- */
@@ -406,9 +421,7 @@ int emu_warpgroup_compute(struct emu_block *b, unsigned g)
         const unsigned agent = emu_agent_wgmma(b, g);
         op->vc = t0[0].vc;
         for (unsigned l = 1; l < EMU_WARPGROUP; l++)
-            for (unsigned a = 0; a < b->n_agents; a++)
-                if (op->vc[a] > t0[l].vc[a])
-                    op->vc[a] = t0[l].vc[a];
+            emu_vc_meet(op->vc.data(), t0[l].vc.data(), b->n_agents);
         op->vc[agent] = ++wg->wgmma_clock;
         /* The MMA may read shared memory any time from now to its wait: its
          * operands must be valid already. */

@@ -4,8 +4,9 @@
  * write after read without a barrier), a missing cp.async wait (stale data),
  * a cp.async never waited for, a barrier not every thread reaches, threads at
  * different barriers, a collective a lane never reaches, reading
- * uninitialised shared memory, a misaligned ldmatrix row, lanes of a warp in
- * different collectives; a programmatic dependent launch: what the previous
+ * uninitialised shared memory (also what only an earlier block wrote), a
+ * misaligned ldmatrix row, lanes of a warp in different collectives; a
+ * programmatic dependent launch: what the previous
  * kernel writes is hidden from each block until all its threads have met at
  * griddepcontrol.wait, and a block that never waits is a fault. Label emu. */
 #include "devkit/intrinsics.cuh"
@@ -227,6 +228,14 @@ __global__ void bar_kernel(void *arg)
         ig_syncthreads();
         ig_ldmatrix_x1(r, &s[t % 8][1]); /* rows must be 16-byte aligned */
     }
+    if (bar_mode == 8) { /* block 1 reads what only block 0 wrote (the same buffer, reused) */
+        IG_SHARED(float, s, [64]);
+        if (blockIdx.x == 0)
+            ig_sts(&s[t], 1.0f);
+        ig_syncthreads();
+        if (blockIdx.x == 1 && t == 0)
+            (void)ig_lds(&s[5]);
+    }
     if (bar_mode == 7) { /* lanes of one warp in different collectives */
         if (t == 3)
             ig_shfl_idx(t, 0);
@@ -253,6 +262,11 @@ static void test_stuck(void)
     EXPECT_FAULT(launch(dim3(1), dim3(32), bar_kernel, NULL), "not 16-byte aligned");
     bar_mode = 7;
     EXPECT_FAULT(launch(dim3(1), dim3(32), bar_kernel, NULL), "same instruction");
+    /* Shared memory of an earlier block or launch is fresh again (the
+     * emulator reuses its buffers and resets their shadow lazily). */
+    bar_mode = 8;
+    EXPECT_FAULT(launch(dim3(2), dim3(64), bar_kernel, NULL), "block (1,0,0) thread (0,0,0): "
+                 "shared load reads shared offset 20, never written");
     /* The emulator is usable again after faults. */
     static ids io;
     CHECK(launch(dim3(3, 2), dim3(8, 4, 2), ids_kernel, &io) == 0);
