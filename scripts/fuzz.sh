@@ -65,8 +65,8 @@ grammar|schema)
     [ "$target" = schema ] && defs=(-DFUZZ_SCHEMA) ;;
 batch)
     srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c core/paths.c cli/opts.c cli/prompt.c
-          cli/gen_opts.c cli/device_args.c cli/batch_request.c decode/sampler.c kvcache/kvmem.c
-          tokenizer/chat_builtin.c)
+          cli/gen_opts.c cli/device_args.c cli/batch_request.c cli/bench_reqfile.c decode/sampler.c
+          kvcache/kvmem.c tokenizer/chat_builtin.c)
     entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 libs=(-lcjson -lm) ;;
 tokenizer)
     srcs=(core/status.c core/utf8.c tokenizer/unicode.c tokenizer/unicode_tables.c
