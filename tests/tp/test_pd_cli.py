@@ -24,12 +24,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from igtest import check, model_path, sanitized, summary, tiny_qwen35  # noqa: E402
-from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env, scratch  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 LIMIT = 900 if sanitized() else 120
@@ -322,7 +321,7 @@ def main():
     if not os.path.exists(model_path()):
         print(f"SKIP: {model_path()} absent (scripts/fetch-model.sh)", file=sys.stderr)
         return 77
-    tmp = tempfile.mkdtemp()
+    tmp = scratch()
     for name, fn in (("equal", lambda: equal_runs(mpirun, tmp)),
                      ("errors", lambda: errors(mpirun, tmp)),
                      ("hybrid", lambda: hybrid(mpirun, tmp)),

@@ -27,13 +27,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
-from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env, scratch  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 # seconds a run may take before the test calls it a hang (the sanitizers' build
@@ -416,7 +415,7 @@ def experts_info(tmp):
 
 def main():
     mpirun = mpirun_or_skip()
-    tmp = tempfile.mkdtemp()
+    tmp = scratch()
     for name, fn in (("texts", lambda: texts(mpirun)), ("batch", lambda: batch(mpirun, tmp)),
                      ("caches", lambda: caches(mpirun, tmp)),
                      ("hybrid", lambda: hybrid(mpirun, tmp)),

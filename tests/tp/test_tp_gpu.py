@@ -60,7 +60,6 @@ docs/gpu.md "Tensor parallelism")
 """
 import os
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -71,7 +70,7 @@ from archgen import QT, write_model  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import random_gguf  # noqa: E402
 from igtest import check as _check, summary  # noqa: E402
-from tplib import mpi, mpirun_or_skip  # noqa: E402
+from tplib import mpi, mpirun_or_skip, scratch  # noqa: E402
 
 REL = 1e-4   # the emulator measures 0 (the log line "largest relative error")
 TIE = 1e-4
@@ -247,7 +246,7 @@ def main():
     mutants = [a for a in sys.argv[2:]
                if not a.endswith((".gguf", ".so", "nccl_standin_check"))]
     mpirun = mpirun_or_skip()
-    tmp = tempfile.mkdtemp()
+    tmp = scratch()
     n_vocab = 48
     models = [
         ("llama 4 q / 2 kv, untied head, f16 table",

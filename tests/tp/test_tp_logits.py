@@ -34,7 +34,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -42,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import QT, write_model  # noqa: E402
 from igtest import check as _check, gemma3_path, model_path, sanitized, summary  # noqa: E402
 import gguf  # noqa: E402
-from tplib import mpi, mpirun_or_skip, sanitizer_env  # noqa: E402
+from tplib import mpi, mpirun_or_skip, sanitizer_env, scratch  # noqa: E402
 
 REL = 1e-5
 TIE = 1e-4
@@ -102,7 +101,7 @@ def compare(name, n, one, tp, n_vocab):
 def main():
     dumper = sys.argv[1]
     mpirun = mpirun_or_skip()
-    tmp = tempfile.mkdtemp()
+    tmp = scratch()
     cases = []
     real = ((model_path(), "SmolLM2"), (gemma3_path(), "Gemma 3 270M"))
     for path, name in real[:1] if sanitized() else real:  # (the sanitizers: ~30x slower)

@@ -1,10 +1,12 @@
 """What the tensor-parallel tests share: mpirun's command line (as root in
-CI: --allow-run-as-root), and the skip (77) where mpirun or this build's
-MPI is absent."""
+CI: --allow-run-as-root), the skip (77) where mpirun or this build's
+MPI is absent, and a scratch folder removed at exit."""
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def mpirun_or_skip():
@@ -22,6 +24,14 @@ def mpirun_or_skip():
         print("SKIP: this ignite was built without MPI", file=sys.stderr)
         sys.exit(77)
     return mpirun
+
+
+def scratch():
+    """A folder for a test's files (models, dumps: up to a few hundred MB),
+    removed when the test exits, passed or not."""
+    d = tempfile.mkdtemp(prefix="ignite-tp-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
