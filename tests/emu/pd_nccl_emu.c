@@ -38,6 +38,7 @@
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "tests/emu/kv_export_bytes.h"
 #include "tests/test.h"
 
 #include <stdio.h>
@@ -180,23 +181,6 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
 
 /* ---- rank 1: the decode rank ------------------------------------------------- */
 
-/* Every layer's rows [0, n) of sequence seq as kv_file_write_layer writes them. */
-static char *exported(struct backend *g, const struct backend_seq *seq, int64_t n, size_t *bytes)
-{
-    const struct kv_store *st = NULL;
-    const int32_t *table = NULL;
-    int64_t slot = 0;
-    char *buf = NULL;
-    *bytes = 0;
-    FILE *f = open_memstream(&buf, bytes);
-    CHECK(f && backend_kv_export(g, seq, n, &st, &table, &slot) == IG_OK);
-    for (int64_t l = 0; f && st && l < g->m->hp.n_layer; l++)
-        CHECK(kv_file_write_layer(f, "'the export'", st, table, NULL, slot, l, 0, n) == IG_OK);
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 /* The sequences of the decode rank: the NCCL path's, the host path's and
  * one process's (the f16 pool's only). */
 static const char *const path_name[3] = {"NCCL", "host", "one process's"};
@@ -206,10 +190,10 @@ static void same_caches(struct backend *g, const struct backend_seq *seqs, int n
                         const char *what)
 {
     size_t want_bytes = 0;
-    char *want = exported(g, &seqs[0], n, &want_bytes);
+    char *want = kv_export_bytes(g, &seqs[0], n, &want_bytes);
     for (int k = 1; k < n_seqs; k++) {
         size_t bytes = 0;
-        char *got = exported(g, &seqs[k], n, &bytes);
+        char *got = kv_export_bytes(g, &seqs[k], n, &bytes);
         CHECKF(want && got && bytes == want_bytes && memcmp(got, want, bytes) == 0,
                "%s: the %s path's cache of %lld positions (%zu bytes) is not the NCCL path's "
                "(%zu)", what, path_name[k], (long long)n, bytes, want_bytes);

@@ -34,6 +34,7 @@
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
+#include "tests/emu/kv_export_bytes.h"
 #include "tests/test.h"
 
 #include <stdio.h>
@@ -145,24 +146,6 @@ static void step_and_check(struct backend *g, struct backend_batch *b, const cha
     b->on_layer = NULL;
 }
 
-/* Every layer's rows [0, n) of sequence seq of g as kv_file_write_layer
- * writes them, one buffer (the export's). */
-static char *exported(struct backend *g, const struct backend_seq *seq, int64_t n, size_t *bytes)
-{
-    const struct kv_store *st = NULL;
-    const int32_t *table = NULL;
-    int64_t slot = 0;
-    char *buf = NULL;
-    *bytes = 0;
-    FILE *f = open_memstream(&buf, bytes);
-    CHECK(f && backend_kv_export(g, seq, n, &st, &table, &slot) == IG_OK);
-    for (int64_t l = 0; f && st && l < g->m->hp.n_layer; l++)
-        CHECK(kv_file_write_layer(f, "'the export'", st, table, NULL, slot, l, 0, n) == IG_OK);
-    if (f)
-        fclose(f);
-    return buf;
-}
-
 /* The decode rank's side (cli/pd_decode.c's reads, --load-kv's import): the
  * head, the kept parts of sequence seq of g and its tokens and logits read
  * into a store, imported into a second backend's blocks 1 and 4 (slot 1),
@@ -215,7 +198,7 @@ static void receive(const struct model *m, const struct backend_opts *o, struct 
     if (g2 && st) {
         CHECK(backend_kv_import(g2, &seq2, st, n) == IG_OK);
         size_t a_bytes = 0, b_bytes = 0;
-        char *a = exported(g, seq, n, &a_bytes), *b = exported(g2, &seq2, n, &b_bytes);
+        char *a = kv_export_bytes(g, seq, n, &a_bytes), *b = kv_export_bytes(g2, &seq2, n, &b_bytes);
         CHECKF(a && b && a_bytes == b_bytes && memcmp(a, b, a_bytes) == 0,
                "%s: the cache received and imported (%zu bytes) is not the prefill side's "
                "(%zu)", what, b_bytes, a_bytes);
