@@ -3,7 +3,8 @@
  * made FLT_MAX, so the comparison is the sampler's rule), then a butterfly
  * over the warp and thread 0 over the warps, the lower index winning ties
  * at every merge: the first index of the largest value, as
- * sampler_greedy's scan finds it.
+ * sampler_greedy's scan finds it. A dependent launch under IGNITE_PDL=1
+ * (gk_dep_start: the logits are the output head's).
  *
  * Built twice (devkit/dev_entry.h): nvcc (gk_greedy_rows_cuda) and the
  * emulator through decode/greedy_emu.cc (gk_greedy_rows_emu). */
@@ -27,6 +28,7 @@ __device__ __forceinline__ bool beats(float v, uint32_t i, float bv, uint32_t bi
 __global__ void __launch_bounds__(kThreads)
 greedy_rows_kernel(const float *__restrict__ x, int64_t ld, int64_t n_vocab, int32_t *ids)
 {
+    gk_dep_start(); /* x: the output head's logits */
     const float *row = x + (int64_t)blockIdx.x * ld;
     float bv = -INFINITY;
     uint32_t bi = UINT32_MAX;
@@ -72,6 +74,6 @@ int IG_DEV(gk_greedy_rows)(const float *x, int64_t ld, int64_t n_rows, int64_t n
                         "ld %lld) or NULL", (long long)n_rows, (long long)n_vocab, (long long)ld);
     if (n_rows == 0)
         return IG_OK;
-    return IG_LAUNCH(greedy_rows_kernel, dim3((unsigned)n_rows), dim3(kThreads), 0,
-                     (cudaStream_t)stream_, x, ld, n_vocab, ids);
+    return IG_LAUNCH_DEP(greedy_rows_kernel, dim3((unsigned)n_rows), dim3(kThreads), 0,
+                         (cudaStream_t)stream_, x, ld, n_vocab, ids);
 }

@@ -952,8 +952,14 @@ static void test_pdl(uint64_t *st)
     pdl_hide_add(&h, r0, (size_t)(n * wd * 4));
     PDL_PAIR("to_f16", &h, y, (size_t)(n * wd * 2), (void)0, 1,
              IG_DEV(gk_to_f16)(r0, n * wd, y, NULL));
+
+    /* decode/greedy.cu: the logits (the output head's) hidden */
+    int32_t *ids = alloc64((size_t)n * 4);
+    pdl_hide_add(&h, r0, (size_t)(n * wd * 4));
+    PDL_PAIR("greedy", &h, ids, (size_t)n * 4, (void)0, n,
+             IG_DEV(gk_greedy_rows)(r0, wd, n, wd, ids, NULL));
     free(table), free(x), free(w), free(y), free(xq), free(xqd), free(gu), free(rows.tables);
-    free(qkv), free(o), free(o0), free(r0), free(r), free(hw);
+    free(qkv), free(o), free(o0), free(r0), free(r), free(hw), free(ids);
 }
 
 int main(void)
