@@ -48,6 +48,35 @@ void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info);
 /* The stream every launch of the backend goes to (a cudaStream_t). */
 void *IG_DEV(dev_stream)(struct dev *d);
 
+/* ---- a second stream and events ----
+ * DEV_STREAM_MAIN is dev_stream's, where every launch, copy and GEMM above
+ * goes; DEV_STREAM_COPY is a second stream of the device for downloads that
+ * overlap the main stream's work. Nothing orders the two but events: a
+ * stream waiting on an event, the host waiting on one. The emulator runs
+ * the main stream's work at once and the copy stream's as late as CUDA
+ * allows (device_emu.cc), so a missing wait reads stale bytes there too. */
+enum dev_stream_id { DEV_STREAM_MAIN, DEV_STREAM_COPY };
+struct dev_event; /* a point in one stream's work (a cudaEvent_t, no timing) */
+
+/* The stream's handle (a cudaStream_t; NULL under the emulator). */
+void *IG_DEV(dev_stream_of)(struct dev *d, enum dev_stream_id s);
+/* An event that has recorded nothing yet (waiting on it returns at once).
+ * Destroy a NULL one is fine. */
+int IG_DEV(dev_event_create)(struct dev *d, struct dev_event **e);
+void IG_DEV(dev_event_destroy)(struct dev *d, struct dev_event *e);
+/* e marks the work queued on stream s so far (a later record replaces it;
+ * waits already queued keep the point they saw). */
+int IG_DEV(dev_event_record)(struct dev *d, enum dev_stream_id s, struct dev_event *e);
+/* Work queued on stream s after this call starts once e's work is done. */
+int IG_DEV(dev_stream_wait)(struct dev *d, enum dev_stream_id s, struct dev_event *e);
+/* Returns once e's work is done (the host waits; reports a failed kernel). */
+int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e);
+/* Device->host copy queued on stream s, returning at once: dst must be
+ * dev_alloc_host memory and holds the data once an event recorded after
+ * it is done; src must not be written before then. */
+int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
+                               size_t bytes);
+
 /* Device memory; *p is 256-byte aligned. IG_E_NOMEM names the bytes asked
  * for and those free. Freeing NULL is fine. */
 int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p);

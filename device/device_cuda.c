@@ -1,6 +1,8 @@
 /* device/device_cuda.c: the device layer (device/device.h) over the CUDA
  * runtime and cuBLAS. One stream per open device; every launch, copy, timer
  * and GEMM goes to it, so a graph captured on it holds the whole sequence.
+ * A second stream takes the downloads that overlap it (dev_download_async),
+ * ordered against it by events only.
  * Every runtime and cuBLAS call is checked and a failure is reported in one
  * line naming the call, the error and the device.
  * Covered by tests/gpu/test_device_gpu.c (on a GPU); its emulated twin
@@ -24,6 +26,7 @@
 struct dev {
     int index;
     cudaStream_t stream;
+    cudaStream_t copy_stream; /* DEV_STREAM_COPY */
     cublasHandle_t blas;
     void *workspace;
     cudaEvent_t t0, t1;
@@ -94,6 +97,7 @@ static int open_resources(struct dev *d)
     int i = d->index;
     CUDA_CHECK(i, cudaSetDevice(i));
     CUDA_CHECK(i, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(i, cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking));
     CUDA_CHECK(i, cudaEventCreate(&d->t0));
     CUDA_CHECK(i, cudaEventCreate(&d->t1));
     CUDA_CHECK(i, cudaMalloc(&d->workspace, DEV_BLAS_WORKSPACE_BYTES));
@@ -131,6 +135,8 @@ void IG_DEV(dev_close)(struct dev *d)
     int i = d->index;
     if (d->stream)
         CUDA_REPORT(i, cudaStreamSynchronize(d->stream));
+    if (d->copy_stream)
+        CUDA_REPORT(i, cudaStreamSynchronize(d->copy_stream));
     if (d->blas) {
         cublasStatus_t st = cublasDestroy(d->blas);
         if (st != CUBLAS_STATUS_SUCCESS)
@@ -144,6 +150,8 @@ void IG_DEV(dev_close)(struct dev *d)
         CUDA_REPORT(i, cudaEventDestroy(d->t1));
     if (d->stream)
         CUDA_REPORT(i, cudaStreamDestroy(d->stream));
+    if (d->copy_stream)
+        CUDA_REPORT(i, cudaStreamDestroy(d->copy_stream));
     free(d);
 }
 
@@ -175,6 +183,47 @@ void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info)
 void *IG_DEV(dev_stream)(struct dev *d)
 {
     return d->stream;
+}
+
+void *IG_DEV(dev_stream_of)(struct dev *d, enum dev_stream_id s)
+{
+    return s == DEV_STREAM_COPY ? d->copy_stream : d->stream;
+}
+
+/* ---- events ---- */
+
+int IG_DEV(dev_event_create)(struct dev *d, struct dev_event **e)
+{
+    cudaEvent_t ev = NULL;
+    *e = NULL;
+    /* no timing: recording and waiting cost less (cudaEventDisableTiming) */
+    CUDA_CHECK(d->index, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *e = (struct dev_event *)ev;
+    return IG_OK;
+}
+
+void IG_DEV(dev_event_destroy)(struct dev *d, struct dev_event *e)
+{
+    if (e)
+        CUDA_REPORT(d->index, cudaEventDestroy((cudaEvent_t)e));
+}
+
+int IG_DEV(dev_event_record)(struct dev *d, enum dev_stream_id s, struct dev_event *e)
+{
+    CUDA_CHECK(d->index, cudaEventRecord((cudaEvent_t)e, IG_DEV(dev_stream_of)(d, s)));
+    return IG_OK;
+}
+
+int IG_DEV(dev_stream_wait)(struct dev *d, enum dev_stream_id s, struct dev_event *e)
+{
+    CUDA_CHECK(d->index, cudaStreamWaitEvent(IG_DEV(dev_stream_of)(d, s), (cudaEvent_t)e, 0));
+    return IG_OK;
+}
+
+int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e)
+{
+    CUDA_CHECK(d->index, cudaEventSynchronize((cudaEvent_t)e));
+    return IG_OK;
 }
 
 /* The out-of-memory report both allocators share. */
@@ -235,6 +284,17 @@ int IG_DEV(dev_download)(struct dev *d, void *dst, const void *src, size_t bytes
 {
     CUDA_CHECK(d->index, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream));
     CUDA_CHECK(d->index, cudaStreamSynchronize(d->stream));
+    return IG_OK;
+}
+
+/* Asynchronous to the host only into page-locked memory: into pageable
+ * memory the runtime returns once the copy is done (CUDA runtime API, "API
+ * synchronization behavior"), hence dev_alloc_host's dst. */
+int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
+                               size_t bytes)
+{
+    CUDA_CHECK(d->index, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                                         IG_DEV(dev_stream_of)(d, s)));
     return IG_OK;
 }
 

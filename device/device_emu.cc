@@ -1,9 +1,11 @@
 /* device/device_emu.cc: the device layer (device/device.h) on the host, for
  * the emulator build (names end in _emu). "Device" memory is host memory
- * (256-byte aligned, exact size so ASan bounds it), the stream is
- * synchronous (copies are memcpy, kernels run to completion at launch), there
- * are no graphs (dev_graph_begin fails silently and callers launch
- * directly), timers measure host wall time, and the GEMM is a plain CPU loop.
+ * (256-byte aligned, exact size so ASan bounds it), the main stream is
+ * synchronous (copies are memcpy, kernels run to completion at launch), the
+ * copy stream runs late (its work queued, run at the latest point CUDA's
+ * ordering allows: see "the copy stream" below), there are no graphs
+ * (dev_graph_begin fails silently and callers launch directly), timers
+ * measure host wall time, and the GEMM is a plain CPU loop.
  * Covered by tests/emu/test_device_emu.c. */
 #include "device/device.h"
 
@@ -17,10 +19,34 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The copy stream's queued work: a download, or an event's record. */
+struct late_op {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool unordered;       /* a download not after the main stream's latest work */
+    bool record;          /* a record of ev (NULL once destroyed), else a copy */
+    struct dev_event *ev;
+    uint64_t ticket;      /* the record's */
+};
+
 struct dev {
     int64_t t0_ns;
     bool timer_running;
     int64_t extra_launches; /* GEMMs and noted twins: launches the emulator did not run */
+    struct late_op *late;   /* the copy stream's queue, [n_late] not yet run */
+    size_t n_late, cap_late;
+    uint64_t tickets;       /* records so far on the copy stream */
+    int64_t main_writes;    /* main-stream copies and memsets that write device memory */
+    int64_t copy_seen;      /* the main stream's work the copy stream waited for */
+};
+
+/* An event: done, or recorded on the copy stream and not yet reached there
+ * (ticket: its latest record's). */
+struct dev_event {
+    uint64_t ticket;
+    bool pending;
+    int64_t main_at; /* recorded on the main stream: its work then (main_work) */
 };
 
 struct dev_graph {
@@ -56,6 +82,14 @@ static void host_memory(size_t *total, size_t *free_b)
         *free_b = (size_t)page * (size_t)avail;
 }
 
+/* memcpy with a zero size and a NULL pointer is undefined: skip it. */
+static int copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return IG_OK;
+}
+
 extern "C" {
 
 int IG_DEV(dev_count)(void)
@@ -76,8 +110,12 @@ int IG_DEV(dev_open)(int index, struct dev **out)
     return IG_OK;
 }
 
+/* Work still queued on the copy stream is dropped: its memory may be gone
+ * (CUDA's frees wait for it; the emulator's do not). */
 void IG_DEV(dev_close)(struct dev *d)
 {
+    if (d)
+        free(d->late);
     free(d);
 }
 
@@ -90,11 +128,140 @@ void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info)
     host_memory(&info->mem_total, &info->mem_free);
 }
 
-/* Launches under the emulator ignore the stream: everything is synchronous. */
+/* Launches under the emulator ignore the stream: the main stream is
+ * synchronous. */
 void *IG_DEV(dev_stream)(struct dev *d)
 {
     (void)d;
     return NULL;
+}
+
+/* ---- the copy stream ----
+ * Its downloads and records are queued and run, in order, only when CUDA
+ * would have to have run them: the host waits on an event recorded there
+ * (cudaEventSynchronize), or the main stream waits on one (cudaStreamWaitEvent:
+ * run at the wait, see there). So a download reads its source then, after
+ * whatever the main stream wrote there meanwhile, and its destination holds
+ * stale bytes until then. Waits for main-stream events cost nothing (the main
+ * stream's work is done at launch). An event's waits see its latest record
+ * at their call (CUDA runtime API, cudaEventRecord: "APIs such as
+ * cudaStreamWaitEvent use the most recently captured state at the time of
+ * the API call"); one never recorded is done.
+ * Strict where it cannot know: a download queued when the copy stream has
+ * not waited for all of the main stream's work so far may run before that
+ * work on a GPU, and the emulator keeps no older copy of the memory, so it
+ * writes 0xff bytes (NaN in every float type) instead: a use that does not
+ * wait reads garbage, even one whose source that work never wrote. */
+/* The main stream's work so far: kernels the emulator ran, GEMMs and noted
+ * twins, copies and memsets that write device memory. */
+static int64_t main_work(const struct dev *d)
+{
+    return (int64_t)ig_emu_launches() + d->extra_launches + d->main_writes;
+}
+
+static void run_late(struct dev *d, uint64_t ticket)
+{
+    size_t k = 0;
+    while (k < d->n_late) {
+        struct late_op *op = &d->late[k++];
+        if (!op->record) {
+            if (op->bytes && op->unordered)
+                memset(op->dst, 0xff, op->bytes);
+            else if (op->bytes)
+                memcpy(op->dst, op->src, op->bytes);
+            continue;
+        }
+        if (op->ev && op->ev->ticket == op->ticket)
+            op->ev->pending = false;
+        if (op->ticket >= ticket)
+            break;
+    }
+    memmove(d->late, d->late + k, (d->n_late - k) * sizeof *d->late);
+    d->n_late -= k;
+}
+
+static int push_late(struct dev *d, struct late_op op)
+{
+    if (d->n_late == d->cap_late) {
+        size_t cap = d->cap_late ? 2 * d->cap_late : 64;
+        struct late_op *q = (struct late_op *)realloc(d->late, cap * sizeof *q);
+        if (!q)
+            return ig_error(IG_E_NOMEM, "emulated device: out of host memory queueing a copy");
+        d->late = q;
+        d->cap_late = cap;
+    }
+    d->late[d->n_late++] = op;
+    return IG_OK;
+}
+
+void *IG_DEV(dev_stream_of)(struct dev *d, enum dev_stream_id s)
+{
+    (void)d;
+    (void)s;
+    return NULL;
+}
+
+int IG_DEV(dev_event_create)(struct dev *d, struct dev_event **e)
+{
+    (void)d;
+    *e = (struct dev_event *)calloc(1, sizeof **e);
+    return *e ? IG_OK : ig_error(IG_E_NOMEM, "emulated device: out of host memory (an event)");
+}
+
+/* A record still queued forgets the event (CUDA lets a pending event be
+ * destroyed). */
+void IG_DEV(dev_event_destroy)(struct dev *d, struct dev_event *e)
+{
+    if (!e)
+        return;
+    for (size_t k = 0; k < d->n_late; k++)
+        if (d->late[k].ev == e) {
+            d->late[k].ev = NULL;
+        }
+    free(e);
+}
+
+int IG_DEV(dev_event_record)(struct dev *d, enum dev_stream_id s, struct dev_event *e)
+{
+    if (s == DEV_STREAM_MAIN) { /* the main stream's work so far is done */
+        e->main_at = main_work(d);
+        e->pending = false;
+        e->ticket = 0;
+        return IG_OK;
+    }
+    e->ticket = ++d->tickets;
+    e->pending = true;
+    e->main_at = 0;
+    return push_late(d, (struct late_op){NULL, NULL, 0, false, true, e, e->ticket});
+}
+
+/* The main stream waiting on a copy-stream event runs the copy stream up to
+ * it at once: the main stream's next work may be a kernel launch, which goes
+ * to the emulator without passing here, and the host code in between is
+ * not ordered against the copy by CUDA either. */
+int IG_DEV(dev_stream_wait)(struct dev *d, enum dev_stream_id s, struct dev_event *e)
+{
+    if (s == DEV_STREAM_MAIN && e->pending)
+        run_late(d, e->ticket);
+    if (s == DEV_STREAM_COPY && e->main_at > d->copy_seen)
+        d->copy_seen = e->main_at;
+    return IG_OK; /* (main's events are done, the copy stream's own in order) */
+}
+
+int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e)
+{
+    if (e->pending)
+        run_late(d, e->ticket);
+    return IG_OK;
+}
+
+int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
+                               size_t bytes)
+{
+    if (s == DEV_STREAM_MAIN)
+        return copy(dst, src, bytes);
+    const bool unordered = main_work(d) > d->copy_seen;
+    return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});
 }
 
 int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
@@ -135,16 +302,9 @@ void IG_DEV(dev_free_host)(struct dev *d, void *p)
     free(p);
 }
 
-/* memcpy with a zero size and a NULL pointer is undefined: skip it. */
-static int copy(void *dst, const void *src, size_t bytes)
-{
-    if (bytes)
-        memcpy(dst, src, bytes);
-    return IG_OK;
-}
-
 int IG_DEV(dev_upload)(struct dev *d, void *dst, const void *src, size_t bytes)
 {
+    d->main_writes++;
     return copy(dst, src, bytes);
 }
 
@@ -155,11 +315,13 @@ int IG_DEV(dev_download)(struct dev *d, void *dst, const void *src, size_t bytes
 
 int IG_DEV(dev_upload_async)(struct dev *d, void *dst, const void *src, size_t bytes)
 {
+    d->main_writes++;
     return copy(dst, src, bytes);
 }
 
 int IG_DEV(dev_copy)(struct dev *d, void *dst, const void *src, size_t bytes)
 {
+    d->main_writes++;
     /* cudaMemcpy between overlapping ranges is undefined too; memmove makes
      * the emulator forgiving where it cannot check. */
     if (bytes)
@@ -169,6 +331,7 @@ int IG_DEV(dev_copy)(struct dev *d, void *dst, const void *src, size_t bytes)
 
 int IG_DEV(dev_memset)(struct dev *d, void *p, int byte, size_t bytes)
 {
+    d->main_writes++;
     if (bytes)
         memset(p, byte, bytes);
     return IG_OK;

@@ -1,6 +1,7 @@
 /* tests/emu/device_checks.h: checks of the device layer (device/device.h)
  * that both implementations must pass: copy/memset round trips, an absurd
- * allocation, and dev_gemm_f16 against a double-precision reference on
+ * allocation, the copy stream's order through events (dc_check_events), and
+ * dev_gemm_f16 against a double-precision reference on
  * random f16 data, ragged shapes, padded strides (padding and a guard zone
  * after y must stay untouched) and beta 0 (y poisoned with NaN) and 1.
  * Included by tests/emu/test_device_emu.c and tests/gpu/test_device_gpu.c;
@@ -28,6 +29,49 @@ static void *dc_malloc(size_t bytes)
         exit(1);
     }
     return p;
+}
+
+/* The copy stream and events, as CUDA orders them: a download on the copy
+ * stream after it waits on a main-stream event sees the main stream's
+ * writes before the record; the host, after waiting on the copy's event,
+ * sees its bytes; the main stream, after waiting on it, may overwrite the
+ * source; an event never recorded is done; a record replaced by a later one
+ * is waited for through the later. */
+static void dc_check_events(struct dev *d)
+{
+    enum { N = 4096 };
+    void *p = NULL, *h = NULL;
+    struct dev_event *main_ev = NULL, *copy_ev = NULL;
+    CHECK(IG_DEV(dev_alloc)(d, N, &p) == IG_OK && p);
+    CHECK(IG_DEV(dev_alloc_host)(d, 2 * N, &h) == IG_OK && h);
+    CHECK(IG_DEV(dev_event_create)(d, &main_ev) == IG_OK && main_ev);
+    CHECK(IG_DEV(dev_event_create)(d, &copy_ev) == IG_OK && copy_ev);
+    if (!p || !h || !main_ev || !copy_ev)
+        return;
+    unsigned char *hb = h;
+    CHECK(IG_DEV(dev_event_sync)(d, copy_ev) == IG_OK); /* never recorded: done */
+    memset(hb, 0, 2 * N);
+    CHECK(IG_DEV(dev_memset)(d, p, 0x5a, N) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_MAIN, main_ev) == IG_OK);
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_COPY, main_ev) == IG_OK);
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, hb, p, N) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_COPY, copy_ev) == IG_OK);
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, hb + N, p, N) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_COPY, copy_ev) == IG_OK); /* replaces */
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_MAIN, copy_ev) == IG_OK);
+    CHECK(IG_DEV(dev_memset)(d, p, 0x11, N) == IG_OK); /* after both copies read */
+    CHECK(IG_DEV(dev_event_sync)(d, copy_ev) == IG_OK);
+    int64_t bad = 0;
+    for (int i = 0; i < 2 * N; i++)
+        bad += hb[i] != 0x5a;
+    CHECKF(bad == 0, "%lld of %d bytes downloaded on the copy stream are wrong", (long long)bad,
+           2 * N);
+    CHECK(IG_DEV(dev_sync)(d) == IG_OK);
+    IG_DEV(dev_event_destroy)(d, main_ev);
+    IG_DEV(dev_event_destroy)(d, copy_ev);
+    IG_DEV(dev_event_destroy)(d, NULL);
+    IG_DEV(dev_free_host)(d, h);
+    IG_DEV(dev_free)(d, p);
 }
 
 /* Upload, memset, device copy, pinned async upload, download: every byte. */

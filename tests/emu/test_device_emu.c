@@ -1,9 +1,57 @@
 /* tests/emu/test_device_emu.c: the emulated device layer (device/device_emu.cc):
  * one device named "emulator", memory round trips, an absurd allocation
- * failing cleanly, no graphs (begin refuses, callers launch directly), a
+ * failing cleanly, events and the copy stream (run late: a missing wait
+ * shows), no graphs (begin refuses, callers launch directly), a
  * host timer, and dev_gemm_f16 on ragged shapes against a double reference
  * (tests/emu/device_checks.h). Label emu. */
 #include "tests/emu/device_checks.h"
+
+/* The emulator's copy stream runs late (device_emu.cc), so a missing wait
+ * shows: until the host waits on the copy's event the host buffer holds
+ * its old bytes, and a main-stream write before that changes what the copy
+ * reads; a main-stream wait runs it; a download queued without a wait for
+ * the main stream's latest work gives 0xff bytes; a destroyed event's
+ * record is skipped, the copies around it still run in order. */
+static void check_late_copy_stream(struct dev *d)
+{
+    enum { N = 512 };
+    void *p = NULL, *h = NULL;
+    struct dev_event *m = NULL, *e = NULL, *gone = NULL;
+    CHECK(IG_DEV(dev_alloc)(d, N, &p) == IG_OK && IG_DEV(dev_alloc_host)(d, N, &h) == IG_OK);
+    CHECK(IG_DEV(dev_event_create)(d, &m) == IG_OK && IG_DEV(dev_event_create)(d, &e) == IG_OK &&
+          IG_DEV(dev_event_create)(d, &gone) == IG_OK);
+    if (!p || !h || !m || !e || !gone)
+        return;
+    unsigned char *hb = h;
+    memset(hb, 0xee, N);
+    CHECK(IG_DEV(dev_memset)(d, p, 1, N) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_MAIN, m) == IG_OK);
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_COPY, m) == IG_OK);
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, h, p, N) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_COPY, e) == IG_OK);
+    CHECK(hb[0] == 0xee && hb[N - 1] == 0xee);      /* not yet */
+    CHECK(IG_DEV(dev_memset)(d, p, 2, N) == IG_OK); /* no wait: the copy reads this */
+    CHECK(IG_DEV(dev_sync)(d) == IG_OK && hb[0] == 0xee); /* the main stream's sync only */
+    CHECK(IG_DEV(dev_event_sync)(d, e) == IG_OK);
+    CHECK(hb[0] == 2 && hb[N - 1] == 2);
+
+    /* not after the memset of 2: garbage */
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, h, p, N / 2) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_COPY, gone) == IG_OK);
+    IG_DEV(dev_event_destroy)(d, gone);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_MAIN, m) == IG_OK);
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_COPY, m) == IG_OK);
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, hb + N / 2, p, N / 2) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_COPY, e) == IG_OK);
+    CHECK(IG_DEV(dev_memset)(d, p, 3, N) == IG_OK);
+    CHECK(hb[0] == 2 && hb[N / 2] == 2);
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_MAIN, e) == IG_OK);
+    CHECK(hb[0] == 0xff && hb[N / 2 - 1] == 0xff && hb[N / 2] == 3 && hb[N - 1] == 3);
+    IG_DEV(dev_event_destroy)(d, e);
+    IG_DEV(dev_event_destroy)(d, m);
+    IG_DEV(dev_free_host)(d, h);
+    IG_DEV(dev_free)(d, p);
+}
 
 int main(void)
 {
@@ -22,6 +70,8 @@ int main(void)
 
     dc_check_memory(d);
     dc_check_absurd_alloc(d);
+    dc_check_events(d);
+    check_late_copy_stream(d);
 
     CHECK(IG_DEV(dev_graph_begin)(d) == IG_E_DEVICE);
     IG_DEV(dev_graph_free)(NULL);

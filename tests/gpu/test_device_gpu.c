@@ -96,8 +96,11 @@ int main(void)
     CHECK(info.mem_total > 0 && info.mem_free <= info.mem_total);
     CHECK(IG_DEV(dev_stream)(d) != NULL);
 
+    CHECK(IG_DEV(dev_stream_of)(d, DEV_STREAM_COPY) != NULL &&
+          IG_DEV(dev_stream_of)(d, DEV_STREAM_COPY) != IG_DEV(dev_stream)(d));
     dc_check_memory(d);
     dc_check_absurd_alloc(d);
+    dc_check_events(d);
     /* f32 accumulation in an unknown order, possibly truncating (tensor
      * cores): (cols + 2) roundings of 2^-23 per addend */
     dc_check_gemms(d, 0x1p-23, "gpu");
