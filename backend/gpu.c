@@ -463,6 +463,7 @@ static void gpu_destroy(struct backend *b)
             for (int k = 0; k <= GPU_VERIFY_Q_LOG2; k++)
                 IG_DEV(dev_graph_free)(g->verify_graphs[i][k]);
         }
+        IG_DEV(gpu_layer_out_free)(g);
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->h_stage);
@@ -603,9 +604,10 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
     g->mixed_steps += n_single > 0;
     /* Past attention, the last layer matters for the rows that want logits. */
     st = IG_DEV(gpu_forward_prefill)(g, n, ns, n_single, want0);
-    g->layer_batch = NULL;
     if (st == IG_OK && n_want)
         st = IG_DEV(gpu_head_rows)(g, want, n_want, batch->logits, batch->greedy);
+    st = IG_DEV(gpu_layer_out_end)(g, st); /* (the last layer's hook) */
+    g->layer_batch = NULL;
     return st == IG_OK ? IG_DEV(dev_sync)(g->dev) : st;
 }
 

@@ -198,6 +198,17 @@ struct gpu_backend {
     struct backend_layer_seq *layer_seqs; /* [n_slots] */
     int32_t *layer_tables;
     int64_t layer_tables_cap;
+    /* Their copies on the device's copy stream (gpu_layer_out; false:
+     * IGNITE_PD_COPY_STREAM=0): layer l's rows downloaded into
+     * layer_stage[l & 1] (page-locked, layer_stage_bytes each, kept and grown
+     * as needed) once the main stream is past layer_mixed[l & 1], done at
+     * layer_copied[l & 1]; layer_due the layer whose hook comes next (-1:
+     * none) */
+    bool layer_async;
+    int64_t layer_due;
+    void *layer_stage[2];
+    size_t layer_stage_bytes;
+    struct dev_event *layer_mixed[2], *layer_copied[2];
     struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
     /* Qwen3.5's hybrid layers (gpu_deltanet.c; NULL without): the step's
      * sequences [max_seqs] (staged in pinned h_dn_seqs), the DeltaNet
@@ -302,15 +313,25 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
  * for the rows the hook reads (batch->layer_from: each such sequence's
  * blocks from its first position's to its last row's, and a state slot
  * each where the model has recurrent layers), then g->layer_batch = batch.
- * gpu_layer_out after a layer's mixer: its rows (and states) copied into
- * the store, one synchronizing download a run of blocks consecutive in
- * both (each block of a quantized pool, reordered as kv_export does), then
- * the hook called; nothing while g->layer_batch is NULL; with
- * batch->layer_device no store and no copy, the hook called with NULLs
- * (it sends from the device: gpu_kv_p2p.c). IG_OK, or
- * IG_E_NOMEM / IG_E_DEVICE after one line. */
+ * gpu_layer_out after a layer's mixer: its rows (and states) queued for
+ * the store on the copy stream, one download a run of blocks consecutive
+ * in both (each block of a quantized pool, reordered as kv_export does, on
+ * the host), after an event of the main stream, into page-locked staging;
+ * then the previous layer's hook, once its copies are done (the host waits
+ * for their event only). gpu_layer_out_end, after the step's last launch:
+ * the last layer's hook, and the main stream ordered after the copies; it
+ * returns st (the step's status so far: not IG_OK, the copies left are
+ * waited for and no hook runs) or its own error. Under
+ * IGNITE_PD_COPY_STREAM=0 the downloads are synchronous and each hook
+ * comes at its layer. Nothing while g->layer_batch is NULL; with
+ * batch->layer_device no store and no copy, the hook called with NULLs (it
+ * sends from the device: gpu_kv_p2p.c). IG_OK, or IG_E_NOMEM / IG_E_DEVICE
+ * after one line. gpu_layer_out_free: the staging and events (the
+ * backend's destroy). */
 int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batch *batch);
 int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l);
+int IG_DEV(gpu_layer_out_end)(struct gpu_backend *g, int st);
+void IG_DEV(gpu_layer_out_free)(struct gpu_backend *g);
 
 /* Allocates and fills every weight, and the matmul scratch for max_batch
  * rows (gpu_weights.c). */

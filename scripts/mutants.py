@@ -313,6 +313,27 @@ MUTANTS = [
      "#define DN_NAME(name) name##_avx2\n#define DN_LANES 16",
      ["forward_dump", "ignite"], ["test_deltanet"],
      "the DeltaNet's AVX2 set steps 16 floats over 8-float vectors", "caught"),
+    ("pd-copy-no-host-wait", "backend/gpu_cache.c",
+     "int st = IG_DEV(dev_event_sync)(g->dev, g->layer_copied[l & 1]);", "int st = IG_OK;",
+     ["test_backend_pd_emu"], ["test_backend_pd_emu"],
+     "a layer's hook unpacks its staging before the host waits for the copy stream's event",
+     "caught"),
+    ("pd-copy-no-mixer-wait", "backend/gpu_cache.c",
+     "        (st = IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_COPY, g->layer_mixed[k])) ||\n",
+     "", ["test_backend_pd_emu"], ["test_backend_pd_emu"],
+     "the copy stream downloads a layer's rows without waiting for the mixer that writes them",
+     "caught"),
+    ("pd-copy-no-step-wait", "backend/gpu_cache.c",
+     "        st = IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->layer_copied[last & 1]);",
+     "        st = IG_OK;", ["test_backend_pd_emu"], ["test_backend_pd_emu"],
+     "the main stream's next step is not ordered after the copies (implied by the hooks' host "
+     "waits)", "missed"),
+    ("emu-copy-stream-early", "device/device_emu.cc",
+     "    const bool unordered = main_work(d) > d->copy_seen;\n"
+     "    return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});",
+     "    return copy(dst, src, bytes);", ["test_device_emu"], ["test_device_emu"],
+     "the emulated copy stream runs its downloads at once (a missing wait would not show)",
+     "caught"),
 ]
 
 
