@@ -23,9 +23,12 @@
  * bench/random_gguf.py's qwen35 tiny Q8_0, 3 DeltaNet layers and a gated
  * attention layer) the same for one step of two prompts: the DeltaNet
  * layers' states and the attention rows. Weights native (the default).
+ * The copies run on the emulated copy stream, late (device_emu.cc), so a
+ * hook that reads before its copy's event is done sees stale staging.
  * Mutants by hand (docs/gpu.md): the hook called before its layer's mixer
  * (gpu_forward.c), a one-row-a-sequence step left to the decode path
- * (gpu.c), the engine's layer_from without the shared prefix (engine.c).
+ * (gpu.c), the engine's layer_from without the shared prefix (engine.c);
+ * scripts/mutants.py's pd-copy-no-host-wait and pd-copy-no-mixer-wait.
  * Label emu. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
