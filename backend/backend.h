@@ -146,7 +146,9 @@ struct backend_batch {
      * CPU backend passes its own store and seqs NULL (the sequences' own
      * tables and slots index it); the CUDA backend a host copy of the rows
      * layer_from asks for (backend/gpu_cache.c), seqs [n_seqs] saying where
-     * each sequence is in it. NULL: none. */
+     * each sequence is in it, layer l's once its copy is done (while the
+     * device runs layer l+1; the last before the step returns). Layers come
+     * in order. NULL: none. */
     void (*on_layer)(void *user, int64_t layer, const struct kv_store *kv,
                      const struct backend_layer_seq *seqs);
     void *layer_user;

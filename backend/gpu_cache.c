@@ -3,10 +3,10 @@
  * them into a host kv_store, --load-kv uploads one), and a prefill step's
  * rows layer by layer for backend_batch.on_layer (batch --pd's prefill
  * ranks: on the device's copy stream, overlapping the next layer, unless
- * IGNITE_PD_COPY_STREAM=0). A device block [n_head_kv][KV_BLOCK][head_dim] f16 is laid out as
- * a host f16 store's block, so a download needs no reordering (one copy a
- * run of consecutive blocks; a quantized pool's blocks are reordered one by
- * one); a layer sharing another's KV has nothing of its own; under the
+ * IGNITE_PD_COPY_STREAM=0). A device block [n_head_kv][KV_BLOCK][head_dim]
+ * f16 is laid out as a host f16 store's block, so a download needs no
+ * reordering (one copy a run of consecutive blocks; a quantized pool's
+ * blocks are reordered one by one); a layer sharing another's KV has nothing of its own; under the
  * window rule a window layer's blocks go through the window table, those
  * given back zeros on the host and never written on the device. Covered by
  * tests/emu/test_backend_emu.c, test_backend_pd_emu.c,
