@@ -4,9 +4,10 @@
  *
  * Two implementations with the same functions (devkit/dev_entry.h):
  * device_cuda.c over the CUDA runtime and cuBLAS, and device_emu.cc over
- * host memory, where "device" pointers are host pointers, the stream is
- * synchronous, kernels run under the emulator (emu/) and the GEMM is a plain
- * CPU loop with the same rounding contract. The backend's orchestration
+ * host memory, where "device" pointers are host pointers, the main stream
+ * is synchronous (the copy stream late, below), kernels run under the
+ * emulator (emu/) and the GEMM is a plain CPU loop with the same rounding
+ * contract. The backend's orchestration
  * (buffer sizes, offsets, kernel order, cache indexing) thus runs end to end
  * in CI. Every function returns IG_OK or an error status after one line on
  * stderr (IG_E_DEVICE for a device failure, IG_E_NOMEM when memory runs
@@ -54,14 +55,16 @@ void *IG_DEV(dev_stream)(struct dev *d);
  * overlap the main stream's work. Nothing orders the two but events: a
  * stream waiting on an event, the host waiting on one. The emulator runs
  * the main stream's work at once and the copy stream's as late as CUDA
- * allows (device_emu.cc), so a missing wait reads stale bytes there too. */
+ * allows (device_emu.cc), so a missing wait reads stale bytes there too;
+ * a copy-stream download queued before the copy stream has waited for the
+ * main stream's latest work gives 0xff bytes there (it may run first). */
 enum dev_stream_id { DEV_STREAM_MAIN, DEV_STREAM_COPY };
 struct dev_event; /* a point in one stream's work (a cudaEvent_t, no timing) */
 
 /* The stream's handle (a cudaStream_t; NULL under the emulator). */
 void *IG_DEV(dev_stream_of)(struct dev *d, enum dev_stream_id s);
 /* An event that has recorded nothing yet (waiting on it returns at once).
- * Destroy a NULL one is fine. */
+ * Destroying NULL is fine. */
 int IG_DEV(dev_event_create)(struct dev *d, struct dev_event **e);
 void IG_DEV(dev_event_destroy)(struct dev *d, struct dev_event *e);
 /* e marks the work queued on stream s so far (a later record replaces it;
@@ -82,7 +85,8 @@ int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, c
 int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p);
 void IG_DEV(dev_free)(struct dev *d, void *p);
 
-/* Page-locked host memory for copies that a graph replays (NULL-safe free). */
+/* Page-locked host memory for copies that a graph replays and for
+ * dev_download_async (NULL-safe free). */
 int IG_DEV(dev_alloc_host)(struct dev *d, size_t bytes, void **p);
 void IG_DEV(dev_free_host)(struct dev *d, void *p);
 
