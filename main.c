@@ -87,9 +87,8 @@ static int take_tp(int *argc, char **argv)
             argv[out++] = argv[i];
             continue;
         }
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (!*v || *end || n < 1 || n > MODEL_TP_MAX_RANKS)
+        int64_t n;
+        if (!cli_scan_i64(v, &n) || n < 1 || n > MODEL_TP_MAX_RANKS)
             return ig_error(IG_E_USAGE, "--tp: expected 1..%d ranks, got '%s'",
                             MODEL_TP_MAX_RANKS, v);
         backend_tp_set_asked((int)n);

@@ -21,6 +21,7 @@
 #include "grammar/grammar.h"
 #include "models/gguf.h"
 #include "models/model.h"
+#include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -112,8 +113,14 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'm': model_path = optarg; break;
         case 'v': other_path = optarg; break;
-        case 'n': want = atoll(optarg); break;
-        case 't': threads = atoll(optarg); break;
+        case 'n':
+            if (cli_parse_i64("-n", optarg, 1, 1 << 20, &want) != IG_OK)
+                return 2;
+            break;
+        case 't':
+            if (cli_parse_i64("-t", optarg, 0, OPS_POOL_MAX_THREADS, &threads) != IG_OK)
+                return 2;
+            break;
         default:
             fprintf(stderr, "usage: bench_grammar [-m MODEL] [-v OTHER.gguf] [-n N] [-t T] "
                             "SCHEMA.json...\n");

@@ -54,8 +54,10 @@ int bench_parse_len(const char *what, const char *arg, double *mean, double *sd)
     char *colon = strchr(buf, ':');
     if (colon)
         *colon = '\0';
-    if (cli_parse_f64(what, buf, 1, 1 << 20, mean) != IG_OK)
+    int64_t tokens; /* a length is a count; its spread may be fractional */
+    if (cli_parse_i64(what, buf, 1, 1 << 20, &tokens) != IG_OK)
         return IG_E_USAGE;
+    *mean = (double)tokens;
     *sd = 0;
     if (colon && cli_parse_f64(what, colon + 1, 0, 1 << 20, sd) != IG_OK)
         return IG_E_USAGE;

@@ -120,8 +120,12 @@ int bench_parse_goodput(const char *arg, struct bench_slo *slo)
     if (strlen(arg) >= sizeof buf)
         return ig_error(IG_E_USAGE, "--goodput: too long: '%.40s...'", arg);
     strcpy(buf, arg);
-    int n = 0;
-    for (char *save = NULL, *w = strtok_r(buf, " ,", &save); w; w = strtok_r(NULL, " ,", &save)) {
+    for (char *w = buf, *comma; w; w = comma ? comma + 1 : NULL) {
+        if ((comma = strchr(w, ',')))
+            *comma = '\0';
+        if (!*w) /* ttft:1,,tpot:2 or a comma at an end: a part left out */
+            return ig_error(IG_E_USAGE, "--goodput: empty item in '%s' (write ttft:MS, tpot:MS "
+                            "or e2el:MS between the commas)", arg);
         double *at = !strncmp(w, "ttft:", 5)   ? &slo->ttft_ms
                      : !strncmp(w, "tpot:", 5) ? &slo->tpot_ms
                      : !strncmp(w, "e2el:", 5) ? &slo->e2el_ms : NULL;
@@ -132,10 +136,6 @@ int bench_parse_goodput(const char *arg, struct bench_slo *slo)
             return ig_error(IG_E_USAGE, "--goodput: %.4s given twice", w);
         if (cli_parse_f64("--goodput", w + 5, 0, 1e12, at) != IG_OK)
             return IG_E_USAGE;
-        n++;
     }
-    if (!n)
-        return ig_error(IG_E_USAGE, "--goodput: expected ttft:MS, tpot:MS or e2el:MS, got '%s'",
-                        arg);
     return IG_OK;
 }

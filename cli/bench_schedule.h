@@ -22,9 +22,10 @@ uint64_t bench_rand(uint64_t *x);
  * own name). */
 int bench_parse_rate(const char *what, const char *arg, double *rate);
 
-/* Adds the objectives in `arg` to *slo: words "ttft:MS", "tpot:MS" or
- * "e2el:MS" (vLLM's spelling), separated by spaces or commas, MS >= 0;
- * *slo's unset objectives are < 0, and one set twice is refused. Returns
+/* Adds the objectives in `arg` to *slo: items "ttft:MS", "tpot:MS" or
+ * "e2el:MS" (vLLM's spelling), separated by commas (none empty), MS >= 0;
+ * vLLM's separate words come one call each. *slo's unset objectives are
+ * < 0, and one set twice is refused. Returns
  * IG_OK or IG_E_USAGE (one line naming the bad word). */
 int bench_parse_goodput(const char *arg, struct bench_slo *slo);
 

@@ -93,7 +93,17 @@ int cli_option_error(const char *cmd, int key, char **argv);
  * added to how every model file is held from now on, for the process. */
 void cli_load_mode(unsigned flag);
 
-/* Full-string, range-checked parsing. `what` names the option in the error
+/* Numbers as people write them on a command line, the whole word or nothing.
+ * An integer (a count, a size, an id, a seed): an optional '-' and decimal
+ * digits only; no '+', white space, hex (0x10), exponent (1e3), point or
+ * inf. A real (--temp, --top-p, a rate): an optional '-', decimal digits
+ * with an optional point, an optional exponent (0.5, .5, 1e-3); no hex
+ * (0x1p-1), inf or nan (a flag that means "unbounded" says so itself, as
+ * --request-rate inf). cli_scan_i64 says only whether `s` is one that fits
+ * int64_t (and sets *out), for parsers that word their own error. */
+bool cli_scan_i64(const char *s, int64_t *out);
+
+/* The above, range-checked. `what` names the option in the error
  * ("--ctx-size"). Return IG_OK, or IG_E_USAGE after one line on stderr. */
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out);
 int cli_parse_f64(const char *what, const char *s, double min, double max, double *out);

@@ -6,7 +6,6 @@
 #include "core/paths.h"
 #include "core/status.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -73,14 +72,53 @@ void cli_load_mode(unsigned flag)
     ig_map_set_mode(flags);
 }
 
+/* The length of a run of decimal digits at s. */
+static size_t digits(const char *s)
+{
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9')
+        n++;
+    return n;
+}
+
+bool cli_scan_i64(const char *s, int64_t *out)
+{
+    const char *d = s + (*s == '-');
+    if (!digits(d) || d[digits(d)] != '\0')
+        return false;
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    if (errno == ERANGE)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* True when s is a decimal real as cli.h spells it: strtod alone would also
+ * take white space, hex, inf and nan. */
+static bool is_decimal_real(const char *s)
+{
+    s += *s == '-';
+    size_t whole = digits(s);
+    s += whole;
+    size_t frac = 0;
+    if (*s == '.')
+        s += 1 + (frac = digits(s + 1));
+    if (!whole && !frac)
+        return false;
+    if (*s == 'e' || *s == 'E') {
+        s += 1 + (s[1] == '+' || s[1] == '-');
+        if (!digits(s))
+            return false;
+        s += digits(s);
+    }
+    return *s == '\0';
+}
+
 int cli_parse_i64(const char *what, const char *s, int64_t min, int64_t max, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    /* whole strings only: strtoll would skip leading white space */
-    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE || v < min ||
-        v > max)
+    int64_t v;
+    if (!cli_scan_i64(s, &v) || v < min || v > max)
         return ig_error(IG_E_USAGE, "%s: expected an integer in [%lld, %lld], got '%s'",
                         what, (long long)min, (long long)max, s);
     *out = v;
@@ -100,11 +138,10 @@ static const char *bound_str(double v, char *buf, size_t cap)
 
 int cli_parse_f64(const char *what, const char *s, double min, double max, double *out)
 {
-    char *end, lo[32], hi[32];
+    char lo[32], hi[32];
     errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || isspace((unsigned char)*s) || errno == ERANGE ||
-        !isfinite(v) || v < min || v > max)
+    double v = is_decimal_real(s) ? strtod(s, NULL) : NAN;
+    if (errno == ERANGE || !isfinite(v) || v < min || v > max)
         return ig_error(IG_E_USAGE, "%s: expected a number in [%s, %s], got '%s'", what,
                         bound_str(min, lo, sizeof lo), bound_str(max, hi, sizeof hi), s);
     *out = v;

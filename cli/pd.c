@@ -26,13 +26,15 @@ bool cli_pd_asked(int argc, char **argv)
 
 int pd_parse(const char *arg, int *p, int *d)
 {
-    char *end;
-    long a = strtol(arg, &end, 10), b = 0;
-    bool ok = end != arg && *end == ':' && a >= 1 && a <= 1024;
-    if (ok) {
-        const char *s = end + 1;
-        b = strtol(s, &end, 10);
-        ok = end != s && !*end && b >= 1 && b <= 1024;
+    char buf[32];
+    const char *colon = strchr(arg, ':');
+    int64_t a = 0, b = 0;
+    bool ok = colon && (size_t)(colon - arg) < sizeof buf;
+    if (ok) { /* each side a count as cli_scan_i64 reads one */
+        memcpy(buf, arg, (size_t)(colon - arg));
+        buf[colon - arg] = '\0';
+        ok = cli_scan_i64(buf, &a) && cli_scan_i64(colon + 1, &b) && a >= 1 && a <= 1024 &&
+             b >= 1 && b <= 1024;
     }
     if (!ok)
         return ig_error(IG_E_USAGE, "--pd: expected P:D, prefill and decode ranks (each 1 or "

@@ -16,9 +16,8 @@
 void cli_progress_start(struct cli_progress *p, bool on)
 {
     const char *env = getenv("IGNITE_PROGRESS_MS");
-    char *end;
-    long ms = env && *env ? strtol(env, &end, 10) : 1000;
-    if (!env || !*env || *end || ms < 0)
+    int64_t ms;
+    if (!env || !cli_scan_i64(env, &ms) || ms < 0 || ms > 86400000)
         ms = 1000;
     *p = (struct cli_progress){.on = on && cli_stderr_is_tty(), .t0 = ig_now_ns(),
                                .delay_ns = (int64_t)ms * 1000000};

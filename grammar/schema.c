@@ -36,48 +36,6 @@
 #define SCHEMA_MAX_DEPTH 64
 #define INT_MAX_DIGITS 18 /* unbounded integers: at most this many digits (int64 range) */
 
-/* A growable NUL-terminated string. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool nomem;
-};
-
-static void sb_putn(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->nomem)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->nomem = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(struct sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    IG_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
-    sb_putn(b, tmp, (size_t)n);
-}
-
 /* ---- the converter ------------------------------------------------------------ */
 
 struct ref_rule {
@@ -88,7 +46,7 @@ struct ref_rule {
 struct conv {
     const char *source;
     const cJSON *doc;
-    struct sbuf rules;     /* "name ::= body\n" lines */
+    struct gr_str rules;     /* "name ::= body\n" lines */
     char **names;          /* rule names in use */
     int64_t n_names, cap_names;
     struct ref_rule *refs;
@@ -193,9 +151,9 @@ static char *new_name(struct conv *c, const char *base)
 
 static void add_rule(struct conv *c, const char *name, const char *body)
 {
-    sb_printf(&c->rules, "%s ::= ", name);
-    sb_puts(&c->rules, body);
-    sb_puts(&c->rules, "\n");
+    gr_str_printf(&c->rules, "%s ::= ", name);
+    gr_str_puts(&c->rules, body);
+    gr_str_puts(&c->rules, "\n");
     if (c->rules.nomem)
         nomem(c);
 }
@@ -258,28 +216,28 @@ static const char *prim(struct conv *c, unsigned which)
 }
 
 /* s as a GBNF string literal (quotes added). */
-static void gbnf_literal(struct sbuf *b, const char *s)
+static void gbnf_literal(struct gr_str *b, const char *s)
 {
-    sb_puts(b, "\"");
+    gr_str_puts(b, "\"");
     for (; *s; s++) {
         switch (*s) {
-        case '"': sb_puts(b, "\\\""); break;
-        case '\\': sb_puts(b, "\\\\"); break;
-        case '\n': sb_puts(b, "\\n"); break;
-        case '\r': sb_puts(b, "\\r"); break;
-        case '\t': sb_puts(b, "\\t"); break;
+        case '"': gr_str_puts(b, "\\\""); break;
+        case '\\': gr_str_puts(b, "\\\\"); break;
+        case '\n': gr_str_puts(b, "\\n"); break;
+        case '\r': gr_str_puts(b, "\\r"); break;
+        case '\t': gr_str_puts(b, "\\t"); break;
         default:
             if ((unsigned char)*s < 0x20)
-                sb_printf(b, "\\x%02X", (unsigned char)*s);
+                gr_str_printf(b, "\\x%02X", (unsigned char)*s);
             else
-                sb_putn(b, s, 1);
+                gr_str_putn(b, s, 1);
         }
     }
-    sb_puts(b, "\"");
+    gr_str_puts(b, "\"");
 }
 
 /* A JSON value as the exact text the model must write (compact JSON). */
-static int json_literal(struct conv *c, const cJSON *v, struct sbuf *b)
+static int json_literal(struct conv *c, const cJSON *v, struct gr_str *b)
 {
     char *text = cJSON_PrintUnformatted(v);
     if (!text)
@@ -354,50 +312,50 @@ static int get_count(struct conv *c, const cJSON *node, const char *key, int64_t
 /* ---- integers in a range ------------------------------------------------------- */
 
 /* Digits of equal-length decimal strings lo..hi (lo <= hi) as GBNF. */
-static void digit_range(struct sbuf *b, const char *lo, const char *hi, size_t n)
+static void digit_range(struct gr_str *b, const char *lo, const char *hi, size_t n)
 {
     if (n == 1) {
         if (lo[0] == hi[0])
-            sb_printf(b, "\"%c\"", lo[0]);
+            gr_str_printf(b, "\"%c\"", lo[0]);
         else
-            sb_printf(b, "[%c-%c]", lo[0], hi[0]);
+            gr_str_printf(b, "[%c-%c]", lo[0], hi[0]);
         return;
     }
     if (lo[0] == hi[0]) {
-        sb_printf(b, "\"%c\" ", lo[0]);
+        gr_str_printf(b, "\"%c\" ", lo[0]);
         digit_range(b, lo + 1, hi + 1, n - 1);
         return;
     }
     bool lo_zeros = strspn(lo + 1, "0") >= n - 1, hi_nines = strspn(hi + 1, "9") >= n - 1;
     char first = lo_zeros ? lo[0] : (char)(lo[0] + 1);
     char last = hi_nines ? hi[0] : (char)(hi[0] - 1);
-    sb_puts(b, "( ");
+    gr_str_puts(b, "( ");
     bool any = false;
     if (!lo_zeros) {
         char nines[32];
         memset(nines, '9', n - 1);
-        sb_printf(b, "\"%c\" ( ", lo[0]);
+        gr_str_printf(b, "\"%c\" ( ", lo[0]);
         digit_range(b, lo + 1, nines, n - 1);
-        sb_puts(b, " )");
+        gr_str_puts(b, " )");
         any = true;
     }
     if (first <= last) {
-        sb_printf(b, "%s[%c-%c] [0-9]{%zu}", any ? " | " : "", first, last, n - 1);
+        gr_str_printf(b, "%s[%c-%c] [0-9]{%zu}", any ? " | " : "", first, last, n - 1);
         any = true;
     }
     if (!hi_nines) {
         char zeros[32];
         memset(zeros, '0', n - 1);
-        sb_printf(b, "%s\"%c\" ( ", any ? " | " : "", hi[0]);
+        gr_str_printf(b, "%s\"%c\" ( ", any ? " | " : "", hi[0]);
         digit_range(b, zeros, hi + 1, n - 1);
-        sb_puts(b, " )");
+        gr_str_puts(b, " )");
     }
-    sb_puts(b, " )");
+    gr_str_puts(b, " )");
 }
 
 /* Non-negative integers in [lo, hi] (hi < 0: unbounded, at most
  * INT_MAX_DIGITS digits), no leading zeros, as alternatives. */
-static void uint_range(struct sbuf *b, uint64_t lo, int64_t hi)
+static void uint_range(struct gr_str *b, uint64_t lo, int64_t hi)
 {
     char a[32], z[32];
     int la = snprintf(a, sizeof a, "%llu", (unsigned long long)lo);
@@ -412,12 +370,13 @@ static void uint_range(struct sbuf *b, uint64_t lo, int64_t hi)
         if (hi >= 0 && len == lz) {
             memcpy(to, z, (size_t)lz + 1);
         } else if (hi < 0 && len > la) { /* every longer length at once */
-            sb_printf(b, "%s[1-9] [0-9]{%d,%d}", first ? "" : " | ", len - 1, INT_MAX_DIGITS - 1);
+            gr_str_printf(b, "%s[1-9] [0-9]{%d,%d}", first ? "" : " | ", len - 1,
+                          INT_MAX_DIGITS - 1);
             return;
         } else {
             memset(to, '9', (size_t)len), to[len] = '\0';
         }
-        sb_puts(b, first ? "" : " | ");
+        gr_str_puts(b, first ? "" : " | ");
         digit_range(b, from, to, (size_t)len);
         first = false;
     }
@@ -441,7 +400,7 @@ static int int_bound(struct conv *c, const cJSON *node, const char *key, bool up
 }
 
 /* The integers between the schema's bounds. */
-static int integer_range(struct conv *c, const cJSON *node, struct sbuf *b)
+static int integer_range(struct conv *c, const cJSON *node, struct gr_str *b)
 {
     bool has_lo, has_hi, has_xlo, has_xhi;
     int64_t lo = 0, hi = 0, xlo = 0, xhi = 0;
@@ -456,26 +415,26 @@ static int integer_range(struct conv *c, const cJSON *node, struct sbuf *b)
     if (has_xhi && (!has_hi || xhi - 1 < hi))
         hi = xhi - 1, has_hi = true;
     if (!has_lo && !has_hi) {
-        sb_puts(b, prim(c, PRIM_INTEGER));
+        gr_str_puts(b, prim(c, PRIM_INTEGER));
         return IG_OK;
     }
     if (has_lo && has_hi && lo > hi)
         return fail(c, "no integer lies between the bounds");
-    sb_puts(b, "( ");
+    gr_str_puts(b, "( ");
     bool any = false;
     /* negatives: "-" then magnitudes */
     if (!has_lo || lo < 0) {
         uint64_t mag_lo = has_hi && hi < 0 ? (uint64_t)-hi : 1;
-        sb_puts(b, "\"-\" ( ");
+        gr_str_puts(b, "\"-\" ( ");
         uint_range(b, mag_lo, has_lo ? -lo : -1);
-        sb_puts(b, " )");
+        gr_str_puts(b, " )");
         any = true;
     }
     if (!has_hi || hi >= 0) {
-        sb_puts(b, any ? " | " : "");
+        gr_str_puts(b, any ? " | " : "");
         uint_range(b, has_lo && lo > 0 ? (uint64_t)lo : 0, has_hi ? hi : -1);
     }
-    sb_puts(b, " )");
+    gr_str_puts(b, " )");
     return IG_OK;
 }
 
@@ -500,7 +459,7 @@ static bool frac_zero_ok(const char *lo, bool lo_x, const char *hi, bool hi_x)
 
 /* Alternatives (" | " between) of the non-empty digit strings t of at most
  * k digits with lo <= .t <= hi (< where exclusive); *any: one was written. */
-static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi, bool hi_x,
+static void frac_alts(struct gr_str *b, const char *lo, bool lo_x, const char *hi, bool hi_x,
                       int k, bool *any)
 {
     if (k <= 0)
@@ -509,7 +468,7 @@ static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi,
         lo = NULL; /* every fraction is >= 0 */
     if (hi && all_zero(hi)) { /* at most .0: zeros only, when that is allowed */
         if (!lo && !hi_x) {
-            sb_printf(b, "%s\"0\"{1,%d}", *any ? " | " : "", k);
+            gr_str_printf(b, "%s\"0\"{1,%d}", *any ? " | " : "", k);
             *any = true;
         }
         return;
@@ -519,9 +478,9 @@ static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi,
     const char *hrest = hi ? (hi[0] ? hi + 1 : hi) : NULL;
     char dl = lo ? (char)(l + 1) : '0', dh = hi ? (char)(h - 1) : '9';
     if (dl <= dh) { /* strictly inside on both sides: any digits after */
-        sb_printf(b, "%s[%c-%c]", *any ? " | " : "", dl, dh);
+        gr_str_printf(b, "%s[%c-%c]", *any ? " | " : "", dl, dh);
         if (k > 1)
-            sb_printf(b, " [0-9]{0,%d}", k - 1);
+            gr_str_printf(b, " [0-9]{0,%d}", k - 1);
         *any = true;
     }
     /* d on a bound: the rest decides */
@@ -540,16 +499,16 @@ static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi,
             d = h;
             nhi = hrest;
         }
-        struct sbuf sub = {0};
+        struct gr_str sub = {0};
         bool sub_any = false;
         frac_alts(&sub, nlo, lo_x, nhi, hi_x, k - 1, &sub_any);
         bool zero = frac_zero_ok(nlo, lo_x, nhi, hi_x);
         if (sub_any || zero) {
-            sb_printf(b, "%s\"%c\"", *any ? " | " : "", d);
+            gr_str_printf(b, "%s\"%c\"", *any ? " | " : "", d);
             if (sub_any) {
-                sb_puts(b, " ( ");
-                sb_puts(b, sub.p);
-                sb_puts(b, zero ? " )?" : " )");
+                gr_str_puts(b, " ( ");
+                gr_str_puts(b, sub.p);
+                gr_str_puts(b, zero ? " )?" : " )");
             }
             *any = true;
         }
@@ -559,19 +518,19 @@ static void frac_alts(struct sbuf *b, const char *lo, bool lo_x, const char *hi,
 }
 
 /* The integer part i (digits) with a fraction between lo and hi. */
-static void int_with_frac(struct sbuf *b, const char *i, const char *lo, bool lo_x,
+static void int_with_frac(struct gr_str *b, const char *i, const char *lo, bool lo_x,
                           const char *hi, bool hi_x, bool *any)
 {
-    struct sbuf alts = {0};
+    struct gr_str alts = {0};
     bool a = false;
     frac_alts(&alts, lo, lo_x, hi, hi_x, NUM_DIGITS - (int)strlen(i), &a);
     bool zero = frac_zero_ok(lo, lo_x, hi, hi_x);
     if (a || zero) {
-        sb_printf(b, "%s\"%s\"", *any ? " | " : "", i);
+        gr_str_printf(b, "%s\"%s\"", *any ? " | " : "", i);
         if (a) {
-            sb_puts(b, " ( \".\" ( ");
-            sb_puts(b, alts.p);
-            sb_puts(b, zero ? " ) )?" : " ) )");
+            gr_str_puts(b, " ( \".\" ( ");
+            gr_str_puts(b, alts.p);
+            gr_str_puts(b, zero ? " ) )?" : " ) )");
         }
         *any = true;
     }
@@ -621,7 +580,7 @@ static bool to_dec(double v, struct dec *d)
 
 /* Magnitudes m (no sign) with lo <= m <= hi (< where exclusive; hi NULL:
  * none), NUM_DIGITS digits at most, as alternatives. */
-static void magnitude_range(struct sbuf *b, const struct dec *lo, bool lo_x, const struct dec *hi,
+static void magnitude_range(struct gr_str *b, const struct dec *lo, bool lo_x, const struct dec *hi,
                             bool hi_x, bool *any)
 {
     uint64_t ai = strtoull(lo->i, NULL, 10), bi = hi ? strtoull(hi->i, NULL, 10) : 0;
@@ -642,12 +601,12 @@ static void magnitude_range(struct sbuf *b, const struct dec *lo, bool lo_x, con
             break;
         if (from > to)
             continue;
-        sb_printf(b, "%s( ", *any ? " | " : "");
+        gr_str_printf(b, "%s( ", *any ? " | " : "");
         uint_range(b, from, (int64_t)to);
         if (NUM_DIGITS - len > 0)
-            sb_printf(b, " ) ( \".\" [0-9]{1,%d} )?", NUM_DIGITS - len);
+            gr_str_printf(b, " ) ( \".\" [0-9]{1,%d} )?", NUM_DIGITS - len);
         else
-            sb_puts(b, " )");
+            gr_str_puts(b, " )");
         *any = true;
     }
     if (hi)
@@ -671,7 +630,7 @@ static int num_bound(struct conv *c, const cJSON *node, const char *key, bool *h
 
 /* The numbers between the schema's bounds, written as decimals without an
  * exponent (docs/grammar.md). */
-static int number_range(struct conv *c, const cJSON *node, struct sbuf *b)
+static int number_range(struct conv *c, const cJSON *node, struct gr_str *b)
 {
     bool has_lo, has_hi, has_xlo, has_xhi;
     double lo = 0, hi = 0, xlo = 0, xhi = 0;
@@ -687,7 +646,7 @@ static int number_range(struct conv *c, const cJSON *node, struct sbuf *b)
     if (has_xhi && (!has_hi || xhi <= hi))
         hi = xhi, hi_x = has_hi = true;
     struct dec dlo, dhi, zero = {"0", ""};
-    sb_puts(b, "( ");
+    gr_str_puts(b, "( ");
     bool any = false;
     /* x >= 0: magnitudes from max(lo, 0) */
     if (!has_hi || hi > 0 || (hi == 0 && !hi_x)) {
@@ -700,7 +659,7 @@ static int number_range(struct conv *c, const cJSON *node, struct sbuf *b)
     }
     /* x < 0: "-" and magnitudes above max(-hi, 0), never 0 itself */
     if (!has_lo || lo < 0) {
-        struct sbuf neg = {0};
+        struct gr_str neg = {0};
         bool nany = false;
         bool from_hi = has_hi && hi < 0;
         if (from_hi)
@@ -710,27 +669,27 @@ static int number_range(struct conv *c, const cJSON *node, struct sbuf *b)
         magnitude_range(&neg, from_hi ? &dhi : &zero, from_hi ? hi_x : true, has_lo ? &dlo : NULL,
                         lo_x, &nany);
         if (nany) {
-            sb_printf(b, "%s\"-\" ( ", any ? " | " : "");
-            sb_puts(b, neg.p);
-            sb_puts(b, " )");
+            gr_str_printf(b, "%s\"-\" ( ", any ? " | " : "");
+            gr_str_puts(b, neg.p);
+            gr_str_puts(b, " )");
             any = true;
         }
         b->nomem |= neg.nomem;
         free(neg.p);
     }
-    sb_puts(b, " )");
+    gr_str_puts(b, " )");
     return any ? IG_OK : fail(c, "no number lies between the bounds");
 }
 
 /* ---- schema nodes ------------------------------------------------------------------ */
 
-static int visit(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr);
+static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr);
 
 /* Converts `node` into a rule of its own named from `base`; *rule gets the
  * name (owned by c). */
 static int visit_rule(struct conv *c, const cJSON *node, const char *base, const char **rule)
 {
-    struct sbuf body = {0};
+    struct gr_str body = {0};
     char *name = new_name(c, base);
     if (!name)
         return c->st;
@@ -794,7 +753,7 @@ static const cJSON *resolve(const cJSON *doc, const char *ref)
     return *p ? NULL : cur;
 }
 
-static int visit_ref(struct conv *c, const cJSON *node, struct sbuf *expr)
+static int visit_ref(struct conv *c, const cJSON *node, struct gr_str *expr)
 {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(node, "$ref");
     if (!cJSON_IsString(r))
@@ -804,7 +763,7 @@ static int visit_ref(struct conv *c, const cJSON *node, struct sbuf *expr)
         return st;
     for (int64_t i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ref, r->valuestring)) {
-            sb_puts(expr, c->refs[i].name);
+            gr_str_puts(expr, c->refs[i].name);
             return IG_OK;
         }
     const cJSON *target = resolve(c->doc, r->valuestring);
@@ -833,7 +792,7 @@ static int visit_ref(struct conv *c, const cJSON *node, struct sbuf *expr)
     char saved[sizeof c->ptr];
     memcpy(saved, c->ptr, sizeof saved);
     snprintf(c->ptr, sizeof c->ptr, "%s", r->valuestring[1] ? r->valuestring + 1 : "");
-    struct sbuf body = {0};
+    struct gr_str body = {0};
     st = visit(c, target, name, &body);
     memcpy(c->ptr, saved, sizeof saved);
     if (st == IG_OK && body.nomem)
@@ -842,12 +801,12 @@ static int visit_ref(struct conv *c, const cJSON *node, struct sbuf *expr)
         add_rule(c, name, body.p);
     free(body.p);
     if (st == IG_OK)
-        sb_puts(expr, name);
+        gr_str_puts(expr, name);
     return c->st;
 }
 
 static int visit_union(struct conv *c, const cJSON *node, const char *key, const char *name,
-                       struct sbuf *expr)
+                       struct gr_str *expr)
 {
     const cJSON *alts = cJSON_GetObjectItemCaseSensitive(node, key);
     if (!cJSON_IsArray(alts) || !alts->child)
@@ -856,16 +815,16 @@ static int visit_union(struct conv *c, const cJSON *node, const char *key, const
     if (st != IG_OK)
         return st;
     int i = 0;
-    sb_puts(expr, "( ");
+    gr_str_puts(expr, "( ");
     for (const cJSON *a = alts->child; a; a = a->next, i++) {
         char base[96];
         snprintf(base, sizeof base, "%s-%d", name, i);
         const char *rule;
         if ((st = visit_child(c, a, key, i, base, &rule)) != IG_OK)
             return st;
-        sb_printf(expr, "%s%s", i ? " | " : "", rule);
+        gr_str_printf(expr, "%s%s", i ? " | " : "", rule);
     }
-    sb_puts(expr, " )");
+    gr_str_puts(expr, " )");
     return IG_OK;
 }
 
@@ -890,7 +849,7 @@ static bool has_type(const cJSON *v, const char *t)
 }
 
 /* enum / const: the listed values that also have the schema's type. */
-static int visit_values(struct conv *c, const cJSON *node, const char *key, struct sbuf *expr)
+static int visit_values(struct conv *c, const cJSON *node, const char *key, struct gr_str *expr)
 {
     static const char *const ok[] = {"type", "enum", "const", NULL};
     int st = only_annotations_beside(c, node, key, ok);
@@ -903,7 +862,7 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
     const cJSON *cnst = cJSON_GetObjectItemCaseSensitive(node, "const");
     const cJSON *list = !strcmp(key, "enum") ? vals->child : vals;
     int n = 0;
-    sb_puts(expr, "( ");
+    gr_str_puts(expr, "( ");
     for (const cJSON *v = list; v; v = !strcmp(key, "enum") ? v->next : NULL) {
         bool keep = true;
         if (cJSON_IsString(type))
@@ -917,11 +876,11 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
             keep = cJSON_Compare(v, cnst, true);
         if (!keep)
             continue;
-        sb_puts(expr, n++ ? " | " : "");
+        gr_str_puts(expr, n++ ? " | " : "");
         if ((st = json_literal(c, v, expr)) != IG_OK)
             return st;
     }
-    sb_puts(expr, " )");
+    gr_str_puts(expr, " )");
     if (!n)
         return fail(c, "no value of '%s' also satisfies the schema's type%s", key,
                     cnst ? " and const" : "");
@@ -929,7 +888,7 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
 }
 
 /* `"name"` as the model writes it: JSON-escaped, as a GBNF literal. */
-static int key_literal(struct conv *c, const char *key, struct sbuf *b)
+static int key_literal(struct conv *c, const char *key, struct gr_str *b)
 {
     cJSON *s = cJSON_CreateString(key);
     if (!s)
@@ -983,14 +942,14 @@ static int ktrie_add(struct ktrie *root, const char *s)
 }
 
 /* A class-safe spelling of code point cp inside [...]. */
-static void class_char(struct sbuf *b, uint32_t cp)
+static void class_char(struct gr_str *b, uint32_t cp)
 {
     if (cp < 0x20 || cp == '"' || cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == 0x7F)
-        sb_printf(b, "\\x%02X", cp);
+        gr_str_printf(b, "\\x%02X", cp);
     else if (cp < 0x80)
-        sb_printf(b, "%c", (char)cp);
+        gr_str_printf(b, "%c", (char)cp);
     else
-        sb_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
+        gr_str_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
 }
 
 /* Rules for the key text after the opening quote at trie node t: any
@@ -1000,11 +959,11 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
     char *name = new_name(c, base);
     if (!name)
         return NULL;
-    struct sbuf body = {0};
+    struct gr_str body = {0};
     /* the empty alternative first: after a trailing '|' the rule would go on
      * on the next line */
     if (!t->end) /* a proper prefix of a name is another name */
-        sb_puts(&body, "| ");
+        gr_str_puts(&body, "| ");
     bool first = true;
     int i = 0;
     for (const struct ktrie *k = t->child; k; k = k->next, i++) {
@@ -1015,21 +974,21 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
             free(body.p);
             return NULL;
         }
-        sb_puts(&body, first ? "" : " | ");
+        gr_str_puts(&body, first ? "" : " | ");
         char one[8];
         uint8_t enc[4];
         int n = gr_utf8_encode(k->cp, enc);
         memcpy(one, enc, (size_t)n);
         one[n] = '\0';
         gbnf_literal(&body, one);
-        sb_printf(&body, " %s", rule);
+        gr_str_printf(&body, " %s", rule);
         first = false;
     }
     /* any other character, then anything */
-    sb_printf(&body, "%s[^\"\\\\\\x7F\\x00-\\x1F", first ? "" : " | ");
+    gr_str_printf(&body, "%s[^\"\\\\\\x7F\\x00-\\x1F", first ? "" : " | ");
     for (const struct ktrie *k = t->child; k; k = k->next)
         class_char(&body, k->cp);
-    sb_printf(&body, "] %s*", prim(c, PRIM_KEYCHAR));
+    gr_str_printf(&body, "] %s*", prim(c, PRIM_KEYCHAR));
     if (body.nomem) {
         free(body.p);
         return nomem(c), NULL;
@@ -1039,48 +998,48 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
     return name;
 }
 
-static int visit_pattern(struct conv *c, const cJSON *pat, struct sbuf *expr);
+static int visit_pattern(struct conv *c, const cJSON *pat, struct gr_str *expr);
 
 /* An object of keys `key` (a GBNF expression of the quoted key) with values
  * `value`, min to max of them (max < 0: any number). A grammar cannot keep
  * keys apart, so more than one required key is refused: two equal keys
  * would be one property. */
 static int free_object(struct conv *c, const char *key, const char *value, int64_t min,
-                       int64_t max, struct sbuf *expr)
+                       int64_t max, struct gr_str *expr)
 {
     if (min > 1)
         return fail(c, "'minProperties' above 1 is not supported here (a grammar cannot keep "
                     "the keys apart)");
     prim(c, PRIM_SPACE);
     if (max == 0) {
-        sb_puts(expr, "\"{\" space \"}\"");
+        gr_str_puts(expr, "\"{\" space \"}\"");
         return IG_OK;
     }
-    /* key may be long (a pattern's grammar): no sb_printf of it */
-    sb_puts(expr, min ? "\"{\" space " : "\"{\" space ( ");
-    sb_puts(expr, key);
-    sb_puts(expr, " space \":\" space ");
-    sb_puts(expr, value);
-    sb_puts(expr, " space");
+    /* key may be long (a pattern's grammar): no gr_str_printf of it */
+    gr_str_puts(expr, min ? "\"{\" space " : "\"{\" space ( ");
+    gr_str_puts(expr, key);
+    gr_str_puts(expr, " space \":\" space ");
+    gr_str_puts(expr, value);
+    gr_str_puts(expr, " space");
     if (max != 1) {
-        sb_puts(expr, " ( \",\" space ");
-        sb_puts(expr, key);
-        sb_puts(expr, " space \":\" space ");
-        sb_puts(expr, value);
-        sb_puts(expr, " space )");
+        gr_str_puts(expr, " ( \",\" space ");
+        gr_str_puts(expr, key);
+        gr_str_puts(expr, " space \":\" space ");
+        gr_str_puts(expr, value);
+        gr_str_puts(expr, " space )");
         if (max > 1)
-            sb_printf(expr, "{0,%lld}", (long long)(max - 1));
+            gr_str_printf(expr, "{0,%lld}", (long long)(max - 1));
         else
-            sb_puts(expr, "*");
+            gr_str_puts(expr, "*");
     }
-    sb_printf(expr, "%s \"}\"", min ? "" : " )?");
+    gr_str_printf(expr, "%s \"}\"", min ? "" : " )?");
     return IG_OK;
 }
 
 /* patternProperties with one pattern and no other keys: keys the pattern
  * matches, values of its schema. */
 static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *pp,
-                               const char *name, int64_t min, int64_t max, struct sbuf *expr)
+                               const char *name, int64_t min, int64_t max, struct gr_str *expr)
 {
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
     if (!cJSON_IsObject(pp) || !pp->child)
@@ -1092,7 +1051,7 @@ static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *p
         return fail(c, "'patternProperties' beside 'properties' or 'additionalProperties' is "
                     "not supported (a key may match both)");
     size_t old = ptr_push(c, "patternProperties");
-    struct sbuf key = {0};
+    struct gr_str key = {0};
     cJSON pat = {.type = cJSON_String, .valuestring = pp->child->string};
     int st = visit_pattern(c, &pat, &key);
     ptr_pop(c, old);
@@ -1109,7 +1068,7 @@ static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *p
     return st;
 }
 
-static int visit_object(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+static int visit_object(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
 {
     int64_t min_props, max_props;
     int st0;
@@ -1140,7 +1099,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     bool extra = addl && (cJSON_IsTrue(addl) || cJSON_IsObject(addl));
     if (!props && !(addl && !extra) && !cJSON_IsObject(addl)) {
         if (min_props == 0 && max_props < 0) {
-            sb_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
+            gr_str_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
             return IG_OK;
         }
         return free_object(c, prim(c, PRIM_STRING), prim(c, PRIM_VALUE), min_props, max_props,
@@ -1175,9 +1134,9 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         ptr_pop(c, old);
         if (st != IG_OK)
             break;
-        struct sbuf body = {0};
+        struct gr_str body = {0};
         key_literal(c, p->string, &body);
-        sb_printf(&body, " space \":\" space %s space", value);
+        gr_str_printf(&body, " space \":\" space %s space", value);
         char kvbase[170];
         snprintf(kvbase, sizeof kvbase, "%s-kv", base);
         char *kvname = new_name(c, kvbase);
@@ -1202,7 +1161,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         } else {
             value = prim(c, PRIM_VALUE);
         }
-        struct sbuf body = {0};
+        struct gr_str body = {0};
         if (st == IG_OK && n_props) {
             struct ktrie root = {0};
             for (const cJSON *p = props->child; p && st == IG_OK; p = p->next)
@@ -1215,12 +1174,12 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
             if (!key)
                 st = c->st != IG_OK ? c->st : nomem(c);
             else
-                sb_printf(&body, "\"\\\"\" %s \"\\\"\"", key);
+                gr_str_printf(&body, "\"\\\"\" %s \"\\\"\"", key);
         } else if (st == IG_OK) {
-            sb_puts(&body, prim(c, PRIM_STRING));
+            gr_str_puts(&body, prim(c, PRIM_STRING));
         }
         if (st == IG_OK) {
-            sb_printf(&body, " space \":\" space %s space", value);
+            gr_str_printf(&body, " space \":\" space %s space", value);
             char kvbase[170];
             snprintf(kvbase, sizeof kvbase, "%s-kv", base);
             char *kvname = new_name(c, kvbase);
@@ -1239,9 +1198,9 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     int n_req = 0, n_opt = 0;
     for (int k = 0; k < n_props; k++)
         if (is_req[k])
-            sb_printf(expr, "%s%s", n_req++ ? " \",\" space " : "\"{\" space ", kv[k]);
+            gr_str_printf(expr, "%s%s", n_req++ ? " \",\" space " : "\"{\" space ", kv[k]);
     if (!n_req)
-        sb_puts(expr, "\"{\" space");
+        gr_str_puts(expr, "\"{\" space");
     for (int k = 0; k < n_props; k++)
         if (!is_req[k])
             order[n_opt++] = k;
@@ -1255,10 +1214,10 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         }
         for (int j = total - 1; j >= 1; j--) {
             const char *item = j < n_opt ? kv[order[j]] : extra_kv;
-            struct sbuf body = {0};
-            sb_printf(&body, "( \",\" space %s )%s", item, j < n_opt ? "?" : "*");
+            struct gr_str body = {0};
+            gr_str_printf(&body, "( \",\" space %s )%s", item, j < n_opt ? "?" : "*");
             if (rest[j + 1])
-                sb_printf(&body, " %s", rest[j + 1]);
+                gr_str_printf(&body, " %s", rest[j + 1]);
             char base[160];
             snprintf(base, sizeof base, "%s-rest", name);
             char *rn = new_name(c, base);
@@ -1272,19 +1231,19 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
             free(body.p);
             rest[j] = rn;
         }
-        sb_puts(expr, n_req ? " ( \",\" space ( " : " ( ");
+        gr_str_puts(expr, n_req ? " ( \",\" space ( " : " ( ");
         for (int j = 0; j < total; j++) {
             const char *item = j < n_opt ? kv[order[j]] : extra_kv;
-            sb_printf(expr, "%s%s", j ? " | " : "", item);
+            gr_str_printf(expr, "%s%s", j ? " | " : "", item);
             if (j >= n_opt)
-                sb_printf(expr, " ( \",\" space %s )*", extra_kv);
+                gr_str_printf(expr, " ( \",\" space %s )*", extra_kv);
             if (rest[j + 1])
-                sb_printf(expr, " %s", rest[j + 1]);
+                gr_str_printf(expr, " %s", rest[j + 1]);
         }
-        sb_puts(expr, n_req ? " ) )?" : " )?");
+        gr_str_puts(expr, n_req ? " ) )?" : " )?");
         free(rest);
     }
-    sb_puts(expr, " \"}\"");
+    gr_str_puts(expr, " \"}\"");
     free(kv), free(is_req), free(order);
     return IG_OK;
 }
@@ -1294,7 +1253,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
  * Prefix items are optional past minItems, as JSON Schema has it. */
 static int visit_tuple(struct conv *c, const cJSON *prefix, const char *key, const cJSON *rest,
                        const char *rest_key, int64_t min, int64_t max, const char *name,
-                       struct sbuf *expr)
+                       struct gr_str *expr)
 {
     int64_t n = cJSON_GetArraySize(prefix);
     if (n > GR_MAX_REPEAT)
@@ -1326,27 +1285,28 @@ static int visit_tuple(struct conv *c, const cJSON *prefix, const char *key, con
         return st;
     }
     prim(c, PRIM_SPACE);
-    sb_puts(expr, "\"[\" space");
+    gr_str_puts(expr, "\"[\" space");
     int64_t m = hi >= 0 && hi < n ? hi : n; /* prefix positions written */
     for (int64_t k = 0; k < m; k++) /* ( "," item ( ... )? )? nested */
-        sb_printf(expr, " %s%s%s space", k >= min ? "( " : "", k ? "\",\" space " : "", rules[k]);
+        gr_str_printf(expr, " %s%s%s space", k >= min ? "( " : "", k ? "\",\" space " : "",
+                      rules[k]);
     if (rest_rule && (hi < 0 || hi > n)) {
         int64_t lo = min > n ? min - n : 0;
-        sb_printf(expr, " ( \",\" space %s space )", rest_rule);
+        gr_str_printf(expr, " ( \",\" space %s space )", rest_rule);
         if (hi < 0)
-            sb_printf(expr, "{%lld,}", (long long)lo);
+            gr_str_printf(expr, "{%lld,}", (long long)lo);
         else
-            sb_printf(expr, "{%lld,%lld}", (long long)lo, (long long)(hi - n));
+            gr_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)(hi - n));
     }
     for (int64_t k = m - 1; k >= 0; k--)
         if (k >= min)
-            sb_puts(expr, " )?");
-    sb_puts(expr, " \"]\"");
+            gr_str_puts(expr, " )?");
+    gr_str_puts(expr, " \"]\"");
     free(rules);
     return IG_OK;
 }
 
-static int visit_array(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+static int visit_array(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
 {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
     const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(node, "uniqueItems");
@@ -1381,7 +1341,7 @@ static int visit_array(struct conv *c, const cJSON *node, const char *name, stru
         if (min > 0)
             return fail(c, "minItems above 0 with 'items': false matches nothing");
         prim(c, PRIM_SPACE);
-        sb_puts(expr, "\"[\" space \"]\"");
+        gr_str_puts(expr, "\"[\" space \"]\"");
         return IG_OK;
     }
     int64_t min, max;
@@ -1402,24 +1362,24 @@ static int visit_array(struct conv *c, const cJSON *node, const char *name, stru
     }
     prim(c, PRIM_SPACE);
     if (max == 0) {
-        sb_puts(expr, "\"[\" space \"]\"");
+        gr_str_puts(expr, "\"[\" space \"]\"");
         return IG_OK;
     }
-    sb_printf(expr, "\"[\" space %s%s space", min == 0 ? "( " : "", item);
+    gr_str_printf(expr, "\"[\" space %s%s space", min == 0 ? "( " : "", item);
     int64_t lo = min ? min - 1 : 0, hi = max < 0 ? -1 : max - 1;
     if (hi != 0) {
-        sb_printf(expr, " ( \",\" space %s space )", item);
+        gr_str_printf(expr, " ( \",\" space %s space )", item);
         if (hi < 0)
-            sb_printf(expr, "{%lld,}", (long long)lo);
+            gr_str_printf(expr, "{%lld,}", (long long)lo);
         else
-            sb_printf(expr, "{%lld,%lld}", (long long)lo, (long long)hi);
+            gr_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)hi);
     }
-    sb_printf(expr, "%s \"]\"", min == 0 ? " )?" : "");
+    gr_str_printf(expr, "%s \"]\"", min == 0 ? " )?" : "");
     return IG_OK;
 }
 
 /* `pattern`: the string's text as the regular expression allows it. */
-static int visit_pattern(struct conv *c, const cJSON *pat, struct sbuf *expr)
+static int visit_pattern(struct conv *c, const cJSON *pat, struct gr_str *expr)
 {
     if (!cJSON_IsString(pat))
         return fail(c, "'pattern' must be a string");
@@ -1433,14 +1393,14 @@ static int visit_pattern(struct conv *c, const cJSON *pat, struct sbuf *expr)
         ptr_pop(c, old);
         return st;
     }
-    sb_puts(expr, "\"\\\"\" ( ");
-    sb_puts(expr, re);
-    sb_puts(expr, " ) \"\\\"\"");
+    gr_str_puts(expr, "\"\\\"\" ( ");
+    gr_str_puts(expr, re);
+    gr_str_puts(expr, " ) \"\\\"\"");
     free(re);
     return IG_OK;
 }
 
-static int visit_string(struct conv *c, const cJSON *node, struct sbuf *expr)
+static int visit_string(struct conv *c, const cJSON *node, struct gr_str *expr)
 {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(node, "pattern");
@@ -1465,13 +1425,14 @@ static int visit_string(struct conv *c, const cJSON *node, struct sbuf *expr)
         if (has_len)
             return fail(c, "minLength/maxLength beside 'format' is not supported");
         if (which == (PRIM_DATE | PRIM_TIME))
-            sb_printf(expr, "\"\\\"\" %s \"T\" %s \"\\\"\"", prim(c, PRIM_DATE), prim(c, PRIM_TIME));
+            gr_str_printf(expr, "\"\\\"\" %s \"T\" %s \"\\\"\"", prim(c, PRIM_DATE),
+                          prim(c, PRIM_TIME));
         else
-            sb_printf(expr, "\"\\\"\" %s \"\\\"\"", prim(c, which));
+            gr_str_printf(expr, "\"\\\"\" %s \"\\\"\"", prim(c, which));
         return IG_OK;
     }
     if (!has_len) {
-        sb_puts(expr, prim(c, PRIM_STRING));
+        gr_str_puts(expr, prim(c, PRIM_STRING));
         return IG_OK;
     }
     int64_t min, max;
@@ -1483,13 +1444,13 @@ static int visit_string(struct conv *c, const cJSON *node, struct sbuf *expr)
         return fail(c, "minLength is above maxLength");
     const char *ch = prim(c, PRIM_CHAR);
     if (max < 0)
-        sb_printf(expr, "\"\\\"\" %s{%lld,} \"\\\"\"", ch, (long long)min);
+        gr_str_printf(expr, "\"\\\"\" %s{%lld,} \"\\\"\"", ch, (long long)min);
     else
-        sb_printf(expr, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", ch, (long long)min, (long long)max);
+        gr_str_printf(expr, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", ch, (long long)min, (long long)max);
     return IG_OK;
 }
 
-static int visit_number(struct conv *c, const cJSON *node, bool integer, struct sbuf *expr)
+static int visit_number(struct conv *c, const cJSON *node, bool integer, struct gr_str *expr)
 {
     bool bounded = cJSON_GetObjectItemCaseSensitive(node, "minimum") ||
                    cJSON_GetObjectItemCaseSensitive(node, "maximum") ||
@@ -1499,7 +1460,7 @@ static int visit_number(struct conv *c, const cJSON *node, bool integer, struct 
         return integer_range(c, node, expr);
     if (bounded)
         return number_range(c, node, expr);
-    sb_puts(expr, prim(c, PRIM_NUMBER));
+    gr_str_puts(expr, prim(c, PRIM_NUMBER));
     return IG_OK;
 }
 
@@ -1568,7 +1529,7 @@ static bool merge_member(struct conv *c, const cJSON *m, cJSON *props, cJSON *re
  * own keywords among them): the tightest bounds, integer if one says so.
  * Returns 1 when the members are not all numeric (nothing written). */
 static int allof_numbers(struct conv *c, const cJSON *node, const cJSON *all, const char *name,
-                         struct sbuf *expr)
+                         struct gr_str *expr)
 {
     static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum",
                                          "exclusiveMaximum"};
@@ -1619,7 +1580,7 @@ done:
     return st;
 }
 
-static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
 {
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(node, "allOf");
     if (!cJSON_IsArray(all) || !all->child)
@@ -1632,7 +1593,7 @@ static int visit_allof(struct conv *c, const cJSON *node, const char *name, stru
         const char *rule;
         int st = visit_child(c, all->child, "allOf", 0, name, &rule);
         if (st == IG_OK)
-            sb_puts(expr, rule);
+            gr_str_puts(expr, rule);
         return st;
     }
     int numeric = allof_numbers(c, node, all, name, expr);
@@ -1692,7 +1653,7 @@ static const char *implied_type(const cJSON *node)
 }
 
 static int visit_type(struct conv *c, const cJSON *node, const char *type, const char *name,
-                      struct sbuf *expr)
+                      struct gr_str *expr)
 {
     if (!strcmp(type, "object"))
         return visit_object(c, node, name, expr);
@@ -1703,11 +1664,11 @@ static int visit_type(struct conv *c, const cJSON *node, const char *type, const
     if (!strcmp(type, "number") || !strcmp(type, "integer"))
         return visit_number(c, node, !strcmp(type, "integer"), expr);
     if (!strcmp(type, "boolean")) {
-        sb_puts(expr, prim(c, PRIM_BOOLEAN));
+        gr_str_puts(expr, prim(c, PRIM_BOOLEAN));
         return IG_OK;
     }
     if (!strcmp(type, "null")) {
-        sb_puts(expr, prim(c, PRIM_NULL));
+        gr_str_puts(expr, prim(c, PRIM_NULL));
         return IG_OK;
     }
     return fail(c, "unknown type '%s'", type);
@@ -1715,7 +1676,7 @@ static int visit_type(struct conv *c, const cJSON *node, const char *type, const
 
 /* Appends to expr the grammar expression for schema node `node`; `name`
  * is the rule it becomes (sub-rules are named after it). */
-static int visit(struct conv *c, const cJSON *node, const char *name, struct sbuf *expr)
+static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
 {
     if (c->st != IG_OK)
         return c->st;
@@ -1725,7 +1686,7 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct sbu
     }
     int st = IG_OK;
     if (cJSON_IsTrue(node)) {
-        sb_puts(expr, prim(c, PRIM_VALUE));
+        gr_str_puts(expr, prim(c, PRIM_VALUE));
         goto done;
     }
     if (!cJSON_IsObject(node)) {
@@ -1758,17 +1719,17 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct sbu
             st = fail(c, "'type' must not be an empty array");
             goto done;
         }
-        sb_puts(expr, "( ");
+        gr_str_puts(expr, "( ");
         int i = 0;
         for (const cJSON *t = type->child; t && st == IG_OK; t = t->next, i++) {
             if (!cJSON_IsString(t)) {
                 st = fail(c, "'type' must hold type names");
                 break;
             }
-            sb_puts(expr, i ? " | " : "");
+            gr_str_puts(expr, i ? " | " : "");
             st = visit_type(c, node, t->valuestring, name, expr);
         }
-        sb_puts(expr, " )");
+        gr_str_puts(expr, " )");
     } else if (type) {
         st = cJSON_IsString(type) ? visit_type(c, node, type->valuestring, name, expr)
                                   : fail(c, "'type' must be a string or an array of strings");
@@ -1777,7 +1738,7 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct sbu
         if (t)
             st = visit_type(c, node, t, name, expr);
         else
-            sb_puts(expr, prim(c, PRIM_VALUE)); /* nothing constrains it: any value */
+            gr_str_puts(expr, prim(c, PRIM_VALUE)); /* nothing constrains it: any value */
     }
 done:
     c->depth--;
@@ -1825,18 +1786,18 @@ int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, cha
             return ig_error(IG_E_USAGE, "%s: text after the JSON schema", source);
         }
     struct conv c = {.source = source, .doc = doc};
-    struct sbuf root = {0};
+    struct gr_str root = {0};
     char *root_name = new_name(&c, "root");
     int st = root_name ? visit(&c, doc, "root", &root) : c.st;
     if (st == IG_OK && root.nomem)
         st = nomem(&c);
     if (st == IG_OK) {
         /* root first, so the text reads top-down */
-        struct sbuf out = {0};
-        sb_puts(&out, "root ::= "); /* (any length: not through sb_printf's buffer) */
-        sb_puts(&out, root.p);
-        sb_puts(&out, "\n");
-        sb_puts(&out, c.rules.p ? c.rules.p : "");
+        struct gr_str out = {0};
+        gr_str_puts(&out, "root ::= "); /* (any length: not through gr_str_printf's buffer) */
+        gr_str_puts(&out, root.p);
+        gr_str_puts(&out, "\n");
+        gr_str_puts(&out, c.rules.p ? c.rules.p : "");
         if (out.nomem) {
             free(out.p);
             st = nomem(&c);

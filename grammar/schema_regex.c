@@ -15,50 +15,11 @@
 
 #include "core/status.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct rbuf {
-    char *p;
-    size_t len, cap;
-    bool nomem;
-};
-
-static void put(struct rbuf *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->nomem)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->nomem = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n + 1);
-    b->len += n;
-}
-
-static void putf(struct rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(struct rbuf *b, const char *fmt, ...)
-{
-    char t[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t, sizeof t, fmt, ap);
-    va_end(ap);
-    put(b, t);
-}
 
 struct rx {
     const char *s;
@@ -134,31 +95,31 @@ static void cset_negate(struct cset *s)
     *s = out;
 }
 
-static void class_cp(struct rbuf *b, uint32_t cp)
+static void class_cp(struct gr_str *b, uint32_t cp)
 {
     if ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'))
-        putf(b, "%c", (char)cp);
+        gr_str_printf(b, "%c", (char)cp);
     else if (cp < 0x100)
-        putf(b, "\\x%02X", (unsigned)cp);
+        gr_str_printf(b, "\\x%02X", (unsigned)cp);
     else if (cp < 0x10000)
-        putf(b, "\\u%04X", (unsigned)cp);
+        gr_str_printf(b, "\\u%04X", (unsigned)cp);
     else
-        putf(b, "\\U%08X", (unsigned)cp);
+        gr_str_printf(b, "\\U%08X", (unsigned)cp);
 }
 
 /* The JSON text of one control character, `"`, `\` or DEL as a GBNF literal. */
-static void special_cp(struct rbuf *b, uint32_t cp)
+static void special_cp(struct gr_str *b, uint32_t cp)
 {
     static const char *const short_esc[32] = {
         [8] = "b", [9] = "t", [10] = "n", [12] = "f", [13] = "r"};
     if (cp == '"')
-        put(b, "\"\\\\\\\"\"");
+        gr_str_puts(b, "\"\\\\\\\"\"");
     else if (cp == '\\')
-        put(b, "\"\\\\\\\\\"");
+        gr_str_puts(b, "\"\\\\\\\\\"");
     else if (cp < 32 && short_esc[cp])
-        putf(b, "\"\\\\%s\"", short_esc[cp]);
+        gr_str_printf(b, "\"\\\\%s\"", short_esc[cp]);
     else
-        putf(b, "\"\\\\u%04x\"", (unsigned)cp);
+        gr_str_printf(b, "\"\\\\u%04x\"", (unsigned)cp);
 }
 
 /* The characters JSON writes as themselves (the rest are escapes). */
@@ -167,22 +128,22 @@ static const struct range plain[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E},
 
 /* A set as GBNF: a class of its plain characters, the escaped ones as
  * alternatives. false for a set that matches nothing. */
-static bool cset_emit(struct rbuf *b, struct cset *s)
+static bool cset_emit(struct gr_str *b, struct cset *s)
 {
     cset_norm(s);
-    struct rbuf cls = {0};
+    struct gr_str cls = {0};
     int alts = 0;
-    put(b, "( ");
+    gr_str_puts(b, "( ");
     for (int i = 0; i < s->n; i++) {
         uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
         static const uint32_t escaped[] = {'"', '\\', 0x7F};
         for (uint32_t cp = lo; cp < 0x20 && cp <= hi; cp++) {
-            put(b, alts++ ? " | " : "");
+            gr_str_puts(b, alts++ ? " | " : "");
             special_cp(b, cp);
         }
         for (int k = 0; k < 3; k++)
             if (escaped[k] >= lo && escaped[k] <= hi) {
-                put(b, alts++ ? " | " : "");
+                gr_str_puts(b, alts++ ? " | " : "");
                 special_cp(b, escaped[k]);
             }
         for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
@@ -192,29 +153,29 @@ static bool cset_emit(struct rbuf *b, struct cset *s)
                 continue;
             class_cp(&cls, a);
             if (e > a) {
-                put(&cls, "-");
+                gr_str_puts(&cls, "-");
                 class_cp(&cls, e);
             }
         }
     }
     if (cls.len) {
-        put(b, alts++ ? " | [" : "[");
-        put(b, cls.p);
-        put(b, "]");
+        gr_str_puts(b, alts++ ? " | [" : "[");
+        gr_str_puts(b, cls.p);
+        gr_str_puts(b, "]");
     }
     b->nomem |= cls.nomem;
     free(cls.p);
-    put(b, " )");
+    gr_str_puts(b, " )");
     return alts > 0;
 }
 
-static void literal_cp(struct rbuf *b, uint32_t cp)
+static void literal_cp(struct gr_str *b, uint32_t cp)
 {
     struct cset s = {.n = 1, .r = {{cp, cp}}};
     (void)cset_emit(b, &s); /* one character: never empty */
 }
 
-static bool set_emit(struct rx *r, struct rbuf *b, struct cset *s)
+static bool set_emit(struct rx *r, struct gr_str *b, struct cset *s)
 {
     return cset_emit(b, s) || rx_fail(r, "a class that matches no character");
 }
@@ -359,10 +320,10 @@ static bool parse_class(struct rx *r, struct cset *s)
     return true;
 }
 
-static bool parse_alt(struct rx *r, struct rbuf *b, bool top);
+static bool parse_alt(struct rx *r, struct gr_str *b, bool top);
 
 /* One atom into b; false on error. */
-static bool parse_atom(struct rx *r, struct rbuf *b)
+static bool parse_atom(struct rx *r, struct gr_str *b)
 {
     char ch = r->s[r->pos];
     if (ch == '(') {
@@ -376,14 +337,14 @@ static bool parse_atom(struct rx *r, struct rbuf *b)
         }
         if (++r->depth > 50)
             return rx_fail(r, "groups nested more than 50 deep");
-        put(b, "( ");
+        gr_str_puts(b, "( ");
         if (!parse_alt(r, b, false))
             return false;
         r->depth--;
         if (r->pos >= r->len || r->s[r->pos] != ')')
             return rx_fail(r, "a group without its ')'");
         r->pos++;
-        put(b, " )");
+        gr_str_puts(b, " )");
         return true;
     }
     if (ch == '[') {
@@ -440,7 +401,7 @@ static bool parse_count(struct rx *r, long *v)
 
 /* A sequence of atoms with quantifiers, up to '|' or ')' or the end (or a
  * final '$' when `top`). */
-static bool parse_seq(struct rx *r, struct rbuf *b, bool top, bool *end_anchor)
+static bool parse_seq(struct rx *r, struct gr_str *b, bool top, bool *end_anchor)
 {
     int n = 0;
     *end_anchor = false;
@@ -451,19 +412,19 @@ static bool parse_seq(struct rx *r, struct rbuf *b, bool top, bool *end_anchor)
             *end_anchor = true;
             break;
         }
-        struct rbuf atom = {0};
+        struct gr_str atom = {0};
         if (!parse_atom(r, &atom)) {
             free(atom.p);
             return false;
         }
         char q = r->pos < r->len ? r->s[r->pos] : 0;
-        put(b, n++ ? " " : "");
-        put(b, atom.p ? atom.p : "");
+        gr_str_puts(b, n++ ? " " : "");
+        gr_str_puts(b, atom.p ? atom.p : "");
         b->nomem |= atom.nomem;
         free(atom.p);
         if (q == '*' || q == '+' || q == '?') {
             r->pos++;
-            putf(b, "%c", q);
+            gr_str_printf(b, "%c", q);
         } else if (q == '{') {
             size_t save = r->pos++;
             long lo, hi = -1;
@@ -487,9 +448,9 @@ static bool parse_seq(struct rx *r, struct rbuf *b, bool top, bool *end_anchor)
             if (hi >= 0 && hi < lo)
                 return rx_fail(r, "a count out of order");
             if (hi < 0)
-                putf(b, "{%ld,}", lo);
+                gr_str_printf(b, "{%ld,}", lo);
             else
-                putf(b, "{%ld,%ld}", lo, hi);
+                gr_str_printf(b, "{%ld,%ld}", lo, hi);
         } else {
             continue;
         }
@@ -499,13 +460,13 @@ static bool parse_seq(struct rx *r, struct rbuf *b, bool top, bool *end_anchor)
             return rx_fail(r, "unsupported construct: a quantifier after a quantifier");
     }
     if (!n)
-        put(b, "\"\"");
+        gr_str_puts(b, "\"\"");
     return true;
 }
 
 /* Alternatives; at the top level each may carry ^ and $, and an end
  * without its anchor takes any characters. */
-static bool parse_alt(struct rx *r, struct rbuf *b, bool top)
+static bool parse_alt(struct rx *r, struct gr_str *b, bool top)
 {
     int n = 0;
     for (;;) {
@@ -514,21 +475,21 @@ static bool parse_alt(struct rx *r, struct rbuf *b, bool top)
             r->pos++;
             start_anchor = true;
         }
-        put(b, n++ ? " | " : "");
+        gr_str_puts(b, n++ ? " | " : "");
         if (top && !start_anchor)
-            putf(b, "%s* ", r->anychar);
-        struct rbuf seq = {0};
+            gr_str_printf(b, "%s* ", r->anychar);
+        struct gr_str seq = {0};
         if (!parse_seq(r, &seq, top, &end_anchor)) {
             free(seq.p);
             return false;
         }
-        put(b, "( ");
-        put(b, seq.p ? seq.p : "");
-        put(b, " )");
+        gr_str_puts(b, "( ");
+        gr_str_puts(b, seq.p ? seq.p : "");
+        gr_str_puts(b, " )");
         b->nomem |= seq.nomem;
         free(seq.p);
         if (top && !end_anchor)
-            putf(b, " %s*", r->anychar);
+            gr_str_printf(b, " %s*", r->anychar);
         if (r->pos < r->len && r->s[r->pos] == '|') {
             r->pos++;
             continue;
@@ -541,7 +502,7 @@ static bool parse_alt(struct rx *r, struct rbuf *b, bool top)
 int gr_regex_to_gbnf(const char *re, const char *anychar, char **out, char *msg, size_t cap)
 {
     struct rx r = {.s = re, .len = strlen(re), .anychar = anychar, .msg = msg, .cap = cap};
-    struct rbuf b = {0};
+    struct gr_str b = {0};
     *out = NULL;
     bool ok = parse_alt(&r, &b, true);
     if (ok && r.pos < r.len)

@@ -61,9 +61,9 @@ MUTANTS = [
      ["grammar_tool"], ["test_schema_bounds"],
      "maxItems admits one item more", "caught"),
     ("schema-root-buffer", "grammar/schema.c",
-     'sb_puts(&out, "root ::= "); /* (any length: not through sb_printf\'s buffer) */\n'
-     '        sb_puts(&out, root.p);\n        sb_puts(&out, "\\n");',
-     'sb_printf(&out, "root ::= %s\\n", root.p);',
+     'gr_str_puts(&out, "root ::= "); /* (any length: not through gr_str_printf\'s buffer) */\n'
+     '        gr_str_puts(&out, root.p);\n        gr_str_puts(&out, "\\n");',
+     'gr_str_printf(&out, "root ::= %s\\n", root.p);',
      ["grammar_tool"], ["test_schema_bounds"],
      "the root rule through a 512-byte buffer (a wide integer range aborted)", "caught"),
     ("schema-regex-dot", "grammar/schema_regex.c",

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int test_failures_;
 static int test_checks_;
@@ -65,6 +66,22 @@ static inline int64_t test_argmax(const float *x, int64_t n)
         if (x[i] > x[best])
             best = i;
     return best;
+}
+
+/* Parses a tool's id list "1,2,3" into ids (at most cap); returns the count,
+ * or -1 for a word that is not a number or a list longer than cap. */
+static inline int64_t test_parse_ids(const char *s, int32_t *ids, int64_t cap)
+{
+    int64_t n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || n >= cap)
+            return -1;
+        ids[n++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
 }
 
 /* The sampler's greedy rule written out (decode/sampler.h): the first index

@@ -17,9 +17,7 @@ independent references. Exits 77 without the model.
 """
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -28,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
 
+import ptyterm
 from igtest import check, model_path, sanitized, summary
 from kvfile import kv_tokens
 
@@ -53,28 +52,7 @@ def jinja_render(template, msgs, gen):
 def on_tty_interrupt(args, when, env):
     """Runs ignite on a pseudo-terminal, sends Ctrl-C once `when` shows;
     returns (exit status, output)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(IGNITE, [IGNITE, *args], {**os.environ, **env})
-    buf, sent = b"", False
-    end = time.time() + 600
-    while time.time() < end:
-        if not sent and when.encode() in buf:
-            os.kill(pid, signal.SIGINT)
-            sent = True
-        r, _, _ = select.select([fd], [], [], 0.2)
-        if not r:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        buf += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), buf.decode("utf-8", "replace").replace("\r\n", "\n")
+    return ptyterm.run(IGNITE, args, {**os.environ, **env}, 600, interrupt_on=when)
 
 
 def conversation(template, tk, kv, flags, stops):

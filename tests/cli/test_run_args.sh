@@ -47,6 +47,37 @@ expect_rc 2 "negative temperature" "$IGNITE" run -p hi --temp -1
 expect_rc 2 "min-p nan" "$IGNITE" run -p hi --min-p nan
 expect_rc 2 "seed too large" "$IGNITE" run -p hi -s 99999999999
 expect_rc 2 "positional argument" "$IGNITE" run -p hi extra
+
+# Numbers are decimal and whole (cli/cli.h): a count takes digits only, a
+# real no hex, and a list no empty item. Each of these was once taken (the
+# run went on to the missing model, exit 3); each is now one line naming
+# the flag and the word, exit 2.
+NOPE=$TMP/nope.gguf
+strict() {
+    local what=$1 pat=$2
+    shift 2
+    expect_rc 2 "$what" "$@" || return
+    CHECKS=$((CHECKS + 1))
+    [ "$(wc -l <"$TMP/err")" = 1 ] || fail "$what: want one line, got: $(cat "$TMP/err")"
+    expect_grep "$TMP/err" "$pat" "$what"
+}
+strict "-n +5" "--n-predict: expected an integer.*got '+5'" "$IGNITE" run -m "$NOPE" -p hi -n +5
+strict "--temp 0x10" "--temp: expected a number.*got '0x10'" "$IGNITE" run -m "$NOPE" -p hi --temp 0x10
+strict "--top-p 0x1p-1" "--top-p:.*'0x1p-1'" "$IGNITE" run -m "$NOPE" -p hi --top-p 0x1p-1
+BREQ=(bench -m "$NOPE" --requests 2)
+strict "--input-len 1e3" "--input-len: expected an integer.*'1e3'" "$IGNITE" "${BREQ[@]}" --input-len 1e3
+strict "--output-len 8.5" "--output-len: expected an integer.*'8.5'" "$IGNITE" "${BREQ[@]}" --output-len 8.5
+strict "--input-len 8:0x2" "--input-len: expected a number.*'0x2'" "$IGNITE" "${BREQ[@]}" --input-len 8:0x2
+strict "--request-rate 0x10" "--request-rate:.*'0x10'" "$IGNITE" "${BREQ[@]}" --request-rate 0x10
+strict "--goodput ttft:1,,tpot:2" "--goodput: empty item" "$IGNITE" "${BREQ[@]}" --goodput ttft:1,,tpot:2
+strict "--goodput ttft:1," "--goodput: empty item" "$IGNITE" "${BREQ[@]}" --goodput ttft:1,
+strict "--pd ' 1:1'" "--pd: expected P:D" "$IGNITE" batch -m "$NOPE" --pd " 1:1"
+strict "--pd 1:+1" "--pd: expected P:D" "$IGNITE" batch -m "$NOPE" --pd 1:+1
+strict "--tp ' 2'" "--tp: expected 1\.\.[0-9]* ranks, got ' 2'" "$IGNITE" --tp " 2" -m "$NOPE" -p hi
+# ... while what is meant stays: decimals and exponents in a real, inf as a rate.
+expect_rc 3 "--temp 5e-1 --top-p .9" "$IGNITE" run -m "$NOPE" -p hi --temp 5e-1 --top-p .9
+expect_rc 3 "--request-rate inf --goodput ttft:1,e2el:2e3" "$IGNITE" "${BREQ[@]}" \
+    --request-rate inf --goodput ttft:1,e2el:2e3 --input-len 8:1.5
 expect_rc 2 "no prompt" "$IGNITE" run -n 3 </dev/null
 expect_rc 2 "-p and -f" "$IGNITE" run -p hi -f -
 expect_rc 2 "--system without --chat" "$IGNITE" run -p hi --system x

@@ -10,14 +10,12 @@ terminal, through a pseudo-terminal (python pty), on tiny random-weight models:
   - perplexity's progress line, erased before each window's line.
 """
 import os
-import pty
 import re
-import select
 import sys
 import tempfile
-import time
 
 import ggufgen
+import ptyterm
 from igtest import check, summary
 
 IGNITE = os.environ["IGNITE_BIN"]
@@ -26,25 +24,7 @@ IGNITE = os.environ["IGNITE_BIN"]
 def on_tty(args, env=None, timeout=120):
     """Runs ignite with stdin, stdout and stderr on one pseudo-terminal;
     returns (exit status, everything it showed, \\r\\n as \\n)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(IGNITE, [IGNITE, *args], {**os.environ, **(env or {})})
-    buf = b""
-    end = time.time() + timeout
-    while time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.5)
-        if not r:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        buf += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), buf.decode("utf-8", "replace").replace("\r\n", "\n")
+    return ptyterm.run(IGNITE, args, {**os.environ, **(env or {})}, timeout)
 
 
 def main():

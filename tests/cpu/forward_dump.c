@@ -28,6 +28,7 @@
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "tests/cpu/model_path.h"
+#include "tests/test.h"
 
 #include <getopt.h>
 #include <stdint.h>
@@ -37,32 +38,6 @@
 
 #define MAX_IDS 8192
 #define MAX_CUTS 64
-
-/* Parses "1,2,3" into ids; returns the count or -1. */
-static int64_t parse_ids(const char *s, int32_t *ids, int64_t cap)
-{
-    int64_t n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || n >= cap)
-            return -1;
-        ids[n++] = (int32_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',')
-            return -1;
-    }
-    return n;
-}
-
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
 
 static int write_logits(FILE *f, const float *logits, int64_t n)
 {
@@ -157,9 +132,9 @@ static int dump_main(int argc, char **argv)
         return TEST_SKIP;
 
     static int32_t prompt[MAX_IDS], fixed[MAX_IDS], cuts[MAX_CUTS];
-    int64_t n_prompt = parse_ids(argv[optind], prompt, MAX_IDS);
-    int64_t n_fixed = parse_ids(decode_arg, fixed, MAX_IDS);
-    int64_t n_cuts = parse_ids(chunk_arg, cuts, MAX_CUTS);
+    int64_t n_prompt = test_parse_ids(argv[optind], prompt, MAX_IDS);
+    int64_t n_fixed = test_parse_ids(decode_arg, fixed, MAX_IDS);
+    int64_t n_cuts = test_parse_ids(chunk_arg, cuts, MAX_CUTS);
     if (n_prompt < 1 || n_fixed < 0 || n_cuts < 0)
         return ig_error(IG_E_USAGE, "bad token id list");
     for (int64_t i = 0; i < n_cuts; i++) {
@@ -242,7 +217,7 @@ static int dump_main(int argc, char **argv)
     if (n_greedy > 0)
         printf("greedy:");
     for (int64_t i = 0; i < n_greedy && st == IG_OK; i++, pos++) {
-        int32_t tok = argmax(logits, m->hp.n_vocab);
+        int32_t tok = test_argmax(logits, m->hp.n_vocab);
         printf(" %ld", (long)tok);
         if ((st = pool ? run_pooled(be, pool, &seq, &tok, 1, pos, false, false, logits)
                        : run_seq(be, table, &tok, 1, pos, false, false, NULL, logits)) == IG_OK)

@@ -202,15 +202,6 @@ static void same_caches(struct backend *g, const struct backend_seq *seqs, int n
     free(want);
 }
 
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
-
 /* The host path's parts into a store, imported as sequence seq. */
 static void receive_host(struct backend *g, const struct backend_seq *seq, const int32_t *ids)
 {
@@ -289,7 +280,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     for (int64_t t = 0; t < N_DECODE; t++) {
         int32_t tok[3];
         for (int k = 0; k < n_seqs; k++) {
-            tok[k] = argmax(logits + k * nv, nv);
+            tok[k] = test_argmax(logits + k * nv, nv);
             seqs[k].row0 = k, seqs[k].n_rows = 1, seqs[k].pos0 = N_PROMPT + t;
             CHECKF(tok[k] == tok[0], "%s: decode step %lld: the %s path's token %d, the NCCL "
                    "path's %d", name, (long long)t, path_name[k], tok[k], tok[0]);

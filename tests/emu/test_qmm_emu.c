@@ -42,6 +42,7 @@
 #include "core/status.h"
 #include "models/quant.h"
 #include "ops/qmatmul.h"
+#include "tests/quant_bound.h"
 #include "tests/test.h"
 #include "tests/emu/pdl_hide.h"
 #include "tests/emu/rope_case.h"
@@ -288,26 +289,6 @@ static void test_layout_and_rows(int type, uint64_t *st)
 
 /* ---- GEMV ---------------------------------------------------------------------------- */
 
-/* A_i of the header for the block of element c of a file row. */
-static double term_bound(int type, const uint8_t *row, int64_t c)
-{
-    const struct quant_traits *tr = quant_traits_of((uint32_t)type);
-    const uint8_t *blk = row + (size_t)(c / tr->block_elems) * tr->block_bytes;
-    uint16_t h0, h1;
-    if (type == QUANT_Q6_K) {
-        memcpy(&h0, blk + offsetof(struct block_q6_K, d), 2);
-        return fabs(ig_f16_to_f32(h0)) * 128 * 64;
-    }
-    memcpy(&h0, blk, 2);
-    memcpy(&h1, blk + 2, 2);
-    double d = fabs(ig_f16_to_f32(h0)), m = fabs(ig_f16_to_f32(h1));
-    switch (type) {
-    case QUANT_Q4_1: case QUANT_Q5_1: return d * 128 + m;
-    case QUANT_Q4_K: case QUANT_Q5_K: return d * 63 * 63 + m * 63;
-    default: return d * 128;
-    }
-}
-
 /* The int8 scale of x's block holding column c: max |x| / 127. */
 static double x_scale(const uint16_t *x, int64_t c)
 {
@@ -355,7 +336,7 @@ static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
             for (int64_t c = 0; c < cols; c++) {
                 double xv = ig_f16_to_f32(xt[c]);
                 exact += (double)wf[c] * xv;
-                mag += term_bound(type, src + r * rb, c) * fabs(xv);
+                mag += test_quant_term_bound(type, src + r * rb, c) * fabs(xv);
                 qerr += fabs((double)wf[c]) * (0.5 + 4e-5) * x_scale(xt, c);
             }
             double k = y[t * ld_y + r], tw = yr[t * ld_y + r];

@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
+#include "tests/test.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -40,28 +41,6 @@
 
 static enum kv_dtype cache = KV_F16; /* -k */
 static bool exchange;                /* -x */
-
-static int64_t parse_ids(const char *s, int32_t *ids)
-{
-    int64_t n = 0;
-    while (*s && n < MAX_IDS) {
-        char *end;
-        ids[n++] = (int32_t)strtol(s, &end, 10);
-        if (end == s || (*end && *end != ','))
-            return -1;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
 
 struct run {
     struct backend *be;
@@ -149,7 +128,7 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
                 int64_t chunk, int64_t n_greedy, const char *ids_arg)
 {
     static int32_t a[MAX_IDS], b_ids[MAX_IDS];
-    int64_t na = parse_ids(ids_arg, a);
+    int64_t na = test_parse_ids(ids_arg, a, MAX_IDS);
     if (na < 1 || chunk < 1)
         return ig_error(IG_E_USAGE, "bad token id list or chunk");
     int64_t nb = na < chunk ? na : chunk;
@@ -188,12 +167,12 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
         if (st == IG_OK && p + chunk < na) /* only the last chunk's logits are kept */
             st = fseek(r.out, -(long)(r.nv * 4), SEEK_CUR) ? ig_error(IG_E_IO, "seek") : IG_OK;
     }
-    int32_t next[2] = {argmax(r.logits, r.nv), 0};
+    int32_t next[2] = {test_argmax(r.logits, r.nv), 0};
     const int32_t *tb[1] = {b_ids};
     int64_t nbs[1] = {nb}, zero[1] = {0};
     if (st == IG_OK)
         st = step(&r, 1, tb, nbs, zero, tab + 1, (const int[1]){1}, NULL);
-    next[1] = argmax(r.logits, r.nv);
+    next[1] = test_argmax(r.logits, r.nv);
     printf("greedy %s:", label);
     int64_t pos[2] = {na, nb}, ones[2] = {1, 1};
     for (int64_t i = 0; i <= n_greedy && st == IG_OK; i++) {
@@ -204,8 +183,8 @@ static int dump(const char *path, const char *out_path, bool alone, const char *
         st = step(&r, 2, t, ones, pos, tab, (const int[2]){0, 1}, last ? g : NULL);
         if (st == IG_OK && last)
             printf(" %d %d", g[0], g[1]);
-        next[0] = argmax(r.logits, r.nv);
-        next[1] = argmax(r.logits + r.nv, r.nv);
+        next[0] = test_argmax(r.logits, r.nv);
+        next[1] = test_argmax(r.logits + r.nv, r.nv);
         pos[0]++, pos[1]++;
     }
     printf("\n");

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "models/quant.h"
 #include "tests/gpu/cuda_check.h"
+#include "tests/quant_bound.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -158,27 +159,6 @@ static void test_rows(int type, uint64_t *st)
 
 /* ---- products ------------------------------------------------------------------ */
 
-/* A bound on every f32 term of element c's block in a file row (the emu
- * test's A_i). */
-static double term_bound(int type, const uint8_t *row, int64_t c)
-{
-    const struct quant_traits *tr = quant_traits_of((uint32_t)type);
-    const uint8_t *blk = row + (size_t)(c / tr->block_elems) * tr->block_bytes;
-    uint16_t h0, h1;
-    if (type == QUANT_Q6_K) {
-        memcpy(&h0, blk + offsetof(struct block_q6_K, d), 2);
-        return fabs(ig_f16_to_f32(h0)) * 128 * 64;
-    }
-    memcpy(&h0, blk, 2);
-    memcpy(&h1, blk + 2, 2);
-    double d = fabs(ig_f16_to_f32(h0)), m = fabs(ig_f16_to_f32(h1));
-    switch (type) {
-    case QUANT_Q4_1: case QUANT_Q5_1: return d * 128 + m;
-    case QUANT_Q4_K: case QUANT_Q5_K: return d * 63 * 63 + m * 63;
-    default: return d * 128;
-    }
-}
-
 static void product_case(int type, int64_t rows, int64_t cols, int64_t n, bool mma, uint64_t *st)
 {
     size_t rb = quant_row_bytes((enum quant_type)type, cols);
@@ -210,7 +190,7 @@ static void product_case(int type, int64_t rows, int64_t cols, int64_t n, bool m
             for (int64_t c = 0; c < cols; c++) {
                 double xv = fabs(ig_f16_to_f32(hx[t * cols + c]));
                 mag += mma ? fabs(ig_f16_to_f32(ig_f32_to_f16(wf[c]))) * xv
-                           : term_bound(type, src + r * rb, c) * xv;
+                           : test_quant_term_bound(type, src + r * rb, c) * xv;
             }
             double tol = mma ? (double)(cols + 2) * 0x1p-23 * mag
                              : (double)(16 + cols / 32) * 0x1p-24 * mag;

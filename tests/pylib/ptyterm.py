@@ -1,10 +1,11 @@
 """tests/pylib/ptyterm.py: a program driven through a pseudo-terminal (Python's
 pty), for the tests of what ignite does on a terminal (chat's marker, line
-editing, Ctrl-C and Ctrl-D). Used by tests/cli/test_chat.py and
-test_chat_edit.py."""
+editing, Ctrl-C and Ctrl-D, progress lines). Used by tests/cli/test_chat.py,
+test_chat_edit.py, test_tty.py and test_conversation.py."""
 import os
 import pty
 import select
+import signal
 import time
 
 
@@ -50,3 +51,34 @@ def finish(pid, fd, timeout=120):
         _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), out
+
+
+def run(binary, args, env=None, timeout=120, interrupt_on=None):
+    """Runs binary with args on a new pseudo-terminal (its stdin, stdout and
+    stderr) to its end; with interrupt_on, sends it SIGINT (Ctrl-C) once that
+    text has shown. Returns (exit status, everything it showed, \\r\\n as
+    \\n). A program still running after the timeout is killed (the test
+    fails, never hangs)."""
+    pid, fd = spawn(binary, args, env)
+    buf, sent = b"", interrupt_on is None
+    end = time.time() + timeout
+    while True:
+        if time.time() >= end:
+            os.kill(pid, signal.SIGKILL)
+            break
+        if not sent and interrupt_on.encode() in buf:
+            os.kill(pid, signal.SIGINT)
+            sent = True
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if not r:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), buf.decode("utf-8", "replace").replace("\r\n", "\n")
