@@ -334,6 +334,21 @@ MUTANTS = [
      "    return copy(dst, src, bytes);", ["test_device_emu"], ["test_device_emu"],
      "the emulated copy stream runs its downloads at once (a missing wait would not show)",
      "caught"),
+    # The CLI over the emulated CUDA backend (ignite_emu, tests/tp/test_cli_emu.py):
+    # --pd's decode rank imports each cache; --tp 2 sums over the NCCL stand-in.
+    ("cli-emu-import-short", "backend/gpu_cache.c",
+     "                    for (int64_t r = 0; r < rows; r++) {\n"
+     "                        kv_row_to_f32(kv_i ? L.dtype_v : L.dtype,",
+     "                    for (int64_t r = 0; r + 1 < rows; r++) {\n"
+     "                        kv_row_to_f32(kv_i ? L.dtype_v : L.dtype,",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_cli_emu"],
+     "an imported f16 cache (the --pd decode rank's) loses its last position's K and V",
+     "caught"),
+    ("cli-emu-nccl-half", "backend/gpu_reduce_nccl.c",
+     "int rc = r->lib.all_reduce(buf, buf, (size_t)n, NCCL_FLOAT32,",
+     "int rc = r->lib.all_reduce(buf, buf, (size_t)n / 2, NCCL_FLOAT32,",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_cli_emu"],
+     "a --tp rank's NCCL all-reduce sums half the floats", "caught"),
 ]
 
 
