@@ -1,5 +1,6 @@
 /* backend/backend.c: picking the device, building the backend of that kind
- * (backend/cpu.c, or backend/gpu.c when nvcc was found at build time), and
+ * (backend/cpu.c, or backend/gpu.c through the CUDA table: nvcc's build
+ * where nvcc was found at build time, the emulated one in ignite_emu), and
  * the calls that go through a backend's table of functions.
  * Covered by tests/cli/ and tests/emu/test_backend_emu.c. */
 #include "backend/backend.h"
@@ -41,13 +42,25 @@ int backend_parse_device(const char *spec, struct backend_device *dev)
     return ig_error(IG_E_USAGE, "--device: expected auto, cpu, cuda or cuda:N, got '%s'", spec);
 }
 
+#if IGNITE_HAVE_CUDA
+static const struct backend_cuda *cuda = &gpu_entry_cuda;
+#else
+static const struct backend_cuda *cuda;
+#endif
+
+void backend_set_cuda(const struct backend_cuda *c)
+{
+    cuda = c;
+}
+
+const struct backend_cuda *backend_cuda(void)
+{
+    return cuda;
+}
+
 static int cuda_devices(void)
 {
-#if IGNITE_HAVE_CUDA
-    return gpu_device_count_cuda();
-#else
-    return 0;
-#endif
+    return cuda ? cuda->device_count() : 0;
 }
 
 int64_t backend_batch_rows_default(enum backend_kind kind)
@@ -65,10 +78,9 @@ int backend_resolve_device(struct backend_device *dev)
     }
     if (dev->kind == BACKEND_CPU)
         return IG_OK;
-#if !IGNITE_HAVE_CUDA
-    return ig_error(IG_E_DEVICE, "--device cuda:%d: this ignite was built without CUDA (nvcc "
-                    "was not found at build time); use --device cpu", dev->index);
-#else
+    if (!cuda)
+        return ig_error(IG_E_DEVICE, "--device cuda:%d: this ignite was built without CUDA (nvcc "
+                        "was not found at build time); use --device cpu", dev->index);
     int n = cuda_devices();
     if (n == 0)
         return ig_error(IG_E_DEVICE, "--device cuda:%d: no usable CUDA device (no GPU or no "
@@ -77,7 +89,6 @@ int backend_resolve_device(struct backend_device *dev)
         return ig_error(IG_E_DEVICE, "--device cuda:%d: there %s only %d CUDA device%s (0..%d)",
                         dev->index, n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
     return IG_OK;
-#endif
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */
@@ -132,11 +143,9 @@ int backend_create(const struct model *m, const struct backend_opts *o, struct b
                         "CUDA backend's cache is f16, q8_0 or fp8");
     if (backend_tp_wanted()) /* mpirun -np N --device cuda: a GPU a rank */
         return backend_tp_create(m, &r, out);
-#if IGNITE_HAVE_CUDA
-    return gpu_backend_create_cuda(m, &r, out);
-#else
-    return ig_error(IG_E_DEVICE, "this ignite was built without CUDA");
-#endif
+    if (!cuda)
+        return ig_error(IG_E_DEVICE, "this ignite was built without CUDA");
+    return cuda->create(m, &r, out);
 }
 
 void backend_free(struct backend *b)

@@ -276,6 +276,25 @@ int64_t backend_window_blocks(const struct kv_memory *mem, const struct backend_
 int backend_create(const struct model *m, const struct backend_opts *o, struct backend **out);
 void backend_free(struct backend *b);
 
+/* The CUDA backend's entry points, what --device cuda reaches (backend/gpu.h,
+ * one table per build of it: backend/gpu_entry.c). `ignite` has the nvcc
+ * build's where nvcc was found, else none; the test program `ignite_emu`
+ * sets the emulated one's (tests/emu/ignite_emu_main.c) before main runs. */
+struct cpu_tp;
+struct backend_cuda {
+    bool emulated; /* the CPU emulator's: no GPU (--version and bench say so) */
+    int (*device_count)(void);
+    int (*create)(const struct model *m, const struct backend_opts *o, struct backend **out);
+    /* a tensor-parallel rank's (backend/tp.h) and, once every rank made its
+     * backend, the all-reduce between them */
+    int (*create_tp)(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
+                     struct backend **out);
+    int (*tp_connect)(struct backend *b);
+};
+void backend_set_cuda(const struct backend_cuda *cuda);
+/* The table in use: NULL where this program has no CUDA backend. */
+const struct backend_cuda *backend_cuda(void);
+
 /* Runs the step: n_rows <= max_rows, n_seqs <= n_slots, each sequence's
  * positions below pos0 cached, pos0 + n_rows <= n_ctx, and its table
  * covering its rows. Writes the logits of the rows that want them. Returns

@@ -24,6 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* This build's entry points as backend.c's table (backend/gpu_entry.c). */
+extern const struct backend_cuda IG_DEV(gpu_entry);
+
 /* Usable devices (0 without a driver or a device; never prints). */
 int IG_DEV(gpu_device_count)(void);
 

@@ -39,17 +39,6 @@ void backend_tp_end(void);
  * nothing. */
 void backend_tp_off(void);
 
-/* The CUDA backend a rank's part runs on (--device cuda): its create and
- * connect (backend/gpu.h's gpu_backend_create_tp and gpu_tp_connect); the
- * CUDA build's by default, the emulated ones in the emulated tests. */
-struct cpu_tp;
-struct backend_tp_gpu {
-    int (*create)(const struct model *m, const struct backend_opts *o, struct cpu_tp *tp,
-                  struct backend **out);
-    int (*connect)(struct backend *b);
-};
-void backend_tp_set_gpu(const struct backend_tp_gpu *gpu);
-
 /* `--tp N` as the user gave it (0: not given), for `info --tp N` and the
  * checks at start. */
 void backend_tp_set_asked(int n);

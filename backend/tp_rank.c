@@ -79,18 +79,6 @@ static void table_random(const struct model *shard)
     madvise((void *)a, e - a, MADV_RANDOM);
 }
 
-#if IGNITE_HAVE_CUDA
-#include "backend/gpu.h"
-static struct backend_tp_gpu gpu = {gpu_backend_create_tp_cuda, gpu_tp_connect_cuda};
-#else
-static struct backend_tp_gpu gpu;
-#endif
-
-void backend_tp_set_gpu(const struct backend_tp_gpu *g)
-{
-    gpu = *g;
-}
-
 /* This rank's backend over its part: the CPU's, or the GPU's. */
 static int rank_backend(struct tp_rank *r, const struct backend_opts *o)
 {
@@ -98,9 +86,10 @@ static int rank_backend(struct tp_rank *r, const struct backend_opts *o)
         r->packed = true;
         return backend_cpu_create_tp(r->shard, o, &r->tp, &r->cpu);
     }
-    if (!gpu.create)
+    const struct backend_cuda *cuda = backend_cuda();
+    if (!cuda)
         return ig_error(IG_E_DEVICE, "this ignite was built without CUDA");
-    return gpu.create(r->shard, o, &r->tp, &r->cpu);
+    return cuda->create_tp(r->shard, o, &r->tp, &r->cpu);
 }
 
 /* This rank's part of m and its backend. */
@@ -183,7 +172,7 @@ int tp_setup_agreed(const struct model *m, const struct backend_opts *o, int st_
     }
     int all = agree(st, msg);
     if (all == IG_OK && o->device.kind != BACKEND_CPU) /* the GPUs' all-reduce, agreed */
-        all = gpu.connect((*out)->cpu);
+        all = backend_cuda()->tp_connect((*out)->cpu);
     if (all != IG_OK) {
         tp_rank_free(*out);
         *out = NULL;

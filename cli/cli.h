@@ -134,7 +134,8 @@ struct cli_build {
     const char *commit;   /* short git commit, "unknown" outside git */
     int64_t number;       /* commits in the history (llama.cpp's build_number), -1 unknown */
     const char *compiler; /* "gcc 12.2.0" */
-    const char *cuda;     /* CUDA toolkit version the build used, "none" without CUDA */
+    const char *cuda;     /* CUDA toolkit version the build used, "none" without CUDA,
+                           * "emulated (...)" in ignite_emu */
     const char *isa;      /* the int8 kernels chosen: avx512vnni, avxvnni, avx2, scalar */
 };
 void cli_build_info(struct cli_build *b);

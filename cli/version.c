@@ -1,10 +1,12 @@
 /* cli/version.c: what `ignite --version` and bench's rows say about the
  * build: the version, the git commit and its number (written at build time
- * by cmake/build_info.cmake), the compiler, the CUDA toolkit the build used,
- * and the int8 kernels this CPU runs (chosen at run time).
+ * by cmake/build_info.cmake), the compiler, the CUDA toolkit the build used
+ * (or "emulated" in the test program ignite_emu), and the int8 kernels
+ * this CPU runs (chosen at run time).
  * Covered by tests/cli/test_args.sh and tests/cli/test_bench.py. */
 #include "cli/cli.h"
 
+#include "backend/backend.h"
 #include "build_info.h"
 #include "ops/qmatmul.h"
 
@@ -32,12 +34,19 @@
 #define IG_CUDA_MINOR (CUDART_VERSION % 1000 / 10)
 #endif
 
+/* What --device cuda runs, for nobody to take ignite_emu's figures for a
+ * GPU's. */
+#define IG_CUDA_EMULATED "emulated (ignite_emu: the CUDA backend on the CPU, no GPU)"
+
 void cli_build_info(struct cli_build *b)
 {
-    static char cuda[32] = "none";
+    static char cuda[sizeof IG_CUDA_EMULATED] = "none";
 #if IGNITE_HAVE_CUDA
     snprintf(cuda, sizeof cuda, "%d.%d", IG_CUDA_MAJOR, IG_CUDA_MINOR);
 #endif
+    const struct backend_cuda *table = backend_cuda();
+    if (table && table->emulated)
+        snprintf(cuda, sizeof cuda, "%s", IG_CUDA_EMULATED);
     *b = (struct cli_build){
         .version = IGNITE_VERSION,
         .commit = IGNITE_GIT_COMMIT,

@@ -58,17 +58,24 @@ static void host_memory(size_t *total, size_t *free_b)
 
 extern "C" {
 
+/* One emulated device, or IGNITE_EMU_DEVICES=N (1..64; else 1): as many as
+ * a machine of N GPUs, so that each rank of `mpirun -np N ignite_emu` opens
+ * its own index as on such a machine (each is host memory of its process). */
 int IG_DEV(dev_count)(void)
 {
-    return 1;
+    const char *e = getenv("IGNITE_EMU_DEVICES");
+    char *end;
+    long n = e ? strtol(e, &end, 10) : 1;
+    return e && *e && !*end && n >= 1 && n <= 64 ? (int)n : 1;
 }
 
 int IG_DEV(dev_open)(int index, struct dev **out)
 {
     *out = NULL;
-    if (index != 0)
-        return ig_error(IG_E_DEVICE, "emulated device %d: not present (the emulator has one, 0)",
-                        index);
+    int n = IG_DEV(dev_count)();
+    if (index < 0 || index >= n)
+        return ig_error(IG_E_DEVICE, "emulated device %d: not present (the emulator has %d: "
+                        "IGNITE_EMU_DEVICES)", index, n);
     struct dev *d = (struct dev *)calloc(1, sizeof *d);
     if (!d)
         return ig_error(IG_E_NOMEM, "out of host memory opening the emulated device");

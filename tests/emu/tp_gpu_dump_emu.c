@@ -247,8 +247,7 @@ int main(int argc, char **argv)
     int st = ig_coll_start(&argc, &argv);
     if (st != IG_OK)
         return st;
-    static const struct backend_tp_gpu emu = {gpu_backend_create_tp_emu, gpu_tp_connect_emu};
-    backend_tp_set_gpu(&emu);
+    backend_set_cuda(&gpu_entry_emu);
     const char *models[MAX_MODELS], *prefix = NULL;
     int n_models = 0;
     bool alone = false;
