@@ -194,8 +194,10 @@ def hybrid(mpirun, tmp):
           f"{one.stderr[-300:]}")
     least = sum(5 + -(-o["tokens"]["prompt"] // 8) for o in rows)
     got = batch(mpirun, 2, args + ["--pd", "1:1"])
-    _, res = results(got.stdout)
+    prow, res = results(got.stdout)
     n = parts(got.stderr)
+    check(prow and all(o["pd"]["path"] == "host" for o in prow), "qwen35 --pd 1:1: the path "
+          f"{[o['pd']['path'] for o in prow]}")
     check(got.returncode == 0 and res == want, f"qwen35 --pd 1:1: exit {got.returncode}, {res} "
           f"against {want}: {got.stderr[-300:]}")
     check(n >= least, f"qwen35 --pd 1:1: {n} parts for {len(want)} requests, not layer by "
@@ -256,6 +258,9 @@ def bench(mpirun):
     ranks = b.get("pd", {}).get("ranks", [])
     # the prefill rank's overlap: its time computing (the layers' parts posted
     # inside), writing the parts, idle on the sends and on room
+    # CPU ranks: auto takes the host path and says why
+    check(b.get("pd", {}).get("path") == "host" and "cpu" in b["pd"].get("path_why", ""),
+          f"bench --pd: path {b.get('pd', {}).get('path')}, {b.get('pd', {}).get('path_why')}")
     check(b.get("pd", {}).get("transfer") == "layers" and len(ranks) == 3 and
           ranks[0].get("compute_ms", 0) > 0 and ranks[0].get("pack_ms", 0) > 0 and
           all(k in ranks[0] for k in ("send_wait_ms", "room_wait_ms", "messages")),
