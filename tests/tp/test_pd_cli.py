@@ -329,8 +329,9 @@ def nccl(mpirun, tmp, emu, standin):
     cuda` (the CLI over the emulated CUDA backend, tests/emu/ignite_emu_main.c)
     through the NCCL stand-in (IGNITE_NCCL_LIB) with IGNITE_PD_XFER=nccl, on
     bench/random_gguf.py's Llama-tiny (Q8_0, llama.cpp's llama-spm vocabulary):
-    one process's texts (a prompt over two blocks in chunks of -b 32), every
-    request's pd.path "nccl"; and IGNITE_PD_XFER=nccl on the tiny qwen35
+    one process's texts (a prompt over two blocks in chunks of -b 32, a seeded
+    one beside it, then the first again with another question: its first
+    block shared on the prefill rank), every request's pd.path "nccl"; and IGNITE_PD_XFER=nccl on the tiny qwen35
     (recurrent layers; the llama-spm vocabulary too) refused: one line naming
     why, exit 2."""
     vocab = llama_vocab("llama-spm")
@@ -347,6 +348,9 @@ def nccl(mpirun, tmp, emu, standin):
                               "n_predict": 4, "temperature": 0}) + "\n")
         out.write(json.dumps({"id": 1, "prompt": "Tell me about the river and 7:",
                               "n_predict": 3, "temperature": 0.8, "seed": 9}) + "\n")
+        # its first block shared on the prefill rank, sent from there by NCCL all the same
+        out.write(json.dumps({"id": "long2", "prompt": LONG[:400] + "Who built the bridge?",
+                              "n_predict": 3, "temperature": 0}) + "\n")
     # the emulator: POISON fills new device memory (a row not received reads garbage),
     # m64w4 the prefill kernel the chooser's pick costs twice the time of
     env = dict(os.environ, IGNITE_NCCL_LIB=standin, IGNITE_PD_XFER="nccl",
@@ -360,11 +364,13 @@ def nccl(mpirun, tmp, emu, standin):
     one = subprocess.run([emu] + args + ["-m", path], capture_output=True, timeout=LIMIT,
                          env=env)
     _, want = results(one.stdout)
-    check(one.returncode == 0 and len(want) == 2 and all(w[1] for w in want),
+    check(one.returncode == 0 and len(want) == 3 and all(w[1] for w in want),
           f"ignite_emu, one process: exit {one.returncode}: {one.stderr[-300:]}")
     got = subprocess.run(cmd + [emu] + args + ["-m", path, "--pd", "1:1"], capture_output=True,
                          timeout=LIMIT, env=env)
     rows, res = results(got.stdout)
+    check(len(want) == 3 and want[2][3]["cached"] >= 64, f"the long prompt's first block not "
+          f"shared: {want}")
     check(got.returncode == 0 and res == want, f"IGNITE_PD_XFER=nccl --pd 1:1: exit "
           f"{got.returncode}, {res} against {want}: {got.stderr[-400:]}")
     check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
