@@ -628,8 +628,10 @@ static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
     int64_t hi = mem ? (int64_t)mem->dtype * 64 + mem->dtype_v : -1, lo = -hi;
     ig_coll_allreduce_max(&hi);
     ig_coll_allreduce_max(&lo);
-    if (ok && hi != -lo) /* (every rank has the same options: a guard) */
-        no = "the ranks' caches are of different types", ok = false;
+    if (ok && hi != -lo) { /* (every rank has the same options: a guard) */
+        no = "the ranks' caches are of different types";
+        ok = false;
+    }
     if (no)
         snprintf(why, cap, "%s", no);
     return all_ok(ok, why, cap);
@@ -651,6 +653,7 @@ int pd_connect(struct pd *pd)
     char why[256] = "";
     bool fits = nccl_fits(pd, !host, why, sizeof why);
     if (fits) { /* collective: the line of a rank that cannot, rank 0's */
+        msg[0] = 0;
         ig_error_capture(msg, sizeof msg);
         st = backend_p2p_open(pd->o.be, &pd->p2p);
         ig_error_capture(NULL, 0);
