@@ -331,9 +331,10 @@ def nccl(mpirun, tmp, emu, standin):
     bench/random_gguf.py's Llama-tiny (Q8_0, llama.cpp's llama-spm vocabulary):
     one process's texts (a prompt over two blocks in chunks of -b 32, a seeded
     one beside it, then the first again with another question: its first
-    block shared on the prefill rank), every request's pd.path "nccl"; and IGNITE_PD_XFER=nccl on the tiny qwen35
-    (recurrent layers; the llama-spm vocabulary too) refused: one line naming
-    why, exit 2."""
+    block shared on the prefill rank), every request's pd.path "nccl"; and
+    IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
+    llama-spm vocabulary too), one line naming why, exit 2, as is a value
+    naming nothing."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -382,6 +383,13 @@ def nccl(mpirun, tmp, emu, standin):
     ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "recurrent")
     check(r.returncode == 2 and ok and not r.stdout,
           f"IGNITE_PD_XFER=nccl on qwen35: exit {r.returncode}, {lines}")
+    # a value naming nothing (ignite's CPU ranks: a launch costs mpirun's start alone)
+    r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m", path,
+                              "--pd", "1:1"], capture_output=True, timeout=LIMIT,
+                       env=dict(env, IGNITE_PD_XFER="pigeon"))
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER", "pigeon")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"IGNITE_PD_XFER=pigeon: exit {r.returncode}, {lines}")
 
 
 def main():
