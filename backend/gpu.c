@@ -32,6 +32,7 @@
  * test_backend_pd_emu.c and tests/gpu/. */
 #include "backend/gpu_impl.h"
 
+#include "backend/gpu_p2p.h"
 #include "core/half.h"
 #include "core/status.h"
 #include "decode/decode_attn.h"
@@ -793,10 +794,29 @@ void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info
         info->graphs += g->graphs[i] != NULL;
 }
 
+/* The NCCL communicator of batch --pd's cache (collective): the emulated
+ * backend's memory is the host's, which only the tests' stand-in takes. */
+static int gpu_p2p_open(struct backend *b, struct gpu_p2p **out)
+{
+    (void)b;
+#if defined(IG_EMU_BACKEND)
+    return gpu_p2p_nccl_open(true, out);
+#else
+    return gpu_p2p_nccl_open(false, out);
+#endif
+}
+
 static const struct backend_ops gpu_ops = {
     .step = gpu_step,
     .kv_export = IG_DEV(gpu_kv_export),
     .kv_import = IG_DEV(gpu_kv_import),
     .device_bytes = gpu_device_bytes,
     .destroy = gpu_destroy,
+    .p2p_fits = IG_DEV(gpu_kv_p2p_fits),
+    .p2p_open = gpu_p2p_open,
+    .kv_send_layer = IG_DEV(gpu_kv_send_layer),
+    .kv_stage_create = IG_DEV(gpu_kv_stage_create),
+    .kv_stage_free = IG_DEV(gpu_kv_stage_free),
+    .kv_recv_layer = IG_DEV(gpu_kv_recv_layer),
+    .kv_stage_import = IG_DEV(gpu_kv_stage_import),
 };

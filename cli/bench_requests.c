@@ -570,6 +570,11 @@ int bench_requests(const struct bench_requests_opts *o, const char *spec)
         agreed = true;
         if ((st = pd_agree(st, setup_msg)) != IG_OK)
             goto done;
+        if ((st = pd_connect(pd)) != IG_OK) { /* (every rank: nothing to finish) */
+            pd_free(pd);
+            pd = NULL;
+            goto done;
+        }
         if (serves) {
             st = pd_serve(pd);
             goto done;

@@ -665,6 +665,11 @@ int cmd_batch(int argc, char **argv)
         agreed = true;
         if ((st = pd_agree(st, setup_msg)) != IG_OK)
             goto done;
+        if ((st = pd_connect(b.pd)) != IG_OK) { /* (every rank: nothing to finish) */
+            pd_free(b.pd);
+            b.pd = NULL;
+            goto done;
+        }
         if (serves) {
             st = pd_serve(b.pd);
             goto done;

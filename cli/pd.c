@@ -295,7 +295,7 @@ static void take_done(struct pd *pd, const char *buf, size_t bytes, int from)
         snprintf(err, sizeof err, "%.*s", (int)h.err_len, buf + sizeof h + h.text_len);
     struct pd_transfer t = {.prefill_rank = (int)h.prefill_rank, .decode_rank = from,
                             .kv_bytes = h.kv_bytes, .pack_ms = h.pack_ms,
-                            .transfer_ms = h.transfer_ms, .path = "host"};
+                            .transfer_ms = h.transfer_ms, .path = pd->nccl ? "nccl" : "host"};
     const char *at = buf + sizeof h + h.text_len + h.err_len;
     for (int64_t i = 0; pd->o.on_token && i < h.n_times; i++) { /* on this rank's clock */
         int64_t ago;
@@ -457,7 +457,10 @@ void pd_finish(struct pd *pd, bool quiet)
                     (long long)all[r].prompt_rows, (long long)all[r].decode_rows,
                     (long long)all[r].caches, (double)all[r].kv_bytes / 1048576.0,
                     (long long)all[r].waited, all[r].compute_ms, all[r].pack_ms,
-                    (long long)all[r].messages, pd->whole ? " (whole)" : " (layer by layer)",
+                    (long long)all[r].messages,
+                    pd->whole  ? " (whole)"
+                    : pd->nccl ? " (layer by layer, the rows by NCCL)"
+                               : " (layer by layer)",
                     all[r].send_wait_ms, all[r].room_wait_ms);
         else
             fprintf(stderr, "pd: rank %d (decode): %lld prompt rows, %lld decode rows, %lld "
@@ -477,6 +480,9 @@ bool pd_ranks_json(const struct pd *pd, cJSON *j)
     cJSON_AddNumberToObject(o, "prefill_ranks", pd->o.n_prefill);
     cJSON_AddNumberToObject(o, "decode_ranks", pd->o.n_decode);
     cJSON_AddStringToObject(o, "transfer", pd->whole ? "whole" : "layers");
+    cJSON_AddStringToObject(o, "path", pd->nccl ? "nccl" : "host");
+    if (pd->xfer_why[0]) /* auto took the host path: why */
+        cJSON_AddStringToObject(o, "path_why", pd->xfer_why);
     for (int r = 0; pd->all && r < pd->size; r++) {
         const struct stats_msg *s = &pd->all[r];
         cJSON *e = cJSON_CreateObject();
@@ -526,17 +532,15 @@ int pd_create(const struct pd_opts *o, struct pd **out)
     const char *w = getenv("IGNITE_TP_WATCHDOG");
     pd->watch_s = w ? atof(w) : 600;
     pd->alive_ns = ig_now_ns();
-    struct engine_opts eo = {.max_rows = o->be->o.max_rows, .share_prefixes = true,
-                             .interrupt = pd->rank == 0 ? o->interrupt : NULL,
-                             .cb = {.on_done = pd->prefill ? pd_prefill_done : pd_decode_done,
-                                    .on_text = pd->prefill ? NULL : pd_decode_text,
-                                    .on_layer = pd->prefill ? pd_prefill_layer : NULL,
-                                    .on_token = pd->prefill || !o->want_times ? NULL
-                                                                              : pd_decode_token,
-                                    .user = pd}};
-    int st = engine_create(o->be, o->vocab, &eo, &pd->e);
-    if (st == IG_OK)
-        st = kv_memory_of(o->m, KV_F32, KV_F32, &pd->layers);
+    pd->eo = (struct engine_opts){
+        .max_rows = o->be->o.max_rows, .share_prefixes = true,
+        .interrupt = pd->rank == 0 ? o->interrupt : NULL,
+        .cb = {.on_done = pd->prefill ? pd_prefill_done : pd_decode_done,
+               .on_text = pd->prefill ? NULL : pd_decode_text,
+               .on_layer = pd->prefill ? pd_prefill_layer : NULL,
+               .on_token = pd->prefill || !o->want_times ? NULL : pd_decode_token,
+               .user = pd}};
+    int st = kv_memory_of(o->m, KV_F32, KV_F32, &pd->layers);
     if (st == IG_OK && pd->rank == 0 &&
         (!(pd->in_hand = calloc((size_t)o->n_prefill, sizeof *pd->in_hand)) ||
          !(pd->heard_ns = calloc((size_t)pd->size, sizeof *pd->heard_ns))))
@@ -592,6 +596,90 @@ void pd_free(struct pd *pd)
     free(pd->room);
     free(pd->room_known);
     free(pd->all);
+    backend_p2p_free(pd->p2p);
     free(pd);
+}
+
+/* ---- the caches' path ------------------------------------------------------------------ */
+
+/* Every rank's ok, agreed: false on every rank where any rank's is, `why`
+ * then the lowest such rank's. */
+static bool all_ok(bool ok, char *why, size_t cap)
+{
+    int size = ig_coll_size();
+    int64_t bad = ok ? -1 : size - 1 - ig_coll_rank();
+    ig_coll_allreduce_max(&bad);
+    if (bad < 0)
+        return true;
+    char line[256];
+    snprintf(line, sizeof line, "%s", why);
+    ig_coll_bcast(line, sizeof line, size - 1 - (int)bad);
+    snprintf(why, cap, "%s", line);
+    return false;
+}
+
+/* Whether the caches can move by NCCL (every rank agreeing), else why. */
+static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
+{
+    const char *no = !asked      ? "IGNITE_PD_XFER=host"
+                     : pd->whole ? "IGNITE_PD_WHOLE=1 sends the cache after the prompt, "
+                                   "through host memory"
+                                 : NULL;
+    bool ok = !no && backend_p2p_fits(pd->o.be, why, cap);
+    const struct kv_memory *mem = backend_kv_memory(pd->o.be);
+    int64_t hi = mem ? (int64_t)mem->dtype * 64 + mem->dtype_v : -1, lo = -hi;
+    ig_coll_allreduce_max(&hi);
+    ig_coll_allreduce_max(&lo);
+    if (ok && hi != -lo) { /* (every rank has the same options: a guard) */
+        no = "the ranks' caches are of different types";
+        ok = false;
+    }
+    if (no)
+        snprintf(why, cap, "%s", no);
+    return all_ok(ok, why, cap);
+}
+
+int pd_connect(struct pd *pd)
+{
+    const char *x = getenv("IGNITE_PD_XFER");
+    bool nccl = x && !strcmp(x, "nccl"), host = x && !strcmp(x, "host");
+    char msg[512] = "";
+    if (pd->rank != 0) /* rank 0's lines go out; the others' go to it (pd_agree) */
+        ig_error_capture(msg, sizeof msg);
+    int st = IG_OK;
+    if (x && *x && !nccl && !host && strcmp(x, "auto"))
+        st = ig_error(IG_E_USAGE, "IGNITE_PD_XFER: expected nccl, host or auto, got '%s'", x);
+    ig_error_capture(NULL, 0);
+    if ((st = pd_agree(st, msg)) != IG_OK)
+        return st;
+    char why[256] = "";
+    bool fits = nccl_fits(pd, !host, why, sizeof why);
+    if (fits) { /* collective: the line of a rank that cannot, rank 0's */
+        msg[0] = 0;
+        ig_error_capture(msg, sizeof msg);
+        st = backend_p2p_open(pd->o.be, &pd->p2p);
+        ig_error_capture(NULL, 0);
+        if (st != IG_OK) {
+            fits = false;
+            snprintf(why, sizeof why, "%s", msg[0] ? msg : "NCCL did not load");
+        }
+    }
+    if (nccl && !fits) { /* asked for: never a silent fall-back */
+        st = st != IG_OK ? st : IG_E_USAGE;
+        if (pd->rank == 0)
+            ig_error(st, "IGNITE_PD_XFER=nccl: the caches cannot move by NCCL: %s "
+                     "(IGNITE_PD_XFER=host or auto take the host path)", why);
+        return st;
+    }
+    pd->nccl = fits;
+    if (!fits && !host)
+        snprintf(pd->xfer_why, sizeof pd->xfer_why, "%s", why);
+    pd->eo.layer_device = fits;
+    msg[0] = 0;
+    if (pd->rank != 0)
+        ig_error_capture(msg, sizeof msg);
+    st = engine_create(pd->o.be, pd->o.vocab, &pd->eo, &pd->e);
+    ig_error_capture(NULL, 0);
+    return pd_agree(st, msg);
 }
 

@@ -47,9 +47,8 @@ struct pd_transfer {
     int64_t kv_bytes;    /* the cache as sent */
     double pack_ms;      /* writing it (prefill rank) and reading it (decode rank) */
     double transfer_ms;  /* receiving it on the decode rank */
-    const char *path;    /* which way it moved: "host" (device -> host, MPI, host -> device;
-                          * the NCCL path between CUDA ranks is not wired in yet:
-                          * docs/gpu.md) */
+    const char *path;    /* which way it moved: "host" (device -> host, MPI, host -> device)
+                          * or "nccl" (device to device between CUDA ranks: pd_connect) */
 };
 
 struct pd_opts {
@@ -88,9 +87,20 @@ int pd_check_job(const char *cmd, int p, int d);
  * the failing rank's, which rank 0 names in one line with its message. */
 int pd_agree(int st, const char *msg);
 
-/* This rank's part (its engine over o->be). IG_OK or IG_E_NOMEM. */
+/* This rank's part. IG_OK or IG_E_NOMEM. */
 int pd_create(const struct pd_opts *o, struct pd **out);
 void pd_free(struct pd *pd);
+
+/* Collective, every rank after pd_create agreed: the way the caches move
+ * (IGNITE_PD_XFER=nccl|host|auto, auto by default: NCCL where every rank's
+ * backend is CUDA and takes the model on that path (backend_p2p_fits: no
+ * recurrent layers, no window tables), the pools are of one type and NCCL
+ * loads on every rank (IGNITE_NCCL_LIB as for --tp), its communicator then
+ * open; else host memory) and this rank's engine. The same status on every
+ * rank: IG_OK; IG_E_USAGE for a bad value or `nccl` where the model or the
+ * options cannot take it, IG_E_DEVICE where NCCL cannot load, each after
+ * one line (rank 0's) naming why; IG_E_NOMEM. */
+int pd_connect(struct pd *pd);
 
 /* This rank's engine (its pool's figures). */
 const struct engine *pd_engine(const struct pd *pd);

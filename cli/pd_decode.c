@@ -2,7 +2,9 @@
  * a prefill rank assembled from its parts as they come (its head, each
  * layer's rows, the tokens and logits: kvcache/'s saved-cache parts), then
  * run as a history (--load-kv's path) with its line parsed again,
- * decode-only; the text, figures and token times back to rank
+ * decode-only (on the NCCL path, pd_connect, each layer's rows received on
+ * the device as their header comes, into a staging store the engine
+ * imports at admission); the text, figures and token times back to rank
  * 0; its room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
@@ -26,6 +28,8 @@ void pd_djob_free(struct djob *j)
     free(j->tokens);
     free(j->logits);
     kv_store_free(j->kv);
+    if (j->stage)
+        backend_kv_stage_free(j->be, j->stage);
     free(j->text);
     free(j->times);
     free(j->toks);
@@ -75,7 +79,7 @@ void pd_decode_done(void *user, struct gen_request *r)
     res.prefill_ms = j->h.prefill_ms;
     struct pd_transfer t = {.prefill_rank = j->prefill_rank, .decode_rank = pd->rank,
                             .kv_bytes = j->h.kv_bytes, .pack_ms = j->h.pack_ms + j->pack_ms,
-                            .transfer_ms = j->transfer_ms, .path = "host"};
+                            .transfer_ms = j->transfer_ms, .path = pd->nccl ? "nccl" : "host"};
     pd_send_done(pd, j->h.seq, &res, j->text, j->len,
               res.status != IG_OK ? ig_status_name(res.status) : NULL, &t, j);
     pd->live_need -= j->h.need;
@@ -110,7 +114,10 @@ static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t byte
     j->rd.no_crc = true; /* the parts: MPI's messages, no checksum of their own */
     if (st == IG_OK && j->rd.hdr.n_vocab != pd->o.m->hp.n_vocab)
         st = ig_error(IG_E_INTERNAL, "a cache's head without logits");
-    return st == IG_OK ? kv_file_new_store(&j->rd, &j->kv) : st;
+    if (st != IG_OK || !pd->nccl)
+        return st == IG_OK ? kv_file_new_store(&j->rd, &j->kv) : st;
+    j->be = pd->o.be; /* the NCCL path: the rows land in a device staging store */
+    return backend_kv_stage_create(pd->o.be, j->rd.hdr.n_tokens, &j->stage);
 }
 
 /* Reads a part's bytes with `read` (the reader on them), all of them. */
@@ -141,10 +148,19 @@ static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t byte
         h.p1 <= h.p0 || h.p1 > j->rd.hdr.n_tokens)
         return ig_error(IG_E_INTERNAL, "a part of a cache out of order (layer %lld, rows "
                         "%lld..%lld)", (long long)h.layer, (long long)h.p0, (long long)h.p1);
-    FILE *f = part(j, buf + sizeof h, bytes - sizeof h);
-    if (!f)
-        return ig_error(IG_E_NOMEM, "out of memory reading a cache");
-    int st = part_end(j, f, kv_file_read_layer(&j->rd, j->kv, h.layer, h.p0, h.p1));
+    if (h.nccl != pd->nccl || (h.nccl && bytes != sizeof h))
+        return ig_error(IG_E_INTERNAL, "a part of a cache by %s on a rank taking them by %s",
+                        h.nccl ? "NCCL" : "MPI", pd->nccl ? "NCCL" : "MPI");
+    int st;
+    if (h.nccl) { /* posted at once: the prefill rank's stream waits for it */
+        st = backend_kv_recv_layer(pd->o.be, pd->p2p, j->prefill_rank, j->stage, h.layer, h.p0,
+                                   h.p1);
+    } else {
+        FILE *f = part(j, buf + sizeof h, bytes - sizeof h);
+        if (!f)
+            return ig_error(IG_E_NOMEM, "out of memory reading a cache");
+        st = part_end(j, f, kv_file_read_layer(&j->rd, j->kv, h.layer, h.p0, h.p1));
+    }
     if (st == IG_OK)
         j->got[h.layer] = h.p1;
     return st;
@@ -193,7 +209,7 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
     }
     j->r.params.special_text = j->h.special_text; /* rank 0's channels read the markers */
     j->hist = (struct gen_history){.tokens = j->tokens, .n = n, .logits = j->logits,
-                                   .kv = j->kv};
+                                   .kv = j->kv, .stage = j->stage};
     j->pack_ms += (double)(ig_now_ns() - t0) / 1e6;
     j->r.history = &j->hist;
     j->r.user = j;
@@ -257,13 +273,17 @@ void pd_receive_part(struct pd *pd, size_t bytes, int from, int tag)
         pd->arriving = j;
         pd->live_need += j->h.need; /* its room, from now */
         pd->live_n++;
-    } else if (!j->failed) {
+    } else if (!j->failed || (pd->nccl && tag == TAG_KV_ROWS)) {
         j->t_recv_ns = t1;
         j->last_ms = ms;
         st = tag == TAG_KV_ROWS ? take_rows(pd, j, buf, bytes) : take_cache(pd, j, buf, bytes);
     }
     ig_error_capture(NULL, 0);
     free(buf);
+    /* The NCCL path: a prefill rank's sends wait on this rank's receives,
+     * which a failed head or part cannot post: the job cannot go on. */
+    if (pd->nccl && st != IG_OK && tag != TAG_KV)
+        pd_fatal(pd, st, err);
     if (st != IG_OK && !j->failed) {
         j->failed = st;
         memcpy(j->err, err, sizeof err);

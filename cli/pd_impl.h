@@ -42,9 +42,11 @@ struct kv_hdr {
 };
 
 /* prefill → decode, TAG_KV_ROWS: then layer `layer`'s part, rows [p0, p1)
- * (kv_file_write_layer; a recurrent layer's state: 0, n_pos) */
+ * (kv_file_write_layer; a recurrent layer's state: 0, n_pos); or, marked
+ * nccl, nothing: the layer's blocks holding the rows follow by NCCL
+ * (backend_kv_send_layer), which the decode rank receives at once */
 struct rows_hdr {
-    int64_t seq, layer, p0, p1;
+    int64_t seq, layer, p0, p1, nccl;
 };
 
 /* decode → prefill ranks: what a new request may still take */
@@ -121,6 +123,8 @@ struct djob {
     int64_t *got;             /* [n_layer] positions of each layer arrived */
     int failed;               /* a part could not be read: the status, told at TAG_KV */
     char err[256];
+    struct gpu_kv_stage *stage; /* the NCCL path: the rows received on the device (not kv) */
+    struct backend *be;       /* the stage's */
     struct djob *next;        /* pd.arriving */
 };
 
@@ -129,6 +133,10 @@ struct pd {
     int rank, size;
     bool prefill, decode;     /* this rank's role */
     struct engine *e;
+    struct engine_opts eo;    /* its options (pd_connect makes it) */
+    bool nccl;                /* the caches move by NCCL (pd_connect) */
+    struct gpu_p2p *p2p;      /* then the communicator of every rank */
+    char xfer_why[256];       /* why the host path, where auto took it */
     int64_t n_slots, n_blocks;
     unsigned char model_id[KV_MODEL_ID_BYTES];
     struct kv_memory *layers; /* what a cache must hold */

@@ -5,7 +5,9 @@
  * _tokens): the head when the prompt is admitted, each layer's new rows as
  * the layer loop writes them (the engine's on_layer, on the CPU or CUDA
  * backend, while the next layers and the next prompts run: the sends are
- * not waited for), the token ids and logits after the prompt. Covered by tests/tp/test_pd_cli.py. */
+ * not waited for), the token ids and logits after the prompt. On the NCCL
+ * path (pd_connect) a layer's rows go device to device instead, after
+ * their header. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
 #include "core/coll.h"
@@ -83,6 +85,30 @@ static void send_layer(struct pd *pd, struct pjob *j, int64_t layer, const struc
     msg_post(pd, j, &m, st, sizeof h, TAG_KV_ROWS);
 }
 
+/* The NCCL path (rows->kv NULL: the rows are in the pool, rows->table the
+ * sequence's device table): the header over MPI first, marked, then layer
+ * `layer`'s blocks holding the rows past what was sent, by NCCL on the
+ * step's stream (they go once the decode rank, reading the header, has
+ * posted the receives). A shared layer has no rows of its own. */
+static void send_layer_nccl(struct pd *pd, struct pjob *j, int64_t layer,
+                            const struct gen_layer_rows *rows)
+{
+    const struct kv_memory *mem = backend_kv_memory(pd->o.be);
+    const struct kv_layer_mem *L = &mem->layers[layer];
+    if (L->kind == KV_SHARED || rows->n_pos <= j->sent)
+        return;
+    struct rows_hdr h = {.seq = j->h.seq, .layer = layer, .p0 = j->sent, .p1 = rows->n_pos,
+                         .nccl = 1};
+    pd->stats.messages++;
+    pd_post_copy(pd, &h, sizeof h, j->to, TAG_KV_ROWS);
+    int st = backend_kv_send_layer(pd->o.be, pd->p2p, j->to, rows->table, layer, h.p0, h.p1);
+    if (st != IG_OK) /* (the decode rank waits on these bytes: no going on) */
+        pd_fatal(pd, st, "a layer's rows could not go by NCCL (above)");
+    int64_t blocks = kv_blocks_for(h.p1) - h.p0 / KV_BLOCK, elems = kv_layer_block_elems(L);
+    j->kv_bytes += blocks * (int64_t)(kv_dtype_row_bytes(mem->dtype, elems) +
+                                      kv_dtype_row_bytes(mem->dtype_v, elems));
+}
+
 /* The engine's on_layer: this step's rows of the layer leave now. */
 void pd_prefill_layer(void *user, struct gen_request *r, int64_t layer,
                       const struct gen_layer_rows *rows)
@@ -94,7 +120,9 @@ void pd_prefill_layer(void *user, struct gen_request *r, int64_t layer,
     int64_t t0 = ig_now_ns();
     char err[sizeof j->err] = "";
     ig_error_capture(err, sizeof err);
-    if (rows->from > j->sent) /* (the store lacks rows not sent yet: never by the engine) */
+    if (!rows->kv)
+        send_layer_nccl(pd, j, layer, rows);
+    else if (rows->from > j->sent) /* (the store lacks rows not sent yet: never by the engine) */
         j->failed = ig_error(IG_E_INTERNAL, "layer %lld's rows from %lld were not sent, but "
                              "the cache holds them from %lld only", (long long)layer,
                              (long long)j->sent, (long long)rows->from);
@@ -123,6 +151,9 @@ static int finish(struct pd *pd, struct pjob *j)
     int64_t t0 = ig_now_ns();
     struct gen_handoff ho;
     bool rest = j->sent < j->h.n_tokens || !j->state_sent;
+    if (rest && pd->nccl) /* (on_layer sent every row by NCCL: the engine's promise) */
+        return ig_error(IG_E_INTERNAL, "a prompt of %lld tokens ended with %lld sent by NCCL",
+                        (long long)j->h.n_tokens, (long long)j->sent);
     int st = engine_handoff(pd->e, &j->r, rest, &ho);
     if (st != IG_OK)
         return st;

@@ -642,7 +642,9 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     if (h && !cont) {
         kv_pool_grow_loaded(e->pool, &s->kv, n_hist); /* (the window's rows only) */
         struct backend_seq v = seq_view(e, s);
-        if ((st = backend_kv_import(e->be, &v, h->kv, n_hist)) != IG_OK)
+        st = h->stage ? backend_kv_stage_import(e->be, h->stage, &v, n_hist)
+                      : backend_kv_import(e->be, &v, h->kv, n_hist);
+        if (st != IG_OK)
             return st;
         s->kv.n_pos = n_hist;
         s->kv.n_registered = s->kv.max_blocks; /* loaded rows are never shared */
@@ -1099,6 +1101,7 @@ int engine_step(struct engine *e)
             batch.on_layer = layer_written;
             batch.layer_user = e;
             batch.layer_from = e->layer_from;
+            batch.layer_device = e->o.layer_device;
         }
     }
     int64_t t0 = ig_now_ns();

@@ -119,6 +119,10 @@ struct gen_history {
     const float *logits;        /* [n_vocab] after tokens[n - 1], or NULL */
     const struct kv_store *kv;  /* the rows, in blocks 0.. in order, and the recurrent
                                  * layers' state in slot 0 (kv_file_read_body) */
+    /* Or (kv NULL) the rows in a device staging store (batch --pd's NCCL
+     * path: backend_kv_recv_layer), copied into the sequence's blocks on the
+     * device at admission (backend_kv_stage_import). */
+    const struct gpu_kv_stage *stage;
 };
 
 /* What happened to a request (filled by the engine as it goes). */
@@ -170,7 +174,10 @@ struct gen_request {
  * backend keeps one (else NULL) and the state slot, valid during the call.
  * The store holds positions [from, n_pos) for sure (0 on the prompt's
  * first step, pos0 on the next: what earlier calls did not give): the
- * CPU's holds every position, the CUDA backend's host copy only these. */
+ * CPU's holds every position, the CUDA backend's host copy only these.
+ * Under engine_opts.layer_device kv is NULL: table is the sequence's block
+ * table in the backend's own pool (every position [0, n_pos)), which the
+ * hook reads on the device (backend_kv_send_layer). */
 struct gen_layer_rows {
     const struct kv_store *kv;
     const int32_t *table, *wtable;
@@ -206,6 +213,9 @@ struct engine_opts {
                                  * speculation); sizes the logits of verify steps */
     bool spec_fixed_cost;       /* the draft length from fixed step costs, not measured
                                  * ones (reproducible tests; generate/spec.h) */
+    bool layer_device;          /* on_layer reads the rows on the device itself: no host
+                                 * copy (backend_batch.layer_device; a CUDA backend's,
+                                 * batch --pd's NCCL path) */
     struct backend *draft;      /* a draft model's backend (borrowed; its vocabulary
                                  * checked by spec_vocab_check, its n_slots and n_ctx
                                  * the engine's backend's), or NULL */

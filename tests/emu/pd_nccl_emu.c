@@ -23,7 +23,17 @@
  * The caches, exported, are equal byte for byte, as are rank 0's logits
  * and rank 1's own; then 3 greedy decode steps of the sequences in one
  * batch: the same tokens and the same logits, bit for bit, and the caches
- * still equal. Mutants (tests/emu/mutate.cmake, built with
+ * still equal. Those calls go through the backend table (backend_kv_send_
+ * layer, backend_kv_stage_*: what cli/ reaches). Then, on the f16 pool,
+ * through the engines as cli/pd_*.c wire them: rank 0's engine runs the
+ * prompt as a prompt-only handoff request in steps of 40 rows with
+ * engine_opts.layer_device (its on_layer hook given no store, the
+ * sequence's device table: the header, then backend_kv_send_layer of the
+ * rows not sent yet); rank 1 receives into a staging store and its engine
+ * admits a request with that history (gen_history.stage, imported at
+ * admission), then one process's request of the prompt, both greedy and
+ * kept: the same 4 tokens, the same logits after the last bit for bit.
+ * Mutants (tests/emu/mutate.cmake, built with
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
  * the layer before's K, a receive posted for another count, the import of
  * a run of blocks copying its first block's K alone.
@@ -35,12 +45,14 @@
 #include "backend/gpu_p2p.h"
 #include "core/coll.h"
 #include "core/status.h"
+#include "generate/generate.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
 #include "models/synthetic.h"
 #include "tests/emu/kv_export_bytes.h"
 #include "tests/test.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +105,7 @@ static void send_nccl(void *user, int64_t layer, const struct kv_store *kv,
     CHECK(kv == NULL && seqs == NULL);
     struct layer_hdr h = {layer, s->p0, s->p1};
     ig_coll_send(&h, sizeof h, 1, TAG_HDR);
-    int st = IG_DEV(gpu_kv_send_layer)(s->g, p2p, 1, s->table, layer, s->p0, s->p1);
+    int st = backend_kv_send_layer(s->g, p2p, 1, s->table, layer, s->p0, s->p1);
     CHECKF(st == IG_OK, "layer %lld's send failed", (long long)layer);
     s->failed |= st != IG_OK;
 }
@@ -143,7 +155,7 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
     struct backend *g = NULL;
     CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     char why[200] = "";
-    CHECKF(!g || IG_DEV(gpu_kv_p2p_fits)(g, why, sizeof why), "no NCCL path: %s", why);
+    CHECKF(!g || backend_p2p_fits(g, why, sizeof why), "no NCCL path: %s", why);
     float *logits = malloc((size_t)model->hp.n_vocab * sizeof *logits);
     int32_t table[2] = {5, 2};
     /* the NCCL path */
@@ -253,7 +265,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
         prefill(g, ids, tables[2], 2, NULL, NULL, false, logits + 2 * nv);
     /* the NCCL path: headers, then the receives into the staging store */
     struct gpu_kv_stage *stage = NULL;
-    CHECK(IG_DEV(gpu_kv_stage_create)(g, N_PROMPT, &stage) == IG_OK);
+    CHECK(backend_kv_stage_create(g, N_PROMPT, &stage) == IG_OK);
     int64_t n_parts = 0;
     for (;;) {
         struct layer_hdr h;
@@ -261,14 +273,14 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
         if (h.layer < 0)
             break;
         n_parts++;
-        int st = stage ? IG_DEV(gpu_kv_recv_layer)(g, p2p, 0, stage, h.layer, h.p0, h.p1) : -1;
+        int st = stage ? backend_kv_recv_layer(g, p2p, 0, stage, h.layer, h.p0, h.p1) : -1;
         CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
                (long long)h.layer, (long long)h.p0, (long long)h.p1);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
-    CHECK(stage && IG_DEV(gpu_kv_stage_import)(g, stage, &seqs[0], N_PROMPT) == IG_OK);
-    IG_DEV(gpu_kv_stage_free)(g, stage);
+    CHECK(stage && backend_kv_stage_import(g, stage, &seqs[0], N_PROMPT) == IG_OK);
+    backend_kv_stage_free(g, stage);
     receive_host(g, &seqs[1], ids);
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
     CHECKF(!own || memcmp(logits, logits + 2 * nv, (size_t)nv * sizeof *logits) == 0,
@@ -295,6 +307,144 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     }
     snprintf(what, sizeof what, "%s, after decoding", name);
     same_caches(g, seqs, n_seqs, N_PROMPT + N_DECODE, what);
+    free(logits);
+    backend_free(g);
+}
+
+/* ---- through the engines (cli/pd_prefill.c's and pd_decode.c's wiring) ------- */
+
+/* Rank 0's engine: a prompt-only handoff request, its layers sent from the
+ * on_layer hook on the device (engine_opts.layer_device), what was not
+ * sent yet as pd_prefill.c does; the logits at its end. */
+struct eng_sender {
+    struct backend *g;
+    struct engine *e;
+    int64_t sent;
+    float *logits;
+};
+
+static void eng_layer(void *user, struct gen_request *r, int64_t layer,
+                      const struct gen_layer_rows *rows)
+{
+    struct eng_sender *c = user;
+    (void)r;
+    CHECK(rows->kv == NULL && rows->table != NULL);
+    struct layer_hdr h = {layer, c->sent, rows->n_pos};
+    ig_coll_send(&h, sizeof h, 1, TAG_HDR);
+    CHECKF(backend_kv_send_layer(c->g, p2p, 1, rows->table, layer, h.p0, h.p1) == IG_OK,
+           "engine: layer %lld's send failed", (long long)layer);
+    if (layer == model->hp.n_layer - 1)
+        c->sent = rows->n_pos;
+}
+
+static void eng_done(void *user, struct gen_request *r)
+{
+    struct eng_sender *c = user;
+    struct gen_handoff ho;
+    CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
+    CHECK(engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT && ho.logits);
+    if (ho.logits)
+        memcpy(c->logits, ho.logits, (size_t)model->hp.n_vocab * sizeof *c->logits);
+}
+
+static void engine_prefill_rank(const int32_t *ids)
+{
+    struct backend_opts o = opts_of(KV_F16);
+    struct backend *g = NULL;
+    CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
+    struct eng_sender c = {.g = g, .logits = calloc((size_t)model->hp.n_vocab, sizeof(float))};
+    struct engine_opts eo = {.max_rows = CHUNK, .layer_device = true,
+                             .cb = {.on_layer = eng_layer, .on_done = eng_done, .user = &c}};
+    CHECK(g && engine_create(g, NULL, &eo, &c.e) == IG_OK);
+    struct gen_request r = {.tokens = ids, .n_tokens = N_PROMPT,
+                            .params = {.n_predict = 1, .prompt_only = true, .handoff = true,
+                                       .sp = {.temperature = 0, .top_k = 1, .top_p = 1,
+                                              .repeat_penalty = 1}}};
+    CHECK(c.e && engine_submit(c.e, &r) == IG_OK);
+    for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
+        CHECK(engine_step(c.e) == IG_OK);
+    struct layer_hdr end = {-1, 0, 0};
+    ig_coll_send(&end, sizeof end, 1, TAG_HDR);
+    ig_coll_send(c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, 1, TAG_LOGITS);
+    engine_free(c.e);
+    free(c.logits);
+    backend_free(g);
+}
+
+/* Rank 1's engine: the receives into a staging store as the headers come,
+ * then a request with that history (gen_history.stage: imported at
+ * admission), then one process's request of the same prompt, greedy,
+ * kept: the same tokens and the same logits after the last, bit for bit. */
+struct eng_toks {
+    int32_t tok[2][N_DECODE + 1];
+    int n[2];
+};
+
+static void eng_token(void *user, struct gen_request *r, int32_t token, int64_t t_ns)
+{
+    struct eng_toks *t = user;
+    int k = (int)(intptr_t)r->user;
+    (void)t_ns;
+    if (t->n[k] < N_DECODE + 1)
+        t->tok[k][t->n[k]++] = token;
+}
+
+static void engine_decode_rank(const int32_t *ids)
+{
+    const int64_t nv = model->hp.n_vocab;
+    struct backend_opts o = opts_of(KV_F16);
+    struct backend *g = NULL;
+    CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
+    if (!g)
+        return;
+    struct gpu_kv_stage *stage = NULL;
+    CHECK(backend_kv_stage_create(g, N_PROMPT, &stage) == IG_OK);
+    int64_t n_parts = 0;
+    for (;;) {
+        struct layer_hdr h;
+        ig_coll_recv(&h, sizeof h, 0, TAG_HDR);
+        if (h.layer < 0)
+            break;
+        n_parts++;
+        CHECKF(stage && backend_kv_recv_layer(g, p2p, 0, stage, h.layer, h.p0, h.p1) == IG_OK,
+               "engine: layer %lld's rows %lld..%lld not received", (long long)h.layer,
+               (long long)h.p0, (long long)h.p1);
+    }
+    CHECKF(n_parts == 2 * model->hp.n_layer, "engine: %lld parts", (long long)n_parts);
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
+    struct eng_toks t = {0};
+    /* one request at a time: each prompt cut as rank 0's (40, 30), each
+     * decode step of one row */
+    struct engine_opts eo = {.max_rows = CHUNK, .cb = {.on_token = eng_token, .user = &t}};
+    struct engine *e = NULL;
+    CHECK(engine_create(g, NULL, &eo, &e) == IG_OK);
+    struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits, .stage = stage};
+    struct gen_params gp = {.n_predict = N_DECODE + 1, .keep = true,
+                            .sp = {.temperature = 0, .top_k = 1, .top_p = 1,
+                                   .repeat_penalty = 1}};
+    struct gen_request r[2] = {{.history = &hist, .params = gp, .user = (void *)0},
+                               {.tokens = ids, .n_tokens = N_PROMPT, .params = gp,
+                                .user = (void *)1}};
+    for (int k = 0; e && k < 2; k++) {
+        CHECK(engine_submit(e, &r[k]) == IG_OK);
+        for (int n = 0; n < 16 && engine_pending(e) > 0; n++)
+            CHECK(engine_step(e) == IG_OK);
+    }
+    CHECKF(t.n[0] == N_DECODE + 1 && t.n[1] == t.n[0] &&
+           memcmp(t.tok[0], t.tok[1], sizeof t.tok[0]) == 0,
+           "engine: the NCCL path's %d tokens are not one process's %d", t.n[0], t.n[1]);
+    const float *lg[2] = {NULL, NULL};
+    for (int k = 0; e && k < 2; k++) {
+        const int32_t *kt;
+        int64_t kn = 0;
+        CHECK(r[k].result.kept && engine_kept(e, r[k].result.kept, &kt, &kn, &lg[k]) == IG_OK);
+        CHECKF(kn == N_PROMPT + N_DECODE + 1, "engine: %lld positions kept", (long long)kn);
+    }
+    CHECKF(lg[0] && lg[1] && memcmp(lg[0], lg[1], (size_t)nv * sizeof *lg[0]) == 0,
+           "engine: the NCCL path's logits after its last token are not one process's");
+    engine_free(e);
+    backend_kv_stage_free(g, stage);
     free(logits);
     backend_free(g);
 }
@@ -330,6 +480,10 @@ int main(int argc, char **argv)
             else
                 decode_rank(types[k], ids, types[k] == KV_F16);
         }
+        if (ig_coll_rank() == 0)
+            engine_prefill_rank(ids);
+        else
+            engine_decode_rank(ids);
     }
     gpu_p2p_free(p2p);
     model_free(m);

@@ -135,8 +135,10 @@ static void fake_destroy(struct backend *b)
     (void)b;
 }
 
-static const struct backend_ops fake_ops = {fake_step, fake_export, fake_import, fake_bytes,
-                                            fake_destroy};
+static const struct backend_ops fake_ops = {.step = fake_step, .kv_export = fake_export,
+                                            .kv_import = fake_import,
+                                            .device_bytes = fake_bytes,
+                                            .destroy = fake_destroy};
 
 static struct model fake_model;
 

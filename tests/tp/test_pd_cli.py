@@ -18,7 +18,10 @@ started, a bad P:D (exit 2, one line each), a decode rank killed mid-run
 line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
 schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
-Usage: test_pd_cli.py   (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
+Where given ignite_emu and the NCCL stand-in (tests/tp/CMakeLists.txt passes
+them where MPI is), the NCCL path end to end (nccl() below).
+Usage: test_pd_cli.py [IGNITE_EMU NCCL_STANDIN]
+       (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
 """
 import json
 import os
@@ -27,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from igtest import check, model_path, sanitized, summary, tiny_qwen35  # noqa: E402
+from igtest import check, llama_vocab, model_path, sanitized, summary, tiny_qwen35  # noqa: E402
 from tplib import mpi, mpirun_or_skip, sanitizer_env, scratch  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
@@ -191,8 +194,10 @@ def hybrid(mpirun, tmp):
           f"{one.stderr[-300:]}")
     least = sum(5 + -(-o["tokens"]["prompt"] // 8) for o in rows)
     got = batch(mpirun, 2, args + ["--pd", "1:1"])
-    _, res = results(got.stdout)
+    prow, res = results(got.stdout)
     n = parts(got.stderr)
+    check(prow and all(o["pd"]["path"] == "host" for o in prow), "qwen35 --pd 1:1: the path "
+          f"{[o['pd']['path'] for o in prow]}")
     check(got.returncode == 0 and res == want, f"qwen35 --pd 1:1: exit {got.returncode}, {res} "
           f"against {want}: {got.stderr[-300:]}")
     check(n >= least, f"qwen35 --pd 1:1: {n} parts for {len(want)} requests, not layer by "
@@ -253,6 +258,9 @@ def bench(mpirun):
     ranks = b.get("pd", {}).get("ranks", [])
     # the prefill rank's overlap: its time computing (the layers' parts posted
     # inside), writing the parts, idle on the sends and on room
+    # CPU ranks: auto takes the host path and says why
+    check(b.get("pd", {}).get("path") == "host" and "cpu" in b["pd"].get("path_why", ""),
+          f"bench --pd: path {b.get('pd', {}).get('path')}, {b.get('pd', {}).get('path_why')}")
     check(b.get("pd", {}).get("transfer") == "layers" and len(ranks) == 3 and
           ranks[0].get("compute_ms", 0) > 0 and ranks[0].get("pack_ms", 0) > 0 and
           all(k in ranks[0] for k in ("send_wait_ms", "room_wait_ms", "messages")),
@@ -316,6 +324,74 @@ def failures(mpirun, tmp):
               file=sys.stderr)
 
 
+def nccl(mpirun, tmp, emu, standin):
+    """The NCCL path end to end: `mpirun -np 2 ignite_emu batch --pd 1:1 --device
+    cuda` (the CLI over the emulated CUDA backend, tests/emu/ignite_emu_main.c)
+    through the NCCL stand-in (IGNITE_NCCL_LIB) with IGNITE_PD_XFER=nccl, on
+    bench/random_gguf.py's Llama-tiny (Q8_0, llama.cpp's llama-spm vocabulary):
+    one process's texts (a prompt over two blocks in chunks of -b 32, a seeded
+    one beside it, then the first again with another question: its first
+    block shared on the prefill rank), every request's pd.path "nccl"; and
+    IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
+    llama-spm vocabulary too), one line naming why, exit 2, as is a value
+    naming nothing."""
+    vocab = llama_vocab("llama-spm")
+    if not vocab:
+        print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
+        return
+    sys.path.insert(0, os.path.join(os.environ.get("IGNITE_SOURCE_DIR", "."), "bench"))
+    import random_gguf
+    path = os.path.join(tmp, "llama-tiny.gguf")
+    random_gguf.write(path, "Llama-tiny", "Q8_0", seed=3, arch="llama", vocab_from=vocab)
+    f = os.path.join(tmp, "nccl.jsonl")
+    with open(f, "w") as out:
+        out.write(json.dumps({"id": "long", "prompt": LONG[:400] + "What sold best?",
+                              "n_predict": 4, "temperature": 0}) + "\n")
+        out.write(json.dumps({"id": 1, "prompt": "Tell me about the river and 7:",
+                              "n_predict": 3, "temperature": 0.8, "seed": 9}) + "\n")
+        # its first block shared on the prefill rank, sent from there by NCCL all the same
+        out.write(json.dumps({"id": "long2", "prompt": LONG[:400] + "Who built the bridge?",
+                              "n_predict": 3, "temperature": 0}) + "\n")
+    # the emulator: POISON fills new device memory (a row not received reads garbage),
+    # m64w4 the prefill kernel the chooser's pick costs twice the time of
+    env = dict(os.environ, IGNITE_NCCL_LIB=standin, IGNITE_PD_XFER="nccl",
+               IGNITE_EMU_POISON="1", IGNITE_FLASH_VARIANT="m64w4",
+               ASAN_OPTIONS="detect_leaks=0")  # (Open MPI's allocations: tplib.sanitizer_env)
+    cmd = [mpirun, "--oversubscribe", "-np", "2"]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", "32", "-c", "256",
+            "--ordered", "-f", f]
+    one = subprocess.run([emu] + args + ["-m", path], capture_output=True, timeout=LIMIT,
+                         env=env)
+    _, want = results(one.stdout)
+    check(one.returncode == 0 and len(want) == 3 and all(w[1] for w in want),
+          f"ignite_emu, one process: exit {one.returncode}: {one.stderr[-300:]}")
+    got = subprocess.run(cmd + [emu] + args + ["-m", path, "--pd", "1:1"], capture_output=True,
+                         timeout=LIMIT, env=env)
+    rows, res = results(got.stdout)
+    check(len(want) == 3 and want[2][3]["cached"] >= 64, f"the long prompt's first block not "
+          f"shared: {want}")
+    check(got.returncode == 0 and res == want, f"IGNITE_PD_XFER=nccl --pd 1:1: exit "
+          f"{got.returncode}, {res} against {want}: {got.stderr[-400:]}")
+    check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
+                       for o in rows), f"IGNITE_PD_XFER=nccl: pd {[o.get('pd') for o in rows]}")
+    hyb = os.path.join(tmp, "qwen35-spm.gguf")  # (qwen35's own vocabulary: 16 s more)
+    random_gguf.write(hyb, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
+    r = subprocess.run(cmd + [emu] + args + ["-m", hyb, "--pd", "1:1"], capture_output=True,
+                       timeout=LIMIT, env=env)
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "recurrent")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"IGNITE_PD_XFER=nccl on qwen35: exit {r.returncode}, {lines}")
+    # a value naming nothing (ignite's CPU ranks: a launch costs mpirun's start alone)
+    r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m", path,
+                              "--pd", "1:1"], capture_output=True, timeout=LIMIT,
+                       env=dict(env, IGNITE_PD_XFER="pigeon"))
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER", "pigeon")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"IGNITE_PD_XFER=pigeon: exit {r.returncode}, {lines}")
+
+
 def main():
     mpirun = mpirun_or_skip()
     if not os.path.exists(model_path()):
@@ -326,7 +402,8 @@ def main():
                      ("errors", lambda: errors(mpirun, tmp)),
                      ("hybrid", lambda: hybrid(mpirun, tmp)),
                      ("bench", lambda: bench(mpirun)),
-                     ("failures", lambda: failures(mpirun, tmp))):
+                     ("failures", lambda: failures(mpirun, tmp)),
+                     ("nccl", lambda: len(sys.argv) > 2 and nccl(mpirun, tmp, *sys.argv[1:3]))):
         t = time.time()
         fn()
         print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr)
