@@ -118,6 +118,9 @@ elseif(MUTANT STREQUAL "ws_draw_twice")
 elseif(MUTANT STREQUAL "ws_no_reset")
   set(from "        a.tiles[0] = 0;\n")
   set(to "        /* mutant: the counter not reset for the next launch */\n")
+elseif(MUTANT STREQUAL "ws_mask_row_past")
+  set(from "const int hi = (diag + row + 1 < n_keys ? diag + row + 1 : n_keys) - 2 * t;")
+  set(to "const int hi = (diag + row + 2 < n_keys ? diag + row + 2 : n_keys) - 2 * t; /* mutant: each row sees the key after its own */")
 elseif(MUTANT STREQUAL "ws_no_dec")
   set(from "        ig_setmaxnreg<false, ws_cfg<V>::kProducerRegs, kLaunch>();\n")
   set(to "        /* mutant: the producer keeps its registers */\n")
@@ -247,6 +250,9 @@ string(REPLACE "int IG_DEV(prefill_attn_ws)(" "int prefill_attn_ws_emu_${MUTANT}
 # of each mutant's error or result would show.
 if(IN MATCHES "_ws\\.cu$") # and head dim 64 in bf16 alone (IG_ATTN_BUILT_HD): a quarter of the compile
   set(built "(v) == PREFILL_ATTN_WS128N128")
+  if(MUTANT STREQUAL "ws_mask_row_past") # ws192n128: 192-row tiles over 128 keys
+    set(built "(v) == PREFILL_ATTN_WS192N128")
+  endif()
   set(src "#define IG_ATTN_BUILT_HD(hd, bf16) ((hd) == 64 && (bf16))\n${src}")
 elseif(IN MATCHES "_wgmma\\.cu$")
   set(built "(v) == PREFILL_ATTN_WG128N64 || (v) == PREFILL_ATTN_WG128N64S3")
