@@ -92,7 +92,7 @@ template <int V> struct ws_cfg {
      * O 32 accumulator registers at hd 64) need FA3's 32 / 160 split: its
      * producer fits 32 with its item count in shared memory, the draw's
      * grid size read anew and each item's last tile recomputed (ws_smem,
-     * ws_draw, ws_producer); ws192n64's varlen producer still spilled 4
+     * ws_draw, ws_producer); ws192n64's varlen producer still spilled 8
      * bytes at 32, so it keeps 40. */
     static constexpr int kProducerRegs =
         !kDynamic ? 24 : kConsumers == 3 && kBlockN >= 128 ? 32 : 40;
