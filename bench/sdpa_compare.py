@@ -22,6 +22,7 @@ scripts/attn_speed_table.py --from FILE makes it the chooser's.
 
 Usage: sdpa_compare.py --bin build/bench/bench_flash_attn [--ns 1024,...]
        [--hds 128,64] [--variant all|auto|NAME] [--tsv FILE] [--budget S]
+       [--skip NAME,...]
 Needs torch with CUDA. Run by scripts/gpu/attn_speed.sh (the GPU check)."""
 import argparse
 import contextlib
@@ -77,13 +78,14 @@ def torch_tflops(torch, F, n, hd, backend, heads=32, kv_heads=8):
     return flops / (ms * 1e-3) / 1e12, note
 
 
-def variant_names(binary, hd, variant):
-    """The variants to time at hd, the ws ones first, then wgmma, then mma.sync."""
+def variant_names(binary, hd, variant, skip=()):
+    """The variants to time at hd, the ws ones first, then wgmma, then mma.sync;
+    those named in skip left out."""
     if variant != "all":
         return [variant]
     out = subprocess.run([binary, "--list", str(hd)], capture_output=True, text=True,
                          timeout=60)
-    names = out.stdout.split()
+    names = [v for v in out.stdout.split() if v not in skip]
     rank = lambda v: 0 if v.startswith("ws") else 1 if v.startswith("wg") else 2
     return sorted(names, key=rank)
 
@@ -119,6 +121,7 @@ def main():
     ap.add_argument("--budget", type=float, default=0,
                     help="seconds after which no further variant is started (0: none)")
     ap.add_argument("--tsv", help="write device, cc, variant, hd, n, tflops rows here")
+    ap.add_argument("--skip", default="", help="variants (comma-separated) not to time")
     args = ap.parse_args()
     t0 = time.time()
     import torch
@@ -136,7 +139,7 @@ def main():
     status = 0
     for hd in [int(x) for x in args.hds.split(",")]:
         ours = {}  # variant -> n -> TFLOP/s
-        for name in variant_names(args.bin, hd, args.variant):
+        for name in variant_names(args.bin, hd, args.variant, args.skip.split(",")):
             if args.budget and time.time() - t0 > args.budget:
                 print(f"sdpa_compare: out of time, {name} hd {hd} not timed", file=sys.stderr)
                 status = 1

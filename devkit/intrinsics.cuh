@@ -141,6 +141,20 @@ __device__ __forceinline__ int ig_thread_index_fresh()
 #endif
 }
 
+/* gridDim.x read anew at each call (see ig_thread_index_fresh): a
+ * warp-specialized producer's loop, at 32 registers, spilled it when it
+ * was read once and held. */
+__device__ __forceinline__ int ig_grid_size_fresh()
+{
+#if defined(__CUDA_ARCH__)
+    int n;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+    return n;
+#else
+    return (int)gridDim.x;
+#endif
+}
+
 /* ---- format conversion ---------------------------------------------------- */
 
 /* Two floats rounded to nearest even and packed: lo in bits 15:0. */

@@ -208,6 +208,7 @@ struct prefill_attn_params {
     X(WS128N160, "ws128n160", 128, 160, 12, 1, 0, 2, 1, PREFILL_ATTN_ISA_WS, 2, 1)     \
     X(WS128N64, "ws128n64", 128, 64, 12, 1, 0, 7, 1, PREFILL_ATTN_ISA_WS, 2, 1)        \
     X(WS192N64, "ws192n64", 192, 64, 16, 1, 0, 1, 1, PREFILL_ATTN_ISA_WS, 2, 1)         \
+    X(WS192N128, "ws192n128", 192, 128, 16, 1, 0, 1, 1, PREFILL_ATTN_ISA_WS, 2, 1)       \
     X(M64W4N16, "m64w4n16", 64, 16, 4, 1, 128, 8, 0, PREFILL_ATTN_ISA_MMA, 2, 0)
 
 enum prefill_attn_variant {

@@ -88,8 +88,14 @@ template <int V> struct ws_cfg {
     /* 24 (FA3's at two consumer warpgroups) spilled 16 to 600 bytes once
      * the producer drew items from the counter (atom.global); 40 leaves
      * the consumers 232 registers at 12 warps (240 before) and 152 at 16
-     * (160). */
-    static constexpr int kProducerRegs = kDynamic ? 40 : 24;
+     * (160). Three consumers of 128-key tiles (ws192n128: S 64, P 32 and
+     * O 32 accumulator registers at hd 64) need FA3's 32 / 160 split: its
+     * producer fits 32 with its item count in shared memory, the draw's
+     * grid size read anew and each item's last tile recomputed (ws_smem,
+     * ws_draw, ws_producer); ws192n64's varlen producer still spilled 8
+     * bytes at 32, so it keeps 40. */
+    static constexpr int kProducerRegs =
+        !kDynamic ? 24 : kConsumers == 3 && kBlockN >= 128 ? 32 : 40;
     /* What the consumers may take from the launch pool, at most 240. */
     static constexpr int kConsumerRegs0 =
         (kLaunchRegs * kThreads - kProducerRegs * 128) / (128 * kConsumers) / 8 * 8;
@@ -171,8 +177,8 @@ template <int V, bool VL> __device__ __forceinline__ int ws_q0(const ws_args &a,
 template <int V> __device__ __forceinline__ int ws_draw(const ws_args &a, int item)
 {
     if (ws_cfg<V>::kDynamic && a.tiles)
-        return (int)ig_atomic_add_u32(&a.tiles[0], 1u) + (int)gridDim.x;
-    return item + (int)gridDim.x;
+        return (int)ig_atomic_add_u32(&a.tiles[0], 1u) + ig_grid_size_fresh();
+    return item + ig_grid_size_fresh();
 }
 
 /* The first of item and the block's later items (ws_draw) with rows (the
@@ -248,7 +254,8 @@ __device__ __forceinline__ ws_item ws_item_at(const ws_args &a, int item, const 
     return it;
 }
 
-/* The block's shared memory: mbarriers, the item slot (byte 120), then
+/* The block's shared memory: mbarriers, the item slot (byte 120), the
+ * producer's item count (byte 124), then
  * (1024-byte aligned) Q [kBlockM][HD], K and V [kStages][kBlockN][HD], and
  * where it fits O [kBlockM][HD] (kOwnO), flash_tiles.cuh's layout.
  * Every address is computed where it is used from the dynamic area's
@@ -279,6 +286,11 @@ template <int HD, int V> struct ws_smem {
     /* The producer's next item for the consumers (written before full_q's
      * arrival, read after its wait; n_items or more: no more). */
     __device__ __forceinline__ int32_t *item() const { return (int32_t *)(raw + 120); }
+    /* How many items the producer has passed on (its alone: the parity of
+     * its wait on empty_q). Kept here, not in a register: at the 32
+     * registers of three consumers' producer (ws192n128) the variable-length
+     * loop spilled it. */
+    __device__ __forceinline__ int32_t *q_count() const { return (int32_t *)(raw + 124); }
     __device__ __forceinline__ uint16_t *q() const { return (uint16_t *)(raw + pad); }
     __device__ __forceinline__ uint16_t *k() const { return q() + kQ; }
     __device__ __forceinline__ uint16_t *v() const { return k() + kKV; }
@@ -402,21 +414,23 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
 
     /* Each item (and at the end n_items: no more) goes to the consumers
      * through the item slot, written before full_q's arrival. */
-    int fill = 0, q_fill = 0;
-    for (int item = ws_next<V, VL>(a, (int)blockIdx.x);; q_fill++) {
+    int fill = 0;
+    ig_sts(sm.q_count(), (int32_t)0);
+    for (int item = ws_next<V, VL>(a, (int)blockIdx.x);;
+         ig_sts(sm.q_count(), ig_lds(sm.q_count()) + 1)) {
         if (!ws_cfg<V>::kDynamic && item >= a.n_items)
             break; /* the consumers count the static schedule themselves */
-        ig_mbarrier_wait(sm.empty_q(), (uint32_t)(q_fill & 1) ^ 1u);
+        ig_mbarrier_wait(sm.empty_q(), (uint32_t)(ig_lds(sm.q_count()) & 1) ^ 1u);
         ig_sts(sm.item(), (int32_t)item);
         if (item >= a.n_items) {
             ig_mbarrier_arrive(sm.full_q()); /* no Q: the consumers stop */
             break;
         }
-        int t_lo, t_hi;
+        int t_lo;
         {
             const attn_seq sq = ws_seq<V, VL>(a, item);
             const ws_item it = ws_item_at<V, VL>(a, item, sq);
-            t_lo = it.t_lo, t_hi = it.t_hi;
+            t_lo = it.t_lo;
             ig_mbarrier_arrive_expect_tx(sm.full_q(), kBlockM * HD * 2);
             if (varlen && it.q0 + kBlockM > sq.n) {
                 rows_1(MAP_Q1, sm.q(), kBlockM, sm.full_q(), sq.row0 + it.q0, sq.n - it.q0,
@@ -428,11 +442,17 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
                             sq.row0 + it.q0, it.h);
             }
         }
-        for (int t = t_lo; t <= t_hi; t++, fill++) {
+        /* Tiles t_lo .. t_hi (at least one), t_hi recomputed after each
+         * tile's loads rather than held (a register the 32-register
+         * producer of ws192n128 did not have). */
+        for (int t = t_lo;; t++) {
             const int stage = fill % kStages;
             const uint32_t free_parity = (uint32_t)((fill / kStages) & 1) ^ 1u;
             fill_stage(t, item, stage, false, free_parity);
             fill_stage(t, item, stage, true, free_parity);
+            fill++;
+            if (t >= ws_item_at<V, VL>(a, item, ws_seq<V, VL>(a, item)).t_hi)
+                break;
         }
         /* The next item, drawn as soon as this one's loads are issued: its
          * latency hides under the consumers' last tiles, before Q's buffer
@@ -448,7 +468,11 @@ __device__ __forceinline__ void ws_producer(const ws_args &a, const ws_smem<HD, 
  * key k (of the tile) is visible to row r (0..15 of the warp) when
  * k <= diag + r, k < n_keys, k >= -j0 (no key below 0) and, with a
  * window, k > diag + r - window. s[0][j][e]: row g + 8 (e / 2), key
- * 8 j + 2 t + e % 2. */
+ * 8 j + 2 t + e % 2. Each row's visible keys are one range [lo, hi),
+ * compared (less 2 t) with each element's constant 8 j + e % 2: two
+ * registers a row, where the four tests per element took the 160-register
+ * consumers of ws192n128 past their budget (ptxas packed their results
+ * into predicate words and spilled the loop's state). */
 template <int kBlockN>
 __device__ __forceinline__ void ws_mask(float (&s)[1][kBlockN / 8][4], int diag, int n_keys,
                                         int j0, int window, int g, int t)
@@ -457,13 +481,20 @@ __device__ __forceinline__ void ws_mask(float (&s)[1][kBlockN / 8][4], int diag,
         (window == 0 || diag + 16 <= window))
         return;
     IG_UNROLL
-    for (int j = 0; j < kBlockN / 8; j++)
-        for (int e = 0; e < 4; e++) {
-            const int key = j * 8 + 2 * t + (e & 1), row = g + 8 * (e / 2);
-            if (key > diag + row || key >= n_keys || key < -j0 ||
-                (window > 0 && key <= diag + row - window))
-                s[0][j][e] = -INFINITY;
-        }
+    for (int r = 0; r < 2; r++) {
+        const int row = g + 8 * r;
+        const int hi = (diag + row + 1 < n_keys ? diag + row + 1 : n_keys) - 2 * t;
+        int lo = -j0;
+        if (window > 0 && diag + row - window + 1 > lo)
+            lo = diag + row - window + 1;
+        lo -= 2 * t;
+        IG_UNROLL
+        for (int j = 0; j < kBlockN / 8; j++)
+            IG_UNROLL
+            for (int e = 0; e < 2; e++)
+                if (j * 8 + e >= hi || j * 8 + e < lo)
+                    s[0][j][2 * r + e] = -INFINITY;
+    }
 }
 
 /* Tile t's softmax step on this thread's rows g (r = 0) and g + 8 (r = 1),

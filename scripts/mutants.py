@@ -303,6 +303,25 @@ MUTANTS = [
      "float gate = 1.0f / (1.0f + expf(-dot));", "float gate = 1.0f + 0.0f * dot;",
      ["forward_dump", "ignite"], ["test_qwen35moe"],
      "qwen35moe's shared expert is added without its sigmoid gate", "caught"),
+    # ws192n128 (three consumers of 128-key tiles, FA3's 32 / 160 register
+    # split): the mask as per-row ranges and the producer's lean loop
+    # (item count in shared memory, last tile recomputed) that let it fit.
+    ("ws-mask-row-past", "prefill/flash_attn_ws.cu",
+     "const int hi = (diag + row + 1 < n_keys ? diag + row + 1 : n_keys) - 2 * t;",
+     "const int hi = (diag + row + 2 < n_keys ? diag + row + 2 : n_keys) - 2 * t;",
+     ["test_flash_attn_emu"], ["test_flash_attn_emu_ws192n128"],
+     "the ws kernel's causal mask lets each row see the key after its own", "caught"),
+    ("ws-last-tile-early", "prefill/flash_attn_ws.cu",
+     "if (t >= ws_item_at<V, VL>(a, item, ws_seq<V, VL>(a, item)).t_hi)",
+     "if (t + 1 >= ws_item_at<V, VL>(a, item, ws_seq<V, VL>(a, item)).t_hi)",
+     ["test_flash_attn_emu"], ["test_flash_attn_emu_ws192n128"],
+     "the ws producer stops an item's K/V loads one tile early", "caught"),
+    ("ws-q-count-stuck", "prefill/flash_attn_ws.cu",
+     "ig_sts(sm.q_count(), ig_lds(sm.q_count()) + 1)",
+     "ig_sts(sm.q_count(), ig_lds(sm.q_count()))",
+     ["test_flash_attn_emu"], ["test_flash_attn_emu_ws192n128"],
+     "the ws producer's item count (in shared memory) never moves: the second item waits "
+     "on Q's buffer with the first one's parity", "caught"),
     ("dn-avx2-second-vector", "backend/cpu_deltanet_lanes.h",
      "DN_VEC bv = DN_V(B + k * ldb + i + v * DN_LANES);", "DN_VEC bv = DN_V(B + k * ldb + i);",
      ["forward_dump", "ignite"], ["test_deltanet"],

@@ -527,9 +527,37 @@ static void run_512_cases(int v)
     run_varlen(2, n_rows, pos0, 2, 512, PREFILL_ATTN_F16, v, 0);
 }
 
+/* A variant no GPU has timed yet (ws192n128, docs/gpu.md) is run only when
+ * forced: while the built-in table has no row for it, the chooser's pick
+ * at its head dim is never it, at any n of the GPU check's sweep, on an
+ * H100/H200 with the sm_90a kernels or on any device. */
+static void check_not_picked_untimed(int v, int64_t hd)
+{
+    size_t n_rows;
+    const struct prefill_attn_speed *table = prefill_attn_speed_table(&n_rows);
+    for (size_t i = 0; i < n_rows; i++)
+        if (strcmp(table[i].variant, prefill_attn_variant_name(v)) == 0)
+            return; /* timed: the chooser may take it where it was fastest */
+    struct attn_case c;
+    memset(&c, 0, sizeof c);
+    c.n = 17, c.n_head = 4, c.n_head_kv = 1, c.hd = hd, c.dtype = PREFILL_ATTN_BF16, c.seed = 1;
+    attn_case_init(&c);
+    struct prefill_attn_params p = attn_case_params(&c, c.qkv, c.kc, c.vc, c.o, c.lse);
+    struct prefill_attn_tile t;
+    for (int64_t n = 1024; n <= 16384; n *= 2) {
+        p.pos0 = n - p.n_tokens, p.n_ctx = n; /* pos0 + n_tokens: the table's n */
+        CHECKF(prefill_attn_choose_for(&p, 90, 1, &t) == 0 && t.variant != v &&
+                   prefill_attn_choose_for(&p, 0, 1, &t) == 0 && t.variant != v,
+               "%s, untimed, picked at n %lld", prefill_attn_variant_name(v), (long long)n);
+    }
+    attn_case_free(&c);
+}
+
 static void run_variant(int v)
 {
     int64_t t0 = ig_now_ns();
+    if (v == PREFILL_ATTN_WS192N128 && !getenv("IGNITE_FLASH_VARIANT"))
+        check_not_picked_untimed(v, 64);
     const int ws = prefill_attn_variant_isa(v) == PREFILL_ATTN_ISA_WS;
     if (prefill_attn_variant_supports(v, 512))
         run_512_cases(v);

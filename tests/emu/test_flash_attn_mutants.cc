@@ -31,7 +31,8 @@
  * holding a sequence's last key is loaded whole (the gap row's NaN reaches
  * P V). The ws kernel's work counter: draws that hand the blocks' first
  * items out again (more O stores than items), and a counter left non-zero
- * for the next launch (which then skips items: NaN left). Label emu. */
+ * for the next launch (which then skips items: NaN left). ws192n128's mask
+ * letting each row see the key after its own (fp64). Label emu. */
 #include "emu/emu.h"
 #include "prefill/flash_attn.h"
 #include "tests/emu/attn_case.h"
@@ -74,6 +75,7 @@ WS_MUTANT_(ws_seq_store)
 WS_MUTANT_(ws_seq_tail)
 WS_MUTANT_(ws_draw_twice)
 WS_MUTANT_(ws_no_reset)
+WS_MUTANT_(ws_mask_row_past)
 #undef WS_MUTANT_
 
 /* A wgmma launcher behind the public signature (p->variant picks the tiles). */
@@ -334,5 +336,12 @@ int main(void)
     CHECK(run_sched(via_tile<prefill_attn_ws_emu_ws_no_reset>, &err, &stores, &left) == 0);
     CHECKF(left != 0 && !(err <= 10), "ws_no_reset mutant: counter %u, error %.2f x naive", left,
            err);
+    /* ws192n128 (three consumers, 192-row query tiles over 128-key tiles:
+     * the diagonal falls mid-tile): the mask's row range one key too long. */
+    CHECK(run(prefill_attn_emu, &err, PREFILL_ATTN_WS192N128, 64) == 0);
+    CHECKF(err <= 2, "ws192n128 itself: error %.2f x naive", err);
+    CHECK(run(via_tile<prefill_attn_ws_emu_ws_mask_row_past>, &err, PREFILL_ATTN_WS192N128, 64) ==
+          0);
+    CHECKF(err > 10, "ws_mask_row_past mutant: error only %.2f x naive", err);
     return test_summary("test_flash_attn_mutants");
 }
