@@ -243,6 +243,14 @@ MUTANTS = [
      ["test_qmm_emu"], ["test_qmm_emu"],
      "the tensor-core product copies x's tiles before it waits for the kernel that wrote "
      "them (the wait moved after the main loop)", "caught"),
+    ("pdl-qdequant-late-wait", "ops/gpu_qweights.cu",
+     ["    gk_dep_start();\n    for (bool first = true;",
+      "            out[c] = o;\n        }\n    }\n}\n"],
+     ["    for (bool first = true;",
+      "            out[c] = o;\n        }\n    }\n    gk_dep_start();\n}\n"],
+     ["test_qmm_emu"], ["test_qmm_emu"],
+     "the dequantization into the GEMM's scratch stores its rows before it waits for the "
+     "kernel before (which may still read them)", "caught"),
     ("pdl-kvq-late-wait", "ops/gpu_kvq.cu",
      ["    gk_dep_start(); /* k, v: the Q|K|V product's; the positions */\n",
       "        return; /* block-uniform */\n"],

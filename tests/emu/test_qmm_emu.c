@@ -33,7 +33,8 @@
  * - programmatic dependent launch (IGNITE_PDL=1): with x, its int8 blocks
  *   and y (beta 1) hidden from each block until its griddepcontrol.wait
  *   (tests/emu/pdl_hide.h), y the plain launch's bit for bit; the embedding
- *   (gk_qembed) with its tokens hidden, the same rows; the tensor-core
+ *   (gk_qembed) with its tokens hidden, the same rows; the dequantization
+ *   (gk_qdequant_f16, every type) with its destination hidden; the tensor-core
  *   product (gk_qmma, Q4_K and Q4_0) with x and y hidden, the same bits.
  * Outputs are poisoned and framed by guards. Label emu. */
 #include "ops/gpu_qmm.h"
@@ -213,6 +214,15 @@ static void test_layout_and_rows(int type, uint64_t *st)
             exact &= dq_ref[r * cols + c] == ig_f32_to_f16(f[c]);
     }
     CHECKF(exact, "%s: twin dequantization differs from quant_dequantize_row", tname(type));
+    /* as a dependent launch, the destination (a scratch the GEMM before may
+     * still read) hidden until the wait: a store before it is lost there */
+    struct pdl_hide hd = {0};
+    uint16_t *dq2 = malloc((size_t)(nr * cols) * 2);
+    pdl_hide_add(&hd, dq2, (size_t)(nr * cols) * 2);
+    PDL_PAIR(tname(type), &hd, dq2, (size_t)(nr * cols) * 2,
+             memset(dq2, 0, (size_t)(nr * cols) * 2), 1,
+             IG_DEV(gk_qdequant_f16)(&dev, r0, nr, dq2, NULL));
+    free(dq2);
     CHECKF(memcmp(dq, dq_ref, (size_t)(nr * cols) * 2) == 0, "%s: dequantization kernel",
            tname(type));
     CHECKF(out_guards_ok(&ob), "%s: dequantization wrote outside", tname(type));
