@@ -126,28 +126,36 @@ repack_kernel(gk_qmat w, const uint8_t *__restrict__ src, size_t row_bytes, size
 
 /* One thread per (row, activation block): 32 values, four 16-byte stores.
  * A dependent launch under IGNITE_PDL=1: the first block's weights are
- * decoded before the wait, which comes before the first store (dst is the
- * scratch the GEMM of the slab before may still read). */
+ * decoded (and packed: 16 registers across the wait) before the wait, which
+ * comes before the first store (dst is the scratch the GEMM of the slab
+ * before may still read). */
+template <int TYPE>
+__device__ __forceinline__ void dequant_block(const gk_qmat &w, int64_t row, int64_t xb,
+                                              gk_u32x4 (&o)[4])
+{
+    float y[32];
+    qb_decode32<TYPE>(w, row, xb, y);
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 4; k++)
+            o[c].w[k] = ig_pack2<ig_f16_t>(y[8 * c + 2 * k], y[8 * c + 2 * k + 1]);
+}
+
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
 dequant_kernel(gk_qmat w, int64_t r0, int64_t nr, uint16_t *__restrict__ dst)
 {
     const int64_t nxb = w.cols / 32, total = nr * nxb;
     int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
-    float y[32];
+    gk_u32x4 o[4];
     if (i < total) /* the weights: no kernel of the step writes them */
-        qb_decode32<TYPE>(w, r0 + i / nxb, i % nxb, y);
+        dequant_block<TYPE>(w, r0 + i / nxb, i % nxb, o);
     gk_dep_start();
     for (bool first = true; i < total; i += (int64_t)gridDim.x * kThreads, first = false) {
         if (!first)
-            qb_decode32<TYPE>(w, r0 + i / nxb, i % nxb, y);
+            dequant_block<TYPE>(w, r0 + i / nxb, i % nxb, o);
         gk_u32x4 *out = (gk_u32x4 *)(dst + i * 32); /* = r * cols + 32 xb */
-        for (int c = 0; c < 4; c++) {
-            gk_u32x4 o;
-            for (int k = 0; k < 4; k++)
-                o.w[k] = ig_pack2<ig_f16_t>(y[8 * c + 2 * k], y[8 * c + 2 * k + 1]);
-            out[c] = o;
-        }
+        for (int c = 0; c < 4; c++)
+            out[c] = o[c];
     }
 }
 

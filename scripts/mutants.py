@@ -245,9 +245,9 @@ MUTANTS = [
      "them (the wait moved after the main loop)", "caught"),
     ("pdl-qdequant-late-wait", "ops/gpu_qweights.cu",
      ["    gk_dep_start();\n    for (bool first = true;",
-      "            out[c] = o;\n        }\n    }\n}\n"],
+      "            out[c] = o[c];\n    }\n}\n"],
      ["    for (bool first = true;",
-      "            out[c] = o;\n        }\n    }\n    gk_dep_start();\n}\n"],
+      "            out[c] = o[c];\n    }\n    gk_dep_start();\n}\n"],
      ["test_qmm_emu"], ["test_qmm_emu"],
      "the dequantization into the GEMM's scratch stores its rows before it waits for the "
      "kernel before (which may still read them)", "caught"),
