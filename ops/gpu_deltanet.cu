@@ -13,7 +13,9 @@
  * GK_DN_CHUNK_MIN rows or more to the chunked form (ops/gpu_deltanet_chunk.cu,
  * tensor cores for the chunk products) and decode rows here. The convolution
  * is one thread per channel of a sequence, its K - 1 inputs in registers;
- * the norms are one warp per head.
+ * the norms are one warp per head. Every kernel is a dependent launch under
+ * IGNITE_PDL=1 (IG_LAUNCH_DEP) and starts with gk_dep_start: what it reads
+ * first is the kernel before's.
  *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator
  * through ops/gpu_deltanet_emu.cc (name_emu). Covered by
@@ -40,6 +42,7 @@ __global__ void __launch_bounds__(kConvThreads)
 dn_conv_kernel(gk_dn_shape s, float *__restrict__ qkv, const float *__restrict__ w,
                const gk_dn_seq *__restrict__ seqs)
 {
+    gk_dep_start(); /* qkv: the in-projection's; the sequences, the state */
     const gk_dn_seq q = seqs[blockIdx.y];
     const int64_t c = (int64_t)blockIdx.x * kConvThreads + threadIdx.x;
     if (c >= s.C || q.n_rows <= 0)
@@ -85,6 +88,7 @@ dn_gates_kernel(gk_dn_shape s, float *__restrict__ qkv, float *__restrict__ beta
                 float *__restrict__ alpha, const float *__restrict__ dt,
                 const float *__restrict__ A)
 {
+    gk_dep_start(); /* qkv: the convolution's; beta, alpha: the products' */
     const int64_t t = blockIdx.x;
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const float qscale = 1.0f / sqrtf((float)s.D);
@@ -121,6 +125,7 @@ dn_rule_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__rest
                const float *__restrict__ g, float *__restrict__ out,
                const gk_dn_seq *__restrict__ seqs)
 {
+    gk_dep_start(); /* qkv, beta, g: the gates'; the state */
     constexpr int R = D / 2;
     const gk_dn_seq q = seqs[blockIdx.y];
     const int64_t h = blockIdx.x, kh = dn_key_head(s, h);
@@ -168,6 +173,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 dn_norm_kernel(gk_dn_shape s, const float *__restrict__ o, const float *__restrict__ z,
                const float *__restrict__ w, float eps, uint16_t *__restrict__ y)
 {
+    gk_dep_start(); /* o: the delta rule's; z: the product's */
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     const int64_t h = (int64_t)blockIdx.y * kWarps + warp;
     if (h >= s.Hv) /* whole warps leave: the shuffles are per warp */
@@ -188,6 +194,7 @@ __global__ void __launch_bounds__(256)
 gate_split_kernel(const float *__restrict__ raw, int64_t n_head, int64_t n_head_kv, int64_t hd,
                   float *__restrict__ qkv, float *__restrict__ gate)
 {
+    gk_dep_start(); /* raw: the Q|gate|K|V product's */
     const int64_t t = blockIdx.x, q_dim = n_head * hd, kv2 = 2 * n_head_kv * hd;
     const float *src = raw + t * (2 * q_dim + kv2);
     for (int64_t i = threadIdx.x; i < q_dim; i += blockDim.x) {
@@ -202,6 +209,7 @@ gate_split_kernel(const float *__restrict__ raw, int64_t n_head, int64_t n_head_
 __global__ void __launch_bounds__(256)
 gate_apply_kernel(uint16_t *__restrict__ att, const float *__restrict__ gate, int64_t n)
 {
+    gk_dep_start(); /* att: the attention's */
     const int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x;
     if (i < n)
         att[i] = gk_f32_to_f16(gk_f16_to_f32(att[i]) / (1.0f + expf(-gate[i])));
@@ -235,8 +243,8 @@ int IG_DEV(gk_dn_conv)(const struct gk_dn_shape *s, float *qkv, const float *con
     if (n_seqs == 0)
         return IG_OK;
     dim3 grid((unsigned)((s->C + kConvThreads - 1) / kConvThreads), (unsigned)n_seqs);
-    return IG_LAUNCH(dn_conv_kernel, grid, dim3(kConvThreads), 0, (cudaStream_t)stream_, *s,
-                     qkv, conv_w, seqs);
+    return IG_LAUNCH_DEP(dn_conv_kernel, grid, dim3(kConvThreads), 0, (cudaStream_t)stream_,
+                         *s, qkv, conv_w, seqs);
 }
 
 int IG_DEV(gk_dn_gates)(const struct gk_dn_shape *s, float *qkv, float *beta, float *alpha,
@@ -247,8 +255,8 @@ int IG_DEV(gk_dn_gates)(const struct gk_dn_shape *s, float *qkv, float *beta, fl
         return bad("gk_dn_gates", s, n);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(dn_gates_kernel, dim3((unsigned)n), dim3(32 * kWarps), 0,
-                     (cudaStream_t)stream_, *s, qkv, beta, alpha, dt, A);
+    return IG_LAUNCH_DEP(dn_gates_kernel, dim3((unsigned)n), dim3(32 * kWarps), 0,
+                         (cudaStream_t)stream_, *s, qkv, beta, alpha, dt, A);
 }
 
 int IG_DEV(gk_dn_rule)(const struct gk_dn_shape *s, const float *qkv, const float *beta,
@@ -262,10 +270,10 @@ int IG_DEV(gk_dn_rule)(const struct gk_dn_shape *s, const float *qkv, const floa
         return IG_OK;
     dim3 grid((unsigned)s->Hv, (unsigned)n_seqs);
     if (s->D == 64)
-        return IG_LAUNCH(dn_rule_kernel<64>, grid, dim3(128), 0, (cudaStream_t)stream_, *s,
+        return IG_LAUNCH_DEP(dn_rule_kernel<64>, grid, dim3(128), 0, (cudaStream_t)stream_,
+                             *s, qkv, beta, g, out, seqs);
+    return IG_LAUNCH_DEP(dn_rule_kernel<128>, grid, dim3(256), 0, (cudaStream_t)stream_, *s,
                          qkv, beta, g, out, seqs);
-    return IG_LAUNCH(dn_rule_kernel<128>, grid, dim3(256), 0, (cudaStream_t)stream_, *s, qkv,
-                     beta, g, out, seqs);
 }
 
 int IG_DEV(gk_dn_norm)(const struct gk_dn_shape *s, const float *o, const float *z,
@@ -276,8 +284,8 @@ int IG_DEV(gk_dn_norm)(const struct gk_dn_shape *s, const float *o, const float 
     if (n == 0)
         return IG_OK;
     dim3 grid((unsigned)n, (unsigned)((s->Hv + kWarps - 1) / kWarps));
-    return IG_LAUNCH(dn_norm_kernel, grid, dim3(32 * kWarps), 0, (cudaStream_t)stream_, *s, o,
-                     z, w, eps, y);
+    return IG_LAUNCH_DEP(dn_norm_kernel, grid, dim3(32 * kWarps), 0, (cudaStream_t)stream_, *s,
+                         o, z, w, eps, y);
 }
 
 int IG_DEV(gk_gate_split)(const float *raw, int64_t n, int64_t n_head, int64_t n_head_kv,
@@ -290,8 +298,8 @@ int IG_DEV(gk_gate_split)(const float *raw, int64_t n, int64_t n_head, int64_t n
                         (long long)n_head_kv, (long long)hd);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(gate_split_kernel, dim3((unsigned)n), dim3(256), 0, (cudaStream_t)stream_,
-                     raw, n_head, n_head_kv, hd, qkv, gate);
+    return IG_LAUNCH_DEP(gate_split_kernel, dim3((unsigned)n), dim3(256), 0,
+                         (cudaStream_t)stream_, raw, n_head, n_head_kv, hd, qkv, gate);
 }
 
 int IG_DEV(gk_gate_apply)(uint16_t *att, const float *gate, int64_t n, void *stream_)
@@ -301,8 +309,8 @@ int IG_DEV(gk_gate_apply)(uint16_t *att, const float *gate, int64_t n, void *str
         return ig_error(IG_E_INTERNAL, "gk_gate_apply: bad size %lld or NULL", (long long)n);
     if (n == 0)
         return IG_OK;
-    return IG_LAUNCH(gate_apply_kernel, dim3((unsigned)blocks), dim3(256), 0,
-                     (cudaStream_t)stream_, att, gate, n);
+    return IG_LAUNCH_DEP(gate_apply_kernel, dim3((unsigned)blocks), dim3(256), 0,
+                         (cudaStream_t)stream_, att, gate, n);
 }
 
 } /* extern "C" */

@@ -31,6 +31,8 @@
  * across chunks (flash-linear-attention's split into intra-chunk kernels and
  * a state kernel) are what the GPU check's timings may ask for next.
  *
+ * Both kernels are dependent launches under IGNITE_PDL=1 (gk_dep_start first).
+ *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator through
  * ops/gpu_deltanet_chunk_emu.cc (name_emu). Covered by
  * tests/emu/test_deltanet_emu.c (twin, the recurrent kernel, a prompt cut
@@ -105,6 +107,7 @@ dn_chunk_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__res
                 const gk_dn_seq *__restrict__ seqs)
 {
     using L = ChunkSmem<D>;
+    gk_dep_start(); /* qkv, beta, g: the gates'; the state, the checkpoint */
     constexpr int kVb = D / kBv;
     const gk_dn_seq q = seqs[blockIdx.y];
     if (q.n_rows <= 0 || (s.split && !q.chunked)) /* gk_dn_rule's */
@@ -312,6 +315,7 @@ __global__ void __launch_bounds__(kThreads)
 dn_ckpt_kernel(gk_dn_shape s, const float *__restrict__ qkv, const float *__restrict__ beta,
                const float *__restrict__ g, const gk_dn_seq *__restrict__ seqs)
 {
+    gk_dep_start(); /* the checkpoint: the chunk kernel's */
     const gk_dn_seq q = seqs[blockIdx.x];
     if (q.n_rows <= 0)
         return;
@@ -355,8 +359,8 @@ int launch(const gk_dn_shape *s, const float *qkv, const float *beta, const floa
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 #endif
     const dim3 grid((unsigned)(s->Hv * (D / kBv)), (unsigned)n_seqs);
-    return IG_LAUNCH(dn_chunk_kernel<D>, grid, dim3(kThreads), smem, stream, *s, qkv, beta, g,
-                     out, seqs);
+    return IG_LAUNCH_DEP(dn_chunk_kernel<D>, grid, dim3(kThreads), smem, stream, *s, qkv, beta,
+                         g, out, seqs);
 }
 
 } /* namespace */
@@ -397,6 +401,6 @@ extern "C" int IG_DEV(gk_dn_ckpt)(const struct gk_dn_shape *s, const float *qkv,
                         (long long)n_seqs);
     if (n_seqs == 0)
         return IG_OK;
-    return IG_LAUNCH(dn_ckpt_kernel, dim3((unsigned)n_seqs), dim3(kThreads), 0,
-                     (cudaStream_t)stream, *s, qkv, beta, g, seqs);
+    return IG_LAUNCH_DEP(dn_ckpt_kernel, dim3((unsigned)n_seqs), dim3(kThreads), 0,
+                         (cudaStream_t)stream, *s, qkv, beta, g, seqs);
 }

@@ -3,8 +3,9 @@
  * KV head, K or V) or a vector: the row
  * in shared memory as f32, the butterflies with a barrier between spans,
  * then each warp quantizes one block of 32 (its max by shuffles: a max is
- * exact in any order, so the scale is the twin's). Built twice: nvcc and
- * ops/gpu_kvq_emu.cc. */
+ * exact in any order, so the scale is the twin's). Both are dependent
+ * launches under IGNITE_PDL=1 (gk_dep_start first: their inputs are the
+ * kernel before's). Built twice: nvcc and ops/gpu_kvq_emu.cc. */
 #include "devkit/intrinsics.cuh"
 #include "devkit/kernel.cuh"
 #include "ops/gpu_kvq.h"
@@ -46,6 +47,7 @@ __device__ __forceinline__ const int32_t *row_table(const gk_kvq_params &p, int6
 /* Block (row t, KV head h, K = 0 / V = 1), head_dim threads. */
 __global__ void kvq_write_kernel(const gk_kvq_params p)
 {
+    gk_dep_start(); /* k, v: the Q|K|V product's; the positions */
     IG_SHARED(float, v, [512]);
     const int j = (int)threadIdx.x, hd = (int)p.head_dim;
     const int64_t t = blockIdx.x, h = blockIdx.y;
@@ -90,6 +92,7 @@ __global__ void kvq_write_kernel(const gk_kvq_params p)
 /* Block: one vector of len (a multiple of rot), len threads. */
 __global__ void hadamard_f16_kernel(uint16_t *x, int64_t len, int rot)
 {
+    gk_dep_start(); /* x: q (RoPE's) or the attention's output */
     IG_SHARED(float, v, [512]);
     const int j = (int)threadIdx.x;
     uint16_t *row = x + (int64_t)blockIdx.x * len;
@@ -110,8 +113,8 @@ extern "C" int IG_DEV(gk_kvq_write)(const struct gk_kvq_params *p, void *stream)
                         (long long)hd, (long long)p->rot_k, (long long)p->rot_v);
     if (p->n == 0)
         return IG_OK;
-    return IG_LAUNCH(kvq_write_kernel, dim3((unsigned)p->n, (unsigned)p->n_head_kv, 2),
-                     dim3((unsigned)hd), 0, (cudaStream_t)stream, *p);
+    return IG_LAUNCH_DEP(kvq_write_kernel, dim3((unsigned)p->n, (unsigned)p->n_head_kv, 2),
+                         dim3((unsigned)hd), 0, (cudaStream_t)stream, *p);
 }
 
 extern "C" int IG_DEV(gk_hadamard_f16)(uint16_t *x, int64_t n_vec, int64_t len, int64_t rot,
@@ -123,6 +126,6 @@ extern "C" int IG_DEV(gk_hadamard_f16)(uint16_t *x, int64_t n_vec, int64_t len, 
                         "chunks of %lld)", (long long)n_vec, (long long)len, (long long)rot);
     if (n_vec == 0)
         return IG_OK;
-    return IG_LAUNCH(hadamard_f16_kernel, dim3((unsigned)n_vec), dim3((unsigned)len), 0,
-                     (cudaStream_t)stream, x, len, (int)rot);
+    return IG_LAUNCH_DEP(hadamard_f16_kernel, dim3((unsigned)n_vec), dim3((unsigned)len), 0,
+                         (cudaStream_t)stream, x, len, (int)rot);
 }

@@ -33,6 +33,10 @@
  * MXFP4 dequantized in registers as the GEMV's, f16 copied), x's rows
  * gathered by the tile's pairs (mma_kernel below).
  *
+ * Dependent launches under IGNITE_PDL=1 (IG_LAUNCH_DEP): every kernel starts
+ * with gk_dep_start, as what it reads first (the row, the routing, the
+ * tiles that name the expert) is the kernel before's.
+ *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator
  * through ops/gpu_moe_emu.cc (name_emu). Covered by tests/emu/test_moe_emu.c. */
 #include "ops/gpu_moe.h"
@@ -51,6 +55,7 @@ constexpr int kTile = GK_MOE_TILE;
 
 __global__ void __launch_bounds__(kThreads) route_kernel(const gk_moe_route_params p)
 {
+    gk_dep_start(); /* x: the residual the layer's attention wrote */
     IG_DYN_SHARED(float, route_smem);
     float *xn = route_smem;            /* [n_embd] the normed row */
     float *lg = route_smem + p.n_embd; /* [n_expert] its router logits */
@@ -121,6 +126,7 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const gk_moe_route_para
 
 __global__ void __launch_bounds__(kThreads) sort_kernel(const gk_moe_sort_params p)
 {
+    gk_dep_start(); /* sel: the routing's */
     IG_DYN_SHARED(int32_t, sort_smem);
     const int32_t tile = p.tile ? (int32_t)p.tile : kTile;
     int32_t *cnt = sort_smem, *start = sort_smem + p.n_expert, *tile0 = sort_smem + 2 * p.n_expert;
@@ -214,6 +220,7 @@ __device__ __forceinline__ float glu_oai(float g, float u)
 template <int TYPE, bool GLU>
 __global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_params p)
 {
+    gk_dep_start(); /* the tiles (the sort's) and x (the norm's or gate|up's) */
     const int64_t tile = blockIdx.y;
     if (tile >= *p.n_tiles) /* the whole block: no barriers below */
         return;
@@ -292,6 +299,7 @@ static_assert(kMN == GK_MOE_MMA_TILE, "a tile's pairs are the x rows of the main
 template <int TYPE, bool GLU>
 __global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_params p)
 {
+    gk_dep_start(); /* the tiles name the expert: nothing to load before */
     const int64_t tile = blockIdx.y;
     if (tile >= *p.n_tiles) /* the whole block: before any barrier */
         return;
@@ -328,7 +336,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_para
     const int64_t wrow = (int64_t)ex * p.rows + my_i;
     float acc[2][4][4];
     qmma_tile::mainloop<TYPE>(my_up ? p.w2 : p.w, wrow, my_i < p.rows, p.w.cols, mma_smem, load_x,
-                              acc);
+                              [] {}, acc);
     const int wm = warp % 2, wn = warp / 2; /* the warp's 32 tile rows and 32 pairs */
 
     /* C fragment: c0, c1 at (row g, pairs 2q, 2q + 1), c2, c3 at row g + 8;
@@ -383,6 +391,7 @@ __global__ void __launch_bounds__(kThreads)
 combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float *wts,
                const gk_moe_part part, int64_t k, int64_t dim)
 {
+    gk_dep_start(); /* y: the down product's; x: the residual */
     const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (d >= dim)
         return;
@@ -413,8 +422,8 @@ int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
     if (p->n == 0)
         return IG_OK;
     const size_t smem = (size_t)(p->n_embd + p->n_expert) * sizeof(float);
-    return IG_LAUNCH(route_kernel, dim3((unsigned)p->n), dim3(kThreads), smem,
-                     (cudaStream_t)stream, *p);
+    return IG_LAUNCH_DEP(route_kernel, dim3((unsigned)p->n), dim3(kThreads), smem,
+                         (cudaStream_t)stream, *p);
 }
 
 int IG_DEV(gk_moe_sort)(const struct gk_moe_sort_params *p, void *stream)
@@ -428,7 +437,7 @@ int IG_DEV(gk_moe_sort)(const struct gk_moe_sort_params *p, void *stream)
                         "tile %lld) or NULL", (long long)p->n_pairs, (long long)p->n_expert,
                         (long long)p->tile);
     const size_t smem = (size_t)(3 * p->n_expert) * sizeof(int32_t);
-    return IG_LAUNCH(sort_kernel, dim3(1), dim3(kThreads), smem, (cudaStream_t)stream, *p);
+    return IG_LAUNCH_DEP(sort_kernel, dim3(1), dim3(kThreads), smem, (cudaStream_t)stream, *p);
 }
 
 int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
@@ -456,7 +465,7 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
     return moe_type_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? gemv_kernel<T, true> : gemv_kernel<T, false>;
-        return IG_LAUNCH(kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, q);
+        return IG_LAUNCH_DEP(kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, q);
     });
 }
 
@@ -494,7 +503,7 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
     return moe_type_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? mma_kernel<T, true> : mma_kernel<T, false>;
-        return IG_LAUNCH(kernel, grid, dim3(kMmaThreads), smem, (cudaStream_t)stream, q);
+        return IG_LAUNCH_DEP(kernel, grid, dim3(kMmaThreads), smem, (cudaStream_t)stream, q);
     });
 }
 
@@ -509,8 +518,8 @@ int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
     if (n == 0)
         return IG_OK;
     const dim3 grid((unsigned)((dim + kThreads - 1) / kThreads), (unsigned)n);
-    return IG_LAUNCH(combine_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, x, ld_x, y,
-                     ld_y, wts, part, k, dim);
+    return IG_LAUNCH_DEP(combine_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, x, ld_x,
+                         y, ld_y, wts, part, k, dim);
 }
 
 } /* extern "C" */

@@ -9,7 +9,9 @@
  * loop of ops/gpu_qmma_tile.cuh (shared with gk_moe_mma): 64-column
  * k-tiles, each thread dequantizing one 32-element weight block into a
  * swizzled f16 tile, cp.async bringing the tokens' x, two stages. Rows,
- * tokens and columns past the ends are zeros in the tiles.
+ * tokens and columns past the ends are zeros in the tiles. A dependent
+ * launch under IGNITE_PDL=1: each block issues its first weight loads,
+ * then triggers and waits, before x is copied (docs/gpu.md).
  *
  * Built twice: nvcc (gk_qmma_cuda) and the emulator through
  * ops/gpu_qgemm_emu.cc (gk_qmma_emu). Covered by tests/emu/test_qmm_emu.c
@@ -46,7 +48,14 @@ qmma_kernel(const gk_qmat w, const uint16_t *__restrict__ x, const int64_t ld_x,
     };
     float acc[2][4][4];
     const int my_row = tid / 2;
-    qmma_tile::mainloop<TYPE>(w, m0 + my_row, m0 + my_row < w.rows, w.cols, smem, load_x, acc);
+    /* IG_LAUNCH_DEP: the first k-tile's weights are loading when the block
+     * lets the next kernel start and waits for x and y (the kernels' before) */
+    auto start = [] {
+        ig_launch_dependents();
+        ig_grid_dependency_wait();
+    };
+    qmma_tile::mainloop<TYPE>(w, m0 + my_row, m0 + my_row < w.rows, w.cols, smem, load_x, start,
+                              acc);
     const int wm = warp % 2, wn = warp / 2; /* the warp's 32 rows and 32 tokens */
 
     /* C fragment: c0, c1 at (row g, tokens 2q, 2q + 1), c2, c3 at row g + 8 */
@@ -88,7 +97,7 @@ extern "C" int IG_DEV(gk_qmma)(const struct gk_qgemv_params *p, void *stream)
     const size_t smem = qmma_tile::kSmemBytes;
     return qtype_dispatch(q.w.type, [&](auto tag) {
         auto *kernel = qmma_kernel<decltype(tag)::value>;
-        return IG_LAUNCH(kernel, grid, dim3(kThreads), smem, (cudaStream_t)stream, q.w, q.x,
-                         q.ld_x, q.n, q.y, q.ld_y, q.beta);
+        return IG_LAUNCH_DEP(kernel, grid, dim3(kThreads), smem, (cudaStream_t)stream, q.w,
+                             q.x, q.ld_x, q.n, q.y, q.ld_y, q.beta);
     });
 }

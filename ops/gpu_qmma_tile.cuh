@@ -41,12 +41,14 @@ __device__ __forceinline__ int swz(int row, int col)
  * past cols), stored at tile row threadIdx.x / 2, columns 32 (threadIdx.x %
  * 2). load_x(kt, dst): issues and commits the cp.async of k-tile kt's x
  * tile into dst (x row r, column c at swz(r, c); zeros past the ends).
- * smem: kSmemBytes of dynamic shared memory. Ends with no copy in flight;
- * the caller's barrier precedes any reuse of smem. */
-template <int TYPE, class LoadX>
+ * smem: kSmemBytes of dynamic shared memory. start(): called once in every
+ * thread after the first k-tile's weight loads are issued and before the
+ * first load_x (a dependent launch's wait: gk_qmma's). Ends with no copy in
+ * flight; the caller's barrier precedes any reuse of smem. */
+template <int TYPE, class LoadX, class Start>
 __device__ __forceinline__ void mainloop(const gk_qmat &w, const int64_t wrow, const bool row_ok,
                                          const int64_t cols, uint16_t *smem, const LoadX &load_x,
-                                         float (&acc)[2][4][4])
+                                         const Start &start, float (&acc)[2][4][4])
 {
     uint16_t *ws = smem, *xs = smem + 2 * kTile;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -107,8 +109,9 @@ __device__ __forceinline__ void mainloop(const gk_qmat &w, const int64_t wrow, c
                 acc[mt][nt][i] = 0;
     const int wm = warp % 2, wn = warp / 2; /* the warp's 32 W rows and 32 x rows */
 
+    load_w(0, ws); /* the weights are no earlier kernel's: before start */
+    start();
     load_x(0, xs);
-    load_w(0, ws);
     store_w(0, ws);
     for (int64_t kt = 0; kt < k_tiles; kt++) {
         const int cur = (int)(kt % 2), nxt = cur ^ 1;

@@ -8,7 +8,8 @@
  *
  * One thread per block (repack, random) or per 32-element activation block
  * (dequantization, embedding), grid-stride loops: these are load-time work
- * or bandwidth-bound streams where plainness costs little. The values are
+ * or bandwidth-bound streams where plainness costs little (the dequantization
+ * and the embedding are dependent launches under IGNITE_PDL=1). The values are
  * qb_decode32's (ops/gpu_qblocks.cuh), bit for bit models/quant.c's.
  *
  * Built twice (devkit/dev_entry.h): nvcc (name_cuda) and the emulator
@@ -123,23 +124,38 @@ repack_kernel(gk_qmat w, const uint8_t *__restrict__ src, size_t row_bytes, size
 
 /* ---- rows out: f16 (dequantization) and f32 (embedding) ------------------------------ */
 
-/* One thread per (row, activation block): 32 values, four 16-byte stores. */
+/* One thread per (row, activation block): 32 values, four 16-byte stores.
+ * A dependent launch under IGNITE_PDL=1: the first block's weights are
+ * decoded (and packed: 16 registers across the wait) before the wait, which
+ * comes before the first store (dst is the scratch the GEMM of the slab
+ * before may still read). */
+template <int TYPE>
+__device__ __forceinline__ void dequant_block(const gk_qmat &w, int64_t row, int64_t xb,
+                                              gk_u32x4 (&o)[4])
+{
+    float y[32];
+    qb_decode32<TYPE>(w, row, xb, y);
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 4; k++)
+            o[c].w[k] = ig_pack2<ig_f16_t>(y[8 * c + 2 * k], y[8 * c + 2 * k + 1]);
+}
+
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
 dequant_kernel(gk_qmat w, int64_t r0, int64_t nr, uint16_t *__restrict__ dst)
 {
     const int64_t nxb = w.cols / 32, total = nr * nxb;
-    for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * kThreads) {
-        float y[32];
-        qb_decode32<TYPE>(w, r0 + i / nxb, i % nxb, y);
+    int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    gk_u32x4 o[4];
+    if (i < total) /* the weights: no kernel of the step writes them */
+        dequant_block<TYPE>(w, r0 + i / nxb, i % nxb, o);
+    gk_dep_start();
+    for (bool first = true; i < total; i += (int64_t)gridDim.x * kThreads, first = false) {
+        if (!first)
+            dequant_block<TYPE>(w, r0 + i / nxb, i % nxb, o);
         gk_u32x4 *out = (gk_u32x4 *)(dst + i * 32); /* = r * cols + 32 xb */
-        for (int c = 0; c < 4; c++) {
-            gk_u32x4 o;
-            for (int k = 0; k < 4; k++)
-                o.w[k] = ig_pack2<ig_f16_t>(y[8 * c + 2 * k], y[8 * c + 2 * k + 1]);
-            out[c] = o;
-        }
+        for (int c = 0; c < 4; c++)
+            out[c] = o[c];
     }
 }
 
@@ -247,7 +263,7 @@ int IG_DEV(gk_qdequant_f16)(const struct gk_qmat *w, int64_t r0, int64_t nr, uin
     return qtype_dispatch_experts(m.type, [&](auto tag) {
         auto *kernel = dequant_kernel<decltype(tag)::value>;
         const dim3 grid(grid_for(nr * (m.cols / 32))), block(kThreads);
-        return IG_LAUNCH(kernel, grid, block, 0, (cudaStream_t)stream, m, r0, nr, dst);
+        return IG_LAUNCH_DEP(kernel, grid, block, 0, (cudaStream_t)stream, m, r0, nr, dst);
     });
 }
 

@@ -20,7 +20,8 @@
 #                   (IGNITE_PDL=1: the GEMVs and the decode attention)
 #   prefill  10 s   pp2048 (-b 2048) of the same three: TTFT and x F16
 #   full     +60 s  (not by default) bench_qmm on Q4_0, Q4_K, Q6_K with every row
-#                   count, pp512 too, and pp2048 with IGNITE_QMM_PATH=qmma
+#                   count, pp512 too, and pp2048 with IGNITE_QMM_PATH=qmma; Q4_K's
+#                   pp2048 again with IGNITE_PDL=1, by default and with qmma
 #   llama    +300 s (not by default; only where .gpubin/llama.cpp/bin/llama-bench runs,
 #                   scripts/llamacpp-cuda.sh): random Q4_0 and Q4_K_M GGUF files of
 #                   Llama-3-8B (bench/random_gguf.py), llama-bench and ignite bench
@@ -146,6 +147,16 @@ part_full() {
     IGNITE_QMM_PATH=qmma timeout 40 "$BIN/ignite" bench --device cuda -m "$M8:Q4_K" -p 2048 \
         -n 0 -b 2048 -r 3 -o jsonl >"$WORK/prefill_qmma.jsonl" || fail "pp2048 qmma"
     summarize "$WORK/prefill_qmma.jsonl" "" | sed 's/^/qmma forced: /' | tee -a "$TABLE"
+    # programmatic dependent launch: the default path at 2048 rows (the slabs'
+    # dequantization before cuBLAS), then gk_qmma's (weights before the wait)
+    IGNITE_PDL=1 timeout 40 "$BIN/ignite" bench --device cuda -m "$M8:Q4_K" -p 2048 -n 0 \
+        -b 2048 -r 3 -o jsonl >"$WORK/prefill_pdl.jsonl" || fail "pp2048, IGNITE_PDL=1"
+    summarize "$WORK/prefill_pdl.jsonl" "" | sed 's/^/IGNITE_PDL=1: /' | tee -a "$TABLE"
+    IGNITE_PDL=1 IGNITE_QMM_PATH=qmma timeout 40 "$BIN/ignite" bench --device cuda \
+        -m "$M8:Q4_K" -p 2048 -n 0 -b 2048 -r 3 -o jsonl >"$WORK/prefill_qmma_pdl.jsonl" ||
+        fail "pp2048 qmma, IGNITE_PDL=1"
+    summarize "$WORK/prefill_qmma_pdl.jsonl" "" | sed 's/^/qmma forced, IGNITE_PDL=1: /' |
+        tee -a "$TABLE"
 }
 
 part_llama() {

@@ -7,6 +7,7 @@
  *   struct pdl_hide h = {0};
  *   pdl_hide_add(&h, x, bytes); ...      the inputs, as they are now
  *   pdl_hide_on(&h);  launch;  pdl_hide_off(&h);
+ * or PDL_PAIR below: the launch plain and dependent, the same bits.
  * For emulated tests (C), header-only. */
 #ifndef IGNITE_TESTS_EMU_PDL_HIDE_H
 #define IGNITE_TESTS_EMU_PDL_HIDE_H
@@ -73,5 +74,30 @@ static inline void pdl_hide_off(struct pdl_hide *h)
         free(h->keep[i]);
     h->n = 0;
 }
+
+/* A launch run twice into `out` (bytes): plainly, then as a dependent
+ * launch whose inputs h holds are hidden from each block until its wait
+ * (the kernel's in-place inputs put back first by `restore`). Same bits,
+ * every block hidden and shown, at least min_blocks of them. CHECKF: the
+ * includer's tests/test.h. */
+#define PDL_PAIR(what, h, out, bytes, restore, min_blocks, call)                          \
+    do {                                                                                \
+        unsigned char *plain_ = malloc(bytes);                                          \
+        (h)->hides = (h)->shows = 0;                                                    \
+        restore;                                                                        \
+        CHECKF((call) == 0, "%s: plain rc", what);                                      \
+        memcpy(plain_, out, bytes);                                                     \
+        memset(out, 0x5a, bytes); /* then the in-place inputs back */                   \
+        restore;                                                                        \
+        pdl_hide_on(h);                                                                 \
+        int rc_ = (call);                                                               \
+        int hides_ = (h)->hides, shows_ = (h)->shows;                                   \
+        pdl_hide_off(h);                                                                \
+        CHECKF(rc_ == 0 && hides_ == shows_ && hides_ >= (min_blocks),                  \
+               "%s pdl: rc %d, %d blocks hidden, %d shown", what, rc_, hides_, shows_); \
+        CHECKF(memcmp(plain_, out, bytes) == 0, "%s pdl: differs from the plain launch", \
+               what);                                                                   \
+        free(plain_);                                                                   \
+    } while (0)
 
 #endif

@@ -29,10 +29,12 @@
  *     residual product is one GEMV and no post norm follows (f16 weights'
  *     bucket of 4 goes through the device GEMM, which has no epilogue: the
  *     combine alone; Gemma 3 has head and post norms);
- *   - Llama-tiny Q4_K's fused run again with IGNITE_PDL=1 (the GEMVs and the
- *     decode attention as programmatic dependent launches, each block
- *     meeting at griddepcontrol.wait under the emulator, a block that never
- *     waits a fault): the same bits and launches as the default run;
+ *   - Llama-tiny Q4_K's fused run again with IGNITE_PDL=1 (the GEMVs, the
+ *     decode attention, the prefills' tensor-core products of 9 rows and
+ *     more (gk_qmma) and the element-wise kernels as programmatic dependent
+ *     launches, each block meeting at griddepcontrol.wait under the
+ *     emulator, a block that never waits a fault): the same bits and
+ *     launches as the default run;
  *   - IGNITE_GPU_FUSE=2 is refused when the backend is made.
  * Prints each model's launches per decode step and per layer, both paths.
  * Label emu. */

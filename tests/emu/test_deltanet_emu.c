@@ -21,6 +21,8 @@
  * the twins' bits (outputs, states, checkpoints); mutants (the prompt
  * continuing from the cut state, S at the chunk's start not kept, a
  * continued chunk's rows written over its first) must differ.
+ * Under IGNITE_PDL=1 (test_pdl) every kernel of both files keeps the plain
+ * launch's bits with its inputs hidden until its wait (tests/emu/pdl_hide.h).
  *
  * The backend (argv[1]: bench/random_gguf.py's qwen35 tiny F16 file: 3
  * DeltaNet layers and a gated attention layer, head dims 64) against the CPU
@@ -42,6 +44,7 @@
 #include "models/model.h"
 #include "ops/gpu_deltanet.h"
 #include "tests/emu/backend_checks.h"
+#include "tests/emu/pdl_hide.h"
 #if defined(IG_EMU_BACKEND)
 #include "dn_mutants.h" /* DN_MUTANTS(X): tests/emu/CMakeLists.txt */
 #endif
@@ -494,6 +497,80 @@ static void test_kernels(void)
     CHECK(IG_DEV(gk_dn_conv)(&s, &f, &f, &q, 1, NULL) == IG_E_INTERNAL);
 }
 
+/* ---- programmatic dependent launch ------------------------------------------------ */
+
+/* Every kernel of both files as a dependent launch (IGNITE_PDL=1), in a
+ * hybrid layer's order, with what the kernels before it write (and the
+ * sequences) hidden from each block until its wait (tests/emu/pdl_hide.h):
+ * one arena holds the states, the checkpoint, the rows' arrays and the
+ * outputs, all of it the plain launch's bits after each. A prompt of 6 rows
+ * from position 0 (slot 0, chunked, its checkpoint kept) beside a decode
+ * row at 9 (slot 1); then gated attention's split and gate. */
+static void test_pdl(void)
+{
+    uint64_t st = 53;
+    struct gk_dn_shape s = {.Hk = 1, .Hv = 2, .D = 64, .K = 4, .grouped = 1, .split = 1};
+    s.C = (2 * s.Hk + s.Hv) * s.D;
+    s.state_floats = (s.K - 1) * s.C + s.Hv * s.D * s.D;
+    s.ckpt_floats = GK_DN_CKPT_FLOATS(s.Hk, s.Hv, s.D);
+    enum { n = 7 };
+    const int64_t C = s.C, vd = s.Hv * s.D, qd = s.D, kv2 = 2 * s.D; /* gated: 1 and 1 heads */
+    /* the arena's parts, in floats */
+    const int64_t a_ck = 2 * s.state_floats, a_qkv = a_ck + s.ckpt_floats, a_b = a_qkv + n * C;
+    const int64_t a_g = a_b + n * s.Hv, a_o = a_g + n * s.Hv, a_z = a_o + n * vd;
+    const int64_t a_y = a_z + n * vd, a_qc = a_y + n * vd / 2, a_gate = a_qc + n * (qd + kv2);
+    const int64_t a_end = a_gate + n * qd;
+    const size_t ab = (size_t)a_end * 4;
+    float *ar = malloc(ab), *ar0 = rnd(&st, a_end, 0.5f);
+    memset(ar0 + a_ck, 0, (size_t)s.ckpt_floats * 4);
+    uint16_t *y0 = (uint16_t *)(void *)(ar0 + a_y);
+    for (int64_t i = 0; i < n * vd; i++)
+        y0[i] = ig_f32_to_f16(test_rand_f(&st));
+    float *w = rnd(&st, C * s.K, 0.6f), *dt = rnd(&st, s.Hv, 1.0f), *A = rnd(&st, s.Hv, 1.0f);
+    float *nw = rnd(&st, s.D, 1.0f);
+    for (int64_t i = 0; i < s.Hv; i++)
+        A[i] = -fabsf(A[i]) - 0.1f;
+    struct gk_dn_seq seqs[2] = {{0, 6, 0, 0, 1, GK_DN_CKPT_KEEP}, {6, 1, 9, 1, 0, 0}};
+    s.state = ar, s.ckpt = ar + a_ck;
+    float *qkv = ar + a_qkv, *beta = ar + a_b, *g = ar + a_g, *o = ar + a_o;
+    uint16_t *y = (uint16_t *)(void *)(ar + a_y);
+    struct pdl_hide h = {0};
+#define DN_PAIR(what, blocks, call)                                           \
+    do {                                                                      \
+        PDL_PAIR(what, &h, ar, ab, memcpy(ar, ar0, ab), blocks, call);        \
+        memcpy(ar0, ar, ab); /* the next kernel's inputs */                   \
+    } while (0)
+    pdl_hide_add(&h, qkv, (size_t)(n * C) * 4);
+    pdl_hide_add(&h, ar, (size_t)a_ck * 4);
+    pdl_hide_add(&h, seqs, sizeof seqs);
+    DN_PAIR("dn_conv", (int)(C + 127) / 128 * 2, IG_DEV(gk_dn_conv)(&s, qkv, w, seqs, 2, NULL));
+    pdl_hide_add(&h, qkv, (size_t)(n * C) * 4);
+    pdl_hide_add(&h, beta, (size_t)(2 * n * s.Hv) * 4); /* beta, g */
+    DN_PAIR("dn_gates", n, IG_DEV(gk_dn_gates)(&s, qkv, beta, g, dt, A, n, NULL));
+    pdl_hide_add(&h, ar, (size_t)(a_o - 0) * 4); /* states, checkpoint, qkv, beta, g */
+    pdl_hide_add(&h, seqs, sizeof seqs);
+    DN_PAIR("dn_chunk", (int)s.Hv * 2, IG_DEV(gk_dn_chunk)(&s, qkv, beta, g, o, seqs, 2, NULL));
+    pdl_hide_add(&h, ar, (size_t)a_o * 4);
+    pdl_hide_add(&h, seqs, sizeof seqs);
+    DN_PAIR("dn_rule", (int)s.Hv * 2, IG_DEV(gk_dn_rule)(&s, qkv, beta, g, o, seqs, 2, NULL));
+    pdl_hide_add(&h, ar, (size_t)a_o * 4);
+    pdl_hide_add(&h, seqs, sizeof seqs);
+    DN_PAIR("dn_ckpt", 2, IG_DEV(gk_dn_ckpt)(&s, qkv, beta, g, seqs, 2, NULL));
+    pdl_hide_add(&h, o, (size_t)(2 * n * vd) * 4); /* o, z */
+    DN_PAIR("dn_norm", n, IG_DEV(gk_dn_norm)(&s, o, ar + a_z, nw, 1e-6f, n, y, NULL));
+    pdl_hide_add(&h, qkv, (size_t)(n * C) * 4); /* raw: Q|gate of 1 head, K, V */
+    DN_PAIR("gate_split", n,
+            IG_DEV(gk_gate_split)(qkv, n, 1, 1, s.D, ar + a_qc, ar + a_gate, NULL));
+    pdl_hide_add(&h, y, (size_t)(n * qd) * 2);
+    pdl_hide_add(&h, ar + a_gate, (size_t)(n * qd) * 4);
+    DN_PAIR("gate_apply", (int)(n * qd + 255) / 256,
+            IG_DEV(gk_gate_apply)(y, ar + a_gate, n * qd, NULL));
+#undef DN_PAIR
+    void *bufs[] = {ar, ar0, w, dt, A, nw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
 #endif
 
 /* ---- the backend ------------------------------------------------------------------ */
@@ -902,6 +979,7 @@ int main(int argc, char **argv)
 {
 #if defined(IG_EMU_BACKEND)
     test_kernels();
+    test_pdl();
     test_chunk();
     test_ckpt();
 #else /* tests/gpu's test_deltanet_gpu: the backend part on a GPU */

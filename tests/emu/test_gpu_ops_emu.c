@@ -16,10 +16,13 @@
  * residual, scale, soft-cap), GeGLU, RoPE with YaRN's cos/sin factor: bit
  * for bit their twins, the twins against double. Under IGNITE_PDL=1 (a
  * programmatic dependent launch, test_pdl) the embedding, RMSNorm (with and
- * without int8 blocks), RoPE into the pool, SwiGLU and the ops/gpu_arch.cu
- * kernels keep the plain launch's bits with their inputs hidden until their
- * wait (tests/emu/pdl_hide.h). Label emu. */
+ * without int8 blocks), RoPE into the pool, SwiGLU, the ops/gpu_arch.cu
+ * kernels, the greedy kernel and ops/gpu_kvq.cu's pool write and rotation
+ * keep the plain launch's bits with their inputs hidden until their wait
+ * (tests/emu/pdl_hide.h). Label emu. */
 #include "ops/gpu_ops.h"
+#include "ops/gpu_kvq.h"
+#include "kvcache/kv_devq.h"
 #include "decode/greedy.h"
 
 #include "core/half.h"
@@ -837,30 +840,6 @@ static void test_random(void)
 
 /* ---- programmatic dependent launch -------------------------------------------- */
 
-/* A launch run twice into `out` (bytes): plainly, then as a dependent launch
- * whose inputs h holds are hidden from each block until its wait (pdl_hide.h;
- * the kernel's in-place inputs put back first). Same bits, every block hidden
- * and shown, at least min_blocks of them. */
-#define PDL_PAIR(what, h, out, bytes, restore, min_blocks, call)                          \
-    do {                                                                                \
-        unsigned char *plain_ = malloc(bytes);                                          \
-        (h)->hides = (h)->shows = 0;                                                    \
-        restore;                                                                        \
-        CHECKF((call) == 0, "%s: plain rc", what);                                      \
-        memcpy(plain_, out, bytes);                                                     \
-        memset(out, 0x5a, bytes); /* then the in-place inputs back */                   \
-        restore;                                                                        \
-        pdl_hide_on(h);                                                                 \
-        int rc_ = (call);                                                               \
-        int hides_ = (h)->hides, shows_ = (h)->shows;                                   \
-        pdl_hide_off(h);                                                                \
-        CHECKF(rc_ == 0 && hides_ == shows_ && hides_ >= (min_blocks),                  \
-               "%s pdl: rc %d, %d blocks hidden, %d shown", what, rc_, hides_, shows_); \
-        CHECKF(memcmp(plain_, out, bytes) == 0, "%s pdl: differs from the plain launch", \
-               what);                                                                   \
-        free(plain_);                                                                   \
-    } while (0)
-
 /* aligned_alloc's size must be a multiple of its alignment */
 static void *alloc64(size_t bytes)
 {
@@ -958,8 +937,39 @@ static void test_pdl(uint64_t *st)
     pdl_hide_add(&h, r0, (size_t)(n * wd * 4));
     PDL_PAIR("greedy", &h, ids, (size_t)n * 4, (void)0, n,
              IG_DEV(gk_greedy_rows)(r0, wd, n, wd, ids, NULL));
+
+    /* ops/gpu_kvq.cu: the quantized pool's write (q8_0 K and fp8 V, both
+     * rotated by 64) with K, V, the positions and the tables hidden (a
+     * hidden position reads as padding: nothing written; row 2 is padding,
+     * its blocks wait and leave), then the Hadamard rotation of q in place */
+    enum { KN = 3, KH = 2, KD = 64, NB = 4 };
+    const int64_t khs = 64 * KD, kbs = KH * khs, kvn = 2 * KN * KH * KD;
+    const size_t cb = (size_t)kvq_region(NB * kbs);
+    uint16_t *kv = alloc64((size_t)kvn * 2), *kv0 = malloc((size_t)kvn * 2);
+    for (int64_t i = 0; i < kvn; i++)
+        kv0[i] = ig_f32_to_f16(2.0f * test_rand_f(st));
+    int32_t *kpos = alloc64(KN * 4), *ktab = alloc64(KN * NB * 4);
+    kpos[0] = 3, kpos[1] = 64, kpos[2] = -1;
+    for (int i = 0; i < KN * NB; i++)
+        ktab[i] = (i * 3 + 1) % NB;
+    unsigned char *pool = alloc64(2 * cb);
+    struct gk_kvq_params kp = {
+        .k = kv, .v = kv + kvn / 2, .n = KN, .n_head_kv = KH, .head_dim = KD, .pos = kpos,
+        .block_table = ktab, .table_stride = NB, .block_stride = kbs, .head_stride = khs,
+        .k_cache = pool, .v_cache = pool + cb, .k_dtype = KVQ_Q8_0, .v_dtype = KVQ_FP8,
+        .rot_k = 64, .rot_v = 64};
+    memcpy(kv, kv0, (size_t)kvn * 2);
+    pdl_hide_add(&h, kv, (size_t)kvn * 2);
+    pdl_hide_add(&h, kpos, KN * 4);
+    pdl_hide_add(&h, ktab, KN * NB * 4);
+    PDL_PAIR("kvq_write", &h, pool, 2 * cb, memset(pool, 0, 2 * cb), KN * KH * 2,
+             IG_DEV(gk_kvq_write)(&kp, NULL));
+    pdl_hide_add(&h, kv, (size_t)kvn * 2);
+    PDL_PAIR("hadamard_f16", &h, kv, (size_t)kvn * 2, memcpy(kv, kv0, (size_t)kvn * 2), 6,
+             IG_DEV(gk_hadamard_f16)(kv, 6, kvn / 6, 64, NULL));
     free(table), free(x), free(w), free(y), free(xq), free(xqd), free(gu), free(rows.tables);
-    free(qkv), free(o), free(o0), free(r0), free(r), free(hw), free(ids);
+    free(qkv), free(o), free(o0), free(r0), free(r), free(hw), free(ids), free(kv), free(kv0);
+    free(kpos), free(ktab), free(pool);
 }
 
 int main(void)

@@ -36,6 +36,9 @@
  *   weights' f16 rounding: 2^-10 sum |w x| + 2^-24 sum |x|, carried through
  *   the activation for h); the chooser's picks (every expert type), and
  *   f16 rows of 48 columns refused;
+ * - programmatic dependent launch (test_pdl, IGNITE_PDL=1): each of the five
+ *   kernels with its inputs hidden until its wait (tests/emu/pdl_hide.h),
+ *   the plain launch's bits;
  * - mutants (tests/emu/mutate.cmake, planted in copies of ops/gpu_moe.cu):
  *   a product that reads the wrong expert's rows, a routing that drops the
  *   renormalization, a shared expert weight without its sigmoid, a down
@@ -51,6 +54,7 @@
 #include "core/half.h"
 #include "core/status.h"
 #include "models/quant.h"
+#include "tests/emu/pdl_hide.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -604,6 +608,87 @@ static void test_mma_choose(void)
     free(buf), free(x), free(y);
 }
 
+/* ---- programmatic dependent launch ------------------------------------------------------- */
+
+/* Each kernel as a dependent launch (IGNITE_PDL=1) with what the kernels
+ * before it write hidden from each block until its wait (tests/emu/pdl_hide.h):
+ * the routing (the residual), the sort (the choices), the GEMV and
+ * tensor-core products (x, the order, the tiles and their count; the blocks
+ * past the count wait, then leave), the combine (x in place, y, the
+ * weights). Every block waits; the outputs the plain launch's bit for bit. */
+static void test_pdl(void)
+{
+    enum { E = 64, FF = 64 };
+    uint64_t st = 71;
+    const int64_t pairs = N * K;
+    void *bg, *bu;
+    struct gk_qmat wg = rand_experts(QUANT_Q8_0, NE * FF, E, &st, &bg);
+    struct gk_qmat wu = rand_experts(QUANT_Q8_0, NE * FF, E, &st, &bu);
+    float *x = rand_f32(N * E, 2.0f, 0.0f, &st), *norm_w = rand_f32(E, 0.2f, 1.0f, &st);
+    float *router = rand_f32(NE * E, 1.0f / 16, 0.0f, &st);
+    float *sg = rand_f32(E, 1.0f / 8, 0.0f, &st);
+    struct pdl_hide h = {0};
+
+    /* routing: the choices, their weights and the shared expert's in one buffer */
+    const size_t rb = (size_t)(2 * pairs + N) * 4;
+    unsigned char *ro = zalloc(rb);
+    int32_t *sel = (int32_t *)ro;
+    float *wts = (float *)(ro + pairs * 4);
+    struct gk_moe_route_params rp = {
+        .x = x, .ld_x = E, .norm_w = norm_w, .eps = 1e-6f, .router = router, .n = N,
+        .n_embd = E, .n_expert = NE, .k = K, .norm_topk = 1, .shexp_gate = sg, .sel = sel,
+        .wts = wts, .shexp_w = (float *)(ro + 2 * pairs * 4)};
+    pdl_hide_add(&h, x, (size_t)(N * E) * 4);
+    PDL_PAIR("moe_route", &h, ro, rb, memset(ro, 0, rb), N, IG_DEV(gk_moe_route)(&rp, NULL));
+
+    /* the sort, into the GEMV's tiles and (plainly) the tensor cores' */
+    const int64_t mt[2] = {gk_moe_max_tiles(pairs, NE),
+                           gk_moe_max_tiles_of(pairs, NE, GK_MOE_MMA_TILE)};
+    int32_t *so[2];
+    size_t sb[2];
+    for (int i = 0; i < 2; i++) {
+        sb[i] = (size_t)(pairs + 3 * mt[i] + 1) * 4;
+        so[i] = zalloc(sb[i]);
+    }
+    struct gk_moe_sort_params sp = {.sel = sel, .n_pairs = pairs, .n_expert = NE,
+                                    .order = so[0], .tiles = so[0] + pairs,
+                                    .n_tiles = so[0] + pairs + 3 * mt[0]};
+    pdl_hide_add(&h, sel, (size_t)pairs * 4);
+    PDL_PAIR("moe_sort", &h, so[0], sb[0], memset(so[0], 0, sb[0]), 1,
+             IG_DEV(gk_moe_sort)(&sp, NULL));
+    sp.tile = GK_MOE_MMA_TILE, sp.order = so[1], sp.tiles = so[1] + pairs;
+    sp.n_tiles = so[1] + pairs + 3 * mt[1];
+    CHECK(IG_DEV(gk_moe_sort)(&sp, NULL) == IG_OK);
+
+    /* gate|up with SwiGLU: the GEMV, then the tensor cores */
+    uint16_t *xn = zalloc((size_t)(N * E) * 2);
+    for (int64_t i = 0; i < N * E; i++)
+        xn[i] = ig_f32_to_f16(x[i] * norm_w[i % E]);
+    const size_t hb = (size_t)(pairs * FF) * 2;
+    uint16_t *hh = zalloc(hb);
+    for (int i = 0; i < 2; i++) {
+        struct gk_moe_gemv_params gp = {
+            .w = wg, .w2 = wu, .rows = FF, .x = xn, .ld_x = E, .x_div = K, .order = so[i],
+            .tiles = so[i] + pairs, .n_tiles = so[i] + pairs + 3 * mt[i], .max_tiles = mt[i],
+            .glu = GK_GLU_SILU, .h = hh, .ld_h = FF};
+        pdl_hide_add(&h, xn, (size_t)(N * E) * 2);
+        pdl_hide_add(&h, so[i], sb[i]);
+        const int blocks = (int)(i ? (FF + 31) / 32 * mt[1] : (FF + 7) / 8 * mt[0]);
+        PDL_PAIR(i ? "moe_mma" : "moe_gemv", &h, hh, hb, memset(hh, 0, hb), blocks,
+                 i ? IG_DEV(gk_moe_mma)(&gp, NULL) : IG_DEV(gk_moe_gemv)(&gp, NULL));
+    }
+
+    /* the weighted sum into the residual */
+    float *y = rand_f32(pairs * E, 1.0f, 0.0f, &st), *xo = zalloc((size_t)(N * E) * 4);
+    pdl_hide_add(&h, xo, (size_t)(N * E) * 4);
+    pdl_hide_add(&h, y, (size_t)(pairs * E) * 4);
+    pdl_hide_add(&h, wts, (size_t)pairs * 4);
+    PDL_PAIR("moe_combine", &h, xo, (size_t)(N * E) * 4, memcpy(xo, x, (size_t)(N * E) * 4), N,
+             IG_DEV(gk_moe_combine)(xo, E, y, E, wts, (struct gk_moe_part){0}, N, K, E, NULL));
+    free(bg), free(bu), free(x), free(norm_w), free(router), free(sg), free(ro), free(so[0]);
+    free(so[1]), free(xn), free(hh), free(y), free(xo);
+}
+
 int main(void)
 {
     struct {
@@ -619,6 +704,7 @@ int main(void)
         {QUANT_Q8_0, QUANT_F16, 128, 96, GK_GLU_GELU, false},      /* Gemma 4's */
     };
     test_mxfp4_blocks();
+    test_pdl();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fprintf(stderr, "%s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
                 quant_type_name((uint32_t)cases[i].type), quant_type_name((uint32_t)cases[i].down),

@@ -33,7 +33,9 @@
  * - programmatic dependent launch (IGNITE_PDL=1): with x, its int8 blocks
  *   and y (beta 1) hidden from each block until its griddepcontrol.wait
  *   (tests/emu/pdl_hide.h), y the plain launch's bit for bit; the embedding
- *   (gk_qembed) with its tokens hidden, the same rows.
+ *   (gk_qembed) with its tokens hidden, the same rows; the dequantization
+ *   (gk_qdequant_f16, every type) with its destination hidden; the tensor-core
+ *   product (gk_qmma, Q4_K and Q4_0) with x and y hidden, the same bits.
  * Outputs are poisoned and framed by guards. Label emu. */
 #include "ops/gpu_qmm.h"
 #include "ops/gpu_ops.h"
@@ -213,6 +215,15 @@ static void test_layout_and_rows(int type, uint64_t *st)
             exact &= dq_ref[r * cols + c] == ig_f32_to_f16(f[c]);
     }
     CHECKF(exact, "%s: twin dequantization differs from quant_dequantize_row", tname(type));
+    /* as a dependent launch, the destination (a scratch the GEMM before may
+     * still read) hidden until the wait: a store before it is lost there */
+    struct pdl_hide hd = {0};
+    uint16_t *dq2 = malloc((size_t)(nr * cols) * 2);
+    pdl_hide_add(&hd, dq2, (size_t)(nr * cols) * 2);
+    PDL_PAIR(tname(type), &hd, dq2, (size_t)(nr * cols) * 2,
+             memset(dq2, 0, (size_t)(nr * cols) * 2), 1,
+             IG_DEV(gk_qdequant_f16)(&dev, r0, nr, dq2, NULL));
+    free(dq2);
     CHECKF(memcmp(dq, dq_ref, (size_t)(nr * cols) * 2) == 0, "%s: dequantization kernel",
            tname(type));
     CHECKF(out_guards_ok(&ob), "%s: dequantization wrote outside", tname(type));
@@ -798,6 +809,31 @@ static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     free(wf), free(y0), free(yr), free(x), free(buf), free(src);
 }
 
+/* The product as a programmatic dependent launch: x and y (beta 1) hidden
+ * from each block until its wait (the first k-tile's weights are loaded
+ * before it); y the plain launch's bit for bit, every block waiting. */
+static void qmma_pdl_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t *st)
+{
+    size_t rb = quant_row_bytes((enum quant_type)type, cols);
+    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
+    void *buf;
+    struct gk_qmat w = host_mat(type, rows, cols, &buf);
+    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    uint16_t *x = rand_x(n, cols, cols, st);
+    const size_t yb = (size_t)(n * rows) * 4;
+    float *y = malloc(yb), *y0 = malloc(yb);
+    for (int64_t i = 0; i < n * rows; i++)
+        y0[i] = test_rand_f(st);
+    struct gk_qgemv_params p = {.w = w, .x = x, .ld_x = cols, .n = n, .y = y, .ld_y = rows,
+                                .beta = 1};
+    struct pdl_hide h = {0};
+    pdl_hide_add(&h, x, (size_t)(n * cols) * 2);
+    pdl_hide_add(&h, y, yb);
+    const int blocks = (int)(((rows + 63) / 64) * ((n + 63) / 64));
+    PDL_PAIR(tname(type), &h, y, yb, memcpy(y, y0, yb), blocks, IG_DEV(gk_qmma)(&p, NULL));
+    free(y), free(y0), free(x), free(buf), free(src);
+}
+
 static void test_qmma(int type, uint64_t *st)
 {
     struct gk_qlayout l;
@@ -810,6 +846,9 @@ static void test_qmma(int type, uint64_t *st)
     qmma_case(type, 64, k ? 256 : 544, 65, 0, st);
     if (type == QUANT_Q4_K || type == QUANT_Q8_0)
         qmma_case(type, 130, k ? 768 : 160, 130, 1, st);
+    /* programmatic dependent launch: two row tiles, one of tokens */
+    if (type == QUANT_Q4_K || type == QUANT_Q4_0)
+        qmma_pdl_case(type, 70, k ? 512 : 96, 9, st);
 }
 
 /* ---- the chooser ----------------------------------------------------------------------- */
