@@ -334,6 +334,11 @@ MUTANTS = [
      "    return copy(dst, src, bytes);", ["test_device_emu"], ["test_device_emu"],
      "the emulated copy stream runs its downloads at once (a missing wait would not show)",
      "caught"),
+    ("smem-gemv-static-optin", "ops/gpu_gemv.cu",
+     "    if (smem + kStaticSmem > 48 * 1024)\n", "    if (smem > 48 * 1024)\n",
+     ["test_gemv_emu"], ["test_gemv_emu"],
+     "the f16 GEMV at 12288 columns launched without raising the 48 KiB limit that x's 48 KiB "
+     "and the norm tail's static shared memory pass (a GPU refuses the launch)", "caught"),
 ]
 
 
