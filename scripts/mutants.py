@@ -339,6 +339,11 @@ MUTANTS = [
      ["test_gemv_emu"], ["test_gemv_emu"],
      "the f16 GEMV at 12288 columns launched without raising the 48 KiB limit that x's 48 KiB "
      "and the norm tail's static shared memory pass (a GPU refuses the launch)", "caught"),
+    ("emu-smem-default-unchecked", "emu/smem.cc",
+     "        b->smem_total + bytes > EMU_DEFAULT_SMEM) {",
+     "        b->smem_total + bytes > EMU_MAX_SMEM) {", ["test_emu_sched"], ["test_emu_sched"],
+     "the emulator lets static and dynamic shared memory pass 48 KiB together without the "
+     "launch's raise", "caught"),
 ]
 
 
