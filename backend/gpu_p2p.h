@@ -17,7 +17,10 @@ struct gpu_p2p;
 
 /* Collective (every rank of the job calls it): the library loaded and a
  * communicator made. IG_OK; IG_E_DEVICE after one line (rank 0's) where a
- * rank could not, *out NULL then. */
+ * rank could not, *out NULL then. The calling thread's current CUDA device
+ * must be the rank's (its backend made first): ncclCommInitRank binds the
+ * communicator to it, and two ranks left on device 0 fail or hang (NCCL,
+ * "Creating a communicator"). */
 int gpu_p2p_nccl_open(bool host_memory, struct gpu_p2p **out);
 void gpu_p2p_free(struct gpu_p2p *p);
 

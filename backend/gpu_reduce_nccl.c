@@ -35,6 +35,7 @@ struct nccl_lib {
                       nccl_comm comm, void *stream);
     int (*comm_destroy)(nccl_comm comm);
     const char *(*error_string)(int result);
+    int (*get_version)(int *version); /* NULL where the library lacks it */
     /* point to point (gpu_p2p.h; NULL where the library lacks them) */
     int (*send)(const void *buf, size_t count, int dtype, int peer, nccl_comm comm,
                 void *stream);
@@ -77,6 +78,7 @@ static bool load(struct nccl_lib *L, bool host_memory, char *why, size_t cap)
     *(void **)&L->all_reduce = dlsym(L->so, "ncclAllReduce");
     *(void **)&L->comm_destroy = dlsym(L->so, "ncclCommDestroy");
     *(void **)&L->error_string = dlsym(L->so, "ncclGetErrorString");
+    *(void **)&L->get_version = dlsym(L->so, "ncclGetVersion");
     *(void **)&L->send = dlsym(L->so, "ncclSend");
     *(void **)&L->recv = dlsym(L->so, "ncclRecv");
     *(void **)&L->group_start = dlsym(L->so, "ncclGroupStart");
@@ -191,7 +193,14 @@ int gpu_reduce_nccl_open(bool host_memory, struct gpu_reduce **out)
         nccl_free(&r->base);
         return st;
     }
-    r->base = (struct gpu_reduce){.name = "nccl", .capturable = true, .sum = nccl_sum,
+    /* Captured by CUDA graphs from NCCL 2.9 ("Using NCCL with CUDA Graphs"); before
+     * 2.9.6 captures were seen to hang at replay (pytorch/pytorch#64440): older
+     * ones sum outside graphs. Uniform over the ranks: one library, agreed. */
+    int version = 0;
+    int64_t old_nccl = r->lib.get_version &&
+                       (r->lib.get_version(&version) != NCCL_SUCCESS || version < 20906);
+    ig_coll_allreduce_max(&old_nccl);
+    r->base = (struct gpu_reduce){.name = "nccl", .capturable = !old_nccl, .sum = nccl_sum,
                                   .free = nccl_free};
     *out = &r->base;
     return IG_OK;

@@ -139,6 +139,22 @@ int IG_DEV(gpu_tp_connect)(struct backend *b)
     if (st != IG_OK)
         return st;
     g->no_graph |= !g->tp->red->capturable; /* the host path's steps run without graphs */
+#ifndef IG_EMU_BACKEND
+    /* NCCL sets up its connections at a communicator's first collective,
+     * allocating memory: inside a decode graph's capture (a first step of a
+     * row a sequence) that fails. One sum here, outside any capture, on every
+     * rank (docs/gpu.md, "Review against real CUDA and NCCL semantics"). */
+    if (nccl) {
+        float *one = NULL;
+        st = IG_DEV(dev_alloc)(g->dev, sizeof *one, (void **)&one);
+        if (st == IG_OK && (st = IG_DEV(dev_memset)(g->dev, one, 0, sizeof *one)) == IG_OK &&
+            (st = g->tp->red->sum(g->tp->red, one, 1, g->stream)) == IG_OK)
+            st = IG_DEV(dev_sync)(g->dev);
+        IG_DEV(dev_free)(g->dev, one);
+        if (st != IG_OK)
+            return st;
+    }
+#endif
     if (g->tp->stats && ig_coll_rank() == 0)
         fprintf(stderr, "tp: the ranks' sums by %s%s%s%s\n", g->tp->red->name,
                 why[0] ? " (NCCL: " : "", why, why[0] ? ")" : "");

@@ -75,8 +75,9 @@ int IG_DEV(dev_stream_wait)(struct dev *d, enum dev_stream_id s, struct dev_even
 /* Returns once e's work is done (the host waits; reports a failed kernel). */
 int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e);
 /* Device->host copy queued on stream s, returning at once: dst must be
- * dev_alloc_host memory and holds the data once an event recorded after
- * it is done; src must not be written before then. */
+ * dev_alloc_host memory (the emulator refuses other memory) and holds the
+ * data once an event recorded after it is done; src must not be written
+ * before then. */
 int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
                                size_t bytes);
 

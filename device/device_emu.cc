@@ -19,6 +19,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <map>
+
+/* dev_alloc_host's blocks (start -> bytes): dev_download_async's dst must lie
+ * in one. Into pageable memory cudaMemcpyAsync returns only once the copy is
+ * done (CUDA runtime API, "API synchronization behavior"): on a GPU the copy
+ * stream would stall the host, so the emulator refuses it. */
+static std::map<const unsigned char *, size_t> host_blocks;
+
+static bool in_host_block(const void *p, size_t bytes)
+{
+    const unsigned char *q = (const unsigned char *)p;
+    auto it = host_blocks.upper_bound(q);
+    if (it == host_blocks.begin())
+        return false;
+    --it;
+    return (size_t)(q - it->first) + bytes <= it->second;
+}
+
 /* The copy stream's queued work: a download, or an event's record. */
 struct late_op {
     void *dst;
@@ -265,6 +283,9 @@ int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e)
 int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
                                size_t bytes)
 {
+    if (!in_host_block(dst, bytes))
+        return ig_error(IG_E_INTERNAL, "dev_download_async: %zu bytes into memory not from "
+                        "dev_alloc_host (pageable: a GPU copies it synchronously)", bytes);
     if (s == DEV_STREAM_MAIN)
         return copy(dst, src, bytes);
     const bool unordered = main_work(d) > d->copy_seen;
@@ -301,11 +322,15 @@ void IG_DEV(dev_free)(struct dev *d, void *p)
 
 int IG_DEV(dev_alloc_host)(struct dev *d, size_t bytes, void **p)
 {
-    return IG_DEV(dev_alloc)(d, bytes, p);
+    int st = IG_DEV(dev_alloc)(d, bytes, p);
+    if (st == IG_OK)
+        host_blocks[(const unsigned char *)*p] = bytes;
+    return st;
 }
 
 void IG_DEV(dev_free_host)(struct dev *d, void *p)
 {
+    host_blocks.erase((const unsigned char *)p);
     free(p);
 }
 

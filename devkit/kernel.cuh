@@ -11,6 +11,8 @@
  *     which returns 0 or a failure (checked and reported on both sides), or
  *     IG_LAUNCH_PDL (programmatic dependent launch on sm_90+, the kernel
  *     calling ig_grid_dependency_wait first: devkit/intrinsics.cuh);
+ *   - raises a kernel's shared memory past the 48 KiB default with
+ *     IG_SMEM_OPTIN(kernel, dynamic bytes) before its launch;
  *   - checks every CUDA runtime call with IG_CUDA_CHECK (device builds).
  * IG_EMU is defined in host (emulator) builds, never under nvcc.
  * Covered by tests/emu (host) and the CUDA build (device). */
@@ -90,6 +92,16 @@ static inline cudaError_t ig_launch_pdl(void (*kernel)(Params...), dim3 grid, di
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* A block may have 48 KiB of shared memory, static and dynamic together,
+ * unless its kernel's dynamic limit is raised first (CUDA runtime API,
+ * cudaFuncSetAttribute: cudaFuncAttributeMaxDynamicSharedMemorySize plus
+ * the static bytes up to cudaDevAttrMaxSharedMemoryPerBlockOptin); past it
+ * the launch fails. Returns IG_E_DEVICE from the caller on failure.
+ * Emulated, it tells the next launch (ig_emu_next_launch_smem_optin). */
+#define IG_SMEM_OPTIN(kernel, bytes)                                            \
+    IG_CUDA_CHECK(cudaFuncSetAttribute((kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                       (int)(bytes)))
+
 #define IG_LAUNCH_PDL(kernel, grid, block, smem, stream, ...)                   \
     ig_cuda_check_launch(ig_launch_pdl(kernel, (grid), (block), (smem), (stream), __VA_ARGS__), \
                          #kernel " (programmatic dependent launch)", __FILE__, __LINE__)
@@ -157,6 +169,10 @@ typedef void *cudaStream_t;
  * meet at ig_grid_dependency_wait, where what the previous kernel wrote may
  * be hidden until then (emu/emu.h, ig_emu_set_pdl_hooks). */
 #define IG_LAUNCH_PDL(...) (ig_emu_next_launch_pdl(), IG_LAUNCH(__VA_ARGS__))
+/* The emulator checks the 48 KiB default against the static and dynamic
+ * bytes a block uses (emu/emu.h, ig_emu_next_launch_smem_optin). */
+#define IG_SMEM_OPTIN(kernel, bytes)                                            \
+    ((void)(kernel), ig_emu_next_launch_smem_optin((size_t)(bytes)))
 /* Emulated, IGNITE_PDL=1 is read at every launch, so a test can run a
  * kernel both ways in one process. */
 static inline bool ig_pdl_on()

@@ -64,6 +64,17 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem,
  * kernel's outputs unfinished. */
 void ig_emu_next_launch_pdl(void);
 
+/* The next launch raised its kernel's dynamic shared memory limit to bytes
+ * (cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize):
+ * IG_SMEM_OPTIN's host side). Without it a block's static and dynamic
+ * shared memory together may not pass 48 KiB, the default a block gets:
+ * the launch fails on a GPU (cudaErrorInvalidValue) while the dynamic
+ * bytes alone fit. Emulated the raise lasts one launch (on a GPU it stays
+ * with the kernel), so each launch that needs it says so. A launch whose
+ * dynamic bytes alone pass 48 KiB is not checked: its launcher may raise
+ * the limit unseen (cudaFuncSetAttribute under __CUDACC__ only). */
+void ig_emu_next_launch_smem_optin(size_t bytes);
+
 /* What its blocks see before they wait: emu/pdl_hooks.h (C and C++). */
 
 /* Launches made since the process started (failed ones too): what a CUDA

@@ -264,6 +264,7 @@ struct emu_ctx {
     uint32_t smem_base;     /* shared address of the dynamic area (launch seed) */
     int faulted;
     int pdl; /* this launch is a programmatic dependent launch (IG_LAUNCH_PDL) */
+    size_t smem_optin; /* the dynamic bytes it raised the limit to (IG_SMEM_OPTIN), or 0 */
     struct ig_emu_stats stats;
 };
 extern struct emu_ctx emu;

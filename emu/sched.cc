@@ -24,6 +24,7 @@ static int emu_sm_count = 3;
 static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 static uint64_t emu_launch_count;
 static int emu_next_pdl;                 /* ig_emu_next_launch_pdl */
+static size_t emu_next_smem_optin;       /* ig_emu_next_launch_smem_optin */
 static struct ig_emu_pdl_hooks emu_pdl_hooks;
 
 /* Big enough for a kernel's register arrays with ASan's redzones. */
@@ -40,6 +41,7 @@ const char *ig_emu_last_error(void) { return emu_error; }
 uint64_t ig_emu_launches(void) { return emu_launch_count; }
 struct ig_emu_stats ig_emu_last_stats(void) { return emu.stats; }
 void ig_emu_next_launch_pdl(void) { emu_next_pdl = 1; }
+void ig_emu_next_launch_smem_optin(size_t bytes) { emu_next_smem_optin = bytes; }
 void ig_emu_set_pdl_hooks(const struct ig_emu_pdl_hooks *hooks)
 {
     emu_pdl_hooks = hooks ? *hooks : ig_emu_pdl_hooks{};
@@ -492,6 +494,8 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
     emu_launch_count++;
     emu.pdl = emu_next_pdl;
     emu_next_pdl = 0;
+    emu.smem_optin = emu_next_smem_optin;
+    emu_next_smem_optin = 0;
     memset(&emu.stats, 0, sizeof emu.stats);
     emu.faulted = 0;
     emu.cur = NULL;

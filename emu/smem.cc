@@ -25,6 +25,10 @@
 
 /* The largest shared memory a block may have (sm_90: 227 KiB). */
 #define EMU_MAX_SMEM (227u * 1024u)
+/* What a block may have, static and dynamic together, unless its launch
+ * raised the limit (ig_emu_next_launch_smem_optin): cudaDevAttrMaxShared-
+ * MemoryPerBlock, 48 KiB on every GPU since sm_20; past it a launch fails. */
+#define EMU_DEFAULT_SMEM (48u * 1024u)
 
 /* Buffers of blocks that ended, kept for the next block or launch with an
  * array of the same size: a fresh shadow (72 bytes a byte) came from mmap
@@ -59,6 +63,16 @@ static struct emu_smem *emu_smem_add(struct emu_block *b, const void *key, size_
     if (b->smem_total + bytes > EMU_MAX_SMEM) {
         emu_fault("shared memory of the block exceeds %u bytes (%zu + %zu)", EMU_MAX_SMEM,
                   b->smem_total, bytes);
+        return NULL;
+    }
+    /* a static declaration (key) past the default with the dynamic area
+     * under it: the launch needed the opt-in for the two together */
+    const size_t dyn = b->dyn ? b->smem.front().bytes : 0;
+    if (key && !emu.smem_optin && dyn <= EMU_DEFAULT_SMEM &&
+        b->smem_total + bytes > EMU_DEFAULT_SMEM) {
+        emu_fault("static (%zu) and dynamic (%zu) shared memory past %u bytes without "
+                  "cudaFuncAttributeMaxDynamicSharedMemorySize raised (IG_SMEM_OPTIN): the "
+                  "launch fails on a GPU", b->smem_total - dyn + bytes, dyn, EMU_DEFAULT_SMEM);
         return NULL;
     }
     struct emu_smem s;

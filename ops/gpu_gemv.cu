@@ -29,6 +29,9 @@ constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kUnroll = 4;              /* chunks per row per lane in flight */
 constexpr int64_t kMaxCols = 40 * 1024; /* x in shared memory: 160 KiB (A100: 163) */
+/* At least the kernel's static shared memory (the norm tail's): with x's it
+ * must fit the 48 KiB a block has unless the launch raises the limit. */
+constexpr size_t kStaticSmem = 1024;
 
 struct alignas(16) float4s {
     float v[4];
@@ -158,11 +161,10 @@ static int launch(const uint16_t *w, const uint16_t *x, float *y, int64_t rows, 
         return ig_error(IG_E_INTERNAL, "gemv: unsupported sizes %lld x %lld%s", (long long)rows,
                         (long long)cols, glu ? " (gate|up with its activation)" : "");
     const size_t smem = (size_t)cols * sizeof(float);
-#if defined(__CUDACC__)
-    if (smem > 48 * 1024)
-        IG_CUDA_CHECK(cudaFuncSetAttribute(&gemv_f16_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-#endif
+    /* The 48 KiB default covers the norm tail's static slots too (gk_norm_tail,
+     * gk_block_sum: 48 bytes by ptxas): x alone at 48 KiB (cols 12288) needs the raise. */
+    if (smem + kStaticSmem > 48 * 1024)
+        IG_SMEM_OPTIN(&gemv_f16_kernel, smem);
     /* A GLU's warp holds one output's two rows: as many blocks either way. */
     const int64_t outs = glu || rope ? rows / 2 : (rows + kRowsPerWarp - 1) / kRowsPerWarp;
     const dim3 grid((unsigned)((outs + kWarps - 1) / kWarps)), block(kThreads);

@@ -405,6 +405,21 @@ MUTANTS = [
      "int rc = r->lib.all_reduce(buf, buf, (size_t)n / 2, NCCL_FLOAT32,",
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_cli_emu"],
      "a --tp rank's NCCL all-reduce sums half the floats", "caught"),
+    ("smem-gemv-static-optin", "ops/gpu_gemv.cu",
+     "    if (smem + kStaticSmem > 48 * 1024)\n", "    if (smem > 48 * 1024)\n",
+     ["test_gemv_emu"], ["test_gemv_emu"],
+     "the f16 GEMV at 12288 columns launched without raising the 48 KiB limit that x's 48 KiB "
+     "and the norm tail's static shared memory pass (a GPU refuses the launch)", "caught"),
+    ("emu-smem-default-unchecked", "emu/smem.cc",
+     "        b->smem_total + bytes > EMU_DEFAULT_SMEM) {",
+     "        b->smem_total + bytes > EMU_MAX_SMEM) {", ["test_emu_sched"], ["test_emu_sched"],
+     "the emulator lets static and dynamic shared memory pass 48 KiB together without the "
+     "launch's raise", "caught"),
+    ("emu-pageable-async", "device/device_emu.cc",
+     "    if (!in_host_block(dst, bytes))\n", "    if (false && !in_host_block(dst, bytes))\n",
+     ["test_device_emu"], ["test_device_emu"],
+     "the emulated dev_download_async takes pageable memory (a GPU would copy synchronously)",
+     "caught"),
 ]
 
 

@@ -40,6 +40,10 @@ timeout "$(left)" "$BIN/ignite" "${bench[@]}" >"$WORK/one.json" ||
     { echo "tp: 1 process failed"; exit 1; }
 timeout "$(left)" "${mpi[@]}" "$BIN/ignite" "${bench[@]}" >"$WORK/tp2.json" ||
     { echo "tp: 2 ranks failed"; exit 1; }
+# NCCL's first all-reduce inside a decode graph's capture (tg only: no prefill step before
+# it sets up NCCL's connections; docs/gpu.md, "Review against real CUDA and NCCL semantics")
+timeout "$(left)" "${mpi[@]}" "$BIN/ignite" bench --device cuda -m "$model" -p 0 -n 16 -r 1 \
+    -o json >"$WORK/tp2_decode_first.json" || echo "tp: 2 ranks, a decode step first: failed"
 IGNITE_TP_REDUCE=mpi IGNITE_TP_STATS=1 timeout "$(left)" "${mpi[@]}" -x IGNITE_TP_REDUCE \
     -x IGNITE_TP_STATS "$BIN/ignite" "${bench[@]}" >"$WORK/tp2_mpi.json" ||
     echo "tp: 2 ranks, host path: failed"

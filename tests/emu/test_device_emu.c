@@ -11,7 +11,8 @@
  * its old bytes, and a main-stream write before that changes what the copy
  * reads; a main-stream wait runs it; a download queued without a wait for
  * the main stream's latest work gives 0xff bytes; a destroyed event's
- * record is skipped, the copies around it still run in order. */
+ * record is skipped, the copies around it still run in order; a download
+ * into memory not from dev_alloc_host is refused. */
 static void check_late_copy_stream(struct dev *d)
 {
     enum { N = 512 };
@@ -47,6 +48,12 @@ static void check_late_copy_stream(struct dev *d)
     CHECK(hb[0] == 2 && hb[N / 2] == 2);
     CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_MAIN, e) == IG_OK);
     CHECK(hb[0] == 0xff && hb[N / 2 - 1] == 0xff && hb[N / 2] == 3 && hb[N - 1] == 3);
+    /* into memory not from dev_alloc_host (pageable on a GPU: a synchronous
+     * copy), or past the end of a block: refused */
+    unsigned char pageable[8];
+    fprintf(stderr, "(two dev_download_async lines are expected next)\n");
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, pageable, p, 8) != IG_OK);
+    CHECK(IG_DEV(dev_download_async)(d, DEV_STREAM_COPY, hb + N - 4, p, 8) != IG_OK);
     IG_DEV(dev_event_destroy)(d, e);
     IG_DEV(dev_event_destroy)(d, m);
     IG_DEV(dev_free_host)(d, h);

@@ -8,7 +8,9 @@
  * misaligned ldmatrix row, lanes of a warp in different collectives; a
  * programmatic dependent launch: what the previous
  * kernel writes is hidden from each block until all its threads have met at
- * griddepcontrol.wait, and a block that never waits is a fault. Label emu. */
+ * griddepcontrol.wait, and a block that never waits is a fault; static and
+ * dynamic shared memory past 48 KiB together without the launch's raise
+ * (ig_emu_next_launch_smem_optin) is a fault, with it not. Label emu. */
 #include "devkit/intrinsics.cuh"
 #include "tests/emu/expect_fault.h"
 #include "tests/test.h"
@@ -334,6 +336,33 @@ static void test_pdl(void)
     ig_emu_set_pdl_hooks(NULL);
 }
 
+/* ---- the 48 KiB default: static and dynamic shared memory together ------- */
+
+__global__ void smem_kernel(void *arg)
+{
+    IG_SHARED(unsigned, slot, [4]); /* static bytes on top of the launch's dynamic ones */
+    IG_DYN_SHARED(unsigned char, dyn);
+    if (threadIdx.x == 0) {
+        ig_sts(&slot[0], 1u);
+        ig_sts(&dyn[0], (unsigned char)1);
+        *(unsigned *)arg = ig_lds(&slot[0]) + ig_lds(&dyn[0]);
+    }
+}
+
+static void test_smem_default(void)
+{
+    unsigned out = 0;
+    CHECK(ig_emu_launch(dim3(2), dim3(32), 48 * 1024 - 16, smem_kernel, &out) == 0 && out == 2);
+    EXPECT_FAULT(ig_emu_launch(dim3(2), dim3(32), 48 * 1024, smem_kernel, &out),
+                 "without cudaFuncAttributeMaxDynamicSharedMemorySize raised");
+    ig_emu_next_launch_smem_optin(48 * 1024); /* IG_SMEM_OPTIN's emulated side */
+    out = 0;
+    CHECK(ig_emu_launch(dim3(2), dim3(32), 48 * 1024, smem_kernel, &out) == 0 && out == 2);
+    /* the raise lasts one launch */
+    EXPECT_FAULT(ig_emu_launch(dim3(2), dim3(32), 48 * 1024, smem_kernel, &out),
+                 "without cudaFuncAttributeMaxDynamicSharedMemorySize raised");
+}
+
 int main(void)
 {
     test_indices();
@@ -342,5 +371,6 @@ int main(void)
     test_cp_async();
     test_stuck();
     test_pdl();
+    test_smem_default();
     return test_summary("test_emu_sched");
 }

@@ -6,7 +6,10 @@
  * The gate|up GEMV with SwiGLU/GeGLU in its epilogue (gk_gemv_f16_glu): the
  * bits of the GEMV then the element-wise kernel, n_ff 1, 7, 33, 288; the
  * residual GEMV with the next RMSNorm in its last block (gk_gemv_f16_norm):
- * the bits of the GEMV then gk_rmsnorm, twice (its ticket back to 0); the
+ * the bits of the GEMV then gk_rmsnorm, twice (its ticket back to 0), also
+ * at 12288 columns, where x's 48 KiB and the tail's static shared memory
+ * pass the default limit (the emulator faults unless the launch raised it:
+ * a GPU refuses the launch); the
  * Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
  * (gk_gemv_f16_rope): the bits of the GEMV then gk_qkv_rope.
  * Under IGNITE_PDL=1 (run_pdl) the GEMV with beta 1 and the norm tail's GEMV
@@ -249,6 +252,7 @@ int main(void)
             run_glu(ffs[fi], fi % 2 ? 1544 : 64, act, seed++);
     run_norm(576, 64, seed++);   /* 36 blocks; the norm's vector path */
     run_norm(33, 1544, seed++);  /* 3 blocks; 33 elements: the scalar path */
+    run_norm(16, 12288, seed++); /* x 48 KiB + the tail's static: needs IG_SMEM_OPTIN */
     run_rope(ROPE_ADJACENT, RC_HD, true, seed++);
     run_rope(ROPE_HALF_SPLIT, RC_HD / 2, false, seed++);
     run_pdl(40, 576, false, seed++); /* 3 blocks, the last's second warp dead */
