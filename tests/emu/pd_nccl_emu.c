@@ -10,9 +10,8 @@
  *   - the NCCL path: each layer's header (layer, rows) over MPI, then the
  *     layer's blocks by ncclSend in one group from the step's on_layer hook
  *     (backend_batch.layer_device: no host copy); rank 1 posts the
- *     matching receives into a device staging store, then copies it into
- *     its sequence's blocks (3, 4: one copy) on the device; the prompt's logits over
- *     MPI;
+ *     matching receives straight into its sequence's blocks (3, 4); the
+ *     prompt's logits over MPI;
  *   - the host path: the cache exported after the prompt (a download),
  *     written as the PD sender writes its parts (kv_file_write_head,
  *     _layer, _tokens; IGNITE_PD_WHOLE=1's parts) and sent over MPI, read
