@@ -335,8 +335,10 @@ def nccl(mpirun, tmp, emu, standin):
     block shared on the prefill rank), every request's pd.path "nccl", on a
     device that fills up (IGNITE_EMU_DEVICE_MEM: what one process needed and
     a block of the model more, less than a request's cache: the decode
-    rank receives into its pool's blocks, no staging store; two slots, so
-    the later requests wait for the decode rank's room); and
+    rank receives into its pool's blocks, no staging store) with a pool of
+    96 blocks where a long request's room is 50 (its n_predict; a stop
+    string ends it at its second token), so the later ones wait for the
+    decode rank's room (its count left out: the job ends); and
     IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
     llama-spm vocabulary too), one line naming why, exit 2, as is a value
     naming nothing."""
@@ -351,14 +353,14 @@ def nccl(mpirun, tmp, emu, standin):
     f = os.path.join(tmp, "nccl.jsonl")
     with open(f, "w") as out:
         out.write(json.dumps({"id": "long", "prompt": LONG[:400] + "What sold best?",
-                              "n_predict": 4, "temperature": 0}) + "\n")
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
         out.write(json.dumps({"id": 1, "prompt": "Tell me about the river and 7:",
                               "n_predict": 3, "temperature": 0.8, "seed": 9}) + "\n")
         # its first block shared on the prefill rank, sent from there by NCCL all the same
         out.write(json.dumps({"id": "long2", "prompt": LONG[:400] + "Who built the bridge?",
-                              "n_predict": 3, "temperature": 0}) + "\n")
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
         out.write(json.dumps({"id": "long3", "prompt": LONG[:400] + "When was the mill built?",
-                              "n_predict": 4, "temperature": 0}) + "\n")
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
     # the emulator: POISON fills new device memory (a row not received reads garbage),
     # m64w4 the prefill kernel the chooser's pick costs twice the time of
     env = dict(os.environ, IGNITE_NCCL_LIB=standin, IGNITE_PD_XFER="nccl",
@@ -367,8 +369,9 @@ def nccl(mpirun, tmp, emu, standin):
     cmd = [mpirun, "--oversubscribe", "-np", "2"]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
-    # (a pool of 96 blocks: past the set-up's passing peak, so the pool fills the device)
-    args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", "32", "-c", "128",
+    # (a pool of 96 blocks: past the set-up's passing peak, so the pool fills the device;
+    # two long requests' room, 2 x 50 blocks, more than it)
+    args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", "32", "-c", "3200",
             "--kv-mem", "6", "--ordered", "-f", f]
     one = subprocess.run([emu] + args + ["-m", path], capture_output=True, timeout=LIMIT,
                          env=dict(env, IGNITE_EMU_DEVICE_MEM=str(1 << 40)))
