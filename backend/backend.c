@@ -294,32 +294,11 @@ int backend_kv_send_layer(struct backend *b, struct gpu_p2p *p, int peer, const 
     return b->ops->kv_send_layer(b, p, peer, table, l, p0, p1);
 }
 
-int backend_kv_stage_create(struct backend *b, int64_t n_pos, struct gpu_kv_stage **out)
+int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
+                          int64_t l, int64_t p0, int64_t p1)
 {
-    IG_ASSERT(b->ops->kv_stage_create && n_pos >= 1 && n_pos <= b->o.n_ctx);
-    return b->ops->kv_stage_create(b, n_pos, out);
-}
-
-void backend_kv_stage_free(struct backend *b, struct gpu_kv_stage *s)
-{
-    if (s)
-        b->ops->kv_stage_free(b, s);
-}
-
-int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer,
-                          struct gpu_kv_stage *s, int64_t l, int64_t p0, int64_t p1)
-{
-    IG_ASSERT(b->ops->kv_recv_layer && l >= 0 && l < b->kv_mem->n_layer);
-    return b->ops->kv_recv_layer(b, p, peer, s, l, p0, p1);
-}
-
-int backend_kv_stage_import(struct backend *b, const struct gpu_kv_stage *s,
-                            const struct backend_seq *seq, int64_t n_pos)
-{
-    IG_ASSERT(b->ops->kv_stage_import && n_pos >= 1 && n_pos <= b->o.n_ctx);
-    if (b->ckpt_holder == seq->slot + 1)
-        b->ckpt_holder = 0;
-    return b->ops->kv_stage_import(b, s, seq, n_pos);
+    IG_ASSERT(b->ops->kv_recv_layer && l >= 0 && l < b->kv_mem->n_layer && p1 <= b->o.n_ctx);
+    return b->ops->kv_recv_layer(b, p, peer, table, l, p0, p1);
 }
 
 size_t backend_weight_bytes(const struct backend *b)

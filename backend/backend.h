@@ -166,8 +166,7 @@ struct backend_batch {
 };
 
 struct backend;
-struct gpu_p2p;      /* backend/gpu_p2p.h: the NCCL communicator of every rank */
-struct gpu_kv_stage; /* a device staging store of one sequence's received cache */
+struct gpu_p2p; /* backend/gpu_p2p.h: the NCCL communicator of every rank */
 
 /* What a backend is made of: the table every backend fills. */
 struct backend_ops {
@@ -187,17 +186,13 @@ struct backend_ops {
     size_t (*device_bytes)(const struct backend *b);
     void (*destroy)(struct backend *b);
     /* batch --pd's cache between CUDA ranks by NCCL (backend/gpu_kv_p2p.c, the
-     * backend_p2p_* and backend_kv_stage_* calls below); NULL on the CPU. */
+     * backend_p2p_* and backend_kv_*_layer calls below); NULL on the CPU. */
     bool (*p2p_fits)(const struct backend *b, char *why, size_t cap);
     int (*p2p_open)(struct backend *b, struct gpu_p2p **out);
     int (*kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
                          int64_t l, int64_t p0, int64_t p1);
-    int (*kv_stage_create)(struct backend *b, int64_t n_pos, struct gpu_kv_stage **out);
-    void (*kv_stage_free)(struct backend *b, struct gpu_kv_stage *s);
-    int (*kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
-                         struct gpu_kv_stage *s, int64_t l, int64_t p0, int64_t p1);
-    int (*kv_stage_import)(struct backend *b, const struct gpu_kv_stage *s,
-                           const struct backend_seq *seq, int64_t n_pos);
+    int (*kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
+                         int64_t l, int64_t p0, int64_t p1);
 };
 
 /* A recurrent layer runs a prompt's rows in chunks that end at multiples of
@@ -328,20 +323,16 @@ size_t backend_device_bytes(const struct backend *b);
  * CUDA backend; IG_OK, or IG_E_DEVICE after one line, rank 0's); the
  * prefill side's layer send from a step's on_layer hook with
  * backend_batch.layer_device (the sequence's device block table); the
- * decode side's staging store, its layer receives and its import into a
- * sequence's blocks (engine: gen_history.stage). Both ranks' pools of the
- * same types. */
+ * decode side's layer receive straight into the pool's blocks of `table`
+ * (reserved for the sequence: engine_history_reserve, adopted at admission
+ * by gen_history.blocks). Both ranks' pools of the same types. */
 bool backend_p2p_fits(const struct backend *b, char *why, size_t cap);
 int backend_p2p_open(struct backend *b, struct gpu_p2p **out);
 void backend_p2p_free(struct gpu_p2p *p);
 int backend_kv_send_layer(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
                           int64_t l, int64_t p0, int64_t p1);
-int backend_kv_stage_create(struct backend *b, int64_t n_pos, struct gpu_kv_stage **out);
-void backend_kv_stage_free(struct backend *b, struct gpu_kv_stage *s);
-int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer,
-                          struct gpu_kv_stage *s, int64_t l, int64_t p0, int64_t p1);
-int backend_kv_stage_import(struct backend *b, const struct gpu_kv_stage *s,
-                            const struct backend_seq *seq, int64_t n_pos);
+int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
+                          int64_t l, int64_t p0, int64_t p1);
 /* Of the device memory, the weights' (b->weight_bytes). */
 size_t backend_weight_bytes(const struct backend *b);
 

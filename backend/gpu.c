@@ -815,8 +815,5 @@ static const struct backend_ops gpu_ops = {
     .p2p_fits = IG_DEV(gpu_kv_p2p_fits),
     .p2p_open = gpu_p2p_open,
     .kv_send_layer = IG_DEV(gpu_kv_send_layer),
-    .kv_stage_create = IG_DEV(gpu_kv_stage_create),
-    .kv_stage_free = IG_DEV(gpu_kv_stage_free),
     .kv_recv_layer = IG_DEV(gpu_kv_recv_layer),
-    .kv_stage_import = IG_DEV(gpu_kv_stage_import),
 };

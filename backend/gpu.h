@@ -72,16 +72,10 @@ bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap);
  * step's stream. IG_OK, or IG_E_DEVICE after one line. */
 int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
-/* The decode side: a device store for n_pos positions of every paged
- * layer; a layer's part received into it (the counts gpu_kv_send_layer
- * sends for the same l, p0, p1); once the sequence has its blocks, the
- * store's n_pos positions copied into them on the device. */
-struct gpu_kv_stage;
-int IG_DEV(gpu_kv_stage_create)(struct backend *b, int64_t n_pos, struct gpu_kv_stage **out);
-void IG_DEV(gpu_kv_stage_free)(struct backend *b, struct gpu_kv_stage *s);
+/* The decode side: layer l's part received straight into the pool's
+ * blocks of `table` (the counts gpu_kv_send_layer sends for the same l,
+ * p0, p1), on the main stream: steps after it see the rows. */
 int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
-                              struct gpu_kv_stage *s, int64_t l, int64_t p0, int64_t p1);
-int IG_DEV(gpu_kv_stage_import)(struct backend *b, const struct gpu_kv_stage *s,
-                                const struct backend_seq *seq, int64_t n_pos);
+                              const int32_t *table, int64_t l, int64_t p0, int64_t p1);
 
 #endif

@@ -2,10 +2,11 @@
  * a prefill rank assembled from its parts as they come (its head, each
  * layer's rows, the tokens and logits: kvcache/'s saved-cache parts), then
  * run as a history (--load-kv's path) with its line parsed again,
- * decode-only (on the NCCL path, pd_connect, each layer's rows received on
- * the device as their header comes, into a staging store the engine
- * imports at admission); the text, figures and token times back to rank
- * 0; its room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
+ * decode-only (on the NCCL path, pd_connect, the request's blocks reserved
+ * in this rank's pool at its head and each layer's rows received on the
+ * device straight into them as their header comes; the engine adopts them
+ * at admission); the text, figures and token times back to rank 0; its
+ * room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
 #include "core/status.h"
@@ -28,8 +29,8 @@ void pd_djob_free(struct djob *j)
     free(j->tokens);
     free(j->logits);
     kv_store_free(j->kv);
-    if (j->stage)
-        backend_kv_stage_free(j->be, j->stage);
+    if (j->e) /* (nothing left to drop once the engine adopted them) */
+        engine_history_release(j->e, &j->blocks);
     free(j->text);
     free(j->times);
     free(j->toks);
@@ -88,7 +89,9 @@ void pd_decode_done(void *user, struct gen_request *r)
 }
 
 /* TAG_KV_HEAD: the request, its line and its cache's head; a store for the
- * rows to come. */
+ * rows to come, or on the NCCL path the pool's blocks for them: the room
+ * the prefill rank counted for it (h.need, in pd->live_need from now), so
+ * the pool can promise them. */
 static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
 {
     if (bytes < sizeof j->h)
@@ -116,8 +119,15 @@ static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t byte
         st = ig_error(IG_E_INTERNAL, "a cache's head without logits");
     if (st != IG_OK || !pd->nccl)
         return st == IG_OK ? kv_file_new_store(&j->rd, &j->kv) : st;
-    j->be = pd->o.be; /* the NCCL path: the rows land in a device staging store */
-    return backend_kv_stage_create(pd->o.be, j->rd.hdr.n_tokens, &j->stage);
+    int64_t n_ctx = pd->o.be->o.n_ctx, max_pos = j->h.need * KV_BLOCK;
+    max_pos = max_pos < n_ctx ? max_pos : n_ctx;
+    if (j->rd.hdr.n_tokens > max_pos)
+        return ig_error(IG_E_INTERNAL, "a cache of %lld positions in room for %lld",
+                        (long long)j->rd.hdr.n_tokens, (long long)max_pos);
+    st = engine_history_reserve(pd->e, j->rd.hdr.n_tokens, max_pos, &j->blocks);
+    if (st == IG_OK)
+        j->e = pd->e;
+    return st;
 }
 
 /* Reads a part's bytes with `read` (the reader on them), all of them. */
@@ -153,8 +163,8 @@ static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t byte
                         h.nccl ? "NCCL" : "MPI", pd->nccl ? "NCCL" : "MPI");
     int st;
     if (h.nccl) { /* posted at once: the prefill rank's stream waits for it */
-        st = backend_kv_recv_layer(pd->o.be, pd->p2p, j->prefill_rank, j->stage, h.layer, h.p0,
-                                   h.p1);
+        st = backend_kv_recv_layer(pd->o.be, pd->p2p, j->prefill_rank, j->blocks.table,
+                                   h.layer, h.p0, h.p1);
     } else {
         FILE *f = part(j, buf + sizeof h, bytes - sizeof h);
         if (!f)
@@ -209,7 +219,7 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
     }
     j->r.params.special_text = j->h.special_text; /* rank 0's channels read the markers */
     j->hist = (struct gen_history){.tokens = j->tokens, .n = n, .logits = j->logits,
-                                   .kv = j->kv, .stage = j->stage};
+                                   .kv = j->kv, .blocks = j->e ? &j->blocks : NULL};
     j->pack_ms += (double)(ig_now_ns() - t0) / 1e6;
     j->r.history = &j->hist;
     j->r.user = j;

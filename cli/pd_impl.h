@@ -123,8 +123,10 @@ struct djob {
     int64_t *got;             /* [n_layer] positions of each layer arrived */
     int failed;               /* a part could not be read: the status, told at TAG_KV */
     char err[256];
-    struct gpu_kv_stage *stage; /* the NCCL path: the rows received on the device (not kv) */
-    struct backend *be;       /* the stage's */
+    struct kv_seq blocks;     /* the NCCL path: its blocks reserved in this rank's pool at
+                               * the head, the rows received into them (not kv); adopted
+                               * by the engine at admission (gen_history.blocks) */
+    struct engine *e;         /* the pool's, where blocks were reserved */
     struct djob *next;        /* pd.arriving */
 };
 

@@ -14,6 +14,8 @@
 #include "core/timer.h"
 #include "emu/emu.h"
 
+#include <atomic>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,9 +294,33 @@ int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, c
     return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});
 }
 
+/* IGNITE_EMU_DEVICE_MEM=BYTES: the most the emulated device's allocations
+ * hold at once (not pinned host memory; not in dev_info's figures), so a
+ * test can run a device that fills up; the most held is told at exit (what
+ * a run needed). Unset: the host's memory alone. */
+static size_t device_cap(void)
+{
+    const char *e = getenv("IGNITE_EMU_DEVICE_MEM");
+    return e && *e ? (size_t)strtoull(e, NULL, 10) : 0;
+}
+static std::atomic<size_t> device_held, device_peak; /* (usable sizes, where capped) */
+
+static void tell_peak(void)
+{
+    fprintf(stderr, "emulated device: %zu bytes held at most (IGNITE_EMU_DEVICE_MEM)\n",
+            device_peak.load());
+}
+
+static int alloc_mem(size_t bytes, void **p, bool device);
+
 int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
 {
     (void)d;
+    return alloc_mem(bytes, p, true);
+}
+
+static int alloc_mem(size_t bytes, void **p, bool device)
+{
     *p = NULL;
     size_t total, free_b;
     host_memory(&total, &free_b);
@@ -310,6 +336,21 @@ int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
     const char *poison = getenv("IGNITE_EMU_POISON");
     if (poison && *poison && strcmp(poison, "0") != 0)
         memset(q, 0xff, bytes);
+    size_t cap = device ? device_cap() : 0;
+    if (cap) {
+        size_t u = malloc_usable_size(q), held = device_held += u;
+        if (held > cap) {
+            device_held -= u;
+            free(q);
+            return ig_error(IG_E_NOMEM, "emulated device: out of memory: %zu bytes asked for, "
+                            "%zu of IGNITE_EMU_DEVICE_MEM=%zu held", bytes, held - u, cap);
+        }
+        static std::atomic<bool> told;
+        if (!told.exchange(true))
+            atexit(tell_peak);
+        for (size_t was = device_peak; held > was && !device_peak.compare_exchange_weak(was, held);)
+            ;
+    }
     *p = q;
     return IG_OK;
 }
@@ -317,12 +358,15 @@ int IG_DEV(dev_alloc)(struct dev *d, size_t bytes, void **p)
 void IG_DEV(dev_free)(struct dev *d, void *p)
 {
     (void)d;
+    if (p && device_cap())
+        device_held -= malloc_usable_size(p);
     free(p);
 }
 
 int IG_DEV(dev_alloc_host)(struct dev *d, size_t bytes, void **p)
 {
-    int st = IG_DEV(dev_alloc)(d, bytes, p);
+    (void)d;
+    int st = alloc_mem(bytes, p, false);
     if (st == IG_OK)
         host_blocks[(const unsigned char *)*p] = bytes;
     return st;

@@ -368,6 +368,28 @@ const struct kv_pool *engine_pool(const struct engine *e)
     return e->pool;
 }
 
+int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s)
+{
+    IG_ASSERT(n_pos >= 1 && n_pos <= max_pos && max_pos <= e->n_ctx);
+    int st = kv_seq_init(s, e->n_ctx); /* (the slots' capacity: adopted by one) */
+    if (st != IG_OK)
+        return st;
+    if (kv_pool_admit(e->pool, s, NULL, 0, max_pos) != IG_OK) {
+        kv_seq_destroy(s);
+        return ig_error(IG_E_NOMEM, "the KV pool cannot promise %lld blocks now (%lld "
+                        "available)", (long long)kv_blocks_for(max_pos),
+                        (long long)kv_pool_available(e->pool));
+    }
+    kv_pool_grow_loaded(e->pool, s, n_pos);
+    return IG_OK;
+}
+
+void engine_history_release(struct engine *e, struct kv_seq *s)
+{
+    kv_pool_release(e->pool, s);
+    kv_seq_destroy(s);
+}
+
 /* ---- the end of a request --------------------------------------------------------- */
 
 static int slot_of(const struct engine *e, const struct seq *s)
@@ -611,8 +633,16 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
          * history is not this process's forward: nothing is shared then. */
         n_shared = h ? 0 : kv_pool_match(e->pool, s->tokens, s->n_all_prompt,
                                          (s->n_all_prompt - 1) / KV_BLOCK);
-        if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) != IG_OK)
+        if (h && h->blocks) { /* its rows already in these blocks: adopted, no copy */
+            if ((st = kv_pool_reserve(e->pool, h->blocks, s->max_pos)) != IG_OK)
+                return st;
+            struct kv_seq empty = s->kv;
+            s->kv = *h->blocks;
+            *h->blocks = empty;
+        } else if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) !=
+                   IG_OK) {
             return st;
+        }
         s->kept_id = 0;
         s->logits_stale = false;
         if (r->params.keep) /* it may go back and write its blocks again */
@@ -640,12 +670,12 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
     for (int64_t i = 0; i < s->n_all_prompt; i++)
         sampler_accept(s->smp, s->tokens[i]);
     if (h && !cont) {
-        kv_pool_grow_loaded(e->pool, &s->kv, n_hist); /* (the window's rows only) */
-        struct backend_seq v = seq_view(e, s);
-        st = h->stage ? backend_kv_stage_import(e->be, h->stage, &v, n_hist)
-                      : backend_kv_import(e->be, &v, h->kv, n_hist);
-        if (st != IG_OK)
-            return st;
+        if (!h->blocks) {
+            kv_pool_grow_loaded(e->pool, &s->kv, n_hist); /* (the window's rows only) */
+            struct backend_seq v = seq_view(e, s);
+            if ((st = backend_kv_import(e->be, &v, h->kv, n_hist)) != IG_OK)
+                return st;
+        }
         s->kv.n_pos = n_hist;
         s->kv.n_registered = s->kv.max_blocks; /* loaded rows are never shared */
     }

@@ -119,10 +119,11 @@ struct gen_history {
     const float *logits;        /* [n_vocab] after tokens[n - 1], or NULL */
     const struct kv_store *kv;  /* the rows, in blocks 0.. in order, and the recurrent
                                  * layers' state in slot 0 (kv_file_read_body) */
-    /* Or (kv NULL) the rows in a device staging store (batch --pd's NCCL
-     * path: backend_kv_recv_layer), copied into the sequence's blocks on the
-     * device at admission (backend_kv_stage_import). */
-    const struct gpu_kv_stage *stage;
+    /* Or (kv NULL) the rows already in the pool's blocks of this sequence
+     * (batch --pd's NCCL path: engine_history_reserve at the cache's head,
+     * backend_kv_recv_layer into its table): adopted at admission, no copy;
+     * it is left empty (engine_history_release it all the same). */
+    struct kv_seq *blocks;
 };
 
 /* What happened to a request (filled by the engine as it goes). */
@@ -293,5 +294,14 @@ void engine_drop(struct engine *e, int64_t id);
 
 /* KV pool figures: blocks, the most in use at once, blocks shared. */
 const struct kv_pool *engine_pool(const struct engine *e);
+
+/* A history's blocks reserved in the pool ahead of its request (batch
+ * --pd's decode rank, at a cache's head): room for max_pos positions, the
+ * table covering n_pos; its rows are the caller's to fill on the device,
+ * the request's gen_history.blocks. IG_OK, or IG_E_NOMEM with one line when
+ * the pool cannot promise them now. Release drops what it still holds
+ * (nothing once adopted) and frees it. */
+int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s);
+void engine_history_release(struct engine *e, struct kv_seq *s);
 
 #endif

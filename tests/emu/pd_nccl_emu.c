@@ -10,9 +10,8 @@
  *   - the NCCL path: each layer's header (layer, rows) over MPI, then the
  *     layer's blocks by ncclSend in one group from the step's on_layer hook
  *     (backend_batch.layer_device: no host copy); rank 1 posts the
- *     matching receives into a device staging store, then copies it into
- *     its sequence's blocks (3, 4: one copy) on the device; the prompt's logits over
- *     MPI;
+ *     matching receives straight into its sequence's blocks (3, 4); the
+ *     prompt's logits over MPI;
  *   - the host path: the cache exported after the prompt (a download),
  *     written as the PD sender writes its parts (kv_file_write_head,
  *     _layer, _tokens; IGNITE_PD_WHOLE=1's parts) and sent over MPI, read
@@ -24,19 +23,20 @@
  * and rank 1's own; then 3 greedy decode steps of the sequences in one
  * batch: the same tokens and the same logits, bit for bit, and the caches
  * still equal. Those calls go through the backend table (backend_kv_send_
- * layer, backend_kv_stage_*: what cli/ reaches). Then, on the f16 pool,
+ * layer, backend_kv_recv_layer: what cli/ reaches). Then, on the f16 pool,
  * through the engines as cli/pd_*.c wire them: rank 0's engine runs the
  * prompt as a prompt-only handoff request in steps of 40 rows with
  * engine_opts.layer_device (its on_layer hook given no store, the
  * sequence's device table: the header, then backend_kv_send_layer of the
- * rows not sent yet); rank 1 receives into a staging store and its engine
- * admits a request with that history (gen_history.stage, imported at
- * admission), then one process's request of the prompt, both greedy and
+ * rows not sent yet); rank 1's engine reserves the blocks in its pool
+ * (engine_history_reserve), rank 1 receives into them and the engine
+ * admits a request with that history (gen_history.blocks, adopted at
+ * admission: no copy), then one process's request of the prompt, both greedy and
  * kept: the same 4 tokens, the same logits after the last bit for bit.
  * Mutants (tests/emu/mutate.cmake, built with
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
- * the layer before's K, a receive posted for another count, the import of
- * a run of blocks copying its first block's K alone.
+ * the layer before's K, a receive posted for another count, a layer's
+ * receive into the layer before's K.
  * tests/gpu/CMakeLists.txt builds the same source with the CUDA entry points
  * (pd_nccl_gpu: each rank its GPU, real NCCL; run by hand on a machine with
  * 2: mpirun -np 2 build/tests/gpu/pd_nccl_gpu). Label emu. */
@@ -263,9 +263,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     float *logits = malloc((size_t)(3 * nv) * sizeof *logits);
     if (own) /* (while rank 0 runs the same) */
         prefill(g, ids, tables[2], 2, NULL, NULL, false, logits + 2 * nv);
-    /* the NCCL path: headers, then the receives into the staging store */
-    struct gpu_kv_stage *stage = NULL;
-    CHECK(backend_kv_stage_create(g, N_PROMPT, &stage) == IG_OK);
+    /* the NCCL path: headers, then the receives straight into sequence 0's blocks */
     int64_t n_parts = 0;
     for (;;) {
         struct layer_hdr h;
@@ -273,14 +271,12 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
         if (h.layer < 0)
             break;
         n_parts++;
-        int st = stage ? backend_kv_recv_layer(g, p2p, 0, stage, h.layer, h.p0, h.p1) : -1;
+        int st = backend_kv_recv_layer(g, p2p, 0, tables[0], h.layer, h.p0, h.p1);
         CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
                (long long)h.layer, (long long)h.p0, (long long)h.p1);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
-    CHECK(stage && backend_kv_stage_import(g, stage, &seqs[0], N_PROMPT) == IG_OK);
-    backend_kv_stage_free(g, stage);
     receive_host(g, &seqs[1], ids);
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
     CHECKF(!own || memcmp(logits, logits + 2 * nv, (size_t)nv * sizeof *logits) == 0,
@@ -371,9 +367,9 @@ static void engine_prefill_rank(const int32_t *ids)
     backend_free(g);
 }
 
-/* Rank 1's engine: the receives into a staging store as the headers come,
- * then a request with that history (gen_history.stage: imported at
- * admission), then one process's request of the same prompt, greedy,
+/* Rank 1's engine: its pool's blocks reserved, the receives into them as
+ * the headers come, then a request with that history (gen_history.blocks:
+ * adopted at admission), then one process's request of the same prompt, greedy,
  * kept: the same tokens and the same logits after the last, bit for bit. */
 struct eng_toks {
     int32_t tok[2][N_DECODE + 1];
@@ -397,8 +393,14 @@ static void engine_decode_rank(const int32_t *ids)
     CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     if (!g)
         return;
-    struct gpu_kv_stage *stage = NULL;
-    CHECK(backend_kv_stage_create(g, N_PROMPT, &stage) == IG_OK);
+    struct eng_toks t = {0};
+    /* one request at a time: each prompt cut as rank 0's (40, 30), each
+     * decode step of one row */
+    struct engine_opts eo = {.max_rows = CHUNK, .cb = {.on_token = eng_token, .user = &t}};
+    struct engine *e = NULL;
+    CHECK(engine_create(g, NULL, &eo, &e) == IG_OK);
+    struct kv_seq blocks = {0};
+    CHECK(e && engine_history_reserve(e, N_PROMPT, N_PROMPT + N_DECODE + 1, &blocks) == IG_OK);
     int64_t n_parts = 0;
     for (;;) {
         struct layer_hdr h;
@@ -406,20 +408,16 @@ static void engine_decode_rank(const int32_t *ids)
         if (h.layer < 0)
             break;
         n_parts++;
-        CHECKF(stage && backend_kv_recv_layer(g, p2p, 0, stage, h.layer, h.p0, h.p1) == IG_OK,
+        CHECKF(blocks.table &&
+               backend_kv_recv_layer(g, p2p, 0, blocks.table, h.layer, h.p0, h.p1) == IG_OK,
                "engine: layer %lld's rows %lld..%lld not received", (long long)h.layer,
                (long long)h.p0, (long long)h.p1);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "engine: %lld parts", (long long)n_parts);
     float *logits = malloc((size_t)nv * sizeof *logits);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
-    struct eng_toks t = {0};
-    /* one request at a time: each prompt cut as rank 0's (40, 30), each
-     * decode step of one row */
-    struct engine_opts eo = {.max_rows = CHUNK, .cb = {.on_token = eng_token, .user = &t}};
-    struct engine *e = NULL;
-    CHECK(engine_create(g, NULL, &eo, &e) == IG_OK);
-    struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits, .stage = stage};
+    struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits,
+                               .blocks = &blocks};
     struct gen_params gp = {.n_predict = N_DECODE + 1, .keep = true,
                             .sp = {.temperature = 0, .top_k = 1, .top_p = 1,
                                    .repeat_penalty = 1}};
@@ -443,8 +441,9 @@ static void engine_decode_rank(const int32_t *ids)
     }
     CHECKF(lg[0] && lg[1] && memcmp(lg[0], lg[1], (size_t)nv * sizeof *lg[0]) == 0,
            "engine: the NCCL path's logits after its last token are not one process's");
+    if (e)
+        engine_history_release(e, &blocks);
     engine_free(e);
-    backend_kv_stage_free(g, stage);
     free(logits);
     backend_free(g);
 }

@@ -25,6 +25,7 @@ Usage: test_pd_cli.py [IGNITE_EMU NCCL_STANDIN]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -330,8 +331,14 @@ def nccl(mpirun, tmp, emu, standin):
     through the NCCL stand-in (IGNITE_NCCL_LIB) with IGNITE_PD_XFER=nccl, on
     bench/random_gguf.py's Llama-tiny (Q8_0, llama.cpp's llama-spm vocabulary):
     one process's texts (a prompt over two blocks in chunks of -b 32, a seeded
-    one beside it, then the first again with another question: its first
-    block shared on the prefill rank), every request's pd.path "nccl"; and
+    one beside it, then the first again with other questions: its first
+    block shared on the prefill rank), every request's pd.path "nccl", on a
+    device that fills up (IGNITE_EMU_DEVICE_MEM: what one process needed and
+    a block of the model more, less than a request's cache: the decode
+    rank receives into its pool's blocks, no staging store) with a pool of
+    96 blocks where a long request's room is 50 (its n_predict; a stop
+    string ends it at its second token), so the later ones wait for the
+    decode rank's room (its count left out: the job ends); and
     IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
     llama-spm vocabulary too), one line naming why, exit 2, as is a value
     naming nothing."""
@@ -346,12 +353,14 @@ def nccl(mpirun, tmp, emu, standin):
     f = os.path.join(tmp, "nccl.jsonl")
     with open(f, "w") as out:
         out.write(json.dumps({"id": "long", "prompt": LONG[:400] + "What sold best?",
-                              "n_predict": 4, "temperature": 0}) + "\n")
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
         out.write(json.dumps({"id": 1, "prompt": "Tell me about the river and 7:",
                               "n_predict": 3, "temperature": 0.8, "seed": 9}) + "\n")
         # its first block shared on the prefill rank, sent from there by NCCL all the same
         out.write(json.dumps({"id": "long2", "prompt": LONG[:400] + "Who built the bridge?",
-                              "n_predict": 3, "temperature": 0}) + "\n")
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
+        out.write(json.dumps({"id": "long3", "prompt": LONG[:400] + "When was the mill built?",
+                              "n_predict": 3100, "stop": ["chars"], "temperature": 0}) + "\n")
     # the emulator: POISON fills new device memory (a row not received reads garbage),
     # m64w4 the prefill kernel the chooser's pick costs twice the time of
     env = dict(os.environ, IGNITE_NCCL_LIB=standin, IGNITE_PD_XFER="nccl",
@@ -360,17 +369,22 @@ def nccl(mpirun, tmp, emu, standin):
     cmd = [mpirun, "--oversubscribe", "-np", "2"]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
-    args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", "32", "-c", "256",
-            "--ordered", "-f", f]
+    # (a pool of 96 blocks: past the set-up's passing peak, so the pool fills the device;
+    # two long requests' room, 2 x 50 blocks, more than it)
+    args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", "32", "-c", "3200",
+            "--kv-mem", "6", "--ordered", "-f", f]
     one = subprocess.run([emu] + args + ["-m", path], capture_output=True, timeout=LIMIT,
-                         env=env)
+                         env=dict(env, IGNITE_EMU_DEVICE_MEM=str(1 << 40)))
     _, want = results(one.stdout)
-    check(one.returncode == 0 and len(want) == 3 and all(w[1] for w in want),
+    peak = re.search(r"emulated device: (\d+) bytes held at most", one.stderr.decode())
+    check(one.returncode == 0 and len(want) == 4 and all(w[1] for w in want) and peak,
           f"ignite_emu, one process: exit {one.returncode}: {one.stderr[-300:]}")
+    block = 64 * 1024  # (Llama-tiny's f16 pool: 1024 bytes a position, `ignite info`)
+    full = dict(env, IGNITE_EMU_DEVICE_MEM=str(int(peak.group(1)) + block if peak else 0))
     got = subprocess.run(cmd + [emu] + args + ["-m", path, "--pd", "1:1"], capture_output=True,
-                         timeout=LIMIT, env=env)
+                         timeout=LIMIT, env=full)
     rows, res = results(got.stdout)
-    check(len(want) == 3 and want[2][3]["cached"] >= 64, f"the long prompt's first block not "
+    check(len(want) == 4 and want[2][3]["cached"] >= 64, f"the long prompt's first block not "
           f"shared: {want}")
     check(got.returncode == 0 and res == want, f"IGNITE_PD_XFER=nccl --pd 1:1: exit "
           f"{got.returncode}, {res} against {want}: {got.stderr[-400:]}")
