@@ -13,6 +13,7 @@
  *     calling ig_grid_dependency_wait first: devkit/intrinsics.cuh);
  *   - raises a kernel's shared memory past the 48 KiB default with
  *     IG_SMEM_OPTIN(kernel, dynamic bytes) before its launch;
+ *   - cuts a grid.y that may pass IG_GRID_Y_MAX into launches;
  *   - checks every CUDA runtime call with IG_CUDA_CHECK (device builds).
  * IG_EMU is defined in host (emulator) builds, never under nvcc.
  * Covered by tests/emu (host) and the CUDA build (device). */
@@ -102,6 +103,9 @@ static inline cudaError_t ig_launch_pdl(void (*kernel)(Params...), dim3 grid, di
     IG_CUDA_CHECK(cudaFuncSetAttribute((kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, \
                                        (int)(bytes)))
 
+/* The most blocks a grid's y takes (CUDA: 65535); past it the launch fails. */
+#define IG_GRID_Y_MAX ((int64_t)65535)
+
 #define IG_LAUNCH_PDL(kernel, grid, block, smem, stream, ...)                   \
     ig_cuda_check_launch(ig_launch_pdl(kernel, (grid), (block), (smem), (stream), __VA_ARGS__), \
                          #kernel " (programmatic dependent launch)", __FILE__, __LINE__)
@@ -173,6 +177,9 @@ typedef void *cudaStream_t;
  * bytes a block uses (emu/emu.h, ig_emu_next_launch_smem_optin). */
 #define IG_SMEM_OPTIN(kernel, bytes)                                            \
     ((void)(kernel), ig_emu_next_launch_smem_optin((size_t)(bytes)))
+/* The emulator's grid.y limit, 65535 unless a test lowers it (emu/emu.h,
+ * ig_emu_set_max_grid_y): a launcher that cuts grid.y is tested small. */
+#define IG_GRID_Y_MAX ((int64_t)ig_emu_max_grid_y())
 /* Emulated, IGNITE_PDL=1 is read at every launch, so a test can run a
  * kernel both ways in one process. */
 static inline bool ig_pdl_on()

@@ -254,4 +254,11 @@ void ig_emu_bulk_wait(int n, int read_only);
 void ig_emu_set_sm_count(int n);
 int ig_emu_sm_count(void);
 
+/* The most blocks on grid.y (CUDA's 65535, the default; 0 restores it): a
+ * test lowers it so a launcher that cuts its grid.y into launches
+ * (IG_GRID_Y_MAX, devkit/kernel.cuh) cuts a small grid, and a launch past
+ * it faults. */
+void ig_emu_set_max_grid_y(unsigned n);
+unsigned ig_emu_max_grid_y(void);
+
 #endif

@@ -21,6 +21,7 @@ static char emu_error[1024];
 static uint64_t emu_seed = 1;
 static int emu_quiet;
 static int emu_sm_count = 3;
+static unsigned emu_max_grid_y = 65535;
 static std::vector<emu_fiber> emu_pool; /* stacks reused across launches */
 static uint64_t emu_launch_count;
 static int emu_next_pdl;                 /* ig_emu_next_launch_pdl */
@@ -36,6 +37,8 @@ static struct ig_emu_pdl_hooks emu_pdl_hooks;
 void ig_emu_set_seed(uint64_t seed) { emu_seed = seed; }
 void ig_emu_set_sm_count(int n) { emu_sm_count = n < 1 ? 1 : n; }
 int ig_emu_sm_count(void) { return emu_sm_count; }
+void ig_emu_set_max_grid_y(unsigned n) { emu_max_grid_y = n < 1 ? 65535 : n; }
+unsigned ig_emu_max_grid_y(void) { return emu_max_grid_y; }
 void ig_emu_set_quiet(int quiet) { emu_quiet = quiet; }
 const char *ig_emu_last_error(void) { return emu_error; }
 uint64_t ig_emu_launches(void) { return emu_launch_count; }
@@ -501,7 +504,7 @@ int ig_emu_launch(ig_emu_dim3 grid, ig_emu_dim3 block, size_t dyn_smem, ig_emu_k
     emu.cur = NULL;
     uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
     if (!grid.x || !grid.y || !grid.z || !nthreads || nthreads > EMU_MAX_THREADS ||
-        block.z > 64 || grid.y > 65535 || grid.z > 65535) {
+        block.z > 64 || grid.y > emu_max_grid_y || grid.z > 65535) {
         emu_fault("invalid launch: grid (%u,%u,%u), block (%u,%u,%u)", grid.x, grid.y, grid.z,
                   block.x, block.y, block.z);
         return -1;

@@ -16,7 +16,8 @@
  * tiles naming them from 0: the rows of its part of the expert matrices; the
  * combine then adds those slots alone.
  *
- * The product: grid (output rows / 8, tiles), 8 warps of a block each own
+ * The product: grid (output rows / 8, tiles; 65535 tiles a launch, more
+ * launched after), 8 warps of a block each own
  * one output row of the tile's expert (glu: its gate and up rows) for the
  * tile's up to GK_MOE_TILE pairs: lane l walks 32-element blocks l, l + 32,
  * ..., dequantizes each once (ops/gpu_qblocks.cuh, the CPU's values; MXFP4's
@@ -218,10 +219,11 @@ __device__ __forceinline__ float glu_oai(float g, float u)
 /* (kThreads, 1): with the bound alone ptxas spilled 8-12 bytes in some
  * instances (sm_80) at 80-100 registers. */
 template <int TYPE, bool GLU>
-__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_params p)
+__global__ void __launch_bounds__(kThreads, 1) gemv_kernel(const gk_moe_gemv_params p,
+                                                            const int64_t tile0)
 {
     gk_dep_start(); /* the tiles (the sort's) and x (the norm's or gate|up's) */
-    const int64_t tile = blockIdx.y;
+    const int64_t tile = tile0 + blockIdx.y; /* a launch's tiles: launch_tiles */
     if (tile >= *p.n_tiles) /* the whole block: no barriers below */
         return;
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
@@ -297,10 +299,11 @@ constexpr int kMM = qmma_tile::kBM, kMN = qmma_tile::kBN, kMK = qmma_tile::kBK;
 static_assert(kMN == GK_MOE_MMA_TILE, "a tile's pairs are the x rows of the main loop");
 
 template <int TYPE, bool GLU>
-__global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_params p)
+__global__ void __launch_bounds__(kMmaThreads) mma_kernel(const gk_moe_gemv_params p,
+                                                          const int64_t tile0)
 {
     gk_dep_start(); /* the tiles name the expert: nothing to load before */
-    const int64_t tile = blockIdx.y;
+    const int64_t tile = tile0 + blockIdx.y; /* a launch's tiles: launch_tiles */
     if (tile >= *p.n_tiles) /* the whole block: before any barrier */
         return;
     IG_DYN_SHARED(uint16_t, mma_smem); /* W[2][tile], X[2][tile] */
@@ -392,7 +395,8 @@ combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float
                const gk_moe_part part, int64_t k, int64_t dim)
 {
     gk_dep_start(); /* y: the down product's; x: the residual */
-    const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    /* rows on x: a prefill step's 2^20 pass grid.y's 65535 */
+    const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * kThreads + threadIdx.x;
     if (d >= dim)
         return;
     float s = 0;
@@ -403,6 +407,22 @@ combine_kernel(float *x, int64_t ld_x, const float *y, int64_t ld_y, const float
         s += wts[t * k + j] * y[(t * k + j) * ld_y + d];
     }
     x[t * ld_x + d] += s;
+}
+
+/* Launches `launch(tile0, tiles)` over max_tiles tiles, grid.y's 65535
+ * (IG_GRID_Y_MAX) at a time (a prefill step of 65535 rows of 8 slots has
+ * 65535 tiles of 8 pairs and more), in stream order: the next launch's
+ * first tile after the last's. */
+template <class F> int launch_tiles(int64_t max_tiles, F &&launch)
+{
+    const int64_t most = IG_GRID_Y_MAX;
+    for (int64_t t0 = 0; t0 < max_tiles; t0 += most) {
+        const int64_t n = max_tiles - t0 < most ? max_tiles - t0 : most;
+        const int st = launch(t0, (unsigned)n);
+        if (st != IG_OK)
+            return st;
+    }
+    return IG_OK;
 }
 
 } /* namespace */
@@ -422,6 +442,10 @@ int IG_DEV(gk_moe_route)(const struct gk_moe_route_params *p, void *stream)
     if (p->n == 0)
         return IG_OK;
     const size_t smem = (size_t)(p->n_embd + p->n_expert) * sizeof(float);
+    /* The 48 KiB default covers gk_block_sum's static slots too (32 bytes, a
+     * KiB left for ptxas's own): near 48 KiB of the row and logits it needs the raise. */
+    if (smem + 1024 > 48 * 1024)
+        IG_SMEM_OPTIN(&route_kernel, smem);
     return IG_LAUNCH_DEP(route_kernel, dim3((unsigned)p->n), dim3(kThreads), smem,
                          (cudaStream_t)stream, *p);
 }
@@ -448,7 +472,7 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
         p->w.q && (p->w.type == QUANT_F16 || gk_qmm_native_experts(p->w.type, p->w.rows, p->w.cols)) &&
         p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
         p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
-        p->max_tiles <= 65535 && (p->rows + kWarps - 1) / kWarps <= 0x7fffffff &&
+        p->max_tiles <= 0x7fffffff && (p->rows + kWarps - 1) / kWarps <= 0x7fffffff &&
         (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU || p->glu == GK_MOE_GLU_OAI) &&
                    p->h && !p->scale &&
                    p->ld_h >= p->rows && p->w2.q && p->w2.type == p->w.type &&
@@ -461,11 +485,14 @@ int IG_DEV(gk_moe_gemv)(const struct gk_moe_gemv_params *p, void *stream)
                         (long long)p->w.cols, (long long)p->rows, (long long)p->ld_x,
                         (long long)p->max_tiles);
     const gk_moe_gemv_params q = *p;
-    const dim3 grid((unsigned)((q.rows + kWarps - 1) / kWarps), (unsigned)q.max_tiles);
+    const unsigned blocks = (unsigned)((q.rows + kWarps - 1) / kWarps);
     return moe_type_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? gemv_kernel<T, true> : gemv_kernel<T, false>;
-        return IG_LAUNCH_DEP(kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, q);
+        return launch_tiles(q.max_tiles, [&](int64_t t0, unsigned n) {
+            return IG_LAUNCH_DEP(kernel, dim3(blocks, n), dim3(kThreads), 0,
+                                 (cudaStream_t)stream, q, t0);
+        });
     });
 }
 
@@ -484,7 +511,7 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
         (f16 || (p->w.s && (!l.h || p->w.h))) &&
         p->x && p->ld_x >= p->w.cols && p->ld_x % 8 == 0 && gk_aligned(p->x, 16) &&
         p->x_div >= 1 && p->order && p->tiles && p->n_tiles && p->max_tiles >= 1 &&
-        p->max_tiles <= 65535 && (p->rows + kMM - 1) / (kMM / 2) <= 0x7fffffff &&
+        p->max_tiles <= 0x7fffffff && (p->rows + kMM - 1) / (kMM / 2) <= 0x7fffffff &&
         (glu ? (p->glu == GK_GLU_SILU || p->glu == GK_GLU_GELU || p->glu == GK_MOE_GLU_OAI) &&
                    p->h && !p->scale && p->ld_h >= p->rows && p->w2.q &&
                    gk_aligned(p->w2.q, 16) && (f16 || (p->w2.s && (!l.h || p->w2.h))) &&
@@ -498,12 +525,15 @@ int IG_DEV(gk_moe_mma)(const struct gk_moe_gemv_params *p, void *stream)
                         (long long)p->max_tiles);
     const gk_moe_gemv_params q = *p;
     const int64_t per = glu ? kMM / 2 : kMM; /* output rows a block (mma_kernel's kRows) */
-    const dim3 grid((unsigned)((q.rows + per - 1) / per), (unsigned)q.max_tiles);
+    const unsigned blocks = (unsigned)((q.rows + per - 1) / per);
     const size_t smem = qmma_tile::kSmemBytes;
     return moe_type_dispatch(q.w.type, [&](auto tag) {
         constexpr int T = decltype(tag)::value;
         auto *kernel = glu ? mma_kernel<T, true> : mma_kernel<T, false>;
-        return IG_LAUNCH_DEP(kernel, grid, dim3(kMmaThreads), smem, (cudaStream_t)stream, q);
+        return launch_tiles(q.max_tiles, [&](int64_t t0, unsigned n) {
+            return IG_LAUNCH_DEP(kernel, dim3(blocks, n), dim3(kMmaThreads), smem,
+                                 (cudaStream_t)stream, q, t0);
+        });
     });
 }
 
@@ -511,13 +541,14 @@ int IG_DEV(gk_moe_combine)(float *x, int64_t ld_x, const float *y, int64_t ld_y,
                            const float *wts, struct gk_moe_part part, int64_t n, int64_t k,
                            int64_t dim, void *stream)
 {
-    if (n < 0 || n > 65535 || k < 1 || dim < 1 || ld_x < dim || ld_y < dim || !x || !y || !wts ||
+    if (n < 0 || n > 0x7fffffff || k < 1 || dim < 1 || (dim + kThreads - 1) / kThreads > IG_GRID_Y_MAX ||
+        ld_x < dim || ld_y < dim || !x || !y || !wts ||
         (part.sel && (part.expert0 < 0 || part.n_expert < 0)))
         return ig_error(IG_E_INTERNAL, "gk_moe_combine: bad sizes (n %lld, k %lld, dim %lld) "
                         "or NULL", (long long)n, (long long)k, (long long)dim);
     if (n == 0)
         return IG_OK;
-    const dim3 grid((unsigned)((dim + kThreads - 1) / kThreads), (unsigned)n);
+    const dim3 grid((unsigned)n, (unsigned)((dim + kThreads - 1) / kThreads));
     return IG_LAUNCH_DEP(combine_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream, x, ld_x,
                          y, ld_y, wts, part, k, dim);
 }

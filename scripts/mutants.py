@@ -420,6 +420,23 @@ MUTANTS = [
      ["test_device_emu"], ["test_device_emu"],
      "the emulated dev_download_async takes pageable memory (a GPU would copy synchronously)",
      "caught"),
+    ("smem-moe-route-optin", "ops/gpu_moe.cu",
+     "    if (smem + 1024 > 48 * 1024)\n        IG_SMEM_OPTIN(&route_kernel, smem);\n", "",
+     ["test_moe_emu"], ["test_moe_emu"],
+     "MoE's routing launched at 48 KiB of row and logits less 16 bytes without raising the "
+     "limit its block_sum's static bytes pass (a GPU refuses the launch)", "caught"),
+    ("moe-tile-offset", "ops/gpu_moe.cu",
+     ["    gk_dep_start(); /* the tiles (the sort's) and x (the norm's or gate|up's) */\n"
+      "    const int64_t tile = tile0 + blockIdx.y;",
+      "    gk_dep_start(); /* the tiles name the expert: nothing to load before */\n"
+      "    const int64_t tile = tile0 + blockIdx.y;"],
+     ["    gk_dep_start(); /* the tiles (the sort's) and x (the norm's or gate|up's) */\n"
+      "    const int64_t tile = blockIdx.y + 0 * tile0;",
+      "    gk_dep_start(); /* the tiles name the expert: nothing to load before */\n"
+      "    const int64_t tile = blockIdx.y + 0 * tile0;"],
+     ["test_moe_emu"], ["test_moe_emu"],
+     "the MoE products' later launches of a grid.y cut in launches redo the first tiles",
+     "caught"),
 ]
 
 

@@ -33,3 +33,11 @@ extern "C" uint64_t test_emu_tma_stores(void)
 {
     return ig_emu_last_stats().tma_stores;
 }
+
+/* The most blocks on grid.y (0: CUDA's 65535): the launchers that cut grid.y
+ * into launches, tested small. */
+extern "C" void test_emu_set_max_grid_y(unsigned n);
+extern "C" void test_emu_set_max_grid_y(unsigned n)
+{
+    ig_emu_set_max_grid_y(n);
+}

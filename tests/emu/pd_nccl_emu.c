@@ -45,6 +45,7 @@
 #include "backend/gpu_p2p.h"
 #include "core/coll.h"
 #include "core/status.h"
+#include "device/device.h"
 #include "generate/generate.h"
 #include "kvcache/kvcache.h"
 #include "models/model.h"
@@ -465,7 +466,13 @@ int main(int argc, char **argv)
     }
     struct model *m = NULL;
     CHECK(model_synthetic_spec("synthetic:Llama-tiny:Q8_0", &m) == IG_OK);
-    CHECK(gpu_p2p_nccl_open(HOST_MEMORY, &p2p) == IG_OK);
+    /* The rank's device first (cudaSetDevice, in dev_open): ncclCommInitRank
+     * binds the communicator to the thread's current device, and both ranks
+     * left on device 0 fail or hang (gpu_p2p.h). Open until the end: the
+     * backends below select the same device on this thread. */
+    struct dev *dev = NULL;
+    CHECK(IG_DEV(dev_open)(RANK_DEVICE, &dev) == IG_OK);
+    CHECK(dev && gpu_p2p_nccl_open(HOST_MEMORY, &p2p) == IG_OK);
     if (m && p2p) {
         model = m;
         int32_t ids[N_PROMPT];
@@ -485,6 +492,7 @@ int main(int argc, char **argv)
             engine_decode_rank(ids);
     }
     gpu_p2p_free(p2p);
+    IG_DEV(dev_close)(dev);
     model_free(m);
     char name[32];
     snprintf(name, sizeof name, "pd_nccl_emu rank %d", ig_coll_rank());

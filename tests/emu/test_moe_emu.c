@@ -36,6 +36,11 @@
  *   weights' f16 rounding: 2^-10 sum |w x| + 2^-24 sum |x|, carried through
  *   the activation for h); the chooser's picks (every expert type), and
  *   f16 rows of 48 columns refused;
+ * - launch limits: the routing at 48 KiB of row and logits less 16 bytes
+ *   (gk_block_sum's static slots past the default: the raise), the twin's
+ *   choices (test_route_smem_edge); the GEMV and tensor-core pipelines with
+ *   the emulator's grid.y limit at 3 (the products' tiles cut into launches,
+ *   the combine's rows on grid.x), the twins' results (test_grid_y_limit);
  * - programmatic dependent launch (test_pdl, IGNITE_PDL=1): each of the five
  *   kernels with its inputs hidden until its wait (tests/emu/pdl_hide.h),
  *   the plain launch's bits;
@@ -70,6 +75,7 @@ int gk_moe_gemv_emu_moe_no_expert_scale(const struct gk_moe_gemv_params *p, void
 int gk_moe_route_emu_moe_no_router_scale(const struct gk_moe_route_params *p, void *stream);
 int gk_moe_mma_emu_moe_mma_expert_off(const struct gk_moe_gemv_params *p, void *stream);
 int gk_moe_mma_emu_moe_mma_glu_swap(const struct gk_moe_gemv_params *p, void *stream);
+void test_emu_set_max_grid_y(unsigned n); /* tests/emu/emu_knobs.cc */
 
 #define NE 8
 #define K 2
@@ -608,6 +614,54 @@ static void test_mma_choose(void)
     free(buf), free(x), free(y);
 }
 
+/* ---- launch limits ----------------------------------------------------------------------- */
+
+/* The routing at the 48 KiB edge: n_embd + n_expert = 12284 floats of
+ * dynamic shared memory (48 KiB less 16 bytes) and gk_block_sum's static
+ * slots pass the 48 KiB a block gets without the raise (the emulator
+ * faults as a GPU refuses: emu/smem.cc); the same experts and weights as
+ * the twin. */
+static void test_route_smem_edge(void)
+{
+    enum { E = 12276, R = 2 };
+    uint64_t st = 5;
+    float *x = rand_f32(R * E, 2.0f, 0.0f, &st), *norm_w = rand_f32(E, 0.2f, 1.0f, &st);
+    float *router = rand_f32(NE * E, 1.0f / 16, 0.0f, &st);
+    int32_t *sel[2];
+    float *wts[2];
+    for (int s = 0; s < 2; s++)
+        sel[s] = zalloc(R * K * 4), wts[s] = zalloc(R * K * 4);
+    struct gk_moe_route_params rp = {.x = x, .ld_x = E, .norm_w = norm_w, .eps = 1e-6f,
+                                     .router = router, .n = R, .n_embd = E, .n_expert = NE,
+                                     .k = K, .norm_topk = 1};
+    rp.sel = sel[0], rp.wts = wts[0];
+    CHECKF(IG_DEV(gk_moe_route)(&rp, NULL) == IG_OK,
+           "gk_moe_route at n_embd %d + %d experts (48 KiB less 16 bytes, dynamic) failed", E, NE);
+    rp.sel = sel[1], rp.wts = wts[1];
+    gk_moe_route_ref(&rp);
+    CHECK(memcmp(sel[0], sel[1], R * K * 4) == 0 && count_off(wts[0], wts[1], R * K, 1e-5) == 0);
+    free(x), free(norm_w), free(router);
+    for (int s = 0; s < 2; s++)
+        free(sel[s]), free(wts[s]);
+}
+
+/* A prefill step past grid.y's limit (CUDA's 65535), at a limit of 3 the
+ * emulator faults past (test_emu_set_max_grid_y; 65537 rows ran 18 s for the
+ * combine alone): the whole pipeline, the GEMV's and the tensor cores', of
+ * 10 tiles each (launches of 3, 3, 3, 1: the tile offsets) and the
+ * combine's 5 rows (on grid.x), the twins' results as at the full limit. */
+static void test_grid_y_limit(void)
+{
+    test_emu_set_max_grid_y(3);
+    CHECKF(run_case(QUANT_Q8_0, QUANT_F16, 128, 96, GK_MOE_GLU_OAI, true, IG_DEV(gk_moe_route),
+                    IG_DEV(gk_moe_gemv), false, 13),
+           "gk_moe_gemv and gk_moe_combine with grid.y at most 3");
+    CHECKF(run_mma_case(QUANT_Q8_0, QUANT_Q8_0, 64, 96, GK_GLU_GELU, false, IG_DEV(gk_moe_mma),
+                        false, 33),
+           "gk_moe_mma with grid.y at most 3");
+    test_emu_set_max_grid_y(0);
+}
+
 /* ---- programmatic dependent launch ------------------------------------------------------- */
 
 /* Each kernel as a dependent launch (IGNITE_PDL=1) with what the kernels
@@ -705,6 +759,8 @@ int main(void)
     };
     test_mxfp4_blocks();
     test_pdl();
+    test_route_smem_edge();
+    test_grid_y_limit();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fprintf(stderr, "%s gate|up, %s down, n_embd %lld, width %lld, glu %d%s\n",
                 quant_type_name((uint32_t)cases[i].type), quant_type_name((uint32_t)cases[i].down),
