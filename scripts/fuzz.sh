@@ -60,7 +60,7 @@ hf_json)
     corpus=corpus_json max_len=262144 libs=(-lcjson -lm) ;;
 grammar|schema)
     srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c grammar/gbnf.c grammar/rules.c
-          grammar/utf8_class.c grammar/check.c grammar/schema.c grammar/schema_regex.c grammar/pda.c)
+          grammar/utf8_class.c grammar/check.c grammar/schema.c grammar/schema_regex.c grammar/strbuf.c grammar/pda.c)
     entry=tests/fuzz/fuzz_grammar.c corpus=corpus_$target max_len=8192 libs=(-lcjson)
     [ "$target" = schema ] && defs=(-DFUZZ_SCHEMA) ;;
 batch)
