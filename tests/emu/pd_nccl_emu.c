@@ -247,6 +247,25 @@ static void receive_host(struct backend *g, const struct backend_seq *seq, const
     kv_memory_free(want);
 }
 
+/* The NCCL path's decode side: each layer header from rank 0, then that
+ * layer's receives straight into the blocks of `table`, until the end header;
+ * every paged layer's part once a chunk (two chunks). */
+static void receive_layers(struct backend *g, const int32_t *table, const char *name)
+{
+    int64_t n_parts = 0;
+    for (;;) {
+        struct layer_hdr h;
+        ig_coll_recv(&h, sizeof h, 0, TAG_HDR);
+        if (h.layer < 0)
+            break;
+        n_parts++;
+        int st = backend_kv_recv_layer(g, p2p, 0, table, h.layer, h.p0, h.p1);
+        CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
+               (long long)h.layer, (long long)h.p0, (long long)h.p1);
+    }
+    CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
+}
+
 static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
 {
     const char *name = kv_dtype_name(dt);
@@ -265,18 +284,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     if (own) /* (while rank 0 runs the same) */
         prefill(g, ids, tables[2], 2, NULL, NULL, false, logits + 2 * nv);
     /* the NCCL path: headers, then the receives straight into sequence 0's blocks */
-    int64_t n_parts = 0;
-    for (;;) {
-        struct layer_hdr h;
-        ig_coll_recv(&h, sizeof h, 0, TAG_HDR);
-        if (h.layer < 0)
-            break;
-        n_parts++;
-        int st = backend_kv_recv_layer(g, p2p, 0, tables[0], h.layer, h.p0, h.p1);
-        CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
-               (long long)h.layer, (long long)h.p0, (long long)h.p1);
-    }
-    CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
+    receive_layers(g, tables[0], name);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
     receive_host(g, &seqs[1], ids);
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
@@ -402,19 +410,9 @@ static void engine_decode_rank(const int32_t *ids)
     CHECK(engine_create(g, NULL, &eo, &e) == IG_OK);
     struct kv_seq blocks = {0};
     CHECK(e && engine_history_reserve(e, N_PROMPT, N_PROMPT + N_DECODE + 1, &blocks) == IG_OK);
-    int64_t n_parts = 0;
-    for (;;) {
-        struct layer_hdr h;
-        ig_coll_recv(&h, sizeof h, 0, TAG_HDR);
-        if (h.layer < 0)
-            break;
-        n_parts++;
-        CHECKF(blocks.table &&
-               backend_kv_recv_layer(g, p2p, 0, blocks.table, h.layer, h.p0, h.p1) == IG_OK,
-               "engine: layer %lld's rows %lld..%lld not received", (long long)h.layer,
-               (long long)h.p0, (long long)h.p1);
-    }
-    CHECKF(n_parts == 2 * model->hp.n_layer, "engine: %lld parts", (long long)n_parts);
+    CHECK(blocks.table != NULL);
+    if (blocks.table)
+        receive_layers(g, blocks.table, "engine");
     float *logits = malloc((size_t)nv * sizeof *logits);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
     struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits,
