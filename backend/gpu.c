@@ -15,13 +15,15 @@
  * rows of the largest layer (model_layers_max); the step's tokens,
  * positions and compacted block tables in fixed buffers.
  * A step runs all its rows at once, every weight read once. A step whose
- * sequences all have one row is a decode step: padded to its bucket, its
- * inputs in the fixed buffers, its forward (gpu_forward_decode) captured as
- * a graph per bucket and replayed; any other step, and any step with
- * batch->on_layer (its layers' rows go to the host between layers,
- * gpu_cache.c), is a prefill step (gpu_forward_prefill, then the output
- * head of the rows that want logits; its one-row sequences' rows ordered
- * last for the decode attention: order_rows). The logits come back, or for
+ * sequences all have one row is a decode step (a verify step: 1 to 16 rows
+ * a sequence, step_q_len): padded to its bucket, its inputs in the fixed
+ * buffers, its forward (gpu_forward_decode) captured as a graph per bucket
+ * and replayed, but with batch->on_layer (its layers' rows go to the hook
+ * between layers, gpu_cache.c) launched as it comes; any other step is a
+ * prefill step (gpu_forward_prefill, then the output head of the rows that
+ * want logits; its one-row sequences' rows ordered last for the decode
+ * attention: order_rows). The hook never changes the route: --pd's prefill
+ * rank computes one process's bits. The logits come back, or for
  * a greedy step (batch->greedy) each row's token (decode/greedy.h): a token
  * crosses the bus, not the row.
  *
@@ -614,10 +616,23 @@ static int prefill_step(struct gpu_backend *g, const struct backend_batch *batch
 
 /* ---- a decode step ----------------------------------------------------------------- */
 
+/* Bucket i's step launched as it comes, no graph. */
+static int run_ungraphed(struct gpu_backend *g, int bucket)
+{
+    int64_t n0 = IG_DEV(dev_launches)(g->dev);
+    int st = IG_DEV(gpu_forward_decode)(g, bucket);
+    g->base.step_nodes = n0 < 0 ? -1 : IG_DEV(dev_launches)(g->dev) - n0;
+    return st;
+}
+
 /* Runs bucket i's step (at g->q_len rows a sequence): the first call
- * captures it as a graph where the device layer can, later calls replay it. */
+ * captures it as a graph where the device layer can, later calls replay it.
+ * A step whose layers go to on_layer (g->layer_batch) runs ungraphed: the
+ * hook is host code between its layers, which a graph would not keep. */
 static int run_bucket(struct gpu_backend *g, int bucket)
 {
+    if (g->layer_batch)
+        return run_ungraphed(g, bucket);
     int k = 0;
     while (((int64_t)1 << k) < g->q_len)
         k++;
@@ -628,10 +643,7 @@ static int run_bucket(struct gpu_backend *g, int bucket)
     }
     if (g->no_graph || IG_DEV(dev_graph_begin)(g->dev) != IG_OK) {
         g->no_graph = true;
-        int64_t n0 = IG_DEV(dev_launches)(g->dev);
-        int st = IG_DEV(gpu_forward_decode)(g, bucket);
-        g->base.step_nodes = n0 < 0 ? -1 : IG_DEV(dev_launches)(g->dev) - n0;
-        return st;
+        return run_ungraphed(g, bucket);
     }
     int st = IG_DEV(gpu_forward_decode)(g, bucket);
     struct dev_graph *graph = NULL;
@@ -674,6 +686,25 @@ static int64_t step_q_len(const struct gpu_backend *g, const struct backend_batc
     return nb * q <= g->verify_rows ? q : 0;
 }
 
+/* A decode or verify step's staged inputs uploaded (rows of them) and
+ * bucket's step run; with on_layer its layers go to the hook
+ * (gpu_layer_out_begin; the caller ends it). */
+static int launch_bucket(struct gpu_backend *g, const struct backend_batch *batch, int64_t rows,
+                         int bucket)
+{
+    int st;
+    if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, g->h_tokens, (size_t)rows * 4)) ||
+        (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
+        (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
+                                       (size_t)(rows * g->table_stride) * 4)) ||
+        (g->n_wblocks && (st = IG_DEV(dev_upload_async)(g->dev, g->wtables, g->h_wtables,
+                                                        (size_t)(rows * g->table_stride) * 4))) ||
+        (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) ||
+        (batch->on_layer && (st = IG_DEV(gpu_layer_out_begin)(g, batch))))
+        return st;
+    return run_bucket(g, bucket);
+}
+
 /* A step through the decode kernels, q_len rows a sequence (1: a decode
  * step; more: a verify step, the sequences' rows padded to q_len): the
  * sequences padded to their bucket (padding rows token 0 at position -1:
@@ -698,19 +729,12 @@ static int decode_step(struct gpu_backend *g, const struct backend_batch *batch,
         if (live && row_wanted(batch, s, s->row0 + r))
             g->want[n_want++] = i;
     }
-    int st;
     g->q_len = q_len;
-    if ((st = IG_DEV(dev_upload_async)(g->dev, g->tokens, g->h_tokens, (size_t)rows * 4)) ||
-        (st = IG_DEV(dev_upload_async)(g->dev, g->pos, g->h_pos, (size_t)rows * 4)) ||
-        (st = IG_DEV(dev_upload_async)(g->dev, g->tables, g->h_tables,
-                                       (size_t)(rows * g->table_stride) * 4)) ||
-        (g->n_wblocks && (st = IG_DEV(dev_upload_async)(g->dev, g->wtables, g->h_wtables,
-                                                        (size_t)(rows * g->table_stride) * 4))) ||
-        (st = IG_DEV(gpu_deltanet_stage)(g, batch, rows)) || (st = run_bucket(g, bucket))) {
-        g->q_len = 1;
-        return st;
-    }
+    int st = IG_DEV(gpu_layer_out_end)(g, launch_bucket(g, batch, rows, bucket));
+    g->layer_batch = NULL; /* (gpu_layer_out_end ran the last layer's hook) */
     g->q_len = 1;
+    if (st != IG_OK)
+        return st;
     g->verify_steps += q_len > 1;
     /* The live rows end at the last sequence's: rows past it are padding. */
     const int64_t used = (ns - 1) * q_len + batch->seqs[ns - 1].n_rows;
@@ -759,11 +783,13 @@ static int check_batch(const struct gpu_backend *g, const struct backend_batch *
     return IG_OK;
 }
 
+/* A step takes its route by its shape alone: with on_layer (batch --pd's
+ * prefill rank) the same as without, so its logits and cache are one
+ * process's bit for bit (a decode or verify step then runs ungraphed,
+ * run_bucket). */
 static int run_step(struct gpu_backend *g, const struct backend_batch *batch)
 {
-    /* A step whose layers go to on_layer takes the prefill path: a decode
-     * step runs as one graph, with no host code between its layers. */
-    const int64_t q_len = batch->on_layer ? 0 : step_q_len(g, batch);
+    const int64_t q_len = step_q_len(g, batch);
     return q_len ? decode_step(g, batch, q_len) : prefill_step(g, batch);
 }
 

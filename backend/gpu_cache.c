@@ -1,7 +1,7 @@
 /* backend/gpu_cache.c: a sequence's blocks of the device KV pool (and its
  * recurrent layers' states) to and from host memory (--save-kv downloads
- * them into a host kv_store, --load-kv uploads one), and a prefill step's
- * rows layer by layer for backend_batch.on_layer (batch --pd's prefill
+ * them into a host kv_store, --load-kv uploads one), and a step's rows
+ * layer by layer for backend_batch.on_layer (batch --pd's prefill
  * ranks: on the device's copy stream, overlapping the next layer, unless
  * IGNITE_PD_COPY_STREAM=0). A device block [n_head_kv][KV_BLOCK][head_dim]
  * f16 is laid out as a host f16 store's block, so a download needs no
@@ -267,7 +267,7 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
     return st;
 }
 
-/* ---- a prefill step's layers for backend_batch.on_layer ------------------------ */
+/* ---- a step's layers for backend_batch.on_layer ---------------------------------- */
 
 /* The first position of step sequence i the hook reads, -1: none. */
 static int64_t layer_from(const struct backend_batch *batch, int64_t i)

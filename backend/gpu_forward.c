@@ -525,10 +525,10 @@ static int layers(const struct gpu_pass *p, int64_t want0)
         int64_t row0 = l == m->hp.n_layer - 1 ? want0 : 0;
         IG_ASSERT((size_t)ML->mixer < sizeof mixers / sizeof mixers[0] && mixers[ML->mixer]);
         IG_ASSERT((size_t)ML->ffn < sizeof ffns / sizeof ffns[0] && ffns[ML->ffn]);
-        /* (a prefill step's K/V or state of the layer are written: they may
-         * leave, backend_batch.on_layer) */
-        if ((st = mixers[ML->mixer](p, l, row0)) ||
-            (p->bucket < 0 && (st = IG_DEV(gpu_layer_out)(p->g, l))) ||
+        /* (the step's K/V or state of the layer are written: they may leave,
+         * backend_batch.on_layer; nothing in a captured decode step, which
+         * never has the hook: gpu.c's run_bucket) */
+        if ((st = mixers[ML->mixer](p, l, row0)) || (st = IG_DEV(gpu_layer_out)(p->g, l)) ||
             (st = reduce(p, row0)) || row0 == p->n)
             continue;
         if ((st = ffns[ML->ffn](p, l, row0)) == IG_OK)

@@ -189,7 +189,7 @@ struct gpu_backend {
     size_t weight_bytes, kv_bytes, device_bytes;
     struct kv_store *host_kv;  /* the last export's host copy */
     int32_t *host_table;       /* its table: 0, 1, 2, ... */
-    /* A prefill step's backend_batch.on_layer (gpu_cache.c): the step's batch
+    /* A step's backend_batch.on_layer (gpu_cache.c): the step's batch
      * while the hook wants its layers (else NULL), the host store their rows
      * are copied into layer by layer (kept for the next such step, grown as
      * needed), where each sequence is in it and their tables there */
@@ -309,8 +309,9 @@ int IG_DEV(gpu_kv_export)(struct backend *b, const struct backend_seq *seq, int6
 int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
                           const struct kv_store *src, int64_t n_pos);
 
-/* A prefill step with backend_batch.on_layer (gpu_cache.c): the host store
- * for the rows the hook reads (batch->layer_from: each such sequence's
+/* A step with backend_batch.on_layer (gpu_cache.c; a prefill step, or a
+ * decode or verify step launched ungraphed): the host store for the rows
+ * the hook reads (batch->layer_from: each such sequence's
  * blocks from its first position's to its last row's, and a state slot
  * each where the model has recurrent layers), then g->layer_batch = batch.
  * gpu_layer_out after a layer's mixer: its rows (and states) queued for

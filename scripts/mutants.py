@@ -384,6 +384,20 @@ MUTANTS = [
      "        st = IG_OK;", ["test_backend_pd_emu"], ["test_backend_pd_emu"],
      "the main stream's next step is not ordered after the copies (implied by the hooks' host "
      "waits)", "missed"),
+    # Issue 49: a step with on_layer (--pd's prefill rank) takes one process's route.
+    ("pd-route-prefill", "backend/gpu.c",
+     "    const int64_t q_len = step_q_len(g, batch);",
+     "    const int64_t q_len = batch->on_layer ? 0 : step_q_len(g, batch);",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin", "test_backend_pd_emu"],
+     ["test_backend_pd_emu", "test_cli_emu"],
+     "a step with on_layer takes the prefill path where one process takes the decode kernels "
+     "(a short prompt's logits and cache not one process's bits: a seeded text differs)",
+     "caught"),
+    ("pd-route-no-hook", "backend/gpu_forward.c",
+     "(st = IG_DEV(gpu_layer_out)(p->g, l)) ||",
+     "(p->bucket < 0 && (st = IG_DEV(gpu_layer_out)(p->g, l))) ||",
+     ["test_backend_pd_emu"], ["test_backend_pd_emu"],
+     "a decode or verify step with on_layer never calls the hook", "caught"),
     ("emu-copy-stream-early", "device/device_emu.cc",
      "    const bool unordered = main_work(d) > d->copy_seen;\n"
      "    return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});",

@@ -1,34 +1,39 @@
 /* tests/emu/test_backend_pd_emu.c: the CUDA backend's backend_batch.on_layer
  * under the emulator (batch --pd's prefill ranks: backend/gpu_cache.c's
  * gpu_layer_out, called by gpu_forward.c's layer loop after each layer's
- * mixer). Three prefill steps of the synthetic Llama-tiny (2 layers) on an
- * f16 pool and on a q8_0 pool (its blocks reordered as kv_export does):
- * two prompts of 66 and 10 rows in blocks that are not in order; then the
- * first's next 4 rows (read from position 66), the second's one row not
- * read (layer_from -1: no table for it), a third prompt starting at 64
- * whose first block is the first prompt's (a shared prefix: read from 0,
- * rows the step did not write); then a row of each of the two (a step of
- * one row a sequence: the prefill path, not a decode graph). In each step
- * the hook comes once a layer, in order, and each read sequence's part as
- * the PD sender writes it (kv_file_write_layer through the hook's table
- * and slot) equals, byte for byte, that written from the cache exported
- * after the step (backend_kv_export); the first prompt's parts of the three
- * steps, read as a decode rank reads them (cli/pd_decode.c: header, layers,
- * tokens) and imported into a second backend (--load-kv's path), export the
- * same bytes again. Through an engine over the backend (cli/pd_prefill.c's
+ * mixer). Three steps of the synthetic Llama-tiny (2 layers) on an f16 pool
+ * and on a q8_0 pool (its blocks reordered as kv_export does): two prompts
+ * of 66 and 10 rows in blocks that are not in order (a prefill step); then
+ * the first's next 4 rows (read from position 66), the second's one row not
+ * read (layer_from -1: no table for it), a third prompt starting at 64 whose
+ * first block is the first prompt's (a shared prefix: read from 0, rows the
+ * step did not write): a verify step, 4 rows a sequence through the decode
+ * kernels, as one process runs it (issue 49); then a row of each of the two
+ * (a decode step, ungraphed). In each step the hook comes once a layer, in
+ * order, and each read sequence's part as the PD sender writes it
+ * (kv_file_write_layer through the hook's table and slot) equals, byte for
+ * byte, that written from the cache exported after the step
+ * (backend_kv_export); on the f16 pool a twin backend runs each step without
+ * the hook (one process) and its logits and exported caches are the hooked
+ * step's bit for bit, its route the same (the verify steps counted); the
+ * first prompt's parts of the three steps, read as a decode rank reads them
+ * (cli/pd_decode.c: header, layers, tokens) and imported into a second
+ * backend (--load-kv's path), export the same bytes again. A verify step
+ * with layer_device (the NCCL path's hook, no store): the hook once a layer,
+ * one process's bits. Through an engine over the backend (cli/pd_prefill.c's
  * rule: each layer's rows from those sent so far): two prompt-only handoff
  * requests, the second sharing the first's first block, its first step at
  * position 64 given from 0; the parts equal those of engine_handoff's
- * export. With a hybrid file (argv[1], CMake:
- * bench/random_gguf.py's qwen35 tiny Q8_0, 3 DeltaNet layers and a gated
- * attention layer) the same for one step of two prompts: the DeltaNet
- * layers' states and the attention rows. Weights native (the default).
- * The copies run on the emulated copy stream, late (device_emu.cc), so a
- * hook that reads before its copy's event is done sees stale staging.
- * Mutants by hand (docs/gpu.md): the hook called before its layer's mixer
- * (gpu_forward.c), a one-row-a-sequence step left to the decode path
- * (gpu.c), the engine's layer_from without the shared prefix (engine.c);
- * scripts/mutants.py's pd-copy-no-host-wait and pd-copy-no-mixer-wait.
+ * export. With a hybrid file (argv[1], CMake: bench/random_gguf.py's qwen35
+ * tiny Q8_0, 3 DeltaNet layers and a gated attention layer) the same for one
+ * step of two prompts, then a row of each (a decode step): the DeltaNet
+ * layers' states and the attention rows, and the twin's bits. Weights native
+ * (the default). The copies run on the emulated copy stream, late
+ * (device_emu.cc), so a hook that reads before its copy's event is done sees
+ * stale staging. Mutants by hand (docs/gpu.md): the hook called before its
+ * layer's mixer (gpu_forward.c), the engine's layer_from without the shared
+ * prefix (engine.c); scripts/mutants.py's pd-copy-no-host-wait,
+ * pd-copy-no-mixer-wait, pd-route-prefill and pd-route-no-hook.
  * Label emu. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
@@ -149,6 +154,46 @@ static void step_and_check(struct backend *g, struct backend_batch *b, const cha
     b->on_layer = NULL;
 }
 
+/* One process's side of step b, which g ran with the hook (its wanted rows'
+ * logits in b->logits): the same step on twin backend g0, without the hook,
+ * takes the same route (a verify step counted alike) and gives the same
+ * logits and exported caches, bit for bit. No g0: nothing. */
+static void same_as_one_process(struct backend *g, struct backend *g0, struct backend_batch *b,
+                                int64_t n_want, const char *what)
+{
+    if (!g0)
+        return;
+    const int64_t nv = g->m->hp.n_vocab;
+    const float *hooked = b->logits;
+    float *logits = malloc((size_t)(n_want * nv) * sizeof *logits);
+    b->logits = logits;
+    CHECK(logits && backend_step(g0, b) == IG_OK);
+    b->logits = (float *)hooked;
+    struct gpu_backend_info info, info0;
+    gpu_get_info_emu(g, &info);
+    gpu_get_info_emu(g0, &info0);
+    CHECKF(info.verify_steps == info0.verify_steps,
+           "%s: %lld verify steps with the hook, %lld without", what,
+           (long long)info.verify_steps, (long long)info0.verify_steps);
+    int64_t bad = 0;
+    for (int64_t k = 0; logits && k < n_want * nv; k++)
+        bad += memcmp(&logits[k], &hooked[k], sizeof *logits) != 0;
+    CHECKF(logits && bad == 0, "%s: %lld of %lld logits are not one process's bits", what,
+           (long long)bad, (long long)(n_want * nv));
+    for (int64_t i = 0; i < b->n_seqs; i++) {
+        const struct backend_seq *s = &b->seqs[i];
+        size_t a_bytes = 0, b_bytes = 0;
+        char *a = kv_export_bytes(g, s, s->pos0 + s->n_rows, &a_bytes);
+        char *c = kv_export_bytes(g0, s, s->pos0 + s->n_rows, &b_bytes);
+        CHECKF(a && c && a_bytes == b_bytes && memcmp(a, c, a_bytes) == 0,
+               "%s: sequence %lld's cache (%zu bytes) is not one process's (%zu)", what,
+               (long long)i, a_bytes, b_bytes);
+        free(a);
+        free(c);
+    }
+    free(logits);
+}
+
 /* The decode rank's side (cli/pd_decode.c's reads, --load-kv's import): the
  * head, the kept parts of sequence seq of g and its tokens and logits read
  * into a store, imported into a second backend's blocks 1 and 4 (slot 1),
@@ -223,10 +268,15 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 128,
                              .n_slots = MAX_SEQS, .n_blocks = 8, .kv_dtype = dt,
                              .kv_dtype_v = dt, .gpu_weights = BACKEND_GPU_NATIVE};
-    struct backend *g = NULL;
+    /* g0: one process's, no hook (on the f16 pool: the route is the pool's type's too) */
+    struct backend *g = NULL, *g0 = NULL;
     CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
-    if (!g)
+    CHECK(dt != KV_F16 || gpu_backend_create_emu(m, &o, &g0) == IG_OK);
+    if (!g || (dt == KV_F16 && !g0)) {
+        backend_free(g);
+        backend_free(g0);
         return;
+    }
     const char *name = kv_dtype_name(dt);
     int32_t ids[128];
     uint64_t r = 29;
@@ -247,6 +297,7 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     struct sent sent = {0};
     snprintf(what, sizeof what, "%s step 1", name);
     step_and_check(g, &b, what, &sent);
+    same_as_one_process(g, g0, &b, 2, what);
 
     /* 2: A rows 66..69 from 66; B one row, not read; C (A's first block
      * shared) rows 64..66, read from 0 */
@@ -261,6 +312,11 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
                                .logits = logits, .layer_from = from2};
     snprintf(what, sizeof what, "%s step 2", name);
     step_and_check(g, &b, what, &sent);
+    same_as_one_process(g, g0, &b, 3, what);
+    struct gpu_backend_info info;
+    gpu_get_info_emu(g, &info);
+    CHECKF(info.verify_steps == 1, "%s: %lld verify steps (expected 1: a step of at most 16 "
+           "rows a sequence)", what, (long long)info.verify_steps);
 
     /* 3: a row of A and of C: one row a sequence, still the hook's */
     tokens[0] = ids[121];
@@ -272,6 +328,7 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
                                .logits = logits, .layer_from = from3};
     snprintf(what, sizeof what, "%s step 3", name);
     step_and_check(g, &b, what, &sent);
+    same_as_one_process(g, g0, &b, 2, what);
 
     /* A's prompt (ids 0..69, 121) through the decode rank's reads */
     int32_t a_tokens[71];
@@ -286,6 +343,58 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
             free(sent.part[k][l]);
     free(logits);
     backend_free(g);
+    backend_free(g0);
+}
+
+/* backend_batch.layer_device's hook (the NCCL path's: it sends from the
+ * device): called with no store, once a layer, in order. */
+static void device_hook(void *user, int64_t layer, const struct kv_store *kv,
+                        const struct backend_layer_seq *ls)
+{
+    int64_t *next = user;
+    CHECKF(layer == *next && !kv && !ls, "the device hook came for layer %lld (expected %lld) "
+           "with %s", (long long)layer, (long long)*next, kv || ls ? "a store" : "none");
+    *next = layer + 1;
+}
+
+/* A verify step (prompts of 5 and 3 rows) with layer_device: the hook once
+ * a layer, the logits and caches one process's. */
+static void device_hook_step(const struct model *m)
+{
+    struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 64,
+                             .n_slots = 2, .n_blocks = 4, .kv_dtype = KV_F16,
+                             .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
+    struct backend *g = NULL, *g0 = NULL;
+    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    CHECK(gpu_backend_create_emu(m, &o, &g0) == IG_OK);
+    if (g && g0) {
+        int32_t tokens[8], ta[1] = {3}, tb[1] = {1};
+        uint64_t r = 41;
+        for (int i = 0; i < 8; i++)
+            tokens[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+        struct backend_seq s[2] = {{.table = ta, .slot = 0, .row0 = 0, .n_rows = 5},
+                                   {.table = tb, .slot = 1, .row0 = 5, .n_rows = 3}};
+        int64_t from[2] = {0, 0}, next = 0;
+        float *logits = malloc((size_t)(2 * m->hp.n_vocab) * sizeof *logits);
+        struct backend_batch b = {.tokens = tokens, .n_rows = 8, .seqs = s, .n_seqs = 2,
+                                  .logits = logits, .layer_from = from,
+                                  .on_layer = device_hook, .layer_user = &next,
+                                  .layer_device = true};
+        CHECK(logits && backend_step(g, &b) == IG_OK);
+        CHECKF(next == m->hp.n_layer, "the device hook came for %lld layers of %lld",
+               (long long)next, (long long)m->hp.n_layer);
+        b.on_layer = NULL;
+        b.layer_device = false;
+        struct gpu_backend_info info;
+        gpu_get_info_emu(g, &info);
+        CHECKF(info.verify_steps == 1, "layer_device: %lld verify steps (expected 1)",
+               (long long)info.verify_steps);
+        if (logits)
+            same_as_one_process(g, g0, &b, 2, "layer_device");
+        free(logits);
+    }
+    backend_free(g);
+    backend_free(g0);
 }
 
 /* ---- through the engine (cli/pd_prefill.c's rule) ------------------------------ */
@@ -416,9 +525,10 @@ static void hybrid_step(const char *path)
     struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 128, .max_rows = 80,
                              .n_slots = 2, .n_blocks = 4, .kv_dtype = KV_F16,
                              .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
-    struct backend *g = NULL;
+    struct backend *g = NULL, *g0 = NULL;
     CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
-    if (g && dn && m->hp.n_layer <= MAX_LAYERS) {
+    CHECK(gpu_backend_create_emu(m, &o, &g0) == IG_OK);
+    if (g && g0 && dn && m->hp.n_layer <= MAX_LAYERS) {
         int32_t tokens[19], ta[1] = {2}, tb[1] = {0};
         uint64_t r = 31;
         for (int i = 0; i < 19; i++)
@@ -430,8 +540,18 @@ static void hybrid_step(const char *path)
         struct backend_batch b = {.tokens = tokens, .n_rows = 19, .seqs = s, .n_seqs = 2,
                                   .logits = logits, .layer_from = from};
         step_and_check(g, &b, "qwen35 tiny", NULL);
+        same_as_one_process(g, g0, &b, 2, "qwen35 tiny");
+        /* a row of each: the decode route, the states after it */
+        s[0] = (struct backend_seq){.table = ta, .slot = 1, .row0 = 0, .n_rows = 1, .pos0 = 12};
+        s[1] = (struct backend_seq){.table = tb, .slot = 0, .row0 = 1, .n_rows = 1, .pos0 = 7};
+        int64_t from2[2] = {12, 7};
+        b = (struct backend_batch){.tokens = tokens + 3, .n_rows = 2, .seqs = s, .n_seqs = 2,
+                                   .logits = logits, .layer_from = from2};
+        step_and_check(g, &b, "qwen35 tiny, a row each", NULL);
+        same_as_one_process(g, g0, &b, 2, "qwen35 tiny, a row each");
         free(logits);
     }
+    backend_free(g0);
     backend_free(g);
     model_free(m);
 }
@@ -443,6 +563,7 @@ int main(int argc, char **argv)
     if (m) {
         llama_steps(m, KV_F16);
         llama_steps(m, KV_Q8_0);
+        device_hook_step(m);
         engine_handoffs(m);
     }
     model_free(m);

@@ -7,12 +7,16 @@ scratch folder: `--version` says "cuda: emulated" (ignite's does not);
 tokens never repeat): each request's text, stop and token counts the CPU's;
 `run --json --device cuda` the CPU's text on cuda:0; `bench --requests` on
 cuda:0 named "emulator". Under mpirun (skipped where it or this build's MPI
-is absent): `batch --pd 1:1 --device cuda` the CPU's requests, each cache on
-the host path (pd.path "host") from prefill rank 0 to decode rank 1; and
-`--tp 2` over 2 emulated devices (IGNITE_EMU_DEVICES=2, the all-reduce
-through the NCCL stand-in, IGNITE_TP_REDUCE=nccl) the same.
-No sampled request: the device's logits are not the CPU's bits, and a seeded
-sample follows a few ulps where greedy does not.
+is absent): `batch --pd 1:1 --device cuda` one process's requests byte for
+byte on the same seed's Q4_0 file, the 4 greedy ones and 4 seeded sampled
+ones, each prompt of at most 8 tokens, all 8 in one step (a verify step of 8
+rows a sequence through the int8 GEMVs in one process, and on the prefill
+rank: issue 49; with the prefill path there, each seeded text differs), each
+cache on the host path (pd.path "host") from prefill rank 0 to decode rank 1;
+and `--tp 2` over 2 emulated devices (IGNITE_EMU_DEVICES=2, the all-reduce
+through the NCCL stand-in, IGNITE_TP_REDUCE=nccl) the CPU's greedy requests.
+No sampled request against the CPU: the device's logits are not the CPU's
+bits, and a seeded sample follows a few ulps where greedy does not.
 
 Usage: test_cli_emu.py IGNITE_EMU [NCCL_STANDIN.so]   (IGNITE_BIN names ignite)
 """
@@ -31,11 +35,13 @@ IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 LIMIT = 300
 
 
-def tiny_llama(tmp):
-    """The file's path, or None (said on stderr) without a vocabulary. F16:
-    bench/random_gguf.py's Q4_0 Llama-tiny of the same seed decodes into
-    near ties (the CPU's and the device's greedy tokens part on 3 of 16
-    8-token requests), its F16 one into text of the prompt's with room."""
+def tiny_llamas(tmp):
+    """The F16 and the Q4_0 file's paths, or None (said on stderr) without a
+    vocabulary. F16 against the CPU: bench/random_gguf.py's Q4_0 Llama-tiny
+    of the same seed decodes into near ties (the CPU's and the device's
+    greedy tokens part on 3 of 16 8-token requests), its F16 one into text
+    of the prompt's with room. Q4_0 for --pd: one process's decode kernels
+    (the int8 GEMV) are not the prefill path's bits there."""
     vocab = llama_vocab("llama-spm")
     if not vocab and os.path.exists(model_path()):
         vocab = model_path()
@@ -46,21 +52,38 @@ def tiny_llama(tmp):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "bench"))
     import random_gguf
-    path = os.path.join(tmp, "llama_tiny_f16.gguf")
-    random_gguf.write(path, "Llama-tiny", "F16", seed=2, vocab_from=vocab)
-    return path
+    paths = [os.path.join(tmp, f"llama_tiny_{t.lower()}.gguf") for t in ("F16", "Q4_0")]
+    for path, t in zip(paths, ("F16", "Q4_0")):
+        random_gguf.write(path, "Llama-tiny", t, seed=2, vocab_from=vocab)
+    return paths
+
+
+def write_requests(tmp, name, reqs):
+    f = os.path.join(tmp, name)
+    with open(f, "w") as out:
+        out.write("".join(json.dumps(r) + "\n" for r in reqs))
+    return f, len(reqs)
 
 
 def requests(tmp):
     """Greedy requests, two with a repeat penalty (their tokens all apart)."""
     prompts = ["The river town", "Paris is a city of", "Once upon a time",
                "Who built the bridge?"]
-    reqs = [{"id": i, "prompt": p, "n_predict": 6, "temperature": 0,
-             "repeat_penalty": 1.3 if i % 2 else 1.0} for i, p in enumerate(prompts)]
-    f = os.path.join(tmp, "reqs.jsonl")
-    with open(f, "w") as out:
-        out.write("".join(json.dumps(r) + "\n" for r in reqs))
-    return f, len(reqs)
+    return write_requests(tmp, "reqs.jsonl", [
+        {"id": i, "prompt": p, "n_predict": 6, "temperature": 0,
+         "repeat_penalty": 1.3 if i % 2 else 1.0} for i, p in enumerate(prompts)])
+
+
+def pd_requests(tmp):
+    """requests()' greedy ones and 4 seeded sampled ones, 4 tokens each, every
+    prompt of at most 8 tokens: with -P 8, one step of 8 sequences of at
+    most 8 rows, a verify step (8 x 8 rows fit the 64 of its logits)."""
+    prompts = ["Tell me about seven", "A cold morning", "The market square", "Music and code"]
+    with open(requests(tmp)[0]) as f:
+        reqs = [dict(json.loads(line), n_predict=4) for line in f]
+    reqs += [{"id": 4 + i, "prompt": p, "n_predict": 4, "temperature": 1.0, "seed": 11 + i}
+             for i, p in enumerate(prompts)]
+    return write_requests(tmp, "pd.jsonl", reqs)
 
 
 def results(r):
@@ -132,16 +155,30 @@ def one_process(emu, path, f, n):
     return want if res == want else []
 
 
+def pd_args(path, f):
+    return ["batch", "-m", path, "-t", "1", "-P", "8", "--ordered", "-f", f, "--device", "cuda"]
+
+
+def pd_want(emu, path, f, n):
+    """One process's pd_requests on the emulated device (their prompts of at
+    most 8 tokens: one verify step), or []."""
+    got = run([emu] + pd_args(path, f))
+    rows, want = results(got)
+    check(got.returncode == 0 and len(want) == n and all(w[1] for w in want) and
+          all(o["tokens"]["prompt"] <= 8 for o in rows),
+          f"ignite_emu batch, the --pd requests: exit {got.returncode}, "
+          f"{[(o['id'], o['tokens']) for o in rows]}: {got.stderr[-300:]}")
+    return want if got.returncode == 0 and len(want) == n else []
+
+
 def pd(mpirun, emu, path, f, want):
-    """--pd 1:1 on the emulated device: the requests one process's, each cache
-    on the host path from rank 0 to rank 1."""
-    args = ["batch", "-m", path, "-t", "1", "-P", "4", "--ordered", "-f", f, "--device", "cuda",
-            "--pd", "1:1"]
-    got = mpi(mpirun, 2, [emu] + args)
+    """--pd 1:1 on the emulated device: the requests one process's byte for
+    byte, seeded ones too, each cache on the host path from rank 0 to rank 1."""
+    got = mpi(mpirun, 2, [emu] + pd_args(path, f) + ["--pd", "1:1"])
     rows, res = results(got)
     check(got.returncode == 0 and res == want,
-          f"ignite_emu --pd 1:1 --device cuda: exit {got.returncode}, {res} against "
-          f"{want}: {got.stderr[-400:]}")
+          f"ignite_emu --pd 1:1 --device cuda: exit {got.returncode}, {res} against one "
+          f"process's {want}: {got.stderr[-400:]}")
     ways = {(o["pd"]["path"], o["pd"]["prefill_rank"], o["pd"]["decode_rank"]) for o in rows
             if "pd" in o}
     check(len(rows) == len(want) and ways == {("host", 0, 1)},
@@ -167,9 +204,10 @@ def main():
         return 2
     emu, standin = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None
     tmp = scratch()
-    path = tiny_llama(tmp)
-    if not path:
+    paths = tiny_llamas(tmp)
+    if not paths:
         return 77
+    path, q4 = paths
     f, n = requests(tmp)
     timed("version", lambda: version(emu))
     want = []
@@ -179,7 +217,11 @@ def main():
     if not mpirun or b"built without" in probe.stderr:
         print("SKIP the mpirun cases: no mpirun, or this build has no MPI", file=sys.stderr)
     elif want:
-        timed("--pd 1:1", lambda: pd(mpirun, emu, path, f, want))
+        fp, n_pd = pd_requests(tmp)
+        pd_one = []
+        timed("one process, the --pd requests", lambda: pd_one.extend(pd_want(emu, q4, fp, n_pd)))
+        if pd_one:
+            timed("--pd 1:1", lambda: pd(mpirun, emu, q4, fp, pd_one))
         if standin:
             timed("--tp 2", lambda: tp(mpirun, emu, path, f, want, standin))
     return summary("test_cli_emu")
