@@ -15,17 +15,18 @@
  * rows of the largest layer (model_layers_max); the step's tokens,
  * positions and compacted block tables in fixed buffers.
  * A step runs all its rows at once, every weight read once. A step whose
- * sequences all have one row is a decode step (a verify step: 1 to 16 rows
- * a sequence, step_q_len): padded to its bucket, its inputs in the fixed
- * buffers, its forward (gpu_forward_decode) captured as a graph per bucket
- * and replayed, but with batch->on_layer (its layers' rows go to the hook
- * between layers, gpu_cache.c) launched as it comes; any other step is a
- * prefill step (gpu_forward_prefill, then the output head of the rows that
- * want logits; its one-row sequences' rows ordered last for the decode
- * attention: order_rows). The hook never changes the route: --pd's prefill
- * rank computes one process's bits. The logits come back, or for
- * a greedy step (batch->greedy) each row's token (decode/greedy.h): a token
- * crosses the bus, not the row.
+ * sequences all have one row is a decode step (one of 1 to 16 rows a
+ * sequence, where they fit, a verify step: step_q_len): padded to its
+ * bucket, its inputs in the fixed buffers, its forward (gpu_forward_decode)
+ * captured as a graph per bucket and q_len and replayed, or with
+ * batch->on_layer (its layers' rows go to the hook between layers,
+ * gpu_cache.c) launched as it comes; any other step is a prefill step
+ * (gpu_forward_prefill, then the output head of the rows that want logits;
+ * its one-row sequences' rows ordered last for the decode attention:
+ * order_rows). The hook never changes the route: --pd's prefill rank
+ * computes one process's bits. The logits come back, or for a greedy step
+ * (batch->greedy) each row's token (decode/greedy.h): a token crosses the
+ * bus, not the row.
  *
  * Weights go up in gpu_weights.c, the pool to and from the host in
  * gpu_cache.c. Compiled twice (backend/gpu.h): over the CUDA device layer and

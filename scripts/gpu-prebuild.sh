@@ -19,7 +19,7 @@ BUILD=${BUILD:-build-gpubin}
 MAX_MIB=${MAX_MIB:-56}
 TARGETS="ignite test_device_gpu test_backend_gpu test_gpu_ops_gpu test_flash_attn_gpu
          bench_decode_kernels bench_flash_attn test_qmm_gpu test_backend_qgpu bench_qmm
-         test_backend_moe_gpu bench_moe test_deltanet_gpu bench_deltanet"
+         test_backend_moe_gpu bench_moe test_deltanet_gpu bench_deltanet test_backend_pd_gpu"
 mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON -DIGNITE_SHARED_CORE=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90-real >"$BUILD/configure.log"

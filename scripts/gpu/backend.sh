@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # scripts/gpu/backend.sh: step backend of the GPU check: the device layer, the
 # element-wise kernels and the whole CUDA backend against the CPU backend
-# (test_device_gpu, test_gpu_ops_gpu, test_backend_gpu); on compute capability
-# 9.0 the backend once more on the ws prefill kernel (its single-sequence
-# checks: the variable-length prefill of several sequences is mma.sync's; the
-# wgmma kernel cannot read the KV pool's blocks, so the backend never runs it).
+# (test_device_gpu, test_gpu_ops_gpu, test_backend_gpu) and batch --pd's layer
+# hook (test_backend_pd_gpu: one process's bits, no graph captured); on
+# compute capability 9.0 the backend once more on the ws prefill kernel (its
+# single-sequence checks: the variable-length prefill of several sequences is
+# mma.sync's; the wgmma kernel cannot read the KV pool's blocks, so the
+# backend never runs it).
 set -uo pipefail
 status=0
 run() {
@@ -17,6 +19,7 @@ run() {
 run "$BIN/test_device_gpu"
 run "$BIN/test_gpu_ops_gpu"
 run "$BIN/test_backend_gpu"
+run "$BIN/test_backend_pd_gpu"
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 if [ "$cap" = 90 ]; then
     for v in ws128n128; do

@@ -33,8 +33,9 @@
  * stale staging. Mutants by hand (docs/gpu.md): the hook called before its
  * layer's mixer (gpu_forward.c), the engine's layer_from without the shared
  * prefix (engine.c); scripts/mutants.py's pd-copy-no-host-wait,
- * pd-copy-no-mixer-wait, pd-route-prefill and pd-route-no-hook.
- * Label emu. */
+ * pd-copy-no-mixer-wait, pd-route-prefill and pd-route-no-hook. Label emu;
+ * tests/gpu's test_backend_pd_gpu is this source on a GPU (exit 77 without
+ * one), where the hooked steps must also leave no graph captured. */
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "core/status.h"
@@ -51,6 +52,13 @@
 
 #define MAX_SEQS 3
 #define MAX_LAYERS 8
+
+/* n random token ids of m's vocabulary, from seed. */
+static void random_ids(const struct model *m, int32_t *ids, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)(test_rand_u64(&seed) % (uint64_t)m->hp.n_vocab);
+}
 
 /* What the hook saw in a step: each read sequence's part of each layer. */
 struct capture {
@@ -154,6 +162,16 @@ static void step_and_check(struct backend *g, struct backend_batch *b, const cha
     b->on_layer = NULL;
 }
 
+/* Two backends over o: *g for the steps with the hook, *g0 its twin for
+ * one process's (same_as_one_process). Whether both were made. */
+static bool create_twins(const struct model *m, const struct backend_opts *o, struct backend **g,
+                         struct backend **g0)
+{
+    CHECK(IG_DEV(gpu_backend_create)(m, o, g) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, o, g0) == IG_OK);
+    return *g && *g0;
+}
+
 /* One process's side of step b, which g ran with the hook (its wanted rows'
  * logits in b->logits): the same step on twin backend g0, without the hook,
  * takes the same route (a verify step counted alike) and gives the same
@@ -170,8 +188,8 @@ static void same_as_one_process(struct backend *g, struct backend *g0, struct ba
     CHECK(logits && backend_step(g0, b) == IG_OK);
     b->logits = (float *)hooked;
     struct gpu_backend_info info, info0;
-    gpu_get_info_emu(g, &info);
-    gpu_get_info_emu(g0, &info0);
+    IG_DEV(gpu_get_info)(g, &info);
+    IG_DEV(gpu_get_info)(g0, &info0);
     CHECKF(info.verify_steps == info0.verify_steps,
            "%s: %lld verify steps with the hook, %lld without", what,
            (long long)info.verify_steps, (long long)info0.verify_steps);
@@ -240,7 +258,7 @@ static void receive(const struct model *m, const struct backend_opts *o, struct 
         fclose(rd.f);
     CHECK(got && memcmp(got, tokens, (size_t)n * sizeof *got) == 0);
     struct backend *g2 = NULL;
-    CHECK(gpu_backend_create_emu(m, o, &g2) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, o, &g2) == IG_OK);
     int32_t table2[2] = {1, 4};
     struct backend_seq seq2 = {.table = table2, .slot = 1};
     if (g2 && st) {
@@ -270,8 +288,8 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
                              .kv_dtype_v = dt, .gpu_weights = BACKEND_GPU_NATIVE};
     /* g0: one process's, no hook (on the f16 pool: the route is the pool's type's too) */
     struct backend *g = NULL, *g0 = NULL;
-    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
-    CHECK(dt != KV_F16 || gpu_backend_create_emu(m, &o, &g0) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, &o, &g) == IG_OK);
+    CHECK(dt != KV_F16 || IG_DEV(gpu_backend_create)(m, &o, &g0) == IG_OK);
     if (!g || (dt == KV_F16 && !g0)) {
         backend_free(g);
         backend_free(g0);
@@ -279,9 +297,7 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     }
     const char *name = kv_dtype_name(dt);
     int32_t ids[128];
-    uint64_t r = 29;
-    for (int i = 0; i < 128; i++)
-        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    random_ids(m, ids, 128, 29);
     int32_t ta[2] = {5, 2}, tb[1] = {3}, tc[2] = {5, 6}, tokens[128];
     char what[64];
 
@@ -314,7 +330,7 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     step_and_check(g, &b, what, &sent);
     same_as_one_process(g, g0, &b, 3, what);
     struct gpu_backend_info info;
-    gpu_get_info_emu(g, &info);
+    IG_DEV(gpu_get_info)(g, &info);
     CHECKF(info.verify_steps == 1, "%s: %lld verify steps (expected 1: a step of at most 16 "
            "rows a sequence)", what, (long long)info.verify_steps);
 
@@ -329,6 +345,8 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     snprintf(what, sizeof what, "%s step 3", name);
     step_and_check(g, &b, what, &sent);
     same_as_one_process(g, g0, &b, 2, what);
+    IG_DEV(gpu_get_info)(g, &info); /* (a GPU's check: the emulator captures none) */
+    CHECKF(info.graphs == 0, "%s: a step with the hook left %d graphs", what, info.graphs);
 
     /* A's prompt (ids 0..69, 121) through the decode rank's reads */
     int32_t a_tokens[71];
@@ -365,13 +383,9 @@ static void device_hook_step(const struct model *m)
                              .n_slots = 2, .n_blocks = 4, .kv_dtype = KV_F16,
                              .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
     struct backend *g = NULL, *g0 = NULL;
-    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
-    CHECK(gpu_backend_create_emu(m, &o, &g0) == IG_OK);
-    if (g && g0) {
+    if (create_twins(m, &o, &g, &g0)) {
         int32_t tokens[8], ta[1] = {3}, tb[1] = {1};
-        uint64_t r = 41;
-        for (int i = 0; i < 8; i++)
-            tokens[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+        random_ids(m, tokens, 8, 41);
         struct backend_seq s[2] = {{.table = ta, .slot = 0, .row0 = 0, .n_rows = 5},
                                    {.table = tb, .slot = 1, .row0 = 5, .n_rows = 3}};
         int64_t from[2] = {0, 0}, next = 0;
@@ -386,7 +400,7 @@ static void device_hook_step(const struct model *m)
         b.on_layer = NULL;
         b.layer_device = false;
         struct gpu_backend_info info;
-        gpu_get_info_emu(g, &info);
+        IG_DEV(gpu_get_info)(g, &info);
         CHECKF(info.verify_steps == 1, "layer_device: %lld verify steps (expected 1)",
                (long long)info.verify_steps);
         if (logits)
@@ -470,15 +484,13 @@ static void engine_handoffs(const struct model *m)
                              .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
     struct backend *g = NULL;
     struct ho_ctx c = {.n_layer = m->hp.n_layer};
-    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
+    CHECK(IG_DEV(gpu_backend_create)(m, &o, &g) == IG_OK);
     struct engine_opts eo = {.max_rows = 48, .share_prefixes = true,
                              .cb = {.on_layer = ho_layer, .on_done = ho_done, .user = &c}};
     CHECK(!g || engine_create(g, NULL, &eo, &c.e) == IG_OK);
     struct engine *e = c.e;
     int32_t ids[80];
-    uint64_t r = 37;
-    for (int i = 0; i < 80; i++)
-        ids[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+    random_ids(m, ids, 80, 37);
     int32_t ids2[66];
     memcpy(ids2, ids, 64 * sizeof *ids2);
     ids2[64] = ids[70], ids2[65] = ids[71];
@@ -526,13 +538,9 @@ static void hybrid_step(const char *path)
                              .n_slots = 2, .n_blocks = 4, .kv_dtype = KV_F16,
                              .kv_dtype_v = KV_F16, .gpu_weights = BACKEND_GPU_NATIVE};
     struct backend *g = NULL, *g0 = NULL;
-    CHECK(gpu_backend_create_emu(m, &o, &g) == IG_OK);
-    CHECK(gpu_backend_create_emu(m, &o, &g0) == IG_OK);
-    if (g && g0 && dn && m->hp.n_layer <= MAX_LAYERS) {
+    if (create_twins(m, &o, &g, &g0) && dn && m->hp.n_layer <= MAX_LAYERS) {
         int32_t tokens[19], ta[1] = {2}, tb[1] = {0};
-        uint64_t r = 31;
-        for (int i = 0; i < 19; i++)
-            tokens[i] = (int32_t)(test_rand_u64(&r) % (uint64_t)m->hp.n_vocab);
+        random_ids(m, tokens, 19, 31);
         struct backend_seq s[2] = {{.table = ta, .slot = 1, .row0 = 0, .n_rows = 12},
                                    {.table = tb, .slot = 0, .row0 = 12, .n_rows = 7}};
         int64_t from[2] = {0, 0};
@@ -558,6 +566,12 @@ static void hybrid_step(const char *path)
 
 int main(int argc, char **argv)
 {
+#if !defined(IG_EMU_BACKEND) /* tests/gpu's test_backend_pd_gpu */
+    if (IG_DEV(gpu_device_count)() == 0) {
+        fprintf(stderr, "test_backend_pd_gpu: skipped (no CUDA device)\n");
+        return 77;
+    }
+#endif
     struct model *m = NULL;
     CHECK(model_synthetic_spec("synthetic:Llama-tiny:Q8_0", &m) == IG_OK);
     if (m) {
@@ -569,5 +583,5 @@ int main(int argc, char **argv)
     model_free(m);
     if (argc > 1)
         hybrid_step(argv[1]);
-    return test_summary("test_backend_pd_emu");
+    return test_summary("test_backend_pd");
 }
