@@ -148,7 +148,9 @@ struct backend_batch {
      * layer_from asks for (backend/gpu_cache.c), seqs [n_seqs] saying where
      * each sequence is in it, layer l's once its copy is done (while the
      * device runs layer l+1; the last before the step returns). Layers come
-     * in order. NULL: none. */
+     * in order. The hook changes no result: the step's logits and cache are
+     * those of the same step without it, bit for bit (the CUDA backend takes
+     * the same route, a decode or verify step ungraphed). NULL: none. */
     void (*on_layer)(void *user, int64_t layer, const struct kv_store *kv,
                      const struct backend_layer_seq *seqs);
     void *layer_user;
