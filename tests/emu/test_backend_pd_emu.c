@@ -286,7 +286,7 @@ static void llama_steps(const struct model *m, enum kv_dtype dt)
     struct backend_opts o = {.device = {.kind = BACKEND_CUDA}, .n_ctx = 256, .max_rows = 128,
                              .n_slots = MAX_SEQS, .n_blocks = 8, .kv_dtype = dt,
                              .kv_dtype_v = dt, .gpu_weights = BACKEND_GPU_NATIVE};
-    /* g0: one process's, no hook (on the f16 pool: the route is the pool's type's too) */
+    /* g0: one process's, no hook (on the f16 pool only: the route is not the pool's) */
     struct backend *g = NULL, *g0 = NULL;
     CHECK(IG_DEV(gpu_backend_create)(m, &o, &g) == IG_OK);
     CHECK(dt != KV_F16 || IG_DEV(gpu_backend_create)(m, &o, &g0) == IG_OK);
