@@ -12,8 +12,9 @@ byte on the same seed's Q4_0 file, a greedy one and 3 seeded sampled ones,
 each prompt of at most 16 tokens, all 4 in one step (a verify step of 8 rows
 a sequence through the int8 GEMVs in one process, and on the prefill rank:
 issue 49; with the prefill path there, each seeded text differs), each
-cache on the host path (pd.path "host") from prefill rank 0 to decode rank 1;
-and `--tp 2` over 2 emulated devices (IGNITE_EMU_DEVICES=2, the all-reduce
+cache on the host path (pd.path "host") from prefill rank 0 to decode rank 1,
+and again on the NCCL path (IGNITE_PD_XFER=nccl through the stand-in); and
+`--tp 2` over 2 emulated devices (IGNITE_EMU_DEVICES=2, the all-reduce
 through the NCCL stand-in, IGNITE_TP_REDUCE=nccl) the CPU's greedy requests.
 No sampled request against the CPU: the device's logits are not the CPU's
 bits, and a seeded sample follows a few ulps where greedy does not.
@@ -172,18 +173,19 @@ def pd_want(emu, path, f, n):
     return want if got.returncode == 0 and len(want) == n else []
 
 
-def pd(mpirun, emu, path, f, want):
+def pd(mpirun, emu, path, f, want, way, **env):
     """--pd 1:1 on the emulated device: the requests one process's byte for
-    byte, seeded ones too, each cache on the host path from rank 0 to rank 1."""
-    got = mpi(mpirun, 2, [emu] + pd_args(path, f) + ["--pd", "1:1"])
+    byte, seeded ones too, each cache on path `way` ("host", or "nccl" with
+    env naming the stand-in) from rank 0 to rank 1."""
+    got = mpi(mpirun, 2, [emu] + pd_args(path, f) + ["--pd", "1:1"], **env)
     rows, res = results(got)
     check(got.returncode == 0 and res == want,
-          f"ignite_emu --pd 1:1 --device cuda: exit {got.returncode}, {res} against one "
-          f"process's {want}: {got.stderr[-400:]}")
+          f"ignite_emu --pd 1:1 --device cuda ({way}): exit {got.returncode}, {res} against "
+          f"one process's {want}: {got.stderr[-400:]}")
     ways = {(o["pd"]["path"], o["pd"]["prefill_rank"], o["pd"]["decode_rank"]) for o in rows
             if "pd" in o}
-    check(len(rows) == len(want) and ways == {("host", 0, 1)},
-          f"ignite_emu --pd 1:1: the caches' ways {ways}")
+    check(len(rows) == len(want) and ways == {(way, 0, 1)},
+          f"ignite_emu --pd 1:1 ({way}): the caches' ways {ways}")
 
 
 def tp(mpirun, emu, path, f, want, standin):
@@ -222,7 +224,10 @@ def main():
         pd_one = []
         timed("one process, the --pd requests", lambda: pd_one.extend(pd_want(emu, q4, fp, n_pd)))
         if pd_one:
-            timed("--pd 1:1", lambda: pd(mpirun, emu, q4, fp, pd_one))
+            timed("--pd 1:1", lambda: pd(mpirun, emu, q4, fp, pd_one, "host"))
+        if pd_one and standin:
+            timed("--pd 1:1, NCCL", lambda: pd(mpirun, emu, q4, fp, pd_one, "nccl",
+                                               IGNITE_NCCL_LIB=standin, IGNITE_PD_XFER="nccl"))
         if want and standin:
             timed("--tp 2", lambda: tp(mpirun, emu, path, f, want, standin))
     return summary("test_cli_emu")
