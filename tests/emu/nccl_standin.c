@@ -3,7 +3,7 @@
  * (backend/gpu_reduce_nccl.c: dlopen, the unique id over MPI,
  * ncclCommInitRank, ncclAllReduce) on the emulated CUDA ranks, where no GPU
  * and no NCCL exist. Its sends and receives in groups are there for PD's
- * cache between CUDA ranks (not done yet: docs/gpu.md), checked alone by
+ * cache between CUDA ranks (backend/gpu_kv_p2p.c), checked alone by
  * nccl_standin_check.c.
  *
  * What it implements is NCCL's documented contract (the user guide,
@@ -17,10 +17,14 @@
  *     corresponding ncclRecv must use the same count and datatype";
  *     several in flight at once only inside ncclGroupStart/End;
  *   - stream order: a call acts after the work queued before it on the
- *     stream. The emulated device's stream is synchronous (device/
- *     device_emu.cc: a launch has run when it returns), so doing the
- *     transfer inside the call is doing it in stream order. Under a group
- *     the operations run at ncclGroupEnd, as NCCL launches them there.
+ *     stream. ignite makes each call where the emulated stream runs it
+ *     (device/device_emu.cc): the all-reduce on the main stream, which is
+ *     synchronous (a launch has run when it returns); PD's groups of sends
+ *     and receives from the transfer stream's queued call (dev_stream_call:
+ *     run when that stream is waited on, or where the host would idle or
+ *     block, dev_streams_run). So doing the transfer inside the call is
+ *     doing it in stream order. Under a group the operations run at
+ *     ncclGroupEnd, as NCCL launches them there.
  *   - an emulated device pointer is host memory (device_emu.cc allocates
  *     with posix_memalign), so the buffers are read and written in place.
  *

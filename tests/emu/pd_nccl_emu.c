@@ -248,8 +248,14 @@ static void receive_host(struct backend *g, const struct backend_seq *seq, const
 }
 
 /* The NCCL path's decode side: each layer header from rank 0, then that
- * layer's receives straight into the blocks of `table`, until the end header;
- * every paged layer's part once a chunk (two chunks). */
+ * layer's receives straight into the blocks of `table`, queued on the
+ * transfer stream, until the end header; every paged layer's part once a
+ * chunk (two chunks). A chunk's receives run (backend_p2p_progress) before
+ * this rank blocks on the next chunk's headers, which rank 0's next step
+ * sends only once its fence has seen the chunk's sends go (a GPU's transfer
+ * stream runs on its own; the emulated one where the host would block). The
+ * last chunk's stay queued: the caller's wait (an admission's) runs them,
+ * so a reader that does not wait reads the blocks unreceived. */
 static void receive_layers(struct backend *g, const int32_t *table, const char *name)
 {
     int64_t n_parts = 0;
@@ -262,6 +268,8 @@ static void receive_layers(struct backend *g, const int32_t *table, const char *
         int st = backend_kv_recv_layer(g, p2p, 0, table, h.layer, h.p0, h.p1);
         CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
                (long long)h.layer, (long long)h.p0, (long long)h.p1);
+        if (h.layer == model->hp.n_layer - 1 && h.p1 < N_PROMPT)
+            CHECK(backend_p2p_progress(g) == IG_OK);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
 }
@@ -287,6 +295,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     receive_layers(g, tables[0], name);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
     receive_host(g, &seqs[1], ids);
+    CHECK(backend_p2p_wait(g) == IG_OK); /* (before the first read of the blocks) */
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
     CHECKF(!own || memcmp(logits, logits + 2 * nv, (size_t)nv * sizeof *logits) == 0,
            "%s: the prefill rank's logits are not one process's", name);
@@ -332,7 +341,8 @@ static void eng_layer(void *user, struct gen_request *r, int64_t layer,
                       const struct gen_layer_rows *rows)
 {
     struct eng_sender *c = user;
-    (void)r;
+    if (r->user) /* (the prompt after, which stays) */
+        return;
     CHECK(rows->kv == NULL && rows->table != NULL);
     struct layer_hdr h = {layer, c->sent, rows->n_pos};
     ig_coll_send(&h, sizeof h, 1, TAG_HDR);
@@ -346,15 +356,25 @@ static void eng_done(void *user, struct gen_request *r)
 {
     struct eng_sender *c = user;
     struct gen_handoff ho;
+    if (r->user)
+        return;
     CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
     CHECK(engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT && ho.logits);
     if (ho.logits)
         memcpy(c->logits, ho.logits, (size_t)model->hp.n_vocab * sizeof *c->logits);
 }
 
+/* Then, in a pool of 3 blocks, a prompt of 130 other tokens (3 blocks): its
+ * steps write into the 2 blocks the handed-off prompt freed, whose last
+ * sends are still queued (the emulator runs them late), so the fence at a
+ * step's start (gpu_kv_p2p_fence) is what keeps rank 1's cache right. Its
+ * end header and logits go before it without waiting. */
+#define N_REUSE 130
+
 static void engine_prefill_rank(const int32_t *ids)
 {
     struct backend_opts o = opts_of(KV_F16);
+    o.n_blocks = 3;
     struct backend *g = NULL;
     CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     struct eng_sender c = {.g = g, .logits = calloc((size_t)model->hp.n_vocab, sizeof(float))};
@@ -369,8 +389,23 @@ static void engine_prefill_rank(const int32_t *ids)
     for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
         CHECK(engine_step(c.e) == IG_OK);
     struct layer_hdr end = {-1, 0, 0};
-    ig_coll_send(&end, sizeof end, 1, TAG_HDR);
-    ig_coll_send(c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, 1, TAG_LOGITS);
+    struct ig_coll_send_req *sent[2] = {
+        ig_coll_isend(&end, sizeof end, 1, TAG_HDR),
+        ig_coll_isend(c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, 1, TAG_LOGITS)};
+    int32_t other[N_REUSE];
+    uint64_t seed = 43;
+    for (int i = 0; i < N_REUSE; i++)
+        other[i] = (int32_t)(test_rand_u64(&seed) % (uint64_t)model->hp.n_vocab);
+    struct gen_request r2 = {.tokens = other, .n_tokens = N_REUSE, .user = (void *)1,
+                             .params = r.params};
+    r2.params.handoff = false;
+    CHECK(c.e && engine_submit(c.e, &r2) == IG_OK);
+    for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
+        CHECK(engine_step(c.e) == IG_OK);
+    CHECK(r2.result.status == IG_OK && r2.result.n_prompt == N_REUSE);
+    for (int k = 0; k < 2; k++)
+        while (!ig_coll_sent(sent[k]))
+            ;
     engine_free(c.e);
     free(c.logits);
     backend_free(g);
@@ -415,6 +450,7 @@ static void engine_decode_rank(const int32_t *ids)
         receive_layers(g, blocks.table, "engine");
     float *logits = malloc((size_t)nv * sizeof *logits);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
+    CHECK(backend_p2p_wait(g) == IG_OK); /* (cli/pd_decode.c's before admission) */
     struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits,
                                .blocks = &blocks};
     struct gen_params gp = {.n_predict = N_DECODE + 1, .keep = true,
