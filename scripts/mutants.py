@@ -386,8 +386,8 @@ MUTANTS = [
      "waits)", "missed"),
     ("emu-copy-stream-early", "device/device_emu.cc",
      "    op.unordered = main_work(d) > L->seen;\n    return push_late(L, op);",
-     "    return copy(dst, src, bytes);", ["test_device_emu"], ["test_device_emu"],
-     "the emulated copy stream runs its downloads at once (a missing wait would not show)",
+     "    (void)L, (void)op;\n    return copy(dst, src, bytes);", ["test_device_emu"],
+     ["test_device_emu"], "the emulated copy stream runs its downloads at once (a missing wait would not show)",
      "caught"),
     # batch --pd's NCCL transfers on the transfer stream (backend/gpu_kv_p2p.c):
     # tests/emu/pd_nccl_emu.c through the stand-in, the emulator running that
@@ -395,7 +395,8 @@ MUTANTS = [
     ("emu-p2p-call-early", "device/device_emu.cc",
      "    int st = push_late(L, op);\n    if (st != IG_OK)\n        (void)fn(user, NULL, "
      "DEV_CALL_DROP);\n    return st;",
-     "    return fn(user, NULL, DEV_CALL_RUN);", ["test_device_emu"], ["test_device_emu"],
+     "    (void)op;\n    return fn(user, NULL, DEV_CALL_RUN);", ["test_device_emu"],
+     ["test_device_emu"],
      "the emulated transfer stream runs a call at once (a missing wait would not show)",
      "caught"),
     ("p2p-send-no-main-wait", "backend/gpu_kv_p2p.c",

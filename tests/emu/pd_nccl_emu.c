@@ -32,7 +32,17 @@
  * (engine_history_reserve), rank 1 receives into them and the engine
  * admits a request with that history (gen_history.blocks, adopted at
  * admission: no copy), then one process's request of the prompt, both greedy and
- * kept: the same 4 tokens, the same logits after the last bit for bit.
+ * kept: the same 4 tokens, the same logits after the last bit for bit;
+ * rank 0's engine meanwhile runs a prompt of other tokens into the blocks
+ * the handed-off one freed.
+ * The transfers run on the emulated transfer stream, late (device_emu.cc:
+ * where that stream is waited on, or backend_p2p_progress): rank 0's next
+ * step waits for its sends (gpu_kv_p2p_fence), rank 1 runs a chunk's
+ * receives before it blocks on the next chunk's headers and the last
+ * chunk's at its wait before the first read (backend_p2p_wait, an
+ * admission's), so a missing wait reads unreceived blocks, and a send
+ * not after the main stream's work sends 0xff (scripts/mutants.py's
+ * p2p-send-no-main-wait, p2p-no-step-fence, p2p-admit-no-wait).
  * Mutants (tests/emu/mutate.cmake, built with
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
  * the layer before's K, a receive posted for another count, a layer's
@@ -111,12 +121,28 @@ static void send_nccl(void *user, int64_t layer, const struct kv_store *kv,
     s->failed |= st != IG_OK;
 }
 
-/* A message of unknown size: its size, then its bytes. */
-static void send_blob(const void *buf, size_t bytes)
+/* Rank 0's messages after a prompt go without waiting (ig_coll_isend) and
+ * are waited for after its backend is freed, which runs the sends still
+ * queued on its transfer stream: a GPU runs them on its own while the host
+ * blocks, the emulator only where the host says so, and rank 1 may be
+ * running the matching receives only after these messages. */
+struct posted {
+    struct ig_coll_send_req *req[4];
+    int n;
+};
+
+static void post(struct posted *q, const void *buf, size_t bytes, int tag)
 {
-    int64_t n = (int64_t)bytes;
-    ig_coll_send(&n, sizeof n, 1, TAG_PART);
-    ig_coll_send(buf, bytes, 1, TAG_PART);
+    IG_ASSERT(q->n < 4);
+    q->req[q->n++] = ig_coll_isend(buf, bytes, 1, tag);
+}
+
+static void posted_wait(struct posted *q)
+{
+    for (int k = 0; k < q->n; k++)
+        while (!ig_coll_sent(q->req[k]))
+            ;
+    q->n = 0;
 }
 
 static char *recv_blob(size_t *bytes)
@@ -164,8 +190,9 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
     if (g)
         prefill(g, ids, table, 0, send_nccl, &s, true, logits);
     struct layer_hdr end = {-1, 0, 0};
-    ig_coll_send(&end, sizeof end, 1, TAG_HDR);
-    ig_coll_send(logits, (size_t)model->hp.n_vocab * sizeof *logits, 1, TAG_LOGITS);
+    struct posted q = {0};
+    post(&q, &end, sizeof end, TAG_HDR);
+    post(&q, logits, (size_t)model->hp.n_vocab * sizeof *logits, TAG_LOGITS);
     /* the host path: the cache exported, as a saved cache's parts */
     const struct kv_store *kv = NULL;
     const int32_t *ktable = NULL;
@@ -186,10 +213,13 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
                                     model->hp.n_vocab) == IG_OK);
     if (f)
         fclose(f);
-    send_blob(buf, bytes);
+    int64_t n_bytes = (int64_t)bytes; /* (a message of unknown size: its size first) */
+    post(&q, &n_bytes, sizeof n_bytes, TAG_PART);
+    post(&q, buf, bytes, TAG_PART);
+    backend_free(g);
+    posted_wait(&q);
     free(buf);
     free(logits);
-    backend_free(g);
 }
 
 /* ---- rank 1: the decode rank ------------------------------------------------- */
@@ -389,9 +419,9 @@ static void engine_prefill_rank(const int32_t *ids)
     for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
         CHECK(engine_step(c.e) == IG_OK);
     struct layer_hdr end = {-1, 0, 0};
-    struct ig_coll_send_req *sent[2] = {
-        ig_coll_isend(&end, sizeof end, 1, TAG_HDR),
-        ig_coll_isend(c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, 1, TAG_LOGITS)};
+    struct posted q = {0};
+    post(&q, &end, sizeof end, TAG_HDR);
+    post(&q, c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, TAG_LOGITS);
     int32_t other[N_REUSE];
     uint64_t seed = 43;
     for (int i = 0; i < N_REUSE; i++)
@@ -403,12 +433,10 @@ static void engine_prefill_rank(const int32_t *ids)
     for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
         CHECK(engine_step(c.e) == IG_OK);
     CHECK(r2.result.status == IG_OK && r2.result.n_prompt == N_REUSE);
-    for (int k = 0; k < 2; k++)
-        while (!ig_coll_sent(sent[k]))
-            ;
     engine_free(c.e);
-    free(c.logits);
     backend_free(g);
+    posted_wait(&q);
+    free(c.logits);
 }
 
 /* Rank 1's engine: its pool's blocks reserved, the receives into them as
