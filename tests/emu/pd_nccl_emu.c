@@ -385,11 +385,13 @@ static void eng_layer(void *user, struct gen_request *r, int64_t layer,
 static void eng_done(void *user, struct gen_request *r)
 {
     struct eng_sender *c = user;
-    struct gen_handoff ho;
+    struct gen_handoff ho = {0}; /* (left as it is where the handoff fails) */
     if (r->user)
         return;
-    CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
-    CHECK(engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT && ho.logits);
+    bool ended = r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT;
+    CHECK(ended);
+    CHECK(ended && engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT &&
+          ho.logits);
     if (ho.logits)
         memcpy(c->logits, ho.logits, (size_t)model->hp.n_vocab * sizeof *c->logits);
 }
