@@ -135,12 +135,12 @@ static int run_group(void *user, void *stream, enum dev_call how)
  * waits for the stream only where it would touch the blocks: a prefill
  * rank's next step (gpu_kv_p2p_fence), a decode rank's admission or release
  * of the received blocks (gpu_kv_p2p_wait). The host never waits: NCCL's
- * calls return once queued on the stream (NCCL user guide, "Group Calls":
+ * calls return once queued on the stream (NCCL user guide, api/group.html:
  * ncclGroupEnd returns when the operations are enqueued on their streams). */
 static int queue_group(struct gpu_backend *g, struct p2p_group *grp)
 {
-    int st = IG_OK;
-    if (!g->p2p_main && (st = IG_DEV(dev_event_create)(g->dev, &g->p2p_main)) == IG_OK)
+    int st = g->p2p_main ? IG_OK : IG_DEV(dev_event_create)(g->dev, &g->p2p_main);
+    if (st == IG_OK && !g->p2p_done)
         st = IG_DEV(dev_event_create)(g->dev, &g->p2p_done);
     if (st == IG_OK)
         st = IG_DEV(dev_event_record)(g->dev, DEV_STREAM_MAIN, g->p2p_main);
