@@ -5,8 +5,8 @@
  * (pinned upload + memset + GEMM) replayed with fresh inputs matching direct
  * launches bit for bit, the event timer, and the transfer stream (its own,
  * a dev_stream_call run at once on it). Exits 77 (skipped) without a CUDA
- * device. Label gpu. Not run on a GPU since the transfer stream's checks
- * (p2pstream: no GPU then). */
+ * device. Label gpu. (The transfer stream's checks, p2pstream, have not
+ * run on a GPU yet.) */
 #include "tests/emu/device_checks.h"
 
 /* Capture upload_async(x from pinned memory) + memset(y) + GEMM(beta 1), so
