@@ -213,30 +213,32 @@ static int64_t main_work(const struct dev *d)
 
 /* Runs lane L's work up to the record of `ticket` (all of it: UINT64_MAX).
  * Returns the first failed call's status (CUDA reports a stream's failure at
- * the next wait on it). A call runs off the queue first: it may block on
- * another process, never on this device. */
+ * the next wait on it). A call may block on another process, never on this
+ * device (it queues nothing here). */
 static int run_late(struct lane *L, uint64_t ticket)
 {
     int st = IG_OK;
-    while (L->n) {
-        struct late_op op = L->ops[0];
-        memmove(L->ops, L->ops + 1, (L->n - 1) * sizeof *L->ops);
-        L->n--;
-        if (op.kind == LATE_COPY && op.bytes && op.unordered)
-            memset(op.dst, 0xff, op.bytes);
-        else if (op.kind == LATE_COPY && op.bytes)
-            memcpy(op.dst, op.src, op.bytes);
-        if (op.kind == LATE_CALL) {
-            int rc = op.fn(op.user, NULL, op.unordered ? DEV_CALL_STALE : DEV_CALL_RUN);
+    size_t k = 0;
+    while (k < L->n) {
+        const struct late_op *op = &L->ops[k++];
+        if (op->kind == LATE_COPY && op->bytes && op->unordered)
+            memset(op->dst, 0xff, op->bytes);
+        else if (op->kind == LATE_COPY && op->bytes)
+            memcpy(op->dst, op->src, op->bytes);
+        if (op->kind == LATE_CALL) {
+            int rc = op->fn(op->user, NULL, op->unordered ? DEV_CALL_STALE : DEV_CALL_RUN);
             st = st != IG_OK ? st : rc;
         }
-        if (op.kind != LATE_RECORD)
+        if (op->kind != LATE_RECORD)
             continue;
-        if (op.ev && op.ev->ticket == op.ticket)
-            op.ev->pending = false;
-        if (op.ticket >= ticket)
+        if (op->ev && op->ev->ticket == op->ticket)
+            op->ev->pending = false;
+        if (op->ticket >= ticket)
             break;
     }
+    if (k) /* (an empty lane's ops may be NULL) */
+        memmove(L->ops, L->ops + k, (L->n - k) * sizeof *L->ops);
+    L->n -= k;
     return st;
 }
 
