@@ -301,6 +301,18 @@ int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer, const 
     return b->ops->kv_recv_layer(b, p, peer, table, l, p0, p1);
 }
 
+int backend_p2p_wait(struct backend *b)
+{
+    IG_ASSERT(b->ops->p2p_wait);
+    return b->ops->p2p_wait(b);
+}
+
+int backend_p2p_progress(struct backend *b)
+{
+    IG_ASSERT(b->ops->p2p_progress);
+    return b->ops->p2p_progress(b);
+}
+
 size_t backend_weight_bytes(const struct backend *b)
 {
     return b->weight_bytes;

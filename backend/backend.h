@@ -195,6 +195,8 @@ struct backend_ops {
                          int64_t l, int64_t p0, int64_t p1);
     int (*kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
                          int64_t l, int64_t p0, int64_t p1);
+    int (*p2p_wait)(struct backend *b);
+    int (*p2p_progress)(struct backend *b);
 };
 
 /* A recurrent layer runs a prompt's rows in chunks that end at multiples of
@@ -327,7 +329,13 @@ size_t backend_device_bytes(const struct backend *b);
  * backend_batch.layer_device (the sequence's device block table); the
  * decode side's layer receive straight into the pool's blocks of `table`
  * (reserved for the sequence: engine_history_reserve, adopted at admission
- * by gen_history.blocks). Both ranks' pools of the same types. */
+ * by gen_history.blocks). Both ranks' pools of the same types. Sends and
+ * receives return once queued on the device's transfer stream: the decode
+ * side calls backend_p2p_wait before the engine adopts received blocks or
+ * releases blocks with receives pending (the main stream's later work
+ * waits for every transfer queued so far; the host does not), and every
+ * rank backend_p2p_progress where it would idle or block on another rank
+ * (the emulator runs the transfers there; a GPU on its own). */
 bool backend_p2p_fits(const struct backend *b, char *why, size_t cap);
 int backend_p2p_open(struct backend *b, struct gpu_p2p **out);
 void backend_p2p_free(struct gpu_p2p *p);
@@ -335,6 +343,8 @@ int backend_kv_send_layer(struct backend *b, struct gpu_p2p *p, int peer, const 
                           int64_t l, int64_t p0, int64_t p1);
 int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
                           int64_t l, int64_t p0, int64_t p1);
+int backend_p2p_wait(struct backend *b);
+int backend_p2p_progress(struct backend *b);
 /* Of the device memory, the weights' (b->weight_bytes). */
 size_t backend_weight_bytes(const struct backend *b);
 

@@ -468,6 +468,7 @@ static void gpu_destroy(struct backend *b)
                 IG_DEV(dev_graph_free)(g->verify_graphs[i][k]);
         }
         IG_DEV(gpu_layer_out_free)(g);
+        IG_DEV(gpu_kv_p2p_close)(g);
         for (size_t i = 0; i < g->n_allocs; i++)
             IG_DEV(dev_free)(g->dev, g->allocs[i]);
         IG_DEV(dev_free_host)(g->dev, g->h_stage);
@@ -798,6 +799,8 @@ static int gpu_step(struct backend *b, const struct backend_batch *batch)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     int st = check_batch(g, batch);
+    if (st == IG_OK)
+        st = IG_DEV(gpu_kv_p2p_fence)(g);
     if (st != IG_OK)
         return st;
     return g->tp ? IG_DEV(gpu_tp_step)(g, batch, run_step) : run_step(g, batch);
@@ -843,4 +846,6 @@ static const struct backend_ops gpu_ops = {
     .p2p_open = gpu_p2p_open,
     .kv_send_layer = IG_DEV(gpu_kv_send_layer),
     .kv_recv_layer = IG_DEV(gpu_kv_recv_layer),
+    .p2p_wait = IG_DEV(gpu_kv_p2p_wait),
+    .p2p_progress = IG_DEV(gpu_kv_p2p_progress),
 };

@@ -69,13 +69,25 @@ bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap);
 /* The prefill side, in an on_layer hook of a step with layer_device: layer
  * l's whole blocks holding rows [p0, p1) of the sequence with block table
  * `table`, K then V a block each, to rank peer in one NCCL group on the
- * step's stream. IG_OK, or IG_E_DEVICE after one line. */
+ * device's transfer stream, after the step's work so far (the layer's
+ * mixer); the next step's writes wait for it. Returns once queued: IG_OK,
+ * or IG_E_DEVICE (IG_E_NOMEM) after one line. */
 int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
 /* The decode side: layer l's part received straight into the pool's
  * blocks of `table` (the counts gpu_kv_send_layer sends for the same l,
- * p0, p1), on the main stream: steps after it see the rows. */
+ * p0, p1), on the transfer stream, after the main stream's work so far:
+ * steps see the rows only after gpu_kv_p2p_wait. Returns once queued. */
 int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
+/* The main stream's later work (steps, the blocks' next owner) after every
+ * transfer queued so far: before the engine adopts received blocks, or
+ * releases blocks whose receives may still be pending. The host does not
+ * wait. IG_OK or IG_E_DEVICE after one line. */
+int IG_DEV(gpu_kv_p2p_wait)(struct backend *b);
+/* Lets queued transfers run where the host would idle or block on another
+ * rank: nothing on a GPU (its streams progress on their own), the emulator
+ * runs them (dev_streams_run). A transfer's failure, after one line. */
+int IG_DEV(gpu_kv_p2p_progress)(struct backend *b);
 
 #endif

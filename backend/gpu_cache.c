@@ -180,9 +180,13 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
     struct gpu_backend *g = (struct gpu_backend *)b;
     const struct kv_memory *mem = b->kv_mem;
     IG_ASSERT(n <= g->n_ctx && kv_memory_same_layers(src->memory, mem));
+    int st = IG_DEV(gpu_kv_p2p_fence)(g); /* (blocks an NCCL send may still read) */
+    if (st != IG_OK)
+        return st;
     int64_t nb = kv_blocks_for(n);
     int32_t *ids = malloc((size_t)nb * sizeof *ids);
-    int st = ids ? IG_OK : ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
+    if (!ids)
+        st = ig_error(IG_E_NOMEM, "out of memory copying the KV cache");
     if (ids)
         kv_identity_table(ids, nb);
     for (int64_t l = 0; l < mem->n_layer && st == IG_OK; l++) {

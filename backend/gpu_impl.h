@@ -209,6 +209,12 @@ struct gpu_backend {
     void *layer_stage[2];
     size_t layer_stage_bytes;
     struct dev_event *layer_mixed[2], *layer_copied[2];
+    /* batch --pd's NCCL transfers on the transfer stream (gpu_kv_p2p.c):
+     * p2p_main marks the main stream's work the next group waits for,
+     * p2p_done the last group queued (both NULL until the first);
+     * p2p_sent: sends queued since the main stream last waited for them */
+    struct dev_event *p2p_main, *p2p_done;
+    bool p2p_sent;
     struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
     /* Qwen3.5's hybrid layers (gpu_deltanet.c; NULL without): the step's
      * sequences [max_seqs] (staged in pinned h_dn_seqs), the DeltaNet
@@ -330,6 +336,11 @@ int IG_DEV(gpu_kv_import)(struct backend *b, const struct backend_seq *seq,
  * after one line. gpu_layer_out_free: the staging and events (the
  * backend's destroy). */
 int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batch *batch);
+/* gpu_kv_p2p.c: the main stream waits for the sends queued since it last
+ * did, before a step or an import writes the pool (the rule's why there);
+ * gpu_kv_p2p_close: the transfers done (the host waits), their events gone. */
+int IG_DEV(gpu_kv_p2p_fence)(struct gpu_backend *g);
+void IG_DEV(gpu_kv_p2p_close)(struct gpu_backend *g);
 int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l);
 int IG_DEV(gpu_layer_out_end)(struct gpu_backend *g, int st);
 void IG_DEV(gpu_layer_out_free)(struct gpu_backend *g);

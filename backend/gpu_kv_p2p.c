@@ -1,10 +1,13 @@
 /* backend/gpu_kv_p2p.c: batch --pd's cache between CUDA ranks by NCCL
  * (backend/gpu_p2p.h), with no host trip: a prefill rank sends a layer's
  * blocks of a sequence straight from its pool (gpu_kv_send_layer, after
- * the layer's mixer, on the step's stream), a decode rank receives them
- * straight into the blocks of its own pool it reserved for the sequence
- * (gpu_kv_recv_layer, by the reserved blocks' table: no staging store, no
- * copy; the engine adopts those blocks at admission, gen_history.blocks).
+ * the layer's mixer), a decode rank receives them straight into the blocks
+ * of its own pool it reserved for the sequence (gpu_kv_recv_layer, by the
+ * reserved blocks' table: no staging store, no copy; the engine adopts
+ * those blocks at admission, gen_history.blocks, after gpu_kv_p2p_wait).
+ * Both on the device's transfer stream (DEV_STREAM_P2P, "the stream" below),
+ * so that neither rank's main stream waits on the other rank: see queue_group
+ * for the order of the two streams.
  * A block moves as the pool holds
  * it (f16, or a quantized pool's regions), one ncclSend for K and one for
  * V a block, every send of a layer in one group: the receiver posts the
@@ -22,6 +25,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Bytes of one block of layer l's K (v false) or V in the pool. */
 static size_t block_bytes(const struct gpu_backend *g, int64_t l, bool v)
@@ -61,33 +65,101 @@ static void block_range(int64_t p0, int64_t p1, int64_t *b0, int64_t *b1)
     *b1 = kv_blocks_for(p1);
 }
 
-int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
-                              const int32_t *table, int64_t l, int64_t p0, int64_t p1)
+/* ---- the transfer stream ------------------------------------------------------------- */
+
+/* One NCCL group of sends (or receives) of whole buffers to (from) one peer,
+ * queued on the stream (dev_stream_call) and freed by it. */
+struct p2p_group {
+    struct gpu_p2p *p;
+    int peer;
+    bool send;
+    int64_t n, cap;
+    size_t most;          /* the largest op's bytes */
+    struct p2p_op {
+        void *buf;
+        size_t bytes;
+    } op[];
+};
+
+static struct p2p_group *group_new(struct gpu_p2p *p, int peer, bool send, int64_t cap)
 {
-    struct gpu_backend *g = (struct gpu_backend *)b;
-    if (!paged(g, l) || p1 <= p0)
-        return IG_OK;
-    int64_t b0, b1;
-    block_range(p0, p1, &b0, &b1);
-    const size_t kb = block_bytes(g, l, false), vb = block_bytes(g, l, true);
-    const unsigned char *k = (const void *)g->layers[l].k_cache;
-    const unsigned char *v = (const void *)g->layers[l].v_cache;
-    void *stream = IG_DEV(dev_stream)(g->dev);
-    int st = gpu_p2p_group_start(p);
-    if (st != IG_OK)
-        return st;
-    for (int64_t i = b0; i < b1 && st == IG_OK; i++) {
-        IG_ASSERT(table[i] >= 0 && table[i] < g->n_blocks);
-        st = gpu_p2p_send(p, k + (size_t)table[i] * kb, kb, peer, stream);
-        if (st == IG_OK)
-            st = gpu_p2p_send(p, v + (size_t)table[i] * vb, vb, peer, stream);
-    }
-    int end = gpu_p2p_group_end(p); /* (a group started is ended, failed or not) */
-    return st != IG_OK ? st : end;
+    struct p2p_group *grp = malloc(sizeof *grp + (size_t)cap * sizeof grp->op[0]);
+    if (grp)
+        *grp = (struct p2p_group){.p = p, .peer = peer, .send = send, .cap = cap};
+    else
+        (void)ig_error(IG_E_NOMEM, "out of memory for %lld NCCL transfers", (long long)cap);
+    return grp;
 }
 
-int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
-                              const int32_t *table, int64_t l, int64_t p0, int64_t p1)
+static void group_add(struct p2p_group *grp, const void *buf, size_t bytes)
+{
+    IG_ASSERT(grp->n < grp->cap);
+    grp->op[grp->n++] = (struct p2p_op){(void *)buf, bytes};
+    grp->most = bytes > grp->most ? bytes : grp->most;
+}
+
+/* The group's NCCL calls on `stream` (dev_stream_fn). Stale (the emulator's
+ * word: the stream had not waited for the main stream's latest work), a
+ * send's bytes could be read before they are written: 0xff goes instead. */
+static int run_group(void *user, void *stream, enum dev_call how)
+{
+    struct p2p_group *grp = user;
+    unsigned char *poison = NULL;
+    int st = IG_OK;
+    if (how == DEV_CALL_STALE && grp->send && (poison = malloc(grp->most ? grp->most : 1)))
+        memset(poison, 0xff, grp->most);
+    if (how == DEV_CALL_STALE && grp->send && !poison)
+        st = ig_error(IG_E_NOMEM, "out of memory for a stale NCCL send's bytes");
+    if (how != DEV_CALL_DROP && st == IG_OK && (st = gpu_p2p_group_start(grp->p)) == IG_OK) {
+        for (int64_t i = 0; i < grp->n && st == IG_OK; i++) {
+            const struct p2p_op *o = &grp->op[i];
+            st = grp->send ? gpu_p2p_send(grp->p, poison ? poison : o->buf, o->bytes, grp->peer,
+                                          stream)
+                           : gpu_p2p_recv(grp->p, o->buf, o->bytes, grp->peer, stream);
+        }
+        int end = gpu_p2p_group_end(grp->p); /* (a group started is ended, failed or not) */
+        st = st != IG_OK ? st : end;
+    }
+    free(poison);
+    free(grp);
+    return st;
+}
+
+/* Queues grp (owned from here) on the stream after the main stream's work
+ * so far, and marks it as the stream's last (p2p_done). A send reads blocks
+ * the main stream has just written (the layer's mixer); a receive writes
+ * blocks that a sequence freed here may still be read by in the main
+ * stream's queued steps: either waits for the main stream (CUDA runtime
+ * API, cudaStreamWaitEvent: work queued after it waits for the event's
+ * record; a record costs no host time). The other way round, the main stream
+ * waits for the stream only where it would touch the blocks: a prefill
+ * rank's next step (gpu_kv_p2p_fence), a decode rank's admission or release
+ * of the received blocks (gpu_kv_p2p_wait). The host never waits: NCCL's
+ * calls return once queued on the stream (NCCL user guide, api/group.html:
+ * ncclGroupEnd returns when the operations are enqueued on their streams). */
+static int queue_group(struct gpu_backend *g, struct p2p_group *grp)
+{
+    int st = g->p2p_main ? IG_OK : IG_DEV(dev_event_create)(g->dev, &g->p2p_main);
+    if (st == IG_OK && !g->p2p_done)
+        st = IG_DEV(dev_event_create)(g->dev, &g->p2p_done);
+    if (st == IG_OK)
+        st = IG_DEV(dev_event_record)(g->dev, DEV_STREAM_MAIN, g->p2p_main);
+    if (st == IG_OK)
+        st = IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_P2P, g->p2p_main);
+    if (st != IG_OK) {
+        free(grp);
+        return st;
+    }
+    g->p2p_sent |= grp->send;
+    st = IG_DEV(dev_stream_call)(g->dev, DEV_STREAM_P2P, run_group, grp);
+    int rec = IG_DEV(dev_event_record)(g->dev, DEV_STREAM_P2P, g->p2p_done);
+    return st != IG_OK ? st : rec;
+}
+
+/* Layer l's blocks of `table` holding rows [p0, p1), K then V a block each,
+ * in one group to or from peer. */
+static int layer_group(struct backend *b, struct gpu_p2p *p, int peer, bool send,
+                       const int32_t *table, int64_t l, int64_t p0, int64_t p1)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     if (!paged(g, l) || p1 <= p0)
@@ -96,16 +168,62 @@ int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
     block_range(p0, p1, &b0, &b1);
     const size_t kb = block_bytes(g, l, false), vb = block_bytes(g, l, true);
     unsigned char *k = (void *)g->layers[l].k_cache, *v = (void *)g->layers[l].v_cache;
-    void *stream = IG_DEV(dev_stream)(g->dev);
-    int st = gpu_p2p_group_start(p);
-    if (st != IG_OK)
-        return st;
-    for (int64_t i = b0; i < b1 && st == IG_OK; i++) {
+    struct p2p_group *grp = group_new(p, peer, send, 2 * (b1 - b0));
+    if (!grp)
+        return IG_E_NOMEM;
+    for (int64_t i = b0; i < b1; i++) {
         IG_ASSERT(table[i] >= 0 && table[i] < g->n_blocks);
-        st = gpu_p2p_recv(p, k + (size_t)table[i] * kb, kb, peer, stream);
-        if (st == IG_OK)
-            st = gpu_p2p_recv(p, v + (size_t)table[i] * vb, vb, peer, stream);
+        group_add(grp, k + (size_t)table[i] * kb, kb);
+        group_add(grp, v + (size_t)table[i] * vb, vb);
     }
-    int end = gpu_p2p_group_end(p);
-    return st != IG_OK ? st : end;
+    return queue_group(g, grp);
+}
+
+int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
+                              const int32_t *table, int64_t l, int64_t p0, int64_t p1)
+{
+    return layer_group(b, p, peer, true, table, l, p0, p1);
+}
+
+int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
+                              const int32_t *table, int64_t l, int64_t p0, int64_t p1)
+{
+    return layer_group(b, p, peer, false, table, l, p0, p1);
+}
+
+/* The main stream's next work after every send queued so far, before a step
+ * writes the pool: a block a chunk left partial is sent again, whole, with
+ * the next chunk, which writes into it; the blocks a handed-off prompt frees
+ * go to the next prompts. One wait at the step's start, not one per block or
+ * layer: the host knows neither which blocks a step writes nor when the
+ * peer takes the sends, and a prefill rank's step waits there only for the
+ * sends of the step before's last layers (the earlier ones ran beside it). */
+int IG_DEV(gpu_kv_p2p_fence)(struct gpu_backend *g)
+{
+    if (!g->p2p_sent)
+        return IG_OK;
+    g->p2p_sent = false;
+    return IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->p2p_done);
+}
+
+int IG_DEV(gpu_kv_p2p_wait)(struct backend *b)
+{
+    struct gpu_backend *g = (struct gpu_backend *)b;
+    g->p2p_sent = false;
+    return g->p2p_done ? IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->p2p_done) : IG_OK;
+}
+
+int IG_DEV(gpu_kv_p2p_progress)(struct backend *b)
+{
+    return IG_DEV(dev_streams_run)(((struct gpu_backend *)b)->dev);
+}
+
+/* The transfers queued are done before the pool they read and write goes. */
+void IG_DEV(gpu_kv_p2p_close)(struct gpu_backend *g)
+{
+    if (g->p2p_done)
+        (void)IG_DEV(dev_event_sync)(g->dev, g->p2p_done);
+    IG_DEV(dev_event_destroy)(g->dev, g->p2p_done);
+    IG_DEV(dev_event_destroy)(g->dev, g->p2p_main);
+    g->p2p_done = g->p2p_main = NULL;
 }

@@ -382,6 +382,12 @@ static bool round_once(struct pd *pd, int *st)
         if (pd->prefill)
             pd->stats.compute_ms += (double)(ig_now_ns() - s0) / 1e6;
     }
+    /* the transfers queued so far go on meanwhile: a GPU's transfer stream on
+     * its own, the emulator's here (its host is the device), before this rank
+     * idles or blocks while a peer waits on them */
+    int xst = pd->nccl ? backend_p2p_progress(pd->o.be) : IG_OK;
+    if (xst != IG_OK)
+        pd_fatal(pd, xst, "a transfer by NCCL failed (above)");
     bool sending = pd_progress(pd);
     int64_t now = ig_now_ns();
     if (pd->rank != 0 && !pd->stop && now - pd->alive_ns > 1000000000LL) {

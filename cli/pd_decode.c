@@ -4,8 +4,9 @@
  * run as a history (--load-kv's path) with its line parsed again,
  * decode-only (on the NCCL path, pd_connect, the request's blocks reserved
  * in this rank's pool at its head and each layer's rows received on the
- * device straight into them as their header comes; the engine adopts them
- * at admission); the text, figures and token times back to rank 0; its
+ * device straight into them as their header comes, on the transfer stream;
+ * the engine adopts them at admission, after the main stream's wait for
+ * them); the text, figures and token times back to rank 0; its
  * room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
@@ -162,7 +163,7 @@ static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t byte
         return ig_error(IG_E_INTERNAL, "a part of a cache by %s on a rank taking them by %s",
                         h.nccl ? "NCCL" : "MPI", pd->nccl ? "NCCL" : "MPI");
     int st;
-    if (h.nccl) { /* posted at once: the prefill rank's stream waits for it */
+    if (h.nccl) { /* queued at once: the prefill rank's sends wait for them */
         st = backend_kv_recv_layer(pd->o.be, pd->p2p, j->prefill_rank, j->blocks.table,
                                    h.layer, h.p0, h.p1);
     } else {
@@ -223,6 +224,12 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
     j->pack_ms += (double)(ig_now_ns() - t0) / 1e6;
     j->r.history = &j->hist;
     j->r.user = j;
+    /* Its receives before the step that admits it reads the blocks: the main
+     * stream waits for the transfers queued so far (a request's last ones
+     * came before its TAG_KV; the others queued since, of the requests still
+     * arriving, are layers their prefill rank has computed already). */
+    if (j->e && (st = backend_p2p_wait(pd->o.be)) != IG_OK)
+        return st;
     return engine_submit(pd->e, &j->r);
 }
 
@@ -239,9 +246,13 @@ static struct djob *arriving(struct pd *pd, int from, int64_t seq, bool take)
     return NULL;
 }
 
-/* Its room back (a cache dropped or refused). */
+/* Its room back (a cache dropped or refused). Its blocks go back to the pool
+ * after the receives into them: the main stream's next owner of them waits. */
 static void forget(struct pd *pd, struct djob *j)
 {
+    int st = j->e ? backend_p2p_wait(pd->o.be) : IG_OK;
+    if (st != IG_OK)
+        pd_fatal(pd, st, "a dropped cache's receives (above)");
     pd->live_need -= j->h.need;
     pd->live_n--;
     pd_djob_free(j);

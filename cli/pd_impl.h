@@ -44,7 +44,8 @@ struct kv_hdr {
 /* prefill → decode, TAG_KV_ROWS: then layer `layer`'s part, rows [p0, p1)
  * (kv_file_write_layer; a recurrent layer's state: 0, n_pos); or, marked
  * nccl, nothing: the layer's blocks holding the rows follow by NCCL
- * (backend_kv_send_layer), which the decode rank receives at once */
+ * (backend_kv_send_layer), whose receives the decode rank queues at once
+ * (both on the device's transfer stream) */
 struct rows_hdr {
     int64_t seq, layer, p0, p1, nccl;
 };

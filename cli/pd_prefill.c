@@ -88,8 +88,9 @@ static void send_layer(struct pd *pd, struct pjob *j, int64_t layer, const struc
 /* The NCCL path (rows->kv NULL: the rows are in the pool, rows->table the
  * sequence's device table): the header over MPI first, marked, then layer
  * `layer`'s blocks holding the rows past what was sent, by NCCL on the
- * step's stream (they go once the decode rank, reading the header, has
- * posted the receives). A shared layer has no rows of its own. */
+ * transfer stream (they go once the decode rank, reading the header, has
+ * posted the receives, while this rank's next layers run; its next step
+ * waits for them). A shared layer has no rows of its own. */
 static void send_layer_nccl(struct pd *pd, struct pjob *j, int64_t layer,
                             const struct gen_layer_rows *rows)
 {

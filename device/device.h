@@ -5,7 +5,7 @@
  * Two implementations with the same functions (devkit/dev_entry.h):
  * device_cuda.c over the CUDA runtime and cuBLAS, and device_emu.cc over
  * host memory, where "device" pointers are host pointers, the main stream
- * is synchronous (the copy stream late, below), kernels run under the
+ * is synchronous (the other streams late, below), kernels run under the
  * emulator (emu/) and the GEMM is a plain CPU loop with the same rounding
  * contract. The backend's orchestration
  * (buffer sizes, offsets, kernel order, cache indexing) thus runs end to end
@@ -49,16 +49,19 @@ void IG_DEV(dev_get_info)(const struct dev *d, struct dev_info *info);
 /* The stream every launch of the backend goes to (a cudaStream_t). */
 void *IG_DEV(dev_stream)(struct dev *d);
 
-/* ---- a second stream and events ----
+/* ---- more streams and events ----
  * DEV_STREAM_MAIN is dev_stream's, where every launch, copy and GEMM above
  * goes; DEV_STREAM_COPY is a second stream of the device for downloads that
- * overlap the main stream's work. Nothing orders the two but events: a
+ * overlap the main stream's work; DEV_STREAM_P2P a third, for transfers
+ * between ranks (NCCL's sends and receives, dev_stream_call), which wait on
+ * a peer and must hold up neither. Nothing orders them but events: a
  * stream waiting on an event, the host waiting on one. The emulator runs
- * the main stream's work at once and the copy stream's as late as CUDA
- * allows (device_emu.cc), so a missing wait reads stale bytes there too;
- * a copy-stream download queued before the copy stream has waited for the
- * main stream's latest work gives 0xff bytes there (it may run first). */
-enum dev_stream_id { DEV_STREAM_MAIN, DEV_STREAM_COPY };
+ * the main stream's work at once and the others' as late as CUDA allows
+ * (device_emu.cc), so a missing wait reads stale bytes there too; a
+ * download queued before its stream has waited for the main stream's
+ * latest work gives 0xff bytes there (it may run first), and a call so
+ * queued is told it is stale (dev_stream_call). */
+enum dev_stream_id { DEV_STREAM_MAIN, DEV_STREAM_COPY, DEV_STREAM_P2P };
 struct dev_event; /* a point in one stream's work (a cudaEvent_t, no timing) */
 
 /* The stream's handle (a cudaStream_t; NULL under the emulator). */
@@ -80,6 +83,31 @@ int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e);
  * before then. */
 int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
                                size_t bytes);
+
+/* How a dev_stream_fn is called: to queue its work (RUN), to queue it on a
+ * stream that had not waited for the main stream's latest work when the
+ * call was queued (STALE: the emulator's word; on a GPU that work may not
+ * be done when this runs, so what it reads should be garbage: send 0xff
+ * bytes), or only to free user (DROP: the device closed first). */
+enum dev_call { DEV_CALL_RUN, DEV_CALL_STALE, DEV_CALL_DROP };
+/* Queues its work on `stream` (a cudaStream_t; NULL under the emulator),
+ * frees user; IG_OK or an error status after one line. */
+typedef int (*dev_stream_fn)(void *user, void *stream, enum dev_call how);
+/* fn's work in stream s's order, for work that a library queues on a
+ * stream itself (NCCL's calls). CUDA calls fn now, on the host, and the
+ * GPU orders its work; the emulator, whose host is the device, calls fn
+ * when its stream s reaches this point (as late as its downloads), so fn
+ * reads and writes memory then. fn is called exactly once; the status is
+ * fn's under CUDA, the emulator's queueing's otherwise (fn's own is
+ * reported by the wait, sync or dev_streams_run that runs it). s is not
+ * DEV_STREAM_MAIN. */
+int IG_DEV(dev_stream_call)(struct dev *d, enum dev_stream_id s, dev_stream_fn fn, void *user);
+/* Lets the other streams' queued work run, as a GPU runs it on its own
+ * while the host does something else: nothing under CUDA. The emulator runs
+ * every call and download queued so far (fn's first failure is returned):
+ * call it where the host would otherwise idle or block on another process
+ * (MPI), whose progress may wait on this device's transfers. */
+int IG_DEV(dev_streams_run)(struct dev *d);
 
 /* Device memory; *p is 256-byte aligned. IG_E_NOMEM names the bytes asked
  * for and those free. Freeing NULL is fine. */

@@ -2,7 +2,8 @@
  * runtime and cuBLAS. One stream per open device; every launch, copy, timer
  * and GEMM goes to it, so a graph captured on it holds the whole sequence.
  * A second stream takes the downloads that overlap it (dev_download_async),
- * ordered against it by events only.
+ * a third the transfers between ranks (dev_stream_call), ordered against it
+ * by events only.
  * Every runtime and cuBLAS call is checked and a failure is reported in one
  * line naming the call, the error and the device.
  * Covered by tests/gpu/test_device_gpu.c (on a GPU); its emulated twin
@@ -27,6 +28,7 @@ struct dev {
     int index;
     cudaStream_t stream;
     cudaStream_t copy_stream; /* DEV_STREAM_COPY */
+    cudaStream_t p2p_stream;  /* DEV_STREAM_P2P */
     cublasHandle_t blas;
     void *workspace;
     cudaEvent_t t0, t1;
@@ -98,6 +100,7 @@ static int open_resources(struct dev *d)
     CUDA_CHECK(i, cudaSetDevice(i));
     CUDA_CHECK(i, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
     CUDA_CHECK(i, cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(i, cudaStreamCreateWithFlags(&d->p2p_stream, cudaStreamNonBlocking));
     CUDA_CHECK(i, cudaEventCreate(&d->t0));
     CUDA_CHECK(i, cudaEventCreate(&d->t1));
     CUDA_CHECK(i, cudaMalloc(&d->workspace, DEV_BLAS_WORKSPACE_BYTES));
@@ -137,6 +140,8 @@ void IG_DEV(dev_close)(struct dev *d)
         CUDA_REPORT(i, cudaStreamSynchronize(d->stream));
     if (d->copy_stream)
         CUDA_REPORT(i, cudaStreamSynchronize(d->copy_stream));
+    if (d->p2p_stream)
+        CUDA_REPORT(i, cudaStreamSynchronize(d->p2p_stream));
     if (d->blas) {
         cublasStatus_t st = cublasDestroy(d->blas);
         if (st != CUBLAS_STATUS_SUCCESS)
@@ -152,6 +157,8 @@ void IG_DEV(dev_close)(struct dev *d)
         CUDA_REPORT(i, cudaStreamDestroy(d->stream));
     if (d->copy_stream)
         CUDA_REPORT(i, cudaStreamDestroy(d->copy_stream));
+    if (d->p2p_stream)
+        CUDA_REPORT(i, cudaStreamDestroy(d->p2p_stream));
     free(d);
 }
 
@@ -187,7 +194,24 @@ void *IG_DEV(dev_stream)(struct dev *d)
 
 void *IG_DEV(dev_stream_of)(struct dev *d, enum dev_stream_id s)
 {
-    return s == DEV_STREAM_COPY ? d->copy_stream : d->stream;
+    switch (s) {
+    case DEV_STREAM_COPY: return d->copy_stream;
+    case DEV_STREAM_P2P: return d->p2p_stream;
+    default: return d->stream;
+    }
+}
+
+/* fn queues its work on the stream itself (NCCL's calls return once queued):
+ * the GPU runs it in the stream's order. */
+int IG_DEV(dev_stream_call)(struct dev *d, enum dev_stream_id s, dev_stream_fn fn, void *user)
+{
+    return fn(user, IG_DEV(dev_stream_of)(d, s), DEV_CALL_RUN);
+}
+
+int IG_DEV(dev_streams_run)(struct dev *d)
+{
+    (void)d; /* (a GPU's streams progress on their own) */
+    return IG_OK;
 }
 
 /* ---- events ---- */

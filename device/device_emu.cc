@@ -2,8 +2,8 @@
  * the emulator build (names end in _emu). "Device" memory is host memory
  * (256-byte aligned, exact size so ASan bounds it), the main stream is
  * synchronous (copies are memcpy, kernels run to completion at launch), the
- * copy stream runs late (its work queued, run at the latest point CUDA's
- * ordering allows: see "the copy stream" below), there are no graphs
+ * copy and transfer streams run late (their work queued, run at the latest
+ * point CUDA's ordering allows: see "the late streams" below), there are no graphs
  * (dev_graph_begin fails silently and callers launch directly), timers
  * measure host wall time, and the GEMM is a plain CPU loop.
  * Covered by tests/emu/test_device_emu.c. */
@@ -39,35 +39,51 @@ static bool in_host_block(const void *p, size_t bytes)
     return (size_t)(q - it->first) + bytes <= it->second;
 }
 
-/* The copy stream's queued work: a download, or an event's record. */
+/* A late stream's queued work: a download, an event's record, or a call. */
+enum late_kind { LATE_COPY, LATE_RECORD, LATE_CALL };
 struct late_op {
+    enum late_kind kind;
     void *dst;
     const void *src;
     size_t bytes;
-    bool unordered;       /* a download not after the main stream's latest work */
-    bool record;          /* a record of ev (NULL once destroyed), else a copy */
-    struct dev_event *ev;
+    bool unordered;       /* a download or call not after the main stream's latest work */
+    struct dev_event *ev; /* a record's (NULL once destroyed) */
     uint64_t ticket;      /* the record's */
+    dev_stream_fn fn;     /* a call's */
+    void *user;
 };
+
+/* A stream other than the main one (DEV_STREAM_COPY, DEV_STREAM_P2P). */
+struct lane {
+    struct late_op *ops; /* queued, [n] not yet run */
+    size_t n, cap;
+    int64_t seen;        /* the main stream's work this stream waited for */
+};
+enum { N_LANES = 2 };
 
 struct dev {
     int64_t t0_ns;
     bool timer_running;
     int64_t extra_launches; /* GEMMs and noted twins: launches the emulator did not run */
-    struct late_op *late;   /* the copy stream's queue, [n_late] not yet run */
-    size_t n_late, cap_late;
-    uint64_t tickets;       /* records so far on the copy stream */
+    struct lane lanes[N_LANES]; /* [stream - 1] */
+    uint64_t tickets;       /* records so far on the late streams */
     int64_t main_writes;    /* main-stream copies and memsets that write device memory */
-    int64_t copy_seen;      /* the main stream's work the copy stream waited for */
 };
 
-/* An event: done, or recorded on the copy stream and not yet reached there
- * (ticket: its latest record's). */
+/* An event: done, or recorded on a late stream and not yet reached there
+ * (ticket: its latest record's, lane its stream's). */
 struct dev_event {
     uint64_t ticket;
     bool pending;
+    int lane;
     int64_t main_at; /* recorded on the main stream: its work then (main_work) */
 };
+
+static struct lane *lane_of(struct dev *d, enum dev_stream_id s)
+{
+    IG_ASSERT(s == DEV_STREAM_COPY || s == DEV_STREAM_P2P);
+    return &d->lanes[(int)s - 1];
+}
 
 struct dev_graph {
     int unused;
@@ -137,12 +153,17 @@ int IG_DEV(dev_open)(int index, struct dev **out)
     return IG_OK;
 }
 
-/* Work still queued on the copy stream is dropped: its memory may be gone
- * (CUDA's frees wait for it; the emulator's do not). */
+/* Work still queued on the late streams is dropped: its memory may be gone
+ * (CUDA's frees wait for it; the emulator's do not), and a transfer's peer
+ * may be gone too. A call is told so (DEV_CALL_DROP), to free its own. */
 void IG_DEV(dev_close)(struct dev *d)
 {
-    if (d)
-        free(d->late);
+    for (int k = 0; d && k < N_LANES; k++) {
+        for (size_t i = 0; i < d->lanes[k].n; i++)
+            if (d->lanes[k].ops[i].kind == LATE_CALL)
+                (void)d->lanes[k].ops[i].fn(d->lanes[k].ops[i].user, NULL, DEV_CALL_DROP);
+        free(d->lanes[k].ops);
+    }
     free(d);
 }
 
@@ -163,22 +184,26 @@ void *IG_DEV(dev_stream)(struct dev *d)
     return NULL;
 }
 
-/* ---- the copy stream ----
- * Its downloads and records are queued and run, in order, only when CUDA
- * would have to have run them: the host waits on an event recorded there
+/* ---- the late streams (copy, transfers) ----
+ * Their downloads, calls and records are queued and run, in order, only when
+ * CUDA would have to have run them: the host waits on an event recorded there
  * (cudaEventSynchronize), or the main stream waits on one (cudaStreamWaitEvent:
- * run at the wait, see there). So a download reads its source then, after
- * whatever the main stream wrote there meanwhile, and its destination holds
- * stale bytes until then. Waits for main-stream events cost nothing (the main
- * stream's work is done at launch). An event's waits see its latest record
- * at their call (CUDA runtime API, cudaEventRecord: "APIs such as
- * cudaStreamWaitEvent use the most recently captured state at the time of
- * the API call"); one never recorded is done.
- * Strict where it cannot know: a download queued when the copy stream has
- * not waited for all of the main stream's work so far may run before that
- * work on a GPU, and the emulator keeps no older copy of the memory, so it
- * writes 0xff bytes (NaN in every float type) instead: a use that does not
- * wait reads garbage, even one whose source that work never wrote. */
+ * run at the wait, see there); or when the host says it would idle or block
+ * (dev_streams_run: a GPU runs them on its own meanwhile). So a download
+ * reads its source then, after whatever the main stream wrote there
+ * meanwhile, and its destination holds stale bytes until then; a call (an
+ * NCCL group of the transfer stream) reads and writes its buffers then too.
+ * Waits for main-stream events cost nothing (the main stream's work is done
+ * at launch). An event's waits see its latest record at their call (CUDA
+ * runtime API, cudaEventRecord: "APIs such as cudaStreamWaitEvent use the
+ * most recently captured state at the time of the API call"); one never
+ * recorded is done.
+ * Strict where it cannot know: a download queued when its stream has not
+ * waited for all of the main stream's work so far may run before that work
+ * on a GPU, and the emulator keeps no older copy of the memory, so it writes
+ * 0xff bytes (NaN in every float type) instead: a use that does not wait
+ * reads garbage, even one whose source that work never wrote. A call so
+ * queued is told so (DEV_CALL_STALE) and sends 0xff bytes likewise. */
 /* The main stream's work so far: kernels the emulator ran, GEMMs and noted
  * twins, copies and memsets that write device memory. */
 static int64_t main_work(const struct dev *d)
@@ -186,38 +211,48 @@ static int64_t main_work(const struct dev *d)
     return (int64_t)ig_emu_launches() + d->extra_launches + d->main_writes;
 }
 
-static void run_late(struct dev *d, uint64_t ticket)
+/* Runs lane L's work up to the record of `ticket` (all of it: UINT64_MAX).
+ * Returns the first failed call's status (CUDA reports a stream's failure at
+ * the next wait on it). A call may block on another process, never on this
+ * device (it queues nothing here). */
+static int run_late(struct lane *L, uint64_t ticket)
 {
+    int st = IG_OK;
     size_t k = 0;
-    while (k < d->n_late) {
-        struct late_op *op = &d->late[k++];
-        if (!op->record) {
-            if (op->bytes && op->unordered)
-                memset(op->dst, 0xff, op->bytes);
-            else if (op->bytes)
-                memcpy(op->dst, op->src, op->bytes);
-            continue;
+    while (k < L->n) {
+        const struct late_op *op = &L->ops[k++];
+        if (op->kind == LATE_COPY && op->bytes && op->unordered)
+            memset(op->dst, 0xff, op->bytes);
+        else if (op->kind == LATE_COPY && op->bytes)
+            memcpy(op->dst, op->src, op->bytes);
+        if (op->kind == LATE_CALL) {
+            int rc = op->fn(op->user, NULL, op->unordered ? DEV_CALL_STALE : DEV_CALL_RUN);
+            st = st != IG_OK ? st : rc;
         }
+        if (op->kind != LATE_RECORD)
+            continue;
         if (op->ev && op->ev->ticket == op->ticket)
             op->ev->pending = false;
         if (op->ticket >= ticket)
             break;
     }
-    memmove(d->late, d->late + k, (d->n_late - k) * sizeof *d->late);
-    d->n_late -= k;
+    if (k) /* (an empty lane's ops may be NULL) */
+        memmove(L->ops, L->ops + k, (L->n - k) * sizeof *L->ops);
+    L->n -= k;
+    return st;
 }
 
-static int push_late(struct dev *d, struct late_op op)
+static int push_late(struct lane *L, struct late_op op)
 {
-    if (d->n_late == d->cap_late) {
-        size_t cap = d->cap_late ? 2 * d->cap_late : 64;
-        struct late_op *q = (struct late_op *)realloc(d->late, cap * sizeof *q);
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 64;
+        struct late_op *q = (struct late_op *)realloc(L->ops, cap * sizeof *q);
         if (!q)
             return ig_error(IG_E_NOMEM, "emulated device: out of host memory queueing a copy");
-        d->late = q;
-        d->cap_late = cap;
+        L->ops = q;
+        L->cap = cap;
     }
-    d->late[d->n_late++] = op;
+    L->ops[L->n++] = op;
     return IG_OK;
 }
 
@@ -241,10 +276,10 @@ void IG_DEV(dev_event_destroy)(struct dev *d, struct dev_event *e)
 {
     if (!e)
         return;
-    for (size_t k = 0; k < d->n_late; k++)
-        if (d->late[k].ev == e) {
-            d->late[k].ev = NULL;
-        }
+    for (int k = 0; k < N_LANES; k++)
+        for (size_t i = 0; i < d->lanes[k].n; i++)
+            if (d->lanes[k].ops[i].ev == e)
+                d->lanes[k].ops[i].ev = NULL;
     free(e);
 }
 
@@ -258,28 +293,68 @@ int IG_DEV(dev_event_record)(struct dev *d, enum dev_stream_id s, struct dev_eve
     }
     e->ticket = ++d->tickets;
     e->pending = true;
+    e->lane = (int)s - 1;
     e->main_at = 0;
-    return push_late(d, (struct late_op){NULL, NULL, 0, false, true, e, e->ticket});
+    struct late_op op = {};
+    op.kind = LATE_RECORD;
+    op.ev = e;
+    op.ticket = e->ticket;
+    return push_late(lane_of(d, s), op);
 }
 
-/* The main stream waiting on a copy-stream event runs the copy stream up to
- * it at once: the main stream's next work may be a kernel launch, which goes
- * to the emulator without passing here, and the host code in between is
- * not ordered against the copy by CUDA either. */
+/* Waiting on a late stream's event runs that stream up to it at once: the
+ * main stream's next work may be a kernel launch, which goes to the emulator
+ * without passing here, and the host code in between is not ordered against
+ * the late work by CUDA either. (A late stream waiting on another's: the
+ * other's work runs now, earlier than a GPU might; never needed so far.) */
 int IG_DEV(dev_stream_wait)(struct dev *d, enum dev_stream_id s, struct dev_event *e)
 {
-    if (s == DEV_STREAM_MAIN && e->pending)
-        run_late(d, e->ticket);
-    if (s == DEV_STREAM_COPY && e->main_at > d->copy_seen)
-        d->copy_seen = e->main_at;
-    return IG_OK; /* (main's events are done, the copy stream's own in order) */
+    if (e->pending && (s == DEV_STREAM_MAIN || e->lane != (int)s - 1))
+        return run_late(&d->lanes[e->lane], e->ticket);
+    if (s != DEV_STREAM_MAIN && e->main_at > lane_of(d, s)->seen)
+        lane_of(d, s)->seen = e->main_at;
+    return IG_OK; /* (main's events are done, a stream's own in order) */
 }
 
 int IG_DEV(dev_event_sync)(struct dev *d, struct dev_event *e)
 {
-    if (e->pending)
-        run_late(d, e->ticket);
-    return IG_OK;
+    return e->pending ? run_late(&d->lanes[e->lane], e->ticket) : IG_OK;
+}
+
+/* A call (an NCCL group: NCCL's calls are queued on their stream and run on
+ * the device in its order, NCCL user guide, "CUDA Stream Semantics";
+ * ncclGroupEnd returns once they are queued, api/group.html) runs where its
+ * stream does here, reading and writing its buffers then. A send or receive
+ * "is blocking for the GPU" until its peer's match (api/p2p.html): on a GPU
+ * that holds its stream, not the host; here the host runs it, so it blocks
+ * in the stand-in's MPI until the peer runs the match. The peer does so at
+ * the latest where it would idle or block itself (dev_streams_run): no
+ * deadlock a GPU would not have, as long as every rank runs its streams
+ * before it waits on another (cli/pd.c's round does, each round). */
+int IG_DEV(dev_stream_call)(struct dev *d, enum dev_stream_id s, dev_stream_fn fn, void *user)
+{
+    struct lane *L = lane_of(d, s);
+    struct late_op op = {};
+    op.kind = LATE_CALL;
+    op.fn = fn;
+    op.user = user;
+    op.unordered = main_work(d) > L->seen;
+    int st = push_late(L, op);
+    if (st != IG_OK)
+        (void)fn(user, NULL, DEV_CALL_DROP);
+    return st;
+}
+
+/* Where the host would idle or block on another process, the late streams'
+ * work so far runs, as a GPU's would meanwhile. */
+int IG_DEV(dev_streams_run)(struct dev *d)
+{
+    int st = IG_OK;
+    for (int k = 0; k < N_LANES; k++) {
+        int rc = run_late(&d->lanes[k], UINT64_MAX);
+        st = st != IG_OK ? st : rc;
+    }
+    return st;
 }
 
 int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, const void *src,
@@ -290,8 +365,14 @@ int IG_DEV(dev_download_async)(struct dev *d, enum dev_stream_id s, void *dst, c
                         "dev_alloc_host (pageable: a GPU copies it synchronously)", bytes);
     if (s == DEV_STREAM_MAIN)
         return copy(dst, src, bytes);
-    const bool unordered = main_work(d) > d->copy_seen;
-    return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});
+    struct lane *L = lane_of(d, s);
+    struct late_op op = {};
+    op.kind = LATE_COPY;
+    op.dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    op.unordered = main_work(d) > L->seen;
+    return push_late(L, op);
 }
 
 /* IGNITE_EMU_DEVICE_MEM=BYTES: the most the emulated device's allocations

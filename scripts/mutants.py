@@ -399,11 +399,38 @@ MUTANTS = [
      ["test_backend_pd_emu"], ["test_backend_pd_emu"],
      "a decode or verify step with on_layer never calls the hook", "caught"),
     ("emu-copy-stream-early", "device/device_emu.cc",
-     "    const bool unordered = main_work(d) > d->copy_seen;\n"
-     "    return push_late(d, (struct late_op){dst, src, bytes, unordered, false, NULL, 0});",
-     "    return copy(dst, src, bytes);", ["test_device_emu"], ["test_device_emu"],
-     "the emulated copy stream runs its downloads at once (a missing wait would not show)",
+     "    op.unordered = main_work(d) > L->seen;\n    return push_late(L, op);",
+     "    (void)L, (void)op;\n    return copy(dst, src, bytes);", ["test_device_emu"],
+     ["test_device_emu"], "the emulated copy stream runs its downloads at once (a missing wait would not show)",
      "caught"),
+    # batch --pd's NCCL transfers on the transfer stream (backend/gpu_kv_p2p.c):
+    # tests/emu/pd_nccl_emu.c through the stand-in, the emulator running that
+    # stream late (device_emu.cc's dev_stream_call).
+    ("emu-p2p-call-early", "device/device_emu.cc",
+     "    int st = push_late(L, op);\n    if (st != IG_OK)\n        (void)fn(user, NULL, "
+     "DEV_CALL_DROP);\n    return st;",
+     "    (void)op;\n    return fn(user, NULL, DEV_CALL_RUN);", ["test_device_emu"],
+     ["test_device_emu"],
+     "the emulated transfer stream runs a call at once (a missing wait would not show)",
+     "caught"),
+    ("p2p-send-no-main-wait", "backend/gpu_kv_p2p.c",
+     "    if (st == IG_OK)\n        st = IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_P2P, "
+     "g->p2p_main);",
+     "    if (st == IG_OK && !grp->send)\n        st = IG_DEV(dev_stream_wait)(g->dev, "
+     "DEV_STREAM_P2P, g->p2p_main);",
+     ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
+     "a layer's sends do not wait for the main stream's mixer that wrote the blocks",
+     "caught"),
+    ("p2p-no-step-fence", "backend/gpu.c",
+     "    if (st == IG_OK)\n        st = IG_DEV(gpu_kv_p2p_fence)(g);\n", "",
+     ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
+     "a step writes the pool before the sends queued before it read their blocks",
+     "caught"),
+    ("p2p-admit-no-wait", "backend/gpu_kv_p2p.c",
+     "    return g->p2p_done ? IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->p2p_done) : "
+     "IG_OK;", "    return IG_OK;",
+     ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
+     "a decode rank's steps read the received blocks before the receives ran", "caught"),
     # The CLI over the emulated CUDA backend (ignite_emu, tests/tp/test_cli_emu.py):
     # --pd's decode rank imports each cache; --tp 2 sums over the NCCL stand-in.
     ("cli-emu-import-short", "backend/gpu_cache.c",

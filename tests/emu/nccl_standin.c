@@ -3,7 +3,7 @@
  * (backend/gpu_reduce_nccl.c: dlopen, the unique id over MPI,
  * ncclCommInitRank, ncclAllReduce) on the emulated CUDA ranks, where no GPU
  * and no NCCL exist. Its sends and receives in groups are there for PD's
- * cache between CUDA ranks (not done yet: docs/gpu.md), checked alone by
+ * cache between CUDA ranks (backend/gpu_kv_p2p.c), checked alone by
  * nccl_standin_check.c.
  *
  * What it implements is NCCL's documented contract (the user guide,
@@ -17,10 +17,14 @@
  *     corresponding ncclRecv must use the same count and datatype";
  *     several in flight at once only inside ncclGroupStart/End;
  *   - stream order: a call acts after the work queued before it on the
- *     stream. The emulated device's stream is synchronous (device/
- *     device_emu.cc: a launch has run when it returns), so doing the
- *     transfer inside the call is doing it in stream order. Under a group
- *     the operations run at ncclGroupEnd, as NCCL launches them there.
+ *     stream. ignite makes each call where the emulated stream runs it
+ *     (device/device_emu.cc): the all-reduce on the main stream, which is
+ *     synchronous (a launch has run when it returns); PD's groups of sends
+ *     and receives from the transfer stream's queued call (dev_stream_call:
+ *     run when that stream is waited on, or where the host would idle or
+ *     block, dev_streams_run). So doing the transfer inside the call is
+ *     doing it in stream order. Under a group the operations run at
+ *     ncclGroupEnd, as NCCL launches them there.
  *   - an emulated device pointer is host memory (device_emu.cc allocates
  *     with posix_memalign), so the buffers are read and written in place.
  *
@@ -331,6 +335,18 @@ static int queue_p2p(bool send, void *buf, size_t count, int type, int peer, ncc
     return ncclSuccess;
 }
 
+/* MPI_Waitall that sleeps between its tests: a group now runs where the
+ * emulated transfer stream runs (device_emu.cc), often before its peer's
+ * match is queued, and Open MPI's own wait spins, taking the core the peer
+ * needs to get there. */
+static void wait_all(int n, MPI_Request *rq)
+{
+    int done = 0;
+    for (MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE); !done;
+         MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE))
+        nanosleep(&(struct timespec){0, 50000}, NULL);
+}
+
 /* Runs the group's sends and receives: every header first (the sender's
  * count and type), each receiver's verdict back, then the data of the
  * agreed ones. A disagreement fails both sides, before any data moves. */
@@ -347,7 +363,7 @@ static int run_group(void)
         else
             MPI_Irecv(p->peer_hdr, 2, MPI_INT64_T, p->peer, TAG_HDR, p->comm->mpi, &rq[i]);
     }
-    MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+    wait_all(n, rq);
     for (int i = 0; i < n; i++) {
         struct p2p *p = &queued[i];
         if (p->send) {
@@ -362,7 +378,7 @@ static int run_group(void)
                         (long long)p->peer_hdr[1], (long long)p->hdr[0], (long long)p->hdr[1]);
         MPI_Isend(&p->verdict, 1, MPI_INT, p->peer, TAG_VERDICT, p->comm->mpi, &rq[i]);
     }
-    MPI_Waitall(n, rq, MPI_STATUSES_IGNORE);
+    wait_all(n, rq);
     int m = 0;
     for (int i = 0; i < n; i++) {
         struct p2p *p = &queued[i];
@@ -376,7 +392,7 @@ static int run_group(void)
         for (size_t at = 0; at < bytes; at += PIECE) { /* at most 1 GiB a message */
             int k = (int)(bytes - at < PIECE ? bytes - at : PIECE);
             if (m == 2 * n) { /* more pieces than requests: let these go first */
-                MPI_Waitall(m, rq, MPI_STATUSES_IGNORE);
+                wait_all(m, rq);
                 m = 0;
             }
             if (p->send)
@@ -387,7 +403,7 @@ static int run_group(void)
                           &rq[m++]);
         }
     }
-    MPI_Waitall(m, rq, MPI_STATUSES_IGNORE);
+    wait_all(m, rq);
     free(rq);
     free(queued); /* nothing kept between groups (LeakSanitizer sees none at exit) */
     queued = NULL;

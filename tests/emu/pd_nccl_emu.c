@@ -32,7 +32,17 @@
  * (engine_history_reserve), rank 1 receives into them and the engine
  * admits a request with that history (gen_history.blocks, adopted at
  * admission: no copy), then one process's request of the prompt, both greedy and
- * kept: the same 4 tokens, the same logits after the last bit for bit.
+ * kept: the same 4 tokens, the same logits after the last bit for bit;
+ * rank 0's engine meanwhile runs a prompt of other tokens into the blocks
+ * the handed-off one freed.
+ * The transfers run on the emulated transfer stream, late (device_emu.cc:
+ * where that stream is waited on, or backend_p2p_progress): rank 0's next
+ * step waits for its sends (gpu_kv_p2p_fence), rank 1 runs a chunk's
+ * receives before it blocks on the next chunk's headers and the last
+ * chunk's at its wait before the first read (backend_p2p_wait, an
+ * admission's), so a missing wait reads unreceived blocks, and a send
+ * not after the main stream's work sends 0xff (scripts/mutants.py's
+ * p2p-send-no-main-wait, p2p-no-step-fence, p2p-admit-no-wait).
  * Mutants (tests/emu/mutate.cmake, built with
  * -DIGNITE_PD_MUTANTS=ON): a send of half a block, a layer's send reading
  * the layer before's K, a receive posted for another count, a layer's
@@ -111,12 +121,28 @@ static void send_nccl(void *user, int64_t layer, const struct kv_store *kv,
     s->failed |= st != IG_OK;
 }
 
-/* A message of unknown size: its size, then its bytes. */
-static void send_blob(const void *buf, size_t bytes)
+/* Rank 0's messages after a prompt go without waiting (ig_coll_isend) and
+ * are waited for after its backend is freed, which runs the sends still
+ * queued on its transfer stream: a GPU runs them on its own while the host
+ * blocks, the emulator only where the host says so, and rank 1 may be
+ * running the matching receives only after these messages. */
+struct posted {
+    struct ig_coll_send_req *req[4];
+    int n;
+};
+
+static void post(struct posted *q, const void *buf, size_t bytes, int tag)
 {
-    int64_t n = (int64_t)bytes;
-    ig_coll_send(&n, sizeof n, 1, TAG_PART);
-    ig_coll_send(buf, bytes, 1, TAG_PART);
+    IG_ASSERT(q->n < 4);
+    q->req[q->n++] = ig_coll_isend(buf, bytes, 1, tag);
+}
+
+static void posted_wait(struct posted *q)
+{
+    for (int k = 0; k < q->n; k++)
+        while (!ig_coll_sent(q->req[k]))
+            ;
+    q->n = 0;
 }
 
 static char *recv_blob(size_t *bytes)
@@ -164,8 +190,9 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
     if (g)
         prefill(g, ids, table, 0, send_nccl, &s, true, logits);
     struct layer_hdr end = {-1, 0, 0};
-    ig_coll_send(&end, sizeof end, 1, TAG_HDR);
-    ig_coll_send(logits, (size_t)model->hp.n_vocab * sizeof *logits, 1, TAG_LOGITS);
+    struct posted q = {0};
+    post(&q, &end, sizeof end, TAG_HDR);
+    post(&q, logits, (size_t)model->hp.n_vocab * sizeof *logits, TAG_LOGITS);
     /* the host path: the cache exported, as a saved cache's parts */
     const struct kv_store *kv = NULL;
     const int32_t *ktable = NULL;
@@ -186,10 +213,13 @@ static void prefill_rank(enum kv_dtype dt, const int32_t *ids)
                                     model->hp.n_vocab) == IG_OK);
     if (f)
         fclose(f);
-    send_blob(buf, bytes);
+    int64_t n_bytes = (int64_t)bytes; /* (a message of unknown size: its size first) */
+    post(&q, &n_bytes, sizeof n_bytes, TAG_PART);
+    post(&q, buf, bytes, TAG_PART);
+    backend_free(g);
+    posted_wait(&q);
     free(buf);
     free(logits);
-    backend_free(g);
 }
 
 /* ---- rank 1: the decode rank ------------------------------------------------- */
@@ -248,8 +278,14 @@ static void receive_host(struct backend *g, const struct backend_seq *seq, const
 }
 
 /* The NCCL path's decode side: each layer header from rank 0, then that
- * layer's receives straight into the blocks of `table`, until the end header;
- * every paged layer's part once a chunk (two chunks). */
+ * layer's receives straight into the blocks of `table`, queued on the
+ * transfer stream, until the end header; every paged layer's part once a
+ * chunk (two chunks). A chunk's receives run (backend_p2p_progress) before
+ * this rank blocks on the next chunk's headers, which rank 0's next step
+ * sends only once its fence has seen the chunk's sends go (a GPU's transfer
+ * stream runs on its own; the emulated one where the host would block). The
+ * last chunk's stay queued: the caller's wait (an admission's) runs them,
+ * so a reader that does not wait reads the blocks unreceived. */
 static void receive_layers(struct backend *g, const int32_t *table, const char *name)
 {
     int64_t n_parts = 0;
@@ -262,6 +298,8 @@ static void receive_layers(struct backend *g, const int32_t *table, const char *
         int st = backend_kv_recv_layer(g, p2p, 0, table, h.layer, h.p0, h.p1);
         CHECKF(st == IG_OK, "%s: layer %lld's rows %lld..%lld not received", name,
                (long long)h.layer, (long long)h.p0, (long long)h.p1);
+        if (h.layer == model->hp.n_layer - 1 && h.p1 < N_PROMPT)
+            CHECK(backend_p2p_progress(g) == IG_OK);
     }
     CHECKF(n_parts == 2 * model->hp.n_layer, "%s: %lld parts", name, (long long)n_parts);
 }
@@ -287,6 +325,7 @@ static void decode_rank(enum kv_dtype dt, const int32_t *ids, bool own)
     receive_layers(g, tables[0], name);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
     receive_host(g, &seqs[1], ids);
+    CHECK(backend_p2p_wait(g) == IG_OK); /* (before the first read of the blocks) */
     memcpy(logits + nv, logits, (size_t)nv * sizeof *logits); /* (the same prompt's) */
     CHECKF(!own || memcmp(logits, logits + 2 * nv, (size_t)nv * sizeof *logits) == 0,
            "%s: the prefill rank's logits are not one process's", name);
@@ -332,7 +371,8 @@ static void eng_layer(void *user, struct gen_request *r, int64_t layer,
                       const struct gen_layer_rows *rows)
 {
     struct eng_sender *c = user;
-    (void)r;
+    if (r->user) /* (the prompt after, which stays) */
+        return;
     CHECK(rows->kv == NULL && rows->table != NULL);
     struct layer_hdr h = {layer, c->sent, rows->n_pos};
     ig_coll_send(&h, sizeof h, 1, TAG_HDR);
@@ -345,16 +385,28 @@ static void eng_layer(void *user, struct gen_request *r, int64_t layer,
 static void eng_done(void *user, struct gen_request *r)
 {
     struct eng_sender *c = user;
-    struct gen_handoff ho;
-    CHECK(r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT);
-    CHECK(engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT && ho.logits);
+    struct gen_handoff ho = {0}; /* (left as it is where the handoff fails) */
+    if (r->user)
+        return;
+    bool ended = r->result.status == IG_OK && r->result.stop == GEN_STOP_PROMPT;
+    CHECK(ended);
+    CHECK(ended && engine_handoff(c->e, r, false, &ho) == IG_OK && ho.n_pos == N_PROMPT &&
+          ho.logits);
     if (ho.logits)
         memcpy(c->logits, ho.logits, (size_t)model->hp.n_vocab * sizeof *c->logits);
 }
 
+/* Then, in a pool of 3 blocks, a prompt of 130 other tokens (3 blocks): its
+ * steps write into the 2 blocks the handed-off prompt freed, whose last
+ * sends are still queued (the emulator runs them late), so the fence at a
+ * step's start (gpu_kv_p2p_fence) is what keeps rank 1's cache right. Its
+ * end header and logits go before it without waiting. */
+#define N_REUSE 130
+
 static void engine_prefill_rank(const int32_t *ids)
 {
     struct backend_opts o = opts_of(KV_F16);
+    o.n_blocks = 3;
     struct backend *g = NULL;
     CHECK(IG_DEV(gpu_backend_create)(model, &o, &g) == IG_OK);
     struct eng_sender c = {.g = g, .logits = calloc((size_t)model->hp.n_vocab, sizeof(float))};
@@ -369,11 +421,24 @@ static void engine_prefill_rank(const int32_t *ids)
     for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
         CHECK(engine_step(c.e) == IG_OK);
     struct layer_hdr end = {-1, 0, 0};
-    ig_coll_send(&end, sizeof end, 1, TAG_HDR);
-    ig_coll_send(c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, 1, TAG_LOGITS);
+    struct posted q = {0};
+    post(&q, &end, sizeof end, TAG_HDR);
+    post(&q, c.logits, (size_t)model->hp.n_vocab * sizeof *c.logits, TAG_LOGITS);
+    int32_t other[N_REUSE];
+    uint64_t seed = 43;
+    for (int i = 0; i < N_REUSE; i++)
+        other[i] = (int32_t)(test_rand_u64(&seed) % (uint64_t)model->hp.n_vocab);
+    struct gen_request r2 = {.tokens = other, .n_tokens = N_REUSE, .user = (void *)1,
+                             .params = r.params};
+    r2.params.handoff = false;
+    CHECK(c.e && engine_submit(c.e, &r2) == IG_OK);
+    for (int n = 0; c.e && n < 8 && engine_pending(c.e) > 0; n++)
+        CHECK(engine_step(c.e) == IG_OK);
+    CHECK(r2.result.status == IG_OK && r2.result.n_prompt == N_REUSE);
     engine_free(c.e);
-    free(c.logits);
     backend_free(g);
+    posted_wait(&q);
+    free(c.logits);
 }
 
 /* Rank 1's engine: its pool's blocks reserved, the receives into them as
@@ -415,6 +480,7 @@ static void engine_decode_rank(const int32_t *ids)
         receive_layers(g, blocks.table, "engine");
     float *logits = malloc((size_t)nv * sizeof *logits);
     ig_coll_recv(logits, (size_t)nv * sizeof *logits, 0, TAG_LOGITS);
+    CHECK(backend_p2p_wait(g) == IG_OK); /* (cli/pd_decode.c's before admission) */
     struct gen_history hist = {.tokens = ids, .n = N_PROMPT, .logits = logits,
                                .blocks = &blocks};
     struct gen_params gp = {.n_predict = N_DECODE + 1, .keep = true,

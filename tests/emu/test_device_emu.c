@@ -1,7 +1,7 @@
 /* tests/emu/test_device_emu.c: the emulated device layer (device/device_emu.cc):
  * one device named "emulator", memory round trips, an absurd allocation
- * failing cleanly, events and the copy stream (run late: a missing wait
- * shows), no graphs (begin refuses, callers launch directly), a
+ * failing cleanly, events, the copy stream and the transfer stream's calls
+ * (run late: a missing wait shows), no graphs (begin refuses, callers launch directly), a
  * host timer, and dev_gemm_f16 on ragged shapes against a double reference
  * (tests/emu/device_checks.h). Label emu. */
 #include "tests/emu/device_checks.h"
@@ -60,6 +60,65 @@ static void check_late_copy_stream(struct dev *d)
     IG_DEV(dev_free)(d, p);
 }
 
+/* What a call on the transfer stream saw: how it was called, and the first
+ * byte of p then. */
+struct call_log {
+    const unsigned char *p;
+    int n;
+    enum dev_call how[4];
+    unsigned char seen[4];
+};
+
+static int log_call(void *user, void *stream, enum dev_call how)
+{
+    struct call_log *c = user;
+    (void)stream;
+    if (c->n < 4) {
+        c->how[c->n] = how;
+        c->seen[c->n] = how == DEV_CALL_DROP ? 0 : c->p[0]; /* (dropped: p may be gone) */
+    }
+    c->n++;
+    return c->n == 1 ? IG_E_DEVICE : IG_OK; /* (the first fails: the wait that ran it says so) */
+}
+
+/* dev_stream_call on the transfer stream (an NCCL group's way in) runs as
+ * late as the copy stream's downloads: at the main stream's wait on an
+ * event after it (reading memory then, after a main-stream write that did
+ * not wait), or at dev_streams_run; told stale where queued before its
+ * stream waited for the main stream's latest work; its status comes back
+ * from what ran it; queued at dev_close, it is dropped. */
+static void check_stream_calls(void)
+{
+    struct dev *d = NULL;
+    CHECK(IG_DEV(dev_open)(0, &d) == IG_OK && d);
+    void *p = NULL;
+    struct dev_event *m = NULL, *e = NULL;
+    CHECK(d && IG_DEV(dev_alloc)(d, 64, &p) == IG_OK && IG_DEV(dev_event_create)(d, &m) == IG_OK &&
+          IG_DEV(dev_event_create)(d, &e) == IG_OK);
+    if (!d || !p || !m || !e)
+        return;
+    struct call_log c = {.p = p};
+    CHECK(IG_DEV(dev_memset)(d, p, 1, 64) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_MAIN, m) == IG_OK);
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_P2P, m) == IG_OK);
+    CHECK(IG_DEV(dev_stream_call)(d, DEV_STREAM_P2P, log_call, &c) == IG_OK);
+    CHECK(IG_DEV(dev_event_record)(d, DEV_STREAM_P2P, e) == IG_OK);
+    CHECK(c.n == 0);                                /* not yet */
+    CHECK(IG_DEV(dev_memset)(d, p, 2, 64) == IG_OK); /* no wait: the call reads this */
+    CHECK(IG_DEV(dev_stream_wait)(d, DEV_STREAM_MAIN, e) == IG_E_DEVICE);
+    CHECK(c.n == 1 && c.how[0] == DEV_CALL_RUN && c.seen[0] == 2);
+    /* after the memset of 2 with no wait: stale; run by dev_streams_run */
+    CHECK(IG_DEV(dev_stream_call)(d, DEV_STREAM_P2P, log_call, &c) == IG_OK);
+    CHECK(c.n == 1 && IG_DEV(dev_streams_run)(d) == IG_OK && c.n == 2);
+    CHECK(c.how[1] == DEV_CALL_STALE);
+    CHECK(IG_DEV(dev_stream_call)(d, DEV_STREAM_P2P, log_call, &c) == IG_OK);
+    IG_DEV(dev_event_destroy)(d, e);
+    IG_DEV(dev_event_destroy)(d, m);
+    IG_DEV(dev_free)(d, p);
+    IG_DEV(dev_close)(d);
+    CHECK(c.n == 3 && c.how[2] == DEV_CALL_DROP);
+}
+
 int main(void)
 {
     CHECK(IG_DEV(dev_count)() == 1);
@@ -79,6 +138,7 @@ int main(void)
     dc_check_absurd_alloc(d);
     dc_check_events(d);
     check_late_copy_stream(d);
+    check_stream_calls();
 
     CHECK(IG_DEV(dev_graph_begin)(d) == IG_E_DEVICE);
     IG_DEV(dev_graph_free)(NULL);

@@ -3,8 +3,10 @@
  * with IG_E_NOMEM, dev_gemm_f16 (cuBLAS) on the emulator test's ragged shapes
  * against a double reference (tests/emu/device_checks.h), a captured graph
  * (pinned upload + memset + GEMM) replayed with fresh inputs matching direct
- * launches bit for bit, and the event timer. Exits 77 (skipped) without a
- * CUDA device. Label gpu. */
+ * launches bit for bit, the event timer, and the transfer stream (its own,
+ * a dev_stream_call run at once on it). Exits 77 (skipped) without a CUDA
+ * device. Label gpu. (The transfer stream's checks, p2pstream, have not
+ * run on a GPU yet.) */
 #include "tests/emu/device_checks.h"
 
 /* Capture upload_async(x from pinned memory) + memset(y) + GEMM(beta 1), so
@@ -73,6 +75,13 @@ static void check_graph(struct dev *d)
     free(y_direct);
 }
 
+/* dev_stream_call's fn: keeps the stream it was given (RUN only). */
+static int note_stream(void *user, void *stream, enum dev_call how)
+{
+    *(void **)user = how == DEV_CALL_RUN ? stream : NULL;
+    return IG_OK;
+}
+
 int main(void)
 {
     int count = IG_DEV(dev_count)();
@@ -98,6 +107,12 @@ int main(void)
 
     CHECK(IG_DEV(dev_stream_of)(d, DEV_STREAM_COPY) != NULL &&
           IG_DEV(dev_stream_of)(d, DEV_STREAM_COPY) != IG_DEV(dev_stream)(d));
+    void *p2p = IG_DEV(dev_stream_of)(d, DEV_STREAM_P2P);
+    CHECK(p2p != NULL && p2p != IG_DEV(dev_stream)(d) &&
+          p2p != IG_DEV(dev_stream_of)(d, DEV_STREAM_COPY));
+    /* a call on it runs now, given that stream (its work is the GPU's to order) */
+    void *seen = NULL;
+    CHECK(IG_DEV(dev_stream_call)(d, DEV_STREAM_P2P, note_stream, &seen) == IG_OK && seen == p2p);
     dc_check_memory(d);
     dc_check_absurd_alloc(d);
     dc_check_events(d);
