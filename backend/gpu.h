@@ -61,15 +61,14 @@ struct gpu_backend_info {
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
 
 /* batch --pd's cache between CUDA ranks by NCCL (backend/gpu_kv_p2p.c,
- * backend/gpu_p2p.h): no host trip. Both ranks' pools of the same types.
- * Whether b's model can move so: every layer paged or shared, no window
- * tables (else why is filled: the host path, backend_batch.on_layer). */
+ * backend/gpu_p2p.h): no host trip, every kind of layer. Both ranks' pools
+ * of the same types and layers. */
 struct gpu_p2p;
-bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap);
 /* The prefill side, in an on_layer hook of a step with layer_device: layer
  * l's whole blocks holding rows [p0, p1) of the sequence with block table
- * `table`, K then V a block each, to rank peer in one NCCL group on the
- * step's stream. IG_OK, or IG_E_DEVICE after one line. */
+ * `table` (a window layer's: its window table under the window rule), K
+ * then V a block each, to rank peer in one NCCL group on the step's
+ * stream. IG_OK, or IG_E_DEVICE after one line. */
 int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
 /* The decode side: layer l's part received straight into the pool's
@@ -77,5 +76,12 @@ int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
  * p0, p1), on the main stream: steps after it see the rows. */
 int IG_DEV(gpu_kv_recv_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
+/* A recurrent layer l's state in slot `slot`, whole: sent on the step's
+ * stream (after the prompt's last rows are in it), or received on the main
+ * stream straight into the slot (the steps after it read it). */
+int IG_DEV(gpu_kv_send_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l);
+int IG_DEV(gpu_kv_recv_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l);
 
 #endif

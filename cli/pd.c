@@ -618,7 +618,8 @@ static bool all_ok(bool ok, char *why, size_t cap)
     return false;
 }
 
-/* Whether the caches can move by NCCL (every rank agreeing), else why. */
+/* Whether the caches can move by NCCL (every rank agreeing: a CUDA
+ * backend, the same pool), else why. */
 static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
 {
     const char *no = !asked      ? "IGNITE_PD_XFER=host"
@@ -627,11 +628,15 @@ static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
                                  : NULL;
     bool ok = !no && backend_p2p_fits(pd->o.be, why, cap);
     const struct kv_memory *mem = backend_kv_memory(pd->o.be);
-    int64_t hi = mem ? (int64_t)mem->dtype * 64 + mem->dtype_v : -1, lo = -hi;
+    /* the pool's types and the window rule (the same blocks on both sides) */
+    int64_t hi = mem ? ((int64_t)mem->dtype * 64 + mem->dtype_v) * 2 +
+                           (pd->o.be->o.n_window_blocks > 0)
+                     : -1,
+            lo = -hi;
     ig_coll_allreduce_max(&hi);
     ig_coll_allreduce_max(&lo);
     if (ok && hi != -lo) { /* (every rank has the same options: a guard) */
-        no = "the ranks' caches are of different types";
+        no = "the ranks' caches are of different types, or not all under the window rule";
         ok = false;
     }
     if (no)

@@ -46,6 +46,10 @@ enum seq_phase {
 struct seq {
     enum seq_phase phase;
     struct gen_request *r;
+    /* SEQ_FREE: the history whose blocks engine_history_reserve reserved
+     * with this slot (its request alone is admitted here; the caller fills
+     * the slot's recurrent states); else NULL */
+    const struct kv_seq *held;
     int64_t order;           /* admission number: prefill goes in this order */
     struct kv_seq kv;
     struct sampler *smp;
@@ -139,8 +143,8 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     int64_t nw = be->o.n_window_blocks;
     int st = kv_pool_create_windowed(
         be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks, nw,
-        nw ? mem->window_max - 1 : 0, nw ? kv_memory_window_cap(mem, be->o.n_ctx, be->o.max_rows) : 0,
-        &e->pool);
+        nw ? kv_memory_window_span(mem) : 0,
+        nw ? kv_memory_window_cap(mem, be->o.n_ctx, be->o.max_rows) : 0, &e->pool);
     size_t ns = (size_t)e->n_slots;
     e->seqs = calloc(ns, sizeof *e->seqs);
     e->tokens = malloc((size_t)e->max_rows * sizeof *e->tokens);
@@ -368,9 +372,28 @@ const struct kv_pool *engine_pool(const struct engine *e)
     return e->pool;
 }
 
-int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s)
+static int slot_of(const struct engine *e, const struct seq *s)
+{
+    return (int)(s - e->seqs);
+}
+
+/* The free slot history blocks s reserved (held), or with s NULL any free
+ * slot none holds; NULL where none. */
+static struct seq *free_slot(struct engine *e, const struct kv_seq *s)
+{
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->seqs[i].phase == SEQ_FREE && e->seqs[i].held == s)
+            return &e->seqs[i];
+    return NULL;
+}
+
+int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s,
+                           int *slot)
 {
     IG_ASSERT(n_pos >= 1 && n_pos <= max_pos && max_pos <= e->n_ctx);
+    struct seq *q = free_slot(e, NULL);
+    if (!q)
+        return ig_error(IG_E_NOMEM, "none of the engine's %d slots is free now", e->n_slots);
     int st = kv_seq_init(s, e->n_ctx); /* (the slots' capacity: adopted by one) */
     if (st != IG_OK)
         return st;
@@ -381,21 +404,21 @@ int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, str
                         (long long)kv_pool_available(e->pool));
     }
     kv_pool_grow_loaded(e->pool, s, n_pos);
+    q->held = s;
+    *slot = slot_of(e, q);
     return IG_OK;
 }
 
 void engine_history_release(struct engine *e, struct kv_seq *s)
 {
+    struct seq *q = free_slot(e, s); /* (none once adopted) */
+    if (q)
+        q->held = NULL;
     kv_pool_release(e->pool, s);
     kv_seq_destroy(s);
 }
 
 /* ---- the end of a request --------------------------------------------------------- */
-
-static int slot_of(const struct engine *e, const struct seq *s)
-{
-    return (int)(s - e->seqs);
-}
 
 static struct backend_seq seq_view(const struct engine *e, const struct seq *s)
 {
@@ -639,6 +662,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
             struct kv_seq empty = s->kv;
             s->kv = *h->blocks;
             *h->blocks = empty;
+            s->held = NULL;
         } else if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) !=
                    IG_OK) {
             return st;
@@ -686,10 +710,10 @@ static void admit_waiting(struct engine *e)
 {
     while (e->q_len) {
         struct gen_request *r = e->queue[e->q_head];
-        struct seq *s = r->follows ? kept_seq(e, r->follows) : NULL;
-        for (int i = 0; i < e->n_slots && !s && !r->follows; i++)
-            if (e->seqs[i].phase == SEQ_FREE)
-                s = &e->seqs[i];
+        const struct kv_seq *held = r->history ? r->history->blocks : NULL;
+        /* a kept sequence's, a history's reserved with its blocks, or any free one */
+        struct seq *s = r->follows ? kept_seq(e, r->follows) : free_slot(e, held);
+        IG_ASSERT(s || !held);
         if (!s)
             return;
         int st = admit(e, s, r);

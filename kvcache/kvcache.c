@@ -574,7 +574,7 @@ static int64_t w_need(const struct kv_pool *p, int64_t max_pos)
 /* The first block a row at position `pos` can see. */
 static int64_t w_first(const struct kv_pool *p, int64_t pos)
 {
-    return pos > p->w_span ? (pos - p->w_span) / KV_BLOCK : 0;
+    return kv_window_first(p->w_span, pos);
 }
 
 /* Whether full block f's twin still holds the window rows written beside it. */

@@ -268,6 +268,21 @@ int64_t kv_memory_window_cap(const struct kv_memory *mem, int64_t n_ctx, int64_t
 int64_t kv_memory_window_blocks(const struct kv_memory *mem, int n_slots, int64_t n_ctx,
                                 int64_t max_rows);
 
+/* The positions a row looks back over under the window rule (a pool's
+ * w_span: window_max - 1; 0 without sliding-window layers), and the first
+ * block a row at position `pos` can see so: where a sequence's window
+ * table starts (kv_pool_grow, kv_pool_grow_loaded). One rule for the pool
+ * and for what batch --pd moves of a window layer (backend_kv_send_part). */
+static inline int64_t kv_memory_window_span(const struct kv_memory *mem)
+{
+    return mem->window_max > 0 ? mem->window_max - 1 : 0;
+}
+
+static inline int64_t kv_window_first(int64_t w_span, int64_t pos)
+{
+    return pos > w_span ? (pos - w_span) / KV_BLOCK : 0;
+}
+
 /* State slots a pool of n_slots sequences needs: n_slots when the memory
  * has a recurrent group (a slot each, indexed by the sequence's slot), else 0. */
 int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots);
