@@ -6,8 +6,9 @@
  * the layer loop writes them (the engine's on_layer, on the CPU or CUDA
  * backend, while the next layers and the next prompts run: the sends are
  * not waited for), the token ids and logits after the prompt. On the NCCL
- * path (pd_connect) a layer's rows go device to device instead, after
- * their header. Covered by tests/tp/test_pd_cli.py. */
+ * path (pd_connect) a layer's part (its rows, or a recurrent state once
+ * final) goes device to device instead, after its header. Covered by
+ * tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
 #include "core/coll.h"

@@ -340,7 +340,7 @@ def nccl(mpirun, tmp, emu, standin):
     string ends it at its second token), so the later ones wait for the
     decode rank's room (its count left out: the job ends); a hybrid's states
     and a window layer's blocks (states_and_windows); and IGNITE_PD_XFER
-    naming nothing refused, one line naming why, exit 2."""
+    naming nothing, or nccl on CPU ranks, refused, one line naming why, exit 2."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -390,13 +390,16 @@ def nccl(mpirun, tmp, emu, standin):
     check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
                        for o in rows), f"IGNITE_PD_XFER=nccl: pd {[o.get('pd') for o in rows]}")
     states_and_windows(cmd, emu, env, tmp, vocab, random_gguf)
-    # a value naming nothing (ignite's CPU ranks: a launch costs mpirun's start alone)
-    r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m", path,
-                              "--pd", "1:1"], capture_output=True, timeout=LIMIT,
-                       env=dict(env, IGNITE_PD_XFER="pigeon"))
-    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER", "pigeon")
-    check(r.returncode == 2 and ok and not r.stdout,
-          f"IGNITE_PD_XFER=pigeon: exit {r.returncode}, {lines}")
+    # a value naming nothing, and nccl where a rank has no such path (ignite's CPU ranks:
+    # a launch costs mpirun's start and the model's load alone)
+    for xfer, words in (("pigeon", ["pigeon"]), ("nccl", ["cannot move by NCCL", "cpu"])):
+        r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m",
+                                  path, "--pd", "1:1"], capture_output=True, timeout=LIMIT,
+                           env=dict(env, IGNITE_PD_XFER=xfer))
+        ok, lines = one_line(r.stderr, f"IGNITE_PD_XFER={xfer}" if xfer == "nccl"
+                             else "IGNITE_PD_XFER", *words)
+        check(r.returncode == 2 and ok and not r.stdout,
+              f"IGNITE_PD_XFER={xfer}: exit {r.returncode}, {lines}")
 
 
 def states_and_windows(cmd, emu, env, tmp, vocab, random_gguf):
