@@ -24,7 +24,6 @@
 #include "backend/gpu_p2p.h"
 #include "core/status.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* Bytes of one block of layer l's K (v false) or V in the pool. */

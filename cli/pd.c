@@ -639,6 +639,16 @@ static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
         no = "the ranks' caches are of different types, or not all under the window rule";
         ok = false;
     }
+    /* A decode rank reserves at a cache's head what its slots bound (a state slot, a
+     * slot's window blocks); each prefill rank spends a decode rank's whole room as
+     * told (cli/pd.h), so two could promise one slot twice: the host path waits. */
+    if (ok && pd->o.n_prefill > 1 &&
+        (kv_memory_states_for(mem, 1) > 0 || pd->o.be->o.n_window_blocks > 0)) {
+        no = "with more than one prefill rank a decode rank's slot could be promised twice, "
+             "and a hybrid's states or a window model's window blocks need one at a cache's "
+             "head";
+        ok = false;
+    }
     if (no)
         snprintf(why, cap, "%s", no);
     return all_ok(ok, why, cap);

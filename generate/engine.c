@@ -47,8 +47,8 @@ struct seq {
     enum seq_phase phase;
     struct gen_request *r;
     /* SEQ_FREE: the history whose blocks engine_history_reserve reserved
-     * with this slot (its request alone is admitted here; the caller fills
-     * the slot's recurrent states); else NULL */
+     * with this slot where the model has recurrent states (its request
+     * alone is admitted here; the caller fills the slot's states); else NULL */
     const struct kv_seq *held;
     int64_t order;           /* admission number: prefill goes in this order */
     struct kv_seq kv;
@@ -391,9 +391,12 @@ int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, str
                            int *slot)
 {
     IG_ASSERT(n_pos >= 1 && n_pos <= max_pos && max_pos <= e->n_ctx);
-    struct seq *q = free_slot(e, NULL);
-    if (!q)
-        return ig_error(IG_E_NOMEM, "none of the engine's %d slots is free now", e->n_slots);
+    /* A slot where states must be filled before admission; else any at admission. */
+    struct seq *q = e->be->n_states ? free_slot(e, NULL) : NULL;
+    *slot = -1;
+    if (e->be->n_states && !q)
+        return ig_error(IG_E_NOMEM, "none of the engine's %d slots is free now for a "
+                        "sequence's recurrent states", e->n_slots);
     int st = kv_seq_init(s, e->n_ctx); /* (the slots' capacity: adopted by one) */
     if (st != IG_OK)
         return st;
@@ -404,8 +407,10 @@ int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, str
                         (long long)kv_pool_available(e->pool));
     }
     kv_pool_grow_loaded(e->pool, s, n_pos);
-    q->held = s;
-    *slot = slot_of(e, q);
+    if (q) {
+        q->held = s;
+        *slot = slot_of(e, q);
+    }
     return IG_OK;
 }
 
@@ -711,9 +716,11 @@ static void admit_waiting(struct engine *e)
     while (e->q_len) {
         struct gen_request *r = e->queue[e->q_head];
         const struct kv_seq *held = r->history ? r->history->blocks : NULL;
-        /* a kept sequence's, a history's reserved with its blocks, or any free one */
-        struct seq *s = r->follows ? kept_seq(e, r->follows) : free_slot(e, held);
-        IG_ASSERT(s || !held);
+        /* a kept sequence's, the one held with a history's blocks, or any free one */
+        struct seq *s = r->follows ? kept_seq(e, r->follows) : held ? free_slot(e, held) : NULL;
+        IG_ASSERT(!held || !e->be->n_states || s);
+        if (!s && !r->follows)
+            s = free_slot(e, NULL);
         if (!s)
             return;
         int st = admit(e, s, r);

@@ -300,7 +300,8 @@ const struct kv_pool *engine_pool(const struct engine *e);
 /* A history's blocks reserved in the pool ahead of its request (batch
  * --pd's decode rank, at a cache's head): room for max_pos positions, the
  * tables covering n_pos (the window table what a row at n_pos sees), and
- * a free slot held for it, *slot, which its request alone takes at
+ * where the model has recurrent layers a free slot held for it, *slot
+ * (else -1: any free slot at admission), which its request alone takes at
  * admission; its rows and the recurrent layers' states in that slot are
  * the caller's to fill on the device, the request's gen_history.blocks.
  * IG_OK, or IG_E_NOMEM with one line when the pool cannot promise them or

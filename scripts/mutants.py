@@ -426,8 +426,13 @@ MUTANTS = [
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
      "a decode rank receives a window layer's blocks at the full table's ids, not into its "
      "window blocks", "caught"),
+    ("pd-nccl-many-prefill", "cli/pd.c",
+     "if (ok && pd->o.n_prefill > 1 &&", "if (ok && pd->o.n_prefill > 8 &&",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "IGNITE_PD_XFER=nccl taken by a window model at --pd 2:1 (two prefill ranks may promise "
+     "one decode slot twice)", "caught"),
     ("pd-engine-held-slot", "generate/engine.c",
-     ": free_slot(e, held);", ": free_slot(e, NULL);",
+     "held ? free_slot(e, held) : NULL;", "held ? free_slot(e, NULL) : NULL;",
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
      "the engine admits a reserved history into any free slot, not the one held with its "
      "blocks (where its states were received)", "caught"),

@@ -410,8 +410,9 @@ def states_and_windows(cmd, emu, env, tmp, vocab, random_gguf):
     gpt-oss's tiny file (layer 0 a window of 32 under the window rule: the
     decode rank receives only the window blocks a row after the prompt
     sees, not block 0 of a prompt of 102 tokens; a second prompt's first
-    block shared on the prefill rank, its window twin with it) under auto.
-    (7 + 8 s CPU.)"""
+    block shared on the prefill rank, its window twin with it) under auto;
+    and the latter refused at --pd 2:1 under nccl (one line, exit 2). (7 + 8 +
+    2 s CPU.)"""
     def request(rid, prompt, n, **kw):
         return json.dumps(dict(dict(id=rid, prompt=prompt, n_predict=n, temperature=0), **kw)) \
             + "\n"
@@ -440,6 +441,13 @@ def states_and_windows(cmd, emu, env, tmp, vocab, random_gguf):
               f"exit {got.returncode}, {res} against {want}: {got.stderr[-400:]}")
         check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
                            for o in rows), f"{arch}: pd {[o.get('pd') for o in rows]}")
+    # two prefill ranks could promise a decode rank's slot twice (each spends its whole
+    # room), which the window blocks need at a head: nccl refused, one line, exit 2
+    r = subprocess.run(cmd[:-1] + ["3", emu] + args + ["--pd", "2:1"], capture_output=True,
+                       timeout=LIMIT, env=dict(env, IGNITE_PD_XFER="nccl"))
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "more than one prefill rank")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"{arch} IGNITE_PD_XFER=nccl --pd 2:1: exit {r.returncode}, {lines}")
 
 
 def main():
