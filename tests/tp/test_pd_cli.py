@@ -19,9 +19,11 @@ line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
 schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
 Where given ignite_emu and the NCCL stand-in (tests/tp/CMakeLists.txt passes
-them where MPI is), the NCCL path end to end (nccl() below).
+them where MPI is), the NCCL path end to end, a hybrid's states and a window
+model's window blocks too (nccl() below).
 Usage: test_pd_cli.py [IGNITE_EMU NCCL_STANDIN]
-       (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
+       (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10; 99 s
+       with the NCCL case, 63 s of it, at load average 8)
 """
 import json
 import os
