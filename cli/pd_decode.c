@@ -2,12 +2,12 @@
  * a prefill rank assembled from its parts as they come (its head, each
  * layer's rows, the tokens and logits: kvcache/'s saved-cache parts), then
  * run as a history (--load-kv's path) with its line parsed again,
- * decode-only (on the NCCL path, pd_connect, the request's blocks and a
- * slot reserved in this rank's pool and engine at its head and each
- * layer's part, its rows or its recurrent state, received on the device
- * straight into them as its header comes; the engine admits the request
- * into that slot and adopts the blocks); the text, figures and token times
- * back to rank 0; its
+ * decode-only (on the NCCL path, pd_connect, the request's blocks, and for
+ * a hybrid a slot, reserved in this rank's pool and engine at its head and
+ * each layer's part, its rows or its recurrent state, received on the
+ * device straight into them as its header comes; the engine admits the
+ * request into that slot and adopts the blocks); the text, figures and
+ * token times back to rank 0; its
  * room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 

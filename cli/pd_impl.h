@@ -128,7 +128,8 @@ struct djob {
                                * the head, the rows received into them (not kv); adopted
                                * by the engine at admission (gen_history.blocks) */
     int slot;                 /* and the engine's slot held with them, the recurrent
-                               * layers' states received into it */
+                               * layers' states received into it (-1: none, a model
+                               * without such layers) */
     struct engine *e;         /* the pool's, where blocks were reserved */
     struct djob *next;        /* pd.arriving */
 };
