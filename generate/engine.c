@@ -402,9 +402,16 @@ int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, str
         return st;
     if (kv_pool_admit(e->pool, s, NULL, 0, max_pos) != IG_OK) {
         kv_seq_destroy(s);
+        long long want = (long long)kv_blocks_for(max_pos);
+        long long avail = (long long)kv_pool_available(e->pool);
+        int64_t nw = kv_pool_window_blocks(e->pool);
+        if (nw) /* (or the window side's promise is what is short) */
+            return ig_error(IG_E_NOMEM, "the KV pool cannot promise %lld blocks now (%lld "
+                            "available, and %lld of the window side's %lld not promised)",
+                            want, avail, (long long)(nw - kv_pool_window_promised(e->pool)),
+                            (long long)nw);
         return ig_error(IG_E_NOMEM, "the KV pool cannot promise %lld blocks now (%lld "
-                        "available)", (long long)kv_blocks_for(max_pos),
-                        (long long)kv_pool_available(e->pool));
+                        "available)", want, avail);
     }
     kv_pool_grow_loaded(e->pool, s, n_pos);
     if (q) {

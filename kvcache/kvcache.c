@@ -532,6 +532,7 @@ int64_t kv_pool_states_used(const struct kv_pool *p) { return p->states_used; }
 int64_t kv_pool_states_peak(const struct kv_pool *p) { return p->states_peak; }
 int64_t kv_pool_window_blocks(const struct kv_pool *p) { return p->n_wblocks; }
 int64_t kv_pool_window_used(const struct kv_pool *p) { return p->wused; }
+int64_t kv_pool_window_promised(const struct kv_pool *p) { return p->w_promised; }
 int64_t kv_pool_window_peak(const struct kv_pool *p) { return p->wpeak; }
 int64_t kv_pool_window_freed(const struct kv_pool *p) { return p->wfreed; }
 

@@ -466,10 +466,12 @@ int64_t kv_pool_hits(const struct kv_pool *p);
 int64_t kv_pool_n_states(const struct kv_pool *p);
 int64_t kv_pool_states_used(const struct kv_pool *p);
 int64_t kv_pool_states_peak(const struct kv_pool *p);
-/* The window side: its blocks (0: none), held now, the most at any time,
- * and how many a sequence gave back as its window moved on. */
+/* The window side: its blocks (0: none), held now, promised to the
+ * sequences admitted (what a new one's promise must fit beside), the most
+ * at any time, and how many a sequence gave back as its window moved on. */
 int64_t kv_pool_window_blocks(const struct kv_pool *p);
 int64_t kv_pool_window_used(const struct kv_pool *p);
+int64_t kv_pool_window_promised(const struct kv_pool *p);
 int64_t kv_pool_window_peak(const struct kv_pool *p);
 int64_t kv_pool_window_freed(const struct kv_pool *p);
 /* Bytes of the most blocks (both sides) and state slots held at once. */
