@@ -269,11 +269,9 @@ size_t backend_device_bytes(const struct backend *b)
 
 bool backend_p2p_fits(const struct backend *b, char *why, size_t cap)
 {
-    if (!b->ops->p2p_fits) {
+    if (!b->ops->p2p_open)
         snprintf(why, cap, "the %s backend has no NCCL path (CUDA only)", b->device);
-        return false;
-    }
-    return b->ops->p2p_fits(b, why, cap);
+    return b->ops->p2p_open != NULL;
 }
 
 int backend_p2p_open(struct backend *b, struct gpu_p2p **out)
@@ -311,6 +309,92 @@ int backend_p2p_progress(struct backend *b)
 {
     IG_ASSERT(b->ops->p2p_progress);
     return b->ops->p2p_progress(b);
+}
+
+/* What layer l's part [*p0, p1) of s moves (backend_kv_send_part): none,
+ * the state in s's slot, or the blocks of *table holding rows [*p0, p1),
+ * *p0 raised past the window's blocks given back. */
+enum part_kind { PART_NONE, PART_STATE, PART_ROWS };
+
+static enum part_kind part_of(const struct backend *b, const struct backend_p2p_seq *s, int64_t l,
+                              int64_t *p0, int64_t p1, const int32_t **table)
+{
+    const struct kv_memory *mem = b->kv_mem;
+    IG_ASSERT(l >= 0 && l < mem->n_layer && 0 <= *p0 && *p0 < p1 && p1 <= s->n_pos &&
+              s->n_pos <= b->o.n_ctx);
+    switch (mem->layers[l].kind) {
+    case KV_SHARED: /* its rows are its source's */
+        return PART_NONE;
+    case KV_RECURRENT:
+        IG_ASSERT(*p0 == 0 && p1 == s->n_pos && s->slot >= 0 && s->slot < b->n_states);
+        return PART_STATE;
+    case KV_FULL:
+    case KV_WINDOW:
+        break;
+    }
+    *table = s->table;
+    if (b->o.n_window_blocks && kv_layer_windowed(mem, l)) {
+        int64_t first = kv_window_first(kv_memory_window_span(mem), s->n_pos) * KV_BLOCK;
+        IG_ASSERT(s->wtable);
+        *table = s->wtable;
+        *p0 = *p0 > first ? *p0 : first;
+    }
+    return *p0 < p1 ? PART_ROWS : PART_NONE;
+}
+
+/* The bytes of layer l's part that part_of chose: a state, or whole
+ * blocks of K and V as the pool holds them. */
+static int64_t part_bytes(const struct backend *b, int64_t l, enum part_kind kind, int64_t p0,
+                          int64_t p1)
+{
+    const struct kv_memory *mem = b->kv_mem;
+    const struct kv_layer_mem *L = &mem->layers[l];
+    if (kind != PART_ROWS)
+        return kind == PART_STATE ? (int64_t)L->state_bytes : 0;
+    int64_t elems = kv_layer_block_elems(L);
+    return (kv_blocks_for(p1) - p0 / KV_BLOCK) *
+           (int64_t)(kv_dtype_row_bytes(mem->dtype, elems) +
+                     kv_dtype_row_bytes(mem->dtype_v, elems));
+}
+
+/* backend_kv_send_part (send) or _recv_part. */
+static int move_part(struct backend *b, struct gpu_p2p *p, int peer,
+                     const struct backend_p2p_seq *s, int64_t l, int64_t p0, int64_t p1,
+                     int64_t *bytes, bool send)
+{
+    const int32_t *table = NULL;
+    enum part_kind kind = part_of(b, s, l, &p0, p1, &table);
+    if (bytes)
+        *bytes = part_bytes(b, l, kind, p0, p1);
+    switch (kind) {
+    case PART_NONE:
+        return IG_OK;
+    case PART_STATE:
+        IG_ASSERT(b->ops->kv_send_state && b->ops->kv_recv_state);
+        if (send)
+            return b->ops->kv_send_state(b, p, peer, s->slot, l);
+        if (b->ckpt_holder == s->slot + 1) /* a state from elsewhere: nothing to continue */
+            b->ckpt_holder = 0;
+        return b->ops->kv_recv_state(b, p, peer, s->slot, l);
+    case PART_ROWS:
+        break;
+    }
+    return send ? backend_kv_send_layer(b, p, peer, table, l, p0, p1)
+                : backend_kv_recv_layer(b, p, peer, table, l, p0, p1);
+}
+
+int backend_kv_send_part(struct backend *b, struct gpu_p2p *p, int peer,
+                         const struct backend_p2p_seq *s, int64_t l, int64_t p0, int64_t p1,
+                         int64_t *bytes)
+{
+    return move_part(b, p, peer, s, l, p0, p1, bytes, true);
+}
+
+int backend_kv_recv_part(struct backend *b, struct gpu_p2p *p, int peer,
+                         const struct backend_p2p_seq *s, int64_t l, int64_t p0, int64_t p1,
+                         int64_t *bytes)
+{
+    return move_part(b, p, peer, s, l, p0, p1, bytes, false);
 }
 
 size_t backend_weight_bytes(const struct backend *b)

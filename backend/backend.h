@@ -162,7 +162,7 @@ struct backend_batch {
     const int64_t *layer_from;
     /* The CUDA backend with on_layer: no host copy, the hook called with kv
      * and seqs NULL moves the rows from the device itself (batch --pd's
-     * NCCL path, gpu_kv_send_layer in backend/gpu.h). The CPU backend
+     * NCCL path, backend_kv_send_part). The CPU backend
      * ignores it. */
     bool layer_device;
 };
@@ -188,8 +188,8 @@ struct backend_ops {
     size_t (*device_bytes)(const struct backend *b);
     void (*destroy)(struct backend *b);
     /* batch --pd's cache between CUDA ranks by NCCL (backend/gpu_kv_p2p.c, the
-     * backend_p2p_* and backend_kv_*_layer calls below); NULL on the CPU. */
-    bool (*p2p_fits)(const struct backend *b, char *why, size_t cap);
+     * backend_p2p_* and backend_kv_* calls below); NULL on the CPU: a paged
+     * layer's blocks of a table, a recurrent layer's state in a slot. */
     int (*p2p_open)(struct backend *b, struct gpu_p2p **out);
     int (*kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer, const int32_t *table,
                          int64_t l, int64_t p0, int64_t p1);
@@ -197,6 +197,10 @@ struct backend_ops {
                          int64_t l, int64_t p0, int64_t p1);
     int (*p2p_wait)(struct backend *b);
     int (*p2p_progress)(struct backend *b);
+    int (*kv_send_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                         int64_t l);
+    int (*kv_recv_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                         int64_t l);
 };
 
 /* A recurrent layer runs a prompt's rows in chunks that end at multiples of
@@ -321,17 +325,17 @@ size_t backend_device_bytes(const struct backend *b);
 
 /* batch --pd's cache by NCCL between CUDA ranks, no host trip (backend/
  * gpu_kv_p2p.c; the calls of backend/gpu.h of the same names), for cli/:
- * whether b's model can move so (every layer paged or shared, no window
- * tables; false with `why` filled, or on a backend without the path); the
- * communicator of every rank (collective: every rank calls it, each with a
- * CUDA backend; IG_OK, or IG_E_DEVICE after one line, rank 0's); the
- * prefill side's layer send from a step's on_layer hook with
- * backend_batch.layer_device (the sequence's device block table); the
- * decode side's layer receive straight into the pool's blocks of `table`
- * (reserved for the sequence: engine_history_reserve, adopted at admission
- * by gen_history.blocks). Both ranks' pools of the same types. Sends and
- * receives return once queued on the device's transfer stream: the decode
- * side calls backend_p2p_wait before the engine adopts received blocks or
+ * whether b has the path (false with `why` filled on a backend without it:
+ * every kind of layer moves); the communicator of every rank (collective:
+ * every rank calls it, each with a CUDA backend; IG_OK, or IG_E_DEVICE
+ * after one line, rank 0's); a paged layer's blocks holding rows [p0, p1)
+ * of `table` sent (the prefill side, from a step's on_layer hook with
+ * backend_batch.layer_device) or received straight into the pool's blocks
+ * of `table` (the decode side: reserved for the sequence by
+ * engine_history_reserve, adopted at admission by gen_history.blocks).
+ * Both ranks' pools of the same types and layers. Sends and receives
+ * return once queued on the device's transfer stream: the decode side
+ * calls backend_p2p_wait before the engine adopts received blocks or
  * releases blocks with receives pending (the main stream's later work
  * waits for every transfer queued so far; the host does not), and every
  * rank backend_p2p_progress where it would idle or block on another rank
@@ -345,6 +349,31 @@ int backend_kv_recv_layer(struct backend *b, struct gpu_p2p *p, int peer, const 
                           int64_t l, int64_t p0, int64_t p1);
 int backend_p2p_wait(struct backend *b);
 int backend_p2p_progress(struct backend *b);
+
+/* A sequence in a pool, for the NCCL path: its block table, its window
+ * table where the pool keeps one (o.n_window_blocks; else NULL), its state
+ * slot and its positions in all (the whole prompt's: the cache's). */
+struct backend_p2p_seq {
+    const int32_t *table, *wtable;
+    int64_t slot, n_pos;
+};
+
+/* Layer l's part of sequence s, rows [p0, p1) (p0 < p1 <= s->n_pos), sent
+ * to rank peer or received from it into s's own blocks and slot, what the
+ * other side posts for the same l, p0, p1 and n_pos: a paged layer's
+ * blocks holding the rows (backend_kv_send_layer); a window layer's under
+ * the window rule through the window table, only those from the first a
+ * row at n_pos sees (kv_window_first: those before are given back on the
+ * decode side, and may be on the prefill side); a recurrent layer's state
+ * in s's slot, once it is the prompt's (p0 0, p1 n_pos); nothing of a
+ * shared layer. *bytes (where not NULL): the bytes it moves. IG_OK, or
+ * IG_E_DEVICE after one line. */
+int backend_kv_send_part(struct backend *b, struct gpu_p2p *p, int peer,
+                         const struct backend_p2p_seq *s, int64_t l, int64_t p0, int64_t p1,
+                         int64_t *bytes);
+int backend_kv_recv_part(struct backend *b, struct gpu_p2p *p, int peer,
+                         const struct backend_p2p_seq *s, int64_t l, int64_t p0, int64_t p1,
+                         int64_t *bytes);
 /* Of the device memory, the weights' (b->weight_bytes). */
 size_t backend_weight_bytes(const struct backend *b);
 

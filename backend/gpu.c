@@ -842,10 +842,11 @@ static const struct backend_ops gpu_ops = {
     .kv_import = IG_DEV(gpu_kv_import),
     .device_bytes = gpu_device_bytes,
     .destroy = gpu_destroy,
-    .p2p_fits = IG_DEV(gpu_kv_p2p_fits),
     .p2p_open = gpu_p2p_open,
     .kv_send_layer = IG_DEV(gpu_kv_send_layer),
     .kv_recv_layer = IG_DEV(gpu_kv_recv_layer),
     .p2p_wait = IG_DEV(gpu_kv_p2p_wait),
     .p2p_progress = IG_DEV(gpu_kv_p2p_progress),
+    .kv_send_state = IG_DEV(gpu_kv_send_state),
+    .kv_recv_state = IG_DEV(gpu_kv_recv_state),
 };

@@ -61,17 +61,16 @@ struct gpu_backend_info {
 void IG_DEV(gpu_get_info)(const struct backend *b, struct gpu_backend_info *info);
 
 /* batch --pd's cache between CUDA ranks by NCCL (backend/gpu_kv_p2p.c,
- * backend/gpu_p2p.h): no host trip. Both ranks' pools of the same types.
- * Whether b's model can move so: every layer paged or shared, no window
- * tables (else why is filled: the host path, backend_batch.on_layer). */
+ * backend/gpu_p2p.h): no host trip, every kind of layer. Both ranks' pools
+ * of the same types and layers. */
 struct gpu_p2p;
-bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap);
 /* The prefill side, in an on_layer hook of a step with layer_device: layer
  * l's whole blocks holding rows [p0, p1) of the sequence with block table
- * `table`, K then V a block each, to rank peer in one NCCL group on the
- * device's transfer stream, after the step's work so far (the layer's
- * mixer); the next step's writes wait for it. Returns once queued: IG_OK,
- * or IG_E_DEVICE (IG_E_NOMEM) after one line. */
+ * `table` (a window layer's: its window table under the window rule), K
+ * then V a block each, to rank peer in one NCCL group on the device's
+ * transfer stream, after the step's work so far (the layer's mixer); the
+ * next step's writes wait for it. Returns once queued: IG_OK, or
+ * IG_E_DEVICE (IG_E_NOMEM) after one line. */
 int IG_DEV(gpu_kv_send_layer)(struct backend *b, struct gpu_p2p *p, int peer,
                               const int32_t *table, int64_t l, int64_t p0, int64_t p1);
 /* The decode side: layer l's part received straight into the pool's
@@ -89,5 +88,14 @@ int IG_DEV(gpu_kv_p2p_wait)(struct backend *b);
  * rank: nothing on a GPU (its streams progress on their own), the emulator
  * runs them (dev_streams_run). A transfer's failure, after one line. */
 int IG_DEV(gpu_kv_p2p_progress)(struct backend *b);
+/* A recurrent layer l's state in slot `slot`, whole, by NCCL on the
+ * transfer stream as a layer's blocks go: sent after the step's work so
+ * far (the prompt's last rows are in it; the next step's writes to the
+ * slot wait for it), or received straight into the slot (the engine's
+ * admission waits for it, gpu_kv_p2p_wait). */
+int IG_DEV(gpu_kv_send_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l);
+int IG_DEV(gpu_kv_recv_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l);
 
 #endif

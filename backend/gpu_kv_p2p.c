@@ -14,16 +14,19 @@
  * same counts from the layer and rows alone (the header, which goes over
  * MPI), whatever the sender's blocks are. Rows past the last one of a
  * sequence's last block come along as the sender has them; nothing reads
- * them (a position is read once written). Both pools must be of the same
- * types (kv_memory_same_layers and dtypes; the caller checks at the head),
- * and the model's layers paged or shared, without window tables
- * (gpu_kv_p2p_fits; else the host path). Covered by tests/emu/pd_nccl_emu.c. */
+ * them (a position is read once written). A window layer under the window
+ * rule moves the same way through the window tables (its own block ids;
+ * which blocks: backend_kv_send_part). A recurrent layer's state moves
+ * whole, slot to slot, once it is the prompt's (gpu_kv_send_state,
+ * gpu_kv_recv_state: into the slot the decode rank's engine holds for the
+ * sequence, engine_history_reserve). Both pools must be of the same types
+ * (kv_memory_same_layers and dtypes; the caller checks at the head).
+ * Covered by tests/emu/pd_nccl_emu.c and tests/tp/test_pd_cli.py. */
 #include "backend/gpu_impl.h"
 
 #include "backend/gpu_p2p.h"
 #include "core/status.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,21 +44,11 @@ static bool paged(const struct gpu_backend *g, int64_t l)
     return k != KV_SHARED && k != KV_RECURRENT;
 }
 
-bool IG_DEV(gpu_kv_p2p_fits)(const struct backend *b, char *why, size_t cap)
+/* The block ids layer l's tables hold: the window side's, its zero block
+ * apart (never written, never moved), or the pool's. */
+static int64_t layer_ids(const struct gpu_backend *g, int64_t l)
 {
-    const struct gpu_backend *g = (const struct gpu_backend *)b;
-    for (int64_t l = 0; l < b->kv_mem->n_layer; l++) {
-        if (b->kv_mem->layers[l].kind == KV_RECURRENT) {
-            snprintf(why, cap, "layer %lld is recurrent (its state is not sent by NCCL)",
-                     (long long)l);
-            return false;
-        }
-        if (gpu_layer_windowed(g, l)) {
-            snprintf(why, cap, "layer %lld keeps window tables (--window-rule)", (long long)l);
-            return false;
-        }
-    }
-    return true;
+    return gpu_layer_windowed(g, l) ? g->n_wblocks : g->n_blocks;
 }
 
 /* The blocks holding rows [p0, p1). */
@@ -172,7 +165,7 @@ static int layer_group(struct backend *b, struct gpu_p2p *p, int peer, bool send
     if (!grp)
         return IG_E_NOMEM;
     for (int64_t i = b0; i < b1; i++) {
-        IG_ASSERT(table[i] >= 0 && table[i] < g->n_blocks);
+        IG_ASSERT(table[i] >= 0 && table[i] < layer_ids(g, l));
         group_add(grp, k + (size_t)table[i] * kb, kb);
         group_add(grp, v + (size_t)table[i] * vb, vb);
     }
@@ -226,4 +219,37 @@ void IG_DEV(gpu_kv_p2p_close)(struct gpu_backend *g)
     IG_DEV(dev_event_destroy)(g->dev, g->p2p_done);
     IG_DEV(dev_event_destroy)(g->dev, g->p2p_main);
     g->p2p_done = g->p2p_main = NULL;
+}
+
+/* A recurrent layer l's state in slot `slot`: its bytes in the pool. */
+static unsigned char *state_of(const struct gpu_backend *g, int64_t slot, int64_t l)
+{
+    const struct kv_layer_mem *L = &g->base.kv_mem->layers[l];
+    IG_ASSERT(L->kind == KV_RECURRENT && slot >= 0 && slot < g->n_states);
+    return g->layers[l].state + (size_t)slot * L->state_bytes;
+}
+
+/* Layer l's state in slot `slot`, whole, in a group of its own to or from
+ * peer: ordered by the stream as a layer's blocks are (queue_group). */
+static int state_group(struct backend *b, struct gpu_p2p *p, int peer, bool send, int64_t slot,
+                       int64_t l)
+{
+    struct gpu_backend *g = (struct gpu_backend *)b;
+    struct p2p_group *grp = group_new(p, peer, send, 1);
+    if (!grp)
+        return IG_E_NOMEM;
+    group_add(grp, state_of(g, slot, l), b->kv_mem->layers[l].state_bytes);
+    return queue_group(g, grp);
+}
+
+int IG_DEV(gpu_kv_send_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l)
+{
+    return state_group(b, p, peer, true, slot, l);
+}
+
+int IG_DEV(gpu_kv_recv_state)(struct backend *b, struct gpu_p2p *p, int peer, int64_t slot,
+                              int64_t l)
+{
+    return state_group(b, p, peer, false, slot, l);
 }

@@ -624,7 +624,8 @@ static bool all_ok(bool ok, char *why, size_t cap)
     return false;
 }
 
-/* Whether the caches can move by NCCL (every rank agreeing), else why. */
+/* Whether the caches can move by NCCL (every rank agreeing: a CUDA
+ * backend, the same pool), else why. */
 static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
 {
     const char *no = !asked      ? "IGNITE_PD_XFER=host"
@@ -633,11 +634,25 @@ static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
                                  : NULL;
     bool ok = !no && backend_p2p_fits(pd->o.be, why, cap);
     const struct kv_memory *mem = backend_kv_memory(pd->o.be);
-    int64_t hi = mem ? (int64_t)mem->dtype * 64 + mem->dtype_v : -1, lo = -hi;
+    /* the pool's types and the window rule (the same blocks on both sides) */
+    int64_t hi = mem ? ((int64_t)mem->dtype * 64 + mem->dtype_v) * 2 +
+                           (pd->o.be->o.n_window_blocks > 0)
+                     : -1,
+            lo = -hi;
     ig_coll_allreduce_max(&hi);
     ig_coll_allreduce_max(&lo);
     if (ok && hi != -lo) { /* (every rank has the same options: a guard) */
-        no = "the ranks' caches are of different types";
+        no = "the ranks' caches are of different types, or not all under the window rule";
+        ok = false;
+    }
+    /* A decode rank reserves at a cache's head what its slots bound (a state slot, a
+     * slot's window blocks); each prefill rank spends a decode rank's whole room as
+     * told (cli/pd.h), so two could promise one slot twice: the host path waits. */
+    if (ok && pd->o.n_prefill > 1 &&
+        (kv_memory_states_for(mem, 1) > 0 || pd->o.be->o.n_window_blocks > 0)) {
+        no = "with more than one prefill rank a decode rank's slot could be promised twice, "
+             "and a hybrid's states or a window model's window blocks need one at a cache's "
+             "head";
         ok = false;
     }
     if (no)

@@ -93,13 +93,17 @@ void pd_free(struct pd *pd);
 
 /* Collective, every rank after pd_create agreed: the way the caches move
  * (IGNITE_PD_XFER=nccl|host|auto, auto by default: NCCL where every rank's
- * backend is CUDA and takes the model on that path (backend_p2p_fits: no
- * recurrent layers, no window tables), the pools are of one type and NCCL
- * loads on every rank (IGNITE_NCCL_LIB as for --tp), its communicator then
- * open; else host memory) and this rank's engine. The same status on every
- * rank: IG_OK; IG_E_USAGE for a bad value or `nccl` where the model or the
- * options cannot take it, IG_E_DEVICE where NCCL cannot load, each after
- * one line (rank 0's) naming why; IG_E_NOMEM. */
+ * backend is CUDA (backend_p2p_fits: any model, its recurrent states and
+ * window layers too), the pools are of one type (and all under the window
+ * rule or none), one prefill rank where a decode rank must hold a slot at
+ * a cache's head (a hybrid's states, a window model's window blocks: more
+ * than one could promise a slot twice, each spending a decode rank's whole
+ * room as told) and NCCL loads on every rank (IGNITE_NCCL_LIB as for
+ * --tp), its communicator then open; else host memory) and this rank's
+ * engine. The same status on every rank: IG_OK; IG_E_USAGE for a bad
+ * value or `nccl` where the backend or the options cannot take it
+ * (IGNITE_PD_WHOLE=1), IG_E_DEVICE where NCCL cannot load, each after one
+ * line (rank 0's) naming why; IG_E_NOMEM. */
 int pd_connect(struct pd *pd);
 
 /* This rank's engine (its pool's figures). */

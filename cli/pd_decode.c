@@ -2,11 +2,13 @@
  * a prefill rank assembled from its parts as they come (its head, each
  * layer's rows, the tokens and logits: kvcache/'s saved-cache parts), then
  * run as a history (--load-kv's path) with its line parsed again,
- * decode-only (on the NCCL path, pd_connect, the request's blocks reserved
- * in this rank's pool at its head and each layer's rows received on the
- * device straight into them as their header comes, on the transfer stream;
- * the engine adopts them at admission, after the main stream's wait for
- * them); the text, figures and token times back to rank 0; its
+ * decode-only (on the NCCL path, pd_connect, the request's blocks, and for
+ * a hybrid a slot, reserved in this rank's pool and engine at its head and
+ * each layer's part, its rows or its recurrent state, received on the
+ * device straight into them as its header comes, on the transfer stream;
+ * the engine admits the request into that slot and adopts the blocks,
+ * after the main stream's wait for them); the text, figures and
+ * token times back to rank 0; its
  * room told to the prefill ranks. Covered by tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
@@ -125,7 +127,7 @@ static int take_head(struct pd *pd, struct djob *j, const char *buf, size_t byte
     if (j->rd.hdr.n_tokens > max_pos)
         return ig_error(IG_E_INTERNAL, "a cache of %lld positions in room for %lld",
                         (long long)j->rd.hdr.n_tokens, (long long)max_pos);
-    st = engine_history_reserve(pd->e, j->rd.hdr.n_tokens, max_pos, &j->blocks);
+    st = engine_history_reserve(pd->e, j->rd.hdr.n_tokens, max_pos, &j->blocks, &j->slot);
     if (st == IG_OK)
         j->e = pd->e;
     return st;
@@ -148,15 +150,19 @@ static int part_end(struct djob *j, FILE *f, int st)
     return st;
 }
 
-/* TAG_KV_ROWS: a layer's next rows (or state) into the store. */
+/* TAG_KV_ROWS: a layer's next rows (or state) into the store, or on the
+ * NCCL path into the blocks and slot reserved at the head. */
 static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t bytes)
 {
     struct rows_hdr h;
     if (bytes < sizeof h)
         return ig_error(IG_E_INTERNAL, "a part of a cache of the wrong size");
     memcpy(&h, buf, sizeof h);
+    int64_t n = j->rd.hdr.n_tokens;
+    bool state = h.layer >= 0 && h.layer < pd->layers->n_layer &&
+                 pd->layers->layers[h.layer].kind == KV_RECURRENT;
     if (h.layer < 0 || h.layer >= pd->layers->n_layer || h.p0 != j->got[h.layer] ||
-        h.p1 <= h.p0 || h.p1 > j->rd.hdr.n_tokens)
+        h.p1 <= h.p0 || h.p1 > n || (state && h.p1 != n)) /* (a state: the prompt's) */
         return ig_error(IG_E_INTERNAL, "a part of a cache out of order (layer %lld, rows "
                         "%lld..%lld)", (long long)h.layer, (long long)h.p0, (long long)h.p1);
     if (h.nccl != pd->nccl || (h.nccl && bytes != sizeof h))
@@ -164,8 +170,10 @@ static int take_rows(struct pd *pd, struct djob *j, const char *buf, size_t byte
                         h.nccl ? "NCCL" : "MPI", pd->nccl ? "NCCL" : "MPI");
     int st;
     if (h.nccl) { /* queued at once: the prefill rank's sends wait for them */
-        st = backend_kv_recv_layer(pd->o.be, pd->p2p, j->prefill_rank, j->blocks.table,
-                                   h.layer, h.p0, h.p1);
+        struct backend_p2p_seq at = {.table = j->blocks.table, .wtable = j->blocks.wtable,
+                                     .slot = j->slot, .n_pos = n};
+        st = backend_kv_recv_part(pd->o.be, pd->p2p, j->prefill_rank, &at, h.layer, h.p0, h.p1,
+                                  NULL);
     } else {
         FILE *f = part(j, buf + sizeof h, bytes - sizeof h);
         if (!f)

@@ -43,9 +43,9 @@ struct kv_hdr {
 
 /* prefill → decode, TAG_KV_ROWS: then layer `layer`'s part, rows [p0, p1)
  * (kv_file_write_layer; a recurrent layer's state: 0, n_pos); or, marked
- * nccl, nothing: the layer's blocks holding the rows follow by NCCL
- * (backend_kv_send_layer), whose receives the decode rank queues at once
- * (both on the device's transfer stream) */
+ * nccl, nothing: the layer's part follows by NCCL (backend_kv_send_part:
+ * the blocks holding the rows, or the state), whose receives the decode
+ * rank queues at once (both on the device's transfer stream) */
 struct rows_hdr {
     int64_t seq, layer, p0, p1, nccl;
 };
@@ -127,6 +127,9 @@ struct djob {
     struct kv_seq blocks;     /* the NCCL path: its blocks reserved in this rank's pool at
                                * the head, the rows received into them (not kv); adopted
                                * by the engine at admission (gen_history.blocks) */
+    int slot;                 /* and the engine's slot held with them, the recurrent
+                               * layers' states received into it (-1: none, a model
+                               * without such layers) */
     struct engine *e;         /* the pool's, where blocks were reserved */
     struct djob *next;        /* pd.arriving */
 };

@@ -6,8 +6,9 @@
  * the layer loop writes them (the engine's on_layer, on the CPU or CUDA
  * backend, while the next layers and the next prompts run: the sends are
  * not waited for), the token ids and logits after the prompt. On the NCCL
- * path (pd_connect) a layer's rows go device to device instead, after
- * their header. Covered by tests/tp/test_pd_cli.py. */
+ * path (pd_connect) a layer's part (its rows, or a recurrent state once
+ * final) goes device to device instead, after its header. Covered by
+ * tests/tp/test_pd_cli.py. */
 #include "cli/pd_impl.h"
 
 #include "core/coll.h"
@@ -64,19 +65,28 @@ static void msg_post(struct pd *pd, struct pjob *j, struct msg *m, int st, size_
     pd_post(pd, m->buf, m->bytes, j->to, tag);
 }
 
-/* Layer `layer`'s part past what was sent, up to n_pos: a paged layer's new
- * rows; a recurrent layer's state where final (the prompt's); nothing for
- * a shared layer. */
+/* Whether layer `layer` has a part due past what was sent, up to n_pos
+ * (final: the whole prompt), and its header: a paged layer's new rows; a
+ * recurrent layer's state where final (the prompt's: rows 0 .. n_pos);
+ * nothing for a shared layer. */
+static bool part_due(const struct pd *pd, const struct pjob *j, int64_t layer, int64_t n_pos,
+                     bool final, struct rows_hdr *h)
+{
+    enum kv_kind kind = backend_kv_memory(pd->o.be)->layers[layer].kind;
+    bool state = kind == KV_RECURRENT;
+    *h = (struct rows_hdr){.seq = j->h.seq, .layer = layer, .p0 = state ? 0 : j->sent,
+                           .p1 = n_pos, .nccl = pd->nccl};
+    return kind != KV_SHARED && (state ? final && !j->state_sent : n_pos > j->sent);
+}
+
+/* Layer `layer`'s part due (part_due), through host memory. */
 static void send_layer(struct pd *pd, struct pjob *j, int64_t layer, const struct kv_store *kv,
                        const int32_t *table, const int32_t *wtable, int64_t slot, int64_t n_pos,
                        bool final)
 {
-    enum kv_kind kind = kv->memory->layers[layer].kind;
-    bool state = kind == KV_RECURRENT;
-    if (kind == KV_SHARED || (state ? !final || j->state_sent : n_pos <= j->sent))
+    struct rows_hdr h;
+    if (!part_due(pd, j, layer, n_pos, final, &h))
         return;
-    struct rows_hdr h = {.seq = j->h.seq, .layer = layer, .p0 = state ? 0 : j->sent,
-                         .p1 = n_pos};
     struct msg m;
     int st = msg_open(&m, &h, sizeof h)
                  ? kv_file_write_layer(m.f, "'the cache sent'", kv, table, wtable, slot, layer,
@@ -85,29 +95,27 @@ static void send_layer(struct pd *pd, struct pjob *j, int64_t layer, const struc
     msg_post(pd, j, &m, st, sizeof h, TAG_KV_ROWS);
 }
 
-/* The NCCL path (rows->kv NULL: the rows are in the pool, rows->table the
- * sequence's device table): the header over MPI first, marked, then layer
- * `layer`'s blocks holding the rows past what was sent, by NCCL on the
- * transfer stream (they go once the decode rank, reading the header, has
- * posted the receives, while this rank's next layers run; its next step
- * waits for them). A shared layer has no rows of its own. */
+/* The NCCL path (rows->kv NULL: the rows are in the pool, rows->table,
+ * wtable and slot the sequence's own there): the header over MPI first,
+ * marked, then layer `layer`'s part due (part_due) by NCCL on the transfer
+ * stream (it goes once the decode rank, reading the header, has posted the
+ * receives, while this rank's next layers run; its next step waits for
+ * it): the blocks holding the rows, or the state from its slot. */
 static void send_layer_nccl(struct pd *pd, struct pjob *j, int64_t layer,
                             const struct gen_layer_rows *rows)
 {
-    const struct kv_memory *mem = backend_kv_memory(pd->o.be);
-    const struct kv_layer_mem *L = &mem->layers[layer];
-    if (L->kind == KV_SHARED || rows->n_pos <= j->sent)
+    struct rows_hdr h;
+    if (!part_due(pd, j, layer, rows->n_pos, rows->final, &h))
         return;
-    struct rows_hdr h = {.seq = j->h.seq, .layer = layer, .p0 = j->sent, .p1 = rows->n_pos,
-                         .nccl = 1};
     pd->stats.messages++;
     pd_post_copy(pd, &h, sizeof h, j->to, TAG_KV_ROWS);
-    int st = backend_kv_send_layer(pd->o.be, pd->p2p, j->to, rows->table, layer, h.p0, h.p1);
+    struct backend_p2p_seq at = {.table = rows->table, .wtable = rows->wtable,
+                                 .slot = rows->slot, .n_pos = j->h.n_tokens};
+    int64_t bytes = 0;
+    int st = backend_kv_send_part(pd->o.be, pd->p2p, j->to, &at, layer, h.p0, h.p1, &bytes);
     if (st != IG_OK) /* (the decode rank waits on these bytes: no going on) */
-        pd_fatal(pd, st, "a layer's rows could not go by NCCL (above)");
-    int64_t blocks = kv_blocks_for(h.p1) - h.p0 / KV_BLOCK, elems = kv_layer_block_elems(L);
-    j->kv_bytes += blocks * (int64_t)(kv_dtype_row_bytes(mem->dtype, elems) +
-                                      kv_dtype_row_bytes(mem->dtype_v, elems));
+        pd_fatal(pd, st, "a layer's part could not go by NCCL (above)");
+    j->kv_bytes += bytes;
 }
 
 /* The engine's on_layer: this step's rows of the layer leave now. */

@@ -46,6 +46,10 @@ enum seq_phase {
 struct seq {
     enum seq_phase phase;
     struct gen_request *r;
+    /* SEQ_FREE: the history whose blocks engine_history_reserve reserved
+     * with this slot where the model has recurrent states (its request
+     * alone is admitted here; the caller fills the slot's states); else NULL */
+    const struct kv_seq *held;
     int64_t order;           /* admission number: prefill goes in this order */
     struct kv_seq kv;
     struct sampler *smp;
@@ -139,8 +143,8 @@ int engine_create(struct backend *be, struct tok_vocab *vocab, const struct engi
     int64_t nw = be->o.n_window_blocks;
     int st = kv_pool_create_windowed(
         be->o.n_blocks, be->n_states, o->share_prefixes && be->shares_blocks, nw,
-        nw ? mem->window_max - 1 : 0, nw ? kv_memory_window_cap(mem, be->o.n_ctx, be->o.max_rows) : 0,
-        &e->pool);
+        nw ? kv_memory_window_span(mem) : 0,
+        nw ? kv_memory_window_cap(mem, be->o.n_ctx, be->o.max_rows) : 0, &e->pool);
     size_t ns = (size_t)e->n_slots;
     e->seqs = calloc(ns, sizeof *e->seqs);
     e->tokens = malloc((size_t)e->max_rows * sizeof *e->tokens);
@@ -368,34 +372,65 @@ const struct kv_pool *engine_pool(const struct engine *e)
     return e->pool;
 }
 
-int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s)
+static int slot_of(const struct engine *e, const struct seq *s)
+{
+    return (int)(s - e->seqs);
+}
+
+/* The free slot history blocks s reserved (held), or with s NULL any free
+ * slot none holds; NULL where none. */
+static struct seq *free_slot(struct engine *e, const struct kv_seq *s)
+{
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->seqs[i].phase == SEQ_FREE && e->seqs[i].held == s)
+            return &e->seqs[i];
+    return NULL;
+}
+
+int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s,
+                           int *slot)
 {
     IG_ASSERT(n_pos >= 1 && n_pos <= max_pos && max_pos <= e->n_ctx);
+    /* A slot where states must be filled before admission; else any at admission. */
+    struct seq *q = e->be->n_states ? free_slot(e, NULL) : NULL;
+    *slot = -1;
+    if (e->be->n_states && !q)
+        return ig_error(IG_E_NOMEM, "none of the engine's %d slots is free now for a "
+                        "sequence's recurrent states", e->n_slots);
     int st = kv_seq_init(s, e->n_ctx); /* (the slots' capacity: adopted by one) */
     if (st != IG_OK)
         return st;
     if (kv_pool_admit(e->pool, s, NULL, 0, max_pos) != IG_OK) {
         kv_seq_destroy(s);
+        long long want = (long long)kv_blocks_for(max_pos);
+        long long avail = (long long)kv_pool_available(e->pool);
+        int64_t nw = kv_pool_window_blocks(e->pool);
+        if (nw) /* (or the window side's promise is what is short) */
+            return ig_error(IG_E_NOMEM, "the KV pool cannot promise %lld blocks now (%lld "
+                            "available, and %lld of the window side's %lld not promised)",
+                            want, avail, (long long)(nw - kv_pool_window_promised(e->pool)),
+                            (long long)nw);
         return ig_error(IG_E_NOMEM, "the KV pool cannot promise %lld blocks now (%lld "
-                        "available)", (long long)kv_blocks_for(max_pos),
-                        (long long)kv_pool_available(e->pool));
+                        "available)", want, avail);
     }
     kv_pool_grow_loaded(e->pool, s, n_pos);
+    if (q) {
+        q->held = s;
+        *slot = slot_of(e, q);
+    }
     return IG_OK;
 }
 
 void engine_history_release(struct engine *e, struct kv_seq *s)
 {
+    struct seq *q = free_slot(e, s); /* (none once adopted) */
+    if (q)
+        q->held = NULL;
     kv_pool_release(e->pool, s);
     kv_seq_destroy(s);
 }
 
 /* ---- the end of a request --------------------------------------------------------- */
-
-static int slot_of(const struct engine *e, const struct seq *s)
-{
-    return (int)(s - e->seqs);
-}
 
 static struct backend_seq seq_view(const struct engine *e, const struct seq *s)
 {
@@ -639,6 +674,7 @@ static int admit(struct engine *e, struct seq *s, struct gen_request *r)
             struct kv_seq empty = s->kv;
             s->kv = *h->blocks;
             *h->blocks = empty;
+            s->held = NULL;
         } else if ((st = kv_pool_admit(e->pool, &s->kv, s->tokens, n_shared, s->max_pos)) !=
                    IG_OK) {
             return st;
@@ -686,10 +722,12 @@ static void admit_waiting(struct engine *e)
 {
     while (e->q_len) {
         struct gen_request *r = e->queue[e->q_head];
-        struct seq *s = r->follows ? kept_seq(e, r->follows) : NULL;
-        for (int i = 0; i < e->n_slots && !s && !r->follows; i++)
-            if (e->seqs[i].phase == SEQ_FREE)
-                s = &e->seqs[i];
+        const struct kv_seq *held = r->history ? r->history->blocks : NULL;
+        /* a kept sequence's, the one held with a history's blocks, or any free one */
+        struct seq *s = r->follows ? kept_seq(e, r->follows) : held ? free_slot(e, held) : NULL;
+        IG_ASSERT(!held || !e->be->n_states || s);
+        if (!s && !r->follows)
+            s = free_slot(e, NULL);
         if (!s)
             return;
         int st = admit(e, s, r);

@@ -120,8 +120,9 @@ struct gen_history {
     const struct kv_store *kv;  /* the rows, in blocks 0.. in order, and the recurrent
                                  * layers' state in slot 0 (kv_file_read_body) */
     /* Or (kv NULL) the rows already in the pool's blocks of this sequence
-     * (batch --pd's NCCL path: engine_history_reserve at the cache's head,
-     * backend_kv_recv_layer into its table): adopted at admission, no copy;
+     * and the recurrent states in its slot (batch --pd's NCCL path:
+     * engine_history_reserve at the cache's head, backend_kv_recv_part into
+     * its tables and slot): adopted at admission into that slot, no copy;
      * it is left empty (engine_history_release it all the same). */
     struct kv_seq *blocks;
 };
@@ -176,9 +177,10 @@ struct gen_request {
  * The store holds positions [from, n_pos) for sure (0 on the prompt's
  * first step, pos0 on the next: what earlier calls did not give): the
  * CPU's holds every position, the CUDA backend's host copy only these.
- * Under engine_opts.layer_device kv is NULL: table is the sequence's block
- * table in the backend's own pool (every position [0, n_pos)), which the
- * hook reads on the device (backend_kv_send_layer). */
+ * Under engine_opts.layer_device kv is NULL: table, wtable and slot are
+ * the sequence's own in the backend's pool (the table every position [0,
+ * n_pos), the window table what its window still reaches), which the hook
+ * reads on the device (backend_kv_send_part). */
 struct gen_layer_rows {
     const struct kv_store *kv;
     const int32_t *table, *wtable;
@@ -297,11 +299,16 @@ const struct kv_pool *engine_pool(const struct engine *e);
 
 /* A history's blocks reserved in the pool ahead of its request (batch
  * --pd's decode rank, at a cache's head): room for max_pos positions, the
- * table covering n_pos; its rows are the caller's to fill on the device,
- * the request's gen_history.blocks. IG_OK, or IG_E_NOMEM with one line when
- * the pool cannot promise them now. Release drops what it still holds
- * (nothing once adopted) and frees it. */
-int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s);
+ * tables covering n_pos (the window table what a row at n_pos sees), and
+ * where the model has recurrent layers a free slot held for it, *slot
+ * (else -1: any free slot at admission), which its request alone takes at
+ * admission; its rows and the recurrent layers' states in that slot are
+ * the caller's to fill on the device, the request's gen_history.blocks.
+ * IG_OK, or IG_E_NOMEM with one line when the pool cannot promise them or
+ * no slot is free now. Release drops what it still holds (nothing once
+ * adopted) and frees it. */
+int engine_history_reserve(struct engine *e, int64_t n_pos, int64_t max_pos, struct kv_seq *s,
+                           int *slot);
 void engine_history_release(struct engine *e, struct kv_seq *s);
 
 #endif

@@ -532,6 +532,7 @@ int64_t kv_pool_states_used(const struct kv_pool *p) { return p->states_used; }
 int64_t kv_pool_states_peak(const struct kv_pool *p) { return p->states_peak; }
 int64_t kv_pool_window_blocks(const struct kv_pool *p) { return p->n_wblocks; }
 int64_t kv_pool_window_used(const struct kv_pool *p) { return p->wused; }
+int64_t kv_pool_window_promised(const struct kv_pool *p) { return p->w_promised; }
 int64_t kv_pool_window_peak(const struct kv_pool *p) { return p->wpeak; }
 int64_t kv_pool_window_freed(const struct kv_pool *p) { return p->wfreed; }
 
@@ -574,7 +575,7 @@ static int64_t w_need(const struct kv_pool *p, int64_t max_pos)
 /* The first block a row at position `pos` can see. */
 static int64_t w_first(const struct kv_pool *p, int64_t pos)
 {
-    return pos > p->w_span ? (pos - p->w_span) / KV_BLOCK : 0;
+    return kv_window_first(p->w_span, pos);
 }
 
 /* Whether full block f's twin still holds the window rows written beside it. */

@@ -268,6 +268,21 @@ int64_t kv_memory_window_cap(const struct kv_memory *mem, int64_t n_ctx, int64_t
 int64_t kv_memory_window_blocks(const struct kv_memory *mem, int n_slots, int64_t n_ctx,
                                 int64_t max_rows);
 
+/* The positions a row looks back over under the window rule (a pool's
+ * w_span: window_max - 1; 0 without sliding-window layers), and the first
+ * block a row at position `pos` can see so: where a sequence's window
+ * table starts (kv_pool_grow, kv_pool_grow_loaded). One rule for the pool
+ * and for what batch --pd moves of a window layer (backend_kv_send_part). */
+static inline int64_t kv_memory_window_span(const struct kv_memory *mem)
+{
+    return mem->window_max > 0 ? mem->window_max - 1 : 0;
+}
+
+static inline int64_t kv_window_first(int64_t w_span, int64_t pos)
+{
+    return pos > w_span ? (pos - w_span) / KV_BLOCK : 0;
+}
+
 /* State slots a pool of n_slots sequences needs: n_slots when the memory
  * has a recurrent group (a slot each, indexed by the sequence's slot), else 0. */
 int64_t kv_memory_states_for(const struct kv_memory *mem, int64_t n_slots);
@@ -451,10 +466,12 @@ int64_t kv_pool_hits(const struct kv_pool *p);
 int64_t kv_pool_n_states(const struct kv_pool *p);
 int64_t kv_pool_states_used(const struct kv_pool *p);
 int64_t kv_pool_states_peak(const struct kv_pool *p);
-/* The window side: its blocks (0: none), held now, the most at any time,
- * and how many a sequence gave back as its window moved on. */
+/* The window side: its blocks (0: none), held now, promised to the
+ * sequences admitted (what a new one's promise must fit beside), the most
+ * at any time, and how many a sequence gave back as its window moved on. */
 int64_t kv_pool_window_blocks(const struct kv_pool *p);
 int64_t kv_pool_window_used(const struct kv_pool *p);
+int64_t kv_pool_window_promised(const struct kv_pool *p);
 int64_t kv_pool_window_peak(const struct kv_pool *p);
 int64_t kv_pool_window_freed(const struct kv_pool *p);
 /* Bytes of the most blocks (both sides) and state slots held at once. */

@@ -446,6 +446,37 @@ MUTANTS = [
      "int rc = r->lib.all_reduce(buf, buf, (size_t)n / 2, NCCL_FLOAT32,",
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_cli_emu"],
      "a --tp rank's NCCL all-reduce sums half the floats", "caught"),
+    # --pd's NCCL path over every kind of layer (tests/tp/test_pd_cli.py's nccl case:
+    # states_and_windows, the tiny qwen35 and gpt-oss's window of 32 on ignite_emu).
+    ("pd-nccl-state-decode-slot", "cli/pd_decode.c",
+     ".slot = j->slot, .n_pos = n};", ".slot = 0, .n_pos = n};",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a decode rank receives every DeltaNet state into slot 0, not the slot held for the "
+     "request", "caught"),
+    ("pd-nccl-state-prefill-slot", "cli/pd_prefill.c",
+     ".slot = rows->slot, .n_pos = j->h.n_tokens};", ".slot = 0, .n_pos = j->h.n_tokens};",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a prefill rank sends slot 0's DeltaNet states for every request", "caught"),
+    ("pd-nccl-state-early", "cli/pd_prefill.c",
+     "(state ? final && !j->state_sent", "(state ? !j->state_sent",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a recurrent layer's state sent after every chunk, before the prompt's last is in it",
+     "caught"),
+    ("pd-nccl-window-table", "cli/pd_decode.c",
+     ".wtable = j->blocks.wtable,", ".wtable = j->blocks.table,",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a decode rank receives a window layer's blocks at the full table's ids, not into its "
+     "window blocks", "caught"),
+    ("pd-nccl-many-prefill", "cli/pd.c",
+     "if (ok && pd->o.n_prefill > 1 &&", "if (ok && pd->o.n_prefill > 8 &&",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "IGNITE_PD_XFER=nccl taken by a window model at --pd 2:1 (two prefill ranks may promise "
+     "one decode slot twice)", "caught"),
+    ("pd-engine-held-slot", "generate/engine.c",
+     "held ? free_slot(e, held) : NULL;", "held ? free_slot(e, NULL) : NULL;",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "the engine admits a reserved history into any free slot, not the one held with its "
+     "blocks (where its states were received)", "caught"),
     ("smem-gemv-static-optin", "ops/gpu_gemv.cu",
      "    if (smem + kStaticSmem > 48 * 1024)\n", "    if (smem > 48 * 1024)\n",
      ["test_gemv_emu"], ["test_gemv_emu"],

@@ -474,7 +474,9 @@ static void engine_decode_rank(const int32_t *ids)
     struct engine *e = NULL;
     CHECK(engine_create(g, NULL, &eo, &e) == IG_OK);
     struct kv_seq blocks = {0};
-    CHECK(e && engine_history_reserve(e, N_PROMPT, N_PROMPT + N_DECODE + 1, &blocks) == IG_OK);
+    int slot = -1;
+    CHECK(e && engine_history_reserve(e, N_PROMPT, N_PROMPT + N_DECODE + 1, &blocks, &slot) ==
+                   IG_OK);
     CHECK(blocks.table != NULL);
     if (blocks.table)
         receive_layers(g, blocks.table, "engine");

@@ -80,6 +80,7 @@ static void check_pool(void)
     /* a: 1000 positions in steps of 16 rows; before each step the window
      * blocks wholly before (pos0 - 99) go back, and no more */
     CHECK(kv_pool_admit(p, &a, toks, 0, 1000) == IG_OK);
+    CHECK(kv_pool_window_promised(p) == CAP); /* (its cap, of 2 caps) */
     for (int64_t pos0 = 0; pos0 < 1000; pos0 += 16) {
         int64_t n = 1000 - pos0 < 16 ? 1000 - pos0 : 16;
         kv_pool_grow(p, &a, pos0 + n);
@@ -107,7 +108,7 @@ static void check_pool(void)
     int64_t m = kv_pool_match(p, toks, 640, 9);
     CHECK(m == 0);
     kv_pool_release(p, &a);
-    CHECK(kv_pool_window_used(p) == 0 && kv_pool_used(p) == 0);
+    CHECK(kv_pool_window_used(p) == 0 && kv_pool_used(p) == 0 && kv_pool_window_promised(p) == 0);
 
     /* c: 200 positions of other tokens in steps of 16, then b shares its
      * first 3 blocks: the window blocks beside blocks 1 and 2 (what a row

@@ -19,9 +19,11 @@ line naming it, exit 7). And `bench --requests --pd 1:2` on a seeded
 schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
 Where given ignite_emu and the NCCL stand-in (tests/tp/CMakeLists.txt passes
-them where MPI is), the NCCL path end to end (nccl() below).
+them where MPI is), the NCCL path end to end, a hybrid's states and a window
+model's window blocks too (nccl() below).
 Usage: test_pd_cli.py [IGNITE_EMU NCCL_STANDIN]
-       (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10)
+       (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10; 99 s
+       with the NCCL case, 63 s of it, at load average 8)
 """
 import json
 import os
@@ -338,10 +340,9 @@ def nccl(mpirun, tmp, emu, standin):
     rank receives into its pool's blocks, no staging store) with a pool of
     96 blocks where a long request's room is 50 (its n_predict; a stop
     string ends it at its second token), so the later ones wait for the
-    decode rank's room (its count left out: the job ends); and
-    IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
-    llama-spm vocabulary too), one line naming why, exit 2, as is a value
-    naming nothing."""
+    decode rank's room (its count left out: the job ends); a hybrid's states
+    and a window layer's blocks (states_and_windows); and IGNITE_PD_XFER
+    naming nothing, or nccl on CPU ranks, refused, one line naming why, exit 2."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -390,20 +391,65 @@ def nccl(mpirun, tmp, emu, standin):
           f"{got.returncode}, {res} against {want}: {got.stderr[-400:]}")
     check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
                        for o in rows), f"IGNITE_PD_XFER=nccl: pd {[o.get('pd') for o in rows]}")
-    hyb = os.path.join(tmp, "qwen35-spm.gguf")  # (qwen35's own vocabulary: 16 s more)
-    random_gguf.write(hyb, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
-    r = subprocess.run(cmd + [emu] + args + ["-m", hyb, "--pd", "1:1"], capture_output=True,
-                       timeout=LIMIT, env=env)
-    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "recurrent")
+    states_and_windows(cmd, emu, env, tmp, vocab, random_gguf)
+    # a value naming nothing, and nccl where a rank has no such path (ignite's CPU ranks:
+    # a launch costs mpirun's start and the model's load alone)
+    for xfer, words in (("pigeon", ["pigeon"]), ("nccl", ["cannot move by NCCL", "cpu"])):
+        r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m",
+                                  path, "--pd", "1:1"], capture_output=True, timeout=LIMIT,
+                           env=dict(env, IGNITE_PD_XFER=xfer))
+        ok, lines = one_line(r.stderr, f"IGNITE_PD_XFER={xfer}" if xfer == "nccl"
+                             else "IGNITE_PD_XFER", *words)
+        check(r.returncode == 2 and ok and not r.stdout,
+              f"IGNITE_PD_XFER={xfer}: exit {r.returncode}, {lines}")
+
+
+def states_and_windows(cmd, emu, env, tmp, vocab, random_gguf):
+    """nccl()'s other kinds of layer, against one process's texts, every
+    request's pd.path "nccl": the tiny qwen35 (3 gated DeltaNet layers, each
+    state sent once the prompt's last chunk of -b 16 is in it, into the
+    decode rank's slot held for the request) under IGNITE_PD_XFER=nccl, and
+    gpt-oss's tiny file (layer 0 a window of 32 under the window rule: the
+    decode rank receives only the window blocks a row after the prompt
+    sees, not block 0 of a prompt of 102 tokens; a second prompt's first
+    block shared on the prefill rank, its window twin with it) under auto;
+    and the latter refused at --pd 2:1 under nccl (one line, exit 2). (7 + 8 +
+    2 s CPU.)"""
+    def request(rid, prompt, n, **kw):
+        return json.dumps(dict(dict(id=rid, prompt=prompt, n_predict=n, temperature=0), **kw)) \
+            + "\n"
+    seeded = request(1, "Tell me about the river and 7:", 3, temperature=0.8, seed=9)
+    cases = (("qwen35", "nccl", "16", [request("long", LONG[:160] + "What sold best?", 4),
+                                       seeded]),
+             ("gpt-oss", "auto", "32", [request("long", LONG[:400] + "What sold best?", 4),
+                                        seeded,
+                                        request("long2", LONG[:300] + "Who built it?", 4)]))
+    for arch, xfer, chunk, lines in cases:
+        f = os.path.join(tmp, f"{arch}.jsonl")
+        with open(f, "w") as out:
+            out.write("".join(lines))
+        path = os.path.join(tmp, f"{arch}-spm.gguf")  # (their own vocabularies: seconds more)
+        random_gguf.write(path, "tiny", "Q8_0", seed=5, arch=arch, vocab_from=vocab)
+        args = ["batch", "--device", "cuda", "-t", "1", "-P", "2", "-b", chunk, "-c", "512",
+                "--ordered", "-f", f, "-m", path]
+        one = subprocess.run([emu] + args, capture_output=True, timeout=LIMIT, env=env)
+        _, want = results(one.stdout)
+        check(one.returncode == 0 and len(want) == len(lines) and all(w[1] for w in want),
+              f"{arch}, one process: exit {one.returncode}: {one.stderr[-300:]}")
+        got = subprocess.run(cmd + [emu] + args + ["--pd", "1:1"], capture_output=True,
+                             timeout=LIMIT, env=dict(env, IGNITE_PD_XFER=xfer))
+        rows, res = results(got.stdout)
+        check(got.returncode == 0 and res == want, f"{arch} IGNITE_PD_XFER={xfer} --pd 1:1: "
+              f"exit {got.returncode}, {res} against {want}: {got.stderr[-400:]}")
+        check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
+                           for o in rows), f"{arch}: pd {[o.get('pd') for o in rows]}")
+    # two prefill ranks could promise a decode rank's slot twice (each spends its whole
+    # room), which the window blocks need at a head: nccl refused, one line, exit 2
+    r = subprocess.run(cmd[:-1] + ["3", emu] + args + ["--pd", "2:1"], capture_output=True,
+                       timeout=LIMIT, env=dict(env, IGNITE_PD_XFER="nccl"))
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "more than one prefill rank")
     check(r.returncode == 2 and ok and not r.stdout,
-          f"IGNITE_PD_XFER=nccl on qwen35: exit {r.returncode}, {lines}")
-    # a value naming nothing (ignite's CPU ranks: a launch costs mpirun's start alone)
-    r = subprocess.run(cmd + [IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f, "-m", path,
-                              "--pd", "1:1"], capture_output=True, timeout=LIMIT,
-                       env=dict(env, IGNITE_PD_XFER="pigeon"))
-    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER", "pigeon")
-    check(r.returncode == 2 and ok and not r.stdout,
-          f"IGNITE_PD_XFER=pigeon: exit {r.returncode}, {lines}")
+          f"{arch} IGNITE_PD_XFER=nccl --pd 2:1: exit {r.returncode}, {lines}")
 
 
 def main():
