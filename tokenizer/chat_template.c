@@ -149,6 +149,19 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
     return chat_render_opts(style, tmpl, tmpl_len, system, user, NULL, out);
 }
 
+/* A rendered prompt into *out (the caller's to free), or the error of an
+ * allocation that failed; frees trim. */
+static int render_done(struct ig_str *b, char *trim, char **out)
+{
+    free(trim);
+    if (b->failed || !b->s) {
+        free(b->s);
+        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+    }
+    *out = b->s;
+    return IG_OK;
+}
+
 int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
                      const char *system, const char *user, const struct chat_opts *opts,
                      char **out)
@@ -215,13 +228,7 @@ int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
         free(trim);
         return unknown_style();
     }
-    free(trim);
-    if (b.failed || !b.s) {
-        free(b.s);
-        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
-    }
-    *out = b.s;
-    return IG_OK;
+    return render_done(&b, trim, out);
 }
 
 int chat_render_next(enum chat_style style, const char *user, int closed, const char *bos,
@@ -261,11 +268,5 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
         free(trim);
         return unknown_style();
     }
-    free(trim);
-    if (b.failed || !b.s) {
-        free(b.s);
-        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
-    }
-    *out = b.s;
-    return IG_OK;
+    return render_done(&b, trim, out);
 }
