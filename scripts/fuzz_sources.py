@@ -49,7 +49,8 @@ def symbols(objects):
     """{object: (defined, undefined)}: the global symbols of each object."""
     r = subprocess.run(["nm", "-A", "-P", "-g", *objects], capture_output=True, text=True)
     if r.returncode != 0:
-        fail(f"nm: {(r.stderr.strip().splitlines() or ['failed'])[0]}: build ignite first (make)")
+        why = (r.stderr.strip().splitlines() or ["nm failed"])[0]  # "nm: FILE: No such file"
+        fail(f"{why}: build ignite first (make)")
     table = {o: (set(), set()) for o in objects}
     for line in r.stdout.splitlines():
         # POSIX format with the file first: "FILE: NAME TYPE [VALUE SIZE]"
