@@ -69,8 +69,9 @@ asan: fetch-model venv
 run: build fetch-model
 	$(BUILD)/ignite run --chat -p "$(or $(PROMPT),Explain in two sentences what a KV cache is.)" -n 64 --temp 0
 
-fuzz:
-	@scripts/fuzz.sh $(or $(FUZZ_SECONDS),600) $(or $(FUZZ_TARGET),gguf)
+# build first: fuzz.sh reads which sources a target needs from its objects
+fuzz: build
+	@IGNITE_BUILD_DIR=$(BUILD) scripts/fuzz.sh $(or $(FUZZ_SECONDS),600) $(or $(FUZZ_TARGET),gguf)
 
 gpu-check:
 	@scripts/gpu-check.sh

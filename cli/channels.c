@@ -22,26 +22,9 @@ void run_channels_init(struct run_channels *c, bool on, bool verbose,
 
 void run_channels_free(struct run_channels *c)
 {
-    free(c->analysis.buf);
-    free(c->raw.buf);
-    c->analysis = c->raw = (struct run_text){0};
-}
-
-/* Appends to a growing text; false when out of memory. */
-static bool text_add(struct run_text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *b = realloc(t->buf, cap);
-        if (!b)
-            return false;
-        t->buf = b;
-        t->cap = cap;
-    }
-    memcpy(t->buf + t->len, s, n);
-    t->len += n;
-    t->buf[t->len] = '\0';
-    return true;
+    free(c->analysis.s);
+    free(c->raw.s);
+    c->analysis = c->raw = (struct ig_str){0};
 }
 
 /* stderr's line for the channel in progress: "[analysis] " before its text,
@@ -67,7 +50,7 @@ static int emit(void *user, enum harmony_channel ch, const char *text, size_t le
         verbose_switch(c, ch);
     if (ch == HARMONY_FINAL)
         return c->final(c->user, text, len);
-    if (ch == HARMONY_ANALYSIS && !text_add(&c->analysis, text, len))
+    if (ch == HARMONY_ANALYSIS && !ig_str_putn(&c->analysis, text, len))
         c->nomem = true;
     if (c->verbose) {
         fwrite(text, 1, len, stderr);
@@ -80,7 +63,7 @@ int run_channels_text(struct run_channels *c, const char *text, size_t len)
 {
     if (!c->on)
         return c->final(c->user, text, len);
-    if (!text_add(&c->raw, text, len))
+    if (!ig_str_putn(&c->raw, text, len))
         c->nomem = true;
     return harmony_push(&c->h, text, len, emit, c);
 }
@@ -98,9 +81,9 @@ int run_channels_finish(struct run_channels *c)
 }
 
 /* key: text[0..len) as a JSON string (invalid UTF-8 repaired). */
-static bool add_text(cJSON *o, const char *key, const struct run_text *t)
+static bool add_text(cJSON *o, const char *key, const struct ig_str *t)
 {
-    char *s = cli_utf8_repair(t->buf ? t->buf : "", t->len);
+    char *s = cli_utf8_repair(t->s ? t->s : "", t->len);
     bool ok = s && cJSON_AddStringToObject(o, key, s);
     free(s);
     return ok;

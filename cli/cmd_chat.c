@@ -260,7 +260,7 @@ struct chat {
      * user saw it (its final channel) and where it began in the cache, for
      * the next turn to write it back as the template does */
     struct run_channels ch;
-    struct run_text answer;
+    struct ig_str answer;
     int64_t answer_at;           /* 0: no answer to write back */
     bool answer_nomem;
 };
@@ -269,17 +269,8 @@ struct chat {
 static int on_final(void *user, const char *text, size_t len)
 {
     struct chat *c = user;
-    if (c->tmpl.harmony) {
-        char *b = realloc(c->answer.buf, c->answer.len + len + 1);
-        if (b) {
-            memcpy(b + c->answer.len, text, len);
-            c->answer.buf = b;
-            c->answer.len += len;
-            b[c->answer.len] = '\0';
-        } else {
-            c->answer_nomem = true;
-        }
-    }
+    if (c->tmpl.harmony && !ig_str_putn(&c->answer, text, len))
+        c->answer_nomem = true;
     return run_stream_write(&c->out, text, len);
 }
 
@@ -311,7 +302,7 @@ static int render_turn(struct chat *c, const char *msg, char **text)
         int st = engine_kept_rewind(c->engine, c->kept, c->answer_at);
         return st != IG_OK ? st
                            : chat_tmpl_next_answer(&c->tmpl.t, c->o->g.system,
-                                                   c->answer.buf ? c->answer.buf : "", msg,
+                                                   c->answer.s ? c->answer.s : "", msg,
                                                    c->o->g.no_think, text);
     }
     int st = engine_kept(c->engine, c->kept, &tokens, &n, &logits);
@@ -344,8 +335,8 @@ static int turn(struct chat *c, const char *msg)
     /* a harmony answer: its channels split, the user's answer kept */
     run_channels_free(&c->ch);
     run_channels_init(&c->ch, c->tmpl.harmony, c->o->g.verbose, on_final, c);
-    struct run_text last = c->answer;
-    c->answer = (struct run_text){0};
+    struct ig_str last = c->answer;
+    c->answer = (struct ig_str){0};
     if (st == IG_OK)
         run_warn_train_ctx(c->m, n_kept + ids.n, c->n_ctx);
     r.tokens = ids.ids;
@@ -375,9 +366,9 @@ static int turn(struct chat *c, const char *msg)
         /* a harmony answer that went into the cache is written back next turn */
         if (c->tmpl.harmony && res->kept && res->ttft_set) {
             c->answer_at = n_kept + ids.n;
-            free(last.buf);
+            free(last.s);
             last = c->answer;
-            c->answer = (struct run_text){0};
+            c->answer = (struct ig_str){0};
         }
         if (res->stop != GEN_STOP_OUTPUT)
             run_stream_end_line(&c->out);
@@ -397,7 +388,7 @@ static int turn(struct chat *c, const char *msg)
             st = ig_error(IG_E_IO, "cannot write to stdout: %s", strerror(c->out.write_errno));
     }
     cli_interrupted = 0;
-    free(c->answer.buf); /* an answer that did not go into the cache */
+    free(c->answer.s);   /* an answer that did not go into the cache */
     c->answer = last;    /* the one whose tokens the cache holds */
     tok_ids_free(&ids);
     free(text);
@@ -507,7 +498,7 @@ int cmd_chat(int argc, char **argv)
     }
 done:
     run_channels_free(&c.ch);
-    free(c.answer.buf);
+    free(c.answer.s);
     engine_free(c.engine);
     grammar_free(grammar);
     backend_free(c.draft);

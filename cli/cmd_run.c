@@ -146,9 +146,8 @@ struct run_state {
     const struct run_opts *o;
     struct run_stream out; /* stdout, the progress line */
     bool to_buffer;        /* --json: the text is kept for the object */
-    char *buf;
-    size_t len, cap;
-    int buf_errno;         /* ENOMEM growing the buffer */
+    struct ig_str text;    /* --json's text */
+    int buf_errno;         /* ENOMEM growing it */
     struct run_channels ch; /* a harmony chat's channels (off: the text as it is) */
 };
 
@@ -159,18 +158,10 @@ static int on_final(void *user, const char *text, size_t len)
     struct run_state *rs = user;
     if (!rs->to_buffer)
         return run_stream_write(&rs->out, text, len);
-    if (rs->len + len + 1 > rs->cap) {
-        size_t cap = (rs->len + len + 1) * 2;
-        char *b = realloc(rs->buf, cap);
-        if (!b) {
-            rs->buf_errno = ENOMEM;
-            return 1;
-        }
-        rs->buf = b;
-        rs->cap = cap;
+    if (!ig_str_putn(&rs->text, text, len)) {
+        rs->buf_errno = ENOMEM;
+        return 1;
     }
-    memcpy(rs->buf + rs->len, text, len);
-    rs->len += len;
     return 0;
 }
 
@@ -455,7 +446,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
             .weight_bytes = backend_weight_bytes(in->be),
             .gpu_weights = in->be->o.device.kind == BACKEND_CUDA
                                ? backend_gpu_weights_name(in->be->o.gpu_weights) : NULL,
-            .text = rs.buf, .len = rs.len, .status = st, .channels = &rs.ch,
+            .text = rs.text.s, .len = rs.text.len, .status = st, .channels = &rs.ch,
             .write_failed = res->stop == GEN_STOP_OUTPUT && write_errno != EPIPE,
         };
         if (!o->g.quiet)
@@ -468,7 +459,7 @@ static int generate(const struct run_opts *o, const struct run_inputs *in)
     run_stream_done(&rs.out);
     engine_free(engine);
     tok_ids_free(&ids);
-    free(rs.buf);
+    free(rs.text.s);
     run_channels_free(&rs.ch);
     return st;
 }

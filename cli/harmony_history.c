@@ -41,17 +41,10 @@ static int64_t find_from(const int32_t *tokens, int64_t n, int64_t from, const i
 
 static int keep_final(void *user, enum harmony_channel ch, const char *text, size_t len)
 {
-    struct run_text *t = user;
+    struct ig_str *t = user;
     if (ch != HARMONY_FINAL)
         return 0;
-    char *b = realloc(t->buf, t->len + len + 1);
-    if (!b)
-        return 1;
-    memcpy(b + t->len, text, len);
-    t->buf = b;
-    t->len += len;
-    b[t->len] = '\0';
-    return 0;
+    return ig_str_putn(t, text, len) ? 0 : 1;
 }
 
 int run_harmony_last_answer(struct tok_vocab *v, const int32_t *tokens, int64_t n,
@@ -76,17 +69,17 @@ int run_harmony_last_answer(struct tok_vocab *v, const int32_t *tokens, int64_t 
     if (st != IG_OK)
         return st;
     struct harmony h;
-    struct run_text final = {0};
+    struct ig_str final = {0};
     harmony_init(&h);
     int rc = harmony_push(&h, text, len, keep_final, &final);
     if (!rc)
         rc = harmony_finish(&h, keep_final, &final);
     free(text);
-    if (rc || (!final.buf && !(final.buf = calloc(1, 1)))) {
-        free(final.buf);
+    if (rc || (!final.s && !(final.s = calloc(1, 1)))) {
+        free(final.s);
         return ig_error(IG_E_NOMEM, "out of memory reading the saved answer");
     }
     *at = a + na;
-    *answer = final.buf;
+    *answer = final.s;
     return IG_OK;
 }

@@ -5,6 +5,7 @@
 #define IGNITE_CLI_RUN_H
 
 #include "cli/gen_opts.h"
+#include "core/strbuf.h"
 #include "tokenizer/chat_template.h"
 #include "generate/generate.h"
 #include "generate/harmony.h"
@@ -137,16 +138,12 @@ void run_stream_prefill(struct run_stream *s, const struct gen_result *res, int6
  * "[other] "); the answer as the model wrote it kept in `raw`. With on
  * false the text goes to `final` as it is. The request must have asked for
  * special_text. */
-struct run_text {
-    char *buf; /* NUL-terminated, or NULL while empty */
-    size_t len, cap;
-};
 struct run_channels {
     bool on, verbose;
     int (*final)(void *user, const char *text, size_t len); /* 0 to go on */
     void *user;
     struct harmony h;
-    struct run_text analysis, raw;
+    struct ig_str analysis, raw;
     bool nomem;                 /* analysis or raw lost text: out of memory */
     bool err_open;              /* a "[channel] " line is open on stderr */
     enum harmony_channel err_ch;

@@ -148,22 +148,6 @@ struct grammar {
     char **names;           /* [n_rules] for messages */
 };
 
-/* ---- the converter's output (strbuf.c) ------------------------------------- */
-
-/* A growable NUL-terminated string, {0} when empty. A failed allocation
- * keeps what was written and sets nomem (later writes do nothing): the
- * writer checks it once at the end. p is the caller's to free. */
-struct gr_str {
-    char *p;
-    size_t len, cap;
-    bool nomem;
-};
-
-void gr_str_putn(struct gr_str *b, const char *s, size_t n);
-void gr_str_puts(struct gr_str *b, const char *s);
-/* At most 511 bytes a call (asserted): numbers and names, not whole rules. */
-void gr_str_printf(struct gr_str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* ---- regular expressions (schema_regex.c) ---------------------------------- */
 
 /* A JSON schema `pattern` as a GBNF expression of a JSON string's text

@@ -24,6 +24,7 @@
 
 #include "core/json.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 #include "core/utf8.h"
 
 #include <cjson/cJSON.h>
@@ -46,7 +47,7 @@ struct ref_rule {
 struct conv {
     const char *source;
     const cJSON *doc;
-    struct gr_str rules;     /* "name ::= body\n" lines */
+    struct ig_str rules;     /* "name ::= body\n" lines */
     char **names;          /* rule names in use */
     int64_t n_names, cap_names;
     struct ref_rule *refs;
@@ -151,10 +152,10 @@ static char *new_name(struct conv *c, const char *base)
 
 static void add_rule(struct conv *c, const char *name, const char *body)
 {
-    gr_str_printf(&c->rules, "%s ::= ", name);
-    gr_str_puts(&c->rules, body);
-    gr_str_puts(&c->rules, "\n");
-    if (c->rules.nomem)
+    ig_str_printf(&c->rules, "%s ::= ", name);
+    ig_str_puts(&c->rules, body);
+    ig_str_puts(&c->rules, "\n");
+    if (c->rules.failed)
         nomem(c);
 }
 
@@ -216,28 +217,28 @@ static const char *prim(struct conv *c, unsigned which)
 }
 
 /* s as a GBNF string literal (quotes added). */
-static void gbnf_literal(struct gr_str *b, const char *s)
+static void gbnf_literal(struct ig_str *b, const char *s)
 {
-    gr_str_puts(b, "\"");
+    ig_str_puts(b, "\"");
     for (; *s; s++) {
         switch (*s) {
-        case '"': gr_str_puts(b, "\\\""); break;
-        case '\\': gr_str_puts(b, "\\\\"); break;
-        case '\n': gr_str_puts(b, "\\n"); break;
-        case '\r': gr_str_puts(b, "\\r"); break;
-        case '\t': gr_str_puts(b, "\\t"); break;
+        case '"': ig_str_puts(b, "\\\""); break;
+        case '\\': ig_str_puts(b, "\\\\"); break;
+        case '\n': ig_str_puts(b, "\\n"); break;
+        case '\r': ig_str_puts(b, "\\r"); break;
+        case '\t': ig_str_puts(b, "\\t"); break;
         default:
             if ((unsigned char)*s < 0x20)
-                gr_str_printf(b, "\\x%02X", (unsigned char)*s);
+                ig_str_printf(b, "\\x%02X", (unsigned char)*s);
             else
-                gr_str_putn(b, s, 1);
+                ig_str_putn(b, s, 1);
         }
     }
-    gr_str_puts(b, "\"");
+    ig_str_puts(b, "\"");
 }
 
 /* A JSON value as the exact text the model must write (compact JSON). */
-static int json_literal(struct conv *c, const cJSON *v, struct gr_str *b)
+static int json_literal(struct conv *c, const cJSON *v, struct ig_str *b)
 {
     char *text = cJSON_PrintUnformatted(v);
     if (!text)
@@ -312,50 +313,50 @@ static int get_count(struct conv *c, const cJSON *node, const char *key, int64_t
 /* ---- integers in a range ------------------------------------------------------- */
 
 /* Digits of equal-length decimal strings lo..hi (lo <= hi) as GBNF. */
-static void digit_range(struct gr_str *b, const char *lo, const char *hi, size_t n)
+static void digit_range(struct ig_str *b, const char *lo, const char *hi, size_t n)
 {
     if (n == 1) {
         if (lo[0] == hi[0])
-            gr_str_printf(b, "\"%c\"", lo[0]);
+            ig_str_printf(b, "\"%c\"", lo[0]);
         else
-            gr_str_printf(b, "[%c-%c]", lo[0], hi[0]);
+            ig_str_printf(b, "[%c-%c]", lo[0], hi[0]);
         return;
     }
     if (lo[0] == hi[0]) {
-        gr_str_printf(b, "\"%c\" ", lo[0]);
+        ig_str_printf(b, "\"%c\" ", lo[0]);
         digit_range(b, lo + 1, hi + 1, n - 1);
         return;
     }
     bool lo_zeros = strspn(lo + 1, "0") >= n - 1, hi_nines = strspn(hi + 1, "9") >= n - 1;
     char first = lo_zeros ? lo[0] : (char)(lo[0] + 1);
     char last = hi_nines ? hi[0] : (char)(hi[0] - 1);
-    gr_str_puts(b, "( ");
+    ig_str_puts(b, "( ");
     bool any = false;
     if (!lo_zeros) {
         char nines[32];
         memset(nines, '9', n - 1);
-        gr_str_printf(b, "\"%c\" ( ", lo[0]);
+        ig_str_printf(b, "\"%c\" ( ", lo[0]);
         digit_range(b, lo + 1, nines, n - 1);
-        gr_str_puts(b, " )");
+        ig_str_puts(b, " )");
         any = true;
     }
     if (first <= last) {
-        gr_str_printf(b, "%s[%c-%c] [0-9]{%zu}", any ? " | " : "", first, last, n - 1);
+        ig_str_printf(b, "%s[%c-%c] [0-9]{%zu}", any ? " | " : "", first, last, n - 1);
         any = true;
     }
     if (!hi_nines) {
         char zeros[32];
         memset(zeros, '0', n - 1);
-        gr_str_printf(b, "%s\"%c\" ( ", any ? " | " : "", hi[0]);
+        ig_str_printf(b, "%s\"%c\" ( ", any ? " | " : "", hi[0]);
         digit_range(b, zeros, hi + 1, n - 1);
-        gr_str_puts(b, " )");
+        ig_str_puts(b, " )");
     }
-    gr_str_puts(b, " )");
+    ig_str_puts(b, " )");
 }
 
 /* Non-negative integers in [lo, hi] (hi < 0: unbounded, at most
  * INT_MAX_DIGITS digits), no leading zeros, as alternatives. */
-static void uint_range(struct gr_str *b, uint64_t lo, int64_t hi)
+static void uint_range(struct ig_str *b, uint64_t lo, int64_t hi)
 {
     char a[32], z[32];
     int la = snprintf(a, sizeof a, "%llu", (unsigned long long)lo);
@@ -370,13 +371,13 @@ static void uint_range(struct gr_str *b, uint64_t lo, int64_t hi)
         if (hi >= 0 && len == lz) {
             memcpy(to, z, (size_t)lz + 1);
         } else if (hi < 0 && len > la) { /* every longer length at once */
-            gr_str_printf(b, "%s[1-9] [0-9]{%d,%d}", first ? "" : " | ", len - 1,
+            ig_str_printf(b, "%s[1-9] [0-9]{%d,%d}", first ? "" : " | ", len - 1,
                           INT_MAX_DIGITS - 1);
             return;
         } else {
             memset(to, '9', (size_t)len), to[len] = '\0';
         }
-        gr_str_puts(b, first ? "" : " | ");
+        ig_str_puts(b, first ? "" : " | ");
         digit_range(b, from, to, (size_t)len);
         first = false;
     }
@@ -400,7 +401,7 @@ static int int_bound(struct conv *c, const cJSON *node, const char *key, bool up
 }
 
 /* The integers between the schema's bounds. */
-static int integer_range(struct conv *c, const cJSON *node, struct gr_str *b)
+static int integer_range(struct conv *c, const cJSON *node, struct ig_str *b)
 {
     bool has_lo, has_hi, has_xlo, has_xhi;
     int64_t lo = 0, hi = 0, xlo = 0, xhi = 0;
@@ -415,26 +416,26 @@ static int integer_range(struct conv *c, const cJSON *node, struct gr_str *b)
     if (has_xhi && (!has_hi || xhi - 1 < hi))
         hi = xhi - 1, has_hi = true;
     if (!has_lo && !has_hi) {
-        gr_str_puts(b, prim(c, PRIM_INTEGER));
+        ig_str_puts(b, prim(c, PRIM_INTEGER));
         return IG_OK;
     }
     if (has_lo && has_hi && lo > hi)
         return fail(c, "no integer lies between the bounds");
-    gr_str_puts(b, "( ");
+    ig_str_puts(b, "( ");
     bool any = false;
     /* negatives: "-" then magnitudes */
     if (!has_lo || lo < 0) {
         uint64_t mag_lo = has_hi && hi < 0 ? (uint64_t)-hi : 1;
-        gr_str_puts(b, "\"-\" ( ");
+        ig_str_puts(b, "\"-\" ( ");
         uint_range(b, mag_lo, has_lo ? -lo : -1);
-        gr_str_puts(b, " )");
+        ig_str_puts(b, " )");
         any = true;
     }
     if (!has_hi || hi >= 0) {
-        gr_str_puts(b, any ? " | " : "");
+        ig_str_puts(b, any ? " | " : "");
         uint_range(b, has_lo && lo > 0 ? (uint64_t)lo : 0, has_hi ? hi : -1);
     }
-    gr_str_puts(b, " )");
+    ig_str_puts(b, " )");
     return IG_OK;
 }
 
@@ -459,7 +460,7 @@ static bool frac_zero_ok(const char *lo, bool lo_x, const char *hi, bool hi_x)
 
 /* Alternatives (" | " between) of the non-empty digit strings t of at most
  * k digits with lo <= .t <= hi (< where exclusive); *any: one was written. */
-static void frac_alts(struct gr_str *b, const char *lo, bool lo_x, const char *hi, bool hi_x,
+static void frac_alts(struct ig_str *b, const char *lo, bool lo_x, const char *hi, bool hi_x,
                       int k, bool *any)
 {
     if (k <= 0)
@@ -468,7 +469,7 @@ static void frac_alts(struct gr_str *b, const char *lo, bool lo_x, const char *h
         lo = NULL; /* every fraction is >= 0 */
     if (hi && all_zero(hi)) { /* at most .0: zeros only, when that is allowed */
         if (!lo && !hi_x) {
-            gr_str_printf(b, "%s\"0\"{1,%d}", *any ? " | " : "", k);
+            ig_str_printf(b, "%s\"0\"{1,%d}", *any ? " | " : "", k);
             *any = true;
         }
         return;
@@ -478,9 +479,9 @@ static void frac_alts(struct gr_str *b, const char *lo, bool lo_x, const char *h
     const char *hrest = hi ? (hi[0] ? hi + 1 : hi) : NULL;
     char dl = lo ? (char)(l + 1) : '0', dh = hi ? (char)(h - 1) : '9';
     if (dl <= dh) { /* strictly inside on both sides: any digits after */
-        gr_str_printf(b, "%s[%c-%c]", *any ? " | " : "", dl, dh);
+        ig_str_printf(b, "%s[%c-%c]", *any ? " | " : "", dl, dh);
         if (k > 1)
-            gr_str_printf(b, " [0-9]{0,%d}", k - 1);
+            ig_str_printf(b, " [0-9]{0,%d}", k - 1);
         *any = true;
     }
     /* d on a bound: the rest decides */
@@ -499,43 +500,43 @@ static void frac_alts(struct gr_str *b, const char *lo, bool lo_x, const char *h
             d = h;
             nhi = hrest;
         }
-        struct gr_str sub = {0};
+        struct ig_str sub = {0};
         bool sub_any = false;
         frac_alts(&sub, nlo, lo_x, nhi, hi_x, k - 1, &sub_any);
         bool zero = frac_zero_ok(nlo, lo_x, nhi, hi_x);
         if (sub_any || zero) {
-            gr_str_printf(b, "%s\"%c\"", *any ? " | " : "", d);
+            ig_str_printf(b, "%s\"%c\"", *any ? " | " : "", d);
             if (sub_any) {
-                gr_str_puts(b, " ( ");
-                gr_str_puts(b, sub.p);
-                gr_str_puts(b, zero ? " )?" : " )");
+                ig_str_puts(b, " ( ");
+                ig_str_puts(b, sub.s);
+                ig_str_puts(b, zero ? " )?" : " )");
             }
             *any = true;
         }
-        b->nomem |= sub.nomem;
-        free(sub.p);
+        b->failed |= sub.failed;
+        free(sub.s);
     }
 }
 
 /* The integer part i (digits) with a fraction between lo and hi. */
-static void int_with_frac(struct gr_str *b, const char *i, const char *lo, bool lo_x,
+static void int_with_frac(struct ig_str *b, const char *i, const char *lo, bool lo_x,
                           const char *hi, bool hi_x, bool *any)
 {
-    struct gr_str alts = {0};
+    struct ig_str alts = {0};
     bool a = false;
     frac_alts(&alts, lo, lo_x, hi, hi_x, NUM_DIGITS - (int)strlen(i), &a);
     bool zero = frac_zero_ok(lo, lo_x, hi, hi_x);
     if (a || zero) {
-        gr_str_printf(b, "%s\"%s\"", *any ? " | " : "", i);
+        ig_str_printf(b, "%s\"%s\"", *any ? " | " : "", i);
         if (a) {
-            gr_str_puts(b, " ( \".\" ( ");
-            gr_str_puts(b, alts.p);
-            gr_str_puts(b, zero ? " ) )?" : " ) )");
+            ig_str_puts(b, " ( \".\" ( ");
+            ig_str_puts(b, alts.s);
+            ig_str_puts(b, zero ? " ) )?" : " ) )");
         }
         *any = true;
     }
-    b->nomem |= alts.nomem;
-    free(alts.p);
+    b->failed |= alts.failed;
+    free(alts.s);
 }
 
 /* A decimal bound: integer part and fraction digits. */
@@ -580,7 +581,7 @@ static bool to_dec(double v, struct dec *d)
 
 /* Magnitudes m (no sign) with lo <= m <= hi (< where exclusive; hi NULL:
  * none), NUM_DIGITS digits at most, as alternatives. */
-static void magnitude_range(struct gr_str *b, const struct dec *lo, bool lo_x, const struct dec *hi,
+static void magnitude_range(struct ig_str *b, const struct dec *lo, bool lo_x, const struct dec *hi,
                             bool hi_x, bool *any)
 {
     uint64_t ai = strtoull(lo->i, NULL, 10), bi = hi ? strtoull(hi->i, NULL, 10) : 0;
@@ -601,12 +602,12 @@ static void magnitude_range(struct gr_str *b, const struct dec *lo, bool lo_x, c
             break;
         if (from > to)
             continue;
-        gr_str_printf(b, "%s( ", *any ? " | " : "");
+        ig_str_printf(b, "%s( ", *any ? " | " : "");
         uint_range(b, from, (int64_t)to);
         if (NUM_DIGITS - len > 0)
-            gr_str_printf(b, " ) ( \".\" [0-9]{1,%d} )?", NUM_DIGITS - len);
+            ig_str_printf(b, " ) ( \".\" [0-9]{1,%d} )?", NUM_DIGITS - len);
         else
-            gr_str_puts(b, " )");
+            ig_str_puts(b, " )");
         *any = true;
     }
     if (hi)
@@ -630,7 +631,7 @@ static int num_bound(struct conv *c, const cJSON *node, const char *key, bool *h
 
 /* The numbers between the schema's bounds, written as decimals without an
  * exponent (docs/grammar.md). */
-static int number_range(struct conv *c, const cJSON *node, struct gr_str *b)
+static int number_range(struct conv *c, const cJSON *node, struct ig_str *b)
 {
     bool has_lo, has_hi, has_xlo, has_xhi;
     double lo = 0, hi = 0, xlo = 0, xhi = 0;
@@ -646,7 +647,7 @@ static int number_range(struct conv *c, const cJSON *node, struct gr_str *b)
     if (has_xhi && (!has_hi || xhi <= hi))
         hi = xhi, hi_x = has_hi = true;
     struct dec dlo, dhi, zero = {"0", ""};
-    gr_str_puts(b, "( ");
+    ig_str_puts(b, "( ");
     bool any = false;
     /* x >= 0: magnitudes from max(lo, 0) */
     if (!has_hi || hi > 0 || (hi == 0 && !hi_x)) {
@@ -659,7 +660,7 @@ static int number_range(struct conv *c, const cJSON *node, struct gr_str *b)
     }
     /* x < 0: "-" and magnitudes above max(-hi, 0), never 0 itself */
     if (!has_lo || lo < 0) {
-        struct gr_str neg = {0};
+        struct ig_str neg = {0};
         bool nany = false;
         bool from_hi = has_hi && hi < 0;
         if (from_hi)
@@ -669,36 +670,36 @@ static int number_range(struct conv *c, const cJSON *node, struct gr_str *b)
         magnitude_range(&neg, from_hi ? &dhi : &zero, from_hi ? hi_x : true, has_lo ? &dlo : NULL,
                         lo_x, &nany);
         if (nany) {
-            gr_str_printf(b, "%s\"-\" ( ", any ? " | " : "");
-            gr_str_puts(b, neg.p);
-            gr_str_puts(b, " )");
+            ig_str_printf(b, "%s\"-\" ( ", any ? " | " : "");
+            ig_str_puts(b, neg.s);
+            ig_str_puts(b, " )");
             any = true;
         }
-        b->nomem |= neg.nomem;
-        free(neg.p);
+        b->failed |= neg.failed;
+        free(neg.s);
     }
-    gr_str_puts(b, " )");
+    ig_str_puts(b, " )");
     return any ? IG_OK : fail(c, "no number lies between the bounds");
 }
 
 /* ---- schema nodes ------------------------------------------------------------------ */
 
-static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr);
+static int visit(struct conv *c, const cJSON *node, const char *name, struct ig_str *expr);
 
 /* Converts `node` into a rule of its own named from `base`; *rule gets the
  * name (owned by c). */
 static int visit_rule(struct conv *c, const cJSON *node, const char *base, const char **rule)
 {
-    struct gr_str body = {0};
+    struct ig_str body = {0};
     char *name = new_name(c, base);
     if (!name)
         return c->st;
     int st = visit(c, node, name, &body);
-    if (st == IG_OK && body.nomem)
+    if (st == IG_OK && body.failed)
         st = nomem(c);
     if (st == IG_OK)
-        add_rule(c, name, body.p);
-    free(body.p);
+        add_rule(c, name, body.s);
+    free(body.s);
     *rule = name;
     return c->st;
 }
@@ -753,7 +754,7 @@ static const cJSON *resolve(const cJSON *doc, const char *ref)
     return *p ? NULL : cur;
 }
 
-static int visit_ref(struct conv *c, const cJSON *node, struct gr_str *expr)
+static int visit_ref(struct conv *c, const cJSON *node, struct ig_str *expr)
 {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(node, "$ref");
     if (!cJSON_IsString(r))
@@ -763,7 +764,7 @@ static int visit_ref(struct conv *c, const cJSON *node, struct gr_str *expr)
         return st;
     for (int64_t i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ref, r->valuestring)) {
-            gr_str_puts(expr, c->refs[i].name);
+            ig_str_puts(expr, c->refs[i].name);
             return IG_OK;
         }
     const cJSON *target = resolve(c->doc, r->valuestring);
@@ -792,21 +793,21 @@ static int visit_ref(struct conv *c, const cJSON *node, struct gr_str *expr)
     char saved[sizeof c->ptr];
     memcpy(saved, c->ptr, sizeof saved);
     snprintf(c->ptr, sizeof c->ptr, "%s", r->valuestring[1] ? r->valuestring + 1 : "");
-    struct gr_str body = {0};
+    struct ig_str body = {0};
     st = visit(c, target, name, &body);
     memcpy(c->ptr, saved, sizeof saved);
-    if (st == IG_OK && body.nomem)
+    if (st == IG_OK && body.failed)
         st = nomem(c);
     if (st == IG_OK)
-        add_rule(c, name, body.p);
-    free(body.p);
+        add_rule(c, name, body.s);
+    free(body.s);
     if (st == IG_OK)
-        gr_str_puts(expr, name);
+        ig_str_puts(expr, name);
     return c->st;
 }
 
 static int visit_union(struct conv *c, const cJSON *node, const char *key, const char *name,
-                       struct gr_str *expr)
+                       struct ig_str *expr)
 {
     const cJSON *alts = cJSON_GetObjectItemCaseSensitive(node, key);
     if (!cJSON_IsArray(alts) || !alts->child)
@@ -815,16 +816,16 @@ static int visit_union(struct conv *c, const cJSON *node, const char *key, const
     if (st != IG_OK)
         return st;
     int i = 0;
-    gr_str_puts(expr, "( ");
+    ig_str_puts(expr, "( ");
     for (const cJSON *a = alts->child; a; a = a->next, i++) {
         char base[96];
         snprintf(base, sizeof base, "%s-%d", name, i);
         const char *rule;
         if ((st = visit_child(c, a, key, i, base, &rule)) != IG_OK)
             return st;
-        gr_str_printf(expr, "%s%s", i ? " | " : "", rule);
+        ig_str_printf(expr, "%s%s", i ? " | " : "", rule);
     }
-    gr_str_puts(expr, " )");
+    ig_str_puts(expr, " )");
     return IG_OK;
 }
 
@@ -849,7 +850,7 @@ static bool has_type(const cJSON *v, const char *t)
 }
 
 /* enum / const: the listed values that also have the schema's type. */
-static int visit_values(struct conv *c, const cJSON *node, const char *key, struct gr_str *expr)
+static int visit_values(struct conv *c, const cJSON *node, const char *key, struct ig_str *expr)
 {
     static const char *const ok[] = {"type", "enum", "const", NULL};
     int st = only_annotations_beside(c, node, key, ok);
@@ -862,7 +863,7 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
     const cJSON *cnst = cJSON_GetObjectItemCaseSensitive(node, "const");
     const cJSON *list = !strcmp(key, "enum") ? vals->child : vals;
     int n = 0;
-    gr_str_puts(expr, "( ");
+    ig_str_puts(expr, "( ");
     for (const cJSON *v = list; v; v = !strcmp(key, "enum") ? v->next : NULL) {
         bool keep = true;
         if (cJSON_IsString(type))
@@ -876,11 +877,11 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
             keep = cJSON_Compare(v, cnst, true);
         if (!keep)
             continue;
-        gr_str_puts(expr, n++ ? " | " : "");
+        ig_str_puts(expr, n++ ? " | " : "");
         if ((st = json_literal(c, v, expr)) != IG_OK)
             return st;
     }
-    gr_str_puts(expr, " )");
+    ig_str_puts(expr, " )");
     if (!n)
         return fail(c, "no value of '%s' also satisfies the schema's type%s", key,
                     cnst ? " and const" : "");
@@ -888,7 +889,7 @@ static int visit_values(struct conv *c, const cJSON *node, const char *key, stru
 }
 
 /* `"name"` as the model writes it: JSON-escaped, as a GBNF literal. */
-static int key_literal(struct conv *c, const char *key, struct gr_str *b)
+static int key_literal(struct conv *c, const char *key, struct ig_str *b)
 {
     cJSON *s = cJSON_CreateString(key);
     if (!s)
@@ -942,14 +943,14 @@ static int ktrie_add(struct ktrie *root, const char *s)
 }
 
 /* A class-safe spelling of code point cp inside [...]. */
-static void class_char(struct gr_str *b, uint32_t cp)
+static void class_char(struct ig_str *b, uint32_t cp)
 {
     if (cp < 0x20 || cp == '"' || cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == 0x7F)
-        gr_str_printf(b, "\\x%02X", cp);
+        ig_str_printf(b, "\\x%02X", cp);
     else if (cp < 0x80)
-        gr_str_printf(b, "%c", (char)cp);
+        ig_str_printf(b, "%c", (char)cp);
     else
-        gr_str_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
+        ig_str_printf(b, cp > 0xFFFF ? "\\U%08X" : "\\u%04X", cp);
 }
 
 /* Rules for the key text after the opening quote at trie node t: any
@@ -959,11 +960,11 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
     char *name = new_name(c, base);
     if (!name)
         return NULL;
-    struct gr_str body = {0};
+    struct ig_str body = {0};
     /* the empty alternative first: after a trailing '|' the rule would go on
      * on the next line */
     if (!t->end) /* a proper prefix of a name is another name */
-        gr_str_puts(&body, "| ");
+        ig_str_puts(&body, "| ");
     bool first = true;
     int i = 0;
     for (const struct ktrie *k = t->child; k; k = k->next, i++) {
@@ -971,75 +972,75 @@ static const char *not_names(struct conv *c, const struct ktrie *t, const char *
         snprintf(sub, sizeof sub, "%s-%d", base, i);
         const char *rule = not_names(c, k, sub);
         if (!rule) {
-            free(body.p);
+            free(body.s);
             return NULL;
         }
-        gr_str_puts(&body, first ? "" : " | ");
+        ig_str_puts(&body, first ? "" : " | ");
         char one[8];
         uint8_t enc[4];
         int n = gr_utf8_encode(k->cp, enc);
         memcpy(one, enc, (size_t)n);
         one[n] = '\0';
         gbnf_literal(&body, one);
-        gr_str_printf(&body, " %s", rule);
+        ig_str_printf(&body, " %s", rule);
         first = false;
     }
     /* any other character, then anything */
-    gr_str_printf(&body, "%s[^\"\\\\\\x7F\\x00-\\x1F", first ? "" : " | ");
+    ig_str_printf(&body, "%s[^\"\\\\\\x7F\\x00-\\x1F", first ? "" : " | ");
     for (const struct ktrie *k = t->child; k; k = k->next)
         class_char(&body, k->cp);
-    gr_str_printf(&body, "] %s*", prim(c, PRIM_KEYCHAR));
-    if (body.nomem) {
-        free(body.p);
+    ig_str_printf(&body, "] %s*", prim(c, PRIM_KEYCHAR));
+    if (body.failed) {
+        free(body.s);
         return nomem(c), NULL;
     }
-    add_rule(c, name, body.p);
-    free(body.p);
+    add_rule(c, name, body.s);
+    free(body.s);
     return name;
 }
 
-static int visit_pattern(struct conv *c, const cJSON *pat, struct gr_str *expr);
+static int visit_pattern(struct conv *c, const cJSON *pat, struct ig_str *expr);
 
 /* An object of keys `key` (a GBNF expression of the quoted key) with values
  * `value`, min to max of them (max < 0: any number). A grammar cannot keep
  * keys apart, so more than one required key is refused: two equal keys
  * would be one property. */
 static int free_object(struct conv *c, const char *key, const char *value, int64_t min,
-                       int64_t max, struct gr_str *expr)
+                       int64_t max, struct ig_str *expr)
 {
     if (min > 1)
         return fail(c, "'minProperties' above 1 is not supported here (a grammar cannot keep "
                     "the keys apart)");
     prim(c, PRIM_SPACE);
     if (max == 0) {
-        gr_str_puts(expr, "\"{\" space \"}\"");
+        ig_str_puts(expr, "\"{\" space \"}\"");
         return IG_OK;
     }
-    /* key may be long (a pattern's grammar): no gr_str_printf of it */
-    gr_str_puts(expr, min ? "\"{\" space " : "\"{\" space ( ");
-    gr_str_puts(expr, key);
-    gr_str_puts(expr, " space \":\" space ");
-    gr_str_puts(expr, value);
-    gr_str_puts(expr, " space");
+    /* key may be long (a pattern's grammar): no ig_str_printf of it */
+    ig_str_puts(expr, min ? "\"{\" space " : "\"{\" space ( ");
+    ig_str_puts(expr, key);
+    ig_str_puts(expr, " space \":\" space ");
+    ig_str_puts(expr, value);
+    ig_str_puts(expr, " space");
     if (max != 1) {
-        gr_str_puts(expr, " ( \",\" space ");
-        gr_str_puts(expr, key);
-        gr_str_puts(expr, " space \":\" space ");
-        gr_str_puts(expr, value);
-        gr_str_puts(expr, " space )");
+        ig_str_puts(expr, " ( \",\" space ");
+        ig_str_puts(expr, key);
+        ig_str_puts(expr, " space \":\" space ");
+        ig_str_puts(expr, value);
+        ig_str_puts(expr, " space )");
         if (max > 1)
-            gr_str_printf(expr, "{0,%lld}", (long long)(max - 1));
+            ig_str_printf(expr, "{0,%lld}", (long long)(max - 1));
         else
-            gr_str_puts(expr, "*");
+            ig_str_puts(expr, "*");
     }
-    gr_str_printf(expr, "%s \"}\"", min ? "" : " )?");
+    ig_str_printf(expr, "%s \"}\"", min ? "" : " )?");
     return IG_OK;
 }
 
 /* patternProperties with one pattern and no other keys: keys the pattern
  * matches, values of its schema. */
 static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *pp,
-                               const char *name, int64_t min, int64_t max, struct gr_str *expr)
+                               const char *name, int64_t min, int64_t max, struct ig_str *expr)
 {
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(node, "additionalProperties");
     if (!cJSON_IsObject(pp) || !pp->child)
@@ -1051,7 +1052,7 @@ static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *p
         return fail(c, "'patternProperties' beside 'properties' or 'additionalProperties' is "
                     "not supported (a key may match both)");
     size_t old = ptr_push(c, "patternProperties");
-    struct gr_str key = {0};
+    struct ig_str key = {0};
     cJSON pat = {.type = cJSON_String, .valuestring = pp->child->string};
     int st = visit_pattern(c, &pat, &key);
     ptr_pop(c, old);
@@ -1060,15 +1061,15 @@ static int visit_pattern_props(struct conv *c, const cJSON *node, const cJSON *p
     snprintf(base, sizeof base, "%s-value", name);
     if (st == IG_OK)
         st = visit_child(c, pp->child, "patternProperties", -1, base, &value);
-    if (st == IG_OK && key.nomem)
+    if (st == IG_OK && key.failed)
         st = nomem(c);
     if (st == IG_OK)
-        st = free_object(c, key.p, value, min, max, expr);
-    free(key.p);
+        st = free_object(c, key.s, value, min, max, expr);
+    free(key.s);
     return st;
 }
 
-static int visit_object(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
+static int visit_object(struct conv *c, const cJSON *node, const char *name, struct ig_str *expr)
 {
     int64_t min_props, max_props;
     int st0;
@@ -1099,7 +1100,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     bool extra = addl && (cJSON_IsTrue(addl) || cJSON_IsObject(addl));
     if (!props && !(addl && !extra) && !cJSON_IsObject(addl)) {
         if (min_props == 0 && max_props < 0) {
-            gr_str_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
+            ig_str_puts(expr, prim(c, PRIM_OBJECT)); /* nothing said: any object */
             return IG_OK;
         }
         return free_object(c, prim(c, PRIM_STRING), prim(c, PRIM_VALUE), min_props, max_props,
@@ -1134,19 +1135,19 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         ptr_pop(c, old);
         if (st != IG_OK)
             break;
-        struct gr_str body = {0};
+        struct ig_str body = {0};
         key_literal(c, p->string, &body);
-        gr_str_printf(&body, " space \":\" space %s space", value);
+        ig_str_printf(&body, " space \":\" space %s space", value);
         char kvbase[170];
         snprintf(kvbase, sizeof kvbase, "%s-kv", base);
         char *kvname = new_name(c, kvbase);
-        if (!kvname || body.nomem) {
-            free(body.p);
+        if (!kvname || body.failed) {
+            free(body.s);
             st = nomem(c);
             break;
         }
-        add_rule(c, kvname, body.p);
-        free(body.p);
+        add_rule(c, kvname, body.s);
+        free(body.s);
         kv[i] = kvname;
         for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
             is_req[i] |= !strcmp(r->valuestring, p->string);
@@ -1161,7 +1162,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         } else {
             value = prim(c, PRIM_VALUE);
         }
-        struct gr_str body = {0};
+        struct ig_str body = {0};
         if (st == IG_OK && n_props) {
             struct ktrie root = {0};
             for (const cJSON *p = props->child; p && st == IG_OK; p = p->next)
@@ -1174,21 +1175,21 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
             if (!key)
                 st = c->st != IG_OK ? c->st : nomem(c);
             else
-                gr_str_printf(&body, "\"\\\"\" %s \"\\\"\"", key);
+                ig_str_printf(&body, "\"\\\"\" %s \"\\\"\"", key);
         } else if (st == IG_OK) {
-            gr_str_puts(&body, prim(c, PRIM_STRING));
+            ig_str_puts(&body, prim(c, PRIM_STRING));
         }
         if (st == IG_OK) {
-            gr_str_printf(&body, " space \":\" space %s space", value);
+            ig_str_printf(&body, " space \":\" space %s space", value);
             char kvbase[170];
             snprintf(kvbase, sizeof kvbase, "%s-kv", base);
             char *kvname = new_name(c, kvbase);
-            if (!kvname || body.nomem)
+            if (!kvname || body.failed)
                 st = nomem(c);
             else
-                add_rule(c, kvname, body.p), extra_kv = kvname;
+                add_rule(c, kvname, body.s), extra_kv = kvname;
         }
-        free(body.p);
+        free(body.s);
     }
     if (st != IG_OK) {
         free(kv), free(is_req), free(order);
@@ -1198,9 +1199,9 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
     int n_req = 0, n_opt = 0;
     for (int k = 0; k < n_props; k++)
         if (is_req[k])
-            gr_str_printf(expr, "%s%s", n_req++ ? " \",\" space " : "\"{\" space ", kv[k]);
+            ig_str_printf(expr, "%s%s", n_req++ ? " \",\" space " : "\"{\" space ", kv[k]);
     if (!n_req)
-        gr_str_puts(expr, "\"{\" space");
+        ig_str_puts(expr, "\"{\" space");
     for (int k = 0; k < n_props; k++)
         if (!is_req[k])
             order[n_opt++] = k;
@@ -1214,36 +1215,36 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
         }
         for (int j = total - 1; j >= 1; j--) {
             const char *item = j < n_opt ? kv[order[j]] : extra_kv;
-            struct gr_str body = {0};
-            gr_str_printf(&body, "( \",\" space %s )%s", item, j < n_opt ? "?" : "*");
+            struct ig_str body = {0};
+            ig_str_printf(&body, "( \",\" space %s )%s", item, j < n_opt ? "?" : "*");
             if (rest[j + 1])
-                gr_str_printf(&body, " %s", rest[j + 1]);
+                ig_str_printf(&body, " %s", rest[j + 1]);
             char base[160];
             snprintf(base, sizeof base, "%s-rest", name);
             char *rn = new_name(c, base);
-            if (!rn || body.nomem) {
-                free(body.p);
+            if (!rn || body.failed) {
+                free(body.s);
                 free(rest);
                 free(kv), free(is_req), free(order);
                 return nomem(c);
             }
-            add_rule(c, rn, body.p);
-            free(body.p);
+            add_rule(c, rn, body.s);
+            free(body.s);
             rest[j] = rn;
         }
-        gr_str_puts(expr, n_req ? " ( \",\" space ( " : " ( ");
+        ig_str_puts(expr, n_req ? " ( \",\" space ( " : " ( ");
         for (int j = 0; j < total; j++) {
             const char *item = j < n_opt ? kv[order[j]] : extra_kv;
-            gr_str_printf(expr, "%s%s", j ? " | " : "", item);
+            ig_str_printf(expr, "%s%s", j ? " | " : "", item);
             if (j >= n_opt)
-                gr_str_printf(expr, " ( \",\" space %s )*", extra_kv);
+                ig_str_printf(expr, " ( \",\" space %s )*", extra_kv);
             if (rest[j + 1])
-                gr_str_printf(expr, " %s", rest[j + 1]);
+                ig_str_printf(expr, " %s", rest[j + 1]);
         }
-        gr_str_puts(expr, n_req ? " ) )?" : " )?");
+        ig_str_puts(expr, n_req ? " ) )?" : " )?");
         free(rest);
     }
-    gr_str_puts(expr, " \"}\"");
+    ig_str_puts(expr, " \"}\"");
     free(kv), free(is_req), free(order);
     return IG_OK;
 }
@@ -1253,7 +1254,7 @@ static int visit_object(struct conv *c, const cJSON *node, const char *name, str
  * Prefix items are optional past minItems, as JSON Schema has it. */
 static int visit_tuple(struct conv *c, const cJSON *prefix, const char *key, const cJSON *rest,
                        const char *rest_key, int64_t min, int64_t max, const char *name,
-                       struct gr_str *expr)
+                       struct ig_str *expr)
 {
     int64_t n = cJSON_GetArraySize(prefix);
     if (n > GR_MAX_REPEAT)
@@ -1285,28 +1286,28 @@ static int visit_tuple(struct conv *c, const cJSON *prefix, const char *key, con
         return st;
     }
     prim(c, PRIM_SPACE);
-    gr_str_puts(expr, "\"[\" space");
+    ig_str_puts(expr, "\"[\" space");
     int64_t m = hi >= 0 && hi < n ? hi : n; /* prefix positions written */
     for (int64_t k = 0; k < m; k++) /* ( "," item ( ... )? )? nested */
-        gr_str_printf(expr, " %s%s%s space", k >= min ? "( " : "", k ? "\",\" space " : "",
+        ig_str_printf(expr, " %s%s%s space", k >= min ? "( " : "", k ? "\",\" space " : "",
                       rules[k]);
     if (rest_rule && (hi < 0 || hi > n)) {
         int64_t lo = min > n ? min - n : 0;
-        gr_str_printf(expr, " ( \",\" space %s space )", rest_rule);
+        ig_str_printf(expr, " ( \",\" space %s space )", rest_rule);
         if (hi < 0)
-            gr_str_printf(expr, "{%lld,}", (long long)lo);
+            ig_str_printf(expr, "{%lld,}", (long long)lo);
         else
-            gr_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)(hi - n));
+            ig_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)(hi - n));
     }
     for (int64_t k = m - 1; k >= 0; k--)
         if (k >= min)
-            gr_str_puts(expr, " )?");
-    gr_str_puts(expr, " \"]\"");
+            ig_str_puts(expr, " )?");
+    ig_str_puts(expr, " \"]\"");
     free(rules);
     return IG_OK;
 }
 
-static int visit_array(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
+static int visit_array(struct conv *c, const cJSON *node, const char *name, struct ig_str *expr)
 {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(node, "items");
     const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(node, "uniqueItems");
@@ -1341,7 +1342,7 @@ static int visit_array(struct conv *c, const cJSON *node, const char *name, stru
         if (min > 0)
             return fail(c, "minItems above 0 with 'items': false matches nothing");
         prim(c, PRIM_SPACE);
-        gr_str_puts(expr, "\"[\" space \"]\"");
+        ig_str_puts(expr, "\"[\" space \"]\"");
         return IG_OK;
     }
     int64_t min, max;
@@ -1362,24 +1363,24 @@ static int visit_array(struct conv *c, const cJSON *node, const char *name, stru
     }
     prim(c, PRIM_SPACE);
     if (max == 0) {
-        gr_str_puts(expr, "\"[\" space \"]\"");
+        ig_str_puts(expr, "\"[\" space \"]\"");
         return IG_OK;
     }
-    gr_str_printf(expr, "\"[\" space %s%s space", min == 0 ? "( " : "", item);
+    ig_str_printf(expr, "\"[\" space %s%s space", min == 0 ? "( " : "", item);
     int64_t lo = min ? min - 1 : 0, hi = max < 0 ? -1 : max - 1;
     if (hi != 0) {
-        gr_str_printf(expr, " ( \",\" space %s space )", item);
+        ig_str_printf(expr, " ( \",\" space %s space )", item);
         if (hi < 0)
-            gr_str_printf(expr, "{%lld,}", (long long)lo);
+            ig_str_printf(expr, "{%lld,}", (long long)lo);
         else
-            gr_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)hi);
+            ig_str_printf(expr, "{%lld,%lld}", (long long)lo, (long long)hi);
     }
-    gr_str_printf(expr, "%s \"]\"", min == 0 ? " )?" : "");
+    ig_str_printf(expr, "%s \"]\"", min == 0 ? " )?" : "");
     return IG_OK;
 }
 
 /* `pattern`: the string's text as the regular expression allows it. */
-static int visit_pattern(struct conv *c, const cJSON *pat, struct gr_str *expr)
+static int visit_pattern(struct conv *c, const cJSON *pat, struct ig_str *expr)
 {
     if (!cJSON_IsString(pat))
         return fail(c, "'pattern' must be a string");
@@ -1393,14 +1394,14 @@ static int visit_pattern(struct conv *c, const cJSON *pat, struct gr_str *expr)
         ptr_pop(c, old);
         return st;
     }
-    gr_str_puts(expr, "\"\\\"\" ( ");
-    gr_str_puts(expr, re);
-    gr_str_puts(expr, " ) \"\\\"\"");
+    ig_str_puts(expr, "\"\\\"\" ( ");
+    ig_str_puts(expr, re);
+    ig_str_puts(expr, " ) \"\\\"\"");
     free(re);
     return IG_OK;
 }
 
-static int visit_string(struct conv *c, const cJSON *node, struct gr_str *expr)
+static int visit_string(struct conv *c, const cJSON *node, struct ig_str *expr)
 {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(node, "format");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(node, "pattern");
@@ -1425,14 +1426,14 @@ static int visit_string(struct conv *c, const cJSON *node, struct gr_str *expr)
         if (has_len)
             return fail(c, "minLength/maxLength beside 'format' is not supported");
         if (which == (PRIM_DATE | PRIM_TIME))
-            gr_str_printf(expr, "\"\\\"\" %s \"T\" %s \"\\\"\"", prim(c, PRIM_DATE),
+            ig_str_printf(expr, "\"\\\"\" %s \"T\" %s \"\\\"\"", prim(c, PRIM_DATE),
                           prim(c, PRIM_TIME));
         else
-            gr_str_printf(expr, "\"\\\"\" %s \"\\\"\"", prim(c, which));
+            ig_str_printf(expr, "\"\\\"\" %s \"\\\"\"", prim(c, which));
         return IG_OK;
     }
     if (!has_len) {
-        gr_str_puts(expr, prim(c, PRIM_STRING));
+        ig_str_puts(expr, prim(c, PRIM_STRING));
         return IG_OK;
     }
     int64_t min, max;
@@ -1444,13 +1445,13 @@ static int visit_string(struct conv *c, const cJSON *node, struct gr_str *expr)
         return fail(c, "minLength is above maxLength");
     const char *ch = prim(c, PRIM_CHAR);
     if (max < 0)
-        gr_str_printf(expr, "\"\\\"\" %s{%lld,} \"\\\"\"", ch, (long long)min);
+        ig_str_printf(expr, "\"\\\"\" %s{%lld,} \"\\\"\"", ch, (long long)min);
     else
-        gr_str_printf(expr, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", ch, (long long)min, (long long)max);
+        ig_str_printf(expr, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", ch, (long long)min, (long long)max);
     return IG_OK;
 }
 
-static int visit_number(struct conv *c, const cJSON *node, bool integer, struct gr_str *expr)
+static int visit_number(struct conv *c, const cJSON *node, bool integer, struct ig_str *expr)
 {
     bool bounded = cJSON_GetObjectItemCaseSensitive(node, "minimum") ||
                    cJSON_GetObjectItemCaseSensitive(node, "maximum") ||
@@ -1460,7 +1461,7 @@ static int visit_number(struct conv *c, const cJSON *node, bool integer, struct 
         return integer_range(c, node, expr);
     if (bounded)
         return number_range(c, node, expr);
-    gr_str_puts(expr, prim(c, PRIM_NUMBER));
+    ig_str_puts(expr, prim(c, PRIM_NUMBER));
     return IG_OK;
 }
 
@@ -1529,7 +1530,7 @@ static bool merge_member(struct conv *c, const cJSON *m, cJSON *props, cJSON *re
  * own keywords among them): the tightest bounds, integer if one says so.
  * Returns 1 when the members are not all numeric (nothing written). */
 static int allof_numbers(struct conv *c, const cJSON *node, const cJSON *all, const char *name,
-                         struct gr_str *expr)
+                         struct ig_str *expr)
 {
     static const char *const bounds[] = {"minimum", "exclusiveMinimum", "maximum",
                                          "exclusiveMaximum"};
@@ -1580,7 +1581,7 @@ done:
     return st;
 }
 
-static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
+static int visit_allof(struct conv *c, const cJSON *node, const char *name, struct ig_str *expr)
 {
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(node, "allOf");
     if (!cJSON_IsArray(all) || !all->child)
@@ -1593,7 +1594,7 @@ static int visit_allof(struct conv *c, const cJSON *node, const char *name, stru
         const char *rule;
         int st = visit_child(c, all->child, "allOf", 0, name, &rule);
         if (st == IG_OK)
-            gr_str_puts(expr, rule);
+            ig_str_puts(expr, rule);
         return st;
     }
     int numeric = allof_numbers(c, node, all, name, expr);
@@ -1653,7 +1654,7 @@ static const char *implied_type(const cJSON *node)
 }
 
 static int visit_type(struct conv *c, const cJSON *node, const char *type, const char *name,
-                      struct gr_str *expr)
+                      struct ig_str *expr)
 {
     if (!strcmp(type, "object"))
         return visit_object(c, node, name, expr);
@@ -1664,11 +1665,11 @@ static int visit_type(struct conv *c, const cJSON *node, const char *type, const
     if (!strcmp(type, "number") || !strcmp(type, "integer"))
         return visit_number(c, node, !strcmp(type, "integer"), expr);
     if (!strcmp(type, "boolean")) {
-        gr_str_puts(expr, prim(c, PRIM_BOOLEAN));
+        ig_str_puts(expr, prim(c, PRIM_BOOLEAN));
         return IG_OK;
     }
     if (!strcmp(type, "null")) {
-        gr_str_puts(expr, prim(c, PRIM_NULL));
+        ig_str_puts(expr, prim(c, PRIM_NULL));
         return IG_OK;
     }
     return fail(c, "unknown type '%s'", type);
@@ -1676,7 +1677,7 @@ static int visit_type(struct conv *c, const cJSON *node, const char *type, const
 
 /* Appends to expr the grammar expression for schema node `node`; `name`
  * is the rule it becomes (sub-rules are named after it). */
-static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_str *expr)
+static int visit(struct conv *c, const cJSON *node, const char *name, struct ig_str *expr)
 {
     if (c->st != IG_OK)
         return c->st;
@@ -1686,7 +1687,7 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_
     }
     int st = IG_OK;
     if (cJSON_IsTrue(node)) {
-        gr_str_puts(expr, prim(c, PRIM_VALUE));
+        ig_str_puts(expr, prim(c, PRIM_VALUE));
         goto done;
     }
     if (!cJSON_IsObject(node)) {
@@ -1719,17 +1720,17 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_
             st = fail(c, "'type' must not be an empty array");
             goto done;
         }
-        gr_str_puts(expr, "( ");
+        ig_str_puts(expr, "( ");
         int i = 0;
         for (const cJSON *t = type->child; t && st == IG_OK; t = t->next, i++) {
             if (!cJSON_IsString(t)) {
                 st = fail(c, "'type' must hold type names");
                 break;
             }
-            gr_str_puts(expr, i ? " | " : "");
+            ig_str_puts(expr, i ? " | " : "");
             st = visit_type(c, node, t->valuestring, name, expr);
         }
-        gr_str_puts(expr, " )");
+        ig_str_puts(expr, " )");
     } else if (type) {
         st = cJSON_IsString(type) ? visit_type(c, node, type->valuestring, name, expr)
                                   : fail(c, "'type' must be a string or an array of strings");
@@ -1738,7 +1739,7 @@ static int visit(struct conv *c, const cJSON *node, const char *name, struct gr_
         if (t)
             st = visit_type(c, node, t, name, expr);
         else
-            gr_str_puts(expr, prim(c, PRIM_VALUE)); /* nothing constrains it: any value */
+            ig_str_puts(expr, prim(c, PRIM_VALUE)); /* nothing constrains it: any value */
     }
 done:
     c->depth--;
@@ -1786,27 +1787,25 @@ int grammar_schema_to_gbnf(const char *json, size_t len, const char *source, cha
             return ig_error(IG_E_USAGE, "%s: text after the JSON schema", source);
         }
     struct conv c = {.source = source, .doc = doc};
-    struct gr_str root = {0};
+    struct ig_str root = {0};
     char *root_name = new_name(&c, "root");
     int st = root_name ? visit(&c, doc, "root", &root) : c.st;
-    if (st == IG_OK && root.nomem)
+    if (st == IG_OK && root.failed)
         st = nomem(&c);
     if (st == IG_OK) {
         /* root first, so the text reads top-down */
-        struct gr_str out = {0};
-        gr_str_puts(&out, "root ::= "); /* (any length: not through gr_str_printf's buffer) */
-        gr_str_puts(&out, root.p);
-        gr_str_puts(&out, "\n");
-        gr_str_puts(&out, c.rules.p ? c.rules.p : "");
-        if (out.nomem) {
-            free(out.p);
+        struct ig_str out = {0};
+        ig_str_printf(&out, "root ::= %s\n", root.s);
+        ig_str_puts(&out, c.rules.s ? c.rules.s : "");
+        if (out.failed) {
+            free(out.s);
             st = nomem(&c);
         } else {
-            *gbnf = out.p;
+            *gbnf = out.s;
         }
     }
-    free(root.p);
-    free(c.rules.p);
+    free(root.s);
+    free(c.rules.s);
     conv_free(&c);
     cJSON_Delete(doc);
     return st;

@@ -14,6 +14,7 @@
 #include "grammar/internal.h"
 
 #include "core/status.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -95,31 +96,31 @@ static void cset_negate(struct cset *s)
     *s = out;
 }
 
-static void class_cp(struct gr_str *b, uint32_t cp)
+static void class_cp(struct ig_str *b, uint32_t cp)
 {
     if ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'))
-        gr_str_printf(b, "%c", (char)cp);
+        ig_str_printf(b, "%c", (char)cp);
     else if (cp < 0x100)
-        gr_str_printf(b, "\\x%02X", (unsigned)cp);
+        ig_str_printf(b, "\\x%02X", (unsigned)cp);
     else if (cp < 0x10000)
-        gr_str_printf(b, "\\u%04X", (unsigned)cp);
+        ig_str_printf(b, "\\u%04X", (unsigned)cp);
     else
-        gr_str_printf(b, "\\U%08X", (unsigned)cp);
+        ig_str_printf(b, "\\U%08X", (unsigned)cp);
 }
 
 /* The JSON text of one control character, `"`, `\` or DEL as a GBNF literal. */
-static void special_cp(struct gr_str *b, uint32_t cp)
+static void special_cp(struct ig_str *b, uint32_t cp)
 {
     static const char *const short_esc[32] = {
         [8] = "b", [9] = "t", [10] = "n", [12] = "f", [13] = "r"};
     if (cp == '"')
-        gr_str_puts(b, "\"\\\\\\\"\"");
+        ig_str_puts(b, "\"\\\\\\\"\"");
     else if (cp == '\\')
-        gr_str_puts(b, "\"\\\\\\\\\"");
+        ig_str_puts(b, "\"\\\\\\\\\"");
     else if (cp < 32 && short_esc[cp])
-        gr_str_printf(b, "\"\\\\%s\"", short_esc[cp]);
+        ig_str_printf(b, "\"\\\\%s\"", short_esc[cp]);
     else
-        gr_str_printf(b, "\"\\\\u%04x\"", (unsigned)cp);
+        ig_str_printf(b, "\"\\\\u%04x\"", (unsigned)cp);
 }
 
 /* The characters JSON writes as themselves (the rest are escapes). */
@@ -128,22 +129,22 @@ static const struct range plain[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E},
 
 /* A set as GBNF: a class of its plain characters, the escaped ones as
  * alternatives. false for a set that matches nothing. */
-static bool cset_emit(struct gr_str *b, struct cset *s)
+static bool cset_emit(struct ig_str *b, struct cset *s)
 {
     cset_norm(s);
-    struct gr_str cls = {0};
+    struct ig_str cls = {0};
     int alts = 0;
-    gr_str_puts(b, "( ");
+    ig_str_puts(b, "( ");
     for (int i = 0; i < s->n; i++) {
         uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
         static const uint32_t escaped[] = {'"', '\\', 0x7F};
         for (uint32_t cp = lo; cp < 0x20 && cp <= hi; cp++) {
-            gr_str_puts(b, alts++ ? " | " : "");
+            ig_str_puts(b, alts++ ? " | " : "");
             special_cp(b, cp);
         }
         for (int k = 0; k < 3; k++)
             if (escaped[k] >= lo && escaped[k] <= hi) {
-                gr_str_puts(b, alts++ ? " | " : "");
+                ig_str_puts(b, alts++ ? " | " : "");
                 special_cp(b, escaped[k]);
             }
         for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
@@ -153,29 +154,29 @@ static bool cset_emit(struct gr_str *b, struct cset *s)
                 continue;
             class_cp(&cls, a);
             if (e > a) {
-                gr_str_puts(&cls, "-");
+                ig_str_puts(&cls, "-");
                 class_cp(&cls, e);
             }
         }
     }
     if (cls.len) {
-        gr_str_puts(b, alts++ ? " | [" : "[");
-        gr_str_puts(b, cls.p);
-        gr_str_puts(b, "]");
+        ig_str_puts(b, alts++ ? " | [" : "[");
+        ig_str_puts(b, cls.s);
+        ig_str_puts(b, "]");
     }
-    b->nomem |= cls.nomem;
-    free(cls.p);
-    gr_str_puts(b, " )");
+    b->failed |= cls.failed;
+    free(cls.s);
+    ig_str_puts(b, " )");
     return alts > 0;
 }
 
-static void literal_cp(struct gr_str *b, uint32_t cp)
+static void literal_cp(struct ig_str *b, uint32_t cp)
 {
     struct cset s = {.n = 1, .r = {{cp, cp}}};
     (void)cset_emit(b, &s); /* one character: never empty */
 }
 
-static bool set_emit(struct rx *r, struct gr_str *b, struct cset *s)
+static bool set_emit(struct rx *r, struct ig_str *b, struct cset *s)
 {
     return cset_emit(b, s) || rx_fail(r, "a class that matches no character");
 }
@@ -320,10 +321,10 @@ static bool parse_class(struct rx *r, struct cset *s)
     return true;
 }
 
-static bool parse_alt(struct rx *r, struct gr_str *b, bool top);
+static bool parse_alt(struct rx *r, struct ig_str *b, bool top);
 
 /* One atom into b; false on error. */
-static bool parse_atom(struct rx *r, struct gr_str *b)
+static bool parse_atom(struct rx *r, struct ig_str *b)
 {
     char ch = r->s[r->pos];
     if (ch == '(') {
@@ -337,14 +338,14 @@ static bool parse_atom(struct rx *r, struct gr_str *b)
         }
         if (++r->depth > 50)
             return rx_fail(r, "groups nested more than 50 deep");
-        gr_str_puts(b, "( ");
+        ig_str_puts(b, "( ");
         if (!parse_alt(r, b, false))
             return false;
         r->depth--;
         if (r->pos >= r->len || r->s[r->pos] != ')')
             return rx_fail(r, "a group without its ')'");
         r->pos++;
-        gr_str_puts(b, " )");
+        ig_str_puts(b, " )");
         return true;
     }
     if (ch == '[') {
@@ -401,7 +402,7 @@ static bool parse_count(struct rx *r, long *v)
 
 /* A sequence of atoms with quantifiers, up to '|' or ')' or the end (or a
  * final '$' when `top`). */
-static bool parse_seq(struct rx *r, struct gr_str *b, bool top, bool *end_anchor)
+static bool parse_seq(struct rx *r, struct ig_str *b, bool top, bool *end_anchor)
 {
     int n = 0;
     *end_anchor = false;
@@ -412,19 +413,19 @@ static bool parse_seq(struct rx *r, struct gr_str *b, bool top, bool *end_anchor
             *end_anchor = true;
             break;
         }
-        struct gr_str atom = {0};
+        struct ig_str atom = {0};
         if (!parse_atom(r, &atom)) {
-            free(atom.p);
+            free(atom.s);
             return false;
         }
         char q = r->pos < r->len ? r->s[r->pos] : 0;
-        gr_str_puts(b, n++ ? " " : "");
-        gr_str_puts(b, atom.p ? atom.p : "");
-        b->nomem |= atom.nomem;
-        free(atom.p);
+        ig_str_puts(b, n++ ? " " : "");
+        ig_str_puts(b, atom.s ? atom.s : "");
+        b->failed |= atom.failed;
+        free(atom.s);
         if (q == '*' || q == '+' || q == '?') {
             r->pos++;
-            gr_str_printf(b, "%c", q);
+            ig_str_printf(b, "%c", q);
         } else if (q == '{') {
             size_t save = r->pos++;
             long lo, hi = -1;
@@ -448,9 +449,9 @@ static bool parse_seq(struct rx *r, struct gr_str *b, bool top, bool *end_anchor
             if (hi >= 0 && hi < lo)
                 return rx_fail(r, "a count out of order");
             if (hi < 0)
-                gr_str_printf(b, "{%ld,}", lo);
+                ig_str_printf(b, "{%ld,}", lo);
             else
-                gr_str_printf(b, "{%ld,%ld}", lo, hi);
+                ig_str_printf(b, "{%ld,%ld}", lo, hi);
         } else {
             continue;
         }
@@ -460,13 +461,13 @@ static bool parse_seq(struct rx *r, struct gr_str *b, bool top, bool *end_anchor
             return rx_fail(r, "unsupported construct: a quantifier after a quantifier");
     }
     if (!n)
-        gr_str_puts(b, "\"\"");
+        ig_str_puts(b, "\"\"");
     return true;
 }
 
 /* Alternatives; at the top level each may carry ^ and $, and an end
  * without its anchor takes any characters. */
-static bool parse_alt(struct rx *r, struct gr_str *b, bool top)
+static bool parse_alt(struct rx *r, struct ig_str *b, bool top)
 {
     int n = 0;
     for (;;) {
@@ -475,21 +476,21 @@ static bool parse_alt(struct rx *r, struct gr_str *b, bool top)
             r->pos++;
             start_anchor = true;
         }
-        gr_str_puts(b, n++ ? " | " : "");
+        ig_str_puts(b, n++ ? " | " : "");
         if (top && !start_anchor)
-            gr_str_printf(b, "%s* ", r->anychar);
-        struct gr_str seq = {0};
+            ig_str_printf(b, "%s* ", r->anychar);
+        struct ig_str seq = {0};
         if (!parse_seq(r, &seq, top, &end_anchor)) {
-            free(seq.p);
+            free(seq.s);
             return false;
         }
-        gr_str_puts(b, "( ");
-        gr_str_puts(b, seq.p ? seq.p : "");
-        gr_str_puts(b, " )");
-        b->nomem |= seq.nomem;
-        free(seq.p);
+        ig_str_puts(b, "( ");
+        ig_str_puts(b, seq.s ? seq.s : "");
+        ig_str_puts(b, " )");
+        b->failed |= seq.failed;
+        free(seq.s);
         if (top && !end_anchor)
-            gr_str_printf(b, " %s*", r->anychar);
+            ig_str_printf(b, " %s*", r->anychar);
         if (r->pos < r->len && r->s[r->pos] == '|') {
             r->pos++;
             continue;
@@ -502,18 +503,18 @@ static bool parse_alt(struct rx *r, struct gr_str *b, bool top)
 int gr_regex_to_gbnf(const char *re, const char *anychar, char **out, char *msg, size_t cap)
 {
     struct rx r = {.s = re, .len = strlen(re), .anychar = anychar, .msg = msg, .cap = cap};
-    struct gr_str b = {0};
+    struct ig_str b = {0};
     *out = NULL;
     bool ok = parse_alt(&r, &b, true);
     if (ok && r.pos < r.len)
         ok = rx_fail(&r, "an unbalanced ')'");
-    if (!ok || b.nomem) {
-        free(b.p);
+    if (!ok || b.failed) {
+        free(b.s);
         if (!ok)
             return IG_E_USAGE;
         snprintf(msg, cap, "out of memory");
         return IG_E_NOMEM;
     }
-    *out = b.p;
+    *out = b.s;
     return IG_OK;
 }

@@ -13,8 +13,11 @@
 #   jinja        the Jinja chat-template renderer (fuzz_jinja.c; corpus_jinja/)
 #   klfile       the perplexity base file reader (fuzz_klfile.c; corpus_klfile/)
 #   kvfile       the saved KV cache reader, --load-kv (fuzz_kvfile.c; corpus_kvfile/)
-# Builds the target's entry with clang -fsanitize=fuzzer,address,undefined
-# into $FUZZ_BUILD (default build-fuzz/) and writes new inputs to
+# Builds the target's entry and the sources of ignite_core it needs with
+# clang -fsanitize=fuzzer,address,undefined into $FUZZ_BUILD (default
+# build-fuzz/): which sources, scripts/fuzz_sources.py reads from the objects
+# of the build in $IGNITE_BUILD_DIR (default build/; build ignite first), so
+# no list here follows CMake's. It writes new inputs to
 # $FUZZ_BUILD/corpus-run-TARGET/ (the committed corpus stays as it is). A
 # crash leaves its input in $FUZZ_BUILD/crash-* and exits non-zero.
 # Exits 77 (skipped) when clang or libFuzzer is not available. FUZZ_SEED
@@ -25,6 +28,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-600}
 target=${2:-gguf}
 out=${FUZZ_BUILD:-$root/build-fuzz}
+build=${IGNITE_BUILD_DIR:-$root/build}
 cc=${FUZZ_CC:-clang}
 
 if ! command -v "$cc" >/dev/null 2>&1; then
@@ -39,59 +43,33 @@ if ! "$cc" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1; then
     echo "fuzz: $cc cannot link libFuzzer (-fsanitize=fuzzer); skipped" >&2
     exit 77
 fi
-rm -f "$probe.c" "$probe"
+rm -f "$probe" "$out/probe"
 
-gguf=(core/status.c core/mapped_file.c models/gguf.c models/gguf_index.c models/gguf_get.c
-      models/gguf_keys.c models/quant.c)
-defs=() libs=() entry=tests/fuzz/fuzz_$target.c
+defs=() entry=tests/fuzz/fuzz_$target.c
 case "$target" in
-gguf)
-    srcs=("${gguf[@]}")
-    corpus=corpus max_len=65536 ;;
-safetensors)
-    srcs=(core/status.c core/mapped_file.c core/utf8.c models/safetensors.c)
-    corpus=corpus_st max_len=65536 libs=(-lcjson) ;;
-hf_json)
-    srcs=("${gguf[@]}" core/utf8.c core/json.c models/arch.c models/model.c models/tensors.c
-          models/safetensors.c models/hf_config.c models/hf_model.c models/hf_mxfp4.c ops/rope_freqs.c
-          tokenizer/unicode.c tokenizer/unicode_tables.c tokenizer/vocab.c tokenizer/pretok.c
-          tokenizer/bpe.c tokenizer/spm.c tokenizer/encode.c tokenizer/decode.c
-          tokenizer/gguf_vocab.c tokenizer/hf_vocab.c)
-    corpus=corpus_json max_len=262144 libs=(-lcjson -lm) ;;
+gguf)        corpus=corpus max_len=65536 ;;
+safetensors) corpus=corpus_st max_len=65536 ;;
+hf_json)     corpus=corpus_json max_len=262144 ;;
 grammar|schema)
-    srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c grammar/gbnf.c grammar/rules.c
-          grammar/utf8_class.c grammar/check.c grammar/schema.c grammar/schema_regex.c grammar/strbuf.c grammar/pda.c)
-    entry=tests/fuzz/fuzz_grammar.c corpus=corpus_$target max_len=8192 libs=(-lcjson)
+    entry=tests/fuzz/fuzz_grammar.c corpus=corpus_$target max_len=8192
     [ "$target" = schema ] && defs=(-DFUZZ_SCHEMA) ;;
-batch)
-    srcs=(core/status.c core/utf8.c core/json.c core/mapped_file.c core/paths.c cli/opts.c cli/prompt.c
-          cli/gen_opts.c cli/device_args.c cli/batch_request.c cli/bench_reqfile.c decode/sampler.c
-          kvcache/kvmem.c tokenizer/chat_builtin.c)
-    entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 libs=(-lcjson -lm) ;;
-tokenizer)
-    srcs=(core/status.c core/utf8.c tokenizer/unicode.c tokenizer/unicode_tables.c
-          tokenizer/vocab.c tokenizer/pretok.c tokenizer/bpe.c tokenizer/spm.c
-          tokenizer/encode.c tokenizer/decode.c)
-    corpus=corpus-tok max_len=4096 ;;
-jinja)
-    srcs=(core/status.c tokenizer/jinja_lex.c tokenizer/jinja_parse.c tokenizer/jinja_value.c
-          tokenizer/jinja_eval.c tokenizer/jinja_filters.c)
-    corpus=corpus_jinja max_len=16384 libs=(-lm) ;;
-klfile)
-    srcs=(core/status.c ppl/klfile.c ppl/score.c)
-    corpus=corpus_klfile max_len=65536 libs=(-lm) ;;
-kvfile)
-    srcs=(core/status.c core/checksum.c core/half.c kvcache/kvmem.c kvcache/kvcache.c
-          kvcache/kvfile.c models/tensors.c models/arch.c models/quant.c)
-    corpus=corpus_kvfile max_len=65536 libs=(-lm) ;;
+batch)       entry=tests/fuzz/fuzz_batch_line.c corpus=corpus_batch max_len=65536 ;;
+tokenizer)   corpus=corpus-tok max_len=4096 ;;
+jinja)       corpus=corpus_jinja max_len=16384 ;;
+klfile)      corpus=corpus_klfile max_len=65536 ;;
+kvfile)      corpus=corpus_kvfile max_len=65536 ;;
 *)
     echo "fuzz: unknown target '$target' (gguf, safetensors, hf_json, grammar, schema, batch, tokenizer, jinja, klfile, kvfile)" >&2
     exit 2 ;;
 esac
-srcs+=("$entry")
-"$cc" -std=c11 -D_GNU_SOURCE "${defs[@]}" -O1 -g -fno-omit-frame-pointer \
-    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root" "${srcs[@]/#/$root/}" "${libs[@]}" -o "$out/fuzz_$target"
+flags=(-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root")
+"$cc" "${flags[@]}" "${defs[@]}" -c "$root/$entry" -o "$out/entry.o"
+# The library sources the entry needs: what a link against ignite_core
+# pulls in, read from the build's objects (CMake's list, no copy here).
+list=$(python3 "$root/scripts/fuzz_sources.py" "$build" "$out/entry.o") || exit 2
+mapfile -t srcs <<<"$list"
+"$cc" "${flags[@]}" "${srcs[@]/#/$root/}" "$out/entry.o" -lcjson -lm -o "$out/fuzz_$target"
 
 echo "fuzz: running $out/fuzz_$target for ${secs}s" >&2
 "$out/fuzz_$target" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \

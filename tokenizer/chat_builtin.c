@@ -8,9 +8,9 @@
 #include "tokenizer/chat_template.h"
 
 #include "core/status.h"
+#include "core/strbuf.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,50 +58,15 @@ const char *chat_builtin_names(void)
     return list;
 }
 
-struct sbuf {
-    char *s;
-    size_t len, cap;
-    bool failed;
-};
-
-static void add_n(struct sbuf *b, const char *t, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, t, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-/* Appends the pieces, a NULL-terminated list. */
-static void cat(struct sbuf *b, ...)
-{
-    va_list ap;
-    va_start(ap, b);
-    for (const char *s; (s = va_arg(ap, const char *));)
-        add_n(b, s, strlen(s));
-    va_end(ap);
-}
-
 /* llama.cpp's trim: ASCII white space (C isspace) off both ends */
-static void add_trimmed(struct sbuf *b, const char *s)
+static void add_trimmed(struct ig_str *b, const char *s)
 {
     size_t a = 0, e = strlen(s);
     while (a < e && isspace((unsigned char)s[a]))
         a++;
     while (e > a && isspace((unsigned char)s[e - 1]))
         e--;
-    add_n(b, s + a, e - a);
+    ig_str_putn(b, s + a, e - a);
 }
 
 static bool is(const char *role, const char *r) { return !strcmp(role, r); }
@@ -115,24 +80,25 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
         return ig_error(IG_E_USAGE, "--chat-template: '%s' is not a built-in template (%s; or "
                         "a Jinja file with --chat-template-file)", name, chat_builtin_names());
     enum builtin t = builtins[k].id;
-    struct sbuf b = {0};
-    add_n(&b, "", 0);
+    struct ig_str b = {0};
+    ig_str_putn(&b, "", 0);
     switch (t) {
     case B_CHATML:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, "<|im_start|>", msgs[i].role, "\n", msgs[i].content, "<|im_end|>\n", NULL);
+            ig_str_cat(&b, "<|im_start|>", msgs[i].role, "\n", msgs[i].content, "<|im_end|>\n",
+                       NULL);
         if (add_ass)
-            cat(&b, "<|im_start|>assistant\n", NULL);
+            ig_str_cat(&b, "<|im_start|>assistant\n", NULL);
         break;
     case B_MISTRAL_V7: case B_MISTRAL_V7_TEKKEN: {
         const char *sp = t == B_MISTRAL_V7 ? " " : "";
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system"))
-                cat(&b, "[SYSTEM_PROMPT]", sp, msgs[i].content, "[/SYSTEM_PROMPT]", NULL);
+                ig_str_cat(&b, "[SYSTEM_PROMPT]", sp, msgs[i].content, "[/SYSTEM_PROMPT]", NULL);
             else if (is(msgs[i].role, "user"))
-                cat(&b, "[INST]", sp, msgs[i].content, "[/INST]", NULL);
+                ig_str_cat(&b, "[INST]", sp, msgs[i].content, "[/INST]", NULL);
             else
-                cat(&b, sp, msgs[i].content, "</s>", NULL);
+                ig_str_cat(&b, sp, msgs[i].content, "</s>", NULL);
         }
         break;
     }
@@ -142,20 +108,20 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
         bool inside = false;
         for (int64_t i = 0; i < n; i++) {
             if (!inside) {
-                cat(&b, lead, "[INST]", trail, NULL);
+                ig_str_cat(&b, lead, "[INST]", trail, NULL);
                 inside = true;
             }
             if (is(msgs[i].role, "system")) {
-                cat(&b, msgs[i].content, "\n\n", NULL);
+                ig_str_cat(&b, msgs[i].content, "\n\n", NULL);
             } else if (is(msgs[i].role, "user")) {
-                cat(&b, msgs[i].content, lead, "[/INST]", NULL);
+                ig_str_cat(&b, msgs[i].content, lead, "[/INST]", NULL);
             } else {
-                cat(&b, trail, NULL);
+                ig_str_cat(&b, trail, NULL);
                 if (t == B_MISTRAL_V3)
                     add_trimmed(&b, msgs[i].content);
                 else
-                    cat(&b, msgs[i].content, NULL);
-                cat(&b, "</s>", NULL);
+                    ig_str_cat(&b, msgs[i].content, NULL);
+                ig_str_cat(&b, "</s>", NULL);
                 inside = false;
             }
         }
@@ -164,28 +130,28 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
     case B_LLAMA2: case B_LLAMA2_SYS: case B_LLAMA2_SYS_BOS: case B_LLAMA2_SYS_STRIP: {
         bool sys = t != B_LLAMA2, bos_inside = t == B_LLAMA2_SYS_BOS, strip = t == B_LLAMA2_SYS_STRIP;
         bool inside = true;
-        cat(&b, "[INST] ", NULL);
+        ig_str_cat(&b, "[INST] ", NULL);
         for (int64_t i = 0; i < n; i++) {
             if (!inside) {
                 inside = true;
-                cat(&b, bos_inside ? "<s>[INST] " : "[INST] ", NULL);
+                ig_str_cat(&b, bos_inside ? "<s>[INST] " : "[INST] ", NULL);
             }
-            struct sbuf c = {0};
-            add_n(&c, "", 0);
+            struct ig_str c = {0};
+            ig_str_putn(&c, "", 0);
             if (strip)
                 add_trimmed(&c, msgs[i].content);
             else
-                cat(&c, msgs[i].content, NULL);
+                ig_str_cat(&c, msgs[i].content, NULL);
             const char *content = c.failed ? "" : c.s;
             if (is(msgs[i].role, "system")) {
                 if (sys)
-                    cat(&b, "<<SYS>>\n", content, "\n<</SYS>>\n\n", NULL);
+                    ig_str_cat(&b, "<<SYS>>\n", content, "\n<</SYS>>\n\n", NULL);
                 else
-                    cat(&b, content, "\n", NULL);
+                    ig_str_cat(&b, content, "\n", NULL);
             } else if (is(msgs[i].role, "user")) {
-                cat(&b, content, " [/INST]", NULL);
+                ig_str_cat(&b, content, " [/INST]", NULL);
             } else {
-                cat(&b, content, "</s>", NULL);
+                ig_str_cat(&b, content, "</s>", NULL);
                 inside = false;
             }
             b.failed |= c.failed;
@@ -195,75 +161,75 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
     }
     case B_PHI3:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "<|end|>\n", NULL);
+            ig_str_cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "<|end|>\n", NULL);
         if (add_ass)
-            cat(&b, "<|assistant|>\n", NULL);
+            ig_str_cat(&b, "<|assistant|>\n", NULL);
         break;
     case B_PHI4:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, "<|im_start|>", msgs[i].role, "<|im_sep|>", msgs[i].content, "<|im_end|>",
-                NULL);
+            ig_str_cat(&b, "<|im_start|>", msgs[i].role, "<|im_sep|>", msgs[i].content,
+                       "<|im_end|>", NULL);
         if (add_ass)
-            cat(&b, "<|im_start|>assistant<|im_sep|>", NULL);
+            ig_str_cat(&b, "<|im_start|>assistant<|im_sep|>", NULL);
         break;
     case B_FALCON3:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "\n", NULL);
+            ig_str_cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "\n", NULL);
         if (add_ass)
-            cat(&b, "<|assistant|>\n", NULL);
+            ig_str_cat(&b, "<|assistant|>\n", NULL);
         break;
     case B_ZEPHYR:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "<|endoftext|>\n", NULL);
+            ig_str_cat(&b, "<|", msgs[i].role, "|>\n", msgs[i].content, "<|endoftext|>\n", NULL);
         if (add_ass)
-            cat(&b, "<|assistant|>\n", NULL);
+            ig_str_cat(&b, "<|assistant|>\n", NULL);
         break;
     case B_MONARCH:
         for (int64_t i = 0; i < n; i++)
-            cat(&b, i ? "<s>" : "", msgs[i].role, "\n", msgs[i].content, "</s>\n", NULL);
+            ig_str_cat(&b, i ? "<s>" : "", msgs[i].role, "\n", msgs[i].content, "</s>\n", NULL);
         if (add_ass)
-            cat(&b, "<s>assistant\n", NULL);
+            ig_str_cat(&b, "<s>assistant\n", NULL);
         break;
     case B_GEMMA: {
-        struct sbuf sys = {0};
-        add_n(&sys, "", 0);
+        struct ig_str sys = {0};
+        ig_str_putn(&sys, "", 0);
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system")) {
                 add_trimmed(&sys, msgs[i].content);
                 continue;
             }
             const char *role = is(msgs[i].role, "assistant") ? "model" : msgs[i].role;
-            cat(&b, "<start_of_turn>", role, "\n", NULL);
+            ig_str_cat(&b, "<start_of_turn>", role, "\n", NULL);
             if (sys.len && !is(role, "model")) {
-                cat(&b, sys.s, "\n\n", NULL);
+                ig_str_cat(&b, sys.s, "\n\n", NULL);
                 sys.len = 0;
                 sys.s[0] = '\0';
             }
             add_trimmed(&b, msgs[i].content);
-            cat(&b, "<end_of_turn>\n", NULL);
+            ig_str_cat(&b, "<end_of_turn>\n", NULL);
         }
         b.failed |= sys.failed;
         free(sys.s);
         if (add_ass)
-            cat(&b, "<start_of_turn>model\n", NULL);
+            ig_str_cat(&b, "<start_of_turn>model\n", NULL);
         break;
     }
     case B_ORION: {
-        struct sbuf sys = {0};
-        add_n(&sys, "", 0);
+        struct ig_str sys = {0};
+        ig_str_putn(&sys, "", 0);
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system")) {
-                cat(&sys, msgs[i].content, NULL);
+                ig_str_cat(&sys, msgs[i].content, NULL);
             } else if (is(msgs[i].role, "user")) {
-                cat(&b, "Human: ", NULL);
+                ig_str_cat(&b, "Human: ", NULL);
                 if (sys.len) {
-                    cat(&b, sys.s, "\n\n", NULL);
+                    ig_str_cat(&b, sys.s, "\n\n", NULL);
                     sys.len = 0;
                     sys.s[0] = '\0';
                 }
-                cat(&b, msgs[i].content, "\n\nAssistant: </s>", NULL);
+                ig_str_cat(&b, msgs[i].content, "\n\nAssistant: </s>", NULL);
             } else {
-                cat(&b, msgs[i].content, "</s>", NULL);
+                ig_str_cat(&b, msgs[i].content, "</s>", NULL);
             }
         }
         b.failed |= sys.failed;
@@ -273,53 +239,54 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
     case B_OPENCHAT:
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system")) {
-                cat(&b, msgs[i].content, "<|end_of_turn|>", NULL);
+                ig_str_cat(&b, msgs[i].content, "<|end_of_turn|>", NULL);
                 continue;
             }
             char first[2] = {(char)toupper((unsigned char)msgs[i].role[0]), 0};
-            cat(&b, "GPT4 Correct ", first, msgs[i].role[0] ? msgs[i].role + 1 : "", ": ",
-                msgs[i].content, "<|end_of_turn|>", NULL);
+            ig_str_cat(&b, "GPT4 Correct ", first, msgs[i].role[0] ? msgs[i].role + 1 : "", ": ",
+                       msgs[i].content, "<|end_of_turn|>", NULL);
         }
         if (add_ass)
-            cat(&b, "GPT4 Correct Assistant:", NULL);
+            ig_str_cat(&b, "GPT4 Correct Assistant:", NULL);
         break;
     case B_VICUNA: case B_VICUNA_ORCA:
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system"))
-                cat(&b, t == B_VICUNA_ORCA ? "SYSTEM: " : "", msgs[i].content,
-                    t == B_VICUNA_ORCA ? "\n" : "\n\n", NULL);
+                ig_str_cat(&b, t == B_VICUNA_ORCA ? "SYSTEM: " : "", msgs[i].content,
+                           t == B_VICUNA_ORCA ? "\n" : "\n\n", NULL);
             else if (is(msgs[i].role, "user"))
-                cat(&b, "USER: ", msgs[i].content, "\n", NULL);
+                ig_str_cat(&b, "USER: ", msgs[i].content, "\n", NULL);
             else if (is(msgs[i].role, "assistant"))
-                cat(&b, "ASSISTANT: ", msgs[i].content, "</s>\n", NULL);
+                ig_str_cat(&b, "ASSISTANT: ", msgs[i].content, "</s>\n", NULL);
         }
         if (add_ass)
-            cat(&b, "ASSISTANT:", NULL);
+            ig_str_cat(&b, "ASSISTANT:", NULL);
         break;
     case B_DEEPSEEK:
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system"))
-                cat(&b, msgs[i].content, NULL);
+                ig_str_cat(&b, msgs[i].content, NULL);
             else if (is(msgs[i].role, "user"))
-                cat(&b, "### Instruction:\n", msgs[i].content, "\n", NULL);
+                ig_str_cat(&b, "### Instruction:\n", msgs[i].content, "\n", NULL);
             else if (is(msgs[i].role, "assistant"))
-                cat(&b, "### Response:\n", msgs[i].content, "\n<|EOT|>\n", NULL);
+                ig_str_cat(&b, "### Response:\n", msgs[i].content, "\n<|EOT|>\n", NULL);
         }
         if (add_ass)
-            cat(&b, "### Response:\n", NULL);
+            ig_str_cat(&b, "### Response:\n", NULL);
         break;
     case B_DEEPSEEK3:
         for (int64_t i = 0; i < n; i++) {
             if (is(msgs[i].role, "system"))
-                cat(&b, msgs[i].content, "\n\n", NULL);
+                ig_str_cat(&b, msgs[i].content, "\n\n", NULL);
             else if (is(msgs[i].role, "user"))
-                cat(&b, "<\xef\xbd\x9cUser\xef\xbd\x9c>", msgs[i].content, NULL);
+                ig_str_cat(&b, "<\xef\xbd\x9cUser\xef\xbd\x9c>", msgs[i].content, NULL);
             else if (is(msgs[i].role, "assistant"))
-                cat(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", msgs[i].content,
-                    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", NULL);
+                ig_str_cat(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", msgs[i].content,
+                           "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                           NULL);
         }
         if (add_ass)
-            cat(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", NULL);
+            ig_str_cat(&b, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", NULL);
         break;
     case B_COMMAND_R:
         for (int64_t i = 0; i < n; i++) {
@@ -328,21 +295,21 @@ int chat_builtin_render(const char *name, const struct chat_message *msgs, int64
                               : is(msgs[i].role, "assistant") ? "<|CHATBOT_TOKEN|>" : NULL;
             if (!tag)
                 continue;
-            cat(&b, "<|START_OF_TURN_TOKEN|>", tag, NULL);
+            ig_str_cat(&b, "<|START_OF_TURN_TOKEN|>", tag, NULL);
             add_trimmed(&b, msgs[i].content);
-            cat(&b, "<|END_OF_TURN_TOKEN|>", NULL);
+            ig_str_cat(&b, "<|END_OF_TURN_TOKEN|>", NULL);
         }
         if (add_ass)
-            cat(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", NULL);
+            ig_str_cat(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", NULL);
         break;
     case B_LLAMA3:
         for (int64_t i = 0; i < n; i++) {
-            cat(&b, "<|start_header_id|>", msgs[i].role, "<|end_header_id|>\n\n", NULL);
+            ig_str_cat(&b, "<|start_header_id|>", msgs[i].role, "<|end_header_id|>\n\n", NULL);
             add_trimmed(&b, msgs[i].content);
-            cat(&b, "<|eot_id|>", NULL);
+            ig_str_cat(&b, "<|eot_id|>", NULL);
         }
         if (add_ass)
-            cat(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+            ig_str_cat(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
         break;
     }
     if (b.failed) {

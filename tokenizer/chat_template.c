@@ -7,8 +7,8 @@
 #include "tokenizer/chat_template.h"
 
 #include "core/status.h"
+#include "core/strbuf.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,42 +85,6 @@ size_t chat_default_system(const char *tmpl, size_t len, char *buf, size_t cap)
     return 0;
 }
 
-/* A growing string; `failed` sticks after the first allocation failure. */
-struct strbuf {
-    char *s;
-    size_t len, cap;
-    int failed;
-};
-
-static void sb_add(struct strbuf *b, const char *text)
-{
-    size_t n = strlen(text);
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, text, n + 1);
-    b->len += n;
-}
-
-/* Appends the pieces, a NULL-terminated list. */
-static void sb_cat(struct strbuf *b, ...)
-{
-    va_list ap;
-    va_start(ap, b);
-    for (const char *s; (s = va_arg(ap, const char *));)
-        sb_add(b, s);
-    va_end(ap);
-}
-
 /* The error for a template of no known family. */
 static int unknown_style(void)
 {
@@ -185,11 +149,24 @@ int chat_render(enum chat_style style, const char *tmpl, size_t tmpl_len,
     return chat_render_opts(style, tmpl, tmpl_len, system, user, NULL, out);
 }
 
+/* A rendered prompt into *out (the caller's to free), or the error of an
+ * allocation that failed; frees trim. */
+static int render_done(struct ig_str *b, char *trim, char **out)
+{
+    free(trim);
+    if (b->failed || !b->s) {
+        free(b->s);
+        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
+    }
+    *out = b->s;
+    return IG_OK;
+}
+
 int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
                      const char *system, const char *user, const struct chat_opts *opts,
                      char **out)
 {
-    struct strbuf b = {0};
+    struct ig_str b = {0};
     char def[1024];
     *out = NULL;
     if (system && !*system)
@@ -209,61 +186,55 @@ int chat_render_opts(enum chat_style style, const char *tmpl, size_t tmpl_len,
         if (!system && chat_default_system(tmpl, tmpl_len, def, sizeof def))
             system = def;
         if (system)
-            sb_cat(&b, "<|im_start|>system\n", system, "<|im_end|>\n", NULL);
-        sb_cat(&b, "<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n", NULL);
+            ig_str_cat(&b, "<|im_start|>system\n", system, "<|im_end|>\n", NULL);
+        ig_str_cat(&b, "<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n", NULL);
         if (no_thinking)
-            sb_add(&b, "<think>\n\n</think>\n\n");
+            ig_str_puts(&b, "<think>\n\n</think>\n\n");
         break;
     case CHAT_LLAMA3:
         if (system)
-            sb_cat(&b, "<|start_header_id|>system<|end_header_id|>\n\n", system, "<|eot_id|>",
-                   NULL);
-        sb_cat(&b, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>",
-               "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+            ig_str_cat(&b, "<|start_header_id|>system<|end_header_id|>\n\n", system, "<|eot_id|>",
+                       NULL);
+        ig_str_cat(&b, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>",
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
         break;
     case CHAT_LLAMA2: { /* the template strips the turn's whole content */
-        struct strbuf c = {0};
+        struct ig_str c = {0};
         if (system)
-            sb_cat(&c, "<<SYS>>\n", system, "\n<</SYS>>\n\n", NULL);
-        sb_add(&c, user);
+            ig_str_cat(&c, "<<SYS>>\n", system, "\n<</SYS>>\n\n", NULL);
+        ig_str_puts(&c, user);
         char *t = c.failed ? NULL : trimmed(c.s ? c.s : "");
         if (!t)
-            b.failed = 1;
+            b.failed = true;
         else
-            sb_cat(&b, "[INST] ", t, " [/INST]", NULL);
+            ig_str_cat(&b, "[INST] ", t, " [/INST]", NULL);
         free(t);
         free(c.s);
         break;
     }
     case CHAT_GEMMA:
-        sb_add(&b, "<start_of_turn>user\n");
+        ig_str_puts(&b, "<start_of_turn>user\n");
         if (system)
-            sb_cat(&b, system, "\n\n", NULL);
-        sb_cat(&b, user, "<end_of_turn>\n<start_of_turn>model\n", NULL);
+            ig_str_cat(&b, system, "\n\n", NULL);
+        ig_str_cat(&b, user, "<end_of_turn>\n<start_of_turn>model\n", NULL);
         break;
     case CHAT_MISTRAL:
-        sb_add(&b, "[INST] ");
+        ig_str_puts(&b, "[INST] ");
         if (system)
-            sb_cat(&b, system, "\n\n", NULL);
-        sb_cat(&b, user, " [/INST]", NULL);
+            ig_str_cat(&b, system, "\n\n", NULL);
+        ig_str_cat(&b, user, " [/INST]", NULL);
         break;
     default:
         free(trim);
         return unknown_style();
     }
-    free(trim);
-    if (b.failed || !b.s) {
-        free(b.s);
-        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
-    }
-    *out = b.s;
-    return IG_OK;
+    return render_done(&b, trim, out);
 }
 
 int chat_render_next(enum chat_style style, const char *user, int closed, const char *bos,
                      char **out)
 {
-    struct strbuf b = {0};
+    struct ig_str b = {0};
     *out = NULL;
     bos = bos ? bos : "";
     char *trim = NULL; /* these templates trim every message, as in the first turn */
@@ -276,32 +247,26 @@ int chat_render_next(enum chat_style style, const char *user, int closed, const 
      * token did not end it), then what the template puts before a user turn */
     switch (style) {
     case CHAT_CHATML:
-        sb_cat(&b, closed ? "" : "<|im_end|>", "\n<|im_start|>user\n", user,
-               "<|im_end|>\n<|im_start|>assistant\n", NULL);
+        ig_str_cat(&b, closed ? "" : "<|im_end|>", "\n<|im_start|>user\n", user,
+                   "<|im_end|>\n<|im_start|>assistant\n", NULL);
         break;
     case CHAT_LLAMA3:
-        sb_cat(&b, closed ? "" : "<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
-               user, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+        ig_str_cat(&b, closed ? "" : "<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\n",
+                   user, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
         break;
     case CHAT_LLAMA2: /* bos_token + '[INST] ' for every user turn */
-        sb_cat(&b, closed ? "" : "</s>", bos, "[INST] ", user, " [/INST]", NULL);
+        ig_str_cat(&b, closed ? "" : "</s>", bos, "[INST] ", user, " [/INST]", NULL);
         break;
     case CHAT_GEMMA:
-        sb_cat(&b, closed ? "" : "<end_of_turn>", "\n<start_of_turn>user\n", user,
-               "<end_of_turn>\n<start_of_turn>model\n", NULL);
+        ig_str_cat(&b, closed ? "" : "<end_of_turn>", "\n<start_of_turn>user\n", user,
+                   "<end_of_turn>\n<start_of_turn>model\n", NULL);
         break;
     case CHAT_MISTRAL:
-        sb_cat(&b, closed ? "" : "</s>", "[INST] ", user, " [/INST]", NULL);
+        ig_str_cat(&b, closed ? "" : "</s>", "[INST] ", user, " [/INST]", NULL);
         break;
     default:
         free(trim);
         return unknown_style();
     }
-    free(trim);
-    if (b.failed || !b.s) {
-        free(b.s);
-        return ig_error(IG_E_NOMEM, "out of memory rendering the chat prompt");
-    }
-    *out = b.s;
-    return IG_OK;
+    return render_done(&b, trim, out);
 }

@@ -60,7 +60,7 @@ struct jj_value *jj_str_v(struct jj_eval *ev, const char *s, size_t n)
     return v ? v : jj_enomem(ev);
 }
 
-struct jj_value *jj_buf_v(struct jj_eval *ev, struct jj_buf *b)
+struct jj_value *jj_buf_v(struct jj_eval *ev, struct ig_str *b)
 {
     if (b->failed) {
         free(b->s);
@@ -75,7 +75,7 @@ struct jj_value *jj_to_string(struct jj_eval *ev, const struct jj_value *v)
 {
     if (v->type == JV_STRING)
         return (struct jj_value *)v;
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     jj_to_str(&b, v);
     return jj_buf_v(ev, &b);
 }
@@ -220,7 +220,7 @@ static struct jj_value *slice(struct jj_eval *ev, struct jj_node *n, struct scop
         stop = -1;
     }
     struct jj_value *out = jj_new(ev->a, JV_LIST);
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     if (!out)
         return jj_enomem(ev);
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -229,7 +229,7 @@ static struct jj_value *slice(struct jj_eval *ev, struct jj_node *n, struct scop
                 return jj_enomem(ev);
         } else {
             size_t x = jj_utf8_offset(obj->s, obj->len, i), y = jj_utf8_offset(obj->s, obj->len, i + 1);
-            jj_buf_add(&b, obj->s + x, y - x);
+            ig_str_putn(&b, obj->s + x, y - x);
         }
     }
     return obj->type == JV_LIST ? out : jj_buf_v(ev, &b);
@@ -285,7 +285,7 @@ struct jj_value *jj_binary(struct jj_eval *ev, struct jj_node *n, struct jj_valu
 {
     const char *op = n->name;
     if (!strcmp(op, "~")) {
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         jj_to_str(&b, x);
         jj_to_str(&b, y);
         return jj_buf_v(ev, &b);
@@ -321,9 +321,9 @@ struct jj_value *jj_binary(struct jj_eval *ev, struct jj_node *n, struct jj_valu
     }
     if (!strcmp(op, "+")) {
         if (x->type == JV_STRING && y->type == JV_STRING) {
-            struct jj_buf b = {0};
-            jj_buf_add(&b, x->s, x->len);
-            jj_buf_add(&b, y->s, y->len);
+            struct ig_str b = {0};
+            ig_str_putn(&b, x->s, x->len);
+            ig_str_putn(&b, y->s, y->len);
             if (b.len > JJ_MAX_OUTPUT) {
                 free(b.s);
                 return jj_efail(ev, n, "a string longer than the limit", NULL, NULL);
@@ -344,9 +344,9 @@ struct jj_value *jj_binary(struct jj_eval *ev, struct jj_node *n, struct jj_valu
         int64_t k = x->type == JV_INT ? x->i : y->i;
         if (k > 0 && (uint64_t)k * str->len > JJ_MAX_OUTPUT)
             return jj_efail(ev, n, "a string longer than the limit", NULL, NULL);
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         for (int64_t i = 0; i < k; i++)
-            jj_buf_add(&b, str->s, str->len);
+            ig_str_putn(&b, str->s, str->len);
         return jj_buf_v(ev, &b);
     }
     if (!jj_is_num(x) || !jj_is_num(y))
@@ -402,7 +402,7 @@ struct jj_value *jj_binary(struct jj_eval *ev, struct jj_node *n, struct jj_valu
 
 /* ---- calls ---- */
 
-static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct jj_buf *out);
+static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct ig_str *out);
 
 static struct jj_value *call_macro(struct jj_eval *ev, const struct jj_node *at,
                                    struct jj_value *f, const struct jj_args *a)
@@ -437,7 +437,7 @@ static struct jj_value *call_macro(struct jj_eval *ev, const struct jj_node *at,
         if (!d || !scope_set(ev, s, m->params[k], d))
             return NULL;
     }
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     ev->depth++;
     bool ok = exec(ev, m->a, s, &b);
     ev->depth--;
@@ -528,7 +528,7 @@ static struct jj_value *g_raise(struct jj_eval *ev, struct jj_node *at, struct j
                                 const char **kw, int64_t n, struct jj_value *self)
 {
     (void)kw, (void)self;
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     if (n > 0)
         jj_to_str(&b, v[0]);
     char msg[160];
@@ -666,10 +666,10 @@ static struct jj_value *eval(struct jj_eval *ev, struct jj_node *n, struct scope
 
 /* ---- statements ---- */
 
-static bool emit(struct jj_eval *ev, const struct jj_node *at, struct jj_buf *out, const char *s,
+static bool emit(struct jj_eval *ev, const struct jj_node *at, struct ig_str *out, const char *s,
                  size_t n)
 {
-    jj_buf_add(out, s, n);
+    ig_str_putn(out, s, n);
     if (out->failed)
         return jj_enomem(ev), false;
     if (out->len > JJ_MAX_OUTPUT)
@@ -717,7 +717,7 @@ static bool bind_targets(struct jj_eval *ev, struct jj_node *n, struct scope *s,
     return true;
 }
 
-static bool exec_for(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct jj_buf *out)
+static bool exec_for(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct ig_str *out)
 {
     struct jj_value *it = eval(ev, n->a, s);
     if (!it)
@@ -764,7 +764,7 @@ static bool exec_for(struct jj_eval *ev, struct jj_node *n, struct scope *s, str
     return true;
 }
 
-static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct jj_buf *out)
+static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct ig_str *out)
 {
     struct jj_value *v;
     if (ev->e->set)
@@ -784,7 +784,7 @@ static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct 
             return false;
         if (v->type == JV_STRING)
             return emit(ev, n, out, v->s, v->len);
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         jj_to_str(&b, v);
         bool ok = !b.failed && emit(ev, n, out, b.s ? b.s : "", b.len);
         if (b.failed)
@@ -815,7 +815,7 @@ static bool exec(struct jj_eval *ev, struct jj_node *n, struct scope *s, struct 
         }
         return scope_set(ev, s, n->name, v);
     case JN_SET_BLOCK: {
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         if (!exec(ev, n->a, s, &b)) {
             free(b.s);
             return false;
@@ -889,7 +889,7 @@ int jinja_render(const char *src, size_t len, const char *name, const struct jin
 {
     struct jj_arena a = {.limit = (size_t)JJ_MAX_ARENA_MIB << 20};
     struct jj_error e = {0};
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     *out = NULL;
     struct jj_node *root = parse(&a, src, len, &e);
     struct jj_eval ev = {.a = &a, .e = &e};

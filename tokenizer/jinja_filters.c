@@ -135,7 +135,7 @@ static bool cp_space(uint32_t c)
  * character without case: "</think>" stays) */
 static struct jj_value *change_case(struct jj_eval *ev, const struct jj_value *v, int mode)
 {
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     const unsigned char *s = (const unsigned char *)v->s;
     bool word_start = true;
     for (size_t i = 0; i < v->len;) {
@@ -151,14 +151,14 @@ static struct jj_value *change_case(struct jj_eval *ev, const struct jj_value *v
             char t[2];
             if (d < 0x80) {
                 t[0] = (char)d;
-                jj_buf_add(&b, t, 1);
+                ig_str_putn(&b, t, 1);
             } else {
                 t[0] = (char)(0xC0 | d >> 6);
                 t[1] = (char)(0x80 | (d & 0x3F));
-                jj_buf_add(&b, t, 2);
+                ig_str_putn(&b, t, 2);
             }
         } else {
-            jj_buf_add(&b, v->s + i, k);
+            ig_str_putn(&b, v->s + i, k);
         }
         /* str.title: a word starts after any character that has no case */
         if (mode == 4)
@@ -174,7 +174,7 @@ static struct jj_value *replace(struct jj_eval *ev, const struct jj_value *v,
                                 const struct jj_value *old, const struct jj_value *new_,
                                 int64_t count)
 {
-    struct jj_buf b = {0};
+    struct ig_str b = {0};
     size_t i = 0;
     int64_t done = 0;
     while (i <= v->len) {
@@ -186,18 +186,18 @@ static struct jj_value *replace(struct jj_eval *ev, const struct jj_value *v,
                 hit = memmem(v->s + i, v->len - i, old->s, old->len);
         }
         if (!hit) {
-            jj_buf_add(&b, v->s + i, v->len - i);
+            ig_str_putn(&b, v->s + i, v->len - i);
             break;
         }
         size_t at = (size_t)(hit - v->s);
-        jj_buf_add(&b, v->s + i, at - i);
-        jj_buf_add(&b, new_->s, new_->len);
+        ig_str_putn(&b, v->s + i, at - i);
+        ig_str_putn(&b, new_->s, new_->len);
         done++;
         if (old->len == 0) { /* between every code point */
             if (at >= v->len)
                 break;
             size_t k = cp_len((const unsigned char *)v->s + at, v->len - at);
-            jj_buf_add(&b, v->s + at, k);
+            ig_str_putn(&b, v->s + at, k);
             i = at + k;
         } else {
             i = at + old->len;
@@ -484,7 +484,7 @@ struct jj_value *jj_filter(struct jj_eval *ev, struct jj_node *at, const char *n
     }
     if (!strcmp(name, "tojson")) {
         struct jj_value *ind = jj_arg(a, 0, "indent");
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         if (v->type == JV_UNDEFINED)
             return jj_efail(ev, at, "'%s' is undefined (tojson)", v->undef_name, NULL);
         jj_to_json(&b, v, ind && ind->type == JV_INT ? ind->i : -1, 0);
@@ -500,10 +500,10 @@ struct jj_value *jj_filter(struct jj_eval *ev, struct jj_node *at, const char *n
         struct jj_value *l = jj_as_list(ev, at, v);
         if (!l || (sep && !jj_want(ev, at, sep, JV_STRING, "join")))
             return NULL;
-        struct jj_buf b = {0};
+        struct ig_str b = {0};
         for (int64_t i = 0; i < l->n; i++) {
             if (i && sep)
-                jj_buf_add(&b, sep->s, sep->len);
+                ig_str_putn(&b, sep->s, sep->len);
             struct jj_value *item = l->items[i];
             if (attr && attr->type == JV_STRING && !(item = jj_getattr(ev, at, item, attr->s))) {
                 free(b.s);
@@ -523,12 +523,12 @@ struct jj_value *jj_filter(struct jj_eval *ev, struct jj_node *at, const char *n
         return jj_as_list(ev, at, v);
     if (!strcmp(name, "reverse")) {
         if (v->type == JV_STRING) {
-            struct jj_buf b = {0};
+            struct ig_str b = {0};
             for (size_t i = v->len; i > 0;) {
                 size_t k = i - 1;
                 while (k > 0 && ((unsigned char)v->s[k] & 0xC0) == 0x80)
                     k--;
-                jj_buf_add(&b, v->s + k, i - k);
+                ig_str_putn(&b, v->s + k, i - k);
                 i = k;
             }
             return jj_buf_v(ev, &b);

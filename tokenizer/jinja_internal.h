@@ -5,6 +5,8 @@
 #ifndef IGNITE_TOKENIZER_JINJA_INTERNAL_H
 #define IGNITE_TOKENIZER_JINJA_INTERNAL_H
 
+#include "core/strbuf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -140,15 +142,9 @@ bool jj_truthy(const struct jj_value *v);
 bool jj_equal(const struct jj_value *x, const struct jj_value *y);
 /* Python's str() of a value (None, True, 1.5, ['a'], {'k': 1}); undefined
  * is "". Appended to *buf; false: no memory. */
-struct jj_buf {
-    char *s;
-    size_t len, cap;
-    bool failed;
-};
-void jj_buf_add(struct jj_buf *b, const char *s, size_t n);
-void jj_to_str(struct jj_buf *b, const struct jj_value *v);
+void jj_to_str(struct ig_str *b, const struct jj_value *v);
 /* json.dumps(v, ensure_ascii=False) with `indent` spaces (< 0: inline). */
-void jj_to_json(struct jj_buf *b, const struct jj_value *v, int64_t indent, int64_t depth);
+void jj_to_json(struct ig_str *b, const struct jj_value *v, int64_t indent, int64_t depth);
 const char *jj_type_name(const struct jj_value *v);
 
 /* ---- the render (jinja_eval.c) and what filters use of it ---- */
@@ -176,7 +172,7 @@ struct jj_value *jj_efail(struct jj_eval *ev, const struct jj_node *at, const ch
 struct jj_value *jj_enomem(struct jj_eval *ev);                     /* NULL */
 struct jj_value *jj_undef(struct jj_eval *ev, const char *name);   /* an undefined value */
 struct jj_value *jj_str_v(struct jj_eval *ev, const char *s, size_t n);
-struct jj_value *jj_buf_v(struct jj_eval *ev, struct jj_buf *b);   /* frees b's text */
+struct jj_value *jj_buf_v(struct jj_eval *ev, struct ig_str *b);   /* frees b's text */
 struct jj_value *jj_float_v(struct jj_eval *ev, double f);
 struct jj_value *jj_to_string(struct jj_eval *ev, const struct jj_value *v); /* str() */
 struct jj_value *jj_getattr(struct jj_eval *ev, const struct jj_node *at, struct jj_value *obj,

@@ -160,11 +160,11 @@ static struct jj_node *primary(struct parser *P)
         return n;
     }
     case JT_STRING: { /* adjacent strings join */
-        struct jj_buf b = {0};
-        jj_buf_add(&b, t->text, t->len);
+        struct ig_str b = {0};
+        ig_str_putn(&b, t->text, t->len);
         while (peek(P)->kind == JT_STRING) {
             const struct jj_token *u = next(P);
-            jj_buf_add(&b, u->text, u->len);
+            ig_str_putn(&b, u->text, u->len);
         }
         struct jj_value *v = b.failed ? NULL : jj_str(P->a, b.s ? b.s : "", b.len);
         free(b.s);

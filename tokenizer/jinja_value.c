@@ -216,40 +216,16 @@ bool jj_equal(const struct jj_value *x, const struct jj_value *y)
     }
 }
 
-void jj_buf_add(struct jj_buf *b, const char *s, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-static void add_s(struct jj_buf *b, const char *s) { jj_buf_add(b, s, strlen(s)); }
-
 /* Python's repr() of a float: the shortest text that reads back the same. */
-static void add_float(struct jj_buf *b, double f, bool json)
+static void add_float(struct ig_str *b, double f, bool json)
 {
     char t[40];
     if (isnan(f)) {
-        add_s(b, json ? "NaN" : "nan");
+        ig_str_puts(b, json ? "NaN" : "nan");
         return;
     }
     if (isinf(f)) {
-        add_s(b, f > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
+        ig_str_puts(b, f > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
         return;
     }
     for (int p = 1; p <= 17; p++) {
@@ -263,13 +239,13 @@ static void add_float(struct jj_buf *b, double f, bool json)
         int ex = atoi(e + 1);
         char x[8];
         snprintf(x, sizeof x, "e%c%02d", ex < 0 ? '-' : '+', (ex < 0 ? -ex : ex) % 1000);
-        jj_buf_add(b, t, (size_t)(e - t));
-        add_s(b, x);
+        ig_str_putn(b, t, (size_t)(e - t));
+        ig_str_puts(b, x);
         return;
     }
-    add_s(b, t);
+    ig_str_puts(b, t);
     if (!strchr(t, '.'))
-        add_s(b, ".0");
+        ig_str_puts(b, ".0");
 }
 
 /* The code point at s when Python's repr() escapes it (separators other
@@ -294,146 +270,146 @@ static uint32_t unprintable(const char *str, size_t n, size_t *k)
 }
 
 /* repr() of a string: single quotes unless it holds ' and no ". */
-static void add_repr_str(struct jj_buf *b, const char *s, size_t n)
+static void add_repr_str(struct ig_str *b, const char *s, size_t n)
 {
     bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
     char q = sq && !dq ? '"' : '\'';
-    jj_buf_add(b, &q, 1);
+    ig_str_putn(b, &q, 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char t[8];
         uint32_t cp;
         size_t k;
         if (c == '\\')
-            add_s(b, "\\\\");
+            ig_str_puts(b, "\\\\");
         else if (c == (unsigned char)q)
-            (t[0] = '\\', t[1] = (char)c, jj_buf_add(b, t, 2));
+            (t[0] = '\\', t[1] = (char)c, ig_str_putn(b, t, 2));
         else if (c == '\n')
-            add_s(b, "\\n");
+            ig_str_puts(b, "\\n");
         else if (c == '\r')
-            add_s(b, "\\r");
+            ig_str_puts(b, "\\r");
         else if (c == '\t')
-            add_s(b, "\\t");
+            ig_str_puts(b, "\\t");
         else if (c < 0x20 || c == 0x7F)
-            (snprintf(t, sizeof t, "\\x%02x", c), add_s(b, t));
+            (snprintf(t, sizeof t, "\\x%02x", c), ig_str_puts(b, t));
         else if (c >= 0x80 && (cp = unprintable(s + i, n - i, &k))) {
             char e[12];
             snprintf(e, sizeof e, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x",
                      (unsigned)cp);
-            add_s(b, e);
+            ig_str_puts(b, e);
             i += k - 1;
         } else
-            jj_buf_add(b, (const char *)&c, 1);
+            ig_str_putn(b, (const char *)&c, 1);
     }
-    jj_buf_add(b, &q, 1);
+    ig_str_putn(b, &q, 1);
 }
 
-static void add_repr(struct jj_buf *b, const struct jj_value *v, int depth);
+static void add_repr(struct ig_str *b, const struct jj_value *v, int depth);
 
-static void add_str(struct jj_buf *b, const struct jj_value *v, bool repr, int depth)
+static void add_str(struct ig_str *b, const struct jj_value *v, bool repr, int depth)
 {
     char t[32];
     if (depth > 64) {
-        add_s(b, "...");
+        ig_str_puts(b, "...");
         return;
     }
     switch (v->type) {
     case JV_UNDEFINED: break;
-    case JV_NONE: add_s(b, "None"); break;
-    case JV_BOOL: add_s(b, v->b ? "True" : "False"); break;
-    case JV_INT: snprintf(t, sizeof t, "%" PRId64, v->i); add_s(b, t); break;
+    case JV_NONE: ig_str_puts(b, "None"); break;
+    case JV_BOOL: ig_str_puts(b, v->b ? "True" : "False"); break;
+    case JV_INT: snprintf(t, sizeof t, "%" PRId64, v->i); ig_str_puts(b, t); break;
     case JV_FLOAT: add_float(b, v->f, false); break;
     case JV_STRING:
         if (repr)
             add_repr_str(b, v->s, v->len);
         else
-            jj_buf_add(b, v->s, v->len);
+            ig_str_putn(b, v->s, v->len);
         break;
     case JV_LIST:
-        add_s(b, "[");
+        ig_str_puts(b, "[");
         for (int64_t i = 0; i < v->n; i++) {
             if (i)
-                add_s(b, ", ");
+                ig_str_puts(b, ", ");
             add_repr(b, v->items[i], depth + 1);
         }
-        add_s(b, "]");
+        ig_str_puts(b, "]");
         break;
     case JV_DICT:
-        add_s(b, "{");
+        ig_str_puts(b, "{");
         for (int64_t i = 0; i < v->n; i += 2) {
             if (i)
-                add_s(b, ", ");
+                ig_str_puts(b, ", ");
             add_repr(b, v->items[i], depth + 1);
-            add_s(b, ": ");
+            ig_str_puts(b, ": ");
             add_repr(b, v->items[i + 1], depth + 1);
         }
-        add_s(b, "}");
+        ig_str_puts(b, "}");
         break;
-    case JV_NAMESPACE: add_s(b, "<Namespace>"); break;
-    case JV_MACRO: add_s(b, "<Macro>"); break;
-    case JV_FUNC: add_s(b, "<function>"); break;
+    case JV_NAMESPACE: ig_str_puts(b, "<Namespace>"); break;
+    case JV_MACRO: ig_str_puts(b, "<Macro>"); break;
+    case JV_FUNC: ig_str_puts(b, "<function>"); break;
     }
 }
 
-static void add_repr(struct jj_buf *b, const struct jj_value *v, int depth)
+static void add_repr(struct ig_str *b, const struct jj_value *v, int depth)
 {
     add_str(b, v, true, depth);
 }
 
-void jj_to_str(struct jj_buf *b, const struct jj_value *v) { add_str(b, v, false, 0); }
+void jj_to_str(struct ig_str *b, const struct jj_value *v) { add_str(b, v, false, 0); }
 
-static void add_json_str(struct jj_buf *b, const char *s, size_t n)
+static void add_json_str(struct ig_str *b, const char *s, size_t n)
 {
-    add_s(b, "\"");
+    ig_str_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char t[8];
         switch (c) {
-        case '"': add_s(b, "\\\""); break;
-        case '\\': add_s(b, "\\\\"); break;
-        case '\n': add_s(b, "\\n"); break;
-        case '\r': add_s(b, "\\r"); break;
-        case '\t': add_s(b, "\\t"); break;
-        case '\b': add_s(b, "\\b"); break;
-        case '\f': add_s(b, "\\f"); break;
+        case '"': ig_str_puts(b, "\\\""); break;
+        case '\\': ig_str_puts(b, "\\\\"); break;
+        case '\n': ig_str_puts(b, "\\n"); break;
+        case '\r': ig_str_puts(b, "\\r"); break;
+        case '\t': ig_str_puts(b, "\\t"); break;
+        case '\b': ig_str_puts(b, "\\b"); break;
+        case '\f': ig_str_puts(b, "\\f"); break;
         default:
             if (c < 0x20) {
                 snprintf(t, sizeof t, "\\u%04x", c);
-                add_s(b, t);
+                ig_str_puts(b, t);
             } else {
-                jj_buf_add(b, (const char *)&c, 1);
+                ig_str_putn(b, (const char *)&c, 1);
             }
         }
     }
-    add_s(b, "\"");
+    ig_str_puts(b, "\"");
 }
 
-static void newline_indent(struct jj_buf *b, int64_t indent, int64_t depth)
+static void newline_indent(struct ig_str *b, int64_t indent, int64_t depth)
 {
-    add_s(b, "\n");
+    ig_str_puts(b, "\n");
     for (int64_t i = 0; i < indent * depth && i < 4096; i++)
-        add_s(b, " ");
+        ig_str_puts(b, " ");
 }
 
-void jj_to_json(struct jj_buf *b, const struct jj_value *v, int64_t indent, int64_t depth)
+void jj_to_json(struct ig_str *b, const struct jj_value *v, int64_t indent, int64_t depth)
 {
     char t[32];
     if (depth > 64) {
-        add_s(b, "null");
+        ig_str_puts(b, "null");
         return;
     }
     switch (v->type) {
-    case JV_BOOL: add_s(b, v->b ? "true" : "false"); break;
-    case JV_INT: snprintf(t, sizeof t, "%" PRId64, v->i); add_s(b, t); break;
+    case JV_BOOL: ig_str_puts(b, v->b ? "true" : "false"); break;
+    case JV_INT: snprintf(t, sizeof t, "%" PRId64, v->i); ig_str_puts(b, t); break;
     case JV_FLOAT: add_float(b, v->f, true); break;
     case JV_STRING: add_json_str(b, v->s, v->len); break;
     case JV_LIST: case JV_DICT: case JV_NAMESPACE: {
         bool list = v->type == JV_LIST;
         int64_t step = list ? 1 : 2;
-        add_s(b, list ? "[" : "{");
+        ig_str_puts(b, list ? "[" : "{");
         for (int64_t i = 0; i < v->n; i += step) {
             if (i)
-                add_s(b, indent >= 0 ? "," : ", ");
+                ig_str_puts(b, indent >= 0 ? "," : ", ");
             if (indent >= 0)
                 newline_indent(b, indent, depth + 1);
             if (list) {
@@ -444,22 +420,22 @@ void jj_to_json(struct jj_buf *b, const struct jj_value *v, int64_t indent, int6
             if (k->type == JV_STRING) {
                 add_json_str(b, k->s, k->len);
             } else {
-                struct jj_buf kb = {0};
+                struct ig_str kb = {0};
                 jj_to_json(&kb, k, -1, depth + 1);
-                add_s(b, "\"");
-                jj_buf_add(b, kb.s ? kb.s : "", kb.len);
-                add_s(b, "\"");
+                ig_str_puts(b, "\"");
+                ig_str_putn(b, kb.s ? kb.s : "", kb.len);
+                ig_str_puts(b, "\"");
                 free(kb.s);
             }
-            add_s(b, ": ");
+            ig_str_puts(b, ": ");
             jj_to_json(b, v->items[i + 1], indent, depth + 1);
         }
         if (indent >= 0 && v->n)
             newline_indent(b, indent, depth);
-        add_s(b, list ? "]" : "}");
+        ig_str_puts(b, list ? "]" : "}");
         break;
     }
-    default: add_s(b, "null"); break;
+    default: ig_str_puts(b, "null"); break;
     }
 }
 

@@ -15,7 +15,6 @@ check on Gemma 3 270M's real weights (skipped without the file: make fetch-model
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -23,9 +22,8 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 from archgen import write_model
+from batchrun import batch, run_alone
 from igtest import check, gemma3_path, summary, tiny_qwen35
-
-IGNITE = os.environ["IGNITE_BIN"]
 
 
 def vocab():
@@ -38,35 +36,12 @@ def vocab():
     return toks, scores, types, "llama"
 
 
-def batch(model, reqs, args, env):
-    data = "".join(json.dumps(r) + "\n" for r in reqs).encode()
-    r = subprocess.run([IGNITE, "batch", "-m", model, "-t", "2", *args], input=data,
-                       capture_output=True, timeout=600, env=env)
-    objs = []
-    for line in r.stdout.decode("utf-8", "replace").splitlines():
-        try:
-            objs.append(json.loads(line))
-        except ValueError:
-            check(False, f"batch: an output line is not JSON: {line[:200]!r}")
-    return r.returncode, objs, r.stderr.decode("utf-8", "replace")
-
-
-def run_alone(model, req, env):
-    args = [IGNITE, "run", "-m", model, "-t", "2", "-q", "--json", "-p", req["prompt"],
-            "-n", str(req["n_predict"]), "--temp", str(req.get("temperature", 0.8)),
-            "-s", str(req.get("seed", 1))]
-    if req.get("ignore_eos"):
-        args.append("--ignore-eos")
-    r = subprocess.run(args, capture_output=True, timeout=300, env=env)
-    check(r.returncode == 0, f"run alone: rc {r.returncode} {r.stderr[-300:]!r}")
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        return {}
+def batch_reqs(model, reqs, args, env):
+    return batch(model, [json.dumps(r) for r in reqs], *args, env=env)
 
 
 def check_same(model, reqs, args, env, what):
-    rc, objs, err = batch(model, reqs, args, env)
+    rc, objs, err = batch_reqs(model, reqs, args, env)
     check(rc == 0, f"{what}: batch rc {rc} {err[-400:]!r}")
     check(len(objs) == len(reqs), f"{what}: {len(objs)} results for {len(reqs)} requests")
     by_id = {o.get("id"): o for o in objs}
@@ -108,7 +83,7 @@ def synthetic_checks(tmp, env):
     reqs = synthetic_requests()
     exact = dict(env, IGNITE_MATMUL="exact")
     # "no_think" belongs to chat lines: one error object, the other line runs
-    rc, objs, _ = batch(q, [{"prompt": "a", "n_predict": 2, "no_think": True},
+    rc, objs, _ = batch_reqs(q, [{"prompt": "a", "n_predict": 2, "no_think": True},
                             {"prompt": "b", "n_predict": 2}], [], env)
     errs = [o for o in objs if "error" in o]
     check(rc == 9 and len(objs) == 2 and len(errs) == 1 and
@@ -156,7 +131,7 @@ def hybrid_checks(tmp, env):
     texts = {}
     for args in runs:
         tenv = dict(env, IGNITE_DELTANET_TRACE="1") if "-b" in args else env
-        rc, objs, err = batch(path, reqs, ["--ordered", *args], tenv)
+        rc, objs, err = batch_reqs(path, reqs, ["--ordered", *args], tenv)
         check(rc == 0 and len(objs) == len(reqs), f"qwen35 batch {args}: rc {rc} {err[-300:]!r}")
         texts[" ".join(args)] = [o.get("text") for o in objs]
         again = [int(ln.split()[12]) for ln in err.splitlines()

@@ -20,8 +20,6 @@ import time
 
 from igtest import check, summary
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 IGNITE = os.environ["IGNITE_BIN"]
 MODEL = "synthetic:SmolLM2-135M:Q4_1"
 KEYS = ["completed", "total_input_tokens", "total_output_tokens", "duration_s",
@@ -47,7 +45,7 @@ def bench_tiny(n, par, out_len):
 
 
 def check_no_vocab():
-    import random_gguf
+    from bench_gguf import random_gguf
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "tiny-novocab.gguf")
         random_gguf.write(path, "Llama-tiny", "F16", seed=7)

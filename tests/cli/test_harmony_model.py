@@ -36,7 +36,6 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
 
 from igtest import check, model_path, sanitized, summary  # noqa: E402
@@ -55,7 +54,7 @@ def write_model(d):
     """The tiny random gpt-oss file with the harmony vocabulary."""
     import gguf
     import numpy as np
-    import random_gguf
+    from bench_gguf import random_gguf
     src = gguf.GGUFReader(model_path())
     f = src.fields
     # SmolLM2's first KEEP tokens (the bytes, the first merges: a small

@@ -55,10 +55,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
-import randgguf_qwen35  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
+from bench_gguf import random_gguf  # noqa: E402
+import randgguf_qwen35  # noqa: E402
 from igtest import llama_vocab, sanitized  # noqa: E402
 from ref_deltanet import Qwen35Ref  # noqa: E402
 from int8_check import int8_steps_match  # noqa: E402

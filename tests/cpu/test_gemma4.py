@@ -49,9 +49,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import ggufgen  # noqa: E402
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 import randgguf_gemma4  # noqa: E402
 from ref_gemma4 import Gemma4Ref  # noqa: E402
 from igtest import sanitized  # noqa: E402

@@ -32,8 +32,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 from ref_gptoss import GptOssRef  # noqa: E402
 from test_moe import against_reference, dump, invariance  # noqa: E402
 

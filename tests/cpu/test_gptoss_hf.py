@@ -25,10 +25,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 sys.path.insert(0, os.path.join(HERE, "..", "pylib"))
 import gptosshf  # noqa: E402
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 from test_moe import dump  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "build/ignite")

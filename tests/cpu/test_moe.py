@@ -46,8 +46,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 from ref_forward import RefModel  # noqa: E402
 from int8_check import int8_steps_match  # noqa: E402
 from test_forward_ref import describe  # noqa: E402

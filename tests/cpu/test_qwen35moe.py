@@ -31,8 +31,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 import randgguf_qwen35  # noqa: E402
 from test_deltanet import (against_reference, chunk_sizes, int8_against_reference,  # noqa: E402
                            refused)

@@ -45,9 +45,7 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf
 
 
 def main():

@@ -127,6 +127,31 @@ static struct gk_qmat host_mat(int type, int64_t rows, int64_t cols, void **buf)
     return w;
 }
 
+/* A device matrix of random weights: rows of `type` in the file's format
+ * (src, rb bytes a row) and the kernel's repack of them (w, its planes in
+ * buf); the set-up of every product case. */
+struct dev_mat {
+    uint8_t *src;
+    size_t rb;
+    void *buf;
+    struct gk_qmat w;
+};
+
+static struct gk_qmat dev_mat_init(struct dev_mat *m, int type, int64_t rows, int64_t cols,
+                                   uint64_t *st)
+{
+    m->rb = quant_row_bytes((enum quant_type)type, cols);
+    m->src = rand_rows(type, rows, cols, 0.02f, st);
+    m->w = host_mat(type, rows, cols, &m->buf);
+    CHECK(IG_DEV(gk_qrepack)(&m->w, m->src, m->rb, NULL) == IG_OK);
+    return m->w;
+}
+
+static void dev_mat_free(struct dev_mat *m)
+{
+    free(m->src), free(m->buf);
+}
+
 static bool same_planes(const struct gk_qmat *a, const struct gk_qmat *b)
 {
     struct gk_qlayout l;
@@ -312,11 +337,8 @@ static double x_scale(const uint16_t *x, int64_t c)
 static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float beta, uint64_t *st,
                       bool poison_inf)
 {
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     const int64_t ld_x = cols + 8 * (n % 2), ld_y = rows + 3;
     uint16_t *x = rand_x(n, cols, ld_x, st);
     if (poison_inf)
@@ -340,14 +362,14 @@ static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     int bad_k = 0, bad_t = 0, bad_keep = 0;
     double worst_k = 0, worst_t = 0;
     for (int64_t r = 0; r < rows; r++) {
-        quant_dequantize_row((enum quant_type)type, src + r * rb, wf, cols);
+        quant_dequantize_row((enum quant_type)type, m.src + r * m.rb, wf, cols);
         for (int64_t t = 0; t < n; t++) {
             const uint16_t *xt = x + t * ld_x;
             double exact = beta != 0 ? (double)y0[t * ld_y + r] : 0, mag = 0, qerr = 0;
             for (int64_t c = 0; c < cols; c++) {
                 double xv = ig_f16_to_f32(xt[c]);
                 exact += (double)wf[c] * xv;
-                mag += test_quant_term_bound(type, src + r * rb, c) * fabs(xv);
+                mag += test_quant_term_bound(type, m.src + r * m.rb, c) * fabs(xv);
                 qerr += fabs((double)wf[c]) * (0.5 + 4e-5) * x_scale(xt, c);
             }
             double k = y[t * ld_y + r], tw = yr[t * ld_y + r];
@@ -381,7 +403,8 @@ static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     if (getenv("IGNITE_TEST_VERBOSE"))
         fprintf(stderr, "%s %lldx%lld n %lld: worst kernel/tol %.3f twin/tol %.3f\n", tname(type),
                 (long long)rows, (long long)cols, (long long)n, worst_k, worst_t);
-    free(wf), free(y0), free(yr), free(x), free(buf), free(src);
+    free(wf), free(y0), free(yr), free(x);
+    dev_mat_free(&m);
 }
 
 /* The gate|up GEMV with its activation (glu): for n rows of x, h (ld_h
@@ -392,11 +415,8 @@ static void gemv_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
 static void glu_case(int type, int64_t n_ff, int64_t cols, int64_t n, int act, uint64_t *st)
 {
     const int64_t rows = 2 * n_ff, ld_h = n_ff + 5;
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     struct out_buf ob;
     uint16_t *h = out_init(&ob, (size_t)(n * ld_h) * 2);
@@ -436,7 +456,8 @@ static void glu_case(int type, int64_t n_ff, int64_t cols, int64_t n, int act, u
     CHECKF(off_ref == 0, "%s %s %lld x %lld n %lld: %lld outputs off the twin", tname(type),
            name, (long long)rows, (long long)cols, (long long)n, (long long)off_ref);
     CHECKF(keep == 0 && out_guards_ok(&ob), "%s %s: wrote outside h's rows", tname(type), name);
-    free(y), free(h_two), free(h_ref), free(h_tw), free(x), free(buf), free(src);
+    free(y), free(h_two), free(h_ref), free(h_tw), free(x);
+    dev_mat_free(&m);
 }
 
 /* The gate|up GEMV's h blocks (qn with glu): each 32 outputs' int8 block by
@@ -446,15 +467,9 @@ static void glu_case(int type, int64_t n_ff, int64_t cols, int64_t n, int act, u
 static void glu_blocks_case(int type, int64_t n, uint64_t *st)
 {
     const int64_t n_ff = 256, rows = 2 * n_ff, cols = 256, ld_h = n_ff + 32, down_rows = 18;
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    uint8_t *dsrc = rand_rows(type, down_rows, n_ff, 0.02f, st);
-    void *buf, *dbuf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    struct gk_qmat wd = host_mat(type, down_rows, n_ff, &dbuf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
-    CHECK(IG_DEV(gk_qrepack)(&wd, dsrc, quant_row_bytes((enum quant_type)type, n_ff), NULL) ==
-          IG_OK);
+    struct dev_mat m, md;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
+    const struct gk_qmat wd = dev_mat_init(&md, type, down_rows, n_ff, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     uint16_t *h = calloc((size_t)(n * ld_h), 2), *h_ref = calloc((size_t)(n * ld_h), 2);
     int8_t *hq = calloc((size_t)(n * ld_h), 1), *hq_ref = calloc((size_t)(n * ld_h), 1);
@@ -507,7 +522,8 @@ static void glu_blocks_case(int type, int64_t n, uint64_t *st)
     p.h = h, p.qn = hq, p.qnd = hqd, p.ticket = NULL;
     CHECK(IG_DEV(gk_qgemv)(&p, NULL) != IG_OK);
     free(y1), free(y2), free(h), free(h_ref), free(hq), free(hq_ref), free(hqd), free(hqd_ref);
-    free(x), free(buf), free(dbuf), free(src), free(dsrc);
+    free(x);
+    dev_mat_free(&m), dev_mat_free(&md);
 }
 
 /* Elements per block of `type`. */
@@ -523,11 +539,8 @@ static int64_t l_block(int type)
  * blocks, so the last block must see every other block's rows. */
 static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t *st)
 {
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     float *y = aligned_alloc(16, (size_t)(n * rows * 4 + 15) / 16 * 16);
     float *y2 = aligned_alloc(16, (size_t)(n * rows * 4 + 15) / 16 * 16);
@@ -591,11 +604,8 @@ static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t 
            "%s: gk_rmsnorm_xq's xn or int8 blocks differ from the norm tail's", tname(type));
     free(qn2), free(qnd2);
     if (rows % l_block(type) == 0) {
-        size_t rb2 = quant_row_bytes((enum quant_type)type, rows);
-        uint8_t *src2 = rand_rows(type, 24, rows, 0.02f, st);
-        void *buf2;
-        struct gk_qmat w2 = host_mat(type, 24, rows, &buf2);
-        CHECK(IG_DEV(gk_qrepack)(&w2, src2, rb2, NULL) == IG_OK);
+        struct dev_mat m2;
+        const struct gk_qmat w2 = dev_mat_init(&m2, type, 24, rows, st);
         float *ya = malloc((size_t)(n * 24) * 4), *yb = malloc((size_t)(n * 24) * 4);
         struct gk_qgemv_params a = {.w = w2, .x = xn, .ld_x = rows, .n = n, .y = ya, .ld_y = 24};
         struct gk_qgemv_params b = a;
@@ -603,10 +613,12 @@ static void norm_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t 
         CHECK(IG_DEV(gk_qgemv)(&a, NULL) == IG_OK && IG_DEV(gk_qgemv)(&b, NULL) == IG_OK);
         CHECKF(memcmp(ya, yb, (size_t)(n * 24) * 4) == 0,
                "%s: a GEMV from x's int8 blocks differs from one that quantizes x", tname(type));
-        free(ya), free(yb), free(buf2), free(src2);
+        free(ya), free(yb);
+        dev_mat_free(&m2);
     }
     free(f), free(qb), free(qn), free(qnd);
-    free(y), free(y2), free(nw), free(xn), free(xn2), free(x), free(buf), free(src);
+    free(y), free(y2), free(nw), free(xn), free(xn2), free(x);
+    dev_mat_free(&m);
 }
 
 /* The Q|K|V GEMV with bias, RoPE and the pool write in its epilogue
@@ -615,11 +627,8 @@ static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool b
                            uint64_t *st)
 {
     const int64_t cols = l_block(type) == 256 ? 256 : 96;
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, RC_ROWS, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, RC_ROWS, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, RC_ROWS, cols, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     float *y = malloc((size_t)(n * RC_ROWS) * 4);
     struct rope_case c;
@@ -636,7 +645,8 @@ static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool b
              tname(type), (long long)n, style, (long long)n_rot, bias ? ", bias" : "");
     rope_case_check(&c, n, what);
     rope_case_free(&c);
-    free(y), free(x), free(buf), free(src);
+    free(y), free(x);
+    dev_mat_free(&m);
 }
 
 /* The GEMV launched as a programmatic dependent launch with what a previous
@@ -646,11 +656,8 @@ static void rope_gemv_case(int type, int64_t n, int style, int64_t n_rot, bool b
  * wait. */
 static void pdl_case(int type, int64_t rows, int64_t cols, int64_t n, bool blocks, uint64_t *st)
 {
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     int8_t *xq = blocks ? malloc((size_t)(n * cols)) : NULL;
     float *xqd = blocks ? malloc((size_t)(n * cols / 16) * 4) : NULL;
@@ -689,7 +696,8 @@ static void pdl_case(int type, int64_t rows, int64_t cols, int64_t n, bool block
     CHECKF(memcmp(ya, yb, (size_t)(n * rows) * 4) == 0,
            "%s pdl %lld x %lld n %lld%s: y differs from the plain launch's", tname(type),
            (long long)rows, (long long)cols, (long long)n, blocks ? " (x's blocks)" : "");
-    free(ya), free(yb), free(f), free(b), free(xq), free(xqd), free(x), free(buf), free(src);
+    free(ya), free(yb), free(f), free(b), free(xq), free(xqd), free(x);
+    dev_mat_free(&m);
 }
 
 static void test_gemv(int type, uint64_t *st)
@@ -756,11 +764,8 @@ static void test_gemv_refusals(void)
 
 static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float beta, uint64_t *st)
 {
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     const int64_t ld_x = cols + 8, ld_y = rows + 1;
     uint16_t *x = rand_x(n, cols, ld_x, st);
     struct out_buf ob;
@@ -779,7 +784,7 @@ static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     float *wf = malloc((size_t)cols * sizeof *wf);
     int bad_k = 0, bad_t = 0, bad_keep = 0;
     for (int64_t r = 0; r < rows; r++) {
-        quant_dequantize_row((enum quant_type)type, src + r * rb, wf, cols);
+        quant_dequantize_row((enum quant_type)type, m.src + r * m.rb, wf, cols);
         for (int64_t t = 0; t < n; t++) {
             double exact = beta != 0 ? (double)y0[t * ld_y + r] : 0, mag = fabs(exact);
             for (int64_t c = 0; c < cols; c++) {
@@ -806,7 +811,8 @@ static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
     CHECKF(out_guards_ok(&ob), "%s qmma: wrote outside y", tname(type));
     CHECKF(test_qmm_ldmatrix_conflicts() == 0, "%s qmma: ldmatrix bank conflicts",
            tname(type));
-    free(wf), free(y0), free(yr), free(x), free(buf), free(src);
+    free(wf), free(y0), free(yr), free(x);
+    dev_mat_free(&m);
 }
 
 /* The product as a programmatic dependent launch: x and y (beta 1) hidden
@@ -814,11 +820,8 @@ static void qmma_case(int type, int64_t rows, int64_t cols, int64_t n, float bet
  * before it); y the plain launch's bit for bit, every block waiting. */
 static void qmma_pdl_case(int type, int64_t rows, int64_t cols, int64_t n, uint64_t *st)
 {
-    size_t rb = quant_row_bytes((enum quant_type)type, cols);
-    uint8_t *src = rand_rows(type, rows, cols, 0.02f, st);
-    void *buf;
-    struct gk_qmat w = host_mat(type, rows, cols, &buf);
-    CHECK(IG_DEV(gk_qrepack)(&w, src, rb, NULL) == IG_OK);
+    struct dev_mat m;
+    const struct gk_qmat w = dev_mat_init(&m, type, rows, cols, st);
     uint16_t *x = rand_x(n, cols, cols, st);
     const size_t yb = (size_t)(n * rows) * 4;
     float *y = malloc(yb), *y0 = malloc(yb);
@@ -831,7 +834,8 @@ static void qmma_pdl_case(int type, int64_t rows, int64_t cols, int64_t n, uint6
     pdl_hide_add(&h, y, yb);
     const int blocks = (int)(((rows + 63) / 64) * ((n + 63) / 64));
     PDL_PAIR(tname(type), &h, y, yb, memcpy(y, y0, yb), blocks, IG_DEV(gk_qmma)(&p, NULL));
-    free(y), free(y0), free(x), free(buf), free(src);
+    free(y), free(y0), free(x);
+    dev_mat_free(&m);
 }
 
 static void test_qmma(int type, uint64_t *st)

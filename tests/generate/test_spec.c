@@ -22,6 +22,7 @@
 #include "decode/sampler.h"
 #include "generate/generate.h"
 #include "generate/spec.h"
+#include "tests/generate/fake_backend.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -43,12 +44,6 @@ struct fake {
     int64_t steps;
     int bad;
 };
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    return h * 0xff51afd7ed558ccdull;
-}
 
 /* The target's logits after tokens[0..n): a hash of them, with a pull
  * towards last + 1 in two histories of three (so the text repeats and
@@ -110,35 +105,7 @@ static int fake_step(struct backend *b, const struct backend_batch *batch)
     return IG_OK;
 }
 
-static int fake_export(struct backend *b, const struct backend_seq *s, int64_t n,
-                       const struct kv_store **st, const int32_t **t, int64_t *slot)
-{
-    (void)b, (void)s, (void)n, (void)st, (void)t, (void)slot;
-    return IG_E_INTERNAL;
-}
-
-static int fake_import(struct backend *b, const struct backend_seq *s, const struct kv_store *src,
-                       int64_t n)
-{
-    (void)b, (void)s, (void)src, (void)n;
-    return IG_E_INTERNAL;
-}
-
-static size_t fake_bytes(const struct backend *b)
-{
-    (void)b;
-    return 0;
-}
-
-static void fake_destroy(struct backend *b)
-{
-    (void)b;
-}
-
-static const struct backend_ops fake_ops = {.step = fake_step, .kv_export = fake_export,
-                                            .kv_import = fake_import,
-                                            .device_bytes = fake_bytes,
-                                            .destroy = fake_destroy};
+static const struct backend_ops fake_ops = FAKE_BACKEND_OPS(fake_step);
 
 static struct model fake_model;
 

@@ -91,9 +91,7 @@ def check_keyed_features(tmp):
     so (embedding_length_per_layer_input, expert_count); a file that holds
     their tensors while the key is 0 or missing is refused, not run without
     those weights (bench/random_gguf.py's tiny and moe-tiny, a key dropped)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     import randgguf_gemma4
     build = randgguf_gemma4.build
 

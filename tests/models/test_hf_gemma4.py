@@ -43,9 +43,7 @@ import tempfile
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 import randgguf_gemma4  # noqa: E402
 
 try:

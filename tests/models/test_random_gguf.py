@@ -21,9 +21,7 @@ import tempfile
 import gguf
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf
 
 BIN = os.environ.get("IGNITE_BIN", "build/ignite")
 failures = []

@@ -45,8 +45,7 @@ from safetensors.numpy import save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import archgen  # noqa: E402
 import moegen  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 from igtest import check, summary  # noqa: E402
 
 TOOL = sys.argv[1] if len(sys.argv) > 1 else "build/tests/models/tensor_table_check"

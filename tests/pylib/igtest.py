@@ -45,9 +45,7 @@ def tiny_qwen35(tmp):
         print("SKIP the tiny qwen35: no ggml-vocab-qwen35.gguf (scripts/fetch-model.sh "
               "llama-src)", file=sys.stderr)
         return None
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     path = os.path.join(tmp, "qwen35.gguf")
     random_gguf.write(path, "tiny", "Q8_0", seed=5, arch="qwen35", vocab_from=vocab)
     return path

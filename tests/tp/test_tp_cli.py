@@ -152,9 +152,7 @@ def hybrid(mpirun, tmp):
     side (a launch mostly waits on mpirun's start)."""
     if not os.path.exists(model_path()):
         return
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     path = os.path.join(tmp, "qwen35v.gguf")
     random_gguf.write(path, "tiny", "Q8_0", 3, "qwen35", vocab_from=model_path())
     many = 2 if sanitized() else 3
@@ -330,9 +328,7 @@ def unsplit(tmp):
     (ffn_columns [], ffn_width 0, CUDA bytes still; the text's "none"), the
     llama's 16 heads of 64 in units of 4 (wo's Q4_K blocks): 8, 4, 4; a DeltaNet
     output that does not split on its blocks is refused in one line, exit 2."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     for arch, shape, experts in (("qwen35moe", "tiny", [[0, 5], [6, 10], [11, 15]]),
                                  ("gemma4", "moe-tiny", [[0, 2], [3, 5], [6, 7]])):
         path = os.path.join(tmp, f"{arch}.gguf")
@@ -394,9 +390,7 @@ def experts_info(tmp):
     backend/gpu_plan.c over its part) against the file's shape: gate, up and
     down of n_embd x an expert's width a layer and expert, 2 bytes a weight
     (f16) or 34 a block of 32 (Q8_0)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     sh = random_gguf.MOE_SHAPES["tiny"]
     path = os.path.join(tmp, "qwen3moe.gguf")
     random_gguf.write(path, "tiny", "Q8_0", 1, "qwen3moe")

@@ -67,8 +67,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from archgen import QT, write_model  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import random_gguf  # noqa: E402
+from bench_gguf import random_gguf  # noqa: E402
 from igtest import check as _check, summary  # noqa: E402
 from tplib import mpi, mpirun_or_skip, scratch  # noqa: E402
 

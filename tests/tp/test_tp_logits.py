@@ -132,9 +132,7 @@ def main():
         cases.append((name, p, ids, 7, 5))
     # experts across ranks (whole experts a rank: 8 over 2 and 3 ranks), the router on
     # every rank (bench/random_gguf.py's qwen3moe tiny: 8 experts, 2 used)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     p = os.path.join(tmp, "moe.gguf")
     random_gguf.write(p, "tiny", "F16", 7, "qwen3moe")
     cases.append(("qwen3moe 8 experts, 2 used", p, list(range(3, 60, 3)), 7, 5))

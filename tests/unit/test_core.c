@@ -1,10 +1,12 @@
 /* tests/unit/test_core.c: core/ primitives: half conversions against exact
  * arithmetic, status names, the cache-path rule, the hook that runs before
- * each diagnostic line, a mapped file's pages given back. */
+ * each diagnostic line, a mapped file's pages given back, the growable
+ * string against the same text written into a fixed array. */
 #include "core/half.h"
 #include "core/mapped_file.h"
 #include "core/paths.h"
 #include "core/status.h"
+#include "core/strbuf.h"
 #include "core/utf8.h"
 #include "tests/test.h"
 
@@ -157,6 +159,45 @@ static void test_paths(void)
     CHECK(ig_cache_dir(buf, 4) == IG_E_USAGE);
 }
 
+/* The growable string: appends across its growth, printf past any fixed
+ * buffer, NUL bytes inside, and a failed string that keeps its text. */
+static void test_strbuf(void)
+{
+    struct ig_str b = {0};
+    static char want[16384];
+    size_t n = 0;
+    bool ok = true;
+    for (int i = 0; i < 2000; i++) { /* 8890 bytes: 256 doubled 6 times */
+        char piece[16];
+        int k = snprintf(piece, sizeof piece, "%d,", i);
+        memcpy(want + n, piece, (size_t)k);
+        n += (size_t)k;
+        ok &= ig_str_puts(&b, piece);
+    }
+    CHECK(ok && b.len == n && b.cap >= n + 1 && memcmp(b.s, want, n + 1) == 0);
+    char big[1200];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    ig_str_printf(&b, "[%s|%d]", big, 42);
+    n += (size_t)snprintf(want + n, sizeof want - n, "[%s|%d]", big, 42);
+    CHECK(!b.failed && b.len == n && memcmp(b.s, want, n + 1) == 0);
+
+    struct ig_str c = {0};
+    CHECK(ig_str_putn(&c, "a\0b", 3));
+    ig_str_cat(&c, "cd", "", "e", NULL);
+    CHECK(c.len == 6 && memcmp(c.s, "a\0bcde", 7) == 0);
+    struct ig_str e = {0};
+    ig_str_printf(&e, "%s", "");
+    CHECK(e.s && e.len == 0 && e.s[0] == '\0');
+    /* more than memory can hold: failed, the text kept, later appends refused */
+    CHECK(!ig_str_putn(&c, "x", SIZE_MAX / 2) && c.failed);
+    CHECK(!ig_str_puts(&c, "zz") && c.len == 6 && memcmp(c.s, "a\0bcde", 7) == 0);
+    ig_str_printf(&c, "%d", 7);
+    ig_str_cat(&c, "f", NULL);
+    CHECK(c.len == 6 && c.s[6] == '\0');
+    free(b.s), free(c.s), free(e.s);
+}
+
 static int hook_calls;
 
 static void count_hook(void *user)
@@ -231,6 +272,7 @@ int main(void)
     test_bf16();
     test_utf8();
     test_paths();
+    test_strbuf();
     CHECK(!strcmp(ig_status_name(IG_E_MODEL), "model"));
     return test_summary("test_core");
 }
