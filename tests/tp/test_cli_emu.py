@@ -50,9 +50,7 @@ def tiny_llamas(tmp):
         print("SKIP: no vocabulary for the tiny llama (scripts/fetch-model.sh llama-src, "
               "or the default model)", file=sys.stderr)
         return None
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     paths = [os.path.join(tmp, f"llama_tiny_{t.lower()}.gguf") for t in ("F16", "Q4_0")]
     for path, t in zip(paths, ("F16", "Q4_0")):
         random_gguf.write(path, "Llama-tiny", t, seed=2, vocab_from=vocab)

@@ -347,8 +347,7 @@ def nccl(mpirun, tmp, emu, standin):
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
         return
-    sys.path.insert(0, os.path.join(os.environ.get("IGNITE_SOURCE_DIR", "."), "bench"))
-    import random_gguf
+    from bench_gguf import random_gguf
     path = os.path.join(tmp, "llama-tiny.gguf")
     random_gguf.write(path, "Llama-tiny", "Q8_0", seed=3, arch="llama", vocab_from=vocab)
     f = os.path.join(tmp, "nccl.jsonl")
