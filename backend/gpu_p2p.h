@@ -40,7 +40,9 @@ int gpu_p2p_recv(struct gpu_p2p *p, void *buf, size_t bytes, int peer, void *str
  * last group queued, exit 7. ncclGroupEnd is watched here; callers watch
  * their syncs behind the transfer stream. begin returns whether it began a
  * watched wait (false: p NULL, the watchdog off, or inside a watched wait
- * already, whose start counts); end takes that. */
+ * already, whose start counts); end takes that (p not read where false)
+ * and, where the watchdog ended the wait, never returns: the job is
+ * ending, and the communicator is gone. */
 bool gpu_p2p_wait_begin(struct gpu_p2p *p, const char *where);
 void gpu_p2p_wait_end(struct gpu_p2p *p, bool began);
 

@@ -326,10 +326,10 @@ bool gpu_p2p_wait_begin(struct gpu_p2p *p, const char *where)
 
 void gpu_p2p_wait_end(struct gpu_p2p *p, bool began)
 {
-    if (began)
-        atomic_store(&p->waiting_ns, 0);
-    if (p)
-        park_if_given_up(p);
+    if (!began)
+        return; /* (p not read: a step's may be gone, its communicator freed) */
+    atomic_store(&p->waiting_ns, 0);
+    park_if_given_up(p);
 }
 
 int gpu_p2p_nccl_open(bool host_memory, struct gpu_p2p **out)
@@ -396,7 +396,8 @@ int gpu_p2p_group_end(struct gpu_p2p *p)
     pthread_mutex_unlock(&p->mu);
     bool began = gpu_p2p_wait_begin(p, "ncclGroupEnd");
     int rc = p->lib.group_end();
-    gpu_p2p_wait_end(p, began); /* (parks where the watchdog ended the wait) */
+    park_if_given_up(p); /* (inside a step's watched wait too: no line of its own) */
+    gpu_p2p_wait_end(p, began);
     return p2p_status(p, rc, "ncclGroupEnd", 0, -1);
 }
 
