@@ -7,7 +7,8 @@
  * missing library; the emulated ranks' sums through the tests' stand-in,
  * tests/emu/nccl_standin.c) and the GPU check's tp step. Also NCCL's sends
  * and receives (gpu_p2p.h: batch --pd's cache between CUDA ranks), covered
- * by tests/emu/pd_nccl_emu.c through the same stand-in. */
+ * by tests/emu/pd_nccl_emu.c through the same stand-in, and their watchdog
+ * (a peer stopped mid-transfer), by tests/tp/test_pd_cli.py's nccl case. */
 #include "backend/gpu_reduce.h"
 
 #include "backend/gpu_p2p.h"
