@@ -237,7 +237,7 @@ struct gpu_p2p {
     double limit_s;
     pthread_t thread;
     bool watching;
-    _Atomic bool quit, gave_up;
+    _Atomic bool quit, gave_up, aborted;
     _Atomic long long waiting_ns;
     const char *_Atomic where;
     struct p2p_what building;
@@ -252,13 +252,24 @@ static long long now_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+static void *abort_comm(void *arg)
+{
+    struct gpu_p2p *p = arg;
+    (void)p->lib.comm_abort(p->comm);
+    atomic_store(&p->aborted, true);
+    return NULL;
+}
+
 /* One line naming the peer and what was outstanding, the communicator
  * aborted (ncclCommAbort: the NCCL user guide's "Fault tolerance" and
  * api/comms.html: it frees the communicator and ends its uncompleted
  * operations, so NCCL's kernels spinning on a gone peer stop), the job
- * ended, exit 7 (as core/coll_mpi.c's watchdog). The line first: an abort
- * may take its time. nccl_rc: the async error, or NCCL_SUCCESS for a wait
- * past the limit. */
+ * ended, exit 7 (as core/coll_mpi.c's watchdog). The line first, and the
+ * abort given 10 s on a thread of its own: ncclCommAbort has been seen to
+ * hang, joining a proxy thread stuck on the dead connection
+ * (NVIDIA/nccl#863, #992, #1777; PyTorch's abort waits with a timeout too);
+ * the job ends either way, and the process's end frees the GPU's work.
+ * nccl_rc: the async error, or NCCL_SUCCESS for a wait past the limit. */
 _Noreturn static void give_up(struct gpu_p2p *p, int nccl_rc, double waited_s)
 {
     atomic_store(&p->gave_up, true); /* (before the abort ends the host's wait) */
@@ -272,11 +283,16 @@ _Noreturn static void give_up(struct gpu_p2p *p, int nccl_rc, double waited_s)
         snprintf(why, sizeof why, "not done in %.0f s (rank %d stopped or stuck; "
                  "IGNITE_TP_WATCHDOG sets the limit)", waited_s, w.peer);
     fprintf(stderr, "ignite: rank %d: NCCL %s rank %d (%lld transfers, %zu bytes; the host in "
-            "%s) %s: communicator aborted, ending the job\n", p->rank,
+            "%s) %s: aborting the communicator, ending the job\n", p->rank,
             w.send ? "sends to" : "receives from", w.peer, (long long)w.ops, w.bytes,
             atomic_load(&p->where), why);
     fflush(stderr);
-    (void)p->lib.comm_abort(p->comm);
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_comm, p) == 0) {
+        pthread_detach(t);
+        for (int i = 0; i < 100 && !atomic_load(&p->aborted); i++)
+            nanosleep(&(struct timespec){0, 100000000}, NULL);
+    }
     ig_coll_abort(IG_E_DEVICE);
 }
 

@@ -405,7 +405,7 @@ def nccl(mpirun, tmp, emu, standin):
         lines = [ln for ln in r.stderr.decode(errors="replace").splitlines()
                  if ln.startswith("ignite:") and not ln.startswith("ignite: warning:")]
         ok = len(lines) == 1 and all(w in lines[0] for w in (
-            "rank 0: NCCL sends to rank 1", "not done in 3 s", "communicator aborted"))
+            "rank 0: NCCL sends to rank 1", "not done in 3 s", "aborting the communicator"))
         check(r.returncode == 7 and ok, f"NCCL path, decode rank stopped: exit {r.returncode}, "
               f"{lines}")
     except subprocess.TimeoutExpired:
