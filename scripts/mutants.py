@@ -444,6 +444,13 @@ MUTANTS = [
      "    bool began = false;",
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
      "ncclGroupEnd (where the stand-in waits for the peer) is not watched", "caught"),
+    # (the emulator's transfers block only inside ncclGroupEnd: a GPU's step behind them
+    # blocks in its copies and sync, which no emulated run reaches)
+    ("p2p-step-unwatched", "backend/gpu.c",
+     "    bool watched = IG_DEV(gpu_kv_p2p_watch)(g);",
+     "    bool watched = false;",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a step behind the transfers is not watched", "missed"),
     # The CLI over the emulated CUDA backend (ignite_emu, tests/tp/test_cli_emu.py):
     # --pd's decode rank imports each cache; --tp 2 sums over the NCCL stand-in.
     ("cli-emu-import-short", "backend/gpu_cache.c",
