@@ -803,7 +803,10 @@ static int gpu_step(struct backend *b, const struct backend_batch *batch)
         st = IG_DEV(gpu_kv_p2p_fence)(g);
     if (st != IG_OK)
         return st;
-    return g->tp ? IG_DEV(gpu_tp_step)(g, batch, run_step) : run_step(g, batch);
+    bool watched = IG_DEV(gpu_kv_p2p_watch)(g);
+    st = g->tp ? IG_DEV(gpu_tp_step)(g, batch, run_step) : run_step(g, batch);
+    gpu_p2p_wait_end(g->p2p, watched);
+    return st;
 }
 
 /* ---- state ---------------------------------------------------------------------------- */

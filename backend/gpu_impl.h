@@ -212,9 +212,14 @@ struct gpu_backend {
     /* batch --pd's NCCL transfers on the transfer stream (gpu_kv_p2p.c):
      * p2p_main marks the main stream's work the next group waits for,
      * p2p_done the last group queued (both NULL until the first);
-     * p2p_sent: sends queued since the main stream last waited for them */
+     * p2p_sent: sends queued since the main stream last waited for them;
+     * p2p_behind: the main stream waits for transfers since the last step
+     * began, which the next step's host waits are then watched for
+     * (gpu_kv_p2p_watch); p2p the communicator of the last group queued
+     * (the caller's: it outlives the steps behind its transfers) */
     struct dev_event *p2p_main, *p2p_done;
-    bool p2p_sent;
+    bool p2p_sent, p2p_behind;
+    struct gpu_p2p *p2p;
     struct gpu_moe_bufs moe;   /* LAYER_FFN_MOE's (backend/gpu_moe.c) */
     /* Qwen3.5's hybrid layers (gpu_deltanet.c; NULL without): the step's
      * sequences [max_seqs] (staged in pinned h_dn_seqs), the DeltaNet
@@ -341,6 +346,10 @@ int IG_DEV(gpu_layer_out_begin)(struct gpu_backend *g, const struct backend_batc
  * gpu_kv_p2p_close: the transfers done (the host waits), their events gone. */
 int IG_DEV(gpu_kv_p2p_fence)(struct gpu_backend *g);
 void IG_DEV(gpu_kv_p2p_close)(struct gpu_backend *g);
+/* Whether the step about to run has its host waits watched
+ * (gpu_p2p_wait_begin: its main stream waits for transfers); the step ends
+ * with gpu_p2p_wait_end(g->p2p, that). */
+bool IG_DEV(gpu_kv_p2p_watch)(struct gpu_backend *g);
 int IG_DEV(gpu_layer_out)(struct gpu_backend *g, int64_t l);
 int IG_DEV(gpu_layer_out_end)(struct gpu_backend *g, int st);
 void IG_DEV(gpu_layer_out_free)(struct gpu_backend *g);

@@ -144,6 +144,7 @@ static int queue_group(struct gpu_backend *g, struct p2p_group *grp)
         return st;
     }
     g->p2p_sent |= grp->send;
+    g->p2p = grp->p;
     st = IG_DEV(dev_stream_call)(g->dev, DEV_STREAM_P2P, run_group, grp);
     int rec = IG_DEV(dev_event_record)(g->dev, DEV_STREAM_P2P, g->p2p_done);
     return st != IG_OK ? st : rec;
@@ -196,6 +197,7 @@ int IG_DEV(gpu_kv_p2p_fence)(struct gpu_backend *g)
     if (!g->p2p_sent)
         return IG_OK;
     g->p2p_sent = false;
+    g->p2p_behind = true;
     return IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->p2p_done);
 }
 
@@ -203,7 +205,19 @@ int IG_DEV(gpu_kv_p2p_wait)(struct backend *b)
 {
     struct gpu_backend *g = (struct gpu_backend *)b;
     g->p2p_sent = false;
+    g->p2p_behind |= g->p2p_done != NULL;
     return g->p2p_done ? IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_MAIN, g->p2p_done) : IG_OK;
+}
+
+/* A step behind the transfers ends in host waits (its logits' copies, the
+ * step's sync) that a stopped peer holds up forever: NCCL's kernels spin,
+ * the transfer stream with them, the main stream behind it. The step's
+ * compute counts against the limit too: far under its default of 600 s. */
+bool IG_DEV(gpu_kv_p2p_watch)(struct gpu_backend *g)
+{
+    bool behind = g->p2p_behind;
+    g->p2p_behind = false;
+    return behind && gpu_p2p_wait_begin(g->p2p, "a step behind the transfers");
 }
 
 int IG_DEV(gpu_kv_p2p_progress)(struct backend *b)

@@ -32,4 +32,18 @@ int gpu_p2p_group_end(struct gpu_p2p *p);
 int gpu_p2p_send(struct gpu_p2p *p, const void *buf, size_t bytes, int peer, void *stream);
 int gpu_p2p_recv(struct gpu_p2p *p, void *buf, size_t bytes, int peer, void *stream);
 
+/* The watchdog: while the host is in a wait that NCCL's transfers may hold
+ * up (begin .. end), a thread of p's polls ncclCommGetAsyncError and the
+ * wait's time; on an error, or past IGNITE_TP_WATCHDOG seconds (default
+ * 600, 0 off: the MPI path's limit), it aborts the communicator
+ * (ncclCommAbort) and ends the job with one line naming the peer and the
+ * last group queued, exit 7. ncclGroupEnd is watched here; callers watch
+ * their syncs behind the transfer stream. begin returns whether it began a
+ * watched wait (false: p NULL, the watchdog off, or inside a watched wait
+ * already, whose start counts); end takes that (p not read where false)
+ * and, where the watchdog ended the wait, never returns: the job is
+ * ending, and the communicator is gone. */
+bool gpu_p2p_wait_begin(struct gpu_p2p *p, const char *where);
+void gpu_p2p_wait_end(struct gpu_p2p *p, bool began);
+
 #endif

@@ -441,6 +441,26 @@ MUTANTS = [
      "IG_OK;", "    return IG_OK;",
      ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
      "a decode rank's steps read the received blocks before the receives ran", "caught"),
+    # --pd's NCCL watchdog (backend/gpu_reduce_nccl.c): test_pd_cli's stopped decode rank on
+    # the NCCL path (the stand-in's IGNITE_NCCL_STANDIN_STOP) hits its 40 s limit.
+    ("p2p-watch-no-limit", "backend/gpu_reduce_nccl.c",
+     "        if (bad != NCCL_SUCCESS || waited > p->limit_s)",
+     "        if (bad != NCCL_SUCCESS)",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "the NCCL watchdog polls only the async error: a wait on a stopped peer blocks forever",
+     "caught"),
+    ("p2p-group-end-unwatched", "backend/gpu_reduce_nccl.c",
+     '    bool began = gpu_p2p_wait_begin(p, "ncclGroupEnd");',
+     "    bool began = false;",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "ncclGroupEnd (where the stand-in waits for the peer) is not watched", "caught"),
+    # (the emulator's transfers block only inside ncclGroupEnd: a GPU's step behind them
+    # blocks in its copies and sync, which no emulated run reaches)
+    ("p2p-step-unwatched", "backend/gpu.c",
+     "    bool watched = IG_DEV(gpu_kv_p2p_watch)(g);",
+     "    bool watched = false;",
+     ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
+     "a step behind the transfers is not watched", "missed"),
     # The CLI over the emulated CUDA backend (ignite_emu, tests/tp/test_cli_emu.py):
     # --pd's decode rank imports each cache; --tp 2 sums over the NCCL stand-in.
     ("cli-emu-import-short", "backend/gpu_cache.c",

@@ -27,6 +27,19 @@
  *     ncclGroupEnd, as NCCL launches them there.
  *   - an emulated device pointer is host memory (device_emu.cc allocates
  *     with posix_memalign), so the buffers are read and written in place.
+ *   - fault tolerance (api/comms.html; NCCL 2.4's release notes added both
+ *     calls for it): ncclCommAbort, from any thread, ends the
+ *     communicator's uncompleted operations, so a group blocked in its
+ *     wait returns ncclRemoteError (its requests left to MPI_Finalize:
+ *     MPI is not called from the aborting thread); ncclCommGetAsyncError,
+ *     from any thread, reports the first error a group of the
+ *     communicator hit. The handle is not freed (another thread may still
+ *     be inside a call with it).
+ *   - for the CLI's watchdog's test: IGNITE_NCCL_STANDIN_STOP=R stops
+ *     rank R (SIGSTOP) as its first send or receive is queued: a peer
+ *     alive but silent mid-transfer, at a point the test does not have to
+ *     guess (before its ncclGroupEnd, whose own watchdog would otherwise
+ *     count the stopped time once mpirun's SIGCONT comes before its kill).
  *
  * What real NCCL leaves undefined (a hang, or garbage) where a caller gets
  * it wrong, the stand-in refuses, on every rank concerned, with one line on
@@ -51,7 +64,9 @@
  * nccl_standin_check). */
 #include <mpi.h>
 
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,7 +81,7 @@ typedef struct {
 } ncclUniqueId;
 typedef struct standin_comm *ncclComm_t;
 enum { ncclSuccess = 0, ncclSystemError = 2, ncclInternalError = 3, ncclInvalidArgument = 4,
-       ncclInvalidUsage = 5 };
+       ncclInvalidUsage = 5, ncclRemoteError = 6 };
 enum { ncclFloat32 = 7, ncclSum = 0, N_TYPES = 10 };
 
 /* Prototypes of the exports (the library's interface: nccl.h's). */
@@ -74,6 +89,8 @@ int ncclGetVersion(int *version);
 int ncclGetUniqueId(ncclUniqueId *id);
 int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 int ncclCommDestroy(ncclComm_t comm);
+int ncclCommAbort(ncclComm_t comm);
+int ncclCommGetAsyncError(ncclComm_t comm, int *async_error);
 int ncclCommCount(const ncclComm_t comm, int *count);
 int ncclCommUserRank(const ncclComm_t comm, int *rank);
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, ncclComm_t comm,
@@ -97,6 +114,8 @@ struct standin_comm {
     MPI_Comm mpi;     /* the communicator's own: no message meets ignite's */
     int rank, size;
     int64_t n_reduce; /* all-reduces so far: ranks must reach them in one order */
+    _Atomic bool aborted; /* ncclCommAbort's mark */
+    _Atomic int async;    /* the first error a group hit (ncclCommGetAsyncError) */
 };
 
 /* A send or a receive queued in a group. */
@@ -155,6 +174,8 @@ const char *ncclGetErrorString(int result)
     case ncclInternalError: return "internal error (stand-in: out of memory)";
     case ncclInvalidArgument: return "invalid argument (stand-in: see the line above)";
     case ncclInvalidUsage: return "invalid usage (stand-in: see the line above)";
+    case ncclRemoteError: return "remote process exited or there was a network error "
+                                 "(stand-in: the communicator was aborted)";
     default: return "unknown result code";
     }
 }
@@ -263,6 +284,24 @@ int ncclCommDestroy(ncclComm_t comm)
     return ncclSuccess;
 }
 
+int ncclCommAbort(ncclComm_t comm)
+{
+    if (!comm)
+        return ncclSuccess;
+    if (!comm_ok(comm))
+        return ncclInvalidArgument;
+    atomic_store(&comm->aborted, true);
+    return ncclSuccess;
+}
+
+int ncclCommGetAsyncError(ncclComm_t comm, int *async_error)
+{
+    if (!comm_ok(comm) || !async_error)
+        return ncclInvalidArgument;
+    *async_error = atomic_load(&comm->async);
+    return ncclSuccess;
+}
+
 /* ---- the all-reduce ---------------------------------------------------------------- */
 
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, ncclComm_t comm,
@@ -310,6 +349,17 @@ int ncclGroupStart(void)
     return ncclSuccess;
 }
 
+/* IGNITE_NCCL_STANDIN_STOP=R: rank R stops at its first send or receive. */
+static void stop_if_asked(const ncclComm_t c)
+{
+    static bool asked;
+    const char *e = getenv("IGNITE_NCCL_STANDIN_STOP");
+    if (!asked && e && *e && atoi(e) == c->rank) {
+        asked = true;
+        raise(SIGSTOP);
+    }
+}
+
 static int queue_p2p(bool send, void *buf, size_t count, int type, int peer, ncclComm_t comm)
 {
     if (!comm_ok(comm))
@@ -321,6 +371,7 @@ static int queue_p2p(bool send, void *buf, size_t count, int type, int peer, ncc
         return refuse(comm, "%s: type %d", send ? "ncclSend" : "ncclRecv", type);
     if (count && !buf)
         return ncclInvalidArgument;
+    stop_if_asked(comm);
     if (n_queued == cap_queued) {
         int cap = cap_queued ? 2 * cap_queued : 16;
         struct p2p *q = realloc(queued, (size_t)cap * sizeof *q);
@@ -338,24 +389,28 @@ static int queue_p2p(bool send, void *buf, size_t count, int type, int peer, ncc
 /* MPI_Waitall that sleeps between its tests: a group now runs where the
  * emulated transfer stream runs (device_emu.cc), often before its peer's
  * match is queued, and Open MPI's own wait spins, taking the core the peer
- * needs to get there. */
-static void wait_all(int n, MPI_Request *rq)
+ * needs to get there. ncclRemoteError once c is aborted (another thread's
+ * ncclCommAbort), the requests left pending. */
+static int wait_all(int n, MPI_Request *rq, const ncclComm_t c)
 {
     int done = 0;
     for (MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE); !done;
-         MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE))
+         MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE)) {
+        if (c && atomic_load(&c->aborted))
+            return ncclRemoteError;
         nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    return ncclSuccess;
 }
 
-/* Runs the group's sends and receives: every header first (the sender's
- * count and type), each receiver's verdict back, then the data of the
- * agreed ones. A disagreement fails both sides, before any data moves. */
-static int run_group(void)
+/* The group's sends and receives (n queued, rq room for 2n requests, c
+ * the first one's communicator): every header first (the sender's count
+ * and type), each receiver's verdict back, then the data of the agreed
+ * ones. A disagreement fails both sides, before any data moves; an abort
+ * (wait_all) ends it where it waits. */
+static int move(int n, MPI_Request *rq, const ncclComm_t c)
 {
-    int n = n_queued, st = ncclSuccess;
-    MPI_Request *rq = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof *rq);
-    if (!rq)
-        return ncclInternalError;
+    int st = ncclSuccess;
     for (int i = 0; i < n; i++) {
         struct p2p *p = &queued[i];
         if (p->send)
@@ -363,7 +418,8 @@ static int run_group(void)
         else
             MPI_Irecv(p->peer_hdr, 2, MPI_INT64_T, p->peer, TAG_HDR, p->comm->mpi, &rq[i]);
     }
-    wait_all(n, rq);
+    if (wait_all(n, rq, c) != ncclSuccess)
+        return ncclRemoteError;
     for (int i = 0; i < n; i++) {
         struct p2p *p = &queued[i];
         if (p->send) {
@@ -378,7 +434,8 @@ static int run_group(void)
                         (long long)p->peer_hdr[1], (long long)p->hdr[0], (long long)p->hdr[1]);
         MPI_Isend(&p->verdict, 1, MPI_INT, p->peer, TAG_VERDICT, p->comm->mpi, &rq[i]);
     }
-    wait_all(n, rq);
+    if (wait_all(n, rq, c) != ncclSuccess)
+        return ncclRemoteError;
     int m = 0;
     for (int i = 0; i < n; i++) {
         struct p2p *p = &queued[i];
@@ -392,7 +449,8 @@ static int run_group(void)
         for (size_t at = 0; at < bytes; at += PIECE) { /* at most 1 GiB a message */
             int k = (int)(bytes - at < PIECE ? bytes - at : PIECE);
             if (m == 2 * n) { /* more pieces than requests: let these go first */
-                wait_all(m, rq);
+                if (wait_all(m, rq, c) != ncclSuccess)
+                    return ncclRemoteError;
                 m = 0;
             }
             if (p->send)
@@ -403,9 +461,24 @@ static int run_group(void)
                           &rq[m++]);
         }
     }
-    wait_all(m, rq);
+    return wait_all(m, rq, c) != ncclSuccess ? ncclRemoteError : st;
+}
+
+/* Runs the group queued (move); its failure is also its communicator's
+ * async error, the first one kept. */
+static int run_group(void)
+{
+    int n = n_queued;
+    ncclComm_t c = n ? queued[0].comm : NULL;
+    MPI_Request *rq = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof *rq);
+    if (!rq)
+        return ncclInternalError;
+    int st = move(n, rq, c), none = ncclSuccess;
+    if (st != ncclSuccess && c)
+        atomic_compare_exchange_strong(&c->async, &none, st);
     free(rq);
-    free(queued); /* nothing kept between groups (LeakSanitizer sees none at exit) */
+    if (!(c && atomic_load(&c->aborted))) /* (else MPI's pending requests may write into it) */
+        free(queued); /* nothing kept between groups (LeakSanitizer sees none at exit) */
     queued = NULL;
     n_queued = cap_queued = 0;
     return st;

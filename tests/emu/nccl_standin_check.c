@@ -9,21 +9,27 @@
  * every byte; a lone send and its receive (a group of one); a receive of
  * another count than its send refused on both ranks, with no data moved and
  * no hang; an all-reduce of different counts refused on both; ncclGroupEnd
- * without its start refused; ncclCommDestroy inside a group refused. Prints
+ * without its start refused; ncclCommDestroy inside a group refused; and
+ * fault tolerance (api/comms.html): a second communicator's receive that no
+ * send meets, ended by ncclCommAbort from another thread (ncclRemoteError,
+ * not a hang); ncclCommGetAsyncError: none on a new communicator, the first
+ * failed group's (the refused receive's) on the first. Prints
  * "ok N checks" on each rank, or the failed checks; exit 1 on a failure. */
 #include <mpi.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     char internal[128];
 } nccl_id;
 typedef void *nccl_comm;
-enum { UINT8 = 1, FLOAT32 = 7, SUM = 0, INVALID_USAGE = 5 };
+enum { UINT8 = 1, FLOAT32 = 7, SUM = 0, INVALID_USAGE = 5, REMOTE_ERROR = 6 };
 
 static int (*get_unique_id)(nccl_id *);
 static int (*comm_init_rank)(nccl_comm *, int, nccl_id, int);
@@ -33,6 +39,8 @@ static int (*nsend)(const void *, size_t, int, int, nccl_comm, void *);
 static int (*nrecv)(void *, size_t, int, int, nccl_comm, void *);
 static int (*group_start)(void);
 static int (*group_end)(void);
+static int (*comm_abort)(nccl_comm);
+static int (*get_async_error)(nccl_comm, int *);
 
 static int rank, checks, failed;
 
@@ -43,6 +51,14 @@ static void check(int ok, const char *what)
         failed++;
         fprintf(stderr, "rank %d: FAIL %s\n", rank, what);
     }
+}
+
+/* ncclCommAbort of *arg a fifth of a second from now, from this thread */
+static void *abort_later(void *arg)
+{
+    nanosleep(&(struct timespec){0, 200000000}, NULL);
+    comm_abort(*(nccl_comm *)arg);
+    return NULL;
 }
 
 static unsigned char pattern(int from, int buf, size_t i)
@@ -67,8 +83,11 @@ int main(int argc, char **argv)
     *(void **)&nrecv = dlsym(so, "ncclRecv");
     *(void **)&group_start = dlsym(so, "ncclGroupStart");
     *(void **)&group_end = dlsym(so, "ncclGroupEnd");
+    *(void **)&comm_abort = dlsym(so, "ncclCommAbort");
+    *(void **)&get_async_error = dlsym(so, "ncclCommGetAsyncError");
     check(get_unique_id && comm_init_rank && comm_destroy && all_reduce && nsend && nrecv &&
-          group_start && group_end && dlsym(so, "ignite_nccl_stand_in"), "the exports");
+          group_start && group_end && comm_abort && get_async_error &&
+          dlsym(so, "ignite_nccl_stand_in"), "the exports");
     if (failed)
         MPI_Abort(MPI_COMM_WORLD, 1);
     nccl_id id;
@@ -114,6 +133,9 @@ int main(int argc, char **argv)
     check(rc == INVALID_USAGE && y[0] == 0, "a receive of another count is refused");
     rc = rank == 0 ? nsend(x, 5, FLOAT32, 1, c, NULL) : nrecv(y, 5, UINT8, 0, c, NULL);
     check(rc == INVALID_USAGE, "a receive of another type is refused");
+    int async = -1;
+    check(get_async_error(c, &async) == 0 && async == INVALID_USAGE,
+          "ncclCommGetAsyncError: the first failed group's");
 
     /* an all-reduce of different counts: refused on both; then one that agrees */
     float s[4] = {1, 2, 3, (float)rank};
@@ -127,6 +149,18 @@ int main(int argc, char **argv)
     check(comm_destroy(c) == INVALID_USAGE, "ncclCommDestroy inside a group is refused");
     group_end();
     check(comm_destroy(c) == 0, "ncclCommDestroy");
+
+    /* a receive no send meets (each rank's from the other), aborted from another thread */
+    if (rank == 0)
+        check(get_unique_id(&id) == 0, "ncclGetUniqueId again");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    check(comm_init_rank(&c, 2, id, rank) == 0 && c, "a second communicator");
+    check(get_async_error(c, &async) == 0 && async == 0, "no async error at first");
+    pthread_t t;
+    check(pthread_create(&t, NULL, abort_later, &c) == 0, "a thread to abort");
+    check(nrecv(y, 5, FLOAT32, peer, c, NULL) == REMOTE_ERROR,
+          "ncclCommAbort from another thread ends a receive's wait");
+    pthread_join(t, NULL); /* (c is gone: NCCL frees an aborted communicator) */
     for (int b = 0; b < NB; b++) {
         free(out[b]);
         free(in[b]);

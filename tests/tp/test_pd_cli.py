@@ -20,10 +20,12 @@ schedule: one process's requests, every token's gap, each rank's rows.
 Under the sanitizers: 4 of the requests at 1:2, no killed or stopped rank.
 Where given ignite_emu and the NCCL stand-in (tests/tp/CMakeLists.txt passes
 them where MPI is), the NCCL path end to end, a hybrid's states and a window
-model's window blocks too (nccl() below).
+model's window blocks too, and a decode rank stopped mid-transfer there (the NCCL
+watchdog: one line, exit 7) (nccl() below).
 Usage: test_pd_cli.py [IGNITE_EMU NCCL_STANDIN]
        (37 s normal build, 63 s ASan + UBSan, 2 cores at load average 9-10; 99 s
-       with the NCCL case, 63 s of it, at load average 8)
+       with the NCCL case, 63 s of it, at load average 8; its stopped decode rank
+       7 s of that, 3 s of its ranks' CPU)
 """
 import json
 import os
@@ -38,6 +40,7 @@ from tplib import mpi, mpirun_or_skip, sanitizer_env, scratch  # noqa: E402
 
 IGNITE = os.environ.get("IGNITE_BIN", "ignite")
 LIMIT = 900 if sanitized() else 120
+STOPPED_LIMIT = 300 if sanitized() else 40  # (a stopped rank's watchdog: 3 s past the set-up)
 LONG = ("The history of the river town begins with a mill, a bridge and a market "
         "square where farmers sold grain, wool and apples every week. ") * 8
 
@@ -341,8 +344,10 @@ def nccl(mpirun, tmp, emu, standin):
     96 blocks where a long request's room is 50 (its n_predict; a stop
     string ends it at its second token), so the later ones wait for the
     decode rank's room (its count left out: the job ends); a hybrid's states
-    and a window layer's blocks (states_and_windows); and IGNITE_PD_XFER
-    naming nothing, or nccl on CPU ranks, refused, one line naming why, exit 2."""
+    and a window layer's blocks (states_and_windows); the decode rank stopped
+    mid-transfer: the prefill rank's watchdog ends the job with one line,
+    exit 7; and IGNITE_PD_XFER naming nothing, or nccl on CPU ranks, refused,
+    one line naming why, exit 2."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -390,6 +395,24 @@ def nccl(mpirun, tmp, emu, standin):
           f"{got.returncode}, {res} against {want}: {got.stderr[-400:]}")
     check(rows and all(o.get("pd", {}).get("path") == "nccl" and o["pd"]["kv_bytes"] > 0
                        for o in rows), f"IGNITE_PD_XFER=nccl: pd {[o.get('pd') for o in rows]}")
+    # the decode rank stopped (SIGSTOP, by the stand-in) as its first group of receives
+    # begins: the prefill rank's sends wait in the stand-in's wait, which only the
+    # watchdog ends (backend/gpu_reduce_nccl.c: ncclCommAbort, one line, exit 7)
+    t = time.time()
+    try:
+        r = subprocess.run(cmd + [emu] + args + ["-m", path, "--pd", "1:1"], capture_output=True,
+                           timeout=STOPPED_LIMIT,
+                           env=dict(env, IGNITE_NCCL_STANDIN_STOP="1", IGNITE_TP_WATCHDOG="3"))
+        lines = [ln for ln in r.stderr.decode(errors="replace").splitlines()
+                 if ln.startswith("ignite:") and not ln.startswith("ignite: warning:")]
+        ok = len(lines) == 1 and all(w in lines[0] for w in (
+            "rank 0: NCCL sends to rank 1", "not done in 3 s", "aborting the communicator"))
+        check(r.returncode == 7 and ok, f"NCCL path, decode rank stopped: exit {r.returncode}, "
+              f"{lines}")
+    except subprocess.TimeoutExpired:
+        check(False, f"NCCL path, decode rank stopped: still waiting after {STOPPED_LIMIT} s "
+              f"(a hang)")
+    print(f"NCCL path, decode rank stopped: {time.time() - t:.1f} s", file=sys.stderr)
     states_and_windows(cmd, emu, env, tmp, vocab, random_gguf)
     # a value naming nothing, and nccl where a rank has no such path (ignite's CPU ranks:
     # a launch costs mpirun's start and the model's load alone)
