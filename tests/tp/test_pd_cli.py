@@ -340,8 +340,8 @@ def nccl(mpirun, tmp, emu, standin):
     string ends it at its second token), so the later ones wait for the
     decode rank's room (its count left out: the job ends); and
     IGNITE_PD_XFER=nccl refused on the tiny qwen35 (recurrent layers; the
-    llama-spm vocabulary too), one line naming why, exit 2, as is a value
-    naming nothing."""
+    llama-spm vocabulary too) and at --pd 2:2, one line naming why, exit 2,
+    as is a value naming nothing."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -404,6 +404,14 @@ def nccl(mpirun, tmp, emu, standin):
     ok, lines = one_line(r.stderr, "IGNITE_PD_XFER", "pigeon")
     check(r.returncode == 2 and ok and not r.stdout,
           f"IGNITE_PD_XFER=pigeon: exit {r.returncode}, {lines}")
+    # 2:2 (the transfer streams' orders could cross: gpu.md's review), refused before the
+    # device is asked (ignite's CPU ranks: mpirun's start and the model's load alone)
+    r = subprocess.run(cmd[:-1] + ["4", IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f,
+                                    "-m", path, "--pd", "2:2"], capture_output=True,
+                       timeout=LIMIT, env=env)
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "several prefill and several decode")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"IGNITE_PD_XFER=nccl at --pd 2:2: exit {r.returncode}, {lines}")
 
 
 def main():
