@@ -427,6 +427,14 @@ MUTANTS = [
      ["ignite", "ignite_cli_emu", "ignite_nccl_standin"], ["test_pd_cli"],
      "--pd 2:2 takes NCCL, whose transfer streams' orders may cross (a hang on GPUs)",
      "caught"),
+    ("p2p-recv-no-main-wait", "backend/gpu_kv_p2p.c",
+     "    if (st == IG_OK)\n        st = IG_DEV(dev_stream_wait)(g->dev, DEV_STREAM_P2P, "
+     "g->p2p_main);",
+     "    if (st == IG_OK && grp->send)\n        st = IG_DEV(dev_stream_wait)(g->dev, "
+     "DEV_STREAM_P2P, g->p2p_main);",
+     ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
+     "a layer's receives do not wait for the main stream's earlier reads of their blocks",
+     "caught"),
     ("p2p-no-step-fence", "backend/gpu.c",
      "    if (st == IG_OK)\n        st = IG_DEV(gpu_kv_p2p_fence)(g);\n", "",
      ["pd_nccl_emu", "ignite_nccl_standin"], ["test_pd_nccl_emu"],
