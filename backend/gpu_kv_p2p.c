@@ -93,7 +93,11 @@ static void group_add(struct p2p_group *grp, const void *buf, size_t bytes)
 
 /* The group's NCCL calls on `stream` (dev_stream_fn). Stale (the emulator's
  * word: the stream had not waited for the main stream's latest work), a
- * send's bytes could be read before they are written: 0xff goes instead. */
+ * send's bytes could be read before they are written: 0xff goes instead;
+ * a receive's could land while the main stream's earlier steps still read
+ * its blocks (freed by a sequence, reserved again), which the emulator has
+ * run already and cannot show: it fails instead, once run (the peer's
+ * sends are not left waiting). */
 static int run_group(void *user, void *stream, enum dev_call how)
 {
     struct p2p_group *grp = user;
@@ -103,6 +107,11 @@ static int run_group(void *user, void *stream, enum dev_call how)
         memset(poison, 0xff, grp->most);
     if (how == DEV_CALL_STALE && grp->send && !poison)
         st = ig_error(IG_E_NOMEM, "out of memory for a stale NCCL send's bytes");
+    int early = how == DEV_CALL_STALE && !grp->send
+                    ? ig_error(IG_E_INTERNAL, "NCCL receives from rank %d queued before the "
+                               "transfer stream waited for the main stream (their blocks may "
+                               "still be read there)", grp->peer)
+                    : IG_OK;
     if (how != DEV_CALL_DROP && st == IG_OK && (st = gpu_p2p_group_start(grp->p)) == IG_OK) {
         for (int64_t i = 0; i < grp->n && st == IG_OK; i++) {
             const struct p2p_op *o = &grp->op[i];
@@ -115,7 +124,7 @@ static int run_group(void *user, void *stream, enum dev_call how)
     }
     free(poison);
     free(grp);
-    return st;
+    return st != IG_OK ? st : early;
 }
 
 /* Queues grp (owned from here) on the stream after the main stream's work

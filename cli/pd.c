@@ -625,13 +625,25 @@ static bool all_ok(bool ok, char *why, size_t cap)
 }
 
 /* Whether the caches can move by NCCL (every rank agreeing: a CUDA
- * backend, the same pool), else why. */
+ * backend, the same pool), else why.
+ * Not with several prefill and several decode ranks: each rank's transfers
+ * are one queue (the transfer stream), an NCCL send or receive holds it
+ * until the peer's match (NCCL user guide, api/p2p.html: "blocking for the
+ * GPU"), and a decode rank queues its receives in the order it reads the
+ * headers from any prefill rank (ig_coll_poll), which two decode ranks may
+ * read in orders that cross: prefill rank A's queue [to 1, to 2], B's
+ * [to 2, to 1], decode rank 1's [from B, from A], 2's [from A, from B] wait
+ * on each other for ever. With one prefill or one decode rank, every queue
+ * takes one rank's transfers in that rank's order (MPI's, per sender). */
 static bool nccl_fits(const struct pd *pd, bool asked, char *why, size_t cap)
 {
     const char *no = !asked      ? "IGNITE_PD_XFER=host"
                      : pd->whole ? "IGNITE_PD_WHOLE=1 sends the cache after the prompt, "
                                    "through host memory"
-                                 : NULL;
+                     : pd->o.n_prefill > 1 && pd->o.n_decode > 1
+                         ? "several prefill and several decode ranks could deadlock on the "
+                           "transfer streams (one prefill or one decode rank only)"
+                         : NULL;
     bool ok = !no && backend_p2p_fits(pd->o.be, why, cap);
     const struct kv_memory *mem = backend_kv_memory(pd->o.be);
     /* the pool's types and the window rule (the same blocks on both sides) */

@@ -234,8 +234,10 @@ static int take_cache(struct pd *pd, struct djob *j, const char *buf, size_t byt
     j->r.user = j;
     /* Its receives before the step that admits it reads the blocks: the main
      * stream waits for the transfers queued so far (a request's last ones
-     * came before its TAG_KV; the others queued since, of the requests still
-     * arriving, are layers their prefill rank has computed already). */
+     * came before its TAG_KV). The others queued since, of the requests still
+     * arriving, are layers their prefill rank has queued, not always computed
+     * (its hook runs as the layer is queued): on a GPU this rank's steps may
+     * wait out the rest of that rank's step (docs/gpu.md, the review). */
     if (j->e && (st = backend_p2p_wait(pd->o.be)) != IG_OK)
         return st;
     return engine_submit(pd->e, &j->r);

@@ -346,8 +346,8 @@ def nccl(mpirun, tmp, emu, standin):
     decode rank's room (its count left out: the job ends); a hybrid's states
     and a window layer's blocks (states_and_windows); the decode rank stopped
     mid-transfer: the prefill rank's watchdog ends the job with one line,
-    exit 7; and IGNITE_PD_XFER naming nothing, or nccl on CPU ranks, refused,
-    one line naming why, exit 2."""
+    exit 7; and IGNITE_PD_XFER naming nothing, nccl on CPU ranks, or nccl at
+    --pd 2:2, refused, one line naming why, exit 2."""
     vocab = llama_vocab("llama-spm")
     if not vocab:
         print("SKIP the NCCL path: no ggml-vocab-llama-spm.gguf", file=sys.stderr)
@@ -424,6 +424,14 @@ def nccl(mpirun, tmp, emu, standin):
                              else "IGNITE_PD_XFER", *words)
         check(r.returncode == 2 and ok and not r.stdout,
               f"IGNITE_PD_XFER={xfer}: exit {r.returncode}, {lines}")
+    # 2:2 (the transfer streams' orders could cross: gpu.md's review), refused before the
+    # device is asked (ignite's CPU ranks: mpirun's start and the model's load alone)
+    r = subprocess.run(cmd[:-1] + ["4", IGNITE, "batch", "--device", "cpu", "-t", "1", "-f", f,
+                                    "-m", path, "--pd", "2:2"], capture_output=True,
+                       timeout=LIMIT, env=env)
+    ok, lines = one_line(r.stderr, "IGNITE_PD_XFER=nccl", "several prefill and several decode")
+    check(r.returncode == 2 and ok and not r.stdout,
+          f"IGNITE_PD_XFER=nccl at --pd 2:2: exit {r.returncode}, {lines}")
 
 
 def states_and_windows(cmd, emu, env, tmp, vocab, random_gguf):
