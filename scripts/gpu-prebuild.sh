@@ -23,6 +23,8 @@ TARGETS="ignite test_device_gpu test_backend_gpu test_gpu_ops_gpu test_flash_att
 mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIGNITE_CUDA=ON -DIGNITE_SHARED_CORE=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90-real >"$BUILD/configure.log"
+# --pd's 2-GPU check (scripts/gpu/pd.sh), where MPI is found (a target then)
+cmake --build "$BUILD" --target help | grep '^\.\.\. pd_nccl_gpu$' >/dev/null && TARGETS="$TARGETS pd_nccl_gpu"
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"${JOBS:-2}" --target $TARGETS >"$BUILD/prebuild.log" 2>&1 ||
     { grep -E "error|ptxas_guard" "$BUILD/prebuild.log" | head -40; exit 1; }
