@@ -15,6 +15,7 @@
 
 #include "core/coll.h"
 #include "core/status.h"
+#include "core/timer.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -245,13 +246,6 @@ struct gpu_p2p {
     struct p2p_what last;
 };
 
-static long long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static void *abort_comm(void *arg)
 {
     struct gpu_p2p *p = arg;
@@ -323,7 +317,7 @@ static void *watch(void *arg)
             continue;
         int async = NCCL_SUCCESS, rc = p->lib.get_async_error(p->comm, &async);
         int bad = rc != NCCL_SUCCESS ? rc : async == NCCL_IN_PROGRESS ? NCCL_SUCCESS : async;
-        double waited = (double)(now_ns() - at) * 1e-9;
+        double waited = (double)(ig_now_ns() - at) * 1e-9;
         if (bad != NCCL_SUCCESS || waited > p->limit_s)
             give_up(p, bad, waited);
     }
@@ -335,7 +329,7 @@ bool gpu_p2p_wait_begin(struct gpu_p2p *p, const char *where)
     long long none = 0;
     if (!p || !p->watching)
         return false;
-    if (!atomic_compare_exchange_strong(&p->waiting_ns, &none, now_ns()))
+    if (!atomic_compare_exchange_strong(&p->waiting_ns, &none, ig_now_ns()))
         return false; /* inside a wait already watched: its start counts */
     atomic_store(&p->where, where);
     return true;

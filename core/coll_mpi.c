@@ -6,6 +6,7 @@
 #include "core/coll.h"
 
 #include "core/status.h"
+#include "core/timer.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -29,20 +30,13 @@ static double spent;  /* seconds in collectives */
 static _Atomic long long armed_ns; /* when the watched call began; 0: none */
 static double watch_limit;
 
-static long long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static void *watchdog(void *arg)
 {
     (void)arg;
     for (;;) {
         sleep(1);
         long long at = atomic_load(&armed_ns);
-        if (at && (double)(now_ns() - at) * 1e-9 > watch_limit) {
+        if (at && (double)(ig_now_ns() - at) * 1e-9 > watch_limit) {
             int r;
             MPI_Comm_rank(MPI_COMM_WORLD, &r);
             fprintf(stderr, "ignite: rank %d: no answer from the other ranks in %.0f s (a rank "
@@ -58,7 +52,7 @@ static void *watchdog(void *arg)
 static void arm(void)
 {
     if (watch_limit > 0)
-        atomic_store(&armed_ns, now_ns());
+        atomic_store(&armed_ns, ig_now_ns());
 }
 
 static void disarm(void)
