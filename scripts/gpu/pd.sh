@@ -35,18 +35,13 @@ if [ "${PD_DRY:-0}" != 1 ]; then
         exit 0
     fi
 fi
-mpirun=$(command -v mpirun || true)
-[ -z "$mpirun" ] && [ -x "$BIN/mpi/bin/mpirun" ] && mpirun=$BIN/mpi/bin/mpirun
-if [ -z "$mpirun" ]; then
-    echo "pd: no mpirun on this machine (Open MPI: openmpi-bin): skipped"
-    exit 0
-fi
+# shellcheck source=scripts/gpu/mpi_two.sh
+. "$(dirname "$0")/mpi_two.sh"
+mpi_two pd || exit 0
 if [ "$limit" -lt 60 ]; then
     echo "pd: ${limit} s is too short to measure (LIMIT=300 scripts/gpu/pd.sh runs it): skipped"
     exit 0
 fi
-mpi=("$mpirun" --oversubscribe -np 2)
-[ "$(id -u)" = 0 ] && mpi=("$mpirun" --allow-run-as-root --oversubscribe -np 2)
 # (the environment each rank needs, -x NAME each: mpirun passes no other)
 for v in ${PD_MPI_ENV:-}; do mpi+=(-x "$v"); done
 t_end=$((SECONDS + limit - 2))

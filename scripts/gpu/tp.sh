@@ -18,18 +18,13 @@ if [ "${n_gpu:-0}" -lt 2 ] && [ "${TP_ONE_GPU:-0}" != 1 ]; then
     echo "tp: needs 2 GPUs, this machine has ${n_gpu:-0}: skipped (TP_ONE_GPU=1 runs 2 ranks on one)"
     exit 0
 fi
-mpirun=$(command -v mpirun || true)
-[ -z "$mpirun" ] && [ -x "$BIN/mpi/bin/mpirun" ] && mpirun=$BIN/mpi/bin/mpirun
-if [ -z "$mpirun" ]; then
-    echo "tp: no mpirun on this machine (Open MPI: openmpi-bin): skipped"
-    exit 0
-fi
+# shellcheck source=scripts/gpu/mpi_two.sh
+. "$(dirname "$0")/mpi_two.sh"
+mpi_two tp || exit 0
 if [ "$limit" -lt 60 ]; then # the check's slot: the model alone takes longer
     echo "tp: ${limit} s is too short to measure (LIMIT=300 scripts/gpu/tp.sh runs it): skipped"
     exit 0
 fi
-mpi=("$mpirun" --oversubscribe -np 2)
-[ "$(id -u)" = 0 ] && mpi=("$mpirun" --allow-run-as-root --oversubscribe -np 2)
 model=$WORK/qwen2.5-1.5b-shape-q4_k_m.gguf
 t_end=$((SECONDS + limit - 2))
 left() { echo $((t_end - SECONDS)); }
